@@ -1,0 +1,25 @@
+"""Shared test set-up.
+
+Parity tests compare against diffusers/transformers (torch, CPU) in float32. JAX's default
+matmul precision on CPU is already full fp32, but it is pinned to "highest" so the comparison
+means the same on every backend.
+"""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads():
+    try:
+        import torch
+    except ImportError:  # tests that need torch import it themselves and fail loudly
+        return
+    torch.set_num_threads(max(1, os.cpu_count() or 1))

@@ -1,0 +1,21 @@
+"""Exceptions raised by vidax for bad input, bad checkpoints and bad configs.
+
+Every error names the argument (or file / key), the value it got and what is valid, so that
+a user can fix the call without reading vidax's source.
+"""
+
+
+class VidaxError(Exception):
+    """Base class of every error vidax raises on purpose."""
+
+
+class InputError(VidaxError, ValueError):
+    """A call argument (prompt, size, frame count, dtype, output path, ...) is not valid."""
+
+
+class ConfigError(VidaxError, ValueError):
+    """A checkpoint's config.json asks for something vidax does not implement, or is malformed."""
+
+
+class CheckpointError(VidaxError):
+    """A checkpoint is missing files, or its tensors do not match the model 1:1."""

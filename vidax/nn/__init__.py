@@ -1,0 +1,1 @@
+"""Small generic building blocks shared by every model family."""

@@ -1,0 +1,323 @@
+"""Strict 1:1 translation of a diffusers/transformers state dict into a Flax NNX module.
+
+The mapping from a source key to a parameter path is a rule, not a table per tensor:
+
+* the dotted key is split at ``.``; numeric segments become ``int`` (``nnx.List`` indices);
+* a numeric segment right after a *stacked* prefix (e.g. ``blocks``) is the layer index of a
+  parameter stacked along a leading layer axis (the module runs those layers with a scan);
+* the leaf ``weight`` becomes whichever of ``kernel`` / ``scale`` / ``embedding`` / ``weight``
+  the target module has; every other leaf keeps its name;
+* ``renames`` substitute dotted fragments first (for modules named differently on purpose);
+* a ``kernel`` is re-laid out by rank: linear ``(O, I) -> (I, O)``, conv1d ``(O, I, K) ->
+  (K, I, O)``, conv2d ``(O, I, H, W) -> (H, W, I, O)``, conv3d ``(O, I, T, H, W) -> (T, H, W, I,
+  O)``. Other tensors keep the reference's shape exactly (a ``(C, 1, 1, 1)`` gamma stays so;
+  the module reshapes it where it uses it), so the mapping stays a bijection.
+
+Before any byte is read, the whole plan is checked in both directions against the abstract
+module: every source tensor used exactly once, every parameter filled, every shape equal after
+the layout change. Any failure raises one :class:`~vidax.errors.CheckpointError` that lists the
+first few missing, unexpected and mis-shaped keys with the file each came from.
+
+Tensors are then read one at a time from the memory-mapped files, cast on the host by the
+:class:`DtypePolicy`, and placed on their device (a stacked parameter is filled layer by layer
+into a donated device buffer), so host memory never holds the checkpoint twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.errors import CheckpointError
+from vidax.weights.safetensors_io import CheckpointReader
+
+Path = tuple[Any, ...]
+Placement = Callable[[Path, jax.ShapeDtypeStruct], jax.sharding.Sharding]
+
+_WEIGHT_LEAVES = ("kernel", "scale", "embedding", "weight")
+_KERNEL_PERM = {2: (1, 0), 3: (2, 1, 0), 4: (2, 3, 1, 0), 5: (2, 3, 4, 1, 0)}
+_MAX_LISTED = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRules:
+    """How one family's source keys map to its NNX parameter paths (see module docstring).
+
+    Attributes:
+        stacked: dotted prefixes (e.g. ``"blocks"``, ``"encoder.block"``) whose next, numeric,
+            segment is a layer index into a stacked parameter.
+        renames: ``(source_fragment, target_fragment)`` pairs substituted in the dotted key,
+            in order (reversed, in reverse order, when exporting).
+        aliases: source keys that duplicate another source key (tied weights written twice);
+            they are consumed without being read. Mapping alias -> canonical key.
+    """
+
+    stacked: tuple[str, ...] = ()
+    renames: tuple[tuple[str, str], ...] = ()
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def split(self, key: str) -> tuple[Path, int | None]:
+        """Source key -> (target path whose leaf may still be ``weight``, layer index)."""
+        for src, dst in self.renames:
+            key = key.replace(src, dst)
+        for prefix in self.stacked:
+            if key.startswith(prefix + "."):
+                rest = key[len(prefix) + 1 :].split(".", 1)
+                if len(rest) == 2 and rest[0].isdigit():
+                    return _parts(prefix) + _parts(rest[1]), int(rest[0])
+        return _parts(key), None
+
+    def join(self, path: Path, layer: int | None) -> str:
+        """Target path (+ layer index) -> source key; the inverse of :meth:`split`."""
+        parts = [str(p) for p in path]
+        if parts[-1] in _WEIGHT_LEAVES:
+            parts[-1] = "weight"
+        key = ".".join(parts)
+        if layer is not None:
+            for prefix in self.stacked:
+                if key.startswith(prefix + "."):
+                    key = f"{prefix}.{layer}.{key[len(prefix) + 1:]}"
+                    break
+            else:
+                raise ValueError(f"{path} is stacked but matches no stacked prefix {self.stacked}")
+        for src, dst in reversed(self.renames):
+            key = key.replace(dst, src)
+        return key
+
+
+@dataclasses.dataclass(frozen=True)
+class DtypePolicy:
+    """Per-tensor storage dtype, applied on the host before a tensor is placed.
+
+    Attributes:
+        param_dtype: dtype of floating parameters not matched by ``keep_fp32``.
+        keep_fp32: regexes on the target path string (``"blocks/norm2/scale"``) of parameters
+            that stay float32 whatever ``param_dtype`` is (the reference's fp32 modules).
+    """
+
+    param_dtype: Any = jnp.float32
+    keep_fp32: tuple[str, ...] = ()
+
+    def dtype_for(self, path: Path) -> np.dtype:
+        """Storage dtype of the floating parameter at ``path``."""
+        s = path_str(path)
+        if any(re.search(p, s) for p in self.keep_fp32):
+            return np.dtype(np.float32)
+        return np.dtype(self.param_dtype)
+
+
+def path_str(path: Path) -> str:
+    return "/".join(str(p) for p in path)
+
+
+def _parts(dotted: str) -> Path:
+    return tuple(int(p) if p.isdigit() else p for p in dotted.split("."))
+
+
+def _to_target_layout(arr: np.ndarray, path: Path) -> np.ndarray:
+    if path[-1] == "kernel" and arr.ndim in _KERNEL_PERM:
+        arr = arr.transpose(_KERNEL_PERM[arr.ndim])
+    return arr
+
+
+def _target_shape_of(shape: tuple[int, ...], path: Path) -> tuple:
+    if path[-1] == "kernel" and len(shape) in _KERNEL_PERM:
+        shape = tuple(shape[i] for i in _KERNEL_PERM[len(shape)])
+    return shape
+
+
+def _from_target_layout(arr: np.ndarray, path: Path) -> np.ndarray:
+    if path[-1] == "kernel" and arr.ndim in _KERNEL_PERM:
+        arr = arr.transpose(np.argsort(_KERNEL_PERM[arr.ndim]))
+    return arr
+
+
+def abstract_params(make: Callable[[], nnx.Module]):
+    """Build ``make()`` abstractly; return (graphdef, flat {path: Variable of ShapeDtypeStruct})."""
+    module = nnx.eval_shape(make)
+    graphdef, state = nnx.split(module)
+    return graphdef, dict(nnx.to_flat_state(state))
+
+
+def _stack_axes(abstract: dict[Path, Any], rules: KeyRules) -> dict[Path, int]:
+    """Paths of stacked parameters -> number of layers (their leading axis)."""
+    out = {}
+    for path, var in abstract.items():
+        key = ".".join(str(p) for p in path)
+        if any(key.startswith(prefix + ".") for prefix in rules.stacked):
+            out[path] = var.get_value().shape[0]
+    return out
+
+
+def load_module(
+    make: Callable[[], nnx.Module],
+    source: str | CheckpointReader,
+    rules: KeyRules,
+    policy: DtypePolicy = DtypePolicy(),
+    placement: Placement | None = None,
+    what: str = "model",
+) -> nnx.Module:
+    """Build the module ``make()`` and fill every parameter from a safetensors checkpoint.
+
+    Args:
+        make: zero-argument constructor of the NNX module (run abstractly, never materialised).
+        source: a component folder (``transformer/``), a ``.safetensors`` file, or a reader.
+        rules: the family's key mapping.
+        policy: storage dtype per parameter.
+        placement: ``(path, ShapeDtypeStruct) -> Sharding``; default: the first device.
+        what: name used in error messages (``"transformer"``, ``"vae"``...).
+
+    Returns:
+        The module with concrete parameters on their devices.
+
+    Raises:
+        CheckpointError: missing, unexpected or mis-shaped tensors (all checked before reading),
+            listing the first few of each kind with their files.
+    """
+    reader = source if isinstance(source, CheckpointReader) else CheckpointReader(source)
+    graphdef, abstract = abstract_params(make)
+    stacks = _stack_axes(abstract, rules)
+
+    # Plan: target path -> list of (layer, source key).
+    plan: dict[Path, list[tuple[int | None, str]]] = defaultdict(list)
+    unexpected: list[str] = []
+    for key in reader.keys():
+        if key in rules.aliases:
+            if rules.aliases[key] not in reader:
+                unexpected.append(f"{key} (alias of absent {rules.aliases[key]})")
+            continue
+        path, layer = rules.split(key)
+        if path[-1] == "weight":
+            for leaf in _WEIGHT_LEAVES:
+                if path[:-1] + (leaf,) in abstract:
+                    path = path[:-1] + (leaf,)
+                    break
+        if path not in abstract or (layer is None) != (path not in stacks):
+            unexpected.append(key)
+            continue
+        plan[path].append((layer, key))
+
+    missing, misshaped, duplicated = [], [], []
+    for path, var in abstract.items():
+        target = var.get_value()
+        entries = plan.get(path, [])
+        if path in stacks:
+            n = stacks[path]
+            got = sorted(l for l, _ in entries)
+            if got != list(range(n)):
+                have = set(got)
+                dup = {l for l in got if got.count(l) > 1}
+                missing += [rules.join(path, l) for l in range(n) if l not in have]
+                duplicated += [rules.join(path, l) for l in sorted(dup)]
+                extra = [l for l in have if l >= n]
+                unexpected += [rules.join(path, l) for l in extra]
+            want = tuple(target.shape[1:])
+        else:
+            if not entries:
+                missing.append(rules.join(path, None))
+            want = tuple(target.shape)
+        for layer, key in entries:
+            info = reader.info(key)
+            got_shape = _target_shape_of(info.shape, path)
+            if got_shape != want:
+                misshaped.append(
+                    f"{key} in {info.file}: shape {info.shape} (as {path_str(path)}: {got_shape}), "
+                    f"expected {want}"
+                )
+            elif not _castable(info.dtype, target.dtype):
+                misshaped.append(f"{key} in {info.file}: dtype {info.dtype}, expected {target.dtype}")
+
+    if missing or unexpected or misshaped or duplicated:
+        raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
+
+    if placement is None:
+        device = jax.devices()[0]
+        placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731
+
+    filled: list[tuple[Path, Any]] = []
+    for path, var in abstract.items():
+        target = var.get_value()
+        entries = plan[path]
+        dtype = policy.dtype_for(path) if _is_float(target.dtype) else target.dtype
+        sds = jax.ShapeDtypeStruct(target.shape, dtype)
+        sharding = placement(path, sds)
+        if path in stacks:
+            value = _place_stacked(reader, path, entries, sds, sharding)
+        else:
+            arr = _to_target_layout(reader.get(entries[0][1]), path)
+            value = jax.device_put(np.asarray(arr, dtype=dtype), sharding)
+        filled.append((path, var.replace(value)))
+    return nnx.merge(graphdef, nnx.from_flat_state(filled))
+
+
+def _is_float(dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+def _castable(src: np.dtype, dst) -> bool:
+    if _is_float(src) and _is_float(dst):
+        return True
+    return np.dtype(src) == np.dtype(dst)
+
+
+def _place_stacked(reader, path, entries, sds, sharding):
+    buf = jax.jit(lambda: jnp.zeros(sds.shape, sds.dtype), out_shardings=sharding)()
+    layer_sharding = _drop_leading_axis(sharding)
+    for layer, key in sorted(entries):
+        arr = _to_target_layout(reader.get(key), path)
+        x = jax.device_put(np.asarray(arr, dtype=sds.dtype), layer_sharding)
+        buf = _set_layer(buf, x, layer)
+    return buf
+
+
+_set_layer = jax.jit(
+    lambda buf, x, i: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), donate_argnums=0
+)
+
+
+def _drop_leading_axis(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = tuple(sharding.spec)[1:]
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec))
+    return sharding
+
+
+def _report(what, reader, missing, unexpected, misshaped, duplicated) -> str:
+    lines = [f"{what} checkpoint at {reader.path} does not match vidax's model 1:1:"]
+    for title, items in (
+        ("missing tensors (the model needs them, the checkpoint lacks them)", missing),
+        ("unexpected tensors (in the checkpoint, not used by the model)", unexpected),
+        ("duplicated layers", duplicated),
+        ("wrong shape or dtype", misshaped),
+    ):
+        if items:
+            more = f" ... and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
+            lines.append(f"  {len(items)} {title}: " + "; ".join(items[:_MAX_LISTED]) + more)
+    return "\n".join(lines)
+
+
+def export_state_dict(module: nnx.Module, rules: KeyRules) -> dict[str, np.ndarray]:
+    """The module's parameters as a source-layout state dict (inverse of :func:`load_module`).
+
+    Used to write checkpoints in the diffusers layout without torch (the embedded default) and
+    to prove that the key rules are a bijection.
+    """
+    _, state = nnx.split(module)
+    out: dict[str, np.ndarray] = {}
+    flat = dict(nnx.to_flat_state(state))
+    stacked = _stack_axes(flat, rules)
+    for path, var in flat.items():
+        value = np.asarray(var.get_value())
+        if path in stacked:
+            for layer in range(value.shape[0]):
+                out[rules.join(path, layer)] = _from_target_layout(value[layer], path)
+        else:
+            out[rules.join(path, None)] = _from_target_layout(value, path)
+    return out

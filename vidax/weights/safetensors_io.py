@@ -1,0 +1,198 @@
+"""Memory-mapped reading (and plain writing) of safetensors files, single or sharded.
+
+The format is a little-endian u64 header length, a JSON header mapping each tensor name to its
+``dtype``, ``shape`` and ``data_offsets``, then the raw bytes. Reading maps the file with
+``numpy.memmap`` so a tensor's bytes are only paged in when it is used; bf16/fp8 come through
+``ml_dtypes``. (The ``safetensors`` package's numpy path has no bf16, which real checkpoints use.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import ml_dtypes
+import numpy as np
+
+from vidax.errors import CheckpointError
+
+_DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype(np.float64),
+    "F32": np.dtype(np.float32),
+    "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "I64": np.dtype(np.int64),
+    "I32": np.dtype(np.int32),
+    "I16": np.dtype(np.int16),
+    "I8": np.dtype(np.int8),
+    "U8": np.dtype(np.uint8),
+    "BOOL": np.dtype(np.bool_),
+}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: file, dtype, shape and byte range inside the file."""
+
+    file: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+def _read_header(path: str) -> tuple[dict, int]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise CheckpointError(f"{path}: too short to be a safetensors file")
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100 * 2**20:
+                raise CheckpointError(f"{path}: header length {n} is implausible; not safetensors?")
+            header = json.loads(f.read(n))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file not found: {path}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable safetensors header ({e})") from None
+    return header, 8 + n
+
+
+class CheckpointReader:
+    """Tensors of one model component, from a folder or a single ``.safetensors`` file.
+
+    A folder may hold one ``*.safetensors`` file, or several shards with a
+    ``*.safetensors.index.json`` whose ``weight_map`` names the shard of each tensor (the diffusers
+    and transformers layout). Nothing is read until :meth:`get` is called, and then only that
+    tensor's pages.
+
+    Raises:
+        CheckpointError: the folder has no safetensors file, an index names a missing shard, two
+            files hold the same tensor, or a header is malformed.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        path = os.fspath(path)
+        self.path = path
+        self._infos: dict[str, TensorInfo] = {}
+        self._maps: dict[str, np.memmap] = {}
+        for file in self._files(path):
+            header, data_start = _read_header(file)
+            for name, meta in header.items():
+                if name == "__metadata__":
+                    continue
+                if name in self._infos:
+                    raise CheckpointError(
+                        f"tensor {name!r} is in both {self._infos[name].file} and {file}"
+                    )
+                if meta["dtype"] not in _DTYPES:
+                    raise CheckpointError(f"{file}: tensor {name!r} has unsupported dtype {meta['dtype']}")
+                a, b = meta["data_offsets"]
+                self._infos[name] = TensorInfo(
+                    file, _DTYPES[meta["dtype"]], tuple(meta["shape"]), data_start + a, data_start + b
+                )
+
+    @staticmethod
+    def _files(path: str) -> list[str]:
+        if os.path.isfile(path):
+            return [path]
+        if not os.path.isdir(path):
+            raise CheckpointError(f"checkpoint path does not exist: {path}")
+        entries = sorted(os.listdir(path))
+        indexes = [e for e in entries if e.endswith(".safetensors.index.json")]
+        if len(indexes) > 1:
+            raise CheckpointError(f"{path}: several safetensors index files {indexes}; expected one")
+        if indexes:
+            index_path = os.path.join(path, indexes[0])
+            with open(index_path) as f:
+                weight_map = json.load(f)["weight_map"]
+            files = []
+            for shard in sorted(set(weight_map.values())):
+                full = os.path.join(path, shard)
+                if not os.path.isfile(full):
+                    raise CheckpointError(f"{index_path} names shard {shard}, which is missing")
+                files.append(full)
+            return files
+        files = [os.path.join(path, e) for e in entries if e.endswith(".safetensors")]
+        if not files:
+            raise CheckpointError(
+                f"{path}: no *.safetensors file (vidax reads safetensors only; found {entries[:8]})"
+            )
+        if len(files) > 1:
+            raise CheckpointError(
+                f"{path}: several safetensors files {[os.path.basename(f) for f in files]} but no "
+                "*.safetensors.index.json naming which tensor is where"
+            )
+        return files
+
+    def keys(self) -> list[str]:
+        return list(self._infos)
+
+    def info(self, key: str) -> TensorInfo:
+        return self._infos[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._infos
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def get(self, key: str) -> np.ndarray:
+        """The tensor as a read-only numpy view of the memory-mapped file (no copy)."""
+        info = self._infos[key]
+        mm = self._maps.get(info.file)
+        if mm is None:
+            mm = self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
+        return mm[info.start : info.end].view(info.dtype).reshape(info.shape)
+
+    def close(self) -> None:
+        self._maps.clear()
+
+
+def save_safetensors(
+    tensors: Mapping[str, np.ndarray] | Iterable[tuple[str, np.ndarray]],
+    path: str | os.PathLike,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write numpy arrays as one safetensors file, atomically (temp file + rename).
+
+    Accepts any dtype in the format, bf16 included. Tensors are written in the order given.
+    """
+    path = os.fspath(path)
+    items = list(tensors.items() if isinstance(tensors, Mapping) else tensors)
+    header: dict = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name, arr in items:
+        arr = np.asarray(arr)
+        if arr.dtype not in _NAMES:
+            raise ValueError(f"tensor {name!r}: dtype {arr.dtype} cannot be stored in safetensors")
+        header[name] = {
+            "dtype": _NAMES[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + arr.nbytes],
+        }
+        offset += arr.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".safetensors")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)))
+            f.write(raw)
+            for _, arr in items:
+                f.write(np.ascontiguousarray(arr).tobytes())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
