@@ -1,0 +1,30 @@
+# Two entry points (see README): `make demo` and `make test`. Each creates .venv if needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.runtime
+
+demo: $(VENV)/.runtime
+	$(BIN)/vidax generate --prompt "A red car driving over a bridge at night" --output vidax-demo.mp4
+
+test: $(VENV)/.test
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.test
+	$(BIN)/python benchmarks/wan_step.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

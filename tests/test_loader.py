@@ -1,0 +1,134 @@
+"""The strict safetensors loader: round trip, sharding, dtype policy and its three failure kinds."""
+
+import json
+import os
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from flax import nnx
+
+from vidax.errors import CheckpointError
+from vidax.nn.stack import scan_layers, stacked
+from vidax.weights import CheckpointReader, DtypePolicy, KeyRules, export_state_dict, load_module, save_safetensors
+
+
+class Block(nnx.Module):
+    def __init__(self, rngs):
+        self.to_q = nnx.Linear(4, 5, rngs=rngs)
+        self.norm = nnx.LayerNorm(5, rngs=rngs)
+
+
+class Toy(nnx.Module):
+    def __init__(self, rngs):
+        self.blocks = stacked(Block, 3, rngs)
+        self.proj = nnx.List([nnx.Conv(3, 6, (2, 2, 2), rngs=rngs)])
+        self.table = nnx.Param(jnp.arange(6.0).reshape(1, 6))
+
+
+RULES = KeyRules(stacked=("blocks",))
+
+
+def _randomized_toy(seed=0):
+    m = Toy(nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for path, var in nnx.to_flat_state(nnx.state(m)):
+        var.set_value(jnp.asarray(rng.normal(size=var.get_value().shape), jnp.float32))
+    return m
+
+
+def _flat(m):
+    return {p: np.asarray(v.get_value(), np.float32) for p, v in nnx.to_flat_state(nnx.state(m))}
+
+
+def test_round_trip_uses_reference_layout(tmp_path):
+    m = _randomized_toy()
+    sd = export_state_dict(m, RULES)
+    # The exported keys and shapes are the PyTorch ones: (O, I) linear, (O, I, T, H, W) conv.
+    assert sd["blocks.2.to_q.weight"].shape == (5, 4)
+    assert sd["proj.0.weight"].shape == (6, 3, 2, 2, 2)
+    assert sd["blocks.1.norm.weight"].shape == (5,)
+    save_safetensors(sd, tmp_path / "model.safetensors")
+    loaded = load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), RULES)
+    a, b = _flat(m), _flat(loaded)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+
+
+def test_sharded_index_and_dtype_policy(tmp_path):
+    m = _randomized_toy()
+    sd = export_state_dict(m, RULES)
+    keys = sorted(sd)
+    half = len(keys) // 2
+    save_safetensors({k: sd[k] for k in keys[:half]}, tmp_path / "a.safetensors")
+    save_safetensors({k: sd[k].astype(ml_dtypes.bfloat16) for k in keys[half:]}, tmp_path / "b.safetensors")
+    weight_map = {k: "a.safetensors" for k in keys[:half]} | {k: "b.safetensors" for k in keys[half:]}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    policy = DtypePolicy(jnp.bfloat16, keep_fp32=(r"/norm/",))
+    loaded = load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), RULES, policy)
+    state = dict(nnx.to_flat_state(nnx.state(loaded)))
+    assert state[("blocks", "norm", "scale")].get_value().dtype == jnp.float32
+    assert state[("blocks", "to_q", "kernel")].get_value().dtype == jnp.bfloat16
+    ref = _flat(m)
+    for k, v in state.items():
+        # bf16 storage: 8 mantissa bits -> relative rounding error <= 2**-8.
+        np.testing.assert_allclose(np.asarray(v.get_value(), np.float32), ref[k], rtol=2**-8, atol=0)
+
+
+def _bad_checkpoint(tmp_path, mutate):
+    sd = export_state_dict(_randomized_toy(), RULES)
+    mutate(sd)
+    save_safetensors(sd, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError) as e:
+        load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), RULES, what="toy")
+    return str(e.value)
+
+
+def test_missing_tensor_is_named(tmp_path):
+    msg = _bad_checkpoint(tmp_path, lambda sd: sd.pop("blocks.1.to_q.bias"))
+    assert "missing" in msg and "blocks.1.to_q.bias" in msg and "toy checkpoint" in msg
+
+
+def test_unexpected_tensor_is_named(tmp_path):
+    msg = _bad_checkpoint(tmp_path, lambda sd: sd.update({"blocks.7.to_q.bias": np.zeros(5, np.float32)}))
+    assert "unexpected" in msg and "blocks.7.to_q.bias" in msg
+
+
+def test_wrong_shape_is_named_with_file(tmp_path):
+    msg = _bad_checkpoint(tmp_path, lambda sd: sd.update({"proj.0.weight": np.zeros((6, 3, 2, 2, 1), np.float32)}))
+    assert "wrong shape" in msg and "proj.0.weight" in msg and "model.safetensors" in msg
+    assert "(6, 3, 2, 2, 1)" in msg
+
+
+def test_missing_files_are_clear(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        CheckpointReader(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no \\*.safetensors"):
+        CheckpointReader(tmp_path)
+    (tmp_path / "x.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "gone.safetensors"}}))
+    with pytest.raises(CheckpointError, match="gone.safetensors, which is missing"):
+        CheckpointReader(tmp_path)
+
+
+def test_reader_is_memory_mapped(tmp_path):
+    save_safetensors({"x": np.arange(12, dtype=np.float32).reshape(3, 4)}, tmp_path / "m.safetensors")
+    arr = CheckpointReader(tmp_path).get("x")
+    assert isinstance(arr.base, np.memmap) or isinstance(arr, np.memmap) or not arr.flags.owndata
+    np.testing.assert_array_equal(arr, np.arange(12).reshape(3, 4))
+
+
+def test_scan_layers_runs_each_layer_in_order():
+    m = _randomized_toy()
+    x = jnp.ones((2, 4))
+
+    def body(block, h):
+        return jnp.tanh(block.to_q(h))[:, :4]
+
+    got = scan_layers(m.blocks, x, body)
+    ref = x
+    flat = _flat(m)
+    for i in range(3):
+        ref = np.tanh(np.asarray(ref) @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[:, :4]
+    np.testing.assert_allclose(got, ref, rtol=1e-6)

@@ -1,0 +1,3 @@
+from vidax.cli import main
+
+main()

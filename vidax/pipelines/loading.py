@@ -1,0 +1,99 @@
+"""``load_pipeline``: a diffusers-layout checkpoint folder (or hub id) -> a vidax pipeline.
+
+The pipeline class is chosen by ``_class_name`` in ``model_index.json`` from one explicit
+table; each component folder named there must exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from vidax.errors import CheckpointError, ConfigError
+
+# ``_class_name`` in model_index.json -> "module:Class" of the vidax pipeline.
+PIPELINES: dict[str, str] = {
+    "WanPipeline": "vidax.pipelines.wan:WanPipeline",
+}
+
+
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
+    """A local folder as is; otherwise a Hugging Face hub id fetched with ``huggingface_hub``
+    (safetensors, configs and tokenizer files only).
+
+    Raises:
+        CheckpointError: not a folder and not downloadable (no network, unknown repo, ...).
+    """
+    path = os.fspath(path_or_hub_id)
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path):
+        raise CheckpointError(f"checkpoint={path!r} is a file; give the pipeline folder (with model_index.json)")
+    if path.count("/") != 1 or path.startswith((".", "/", "~")):
+        raise CheckpointError(f"checkpoint={path!r}: no such folder, and not a hub id of the form owner/name")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(
+            path,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "tokenizer/*", "*.txt"],
+        )
+    except Exception as e:
+        raise CheckpointError(
+            f"checkpoint={path!r}: no such local folder, and downloading it from the Hugging Face hub "
+            f"failed ({type(e).__name__}: {e}). Pass a local diffusers-format folder."
+        ) from None
+
+
+def read_model_index(root: str) -> dict[str, Any]:
+    file = os.path.join(root, "model_index.json")
+    if not os.path.isfile(file):
+        raise CheckpointError(
+            f"{root} has no model_index.json; vidax loads diffusers-layout pipeline folders"
+        )
+    try:
+        with open(file) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{file} is not valid JSON: {e}") from None
+
+
+def require_component(root: str, name: str, index: dict[str, Any]) -> str:
+    """Path of component folder ``name``; a clear error if model_index lacks it or it is missing."""
+    if name not in index or index[name] in (None, [None, None]):
+        raise CheckpointError(f"{root}/model_index.json names no {name!r} component")
+    path = os.path.join(root, name)
+    if not os.path.isdir(path):
+        raise CheckpointError(
+            f"component folder {name}/ is missing in {root} (model_index.json lists "
+            f"{index[name][1] if isinstance(index[name], list) else index[name]})"
+        )
+    return path
+
+
+def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", **kwargs):
+    """Load a pipeline from a diffusers-format folder or hub id.
+
+    Args:
+        path_or_hub_id: folder holding ``model_index.json`` and component folders, or a hub id.
+        dtype: ``"float32"`` or ``"bfloat16"`` (or the jnp dtype): storage and compute dtype of
+            the transformer and text encoder; the reference's fp32 modules stay fp32.
+        **kwargs: passed to the pipeline's ``from_pretrained``.
+
+    Raises:
+        CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
+            setting vidax does not implement. InputError: unsupported dtype.
+    """
+    root = resolve_checkpoint(path_or_hub_id)
+    index = read_model_index(root)
+    name = index.get("_class_name")
+    if name not in PIPELINES:
+        raise ConfigError(
+            f"{root}/model_index.json: pipeline {name!r} is not supported; vidax runs {sorted(PIPELINES)}"
+        )
+    module_name, cls_name = PIPELINES[name].split(":")
+    import importlib
+
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls.from_pretrained(root, dtype=dtype, **kwargs)
