@@ -1,0 +1,603 @@
+"""Wan 2.1 / 2.2 diffusion transformer (``diffusers.WanTransformer3DModel``) in Flax NNX.
+
+Reads top to bottom like the reference::
+
+    latents (B, T, H, W, C_in) ──patch_embedding──> tokens (B, L, D)        L = T/p_t · H/p_h · W/p_w
+    timestep (B,) or (B, L) ──sinusoid──time_embedder──> temb ──SiLU──time_proj──> 6 modulations
+    text (B, L_txt, D_text) ──text_embedder──> context (B, L_txt, D)
+    [image (B, L_img, D_img) ──image_embedder──> image context (B, L_img, D)]            (I2V)
+    blocks × num_layers (stacked, run with a scan):
+        x += gate_msa · self_attn(LN(x)·(1+scale_msa)+shift_msa, 3-D RoPE)
+        x += cross_attn(LN₂(x), context [+ image context])
+        x += c_gate · ffn(LN(x)·(1+c_scale)+c_shift)
+    LN(x)·(1+scale)+shift ──proj_out──unpatchify──> (B, T, H, W, C_out)
+
+Precision follows the reference's casts: the parameters of ``time_embedder``, ``scale_shift_table``
+and ``norm1/2/3`` stay float32 (its ``_keep_in_fp32_modules``, see :func:`wan_transformer_policy`);
+the timestep MLP runs in float32, its output is rounded to the compute dtype (``.type_as``);
+modulation arithmetic (table + temb, ``LN(x)·(1+scale)+shift``, gated residual adds) is float32;
+the RoPE rotation, softmax and norm statistics are float32. The residual stream between
+operations is held in ``residual_dtype``: float32 by default (as the original Wan code, where the
+residual is fp32 under autocast); ``residual_dtype=None`` rounds it to the compute dtype after
+every add, which is what diffusers does when the model is cast to bf16.
+
+Parameter paths mirror the diffusers state dict (``blocks.3.attn1.to_q.weight`` ->
+``blocks/attn1/to_q/kernel`` with a leading layer axis), so :func:`load_wan_transformer` maps
+keys by rule.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.models.wan.config import WanTransformerConfig
+from vidax.models.wan.rope import apply_rope, wan_rope
+from vidax.nn.attention import dot_product_attention
+from vidax.nn.stack import scan_layers, stacked
+from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+
+#: Regexes of the parameter paths kept float32: diffusers' ``_keep_in_fp32_modules`` matched, as
+#: diffusers does, against whole path segments.
+WAN_FP32_PARAMS = (r"(^|/)(time_embedder|scale_shift_table|norm1|norm2|norm3)(/|$)",)
+
+# The I2V checkpoints written by early converters carry an unused ``norm_added_q`` that
+# diffusers drops (``_keys_to_ignore_on_load_unexpected``).
+_IGNORED_KEY = "attn2.norm_added_q.weight"
+
+_F32 = jnp.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Small layers
+
+
+class _Identity(nnx.Module):
+    """Parameter-free placeholder for ``nn.Dropout`` entries of the reference's ``ModuleList``s."""
+
+    def __call__(self, x):
+        return x
+
+
+class _LayerNorm(nnx.Module):
+    """``FP32LayerNorm``: statistics and affine in float32, result in ``out_dtype``.
+
+    Over the last axis, biased variance, ``eps`` inside the square root; ``affine=False`` has no
+    parameters (``elementwise_affine=False``).
+    """
+
+    def __init__(self, dim: int, eps: float, affine: bool, *, param_dtype=_F32):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype)) if affine else None
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype)) if affine else None
+
+    def __call__(self, x: jax.Array, out_dtype) -> jax.Array:
+        x = x.astype(_F32)
+        mean = x.mean(axis=-1, keepdims=True)
+        var = jnp.square(x - mean).mean(axis=-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps)
+        if self.scale is not None:
+            y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
+        return y.astype(out_dtype)
+
+
+class _RMSNorm(nnx.Module):
+    """``torch.nn.RMSNorm`` with weight: ``x / sqrt(mean(x²) + eps) · w``, statistics in float32."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype=_F32):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(_F32)
+        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + self.eps)
+        return (y * self.scale[...].astype(_F32)).astype(x.dtype)
+
+
+def _linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(din, dout, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+
+class _GELUProj(nnx.Module):
+    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf."""
+
+    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs):
+        self.proj = _linear(din, dout, dtype, param_dtype, rngs)
+        self.approximate = approximate
+
+    def __call__(self, x):
+        return jax.nn.gelu(self.proj(x), approximate=self.approximate)
+
+
+class FeedForward(nnx.Module):
+    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``."""
+
+    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs):
+        self.net = nnx.List(
+            [
+                _GELUProj(dim, inner, approximate, dtype, param_dtype, rngs),
+                _Identity(),
+                _linear(inner, dim_out, dtype, param_dtype, rngs),
+            ]
+        )
+
+    def __call__(self, x):
+        for layer in self.net:
+            x = layer(x)
+        return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+class PatchEmbedding(nnx.Module):
+    """``nn.Conv3d(C_in, D, kernel=stride=patch)`` as patchify + matmul.
+
+    ``kernel`` is ``(p_t, p_h, p_w, C_in, D)`` (the loader's conv3d layout), ``bias`` ``(D,)``.
+    Input ``(B, T, H, W, C_in)`` -> tokens ``(B, L, D)`` in frame-major, then row, then column
+    order (the reference's ``flatten(2)``).
+    """
+
+    def __init__(self, patch, cin, dim, dtype, param_dtype, rngs: nnx.Rngs):
+        self.patch = tuple(patch)
+        self.dtype = dtype
+        fan_in = cin * math.prod(patch)
+        self.kernel = nnx.Param(
+            jax.random.normal(rngs.params(), (*patch, cin, dim), param_dtype) / math.sqrt(fan_in)
+        )
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cols = patchify(x, self.patch)
+        kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
+        y = jnp.einsum("blc,cd->bld", cols.astype(self.dtype), kernel)
+        return y + self.bias[...].astype(self.dtype)
+
+
+def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:
+    """``(B, T, H, W, C)`` -> ``(B, t·h·w, p_t·p_h·p_w·C)``, features ordered ``(p_t, p_h, p_w, C)``."""
+    b, t, h, w, c = x.shape
+    pt, ph, pw = patch
+    x = x.reshape(b, t // pt, pt, h // ph, ph, w // pw, pw, c)
+    x = x.transpose(0, 1, 3, 5, 2, 4, 6, 7)
+    return x.reshape(b, (t // pt) * (h // ph) * (w // pw), pt * ph * pw * c)
+
+
+def unpatchify(x: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, int]) -> jax.Array:
+    """Inverse of :func:`patchify`: ``(B, t·h·w, p_t·p_h·p_w·C)`` -> ``(B, t·p_t, h·p_h, w·p_w, C)``.
+
+    Matches the reference's ``reshape(B, t, h, w, p_t, p_h, p_w, C).permute(0, 7, 1, 4, 2, 5,
+    3, 6)`` in channels-last order.
+    """
+    b = x.shape[0]
+    t, h, w = grid
+    pt, ph, pw = patch
+    x = x.reshape(b, t, h, w, pt, ph, pw, -1)
+    x = x.transpose(0, 1, 4, 2, 5, 3, 6, 7)
+    return x.reshape(b, t * pt, h * ph, w * pw, x.shape[-1])
+
+
+def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
+    """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``.
+
+    ``[cos(t·f), sin(t·f)]`` with ``f_i = exp(-ln(10000)·i/(dim//2))`` (an odd ``dim`` is padded
+    with one zero). The frequencies are rounded to float32 exactly as torch computes them
+    (float32 exponent, exp in float64 then rounded); ``t·f`` and cos / sin are float32.
+
+    Args:
+        timestep: any shape ``S``, float (diffusion time in [0, 1000]).
+        dim: feature width.
+
+    Returns:
+        ``S + (dim,)`` float32.
+    """
+    half = dim // 2
+    exponent = np.float32(-math.log(10000)) * np.arange(half, dtype=np.float32) / np.float32(half)
+    freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)
+    arg = timestep.astype(_F32)[..., None] * jnp.asarray(freqs)
+    emb = jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
+    if dim % 2:
+        emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
+    return emb
+
+
+class TimestepEmbedding(nnx.Module):
+    """diffusers ``TimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, run in float32."""
+
+    def __init__(self, cin, dim, rngs):
+        self.linear_1 = _linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = _linear(dim, dim, _F32, _F32, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
+
+
+class TextProjection(nnx.Module):
+    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu(linear_1(x)))``."""
+
+    def __init__(self, cin, dim, dtype, param_dtype, rngs):
+        self.linear_1 = _linear(cin, dim, dtype, param_dtype, rngs)
+        self.linear_2 = _linear(dim, dim, dtype, param_dtype, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
+
+
+class WanImageEmbedding(nnx.Module):
+    """diffusers ``WanImageEmbedding``: ``norm2(ff(norm1(x [+ pos_embed])))`` for CLIP features.
+
+    ``norm1``/``norm2`` are affine FP32 LayerNorms (eps 1e-5, the ``FP32LayerNorm`` default), ``ff``
+    a ``FeedForward(mult=1, gelu)``. With ``pos_embed`` ``(1, P, E)`` (FLF2V), the input
+    ``(B', S, E)`` is regrouped to ``(B'·S / P, P, E)`` with ``P = 2S`` before the addition.
+    """
+
+    def __init__(self, cin, dim, pos_embed_seq_len, dtype, param_dtype, rngs):
+        self.dtype = dtype
+        self.norm1 = _LayerNorm(cin, 1e-5, True)
+        self.ff = FeedForward(cin, cin, dim, False, dtype, param_dtype, rngs)
+        self.norm2 = _LayerNorm(dim, 1e-5, True)
+        self.pos_embed = (
+            nnx.Param(jnp.zeros((1, pos_embed_seq_len, cin), param_dtype))
+            if pos_embed_seq_len is not None
+            else None
+        )
+
+    def __call__(self, x):
+        x = x.astype(self.dtype)
+        if self.pos_embed is not None:
+            _, s, e = x.shape
+            x = x.reshape(-1, 2 * s, e) + self.pos_embed[...].astype(self.dtype)
+        return self.norm2(self.ff(self.norm1(x, self.dtype)), self.dtype)
+
+
+class WanTimeTextImageEmbedding(nnx.Module):
+    """diffusers ``WanTimeTextImageEmbedding``: timestep MLP + 6-way modulation, text / image MLPs."""
+
+    def __init__(self, cfg: WanTransformerConfig, dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.freq_dim = cfg.freq_dim
+        self.time_embedder = TimestepEmbedding(cfg.freq_dim, d, rngs)
+        self.time_proj = _linear(d, 6 * d, dtype, param_dtype, rngs)
+        self.text_embedder = TextProjection(cfg.text_dim, d, dtype, param_dtype, rngs)
+        self.image_embedder = (
+            WanImageEmbedding(cfg.image_dim, d, cfg.pos_embed_seq_len, dtype, param_dtype, rngs)
+            if cfg.image_dim is not None
+            else None
+        )
+
+    def time(self, timestep: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+        """``timestep`` ``(B, S)`` -> ``temb`` ``(B, S, D)`` and modulation ``(B, S, 6, D)``, in ``dtype``."""
+        temb = self.time_embedder(timestep_sinusoid(timestep, self.freq_dim)).astype(dtype)
+        mod = self.time_proj(jax.nn.silu(temb))
+        return temb, mod.reshape(*mod.shape[:-1], 6, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformer block
+
+
+class WanAttention(nnx.Module):
+    """diffusers ``WanAttention`` + ``WanAttnProcessor`` (self- or cross-attention).
+
+    q and k are RMS-normalised over all heads together (``norm_q``/``norm_k`` over D), then split
+    into N heads of K. With ``added_kv_proj_dim`` (I2V), the queries also attend to the image
+    tokens through ``add_k_proj``/``add_v_proj`` (+ ``norm_added_k``) and the two attention
+    outputs are summed before ``to_out``.
+    """
+
+    def __init__(self, dim, heads, eps, added_kv_proj_dim, attention, dtype, param_dtype, rngs):
+        self.heads = heads
+        self.attention = attention
+        self.to_q = _linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_k = _linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_v = _linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_out = nnx.List([_linear(dim, dim, dtype, param_dtype, rngs), _Identity()])
+        self.norm_q = _RMSNorm(dim, eps, param_dtype=param_dtype)
+        self.norm_k = _RMSNorm(dim, eps, param_dtype=param_dtype)
+        if added_kv_proj_dim is not None:
+            self.add_k_proj = _linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
+            self.add_v_proj = _linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
+            self.norm_added_k = _RMSNorm(dim, eps, param_dtype=param_dtype)
+        else:
+            self.add_k_proj = self.add_v_proj = self.norm_added_k = None
+
+    def _heads(self, x):
+        return x.reshape(*x.shape[:2], self.heads, -1)
+
+    def __call__(self, x, context=None, rope=None, context_img=None):
+        kv = x if context is None else context
+        q = self._heads(self.norm_q(self.to_q(x)))
+        k = self._heads(self.norm_k(self.to_k(kv)))
+        v = self._heads(self.to_v(kv))
+        if rope is not None:
+            q = apply_rope(q, *rope)
+            k = apply_rope(k, *rope)
+        out = dot_product_attention(q, k, v, implementation=self.attention)
+        if context_img is not None and self.add_k_proj is not None:
+            k_img = self._heads(self.norm_added_k(self.add_k_proj(context_img)))
+            v_img = self._heads(self.add_v_proj(context_img))
+            out = out + dot_product_attention(q, k_img, v_img, implementation=self.attention)
+        return self.to_out[0](out.reshape(*out.shape[:2], -1))
+
+
+class WanTransformerBlock(nnx.Module):
+    """diffusers ``WanTransformerBlock``: modulated self-attention, cross-attention, modulated FFN."""
+
+    def __init__(self, cfg: WanTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.norm1 = _LayerNorm(d, cfg.eps, False)
+        self.attn1 = WanAttention(d, cfg.num_attention_heads, cfg.eps, None, attention, dtype, param_dtype, rngs)
+        self.attn2 = WanAttention(
+            d, cfg.num_attention_heads, cfg.eps, cfg.added_kv_proj_dim, attention, dtype, param_dtype, rngs
+        )
+        self.norm2 = _LayerNorm(d, cfg.eps, True) if cfg.cross_attn_norm else None
+        self.ffn = FeedForward(d, cfg.ffn_dim, d, True, dtype, param_dtype, rngs)
+        self.norm3 = _LayerNorm(d, cfg.eps, False)
+        self.scale_shift_table = nnx.Param(
+            jax.random.normal(rngs.params(), (1, 6, d), _F32) / math.sqrt(d)
+        )
+
+    def __call__(self, x, context, mod, rope, context_img=None):
+        """One block.
+
+        Args:
+            x: residual stream ``(B, L, D)``.
+            context: text context ``(B, L_txt, D)`` in the compute dtype.
+            mod: time modulation ``(B, 1 or L, 6, D)`` in the compute dtype.
+            rope: ``(cos, sin)`` each ``(L, K/2)`` float32.
+            context_img: image context ``(B, L_img, D)`` or ``None``.
+
+        Returns:
+            ``(B, L, D)`` in the residual dtype (``residual_dtype``, or the compute dtype).
+        """
+        res_dtype = self.residual_dtype or self.dtype
+        e = self.scale_shift_table[...].astype(_F32)[None] + mod.astype(_F32)  # (B, S, 6, D)
+        shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = (e[:, :, i] for i in range(6))
+
+        h = (self.norm1(x, _F32) * (1 + scale_msa) + shift_msa).astype(self.dtype)
+        a = self.attn1(h, rope=rope)
+        x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res_dtype)
+
+        h = self.norm2(x, self.dtype) if self.norm2 is not None else x.astype(self.dtype)
+        a = self.attn2(h, context=context, context_img=context_img)
+        x = (x.astype(_F32) + a.astype(_F32)).astype(res_dtype)
+
+        h = (self.norm3(x, _F32) * (1 + c_scale) + c_shift).astype(self.dtype)
+        f = self.ffn(h)
+        return (x.astype(_F32) + f.astype(_F32) * c_gate).astype(res_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+class WanTransformer3DModel(nnx.Module):
+    """The Wan diffusion transformer; follows ``diffusers.WanTransformer3DModel``.
+
+    Args:
+        config: the checkpoint's :class:`WanTransformerConfig`.
+        dtype: compute dtype of the matmuls (float32 or bfloat16 / float16).
+        param_dtype: initial dtype of the parameters (the loader replaces them with the dtype of
+            its :class:`DtypePolicy`).
+        residual_dtype: dtype of the residual stream between operations; ``None`` = ``dtype``
+            (diffusers' behaviour in bf16). See the module docstring.
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
+        rngs: initialisation randomness (unused when built by the loader).
+
+    Call ``model(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)``
+    (see :meth:`__call__`).
+    """
+
+    def __init__(
+        self,
+        config: WanTransformerConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = _F32,
+        residual_dtype: Any = _F32,
+        attention: str = "auto",
+        rngs: nnx.Rngs,
+    ):
+        cfg = config
+        self.config = cfg
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        d = cfg.inner_dim
+        p = tuple(cfg.patch_size)
+        self.patch_embedding = PatchEmbedding(p, cfg.in_channels, d, dtype, param_dtype, rngs)
+        self.condition_embedder = WanTimeTextImageEmbedding(cfg, dtype, param_dtype, rngs)
+        self.blocks = stacked(
+            lambda r: WanTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r),
+            cfg.num_layers,
+            rngs,
+        )
+        self.norm_out = _LayerNorm(d, cfg.eps, False)
+        self.proj_out = _linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
+        self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 2, d), _F32) / math.sqrt(d))
+
+    def __call__(
+        self,
+        hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_hidden_states: jax.Array,
+        encoder_hidden_states_image: jax.Array | None = None,
+    ) -> jax.Array:
+        """Predict the flow (velocity) for noisy latents.
+
+        Args:
+            hidden_states: latents ``(B, T, H, W, C_in)`` channels-last; T, H, W divisible by
+                ``patch_size``.
+            timestep: ``(B,)`` diffusion time in [0, 1000] (not sigma), or ``(B, L)`` one per
+                token (Wan2.2 TI2V ``expand_timesteps``), ``L = T/p_t · H/p_h · W/p_w`` in
+                frame, row, column order. Float or int.
+            encoder_hidden_states: text-encoder states ``(B, L_txt, text_dim)``.
+            encoder_hidden_states_image: CLIP image features ``(B, L_img, image_dim)`` (I2V) or
+                ``None``. Passed separately: the reference concatenates them in front of the text
+                and splits them off again at ``L_txt - 512`` (it assumes 512 text tokens); here
+                any text length works.
+
+        Returns:
+            ``(B, T, H, W, C_out)`` in the compute dtype.
+
+        Raises:
+            InputError: shapes that do not fit the config.
+        """
+        cfg = self.config
+        grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)
+        b = hidden_states.shape[0]
+        p = tuple(cfg.patch_size)
+
+        rope = wan_rope(cfg.attention_head_dim, grid, cfg.rope_max_seq_len)
+        x = self.patch_embedding(hidden_states)  # (B, L, D)
+
+        ts = timestep.reshape(b, -1)  # (B, 1) or (B, L)
+        temb, mod = self.condition_embedder.time(ts, self.dtype)  # (B, S, D), (B, S, 6, D)
+        context = self.condition_embedder.text_embedder(encoder_hidden_states.astype(self.dtype))
+        context_img = None
+        if encoder_hidden_states_image is not None:
+            context_img = self.condition_embedder.image_embedder(encoder_hidden_states_image)
+            if cfg.added_kv_proj_dim is None:
+                # Without image projections the reference attends to image and text tokens alike.
+                context = jnp.concatenate([context_img, context], axis=1)
+                context_img = None
+
+        x = x.astype(self.residual_dtype or self.dtype)
+        x = scan_layers(
+            self.blocks, x, lambda block, h: block(h, context, mod, rope, context_img)
+        )
+
+        e = self.scale_shift_table[...].astype(_F32)[None] + temb.astype(_F32)[:, :, None]  # (B, S, 2, D)
+        shift, scale = e[:, :, 0], e[:, :, 1]
+        x = (self.norm_out(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+        x = self.proj_out(x)
+        return unpatchify(x, grid, p)
+
+    def _check_inputs(self, x, timestep, text, image) -> tuple[int, int, int]:
+        cfg = self.config
+        name = type(self).__name__
+        if x.ndim != 5 or x.shape[-1] != cfg.in_channels:
+            raise InputError(
+                f"{name}: hidden_states must be (B, T, H, W, C={cfg.in_channels}) channels-last; "
+                f"got shape {tuple(x.shape)}."
+            )
+        b, t, h, w, _ = x.shape
+        if any(n % q for n, q in zip((t, h, w), cfg.patch_size)):
+            raise InputError(
+                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by "
+                f"patch_size={tuple(cfg.patch_size)}."
+            )
+        grid = (t // cfg.patch_size[0], h // cfg.patch_size[1], w // cfg.patch_size[2])
+        n_tok = math.prod(grid)
+        if tuple(timestep.shape) not in ((b,), (b, n_tok)):
+            raise InputError(
+                f"{name}: timestep must have shape (B,)=({b},) or (B, L)=({b}, {n_tok}) (one per "
+                f"token); got {tuple(timestep.shape)}."
+            )
+        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.text_dim:
+            raise InputError(
+                f"{name}: encoder_hidden_states must be (B={b}, L, text_dim={cfg.text_dim}); got "
+                f"{tuple(text.shape)}."
+            )
+        if image is not None:
+            if cfg.image_dim is None:
+                raise InputError(
+                    f"{name}: encoder_hidden_states_image was given but this checkpoint has no "
+                    "image embedder (image_dim is null)."
+                )
+            per = 2 if cfg.pos_embed_seq_len is not None else 1
+            ok = image.ndim == 3 and image.shape[-1] == cfg.image_dim
+            if ok and per == 2:
+                ok = 2 * image.shape[1] == cfg.pos_embed_seq_len and image.shape[0] == 2 * b
+            elif ok:
+                ok = image.shape[0] == b
+            if not ok:
+                want = (
+                    f"({2 * b}, {cfg.pos_embed_seq_len // 2}, {cfg.image_dim}) (two images per "
+                    "sample, as the reference's pos_embed regrouping needs)"
+                    if per == 2
+                    else f"({b}, L_img, {cfg.image_dim})"
+                )
+                raise InputError(
+                    f"{name}: encoder_hidden_states_image must be {want}; got {tuple(image.shape)}."
+                )
+        return grid
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def wan_transformer_policy(dtype: Any = _F32) -> DtypePolicy:
+    """Storage dtypes for a Wan transformer run in ``dtype``.
+
+    Parameters under ``time_embedder``, ``scale_shift_table``, ``norm1``, ``norm2``, ``norm3``
+    (matched as whole path segments, like diffusers' ``_keep_in_fp32_modules``) stay float32;
+    every other floating parameter is stored in ``dtype``.
+    """
+    return DtypePolicy(param_dtype=dtype, keep_fp32=WAN_FP32_PARAMS)
+
+
+def wan_key_rules(config: WanTransformerConfig) -> KeyRules:
+    """Key mapping of the diffusers Wan transformer state dict (blocks stacked)."""
+    aliases = {}
+    if config.added_kv_proj_dim is not None:
+        aliases = {
+            f"blocks.{i}.{_IGNORED_KEY}": f"blocks.{i}.attn2.norm_added_k.weight" for i in range(config.num_layers)
+        }
+    return KeyRules(stacked=("blocks",), aliases=aliases)
+
+
+def load_wan_transformer(
+    path: str | os.PathLike,
+    dtype: Any = jnp.float32,
+    placement: Placement | None = None,
+    *,
+    residual_dtype: Any = jnp.float32,
+    attention: str = "auto",
+) -> WanTransformer3DModel:
+    """Load a diffusers ``WanTransformer3DModel`` folder (``config.json`` + safetensors).
+
+    Args:
+        path: the ``transformer/`` (or ``transformer_2/``) folder of a diffusers Wan checkpoint.
+        dtype: compute and storage dtype (``jnp.float32``, ``jnp.bfloat16`` or ``jnp.float16``);
+            the reference's fp32 modules stay float32 (:func:`wan_transformer_policy`).
+        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
+        residual_dtype: see :class:`WanTransformer3DModel`.
+        attention: attention implementation (``"auto"``, ``"xla"``, ``"blockwise"``).
+
+    Returns:
+        The model with its parameters placed.
+
+    Raises:
+        ConfigError: ``config.json`` missing or asking for something not implemented.
+        CheckpointError: tensors missing, unexpected or mis-shaped.
+        InputError: ``dtype`` is not a floating dtype.
+    """
+    try:
+        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise InputError(f"load_wan_transformer: dtype={dtype!r} must be a floating dtype (float32, bfloat16).")
+    path = os.fspath(path)
+    config = WanTransformerConfig.from_json_file(os.path.join(path, "config.json"))
+
+    def make():
+        return WanTransformer3DModel(
+            config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
+            attention=attention, rngs=nnx.Rngs(0),
+        )
+
+    return load_module(
+        make, path, wan_key_rules(config), wan_transformer_policy(dtype), placement, what="transformer"
+    )
