@@ -25,7 +25,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import ConfigError, InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.transformer import load_wan_transformer
-from vidax.models.wan.vae import WanVAEConfig, load_wan_vae
+from vidax.models.wan.vae import WanVAEConfig, denormalize_latents, load_wan_vae
 from vidax.pipelines.common import (
     VideoPipelineOutput,
     as_prompt_list,
@@ -144,7 +144,7 @@ class WanPipeline:
 
         def step(params, latents, state, context, guidance_scale):
             model = nnx.merge(graphdef, params)
-            t = scheduler.timestep(state)
+            t = state.timestep
             x = latents.astype(compute_dtype)
             if do_cfg:
                 x = jnp.concatenate([x, x], axis=0)
@@ -261,7 +261,7 @@ class WanPipeline:
                 )
         x = jnp.transpose(latents, (0, 2, 3, 4, 1))  # (B, T, H, W, C)
 
-        state = self.scheduler.set_timesteps(num_inference_steps)
+        state = self.scheduler.set_timesteps(num_inference_steps, sample_shape=x.shape)
         step, params = self._step_fn(do_cfg)
         gs = jnp.asarray(guidance_scale, jnp.float32)
         with stats.timed("compile_s"):
@@ -283,8 +283,13 @@ class WanPipeline:
             frames = np.asarray(jnp.transpose(x, (0, 4, 1, 2, 3)))
         else:
             with stats.timed("decode_s"):
-                z = self.vae.denormalize_latents(x)
-                video = self.vae.decode_to_host(z, progress=progress)
+                z = denormalize_latents(x.astype(self.vae.dtype), self.vae_config)
+                chunks = []
+                for chunk in tqdm(self.vae.iter_decode(z), total=z.shape[1], desc="vae decode",
+                                  disable=not progress, unit="latent frame"):
+                    chunks.append(chunk)
+                    stats.sample_memory()
+                video = np.concatenate(chunks, axis=1)
                 frames = np.clip(video / 2.0 + 0.5, 0.0, 1.0).astype(np.float32)
         stats.sample_memory()
         return VideoPipelineOutput(frames=frames, stats=stats)

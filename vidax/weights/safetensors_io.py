@@ -191,6 +191,9 @@ def save_safetensors(
             f.write(raw)
             for _, arr in items:
                 f.write(np.ascontiguousarray(arr).tobytes())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
