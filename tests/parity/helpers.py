@@ -5,14 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 
-def randomize_torch_module(module, seed: int, scale: float = 0.5) -> None:
+def randomize_torch_module(module, seed: int, scale: float = 0.5, gain: float | None = None) -> None:
     """Give **every** parameter and floating buffer of a torch module random values.
 
     Zero or one initialisation (biases, norm weights, modulation tables) hides bugs such as a
     missing bias or a swapped shift/scale, so nothing keeps its default. Norm weights get
     ``1 + scale * N(0, 1)`` so activations stay of order one; everything else
     ``scale * N(0, 1) / sqrt(fan_in)`` for matrices and ``scale * N(0, 1)`` for vectors.
+    ``gain`` (default ``scale``) replaces ``scale`` for matrices: deep conv stacks (VAEs) need a
+    gain near 1.5 so the input still reaches the output past the biases.
     """
+    gain = scale if gain is None else gain
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -24,7 +27,7 @@ def randomize_torch_module(module, seed: int, scale: float = 0.5) -> None:
                 value = 1.0 + scale * noise
             elif p.ndim >= 2:
                 fan_in = int(np.prod(p.shape[1:]))
-                value = scale * noise / np.sqrt(fan_in) * (1.0 if "embedding" not in name else np.sqrt(fan_in))
+                value = gain * noise / np.sqrt(fan_in) * (1.0 if "embedding" not in name else np.sqrt(fan_in))
             else:
                 value = scale * noise
             p.copy_(value.to(p.dtype))

@@ -1,0 +1,67 @@
+"""The whole Wan2.1 T2V pipeline against diffusers.WanPipeline, same tokenizer and latents."""
+
+import numpy as np
+import pytest
+import torch
+
+import vidax
+from tests.parity.helpers import max_rel_err, psnr
+from tests.parity.wan_reference import build_reference_wan_pipeline
+
+PROMPTS = ["a red car walking over the sea", "the dog"]
+NEGATIVES = ["blue sky", "city at night with a cat"]
+CALL = dict(height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=4.5,
+            max_sequence_length=16)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("wan_pipeline"))
+    pipe = build_reference_wan_pipeline(path)
+    # (B, C, T, H/8, W/8) initial noise shared by both sides.
+    latents = torch.randn(2, 12, 3, 4, 6, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        frames = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents.clone(),
+                      output_type="np", **CALL).frames
+        lat = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents.clone(),
+                   output_type="latent", **CALL).frames
+    return path, latents.numpy(), np.asarray(frames), lat.float().numpy()
+
+
+def test_fp32_pipeline_matches_diffusers(reference):
+    path, latents, ref_frames, ref_latents = reference
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    out = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, progress=False, **CALL)
+    assert out.frames.shape == ref_frames.shape == (2, 9, 32, 48, 3)
+    value = psnr(out.frames, ref_frames)
+    print(f"fp32 video PSNR vs diffusers: {value:.1f} dB")
+    # Measured 125 dB: the only differences are fp32 summation order. 60 dB is the issue's bar.
+    assert value >= 60.0
+    # The bar means something only if the frames depend on the latents: the two videos of the
+    # batch (different prompts and noise) are far apart.
+    assert psnr(ref_frames[0], ref_frames[1]) < 20.0
+    lat = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, progress=False,
+               output_type="latent", **CALL).frames
+    # Final latents after 4 UniPC steps with CFG: fp32 rounding only, amplified a little by
+    # the multistep extrapolation.
+    assert max_rel_err(lat, ref_latents) < 1e-4
+
+
+def test_batched_prompts_are_independent(reference):
+    """Each video of a batch equals the same prompt run alone (batching changes nothing)."""
+    path, latents, ref_frames, _ = reference
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    single = pipe(prompt=PROMPTS[1:], negative_prompt=NEGATIVES[1:], latents=latents[1:], progress=False, **CALL)
+    assert psnr(single.frames[0], ref_frames[1]) >= 60.0
+
+
+def test_bf16_pipeline_close_to_fp32_reference(reference):
+    path, latents, ref_frames, _ = reference
+    pipe = vidax.load_pipeline(path, dtype="bfloat16")
+    out = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, progress=False, **CALL)
+    value = psnr(out.frames, ref_frames)
+    print(f"bf16 video PSNR vs diffusers fp32: {value:.1f} dB")
+    # bf16 transformer/text encoder (8-bit mantissa, ~4e-3 relative per op) through 4 steps and an
+    # fp32 VAE: measured 49 dB on this tiny random model; 35 dB still catches any real bug
+    # (unrelated videos of this model are < 20 dB apart).
+    assert value >= 35.0

@@ -1,0 +1,255 @@
+"""Parity of vidax's Wan2.1 VAE with diffusers ``AutoencoderKLWan`` (tiny configs, CPU, fp32/bf16).
+
+Every parameter (norm gammas included) is randomised, saved with ``save_pretrained`` and loaded
+with the production loader (:func:`load_wan_vae`). The reference runs its own frame-chunked
+encode/decode (``feat_cache``), so multi-chunk cases check that the functional cache carries the
+same frames (including the first-chunk zero / "Rep" cases).
+
+fp32 tolerance 1e-5 (max |err| / max |ref|): both sides compute the same convolutions in fp32 with
+different summation orders; the measured error is 0.6e-7..3.3e-7, 1e-5 leaves margin for other
+CPUs / thread counts while any wrong tap, frame or channel gives errors of order 1e-1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from tests.parity.helpers import max_rel_err, psnr, randomize_torch_module  # noqa: E402
+from vidax.errors import ConfigError, InputError  # noqa: E402
+from vidax.models.wan import vae as wan_vae  # noqa: E402
+from vidax.models.wan.vae import (  # noqa: E402
+    WanVAEConfig,
+    denormalize_latents,
+    load_wan_vae,
+    normalize_latents,
+)
+
+FP32_TOL = 1e-5
+# bf16 weights and activations (8-bit mantissa, rel. rounding 2^-9 ~ 2e-3 per op) through ~20
+# convolutions and norms: measured max error 6.3e-3 (decode, PSNR 61 dB on [-1, 1]) and 3.5e-3
+# (encode mean); 2e-2 is ~3x that, well below the ~1e-1 of a structural error.
+BF16_TOL = 2e-2
+
+# Wan2.1 structure (dim_mult of 4 levels, temporal down-sampling on the last two), distinct
+# channel counts 6 / 12 / 18 / 9 (decoder after up-sampling), z_dim 4.
+TINY = dict(
+    base_dim=6,
+    z_dim=4,
+    dim_mult=[1, 2, 3, 3],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[False, True, True],
+    dropout=0.0,
+    latents_mean=[0.3, -0.7, 1.1, 0.05],
+    latents_std=[1.7, 0.6, 2.3, 1.2],
+)
+# Second structure: the optional settings vidax implements (decoder_base_dim, in/out channels)
+# and temporal down-sampling at other levels.
+TINY_B = dict(
+    base_dim=5,
+    decoder_base_dim=4,
+    z_dim=3,
+    dim_mult=[1, 2, 3],
+    num_res_blocks=2,
+    temperal_downsample=[True, True],
+    latents_mean=[0.0, 0.1, 0.2],
+    latents_std=[1.0, 2.0, 3.0],
+    in_channels=2,
+    out_channels=5,
+    scale_factor_spatial=4,
+)
+
+
+def _save(tmp_path_factory, config: dict, seed: int, name: str):
+    ref = diffusers.AutoencoderKLWan(**config).eval()
+    randomize_torch_module(ref, seed)
+    path = tmp_path_factory.mktemp(name)
+    ref.save_pretrained(path)
+    return ref, path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    ref, path = _save(tmp_path_factory, TINY, 0, "wan_vae_tiny")
+    return ref, path, load_wan_vae(path)
+
+
+def _to_ncthw(x):
+    return np.transpose(np.asarray(x), (0, 4, 1, 2, 3))
+
+
+def _to_nthwc(x):
+    return np.transpose(np.asarray(x), (0, 2, 3, 4, 1))
+
+
+def _ref_decode(ref, z_nthwc):
+    with torch.no_grad():
+        return _to_nthwc(ref.decode(torch.from_numpy(_to_ncthw(z_nthwc))).sample.numpy())
+
+
+def _ref_encode(ref, x_nthwc):
+    with torch.no_grad():
+        dist = ref.encode(torch.from_numpy(_to_ncthw(x_nthwc))).latent_dist
+    return _to_nthwc(dist.mean.numpy()), _to_nthwc(dist.logvar.numpy())
+
+
+def _latents(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _video(shape, seed):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def _assert_meaningful(video):
+    # A random VAE that saturates would make the clamp hide errors: most values must be inside.
+    assert np.mean(np.abs(video) >= 1.0) < 0.05 and np.abs(video).mean() > 0.1
+
+
+@pytest.mark.parametrize("frames", [1, 4])
+def test_decode_matches_reference(tiny, frames):
+    """One latent frame (first chunk only) and four (three cached chunks after it)."""
+    ref, _, vae = tiny
+    z = _latents((2, frames, 3, 5, 4), seed=frames)  # 24 x 40 pixels, non-square
+    want = _ref_decode(ref, z)
+    got = vae.decode(z)
+    assert got.shape == want.shape == (2, 1 + 4 * (frames - 1), 24, 40, 3)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    _assert_meaningful(want)
+    err = max_rel_err(got, want)
+    assert err < FP32_TOL, err
+
+
+def test_encode_matches_reference_and_compiles_twice(tiny):
+    ref, _, vae = tiny
+    x = _video((2, 9, 24, 40, 3), seed=3)  # first frame + 2 chunks of 4; shape used only here
+    want_mean, want_logvar = _ref_encode(ref, x)
+    before = wan_vae.TRACE_COUNTS["encode"]
+    mean, logvar = vae.encode(x)
+    assert wan_vae.TRACE_COUNTS["encode"] - before == 2  # first chunk + all others
+    assert mean.shape == logvar.shape == want_mean.shape == (2, 3, 3, 5, 4)
+    err_mean = max_rel_err(mean, want_mean)
+    err_logvar = max_rel_err(logvar, want_logvar)
+    assert err_mean < FP32_TOL and err_logvar < FP32_TOL, (err_mean, err_logvar)
+
+
+def test_cache_changes_later_chunks(tiny):
+    """The chunk cache is live: a frame decoded after others differs from it decoded alone."""
+    _, _, vae = tiny
+    z = _latents((2, 3, 3, 5, 4), seed=7)
+    alone = vae.decode(z[:, 2:3])
+    after = vae.decode(z)[:, -4:]
+    assert alone.shape[1] == 1 and np.abs(after[:, :1] - alone).max() > 1e-2
+
+
+def test_second_structure_matches_reference(tmp_path_factory):
+    """decoder_base_dim, in/out channels, other temporal levels, 2 res blocks."""
+    ref, path = _save(tmp_path_factory, TINY_B, 1, "wan_vae_tiny_b")
+    vae = load_wan_vae(path)
+    z = _latents((1, 3, 3, 2, 3), seed=11)
+    want = _ref_decode(ref, z)
+    got = vae.decode(z)
+    assert got.shape == want.shape == (1, 9, 12, 8, 5)
+    assert max_rel_err(got, want) < FP32_TOL, max_rel_err(got, want)
+    x = _video((1, 5, 12, 8, 2), seed=12)
+    want_mean, want_logvar = _ref_encode(ref, x)
+    mean, logvar = vae.encode(x)
+    assert mean.shape == want_mean.shape == (1, 2, 3, 2, 3)
+    assert max_rel_err(mean, want_mean) < FP32_TOL and max_rel_err(logvar, want_logvar) < FP32_TOL
+
+
+def test_bf16_close_to_reference(tiny):
+    ref, path, _ = tiny
+    vae = load_wan_vae(path, dtype=jnp.bfloat16)
+    gamma = vae.decoder.norm_out.gamma[...]
+    assert gamma.dtype == jnp.float32 and vae.decoder.conv_in.kernel[...].dtype == jnp.bfloat16
+    z = _latents((1, 2, 3, 5, 4), seed=5)
+    want = _ref_decode(ref, z)
+    got = vae.decode(z)
+    assert got.dtype == np.float32
+    err = max_rel_err(got, want)
+    assert err < BF16_TOL and psnr(got, want, 2.0) > 50.0, (err, psnr(got, want, 2.0))
+    # One frame: the encoder's layers in bf16 (bf16 compiles are slow on CPU; the multi-chunk
+    # structure is covered in fp32).
+    x = _video((1, 1, 24, 40, 3), seed=6)
+    want_mean, _ = _ref_encode(ref, x)
+    mean, _ = vae.encode(x)
+    err = max_rel_err(mean, want_mean)
+    assert err < BF16_TOL, err
+
+
+def test_decode_compiles_twice_and_streams_to_host(tiny):
+    _, _, vae = tiny
+    z = _latents((1, 6, 2, 3, 4), seed=9)  # a shape no other test uses
+    before = wan_vae.TRACE_COUNTS["decode"]
+    live = []
+    chunks = []
+    for chunk in vae.iter_decode(z):
+        assert isinstance(chunk, np.ndarray)  # on host as soon as it is yielded
+        chunks.append(chunk)
+        live.append(sum(a.nbytes for a in jax.live_arrays()))
+    assert [c.shape[1] for c in chunks] == [1, 4, 4, 4, 4, 4]
+    assert wan_vae.TRACE_COUNTS["decode"] - before == 2  # first chunk + all others
+    # Device memory after each chunk (weights + cache) does not grow with the chunk index.
+    assert max(live[1:]) == min(live[1:]), live
+    again = vae.decode(z)
+    assert wan_vae.TRACE_COUNTS["decode"] - before == 2
+    np.testing.assert_array_equal(again, np.concatenate(chunks, axis=1))
+
+
+def test_latent_normalisation_matches_pipeline():
+    cfg = WanVAEConfig.from_config_dict(TINY)
+    z = _latents((2, 3, 2, 5, 4), seed=8)
+    mean = torch.tensor(cfg.latents_mean).view(1, 4, 1, 1, 1)
+    inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, 4, 1, 1, 1)
+    zt = torch.from_numpy(_to_ncthw(z))
+    # pipeline_wan.py before vae.decode; pipeline_wan_i2v.py after vae.encode. Same fp32 formula;
+    # XLA's division may differ from torch's by 1 ulp, hence rtol 1e-6.
+    want_de = _to_nthwc(zt / inv_std + mean)
+    want_no = _to_nthwc((zt - mean) * inv_std)
+    got_de = np.asarray(denormalize_latents(z, cfg))
+    got_no = np.asarray(normalize_latents(z, cfg))
+    np.testing.assert_allclose(got_de, want_de, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got_no, want_no, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(normalize_latents(denormalize_latents(z, cfg), cfg), z, atol=1e-5)
+    with pytest.raises(InputError, match="z_dim=4"):
+        normalize_latents(np.zeros((1, 1, 1, 1, 16), np.float32), cfg)
+
+
+def test_bad_inputs(tiny):
+    _, _, vae = tiny
+    with pytest.raises(InputError, match="T=8"):
+        vae.encode(_video((1, 8, 16, 16, 3), 0))
+    with pytest.raises(InputError, match="channels-first"):
+        vae.encode(_video((1, 3, 5, 16, 16), 0))
+    with pytest.raises(InputError, match="5-D"):
+        vae.decode(np.zeros((3, 5, 4), np.float32))
+    with pytest.raises(InputError, match="floating"):
+        vae.decode(np.zeros((1, 1, 3, 5, 4), np.int32))
+    with pytest.raises(InputError, match="dtype"):
+        load_wan_vae("/nonexistent", dtype=jnp.float16)
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("attn_scales", [0.5]), ("is_residual", True), ("patch_size", 2), ("clip_output", False)],
+)
+def test_config_refuses_unimplemented(key, value):
+    with pytest.raises(ConfigError, match=key):
+        WanVAEConfig.from_config_dict({**TINY, key: value})
+
+
+def test_config_refuses_inconsistent():
+    with pytest.raises(ConfigError, match="latents_std"):
+        WanVAEConfig.from_config_dict({**TINY, "latents_std": [1.0] * 16})
+    with pytest.raises(ConfigError, match="temperal_downsample"):
+        WanVAEConfig.from_config_dict({**TINY, "temperal_downsample": [True]})
+    with pytest.raises(ConfigError, match="scale_factor_spatial"):
+        WanVAEConfig.from_config_dict({**TINY, "scale_factor_spatial": 16})
