@@ -35,11 +35,12 @@ def test_fp32_pipeline_matches_diffusers(reference):
     assert out.frames.shape == ref_frames.shape == (2, 9, 32, 48, 3)
     value = psnr(out.frames, ref_frames)
     print(f"fp32 video PSNR vs diffusers: {value:.1f} dB")
-    # Measured 125 dB: the only differences are fp32 summation order. 60 dB is the bar.
+    # Measured 140 dB: the only differences are fp32 summation order. 60 dB is the bar.
     assert value >= 60.0
     # The bar means something only if the frames depend on the latents: the two videos of the
     # batch (different prompts and noise) are far apart.
-    assert psnr(ref_frames[0], ref_frames[1]) < 20.0
+    assert psnr(ref_frames[0], ref_frames[1]) < 30.0  # measured 24 dB
+    assert np.mean((ref_frames <= 0.0) | (ref_frames >= 1.0)) < 0.05  # and are not clipped
     lat = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, progress=False,
                output_type="latent", **CALL).frames
     # Final latents after 4 UniPC steps with CFG: fp32 rounding only, amplified a little by
@@ -62,6 +63,6 @@ def test_bf16_pipeline_close_to_fp32_reference(reference):
     value = psnr(out.frames, ref_frames)
     print(f"bf16 video PSNR vs diffusers fp32: {value:.1f} dB")
     # bf16 transformer/text encoder (8-bit mantissa, ~4e-3 relative per op) through 4 steps and an
-    # fp32 VAE: measured 49 dB on this tiny random model; 35 dB still catches any real bug
-    # (unrelated videos of this model are < 20 dB apart).
-    assert value >= 35.0
+    # fp32 VAE: measured 68 dB on this tiny random model; 50 dB still catches any real bug
+    # (unrelated videos of this model are 24 dB apart).
+    assert value >= 50.0

@@ -33,9 +33,10 @@ from vidax.models.wan.vae import (  # noqa: E402
 
 FP32_TOL = 1e-5
 # bf16 weights and activations (8-bit mantissa, rel. rounding 2^-9 ~ 2e-3 per op) through ~20
-# convolutions and norms: measured max error 6.3e-3 (decode, PSNR 61 dB on [-1, 1]) and 3.5e-3
-# (encode mean); 2e-2 is ~3x that, well below the ~1e-1 of a structural error.
-BF16_TOL = 2e-2
+# convolutions and norms with an input-sensitive random VAE: measured max error 3.0e-2 (decode,
+# PSNR 53 dB on [-1, 1]); 6e-2 leaves 2x margin and stays below the ~1 of a structural error
+# (unrelated latents differ by > 0.1 relative, see _assert_meaningful).
+BF16_TOL = 6e-2
 
 # Wan2.1 structure (dim_mult of 4 levels, temporal down-sampling on the last two), distinct
 # channel counts 6 / 12 / 18 / 9 (decoder after up-sampling), z_dim 4.
@@ -69,7 +70,9 @@ TINY_B = dict(
 
 def _save(tmp_path_factory, config: dict, seed: int, name: str):
     ref = diffusers.AutoencoderKLWan(**config).eval()
-    randomize_torch_module(ref, seed)
+    # Small biases and gain 0.7: with larger biases (or the default 0.5/0.5) a deep random conv stack forgets its input
+    # (unrelated latents decode to nearly the same frames), which would make parity vacuous.
+    randomize_torch_module(ref, seed, scale=0.1, gain=0.7)
     path = tmp_path_factory.mktemp(name)
     ref.save_pretrained(path)
     return ref, path
@@ -108,9 +111,12 @@ def _video(shape, seed):
     return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
 
 
-def _assert_meaningful(video):
+def _assert_meaningful(video, other=None):
     # A random VAE that saturates would make the clamp hide errors: most values must be inside.
     assert np.mean(np.abs(video) >= 1.0) < 0.05 and np.abs(video).mean() > 0.1
+    # And the output must depend on the input: another input gives a clearly different video.
+    if other is not None:
+        assert max_rel_err(other, video) > 0.1
 
 
 @pytest.mark.parametrize("frames", [1, 4])
@@ -122,7 +128,7 @@ def test_decode_matches_reference(tiny, frames):
     got = vae.decode(z)
     assert got.shape == want.shape == (2, 1 + 4 * (frames - 1), 24, 40, 3)
     assert isinstance(got, np.ndarray) and got.dtype == np.float32
-    _assert_meaningful(want)
+    _assert_meaningful(want, _ref_decode(ref, _latents(z.shape, seed=frames + 10)))
     err = max_rel_err(got, want)
     assert err < FP32_TOL, err
 
@@ -175,7 +181,7 @@ def test_bf16_close_to_reference(tiny):
     got = vae.decode(z)
     assert got.dtype == np.float32
     err = max_rel_err(got, want)
-    assert err < BF16_TOL and psnr(got, want, 2.0) > 50.0, (err, psnr(got, want, 2.0))
+    assert err < BF16_TOL and psnr(got, want, 2.0) > 45.0, (err, psnr(got, want, 2.0))
     # One frame: the encoder's layers in bf16 (bf16 compiles are slow on CPU; the multi-chunk
     # structure is covered in fp32).
     x = _video((1, 1, 24, 40, 3), seed=6)
@@ -198,7 +204,7 @@ def test_decode_compiles_twice_and_streams_to_host(tiny):
     assert [c.shape[1] for c in chunks] == [1, 4, 4, 4, 4, 4]
     assert wan_vae.TRACE_COUNTS["decode"] - before == 2  # first chunk + all others
     # Device memory after each chunk (weights + cache) does not grow with the chunk index.
-    assert max(live[1:]) == min(live[1:]), live
+    assert max(live[1:]) <= live[1], live
     again = vae.decode(z)
     assert wan_vae.TRACE_COUNTS["decode"] - before == 2
     np.testing.assert_array_equal(again, np.concatenate(chunks, axis=1))

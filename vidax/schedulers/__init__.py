@@ -1,0 +1,67 @@
+"""Samplers (schedulers) as pure functions plus a frozen state, matching diffusers numerically.
+
+Each class mirrors the diffusers scheduler of the same name and keeps its public names
+(``timesteps``, ``sigmas``, ``num_inference_steps``, ``flow_shift`` / ``shift``, ``mu``);
+see :mod:`vidax.schedulers.base` for the ``set_timesteps`` / ``step`` contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from vidax.errors import ConfigError
+from vidax.schedulers.base import Scheduler
+from vidax.schedulers.flow_match_euler import (
+    FlowMatchEulerDiscreteScheduler,
+    FlowMatchEulerDiscreteSchedulerConfig,
+    FlowMatchEulerState,
+)
+from vidax.schedulers.unipc import (
+    UniPCCoefficients,
+    UniPCMultistepScheduler,
+    UniPCMultistepSchedulerConfig,
+    UniPCState,
+)
+
+SCHEDULERS: dict[str, type] = {
+    "UniPCMultistepScheduler": UniPCMultistepScheduler,
+    "FlowMatchEulerDiscreteScheduler": FlowMatchEulerDiscreteScheduler,
+}
+
+
+def scheduler_from_config(
+    config: Mapping[str, Any], *, source: str = "scheduler_config.json", **overrides: Any
+) -> Scheduler:
+    """Build the scheduler named by ``config["_class_name"]`` from a diffusers scheduler config.
+
+    Args:
+        config: the parsed ``scheduler/scheduler_config.json``.
+        source: file name used in error messages.
+        **overrides: config keys to replace, as in diffusers'
+            ``from_config(config, flow_shift=5.0)``.
+
+    Raises:
+        ConfigError: ``_class_name`` missing or not in :data:`SCHEDULERS`, or a setting the class
+            does not implement (see the class's config).
+    """
+    name = config.get("_class_name")
+    if name not in SCHEDULERS:
+        raise ConfigError(
+            f"{source}: _class_name={name!r} is not a scheduler vidax implements; "
+            f"valid: {sorted(SCHEDULERS)}."
+        )
+    return SCHEDULERS[name].from_config({**config, **overrides}, source=source)
+
+
+__all__ = [
+    "SCHEDULERS",
+    "FlowMatchEulerDiscreteScheduler",
+    "FlowMatchEulerDiscreteSchedulerConfig",
+    "FlowMatchEulerState",
+    "Scheduler",
+    "UniPCCoefficients",
+    "UniPCMultistepScheduler",
+    "UniPCMultistepSchedulerConfig",
+    "UniPCState",
+    "scheduler_from_config",
+]

@@ -1,0 +1,761 @@
+"""The Wan2.1 3D causal VAE in Flax NNX, following ``diffusers.AutoencoderKLWan``.
+
+Layout: video ``(B, T, H, W, C)`` and latents ``(B, T', H', W', C_z)``, channels last, with
+``T = 1 + 4 (T' - 1)``, ``H = 8 H'``, ``W = 8 W'`` for the released configs.
+
+The module tree mirrors the reference (``encoder.down_blocks.3.resample.1.weight`` is the NNX path
+``encoder/down_blocks/3/resample/1/kernel``), so the checkpoint maps 1:1 by the loader's rule with
+no renames (:data:`KEY_RULES`).
+
+Frame-chunked causal cache
+--------------------------
+The reference encodes the first frame alone and then chunks of 4 frames, and decodes one latent
+frame at a time; every causal convolution carries the last ``CACHE_T = 2`` frames of its input
+from chunk to chunk (``feat_cache``), the temporal down-samplers carry 1 frame, and the temporal
+up-samplers skip their time convolution on the first chunk (the ``"Rep"`` marker) and see zero
+history on the second. Here that cache is an explicit pytree: a tuple of fixed-shape arrays, one
+per cached layer in call order, passed into and returned from one jitted chunk function. A cache
+entry of a 3-tap causal conv always holds 2 frames; an entry the reference would hold as
+"nothing yet" (first chunk), as ``"Rep"``, or as a single frame is stored with zero frames in
+front, which is exactly the zero padding the reference applies in those cases. The chunk
+function is therefore traced once for the first chunk and once for all the others, and each
+chunk's result is moved to host memory as soon as it is computed, so device memory does not grow
+with the clip length.
+
+Precision: parameters and compute in ``float32`` by default (the checkpoint is fp32 and the
+reference keeps no fp32-only modules); with ``bfloat16`` the RMS norms (statistics, ``sqrt(C)``
+scale and ``gamma``, stored fp32) and the attention softmax run in fp32.
+
+Not implemented (refused by :class:`WanVAEConfig` with a ConfigError): the Wan2.2 VAE
+(``is_residual``, ``patch_size``), ``attn_scales`` other than ``[]`` (the reference's own chunked
+encode fails with attention blocks in ``down_blocks``), ``clip_output=False``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import os
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.config import ConfigBase
+from vidax.errors import ConfigError, InputError
+from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+
+CACHE_T = 2
+"""Frames of history carried per causal 3-tap convolution between chunks (as the reference)."""
+
+ENCODE_CHUNK = 4
+"""Frames per encoder chunk after the first frame (fixed in the reference's ``_encode``)."""
+
+KEY_RULES = KeyRules()
+"""diffusers ``AutoencoderKLWan`` keys map to NNX paths by the loader's default rule."""
+
+TRACE_COUNTS: collections.Counter = collections.Counter()
+"""How many times the jitted chunk functions were traced, keyed ``"encode"`` / ``"decode"``."""
+
+_WAN21_MEAN = (
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+)  # fmt: skip
+_WAN21_STD = (
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WanVAEConfig(ConfigBase):
+    """Settings of ``diffusers.AutoencoderKLWan`` (its ``vae/config.json``), with its defaults.
+
+    Attributes:
+        base_dim: channels of the encoder's first level (96 for Wan2.1).
+        decoder_base_dim: channels of the decoder's last level; ``None`` = ``base_dim``.
+        z_dim: latent channels ``C_z`` (16).
+        dim_mult: channel multipliers per level; ``len(dim_mult) - 1`` spatial 2x resamplings.
+        num_res_blocks: residual blocks per encoder level (the decoder has one more).
+        temperal_downsample: per resampling level, whether it also halves time (the decoder
+            mirrors it). The reference's spelling.
+        latents_mean, latents_std: per-channel latent statistics (length ``z_dim``), used by
+            :func:`normalize_latents` / :func:`denormalize_latents`.
+        in_channels, out_channels: video channels (3).
+        scale_factor_temporal, scale_factor_spatial: the compression factors the pipelines read
+            (4 and 8); checked against the architecture when not ``None``.
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = frozenset({"dropout"})  # dropout is a no-op at inference
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "is_residual": (False,),
+        "patch_size": (None, 1),
+        "attn_scales": ([], ()),
+        "clip_output": (True,),
+    }
+
+    base_dim: int = 96
+    decoder_base_dim: int | None = None
+    z_dim: int = 16
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    temperal_downsample: tuple[bool, ...] = (False, True, True)
+    latents_mean: tuple[float, ...] = _WAN21_MEAN
+    latents_std: tuple[float, ...] = _WAN21_STD
+    in_channels: int = 3
+    out_channels: int = 3
+    scale_factor_temporal: int | None = 4
+    scale_factor_spatial: int | None = 8
+
+    @property
+    def temporal_compression(self) -> int:
+        """Frames per latent frame after the first: ``2 ** sum(temperal_downsample)``."""
+        return 2 ** sum(bool(t) for t in self.temperal_downsample)
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent pixel along H and W: ``2 ** (len(dim_mult) - 1)``."""
+        return 2 ** (len(self.dim_mult) - 1)
+
+    def validate(self, source: str) -> None:
+        def positive_int(name: str, value: Any) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
+
+        for name in ("base_dim", "z_dim", "num_res_blocks", "in_channels", "out_channels"):
+            positive_int(name, getattr(self, name))
+        if self.decoder_base_dim is not None:
+            positive_int("decoder_base_dim", self.decoder_base_dim)
+        if not isinstance(self.dim_mult, tuple) or not self.dim_mult:
+            raise ConfigError(f"{source}: dim_mult={self.dim_mult!r} must be a non-empty list")
+        for m in self.dim_mult:
+            positive_int("dim_mult entry", m)
+        if not isinstance(self.temperal_downsample, tuple) or len(self.temperal_downsample) != len(
+            self.dim_mult
+        ) - 1 or not all(isinstance(t, bool) for t in self.temperal_downsample):
+            raise ConfigError(
+                f"{source}: temperal_downsample={self.temperal_downsample!r} must be a list of "
+                f"{len(self.dim_mult) - 1} booleans (len(dim_mult) - 1)"
+            )
+        for name in ("latents_mean", "latents_std"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or len(value) != self.z_dim:
+                raise ConfigError(
+                    f"{source}: {name} has {len(value) if isinstance(value, tuple) else value!r} "
+                    f"entries; it needs z_dim={self.z_dim}"
+                )
+        if any(s == 0 for s in self.latents_std):
+            raise ConfigError(f"{source}: latents_std={self.latents_std!r} has a zero entry")
+        for name, want in (
+            ("scale_factor_temporal", self.temporal_compression),
+            ("scale_factor_spatial", self.spatial_compression),
+        ):
+            value = getattr(self, name)
+            if value is not None and value != want:
+                raise ConfigError(
+                    f"{source}: {name}={value!r} disagrees with the architecture, which "
+                    f"compresses by {want} (from dim_mult / temperal_downsample)"
+                )
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+def _triple(v: int | Sequence[int]) -> tuple[int, int, int]:
+    return (v, v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+
+def _kernel_init(rngs: nnx.Rngs, shape: tuple[int, ...], dtype) -> nnx.Param:
+    return nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, dtype))
+
+
+class _FeatCache:
+    """One chunk's view of the functional cache: reads entries in call order, collects new ones.
+
+    ``entries=None`` is the first chunk: every read returns zero frames (the zero padding the
+    reference applies when its ``feat_cache`` slot is still empty).
+    """
+
+    def __init__(self, entries: Sequence[jax.Array] | None):
+        self._in = entries
+        self.out: list[jax.Array] = []
+
+    def take(self, like: jax.Array, frames: int) -> jax.Array:
+        """Cached frames ``(B, frames, H, W, C)`` for the layer whose input is ``like``."""
+        if self._in is None:
+            return jnp.zeros((like.shape[0], frames) + like.shape[2:], like.dtype)
+        if len(self.out) >= len(self._in):
+            raise ValueError(f"cache has {len(self._in)} entries; more layers read it")
+        entry = self._in[len(self.out)]
+        want = (like.shape[0], frames) + like.shape[2:]
+        if entry.shape != want:
+            raise ValueError(f"cache entry {len(self.out)} has shape {entry.shape}, need {want}")
+        return entry.astype(like.dtype)
+
+    def put(self, value: jax.Array) -> None:
+        self.out.append(value)
+
+
+class WanCausalConv3d(nnx.Module):
+    """Conv3d causal in time, following diffusers ``WanCausalConv3d``.
+
+    The input is padded with ``2 * padding_t`` frames in front (cached frames first, zeros for
+    the rest) and ``padding_h`` / ``padding_w`` zeros on both sides, then convolved VALID.
+
+    Args:
+        in_channels, out_channels: channels ``C_in`` / ``C_out``.
+        kernel_size, stride, padding: int or ``(t, h, w)``, as the reference.
+        dtype: compute dtype; param_dtype: storage dtype of kernel ``(kt, kh, kw, C_in, C_out)``
+            and bias ``(C_out,)``.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *,
+                 dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):  # fmt: skip
+        k = _triple(kernel_size)
+        self.stride = _triple(stride)
+        p = _triple(padding)
+        self.time_pad = 2 * p[0]
+        self.spatial_pad = (p[1], p[2])
+        self.dtype = dtype
+        self.kernel = _kernel_init(rngs, (*k, in_channels, out_channels), param_dtype)
+        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
+
+    def __call__(self, x: jax.Array, cache: jax.Array | None = None) -> jax.Array:
+        """``x (B, T, H, W, C_in)``, ``cache (B, n, H, W, C_in)`` or None -> ``(B, T', H', W', O)``.
+
+        ``cache`` (the ``n`` frames before ``x``) replaces ``n`` of the front zero-padding frames.
+        """
+        x = x.astype(self.dtype)
+        front = self.time_pad
+        if cache is not None and front > 0:
+            x = jnp.concatenate([cache.astype(self.dtype), x], axis=1)
+            front -= cache.shape[1]
+        ph, pw = self.spatial_pad
+        if front or ph or pw:
+            x = jnp.pad(x, ((0, 0), (front, 0), (ph, ph), (pw, pw), (0, 0)))
+        y = jax.lax.conv_general_dilated(
+            x, self.kernel[...].astype(self.dtype), self.stride, "VALID",
+            dimension_numbers=("NDHWC", "DHWIO", "NDHWC"),
+        )  # fmt: skip
+        return y + self.bias[...].astype(self.dtype)
+
+    def cached(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
+        """Apply with the chunk cache: read the cached ``CACHE_T`` frames, store the new ones."""
+        cache = feat.take(x, CACHE_T)
+        feat.put(jnp.concatenate([cache, x.astype(cache.dtype)], axis=1)[:, -CACHE_T:])
+        return self(x, cache)
+
+
+class _Conv2d(nnx.Module):
+    """torch ``nn.Conv2d`` on ``(N, H, W, C)``, symmetric zero pad; kernel ``(kh, kw, I, O)``."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *,
+                 dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):  # fmt: skip
+        self.stride = (stride, stride)
+        self.padding = padding
+        self.dtype = dtype
+        shape = (kernel_size, kernel_size, in_channels, out_channels)
+        self.kernel = _kernel_init(rngs, shape, param_dtype)
+        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.astype(self.dtype)
+        p = self.padding
+        if p:
+            x = jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+        y = jax.lax.conv_general_dilated(
+            x, self.kernel[...].astype(self.dtype), self.stride, "VALID",
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )  # fmt: skip
+        return y + self.bias[...].astype(self.dtype)
+
+
+class WanRMS_norm(nnx.Module):  # noqa: N801 (reference name)
+    """``x / max(||x||_C, 1e-12) * sqrt(C) * gamma``, following diffusers ``WanRMS_norm``.
+
+    ``gamma`` keeps the reference shape ``(C, 1, 1, 1)`` (``images=False``) or ``(C, 1, 1)``
+    (``images=True``) and is reshaped to ``(C,)`` here; the Wan2.1 VAE has no norm bias. The
+    whole norm runs in fp32 and returns the input dtype.
+    """
+
+    def __init__(self, dim: int, images: bool = True):
+        self.dim = dim
+        self.gamma = nnx.Param(jnp.ones((dim, 1, 1) if images else (dim, 1, 1, 1), jnp.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (..., C)`` -> same shape and dtype."""
+        xf = x.astype(jnp.float32)
+        norm = jnp.sqrt(jnp.sum(xf * xf, axis=-1, keepdims=True))
+        y = xf / jnp.maximum(norm, 1e-12) * (self.dim**0.5)
+        return (y * self.gamma[...].astype(jnp.float32).reshape(self.dim)).astype(x.dtype)
+
+
+class WanResidualBlock(nnx.Module):
+    """RMSNorm-SiLU-CausalConv3d twice plus shortcut; follows diffusers ``WanResidualBlock``."""
+
+    def __init__(self, in_dim: int, out_dim: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.norm1 = WanRMS_norm(in_dim, images=False)
+        self.conv1 = WanCausalConv3d(in_dim, out_dim, 3, padding=1, **kw)
+        self.norm2 = WanRMS_norm(out_dim, images=False)
+        self.conv2 = WanCausalConv3d(out_dim, out_dim, 3, padding=1, **kw)
+        self.conv_shortcut = (
+            WanCausalConv3d(in_dim, out_dim, 1, **kw) if in_dim != out_dim else None
+        )
+
+    def __call__(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
+        """``x (B, T, H, W, C_in)`` -> ``(B, T, H, W, C_out)``."""
+        h = self.conv_shortcut(x) if self.conv_shortcut is not None else x
+        x = self.conv1.cached(jax.nn.silu(self.norm1(x)), feat)
+        x = self.conv2.cached(jax.nn.silu(self.norm2(x)), feat)
+        return x + h.astype(x.dtype)
+
+
+class WanAttentionBlock(nnx.Module):
+    """Single-head self-attention over each frame's H*W positions (``WanAttentionBlock``)."""
+
+    def __init__(self, dim: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.dim = dim
+        self.dtype = dtype
+        self.norm = WanRMS_norm(dim, images=True)
+        self.to_qkv = _Conv2d(dim, dim * 3, 1, **kw)
+        self.proj = _Conv2d(dim, dim, 1, **kw)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (B, T, H, W, C)`` -> same shape; softmax in fp32, scale ``1/sqrt(C)``."""
+        b, t, h, w, c = x.shape
+        identity = x
+        y = self.to_qkv(self.norm(x.reshape(b * t, h, w, c))).reshape(b * t, h * w, 3 * c)
+        q, k, v = jnp.split(y, 3, axis=-1)
+        logits = jnp.einsum("nqc,nkc->nqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(c)
+        probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
+        y = jnp.einsum("nqk,nkc->nqc", probs, v).reshape(b * t, h, w, c)
+        y = self.proj(y).reshape(b, t, h, w, c)
+        return y + identity.astype(y.dtype)
+
+
+class WanResample(nnx.Module):
+    """Spatial 2x up/down-sampling, optionally with a causal time conv (diffusers ``WanResample``).
+
+    Modes: ``upsample2d`` / ``upsample3d`` (nearest 2x then Conv2d 3x3 to ``dim // 2`` channels;
+    3d first doubles the frames with ``time_conv`` to ``2 dim`` channels, skipped on the first
+    chunk), ``downsample2d`` / ``downsample3d`` (zero pad right/bottom by 1, Conv2d 3x3 stride 2;
+    3d then halves the frames with a stride-2 ``time_conv`` over the last cached frame plus the
+    chunk, skipped on the first chunk). ``resample`` is a list whose slot 0 (the parameter-free
+    upsample / pad of the reference's ``nn.Sequential``) is ``None``.
+    """
+
+    def __init__(self, dim: int, mode: str, upsample_out_dim: int | None = None, *,
+                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        if mode not in ("upsample2d", "upsample3d", "downsample2d", "downsample3d"):
+            raise ValueError(f"WanResample mode={mode!r}")
+        self.mode = mode
+        if mode.startswith("upsample"):
+            out = dim // 2 if upsample_out_dim is None else upsample_out_dim
+            self.resample = nnx.List([None, _Conv2d(dim, out, 3, padding=1, **kw)])
+        else:
+            self.resample = nnx.List([None, _Conv2d(dim, dim, 3, stride=2, **kw)])
+        if mode == "upsample3d":
+            self.time_conv = WanCausalConv3d(dim, dim * 2, (3, 1, 1), padding=(1, 0, 0), **kw)
+        elif mode == "downsample3d":
+            self.time_conv = WanCausalConv3d(dim, dim, (3, 1, 1), stride=(2, 1, 1), **kw)
+        else:
+            self.time_conv = None
+
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+        """``x (B, T, H, W, C)`` -> ``(B, T', H', W', C')``; ``first``: the clip's first chunk."""
+        if self.mode == "upsample3d":
+            if first:
+                # Reference: the slot becomes "Rep", which later reads as zero history.
+                feat.put(jnp.zeros((x.shape[0], CACHE_T) + x.shape[2:], x.dtype))
+            else:
+                x = self.time_conv.cached(x, feat)
+                b, t, h, w, c2 = x.shape
+                x = x.reshape(b, t, h, w, 2, c2 // 2)
+                x = jnp.moveaxis(x, 4, 2).reshape(b, 2 * t, h, w, c2 // 2)
+        b, t, h, w, c = x.shape
+        y = x.reshape(b * t, h, w, c)
+        if self.mode.startswith("upsample"):
+            y = jnp.repeat(jnp.repeat(y, 2, axis=1), 2, axis=2)  # nearest-exact at scale 2
+        else:
+            y = jnp.pad(y, ((0, 0), (0, 1), (0, 1), (0, 0)))
+        y = self.resample[1](y)
+        x = y.reshape(b, t, *y.shape[1:])
+        if self.mode == "downsample3d":
+            if first:
+                feat.put(x[:, -1:])
+            else:
+                last = feat.take(x, 1)
+                feat.put(x[:, -1:])
+                x = self.time_conv(jnp.concatenate([last, x], axis=1))
+        return x
+
+
+class WanMidBlock(nnx.Module):
+    """Residual, attention, residual (diffusers ``WanMidBlock`` with ``num_layers=1``)."""
+
+    def __init__(self, dim: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.attentions = nnx.List([WanAttentionBlock(dim, **kw)])
+        self.resnets = nnx.List([WanResidualBlock(dim, dim, **kw) for _ in range(2)])
+
+    def __call__(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
+        x = self.resnets[0](x, feat)
+        for attn, resnet in zip(self.attentions, list(self.resnets)[1:]):
+            x = resnet(attn(x), feat)
+        return x
+
+
+class WanUpBlock(nnx.Module):
+    """``num_res_blocks + 1`` residual blocks, then an optional upsampler (``WanUpBlock``)."""
+
+    def __init__(self, in_dim: int, out_dim: int, num_res_blocks: int, upsample_mode: str | None,
+                 *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        dims = [in_dim] + [out_dim] * (num_res_blocks + 1)
+        self.resnets = nnx.List([WanResidualBlock(a, b, **kw) for a, b in zip(dims[:-1], dims[1:])])
+        upsamplers = None
+        if upsample_mode is not None:
+            upsamplers = nnx.List([WanResample(out_dim, upsample_mode, **kw)])
+        self.upsamplers = upsamplers
+
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+        for resnet in self.resnets:
+            x = resnet(x, feat)
+        if self.upsamplers is not None:
+            x = self.upsamplers[0](x, feat, first)
+        return x
+
+
+class WanEncoder3d(nnx.Module):
+    """Video chunk ``(B, T, H, W, C_in)`` -> ``(B, T', H/8, W/8, 2 C_z)`` (``WanEncoder3d``)."""
+
+    def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        dims = [config.base_dim * u for u in (1,) + tuple(config.dim_mult)]
+        self.conv_in = WanCausalConv3d(config.in_channels, dims[0], 3, padding=1, **kw)
+        blocks: list[nnx.Module] = []
+        last = len(config.dim_mult) - 1
+        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+            for _ in range(config.num_res_blocks):
+                blocks.append(WanResidualBlock(in_dim, out_dim, **kw))
+                in_dim = out_dim
+            if i != last:
+                mode = "downsample3d" if config.temperal_downsample[i] else "downsample2d"
+                blocks.append(WanResample(out_dim, mode, **kw))
+        self.down_blocks = nnx.List(blocks)
+        self.mid_block = WanMidBlock(dims[-1], **kw)
+        self.norm_out = WanRMS_norm(dims[-1], images=False)
+        self.conv_out = WanCausalConv3d(dims[-1], 2 * config.z_dim, 3, padding=1, **kw)
+
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+        x = self.conv_in.cached(x, feat)
+        for layer in self.down_blocks:
+            x = layer(x, feat, first) if isinstance(layer, WanResample) else layer(x, feat)
+        x = self.mid_block(x, feat)
+        return self.conv_out.cached(jax.nn.silu(self.norm_out(x)), feat)
+
+
+class WanDecoder3d(nnx.Module):
+    """Latent chunk ``(B, 1, H', W', C_z)`` -> ``(B, 1 or 4, 8H', 8W', C_out)`` (WanDecoder3d)."""
+
+    def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        dim = config.decoder_base_dim or config.base_dim
+        mult = tuple(config.dim_mult)
+        dims = [dim * u for u in (mult[-1],) + mult[::-1]]
+        temperal_upsample = tuple(config.temperal_downsample)[::-1]
+        self.conv_in = WanCausalConv3d(config.z_dim, dims[0], 3, padding=1, **kw)
+        self.mid_block = WanMidBlock(dims[0], **kw)
+        blocks = []
+        last = len(mult) - 1
+        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+            if i > 0:
+                in_dim = in_dim // 2  # the previous upsampler halved the channels
+            mode = None
+            if i != last:
+                mode = "upsample3d" if temperal_upsample[i] else "upsample2d"
+            blocks.append(WanUpBlock(in_dim, out_dim, config.num_res_blocks, mode, **kw))
+        self.up_blocks = nnx.List(blocks)
+        self.norm_out = WanRMS_norm(dims[-1], images=False)
+        self.conv_out = WanCausalConv3d(dims[-1], config.out_channels, 3, padding=1, **kw)
+
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+        x = self.conv_in.cached(x, feat)
+        x = self.mid_block(x, feat)
+        for block in self.up_blocks:
+            x = block(x, feat, first)
+        return self.conv_out.cached(jax.nn.silu(self.norm_out(x)), feat)
+
+
+# --------------------------------------------------------------------------------------------
+# The autoencoder
+# --------------------------------------------------------------------------------------------
+
+
+class WanVAE(nnx.Module):
+    """The Wan2.1 video VAE (follows ``diffusers.AutoencoderKLWan``), channels last.
+
+    Args:
+        config: the VAE's :class:`WanVAEConfig`.
+        dtype: compute dtype (``float32`` or ``bfloat16``).
+        param_dtype: storage dtype used when building (the loader's policy decides on load).
+        rngs: initialiser keys (values are replaced when loading a checkpoint).
+
+    Use :meth:`encode` / :meth:`decode`; both run one jitted function per chunk (compiled once
+    for the first chunk and once for the others) and return host (numpy) arrays.
+    """
+
+    def __init__(self, config: WanVAEConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.config = config
+        self.dtype = dtype
+        self.encoder = WanEncoder3d(config, **kw)
+        self.quant_conv = WanCausalConv3d(2 * config.z_dim, 2 * config.z_dim, 1, **kw)
+        self.post_quant_conv = WanCausalConv3d(config.z_dim, config.z_dim, 1, **kw)
+        self.decoder = WanDecoder3d(config, **kw)
+
+    # -- one chunk (traced inside jit) --------------------------------------------------------
+
+    def encode_chunk(self, x: jax.Array, cache: tuple | None, first: bool):
+        """Encode one chunk: ``x (B, 1 or 4, H, W, C_in)`` -> ``(mean, logvar, cache)``.
+
+        ``mean`` / ``logvar`` are ``(B, 1, H/8, W/8, C_z)`` float32, ``logvar`` clamped to
+        ``[-30, 20]`` as ``DiagonalGaussianDistribution``; ``cache`` is the tuple to pass with the
+        next chunk (``None`` and ``first=True`` for the first chunk).
+        """
+        feat = _FeatCache(cache)
+        h = self.quant_conv(self.encoder(x.astype(self.dtype), feat, first)).astype(jnp.float32)
+        mean, logvar = jnp.split(h, 2, axis=-1)
+        return mean, jnp.clip(logvar, -30.0, 20.0), tuple(feat.out)
+
+    def decode_chunk(self, z: jax.Array, cache: tuple | None, first: bool):
+        """Decode one latent frame ``z (B, 1, H', W', C_z)`` -> ``(frames, cache)``.
+
+        ``frames`` is ``(B, 1, 8 H', 8 W', C_out)`` on the first chunk, ``(B, 4, ...)`` after,
+        float32 clamped to ``[-1, 1]``.
+        """
+        feat = _FeatCache(cache)
+        x = self.post_quant_conv(z.astype(self.dtype))
+        out = self.decoder(x, feat, first)
+        return jnp.clip(out.astype(jnp.float32), -1.0, 1.0), tuple(feat.out)
+
+    # -- whole clips ------------------------------------------------------------------------------
+
+    def encode(self, video) -> tuple[np.ndarray, np.ndarray]:
+        """Encode a video to the posterior's ``(mean, logvar)`` (``AutoencoderKLWan.encode``).
+
+        Args:
+            video: ``(B, T, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax), ``T = 1 + 4 k``.
+                Processed as the reference does: frame 0 alone, then chunks of 4 frames.
+
+        Returns:
+            ``(mean, logvar)``, each ``(B, 1 + k, H/8, W/8, C_z)`` float32 numpy (for the released
+            configs; unnormalised latents, see :func:`normalize_latents`). The diffusers Wan I2V
+            pipelines use the mean (``retrieve_latents(..., sample_mode="argmax")``); a sample
+            would be ``mean + exp(0.5 * logvar) * noise``. Each chunk's result is copied to host
+            as soon as it is computed.
+
+        Raises:
+            InputError: ``video`` is not 5-D, has the wrong channel count, a frame count that is
+                not ``1 + 4 k``, or is not floating point.
+        """
+        cfg = self.config
+        shape = _check_array("video", video, cfg.in_channels, "in_channels")
+        t = shape[1]
+        step = ENCODE_CHUNK
+        if (t - 1) % step:
+            raise InputError(
+                f"video has T={t} frames; the Wan VAE encodes 1 + {step} k frames (1, {1 + step}, "
+                f"{1 + 2 * step}, ...); trim or pad the clip"
+            )
+        graphdef, state = nnx.split(self)
+        means, logvars, cache = [], [], None
+        for i in range(1 + (t - 1) // step):
+            chunk = video[:, :1] if i == 0 else video[:, 1 + step * (i - 1) : 1 + step * i]
+            mean, logvar, cache = _encode_chunk(graphdef, state, jnp.asarray(chunk), cache, i == 0)
+            means.append(np.array(mean))
+            logvars.append(np.array(logvar))
+        return np.concatenate(means, axis=1), np.concatenate(logvars, axis=1)
+
+    def iter_decode(self, z) -> Iterator[np.ndarray]:
+        """Decode latents chunk by chunk, yielding each chunk as a host array once it is ready.
+
+        Args:
+            z: unnormalised latents ``(B, T', H', W', C_z)`` (see :func:`denormalize_latents`).
+
+        Returns:
+            An iterator over ``T'`` float32 numpy arrays: ``(B, 1, 8 H', 8 W', C_out)`` for the
+            first latent frame, then ``(B, 4, 8 H', 8 W', C_out)`` for each further one, in
+            ``[-1, 1]``. Device memory holds one chunk and the cache at a time.
+
+        Raises:
+            InputError: ``z`` is not 5-D, has the wrong channel count or is not floating point
+                (raised by this call, before iterating).
+        """
+        shape = _check_array("z", z, self.config.z_dim, "z_dim")
+        graphdef, state = nnx.split(self)
+
+        def chunks():
+            cache = None
+            for i in range(shape[1]):
+                zi = jnp.asarray(z[:, i : i + 1])
+                out, cache = _decode_chunk(graphdef, state, zi, cache, i == 0)
+                # A copy, so no host array aliases the device buffer (CPU backends share memory).
+                yield np.array(out)
+                del out
+
+        return chunks()
+
+    def decode(self, z) -> np.ndarray:
+        """Decode latents to video, following ``AutoencoderKLWan.decode(z).sample``.
+
+        Args:
+            z: unnormalised latents ``(B, T', H', W', C_z)`` (numpy or jax; see
+                :func:`denormalize_latents`), decoded one latent frame at a time.
+
+        Returns:
+            ``(B, 1 + 4 (T' - 1), 8 H', 8 W', C_out)`` float32 numpy in ``[-1, 1]``; each chunk
+            is copied to host as soon as it is decoded (see :meth:`iter_decode`).
+
+        Raises:
+            InputError: ``z`` is not 5-D, has the wrong channel count or is not floating point.
+        """
+        return np.concatenate(list(self.iter_decode(z)), axis=1)
+
+
+def _check_array(name: str, x, channels: int, what: str) -> tuple[int, ...]:
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != 5:
+        raise InputError(f"{name} must be 5-D (B, T, H, W, C) channels-last; got shape {shape}")
+    if shape[-1] != channels:
+        raise InputError(
+            f"{name} has {shape[-1]} channels (last axis of shape {shape}); the VAE's {what} is "
+            f"{channels} (is it channels-first?)"
+        )
+    if min(shape) < 1:
+        raise InputError(f"{name} has an empty axis: shape {shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise InputError(f"{name} must be floating point; got dtype {x.dtype}")
+    return shape
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(3,))
+def _encode_chunk(graphdef, state, x, cache, first):
+    TRACE_COUNTS["encode"] += 1
+    return nnx.merge(graphdef, state).encode_chunk(x, cache, first)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(3,))
+def _decode_chunk(graphdef, state, z, cache, first):
+    TRACE_COUNTS["decode"] += 1
+    return nnx.merge(graphdef, state).decode_chunk(z, cache, first)
+
+
+# --------------------------------------------------------------------------------------------
+# Latent normalisation (the pipelines' convention)
+# --------------------------------------------------------------------------------------------
+
+
+def _stats(z, config: WanVAEConfig) -> tuple[jax.Array, jax.Array]:
+    shape = tuple(getattr(z, "shape", ()))
+    if not shape or shape[-1] != config.z_dim:
+        raise InputError(
+            f"z must be channels-last with z_dim={config.z_dim} channels on the last axis; got "
+            f"shape {shape}"
+        )
+    dtype = jnp.asarray(z).dtype
+    mean = jnp.asarray(np.asarray(config.latents_mean, np.float32)).astype(dtype)
+    inv_std = jnp.asarray(1.0 / np.asarray(config.latents_std, np.float32)).astype(dtype)
+    return mean, inv_std
+
+
+def normalize_latents(z, config: WanVAEConfig) -> jax.Array:
+    """``(z - mean) / std`` per channel: VAE latents -> the transformer's latent space.
+
+    Computed as the diffusers pipelines do, ``(z - latents_mean) * (1 / latents_std)`` in
+    ``z``'s dtype. ``z``: ``(..., C_z)`` channels last. Raises InputError on a channel mismatch.
+    """
+    mean, inv_std = _stats(z, config)
+    return (jnp.asarray(z) - mean) * inv_std
+
+
+def denormalize_latents(z, config: WanVAEConfig) -> jax.Array:
+    """``z * std + mean`` per channel: transformer latents -> VAE latents (for ``WanVAE.decode``).
+
+    Computed as ``pipeline_wan.py`` does, ``z / (1 / latents_std) + latents_mean`` in ``z``'s
+    dtype. ``z``: ``(..., C_z)`` channels last. Raises InputError on a channel mismatch.
+    """
+    mean, inv_std = _stats(z, config)
+    return jnp.asarray(z) / inv_std + mean
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def dtype_policy(dtype=jnp.float32) -> DtypePolicy:
+    """Parameters in ``dtype`` except the RMS-norm ``gamma``s, kept fp32 (the norms run in fp32)."""
+    return DtypePolicy(param_dtype=dtype, keep_fp32=(r"gamma$",))
+
+
+def _check_dtype(dtype) -> Any:
+    try:
+        d = jnp.dtype(dtype)
+    except TypeError:
+        d = None
+    if d not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
+        raise InputError(
+            f"dtype={dtype!r} is not supported for the Wan VAE; use float32 or bfloat16"
+        )
+    return d
+
+
+def build_wan_vae(config: WanVAEConfig, dtype=jnp.float32, seed: int = 0) -> WanVAE:
+    """A randomly initialised :class:`WanVAE` (compute and parameters in ``dtype``)."""
+    d = _check_dtype(dtype)
+    return WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
+
+
+def load_wan_vae(
+    path: str | os.PathLike, dtype=jnp.float32, placement: Placement | None = None
+) -> WanVAE:
+    """Load a diffusers ``AutoencoderKLWan`` folder (``config.json`` + safetensors) as a WanVAE.
+
+    Args:
+        path: the ``vae/`` folder of a diffusers Wan checkpoint.
+        dtype: compute and parameter dtype, ``jnp.float32`` (default; the checkpoints are fp32)
+            or ``jnp.bfloat16`` (norm gammas stay fp32, see :func:`dtype_policy`).
+        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
+
+    Raises:
+        InputError: unsupported ``dtype``.
+        ConfigError: the config asks for something not implemented (e.g. the Wan2.2 VAE).
+        CheckpointError: the tensors do not match the model 1:1.
+    """
+    d = _check_dtype(dtype)
+    path = os.fspath(path)
+    config = WanVAEConfig.from_json_file(os.path.join(path, "config.json"))
+    return load_module(
+        lambda: WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
+        path,
+        KEY_RULES,
+        dtype_policy(d),
+        placement,
+        what="vae",
+    )

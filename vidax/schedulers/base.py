@@ -1,0 +1,151 @@
+"""Shared pieces of the vidax samplers (schedulers).
+
+A vidax scheduler mirrors one diffusers scheduler class and keeps its public names
+(``timesteps``, ``sigmas``, ``num_inference_steps``, ``flow_shift`` / ``shift``, ``mu``). It is
+split into two halves:
+
+* ``set_timesteps(...)`` runs on the host, in numpy, with the same operations and dtypes as
+  diffusers (so ``timesteps`` and ``sigmas`` are equal to diffusers', not merely close), and
+  returns a frozen *state*: a registered JAX pytree holding the schedule, any per-step
+  coefficients precomputed on the host, the multistep history and a traced ``step_index``.
+* ``step(state, model_output, sample) -> (prev_sample, new_state)`` is a pure function with no
+  Python branching on the step index, so one ``jax.jit`` of it serves every step of a run.
+
+The scheduler object itself only holds its frozen config; calling ``set_timesteps`` twice gives
+equal states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Any, Mapping, Protocol, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.errors import InputError
+
+T = TypeVar("T")
+
+
+def register_state(cls: type[T]) -> type[T]:
+    """Register a frozen dataclass as a JAX pytree whose fields are all array leaves."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return jax.tree_util.register_dataclass(cls, data_fields=names, meta_fields=[])
+
+
+def is_number(x: Any) -> bool:
+    """True for a real Python/numpy number that is not a bool."""
+    numeric = isinstance(x, (int, float, np.integer, np.floating))
+    return numeric and not isinstance(x, (bool, np.bool_))
+
+
+def is_int_at_least(x: Any, low: int) -> bool:
+    """True for an int (not a bool) >= ``low``."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= low
+
+
+def check_num_inference_steps(num_inference_steps: Any) -> int:
+    """Return ``num_inference_steps`` as an int, or raise InputError if it is not an int >= 1."""
+    try:
+        n = operator.index(num_inference_steps)
+    except TypeError:
+        n = None
+    if n is None or isinstance(num_inference_steps, bool) or n < 1:
+        raise InputError(
+            f"num_inference_steps={num_inference_steps!r} is not valid; it must be an int >= 1."
+        )
+    return n
+
+
+def check_sample_shape(sample_shape: Any) -> tuple[int, ...]:
+    """Return ``sample_shape`` as a tuple of ints >= 1, or raise InputError."""
+    try:
+        shape = tuple(operator.index(d) for d in sample_shape)
+    except TypeError:
+        shape = None
+    if shape is None or any(d < 1 for d in shape):
+        raise InputError(
+            f"sample_shape={sample_shape!r} is not valid; it must be the latent shape as a tuple "
+            "of positive ints, e.g. (B, T, H, W, C)."
+        )
+    return shape
+
+
+def check_step_inputs(model_output: jax.Array, sample: jax.Array) -> None:
+    """Static checks of ``step`` arguments (shapes and dtypes are known at trace time)."""
+    if model_output.shape != sample.shape:
+        raise InputError(
+            f"model_output has shape {model_output.shape} but sample has shape {sample.shape}; "
+            "step() needs both of the same shape."
+        )
+    for name, x in (("model_output", model_output), ("sample", sample)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise InputError(f"{name} has dtype {x.dtype}; step() needs a floating dtype.")
+
+
+def time_shift(time_shift_type: str, mu: float, sigma: float, t: np.ndarray) -> np.ndarray:
+    """Resolution-dependent shift of flow sigmas, as diffusers' ``time_shift`` (same numpy ops).
+
+    ``exponential``: ``e^mu / (e^mu + (1/t - 1)^sigma)``;
+    ``linear``: ``mu / (mu + (1/t - 1)^sigma)``.
+    The dtype of ``t`` is kept (float32 stays float32, as in diffusers).
+    """
+    if time_shift_type == "exponential":
+        return math.exp(mu) / (math.exp(mu) + (1 / t - 1) ** sigma)
+    if time_shift_type == "linear":
+        return mu / (mu + (1 / t - 1) ** sigma)
+    raise InputError(f"time_shift_type={time_shift_type!r}; valid: 'exponential', 'linear'.")
+
+
+def stretch_shift_to_terminal(t: np.ndarray, shift_terminal: float) -> np.ndarray:
+    """Stretch a sigma schedule so it ends at ``shift_terminal`` (diffusers' numpy ops)."""
+    one_minus_z = 1 - t
+    scale_factor = one_minus_z[-1] / (1 - shift_terminal)
+    return 1 - (one_minus_z / scale_factor)
+
+
+def check_mu(mu: Any, use_dynamic_shifting: bool) -> float | None:
+    """``mu`` must be a finite number with dynamic shifting; otherwise ignored (as diffusers)."""
+    if not use_dynamic_shifting:
+        return None
+    if mu is None:
+        raise InputError(
+            "mu=None: this scheduler's config has use_dynamic_shifting=true, so set_timesteps() "
+            "needs mu (the resolution-dependent shift, e.g. from the pipeline's calculate_shift)."
+        )
+    try:
+        value = float(mu)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value):
+        raise InputError(f"mu={mu!r} is not valid; it must be a finite number.")
+    return value
+
+
+def replicated_sharding(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    """A fully replicated sharding over the same devices as ``sharding``."""
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    devices = sorted(sharding.device_set, key=lambda d: d.id)
+    mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+class Scheduler(Protocol):
+    """What every vidax scheduler offers (see the module docstring)."""
+
+    config: Any
+    init_noise_sigma: float
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, source: str = ...) -> "Scheduler": ...
+
+    def set_timesteps(self, num_inference_steps: int, **kwargs: Any) -> Any: ...
+
+    def step(
+        self, state: Any, model_output: jax.Array, sample: jax.Array
+    ) -> tuple[jax.Array, Any]: ...

@@ -1,0 +1,294 @@
+"""Euler sampler for flow-matching models, following diffusers' ``FlowMatchEulerDiscreteScheduler``.
+
+Public names mirror diffusers: ``timesteps`` (model input, 0..``num_train_timesteps`` scale),
+``sigmas`` (noise level in [0, 1], one more entry than ``timesteps``: the final 0),
+``num_inference_steps``, ``shift``, ``mu``. The model predicts the flow velocity ``v`` and one step
+is ``x_next = x + (sigma_next - sigma) * v``.
+
+``set_timesteps`` reproduces diffusers' numpy/float32 arithmetic operation by operation, so the
+schedules are bit-equal to diffusers'; ``step`` is a pure, jittable function of a
+:class:`FlowMatchEulerState`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.config import ConfigBase
+from vidax.errors import ConfigError, InputError
+from vidax.schedulers.base import (
+    check_mu,
+    check_num_inference_steps,
+    check_sample_shape,
+    check_step_inputs,
+    is_int_at_least,
+    is_number,
+    register_state,
+    replicated_sharding,
+    stretch_shift_to_terminal,
+    time_shift,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowMatchEulerDiscreteSchedulerConfig(ConfigBase):
+    """Settings of diffusers' ``FlowMatchEulerDiscreteScheduler`` that vidax implements.
+
+    Field names and defaults are diffusers'. ``base_shift``, ``max_shift``, ``base_image_seq_len``
+    and ``max_image_seq_len`` do not enter the scheduler itself; pipelines turn them into ``mu``
+    (see :meth:`FlowMatchEulerDiscreteScheduler.calculate_shift`). Not implemented, and refused
+    unless at their no-op value: ``invert_sigmas`` (Mochi), ``stochastic_sampling``,
+    ``use_karras_sigmas``, ``use_exponential_sigmas``, ``use_beta_sigmas``.
+    """
+
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "invert_sigmas": (False,),
+        "stochastic_sampling": (False,),
+        "use_karras_sigmas": (False,),
+        "use_exponential_sigmas": (False,),
+        "use_beta_sigmas": (False,),
+    }
+
+    num_train_timesteps: int = 1000
+    shift: float = 1.0
+    use_dynamic_shifting: bool = False
+    base_shift: float | None = 0.5
+    max_shift: float | None = 1.15
+    base_image_seq_len: int = 256
+    max_image_seq_len: int = 4096
+    shift_terminal: float | None = None
+    time_shift_type: str = "exponential"
+
+    def validate(self, source: str) -> None:
+        n = self.num_train_timesteps
+        if not is_int_at_least(n, 1):
+            raise ConfigError(f"{source}: num_train_timesteps={n!r}; it must be an int >= 1.")
+        if not (is_number(self.shift) and self.shift > 0):
+            raise ConfigError(f"{source}: shift={self.shift!r}; it must be a number > 0.")
+        if self.time_shift_type not in ("exponential", "linear"):
+            raise ConfigError(
+                f"{source}: time_shift_type={self.time_shift_type!r}; "
+                "valid: 'exponential', 'linear'."
+            )
+        if self.shift_terminal is not None and not (
+            is_number(self.shift_terminal) and self.shift_terminal != 1
+        ):
+            raise ConfigError(
+                f"{source}: shift_terminal={self.shift_terminal!r}; "
+                "it must be null or a number != 1."
+            )
+
+
+@register_state
+@dataclasses.dataclass(frozen=True)
+class FlowMatchEulerState:
+    """Schedule and position of one Euler sampling run (a JAX pytree; all fields are arrays).
+
+    Attributes:
+        timesteps: (N,) float32, the model inputs in ``[0, num_train_timesteps]`` (diffusers'
+            ``scheduler.timesteps``). Feed the model ``timesteps[i]``, never a sigma.
+        sigmas: (N + 1,) float32, noise levels, ``sigmas[N] == 0`` (diffusers'
+            ``scheduler.sigmas``).
+        step_index: () int32, how many steps have been taken.
+    """
+
+    timesteps: jax.Array
+    sigmas: jax.Array
+    step_index: jax.Array
+
+    @property
+    def num_inference_steps(self) -> int:
+        return self.timesteps.shape[0]
+
+    @property
+    def timestep(self) -> jax.Array:
+        """() float32: the model input for the next ``step`` (``timesteps[step_index]``)."""
+        return self.timesteps[jnp.minimum(self.step_index, self.num_inference_steps - 1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowMatchEulerDiscreteScheduler:
+    """Flow-matching Euler sampler; follows diffusers' ``FlowMatchEulerDiscreteScheduler``.
+
+    Use::
+
+        sched = FlowMatchEulerDiscreteScheduler.from_config(json.load(f))
+        state = sched.set_timesteps(50)
+        step = jax.jit(sched.step)
+        for i in range(state.num_inference_steps):
+            v = model(x, state.timesteps[i])
+            x, state = step(state, v, x)
+    """
+
+    config: FlowMatchEulerDiscreteSchedulerConfig
+    init_noise_sigma: ClassVar[float] = 1.0
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any], *, source: str = "scheduler_config.json"
+    ) -> "FlowMatchEulerDiscreteScheduler":
+        """Build from a diffusers ``scheduler_config.json`` dict (ConfigError as in ConfigBase)."""
+        return cls(FlowMatchEulerDiscreteSchedulerConfig.from_config_dict(config, source=source))
+
+    def _train_sigma_range(self) -> tuple[float, float]:
+        """diffusers' ``sigma_max`` / ``sigma_min``, set in ``__init__`` with the *config* shift."""
+        n = self.config.num_train_timesteps
+        timesteps = np.linspace(1, n, n, dtype=np.float32)[::-1].copy()
+        sigmas = timesteps / np.float32(n)
+        if not self.config.use_dynamic_shifting:
+            shift = self.config.shift
+            sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
+        return float(sigmas[0]), float(sigmas[-1])
+
+    def calculate_shift(self, image_seq_len: int) -> float:
+        """``mu`` for dynamic shifting: linear in the token count, from the config's base_*/max_*.
+
+        Same formula as diffusers pipelines' ``calculate_shift`` (Flux, LTX-Video, ...).
+        """
+        c = self.config
+        m = (c.max_shift - c.base_shift) / (c.max_image_seq_len - c.base_image_seq_len)
+        b = c.base_shift - m * c.base_image_seq_len
+        return image_seq_len * m + b
+
+    def set_timesteps(
+        self,
+        num_inference_steps: int | None = None,
+        *,
+        sigmas: Sequence[float] | None = None,
+        mu: float | None = None,
+        shift: float | None = None,
+        sample_shape: Sequence[int] | None = None,
+        sharding: jax.sharding.Sharding | None = None,
+    ) -> FlowMatchEulerState:
+        """Compute the sampling schedule on the host; return the initial state.
+
+        Mirrors diffusers' ``set_timesteps(num_inference_steps, sigmas=, mu=)``; pure, so calling it
+        twice gives equal states.
+
+        Args:
+            num_inference_steps: number of steps N (int >= 1). May be None when ``sigmas`` is given.
+            sigmas: optional custom (unshifted) sigmas, length N; shifted like the default grid.
+            mu: resolution-dependent shift; required iff the config has ``use_dynamic_shifting``
+                (ignored otherwise, as in diffusers).
+            shift: overrides the config's ``shift`` for this schedule (diffusers' ``set_shift``);
+                as in diffusers the end of the default grid still comes from the config's shift.
+                Applied exactly once to the sigma grid.
+            sample_shape: accepted for interface parity with multistep schedulers; unused.
+            sharding: if given, the state's arrays are placed replicated on its devices.
+
+        Returns:
+            FlowMatchEulerState with ``timesteps`` (N,) float32 and ``sigmas`` (N+1,) float32.
+
+        Raises:
+            InputError: bad ``num_inference_steps``/``sigmas``/``mu``/``shift``, or ``shift`` given
+                together with dynamic shifting.
+        """
+        c = self.config
+        if sample_shape is not None:
+            check_sample_shape(sample_shape)
+        if sigmas is not None:
+            sigmas = _check_sigmas(sigmas)
+            given = num_inference_steps
+            if given is not None and check_num_inference_steps(given) != len(sigmas):
+                raise InputError(
+                    f"num_inference_steps={num_inference_steps!r} but len(sigmas)={len(sigmas)}; "
+                    "they must agree (or pass num_inference_steps=None)."
+                )
+            num_inference_steps = len(sigmas)
+        n = check_num_inference_steps(num_inference_steps)
+        mu = check_mu(mu, c.use_dynamic_shifting)
+        if shift is None:
+            shift = c.shift
+        else:
+            if c.use_dynamic_shifting:
+                raise InputError(
+                    f"shift={shift!r} was given but the config uses dynamic shifting (mu); "
+                    "pass one or the other."
+                )
+            if not (is_number(shift) and shift > 0):
+                raise InputError(f"shift={shift!r} is not valid; it must be a number > 0.")
+            shift = float(shift)  # a Python float, so float32 sigmas stay float32 as in diffusers
+
+        # diffusers FlowMatchEulerDiscreteScheduler.set_timesteps, step by step (same dtypes).
+        num_train = c.num_train_timesteps
+        if sigmas is None:
+            sigma_max, sigma_min = self._train_sigma_range()
+            timesteps = np.linspace(sigma_max * num_train, sigma_min * num_train, n)
+            sigmas = timesteps / num_train
+        else:
+            sigmas = np.array(sigmas).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if c.use_dynamic_shifting:
+                sigmas = time_shift(c.time_shift_type, mu, 1.0, sigmas)
+            else:
+                sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
+            if c.shift_terminal:
+                sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
+        sigmas = np.asarray(sigmas).astype(np.float32)
+        timesteps = sigmas * np.float32(num_train)
+        sigmas = np.concatenate([sigmas, np.zeros(1, np.float32)])
+        if not np.all(np.isfinite(sigmas)):
+            raise InputError(
+                f"the schedule for num_inference_steps={n}, mu={mu!r}, shift={shift!r} has "
+                f"non-finite sigmas {sigmas.tolist()}."
+            )
+
+        state = FlowMatchEulerState(
+            timesteps=jnp.asarray(timesteps),
+            sigmas=jnp.asarray(sigmas),
+            step_index=jnp.zeros((), jnp.int32),
+        )
+        if sharding is not None:
+            state = jax.device_put(state, replicated_sharding(sharding))
+        return state
+
+    def scale_model_input(self, sample: jax.Array, timestep: Any = None) -> jax.Array:
+        """Identity (flow matching does not scale the model input); for interface parity."""
+        return sample
+
+    def step(
+        self, state: FlowMatchEulerState, model_output: jax.Array, sample: jax.Array
+    ) -> tuple[jax.Array, FlowMatchEulerState]:
+        """One Euler step ``x + (sigmas[i + 1] - sigmas[i]) * model_output``, i = step_index.
+
+        Pure and jittable; no Python branching on the step index. Computed in float32 (the sample
+        and the model output are upcast), returned in ``model_output.dtype`` like diffusers.
+        Elementwise, so any layout works.
+
+        Args:
+            state: from :meth:`set_timesteps` or the previous ``step``.
+            model_output: (...) the model's flow prediction at ``state.timesteps[i]``.
+            sample: (...) the current latents, same shape.
+
+        Returns:
+            ``(prev_sample, new_state)``; ``prev_sample`` is NaN if called more than N times.
+
+        Raises:
+            InputError: shapes differ or a dtype is not floating (checked at trace time).
+        """
+        check_step_inputs(model_output, sample)
+        i = state.step_index
+        n = state.num_inference_steps
+        dt = state.sigmas[i + 1] - state.sigmas[i]
+        prev = sample.astype(jnp.float32) + dt * model_output.astype(jnp.float32)
+        prev = jnp.where(i < n, prev, jnp.nan)
+        return prev.astype(model_output.dtype), dataclasses.replace(state, step_index=i + 1)
+
+
+def _check_sigmas(sigmas: Any) -> list[float]:
+    try:
+        values = [float(s) for s in sigmas]
+    except (TypeError, ValueError):
+        values = None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise InputError(
+            f"sigmas={sigmas!r} is not valid; it must be a non-empty sequence of finite numbers."
+        )
+    return list(sigmas)
+
