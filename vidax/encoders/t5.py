@@ -34,9 +34,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.placement import logical_placement
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 from vidax.weights.safetensors_io import CheckpointReader
 
@@ -58,7 +60,19 @@ _MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     ),
 }
 
-_COMPUTE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+
+#: Logical axes of the parameters (see :mod:`vidax.parallel.rules`): q/k/v and FFN-in
+#: column-parallel, ``o`` and ``wo`` row-parallel, the position-bias tables split by head, the
+#: token embedding split by vocabulary rows. Norm scales are replicated.
+T5_PARAM_AXES = (
+    (r"SelfAttention/(q|k|v)/kernel$", ("layers", "embed", "heads")),
+    (r"SelfAttention/o/kernel$", ("layers", "heads", "embed")),
+    (r"^encoder/block/.*relative_attention_bias/embedding$", ("layers", None, "heads")),
+    (r"^encoder/relative_attention_bias/embedding$", (None, "heads")),
+    (r"DenseReluDense/(wi|wi_0|wi_1)/kernel$", ("layers", "embed", "mlp")),
+    (r"DenseReluDense/wo/kernel$", ("layers", "mlp", "embed")),
+    (r"^shared/embedding$", ("vocab", "embed")),
+)
 
 
 # ----------------------------------------------------------------------------- config
@@ -445,7 +459,7 @@ class T5Encoder(nnx.Module):
         param_dtype: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
-        dtype = _compute_dtype(dtype)
+        dtype = compute_dtype(dtype, "T5 encoder")
         param_dtype = dtype if param_dtype is None else param_dtype
         rngs = nnx.Rngs(0) if rngs is None else rngs
         self.shared = nnx.Embed(
@@ -495,18 +509,6 @@ class T5Encoder(nnx.Module):
 # ----------------------------------------------------------------------------- loading
 
 
-def _compute_dtype(dtype: Any) -> jnp.dtype:
-    try:
-        d = jnp.dtype(dtype)
-    except TypeError:
-        d = None
-    if d not in _COMPUTE_DTYPES:
-        raise InputError(
-            f"dtype={dtype!r} is not supported by the T5 encoder; use jnp.float32 or jnp.bfloat16."
-        )
-    return d
-
-
 def t5_key_rules(config: T5EncoderConfig, keys: Any = ()) -> KeyRules:
     """Key mapping for a T5/UMT5 encoder checkpoint whose tensor names are ``keys``.
 
@@ -541,20 +543,23 @@ def t5_dtype_policy(dtype: Any = jnp.float32) -> DtypePolicy:
     Raises:
         InputError: ``dtype`` is not float32 or bfloat16.
     """
-    return DtypePolicy(param_dtype=_compute_dtype(dtype), keep_fp32=())
+    return DtypePolicy(param_dtype=compute_dtype(dtype, "T5 encoder"), keep_fp32=())
 
 
 def load_t5_encoder(
     path: str | os.PathLike,
     dtype: Any = jnp.float32,
     placement: Placement | None = None,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> T5Encoder:
     """Build the T5/UMT5 encoder of a ``text_encoder/`` folder and load its weights.
 
     Args:
         path: folder with ``config.json`` and ``model.safetensors`` (or shards + index).
         dtype: compute and storage dtype, ``jnp.float32`` or ``jnp.bfloat16``.
-        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device.
+        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
+            or with ``mesh`` the tensor-parallel layout of :data:`T5_PARAM_AXES`.
+        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
 
     Returns:
         The :class:`T5Encoder`, parameters placed.
@@ -568,7 +573,7 @@ def load_t5_encoder(
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ directory.")
-    dtype = _compute_dtype(dtype)
+    dtype = compute_dtype(dtype, "T5 encoder")
     config = T5EncoderConfig.from_json_file(os.path.join(path, "config.json"))
     reader = CheckpointReader(path)
     return load_module(
@@ -576,6 +581,6 @@ def load_t5_encoder(
         reader,
         t5_key_rules(config, reader.keys()),
         t5_dtype_policy(dtype),
-        placement=placement,
+        placement=placement or logical_placement(mesh, T5_PARAM_AXES),
         what=f"text_encoder ({config.model_type})",
     )

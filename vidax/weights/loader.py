@@ -40,6 +40,10 @@ from vidax.weights.safetensors_io import CheckpointReader
 
 Path = tuple[Any, ...]
 Placement = Callable[[Path, jax.ShapeDtypeStruct], jax.sharding.Sharding]
+#: ``(path, ShapeDtypeStruct, sharding, read_layer) -> value or None``: places one stacked
+#: parameter itself (``read_layer(i)`` is layer ``i`` on the host, in the target layout and
+#: dtype); None leaves it to the loader. See :func:`load_module`'s ``place_stacked``.
+StackedPlacement = Callable[[Path, jax.ShapeDtypeStruct, jax.sharding.Sharding, Callable[[int], np.ndarray]], Any]
 
 _WEIGHT_LEAVES = ("kernel", "scale", "embedding", "weight")
 _KERNEL_PERM = {2: (1, 0), 3: (2, 1, 0), 4: (2, 3, 1, 0), 5: (2, 3, 4, 1, 0)}
@@ -163,6 +167,7 @@ def load_module(
     policy: DtypePolicy = DtypePolicy(),
     placement: Placement | None = None,
     what: str = "model",
+    place_stacked: StackedPlacement | None = None,
 ) -> nnx.Module:
     """Build the module ``make()`` and fill every parameter from a safetensors checkpoint.
 
@@ -171,8 +176,12 @@ def load_module(
         source: a component folder (``transformer/``), a ``.safetensors`` file, or a reader.
         rules: the family's key mapping.
         policy: storage dtype per parameter.
-        placement: ``(path, ShapeDtypeStruct) -> Sharding``; default: the first device.
+        placement: ``(path, ShapeDtypeStruct) -> Sharding``; default: this process's first device.
         what: name used in error messages (``"transformer"``, ``"vae"``...).
+        place_stacked: optional hook for stacked parameters (e.g. blocks streamed from host
+            memory, :mod:`vidax.parallel.offload`): called with the parameter's path, storage
+            ``ShapeDtypeStruct``, ``placement`` sharding and a ``read_layer(i)`` function; its
+            non-None result becomes the parameter's value.
 
     Returns:
         The module with concrete parameters on their devices.
@@ -238,7 +247,7 @@ def load_module(
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
 
     if placement is None:
-        device = jax.devices()[0]
+        device = jax.local_devices()[0]  # this process's first device (multi-host safe)
         placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731
 
     filled: list[tuple[Path, Any]] = []
@@ -248,11 +257,16 @@ def load_module(
         dtype = policy.dtype_for(path) if _is_float(target.dtype) else target.dtype
         sds = jax.ShapeDtypeStruct(target.shape, dtype)
         sharding = placement(path, sds)
-        if path in stacks:
+        value = None
+        if path in stacks and place_stacked is not None:
+            keys = dict(entries)
+            value = place_stacked(path, sds, sharding, lambda i: _read_layer(reader, path, keys[i], sds.dtype))
+        if value is None and path in stacks:
             value = _place_stacked(reader, path, entries, sds, sharding)
-        else:
+        elif value is None:
             arr = _to_target_layout(reader.get(entries[0][1]), path)
             value = jax.device_put(np.asarray(arr, dtype=dtype), sharding)
+            reader.release(entries[0][1])
         filled.append((path, var.replace(value)))
     return nnx.merge(graphdef, nnx.from_flat_state(filled))
 
@@ -268,13 +282,28 @@ def _castable(src: np.dtype, dst) -> bool:
 
 
 def _place_stacked(reader, path, entries, sds, sharding):
-    buf = jax.jit(lambda: jnp.zeros(sds.shape, sds.dtype), out_shardings=sharding)()
+    if sharding.memory_kind != jax.local_devices()[0].default_memory().kind:
+        # Host memory (a staged component): assemble the stack on the host, place it once.
+        host = np.empty(sds.shape, sds.dtype)
+        for layer, key in entries:
+            host[layer] = _read_layer(reader, path, key, sds.dtype)
+        return jax.device_put(host, sharding)
+    buf = jnp.zeros(sds.shape, sds.dtype, device=sharding)  # jit-cached per (shape, dtype, sharding)
     layer_sharding = _drop_leading_axis(sharding)
     for layer, key in sorted(entries):
         arr = _to_target_layout(reader.get(key), path)
         x = jax.device_put(np.asarray(arr, dtype=sds.dtype), layer_sharding)
         buf = _set_layer(buf, x, layer)
+        reader.release(key)
     return buf
+
+
+def _read_layer(reader, path, key, dtype) -> np.ndarray:
+    """One layer of a stacked parameter as a host array in the target layout and ``dtype`` (a
+    copy, so the file's pages can be released at once)."""
+    arr = np.array(_to_target_layout(reader.get(key), path), dtype=dtype)
+    reader.release(key)
+    return arr
 
 
 _set_layer = jax.jit(

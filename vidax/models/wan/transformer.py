@@ -28,6 +28,7 @@ keys by rule.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -40,8 +41,13 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.rope import apply_rope, wan_rope
-from vidax.nn.attention import dot_product_attention
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.mesh import check_heads
+from vidax.parallel.offload import offload_loader
+from vidax.parallel.placement import logical_placement
+from vidax.parallel.rules import constrain
+from vidax.parallel.ulysses import attention as mesh_attention
+from vidax.parallel.ulysses import pad_tokens, padded_length
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 
 #: Regexes of the parameter paths kept float32: diffusers' ``_keep_in_fp32_modules`` matched, as
@@ -53,6 +59,21 @@ WAN_FP32_PARAMS = (r"(^|/)(time_embedder|scale_shift_table|norm1|norm2|norm3)(/|
 _IGNORED_KEY = "attn2.norm_added_q.weight"
 
 _F32 = jnp.float32
+
+#: Logical axes of the parameters (stacked blocks lead with ``layers``); see
+#: :mod:`vidax.parallel.rules`. q/k/v, the image k/v and FFN-in are column-parallel (output over
+#: ``heads`` / ``mlp``), attention-out and FFN-out row-parallel (input over ``heads`` / ``mlp``, bias
+#: replicated and added once after the reduction); the q/k RMS-norm weights follow the split
+#: activation. Everything else is replicated.
+WAN_PARAM_AXES = (
+    (r"^blocks/attn[12]/(to_q|to_k|to_v|add_k_proj|add_v_proj)/kernel$", ("layers", "embed", "heads")),
+    (r"^blocks/attn[12]/(to_q|to_k|to_v|add_k_proj|add_v_proj)/bias$", ("layers", "heads")),
+    (r"^blocks/attn[12]/(norm_q|norm_k|norm_added_k)/scale$", ("layers", "heads")),
+    (r"^blocks/attn[12]/to_out/0/kernel$", ("layers", "heads", "embed")),
+    (r"^blocks/ffn/net/0/proj/kernel$", ("layers", "embed", "mlp")),
+    (r"^blocks/ffn/net/0/proj/bias$", ("layers", "mlp")),
+    (r"^blocks/ffn/net/2/kernel$", ("layers", "mlp", "embed")),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,9 +314,10 @@ class WanAttention(nnx.Module):
     outputs are summed before ``to_out``.
     """
 
-    def __init__(self, dim, heads, eps, added_kv_proj_dim, attention, dtype, param_dtype, rngs):
+    def __init__(self, dim, heads, eps, added_kv_proj_dim, attention, dtype, param_dtype, rngs, mesh=None):
         self.heads = heads
         self.attention = attention
+        self.mesh = mesh
         self.to_q = _linear(dim, dim, dtype, param_dtype, rngs)
         self.to_k = _linear(dim, dim, dtype, param_dtype, rngs)
         self.to_v = _linear(dim, dim, dtype, param_dtype, rngs)
@@ -312,33 +334,39 @@ class WanAttention(nnx.Module):
     def _heads(self, x):
         return x.reshape(*x.shape[:2], self.heads, -1)
 
-    def __call__(self, x, context=None, rope=None, context_img=None):
+    def _proj(self, layer, x, seq_axis):
+        # Column-parallel projection: the output width (heads) is split over the tensor axis.
+        return constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
+
+    def __call__(self, x, context=None, rope=None, context_img=None, valid_length=None):
         kv = x if context is None else context
-        q = self._heads(self.norm_q(self.to_q(x)))
-        k = self._heads(self.norm_k(self.to_k(kv)))
-        v = self._heads(self.to_v(kv))
+        kv_axis = "seq" if context is None else "text_seq"
+        q = self._heads(self.norm_q(self._proj(self.to_q, x, "seq")))
+        k = self._heads(self.norm_k(self._proj(self.to_k, kv, kv_axis)))
+        v = self._heads(self._proj(self.to_v, kv, kv_axis))
         if rope is not None:
             q = apply_rope(q, *rope)
             k = apply_rope(k, *rope)
-        out = dot_product_attention(q, k, v, implementation=self.attention)
+        attend = dict(mesh=self.mesh, implementation=self.attention)
+        out = mesh_attention(q, k, v, self_attention=context is None, valid_length=valid_length, **attend)
         if context_img is not None and self.add_k_proj is not None:
-            k_img = self._heads(self.norm_added_k(self.add_k_proj(context_img)))
-            v_img = self._heads(self.add_v_proj(context_img))
-            out = out + dot_product_attention(q, k_img, v_img, implementation=self.attention)
+            k_img = self._heads(self.norm_added_k(self._proj(self.add_k_proj, context_img, "text_seq")))
+            v_img = self._heads(self._proj(self.add_v_proj, context_img, "text_seq"))
+            out = out + mesh_attention(q, k_img, v_img, self_attention=False, **attend)
         return self.to_out[0](out.reshape(*out.shape[:2], -1))
 
 
 class WanTransformerBlock(nnx.Module):
     """diffusers ``WanTransformerBlock``: modulated self-attention, cross-attention, modulated FFN."""
 
-    def __init__(self, cfg: WanTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs):
+    def __init__(self, cfg: WanTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         self.norm1 = _LayerNorm(d, cfg.eps, False)
-        self.attn1 = WanAttention(d, cfg.num_attention_heads, cfg.eps, None, attention, dtype, param_dtype, rngs)
+        self.attn1 = WanAttention(d, cfg.num_attention_heads, cfg.eps, None, attention, dtype, param_dtype, rngs, mesh)
         self.attn2 = WanAttention(
-            d, cfg.num_attention_heads, cfg.eps, cfg.added_kv_proj_dim, attention, dtype, param_dtype, rngs
+            d, cfg.num_attention_heads, cfg.eps, cfg.added_kv_proj_dim, attention, dtype, param_dtype, rngs, mesh
         )
         self.norm2 = _LayerNorm(d, cfg.eps, True) if cfg.cross_attn_norm else None
         self.ffn = FeedForward(d, cfg.ffn_dim, d, True, dtype, param_dtype, rngs)
@@ -347,7 +375,7 @@ class WanTransformerBlock(nnx.Module):
             jax.random.normal(rngs.params(), (1, 6, d), _F32) / math.sqrt(d)
         )
 
-    def __call__(self, x, context, mod, rope, context_img=None):
+    def __call__(self, x, context, mod, rope, context_img=None, valid_length=None):
         """One block.
 
         Args:
@@ -356,6 +384,8 @@ class WanTransformerBlock(nnx.Module):
             mod: time modulation ``(B, 1 or L, 6, D)`` in the compute dtype.
             rope: ``(cos, sin)`` each ``(L, K/2)`` float32.
             context_img: image context ``(B, L_img, D)`` or ``None``.
+            valid_length: tokens of ``x`` before it are real, the rest padding (masked as
+                self-attention keys); ``None``: all real.
 
         Returns:
             ``(B, L, D)`` in the residual dtype (``residual_dtype``, or the compute dtype).
@@ -365,7 +395,7 @@ class WanTransformerBlock(nnx.Module):
         shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = (e[:, :, i] for i in range(6))
 
         h = (self.norm1(x, _F32) * (1 + scale_msa) + shift_msa).astype(self.dtype)
-        a = self.attn1(h, rope=rope)
+        a = self.attn1(h, rope=rope, valid_length=valid_length)
         x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res_dtype)
 
         h = self.norm2(x, self.dtype) if self.norm2 is not None else x.astype(self.dtype)
@@ -375,6 +405,37 @@ class WanTransformerBlock(nnx.Module):
         h = (self.norm3(x, _F32) * (1 + c_scale) + c_shift).astype(self.dtype)
         f = self.ffn(h)
         return (x.astype(_F32) + f.astype(_F32) * c_gate).astype(res_dtype)
+
+
+_TOKENS = ("batch", "seq", "embed")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class WanBlockInputs:
+    """What the blocks and the head read besides the residual stream (from
+    :meth:`WanTransformer3DModel.embed`); a pytree whose array fields are traced.
+
+    Attributes:
+        context: text context ``(B, L_txt, D)`` (image tokens in front when the model has no
+            added k/v projections), compute dtype.
+        mod: time modulation ``(B, 1 or L', 6, D)``, compute dtype.
+        rope: ``(cos, sin)``, each ``(L', K/2)`` float32.
+        temb: time embedding ``(B, 1 or L', D)``, compute dtype (the head's modulation).
+        context_img: image context ``(B, L_img, D)`` or None.
+        valid_length: static; real tokens when ``L'`` is padded, else None.
+        n_tok: static; real video tokens ``L``.
+        grid: static; the token grid ``(T/p_t, H/p_h, W/p_w)``.
+    """
+
+    context: jax.Array
+    mod: jax.Array
+    rope: tuple
+    temb: jax.Array
+    context_img: jax.Array | None
+    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
+    n_tok: int = dataclasses.field(metadata=dict(static=True))
+    grid: tuple = dataclasses.field(metadata=dict(static=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,6 +454,12 @@ class WanTransformer3DModel(nnx.Module):
             (diffusers' behaviour in bf16). See the module docstring.
         attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
         rngs: initialisation randomness (unused when built by the loader).
+        mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`) or None (single device):
+            batch over ``data``, Megatron tensor parallelism over ``tensor``, Ulysses sequence
+            parallelism over ``sequence`` (tokens padded to a multiple of it and masked).
+
+    Raises:
+        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
 
     Call ``model(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)``
     (see :meth:`__call__`).
@@ -407,9 +474,12 @@ class WanTransformer3DModel(nnx.Module):
         residual_dtype: Any = _F32,
         attention: str = "auto",
         rngs: nnx.Rngs,
+        mesh: jax.sharding.Mesh | None = None,
     ):
         cfg = config
+        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
         self.config = cfg
+        self.mesh = mesh
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         d = cfg.inner_dim
@@ -417,7 +487,7 @@ class WanTransformer3DModel(nnx.Module):
         self.patch_embedding = PatchEmbedding(p, cfg.in_channels, d, dtype, param_dtype, rngs)
         self.condition_embedder = WanTimeTextImageEmbedding(cfg, dtype, param_dtype, rngs)
         self.blocks = stacked(
-            lambda r: WanTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r),
+            lambda r: WanTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
             cfg.num_layers,
             rngs,
         )
@@ -452,10 +522,31 @@ class WanTransformer3DModel(nnx.Module):
         Raises:
             InputError: shapes that do not fit the config.
         """
+        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)
+        return self.head(self.run_blocks(x, inputs), inputs)
+
+    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
+    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
+
+    def embed(
+        self,
+        hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_hidden_states: jax.Array,
+        encoder_hidden_states_image: jax.Array | None = None,
+    ) -> tuple[jax.Array, "WanBlockInputs"]:
+        """Everything before the blocks: patch embedding, time / text / image embeddings, RoPE.
+
+        Arguments as :meth:`__call__`. Returns the residual stream ``(B, L', D)`` in the residual
+        dtype (``L'``: the video tokens padded to a multiple of the mesh's ``sequence`` axis) and
+        the :class:`WanBlockInputs` every block and :meth:`head` read.
+
+        Raises:
+            InputError: shapes that do not fit the config.
+        """
         cfg = self.config
         grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)
         b = hidden_states.shape[0]
-        p = tuple(cfg.patch_size)
 
         rope = wan_rope(cfg.attention_head_dim, grid, cfg.rope_max_seq_len)
         x = self.patch_embedding(hidden_states)  # (B, L, D)
@@ -463,6 +554,15 @@ class WanTransformer3DModel(nnx.Module):
         ts = timestep.reshape(b, -1)  # (B, 1) or (B, L)
         temb, mod = self.condition_embedder.time(ts, self.dtype)  # (B, S, D), (B, S, 6, D)
         context = self.condition_embedder.text_embedder(encoder_hidden_states.astype(self.dtype))
+        # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
+        # sequence axis; the padded keys are masked, the padded outputs dropped in head().
+        n_tok = x.shape[1]
+        length = padded_length(n_tok, self.mesh)
+        valid_length = n_tok if length != n_tok else None
+        x = pad_tokens(x, length)
+        rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
+        if mod.shape[1] > 1:
+            mod = pad_tokens(mod, length)
         context_img = None
         if encoder_hidden_states_image is not None:
             context_img = self.condition_embedder.image_embedder(encoder_hidden_states_image)
@@ -471,16 +571,30 @@ class WanTransformer3DModel(nnx.Module):
                 context = jnp.concatenate([context_img, context], axis=1)
                 context_img = None
 
-        x = x.astype(self.residual_dtype or self.dtype)
-        x = scan_layers(
-            self.blocks, x, lambda block, h: block(h, context, mod, rope, context_img)
+        x = constrain(x.astype(self.residual_dtype or self.dtype), _TOKENS, self.mesh)
+        return x, WanBlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid)
+
+    def run_blocks(self, x: jax.Array, inputs: "WanBlockInputs", blocks: nnx.Module | None = None) -> jax.Array:
+        """The stacked blocks (default ``self.blocks``; or any run of consecutive layers of the
+        same structure, as the offload runner passes them) over the residual stream ``x``
+        ``(B, L', D)``, with one scan. Returns ``(B, L', D)`` in the residual dtype."""
+        blocks = self.blocks if blocks is None else blocks
+        i = inputs
+        return scan_layers(
+            blocks, x,
+            lambda block, h: constrain(block(h, i.context, i.mod, i.rope, i.context_img, i.valid_length),
+                                       _TOKENS, self.mesh),
         )
 
-        e = self.scale_shift_table[...].astype(_F32)[None] + temb.astype(_F32)[:, :, None]  # (B, S, 2, D)
+    def head(self, x: jax.Array, inputs: "WanBlockInputs") -> jax.Array:
+        """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``,
+        unpatchify. ``x`` ``(B, L', D)`` -> ``(B, T, H, W, C_out)`` in the compute dtype."""
+        x = x[:, : inputs.n_tok]
+        e = self.scale_shift_table[...].astype(_F32)[None] + inputs.temb.astype(_F32)[:, :, None]  # (B, S, 2, D)
         shift, scale = e[:, :, 0], e[:, :, 1]
         x = (self.norm_out(x, _F32) * (1 + scale) + shift).astype(self.dtype)
         x = self.proj_out(x)
-        return unpatchify(x, grid, p)
+        return unpatchify(x, inputs.grid, tuple(self.config.patch_size))
 
     def _check_inputs(self, x, timestep, text, image) -> tuple[int, int, int]:
         cfg = self.config
@@ -564,6 +678,8 @@ def load_wan_transformer(
     *,
     residual_dtype: Any = jnp.float32,
     attention: str = "auto",
+    mesh: jax.sharding.Mesh | None = None,
+    offload: Any = None,
 ) -> WanTransformer3DModel:
     """Load a diffusers ``WanTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -573,7 +689,14 @@ def load_wan_transformer(
             the reference's fp32 modules stay float32 (:func:`wan_transformer_policy`).
         placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
         residual_dtype: see :class:`WanTransformer3DModel`.
-        attention: attention implementation (``"auto"``, ``"xla"``, ``"blockwise"``).
+        attention: attention implementation (see :func:`vidax.nn.attention.dot_product_attention`).
+        mesh: run on this ``(data, tensor, sequence)`` mesh; the parameters are placed straight
+            into their shards (:data:`WAN_PARAM_AXES`) unless ``placement`` is given.
+        offload: ``OffloadConfig`` / chunk size (:func:`vidax.parallel.offload.resolve_offload`):
+            when it streams blocks, the stacked blocks go straight from the files into host
+            memory chunks (each with its device sharding) and the model holds placeholders;
+            run it with :class:`vidax.parallel.offload.ChunkedStep` or
+            :func:`vidax.parallel.offload.streamed_call`.
 
     Returns:
         The model with its parameters placed.
@@ -581,7 +704,7 @@ def load_wan_transformer(
     Raises:
         ConfigError: ``config.json`` missing or asking for something not implemented.
         CheckpointError: tensors missing, unexpected or mis-shaped.
-        InputError: ``dtype`` is not a floating dtype.
+        InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
     """
     try:
         ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
@@ -595,9 +718,13 @@ def load_wan_transformer(
     def make():
         return WanTransformer3DModel(
             config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
-            attention=attention, rngs=nnx.Rngs(0),
+            attention=attention, rngs=nnx.Rngs(0), mesh=mesh,
         )
 
-    return load_module(
-        make, path, wan_key_rules(config), wan_transformer_policy(dtype), placement, what="transformer"
+    placement = placement or logical_placement(mesh, WAN_PARAM_AXES)
+    stream = offload_loader(offload)
+    module = load_module(
+        make, path, wan_key_rules(config), wan_transformer_policy(dtype), placement, what="transformer",
+        place_stacked=stream,
     )
+    return module if stream is None else stream.attach(module)

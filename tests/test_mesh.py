@@ -1,0 +1,144 @@
+"""vidax.parallel: mesh construction and validation, the logical-axis rule table, placement plans,
+and ``vidax inspect --mesh`` (8 fake CPU devices)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import AxisType, PartitionSpec
+from typer.testing import CliRunner
+
+from vidax.cli import app
+from vidax.default_checkpoint import default_checkpoint
+from vidax.errors import InputError
+from vidax.parallel import rules
+from vidax.parallel.mesh import (
+    check_heads,
+    describe_mesh,
+    make_mesh,
+    mesh_from_sizes,
+    mesh_sizes,
+    parse_mesh_sizes,
+    resolve_mesh,
+    valid_factorizations,
+)
+from vidax.parallel.placement import logical_placement, param_axes, param_spec
+
+
+def test_eight_fake_devices():
+    assert jax.device_count() == 8  # tests/conftest.py sets XLA_FLAGS
+
+
+def test_make_mesh():
+    mesh = make_mesh(2, 2, 2)
+    assert mesh.axis_names == ("data", "tensor", "sequence")
+    assert dict(mesh.shape) == {"data": 2, "tensor": 2, "sequence": 2}
+    assert mesh.axis_types == (AxisType.Auto,) * 3  # not the Explicit default of jax.make_mesh
+    assert mesh_sizes(mesh) == (2, 2, 2) and mesh_sizes(None) == (1, 1, 1)
+    assert describe_mesh(mesh) == "mesh: data=2 x tensor=2 x sequence=2 over 8 cpu devices in 1 process(es)"
+    sub = make_mesh(1, 2, 2, devices=jax.devices()[:4])
+    assert sub.devices.size == 4
+
+
+def test_valid_factorizations():
+    f = valid_factorizations(8)
+    assert len(f) == 10 and all(np.prod(t) == 8 for t in f) and len(set(f)) == 10
+    assert (1, 2, 4) in f and (8, 1, 1) in f
+    assert valid_factorizations(1) == [(1, 1, 1)]
+
+
+def test_bad_mesh_lists_valid_factorizations():
+    with pytest.raises(InputError) as e:
+        make_mesh(3, 1, 1)
+    msg = str(e.value)
+    assert "mesh dp=3 x tp=1 x sp=1 = 3 devices, but there are 8" in msg
+    assert "valid (dp, tp, sp) for 8 devices: (1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4)" in msg
+    with pytest.raises(InputError, match="tp=0 must be a positive int"):
+        make_mesh(1, 0, 8)
+
+
+def test_resolve_mesh_forms():
+    assert resolve_mesh(None) is None
+    mesh = make_mesh(2, 2, 2)
+    assert resolve_mesh(mesh) is mesh
+    for form in ("2x2x2", "dp=2,tp=2,sp=2", {"dp": 2, "tp": 2, "sp": 2}, (2, 2, 2)):
+        assert mesh_sizes(resolve_mesh(form)) == (2, 2, 2), form
+    assert parse_mesh_sizes("sp=8") == {"dp": 1, "tp": 1, "sp": 8}
+    for bad in ("2x2", "dp=2;tp=4", "", "pp=2"):
+        with pytest.raises(InputError, match="is not a mesh description"):
+            parse_mesh_sizes(bad)
+    with pytest.raises(InputError, match=r"unknown keys \['pp'\]"):
+        resolve_mesh({"pp": 8})
+    with pytest.raises(InputError, match="is not valid"):
+        resolve_mesh(8)
+
+
+def test_mesh_from_sizes_fills_data():
+    assert mesh_from_sizes(None, None, None) is None
+    assert mesh_sizes(mesh_from_sizes(None, 2, None)) == (4, 2, 1)
+    assert mesh_sizes(mesh_from_sizes(None, None, None, always=True)) == (8, 1, 1)
+    with pytest.raises(InputError, match="tp=3 x sp=1 does not divide the 8 devices"):
+        mesh_from_sizes(None, 3, None)
+    with pytest.raises(InputError, match="= 4 devices, but there are 8"):
+        mesh_from_sizes(2, 2, None)
+
+
+def test_check_heads():
+    check_heads(make_mesh(1, 2, 4), 40, "x")  # Wan 14B: 40 heads on tp=2 x sp=4
+    with pytest.raises(InputError) as e:
+        check_heads(make_mesh(1, 2, 4), 12, "WanTransformer3DModel")
+    msg = str(e.value)
+    assert "WanTransformer3DModel: 12 attention heads do not split over tensor x sequence = 2 x 4 = 8" in msg
+    assert "Valid (tp, sp) on 8 devices: (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1)" in msg
+
+
+def test_logical_rules():
+    mesh = make_mesh(2, 2, 2)
+    assert rules.logical_spec(("batch", "seq", "heads", "kv")) == PartitionSpec("data", "sequence", "tensor")
+    assert rules.logical_spec(("embed", "mlp"), mesh, (8, 6)) == PartitionSpec(None, "tensor")
+    # Dimensions that do not divide, and mesh axes of size 1, are replicated.
+    assert rules.logical_spec(("batch", "seq", "embed"), mesh, (3, 8, 4)) == PartitionSpec(None, "sequence")
+    assert rules.logical_spec(("batch", "heads"), make_mesh(8, 1, 1), (8, 4)) == PartitionSpec("data")
+    with pytest.raises(InputError, match="logical axis 'width' is not in the rule table"):
+        rules.logical_spec(("batch", "width"))
+    with pytest.raises(InputError, match="rank differs"):
+        rules.logical_spec(("batch",), mesh, (2, 3))
+    x = jax.numpy.zeros((4, 8, 6))
+    assert rules.constrain(x, ("batch", "seq", "embed"), None) is x
+    y = jax.jit(lambda a: rules.constrain(a, ("batch", "seq", "embed"), mesh))(x)
+    assert y.sharding.spec == PartitionSpec("data", "sequence")
+
+
+def test_placement_from_param_axes():
+    mesh = make_mesh(1, 2, 4)
+    table = (
+        (r"^blocks/attn1/to_q/kernel$", ("layers", "embed", "heads")),
+        (r"^blocks/ffn/kernel$", ("layers", "mlp", "embed")),
+    )
+    assert param_axes(("blocks", "attn1", "to_q", "kernel"), 3, table) == ("layers", "embed", "heads")
+    assert param_axes("blocks/norm/scale", 1, table) is None
+    with pytest.raises(InputError, match="has rank 2 but its placement rule"):
+        param_axes("blocks/ffn/kernel", 2, table)
+    place = logical_placement(mesh, table)
+    sds = jax.ShapeDtypeStruct((2, 8, 8), np.float32)
+    assert place(("blocks", "attn1", "to_q", "kernel"), sds).spec == PartitionSpec(None, None, "tensor")
+    assert place(("blocks", "ffn", "kernel"), sds).spec == PartitionSpec(None, "tensor")
+    assert place(("other",), sds).spec == PartitionSpec()
+    assert param_spec("blocks/ffn/kernel", (2, 7, 8), table, mesh) == PartitionSpec()  # 7 % 2
+    assert logical_placement(None, table) is None
+
+
+def test_inspect_mesh_plan(tmp_path_factory):
+    ckpt = default_checkpoint(str(tmp_path_factory.mktemp("cache")))
+    r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "1x2x2"])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "mesh (planned): data=1 x tensor=2 x sequence=2 = 4 devices" in out
+    assert "transformer: 0.6 MiB of parameters, 0.4 MiB per device (21 of 42 tensors sharded)" in out
+    assert "largest replicated: condition_embedder/time_proj/kernel (64, 384)" in out
+    assert "NOT RUNNABLE" not in out
+    r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "dp=1,tp=1,sp=8"])
+    assert "NOT RUNNABLE: transformer/config.json: 4 attention heads do not split" in r.stdout
+    r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "2by2"])
+    assert r.exit_code == 2 and "is not a mesh description" in r.stderr

@@ -1,0 +1,210 @@
+"""The device mesh: ``(data, tensor, sequence)`` axes over every device of every process.
+
+* ``data``: batch elements (and the cond / uncond halves of classifier-free guidance).
+* ``tensor``: Megatron-style 1-D tensor parallelism (heads and FFN hidden units).
+* ``sequence``: DeepSpeed-Ulysses sequence parallelism (video tokens).
+
+Model code never names these axes: it names logical axes (``batch``, ``seq``, ``heads``...) and
+:mod:`vidax.parallel.rules` maps them here. ``mesh=None`` everywhere means the single-device path.
+
+The axes are ``AxisType.Auto`` (GSPMD propagation between explicit sharding constraints and
+``shard_map`` regions); recent JAX makes ``jax.make_mesh`` default to ``Explicit`` axes, so the
+type is always passed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+from vidax.errors import InputError
+
+#: Mesh axis names, in mesh order.
+DATA, TENSOR, SEQUENCE = "data", "tensor", "sequence"
+MESH_AXES = (DATA, TENSOR, SEQUENCE)
+#: Short names of the axis sizes (CLI flags ``--dp --tp --sp``, ``mesh="dp=2,tp=2,sp=2"``).
+SIZE_NAMES = ("dp", "tp", "sp")
+_MAX_LISTED = 40
+
+
+def valid_factorizations(n: int) -> list[tuple[int, int, int]]:
+    """Every ``(dp, tp, sp)`` of positive ints with ``dp * tp * sp == n``, sorted."""
+    out = []
+    for dp in range(1, n + 1):
+        if n % dp:
+            continue
+        for tp in range(1, n // dp + 1):
+            if (n // dp) % tp == 0:
+                out.append((dp, tp, n // dp // tp))
+    return out
+
+
+def _format_triples(triples: Sequence[tuple[int, ...]]) -> str:
+    shown = ", ".join("(" + ", ".join(map(str, t)) + ")" for t in triples[:_MAX_LISTED])
+    return shown + (f", ... ({len(triples)} in all)" if len(triples) > _MAX_LISTED else "")
+
+
+def make_mesh(
+    dp: int = 1,
+    tp: int = 1,
+    sp: int = 1,
+    *,
+    devices: Sequence[Any] | None = None,
+) -> Mesh:
+    """A ``(data, tensor, sequence)`` mesh of sizes ``(dp, tp, sp)`` over ``devices``.
+
+    Args:
+        dp, tp, sp: axis sizes, positive ints whose product is the number of devices.
+        devices: the devices to use, in mesh order; default ``jax.devices()`` (all processes),
+            laid out by ``jax.make_mesh`` (which follows the physical topology on TPU / GPU).
+
+    Returns:
+        A :class:`jax.sharding.Mesh` with ``AxisType.Auto`` axes.
+
+    Raises:
+        InputError: a size is not a positive int, or ``dp * tp * sp`` differs from the device
+            count (the message lists every valid ``(dp, tp, sp)``).
+    """
+    sizes = (dp, tp, sp)
+    for name, value in zip(SIZE_NAMES, sizes):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InputError(f"make_mesh: {name}={value!r} must be a positive int.")
+    sizes = tuple(int(s) for s in sizes)
+    n = len(devices) if devices is not None else jax.device_count()
+    if math.prod(sizes) != n:
+        raise InputError(
+            f"mesh dp={sizes[0]} x tp={sizes[1]} x sp={sizes[2]} = {math.prod(sizes)} devices, but "
+            f"there are {n}; valid (dp, tp, sp) for {n} devices: {_format_triples(valid_factorizations(n))}."
+        )
+    types = (AxisType.Auto,) * 3
+    if devices is None:
+        return jax.make_mesh(sizes, MESH_AXES, axis_types=types)
+    return Mesh(np.asarray(devices, dtype=object).reshape(sizes), MESH_AXES, axis_types=types)
+
+
+def parse_mesh_sizes(text: str) -> dict[str, int]:
+    """``"2x2x2"`` or ``"dp=2,tp=1,sp=4"`` (any subset, missing sizes 1) -> ``{"dp":.., "tp":.., "sp":..}``.
+
+    Raises:
+        InputError: another form.
+    """
+    s = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+x\d+x\d+", s):
+        return dict(zip(SIZE_NAMES, (int(v) for v in s.split("x"))))
+    out = {k: 1 for k in SIZE_NAMES}
+    parts = [p for p in s.split(",") if p]
+    for part in parts:
+        m = re.fullmatch(r"(dp|tp|sp)=(\d+)", part)
+        if not m:
+            out = None
+            break
+        out[m.group(1)] = int(m.group(2))
+    if not parts or out is None:
+        raise InputError(
+            f"mesh={text!r} is not a mesh description; use 'DPxTPxSP' (e.g. '2x2x2') or "
+            "'dp=2,tp=2,sp=2' (missing sizes are 1)."
+        )
+    return out
+
+
+def resolve_mesh(mesh: Any) -> Mesh | None:
+    """Normalise the ``mesh=`` argument of the public API.
+
+    Accepts ``None`` (single device), a :class:`~jax.sharding.Mesh` (used as is), a string
+    (:func:`parse_mesh_sizes`), a mapping with keys among ``dp``/``tp``/``sp`` or a
+    ``(dp, tp, sp)`` sequence.
+
+    Raises:
+        InputError: anything else, or sizes that do not multiply to the device count.
+    """
+    if mesh is None or isinstance(mesh, Mesh):
+        return mesh
+    if isinstance(mesh, str):
+        return make_mesh(**parse_mesh_sizes(mesh))
+    if isinstance(mesh, Mapping):
+        unknown = set(mesh) - set(SIZE_NAMES)
+        if unknown:
+            raise InputError(f"mesh={dict(mesh)!r}: unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}.")
+        return make_mesh(**mesh)
+    if isinstance(mesh, (tuple, list)) and len(mesh) == 3:
+        return make_mesh(*mesh)
+    raise InputError(
+        f"mesh={mesh!r} is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
+        "'dp=..,tp=..,sp=..', a dict or a (dp, tp, sp) tuple."
+    )
+
+
+def axis_size(mesh: Mesh | None, axis: str) -> int:
+    """Size of mesh axis ``axis``; 1 when ``mesh`` is None or has no such axis."""
+    if mesh is None or axis not in mesh.axis_names:
+        return 1
+    return int(mesh.shape[axis])
+
+
+def mesh_sizes(mesh: Mesh | None) -> tuple[int, int, int]:
+    """``(dp, tp, sp)`` of ``mesh`` (``(1, 1, 1)`` for None)."""
+    return tuple(axis_size(mesh, a) for a in MESH_AXES)
+
+
+def describe_mesh(mesh: Mesh | None) -> str:
+    """One line: axis sizes, device count and kind, process count."""
+    if mesh is None:
+        return "mesh: none (single device)"
+    dp, tp, sp = mesh_sizes(mesh)
+    devs = mesh.devices.flat
+    first = next(iter(devs))
+    n_proc = len({d.process_index for d in mesh.devices.flat})
+    return (
+        f"mesh: data={dp} x tensor={tp} x sequence={sp} over {mesh.devices.size} "
+        f"{first.platform} devices in {n_proc} process(es)"
+    )
+
+
+def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
+    """Raise unless ``heads`` splits evenly over ``tensor x sequence`` (TP shards heads, Ulysses
+    re-shards the TP-local heads over ``sequence``).
+
+    Raises:
+        InputError: naming ``what``, the mesh sizes and the valid ``(tp, sp)`` for this device count.
+    """
+    if mesh is None:
+        return
+    dp, tp, sp = mesh_sizes(mesh)
+    if heads % (tp * sp) == 0:
+        return
+    n = dp * tp * sp
+    valid = [(t, s) for _, t, s in valid_factorizations(n) if heads % (t * s) == 0]
+    valid = sorted(set(valid))
+    raise InputError(
+        f"{what}: {heads} attention heads do not split over tensor x sequence = {tp} x {sp} = "
+        f"{tp * sp} (mesh dp={dp}, tp={tp}, sp={sp}); heads % (tp * sp) must be 0. Valid (tp, sp) "
+        f"on {n} devices: {_format_triples(valid)} (dp = {n} / (tp * sp))."
+    )
+
+
+def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: bool = False) -> Mesh | None:
+    """The mesh of the CLI flags ``--dp --tp --sp``.
+
+    None when no size is given (and not ``always``): the single-device path. Otherwise ``tp``
+    and ``sp`` default to 1 and ``dp`` to the devices left over (``device_count / (tp * sp)``).
+
+    Raises:
+        InputError: sizes that do not fit the device count (listing the valid ones).
+    """
+    if dp is None and tp is None and sp is None and not always:
+        return None
+    tp, sp = tp or 1, sp or 1
+    if dp is None:
+        n = jax.device_count()
+        dp = n // (tp * sp) if n % (tp * sp) == 0 else 0
+        if dp == 0:
+            raise InputError(
+                f"tp={tp} x sp={sp} does not divide the {n} devices; valid (dp, tp, sp) for {n} "
+                f"devices: {_format_triples(valid_factorizations(n))}."
+            )
+    return make_mesh(dp, tp, sp)

@@ -1,0 +1,63 @@
+"""Data parallelism of a denoising step: its inputs placed on the mesh, its outputs kept there.
+
+:func:`shard_step` is what :func:`vidax.pipelines.sampling.run_denoising_loop` calls when a
+pipeline runs on a mesh: the latents and every batched argument (text embeddings of the
+cond / uncond pair...) are split over ``data`` along their leading batch axis, scalars and the
+scheduler's tables are replicated, and the step is re-jitted with its output shardings equal to
+its input shardings, so the donated latents buffer is reused and no step recompiles. The model
+inside shards its own activations (tensor / sequence parallelism).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from vidax.parallel.distributed import put
+from vidax.parallel.rules import logical_sharding, replicated
+
+
+def batch_sharding(mesh: Mesh, shape: tuple[int, ...]) -> jax.sharding.NamedSharding:
+    """Leading axis over ``data`` when it divides, everything else replicated."""
+    if len(shape) == 0:
+        return replicated(mesh)
+    return logical_sharding(mesh, ("batch",) + (None,) * (len(shape) - 1), shape)
+
+
+def shard_step(
+    step: Callable, latents: jax.Array, state: Any, args: tuple, mesh: Mesh
+) -> tuple[Callable, jax.Array, Any, tuple]:
+    """Place ``step(params, latents, state, *args)``'s inputs on ``mesh`` and pin its outputs.
+
+    Args:
+        step: the pipeline's jitted step (``donate_argnums=(1,)``), or a
+            :class:`~vidax.parallel.offload.ChunkedStep` (its outputs are pinned the same way).
+        latents: ``(B, ...)`` latents.
+        state: scheduler state pytree; leaves shaped like ``latents`` (multistep history) are
+            batch-split like it, the rest replicated.
+        args: further step arguments (pytrees); array leaves batch-split on their leading axis
+            when it divides by ``data``, scalars replicated, other leaves passed through.
+        mesh: the mesh.
+
+    Returns:
+        ``(step, latents, state, args)`` to run in its place.
+    """
+    lat_sh = batch_sharding(mesh, latents.shape)
+    latents = put(latents, lat_sh)
+
+    def place_state(a):
+        return put(a, lat_sh if tuple(getattr(a, "shape", ())) == tuple(latents.shape) else replicated(mesh))
+
+    state = jax.tree.map(place_state, state)
+    args = jax.tree.map(
+        lambda a: put(a, batch_sharding(mesh, a.shape)) if isinstance(a, (jax.Array, np.ndarray)) else a,
+        tuple(args),
+    )
+    state_sh = jax.tree.map(lambda a: a.sharding, state)
+    if hasattr(step, "with_out_shardings"):  # a streamed step (vidax.parallel.offload.ChunkedStep)
+        return step.with_out_shardings((lat_sh, state_sh)), latents, state, args
+    sharded = jax.jit(step, out_shardings=(lat_sh, state_sh), donate_argnums=(1,))
+    return sharded, latents, state, args

@@ -1,0 +1,183 @@
+"""Attention on the mesh: DeepSpeed-Ulysses sequence parallelism and tensor-parallel heads.
+
+Tokens ``(B, L, N, K)`` arrive split over ``data`` (batch), ``sequence`` (tokens) and ``tensor``
+(heads). Inside one ``shard_map`` per attention call:
+
+* self-attention (:func:`ulysses_attention`): an all-to-all over ``sequence`` turns the local
+  ``(B/dp, L/sp, N/tp, K)`` q, k, v into ``(B/dp, L, N/(tp·sp), K)``, each device attends over
+  the whole sequence for its heads, and the inverse all-to-all restores the token split.
+  Requires ``N % (tp·sp) == 0`` and ``L % sp == 0`` (models pad with :func:`pad_tokens`; the
+  padded keys are masked with segment ids via ``valid_length``).
+* cross-attention (:func:`local_attention`): queries stay token-split, the short context
+  (text / image tokens) is whole on every device, so attention is local; no communication.
+
+Every attention kernel (Pallas included) therefore runs inside its own ``shard_map`` on local
+shards, as a partitioned program needs. Which single-device implementation runs is
+:func:`vidax.nn.attention.dot_product_attention`'s choice (``implementation``), made on the
+local shapes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec
+
+from vidax.errors import InputError
+from vidax.nn.attention import DEFAULT_BLOCK_SIZE, SegmentIds, dot_product_attention
+from vidax.parallel.mesh import SEQUENCE, axis_size
+from vidax.parallel.rules import logical_spec
+
+_TOKENS = ("batch", "seq", "heads", "kv")
+_CONTEXT = ("batch", "text_seq", "heads", "kv")
+
+
+def padded_length(length: int, mesh: Mesh | None) -> int:
+    """``length`` rounded up to a multiple of the mesh's ``sequence`` size."""
+    sp = axis_size(mesh, SEQUENCE)
+    return -(-length // sp) * sp
+
+
+def pad_tokens(x: jax.Array, length: int, axis: int = 1) -> jax.Array:
+    """Zero-pad ``x`` along ``axis`` to ``length`` (no-op when already that long)."""
+    extra = length - x.shape[axis]
+    if extra == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths)
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mesh: Mesh | None,
+    *,
+    self_attention: bool,
+    valid_length: int | None = None,
+    implementation: str = "auto",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    interpret: bool = False,
+) -> jax.Array:
+    """Attention of a model that may run on a mesh: the one entry point model code calls.
+
+    Args:
+        q: ``(B, Lq, N, K)`` queries (video tokens).
+        k, v: ``(B, Lk, N, K)``: the same tokens (``self_attention``) or a context.
+        mesh: the ``(data, tensor, sequence)`` mesh, or None for the single-device path.
+        self_attention: True: keys are the (token-split) video tokens -> Ulysses; False: keys
+            are a context held whole on every device -> local attention.
+        valid_length: tokens before it are real, the rest padding (self-attention only):
+            padded keys are masked.
+        implementation, block_size, interpret: see :func:`vidax.nn.attention.dot_product_attention`.
+
+    Returns:
+        ``(B, Lq, N, K)`` in ``q.dtype``.
+    """
+    kw = dict(implementation=implementation, block_size=block_size, interpret=interpret)
+    if mesh is None:
+        seg = None
+        if self_attention and valid_length is not None and valid_length < k.shape[1]:
+            seg = SegmentIds.for_padding(q.shape[0], q.shape[1], k.shape[1], valid_length, valid_length)
+        return dot_product_attention(q, k, v, segment_ids=seg, **kw)
+    if self_attention:
+        return ulysses_attention(q, k, v, mesh, valid_length=valid_length, **kw)
+    return local_attention(q, k, v, mesh, **kw)
+
+
+def ulysses_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mesh: Mesh,
+    *,
+    valid_length: int | None = None,
+    implementation: str = "auto",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    interpret: bool = False,
+) -> jax.Array:
+    """Sequence-parallel self-attention (DeepSpeed-Ulysses) of token-split q, k, v.
+
+    Args:
+        q, k, v: ``(B, L, N, K)`` global arrays (any sharding; they are resharded to batch over
+            ``data``, tokens over ``sequence``, heads over ``tensor``).
+        mesh: the mesh.
+        valid_length: real tokens (the rest is padding, masked as keys); None = all real.
+        implementation, block_size, interpret: of the local attention.
+
+    Returns:
+        ``(B, L, N, K)``, sharded like the input spec.
+
+    Raises:
+        InputError: ``L`` not divisible by ``sequence``, or ``N`` by ``tensor x sequence``.
+    """
+    sp = axis_size(mesh, SEQUENCE)
+    b, length, heads, _ = q.shape
+    spec = logical_spec(_TOKENS, mesh, q.shape)
+    if length % sp:
+        raise InputError(
+            f"ulysses_attention: {length} tokens do not split over sequence={sp}; pad them first "
+            "(vidax.parallel.ulysses.pad_tokens to padded_length) and pass valid_length."
+        )
+    local_heads = heads // axis_size(mesh, spec[2]) if len(spec) > 2 and spec[2] else heads
+    if local_heads % sp:
+        raise InputError(
+            f"ulysses_attention: {heads} heads ({local_heads} per tensor shard) do not split over "
+            f"sequence={sp}; heads must divide by tensor x sequence."
+        )
+    mask = valid_length is not None and valid_length < length
+
+    def body(q, k, v):
+        if sp > 1:  # (b, L/sp, n, K) -> (b, L, n/sp, K)
+            q, k, v = (jax.lax.all_to_all(t, SEQUENCE, 2, 1, tiled=True) for t in (q, k, v))
+        seg = None
+        if mask:
+            seg = SegmentIds.for_padding(q.shape[0], length, length, valid_length, valid_length)
+        out = dot_product_attention(
+            q, k, v, segment_ids=seg, implementation=implementation, block_size=block_size,
+            interpret=interpret,
+        )
+        if sp > 1:  # back to (b, L/sp, n, K)
+            out = jax.lax.all_to_all(out, SEQUENCE, 1, 2, tiled=True)
+        return out
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    return fn(q, k, v)
+
+
+def local_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mesh: Mesh,
+    *,
+    implementation: str = "auto",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    interpret: bool = False,
+) -> jax.Array:
+    """Cross-attention of token-split queries to a context held whole on every device.
+
+    Args:
+        q: ``(B, Lq, N, K)`` (batch over ``data``, tokens over ``sequence``, heads over ``tensor``).
+        k, v: ``(B, Lk, N, K)`` context (batch over ``data``, heads over ``tensor``, tokens whole).
+        mesh: the mesh.
+        implementation, block_size, interpret: of the local attention.
+
+    Returns:
+        ``(B, Lq, N, K)`` sharded like ``q``.
+    """
+    q_spec = logical_spec(_TOKENS, mesh, q.shape)
+    kv_spec = logical_spec(_CONTEXT, mesh, k.shape)
+    # The batch split must agree between queries and context.
+    if (q_spec[0] if len(q_spec) else None) != (kv_spec[0] if len(kv_spec) else None):
+        q_spec = PartitionSpec(None, *tuple(q_spec)[1:])
+        kv_spec = PartitionSpec(None, *tuple(kv_spec)[1:])
+
+    def body(q, k, v):
+        return dot_product_attention(
+            q, k, v, implementation=implementation, block_size=block_size, interpret=interpret
+        )
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec, check_vma=False)
+    return fn(q, k, v)
