@@ -245,7 +245,7 @@ def test_bad_inputs(tiny):
 
 @pytest.mark.parametrize(
     "key,value",
-    [("attn_scales", [0.5]), ("is_residual", True), ("patch_size", 2), ("clip_output", False)],
+    [("attn_scales", [0.5]), ("is_residual", True), ("patch_size", 2)],
 )
 def test_config_refuses_unimplemented(key, value):
     with pytest.raises(ConfigError, match=key):

@@ -1,7 +1,20 @@
-"""The Wan2.1 3D causal VAE in Flax NNX, following ``diffusers.AutoencoderKLWan``.
+"""The Wan2.1 and Wan2.2 3D causal VAEs in Flax NNX, following ``diffusers.AutoencoderKLWan``.
 
 Layout: video ``(B, T, H, W, C)`` and latents ``(B, T', H', W', C_z)``, channels last, with
-``T = 1 + 4 (T' - 1)``, ``H = 8 H'``, ``W = 8 W'`` for the released configs.
+``T = 1 + 4 (T' - 1)`` and ``H = s H'``, ``W = s W'`` where ``s`` is
+:attr:`WanVAEConfig.spatial_compression` (8 for Wan2.1, 16 for the Wan2.2 TI2V-5B VAE).
+
+Wan2.2 (TI2V-5B) VAE: ``patch_size`` p folds each p x p pixel block into the channels before the
+encoder (:func:`patchify`, 3 -> 12 channels for p = 2) and unfolds the decoder's output
+(:func:`unpatchify`); ``in_channels`` / ``out_channels`` in its config count the folded
+channels. ``is_residual`` replaces the down / up blocks by ``WanResidualDownBlock`` /
+``WanResidualUpBlock``, whose shortcut is a parameter-free space/time-to-channel average
+(:func:`avg_down_3d`) or channel-to-space/time duplication (:func:`dup_up_3d`) around the
+residual blocks and resampler, and whose decoder channels are not halved by the up-samplers.
+``decoder_base_dim`` sets the decoder width. ``clip_output`` (written by the Wan2.2 converter) is
+not a setting of diffusers 0.42.1, which drops it when loading the config and always clamps the
+decoded video to ``[-1, 1]``; vidax does the same (the pipelines' post-processing clamps to that
+range anyway, so it changes no generated video).
 
 The module tree mirrors the reference (``encoder.down_blocks.3.resample.1.weight`` is the NNX path
 ``encoder/down_blocks/3/resample/1/kernel``), so the checkpoint maps 1:1 by the loader's rule with
@@ -26,9 +39,8 @@ Precision: parameters and compute in ``float32`` by default (the checkpoint is f
 reference keeps no fp32-only modules); with ``bfloat16`` the RMS norms (statistics, ``sqrt(C)``
 scale and ``gamma``, stored fp32) and the attention softmax run in fp32.
 
-Not implemented (refused by :class:`WanVAEConfig` with a ConfigError): the Wan2.2 VAE
-(``is_residual``, ``patch_size``), ``attn_scales`` other than ``[]`` (the reference's own chunked
-encode fails with attention blocks in ``down_blocks``), ``clip_output=False``.
+Not implemented (refused by :class:`WanVAEConfig` with a ConfigError): ``attn_scales`` other
+than ``[]`` (the reference's own chunked encode fails with attention blocks in ``down_blocks``).
 """
 
 from __future__ import annotations
@@ -45,8 +57,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
+from vidax.nn.inputs import check_video_array as _check_array
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 
 CACHE_T = 2
@@ -81,27 +95,33 @@ class WanVAEConfig(ConfigBase):
     """Settings of ``diffusers.AutoencoderKLWan`` (its ``vae/config.json``), with its defaults.
 
     Attributes:
-        base_dim: channels of the encoder's first level (96 for Wan2.1).
+        base_dim: channels of the encoder's first level (96 for Wan2.1, 160 for Wan2.2).
         decoder_base_dim: channels of the decoder's last level; ``None`` = ``base_dim``.
-        z_dim: latent channels ``C_z`` (16).
+        z_dim: latent channels ``C_z`` (16 for Wan2.1, 48 for Wan2.2).
         dim_mult: channel multipliers per level; ``len(dim_mult) - 1`` spatial 2x resamplings.
         num_res_blocks: residual blocks per encoder level (the decoder has one more).
         temperal_downsample: per resampling level, whether it also halves time (the decoder
             mirrors it). The reference's spelling.
         latents_mean, latents_std: per-channel latent statistics (length ``z_dim``), used by
             :func:`normalize_latents` / :func:`denormalize_latents`.
-        in_channels, out_channels: video channels (3).
+        in_channels, out_channels: channels of the encoder's input / decoder's output after
+            patchifying: video channels times ``patch_size ** 2`` (3 for Wan2.1, 12 for Wan2.2).
+        is_residual: Wan2.2's residual down / up blocks (see the module docstring).
+        patch_size: p of the pixel-to-channel folding, ``None`` (or 1) for none.
         scale_factor_temporal, scale_factor_spatial: the compression factors the pipelines read
-            (4 and 8); checked against the architecture when not ``None``.
+            (4 and 8 for Wan2.1, 4 and 16 for Wan2.2); checked against the architecture when not
+            ``None``.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = frozenset({"dropout"})  # dropout is a no-op at inference
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "is_residual": (False,),
-        "patch_size": (None, 1),
-        "attn_scales": ([], ()),
-        "clip_output": (True,),
-    }
+    IGNORED: ClassVar[frozenset[str]] = frozenset(
+        {
+            "dropout",  # a no-op at inference
+            # Not a diffusers 0.42.1 setting: from_config drops it and decode always clamps
+            # (see the module docstring).
+            "clip_output",
+        }
+    )
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"attn_scales": ([], ())}
 
     base_dim: int = 96
     decoder_base_dim: int | None = None
@@ -113,6 +133,8 @@ class WanVAEConfig(ConfigBase):
     latents_std: tuple[float, ...] = _WAN21_STD
     in_channels: int = 3
     out_channels: int = 3
+    is_residual: bool = False
+    patch_size: int | None = None
     scale_factor_temporal: int | None = 4
     scale_factor_spatial: int | None = 8
 
@@ -122,9 +144,30 @@ class WanVAEConfig(ConfigBase):
         return 2 ** sum(bool(t) for t in self.temperal_downsample)
 
     @property
+    def patch(self) -> int:
+        """The pixel-folding factor p (1 when ``patch_size`` is ``None``)."""
+        return self.patch_size or 1
+
+    @property
     def spatial_compression(self) -> int:
-        """Pixels per latent pixel along H and W: ``2 ** (len(dim_mult) - 1)``."""
-        return 2 ** (len(self.dim_mult) - 1)
+        """Pixels per latent pixel along H and W: ``2 ** (len(dim_mult) - 1) * p``."""
+        return 2 ** (len(self.dim_mult) - 1) * self.patch
+
+    @property
+    def video_in_channels(self) -> int:
+        """Channels of the video :meth:`WanVAE.encode` takes: ``in_channels / p**2`` (3)."""
+        return self.in_channels // self.patch**2
+
+    @property
+    def video_out_channels(self) -> int:
+        """Channels of the video :meth:`WanVAE.decode` returns: ``out_channels / p**2`` (3)."""
+        return self.out_channels // self.patch**2
+
+    @property
+    def pixel_multiple(self) -> int:
+        """H and W of an encoded video must be multiples of this: p, times the spatial
+        down-sampling for the residual encoder (whose shortcut folds 2 x 2 blocks exactly)."""
+        return self.spatial_compression if self.is_residual else self.patch
 
     def validate(self, source: str) -> None:
         def positive_int(name: str, value: Any) -> None:
@@ -135,6 +178,17 @@ class WanVAEConfig(ConfigBase):
             positive_int(name, getattr(self, name))
         if self.decoder_base_dim is not None:
             positive_int("decoder_base_dim", self.decoder_base_dim)
+        if self.patch_size is not None:
+            positive_int("patch_size", self.patch_size)
+            for name in ("in_channels", "out_channels"):
+                if getattr(self, name) % self.patch_size**2:
+                    raise ConfigError(
+                        f"{source}: {name}={getattr(self, name)} is not a multiple of "
+                        f"patch_size**2={self.patch_size**2}; with patch_size it counts the "
+                        "video channels folded with each p x p pixel block"
+                    )
+        if not isinstance(self.is_residual, bool):
+            raise ConfigError(f"{source}: is_residual={self.is_residual!r} must be true or false")
         if not isinstance(self.dim_mult, tuple) or not self.dim_mult:
             raise ConfigError(f"{source}: dim_mult={self.dim_mult!r} must be a non-empty list")
         for m in self.dim_mult:
@@ -155,6 +209,8 @@ class WanVAEConfig(ConfigBase):
                 )
         if any(s == 0 for s in self.latents_std):
             raise ConfigError(f"{source}: latents_std={self.latents_std!r} has a zero entry")
+        if self.is_residual:
+            self._validate_residual(source)
         for name, want in (
             ("scale_factor_temporal", self.temporal_compression),
             ("scale_factor_spatial", self.spatial_compression),
@@ -163,8 +219,58 @@ class WanVAEConfig(ConfigBase):
             if value is not None and value != want:
                 raise ConfigError(
                     f"{source}: {name}={value!r} disagrees with the architecture, which "
-                    f"compresses by {want} (from dim_mult / temperal_downsample)"
+                    f"compresses by {want} (from dim_mult / temperal_downsample / patch_size)"
                 )
+
+    def _validate_residual(self, source: str) -> None:
+        """The channel divisibility ``AvgDown3D`` / ``DupUp3D`` require (the reference raises)."""
+        for kind, in_dim, out_dim, factor in _residual_shortcuts(self):
+            ok = (in_dim * factor) % out_dim == 0 if kind == "down" else (
+                out_dim * factor) % in_dim == 0  # fmt: skip
+            if not ok:
+                raise ConfigError(
+                    f"{source}: is_residual=True needs each {kind}-block shortcut to fold "
+                    f"channels evenly, but {in_dim} -> {out_dim} channels with a "
+                    f"{factor}x space-time factor does not divide (from base_dim / "
+                    "decoder_base_dim / dim_mult / temperal_downsample)"
+                )
+
+
+def _encoder_levels(config: WanVAEConfig) -> list[tuple[int, int, bool, bool]]:
+    """Per encoder level: (in channels, out channels, halves time, halves space)."""
+    dims = [config.base_dim * u for u in (1,) + tuple(config.dim_mult)]
+    last = len(config.dim_mult) - 1
+    return [
+        (a, b, i != last and bool(config.temperal_downsample[i]), i != last)
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
+    ]
+
+
+def _decoder_levels(config: WanVAEConfig) -> list[tuple[int, int, bool, bool]]:
+    """Per decoder level: (in channels, out channels, doubles time, doubles space).
+
+    Wan2.1's up-samplers halve the channels, so levels after the first take half their nominal
+    input; Wan2.2's residual up-samplers keep them.
+    """
+    mult = tuple(config.dim_mult)
+    dims = [(config.decoder_base_dim or config.base_dim) * u for u in (mult[-1],) + mult[::-1]]
+    temperal_upsample = tuple(config.temperal_downsample)[::-1]
+    last = len(mult) - 1
+    out = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        if i > 0 and not config.is_residual:
+            a //= 2
+        out.append((a, b, i != last and bool(temperal_upsample[i]), i != last))
+    return out
+
+
+def _residual_shortcuts(config: WanVAEConfig) -> Iterator[tuple[str, int, int, int]]:
+    """(``"down"`` / ``"up"``, in channels, out channels, space-time factor) of each shortcut."""
+    for a, b, t, sp in _encoder_levels(config):
+        yield "down", a, b, (2 if t else 1) * (4 if sp else 1)
+    for a, b, t, sp in _decoder_levels(config):
+        if sp:
+            yield "up", a, b, (2 if t else 1) * 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,7 +391,7 @@ class WanRMS_norm(nnx.Module):  # noqa: N801 (reference name)
     """``x / max(||x||_C, 1e-12) * sqrt(C) * gamma``, following diffusers ``WanRMS_norm``.
 
     ``gamma`` keeps the reference shape ``(C, 1, 1, 1)`` (``images=False``) or ``(C, 1, 1)``
-    (``images=True``) and is reshaped to ``(C,)`` here; the Wan2.1 VAE has no norm bias. The
+    (``images=True``) and is reshaped to ``(C,)`` here; the Wan VAEs have no norm bias. The
     whole norm runs in fp32 and returns the input dtype.
     """
 
@@ -440,58 +546,194 @@ class WanUpBlock(nnx.Module):
         return x
 
 
+def avg_down_3d(x: jax.Array, out_channels: int, factor_t: int, factor_s: int) -> jax.Array:
+    """Fold ``factor_t x factor_s x factor_s`` blocks into channels and average groups of them.
+
+    Follows diffusers ``AvgDown3D``: time is zero-padded in front to a multiple of ``factor_t``;
+    the folded channel index is ``c * F + (t_i * f_s + h_i) * f_s + w_i`` (F the block size) and
+    consecutive groups of ``C * F / out_channels`` folded channels are averaged (in fp32).
+
+    ``x (B, T, H, W, C)`` -> ``(B, ceil(T / f_t), H / f_s, W / f_s, out_channels)``; H and W
+    must be multiples of ``factor_s``.
+    """
+    b, t, h, w, c = x.shape
+    pad_t = (-t) % factor_t
+    if pad_t:
+        x = jnp.pad(x, ((0, 0), (pad_t, 0), (0, 0), (0, 0), (0, 0)))
+        t += pad_t
+    ft, fs = factor_t, factor_s
+    y = x.reshape(b, t // ft, ft, h // fs, fs, w // fs, fs, c)
+    y = y.transpose(0, 1, 3, 5, 7, 2, 4, 6)  # (B, T', H', W', C, ft, fs_h, fs_w)
+    y = y.reshape(b, t // ft, h // fs, w // fs, out_channels, -1)
+    return jnp.mean(y.astype(jnp.float32), axis=-1).astype(x.dtype)
+
+
+def dup_up_3d(x: jax.Array, out_channels: int, factor_t: int, factor_s: int,
+              first_chunk: bool) -> jax.Array:  # fmt: skip
+    """Repeat channels and unfold them into ``factor_t x factor_s x factor_s`` blocks.
+
+    Follows diffusers ``DupUp3D``: each channel is repeated ``out_channels * F / C`` times in
+    place, the result is read as ``(out_channels, f_t, f_s, f_s)`` per position and unfolded
+    into time and space; on the clip's first chunk the first ``factor_t - 1`` frames are
+    dropped.
+
+    ``x (B, T, H, W, C)`` -> ``(B, T f_t (- f_t + 1 if first_chunk), H f_s, W f_s, out_channels)``.
+    """
+    b, t, h, w, c = x.shape
+    ft, fs = factor_t, factor_s
+    y = jnp.repeat(x, out_channels * ft * fs * fs // c, axis=-1)
+    y = y.reshape(b, t, h, w, out_channels, ft, fs, fs)
+    y = y.transpose(0, 1, 5, 2, 6, 3, 7, 4)  # (B, T, ft, H, fs_h, W, fs_w, C_out)
+    y = y.reshape(b, t * ft, h * fs, w * fs, out_channels)
+    return y[:, ft - 1 :] if first_chunk else y
+
+
+def patchify(x: jax.Array, p: int) -> jax.Array:
+    """``(B, T, H, W, C)`` -> ``(B, T, H/p, W/p, C p^2)``, the inverse of :func:`unpatchify`.
+
+    Channel order as diffusers' Wan ``patchify``: ``c * p^2 + w_i * p + h_i`` (the column offset
+    before the row offset).
+    """
+    if p == 1:
+        return x
+    b, t, h, w, c = x.shape
+    y = x.reshape(b, t, h // p, p, w // p, p, c).transpose(0, 1, 2, 4, 6, 5, 3)
+    return y.reshape(b, t, h // p, w // p, c * p * p)
+
+
+def unpatchify(x: jax.Array, p: int) -> jax.Array:
+    """``(B, T, H, W, C p^2)`` -> ``(B, T, H p, W p, C)`` (diffusers' Wan ``unpatchify``)."""
+    if p == 1:
+        return x
+    b, t, h, w, cp = x.shape
+    y = x.reshape(b, t, h, w, cp // (p * p), p, p).transpose(0, 1, 2, 6, 3, 5, 4)
+    return y.reshape(b, t, h * p, w * p, cp // (p * p))
+
+
+class WanResidualDownBlock(nnx.Module):
+    """Wan2.2 encoder level (diffusers ``WanResidualDownBlock``).
+
+    ``num_res_blocks`` residual blocks and an optional down-sampler, plus the parameter-free
+    shortcut :func:`avg_down_3d` of the block's input (the reference's ``avg_shortcut``).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, num_res_blocks: int, temporal: bool,
+                 spatial: bool, *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        dims = [in_dim] + [out_dim] * num_res_blocks
+        self.resnets = nnx.List([WanResidualBlock(a, b, **kw) for a, b in zip(dims[:-1], dims[1:])])
+        mode = "downsample3d" if temporal else "downsample2d"
+        self.downsampler = WanResample(out_dim, mode, **kw) if spatial else None
+        self.out_dim = out_dim
+        self.factor_t = 2 if temporal else 1
+        self.factor_s = 2 if spatial else 1
+
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+        """``x (B, T, H, W, C_in)`` -> ``(B, T', H', W', C_out)``."""
+        shortcut = avg_down_3d(x, self.out_dim, self.factor_t, self.factor_s)
+        for resnet in self.resnets:
+            x = resnet(x, feat)
+        if self.downsampler is not None:
+            x = self.downsampler(x, feat, first)
+        return x + shortcut.astype(x.dtype)
+
+
+class WanResidualUpBlock(nnx.Module):
+    """Wan2.2 decoder level (diffusers ``WanResidualUpBlock``).
+
+    ``num_res_blocks + 1`` residual blocks and an optional up-sampler that keeps the channel
+    count, plus (when up-sampling) the parameter-free shortcut :func:`dup_up_3d` of the block's
+    input.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, num_res_blocks: int, temporal: bool,
+                 spatial: bool, *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        dims = [in_dim] + [out_dim] * (num_res_blocks + 1)
+        self.resnets = nnx.List([WanResidualBlock(a, b, **kw) for a, b in zip(dims[:-1], dims[1:])])
+        mode = "upsample3d" if temporal else "upsample2d"
+        self.upsampler = (
+            WanResample(out_dim, mode, upsample_out_dim=out_dim, **kw) if spatial else None
+        )
+        self.out_dim = out_dim
+        self.factor_t = 2 if temporal else 1
+
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+        """``x (B, T, H, W, C_in)`` -> ``(B, T', H', W', C_out)``."""
+        x_in = x
+        for resnet in self.resnets:
+            x = resnet(x, feat)
+        if self.upsampler is None:
+            return x
+        x = self.upsampler(x, feat, first)
+        return x + dup_up_3d(x_in, self.out_dim, self.factor_t, 2, first).astype(x.dtype)
+
+
 class WanEncoder3d(nnx.Module):
-    """Video chunk ``(B, T, H, W, C_in)`` -> ``(B, T', H/8, W/8, 2 C_z)`` (``WanEncoder3d``)."""
+    """Chunk ``(B, T, H, W, C_in)`` -> ``(B, T', H/2^k, W/2^k, 2 C_z)`` (``WanEncoder3d``).
+
+    ``down_blocks`` is a flat list of residual blocks and resamplers (Wan2.1), or one
+    :class:`WanResidualDownBlock` per level (``is_residual``, Wan2.2).
+    """
 
     def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        dims = [config.base_dim * u for u in (1,) + tuple(config.dim_mult)]
-        self.conv_in = WanCausalConv3d(config.in_channels, dims[0], 3, padding=1, **kw)
+        levels = _encoder_levels(config)
+        self.conv_in = WanCausalConv3d(config.in_channels, levels[0][0], 3, padding=1, **kw)
         blocks: list[nnx.Module] = []
-        last = len(config.dim_mult) - 1
-        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+        for in_dim, out_dim, temporal, spatial in levels:
+            if config.is_residual:
+                blocks.append(WanResidualDownBlock(
+                    in_dim, out_dim, config.num_res_blocks, temporal, spatial, **kw
+                ))  # fmt: skip
+                continue
             for _ in range(config.num_res_blocks):
                 blocks.append(WanResidualBlock(in_dim, out_dim, **kw))
                 in_dim = out_dim
-            if i != last:
-                mode = "downsample3d" if config.temperal_downsample[i] else "downsample2d"
+            if spatial:
+                mode = "downsample3d" if temporal else "downsample2d"
                 blocks.append(WanResample(out_dim, mode, **kw))
         self.down_blocks = nnx.List(blocks)
-        self.mid_block = WanMidBlock(dims[-1], **kw)
-        self.norm_out = WanRMS_norm(dims[-1], images=False)
-        self.conv_out = WanCausalConv3d(dims[-1], 2 * config.z_dim, 3, padding=1, **kw)
+        dim = levels[-1][1]
+        self.mid_block = WanMidBlock(dim, **kw)
+        self.norm_out = WanRMS_norm(dim, images=False)
+        self.conv_out = WanCausalConv3d(dim, 2 * config.z_dim, 3, padding=1, **kw)
 
     def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
         x = self.conv_in.cached(x, feat)
         for layer in self.down_blocks:
-            x = layer(x, feat, first) if isinstance(layer, WanResample) else layer(x, feat)
+            if isinstance(layer, WanResidualBlock):
+                x = layer(x, feat)
+            else:
+                x = layer(x, feat, first)
         x = self.mid_block(x, feat)
         return self.conv_out.cached(jax.nn.silu(self.norm_out(x)), feat)
 
 
 class WanDecoder3d(nnx.Module):
-    """Latent chunk ``(B, 1, H', W', C_z)`` -> ``(B, 1 or 4, 8H', 8W', C_out)`` (WanDecoder3d)."""
+    """Latent chunk ``(B, 1, H', W', C_z)`` -> ``(B, 1 or 4, 2^k H', 2^k W', C_out)``
+    (``WanDecoder3d``); ``up_blocks`` are :class:`WanUpBlock` (Wan2.1) or
+    :class:`WanResidualUpBlock` (``is_residual``, Wan2.2)."""
 
     def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        dim = config.decoder_base_dim or config.base_dim
-        mult = tuple(config.dim_mult)
-        dims = [dim * u for u in (mult[-1],) + mult[::-1]]
-        temperal_upsample = tuple(config.temperal_downsample)[::-1]
-        self.conv_in = WanCausalConv3d(config.z_dim, dims[0], 3, padding=1, **kw)
-        self.mid_block = WanMidBlock(dims[0], **kw)
-        blocks = []
-        last = len(mult) - 1
-        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
-            if i > 0:
-                in_dim = in_dim // 2  # the previous upsampler halved the channels
-            mode = None
-            if i != last:
-                mode = "upsample3d" if temperal_upsample[i] else "upsample2d"
+        levels = _decoder_levels(config)
+        dim = levels[0][0]
+        self.conv_in = WanCausalConv3d(config.z_dim, dim, 3, padding=1, **kw)
+        self.mid_block = WanMidBlock(dim, **kw)
+        blocks: list[nnx.Module] = []
+        for in_dim, out_dim, temporal, spatial in levels:
+            if config.is_residual:
+                blocks.append(WanResidualUpBlock(
+                    in_dim, out_dim, config.num_res_blocks, temporal, spatial, **kw
+                ))  # fmt: skip
+                continue
+            mode = ("upsample3d" if temporal else "upsample2d") if spatial else None
             blocks.append(WanUpBlock(in_dim, out_dim, config.num_res_blocks, mode, **kw))
         self.up_blocks = nnx.List(blocks)
-        self.norm_out = WanRMS_norm(dims[-1], images=False)
-        self.conv_out = WanCausalConv3d(dims[-1], config.out_channels, 3, padding=1, **kw)
+        dim = levels[-1][1]
+        self.norm_out = WanRMS_norm(dim, images=False)
+        self.conv_out = WanCausalConv3d(dim, config.out_channels, 3, padding=1, **kw)
 
     def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
         x = self.conv_in.cached(x, feat)
@@ -507,7 +749,10 @@ class WanDecoder3d(nnx.Module):
 
 
 class WanVAE(nnx.Module):
-    """The Wan2.1 video VAE (follows ``diffusers.AutoencoderKLWan``), channels last.
+    """The Wan2.1 / Wan2.2 video VAE (follows ``diffusers.AutoencoderKLWan``), channels last.
+
+    Below, ``s`` is ``config.spatial_compression`` (8 or 16), ``C`` the video channels
+    (``config.video_in_channels`` / ``video_out_channels``, 3) and ``C_z`` ``config.z_dim``.
 
     Args:
         config: the VAE's :class:`WanVAEConfig`.
@@ -532,26 +777,27 @@ class WanVAE(nnx.Module):
     # -- one chunk (traced inside jit) --------------------------------------------------------
 
     def encode_chunk(self, x: jax.Array, cache: tuple | None, first: bool):
-        """Encode one chunk: ``x (B, 1 or 4, H, W, C_in)`` -> ``(mean, logvar, cache)``.
+        """Encode one chunk: ``x (B, 1 or 4, H, W, C)`` -> ``(mean, logvar, cache)``.
 
-        ``mean`` / ``logvar`` are ``(B, 1, H/8, W/8, C_z)`` float32, ``logvar`` clamped to
+        ``mean`` / ``logvar`` are ``(B, 1, H/s, W/s, C_z)`` float32, ``logvar`` clamped to
         ``[-30, 20]`` as ``DiagonalGaussianDistribution``; ``cache`` is the tuple to pass with the
         next chunk (``None`` and ``first=True`` for the first chunk).
         """
         feat = _FeatCache(cache)
-        h = self.quant_conv(self.encoder(x.astype(self.dtype), feat, first)).astype(jnp.float32)
+        x = patchify(x.astype(self.dtype), self.config.patch)
+        h = self.quant_conv(self.encoder(x, feat, first)).astype(jnp.float32)
         mean, logvar = jnp.split(h, 2, axis=-1)
         return mean, jnp.clip(logvar, -30.0, 20.0), tuple(feat.out)
 
     def decode_chunk(self, z: jax.Array, cache: tuple | None, first: bool):
         """Decode one latent frame ``z (B, 1, H', W', C_z)`` -> ``(frames, cache)``.
 
-        ``frames`` is ``(B, 1, 8 H', 8 W', C_out)`` on the first chunk, ``(B, 4, ...)`` after,
+        ``frames`` is ``(B, 1, s H', s W', C)`` on the first chunk, ``(B, 4, ...)`` after,
         float32 clamped to ``[-1, 1]``.
         """
         feat = _FeatCache(cache)
         x = self.post_quant_conv(z.astype(self.dtype))
-        out = self.decoder(x, feat, first)
+        out = unpatchify(self.decoder(x, feat, first), self.config.patch)
         return jnp.clip(out.astype(jnp.float32), -1.0, 1.0), tuple(feat.out)
 
     # -- whole clips ------------------------------------------------------------------------------
@@ -560,11 +806,12 @@ class WanVAE(nnx.Module):
         """Encode a video to the posterior's ``(mean, logvar)`` (``AutoencoderKLWan.encode``).
 
         Args:
-            video: ``(B, T, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax), ``T = 1 + 4 k``.
+            video: ``(B, T, H, W, C)`` float in ``[-1, 1]`` (numpy or jax), ``T = 1 + 4 k``; H
+                and W multiples of ``config.pixel_multiple`` (1 for Wan2.1, 16 for Wan2.2).
                 Processed as the reference does: frame 0 alone, then chunks of 4 frames.
 
         Returns:
-            ``(mean, logvar)``, each ``(B, 1 + k, H/8, W/8, C_z)`` float32 numpy (for the released
+            ``(mean, logvar)``, each ``(B, 1 + k, H/s, W/s, C_z)`` float32 numpy (for the released
             configs; unnormalised latents, see :func:`normalize_latents`). The diffusers Wan I2V
             pipelines use the mean (``retrieve_latents(..., sample_mode="argmax")``); a sample
             would be ``mean + exp(0.5 * logvar) * noise``. Each chunk's result is copied to host
@@ -572,10 +819,17 @@ class WanVAE(nnx.Module):
 
         Raises:
             InputError: ``video`` is not 5-D, has the wrong channel count, a frame count that is
-                not ``1 + 4 k``, or is not floating point.
+                not ``1 + 4 k``, a size that is not a multiple of ``config.pixel_multiple``, or
+                is not floating point.
         """
         cfg = self.config
-        shape = _check_array("video", video, cfg.in_channels, "in_channels")
+        shape = _check_array("video", video, cfg.video_in_channels, "video input channels")
+        m = cfg.pixel_multiple
+        if shape[2] % m or shape[3] % m:
+            raise InputError(
+                f"video is {shape[2]} x {shape[3]} pixels (H x W); this VAE (patch_size="
+                f"{cfg.patch_size}, is_residual={cfg.is_residual}) needs multiples of {m}"
+            )
         t = shape[1]
         step = ENCODE_CHUNK
         if (t - 1) % step:
@@ -599,8 +853,8 @@ class WanVAE(nnx.Module):
             z: unnormalised latents ``(B, T', H', W', C_z)`` (see :func:`denormalize_latents`).
 
         Returns:
-            An iterator over ``T'`` float32 numpy arrays: ``(B, 1, 8 H', 8 W', C_out)`` for the
-            first latent frame, then ``(B, 4, 8 H', 8 W', C_out)`` for each further one, in
+            An iterator over ``T'`` float32 numpy arrays: ``(B, 1, s H', s W', C)`` for the
+            first latent frame, then ``(B, 4, s H', s W', C)`` for each further one, in
             ``[-1, 1]``. Device memory holds one chunk and the cache at a time.
 
         Raises:
@@ -629,29 +883,13 @@ class WanVAE(nnx.Module):
                 :func:`denormalize_latents`), decoded one latent frame at a time.
 
         Returns:
-            ``(B, 1 + 4 (T' - 1), 8 H', 8 W', C_out)`` float32 numpy in ``[-1, 1]``; each chunk
+            ``(B, 1 + 4 (T' - 1), s H', s W', C)`` float32 numpy in ``[-1, 1]``; each chunk
             is copied to host as soon as it is decoded (see :meth:`iter_decode`).
 
         Raises:
             InputError: ``z`` is not 5-D, has the wrong channel count or is not floating point.
         """
         return np.concatenate(list(self.iter_decode(z)), axis=1)
-
-
-def _check_array(name: str, x, channels: int, what: str) -> tuple[int, ...]:
-    shape = tuple(getattr(x, "shape", ()))
-    if len(shape) != 5:
-        raise InputError(f"{name} must be 5-D (B, T, H, W, C) channels-last; got shape {shape}")
-    if shape[-1] != channels:
-        raise InputError(
-            f"{name} has {shape[-1]} channels (last axis of shape {shape}); the VAE's {what} is "
-            f"{channels} (is it channels-first?)"
-        )
-    if min(shape) < 1:
-        raise InputError(f"{name} has an empty axis: shape {shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise InputError(f"{name} must be floating point; got dtype {x.dtype}")
-    return shape
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(3,))
@@ -714,21 +952,9 @@ def dtype_policy(dtype=jnp.float32) -> DtypePolicy:
     return DtypePolicy(param_dtype=dtype, keep_fp32=(r"gamma$",))
 
 
-def _check_dtype(dtype) -> Any:
-    try:
-        d = jnp.dtype(dtype)
-    except TypeError:
-        d = None
-    if d not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
-        raise InputError(
-            f"dtype={dtype!r} is not supported for the Wan VAE; use float32 or bfloat16"
-        )
-    return d
-
-
 def build_wan_vae(config: WanVAEConfig, dtype=jnp.float32, seed: int = 0) -> WanVAE:
     """A randomly initialised :class:`WanVAE` (compute and parameters in ``dtype``)."""
-    d = _check_dtype(dtype)
+    d = compute_dtype(dtype, "Wan VAE")
     return WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
 
 
@@ -745,10 +971,10 @@ def load_wan_vae(
 
     Raises:
         InputError: unsupported ``dtype``.
-        ConfigError: the config asks for something not implemented (e.g. the Wan2.2 VAE).
+        ConfigError: the config asks for something not implemented (``attn_scales``).
         CheckpointError: the tensors do not match the model 1:1.
     """
-    d = _check_dtype(dtype)
+    d = compute_dtype(dtype, "Wan VAE")
     path = os.fspath(path)
     config = WanVAEConfig.from_json_file(os.path.join(path, "config.json"))
     return load_module(

@@ -1,0 +1,133 @@
+"""Wan2.1 I2V (CLIP image encoder) against diffusers.WanImageToVideoPipeline, and the image
+preprocessing of the VAE conditioning against diffusers' VideoProcessor.
+
+The reference's attention processor splits the image tokens off the text at
+``L_txt + L_img - 512`` (it assumes 512 text tokens), so the comparison runs with
+``max_sequence_length=512``, as the released pipeline does by default.
+"""
+
+import numpy as np
+import PIL.Image
+import pytest
+
+import vidax
+from tests.parity.helpers import max_rel_err, psnr
+from tests.parity.wan_reference import (
+    NEGATIVES,
+    PROMPTS,
+    bf16_psnr,
+    build_reference_wan_pipeline,
+    random_image,
+    reference_outputs,
+)
+from vidax.errors import InputError
+from vidax.io.image import load_image, to_rgb_image, vae_image_preprocess
+
+CALL = dict(prompt=PROMPTS, negative_prompt=NEGATIVES, num_frames=9, num_inference_steps=4,
+            guidance_scale=4.5, max_sequence_length=512)
+LANDSCAPE = dict(height=32, width=48)
+PORTRAIT = dict(height=48, width=32)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    import torch
+
+    path = str(tmp_path_factory.mktemp("wan21_i2v"))
+    pipe = build_reference_wan_pipeline(path, image_to_video=True, clip=True)
+    runs = [("landscape", (32, 48), "np"), ("portrait", (48, 32), "latent")]
+    out = reference_outputs(pipe, runs, image=random_image(0), **CALL)
+    with torch.no_grad():
+        out["embeds"] = pipe.encode_image(random_image(0), "cpu").numpy()
+    return path, out
+
+
+def test_fp32_pipeline_matches_diffusers(reference):
+    path, ref = reference
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.image_encoder is not None
+    # CLIP penultimate hidden states of the image (resize, crop, normalise, 2 of 3 layers).
+    embeds = pipe.encode_image(random_image(0))
+    assert embeds.shape == ref["embeds"].shape == (1, 17, 18)
+    assert max_rel_err(embeds, ref["embeds"]) < 1e-5  # fp32 rounding only (measured 2e-7)
+
+    latents, frames = ref["landscape"]
+    out = pipe(random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL)
+    assert out.frames.shape == frames.shape == (2, 9, 32, 48, 3)
+    value = psnr(out.frames, frames)
+    print(f"Wan2.1 I2V fp32 video PSNR vs diffusers: {value:.1f} dB")
+    assert value >= 60.0  # measured 139 dB: fp32 summation order only
+    assert psnr(frames[0], frames[1]) < 30.0  # the videos depend on their inputs
+    assert np.mean((frames <= 0.0) | (frames >= 1.0)) < 0.05  # and are not clipped
+
+    # The image steers the video, through both branches: another image in the VAE condition and
+    # the CLIP features gives a far-off video, and so does another image in the CLIP branch alone.
+    other = pipe(random_image(1), latents=latents, progress=False, **LANDSCAPE, **CALL)
+    assert psnr(other.frames, frames) < 45.0  # measured 34 dB
+    encode = pipe.encode_image
+    pipe.encode_image = lambda image: encode(random_image(1))
+    try:
+        clip_only = pipe(random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL)
+    finally:
+        del pipe.encode_image
+    assert psnr(clip_only.frames, frames) < value - 20.0
+
+    # Portrait (H > W), final latents: a height/width swap anywhere would change them.
+    latents, lat_ref = ref["portrait"]
+    lat = pipe(random_image(0), latents=latents, progress=False, output_type="latent", **PORTRAIT, **CALL).frames
+    assert lat.shape == lat_ref.shape == (2, 12, 3, 6, 4)
+    assert max_rel_err(lat, lat_ref) < 1e-4  # fp32 rounding through 4 UniPC steps with CFG
+
+
+def test_bf16_pipeline_close_to_fp32_reference(reference):
+    path, ref = reference
+    latents, frames = ref["landscape"]
+    value = bf16_psnr(path, frames, latents, "Wan2.1 I2V", image=random_image(0), **LANDSCAPE, **CALL)
+    # bf16 transformer / text encoder (8-bit mantissa) through 4 steps; CLIP and VAE in fp32:
+    # measured 71 dB. Unrelated videos of this model are < 35 dB apart, so 50 dB still catches
+    # real bugs.
+    assert value >= 50.0
+
+
+@pytest.mark.parametrize("size", [(32, 48), (48, 32), (720, 1280)])
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L"])
+def test_vae_image_preprocess_matches_diffusers(size, mode):
+    """``VideoProcessor.preprocess(image, height, width)``: Lanczos resize to exactly
+    height x width (stretched, not cropped), [0, 1], then 2 x - 1; bit for bit."""
+    from diffusers.video_processor import VideoProcessor
+
+    image = random_image(3, (61, 45)).convert(mode)
+    rgb = to_rgb_image(image)
+    ref = VideoProcessor(vae_scale_factor=8).preprocess(rgb, height=size[0], width=size[1])
+    got = vae_image_preprocess(image, *size)
+    assert got.shape == (*size, 3) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, ref[0].permute(1, 2, 0).numpy())
+    # Swapping height and width gives another image (the test can see a swap).
+    if size[0] != size[1]:
+        assert vae_image_preprocess(image, size[1], size[0]).shape == (size[1], size[0], 3)
+
+
+def test_load_image(tmp_path):
+    """``load_image`` follows diffusers.utils.load_image (EXIF orientation, RGB) and refuses
+    what PIL cannot read with an InputError naming the file."""
+    from diffusers.utils import load_image as reference_load
+
+    image = random_image(4, (20, 30)).convert("RGBA")
+    exif = PIL.Image.Exif()
+    exif[0x0112] = 6  # rotated 90 degrees: the loaders must transpose
+    file = tmp_path / "x.png"
+    image.save(file, exif=exif)
+    got = load_image(file)
+    assert got.mode == "RGB" and got.size == (20, 30)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(reference_load(str(file))))
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    with pytest.raises(InputError, match="could not be read as an image"):
+        load_image(tmp_path / "bad.png")
+    with pytest.raises(InputError, match="no such file"):
+        load_image(tmp_path / "missing.png")
+    with pytest.raises(InputError, match="is a folder"):
+        load_image(tmp_path)
+    with pytest.raises(InputError, match="uint8"):
+        to_rgb_image(np.zeros((4, 4, 3), np.float32))
+    with pytest.raises(InputError, match="shape"):
+        to_rgb_image(np.zeros((4, 4, 2), np.uint8))
