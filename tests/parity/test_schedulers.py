@@ -479,7 +479,8 @@ def test_euler_step_past_end_is_nan():
 
 
 def test_registry_and_reference_configs():
-    assert set(SCHEDULERS) == {"UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler"}
+    assert set(SCHEDULERS) == {"UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler",
+                               "CogVideoXDDIMScheduler", "CogVideoXDPMScheduler"}
     seen = {}
     for path in sorted(glob.glob(os.path.join(REF_DIR, "*", "scheduler", "scheduler_config.json"))):
         repo = path.split(os.sep)[-3]
@@ -489,14 +490,12 @@ def test_registry_and_reference_configs():
         if repo.startswith("nvidia__Cosmos"):  # Karras flow sigmas: not implemented
             with pytest.raises(ConfigError, match="use_karras_sigmas=True"):
                 scheduler_from_config(config, source=path)
-        elif name not in SCHEDULERS:  # CogVideoXDDIMScheduler
-            with pytest.raises(ConfigError, match=name):
-                scheduler_from_config(config, source=path)
         else:
             sched = scheduler_from_config(config, source=path)
             assert type(sched).__name__ == name
             kw = {"mu": 1.0} if config.get("use_dynamic_shifting") else {}
-            sched.set_timesteps(4, sample_shape=(1,), **kw)
+            state = sched.set_timesteps(4, sample_shape=(1,), **kw)
+            assert state.num_inference_steps == 4 and state.timestep.dtype == jnp.float32
         seen[repo] = name
     assert sum(n == "UniPCMultistepScheduler" for n in seen.values()) >= 7  # every Wan repo
     # Every key of the real configs is a field, IGNORED or NEUTRAL (nothing unknown).

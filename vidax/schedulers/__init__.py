@@ -11,6 +11,12 @@ from typing import Any, Mapping
 
 from vidax.errors import ConfigError
 from vidax.schedulers.base import Scheduler
+from vidax.schedulers.ddim_cogvideox import (
+    CogVideoXDDIMScheduler,
+    CogVideoXDDIMState,
+    CogVideoXSchedulerConfig,
+)
+from vidax.schedulers.dpm_cogvideox import CogVideoXDPMScheduler, CogVideoXDPMState
 from vidax.schedulers.flow_match_euler import (
     FlowMatchEulerDiscreteScheduler,
     FlowMatchEulerDiscreteSchedulerConfig,
@@ -26,6 +32,8 @@ from vidax.schedulers.unipc import (
 SCHEDULERS: dict[str, type] = {
     "UniPCMultistepScheduler": UniPCMultistepScheduler,
     "FlowMatchEulerDiscreteScheduler": FlowMatchEulerDiscreteScheduler,
+    "CogVideoXDDIMScheduler": CogVideoXDDIMScheduler,
+    "CogVideoXDPMScheduler": CogVideoXDPMScheduler,
 }
 
 
@@ -55,6 +63,11 @@ def scheduler_from_config(
 
 __all__ = [
     "SCHEDULERS",
+    "CogVideoXDDIMScheduler",
+    "CogVideoXDDIMState",
+    "CogVideoXDPMScheduler",
+    "CogVideoXDPMState",
+    "CogVideoXSchedulerConfig",
     "FlowMatchEulerDiscreteScheduler",
     "FlowMatchEulerDiscreteSchedulerConfig",
     "FlowMatchEulerState",

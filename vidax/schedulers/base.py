@@ -149,3 +149,21 @@ class Scheduler(Protocol):
     def step(
         self, state: Any, model_output: jax.Array, sample: jax.Array
     ) -> tuple[jax.Array, Any]: ...
+
+
+class StepIndexed:
+    """``num_inference_steps`` and the next ``timestep`` of a state with ``timesteps`` and
+    ``step_index`` (every sampler state)."""
+
+    timesteps: jax.Array
+    step_index: jax.Array
+
+    @property
+    def num_inference_steps(self) -> int:
+        return self.timesteps.shape[0]
+
+    @property
+    def timestep(self) -> jax.Array:
+        """() float32: the model input for the next ``step`` (``timesteps[step_index]``; the
+        last one again once every step has been taken)."""
+        return self.timesteps[jnp.minimum(self.step_index, self.num_inference_steps - 1)].astype(jnp.float32)

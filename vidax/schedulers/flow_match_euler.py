@@ -23,6 +23,7 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers.base import (
+    StepIndexed,
     check_mu,
     check_num_inference_steps,
     check_sample_shape,
@@ -87,7 +88,7 @@ class FlowMatchEulerDiscreteSchedulerConfig(ConfigBase):
 
 @register_state
 @dataclasses.dataclass(frozen=True)
-class FlowMatchEulerState:
+class FlowMatchEulerState(StepIndexed):
     """Schedule and position of one Euler sampling run (a JAX pytree; all fields are arrays).
 
     Attributes:
@@ -101,15 +102,6 @@ class FlowMatchEulerState:
     timesteps: jax.Array
     sigmas: jax.Array
     step_index: jax.Array
-
-    @property
-    def num_inference_steps(self) -> int:
-        return self.timesteps.shape[0]
-
-    @property
-    def timestep(self) -> jax.Array:
-        """() float32: the model input for the next ``step`` (``timesteps[step_index]``)."""
-        return self.timesteps[jnp.minimum(self.step_index, self.num_inference_steps - 1)]
 
 
 @dataclasses.dataclass(frozen=True)

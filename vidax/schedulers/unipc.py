@@ -37,6 +37,7 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers.base import (
+    StepIndexed,
     check_mu,
     check_num_inference_steps,
     check_sample_shape,
@@ -188,7 +189,7 @@ class UniPCCoefficients:
 
 @register_state
 @dataclasses.dataclass(frozen=True)
-class UniPCState:
+class UniPCState(StepIndexed):
     """Schedule, precomputed coefficients and multistep history of one UniPC run (a JAX pytree).
 
     Attributes:
@@ -210,15 +211,6 @@ class UniPCState:
     model_outputs: tuple[jax.Array, ...]
     last_sample: jax.Array
     step_index: jax.Array
-
-    @property
-    def num_inference_steps(self) -> int:
-        return self.timesteps.shape[0]
-
-    @property
-    def timestep(self) -> jax.Array:
-        """() int32: the model input for the next ``step`` (``timesteps[step_index]``)."""
-        return self.timesteps[jnp.minimum(self.step_index, self.num_inference_steps - 1)]
 
 
 @dataclasses.dataclass(frozen=True)

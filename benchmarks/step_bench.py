@@ -1,0 +1,236 @@
+"""Shared runner of the side-by-side denoising-step benchmarks (vidax vs diffusers).
+
+A family's script (``wan_step.py``, ``cogvideox_step.py``) supplies a :class:`StepBench`: how to
+build and time one side (``run_vidax`` / ``run_diffusers``, each returning a result dict with
+``compile_s``, ``step_s``, ``step_s_all``, ``peak_rss_gib``) and how to describe the run. This
+module does the rest: the command line, one subprocess per (side, dtype) so each side's peak RSS
+is its own, the same thread count on both sides, and the JSON + markdown report.
+
+Helpers for the sides: :func:`configure_xla_threads`, :func:`fill_params` (random parameters
+without large temporaries), :func:`prepare_jax`, :func:`run_jax_steps` / :func:`run_torch_steps` (compile, warm up,
+time, check the result is finite) on top of :func:`time_steps`, and :func:`peak_rss_gib`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepBench:
+    """What one family's benchmark runs.
+
+    Attributes:
+        script: the family script's ``__file__`` (re-run as the child process of each side).
+        title: markdown title, e.g. ``"Wan2.1-T2V-1.3B denoising step"``.
+        model: one-line model description for the JSON ``meta``.
+        step: what one timed step is (markdown text).
+        default_latent: ``(T, H, W)`` latent size by default.
+        default_out: output path without extension (``docs/benchmarks/<name>``).
+        tokens: ``(T, H, W) -> video tokens`` of the model.
+        text_tokens: text tokens per prompt.
+        run_vidax, run_diffusers: ``(dtype_name, latent, steps, threads, num_layers) -> result``;
+            ``num_layers`` None = the real config's.
+    """
+
+    script: str
+    title: str
+    model: str
+    step: str
+    default_latent: tuple[int, int, int]
+    default_out: str
+    tokens: Callable[[tuple[int, int, int]], int]
+    text_tokens: int
+    run_vidax: Callable[..., dict]
+    run_diffusers: Callable[..., dict]
+
+
+def peak_rss_gib() -> float:
+    """Peak resident set size of this process in GiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def configure_xla_threads(threads: int) -> None:
+    """Limit XLA's CPU intra-op threads (call before importing jax)."""
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
+    )
+
+
+def fill_params(make: Callable[[], Any], policy: Any) -> tuple[Any, Any]:
+    """``(graphdef, params)`` of ``make()`` filled with small pseudo-random values in the dtypes of
+    ``policy`` (a :class:`vidax.weights.loader.DtypePolicy`).
+
+    Values come from one fused elementwise pass per parameter: no temporaries the size of the
+    parameter (``jax.random`` would hold its uint32 bits and an fp32 copy, inflating peak RSS).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from vidax.weights.loader import abstract_params
+
+    graphdef, flat = abstract_params(make)
+    filled = []
+    for i, (path, var) in enumerate(flat.items()):
+        shape = var.get_value().shape
+        fn = jax.jit(lambda s=shape, d=policy.dtype_for(path), i=i: (0.02 * jnp.sin(
+            jax.lax.iota(jnp.float32, int(np.prod(s))) * 12.9898 + 78.233 * i)).astype(d).reshape(s))
+        filled.append((path, var.replace(fn())))
+    return graphdef, nnx.from_flat_state(filled)
+
+
+def time_steps(step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[Any], None]) -> tuple[Any, list[float]]:
+    """One warm-up call of ``x = step(x)``, then ``steps`` timed calls (``block(x)`` waits for the
+    result). Returns the final ``x`` and the per-step seconds."""
+    x = step(x)
+    block(x)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        x = step(x)
+        block(x)
+        times.append(time.perf_counter() - t0)
+    return x, times
+
+
+def prepare_jax(dtype_name: str, make: Callable[[Any], Any], policy: Callable[[Any], Any],
+                x_shape: tuple, text_shape: tuple, scheduler: dict, steps: int) -> Any:
+    """The vidax side's inputs: the model ``make(dtype)`` with :func:`fill_params` values under
+    ``policy(dtype)``, float32 latents ``x_shape``, text states ``text_shape`` in ``dtype``, and the
+    scheduler of ``scheduler`` (a scheduler_config dict) set for ``steps + 1`` steps.
+
+    Returns a namespace with ``dtype``, ``graphdef``, ``params``, ``x``, ``context``, ``sched``,
+    ``state``. Call :func:`configure_xla_threads` before (it must precede importing jax).
+    """
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.schedulers import scheduler_from_config
+
+    dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
+    graphdef, params = fill_params(lambda: make(dtype), policy(dtype))
+    x = jax.random.normal(jax.random.PRNGKey(1), x_shape, jnp.float32)
+    context = (0.1 * jax.random.normal(jax.random.PRNGKey(2), text_shape, jnp.float32)).astype(dtype)
+    sched = scheduler_from_config(scheduler)
+    state = sched.set_timesteps(steps + 1, sample_shape=x.shape)
+    return types.SimpleNamespace(dtype=dtype, graphdef=graphdef, params=params, x=x, context=context,
+                                 sched=sched, state=state)
+
+
+def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any, steps: int) -> dict:
+    """Compile ``x, state = step(params, x, state, context)`` (latents donated), time it with
+    :func:`time_steps` and return the vidax side's result dict."""
+    import jax
+    import jax.numpy as jnp
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(1,)).lower(params, x, state, context).compile()
+    compile_s = time.perf_counter() - t0
+    (x, state), times = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
+                                   lambda c: c[0].block_until_ready())
+    assert bool(jnp.isfinite(x).all())
+    return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
+            "jax": jax.__version__}
+
+
+def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
+    """Time ``(x, i) = step((x, i))`` under ``torch.inference_mode`` (i: the step index, from 0);
+    return the diffusers side's result dict."""
+    import diffusers
+    import torch
+
+    with torch.inference_mode():
+        (x, _), times = time_steps(step, (x, 0), steps, lambda c: None)
+    assert torch.isfinite(x).all()
+    return {"compile_s": 0.0, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
+            "torch": torch.__version__, "diffusers": diffusers.__version__}
+
+
+def run_child(cmd: list[str], what: str) -> dict:
+    """Run a benchmark child process (``cmd``) and return the JSON of its ``RESULT `` line."""
+    print(f"running {what} ...", flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    if r.returncode != 0 or not line:
+        raise SystemExit(f"{what} failed:\n{r.stderr[-3000:]}")
+    return json.loads(line[0][len("RESULT "):])
+
+
+def save_report(out: str, meta: dict, rows: list, lines: list[str]) -> None:
+    """Write ``out.json`` (``meta`` + ``rows``) and ``out.md`` (``lines``), and print the table."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(bench: StepBench) -> None:
+    """The benchmark's command line (see each family script's docstring)."""
+    p = argparse.ArgumentParser(description=bench.title)
+    p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    p.add_argument("--latent", nargs=3, type=int, default=list(bench.default_latent), metavar=("T", "H", "W"))
+    p.add_argument("--steps", type=int, default=2, help="timed steps per side (after one warm-up)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--num-layers", type=int, default=None,
+                   help="override the config's layer count (smoke tests on small machines; reported)")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", bench.default_out))
+    p.add_argument("--side", choices=["vidax", "diffusers"], help=argparse.SUPPRESS)
+    p.add_argument("--dtype", help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if args.side:  # child process: one side, one dtype
+        fn = bench.run_vidax if args.side == "vidax" else bench.run_diffusers
+        result = fn(args.dtype, tuple(args.latent), args.steps, args.threads, args.num_layers)
+        print("RESULT " + json.dumps(result))
+        return
+
+    t, h, w = args.latent
+    tokens = bench.tokens((t, h, w))
+    rows = []
+    for dtype in args.dtypes:
+        row = {"dtype": dtype}
+        for side in ("diffusers", "vidax"):
+            cmd = [sys.executable, os.path.abspath(bench.script), "--side", side, "--dtype", dtype,
+                   "--latent", str(t), str(h), str(w), "--steps", str(args.steps), "--threads", str(args.threads)]
+            if args.num_layers is not None:
+                cmd += ["--num-layers", str(args.num_layers)]
+            row[side] = run_child(cmd, f"{side} {dtype}")
+            print(f"  {side}: {row[side]['step_s']:.2f} s/step, compile {row[side]['compile_s']:.1f} s, "
+                  f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB", flush=True)
+        row["ratio_vidax_over_diffusers"] = row["vidax"]["step_s"] / row["diffusers"]["step_s"]
+        rows.append(row)
+
+    layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
+    meta = {"model": bench.model + layers, "latent_THW": [t, h, w], "tokens": tokens,
+            "text_tokens": bench.text_tokens, "cfg_batch": 2, "threads": args.threads,
+            "cpu": platform.processor() or platform.machine(), "timed_steps": args.steps}
+    lines = [
+        f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)", "",
+        f"Latent {t}x{h}x{w} (T x H x W) = {tokens} video tokens, {bench.text_tokens} text tokens, CFG (batch 2), "
+        f"random weights{layers}; best of {args.steps} timed steps after one warm-up; each side in its own "
+        f"process. A step: {bench.step}", "",
+        "| dtype | diffusers s/step | vidax s/step | vidax / diffusers | vidax compile s | diffusers peak RSS GiB | vidax peak RSS GiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['dtype']} | {r['diffusers']['step_s']:.2f} | {r['vidax']['step_s']:.2f} | "
+                     f"{r['ratio_vidax_over_diffusers']:.2f} | {r['vidax']['compile_s']:.1f} | "
+                     f"{r['diffusers']['peak_rss_gib']:.2f} | {r['vidax']['peak_rss_gib']:.2f} |")
+    save_report(args.out, meta, rows, lines)

@@ -1,0 +1,178 @@
+"""Configuration of the CogVideoX diffusion transformer (``transformer/config.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+from vidax.config import ConfigBase
+from vidax.errors import ConfigError
+
+#: ``activation_fn`` of the feed-forward network -> tanh approximation of GELU or not.
+FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
+#: ``timestep_activation_fn`` values vidax implements (diffusers ``get_activation`` names).
+TIMESTEP_ACTIVATIONS = ("silu", "swish", "gelu", "relu", "mish")
+
+
+@dataclasses.dataclass(frozen=True)
+class CogVideoXTransformerConfig(ConfigBase):
+    """Settings of ``diffusers.CogVideoXTransformer3DModel``, with its ``__init__`` defaults.
+
+    Covers CogVideoX-2B (sincos 3-D position embedding), 5B (3-D RoPE on the video tokens), 5B-I2V
+    (RoPE + learned position embedding, 32 input channels), 1.5-5B (``patch_size_t=2``, linear
+    patch embedding) and 1.5-5B-I2V (+ the ``ofs`` embedding).
+
+    Attributes:
+        num_attention_heads: N.
+        attention_head_dim: K; the model width is ``D = N * K``.
+        in_channels: latent channels in (I2V: noise + image latent channels).
+        out_channels: latent channels out.
+        time_embed_dim: width E of the timestep embedding fed to every adaptive norm.
+        ofs_embed_dim: width of the ``ofs`` embedding (1.5-I2V) or ``None``/0 (none); when set
+            it must equal ``time_embed_dim`` (the reference adds the two).
+        text_embed_dim: width of the text-encoder states (T5-XXL: 4096).
+        num_layers: number of transformer blocks.
+        attention_bias: bias in the q/k/v projections.
+        sample_width, sample_height: latent size (after the VAE, before patching) the model was
+            trained at: the sincos / learned position tables and the RoPE crop region use it.
+        sample_frames: pixel frame count the position tables were built for
+            (``(T - 1) * temporal_compression_ratio + 1`` for T latent frames).
+        patch_size: p, spatial patch edge.
+        patch_size_t: temporal patch length (1.5) or ``None`` (1.0: one frame per patch).
+        temporal_compression_ratio: the VAE's frame compression, used with ``sample_frames``.
+        max_text_seq_length: text tokens the position table reserves (L_txt must equal it when
+            a position table is added).
+        activation_fn: feed-forward activation, ``"gelu-approximate"`` or ``"gelu"``.
+        timestep_activation_fn: activation inside the timestep MLPs.
+        norm_elementwise_affine: LayerNorms carry weight and bias.
+        norm_eps: epsilon of the block, final and output LayerNorms.
+        spatial_interpolation_scale, temporal_interpolation_scale: position divisors of the
+            sincos table.
+        use_rotary_positional_embeddings: 3-D RoPE on the video queries and keys; when false the
+            sincos table is added to the tokens.
+        use_learned_positional_embeddings: a learned table (checkpoint tensor
+            ``patch_embed.pos_embedding``) instead of the sincos one (requires RoPE, as the
+            reference).
+        patch_bias: bias of the 1.0 patch-embedding convolution (the 1.5 linear patch
+            embedding always has one, as in the reference).
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = frozenset({"dropout"})  # inference: dropout is off
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "flip_sin_to_cos": (True,),
+        "freq_shift": (0, 0.0),
+    }
+
+    num_attention_heads: int = 30
+    attention_head_dim: int = 64
+    in_channels: int = 16
+    out_channels: int | None = 16
+    time_embed_dim: int = 512
+    ofs_embed_dim: int | None = None
+    text_embed_dim: int = 4096
+    num_layers: int = 30
+    attention_bias: bool = True
+    sample_width: int = 90
+    sample_height: int = 60
+    sample_frames: int = 49
+    patch_size: int = 2
+    patch_size_t: int | None = None
+    temporal_compression_ratio: int = 4
+    max_text_seq_length: int = 226
+    activation_fn: str = "gelu-approximate"
+    timestep_activation_fn: str = "silu"
+    norm_elementwise_affine: bool = True
+    norm_eps: float = 1e-5
+    spatial_interpolation_scale: float = 1.875
+    temporal_interpolation_scale: float = 1.0
+    use_rotary_positional_embeddings: bool = False
+    use_learned_positional_embeddings: bool = False
+    patch_bias: bool = True
+
+    @property
+    def inner_dim(self) -> int:
+        """Model width D = num_attention_heads * attention_head_dim."""
+        return self.num_attention_heads * self.attention_head_dim
+
+    @property
+    def has_ofs(self) -> bool:
+        """Whether the model has the ``ofs`` embedding (the reference tests ``if ofs_embed_dim``)."""
+        return bool(self.ofs_embed_dim)
+
+    @property
+    def patch_t(self) -> int:
+        """Latent frames per patch: ``patch_size_t`` or 1."""
+        return self.patch_size_t or 1
+
+    @property
+    def uses_position_table(self) -> bool:
+        """Whether a sincos or learned table is added to the tokens (the reference's
+        ``use_positional_embeddings or use_learned_positional_embeddings``)."""
+        return (not self.use_rotary_positional_embeddings) or self.use_learned_positional_embeddings
+
+    @property
+    def rope_split(self) -> tuple[int, int, int]:
+        """Head-dim channels of the (T, H, W) rotary axes: ``(K/4, 3K/8, 3K/8)`` (floored)."""
+        k = self.attention_head_dim
+        return k // 4, k // 8 * 3, k // 8 * 3
+
+    def validate(self, source: str) -> None:
+        def bad(key, value, want):
+            raise ConfigError(
+                f"{source}: {key}={value!r} is not valid for CogVideoXTransformerConfig; {want}."
+            )
+
+        positive = (
+            "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
+            "time_embed_dim", "text_embed_dim", "num_layers", "sample_width", "sample_height",
+            "sample_frames", "patch_size", "temporal_compression_ratio", "max_text_seq_length",
+        )
+        for key in positive:
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                bad(key, value, "expected a positive int")
+        for key in ("patch_size_t", "ofs_embed_dim"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                bad(key, value, "expected a non-negative int or null")
+        if self.patch_size_t == 0:
+            bad("patch_size_t", 0, "expected a positive int or null")
+        for key in (
+            "attention_bias", "norm_elementwise_affine", "use_rotary_positional_embeddings",
+            "use_learned_positional_embeddings", "patch_bias",
+        ):
+            if not isinstance(getattr(self, key), bool):
+                bad(key, getattr(self, key), "expected true or false")
+        for key in ("norm_eps", "spatial_interpolation_scale", "temporal_interpolation_scale"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                bad(key, value, "expected a positive number")
+        if self.activation_fn not in FFN_ACTIVATIONS:
+            bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
+        if self.timestep_activation_fn not in TIMESTEP_ACTIVATIONS:
+            bad("timestep_activation_fn", self.timestep_activation_fn,
+                f"vidax implements {list(TIMESTEP_ACTIVATIONS)}")
+        if self.use_learned_positional_embeddings and not self.use_rotary_positional_embeddings:
+            bad("use_learned_positional_embeddings", True,
+                "the reference refuses learned position embeddings without rotary embeddings")
+        if self.has_ofs and self.ofs_embed_dim != self.time_embed_dim:
+            bad("ofs_embed_dim", self.ofs_embed_dim,
+                f"the reference adds the ofs embedding to the timestep embedding, so it must equal "
+                f"time_embed_dim={self.time_embed_dim}")
+        if self.use_rotary_positional_embeddings:
+            t, h, w = self.rope_split
+            if t % 2 or h % 2 or t + h + w != self.attention_head_dim:
+                bad("attention_head_dim", self.attention_head_dim,
+                    f"3-D RoPE splits it into (T, H, W) parts {(t, h, w)} that must be even and "
+                    "sum to it (a multiple of 16)")
+            if self.sample_height < self.patch_size or self.sample_width < self.patch_size:
+                bad("sample_height/sample_width", (self.sample_height, self.sample_width),
+                    f"the RoPE grid needs at least one patch of {self.patch_size}")
+        if self.uses_position_table:
+            if self.inner_dim % 16:
+                bad("num_attention_heads*attention_head_dim", self.inner_dim,
+                    "the 3-D sincos table needs a multiple of 16 (even parts of D/4 and 3D/8)")
+            if self.patch_size_t is not None:
+                bad("patch_size_t", self.patch_size_t,
+                    "the reference's position table does not account for temporal patches; "
+                    "patch_size_t needs RoPE without a position table (as CogVideoX1.5)")

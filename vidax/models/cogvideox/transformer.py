@@ -1,0 +1,655 @@
+"""CogVideoX / CogVideoX1.5 diffusion transformer (``diffusers.CogVideoXTransformer3DModel``).
+
+Reads top to bottom like the reference::
+
+    timestep (B,) ──sinusoid(D)──time_embedding──> temb (B, E)   [+ ofs (1,) ──sinusoid──ofs_embedding]
+    text (B, L_txt, D_txt) ──patch_embed.text_proj──> text tokens (B, L_txt, D)
+    latents (B, T, H, W, C_in) ──patch_embed.proj──> video tokens (B, L, D)
+        1.0: a p x p convolution per frame, L = T · H/p · W/p
+        1.5: a linear map of (C, p_t, p, p) patches, L = T/p_t · H/p · W/p
+    [+ sincos (2B) or learned (5B-I2V) position table]        [3-D RoPE on video q/k (5B, 1.5)]
+    transformer_blocks × num_layers (stacked, run with a scan), text and video side by side:
+        shift, scale, gate, e_shift, e_scale, e_gate = norm1.linear(silu(temb))
+        joint self-attention over [text; video] of LN(x)·(1+scale)+shift (shared LN, own shifts)
+        x += gate · attn_video,  text += e_gate · attn_text
+        the same with norm2 and a feed-forward network over [text; video]
+    norm_final(video) ──norm_out (AdaLN: shift, scale)──proj_out──unpatchify──> (B, T, H, W, C_out)
+
+The RoPE tables and the crop / slice of the position grid follow the reference pipelines'
+``_prepare_rotary_positional_embeddings`` (the reference computes them in the pipeline; here the
+model computes them from its config and the latent grid, so a bare model call is complete).
+
+Precision: the timestep (and ofs) MLPs and all LayerNorm parameters are float32
+(:func:`cogvideox_transformer_policy`); the timestep MLPs, LayerNorm statistics and affine,
+modulation arithmetic, gated residual adds, the RoPE rotation and the softmax are float32. The
+text and video residual streams are held in ``residual_dtype`` (float32 by default; ``None`` rounds
+them to the compute dtype after every add, as the reference does in bf16). In float32 this is the
+reference's arithmetic.
+
+Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn1.to_q.weight`` ->
+``transformer_blocks/attn1/to_q/kernel`` with a leading layer axis).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
+from vidax.models.wan.rope import apply_rope
+from vidax.models.wan.transformer import FeedForward, _Identity, _LayerNorm, patchify, timestep_sinusoid
+from vidax.nn.attention import dot_product_attention
+from vidax.nn.stack import scan_layers, stacked
+from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+
+_F32 = jnp.float32
+
+#: Parameters kept float32 under any dtype: the timestep / ofs MLPs and every LayerNorm's affine.
+COGVIDEOX_FP32_PARAMS = (
+    r"(^|/)(time_embedding|ofs_embedding)(/|$)",
+    r"(^|/)(norm|norm_final|norm_q|norm_k)/(scale|bias)$",
+)
+
+KEY_RULES = KeyRules(stacked=("transformer_blocks",))
+"""diffusers keys -> NNX paths: the blocks are stacked, everything else maps by the default rule."""
+
+_ACT = {
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "relu": jax.nn.relu,
+    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Position tables (host, numpy)
+
+
+def get_resize_crop_region_for_grid(src: tuple[int, int], tgt_width: int, tgt_height: int):
+    """The reference pipelines' crop region of a ``(h, w)`` patch grid in a ``tgt`` base grid.
+
+    Returns ``((top, left), (bottom, right))`` in base-grid units (Python floats rounded as the
+    reference does).
+    """
+    tw, th = tgt_width, tgt_height
+    h, w = src
+    if h / w > th / tw:
+        resize_height = th
+        resize_width = int(round(th / h * w))
+    else:
+        resize_width = tw
+        resize_height = int(round(tw / w * h))
+    crop_top = int(round((th - resize_height) / 2.0))
+    crop_left = int(round((tw - resize_width) / 2.0))
+    return (crop_top, crop_left), (crop_top + resize_height, crop_left + resize_width)
+
+
+def _linspace_f32(start: float, stop: float, num: int) -> np.ndarray:
+    """``torch.linspace(start, stop, num, dtype=float32)`` to within an ulp: float32 step, the
+    first half counted from ``start``, the second from ``stop`` (torch's scalar kernel)."""
+    if num == 1:
+        return np.array([start], np.float32)
+    start32, stop32 = np.float32(start), np.float32(stop)
+    step = (stop32 - start32) / np.float32(num - 1)
+    i = np.arange(num)
+    half = num // 2
+    out = np.where(
+        i < half,
+        start32 + step * i.astype(np.float32),
+        stop32 - step * (num - 1 - i).astype(np.float32),
+    )
+    return out.astype(np.float32)
+
+
+def _rope_axis(dim: int, pos: np.ndarray, theta: float = 10000.0) -> np.ndarray:
+    """``get_1d_rotary_pos_embed(dim, pos, use_real=True)`` angles, float32 as the reference:
+    ``(n, dim // 2)`` = ``outer(pos, 1 / theta ** (arange(0, dim, 2) / dim))``."""
+    exps = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    freqs = (np.float32(1.0) / np.power(np.float32(theta), exps)).astype(np.float32)
+    return np.outer(pos.astype(np.float32), freqs).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=32)
+def rope_axis_tables(config: CogVideoXTransformerConfig, grid: tuple[int, int, int]):
+    """Per-axis cos and sin tables of the video tokens' 3-D RoPE, as the reference pipelines build
+    them (:func:`cogvideox_rope` assembles them per token).
+
+    CogVideoX 1.0 (``patch_size_t`` None): the patch grid is placed in the base grid
+    ``(sample_height / p, sample_width / p)`` with :func:`get_resize_crop_region_for_grid` and its
+    positions are ``linspace`` over the crop region (``grid_type="linspace"``). CogVideoX 1.5:
+    integer positions ``0 .. n-1`` along each axis (``grid_type="slice"``), which must fit in the
+    base grid.
+
+    Args:
+        config: the transformer config.
+        grid: ``(t, h, w)`` patches along frames, rows and columns.
+
+    Returns:
+        ``((cos_t, sin_t), (cos_h, sin_h), (cos_w, sin_w))`` float32 numpy, ``(n_axis, d_axis / 2)``
+        with ``(d_t, d_h, d_w) = config.rope_split`` (angles in float32 as the reference, cos / sin
+        evaluated in float64 and rounded).
+
+    Raises:
+        InputError: a 1.5 grid larger than the base grid (the reference fails there).
+    """
+    t, h, w = grid
+    p = config.patch_size
+    base_h, base_w = config.sample_height // p, config.sample_width // p
+    if config.patch_size_t is None:
+        (top, left), (bottom, right) = get_resize_crop_region_for_grid((h, w), base_w, base_h)
+        positions = (
+            _linspace_f32(0, t * (t - 1) / t, t),
+            _linspace_f32(top, bottom * (h - 1) / h, h),
+            _linspace_f32(left, right * (w - 1) / w, w),
+        )
+    else:
+        if h > base_h or w > base_w:
+            raise InputError(
+                f"CogVideoX1.5 RoPE: the video has {h}x{w} patches but the model's position grid "
+                f"is {base_h}x{base_w} (sample_height/sample_width / patch_size); use a smaller "
+                "height/width (the reference fails for this size too)."
+            )
+        positions = tuple(np.arange(n, dtype=np.float32) for n in grid)
+    tables = []
+    for dim, pos in zip(config.rope_split, positions):
+        ang = _rope_axis(dim, pos).astype(np.float64)
+        tables.append((np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)))
+    return tuple(tables)
+
+
+def cogvideox_rope(config: CogVideoXTransformerConfig, grid: tuple[int, int, int]) -> tuple[jax.Array, jax.Array]:
+    """cos and sin of the 3-D RoPE per video token, ``(t·h·w, K/2)`` float32 each (tokens t-major,
+    then h, w; pairs ``[K/8 frame | 3K/16 row | 3K/16 column]``), assembled on device from
+    :func:`rope_axis_tables` (so no ``L x K`` constant is baked into a compiled program).
+
+    Raises:
+        InputError: see :func:`rope_axis_tables`.
+    """
+    return tuple(_broadcast_axes(grid, [jnp.asarray(tab[k]) for tab in rope_axis_tables(config, grid)])
+                 for k in (0, 1))
+
+
+def _broadcast_axes(grid: tuple[int, int, int], parts: list) -> jax.Array:
+    """Per-axis tables ``(t, a)``, ``(h, b)``, ``(w, c)`` -> ``(t·h·w, a + b + c)`` per token."""
+    t, h, w = grid
+    full = [
+        jnp.broadcast_to(parts[0][:, None, None, :], (t, h, w, parts[0].shape[-1])),
+        jnp.broadcast_to(parts[1][None, :, None, :], (t, h, w, parts[1].shape[-1])),
+        jnp.broadcast_to(parts[2][None, None, :, :], (t, h, w, parts[2].shape[-1])),
+    ]
+    return jnp.concatenate(full, axis=-1).reshape(t * h * w, -1)
+
+
+def _sincos_1d(dim: int, pos: np.ndarray) -> np.ndarray:
+    """``get_1d_sincos_pos_embed_from_grid``: float64 ``[sin(pos·ω), cos(pos·ω)]``, ω = 10000^(-2i/dim)."""
+    omega = np.arange(dim // 2, dtype=np.float64) / (dim / 2.0)
+    omega = 1.0 / 10000**omega
+    out = np.outer(pos.reshape(-1).astype(np.float64), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+
+@functools.lru_cache(maxsize=32)
+def sincos_axis_tables(config: CogVideoXTransformerConfig, grid: tuple[int, int, int]):
+    """The factors of the reference's ``get_3d_sincos_pos_embed`` for a ``(t, h, w)`` grid.
+
+    Per token the reference's table is ``[temporal (D/4) | sin-cos of the column (3D/8) | of the
+    row (3D/8)]``, positions divided by the temporal / spatial interpolation scales (float32, as
+    the reference), values in float64 rounded to float32.
+
+    Returns:
+        ``(temporal (t, D/4), column (w, 3D/8), row (h, 3D/8))`` float32 numpy.
+    """
+    t, h, w = grid
+    d = config.inner_dim
+    ds = 3 * d // 4
+    scale = np.float32(config.spatial_interpolation_scale)
+    column = _sincos_1d(ds // 2, np.arange(w, dtype=np.float32) / scale)
+    row = _sincos_1d(ds // 2, np.arange(h, dtype=np.float32) / scale)
+    temporal = _sincos_1d(d // 4, np.arange(t, dtype=np.float32) / np.float32(config.temporal_interpolation_scale))
+    return temporal.astype(np.float32), column.astype(np.float32), row.astype(np.float32)
+
+
+def sincos_position_table(config: CogVideoXTransformerConfig, grid: tuple[int, int, int]) -> jax.Array:
+    """The video rows of the reference's sincos position table, ``(t·h·w, D)`` float32 (tokens
+    t-major, then h, w), assembled on device from :func:`sincos_axis_tables`."""
+    temporal, column, row = (jnp.asarray(a) for a in sincos_axis_tables(config, grid))
+    t, h, w = grid
+    spatial = jnp.concatenate(
+        [jnp.broadcast_to(column[None], (h, w, column.shape[-1])),
+         jnp.broadcast_to(row[:, None], (h, w, row.shape[-1]))], axis=-1,
+    )
+    return _broadcast_axes((t, 1, h * w), [temporal, jnp.zeros((1, 0), jnp.float32),
+                                           spatial.reshape(h * w, -1)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers
+
+
+def _dense(din, dout, dtype, param_dtype, rngs, use_bias=True) -> nnx.Linear:
+    return nnx.Linear(din, dout, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+
+class TimestepEmbedding(nnx.Module):
+    """diffusers ``TimestepEmbedding(in, out, act)``: ``linear_2(act(linear_1(x)))`` in float32."""
+
+    def __init__(self, cin: int, dim: int, act: str, rngs: nnx.Rngs):
+        self.linear_1 = _dense(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = _dense(dim, dim, _F32, _F32, rngs)
+        self.act = act
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.linear_2(_ACT[self.act](self.linear_1(x.astype(_F32))))
+
+
+class PatchConv(nnx.Module):
+    """``nn.Conv2d(C_in, D, kernel=stride=p)`` applied to every frame, as patchify + matmul.
+
+    ``kernel`` ``(p, p, C_in, D)`` (the loader's conv2d layout), optional ``bias`` ``(D,)``.
+    """
+
+    def __init__(self, p: int, cin: int, dim: int, use_bias: bool, dtype, param_dtype, rngs: nnx.Rngs):
+        self.p = p
+        self.dtype = dtype
+        self.kernel = nnx.Param(
+            jax.random.normal(rngs.params(), (p, p, cin, dim), param_dtype) / math.sqrt(cin * p * p)
+        )
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype)) if use_bias else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``(B, T, H, W, C_in)`` -> ``(B, T·H/p·W/p, D)`` (frame, row, column order)."""
+        cols = patchify(x, (1, self.p, self.p))  # features (p_h, p_w, C)
+        kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
+        y = jnp.einsum("blc,cd->bld", cols.astype(self.dtype), kernel)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+def patchify_channels_first(x: jax.Array, pt: int, p: int) -> jax.Array:
+    """``(B, T, H, W, C)`` -> ``(B, T/p_t·H/p·W/p, C·p_t·p·p)``, features ordered ``(C, p_t, p_h, p_w)``
+    (the reference's 1.5 patch embedding and its output projection's order)."""
+    b, t, h, w, c = x.shape
+    x = x.reshape(b, t // pt, pt, h // p, p, w // p, p, c)
+    x = x.transpose(0, 1, 3, 5, 7, 2, 4, 6)
+    return x.reshape(b, (t // pt) * (h // p) * (w // p), c * pt * p * p)
+
+
+def unpatchify_channels_first(x: jax.Array, grid: tuple[int, int, int], pt: int, p: int) -> jax.Array:
+    """Inverse of :func:`patchify_channels_first`: ``(B, t·h·w, C·p_t·p·p)`` -> ``(B, t·p_t, h·p, w·p, C)``."""
+    b = x.shape[0]
+    t, h, w = grid
+    x = x.reshape(b, t, h, w, -1, pt, p, p)
+    x = x.transpose(0, 1, 5, 2, 6, 3, 7, 4)
+    return x.reshape(b, t * pt, h * p, w * p, x.shape[-1])
+
+
+class CogVideoXPatchEmbed(nnx.Module):
+    """diffusers ``CogVideoXPatchEmbed``: text projection, video patch embedding, position table.
+
+    ``proj`` is a per-frame convolution (1.0) or a linear map of ``(C, p_t, p, p)`` patches (1.5);
+    ``pos_embedding`` ``(1, max_text_seq_length + num_patches, D)`` exists only for learned
+    position embeddings (the reference's persistent buffer).
+    """
+
+    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs: nnx.Rngs):
+        d = cfg.inner_dim
+        p = cfg.patch_size
+        if cfg.patch_size_t is None:
+            self.proj = PatchConv(p, cfg.in_channels, d, cfg.patch_bias, dtype, param_dtype, rngs)
+        else:
+            self.proj = _dense(cfg.in_channels * p * p * cfg.patch_size_t, d, dtype, param_dtype, rngs)
+        self.text_proj = _dense(cfg.text_embed_dim, d, dtype, param_dtype, rngs)
+        if cfg.use_learned_positional_embeddings:
+            n = _sample_num_patches(cfg)
+            self.pos_embedding = nnx.Param(jnp.zeros((1, cfg.max_text_seq_length + n, d), param_dtype))
+        else:
+            self.pos_embedding = None
+        self.cfg = cfg
+        self.dtype = dtype
+
+    def video(self, x: jax.Array) -> jax.Array:
+        """Latents ``(B, T, H, W, C_in)`` -> video tokens ``(B, L, D)`` in the compute dtype."""
+        cfg = self.cfg
+        if cfg.patch_size_t is None:
+            return self.proj(x)
+        return self.proj(patchify_channels_first(x.astype(self.dtype), cfg.patch_size_t, cfg.patch_size))
+
+    def position_table(self, grid: tuple[int, int, int], text_len: int):
+        """``(text rows, video rows)`` float32 to add to the tokens, or ``None`` (RoPE only).
+
+        The learned table is used when the latent size and frame count equal the training ones
+        (``sample_height``, ``sample_width``, ``sample_frames``); otherwise the reference
+        recomputes the sincos table (zero text rows) for this grid, learned model or not.
+        """
+        cfg = self.cfg
+        if not cfg.uses_position_table:
+            return None
+        t, h, w = grid
+        p = cfg.patch_size
+        frames = (t - 1) * cfg.temporal_compression_ratio + 1
+        if text_len != cfg.max_text_seq_length:
+            raise InputError(
+                f"CogVideoXTransformer3DModel: this model adds a position table made for "
+                f"max_text_seq_length={cfg.max_text_seq_length} text tokens; got {text_len} "
+                "(pass max_sequence_length equal to it, as the reference requires)."
+            )
+        if self.pos_embedding is not None and (h * p, w * p) != (cfg.sample_height, cfg.sample_width):
+            raise InputError(
+                f"CogVideoXTransformer3DModel: this model's learned position table is for latents of "
+                f"{cfg.sample_height}x{cfg.sample_width} (height x width); "
+                f"got {h * p}x{w * p}. The reference cannot generate at another resolution either."
+            )
+        if self.pos_embedding is not None and frames == cfg.sample_frames:
+            table = self.pos_embedding[...].astype(_F32)[0]
+            return table[:text_len], table[text_len:]
+        return None, sincos_position_table(cfg, grid)
+
+
+def _sample_num_patches(cfg: CogVideoXTransformerConfig) -> int:
+    """Video tokens of the training size: ``(H/p)·(W/p)·((frames-1)/tcr + 1)`` (the table length)."""
+    p = cfg.patch_size
+    frames = (cfg.sample_frames - 1) // cfg.temporal_compression_ratio + 1
+    return (cfg.sample_height // p) * (cfg.sample_width // p) * frames
+
+
+class LayerNormZero(nnx.Module):
+    """diffusers ``CogVideoXLayerNormZero``: ``linear(silu(temb))`` -> 6 modulations, one LayerNorm
+    shared by the video and text tokens."""
+
+    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.linear = _dense(cfg.time_embed_dim, 6 * d, dtype, param_dtype, rngs)
+        self.norm = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
+        self.dtype = dtype
+
+    def __call__(self, x, ctx, temb):
+        """x ``(B, L, D)``, ctx ``(B, L_txt, D)``, temb ``(B, E)`` float32 -> modulated x and ctx in
+        the compute dtype, gates ``(B, 1, D)`` float32."""
+        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None, :]
+        shift, scale, gate, e_shift, e_scale, e_gate = jnp.split(mod, 6, axis=-1)
+        h = (self.norm(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+        hc = (self.norm(ctx, _F32) * (1 + e_scale) + e_shift).astype(self.dtype)
+        return h, hc, gate, e_gate
+
+
+class CogVideoXAttention(nnx.Module):
+    """diffusers ``Attention`` + ``CogVideoXAttnProcessor2_0``: joint self-attention over
+    ``[text; video]``, per-head LayerNorm on q and k (eps 1e-6), RoPE on the video q and k."""
+
+    def __init__(self, cfg: CogVideoXTransformerConfig, attention: str, dtype, param_dtype, rngs):
+        d, k = cfg.inner_dim, cfg.attention_head_dim
+        self.heads = cfg.num_attention_heads
+        self.attention = attention
+        self.dtype = dtype
+        self.to_q = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
+        self.to_k = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
+        self.to_v = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
+        self.norm_q = _LayerNorm(k, 1e-6, True)
+        self.norm_k = _LayerNorm(k, 1e-6, True)
+        self.to_out = nnx.List([_dense(d, d, dtype, param_dtype, rngs), _Identity()])
+
+    def __call__(self, h, hc, rope):
+        """h ``(B, L, D)``, hc ``(B, L_txt, D)``, rope ``(cos, sin)`` ``(L, K/2)`` or None ->
+        (video ``(B, L, D)``, text ``(B, L_txt, D)``) in the compute dtype."""
+        n_txt = hc.shape[1]
+        x = jnp.concatenate([hc, h], axis=1)
+        b, n = x.shape[:2]
+        q = self.norm_q(self.to_q(x).reshape(b, n, self.heads, -1), self.dtype)
+        k = self.norm_k(self.to_k(x).reshape(b, n, self.heads, -1), self.dtype)
+        v = self.to_v(x).reshape(b, n, self.heads, -1)
+        if rope is not None:
+            q = jnp.concatenate([q[:, :n_txt], apply_rope(q[:, n_txt:], *rope)], axis=1)
+            k = jnp.concatenate([k[:, :n_txt], apply_rope(k[:, n_txt:], *rope)], axis=1)
+        out = dot_product_attention(q, k, v, implementation=self.attention)
+        out = self.to_out[0](out.reshape(b, n, -1))
+        return out[:, n_txt:], out[:, :n_txt]
+
+
+class CogVideoXBlock(nnx.Module):
+    """diffusers ``CogVideoXBlock``: adaptive-norm joint attention, then adaptive-norm FFN."""
+
+    def __init__(self, cfg: CogVideoXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.norm1 = LayerNormZero(cfg, dtype, param_dtype, rngs)
+        self.attn1 = CogVideoXAttention(cfg, attention, dtype, param_dtype, rngs)
+        self.norm2 = LayerNormZero(cfg, dtype, param_dtype, rngs)
+        self.ff = FeedForward(d, 4 * d, d, FFN_ACTIVATIONS[cfg.activation_fn], dtype, param_dtype, rngs)
+
+    def __call__(self, x, ctx, temb, rope):
+        """One block.
+
+        Args:
+            x: video residual ``(B, L, D)``; ctx: text residual ``(B, L_txt, D)``.
+            temb: ``(B, E)`` float32 timestep embedding.
+            rope: ``(cos, sin)`` ``(L, K/2)`` float32 or ``None``.
+
+        Returns:
+            ``(x, ctx)`` in the residual dtype.
+        """
+        res = self.residual_dtype or self.dtype
+        n_txt = ctx.shape[1]
+        h, hc, gate, e_gate = self.norm1(x, ctx, temb)
+        a, ac = self.attn1(h, hc, rope)
+        x = (x.astype(_F32) + gate * a.astype(_F32)).astype(res)
+        ctx = (ctx.astype(_F32) + e_gate * ac.astype(_F32)).astype(res)
+
+        h, hc, gate, e_gate = self.norm2(x, ctx, temb)
+        f = self.ff(jnp.concatenate([hc, h], axis=1)).astype(_F32)
+        x = (x.astype(_F32) + gate * f[:, n_txt:]).astype(res)
+        ctx = (ctx.astype(_F32) + e_gate * f[:, :n_txt]).astype(res)
+        return x, ctx
+
+
+class AdaLayerNormOut(nnx.Module):
+    """diffusers ``AdaLayerNorm(chunk_dim=1)``: ``shift, scale = linear(silu(temb))``, then
+    ``LN(x)·(1+scale)+shift`` (shift first, as the reference's CogVideoX branch)."""
+
+    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.linear = _dense(cfg.time_embed_dim, 2 * d, dtype, param_dtype, rngs)
+        self.norm = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
+        self.dtype = dtype
+
+    def __call__(self, x, temb):
+        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None, :]
+        shift, scale = jnp.split(mod, 2, axis=-1)
+        return (self.norm(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+class CogVideoXTransformer3DModel(nnx.Module):
+    """The CogVideoX diffusion transformer; follows ``diffusers.CogVideoXTransformer3DModel``.
+
+    Args:
+        config: the checkpoint's :class:`CogVideoXTransformerConfig`.
+        dtype: compute dtype of the matmuls (float32 or bfloat16).
+        param_dtype: initial parameter dtype (the loader replaces them per its policy).
+        residual_dtype: dtype of the text and video residual streams; ``None`` = ``dtype``.
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
+        rngs: initialisation randomness (unused when built by the loader).
+    """
+
+    def __init__(
+        self,
+        config: CogVideoXTransformerConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = _F32,
+        residual_dtype: Any = _F32,
+        attention: str = "auto",
+        rngs: nnx.Rngs,
+    ):
+        cfg = config
+        self.config = cfg
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        d = cfg.inner_dim
+        self.patch_embed = CogVideoXPatchEmbed(cfg, dtype, param_dtype, rngs)
+        self.time_embedding = TimestepEmbedding(d, cfg.time_embed_dim, cfg.timestep_activation_fn, rngs)
+        if cfg.has_ofs:
+            self.ofs_embedding = TimestepEmbedding(
+                cfg.ofs_embed_dim, cfg.ofs_embed_dim, cfg.timestep_activation_fn, rngs
+            )
+        else:
+            self.ofs_embedding = None
+        self.transformer_blocks = stacked(
+            lambda r: CogVideoXBlock(cfg, attention, dtype, residual_dtype, param_dtype, r),
+            cfg.num_layers,
+            rngs,
+        )
+        self.norm_final = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
+        self.norm_out = AdaLayerNormOut(cfg, dtype, param_dtype, rngs)
+        p, pt = cfg.patch_size, cfg.patch_t
+        self.proj_out = _dense(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)
+
+    def __call__(
+        self,
+        hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_hidden_states: jax.Array,
+        ofs: jax.Array | None = None,
+    ) -> jax.Array:
+        """Predict the model output (v-prediction for the released checkpoints).
+
+        Args:
+            hidden_states: latents ``(B, T, H, W, C_in)`` channels-last (the reference takes
+                ``(B, T, C, H, W)``); H and W divisible by ``patch_size``, T by ``patch_size_t``.
+            timestep: ``(B,)`` diffusion timestep in [0, num_train_timesteps), float or int.
+            encoder_hidden_states: T5 states ``(B, L_txt, text_embed_dim)``; with a position table
+                (2B, 5B-I2V) ``L_txt`` must equal ``max_text_seq_length``.
+            ofs: ``(1,)`` or ``(B,)`` ofs value (the pipelines pass 2.0); required iff the config
+                has ``ofs_embed_dim``.
+
+        Returns:
+            ``(B, T, H, W, C_out)`` in the compute dtype.
+
+        Raises:
+            InputError: shapes that do not fit the config, a missing or unexpected ``ofs``.
+        """
+        cfg = self.config
+        grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, ofs)
+        b = hidden_states.shape[0]
+        res = self.residual_dtype or self.dtype
+
+        temb = self.time_embedding(timestep_sinusoid(timestep.reshape(b), cfg.inner_dim))
+        if self.ofs_embedding is not None:
+            ofs_emb = self.ofs_embedding(timestep_sinusoid(jnp.reshape(ofs, (-1,)), cfg.ofs_embed_dim))
+            temb = temb + ofs_emb
+
+        ctx = self.patch_embed.text_proj(encoder_hidden_states.astype(self.dtype))
+        x = self.patch_embed.video(hidden_states.astype(self.dtype))
+        table = self.patch_embed.position_table(grid, ctx.shape[1])
+        if table is not None:
+            text_rows, video_rows = table
+            x = x.astype(_F32) + video_rows[None]
+            if text_rows is not None:
+                ctx = ctx.astype(_F32) + text_rows[None]
+        x, ctx = x.astype(res), ctx.astype(res)
+
+        rope = cogvideox_rope(cfg, grid) if cfg.use_rotary_positional_embeddings else None
+
+        x, ctx = scan_layers(
+            self.transformer_blocks, (x, ctx), lambda block, c: block(c[0], c[1], temb, rope)
+        )
+        x = self.norm_final(x, res)
+        x = self.proj_out(self.norm_out(x, temb))
+        return unpatchify_channels_first(x, grid, cfg.patch_t, cfg.patch_size)
+
+    def _check_inputs(self, x, timestep, text, ofs) -> tuple[int, int, int]:
+        cfg = self.config
+        name = type(self).__name__
+        if x.ndim != 5 or x.shape[-1] != cfg.in_channels:
+            raise InputError(
+                f"{name}: hidden_states must be (B, T, H, W, C={cfg.in_channels}) channels-last; "
+                f"got shape {tuple(x.shape)}."
+            )
+        b, t, h, w, _ = x.shape
+        p, pt = cfg.patch_size, cfg.patch_t
+        if h % p or w % p or t % pt:
+            raise InputError(
+                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by "
+                f"(patch_size_t, patch_size, patch_size)={(pt, p, p)} (pipelines pad T for "
+                "CogVideoX1.5)."
+            )
+        if tuple(jnp.shape(timestep)) not in ((b,), ()):
+            raise InputError(f"{name}: timestep must have shape (B,)=({b},); got {tuple(jnp.shape(timestep))}.")
+        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.text_embed_dim:
+            raise InputError(
+                f"{name}: encoder_hidden_states must be (B={b}, L_txt, text_embed_dim="
+                f"{cfg.text_embed_dim}); got {tuple(text.shape)}."
+            )
+        if cfg.has_ofs and ofs is None:
+            raise InputError(f"{name}: this model has an ofs embedding (ofs_embed_dim={cfg.ofs_embed_dim}); pass ofs (the pipelines use 2.0).")
+        if not cfg.has_ofs and ofs is not None:
+            raise InputError(f"{name}: ofs was given but this model has no ofs embedding (ofs_embed_dim is null).")
+        if ofs is not None and jnp.size(ofs) not in (1, b):
+            raise InputError(f"{name}: ofs must have 1 or B={b} entries; got shape {tuple(jnp.shape(ofs))}.")
+        return t // pt, h // p, w // p
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def cogvideox_transformer_policy(dtype: Any = _F32) -> DtypePolicy:
+    """Storage dtypes for a CogVideoX transformer run in ``dtype``: the timestep / ofs MLPs and
+    the LayerNorm weights stay float32 (:data:`COGVIDEOX_FP32_PARAMS`), the rest is ``dtype``."""
+    return DtypePolicy(param_dtype=dtype, keep_fp32=COGVIDEOX_FP32_PARAMS)
+
+
+def load_cogvideox_transformer(
+    path: str | os.PathLike,
+    dtype: Any = jnp.float32,
+    placement: Placement | None = None,
+    *,
+    residual_dtype: Any = jnp.float32,
+    attention: str = "auto",
+) -> CogVideoXTransformer3DModel:
+    """Load a diffusers ``CogVideoXTransformer3DModel`` folder (``config.json`` + safetensors).
+
+    Args:
+        path: the ``transformer/`` folder of a diffusers CogVideoX checkpoint.
+        dtype: compute and storage dtype (float32 or bfloat16); see
+            :func:`cogvideox_transformer_policy` for what stays float32.
+        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
+        residual_dtype: see :class:`CogVideoXTransformer3DModel`.
+        attention: attention implementation (``"auto"``, ``"xla"``, ``"blockwise"``).
+
+    Raises:
+        ConfigError: ``config.json`` missing or asking for something not implemented.
+        CheckpointError: tensors missing, unexpected or mis-shaped.
+        InputError: ``dtype`` is not a floating dtype.
+    """
+    try:
+        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise InputError(
+            f"load_cogvideox_transformer: dtype={dtype!r} must be a floating dtype (float32, bfloat16)."
+        )
+    path = os.fspath(path)
+    config = CogVideoXTransformerConfig.from_json_file(os.path.join(path, "config.json"))
+
+    def make():
+        return CogVideoXTransformer3DModel(
+            config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
+            attention=attention, rngs=nnx.Rngs(0),
+        )
+
+    return load_module(make, path, KEY_RULES, cogvideox_transformer_policy(dtype), placement, what="transformer")

@@ -1,0 +1,980 @@
+"""The CogVideoX 3D VAE in Flax NNX, following ``diffusers.AutoencoderKLCogVideoX``.
+
+Layout: video ``(B, F, H, W, C)`` and latents ``(B, T', H', W', C_z)``, channels last. For the
+released configs (four blocks, ``temporal_compression_ratio=4``) ``H' = H / 8``, ``W' = W / 8`` and
+``F = 1 + 4 (T' - 1)`` when ``T'`` is odd (the pipelines' 49 frames <-> 13 latent frames).
+
+The module tree mirrors the reference (``decoder.up_blocks.0.resnets.1.norm1.conv_y.conv.weight``
+is the NNX path ``decoder/up_blocks/0/resnets/1/norm1/conv_y/conv/kernel``), so the checkpoint
+maps 1:1 by the loader's rule with no renames (:data:`KEY_RULES`).
+
+Temporal chunks and the conv cache
+----------------------------------
+The reference encodes ``num_sample_frames_batch_size = 8`` frames at a time and decodes
+``num_latent_frames_batch_size = 2`` latent frames at a time. With ``n`` frames and batch ``b``
+it runs ``max(n // b, 1)`` chunks; the remainder ``n % b`` goes to the first chunk
+(``[0, b + n % b)``, then ``[b k + n % b, b (k + 1) + n % b)``), so 13 latent frames decode as
+3 + 2 + 2 + 2 + 2 + 2 and 49 frames encode as 9 + 8 + ... + 8. Group norms take their statistics
+over the whole chunk (all its frames), so the chunking changes the values and is reproduced
+exactly. Every causal 3-tap time convolution pads its input in front with 2 frames: on the first
+chunk copies of its first frame (``pad_mode="first"``), afterwards the last 2 frames of its padded
+input in the previous chunk (the reference's ``conv_cache``). Here that cache is an explicit
+tuple of fixed-shape ``(B, 2, h, w, C)`` arrays in call order, passed into and returned from one
+jitted chunk function; the function is traced once for the first chunk (no cache) and once for
+the later chunks, whatever the clip length, and each chunk's result is copied to host memory as
+soon as it is computed.
+
+The odd/even frame handling of the reference is reproduced: time down-sampling keeps the first
+frame of an odd chunk and averages the others in pairs, time up-sampling doubles all frames of an
+even chunk but only spatially up-samples the first frame of an odd one (and a 1-frame chunk stays
+1 frame), and the decoder's spatial norm resizes the latent chunk to each feature map with
+nearest-neighbour indices computed as torch's ``F.interpolate`` does, the first frame on its own
+when the feature map has an odd number (> 1) of frames.
+
+Spatial tiling
+--------------
+``tiled_decode`` / ``tiled_encode`` of the reference are reproduced: tiles of
+``sample_height // 2`` x ``sample_width // 2`` pixels (``/ 8`` in latent space) start every
+``int(tile * (1 - overlap_factor))`` latent (decode) or pixel (encode) rows / columns, overlap
+factors 1/6 (height) and 1/5 (width); each tile runs the whole temporal chunk loop with its own
+cache; then, in raster order, each tile's top rows are blended with the bottom rows of the tile
+above and its left columns with the right columns of the tile to the left (linear ramps over
+``int(tile_out * overlap_factor)`` rows / columns), and the first ``tile_out - blend`` rows /
+columns of each tile are kept. The blending reads each neighbour as the full decoded tile (not
+the cropped output), with the blends that tile itself received already applied, as the reference
+does (its ``blend_v`` / ``blend_h`` write into the tile in place); this is done on the host in
+float32. Tiled and untiled results differ (each tile has its own group-norm statistics and zero
+padding at its borders); tiled output matches the reference's tiled output.
+
+Precision: compute and parameters in ``float32`` (default) or ``bfloat16``; group-norm statistics,
+affine and parameters always float32 (:func:`dtype_policy`); outputs are float32.
+
+Not implemented (refused by :class:`CogVideoXVAEConfig`): ``use_quant_conv`` /
+``use_post_quant_conv`` (the reference sizes those convs by the video channels, so they only run
+when ``latent_channels == out_channels``; no released checkpoint has them), ``act_fn`` other than
+SiLU, block types other than ``CogVideoXDownBlock3D`` / ``CogVideoXUpBlock3D``. The reference's
+``CogVideoXSafeConv3d`` splits very large convolutions along time with a halo of ``k - 1`` frames;
+that is a memory device with the same result, and is not reproduced.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import os
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.config import ConfigBase
+from vidax.errors import ConfigError, InputError
+from vidax.nn.inputs import check_video_array, parse_dtype
+from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+
+KEY_RULES = KeyRules()
+"""diffusers ``AutoencoderKLCogVideoX`` keys map to NNX paths by the loader's default rule."""
+
+NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
+"""Video frames per encoder chunk (the reference's ``num_sample_frames_batch_size``)."""
+
+NUM_LATENT_FRAMES_BATCH_SIZE = 2
+"""Latent frames per decoder chunk (the reference's ``num_latent_frames_batch_size``)."""
+
+AUTO_TILE_AREA_FACTOR = 4
+"""``tiled=None`` tiles a frame larger than this many times ``sample_height * sample_width``."""
+
+TRACE_COUNTS: collections.Counter = collections.Counter()
+"""How many times the jitted chunk functions were traced, keyed ``"encode"`` / ``"decode"``."""
+
+_F32 = jnp.float32
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CogVideoXVAEConfig(ConfigBase):
+    """Settings of ``diffusers.AutoencoderKLCogVideoX`` (its ``vae/config.json``) and defaults.
+
+    Attributes:
+        in_channels, out_channels: video channels (3).
+        down_block_types, up_block_types: one entry per block, all ``CogVideoXDownBlock3D`` /
+            ``CogVideoXUpBlock3D`` (the only types the reference accepts).
+        block_out_channels: channels per encoder block (the decoder mirrors them); there are
+            ``len(block_out_channels) - 1`` spatial 2x resamplings.
+        latent_channels: latent channels ``C_z`` (16).
+        layers_per_block: resnets per encoder block (decoder blocks have one more).
+        norm_eps: epsilon of the encoder's resnet group norms (the decoder's spatial norms and
+            both ``norm_out`` use 1e-6 whatever this is, as the reference does).
+        norm_num_groups: groups of every group norm; must divide every block's channels.
+        temporal_compression_ratio: a power of two; the first ``log2`` of it blocks also
+            resample time.
+        sample_height, sample_width: the training size; tiles are half of it (see
+            :class:`CogVideoXTiling`).
+        scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
+            pipelines divide by it before :meth:`CogVideoXVAE.decode`.
+        invert_scale_latents: CogVideoX 1.5 image-to-video divides the encoded image latents by
+            ``scaling_factor`` instead of multiplying (read by the pipeline, not the VAE).
+        shift_factor, latents_mean, latents_std: carried as read; neither this VAE nor the
+            diffusers CogVideoX pipelines use them.
+    """
+
+    # force_upcast asks SD-style pipelines to run the VAE in fp32; no CogVideoX pipeline reads it.
+    IGNORED: ClassVar[frozenset[str]] = frozenset({"force_upcast"})
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "act_fn": ("silu", "swish"),
+        "use_quant_conv": (False,),
+        "use_post_quant_conv": (False,),
+    }
+
+    in_channels: int = 3
+    out_channels: int = 3
+    down_block_types: tuple[str, ...] = ("CogVideoXDownBlock3D",) * 4
+    up_block_types: tuple[str, ...] = ("CogVideoXUpBlock3D",) * 4
+    block_out_channels: tuple[int, ...] = (128, 256, 256, 512)
+    latent_channels: int = 16
+    layers_per_block: int = 3
+    norm_eps: float = 1e-6
+    norm_num_groups: int = 32
+    temporal_compression_ratio: float = 4
+    sample_height: int = 480
+    sample_width: int = 720
+    scaling_factor: float = 1.15258426
+    shift_factor: float | None = None
+    latents_mean: tuple[float, ...] | None = None
+    latents_std: tuple[float, ...] | None = None
+    invert_scale_latents: bool = False
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent pixel along H and W: ``2 ** (len(block_out_channels) - 1)``."""
+        return 2 ** (len(self.block_out_channels) - 1)
+
+    @property
+    def compress_time(self) -> tuple[bool, ...]:
+        """Per resampling level (encoder order): whether it also halves / doubles time."""
+        level = int(math.log2(self.temporal_compression_ratio))
+        return tuple(i < level for i in range(len(self.block_out_channels) - 1))
+
+    @property
+    def temporal_compression(self) -> int:
+        """Frames per latent frame after the first: ``2 ** sum(compress_time)``."""
+        return 2 ** sum(self.compress_time)
+
+    def validate(self, source: str) -> None:
+        def positive_int(name: str, value: Any) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
+
+        for name in ("in_channels", "out_channels", "latent_channels", "layers_per_block",
+                     "norm_num_groups", "sample_height", "sample_width"):  # fmt: skip
+            positive_int(name, getattr(self, name))
+        boc = self.block_out_channels
+        if not isinstance(boc, tuple) or not boc:
+            raise ConfigError(f"{source}: block_out_channels={boc!r} must be a non-empty list")
+        for c in boc:
+            positive_int("block_out_channels entry", c)
+            if c % self.norm_num_groups:
+                raise ConfigError(
+                    f"{source}: block_out_channels={list(boc)} has {c} channels, not divisible "
+                    f"by norm_num_groups={self.norm_num_groups}"
+                )
+        for name, want in (("down_block_types", "CogVideoXDownBlock3D"),
+                           ("up_block_types", "CogVideoXUpBlock3D")):  # fmt: skip
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or len(value) != len(boc) or set(value) != {want}:
+                raise ConfigError(
+                    f"{source}: {name}={value!r} must list {want!r} once per block "
+                    f"({len(boc)} blocks, from block_out_channels)"
+                )
+        ratio = self.temporal_compression_ratio
+        if (
+            isinstance(ratio, bool)
+            or not isinstance(ratio, (int, float))
+            or ratio < 1
+            or 2 ** round(math.log2(ratio)) != ratio
+        ):
+            raise ConfigError(
+                f"{source}: temporal_compression_ratio={ratio!r} must be a power of two "
+                "(1, 2, 4, ...)"
+            )
+        if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
+            raise ConfigError(f"{source}: norm_eps={self.norm_eps!r} must be a positive number")
+        if not isinstance(self.scaling_factor, (int, float)) or self.scaling_factor <= 0:
+            raise ConfigError(
+                f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class CogVideoXTiling:
+    """Tile sizes of the reference's ``enable_tiling`` (pixels) and its overlap factors.
+
+    Build it with :meth:`from_config` (the reference's defaults: half the training size, factors
+    1/6 and 1/5). All derived sizes below are computed with the reference's expressions.
+    """
+
+    tile_sample_min_height: int
+    tile_sample_min_width: int
+    tile_overlap_factor_height: float = 1 / 6
+    tile_overlap_factor_width: float = 1 / 5
+    spatial_compression: int = 8
+
+    @classmethod
+    def from_config(
+        cls,
+        config: CogVideoXVAEConfig,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_overlap_factor_height: float | None = None,
+        tile_overlap_factor_width: float | None = None,
+    ) -> "CogVideoXTiling":
+        """Defaults as ``AutoencoderKLCogVideoX.__init__``; arguments as ``enable_tiling(...)``.
+
+        A ``None`` (or zero) argument keeps the default, as the reference's ``x or default``.
+
+        Raises:
+            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, or a
+                combination whose tile step is zero.
+        """
+        out = cls(
+            tile_sample_min_height or config.sample_height // 2,
+            tile_sample_min_width or config.sample_width // 2,
+            tile_overlap_factor_height or 1 / 6,
+            tile_overlap_factor_width or 1 / 5,
+            config.spatial_compression,
+        )
+        for name in ("tile_sample_min_height", "tile_sample_min_width"):
+            v = getattr(out, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"{name}={v!r} must be a positive integer (pixels)")
+        for name in ("tile_overlap_factor_height", "tile_overlap_factor_width"):
+            v = getattr(out, name)
+            if not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise InputError(f"{name}={v!r} must be a number in (0, 1)")
+        if min(out.decode_params[1] + out.encode_params[1]) < 1:
+            raise InputError(
+                f"tiling {out} gives a tile step of 0 (tile_latent_min * (1 - overlap) < 1); "
+                "use larger tiles or smaller overlap factors"
+            )
+        return out
+
+    @property
+    def tile_latent_min_height(self) -> int:
+        return int(self.tile_sample_min_height / self.spatial_compression)
+
+    @property
+    def tile_latent_min_width(self) -> int:
+        return int(self.tile_sample_min_width / self.spatial_compression)
+
+    def _params(self, tile_in, tile_out):
+        fh, fw = self.tile_overlap_factor_height, self.tile_overlap_factor_width
+        step = (int(tile_in[0] * (1 - fh)), int(tile_in[1] * (1 - fw)))
+        blend = (int(tile_out[0] * fh), int(tile_out[1] * fw))
+        limit = (tile_out[0] - blend[0], tile_out[1] - blend[1])
+        return tile_in, step, blend, limit
+
+    @property
+    def decode_params(self):
+        """``((tile_h, tile_w) latent, (step_h, step_w) latent, blend (px), row limit (px))``."""
+        lat = (self.tile_latent_min_height, self.tile_latent_min_width)
+        smp = (self.tile_sample_min_height, self.tile_sample_min_width)
+        return self._params(lat, smp)
+
+    @property
+    def encode_params(self):
+        """``((tile_h, tile_w) px, (step_h, step_w) px, blend (latent), row limit (latent))``."""
+        lat = (self.tile_latent_min_height, self.tile_latent_min_width)
+        smp = (self.tile_sample_min_height, self.tile_sample_min_width)
+        return self._params(smp, lat)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+_DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
+
+
+class Conv(nnx.Module):
+    """torch ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit zero padding.
+
+    Args:
+        in_channels, out_channels: ``C_in`` / ``C_out``.
+        kernel_size: ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
+        stride: per spatial axis (default 1).
+        padding: ``(low, high)`` zero padding per spatial axis (default none).
+        dtype: compute dtype; param_dtype: storage dtype of kernel and bias ``(C_out,)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Sequence[int], *,
+                 stride: Sequence[int] | None = None,
+                 padding: Sequence[tuple[int, int]] | None = None,
+                 dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
+        n = len(kernel_size)
+        self.stride = tuple(stride) if stride is not None else (1,) * n
+        self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
+        self.dtype = dtype
+        self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
+            p == (0, 0) for p in self.padding
+        )
+        shape = (*kernel_size, in_channels, out_channels)
+        self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
+        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (N, [T,] H, W, C_in)`` -> ``(N, [T',] H', W', C_out)`` in the compute dtype."""
+        x = x.astype(self.dtype)
+        kernel = self.kernel[...].astype(self.dtype)
+        if self.pointwise:
+            # A 1x1(x1) conv is a matmul over channels; XLA compiles a dot much faster.
+            y = jnp.einsum("...i,io->...o", x, kernel.reshape(kernel.shape[-2:]))
+            return y + self.bias[...].astype(self.dtype)
+        if any(p != (0, 0) for p in self.padding):
+            x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
+        y = jax.lax.conv_general_dilated(
+            x, kernel, self.stride, "VALID",
+            dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
+        )  # fmt: skip
+        return y + self.bias[...].astype(self.dtype)
+
+
+class _ConvCache:
+    """One chunk's view of the functional conv cache: read in call order, collect new entries.
+
+    ``entries=None`` is the first chunk: every causal conv pads with its first frame instead.
+    """
+
+    def __init__(self, entries: Sequence[jax.Array] | None):
+        self._in = entries
+        self.out: list[jax.Array] = []
+
+    def take(self, like: jax.Array, frames: int) -> jax.Array | None:
+        """The cached ``(B, frames, H, W, C)`` for the conv whose input is ``like``, or None."""
+        if self._in is None:
+            return None
+        if len(self.out) >= len(self._in):
+            raise ValueError(f"conv cache has {len(self._in)} entries; more layers read it")
+        entry = self._in[len(self.out)]
+        want = (like.shape[0], frames) + like.shape[2:]
+        if entry.shape != want:
+            raise ValueError(
+                f"conv cache entry {len(self.out)} has shape {entry.shape}, need {want}"
+            )
+        return entry.astype(like.dtype)
+
+    def put(self, value: jax.Array) -> None:
+        self.out.append(value)
+
+
+class CogVideoXCausalConv3d(nnx.Module):
+    """Conv3d causal in time with ``pad_mode="first"``; follows ``CogVideoXCausalConv3d``.
+
+    The input gets ``kt - 1`` frames in front: the cached last frames of the previous chunk's
+    padded input, or (first chunk) copies of its own first frame; the new cache is the last
+    ``kt - 1`` frames of the padded input. Spatially it is zero padded as the reference's
+    ``Conv3d(padding=(0, width_pad, height_pad))`` (H by ``(kw - 1) // 2``, W by ``(kh - 1) // 2``).
+    A ``kt = 1`` conv neither reads nor writes the cache (the reference's cache for it is unused).
+    Parameters: ``conv.kernel (kt, kh, kw, C_in, C_out)``, ``conv.bias (C_out,)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *,
+                 dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
+        k = kernel_size
+        self.time_pad = k - 1
+        pad = ((0, 0), ((k - 1) // 2,) * 2, ((k - 1) // 2,) * 2)
+        self.conv = Conv(in_channels, out_channels, (k, k, k), padding=pad,
+                         dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
+
+    def __call__(self, x: jax.Array, cache: _ConvCache) -> jax.Array:
+        """``x (B, T, H, W, C_in)`` -> ``(B, T, H, W, C_out)``."""
+        x = x.astype(self.conv.dtype)
+        if self.time_pad:
+            prev = cache.take(x, self.time_pad)
+            if prev is None:
+                prev = jnp.repeat(x[:, :1], self.time_pad, axis=1)
+            x = jnp.concatenate([prev, x], axis=1)
+            cache.put(x[:, -self.time_pad :])
+        return self.conv(x)
+
+
+class GroupNorm(nnx.Module):
+    """torch ``nn.GroupNorm`` on ``(B, ..., C)``: statistics per sample and group over all other
+    axes (time included), in float32; ``scale`` / ``bias`` ``(C,)``; returns the input dtype."""
+
+    def __init__(self, num_channels: int, num_groups: int, eps: float):
+        self.num_groups = num_groups
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((num_channels,), _F32))
+        self.bias = nnx.Param(jnp.zeros((num_channels,), _F32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c = x.shape[-1]
+        xf = x.astype(_F32).reshape(x.shape[0], -1, self.num_groups, c // self.num_groups)
+        mean = jnp.mean(xf, axis=(1, 3), keepdims=True)
+        var = jnp.mean(jnp.square(xf - mean), axis=(1, 3), keepdims=True)
+        y = ((xf - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
+        y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
+        return y.astype(x.dtype)
+
+
+def _nearest_index(out_size: int, in_size: int) -> np.ndarray | None:
+    """Source indices of torch's ``F.interpolate(mode="nearest")`` along one axis (None = same)."""
+    if out_size == in_size:
+        return None
+    if out_size == 2 * in_size:
+        return np.arange(out_size) >> 1
+    scale = np.float32(in_size) / np.float32(out_size)
+    idx = np.floor(np.arange(out_size, dtype=np.float32) * scale).astype(np.int64)
+    return np.minimum(idx, in_size - 1)
+
+
+def _resize_nearest(x: jax.Array, size: tuple[int, int, int]) -> jax.Array:
+    """``x (B, T, H, W, C)`` -> ``(B, *size, C)`` as torch's nearest ``F.interpolate(size=...)``."""
+    for axis, n in zip((1, 2, 3), size):
+        idx = _nearest_index(n, x.shape[axis])
+        if idx is None:
+            continue
+        ratio = n // x.shape[axis]
+        if n % x.shape[axis] == 0 and np.array_equal(idx, np.arange(n) // ratio):
+            x = jnp.repeat(x, ratio, axis=axis)  # an integer up-scale: cheaper than a gather
+        else:
+            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
+    return x
+
+
+class _LatentCondition:
+    """The decoder's latent chunk ``z (B, T_z, h, w, C_z)``, resized for the spatial norms.
+
+    :meth:`at` resizes it by nearest neighbour to a feature map's ``(T, H, W)``; when ``T`` is odd
+    and > 1 the first latent frame is resized alone to the first frame and the others to the
+    remaining ``T - 1`` (as ``CogVideoXSpatialNorm3D``). Results are memoised per size, so the
+    many norms at one resolution share one resize in the traced program.
+    """
+
+    def __init__(self, z: jax.Array):
+        self.z = z
+        self._memo: dict[tuple[int, int, int], jax.Array] = {}
+
+    def at(self, t: int, h: int, w: int) -> jax.Array:
+        if (t, h, w) not in self._memo:
+            z = self.z
+            if t > 1 and t % 2 == 1:
+                first = _resize_nearest(z[:, :1], (1, h, w))
+                z = jnp.concatenate([first, _resize_nearest(z[:, 1:], (t - 1, h, w))], axis=1)
+            else:
+                z = _resize_nearest(z, (t, h, w))
+            self._memo[(t, h, w)] = z
+        return self._memo[(t, h, w)]
+
+
+class CogVideoXSpatialNorm3D(nnx.Module):
+    """``GroupNorm(f) * conv_y(zq) + conv_b(zq)`` with ``zq`` resized to ``f``; follows diffusers
+    ``CogVideoXSpatialNorm3D`` (group norm eps 1e-6; 1x1x1 causal convs ``conv_y`` / ``conv_b``;
+    the resize is :meth:`_LatentCondition.at`)."""
+
+    def __init__(self, f_channels: int, zq_channels: int, groups: int, *, dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.norm_layer = GroupNorm(f_channels, groups, eps=1e-6)
+        self.conv_y = CogVideoXCausalConv3d(zq_channels, f_channels, 1, **kw)
+        self.conv_b = CogVideoXCausalConv3d(zq_channels, f_channels, 1, **kw)
+
+    def __call__(self, f: jax.Array, zq: _LatentCondition, cache: _ConvCache) -> jax.Array:
+        """``f (B, T, H, W, C_f)`` conditioned on the latent chunk -> ``(B, T, H, W, C_f)``."""
+        z = zq.at(*f.shape[1:4])
+        return self.norm_layer(f) * self.conv_y(z, cache) + self.conv_b(z, cache)
+
+
+class CogVideoXResnetBlock3D(nnx.Module):
+    """norm-SiLU-causal conv twice plus a (1x1x1 conv) shortcut; follows diffusers
+    ``CogVideoXResnetBlock3D`` (no time embedding, no conv shortcut option: as the VAE uses it).
+
+    With ``spatial_norm_dim`` the norms are :class:`CogVideoXSpatialNorm3D` (decoder), otherwise
+    group norms with ``eps`` (encoder).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, *, groups: int, eps: float,
+                 spatial_norm_dim: int | None = None, dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        if spatial_norm_dim is None:
+            self.norm1 = GroupNorm(in_channels, groups, eps)
+            self.norm2 = GroupNorm(out_channels, groups, eps)
+        else:
+            self.norm1 = CogVideoXSpatialNorm3D(in_channels, spatial_norm_dim, groups, **kw)
+            self.norm2 = CogVideoXSpatialNorm3D(out_channels, spatial_norm_dim, groups, **kw)
+        self.conv1 = CogVideoXCausalConv3d(in_channels, out_channels, 3, **kw)
+        self.conv2 = CogVideoXCausalConv3d(out_channels, out_channels, 3, **kw)
+        self.conv_shortcut = (
+            Conv(in_channels, out_channels, (1, 1, 1), **kw)
+            if in_channels != out_channels
+            else None
+        )
+
+    def _norm(self, norm, x, zq, cache):
+        return norm(x) if zq is None else norm(x, zq, cache)
+
+    def __call__(self, x: jax.Array, zq: _LatentCondition | None, cache: _ConvCache) -> jax.Array:
+        """``x (B, T, H, W, C_in)`` -> ``(B, T, H, W, C_out)``; ``zq`` for spatial norms."""
+        h = self.conv1(jax.nn.silu(self._norm(self.norm1, x, zq, cache)), cache)
+        h = self.conv2(jax.nn.silu(self._norm(self.norm2, h, zq, cache)), cache)
+        shortcut = self.conv_shortcut(x) if self.conv_shortcut is not None else x
+        return h + shortcut.astype(h.dtype)
+
+
+class CogVideoXDownsample3D(nnx.Module):
+    """Optional time halving, then zero pad right/bottom by 1 and Conv2d 3x3 stride 2 per frame;
+    follows diffusers ``CogVideoXDownsample3D``.
+
+    With ``compress_time``, an odd number of frames keeps the first frame and averages the others
+    in pairs (``T -> 1 + (T - 1) / 2``); an even number averages all in pairs (``T -> T / 2``).
+    """
+
+    def __init__(self, channels: int, compress_time: bool, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.compress_time = compress_time
+        self.conv = Conv(channels, channels, (3, 3), stride=(2, 2), padding=((0, 1), (0, 1)),
+                         dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (B, T, H, W, C)`` -> ``(B, T', floor(H / 2), floor(W / 2), C)``."""
+        if self.compress_time:
+            first, rest = (x[:, :1], x[:, 1:]) if x.shape[1] % 2 else (x[:, :0], x)
+            if rest.shape[1]:
+                pairs = rest.astype(_F32).reshape(rest.shape[0], -1, 2, *rest.shape[2:])
+                rest = (jnp.sum(pairs, axis=2) / 2).astype(x.dtype)
+            x = jnp.concatenate([first, rest], axis=1)
+        b, t = x.shape[:2]
+        y = self.conv(x.reshape(b * t, *x.shape[2:]))
+        return y.reshape(b, t, *y.shape[1:])
+
+
+class CogVideoXUpsample3D(nnx.Module):
+    """Nearest 2x up-sampling (optionally of time), then Conv2d 3x3 (padding 1) per frame;
+    follows diffusers ``CogVideoXUpsample3D``.
+
+    With ``compress_time``: one frame stays one frame; an odd number ``T > 1`` becomes
+    ``1 + 2 (T - 1)`` (the first frame is not repeated); an even number doubles.
+    """
+
+    def __init__(self, channels: int, compress_time: bool, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.compress_time = compress_time
+        self.conv = Conv(channels, channels, (3, 3), padding=((1, 1), (1, 1)),
+                         dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (B, T, H, W, C)`` -> ``(B, T', 2 H, 2 W, C)``."""
+        x = jnp.repeat(jnp.repeat(x, 2, axis=2), 2, axis=3)
+        t = x.shape[1]
+        if self.compress_time and t > 1:
+            if t % 2:
+                x = jnp.concatenate([x[:, :1], jnp.repeat(x[:, 1:], 2, axis=1)], axis=1)
+            else:
+                x = jnp.repeat(x, 2, axis=1)
+        b, t = x.shape[:2]
+        y = self.conv(x.reshape(b * t, *x.shape[2:]))
+        return y.reshape(b, t, *y.shape[1:])
+
+
+class _ResnetStack(nnx.Module):
+    """``resnets`` (an ``nnx.List``) run in order, then an optional resampler (slot 0 of a list)."""
+
+    def _run(self, x, zq, cache):
+        for resnet in self.resnets:
+            x = resnet(x, zq, cache)
+        return x
+
+
+class CogVideoXDownBlock3D(_ResnetStack):
+    """``num_layers`` resnets then an optional :class:`CogVideoXDownsample3D` (downsamplers.0)."""
+
+    def __init__(self, in_channels: int, out_channels: int, num_layers: int, *, groups: int,
+                 eps: float, add_downsample: bool, compress_time: bool, dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.resnets = nnx.List([
+            CogVideoXResnetBlock3D(in_channels if i == 0 else out_channels, out_channels,
+                                   groups=groups, eps=eps, **kw)
+            for i in range(num_layers)
+        ])  # fmt: skip
+        self.downsamplers = (
+            nnx.List([CogVideoXDownsample3D(out_channels, compress_time, **kw)])
+            if add_downsample else None
+        )  # fmt: skip
+
+    def __call__(self, x: jax.Array, cache: _ConvCache) -> jax.Array:
+        x = self._run(x, None, cache)
+        return self.downsamplers[0](x) if self.downsamplers is not None else x
+
+
+class CogVideoXMidBlock3D(_ResnetStack):
+    """Two resnets of ``channels`` (group norms, or spatial norms with ``spatial_norm_dim``)."""
+
+    def __init__(self, channels: int, *, groups: int, eps: float, spatial_norm_dim: int | None,
+                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.resnets = nnx.List([
+            CogVideoXResnetBlock3D(channels, channels, groups=groups, eps=eps,
+                                   spatial_norm_dim=spatial_norm_dim, **kw)
+            for _ in range(2)
+        ])  # fmt: skip
+
+    def __call__(self, x: jax.Array, zq: _LatentCondition | None, cache: _ConvCache) -> jax.Array:
+        return self._run(x, zq, cache)
+
+
+class CogVideoXUpBlock3D(_ResnetStack):
+    """``num_layers`` spatially-normed resnets then an optional :class:`CogVideoXUpsample3D`."""
+
+    def __init__(self, in_channels: int, out_channels: int, num_layers: int, *, groups: int,
+                 spatial_norm_dim: int, add_upsample: bool, compress_time: bool, dtype,
+                 param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.resnets = nnx.List([
+            CogVideoXResnetBlock3D(in_channels if i == 0 else out_channels, out_channels,
+                                   groups=groups, eps=1e-6, spatial_norm_dim=spatial_norm_dim,
+                                   **kw)
+            for i in range(num_layers)
+        ])  # fmt: skip
+        self.upsamplers = (
+            nnx.List([CogVideoXUpsample3D(out_channels, compress_time, **kw)])
+            if add_upsample else None
+        )  # fmt: skip
+
+    def __call__(self, x: jax.Array, zq: _LatentCondition, cache: _ConvCache) -> jax.Array:
+        x = self._run(x, zq, cache)
+        return self.upsamplers[0](x) if self.upsamplers is not None else x
+
+
+class CogVideoXEncoder3D(nnx.Module):
+    """Video chunk ``(B, T, H, W, C_in)`` -> ``(B, T', H / 8, W / 8, 2 C_z)``; follows diffusers
+    ``CogVideoXEncoder3D``."""
+
+    def __init__(self, config: CogVideoXVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        boc = config.block_out_channels
+        groups = config.norm_num_groups
+        self.conv_in = CogVideoXCausalConv3d(config.in_channels, boc[0], 3, **kw)
+        compress = config.compress_time + (False,)
+        self.down_blocks = nnx.List([
+            CogVideoXDownBlock3D(boc[max(i - 1, 0)], boc[i], config.layers_per_block,
+                                 groups=groups, eps=config.norm_eps,
+                                 add_downsample=i < len(boc) - 1, compress_time=compress[i], **kw)
+            for i in range(len(boc))
+        ])  # fmt: skip
+        self.mid_block = CogVideoXMidBlock3D(boc[-1], groups=groups, eps=config.norm_eps,
+                                             spatial_norm_dim=None, **kw)  # fmt: skip
+        self.norm_out = GroupNorm(boc[-1], groups, eps=1e-6)
+        self.conv_out = CogVideoXCausalConv3d(boc[-1], 2 * config.latent_channels, 3, **kw)
+
+    def __call__(self, x: jax.Array, cache: _ConvCache) -> jax.Array:
+        x = self.conv_in(x, cache)
+        for block in self.down_blocks:
+            x = block(x, cache)
+        x = self.mid_block(x, None, cache)
+        return self.conv_out(jax.nn.silu(self.norm_out(x)), cache)
+
+
+class CogVideoXDecoder3D(nnx.Module):
+    """Latent chunk ``(B, T', h, w, C_z)`` -> ``(B, T, 8 h, 8 w, C_out)``; follows diffusers
+    ``CogVideoXDecoder3D`` (every norm is spatially conditioned on the latent chunk)."""
+
+    def __init__(self, config: CogVideoXVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        rev = tuple(reversed(config.block_out_channels))
+        groups = config.norm_num_groups
+        zc = config.latent_channels
+        self.conv_in = CogVideoXCausalConv3d(zc, rev[0], 3, **kw)
+        self.mid_block = CogVideoXMidBlock3D(rev[0], groups=groups, eps=config.norm_eps,
+                                             spatial_norm_dim=zc, **kw)  # fmt: skip
+        compress = config.compress_time + (False,)
+        self.up_blocks = nnx.List([
+            CogVideoXUpBlock3D(rev[max(i - 1, 0)], rev[i], config.layers_per_block + 1,
+                               groups=groups, spatial_norm_dim=zc, add_upsample=i < len(rev) - 1,
+                               compress_time=compress[i], **kw)
+            for i in range(len(rev))
+        ])  # fmt: skip
+        self.norm_out = CogVideoXSpatialNorm3D(rev[-1], zc, groups, **kw)
+        self.conv_out = CogVideoXCausalConv3d(rev[-1], config.out_channels, 3, **kw)
+
+    def __call__(self, z: jax.Array, cache: _ConvCache) -> jax.Array:
+        zq = _LatentCondition(z)
+        x = self.conv_in(z, cache)
+        x = self.mid_block(x, zq, cache)
+        for block in self.up_blocks:
+            x = block(x, zq, cache)
+        return self.conv_out(jax.nn.silu(self.norm_out(x, zq, cache)), cache)
+
+
+# --------------------------------------------------------------------------------------------
+# The autoencoder
+# --------------------------------------------------------------------------------------------
+
+
+class CogVideoXVAE(nnx.Module):
+    """The CogVideoX video VAE (follows ``diffusers.AutoencoderKLCogVideoX``), channels last.
+
+    Args:
+        config: the VAE's :class:`CogVideoXVAEConfig`.
+        dtype: compute dtype (``float32`` or ``bfloat16``).
+        param_dtype: storage dtype used when building (the loader's policy decides on load).
+        rngs: initialiser keys (values are replaced when loading a checkpoint).
+
+    Use :meth:`encode` / :meth:`decode`; both run one jitted function per temporal chunk (traced
+    once for the first chunk and once for the others, per tile shape when tiled) and return host
+    (numpy) arrays.
+    """
+
+    def __init__(self, config: CogVideoXVAEConfig, *, dtype=_F32, param_dtype=_F32,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.config = config
+        self.dtype = dtype
+        self.encoder = CogVideoXEncoder3D(config, **kw)
+        self.decoder = CogVideoXDecoder3D(config, **kw)
+
+    @property
+    def scaling_factor(self) -> float:
+        """``config.scaling_factor`` (the pipelines decode ``latents / scaling_factor``)."""
+        return self.config.scaling_factor
+
+    # -- one temporal chunk (traced inside jit) ---------------------------------------------------
+
+    def encode_chunk(self, x: jax.Array, cache: tuple | None):
+        """``x (B, T, H, W, C_in)`` -> ``(h (B, T', H/8, W/8, 2 C_z) float32, new cache)``.
+
+        ``h`` is the posterior's raw parameters (mean, then logvar before clamping); ``cache`` is
+        ``None`` for the first chunk of a clip and the previous call's returned cache after.
+        """
+        feat = _ConvCache(cache)
+        h = self.encoder(x.astype(self.dtype), feat)
+        return h.astype(_F32), tuple(feat.out)
+
+    def decode_chunk(self, z: jax.Array, cache: tuple | None):
+        """``z (B, T', h, w, C_z)`` -> ``(frames (B, T, 8 h, 8 w, C_out) float32, new cache)``."""
+        feat = _ConvCache(cache)
+        out = self.decoder(z.astype(self.dtype), feat)
+        return out.astype(_F32), tuple(feat.out)
+
+    # -- whole clips ------------------------------------------------------------------------------
+
+    def encode(
+        self, video, *, tiled: bool | None = None, tiling: CogVideoXTiling | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Encode a video to the posterior's ``(mean, logvar)`` (``AutoencoderKLCogVideoX.encode``).
+
+        Args:
+            video: ``(B, F, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax). Encoded in temporal
+                chunks of 8 frames, the remainder ``F % 8`` joining the first chunk, as the
+                reference (``F = 1`` or ``8 k + 1`` gives ``1 + 2 k`` latent frames for the
+                released configs; other counts are processed the same way the reference does).
+            tiled: ``True``: the reference's ``tiled_encode`` (used only when ``H`` or ``W``
+                exceeds the tile, as in the reference with tiling enabled); ``False``: plain;
+                ``None``: tiled only when ``H * W`` exceeds :data:`AUTO_TILE_AREA_FACTOR` times
+                ``sample_height * sample_width`` (the diffusers pipelines never enable tiling, so
+                up to that size the output is theirs).
+            tiling: tile sizes (default :meth:`CogVideoXTiling.from_config`).
+
+        Returns:
+            ``(mean, logvar)``, each ``(B, T', H', W', C_z)`` float32 numpy, ``logvar`` clamped to
+            ``[-30, 20]`` as ``DiagonalGaussianDistribution``. Unscaled latents: the pipelines
+            multiply (or, with ``invert_scale_latents``, divide) by ``scaling_factor``.
+
+        Raises:
+            InputError: ``video`` is not 5-D floating point with ``in_channels`` channels on the
+                last axis, or a frame side is smaller than the spatial compression; bad ``tiled``.
+        """
+        cfg = self.config
+        shape = check_video_array("video", video, cfg.in_channels, "in_channels")
+        for name, side in (("H", shape[2]), ("W", shape[3])):
+            if side < cfg.spatial_compression:
+                raise InputError(
+                    f"video has {name}={side} (shape {shape}); the VAE needs at least "
+                    f"{cfg.spatial_compression} pixels per side"
+                )
+        tiling = tiling or CogVideoXTiling.from_config(cfg)
+        tile = tiling.encode_params[0]
+        run = functools.partial(
+            self._temporal, _encode_chunk, batch=NUM_SAMPLE_FRAMES_BATCH_SIZE
+        )
+        if self._use_tiles(tiled, shape[2:4], tile, shape[2:4]):
+            h = _tiled(run, video, *tiling.encode_params)
+        else:
+            h = run(video)
+        mean, logvar = np.split(h, 2, axis=-1)
+        return np.ascontiguousarray(mean), np.clip(logvar, -30.0, 20.0)
+
+    def decode(
+        self, z, *, tiled: bool | None = None, tiling: CogVideoXTiling | None = None
+    ) -> np.ndarray:
+        """Decode latents to video, following ``AutoencoderKLCogVideoX.decode(z).sample``.
+
+        Args:
+            z: unscaled latents ``(B, T', h, w, C_z)`` (the pipelines pass
+                ``latents / scaling_factor``), numpy or jax. Decoded in temporal chunks of 2 latent
+                frames, an odd remainder joining the first chunk (13 -> 3 + 2 + ... + 2).
+            tiled: ``True``: the reference's ``tiled_decode`` (used only when ``h`` or ``w``
+                exceeds the latent tile, as in the reference with tiling enabled); ``False``:
+                plain; ``None``: tiled only when the decoded frame's area exceeds
+                :data:`AUTO_TILE_AREA_FACTOR` times ``sample_height * sample_width`` (e.g. not at
+                480x720 or 768x1360, yes at 1080x1920 for the released configs).
+            tiling: tile sizes (default :meth:`CogVideoXTiling.from_config`).
+
+        Returns:
+            ``(B, F, 8 h, 8 w, C_out)`` float32 numpy, ``F = 1 + 4 (T' - 1)`` for odd ``T'`` and
+            ``4 T'`` for even ``T'`` (released configs). Not clamped, as the reference: values
+            are nominally in ``[-1, 1]`` and may overshoot slightly; the pipelines map them with
+            ``clip(x / 2 + 0.5, 0, 1)``. Each chunk is copied to host as soon as it is decoded.
+
+        Raises:
+            InputError: ``z`` is not 5-D floating point with ``latent_channels`` channels on the
+                last axis; bad ``tiled``.
+        """
+        cfg = self.config
+        shape = check_video_array("z", z, cfg.latent_channels, "latent_channels")
+        tiling = tiling or CogVideoXTiling.from_config(cfg)
+        tile = tiling.decode_params[0]
+        out_hw = (shape[2] * cfg.spatial_compression, shape[3] * cfg.spatial_compression)
+        run = functools.partial(
+            self._temporal, _decode_chunk, batch=NUM_LATENT_FRAMES_BATCH_SIZE
+        )
+        if self._use_tiles(tiled, shape[2:4], tile, out_hw):
+            return _tiled(run, z, *tiling.decode_params)
+        return run(z)
+
+    def _use_tiles(self, tiled, hw, tile, out_hw) -> bool:
+        if tiled is None:
+            cfg = self.config
+            limit = AUTO_TILE_AREA_FACTOR * cfg.sample_height * cfg.sample_width
+            tiled = out_hw[0] * out_hw[1] > limit
+        elif not isinstance(tiled, bool):
+            raise InputError(f"tiled={tiled!r} must be True, False or None")
+        # As the reference: with tiling enabled, inputs that fit in one tile run untiled.
+        return tiled and (hw[0] > tile[0] or hw[1] > tile[1])
+
+    def _temporal(self, chunk_fn, x, *, batch: int) -> np.ndarray:
+        """Run ``chunk_fn`` over the reference's temporal chunks of ``x``; results on host."""
+        graphdef, state = nnx.split(self)
+        outs, cache = [], None
+        for start, end in temporal_chunks(x.shape[1], batch):
+            out, cache = chunk_fn(graphdef, state, jnp.asarray(x[:, start:end]), cache)
+            # A copy, so no host array aliases the device buffer (CPU backends share memory).
+            outs.append(np.array(out))
+            del out
+        return np.concatenate(outs, axis=1)
+
+
+def temporal_chunks(num_frames: int, batch: int) -> list[tuple[int, int]]:
+    """The reference's frame ranges ``[start, end)``: ``max(n // b, 1)`` chunks, remainder first.
+
+    >>> temporal_chunks(13, 2)
+    [(0, 3), (3, 5), (5, 7), (7, 9), (9, 11), (11, 13)]
+    """
+    rem = num_frames % batch
+    n = max(num_frames // batch, 1)
+    return [
+        (batch * i + (0 if i == 0 else rem), min(batch * (i + 1) + rem, num_frames))
+        for i in range(n)
+    ]
+
+
+def _tiled(run: Callable[[Any], np.ndarray], x, tile, step, blend, limit) -> np.ndarray:
+    """The reference's tiled loop: ``run`` each overlapping tile of ``x (B, T, H, W, C)``, blend
+    in raster order in place (neighbours as already blended), crop, concatenate. Host float32."""
+    height, width = x.shape[2:4]
+    rows = [
+        [run(x[:, :, i : i + tile[0], j : j + tile[1]]) for j in range(0, width, step[1])]
+        for i in range(0, height, step[0])
+    ]
+    out_rows = []
+    for i, row in enumerate(rows):
+        kept = []
+        for j, t in enumerate(row):
+            if i > 0:
+                _blend(rows[i - 1][j], t, blend[0], axis=2)
+            if j > 0:
+                _blend(row[j - 1], t, blend[1], axis=3)
+            kept.append(t[:, :, : limit[0], : limit[1]])
+        out_rows.append(np.concatenate(kept, axis=3))
+    return np.concatenate(out_rows, axis=2)
+
+
+def _blend(a: np.ndarray, b: np.ndarray, extent: int, axis: int) -> None:
+    """``blend_v`` (axis 2) / ``blend_h`` (axis 3): ramp ``b``'s first rows from ``a``'s last, in
+    place: ``b[y] = a[-e + y] (1 - y / e) + b[y] y / e`` for ``y < e = min(extent, sizes)``."""
+    e = min(a.shape[axis], b.shape[axis], extent)
+    if e <= 0:
+        return
+    shape = [1] * b.ndim
+    shape[axis] = e
+    ramp = (np.arange(e) / e).reshape(shape)
+    tail = np.take(a, np.arange(a.shape[axis] - e, a.shape[axis]), axis=axis)
+    head = np.take(b, np.arange(e), axis=axis)
+    mixed = tail * (1 - ramp).astype(np.float32) + head * ramp.astype(np.float32)
+    index = [slice(None)] * b.ndim
+    index[axis] = slice(0, e)
+    b[tuple(index)] = mixed
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
+def _encode_chunk(graphdef, state, x, cache):
+    TRACE_COUNTS["encode"] += 1
+    return nnx.merge(graphdef, state).encode_chunk(x, cache)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
+def _decode_chunk(graphdef, state, z, cache):
+    TRACE_COUNTS["decode"] += 1
+    return nnx.merge(graphdef, state).decode_chunk(z, cache)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def dtype_policy(dtype=_F32) -> DtypePolicy:
+    """Parameters in ``dtype`` except the group norms' scale and bias, kept float32."""
+    return DtypePolicy(param_dtype=dtype, keep_fp32=(r"norm[^/]*/(scale|bias)$",))
+
+
+def build_cogvideox_vae(config: CogVideoXVAEConfig, dtype=_F32, seed: int = 0) -> CogVideoXVAE:
+    """A randomly initialised :class:`CogVideoXVAE` (compute and parameters in ``dtype``)."""
+    d = parse_dtype(dtype)
+    return CogVideoXVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
+
+
+def load_cogvideox_vae(
+    path: str | os.PathLike, dtype=_F32, placement: Placement | None = None
+) -> CogVideoXVAE:
+    """Load a diffusers ``AutoencoderKLCogVideoX`` folder (``config.json`` + safetensors).
+
+    Args:
+        path: the ``vae/`` folder of a diffusers CogVideoX checkpoint.
+        dtype: compute and parameter dtype, ``float32`` (default) or ``bfloat16`` (group-norm
+            parameters stay float32, see :func:`dtype_policy`); a jnp dtype or its name.
+        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
+
+    Raises:
+        InputError: unsupported ``dtype``.
+        ConfigError: the config asks for something not implemented (e.g. ``use_quant_conv``).
+        CheckpointError: the tensors do not match the model 1:1.
+    """
+    d = parse_dtype(dtype)
+    path = os.fspath(path)
+    config = CogVideoXVAEConfig.from_json_file(os.path.join(path, "config.json"))
+    return load_module(
+        lambda: CogVideoXVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
+        path,
+        KEY_RULES,
+        dtype_policy(d),
+        placement,
+        what="vae",
+    )
