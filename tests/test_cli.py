@@ -184,3 +184,141 @@ def test_embedded_default_loads_in_diffusers(ckpt):
                      (UMT5EncoderModel, "text_encoder")):
         _, info = cls.from_pretrained(ckpt, subfolder=sub, output_loading_info=True)
         assert not info["missing_keys"] and not info["unexpected_keys"], (sub, info)
+
+
+# ---------------------------------------------------------------------------------------------
+# Image-to-video checkpoints: --image, the task from the checkpoint's configs, bad images.
+
+# One frame keeps the image-to-video run quick: one VAE chunk to compile for encode and decode.
+I2V_ARGS = ("--height", "32", "--width", "48", "--num-frames", "1", "--num-inference-steps", "2",
+            "--max-sequence-length", "16", "--no-progress")
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    from tests.parity.wan_reference import write_tiny_wan_variant
+
+    root = tmp_path_factory.mktemp("variants")
+    return {
+        "i2v": write_tiny_wan_variant(str(root / "i2v"), image_to_video=True),
+        "a14b": write_tiny_wan_variant(str(root / "a14b"), boundary_ratio=0.875),
+        "i2v_a14b": write_tiny_wan_variant(str(root / "i2v_a14b"), image_to_video=True, boundary_ratio=0.9),
+        "ti2v": write_tiny_wan_variant(str(root / "ti2v"), ti2v=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def image_file(tmp_path_factory):
+    from PIL import Image
+
+    file = tmp_path_factory.mktemp("img") / "first.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(file)
+    return str(file)
+
+
+def test_generate_image_to_video(variants, image_file, tmp_path):
+    out = tmp_path / "i2v.npy"
+    r = _vidax("generate", "--prompt", "a cat", "--checkpoint", variants["i2v_a14b"], "--image", image_file,
+               "--guidance-scale-2", "3", "--output", str(out), *I2V_ARGS, "-v")
+    assert r.returncode == 0, r.stderr
+    assert "expert swap: transformer_2 now on the device" in r.stderr
+    assert np.load(out).shape == (1, 32, 48, 3)
+
+
+def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_file, tmp_path):
+    # An image-to-video checkpoint without --image; an image for a text-to-video-only one.
+    for args, message in (
+        (("--checkpoint", variants["i2v"]), "it does not do text-to-video: it needs an image (--image PATH"),
+        (("--checkpoint", ckpt, "--image", image_file), "it does not do image-to-video: it takes no image (drop --image"),
+        (("--checkpoint", variants["a14b"], "--image", image_file), "Wan2.2 A14B T2V"),
+        (("--checkpoint", ckpt, "--guidance-scale-2", "2"), "only used by checkpoints with two experts"),
+    ):
+        r = _vidax("generate", "--prompt", "x", *args, *I2V_ARGS, "--output", str(tmp_path / "v.mp4"))
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # Unreadable and missing image files fail before any model is loaded.
+    bad = tmp_path / "bad.png"
+    bad.write_text("not an image")
+    for path, message in ((bad, "could not be read as an image"), (tmp_path / "none.png", "no such file")):
+        r = _vidax("generate", "--prompt", "x", "--checkpoint", variants["i2v"], "--image", str(path),
+                   *I2V_ARGS, "--output", str(tmp_path / "v.mp4"))
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # TI2V-5B (16x VAE, 2x2 patches): sizes must be multiples of 32, the message names them.
+    r = _vidax("generate", "--prompt", "x", "--checkpoint", variants["ti2v"], "--image", image_file,
+               "--height", "48", "--width", "96", "--num-frames", "5", "--num-inference-steps", "1",
+               "--output", str(tmp_path / "v.mp4"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "height and width must be multiples of 32" in r.stderr and "height in [32, 64]" in r.stderr
+    assert not (tmp_path / "v.mp4").exists()
+
+
+def test_task_selection_in_the_api(ckpt, variants):
+    from vidax.pipelines.wan import WanPipeline
+    from vidax.pipelines.wan_i2v import WanImageToVideoPipeline
+
+    with pytest.raises(InputError, match="it takes no image"):
+        vidax.load_pipeline(ckpt, task="i2v")
+    with pytest.raises(InputError, match="task='v2v' is not valid; use one of"):
+        vidax.load_pipeline(ckpt, task="v2v")
+    with pytest.raises(ConfigError, match="WanPipeline runs text-to-video"):
+        WanPipeline.from_pretrained(variants["i2v"])
+    pipe = vidax.load_pipeline(variants["i2v"])
+    assert isinstance(pipe, WanImageToVideoPipeline)
+    with pytest.raises(InputError, match="image is required"):
+        pipe(None, "a cat", **SMALL)
+    with pytest.raises(InputError, match="uint8"):
+        pipe(np.zeros((8, 8, 3), np.float32), "a cat", **SMALL)
+    # TI2V-5B does both: WanPipeline by default (as model_index.json says), I2V on request.
+    assert type(vidax.load_pipeline(variants["ti2v"])) is WanPipeline
+    assert type(vidax.load_pipeline(variants["ti2v"], task="i2v")) is WanImageToVideoPipeline
+
+
+def test_inspect_names_task_and_variant(ckpt, variants):
+    from vidax.inspect import describe_checkpoint
+
+    assert "variant: Wan2.1 T2V: text-to-video" in describe_checkpoint(ckpt)
+    assert "variant: Wan I2V (no image encoder): image-to-video" in describe_checkpoint(variants["i2v"])
+    assert ("variant: Wan2.2 A14B T2V (two experts, boundary_ratio=0.875): text-to-video"
+            in describe_checkpoint(variants["a14b"]))
+    assert ("variant: Wan2.2 TI2V (per-token timesteps, 16x VAE): text-to-video + image-to-video"
+            in describe_checkpoint(variants["ti2v"]))
+
+
+REFERENCE_CONFIGS = os.environ.get("VIDAX_REFERENCE_CONFIGS", "/work/shared/reference_configs")
+WAN_VARIANTS = {
+    "Wan-AI__Wan2.1-T2V-1.3B-Diffusers": "Wan2.1 T2V: text-to-video",
+    "Wan-AI__Wan2.1-T2V-14B-Diffusers": "Wan2.1 T2V: text-to-video",
+    "Wan-AI__Wan2.1-I2V-14B-480P-Diffusers": "Wan2.1 I2V (CLIP image encoder): image-to-video",
+    "Wan-AI__Wan2.1-I2V-14B-720P-Diffusers": "Wan2.1 I2V (CLIP image encoder): image-to-video",
+    "Wan-AI__Wan2.2-T2V-A14B-Diffusers": "Wan2.2 A14B T2V (two experts, boundary_ratio=0.875): text-to-video",
+    "Wan-AI__Wan2.2-TI2V-5B-Diffusers": "Wan2.2 TI2V (per-token timesteps, 16x VAE): text-to-video + image-to-video",
+}
+
+
+@pytest.mark.parametrize("repo", sorted(WAN_VARIANTS))
+def test_released_wan_folders_recognised(repo):
+    """Every released Wan pipeline folder's configs give its variant and task(s) (configs only)."""
+    from vidax.pipelines.wan import WanCheckpoint
+
+    folder = os.path.join(REFERENCE_CONFIGS, repo)
+    if not os.path.isdir(folder):
+        pytest.skip(f"{folder} not available")
+    assert WanCheckpoint.read(folder).variant == WAN_VARIANTS[repo]
+
+
+def test_released_wan22_i2v_a14b_folder(tmp_path):
+    """Wan2.2 I2V A14B: the converter's transformer config is recognised; the hub-edit variant
+    that asks for CLIP features without an image encoder (which the reference cannot run
+    either) is a clear ConfigError."""
+    from vidax.pipelines.wan import WanCheckpoint
+
+    folder = os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-I2V-A14B-Diffusers")
+    if not os.path.isdir(folder):
+        pytest.skip(f"{folder} not available")
+    with pytest.raises(ConfigError, match="image_dim=1280 takes CLIP image features, but .* names no image_encoder"):
+        WanCheckpoint.read(folder)
+    dst = tmp_path / "i2v_a14b"
+    shutil.copytree(folder, dst)
+    shutil.copy(dst / "transformer" / "config.converter_variant.json", dst / "transformer" / "config.json")
+    info = WanCheckpoint.read(str(dst))
+    assert info.variant == "Wan2.2 A14B I2V (two experts, boundary_ratio=0.9): image-to-video"
+    assert len(info.transformer_configs) == 2 and info.tasks == ("i2v",)

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 app = typer.Typer(
+    rich_markup_mode=None,
     add_completion=False,
     no_args_is_help=True,
     help="vidax: open video-generation models (diffusers checkpoints) in JAX.",
@@ -35,23 +36,51 @@ def _fail(message: str) -> None:
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="What the video shows."),
     negative_prompt: str = typer.Option("", help="What to steer away from (used when guidance-scale > 1)."),
+    image: Optional[str] = typer.Option(
+        None, "--image", help="Image file of the first frame, for image-to-video checkpoints (Wan2.1 I2V, "
+        "Wan2.2 I2V A14B, TI2V-5B, CogVideoX(1.5)-5B-I2V); resized to --height x --width."
+    ),
     checkpoint: Optional[str] = typer.Option(
         None, help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."
     ),
-    height: Optional[int] = typer.Option(None, help="Pixels, multiple of 16 [default: 480; 96 for the embedded checkpoint]."),
-    width: Optional[int] = typer.Option(None, help="Pixels, multiple of 16 [default: 832; 160 for the embedded checkpoint]."),
-    num_frames: Optional[int] = typer.Option(None, help="Frames, 4k+1 [default: 81; 17 for the embedded checkpoint]."),
-    num_inference_steps: Optional[int] = typer.Option(None, help="Denoising steps [default: 50; 10 for the embedded checkpoint]."),
-    guidance_scale: float = typer.Option(5.0, help="Classifier-free guidance weight (>= 0; > 1 enables CFG)."),
+    height: Optional[int] = typer.Option(None, help="Pixels, multiple of 16 [default: the pipeline's (Wan 480, CogVideoX 480); 96 for the embedded checkpoint]."),
+    width: Optional[int] = typer.Option(None, help="Pixels, multiple of 16 [default: the pipeline's (Wan 832, CogVideoX 720); 160 for the embedded checkpoint]."),
+    num_frames: Optional[int] = typer.Option(None, help="Frames, 4k+1 [default: the pipeline's (Wan 81, CogVideoX 49); 17 for the embedded checkpoint]."),
+    num_inference_steps: Optional[int] = typer.Option(None, help="Denoising steps [default: the pipeline's (50); 10 for the embedded checkpoint]."),
+    guidance_scale: Optional[float] = typer.Option(None, help="Classifier-free guidance weight (>= 0; > 1 enables CFG) [default: the pipeline's (Wan 5.0, CogVideoX 6.0)]."),
+    guidance_scale_2: Optional[float] = typer.Option(
+        None, "--guidance-scale-2", help="Guidance weight of the low-noise expert of Wan2.2 A14B "
+        "checkpoints (default: the --guidance-scale value)."
+    ),
     seed: int = typer.Option(0, help="Seed of the initial noise."),
-    max_sequence_length: int = typer.Option(512, help="Text tokens; longer prompts are truncated with a warning."),
+    max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the pipeline's (Wan 512, CogVideoX 226)]."),
     dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)}."),
     output: str = typer.Option("vidax-output.mp4", "--output", "-o", help="Output: *.mp4, *.npy, or a folder for PNG frames."),
-    fps: int = typer.Option(16, help="Frames per second of the mp4."),
+    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the pipeline's (16; CogVideoX 8, CogVideoX1.5 16)]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
+    dp: Optional[int] = typer.Option(None, help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp]."),
+    tp: Optional[int] = typer.Option(None, help="Tensor-parallel size (heads, FFN) [default: 1]."),
+    sp: Optional[int] = typer.Option(None, help="Sequence-parallel size (Ulysses, video tokens) [default: 1]."),
+    coordinator: Optional[str] = typer.Option(None, help="Multi-host: HOST:PORT of process 0 [env JAX_COORDINATOR_ADDRESS]."),
+    num_processes: Optional[int] = typer.Option(None, help="Multi-host: number of processes [env JAX_NUM_PROCESSES]."),
+    process_id: Optional[int] = typer.Option(None, help="Multi-host: this process, 0..N-1 [env JAX_PROCESS_ID]."),
+    distributed_timeout: float = typer.Option(60.0, help="Multi-host: seconds to wait for the coordinator and the other processes."),
+    offload_blocks: Optional[str] = typer.Option(
+        None, help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
+        "('all': the whole stack), transfers overlapped with compute: models larger than device memory."),
+    keep_text_encoder: Optional[bool] = typer.Option(
+        None, "--keep-text-encoder/--offload-text-encoder",
+        help="Keep the text encoder on the device, or keep it in host memory and place it only to encode "
+        "[default: decided from device memory, see docs/offloading.md]."),
+    keep_vae: Optional[bool] = typer.Option(
+        None, "--keep-vae/--offload-vae",
+        help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory]."),
 ) -> None:
-    """Generate a video from a text prompt and write it to --output."""
+    """Generate a video from a text prompt and write it to --output.
+
+    With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
+    processes; only process 0 writes the video."""
     args = dict(locals())
     _setup_logging(verbose)
     from vidax.errors import VidaxError
@@ -63,16 +92,29 @@ def generate(
 
 
 def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, num_inference_steps,
-              guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose) -> None:
+              guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
+              dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
+              distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
+              keep_text_encoder=None, keep_vae=None) -> None:
     from vidax.errors import InputError
+    from vidax.parallel.distributed import initialize, is_main_process
+    from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import check_output_path, write_video
     from vidax.pipelines.common import parse_dtype
     from vidax.stats import RunStats
 
     parse_dtype(dtype)
+    offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output)
-    if fps <= 0:
+    if fps is not None and fps <= 0:
         raise InputError(f"--fps must be > 0, got {fps}")
+    call_image = {}
+    if image is not None:
+        from vidax.io.image import load_image
+
+        call_image["image"] = load_image(image)  # an unreadable file fails before any loading
+    multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
+    mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
     if checkpoint is None:
         from vidax.default_checkpoint import DEFAULT_CALL, default_checkpoint
@@ -87,21 +129,41 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         width = width or DEFAULT_CALL["width"]
         num_frames = num_frames or DEFAULT_CALL["num_frames"]
         num_inference_steps = num_inference_steps or DEFAULT_CALL["num_inference_steps"]
+    from inspect import signature
+
     from vidax.pipelines.loading import load_pipeline
 
-    pipe = load_pipeline(checkpoint, dtype=dtype, stats=stats)
+    # The task follows --image; a checkpoint that does not do it is refused from its configs alone.
+    pipe = load_pipeline(checkpoint, dtype=dtype, stats=stats, mesh=mesh, task="i2v" if call_image else "t2v",
+                         **({} if offload is None else {"offload": offload}))
+    if call_image and "image" not in signature(pipe.__call__).parameters:
+        raise InputError(f"--image was given but {type(pipe).__name__} takes no image")
+    if verbose:
+        from vidax.parallel.placement import pipeline_report
+
+        typer.echo(pipeline_report(pipe), err=True)
+        if offload is not None:
+            from vidax.pipelines.staging import offload_report
+
+            typer.echo(offload_report(pipe), err=True)
+    # Settings the user did not give take the pipeline's own defaults (they differ per family).
+    given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
+                 guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
+                 guidance_scale_2=guidance_scale_2)
+    if guidance_scale_2 is not None and "guidance_scale_2" not in signature(pipe.__call__).parameters:
+        raise InputError(f"--guidance-scale-2 was given but {type(pipe).__name__} has no second expert")
     out = pipe(
+        **call_image,
         prompt=prompt,
         negative_prompt=negative_prompt,
-        height=height or 480,
-        width=width or 832,
-        num_frames=num_frames or 81,
-        num_inference_steps=num_inference_steps or 50,
-        guidance_scale=guidance_scale,
         seed=seed,
-        max_sequence_length=max_sequence_length,
         progress=progress,
+        **{k: v for k, v in given.items() if v is not None},
     )
+    fps = fps or getattr(pipe, "default_fps", 16)
+    if not is_main_process():
+        typer.echo("done (process 0 writes the video)", err=True)
+        return
     written = []
     for i, video in enumerate(out.frames):
         path = output if len(out.frames) == 1 else _indexed(output, i)
@@ -111,20 +173,42 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
+def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
+    """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
+    if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
+        return None
+    from vidax.errors import InputError
+    from vidax.parallel.offload import OffloadConfig
+
+    chunk = offload_blocks
+    if chunk is not None and chunk != "all":
+        if not chunk.isdigit() or int(chunk) < 1:
+            raise InputError(f"--offload-blocks must be a positive integer (blocks per chunk) or 'all', got {chunk!r}")
+        chunk = int(chunk)
+    return OffloadConfig(chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae)
+
+
 def _indexed(path: str, i: int) -> str:
     stem, ext = os.path.splitext(path.rstrip(os.sep))
     return f"{stem}_{i}{ext}"
 
 
 @app.command()
-def inspect(path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id.")) -> None:
+def inspect(
+    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id."),
+    mesh: Optional[str] = typer.Option(
+        None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
+    ),
+) -> None:
     """Print a checkpoint's components, classes, key configs, parameter counts and dtypes."""
     _setup_logging(False)
     from vidax.errors import VidaxError
-    from vidax.inspect import describe_checkpoint
+    from vidax.inspect import describe_checkpoint, describe_mesh_plan
 
     try:
         typer.echo(describe_checkpoint(path))
+        if mesh is not None:
+            typer.echo(describe_mesh_plan(path, mesh))
     except VidaxError as e:
         _fail(str(e))
 

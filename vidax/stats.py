@@ -16,37 +16,68 @@ def device_memory_bytes() -> tuple[int | None, str]:
     """(peak device bytes, how it was measured) over all local devices.
 
     Uses ``device.memory_stats()["peak_bytes_in_use"]`` where the backend reports it (GPU, TPU);
-    elsewhere (CPU) the bytes of the arrays alive right now, which callers sample at the points
-    where memory peaks.
+    elsewhere (CPU) the bytes of the arrays alive right now in device memory (not those waiting in
+    host memory kinds), which callers sample at the points where memory peaks.
     """
-    peaks = []
-    for d in jax.local_devices():
-        try:
-            stats = d.memory_stats()
-        except Exception:  # some backends raise instead of returning None
-            stats = None
-        if stats and "peak_bytes_in_use" in stats:
-            peaks.append(stats["peak_bytes_in_use"])
+    peaks = [s["peak_bytes_in_use"] for s in device_memory_stats() if "peak_bytes_in_use" in s]
     if peaks:
         return max(peaks), "peak_bytes_in_use"
     return live_array_bytes(), "live arrays"
 
 
-def live_array_bytes() -> int:
-    """Bytes of all JAX arrays alive now, per-device maximum (sharded arrays counted per shard)."""
-    per_device: dict = {}
+def device_memory_stats() -> list[dict]:
+    """``device.memory_stats()`` of each local device; ``{}`` where the backend reports none (CPU)."""
+    out = []
+    for d in jax.local_devices():
+        try:
+            stats = d.memory_stats()
+        except Exception:  # some backends raise instead of returning None
+            stats = None
+        out.append(dict(stats or {}))
+    return out
+
+
+def live_array_bytes(memory_kind: str | None = "device") -> int:
+    """Bytes of the JAX arrays alive now in ``memory_kind``, per-device maximum.
+
+    Sharded arrays are counted per shard and each buffer once (told apart by address: an
+    ``addressable_shards`` entry is a second array over the same buffer). ``memory_kind``:
+    ``"device"`` (the default: device memory; weights waiting in ``pinned_host`` memory do not
+    count), another memory kind, or None for all.
+    """
+    buffers: dict = {}
     for a in jax.live_arrays():
         try:
+            if memory_kind is not None and a.sharding.memory_kind != memory_kind:
+                continue
             shards = a.addressable_shards
-        except Exception:
+        except Exception:  # deleted while iterating, or no sharding
             continue
         for s in shards:
-            per_device[s.device] = per_device.get(s.device, 0) + s.data.nbytes
+            try:
+                key = s.data.unsafe_buffer_pointer()
+            except Exception:  # backends without raw pointers: count per array and shard
+                key = (id(a), str(s.index))
+            buffers[(s.device, key)] = s.data.nbytes
+    per_device: dict = {}
+    for (device, _), nbytes in buffers.items():
+        per_device[device] = per_device.get(device, 0) + nbytes
     return max(per_device.values(), default=0)
 
 
 def host_peak_rss_bytes() -> int:
-    """Peak resident set size of this process (bytes)."""
+    """Peak resident set size of this process (bytes).
+
+    ``VmHWM`` of ``/proc/self/status`` where there is one (Linux): ``ru_maxrss`` survives
+    ``exec`` there, so a process started by a larger one would report its parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -86,14 +117,15 @@ class RunStats:
             ("text encode", f"{self.text_encode_s:8.2f} s"),
             ("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"),
             ("vae decode", f"{self.decode_s:8.2f} s"),
-            (
-                "peak device memory",
-                f"{self.device_peak_bytes / 2**30:8.2f} GiB ({self.device_peak_source})",
-            ),
-            ("peak host RSS", f"{self.host_peak_rss_bytes / 2**30:8.2f} GiB"),
+            ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
+            ("peak host RSS", _fmt_bytes(self.host_peak_rss_bytes)),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 2**30:8.2f} GiB" if n >= 2**30 else f"{n / 2**20:8.1f} MiB"
 
 
 def cpu_count() -> int:

@@ -44,3 +44,50 @@ def psnr(a, b, data_range: float = 1.0) -> float:
     """Peak signal-to-noise ratio in dB of ``a`` against reference ``b``."""
     mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
     return float("inf") if mse == 0 else 10.0 * np.log10(data_range**2 / mse)
+
+
+def channels_first(x) -> np.ndarray:
+    """``(B, T, H, W, C)`` -> contiguous ``(B, C, T, H, W)`` numpy (the diffusers video layout)."""
+    return np.ascontiguousarray(np.transpose(np.asarray(x), (0, 4, 1, 2, 3)))
+
+
+def channels_last(x) -> np.ndarray:
+    """``(B, C, T, H, W)`` numpy or torch tensor -> ``(B, T, H, W, C)`` numpy."""
+    x = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+    return np.transpose(x, (0, 2, 3, 4, 1))
+
+
+def save_random_vae(model, seed: int, path) -> None:
+    """Randomise a reference VAE for parity and ``save_pretrained`` it to ``path``.
+
+    Small biases and matrix gain 0.7: with larger biases (or the default scale) a deep random conv
+    stack forgets its input (unrelated inputs decode to nearly the same frames), which would make
+    parity vacuous. Tests should still assert that their outputs are input-sensitive.
+    """
+    randomize_torch_module(model, seed, scale=0.1, gain=0.7)
+    model.save_pretrained(path)
+
+
+def assert_reference_parameters(abstract, ref, rules) -> int:
+    """Check an abstract NNX module (``nnx.eval_shape``) against a reference torch module 1:1.
+
+    Every reference state-dict key must map by ``rules`` (a :class:`vidax.weights.loader.KeyRules`
+    without stacked prefixes) to a parameter of the same shape after the loader's layout change,
+    and back; the parameter counts must be equal. Returns the count.
+    """
+    from flax import nnx
+
+    from vidax.weights.loader import _target_shape_of, path_str
+
+    flat = {p: v.get_value() for p, v in nnx.to_flat_state(nnx.state(abstract, nnx.Param))}
+    ours = {rules.join(p, None): (p, tuple(v.shape)) for p, v in flat.items()}
+    theirs = {k: tuple(t.shape) for k, t in ref.state_dict().items()}
+    only_ref, only_ours = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    assert not only_ref and not only_ours, (only_ref[:5], only_ours[:5])
+    for key, shape in theirs.items():
+        p, want = ours[key]
+        assert _target_shape_of(shape, p) == want, (key, path_str(p), shape, want)
+    n_ours = sum(int(np.prod(s)) for _, s in ours.values())
+    n_ref = sum(t.numel() for t in ref.parameters())
+    assert n_ours == n_ref, (n_ours, n_ref)
+    return n_ours

@@ -40,20 +40,22 @@ class Tokens:
 
 
 class TextTokenizer:
-    """A ``tokenizer/`` folder of a diffusers checkpoint (``tokenizer.json`` required).
+    """A ``tokenizer/`` folder of a diffusers checkpoint.
+
+    Reads ``tokenizer.json``. A folder that only has a SentencePiece ``spiece.model`` (the
+    CogVideoX releases) is converted once by transformers' own slow-to-fast converter, run in a
+    subprocess so this process never imports transformers (or torch); the result is cached in
+    the vidax cache folder, keyed by the folder's file contents.
 
     Raises:
-        CheckpointError: the folder or its ``tokenizer.json`` is missing or unreadable.
+        CheckpointError: the folder has neither file, or they are unreadable.
     """
 
     def __init__(self, path: str | os.PathLike):
         path = os.fspath(path)
         file = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(file):
-            raise CheckpointError(
-                f"tokenizer.json not found in {path}; vidax needs the fast-tokenizer file "
-                "(save it with transformers' `tokenizer.save_pretrained`)"
-            )
+            file = _converted_tokenizer_json(path)
         try:
             self._tok = tokenizers.Tokenizer.from_file(file)
         except Exception as e:  # the Rust side raises plain Exception
@@ -105,6 +107,51 @@ class TextTokenizer:
         ids = np.array([e.ids for e in encodings], np.int32)
         mask = np.array([e.attention_mask for e in encodings], np.int32)
         return Tokens(ids, mask, mask.sum(axis=1))
+
+
+def _converted_tokenizer_json(path: str) -> str:
+    """tokenizer.json made from a slow-tokenizer folder by ``transformers`` in a subprocess."""
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from vidax.default_checkpoint import cache_dir
+
+    if not os.path.isdir(path) or not any(f.endswith(".model") for f in os.listdir(path)):
+        raise CheckpointError(
+            f"{path}: no tokenizer.json and no SentencePiece *.model file; vidax needs one of them"
+        )
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            digest.update(name.encode())
+            with open(full, "rb") as f:
+                digest.update(f.read())
+    out_dir = os.path.join(cache_dir(), "tokenizers", digest.hexdigest()[:24])
+    out = os.path.join(out_dir, "tokenizer.json")
+    if os.path.isfile(out):
+        return out
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(out_dir), prefix=".convert-")
+    code = (
+        "import sys; from transformers import AutoTokenizer; "
+        "AutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])"
+    )
+    logger.warning("%s has no tokenizer.json; converting its SentencePiece model once (cached)", path)
+    try:
+        r = subprocess.run([sys.executable, "-c", code, path, tmp], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not os.path.isfile(os.path.join(tmp, "tokenizer.json")):
+            raise CheckpointError(
+                f"{path} has no tokenizer.json and converting its SentencePiece model with transformers "
+                f"failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output'}"
+            )
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 _T5_SPECIALS = ["<pad>", "</s>", "<unk>"]

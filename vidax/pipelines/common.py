@@ -8,32 +8,17 @@ import logging
 import re
 from typing import Any, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import InputError
+from vidax.nn.inputs import DTYPES, check_video_array, parse_dtype  # noqa: F401 (re-exported)
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
-
-def parse_dtype(dtype: Any) -> Any:
-    """``"float32"`` / ``"bfloat16"`` (or the jnp dtype) -> jnp dtype; anything else is an error."""
-    if isinstance(dtype, str):
-        key = dtype
-    else:
-        try:
-            key = np.dtype(dtype).name
-        except TypeError:
-            key = repr(dtype)
-    if key not in DTYPES:
-        raise InputError(
-            f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)} "
-            "(float16 overflows in these models' fp32-kept paths and is not implemented)"
-        )
-    return DTYPES[key]
+#: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
+TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video"}
 
 
 def prompt_clean(text: str) -> str:
@@ -72,7 +57,8 @@ class VideoPipelineOutput:
 
     Attributes:
         frames: ``output_type="np"``: float32 (B, F, H, W, 3) in [0, 1];
-            ``output_type="latent"``: float32 latents (B, C, T, H, W) (diffusers layout).
+            ``output_type="latent"``: float32 latents in the family's diffusers layout
+            (Wan: (B, C, T, H, W); CogVideoX: (B, T, C, H, W)).
         stats: timings and memory of this call.
     """
 

@@ -15,6 +15,9 @@ from vidax.errors import CheckpointError, ConfigError
 # ``_class_name`` in model_index.json -> "module:Class" of the vidax pipeline.
 PIPELINES: dict[str, str] = {
     "WanPipeline": "vidax.pipelines.wan:WanPipeline",
+    "WanImageToVideoPipeline": "vidax.pipelines.wan_i2v:WanImageToVideoPipeline",
+    "CogVideoXPipeline": "vidax.pipelines.cogvideox:CogVideoXPipeline",
+    "CogVideoXImageToVideoPipeline": "vidax.pipelines.cogvideox:CogVideoXImageToVideoPipeline",
 }
 
 
@@ -72,21 +75,12 @@ def require_component(root: str, name: str, index: dict[str, Any]) -> str:
     return path
 
 
-def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", **kwargs):
-    """Load a pipeline from a diffusers-format folder or hub id.
-
-    Args:
-        path_or_hub_id: folder holding ``model_index.json`` and component folders, or a hub id.
-        dtype: ``"float32"`` or ``"bfloat16"`` (or the jnp dtype): storage and compute dtype of
-            the transformer and text encoder; the reference's fp32 modules stay fp32.
-        **kwargs: passed to the pipeline's ``from_pretrained``.
+def pipeline_class(root: str, index: dict[str, Any]) -> type:
+    """The vidax pipeline class registered for ``index["_class_name"]``.
 
     Raises:
-        CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
-            setting vidax does not implement. InputError: unsupported dtype.
+        ConfigError: a pipeline class vidax does not run.
     """
-    root = resolve_checkpoint(path_or_hub_id)
-    index = read_model_index(root)
     name = index.get("_class_name")
     if name not in PIPELINES:
         raise ConfigError(
@@ -95,5 +89,47 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", **k
     module_name, cls_name = PIPELINES[name].split(":")
     import importlib
 
-    cls = getattr(importlib.import_module(module_name), cls_name)
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", task: str | None = None,
+                  mesh: Any = None, **kwargs):
+    """Load a pipeline from a diffusers-format folder or hub id.
+
+    Args:
+        path_or_hub_id: folder holding ``model_index.json`` and component folders, or a hub id.
+        dtype: ``"float32"`` or ``"bfloat16"`` (or the jnp dtype): storage and compute dtype of
+            the transformer and text encoder; the reference's fp32 modules stay fp32.
+        task: ``None``: the pipeline named in model_index.json (as diffusers); ``"t2v"`` or
+            ``"i2v"``: the pipeline that does this task on the checkpoint, via the registered
+            class's ``for_task(root, index, task)`` (e.g. image-to-video on Wan2.2 TI2V-5B,
+            whose model_index.json names ``WanPipeline``).
+        mesh: run on a device mesh (:func:`vidax.parallel.mesh.resolve_mesh`: a
+            ``jax.sharding.Mesh``, ``"2x2x2"``, ``"dp=2,tp=2,sp=2"``, a dict or a ``(dp, tp, sp)``
+            tuple whose product is the device count); None: one device.
+        **kwargs: passed to the pipeline's ``from_pretrained`` (e.g. ``offload=`` for the Wan
+            pipelines: :class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md).
+
+    Raises:
+        CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
+            setting vidax does not implement. InputError: unsupported dtype, or a task the
+            checkpoint does not do.
+    """
+    root = resolve_checkpoint(path_or_hub_id)
+    index = read_model_index(root)
+    cls = pipeline_class(root, index)
+    if task is not None and hasattr(cls, "for_task"):
+        cls = cls.for_task(root, index, task)
+    if mesh is not None:
+        from vidax.parallel.mesh import resolve_mesh
+
+        kwargs["mesh"] = resolve_mesh(mesh)
+    if kwargs.get("offload") is not None:
+        import inspect
+
+        if "offload" not in inspect.signature(cls.from_pretrained).parameters:
+            from vidax.errors import InputError
+
+            raise InputError(f"offload={kwargs['offload']!r}: {cls.__name__} does not implement offloading "
+                             "(the Wan pipelines do)")
     return cls.from_pretrained(root, dtype=dtype, **kwargs)

@@ -1,0 +1,60 @@
+"""Validation of the arguments models and pipelines share: dtypes and video arrays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.errors import InputError
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def parse_dtype(dtype: Any) -> Any:
+    """``"float32"`` / ``"bfloat16"`` (or the jnp dtype) -> jnp dtype; anything else is an error."""
+    if isinstance(dtype, str):
+        key = dtype
+    else:
+        try:
+            key = np.dtype(dtype).name
+        except TypeError:
+            key = repr(dtype)
+    if key not in DTYPES:
+        raise InputError(
+            f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)} "
+            "(float16 overflows in these models' fp32-kept paths and is not implemented)"
+        )
+    return DTYPES[key]
+
+
+def compute_dtype(dtype: Any, what: str) -> jnp.dtype:
+    """:func:`parse_dtype` for a model: the error names the model (``what``)."""
+    try:
+        return jnp.dtype(parse_dtype(dtype))
+    except InputError:
+        raise InputError(
+            f"dtype={dtype!r} is not supported by the {what}; use float32 or bfloat16"
+        ) from None
+
+
+def check_video_array(name: str, x: Any, channels: int, what: str) -> tuple[int, ...]:
+    """Check a channels-last video / latent array ``(B, T, H, W, C)`` given to a VAE.
+
+    Returns its shape. Raises InputError naming ``name`` when it is not 5-D, its last axis is not
+    ``channels`` (the model setting ``what``), an axis is empty, or it is not floating point.
+    """
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != 5:
+        raise InputError(f"{name} must be 5-D (B, T, H, W, C) channels-last; got shape {shape}")
+    if shape[-1] != channels:
+        raise InputError(
+            f"{name} has {shape[-1]} channels (last axis of shape {shape}); the VAE's {what} is "
+            f"{channels} (is it channels-first?)"
+        )
+    if min(shape) < 1:
+        raise InputError(f"{name} has an empty axis: shape {shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise InputError(f"{name} must be floating point; got dtype {x.dtype}")
+    return shape

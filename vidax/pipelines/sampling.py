@@ -1,0 +1,107 @@
+"""The denoising loop every pipeline shares: compile once, step, time, show progress.
+
+A family's pipeline supplies a jitted ``step(params, latents, state, *args) -> (latents, state)``
+(its model call, guidance and scheduler update); this module runs it ``num_inference_steps``
+times with the latents buffer donated, recording compile time and per-step times in
+:class:`~vidax.stats.RunStats`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from vidax.errors import InputError
+from vidax.parallel.distributed import to_local
+from vidax.parallel.step import shard_step
+from vidax.stats import RunStats
+
+
+def run_denoising_loop(
+    step: Any,
+    params: Any,
+    latents: jax.Array,
+    state: Any,
+    args: tuple,
+    num_inference_steps: int,
+    stats: RunStats,
+    progress: bool = True,
+    callback: Callable[[int, int], None] | None = None,
+    mesh: Any = None,
+) -> tuple[jax.Array, Any]:
+    """Run ``latents, state = step(params, latents, state, *args)`` for every step.
+
+    ``step`` is a ``jax.jit`` function (with ``donate_argnums=(1,)``); it is compiled ahead of
+    time once, so ``stats.compile_s`` is compile time alone and every ``stats.step_s`` entry is
+    one step's wall time (the step index lives in ``state``, so no step recompiles).
+
+    With a ``mesh`` (:mod:`vidax.parallel`), the latents and batched ``args`` are split over its
+    ``data`` axis (:func:`vidax.parallel.step.shard_step`) and the final latents come back whole
+    on this process's first device.
+
+    ``step`` may also be a :class:`vidax.parallel.offload.ChunkedStep` (blocks streamed from host
+    memory), which compiles and runs the same way; memory is then sampled after every chunk of
+    the first step.
+    """
+    if mesh is not None:
+        step, latents, state, args = shard_step(step, latents, state, args, mesh)
+    with stats.timed("compile_s"):
+        compiled = step.lower(params, latents, state, *args).compile()
+    bar = tqdm(total=num_inference_steps, desc="denoising", disable=not progress, unit="step")
+    try:
+        for i in range(num_inference_steps):
+            t0 = time.perf_counter()
+            if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
+                compiled.on_chunk = stats.sample_memory if i == 0 else None
+            latents, state = compiled(params, latents, state, *args)
+            latents.block_until_ready()
+            stats.step_s.append(time.perf_counter() - t0)
+            if i == 0:
+                stats.sample_memory()
+            bar.update()
+            if callback is not None:
+                callback(i, num_inference_steps)
+    finally:
+        bar.close()
+    if mesh is not None:
+        latents = to_local(latents)
+    return latents, state
+
+
+def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: jax.Array) -> jax.Array:
+    """Split a (2B, ...) prediction into cond (first B) and uncond and combine them as
+    ``uncond + guidance_scale * (cond - uncond)`` (diffusers' formula, in the prediction's dtype)."""
+    cond, uncond = jnp.split(noise_pred, 2, axis=0)
+    return uncond + guidance_scale.astype(cond.dtype) * (cond - uncond)
+
+
+_WAN_LAYOUT = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
+
+
+def initial_latents(shape: tuple[int, ...], seed: int | None, latents: Any | None,
+                    layout: str = _WAN_LAYOUT) -> jax.Array:
+    """float32 initial noise of ``shape`` in the family's diffusers layout (Wan (B, C, T, H, W),
+    CogVideoX (B, T, C, H, W)), which ``layout`` spells out for error messages.
+
+    The user's ``latents`` if given (their shape must equal ``shape``), else standard normal
+    noise from ``jax.random`` with ``seed`` (a fresh random seed when None).
+
+    Raises:
+        InputError: ``latents`` of another shape.
+    """
+    if latents is None:
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2**31)
+        return jax.random.normal(jax.random.PRNGKey(seed), shape, jnp.float32)
+    latents = jnp.asarray(latents, jnp.float32)
+    if latents.shape != tuple(shape):
+        raise InputError(
+            f"latents have shape {tuple(latents.shape)}, expected {tuple(shape)} = {layout} for these "
+            "arguments"
+        )
+    return latents
