@@ -1,0 +1,157 @@
+"""Block offloading: chunk-size sweep of the Wan2.1-T2V-1.3B transformer on CPU.
+
+For each chunk size N (and the resident model as the baseline), one subprocess builds the real
+1.3B transformer config with random weights (``step_bench.fill_params``), moves its blocks to
+host memory in chunks of N (``vidax.parallel.offload.offload_module``; on CPU the ``pinned_host``
+memory kind) and times the streamed denoising step (``ChunkedStep``: the transformer on the cond +
+uncond batch of 2, guidance, one UniPC update), exactly what ``WanPipeline`` runs per step with
+``offload=N``. Reported per configuration:
+
+* s/step: best of ``--steps`` timed steps after one warm-up;
+* peak device-resident bytes: live-array accounting (``vidax.stats.live_array_bytes``: arrays in
+  device memory, host memory kinds excluded) sampled after every chunk is dispatched and after
+  each step; weights plus the arrays alive between jitted calls (XLA's temporaries inside one
+  call are not live arrays);
+* the offloaded / resident step-time ratio.
+
+On CPU "host" and "device" are the same memory, so the transfer is a memcpy and the ratio shows
+the cost of the chunked execution (more dispatches, a wait per chunk, the copy itself), not a
+PCIe link. No GPU was available to this project's offloading work; see docs/offloading.md.
+
+    python benchmarks/offload_sweep.py                                  # latent 5x32x32, N = 1 2 4 8 all
+    python benchmarks/offload_sweep.py --num-layers 6 --latent 1 8 8 --steps 1 --out /tmp/smoke   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from step_bench import ROOT, configure_xla_threads, peak_rss_gib, prepare_jax, run_child, save_report, time_steps
+from wan_step import CONFIG_1_3B, SCHEDULER, TEXT_LEN
+
+
+def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, num_layers) -> dict:
+    """One configuration in this process: ``chunk`` is "resident", an int or "all"."""
+    configure_xla_threads(threads)
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from vidax.models.wan.config import WanTransformerConfig
+    from vidax.models.wan.transformer import WanTransformer3DModel, wan_transformer_policy
+    from vidax.parallel.offload import ChunkedStep, offload_module, offloaded_blocks
+    from vidax.stats import live_array_bytes
+
+    config = CONFIG_1_3B if num_layers is None else dict(CONFIG_1_3B, num_layers=num_layers)
+    cfg = WanTransformerConfig.from_config_dict(config)
+    t, h, w = latent
+    b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
+                    wan_transformer_policy, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
+                    SCHEDULER, steps)
+    graphdef, context, sched, dtype = b.graphdef, b.context, b.sched, b.dtype
+    model = nnx.merge(graphdef, b.params)
+    del b  # the model holds the only reference to the weights
+
+    def model_args(latents, state, context):
+        xin = jnp.concatenate([latents, latents]).astype(dtype)
+        return xin, jnp.broadcast_to(state.timestep.astype(jnp.float32), (2,)), context
+
+    def finish(out, latents, state, context):
+        cond, uncond = jnp.split(out, 2)
+        return sched.step(state, uncond + 5.0 * (cond - uncond), latents)
+
+    peak = [0]
+
+    def sample():
+        peak[0] = max(peak[0], live_array_bytes())
+
+    x = jax.random.normal(jax.random.PRNGKey(1), (1, t, h, w, cfg.in_channels), jnp.float32)
+    state = sched.set_timesteps(steps + 1, sample_shape=x.shape)
+    t0 = time.perf_counter()
+    if chunk == "resident":
+        def step(params, latents, state, context):
+            m = nnx.merge(graphdef, params)
+            return finish(m(*model_args(latents, state, context)), latents, state, context)
+
+        params = nnx.state(model)
+        compiled = jax.jit(step, donate_argnums=(1,)).lower(params, x, state, context).compile()
+        sizes = [cfg.num_layers]
+    else:
+        offload_module(model, chunk if chunk == "all" else int(chunk))
+        blocks = offloaded_blocks(model)
+        sizes = blocks.sizes
+        params = nnx.state(model)
+        compiled = ChunkedStep(nnx.graphdef(model), blocks, model_args, finish).lower(
+            params, x, state, context).compile()
+        compiled.on_chunk = sample
+    compile_s = time.perf_counter() - t0
+    sample()
+
+    def one(c):
+        out = compiled(params, c[0], c[1], context)
+        sample()
+        return out
+
+    (x, state), times = time_steps(one, (x, state), steps, lambda c: c[0].block_until_ready())
+    assert bool(jnp.isfinite(x).all())
+    return {"chunk": chunk, "chunk_sizes": sizes, "compile_s": compile_s, "step_s": min(times),
+            "step_s_all": times, "peak_device_bytes": peak[0], "peak_rss_gib": peak_rss_gib()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="Wan2.1-1.3B block-offloading chunk sweep (CPU)")
+    p.add_argument("--chunks", nargs="+", default=["1", "2", "4", "8", "all"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--latent", nargs=3, type=int, default=[5, 32, 32], metavar=("T", "H", "W"))
+    p.add_argument("--steps", type=int, default=2, help="timed steps per configuration (after one warm-up)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--num-layers", type=int, default=None, help="override the layer count (smoke tests; reported)")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", "offload_sweep"))
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    args = p.parse_args()
+
+    if args.config:  # child process: one configuration
+        result = run_config(args.config, args.dtype, tuple(args.latent), args.steps, args.threads, args.num_layers)
+        print("RESULT " + json.dumps(result))
+        return
+
+    rows = []
+    for chunk in ["resident"] + args.chunks:
+        cmd = [sys.executable, os.path.abspath(__file__), "--config", chunk, "--dtype", args.dtype,
+               "--latent", *map(str, args.latent), "--steps", str(args.steps), "--threads", str(args.threads)]
+        if args.num_layers is not None:
+            cmd += ["--num-layers", str(args.num_layers)]
+        row = run_child(cmd, chunk)
+        rows.append(row)
+        print(f"  {row['step_s']:.3f} s/step, peak device-resident {row['peak_device_bytes'] / 2**20:,.1f} MiB, "
+              f"chunks {row['chunk_sizes']}", flush=True)
+    base = rows[0]["step_s"]
+    for row in rows:
+        row["ratio_vs_resident"] = row["step_s"] / base
+
+    t, h, w = args.latent
+    layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
+    meta = {"model": "Wan2.1-T2V-1.3B transformer (random weights)" + layers, "dtype": args.dtype,
+            "latent_THW": [t, h, w], "tokens": t * (h // 2) * (w // 2), "text_tokens": TEXT_LEN, "cfg_batch": 2,
+            "threads": args.threads, "cpu": platform.processor() or platform.machine(), "timed_steps": args.steps}
+    lines = [
+        f"# Wan2.1-T2V-1.3B block offloading: chunk sweep (CPU, {args.threads} threads, {args.dtype})", "",
+        f"Latent {t}x{h}x{w} = {meta['tokens']} video tokens, {TEXT_LEN} text tokens, CFG batch 2, random "
+        f"weights{layers}; best of {args.steps} timed steps after one warm-up; one process per row. Peak "
+        "device-resident: live arrays in device memory, sampled after every chunk and step.", "",
+        "| blocks per chunk | chunks | s/step | offloaded / resident | peak device-resident MiB | compile s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['chunk']} | {len(r['chunk_sizes'])} | {r['step_s']:.3f} | {r['ratio_vs_resident']:.2f} | "
+                     f"{r['peak_device_bytes'] / 2**20:,.1f} | {r['compile_s']:.1f} |")
+    save_report(args.out, meta, rows, lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Staged components (``vidax.pipelines.staging``): the text encoder and VAE wait in host memory,
+are on the device only while they run, and leave nothing on it afterwards; the decision rule;
+the CLI flags."""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from typer.testing import CliRunner
+
+import vidax
+from tests.test_offload import NEGATIVE, PROMPT, write_offload_checkpoint
+from vidax.cli import app
+from vidax.parallel.offload import OffloadConfig
+from vidax.pipelines import staging as staging_mod
+from vidax.pipelines.staging import Staging, component_bytes, plan_pipeline_staging, plan_staging
+
+# The CLI's defaults (negative prompt "", guidance 5.0, seed 0) at a small size.
+SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, guidance_scale=5.0,
+             max_sequence_length=16, seed=0, progress=False)
+STAGED = OffloadConfig(keep_text_encoder=False, keep_vae=False)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_offload_checkpoint(str(tmp_path_factory.mktemp("staging")))
+
+
+@pytest.fixture(scope="module")
+def frames(ckpt):
+    """Decoded frames of the resident pipeline."""
+    return vidax.load_pipeline(ckpt)(PROMPT, "", **SMALL).frames
+
+
+def _device_buffers() -> dict:
+    """(device, address) -> bytes of every live buffer in device memory (not host memory kinds)."""
+    gc.collect()
+    kind = jax.local_devices()[0].default_memory().kind
+    out = {}
+    for a in jax.live_arrays():
+        if a.sharding.memory_kind == kind:
+            for s in a.addressable_shards:
+                out[(s.device, s.data.unsafe_buffer_pointer())] = s.data.nbytes
+    return out
+
+
+def _kinds(module) -> set:
+    return {a.sharding.memory_kind for a in jax.tree.leaves(nnx.state(module))}
+
+
+@pytest.mark.parametrize("mesh", [None, (2, 2, 2)], ids=["one-device", "dp2-tp2-sp2"])
+def test_text_encoder_released_after_encoding(ckpt, mesh):
+    """After encoding, device memory holds exactly what it held before plus the embeddings: no
+    text-encoder parameter (nor a closure holding one) stays. During encoding it was on the
+    device. With keep_text_encoder=True it stays there."""
+    pipe = vidax.load_pipeline(ckpt, mesh=mesh, offload=STAGED)
+    assert _kinds(pipe.text_encoder) == {"pinned_host"}  # loaded straight into host memory
+    te_bytes = sum(a.nbytes for a in jax.tree.leaves(nnx.state(pipe.text_encoder)))
+    seen_kinds = []
+    encode = pipe.encode_prompt.__func__
+
+    def spy(params, ids, mask):
+        seen_kinds.append({a.sharding.memory_kind for a in jax.tree.leaves(params)})
+        return fn(params, ids, mask)
+
+    pipe.encode_prompt(["warm up"], 16)  # compile first, so the cache is not counted below
+    fn, pipe._encode_fn = pipe._encode_fn, spy
+    before = _device_buffers()
+    embeds = encode(pipe, [PROMPT, NEGATIVE], 16)
+    embeds.block_until_ready()
+    after = _device_buffers()
+    new = {k: v for k, v in after.items() if k not in before}
+    gone = [k for k in before if k not in after]
+    embeds_bytes = sum(s.data.nbytes for s in embeds.addressable_shards)  # replicated: per device
+    print(f"mesh {mesh}: text encoder {te_bytes} B; device buffers +{sum(new.values())} B "
+          f"(embeddings {embeds_bytes} B over all devices), {len(gone)} gone")
+    assert seen_kinds == [{"device"}]
+    assert sum(new.values()) == embeds_bytes and not gone
+    assert _kinds(pipe.text_encoder) == {"pinned_host"}
+    assert te_bytes > 10 * embeds.nbytes  # a leaked text encoder would show
+
+    kept = vidax.load_pipeline(ckpt, mesh=mesh, offload=OffloadConfig(keep_text_encoder=True, keep_vae=True))
+    assert _kinds(kept.text_encoder) == {"device"} and _kinds(kept.vae) == {"device"}
+    # Same embeddings either way (bit-exact: the same executable on the same values).
+    np.testing.assert_array_equal(np.asarray(kept.encode_prompt([PROMPT, NEGATIVE], 16)), np.asarray(embeds))
+
+
+def test_staged_vae_decode(ckpt, frames):
+    """Frames equal the resident run; the VAE is on the device only while decoding."""
+    pipe = vidax.load_pipeline(ckpt, offload=STAGED)
+    assert _kinds(pipe.vae) == {"pinned_host"}
+    vae_shapes = {(a.shape, a.dtype) for a in jax.tree.leaves(nnx.state(pipe.vae))}
+    during = []
+    iter_decode = pipe.vae.iter_decode
+
+    def spy(z):
+        during.append(_kinds(pipe.vae))
+        return iter_decode(z)
+
+    pipe.vae.iter_decode = spy
+    out = pipe(PROMPT, "", **SMALL)
+    np.testing.assert_array_equal(out.frames, frames)
+    assert during == [{"device"}] and _kinds(pipe.vae) == {"pinned_host"}
+    gc.collect()
+    kind = jax.local_devices()[0].default_memory().kind
+    left = [a for a in jax.live_arrays() if a.sharding.memory_kind == kind and (a.shape, a.dtype) in vae_shapes
+            and a.ndim >= 4]
+    assert not left  # no VAE kernel left on the device
+    assert out.stats.device_peak_bytes > 0 and out.stats.host_peak_rss_bytes > 0
+
+
+def test_staged_vae_image_to_video(tmp_path):
+    """Image-to-video encodes the image with the staged VAE: same latents as resident."""
+    from tests.parity.wan_reference import random_image, write_tiny_wan_variant
+
+    path = write_tiny_wan_variant(str(tmp_path / "i2v"), image_to_video=True)
+    call = dict(SMALL, output_type="latent")
+    image = random_image(0)
+    ref = vidax.load_pipeline(path, task="i2v")(image, "a cat", **call).frames
+    pipe = vidax.load_pipeline(path, task="i2v", offload=STAGED)
+    np.testing.assert_array_equal(pipe(image, "a cat", **call).frames, ref)
+    assert _kinds(pipe.vae) == {"pinned_host"}
+
+
+def test_plan_staging_rule():
+    gib = 2**30
+    sizes = {"transformer": 8 * gib, "text_encoder": 10 * gib, "vae": 1 * gib}
+    auto = {"text_encoder": None, "vae": None}
+    # No reported limit (CPU): keep everything unless asked.
+    assert plan_staging(auto, sizes, None) == {"text_encoder": False, "vae": False}
+    assert plan_staging({"text_encoder": False, "vae": None}, sizes, None) == {"text_encoder": True, "vae": False}
+    # 19 GiB of parameters: fit in 0.6 x 80 GiB, not in 0.6 x 24 GiB (text encoder staged
+    # first, then 9 GiB <= 14.4), nor in 0.6 x 12 GiB (VAE staged too).
+    assert plan_staging(auto, sizes, 80 * gib) == {"text_encoder": False, "vae": False}
+    assert plan_staging(auto, sizes, 24 * gib) == {"text_encoder": True, "vae": False}
+    assert plan_staging(auto, sizes, 12 * gib) == {"text_encoder": True, "vae": True}
+    # Explicit choices win over the rule.
+    assert plan_staging({"text_encoder": True, "vae": None}, sizes, 12 * gib) == {"text_encoder": False, "vae": True}
+    assert plan_staging({"text_encoder": None, "vae": False}, sizes, 80 * gib) == {"text_encoder": False, "vae": True}
+
+
+def test_plan_pipeline_staging_from_headers(ckpt, monkeypatch):
+    import os
+
+    paths = {n: os.path.join(ckpt, n) for n in ("transformer", "text_encoder", "vae")}
+    tr = component_bytes(paths["transformer"], np.float32, blocks_prefix="blocks")
+    assert tr["layers"] == 5 and 0 < tr["blocks"] < tr["total"]
+    te = component_bytes(paths["text_encoder"], np.float32)["total"]
+    assert component_bytes(paths["text_encoder"], "bfloat16")["total"] == te // 2
+    vae = component_bytes(paths["vae"], np.float32)["total"]
+    # Resident total just over 0.6 of the limit -> the text encoder is staged, the VAE is not.
+    limit = int((tr["total"] + te + vae) / 0.6) - 1
+    monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: limit)
+    plan = plan_pipeline_staging(paths, np.float32, np.float32, None, None)
+    assert plan.staged == {"text_encoder": True, "vae": False}
+    # Streaming the blocks counts 2 chunks instead of 5 layers: now everything fits.
+    per_layer = tr["blocks"] / 5
+    limit = int((tr["total"] - 3 * per_layer + te + vae) / 0.6) + 1
+    monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: limit)
+    assert plan_pipeline_staging(paths, np.float32, np.float32, OffloadConfig(chunk=1), None).staged == \
+        {"text_encoder": False, "vae": False}
+    monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: None)
+    assert plan_pipeline_staging(paths, np.float32, np.float32, None, None).staged == \
+        {"text_encoder": False, "vae": False}
+
+
+def test_no_host_memory_keeps_resident(caplog):
+    with caplog.at_level(logging.WARNING, logger="vidax.pipeline"):
+        s = Staging({"text_encoder": True, "vae": False}, memory_kind="numpy")
+    assert not s.is_staged("text_encoder") and "stay on the device" in caplog.text
+    with s.on_device("text_encoder"):  # a no-op
+        pass
+
+
+def test_cli_offload_flags(ckpt, frames, tmp_path):
+    runner = CliRunner()
+    base = ["generate", "-p", PROMPT, "--checkpoint", ckpt, "--height", "32", "--width", "48",
+            "--num-frames", "5", "--num-inference-steps", "2", "--max-sequence-length", "16", "--no-progress"]
+    r = runner.invoke(app, base + ["-o", str(tmp_path / "off.npy"), "--offload-blocks", "2",
+                                   "--offload-text-encoder", "--offload-vae", "--verbose"])
+    assert r.exit_code == 0, r.output
+    assert "5 blocks streamed from pinned_host in 3 chunk(s) of 2" in r.output
+    assert "staging: text_encoder, vae in pinned_host memory" in r.output
+    assert "peak device memory" in r.output and "peak host RSS" in r.output
+    np.testing.assert_array_equal(np.load(tmp_path / "off.npy"), frames[0])
+    for bad in ("0", "-2", "half"):
+        r = runner.invoke(app, base + ["-o", str(tmp_path / "x.npy"), "--offload-blocks", bad])
+        assert r.exit_code == 2 and "--offload-blocks must be a positive integer" in r.output

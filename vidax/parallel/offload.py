@@ -1,0 +1,565 @@
+"""Weights larger than device memory: the stacked blocks wait in host memory and stream in chunks.
+
+With ``OffloadConfig(chunk=N)`` a model's stacked transformer blocks (the leading-layer-axis
+parameters of :func:`vidax.nn.stack.stacked`) live in host memory, split into chunks of ``N``
+consecutive layers; every other parameter stays on the device. Each denoising step then runs as
+a short Python sequence of jitted calls instead of one::
+
+    x, inputs = pre(resident params, latents, ...)        # embeddings (one jit)
+    fetch(chunk 0)
+    for i in chunks:
+        fetch(chunk i+1)                                   # host -> device copy, issued first ...
+        x = run_layers(chunk i, x, inputs)                 # ... so it overlaps this compute
+        wait for chunk i (then it is freed)
+    latents, state = post(resident params, x, inputs, ...) # head, guidance, scheduler (one jit)
+
+JAX dispatch is asynchronous, so the copy of chunk ``i+1`` runs while chunk ``i`` computes
+(double buffering) and hides behind it when compute is the longer of the two. Waiting for chunk
+``i`` before fetching chunk ``i+2`` bounds the device to the resident weights plus two chunks.
+``run_layers`` is compiled once for ``N`` layers; when ``N`` does not divide the layer count,
+the final, smaller chunk is compiled once more (two executables in all; padding with
+identity layers instead would stream and compute dead layers every step).
+
+Host memory is the backend's ``pinned_host`` memory kind where it has one (page-locked, copied by
+DMA; CPU, GPU and TPU backends of JAX 0.10 all list it), else ``unpinned_host``, else plain numpy
+arrays. Chunks keep the parameters' sharding (:mod:`vidax.parallel.placement`): each shard waits
+in the host memory of its own device and lands already sharded.
+
+A model that streams implements three methods with ``model(*a) == head(run_blocks(*embed(*a)))``:
+
+* ``embed(*model_args) -> (x, inputs)``: everything before the blocks; ``inputs`` a pytree;
+* ``run_blocks(x, inputs, blocks) -> x``: a stacked module of any number of layers over ``x``;
+* ``head(x, inputs) -> output``.
+
+(:class:`vidax.models.wan.transformer.WanTransformer3DModel` does.) The loader streams the
+blocks straight from the checkpoint into host chunks (:class:`HostBlockLoader`), so they never
+touch the device at load time; :func:`offload_module` converts a module already loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import weakref
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from vidax.errors import InputError
+
+logger = logging.getLogger("vidax.offload")
+
+#: Host memory kinds, in order of preference.
+HOST_MEMORY_KINDS = ("pinned_host", "unpinned_host")
+#: Valid ``OffloadConfig.memory_kind`` values ("numpy": plain host arrays).
+MEMORY_KIND_CHOICES = ("auto", "pinned_host", "unpinned_host", "numpy")
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadConfig:
+    """Which weights wait in host memory between uses, and how the blocks stream.
+
+    Attributes:
+        chunk: ``N >= 1`` or ``"all"``: the transformer's stacked blocks live in host memory and
+            each step streams them ``N`` layers at a time (``N >=`` the layer count, or
+            ``"all"``: the whole stack as one chunk). None: the blocks stay on the device.
+        keep_text_encoder: True: the text encoder stays on the device; False: it waits in host
+            memory and is placed on the device only to encode (staged); None: decided from the
+            parameter sizes and the device memory (:func:`vidax.pipelines.staging.plan_staging`).
+        keep_vae: the same for the VAE (placed only to encode images and to decode).
+        memory_kind: where offloaded weights wait: ``"auto"`` (``pinned_host`` where the backend
+            has it, else ``unpinned_host``, else numpy arrays), ``"pinned_host"``,
+            ``"unpinned_host"`` or ``"numpy"``.
+
+    Raises:
+        InputError: a value outside the above.
+    """
+
+    chunk: int | str | None = None
+    keep_text_encoder: bool | None = None
+    keep_vae: bool | None = None
+    memory_kind: str = "auto"
+
+    def __post_init__(self):
+        c = self.chunk
+        if c is not None and c != "all" and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
+            raise InputError(f"offload chunk={c!r} must be a positive int (layers per chunk), 'all' or None.")
+        for name in ("keep_text_encoder", "keep_vae"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                raise InputError(f"offload {name}={v!r} must be True, False or None (decide from memory).")
+        if self.memory_kind not in MEMORY_KIND_CHOICES:
+            raise InputError(f"offload memory_kind={self.memory_kind!r} must be one of {MEMORY_KIND_CHOICES}.")
+
+    @property
+    def streams_blocks(self) -> bool:
+        """True when the transformer blocks are streamed from host memory."""
+        return self.chunk is not None
+
+    def layers_per_chunk(self, num_layers: int) -> int:
+        """Layers per chunk for a stack of ``num_layers`` (``chunk`` capped at ``num_layers``)."""
+        if self.chunk is None or self.chunk == "all":
+            return num_layers
+        return min(int(self.chunk), num_layers)
+
+
+def resolve_offload(offload: Any) -> OffloadConfig | None:
+    """Normalise the public ``offload=`` argument.
+
+    Accepts None (nothing offloaded, staging decided from memory), an :class:`OffloadConfig`, a
+    positive int or ``"all"`` (``OffloadConfig(chunk=...)``) or a dict of its fields.
+
+    Raises:
+        InputError: anything else.
+    """
+    if offload is None or isinstance(offload, OffloadConfig):
+        return offload
+    if offload == "all" or (isinstance(offload, (int, np.integer)) and not isinstance(offload, bool)):
+        return OffloadConfig(chunk=offload)
+    if isinstance(offload, dict):
+        fields = {f.name for f in dataclasses.fields(OffloadConfig)}
+        unknown = sorted(set(offload) - fields)
+        if unknown:
+            raise InputError(f"offload={offload!r}: unknown keys {unknown}; valid keys {sorted(fields)}.")
+        return OffloadConfig(**offload)
+    raise InputError(
+        f"offload={offload!r} is not valid; pass None, a positive int (blocks per chunk), 'all', "
+        "an OffloadConfig or a dict of its fields."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Host memory
+
+
+def device_memory_kind(device: Any = None) -> str:
+    """The default (device) memory kind of ``device`` (default: this process's first device)."""
+    device = device or jax.local_devices()[0]
+    return device.default_memory().kind
+
+
+def host_memory_kind(requested: str = "auto", device: Any = None) -> str | None:
+    """The memory kind offloaded weights wait in, or None for plain numpy arrays.
+
+    Args:
+        requested: see :attr:`OffloadConfig.memory_kind`.
+        device: whose memories to look at (default: this process's first device).
+
+    Raises:
+        InputError: ``requested`` names a memory kind the device does not have.
+    """
+    if requested not in MEMORY_KIND_CHOICES:
+        raise InputError(f"memory_kind={requested!r} must be one of {MEMORY_KIND_CHOICES}.")
+    device = device or jax.local_devices()[0]
+    kinds = [m.kind for m in device.addressable_memories()]
+    default = device.default_memory().kind
+    if requested == "numpy":
+        return None
+    if requested == "auto":
+        return next((k for k in HOST_MEMORY_KINDS if k in kinds and k != default), None)
+    if requested not in kinds or requested == default:
+        raise InputError(
+            f"memory_kind={requested!r}: {device.platform} device {device.id} has memories {kinds} "
+            f"(default {default!r}); use 'auto' or one of {[k for k in kinds if k != default] + ['numpy']}."
+        )
+    return requested
+
+
+def to_host(x: Any, sharding: jax.sharding.Sharding, kind: str | None) -> Any:
+    """``x`` (numpy or a device array) placed in host memory ``kind`` with ``sharding``'s layout
+    (each shard in the host memory of its device); a numpy copy when ``kind`` is None."""
+    if kind is None:
+        return np.array(x)
+    return jax.device_put(x, sharding.with_memory_kind(kind))
+
+
+def _abstract(x: Any, sharding: jax.sharding.Sharding | None = None) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+
+def _nbytes(x: Any) -> int:
+    return int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+
+
+# ---------------------------------------------------------------------------------------------
+# Offloaded blocks
+
+
+class OffloadedBlocks:
+    """The parameters of a stacked module, split into chunks of consecutive layers in host memory.
+
+    Built by :class:`HostBlockLoader` (straight from a checkpoint) or :func:`offload_module`.
+
+    Attributes:
+        graphdef: NNX graph of the stacked module; merged with a chunk's state it is a module of
+            that chunk's layers.
+        abstract: the module's state as ``ShapeDtypeStruct`` of the full stack (what the owning
+            model holds in place of the parameters).
+        sizes: layers of each chunk, e.g. ``[2, 2, 1]`` for 5 layers in chunks of 2.
+        memory_kind: host memory kind of the chunks (None: numpy arrays).
+    """
+
+    def __init__(self, graphdef, abstract: nnx.State, chunks: Sequence[nnx.State],
+                 shardings: nnx.State, memory_kind: str | None):
+        self.graphdef = graphdef
+        self.abstract = abstract
+        self.memory_kind = memory_kind
+        leaves = [jax.tree.flatten(c) for c in chunks]
+        self._treedef = leaves[0][1]
+        self._chunks = [lv for lv, _ in leaves]
+        device = device_memory_kind()
+        self._shardings = [s.with_memory_kind(device) for s in jax.tree.leaves(shardings)]
+        self.sizes = [int(lv[0].shape[0]) for lv in self._chunks]
+        self.num_layers = sum(self.sizes)
+
+    def fetch(self, i: int) -> nnx.State:
+        """Start copying chunk ``i`` to the device (asynchronous); its device state."""
+        return jax.tree.unflatten(self._treedef, jax.device_put(self._chunks[i], self._shardings))
+
+    def chunk_spec(self, size: int) -> nnx.State:
+        """``ShapeDtypeStruct`` state (device shardings) of a chunk of ``size`` layers."""
+        first = self._chunks[0]
+        return jax.tree.unflatten(self._treedef, [
+            jax.ShapeDtypeStruct((size,) + tuple(a.shape[1:]), a.dtype, sharding=s)
+            for a, s in zip(first, self._shardings)
+        ])
+
+    def chunk_bytes(self, i: int) -> int:
+        """Bytes of chunk ``i`` (all shards together)."""
+        return sum(_nbytes(a) for a in self._chunks[i])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all chunks."""
+        return sum(self.chunk_bytes(i) for i in range(len(self.sizes)))
+
+    @property
+    def signature(self) -> tuple:
+        """What compiled code depends on: chunk sizes, leaf shapes, dtypes and shardings."""
+        return (tuple(self.sizes), self._treedef,
+                tuple((a.shape[1:], str(a.dtype), s) for a, s in zip(self._chunks[0], self._shardings)))
+
+    def run(self, compute: Callable[[int, nnx.State, Any], Any], x: Any,
+            on_chunk: Callable[[], None] | None = None) -> Any:
+        """``x = compute(i, chunk_i, x)`` for every chunk, double buffered.
+
+        The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap;
+        chunk ``i`` is waited for (and so freed) before chunk ``i+2`` is fetched, so at most two
+        chunks are on the device. ``on_chunk()`` runs after each compute is dispatched, while
+        this chunk and the next one are both referenced (memory sampling).
+        """
+        n = len(self.sizes)
+        fetched = self.fetch(0)
+        for i in range(n):
+            current, fetched = fetched, (self.fetch(i + 1) if i + 1 < n else None)
+            x = compute(i, current, x)
+            if on_chunk is not None:
+                on_chunk()
+            del current
+            if i + 1 < n:
+                jax.block_until_ready(x)
+        return x
+
+    def describe(self) -> str:
+        where = self.memory_kind or "numpy host arrays"
+        return (f"{self.num_layers} blocks streamed from {where} in {len(self.sizes)} chunk(s) of "
+                f"{self.sizes[0]}, {self.chunk_bytes(0) / 2**20:,.1f} MiB per chunk, "
+                f"{self.nbytes / 2**20:,.1f} MiB per step")
+
+
+_OFFLOADED: "weakref.WeakKeyDictionary[nnx.Module, OffloadedBlocks]" = weakref.WeakKeyDictionary()
+
+
+def offloaded_blocks(module: nnx.Module) -> OffloadedBlocks | None:
+    """The streamed blocks of ``module``, or None when its blocks are resident."""
+    return _OFFLOADED.get(module)
+
+
+def _attach(module: nnx.Module, attr: str, chunks: dict, shardings: dict, kind: str | None) -> nnx.Module:
+    """Install host chunks (``{path within attr: [chunk arrays]}``) for ``module.<attr>``:
+    its parameters become ``ShapeDtypeStruct`` placeholders and the chunks are registered."""
+    blocks = getattr(module, attr)
+    graphdef, state = nnx.split(blocks)
+    flat = list(nnx.to_flat_state(state))
+    n = len(next(iter(chunks.values())))
+    per_chunk = [nnx.from_flat_state([(p, v.replace(chunks[p][i])) for p, v in flat]) for i in range(n)]
+    sh = nnx.from_flat_state([(p, v.replace(shardings[p])) for p, v in flat])
+    abstract = nnx.from_flat_state([
+        (p, v.replace(_abstract(v.get_value(), None if kind is None else shardings[p].with_memory_kind(kind))))
+        for p, v in flat
+    ])
+    nnx.update(blocks, abstract)
+    _OFFLOADED[module] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind)
+    logger.info("offload: %s", _OFFLOADED[module].describe())
+    return module
+
+
+class HostBlockLoader:
+    """The loader's ``place_stacked`` hook (:func:`vidax.weights.loader.load_module`) that puts
+    every stacked parameter under ``attr`` straight into host-memory chunks.
+
+    Each chunk is assembled from the memory-mapped file layer by layer in one numpy buffer of
+    ``chunk`` layers and placed in host memory with the parameter's sharding, so host memory
+    holds at most one chunk of one parameter besides the chunks already placed, and the
+    device is not touched. Call :meth:`attach` on the loaded module.
+
+    Args:
+        config: the offload settings (``chunk``, ``memory_kind``).
+        attr: the model attribute holding the stacked blocks.
+    """
+
+    def __init__(self, config: OffloadConfig, attr: str = "blocks"):
+        self.config = config
+        self.attr = attr
+        self.kind = host_memory_kind(config.memory_kind)
+        self._chunks: dict = {}
+        self._shardings: dict = {}
+
+    def __call__(self, path, sds: jax.ShapeDtypeStruct, sharding, read_layer) -> Any:
+        if str(path[0]) != self.attr:
+            return None
+        total = sds.shape[0]
+        n = self.config.layers_per_chunk(total)
+        out = []
+        for start in range(0, total, n):
+            stop = min(start + n, total)
+            buf = np.empty((stop - start,) + tuple(sds.shape[1:]), sds.dtype)
+            for j in range(stop - start):
+                buf[j] = read_layer(start + j)
+            out.append(to_host(buf, sharding, self.kind))
+            del buf
+        self._chunks[tuple(path[1:])] = out
+        self._shardings[tuple(path[1:])] = sharding
+        return _abstract(sds)
+
+    def attach(self, module: nnx.Module) -> nnx.Module:
+        """Register the chunks read during loading with ``module`` (returned)."""
+        if not self._chunks:
+            raise InputError(f"offload: the model has no stacked parameters under {self.attr!r}.")
+        return _attach(module, self.attr, self._chunks, self._shardings, self.kind)
+
+
+def offload_loader(offload: Any, attr: str = "blocks") -> HostBlockLoader | None:
+    """A :class:`HostBlockLoader` when ``offload`` streams blocks, else None."""
+    config = resolve_offload(offload)
+    return HostBlockLoader(config, attr) if config is not None and config.streams_blocks else None
+
+
+def offload_module(module: nnx.Module, offload: Any, attr: str = "blocks") -> nnx.Module:
+    """Move the stacked blocks of an already loaded ``module`` into host chunks (in place).
+
+    Each chunk is sliced on the device, copied to host memory and the device stack released
+    once the module holds placeholders (callers must drop their own references to the old
+    parameters). Returns ``module``.
+
+    Raises:
+        InputError: ``offload`` does not stream blocks, or ``module`` has no ``attr``.
+    """
+    config = resolve_offload(offload)
+    if config is None or not config.streams_blocks:
+        raise InputError(f"offload_module: offload={offload!r} does not stream blocks (give a chunk size).")
+    if not hasattr(module, attr):
+        raise InputError(f"offload_module: {type(module).__name__} has no stacked blocks {attr!r}.")
+    kind = host_memory_kind(config.memory_kind)
+    chunks, shardings = {}, {}
+    for path, var in nnx.to_flat_state(nnx.state(getattr(module, attr))):
+        arr = var.get_value()
+        n = config.layers_per_chunk(arr.shape[0])
+        chunks[path] = [to_host(arr[s: s + n], arr.sharding, kind) for s in range(0, arr.shape[0], n)]
+        shardings[path] = arr.sharding
+    return _attach(module, attr, chunks, shardings, kind)
+
+
+# ---------------------------------------------------------------------------------------------
+# The streamed denoising step
+
+
+class ChunkedStep:
+    """A denoising step whose model streams its blocks; stands in for the pipeline's
+    ``jax.jit(step, donate_argnums=(1,))`` in :func:`vidax.pipelines.sampling.run_denoising_loop`.
+
+    ``step(params, latents, state, *args) -> (latents, state)`` is given in two traced pieces
+    around the model call::
+
+        out = model(*model_args(latents, state, *args))
+        return finish(out, latents, state, *args)
+
+    and runs as ``pre`` (``model_args`` + ``model.embed``), the chunk loop of
+    :meth:`OffloadedBlocks.run` (``model.run_blocks``, one executable per distinct chunk size)
+    and ``post`` (``model.head`` + ``finish``; latents donated).
+
+    Args:
+        graphdef: NNX graph of the whole model.
+        blocks: its :class:`OffloadedBlocks`.
+        model_args, finish: the step's pieces (see above).
+        attr: the model attribute of the blocks.
+        out_shardings: ``(latents, state)`` output shardings of ``post`` (set on a mesh, see
+            :meth:`with_out_shardings`).
+
+    Call ``step.lower(params, latents, state, *args).compile()`` (as for a jitted function),
+    then call the result with the same arguments; ``params`` is ``nnx.state(model)`` (its block
+    placeholders are ignored).
+    """
+
+    def __init__(self, graphdef, blocks: OffloadedBlocks, model_args: Callable, finish: Callable, *,
+                 attr: str = "blocks", out_shardings: Any = None, _shared: dict | None = None):
+        self.graphdef = graphdef
+        self.blocks = blocks
+        self.model_args = model_args
+        self.finish = finish
+        self.attr = attr
+        self.out_shardings = out_shardings
+        self._shared = _shared if _shared is not None else {"compiled": {}, "jits": {}}
+
+    # -- variants sharing one compile cache --------------------------------------------------
+
+    def _variant(self, **changes) -> "ChunkedStep":
+        kw = dict(attr=self.attr, out_shardings=self.out_shardings)
+        blocks = changes.pop("blocks", self.blocks)
+        kw.update(changes)
+        return ChunkedStep(self.graphdef, blocks, self.model_args, self.finish, _shared=self._shared, **kw)
+
+    def for_blocks(self, blocks: OffloadedBlocks) -> "ChunkedStep":
+        """The same step streaming other blocks of the same structure (a second expert): the
+        compiled executables are shared."""
+        return self if blocks is self.blocks else self._variant(blocks=blocks)
+
+    def with_out_shardings(self, out_shardings: Any) -> "ChunkedStep":
+        """The same step with ``(latents, state)`` pinned to ``out_shardings`` (see
+        :func:`vidax.parallel.step.shard_step`)."""
+        return self._variant(out_shardings=out_shardings)
+
+    # -- the three jitted pieces -------------------------------------------------------------
+
+    def _rest(self, params: nnx.State) -> nnx.State:
+        return nnx.State({k: v for k, v in params.items() if k != self.attr})
+
+    def _model_fn(self) -> Callable[[nnx.State], nnx.Module]:
+        """``rest params -> model`` (the blocks as placeholders). Captures no array, so the
+        jitted pieces cached in the shared dict keep no chunk alive."""
+        graphdef, attr, abstract = self.graphdef, self.attr, self.blocks.abstract
+        return lambda rest: nnx.merge(graphdef, nnx.State({**rest, attr: abstract}))
+
+    def _jits(self) -> tuple:
+        """The jitted ``pre`` and ``post`` (shared by the variants of this step)."""
+        key = ("pre-post", self.out_shardings)
+        jits = self._shared["jits"]
+        if key not in jits:
+            model_of, model_args, finish = self._model_fn(), self.model_args, self.finish
+
+            def pre(rest, latents, state, *args):
+                return model_of(rest).embed(*model_args(latents, state, *args))
+
+            def post(rest, x, inputs, latents, state, *args):
+                return finish(model_of(rest).head(x, inputs), latents, state, *args)
+
+            jits[key] = (jax.jit(pre), jax.jit(post, donate_argnums=(3,), out_shardings=self.out_shardings))
+        return jits[key]
+
+    def _chunk_jit(self, abstract_rest: nnx.State, x_sharding):
+        model_of, blocks_graphdef = self._model_fn(), self.blocks.graphdef
+
+        def run_chunk(chunk, x, inputs):
+            model = model_of(abstract_rest)  # no parameter of it is read
+            return model.run_blocks(x, inputs, nnx.merge(blocks_graphdef, chunk))
+
+        return jax.jit(run_chunk, donate_argnums=(1,), out_shardings=x_sharding)
+
+    def lower(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> "_Lowered":
+        """Stage for compilation (mirrors ``jax.jit(...).lower``); ``.compile()`` on the result."""
+        return _Lowered(self, params, latents, state, args)
+
+    def compile_for(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> "CompiledChunkedStep":
+        """Compile ``pre``, one ``run_layers`` per distinct chunk size and ``post`` for these
+        arguments' shapes and shardings (cached)."""
+        rest = self._rest(params)
+        leaves, treedef = jax.tree.flatten((rest, latents, state, args))
+        key = (treedef, tuple((np.shape(a), str(getattr(a, "dtype", type(a))), getattr(a, "sharding", None))
+                              for a in leaves), self.blocks.signature, self.out_shardings)
+        cache = self._shared["compiled"]
+        if key not in cache:
+            pre_fn, post_fn = self._jits()
+            pre = pre_fn.lower(rest, latents, state, *args).compile()
+            x_info, inputs_info = jax.tree.map(lambda i: _abstract(i, i.sharding), pre.out_info)
+            abstract_rest = jax.tree.map(lambda a: _abstract(a), rest)
+            chunk_fn = self._chunk_jit(abstract_rest, x_info.sharding)
+            chunks = {
+                size: chunk_fn.lower(self.blocks.chunk_spec(size), x_info, inputs_info).compile()
+                for size in sorted(set(self.blocks.sizes))
+            }
+            post = post_fn.lower(rest, x_info, inputs_info, latents, state, *args).compile()
+            cache[key] = (pre, chunks, post)
+            logger.info("offload: compiled the streamed step (chunk sizes %s)", sorted(chunks))
+        pre, chunks, post = cache[key]
+        return CompiledChunkedStep(self, pre, chunks, post)
+
+
+@dataclasses.dataclass
+class _Lowered:
+    """A :class:`ChunkedStep` with its arguments, waiting for :meth:`compile`."""
+
+    step: ChunkedStep
+    params: Any
+    latents: Any
+    state: Any
+    args: tuple
+
+    def compile(self) -> "CompiledChunkedStep":
+        return self.step.compile_for(self.params, self.latents, self.state, *self.args)
+
+
+class CompiledChunkedStep:
+    """The compiled pieces of a :class:`ChunkedStep`; call as the step.
+
+    Attributes:
+        chunk_sizes: the chunk sizes compiled (``{N}``, or ``{N, L mod N}``).
+        on_chunk: optional zero-argument callback run after each chunk is dispatched (memory
+            sampling; :func:`vidax.pipelines.sampling.run_denoising_loop` sets it for the first
+            step).
+    """
+
+    def __init__(self, step: ChunkedStep, pre, chunks: dict, post):
+        self.step = step
+        self._pre, self._chunks, self._post = pre, chunks, post
+        self.chunk_sizes = sorted(chunks)
+        self.on_chunk: Callable[[], None] | None = None
+
+    def __call__(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any):
+        step = self.step
+        rest = step._rest(params)
+        x, inputs = self._pre(rest, latents, state, *args)
+        sizes = step.blocks.sizes
+        x = step.blocks.run(lambda i, chunk, h: self._chunks[sizes[i]](chunk, h, inputs), x, self.on_chunk)
+        return self._post(rest, x, inputs, latents, state, *args)
+
+
+def streamed_call(module: nnx.Module, *args: Any) -> Any:
+    """``module(*args)`` for a module whose blocks are streamed: one :class:`ChunkedStep` pass
+    (compiled on first use for these shapes, shared by modules of one structure). For tests and
+    one-off calls; the pipelines run :class:`ChunkedStep` inside their denoising loop.
+
+    Raises:
+        InputError: ``module``'s blocks are not offloaded.
+    """
+    blocks = offloaded_blocks(module)
+    if blocks is None:
+        raise InputError(f"streamed_call: {type(module).__name__}'s blocks are not offloaded.")
+    graphdef, params = nnx.split(module)
+    # Modules of one structure share the compiled pieces.
+    shared = _CALL_CACHES.setdefault(graphdef, {"compiled": {}, "jits": {}})
+    step = ChunkedStep(graphdef, blocks, _call_args, _call_finish, _shared=shared)
+    out, _ = step.compile_for(params, None, None, *args)(params, None, None, *args)
+    return out
+
+
+_CALL_CACHES: dict = {}
+
+
+def _call_args(latents, state, *args):
+    return args
+
+
+def _call_finish(out, latents, state, *args):
+    return out, None

@@ -1,0 +1,211 @@
+"""Staged components: a text encoder or VAE that waits in host memory and is on the device only
+while it runs.
+
+A staged component is loaded straight from its files into host memory (``pinned_host`` where the
+backend has it, each tensor with the sharding it will have on the device). :meth:`Staging.on_device`
+copies its parameters to the device for one use (prompt encoding; image encoding and decoding
+for the VAE), swaps them into the module, and afterwards swaps the host copies back and deletes
+the device copies explicitly, so nothing (no cached closure, no stale reference) keeps them in
+device memory during sampling.
+
+Whether a component is staged (:func:`plan_staging`): an explicit ``keep_*`` of the
+:class:`~vidax.parallel.offload.OffloadConfig` wins; otherwise (``None``, the default) a
+component stays resident unless the device reports a memory limit (``memory_stats()
+["bytes_limit"]``, GPU and TPU) and the parameters meant to stay on it (the transformer's
+resident part, the text encoder, the VAE: sizes read from the checkpoint headers, at the run's
+dtypes, per device) exceed :data:`RESIDENT_FRACTION` of that limit; then the text encoder (used
+once per call) is staged first and the VAE only if that is not enough. The rest of the memory is
+left to activations. CPU backends report no limit, so everything stays resident there unless
+asked otherwise. Without a host memory kind nothing can be staged (a warning says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from typing import Any, Iterator, Mapping
+
+import jax
+import numpy as np
+from flax import nnx
+
+from vidax.parallel.mesh import TENSOR, axis_size
+from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
+from vidax.stats import device_memory_stats
+from vidax.weights.loader import Placement
+from vidax.weights.safetensors_io import CheckpointReader
+
+logger = logging.getLogger("vidax.pipeline")
+
+#: At most this fraction of a device's memory limit goes to resident parameters by default.
+RESIDENT_FRACTION = 0.6
+#: Components that can be staged, in the order they are staged when memory is short.
+STAGEABLE = ("text_encoder", "vae")
+
+
+def device_memory_limit() -> int | None:
+    """Smallest ``bytes_limit`` over this process's devices, or None where none is reported (CPU)."""
+    limits = [int(s["bytes_limit"]) for s in device_memory_stats() if s.get("bytes_limit")]
+    return min(limits) if limits else None
+
+
+def component_bytes(folder: str, dtype: Any, blocks_prefix: str | None = None) -> dict[str, int]:
+    """Parameter bytes of a component read from its safetensors headers (no tensor is read),
+    floating tensors counted at ``dtype``.
+
+    Returns ``{"total": ..}``, plus ``"blocks"`` (bytes of the stacked layers under
+    ``blocks_prefix``) and ``"layers"`` (their count) when ``blocks_prefix`` is given.
+    """
+    reader = CheckpointReader(folder)
+    itemsize = np.dtype(dtype).itemsize
+    total = blocks = layers = 0
+    pattern = re.compile(rf"^{re.escape(blocks_prefix)}\.(\d+)\.") if blocks_prefix else None
+    for key in reader.keys():
+        info = reader.info(key)
+        size = int(np.prod(info.shape)) * (itemsize if np.issubdtype(info.dtype, np.floating) else info.dtype.itemsize)
+        total += size
+        m = pattern.match(key) if pattern else None
+        if m:
+            blocks += size
+            layers = max(layers, int(m.group(1)) + 1)
+    out = {"total": total}
+    if blocks_prefix:
+        out.update(blocks=blocks, layers=layers)
+    return out
+
+
+def plan_staging(keep: Mapping[str, bool | None], resident_bytes: Mapping[str, int], limit: int | None,
+                 fraction: float = RESIDENT_FRACTION) -> dict[str, bool]:
+    """Which of :data:`STAGEABLE` to stage (see the module docstring).
+
+    Args:
+        keep: component -> True (keep on the device), False (stage), None (decide).
+        resident_bytes: per-device parameter bytes of every component that would be resident
+            (the transformer's resident part included).
+        limit: device memory limit in bytes, or None when unknown.
+        fraction: share of ``limit`` parameters may take.
+
+    Returns:
+        component -> True when it is staged.
+    """
+    staged = {name: keep.get(name) is False for name in STAGEABLE}
+    if limit is None:
+        return staged
+    total = sum(b for name, b in resident_bytes.items() if not staged.get(name, False))
+    for name in STAGEABLE:
+        if total <= fraction * limit:
+            break
+        if keep.get(name) is None and name in resident_bytes:
+            staged[name] = True
+            total -= resident_bytes[name]
+    return staged
+
+
+class Staging:
+    """Where each stageable component of a pipeline lives between uses.
+
+    Args:
+        staged: component name -> True to keep it in host memory between uses.
+        memory_kind: requested host memory kind (:attr:`OffloadConfig.memory_kind`).
+    """
+
+    def __init__(self, staged: Mapping[str, bool] | None = None, memory_kind: str = "auto"):
+        staged = dict(staged or {})
+        self.kind = host_memory_kind(memory_kind) if any(staged.values()) else None
+        if any(staged.values()) and self.kind is None:
+            logger.warning("no host memory kind to stage components in (memory_kind=%r); %s stay on the device",
+                           memory_kind, ", ".join(n for n, s in staged.items() if s))
+            staged = {n: False for n in staged}
+        self.staged = staged
+        self._modules: dict[str, nnx.Module] = {}
+
+    def is_staged(self, name: str) -> bool:
+        return bool(self.staged.get(name))
+
+    def placement(self, name: str, base: Placement | None = None) -> Placement | None:
+        """The loader ``placement`` of component ``name``: ``base`` (None: the loader default,
+        this process's first device), in host memory when ``name`` is staged."""
+        if not self.is_staged(name):
+            return base
+        kind, device = self.kind, jax.local_devices()[0]
+
+        def place(path, sds):
+            sharding = base(path, sds) if base is not None else jax.sharding.SingleDeviceSharding(device)
+            return sharding.with_memory_kind(kind)
+
+        return place
+
+    def attach(self, **modules: nnx.Module) -> "Staging":
+        """Register the loaded modules (name=module); returns self."""
+        self._modules.update({k: v for k, v in modules.items() if v is not None})
+        return self
+
+    @contextlib.contextmanager
+    def on_device(self, name: str) -> Iterator[None]:
+        """Within the block, component ``name``'s parameters are on the device (no-op when it is
+        resident). On exit the module gets its host parameters back and the device copies are
+        deleted (any computation using them must have been dispatched before; its results stay
+        valid)."""
+        module = self._modules.get(name)
+        if not self.is_staged(name) or module is None:
+            yield
+            return
+        host = jax.tree.map(lambda a: a, nnx.state(module))  # a snapshot: nnx.state shares the Variables
+        kind = device_memory_kind()
+        device = jax.tree.map(lambda a: jax.device_put(a, a.sharding.with_memory_kind(kind)), host)
+        nnx.update(module, device)
+        try:
+            yield
+        finally:
+            nnx.update(module, host)
+            for a in jax.tree.leaves(device):
+                a.delete()
+
+    def describe(self) -> str:
+        """One line: which components wait in host memory."""
+        staged = [n for n, s in self.staged.items() if s]
+        if not staged:
+            return "staging: text encoder and VAE resident on the device"
+        return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used"
+
+
+def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, offload: OffloadConfig | None,
+                          mesh: Any = None) -> Staging:
+    """The :class:`Staging` of a pipeline whose component folders are ``paths`` (keys
+    ``transformer``, ``text_encoder``, ``vae``), decided by :func:`plan_staging` from the
+    checkpoint headers: the transformer and text encoder at ``dtype`` divided over the mesh's
+    ``tensor`` axis (their weights are tensor-parallel), the VAE at ``vae_dtype``; with
+    streamed blocks the transformer counts its non-block weights plus two chunks."""
+    offload = offload or OffloadConfig()
+    keep = {"text_encoder": offload.keep_text_encoder, "vae": offload.keep_vae}
+    limit = device_memory_limit()
+    if limit is None or all(v is not None for v in keep.values()):
+        return Staging(plan_staging(keep, {}, None), offload.memory_kind)
+    tp = axis_size(mesh, TENSOR)
+    tr = component_bytes(paths["transformer"], dtype, blocks_prefix="blocks")
+    resident = tr["total"]
+    if offload.streams_blocks and tr["layers"]:
+        per_layer = tr["blocks"] / tr["layers"]
+        resident = tr["total"] - tr["blocks"] + 2 * per_layer * offload.layers_per_chunk(tr["layers"])
+    sizes = {
+        "transformer": resident / tp,
+        "text_encoder": component_bytes(paths["text_encoder"], dtype)["total"] / tp,
+        "vae": component_bytes(paths["vae"], vae_dtype)["total"],
+    }
+    staged = plan_staging(keep, sizes, limit)
+    logger.info("staging: device limit %.2f GiB, resident parameters %s GiB -> staged %s", limit / 2**30,
+                {k: round(v / 2**30, 2) for k, v in sizes.items()}, [n for n, s in staged.items() if s] or "none")
+    return Staging(staged, offload.memory_kind)
+
+
+def offload_report(pipe: Any) -> str:
+    """Where a pipeline's weights wait: staged components and streamed transformer blocks."""
+    from vidax.parallel.offload import offloaded_blocks
+
+    lines = [getattr(pipe, "staging", Staging()).describe()]
+    for name, value in vars(pipe).items():
+        blocks = offloaded_blocks(value) if isinstance(value, nnx.Module) else None
+        if blocks is not None:
+            lines.append(f"{name}: {blocks.describe()}")
+    return "\n".join("  " + line for line in lines)
