@@ -91,7 +91,7 @@ def _report(name: str, rows: list[tuple[str, tuple, int, PartitionSpec]], mesh_s
         f"({len(rows) - len(repl)} of {len(rows)} tensors sharded)"
     ]
     if repl:
-        lines.append(f"    largest replicated: " + "; ".join(
+        lines.append("    largest replicated: " + "; ".join(
             f"{p} {tuple(s)} {b / 2**20:,.2f} MiB" for b, p, s in repl[:top]))
     return lines
 

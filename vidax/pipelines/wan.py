@@ -16,6 +16,7 @@ Image-to-video lives in :mod:`vidax.pipelines.wan_i2v` and reuses this class.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -167,6 +168,20 @@ class WanExperts:
                         "" if i == 0 else f"_{i + 1}", time.perf_counter() - t0)
         self.active = i
         return nnx.state(self.modules[i])
+
+
+@functools.lru_cache(maxsize=None)
+def _t5_encode_fn(graphdef) -> Callable:
+    """The jitted ``(params, ids, mask) -> embeddings`` of a text-encoder structure, outputs past
+    each prompt's length zeroed. Parameters are an argument (no closure holds them, so a staged
+    encoder leaves the device); pipelines of one structure share the compiled function."""
+
+    @jax.jit
+    def encode(params, ids, mask):
+        hidden = nnx.merge(graphdef, params)(ids, mask)
+        return jnp.where(mask[..., None] > 0, hidden, jnp.zeros((), hidden.dtype))
+
+    return encode
 
 
 def _component_present(index: dict[str, Any], name: str) -> bool:
@@ -442,14 +457,7 @@ class WanPipeline:
         real token count (as ``WanPipeline._get_t5_prompt_embeds``)."""
         tokens = self.tokenizer([prompt_clean(p) for p in prompts], max_sequence_length)
         if self._encode_fn is None:
-            graphdef = nnx.graphdef(self.text_encoder)
-
-            @jax.jit
-            def encode(params, ids, mask):
-                hidden = nnx.merge(graphdef, params)(ids, mask)
-                return jnp.where(mask[..., None] > 0, hidden, jnp.zeros((), hidden.dtype))
-
-            self._encode_fn = encode
+            self._encode_fn = _t5_encode_fn(nnx.graphdef(self.text_encoder))
         with self.staging.on_device("text_encoder"):
             out = self._encode_fn(nnx.state(self.text_encoder), jnp.asarray(tokens.input_ids),
                                   jnp.asarray(tokens.attention_mask))
