@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.paths import REFERENCE_CONFIGS
 import vidax
 from vidax.default_checkpoint import default_checkpoint
 from vidax.errors import CheckpointError, ConfigError, InputError
@@ -283,7 +284,7 @@ def test_inspect_names_task_and_variant(ckpt, variants):
             in describe_checkpoint(variants["ti2v"]))
 
 
-REFERENCE_CONFIGS = os.environ.get("VIDAX_REFERENCE_CONFIGS", "/work/shared/reference_configs")
+
 WAN_VARIANTS = {
     "Wan-AI__Wan2.1-T2V-1.3B-Diffusers": "Wan2.1 T2V: text-to-video",
     "Wan-AI__Wan2.1-T2V-14B-Diffusers": "Wan2.1 T2V: text-to-video",

@@ -1,6 +1,6 @@
 """Every released CogVideoX transformer config parses, builds abstractly, and has diffusers' size.
 
-Covers ``THUDM__CogVideoX*/transformer/config.json`` in ``/work/shared/reference_configs``
+Covers ``THUDM__CogVideoX*/transformer/config.json`` in ``shared/reference_configs``
 (2B, 5B, 5B-I2V, 1.5-5B, 1.5-5B-I2V) and the scheduler configs. The reference count comes from
 building ``diffusers.CogVideoXTransformer3DModel`` on the meta device: its ``state_dict`` (the
 checkpoint: parameters plus the 5B-I2V learned position table, a persistent buffer) must map 1:1
@@ -18,6 +18,7 @@ import jax
 import pytest
 from flax import nnx
 
+from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.models.cogvideox.transformer import (
@@ -27,7 +28,7 @@ from vidax.models.cogvideox.transformer import (
 )
 from vidax.schedulers import CogVideoXDDIMScheduler, scheduler_from_config
 
-REFERENCE_CONFIGS = os.environ.get("VIDAX_REFERENCE_CONFIGS", "/work/shared/reference_configs")
+
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "THUDM__CogVideoX*", "transformer", "config.json")))
 SCHEDULERS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "THUDM__CogVideoX*", "scheduler", "scheduler_config.json")))
 

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import assert_reference_parameters
 from vidax.models.cogvideox import vae as cvx_vae
 from vidax.models.cogvideox.vae import KEY_RULES, CogVideoXTiling, CogVideoXVAE, CogVideoXVAEConfig
 
-CONFIGS = sorted(glob.glob("/work/shared/reference_configs/THUDM__CogVideoX*/vae/config.json"))
+CONFIGS = sorted(glob.glob(f"{REFERENCE_CONFIGS}/THUDM__CogVideoX*/vae/config.json"))
 
 
 def _name(path: str) -> str:

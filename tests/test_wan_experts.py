@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.paths import REFERENCE_CONFIGS
 import vidax
 from tests.parity.wan_reference import write_tiny_wan_variant
 from vidax.errors import ConfigError, InputError
@@ -17,7 +18,7 @@ from vidax.pipelines.wan import expert_for_steps
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import live_array_bytes
 
-REFERENCE_CONFIGS = os.environ.get("VIDAX_REFERENCE_CONFIGS", "/work/shared/reference_configs")
+
 # The released A14B scheduler (the embedded default's UniPC settings when it is not available).
 SCHEDULER_FILE = os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-T2V-A14B-Diffusers", "scheduler", "scheduler_config.json")
 SMALL = dict(height=32, width=48, num_frames=5, max_sequence_length=16, guidance_scale=3.0)

@@ -13,10 +13,11 @@ import json
 import pytest
 from flax import nnx
 
+from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import assert_reference_parameters
 from vidax.models.wan.vae import KEY_RULES, WanVAE, WanVAEConfig
 
-CONFIGS = sorted(glob.glob("/work/shared/reference_configs/Wan-AI__*/vae/config.json"))
+CONFIGS = sorted(glob.glob(f"{REFERENCE_CONFIGS}/Wan-AI__*/vae/config.json"))
 WAN22_VAE = [p for p in CONFIGS if json.load(open(p)).get("is_residual")]
 WAN21_VAE = [p for p in CONFIGS if p not in WAN22_VAE]
 

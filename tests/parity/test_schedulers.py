@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import max_rel_err
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers import (
@@ -41,7 +42,7 @@ from vidax.schedulers import (
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-REF_DIR = "/work/shared/reference_configs"
+REF_DIR = REFERENCE_CONFIGS
 WAN_UNIPC = {  # flow_shift -> a released Wan scheduler config with that shift
     3.0: "Wan-AI__Wan2.1-T2V-1.3B-Diffusers",
     5.0: "Wan-AI__Wan2.2-TI2V-5B-Diffusers",
