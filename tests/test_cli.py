@@ -46,6 +46,9 @@ def test_generate_on_embedded_default(tmp_path):
         assert phase in r.stderr
     frames = read_video(out)
     assert frames.shape == (17, 96, 160, 3)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not mkstemp's 0600
     assert len(os.listdir(tmp_path)) == 2  # the video and the cache: no temporary left behind
     # Built once: a second call reuses the cached checkpoint folder.
     assert os.listdir(tmp_path / "cache") == ["wan2.1-t2v-tiny-random-v1"]

@@ -13,6 +13,7 @@ import tempfile
 import numpy as np
 
 from vidax.errors import InputError
+from vidax.io.atomic import publish
 
 FORMATS = {".mp4": "mp4", ".npy": "npy", "": "png"}
 
@@ -91,7 +92,7 @@ def _atomic_file(path: str, write) -> None:
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -126,7 +127,7 @@ def _write_png_folder(frames: np.ndarray, path: str) -> None:
             Image.fromarray(frame).save(os.path.join(tmp, f"frame_{i:05d}.png"))
         if os.path.isdir(path):
             shutil.rmtree(path)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from vidax.errors import CheckpointError
+from vidax.io.atomic import publish
 
 _DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype(np.float64),
@@ -209,10 +210,7 @@ def save_safetensors(
             f.write(raw)
             for _, arr in items:
                 f.write(np.ascontiguousarray(arr).tobytes())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
