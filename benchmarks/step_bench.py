@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -57,8 +56,11 @@ class StepBench:
 
 
 def peak_rss_gib() -> float:
-    """Peak resident set size of this process in GiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """Peak resident set size of this process in GiB (vidax's own measure, see
+    :func:`vidax.stats.host_peak_rss_bytes`; imported here, after the thread flags are set)."""
+    from vidax.stats import host_peak_rss_bytes
+
+    return host_peak_rss_bytes() / 2**30
 
 
 def configure_xla_threads(threads: int) -> None:
