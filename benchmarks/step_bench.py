@@ -169,7 +169,8 @@ def run_child(cmd: list[str], what: str) -> dict:
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     if r.returncode != 0 or not line:
-        raise SystemExit(f"{what} failed:\n{r.stderr[-3000:]}")
+        errors = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error:" in ln]
+        raise SystemExit(f"{what} failed:\n{r.stderr[-3000:]}\n{errors[-1] if errors else ''}")
     return json.loads(line[0][len("RESULT "):])
 
 

@@ -23,6 +23,8 @@ CONFIG_1_3B = {
     "num_layers": 30, "out_channels": 16, "patch_size": [1, 2, 2], "qk_norm": "rms_norm_across_heads",
     "rope_max_seq_len": 1024, "text_dim": 4096,
 }
+# Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json: the 1.3B keys with these values.
+CONFIG_14B = dict(CONFIG_1_3B, ffn_dim=13824, num_attention_heads=40, num_layers=40)
 SCHEDULER = {
     "_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
     "num_train_timesteps": 1000, "flow_shift": 3.0, "solver_order": 2, "solver_type": "bh2",
