@@ -61,7 +61,7 @@ def generate(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
     dp: Optional[int] = typer.Option(None, help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp]."),
     tp: Optional[int] = typer.Option(None, help="Tensor-parallel size (heads, FFN) [default: 1]."),
-    sp: Optional[int] = typer.Option(None, help="Sequence-parallel size (Ulysses, video tokens) [default: 1]."),
+    sp: Optional[int] = typer.Option(None, help="Sequence-parallel size (Ulysses: video tokens; CogVideoX: text + video tokens) [default: 1]."),
     coordinator: Optional[str] = typer.Option(None, help="Multi-host: HOST:PORT of process 0 [env JAX_COORDINATOR_ADDRESS]."),
     num_processes: Optional[int] = typer.Option(None, help="Multi-host: number of processes [env JAX_NUM_PROCESSES]."),
     process_id: Optional[int] = typer.Option(None, help="Multi-host: this process, 0..N-1 [env JAX_PROCESS_ID]."),

@@ -2,19 +2,20 @@
 
 Model code describes every sharded tensor by logical axes, one name (or ``None``) per dimension:
 
-============  =============================================  ============
-logical axis  meaning                                        mesh axis
-============  =============================================  ============
-``batch``     batch elements (CFG cond / uncond included)    ``data``
-``seq``       video tokens                                   ``sequence``
-``heads``     attention heads; the ``N·K`` width of q/k/v    ``tensor``
-``mlp``       hidden units of a feed-forward network         ``tensor``
-``vocab``     rows of a token-embedding table                ``tensor``
-``embed``     model width D (the residual stream)            replicated
-``kv``        head dim K                                     replicated
-``text_seq``  text / image context tokens                    replicated
-``layers``    leading axis of stacked layers                 replicated
-============  =============================================  ============
+==============  ======================================================  ============
+logical axis    meaning                                                 mesh axis
+==============  ======================================================  ============
+``batch``       batch elements (CFG cond / uncond included)             ``data``
+``seq``         self-attention tokens (video; CogVideoX: text + video)  ``sequence``
+``heads``       attention heads; the ``N·K`` width of q/k/v             ``tensor``
+``mlp``         hidden units of a feed-forward network                  ``tensor``
+``vocab``       rows of a token-embedding table                         ``tensor``
+``modulation``  outputs of an adaptive-norm modulation layer            ``tensor``
+``embed``       model width D (the residual stream)                     replicated
+``kv``          head dim K                                              replicated
+``text_seq``    text / image context tokens (cross-attention)           replicated
+``layers``      leading axis of stacked layers                          replicated
+==============  ======================================================  ============
 
 A dimension whose size does not divide by its mesh axes is left replicated (logged at INFO):
 e.g. a batch of 1 without CFG on ``data=2``. Sequence lengths never take that path: the models
@@ -44,6 +45,7 @@ LOGICAL_AXIS_RULES: dict[str, str | None] = {
     "heads": TENSOR,
     "mlp": TENSOR,
     "vocab": TENSOR,
+    "modulation": TENSOR,
     "embed": None,
     "kv": None,
     "text_seq": None,

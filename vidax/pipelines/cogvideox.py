@@ -7,6 +7,7 @@ noise (or the given ``latents``) -> ``len(timesteps)`` jitted denoising steps (c
 one batch of 2B, guidance in float32, optionally the reference's dynamic guidance, scheduler
 update; I2V: the image latent padded with zero frames and concatenated in channels) -> drop the
 CogVideoX1.5 padding frames -> ``latents / scaling_factor`` -> VAE decode -> frames in [0, 1].
+With ``mesh=`` the steps run on a ``(data, tensor, sequence)`` mesh (see ``docs/parallelism.md``).
 
 Layouts at the boundary are the reference's: ``latents`` (B, T, C, H/8, W/8) frame-major (the
 CogVideoX transformer's layout), ``step_noise`` (steps, B, T, C, H/8, W/8), ``image_noise``
@@ -41,6 +42,7 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.models.cogvideox.transformer import load_cogvideox_transformer, rope_axis_tables
 from vidax.models.cogvideox.vae import CogVideoXVAEConfig, load_cogvideox_vae
+from vidax.parallel.mesh import check_heads, resolve_mesh
 from vidax.pipelines.common import (
     TASK_NAMES,
     VideoPipelineOutput,
@@ -92,6 +94,8 @@ class CogVideoXPipeline:
     """
 
     task = "t2v"
+    #: the device mesh the transformer and text encoder run on (None: one device).
+    mesh = None
 
     def __init__(self, tokenizer, text_encoder, transformer, transformer_config, vae, vae_config,
                  scheduler, dtype, root: str = ""):
@@ -156,17 +160,16 @@ class CogVideoXPipeline:
             text_encoder_dtype: T5 dtype; float32 by default because the reference attends the
                 padded positions (no mask), where a bf16 T5 drifts.
             vae_dtype: VAE dtype.
-            mesh: a device mesh; the CogVideoX pipelines run on one device, so only ``None`` or a
-                one-device mesh is accepted.
+            mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`; anything
+                :func:`~vidax.parallel.mesh.resolve_mesh` takes) or None (one device):
+                the transformer runs data x tensor x sequence parallel (the CFG pair over
+                ``data``), the T5 encoder tensor-parallel; the VAE runs on the first device.
 
         Raises:
-            CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
+            CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`);
+            InputError if the transformer's heads do not split over the mesh's tensor x sequence.
         """
-        if mesh is not None and mesh.size > 1:
-            raise InputError(
-                f"mesh={dict(mesh.shape)}: the CogVideoX pipelines do not run sharded yet; run on one "
-                "device (drop --dp/--tp/--sp)"
-            )
+        mesh = resolve_mesh(mesh)
         dtype = parse_dtype(dtype)
         text_encoder_dtype = parse_dtype(text_encoder_dtype)
         vae_dtype = parse_dtype(vae_dtype)
@@ -177,6 +180,7 @@ class CogVideoXPipeline:
                  ("tokenizer", "text_encoder", "transformer", "vae", "scheduler")}
         transformer_config = CogVideoXTransformerConfig.from_json_file(
             os.path.join(paths["transformer"], "config.json"))
+        check_heads(mesh, transformer_config.num_attention_heads, f"{paths['transformer']}/config.json")
         vae_config = CogVideoXVAEConfig.from_json_file(os.path.join(paths["vae"], "config.json"))
         latent = vae_config.latent_channels
         want = 2 * latent if cls.task == "i2v" else latent
@@ -198,11 +202,12 @@ class CogVideoXPipeline:
                 "pipelines run CogVideoXDDIMScheduler or CogVideoXDPMScheduler"
             )
         tokenizer = TextTokenizer(paths["tokenizer"])
-        text_encoder = load_t5_encoder(paths["text_encoder"], dtype=text_encoder_dtype)
-        transformer = load_cogvideox_transformer(paths["transformer"], dtype=dtype)
+        text_encoder = load_t5_encoder(paths["text_encoder"], dtype=text_encoder_dtype, mesh=mesh)
+        transformer = load_cogvideox_transformer(paths["transformer"], dtype=dtype, mesh=mesh)
         vae = load_cogvideox_vae(paths["vae"], dtype=vae_dtype)
         pipe = cls(tokenizer, text_encoder, transformer, transformer_config, vae, vae_config,
                    scheduler, dtype, root)
+        pipe.mesh = mesh
         stats.load_s += time.perf_counter() - t0
         pipe._load_stats = stats
         return pipe
@@ -417,7 +422,8 @@ class CogVideoXPipeline:
         ofs = jnp.full((1,), 2.0, jnp.float32) if cfg.has_ofs else None
         step, params = self._step_fn(do_cfg, image_latents is not None, step_noise is not None)
         args = (embeds, jnp.asarray(guidance), ofs, image_latents, step_noise)
-        x, state = run_denoising_loop(step, params, x, state, args, steps, stats, progress, callback)
+        x, state = run_denoising_loop(step, params, x, state, args, steps, stats, progress, callback,
+                                      mesh=self.mesh)
 
         if output_type == "latent":
             frames = np.asarray(jnp.transpose(x, (0, 1, 4, 2, 3)))

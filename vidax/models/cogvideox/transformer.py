@@ -8,12 +8,21 @@ Reads top to bottom like the reference::
         1.0: a p x p convolution per frame, L = T · H/p · W/p
         1.5: a linear map of (C, p_t, p, p) patches, L = T/p_t · H/p · W/p
     [+ sincos (2B) or learned (5B-I2V) position table]        [3-D RoPE on video q/k (5B, 1.5)]
-    transformer_blocks × num_layers (stacked, run with a scan), text and video side by side:
+    one joint sequence x = [text; video] (B, L_txt + L, D)
+    transformer_blocks × num_layers (stacked, run with a scan):
         shift, scale, gate, e_shift, e_scale, e_gate = norm1.linear(silu(temb))
-        joint self-attention over [text; video] of LN(x)·(1+scale)+shift (shared LN, own shifts)
-        x += gate · attn_video,  text += e_gate · attn_text
-        the same with norm2 and a feed-forward network over [text; video]
-    norm_final(video) ──norm_out (AdaLN: shift, scale)──proj_out──unpatchify──> (B, T, H, W, C_out)
+        per token: (e_shift, e_scale, e_gate) on text tokens, (shift, scale, gate) on video tokens
+        x += gate · self_attention(LN(x)·(1+scale)+shift)     (one LN, RoPE on the video rows)
+        the same with norm2 and a feed-forward network
+    video rows of x ──norm_final──norm_out (AdaLN: shift, scale)──proj_out──unpatchify──> (B, T, H, W, C_out)
+
+The reference keeps text and video as two streams and concatenates them around attention and the
+feed-forward network; here the blocks run on the concatenation throughout, and what differs per
+token is expressed per token (the modulation picked by an ``is_text`` mask, RoPE tables with
+identity rows ``cos = 1, sin = 0`` on the text positions), which is the same arithmetic. On a
+mesh (:mod:`vidax.parallel`) this one sequence is padded to a multiple of the ``sequence`` axis
+and split over it like Wan's video tokens (the padded keys masked), so the text tokens are not
+replicated on every sequence shard; see ``docs/parallelism.md``.
 
 The RoPE tables and the crop / slice of the position grid follow the reference pipelines'
 ``_prepare_rotary_positional_embeddings`` (the reference computes them in the pipeline; here the
@@ -22,9 +31,9 @@ model computes them from its config and the latent grid, so a bare model call is
 Precision: the timestep (and ofs) MLPs and all LayerNorm parameters are float32
 (:func:`cogvideox_transformer_policy`); the timestep MLPs, LayerNorm statistics and affine,
 modulation arithmetic, gated residual adds, the RoPE rotation and the softmax are float32. The
-text and video residual streams are held in ``residual_dtype`` (float32 by default; ``None`` rounds
-them to the compute dtype after every add, as the reference does in bf16). In float32 this is the
-reference's arithmetic.
+joint text + video residual stream is held in ``residual_dtype`` (float32 by default; ``None``
+rounds it to the compute dtype after every add, as the reference does in bf16). In float32 this
+is the reference's arithmetic.
 
 Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn1.to_q.weight`` ->
 ``transformer_blocks/attn1/to_q/kernel`` with a leading layer axis).
@@ -46,8 +55,12 @@ from vidax.errors import InputError
 from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
 from vidax.models.wan.rope import apply_rope
 from vidax.models.wan.transformer import FeedForward, _Identity, _LayerNorm, patchify, timestep_sinusoid
-from vidax.nn.attention import dot_product_attention
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.mesh import check_heads
+from vidax.parallel.placement import logical_placement
+from vidax.parallel.rules import constrain
+from vidax.parallel.ulysses import attention as mesh_attention
+from vidax.parallel.ulysses import pad_tokens, padded_length
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 
 _F32 = jnp.float32
@@ -60,6 +73,26 @@ COGVIDEOX_FP32_PARAMS = (
 
 KEY_RULES = KeyRules(stacked=("transformer_blocks",))
 """diffusers keys -> NNX paths: the blocks are stacked, everything else maps by the default rule."""
+
+#: Logical axes of the parameters (stacked blocks lead with ``layers``); see
+#: :mod:`vidax.parallel.rules`. q/k/v and FFN-in are column-parallel (output over ``heads`` /
+#: ``mlp``), attention-out and FFN-out row-parallel (input over ``heads`` / ``mlp``, bias
+#: replicated and added once after the reduction). The q/k LayerNorms act per head over K, so
+#: they are local under the head split and replicated. The blocks' modulation layers
+#: (``norm1``/``norm2.linear``, 14 % of the 5B model) are split by output column and their small
+#: ``(B, 6D)`` result gathered. Everything else is replicated.
+COGVIDEOX_PARAM_AXES = (
+    (r"^transformer_blocks/attn1/(to_q|to_k|to_v)/kernel$", ("layers", "embed", "heads")),
+    (r"^transformer_blocks/attn1/(to_q|to_k|to_v)/bias$", ("layers", "heads")),
+    (r"^transformer_blocks/attn1/to_out/0/kernel$", ("layers", "heads", "embed")),
+    (r"^transformer_blocks/ff/net/0/proj/kernel$", ("layers", "embed", "mlp")),
+    (r"^transformer_blocks/ff/net/0/proj/bias$", ("layers", "mlp")),
+    (r"^transformer_blocks/ff/net/2/kernel$", ("layers", "mlp", "embed")),
+    (r"^transformer_blocks/norm[12]/linear/kernel$", ("layers", None, "modulation")),
+    (r"^transformer_blocks/norm[12]/linear/bias$", ("layers", "modulation")),
+)
+
+_TOKENS = ("batch", "seq", "embed")
 
 _ACT = {
     "silu": jax.nn.silu,
@@ -364,33 +397,49 @@ def _sample_num_patches(cfg: CogVideoXTransformerConfig) -> int:
 
 class LayerNormZero(nnx.Module):
     """diffusers ``CogVideoXLayerNormZero``: ``linear(silu(temb))`` -> 6 modulations, one LayerNorm
-    shared by the video and text tokens."""
+    shared by the video and text tokens, the ``e_*`` modulations on the text tokens."""
 
-    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs):
+    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs, mesh=None):
         d = cfg.inner_dim
         self.linear = _dense(cfg.time_embed_dim, 6 * d, dtype, param_dtype, rngs)
         self.norm = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.dtype = dtype
+        self.mesh = mesh
 
-    def __call__(self, x, ctx, temb):
-        """x ``(B, L, D)``, ctx ``(B, L_txt, D)``, temb ``(B, E)`` float32 -> modulated x and ctx in
-        the compute dtype, gates ``(B, 1, D)`` float32."""
+    def __call__(self, x, temb, is_text):
+        """Modulated LayerNorm of the joint sequence.
+
+        Args:
+            x: joint tokens ``(B, L, D)`` (text first).
+            temb: ``(B, E)`` float32.
+            is_text: ``(L, 1)`` bool, True on the text tokens.
+
+        Returns:
+            ``LN(x)·(1+scale)+shift`` ``(B, L, D)`` in the compute dtype and the gate ``(B, L, D)``
+            float32, each with the text modulation on text tokens and the video one elsewhere.
+        """
         mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None, :]
+        # The layer is split by output column on a mesh; its small result is gathered here.
+        mod = constrain(mod, ("batch", None, None), self.mesh)
         shift, scale, gate, e_shift, e_scale, e_gate = jnp.split(mod, 6, axis=-1)
-        h = (self.norm(x, _F32) * (1 + scale) + shift).astype(self.dtype)
-        hc = (self.norm(ctx, _F32) * (1 + e_scale) + e_shift).astype(self.dtype)
-        return h, hc, gate, e_gate
+
+        def pick(text, video):
+            return jnp.where(is_text, text, video)
+
+        h = (self.norm(x, _F32) * (1 + pick(e_scale, scale)) + pick(e_shift, shift)).astype(self.dtype)
+        return h, pick(e_gate, gate)
 
 
 class CogVideoXAttention(nnx.Module):
     """diffusers ``Attention`` + ``CogVideoXAttnProcessor2_0``: joint self-attention over
     ``[text; video]``, per-head LayerNorm on q and k (eps 1e-6), RoPE on the video q and k."""
 
-    def __init__(self, cfg: CogVideoXTransformerConfig, attention: str, dtype, param_dtype, rngs):
+    def __init__(self, cfg: CogVideoXTransformerConfig, attention: str, dtype, param_dtype, rngs, mesh=None):
         d, k = cfg.inner_dim, cfg.attention_head_dim
         self.heads = cfg.num_attention_heads
         self.attention = attention
         self.dtype = dtype
+        self.mesh = mesh
         self.to_q = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
         self.to_k = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
         self.to_v = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
@@ -398,58 +447,68 @@ class CogVideoXAttention(nnx.Module):
         self.norm_k = _LayerNorm(k, 1e-6, True)
         self.to_out = nnx.List([_dense(d, d, dtype, param_dtype, rngs), _Identity()])
 
-    def __call__(self, h, hc, rope):
-        """h ``(B, L, D)``, hc ``(B, L_txt, D)``, rope ``(cos, sin)`` ``(L, K/2)`` or None ->
-        (video ``(B, L, D)``, text ``(B, L_txt, D)``) in the compute dtype."""
-        n_txt = hc.shape[1]
-        x = jnp.concatenate([hc, h], axis=1)
-        b, n = x.shape[:2]
-        q = self.norm_q(self.to_q(x).reshape(b, n, self.heads, -1), self.dtype)
-        k = self.norm_k(self.to_k(x).reshape(b, n, self.heads, -1), self.dtype)
-        v = self.to_v(x).reshape(b, n, self.heads, -1)
+    def _heads(self, layer, x):
+        # Column-parallel projection (output width split over heads), then (B, L, N, K).
+        y = constrain(layer(x), ("batch", "seq", "heads"), self.mesh)
+        return y.reshape(*y.shape[:2], self.heads, -1)
+
+    def __call__(self, x, rope, valid_length=None):
+        """Self-attention of the joint sequence.
+
+        Args:
+            x: joint tokens ``(B, L, D)`` in the compute dtype.
+            rope: ``(cos, sin)`` each ``(L, K/2)`` float32 (identity rows on the text and padding
+                positions) or None.
+            valid_length: tokens before it are real, the rest padding (masked as keys); None: all real.
+
+        Returns:
+            ``(B, L, D)`` in the compute dtype.
+        """
+        q = self.norm_q(self._heads(self.to_q, x), self.dtype)
+        k = self.norm_k(self._heads(self.to_k, x), self.dtype)
+        v = self._heads(self.to_v, x)
         if rope is not None:
-            q = jnp.concatenate([q[:, :n_txt], apply_rope(q[:, n_txt:], *rope)], axis=1)
-            k = jnp.concatenate([k[:, :n_txt], apply_rope(k[:, n_txt:], *rope)], axis=1)
-        out = dot_product_attention(q, k, v, implementation=self.attention)
-        out = self.to_out[0](out.reshape(b, n, -1))
-        return out[:, n_txt:], out[:, :n_txt]
+            q = apply_rope(q, *rope)
+            k = apply_rope(k, *rope)
+        out = mesh_attention(q, k, v, self.mesh, self_attention=True, valid_length=valid_length,
+                             implementation=self.attention)
+        return self.to_out[0](out.reshape(*out.shape[:2], -1))
 
 
 class CogVideoXBlock(nnx.Module):
     """diffusers ``CogVideoXBlock``: adaptive-norm joint attention, then adaptive-norm FFN."""
 
-    def __init__(self, cfg: CogVideoXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs):
+    def __init__(self, cfg: CogVideoXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs,
+                 mesh=None):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
-        self.norm1 = LayerNormZero(cfg, dtype, param_dtype, rngs)
-        self.attn1 = CogVideoXAttention(cfg, attention, dtype, param_dtype, rngs)
-        self.norm2 = LayerNormZero(cfg, dtype, param_dtype, rngs)
+        self.norm1 = LayerNormZero(cfg, dtype, param_dtype, rngs, mesh)
+        self.attn1 = CogVideoXAttention(cfg, attention, dtype, param_dtype, rngs, mesh)
+        self.norm2 = LayerNormZero(cfg, dtype, param_dtype, rngs, mesh)
         self.ff = FeedForward(d, 4 * d, d, FFN_ACTIVATIONS[cfg.activation_fn], dtype, param_dtype, rngs)
 
-    def __call__(self, x, ctx, temb, rope):
-        """One block.
+    def __call__(self, x, temb, rope, is_text, valid_length=None):
+        """One block over the joint sequence.
 
         Args:
-            x: video residual ``(B, L, D)``; ctx: text residual ``(B, L_txt, D)``.
+            x: joint residual ``(B, L, D)``, text tokens first (then video, then padding).
             temb: ``(B, E)`` float32 timestep embedding.
-            rope: ``(cos, sin)`` ``(L, K/2)`` float32 or ``None``.
+            rope: ``(cos, sin)`` ``(L, K/2)`` float32 (identity rows off the video) or ``None``.
+            is_text: ``(L, 1)`` bool, True on the text tokens.
+            valid_length: tokens before it are real, the rest padding; None: all real.
 
         Returns:
-            ``(x, ctx)`` in the residual dtype.
+            ``(B, L, D)`` in the residual dtype.
         """
         res = self.residual_dtype or self.dtype
-        n_txt = ctx.shape[1]
-        h, hc, gate, e_gate = self.norm1(x, ctx, temb)
-        a, ac = self.attn1(h, hc, rope)
+        h, gate = self.norm1(x, temb, is_text)
+        a = self.attn1(h, rope, valid_length)
         x = (x.astype(_F32) + gate * a.astype(_F32)).astype(res)
-        ctx = (ctx.astype(_F32) + e_gate * ac.astype(_F32)).astype(res)
 
-        h, hc, gate, e_gate = self.norm2(x, ctx, temb)
-        f = self.ff(jnp.concatenate([hc, h], axis=1)).astype(_F32)
-        x = (x.astype(_F32) + gate * f[:, n_txt:]).astype(res)
-        ctx = (ctx.astype(_F32) + e_gate * f[:, :n_txt]).astype(res)
-        return x, ctx
+        h, gate = self.norm2(x, temb, is_text)
+        f = self.ff(h).astype(_F32)
+        return (x.astype(_F32) + gate * f).astype(res)
 
 
 class AdaLayerNormOut(nnx.Module):
@@ -479,9 +538,16 @@ class CogVideoXTransformer3DModel(nnx.Module):
         config: the checkpoint's :class:`CogVideoXTransformerConfig`.
         dtype: compute dtype of the matmuls (float32 or bfloat16).
         param_dtype: initial parameter dtype (the loader replaces them per its policy).
-        residual_dtype: dtype of the text and video residual streams; ``None`` = ``dtype``.
+        residual_dtype: dtype of the joint text + video residual stream; ``None`` = ``dtype``.
         attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
         rngs: initialisation randomness (unused when built by the loader).
+        mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`) or None (single device):
+            batch over ``data``, Megatron tensor parallelism over ``tensor``, Ulysses sequence
+            parallelism of the joint ``[text; video]`` sequence over ``sequence`` (padded to a
+            multiple of it and masked).
+
+    Raises:
+        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
     """
 
     def __init__(
@@ -493,9 +559,12 @@ class CogVideoXTransformer3DModel(nnx.Module):
         residual_dtype: Any = _F32,
         attention: str = "auto",
         rngs: nnx.Rngs,
+        mesh: jax.sharding.Mesh | None = None,
     ):
         cfg = config
+        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
         self.config = cfg
+        self.mesh = mesh
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         d = cfg.inner_dim
@@ -508,7 +577,7 @@ class CogVideoXTransformer3DModel(nnx.Module):
         else:
             self.ofs_embedding = None
         self.transformer_blocks = stacked(
-            lambda r: CogVideoXBlock(cfg, attention, dtype, residual_dtype, param_dtype, r),
+            lambda r: CogVideoXBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
             cfg.num_layers,
             rngs,
         )
@@ -559,14 +628,27 @@ class CogVideoXTransformer3DModel(nnx.Module):
             x = x.astype(_F32) + video_rows[None]
             if text_rows is not None:
                 ctx = ctx.astype(_F32) + text_rows[None]
-        x, ctx = x.astype(res), ctx.astype(res)
+        # One joint sequence [text; video], padded to a multiple of the mesh's sequence axis
+        # (padded keys masked, padded rows dropped below).
+        n_txt, n_vid = ctx.shape[1], x.shape[1]
+        n_tok = n_txt + n_vid
+        length = padded_length(n_tok, self.mesh)
+        valid_length = n_tok if length != n_tok else None
+        x = pad_tokens(jnp.concatenate([ctx.astype(res), x.astype(res)], axis=1), length)
+        x = constrain(x, _TOKENS, self.mesh)
+        is_text = (jnp.arange(length) < n_txt)[:, None]
+        rope = None
+        if cfg.use_rotary_positional_embeddings:
+            # Identity rotation (cos 1, sin 0) on the text and padding rows.
+            extra = ((n_txt, length - n_tok), (0, 0))
+            cos, sin = cogvideox_rope(cfg, grid)
+            rope = (jnp.pad(cos, extra, constant_values=1.0), jnp.pad(sin, extra))
 
-        rope = cogvideox_rope(cfg, grid) if cfg.use_rotary_positional_embeddings else None
-
-        x, ctx = scan_layers(
-            self.transformer_blocks, (x, ctx), lambda block, c: block(c[0], c[1], temb, rope)
+        x = scan_layers(
+            self.transformer_blocks, x,
+            lambda block, h: constrain(block(h, temb, rope, is_text, valid_length), _TOKENS, self.mesh),
         )
-        x = self.norm_final(x, res)
+        x = self.norm_final(x[:, n_txt:n_tok], res)
         x = self.proj_out(self.norm_out(x, temb))
         return unpatchify_channels_first(x, grid, cfg.patch_t, cfg.patch_size)
 
@@ -619,6 +701,7 @@ def load_cogvideox_transformer(
     *,
     residual_dtype: Any = jnp.float32,
     attention: str = "auto",
+    mesh: jax.sharding.Mesh | None = None,
 ) -> CogVideoXTransformer3DModel:
     """Load a diffusers ``CogVideoXTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -629,11 +712,13 @@ def load_cogvideox_transformer(
         placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
         residual_dtype: see :class:`CogVideoXTransformer3DModel`.
         attention: attention implementation (``"auto"``, ``"xla"``, ``"blockwise"``).
+        mesh: run on this ``(data, tensor, sequence)`` mesh; the parameters are placed straight
+            into their shards (:data:`COGVIDEOX_PARAM_AXES`) unless ``placement`` is given.
 
     Raises:
         ConfigError: ``config.json`` missing or asking for something not implemented.
         CheckpointError: tensors missing, unexpected or mis-shaped.
-        InputError: ``dtype`` is not a floating dtype.
+        InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
     """
     try:
         ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
@@ -649,7 +734,8 @@ def load_cogvideox_transformer(
     def make():
         return CogVideoXTransformer3DModel(
             config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
-            attention=attention, rngs=nnx.Rngs(0),
+            attention=attention, rngs=nnx.Rngs(0), mesh=mesh,
         )
 
+    placement = placement or logical_placement(mesh, COGVIDEOX_PARAM_AXES)
     return load_module(make, path, KEY_RULES, cogvideox_transformer_policy(dtype), placement, what="transformer")
