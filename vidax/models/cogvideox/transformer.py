@@ -53,8 +53,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
-from vidax.models.wan.rope import apply_rope
-from vidax.models.wan.transformer import FeedForward, _Identity, _LayerNorm, patchify, timestep_sinusoid
+from vidax.nn.layers import FeedForward, Identity, LayerNorm, apply_rope, patchify, timestep_sinusoid
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.placement import logical_placement
@@ -402,7 +401,7 @@ class LayerNormZero(nnx.Module):
     def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs, mesh=None):
         d = cfg.inner_dim
         self.linear = _dense(cfg.time_embed_dim, 6 * d, dtype, param_dtype, rngs)
-        self.norm = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
+        self.norm = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.dtype = dtype
         self.mesh = mesh
 
@@ -443,9 +442,9 @@ class CogVideoXAttention(nnx.Module):
         self.to_q = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
         self.to_k = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
         self.to_v = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
-        self.norm_q = _LayerNorm(k, 1e-6, True)
-        self.norm_k = _LayerNorm(k, 1e-6, True)
-        self.to_out = nnx.List([_dense(d, d, dtype, param_dtype, rngs), _Identity()])
+        self.norm_q = LayerNorm(k, 1e-6, True)
+        self.norm_k = LayerNorm(k, 1e-6, True)
+        self.to_out = nnx.List([_dense(d, d, dtype, param_dtype, rngs), Identity()])
 
     def _heads(self, layer, x):
         # Column-parallel projection (output width split over heads), then (B, L, N, K).
@@ -518,7 +517,7 @@ class AdaLayerNormOut(nnx.Module):
     def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs):
         d = cfg.inner_dim
         self.linear = _dense(cfg.time_embed_dim, 2 * d, dtype, param_dtype, rngs)
-        self.norm = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
+        self.norm = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.dtype = dtype
 
     def __call__(self, x, temb):
@@ -581,7 +580,7 @@ class CogVideoXTransformer3DModel(nnx.Module):
             cfg.num_layers,
             rngs,
         )
-        self.norm_final = _LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
+        self.norm_final = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.norm_out = AdaLayerNormOut(cfg, dtype, param_dtype, rngs)
         p, pt = cfg.patch_size, cfg.patch_t
         self.proj_out = _dense(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)

@@ -75,23 +75,3 @@ def wan_rope(
     cos = jnp.concatenate(cos_parts, axis=-1).reshape(n_tok, head_dim // 2)
     sin = jnp.concatenate(sin_parts, axis=-1).reshape(n_tok, head_dim // 2)
     return cos, sin
-
-
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotate interleaved pairs of ``x`` as the reference's ``WanAttnProcessor``.
-
-    Args:
-        x: ``(B, L, N, K)`` queries or keys, any float dtype.
-        cos, sin: ``(L, K // 2)`` float32 from :func:`wan_rope`.
-
-    Returns:
-        ``(B, L, N, K)`` in ``x.dtype``; the rotation itself is computed in float32
-        (``out[2i] = x[2i] cos - x[2i+1] sin``, ``out[2i+1] = x[2i] sin + x[2i+1] cos``).
-    """
-    b, l, n, k = x.shape
-    pairs = x.astype(jnp.float32).reshape(b, l, n, k // 2, 2)
-    x1, x2 = pairs[..., 0], pairs[..., 1]
-    c = cos[None, :, None, :]
-    s = sin[None, :, None, :]
-    out = jnp.stack([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
-    return out.reshape(b, l, n, k).astype(x.dtype)

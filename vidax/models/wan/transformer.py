@@ -35,12 +35,22 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.rope import apply_rope, wan_rope
+from vidax.models.wan.rope import wan_rope
+from vidax.nn.layers import (
+    FeedForward,
+    Identity,
+    LayerNorm,
+    RMSNorm,
+    apply_rope,
+    linear,
+    patchify,
+    timestep_sinusoid,
+    unpatchify,
+)
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.offload import offload_loader
@@ -77,85 +87,6 @@ WAN_PARAM_AXES = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Small layers
-
-
-class _Identity(nnx.Module):
-    """Parameter-free placeholder for ``nn.Dropout`` entries of the reference's ``ModuleList``s."""
-
-    def __call__(self, x):
-        return x
-
-
-class _LayerNorm(nnx.Module):
-    """``FP32LayerNorm``: statistics and affine in float32, result in ``out_dtype``.
-
-    Over the last axis, biased variance, ``eps`` inside the square root; ``affine=False`` has no
-    parameters (``elementwise_affine=False``).
-    """
-
-    def __init__(self, dim: int, eps: float, affine: bool, *, param_dtype=_F32):
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype)) if affine else None
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype)) if affine else None
-
-    def __call__(self, x: jax.Array, out_dtype) -> jax.Array:
-        x = x.astype(_F32)
-        mean = x.mean(axis=-1, keepdims=True)
-        var = jnp.square(x - mean).mean(axis=-1, keepdims=True)
-        y = (x - mean) * jax.lax.rsqrt(var + self.eps)
-        if self.scale is not None:
-            y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
-        return y.astype(out_dtype)
-
-
-class _RMSNorm(nnx.Module):
-    """``torch.nn.RMSNorm`` with weight: ``x / sqrt(mean(x²) + eps) · w``, statistics in float32."""
-
-    def __init__(self, dim: int, eps: float, *, param_dtype=_F32):
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(_F32)
-        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + self.eps)
-        return (y * self.scale[...].astype(_F32)).astype(x.dtype)
-
-
-def _linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(din, dout, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-
-
-class _GELUProj(nnx.Module):
-    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf."""
-
-    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs):
-        self.proj = _linear(din, dout, dtype, param_dtype, rngs)
-        self.approximate = approximate
-
-    def __call__(self, x):
-        return jax.nn.gelu(self.proj(x), approximate=self.approximate)
-
-
-class FeedForward(nnx.Module):
-    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``."""
-
-    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs):
-        self.net = nnx.List(
-            [
-                _GELUProj(dim, inner, approximate, dtype, param_dtype, rngs),
-                _Identity(),
-                _linear(inner, dim_out, dtype, param_dtype, rngs),
-            ]
-        )
-
-    def __call__(self, x):
-        for layer in self.net:
-            x = layer(x)
-        return x
-
-
-# ---------------------------------------------------------------------------------------------
 # Embeddings
 
 
@@ -183,59 +114,12 @@ class PatchEmbedding(nnx.Module):
         return y + self.bias[...].astype(self.dtype)
 
 
-def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:
-    """``(B, T, H, W, C)`` -> ``(B, t·h·w, p_t·p_h·p_w·C)``, features ordered ``(p_t, p_h, p_w, C)``."""
-    b, t, h, w, c = x.shape
-    pt, ph, pw = patch
-    x = x.reshape(b, t // pt, pt, h // ph, ph, w // pw, pw, c)
-    x = x.transpose(0, 1, 3, 5, 2, 4, 6, 7)
-    return x.reshape(b, (t // pt) * (h // ph) * (w // pw), pt * ph * pw * c)
-
-
-def unpatchify(x: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, int]) -> jax.Array:
-    """Inverse of :func:`patchify`: ``(B, t·h·w, p_t·p_h·p_w·C)`` -> ``(B, t·p_t, h·p_h, w·p_w, C)``.
-
-    Matches the reference's ``reshape(B, t, h, w, p_t, p_h, p_w, C).permute(0, 7, 1, 4, 2, 5,
-    3, 6)`` in channels-last order.
-    """
-    b = x.shape[0]
-    t, h, w = grid
-    pt, ph, pw = patch
-    x = x.reshape(b, t, h, w, pt, ph, pw, -1)
-    x = x.transpose(0, 1, 4, 2, 5, 3, 6, 7)
-    return x.reshape(b, t * pt, h * ph, w * pw, x.shape[-1])
-
-
-def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
-    """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``.
-
-    ``[cos(t·f), sin(t·f)]`` with ``f_i = exp(-ln(10000)·i/(dim//2))`` (an odd ``dim`` is padded
-    with one zero). The frequencies are rounded to float32 exactly as torch computes them
-    (float32 exponent, exp in float64 then rounded); ``t·f`` and cos / sin are float32.
-
-    Args:
-        timestep: any shape ``S``, float (diffusion time in [0, 1000]).
-        dim: feature width.
-
-    Returns:
-        ``S + (dim,)`` float32.
-    """
-    half = dim // 2
-    exponent = np.float32(-math.log(10000)) * np.arange(half, dtype=np.float32) / np.float32(half)
-    freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)
-    arg = timestep.astype(_F32)[..., None] * jnp.asarray(freqs)
-    emb = jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
-    if dim % 2:
-        emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
-    return emb
-
-
 class TimestepEmbedding(nnx.Module):
     """diffusers ``TimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, run in float32."""
 
     def __init__(self, cin, dim, rngs):
-        self.linear_1 = _linear(cin, dim, _F32, _F32, rngs)
-        self.linear_2 = _linear(dim, dim, _F32, _F32, rngs)
+        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
 
     def __call__(self, x):
         return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
@@ -245,8 +129,8 @@ class TextProjection(nnx.Module):
     """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu(linear_1(x)))``."""
 
     def __init__(self, cin, dim, dtype, param_dtype, rngs):
-        self.linear_1 = _linear(cin, dim, dtype, param_dtype, rngs)
-        self.linear_2 = _linear(dim, dim, dtype, param_dtype, rngs)
+        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
+        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
 
     def __call__(self, x):
         return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
@@ -262,9 +146,9 @@ class WanImageEmbedding(nnx.Module):
 
     def __init__(self, cin, dim, pos_embed_seq_len, dtype, param_dtype, rngs):
         self.dtype = dtype
-        self.norm1 = _LayerNorm(cin, 1e-5, True)
+        self.norm1 = LayerNorm(cin, 1e-5, True)
         self.ff = FeedForward(cin, cin, dim, False, dtype, param_dtype, rngs)
-        self.norm2 = _LayerNorm(dim, 1e-5, True)
+        self.norm2 = LayerNorm(dim, 1e-5, True)
         self.pos_embed = (
             nnx.Param(jnp.zeros((1, pos_embed_seq_len, cin), param_dtype))
             if pos_embed_seq_len is not None
@@ -286,7 +170,7 @@ class WanTimeTextImageEmbedding(nnx.Module):
         d = cfg.inner_dim
         self.freq_dim = cfg.freq_dim
         self.time_embedder = TimestepEmbedding(cfg.freq_dim, d, rngs)
-        self.time_proj = _linear(d, 6 * d, dtype, param_dtype, rngs)
+        self.time_proj = linear(d, 6 * d, dtype, param_dtype, rngs)
         self.text_embedder = TextProjection(cfg.text_dim, d, dtype, param_dtype, rngs)
         self.image_embedder = (
             WanImageEmbedding(cfg.image_dim, d, cfg.pos_embed_seq_len, dtype, param_dtype, rngs)
@@ -318,16 +202,16 @@ class WanAttention(nnx.Module):
         self.heads = heads
         self.attention = attention
         self.mesh = mesh
-        self.to_q = _linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_k = _linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_v = _linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_out = nnx.List([_linear(dim, dim, dtype, param_dtype, rngs), _Identity()])
-        self.norm_q = _RMSNorm(dim, eps, param_dtype=param_dtype)
-        self.norm_k = _RMSNorm(dim, eps, param_dtype=param_dtype)
+        self.to_q = linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_k = linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_v = linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_out = nnx.List([linear(dim, dim, dtype, param_dtype, rngs), Identity()])
+        self.norm_q = RMSNorm(dim, eps, param_dtype=param_dtype)
+        self.norm_k = RMSNorm(dim, eps, param_dtype=param_dtype)
         if added_kv_proj_dim is not None:
-            self.add_k_proj = _linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
-            self.add_v_proj = _linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
-            self.norm_added_k = _RMSNorm(dim, eps, param_dtype=param_dtype)
+            self.add_k_proj = linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
+            self.add_v_proj = linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
+            self.norm_added_k = RMSNorm(dim, eps, param_dtype=param_dtype)
         else:
             self.add_k_proj = self.add_v_proj = self.norm_added_k = None
 
@@ -363,14 +247,14 @@ class WanTransformerBlock(nnx.Module):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
-        self.norm1 = _LayerNorm(d, cfg.eps, False)
+        self.norm1 = LayerNorm(d, cfg.eps, False)
         self.attn1 = WanAttention(d, cfg.num_attention_heads, cfg.eps, None, attention, dtype, param_dtype, rngs, mesh)
         self.attn2 = WanAttention(
             d, cfg.num_attention_heads, cfg.eps, cfg.added_kv_proj_dim, attention, dtype, param_dtype, rngs, mesh
         )
-        self.norm2 = _LayerNorm(d, cfg.eps, True) if cfg.cross_attn_norm else None
+        self.norm2 = LayerNorm(d, cfg.eps, True) if cfg.cross_attn_norm else None
         self.ffn = FeedForward(d, cfg.ffn_dim, d, True, dtype, param_dtype, rngs)
-        self.norm3 = _LayerNorm(d, cfg.eps, False)
+        self.norm3 = LayerNorm(d, cfg.eps, False)
         self.scale_shift_table = nnx.Param(
             jax.random.normal(rngs.params(), (1, 6, d), _F32) / math.sqrt(d)
         )
@@ -491,8 +375,8 @@ class WanTransformer3DModel(nnx.Module):
             cfg.num_layers,
             rngs,
         )
-        self.norm_out = _LayerNorm(d, cfg.eps, False)
-        self.proj_out = _linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
+        self.norm_out = LayerNorm(d, cfg.eps, False)
+        self.proj_out = linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 2, d), _F32) / math.sqrt(d))
 
     def __call__(

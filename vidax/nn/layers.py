@@ -1,0 +1,161 @@
+"""Layers and functions shared by the model families' transformers.
+
+Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
+LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
+channels-last video, the sinusoidal timestep embedding and the interleaved-pair rotary embedding.
+Statistics, the timestep embedding and the rotation are computed in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+_F32 = jnp.float32
+
+
+class Identity(nnx.Module):
+    """Parameter-free placeholder for ``nn.Dropout`` entries of the reference's ``ModuleList``s."""
+
+    def __call__(self, x):
+        return x
+
+
+class LayerNorm(nnx.Module):
+    """``FP32LayerNorm``: statistics and affine in float32, result in ``out_dtype``.
+
+    Over the last axis, biased variance, ``eps`` inside the square root; ``affine=False`` has no
+    parameters (``elementwise_affine=False``).
+    """
+
+    def __init__(self, dim: int, eps: float, affine: bool, *, param_dtype=_F32):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype)) if affine else None
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype)) if affine else None
+
+    def __call__(self, x: jax.Array, out_dtype) -> jax.Array:
+        x = x.astype(_F32)
+        mean = x.mean(axis=-1, keepdims=True)
+        var = jnp.square(x - mean).mean(axis=-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps)
+        if self.scale is not None:
+            y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
+        return y.astype(out_dtype)
+
+
+class RMSNorm(nnx.Module):
+    """``torch.nn.RMSNorm`` with weight: ``x / sqrt(mean(x²) + eps) · w``, statistics in float32."""
+
+    def __init__(self, dim: int, eps: float, *, param_dtype=_F32):
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(_F32)
+        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + self.eps)
+        return (y * self.scale[...].astype(_F32)).astype(x.dtype)
+
+
+def linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs) -> nnx.Linear:
+    """``nn.Linear(din, dout)`` with bias: ``kernel`` ``(din, dout)``, compute in ``dtype``."""
+    return nnx.Linear(din, dout, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+
+class GELUProj(nnx.Module):
+    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf."""
+
+    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs):
+        self.proj = linear(din, dout, dtype, param_dtype, rngs)
+        self.approximate = approximate
+
+    def __call__(self, x):
+        return jax.nn.gelu(self.proj(x), approximate=self.approximate)
+
+
+class FeedForward(nnx.Module):
+    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``."""
+
+    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs):
+        self.net = nnx.List(
+            [
+                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs),
+                Identity(),
+                linear(inner, dim_out, dtype, param_dtype, rngs),
+            ]
+        )
+
+    def __call__(self, x):
+        for layer in self.net:
+            x = layer(x)
+        return x
+
+
+def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:
+    """``(B, T, H, W, C)`` -> ``(B, t·h·w, p_t·p_h·p_w·C)``, features ordered ``(p_t, p_h, p_w, C)``."""
+    b, t, h, w, c = x.shape
+    pt, ph, pw = patch
+    x = x.reshape(b, t // pt, pt, h // ph, ph, w // pw, pw, c)
+    x = x.transpose(0, 1, 3, 5, 2, 4, 6, 7)
+    return x.reshape(b, (t // pt) * (h // ph) * (w // pw), pt * ph * pw * c)
+
+
+def unpatchify(x: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, int]) -> jax.Array:
+    """Inverse of :func:`patchify`: ``(B, t·h·w, p_t·p_h·p_w·C)`` -> ``(B, t·p_t, h·p_h, w·p_w, C)``.
+
+    Matches the reference's ``reshape(B, t, h, w, p_t, p_h, p_w, C).permute(0, 7, 1, 4, 2, 5,
+    3, 6)`` in channels-last order.
+    """
+    b = x.shape[0]
+    t, h, w = grid
+    pt, ph, pw = patch
+    x = x.reshape(b, t, h, w, pt, ph, pw, -1)
+    x = x.transpose(0, 1, 4, 2, 5, 3, 6, 7)
+    return x.reshape(b, t * pt, h * ph, w * pw, x.shape[-1])
+
+
+def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
+    """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``.
+
+    ``[cos(t·f), sin(t·f)]`` with ``f_i = exp(-ln(10000)·i/(dim//2))`` (an odd ``dim`` is padded
+    with one zero). The frequencies are rounded to float32 exactly as torch computes them
+    (float32 exponent, exp in float64 then rounded); ``t·f`` and cos / sin are float32.
+
+    Args:
+        timestep: any shape ``S``, float (diffusion time in [0, 1000]).
+        dim: feature width.
+
+    Returns:
+        ``S + (dim,)`` float32.
+    """
+    half = dim // 2
+    exponent = np.float32(-math.log(10000)) * np.arange(half, dtype=np.float32) / np.float32(half)
+    freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)
+    arg = timestep.astype(_F32)[..., None] * jnp.asarray(freqs)
+    emb = jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
+    if dim % 2:
+        emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
+    return emb
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate interleaved pairs of ``x`` as the reference's ``WanAttnProcessor``.
+
+    Args:
+        x: ``(B, L, N, K)`` queries or keys, any float dtype.
+        cos, sin: ``(L, K // 2)`` float32 (e.g. from :func:`vidax.models.wan.rope.wan_rope`).
+
+    Returns:
+        ``(B, L, N, K)`` in ``x.dtype``; the rotation itself is computed in float32
+        (``out[2i] = x[2i] cos - x[2i+1] sin``, ``out[2i+1] = x[2i] sin + x[2i+1] cos``).
+    """
+    b, l, n, k = x.shape
+    pairs = x.astype(jnp.float32).reshape(b, l, n, k // 2, 2)
+    x1, x2 = pairs[..., 0], pairs[..., 1]
+    c = cos[None, :, None, :]
+    s = sin[None, :, None, :]
+    out = jnp.stack([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
+    return out.reshape(b, l, n, k).astype(x.dtype)
