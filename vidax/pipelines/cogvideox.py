@@ -48,6 +48,7 @@ from vidax.pipelines.common import (
     VideoPipelineOutput,
     as_prompt_list,
     check_positive_int,
+    check_task,
     parse_dtype,
 )
 from vidax.pipelines.loading import read_model_index, require_component
@@ -121,14 +122,8 @@ class CogVideoXPipeline:
         Raises:
             InputError: another task (the message says which one the checkpoint does).
         """
-        names = TASK_NAMES
-        if task not in names:
-            raise InputError(f"task={task!r} is not valid; use one of {sorted(names)}")
-        if task != cls.task:
-            hint = ("it needs an image (--image PATH, or image= in the API)" if cls.task == "i2v"
-                    else "it takes no image (drop --image / image=); use a CogVideoX -I2V checkpoint")
-            raise InputError(f"checkpoint {root} is {cls.__name__} ({names[cls.task]}); it does not do "
-                             f"{names[task]}: {hint}")
+        check_task(root, task, (cls.task,), f"{cls.__name__} ({TASK_NAMES[cls.task]})",
+                   "; use a CogVideoX -I2V checkpoint")
         return cls
 
     @classmethod

@@ -21,6 +21,28 @@ logger = logging.getLogger("vidax.pipeline")
 TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video"}
 
 
+def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v_hint: str = "") -> None:
+    """Check that ``task`` is a task name and that the checkpoint at ``root`` runs it.
+
+    Args:
+        root: the checkpoint folder (named in the message).
+        task: the task asked for (a key of :data:`TASK_NAMES`).
+        supported: the tasks the checkpoint runs.
+        variant: what the checkpoint is, for the message (e.g. ``"Wan2.1 T2V 1.3B"``).
+        t2v_hint: appended to the hint when an image was given to a checkpoint that takes none.
+
+    Raises:
+        InputError: an unknown task name, or one the checkpoint does not run (the message says
+            what to change: give or drop the image).
+    """
+    if task not in TASK_NAMES:
+        raise InputError(f"task={task!r} is not valid; use one of {sorted(TASK_NAMES)}")
+    if task not in supported:
+        hint = ("it needs an image (--image PATH, or image= in the API)" if tuple(supported) == ("i2v",)
+                else "it takes no image (drop --image / image=)" + t2v_hint)
+        raise InputError(f"checkpoint {root} is {variant}; it does not do {TASK_NAMES[task]}: {hint}")
+
+
 def prompt_clean(text: str) -> str:
     """The Wan/diffusers prompt clean-up: HTML-unescape twice, strip, collapse whitespace.
 

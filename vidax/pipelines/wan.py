@@ -40,6 +40,7 @@ from vidax.pipelines.common import (
     VideoPipelineOutput,
     as_prompt_list,
     check_positive_int,
+    check_task,
     parse_dtype,
     prompt_clean,
 )
@@ -373,13 +374,8 @@ class WanPipeline:
             InputError: the checkpoint does not do ``task`` (the message says what it does).
             ConfigError, CheckpointError: see :meth:`WanCheckpoint.read`.
         """
-        if task not in TASK_NAMES:
-            raise InputError(f"task={task!r} is not valid; use one of {sorted(TASK_NAMES)}")
         info = WanCheckpoint.read(root, index)
-        if task not in info.tasks:
-            hint = ("it needs an image (--image PATH, or image= in the API)" if info.tasks == ("i2v",)
-                    else "it takes no image (drop --image / image=)")
-            raise InputError(f"checkpoint {root} is {info.variant}; it does not do {TASK_NAMES[task]}: {hint}")
+        check_task(root, task, info.tasks, info.variant)
         if task == "t2v":
             return WanPipeline
         from vidax.pipelines.wan_i2v import WanImageToVideoPipeline
