@@ -266,3 +266,17 @@ def test_pipeline_bad_mesh_errors(pipeline_ckpt, tmp_path):
     file.write_text(json.dumps(dict(json.loads(file.read_text()), num_attention_heads=6)))
     with pytest.raises(InputError, match=r"6 attention heads do not split over tensor x sequence = 2 x 4"):
         vidax.load_pipeline(str(bad), mesh="dp=1,tp=2,sp=4")
+
+
+@pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)
+def test_inspect_mesh_plan(pipeline_ckpt):
+    """``vidax inspect --mesh`` plans the CogVideoX transformer (and T5) from the configs."""
+    r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x2x2"])
+    assert r.exit_code == 0, r.output
+    assert "mesh (planned): data=1 x tensor=2 x sequence=2 = 4 devices" in r.stdout
+    assert "transformer:" in r.stdout and "text_encoder:" in r.stdout
+    assert "tensors sharded" in r.stdout and "NOT RUNNABLE" not in r.stdout
+    r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x1x8"])  # 8 heads: fine
+    assert "NOT RUNNABLE" not in r.stdout
+    r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x2x8"])  # 8 heads on 16
+    assert "NOT RUNNABLE: transformer/config.json: 8 attention heads do not split" in r.stdout

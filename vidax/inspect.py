@@ -102,8 +102,8 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
     """How the components vidax shards would be laid out on a ``(dp, tp, sp)`` mesh.
 
     Computed from the configs alone (abstract shapes, no weights read, no devices needed): the
-    per-device float32 parameter bytes and the largest replicated tensors of each Wan
-    transformer and T5/UMT5 text encoder, and whether the transformer's heads split over
+    per-device float32 parameter bytes and the largest replicated tensors of each Wan or
+    CogVideoX transformer and T5/UMT5 text encoder, and whether the transformer's heads split over
     ``tp x sp`` (which Ulysses needs).
 
     Args:
@@ -119,8 +119,17 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
 
     from vidax.encoders.t5 import T5_PARAM_AXES, T5Encoder, T5EncoderConfig
     from vidax.errors import InputError
+    from vidax.models.cogvideox.config import CogVideoXTransformerConfig
+    from vidax.models.cogvideox.transformer import COGVIDEOX_PARAM_AXES, CogVideoXTransformer3DModel
     from vidax.models.wan.config import WanTransformerConfig
     from vidax.models.wan.transformer import WAN_PARAM_AXES, WanTransformer3DModel
+
+    # Transformer class name in model_index.json -> (config class, model class, parameter axes).
+    transformers = {
+        "WanTransformer3DModel": (WanTransformerConfig, WanTransformer3DModel, WAN_PARAM_AXES),
+        "CogVideoXTransformer3DModel": (CogVideoXTransformerConfig, CogVideoXTransformer3DModel,
+                                        COGVIDEOX_PARAM_AXES),
+    }
     from vidax.parallel.mesh import MESH_AXES, SIZE_NAMES, check_heads, parse_mesh_sizes
     from vidax.parallel.placement import plan_report
 
@@ -133,9 +142,10 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
         if key.startswith("_") or not isinstance(value, list) or value[0] is None:
             continue
         file = os.path.join(root, key, "config.json")
-        if value[1] == "WanTransformer3DModel" and os.path.isfile(file):
-            cfg = WanTransformerConfig.from_json_file(file)
-            components[key] = (lambda c=cfg: WanTransformer3DModel(c, rngs=nnx.Rngs(0)), WAN_PARAM_AXES, jnp.float32)
+        if value[1] in transformers and os.path.isfile(file):
+            config_cls, model_cls, axes = transformers[value[1]]
+            cfg = config_cls.from_json_file(file)
+            components[key] = (lambda c=cfg, m=model_cls: m(c, rngs=nnx.Rngs(0)), axes, jnp.float32)
             try:  # Ulysses needs whole heads per device
                 check_heads(abstract, cfg.num_attention_heads, f"{key}/config.json")
             except InputError as e:
@@ -144,5 +154,5 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
             cfg = T5EncoderConfig.from_json_file(file)
             components[key] = (lambda c=cfg: T5Encoder(c, rngs=nnx.Rngs(0)), T5_PARAM_AXES, jnp.float32)
     if not components:
-        return f"{root}: no component vidax shards (Wan transformer, T5/UMT5 text encoder)"
+        return f"{root}: no component vidax shards (Wan / CogVideoX transformer, T5/UMT5 text encoder)"
     return "\n".join([plan_report(components, sizes)] + notes)
