@@ -7,8 +7,32 @@ Typical use::
     frames = pipe("a cat surfing", num_frames=33, seed=0).frames  # (B, F, H, W, 3) in [0, 1]
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from vidax.errors import CheckpointError, ConfigError, InputError, VidaxError
-from vidax.pipelines.loading import load_pipeline
+
+
+def _check_jax_flax() -> None:
+    """Refuse, with the fix, the one pairing that pip can leave behind by upgrading jax alone:
+    JAX >= 0.11 with flax < 0.12.9 (flax's NNX then fails deep inside its own import)."""
+    try:
+        jax_v, flax_v = version("jax"), version("flax")
+    except PackageNotFoundError:
+        return
+
+    def parts(v: str) -> tuple[int, ...]:
+        return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in v.split(".")[:3])
+
+    if parts(jax_v) >= (0, 11) and parts(flax_v) < (0, 12, 9):
+        raise ImportError(
+            f"vidax: jax {jax_v} needs flax >= 0.12.9 (installed: flax {flax_v}); "
+            "run `pip install -U flax` or install jax < 0.11."
+        )
+
+
+_check_jax_flax()
+
+from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the version check)
 
 __version__ = "0.1.0"
 __all__ = ["CheckpointError", "ConfigError", "InputError", "VidaxError", "load_pipeline"]
