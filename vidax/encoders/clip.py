@@ -45,6 +45,7 @@ from flax import nnx
 from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
+from vidax.nn.layers import Linear
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
@@ -236,7 +237,7 @@ class CLIPAttention(nnx.Module):
 
     def __init__(self, cfg: CLIPVisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         d = cfg.hidden_size
-        lin = partial(nnx.Linear, d, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        lin = partial(Linear, d, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.k_proj, self.v_proj, self.q_proj, self.out_proj = lin(), lin(), lin(), lin()
         self.num_heads = cfg.num_attention_heads
         self.head_dim = cfg.head_dim
@@ -257,8 +258,8 @@ class CLIPMLP(nnx.Module):
 
     def __init__(self, cfg: CLIPVisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.fc1 = nnx.Linear(cfg.hidden_size, cfg.intermediate_size, **kw)
-        self.fc2 = nnx.Linear(cfg.intermediate_size, cfg.hidden_size, **kw)
+        self.fc1 = Linear(cfg.hidden_size, cfg.intermediate_size, **kw)
+        self.fc2 = Linear(cfg.intermediate_size, cfg.hidden_size, **kw)
         self.act = _ACTIVATIONS[cfg.hidden_act]
 
     def __call__(self, x: jax.Array) -> jax.Array:

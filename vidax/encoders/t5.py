@@ -37,6 +37,7 @@ from flax import nnx
 from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
+from vidax.nn.layers import Linear, matmul
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.placement import logical_placement
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
@@ -293,7 +294,7 @@ class T5Attention(nnx.Module):
 
     def __init__(self, cfg: T5EncoderConfig, has_bias: bool, *, dtype, param_dtype, rngs):
         inner = cfg.num_heads * cfg.d_kv
-        lin = partial(nnx.Linear, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        lin = partial(Linear, use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.q = lin(cfg.d_model, inner)
         self.k = lin(cfg.d_model, inner)
         self.v = lin(cfg.d_model, inner)
@@ -317,7 +318,7 @@ class T5Attention(nnx.Module):
             key_valid[:, None, None, :], scores + position_bias, jnp.finfo(jnp.float32).min
         )
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bnqs,bsnk->bqnk", probs, v)
+        out = matmul("bnqs,bsnk->bqnk", probs, v, v.dtype)
         out = out.reshape(b, length, self.num_heads * self.head_dim)
         return self.o(out.astype(self.dtype))
 
@@ -341,7 +342,7 @@ class T5DenseGatedActDense(nnx.Module):
     """``wo(act(wi_0 x) * wi_1 x)``; the product is cast to ``wo``'s dtype first (reference)."""
 
     def __init__(self, cfg: T5EncoderConfig, *, dtype, param_dtype, rngs):
-        lin = partial(nnx.Linear, use_bias=False, param_dtype=param_dtype, rngs=rngs)
+        lin = partial(Linear, use_bias=False, param_dtype=param_dtype, rngs=rngs)
         self.wi_0 = lin(cfg.d_model, cfg.d_ff, dtype=dtype)
         self.wi_1 = lin(cfg.d_model, cfg.d_ff, dtype=dtype)
         self.wo = lin(cfg.d_ff, cfg.d_model)
@@ -356,7 +357,7 @@ class T5DenseActDense(nnx.Module):
     """``wo(act(wi x))``; the activation is cast to ``wo``'s dtype first (reference)."""
 
     def __init__(self, cfg: T5EncoderConfig, *, dtype, param_dtype, rngs):
-        lin = partial(nnx.Linear, use_bias=False, param_dtype=param_dtype, rngs=rngs)
+        lin = partial(Linear, use_bias=False, param_dtype=param_dtype, rngs=rngs)
         self.wi = lin(cfg.d_model, cfg.d_ff, dtype=dtype)
         self.wo = lin(cfg.d_ff, cfg.d_model)
         self.act = _ACTIVATIONS[cfg.dense_act_fn]

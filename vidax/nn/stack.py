@@ -9,7 +9,10 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
+
+from vidax.nn.layers import xla_cpu_upcasts
 
 M = TypeVar("M", bound=nnx.Module)
 
@@ -30,13 +33,22 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
 
     ``body`` sees one layer as an ordinary module (params without the L axis). Implemented with
     ``jax.lax.scan`` over the split state, so it traces the block once.
+
+    bf16 / fp16 parameters are sliced as 16-bit integers on CPU and reinterpreted inside the
+    loop (free), so XLA:CPU keeps no float32 copy of the stack (see
+    :func:`vidax.nn.layers.xla_cpu_upcasts`).
     """
     graphdef, state = nnx.split(layers)
+    leaves, treedef = jax.tree.flatten(state)
+    dtypes = [leaf.dtype for leaf in leaves]
+    as_bits = [xla_cpu_upcasts(d) for d in dtypes]
+    xs = [jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a for a, b in zip(leaves, as_bits)]
 
-    def step(c, layer_state):
-        return body(nnx.merge(graphdef, layer_state), c), None
+    def step(c, layer_leaves):
+        layer = [jax.lax.bitcast_convert_type(a, d) if b else a for a, d, b in zip(layer_leaves, dtypes, as_bits)]
+        return body(nnx.merge(graphdef, jax.tree.unflatten(treedef, layer)), c), None
 
-    carry, _ = jax.lax.scan(step, carry, state)
+    carry, _ = jax.lax.scan(step, carry, xs)
     return carry
 
 

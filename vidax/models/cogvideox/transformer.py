@@ -53,7 +53,16 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
-from vidax.nn.layers import FeedForward, Identity, LayerNorm, apply_rope, patchify, timestep_sinusoid
+from vidax.nn.layers import (
+    FeedForward,
+    Identity,
+    LayerNorm,
+    apply_rope,
+    linear,
+    matmul,
+    patchify,
+    timestep_sinusoid,
+)
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.placement import logical_placement
@@ -267,16 +276,14 @@ def sincos_position_table(config: CogVideoXTransformerConfig, grid: tuple[int, i
 # Layers
 
 
-def _dense(din, dout, dtype, param_dtype, rngs, use_bias=True) -> nnx.Linear:
-    return nnx.Linear(din, dout, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
 class TimestepEmbedding(nnx.Module):
     """diffusers ``TimestepEmbedding(in, out, act)``: ``linear_2(act(linear_1(x)))`` in float32."""
 
     def __init__(self, cin: int, dim: int, act: str, rngs: nnx.Rngs):
-        self.linear_1 = _dense(cin, dim, _F32, _F32, rngs)
-        self.linear_2 = _dense(dim, dim, _F32, _F32, rngs)
+        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
         self.act = act
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -301,7 +308,7 @@ class PatchConv(nnx.Module):
         """``(B, T, H, W, C_in)`` -> ``(B, T·H/p·W/p, D)`` (frame, row, column order)."""
         cols = patchify(x, (1, self.p, self.p))  # features (p_h, p_w, C)
         kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
-        y = jnp.einsum("blc,cd->bld", cols.astype(self.dtype), kernel)
+        y = matmul("blc,cd->bld", cols, kernel, self.dtype)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -339,8 +346,8 @@ class CogVideoXPatchEmbed(nnx.Module):
         if cfg.patch_size_t is None:
             self.proj = PatchConv(p, cfg.in_channels, d, cfg.patch_bias, dtype, param_dtype, rngs)
         else:
-            self.proj = _dense(cfg.in_channels * p * p * cfg.patch_size_t, d, dtype, param_dtype, rngs)
-        self.text_proj = _dense(cfg.text_embed_dim, d, dtype, param_dtype, rngs)
+            self.proj = linear(cfg.in_channels * p * p * cfg.patch_size_t, d, dtype, param_dtype, rngs)
+        self.text_proj = linear(cfg.text_embed_dim, d, dtype, param_dtype, rngs)
         if cfg.use_learned_positional_embeddings:
             n = _sample_num_patches(cfg)
             self.pos_embedding = nnx.Param(jnp.zeros((1, cfg.max_text_seq_length + n, d), param_dtype))
@@ -400,7 +407,7 @@ class LayerNormZero(nnx.Module):
 
     def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs, mesh=None):
         d = cfg.inner_dim
-        self.linear = _dense(cfg.time_embed_dim, 6 * d, dtype, param_dtype, rngs)
+        self.linear = linear(cfg.time_embed_dim, 6 * d, dtype, param_dtype, rngs)
         self.norm = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.dtype = dtype
         self.mesh = mesh
@@ -439,12 +446,12 @@ class CogVideoXAttention(nnx.Module):
         self.attention = attention
         self.dtype = dtype
         self.mesh = mesh
-        self.to_q = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
-        self.to_k = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
-        self.to_v = _dense(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
+        self.to_q = linear(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
+        self.to_k = linear(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
+        self.to_v = linear(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
         self.norm_q = LayerNorm(k, 1e-6, True)
         self.norm_k = LayerNorm(k, 1e-6, True)
-        self.to_out = nnx.List([_dense(d, d, dtype, param_dtype, rngs), Identity()])
+        self.to_out = nnx.List([linear(d, d, dtype, param_dtype, rngs), Identity()])
 
     def _heads(self, layer, x):
         # Column-parallel projection (output width split over heads), then (B, L, N, K).
@@ -516,7 +523,7 @@ class AdaLayerNormOut(nnx.Module):
 
     def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs):
         d = cfg.inner_dim
-        self.linear = _dense(cfg.time_embed_dim, 2 * d, dtype, param_dtype, rngs)
+        self.linear = linear(cfg.time_embed_dim, 2 * d, dtype, param_dtype, rngs)
         self.norm = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.dtype = dtype
 
@@ -583,7 +590,7 @@ class CogVideoXTransformer3DModel(nnx.Module):
         self.norm_final = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         self.norm_out = AdaLayerNormOut(cfg, dtype, param_dtype, rngs)
         p, pt = cfg.patch_size, cfg.patch_t
-        self.proj_out = _dense(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)
+        self.proj_out = linear(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)
 
     def __call__(
         self,

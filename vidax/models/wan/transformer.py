@@ -47,6 +47,7 @@ from vidax.nn.layers import (
     RMSNorm,
     apply_rope,
     linear,
+    matmul,
     patchify,
     timestep_sinusoid,
     unpatchify,
@@ -110,7 +111,7 @@ class PatchEmbedding(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         cols = patchify(x, self.patch)
         kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
-        y = jnp.einsum("blc,cd->bld", cols.astype(self.dtype), kernel)
+        y = matmul("blc,cd->bld", cols, kernel, self.dtype)
         return y + self.bias[...].astype(self.dtype)
 
 

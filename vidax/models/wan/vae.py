@@ -60,6 +60,7 @@ from flax import nnx
 from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
+from vidax.nn.layers import matmul
 from vidax.nn.inputs import check_video_array as _check_array
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 
@@ -447,7 +448,7 @@ class WanAttentionBlock(nnx.Module):
         q, k, v = jnp.split(y, 3, axis=-1)
         logits = jnp.einsum("nqc,nkc->nqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(c)
         probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
-        y = jnp.einsum("nqk,nkc->nqc", probs, v).reshape(b * t, h, w, c)
+        y = matmul("nqk,nkc->nqc", probs, v, self.dtype).reshape(b * t, h, w, c)
         y = self.proj(y).reshape(b, t, h, w, c)
         return y + identity.astype(y.dtype)
 

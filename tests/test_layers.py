@@ -1,0 +1,83 @@
+"""vidax.nn.layers.Linear / matmul: the float32-accumulating bf16 path on CPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+from vidax.nn.layers import Linear, xla_cpu_upcasts, matmul
+
+BF16_EPS = 2.0**-8  # one bf16 ulp, relative
+
+
+def _pair(dtype, use_bias=True):
+    kw = dict(use_bias=use_bias, dtype=dtype, param_dtype=dtype)
+    ours, plain = Linear(37, 23, rngs=nnx.Rngs(0), **kw), nnx.Linear(37, 23, rngs=nnx.Rngs(0), **kw)
+    if use_bias:
+        for m in (ours, plain):
+            m.bias[...] = jax.random.normal(jax.random.PRNGKey(3), (23,)).astype(dtype)
+    return ours, plain
+
+
+def test_float32_is_nnx_linear_exactly():
+    ours, plain = _pair(jnp.float32)
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 37))
+    np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(plain(x)))
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_bf16_on_cpu_xla_cpu_upcasts_and_rounds_once(use_bias):
+    assert jax.default_backend() == "cpu" and xla_cpu_upcasts(jnp.bfloat16)
+    assert not xla_cpu_upcasts(jnp.float32)
+    ours, _ = _pair(jnp.bfloat16, use_bias)
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 37)).astype(jnp.bfloat16)
+    hlo = jax.jit(ours).lower(x).as_text()
+    assert "bf16" in hlo and "-> tensor<2x5x23xf32>" in hlo  # the dot's result type is f32
+    y = np.asarray(ours(x), np.float32)
+    assert ours(x).dtype == jnp.bfloat16
+    # torch's bf16 linear: products summed in float32, bias added, rounded once.
+    w = torch.from_numpy(np.asarray(ours.kernel[...], np.float32)).bfloat16()
+    b = torch.from_numpy(np.asarray(ours.bias[...], np.float32)).bfloat16() if use_bias else None
+    ref = torch.nn.functional.linear(torch.from_numpy(np.asarray(x, np.float32)).bfloat16(), w.T, b).float().numpy()
+    # Summation order differs: at most one bf16 ulp apart.
+    assert np.max(np.abs(y - ref) / np.maximum(np.abs(ref), 1e-2)) <= BF16_EPS
+    assert np.abs(ref).max() > 0.5  # a non-trivial output
+
+
+def test_matmul_bf16_matches_float32_product_rounded():
+    a = jax.random.normal(jax.random.PRNGKey(1), (3, 16, 40)).astype(jnp.bfloat16)
+    b = jax.random.normal(jax.random.PRNGKey(2), (40, 24)).astype(jnp.bfloat16)
+    got = matmul("blc,cd->bld", a, b, jnp.bfloat16)
+    assert got.dtype == jnp.bfloat16
+    want = (np.asarray(a, np.float32) @ np.asarray(b, np.float32))
+    assert np.max(np.abs(np.asarray(got, np.float32) - want) / np.maximum(np.abs(want), 1e-2)) <= BF16_EPS
+    got32 = matmul("blc,cd->bld", a.astype(jnp.float32), b.astype(jnp.float32), jnp.float32)
+    np.testing.assert_allclose(np.asarray(got32), want, rtol=1e-5, atol=1e-5)
+
+
+def test_scan_layers_keeps_bf16_stack_out_of_float32():
+    """On CPU the stacked bf16 weights are sliced as uint16: the compiled loop holds no float32
+    copy of the stack (XLA:CPU otherwise upcasts the whole stack once, outside the loop), and the
+    result equals the layers applied one by one."""
+    import re
+
+    from vidax.nn.stack import scan_layers, stacked
+
+    layers = stacked(lambda r: Linear(24, 24, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=r), 5, nnx.Rngs(0))
+    graphdef, state = nnx.split(layers)
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 24)).astype(jnp.bfloat16)
+
+    def run(state, x):
+        return scan_layers(nnx.merge(graphdef, state), x, lambda layer, h: jax.nn.gelu(layer(h)))
+
+    compiled = jax.jit(run).lower(state, x).compile()
+    entry = compiled.as_text()[compiled.as_text().index("ENTRY"):]
+    assert not re.search(r"= f32\[5,24,24\]", entry), "a float32 copy of the stacked kernels"
+    got = np.asarray(compiled(state, x), np.float32)
+    want = x
+    for i in range(5):
+        layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[i], state))
+        want = jax.nn.gelu(layer(want))
+    np.testing.assert_array_equal(got, np.asarray(want, np.float32))
