@@ -7,6 +7,7 @@ Typical use::
     frames = pipe("a cat surfing", num_frames=33, seed=0).frames  # (B, F, H, W, 3) in [0, 1]
 """
 
+import re
 from importlib.metadata import PackageNotFoundError, version
 
 from vidax.errors import CheckpointError, ConfigError, InputError, VidaxError
@@ -21,7 +22,8 @@ def _check_jax_flax() -> None:
         return
 
     def parts(v: str) -> tuple[int, ...]:
-        return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in v.split(".")[:3])
+        # Leading digits of each release part: "0.12.8rc1" -> (0, 12, 8), "0.12.8+local" too.
+        return tuple(int(m.group()) if (m := re.match(r"\d+", p)) else 0 for p in v.split("+")[0].split(".")[:3])
 
     if parts(jax_v) >= (0, 11) and parts(flax_v) < (0, 12, 9):
         raise ImportError(

@@ -78,7 +78,9 @@ def xla_cpu_upcasts(dtype: Any) -> bool:
 
     On GPU and TPU these operations are native in 16 bits, so nothing changes there.
     """
-    return jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and jax.default_backend() == "cpu"
+    # 2-byte floats are bf16 and fp16; other leaves (ints, PRNG keys) are never upcast.
+    return (jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 2
+            and jax.default_backend() == "cpu")
 
 
 def matmul(spec: str, x: jax.Array, w: jax.Array, dtype: Any) -> jax.Array:
@@ -95,13 +97,16 @@ class Linear(nnx.Linear):
     ``(D_out,)``, computed in ``dtype`` (or the inputs' and parameters' promoted dtype).
 
     Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is returned in float32, the
-    bias added in float32 and the sum rounded once to the compute dtype.
+    bias added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16
+    linear). Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add,
+    so CPU and GPU results differ by bf16 rounding.
     """
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         kernel = self.kernel[...]
-        dtype = self.dtype or jnp.result_type(inputs, kernel)
-        if not xla_cpu_upcasts(dtype):
+        bias = () if self.bias is None else (self.bias[...],)
+        dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
+        if out_sharding is not None or not xla_cpu_upcasts(dtype):
             return super().__call__(inputs, out_sharding)
         x = inputs.astype(dtype)
         y = jax.lax.dot_general(x, kernel.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),

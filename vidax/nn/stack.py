@@ -35,8 +35,9 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
     ``jax.lax.scan`` over the split state, so it traces the block once.
 
     bf16 / fp16 parameters are sliced as 16-bit integers on CPU and reinterpreted inside the
-    loop (free), so XLA:CPU keeps no float32 copy of the stack (see
-    :func:`vidax.nn.layers.xla_cpu_upcasts`).
+    loop, so XLA:CPU keeps no float32 copy of the stack (see
+    :func:`vidax.nn.layers.xla_cpu_upcasts`); it still copies the stack once per call, as
+    uint16.
     """
     graphdef, state = nnx.split(layers)
     leaves, treedef = jax.tree.flatten(state)
