@@ -54,6 +54,16 @@ def test_generate_on_embedded_default(tmp_path):
     assert os.listdir(tmp_path / "cache") == ["wan2.1-t2v-tiny-random-v1"]
 
 
+@pytest.mark.parametrize("flag", ["--num-inference-steps", "--num-frames", "--height"])
+def test_zero_on_embedded_default_is_an_error(flag, tmp_path):
+    """The embedded default fills in only what was left out: a given 0 is refused, not replaced."""
+    r = _vidax("generate", "--prompt", "x", flag, "0", "--output", str(tmp_path / "v.npy"), "--no-progress",
+               env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{flag.lstrip('-').replace('-', '_')} must be a positive integer, got 0" in r.stderr
+    assert not (tmp_path / "v.npy").exists()
+
+
 def test_inspect_lists_components(ckpt):
     r = _vidax("inspect", ckpt)
     assert r.returncode == 0, r.stderr
@@ -124,10 +134,13 @@ def test_unwritable_output_fails_before_work(ckpt, tmp_path):
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
     r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--output", str(tmp_path / "v.avi"))
     assert r.returncode == 2 and "unknown extension '.avi'" in r.stderr
-    if os.geteuid() != 0:  # root can write anywhere
+    if os.geteuid() != 0:  # root can write into a 0500 folder
         locked.chmod(0o500)
         r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--output", str(locked / "v.mp4"))
         assert r.returncode == 2 and "not writable" in r.stderr
+    # Not even root can create a file in /sys, though os.access says it may: checked by trying.
+    r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--output", "/sys/v.mp4")
+    assert r.returncode == 2 and "not writable" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "v.avi").exists()
 
 

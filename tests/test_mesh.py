@@ -68,6 +68,9 @@ def test_resolve_mesh_forms():
     for bad in ("2x2", "dp=2;tp=4", "", "pp=2"):
         with pytest.raises(InputError, match="is not a mesh description"):
             parse_mesh_sizes(bad)
+    for zero in ("0x1x1", "dp=2,tp=0"):
+        with pytest.raises(InputError, match=r"sizes must be >= 1, got \{'(dp|tp)': 0\}"):
+            parse_mesh_sizes(zero)
     with pytest.raises(InputError, match=r"unknown keys \['pp'\]"):
         resolve_mesh({"pp": 8})
     with pytest.raises(InputError, match="is not valid"):

@@ -20,7 +20,7 @@ import vidax
     ("0.10.2+cuda", "0.12.8", True),
 ])
 def test_jax_flax_pairing(monkeypatch, jax_v, flax_v, ok):
-    monkeypatch.setattr(vidax, "version", lambda name: {"jax": jax_v, "flax": flax_v}[name])
+    monkeypatch.setattr(vidax, "_version", lambda name: {"jax": jax_v, "flax": flax_v}[name])
     if ok:
         vidax._check_jax_flax()
     else:

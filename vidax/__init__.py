@@ -7,8 +7,9 @@ Typical use::
     frames = pipe("a cat surfing", num_frames=33, seed=0).frames  # (B, F, H, W, 3) in [0, 1]
 """
 
-import re
-from importlib.metadata import PackageNotFoundError, version
+import re as _re
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from vidax.errors import CheckpointError, ConfigError, InputError, VidaxError
 
@@ -17,13 +18,13 @@ def _check_jax_flax() -> None:
     """Refuse, with the fix, the one pairing that pip can leave behind by upgrading jax alone:
     JAX >= 0.11 with flax < 0.12.9 (flax's NNX then fails deep inside its own import)."""
     try:
-        jax_v, flax_v = version("jax"), version("flax")
-    except PackageNotFoundError:
+        jax_v, flax_v = _version("jax"), _version("flax")
+    except _PackageNotFoundError:
         return
 
     def parts(v: str) -> tuple[int, ...]:
         # Leading digits of each release part: "0.12.8rc1" -> (0, 12, 8), "0.12.8+local" too.
-        return tuple(int(m.group()) if (m := re.match(r"\d+", p)) else 0 for p in v.split("+")[0].split(".")[:3])
+        return tuple(int(m.group()) if (m := _re.match(r"\d+", p)) else 0 for p in v.split("+")[0].split(".")[:3])
 
     if parts(jax_v) >= (0, 11) and parts(flax_v) < (0, 12, 9):
         raise ImportError(

@@ -25,6 +25,8 @@ def _setup_logging(verbose: bool) -> None:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # JAX logs every backend it probes and cannot start (no libtpu on a CPU machine) at INFO.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
 def _fail(message: str) -> None:
@@ -125,10 +127,12 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
             "weights, so the video is noise. Pass --checkpoint PATH for real weights.",
             fg=typer.colors.YELLOW, err=True,
         )
-        height = height or DEFAULT_CALL["height"]
-        width = width or DEFAULT_CALL["width"]
-        num_frames = num_frames or DEFAULT_CALL["num_frames"]
-        num_inference_steps = num_inference_steps or DEFAULT_CALL["num_inference_steps"]
+        # Only what the user left out takes the tiny checkpoint's defaults; a given 0 is checked.
+        height = DEFAULT_CALL["height"] if height is None else height
+        width = DEFAULT_CALL["width"] if width is None else width
+        num_frames = DEFAULT_CALL["num_frames"] if num_frames is None else num_frames
+        if num_inference_steps is None:
+            num_inference_steps = DEFAULT_CALL["num_inference_steps"]
     from inspect import signature
 
     from vidax.pipelines.loading import load_pipeline

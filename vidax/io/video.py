@@ -42,8 +42,11 @@ def check_output_path(path: str | os.PathLike) -> str:
     parent = os.path.dirname(os.path.abspath(path.rstrip(os.sep))) or "."
     if not os.path.isdir(parent):
         raise InputError(f"output={path!r}: folder {parent!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"output={path!r}: folder {parent!r} is not writable")
+    try:  # a real file, not os.access: root passes os.access on read-only filesystems (/sys)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".vidax-probe-"):
+            pass
+    except OSError as e:
+        raise InputError(f"output={path!r}: folder {parent!r} is not writable ({e.strerror})") from None
     if os.path.isdir(path.rstrip(os.sep)) and fmt != "png":
         raise InputError(f"output={path!r} is an existing folder; give a file name")
     return fmt

@@ -91,11 +91,11 @@ def parse_mesh_sizes(text: str) -> dict[str, int]:
     """``"2x2x2"`` or ``"dp=2,tp=1,sp=4"`` (any subset, missing sizes 1) -> ``{"dp":.., "tp":.., "sp":..}``.
 
     Raises:
-        InputError: another form.
+        InputError: another form, or a size below 1.
     """
     s = text.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+x\d+x\d+", s):
-        return dict(zip(SIZE_NAMES, (int(v) for v in s.split("x"))))
+        return _check_sizes(dict(zip(SIZE_NAMES, (int(v) for v in s.split("x")))), text)
     out = {k: 1 for k in SIZE_NAMES}
     parts = [p for p in s.split(",") if p]
     for part in parts:
@@ -109,7 +109,14 @@ def parse_mesh_sizes(text: str) -> dict[str, int]:
             f"mesh={text!r} is not a mesh description; use 'DPxTPxSP' (e.g. '2x2x2') or "
             "'dp=2,tp=2,sp=2' (missing sizes are 1)."
         )
-    return out
+    return _check_sizes(out, text)
+
+
+def _check_sizes(sizes: dict[str, int], text: str) -> dict[str, int]:
+    bad = {k: v for k, v in sizes.items() if v < 1}
+    if bad:
+        raise InputError(f"mesh={text!r}: sizes must be >= 1, got {bad}.")
+    return sizes
 
 
 def resolve_mesh(mesh: Any) -> Mesh | None:
