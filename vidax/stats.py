@@ -113,10 +113,10 @@ class RunStats:
         per_step = sum(steps) / len(steps) if steps else 0.0
         rows = [
             ("load", f"{self.load_s:8.2f} s"),
-            ("compile", f"{self.compile_s:8.2f} s"),
-            ("text encode", f"{self.text_encode_s:8.2f} s"),
+            ("compile", f"{self.compile_s:8.2f} s  (denoising step)"),
+            ("text encode", f"{self.text_encode_s:8.2f} s  (first call in a process: with its compile)"),
             ("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"),
-            ("vae decode", f"{self.decode_s:8.2f} s"),
+            ("vae decode", f"{self.decode_s:8.2f} s  (first call in a process: with its compile)"),
             ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
             ("peak host RSS", _fmt_bytes(self.host_peak_rss_bytes)),
         ]
