@@ -339,3 +339,8 @@ def test_released_wan22_i2v_a14b_folder(tmp_path):
     info = WanCheckpoint.read(str(dst))
     assert info.variant == "Wan2.2 A14B I2V (two experts, boundary_ratio=0.9): image-to-video"
     assert len(info.transformer_configs) == 2 and info.tasks == ("i2v",)
+
+
+def test_version():
+    r = _vidax("--version")
+    assert r.returncode == 0 and r.stdout.startswith(f"vidax {vidax.__version__} (jax "), r.stdout

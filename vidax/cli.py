@@ -16,6 +16,26 @@ app = typer.Typer(
     help="vidax: open video-generation models (diffusers checkpoints) in JAX.",
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        import flax
+        import jax
+
+        from vidax import __version__
+
+        typer.echo(f"vidax {__version__} (jax {jax.__version__}, flax {flax.__version__}, "
+                   f"backend {jax.default_backend()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the versions of vidax, JAX and flax, and the JAX backend."),
+) -> None:
+    """vidax: open video-generation models (diffusers checkpoints) in JAX."""
+
 DTYPE_CHOICES = ("float32", "bfloat16")
 
 
