@@ -145,3 +145,25 @@ def test_inspect_mesh_plan(tmp_path_factory):
     assert "NOT RUNNABLE: transformer/config.json: 4 attention heads do not split" in r.stdout
     r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "2by2"])
     assert r.exit_code == 2 and "is not a mesh description" in r.stderr
+
+
+def test_shard_step_places_arguments_by_their_axes():
+    """Default: an argument's leading axis is the batch (split over data when it divides);
+    ``arg_axes`` places per-step tables whole and per-step noise ``(steps, B, ...)`` on B."""
+    from vidax.parallel.step import shard_step
+
+    mesh = make_mesh(2, 2, 2)
+    latents = np.zeros((2, 3, 4), np.float32)
+    context = np.ones((2, 5), np.float32)
+    table = np.arange(4, dtype=np.float32)          # (steps,)
+    noise = np.zeros((4, 2, 3, 4), np.float32)       # (steps, B, ...)
+    step = lambda p, x, s, *a: (x, s)  # noqa: E731
+    _, _, _, (c, t, n) = shard_step(step, latents, None, (context, table, noise), mesh)
+    assert c.sharding.spec == PartitionSpec("data") and t.sharding.spec == PartitionSpec("data")
+    assert n.sharding.spec == PartitionSpec("data")  # the steps axis: what arg_axes corrects
+    _, _, _, (c, t, n) = shard_step(step, latents, None, (context, table, noise), mesh,
+                                    arg_axes=(None, (None,), (None, "batch", None, None)))
+    assert c.sharding.spec == PartitionSpec("data")
+    assert t.sharding.spec == PartitionSpec() and n.sharding.spec == PartitionSpec(None, "data")
+    with pytest.raises(ValueError):
+        shard_step(step, latents, None, (context, table, noise), mesh, arg_axes=(None,))

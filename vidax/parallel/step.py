@@ -28,7 +28,8 @@ def batch_sharding(mesh: Mesh, shape: tuple[int, ...]) -> jax.sharding.NamedShar
 
 
 def shard_step(
-    step: Callable, latents: jax.Array, state: Any, args: tuple, mesh: Mesh
+    step: Callable, latents: jax.Array, state: Any, args: tuple, mesh: Mesh,
+    arg_axes: tuple | None = None,
 ) -> tuple[Callable, jax.Array, Any, tuple]:
     """Place ``step(params, latents, state, *args)``'s inputs on ``mesh`` and pin its outputs.
 
@@ -41,6 +42,10 @@ def shard_step(
         args: further step arguments (pytrees); array leaves batch-split on their leading axis
             when it divides by ``data``, scalars replicated, other leaves passed through.
         mesh: the mesh.
+        arg_axes: optional, one entry per ``args`` element: ``None`` (the rule above) or the
+            logical axes of that array argument (:mod:`vidax.parallel.rules`), e.g.
+            ``(None, "batch", None)`` for per-step noise ``(steps, B, ...)``, ``(None,)`` for a
+            per-step table that every device reads whole.
 
     Returns:
         ``(step, latents, state, args)`` to run in its place.
@@ -52,10 +57,13 @@ def shard_step(
         return put(a, lat_sh if tuple(getattr(a, "shape", ())) == tuple(latents.shape) else replicated(mesh))
 
     state = jax.tree.map(place_state, state)
-    args = jax.tree.map(
-        lambda a: put(a, batch_sharding(mesh, a.shape)) if isinstance(a, (jax.Array, np.ndarray)) else a,
-        tuple(args),
-    )
+    def place_arg(arg, axes):
+        if axes is not None and isinstance(arg, (jax.Array, np.ndarray)):
+            return put(arg, logical_sharding(mesh, axes, arg.shape))
+        return jax.tree.map(
+            lambda a: put(a, batch_sharding(mesh, a.shape)) if isinstance(a, (jax.Array, np.ndarray)) else a, arg)
+
+    args = tuple(place_arg(a, ax) for a, ax in zip(args, arg_axes or (None,) * len(args), strict=True))
     state_sh = jax.tree.map(lambda a: a.sharding, state)
     if hasattr(step, "with_out_shardings"):  # a streamed step (vidax.parallel.offload.ChunkedStep)
         return step.with_out_shardings((lat_sh, state_sh)), latents, state, args

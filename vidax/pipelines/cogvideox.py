@@ -417,8 +417,11 @@ class CogVideoXPipeline:
         ofs = jnp.full((1,), 2.0, jnp.float32) if cfg.has_ofs else None
         step, params = self._step_fn(do_cfg, image_latents is not None, step_noise is not None)
         args = (embeds, jnp.asarray(guidance), ofs, image_latents, step_noise)
+        # guidance (steps,) is read whole by every device; step_noise (steps, B, ...) splits on B.
+        arg_axes = (None, (None,), None, None,
+                    None if step_noise is None else (None, "batch") + (None,) * (step_noise.ndim - 2))
         x, state = run_denoising_loop(step, params, x, state, args, steps, stats, progress, callback,
-                                      mesh=self.mesh)
+                                      mesh=self.mesh, arg_axes=arg_axes)
 
         if output_type == "latent":
             frames = np.asarray(jnp.transpose(x, (0, 1, 4, 2, 3)))

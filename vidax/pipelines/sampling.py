@@ -33,6 +33,7 @@ def run_denoising_loop(
     progress: bool = True,
     callback: Callable[[int, int], None] | None = None,
     mesh: Any = None,
+    arg_axes: tuple | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -41,15 +42,16 @@ def run_denoising_loop(
     one step's wall time (the step index lives in ``state``, so no step recompiles).
 
     With a ``mesh`` (:mod:`vidax.parallel`), the latents and batched ``args`` are split over its
-    ``data`` axis (:func:`vidax.parallel.step.shard_step`) and the final latents come back whole
-    on this process's first device.
+    ``data`` axis (:func:`vidax.parallel.step.shard_step`; ``arg_axes`` names the layout of
+    arguments whose leading axis is not the batch) and the final latents come back whole on
+    this process's first device.
 
     ``step`` may also be a :class:`vidax.parallel.offload.ChunkedStep` (blocks streamed from host
     memory), which compiles and runs the same way; memory is then sampled after every chunk of
     the first step.
     """
     if mesh is not None:
-        step, latents, state, args = shard_step(step, latents, state, args, mesh)
+        step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
     with stats.timed("compile_s"):
         compiled = step.lower(params, latents, state, *args).compile()
     bar = tqdm(total=num_inference_steps, desc="denoising", disable=not progress, unit="step")
