@@ -27,94 +27,25 @@ import argparse
 import json
 import os
 import sys
-import time
 
-from step_bench import ROOT, prepare_jax, run_child, save_report, time_steps
-from wan_step import CONFIG_1_3B, SCHEDULER, TEXT_LEN
+import wan_step
+from step_bench import ROOT, run_child, save_report
+from wan_step import TEXT_LEN
 
 SIDES = ("vidax-cudnn", "vidax-xla", "diffusers")
 
 
-def _config(num_layers):
-    return CONFIG_1_3B if num_layers is None else dict(CONFIG_1_3B, num_layers=num_layers)
-
-
-def run_vidax(attention: str, latent, steps: int, num_layers) -> dict:
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.transformer import WanTransformer3DModel, wan_transformer_policy
-    from vidax.stats import device_memory_bytes
-
-    cfg = WanTransformerConfig.from_config_dict(_config(num_layers))
-    t, h, w = latent
-    b = prepare_jax("bfloat16", lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
-                                                                 rngs=nnx.Rngs(0)),
-                    wan_transformer_policy, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
-                    SCHEDULER, steps)
-
-    def step(params, latents, state, context):
-        model = nnx.merge(b.graphdef, params)
-        xin = jnp.concatenate([latents, latents]).astype(b.dtype)
-        out = model(xin, jnp.broadcast_to(state.timestep.astype(jnp.float32), (2,)), context)
-        cond, uncond = jnp.split(out, 2)
-        return b.sched.step(state, uncond + 5.0 * (cond - uncond), latents)
-
-    t0 = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(1,)).lower(b.params, b.x, b.state, b.context).compile()
-    compile_s = time.perf_counter() - t0
-    (x, _), times = time_steps(lambda c: compiled(b.params, c[0], c[1], b.context), (b.x, b.state), steps,
-                               lambda c: c[0].block_until_ready())
-    assert bool(jnp.isfinite(x).all())
-    peak, how = device_memory_bytes()
-    return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_device_gib": peak / 2**30,
-            "peak_measured_by": how, "device": jax.devices()[0].device_kind, "jax": jax.__version__}
-
-
-def run_diffusers(latent, steps: int, num_layers, allow_cpu: bool) -> dict:
-    import diffusers
+def run_side(side: str, latent, steps: int, num_layers, allow_cpu: bool) -> dict:
+    """One side in this process: ``wan_step``'s sides in bf16 on the GPU, XLA's and torch's
+    thread settings left alone."""
+    if side != "diffusers":
+        return wan_step.run_vidax("bfloat16", latent, steps, 0, num_layers, attention=side.split("-", 1)[1])
     import torch
-    from diffusers import UniPCMultistepScheduler, WanTransformer3DModel
 
-    if torch.cuda.is_available():
-        dev = torch.device("cuda")
-    elif allow_cpu:
-        dev = torch.device("cpu")
-    else:
+    if not (torch.cuda.is_available() or allow_cpu):
         raise SystemExit("torch sees no CUDA device")
-    torch.manual_seed(0)
-    with dev:  # random initialisation on the device (fast); weights are not compared
-        model = WanTransformer3DModel.from_config(_config(num_layers))
-    model = model.to(torch.bfloat16).eval()
-    sched = UniPCMultistepScheduler.from_config({k: v for k, v in SCHEDULER.items() if k != "_class_name"})
-    sched.set_timesteps(steps + 1, device=dev)
-    t, h, w = latent
-    x = torch.randn(1, 16, t, h, w, device=dev)
-    context = (0.1 * torch.randn(2, TEXT_LEN, 4096, device=dev)).to(torch.bfloat16)
-    cond_ctx, uncond_ctx = context[:1], context[1:]
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-
-    def step(c):
-        x, i = c
-        ts = sched.timesteps[i]
-        xin = x.to(torch.bfloat16)
-        tt = ts.expand(1)
-        cond = model(hidden_states=xin, timestep=tt, encoder_hidden_states=cond_ctx, return_dict=False)[0]
-        uncond = model(hidden_states=xin, timestep=tt, encoder_hidden_states=uncond_ctx, return_dict=False)[0]
-        return sched.step(uncond + 5.0 * (cond - uncond), ts, x, return_dict=False)[0], i + 1
-
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    with torch.inference_mode():
-        (x, _), times = time_steps(step, (x, 0), steps, lambda c: sync())
-    assert torch.isfinite(x).all()
-    peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
-    return {"compile_s": 0.0, "step_s": min(times), "step_s_all": times, "peak_device_gib": peak / 2**30,
-            "peak_measured_by": "torch.cuda.max_memory_allocated",
-            "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-            "torch": torch.__version__, "diffusers": diffusers.__version__}
+    return wan_step.run_diffusers("bfloat16", latent, steps, 0, num_layers,
+                                  device="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def main() -> None:
@@ -133,11 +64,7 @@ def main() -> None:
     latents = [tuple(args.latents[i:i + 3]) for i in range(0, len(args.latents), 3)]
 
     if args.side:  # child process: one side, one latent size
-        if args.side == "diffusers":
-            result = run_diffusers(latents[0], args.steps, args.num_layers, args.allow_cpu)
-        else:
-            result = run_vidax(args.side.split("-", 1)[1], latents[0], args.steps, args.num_layers)
-        print("RESULT " + json.dumps(result))
+        print("RESULT " + json.dumps(run_side(args.side, latents[0], args.steps, args.num_layers, args.allow_cpu)))
         return
 
     if not args.allow_cpu:

@@ -136,9 +136,12 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], policy: Callable[[A
 
 def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any, steps: int) -> dict:
     """Compile ``x, state = step(params, x, state, context)`` (latents donated), time it with
-    :func:`time_steps` and return the vidax side's result dict."""
+    :func:`time_steps` and return the vidax side's result dict (with the device's peak memory:
+    the allocator's ``peak_bytes_in_use`` on GPU / TPU, live arrays on CPU)."""
     import jax
     import jax.numpy as jnp
+
+    from vidax.stats import device_memory_bytes
 
     t0 = time.perf_counter()
     compiled = jax.jit(step, donate_argnums=(1,)).lower(params, x, state, context).compile()
@@ -146,20 +149,29 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     (x, state), times = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
                                    lambda c: c[0].block_until_ready())
     assert bool(jnp.isfinite(x).all())
+    peak, how = device_memory_bytes()
     return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
+            "peak_device_gib": peak / 2**30, "peak_measured_by": how, "device": jax.devices()[0].device_kind,
             "jax": jax.__version__}
 
 
 def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
-    """Time ``(x, i) = step((x, i))`` under ``torch.inference_mode`` (i: the step index, from 0);
-    return the diffusers side's result dict."""
+    """Time ``(x, i) = step((x, i))`` under ``torch.inference_mode`` (i: the step index, from 0)
+    on ``x``'s device (a CUDA device is synchronised after each step and its peak memory
+    reported); return the diffusers side's result dict."""
     import diffusers
     import torch
 
+    cuda = x.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     with torch.inference_mode():
-        (x, _), times = time_steps(step, (x, 0), steps, lambda c: None)
+        (x, _), times = time_steps(step, (x, 0), steps, lambda c: torch.cuda.synchronize() if cuda else None)
     assert torch.isfinite(x).all()
     return {"compile_s": 0.0, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
+            "peak_device_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+            "peak_measured_by": "torch.cuda.max_memory_allocated",
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
             "torch": torch.__version__, "diffusers": diffusers.__version__}
 
 

@@ -37,8 +37,10 @@ def _config(num_layers):
     return CONFIG_1_3B if num_layers is None else dict(CONFIG_1_3B, num_layers=num_layers)
 
 
-def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None) -> dict:
-    configure_xla_threads(threads)
+def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None, attention: str = "auto") -> dict:
+    """The vidax side; ``threads`` 0 leaves XLA's thread settings alone (GPU)."""
+    if threads > 0:
+        configure_xla_threads(threads)
     import jax.numpy as jnp
     from flax import nnx
 
@@ -47,7 +49,8 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = WanTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
+    b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
+                                                                 rngs=nnx.Rngs(0)),
                     wan_transformer_policy, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
                     SCHEDULER, steps)
 
@@ -61,19 +64,24 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     return run_jax_steps(step, b.params, b.x, b.state, b.context, steps)
 
 
-def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None) -> dict:
+def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu") -> dict:
+    """The diffusers side, on ``device`` ("cpu" or "cuda"; ``threads`` 0 leaves torch's)."""
     import torch
     from diffusers import UniPCMultistepScheduler, WanTransformer3DModel
 
-    torch.set_num_threads(threads)
+    if threads > 0:
+        torch.set_num_threads(threads)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+    dev = torch.device(device)
     torch.manual_seed(0)
-    model = WanTransformer3DModel.from_config(_config(num_layers)).to(dtype).eval()
+    with dev:  # random initialisation where the model runs; weights are not compared
+        model = WanTransformer3DModel.from_config(_config(num_layers))
+    model = model.to(dtype).eval()
     sched = UniPCMultistepScheduler.from_config({k: v for k, v in SCHEDULER.items() if k != "_class_name"})
-    sched.set_timesteps(steps + 1)
+    sched.set_timesteps(steps + 1, device=dev)
     t, h, w = latent
-    x = torch.randn(1, 16, t, h, w)
-    context = 0.1 * torch.randn(2, TEXT_LEN, 4096)
+    x = torch.randn(1, 16, t, h, w, device=dev)
+    context = 0.1 * torch.randn(2, TEXT_LEN, 4096, device=dev)
     cond_ctx, uncond_ctx = context[:1].to(dtype), context[1:].to(dtype)
 
     def step(c):
