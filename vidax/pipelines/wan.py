@@ -548,14 +548,13 @@ class WanPipeline:
         _, ph, pw = self.transformer_config.patch_size
         mult_h, mult_w = int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw))
         if height % mult_h or width % mult_w:
-            near = sorted({max(mult_h, height // mult_h * mult_h), (height // mult_h + 1) * mult_h})
-            near_w = sorted({max(mult_w, width // mult_w * mult_w), (width // mult_w + 1) * mult_w})
+            near = [f"{name} in {sorted({max(m, v // m * m), (v // m + 1) * m})}"
+                    for name, v, m in (("height", height, mult_h), ("width", width, mult_w)) if v % m]
             raise InputError(
                 f"height and width must be multiples of {mult_h}"
                 + ("" if mult_h == mult_w else f" and {mult_w}")
-                + f" (the VAE's {s}x spatial compression times the transformer's {ph}x{pw} patches, "
-                f"and 16), got height={height}, width={width}; nearest valid: height in {near}, "
-                f"width in {near_w}"
+                + f" (the least common multiple of 16 and the VAE's {s}x spatial compression times the "
+                f"transformer's {ph}x{pw} patches), got height={height}, width={width}; nearest valid: {', '.join(near)}"
             )
         check_positive_int("num_inference_steps", num_inference_steps)
         check_positive_int("max_sequence_length", max_sequence_length)
