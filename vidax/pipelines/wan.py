@@ -553,8 +553,8 @@ class WanPipeline:
             raise InputError(
                 f"height and width must be multiples of {mult_h}"
                 + ("" if mult_h == mult_w else f" and {mult_w}")
-                + f" (the least common multiple of 16 and the VAE's {s}x spatial compression times the "
-                f"transformer's {ph}x{pw} patches), got height={height}, width={width}; nearest valid: {', '.join(near)}"
+                + f" (the VAE's {s}x spatial compression times the transformer's {ph}x{pw} patches, "
+                f"and at least 16), got height={height}, width={width}; nearest valid: {', '.join(near)}"
             )
         check_positive_int("num_inference_steps", num_inference_steps)
         check_positive_int("max_sequence_length", max_sequence_length)
