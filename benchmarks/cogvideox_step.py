@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_jax_steps, run_torch_steps
 
-# THUDM/CogVideoX-5b transformer/config.json (see shared/reference_configs).
+# THUDM/CogVideoX-5b transformer/config.json (see reference_configs/).
 CONFIG_5B = {
     "activation_fn": "gelu-approximate", "attention_bias": True, "attention_head_dim": 64, "dropout": 0.0,
     "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 16, "max_text_seq_length": 226,

@@ -1,6 +1,6 @@
 """Side-by-side denoising-step benchmark: vidax vs diffusers, Wan2.1-T2V-1.3B transformer.
 
-Real transformer config (``../shared/reference_configs`` or the copy embedded below), random
+Real transformer config (``reference_configs/`` or the copy embedded below), random
 weights, one small latent, the same thread count on both sides. A "step" is what the pipelines do
 per denoising step with classifier-free guidance: the transformer on cond and uncond (vidax: one
 batch of 2; diffusers: two calls, as ``WanPipeline`` does) plus one UniPC update.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_jax_steps, run_torch_steps
 
-# Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json (see shared/reference_configs).
+# Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json (see reference_configs/).
 CONFIG_1_3B = {
     "added_kv_proj_dim": None, "attention_head_dim": 128, "cross_attn_norm": True, "eps": 1e-06,
     "ffn_dim": 8960, "freq_dim": 256, "image_dim": None, "in_channels": 16, "num_attention_heads": 12,

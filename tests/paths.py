@@ -1,21 +1,22 @@
-"""Where the released checkpoint configs are: ``shared/reference_configs`` beside the repo."""
+"""Where the released checkpoints' configs are: ``reference_configs/`` in this repository.
+
+They are config facts of released checkpoints (``reference_configs/SOURCES.md`` records where
+each file comes from), kept in the repository so that a fresh clone runs its tests with nothing
+beside it. ``VIDAX_REFERENCE_CONFIGS`` points the tests at another copy (e.g. a newer one).
+"""
 
 import os
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def _reference_configs() -> str:
-    env = os.environ.get("VIDAX_REFERENCE_CONFIGS")
-    if env:
-        return env
-    repo = Path(__file__).resolve().parent.parent
-    for candidate in (repo.parent / "shared" / "reference_configs", repo / "shared" / "reference_configs"):
-        if candidate.is_dir():
-            return str(candidate)
+    folder = os.environ.get("VIDAX_REFERENCE_CONFIGS") or str(REPO / "reference_configs")
     # Full-size tests must not pass vacuously on an empty glob: fail at collection instead.
-    raise RuntimeError(
-        f"shared/reference_configs not found beside {repo}; set VIDAX_REFERENCE_CONFIGS to its path"
-    )
+    if not os.path.isfile(os.path.join(folder, "SOURCES.md")):
+        raise RuntimeError(f"{folder} holds no reference configs (SOURCES.md missing)")
+    return folder
 
 
 REFERENCE_CONFIGS = _reference_configs()

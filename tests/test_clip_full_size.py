@@ -1,6 +1,6 @@
 """Released CLIP image-encoder configs: parse, build abstractly, match transformers 1:1.
 
-Every ``image_encoder/config.json`` under shared/reference_configs whose model is a CLIP
+Every ``image_encoder/config.json`` under reference_configs/ whose model is a CLIP
 vision tower (the Wan2.1 I2V 14B checkpoints' ViT-H/14) is parsed with CLIPVisionConfig and built
 with ``nnx.eval_shape``. Its parameter count must equal transformers' ``CLIPVisionModel`` (built
 on the meta device), and the key rules must give exactly the reference's state-dict keys and

@@ -1,6 +1,6 @@
 """Every released CogVideoX transformer config parses, builds abstractly, and has diffusers' size.
 
-Covers ``THUDM__CogVideoX*/transformer/config.json`` in ``shared/reference_configs``
+Covers ``THUDM__CogVideoX*/transformer/config.json`` in ``reference_configs/``
 (2B, 5B, 5B-I2V, 1.5-5B, 1.5-5B-I2V) and the scheduler configs. The reference count comes from
 building ``diffusers.CogVideoXTransformer3DModel`` on the meta device: its ``state_dict`` (the
 checkpoint: parameters plus the 5B-I2V learned position table, a persistent buffer) must map 1:1

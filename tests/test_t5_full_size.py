@@ -1,6 +1,6 @@
 """Released T5 / UMT5 text-encoder configs: parse, build abstractly, match transformers 1:1.
 
-Every ``text_encoder/config.json`` under shared/reference_configs whose model_type is t5
+Every ``text_encoder/config.json`` under reference_configs/ whose model_type is t5
 or umt5 (Wan's umt5-xxl, CogVideoX's and LTX-Video's t5-v1_1-xxl) is parsed with
 T5EncoderConfig and built with ``nnx.eval_shape``. Its parameter count must equal transformers'
 (built on the meta device; the tied ``shared`` / ``encoder.embed_tokens`` counted once), and the

@@ -1,6 +1,6 @@
 """Every released Wan transformer config parses, builds abstractly, and has diffusers' parameter count.
 
-Covers all ``Wan-AI__*/transformer*/config*.json`` in ``shared/reference_configs``:
+Covers all ``Wan-AI__*/transformer*/config*.json`` in ``reference_configs/``:
 Wan2.1 T2V 1.3B / 14B, Wan2.1 I2V 14B 480P / 720P (image embedder + add_k/add_v projections),
 Wan2.2 T2V A14B (transformer and transformer_2), Wan2.2 I2V A14B (hub config with the image
 branch, the converter variant without it, transformer_2) and Wan2.2 TI2V 5B. The reference count
