@@ -32,8 +32,8 @@ import pytest
 from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import max_rel_err
 from vidax.errors import ConfigError, InputError
+from vidax.registry import registry
 from vidax.schedulers import (
-    SCHEDULERS,
     FlowMatchEulerDiscreteScheduler,
     UniPCMultistepScheduler,
     scheduler_from_config,
@@ -495,7 +495,7 @@ def test_euler_step_past_end_is_nan():
 
 
 def test_registry_and_reference_configs():
-    assert set(SCHEDULERS) == {"UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler",
+    assert {s.class_name for s in registry().components("scheduler")} == {"UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler",
                                "CogVideoXDDIMScheduler", "CogVideoXDPMScheduler"}
     seen = {}
     for path in sorted(glob.glob(os.path.join(REF_DIR, "*", "scheduler", "scheduler_config.json"))):
@@ -503,8 +503,8 @@ def test_registry_and_reference_configs():
         with open(path) as f:
             config = json.load(f)
         name = config["_class_name"]
-        if repo.startswith("nvidia__Cosmos"):  # Karras flow sigmas: not implemented
-            with pytest.raises(ConfigError, match="use_karras_sigmas=True"):
+        if repo.startswith("nvidia__Cosmos"):  # Karras flow sigmas / explicit-sigma steps: not implemented
+            with pytest.raises(ConfigError, match="use_karras_sigmas=True|fixed_step_requires_explicit_sigmas=True"):
                 scheduler_from_config(config, source=path)
         else:
             sched = scheduler_from_config(config, source=path)
