@@ -12,7 +12,7 @@ import pytest
 
 from tests.paths import REFERENCE_CONFIGS
 import vidax
-from vidax.default_checkpoint import default_checkpoint
+from vidax.default_checkpoint import NAME, default_checkpoint
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.io.video import read_video
 from vidax.weights import CheckpointReader, save_safetensors
@@ -51,7 +51,7 @@ def test_generate_on_embedded_default(tmp_path):
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not mkstemp's 0600
     assert len(os.listdir(tmp_path)) == 2  # the video and the cache: no temporary left behind
     # Built once: a second call reuses the cached checkpoint folder.
-    assert os.listdir(tmp_path / "cache") == ["wan2.1-t2v-tiny-random-v1"]
+    assert os.listdir(tmp_path / "cache") == [NAME]
 
 
 @pytest.mark.parametrize("flag", ["--num-inference-steps", "--num-frames", "--height"])
@@ -269,8 +269,8 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
 
 
 def test_task_selection_in_the_api(ckpt, variants):
-    from vidax.pipelines.wan import WanPipeline
-    from vidax.pipelines.wan_i2v import WanImageToVideoPipeline
+    from vidax.models.wan.pipeline import WanPipeline
+    from vidax.models.wan.pipeline import WanImageToVideoPipeline
 
     with pytest.raises(InputError, match="it takes no image"):
         vidax.load_pipeline(ckpt, task="i2v")
@@ -311,32 +311,31 @@ WAN_VARIANTS = {
 }
 
 
+def _wan_info(folder):
+    from vidax.models.wan.pipeline import WanPipeline
+    from vidax.pipelines.checkpoint import Checkpoint
+
+    return WanPipeline.read_checkpoint(Checkpoint.open(folder))
+
+
 @pytest.mark.parametrize("repo", sorted(WAN_VARIANTS))
 def test_released_wan_folders_recognised(repo):
     """Every released Wan pipeline folder's configs give its variant and task(s) (configs only)."""
-    from vidax.pipelines.wan import WanCheckpoint
-
     folder = os.path.join(REFERENCE_CONFIGS, repo)
-    if not os.path.isdir(folder):
-        pytest.skip(f"{folder} not available")
-    assert WanCheckpoint.read(folder).variant == WAN_VARIANTS[repo]
+    assert _wan_info(folder).variant == WAN_VARIANTS[repo]
 
 
 def test_released_wan22_i2v_a14b_folder(tmp_path):
     """Wan2.2 I2V A14B: the converter's transformer config is recognised; the hub-edit variant
     that asks for CLIP features without an image encoder (which the reference cannot run
     either) is a clear ConfigError."""
-    from vidax.pipelines.wan import WanCheckpoint
-
     folder = os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-I2V-A14B-Diffusers")
-    if not os.path.isdir(folder):
-        pytest.skip(f"{folder} not available")
     with pytest.raises(ConfigError, match="image_dim=1280 takes CLIP image features, but .* names no image_encoder"):
-        WanCheckpoint.read(folder)
+        _wan_info(folder)
     dst = tmp_path / "i2v_a14b"
     shutil.copytree(folder, dst)
     shutil.copy(dst / "transformer" / "config.converter_variant.json", dst / "transformer" / "config.json")
-    info = WanCheckpoint.read(str(dst))
+    info = _wan_info(str(dst))
     assert info.variant == "Wan2.2 A14B I2V (two experts, boundary_ratio=0.9): image-to-video"
     assert len(info.transformer_configs) == 2 and info.tasks == ("i2v",)
 

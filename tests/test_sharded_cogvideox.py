@@ -291,7 +291,7 @@ def test_dpm_step_noise_on_mesh(pipeline_ckpt):
     def run(mesh, seed):
         pipe = vidax.load_pipeline(pipeline_ckpt, mesh=mesh)
         pipe.scheduler = CogVideoXDPMScheduler(pipe.scheduler.config)
-        shape = (CALL["num_inference_steps"], 1, 3, pipe.vae_config.latent_channels, 4, 6)
+        shape = (CALL["num_inference_steps"], 1, 3, pipe.info.vae_config.latent_channels, 4, 6)
         noise = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
         return pipe(prompt=PROMPT, negative_prompt=NEGATIVE, progress=False, step_noise=noise,
                     output_type="latent", **CALL).frames

@@ -62,16 +62,16 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     assert _kinds(pipe.text_encoder) == {"pinned_host"}  # loaded straight into host memory
     te_bytes = sum(a.nbytes for a in jax.tree.leaves(nnx.state(pipe.text_encoder)))
     seen_kinds = []
-    encode = pipe.encode_prompt.__func__
-
-    def spy(params, ids, mask):
-        seen_kinds.append({a.sharding.memory_kind for a in jax.tree.leaves(params)})
-        return fn(params, ids, mask)
-
     pipe.encode_prompt(["warm up"], 16)  # compile first, so the cache is not counted below
-    fn, pipe._encode_fn = pipe._encode_fn, spy
+    encode_text = pipe.encode_text
+
+    def spy(texts, length):  # where the encoder's parameters are while it runs
+        seen_kinds.append(_kinds(pipe.text_encoder))
+        return encode_text(texts, length)
+
+    pipe.encode_text = spy
     before = _device_buffers()
-    embeds = encode(pipe, [PROMPT, NEGATIVE], 16)
+    embeds = pipe.encode_prompt([PROMPT, NEGATIVE], 16)
     embeds.block_until_ready()
     after = _device_buffers()
     new = {k: v for k, v in after.items() if k not in before}
@@ -148,8 +148,9 @@ def test_plan_pipeline_staging_from_headers(ckpt, monkeypatch):
     import os
 
     paths = {n: os.path.join(ckpt, n) for n in ("transformer", "text_encoder", "vae")}
-    tr = component_bytes(paths["transformer"], np.float32, blocks_prefix="blocks")
-    assert tr["layers"] == 5 and 0 < tr["blocks"] < tr["total"]
+    tr = component_bytes(paths["transformer"], np.float32, ("blocks",))
+    blocks, layers = tr["stacks"]["blocks"]
+    assert layers == 5 and 0 < blocks < tr["total"]
     te = component_bytes(paths["text_encoder"], np.float32)["total"]
     assert component_bytes(paths["text_encoder"], "bfloat16")["total"] == te // 2
     vae = component_bytes(paths["vae"], np.float32)["total"]
@@ -159,7 +160,7 @@ def test_plan_pipeline_staging_from_headers(ckpt, monkeypatch):
     plan = plan_pipeline_staging(paths, np.float32, np.float32, None, None)
     assert plan.staged == {"text_encoder": True, "vae": False}
     # Streaming the blocks counts 2 chunks instead of 5 layers: now everything fits.
-    per_layer = tr["blocks"] / 5
+    per_layer = blocks / 5
     limit = int((tr["total"] - 3 * per_layer + te + vae) / 0.6) + 1
     monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: limit)
     assert plan_pipeline_staging(paths, np.float32, np.float32, OffloadConfig(chunk=1), None).staged == \

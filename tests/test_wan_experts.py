@@ -14,7 +14,7 @@ from tests.paths import REFERENCE_CONFIGS
 import vidax
 from tests.parity.wan_reference import write_tiny_wan_variant
 from vidax.errors import ConfigError, InputError
-from vidax.pipelines.wan import expert_for_steps
+from vidax.pipelines.experts import expert_for_steps
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import live_array_bytes
 

@@ -59,31 +59,31 @@ def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="What the video shows."),
     negative_prompt: str = typer.Option("", help="What to steer away from (used when guidance-scale > 1)."),
     image: Optional[str] = typer.Option(
-        None, "--image", help="Image file of the first frame, for image-to-video checkpoints (Wan2.1 I2V, "
-        "Wan2.2 I2V A14B, TI2V-5B, CogVideoX(1.5)-5B-I2V); resized to --height x --width."
+        None, "--image", help="Image file of the first frame, for checkpoints that do image-to-video (vidax inspect "
+        "lists a checkpoint's tasks); resized to --height x --width."
     ),
     checkpoint: Optional[str] = typer.Option(
         None, help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."
     ),
-    height: Optional[int] = typer.Option(None, help="Pixels, multiple of 16 [default: the pipeline's (Wan 480, CogVideoX 480); 96 for the embedded checkpoint]."),
-    width: Optional[int] = typer.Option(None, help="Pixels, multiple of 16 [default: the pipeline's (Wan 832, CogVideoX 720); 160 for the embedded checkpoint]."),
-    num_frames: Optional[int] = typer.Option(None, help="Frames, 4k+1 [default: the pipeline's (Wan 81, CogVideoX 49); 17 for the embedded checkpoint]."),
-    num_inference_steps: Optional[int] = typer.Option(None, help="Denoising steps [default: the pipeline's (50); 10 for the embedded checkpoint]."),
-    guidance_scale: Optional[float] = typer.Option(None, help="Classifier-free guidance weight (>= 0; > 1 enables CFG) [default: the pipeline's (Wan 5.0, CogVideoX 6.0)]."),
+    height: Optional[int] = typer.Option(None, help="Pixels (a multiple of what the checkpoint needs, e.g. 16) [default: the checkpoint's, see vidax inspect]."),
+    width: Optional[int] = typer.Option(None, help="Pixels [default: the checkpoint's]."),
+    num_frames: Optional[int] = typer.Option(None, help="Frames, 4k+1 for the released models [default: the checkpoint's]."),
+    num_inference_steps: Optional[int] = typer.Option(None, help="Denoising steps [default: the checkpoint's]."),
+    guidance_scale: Optional[float] = typer.Option(None, help="Classifier-free guidance weight (>= 0; > 1 enables CFG) [default: the checkpoint's]."),
     guidance_scale_2: Optional[float] = typer.Option(
-        None, "--guidance-scale-2", help="Guidance weight of the low-noise expert of Wan2.2 A14B "
-        "checkpoints (default: the --guidance-scale value)."
+        None, "--guidance-scale-2", help="Guidance weight of the second expert of two-expert checkpoints "
+        "[default: the --guidance-scale value]."
     ),
     seed: int = typer.Option(0, help="Seed of the initial noise."),
-    max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the pipeline's (Wan 512, CogVideoX 226)]."),
+    max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the checkpoint's]."),
     dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)}."),
     output: str = typer.Option("vidax-output.mp4", "--output", "-o", help="Output: *.mp4, *.npy, or a folder for PNG frames."),
-    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the pipeline's (16; CogVideoX 8, CogVideoX1.5 16)]."),
+    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
     dp: Optional[int] = typer.Option(None, help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp]."),
     tp: Optional[int] = typer.Option(None, help="Tensor-parallel size (heads, FFN) [default: 1]."),
-    sp: Optional[int] = typer.Option(None, help="Sequence-parallel size (Ulysses: video tokens; CogVideoX: text + video tokens) [default: 1]."),
+    sp: Optional[int] = typer.Option(None, help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1]."),
     coordinator: Optional[str] = typer.Option(None, help="Multi-host: HOST:PORT of process 0 [env JAX_COORDINATOR_ADDRESS]."),
     num_processes: Optional[int] = typer.Option(None, help="Multi-host: number of processes [env JAX_NUM_PROCESSES]."),
     process_id: Optional[int] = typer.Option(None, help="Multi-host: this process, 0..N-1 [env JAX_PROCESS_ID]."),
@@ -138,30 +138,27 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
-    if checkpoint is None:
-        from vidax.default_checkpoint import DEFAULT_CALL, default_checkpoint
+    from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
+    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.pipelines.loading import pipeline_class
 
-        checkpoint = default_checkpoint()
+    if checkpoint is None:
+        checkpoint = PUBLIC_NAME
         typer.secho(
-            f"Using the embedded default checkpoint ({checkpoint}): Wan2.1 layout with tiny, RANDOM "
+            f"Using the embedded default checkpoint ({PUBLIC_NAME}): Wan2.1 layout with tiny, RANDOM "
             "weights, so the video is noise. Pass --checkpoint PATH for real weights.",
             fg=typer.colors.YELLOW, err=True,
         )
-        # Only what the user left out takes the tiny checkpoint's defaults; a given 0 is checked.
-        height = DEFAULT_CALL["height"] if height is None else height
-        width = DEFAULT_CALL["width"] if width is None else width
-        num_frames = DEFAULT_CALL["num_frames"] if num_frames is None else num_frames
-        if num_inference_steps is None:
-            num_inference_steps = DEFAULT_CALL["num_inference_steps"]
-    from inspect import signature
-
-    from vidax.pipelines.loading import load_pipeline
-
-    # The task follows --image; a checkpoint that does not do it is refused from its configs alone.
-    pipe = load_pipeline(checkpoint, dtype=dtype, stats=stats, mesh=mesh, task="i2v" if call_image else "t2v",
-                         **({} if offload is None else {"offload": offload}))
-    if call_image and "image" not in signature(pipe.__call__).parameters:
-        raise InputError(f"--image was given but {type(pipe).__name__} takes no image")
+    # Configs only: the task follows --image, and every call argument is checked against the
+    # checkpoint's configs before any weight is read.
+    ckpt = Checkpoint.open(resolve_named_checkpoint(checkpoint))
+    cls = pipeline_class(ckpt, task="i2v" if call_image else "t2v")
+    given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
+                 guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
+                 guidance_scale_2=guidance_scale_2)
+    call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
+                          progress=progress, **call_image, **{k: v for k, v in given.items() if v is not None})
+    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
     if verbose:
         from vidax.parallel.placement import pipeline_report
 
@@ -170,21 +167,8 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
             from vidax.pipelines.staging import offload_report
 
             typer.echo(offload_report(pipe), err=True)
-    # Settings the user did not give take the pipeline's own defaults (they differ per family).
-    given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
-                 guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
-                 guidance_scale_2=guidance_scale_2)
-    if guidance_scale_2 is not None and "guidance_scale_2" not in signature(pipe.__call__).parameters:
-        raise InputError(f"--guidance-scale-2 was given but {type(pipe).__name__} has no second expert")
-    out = pipe(
-        **call_image,
-        prompt=prompt,
-        negative_prompt=negative_prompt,
-        seed=seed,
-        progress=progress,
-        **{k: v for k, v in given.items() if v is not None},
-    )
-    fps = fps or getattr(pipe, "default_fps", 16)
+    out = pipe.generate(call)
+    fps = fps or pipe.defaults.fps
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
         return

@@ -19,16 +19,24 @@ import tempfile
 import numpy as np
 from flax import nnx
 
+from vidax.cache import cache_dir
+
 logger = logging.getLogger("vidax.default_checkpoint")
 
-NAME = "wan2.1-t2v-tiny-random-v1"
+NAME = "wan2.1-t2v-tiny-random-v2"
 
-# Settings of a ``vidax generate`` on the embedded checkpoint when the user gives none.
+#: The name ``vidax.load_pipeline`` and ``vidax inspect`` know the embedded checkpoint by.
+PUBLIC_NAME = "vidax/tiny-random-wan"
+
+#: What a call on the embedded checkpoint uses when it is not told otherwise (a video in seconds
+#: on a CPU), kept in its model_index.json (``_vidax_call_defaults``) so the CLI and the Python
+#: API agree.
 DEFAULT_CALL = {"height": 96, "width": 160, "num_frames": 17, "num_inference_steps": 10}
 
 MODEL_INDEX = {
     "_class_name": "WanPipeline",
     "_diffusers_version": "0.33.0.dev0",
+    "_vidax_call_defaults": DEFAULT_CALL,
     "scheduler": ["diffusers", "UniPCMultistepScheduler"],
     "text_encoder": ["transformers", "UMT5EncoderModel"],
     "tokenizer": ["transformers", "T5TokenizerFast"],
@@ -132,11 +140,10 @@ SCHEDULER = {
 }
 
 
-def cache_dir() -> str:
-    """``$VIDAX_CACHE_DIR`` if set, else the platform's user cache folder for vidax."""
-    import platformdirs
-
-    return os.environ.get("VIDAX_CACHE_DIR") or platformdirs.user_cache_dir("vidax")
+def resolve_named_checkpoint(path_or_hub_id):
+    """:data:`PUBLIC_NAME` -> the embedded checkpoint's folder (built on first use); anything
+    else as given."""
+    return default_checkpoint() if str(path_or_hub_id) == PUBLIC_NAME else path_or_hub_id
 
 
 def default_checkpoint(root: str | None = None) -> str:

@@ -2,39 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 
 from vidax.errors import CheckpointError, VidaxError
-from vidax.pipelines.loading import pipeline_class, read_model_index, resolve_checkpoint
+from vidax.pipelines.checkpoint import Checkpoint
+from vidax.pipelines.loading import pipeline_class
+from vidax.registry import registry
 from vidax.weights.safetensors_io import CheckpointReader
-
-# config keys worth showing per component class.
-_KEY_CONFIGS = {
-    "WanTransformer3DModel": ("num_layers", "num_attention_heads", "attention_head_dim", "ffn_dim",
-                              "in_channels", "out_channels", "patch_size", "text_dim", "image_dim"),
-    "AutoencoderKLWan": ("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
-                         "is_residual", "patch_size"),
-    "CLIPVisionModel": ("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size"),
-    "UMT5EncoderModel": ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size"),
-    "T5EncoderModel": ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size"),
-    "UniPCMultistepScheduler": ("prediction_type", "flow_shift", "solver_order", "solver_type"),
-    "FlowMatchEulerDiscreteScheduler": ("shift", "num_train_timesteps"),
-    "CogVideoXTransformer3DModel": ("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
-                                    "out_channels", "patch_size", "patch_size_t", "use_rotary_positional_embeddings",
-                                    "use_learned_positional_embeddings", "ofs_embed_dim", "sample_height",
-                                    "sample_width", "sample_frames", "max_text_seq_length"),
-    "CogVideoXDDIMScheduler": ("prediction_type", "snr_shift_scale", "timestep_spacing", "rescale_betas_zero_snr"),
-    "CogVideoXDPMScheduler": ("prediction_type", "snr_shift_scale", "timestep_spacing", "rescale_betas_zero_snr"),
-}
 
 
 def describe_checkpoint(path_or_hub_id: str) -> str:
-    """A human-readable summary of every component: class, key configs, parameters, dtypes."""
-    root = resolve_checkpoint(path_or_hub_id)
-    index = read_model_index(root)
-    lines = [f"{root}", f"  pipeline: {index.get('_class_name')}", f"  variant: {_variant(root, index)}"]
+    """A human-readable summary of every component: class, key configs, parameter counts, dtypes.
+
+    ``path_or_hub_id``: a folder, a hub id, or ``"vidax/tiny-random-wan"`` (the embedded checkpoint)."""
+    from vidax.default_checkpoint import resolve_named_checkpoint
+
+    ckpt = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
+    root, index = ckpt.root, ckpt.index
+    lines = [f"{root}", f"  pipeline: {index.get('_class_name')}", *_variant(ckpt)]
     for key, value in index.items():
         if key.startswith("_") or not isinstance(value, list) or value[0] is None:
             if not key.startswith("_"):
@@ -46,8 +32,9 @@ def describe_checkpoint(path_or_hub_id: str) -> str:
         if not os.path.isdir(folder):
             lines.append("      MISSING folder")
             continue
-        config = _read_config(folder)
-        shown = {k: config[k] for k in _KEY_CONFIGS.get(cls, ()) if k in config}
+        config = ckpt.configs.get(key, {})
+        spec = registry().find_component(cls)
+        shown = {k: config[k] for k in (spec.key_configs if spec else ()) if k in config}
         if shown:
             lines.append("      " + ", ".join(f"{k}={v}" for k, v in shown.items()))
         try:
@@ -71,24 +58,18 @@ def describe_checkpoint(path_or_hub_id: str) -> str:
     return "\n".join(lines)
 
 
-def _variant(root: str, index: dict) -> str:
-    """What the checkpoint is and does, from its configs (the pipeline class's
-    ``describe_variant(root, index)`` when it has one), or why vidax cannot run it."""
+def _variant(ckpt: Checkpoint) -> list[str]:
+    """What the checkpoint is, its tasks and call defaults, from its configs (the pipeline's
+    ``read_checkpoint``), or why vidax cannot run it."""
     try:
-        cls = pipeline_class(root, index)
-        describe = getattr(cls, "describe_variant", None)
-        return describe(root, index) if describe else f"{cls.__name__} ({getattr(cls, 'task', 'task unknown')})"
+        cls = pipeline_class(ckpt)
+        info = cls.read_checkpoint(ckpt)
     except VidaxError as e:
-        return f"not runnable by vidax: {e}"
-
-
-def _read_config(folder: str) -> dict:
-    for name in ("config.json", "scheduler_config.json"):
-        file = os.path.join(folder, name)
-        if os.path.isfile(file):
-            with open(file) as f:
-                return json.load(f)
-    return {}
+        return [f"  variant: not runnable by vidax: {e}"]
+    d = info.defaults
+    return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}",
+            f"  defaults: {d.height}x{d.width} (HxW), {d.num_frames} frames, {d.num_inference_steps} steps, "
+            f"guidance {d.guidance_scale}, {d.max_sequence_length} text tokens, {d.fps} fps"]
 
 
 def _human(n: int) -> str:
@@ -102,9 +83,9 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
     """How the components vidax shards would be laid out on a ``(dp, tp, sp)`` mesh.
 
     Computed from the configs alone (abstract shapes, no weights read, no devices needed): the
-    per-device float32 parameter bytes and the largest replicated tensors of each Wan or
-    CogVideoX transformer and T5/UMT5 text encoder, and whether the transformer's heads split over
-    ``tp x sp`` (which Ulysses needs).
+    per-device float32 parameter bytes and the largest replicated tensors of each component the
+    registry gives logical parameter axes (transformers, text encoders), and whether a
+    transformer's heads split over ``tp x sp`` (which Ulysses needs).
 
     Args:
         path_or_hub_id: the checkpoint.
@@ -117,42 +98,28 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
     from flax import nnx
     from jax.sharding import AbstractMesh
 
-    from vidax.encoders.t5 import T5_PARAM_AXES, T5Encoder, T5EncoderConfig
+    from vidax.default_checkpoint import resolve_named_checkpoint
     from vidax.errors import InputError
-    from vidax.models.cogvideox.config import CogVideoXTransformerConfig
-    from vidax.models.cogvideox.transformer import COGVIDEOX_PARAM_AXES, CogVideoXTransformer3DModel
-    from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.transformer import WAN_PARAM_AXES, WanTransformer3DModel
-
-    # Transformer class name in model_index.json -> (config class, model class, parameter axes).
-    transformers = {
-        "WanTransformer3DModel": (WanTransformerConfig, WanTransformer3DModel, WAN_PARAM_AXES),
-        "CogVideoXTransformer3DModel": (CogVideoXTransformerConfig, CogVideoXTransformer3DModel,
-                                        COGVIDEOX_PARAM_AXES),
-    }
     from vidax.parallel.mesh import MESH_AXES, SIZE_NAMES, check_heads, parse_mesh_sizes
     from vidax.parallel.placement import plan_report
 
     sizes = parse_mesh_sizes(mesh)
     abstract = AbstractMesh(tuple(sizes[k] for k in SIZE_NAMES), MESH_AXES)
-    root = resolve_checkpoint(path_or_hub_id)
-    index = read_model_index(root)
+    ckpt = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
     components, notes = {}, []
-    for key, value in index.items():
-        if key.startswith("_") or not isinstance(value, list) or value[0] is None:
+    for key in ckpt.configs:
+        spec = registry().find_component(ckpt.class_of(key))
+        # What vidax shards: components with logical parameter axes (transformers, text encoders).
+        if spec is None or spec.param_axes is None or not ckpt.config_files.get(key):
             continue
-        file = os.path.join(root, key, "config.json")
-        if value[1] in transformers and os.path.isfile(file):
-            config_cls, model_cls, axes = transformers[value[1]]
-            cfg = config_cls.from_json_file(file)
-            components[key] = (lambda c=cfg, m=model_cls: m(c, rngs=nnx.Rngs(0)), axes, jnp.float32)
+        cfg = ckpt.typed_config(key, spec.config_class())
+        components[key] = (lambda c=cfg, m=spec.model_class(): m(c, rngs=nnx.Rngs(0)), spec.axes(), jnp.float32)
+        heads = getattr(cfg, "num_attention_heads", None)
+        if spec.kind == "transformer" and heads is not None:
             try:  # Ulysses needs whole heads per device
-                check_heads(abstract, cfg.num_attention_heads, f"{key}/config.json")
+                check_heads(abstract, heads, f"{key}/config.json")
             except InputError as e:
                 notes.append(f"  NOT RUNNABLE: {e}")
-        elif value[1] in ("UMT5EncoderModel", "T5EncoderModel") and os.path.isfile(file):
-            cfg = T5EncoderConfig.from_json_file(file)
-            components[key] = (lambda c=cfg: T5Encoder(c, rngs=nnx.Rngs(0)), T5_PARAM_AXES, jnp.float32)
     if not components:
-        return f"{root}: no component vidax shards (Wan / CogVideoX transformer, T5/UMT5 text encoder)"
+        return f"{ckpt.root}: no component vidax shards (none with logical parameter axes in the registry)"
     return "\n".join([plan_report(components, sizes)] + notes)

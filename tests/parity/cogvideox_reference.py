@@ -60,8 +60,9 @@ VARIANTS = {
 }
 
 
-def build_reference(path: str, variant: str, seed: int = 0):
-    """Save a tiny random diffusers CogVideoX pipeline of ``variant`` to ``path``; return it."""
+def build_reference(path: str, variant: str, seed: int = 0, **transformer_overrides):
+    """Save a tiny random diffusers CogVideoX pipeline of ``variant`` to ``path``; return it.
+    ``transformer_overrides`` replace settings of the transformer config (e.g. ``num_layers``)."""
     from transformers import AutoTokenizer, T5Config, T5EncoderModel
 
     spec = VARIANTS[variant]
@@ -69,7 +70,8 @@ def build_reference(path: str, variant: str, seed: int = 0):
     build_tiny_t5_tokenizer(os.path.join(path, "_tok"), vocab_size=TEXT_ENCODER["vocab_size"])
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(path, "_tok"))
     text_encoder = T5EncoderModel(T5Config(**TEXT_ENCODER)).eval()
-    transformer = diffusers.CogVideoXTransformer3DModel(**TRANSFORMER, **spec["transformer"]).eval()
+    transformer = diffusers.CogVideoXTransformer3DModel(
+        **{**TRANSFORMER, **spec["transformer"], **transformer_overrides}).eval()
     vae = diffusers.AutoencoderKLCogVideoX(**VAE, **spec["vae"]).eval()
     randomize_torch_module(text_encoder, seed=seed)
     randomize_torch_module(transformer, seed=seed + 1)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import vidax
+from vidax.pipelines.base import CallDefaults
 from tests.parity.cogvideox_reference import (
     CALL,
     L_TXT,
@@ -151,11 +152,10 @@ def test_latent_output_and_padding(checkpoints, pipelines):
 
 def test_call_defaults(pipelines):
     """The reference's defaults: size and frames from the transformer config (I2V: 49 frames)."""
-    t2v, i2v = pipelines("1.5").call_defaults(), pipelines("5b_i2v").call_defaults()
-    assert t2v == dict(height=32, width=48, num_frames=9, num_inference_steps=50, guidance_scale=6.0,
-                       max_sequence_length=226)
-    assert i2v["num_frames"] == 49 and (i2v["height"], i2v["width"]) == (32, 48)
-    assert pipelines("1.5").default_fps == 16 and pipelines("5b_i2v").default_fps == 8
+    t2v, i2v = pipelines("1.5").defaults, pipelines("5b_i2v").defaults
+    assert t2v == CallDefaults(height=32, width=48, num_frames=9, num_inference_steps=50, guidance_scale=6.0,
+                               max_sequence_length=226, fps=16)
+    assert i2v.num_frames == 49 and (i2v.height, i2v.width) == (32, 48) and i2v.fps == 8
 
 
 def test_bad_inputs(checkpoints, pipelines):

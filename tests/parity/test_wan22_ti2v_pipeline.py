@@ -47,7 +47,7 @@ def test_t2v_fp32_matches_diffusers(reference):
     path, ref = reference
     pipe = vidax.load_pipeline(path, dtype="float32")
     assert type(pipe).__name__ == "WanPipeline" and pipe.expand_timesteps
-    assert (pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal) == (16, 4)
+    assert (pipe.vae.config.spatial_compression, pipe.vae.config.temporal_compression) == (16, 4)
     latents, frames = ref["t2v"]
     out = pipe(latents=latents, progress=False, **LANDSCAPE, **CALL)
     assert out.frames.shape == frames.shape == (2, 9, 64, 96, 3)
@@ -74,9 +74,17 @@ def test_i2v_fp32_matches_diffusers(reference):
     assert value >= 60.0  # measured 139 dB
     other = pipe(random_image(1), latents=latents, progress=False, **LANDSCAPE, **CALL)
     assert psnr(other.frames, frames) < 40.0  # the image steers the video (measured 25 dB)
+    # One checkpoint, two tasks: the pipeline model_index.json names (WanPipeline) takes image= too.
+    both = vidax.load_pipeline(path, dtype="float32")
+    assert type(both).__name__ == "WanPipeline"
+    np.testing.assert_array_equal(
+        both(image=random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL).frames, out.frames)
+    with pytest.raises(InputError, match=r"WanPipeline takes no 'strength'; it takes prompt, negative_prompt, image"):
+        both(image=random_image(0), strength=0.5, **LANDSCAPE, **CALL)
     # The first latent frame is the image's: replaced at every step and after the last one.
     lat = pipe(random_image(0), latents=latents, progress=False, output_type="latent", **LANDSCAPE, **CALL).frames
-    cond = pipe._condition(random_image(0), 2, 9, 64, 96, RunStats())["first_frame"]
+    call = pipe.check_call(pipe.info, image=random_image(0), **LANDSCAPE, **CALL)
+    cond = pipe.condition(call, RunStats())["first_frame"]
     np.testing.assert_array_equal(lat[:, :, :1], np.transpose(np.asarray(cond), (0, 4, 1, 2, 3)))
     # Portrait (H > W), final latents: a height/width swap anywhere would change them.
     latents, lat_ref = ref["i2v_portrait"]

@@ -1,0 +1,23 @@
+"""Text and image encoders shared by the families (registered once, loaded by any pipeline)."""
+
+from vidax.registry import ComponentSpec, Family
+
+_T5_KEYS = ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size")
+
+FAMILY = Family(
+    name="encoders",
+    components=tuple(
+        ComponentSpec(name, "text_encoder", loader="vidax.encoders.t5:load_t5_encoder",
+                      options=("dtype", "mesh", "placement"), config="vidax.encoders.t5:T5EncoderConfig",
+                      model="vidax.encoders.t5:T5Encoder", param_axes="vidax.encoders.t5:T5_PARAM_AXES",
+                      key_configs=_T5_KEYS)
+        for name in ("UMT5EncoderModel", "T5EncoderModel")
+    ) + (
+        ComponentSpec("CLIPVisionModel", "image_encoder", loader="vidax.encoders.clip:load_clip_vision",
+                      options=("dtype", "placement"), config="vidax.encoders.clip:CLIPVisionConfig",
+                      model="vidax.encoders.clip:CLIPVisionEncoder",
+                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size",
+                                   "patch_size")),
+        ComponentSpec("CLIPImageProcessor", "image_processor"),
+    ) + tuple(ComponentSpec(name, "tokenizer") for name in ("T5TokenizerFast", "T5Tokenizer")),
+)

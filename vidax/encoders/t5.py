@@ -24,6 +24,7 @@ and keeps the bf16 result closer to the fp32 one).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from functools import partial
@@ -585,3 +586,34 @@ def load_t5_encoder(
         placement=placement or logical_placement(mesh, T5_PARAM_AXES),
         what=f"text_encoder ({config.model_type})",
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
+    """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure. Parameters are an
+    argument (no closure holds them, so a staged encoder leaves the device); pipelines of one
+    structure share the compiled function."""
+
+    @jax.jit
+    def encode(params, ids, mask):
+        hidden = nnx.merge(graphdef, params)(ids, None if attend_padding else mask)
+        if zero_padding:
+            hidden = jnp.where(mask[..., None] > 0, hidden, jnp.zeros((), hidden.dtype))
+        return hidden
+
+    return encode
+
+
+def encode_tokens(encoder: T5Encoder, tokens: Any, *, attend_padding: bool = False,
+                  zero_padding: bool = False) -> jax.Array:
+    """Encoder hidden states (B, L, D) of tokenized prompts, in the encoder's dtype.
+
+    Args:
+        encoder: a loaded :class:`T5Encoder`.
+        tokens: ``input_ids`` and ``attention_mask``, (B, L) int (``vidax.encoders.tokenizer.Tokens``).
+        attend_padding: run without the attention mask, padded positions attended (CogVideoX's
+            ``_get_t5_prompt_embeds``); else the mask is applied (Wan's).
+        zero_padding: zero the outputs past each prompt's length (Wan's).
+    """
+    fn = _encode_fn(nnx.graphdef(encoder), bool(attend_padding), bool(zero_padding))
+    return fn(nnx.state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))

@@ -117,7 +117,7 @@ def _converted_tokenizer_json(path: str) -> str:
     import sys
     import tempfile
 
-    from vidax.default_checkpoint import cache_dir
+    from vidax.cache import cache_dir
 
     if not os.path.isdir(path) or not any(f.endswith(".model") for f in os.listdir(path)):
         raise CheckpointError(

@@ -199,10 +199,12 @@ class OffloadedBlocks:
             model holds in place of the parameters).
         sizes: layers of each chunk, e.g. ``[2, 2, 1]`` for 5 layers in chunks of 2.
         memory_kind: host memory kind of the chunks (None: numpy arrays).
+        attr: the owning model's attribute that holds the stack.
     """
 
     def __init__(self, graphdef, abstract: nnx.State, chunks: Sequence[nnx.State],
-                 shardings: nnx.State, memory_kind: str | None):
+                 shardings: nnx.State, memory_kind: str | None, attr: str = "blocks"):
+        self.attr = attr
         self.graphdef = graphdef
         self.abstract = abstract
         self.memory_kind = memory_kind
@@ -291,7 +293,7 @@ def _attach(module: nnx.Module, attr: str, chunks: dict, shardings: dict, kind: 
         for p, v in flat
     ])
     nnx.update(blocks, abstract)
-    _OFFLOADED[module] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind)
+    _OFFLOADED[module] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
     logger.info("offload: %s", _OFFLOADED[module].describe())
     return module
 
@@ -347,16 +349,19 @@ def offload_loader(offload: Any, attr: str = "blocks") -> HostBlockLoader | None
     return HostBlockLoader(config, attr) if config is not None and config.streams_blocks else None
 
 
-def offload_module(module: nnx.Module, offload: Any, attr: str = "blocks") -> nnx.Module:
+def offload_module(module: nnx.Module, offload: Any, attr: str | None = None) -> nnx.Module:
     """Move the stacked blocks of an already loaded ``module`` into host chunks (in place).
 
     Each chunk is sliced on the device, copied to host memory and the device stack released
     once the module holds placeholders (callers must drop their own references to the old
     parameters). Returns ``module``.
 
+    ``attr``: the stack to stream; default the model's first ``block_stacks`` entry.
+
     Raises:
         InputError: ``offload`` does not stream blocks, or ``module`` has no ``attr``.
     """
+    attr = attr or getattr(module, "block_stacks", ("blocks",))[0]
     config = resolve_offload(offload)
     if config is None or not config.streams_blocks:
         raise InputError(f"offload_module: offload={offload!r} does not stream blocks (give a chunk size).")
@@ -394,7 +399,7 @@ class ChunkedStep:
         graphdef: NNX graph of the whole model.
         blocks: its :class:`OffloadedBlocks`.
         model_args, finish: the step's pieces (see above).
-        attr: the model attribute of the blocks.
+        attr: the model attribute of the blocks (default: the one ``blocks`` came from).
         out_shardings: ``(latents, state)`` output shardings of ``post`` (set on a mesh, see
             :meth:`with_out_shardings`).
 
@@ -404,12 +409,12 @@ class ChunkedStep:
     """
 
     def __init__(self, graphdef, blocks: OffloadedBlocks, model_args: Callable, finish: Callable, *,
-                 attr: str = "blocks", out_shardings: Any = None, _shared: dict | None = None):
+                 attr: str | None = None, out_shardings: Any = None, _shared: dict | None = None):
         self.graphdef = graphdef
         self.blocks = blocks
         self.model_args = model_args
         self.finish = finish
-        self.attr = attr
+        self.attr = attr or blocks.attr
         self.out_shardings = out_shardings
         self._shared = _shared if _shared is not None else {"compiled": {}, "jits": {}}
 

@@ -1,4 +1,4 @@
-"""Pieces every pipeline shares: prompt cleaning, argument checks, dtype parsing, outputs."""
+"""Pieces every pipeline shares: task names, prompt cleaning, dtype parsing, the output."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 import html
 import logging
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -51,26 +51,6 @@ def prompt_clean(text: str) -> str:
     """
     text = html.unescape(html.unescape(text)).strip()
     return re.sub(r"\s+", " ", text).strip()
-
-
-def as_prompt_list(name: str, prompt: str | Sequence[str] | None, batch: int | None = None) -> list[str]:
-    if prompt is None:
-        prompt = ""
-    if isinstance(prompt, str):
-        return [prompt] * (batch or 1)
-    if not isinstance(prompt, (list, tuple)) or not all(isinstance(p, str) for p in prompt):
-        raise InputError(f"{name} must be a string or a list of strings, got {type(prompt).__name__}")
-    if not prompt:
-        raise InputError(f"{name} is an empty list")
-    if batch is not None and len(prompt) != batch:
-        raise InputError(f"{name} has {len(prompt)} entries but prompt has {batch}; give one per prompt")
-    return list(prompt)
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 @dataclasses.dataclass

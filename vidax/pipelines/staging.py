@@ -50,28 +50,31 @@ def device_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def component_bytes(folder: str, dtype: Any, blocks_prefix: str | None = None) -> dict[str, int]:
+def component_bytes(folder: str, dtype: Any, blocks_prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
     """Parameter bytes of a component read from its safetensors headers (no tensor is read),
     floating tensors counted at ``dtype``.
 
-    Returns ``{"total": ..}``, plus ``"blocks"`` (bytes of the stacked layers under
-    ``blocks_prefix``) and ``"layers"`` (their count) when ``blocks_prefix`` is given.
+    Returns ``{"total": ..}``, plus ``"stacks"``: ``{prefix: (bytes, layers)}`` for each stacked
+    layer prefix of ``blocks_prefixes`` (e.g. ``"blocks"`` for keys ``blocks.<i>.*``).
     """
     reader = CheckpointReader(folder)
     itemsize = np.dtype(dtype).itemsize
-    total = blocks = layers = 0
-    pattern = re.compile(rf"^{re.escape(blocks_prefix)}\.(\d+)\.") if blocks_prefix else None
+    total = 0
+    stacks = {p: [0, 0] for p in blocks_prefixes}
+    patterns = [(p, re.compile(rf"^{re.escape(p)}\.(\d+)\.")) for p in blocks_prefixes]
     for key in reader.keys():
         info = reader.info(key)
         size = int(np.prod(info.shape)) * (itemsize if np.issubdtype(info.dtype, np.floating) else info.dtype.itemsize)
         total += size
-        m = pattern.match(key) if pattern else None
-        if m:
-            blocks += size
-            layers = max(layers, int(m.group(1)) + 1)
-    out = {"total": total}
-    if blocks_prefix:
-        out.update(blocks=blocks, layers=layers)
+        for prefix, pattern in patterns:
+            m = pattern.match(key)
+            if m:
+                stacks[prefix][0] += size
+                stacks[prefix][1] = max(stacks[prefix][1], int(m.group(1)) + 1)
+                break
+    out: dict[str, Any] = {"total": total}
+    if blocks_prefixes:
+        out["stacks"] = {p: tuple(v) for p, v in stacks.items()}
     return out
 
 
@@ -171,28 +174,30 @@ class Staging:
 
 
 def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, offload: OffloadConfig | None,
-                          mesh: Any = None) -> Staging:
+                          mesh: Any = None, blocks_prefixes: tuple[str, ...] = ("blocks",)) -> Staging:
     """The :class:`Staging` of a pipeline whose component folders are ``paths`` (keys
     ``transformer``, ``text_encoder``, ``vae``), decided by :func:`plan_staging` from the
     checkpoint headers: the transformer and text encoder at ``dtype`` divided over the mesh's
     ``tensor`` axis (their weights are tensor-parallel), the VAE at ``vae_dtype``; with
-    streamed blocks the transformer counts its non-block weights plus two chunks."""
+    streamed blocks the transformer counts its non-block weights plus two chunks of each of its
+    block stacks (``blocks_prefixes``, the registry's ``ComponentSpec.block_stacks``)."""
     offload = offload or OffloadConfig()
     keep = {"text_encoder": offload.keep_text_encoder, "vae": offload.keep_vae}
     limit = device_memory_limit()
     if limit is None or all(v is not None for v in keep.values()):
         return Staging(plan_staging(keep, {}, None), offload.memory_kind)
     tp = axis_size(mesh, TENSOR)
-    tr = component_bytes(paths["transformer"], dtype, blocks_prefix="blocks")
+    tr = component_bytes(paths["transformer"], dtype, blocks_prefixes)
     resident = tr["total"]
-    if offload.streams_blocks and tr["layers"]:
-        per_layer = tr["blocks"] / tr["layers"]
-        resident = tr["total"] - tr["blocks"] + 2 * per_layer * offload.layers_per_chunk(tr["layers"])
-    sizes = {
-        "transformer": resident / tp,
-        "text_encoder": component_bytes(paths["text_encoder"], dtype)["total"] / tp,
-        "vae": component_bytes(paths["vae"], vae_dtype)["total"],
-    }
+    if offload.streams_blocks:
+        for nbytes, layers in tr["stacks"].values():
+            if layers:
+                resident += 2 * nbytes / layers * offload.layers_per_chunk(layers) - nbytes
+    sizes = {"transformer": resident / tp}
+    if "text_encoder" in paths:
+        sizes["text_encoder"] = component_bytes(paths["text_encoder"], dtype)["total"] / tp
+    if "vae" in paths:
+        sizes["vae"] = component_bytes(paths["vae"], vae_dtype)["total"]
     staged = plan_staging(keep, sizes, limit)
     logger.info("staging: device limit %.2f GiB, resident parameters %s GiB -> staged %s", limit / 2**30,
                 {k: round(v / 2**30, 2) for k, v in sizes.items()}, [n for n, s in staged.items() if s] or "none")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from vidax.errors import ConfigError
+from vidax.registry import ComponentSpec, Family
 from vidax.schedulers.base import Scheduler
 from vidax.schedulers.ddim_cogvideox import (
     CogVideoXDDIMScheduler,
@@ -29,12 +30,22 @@ from vidax.schedulers.unipc import (
     UniPCState,
 )
 
-SCHEDULERS: dict[str, type] = {
-    "UniPCMultistepScheduler": UniPCMultistepScheduler,
-    "FlowMatchEulerDiscreteScheduler": FlowMatchEulerDiscreteScheduler,
-    "CogVideoXDDIMScheduler": CogVideoXDDIMScheduler,
-    "CogVideoXDPMScheduler": CogVideoXDPMScheduler,
-}
+_SAMPLING_KEYS = ("prediction_type", "snr_shift_scale", "timestep_spacing", "rescale_betas_zero_snr")
+
+FAMILY = Family(
+    name="schedulers",
+    components=(
+        ComponentSpec("UniPCMultistepScheduler", "scheduler", config="vidax.schedulers.unipc:UniPCMultistepScheduler",
+                      key_configs=("prediction_type", "flow_shift", "solver_order", "solver_type")),
+        ComponentSpec("FlowMatchEulerDiscreteScheduler", "scheduler",
+                      config="vidax.schedulers.flow_match_euler:FlowMatchEulerDiscreteScheduler",
+                      key_configs=("shift", "num_train_timesteps", "use_dynamic_shifting")),
+        ComponentSpec("CogVideoXDDIMScheduler", "scheduler",
+                      config="vidax.schedulers.ddim_cogvideox:CogVideoXDDIMScheduler", key_configs=_SAMPLING_KEYS),
+        ComponentSpec("CogVideoXDPMScheduler", "scheduler",
+                      config="vidax.schedulers.dpm_cogvideox:CogVideoXDPMScheduler", key_configs=_SAMPLING_KEYS),
+    ),
+)
 
 
 def scheduler_from_config(
@@ -49,20 +60,17 @@ def scheduler_from_config(
             ``from_config(config, flow_shift=5.0)``.
 
     Raises:
-        ConfigError: ``_class_name`` missing or not in :data:`SCHEDULERS`, or a setting the class
+        ConfigError: ``_class_name`` missing or not a registered scheduler, or a setting the class
             does not implement (see the class's config).
     """
-    name = config.get("_class_name")
-    if name not in SCHEDULERS:
-        raise ConfigError(
-            f"{source}: _class_name={name!r} is not a scheduler vidax implements; "
-            f"valid: {sorted(SCHEDULERS)}."
-        )
-    return SCHEDULERS[name].from_config({**config, **overrides}, source=source)
+    from vidax.registry import registry
+
+    spec = registry().component(config.get("_class_name"), "scheduler", source=f"{source}: _class_name")
+    return spec.config_class().from_config({**config, **overrides}, source=source)
 
 
 __all__ = [
-    "SCHEDULERS",
+    "FAMILY",
     "CogVideoXDDIMScheduler",
     "CogVideoXDDIMState",
     "CogVideoXDPMScheduler",

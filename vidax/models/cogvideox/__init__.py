@@ -1,15 +1,35 @@
-"""CogVideoX and CogVideoX1.5 (THUDM): transformer, config, and (in ``vae``) the 3D VAE."""
+"""CogVideoX and CogVideoX1.5 (THUDM): transformer, 3D VAE, pipelines.
 
-from vidax.models.cogvideox.config import CogVideoXTransformerConfig
-from vidax.models.cogvideox.transformer import (
-    CogVideoXTransformer3DModel,
-    cogvideox_transformer_policy,
-    load_cogvideox_transformer,
+Files: ``config.py`` (transformer config), ``transformer.py``, ``vae.py`` (VAE and its config),
+``pipeline.py`` (the pipeline hooks); key rules and precision policies live next to each model.
+"""
+
+from vidax.registry import ComponentSpec, Family, PipelineSpec
+
+_PIPE = "vidax.models.cogvideox.pipeline"
+
+FAMILY = Family(
+    name="cogvideox",
+    pipelines=(
+        PipelineSpec("CogVideoXPipeline", f"{_PIPE}:CogVideoXPipeline"),
+        PipelineSpec("CogVideoXImageToVideoPipeline", f"{_PIPE}:CogVideoXImageToVideoPipeline"),
+    ),
+    components=(
+        ComponentSpec("CogVideoXTransformer3DModel", "transformer",
+                      loader="vidax.models.cogvideox.transformer:load_cogvideox_transformer",
+                      options=("dtype", "mesh", "placement", "offload"),
+                      config="vidax.models.cogvideox.config:CogVideoXTransformerConfig",
+                      model="vidax.models.cogvideox.transformer:CogVideoXTransformer3DModel",
+                      param_axes="vidax.models.cogvideox.transformer:COGVIDEOX_PARAM_AXES",
+                      key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
+                                   "out_channels", "patch_size", "patch_size_t", "use_rotary_positional_embeddings",
+                                   "use_learned_positional_embeddings", "ofs_embed_dim", "sample_height",
+                                   "sample_width", "sample_frames", "max_text_seq_length"),
+                      block_stacks=("transformer_blocks",)),
+        ComponentSpec("AutoencoderKLCogVideoX", "vae", loader="vidax.models.cogvideox.vae:load_cogvideox_vae",
+                      options=("dtype", "placement"), config="vidax.models.cogvideox.vae:CogVideoXVAEConfig",
+                      model="vidax.models.cogvideox.vae:CogVideoXVAE",
+                      key_configs=("latent_channels", "block_out_channels", "layers_per_block",
+                                   "temporal_compression_ratio", "scaling_factor")),
+    ),
 )
-
-__all__ = [
-    "CogVideoXTransformer3DModel",
-    "CogVideoXTransformerConfig",
-    "cogvideox_transformer_policy",
-    "load_cogvideox_transformer",
-]

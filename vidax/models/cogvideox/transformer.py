@@ -41,6 +41,7 @@ Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn1.to
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -65,6 +66,7 @@ from vidax.nn.layers import (
 )
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
+from vidax.parallel.offload import offload_loader
 from vidax.parallel.placement import logical_placement
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import attention as mesh_attention
@@ -537,6 +539,28 @@ class AdaLayerNormOut(nnx.Module):
 # Model
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CogVideoXBlockInputs:
+    """What the blocks and the head read besides the residual stream (from
+    :meth:`CogVideoXTransformer3DModel.embed`); a pytree whose array fields are traced.
+
+    Attributes:
+        temb: time (+ ofs) embedding ``(B, D_t)`` float32.
+        rope: ``(cos, sin)`` each ``(L', K)`` float32 (identity on text and padding rows), or None.
+        valid_length: static; real tokens when ``L'`` is padded, else None.
+        n_txt: static; text tokens at the front. n_tok: static; text + video tokens.
+        grid: static; the token grid ``(T/p_t, H/p, W/p)``.
+    """
+
+    temb: jax.Array
+    rope: tuple | None
+    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
+    n_txt: int = dataclasses.field(metadata=dict(static=True))
+    n_tok: int = dataclasses.field(metadata=dict(static=True))
+    grid: tuple = dataclasses.field(metadata=dict(static=True))
+
+
 class CogVideoXTransformer3DModel(nnx.Module):
     """The CogVideoX diffusion transformer; follows ``diffusers.CogVideoXTransformer3DModel``.
 
@@ -555,6 +579,9 @@ class CogVideoXTransformer3DModel(nnx.Module):
     Raises:
         InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
     """
+
+    #: The stacked layers (what block streaming and the staging plan count).
+    block_stacks = ("transformer_blocks",)
 
     def __init__(
         self,
@@ -616,6 +643,17 @@ class CogVideoXTransformer3DModel(nnx.Module):
         Raises:
             InputError: shapes that do not fit the config, a missing or unexpected ``ofs``.
         """
+        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, ofs)
+        return self.head(self.run_blocks(x, inputs), inputs)
+
+    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
+    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
+
+    def embed(self, hidden_states, timestep, encoder_hidden_states, ofs=None) -> tuple[jax.Array, "CogVideoXBlockInputs"]:
+        """Everything before the blocks: time / ofs embedding, text projection, patch embedding,
+        position table, the joint ``[text; video]`` sequence (padded to a multiple of the mesh's
+        ``sequence`` axis) and RoPE. Arguments as :meth:`__call__`; returns the residual stream
+        ``(B, L', D)`` in the residual dtype and the :class:`CogVideoXBlockInputs`."""
         cfg = self.config
         grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, ofs)
         b = hidden_states.shape[0]
@@ -635,28 +673,39 @@ class CogVideoXTransformer3DModel(nnx.Module):
             if text_rows is not None:
                 ctx = ctx.astype(_F32) + text_rows[None]
         # One joint sequence [text; video], padded to a multiple of the mesh's sequence axis
-        # (padded keys masked, padded rows dropped below).
+        # (padded keys masked, padded rows dropped in head()).
         n_txt, n_vid = ctx.shape[1], x.shape[1]
         n_tok = n_txt + n_vid
         length = padded_length(n_tok, self.mesh)
         valid_length = n_tok if length != n_tok else None
         x = pad_tokens(jnp.concatenate([ctx.astype(res), x.astype(res)], axis=1), length)
         x = constrain(x, _TOKENS, self.mesh)
-        is_text = (jnp.arange(length) < n_txt)[:, None]
         rope = None
         if cfg.use_rotary_positional_embeddings:
             # Identity rotation (cos 1, sin 0) on the text and padding rows.
             extra = ((n_txt, length - n_tok), (0, 0))
             cos, sin = cogvideox_rope(cfg, grid)
             rope = (jnp.pad(cos, extra, constant_values=1.0), jnp.pad(sin, extra))
+        return x, CogVideoXBlockInputs(temb, rope, valid_length, n_txt, n_tok, grid)
 
-        x = scan_layers(
-            self.transformer_blocks, x,
-            lambda block, h: constrain(block(h, temb, rope, is_text, valid_length), _TOKENS, self.mesh),
+    def run_blocks(self, x: jax.Array, inputs: "CogVideoXBlockInputs", blocks: nnx.Module | None = None) -> jax.Array:
+        """The stacked blocks (default ``self.transformer_blocks``; or any run of consecutive
+        layers, as the offload runner passes them) over ``x`` ``(B, L', D)`` with one scan."""
+        blocks = self.transformer_blocks if blocks is None else blocks
+        i = inputs
+        is_text = (jnp.arange(x.shape[1]) < i.n_txt)[:, None]
+        return scan_layers(
+            blocks, x,
+            lambda block, h: constrain(block(h, i.temb, i.rope, is_text, i.valid_length), _TOKENS, self.mesh),
         )
-        x = self.norm_final(x[:, n_txt:n_tok], res)
-        x = self.proj_out(self.norm_out(x, temb))
-        return unpatchify_channels_first(x, grid, cfg.patch_t, cfg.patch_size)
+
+    def head(self, x: jax.Array, inputs: "CogVideoXBlockInputs") -> jax.Array:
+        """Everything after the blocks: the video rows, final norm, modulated output norm,
+        ``proj_out``, unpatchify -> ``(B, T, H, W, C_out)`` in the compute dtype."""
+        cfg, i = self.config, inputs
+        x = self.norm_final(x[:, i.n_txt:i.n_tok], self.residual_dtype or self.dtype)
+        x = self.proj_out(self.norm_out(x, i.temb))
+        return unpatchify_channels_first(x, i.grid, cfg.patch_t, cfg.patch_size)
 
     def _check_inputs(self, x, timestep, text, ofs) -> tuple[int, int, int]:
         cfg = self.config
@@ -708,6 +757,7 @@ def load_cogvideox_transformer(
     residual_dtype: Any = jnp.float32,
     attention: str = "auto",
     mesh: jax.sharding.Mesh | None = None,
+    offload: Any = None,
 ) -> CogVideoXTransformer3DModel:
     """Load a diffusers ``CogVideoXTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -720,6 +770,10 @@ def load_cogvideox_transformer(
         attention: attention implementation (``"auto"``, ``"xla"``, ``"blockwise"``).
         mesh: run on this ``(data, tensor, sequence)`` mesh; the parameters are placed straight
             into their shards (:data:`COGVIDEOX_PARAM_AXES`) unless ``placement`` is given.
+        offload: ``OffloadConfig`` / chunk size (:func:`vidax.parallel.offload.resolve_offload`):
+            when it streams blocks, ``transformer_blocks`` go straight from the files into host
+            memory chunks and the model holds placeholders (run it with
+            :class:`vidax.parallel.offload.ChunkedStep`).
 
     Raises:
         ConfigError: ``config.json`` missing or asking for something not implemented.
@@ -744,4 +798,7 @@ def load_cogvideox_transformer(
         )
 
     placement = placement or logical_placement(mesh, COGVIDEOX_PARAM_AXES)
-    return load_module(make, path, KEY_RULES, cogvideox_transformer_policy(dtype), placement, what="transformer")
+    stream = offload_loader(offload, attr="transformer_blocks")
+    module = load_module(make, path, KEY_RULES, cogvideox_transformer_policy(dtype), placement, what="transformer",
+                         place_stacked=stream)
+    return module if stream is None else stream.attach(module)

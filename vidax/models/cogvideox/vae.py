@@ -811,6 +811,25 @@ class CogVideoXVAE(nnx.Module):
         mean, logvar = np.split(h, 2, axis=-1)
         return np.ascontiguousarray(mean), np.clip(logvar, -30.0, 20.0)
 
+    # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
+
+    def normalize_latents(self, z) -> jax.Array:
+        """Posterior latents -> the diffusion model's: times ``scaling_factor`` (divided by it
+        with ``invert_scale_latents``), as the reference's I2V ``prepare_latents``."""
+        sf = self.config.scaling_factor
+        return np.float32(1 / sf if self.config.invert_scale_latents else sf) * jnp.asarray(z, jnp.float32)
+
+    def denormalize_latents(self, z) -> np.ndarray:
+        """The diffusion model's latents -> what :meth:`decode` takes: ``latents / scaling_factor``."""
+        return np.float32(1 / self.config.scaling_factor) * np.asarray(z, np.float32)
+
+    def iter_decode(self, z, **kwargs):
+        """:meth:`decode` as one chunk (its temporal chunks share the tiling pass)."""
+        yield self.decode(z, **kwargs)
+
+    def decode_chunks(self, z) -> int:
+        return 1
+
     def decode(
         self, z, *, tiled: bool | None = None, tiling: CogVideoXTiling | None = None
     ) -> np.ndarray:

@@ -350,6 +350,9 @@ class WanTransformer3DModel(nnx.Module):
     (see :meth:`__call__`).
     """
 
+    #: The stacked layers (what block streaming and the staging plan count).
+    block_stacks = ("blocks",)
+
     def __init__(
         self,
         config: WanTransformerConfig,

@@ -876,6 +876,20 @@ class WanVAE(nnx.Module):
 
         return chunks()
 
+    # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
+
+    def normalize_latents(self, z) -> jax.Array:
+        """Encoder latents -> the diffusion model's (per-channel mean/std, see :func:`normalize_latents`)."""
+        return normalize_latents(jnp.asarray(z, jnp.float32), self.config)
+
+    def denormalize_latents(self, z) -> jax.Array:
+        """The diffusion model's latents -> what :meth:`iter_decode` takes, in the VAE dtype."""
+        return denormalize_latents(jnp.asarray(z).astype(self.dtype), self.config)
+
+    def decode_chunks(self, z) -> int:
+        """How many chunks :meth:`iter_decode` yields for ``z`` (one per latent frame)."""
+        return int(z.shape[1])
+
     def decode(self, z) -> np.ndarray:
         """Decode latents to video, following ``AutoencoderKLWan.decode(z).sample``.
 

@@ -1,0 +1,101 @@
+"""Every component and pipeline in the registry keeps its contract (vidax.pipelines.contracts).
+
+A component registered without an entry in ``TINY`` fails here: a new family adds its tiny
+configs (and so gets the contract checked) with its folder.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.parity.cogvideox_reference import TRANSFORMER as COG_TRANSFORMER
+from tests.parity.cogvideox_reference import VAE as COG_VAE
+from vidax import default_checkpoint as dc
+from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
+from vidax.pipelines.common import TASK_NAMES
+from vidax.pipelines.contracts import PROTOCOLS
+from vidax.registry import KINDS, registry
+
+#: A tiny config of every component class with a model (the fields they need, others default).
+TINY = {
+    "WanTransformer3DModel": dc.TRANSFORMER,
+    "AutoencoderKLWan": dc.VAE,
+    "UMT5EncoderModel": dc.TEXT_ENCODER,
+    "T5EncoderModel": {**dc.TEXT_ENCODER, "model_type": "t5", "architectures": ["T5EncoderModel"]},
+    "CLIPVisionModel": dict(hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3,
+                            image_size=28, patch_size=14, projection_dim=12),
+    "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
+    "AutoencoderKLCogVideoX": COG_VAE,
+}
+
+MODELED = [s for s in registry().components() if s.model is not None]
+
+
+def test_every_modeled_component_has_a_tiny_config():
+    assert {s.class_name for s in MODELED} <= set(TINY), "add a tiny config of each registered model to TINY"
+    assert all(s.kind in KINDS for s in registry().components())
+
+
+def _abstract(spec):
+    cfg = spec.config_class().from_config_dict(TINY[spec.class_name], source=spec.class_name)
+    return cfg, nnx.eval_shape(lambda: spec.model_class()(cfg, rngs=nnx.Rngs(0)))
+
+
+@pytest.mark.parametrize("spec", MODELED, ids=[s.class_name for s in MODELED])
+def test_component_keeps_its_protocol(spec):
+    """The built module is an instance of its kind's Protocol; a transformer's declared block
+    stacks exist and are stacked (one leading layer axis shared by every parameter), and the
+    registry's checkpoint key prefixes name the same stacks."""
+    cfg, module = _abstract(spec)
+    protocol = PROTOCOLS.get(spec.kind)
+    if protocol is not None:
+        assert isinstance(module, protocol), f"{spec.class_name} does not keep {protocol.__name__}"
+    if spec.kind == "transformer":
+        assert tuple(spec.block_stacks) == tuple(module.block_stacks)
+        for name in module.block_stacks:
+            leaves = jax.tree.leaves(nnx.state(getattr(module, name)))
+            assert leaves and len({leaf.shape[0] for leaf in leaves}) == 1, name
+    if spec.kind == "vae":
+        assert cfg.spatial_compression >= 1 and cfg.temporal_compression >= 1
+    if spec.param_axes is not None:
+        assert isinstance(spec.axes(), tuple) and spec.axes()
+
+
+PIPELINES = list(registry().pipelines())
+
+
+@pytest.mark.parametrize("spec", PIPELINES, ids=[p.class_name for p in PIPELINES])
+def test_pipeline_keeps_its_contract(spec):
+    """Registered pipelines are VideoPipelines that declare their task and call keywords and
+    implement the configs-only hooks."""
+    cls = spec.load()
+    assert issubclass(cls, VideoPipeline) and cls.task in TASK_NAMES
+    assert cls.read_checkpoint is not VideoPipeline.read_checkpoint
+    assert cls.load_components is not VideoPipeline.load_components
+    assert cls.latent_shape is not VideoPipeline.latent_shape
+    assert not set(cls.extra_call_args) & set(SHARED_CALL_ARGS)
+    assert set(cls.unsupported_call_args) <= set(SHARED_CALL_ARGS)
+
+
+def test_cogvideox_transformer_stages_equal_the_call():
+    """``head(run_blocks(*embed(...)))`` is the model call (what block streaming relies on)."""
+    from vidax.models.cogvideox.config import CogVideoXTransformerConfig
+    from vidax.models.cogvideox.transformer import CogVideoXTransformer3DModel
+
+    cfg = CogVideoXTransformerConfig.from_config_dict(TINY["CogVideoXTransformer3DModel"])
+    model = CogVideoXTransformer3DModel(cfg, rngs=nnx.Rngs(0))
+    for i, (_, var) in enumerate(nnx.to_flat_state(nnx.state(model))):  # every parameter random, none zero
+        var.set_value(jax.random.normal(jax.random.PRNGKey(i), var.get_value().shape) * 0.2)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((2, 3, 4, 6, 4)), jnp.float32)
+    t = jnp.asarray([10.0, 700.0])
+    ctx = jnp.asarray(rng.standard_normal((2, cfg.max_text_seq_length, cfg.text_embed_dim)), jnp.float32)
+    whole = model(x, t, ctx)
+    h, inputs = model.embed(x, t, ctx)
+    staged = model.head(model.run_blocks(h, inputs), inputs)
+    np.testing.assert_array_equal(np.asarray(staged), np.asarray(whole))
+    assert float(jnp.abs(whole).max()) > 1e-3 and dataclasses.is_dataclass(inputs)

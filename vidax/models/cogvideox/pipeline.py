@@ -1,0 +1,312 @@
+"""CogVideoX / CogVideoX1.5 pipelines: the hooks of :class:`~vidax.pipelines.base.VideoPipeline`.
+
+References: ``diffusers.CogVideoXPipeline`` and ``CogVideoXImageToVideoPipeline`` (0.42.1).
+Text: the prompts as given, padded to ``max_sequence_length``, T5 *without* an attention mask
+(padded positions attended, outputs not zeroed). Steps: cond and uncond as one batch of 2B,
+guidance in float32 (optionally the reference's dynamic guidance), DDIM or DPM update; I2V: the
+image latent padded with zero frames, concatenated in channels. CogVideoX1.5 (``patch_size_t =
+2``) pads the latent frames to even by prepending noise frames, dropped before decoding.
+
+Layouts at the boundary are the reference's: ``latents`` (B, T, C, H/8, W/8) frame-major,
+``step_noise`` (steps, B, T, C, H/8, W/8), ``image_noise`` (B, C, 1, H/8, W/8) (the VAE
+posterior's layout). The VAE decodes T latent frames to ``4 T`` frames (T even) or
+``4 (T - 1) + 1`` (T odd); when that differs from ``num_frames`` the pipeline warns and returns
+what the reference returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.encoders.t5 import encode_tokens
+from vidax.encoders.tokenizer import TextTokenizer
+from vidax.errors import ConfigError, InputError
+from vidax.io.image import vae_image_preprocess
+from vidax.models.cogvideox.config import CogVideoXTransformerConfig
+from vidax.models.cogvideox.transformer import rope_axis_tables
+from vidax.models.cogvideox.vae import CogVideoXVAEConfig
+from vidax.parallel.mesh import check_heads
+from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, as_list, cfg_pair, finite_array
+from vidax.pipelines.checkpoint import Checkpoint
+from vidax.pipelines.common import TASK_NAMES
+from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
+
+logger = logging.getLogger("vidax.pipeline")
+
+_SCHEDULERS = (CogVideoXDDIMScheduler, CogVideoXDPMScheduler)
+
+
+def dynamic_guidance_scales(guidance_scale: float, timesteps: Sequence[int], num_inference_steps: int) -> np.ndarray:
+    """The reference's ``use_dynamic_cfg`` guidance per step (Python float math, then float32):
+    ``1 + g (1 - cos(π ((n - t) / n) ** 5)) / 2`` with the integer timestep ``t`` and the
+    requested step count ``n``."""
+    n = num_inference_steps
+    return np.array(
+        [1 + guidance_scale * ((1 - math.cos(math.pi * ((n - int(t)) / n) ** 5.0)) / 2) for t in timesteps],
+        np.float32,
+    )
+
+
+def decoded_frames(latent_frames: int, temporal_compression: int) -> int:
+    """Frames the CogVideoX VAE decodes from ``latent_frames``: ``k T`` for even T, ``k (T-1) + 1``
+    for odd T (its 2-latent-frame decode chunks, the odd remainder in the first)."""
+    t, k = latent_frames, temporal_compression
+    return k * t if t % 2 == 0 else k * (t - 1) + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class CogVideoXInfo(CheckpointInfo):
+    """A CogVideoX folder's configs (see :class:`~vidax.pipelines.base.CheckpointInfo`)."""
+
+    transformer_config: CogVideoXTransformerConfig
+    vae_config: CogVideoXVAEConfig
+
+    def latent_frames(self, num_frames: int) -> tuple[int, int]:
+        """``(T, padding)``: latent frames denoised and how many of them (in front) are
+        CogVideoX1.5 padding dropped before decoding."""
+        t = (num_frames - 1) // self.vae_config.temporal_compression + 1
+        pt = self.transformer_config.patch_size_t
+        pad = pt - t % pt if pt and t % pt else 0
+        return t + pad, pad
+
+
+class CogVideoXPipeline(VideoPipeline):
+    """CogVideoX / CogVideoX1.5 text-to-video (reference: ``diffusers.CogVideoXPipeline``).
+
+    Family keywords: ``use_dynamic_cfg`` (the reference's cosine guidance schedule,
+    :func:`dynamic_guidance_scales`), ``step_noise`` (CogVideoXDPMScheduler only: the noise each
+    step adds, (steps, B, T, C, H/8, W/8)). ``latents`` is (B, T, C, H/8, W/8), T including
+    CogVideoX1.5's padding frames; ``output_type="latent"`` returns that layout, padding included.
+    Set ``pipe.scheduler = CogVideoXDPMScheduler(pipe.scheduler.config)`` to sample with DPM.
+    """
+
+    task = "t2v"
+    extra_call_args = ("use_dynamic_cfg", "step_noise")
+    unsupported_call_args = ("guidance_scale_2",)
+    guidance_dtype = jnp.float32
+    latents_layout = "(batch, latent frames (CogVideoX1.5: padded to even), channels, height / 8, width / 8)"
+
+    def latent_frames(self, num_frames: int) -> tuple[int, int]:
+        """``(T, padding)`` of ``num_frames`` (see :meth:`CogVideoXInfo.latent_frames`)."""
+        return self.info.latent_frames(num_frames)
+
+    # ------------------------------------------------------------------ configs
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> CogVideoXInfo:
+        """Read and cross-check a CogVideoX folder's configs.
+
+        Raises:
+            CheckpointError: a component folder is missing. ConfigError: an unsupported setting,
+                a scheduler that is not a CogVideoX sampler, or channels that do not fit the VAE.
+        """
+        ckpt = checkpoint
+        for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
+            ckpt.folder(name)
+        cfg = ckpt.typed_config("transformer", CogVideoXTransformerConfig)
+        vae = ckpt.typed_config("vae", CogVideoXVAEConfig)
+        latent = vae.latent_channels
+        tasks = {latent: ("t2v",), 2 * latent: ("i2v",)}.get(cfg.in_channels)
+        if tasks is None:
+            raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels} fits neither "
+                              f"text-to-video (latent_channels={latent}) nor image-to-video ({2 * latent})")
+        sched = ckpt.config("scheduler").get("_class_name")
+        if sched not in [s.__name__ for s in _SCHEDULERS]:
+            raise ConfigError(f"{ckpt.config_file('scheduler')}: {sched} is not a CogVideoX sampler; the CogVideoX "
+                              "pipelines run CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
+        s = vae.spatial_compression
+        version = "CogVideoX1.5" if cfg.patch_size_t else "CogVideoX"
+        pos = ("3-D RoPE" + (" + learned position table" if cfg.use_learned_positional_embeddings else "")
+               if cfg.use_rotary_positional_embeddings else "sincos position table")
+        variant = (f"{version} {TASK_NAMES[tasks[0]]}: {cfg.num_layers} layers, width {cfg.inner_dim}, {pos}"
+                   f"{', ofs embedding' if cfg.has_ofs else ''}; default {cfg.sample_height * s}x"
+                   f"{cfg.sample_width * s}, {cfg.sample_frames} frames")
+        defaults = CallDefaults(height=cfg.sample_height * s, width=cfg.sample_width * s,
+                                num_frames=cfg.sample_frames if tasks == ("t2v",) else 49,
+                                num_inference_steps=50, guidance_scale=6.0, max_sequence_length=226,
+                                fps=16 if cfg.patch_size_t else 8)
+        mult = s * cfg.patch_size
+        return CogVideoXInfo(checkpoint=ckpt, tasks=tasks, variant=variant, defaults=defaults.for_checkpoint(ckpt),
+                             transformers=("transformer",), size_multiple=(mult, mult),
+                             size_reason=f"VAE x{s} times patch_size {cfg.patch_size}",
+                             transformer_config=cfg, vae_config=vae)
+
+    @classmethod
+    def latent_shape(cls, info: CogVideoXInfo, call) -> tuple[int, ...]:
+        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        t, _ = info.latent_frames(call.num_frames)
+        return (call.batch, t, info.vae_config.latent_channels, call.height // s, call.width // s)
+
+    @classmethod
+    def check_family_call(cls, info: CogVideoXInfo, call) -> None:
+        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        if call.num_videos_per_prompt != 1:
+            raise InputError(f"num_videos_per_prompt={call.num_videos_per_prompt}: the CogVideoX pipelines "
+                             "make one video per prompt (repeat the prompt instead)")
+        if cfg.use_learned_positional_embeddings and (call.height // s, call.width // s) != (
+                cfg.sample_height, cfg.sample_width):
+            raise InputError(f"height={call.height}, width={call.width}: this checkpoint's learned position embedding "
+                             f"only works at {cfg.sample_height * s}x{cfg.sample_width * s} (the reference refuses "
+                             "other sizes)")
+        if cfg.uses_position_table and call.max_sequence_length != cfg.max_text_seq_length:
+            raise InputError(f"max_sequence_length={call.max_sequence_length}: this checkpoint adds a position table "
+                             f"made for {cfg.max_text_seq_length} text tokens; use max_sequence_length="
+                             f"{cfg.max_text_seq_length}")
+        t, pad = info.latent_frames(call.num_frames)
+        if cfg.use_rotary_positional_embeddings:  # a 1.5 grid past the model's RoPE grid is refused
+            mult = s * cfg.patch_size
+            rope_axis_tables(cfg, (t // cfg.patch_t, call.height // mult, call.width // mult))
+        if call.image is not None and len(as_list(call.image)) not in (1, call.batch):
+            raise InputError(f"image has {len(as_list(call.image))} entries but there are {call.batch} prompts; "
+                             "give one image or one per prompt")
+        out = decoded_frames(t - pad, info.vae_config.temporal_compression)
+        if out != call.num_frames:
+            logger.warning(
+                "num_frames=%d gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
+                "as diffusers' %s does (use 4k+1 frames, e.g. 49 or 81, to get exactly what you ask)",
+                call.num_frames, t - pad, out, out, cls.__name__)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load_components(cls, info: CogVideoXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
+                        text_encoder_dtype: Any = "float32", vae_dtype: Any = "float32") -> dict[str, Any]:
+        """Tokenizer, T5 (``text_encoder_dtype``: float32 by default, because the reference
+        attends the padded positions, where a bf16 T5 drifts), transformer, VAE, scheduler."""
+        from vidax.nn.inputs import parse_dtype
+
+        check_heads(mesh, info.transformer_config.num_attention_heads, info.checkpoint.config_file("transformer"))
+        load = cls.load_component
+        return dict(
+            tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
+            text_encoder=load(info, "text_encoder", dtype=parse_dtype(text_encoder_dtype), mesh=mesh,
+                              staging=staging),
+            transformer=load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload),
+            vae=load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging),
+            scheduler=load(info, "scheduler"),
+        )
+
+    # ------------------------------------------------------------------ call hooks
+    def check_components(self) -> None:
+        if not isinstance(self.scheduler, _SCHEDULERS):
+            raise InputError(f"pipe.scheduler is a {type(self.scheduler).__name__}; the CogVideoX pipelines run "
+                             "CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
+
+    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+        """T5 states (B, L, D), L = max_sequence_length, as ``_get_t5_prompt_embeds``: the prompts
+        as given, padded to L, encoded without an attention mask, nothing zeroed."""
+        tokens = self.tokenizer(list(texts), max_sequence_length)
+        return encode_tokens(self.text_encoder, tokens, attend_padding=True)
+
+    def condition(self, call, stats) -> dict:
+        """I2V: ``image_latents`` (B, T, h, w, C): a sample of the VAE posterior of each image,
+        scaled, followed by ``T - 1`` zero frames (the reference's ``prepare_latents``)."""
+        if call.image is None:
+            return {}
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            images = as_list(call.image)
+            images = images * call.batch if len(images) == 1 else images
+            pixels = np.stack([vae_image_preprocess(im, call.height, call.width) for im in images])[:, None]
+            mean, logvar = self.encode_with("vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
+            shape = (call.batch, mean.shape[-1], 1) + mean.shape[2:4]
+            noise = call.extra.get("image_noise")
+            if noise is None:
+                key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 2)
+                eps = np.asarray(jax.random.normal(key, shape, jnp.float32))
+            else:
+                eps = finite_array("image_noise", noise)
+                if eps.shape != shape:
+                    raise InputError(f"image_noise has shape {eps.shape}, expected {shape} = (batch, latent channels, "
+                                     "1, height / 8, width / 8) (the VAE posterior's layout)")
+            z = mean + np.exp(np.float32(0.5) * logvar) * eps.transpose(0, 2, 3, 4, 1)  # the posterior's sample
+            z = np.asarray(self.vae.normalize_latents(z))
+            t, _ = self.info.latent_frames(call.num_frames)
+            pad = np.zeros((call.batch, t - 1) + z.shape[2:], np.float32)
+        stats.sample_memory()
+        return {"image_latents": jnp.asarray(np.concatenate([z, pad], axis=1))}
+
+    def prepare_latents(self, call, noise, cond) -> jax.Array:
+        return jnp.transpose(noise, (0, 1, 3, 4, 2))  # (B, T, C, h, w) -> (B, T, h, w, C)
+
+    def set_timesteps(self, call, latents):
+        if isinstance(self.scheduler, CogVideoXDPMScheduler):
+            return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape,
+                                                seed=call.seed + 1)
+        if call.extra.get("step_noise") is not None:
+            raise InputError("step_noise is only used by CogVideoXDPMScheduler; this pipeline runs "
+                             f"{type(self.scheduler).__name__}")
+        return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
+
+    def step_args(self, call, embeds, cond, state, expert):
+        """``(embeds, guidance per step, ofs, image_latents, step_noise)``; guidance (steps,) is
+        read whole by every device, step_noise (steps, B, ...) splits on B."""
+        steps = int(state.num_inference_steps)
+        if call.extra.get("use_dynamic_cfg"):
+            guidance = dynamic_guidance_scales(call.guidance_scale, np.asarray(state.timesteps), call.num_inference_steps)
+        else:
+            guidance = np.full((steps,), call.guidance_scale, np.float32)
+        step_noise = call.extra.get("step_noise")
+        if step_noise is not None:
+            step_noise = finite_array("step_noise", step_noise)
+            want = (steps,) + self.latent_shape(self.info, call)
+            if step_noise.shape != want:
+                raise InputError(f"step_noise has shape {tuple(step_noise.shape)}, expected {want} = (steps, batch, "
+                                 "latent frames, channels, height / 8, width / 8)")
+            step_noise = jnp.transpose(jnp.asarray(step_noise), (0, 1, 2, 4, 5, 3))
+        ofs = jnp.full((1,), 2.0, jnp.float32) if self.info.transformer_config.has_ofs else None
+        args = (embeds, jnp.asarray(guidance), ofs, cond.get("image_latents"), step_noise)
+        arg_axes = (None, (None,), None, None,
+                    None if step_noise is None else (None, "batch") + (None,) * (step_noise.ndim - 2))
+        return args, arg_axes
+
+    def model_args(self, latents, state, args, do_cfg) -> tuple:
+        context, _, ofs, image_latents, _ = args
+        x = latents.astype(self.dtype)
+        if image_latents is not None:
+            x = jnp.concatenate([x, image_latents.astype(self.dtype)], axis=-1)
+        x, = cfg_pair(do_cfg, x)
+        return x, jnp.broadcast_to(state.timestep, (x.shape[0],)), context, ofs
+
+    def guidance(self, state, args) -> jax.Array:
+        return args[1][jnp.minimum(state.step_index, state.num_inference_steps - 1)]
+
+    def scheduler_update(self, state, pred, latents, args):
+        pred = pred.astype(jnp.float32)
+        step_noise = args[4]
+        if isinstance(self.scheduler, CogVideoXDPMScheduler):
+            i = jnp.minimum(state.step_index, state.num_inference_steps - 1)
+            return self.scheduler.step(state, pred, latents, None if step_noise is None else step_noise[i])
+        return self.scheduler.step(state, pred, latents)
+
+    def step_key(self) -> Any:
+        return self.scheduler
+
+    def latents_output(self, latents) -> np.ndarray:
+        return np.asarray(jnp.transpose(latents, (0, 1, 4, 2, 3)))
+
+    def latents_to_decode(self, call, latents):
+        _, pad = self.info.latent_frames(call.num_frames)
+        return latents[:, pad:]
+
+
+class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
+    """CogVideoX-5B-I2V / CogVideoX1.5-5B-I2V (reference: ``diffusers.CogVideoXImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``.
+
+    ``image``: a PIL image or uint8 array (H, W, 3), resized to exactly height x width (Lanczos,
+    as the reference), or a list with one per prompt. Its VAE latent (one posterior sample,
+    scaled) is the first of T latent frames, the rest zeros, concatenated to the noisy latents in
+    channels at every step; CogVideoX1.5-I2V also feeds ``ofs = 2.0``. ``image_noise``: the
+    standard normal noise of that sample, (B, C, 1, H/8, W/8); default from ``seed``.
+    """
+
+    task = "i2v"
+    extra_call_args = CogVideoXPipeline.extra_call_args + ("image_noise",)
+
+    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, image=image, **kwargs)

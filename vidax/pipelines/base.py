@@ -1,0 +1,681 @@
+"""The pipeline every family shares: load -> check -> encode -> denoise -> decode.
+
+:class:`VideoPipeline` owns what does not depend on the model: reading the checkpoint once
+(:class:`~vidax.pipelines.checkpoint.Checkpoint`), loading components through the registry
+(:mod:`vidax.registry`), the device mesh, staging and block streaming, the call's argument checks
+(from the configs alone, so a bad argument costs no weight read), CFG batching, the denoising loop
+(one jitted step, or the blocks streamed from host memory, in segments of one expert each),
+decoding through the VAE contract, the run summary and progress bars.
+
+A family subclasses it and provides hooks (see "Family hooks" below): what its checkpoint is
+(:meth:`VideoPipeline.read_checkpoint`, configs only), which components it loads, how a prompt is
+encoded, the conditioning of a call, the initial latents, the transformer's inputs of one step and
+the scheduler update. Call arguments beyond the shared ones are declared in ``extra_call_args``;
+a keyword that is neither is a one-line error naming what the pipeline takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tqdm.auto import tqdm
+
+from vidax.errors import ConfigError, InputError
+from vidax.nn.inputs import parse_dtype
+from vidax.parallel.offload import ChunkedStep, offloaded_blocks, resolve_offload
+from vidax.parallel.placement import logical_placement
+from vidax.pipelines.checkpoint import Checkpoint
+from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
+from vidax.pipelines.experts import Experts, segments
+from vidax.pipelines.sampling import classifier_free_guidance, run_denoising_loop
+from vidax.pipelines.staging import Staging, plan_pipeline_staging
+from vidax.registry import registry
+from vidax.schedulers import scheduler_from_config
+from vidax.stats import RunStats
+
+logger = logging.getLogger("vidax.pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class CallDefaults:
+    """What a call uses for the arguments it is not given, taken from the checkpoint where the
+    reference takes them (sizes from a transformer config, fps from the reference's examples).
+
+    Attributes:
+        height, width: pixels. num_frames: frames. num_inference_steps: denoising steps.
+        guidance_scale: CFG weight. max_sequence_length: text tokens. fps: frames per second
+        of a written video.
+    """
+
+    height: int
+    width: int
+    num_frames: int
+    num_inference_steps: int
+    guidance_scale: float
+    max_sequence_length: int
+    fps: int
+
+    #: ``model_index.json`` key whose object overrides these (vidax's own checkpoints use it).
+    INDEX_KEY: ClassVar[str] = "_vidax_call_defaults"
+
+    def for_checkpoint(self, checkpoint: Checkpoint) -> "CallDefaults":
+        """These defaults with the checkpoint's ``_vidax_call_defaults`` applied.
+
+        Raises:
+            ConfigError: an unknown key or a value that is not a positive number.
+        """
+        given = checkpoint.index.get(self.INDEX_KEY) or {}
+        names = {f.name for f in dataclasses.fields(self)}
+        for key, value in dict(given).items():
+            if key not in names or isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{checkpoint.source}: {self.INDEX_KEY}.{key}={value!r}; keys are "
+                                  f"{sorted(names)}, values positive numbers")
+        return dataclasses.replace(self, **given)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint is, from its configs alone (a family subclasses it with its configs).
+
+    Attributes:
+        checkpoint: the folder's index and configs.
+        tasks: what it generates, a subset of :data:`vidax.pipelines.common.TASK_NAMES`.
+        variant: a human-readable name (``vidax inspect``).
+        defaults: the call's defaults.
+        transformers: component names of the denoising transformers, in expert order.
+        size_multiple: ``(mh, mw)``: height and width must be multiples of these.
+        size_reason: why (for the error message).
+    """
+
+    checkpoint: Checkpoint
+    tasks: tuple[str, ...]
+    variant: str
+    defaults: CallDefaults
+    transformers: tuple[str, ...]
+    size_multiple: tuple[int, int]
+    size_reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a loaded pipeline accepts, declared (never probed from signatures).
+
+    Attributes:
+        tasks: the tasks of its checkpoint. image: takes ``image=``. video: takes ``video=``.
+        guidance_scale_2: takes ``guidance_scale_2=`` (two experts). audio: makes sound.
+        offload: streams its transformer blocks / stages components. call_args: every keyword
+        its ``__call__`` takes.
+    """
+
+    tasks: tuple[str, ...]
+    image: bool
+    video: bool
+    guidance_scale_2: bool
+    audio: bool
+    offload: bool
+    call_args: tuple[str, ...]
+
+
+#: Call keywords every pipeline takes, with their meaning in :meth:`VideoPipeline.__call__`.
+SHARED_CALL_ARGS = (
+    "prompt", "negative_prompt", "image", "height", "width", "num_frames", "num_inference_steps",
+    "guidance_scale", "guidance_scale_2", "num_videos_per_prompt", "seed", "latents", "max_sequence_length",
+    "output_type", "progress", "callback",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One call's arguments after the checks, defaults filled in (see :meth:`VideoPipeline.__call__`).
+
+    ``prompts`` and ``negatives`` are lists of B0 strings; ``batch`` = B0 x num_videos_per_prompt;
+    ``extra`` holds the family's own keywords.
+    """
+
+    prompts: list
+    negatives: list
+    image: Any
+    height: int
+    width: int
+    num_frames: int
+    num_inference_steps: int
+    guidance_scale: float
+    guidance_scale_2: float
+    num_videos_per_prompt: int
+    seed: int
+    latents: Any
+    max_sequence_length: int
+    output_type: str
+    progress: bool
+    callback: Any
+    extra: Mapping[str, Any]
+
+    @property
+    def batch(self) -> int:
+        return len(self.prompts) * self.num_videos_per_prompt
+
+    @property
+    def do_cfg(self) -> bool:
+        return self.guidance_scale > 1.0
+
+    @property
+    def task(self) -> str:
+        return "t2v" if self.image is None else "i2v"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _guidance(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or value < 0 or not np.isfinite(value):
+        raise InputError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
+    if prompt is None and batch is not None:
+        return [""] * batch
+    if isinstance(prompt, str):
+        prompt = [prompt] * (batch or 1)
+    if not isinstance(prompt, (list, tuple)) or not all(isinstance(p, str) for p in prompt):
+        raise InputError(f"{name} must be a string or a list of strings, got {type(prompt).__name__}")
+    if not prompt:
+        raise InputError(f"{name} is an empty list")
+    if batch is not None and len(prompt) != batch:
+        raise InputError(f"{name} has {len(prompt)} entries but prompt has {batch}; give one per prompt")
+    if batch is None and not all(p.strip() for p in prompt):
+        raise InputError(f"{name} is empty; describe the video (--prompt TEXT / prompt=...)")
+    return list(prompt)
+
+
+def finite_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a float32 numpy array; NaN or Inf anywhere is an InputError naming ``name``."""
+    arr = np.asarray(value, np.float32)
+    if not np.isfinite(arr).all():
+        bad = int(arr.size - np.isfinite(arr).sum())
+        raise InputError(f"{name} has {bad} NaN/Inf value(s) of {arr.size}; give finite values")
+    return arr
+
+
+def check_finite(what: str, x: Any) -> None:
+    """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where.
+
+    Raises:
+        FloatingPointError: ``x`` holds NaN or Inf.
+    """
+    if not bool(jnp.isfinite(x).all()):
+        raise FloatingPointError(f"{what} produced NaN/Inf values; nothing was written "
+                                 "(try --dtype float32, or fewer/other settings)")
+
+
+class VideoPipeline:
+    """Base of the family pipelines; build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    Attributes:
+        checkpoint: the folder's index and configs. info: what the checkpoint is (the family's
+        :class:`CheckpointInfo`). defaults: :class:`CallDefaults`. dtype: transformer dtype.
+        mesh: the device mesh or None. staging: where the text encoder / VAE wait.
+        experts: the denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
+    """
+
+    #: The task this class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
+    #: with ``image=`` does image-to-video where the checkpoint also does that (Wan2.2 TI2V-5B).
+    task: ClassVar[str] = "t2v"
+    #: Call keywords this family takes beyond :data:`SHARED_CALL_ARGS`.
+    extra_call_args: ClassVar[tuple[str, ...]] = ()
+    #: The shared keywords this family does not take.
+    unsupported_call_args: ClassVar[tuple[str, ...]] = ()
+    #: Components staged when device memory is short, in order.
+    stageable: ClassVar[tuple[str, ...]] = ("text_encoder", "vae")
+    #: The dtype classifier-free guidance combines predictions in (None: the model output's).
+    guidance_dtype: ClassVar[Any] = None
+    #: How ``latents=`` is laid out, for error messages.
+    latents_layout: ClassVar[str] = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
+
+    def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
+                 staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
+                 load_s: float = 0.0):
+        self.info = info
+        self.checkpoint = info.checkpoint
+        self.root = info.checkpoint.root
+        self.defaults = info.defaults
+        self.dtype = dtype
+        self.mesh = mesh
+        self.offload = offload
+        self.staging = staging or Staging()
+        for name, module in modules.items():
+            setattr(self, name, module)
+        names = [n for n in info.transformers if n in modules]
+        self.experts = Experts([modules[n] for n in names], offload=offload_experts, names=names)
+        self._pending_load_s = load_s
+        self._step_fns: dict[Any, Any] = {}
+
+    # ================================================================== family hooks (configs)
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> CheckpointInfo:
+        """What the checkpoint is, from its configs (no weights).
+
+        Raises:
+            CheckpointError, ConfigError: a missing component or a setting vidax does not implement.
+        """
+        raise NotImplementedError
+
+    @classmethod
+    def resolve_num_frames(cls, info: CheckpointInfo, num_frames: int) -> int:
+        """The frame count the reference uses for ``num_frames`` (may warn)."""
+        return num_frames
+
+    @classmethod
+    def check_family_call(cls, info: CheckpointInfo, call: Call) -> None:
+        """Family-specific checks of a call (raise InputError)."""
+
+    @classmethod
+    def latent_shape(cls, info: CheckpointInfo, call: Call) -> tuple[int, ...]:
+        """Shape of the initial noise in the diffusers layout (:attr:`latents_layout`)."""
+        raise NotImplementedError
+
+    # ================================================================== family hooks (loading)
+    @classmethod
+    def load_components(cls, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any,
+                        staging: Staging, **options: Any) -> dict[str, Any]:
+        """Load the modules the family runs (name -> module); see :meth:`load_component`."""
+        raise NotImplementedError
+
+    # ================================================================== family hooks (call)
+    def check_components(self) -> None:
+        """Checks of the loaded (or user-replaced) components before a call (raise InputError)."""
+
+    def encode_text(self, texts: list[str], max_sequence_length: int) -> jax.Array:
+        """Text embeddings (len(texts), L, D) as the reference's prompt encoding (the text
+        encoder is on the device meanwhile)."""
+        raise NotImplementedError
+
+    def condition(self, call: Call, stats: RunStats) -> dict:
+        """Per-call conditioning handed to every step (image latents, ...)."""
+        return {}
+
+    def prepare_latents(self, call: Call, noise: jax.Array, cond: dict) -> jax.Array:
+        """Channels-last latents (B, T, H, W, C) to denoise from the initial noise (diffusers layout)."""
+        return jnp.transpose(noise, (0, 2, 3, 4, 1))
+
+    def set_timesteps(self, call: Call, latents: jax.Array) -> Any:
+        """The scheduler state of the call."""
+        return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
+
+    def step_args(self, call: Call, embeds: jax.Array, cond: dict, state: Any, expert: int) -> tuple[tuple, tuple | None]:
+        """``(args, arg_axes)``: the extra arguments of every step of ``expert`` (see
+        :func:`vidax.parallel.step.shard_step` for ``arg_axes``)."""
+        gs = call.guidance_scale if expert == 0 else call.guidance_scale_2
+        return (embeds, jnp.asarray(gs, jnp.float32), cond), None
+
+    def model_args(self, latents: jax.Array, state: Any, args: tuple, do_cfg: bool) -> tuple:
+        """The transformer's arguments at one step (traced), CFG pairs batched."""
+        raise NotImplementedError
+
+    def guidance(self, state: Any, args: tuple) -> jax.Array:
+        """The CFG weight of this step (traced)."""
+        return args[1]
+
+    def scheduler_update(self, state: Any, pred: jax.Array, latents: jax.Array, args: tuple) -> tuple:
+        """``(latents, state)`` after one step (traced)."""
+        return self.scheduler.step(state, pred, latents)
+
+    def expert_plan(self, state: Any) -> list[int]:
+        """Which expert runs each step (all 0 with one transformer)."""
+        return [0] * int(state.num_inference_steps)
+
+    def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
+        """Latents after the last step -> what is decoded / returned."""
+        return latents
+
+    def latents_output(self, latents: jax.Array) -> np.ndarray:
+        """Channels-last latents -> ``output_type="latent"`` in the family's diffusers layout."""
+        return np.asarray(jnp.transpose(latents, (0, 4, 1, 2, 3)))
+
+    def latents_to_decode(self, call: Call, latents: jax.Array) -> jax.Array:
+        """The latents the VAE decodes (e.g. without padding frames)."""
+        return latents
+
+    def decode_kwargs(self, call: Call) -> dict:
+        """Conditioning the VAE decode takes (e.g. a decode timestep)."""
+        return {}
+
+    # ================================================================== configs only
+    @classmethod
+    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
+        """The class that runs ``task`` on ``checkpoint`` (this one by default).
+
+        Raises:
+            InputError: the checkpoint does not do ``task`` (the message says what it does).
+        """
+        info = cls.read_checkpoint(checkpoint)
+        check_task(checkpoint.root, task, info.tasks, info.variant)
+        return cls
+
+    @classmethod
+    def call_args(cls) -> tuple[str, ...]:
+        return tuple(a for a in SHARED_CALL_ARGS if a not in cls.unsupported_call_args) + cls.extra_call_args
+
+    @classmethod
+    def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
+        args = cls.call_args()
+        return Capabilities(tasks=info.tasks, image="i2v" in info.tasks and "image" in args,
+                            video="video" in args, guidance_scale_2=len(info.transformers) > 1,
+                            audio=False, offload=True, call_args=args)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.capabilities_of(self.info)
+
+    @classmethod
+    def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, *,
+                   image: Any = None, height: Any = None, width: Any = None, num_frames: Any = None,
+                   num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
+                   num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
+                   max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
+                   callback: Any = None, **extra: Any) -> Call:
+        """Check a call's arguments against the checkpoint's configs and fill in the defaults.
+
+        Needs no weights: ``vidax generate`` runs it before loading.
+
+        Raises:
+            InputError: an unknown keyword, or an argument that is not valid (the message names
+                it, its value and what is valid).
+        """
+        given = {k for k, v in dict(image=image, guidance_scale_2=guidance_scale_2).items() if v is not None}
+        unknown = sorted(set(extra) - set(cls.extra_call_args)) + sorted(given & set(cls.unsupported_call_args))
+        if unknown:
+            raise InputError(f"{cls.__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
+                             f"{', '.join(cls.call_args())}")
+        d = info.defaults
+        prompts = _prompts("prompt", prompt)
+        negatives = _prompts("negative_prompt", negative_prompt, len(prompts))
+        height = d.height if height is None else height
+        width = d.width if width is None else width
+        for name, v in (("height", height), ("width", width)):
+            _positive_int(name, v)
+        mh, mw = info.size_multiple
+        if height % mh or width % mw:
+            near = [f"{name} in {sorted({max(m, v // m * m), (v // m + 1) * m})}"
+                    for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m]
+            raise InputError(
+                f"height and width must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
+                + f" ({info.size_reason}), got height={height}, width={width}; nearest valid: {', '.join(near)}")
+        num_frames = cls.resolve_num_frames(info, _positive_int("num_frames", d.num_frames if num_frames is None
+                                                                 else num_frames))
+        steps = _positive_int("num_inference_steps", d.num_inference_steps if num_inference_steps is None
+                              else num_inference_steps)
+        guidance_scale = _guidance("guidance_scale", d.guidance_scale if guidance_scale is None else guidance_scale)
+        if guidance_scale_2 is not None and len(info.transformers) < 2:
+            raise InputError(f"guidance_scale_2={guidance_scale_2!r} is only used by checkpoints with two experts; "
+                             f"{info.checkpoint.root} ({info.variant}) has one transformer")
+        guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _guidance("guidance_scale_2",
+                                                                                      guidance_scale_2)
+        max_sequence_length = _positive_int("max_sequence_length", d.max_sequence_length
+                                            if max_sequence_length is None else max_sequence_length)
+        num_videos_per_prompt = _positive_int("num_videos_per_prompt", num_videos_per_prompt)
+        if output_type not in ("np", "latent"):
+            raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InputError(f"seed must be an integer or None, got {seed!r}")
+        if callback is not None and not callable(callback):
+            raise InputError(f"callback must be callable or None, got {type(callback).__name__}")
+        task = "t2v" if image is None else "i2v"
+        if cls.task == "i2v" and image is None:
+            raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: image is required "
+                             "(a PIL image or uint8 (H, W, 3) array; --image PATH on the command line)")
+        check_task(info.checkpoint.root, task, info.tasks, info.variant)
+        if image is not None:
+            from vidax.io.image import to_rgb_image
+
+            for im in image if isinstance(image, (list, tuple)) else [image]:
+                to_rgb_image(im)
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2**31)
+        call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
+                    guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
+                    bool(progress), callback, dict(extra))
+        if latents is not None:
+            latents = finite_array("latents", latents)
+            shape = tuple(cls.latent_shape(info, call))
+            if latents.shape != shape:
+                raise InputError(f"latents have shape {tuple(latents.shape)}, expected {shape} = "
+                                 f"{cls.latents_layout} for these arguments")
+            call = dataclasses.replace(call, latents=latents)
+        cls.check_family_call(info, call)
+        return call
+
+    # ================================================================== loading
+    @staticmethod
+    def load_component(info: CheckpointInfo, name: str, *, dtype: Any = None, mesh: Any = None,
+                       offload: Any = None, staging: Staging | None = None) -> Any:
+        """Component ``name`` of the checkpoint, by the class model_index.json gives it, loaded
+        through the registry: placed by its logical axes on ``mesh``, in host memory when
+        ``staging`` stages it, its blocks streamed when ``offload`` says so.
+
+        Raises:
+            ConfigError: a class vidax does not implement. CheckpointError: missing files/tensors.
+        """
+        ckpt = info.checkpoint
+        spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+        if spec.kind == "scheduler":
+            return scheduler_from_config(ckpt.config(name), source=ckpt.config_file(name))
+        placement = logical_placement(mesh, spec.axes()) if spec.param_axes and mesh is not None else None
+        if staging is not None:
+            placement = staging.placement(name, placement)
+        return spec.load(ckpt.folder(name), dtype=dtype, mesh=mesh, placement=placement, offload=offload)
+
+    @classmethod
+    def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
+                        stats: RunStats | None = None, offload_experts: bool = True, **options: Any):
+        """Load every component of a diffusers-layout folder.
+
+        Args:
+            path: the folder (or hub id, or an opened :class:`Checkpoint`).
+            dtype: transformer and text-encoder dtype, ``"float32"`` or ``"bfloat16"``.
+            mesh: ``(data, tensor, sequence)`` mesh (anything
+                :func:`~vidax.parallel.mesh.resolve_mesh` takes) or None (one device).
+            offload: weights in host memory (:func:`vidax.parallel.offload.resolve_offload`):
+                transformer blocks streamed each step, text encoder / VAE staged
+                (``docs/offloading.md``).
+            stats: receives the load time.
+            offload_experts: with two experts, keep the one not in use in host memory.
+            **options: the family's loading options (e.g. ``vae_dtype``).
+
+        Raises:
+            CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
+        """
+        from vidax.parallel.mesh import resolve_mesh
+
+        t0 = time.perf_counter()
+        checkpoint = Checkpoint.open(path)
+        info = cls.read_checkpoint(checkpoint)
+        if cls.task not in info.tasks:
+            raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
+                              f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
+        dtype = parse_dtype(dtype)
+        mesh = resolve_mesh(mesh)
+        offload = resolve_offload(offload)
+        staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh)
+        modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, **options)
+        staging.attach(**{n: modules.get(n) for n in cls.stageable})
+        load_s = time.perf_counter() - t0
+        if stats is not None:
+            stats.load_s += load_s
+        return cls(info, modules, dtype=dtype, mesh=mesh, staging=staging, offload=offload,
+                   offload_experts=offload_experts, load_s=load_s)
+
+    @classmethod
+    def plan_staging(cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any) -> Staging:
+        """Which stageable components wait in host memory (:func:`plan_pipeline_staging`)."""
+        ckpt = info.checkpoint
+        spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
+        paths = {"transformer": ckpt.folder(info.transformers[0])}
+        paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
+        return plan_pipeline_staging(paths, dtype, parse_dtype(vae_dtype), offload, mesh,
+                                     blocks_prefixes=spec.block_stacks)
+
+    # ================================================================== the call
+    def __call__(self, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> VideoPipelineOutput:
+        """Generate videos (the keywords of the family's diffusers pipeline; see ``call_args()``).
+
+        Shared keywords: ``image`` (PIL image or uint8 (H, W, 3), image-to-video checkpoints),
+        ``height``, ``width`` (pixels), ``num_frames``, ``num_inference_steps``,
+        ``guidance_scale`` (> 1 enables CFG, cond and uncond as one batch), ``guidance_scale_2``
+        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (``jax.random``; replaces
+        torch's generator), ``latents`` (initial noise, float32, diffusers layout),
+        ``max_sequence_length`` (text tokens), ``output_type`` (``"np"`` or ``"latent"``),
+        ``progress``, ``callback(step_index, num_inference_steps)``. Defaults: :attr:`defaults`.
+
+        Returns:
+            :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
+            final latents with ``output_type="latent"``.
+
+        Raises:
+            InputError: an invalid argument (checked before any work).
+            FloatingPointError: the latents or the video went NaN/Inf (named by step or component).
+        """
+        call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
+        return self.generate(call)
+
+    def generate(self, call: Call) -> VideoPipelineOutput:
+        """Run a checked :class:`Call`."""
+        self.check_components()
+        stats = RunStats(load_s=self._pending_load_s)
+        self._pending_load_s = 0.0
+        with stats.timed("text_encode_s"):
+            embeds = self.encode_prompt(prompt_texts(call), call.max_sequence_length)
+            embeds = jnp.repeat(embeds, call.num_videos_per_prompt, axis=0).astype(self.dtype)
+            embeds.block_until_ready()
+        stats.sample_memory()
+        cond = self.condition(call, stats)
+        noise = (jnp.asarray(call.latents) if call.latents is not None else
+                 jax.random.normal(jax.random.PRNGKey(call.seed), self.latent_shape(self.info, call), jnp.float32))
+        x = self.prepare_latents(call, noise, cond)
+        state = self.set_timesteps(call, x)
+        x, state = self.denoise(call, x, state, embeds, cond, stats)
+        check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x)
+        x = self.final_latents(call, x, cond)
+        if call.output_type == "latent":
+            frames = self.latents_output(x)
+        else:
+            frames = self.decode(call, x, stats)
+        stats.sample_memory()
+        return VideoPipelineOutput(frames=frames, stats=stats)
+
+    def denoise(self, call: Call, x: jax.Array, state: Any, embeds: jax.Array, cond: dict,
+                stats: RunStats) -> tuple[jax.Array, Any]:
+        """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
+        run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
+        total = int(state.num_inference_steps)
+        if self.mesh is None:
+            # Committed to the device like a step's outputs, so every segment's inputs match and
+            # experts of one architecture reuse one compiled step.
+            x, state = jax.device_put((x, state), jax.local_devices()[0])
+        done = 0
+        for expert, count in segments(self.expert_plan(state)):
+            args, arg_axes = self.step_args(call, embeds, cond, state, expert)
+            x, state = self._run_expert(expert, call, x, state, args, arg_axes, count, done, total, stats)
+            done += count
+        return x, state
+
+    def _run_expert(self, expert, call, x, state, args, arg_axes, count, done, total, stats):
+        # The expert's device parameters live only in this frame, so they are released before
+        # the next segment asks for the other expert.
+        params = self.experts.params(expert)
+        step = self.step_fn(call.do_cfg, expert)
+        cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
+        return run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
+                                  mesh=self.mesh, arg_axes=arg_axes)
+
+    def step_key(self) -> Any:
+        """What else a compiled step depends on (e.g. the scheduler's class)."""
+        return type(self.scheduler)
+
+    def step_fn(self, do_cfg: bool, expert: int = 0):
+        """The step ``(params, latents, state, *args) -> (latents, state)`` of ``expert``: one jit
+        (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
+        streamed from host memory. Experts of one structure share one trace."""
+        module = self.experts.modules[expert]
+        graphdef = nnx.graphdef(module)
+        blocks = offloaded_blocks(module)
+        key = (do_cfg, graphdef, self.step_key())
+        if key in self._step_fns:
+            fn = self._step_fns[key]
+            return fn if blocks is None else fn.for_blocks(blocks)
+        gdtype = self.guidance_dtype
+
+        def model_args(latents, state, *args):
+            return self.model_args(latents, state, args, do_cfg)
+
+        def finish(pred, latents, state, *args):
+            if do_cfg:
+                pred = classifier_free_guidance(pred if gdtype is None else pred.astype(gdtype),
+                                                self.guidance(state, args))
+            return self.scheduler_update(state, pred, latents, args)
+
+        def step(params, latents, state, *args):
+            model = nnx.merge(graphdef, params)
+            return finish(model(*model_args(latents, state, *args)), latents, state, *args)
+
+        fn = jax.jit(step, donate_argnums=(1,)) if blocks is None else ChunkedStep(graphdef, blocks, model_args, finish)
+        self._step_fns[key] = fn
+        return fn
+
+    def decode(self, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
+        """Frames float32 (B, F, H, W, 3) in [0, 1] through the VAE contract: its own latent
+        de-normalisation, then its chunks decoded one by one (each moved to the host as it ends)."""
+        with stats.timed("decode_s"):
+            z = self.vae.denormalize_latents(self.latents_to_decode(call, latents))
+            chunks = []
+            with self.staging.on_device("vae"):
+                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=self.vae.decode_chunks(z),
+                                  desc="vae decode", disable=not call.progress, unit="chunk"):
+                    chunks.append(np.asarray(chunk))
+                    stats.sample_memory()
+            video = np.concatenate(chunks, axis=1)
+            check_finite("the VAE decode", video)
+            return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
+
+    def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int) -> jax.Array:
+        """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's
+        :meth:`encode_text`), a staged text encoder placed on the device for the call only."""
+        return self.encode_with("text_encoder", self.encode_text, list(prompts), max_sequence_length)
+
+    def encode_with(self, name: str, fn: Callable, *args: Any) -> Any:
+        """``fn(*args)`` with component ``name`` on the device (staged components are placed for
+        the call only), its result complete before the weights leave."""
+        with self.staging.on_device(name):
+            out = fn(*args)
+            jax.block_until_ready(out)
+        return out
+
+
+def cfg_pair(do_cfg: bool, *xs: Any) -> tuple:
+    """Each of ``xs`` (or None) doubled along the batch for the cond/uncond pair when ``do_cfg``."""
+    if not do_cfg:
+        return xs
+    return tuple(None if x is None else jnp.concatenate([x, x], axis=0) for x in xs)
+
+
+def prompt_texts(call: Call) -> list[str]:
+    """The texts to encode: the prompts, then the negatives when CFG runs."""
+    return call.prompts + (call.negatives if call.do_cfg else [])
+
+
+def as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+__all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline",
+                          "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "finite_array", "check_finite")

@@ -1,0 +1,159 @@
+"""A diffusers-layout checkpoint folder, read once: ``model_index.json`` and every component's
+config, shared by the pipeline's checks and its component loaders (no weights are read here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping
+
+from vidax.errors import CheckpointError, ConfigError
+
+#: The config file of a component folder, by preference.
+CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
+
+
+def read_json(file: str) -> dict[str, Any]:
+    """A JSON object from ``file``.
+
+    Raises:
+        ConfigError: not valid JSON, or not an object (the message names the file).
+    """
+    try:
+        with open(file) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{file} is not valid JSON: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{file} cannot be read: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
+    """A local folder as is; otherwise a Hugging Face hub id fetched with ``huggingface_hub``
+    (safetensors, configs and tokenizer files only).
+
+    Raises:
+        CheckpointError: not a folder and not downloadable (no network, unknown repo, ...).
+    """
+    path = os.fspath(path_or_hub_id)
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path):
+        raise CheckpointError(f"checkpoint={path!r} is a file; give the pipeline folder (with model_index.json)")
+    if path.count("/") != 1 or path.startswith((".", "/", "~")):
+        raise CheckpointError(f"checkpoint={path!r}: no such folder, and not a hub id of the form owner/name")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(
+            path,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "tokenizer/*", "*.txt"],
+        )
+    except Exception as e:
+        raise CheckpointError(
+            f"checkpoint={path!r}: no such local folder, and downloading it from the Hugging Face hub "
+            f"failed ({type(e).__name__}: {e}). Pass a local diffusers-format folder."
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint's ``model_index.json`` and component configs.
+
+    Attributes:
+        root: the folder.
+        index: ``model_index.json``.
+        configs: component name -> its parsed config (``config.json``, else
+            ``scheduler_config.json``, else ``preprocessor_config.json``) for every component
+            whose folder exists (``{}`` for folders without one, like ``tokenizer/``).
+        config_files: component name -> the file its config came from.
+    """
+
+    root: str
+    index: Mapping[str, Any]
+    configs: Mapping[str, Mapping[str, Any]]
+    config_files: Mapping[str, str]
+
+    @classmethod
+    def open(cls, path_or_hub_id: str | os.PathLike) -> "Checkpoint":
+        """Read ``model_index.json`` and every component config of a folder (or hub id).
+
+        Raises:
+            CheckpointError: no such folder, or no model_index.json.
+            ConfigError: a JSON file that does not parse.
+        """
+        if isinstance(path_or_hub_id, Checkpoint):
+            return path_or_hub_id
+        root = resolve_checkpoint(path_or_hub_id)
+        file = os.path.join(root, "model_index.json")
+        if not os.path.isfile(file):
+            raise CheckpointError(f"{root} has no model_index.json; vidax loads diffusers-layout pipeline folders")
+        index = read_json(file)
+        configs, files = {}, {}
+        for name in index:
+            folder = os.path.join(root, name)
+            if name.startswith("_") or not os.path.isdir(folder):
+                continue
+            configs[name], files[name] = {}, ""
+            for candidate in CONFIG_FILES:
+                path = os.path.join(folder, candidate)
+                if os.path.isfile(path):
+                    configs[name], files[name] = read_json(path), path
+                    break
+        return cls(root, index, configs, files)
+
+    @property
+    def source(self) -> str:
+        """``<root>/model_index.json``, for messages."""
+        return os.path.join(self.root, "model_index.json")
+
+    @property
+    def pipeline_class_name(self) -> Any:
+        return self.index.get("_class_name")
+
+    def has(self, name: str) -> bool:
+        """model_index.json names component ``name`` (not as ``[null, null]``)."""
+        value = self.index.get(name)
+        return value is not None and value != [None, None]
+
+    def class_of(self, name: str) -> str | None:
+        """The class model_index.json gives component ``name``, or None."""
+        value = self.index.get(name)
+        return value[1] if isinstance(value, list) and len(value) == 2 else None
+
+    def folder(self, name: str) -> str:
+        """Folder of component ``name``.
+
+        Raises:
+            CheckpointError: model_index.json does not name it, or its folder is missing.
+        """
+        if not self.has(name):
+            raise CheckpointError(f"{self.source} names no {name!r} component")
+        path = os.path.join(self.root, name)
+        if not os.path.isdir(path):
+            raise CheckpointError(f"component folder {name}/ is missing in {self.root} (model_index.json lists "
+                                  f"{self.class_of(name) or self.index[name]})")
+        return path
+
+    def config(self, name: str) -> Mapping[str, Any]:
+        """The parsed config of component ``name``.
+
+        Raises:
+            CheckpointError: the component or its config file is missing.
+        """
+        self.folder(name)
+        if not self.config_files.get(name):
+            raise CheckpointError(f"{self.root}/{name}/ has none of {list(CONFIG_FILES)}")
+        return self.configs[name]
+
+    def config_file(self, name: str) -> str:
+        self.config(name)
+        return self.config_files[name]
+
+    def typed_config(self, name: str, config_cls: Any) -> Any:
+        """``config_cls.from_config_dict`` of component ``name``'s config (errors name its file)."""
+        return config_cls.from_config_dict(self.config(name), source=self.config_file(name))

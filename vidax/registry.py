@@ -1,0 +1,213 @@
+"""What vidax runs, keyed by the checkpoint's own class names: one list of families.
+
+A diffusers checkpoint names its pipeline in ``model_index.json`` (``_class_name``) and each
+component as ``[library, class]`` there (the class is also the component's ``config.json``
+``_class_name`` or its transformers ``architectures``). Every name vidax runs is registered once,
+by the package that implements it: a family folder (``vidax/models/<family>/__init__.py``) or a
+package shared by several families (``vidax/encoders``, ``vidax/schedulers``) exports a
+:class:`Family` named ``FAMILY`` whose entries point at their code by ``"module:attribute"``
+strings, imported only when used. A new family is its folder plus one line in
+:data:`FAMILIES`; out-of-tree families are named in the ``VIDAX_FAMILIES`` environment variable
+(comma-separated module names), read each time the registry is asked for.
+
+The CLI, ``vidax inspect``, staging, offloading and placement iterate over this registry and
+never name a family or a component class themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import os
+from typing import Any, Iterator
+
+from vidax.errors import ConfigError
+
+#: The packages that register pipelines and components, one line per family.
+FAMILIES: tuple[str, ...] = (
+    "vidax.encoders",
+    "vidax.schedulers",
+    "vidax.models.wan",
+    "vidax.models.cogvideox",
+)
+
+#: Component kinds (the roles of ``model_index.json`` entries).
+KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor")
+
+ENV_VAR = "VIDAX_FAMILIES"
+
+
+def _resolve(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineSpec:
+    """A pipeline class of ``model_index.json``.
+
+    Attributes:
+        class_name: ``_class_name`` in model_index.json (diffusers' pipeline class).
+        target: ``"module:Class"`` of the vidax pipeline
+            (a :class:`vidax.pipelines.base.VideoPipeline`).
+        family: the registering family's name (filled by the registry).
+    """
+
+    class_name: str
+    target: str
+    family: str = ""
+
+    def load(self) -> type:
+        return _resolve(self.target)
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentSpec:
+    """A component class (transformer, VAE, encoder, scheduler, tokenizer, ...).
+
+    Attributes:
+        class_name: its class in model_index.json / config.json.
+        kind: one of :data:`KINDS`.
+        loader: ``"module:function"``, ``function(folder, **options) -> module``; None for
+            components their pipeline reads itself (tokenizers, processors, schedulers).
+        options: the keywords ``loader`` takes, of ``("dtype", "mesh", "placement", "offload")``
+            (others are not passed).
+        config: ``"module:ConfigClass"`` with ``from_config_dict(dict, source=...)``.
+        model: ``"module:Class"`` built as ``Class(config, rngs=...)`` (abstract shapes for
+            ``vidax inspect --mesh``).
+        param_axes: ``"module:NAME"``, the logical-axis rules of its parameters.
+        key_configs: config keys ``vidax inspect`` shows.
+        block_stacks: checkpoint key prefixes of its stacked layers (``"blocks"``), which block
+            streaming and the staging plan count.
+        family: the registering family's name (filled by the registry).
+    """
+
+    class_name: str
+    kind: str
+    loader: str | None = None
+    options: tuple[str, ...] = ()
+    config: str | None = None
+    model: str | None = None
+    param_axes: str | None = None
+    key_configs: tuple[str, ...] = ()
+    block_stacks: tuple[str, ...] = ()
+    family: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"ComponentSpec {self.class_name}: kind={self.kind!r} is not one of {KINDS}")
+
+    def load_fn(self):
+        return _resolve(self.loader)
+
+    def config_class(self):
+        return _resolve(self.config)
+
+    def model_class(self):
+        return _resolve(self.model)
+
+    def axes(self):
+        return _resolve(self.param_axes)
+
+    def load(self, folder: str, **options: Any) -> Any:
+        """Load the component from ``folder``; ``options`` it does not take are dropped (a
+        ``None`` value always is)."""
+        if self.loader is None:
+            raise ConfigError(f"{self.class_name} ({self.kind}) is read by its pipeline, not loaded")
+        kw = {k: v for k, v in options.items() if k in self.options and v is not None}
+        return self.load_fn()(folder, **kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What one package registers.
+
+    Attributes:
+        name: e.g. ``"wan"``.
+        pipelines: its pipeline classes.
+        components: its component classes.
+    """
+
+    name: str
+    pipelines: tuple[PipelineSpec, ...] = ()
+    components: tuple[ComponentSpec, ...] = ()
+
+
+class Registry:
+    """The pipelines and components of some families (see the module docstring).
+
+    Args:
+        modules: packages exporting ``FAMILY``.
+
+    Raises:
+        ConfigError: a module without a ``FAMILY``, or a class name registered twice.
+    """
+
+    def __init__(self, modules: tuple[str, ...]):
+        self.families: list[Family] = []
+        self._pipelines: dict[str, PipelineSpec] = {}
+        self._components: dict[str, ComponentSpec] = {}
+        for name in modules:
+            family = getattr(importlib.import_module(name), "FAMILY", None)
+            if not isinstance(family, Family):
+                raise ConfigError(f"{name} registers no vidax family (no FAMILY = vidax.registry.Family(...))")
+            self.families.append(family)
+            for p in family.pipelines:
+                self._add(self._pipelines, dataclasses.replace(p, family=family.name), "pipeline")
+            for c in family.components:
+                self._add(self._components, dataclasses.replace(c, family=family.name), "component")
+
+    @staticmethod
+    def _add(table: dict, spec: Any, what: str) -> None:
+        if spec.class_name in table:
+            raise ConfigError(
+                f"{what} {spec.class_name} is registered by both {table[spec.class_name].family} and "
+                f"{spec.family}; register a shared component once"
+            )
+        table[spec.class_name] = spec
+
+    def pipeline(self, class_name: Any, source: str = "model_index.json") -> PipelineSpec:
+        """The pipeline registered for ``class_name``.
+
+        Raises:
+            ConfigError: none is (the message lists those that are).
+        """
+        if class_name not in self._pipelines:
+            raise ConfigError(f"{source}: pipeline {class_name!r} is not supported; vidax runs "
+                              f"{sorted(self._pipelines)}")
+        return self._pipelines[class_name]
+
+    def component(self, class_name: Any, kind: str | None = None, source: str = "model_index.json") -> ComponentSpec:
+        """The component registered for ``class_name`` (of ``kind`` when given).
+
+        Raises:
+            ConfigError: none is (the message lists those of that kind).
+        """
+        spec = self._components.get(class_name)
+        if spec is None or (kind is not None and spec.kind != kind):
+            valid = sorted(n for n, s in self._components.items() if kind is None or s.kind == kind)
+            raise ConfigError(f"{source}: {kind or 'component'} class {class_name!r} is not supported; "
+                              f"vidax implements {valid}")
+        return spec
+
+    def find_component(self, class_name: Any) -> ComponentSpec | None:
+        """The component registered for ``class_name``, or None."""
+        return self._components.get(class_name)
+
+    def pipelines(self) -> Iterator[PipelineSpec]:
+        return iter(self._pipelines.values())
+
+    def components(self, kind: str | None = None) -> Iterator[ComponentSpec]:
+        return (s for s in self._components.values() if kind is None or s.kind == kind)
+
+
+@functools.lru_cache(maxsize=8)
+def _registry(modules: tuple[str, ...]) -> Registry:
+    return Registry(modules)
+
+
+def registry() -> Registry:
+    """The registry of :data:`FAMILIES` plus the modules named in ``VIDAX_FAMILIES``."""
+    extra = tuple(m.strip() for m in os.environ.get(ENV_VAR, "").split(",") if m.strip())
+    return _registry(FAMILIES + tuple(m for m in extra if m not in FAMILIES))
