@@ -1,0 +1,58 @@
+"""The toy family's pipeline: only the hooks the base pipeline asks for."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from tests.toy_family.transformer import ToyConfig
+from vidax.encoders.t5 import encode_tokens
+from vidax.encoders.tokenizer import TextTokenizer
+from vidax.models.wan.vae import WanVAEConfig
+from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, cfg_pair
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyInfo(CheckpointInfo):
+    transformer_config: ToyConfig
+    vae_config: WanVAEConfig
+
+
+class ToyVideoPipeline(VideoPipeline):
+    @classmethod
+    def read_checkpoint(cls, checkpoint):
+        cfg = checkpoint.typed_config("transformer", ToyConfig)
+        vae = checkpoint.typed_config("vae", WanVAEConfig)
+        s = vae.spatial_compression
+        return ToyInfo(checkpoint=checkpoint, tasks=("t2v",), variant=f"Toy T2V: {cfg.num_layers} layers",
+                       defaults=CallDefaults(32, 48, 5, 3, 4.0, 16, 8).for_checkpoint(checkpoint),
+                       transformers=("transformer",), size_multiple=(s, s), size_reason=f"the VAE's {s}x",
+                       transformer_config=cfg, vae_config=vae)
+
+    @classmethod
+    def latent_shape(cls, info, call):
+        v, s = info.vae_config, info.vae_config.spatial_compression
+        return (call.batch, v.z_dim, (call.num_frames - 1) // v.temporal_compression + 1, call.height // s,
+                call.width // s)
+
+    @classmethod
+    def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
+        load = cls.load_component
+        return dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
+                    text_encoder=load(info, "text_encoder", dtype=dtype, staging=staging),
+                    transformer=load(info, "transformer", dtype=dtype, offload=offload),
+                    vae=load(info, "vae", dtype=jnp.float32, staging=staging),
+                    scheduler=load(info, "scheduler"))
+
+    def encode_text(self, texts, max_sequence_length):
+        return encode_tokens(self.text_encoder, self.tokenizer(texts, max_sequence_length), zero_padding=True)
+
+    def model_args(self, latents, state, args, do_cfg):
+        context = args[0]
+        timestep = jnp.broadcast_to(state.timestep.astype(jnp.float32), (latents.shape[0],))
+        x, timestep = cfg_pair(do_cfg, latents, timestep)
+        return x, timestep, context
+
+    def scheduler_update(self, state, pred, latents, args):
+        return self.scheduler.step(state, pred.reshape(latents.shape), latents)

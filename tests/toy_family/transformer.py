@@ -1,0 +1,73 @@
+"""The toy family's transformer: the denoising-transformer contract in ~60 lines."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vidax.config import ConfigBase
+from vidax.nn.layers import linear, timestep_sinusoid
+from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.offload import offload_loader
+from vidax.weights.loader import DtypePolicy, KeyRules, load_module
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig(ConfigBase):
+    in_channels: int = 16
+    dim: int = 32
+    text_dim: int = 64
+    num_layers: int = 3
+
+
+class ToyBlock(nnx.Module):
+    def __init__(self, cfg: ToyConfig, rngs: nnx.Rngs):
+        self.fc1 = linear(cfg.dim, 2 * cfg.dim, jnp.float32, jnp.float32, rngs)
+        self.fc2 = linear(2 * cfg.dim, cfg.dim, jnp.float32, jnp.float32, rngs)
+
+    def __call__(self, x, cond):
+        return x + self.fc2(jax.nn.gelu(self.fc1(x + cond)))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ToyInputs:
+    cond: jax.Array
+
+
+class ToyTransformer3DModel(nnx.Module):
+    block_stacks = ("blocks",)
+
+    def __init__(self, config: ToyConfig, *, rngs: nnx.Rngs, dtype=jnp.float32):
+        self.config = config
+        self.proj_in = linear(config.in_channels, config.dim, jnp.float32, jnp.float32, rngs)
+        self.text = linear(config.text_dim, config.dim, jnp.float32, jnp.float32, rngs)
+        self.blocks = stacked(lambda r: ToyBlock(config, r), config.num_layers, rngs)
+        self.proj_out = linear(config.dim, config.in_channels, jnp.float32, jnp.float32, rngs)
+
+    def __call__(self, x, timestep, context):
+        h, inputs = self.embed(x, timestep, context)
+        return self.head(self.run_blocks(h, inputs), inputs)
+
+    def embed(self, x, timestep, context):
+        b = x.shape[0]
+        cond = self.text(context.mean(axis=1)) + timestep_sinusoid(timestep.reshape(b), self.config.dim)
+        return self.proj_in(x.reshape(b, -1, x.shape[-1])), ToyInputs(cond[:, None])
+
+    def run_blocks(self, x, inputs, blocks=None):
+        return scan_layers(self.blocks if blocks is None else blocks, x, lambda blk, h: blk(h, inputs.cond))
+
+    def head(self, x, inputs):
+        return self.proj_out(x)
+
+
+def load_toy_transformer(path, dtype=jnp.float32, placement=None, offload=None):
+    cfg = ToyConfig.from_json_file(os.path.join(path, "config.json"))
+    stream = offload_loader(offload)
+    module = load_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), path, KeyRules(stacked=("blocks",)),
+                         DtypePolicy(param_dtype=dtype), placement, what="transformer", place_stacked=stream)
+    return module if stream is None else stream.attach(module)
