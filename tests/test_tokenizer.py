@@ -47,3 +47,139 @@ def test_sentencepiece_only_folder_is_converted(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1
     TextTokenizer(folder)  # second load uses the cache
     assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1
+
+
+# --------------------------------------------------------------------------- padding side, chat templates
+
+import json  # noqa: E402
+import logging  # noqa: E402
+
+import pytest  # noqa: E402
+
+from vidax.encoders.tokenizer import encoding_arrays  # noqa: E402
+from vidax.errors import CheckpointError, InputError  # noqa: E402
+
+# Qwen-style ChatML with one extra template variable, to see template kwargs arrive.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if tag is defined %}{{ tag }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CHATS = [
+    [{"role": "system", "content": "Describe the video."}, {"role": "user", "content": "a cat walking over the sea"}],
+    [{"role": "user", "content": "night city light"}],
+    [{"role": "user", "content": "a red car and a blue dog running under the green sky at night " * 6}],
+]
+
+
+def _build_chat_tokenizer(path, template_in: str, config_padding_side: str):
+    """A byte-level BPE tokenizer trained here (no hub), saved by transformers, its chat template
+    in tokenizer_config.json or in chat_template.jinja, its padding side in the config."""
+    import tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=320, special_tokens=specials, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([m["content"] for c in CHATS for m in c] + PROMPTS + ["system user assistant"], trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                            padding_side=config_padding_side).save_pretrained(path)
+    config_file = path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    (path / "chat_template.jinja").unlink(missing_ok=True)
+    if template_in == "config":
+        config["chat_template"] = CHAT_TEMPLATE
+    else:
+        config.pop("chat_template", None)
+        (path / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    config_file.write_text(json.dumps(config))
+
+
+def _reference_chat(path, chats, max_length, side, **kw):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    tok.padding_side = side
+    out = tok.apply_chat_template(chats, tokenize=True, return_dict=True, padding="max_length",
+                                  max_length=max_length, truncation=True, return_tensors="np", **kw)
+    return np.asarray(out["input_ids"]), np.asarray(out["attention_mask"])
+
+
+@pytest.mark.parametrize("template_in", ["config", "jinja"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_chat_template_matches_transformers(tmp_path, template_in, side, caplog):
+    """The padding side is the caller's, not the config's (set to the other side here)."""
+    _build_chat_tokenizer(tmp_path, template_in, config_padding_side="right" if side == "left" else "left")
+    with caplog.at_level(logging.WARNING, logger="vidax.tokenizer"):
+        ours = TextTokenizer(tmp_path).apply_chat_template(CHATS, 64, padding_side=side, add_generation_prompt=True)
+    ids, mask = _reference_chat(tmp_path, CHATS, 64, side, add_generation_prompt=True)
+    np.testing.assert_array_equal(ours.input_ids, ids)
+    np.testing.assert_array_equal(ours.attention_mask, mask)
+    assert ours.input_ids.dtype == np.int32 and ours.input_ids.shape == (3, 64)
+    assert ours.lengths.tolist() == mask.sum(1).tolist()
+    assert ours.lengths[0] < 64 and ours.lengths[2] == 64  # one padded chat, one truncated
+    assert ours.attention_mask[1, 0 if side == "left" else -1] == 0
+    assert "chat 2 has" in caplog.text and "chat 0 has" not in caplog.text
+    # the generation prompt is there: the reference without it differs
+    assert not np.array_equal(_reference_chat(tmp_path, CHATS, 64, side)[0], ids)
+
+
+def test_chat_template_single_conversation_and_template_kwargs(tmp_path):
+    _build_chat_tokenizer(tmp_path, "jinja", "right")
+    tok = TextTokenizer(tmp_path)
+    ours = tok.apply_chat_template(CHATS[1], 24, padding_side="left", tag="night")
+    ids, mask = _reference_chat(tmp_path, CHATS[1], 24, "left", tag="night")
+    assert ours.input_ids.shape == (1, 24)
+    np.testing.assert_array_equal(ours.input_ids, ids.reshape(1, 24))
+    np.testing.assert_array_equal(ours.attention_mask, mask.reshape(1, 24))
+    without = tok.apply_chat_template(CHATS[1], 24, padding_side="left")
+    assert without.lengths[0] < ours.lengths[0]
+    # a template passed in replaces the folder's
+    plain = tok.apply_chat_template(CHATS[1], 24, padding_side="left",
+                                    chat_template="{{ messages[0]['content'] }}")
+    np.testing.assert_array_equal(plain.input_ids[0, -plain.lengths[0]:], tok._tok.encode("night city light").ids)
+
+
+def test_plain_prompts_forced_padding_side(tmp_path):
+    from transformers import AutoTokenizer
+
+    build_tiny_t5_tokenizer(tmp_path)  # its config says right
+    ours = TextTokenizer(tmp_path)(PROMPTS, 12, padding_side="left")
+    ref = AutoTokenizer.from_pretrained(str(tmp_path))(
+        PROMPTS, padding="max_length", max_length=12, truncation=True, padding_side="left")
+    np.testing.assert_array_equal(ours.input_ids, np.array(ref.input_ids))
+    np.testing.assert_array_equal(ours.attention_mask, np.array(ref.attention_mask))
+    assert ours.attention_mask[2, 0] == 0 and ours.attention_mask[2, -1] == 1
+    right = TextTokenizer(tmp_path)(PROMPTS, 12)  # None: the config's side
+    assert right.attention_mask[2, 0] == 1 and right.attention_mask[2, -1] == 0
+    with pytest.raises(InputError, match="padding_side='top'"):
+        TextTokenizer(tmp_path)(PROMPTS, 12, padding_side="top")
+
+
+def test_encoding_arrays_takes_batch_encoding_or_dict():
+    from transformers import BatchEncoding
+
+    data = {"input_ids": [[5, 6, 0]], "attention_mask": [[1, 1, 0]]}
+    for out in (BatchEncoding(data), dict(data)):
+        ids, mask = encoding_arrays(out, 3)
+        assert ids.dtype == np.int32 and ids.tolist() == [[5, 6, 0]] and mask.tolist() == [[1, 1, 0]]
+    with pytest.raises(InputError, match="return_dict=True"):
+        encoding_arrays([[5, 6, 0]], 3)
+    with pytest.raises(InputError, match="no attention_mask"):
+        encoding_arrays({"input_ids": [[5, 6, 0]]}, 3)
+
+
+def test_chat_template_errors(tmp_path):
+    build_tiny_t5_tokenizer(tmp_path)
+    tok = TextTokenizer(tmp_path)
+    with pytest.raises(CheckpointError, match="no chat template"):
+        tok.apply_chat_template(CHATS, 8, padding_side="left")
+    with pytest.raises(InputError, match="padding_side=None"):
+        tok.apply_chat_template(CHATS, 8, padding_side=None)
+    with pytest.raises(InputError, match="conversations must be"):
+        tok.apply_chat_template(["a cat"], 8, padding_side="left")
+    with pytest.raises(InputError, match="conversations must be"):
+        tok.apply_chat_template([], 8, padding_side="left")

@@ -1,9 +1,14 @@
 """Text tokenization with the checkpoint's own ``tokenizer.json`` (Hugging Face *tokenizers*).
 
-vidax does not import *transformers* at run time (it imports torch when torch is installed), so
-it drives the same Rust tokenizer that ``transformers``' fast tokenizers wrap, with the settings
-diffusers pipelines pass: ``padding="max_length"``, ``truncation=True``,
-``add_special_tokens=True``, the padding side from ``tokenizer_config.json``.
+Plain prompts (:meth:`TextTokenizer.__call__`) are tokenized by the same Rust tokenizer that
+``transformers``' fast tokenizers wrap, without importing transformers, with the settings diffusers
+pipelines pass: ``padding="max_length"``, ``truncation=True``, ``add_special_tokens=True``, and the
+padding side the caller forces (as the references do) or else the one in
+``tokenizer_config.json``.
+
+Chat prompts (:meth:`TextTokenizer.apply_chat_template`, for Llama / Qwen-style text encoders)
+go through ``transformers.PreTrainedTokenizerFast.apply_chat_template`` (transformers is a run-time
+dependency of vidax for tokenizers only; it does not import torch), imported on first use.
 
 :func:`build_tiny_t5_tokenizer` writes a small T5-style (SentencePiece-Unigram) tokenizer, for the
 embedded default checkpoint and for tests; it loads with both vidax and ``transformers``.
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +28,8 @@ import tokenizers
 from vidax.errors import CheckpointError, InputError
 
 logger = logging.getLogger("vidax.tokenizer")
+
+PADDING_SIDES = ("left", "right")
 
 
 @dataclass(frozen=True)
@@ -75,12 +83,28 @@ class TextTokenizer:
         if pad_id is None:
             raise CheckpointError(f"{path}: pad token {pad!r} is not in the vocabulary")
         self.pad_token, self.pad_token_id = pad, pad_id
+        self._hf = None  # transformers' tokenizer of the folder, built by apply_chat_template
 
-    def __call__(self, prompts: list[str], max_length: int) -> Tokens:
+    def __call__(self, prompts: list[str], max_length: int, *, padding_side: str | None = None) -> Tokens:
         """Tokenize like ``tokenizer(prompts, padding="max_length", max_length=max_length,
-        truncation=True, add_special_tokens=True)``; warns when a prompt is truncated."""
+        truncation=True, add_special_tokens=True, padding_side=padding_side)``; warns when a
+        prompt is truncated.
+
+        Args:
+            prompts: B strings.
+            max_length: L, the padded length (>= 1).
+            padding_side: ``"left"`` or ``"right"``, forced whatever ``tokenizer_config.json``
+                says; None: the file's ``padding_side`` (default ``"right"``).
+
+        Returns:
+            :class:`Tokens` of shape ``(B, L)``.
+
+        Raises:
+            InputError: ``max_length < 1`` or an unknown ``padding_side``.
+        """
         if max_length < 1:
             raise InputError(f"max_sequence_length must be >= 1, got {max_length}")
+        side = self.padding_side if padding_side is None else _checked_padding_side(padding_side)
         tok = self._tok
         tok.no_padding()
         tok.no_truncation()
@@ -88,7 +112,7 @@ class TextTokenizer:
         tok.enable_truncation(max_length, direction=self.truncation_side)
         tok.enable_padding(
             length=max_length,
-            direction=self.padding_side,
+            direction=side,
             pad_id=self.pad_token_id,
             pad_token=self.pad_token,
         )
@@ -107,6 +131,138 @@ class TextTokenizer:
         ids = np.array([e.ids for e in encodings], np.int32)
         mask = np.array([e.attention_mask for e in encodings], np.int32)
         return Tokens(ids, mask, mask.sum(axis=1))
+
+    def apply_chat_template(
+        self,
+        conversations: Sequence,
+        max_length: int,
+        *,
+        padding_side: str,
+        add_generation_prompt: bool = False,
+        chat_template: str | None = None,
+        **template_kwargs,
+    ) -> Tokens:
+        """Render conversations with the tokenizer's chat template and tokenize them, as
+        ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True,
+        padding="max_length", max_length=max_length, truncation=True,
+        add_generation_prompt=add_generation_prompt, **template_kwargs)`` with the padding side
+        forced (the reference pipelines of HunyuanVideo-1.5, Cosmos-Predict2.5, Flux2 call it so).
+
+        The template is the folder's (``chat_template`` in ``tokenizer_config.json`` or
+        ``chat_template.jinja``, read by ``transformers.PreTrainedTokenizerFast.from_pretrained``)
+        unless ``chat_template`` gives one. The rendered text is tokenized without adding special
+        tokens (the template writes them). transformers >= 5 returns a ``BatchEncoding`` where
+        4.x could return a bare id list; vidax always asks for the dict form and reads
+        ``input_ids`` / ``attention_mask`` from it (:func:`encoding_arrays`).
+
+        Args:
+            conversations: one conversation (a list of ``{"role": ..., "content": ...}`` dicts)
+                or a list of B conversations.
+            max_length: L, the padded length (>= 1); longer chats are truncated (warned).
+            padding_side: ``"left"`` or ``"right"``, required: the references force it.
+            add_generation_prompt: append the template's assistant header.
+            chat_template: a Jinja template used instead of the folder's.
+            **template_kwargs: extra variables for the template (e.g. ``add_vision_id=False`` for
+                Qwen2.5-VL, ``enable_thinking=False`` for Qwen3).
+
+        Returns:
+            :class:`Tokens` of shape ``(B, L)`` (B = 1 for a single conversation).
+
+        Raises:
+            InputError: ``max_length < 1``, an unknown ``padding_side``, empty or malformed
+                conversations.
+            CheckpointError: the folder has no tokenizer.json or no chat template.
+        """
+        if max_length < 1:
+            raise InputError(f"apply_chat_template: max_length must be >= 1, got {max_length}")
+        _checked_padding_side(padding_side)
+        batch = _conversation_batch(conversations)
+        tok = self._transformers_tokenizer()
+        if chat_template is None and not tok.chat_template:
+            raise CheckpointError(
+                f"{self.path}: the tokenizer has no chat template (no 'chat_template' in "
+                "tokenizer_config.json and no chat_template.jinja); pass chat_template="
+            )
+        kw = dict(chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=True,
+                  return_dict=True, **template_kwargs)
+        full = encoding_arrays(tok.apply_chat_template(batch, **kw), None)[0]
+        out = tok.apply_chat_template(
+            batch, padding="max_length", max_length=max_length, truncation=True, return_tensors="np",
+            tokenizer_kwargs=dict(padding_side=padding_side), **kw,
+        )
+        ids, mask = encoding_arrays(out, max_length)
+        for i, n in enumerate(full):
+            if len(n) > max_length:
+                logger.warning(
+                    "chat %d has %d tokens; truncated to max_length=%d (%s side) as the reference does",
+                    i, len(n), max_length, tok.truncation_side,
+                )
+        return Tokens(ids, mask, mask.sum(axis=1))
+
+    def _transformers_tokenizer(self):
+        """``PreTrainedTokenizerFast`` of this folder (imported and loaded on first use, kept)."""
+        if self._hf is None:
+            if not os.path.isfile(os.path.join(self.path, "tokenizer.json")):
+                raise CheckpointError(
+                    f"{self.path}: chat templates need the folder's tokenizer.json (it has none)."
+                )
+            from transformers import PreTrainedTokenizerFast
+
+            self._hf = PreTrainedTokenizerFast.from_pretrained(self.path)
+        return self._hf
+
+
+def _checked_padding_side(padding_side) -> str:
+    if padding_side not in PADDING_SIDES:
+        raise InputError(f"padding_side={padding_side!r} is not valid; valid: {list(PADDING_SIDES)}.")
+    return padding_side
+
+
+def _conversation_batch(conversations) -> list[list[dict]]:
+    """A list of conversations (lists of message dicts): one conversation is wrapped."""
+    def is_message(m):
+        return isinstance(m, Mapping) and "role" in m
+
+    if isinstance(conversations, Sequence) and not isinstance(conversations, str) and conversations:
+        if all(is_message(m) for m in conversations):
+            return [list(conversations)]
+        if all(isinstance(c, Sequence) and not isinstance(c, str) and c and all(is_message(m) for m in c)
+               for c in conversations):
+            return [list(c) for c in conversations]
+    raise InputError(
+        "apply_chat_template: conversations must be a list of {'role': ..., 'content': ...} message "
+        f"dicts or a non-empty list of such lists; got {conversations!r:.200}"
+    )
+
+
+def encoding_arrays(out, max_length: int | None) -> tuple[np.ndarray, np.ndarray] | tuple[list, None]:
+    """``input_ids`` and ``attention_mask`` of what ``apply_chat_template(tokenize=True,
+    return_dict=True)`` returned: a ``BatchEncoding`` or plain dict (transformers >= 4.4x).
+
+    Args:
+        out: the mapping returned.
+        max_length: the padded length L, or None for unpadded output (then the ids are returned
+            as lists and the mask as None).
+
+    Returns:
+        int32 ``(B, L)`` ids and mask, or (list of id lists, None) when ``max_length`` is None.
+
+    Raises:
+        InputError: ``out`` is not a mapping with ``input_ids`` (e.g. a bare id list from a call
+            without ``return_dict=True``), or padded output without ``attention_mask``.
+    """
+    if not isinstance(out, Mapping) or "input_ids" not in out:
+        raise InputError(
+            "apply_chat_template returned no input_ids mapping (call it with tokenize=True, "
+            f"return_dict=True); got {type(out).__name__}"
+        )
+    if max_length is None:
+        return [list(np.asarray(ids).reshape(-1)) for ids in out["input_ids"]], None
+    if "attention_mask" not in out:
+        raise InputError("apply_chat_template returned no attention_mask; vidax needs it to mask padding.")
+    ids = np.asarray(out["input_ids"], np.int32).reshape(-1, max_length)
+    mask = np.asarray(out["attention_mask"], np.int32).reshape(-1, max_length)
+    return ids, mask
 
 
 def _converted_tokenizer_json(path: str) -> str:

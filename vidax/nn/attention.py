@@ -1,8 +1,27 @@
 """Scaled dot-product attention: one dispatch function over interchangeable implementations.
 
-Layout everywhere: queries ``(B, Lq, N, K)``, keys and values ``(B, Lk, N, K)`` (B batch, L tokens,
-N heads, K head dim), output ``(B, Lq, N, K)`` in the query dtype. Softmax statistics and the
-value accumulation are float32 whatever the input dtype.
+Layout everywhere: queries ``(B, Lq, N, K)``, keys and values ``(B, Lk, N_kv, K)`` (B batch, L
+tokens, N query heads, N_kv key/value heads with ``N % N_kv == 0``, K head dim), output
+``(B, Lq, N, K)`` in the query dtype. Softmax statistics and the value accumulation are float32
+whatever the input dtype.
+
+Grouped-query heads (``N_kv < N``) follow torch SDPA's ``enable_gqa=True``: query head ``n`` uses
+key/value head ``n // (N / N_kv)`` (K/V heads repeated with ``repeat_interleave``). ``xla`` and
+``blockwise`` reshape the queries to ``(B, Lq, N_kv, G, K)`` instead of repeating K/V; ``cudnn``
+takes the grouped K/V natively; ``pallas_tpu`` repeats K/V (its kernel needs equal head counts).
+
+Masks, all optional and combined (a key is attended when every one allows it):
+
+* ``segment_ids`` (:class:`SegmentIds`): query i attends to key j iff their ids are equal. Key
+  padding is a segment: :meth:`SegmentIds.for_padding` (right padding) or
+  :meth:`SegmentIds.for_mask` (any 0/1 attention mask, e.g. left padding). Never a dense L x L
+  mask.
+* ``causal=True``: query i attends to key j iff ``j <= i + (Lk - Lq)``: the *bottom-right*
+  alignment, as Llama / Qwen2 with a KV cache (the queries are the last Lq of the Lk positions;
+  ``torch.nn.attention.bias.causal_lower_right``). With ``Lq == Lk`` this is torch SDPA's
+  ``is_causal=True`` (``j <= i``); with ``Lq > Lk`` the first ``Lq - Lk`` queries see no key.
+* ``bias``: an additive float ``(B or 1, N or 1, Lq, Lk)`` added to the scaled scores (torch
+  SDPA's float ``attn_mask``); ``-inf`` entries mask. It is dense, so for small problems only.
 
 Implementations (the ``implementation`` argument):
 
@@ -13,32 +32,37 @@ Implementations (the ``implementation`` argument):
 ``"blockwise"``
     Online-softmax ("flash") attention in plain JAX: a ``lax.scan`` over key blocks of
     ``block_size`` tokens keeps running max / sum / output accumulators in float32, so memory is
-    ``O(B·N·Lq·block_size)``. Keys are padded to a multiple of the block and the padding is
-    masked out. Runs on every backend.
+    ``O(B·N·Lq·block_size)`` (plus the bias, when one is given). Keys are padded to a multiple of
+    the block and the padding is masked out. Runs on every backend. Causal blocks above the
+    diagonal are computed and masked, not skipped.
 ``"pallas_tpu"``
     The Pallas TPU flash-attention kernel (``jax.experimental.pallas.ops.tpu.flash_attention``):
     sequences are padded to its tile multiples and the padding (and any user segments) is masked
-    with segment ids, never a dense bias. TPU only, or any backend with ``interpret=True``
+    with segment ids, never a dense bias. Its causal mask is top-left aligned, so for ``Lq != Lk``
+    the shorter side is padded at the front to align the ends. A ``bias`` is broadcast to
+    ``(B, N, Lq, Lk)`` float32 for the kernel. TPU only, or any backend with ``interpret=True``
     (Pallas interpret mode, for tests). Inside a partitioned program call it from a
     ``shard_map`` (:mod:`vidax.parallel.ulysses` does).
 ``"cudnn"``
     cuDNN flash attention through ``jax.nn.dot_product_attention(implementation="cudnn")``: GPU
     only, bfloat16 / float16 inputs, K <= 128 and a multiple of 8; padding only as
-    :meth:`SegmentIds.padding` (cuDNN's per-sequence lengths).
+    :meth:`SegmentIds.for_padding` (cuDNN's per-sequence lengths); ``causal`` only with
+    ``Lq == Lk`` (cuDNN's causal mask is top-left aligned); a ``bias`` is cast to the input dtype
+    with ``-inf`` raised to the large negative number JAX's cuDNN wrapper uses for masks.
 ``"auto"``
     ``"xla"`` when ``Lq·Lk <= AUTO_XLA_MAX_SCORES`` (2**22 scores per batch element and head, e.g.
     2048 x 2048); above it ``"pallas_tpu"`` on TPU, ``"cudnn"`` on GPU when the inputs fit it,
     else ``"blockwise"`` (the CPU default).
 
-Masking uses segment ids (:class:`SegmentIds`): query i attends to key j iff their ids are equal.
-A query whose id matches no key gets zeros from ``xla`` / ``blockwise``; ``pallas_tpu`` /
-``cudnn`` leave such rows unspecified (vidax never produces them: padded queries carry the
-padding id of the padded keys).
+A query that no key is allowed for (by segments, ``causal`` or ``-inf`` bias) gets zeros from
+``xla`` / ``blockwise``; ``pallas_tpu`` / ``cudnn`` leave such rows unspecified (vidax never
+produces them: padded queries carry the padding id of the padded keys).
 
 A forced implementation that cannot run here (``pallas_tpu`` off TPU without ``interpret``,
-``cudnn`` off GPU or with float32 inputs) raises :class:`~vidax.errors.InputError`; it never
-falls back silently. Which implementation ran is logged on the ``"vidax.attention"`` logger at
-INFO level each time the call is traced (once per jit trace).
+``cudnn`` off GPU, with float32 inputs or with a causal mask and ``Lq != Lk``) raises
+:class:`~vidax.errors.InputError`; it never falls back silently. Which implementation ran is
+logged on the ``"vidax.attention"`` logger at INFO level each time the call is traced (once per
+jit trace).
 """
 
 from __future__ import annotations
@@ -74,7 +98,7 @@ class SegmentIds:
     Attributes:
         q: ``(B, Lq)`` int32, ids >= 0.
         kv: ``(B, Lk)`` int32, ids >= 0.
-        padding: static flag, True when built by :meth:`padding` (id 1 for a prefix of real
+        padding: static flag, True when built by :meth:`for_padding` (id 1 for a prefix of real
             tokens, 0 for the trailing padding); only this form can run on ``cudnn``.
     """
 
@@ -99,6 +123,27 @@ class SegmentIds:
 
         return cls(ids(q_len, q_valid), ids(kv_len, kv_valid), padding=True)
 
+    @classmethod
+    def for_mask(cls, q_mask, kv_mask=None) -> "SegmentIds":
+        """Ids of a tokenizer-style attention mask, any pattern (left or right padding): real
+        tokens (mask 1 / True) get id 1, padding id 0.
+
+        Padded queries then attend to padded keys only (their output is meant to be dropped; the
+        reference masks such rows differently, e.g. fully, so compare real rows only), and real
+        queries to real keys only, as torch SDPA with the key-padding mask
+        ``attn_mask[b, :, :, j] = mask[b, j]``.
+
+        Args:
+            q_mask: ``(B, Lq)`` bool or int 0/1.
+            kv_mask: ``(B, Lk)``; default ``q_mask`` (self-attention).
+
+        Returns:
+            :class:`SegmentIds` with ``padding=False`` (the real tokens need not be a prefix, so
+            ``cudnn`` refuses it; use :meth:`for_padding` for right padding there).
+        """
+        kv_mask = q_mask if kv_mask is None else kv_mask
+        return cls((jnp.asarray(q_mask) != 0).astype(jnp.int32), (jnp.asarray(kv_mask) != 0).astype(jnp.int32))
+
 
 def backend() -> str:
     """The platform attention runs on: ``"cpu"``, ``"gpu"`` or ``"tpu"`` (``jax.default_backend``)."""
@@ -116,16 +161,20 @@ def dot_product_attention(
     scale: float | None = None,
     segment_ids: SegmentIds | None = None,
     interpret: bool = False,
+    causal: bool = False,
+    bias: jax.Array | None = None,
 ) -> jax.Array:
-    """Softmax attention ``softmax(q·kᵀ·scale [masked by segments])·v`` over all heads independently.
+    """Softmax attention ``softmax(q·kᵀ·scale + bias [masked])·v`` over all heads independently.
 
-    Follows ``torch.nn.functional.scaled_dot_product_attention`` (no dropout, not causal) in the
-    token-major layout used across vidax; ``segment_ids`` replaces a boolean mask.
+    Follows ``torch.nn.functional.scaled_dot_product_attention`` (no dropout) in the token-major
+    layout used across vidax: ``segment_ids`` replaces a boolean mask, ``causal`` is its
+    ``is_causal`` (bottom-right aligned when ``Lq != Lk``, see the module docstring), ``bias`` its
+    float ``attn_mask``, and ``N_kv < N`` its ``enable_gqa=True``.
 
     Args:
         q: queries ``(B, Lq, N, K)``, float (fp32 / bf16 / fp16).
-        k: keys ``(B, Lk, N, K)``, same dtype as ``q``.
-        v: values ``(B, Lk, N, K)``, same dtype as ``q``.
+        k: keys ``(B, Lk, N_kv, K)``, same dtype as ``q``; ``N % N_kv == 0``.
+        v: values ``(B, Lk, N_kv, K)``, same dtype as ``q``.
         implementation: ``"auto"``, ``"xla"``, ``"blockwise"``, ``"pallas_tpu"`` or ``"cudnn"``
             (see module docstring).
         block_size: key tokens per scan step of ``"blockwise"`` (any ``Lk`` works: the last
@@ -134,6 +183,9 @@ def dot_product_attention(
         scale: multiplier of the scores; default ``1 / sqrt(K)``.
         segment_ids: optional :class:`SegmentIds` (``(B, Lq)`` and ``(B, Lk)``).
         interpret: run ``"pallas_tpu"`` in Pallas interpret mode (any backend; slow, for tests).
+        causal: query i attends only keys ``j <= i + Lk - Lq`` (Llama's causal mask).
+        bias: optional float ``(B or 1, N or 1, Lq, Lk)`` added to the scaled scores (in float32);
+            dense, for small problems.
 
     Returns:
         ``(B, Lq, N, K)`` in ``q.dtype``. With ``Lk == 0`` the output is zeros (as torch's SDPA).
@@ -149,25 +201,29 @@ def dot_product_attention(
         )
     if not isinstance(block_size, int) or block_size < 1:
         raise InputError(f"dot_product_attention: block_size={block_size!r} must be a positive int.")
-    _check_shapes(q, k, v, segment_ids)
+    if not isinstance(causal, bool):
+        raise InputError(f"dot_product_attention: causal={causal!r} must be a bool.")
+    _check_shapes(q, k, v, segment_ids, bias)
     b, lq, n, d = q.shape
-    lk = k.shape[1]
+    lk, n_kv = k.shape[1], k.shape[2]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
+    masks = dict(k=k, causal=causal, bias=bias)
     impl = implementation
     if impl == "auto":
-        impl = choose_implementation(q, k, segment_ids)
+        impl = choose_implementation(q, k, segment_ids, causal=causal, bias=bias)
     else:
-        problem = unavailable_reason(impl, q, segment_ids, interpret)
+        problem = unavailable_reason(impl, q, segment_ids, interpret, **masks)
         if problem:
             raise InputError(
                 f"dot_product_attention: implementation={impl!r} cannot run here: {problem}. "
-                f"Use implementation='auto' or one of {available_implementations(q, segment_ids)}."
+                f"Use implementation='auto' or one of {available_implementations(q, segment_ids, **masks)}."
             )
     logger.info(
-        "dot_product_attention: %s (requested %s) q=%s kv=%s %s%s",
+        "dot_product_attention: %s (requested %s) q=%s kv=%s %s%s%s%s",
         impl, implementation, tuple(q.shape), tuple(k.shape), jnp.dtype(q.dtype).name,
-        " segments" if segment_ids is not None else "",
+        " segments" if segment_ids is not None else "", " causal" if causal else "",
+        f" bias{tuple(bias.shape)}" if bias is not None else "",
     )
     if impl == "xla" and lq * lk > AUTO_XLA_MAX_SCORES:
         gib = b * n * lq * lk * 4 / 2**30
@@ -179,13 +235,19 @@ def dot_product_attention(
     if lk == 0:
         return jnp.zeros(q.shape, q.dtype)
     return _IMPLEMENTATIONS[impl](
-        q, k, v, scale=scale, block_size=block_size, segment_ids=segment_ids, interpret=interpret
+        q, k, v, scale=scale, block_size=block_size, segment_ids=segment_ids, interpret=interpret,
+        causal=causal, bias=bias,
     )
 
 
 def unavailable_reason(impl: str, q: jax.Array, segment_ids: SegmentIds | None = None,
-                       interpret: bool = False) -> str | None:
-    """Why ``impl`` cannot run on this backend with queries like ``q`` (None when it can)."""
+                       interpret: bool = False, *, k: jax.Array | None = None, causal: bool = False,
+                       bias: jax.Array | None = None) -> str | None:
+    """Why ``impl`` cannot run on this backend with queries like ``q`` (None when it can).
+
+    ``k`` (keys ``(B, Lk, N_kv, K)``), ``causal`` and ``bias`` describe the rest of the call;
+    without ``k`` the checks that need ``Lk`` are skipped.
+    """
     where = backend()
     if impl == "pallas_tpu":
         if where != "tpu" and not interpret:
@@ -204,34 +266,42 @@ def unavailable_reason(impl: str, q: jax.Array, segment_ids: SegmentIds | None =
             return f"cuDNN flash attention needs head dim K <= 128 and a multiple of 8, got K={d}"
         if segment_ids is not None and not segment_ids.padding:
             return "cuDNN masks only trailing padding (SegmentIds.for_padding), not general segments"
+        if causal and k is not None and k.shape[1] != q.shape[1]:
+            return (f"cuDNN's causal mask is top-left aligned and vidax's bottom-right (Llama's); they "
+                    f"agree only for Lq == Lk, got Lq={q.shape[1]}, Lk={k.shape[1]}")
     return None
 
 
-def available_implementations(q: jax.Array, segment_ids: SegmentIds | None = None) -> list[str]:
+def available_implementations(q: jax.Array, segment_ids: SegmentIds | None = None, *,
+                              k: jax.Array | None = None, causal: bool = False,
+                              bias: jax.Array | None = None) -> list[str]:
     """The implementations that can run here for queries like ``q`` (interpret mode excluded)."""
-    return [name for name in sorted(_IMPLEMENTATIONS) if unavailable_reason(name, q, segment_ids) is None]
+    return [name for name in sorted(_IMPLEMENTATIONS)
+            if unavailable_reason(name, q, segment_ids, k=k, causal=causal, bias=bias) is None]
 
 
-def choose_implementation(q: jax.Array, k: jax.Array, segment_ids: SegmentIds | None = None) -> str:
+def choose_implementation(q: jax.Array, k: jax.Array, segment_ids: SegmentIds | None = None, *,
+                          causal: bool = False, bias: jax.Array | None = None) -> str:
     """What ``implementation="auto"`` runs for these inputs on this backend (module docstring)."""
     if q.shape[1] * k.shape[1] <= AUTO_XLA_MAX_SCORES:
         return "xla"
     for fast in {"tpu": ("pallas_tpu",), "gpu": ("cudnn",)}.get(backend(), ()):
-        if unavailable_reason(fast, q, segment_ids) is None:
+        if unavailable_reason(fast, q, segment_ids, k=k, causal=causal, bias=bias) is None:
             return fast
     return "blockwise"
 
 
-def _check_shapes(q, k, v, segment_ids) -> None:
+def _check_shapes(q, k, v, segment_ids, bias) -> None:
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise InputError(
             "dot_product_attention: q, k, v must be 4-D (B, L, N, K); got shapes "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
         )
-    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2:] != k.shape[2:]:
+    if (k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]
+            or k.shape[2] < 1 or q.shape[2] % k.shape[2]):
         raise InputError(
-            "dot_product_attention: expected q (B, Lq, N, K) and k, v (B, Lk, N, K); got "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
+            "dot_product_attention: expected q (B, Lq, N, K) and k, v (B, Lk, N_kv, K) with N a "
+            f"multiple of N_kv; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
         )
     if segment_ids is not None:
         want_q, want_kv = (q.shape[0], q.shape[1]), (k.shape[0], k.shape[1])
@@ -240,128 +310,206 @@ def _check_shapes(q, k, v, segment_ids) -> None:
                 f"dot_product_attention: segment_ids must be q {want_q} and kv {want_kv} (B, L); got "
                 f"{tuple(segment_ids.q.shape)} and {tuple(segment_ids.kv.shape)}."
             )
+    if bias is not None:
+        b, lq, n, _ = q.shape
+        shape = tuple(bias.shape)
+        if (len(shape) != 4 or shape[0] not in (1, b) or shape[1] not in (1, n)
+                or shape[2:] != (lq, k.shape[1]) or not jnp.issubdtype(bias.dtype, jnp.floating)):
+            raise InputError(
+                f"dot_product_attention: bias must be float ({b} or 1, {n} or 1, {lq}, {k.shape[1]}) "
+                f"(B or 1, N or 1, Lq, Lk); got {jnp.dtype(bias.dtype).name} {shape}."
+            )
 
 
-def _segment_mask(segment_ids: SegmentIds | None, kv_ids=None):
-    """(B, 1, Lq, Lk') bool: query and key in the same segment (``kv_ids`` overrides the keys)."""
-    kv = segment_ids.kv if kv_ids is None else kv_ids
-    return (segment_ids.q[:, None, :, None] == kv[:, None, None, :])
+def _grouped(q, n_kv):
+    """``(B, Lq, N, K)`` -> ``(B, Lq, N_kv, G, K)``: query head ``h·G + g`` uses K/V head ``h``."""
+    b, lq, n, d = q.shape
+    return q.reshape(b, lq, n_kv, n // n_kv, d)
 
 
-def _xla(q, k, v, *, scale: float, segment_ids, **_) -> jax.Array:
+def _grouped_bias(bias, n_kv):
+    """float32 ``(B|1, N|1, Lq, Lk)`` -> ``(B|1, N_kv|1, G|1, Lq, Lk)`` (matching :func:`_grouped`)."""
+    bb, nb, lq, lk = bias.shape
+    bias = bias.astype(jnp.float32)
+    if nb == 1:
+        return bias.reshape(bb, 1, 1, lq, lk)
+    return bias.reshape(bb, n_kv, nb // n_kv, lq, lk)
+
+
+def _allowed(segment_ids, causal, lq, lk, kv_ids=None, k_pos=None):
+    """(B|1, 1, 1, Lq, Lk') bool, or None when nothing is masked: the key is in the query's
+    segment (``kv_ids`` overrides the keys' ids) and, when ``causal``, ``j <= i + Lk - Lq``
+    (``k_pos``: the key positions j, default ``0 .. Lk-1``)."""
+    allowed = None
+    if segment_ids is not None:
+        kv = segment_ids.kv if kv_ids is None else kv_ids
+        allowed = segment_ids.q[:, None, None, :, None] == kv[:, None, None, None, :]
+    if causal:
+        k_pos = jnp.arange(lk, dtype=jnp.int32) if k_pos is None else k_pos
+        q_pos = jnp.arange(lq, dtype=jnp.int32) + (lk - lq)
+        below = q_pos[:, None] >= k_pos[None, :]
+        allowed = below if allowed is None else allowed & below
+    return allowed
+
+
+def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.Array:
     """Materialised attention: fp32 scores and softmax, fp32 accumulation of the values."""
-    s = jnp.einsum("bqnd,bknd->bnqk", q, k, preferred_element_type=jnp.float32) * scale
-    if segment_ids is None:
+    b, lq, n, d = q.shape
+    lk, n_kv = k.shape[1], k.shape[2]
+    s = jnp.einsum("bqhgd,bkhd->bhgqk", _grouped(q, n_kv), k, preferred_element_type=jnp.float32) * scale
+    if bias is not None:
+        s = s + _grouped_bias(bias, n_kv)
+    allowed = _allowed(segment_ids, causal, lq, lk)
+    if allowed is None and bias is None:
         p = jax.nn.softmax(s, axis=-1)
     else:
-        s = jnp.where(_segment_mask(segment_ids), s, -jnp.inf)
+        if allowed is not None:
+            s = jnp.where(allowed, s, -jnp.inf)
         m = s.max(axis=-1, keepdims=True)
         e = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0))
         total = e.sum(axis=-1, keepdims=True)
-        p = e / jnp.where(total > 0, total, 1.0)  # a row with no key in its segment: zeros
-    out = jnp.einsum("bnqk,bknd->bqnd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return out.astype(q.dtype)
+        p = e / jnp.where(total > 0, total, 1.0)  # a row that may see no key: zeros
+    out = jnp.einsum("bhgqk,bkhd->bqhgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.reshape(b, lq, n, d).astype(q.dtype)
 
 
-def _blockwise(q, k, v, *, scale: float, block_size: int, segment_ids, **_) -> jax.Array:
+def _blockwise(q, k, v, *, scale: float, block_size: int, segment_ids, causal: bool, bias, **_) -> jax.Array:
     """Online-softmax attention: ``lax.scan`` over key blocks with fp32 running statistics."""
     b, lq, n, d = q.shape
-    lk = k.shape[1]
+    lk, n_kv = k.shape[1], k.shape[2]
+    g = n // n_kv
+    qg = _grouped(q, n_kv)
     bs = min(block_size, lk)
     num_blocks = -(-lk // bs)
     pad = num_blocks * bs - lk
     kv_ids = None if segment_ids is None else segment_ids.kv
+    bias_g = None if bias is None else _grouped_bias(bias, n_kv)
     if pad:
         k = jnp.pad(k, ((0, 0), (0, pad), (0, 0), (0, 0)))
         v = jnp.pad(v, ((0, 0), (0, pad), (0, 0), (0, 0)))
         if kv_ids is not None:
             kv_ids = jnp.pad(kv_ids, ((0, 0), (0, pad)))
-    # (num_blocks, B, bs, N, K) so that scan walks the blocks.
-    kb = k.reshape(b, num_blocks, bs, n, d).swapaxes(0, 1)
-    vb = v.reshape(b, num_blocks, bs, n, d).swapaxes(0, 1)
+        if bias_g is not None:
+            bias_g = jnp.pad(bias_g, ((0, 0),) * 4 + ((0, pad),))
+    # (num_blocks, B, bs, N_kv, K) so that scan walks the blocks.
+    kb = k.reshape(b, num_blocks, bs, n_kv, d).swapaxes(0, 1)
+    vb = v.reshape(b, num_blocks, bs, n_kv, d).swapaxes(0, 1)
     starts = jnp.arange(num_blocks, dtype=jnp.int32) * bs
     idb = None if kv_ids is None else kv_ids.reshape(b, num_blocks, bs).swapaxes(0, 1)
+    # (num_blocks, B|1, N_kv|1, G|1, Lq, bs)
+    biasb = None if bias_g is None else jnp.moveaxis(bias_g.reshape(*bias_g.shape[:4], num_blocks, bs), 4, 0)
+    # Some row may see no key of a block (or of any block yet) when anything masks.
+    masked = segment_ids is not None or causal or bias is not None
 
     def step(carry, xs):
-        m, l, acc = carry  # (B, N, Lq), (B, N, Lq), (B, Lq, N, K) all fp32
-        kj, vj, start, ids_j = xs
-        s = jnp.einsum("bqnd,bknd->bnqk", q, kj, preferred_element_type=jnp.float32) * scale
+        m, l, acc = carry  # (B, N_kv, G, Lq), (B, N_kv, G, Lq), (B, Lq, N_kv, G, K) all fp32
+        kj, vj, start, ids_j, bias_j = xs
+        s = jnp.einsum("bqhgd,bkhd->bhgqk", qg, kj, preferred_element_type=jnp.float32) * scale
+        if bias_j is not None:
+            s = s + bias_j
+        k_pos = start + jnp.arange(bs, dtype=jnp.int32)
         if pad:
-            valid = (start + jnp.arange(bs, dtype=jnp.int32)) < lk
-            s = jnp.where(valid, s, -jnp.inf)
-        if segment_ids is not None:
-            s = jnp.where(_segment_mask(segment_ids, ids_j), s, -jnp.inf)
-            # A row can see no key of this block (or of any block yet): keep its max finite.
-            m_new = jnp.maximum(m, s.max(axis=-1))
-            m_use = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-        else:
-            # Every block holds at least one real key, so m_new is finite.
-            m_new = m_use = jnp.maximum(m, s.max(axis=-1))
+            s = jnp.where(k_pos < lk, s, -jnp.inf)
+        allowed = _allowed(segment_ids, causal, lq, lk, kv_ids=ids_j, k_pos=k_pos)
+        if allowed is not None:
+            s = jnp.where(allowed, s, -jnp.inf)
+        m_new = jnp.maximum(m, s.max(axis=-1))
+        # Without masks every block holds at least one real key, so m_new is finite.
+        m_use = jnp.where(jnp.isfinite(m_new), m_new, 0.0) if masked else m_new
         p = jnp.exp(s - m_use[..., None])
         corr = jnp.exp(m - m_use)  # exp(-inf) = 0 on the first block
         l = l * corr + p.sum(axis=-1)
-        pv = jnp.einsum("bnqk,bknd->bqnd", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
-        acc = acc * corr.transpose(0, 2, 1)[..., None] + pv
+        pv = jnp.einsum("bhgqk,bkhd->bqhgd", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
+        acc = acc * jnp.moveaxis(corr, 3, 1)[..., None] + pv
         return (m_new, l, acc), None
 
     init = (
-        jnp.full((b, n, lq), -jnp.inf, jnp.float32),
-        jnp.zeros((b, n, lq), jnp.float32),
-        jnp.zeros((b, lq, n, d), jnp.float32),
+        jnp.full((b, n_kv, g, lq), -jnp.inf, jnp.float32),
+        jnp.zeros((b, n_kv, g, lq), jnp.float32),
+        jnp.zeros((b, lq, n_kv, g, d), jnp.float32),
     )
-    (m, l, acc), _ = jax.lax.scan(step, init, (kb, vb, starts, idb))
-    if segment_ids is not None:
-        l = jnp.where(l > 0, l, 1.0)  # rows with no key in their segment: acc is 0 -> zeros
-    out = acc / l.transpose(0, 2, 1)[..., None]
-    return out.astype(q.dtype)
+    (m, l, acc), _ = jax.lax.scan(step, init, (kb, vb, starts, idb, biasb))
+    if masked:
+        l = jnp.where(l > 0, l, 1.0)  # rows that saw no key: acc is 0 -> zeros
+    out = acc / jnp.moveaxis(l, 3, 1)[..., None]
+    return out.reshape(b, lq, n, d).astype(q.dtype)
 
 
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _pallas_tpu(q, k, v, *, scale: float, block_size: int, segment_ids, interpret: bool, **_) -> jax.Array:
+#: Floor of the bias handed to the Pallas kernel: finite, so that a row whose first key tile is
+#: all ``-inf`` does not turn its running max into ``-inf - -inf = nan``.
+_PALLAS_BIAS_FLOOR = -1e30
+
+
+def _pallas_tpu(q, k, v, *, scale: float, block_size: int, segment_ids, interpret: bool, causal: bool,
+                bias, **_) -> jax.Array:
     """Pallas TPU flash attention; lengths padded to tile multiples, padding masked by segment ids."""
     from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     b, lq, n, d = q.shape
-    lk = k.shape[1]
-    block_k = min(_round_up(block_size, _TPU_LANES), _round_up(lk, _TPU_LANES))
-    block_q = min(_round_up(block_size, _TPU_SUBLANES), _round_up(lq, _TPU_SUBLANES))
-    lq_p, lk_p = _round_up(lq, block_q), _round_up(lk, block_k)
+    lk, n_kv = k.shape[1], k.shape[2]
+    if n_kv != n:  # the kernel needs equal head counts: repeat K/V heads as enable_gqa does
+        k, v = (jnp.repeat(t, n // n_kv, axis=2) for t in (k, v))
+    # The kernel's causal mask is top-left (j <= i); padding the shorter side at the front puts
+    # the last query and the last key at the same position, which makes it bottom-right.
+    q_front = max(lk - lq, 0) if causal else 0
+    kv_front = max(lq - lk, 0) if causal else 0
+    lq_f, lk_f = lq + q_front, lk + kv_front
+    block_k = min(_round_up(block_size, _TPU_LANES), _round_up(lk_f, _TPU_LANES))
+    block_q = min(_round_up(block_size, _TPU_SUBLANES), _round_up(lq_f, _TPU_SUBLANES))
+    lq_p, lk_p = _round_up(lq_f, block_q), _round_up(lk_f, block_k)
+    q_widths, kv_widths = (q_front, lq_p - lq_f), (kv_front, lk_p - lk_f)
     ids = None
     if segment_ids is not None or lq_p != lq or lk_p != lk:
         q_ids = segment_ids.q if segment_ids is not None else jnp.zeros((b, lq), jnp.int32)
         kv_ids = segment_ids.kv if segment_ids is not None else jnp.zeros((b, lk), jnp.int32)
-        # Padding gets id -1: real ids are >= 0, so padded keys are never attended by real queries.
-        ids = fa.SegmentIds(
-            jnp.pad(q_ids.astype(jnp.int32), ((0, 0), (0, lq_p - lq)), constant_values=-1),
-            jnp.pad(kv_ids.astype(jnp.int32), ((0, 0), (0, lk_p - lk)), constant_values=-1),
-        )
+        # Padding gets id -1 (front-padded keys -2): real ids are >= 0, so padded keys are never
+        # attended by real queries.
+        q_ids = jnp.pad(q_ids.astype(jnp.int32), ((0, 0), q_widths), constant_values=-1)
+        kv_ids = jnp.pad(kv_ids.astype(jnp.int32), ((0, 0), (0, kv_widths[1])), constant_values=-1)
+        ids = fa.SegmentIds(q_ids, jnp.pad(kv_ids, ((0, 0), (kv_front, 0)), constant_values=-2))
+    ab = None
+    if bias is not None:
+        # The kernel adds ab before multiplying by sm_scale: (q·kᵀ + ab)·scale.
+        ab = jnp.maximum(bias.astype(jnp.float32) / scale, _PALLAS_BIAS_FLOOR)
+        ab = jnp.pad(jnp.broadcast_to(ab, (b, n, lq, lk)), ((0, 0), (0, 0), q_widths, kv_widths))
 
-    def heads_major(x, length):  # (B, L, N, K) -> (B, N, L_padded, K)
-        return jnp.pad(x, ((0, 0), (0, length - x.shape[1]), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
+    def heads_major(x, widths):  # (B, L, N, K) -> (B, N, L_padded, K)
+        return jnp.pad(x, ((0, 0), widths, (0, 0), (0, 0))).transpose(0, 2, 1, 3)
 
     sizes = fa.BlockSizes(block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1)
     mode = pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext()
     with mode:
         out = fa.flash_attention(
-            heads_major(q, lq_p), heads_major(k, lk_p), heads_major(v, lk_p), segment_ids=ids,
-            sm_scale=float(scale), block_sizes=sizes,
+            heads_major(q, q_widths), heads_major(k, kv_widths), heads_major(v, kv_widths), ab=ab,
+            segment_ids=ids, causal=causal, sm_scale=float(scale), block_sizes=sizes,
         )
-    return out.transpose(0, 2, 1, 3)[:, :lq].astype(q.dtype)
+    return out.transpose(0, 2, 1, 3)[:, q_front:q_front + lq].astype(q.dtype)
 
 
-def _cudnn(q, k, v, *, scale: float, segment_ids, **_) -> jax.Array:
-    """cuDNN flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``)."""
-    lengths = {}
+def _cudnn_mask_value(dtype) -> float:
+    """The large negative number ``jax.nn.dot_product_attention``'s cuDNN wrapper gives masked
+    scores (``get_large_negative_number``: cuDNN mis-subtracts two larger negatives)."""
+    return float(-2 << 40) if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) else float(-2 << 14)
+
+
+def _cudnn(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.Array:
+    """cuDNN flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``); grouped
+    K/V heads are passed as they are (cuDNN runs GQA natively)."""
+    extra = {}
     if segment_ids is not None:  # padding form (checked): lengths = number of real tokens
-        lengths = dict(
+        extra.update(
             query_seq_lengths=(segment_ids.q != 0).sum(axis=1).astype(jnp.int32),
             key_value_seq_lengths=(segment_ids.kv != 0).sum(axis=1).astype(jnp.int32),
         )
-    out = jax.nn.dot_product_attention(q, k, v, scale=float(scale), implementation="cudnn", **lengths)
+    if bias is not None:  # cuDNN takes the bias in the input dtype
+        extra["bias"] = jnp.maximum(bias.astype(jnp.float32), _cudnn_mask_value(q.dtype)).astype(q.dtype)
+    out = jax.nn.dot_product_attention(q, k, v, scale=float(scale), is_causal=causal,
+                                       implementation="cudnn", **extra)
     return out.astype(q.dtype)
 
 

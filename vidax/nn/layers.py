@@ -2,8 +2,9 @@
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
 LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
-channels-last video, the sinusoidal timestep embedding and the interleaved-pair rotary embedding.
-Statistics, the timestep embedding and the rotation are computed in float32.
+channels-last video and the sinusoidal timestep embedding. Statistics and the timestep embedding
+are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`; its ``apply_rope``
+is re-exported here for the callers that import it from this module.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from vidax.nn.rope import apply_rope  # noqa: F401  (re-export: it lived here)
 
 _F32 = jnp.float32
 
@@ -195,23 +198,3 @@ def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
     if dim % 2:
         emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
     return emb
-
-
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotate interleaved pairs of ``x`` as the reference's ``WanAttnProcessor``.
-
-    Args:
-        x: ``(B, L, N, K)`` queries or keys, any float dtype.
-        cos, sin: ``(L, K // 2)`` float32 (e.g. from :func:`vidax.models.wan.rope.wan_rope`).
-
-    Returns:
-        ``(B, L, N, K)`` in ``x.dtype``; the rotation itself is computed in float32
-        (``out[2i] = x[2i] cos - x[2i+1] sin``, ``out[2i+1] = x[2i] sin + x[2i+1] cos``).
-    """
-    b, l, n, k = x.shape
-    pairs = x.astype(jnp.float32).reshape(b, l, n, k // 2, 2)
-    x1, x2 = pairs[..., 0], pairs[..., 1]
-    c = cos[None, :, None, :]
-    s = sin[None, :, None, :]
-    out = jnp.stack([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
-    return out.reshape(b, l, n, k).astype(x.dtype)
