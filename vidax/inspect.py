@@ -6,9 +6,9 @@ import json
 import os
 from collections import Counter
 
-from vidax.errors import CheckpointError, VidaxError
+from vidax.errors import VidaxError
 from vidax.pipelines.loading import pipeline_class, read_model_index, resolve_checkpoint
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.safetensors_io import CheckpointReader, has_safetensors
 
 # config keys worth showing per component class.
 _KEY_CONFIGS = {
@@ -31,7 +31,13 @@ _KEY_CONFIGS = {
 
 
 def describe_checkpoint(path_or_hub_id: str) -> str:
-    """A human-readable summary of every component: class, key configs, parameters, dtypes."""
+    """A human-readable summary of every component: class, key configs, parameters, dtypes.
+
+    Raises:
+        CheckpointError: no such folder or hub id, no model_index.json, or a component's
+            safetensors file is unreadable or truncated (folders without any, like
+            ``scheduler/``, are listed without parameters).
+    """
     root = resolve_checkpoint(path_or_hub_id)
     index = read_model_index(root)
     lines = [f"{root}", f"  pipeline: {index.get('_class_name')}", f"  variant: {_variant(root, index)}"]
@@ -50,10 +56,9 @@ def describe_checkpoint(path_or_hub_id: str) -> str:
         shown = {k: config[k] for k in _KEY_CONFIGS.get(cls, ()) if k in config}
         if shown:
             lines.append("      " + ", ".join(f"{k}={v}" for k, v in shown.items()))
-        try:
-            reader = CheckpointReader(folder)
-        except CheckpointError:
+        if not has_safetensors(folder):  # scheduler/, tokenizer/: configs only, no weights
             continue
+        reader = CheckpointReader(folder)  # a broken weights file is an error, not left out
         count, by_dtype, nbytes = 0, Counter(), 0
         for name in reader.keys():
             info = reader.info(name)
