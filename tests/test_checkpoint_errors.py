@@ -94,3 +94,41 @@ def test_folders_without_weights_are_still_listed(ckpt):
     assert r.returncode == 0, r.stderr
     assert "scheduler/  UniPCMultistepScheduler" in r.stdout and "tokenizer/  T5TokenizerFast" in r.stdout
     assert r.stdout.count("parameters in") == 3  # text encoder, transformer, VAE
+
+
+@pytest.mark.parametrize("text, what", [("{\"num_layers\": 2,", "not valid JSON"),
+                                        ("[1, 2]", "not a JSON object")])
+def test_bad_transformer_config(copy, tmp_path, text, what):
+    file = copy / "transformer" / "config.json"
+    file.write_text(text)
+    for r in (_vidax("inspect", str(copy)), _generate(copy, tmp_path)):
+        _one_error_line(r, str(file), what)
+
+
+@pytest.mark.parametrize("component, name", [("scheduler", "scheduler_config.json"),
+                                             ("tokenizer", "tokenizer_config.json"),
+                                             ("vae", "config.json")])
+def test_other_bad_configs(copy, tmp_path, component, name):
+    file = copy / component / name
+    file.write_text("{oops")
+    r = _generate(copy, tmp_path)
+    _one_error_line(r, str(file), "not valid JSON")
+
+
+def test_bad_model_index_and_shard_index(copy, tmp_path):
+    (copy / "model_index.json").write_text("[]")
+    for r in (_vidax("inspect", str(copy)), _generate(copy, tmp_path)):
+        _one_error_line(r, str(copy / "model_index.json"), "not a JSON object")
+    index = tmp_path / "w" / "m.safetensors.index.json"
+    index.parent.mkdir()
+    index.write_text("{\"weight_map\": ")
+    with pytest.raises(CheckpointError, match="m.safetensors.index.json is not valid JSON"):
+        CheckpointReader(index.parent)
+    index.write_text("{}")
+    with pytest.raises(CheckpointError, match="has no 'weight_map'"):
+        CheckpointReader(index.parent)
+
+
+def test_inspect_missing_path_and_folder_without_model_index(tmp_path):
+    _one_error_line(_vidax("inspect", str(tmp_path / "nope" / "deeper")), "no such folder")
+    _one_error_line(_vidax("inspect", str(tmp_path)), str(tmp_path), "no model_index.json")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 
+from vidax.config import read_json_object
 from vidax.errors import VidaxError
 from vidax.pipelines.loading import pipeline_class, read_model_index, resolve_checkpoint
 from vidax.weights.safetensors_io import CheckpointReader, has_safetensors
@@ -36,7 +36,8 @@ def describe_checkpoint(path_or_hub_id: str) -> str:
     Raises:
         CheckpointError: no such folder or hub id, no model_index.json, or a component's
             safetensors file is unreadable or truncated (folders without any, like
-            ``scheduler/``, are listed without parameters).
+            ``scheduler/``, are listed without parameters). ConfigError: a config file that is
+            not a JSON object.
     """
     root = resolve_checkpoint(path_or_hub_id)
     index = read_model_index(root)
@@ -91,8 +92,7 @@ def _read_config(folder: str) -> dict:
     for name in ("config.json", "scheduler_config.json"):
         file = os.path.join(folder, name)
         if os.path.isfile(file):
-            with open(file) as f:
-                return json.load(f)
+            return read_json_object(file)
     return {}
 
 

@@ -23,7 +23,6 @@ returns.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import os
@@ -53,7 +52,7 @@ from vidax.pipelines.common import (
 )
 from vidax.pipelines.loading import read_model_index, require_component
 from vidax.pipelines.sampling import classifier_free_guidance, initial_latents, run_denoising_loop
-from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler, scheduler_from_config
+from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler, scheduler_from_folder
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
@@ -187,10 +186,7 @@ class CogVideoXPipeline:
                 f"{'text' if cls.task == 'i2v' else 'image'}-to-video checkpoint?"
             )
         scheduler_file = os.path.join(paths["scheduler"], "scheduler_config.json")
-        if not os.path.isfile(scheduler_file):
-            raise ConfigError(f"{paths['scheduler']} has no scheduler_config.json")
-        with open(scheduler_file) as f:
-            scheduler = scheduler_from_config(json.load(f), source=scheduler_file)
+        scheduler = scheduler_from_folder(paths["scheduler"])
         if not isinstance(scheduler, _SCHEDULERS):
             raise ConfigError(
                 f"{scheduler_file}: {type(scheduler).__name__} is not a CogVideoX sampler; the CogVideoX "

@@ -6,10 +6,10 @@ table; each component folder named there must exist.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from vidax.config import read_json_object
 from vidax.errors import CheckpointError, ConfigError
 
 # ``_class_name`` in model_index.json -> "module:Class" of the vidax pipeline.
@@ -55,11 +55,7 @@ def read_model_index(root: str) -> dict[str, Any]:
         raise CheckpointError(
             f"{root} has no model_index.json; vidax loads diffusers-layout pipeline folders"
         )
-    try:
-        with open(file) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{file} is not valid JSON: {e}") from None
+    return read_json_object(file)
 
 
 def require_component(root: str, name: str, index: dict[str, Any]) -> str:

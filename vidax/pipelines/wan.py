@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 import time
@@ -49,7 +48,7 @@ from vidax.parallel.offload import ChunkedStep, host_memory_kind, offloaded_bloc
 from vidax.parallel.placement import logical_placement
 from vidax.pipelines.sampling import classifier_free_guidance, initial_latents, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
-from vidax.schedulers import scheduler_from_config
+from vidax.schedulers import scheduler_from_folder
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
@@ -429,11 +428,7 @@ class WanPipeline:
                 WanExperts.move_to_host(transformer_2)
         transformer = load_wan_transformer(paths["transformer"], dtype=dtype, mesh=mesh, offload=offload)
         vae = load_wan_vae(paths["vae"], dtype=vae_dtype, placement=staging.placement("vae"))
-        scheduler_file = os.path.join(paths["scheduler"], "scheduler_config.json")
-        if not os.path.isfile(scheduler_file):
-            raise ConfigError(f"{paths['scheduler']} has no scheduler_config.json")
-        with open(scheduler_file) as f:
-            scheduler = scheduler_from_config(json.load(f), source=scheduler_file)
+        scheduler = scheduler_from_folder(paths["scheduler"])
         pipe = cls(tokenizer, text_encoder, transformer, info.transformer_configs[0], vae, info.vae_config,
                    scheduler, dtype, root, transformer_2=transformer_2, boundary_ratio=info.boundary_ratio,
                    expand_timesteps=info.expand_timesteps, offload_experts=offload_experts)

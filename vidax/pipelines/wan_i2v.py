@@ -18,7 +18,6 @@ Everything else (prompt encoding, guidance, the experts, decoding) is :class:`Wa
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any, Callable, Sequence
@@ -27,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.config import read_json_object
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.vae import normalize_latents
@@ -64,8 +64,7 @@ class WanImageToVideoPipeline(WanPipeline):
         file = os.path.join(folder, "preprocessor_config.json")
         if not os.path.isfile(file):
             raise CheckpointError(f"{folder} has no preprocessor_config.json (the CLIP image preprocessing)")
-        with open(file) as f:
-            self.image_processor_config = json.load(f)
+        self.image_processor_config = read_json_object(file)
 
     # ------------------------------------------------------------------ conditioning
     def encode_image(self, image: Any) -> jax.Array:

@@ -7,8 +7,10 @@ see :mod:`vidax.schedulers.base` for the ``set_timesteps`` / ``step`` contract.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
+from vidax.config import read_json_object
 from vidax.errors import ConfigError
 from vidax.schedulers.base import Scheduler
 from vidax.schedulers.ddim_cogvideox import (
@@ -61,6 +63,20 @@ def scheduler_from_config(
     return SCHEDULERS[name].from_config({**config, **overrides}, source=source)
 
 
+def scheduler_from_folder(folder: str | os.PathLike, **overrides: Any) -> Scheduler:
+    """The scheduler of a diffusers ``scheduler/`` folder, from its ``scheduler_config.json``
+    (see :func:`scheduler_from_config`).
+
+    Raises:
+        ConfigError: the folder has no ``scheduler_config.json``, the file is not a JSON object
+            (:func:`vidax.config.read_json_object`), or :func:`scheduler_from_config` refuses it.
+    """
+    file = os.path.join(os.fspath(folder), "scheduler_config.json")
+    if not os.path.isfile(file):
+        raise ConfigError(f"{os.fspath(folder)} has no scheduler_config.json")
+    return scheduler_from_config(read_json_object(file), source=file, **overrides)
+
+
 __all__ = [
     "SCHEDULERS",
     "CogVideoXDDIMScheduler",
@@ -77,4 +93,5 @@ __all__ = [
     "UniPCMultistepSchedulerConfig",
     "UniPCState",
     "scheduler_from_config",
+    "scheduler_from_folder",
 ]

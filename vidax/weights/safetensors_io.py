@@ -19,6 +19,7 @@ from typing import Iterable, Mapping
 import ml_dtypes
 import numpy as np
 
+from vidax.config import read_json_object
 from vidax.errors import CheckpointError
 from vidax.io.atomic import publish
 
@@ -190,8 +191,12 @@ class CheckpointReader:
             raise CheckpointError(f"{path}: several safetensors index files {indexes}; expected one")
         if indexes:
             index_path = os.path.join(path, indexes[0])
-            with open(index_path) as f:
-                weight_map = json.load(f)["weight_map"]
+            weight_map = read_json_object(index_path, CheckpointError).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(
+                    f"{index_path} has no 'weight_map' object (tensor name -> shard file); it is not a "
+                    "safetensors index"
+                )
             files = []
             for shard in sorted(set(weight_map.values())):
                 full = os.path.join(path, shard)
