@@ -8,6 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tests.test_run_stats import summary_rows
+from vidax.default_checkpoint import default_checkpoint
 
 # A jitted function and an eager op, compiled under count_compiles; prints what happened.
 PROBE = """
@@ -61,3 +65,30 @@ def test_default_folder_off_switch_and_users_own_setting(tmp_path):
     out = _probe(_env(tmp_path, VIDAX_COMPILE_CACHE=str(tmp_path / "ours"),
                       JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users")))
     assert out["folder"] == str(tmp_path / "users") and not (tmp_path / "ours").exists()
+
+
+@pytest.mark.slow
+def test_generate_reports_cache_hits_and_no_compile_cache_flag(tmp_path):
+    ckpt = default_checkpoint(str(tmp_path / "ckpt"))
+    args = ("generate", "-p", "x", "--checkpoint", ckpt, "--height", "32", "--width", "32", "--num-frames", "5",
+            "--num-inference-steps", "1", "--max-sequence-length", "16", "--no-progress",
+            "-o", str(tmp_path / "v.npy"))
+
+    def run(*extra, **env):
+        r = subprocess.run([sys.executable, "-m", "vidax", *args, *extra], capture_output=True, text=True,
+                           env=_env(tmp_path, **env), timeout=600)
+        assert r.returncode == 0, r.stderr
+        return summary_rows(r.stderr.split("summary:\n")[1])
+
+    cc = str(tmp_path / "cc")
+    first = run(VIDAX_COMPILE_CACHE=cc)
+    assert "denoising step: compiled" in first["compile"]
+    assert f"{cc}: 0 of " in first["compile cache"]
+    second = run(VIDAX_COMPILE_CACHE=cc)
+    assert "denoising step: read from the persistent compilation cache" in second["compile"]
+    assert "from the persistent cache" in second["vae decode"], second
+    hits, total = second["compile cache"].split(f"{cc}: ")[1].split(" compiles")[0].split(" of ")
+    assert int(hits) == int(total) > 0, second["compile cache"]
+    off = run("--no-compile-cache", VIDAX_COMPILE_CACHE=str(tmp_path / "cc2"))
+    assert off["compile cache"].split()[-1] == "off" and not (tmp_path / "cc2").exists()
+    assert "denoising step: compiled" in off["compile"]

@@ -357,7 +357,9 @@ class CogVideoXPipeline:
         height = defaults["height"] if height is None else height
         width = defaults["width"] if width is None else width
         num_frames = defaults["num_frames"] if num_frames is None else num_frames
-        stats = RunStats(load_s=getattr(self, "_load_stats", RunStats()).load_s)
+        # The load time is reported by the first call only: it is not part of later calls.
+        first, self._load_reported = not getattr(self, "_load_reported", False), True
+        stats = RunStats(load_s=getattr(self, "_load_stats", RunStats()).load_s if first else 0.0)
         self.check_inputs(height, width, num_frames, num_inference_steps, guidance_scale, output_type,
                           max_sequence_length)
         prompts = as_prompt_list("prompt", prompt)

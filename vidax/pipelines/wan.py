@@ -638,7 +638,9 @@ class WanPipeline:
     def _generate(self, *, prompt, negative_prompt, height, width, num_frames, num_inference_steps,
                   guidance_scale, guidance_scale_2, num_videos_per_prompt, seed, latents,
                   max_sequence_length, output_type, progress, callback, image=None) -> VideoPipelineOutput:
-        stats = RunStats(load_s=getattr(self, "_load_stats", RunStats()).load_s)
+        # The load time is reported by the first call only: it is not part of later calls.
+        first, self._load_reported = not getattr(self, "_load_reported", False), True
+        stats = RunStats(load_s=getattr(self, "_load_stats", RunStats()).load_s if first else 0.0)
         num_frames = self.check_inputs(height, width, num_frames, num_inference_steps, guidance_scale,
                                        output_type, max_sequence_length)
         guidance_scale_2 = self._guidance_scale_2(guidance_scale, guidance_scale_2)
