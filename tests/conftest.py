@@ -9,6 +9,11 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vidax turns JAX's persistent compilation cache on by default, in the user's cache folder; the
+# suite (and every vidax process it starts, which inherits this) runs without it, so that it
+# writes nothing there and each test compiles as a fresh process would. The compile-cache tests
+# give their subprocesses a folder of their own.
+os.environ["VIDAX_COMPILE_CACHE"] = "0"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

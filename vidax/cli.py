@@ -98,6 +98,10 @@ def generate(
     keep_vae: Optional[bool] = typer.Option(
         None, "--keep-vae/--offload-vae",
         help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory]."),
+    compile_cache: bool = typer.Option(
+        True, "--compile-cache/--no-compile-cache",
+        help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
+        "env VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it)."),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
 
@@ -117,7 +121,8 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None) -> None:
+              keep_text_encoder=None, keep_vae=None, compile_cache=True) -> None:
+    from vidax.compile_cache import setup_compile_cache
     from vidax.errors import InputError
     from vidax.parallel.distributed import initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
@@ -125,6 +130,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     from vidax.pipelines.common import parse_dtype
     from vidax.stats import RunStats
 
+    setup_compile_cache(enabled=compile_cache)  # before anything compiles
     parse_dtype(dtype)
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output)

@@ -66,22 +66,49 @@ class ConfigBase:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike):
-        """Read ``path`` (a config.json) and build the config; see :meth:`from_config_dict`."""
+        """Read ``path`` (a config.json) and build the config; see :meth:`from_config_dict`.
+
+        Raises:
+            ConfigError: the file is missing, unreadable, not JSON or not a JSON object (see
+                :func:`read_json_object`), or its settings are refused by :meth:`from_config_dict`.
+        """
         path = os.fspath(path)
-        try:
-            with open(path) as f:
-                config = json.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON: {e}") from None
-        return cls.from_config_dict(config, source=path)
+        return cls.from_config_dict(read_json_object(path), source=path)
 
     def validate(self, source: str) -> None:
         """Hook for cross-field checks; raise ConfigError on a bad combination."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+
+
+def read_json_object(path: str | os.PathLike, error: type[Exception] = ConfigError) -> dict[str, Any]:
+    """The JSON object (a dict) stored in the file ``path``: every config, model index and shard
+    index vidax reads goes through here, so a broken one is one error naming the file.
+
+    Raises:
+        ``error`` (ConfigError by default; CheckpointError for a safetensors shard index): the
+        file is missing or unreadable, is not valid UTF-8 JSON (the message has the parser's
+        line and column), or holds a JSON value other than an object (e.g. a list).
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        raise error(f"file not found: {path}") from None
+    except OSError as e:
+        raise error(f"{path} cannot be read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{path} is not valid JSON ({e}); the file is damaged or partly written") from None
+    if not isinstance(value, dict):
+        kind = _JSON_KINDS.get(type(value), type(value).__name__)
+        raise error(f"{path} is not a JSON object: it holds {kind}, expected {{...}} with one key per setting")
+    return value
 
 
 def _normalise(value: Any) -> Any:

@@ -5,17 +5,24 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from vidax.errors import CheckpointError, VidaxError
+from vidax.errors import VidaxError
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.loading import pipeline_class
 from vidax.registry import registry
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.safetensors_io import CheckpointReader, has_safetensors
 
 
 def describe_checkpoint(path_or_hub_id: str) -> str:
     """A human-readable summary of every component: class, key configs, parameter counts, dtypes.
 
-    ``path_or_hub_id``: a folder, a hub id, or ``"vidax/tiny-random-wan"`` (the embedded checkpoint)."""
+    ``path_or_hub_id``: a folder, a hub id, or ``"vidax/tiny-random-wan"`` (the embedded checkpoint).
+
+    Raises:
+        CheckpointError: no such folder or hub id, no model_index.json, or a component's
+            safetensors file is unreadable or truncated (folders without any, like
+            ``scheduler/``, are listed without parameters). ConfigError: a config file that is
+            not a JSON object.
+    """
     from vidax.default_checkpoint import resolve_named_checkpoint
 
     ckpt = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
@@ -37,10 +44,9 @@ def describe_checkpoint(path_or_hub_id: str) -> str:
         shown = {k: config[k] for k in (spec.key_configs if spec else ()) if k in config}
         if shown:
             lines.append("      " + ", ".join(f"{k}={v}" for k, v in shown.items()))
-        try:
-            reader = CheckpointReader(folder)
-        except CheckpointError:
+        if not has_safetensors(folder):  # scheduler/, tokenizer/: configs only, no weights
             continue
+        reader = CheckpointReader(folder)  # a broken weights file is an error, not left out
         count, by_dtype, nbytes = 0, Counter(), 0
         for name in reader.keys():
             info = reader.info(name)

@@ -11,6 +11,8 @@ from typing import Iterator
 
 import jax
 
+from vidax.compile_cache import CompileCounts, compile_cache_dir, count_compiles
+
 
 def device_memory_bytes() -> tuple[int | None, str]:
     """(peak device bytes, how it was measured) over all local devices.
@@ -83,7 +85,21 @@ def host_peak_rss_bytes() -> int:
 
 @dataclasses.dataclass
 class RunStats:
-    """Seconds per phase and memory peaks of one pipeline call (see :meth:`summary`)."""
+    """Seconds per phase and memory peaks of one pipeline call (see :meth:`summary`).
+
+    Attributes:
+        load_s: seconds spent loading the pipeline, set only on the call that paid for it (the
+            first call of a pipeline; 0 on later calls, and then not shown).
+        compile_s: seconds compiling the denoising step (0 when it was compiled by an earlier call).
+        text_encode_s: seconds encoding the prompts (and conditioning images), compiles included.
+        step_s: seconds of each denoising step.
+        decode_s: seconds of the VAE decode, its compile included.
+        device_peak_bytes, device_peak_source, host_peak_rss_bytes: see :meth:`sample_memory`.
+        timed_phases: the fields :meth:`timed` measured in this call, in order; a phase that did
+            not run (the VAE decode with ``output_type="latent"``) is not in it.
+        compiles: per field timed, the XLA compilations made meanwhile and how many of them came
+            from the persistent compilation cache (:func:`vidax.compile_cache.count_compiles`).
+    """
 
     load_s: float = 0.0
     compile_s: float = 0.0
@@ -93,14 +109,22 @@ class RunStats:
     device_peak_bytes: int = 0
     device_peak_source: str = ""
     host_peak_rss_bytes: int = 0
+    timed_phases: list[str] = dataclasses.field(default_factory=list)
+    compiles: dict[str, CompileCounts] = dataclasses.field(default_factory=dict)
 
     @contextlib.contextmanager
     def timed(self, field: str) -> Iterator[None]:
+        """Add the seconds the ``with`` block takes to ``field`` (e.g. ``"decode_s"``), and count
+        the compilations made in it into ``compiles[field]``."""
         t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            setattr(self, field, getattr(self, field) + time.perf_counter() - t0)
+        with count_compiles() as counts:
+            try:
+                yield
+            finally:
+                setattr(self, field, getattr(self, field) + time.perf_counter() - t0)
+                if field not in self.timed_phases:
+                    self.timed_phases.append(field)
+                self.compiles.setdefault(field, CompileCounts()).add(counts)
 
     def sample_memory(self) -> None:
         peak, source = device_memory_bytes()
@@ -108,20 +132,65 @@ class RunStats:
             self.device_peak_bytes, self.device_peak_source = peak, source
         self.host_peak_rss_bytes = host_peak_rss_bytes()
 
+    def ran(self, field: str) -> bool:
+        """Whether phase ``field`` happened in this call: timed by :meth:`timed`, or given a
+        non-zero value by the caller (``step_s``: any step)."""
+        return field in self.timed_phases or bool(getattr(self, field))
+
     def summary(self) -> str:
+        """The end-of-run table: one row per phase that ran in this call (load only on the call
+        that loaded), what each compiled and whether from the persistent cache, memory peaks."""
         steps = self.step_s
         per_step = sum(steps) / len(steps) if steps else 0.0
-        rows = [
-            ("load", f"{self.load_s:8.2f} s"),
-            ("compile", f"{self.compile_s:8.2f} s  (denoising step)"),
-            ("text encode", f"{self.text_encode_s:8.2f} s  (first call in a process: with its compile)"),
-            ("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"),
-            ("vae decode", f"{self.decode_s:8.2f} s  (first call in a process: with its compile)"),
+        rows = []
+        if self.load_s:
+            rows.append(("load", f"{self.load_s:8.2f} s"))
+        if self.ran("compile_s"):
+            rows.append(("compile", f"{self.compile_s:8.2f} s  ({_step_compile_note(self.compiles.get('compile_s'))})"))
+        if self.ran("text_encode_s"):
+            rows.append(("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s"))))
+        if steps:
+            rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
+        if self.ran("decode_s"):
+            rows.append(("vae decode", f"{self.decode_s:8.2f} s" + _compile_note(self.compiles.get("decode_s"))))
+        if self.compiles:
+            rows.append(("compile cache", _cache_note(self.compiles.values())))
+        rows += [
             ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
             ("peak host RSS", _fmt_bytes(self.host_peak_rss_bytes)),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _step_compile_note(counts: CompileCounts | None) -> str:
+    if counts is None:  # compile_s given by the caller, not timed
+        return "denoising step"
+    if counts.compiled == 0:
+        return "denoising step: compiled by an earlier call, reused"
+    if counts.from_cache >= counts.compiled:
+        return "denoising step: read from the persistent compilation cache"
+    if counts.from_cache:
+        return f"denoising step: {counts.compiled} compiles, {counts.from_cache} from the persistent cache"
+    return "denoising step: compiled"
+
+
+def _compile_note(counts: CompileCounts | None) -> str:
+    if counts is None or counts.compiled == 0:
+        return ""
+    cached = f", {counts.from_cache} from the persistent cache" if counts.from_cache else ""
+    return f"  (with {counts.compiled} compile{'s' if counts.compiled > 1 else ''}{cached})"
+
+
+def _cache_note(counts) -> str:
+    total = CompileCounts()
+    for c in counts:
+        total.add(c)
+    folder = compile_cache_dir()
+    if folder is None:
+        return "off"
+    return (f"{folder}: {total.from_cache} of {total.compiled} compiles in this call read from it, "
+            f"{total.written} written")
 
 
 def _fmt_bytes(n: int) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import tokenizers
 
+from vidax.config import read_json_object
 from vidax.errors import CheckpointError, InputError
 
 logger = logging.getLogger("vidax.tokenizer")
@@ -71,8 +72,7 @@ class TextTokenizer:
         config = {}
         config_file = os.path.join(path, "tokenizer_config.json")
         if os.path.isfile(config_file):
-            with open(config_file) as f:
-                config = json.load(f)
+            config = read_json_object(config_file)
         self.path = path
         self.padding_side = config.get("padding_side", "right")
         self.truncation_side = config.get("truncation_side", "right")

@@ -4,32 +4,14 @@ config, shared by the pipeline's checks and its component loaders (no weights ar
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Mapping
 
-from vidax.errors import CheckpointError, ConfigError
+from vidax.config import read_json_object
+from vidax.errors import CheckpointError
 
 #: The config file of a component folder, by preference.
 CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
-
-
-def read_json(file: str) -> dict[str, Any]:
-    """A JSON object from ``file``.
-
-    Raises:
-        ConfigError: not valid JSON, or not an object (the message names the file).
-    """
-    try:
-        with open(file) as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{file} is not valid JSON: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{file} cannot be read: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{file} must hold a JSON object, got {type(data).__name__}")
-    return data
 
 
 def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
@@ -92,7 +74,7 @@ class Checkpoint:
         file = os.path.join(root, "model_index.json")
         if not os.path.isfile(file):
             raise CheckpointError(f"{root} has no model_index.json; vidax loads diffusers-layout pipeline folders")
-        index = read_json(file)
+        index = read_json_object(file)
         configs, files = {}, {}
         for name in index:
             folder = os.path.join(root, name)
@@ -102,7 +84,7 @@ class Checkpoint:
             for candidate in CONFIG_FILES:
                 path = os.path.join(folder, candidate)
                 if os.path.isfile(path):
-                    configs[name], files[name] = read_json(path), path
+                    configs[name], files[name] = read_json_object(path), path
                     break
         return cls(root, index, configs, files)
 

@@ -48,8 +48,15 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", tas
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
             setting vidax does not implement. InputError: unsupported dtype, or a task the
             checkpoint does not do.
+
+    JAX's persistent compilation cache is turned on for the process unless configured
+    otherwise (:func:`vidax.compile_cache.setup_compile_cache`; ``VIDAX_COMPILE_CACHE=0`` turns
+    it off).
     """
+    from vidax.compile_cache import setup_compile_cache
     from vidax.default_checkpoint import resolve_named_checkpoint
+
+    setup_compile_cache()  # once per process; a cache the user configured is kept
 
     checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
     return pipeline_class(checkpoint, task).from_pretrained(checkpoint, dtype=dtype, mesh=mesh, **kwargs)

@@ -19,6 +19,7 @@ from typing import Iterable, Mapping
 import ml_dtypes
 import numpy as np
 
+from vidax.config import read_json_object
 from vidax.errors import CheckpointError
 from vidax.io.atomic import publish
 
@@ -37,6 +38,7 @@ _DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
+_PARTLY_WRITTEN = "the file is partly written (an interrupted download or copy): fetch it again"
 
 
 @dataclass(frozen=True)
@@ -51,20 +53,96 @@ class TensorInfo:
 
 
 def _read_header(path: str) -> tuple[dict, int]:
+    """(header dict, byte offset where the data starts) of the safetensors file ``path``.
+
+    Raises:
+        CheckpointError: the file is missing, shorter than its 8-byte length prefix or than the
+            header that prefix announces (a truncated file), or the header is not a JSON object.
+    """
     try:
         with open(path, "rb") as f:
             raw = f.read(8)
             if len(raw) != 8:
-                raise CheckpointError(f"{path}: too short to be a safetensors file")
+                raise CheckpointError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
             (n,) = struct.unpack("<Q", raw)
             if n > 100 * 2**20:
                 raise CheckpointError(f"{path}: header length {n} is implausible; not safetensors?")
-            header = json.loads(f.read(n))
+            text = f.read(n)
+        if len(text) < n:
+            raise CheckpointError(
+                f"{path}: safetensors header is truncated: the file is {8 + len(text)} bytes, but its "
+                f"header alone should end at byte {8 + n}; {_PARTLY_WRITTEN}"
+            )
+        header = json.loads(text)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file not found: {path}") from None
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: unreadable safetensors header ({e})") from None
+        raise CheckpointError(f"{path}: invalid safetensors header ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: invalid safetensors header (a JSON {type(header).__name__}, not an object)")
     return header, 8 + n
+
+
+def _tensor_info(file: str, name: str, meta: object, data_start: int) -> TensorInfo:
+    """The :class:`TensorInfo` of header entry ``name``, its byte range checked against its
+    dtype and shape (the check that the file itself is long enough is the caller's).
+
+    Raises:
+        CheckpointError: the entry lacks ``dtype`` / ``shape`` / ``data_offsets``, has a dtype
+            vidax does not read, or a byte range of another size than dtype x shape needs.
+    """
+    try:
+        dtype_name, shape, (a, b) = meta["dtype"], tuple(int(d) for d in meta["shape"]), meta["data_offsets"]
+        a, b = int(a), int(b)
+    except (TypeError, KeyError, ValueError):
+        raise CheckpointError(
+            f"{file}: invalid safetensors header entry for tensor {name!r}: {meta!r} (expected dtype, "
+            "shape and data_offsets [start, end])"
+        ) from None
+    if dtype_name not in _DTYPES:
+        raise CheckpointError(f"{file}: tensor {name!r} has unsupported dtype {dtype_name}")
+    dtype = _DTYPES[dtype_name]
+    need = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    if a < 0 or b - a != need:
+        raise CheckpointError(
+            f"{file}: tensor {name!r} of shape {shape} {dtype} needs {need} bytes, but its header "
+            f"data_offsets [{a}, {b}] span {b - a}; the header is corrupt"
+        )
+    return TensorInfo(file, dtype, shape, data_start + a, data_start + b)
+
+
+def _check_file_size(file: str, data_start: int, data_end: int) -> None:
+    """Refuse a file whose size is not what its header says: ``data_start`` (8 + header
+    length) plus the largest ``data_offsets`` end, ``data_end``.
+
+    Raises:
+        CheckpointError: naming the file, the expected and the actual size in bytes.
+    """
+    expected, actual = data_start + data_end, os.path.getsize(file)
+    if actual < expected:
+        raise CheckpointError(
+            f"{file} is truncated: it is {actual} bytes, but its safetensors header says {expected} bytes "
+            f"({data_start} of header, {data_end} of tensor data); {_PARTLY_WRITTEN}"
+        )
+    if actual > expected:
+        raise CheckpointError(
+            f"{file} is {actual} bytes, but its safetensors header says {expected} bytes ({data_start} "
+            f"of header, {data_end} of tensor data); {actual - expected} bytes after the last tensor "
+            "mean the file is damaged"
+        )
+
+
+def has_safetensors(folder: str | os.PathLike) -> bool:
+    """True when ``folder`` holds a ``*.safetensors`` file or a ``*.safetensors.index.json``
+    (a component with weights, which :class:`CheckpointReader` must then read or refuse); False
+    for a folder of configs alone (``scheduler/``, ``tokenizer/``) or a path that is no folder."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return False
+    return any(e.endswith((".safetensors", ".safetensors.index.json")) for e in entries)
 
 
 class CheckpointReader:
@@ -77,7 +155,9 @@ class CheckpointReader:
 
     Raises:
         CheckpointError: the folder has no safetensors file, an index names a missing shard, two
-            files hold the same tensor, or a header is malformed.
+            files hold the same tensor, a header is malformed, or a file's size is not the one its
+            header gives (a truncated, partly written file is refused when opened, naming the
+            file, the expected and the actual size).
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -87,6 +167,7 @@ class CheckpointReader:
         self._maps: dict[str, np.memmap] = {}
         for file in self._files(path):
             header, data_start = _read_header(file)
+            data_end = 0
             for name, meta in header.items():
                 if name == "__metadata__":
                     continue
@@ -94,12 +175,9 @@ class CheckpointReader:
                     raise CheckpointError(
                         f"tensor {name!r} is in both {self._infos[name].file} and {file}"
                     )
-                if meta["dtype"] not in _DTYPES:
-                    raise CheckpointError(f"{file}: tensor {name!r} has unsupported dtype {meta['dtype']}")
-                a, b = meta["data_offsets"]
-                self._infos[name] = TensorInfo(
-                    file, _DTYPES[meta["dtype"]], tuple(meta["shape"]), data_start + a, data_start + b
-                )
+                info = self._infos[name] = _tensor_info(file, name, meta, data_start)
+                data_end = max(data_end, info.end - data_start)
+            _check_file_size(file, data_start, data_end)
 
     @staticmethod
     def _files(path: str) -> list[str]:
@@ -113,8 +191,12 @@ class CheckpointReader:
             raise CheckpointError(f"{path}: several safetensors index files {indexes}; expected one")
         if indexes:
             index_path = os.path.join(path, indexes[0])
-            with open(index_path) as f:
-                weight_map = json.load(f)["weight_map"]
+            weight_map = read_json_object(index_path, CheckpointError).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(
+                    f"{index_path} has no 'weight_map' object (tensor name -> shard file); it is not a "
+                    "safetensors index"
+                )
             files = []
             for shard in sorted(set(weight_map.values())):
                 full = os.path.join(path, shard)

@@ -1,0 +1,134 @@
+"""Broken checkpoints on the command line: partly written safetensors files and bad configs are
+one ``error: ...`` line naming the file, exit status 2, never a traceback or a healthy report."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vidax.default_checkpoint import default_checkpoint
+from vidax.errors import CheckpointError
+from vidax.weights import CheckpointReader, save_safetensors
+
+TINY = ("--height", "32", "--width", "32", "--num-frames", "5", "--num-inference-steps", "1",
+        "--max-sequence-length", "16", "--no-progress")
+WEIGHTS = os.path.join("transformer", "diffusion_pytorch_model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return default_checkpoint(str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def copy(ckpt, tmp_path):
+    dst = tmp_path / "ckpt"
+    shutil.copytree(ckpt, dst)
+    return dst
+
+
+def _vidax(*args):
+    return subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True, timeout=600)
+
+
+def _one_error_line(r, *words):
+    """``r`` failed the vidax way: exit 2, a single ``error:`` line holding ``words``."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, r.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def _cut(file, size):
+    with open(file, "r+b") as f:
+        f.truncate(size)
+
+
+def _generate(path, tmp_path):
+    return _vidax("generate", "-p", "x", "--checkpoint", str(path), *TINY, "-o", str(tmp_path / "v.npy"))
+
+
+def test_truncated_data_names_file_and_sizes(copy, tmp_path):
+    file = copy / WEIGHTS
+    full = file.stat().st_size
+    _cut(file, full - 3000)
+    with pytest.raises(CheckpointError) as e:
+        CheckpointReader(file)
+    assert str(file) in str(e.value) and str(full) in str(e.value) and str(full - 3000) in str(e.value)
+    for r in (_vidax("inspect", str(copy)), _generate(copy, tmp_path)):
+        _one_error_line(r, str(file), f"{full} bytes", f"{full - 3000}", "truncated")
+    assert not (tmp_path / "v.npy").exists()
+
+
+def test_truncated_header_is_an_error_not_left_out(copy, tmp_path):
+    file = copy / WEIGHTS
+    _cut(file, 1000)  # inside the JSON header
+    for r in (_vidax("inspect", str(copy)), _generate(copy, tmp_path)):
+        _one_error_line(r, str(file), "header", "truncated", "1000")
+
+
+def test_trailing_bytes_and_inconsistent_offsets(tmp_path):
+    file = tmp_path / "m.safetensors"
+    save_safetensors({"x": np.zeros((4, 4), np.float32)}, file)
+    with open(file, "ab") as f:
+        f.write(b"\0" * 8)
+    with pytest.raises(CheckpointError, match=r"m\.safetensors.* is \d+ bytes, but its safetensors header says"):
+        CheckpointReader(file)
+    raw = json.dumps({"x": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 60]}}).encode()
+    raw += b" " * (-len(raw) % 8)
+    file.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 60)
+    with pytest.raises(CheckpointError, match=r"tensor 'x' .*\(4, 4\) float32 needs 64 bytes.* 60"):
+        CheckpointReader(file)
+
+
+def test_folders_without_weights_are_still_listed(ckpt):
+    """scheduler/ and tokenizer/ hold no safetensors: inspect shows them and stays healthy."""
+    r = _vidax("inspect", ckpt)
+    assert r.returncode == 0, r.stderr
+    assert "scheduler/  UniPCMultistepScheduler" in r.stdout and "tokenizer/  T5TokenizerFast" in r.stdout
+    assert r.stdout.count("parameters in") == 3  # text encoder, transformer, VAE
+
+
+@pytest.mark.parametrize("text, what", [("{\"num_layers\": 2,", "not valid JSON"),
+                                        ("[1, 2]", "not a JSON object")])
+def test_bad_transformer_config(copy, tmp_path, text, what):
+    file = copy / "transformer" / "config.json"
+    file.write_text(text)
+    for r in (_vidax("inspect", str(copy)), _generate(copy, tmp_path)):
+        _one_error_line(r, str(file), what)
+
+
+@pytest.mark.parametrize("component, name", [("scheduler", "scheduler_config.json"),
+                                             ("tokenizer", "tokenizer_config.json"),
+                                             ("vae", "config.json")])
+def test_other_bad_configs(copy, tmp_path, component, name):
+    file = copy / component / name
+    file.write_text("{oops")
+    r = _generate(copy, tmp_path)
+    _one_error_line(r, str(file), "not valid JSON")
+
+
+def test_bad_model_index_and_shard_index(copy, tmp_path):
+    (copy / "model_index.json").write_text("[]")
+    for r in (_vidax("inspect", str(copy)), _generate(copy, tmp_path)):
+        _one_error_line(r, str(copy / "model_index.json"), "not a JSON object")
+    index = tmp_path / "w" / "m.safetensors.index.json"
+    index.parent.mkdir()
+    index.write_text("{\"weight_map\": ")
+    with pytest.raises(CheckpointError, match="m.safetensors.index.json is not valid JSON"):
+        CheckpointReader(index.parent)
+    index.write_text("{}")
+    with pytest.raises(CheckpointError, match="has no 'weight_map'"):
+        CheckpointReader(index.parent)
+
+
+def test_inspect_missing_path_and_folder_without_model_index(tmp_path):
+    _one_error_line(_vidax("inspect", str(tmp_path / "nope" / "deeper")), "no such folder")
+    _one_error_line(_vidax("inspect", str(tmp_path)), str(tmp_path), "no model_index.json")
