@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from vidax.errors import ConfigError, InputError
-from vidax.nn import layers
 from vidax.nn.rope import TextRope, apply_rope, grid_position_ids, rope_inv_freq, rope_tables
 
 # Tables: vidax's float32 inverse frequencies are correctly rounded, torch's float32 pow can be one
@@ -141,8 +140,7 @@ def test_text_rope_config_keys():
         TextRope.from_config_dict({"rope_theta": 1e4})
 
 
-def test_bad_arguments_and_reexport():
-    assert layers.apply_rope is apply_rope  # the helper moved from vidax.nn.layers
+def test_bad_arguments():
     x = jnp.zeros((1, 5, 2, 8))
     with pytest.raises(InputError, match="layout='half'"):
         apply_rope(x, jnp.zeros((5, 4)), jnp.zeros((5, 4)), layout="half")

@@ -127,7 +127,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     from vidax.parallel.distributed import initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import check_output_path, write_video
-    from vidax.pipelines.common import parse_dtype
+    from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
     setup_compile_cache(enabled=compile_cache)  # before anything compiles

@@ -205,7 +205,7 @@ def dot_product_attention(
         raise InputError(f"dot_product_attention: causal={causal!r} must be a bool.")
     _check_shapes(q, k, v, segment_ids, bias)
     b, lq, n, d = q.shape
-    lk, n_kv = k.shape[1], k.shape[2]
+    lk = k.shape[1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     masks = dict(k=k, causal=causal, bias=bias)

@@ -3,8 +3,7 @@
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
 LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
 channels-last video and the sinusoidal timestep embedding. Statistics and the timestep embedding
-are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`; its ``apply_rope``
-is re-exported here for the callers that import it from this module.
+are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.nn.rope import apply_rope  # noqa: F401  (re-export: it lived here)
 
 _F32 = jnp.float32
 

@@ -31,7 +31,7 @@ from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_blocks, resolve_offload
 from vidax.parallel.placement import logical_placement
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
 from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.sampling import classifier_free_guidance, run_denoising_loop
@@ -41,66 +41,6 @@ from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
-
-
-@dataclasses.dataclass(frozen=True)
-class CallDefaults:
-    """What a call uses for the arguments it is not given, taken from the checkpoint where the
-    reference takes them (sizes from a transformer config, fps from the reference's examples).
-
-    Attributes:
-        height, width: pixels. num_frames: frames. num_inference_steps: denoising steps.
-        guidance_scale: CFG weight. max_sequence_length: text tokens. fps: frames per second
-        of a written video.
-    """
-
-    height: int
-    width: int
-    num_frames: int
-    num_inference_steps: int
-    guidance_scale: float
-    max_sequence_length: int
-    fps: int
-
-    #: ``model_index.json`` key whose object overrides these (vidax's own checkpoints use it).
-    INDEX_KEY: ClassVar[str] = "_vidax_call_defaults"
-
-    def for_checkpoint(self, checkpoint: Checkpoint) -> "CallDefaults":
-        """These defaults with the checkpoint's ``_vidax_call_defaults`` applied.
-
-        Raises:
-            ConfigError: an unknown key or a value that is not a positive number.
-        """
-        given = checkpoint.index.get(self.INDEX_KEY) or {}
-        names = {f.name for f in dataclasses.fields(self)}
-        for key, value in dict(given).items():
-            if key not in names or isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{checkpoint.source}: {self.INDEX_KEY}.{key}={value!r}; keys are "
-                                  f"{sorted(names)}, values positive numbers")
-        return dataclasses.replace(self, **given)
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointInfo:
-    """What a checkpoint is, from its configs alone (a family subclasses it with its configs).
-
-    Attributes:
-        checkpoint: the folder's index and configs.
-        tasks: what it generates, a subset of :data:`vidax.pipelines.common.TASK_NAMES`.
-        variant: a human-readable name (``vidax inspect``).
-        defaults: the call's defaults.
-        transformers: component names of the denoising transformers, in expert order.
-        size_multiple: ``(mh, mw)``: height and width must be multiples of these.
-        size_reason: why (for the error message).
-    """
-
-    checkpoint: Checkpoint
-    tasks: tuple[str, ...]
-    variant: str
-    defaults: CallDefaults
-    transformers: tuple[str, ...]
-    size_multiple: tuple[int, int]
-    size_reason: str
 
 
 @dataclasses.dataclass(frozen=True)

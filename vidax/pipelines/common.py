@@ -11,7 +11,6 @@ from typing import Sequence
 import numpy as np
 
 from vidax.errors import InputError
-from vidax.nn.inputs import DTYPES, check_video_array, parse_dtype  # noqa: F401 (re-exported)
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vidax.errors import ConfigError
 from vidax.registry import ComponentSpec, Family
 from vidax.schedulers.base import Scheduler
 from vidax.schedulers.ddim_cogvideox import (

@@ -7,6 +7,9 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
+from vidax.models.cogvideox.vae import CogVideoXVAEConfig
+from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.pipelines.common import TASK_NAMES
 
 #: ``activation_fn`` of the feed-forward network -> tanh approximation of GELU or not.
 FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
@@ -176,3 +179,65 @@ class CogVideoXTransformerConfig(ConfigBase):
                 bad("patch_size_t", self.patch_size_t,
                     "the reference's position table does not account for temporal patches; "
                     "patch_size_t needs RoPE without a position table (as CogVideoX1.5)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole checkpoint (configs only)
+
+#: The schedulers the CogVideoX pipelines sample with.
+SAMPLERS = ("CogVideoXDDIMScheduler", "CogVideoXDPMScheduler")
+
+
+@dataclasses.dataclass(frozen=True)
+class CogVideoXInfo(CheckpointInfo):
+    """A CogVideoX folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`)."""
+
+    transformer_config: CogVideoXTransformerConfig
+    vae_config: CogVideoXVAEConfig
+
+    def latent_frames(self, num_frames: int) -> tuple[int, int]:
+        """``(T, padding)``: latent frames denoised and how many of them (in front) are
+        CogVideoX1.5 padding dropped before decoding."""
+        t = (num_frames - 1) // self.vae_config.temporal_compression + 1
+        pt = self.transformer_config.patch_size_t
+        pad = pt - t % pt if pt and t % pt else 0
+        return t + pad, pad
+
+
+def read_cogvideox_checkpoint(checkpoint: Checkpoint) -> CogVideoXInfo:
+    """Read and cross-check a CogVideoX folder's configs.
+
+    Raises:
+        CheckpointError: a component folder is missing. ConfigError: an unsupported setting,
+            a scheduler that is not a CogVideoX sampler, or channels that do not fit the VAE.
+    """
+    ckpt = checkpoint
+    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
+        ckpt.folder(name)
+    cfg = ckpt.typed_config("transformer", CogVideoXTransformerConfig)
+    vae = ckpt.typed_config("vae", CogVideoXVAEConfig)
+    latent = vae.latent_channels
+    tasks = {latent: ("t2v",), 2 * latent: ("i2v",)}.get(cfg.in_channels)
+    if tasks is None:
+        raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels} fits neither "
+                          f"text-to-video (latent_channels={latent}) nor image-to-video ({2 * latent})")
+    sched = ckpt.config("scheduler").get("_class_name")
+    if sched not in SAMPLERS:
+        raise ConfigError(f"{ckpt.config_file('scheduler')}: {sched} is not a CogVideoX sampler; the CogVideoX "
+                          "pipelines run CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
+    s = vae.spatial_compression
+    version = "CogVideoX1.5" if cfg.patch_size_t else "CogVideoX"
+    pos = ("3-D RoPE" + (" + learned position table" if cfg.use_learned_positional_embeddings else "")
+           if cfg.use_rotary_positional_embeddings else "sincos position table")
+    variant = (f"{version} {TASK_NAMES[tasks[0]]}: {cfg.num_layers} layers, width {cfg.inner_dim}, {pos}"
+               f"{', ofs embedding' if cfg.has_ofs else ''}; default {cfg.sample_height * s}x"
+               f"{cfg.sample_width * s}, {cfg.sample_frames} frames")
+    defaults = CallDefaults(height=cfg.sample_height * s, width=cfg.sample_width * s,
+                            num_frames=cfg.sample_frames if tasks == ("t2v",) else 49,
+                            num_inference_steps=50, guidance_scale=6.0, max_sequence_length=226,
+                            fps=16 if cfg.patch_size_t else 8)
+    mult = s * cfg.patch_size
+    return CogVideoXInfo(checkpoint=ckpt, tasks=tasks, variant=variant, defaults=defaults.for_checkpoint(ckpt),
+                         transformers=("transformer",), size_multiple=(mult, mult),
+                         size_reason=f"VAE x{s} times patch_size {cfg.patch_size}",
+                         transformer_config=cfg, vae_config=vae)

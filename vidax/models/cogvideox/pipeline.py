@@ -16,7 +16,6 @@ what the reference returns.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from typing import Any, Sequence
@@ -27,15 +26,13 @@ import numpy as np
 
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import ConfigError, InputError
+from vidax.errors import InputError
 from vidax.io.image import vae_image_preprocess
-from vidax.models.cogvideox.config import CogVideoXTransformerConfig
+from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
-from vidax.models.cogvideox.vae import CogVideoXVAEConfig
 from vidax.parallel.mesh import check_heads
-from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, as_list, cfg_pair, finite_array
+from vidax.pipelines.base import VideoPipeline, as_list, cfg_pair, finite_array
 from vidax.pipelines.checkpoint import Checkpoint
-from vidax.pipelines.common import TASK_NAMES
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
 logger = logging.getLogger("vidax.pipeline")
@@ -61,22 +58,6 @@ def decoded_frames(latent_frames: int, temporal_compression: int) -> int:
     return k * t if t % 2 == 0 else k * (t - 1) + 1
 
 
-@dataclasses.dataclass(frozen=True)
-class CogVideoXInfo(CheckpointInfo):
-    """A CogVideoX folder's configs (see :class:`~vidax.pipelines.base.CheckpointInfo`)."""
-
-    transformer_config: CogVideoXTransformerConfig
-    vae_config: CogVideoXVAEConfig
-
-    def latent_frames(self, num_frames: int) -> tuple[int, int]:
-        """``(T, padding)``: latent frames denoised and how many of them (in front) are
-        CogVideoX1.5 padding dropped before decoding."""
-        t = (num_frames - 1) // self.vae_config.temporal_compression + 1
-        pt = self.transformer_config.patch_size_t
-        pad = pt - t % pt if pt and t % pt else 0
-        return t + pad, pad
-
-
 class CogVideoXPipeline(VideoPipeline):
     """CogVideoX / CogVideoX1.5 text-to-video (reference: ``diffusers.CogVideoXPipeline``).
 
@@ -100,46 +81,11 @@ class CogVideoXPipeline(VideoPipeline):
     # ------------------------------------------------------------------ configs
     @classmethod
     def read_checkpoint(cls, checkpoint: Checkpoint) -> CogVideoXInfo:
-        """Read and cross-check a CogVideoX folder's configs.
-
-        Raises:
-            CheckpointError: a component folder is missing. ConfigError: an unsupported setting,
-                a scheduler that is not a CogVideoX sampler, or channels that do not fit the VAE.
-        """
-        ckpt = checkpoint
-        for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-            ckpt.folder(name)
-        cfg = ckpt.typed_config("transformer", CogVideoXTransformerConfig)
-        vae = ckpt.typed_config("vae", CogVideoXVAEConfig)
-        latent = vae.latent_channels
-        tasks = {latent: ("t2v",), 2 * latent: ("i2v",)}.get(cfg.in_channels)
-        if tasks is None:
-            raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels} fits neither "
-                              f"text-to-video (latent_channels={latent}) nor image-to-video ({2 * latent})")
-        sched = ckpt.config("scheduler").get("_class_name")
-        if sched not in [s.__name__ for s in _SCHEDULERS]:
-            raise ConfigError(f"{ckpt.config_file('scheduler')}: {sched} is not a CogVideoX sampler; the CogVideoX "
-                              "pipelines run CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
-        s = vae.spatial_compression
-        version = "CogVideoX1.5" if cfg.patch_size_t else "CogVideoX"
-        pos = ("3-D RoPE" + (" + learned position table" if cfg.use_learned_positional_embeddings else "")
-               if cfg.use_rotary_positional_embeddings else "sincos position table")
-        variant = (f"{version} {TASK_NAMES[tasks[0]]}: {cfg.num_layers} layers, width {cfg.inner_dim}, {pos}"
-                   f"{', ofs embedding' if cfg.has_ofs else ''}; default {cfg.sample_height * s}x"
-                   f"{cfg.sample_width * s}, {cfg.sample_frames} frames")
-        defaults = CallDefaults(height=cfg.sample_height * s, width=cfg.sample_width * s,
-                                num_frames=cfg.sample_frames if tasks == ("t2v",) else 49,
-                                num_inference_steps=50, guidance_scale=6.0, max_sequence_length=226,
-                                fps=16 if cfg.patch_size_t else 8)
-        mult = s * cfg.patch_size
-        return CogVideoXInfo(checkpoint=ckpt, tasks=tasks, variant=variant, defaults=defaults.for_checkpoint(ckpt),
-                             transformers=("transformer",), size_multiple=(mult, mult),
-                             size_reason=f"VAE x{s} times patch_size {cfg.patch_size}",
-                             transformer_config=cfg, vae_config=vae)
+        return read_cogvideox_checkpoint(checkpoint)
 
     @classmethod
     def latent_shape(cls, info: CogVideoXInfo, call) -> tuple[int, ...]:
-        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        s = info.vae_config.spatial_compression
         t, _ = info.latent_frames(call.num_frames)
         return (call.batch, t, info.vae_config.latent_channels, call.height // s, call.width // s)
 

@@ -58,12 +58,12 @@ from vidax.nn.layers import (
     FeedForward,
     Identity,
     LayerNorm,
-    apply_rope,
     linear,
     matmul,
     patchify,
     timestep_sinusoid,
 )
+from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.offload import offload_loader

@@ -1,12 +1,21 @@
-"""Configuration of the Wan 2.1 / 2.2 diffusion transformer (``transformer/config.json``)."""
+"""Configuration of the Wan 2.1 / 2.2 diffusion transformer (``transformer/config.json``), and of a
+whole Wan checkpoint folder (:func:`read_wan_checkpoint`, configs only)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, ClassVar, Mapping
+
+import numpy as np
 
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
+from vidax.models.wan.vae import WanVAEConfig
+from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.pipelines.common import TASK_NAMES
+
+logger = logging.getLogger("vidax.pipeline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,3 +134,115 @@ class WanTransformerConfig(ConfigBase):
                 f"the image embedder outputs num_attention_heads*attention_head_dim={self.inner_dim} "
                 "features, which the image key/value projections take",
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole checkpoint (configs only)
+
+
+#: ``WanPipeline.__call__``'s defaults in diffusers, and the fps of its examples.
+WAN_DEFAULTS = CallDefaults(height=480, width=832, num_frames=81, num_inference_steps=50, guidance_scale=5.0,
+                            max_sequence_length=512, fps=16)
+
+
+@dataclasses.dataclass(frozen=True)
+class WanInfo(CheckpointInfo):
+    """A Wan folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+
+    Attributes:
+        transformer_configs: of ``transformer`` (and ``transformer_2`` with a ``boundary_ratio``).
+        vae_config: the VAE's.
+        boundary_ratio: switch point of the two experts (fraction of ``num_train_timesteps``).
+        expand_timesteps: one timestep per token (TI2V-5B).
+    """
+
+    transformer_configs: tuple
+    vae_config: WanVAEConfig
+    boundary_ratio: float | None
+    expand_timesteps: bool
+
+    @property
+    def has_image_encoder(self) -> bool:
+        """The transformer takes CLIP image features (Wan2.1 I2V)."""
+        return self.transformer_configs[0].image_dim is not None
+
+
+def _variant(tasks, configs, vae: WanVAEConfig, boundary, expand) -> str:
+    names = " + ".join(TASK_NAMES[t] for t in tasks)
+    if expand:
+        name = "Wan2.2 TI2V (per-token timesteps, 16x VAE)" if vae.spatial_compression == 16 else "Wan TI2V"
+    elif len(configs) == 2:
+        name = f"Wan2.2 A14B {'T2V' if tasks == ('t2v',) else 'I2V'} (two experts, boundary_ratio={boundary})"
+    elif tasks == ("i2v",):
+        name = "Wan2.1 I2V (CLIP image encoder)" if configs[0].image_dim is not None else "Wan I2V (no image encoder)"
+    else:
+        name = "Wan2.1 T2V"
+    return f"{name}: {names}"
+
+
+def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
+    """Read and cross-check a Wan folder's configs.
+
+    Raises:
+        CheckpointError: a required component folder is missing.
+        ConfigError: a setting vidax does not implement, or components that do not fit
+            together (the message names the file, the key and what is valid).
+    """
+    ckpt, src = checkpoint, checkpoint.source
+    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
+        ckpt.folder(name)
+    boundary = ckpt.index.get("boundary_ratio")
+    expand = ckpt.index.get("expand_timesteps", False)
+    if not isinstance(expand, bool):
+        raise ConfigError(f"{src}: expand_timesteps={expand!r} must be true or false")
+    if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, (int, float))
+                                 or not 0.0 <= boundary <= 1.0):
+        raise ConfigError(f"{src}: boundary_ratio={boundary!r} must be null or a number in [0, 1]")
+    names = ["transformer"]
+    if boundary is not None and not ckpt.has("transformer_2"):
+        raise ConfigError(f"{src}: boundary_ratio={boundary!r} hands the low-noise steps to transformer_2, "
+                          "but the checkpoint has no transformer_2; set boundary_ratio to null or add it")
+    if ckpt.has("transformer_2") and boundary is None:
+        logger.warning("%s: transformer_2 is never used without a boundary_ratio (as in diffusers); "
+                       "not loading it", src)
+    elif ckpt.has("transformer_2"):
+        ckpt.folder("transformer_2")
+        names.append("transformer_2")
+    configs = tuple(ckpt.typed_config(n, WanTransformerConfig) for n in names)
+    vae = ckpt.typed_config("vae", WanVAEConfig)
+    z, first = vae.z_dim, configs[0]
+    for name, c in zip(names, configs):
+        file = ckpt.config_file(name)
+        if c.pos_embed_seq_len is not None:
+            raise ConfigError(f"{file}: pos_embed_seq_len={c.pos_embed_seq_len} is the first-last-frame "
+                              "(FLF2V) model; vidax does not implement first-last-frame-to-video")
+        if c.out_dim != z:
+            raise ConfigError(f"{file}: out_channels={c.out_dim} must equal the VAE's z_dim={z}")
+        if (c.in_channels, tuple(c.patch_size)) != (first.in_channels, tuple(first.patch_size)):
+            raise ConfigError(
+                f"{file}: in_channels={c.in_channels}, patch_size={list(c.patch_size)} differ from "
+                f"transformer/config.json ({first.in_channels}, {list(first.patch_size)}); both "
+                "experts denoise the same latents")
+        if c.image_dim is not None and not ckpt.has("image_encoder"):
+            raise ConfigError(f"{file}: image_dim={c.image_dim} takes CLIP image features, but {src} names "
+                              "no image_encoder (the reference pipeline cannot run this combination either)")
+    want = {z: ("t2v",), 2 * z + 4: ("i2v",)}
+    if expand:
+        if first.in_channels != z:
+            raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={first.in_channels}; with "
+                              f"expand_timesteps the latents go in as they are, so it must be z_dim={z}")
+        tasks = ("t2v", "i2v")
+    elif first.in_channels in want:
+        tasks = want[first.in_channels]
+    else:
+        raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={first.in_channels} fits neither "
+                          f"text-to-video (z_dim={z}) nor image-to-video (2 * z_dim + 4 = {2 * z + 4})")
+    s = vae.spatial_compression
+    _, ph, pw = first.patch_size
+    return WanInfo(
+        checkpoint=ckpt, tasks=tasks, variant=_variant(tasks, configs, vae, boundary, expand),
+        defaults=WAN_DEFAULTS.for_checkpoint(ckpt), transformers=tuple(names),
+        size_multiple=(int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw))),
+        size_reason=f"the VAE's {s}x spatial compression times the transformer's {ph}x{pw} patches, "
+                    "and at least 16",
+        transformer_configs=configs, vae_config=vae, boundary_ratio=boundary, expand_timesteps=expand)

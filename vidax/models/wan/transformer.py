@@ -45,13 +45,13 @@ from vidax.nn.layers import (
     Identity,
     LayerNorm,
     RMSNorm,
-    apply_rope,
     linear,
     matmul,
     patchify,
     timestep_sinusoid,
     unpatchify,
 )
+from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.offload import offload_loader
