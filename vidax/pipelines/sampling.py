@@ -13,10 +13,8 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from tqdm.auto import tqdm
 
-from vidax.errors import InputError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
 from vidax.stats import RunStats
@@ -80,30 +78,3 @@ def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: jax.Array) -
     ``uncond + guidance_scale * (cond - uncond)`` (diffusers' formula, in the prediction's dtype)."""
     cond, uncond = jnp.split(noise_pred, 2, axis=0)
     return uncond + guidance_scale.astype(cond.dtype) * (cond - uncond)
-
-
-_WAN_LAYOUT = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
-
-
-def initial_latents(shape: tuple[int, ...], seed: int | None, latents: Any | None,
-                    layout: str = _WAN_LAYOUT) -> jax.Array:
-    """float32 initial noise of ``shape`` in the family's diffusers layout (Wan (B, C, T, H, W),
-    CogVideoX (B, T, C, H, W)), which ``layout`` spells out for error messages.
-
-    The user's ``latents`` if given (their shape must equal ``shape``), else standard normal
-    noise from ``jax.random`` with ``seed`` (a fresh random seed when None).
-
-    Raises:
-        InputError: ``latents`` of another shape.
-    """
-    if latents is None:
-        if seed is None:
-            seed = int(np.random.SeedSequence().entropy % 2**31)
-        return jax.random.normal(jax.random.PRNGKey(seed), shape, jnp.float32)
-    latents = jnp.asarray(latents, jnp.float32)
-    if latents.shape != tuple(shape):
-        raise InputError(
-            f"latents have shape {tuple(latents.shape)}, expected {tuple(shape)} = {layout} for these "
-            "arguments"
-        )
-    return latents
