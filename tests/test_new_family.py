@@ -16,11 +16,12 @@ from flax import nnx
 import vidax
 from vidax.default_checkpoint import random_module
 from vidax.io.video import read_video
-from vidax.parallel.offload import OffloadConfig
+from vidax.parallel.offload import OffloadConfig, offloaded_stacks
 from vidax.weights import export_state_dict, save_safetensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "text_dim": 64, "num_layers": 3}
+TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "text_dim": 64, "num_layers": 3,
+       "num_single_layers": 2}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def toy_checkpoint(tmp_path_factory):
     model = random_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), np.random.default_rng(1))
     from vidax.weights import KeyRules
 
-    state = export_state_dict(model, KeyRules(stacked=("blocks",)))
+    state = export_state_dict(model, KeyRules(stacked=ToyTransformer3DModel.block_stacks))
     save_safetensors({k: np.asarray(v, np.float32) for k, v in state.items()},
                      str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
     return str(root)
@@ -69,9 +70,12 @@ def test_toy_family_runs_through_load_pipeline(toy_checkpoint, toy_registered):
     assert out.frames.shape == (1, 5, 32, 48, 3) and np.isfinite(out.frames).all()
     other = pipe("a toy boat", seed=1, progress=False).frames
     assert np.abs(other - out.frames).max() > 1e-3  # the video depends on the noise
-    # The shared block streaming and staging run the new family unchanged, and equal resident.
+    # The shared block streaming (both of its stacks) and staging run the new family unchanged,
+    # and equal resident bit for bit.
     streamed = vidax.load_pipeline(toy_checkpoint, offload=OffloadConfig(chunk=2, keep_text_encoder=False,
                                                                          keep_vae=False))
+    stacks = offloaded_stacks(streamed.transformer)
+    assert [(b.attr, b.sizes) for b in stacks] == [("blocks", [2, 1]), ("single_blocks", [2])]
     np.testing.assert_array_equal(streamed("a toy boat", seed=0, progress=False).frames, out.frames)
     with pytest.raises(vidax.InputError, match="takes no 'use_dynamic_cfg'; it takes prompt, negative_prompt"):
         pipe("a toy boat", use_dynamic_cfg=True)
@@ -89,4 +93,4 @@ def test_toy_family_runs_through_the_cli_and_inspect(toy_checkpoint, tmp_path):
     r = subprocess.run([sys.executable, "-m", "vidax", "inspect", toy_checkpoint, "--mesh", "1x1x1"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "variant: Toy T2V: 3 layers" in r.stdout and "num_layers=3, dim=32, in_channels=16" in r.stdout
+    assert "variant: Toy T2V: 3 layers" in r.stdout and "num_layers=3, num_single_layers=2, dim=32" in r.stdout

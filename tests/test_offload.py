@@ -101,8 +101,9 @@ def reference(ckpt):
 
 
 def _compiled_chunk_sizes(pipe) -> set:
+    """Chunk sizes compiled for the (single) streamed stack."""
     (step,) = pipe._step_fns.values()
-    return {size for _, chunks, _ in step._shared["compiled"].values() for size in chunks}
+    return {size for _, (chunks,), _ in step._shared["compiled"].values() for size in chunks}
 
 
 class WeightMeter:

@@ -2,8 +2,8 @@
 that a new family is its folder plus one registry line (docs/adding_a_family.md).
 
 It reuses the Wan VAE, the UMT5 encoder and UniPC through the registry and brings its own
-transformer (``ToyTransformer3DModel``: per-token linear in, stacked MLP blocks conditioned on
-the timestep and the mean text embedding, linear out).
+transformer (``ToyTransformer3DModel``: per-token linear in, two stacks of MLP blocks conditioned
+on the timestep and the mean text embedding, linear out).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec
@@ -15,6 +15,7 @@ FAMILY = Family(
         ComponentSpec("ToyTransformer3DModel", "transformer", loader="tests.toy_family.transformer:load_toy_transformer",
                       options=("dtype", "placement", "offload"), config="tests.toy_family.transformer:ToyConfig",
                       model="tests.toy_family.transformer:ToyTransformer3DModel",
-                      key_configs=("num_layers", "dim", "in_channels"), block_stacks=("blocks",)),
+                      key_configs=("num_layers", "num_single_layers", "dim", "in_channels"),
+                      block_stacks=("blocks", "single_blocks")),
     ),
 )

@@ -1,4 +1,5 @@
-"""The toy family's transformer: the denoising-transformer contract in ~60 lines."""
+"""The toy family's transformer: the denoising-transformer contract in ~70 lines, with two block
+stacks (as HunyuanVideo's double- and single-stream blocks) that block streaming runs in turn."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ class ToyConfig(ConfigBase):
     dim: int = 32
     text_dim: int = 64
     num_layers: int = 3
+    num_single_layers: int = 2
 
 
 class ToyBlock(nnx.Module):
-    def __init__(self, cfg: ToyConfig, rngs: nnx.Rngs):
-        self.fc1 = linear(cfg.dim, 2 * cfg.dim, jnp.float32, jnp.float32, rngs)
-        self.fc2 = linear(2 * cfg.dim, cfg.dim, jnp.float32, jnp.float32, rngs)
+    def __init__(self, cfg: ToyConfig, rngs: nnx.Rngs, mult: int = 2):
+        self.fc1 = linear(cfg.dim, mult * cfg.dim, jnp.float32, jnp.float32, rngs)
+        self.fc2 = linear(mult * cfg.dim, cfg.dim, jnp.float32, jnp.float32, rngs)
 
     def __call__(self, x, cond):
         return x + self.fc2(jax.nn.gelu(self.fc1(x + cond)))
@@ -40,13 +42,14 @@ class ToyInputs:
 
 
 class ToyTransformer3DModel(nnx.Module):
-    block_stacks = ("blocks",)
+    block_stacks = ("blocks", "single_blocks")
 
     def __init__(self, config: ToyConfig, *, rngs: nnx.Rngs, dtype=jnp.float32):
         self.config = config
         self.proj_in = linear(config.in_channels, config.dim, jnp.float32, jnp.float32, rngs)
         self.text = linear(config.text_dim, config.dim, jnp.float32, jnp.float32, rngs)
         self.blocks = stacked(lambda r: ToyBlock(config, r), config.num_layers, rngs)
+        self.single_blocks = stacked(lambda r: ToyBlock(config, r, mult=3), config.num_single_layers, rngs)
         self.proj_out = linear(config.dim, config.in_channels, jnp.float32, jnp.float32, rngs)
 
     def __call__(self, x, timestep, context):
@@ -58,8 +61,12 @@ class ToyTransformer3DModel(nnx.Module):
         cond = self.text(context.mean(axis=1)) + timestep_sinusoid(timestep.reshape(b), self.config.dim)
         return self.proj_in(x.reshape(b, -1, x.shape[-1])), ToyInputs(cond[:, None])
 
-    def run_blocks(self, x, inputs, blocks=None):
-        return scan_layers(self.blocks if blocks is None else blocks, x, lambda blk, h: blk(h, inputs.cond))
+    def run_blocks(self, x, inputs, blocks=None, stack=None):
+        """Stack ``stack`` (its layers, or the chunk ``blocks`` of it); both stacks when None."""
+        for name in self.block_stacks if stack is None else (stack,):
+            layers = getattr(self, name) if blocks is None else blocks
+            x = scan_layers(layers, x, lambda blk, h: blk(h, inputs.cond))
+        return x
 
     def head(self, x, inputs):
         return self.proj_out(x)
@@ -67,7 +74,8 @@ class ToyTransformer3DModel(nnx.Module):
 
 def load_toy_transformer(path, dtype=jnp.float32, placement=None, offload=None):
     cfg = ToyConfig.from_json_file(os.path.join(path, "config.json"))
-    stream = offload_loader(offload)
-    module = load_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), path, KeyRules(stacked=("blocks",)),
+    stream = offload_loader(offload, attr=ToyTransformer3DModel.block_stacks)
+    module = load_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), path,
+                         KeyRules(stacked=ToyTransformer3DModel.block_stacks),
                          DtypePolicy(param_dtype=dtype), placement, what="transformer", place_stacked=stream)
     return module if stream is None else stream.attach(module)

@@ -271,12 +271,22 @@ class OffloadedBlocks:
                 f"{self.nbytes / 2**20:,.1f} MiB per step")
 
 
-_OFFLOADED: "weakref.WeakKeyDictionary[nnx.Module, OffloadedBlocks]" = weakref.WeakKeyDictionary()
+_OFFLOADED: "weakref.WeakKeyDictionary[nnx.Module, dict[str, OffloadedBlocks]]" = weakref.WeakKeyDictionary()
+
+
+def offloaded_stacks(module: nnx.Module) -> tuple[OffloadedBlocks, ...]:
+    """Every streamed block stack of ``module``, in the order its ``block_stacks`` run (empty
+    when its blocks are resident)."""
+    stacks = _OFFLOADED.get(module, {})
+    order = list(getattr(module, "block_stacks", ())) + [a for a in stacks if a not in getattr(module, "block_stacks", ())]
+    return tuple(stacks[a] for a in order if a in stacks)
 
 
 def offloaded_blocks(module: nnx.Module) -> OffloadedBlocks | None:
-    """The streamed blocks of ``module``, or None when its blocks are resident."""
-    return _OFFLOADED.get(module)
+    """The first streamed block stack of ``module`` (its only one, for a single-stack model), or
+    None when its blocks are resident."""
+    stacks = offloaded_stacks(module)
+    return stacks[0] if stacks else None
 
 
 def _attach(module: nnx.Module, attr: str, chunks: dict, shardings: dict, kind: str | None) -> nnx.Module:
@@ -293,14 +303,16 @@ def _attach(module: nnx.Module, attr: str, chunks: dict, shardings: dict, kind: 
         for p, v in flat
     ])
     nnx.update(blocks, abstract)
-    _OFFLOADED[module] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
-    logger.info("offload: %s", _OFFLOADED[module].describe())
+    stacks = _OFFLOADED.setdefault(module, {})
+    stacks[attr] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
+    logger.info("offload: %s: %s", attr, stacks[attr].describe())
     return module
 
 
 class HostBlockLoader:
     """The loader's ``place_stacked`` hook (:func:`vidax.weights.loader.load_module`) that puts
-    every stacked parameter under ``attr`` straight into host-memory chunks.
+    every stacked parameter under ``attr`` (each of them, for several stacks) straight into
+    host-memory chunks.
 
     Each chunk is assembled from the memory-mapped file layer by layer in one numpy buffer of
     ``chunk`` layers and placed in host memory with the parameter's sharding, so host memory
@@ -309,18 +321,20 @@ class HostBlockLoader:
 
     Args:
         config: the offload settings (``chunk``, ``memory_kind``).
-        attr: the model attribute holding the stacked blocks.
+        attr: the model attribute holding the stacked blocks, or a tuple of them (the model's
+            ``block_stacks``: every one is streamed).
     """
 
-    def __init__(self, config: OffloadConfig, attr: str = "blocks"):
+    def __init__(self, config: OffloadConfig, attr: str | tuple[str, ...] = "blocks"):
         self.config = config
-        self.attr = attr
+        self.attrs = (attr,) if isinstance(attr, str) else tuple(attr)
         self.kind = host_memory_kind(config.memory_kind)
-        self._chunks: dict = {}
-        self._shardings: dict = {}
+        self._chunks: dict = {a: {} for a in self.attrs}
+        self._shardings: dict = {a: {} for a in self.attrs}
 
     def __call__(self, path, sds: jax.ShapeDtypeStruct, sharding, read_layer) -> Any:
-        if str(path[0]) != self.attr:
+        attr = str(path[0])
+        if attr not in self.attrs:
             return None
         total = sds.shape[0]
         n = self.config.layers_per_chunk(total)
@@ -332,19 +346,21 @@ class HostBlockLoader:
                 buf[j] = read_layer(start + j)
             out.append(to_host(buf, sharding, self.kind))
             del buf
-        self._chunks[tuple(path[1:])] = out
-        self._shardings[tuple(path[1:])] = sharding
+        self._chunks[attr][tuple(path[1:])] = out
+        self._shardings[attr][tuple(path[1:])] = sharding
         return _abstract(sds)
 
     def attach(self, module: nnx.Module) -> nnx.Module:
         """Register the chunks read during loading with ``module`` (returned)."""
-        if not self._chunks:
-            raise InputError(f"offload: the model has no stacked parameters under {self.attr!r}.")
-        return _attach(module, self.attr, self._chunks, self._shardings, self.kind)
+        for attr in self.attrs:
+            if not self._chunks[attr]:
+                raise InputError(f"offload: the model has no stacked parameters under {attr!r}.")
+            _attach(module, attr, self._chunks[attr], self._shardings[attr], self.kind)
+        return module
 
 
-def offload_loader(offload: Any, attr: str = "blocks") -> HostBlockLoader | None:
-    """A :class:`HostBlockLoader` when ``offload`` streams blocks, else None."""
+def offload_loader(offload: Any, attr: str | tuple[str, ...] = "blocks") -> HostBlockLoader | None:
+    """A :class:`HostBlockLoader` of the stack(s) ``attr`` when ``offload`` streams blocks, else None."""
     config = resolve_offload(offload)
     return HostBlockLoader(config, attr) if config is not None and config.streams_blocks else None
 
@@ -356,25 +372,28 @@ def offload_module(module: nnx.Module, offload: Any, attr: str | None = None) ->
     once the module holds placeholders (callers must drop their own references to the old
     parameters). Returns ``module``.
 
-    ``attr``: the stack to stream; default the model's first ``block_stacks`` entry.
+    ``attr``: the stack to stream; default every one of the model's ``block_stacks``.
 
     Raises:
         InputError: ``offload`` does not stream blocks, or ``module`` has no ``attr``.
     """
-    attr = attr or getattr(module, "block_stacks", ("blocks",))[0]
+    attrs = (attr,) if attr else tuple(getattr(module, "block_stacks", ("blocks",)))
     config = resolve_offload(offload)
     if config is None or not config.streams_blocks:
         raise InputError(f"offload_module: offload={offload!r} does not stream blocks (give a chunk size).")
-    if not hasattr(module, attr):
-        raise InputError(f"offload_module: {type(module).__name__} has no stacked blocks {attr!r}.")
+    for a in attrs:
+        if not hasattr(module, a):
+            raise InputError(f"offload_module: {type(module).__name__} has no stacked blocks {a!r}.")
     kind = host_memory_kind(config.memory_kind)
-    chunks, shardings = {}, {}
-    for path, var in nnx.to_flat_state(nnx.state(getattr(module, attr))):
-        arr = var.get_value()
-        n = config.layers_per_chunk(arr.shape[0])
-        chunks[path] = [to_host(arr[s: s + n], arr.sharding, kind) for s in range(0, arr.shape[0], n)]
-        shardings[path] = arr.sharding
-    return _attach(module, attr, chunks, shardings, kind)
+    for a in attrs:
+        chunks, shardings = {}, {}
+        for path, var in nnx.to_flat_state(nnx.state(getattr(module, a))):
+            arr = var.get_value()
+            n = config.layers_per_chunk(arr.shape[0])
+            chunks[path] = [to_host(arr[s: s + n], arr.sharding, kind) for s in range(0, arr.shape[0], n)]
+            shardings[path] = arr.sharding
+        _attach(module, a, chunks, shardings, kind)
+    return module
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,14 +411,16 @@ class ChunkedStep:
         return finish(out, latents, state, *args)
 
     and runs as ``pre`` (``model_args`` + ``model.embed``), the chunk loop of
-    :meth:`OffloadedBlocks.run` (``model.run_blocks``, one executable per distinct chunk size)
-    and ``post`` (``model.head`` + ``finish``; latents donated).
+    :meth:`OffloadedBlocks.run` for each streamed stack in turn (``model.run_blocks``, one
+    executable per stack and distinct chunk size) and ``post`` (``model.head`` + ``finish``;
+    latents donated). A model of several stacks is called ``run_blocks(x, inputs, chunk,
+    stack=name)``, and its residual stream ``x`` keeps one structure through all of them.
 
     Args:
         graphdef: NNX graph of the whole model.
-        blocks: its :class:`OffloadedBlocks`.
+        blocks: its :class:`OffloadedBlocks`, or a tuple of them (one per stack, in running
+            order; :func:`offloaded_stacks`).
         model_args, finish: the step's pieces (see above).
-        attr: the model attribute of the blocks (default: the one ``blocks`` came from).
         out_shardings: ``(latents, state)`` output shardings of ``post`` (set on a mesh, see
             :meth:`with_out_shardings`).
 
@@ -408,44 +429,53 @@ class ChunkedStep:
     placeholders are ignored).
     """
 
-    def __init__(self, graphdef, blocks: OffloadedBlocks, model_args: Callable, finish: Callable, *,
-                 attr: str | None = None, out_shardings: Any = None, _shared: dict | None = None):
+    def __init__(self, graphdef, blocks: OffloadedBlocks | Sequence[OffloadedBlocks], model_args: Callable,
+                 finish: Callable, *, out_shardings: Any = None, _shared: dict | None = None):
         self.graphdef = graphdef
-        self.blocks = blocks
+        self.stacks = (blocks,) if isinstance(blocks, OffloadedBlocks) else tuple(blocks)
+        if not self.stacks:
+            raise InputError("ChunkedStep: no streamed block stack given")
         self.model_args = model_args
         self.finish = finish
-        self.attr = attr or blocks.attr
         self.out_shardings = out_shardings
         self._shared = _shared if _shared is not None else {"compiled": {}, "jits": {}}
+
+    @property
+    def blocks(self) -> OffloadedBlocks:
+        """The first (for a single-stack model, the only) streamed stack."""
+        return self.stacks[0]
 
     # -- variants sharing one compile cache --------------------------------------------------
 
     def _variant(self, **changes) -> "ChunkedStep":
-        kw = dict(attr=self.attr, out_shardings=self.out_shardings)
-        blocks = changes.pop("blocks", self.blocks)
+        kw = dict(out_shardings=self.out_shardings)
+        blocks = changes.pop("blocks", self.stacks)
         kw.update(changes)
         return ChunkedStep(self.graphdef, blocks, self.model_args, self.finish, _shared=self._shared, **kw)
 
-    def for_blocks(self, blocks: OffloadedBlocks) -> "ChunkedStep":
+    def for_blocks(self, blocks: OffloadedBlocks | Sequence[OffloadedBlocks]) -> "ChunkedStep":
         """The same step streaming other blocks of the same structure (a second expert): the
         compiled executables are shared."""
-        return self if blocks is self.blocks else self._variant(blocks=blocks)
+        stacks = (blocks,) if isinstance(blocks, OffloadedBlocks) else tuple(blocks)
+        return self if all(a is b for a, b in zip(stacks, self.stacks, strict=True)) else self._variant(blocks=stacks)
 
     def with_out_shardings(self, out_shardings: Any) -> "ChunkedStep":
         """The same step with ``(latents, state)`` pinned to ``out_shardings`` (see
         :func:`vidax.parallel.step.shard_step`)."""
         return self._variant(out_shardings=out_shardings)
 
-    # -- the three jitted pieces -------------------------------------------------------------
+    # -- the jitted pieces -------------------------------------------------------------------
 
     def _rest(self, params: nnx.State) -> nnx.State:
-        return nnx.State({k: v for k, v in params.items() if k != self.attr})
+        attrs = {b.attr for b in self.stacks}
+        return nnx.State({k: v for k, v in params.items() if k not in attrs})
 
     def _model_fn(self) -> Callable[[nnx.State], nnx.Module]:
         """``rest params -> model`` (the blocks as placeholders). Captures no array, so the
         jitted pieces cached in the shared dict keep no chunk alive."""
-        graphdef, attr, abstract = self.graphdef, self.attr, self.blocks.abstract
-        return lambda rest: nnx.merge(graphdef, nnx.State({**rest, attr: abstract}))
+        graphdef = self.graphdef
+        abstract = {b.attr: b.abstract for b in self.stacks}
+        return lambda rest: nnx.merge(graphdef, nnx.State({**rest, **abstract}))
 
     def _jits(self) -> tuple:
         """The jitted ``pre`` and ``post`` (shared by the variants of this step)."""
@@ -463,12 +493,16 @@ class ChunkedStep:
             jits[key] = (jax.jit(pre), jax.jit(post, donate_argnums=(3,), out_shardings=self.out_shardings))
         return jits[key]
 
-    def _chunk_jit(self, abstract_rest: nnx.State, x_sharding):
-        model_of, blocks_graphdef = self._model_fn(), self.blocks.graphdef
+    def _chunk_jit(self, abstract_rest: nnx.State, x_sharding, stack: OffloadedBlocks):
+        model_of, blocks_graphdef = self._model_fn(), stack.graphdef
+        named = len(self.stacks) > 1
 
         def run_chunk(chunk, x, inputs):
             model = model_of(abstract_rest)  # no parameter of it is read
-            return model.run_blocks(x, inputs, nnx.merge(blocks_graphdef, chunk))
+            layers = nnx.merge(blocks_graphdef, chunk)
+            if named:
+                return model.run_blocks(x, inputs, layers, stack=stack.attr)
+            return model.run_blocks(x, inputs, layers)
 
         return jax.jit(run_chunk, donate_argnums=(1,), out_shardings=x_sharding)
 
@@ -477,26 +511,27 @@ class ChunkedStep:
         return _Lowered(self, params, latents, state, args)
 
     def compile_for(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> "CompiledChunkedStep":
-        """Compile ``pre``, one ``run_layers`` per distinct chunk size and ``post`` for these
-        arguments' shapes and shardings (cached)."""
+        """Compile ``pre``, one ``run_layers`` per stack and distinct chunk size, and ``post``
+        for these arguments' shapes and shardings (cached)."""
         rest = self._rest(params)
         leaves, treedef = jax.tree.flatten((rest, latents, state, args))
         key = (treedef, tuple((np.shape(a), str(getattr(a, "dtype", type(a))), getattr(a, "sharding", None))
-                              for a in leaves), self.blocks.signature, self.out_shardings)
+                              for a in leaves), tuple(b.signature for b in self.stacks), self.out_shardings)
         cache = self._shared["compiled"]
         if key not in cache:
             pre_fn, post_fn = self._jits()
             pre = pre_fn.lower(rest, latents, state, *args).compile()
             x_info, inputs_info = jax.tree.map(lambda i: _abstract(i, i.sharding), pre.out_info)
             abstract_rest = jax.tree.map(lambda a: _abstract(a), rest)
-            chunk_fn = self._chunk_jit(abstract_rest, x_info.sharding)
-            chunks = {
-                size: chunk_fn.lower(self.blocks.chunk_spec(size), x_info, inputs_info).compile()
-                for size in sorted(set(self.blocks.sizes))
-            }
+            x_sharding = jax.tree.map(lambda i: i.sharding, x_info)
+            chunks = []
+            for stack in self.stacks:
+                chunk_fn = self._chunk_jit(abstract_rest, x_sharding, stack)
+                chunks.append({size: chunk_fn.lower(stack.chunk_spec(size), x_info, inputs_info).compile()
+                               for size in sorted(set(stack.sizes))})
             post = post_fn.lower(rest, x_info, inputs_info, latents, state, *args).compile()
             cache[key] = (pre, chunks, post)
-            logger.info("offload: compiled the streamed step (chunk sizes %s)", sorted(chunks))
+            logger.info("offload: compiled the streamed step (chunk sizes %s)", [sorted(c) for c in chunks])
         pre, chunks, post = cache[key]
         return CompiledChunkedStep(self, pre, chunks, post)
 
@@ -519,24 +554,25 @@ class CompiledChunkedStep:
     """The compiled pieces of a :class:`ChunkedStep`; call as the step.
 
     Attributes:
-        chunk_sizes: the chunk sizes compiled (``{N}``, or ``{N, L mod N}``).
+        chunk_sizes: the chunk sizes compiled for the first stack (``{N}``, or ``{N, L mod N}``).
         on_chunk: optional zero-argument callback run after each chunk is dispatched (memory
             sampling; :func:`vidax.pipelines.sampling.run_denoising_loop` sets it for the first
             step).
     """
 
-    def __init__(self, step: ChunkedStep, pre, chunks: dict, post):
+    def __init__(self, step: ChunkedStep, pre, chunks: list, post):
         self.step = step
         self._pre, self._chunks, self._post = pre, chunks, post
-        self.chunk_sizes = sorted(chunks)
+        self.chunk_sizes = sorted(chunks[0])
         self.on_chunk: Callable[[], None] | None = None
 
     def __call__(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any):
         step = self.step
         rest = step._rest(params)
         x, inputs = self._pre(rest, latents, state, *args)
-        sizes = step.blocks.sizes
-        x = step.blocks.run(lambda i, chunk, h: self._chunks[sizes[i]](chunk, h, inputs), x, self.on_chunk)
+        for stack, compiled in zip(step.stacks, self._chunks):
+            sizes = stack.sizes
+            x = stack.run(lambda i, chunk, h, c=compiled, n=sizes: c[n[i]](chunk, h, inputs), x, self.on_chunk)
         return self._post(rest, x, inputs, latents, state, *args)
 
 
@@ -548,13 +584,13 @@ def streamed_call(module: nnx.Module, *args: Any) -> Any:
     Raises:
         InputError: ``module``'s blocks are not offloaded.
     """
-    blocks = offloaded_blocks(module)
-    if blocks is None:
+    stacks = offloaded_stacks(module)
+    if not stacks:
         raise InputError(f"streamed_call: {type(module).__name__}'s blocks are not offloaded.")
     graphdef, params = nnx.split(module)
     # Modules of one structure share the compiled pieces.
     shared = _CALL_CACHES.setdefault(graphdef, {"compiled": {}, "jits": {}})
-    step = ChunkedStep(graphdef, blocks, _call_args, _call_finish, _shared=shared)
+    step = ChunkedStep(graphdef, stacks, _call_args, _call_finish, _shared=shared)
     out, _ = step.compile_for(params, None, None, *args)(params, None, None, *args)
     return out
 

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import parse_dtype
-from vidax.parallel.offload import ChunkedStep, offloaded_blocks, resolve_offload
+from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
 from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
@@ -545,14 +545,14 @@ class VideoPipeline:
     def step_fn(self, do_cfg: bool, expert: int = 0):
         """The step ``(params, latents, state, *args) -> (latents, state)`` of ``expert``: one jit
         (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
-        streamed from host memory. Experts of one structure share one trace."""
+        streamed from host memory (every declared stack). Experts of one structure share one trace."""
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
-        blocks = offloaded_blocks(module)
+        stacks = offloaded_stacks(module)
         key = (do_cfg, graphdef, self.step_key())
         if key in self._step_fns:
             fn = self._step_fns[key]
-            return fn if blocks is None else fn.for_blocks(blocks)
+            return fn.for_blocks(stacks) if stacks else fn
         gdtype = self.guidance_dtype
 
         def model_args(latents, state, *args):
@@ -568,7 +568,7 @@ class VideoPipeline:
             model = nnx.merge(graphdef, params)
             return finish(model(*model_args(latents, state, *args)), latents, state, *args)
 
-        fn = jax.jit(step, donate_argnums=(1,)) if blocks is None else ChunkedStep(graphdef, blocks, model_args, finish)
+        fn = ChunkedStep(graphdef, stacks, model_args, finish) if stacks else jax.jit(step, donate_argnums=(1,))
         self._step_fns[key] = fn
         return fn
 

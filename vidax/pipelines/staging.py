@@ -206,11 +206,10 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
 
 def offload_report(pipe: Any) -> str:
     """Where a pipeline's weights wait: staged components and streamed transformer blocks."""
-    from vidax.parallel.offload import offloaded_blocks
+    from vidax.parallel.offload import offloaded_stacks
 
     lines = [getattr(pipe, "staging", Staging()).describe()]
     for name, value in vars(pipe).items():
-        blocks = offloaded_blocks(value) if isinstance(value, nnx.Module) else None
-        if blocks is not None:
-            lines.append(f"{name}: {blocks.describe()}")
+        for blocks in offloaded_stacks(value) if isinstance(value, nnx.Module) else ():
+            lines.append(f"{name}.{blocks.attr}: {blocks.describe()}")
     return "\n".join("  " + line for line in lines)
