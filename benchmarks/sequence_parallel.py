@@ -34,7 +34,8 @@ def build(args, mesh):
 
     from vidax.default_checkpoint import random_module
     from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.transformer import WAN_PARAM_AXES, WanTransformer3DModel
+    from vidax.models.wan.convert import TRANSFORMER_PARAM_AXES
+    from vidax.models.wan.transformer import WanTransformer3DModel
     from vidax.parallel.placement import logical_placement
 
     cfg = WanTransformerConfig.from_config_dict(dict(
@@ -45,7 +46,7 @@ def build(args, mesh):
     ))
     make = lambda: WanTransformer3DModel(cfg, attention=args.attention, mesh=mesh, rngs=nnx.Rngs(0))  # noqa: E731
     host = random_module(make, np.random.default_rng(0))
-    place = logical_placement(mesh, WAN_PARAM_AXES)
+    place = logical_placement(mesh, TRANSFORMER_PARAM_AXES)
     graphdef, state = nnx.split(host)
     flat = []
     for path, var in nnx.to_flat_state(state):

@@ -4,7 +4,10 @@ A component registered without an entry in ``TINY`` fails here: a new family add
 configs (and so gets the contract checked) with its folder.
 """
 
+import ast
 import dataclasses
+import importlib.util
+import os
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +21,7 @@ from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.pipelines.common import TASK_NAMES
 from vidax.pipelines.contracts import PROTOCOLS
-from vidax.registry import KINDS, registry
+from vidax.registry import FAMILIES, KINDS, registry
 
 #: A tiny config of every component class with a model (the fields they need, others default).
 TINY = {
@@ -99,3 +102,38 @@ def test_cogvideox_transformer_stages_equal_the_call():
     staged = model.head(model.run_blocks(h, inputs), inputs)
     np.testing.assert_array_equal(np.asarray(staged), np.asarray(whole))
     assert float(jnp.abs(whole).max()) > 1e-3 and dataclasses.is_dataclass(inputs)
+
+
+#: What a family's model files (``transformer.py``, ``vae.py``, ``rope.py``) may not import: the
+#: checkpoint reading (loaders, placement), block offloading, the pipelines and the registry all
+#: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
+FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
+                       "vidax.registry")
+MODEL_FILES = ("transformer.py", "vae.py", "rope.py")
+FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
+
+
+def _imported_modules(tree: ast.AST):
+    """Every module an ``import`` / ``from ... import`` names (``from a import b`` gives ``a`` and
+    ``a.b``, since ``b`` may be a submodule)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+
+
+@pytest.mark.parametrize("package", FAMILY_PACKAGES)
+def test_model_files_import_no_loader_offload_or_pipeline(package):
+    """Model files hold model code only: they import ``vidax.nn`` and the logical-axis helpers,
+    never the loaders, offloading, pipelines or the registry (docs/adding_a_family.md)."""
+    folder = os.path.dirname(importlib.util.find_spec(package).origin)
+    files = [os.path.join(folder, f) for f in MODEL_FILES if os.path.exists(os.path.join(folder, f))]
+    assert files and os.path.exists(os.path.join(folder, "convert.py")), f"{package}: no model files / convert.py"
+    for path in files:
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        bad = sorted({m for m in _imported_modules(tree)
+                      if any(m == b or m.startswith(b + ".") for b in FORBIDDEN_IN_MODELS)})
+        assert not bad, f"{package}/{os.path.basename(path)} imports {bad}; move that code to convert.py"

@@ -27,7 +27,9 @@ TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "te
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory):
     """The embedded Wan checkpoint's tokenizer, UMT5, VAE and scheduler, plus a random toy transformer."""
-    from tests.toy_family.transformer import ToyConfig, ToyTransformer3DModel
+    from tests.toy_family.config import ToyConfig
+    from tests.toy_family.convert import transformer_key_rules
+    from tests.toy_family.transformer import ToyTransformer3DModel
     from vidax.default_checkpoint import default_checkpoint
 
     wan = default_checkpoint(str(tmp_path_factory.mktemp("cache")))
@@ -43,9 +45,7 @@ def toy_checkpoint(tmp_path_factory):
     (root / "transformer" / "config.json").write_text(json.dumps(TOY))
     cfg = ToyConfig.from_config_dict(TOY)
     model = random_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), np.random.default_rng(1))
-    from vidax.weights import KeyRules
-
-    state = export_state_dict(model, KeyRules(stacked=ToyTransformer3DModel.block_stacks))
+    state = export_state_dict(model, transformer_key_rules(cfg))
     save_safetensors({k: np.asarray(v, np.float32) for k, v in state.items()},
                      str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
     return str(root)

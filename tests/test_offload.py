@@ -20,7 +20,8 @@ import vidax
 from vidax.default_checkpoint import TRANSFORMER, random_module, write_tiny_wan_checkpoint
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.transformer import WanTransformer3DModel, load_wan_transformer, wan_key_rules
+from vidax.models.wan.convert import load_transformer, transformer_key_rules
+from vidax.models.wan.transformer import WanTransformer3DModel
 from vidax.parallel.offload import (
     OffloadConfig,
     host_memory_kind,
@@ -49,7 +50,7 @@ def write_offload_checkpoint(path: str, seed: int = 0) -> str:
     rng = np.random.default_rng(seed + 7)
     module = random_module(lambda: WanTransformer3DModel(cfg, rngs=nnx.Rngs(0)), rng)
     tensors = {}
-    for key, value in export_state_dict(module, wan_key_rules(cfg)).items():
+    for key, value in export_state_dict(module, transformer_key_rules(cfg)).items():
         if value.ndim == 1 or "scale_shift_table" in key:
             base = 1.0 if key.endswith(("norm_q.weight", "norm_k.weight", "norm2.weight")) else 0.0
             value = base + 0.3 * rng.standard_normal(value.shape)
@@ -182,12 +183,12 @@ def test_streamed_transformer(ckpt):
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
     t = np.array([500.0, 300.0], np.float32)
     ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
-    ref = np.asarray(jax.jit(lambda m, *a: m(*a))(load_wan_transformer(path), x, t, ctx))
-    streamed = load_wan_transformer(path, offload=2)
+    ref = np.asarray(jax.jit(lambda m, *a: m(*a))(load_transformer(path), x, t, ctx))
+    streamed = load_transformer(path, offload=2)
     np.testing.assert_array_equal(np.asarray(streamed_call(streamed, x, t, ctx)), ref)
-    moved = offload_module(load_wan_transformer(path), 2)
+    moved = offload_module(load_transformer(path), 2)
     np.testing.assert_array_equal(np.asarray(streamed_call(moved, x, t, ctx)), ref)
-    plain = load_wan_transformer(path, offload=OffloadConfig(chunk=2, memory_kind="numpy"))
+    plain = load_transformer(path, offload=OffloadConfig(chunk=2, memory_kind="numpy"))
     blocks = offloaded_blocks(plain)
     assert blocks.memory_kind is None and all(isinstance(a, np.ndarray) for a in blocks._chunks[0])
     np.testing.assert_array_equal(np.asarray(streamed_call(plain, x, t, ctx)), ref)

@@ -33,11 +33,8 @@ from vidax.cli import app
 from vidax.encoders.t5 import T5_PARAM_AXES
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
-from vidax.models.cogvideox.transformer import (
-    COGVIDEOX_PARAM_AXES,
-    CogVideoXTransformer3DModel,
-    load_cogvideox_transformer,
-)
+from vidax.models.cogvideox.convert import TRANSFORMER_PARAM_AXES, load_transformer
+from vidax.models.cogvideox.transformer import CogVideoXTransformer3DModel
 from vidax.parallel.mesh import make_mesh
 from vidax.parallel.placement import check_sharded, pipeline_report
 
@@ -107,7 +104,7 @@ def variant(request, tmp_path_factory):
     cfg = dict(BASE, **VARIANTS[name])
     path = tmp_path_factory.mktemp(f"cogvideox_sharded_{name}")
     write_transformer(path, cfg, seed=list(VARIANTS).index(name))
-    model = load_cogvideox_transformer(path)
+    model = load_transformer(path)
     refs = {}
     for k, (kind, size) in enumerate(SIZES[name].items()):
         inputs = _inputs(cfg, size, seed=k)
@@ -132,9 +129,9 @@ def test_checkpoint_is_not_vacuous(variant):
 def test_sharded_equals_single_device(variant, sizes):
     name, _, path, refs, _ = variant
     mesh = mesh_of(sizes)
-    model = load_cogvideox_transformer(path, mesh=mesh)
+    model = load_transformer(path, mesh=mesh)
     # Weights are placed straight into their shards: nothing meant to be sharded is replicated.
-    check_sharded(model, COGVIDEOX_PARAM_AXES, mesh, "transformer")
+    check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     # Both token counts where the sequence axis is split, the one it does not divide elsewhere.
     for kind in ("odd", "even") if sizes[2] > 1 else ("odd",):
         inputs, ref = refs[kind]
@@ -148,7 +145,7 @@ def test_sharded_equals_single_device(variant, sizes):
 def test_weights_are_sharded(variant):
     _, _, path, _, _ = variant
     mesh = mesh_of((2, 2, 2))
-    model = load_cogvideox_transformer(path, mesh=mesh)
+    model = load_transformer(path, mesh=mesh)
     blocks = model.transformer_blocks
     spec = lambda p: p[...].sharding.spec  # noqa: E731
     assert spec(blocks.attn1.to_q.kernel) == PartitionSpec(None, None, "tensor")  # column-parallel
@@ -159,16 +156,16 @@ def test_weights_are_sharded(variant):
     assert spec(blocks.attn1.to_out[0].bias) == PartitionSpec()  # added once, after the reduction
     # A replicated load is caught.
     replicate = lambda p, sds: NamedSharding(mesh, PartitionSpec())  # noqa: E731
-    model = load_cogvideox_transformer(path, mesh=mesh, placement=replicate)
+    model = load_transformer(path, mesh=mesh, placement=replicate)
     with pytest.raises(InputError, match=r"meant to be sharded.*transformer_blocks/attn1/to_q/kernel"):
-        check_sharded(model, COGVIDEOX_PARAM_AXES, mesh, "transformer")
+        check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
 
 
 @pytest.mark.parametrize("variant", ["5b_rope"], indirect=True)
 def test_bf16_on_mesh_close_to_fp32(variant):
     _, _, path, refs, _ = variant
     inputs, ref = refs["odd"]
-    out = forward(load_cogvideox_transformer(path, dtype=jnp.bfloat16, mesh=mesh_of((2, 2, 2))), *inputs)
+    out = forward(load_transformer(path, dtype=jnp.bfloat16, mesh=mesh_of((2, 2, 2))), *inputs)
     assert out.dtype == jnp.bfloat16
     # bf16 weights and matmuls (8-bit mantissa) over two blocks: the single-device bf16 model is
     # ~1e-2 from fp32 (parity tests); a sharding bug is far above 3e-2.
@@ -226,7 +223,7 @@ def pipeline_reference(pipeline_ckpt):
 def test_pipeline_on_mesh_equals_single_device(pipeline_ckpt, pipeline_reference):
     ref = pipeline_reference
     pipe = vidax.load_pipeline(pipeline_ckpt, mesh=(2, 2, 2))
-    check_sharded(pipe.transformer, COGVIDEOX_PARAM_AXES, pipe.mesh, "transformer")
+    check_sharded(pipe.transformer, TRANSFORMER_PARAM_AXES, pipe.mesh, "transformer")
     check_sharded(pipe.text_encoder, T5_PARAM_AXES, pipe.mesh, "text_encoder")
     report = pipeline_report(pipe)
     assert "data=2 x tensor=2 x sequence=2 over 8 cpu devices" in report

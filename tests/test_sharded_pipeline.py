@@ -16,7 +16,7 @@ from vidax.cli import app
 from vidax.default_checkpoint import write_tiny_wan_checkpoint
 from vidax.encoders.t5 import T5_PARAM_AXES
 from vidax.errors import InputError
-from vidax.models.wan.transformer import WAN_PARAM_AXES
+from vidax.models.wan.convert import TRANSFORMER_PARAM_AXES
 from vidax.parallel.placement import check_sharded, pipeline_report
 from vidax.weights import CheckpointReader, save_safetensors
 
@@ -66,7 +66,7 @@ def reference(ckpt):
 
 def test_pipeline_on_mesh_equals_single_device(ckpt, reference):
     pipe = vidax.load_pipeline(ckpt, mesh=(2, 2, 2))
-    check_sharded(pipe.transformer, WAN_PARAM_AXES, pipe.mesh, "transformer")
+    check_sharded(pipe.transformer, TRANSFORMER_PARAM_AXES, pipe.mesh, "transformer")
     check_sharded(pipe.text_encoder, T5_PARAM_AXES, pipe.mesh, "text_encoder")
     report = pipeline_report(pipe)
     assert "data=2 x tensor=2 x sequence=2 over 8 cpu devices" in report

@@ -17,7 +17,8 @@ from flax import nnx
 
 from vidax.default_checkpoint import TRANSFORMER
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.transformer import WanTransformer3DModel, wan_key_rules
+from vidax.models.wan.convert import transformer_key_rules
+from vidax.models.wan.transformer import WanTransformer3DModel
 from vidax.weights import save_safetensors
 from vidax.weights.loader import _KERNEL_PERM, abstract_params
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="
 
 def _source_shapes(cfg: WanTransformerConfig) -> dict[str, tuple[int, ...]]:
     """Checkpoint key -> shape in the diffusers layout, from the abstract model (no weights)."""
-    rules = wan_key_rules(cfg)
+    rules = transformer_key_rules(cfg)
     _, flat = abstract_params(lambda: WanTransformer3DModel(cfg, rngs=nnx.Rngs(0)))
     out = {}
     for path, var in flat.items():
@@ -71,7 +72,7 @@ _CHILD = r"""
 import json, os, sys
 import jax, jax.numpy as jnp
 from flax import nnx
-from vidax.models.wan.transformer import load_wan_transformer
+from vidax.models.wan.convert import load_transformer
 from vidax.parallel.offload import offloaded_blocks
 from vidax.stats import host_peak_rss_bytes
 from vidax.weights.safetensors_io import CheckpointReader
@@ -81,7 +82,7 @@ if mode == "no-release":  # the loader without dropping each tensor's pages once
     CheckpointReader.release = lambda self, key: None
 jnp.zeros(1).block_until_ready()
 base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-model = load_wan_transformer(path, offload=2 if mode == "offload" else None)
+model = load_transformer(path, offload=2 if mode == "offload" else None)
 peak = host_peak_rss_bytes()  # VmHWM: ru_maxrss would carry the (large) parent's peak over exec
 kinds = sorted({a.sharding.memory_kind for a in jax.tree.leaves(nnx.state(model)) if isinstance(a, jax.Array)})
 blocks = offloaded_blocks(model)

@@ -21,7 +21,8 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.transformer import WanTransformer3DModel, wan_key_rules, wan_transformer_policy
+from vidax.models.wan.convert import transformer_key_rules, transformer_policy
+from vidax.models.wan.transformer import WanTransformer3DModel
 
 
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "Wan-AI__*", "transformer*", "config*.json")))
@@ -56,7 +57,7 @@ def test_param_count_matches_reference(path):
     print(f"{_id(path)}: {ours / 1e9:.3f} B parameters")
     assert ours == theirs
     # The key rules map every reference key onto exactly one of our parameters.
-    rules = wan_key_rules(cfg)
+    rules = transformer_key_rules(cfg)
     layers = {k.split(".")[1] for k in ref_keys if k.startswith("blocks.")}
     assert len(layers) == cfg.num_layers
     ours_keys = set()
@@ -67,7 +68,7 @@ def test_param_count_matches_reference(path):
             ours_keys.add(rules.join(p, None))
     assert ours_keys == ref_keys
     # fp32 modules of the reference stay fp32 under a bf16 policy.
-    policy = wan_transformer_policy(jax.numpy.bfloat16)
+    policy = transformer_policy(jax.numpy.bfloat16)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
     assert "scale_shift_table" in kept and "blocks.norm2.scale" in kept
     assert "condition_embedder.time_embedder.linear_1.kernel" in kept

@@ -207,10 +207,10 @@ def write_tiny_wan_checkpoint(path: str, seed: int = 0) -> None:
     """Write the tiny random Wan2.1 T2V pipeline folder to ``path`` (created if needed)."""
     from vidax.encoders.t5 import T5Encoder, T5EncoderConfig, t5_key_rules
     from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
-    from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.transformer import WanTransformer3DModel, wan_key_rules
-    from vidax.models.wan.vae import KEY_RULES as VAE_RULES
-    from vidax.models.wan.vae import WanVAE, WanVAEConfig
+    from vidax.models.wan.config import WanTransformerConfig, WanVAEConfig
+    from vidax.models.wan.convert import VAE_KEY_RULES, transformer_key_rules
+    from vidax.models.wan.transformer import WanTransformer3DModel
+    from vidax.models.wan.vae import WanVAE
     from vidax.weights import export_state_dict, save_safetensors
 
     os.makedirs(path, exist_ok=True)
@@ -232,9 +232,9 @@ def write_tiny_wan_checkpoint(path: str, seed: int = 0) -> None:
               "model.safetensors")
     tr_cfg = WanTransformerConfig.from_config_dict(TRANSFORMER)
     tr = random_module(lambda: WanTransformer3DModel(tr_cfg, rngs=nnx.Rngs(0)), rng)
-    component("transformer", TRANSFORMER, "config.json", export_state_dict(tr, wan_key_rules(tr_cfg)),
+    component("transformer", TRANSFORMER, "config.json", export_state_dict(tr, transformer_key_rules(tr_cfg)),
               "diffusion_pytorch_model.safetensors")
     vae_cfg = WanVAEConfig.from_config_dict(VAE)
     vae = random_module(lambda: WanVAE(vae_cfg, rngs=nnx.Rngs(0)), rng)
-    component("vae", VAE, "config.json", export_state_dict(vae, VAE_RULES), "diffusion_pytorch_model.safetensors")
+    component("vae", VAE, "config.json", export_state_dict(vae, VAE_KEY_RULES), "diffusion_pytorch_model.safetensors")
     component("scheduler", SCHEDULER, "scheduler_config.json", {}, "")

@@ -142,7 +142,8 @@ def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, im
 
     from vidax.default_checkpoint import MODEL_INDEX, TRANSFORMER, random_module, write_tiny_wan_checkpoint
     from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.transformer import WanTransformer3DModel, wan_key_rules
+    from vidax.models.wan.convert import transformer_key_rules
+    from vidax.models.wan.transformer import WanTransformer3DModel
     from vidax.weights import export_state_dict, save_safetensors
 
     write_tiny_wan_checkpoint(path, seed)
@@ -161,10 +162,12 @@ def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, im
         os.makedirs(os.path.join(path, name), exist_ok=True)
         with open(os.path.join(path, name, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
-        save_safetensors(export_state_dict(module, wan_key_rules(cfg)),
+        save_safetensors(export_state_dict(module, transformer_key_rules(cfg)),
                          os.path.join(path, name, "diffusion_pytorch_model.safetensors"))
     if ti2v:
-        from vidax.models.wan.vae import KEY_RULES, WanVAE, WanVAEConfig
+        from vidax.models.wan.config import WanVAEConfig
+        from vidax.models.wan.convert import VAE_KEY_RULES
+        from vidax.models.wan.vae import WanVAE
 
         index["expand_timesteps"] = True
         vae_config = {**VAE22, "z_dim": 16, "base_dim": 8, "decoder_base_dim": 8,
@@ -173,7 +176,7 @@ def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, im
         vae = random_module(lambda: WanVAE(vcfg, rngs=nnx.Rngs(0)), rng)
         with open(os.path.join(path, "vae", "config.json"), "w") as f:
             json.dump({"_class_name": "AutoencoderKLWan", **vae_config}, f, indent=2)
-        save_safetensors(export_state_dict(vae, KEY_RULES), os.path.join(path, "vae", "diffusion_pytorch_model.safetensors"))
+        save_safetensors(export_state_dict(vae, VAE_KEY_RULES), os.path.join(path, "vae", "diffusion_pytorch_model.safetensors"))
     with open(os.path.join(path, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
     return path

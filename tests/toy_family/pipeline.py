@@ -6,10 +6,10 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from tests.toy_family.transformer import ToyConfig
+from tests.toy_family.config import ToyConfig
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.models.wan.vae import WanVAEConfig
+from vidax.models.wan.config import WanVAEConfig
 from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, cfg_pair
 
 

@@ -4,26 +4,14 @@ stacks (as HunyuanVideo's double- and single-stream blocks) that block streaming
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.config import ConfigBase
+from tests.toy_family.config import ToyConfig
 from vidax.nn.layers import linear, timestep_sinusoid
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.offload import offload_loader
-from vidax.weights.loader import DtypePolicy, KeyRules, load_module
-
-
-@dataclasses.dataclass(frozen=True)
-class ToyConfig(ConfigBase):
-    in_channels: int = 16
-    dim: int = 32
-    text_dim: int = 64
-    num_layers: int = 3
-    num_single_layers: int = 2
 
 
 class ToyBlock(nnx.Module):
@@ -70,12 +58,3 @@ class ToyTransformer3DModel(nnx.Module):
 
     def head(self, x, inputs):
         return self.proj_out(x)
-
-
-def load_toy_transformer(path, dtype=jnp.float32, placement=None, offload=None):
-    cfg = ToyConfig.from_json_file(os.path.join(path, "config.json"))
-    stream = offload_loader(offload, attr=ToyTransformer3DModel.block_stacks)
-    module = load_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), path,
-                         KeyRules(stacked=ToyTransformer3DModel.block_stacks),
-                         DtypePolicy(param_dtype=dtype), placement, what="transformer", place_stacked=stream)
-    return module if stream is None else stream.attach(module)

@@ -1,9 +1,9 @@
 """Where each parameter lives on the mesh, derived from per-parameter logical axes.
 
 A model family declares a table of ``(regex on the parameter path, logical axes)`` (e.g.
-``WAN_PARAM_AXES`` next to the Wan transformer); :func:`logical_placement` turns it into the
-``placement(path, ShapeDtypeStruct) -> Sharding`` the loader calls for every tensor, so each
-weight is put straight into its shards. Parameters no rule matches are replicated.
+``TRANSFORMER_PARAM_AXES`` in ``vidax/models/wan/convert.py``); :func:`logical_placement` turns it
+into the ``placement(path, ShapeDtypeStruct) -> Sharding`` the loader calls for every tensor, so
+each weight is put straight into its shards. Parameters no rule matches are replicated.
 
 After loading, :func:`placement_report` prints the per-device parameter bytes and the largest
 replicated tensors, and :func:`check_sharded` fails if a weight meant to be sharded is

@@ -1,7 +1,9 @@
 """CogVideoX and CogVideoX1.5 (THUDM): transformer, 3D VAE, pipelines.
 
-Files: ``config.py`` (transformer config), ``transformer.py``, ``vae.py`` (VAE and its config),
-``pipeline.py`` (the pipeline hooks); key rules and precision policies live next to each model.
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer and
+VAE configs, whole-checkpoint reading), ``transformer.py``, ``vae.py`` (model code only),
+``convert.py`` (key rules, parameter axes, precision policies and loaders) and ``pipeline.py``
+(the pipeline hooks).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec
@@ -16,18 +18,18 @@ FAMILY = Family(
     ),
     components=(
         ComponentSpec("CogVideoXTransformer3DModel", "transformer",
-                      loader="vidax.models.cogvideox.transformer:load_cogvideox_transformer",
+                      loader="vidax.models.cogvideox.convert:load_transformer",
                       options=("dtype", "mesh", "placement", "offload"),
                       config="vidax.models.cogvideox.config:CogVideoXTransformerConfig",
                       model="vidax.models.cogvideox.transformer:CogVideoXTransformer3DModel",
-                      param_axes="vidax.models.cogvideox.transformer:COGVIDEOX_PARAM_AXES",
+                      param_axes="vidax.models.cogvideox.convert:TRANSFORMER_PARAM_AXES",
                       key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
                                    "out_channels", "patch_size", "patch_size_t", "use_rotary_positional_embeddings",
                                    "use_learned_positional_embeddings", "ofs_embed_dim", "sample_height",
                                    "sample_width", "sample_frames", "max_text_seq_length"),
                       block_stacks=("transformer_blocks",)),
-        ComponentSpec("AutoencoderKLCogVideoX", "vae", loader="vidax.models.cogvideox.vae:load_cogvideox_vae",
-                      options=("dtype", "placement"), config="vidax.models.cogvideox.vae:CogVideoXVAEConfig",
+        ComponentSpec("AutoencoderKLCogVideoX", "vae", loader="vidax.models.cogvideox.convert:load_vae",
+                      options=("dtype", "placement"), config="vidax.models.cogvideox.config:CogVideoXVAEConfig",
                       model="vidax.models.cogvideox.vae:CogVideoXVAE",
                       key_configs=("latent_channels", "block_out_channels", "layers_per_block",
                                    "temporal_compression_ratio", "scaling_factor")),

@@ -29,14 +29,15 @@ The RoPE tables and the crop / slice of the position grid follow the reference p
 model computes them from its config and the latent grid, so a bare model call is complete).
 
 Precision: the timestep (and ofs) MLPs and all LayerNorm parameters are float32
-(:func:`cogvideox_transformer_policy`); the timestep MLPs, LayerNorm statistics and affine,
-modulation arithmetic, gated residual adds, the RoPE rotation and the softmax are float32. The
-joint text + video residual stream is held in ``residual_dtype`` (float32 by default; ``None``
-rounds it to the compute dtype after every add, as the reference does in bf16). In float32 this
-is the reference's arithmetic.
+(:func:`vidax.models.cogvideox.convert.transformer_policy`); the timestep MLPs, LayerNorm
+statistics and affine, modulation arithmetic, gated residual adds, the RoPE rotation and the
+softmax are float32. The joint text + video residual stream is held in ``residual_dtype``
+(float32 by default; ``None`` rounds it to the compute dtype after every add, as the reference
+does in bf16). In float32 this is the reference's arithmetic.
 
 Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn1.to_q.weight`` ->
-``transformer_blocks/attn1/to_q/kernel`` with a leading layer axis).
+``transformer_blocks/attn1/to_q/kernel`` with a leading layer axis); the key rules, parameter axes
+and loader are in :mod:`vidax.models.cogvideox.convert`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from typing import Any
 
 import jax
@@ -66,41 +66,11 @@ from vidax.nn.layers import (
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
-from vidax.parallel.offload import offload_loader
-from vidax.parallel.placement import logical_placement
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 
 _F32 = jnp.float32
-
-#: Parameters kept float32 under any dtype: the timestep / ofs MLPs and every LayerNorm's affine.
-COGVIDEOX_FP32_PARAMS = (
-    r"(^|/)(time_embedding|ofs_embedding)(/|$)",
-    r"(^|/)(norm|norm_final|norm_q|norm_k)/(scale|bias)$",
-)
-
-KEY_RULES = KeyRules(stacked=("transformer_blocks",))
-"""diffusers keys -> NNX paths: the blocks are stacked, everything else maps by the default rule."""
-
-#: Logical axes of the parameters (stacked blocks lead with ``layers``); see
-#: :mod:`vidax.parallel.rules`. q/k/v and FFN-in are column-parallel (output over ``heads`` /
-#: ``mlp``), attention-out and FFN-out row-parallel (input over ``heads`` / ``mlp``, bias
-#: replicated and added once after the reduction). The q/k LayerNorms act per head over K, so
-#: they are local under the head split and replicated. The blocks' modulation layers
-#: (``norm1``/``norm2.linear``, 14 % of the 5B model) are split by output column and their small
-#: ``(B, 6D)`` result gathered. Everything else is replicated.
-COGVIDEOX_PARAM_AXES = (
-    (r"^transformer_blocks/attn1/(to_q|to_k|to_v)/kernel$", ("layers", "embed", "heads")),
-    (r"^transformer_blocks/attn1/(to_q|to_k|to_v)/bias$", ("layers", "heads")),
-    (r"^transformer_blocks/attn1/to_out/0/kernel$", ("layers", "heads", "embed")),
-    (r"^transformer_blocks/ff/net/0/proj/kernel$", ("layers", "embed", "mlp")),
-    (r"^transformer_blocks/ff/net/0/proj/bias$", ("layers", "mlp")),
-    (r"^transformer_blocks/ff/net/2/kernel$", ("layers", "mlp", "embed")),
-    (r"^transformer_blocks/norm[12]/linear/kernel$", ("layers", None, "modulation")),
-    (r"^transformer_blocks/norm[12]/linear/bias$", ("layers", "modulation")),
-)
 
 _TOKENS = ("batch", "seq", "embed")
 
@@ -737,68 +707,3 @@ class CogVideoXTransformer3DModel(nnx.Module):
         if ofs is not None and jnp.size(ofs) not in (1, b):
             raise InputError(f"{name}: ofs must have 1 or B={b} entries; got shape {tuple(jnp.shape(ofs))}.")
         return t // pt, h // p, w // p
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-
-def cogvideox_transformer_policy(dtype: Any = _F32) -> DtypePolicy:
-    """Storage dtypes for a CogVideoX transformer run in ``dtype``: the timestep / ofs MLPs and
-    the LayerNorm weights stay float32 (:data:`COGVIDEOX_FP32_PARAMS`), the rest is ``dtype``."""
-    return DtypePolicy(param_dtype=dtype, keep_fp32=COGVIDEOX_FP32_PARAMS)
-
-
-def load_cogvideox_transformer(
-    path: str | os.PathLike,
-    dtype: Any = jnp.float32,
-    placement: Placement | None = None,
-    *,
-    residual_dtype: Any = jnp.float32,
-    attention: str = "auto",
-    mesh: jax.sharding.Mesh | None = None,
-    offload: Any = None,
-) -> CogVideoXTransformer3DModel:
-    """Load a diffusers ``CogVideoXTransformer3DModel`` folder (``config.json`` + safetensors).
-
-    Args:
-        path: the ``transformer/`` folder of a diffusers CogVideoX checkpoint.
-        dtype: compute and storage dtype (float32 or bfloat16); see
-            :func:`cogvideox_transformer_policy` for what stays float32.
-        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
-        residual_dtype: see :class:`CogVideoXTransformer3DModel`.
-        attention: attention implementation (``"auto"``, ``"xla"``, ``"blockwise"``).
-        mesh: run on this ``(data, tensor, sequence)`` mesh; the parameters are placed straight
-            into their shards (:data:`COGVIDEOX_PARAM_AXES`) unless ``placement`` is given.
-        offload: ``OffloadConfig`` / chunk size (:func:`vidax.parallel.offload.resolve_offload`):
-            when it streams blocks, ``transformer_blocks`` go straight from the files into host
-            memory chunks and the model holds placeholders (run it with
-            :class:`vidax.parallel.offload.ChunkedStep`).
-
-    Raises:
-        ConfigError: ``config.json`` missing or asking for something not implemented.
-        CheckpointError: tensors missing, unexpected or mis-shaped.
-        InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
-    """
-    try:
-        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InputError(
-            f"load_cogvideox_transformer: dtype={dtype!r} must be a floating dtype (float32, bfloat16)."
-        )
-    path = os.fspath(path)
-    config = CogVideoXTransformerConfig.from_json_file(os.path.join(path, "config.json"))
-
-    def make():
-        return CogVideoXTransformer3DModel(
-            config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
-            attention=attention, rngs=nnx.Rngs(0), mesh=mesh,
-        )
-
-    placement = placement or logical_placement(mesh, COGVIDEOX_PARAM_AXES)
-    stream = offload_loader(offload, attr="transformer_blocks")
-    module = load_module(make, path, KEY_RULES, cogvideox_transformer_policy(dtype), placement, what="transformer",
-                         place_stacked=stream)
-    return module if stream is None else stream.attach(module)

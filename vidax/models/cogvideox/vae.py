@@ -6,7 +6,7 @@ released configs (four blocks, ``temporal_compression_ratio=4``) ``H' = H / 8``,
 
 The module tree mirrors the reference (``decoder.up_blocks.0.resnets.1.norm1.conv_y.conv.weight``
 is the NNX path ``decoder/up_blocks/0/resnets/1/norm1/conv_y/conv/kernel``), so the checkpoint
-maps 1:1 by the loader's rule with no renames (:data:`KEY_RULES`).
+maps 1:1 by the loader's rule with no renames (:data:`vidax.models.cogvideox.convert.VAE_KEY_RULES`).
 
 Temporal chunks and the conv cache
 ----------------------------------
@@ -47,7 +47,11 @@ float32. Tiled and untiled results differ (each tile has its own group-norm stat
 padding at its borders); tiled output matches the reference's tiled output.
 
 Precision: compute and parameters in ``float32`` (default) or ``bfloat16``; group-norm statistics,
-affine and parameters always float32 (:func:`dtype_policy`); outputs are float32.
+affine and parameters always float32 (:func:`vidax.models.cogvideox.convert.vae_policy`); outputs
+are float32.
+
+The settings are :class:`~vidax.models.cogvideox.config.CogVideoXVAEConfig`; the loader is
+:func:`vidax.models.cogvideox.convert.load_vae`.
 
 Not implemented (refused by :class:`CogVideoXVAEConfig`): ``use_quant_conv`` /
 ``use_post_quant_conv`` (the reference sizes those convs by the video channels, so they only run
@@ -62,22 +66,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import math
-import os
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.config import ConfigBase
-from vidax.errors import ConfigError, InputError
-from vidax.nn.inputs import check_video_array, parse_dtype
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
-
-KEY_RULES = KeyRules()
-"""diffusers ``AutoencoderKLCogVideoX`` keys map to NNX paths by the loader's default rule."""
+from vidax.errors import InputError
+from vidax.models.cogvideox.config import CogVideoXVAEConfig
+from vidax.nn.inputs import check_video_array
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
 """Video frames per encoder chunk (the reference's ``num_sample_frames_batch_size``)."""
@@ -95,122 +93,8 @@ _F32 = jnp.float32
 
 
 # --------------------------------------------------------------------------------------------
-# Config
+# Tiling
 # --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class CogVideoXVAEConfig(ConfigBase):
-    """Settings of ``diffusers.AutoencoderKLCogVideoX`` (its ``vae/config.json``) and defaults.
-
-    Attributes:
-        in_channels, out_channels: video channels (3).
-        down_block_types, up_block_types: one entry per block, all ``CogVideoXDownBlock3D`` /
-            ``CogVideoXUpBlock3D`` (the only types the reference accepts).
-        block_out_channels: channels per encoder block (the decoder mirrors them); there are
-            ``len(block_out_channels) - 1`` spatial 2x resamplings.
-        latent_channels: latent channels ``C_z`` (16).
-        layers_per_block: resnets per encoder block (decoder blocks have one more).
-        norm_eps: epsilon of the encoder's resnet group norms (the decoder's spatial norms and
-            both ``norm_out`` use 1e-6 whatever this is, as the reference does).
-        norm_num_groups: groups of every group norm; must divide every block's channels.
-        temporal_compression_ratio: a power of two; the first ``log2`` of it blocks also
-            resample time.
-        sample_height, sample_width: the training size; tiles are half of it (see
-            :class:`CogVideoXTiling`).
-        scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
-            pipelines divide by it before :meth:`CogVideoXVAE.decode`.
-        invert_scale_latents: CogVideoX 1.5 image-to-video divides the encoded image latents by
-            ``scaling_factor`` instead of multiplying (read by the pipeline, not the VAE).
-        shift_factor, latents_mean, latents_std: carried as read; neither this VAE nor the
-            diffusers CogVideoX pipelines use them.
-    """
-
-    # force_upcast asks SD-style pipelines to run the VAE in fp32; no CogVideoX pipeline reads it.
-    IGNORED: ClassVar[frozenset[str]] = frozenset({"force_upcast"})
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "act_fn": ("silu", "swish"),
-        "use_quant_conv": (False,),
-        "use_post_quant_conv": (False,),
-    }
-
-    in_channels: int = 3
-    out_channels: int = 3
-    down_block_types: tuple[str, ...] = ("CogVideoXDownBlock3D",) * 4
-    up_block_types: tuple[str, ...] = ("CogVideoXUpBlock3D",) * 4
-    block_out_channels: tuple[int, ...] = (128, 256, 256, 512)
-    latent_channels: int = 16
-    layers_per_block: int = 3
-    norm_eps: float = 1e-6
-    norm_num_groups: int = 32
-    temporal_compression_ratio: float = 4
-    sample_height: int = 480
-    sample_width: int = 720
-    scaling_factor: float = 1.15258426
-    shift_factor: float | None = None
-    latents_mean: tuple[float, ...] | None = None
-    latents_std: tuple[float, ...] | None = None
-    invert_scale_latents: bool = False
-
-    @property
-    def spatial_compression(self) -> int:
-        """Pixels per latent pixel along H and W: ``2 ** (len(block_out_channels) - 1)``."""
-        return 2 ** (len(self.block_out_channels) - 1)
-
-    @property
-    def compress_time(self) -> tuple[bool, ...]:
-        """Per resampling level (encoder order): whether it also halves / doubles time."""
-        level = int(math.log2(self.temporal_compression_ratio))
-        return tuple(i < level for i in range(len(self.block_out_channels) - 1))
-
-    @property
-    def temporal_compression(self) -> int:
-        """Frames per latent frame after the first: ``2 ** sum(compress_time)``."""
-        return 2 ** sum(self.compress_time)
-
-    def validate(self, source: str) -> None:
-        def positive_int(name: str, value: Any) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
-
-        for name in ("in_channels", "out_channels", "latent_channels", "layers_per_block",
-                     "norm_num_groups", "sample_height", "sample_width"):  # fmt: skip
-            positive_int(name, getattr(self, name))
-        boc = self.block_out_channels
-        if not isinstance(boc, tuple) or not boc:
-            raise ConfigError(f"{source}: block_out_channels={boc!r} must be a non-empty list")
-        for c in boc:
-            positive_int("block_out_channels entry", c)
-            if c % self.norm_num_groups:
-                raise ConfigError(
-                    f"{source}: block_out_channels={list(boc)} has {c} channels, not divisible "
-                    f"by norm_num_groups={self.norm_num_groups}"
-                )
-        for name, want in (("down_block_types", "CogVideoXDownBlock3D"),
-                           ("up_block_types", "CogVideoXUpBlock3D")):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or len(value) != len(boc) or set(value) != {want}:
-                raise ConfigError(
-                    f"{source}: {name}={value!r} must list {want!r} once per block "
-                    f"({len(boc)} blocks, from block_out_channels)"
-                )
-        ratio = self.temporal_compression_ratio
-        if (
-            isinstance(ratio, bool)
-            or not isinstance(ratio, (int, float))
-            or ratio < 1
-            or 2 ** round(math.log2(ratio)) != ratio
-        ):
-            raise ConfigError(
-                f"{source}: temporal_compression_ratio={ratio!r} must be a power of two "
-                "(1, 2, 4, ...)"
-            )
-        if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
-            raise ConfigError(f"{source}: norm_eps={self.norm_eps!r} must be a positive number")
-        if not isinstance(self.scaling_factor, (int, float)) or self.scaling_factor <= 0:
-            raise ConfigError(
-                f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number"
-            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -952,48 +836,3 @@ def _encode_chunk(graphdef, state, x, cache):
 def _decode_chunk(graphdef, state, z, cache):
     TRACE_COUNTS["decode"] += 1
     return nnx.merge(graphdef, state).decode_chunk(z, cache)
-
-
-# --------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------
-
-
-def dtype_policy(dtype=_F32) -> DtypePolicy:
-    """Parameters in ``dtype`` except the group norms' scale and bias, kept float32."""
-    return DtypePolicy(param_dtype=dtype, keep_fp32=(r"norm[^/]*/(scale|bias)$",))
-
-
-def build_cogvideox_vae(config: CogVideoXVAEConfig, dtype=_F32, seed: int = 0) -> CogVideoXVAE:
-    """A randomly initialised :class:`CogVideoXVAE` (compute and parameters in ``dtype``)."""
-    d = parse_dtype(dtype)
-    return CogVideoXVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
-
-
-def load_cogvideox_vae(
-    path: str | os.PathLike, dtype=_F32, placement: Placement | None = None
-) -> CogVideoXVAE:
-    """Load a diffusers ``AutoencoderKLCogVideoX`` folder (``config.json`` + safetensors).
-
-    Args:
-        path: the ``vae/`` folder of a diffusers CogVideoX checkpoint.
-        dtype: compute and parameter dtype, ``float32`` (default) or ``bfloat16`` (group-norm
-            parameters stay float32, see :func:`dtype_policy`); a jnp dtype or its name.
-        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
-
-    Raises:
-        InputError: unsupported ``dtype``.
-        ConfigError: the config asks for something not implemented (e.g. ``use_quant_conv``).
-        CheckpointError: the tensors do not match the model 1:1.
-    """
-    d = parse_dtype(dtype)
-    path = os.fspath(path)
-    config = CogVideoXVAEConfig.from_json_file(os.path.join(path, "config.json"))
-    return load_module(
-        lambda: CogVideoXVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
-        path,
-        KEY_RULES,
-        dtype_policy(d),
-        placement,
-        what="vae",
-    )

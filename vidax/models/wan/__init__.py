@@ -1,8 +1,9 @@
 """Wan2.1 / Wan2.2 (Wan-AI): transformer, 3D VAE (also Cosmos's), pipelines.
 
-Files: ``config.py`` (transformer config), ``transformer.py``, ``rope.py``, ``vae.py`` (VAE and
-its config), ``pipeline.py`` (the pipeline hooks); the checkpoint key rules and precision policy
-live next to each model (``wan_key_rules``, ``wan_transformer_policy``, ``vae.KEY_RULES``).
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer and
+VAE configs, whole-checkpoint reading), ``transformer.py``, ``rope.py``, ``vae.py`` (model code
+only), ``convert.py`` (key rules, parameter axes, precision policies and loaders) and
+``pipeline.py`` (the pipeline hooks).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec
@@ -17,16 +18,16 @@ FAMILY = Family(
     ),
     components=(
         ComponentSpec("WanTransformer3DModel", "transformer",
-                      loader="vidax.models.wan.transformer:load_wan_transformer",
+                      loader="vidax.models.wan.convert:load_transformer",
                       options=("dtype", "mesh", "placement", "offload"),
                       config="vidax.models.wan.config:WanTransformerConfig",
                       model="vidax.models.wan.transformer:WanTransformer3DModel",
-                      param_axes="vidax.models.wan.transformer:WAN_PARAM_AXES",
+                      param_axes="vidax.models.wan.convert:TRANSFORMER_PARAM_AXES",
                       key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "ffn_dim",
                                    "in_channels", "out_channels", "patch_size", "text_dim", "image_dim"),
                       block_stacks=("blocks",)),
-        ComponentSpec("AutoencoderKLWan", "vae", loader="vidax.models.wan.vae:load_wan_vae",
-                      options=("dtype", "placement"), config="vidax.models.wan.vae:WanVAEConfig",
+        ComponentSpec("AutoencoderKLWan", "vae", loader="vidax.models.wan.convert:load_vae",
+                      options=("dtype", "placement"), config="vidax.models.wan.config:WanVAEConfig",
                       model="vidax.models.wan.vae:WanVAE",
                       key_configs=("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
                                    "is_residual", "patch_size")),

@@ -13,24 +13,24 @@ Reads top to bottom like the reference::
     LN(x)·(1+scale)+shift ──proj_out──unpatchify──> (B, T, H, W, C_out)
 
 Precision follows the reference's casts: the parameters of ``time_embedder``, ``scale_shift_table``
-and ``norm1/2/3`` stay float32 (its ``_keep_in_fp32_modules``, see :func:`wan_transformer_policy`);
-the timestep MLP runs in float32, its output is rounded to the compute dtype (``.type_as``);
-modulation arithmetic (table + temb, ``LN(x)·(1+scale)+shift``, gated residual adds) is float32;
-the RoPE rotation, softmax and norm statistics are float32. The residual stream between
+and ``norm1/2/3`` stay float32 (its ``_keep_in_fp32_modules``, see
+:func:`vidax.models.wan.convert.transformer_policy`); the timestep MLP runs in float32, its
+output is rounded to the compute dtype (``.type_as``); modulation arithmetic (table + temb,
+``LN(x)·(1+scale)+shift``, gated residual adds) is float32; the RoPE rotation, softmax and norm
+statistics are float32. The residual stream between
 operations is held in ``residual_dtype``: float32 by default (as the original Wan code, where the
 residual is fp32 under autocast); ``residual_dtype=None`` rounds it to the compute dtype after
 every add, which is what diffusers does when the model is cast to bf16.
 
 Parameter paths mirror the diffusers state dict (``blocks.3.attn1.to_q.weight`` ->
-``blocks/attn1/to_q/kernel`` with a leading layer axis), so :func:`load_wan_transformer` maps
-keys by rule.
+``blocks/attn1/to_q/kernel`` with a leading layer axis), so the loader
+(:func:`vidax.models.wan.convert.load_transformer`) maps keys by rule.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any
 
 import jax
@@ -54,37 +54,11 @@ from vidax.nn.layers import (
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
-from vidax.parallel.offload import offload_loader
-from vidax.parallel.placement import logical_placement
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
-
-#: Regexes of the parameter paths kept float32: diffusers' ``_keep_in_fp32_modules`` matched, as
-#: diffusers does, against whole path segments.
-WAN_FP32_PARAMS = (r"(^|/)(time_embedder|scale_shift_table|norm1|norm2|norm3)(/|$)",)
-
-# The I2V checkpoints written by early converters carry an unused ``norm_added_q`` that
-# diffusers drops (``_keys_to_ignore_on_load_unexpected``).
-_IGNORED_KEY = "attn2.norm_added_q.weight"
 
 _F32 = jnp.float32
-
-#: Logical axes of the parameters (stacked blocks lead with ``layers``); see
-#: :mod:`vidax.parallel.rules`. q/k/v, the image k/v and FFN-in are column-parallel (output over
-#: ``heads`` / ``mlp``), attention-out and FFN-out row-parallel (input over ``heads`` / ``mlp``, bias
-#: replicated and added once after the reduction); the q/k RMS-norm weights follow the split
-#: activation. Everything else is replicated.
-WAN_PARAM_AXES = (
-    (r"^blocks/attn[12]/(to_q|to_k|to_v|add_k_proj|add_v_proj)/kernel$", ("layers", "embed", "heads")),
-    (r"^blocks/attn[12]/(to_q|to_k|to_v|add_k_proj|add_v_proj)/bias$", ("layers", "heads")),
-    (r"^blocks/attn[12]/(norm_q|norm_k|norm_added_k)/scale$", ("layers", "heads")),
-    (r"^blocks/attn[12]/to_out/0/kernel$", ("layers", "heads", "embed")),
-    (r"^blocks/ffn/net/0/proj/kernel$", ("layers", "embed", "mlp")),
-    (r"^blocks/ffn/net/0/proj/bias$", ("layers", "mlp")),
-    (r"^blocks/ffn/net/2/kernel$", ("layers", "mlp", "embed")),
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,86 +507,3 @@ class WanTransformer3DModel(nnx.Module):
                     f"{name}: encoder_hidden_states_image must be {want}; got {tuple(image.shape)}."
                 )
         return grid
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-
-def wan_transformer_policy(dtype: Any = _F32) -> DtypePolicy:
-    """Storage dtypes for a Wan transformer run in ``dtype``.
-
-    Parameters under ``time_embedder``, ``scale_shift_table``, ``norm1``, ``norm2``, ``norm3``
-    (matched as whole path segments, like diffusers' ``_keep_in_fp32_modules``) stay float32;
-    every other floating parameter is stored in ``dtype``.
-    """
-    return DtypePolicy(param_dtype=dtype, keep_fp32=WAN_FP32_PARAMS)
-
-
-def wan_key_rules(config: WanTransformerConfig) -> KeyRules:
-    """Key mapping of the diffusers Wan transformer state dict (blocks stacked)."""
-    aliases = {}
-    if config.added_kv_proj_dim is not None:
-        aliases = {
-            f"blocks.{i}.{_IGNORED_KEY}": f"blocks.{i}.attn2.norm_added_k.weight" for i in range(config.num_layers)
-        }
-    return KeyRules(stacked=("blocks",), aliases=aliases)
-
-
-def load_wan_transformer(
-    path: str | os.PathLike,
-    dtype: Any = jnp.float32,
-    placement: Placement | None = None,
-    *,
-    residual_dtype: Any = jnp.float32,
-    attention: str = "auto",
-    mesh: jax.sharding.Mesh | None = None,
-    offload: Any = None,
-) -> WanTransformer3DModel:
-    """Load a diffusers ``WanTransformer3DModel`` folder (``config.json`` + safetensors).
-
-    Args:
-        path: the ``transformer/`` (or ``transformer_2/``) folder of a diffusers Wan checkpoint.
-        dtype: compute and storage dtype (``jnp.float32``, ``jnp.bfloat16`` or ``jnp.float16``);
-            the reference's fp32 modules stay float32 (:func:`wan_transformer_policy`).
-        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
-        residual_dtype: see :class:`WanTransformer3DModel`.
-        attention: attention implementation (see :func:`vidax.nn.attention.dot_product_attention`).
-        mesh: run on this ``(data, tensor, sequence)`` mesh; the parameters are placed straight
-            into their shards (:data:`WAN_PARAM_AXES`) unless ``placement`` is given.
-        offload: ``OffloadConfig`` / chunk size (:func:`vidax.parallel.offload.resolve_offload`):
-            when it streams blocks, the stacked blocks go straight from the files into host
-            memory chunks (each with its device sharding) and the model holds placeholders;
-            run it with :class:`vidax.parallel.offload.ChunkedStep` or
-            :func:`vidax.parallel.offload.streamed_call`.
-
-    Returns:
-        The model with its parameters placed.
-
-    Raises:
-        ConfigError: ``config.json`` missing or asking for something not implemented.
-        CheckpointError: tensors missing, unexpected or mis-shaped.
-        InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
-    """
-    try:
-        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InputError(f"load_wan_transformer: dtype={dtype!r} must be a floating dtype (float32, bfloat16).")
-    path = os.fspath(path)
-    config = WanTransformerConfig.from_json_file(os.path.join(path, "config.json"))
-
-    def make():
-        return WanTransformer3DModel(
-            config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
-            attention=attention, rngs=nnx.Rngs(0), mesh=mesh,
-        )
-
-    placement = placement or logical_placement(mesh, WAN_PARAM_AXES)
-    stream = offload_loader(offload)
-    module = load_module(
-        make, path, wan_key_rules(config), wan_transformer_policy(dtype), placement, what="transformer",
-        place_stacked=stream,
-    )
-    return module if stream is None else stream.attach(module)

@@ -18,7 +18,7 @@ range anyway, so it changes no generated video).
 
 The module tree mirrors the reference (``encoder.down_blocks.3.resample.1.weight`` is the NNX path
 ``encoder/down_blocks/3/resample/1/kernel``), so the checkpoint maps 1:1 by the loader's rule with
-no renames (:data:`KEY_RULES`).
+no renames (:data:`vidax.models.wan.convert.VAE_KEY_RULES`).
 
 Frame-chunked causal cache
 --------------------------
@@ -39,6 +39,9 @@ Precision: parameters and compute in ``float32`` by default (the checkpoint is f
 reference keeps no fp32-only modules); with ``bfloat16`` the RMS norms (statistics, ``sqrt(C)``
 scale and ``gamma``, stored fp32) and the attention softmax run in fp32.
 
+The settings are :class:`~vidax.models.wan.config.WanVAEConfig`; the loader is
+:func:`vidax.models.wan.convert.load_vae`.
+
 Not implemented (refused by :class:`WanVAEConfig` with a ConfigError): ``attn_scales`` other
 than ``[]`` (the reference's own chunked encode fails with attention blocks in ``down_blocks``).
 """
@@ -46,23 +49,19 @@ than ``[]`` (the reference's own chunked encode fails with attention blocks in `
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import math
-import os
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.nn.inputs import compute_dtype
-from vidax.config import ConfigBase
-from vidax.errors import ConfigError, InputError
-from vidax.nn.layers import matmul
+from vidax.errors import InputError
+from vidax.models.wan.config import WanVAEConfig, decoder_levels, encoder_levels
 from vidax.nn.inputs import check_video_array as _check_array
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+from vidax.nn.layers import matmul
 
 CACHE_T = 2
 """Frames of history carried per causal 3-tap convolution between chunks (as the reference)."""
@@ -70,208 +69,8 @@ CACHE_T = 2
 ENCODE_CHUNK = 4
 """Frames per encoder chunk after the first frame (fixed in the reference's ``_encode``)."""
 
-KEY_RULES = KeyRules()
-"""diffusers ``AutoencoderKLWan`` keys map to NNX paths by the loader's default rule."""
-
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted chunk functions were traced, keyed ``"encode"`` / ``"decode"``."""
-
-_WAN21_MEAN = (
-    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
-    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
-)  # fmt: skip
-_WAN21_STD = (
-    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
-    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
-)  # fmt: skip
-
-
-# --------------------------------------------------------------------------------------------
-# Config
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class WanVAEConfig(ConfigBase):
-    """Settings of ``diffusers.AutoencoderKLWan`` (its ``vae/config.json``), with its defaults.
-
-    Attributes:
-        base_dim: channels of the encoder's first level (96 for Wan2.1, 160 for Wan2.2).
-        decoder_base_dim: channels of the decoder's last level; ``None`` = ``base_dim``.
-        z_dim: latent channels ``C_z`` (16 for Wan2.1, 48 for Wan2.2).
-        dim_mult: channel multipliers per level; ``len(dim_mult) - 1`` spatial 2x resamplings.
-        num_res_blocks: residual blocks per encoder level (the decoder has one more).
-        temperal_downsample: per resampling level, whether it also halves time (the decoder
-            mirrors it). The reference's spelling.
-        latents_mean, latents_std: per-channel latent statistics (length ``z_dim``), used by
-            :func:`normalize_latents` / :func:`denormalize_latents`.
-        in_channels, out_channels: channels of the encoder's input / decoder's output after
-            patchifying: video channels times ``patch_size ** 2`` (3 for Wan2.1, 12 for Wan2.2).
-        is_residual: Wan2.2's residual down / up blocks (see the module docstring).
-        patch_size: p of the pixel-to-channel folding, ``None`` (or 1) for none.
-        scale_factor_temporal, scale_factor_spatial: the compression factors the pipelines read
-            (4 and 8 for Wan2.1, 4 and 16 for Wan2.2); checked against the architecture when not
-            ``None``.
-    """
-
-    IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {
-            "dropout",  # a no-op at inference
-            # Not a diffusers 0.42.1 setting: from_config drops it and decode always clamps
-            # (see the module docstring).
-            "clip_output",
-        }
-    )
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"attn_scales": ([], ())}
-
-    base_dim: int = 96
-    decoder_base_dim: int | None = None
-    z_dim: int = 16
-    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
-    num_res_blocks: int = 2
-    temperal_downsample: tuple[bool, ...] = (False, True, True)
-    latents_mean: tuple[float, ...] = _WAN21_MEAN
-    latents_std: tuple[float, ...] = _WAN21_STD
-    in_channels: int = 3
-    out_channels: int = 3
-    is_residual: bool = False
-    patch_size: int | None = None
-    scale_factor_temporal: int | None = 4
-    scale_factor_spatial: int | None = 8
-
-    @property
-    def temporal_compression(self) -> int:
-        """Frames per latent frame after the first: ``2 ** sum(temperal_downsample)``."""
-        return 2 ** sum(bool(t) for t in self.temperal_downsample)
-
-    @property
-    def patch(self) -> int:
-        """The pixel-folding factor p (1 when ``patch_size`` is ``None``)."""
-        return self.patch_size or 1
-
-    @property
-    def spatial_compression(self) -> int:
-        """Pixels per latent pixel along H and W: ``2 ** (len(dim_mult) - 1) * p``."""
-        return 2 ** (len(self.dim_mult) - 1) * self.patch
-
-    @property
-    def video_in_channels(self) -> int:
-        """Channels of the video :meth:`WanVAE.encode` takes: ``in_channels / p**2`` (3)."""
-        return self.in_channels // self.patch**2
-
-    @property
-    def video_out_channels(self) -> int:
-        """Channels of the video :meth:`WanVAE.decode` returns: ``out_channels / p**2`` (3)."""
-        return self.out_channels // self.patch**2
-
-    @property
-    def pixel_multiple(self) -> int:
-        """H and W of an encoded video must be multiples of this: p, times the spatial
-        down-sampling for the residual encoder (whose shortcut folds 2 x 2 blocks exactly)."""
-        return self.spatial_compression if self.is_residual else self.patch
-
-    def validate(self, source: str) -> None:
-        def positive_int(name: str, value: Any) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
-
-        for name in ("base_dim", "z_dim", "num_res_blocks", "in_channels", "out_channels"):
-            positive_int(name, getattr(self, name))
-        if self.decoder_base_dim is not None:
-            positive_int("decoder_base_dim", self.decoder_base_dim)
-        if self.patch_size is not None:
-            positive_int("patch_size", self.patch_size)
-            for name in ("in_channels", "out_channels"):
-                if getattr(self, name) % self.patch_size**2:
-                    raise ConfigError(
-                        f"{source}: {name}={getattr(self, name)} is not a multiple of "
-                        f"patch_size**2={self.patch_size**2}; with patch_size it counts the "
-                        "video channels folded with each p x p pixel block"
-                    )
-        if not isinstance(self.is_residual, bool):
-            raise ConfigError(f"{source}: is_residual={self.is_residual!r} must be true or false")
-        if not isinstance(self.dim_mult, tuple) or not self.dim_mult:
-            raise ConfigError(f"{source}: dim_mult={self.dim_mult!r} must be a non-empty list")
-        for m in self.dim_mult:
-            positive_int("dim_mult entry", m)
-        if not isinstance(self.temperal_downsample, tuple) or len(self.temperal_downsample) != len(
-            self.dim_mult
-        ) - 1 or not all(isinstance(t, bool) for t in self.temperal_downsample):
-            raise ConfigError(
-                f"{source}: temperal_downsample={self.temperal_downsample!r} must be a list of "
-                f"{len(self.dim_mult) - 1} booleans (len(dim_mult) - 1)"
-            )
-        for name in ("latents_mean", "latents_std"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or len(value) != self.z_dim:
-                raise ConfigError(
-                    f"{source}: {name} has {len(value) if isinstance(value, tuple) else value!r} "
-                    f"entries; it needs z_dim={self.z_dim}"
-                )
-        if any(s == 0 for s in self.latents_std):
-            raise ConfigError(f"{source}: latents_std={self.latents_std!r} has a zero entry")
-        if self.is_residual:
-            self._validate_residual(source)
-        for name, want in (
-            ("scale_factor_temporal", self.temporal_compression),
-            ("scale_factor_spatial", self.spatial_compression),
-        ):
-            value = getattr(self, name)
-            if value is not None and value != want:
-                raise ConfigError(
-                    f"{source}: {name}={value!r} disagrees with the architecture, which "
-                    f"compresses by {want} (from dim_mult / temperal_downsample / patch_size)"
-                )
-
-    def _validate_residual(self, source: str) -> None:
-        """The channel divisibility ``AvgDown3D`` / ``DupUp3D`` require (the reference raises)."""
-        for kind, in_dim, out_dim, factor in _residual_shortcuts(self):
-            ok = (in_dim * factor) % out_dim == 0 if kind == "down" else (
-                out_dim * factor) % in_dim == 0  # fmt: skip
-            if not ok:
-                raise ConfigError(
-                    f"{source}: is_residual=True needs each {kind}-block shortcut to fold "
-                    f"channels evenly, but {in_dim} -> {out_dim} channels with a "
-                    f"{factor}x space-time factor does not divide (from base_dim / "
-                    "decoder_base_dim / dim_mult / temperal_downsample)"
-                )
-
-
-def _encoder_levels(config: WanVAEConfig) -> list[tuple[int, int, bool, bool]]:
-    """Per encoder level: (in channels, out channels, halves time, halves space)."""
-    dims = [config.base_dim * u for u in (1,) + tuple(config.dim_mult)]
-    last = len(config.dim_mult) - 1
-    return [
-        (a, b, i != last and bool(config.temperal_downsample[i]), i != last)
-        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
-    ]
-
-
-def _decoder_levels(config: WanVAEConfig) -> list[tuple[int, int, bool, bool]]:
-    """Per decoder level: (in channels, out channels, doubles time, doubles space).
-
-    Wan2.1's up-samplers halve the channels, so levels after the first take half their nominal
-    input; Wan2.2's residual up-samplers keep them.
-    """
-    mult = tuple(config.dim_mult)
-    dims = [(config.decoder_base_dim or config.base_dim) * u for u in (mult[-1],) + mult[::-1]]
-    temperal_upsample = tuple(config.temperal_downsample)[::-1]
-    last = len(mult) - 1
-    out = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-        if i > 0 and not config.is_residual:
-            a //= 2
-        out.append((a, b, i != last and bool(temperal_upsample[i]), i != last))
-    return out
-
-
-def _residual_shortcuts(config: WanVAEConfig) -> Iterator[tuple[str, int, int, int]]:
-    """(``"down"`` / ``"up"``, in channels, out channels, space-time factor) of each shortcut."""
-    for a, b, t, sp in _encoder_levels(config):
-        yield "down", a, b, (2 if t else 1) * (4 if sp else 1)
-    for a, b, t, sp in _decoder_levels(config):
-        if sp:
-            yield "up", a, b, (2 if t else 1) * 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -679,7 +478,7 @@ class WanEncoder3d(nnx.Module):
 
     def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        levels = _encoder_levels(config)
+        levels = encoder_levels(config)
         self.conv_in = WanCausalConv3d(config.in_channels, levels[0][0], 3, padding=1, **kw)
         blocks: list[nnx.Module] = []
         for in_dim, out_dim, temporal, spatial in levels:
@@ -718,7 +517,7 @@ class WanDecoder3d(nnx.Module):
 
     def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        levels = _decoder_levels(config)
+        levels = decoder_levels(config)
         dim = levels[0][0]
         self.conv_in = WanCausalConv3d(config.z_dim, dim, 3, padding=1, **kw)
         self.mid_block = WanMidBlock(dim, **kw)
@@ -955,48 +754,3 @@ def denormalize_latents(z, config: WanVAEConfig) -> jax.Array:
     """
     mean, inv_std = _stats(z, config)
     return jnp.asarray(z) / inv_std + mean
-
-
-# --------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------
-
-
-def dtype_policy(dtype=jnp.float32) -> DtypePolicy:
-    """Parameters in ``dtype`` except the RMS-norm ``gamma``s, kept fp32 (the norms run in fp32)."""
-    return DtypePolicy(param_dtype=dtype, keep_fp32=(r"gamma$",))
-
-
-def build_wan_vae(config: WanVAEConfig, dtype=jnp.float32, seed: int = 0) -> WanVAE:
-    """A randomly initialised :class:`WanVAE` (compute and parameters in ``dtype``)."""
-    d = compute_dtype(dtype, "Wan VAE")
-    return WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
-
-
-def load_wan_vae(
-    path: str | os.PathLike, dtype=jnp.float32, placement: Placement | None = None
-) -> WanVAE:
-    """Load a diffusers ``AutoencoderKLWan`` folder (``config.json`` + safetensors) as a WanVAE.
-
-    Args:
-        path: the ``vae/`` folder of a diffusers Wan checkpoint.
-        dtype: compute and parameter dtype, ``jnp.float32`` (default; the checkpoints are fp32)
-            or ``jnp.bfloat16`` (norm gammas stay fp32, see :func:`dtype_policy`).
-        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
-
-    Raises:
-        InputError: unsupported ``dtype``.
-        ConfigError: the config asks for something not implemented (``attn_scales``).
-        CheckpointError: the tensors do not match the model 1:1.
-    """
-    d = compute_dtype(dtype, "Wan VAE")
-    path = os.fspath(path)
-    config = WanVAEConfig.from_json_file(os.path.join(path, "config.json"))
-    return load_module(
-        lambda: WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
-        path,
-        KEY_RULES,
-        dtype_policy(d),
-        placement,
-        what="vae",
-    )
