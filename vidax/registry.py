@@ -71,8 +71,9 @@ class ComponentSpec:
         kind: one of :data:`KINDS`.
         loader: ``"module:function"``, ``function(folder, **options) -> module``; None for
             components their pipeline reads itself (tokenizers, processors, schedulers).
-        options: the keywords ``loader`` takes, of ``("dtype", "mesh", "placement", "offload")``
-            (others are not passed).
+        options: the keywords ``loader`` takes, of ``("dtype", "mesh", "placement", "offload",
+            "config")`` (others are not passed; ``config`` is the parsed config, so the
+            checkpoint's configs are read once).
         config: ``"module:ConfigClass"`` with ``from_config_dict(dict, source=...)``.
         model: ``"module:Class"`` built as ``Class(config, rngs=...)`` (abstract shapes for
             ``vidax inspect --mesh``).

@@ -15,7 +15,7 @@ FAMILY = Family(
     pipelines=(PipelineSpec("ToyVideoPipeline", "tests.toy_family.pipeline:ToyVideoPipeline"),),
     components=(
         ComponentSpec("ToyTransformer3DModel", "transformer", loader="tests.toy_family.convert:load_transformer",
-                      options=("dtype", "placement", "offload"), config="tests.toy_family.config:ToyConfig",
+                      options=("dtype", "placement", "offload", "config"), config="tests.toy_family.config:ToyConfig",
                       model="tests.toy_family.transformer:ToyTransformer3DModel",
                       key_configs=("num_layers", "num_single_layers", "dim", "in_channels"),
                       block_stacks=("blocks", "single_blocks")),

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 
 import jax.numpy as jnp
-from flax import nnx
 
 from tests.toy_family.config import ToyConfig
 from tests.toy_family.transformer import ToyTransformer3DModel
-from vidax.parallel.offload import offload_loader
-from vidax.weights.loader import DtypePolicy, KeyRules, load_module
+from vidax.weights.loader import DtypePolicy, KeyRules
+from vidax.weights.transformer import load_transformer_model
 
 
 def transformer_key_rules(config: ToyConfig) -> KeyRules:
@@ -22,9 +21,7 @@ def transformer_policy(dtype=jnp.float32) -> DtypePolicy:
     return DtypePolicy(param_dtype=dtype)
 
 
-def load_transformer(path, dtype=jnp.float32, placement=None, offload=None):
-    cfg = ToyConfig.from_json_file(os.path.join(path, "config.json"))
-    stream = offload_loader(offload, attr=ToyTransformer3DModel.block_stacks)
-    module = load_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), path, transformer_key_rules(cfg),
-                         transformer_policy(dtype), placement, what="transformer", place_stacked=stream)
-    return module if stream is None else stream.attach(module)
+def load_transformer(path, dtype=jnp.float32, placement=None, offload=None, config=None):
+    config = config or ToyConfig.from_json_file(os.path.join(path, "config.json"))
+    return load_transformer_model(ToyTransformer3DModel, config, path, transformer_key_rules(config),
+                                  transformer_policy, (), dtype=dtype, placement=placement, offload=offload)

@@ -32,7 +32,7 @@ class ToyInputs:
 class ToyTransformer3DModel(nnx.Module):
     block_stacks = ("blocks", "single_blocks")
 
-    def __init__(self, config: ToyConfig, *, rngs: nnx.Rngs, dtype=jnp.float32):
+    def __init__(self, config: ToyConfig, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32, mesh=None):
         self.config = config
         self.proj_in = linear(config.in_channels, config.dim, jnp.float32, jnp.float32, rngs)
         self.text = linear(config.text_dim, config.dim, jnp.float32, jnp.float32, rngs)

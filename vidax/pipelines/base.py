@@ -413,7 +413,9 @@ class VideoPipeline:
         placement = logical_placement(mesh, spec.axes()) if spec.param_axes and mesh is not None else None
         if staging is not None:
             placement = staging.placement(name, placement)
-        return spec.load(ckpt.folder(name), dtype=dtype, mesh=mesh, placement=placement, offload=offload)
+        config = ckpt.typed_config(name, spec.config_class()) if "config" in spec.options else None
+        return spec.load(ckpt.folder(name), dtype=dtype, mesh=mesh, placement=placement, offload=offload,
+                         config=config)
 
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,

@@ -19,14 +19,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 from vidax.models.cogvideox.transformer import CogVideoXTransformer3DModel
 from vidax.models.cogvideox.vae import CogVideoXVAE
 from vidax.nn.inputs import parse_dtype
-from vidax.parallel.offload import offload_loader
-from vidax.parallel.placement import logical_placement
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+from vidax.weights.transformer import load_transformer_model
 
 _F32 = jnp.float32
 
@@ -81,6 +79,7 @@ def load_transformer(
     attention: str = "auto",
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
+    config: CogVideoXTransformerConfig | None = None,
 ) -> CogVideoXTransformer3DModel:
     """Load a diffusers ``CogVideoXTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -97,34 +96,21 @@ def load_transformer(
             when it streams blocks, ``transformer_blocks`` go straight from the files into host
             memory chunks and the model holds placeholders (run it with
             :class:`vidax.parallel.offload.ChunkedStep`).
+        config: the parsed ``config.json`` when the caller has read it already (the pipelines
+            pass the checkpoint's, read once); None: read from ``path``.
 
     Raises:
         ConfigError: ``config.json`` missing or asking for something not implemented.
         CheckpointError: tensors missing, unexpected or mis-shaped.
         InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
     """
-    try:
-        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InputError(f"CogVideoX transformer: dtype={dtype!r} must be a floating dtype (float32, bfloat16).")
     path = os.fspath(path)
-    config = CogVideoXTransformerConfig.from_json_file(os.path.join(path, "config.json"))
-
-    def make():
-        return CogVideoXTransformer3DModel(
-            config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
-            attention=attention, rngs=nnx.Rngs(0), mesh=mesh,
-        )
-
-    placement = placement or logical_placement(mesh, TRANSFORMER_PARAM_AXES)
-    stream = offload_loader(offload, attr="transformer_blocks")
-    module = load_module(
-        make, path, transformer_key_rules(config), transformer_policy(dtype), placement, what="transformer",
-        place_stacked=stream,
+    config = config or CogVideoXTransformerConfig.from_json_file(os.path.join(path, "config.json"))
+    return load_transformer_model(
+        CogVideoXTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy, TRANSFORMER_PARAM_AXES,
+        dtype=dtype, placement=placement, mesh=mesh, offload=offload, what="CogVideoX transformer",
+        residual_dtype=residual_dtype, attention=attention,
     )
-    return module if stream is None else stream.attach(module)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +136,8 @@ def build_vae(config: CogVideoXVAEConfig, dtype: Any = _F32, seed: int = 0) -> C
     return CogVideoXVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
 
 
-def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None) -> CogVideoXVAE:
+def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
+             config: CogVideoXVAEConfig | None = None) -> CogVideoXVAE:
     """Load a diffusers ``AutoencoderKLCogVideoX`` folder (``config.json`` + safetensors).
 
     Args:
@@ -166,7 +153,7 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
     """
     d = parse_dtype(dtype)
     path = os.fspath(path)
-    config = CogVideoXVAEConfig.from_json_file(os.path.join(path, "config.json"))
+    config = config or CogVideoXVAEConfig.from_json_file(os.path.join(path, "config.json"))
     return load_module(
         lambda: CogVideoXVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
         path,

@@ -19,14 +19,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig, WanVAEConfig
 from vidax.models.wan.transformer import WanTransformer3DModel
 from vidax.models.wan.vae import WanVAE
 from vidax.nn.inputs import compute_dtype
-from vidax.parallel.offload import offload_loader
-from vidax.parallel.placement import logical_placement
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+from vidax.weights.transformer import load_transformer_model
 
 _F32 = jnp.float32
 
@@ -86,6 +84,7 @@ def load_transformer(
     attention: str = "auto",
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
+    config: WanTransformerConfig | None = None,
 ) -> WanTransformer3DModel:
     """Load a diffusers ``WanTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -104,6 +103,9 @@ def load_transformer(
             run it with :class:`vidax.parallel.offload.ChunkedStep` or
             :func:`vidax.parallel.offload.streamed_call`.
 
+        config: the parsed ``config.json`` when the caller has read it already (the pipelines
+            pass the checkpoint's, read once); None: read from ``path``.
+
     Returns:
         The model with its parameters placed.
 
@@ -112,28 +114,13 @@ def load_transformer(
         CheckpointError: tensors missing, unexpected or mis-shaped.
         InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
     """
-    try:
-        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InputError(f"Wan transformer: dtype={dtype!r} must be a floating dtype (float32, bfloat16).")
     path = os.fspath(path)
-    config = WanTransformerConfig.from_json_file(os.path.join(path, "config.json"))
-
-    def make():
-        return WanTransformer3DModel(
-            config, dtype=dtype, param_dtype=dtype, residual_dtype=residual_dtype,
-            attention=attention, rngs=nnx.Rngs(0), mesh=mesh,
-        )
-
-    placement = placement or logical_placement(mesh, TRANSFORMER_PARAM_AXES)
-    stream = offload_loader(offload, attr="blocks")
-    module = load_module(
-        make, path, transformer_key_rules(config), transformer_policy(dtype), placement, what="transformer",
-        place_stacked=stream,
+    config = config or WanTransformerConfig.from_json_file(os.path.join(path, "config.json"))
+    return load_transformer_model(
+        WanTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy, TRANSFORMER_PARAM_AXES,
+        dtype=dtype, placement=placement, mesh=mesh, offload=offload, what="Wan transformer",
+        residual_dtype=residual_dtype, attention=attention,
     )
-    return module if stream is None else stream.attach(module)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +146,8 @@ def build_vae(config: WanVAEConfig, dtype: Any = _F32, seed: int = 0) -> WanVAE:
     return WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(seed))
 
 
-def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None) -> WanVAE:
+def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
+             config: WanVAEConfig | None = None) -> WanVAE:
     """Load a diffusers ``AutoencoderKLWan`` folder (``config.json`` + safetensors) as a WanVAE.
 
     Args:
@@ -175,7 +163,7 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
     """
     d = compute_dtype(dtype, "Wan VAE")
     path = os.fspath(path)
-    config = WanVAEConfig.from_json_file(os.path.join(path, "config.json"))
+    config = config or WanVAEConfig.from_json_file(os.path.join(path, "config.json"))
     return load_module(
         lambda: WanVAE(config, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
         path,
