@@ -3,6 +3,7 @@ the CLI's wording of them (issue 11). In-process CLI runs (``typer.testing.CliRu
 embedded tiny checkpoint at small sizes."""
 
 import os
+import re
 import shutil
 
 import numpy as np
@@ -80,3 +81,94 @@ def test_check_call_reads_no_weights(broken):
         cls.check_call(info, "a cat", height=100)
     call = cls.check_call(info, "a cat", **SMALL)  # a good call is checked without weights too
     assert (call.height, call.width, call.num_frames) == (32, 48, 5)
+
+
+# --------------------------------------------------------------------------- item 4: outputs
+def test_unusable_output_refused_up_front(ckpt, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for output, message in (("", "is empty"), (str(afile / "v.mp4"), f"{str(afile)!r} is a file, not a folder"),
+                            (str(afile / "sub" / "v.mp4"), f"{str(afile)!r} is a file, not a folder")):
+        r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", output, *SMALL_FLAGS)
+        assert r.exit_code == 2, r.output
+        lines = _error_lines(r)
+        assert len(lines) == 1 and "--output" in lines[0] and message in lines[0], r.output
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
+
+
+def test_failed_write_keeps_the_frames(ckpt, tmp_path, monkeypatch):
+    """The mp4 writer fails after generation (disk full): the frames are saved beside the
+    requested path as .npy, the one-line error says where, exit 1, no mp4 or temporary left."""
+    import vidax.io.video as video
+
+    seen = []
+
+    def full_disk(frames, path, fps):
+        seen.append(frames)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(video, "_write_mp4", full_disk)
+    out = tmp_path / "v.mp4"
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(out), *SMALL_FLAGS)
+    assert r.exit_code == 1, r.output
+    kept = tmp_path / "v.unwritten.npy"
+    lines = _error_lines(r)
+    assert len(lines) == 1 and "No space left on device" in lines[0] and str(kept) in lines[0], r.output
+    assert sorted(os.listdir(tmp_path)) == ["v.unwritten.npy"]
+    frames = np.load(kept)
+    assert frames.shape == (1, 5, 32, 48, 3) and frames.dtype == np.float32
+    np.testing.assert_array_equal(video.to_uint8(frames[0]), seen[0])
+
+
+def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeypatch):
+    from vidax.io.video import save_unwritten
+
+    frames = np.random.default_rng(0).random((1, 2, 4, 6, 3), dtype=np.float32)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    kept = save_unwritten(frames, tmp_path / "gone" / "v.mp4")
+    assert kept == str(cwd / "v.unwritten.npy")
+    np.testing.assert_array_equal(np.load(kept), frames)
+    assert save_unwritten(frames, tmp_path / "gone" / "v.mp4") == str(cwd / "v.unwritten-1.npy")
+    assert sorted(os.listdir(cwd)) == ["v.unwritten-1.npy", "v.unwritten.npy"]
+
+
+# --------------------------------------------------------------------------- item 11: wording
+@pytest.mark.parametrize("args, message, python_name", [
+    (["--num-inference-steps", "0"], "--num-inference-steps must be a positive integer, got 0", "num_inference_steps"),
+    (["--guidance-scale", "-1"], "--guidance-scale must be a finite number >= 0, got -1.0", "guidance_scale"),
+    (["--height", "40"], "--height and --width must be multiples of 16", "height="),
+    (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
+    (["--guidance-scale-2", "2"], "--guidance-scale-2 2.0 is only used by checkpoints with two experts",
+     "guidance_scale_2"),
+    (["--max-sequence-length", "0"], "--max-sequence-length must be a positive integer", "max_sequence"),
+    (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
+    (["-p", ""], "--prompt is empty ('')", "prompt is"),
+    (["-p", "  "], "--prompt is empty ('  ')", "prompt is"),
+])
+def test_cli_errors_name_flags(ckpt, tmp_path, args, message, python_name):
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(tmp_path / "v.npy"), "--no-progress", *args)
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and message in lines[0], r.output
+    assert not re.search(r"(?<![-\w])" + re.escape(python_name), lines[0])  # no Python keyword left
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(prompt=""), r"^prompt is empty \(''\); describe the video$"),
+    (dict(prompt=None), "^prompt is required"),
+    (dict(prompt=["a cat", " "]), r"^prompt is empty \(\['a cat', ' '\]\)"),
+    (dict(prompt="a cat", num_inference_steps=0), "^num_inference_steps must be a positive integer, got 0"),
+    (dict(prompt="a cat", height=40), "^height and width must be multiples of 16 .* got height=40, width=48"),
+])
+def test_api_errors_name_keywords(pipe, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        pipe(**{**SMALL, **kwargs})
+
+
+def test_inspect_parses_mesh_first(ckpt):
+    r = _cli("inspect", ckpt, "--mesh", "3xfoo")
+    assert r.exit_code == 2 and "is not a mesh description" in r.stderr
+    assert r.stdout == ""  # nothing of the description printed before the refusal

@@ -125,6 +125,8 @@ def _guidance(name: str, value: Any) -> float:
 def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     if prompt is None and batch is not None:
         return [""] * batch
+    if prompt is None:
+        raise InputError(f"{name} is required: describe the video (a string or a list of strings)")
     if isinstance(prompt, str):
         prompt = [prompt] * (batch or 1)
     if not isinstance(prompt, (list, tuple)) or not all(isinstance(p, str) for p in prompt):
@@ -134,7 +136,7 @@ def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     if batch is not None and len(prompt) != batch:
         raise InputError(f"{name} has {len(prompt)} entries but prompt has {batch}; give one per prompt")
     if batch is None and not all(p.strip() for p in prompt):
-        raise InputError(f"{name} is empty; describe the video (--prompt TEXT / prompt=...)")
+        raise InputError(f"{name} is empty ({(prompt[0] if len(prompt) == 1 else prompt)!r}); describe the video")
     return list(prompt)
 
 
