@@ -172,3 +172,89 @@ def test_inspect_parses_mesh_first(ckpt):
     r = _cli("inspect", ckpt, "--mesh", "3xfoo")
     assert r.exit_code == 2 and "is not a mesh description" in r.stderr
     assert r.stdout == ""  # nothing of the description printed before the refusal
+
+
+# --------------------------------------------------------------------------- item 10: NaN / Inf
+def _poison_step(update, k):
+    """``scheduler_update`` whose latents go NaN at (1-based) step ``k``."""
+    import jax.numpy as jnp
+
+    def poisoned(self, state, pred, latents, args):
+        x, new_state = update(self, state, pred, latents, args)
+        return jnp.where(state.step_index == k - 1, jnp.nan, x), new_state
+
+    return poisoned
+
+
+def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
+    from vidax.models.wan.pipeline import WanPipeline
+
+    monkeypatch.setattr(pipe, "_step_fns", {})  # the poisoned step compiles afresh
+    monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
+    steps = []
+    with pytest.raises(NumericalError, match=r"^denoising step 2 of 3 \(the transformer and the scheduler update\) "
+                                             "produced NaN/Inf latents; stopped there"):
+        pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False,
+             callback=lambda i, n: steps.append(i))
+    assert steps == [0]  # stopped at the step that went NaN
+    assert issubclass(NumericalError, FloatingPointError)
+
+
+def test_nan_in_the_vae_decode_is_named(pipe, monkeypatch):
+    vae_cls = type(pipe.vae)
+    decode = vae_cls.iter_decode
+
+    def poisoned(self, z, **kwargs):
+        for i, chunk in enumerate(decode(self, z, **kwargs)):
+            yield chunk * np.float32("nan") if i == 1 else chunk
+
+    monkeypatch.setattr(vae_cls, "iter_decode", poisoned)
+    with pytest.raises(NumericalError, match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values"):
+        pipe("a cat", **SMALL, progress=False)
+
+
+def test_cli_nan_is_one_line_and_writes_nothing(ckpt, tmp_path, monkeypatch):
+    from vidax.models.wan.pipeline import WanPipeline
+
+    monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 1))
+    out = tmp_path / "v.mp4"
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(out), *SMALL_FLAGS)
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and "denoising step 1 of 2" in lines[0] and "NaN/Inf" in lines[0], r.output
+    assert not os.listdir(tmp_path)
+
+
+def _reference_info(name, task):
+    from tests.paths import REFERENCE_CONFIGS
+    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.pipelines.loading import pipeline_class
+
+    ckpt = Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name))
+    cls = pipeline_class(ckpt, task=task)
+    return cls, cls.read_checkpoint(ckpt)
+
+
+def test_cogvideox_noise_arguments_checked_before_loading():
+    """image_noise / step_noise with NaN or Inf (or of another shape) are refused by check_call,
+    on the released configs alone (no weights there)."""
+    small = dict(height=32, width=32, num_frames=9, num_inference_steps=2)
+    cls, info = _reference_info("THUDM__CogVideoX-5b", "t2v")
+    good = np.zeros((2, 1, 3, 16, 4, 4), np.float32)  # (steps, B, T, C, h, w)
+    cls.check_call(info, "a cat", step_noise=good, **small)
+    for bad in (np.nan, np.inf):
+        noise = good.copy()
+        noise[1, 0, 2] = bad
+        with pytest.raises(InputError, match=r"^step_noise has 256 NaN/Inf value\(s\) of 1536"):
+            cls.check_call(info, "a cat", step_noise=noise, **small)
+    with pytest.raises(InputError, match=r"step_noise has shape \(3, 1, 3, 16, 4, 4\), expected \(2, 1, 3, 16, 4, 4\)"):
+        cls.check_call(info, "a cat", step_noise=np.zeros((3, 1, 3, 16, 4, 4), np.float32), **small)
+    cls, info = _reference_info("THUDM__CogVideoX-5b-I2V", "i2v")
+    image = np.zeros((8, 8, 3), np.uint8)
+    noise = np.zeros((1, 16, 1, 60, 90), np.float32)  # at the checkpoint's 480x720
+    cls.check_call(info, "a cat", image=image, image_noise=noise)
+    noise[0, 3, 0, 5, 7] = np.nan
+    with pytest.raises(InputError, match=r"^image_noise has 1 NaN/Inf value"):
+        cls.check_call(info, "a cat", image=image, image_noise=noise)
+    with pytest.raises(InputError, match=r"image_noise has shape \(1, 16, 1, 4, 4\), expected \(1, 16, 1, 60, 90\)"):
+        cls.check_call(info, "a cat", image=image, image_noise=np.zeros((1, 16, 1, 4, 4), np.float32))

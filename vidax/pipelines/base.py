@@ -27,14 +27,14 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from vidax.errors import ConfigError, InputError
+from vidax.errors import ConfigError, InputError, NumericalError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_blocks, resolve_offload
 from vidax.parallel.placement import logical_placement
 from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
 from vidax.pipelines.experts import Experts, segments
-from vidax.pipelines.sampling import classifier_free_guidance, run_denoising_loop
+from vidax.pipelines.sampling import all_finite, classifier_free_guidance, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
@@ -150,14 +150,16 @@ def finite_array(name: str, value: Any) -> np.ndarray:
 
 
 def check_finite(what: str, x: Any) -> None:
-    """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where.
+    """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where (``what``:
+    the step or the component, e.g. "the VAE decode (chunk 2 of 5)").
 
     Raises:
-        FloatingPointError: ``x`` holds NaN or Inf.
+        NumericalError: ``x`` holds NaN or Inf.
     """
-    if not bool(jnp.isfinite(x).all()):
-        raise FloatingPointError(f"{what} produced NaN/Inf values; nothing was written "
-                                 "(try --dtype float32, or fewer/other settings)")
+    ok = np.isfinite(x).all() if isinstance(x, np.ndarray) else all_finite(x)
+    if not bool(ok):
+        raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written "
+                             "(try float32 instead of bfloat16, or other settings)")
 
 
 class VideoPipeline:
@@ -485,7 +487,8 @@ class VideoPipeline:
 
         Raises:
             InputError: an invalid argument (checked before any work).
-            FloatingPointError: the latents or the video went NaN/Inf (named by step or component).
+            NumericalError: the latents or the video went NaN/Inf (the message names the denoising
+                step or the VAE decode chunk).
         """
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         return self.generate(call)
@@ -538,7 +541,7 @@ class VideoPipeline:
         step = self.step_fn(call.do_cfg, expert)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         return run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
-                                  mesh=self.mesh, arg_axes=arg_axes)
+                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total)
 
     def step_key(self) -> Any:
         """What else a compiled step depends on (e.g. the scheduler's class)."""
@@ -580,13 +583,14 @@ class VideoPipeline:
         with stats.timed("decode_s"):
             z = self.vae.denormalize_latents(self.latents_to_decode(call, latents))
             chunks = []
+            n = self.vae.decode_chunks(z)
             with self.staging.on_device("vae"):
-                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=self.vae.decode_chunks(z),
+                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=n,
                                   desc="vae decode", disable=not call.progress, unit="chunk"):
                     chunks.append(np.asarray(chunk))
+                    check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1])
                     stats.sample_memory()
             video = np.concatenate(chunks, axis=1)
-            check_finite("the VAE decode", video)
             return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
 
     def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int) -> jax.Array:
