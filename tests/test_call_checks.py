@@ -258,3 +258,59 @@ def test_cogvideox_noise_arguments_checked_before_loading():
         cls.check_call(info, "a cat", image=image, image_noise=noise)
     with pytest.raises(InputError, match=r"image_noise has shape \(1, 16, 1, 4, 4\), expected \(1, 16, 1, 60, 90\)"):
         cls.check_call(info, "a cat", image=image, image_noise=np.zeros((1, 16, 1, 4, 4), np.float32))
+
+
+# --------------------------------------------------------------------------- item 8: sizes
+@pytest.mark.parametrize("flag, value, top", [("--height", "100000", 16384), ("--width", "16400", 16384),
+                                              ("--num-frames", "4097", 4093)])
+def test_cli_size_beyond_the_model(ckpt, tmp_path, flag, value, top):
+    """Past the Wan RoPE tables (rope_max_seq_len=1024 patches per axis): refused before loading,
+    naming the flag, its value and the largest valid one."""
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, flag, value, "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1, r.output
+    assert f"{flag} {value} is more than this checkpoint's model can represent: the largest valid {flag} is {top} " \
+           "(rope_max_seq_len=1024 patches per axis" in lines[0], lines[0]
+    assert not os.listdir(tmp_path)
+
+
+def test_api_size_beyond_the_model(pipe):
+    with pytest.raises(InputError, match=r"^height=100000 is more than .* the largest valid height is 16384 "):
+        pipe("a cat", height=100000)
+    cls, info = _reference_info("THUDM__CogVideoX1.5-5B", "t2v")
+    with pytest.raises(InputError, match=r"^width=2416 is more than .* the largest valid width is 2400 \(the RoPE "
+                                         r"position grid of 150x150 patches"):
+        cls.check_call(info, "a cat", height=768, width=2416)
+    cls.check_call(info, "a cat", height=768, width=2400)
+    cls, info = _reference_info("THUDM__CogVideoX-5b", "t2v")  # 1.0: any grid maps onto its base grid
+    assert cls.size_limits(info).height is None
+
+
+def test_large_size_warns_with_an_estimate(caplog):
+    cls, info = _reference_info("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v")
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        cls.check_call(info, "a cat")
+        cls.check_call(info, "a cat", height=720, width=1280)  # Wan's 720p: 2.3x the tokens, no warning
+        assert not caplog.records
+        cls.check_call(info, "a cat", height=4096, width=4096)
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.
+    assert message.startswith("height=4096, width=4096, num_frames=81 is far beyond this checkpoint's default "
+                              "480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: ~")
+    for part in ("GiB of float32 activations", "TFLOP of attention per step", "latents 0.33 GiB",
+                 "decoded video 30.4 GiB"):
+        assert part in message
+
+
+def test_cli_large_size_warning_names_flags(broken, tmp_path, caplog):
+    """The warning comes before any weight is read (the broken copy fails to load after it),
+    and names flags on the command line."""
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--height", "384", "--width", "640",
+                 "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2 and "safetensors" in r.stderr, r.output
+    warnings = [rec.getMessage() for rec in caplog.records if "far beyond" in rec.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640, --num-frames 17 is far beyond "
+                                                         "this checkpoint's default 96x160"), warnings

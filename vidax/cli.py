@@ -81,6 +81,12 @@ def flag_names(message: str) -> str:
     return _SINGLE.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
 
 
+def _flag_filter(record: logging.LogRecord) -> bool:
+    """A logging filter: the record's message with :func:`flag_names` applied."""
+    record.msg, record.args = flag_names(record.getMessage()), None
+    return True
+
+
 @app.command()
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="What the video shows."),
@@ -142,10 +148,17 @@ def generate(
     _setup_logging(verbose)
     from vidax.errors import VidaxError
 
+    # Warnings about the call ("num_frames=7 is not of the form 4k+1") name flags here too.
+    loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
+    for logger in loggers:
+        logger.addFilter(_flag_filter)
     try:
         _generate(**args)
     except VidaxError as e:
         _fail(flag_names(str(e)))
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_flag_filter)
 
 
 def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, num_inference_steps,

@@ -31,7 +31,7 @@ from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.parallel.mesh import check_heads
-from vidax.pipelines.base import VideoPipeline, as_list, cfg_pair, finite_array
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
@@ -88,6 +88,33 @@ class CogVideoXPipeline(VideoPipeline):
         s = info.vae_config.spatial_compression
         t, _ = info.latent_frames(call.num_frames)
         return (call.batch, t, info.vae_config.latent_channels, call.height // s, call.width // s)
+
+    @classmethod
+    def size_limits(cls, info: CogVideoXInfo) -> SizeLimits:
+        """CogVideoX1.5 (``patch_size_t``) with RoPE places integer patch positions in its base
+        grid ``(sample_height, sample_width) / patch_size``: height <= sample_height x VAE,
+        width <= sample_width x VAE. CogVideoX 1.0 spreads any grid over the base grid
+        (``linspace``) and its frames are unbounded: no limit (its learned position embedding,
+        where it has one, takes exactly one size: :meth:`check_family_call`)."""
+        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        if cfg.patch_size_t is None or not cfg.use_rotary_positional_embeddings:
+            return SizeLimits()
+        mh, mw = info.size_multiple
+        p = cfg.patch_size
+        return SizeLimits(height=cfg.sample_height // p * p * s // mh * mh, width=cfg.sample_width // p * p * s // mw * mw,
+                          reason=f"the RoPE position grid of {cfg.sample_height // p}x{cfg.sample_width // p} patches: "
+                                 f"sample_height={cfg.sample_height}, sample_width={cfg.sample_width} in "
+                                 f"{info.checkpoint.config_file('transformer')}, patch_size {p}, VAE {s}x")
+
+    @classmethod
+    def model_size(cls, info: CogVideoXInfo, call) -> ModelSize:
+        """Video patches of one sample plus the text tokens: one joint ``[text; video]`` sequence."""
+        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        t, _ = info.latent_frames(call.num_frames)
+        mult = s * cfg.patch_size
+        video = (t // cfg.patch_t) * (call.height // mult) * (call.width // mult)
+        return ModelSize(tokens=video + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=4 * cfg.inner_dim,
+                         num_layers=cfg.num_layers)
 
     @classmethod
     def check_family_call(cls, info: CogVideoXInfo, call) -> None:
