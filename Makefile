@@ -21,7 +21,7 @@ demo: $(VENV)/.runtime
 	$(BIN)/vidax generate --prompt "A red car driving over a bridge at night" --output vidax-demo.mp4
 
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench: $(VENV)/.test
 	$(BIN)/python benchmarks/wan_step.py

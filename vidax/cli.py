@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Optional
 
@@ -52,6 +53,38 @@ def _setup_logging(verbose: bool) -> None:
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
+
+
+#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag.
+GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
+    "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
+)}
+# ``name=value`` -> ``--flag value``; a keyword with "_" wherever it stands as a word; "prompt",
+# "image", "height", "width" and "seed" also where a message names them as the argument (before
+# "must", "and", "in [", "is", "has"), so prose ("an image", "per prompt", "this checkpoint")
+# keeps its words.
+_WORD = r"(?<![\w.\-/])({names})(?![\w\-/])"
+_ASSIGN = re.compile(_WORD.format(names="|".join(map(re.escape, sorted(GENERATE_FLAGS, key=len, reverse=True))))
+                     + "=")
+_MULTI = re.compile(_WORD.format(names="|".join(sorted((n for n in GENERATE_FLAGS if "_" in n), key=len,
+                                                        reverse=True))))
+_SINGLE = re.compile(_WORD.format(names="prompt|image|height|width|seed")
+                     + r"(?= (?:must |and |in \[|is |has ))")
+
+
+def flag_names(message: str) -> str:
+    """``message`` with the call keywords of ``generate`` spelled as its flags
+    (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
+    message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + " ", message)
+    message = _MULTI.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
+    return _SINGLE.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
+
+
+def _flag_filter(record: logging.LogRecord) -> bool:
+    """A logging filter: the record's message with :func:`flag_names` applied."""
+    record.msg, record.args = flag_names(record.getMessage()), None
+    return True
 
 
 @app.command()
@@ -106,15 +139,26 @@ def generate(
     """Generate a video from a text prompt and write it to --output.
 
     With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
-    processes; only process 0 writes the video."""
+    processes; only process 0 writes the video.
+
+    Exit status: 0 written; 2 a bad argument, checkpoint or a run gone NaN/Inf (one error line,
+    nothing written); 1 the video could not be written after generation (the frames are kept
+    as .npy, the error line says where)."""
     args = dict(locals())
     _setup_logging(verbose)
     from vidax.errors import VidaxError
 
+    # Warnings about the call ("num_frames=7 is not of the form 4k+1") name flags here too.
+    loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
+    for logger in loggers:
+        logger.addFilter(_flag_filter)
     try:
         _generate(**args)
     except VidaxError as e:
-        _fail(str(e))
+        _fail(flag_names(str(e)))
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_flag_filter)
 
 
 def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, num_inference_steps,
@@ -179,12 +223,34 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         typer.echo("done (process 0 writes the video)", err=True)
         return
     written = []
-    for i, video in enumerate(out.frames):
-        path = output if len(out.frames) == 1 else _indexed(output, i)
-        written.append(write_video(video, path, fps=fps))
+    try:
+        for i, video in enumerate(out.frames):
+            path = output if len(out.frames) == 1 else _indexed(output, i)
+            written.append(write_video(video, path, fps=fps))
+    except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
+        _keep_unwritten(out.frames, output, written, e)
     typer.echo(f"wrote {', '.join(written)} ({out.frames.shape[1]} frames, "
                f"{out.frames.shape[3]}x{out.frames.shape[2]}, {fmt})", err=True)
     typer.echo("summary:\n" + out.stats.summary(), err=True)
+
+
+def _keep_unwritten(frames, output, written, error) -> None:
+    """Writing the video failed after generation: save the frames as .npy (see
+    :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
+    from vidax.io.video import save_unwritten
+
+    reason = " ".join(f"{type(error).__name__}: {error}".split())
+    done = f"; wrote {', '.join(written)}" if written else ""
+    try:
+        kept = save_unwritten(frames, output)
+    except OSError as e:
+        typer.secho(f"error: could not write --output {output!r} ({reason}){done}; saving the frames as .npy "
+                    f"failed too ({type(e).__name__}: {e})", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from None
+    typer.secho(f"error: could not write --output {output!r} ({reason}){done}; the frames are kept in {kept} "
+                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)",
+                fg=typer.colors.RED, err=True)
+    raise typer.Exit(1) from None
 
 
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
@@ -220,6 +286,10 @@ def inspect(
     from vidax.inspect import describe_checkpoint, describe_mesh_plan
 
     try:
+        if mesh is not None:  # a malformed --mesh is refused before anything is printed
+            from vidax.parallel.mesh import parse_mesh_sizes
+
+            parse_mesh_sizes(mesh)
         typer.echo(describe_checkpoint(path))
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))

@@ -19,3 +19,8 @@ class ConfigError(VidaxError, ValueError):
 
 class CheckpointError(VidaxError):
     """A checkpoint is missing files, or its tensors do not match the model 1:1."""
+
+
+class NumericalError(VidaxError, FloatingPointError):
+    """A run's values went NaN/Inf (e.g. a bfloat16 overflow); the message names the step or
+    the component (transformer step k, the VAE decode). Also a ``FloatingPointError``."""

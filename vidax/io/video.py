@@ -35,12 +35,20 @@ def check_output_path(path: str | os.PathLike) -> str:
     """Validate before any work is done that ``path`` can be written; returns its format.
 
     Raises:
-        InputError: unknown extension, missing parent folder, or a parent that is not writable.
+        InputError: an empty path, unknown extension, a parent that is a file, a missing parent
+            folder, or a parent that is not writable.
     """
     path = os.fspath(path)
+    if not path.strip():
+        raise InputError(f"output={path!r} is empty; give a file (*.mp4, *.npy) or a folder for PNG frames")
     fmt = output_format(path)
     parent = os.path.dirname(os.path.abspath(path.rstrip(os.sep))) or "."
     if not os.path.isdir(parent):
+        existing = parent
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise InputError(f"output={path!r}: {existing!r} is a file, not a folder")
         raise InputError(f"output={path!r}: folder {parent!r} does not exist")
     try:  # a real file, not os.access: root passes os.access on read-only filesystems (/sys)
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".vidax-probe-"):
@@ -86,6 +94,37 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16) -> s
     else:
         _write_png_folder(to_uint8(frames), path.rstrip(os.sep))
     return path
+
+
+def save_unwritten(frames: np.ndarray, path: str | os.PathLike) -> str:
+    """Keep frames whose output could not be written: ``frames`` saved atomically as ``.npy``
+    (as given, e.g. float32 (B, F, H, W, 3) in [0, 1]) beside ``path``, named
+    ``<stem>.unwritten.npy`` (``<stem>.unwritten-1.npy``, ... when taken), else in the current
+    folder, else in the temporary folder; returns the file written.
+
+    Raises:
+        OSError: no folder of the three could take the file (the last error).
+    """
+    path = os.path.abspath(os.fspath(path).rstrip(os.sep) or "vidax-output")
+    stem = os.path.splitext(os.path.basename(path))[0] or "vidax-output"
+    folders = [os.path.dirname(path)]
+    try:
+        folders.append(os.getcwd())
+    except OSError:  # the current folder was removed meanwhile
+        pass
+    folders.append(tempfile.gettempdir())
+    error: OSError | None = None
+    for folder in dict.fromkeys(folders):
+        for i in range(100):
+            target = os.path.join(folder, f"{stem}.unwritten{'' if i == 0 else f'-{i}'}.npy")
+            if not os.path.exists(target):
+                break
+        try:
+            _atomic_file(target, lambda tmp: np.save(tmp, np.asarray(frames), allow_pickle=False))
+            return target
+        except OSError as e:
+            error = e
+    raise error
 
 
 def _atomic_file(path: str, write) -> None:

@@ -27,14 +27,14 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from vidax.errors import ConfigError, InputError
+from vidax.errors import ConfigError, InputError, NumericalError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
 from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
 from vidax.pipelines.experts import Experts, segments
-from vidax.pipelines.sampling import classifier_free_guidance, run_denoising_loop
+from vidax.pipelines.sampling import all_finite, classifier_free_guidance, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
@@ -110,6 +110,67 @@ class Call:
         return "t2v" if self.image is None else "i2v"
 
 
+@dataclasses.dataclass(frozen=True)
+class SizeLimits:
+    """The largest sizes a checkpoint's model can represent (None: no limit), each already a
+    valid value (a multiple of ``size_multiple``; frames of the form the family rounds to).
+
+    Attributes:
+        height, width: pixels. num_frames: frames. reason: why (for the error message).
+    """
+
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSize:
+    """What the run-size estimate of :func:`run_size_estimate` reads about the transformer.
+
+    Attributes:
+        tokens: tokens one sample's transformer sequence has for the call (video patches, plus
+            text tokens where they join the sequence). hidden_size: model width D.
+        ffn_dim: the feed-forward hidden width. num_layers: transformer blocks.
+    """
+
+    tokens: int
+    hidden_size: int
+    ffn_dim: int
+    num_layers: int
+
+
+#: A call whose transformer sequence has more than this many times the tokens of the
+#: checkpoint's default size (what it was made for) logs the run-size estimate as a WARNING.
+LARGE_RUN_FACTOR = 4
+
+
+def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
+                      width: int) -> str:
+    """One line of rough float32 numbers of a run, for the warning of a very large call.
+
+    * activations per step: ``batch x tokens x (4 D + ffn_dim) x 4`` bytes: one block's q, k, v,
+      attention output and FFN hidden (blocks run one after another; attention is flash-style
+      above small sizes, so there is no ``tokens^2`` score matrix). Half of it in bfloat16.
+    * attention per step: ``4 x batch x tokens^2 x D x num_layers`` FLOPs (QK^T and PV).
+    * latents: ``latent_elements x 4`` bytes; decoded video: ``batch x F x H x W x 3 x 4`` bytes
+      (float32 frames in host memory).
+
+    Args:
+        size: the transformer's numbers (:class:`ModelSize`). batch: samples per transformer call
+            (CFG doubles it). latent_elements: elements of the initial latents. num_frames,
+            height, width: the decoded video.
+    """
+    gib = 2.0 ** 30
+    act = batch * size.tokens * (4 * size.hidden_size + size.ffn_dim) * 4
+    flops = 4 * batch * size.tokens ** 2 * size.hidden_size * size.num_layers
+    video = batch * num_frames * height * width * 3 * 4
+    return (f"{size.tokens} tokens per sample x batch {batch}: ~{act / gib:.1f} GiB of float32 activations and "
+            f"~{flops / 1e12:.0f} TFLOP of attention per step, latents {latent_elements * 4 / gib:.2f} GiB, "
+            f"decoded video {video / gib:.1f} GiB")
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise InputError(f"{name} must be a positive integer, got {value!r}")
@@ -125,6 +186,8 @@ def _guidance(name: str, value: Any) -> float:
 def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     if prompt is None and batch is not None:
         return [""] * batch
+    if prompt is None:
+        raise InputError(f"{name} is required: describe the video (a string or a list of strings)")
     if isinstance(prompt, str):
         prompt = [prompt] * (batch or 1)
     if not isinstance(prompt, (list, tuple)) or not all(isinstance(p, str) for p in prompt):
@@ -134,7 +197,7 @@ def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     if batch is not None and len(prompt) != batch:
         raise InputError(f"{name} has {len(prompt)} entries but prompt has {batch}; give one per prompt")
     if batch is None and not all(p.strip() for p in prompt):
-        raise InputError(f"{name} is empty; describe the video (--prompt TEXT / prompt=...)")
+        raise InputError(f"{name} is empty ({(prompt[0] if len(prompt) == 1 else prompt)!r}); describe the video")
     return list(prompt)
 
 
@@ -148,14 +211,16 @@ def finite_array(name: str, value: Any) -> np.ndarray:
 
 
 def check_finite(what: str, x: Any) -> None:
-    """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where.
+    """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where (``what``:
+    the step or the component, e.g. "the VAE decode (chunk 2 of 5)").
 
     Raises:
-        FloatingPointError: ``x`` holds NaN or Inf.
+        NumericalError: ``x`` holds NaN or Inf.
     """
-    if not bool(jnp.isfinite(x).all()):
-        raise FloatingPointError(f"{what} produced NaN/Inf values; nothing was written "
-                                 "(try --dtype float32, or fewer/other settings)")
+    ok = np.isfinite(x).all() if isinstance(x, np.ndarray) else all_finite(x)
+    if not bool(ok):
+        raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written "
+                             "(try float32 instead of bfloat16, or other settings)")
 
 
 class VideoPipeline:
@@ -223,6 +288,17 @@ class VideoPipeline:
     def latent_shape(cls, info: CheckpointInfo, call: Call) -> tuple[int, ...]:
         """Shape of the initial noise in the diffusers layout (:attr:`latents_layout`)."""
         raise NotImplementedError
+
+    @classmethod
+    def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
+        """The largest height / width / num_frames the model can represent (e.g. its RoPE
+        tables' length); :meth:`check_call` refuses more, naming the largest valid value."""
+        return SizeLimits()
+
+    @classmethod
+    def model_size(cls, info: CheckpointInfo, call: Call) -> ModelSize | None:
+        """The transformer's numbers for :func:`run_size_estimate` (None: no estimate)."""
+        return None
 
     # ================================================================== family hooks (loading)
     @classmethod
@@ -351,8 +427,14 @@ class VideoPipeline:
             raise InputError(
                 f"height and width must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
                 + f" ({info.size_reason}), got height={height}, width={width}; nearest valid: {', '.join(near)}")
-        num_frames = cls.resolve_num_frames(info, _positive_int("num_frames", d.num_frames if num_frames is None
-                                                                 else num_frames))
+        given_frames = _positive_int("num_frames", d.num_frames if num_frames is None else num_frames)
+        num_frames = cls.resolve_num_frames(info, given_frames)
+        limits = cls.size_limits(info)
+        for name, v, used, top in (("height", height, height, limits.height), ("width", width, width, limits.width),
+                                   ("num_frames", given_frames, num_frames, limits.num_frames)):
+            if top is not None and used > top:
+                raise InputError(f"{name}={v} is more than this checkpoint's model can represent: the largest "
+                                 f"valid {name} is {top} ({limits.reason})")
         steps = _positive_int("num_inference_steps", d.num_inference_steps if num_inference_steps is None
                               else num_inference_steps)
         guidance_scale = _guidance("guidance_scale", d.guidance_scale if guidance_scale is None else guidance_scale)
@@ -393,7 +475,26 @@ class VideoPipeline:
                                  f"{cls.latents_layout} for these arguments")
             call = dataclasses.replace(call, latents=latents)
         cls.check_family_call(info, call)
+        cls.warn_if_large(info, call)
         return call
+
+    @classmethod
+    def warn_if_large(cls, info: CheckpointInfo, call: Call) -> None:
+        """Log a WARNING with :func:`run_size_estimate` when the call's transformer sequence has
+        more than :data:`LARGE_RUN_FACTOR` times the tokens of the checkpoint's default size."""
+        size = cls.model_size(info, call)
+        d = info.defaults
+        base = cls.model_size(info, dataclasses.replace(call, height=d.height, width=d.width,
+                                                        num_frames=cls.resolve_num_frames(info, d.num_frames)))
+        if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
+            return
+        batch = call.batch * (2 if call.do_cfg else 1)
+        logger.warning(
+            "height=%d, width=%d, num_frames=%d is far beyond this checkpoint's default %dx%d, %d frames "
+            "(%.0fx its tokens): %s", call.height, call.width, call.num_frames, d.height, d.width, d.num_frames,
+            size.tokens / base.tokens,
+            run_size_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
+                              call.height, call.width))
 
     # ================================================================== loading
     @staticmethod
@@ -485,7 +586,8 @@ class VideoPipeline:
 
         Raises:
             InputError: an invalid argument (checked before any work).
-            FloatingPointError: the latents or the video went NaN/Inf (named by step or component).
+            NumericalError: the latents or the video went NaN/Inf (the message names the denoising
+                step or the VAE decode chunk).
         """
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         return self.generate(call)
@@ -538,7 +640,7 @@ class VideoPipeline:
         step = self.step_fn(call.do_cfg, expert)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         return run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
-                                  mesh=self.mesh, arg_axes=arg_axes)
+                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total)
 
     def step_key(self) -> Any:
         """What else a compiled step depends on (e.g. the scheduler's class)."""
@@ -580,13 +682,14 @@ class VideoPipeline:
         with stats.timed("decode_s"):
             z = self.vae.denormalize_latents(self.latents_to_decode(call, latents))
             chunks = []
+            n = self.vae.decode_chunks(z)
             with self.staging.on_device("vae"):
-                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=self.vae.decode_chunks(z),
+                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=n,
                                   desc="vae decode", disable=not call.progress, unit="chunk"):
                     chunks.append(np.asarray(chunk))
+                    check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1])
                     stats.sample_memory()
             video = np.concatenate(chunks, axis=1)
-            check_finite("the VAE decode", video)
             return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
 
     def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int) -> jax.Array:
@@ -619,5 +722,6 @@ def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-__all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline",
+__all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
+                          "ModelSize", "run_size_estimate",
                           "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "finite_array", "check_finite")

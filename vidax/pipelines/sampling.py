@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from tqdm.auto import tqdm
 
+from vidax.errors import NumericalError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
 from vidax.stats import RunStats
@@ -32,6 +33,8 @@ def run_denoising_loop(
     callback: Callable[[int, int], None] | None = None,
     mesh: Any = None,
     arg_axes: tuple | None = None,
+    first_step: int = 0,
+    total_steps: int | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -47,7 +50,18 @@ def run_denoising_loop(
     ``step`` may also be a :class:`vidax.parallel.offload.ChunkedStep` (blocks streamed from host
     memory), which compiles and runs the same way; memory is then sampled after every chunk of
     the first step.
+
+    After every step the latents are checked for NaN/Inf (one ``isfinite().all()`` reduction
+    over the latents, a bool read on the host: the step has already been waited for, so it
+    costs one small kernel over the latents, not over the transformer's activations). Steps are
+    named ``first_step + i + 1`` of ``total_steps`` (default: ``num_inference_steps``), so a
+    call split over experts names the step of the whole call.
+
+    Raises:
+        NumericalError: a step's latents hold NaN/Inf (e.g. a bfloat16 overflow in the
+            transformer); the loop stops there.
     """
+    total_steps = num_inference_steps if total_steps is None else total_steps
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
     with stats.timed("compile_s"):
@@ -61,6 +75,11 @@ def run_denoising_loop(
             latents, state = compiled(params, latents, state, *args)
             latents.block_until_ready()
             stats.step_s.append(time.perf_counter() - t0)
+            if not bool(all_finite(latents)):
+                raise NumericalError(
+                    f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
+                    "update) produced NaN/Inf latents; stopped there, nothing was written (try float32 instead of "
+                    "bfloat16, or other settings)")
             if i == 0:
                 stats.sample_memory()
             bar.update()
@@ -71,6 +90,12 @@ def run_denoising_loop(
     if mesh is not None:
         latents = to_local(latents)
     return latents, state
+
+
+@jax.jit
+def all_finite(x: jax.Array) -> jax.Array:
+    """() bool: no NaN or Inf in ``x``."""
+    return jnp.isfinite(x).all()
 
 
 def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: jax.Array) -> jax.Array:

@@ -31,7 +31,7 @@ from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.parallel.mesh import check_heads
-from vidax.pipelines.base import VideoPipeline, as_list, cfg_pair, finite_array
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
@@ -90,6 +90,33 @@ class CogVideoXPipeline(VideoPipeline):
         return (call.batch, t, info.vae_config.latent_channels, call.height // s, call.width // s)
 
     @classmethod
+    def size_limits(cls, info: CogVideoXInfo) -> SizeLimits:
+        """CogVideoX1.5 (``patch_size_t``) with RoPE places integer patch positions in its base
+        grid ``(sample_height, sample_width) / patch_size``: height <= sample_height x VAE,
+        width <= sample_width x VAE. CogVideoX 1.0 spreads any grid over the base grid
+        (``linspace``) and its frames are unbounded: no limit (its learned position embedding,
+        where it has one, takes exactly one size: :meth:`check_family_call`)."""
+        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        if cfg.patch_size_t is None or not cfg.use_rotary_positional_embeddings:
+            return SizeLimits()
+        mh, mw = info.size_multiple
+        p = cfg.patch_size
+        return SizeLimits(height=cfg.sample_height // p * p * s // mh * mh, width=cfg.sample_width // p * p * s // mw * mw,
+                          reason=f"the RoPE position grid of {cfg.sample_height // p}x{cfg.sample_width // p} patches: "
+                                 f"sample_height={cfg.sample_height}, sample_width={cfg.sample_width} in "
+                                 f"{info.checkpoint.config_file('transformer')}, patch_size {p}, VAE {s}x")
+
+    @classmethod
+    def model_size(cls, info: CogVideoXInfo, call) -> ModelSize:
+        """Video patches of one sample plus the text tokens: one joint ``[text; video]`` sequence."""
+        cfg, s = info.transformer_config, info.vae_config.spatial_compression
+        t, _ = info.latent_frames(call.num_frames)
+        mult = s * cfg.patch_size
+        video = (t // cfg.patch_t) * (call.height // mult) * (call.width // mult)
+        return ModelSize(tokens=video + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=4 * cfg.inner_dim,
+                         num_layers=cfg.num_layers)
+
+    @classmethod
     def check_family_call(cls, info: CogVideoXInfo, call) -> None:
         cfg, s = info.transformer_config, info.vae_config.spatial_compression
         if call.num_videos_per_prompt != 1:
@@ -111,12 +138,37 @@ class CogVideoXPipeline(VideoPipeline):
         if call.image is not None and len(as_list(call.image)) not in (1, call.batch):
             raise InputError(f"image has {len(as_list(call.image))} entries but there are {call.batch} prompts; "
                              "give one image or one per prompt")
+        cls.check_noise(info, call)
         out = decoded_frames(t - pad, info.vae_config.temporal_compression)
         if out != call.num_frames:
             logger.warning(
                 "num_frames=%d gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
                 "as diffusers' %s does (use 4k+1 frames, e.g. 49 or 81, to get exactly what you ask)",
                 call.num_frames, t - pad, out, out, cls.__name__)
+
+    @classmethod
+    def check_noise(cls, info: CogVideoXInfo, call) -> None:
+        """``image_noise`` (B, C, 1, H/8, W/8) and ``step_noise`` (steps, B, T, C, H/8, W/8), when
+        given, have their shapes and only finite values (checked before any weight is read).
+
+        Raises:
+            InputError: another shape, or NaN/Inf (the message names the argument).
+        """
+        noise = call.extra.get("image_noise")
+        if noise is not None:
+            s = info.vae_config.spatial_compression
+            want = (call.batch, info.vae_config.latent_channels, 1, call.height // s, call.width // s)
+            eps = finite_array("image_noise", noise)
+            if eps.shape != want:
+                raise InputError(f"image_noise has shape {eps.shape}, expected {want} = (batch, latent channels, "
+                                 "1, height / 8, width / 8) (the VAE posterior's layout)")
+        step_noise = call.extra.get("step_noise")
+        if step_noise is not None:
+            step_noise = finite_array("step_noise", step_noise)
+            want = (call.num_inference_steps,) + cls.latent_shape(info, call)
+            if step_noise.shape != want:
+                raise InputError(f"step_noise has shape {tuple(step_noise.shape)}, expected {want} = (steps, batch, "
+                                 "latent frames, channels, height / 8, width / 8)")
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -160,15 +212,12 @@ class CogVideoXPipeline(VideoPipeline):
             pixels = np.stack([vae_image_preprocess(im, call.height, call.width) for im in images])[:, None]
             mean, logvar = self.encode_with("vae", self.vae.encode, pixels)  # (B, 1, h, w, C) each
             shape = (call.batch, mean.shape[-1], 1) + mean.shape[2:4]
-            noise = call.extra.get("image_noise")
+            noise = call.extra.get("image_noise")  # its shape and values checked by check_noise
             if noise is None:
                 key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 2)
                 eps = np.asarray(jax.random.normal(key, shape, jnp.float32))
             else:
-                eps = finite_array("image_noise", noise)
-                if eps.shape != shape:
-                    raise InputError(f"image_noise has shape {eps.shape}, expected {shape} = (batch, latent channels, "
-                                     "1, height / 8, width / 8) (the VAE posterior's layout)")
+                eps = np.asarray(noise, np.float32)
             z = mean + np.exp(np.float32(0.5) * logvar) * eps.transpose(0, 2, 3, 4, 1)  # the posterior's sample
             z = np.asarray(self.vae.normalize_latents(z))
             t, _ = self.info.latent_frames(call.num_frames)
@@ -196,14 +245,9 @@ class CogVideoXPipeline(VideoPipeline):
             guidance = dynamic_guidance_scales(call.guidance_scale, np.asarray(state.timesteps), call.num_inference_steps)
         else:
             guidance = np.full((steps,), call.guidance_scale, np.float32)
-        step_noise = call.extra.get("step_noise")
+        step_noise = call.extra.get("step_noise")  # its shape and values checked by check_noise
         if step_noise is not None:
-            step_noise = finite_array("step_noise", step_noise)
-            want = (steps,) + self.latent_shape(self.info, call)
-            if step_noise.shape != want:
-                raise InputError(f"step_noise has shape {tuple(step_noise.shape)}, expected {want} = (steps, batch, "
-                                 "latent frames, channels, height / 8, width / 8)")
-            step_noise = jnp.transpose(jnp.asarray(step_noise), (0, 1, 2, 4, 5, 3))
+            step_noise = jnp.transpose(jnp.asarray(step_noise, jnp.float32), (0, 1, 2, 4, 5, 3))
         ofs = jnp.full((1,), 2.0, jnp.float32) if self.info.transformer_config.has_ofs else None
         args = (embeds, jnp.asarray(guidance), ofs, cond.get("image_latents"), step_noise)
         arg_axes = (None, (None,), None, None,

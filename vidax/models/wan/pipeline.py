@@ -31,7 +31,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import CheckpointError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
-from vidax.pipelines.base import VideoPipeline, cfg_pair
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task, prompt_clean
 from vidax.pipelines.experts import Experts, expert_for_steps
@@ -86,6 +86,29 @@ class WanPipeline(VideoPipeline):
         s = v.spatial_compression
         return (call.batch, v.z_dim, (call.num_frames - 1) // v.temporal_compression + 1,
                 call.height // s, call.width // s)
+
+    @classmethod
+    def size_limits(cls, info: WanInfo) -> SizeLimits:
+        """The RoPE tables have ``rope_max_seq_len`` (M) rows per axis: at most M patches along
+        frames, rows and columns, i.e. height <= M x VAE x p_h, width <= M x VAE x p_w (each the
+        largest multiple of ``size_multiple`` below), and M x p_t latent frames, i.e.
+        ``(M p_t - 1) x temporal compression + 1`` frames."""
+        cfg, vae = info.transformer_configs[0], info.vae_config
+        m, (pt, ph, pw), s = cfg.rope_max_seq_len, cfg.patch_size, vae.spatial_compression
+        mh, mw = info.size_multiple
+        return SizeLimits(height=m * s * ph // mh * mh, width=m * s * pw // mw * mw,
+                          num_frames=(m * pt - 1) * vae.temporal_compression + 1,
+                          reason=f"rope_max_seq_len={m} patches per axis in {info.checkpoint.config_file('transformer')}, "
+                                 f"patches {pt}x{ph}x{pw}, VAE {vae.temporal_compression}x{s}x{s}")
+
+    @classmethod
+    def model_size(cls, info: WanInfo, call) -> ModelSize:
+        """Video patches of one sample (the text goes in through cross-attention)."""
+        cfg = info.transformer_configs[0]
+        _, _, t, h, w = cls.latent_shape(info, call)
+        pt, ph, pw = cfg.patch_size
+        return ModelSize(tokens=(t // pt) * (h // ph) * (w // pw), hidden_size=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
+                         num_layers=cfg.num_layers)
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
