@@ -18,7 +18,7 @@ import vidax
 from tests.parity.cogvideox_reference import CALL, PROMPTS, build_reference, run_reference
 from tests.parity.helpers import psnr
 from vidax.errors import InputError
-from vidax.models.cogvideox.pipeline import decoded_frames
+from vidax.models.cogvideox.vae import decoded_frames
 
 FRAME_COUNTS = (16, 17, 40, 41, 49, 81)
 

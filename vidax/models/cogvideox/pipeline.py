@@ -30,6 +30,7 @@ from vidax.errors import InputError
 from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
+from vidax.models.cogvideox.vae import decoded_frames
 from vidax.parallel.mesh import check_heads
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array
 from vidax.pipelines.checkpoint import Checkpoint
@@ -49,13 +50,6 @@ def dynamic_guidance_scales(guidance_scale: float, timesteps: Sequence[int], num
         [1 + guidance_scale * ((1 - math.cos(math.pi * ((n - int(t)) / n) ** 5.0)) / 2) for t in timesteps],
         np.float32,
     )
-
-
-def decoded_frames(latent_frames: int, temporal_compression: int) -> int:
-    """Frames the CogVideoX VAE decodes from ``latent_frames``: ``k T`` for even T, ``k (T-1) + 1``
-    for odd T (its 2-latent-frame decode chunks, the odd remainder in the first)."""
-    t, k = latent_frames, temporal_compression
-    return k * t if t % 2 == 0 else k * (t - 1) + 1
 
 
 class CogVideoXPipeline(VideoPipeline):

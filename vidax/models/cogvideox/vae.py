@@ -774,6 +774,13 @@ class CogVideoXVAE(nnx.Module):
         return np.concatenate(outs, axis=1)
 
 
+def decoded_frames(latent_frames: int, temporal_compression: int) -> int:
+    """Frames the CogVideoX VAE decodes from ``latent_frames``: ``k T`` for even T, ``k (T-1) + 1``
+    for odd T (its 2-latent-frame decode chunks, the odd remainder in the first)."""
+    t, k = latent_frames, temporal_compression
+    return k * t if t % 2 == 0 else k * (t - 1) + 1
+
+
 def temporal_chunks(num_frames: int, batch: int) -> list[tuple[int, int]]:
     """The reference's frame ranges ``[start, end)``: ``max(n // b, 1)`` chunks, remainder first.
 
