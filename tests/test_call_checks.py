@@ -170,7 +170,7 @@ def test_api_errors_name_keywords(pipe, kwargs, message):
 
 def test_inspect_parses_mesh_first(ckpt):
     r = _cli("inspect", ckpt, "--mesh", "3xfoo")
-    assert r.exit_code == 2 and "is not a mesh description" in r.stderr
+    assert r.exit_code == 2 and "--mesh '3xfoo' is not a mesh description" in r.stderr
     assert r.stdout == ""  # nothing of the description printed before the refusal
 
 

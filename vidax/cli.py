@@ -294,7 +294,7 @@ def inspect(
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))
     except VidaxError as e:
-        _fail(str(e))
+        _fail(re.sub(r"\bmesh=", "--mesh ", str(e)))
 
 
 def main() -> None:
