@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from vidax.errors import ConfigError
 from vidax.registry import ComponentSpec, Family
 from vidax.schedulers.base import Scheduler
 from vidax.schedulers.ddim_cogvideox import (
@@ -64,7 +65,11 @@ def scheduler_from_config(
     """
     from vidax.registry import registry
 
-    spec = registry().component(config.get("_class_name"), "scheduler", source=f"{source}: _class_name")
+    name = config.get("_class_name")
+    spec = registry().find_component(name)
+    if spec is None or spec.kind != "scheduler":
+        valid = sorted(s.class_name for s in registry().components("scheduler"))
+        raise ConfigError(f"{source}: _class_name={name!r} is not a scheduler vidax implements; valid: {valid}.")
     return spec.config_class().from_config({**config, **overrides}, source=source)
 
 
