@@ -327,6 +327,8 @@ class WanTransformer3DModel(nnx.Module):
     #: The stacked layers (what block streaming and the staging plan count).
     block_stacks = ("blocks",)
 
+    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
+    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
     def __init__(
         self,
         config: WanTransformerConfig,
