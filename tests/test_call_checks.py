@@ -314,3 +314,54 @@ def test_cli_large_size_warning_names_flags(broken, tmp_path, caplog):
     warnings = [rec.getMessage() for rec in caplog.records if "far beyond" in rec.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640, --num-frames 17 is far beyond "
                                                          "this checkpoint's default 96x160"), warnings
+
+
+# --------------------------------------------------------------------------- review fixes
+def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
+    """Found in review: a Wan image list, a bad _vidax_call_defaults and a family module that
+    does not import are each one error before any weight is read (``broken`` has unreadable
+    transformer weights), never a traceback."""
+    import json
+
+    from vidax.errors import ConfigError
+    from vidax.models.wan.pipeline import WanPipeline
+    from vidax.pipelines.checkpoint import Checkpoint
+
+    img = np.zeros((32, 48, 3), np.uint8)
+    import dataclasses
+
+    info = WanPipeline.read_checkpoint(Checkpoint.open(broken))
+    info = dataclasses.replace(info, tasks=("t2v", "i2v"))  # as TI2V-5B: image-to-video too
+    with pytest.raises(InputError, match="one image for the whole batch"):
+        WanPipeline.check_call(info, "a cat", image=[img, img], **SMALL)
+    index = json.loads(open(os.path.join(broken, "model_index.json")).read())
+    for bad in ({"height": 96.0}, [96], {"fps": 0}):
+        dst = tmp_path / f"bad{len(os.listdir(tmp_path))}"
+        shutil.copytree(broken, dst)
+        (dst / "model_index.json").write_text(json.dumps({**index, "_vidax_call_defaults": bad}))
+        r = _cli("generate", "-p", "a cat", "--checkpoint", str(dst), "-o", str(tmp_path / "x.mp4"))
+        assert r.exit_code == 2 and "_vidax_call_defaults" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    monkeypatch.setenv("VIDAX_FAMILIES", "no_such_family_module")
+    with pytest.raises(ConfigError, match="family module 'no_such_family_module'.*does not import"):
+        vidax.load_pipeline(broken)
+    r = _cli("inspect", broken)
+    assert r.exit_code == 2 and "no_such_family_module" in r.stderr
+
+
+def test_staging_counts_the_text_encoder_at_its_own_dtype(ckpt, monkeypatch):
+    """CogVideoX loads T5 in float32 under a bfloat16 transformer: the staging plan counts it so."""
+    from vidax.pipelines import staging as staging_mod
+
+    paths = {n: os.path.join(ckpt, n) for n in ("transformer", "text_encoder", "vae")}
+    te32 = staging_mod.component_bytes(paths["text_encoder"], np.float32)["total"]
+    seen = []
+    real = staging_mod.component_bytes
+
+    def spy(folder, dtype, *args):
+        seen.append((os.path.basename(folder), np.dtype(dtype).name))
+        return real(folder, dtype, *args)
+
+    monkeypatch.setattr(staging_mod, "component_bytes", spy)
+    monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: 10 * te32)
+    staging_mod.plan_pipeline_staging(paths, "bfloat16", np.float32, None, text_encoder_dtype=np.float32)
+    assert ("text_encoder", "float32") in seen and ("transformer", "bfloat16") in seen

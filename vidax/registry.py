@@ -142,7 +142,8 @@ class Registry:
         modules: packages exporting ``FAMILY``.
 
     Raises:
-        ConfigError: a module without a ``FAMILY``, or a class name registered twice.
+        ConfigError: a module that does not import or has no ``FAMILY``, or a class name
+            registered twice.
     """
 
     def __init__(self, modules: tuple[str, ...]):
@@ -150,7 +151,12 @@ class Registry:
         self._pipelines: dict[str, PipelineSpec] = {}
         self._components: dict[str, ComponentSpec] = {}
         for name in modules:
-            family = getattr(importlib.import_module(name), "FAMILY", None)
+            try:
+                module = importlib.import_module(name)
+            except ImportError as e:
+                raise ConfigError(f"family module {name!r} (from vidax.registry.FAMILIES or ${ENV_VAR}) does not "
+                                  f"import: {e}") from None
+            family = getattr(module, "FAMILY", None)
             if not isinstance(family, Family):
                 raise ConfigError(f"{name} registers no vidax family (no FAMILY = vidax.registry.Family(...))")
             self.families.append(family)

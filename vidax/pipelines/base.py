@@ -309,7 +309,8 @@ class VideoPipeline:
 
     # ================================================================== family hooks (call)
     def check_components(self) -> None:
-        """Checks of the loaded (or user-replaced) components before a call (raise InputError)."""
+        """Checks of the loaded components before a call (raise InputError); the scheduler is the
+        one component a user may replace (``pipe.scheduler = ...``), as in diffusers."""
 
     def encode_text(self, texts: list[str], max_sequence_length: int) -> jax.Array:
         """Text embeddings (len(texts), L, D) as the reference's prompt encoding (the text
@@ -549,8 +550,10 @@ class VideoPipeline:
         dtype = parse_dtype(dtype)
         mesh = resolve_mesh(mesh)
         offload = resolve_offload(offload)
-        staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh)
-        modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, **options)
+        staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
+                                   options.get("text_encoder_dtype", dtype))
+        modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
+                                      offload_experts=offload_experts, **options)
         staging.attach(**{n: modules.get(n) for n in cls.stageable})
         load_s = time.perf_counter() - t0
         if stats is not None:
@@ -559,14 +562,17 @@ class VideoPipeline:
                    offload_experts=offload_experts, load_s=load_s)
 
     @classmethod
-    def plan_staging(cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any) -> Staging:
-        """Which stageable components wait in host memory (:func:`plan_pipeline_staging`)."""
+    def plan_staging(cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any,
+                     text_encoder_dtype: Any = None) -> Staging:
+        """Which stageable components wait in host memory (:func:`plan_pipeline_staging`), each
+        counted at the dtype it is loaded in."""
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
         paths = {"transformer": ckpt.folder(info.transformers[0])}
         paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
         return plan_pipeline_staging(paths, dtype, parse_dtype(vae_dtype), offload, mesh,
-                                     blocks_prefixes=spec.block_stacks)
+                                     blocks_prefixes=spec.block_stacks,
+                                     text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype))
 
     # ================================================================== the call
     def __call__(self, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> VideoPipelineOutput:
@@ -595,8 +601,7 @@ class VideoPipeline:
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call`."""
         self.check_components()
-        stats = RunStats(load_s=self._pending_load_s)
-        self._pending_load_s = 0.0
+        stats = RunStats(load_s=self._pending_load_s)  # reported by the first call that completes
         with stats.timed("text_encode_s"):
             embeds = self.encode_prompt(prompt_texts(call), call.max_sequence_length)
             embeds = jnp.repeat(embeds, call.num_videos_per_prompt, axis=0).astype(self.dtype)
@@ -615,6 +620,7 @@ class VideoPipeline:
         else:
             frames = self.decode(call, x, stats)
         stats.sample_memory()
+        self._pending_load_s = 0.0
         return VideoPipelineOutput(frames=frames, stats=stats)
 
     def denoise(self, call: Call, x: jax.Array, state: Any, embeds: jax.Array, cond: dict,
@@ -653,7 +659,7 @@ class VideoPipeline:
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
         stacks = offloaded_stacks(module)
-        key = (do_cfg, graphdef, self.step_key())
+        key = (do_cfg, graphdef, self.step_key(), len(stacks))
         if key in self._step_fns:
             fn = self._step_fns[key]
             return fn.for_blocks(stacks) if stacks else fn

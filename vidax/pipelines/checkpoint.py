@@ -172,11 +172,14 @@ class CallDefaults:
             ConfigError: an unknown key or a value that is not a positive number.
         """
         given = checkpoint.index.get(self.INDEX_KEY) or {}
-        names = {f.name for f in dataclasses.fields(self)}
-        for key, value in dict(given).items():
-            if key not in names or isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if not isinstance(given, dict):
+            raise ConfigError(f"{checkpoint.source}: {self.INDEX_KEY} must be an object, got {given!r}")
+        kinds = {f.name: float if f.name == "guidance_scale" else int for f in dataclasses.fields(self)}
+        for key, value in given.items():
+            ok = key in kinds and not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+            if not ok or (kinds[key] is int and not isinstance(value, int)):
                 raise ConfigError(f"{checkpoint.source}: {self.INDEX_KEY}.{key}={value!r}; keys are "
-                                  f"{sorted(names)}, values positive numbers")
+                                  f"{sorted(kinds)}, values positive numbers (integers but guidance_scale)")
         return dataclasses.replace(self, **given)
 
 

@@ -174,11 +174,13 @@ class Staging:
 
 
 def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, offload: OffloadConfig | None,
-                          mesh: Any = None, blocks_prefixes: tuple[str, ...] = ("blocks",)) -> Staging:
+                          mesh: Any = None, blocks_prefixes: tuple[str, ...] = ("blocks",),
+                          text_encoder_dtype: Any = None) -> Staging:
     """The :class:`Staging` of a pipeline whose component folders are ``paths`` (keys
     ``transformer``, ``text_encoder``, ``vae``), decided by :func:`plan_staging` from the
     checkpoint headers: the transformer and text encoder at ``dtype`` divided over the mesh's
-    ``tensor`` axis (their weights are tensor-parallel), the VAE at ``vae_dtype``; with
+    ``tensor`` axis (their weights are tensor-parallel; the text encoder at ``text_encoder_dtype``
+    when it loads in another one), the VAE at ``vae_dtype``; with
     streamed blocks the transformer counts its non-block weights plus two chunks of each of its
     block stacks (``blocks_prefixes``, the registry's ``ComponentSpec.block_stacks``)."""
     offload = offload or OffloadConfig()
@@ -195,7 +197,7 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
                 resident += 2 * nbytes / layers * offload.layers_per_chunk(layers) - nbytes
     sizes = {"transformer": resident / tp}
     if "text_encoder" in paths:
-        sizes["text_encoder"] = component_bytes(paths["text_encoder"], dtype)["total"] / tp
+        sizes["text_encoder"] = component_bytes(paths["text_encoder"], text_encoder_dtype or dtype)["total"] / tp
     if "vae" in paths:
         sizes["vae"] = component_bytes(paths["vae"], vae_dtype)["total"]
     staged = plan_staging(keep, sizes, limit)

@@ -28,7 +28,7 @@ import numpy as np
 
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import CheckpointError
+from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
@@ -112,6 +112,9 @@ class WanPipeline(VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
+        if isinstance(call.image, (list, tuple)):
+            raise InputError(f"image is a list of {len(call.image)}; the Wan pipelines take one image for the "
+                             "whole batch, as diffusers' WanImageToVideoPipeline")
         if call.image is not None and info.has_image_encoder and call.max_sequence_length != 512:
             logger.warning(
                 "max_sequence_length=%s: diffusers' WanImageToVideoPipeline assumes 512 text tokens when it "
