@@ -28,3 +28,12 @@ def _torch_threads():
     except ImportError:  # tests that need torch import it themselves and fail loudly
         return
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def ckpt(tmp_path_factory):
+    """The embedded tiny checkpoint, built once per session into a temporary cache (tests only
+    read it; a module needing another checkpoint defines its own ``ckpt``)."""
+    from vidax.default_checkpoint import default_checkpoint
+
+    return default_checkpoint(str(tmp_path_factory.mktemp("cache")))

@@ -12,17 +12,11 @@ from typer.testing import CliRunner
 
 import vidax
 from vidax.cli import app
-from vidax.default_checkpoint import default_checkpoint
 from vidax.errors import CheckpointError, InputError, NumericalError
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
 SMALL_FLAGS = ["--height", "32", "--width", "48", "--num-frames", "5", "--num-inference-steps", "2",
                "--max-sequence-length", "16", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return default_checkpoint(str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(scope="module")

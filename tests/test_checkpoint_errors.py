@@ -10,18 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from vidax.default_checkpoint import default_checkpoint
 from vidax.errors import CheckpointError
 from vidax.weights import CheckpointReader, save_safetensors
 
 TINY = ("--height", "32", "--width", "32", "--num-frames", "5", "--num-inference-steps", "1",
         "--max-sequence-length", "16", "--no-progress")
 WEIGHTS = os.path.join("transformer", "diffusion_pytorch_model.safetensors")
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return default_checkpoint(str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture

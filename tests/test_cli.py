@@ -12,17 +12,12 @@ import pytest
 
 from tests.paths import REFERENCE_CONFIGS
 import vidax
-from vidax.default_checkpoint import NAME, default_checkpoint
+from vidax.default_checkpoint import NAME
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.io.video import read_video
 from vidax.weights import CheckpointReader, save_safetensors
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return default_checkpoint(str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture(scope="module")
