@@ -371,6 +371,10 @@ class VideoPipeline:
         """The latents the VAE decodes (e.g. without padding frames)."""
         return latents
 
+    def decode_input(self, call: Call, z: jax.Array) -> jax.Array:
+        """The de-normalised latents as the VAE decodes them (e.g. with decode noise mixed in)."""
+        return z
+
     def decode_kwargs(self, call: Call) -> dict:
         """Conditioning the VAE decode takes (e.g. a decode timestep)."""
         return {}
@@ -699,7 +703,7 @@ class VideoPipeline:
         """Frames float32 (B, F, H, W, 3) in [0, 1] through the VAE contract: its own latent
         de-normalisation, then its chunks decoded one by one (each moved to the host as it ends)."""
         with stats.timed("decode_s"):
-            z = self.vae.denormalize_latents(self.latents_to_decode(call, latents))
+            z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
             chunks = []
             n = self.vae.decode_chunks(z)
             with self.staging.on_device("vae"):
