@@ -225,3 +225,24 @@ def test_nearest_resize_matches_torch():
         m = g.standard_normal((2, *src)).astype(np.float32)
         want = torch.nn.functional.interpolate(torch.from_numpy(m)[:, None], size=dst, mode="nearest")[:, 0].numpy()
         np.testing.assert_array_equal(np.asarray(_nearest_resize(m, dst)), want)  # numpy: no compiles
+
+
+def test_mesh_dp2_tp2_sp2_padded_tokens(tmp_path_factory):
+    """On a (data 2, tensor 2, sequence 2) mesh of fake CPU devices (tests/conftest.py), with 4
+    heads and 45 tokens (padded to 46 for sp=2, the pad masked and dropped; the per-frame
+    modulation gathered onto the padded tokens), the model equals the reference. The sharded
+    program sums matmul partials in another order: still within the fp32 tolerance."""
+    import jax
+
+    from vidax.models.cosmos.convert import TRANSFORMER_PARAM_AXES
+    from vidax.parallel.mesh import make_mesh
+    from vidax.parallel.placement import check_sharded
+
+    ref, _, path = _make(tmp_path_factory, dict(PREDICT, num_attention_heads=4), seed=2)
+    mesh = make_mesh(2, 2, 2, devices=jax.devices()[:8])
+    model = load_transformer(path, mesh=mesh)
+    check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
+    x, ts, txt, cond, pad = _predict_inputs(8)
+    err = max_rel_err(_run(model, x, ts, txt, cond, pad), _ref(ref, x, ts, txt, cond, pad))
+    print(f"mesh (2, 2, 2) fp32 max_rel_err={err:.2e}")
+    assert err < FP32_TOL
