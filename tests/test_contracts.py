@@ -33,6 +33,10 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,
+                                     num_layers=2, text_embed_dim=20, adaln_lora_dim=10, max_size=(8, 16, 16),
+                                     extra_pos_embed_type=None, use_crossattn_projection=True,
+                                     crossattn_proj_in_channels=28, encoder_hidden_states_channels=20),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

@@ -123,10 +123,11 @@ def linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs, use_bias: bo
 
 
 class GELUProj(nnx.Module):
-    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf."""
+    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf; ``use_bias=False``
+    is its ``bias=False`` (no ``proj`` bias)."""
 
-    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs):
-        self.proj = linear(din, dout, dtype, param_dtype, rngs)
+    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs, use_bias: bool = True):
+        self.proj = linear(din, dout, dtype, param_dtype, rngs, use_bias)
         self.approximate = approximate
 
     def __call__(self, x):
@@ -134,14 +135,15 @@ class GELUProj(nnx.Module):
 
 
 class FeedForward(nnx.Module):
-    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``."""
+    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``;
+    ``use_bias=False`` is its ``bias=False`` (neither linear has a bias, as Cosmos's)."""
 
-    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs):
+    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs, use_bias: bool = True):
         self.net = nnx.List(
             [
-                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs),
+                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs, use_bias),
                 Identity(),
-                linear(inner, dim_out, dtype, param_dtype, rngs),
+                linear(inner, dim_out, dtype, param_dtype, rngs, use_bias),
             ]
         )
 
