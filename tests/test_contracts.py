@@ -33,6 +33,10 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "HunyuanVideoTransformer3DModel": dict(
+        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
+        num_single_layers=3, num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, pooled_projection_dim=12,
+        rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
