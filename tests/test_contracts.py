@@ -37,6 +37,10 @@ TINY = {
                                      num_layers=2, text_embed_dim=20, adaln_lora_dim=10, max_size=(8, 16, 16),
                                      extra_pos_embed_type=None, use_crossattn_projection=True,
                                      crossattn_proj_in_channels=28, encoder_hidden_states_channels=20),
+    "HunyuanVideoTransformer3DModel": dict(
+        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
+        num_single_layers=3, num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, pooled_projection_dim=12,
+        rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

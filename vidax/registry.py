@@ -31,6 +31,7 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.wan",
     "vidax.models.cogvideox",
     "vidax.models.cosmos",
+    "vidax.models.hunyuan_video",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).

@@ -2,7 +2,8 @@
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
 LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
-channels-last video and the sinusoidal timestep embedding. Statistics and the timestep embedding
+channels-last video and its inverses (both feature orders), the Conv3d patch embedding and the
+sinusoidal timestep embedding with its MLP. Statistics and the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
@@ -176,6 +177,20 @@ def unpatchify(x: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, 
     return x.reshape(b, t * pt, h * ph, w * pw, x.shape[-1])
 
 
+def unpatchify_channels_first(x: jax.Array, grid: tuple[int, int, int], pt: int, p: int) -> jax.Array:
+    """Tokens whose features are ordered ``(C, p_t, p_h, p_w)`` -> video: ``(B, t·h·w, C·p_t·p·p)``
+    -> ``(B, t·p_t, h·p, w·p, C)``.
+
+    The reference's ``reshape(B, t, h, w, C, p_t, p, p).permute(0, 4, 1, 5, 2, 6, 3, 7)`` (CogVideoX
+    1.5, HunyuanVideo ``proj_out``) in channels-last order.
+    """
+    b = x.shape[0]
+    t, h, w = grid
+    x = x.reshape(b, t, h, w, -1, pt, p, p)
+    x = x.transpose(0, 1, 5, 2, 6, 3, 7, 4)
+    return x.reshape(b, t * pt, h * p, w * p, x.shape[-1])
+
+
 def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
     """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``.
 
@@ -198,3 +213,38 @@ def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
     if dim % 2:
         emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
     return emb
+
+
+class PatchEmbedding(nnx.Module):
+    """``nn.Conv3d(C_in, D, kernel=stride=patch)`` as patchify + matmul.
+
+    ``kernel`` is ``(p_t, p_h, p_w, C_in, D)`` (the loader's conv3d layout), ``bias`` ``(D,)``.
+    Input ``(B, T, H, W, C_in)`` -> tokens ``(B, L, D)`` in frame-major, then row, then column
+    order (the reference's ``flatten(2)``).
+    """
+
+    def __init__(self, patch, cin, dim, dtype, param_dtype, rngs: nnx.Rngs):
+        self.patch = tuple(patch)
+        self.dtype = dtype
+        fan_in = cin * math.prod(patch)
+        self.kernel = nnx.Param(
+            jax.random.normal(rngs.params(), (*patch, cin, dim), param_dtype) / math.sqrt(fan_in)
+        )
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cols = patchify(x, self.patch)
+        kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
+        y = matmul("blc,cd->bld", cols, kernel, self.dtype)
+        return y + self.bias[...].astype(self.dtype)
+
+
+class TimestepEmbedding(nnx.Module):
+    """diffusers ``TimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, run in float32."""
+
+    def __init__(self, cin, dim, rngs):
+        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
