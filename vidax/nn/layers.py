@@ -1,7 +1,8 @@
 """Layers and functions shared by the model families' transformers.
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
-LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
+LayerNorm and RMSNorm, the GELU feed-forward network, the timestep MLP and the PixArt-alpha
+text projection, ``(p_t, p_h, p_w)`` patchify of
 channels-last video and the sinusoidal timestep embedding. Statistics and the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
@@ -149,6 +150,30 @@ class FeedForward(nnx.Module):
         for layer in self.net:
             x = layer(x)
         return x
+
+
+class TimestepEmbedding(nnx.Module):
+    """diffusers ``TimestepEmbedding`` (``act_fn="silu"``): ``linear_2(silu(linear_1(x)))``, parameters
+    and arithmetic in float32 whatever the model dtype (Wan, LTX-Video)."""
+
+    def __init__(self, cin, dim, rngs):
+        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
+
+
+class TextProjection(nnx.Module):
+    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu_tanh(linear_1(x)))``
+    in ``dtype`` (Wan's text embedder, LTX-Video's caption projection)."""
+
+    def __init__(self, cin, dim, dtype, param_dtype, rngs):
+        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
+        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
 
 
 def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:

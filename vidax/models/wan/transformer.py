@@ -45,6 +45,8 @@ from vidax.nn.layers import (
     Identity,
     LayerNorm,
     RMSNorm,
+    TextProjection,
+    TimestepEmbedding,
     linear,
     matmul,
     patchify,
@@ -87,28 +89,6 @@ class PatchEmbedding(nnx.Module):
         kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
         y = matmul("blc,cd->bld", cols, kernel, self.dtype)
         return y + self.bias[...].astype(self.dtype)
-
-
-class TimestepEmbedding(nnx.Module):
-    """diffusers ``TimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, run in float32."""
-
-    def __init__(self, cin, dim, rngs):
-        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
-        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
-
-
-class TextProjection(nnx.Module):
-    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu(linear_1(x)))``."""
-
-    def __init__(self, cin, dim, dtype, param_dtype, rngs):
-        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
-        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
 
 
 class WanImageEmbedding(nnx.Module):
