@@ -33,6 +33,8 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
+                                       cross_attention_dim=28, num_layers=2, caption_channels=20),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
