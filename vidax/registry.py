@@ -32,6 +32,7 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.cogvideox",
     "vidax.models.cosmos",
     "vidax.models.hunyuan_video",
+    "vidax.models.ltx",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).

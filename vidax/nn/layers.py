@@ -2,8 +2,9 @@
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
 LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
-channels-last video and its inverses (both feature orders), the Conv3d patch embedding and the
-sinusoidal timestep embedding with its MLP. Statistics and the timestep embedding
+channels-last video and its inverses (both feature orders), the Conv3d patch embedding, the
+sinusoidal timestep embedding with its MLP and the PixArt-alpha text projection. Statistics and
+the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
@@ -154,6 +155,30 @@ class FeedForward(nnx.Module):
         return x
 
 
+class TimestepEmbedding(nnx.Module):
+    """diffusers ``TimestepEmbedding`` (``act_fn="silu"``): ``linear_2(silu(linear_1(x)))``, parameters
+    and arithmetic in float32 whatever the model dtype (Wan, LTX-Video, HunyuanVideo)."""
+
+    def __init__(self, cin, dim, rngs):
+        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
+
+
+class TextProjection(nnx.Module):
+    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu_tanh(linear_1(x)))``
+    in ``dtype`` (Wan's text embedder, LTX-Video's caption projection)."""
+
+    def __init__(self, cin, dim, dtype, param_dtype, rngs):
+        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
+        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
+
+
 def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:
     """``(B, T, H, W, C)`` -> ``(B, t·h·w, p_t·p_h·p_w·C)``, features ordered ``(p_t, p_h, p_w, C)``."""
     b, t, h, w, c = x.shape
@@ -237,14 +262,3 @@ class PatchEmbedding(nnx.Module):
         kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
         y = matmul("blc,cd->bld", cols, kernel, self.dtype)
         return y + self.bias[...].astype(self.dtype)
-
-
-class TimestepEmbedding(nnx.Module):
-    """diffusers ``TimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, run in float32."""
-
-    def __init__(self, cin, dim, rngs):
-        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
-        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))

@@ -46,6 +46,7 @@ from vidax.nn.layers import (
     LayerNorm,
     PatchEmbedding,
     RMSNorm,
+    TextProjection,
     TimestepEmbedding,
     linear,
     timestep_sinusoid,
@@ -65,15 +66,6 @@ _F32 = jnp.float32
 # Embeddings
 
 
-class TextProjection(nnx.Module):
-    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu(linear_1(x)))``."""
-
-    def __init__(self, cin, dim, dtype, param_dtype, rngs):
-        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
-        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
 
 
 class WanImageEmbedding(nnx.Module):
