@@ -20,7 +20,7 @@ from tests.parity.cogvideox_reference import VAE as COG_VAE
 from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.pipelines.common import TASK_NAMES
-from vidax.pipelines.contracts import PROTOCOLS
+from vidax.pipelines.contracts import PROTOCOLS, PooledTextEncoder
 from vidax.registry import FAMILIES, KINDS, registry
 
 #: A tiny config of every component class with a model (the fields they need, others default).
@@ -31,6 +31,8 @@ TINY = {
     "T5EncoderModel": {**dc.TEXT_ENCODER, "model_type": "t5", "architectures": ["T5EncoderModel"]},
     "CLIPVisionModel": dict(hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3,
                             image_size=28, patch_size=14, projection_dim=12),
+    "CLIPTextModel": dict(vocab_size=50, hidden_size=36, intermediate_size=50, num_hidden_layers=2,
+                          num_attention_heads=3, max_position_embeddings=16),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
     "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,
@@ -76,6 +78,16 @@ def test_component_keeps_its_protocol(spec):
         assert cfg.spatial_compression >= 1 and cfg.temporal_compression >= 1
     if spec.param_axes is not None:
         assert isinstance(spec.axes(), tuple) and spec.axes()
+
+
+#: Text encoders that also give a pooled vector per prompt (HunyuanVideo's pooled projections).
+POOLED = ("CLIPTextModel",)
+
+
+@pytest.mark.parametrize("name", POOLED)
+def test_pooled_text_encoder_keeps_its_protocol(name):
+    spec = next(s for s in MODELED if s.class_name == name)
+    assert isinstance(_abstract(spec)[1], PooledTextEncoder)
 
 
 PIPELINES = list(registry().pipelines())
