@@ -141,6 +141,9 @@ def test_config_forms_and_refusals():
     a, b = Qwen25VLTextConfig.from_config_dict(flat), Qwen25VLTextConfig.from_config_dict(nested)
     assert a == b and a.head_dim == 8 and a.mrope_section == (1, 1, 2) and a.rope_theta == 1000.0
     assert (a.qkv_bias, a.o_bias, a.mlp_bias) == (True, False, False)
+    # Without a rope_theta anywhere, the reference's Qwen2.5-VL default 1e6 (not Llama's 1e4).
+    del flat["rope_theta"]
+    assert Qwen25VLTextConfig.from_config_dict(flat).rope_theta == 1e6
     for key, value, match in (
         ("use_sliding_window", True, "use_sliding_window"),
         ("rope_scaling", {"type": "yarn", "factor": 4.0}, "yarn"),

@@ -114,8 +114,8 @@ def _positive_int(source: str, name: str, value: Any) -> None:
 
 def _pop_rope(raw: dict[str, Any], source: str, mrope: bool = False) -> dict[str, Any]:
     """Remove the RoPE keys (``rope_scaling`` / ``rope_parameters`` / ``rope_theta`` /
-    ``partial_rotary_factor``) from ``raw``; return ``{"rope_theta": ...}`` (and, with ``mrope``,
-    the ``mrope_section`` found in the RoPE dict).
+    ``partial_rotary_factor``) from ``raw``; return ``{"rope_theta": ...}`` when the file gives
+    one (and, with ``mrope``, the ``mrope_section`` found in the RoPE dict).
 
     With ``mrope`` (Qwen2.5-VL) a ``rope_type`` / ``type`` of ``"mrope"`` is read as
     ``"default"``, as transformers' ``Qwen2_5_VLTextConfig`` does. The rest is checked by
@@ -140,7 +140,10 @@ def _pop_rope(raw: dict[str, Any], source: str, mrope: bool = False) -> dict[str
         rope = TextRope.from_config_dict(view)
     except ConfigError as e:
         raise ConfigError(f"{source}: {str(e).removeprefix('config.json: ')}") from None
-    out["rope_theta"] = rope.theta
+    given = "rope_theta" in rope_keys or any(
+        isinstance(rope_keys.get(k), Mapping) and "rope_theta" in rope_keys[k] for k in ("rope_scaling", "rope_parameters"))
+    if given:  # else the config class's default (the reference's: Llama 1e4, Qwen2.5-VL 1e6)
+        out["rope_theta"] = rope.theta
     return out
 
 
