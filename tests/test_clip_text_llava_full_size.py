@@ -48,14 +48,14 @@ def test_reference_configs_present():
 
 
 def _match(make, ref, rules, stacked_layers: int) -> int:
-    """Every reference key the rules select maps to a parameter of the same shape, every
+    """Every reference key the rules do not declare unused maps to a parameter of the same shape, every
     parameter is filled, and the counts agree. Returns the count."""
     _, abstract = abstract_params(make)
     ours = {path_str(p): tuple(v.get_value().shape) for p, v in abstract.items()}
     covered: dict[str, set] = {}
     n_ref = 0
     for key, tensor in ref.state_dict().items():
-        if not rules.selects(key):
+        if rules.is_unused(key):
             continue
         n_ref += tensor.numel()
         target, layer = rules.split(key)

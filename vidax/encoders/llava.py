@@ -15,7 +15,7 @@ the result in place of the image tokens. This module is the image half, as
 
 The splicing of the features into the token sequence belongs to the pipeline, the Llama
 language model to :mod:`vidax.encoders` 's decoder LM; the checkpoint file holds all three, and
-:func:`load_llava_vision` reads only the vision tower and projector tensors (``KeyRules.select``)
+:func:`load_llava_vision` reads only the vision tower and projector tensors (the language model's are ``KeyRules.unused``)
 and leaves the ``language_model`` / ``lm_head`` tensors to the language model's loader.
 
 Checkpoint keys: ``LlavaForConditionalGeneration.save_pretrained`` of transformers 5.24 writes
@@ -58,10 +58,10 @@ from vidax.parallel.placement import logical_placement
 from vidax.weights.loader import KeyRules, Placement, load_module
 from vidax.weights.safetensors_io import CheckpointReader
 
-#: Source-key prefixes of the tensors :func:`load_llava_vision` reads, in all three layouts.
-LLAVA_VISION_PREFIXES = (
-    "vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
-)  # fmt: skip
+#: Source-key prefixes of the language model's tensors in a LLaVA file (transformers 4 and 5
+#: layouts): another loader's (:func:`vidax.encoders.decoder_lm.load_llama_text_encoder`), so
+#: :func:`load_llava_vision` consumes them unread; any other key it does not map is unexpected.
+LLAVA_LANGUAGE_PREFIXES = ("language_model.", "model.language_model.", "lm_head.")
 
 #: Logical axes: the vision tower's as :data:`~vidax.encoders.clip.CLIP_PARAM_AXES`; the
 #: projector's ``linear_1`` column-parallel, ``linear_2`` row-parallel (bias added once).
@@ -230,8 +230,8 @@ class LlavaVisionEncoder(nnx.Module):
 
 def llava_vision_key_rules(keys: Any = ()) -> KeyRules:
     """Key mapping of the vision tower and projector tensors of a LLaVA checkpoint with tensor
-    names ``keys``; only :data:`LLAVA_VISION_PREFIXES` are selected (the language model's keys
-    are another loader's). ``vision_tower.encoder.layers`` is stacked; the transformers 4
+    names ``keys``; the language model's keys (:data:`LLAVA_LANGUAGE_PREFIXES`) are another
+    loader's and declared unused. ``vision_tower.encoder.layers`` is stacked; the transformers 4
     ``vision_tower.vision_model.`` and the ``model.`` prefixes are renamed away.
     """
     keys = [str(k) for k in keys]
@@ -241,7 +241,7 @@ def llava_vision_key_rules(keys: Any = ()) -> KeyRules:
                     ("model.multi_modal_projector.", "multi_modal_projector.")]  # fmt: skip
     if any(k.startswith(("vision_tower.vision_model.", "model.vision_tower.vision_model.")) for k in keys):
         renames.append(("vision_tower.vision_model.", "vision_tower."))
-    return KeyRules(stacked=("vision_tower.encoder.layers",), renames=tuple(renames), select=LLAVA_VISION_PREFIXES)
+    return KeyRules(stacked=("vision_tower.encoder.layers",), renames=tuple(renames), unused=LLAVA_LANGUAGE_PREFIXES)
 
 
 def load_llava_vision(
