@@ -33,6 +33,14 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "AutoencoderKLLTXVideo": dict(block_out_channels=[6, 12, 12, 24], down_block_types=["LTXVideo095DownBlock3D"] * 3,
+                                  downsample_type=["spatial", "temporal", "spatiotemporal"],
+                                  spatio_temporal_scaling=[True, True, True], layers_per_block=[1, 1, 1, 1],
+                                  decoder_block_out_channels=[16, 32], decoder_layers_per_block=[1, 1, 1],
+                                  decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[True, False, False],
+                                  upsample_residual=[True, True], upsample_factor=[2, 2], timestep_conditioning=True,
+                                  latent_channels=6, patch_size=2, spatial_compression_ratio=8,
+                                  temporal_compression_ratio=4),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
