@@ -51,6 +51,14 @@ TINY = {
         rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
     "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
                                        cross_attention_dim=28, num_layers=2, caption_channels=20),
+    "AutoencoderKLLTXVideo": dict(block_out_channels=[6, 12, 12, 24], down_block_types=["LTXVideo095DownBlock3D"] * 3,
+                                  downsample_type=["spatial", "temporal", "spatiotemporal"],
+                                  spatio_temporal_scaling=[True, True, True], layers_per_block=[1, 1, 1, 1],
+                                  decoder_block_out_channels=[16, 32], decoder_layers_per_block=[1, 1, 1],
+                                  decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[True, False, False],
+                                  upsample_residual=[True, True], upsample_factor=[2, 2], timestep_conditioning=True,
+                                  latent_channels=6, patch_size=2, spatial_compression_ratio=8,
+                                  temporal_compression_ratio=4),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

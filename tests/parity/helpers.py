@@ -68,18 +68,22 @@ def save_random_vae(model, seed: int, path) -> None:
     model.save_pretrained(path)
 
 
-def assert_reference_parameters(abstract, ref, rules) -> int:
+def assert_reference_parameters(abstract, ref, rules, buffers=None) -> int:
     """Check an abstract NNX module (``nnx.eval_shape``) against a reference torch module 1:1.
 
     Every reference state-dict key must map by ``rules`` (a :class:`vidax.weights.loader.KeyRules`
     without stacked prefixes) to a parameter of the same shape after the loader's layout change,
-    and back; the parameter counts must be equal. Returns the count.
+    and back; the parameter counts must be equal. ``buffers``: the ``nnx.Variable`` type of the
+    reference's persistent buffers (in its state dict, not among its parameters), if any. Returns
+    the count.
     """
     from flax import nnx
 
     from vidax.weights.loader import _target_shape_of, path_str
 
-    flat = {p: v.get_value() for p, v in nnx.to_flat_state(nnx.state(abstract, nnx.Param))}
+    kinds = nnx.Param if buffers is None else (nnx.Param, buffers)
+    flat = {p: v.get_value() for p, v in nnx.to_flat_state(nnx.state(abstract, kinds))}
+    params = {p for p, _ in nnx.to_flat_state(nnx.state(abstract, nnx.Param))}
     ours = {rules.join(p, None): (p, tuple(v.shape)) for p, v in flat.items()}
     theirs = {k: tuple(t.shape) for k, t in ref.state_dict().items()}
     only_ref, only_ours = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
@@ -87,7 +91,7 @@ def assert_reference_parameters(abstract, ref, rules) -> int:
     for key, shape in theirs.items():
         p, want = ours[key]
         assert _target_shape_of(shape, p) == want, (key, path_str(p), shape, want)
-    n_ours = sum(int(np.prod(s)) for _, s in ours.values())
+    n_ours = sum(int(np.prod(s)) for p, s in ours.values() if p in params)
     n_ref = sum(t.numel() for t in ref.parameters())
     assert n_ours == n_ref, (n_ours, n_ref)
     return n_ours

@@ -3,15 +3,16 @@
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
 LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
 channels-last video and its inverses (both feature orders), the Conv3d patch embedding, the
-sinusoidal timestep embedding with its MLP and the PixArt-alpha text projection. Statistics and
-the timestep embedding
+sinusoidal timestep embedding with its MLP (``TimestepEmbedding``,
+``PixArtAlphaCombinedTimestepSizeEmbeddings``), the PixArt-alpha text projection and the
+channels-last 2-D / 3-D convolution. Statistics and the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -261,4 +262,65 @@ class PatchEmbedding(nnx.Module):
         cols = patchify(x, self.patch)
         kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
         y = matmul("blc,cd->bld", cols, kernel, self.dtype)
+        return y + self.bias[...].astype(self.dtype)
+
+
+class PixArtTimestepEmbedding(nnx.Module):
+    """diffusers ``PixArtAlphaCombinedTimestepSizeEmbeddings(dim, size_emb_dim,
+    use_additional_conditions=False)``: 256-wide sinusoid (:func:`timestep_sinusoid`) then
+    ``timestep_embedder`` (:class:`TimestepEmbedding`), in float32.
+
+    ``timestep (B,)`` float (e.g. diffusion time in ``[0, 1000]``) -> ``(B, dim)`` float32.
+    """
+
+    def __init__(self, dim: int, rngs: nnx.Rngs):
+        self.timestep_embedder = TimestepEmbedding(256, dim, rngs)
+
+    def __call__(self, timestep: jax.Array) -> jax.Array:
+        return self.timestep_embedder(timestep_sinusoid(timestep, 256))
+
+
+_DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
+
+
+class Conv(nnx.Module):
+    """torch ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit zero padding.
+
+    Args:
+        in_channels, out_channels: ``C_in`` / ``C_out``.
+        kernel_size: ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
+        stride: per spatial axis (default 1).
+        padding: ``(low, high)`` zero padding per spatial axis (default none).
+        dtype: compute dtype; param_dtype: storage dtype of kernel and bias ``(C_out,)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Sequence[int], *,
+                 stride: Sequence[int] | None = None,
+                 padding: Sequence[tuple[int, int]] | None = None,
+                 dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
+        n = len(kernel_size)
+        self.stride = tuple(stride) if stride is not None else (1,) * n
+        self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
+        self.dtype = dtype
+        self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
+            p == (0, 0) for p in self.padding
+        )
+        shape = (*kernel_size, in_channels, out_channels)
+        self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
+        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (N, [T,] H, W, C_in)`` -> ``(N, [T',] H', W', C_out)`` in the compute dtype."""
+        x = x.astype(self.dtype)
+        kernel = self.kernel[...].astype(self.dtype)
+        if self.pointwise:
+            # A 1x1(x1) conv is a matmul over channels; XLA compiles a dot much faster.
+            y = jnp.einsum("...i,io->...o", x, kernel.reshape(kernel.shape[-2:]))
+            return y + self.bias[...].astype(self.dtype)
+        if any(p != (0, 0) for p in self.padding):
+            x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
+        y = jax.lax.conv_general_dilated(
+            x, kernel, self.stride, "VALID",
+            dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
+        )  # fmt: skip
         return y + self.bias[...].astype(self.dtype)

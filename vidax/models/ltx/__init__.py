@@ -1,9 +1,8 @@
-"""LTX-Video 0.9.x (Lightricks): the denoising transformer (VAE, latent upsampler and pipelines
-are added by their own parts).
+"""LTX-Video 0.9.x (Lightricks): the denoising transformer and the VAE.
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs),
-``transformer.py``, ``rope.py`` (model code only), ``convert.py`` (key rules, parameter axes,
-precision policies and loaders).
+``transformer.py``, ``rope.py``, ``vae.py`` (model code only), ``convert.py`` (key rules, parameter
+axes, precision policies and loaders).
 """
 
 from vidax.registry import ComponentSpec, Family
@@ -21,5 +20,11 @@ FAMILY = Family(
                       key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
                                    "out_channels", "caption_channels", "cross_attention_dim"),
                       block_stacks=("transformer_blocks",)),
+        ComponentSpec("AutoencoderKLLTXVideo", "vae", loader="vidax.models.ltx.convert:load_vae",
+                      options=("dtype", "placement", "config"), config="vidax.models.ltx.config:LTXVAEConfig",
+                      model="vidax.models.ltx.vae:LTXVideoVAE",
+                      key_configs=("latent_channels", "block_out_channels", "down_block_types",
+                                   "decoder_block_out_channels", "timestep_conditioning", "patch_size",
+                                   "scaling_factor")),
     ),
 )

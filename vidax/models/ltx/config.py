@@ -1,9 +1,11 @@
-"""Configuration of the LTX-Video 0.9.x family (Lightricks): the denoising transformer
-(``transformer/config.json``, :class:`LTXTransformerConfig`)."""
+"""Configuration of the LTX-Video 0.9.x family (Lightricks), built from each component's own
+``config.json``: the denoising transformer (:class:`LTXTransformerConfig`), the VAE
+(:class:`LTXVAEConfig`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase
@@ -117,3 +119,210 @@ class LTXTransformerConfig(ConfigBase):
                 "attention_head_dim", self.attention_head_dim,
                 f"the rotary embedding rotates pairs of the whole width D={self.inner_dim}, which must be even",
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# VAE
+
+#: Down-block types of ``LTXVideoEncoder3d``.
+LTX_DOWN_BLOCK_TYPES = ("LTXVideoDownBlock3D", "LTXVideo095DownBlock3D")
+#: ``downsample_type`` of an ``LTXVideo095DownBlock3D`` -> the stride ``(t, h, w)`` of its
+#: ``LTXVideoDownsampler3d`` (``"conv"``: a stride-2 causal conv instead, marked ``None``).
+LTX_DOWNSAMPLE_STRIDES = {"conv": None, "spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2)}
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXVAEConfig(ConfigBase):
+    """Settings of ``diffusers.AutoencoderKLLTXVideo`` (``vae/config.json``), with its ``__init__``
+    defaults (diffusers 0.42.1, ``models/autoencoders/autoencoder_kl_ltx.py``).
+
+    Covers LTX-Video 0.9.0 (``LTXVideoDownBlock3D`` encoder, plain decoder), 0.9.1 (decoder with
+    timestep conditioning, noise injection, residual up-samplers with channel reduction) and
+    0.9.5 / 0.9.7 (``LTXVideo095DownBlock3D`` encoder with spatial / temporal / spatiotemporal
+    ``LTXVideoDownsampler3d``). Names as in diffusers:
+
+    Attributes:
+        in_channels, out_channels: video channels (3).
+        latent_channels: ``C_z`` (128).
+        block_out_channels: encoder widths; ``len - 1`` blocks for the 0.9.5 encoder (the last
+            ``down_block_types`` entry decides, as the reference), ``len`` blocks otherwise.
+        down_block_types, downsample_type, spatio_temporal_scaling, layers_per_block: per encoder
+            block (``layers_per_block[-1]``: the mid block).
+        decoder_block_out_channels, decoder_layers_per_block, decoder_spatio_temporal_scaling,
+            decoder_inject_noise, upsample_residual, upsample_factor: the decoder's, in encoder
+            order (the decoder reverses them, as the reference; ``decoder_layers_per_block[-1]``
+            and ``decoder_inject_noise[-1]`` are the mid block's).
+        timestep_conditioning: the decoder takes a decode timestep (0.9.1+): per-block time
+            embeddings, scale/shift tables and the learned ``timestep_scale_multiplier``.
+        patch_size: spatial pixel patch folded into channels (4).
+        patch_size_t: must be 1 (the reference's encoder input conv is sized for
+            ``in_channels * patch_size**2`` channels, so other values do not run there).
+        resnet_norm_eps: epsilon of the shortcut LayerNorms (the RMS norms use 1e-8).
+        scaling_factor: the pipelines' latent scale (``_normalize_latents``).
+        encoder_causal, decoder_causal: causal (first-frame replicate in front) or centred
+            (first / last frame replicated) time padding.
+        spatial_compression_ratio, temporal_compression_ratio: as the reference: when None,
+            ``patch_size * 2 ** sum(spatio_temporal_scaling)`` /
+            ``patch_size_t * 2 ** sum(spatio_temporal_scaling)``; they size the tiles.
+
+    The latents' per-channel mean / std are not settings: they are the tensors ``latents_mean``
+    / ``latents_std`` of the weights file.
+    """
+
+    in_channels: int = 3
+    out_channels: int = 3
+    latent_channels: int = 128
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    down_block_types: tuple[str, ...] = ("LTXVideoDownBlock3D",) * 4
+    decoder_block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    layers_per_block: tuple[int, ...] = (4, 3, 3, 3, 4)
+    decoder_layers_per_block: tuple[int, ...] = (4, 3, 3, 3, 4)
+    spatio_temporal_scaling: tuple[bool, ...] = (True, True, True, False)
+    decoder_spatio_temporal_scaling: tuple[bool, ...] = (True, True, True, False)
+    decoder_inject_noise: tuple[bool, ...] = (False, False, False, False, False)
+    downsample_type: tuple[str, ...] = ("conv", "conv", "conv", "conv")
+    upsample_residual: tuple[bool, ...] = (False, False, False, False)
+    upsample_factor: tuple[int, ...] = (1, 1, 1, 1)
+    timestep_conditioning: bool = False
+    patch_size: int = 4
+    patch_size_t: int = 1
+    resnet_norm_eps: float = 1e-6
+    scaling_factor: float = 1.0
+    encoder_causal: bool = True
+    decoder_causal: bool = False
+    spatial_compression_ratio: int | None = None
+    temporal_compression_ratio: int | None = None
+
+    IGNORED: ClassVar[frozenset[str]] = frozenset()
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+
+    # -- derived --------------------------------------------------------------------------------
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent pixel along H and W (the reference's ``spatial_compression_ratio``)."""
+        if self.spatial_compression_ratio is not None:
+            return int(self.spatial_compression_ratio)
+        return self.patch_size * 2 ** sum(self.spatio_temporal_scaling)
+
+    @property
+    def temporal_compression(self) -> int:
+        """Frames per latent frame after the first (``temporal_compression_ratio``):
+        ``F = 1 + temporal_compression * (T - 1)``."""
+        if self.temporal_compression_ratio is not None:
+            return int(self.temporal_compression_ratio)
+        return self.patch_size_t * 2 ** sum(self.spatio_temporal_scaling)
+
+    @property
+    def is_ltx_095(self) -> bool:
+        """The reference's ``down_block_types[-1] == "LTXVideo095DownBlock3D"``."""
+        return self.down_block_types[-1] == "LTXVideo095DownBlock3D"
+
+    def encoder_blocks(self) -> list[dict[str, Any]]:
+        """Per encoder down block, as ``LTXVideoEncoder3d.__init__`` builds them: ``type``,
+        ``cin``, ``cout``, ``layers``, ``scale`` (spatio_temporal_scaling), ``stride`` (the
+        ``LTXVideoDownsampler3d`` stride or None for a stride-2 causal conv)."""
+        boc = self.block_out_channels
+        n = len(boc) - (1 if self.is_ltx_095 else 0)
+        out, blocks = boc[0], []
+        for i in range(n):
+            cin = out
+            if self.is_ltx_095:
+                out = boc[i + 1]
+            else:
+                out = boc[i + 1] if i + 1 < n else boc[i]
+            kind = self.down_block_types[i]
+            stride = LTX_DOWNSAMPLE_STRIDES[self.downsample_type[i]] if kind == "LTXVideo095DownBlock3D" else None
+            blocks.append(dict(type=kind, cin=cin, cout=out, layers=self.layers_per_block[i],
+                               scale=bool(self.spatio_temporal_scaling[i]), stride=stride))
+        return blocks
+
+    @property
+    def encoder_out_width(self) -> int:
+        """Channels of the encoder's mid block (the last down block's output)."""
+        blocks = self.encoder_blocks()
+        return blocks[-1]["cout"] if blocks else self.block_out_channels[0]
+
+    def decoder_blocks(self) -> list[dict[str, Any]]:
+        """Per decoder up block, as ``LTXVideoDecoder3d.__init__`` builds them (reversed lists):
+        ``cin``, ``cout``, ``layers``, ``scale``, ``inject_noise``, ``residual``, ``factor``."""
+        boc = tuple(reversed(self.decoder_block_out_channels))
+        sts = tuple(reversed(self.decoder_spatio_temporal_scaling))
+        layers = tuple(reversed(self.decoder_layers_per_block))
+        noise = tuple(reversed(self.decoder_inject_noise))
+        res = tuple(reversed(self.upsample_residual))
+        fac = tuple(reversed(self.upsample_factor))
+        out, blocks = boc[0], []
+        for i in range(len(boc)):
+            cin = out // fac[i]
+            out = boc[i] // fac[i]
+            blocks.append(dict(cin=cin, cout=out, layers=layers[i + 1], scale=bool(sts[i]),
+                               inject_noise=bool(noise[i + 1]), residual=bool(res[i]), factor=fac[i]))
+        return blocks
+
+    def validate(self, source: str) -> None:
+        def bad(key: str, why: str):
+            raise ConfigError(f"{source}: {key}={getattr(self, key)!r} {why}")
+
+        def positive_int(name: str, value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+        for name in ("in_channels", "out_channels", "latent_channels", "patch_size"):
+            if not positive_int(name, getattr(self, name)):
+                bad(name, "must be a positive integer")
+        if self.patch_size_t != 1:
+            bad("patch_size_t", "is not implemented by vidax's LTXVAEConfig (the reference's encoder input conv "
+                "is sized for patch_size_t=1); only 1 is supported")
+        for name in ("block_out_channels", "decoder_block_out_channels", "layers_per_block",
+                     "decoder_layers_per_block", "upsample_factor"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or not v or not all(positive_int(name, c) for c in v):
+                bad(name, "must be a non-empty list of positive integers")
+        for name in ("down_block_types",):
+            v = self.down_block_types
+            if not isinstance(v, tuple) or not v or any(t not in LTX_DOWN_BLOCK_TYPES for t in v):
+                bad(name, f"must list block types of {LTX_DOWN_BLOCK_TYPES}")
+        for name in ("timestep_conditioning", "encoder_causal", "decoder_causal"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be true or false")
+        n_enc = len(self.block_out_channels) - (1 if self.is_ltx_095 else 0)
+        if n_enc < 1:
+            bad("block_out_channels", "needs at least 2 entries for LTXVideo095DownBlock3D encoders")
+        for name, need in (("down_block_types", n_enc), ("spatio_temporal_scaling", n_enc),
+                           ("layers_per_block", n_enc)):
+            if len(getattr(self, name)) < need:
+                bad(name, f"needs at least {need} entries (one per encoder block)")
+        if any(t == "LTXVideo095DownBlock3D" for t in self.down_block_types[:n_enc]):
+            dt = self.downsample_type
+            if not isinstance(dt, tuple) or len(dt) < n_enc or any(
+                    dt[i] not in LTX_DOWNSAMPLE_STRIDES for i in range(n_enc)
+                    if self.down_block_types[i] == "LTXVideo095DownBlock3D"):
+                bad("downsample_type", f"must give one of {sorted(LTX_DOWNSAMPLE_STRIDES)} per encoder block")
+        n_dec = len(self.decoder_block_out_channels)
+        for name, need in (("decoder_spatio_temporal_scaling", n_dec), ("decoder_layers_per_block", n_dec + 1),
+                           ("decoder_inject_noise", n_dec + 1), ("upsample_residual", n_dec),
+                           ("upsample_factor", n_dec)):
+            if not isinstance(getattr(self, name), tuple) or len(getattr(self, name)) < need:
+                bad(name, f"needs at least {need} entries for {n_dec} decoder blocks")
+        for block in self.encoder_blocks():
+            s = block["stride"]
+            if block["scale"] and s is not None:
+                k = math.prod(s)
+                if block["cout"] % k or (block["cin"] * k) % block["cout"]:
+                    bad("block_out_channels", f"gives a {s} LTXVideoDownsampler3d {block['cin']} -> "
+                        f"{block['cout']} channels that the reference cannot group (needs cout % {k} == 0 "
+                        f"and cin * {k} % cout == 0)")
+        for i, block in enumerate(self.decoder_blocks()):
+            if block["cin"] != block["cout"]:
+                # The reference's up block runs conv_in on the un-embedded timestep and before
+                # the channel-reducing up-sampler: it only runs without those features.
+                if self.timestep_conditioning or block["factor"] > 1 or block["inject_noise"]:
+                    bad("decoder_block_out_channels", f"gives up block {i} a conv_in ({block['cin']} -> "
+                        f"{block['cout']} channels) together with timestep_conditioning, upsample_factor > 1 "
+                        "or inject_noise, which the reference cannot run")
+            if block["scale"] and block["residual"] and (block["cout"] * block["factor"]) % 8:
+                bad("decoder_block_out_channels", f"gives up block {i} a residual up-sampler of "
+                    f"{block['cout'] * block['factor']} channels, not a multiple of 8 (the reference folds "
+                    "them into 2 x 2 x 2 blocks)")
+        if self.spatial_compression < 1 or self.temporal_compression < 1:
+            bad("spatial_compression_ratio", "and temporal_compression_ratio must be positive")
