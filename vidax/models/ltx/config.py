@@ -1,6 +1,6 @@
 """Configuration of the LTX-Video 0.9.x family (Lightricks), built from each component's own
 ``config.json``: the denoising transformer (:class:`LTXTransformerConfig`), the VAE
-(:class:`LTXVAEConfig`)."""
+(:class:`LTXVAEConfig`); and the whole checkpoint (:func:`read_ltx_checkpoint`, configs only)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
+from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -326,3 +327,71 @@ class LTXVAEConfig(ConfigBase):
                     "them into 2 x 2 x 2 blocks)")
         if self.spatial_compression < 1 or self.temporal_compression < 1:
             bad("spatial_compression_ratio", "and temporal_compression_ratio must be positive")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole checkpoint
+# ---------------------------------------------------------------------------------------------
+
+#: The pipelines of model_index.json vidax runs on LTX-Video 0.9.x folders.
+LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXInfo(CheckpointInfo):
+    """An LTX-Video 0.9.x folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+
+    Attributes:
+        transformer_config, vae_config: the component configs.
+        scheduler_config: ``scheduler_config.json`` (its ``base_image_seq_len``, ... give ``mu``).
+        condition: the folder's pipeline is ``LTXConditionPipeline`` (0.9.5+ releases).
+    """
+
+    transformer_config: LTXTransformerConfig = None
+    vae_config: LTXVAEConfig = None
+    scheduler_config: Mapping[str, Any] = None
+    condition: bool = False
+
+    def latent_grid(self, num_frames: int, height: int, width: int) -> tuple[int, int, int]:
+        """``(F', H', W')`` latent frames, rows and columns of a video (the reference's
+        ``(num_frames - 1) // temporal + 1``, ``height // spatial``, ``width // spatial``)."""
+        v = self.vae_config
+        return ((num_frames - 1) // v.temporal_compression + 1, height // v.spatial_compression,
+                width // v.spatial_compression)
+
+
+def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
+    """Read and cross-check an LTX-Video 0.9.x folder's configs.
+
+    Raises:
+        CheckpointError: a component folder is missing. ConfigError: an unsupported setting, a
+            scheduler other than FlowMatchEulerDiscreteScheduler, channels that do not fit the VAE.
+    """
+    ckpt = checkpoint
+    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
+        ckpt.folder(name)
+    cfg = ckpt.typed_config("transformer", LTXTransformerConfig)
+    vae = ckpt.typed_config("vae", LTXVAEConfig)
+    if cfg.in_channels != vae.latent_channels or cfg.out_dim != vae.latent_channels:
+        raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels}, out_channels="
+                          f"{cfg.out_dim} do not fit the VAE's latent_channels={vae.latent_channels}")
+    if (cfg.patch_size, cfg.patch_size_t) != (1, 1):
+        raise ConfigError(f"{ckpt.config_file('transformer')}: patch_size={cfg.patch_size}, patch_size_t="
+                          f"{cfg.patch_size_t}; the LTX-Video pipelines pack latents with patch size 1")
+    sched = ckpt.config("scheduler")
+    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
+        raise ConfigError(f"{ckpt.config_file('scheduler')}: _class_name={sched.get('_class_name')!r}; the "
+                          "LTX-Video pipelines run FlowMatchEulerDiscreteScheduler")
+    condition = ckpt.pipeline_class_name == "LTXConditionPipeline"
+    s, k = vae.spatial_compression, vae.temporal_compression
+    version = "LTX-Video 0.9.5+" if vae.is_ltx_095 else ("LTX-Video 0.9.1" if vae.timestep_conditioning else "LTX-Video 0.9.0")
+    variant = (f"{version} {'condition' if condition else 'T2V/I2V'}: {cfg.num_layers} layers, width "
+               f"{cfg.inner_dim}, VAE {k}x{s}x{s}{', decode timestep' if vae.timestep_conditioning else ''}")
+    # LTXPipeline.__call__'s defaults: 512x704, 161 frames, 50 steps, guidance 3, 128 tokens,
+    # frame_rate 25 (also the fps of its examples' export_to_video).
+    defaults = CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=50, guidance_scale=3.0,
+                            max_sequence_length=128, fps=25)
+    return LTXInfo(checkpoint=ckpt, tasks=("t2v", "i2v"), variant=variant, defaults=defaults.for_checkpoint(ckpt),
+                   transformers=("transformer",), size_multiple=(32, 32),
+                   size_reason="the LTX-Video pipelines' check_inputs", transformer_config=cfg, vae_config=vae,
+                   scheduler_config=dict(sched), condition=condition)

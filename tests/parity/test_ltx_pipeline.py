@@ -1,0 +1,120 @@
+"""LTX-Video text-to-video and image-to-video end to end vs diffusers 0.42.1 (fp32, same latents).
+
+A tiny random ``LTXPipeline`` (tests/parity/ltx_reference.py) is saved with ``save_pretrained``
+and loaded by vidax. Both sides start from the same packed latents; the call uses CFG with
+guidance rescale, a frame rate other than 25 (the RoPE's time scale), the 0.9.1 scheduler
+(dynamic shifting to shift_terminal) and a decode timestep with decode_noise_scale=0 (the
+decode noise is torch's RNG on the reference side). The frames must agree to >= 60 dB: the
+remaining difference is float32 rounding through the T5, the transformer, 3 Euler steps and the
+VAE decoder (measured about 100 dB).
+"""
+
+import logging
+
+import numpy as np
+import pytest
+
+from tests.parity.helpers import channels_first, max_rel_err, psnr
+from tests.parity.ltx_reference import build_reference_ltx_pipeline, packed_noise
+from tests.parity.wan_reference import random_image
+
+torch = pytest.importorskip("torch")
+diffusers = pytest.importorskip("diffusers")
+
+import vidax  # noqa: E402
+
+SIZE = dict(height=32, width=64, num_frames=9)
+CALL = dict(prompt=["a red fox in the snow", "waves"], negative_prompt=["blurry", ""], num_inference_steps=3,
+            guidance_scale=3.0, guidance_rescale=0.7, frame_rate=24, max_sequence_length=16,
+            decode_timestep=0.05, decode_noise_scale=0.0, **SIZE)
+
+
+@pytest.fixture(scope="module")
+def ltx(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("ltx"))
+    ref = build_reference_ltx_pipeline(path)
+    return path, ref
+
+
+def _reference(pipe, latents, **call):
+    with torch.no_grad():
+        out = pipe(latents=latents.clone(), output_type="np", **{**CALL, **call}).frames
+    return np.asarray(out, np.float32)
+
+
+def test_t2v_matches_diffusers(ltx):
+    path, ref = ltx
+    latents = packed_noise(2, **SIZE)
+    want = _reference(ref, latents)
+    other = _reference(ref, packed_noise(2, **SIZE, seed=8))
+    assert psnr(other, want) < 30  # the reference's frames depend on the latents
+
+    pipe = vidax.load_pipeline(path)
+    assert type(pipe).__name__ == "LTXPipeline"
+    got = pipe(latents=latents.numpy(), seed=0, progress=False, **CALL).frames
+    assert got.shape == want.shape == (2, 9, 32, 64, 3)
+    assert psnr(got, want) >= 60, psnr(got, want)
+    # The final latents in the reference's packed layout.
+    with torch.no_grad():
+        want_z = ref(latents=latents.clone(), output_type="latent", **CALL).frames.numpy()
+    got_z = pipe(latents=latents.numpy(), seed=0, progress=False, output_type="latent", **CALL).frames
+    assert got_z.shape == want_z.shape and max_rel_err(got_z, want_z) < 1e-5
+
+
+def test_i2v_matches_diffusers(ltx, caplog):
+    """With latents given the reference keeps their latent frame 0 (the condition) fixed, gives its
+    tokens timestep 0 and does not encode the image; vidax does the same and says so."""
+    path, ref = ltx
+    i2v = diffusers.LTXImageToVideoPipeline(**ref.components)
+    image = random_image(3, (40, 50))
+    latents = packed_noise(2, **SIZE, seed=9)
+    want = _reference(i2v, latents, image=image)
+    assert psnr(want, _reference(ref, latents)) < 40  # conditioning changes the video
+
+    pipe = vidax.load_pipeline(path, task="i2v")
+    assert type(pipe).__name__ == "LTXImageToVideoPipeline"
+    with caplog.at_level(logging.WARNING, logger="vidax.pipeline"):
+        got = pipe(image, latents=latents.numpy(), seed=0, progress=False, **CALL).frames
+    assert "image is not encoded" in caplog.text
+    assert psnr(got, want) >= 60, psnr(got, want)
+
+
+def test_i2v_image_latent_is_the_first_frame(ltx):
+    """Without latents the image is encoded (its posterior sampled, as retrieve_latents) and
+    normalised as the reference's prepare_latents does; its tokens sit at timestep 0."""
+    path, ref = ltx
+    pipe = vidax.load_pipeline(path, task="i2v")
+    image = random_image(5, (40, 50))
+    call = pipe.check_call(pipe.info, "x", image=image, seed=3, **SIZE)
+    from vidax.stats import RunStats
+
+    cond = pipe.condition(call, RunStats())
+    pixels = ref.video_processor.preprocess(image, height=32, width=64).unsqueeze(2)
+    with torch.no_grad():
+        dist = ref.vae.encode(pixels).latent_dist
+    mean, std = dist.mean.numpy(), dist.std.numpy()
+    # Un-normalised with the reference's own statistics, vidax's latent is mean + std * noise:
+    # (z - mean) / std is a standard normal sample (the reference's is another one, torch's RNG).
+    z = ref._denormalize_latents(torch.from_numpy(channels_first(np.asarray(cond["first_frame"]))),
+                                 ref.vae.latents_mean, ref.vae.latents_std).numpy()
+    eps = (z - mean) / std
+    assert 0.7 < eps.std() < 1.3 and abs(eps.mean()) < 0.3, (eps.mean(), eps.std())
+    assert np.asarray(cond["frame_mask"]).tolist() == [1.0, 0.0, 0.0]
+
+
+def test_bad_input_is_refused_before_work(ltx):
+    path, _ = ltx
+    pipe = vidax.load_pipeline(path)
+    from vidax.errors import InputError
+
+    for kwargs, match in (
+        (dict(height=48), "multiples of 32"),
+        (dict(latents=np.zeros((2, 96, 8), np.float32), num_frames=17), r"expected \(2, 160, 8\)"),
+        (dict(latents=np.zeros((2, 8, 3, 4, 8), np.float32)), "packed tokens"),
+        (dict(guidance_rescale=1.5), "guidance_rescale must be a number in"),
+        (dict(frame_rate=0), "frame_rate must be a number"),
+        (dict(decode_timestep=[0.1, 0.2, 0.3]), "decode_timestep is a list of 3"),
+        (dict(timesteps=[900, 500]), "takes no 'timesteps'"),
+    ):
+        with pytest.raises(InputError, match=match):
+            pipe.check_call(pipe.info, ["a", "b"], **{**SIZE, **kwargs})
