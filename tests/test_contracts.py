@@ -33,6 +33,8 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "AutoencoderKLHunyuanVideo": dict(block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1,
+                                      norm_num_groups=2),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

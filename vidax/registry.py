@@ -30,6 +30,7 @@ FAMILIES: tuple[str, ...] = (
     "vidax.schedulers",
     "vidax.models.wan",
     "vidax.models.cogvideox",
+    "vidax.models.hunyuan_video",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).
