@@ -30,7 +30,9 @@ FAMILIES: tuple[str, ...] = (
     "vidax.schedulers",
     "vidax.models.wan",
     "vidax.models.cogvideox",
+    "vidax.models.cosmos",
     "vidax.models.hunyuan_video",
+    "vidax.models.ltx",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).

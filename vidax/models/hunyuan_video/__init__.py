@@ -1,20 +1,32 @@
-"""HunyuanVideo 1.0 (Tencent, diffusers ``hunyuanvideo-community`` checkpoints).
+"""HunyuanVideo 1.0 (Tencent; ``hunyuanvideo-community/HunyuanVideo``, ``-I2V``, ``-I2V-33ch``).
 
-Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the component
-configs), ``vae.py`` (model code only) and ``convert.py`` (key rules, precision policies and
-loaders). Registered so far: the VAE (``AutoencoderKLHunyuanVideo``).
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, ``transformer.py``,
+``rope.py``, ``vae.py`` (model code only), ``convert.py`` (key rules, parameter axes, precision
+policies and loaders). No pipeline is registered yet.
 """
 
 from vidax.registry import ComponentSpec, Family
+
+_PKG = "vidax.models.hunyuan_video"
 
 FAMILY = Family(
     name="hunyuan_video",
     pipelines=(),
     components=(
-        ComponentSpec("AutoencoderKLHunyuanVideo", "vae", loader="vidax.models.hunyuan_video.convert:load_vae",
+        ComponentSpec("HunyuanVideoTransformer3DModel", "transformer",
+                      loader=f"{_PKG}.convert:load_transformer",
+                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      config=f"{_PKG}.config:HunyuanVideoTransformerConfig",
+                      model=f"{_PKG}.transformer:HunyuanVideoTransformer3DModel",
+                      param_axes=f"{_PKG}.convert:TRANSFORMER_PARAM_AXES",
+                      key_configs=("num_layers", "num_single_layers", "num_refiner_layers", "num_attention_heads",
+                                   "attention_head_dim", "in_channels", "out_channels", "patch_size",
+                                   "patch_size_t", "text_embed_dim", "guidance_embeds", "image_condition_type"),
+                      block_stacks=("transformer_blocks", "single_transformer_blocks")),
+        ComponentSpec("AutoencoderKLHunyuanVideo", "vae", loader=f"{_PKG}.convert:load_vae",
                       options=("dtype", "placement", "config"),
-                      config="vidax.models.hunyuan_video.config:HunyuanVideoVAEConfig",
-                      model="vidax.models.hunyuan_video.vae:HunyuanVideoVAE",
+                      config=f"{_PKG}.config:HunyuanVideoVAEConfig",
+                      model=f"{_PKG}.vae:HunyuanVideoVAE",
                       key_configs=("latent_channels", "block_out_channels", "layers_per_block",
                                    "spatial_compression_ratio", "temporal_compression_ratio",
                                    "scaling_factor")),
