@@ -59,6 +59,8 @@ TINY = {
                                   upsample_residual=[True, True], upsample_factor=[2, 2], timestep_conditioning=True,
                                   latent_channels=6, patch_size=2, spatial_compression_ratio=8,
                                   temporal_compression_ratio=4),
+    "AutoencoderKLHunyuanVideo": dict(block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1,
+                                      norm_num_groups=2),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

@@ -66,7 +66,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -76,8 +76,8 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
-from vidax.nn.layers import Conv
-from vidax.nn.tiling import blend_in_place, tiled_apply
+from vidax.nn.layers import Conv, GroupNorm
+from vidax.nn.tiling import tiled as _tiled
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
 """Video frames per encoder chunk (the reference's ``num_sample_frames_batch_size``)."""
@@ -243,26 +243,6 @@ class CogVideoXCausalConv3d(nnx.Module):
             x = jnp.concatenate([prev, x], axis=1)
             cache.put(x[:, -self.time_pad :])
         return self.conv(x)
-
-
-class GroupNorm(nnx.Module):
-    """torch ``nn.GroupNorm`` on ``(B, ..., C)``: statistics per sample and group over all other
-    axes (time included), in float32; ``scale`` / ``bias`` ``(C,)``; returns the input dtype."""
-
-    def __init__(self, num_channels: int, num_groups: int, eps: float):
-        self.num_groups = num_groups
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((num_channels,), _F32))
-        self.bias = nnx.Param(jnp.zeros((num_channels,), _F32))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        c = x.shape[-1]
-        xf = x.astype(_F32).reshape(x.shape[0], -1, self.num_groups, c // self.num_groups)
-        mean = jnp.mean(xf, axis=(1, 3), keepdims=True)
-        var = jnp.mean(jnp.square(xf - mean), axis=(1, 3), keepdims=True)
-        y = ((xf - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
-        y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
-        return y.astype(x.dtype)
 
 
 def _nearest_index(out_size: int, in_size: int) -> np.ndarray | None:
@@ -749,15 +729,6 @@ def temporal_chunks(num_frames: int, batch: int) -> list[tuple[int, int]]:
         (batch * i + (0 if i == 0 else rem), min(batch * (i + 1) + rem, num_frames))
         for i in range(n)
     ]
-
-
-def _tiled(run: Callable[[Any], np.ndarray], x, tile, step, blend, limit) -> np.ndarray:
-    """The reference's tiled loop (:func:`vidax.nn.tiling.tiled_apply`), blending with this
-    module's :func:`_blend`."""
-    return tiled_apply(run, x, tile, step, blend, limit, blend_fn=_blend)
-
-
-_blend = blend_in_place
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))

@@ -61,7 +61,7 @@ from vidax.errors import InputError
 from vidax.models.ltx.config import LTXVAEConfig
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, LayerNorm, PixArtTimestepEmbedding
-from vidax.nn.tiling import blend_in_place, tiled_apply
+from vidax.nn import tiling as tile_loop
 
 _F32 = jnp.float32
 _RMS_EPS = 1e-8  # every RMSNorm of the reference VAE
@@ -584,7 +584,7 @@ class LTXVideoVAE(nnx.Module):
         lat_tile = (tile[0] // s, tile[1] // s)
         lat_step = (step[0] // s, step[1] // s)
         blend = (lat_tile[0] - lat_step[0], lat_tile[1] - lat_step[1])
-        out = tiled_apply(run, x, tile, step, blend, lat_step)
+        out = tile_loop.tiled(run, x, tile, step, blend, lat_step)
         return out[:, :, : height // s, : width // s]
 
     def _temporal_tiled_encode(self, x: np.ndarray, run, tiling: LTXTiling) -> np.ndarray:
@@ -604,7 +604,7 @@ class LTXVideoVAE(nnx.Module):
             if i > 0:
                 tile = tile[:, 1:]
             if prev is not None:
-                blend_in_place(prev, tile, lat_min - lat_stride, axis=1)
+                tile_loop.blend(prev, tile, lat_min - lat_stride, axis=1)
                 kept = tile[:, :lat_stride]
             else:
                 kept = tile[:, : lat_stride + 1]
@@ -691,7 +691,7 @@ class LTXVideoVAE(nnx.Module):
                 if start > 0:
                     dec = dec[:, :-1]
                 if prev is not None:
-                    blend_in_place(prev, dec, blend, axis=1)
+                    tile_loop.blend(prev, dec, blend, axis=1)
                 prev = dec
                 yield np.ascontiguousarray(dec[:, :keep])
 
@@ -762,7 +762,7 @@ class LTXVideoVAE(nnx.Module):
         blend = (tiling.tile_sample_min_height - tiling.tile_sample_stride_height,
                  tiling.tile_sample_min_width - tiling.tile_sample_stride_width)
         limit = (tiling.tile_sample_stride_height, tiling.tile_sample_stride_width)
-        out = tiled_apply(run, z, lat_tile, lat_step, blend, limit)
+        out = tile_loop.tiled(run, z, lat_tile, lat_step, blend, limit)
         return out[:, :, : h * s, : w * s]
 
 
