@@ -33,6 +33,8 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,
+                                    spatial_upsample=True, temporal_upsample=True),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
@@ -104,12 +106,12 @@ def test_cogvideox_transformer_stages_equal_the_call():
     assert float(jnp.abs(whole).max()) > 1e-3 and dataclasses.is_dataclass(inputs)
 
 
-#: What a family's model files (``transformer.py``, ``vae.py``, ``rope.py``) may not import: the
+#: What a family's model files (``transformer.py``, ``vae.py``, ``rope.py``, ``upsampler.py``) may not import: the
 #: checkpoint reading (loaders, placement), block offloading, the pipelines and the registry all
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
 FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
                        "vidax.registry")
-MODEL_FILES = ("transformer.py", "vae.py", "rope.py")
+MODEL_FILES = ("transformer.py", "vae.py", "rope.py", "upsampler.py")
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 

@@ -30,10 +30,12 @@ FAMILIES: tuple[str, ...] = (
     "vidax.schedulers",
     "vidax.models.wan",
     "vidax.models.cogvideox",
+    "vidax.models.ltx",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).
-KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor")
+KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
+         "latent_upsampler")
 
 ENV_VAR = "VIDAX_FAMILIES"
 

@@ -76,6 +76,7 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
+from vidax.nn.layers import Conv, GroupNorm
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
 """Video frames per encoder chunk (the reference's ``num_sample_frames_batch_size``)."""
@@ -184,52 +185,6 @@ class CogVideoXTiling:
 # Layers
 # --------------------------------------------------------------------------------------------
 
-_DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
-
-
-class Conv(nnx.Module):
-    """torch ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit zero padding.
-
-    Args:
-        in_channels, out_channels: ``C_in`` / ``C_out``.
-        kernel_size: ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
-        stride: per spatial axis (default 1).
-        padding: ``(low, high)`` zero padding per spatial axis (default none).
-        dtype: compute dtype; param_dtype: storage dtype of kernel and bias ``(C_out,)``.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Sequence[int], *,
-                 stride: Sequence[int] | None = None,
-                 padding: Sequence[tuple[int, int]] | None = None,
-                 dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
-        n = len(kernel_size)
-        self.stride = tuple(stride) if stride is not None else (1,) * n
-        self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
-        self.dtype = dtype
-        self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
-            p == (0, 0) for p in self.padding
-        )
-        shape = (*kernel_size, in_channels, out_channels)
-        self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
-        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """``x (N, [T,] H, W, C_in)`` -> ``(N, [T',] H', W', C_out)`` in the compute dtype."""
-        x = x.astype(self.dtype)
-        kernel = self.kernel[...].astype(self.dtype)
-        if self.pointwise:
-            # A 1x1(x1) conv is a matmul over channels; XLA compiles a dot much faster.
-            y = jnp.einsum("...i,io->...o", x, kernel.reshape(kernel.shape[-2:]))
-            return y + self.bias[...].astype(self.dtype)
-        if any(p != (0, 0) for p in self.padding):
-            x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
-        y = jax.lax.conv_general_dilated(
-            x, kernel, self.stride, "VALID",
-            dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
-        )  # fmt: skip
-        return y + self.bias[...].astype(self.dtype)
-
-
 class _ConvCache:
     """One chunk's view of the functional conv cache: read in call order, collect new entries.
 
@@ -287,26 +242,6 @@ class CogVideoXCausalConv3d(nnx.Module):
             x = jnp.concatenate([prev, x], axis=1)
             cache.put(x[:, -self.time_pad :])
         return self.conv(x)
-
-
-class GroupNorm(nnx.Module):
-    """torch ``nn.GroupNorm`` on ``(B, ..., C)``: statistics per sample and group over all other
-    axes (time included), in float32; ``scale`` / ``bias`` ``(C,)``; returns the input dtype."""
-
-    def __init__(self, num_channels: int, num_groups: int, eps: float):
-        self.num_groups = num_groups
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((num_channels,), _F32))
-        self.bias = nnx.Param(jnp.zeros((num_channels,), _F32))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        c = x.shape[-1]
-        xf = x.astype(_F32).reshape(x.shape[0], -1, self.num_groups, c // self.num_groups)
-        mean = jnp.mean(xf, axis=(1, 3), keepdims=True)
-        var = jnp.mean(jnp.square(xf - mean), axis=(1, 3), keepdims=True)
-        y = ((xf - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
-        y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
-        return y.astype(x.dtype)
 
 
 def _nearest_index(out_size: int, in_size: int) -> np.ndarray | None:
