@@ -157,7 +157,7 @@ def test_upsample_pipeline_latent_flow(models):
 @pytest.mark.parametrize("factor", (0.3, 1.0, -2.0))
 def test_adain_tone_map_normalize_match_diffusers(factor):
     """The pipeline's functions one by one (float32; per-channel reductions summed in another
-    order: tolerance 1e-6 relative)."""
+    order: tolerance 1e-6 relative, measured <= 1.7e-7)."""
     rng = np.random.default_rng(7)
     lat = (2.0 * rng.standard_normal((2, 5, 3, 8, 10)) + 0.5).astype(np.float32)
     ref_lat = (0.5 * rng.standard_normal((2, 5, 3, 4, 5)) - 1.0).astype(np.float32)
