@@ -226,3 +226,28 @@ def test_cudnn_call_passes_causal_bias_and_grouped_kv(monkeypatch):
     seen.clear()
     dot_product_attention(q, k, v, implementation="cudnn")
     assert seen["is_causal"] is False and seen["bias"] is None
+
+
+def test_context_key_mask_on_and_off_the_mesh():
+    """``vidax.parallel.ulysses.attention(kv_mask=...)``: cross-attention to a padded context
+    (valid lengths 5 and 2 of 7) equals torch SDPA with the boolean key mask, on one device and
+    inside ``local_attention``'s shard_map (data=2 x tensor=2 x sequence=2 of the fake CPUs)."""
+    from vidax.parallel.mesh import make_mesh
+    from vidax.parallel.ulysses import attention as mesh_attention
+
+    q, k, v = _qkv(12, 7, seed=11, n_kv=N)
+    mask = (np.arange(7)[None] < np.array([5, 2])[:, None]).astype(np.int32)
+    with torch.no_grad():
+        want = F.scaled_dot_product_attention(
+            *(torch.from_numpy(a).transpose(1, 2) for a in (q, k, v)),
+            attn_mask=torch.from_numpy(mask.astype(bool))[:, None, None, :]).transpose(1, 2).numpy()
+    mesh = make_mesh(2, 2, 2, devices=jax.devices()[:8])
+    for m in (None, mesh):
+        fn = jax.jit(lambda q, k, v, km: mesh_attention(q, k, v, m, self_attention=False, kv_mask=km))
+        got = np.asarray(fn(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask)))
+        assert max_rel_err(got, want) < TOL, m
+    unmasked = np.asarray(mesh_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), None, self_attention=False))
+    assert max_rel_err(unmasked, want) > 1e-2  # the mask matters
+    with pytest.raises(InputError, match="kv_mask"):
+        mesh_attention(jnp.asarray(q), jnp.asarray(q), jnp.asarray(q), None, self_attention=True,
+                       kv_mask=jnp.ones((B, 12), jnp.int32))

@@ -263,6 +263,29 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
     assert not (tmp_path / "v.mp4").exists()
 
 
+@pytest.mark.parametrize("args, flag", [
+    (("--true-cfg-scale", "2"), "--true-cfg-scale"),
+    (("--frame-rate", "24"), "--frame-rate"),
+    (("--decode-timestep", "0.05"), "--decode-timestep"),
+])
+def test_family_flags_refused_by_a_pipeline_without_them(ckpt, args, flag, tmp_path):
+    """A family's flag given to a checkpoint whose pipeline does not take it: one line naming the
+    flag, before any weight is read."""
+    r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, *args, "--output", str(tmp_path / "v.mp4"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"WanPipeline takes no {flag}" in r.stderr, r.stderr
+    assert not (tmp_path / "v.mp4").exists()
+
+
+def test_unreadable_video_is_refused(ckpt, tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_text("not a video")
+    r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--video", str(bad), "--output",
+               str(tmp_path / "v.mp4"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--video" in r.stderr and "could not be read as a video" in r.stderr
+
+
 def test_task_selection_in_the_api(ckpt, variants):
     from vidax.models.wan.pipeline import WanPipeline
     from vidax.models.wan.pipeline import WanImageToVideoPipeline

@@ -20,7 +20,7 @@ from tests.parity.cogvideox_reference import VAE as COG_VAE
 from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.pipelines.common import TASK_NAMES
-from vidax.pipelines.contracts import PROTOCOLS
+from vidax.pipelines.contracts import PROTOCOLS, PooledTextEncoder
 from vidax.registry import FAMILIES, KINDS, registry
 
 #: A tiny config of every component class with a model (the fields they need, others default).
@@ -31,8 +31,20 @@ TINY = {
     "T5EncoderModel": {**dc.TEXT_ENCODER, "model_type": "t5", "architectures": ["T5EncoderModel"]},
     "CLIPVisionModel": dict(hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3,
                             image_size=28, patch_size=14, projection_dim=12),
+    "CLIPTextModel": dict(vocab_size=50, hidden_size=36, intermediate_size=50, num_hidden_layers=2,
+                          num_attention_heads=3, max_position_embeddings=16),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
+    "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,
+                                     num_layers=2, text_embed_dim=20, adaln_lora_dim=10, max_size=(8, 16, 16),
+                                     extra_pos_embed_type=None, use_crossattn_projection=True,
+                                     crossattn_proj_in_channels=28, encoder_hidden_states_channels=20),
+    "HunyuanVideoTransformer3DModel": dict(
+        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
+        num_single_layers=3, num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, pooled_projection_dim=12,
+        rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
+    "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
+                                       cross_attention_dim=28, num_layers=2, caption_channels=20),
     "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,
                                     spatial_upsample=True, temporal_upsample=True),
 }
@@ -68,6 +80,16 @@ def test_component_keeps_its_protocol(spec):
         assert cfg.spatial_compression >= 1 and cfg.temporal_compression >= 1
     if spec.param_axes is not None:
         assert isinstance(spec.axes(), tuple) and spec.axes()
+
+
+#: Text encoders that also give a pooled vector per prompt (HunyuanVideo's pooled projections).
+POOLED = ("CLIPTextModel",)
+
+
+@pytest.mark.parametrize("name", POOLED)
+def test_pooled_text_encoder_keeps_its_protocol(name):
+    spec = next(s for s in MODELED if s.class_name == name)
+    assert isinstance(_abstract(spec)[1], PooledTextEncoder)
 
 
 PIPELINES = list(registry().pipelines())

@@ -86,6 +86,24 @@ def _bad_checkpoint(tmp_path, mutate):
     return str(e.value)
 
 
+def test_select_reads_only_its_prefixes(tmp_path):
+    """A file holding two modules: each loader selects its own keys, still strictly 1:1."""
+    m = _randomized_toy()
+    sd = {f"toy.{k}": v for k, v in export_state_dict(m, RULES).items()}
+    other = {"language_model.w": np.ones((2, 2), np.float32)}
+    save_safetensors({**sd, **other}, tmp_path / "model.safetensors")
+    rules = KeyRules(stacked=("blocks",), renames=(("toy.", ""),), select=("toy.",))
+    loaded = load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), rules)
+    a, b = _flat(m), _flat(loaded)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    # Without the selection the other module's tensor is unexpected; inside it, strictness holds.
+    with pytest.raises(CheckpointError, match="language_model.w"):
+        load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), KeyRules(stacked=("blocks",), renames=(("toy.", ""),)))
+    save_safetensors({**sd, **other, "toy.extra": np.ones(3, np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="toy.extra"):
+        load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), rules)
+
+
 def test_missing_tensor_is_named(tmp_path):
     msg = _bad_checkpoint(tmp_path, lambda sd: sd.pop("blocks.1.to_q.bias"))
     assert "missing" in msg and "blocks.1.to_q.bias" in msg and "toy checkpoint" in msg

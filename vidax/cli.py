@@ -59,7 +59,12 @@ def _fail(message: str) -> None:
 GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
+    "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
 )}
+#: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
+#: a pipeline that does not take one names the flag in its error.
+FAMILY_CALL_FLAGS = ("video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale",
+                     "true_cfg_scale")
 # ``name=value`` -> ``--flag value``; a keyword with "_" wherever it stands as a word; "prompt",
 # "image", "height", "width" and "seed" also where a message names them as the argument (before
 # "must", "and", "in [", "is", "has"), so prose ("an image", "per prompt", "this checkpoint")
@@ -71,11 +76,13 @@ _MULTI = re.compile(_WORD.format(names="|".join(sorted((n for n in GENERATE_FLAG
                                                         reverse=True))))
 _SINGLE = re.compile(_WORD.format(names="prompt|image|height|width|seed")
                      + r"(?= (?:must |and |in \[|is |has ))")
+_QUOTED = re.compile("'({names})'".format(names="|".join(sorted(GENERATE_FLAGS, key=len, reverse=True))))
 
 
 def flag_names(message: str) -> str:
     """``message`` with the call keywords of ``generate`` spelled as its flags
     (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
+    message = _QUOTED.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
     message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + " ", message)
     message = _MULTI.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
     return _SINGLE.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
@@ -98,6 +105,20 @@ def generate(
     checkpoint: Optional[str] = typer.Option(
         None, help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."
     ),
+    video: Optional[str] = typer.Option(
+        None, "--video", help="Video file (mp4) to condition on, for checkpoints that take one (vidax inspect "
+        "lists a checkpoint's call arguments)."),
+    frame_rate: Optional[int] = typer.Option(
+        None, help="Frame rate the model conditions on (LTX-Video) [default: the checkpoint's]; also the mp4's "
+        "unless --fps is given."),
+    decode_timestep: Optional[float] = typer.Option(
+        None, help="Timestep the VAE decodes at (LTX-Video 0.9.1+) [default: the checkpoint's]."),
+    decode_noise_scale: Optional[float] = typer.Option(
+        None, help="Noise mixed into the latents before decoding (LTX-Video 0.9.1+) [default: --decode-timestep]."),
+    guidance_rescale: Optional[float] = typer.Option(
+        None, help="Guidance rescale factor phi in [0, 1] (LTX-Video) [default: 0]."),
+    true_cfg_scale: Optional[float] = typer.Option(
+        None, help="True classifier-free guidance weight with --negative-prompt (HunyuanVideo) [default: 1, off]."),
     height: Optional[int] = typer.Option(None, help="Pixels (a multiple of what the checkpoint needs, e.g. 16) [default: the checkpoint's, see vidax inspect]."),
     width: Optional[int] = typer.Option(None, help="Pixels [default: the checkpoint's]."),
     num_frames: Optional[int] = typer.Option(None, help="Frames, 4k+1 for the released models [default: the checkpoint's]."),
@@ -165,7 +186,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True) -> None:
+              keep_text_encoder=None, keep_vae=None, compile_cache=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import InputError
     from vidax.parallel.distributed import initialize, is_main_process
@@ -185,6 +206,9 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         from vidax.io.image import load_image
 
         call_image["image"] = load_image(image)  # an unreadable file fails before any loading
+    family = {k: v for k, v in family.items() if v is not None}
+    if "video" in family:
+        call_image["video"] = _load_video(family.pop("video"))
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
@@ -202,12 +226,13 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     # Configs only: the task follows --image, and every call argument is checked against the
     # checkpoint's configs before any weight is read.
     ckpt = Checkpoint.open(resolve_named_checkpoint(checkpoint))
-    cls = pipeline_class(ckpt, task="i2v" if call_image else "t2v")
+    cls = pipeline_class(ckpt, task="i2v" if "image" in call_image else "t2v")
     given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)
     call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
-                          progress=progress, **call_image, **{k: v for k, v in given.items() if v is not None})
+                          progress=progress, **call_image, **family,
+                          **{k: v for k, v in given.items() if v is not None})
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
     if verbose:
         from vidax.parallel.placement import pipeline_report
@@ -218,7 +243,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
 
             typer.echo(offload_report(pipe), err=True)
     out = pipe.generate(call)
-    fps = fps or pipe.defaults.fps
+    fps = fps or call.extra.get("frame_rate") or pipe.defaults.fps
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
         return
@@ -232,6 +257,22 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     typer.echo(f"wrote {', '.join(written)} ({out.frames.shape[1]} frames, "
                f"{out.frames.shape[3]}x{out.frames.shape[2]}, {fmt})", err=True)
     typer.echo("summary:\n" + out.stats.summary(), err=True)
+
+
+def _load_video(path: str):
+    """uint8 (F, H, W, 3) frames of --video, decoded with PyAV."""
+    from vidax.errors import InputError
+    from vidax.io.video import read_video
+
+    if not os.path.isfile(path):
+        raise InputError(f"--video {path!r}: no such file")
+    try:
+        frames = read_video(path)
+    except Exception as e:  # PyAV's errors for files that are not videos
+        raise InputError(f"--video {path!r} could not be read as a video ({type(e).__name__}: {e})") from None
+    if frames.shape[0] == 0:
+        raise InputError(f"--video {path!r} has no frames")
+    return frames
 
 
 def _keep_unwritten(frames, output, written, error) -> None:

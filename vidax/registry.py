@@ -30,6 +30,8 @@ FAMILIES: tuple[str, ...] = (
     "vidax.schedulers",
     "vidax.models.wan",
     "vidax.models.cogvideox",
+    "vidax.models.cosmos",
+    "vidax.models.hunyuan_video",
     "vidax.models.ltx",
 )
 

@@ -26,7 +26,7 @@ from flax import nnx
 from tests.parity.helpers import max_rel_err, randomize_torch_module
 from vidax.models.wan.rope import wan_rope
 from vidax.models.wan.convert import load_transformer
-from vidax.models.wan.transformer import patchify, unpatchify
+from vidax.nn.layers import patchify, unpatchify
 
 diffusers = pytest.importorskip("diffusers")
 

@@ -18,6 +18,12 @@ FAMILY = Family(
                       model="vidax.encoders.clip:CLIPVisionEncoder",
                       key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size",
                                    "patch_size")),
+        ComponentSpec("CLIPTextModel", "text_encoder", loader="vidax.encoders.clip:load_clip_text",
+                      options=("dtype", "mesh", "placement"), config="vidax.encoders.clip:CLIPTextConfig",
+                      model="vidax.encoders.clip:CLIPTextEncoder", param_axes="vidax.encoders.clip:CLIP_PARAM_AXES",
+                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+                                   "max_position_embeddings", "eos_token_id")),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
-    ) + tuple(ComponentSpec(name, "tokenizer") for name in ("T5TokenizerFast", "T5Tokenizer")),
+    ) + tuple(ComponentSpec(name, "tokenizer")
+              for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast")),
 )

@@ -1,20 +1,30 @@
-"""CLIP vision tower (transformers ``CLIPVisionModel``) and its image preprocessing, in JAX.
+"""CLIP vision tower (transformers ``CLIPVisionModel``), text tower (``CLIPTextModel``) and the
+image preprocessing, in JAX. Both towers run the same encoder layers (:class:`CLIPEncoderLayer`).
 
-The Wan2.1 image-to-video pipelines condition on ``CLIPVisionModel(pixel_values,
+Vision: the Wan2.1 image-to-video pipelines condition on ``CLIPVisionModel(pixel_values,
 output_hidden_states=True).hidden_states[-2]``: the full token sequence (class token first) after
-the second-to-last encoder layer, without the post layernorm. :class:`CLIPVisionEncoder` returns
-any entry of that ``hidden_states`` tuple (``output_layer``) and runs only the layers it needs.
+the second-to-last encoder layer, without the post layernorm; LLaVA (:mod:`vidax.encoders.llava`)
+takes the same entry without the class token. :class:`CLIPVisionEncoder` returns any entry of
+that ``hidden_states`` tuple (``output_layer``) and runs only the layers it needs.
 
-Model: patch embedding (a stride-``p`` convolution without bias), class token, learned position
-embedding, ``pre_layrnorm``, ``num_hidden_layers`` pre-norm blocks (multi-head self-attention
-with biases, MLP ``fc2(act(fc1 x))``) stacked on a leading layer axis and run with a scan, and
-``post_layernorm`` (loaded so the checkpoint maps 1:1; it only feeds the pooled output, which the
-Wan pipelines do not use and this module does not compute). Images must be ``image_size`` square,
-as the reference requires without ``interpolate_pos_encoding`` (which the pipelines never set).
+Vision model: patch embedding (a stride-``p`` convolution without bias), class token, learned
+position embedding, ``pre_layrnorm``, ``num_hidden_layers`` pre-norm blocks (multi-head
+self-attention with biases, MLP ``fc2(act(fc1 x))``) stacked on a leading layer axis and run with
+a scan, and ``post_layernorm`` (loaded so the checkpoint maps 1:1; it only feeds the pooled
+output, which the Wan pipelines do not use and this module does not compute). Images must be
+``image_size`` square, as the reference requires without ``interpolate_pos_encoding`` (which the
+pipelines never set).
 
-Checkpoint keys: transformers 5 names the tree ``embeddings.*``, ``pre_layrnorm.*``,
-``encoder.layers.{i}.*``, ``post_layernorm.*``; files written by transformers 4 (the released
-Wan checkpoints) prefix every key with ``vision_model.``. :func:`clip_key_rules` handles both.
+Text model (:class:`CLIPTextEncoder`, HunyuanVideo's ``text_encoder_2``): token + position
+embedding, the same blocks with *causal* self-attention, ``final_layer_norm``, and the pooled
+output taken at the EOS token by the reference's rule for the config's ``eos_token_id``.
+HunyuanVideo uses only the pooled output (``pooler_output``) and passes no attention mask.
+
+Checkpoint keys: transformers 5 names the trees ``embeddings.*``, ``pre_layrnorm.*``,
+``encoder.layers.{i}.*``, ``post_layernorm.*`` (vision) and ``embeddings.*``,
+``encoder.layers.{i}.*``, ``final_layer_norm.*`` (text); files written by transformers 4 (the
+released Wan and HunyuanVideo checkpoints) prefix every key with ``vision_model.`` /
+``text_model.``. :func:`clip_key_rules` handles both.
 
 Precision (:func:`clip_dtype_policy`): ``float32`` (the Wan pipelines load the image encoder in
 fp32) or ``bfloat16`` parameters and matmuls; layer-norm statistics and the attention softmax are
@@ -32,6 +42,7 @@ PIL's by a few uint8 levels; vidax follows the PIL backend.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from functools import partial
@@ -48,6 +59,7 @@ from vidax.errors import ConfigError, InputError
 from vidax.nn.layers import Linear
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.placement import logical_placement
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
 from vidax.weights.safetensors_io import CheckpointReader
 
@@ -67,9 +79,116 @@ _TOP_LEVEL = ("embeddings", "pre_layrnorm", "encoder", "post_layernorm")
 
 # ----------------------------------------------------------------------------- config
 
+# PretrainedConfig keys that neither tower reads: metadata, generation settings, decoder /
+# cross-attention flags (CLIP layers have neither), FFN chunking (not used by CLIPMLP), the width
+# of the projection heads of CLIPModel / CLIP*ModelWithProjection (CLIPTextModel and
+# CLIPVisionModel have none), and training-only settings (dropout is off at inference; the
+# checkpoint replaces the init). transformers 4 wrote all of them into a CLIPConfig's sub-configs.
+_TOWER_IGNORED = frozenset(
+    {
+        "architectures", "dtype", "torch_dtype", "transformers_version", "name_or_path",
+        "output_attentions", "output_hidden_states", "return_dict", "use_return_dict",
+        "id2label", "label2id", "problem_type", "finetuning_task", "tokenizer_class",
+        "prefix", "torchscript", "use_bfloat16", "tf_legacy_loss",
+        "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention",
+        "cross_attention_hidden_size", "tie_encoder_decoder", "tie_word_embeddings",
+        "bos_token_id", "pad_token_id", "sep_token_id",
+        "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id",
+        "bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "diversity_penalty",
+        "do_sample", "early_stopping", "encoder_no_repeat_ngram_size",
+        "exponential_decay_length_penalty", "length_penalty", "max_length", "min_length",
+        "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences",
+        "output_scores", "remove_invalid_values", "repetition_penalty",
+        "return_dict_in_generate", "task_specific_params", "temperature", "top_k", "top_p",
+        "typical_p",
+        "projection_dim",
+        "dropout", "attention_dropout", "initializer_range", "initializer_factor",
+        "gradient_checkpointing",
+    }
+)  # fmt: skip
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
 
 @dataclasses.dataclass(frozen=True)
-class CLIPVisionConfig(ConfigBase):
+class _CLIPTowerConfig(ConfigBase):
+    """Settings shared by CLIP's text and vision towers (the encoder layers they both run).
+
+    Subclasses name their ``model_type``, the ``CLIPConfig`` entry that holds them
+    (``_SUB_CONFIG``) and the integer fields that must be positive (``_POSITIVE``).
+    """
+
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        # removed attention heads would change the q/k/v/out shapes
+        "pruned_heads": ({}, ()),
+    }
+    _SUB_CONFIG: ClassVar[str] = ""
+    _MODEL_TYPE: ClassVar[str] = ""
+    _POSITIVE: ClassVar[tuple[str, ...]] = (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    )  # fmt: skip
+
+    hidden_size: int = 768
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    hidden_act: str = "quick_gelu"
+    layer_norm_eps: float = 1e-5
+
+    @classmethod
+    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json"):
+        """Build from the tower's own config dict, or from a full ``CLIPConfig`` (``model_type``
+        ``"clip"``), of which the ``_SUB_CONFIG`` entry is used, as the tower's
+        ``from_pretrained`` does.
+
+        Raises:
+            ConfigError: an unknown key, an unsupported value (see :meth:`validate`), or a
+                ``CLIPConfig`` without the sub-config dict.
+        """
+        if config.get("model_type") == "clip" or cls._SUB_CONFIG in config:
+            sub = config.get(cls._SUB_CONFIG)
+            if not isinstance(sub, Mapping):
+                raise ConfigError(
+                    f"{source}: a CLIPConfig (model_type 'clip') needs a {cls._SUB_CONFIG!r} dict; "
+                    f"got {sub!r}"
+                )
+            return super().from_config_dict(sub, source=f"{source} ({cls._SUB_CONFIG})")
+        return super().from_config_dict(config, source=source)
+
+    def validate(self, source: str) -> None:
+        for name in self._POSITIVE:
+            value = getattr(self, name)
+            if not _positive_int(value):
+                raise ConfigError(f"{source}: {name}={value!r} must be a positive integer.")
+        if getattr(self, "model_type", None) != self._MODEL_TYPE:
+            raise ConfigError(
+                f"{source}: model_type={getattr(self, 'model_type', None)!r} is not a "
+                f"{self._MODEL_TYPE!r} config; vidax's {type(self).__name__} reads "
+                f"{self._MODEL_TYPE!r} (or 'clip' with a {self._SUB_CONFIG})."
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"{source}: hidden_size={self.hidden_size} is not a multiple of "
+                f"num_attention_heads={self.num_attention_heads}."
+            )
+        if self.hidden_act not in _ACTIVATIONS:
+            raise ConfigError(
+                f"{source}: hidden_act={self.hidden_act!r} is not implemented by vidax's CLIP "
+                f"encoder layers; supported: {sorted(_ACTIVATIONS)}."
+            )
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps < 0:
+            raise ConfigError(f"{source}: layer_norm_eps={self.layer_norm_eps!r} must be >= 0.")
+
+    @property
+    def head_dim(self) -> int:
+        """K = hidden_size / num_attention_heads."""
+        return self.hidden_size // self.num_attention_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPVisionConfig(_CLIPTowerConfig):
     """Settings of ``transformers.CLIPVisionConfig`` that the vision tower uses, with its defaults.
 
     Built from ``image_encoder/config.json``: a ``CLIPVisionConfig`` file (``model_type``
@@ -81,119 +200,100 @@ class CLIPVisionConfig(ConfigBase):
         intermediate_size: hidden width of each MLP.
         num_hidden_layers: encoder blocks.
         num_attention_heads: N; D must be a multiple of N (head dim K = D / N).
+        hidden_act: MLP activation: ``quick_gelu``, ``gelu``, ``gelu_new``, ``gelu_pytorch_tanh``.
+        layer_norm_eps: epsilon of every LayerNorm.
         num_channels: image channels (3).
         image_size: the square input size in pixels; H = W = image_size.
         patch_size: p, pixels per patch side; (image_size / p)^2 patch tokens plus the class token.
-        hidden_act: MLP activation: ``quick_gelu``, ``gelu``, ``gelu_new``, ``gelu_pytorch_tanh``.
-        layer_norm_eps: epsilon of every LayerNorm.
         model_type: ``"clip_vision_model"``.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {
-            # metadata
-            "architectures", "dtype", "torch_dtype", "transformers_version", "name_or_path",
-            "output_attentions", "output_hidden_states", "return_dict", "use_return_dict",
-            "id2label", "label2id", "problem_type", "finetuning_task", "tokenizer_class",
-            "prefix", "torchscript", "use_bfloat16", "tf_legacy_loss",
-            # generic PretrainedConfig keys that the vision tower never reads (transformers 4
-            # wrote all of them into a CLIPConfig's vision_config): generation settings, token
-            # ids, decoder / cross-attention flags (CLIP layers have neither) and FFN chunking
-            # (not used by CLIPMLP)
-            "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention",
-            "cross_attention_hidden_size", "tie_encoder_decoder", "tie_word_embeddings",
-            "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
-            "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id",
-            "bad_words_ids", "begin_suppress_tokens", "suppress_tokens", "diversity_penalty",
-            "do_sample", "early_stopping", "encoder_no_repeat_ngram_size",
-            "exponential_decay_length_penalty", "length_penalty", "max_length", "min_length",
-            "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences",
-            "output_scores", "remove_invalid_values", "repetition_penalty",
-            "return_dict_in_generate", "task_specific_params", "temperature", "top_k", "top_p",
-            "typical_p",
-            # width of the projection head of CLIPModel / CLIPVisionModelWithProjection; the
-            # CLIPVisionModel has no projection
-            "projection_dim",
-            # training only (dropout is off at inference; the checkpoint replaces the init)
-            "dropout", "attention_dropout", "initializer_range", "initializer_factor",
-            "gradient_checkpointing",
-        }
-    )
+    # The vision tower reads no token id and has no vocabulary (LLaVA configs carry a
+    # vocab_size in their vision_config, LlavaConfig's own default does too).
+    IGNORED: ClassVar[frozenset[str]] = _TOWER_IGNORED | {"eos_token_id", "vocab_size"}
+    _SUB_CONFIG: ClassVar[str] = "vision_config"
+    _MODEL_TYPE: ClassVar[str] = "clip_vision_model"
+    _POSITIVE: ClassVar[tuple[str, ...]] = _CLIPTowerConfig._POSITIVE + (
+        "num_channels", "image_size", "patch_size",
+    )  # fmt: skip
 
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        # removed attention heads would change the q/k/v/out shapes
-        "pruned_heads": ({}, ()),
-    }
-
-    hidden_size: int = 768
-    intermediate_size: int = 3072
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
     num_channels: int = 3
     image_size: int = 224
     patch_size: int = 32
-    hidden_act: str = "quick_gelu"
-    layer_norm_eps: float = 1e-5
     model_type: str = "clip_vision_model"
-
-    @classmethod
-    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json"):
-        """Build from a ``CLIPVisionConfig`` dict, or a ``CLIPConfig``'s ``vision_config``.
-
-        Raises:
-            ConfigError: an unknown key, an unsupported value (see :meth:`validate`), or a
-                ``CLIPConfig`` without a ``vision_config`` dict.
-        """
-        if config.get("model_type") == "clip" or "vision_config" in config:
-            vision = config.get("vision_config")
-            if not isinstance(vision, Mapping):
-                raise ConfigError(
-                    f"{source}: a CLIPConfig (model_type 'clip') needs a 'vision_config' dict; "
-                    f"got {vision!r}"
-                )
-            return super().from_config_dict(vision, source=f"{source} (vision_config)")
-        return super().from_config_dict(config, source=source)
-
-    def validate(self, source: str) -> None:
-        ints = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_channels", "image_size", "patch_size")  # fmt: skip
-        for name in ints:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(
-                    f"{source}: {name}={value!r} must be a positive integer (vidax supports "
-                    "square images and patches only)."
-                )
-        if self.model_type != "clip_vision_model":
-            raise ConfigError(
-                f"{source}: model_type={self.model_type!r} is not a CLIP vision tower; vidax's "
-                "CLIPVisionConfig reads 'clip_vision_model' (or 'clip' with a vision_config)."
-            )
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"{source}: hidden_size={self.hidden_size} is not a multiple of "
-                f"num_attention_heads={self.num_attention_heads}."
-            )
-        if self.hidden_act not in _ACTIVATIONS:
-            raise ConfigError(
-                f"{source}: hidden_act={self.hidden_act!r} is not implemented by vidax's CLIP "
-                f"vision tower; supported: {sorted(_ACTIVATIONS)}."
-            )
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps < 0:
-            raise ConfigError(f"{source}: layer_norm_eps={self.layer_norm_eps!r} must be >= 0.")
 
     @property
     def num_patches(self) -> int:
         """Patch tokens per image: ``(image_size // patch_size) ** 2`` (the reference's count)."""
         return (self.image_size // self.patch_size) ** 2
 
+
+@dataclasses.dataclass(frozen=True)
+class CLIPTextConfig(_CLIPTowerConfig):
+    """Settings of ``transformers.CLIPTextConfig`` that ``CLIPTextModel`` uses, with its defaults.
+
+    Built from ``text_encoder_2/config.json`` (HunyuanVideo's openai/clip-vit-large-patch14 text
+    tower, ``model_type`` ``"clip_text_model"``) or a full ``CLIPConfig``'s ``text_config``.
+
+    Attributes:
+        vocab_size: V, rows of the token embedding.
+        hidden_size: D.
+        intermediate_size: hidden width of each MLP.
+        num_hidden_layers: encoder blocks.
+        num_attention_heads: N (K = D / N).
+        max_position_embeddings: rows of the learned position embedding: the longest L.
+        hidden_act: MLP activation (``quick_gelu`` for OpenAI CLIP).
+        layer_norm_eps: epsilon of every LayerNorm.
+        eos_token_id: selects the pooled token: ``2`` (the legacy value of old configs, e.g.
+            clip-vit-large-patch14 and HunyuanVideo's) pools at the *largest* token id of each
+            row, any other value at the first occurrence of that id (as
+            ``CLIPTextModel.forward``).
+        model_type: ``"clip_text_model"``.
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = _TOWER_IGNORED
+    _SUB_CONFIG: ClassVar[str] = "text_config"
+    _MODEL_TYPE: ClassVar[str] = "clip_text_model"
+    _POSITIVE: ClassVar[tuple[str, ...]] = _CLIPTowerConfig._POSITIVE + (
+        "vocab_size", "max_position_embeddings",
+    )  # fmt: skip
+
+    hidden_size: int = 512
+    intermediate_size: int = 2048
+    num_attention_heads: int = 8
+    vocab_size: int = 49408
+    max_position_embeddings: int = 77
+    eos_token_id: int = 49407
+    model_type: str = "clip_text_model"
+
+    def validate(self, source: str) -> None:
+        super().validate(source)
+        eos = self.eos_token_id
+        if not isinstance(eos, int) or isinstance(eos, bool) or eos < 0:
+            raise ConfigError(
+                f"{source}: eos_token_id={eos!r} must be one non-negative integer (the pooled "
+                "token is chosen by it; a list of ids is not implemented)."
+            )
+
     @property
-    def head_dim(self) -> int:
-        """K = hidden_size / num_attention_heads."""
-        return self.hidden_size // self.num_attention_heads
+    def legacy_eos_pooling(self) -> bool:
+        """True when the pooled token is the row's largest id (``eos_token_id == 2``)."""
+        return self.eos_token_id == 2
 
 
 # ----------------------------------------------------------------------------- modules
+
+
+def _module_kwargs(dtype: Any, param_dtype: Any, rngs: nnx.Rngs | None, what: str) -> tuple[Any, dict]:
+    """(checked compute dtype, ``dtype`` / ``param_dtype`` / ``rngs`` keywords for sub-modules):
+    ``param_dtype`` defaults to ``dtype``, ``rngs`` to ``nnx.Rngs(0)``.
+
+    Raises:
+        InputError: ``dtype`` is not float32 or bfloat16 (the message names ``what``).
+    """
+    dtype = compute_dtype(dtype, what)
+    rngs = nnx.Rngs(0) if rngs is None else rngs
+    return dtype, dict(dtype=dtype, param_dtype=dtype if param_dtype is None else param_dtype, rngs=rngs)
 
 
 def _layer_norm(dim: int, eps: float, dtype, param_dtype, rngs) -> nnx.LayerNorm:
@@ -233,22 +333,31 @@ class CLIPVisionEmbeddings(nnx.Module):
 
 
 class CLIPAttention(nnx.Module):
-    """Multi-head self-attention with q/k/v/out biases, scale ``K**-0.5`` (``CLIPAttention``)."""
+    """Multi-head self-attention with q/k/v/out biases, scale ``K**-0.5`` (``CLIPAttention``).
 
-    def __init__(self, cfg: CLIPVisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    One implementation for both towers: the vision tower attends bidirectionally, the text tower
+    with ``causal=True`` (``CLIPTextModel`` passes ``is_causal=True``) and optionally a key
+    padding ``bias``.
+    """
+
+    def __init__(self, cfg: _CLIPTowerConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         d = cfg.hidden_size
         lin = partial(Linear, d, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.k_proj, self.v_proj, self.q_proj, self.out_proj = lin(), lin(), lin(), lin()
         self.num_heads = cfg.num_attention_heads
         self.head_dim = cfg.head_dim
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """(B, L, D) -> (B, L, D); fp32 scores and softmax."""
+    def __call__(self, x: jax.Array, causal: bool = False, bias: jax.Array | None = None) -> jax.Array:
+        """(B, L, D) -> (B, L, D); fp32 scores and softmax.
+
+        ``causal``: query i attends keys j <= i. ``bias``: (B, 1, L, L) float32 added to the
+        scores (0 or -inf), or None.
+        """
         b, length, _ = x.shape
         split = lambda t: t.reshape(b, length, self.num_heads, self.head_dim)  # noqa: E731
         out = dot_product_attention(
             split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x)),
-            scale=self.head_dim**-0.5,
+            scale=self.head_dim**-0.5, causal=causal, bias=bias,
         )  # fmt: skip
         return self.out_proj(out.reshape(b, length, self.num_heads * self.head_dim))
 
@@ -256,7 +365,7 @@ class CLIPAttention(nnx.Module):
 class CLIPMLP(nnx.Module):
     """``fc2(act(fc1 x))`` (``CLIPMLP``)."""
 
-    def __init__(self, cfg: CLIPVisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: _CLIPTowerConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.fc1 = Linear(cfg.hidden_size, cfg.intermediate_size, **kw)
         self.fc2 = Linear(cfg.intermediate_size, cfg.hidden_size, **kw)
@@ -269,36 +378,37 @@ class CLIPMLP(nnx.Module):
 class CLIPEncoderLayer(nnx.Module):
     """Pre-norm block: ``h += attn(ln1 h)``; ``h += mlp(ln2 h)`` (``CLIPEncoderLayer``)."""
 
-    def __init__(self, cfg: CLIPVisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: _CLIPTowerConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.self_attn = CLIPAttention(cfg, **kw)
         self.layer_norm1 = _layer_norm(cfg.hidden_size, cfg.layer_norm_eps, **kw)
         self.mlp = CLIPMLP(cfg, **kw)
         self.layer_norm2 = _layer_norm(cfg.hidden_size, cfg.layer_norm_eps, **kw)
 
-    def __call__(self, h: jax.Array) -> jax.Array:
-        """(B, L, D) float32 residual stream -> same."""
-        h = h + self.self_attn(self.layer_norm1(h)).astype(h.dtype)
+    def __call__(self, h: jax.Array, causal: bool = False, bias: jax.Array | None = None) -> jax.Array:
+        """(B, L, D) float32 residual stream -> same (masks as :class:`CLIPAttention`)."""
+        h = h + self.self_attn(self.layer_norm1(h), causal, bias).astype(h.dtype)
         return h + self.mlp(self.layer_norm2(h)).astype(h.dtype)
 
 
 class CLIPEncoder(nnx.Module):
     """``encoder.layers``: the blocks, stacked on a leading layer axis and run with a scan."""
 
-    def __init__(self, cfg: CLIPVisionConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: _CLIPTowerConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         self.layers = stacked(
             lambda r: CLIPEncoderLayer(cfg, dtype=dtype, param_dtype=param_dtype, rngs=r),
             cfg.num_hidden_layers,
             rngs,
         )
 
-    def __call__(self, h: jax.Array, num_layers: int) -> jax.Array:
+    def __call__(self, h: jax.Array, num_layers: int, causal: bool = False,
+                 bias: jax.Array | None = None) -> jax.Array:  # fmt: skip
         """Run the first ``num_layers`` blocks (a static int, 0 = none) on ``h`` (B, L, D)."""
         if num_layers == 0:
             return h
         graphdef, state = nnx.split(self.layers)
         first = nnx.merge(graphdef, jax.tree.map(lambda a: a[:num_layers], state))
-        return scan_layers(first, h, lambda layer, x: layer(x))
+        return scan_layers(first, h, lambda layer, x: layer(x, causal, bias))
 
 
 class CLIPVisionEncoder(nnx.Module):
@@ -317,10 +427,7 @@ class CLIPVisionEncoder(nnx.Module):
 
     def __init__(self, config: CLIPVisionConfig, *, dtype: Any = jnp.float32,
                  param_dtype: Any = None, rngs: nnx.Rngs | None = None):  # fmt: skip
-        dtype = compute_dtype(dtype, "CLIP vision encoder")
-        param_dtype = dtype if param_dtype is None else param_dtype
-        rngs = nnx.Rngs(0) if rngs is None else rngs
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        dtype, kw = _module_kwargs(dtype, param_dtype, rngs, "CLIP vision encoder")
         d, eps = config.hidden_size, config.layer_norm_eps
         self.embeddings = CLIPVisionEmbeddings(config, **kw)
         self.pre_layrnorm = _layer_norm(d, eps, **kw)  # the reference's spelling
@@ -376,18 +483,150 @@ class CLIPVisionEncoder(nnx.Module):
         return self.encoder(h, num_layers).astype(self.dtype)
 
 
+class CLIPTextEmbeddings(nnx.Module):
+    """Token embedding + learned absolute position embedding (``CLIPTextEmbeddings``).
+
+    Parameters: ``token_embedding`` (V, D), ``position_embedding`` (max_position_embeddings, D).
+    """
+
+    def __init__(self, cfg: CLIPTextConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.token_embedding = nnx.Embed(cfg.vocab_size, cfg.hidden_size, **kw)
+        self.position_embedding = nnx.Embed(cfg.max_position_embeddings, cfg.hidden_size, **kw)
+
+    def __call__(self, input_ids: jax.Array) -> jax.Array:
+        """(B, L) int -> (B, L, D) float32; positions ``0 .. L-1`` (the reference's default)."""
+        tokens = jnp.take(self.token_embedding.embedding[...], input_ids, axis=0).astype(jnp.float32)
+        positions = self.position_embedding.embedding[: input_ids.shape[1]].astype(jnp.float32)
+        return tokens + positions[None]
+
+
+class CLIPTextEncoder(nnx.Module):
+    """The CLIP text tower, following ``transformers.CLIPTextModel`` (transformers 5.24).
+
+    Token + position embeddings, ``num_hidden_layers`` pre-norm blocks with *causal*
+    self-attention (the same :class:`CLIPEncoderLayer` as the vision tower, stacked and scanned),
+    ``final_layer_norm``; the pooled output is the final-normed hidden state of one token per row
+    (see :attr:`CLIPTextConfig.eos_token_id`). HunyuanVideo uses the pooled output
+    (``pooler_output``) as its transformer's ``pooled_projections``.
+
+    Args:
+        config: the parsed ``text_encoder_2/config.json``.
+        dtype: compute dtype, ``jnp.float32`` or ``jnp.bfloat16`` (layer-norm statistics, softmax
+            and the residual stream stay float32).
+        param_dtype: dtype of freshly built parameters (default ``dtype``).
+        rngs: initialisers' keys (values are overwritten by the checkpoint).
+
+    Raises:
+        InputError: ``dtype`` is not float32 or bfloat16.
+    """
+
+    def __init__(self, config: CLIPTextConfig, *, dtype: Any = jnp.float32,
+                 param_dtype: Any = None, rngs: nnx.Rngs | None = None):  # fmt: skip
+        dtype, kw = _module_kwargs(dtype, param_dtype, rngs, "CLIP text encoder")
+        self.embeddings = CLIPTextEmbeddings(config, **kw)
+        self.encoder = CLIPEncoder(config, **kw)
+        self.final_layer_norm = _layer_norm(config.hidden_size, config.layer_norm_eps, **kw)
+        self.config = config
+        self.dtype = dtype
+
+    def encode(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+        """``CLIPTextModel(input_ids, attention_mask)``: ``(last_hidden_state, pooler_output)``.
+
+        Args:
+            input_ids: (B, L) integer token ids, ``L <= max_position_embeddings`` (ids outside
+                ``[0, vocab_size)`` give NaN rows, jnp.take's fill mode).
+            attention_mask: (B, L), nonzero for real tokens; ``None`` (what the HunyuanVideo
+                pipelines pass) attends every earlier token, padding included. With a mask,
+                padded keys are masked on top of the causal mask for every query, as the
+                reference's ``create_causal_mask``; a query with no allowed key (only with left
+                padding) gets a zero attention output, where the reference's is unspecified.
+
+        Returns:
+            ``last_hidden_state`` (B, L, D) after ``final_layer_norm`` and ``pooled`` (B, D): its
+            row at the largest token id (``eos_token_id == 2``, first such position) or at the
+            first ``eos_token_id`` (position 0 when a row has none, as the reference's argmax),
+            both in the compute dtype.
+
+        Raises:
+            InputError: ``input_ids`` is not a 2-D integer array, longer than
+                ``max_position_embeddings``, or ``attention_mask`` does not have its shape.
+        """
+        cfg = self.config
+        ids = jnp.asarray(input_ids)
+        if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer) or ids.shape[1] < 1:
+            raise InputError(
+                f"input_ids must be a (B, L) integer array with L >= 1; got shape {ids.shape}, "
+                f"dtype {ids.dtype}."
+            )
+        if ids.shape[1] > cfg.max_position_embeddings:
+            raise InputError(
+                f"input_ids has L={ids.shape[1]} tokens, more than max_position_embeddings="
+                f"{cfg.max_position_embeddings} (tokenize with truncation to max_length "
+                f"{cfg.max_position_embeddings})."
+            )
+        bias = None
+        if attention_mask is not None:
+            mask = jnp.asarray(attention_mask)
+            if mask.shape != ids.shape:
+                raise InputError(
+                    f"attention_mask must have the shape of input_ids {ids.shape}; got {mask.shape}."
+                )
+            # (B, 1, 1, L) key padding broadcast over the queries: dense but L <= 77.
+            keys = jnp.where(mask != 0, 0.0, -jnp.inf).astype(jnp.float32)[:, None, None, :]
+            bias = jnp.broadcast_to(keys, (ids.shape[0], 1, ids.shape[1], ids.shape[1]))
+        h = self.embeddings(ids)
+        h = self.encoder(h, cfg.num_hidden_layers, causal=True, bias=bias)
+        hidden = self.final_layer_norm(h).astype(self.dtype)
+        if cfg.legacy_eos_pooling:
+            index = jnp.argmax(ids, axis=-1)
+        else:
+            index = jnp.argmax(ids == cfg.eos_token_id, axis=-1)
+        pooled = hidden[jnp.arange(ids.shape[0]), index]
+        return hidden, pooled
+
+    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
+        """``last_hidden_state`` (B, L, D) of :meth:`encode` (the TextEncoder contract)."""
+        return self.encode(input_ids, attention_mask)[0]
+
+
 # ----------------------------------------------------------------------------- loading
 
 
-def clip_key_rules(keys: Any = ()) -> KeyRules:
-    """Key mapping of a ``CLIPVisionModel`` checkpoint whose tensor names are ``keys``.
+#: Logical axes of the CLIP parameters, text and vision towers alike (see
+#: :mod:`vidax.parallel.rules`): q/k/v and ``fc1`` column-parallel, ``out_proj`` and ``fc2``
+#: row-parallel (their biases replicated, added once after the reduction), the text token
+#: embedding split by vocabulary rows. The patterns are not anchored, so they also place a tower
+#: nested in another module (LLaVA's ``vision_tower``). Norms and embeddings are replicated.
+CLIP_PARAM_AXES = (
+    (r"encoder/layers/self_attn/(q_proj|k_proj|v_proj)/kernel$", ("layers", "embed", "heads")),
+    (r"encoder/layers/self_attn/(q_proj|k_proj|v_proj)/bias$", ("layers", "heads")),
+    (r"encoder/layers/self_attn/out_proj/kernel$", ("layers", "heads", "embed")),
+    (r"encoder/layers/mlp/fc1/kernel$", ("layers", "embed", "mlp")),
+    (r"encoder/layers/mlp/fc1/bias$", ("layers", "mlp")),
+    (r"encoder/layers/mlp/fc2/kernel$", ("layers", "mlp", "embed")),
+    (r"embeddings/token_embedding/embedding$", ("vocab", "embed")),
+)
 
-    ``encoder.layers.{i}`` is stacked. When the keys carry the ``vision_model.`` prefix of files
-    written by transformers 4 (the released Wan checkpoints), it is renamed away.
+_TOWERS = {
+    # tower -> (prefix of transformers 4 files, top-level modules)
+    "vision": (_PREFIX, _TOP_LEVEL),
+    "text": ("text_model.", ("embeddings", "encoder", "final_layer_norm")),
+}
+
+
+def clip_key_rules(keys: Any = (), tower: str = "vision") -> KeyRules:
+    """Key mapping of a ``CLIPVisionModel`` (``tower="vision"``) or ``CLIPTextModel``
+    (``tower="text"``) checkpoint whose tensor names are ``keys``.
+
+    ``encoder.layers.{i}`` is stacked. When the keys carry the ``vision_model.`` /
+    ``text_model.`` prefix of files written by transformers 4 (the released Wan and HunyuanVideo
+    checkpoints), it is renamed away.
     """
+    prefix, top_level = _TOWERS[tower]
     renames: tuple[tuple[str, str], ...] = ()
-    if any(str(k).startswith(_PREFIX) for k in keys):
-        renames = tuple((_PREFIX + name, name) for name in _TOP_LEVEL)
+    if any(str(k).startswith(prefix) for k in keys):
+        renames = tuple((prefix + name, name) for name in top_level)
     return KeyRules(stacked=("encoder.layers",), renames=renames)
 
 
@@ -397,7 +636,7 @@ def clip_dtype_policy(dtype: Any = jnp.float32) -> DtypePolicy:
     Raises:
         InputError: ``dtype`` is not float32 or bfloat16.
     """
-    return DtypePolicy(param_dtype=compute_dtype(dtype, "CLIP vision encoder"), keep_fp32=())
+    return DtypePolicy(param_dtype=compute_dtype(dtype, "CLIP encoder"), keep_fp32=())
 
 
 def load_clip_vision(
@@ -435,6 +674,75 @@ def load_clip_vision(
         placement=placement,
         what="image_encoder (CLIP vision)",
     )
+
+
+def load_clip_text(
+    path: str | os.PathLike,
+    dtype: Any = jnp.float32,
+    placement: Placement | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+) -> CLIPTextEncoder:
+    """Build the CLIP text tower of a ``text_encoder_2/`` folder and load its weights.
+
+    Args:
+        path: folder with ``config.json`` and ``model.safetensors`` (or shards + index), as
+            ``CLIPTextModel.save_pretrained`` writes it (keys with or without ``text_model.``).
+        dtype: compute and storage dtype, ``jnp.float32`` (default) or ``jnp.bfloat16``; every
+            parameter follows it (transformers keeps no CLIP module in fp32).
+        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
+            or with ``mesh`` the tensor-parallel layout of :data:`CLIP_PARAM_AXES`.
+        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
+
+    Returns:
+        The :class:`CLIPTextEncoder`, parameters placed.
+
+    Raises:
+        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
+        ConfigError: ``config.json`` is missing or asks for something not implemented.
+        CheckpointError: tensors missing, unexpected (e.g. a ``text_projection`` head) or of the
+            wrong shape, checked before any tensor is read.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise InputError(f"path={path!r} is not a folder; pass the text_encoder_2/ directory.")
+    dtype = compute_dtype(dtype, "CLIP text encoder")
+    config = CLIPTextConfig.from_json_file(os.path.join(path, "config.json"))
+    reader = CheckpointReader(path)
+    return load_module(
+        lambda: CLIPTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)),
+        reader,
+        clip_key_rules(reader.keys(), tower="text"),
+        clip_dtype_policy(dtype),
+        placement=placement or logical_placement(mesh, CLIP_PARAM_AXES),
+        what="text_encoder (CLIP text)",
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _clip_text_fn(graphdef, use_mask: bool):
+    """The jitted ``(params, ids, mask) -> (hidden, pooled)`` of one text-tower structure;
+    parameters are an argument (no closure holds them), so equal structures share it."""
+
+    @jax.jit
+    def encode(params, ids, mask):
+        return nnx.merge(graphdef, params).encode(ids, mask if use_mask else None)
+
+    return encode
+
+
+def encode_clip_text(encoder: CLIPTextEncoder, tokens: Any, *,
+                     use_attention_mask: bool = False) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """``(last_hidden_state (B, L, D), pooled (B, D))`` of tokenized prompts, compute dtype.
+
+    Args:
+        encoder: a loaded :class:`CLIPTextEncoder`.
+        tokens: ``input_ids`` and ``attention_mask``, (B, L) int
+            (:class:`vidax.encoders.tokenizer.Tokens`).
+        use_attention_mask: mask padded keys; False (default) runs without the mask, as
+            HunyuanVideo's ``_get_clip_prompt_embeds`` calls ``text_encoder_2(input_ids)``.
+    """
+    fn = _clip_text_fn(nnx.graphdef(encoder), bool(use_attention_mask))
+    return fn(nnx.state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))
 
 
 # ----------------------------------------------------------------------------- preprocessing

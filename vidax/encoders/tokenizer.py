@@ -52,7 +52,8 @@ class TextTokenizer:
     """A ``tokenizer/`` folder of a diffusers checkpoint.
 
     Reads ``tokenizer.json``. A folder that only has a SentencePiece ``spiece.model`` (the
-    CogVideoX releases) is converted once by transformers' own slow-to-fast converter, run in a
+    CogVideoX releases) or a BPE ``vocab.json`` + ``merges.txt`` (a slow ``CLIPTokenizer`` saved by
+    transformers 4) is converted once by transformers' own tokenizer classes, run in a
     subprocess so this process never imports transformers (or torch); the result is cached in
     the vidax cache folder, keyed by the folder's file contents.
 
@@ -275,9 +276,11 @@ def _converted_tokenizer_json(path: str) -> str:
 
     from vidax.cache import cache_dir
 
-    if not os.path.isdir(path) or not any(f.endswith(".model") for f in os.listdir(path)):
+    names = set(os.listdir(path)) if os.path.isdir(path) else set()
+    if not any(f.endswith(".model") for f in names) and not {"vocab.json", "merges.txt"} <= names:
         raise CheckpointError(
-            f"{path}: no tokenizer.json and no SentencePiece *.model file; vidax needs one of them"
+            f"{path}: no tokenizer.json, no SentencePiece *.model file and no BPE vocab.json + "
+            "merges.txt; vidax needs one of them"
         )
     digest = hashlib.sha256()
     for name in sorted(os.listdir(path)):

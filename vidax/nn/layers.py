@@ -2,8 +2,10 @@
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
 LayerNorm and RMSNorm, torch's ``GroupNorm`` and ``Conv2d`` / ``Conv3d`` on channels-last input
-(VAE and latent-upsampler blocks), the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
-channels-last video and the sinusoidal timestep embedding. Statistics and the timestep embedding
+(VAE and latent-upsampler blocks) with torch-order ``pixel_shuffle``, the GELU feed-forward
+network, ``(p_t, p_h, p_w)`` patchify of channels-last video and its inverses (both feature
+orders), the Conv3d patch embedding, the sinusoidal timestep embedding with its MLP and the
+PixArt-alpha text projection. Statistics and the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
@@ -124,10 +126,11 @@ def linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs, use_bias: bo
 
 
 class GELUProj(nnx.Module):
-    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf."""
+    """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf; ``use_bias=False``
+    is its ``bias=False`` (no ``proj`` bias)."""
 
-    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs):
-        self.proj = linear(din, dout, dtype, param_dtype, rngs)
+    def __init__(self, din, dout, approximate: bool, dtype, param_dtype, rngs, use_bias: bool = True):
+        self.proj = linear(din, dout, dtype, param_dtype, rngs, use_bias)
         self.approximate = approximate
 
     def __call__(self, x):
@@ -135,14 +138,15 @@ class GELUProj(nnx.Module):
 
 
 class FeedForward(nnx.Module):
-    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``."""
+    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``;
+    ``use_bias=False`` is its ``bias=False`` (neither linear has a bias, as Cosmos's)."""
 
-    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs):
+    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs, use_bias: bool = True):
         self.net = nnx.List(
             [
-                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs),
+                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs, use_bias),
                 Identity(),
-                linear(inner, dim_out, dtype, param_dtype, rngs),
+                linear(inner, dim_out, dtype, param_dtype, rngs, use_bias),
             ]
         )
 
@@ -150,6 +154,30 @@ class FeedForward(nnx.Module):
         for layer in self.net:
             x = layer(x)
         return x
+
+
+class TimestepEmbedding(nnx.Module):
+    """diffusers ``TimestepEmbedding`` (``act_fn="silu"``): ``linear_2(silu(linear_1(x)))``, parameters
+    and arithmetic in float32 whatever the model dtype (Wan, LTX-Video, HunyuanVideo)."""
+
+    def __init__(self, cin, dim, rngs):
+        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
+        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
+
+
+class TextProjection(nnx.Module):
+    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu_tanh(linear_1(x)))``
+    in ``dtype`` (Wan's text embedder, LTX-Video's caption projection)."""
+
+    def __init__(self, cin, dim, dtype, param_dtype, rngs):
+        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
+        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
 
 
 def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:
@@ -175,6 +203,20 @@ def unpatchify(x: jax.Array, grid: tuple[int, int, int], patch: tuple[int, int, 
     return x.reshape(b, t * pt, h * ph, w * pw, x.shape[-1])
 
 
+def unpatchify_channels_first(x: jax.Array, grid: tuple[int, int, int], pt: int, p: int) -> jax.Array:
+    """Tokens whose features are ordered ``(C, p_t, p_h, p_w)`` -> video: ``(B, t·h·w, C·p_t·p·p)``
+    -> ``(B, t·p_t, h·p, w·p, C)``.
+
+    The reference's ``reshape(B, t, h, w, C, p_t, p, p).permute(0, 4, 1, 5, 2, 6, 3, 7)`` (CogVideoX
+    1.5, HunyuanVideo ``proj_out``) in channels-last order.
+    """
+    b = x.shape[0]
+    t, h, w = grid
+    x = x.reshape(b, t, h, w, -1, pt, p, p)
+    x = x.transpose(0, 1, 5, 2, 6, 3, 7, 4)
+    return x.reshape(b, t * pt, h * p, w * p, x.shape[-1])
+
+
 def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
     """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``.
 
@@ -197,6 +239,30 @@ def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
     if dim % 2:
         emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
     return emb
+
+
+class PatchEmbedding(nnx.Module):
+    """``nn.Conv3d(C_in, D, kernel=stride=patch)`` as patchify + matmul.
+
+    ``kernel`` is ``(p_t, p_h, p_w, C_in, D)`` (the loader's conv3d layout), ``bias`` ``(D,)``.
+    Input ``(B, T, H, W, C_in)`` -> tokens ``(B, L, D)`` in frame-major, then row, then column
+    order (the reference's ``flatten(2)``).
+    """
+
+    def __init__(self, patch, cin, dim, dtype, param_dtype, rngs: nnx.Rngs):
+        self.patch = tuple(patch)
+        self.dtype = dtype
+        fan_in = cin * math.prod(patch)
+        self.kernel = nnx.Param(
+            jax.random.normal(rngs.params(), (*patch, cin, dim), param_dtype) / math.sqrt(fan_in)
+        )
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cols = patchify(x, self.patch)
+        kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
+        y = matmul("blc,cd->bld", cols, kernel, self.dtype)
+        return y + self.bias[...].astype(self.dtype)
 
 
 _DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}

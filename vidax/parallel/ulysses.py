@@ -7,9 +7,12 @@ Tokens ``(B, L, N, K)`` arrive split over ``data`` (batch), ``sequence`` (tokens
   ``(B/dp, L/sp, N/tp, K)`` q, k, v into ``(B/dp, L, N/(tp·sp), K)``, each device attends over
   the whole sequence for its heads, and the inverse all-to-all restores the token split.
   Requires ``N % (tp·sp) == 0`` and ``L % sp == 0`` (models pad with :func:`pad_tokens`; the
-  padded keys are masked with segment ids via ``valid_length``).
+  padded keys are masked with segment ids via ``valid_length``, or with the caller's full-length
+  per-token ``segment_ids`` when the real tokens differ per batch element, e.g. a joint
+  video + text sequence with prompts of different lengths).
 * cross-attention (:func:`local_attention`): queries stay token-split, the short context
-  (text / image tokens) is whole on every device, so attention is local; no communication.
+  (text / image tokens) is whole on every device, so attention is local; no communication. A
+  context padding mask ``kv_mask`` ``(B, Lk)`` masks the padded context keys (segment ids).
 
 Every attention kernel (Pallas included) therefore runs inside its own ``shard_map`` on local
 shards, as a partitioned program needs. Which single-device implementation runs is
@@ -18,6 +21,8 @@ local shapes.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +61,8 @@ def attention(
     *,
     self_attention: bool,
     valid_length: int | None = None,
+    segment_ids: SegmentIds | None = None,
+    kv_mask: jax.Array | None = None,
     implementation: str = "auto",
     block_size: int = DEFAULT_BLOCK_SIZE,
     interpret: bool = False,
@@ -70,20 +77,45 @@ def attention(
             are a context held whole on every device -> local attention.
         valid_length: tokens before it are real, the rest padding (self-attention only):
             padded keys are masked.
+        segment_ids: self-attention only, instead of ``valid_length``: per-token ids of the whole
+            sequence, ``(B, Lq)`` and ``(B, Lk)`` (:class:`~vidax.nn.attention.SegmentIds`; on a
+            mesh they are split over the batch only and read after the all-to-all).
+        kv_mask: ``(B, Lk)`` 0/1 (or bool) mask of the context keys (cross-attention only):
+            keys with 0 are not attended (a tokenizer's attention mask); None = all attended.
         implementation, block_size, interpret: see :func:`vidax.nn.attention.dot_product_attention`.
 
     Returns:
         ``(B, Lq, N, K)`` in ``q.dtype``.
+
+    Raises:
+        InputError: ``segment_ids`` with ``valid_length`` or with ``self_attention=False``;
+            ``kv_mask`` with ``self_attention``, or not ``(B, Lk)``.
     """
     kw = dict(implementation=implementation, block_size=block_size, interpret=interpret)
+    if segment_ids is not None and (valid_length is not None or not self_attention):
+        raise InputError("attention: segment_ids is for self-attention and replaces valid_length; pass one.")
+    if kv_mask is not None:
+        if self_attention:
+            raise InputError("attention: kv_mask masks a context; self-attention takes valid_length.")
+        if tuple(kv_mask.shape) != (k.shape[0], k.shape[1]):
+            raise InputError(
+                f"attention: kv_mask must be (B, Lk)={(k.shape[0], k.shape[1])}; got {tuple(kv_mask.shape)}."
+            )
     if mesh is None:
-        seg = None
+        seg = segment_ids
         if self_attention and valid_length is not None and valid_length < k.shape[1]:
             seg = SegmentIds.for_padding(q.shape[0], q.shape[1], k.shape[1], valid_length, valid_length)
+        if kv_mask is not None:
+            seg = _context_segments(q, kv_mask)
         return dot_product_attention(q, k, v, segment_ids=seg, **kw)
     if self_attention:
-        return ulysses_attention(q, k, v, mesh, valid_length=valid_length, **kw)
-    return local_attention(q, k, v, mesh, **kw)
+        return ulysses_attention(q, k, v, mesh, valid_length=valid_length, segment_ids=segment_ids, **kw)
+    return local_attention(q, k, v, mesh, kv_mask=kv_mask, **kw)
+
+
+def _context_segments(q: jax.Array, kv_mask: jax.Array) -> SegmentIds:
+    """Every query in segment 1, context key j in segment ``kv_mask[b, j] != 0``."""
+    return SegmentIds.for_mask(jnp.ones(q.shape[:2], jnp.int32), kv_mask)
 
 
 def ulysses_attention(
@@ -93,6 +125,7 @@ def ulysses_attention(
     mesh: Mesh,
     *,
     valid_length: int | None = None,
+    segment_ids: SegmentIds | None = None,
     implementation: str = "auto",
     block_size: int = DEFAULT_BLOCK_SIZE,
     interpret: bool = False,
@@ -104,6 +137,8 @@ def ulysses_attention(
             ``data``, tokens over ``sequence``, heads over ``tensor``).
         mesh: the mesh.
         valid_length: real tokens (the rest is padding, masked as keys); None = all real.
+        segment_ids: instead of ``valid_length``, full-length ids ``(B, L)`` (split over
+            ``data`` with the batch, whole along L), applied after the all-to-all.
         implementation, block_size, interpret: of the local attention.
 
     Returns:
@@ -128,10 +163,9 @@ def ulysses_attention(
         )
     mask = valid_length is not None and valid_length < length
 
-    def body(q, k, v):
+    def body(q, k, v, seg=None):
         if sp > 1:  # (b, L/sp, n, K) -> (b, L, n/sp, K)
             q, k, v = (jax.lax.all_to_all(t, SEQUENCE, 2, 1, tiled=True) for t in (q, k, v))
-        seg = None
         if mask:
             seg = SegmentIds.for_padding(q.shape[0], length, length, valid_length, valid_length)
         out = dot_product_attention(
@@ -142,6 +176,11 @@ def ulysses_attention(
             out = jax.lax.all_to_all(out, SEQUENCE, 1, 2, tiled=True)
         return out
 
+    if segment_ids is not None:
+        ids = PartitionSpec(spec[0] if len(spec) else None)
+        seg_spec = dataclasses.replace(segment_ids, q=ids, kv=ids)
+        fn = jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec, seg_spec), out_specs=spec, check_vma=False)
+        return fn(q, k, v, segment_ids)
     fn = jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
     return fn(q, k, v)
 
@@ -152,6 +191,7 @@ def local_attention(
     v: jax.Array,
     mesh: Mesh,
     *,
+    kv_mask: jax.Array | None = None,
     implementation: str = "auto",
     block_size: int = DEFAULT_BLOCK_SIZE,
     interpret: bool = False,
@@ -162,6 +202,7 @@ def local_attention(
         q: ``(B, Lq, N, K)`` (batch over ``data``, tokens over ``sequence``, heads over ``tensor``).
         k, v: ``(B, Lk, N, K)`` context (batch over ``data``, heads over ``tensor``, tokens whole).
         mesh: the mesh.
+        kv_mask: ``(B, Lk)`` 0/1 mask of the context keys (batch split as ``k``), or None.
         implementation, block_size, interpret: of the local attention.
 
     Returns:
@@ -174,10 +215,15 @@ def local_attention(
         q_spec = PartitionSpec(None, *tuple(q_spec)[1:])
         kv_spec = PartitionSpec(None, *tuple(kv_spec)[1:])
 
-    def body(q, k, v):
+    def body(q, k, v, *mask):
+        seg = _context_segments(q, mask[0]) if mask else None
         return dot_product_attention(
-            q, k, v, implementation=implementation, block_size=block_size, interpret=interpret
+            q, k, v, segment_ids=seg, implementation=implementation, block_size=block_size, interpret=interpret
         )
 
-    fn = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec), out_specs=q_spec, check_vma=False)
-    return fn(q, k, v)
+    masks, mask_specs = (), ()
+    if kv_mask is not None:
+        masks, mask_specs = (kv_mask,), (PartitionSpec(*tuple(kv_spec)[:1]),)
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, *mask_specs), out_specs=q_spec,
+                       check_vma=False)
+    return fn(q, k, v, *masks)

@@ -312,9 +312,11 @@ class VideoPipeline:
         """Checks of the loaded components before a call (raise InputError); the scheduler is the
         one component a user may replace (``pipe.scheduler = ...``), as in diffusers."""
 
-    def encode_text(self, texts: list[str], max_sequence_length: int) -> jax.Array:
+    def encode_text(self, texts: list[str], max_sequence_length: int) -> Any:
         """Text embeddings (len(texts), L, D) as the reference's prompt encoding (the text
-        encoder is on the device meanwhile)."""
+        encoder is on the device meanwhile), or a tuple / dict of arrays with the batch first
+        (e.g. embeddings and their mask (B, L), a pooled embedding (B, D)): every array is repeated
+        ``num_videos_per_prompt`` times along the batch, floating ones cast to :attr:`dtype`."""
         raise NotImplementedError
 
     def condition(self, call: Call, stats: RunStats) -> dict:
@@ -343,6 +345,12 @@ class VideoPipeline:
         """The CFG weight of this step (traced)."""
         return args[1]
 
+    def guide(self, pred: jax.Array, state: Any, args: tuple) -> jax.Array:
+        """The guided prediction from the CFG batch (2B, ...) (traced): diffusers' formula with
+        the weight :meth:`guidance` gives; families with another rule (guidance rescale, a
+        different formula) override it."""
+        return classifier_free_guidance(pred, self.guidance(state, args))
+
     def scheduler_update(self, state: Any, pred: jax.Array, latents: jax.Array, args: tuple) -> tuple:
         """``(latents, state)`` after one step (traced)."""
         return self.scheduler.step(state, pred, latents)
@@ -362,6 +370,10 @@ class VideoPipeline:
     def latents_to_decode(self, call: Call, latents: jax.Array) -> jax.Array:
         """The latents the VAE decodes (e.g. without padding frames)."""
         return latents
+
+    def decode_input(self, call: Call, z: jax.Array) -> jax.Array:
+        """The de-normalised latents as the VAE decodes them (e.g. with decode noise mixed in)."""
+        return z
 
     def decode_kwargs(self, call: Call) -> dict:
         """Conditioning the VAE decode takes (e.g. a decode timestep)."""
@@ -604,8 +616,8 @@ class VideoPipeline:
         stats = RunStats(load_s=self._pending_load_s)  # reported by the first call that completes
         with stats.timed("text_encode_s"):
             embeds = self.encode_prompt(prompt_texts(call), call.max_sequence_length)
-            embeds = jnp.repeat(embeds, call.num_videos_per_prompt, axis=0).astype(self.dtype)
-            embeds.block_until_ready()
+            embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
+            jax.block_until_ready(embeds)
         stats.sample_memory()
         cond = self.condition(call, stats)
         noise = (jnp.asarray(call.latents) if call.latents is not None else
@@ -623,7 +635,13 @@ class VideoPipeline:
         self._pending_load_s = 0.0
         return VideoPipelineOutput(frames=frames, stats=stats)
 
-    def denoise(self, call: Call, x: jax.Array, state: Any, embeds: jax.Array, cond: dict,
+    def _repeat_embeds(self, e: jax.Array, n: int) -> jax.Array:
+        # Each prompt's embeddings n times in a row; floating arrays in the pipeline's dtype
+        # (masks and token ids keep theirs).
+        e = jnp.repeat(e, n, axis=0)
+        return e.astype(self.dtype) if jnp.issubdtype(e.dtype, jnp.floating) else e
+
+    def denoise(self, call: Call, x: jax.Array, state: Any, embeds: Any, cond: dict,
                 stats: RunStats) -> tuple[jax.Array, Any]:
         """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
         run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
@@ -670,8 +688,7 @@ class VideoPipeline:
 
         def finish(pred, latents, state, *args):
             if do_cfg:
-                pred = classifier_free_guidance(pred if gdtype is None else pred.astype(gdtype),
-                                                self.guidance(state, args))
+                pred = self.guide(pred if gdtype is None else pred.astype(gdtype), state, args)
             return self.scheduler_update(state, pred, latents, args)
 
         def step(params, latents, state, *args):
@@ -686,7 +703,7 @@ class VideoPipeline:
         """Frames float32 (B, F, H, W, 3) in [0, 1] through the VAE contract: its own latent
         de-normalisation, then its chunks decoded one by one (each moved to the host as it ends)."""
         with stats.timed("decode_s"):
-            z = self.vae.denormalize_latents(self.latents_to_decode(call, latents))
+            z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
             chunks = []
             n = self.vae.decode_chunks(z)
             with self.staging.on_device("vae"):

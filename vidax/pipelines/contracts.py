@@ -70,6 +70,15 @@ class TextEncoder(Protocol):
 
 
 @runtime_checkable
+class PooledTextEncoder(TextEncoder, Protocol):
+    """A text encoder that also gives one pooled vector per prompt (CLIP's ``pooler_output``,
+    HunyuanVideo's ``pooled_projections``)."""
+
+    def encode(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+        """``(hidden states (B, L, D), pooled (B, D))``; ``__call__`` returns the first."""
+
+
+@runtime_checkable
 class ImageEncoder(Protocol):
     """An image encoder: pixels (B, H, W, 3) -> hidden states (B, L, D) of a chosen layer."""
 

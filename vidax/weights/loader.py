@@ -61,11 +61,20 @@ class KeyRules:
             in order (reversed, in reverse order, when exporting).
         aliases: source keys that duplicate another source key (tied weights written twice);
             they are consumed without being read. Mapping alias -> canonical key.
+        select: source-key prefixes this module owns, for a file that holds several modules
+            (LLaVA's vision tower and projector beside its language model): keys starting with
+            none of them belong to another module's loader and are skipped, neither read nor
+            reported; the selected keys are matched 1:1 as always. Empty: every key.
     """
 
     stacked: tuple[str, ...] = ()
     renames: tuple[tuple[str, str], ...] = ()
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    select: tuple[str, ...] = ()
+
+    def selects(self, key: str) -> bool:
+        """Whether the source ``key`` belongs to this module (see ``select``)."""
+        return not self.select or key.startswith(self.select)
 
     def split(self, key: str) -> tuple[Path, int | None]:
         """Source key -> (target path whose leaf may still be ``weight``, layer index)."""
@@ -198,6 +207,8 @@ def load_module(
     plan: dict[Path, list[tuple[int | None, str]]] = defaultdict(list)
     unexpected: list[str] = []
     for key in reader.keys():
+        if not rules.selects(key):
+            continue
         if key in rules.aliases:
             if rules.aliases[key] not in reader:
                 unexpected.append(f"{key} (alias of absent {rules.aliases[key]})")

@@ -62,6 +62,7 @@ from vidax.nn.layers import (
     matmul,
     patchify,
     timestep_sinusoid,
+    unpatchify_channels_first,
 )
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
@@ -293,15 +294,6 @@ def patchify_channels_first(x: jax.Array, pt: int, p: int) -> jax.Array:
     x = x.reshape(b, t // pt, pt, h // p, p, w // p, p, c)
     x = x.transpose(0, 1, 3, 5, 7, 2, 4, 6)
     return x.reshape(b, (t // pt) * (h // p) * (w // p), c * pt * p * p)
-
-
-def unpatchify_channels_first(x: jax.Array, grid: tuple[int, int, int], pt: int, p: int) -> jax.Array:
-    """Inverse of :func:`patchify_channels_first`: ``(B, t·h·w, C·p_t·p·p)`` -> ``(B, t·p_t, h·p, w·p, C)``."""
-    b = x.shape[0]
-    t, h, w = grid
-    x = x.reshape(b, t, h, w, -1, pt, p, p)
-    x = x.transpose(0, 1, 5, 2, 6, 3, 7, 4)
-    return x.reshape(b, t * pt, h * p, w * p, x.shape[-1])
 
 
 class CogVideoXPatchEmbed(nnx.Module):

@@ -1,8 +1,10 @@
-"""LTX-Video (Lightricks): the latent upsampler so far (transformer, VAE and pipelines follow).
+"""LTX-Video 0.9.x (Lightricks): the denoising transformer and the latent upsampler (VAE and
+pipelines are added by their own parts).
 
-Files as every family (``docs/adding_a_family.md``): ``config.py`` (component configs),
-``upsampler.py`` (model code and the latent-upsample pipeline's latent maths), ``convert.py``
-(key rules, precision policies, loaders).
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs),
+``transformer.py``, ``rope.py``, ``upsampler.py`` (model code only; ``upsampler.py`` also the
+latent-upsample pipeline's latent maths), ``convert.py`` (key rules, parameter axes, precision
+policies and loaders).
 """
 
 from vidax.registry import ComponentSpec, Family
@@ -11,6 +13,15 @@ FAMILY = Family(
     name="ltx",
     pipelines=(),
     components=(
+        ComponentSpec("LTXVideoTransformer3DModel", "transformer",
+                      loader="vidax.models.ltx.convert:load_transformer",
+                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      config="vidax.models.ltx.config:LTXTransformerConfig",
+                      model="vidax.models.ltx.transformer:LTXVideoTransformer3DModel",
+                      param_axes="vidax.models.ltx.convert:TRANSFORMER_PARAM_AXES",
+                      key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
+                                   "out_channels", "caption_channels", "cross_attention_dim"),
+                      block_stacks=("transformer_blocks",)),
         ComponentSpec("LTXLatentUpsamplerModel", "latent_upsampler",
                       loader="vidax.models.ltx.convert:load_latent_upsampler",
                       options=("dtype", "placement", "config"),

@@ -1,20 +1,115 @@
-"""Reading LTX-Video checkpoints' tensors: key rules, precision policies, loaders (one
-self-contained section per component, names as every family's ``convert.py``)."""
+"""Reading an LTX-Video checkpoint's tensors: key rules, parameter axes, precision policies,
+loaders (the names every family's ``convert.py`` uses, see ``docs/adding_a_family.md``).
+
+Transformer: :data:`TRANSFORMER_FP32_PARAMS`, :data:`TRANSFORMER_PARAM_AXES`,
+:func:`transformer_key_rules`, :func:`transformer_policy`, :func:`load_transformer`.
+Latent upsampler: :data:`UPSAMPLER_KEY_RULES`, :data:`UPSAMPLER_FP32_PARAMS`,
+:func:`upsampler_policy`, :func:`build_latent_upsampler`, :func:`load_latent_upsampler`.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.models.ltx.config import LTXLatentUpsamplerConfig
+from vidax.models.ltx.config import LTXLatentUpsamplerConfig, LTXTransformerConfig
+from vidax.models.ltx.transformer import LTXVideoTransformer3DModel
 from vidax.models.ltx.upsampler import LTXLatentUpsamplerModel
 from vidax.nn.inputs import compute_dtype
 from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+from vidax.weights.transformer import load_transformer_model
 
 _F32 = jnp.float32
+
+# ---------------------------------------------------------------------------------------------
+# Transformer
+
+#: Regexes of the transformer parameters kept float32 under any dtype: the timestep MLP
+#: (``time_embed.emb.timestep_embedder``) and the modulation tables (``scale_shift_table``, the
+#: model's and every block's), matched as whole path segments. The reference declares no
+#: ``_keep_in_fp32_modules`` and casts them with the model; vidax keeps these small tensors fp32
+#: as it does for the other families (the modulation arithmetic is float32 anyway).
+TRANSFORMER_FP32_PARAMS = (r"(^|/)(timestep_embedder|scale_shift_table)(/|$)",)
+
+#: Logical axes of the parameters (stacked blocks lead with ``layers``); see
+#: :mod:`vidax.parallel.rules`. q/k/v and FFN-in are column-parallel (output over ``heads`` /
+#: ``mlp``), attention-out and FFN-out row-parallel (input over ``heads`` / ``mlp``, bias
+#: replicated and added once after the reduction); the q/k RMSNorm weights follow the split
+#: activation. Everything else is replicated.
+TRANSFORMER_PARAM_AXES = (
+    (r"^transformer_blocks/attn[12]/(to_q|to_k|to_v)/kernel$", ("layers", "embed", "heads")),
+    (r"^transformer_blocks/attn[12]/(to_q|to_k|to_v)/bias$", ("layers", "heads")),
+    (r"^transformer_blocks/attn[12]/(norm_q|norm_k)/scale$", ("layers", "heads")),
+    (r"^transformer_blocks/attn[12]/to_out/0/kernel$", ("layers", "heads", "embed")),
+    (r"^transformer_blocks/ff/net/0/proj/kernel$", ("layers", "embed", "mlp")),
+    (r"^transformer_blocks/ff/net/0/proj/bias$", ("layers", "mlp")),
+    (r"^transformer_blocks/ff/net/2/kernel$", ("layers", "mlp", "embed")),
+)
+
+
+def transformer_policy(dtype: Any = _F32) -> DtypePolicy:
+    """Storage dtypes for an LTX transformer run in ``dtype``: :data:`TRANSFORMER_FP32_PARAMS`
+    stay float32, every other floating parameter is stored in ``dtype``."""
+    return DtypePolicy(param_dtype=dtype, keep_fp32=TRANSFORMER_FP32_PARAMS)
+
+
+def transformer_key_rules(config: LTXTransformerConfig) -> KeyRules:
+    """Key mapping of the diffusers ``LTXVideoTransformer3DModel`` state dict: the module tree
+    mirrors the reference's, ``transformer_blocks.<i>.`` is the stacked layer axis; no aliases
+    (every checkpoint tensor is used exactly once)."""
+    del config  # the rules are the same for every released config
+    return KeyRules(stacked=("transformer_blocks",))
+
+
+def load_transformer(
+    path: str | os.PathLike,
+    dtype: Any = jnp.float32,
+    placement: Placement | None = None,
+    *,
+    residual_dtype: Any = jnp.float32,
+    attention: str = "auto",
+    mesh: jax.sharding.Mesh | None = None,
+    offload: Any = None,
+    config: LTXTransformerConfig | None = None,
+) -> LTXVideoTransformer3DModel:
+    """Load a diffusers ``LTXVideoTransformer3DModel`` folder (``config.json`` + safetensors).
+
+    Args:
+        path: the ``transformer/`` folder of a diffusers LTX-Video checkpoint.
+        dtype: compute and storage dtype (``jnp.float32``, ``jnp.bfloat16`` or ``jnp.float16``);
+            :data:`TRANSFORMER_FP32_PARAMS` stay float32 (:func:`transformer_policy`).
+        placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default: first device.
+        residual_dtype: see :class:`~vidax.models.ltx.transformer.LTXVideoTransformer3DModel`.
+        attention: attention implementation (see :func:`vidax.nn.attention.dot_product_attention`).
+        mesh: run on this ``(data, tensor, sequence)`` mesh; the parameters are placed straight
+            into their shards (:data:`TRANSFORMER_PARAM_AXES`) unless ``placement`` is given.
+        offload: ``OffloadConfig`` / chunk size (:func:`vidax.parallel.offload.resolve_offload`):
+            when it streams blocks, ``transformer_blocks`` go straight from the files into host
+            memory chunks and the model holds placeholders (run it with
+            :class:`vidax.parallel.offload.ChunkedStep`).
+        config: the parsed ``config.json`` when the caller has read it already; None: read from
+            ``path``.
+
+    Returns:
+        The model with its parameters placed.
+
+    Raises:
+        ConfigError: ``config.json`` missing or asking for something not implemented.
+        CheckpointError: tensors missing, unexpected or mis-shaped.
+        InputError: ``dtype`` is not a floating dtype, or the heads do not split over ``mesh``.
+    """
+    path = os.fspath(path)
+    config = config or LTXTransformerConfig.from_json_file(os.path.join(path, "config.json"))
+    return load_transformer_model(
+        LTXVideoTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy,
+        TRANSFORMER_PARAM_AXES, dtype=dtype, placement=placement, mesh=mesh, offload=offload,
+        what="LTX transformer", residual_dtype=residual_dtype, attention=attention,
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # Latent upsampler

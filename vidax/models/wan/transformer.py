@@ -44,10 +44,11 @@ from vidax.nn.layers import (
     FeedForward,
     Identity,
     LayerNorm,
+    PatchEmbedding,
     RMSNorm,
+    TextProjection,
+    TimestepEmbedding,
     linear,
-    matmul,
-    patchify,
     timestep_sinusoid,
     unpatchify,
 )
@@ -65,50 +66,6 @@ _F32 = jnp.float32
 # Embeddings
 
 
-class PatchEmbedding(nnx.Module):
-    """``nn.Conv3d(C_in, D, kernel=stride=patch)`` as patchify + matmul.
-
-    ``kernel`` is ``(p_t, p_h, p_w, C_in, D)`` (the loader's conv3d layout), ``bias`` ``(D,)``.
-    Input ``(B, T, H, W, C_in)`` -> tokens ``(B, L, D)`` in frame-major, then row, then column
-    order (the reference's ``flatten(2)``).
-    """
-
-    def __init__(self, patch, cin, dim, dtype, param_dtype, rngs: nnx.Rngs):
-        self.patch = tuple(patch)
-        self.dtype = dtype
-        fan_in = cin * math.prod(patch)
-        self.kernel = nnx.Param(
-            jax.random.normal(rngs.params(), (*patch, cin, dim), param_dtype) / math.sqrt(fan_in)
-        )
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        cols = patchify(x, self.patch)
-        kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1]).astype(self.dtype)
-        y = matmul("blc,cd->bld", cols, kernel, self.dtype)
-        return y + self.bias[...].astype(self.dtype)
-
-
-class TimestepEmbedding(nnx.Module):
-    """diffusers ``TimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, run in float32."""
-
-    def __init__(self, cin, dim, rngs):
-        self.linear_1 = linear(cin, dim, _F32, _F32, rngs)
-        self.linear_2 = linear(dim, dim, _F32, _F32, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.silu(self.linear_1(x.astype(_F32))))
-
-
-class TextProjection(nnx.Module):
-    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu(linear_1(x)))``."""
-
-    def __init__(self, cin, dim, dtype, param_dtype, rngs):
-        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
-        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
 
 
 class WanImageEmbedding(nnx.Module):

@@ -1,0 +1,529 @@
+"""Cosmos-Predict2.5 diffusion transformer (``diffusers.CosmosTransformer3DModel``) in Flax NNX.
+
+Follows diffusers 0.42.1 ``models/transformers/transformer_cosmos.py`` top to bottom::
+
+    latents (B, T, H, W, C) ++ condition mask (B, T, H, W, 1) ++ padding mask (resized, 1 channel)
+        ──patch_embed (linear over (C, p_t, p_h, p_w) patches)──> tokens (B, L, D)
+    timestep (B,) or per latent frame (B, T) ──sinusoid (D)──┬─ t_embedder ─> temb (B, S, 3D)
+                                                             └─ RMSNorm ───> emb  (B, S, D)
+    text (B, L_txt, crossattn_proj_in_channels) ──crossattn_proj (Linear + GELU)──> context
+    blocks × num_layers (stacked, run with a scan):
+        [x += learnable position embedding]                      (extra_pos_embed_type)
+        x += gate · self_attn(AdaLN-LoRA(x), per-head QK-RMSNorm, rotate-half 3-D RoPE)
+        x += gate · cross_attn(AdaLN-LoRA(x), context)
+        x += gate · ffn(AdaLN-LoRA(x))                           (GELU, no biases)
+    AdaLN-LoRA(x) ──proj_out──unpatchify ((p_h, p_w, p_t, C) channel order)──> (B, T, H, W, C_out)
+
+AdaLN-LoRA (``CosmosAdaLayerNormZero``): ``shift, scale, gate = linear_2(linear_1(silu(emb))) +
+temb``; ``LN(x) * (1 + scale) + shift`` with a non-affine LayerNorm (eps 1e-6). The final
+``CosmosAdaLayerNorm`` does the same with two chunks and ``temb[..., :2D]``. With per-frame
+timesteps ``S = T`` and each block computes its modulation per frame and gathers it per token
+(the reference expands emb / temb to every token first; the rows are the same).
+
+Precision: the timestep sinusoid is rounded to the compute dtype (``.type_as``); modulation
+arithmetic and the gated residual adds are float32, the LayerNorm / RMSNorm statistics, RoPE
+rotation and softmax float32. The residual stream between operations is held in
+``residual_dtype`` (float32 by default; ``None`` = the compute dtype, as diffusers in bf16). The
+learnable position embedding is stored float32 (the reference's ``_keep_in_fp32_modules``).
+
+Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn1.to_q.weight`` ->
+``transformer_blocks/attn1/to_q/kernel`` with a leading layer axis), so the loader
+(:func:`vidax.models.cosmos.convert.load_transformer`) maps keys by rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.models.cosmos.config import CosmosTransformerConfig
+from vidax.models.cosmos.rope import cosmos_rope
+from vidax.nn.layers import (
+    FeedForward,
+    Identity,
+    LayerNorm,
+    RMSNorm,
+    linear,
+    matmul,
+    patchify,
+    timestep_sinusoid,
+    unpatchify,
+)
+from vidax.nn.rope import apply_rope
+from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.mesh import check_heads
+from vidax.parallel.rules import constrain
+from vidax.parallel.ulysses import attention as mesh_attention
+from vidax.parallel.ulysses import pad_tokens, padded_length
+
+_F32 = jnp.float32
+_EPS = 1e-6  # every LayerNorm / RMSNorm of the model except the QK norms
+_QK_EPS = 1e-5  # diffusers ``Attention(qk_norm="rms_norm")`` default eps
+_TOKENS = ("batch", "seq", "embed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+class CosmosPatchEmbed(nnx.Module):
+    """diffusers ``CosmosPatchEmbed``: a bias-free linear over ``(C, p_t, p_h, p_w)`` patches.
+
+    ``proj.kernel`` is ``(C·p_t·p_h·p_w, D)`` in the checkpoint's feature order (C slowest); the
+    patchified input is ``(p_t, p_h, p_w, C)``-ordered, so the kernel rows are reordered at use.
+    Input ``(B, T, H, W, C)`` -> tokens ``(B, L, D)`` in frame, row, column order.
+    """
+
+    def __init__(self, patch, cin, dim, dtype, param_dtype, rngs):
+        self.patch = tuple(patch)
+        self.cin = cin
+        self.dtype = dtype
+        self.proj = linear(cin * math.prod(patch), dim, dtype, param_dtype, rngs, use_bias=False)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cols = patchify(x, self.patch)  # (B, L, P·C), features (p_t, p_h, p_w, C)
+        k = self.proj.kernel[...]
+        kernel = k.reshape(self.cin, -1, k.shape[-1]).transpose(1, 0, 2).reshape(k.shape)
+        return matmul("blc,cd->bld", cols, kernel, self.dtype)
+
+
+class CosmosTimestepEmbedding(nnx.Module):
+    """diffusers ``CosmosTimestepEmbedding``: ``linear_2(silu(linear_1(x)))``, D -> D -> 3D, no biases."""
+
+    def __init__(self, dim, dtype, param_dtype, rngs):
+        self.linear_1 = linear(dim, dim, dtype, param_dtype, rngs, use_bias=False)
+        self.linear_2 = linear(dim, 3 * dim, dtype, param_dtype, rngs, use_bias=False)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x)))
+
+
+class CosmosEmbedding(nnx.Module):
+    """diffusers ``CosmosEmbedding``: sinusoid -> (``t_embedder`` (3D), ``norm`` (RMSNorm, D))."""
+
+    def __init__(self, dim, dtype, param_dtype, rngs):
+        self.dim = dim
+        self.dtype = dtype
+        self.t_embedder = CosmosTimestepEmbedding(dim, dtype, param_dtype, rngs)
+        self.norm = RMSNorm(dim, _EPS, param_dtype=param_dtype)
+
+    def __call__(self, timestep: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``timestep`` ``(B, S)`` -> ``temb`` ``(B, S, 3D)``, ``embedded_timestep`` ``(B, S, D)``."""
+        proj = timestep_sinusoid(timestep, self.dim).astype(self.dtype)  # the reference's .type_as
+        return self.t_embedder(proj), self.norm(proj)
+
+
+class CosmosLearnablePositionalEmbed(nnx.Module):
+    """diffusers ``CosmosLearnablePositionalEmbed``: ``pos_emb_t[t] + pos_emb_h[h] + pos_emb_w[w]``
+    per token, divided by ``eps + |e| / sqrt(D)`` (its ``vector_norm`` scaled by
+    ``sqrt(numel(norm) / numel(e))``), in float32."""
+
+    def __init__(self, dim, grid_max, rngs):
+        self.pos_emb_t = nnx.Param(jax.random.normal(rngs.params(), (grid_max[0], dim), _F32))
+        self.pos_emb_h = nnx.Param(jax.random.normal(rngs.params(), (grid_max[1], dim), _F32))
+        self.pos_emb_w = nnx.Param(jax.random.normal(rngs.params(), (grid_max[2], dim), _F32))
+
+    def __call__(self, grid: tuple[int, int, int]) -> jax.Array:
+        """``(L, D)`` float32 for the patch grid ``(t, h, w)`` (each within the tables)."""
+        t, h, w = grid
+        e = (self.pos_emb_t[:t].astype(_F32)[:, None, None]
+             + self.pos_emb_h[:h].astype(_F32)[None, :, None]
+             + self.pos_emb_w[:w].astype(_F32)[None, None, :]).reshape(t * h * w, -1)
+        norm = jnp.sqrt(jnp.square(e).sum(axis=-1, keepdims=True))
+        return e / (_EPS + norm * np.float32(math.sqrt(1.0 / e.shape[-1])))
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformer block
+
+
+class CosmosAdaLayerNormZero(nnx.Module):
+    """diffusers ``CosmosAdaLayerNormZero`` (AdaLN-LoRA): ``linear_2(linear_1(silu(emb))) + temb``
+    -> ``shift, scale, gate``. ``chunks=2`` is ``CosmosAdaLayerNorm`` (``norm_out``: shift, scale
+    from ``temb[..., :2D]``)."""
+
+    def __init__(self, dim, lora_dim, chunks, dtype, param_dtype, rngs):
+        self.chunks = chunks
+        self.norm = LayerNorm(dim, _EPS, False)
+        self.linear_1 = linear(dim, lora_dim, dtype, param_dtype, rngs, use_bias=False)
+        self.linear_2 = linear(lora_dim, chunks * dim, dtype, param_dtype, rngs, use_bias=False)
+
+    def modulation(self, emb: jax.Array, temb: jax.Array) -> list[jax.Array]:
+        """``emb`` ``(B, S, D)``, ``temb`` ``(B, S, 3D)`` -> ``chunks`` float32 arrays ``(B, S, D)``."""
+        e = self.linear_2(self.linear_1(jax.nn.silu(emb))).astype(_F32)
+        e = e + temb[..., : e.shape[-1]].astype(_F32)
+        return jnp.split(e, self.chunks, axis=-1)
+
+    def __call__(self, x, shift, scale, out_dtype):
+        """``LN(x) * (1 + scale) + shift`` in float32 (``shift`` / ``scale`` per token or ``(B, 1, D)``)."""
+        return (self.norm(x, _F32) * (1 + scale) + shift).astype(out_dtype)
+
+
+class CosmosAttention(nnx.Module):
+    """diffusers ``Attention(qk_norm="rms_norm", bias=False, out_bias=False)`` with
+    ``CosmosAttnProcessor2_0``: bias-free q/k/v, per-head RMSNorm (weight ``(K,)``, eps 1e-5) of
+    q and k, then the rotate-half RoPE (self-attention only), attention, ``to_out``."""
+
+    def __init__(self, dim, context_dim, heads, head_dim, attention, dtype, param_dtype, rngs, mesh=None):
+        self.heads = heads
+        self.attention = attention
+        self.mesh = mesh
+        inner = heads * head_dim
+        self.to_q = linear(dim, inner, dtype, param_dtype, rngs, use_bias=False)
+        self.to_k = linear(context_dim, inner, dtype, param_dtype, rngs, use_bias=False)
+        self.to_v = linear(context_dim, inner, dtype, param_dtype, rngs, use_bias=False)
+        self.norm_q = RMSNorm(head_dim, _QK_EPS, param_dtype=param_dtype)
+        self.norm_k = RMSNorm(head_dim, _QK_EPS, param_dtype=param_dtype)
+        self.to_out = nnx.List([linear(inner, dim, dtype, param_dtype, rngs, use_bias=False), Identity()])
+
+    def _heads(self, layer, x, seq_axis):
+        # Column-parallel projection: the output width (heads) is split over the tensor axis.
+        y = constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
+        return y.reshape(*y.shape[:2], self.heads, -1)
+
+    def __call__(self, x, context=None, rope=None, valid_length=None):
+        kv, kv_axis = (x, "seq") if context is None else (context, "text_seq")
+        q = self.norm_q(self._heads(self.to_q, x, "seq"))
+        k = self.norm_k(self._heads(self.to_k, kv, kv_axis))
+        v = self._heads(self.to_v, kv, kv_axis)
+        if rope is not None:
+            q = apply_rope(q, *rope, layout="rotate_half")
+            k = apply_rope(k, *rope, layout="rotate_half")
+        out = mesh_attention(q, k, v, self.mesh, self_attention=context is None, valid_length=valid_length,
+                             implementation=self.attention)
+        return self.to_out[0](out.reshape(*out.shape[:2], -1))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CosmosBlockInputs:
+    """What the blocks and the head read besides the residual stream (from
+    :meth:`CosmosTransformer3DModel.embed`); a pytree whose array fields are traced.
+
+    Attributes:
+        context: cross-attention context ``(B, L_txt, text_embed_dim)``, compute dtype.
+        emb: embedded timestep ``(B, S, D)`` (``S`` = 1, or T latent frames), compute dtype.
+        temb: timestep embedding ``(B, S, 3D)``, compute dtype.
+        rope: ``(cos, sin)``, each ``(L', K/2)`` float32.
+        pos: learnable position embedding ``(L', D)`` float32, or None.
+        valid_length: static; real tokens when ``L'`` is padded, else None.
+        n_tok: static; real video tokens ``L``.
+        grid: static; the token grid ``(T/p_t, H/p_h, W/p_w)``.
+    """
+
+    context: jax.Array
+    emb: jax.Array
+    temb: jax.Array
+    rope: tuple
+    pos: jax.Array | None
+    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
+    n_tok: int = dataclasses.field(metadata=dict(static=True))
+    grid: tuple = dataclasses.field(metadata=dict(static=True))
+
+    def per_token(self, e: jax.Array) -> jax.Array:
+        """A per-frame table ``(B, T, D)`` gathered to the (padded) tokens ``(B, L', D)``; a
+        ``(B, 1, D)`` table is returned as it is (it broadcasts)."""
+        if e.shape[1] == 1:
+            return e
+        t, h, w = self.grid
+        length = self.rope[0].shape[0]
+        frame = np.minimum(np.arange(length) // (h * w), t - 1)  # padded tokens take the last frame
+        return jnp.take(e, jnp.asarray(frame, jnp.int32), axis=1)
+
+
+class CosmosTransformerBlock(nnx.Module):
+    """diffusers ``CosmosTransformerBlock`` (without the image context and control branches)."""
+
+    def __init__(self, cfg: CosmosTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None):
+        d, n, k, r = cfg.inner_dim, cfg.num_attention_heads, cfg.attention_head_dim, cfg.adaln_lora_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.mesh = mesh
+        self.norm1 = CosmosAdaLayerNormZero(d, r, 3, dtype, param_dtype, rngs)
+        self.attn1 = CosmosAttention(d, d, n, k, attention, dtype, param_dtype, rngs, mesh)
+        self.norm2 = CosmosAdaLayerNormZero(d, r, 3, dtype, param_dtype, rngs)
+        self.attn2 = CosmosAttention(d, cfg.text_embed_dim, n, k, attention, dtype, param_dtype, rngs, mesh)
+        self.norm3 = CosmosAdaLayerNormZero(d, r, 3, dtype, param_dtype, rngs)
+        self.ff = FeedForward(d, cfg.ffn_dim, d, False, dtype, param_dtype, rngs, use_bias=False)
+
+    def __call__(self, x: jax.Array, inputs: CosmosBlockInputs) -> jax.Array:
+        """One block: residual stream ``(B, L', D)`` -> ``(B, L', D)`` in the residual dtype."""
+        res_dtype = self.residual_dtype or self.dtype
+        i = inputs
+        if i.pos is not None:
+            x = (x.astype(_F32) + i.pos[None]).astype(res_dtype)
+
+        def add(x, y, gate):
+            return constrain((x.astype(_F32) + y.astype(_F32) * gate).astype(res_dtype), _TOKENS, self.mesh)
+
+        shift, scale, gate = (i.per_token(e) for e in self.norm1.modulation(i.emb, i.temb))
+        x = add(x, self.attn1(self.norm1(x, shift, scale, self.dtype), rope=i.rope, valid_length=i.valid_length),
+                gate)
+        shift, scale, gate = (i.per_token(e) for e in self.norm2.modulation(i.emb, i.temb))
+        x = add(x, self.attn2(self.norm2(x, shift, scale, self.dtype), context=i.context), gate)
+        shift, scale, gate = (i.per_token(e) for e in self.norm3.modulation(i.emb, i.temb))
+        return add(x, self.ff(self.norm3(x, shift, scale, self.dtype)), gate)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+def _nearest_resize(mask: jax.Array, size: tuple[int, int]) -> jax.Array:
+    """``(B, H_m, W_m)`` -> ``(B, H, W)`` nearest-neighbour, as torch ``interpolate(mode="nearest")``
+    (torchvision's tensor ``resize(NEAREST)``): source index ``floor(i * (in / out))`` in float32,
+    clipped to ``in - 1``."""
+    idx = []
+    for n_in, n_out in zip(mask.shape[1:], size):
+        scale = np.float32(n_in) / np.float32(n_out)
+        idx.append(np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1))
+    return mask[:, idx[0]][:, :, idx[1]]
+
+
+class CosmosTransformer3DModel(nnx.Module):
+    """The Cosmos(-Predict2.5) diffusion transformer; follows ``diffusers.CosmosTransformer3DModel``.
+
+    Args:
+        config: the checkpoint's :class:`CosmosTransformerConfig`.
+        dtype: compute dtype of the matmuls (float32 or bfloat16).
+        param_dtype: initial dtype of the parameters (the loader replaces them with the dtype of
+            its :class:`~vidax.weights.loader.DtypePolicy`).
+        residual_dtype: dtype of the residual stream between operations; ``None`` = ``dtype``
+            (diffusers' behaviour in bf16). See the module docstring.
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
+        rngs: initialisation randomness (unused when built by the loader).
+        mesh: ``(data, tensor, sequence)`` mesh or None (single device): batch over ``data``,
+            heads over ``tensor``, Ulysses sequence parallelism over ``sequence`` (tokens padded to
+            a multiple of it and masked).
+
+    Raises:
+        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
+
+    Call ``model(hidden_states, timestep, encoder_hidden_states, fps=None, condition_mask=None,
+    padding_mask=None)`` (see :meth:`__call__`).
+    """
+
+    #: The stacked layers (what block streaming and the staging plan count).
+    block_stacks = ("transformer_blocks",)
+
+    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
+    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
+    def __init__(
+        self,
+        config: CosmosTransformerConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = _F32,
+        residual_dtype: Any = _F32,
+        attention: str = "auto",
+        rngs: nnx.Rngs,
+        mesh: jax.sharding.Mesh | None = None,
+    ):
+        cfg = config
+        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
+        self.config = cfg
+        self.mesh = mesh
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        d = cfg.inner_dim
+        p = tuple(cfg.patch_size)
+        self.patch_embed = CosmosPatchEmbed(p, cfg.patch_in_channels, d, dtype, param_dtype, rngs)
+        self.learnable_pos_embed = (
+            CosmosLearnablePositionalEmbed(d, cfg.patch_grid_max, rngs)
+            if cfg.extra_pos_embed_type == "learnable" else None
+        )
+        self.time_embed = CosmosEmbedding(d, dtype, param_dtype, rngs)
+        self.transformer_blocks = stacked(
+            lambda r: CosmosTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            cfg.num_layers,
+            rngs,
+        )
+        self.norm_out = CosmosAdaLayerNormZero(d, cfg.adaln_lora_dim, 2, dtype, param_dtype, rngs)
+        self.proj_out = linear(d, math.prod(p) * cfg.out_channels, dtype, param_dtype, rngs, use_bias=False)
+        self.crossattn_proj = (
+            nnx.List([linear(cfg.crossattn_proj_in_channels, cfg.encoder_hidden_states_channels, dtype,
+                             param_dtype, rngs)])
+            if cfg.use_crossattn_projection else None
+        )
+
+    def __call__(
+        self,
+        hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_hidden_states: jax.Array,
+        fps: float | None = None,
+        condition_mask: jax.Array | None = None,
+        padding_mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """Predict the flow (velocity) of the latents.
+
+        Args:
+            hidden_states: latents ``(B, T, H, W, C)`` channels-last; T, H, W divisible by
+                ``patch_size``; ``C = in_channels`` without ``condition_mask``, ``in_channels - 1``
+                with it.
+            timestep: ``(B,)`` one per sample, or one per latent frame as ``(B, T)`` or the
+                reference's ``(B, 1, T, 1, 1)`` (needs ``p_t = 1``). The Predict2.5 pipeline feeds
+                the flow sigma in [0, 1] (not x 1000): the noisy frames get ``sigma_t``, the
+                conditioning frames ``conditional_frame_timestep`` (1e-4). Float.
+            encoder_hidden_states: text states ``(B, L_txt, crossattn_proj_in_channels)`` (with
+                ``use_crossattn_projection``: Predict2.5's 28 normalised Qwen2.5-VL layers
+                concatenated, 100352) or ``(B, L_txt, text_embed_dim)`` without it.
+            fps: frames per second, a static Python number, or None. Given, the RoPE frame
+                positions are ``t / fps * 24`` (the reference does the same); None uses the frame
+                index, as the Predict2.5 pipeline (which never passes fps).
+            condition_mask: ``(B, T, H, W, 1)`` (1 on conditioning frames), concatenated to the
+                latents as the reference does when given.
+            padding_mask: ``(1 or B, H_m, W_m, 1)`` (the reference's ``(B, 1, H_m, W_m)``
+                channels-last; any ``H_m``, ``W_m``: resized nearest to ``(H, W)`` and repeated
+                over frames) when ``concat_padding_mask``; None = zeros (what the Predict2.5
+                pipeline always passes; the reference itself requires it).
+
+        Returns:
+            ``(B, T, H, W, out_channels)`` in the compute dtype.
+
+        Raises:
+            InputError: shapes that do not fit the config, a grid beyond ``max_size``, a
+                padding mask given to a model without ``concat_padding_mask``, a bad ``fps``.
+        """
+        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, fps, condition_mask, padding_mask)
+        return self.head(self.run_blocks(x, inputs), inputs)
+
+    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
+    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
+
+    def embed(
+        self,
+        hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_hidden_states: jax.Array,
+        fps: float | None = None,
+        condition_mask: jax.Array | None = None,
+        padding_mask: jax.Array | None = None,
+    ) -> tuple[jax.Array, CosmosBlockInputs]:
+        """Everything before the blocks: mask channels, patch embedding, time and text
+        embeddings, RoPE and the learnable position embedding.
+
+        Arguments as :meth:`__call__`. Returns the residual stream ``(B, L', D)`` in the residual
+        dtype (``L'``: the video tokens padded to a multiple of the mesh's ``sequence`` axis) and
+        the :class:`CosmosBlockInputs` every block and :meth:`head` read.
+
+        Raises:
+            InputError: as :meth:`__call__`.
+        """
+        cfg = self.config
+        grid, ts = self._check_inputs(hidden_states, timestep, encoder_hidden_states, condition_mask, padding_mask)
+        b, t, h, w, _ = hidden_states.shape
+        x = hidden_states.astype(self.dtype)
+        parts = [x]
+        if condition_mask is not None:
+            parts.append(condition_mask.astype(self.dtype))
+        if cfg.concat_padding_mask:
+            if padding_mask is None:
+                pad = jnp.zeros((b, t, h, w, 1), self.dtype)
+            else:
+                m = _nearest_resize(padding_mask[..., 0].astype(self.dtype), (h, w))  # (1 or B, H, W)
+                pad = jnp.broadcast_to(m[:, None, :, :, None], (b, t, h, w, 1))
+            parts.append(pad)
+        x = self.patch_embed(jnp.concatenate(parts, axis=-1))  # (B, L, D)
+
+        rope = cosmos_rope(cfg, grid, fps)
+        pos = self.learnable_pos_embed(grid) if self.learnable_pos_embed is not None else None
+        temb, emb = self.time_embed(ts)  # (B, S, 3D), (B, S, D)
+
+        context = encoder_hidden_states.astype(self.dtype)
+        if self.crossattn_proj is not None:
+            context = jax.nn.gelu(self.crossattn_proj[0](context), approximate=False)
+
+        # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
+        # sequence axis; the padded keys are masked, the padded outputs dropped in head().
+        n_tok = x.shape[1]
+        length = padded_length(n_tok, self.mesh)
+        valid_length = n_tok if length != n_tok else None
+        x = pad_tokens(x, length)
+        rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
+        if pos is not None:
+            pos = pad_tokens(pos, length, axis=0)
+        x = constrain(x.astype(self.residual_dtype or self.dtype), _TOKENS, self.mesh)
+        return x, CosmosBlockInputs(context, emb, temb, rope, pos, valid_length, n_tok, grid)
+
+    def run_blocks(self, x: jax.Array, inputs: CosmosBlockInputs, blocks: nnx.Module | None = None) -> jax.Array:
+        """The stacked blocks (default ``self.transformer_blocks``; or any run of consecutive
+        layers of the same structure, as the offload runner passes them) over the residual stream
+        ``x`` ``(B, L', D)``, with one scan. Returns ``(B, L', D)`` in the residual dtype."""
+        blocks = self.transformer_blocks if blocks is None else blocks
+        return scan_layers(blocks, x, lambda block, h: block(h, inputs))
+
+    def head(self, x: jax.Array, inputs: CosmosBlockInputs) -> jax.Array:
+        """Everything after the blocks: drop the padding, AdaLN-LoRA output norm, ``proj_out``,
+        unpatchify. ``x`` ``(B, L', D)`` -> ``(B, T, H, W, C_out)`` in the compute dtype."""
+        x = x[:, : inputs.n_tok]
+        t, h, w = inputs.grid
+        shift, scale = self.norm_out.modulation(inputs.emb, inputs.temb)
+        if shift.shape[1] > 1:  # per frame -> per token
+            shift, scale = (jnp.repeat(e, h * w, axis=1) for e in (shift, scale))
+        x = self.proj_out(self.norm_out(x, shift, scale, self.dtype))  # (B, L, p_h·p_w·p_t·C)
+        pt, ph, pw = self.config.patch_size
+        b, n = x.shape[:2]
+        # The reference's output features are (p_h, p_w, p_t, C); unpatchify takes (p_t, p_h, p_w, C).
+        x = x.reshape(b, n, ph, pw, pt, -1).transpose(0, 1, 4, 2, 3, 5).reshape(b, n, -1)
+        return unpatchify(x, inputs.grid, (pt, ph, pw))
+
+    def _check_inputs(self, x, timestep, text, condition_mask, padding_mask):
+        """Validate the call's shapes; returns the patch grid and the timesteps as ``(B, S)``."""
+        cfg = self.config
+        name = type(self).__name__
+        c_x = cfg.in_channels - (1 if condition_mask is not None else 0)
+        if x.ndim != 5 or x.shape[-1] != c_x:
+            with_mask = " (in_channels - 1: the condition mask brings the last)" if condition_mask is not None else ""
+            raise InputError(
+                f"{name}: hidden_states must be (B, T, H, W, C={c_x}){with_mask} channels-last; got shape "
+                f"{tuple(x.shape)}."
+            )
+        b, t, h, w, _ = x.shape
+        if any(n % q for n, q in zip((t, h, w), cfg.patch_size)):
+            raise InputError(
+                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by patch_size={tuple(cfg.patch_size)}."
+            )
+        grid = (t // cfg.patch_size[0], h // cfg.patch_size[1], w // cfg.patch_size[2])
+        if cfg.extra_pos_embed_type == "learnable" and any(g > m for g, m in zip(grid, cfg.patch_grid_max)):
+            raise InputError(
+                f"{name}: the patch grid {grid} exceeds the learnable position tables {cfg.patch_grid_max} "
+                f"(max_size={tuple(cfg.max_size)} / patch_size); use a smaller video."
+            )
+        if condition_mask is not None and tuple(condition_mask.shape) != (b, t, h, w, 1):
+            raise InputError(
+                f"{name}: condition_mask must be (B, T, H, W, 1)={(b, t, h, w, 1)}; got {tuple(condition_mask.shape)}."
+            )
+        if padding_mask is not None:
+            if not cfg.concat_padding_mask:
+                raise InputError(f"{name}: padding_mask was given but concat_padding_mask is false in the config.")
+            if padding_mask.ndim != 4 or padding_mask.shape[0] not in (1, b) or padding_mask.shape[-1] != 1:
+                raise InputError(
+                    f"{name}: padding_mask must be (1 or B={b}, H_m, W_m, 1); got {tuple(padding_mask.shape)}."
+                )
+        shape = tuple(timestep.shape)
+        if shape == (b,):
+            ts = timestep.reshape(b, 1)
+        elif shape in ((b, t), (b, 1, t, 1, 1)):
+            if cfg.patch_size[0] != 1:
+                raise InputError(
+                    f"{name}: per-frame timesteps need p_t = 1 (as the reference); patch_size={tuple(cfg.patch_size)}."
+                )
+            ts = timestep.reshape(b, t)
+        else:
+            raise InputError(
+                f"{name}: timestep must be (B,)=({b},), or one per latent frame (B, T)=({b}, {t}) or "
+                f"(B, 1, T, 1, 1); got {shape}."
+            )
+        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.context_dim:
+            raise InputError(
+                f"{name}: encoder_hidden_states must be (B={b}, L_txt, {cfg.context_dim}); got {tuple(text.shape)}."
+            )
+        return grid, ts

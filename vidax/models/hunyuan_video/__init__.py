@@ -1,0 +1,27 @@
+"""HunyuanVideo 1.0 (Tencent; ``hunyuanvideo-community/HunyuanVideo``, ``-I2V``, ``-I2V-33ch``).
+
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, ``transformer.py``,
+``rope.py`` (model code only), ``convert.py`` (key rules, parameter axes, precision policies and
+loaders). No pipeline is registered yet.
+"""
+
+from vidax.registry import ComponentSpec, Family
+
+_PKG = "vidax.models.hunyuan_video"
+
+FAMILY = Family(
+    name="hunyuan_video",
+    pipelines=(),
+    components=(
+        ComponentSpec("HunyuanVideoTransformer3DModel", "transformer",
+                      loader=f"{_PKG}.convert:load_transformer",
+                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      config=f"{_PKG}.config:HunyuanVideoTransformerConfig",
+                      model=f"{_PKG}.transformer:HunyuanVideoTransformer3DModel",
+                      param_axes=f"{_PKG}.convert:TRANSFORMER_PARAM_AXES",
+                      key_configs=("num_layers", "num_single_layers", "num_refiner_layers", "num_attention_heads",
+                                   "attention_head_dim", "in_channels", "out_channels", "patch_size",
+                                   "patch_size_t", "text_embed_dim", "guidance_embeds", "image_condition_type"),
+                      block_stacks=("transformer_blocks", "single_transformer_blocks")),
+    ),
+)

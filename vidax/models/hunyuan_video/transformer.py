@@ -1,0 +1,652 @@
+"""HunyuanVideo 1.0 diffusion transformer (``diffusers.HunyuanVideoTransformer3DModel``, 0.42.1).
+
+Reads top to bottom like the reference (``diffusers/models/transformers/transformer_hunyuan_video.py``)::
+
+    timestep (B,) ──sinusoid(256)──timestep_embedder──┐
+    guidance (B,) ──sinusoid(256)──guidance_embedder──┼─> temb (B, D)     (time_text_embed)
+    pooled (B, D_clip) ──text_embedder (silu MLP)─────┘   [token_replace: the same with timestep 0]
+    text (B, L_txt, D_llama), mask (B, L_txt) ──context_embedder (token refiner)──> text tokens (B, L_txt, D)
+        masked mean ──time_text_embed(timestep)──> refiner temb;  proj_in;  refiner blocks with
+        the self-attention mask (m_i & m_j) | (j == 0)
+    latents (B, T, H, W, C_in) ──x_embedder (Conv3d as patch matmul)──> video tokens (B, L, D)
+    transformer_blocks × num_layers (double stream, stacked, scanned):
+        video and text each: AdaLN-zero modulation (norm1 / norm1_context), their own q/k/v,
+        per-head RMSNorm, RoPE on the video q/k; one joint attention over [video; text];
+        gated residual; modulated FFN (ff / ff_context)
+    single_transformer_blocks × num_single_layers (single stream, stacked, scanned):
+        one AdaLN-zero (shift, scale, gate) and one set of weights for all tokens:
+        x += gate · proj_out([attention(LN(x)·(1+scale)+shift); gelu(proj_mlp(...))])
+    video tokens ──norm_out (AdaLN continuous: scale, shift)──proj_out──unpatchify──> (B, T, H, W, C_out)
+
+The residual stream through both stacks is the pair ``(video (B, L', D), text (B, L_txt', D))``;
+the single-stream blocks, whose reference concatenates the two, apply the same row-wise layers to
+each and concatenate only q, k, v for attention (the same arithmetic). Attention runs over the
+joint sequence ``[video; text]``: a key is attended when it is a real video token or one of the
+first ``sum(encoder_attention_mask[b])`` text tokens, as the reference's joint mask (which
+assumes right padding), so each prompt of a batch sees only its own tokens. Padded text rows
+carry values nothing real reads (masked as keys, dropped at the end).
+
+Token replace (I2V ``image_condition_type="token_replace"``): the first frame's ``H/p · W/p`` video
+tokens take the modulation (shift, scale, gate) of ``temb(timestep=0)`` in every block, the rest
+of ``temb(timestep)``; the text stream always the latter.
+
+Guidance: the model embeds ``guidance`` as given, with the same sinusoid as the timestep; the
+reference *pipeline* passes ``guidance_scale * 1000`` (``pipeline_hunyuan_video.py``, "Prepare
+guidance condition"), so callers pass ``1000 · guidance_scale``.
+
+Mesh (:mod:`vidax.parallel`): heads over ``tensor`` (q/k/v and FFN-in column-parallel,
+attention-out and FFN-out row-parallel, via GSPMD), batch over ``data``; Ulysses sequence
+parallelism of the joint sequence over ``sequence``: video and text tokens are each padded to a
+multiple of it (any token count) and split over it, the joint attention masked per token with
+segment ids (the padding form, which cuDNN runs, whenever the video needs no padding). The token
+refiner attends the short text locally with a dense mask (``xla``).
+
+Precision: the timestep / guidance MLPs (float32 parameters, see
+:func:`vidax.models.hunyuan_video.convert.transformer_policy`), LayerNorm / RMSNorm statistics,
+the modulation arithmetic and gated residual adds, the RoPE rotation and the softmax are float32;
+the residual stream is held in ``residual_dtype`` (float32 by default; ``None`` rounds it to the
+compute dtype after every add, as the reference in bf16). In float32 this is the reference's
+arithmetic.
+
+Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn.to_q.weight`` ->
+``transformer_blocks/attn/to_q/kernel`` with a leading layer axis); the key rules, parameter axes
+and loader are in :mod:`vidax.models.hunyuan_video.convert`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
+from vidax.models.hunyuan_video.rope import hunyuan_rope
+from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.layers import (
+    FeedForward,
+    Identity,
+    LayerNorm,
+    PatchEmbedding,
+    RMSNorm,
+    TimestepEmbedding,
+    linear,
+    timestep_sinusoid,
+    unpatchify_channels_first,
+)
+from vidax.nn.rope import apply_rope
+from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.mesh import check_heads
+from vidax.parallel.rules import constrain
+from vidax.parallel.ulysses import attention as mesh_attention
+from vidax.parallel.ulysses import pad_tokens, padded_length
+
+_F32 = jnp.float32
+_TOKENS = ("batch", "seq", "embed")
+_EPS = 1e-6  # every LayerNorm / RMSNorm of the model
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+class TextProjection(nnx.Module):
+    """diffusers ``PixArtAlphaTextProjection(act_fn="silu")``: ``linear_2(silu(linear_1(x)))``."""
+
+    def __init__(self, cin, dim, dtype, param_dtype, rngs):
+        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
+        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
+
+    def __call__(self, x):
+        return self.linear_2(jax.nn.silu(self.linear_1(x)))
+
+
+class ConditionEmbedding(nnx.Module):
+    """diffusers ``HunyuanVideoConditionEmbedding`` (``guidance=True`` / ``token_replace``) and
+    ``CombinedTimestepTextProjEmbeddings`` (the token refiner's, neither): the sum of the timestep
+    MLP, the pooled-text MLP and (optionally) the guidance MLP; ``Timesteps(256, flip_sin_to_cos=
+    True, downscale_freq_shift=0)`` features."""
+
+    def __init__(self, dim, pooled_dim, guidance: bool, token_replace: bool, dtype, param_dtype, rngs):
+        self.dtype = dtype
+        self.token_replace = token_replace
+        self.timestep_embedder = TimestepEmbedding(256, dim, rngs)
+        self.text_embedder = TextProjection(pooled_dim, dim, dtype, param_dtype, rngs)
+        self.guidance_embedder = TimestepEmbedding(256, dim, rngs) if guidance else None
+
+    def __call__(self, timestep, pooled, guidance=None):
+        """``timestep`` ``(B,)``, ``pooled`` ``(B, D_pool)``, ``guidance`` ``(B,)`` or None ->
+        ``(temb, token_replace_emb or None)``, each ``(B, D)`` float32."""
+        text = self.text_embedder(pooled.astype(self.dtype)).astype(_F32)
+        temb = self.timestep_embedder(timestep_sinusoid(timestep, 256)) + text
+        tr = None
+        if self.token_replace:
+            tr = self.timestep_embedder(timestep_sinusoid(jnp.zeros_like(timestep), 256)) + text
+        if self.guidance_embedder is not None:
+            temb = temb + self.guidance_embedder(timestep_sinusoid(guidance, 256))
+        return temb, tr
+
+
+# ---------------------------------------------------------------------------------------------
+# Token refiner (context_embedder)
+
+
+class LinearSiLU(nnx.Module):
+    """diffusers ``LinearActivation(activation="silu")``: ``silu(proj(x))``."""
+
+    def __init__(self, din, dout, dtype, param_dtype, rngs):
+        self.proj = linear(din, dout, dtype, param_dtype, rngs)
+
+    def __call__(self, x):
+        return jax.nn.silu(self.proj(x))
+
+
+class RefinerFeedForward(nnx.Module):
+    """diffusers ``FeedForward(activation_fn="linear-silu")``: ``net = [LinearSiLU, Dropout, Linear]``."""
+
+    def __init__(self, dim, inner, dtype, param_dtype, rngs):
+        self.net = nnx.List([LinearSiLU(dim, inner, dtype, param_dtype, rngs), Identity(),
+                             linear(inner, dim, dtype, param_dtype, rngs)])
+
+    def __call__(self, x):
+        for layer in self.net:
+            x = layer(x)
+        return x
+
+
+class RefinerAttention(nnx.Module):
+    """diffusers ``Attention(bias=True)`` with ``AttnProcessor2_0``: plain multi-head self-attention
+    of the text tokens under a dense boolean mask (no q/k norm, no RoPE)."""
+
+    def __init__(self, dim, heads, dtype, param_dtype, rngs):
+        self.heads = heads
+        self.to_q = linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_k = linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_v = linear(dim, dim, dtype, param_dtype, rngs)
+        self.to_out = nnx.List([linear(dim, dim, dtype, param_dtype, rngs), Identity()])
+
+    def __call__(self, x, bias):
+        q, k, v = (layer(x).reshape(*x.shape[:2], self.heads, -1) for layer in (self.to_q, self.to_k, self.to_v))
+        # L_txt x L_txt with a dense mask: small, materialised ("xla") on every backend and mesh.
+        out = dot_product_attention(q, k, v, implementation="xla", bias=bias)
+        return self.to_out[0](out.reshape(*out.shape[:2], -1))
+
+
+class RefinerBlock(nnx.Module):
+    """diffusers ``HunyuanVideoIndividualTokenRefinerBlock``: gated self-attention, gated FFN,
+    the gates ``norm_out.linear(silu(temb))`` (``HunyuanVideoAdaNorm``)."""
+
+    def __init__(self, cfg: HunyuanVideoTransformerConfig, dtype, residual_dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.norm1 = LayerNorm(d, _EPS, True)
+        self.attn = RefinerAttention(d, cfg.num_attention_heads, dtype, param_dtype, rngs)
+        self.norm2 = LayerNorm(d, _EPS, True)
+        self.ff = RefinerFeedForward(d, cfg.refiner_mlp_dim, dtype, param_dtype, rngs)
+        self.norm_out = nnx.Dict(linear=linear(d, 2 * d, dtype, param_dtype, rngs))
+
+    def __call__(self, x, temb, bias):
+        res = self.residual_dtype or self.dtype
+        a = self.attn(self.norm1(x, self.dtype), bias)
+        gates = self.norm_out["linear"](jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None]
+        gate_msa, gate_mlp = jnp.split(gates, 2, axis=-1)
+        x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res)
+        f = self.ff(self.norm2(x, self.dtype))
+        return (x.astype(_F32) + f.astype(_F32) * gate_mlp).astype(res)
+
+
+class TokenRefiner(nnx.Module):
+    """diffusers ``HunyuanVideoTokenRefiner``: masked-mean pooled text -> refiner temb, ``proj_in``,
+    the ``token_refiner.refiner_blocks``."""
+
+    def __init__(self, cfg: HunyuanVideoTransformerConfig, dtype, residual_dtype, param_dtype, rngs):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.time_text_embed = ConditionEmbedding(d, cfg.text_embed_dim, False, False, dtype, param_dtype, rngs)
+        self.proj_in = linear(cfg.text_embed_dim, d, dtype, param_dtype, rngs)
+        blocks = [RefinerBlock(cfg, dtype, residual_dtype, param_dtype, rngs) for _ in range(cfg.num_refiner_layers)]
+        self.token_refiner = nnx.Dict(refiner_blocks=nnx.List(blocks))
+
+    def __call__(self, text, timestep, mask):
+        """``text`` ``(B, L, D_text)``, ``timestep`` ``(B,)``, ``mask`` ``(B, L)`` 0/1 -> ``(B, L, D)``
+        in the residual dtype."""
+        m = mask.astype(_F32)[..., None]
+        pooled = ((text.astype(_F32) * m).sum(axis=1) / m.sum(axis=1)).astype(text.dtype)
+        temb, _ = self.time_text_embed(timestep, pooled)
+        x = self.proj_in(text.astype(self.dtype)).astype(self.residual_dtype or self.dtype)
+        valid = mask != 0
+        allowed = (valid[:, :, None] & valid[:, None, :]) | (jnp.arange(mask.shape[1]) == 0)[None, None, :]
+        bias = jnp.where(allowed, 0.0, -jnp.inf).astype(_F32)[:, None]  # (B, 1, L, L)
+        for block in self.token_refiner["refiner_blocks"]:
+            x = block(x, temb, bias)
+        return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks
+
+
+def _modulate(x, scale, shift, first=None, tr_scale=None, tr_shift=None):
+    """``x·(1+scale)+shift`` in float32; with ``first`` ``(L, 1)`` bool, the rows where it is True
+    take ``tr_scale`` / ``tr_shift`` instead (token replace). Modulations ``(B, 1, D)``."""
+    out = x * (1 + scale) + shift
+    if first is not None:
+        out = jnp.where(first[None], x * (1 + tr_scale) + tr_shift, out)
+    return out
+
+
+def _gate(y, gate, first=None, tr_gate=None):
+    """``y·gate`` in float32, ``tr_gate`` on the ``first`` rows when given."""
+    out = y * gate
+    if first is not None:
+        out = jnp.where(first[None], y * tr_gate, out)
+    return out
+
+
+class AdaNormZero(nnx.Module):
+    """diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle`` / their ``TokenReplace`` forms:
+    ``linear(silu(temb))`` split into ``n`` modulations; the LayerNorm (no affine, eps 1e-6) is
+    applied by the block."""
+
+    def __init__(self, dim, n, dtype, param_dtype, rngs):
+        self.n = n
+        self.dtype = dtype
+        self.linear = linear(dim, n * dim, dtype, param_dtype, rngs)
+
+    def __call__(self, temb):
+        """``(B, D)`` float32 -> ``n`` modulations ``(B, 1, D)`` float32 (None for None)."""
+        if temb is None:
+            return (None,) * self.n
+        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None]
+        return jnp.split(mod, self.n, axis=-1)
+
+
+class JointAttention(nnx.Module):
+    """diffusers ``Attention`` with ``HunyuanVideoAttnProcessor2_0``: one attention over the joint
+    ``[video; text]`` sequence.
+
+    ``added=True`` (double stream): the text has its own ``add_{q,k,v}_proj``, ``norm_added_{q,k}``
+    and ``to_add_out``, the video ``to_out``; ``added=False`` (single stream, ``pre_only``): the same
+    ``to_{q,k,v}`` for both and no output projection. q and k are RMS-normalised per head (over
+    K, eps 1e-6); RoPE rotates the video q and k only.
+    """
+
+    def __init__(self, cfg: HunyuanVideoTransformerConfig, added: bool, attention, dtype, param_dtype, rngs, mesh):
+        d, kd = cfg.inner_dim, cfg.attention_head_dim
+        self.heads = cfg.num_attention_heads
+        self.attention = attention
+        self.mesh = mesh
+        self.to_q = linear(d, d, dtype, param_dtype, rngs)
+        self.to_k = linear(d, d, dtype, param_dtype, rngs)
+        self.to_v = linear(d, d, dtype, param_dtype, rngs)
+        self.norm_q = RMSNorm(kd, _EPS, param_dtype=param_dtype)
+        self.norm_k = RMSNorm(kd, _EPS, param_dtype=param_dtype)
+        if added:
+            self.add_q_proj = linear(d, d, dtype, param_dtype, rngs)
+            self.add_k_proj = linear(d, d, dtype, param_dtype, rngs)
+            self.add_v_proj = linear(d, d, dtype, param_dtype, rngs)
+            self.norm_added_q = RMSNorm(kd, _EPS, param_dtype=param_dtype)
+            self.norm_added_k = RMSNorm(kd, _EPS, param_dtype=param_dtype)
+            self.to_out = nnx.List([linear(d, d, dtype, param_dtype, rngs), Identity()])
+            self.to_add_out = linear(d, d, dtype, param_dtype, rngs)
+        else:
+            self.add_q_proj = self.add_k_proj = self.add_v_proj = None
+            self.norm_added_q = self.norm_added_k = None
+            self.to_out = self.to_add_out = None
+
+    def _heads(self, layer, x):
+        # Column-parallel projection (output width split over heads), then (B, L, N, K).
+        y = constrain(layer(x), ("batch", "seq", "heads"), self.mesh)
+        return y.reshape(*y.shape[:2], self.heads, -1)
+
+    def __call__(self, video, text, inputs: "HunyuanBlockInputs"):
+        """``video`` ``(B, L', D)``, ``text`` ``(B, L_txt', D)`` in the compute dtype -> the
+        attention outputs of both (after ``to_out`` / ``to_add_out`` when ``added``)."""
+        qp, kp, vp = (self.to_q, self.to_k, self.to_v)
+        tq, tk, tv = (self.add_q_proj, self.add_k_proj, self.add_v_proj) if self.add_q_proj is not None else (qp, kp, vp)
+        tnq, tnk = (self.norm_added_q, self.norm_added_k) if self.norm_added_q is not None else (self.norm_q, self.norm_k)
+        q = apply_rope(self.norm_q(self._heads(qp, video)), *inputs.rope)
+        k = apply_rope(self.norm_k(self._heads(kp, video)), *inputs.rope)
+        v = self._heads(vp, video)
+        q = jnp.concatenate([q, tnq(self._heads(tq, text))], axis=1)
+        k = jnp.concatenate([k, tnk(self._heads(tk, text))], axis=1)
+        v = jnp.concatenate([v, self._heads(tv, text)], axis=1)
+        out = mesh_attention(q, k, v, self.mesh, self_attention=True, segment_ids=inputs.segments,
+                             implementation=self.attention)
+        out = out.reshape(*out.shape[:2], -1)
+        n = video.shape[1]
+        a_vid, a_txt = out[:, :n], out[:, n:]
+        if self.to_out is not None:
+            a_vid, a_txt = self.to_out[0](a_vid), self.to_add_out(a_txt)
+        return a_vid, a_txt
+
+
+class DoubleStreamBlock(nnx.Module):
+    """diffusers ``HunyuanVideoTransformerBlock`` (``HunyuanVideoTokenReplaceTransformerBlock`` when
+    the inputs carry a token-replace embedding: same parameters)."""
+
+    def __init__(self, cfg: HunyuanVideoTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs,
+                 mesh=None):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.norm1 = AdaNormZero(d, 6, dtype, param_dtype, rngs)
+        self.norm1_context = AdaNormZero(d, 6, dtype, param_dtype, rngs)
+        self.attn = JointAttention(cfg, True, attention, dtype, param_dtype, rngs, mesh)
+        self.ff = FeedForward(d, cfg.mlp_dim, d, True, dtype, param_dtype, rngs)
+        self.ff_context = FeedForward(d, cfg.mlp_dim, d, True, dtype, param_dtype, rngs)
+        self.ln = LayerNorm(d, _EPS, False)  # norm1.norm, norm2, norm2_context: no parameters
+
+    def __call__(self, x, inputs: "HunyuanBlockInputs"):
+        res = self.residual_dtype or self.dtype
+        vid, txt = x
+        f = inputs.first
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.norm1(inputs.temb)
+        tr_shift_msa, tr_scale_msa, tr_gate_msa, tr_shift_mlp, tr_scale_mlp, tr_gate_mlp = self.norm1(inputs.tr_emb)
+        c_shift_msa, c_scale_msa, c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp = self.norm1_context(inputs.temb)
+
+        hv = _modulate(self.ln(vid, _F32), scale_msa, shift_msa, f, tr_scale_msa, tr_shift_msa)
+        ht = _modulate(self.ln(txt, _F32), c_scale_msa, c_shift_msa)
+        a_vid, a_txt = self.attn(hv.astype(self.dtype), ht.astype(self.dtype), inputs)
+        vid = (vid.astype(_F32) + _gate(a_vid.astype(_F32), gate_msa, f, tr_gate_msa)).astype(res)
+        txt = (txt.astype(_F32) + _gate(a_txt.astype(_F32), c_gate_msa)).astype(res)
+
+        hv = _modulate(self.ln(vid, _F32), scale_mlp, shift_mlp, f, tr_scale_mlp, tr_shift_mlp)
+        ht = _modulate(self.ln(txt, _F32), c_scale_mlp, c_shift_mlp)
+        f_vid = self.ff(hv.astype(self.dtype)).astype(_F32)
+        f_txt = self.ff_context(ht.astype(self.dtype)).astype(_F32)
+        vid = (vid.astype(_F32) + _gate(f_vid, gate_mlp, f, tr_gate_mlp)).astype(res)
+        txt = (txt.astype(_F32) + _gate(f_txt, c_gate_mlp)).astype(res)
+        return vid, txt
+
+
+class SingleStreamBlock(nnx.Module):
+    """diffusers ``HunyuanVideoSingleTransformerBlock`` (``HunyuanVideoTokenReplaceSingleTransformerBlock``
+    with a token-replace embedding: same parameters)."""
+
+    def __init__(self, cfg: HunyuanVideoTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs,
+                 mesh=None):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.mesh = mesh
+        self.norm = AdaNormZero(d, 3, dtype, param_dtype, rngs)
+        self.attn = JointAttention(cfg, False, attention, dtype, param_dtype, rngs, mesh)
+        self.proj_mlp = linear(d, cfg.mlp_dim, dtype, param_dtype, rngs)
+        self.proj_out = linear(d + cfg.mlp_dim, d, dtype, param_dtype, rngs)
+        self.ln = LayerNorm(d, _EPS, False)
+
+    def _mlp(self, h):
+        y = constrain(self.proj_mlp(h), ("batch", "seq", "mlp"), self.mesh)
+        return jax.nn.gelu(y, approximate=True)
+
+    def __call__(self, x, inputs: "HunyuanBlockInputs"):
+        res = self.residual_dtype or self.dtype
+        vid, txt = x
+        f = inputs.first
+        shift, scale, gate = self.norm(inputs.temb)
+        tr_shift, tr_scale, tr_gate = self.norm(inputs.tr_emb)
+        hv = _modulate(self.ln(vid, _F32), scale, shift, f, tr_scale, tr_shift).astype(self.dtype)
+        ht = _modulate(self.ln(txt, _F32), scale, shift).astype(self.dtype)
+        a_vid, a_txt = self.attn(hv, ht, inputs)
+        o_vid = self.proj_out(jnp.concatenate([a_vid, self._mlp(hv)], axis=-1)).astype(_F32)
+        o_txt = self.proj_out(jnp.concatenate([a_txt, self._mlp(ht)], axis=-1)).astype(_F32)
+        vid = (vid.astype(_F32) + _gate(o_vid, gate, f, tr_gate)).astype(res)
+        txt = (txt.astype(_F32) + _gate(o_txt, gate)).astype(res)
+        return vid, txt
+
+
+class AdaNormContinuous(nnx.Module):
+    """diffusers ``AdaLayerNormContinuous(elementwise_affine=False, eps=1e-6)``: ``scale, shift =
+    linear(silu(temb))`` (scale first), ``LN(x)·(1+scale)+shift``."""
+
+    def __init__(self, dim, dtype, param_dtype, rngs):
+        self.dtype = dtype
+        self.linear = linear(dim, 2 * dim, dtype, param_dtype, rngs)
+        self.norm = LayerNorm(dim, _EPS, False)
+
+    def __call__(self, x, temb):
+        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None]
+        scale, shift = jnp.split(mod, 2, axis=-1)
+        return (self.norm(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HunyuanBlockInputs:
+    """What the blocks and the head read besides the residual stream (from
+    :meth:`HunyuanVideoTransformer3DModel.embed`); a pytree whose array fields are traced.
+
+    Attributes:
+        temb: conditioning ``(B, D)`` float32 (timestep + guidance + pooled text).
+        tr_emb: token replace: the same with timestep 0, ``(B, D)`` float32; else None.
+        rope: ``(cos, sin)`` of the video tokens, each ``(L', K/2)`` float32 (padded rows zero).
+        segments: :class:`~vidax.nn.attention.SegmentIds` of the joint ``[video; text]``
+            sequence ``(B, L' + L_txt')``: real video tokens and each prompt's real text tokens 1.
+        first: token replace: ``(L', 1)`` bool, True on the first frame's video tokens; else None.
+        n_vid: static; real video tokens ``L``.
+        grid: static; the token grid ``(T/p_t, H/p, W/p)``.
+    """
+
+    temb: jax.Array
+    tr_emb: jax.Array | None
+    rope: tuple
+    segments: SegmentIds
+    first: jax.Array | None
+    n_vid: int = dataclasses.field(metadata=dict(static=True))
+    grid: tuple = dataclasses.field(metadata=dict(static=True))
+
+
+class HunyuanVideoTransformer3DModel(nnx.Module):
+    """The HunyuanVideo 1.0 diffusion transformer; follows ``diffusers.HunyuanVideoTransformer3DModel``.
+
+    Args:
+        config: the checkpoint's :class:`HunyuanVideoTransformerConfig`.
+        dtype: compute dtype of the matmuls (float32 or bfloat16).
+        param_dtype: initial parameter dtype (the loader replaces them per its policy).
+        residual_dtype: dtype of the residual streams (video, text; refiner); ``None`` = ``dtype``.
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention` of the
+            joint attention (the token refiner always materialises its short ``L_txt²`` scores).
+        rngs: initialisation randomness (unused when built by the loader).
+        mesh: ``(data, tensor, sequence)`` mesh or None; see the module docstring.
+
+    Raises:
+        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
+
+    Call ``model(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
+    pooled_projections, guidance=None)`` (see :meth:`__call__`).
+    """
+
+    #: The stacked layers, in the order they run (what block streaming and the staging plan count).
+    block_stacks = ("transformer_blocks", "single_transformer_blocks")
+
+    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
+    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
+    def __init__(
+        self,
+        config: HunyuanVideoTransformerConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = _F32,
+        residual_dtype: Any = _F32,
+        attention: str = "auto",
+        rngs: nnx.Rngs,
+        mesh: jax.sharding.Mesh | None = None,
+    ):
+        cfg = config
+        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
+        self.config = cfg
+        self.mesh = mesh
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        d = cfg.inner_dim
+        self.x_embedder = nnx.Dict(proj=PatchEmbedding(cfg.patch, cfg.in_channels, d, dtype, param_dtype, rngs))
+        self.context_embedder = TokenRefiner(cfg, dtype, residual_dtype, param_dtype, rngs)
+        self.time_text_embed = ConditionEmbedding(
+            d, cfg.pooled_projection_dim, cfg.guidance_embeds, cfg.token_replace, dtype, param_dtype, rngs
+        )
+        self.transformer_blocks = stacked(
+            lambda r: DoubleStreamBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            cfg.num_layers, rngs,
+        )
+        self.single_transformer_blocks = stacked(
+            lambda r: SingleStreamBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            cfg.num_single_layers, rngs,
+        )
+        self.norm_out = AdaNormContinuous(d, dtype, param_dtype, rngs)
+        self.proj_out = linear(d, cfg.out_dim * cfg.patch_size_t * cfg.patch_size**2, dtype, param_dtype, rngs)
+
+    def __call__(
+        self,
+        hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_hidden_states: jax.Array,
+        encoder_attention_mask: jax.Array,
+        pooled_projections: jax.Array,
+        guidance: jax.Array | None = None,
+    ) -> jax.Array:
+        """Predict the flow (velocity) for noisy latents.
+
+        Args:
+            hidden_states: latents ``(B, T, H, W, C_in)`` channels-last (the reference takes
+                ``(B, C, T, H, W)``); T divisible by ``patch_size_t``, H and W by ``patch_size``.
+                ``latent_concat`` I2V: the 33 channels the pipeline concatenates.
+            timestep: ``(B,)`` diffusion time in [0, 1000] (not sigma), float or int.
+            encoder_hidden_states: Llama states ``(B, L_txt, text_embed_dim)``.
+            encoder_attention_mask: ``(B, L_txt)`` 0/1 (bool or int); each row needs a real token.
+                The refiner uses the mask as given; the joint attention, as the reference, the
+                first ``sum(mask[b])`` text tokens (right padding).
+            pooled_projections: CLIP pooled text ``(B, pooled_projection_dim)``.
+            guidance: ``(B,)`` embedded guidance, ``1000 · guidance_scale`` as the reference
+                pipeline passes it; required iff ``guidance_embeds``.
+
+        Returns:
+            ``(B, T, H, W, out_channels)`` in the compute dtype.
+
+        Raises:
+            InputError: shapes that do not fit the config, a missing or unexpected ``guidance``.
+        """
+        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
+                               pooled_projections, guidance)
+        return self.head(self.run_blocks(x, inputs), inputs)
+
+    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
+    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
+
+    def embed(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, pooled_projections,
+              guidance=None) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
+        """Everything before the blocks: RoPE, conditioning, patch embedding, token refiner, the
+        joint-attention segment ids. Arguments as :meth:`__call__`.
+
+        Returns:
+            ``((video (B, L', D), text (B, L_txt', D)), inputs)``: the residual streams in the
+            residual dtype (each padded to a multiple of the mesh's ``sequence`` axis) and the
+            :class:`HunyuanBlockInputs`.
+        """
+        cfg = self.config
+        grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
+                                  pooled_projections, guidance)
+        b = hidden_states.shape[0]
+        res = self.residual_dtype or self.dtype
+        timestep = jnp.reshape(timestep, (b,))
+        temb, tr_emb = self.time_text_embed(timestep, pooled_projections,
+                                            None if guidance is None else jnp.reshape(guidance, (b,)))
+        vid = self.x_embedder["proj"](hidden_states.astype(self.dtype)).astype(res)
+        txt = self.context_embedder(encoder_hidden_states, timestep, encoder_attention_mask)
+
+        n_vid, n_txt = vid.shape[1], txt.shape[1]
+        lv, lt = padded_length(n_vid, self.mesh), padded_length(n_txt, self.mesh)
+        vid = constrain(pad_tokens(vid, lv), _TOKENS, self.mesh)
+        txt = constrain(pad_tokens(txt, lt), _TOKENS, self.mesh)
+        rope = tuple(pad_tokens(r, lv, axis=0) for r in hunyuan_rope(cfg, grid))
+        text_len = (encoder_attention_mask != 0).sum(axis=1).astype(jnp.int32)  # (B,)
+        if lv == n_vid:  # real tokens are a prefix of [video; text]: the padding form
+            segments = SegmentIds.for_padding(b, lv + lt, lv + lt, n_vid + text_len, n_vid + text_len)
+        else:
+            ids = jnp.concatenate([
+                jnp.broadcast_to(jnp.arange(lv) < n_vid, (b, lv)),
+                jnp.arange(lt)[None] < text_len[:, None],
+            ], axis=1).astype(jnp.int32)
+            segments = SegmentIds(ids, ids)
+        first = None
+        if cfg.token_replace:
+            first = (jnp.arange(lv) < grid[1] * grid[2])[:, None]
+        return (vid, txt), HunyuanBlockInputs(temb, tr_emb, rope, segments, first, n_vid, grid)
+
+    def run_blocks(self, x, inputs: HunyuanBlockInputs, blocks: nnx.Module | None = None,
+                   stack: str | None = None) -> tuple[jax.Array, jax.Array]:
+        """Stack ``stack`` (``"transformer_blocks"`` or ``"single_transformer_blocks"``; its own
+        layers, or the run of consecutive layers ``blocks`` of it, as the offload runner passes
+        them), or both stacks in order when ``stack`` is None, each with one scan over the pair
+        ``x = (video, text)``. Returns the pair, same shapes, in the residual dtype."""
+        if stack is not None and stack not in self.block_stacks:
+            raise InputError(f"{type(self).__name__}.run_blocks: stack={stack!r}; valid: {self.block_stacks}.")
+        if blocks is not None and stack is None:
+            raise InputError(f"{type(self).__name__}.run_blocks: blocks= needs stack= (one of {self.block_stacks}).")
+
+        def body(block, h):
+            vid, txt = block(h, inputs)
+            return constrain(vid, _TOKENS, self.mesh), constrain(txt, _TOKENS, self.mesh)
+
+        for name in self.block_stacks if stack is None else (stack,):
+            x = scan_layers(getattr(self, name) if blocks is None else blocks, tuple(x), body)
+        return x
+
+    def head(self, x, inputs: HunyuanBlockInputs) -> jax.Array:
+        """Everything after the blocks: the real video tokens, ``norm_out``, ``proj_out``,
+        unpatchify (features ``(C, p_t, p, p)``) -> ``(B, T, H, W, C_out)`` in the compute dtype."""
+        cfg = self.config
+        vid = x[0][:, : inputs.n_vid]
+        out = self.proj_out(self.norm_out(vid, inputs.temb))
+        return unpatchify_channels_first(out, inputs.grid, cfg.patch_size_t, cfg.patch_size)
+
+    def _check_inputs(self, x, timestep, text, mask, pooled, guidance) -> tuple[int, int, int]:
+        cfg = self.config
+        name = type(self).__name__
+        if x.ndim != 5 or x.shape[-1] != cfg.in_channels:
+            raise InputError(
+                f"{name}: hidden_states must be (B, T, H, W, C={cfg.in_channels}) channels-last; "
+                f"got shape {tuple(x.shape)}."
+            )
+        b, t, h, w, _ = x.shape
+        pt, p = cfg.patch_size_t, cfg.patch_size
+        if t % pt or h % p or w % p:
+            raise InputError(
+                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by "
+                f"(patch_size_t, patch_size, patch_size)={(pt, p, p)}."
+            )
+        if tuple(jnp.shape(timestep)) not in ((b,), ()):
+            raise InputError(f"{name}: timestep must have shape (B,)=({b},); got {tuple(jnp.shape(timestep))}.")
+        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.text_embed_dim:
+            raise InputError(
+                f"{name}: encoder_hidden_states must be (B={b}, L_txt, text_embed_dim={cfg.text_embed_dim}); "
+                f"got {tuple(text.shape)}."
+            )
+        if tuple(mask.shape) != tuple(text.shape[:2]):
+            raise InputError(
+                f"{name}: encoder_attention_mask must be (B, L_txt)={tuple(text.shape[:2])}; got {tuple(mask.shape)}."
+            )
+        if tuple(pooled.shape) != (b, cfg.pooled_projection_dim):
+            raise InputError(
+                f"{name}: pooled_projections must be (B, pooled_projection_dim)=({b}, {cfg.pooled_projection_dim}); "
+                f"got {tuple(pooled.shape)}."
+            )
+        if cfg.guidance_embeds and guidance is None:
+            raise InputError(
+                f"{name}: this model embeds guidance (guidance_embeds=true); pass guidance (B,) = "
+                "1000 * guidance_scale, as the reference pipeline does."
+            )
+        if not cfg.guidance_embeds and guidance is not None:
+            raise InputError(f"{name}: guidance was given but this model has no guidance embedder (guidance_embeds=false).")
+        if guidance is not None and tuple(jnp.shape(guidance)) not in ((b,), ()):
+            raise InputError(f"{name}: guidance must have shape (B,)=({b},); got {tuple(jnp.shape(guidance))}.")
+        return t // pt, h // p, w // p

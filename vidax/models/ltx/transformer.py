@@ -1,0 +1,463 @@
+"""LTX-Video 0.9.x denoising transformer (``diffusers.LTXVideoTransformer3DModel``, diffusers
+0.42.1 ``models/transformers/transformer_ltx.py``) in Flax NNX.
+
+Reads top to bottom like the reference::
+
+    packed latents (B, N, C_in) ──proj_in──> tokens (B, N, D)                 (patch size 1: a linear map)
+    timestep (B,) / (B, 1) / (B, N) ──sinusoid(256)──time_embed.emb──> e (B, S, D)   S = 1 or N
+        ──SiLU──time_embed.linear──> temb (B, S, 6D)                                  (AdaLN-single)
+    text (B, L, C_txt) ──caption_projection──> context (B, L, D); mask (B, L) -> masked context keys
+    coords (B, N, 3) ──LTX RoPE──> one (cos, sin) table over the whole width D (vidax.models.ltx.rope)
+    transformer_blocks × num_layers (stacked, run with a scan):
+        shift, scale, gate, shift_mlp, scale_mlp, gate_mlp = scale_shift_table + temb   (per token)
+        x += gate · self_attn(RMS(x)·(1+scale)+shift, RoPE)
+        x += cross_attn(x, context, mask)                                  (no norm before it)
+        x += gate_mlp · ffn(RMS(x)·(1+scale_mlp)+shift_mlp)
+    LN(x)·(1+scale)+shift  (shift, scale = scale_shift_table + e) ──proj_out──> (B, N, C_out)
+
+Attention (``LTXAttention``): q, k, v projections, then RMSNorm (weight, eps 1e-5) of q and of k
+over the whole width D, across heads (``rms_norm_across_heads``), then the RoPE rotation of q and
+k over the whole width, then the split into N heads of K.
+
+The text mask: the reference turns ``encoder_attention_mask`` (B, L) of 0/1 into the additive
+bias ``(1 - mask) · -10000``; after softmax that is exactly a key mask whenever a row keeps at
+least one key (``exp(-10000)`` is 0 in float32), which is what vidax applies (segment ids, never a
+dense bias). A sample whose mask is all zeros gets the same bias on every key in the reference,
+i.e. no mask at all; vidax then attends to all keys too.
+
+Per-token timesteps: with ``timestep`` ``(B, N)`` every token has its own modulation in every
+block and in the output norm (conditioning tokens of the image-to-video / condition pipelines
+sit at their own timestep, e.g. 0), as the reference broadcasts ``temb`` ``(B, N, 6D)``.
+
+Precision: the timestep MLP (``time_embed.emb``) and the ``scale_shift_table`` parameters are
+float32 under any dtype (:func:`vidax.models.ltx.convert.transformer_policy`; the reference casts
+them with the model, vidax keeps them as the fp32 modules of the other families); the timestep
+MLP, its rounding to the compute dtype, modulation arithmetic (table + temb,
+``RMS(x)·(1+scale)+shift``, gated residual adds), norm statistics, the RoPE tables and rotation
+and the softmax are float32. The residual stream between operations is held in
+``residual_dtype`` (float32 by default; ``None`` rounds it to the compute dtype after every add,
+as the reference does in bf16). In float32 this is the reference's arithmetic.
+
+Parameter paths mirror the diffusers state dict (``transformer_blocks.3.attn1.to_q.weight`` ->
+``transformer_blocks/attn1/to_q/kernel`` with a leading layer axis); the key rules, parameter
+axes and loader are in :mod:`vidax.models.ltx.convert`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.models.ltx.config import LTX_FFN_ACTIVATIONS, LTXTransformerConfig
+from vidax.models.ltx.rope import grid_coords, ltx_rope, video_coords_to_grid
+from vidax.nn.layers import (
+    FeedForward,
+    Identity,
+    LayerNorm,
+    RMSNorm,
+    TextProjection,
+    TimestepEmbedding,
+    linear,
+    timestep_sinusoid,
+)
+from vidax.nn.rope import apply_rope
+from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.mesh import check_heads
+from vidax.parallel.rules import constrain
+from vidax.parallel.ulysses import attention as mesh_attention
+from vidax.parallel.ulysses import pad_tokens, padded_length
+
+_F32 = jnp.float32
+_TOKENS = ("batch", "seq", "embed")
+#: Width of the sinusoidal timestep features (``PixArtAlphaCombinedTimestepSizeEmbeddings``).
+TIME_FREQ_DIM = 256
+#: ``LTXAttention``'s q / k RMSNorm epsilon (fixed in the reference, not ``norm_eps``).
+QK_NORM_EPS = 1e-5
+#: ``norm_out``'s epsilon (fixed in the reference).
+OUT_NORM_EPS = 1e-6
+
+
+def _rms_norm(x: jax.Array, eps: float, out_dtype) -> jax.Array:
+    """diffusers ``RMSNorm(elementwise_affine=False)``: ``x / sqrt(mean(x²) + eps)``, in float32."""
+    x32 = x.astype(_F32)
+    return (x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + eps)).astype(out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+
+
+class CombinedTimestepEmbedding(nnx.Module):
+    """diffusers ``PixArtAlphaCombinedTimestepSizeEmbeddings(use_additional_conditions=False)``:
+    ``timestep_embedder(sinusoid_256(t))``, float32."""
+
+    def __init__(self, dim: int, rngs: nnx.Rngs):
+        self.timestep_embedder = TimestepEmbedding(TIME_FREQ_DIM, dim, rngs)
+
+    def __call__(self, timestep: jax.Array) -> jax.Array:
+        return self.timestep_embedder(timestep_sinusoid(timestep, TIME_FREQ_DIM))
+
+
+class AdaLayerNormSingle(nnx.Module):
+    """diffusers ``AdaLayerNormSingle``: ``e = emb(t)`` and ``linear(silu(e))`` (6 modulations)."""
+
+    def __init__(self, dim: int, dtype, param_dtype, rngs: nnx.Rngs):
+        self.emb = CombinedTimestepEmbedding(dim, rngs)
+        self.linear = linear(dim, 6 * dim, dtype, param_dtype, rngs)
+
+    def __call__(self, timestep: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+        """``timestep`` ``(B, S)`` -> modulation ``(B, S, 6, D)`` and embedding ``(B, S, D)``, in ``dtype``."""
+        e = self.emb(timestep).astype(dtype)
+        mod = self.linear(jax.nn.silu(e))
+        return mod.reshape(*mod.shape[:-1], 6, -1), e
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformer block
+
+
+class LTXAttention(nnx.Module):
+    """diffusers ``LTXAttention`` + ``LTXVideoAttnProcessor`` (self- or cross-attention); keys
+    and values are projected from ``kv_dim`` channels (D, or ``cross_attention_dim``)."""
+
+    def __init__(self, cfg: LTXTransformerConfig, kv_dim: int, attention, dtype, param_dtype, rngs, mesh=None):
+        d = cfg.inner_dim
+        self.heads = cfg.num_attention_heads
+        self.attention = attention
+        self.mesh = mesh
+        bias = cfg.attention_bias
+        self.norm_q = RMSNorm(d, QK_NORM_EPS, param_dtype=param_dtype)
+        self.norm_k = RMSNorm(d, QK_NORM_EPS, param_dtype=param_dtype)
+        self.to_q = linear(d, d, dtype, param_dtype, rngs, use_bias=bias)
+        self.to_k = linear(kv_dim, d, dtype, param_dtype, rngs, use_bias=bias)
+        self.to_v = linear(kv_dim, d, dtype, param_dtype, rngs, use_bias=bias)
+        self.to_out = nnx.List([linear(d, d, dtype, param_dtype, rngs, use_bias=cfg.attention_out_bias), Identity()])
+
+    def _proj(self, layer, x, seq_axis):
+        # Column-parallel projection: the output width (heads) is split over the tensor axis.
+        return constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
+
+    def _heads(self, x):
+        return x.reshape(*x.shape[:2], self.heads, -1)
+
+    def __call__(self, x, context=None, rope=None, kv_mask=None, valid_length=None):
+        """``x`` ``(B, L', D)``; ``context`` ``(B, L, D)`` or None (self-attention); ``rope``
+        ``(cos, sin)`` each ``(B, L', D/2)`` or None; ``kv_mask`` ``(B, L)`` int32 or None."""
+        kv = x if context is None else context
+        kv_axis = "seq" if context is None else "text_seq"
+        q = self.norm_q(self._proj(self.to_q, x, "seq"))
+        k = self.norm_k(self._proj(self.to_k, kv, kv_axis))
+        v = self._proj(self.to_v, kv, kv_axis)
+        if rope is not None:  # one table over the whole width: rotate (B, L', D) as one head
+            q = apply_rope(q[:, :, None], *rope)[:, :, 0]
+            k = apply_rope(k[:, :, None], *rope)[:, :, 0]
+        out = mesh_attention(
+            self._heads(q), self._heads(k), self._heads(v), self.mesh, self_attention=context is None,
+            valid_length=valid_length, kv_mask=kv_mask, implementation=self.attention,
+        )
+        return self.to_out[0](out.reshape(*out.shape[:2], -1))
+
+
+class LTXVideoTransformerBlock(nnx.Module):
+    """diffusers ``LTXVideoTransformerBlock``: modulated self-attention, cross-attention to the
+    text, modulated feed-forward network (``norm1`` / ``norm2`` are weightless RMSNorms)."""
+
+    def __init__(self, cfg: LTXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None):
+        d = cfg.inner_dim
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        self.eps = cfg.norm_eps
+        self.attn1 = LTXAttention(cfg, d, attention, dtype, param_dtype, rngs, mesh)
+        self.attn2 = LTXAttention(cfg, cfg.cross_attention_dim, attention, dtype, param_dtype, rngs, mesh)
+        approximate = LTX_FFN_ACTIVATIONS[cfg.activation_fn]
+        self.ff = FeedForward(d, 4 * d, d, approximate, dtype, param_dtype, rngs)
+        self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (6, d), _F32) / math.sqrt(d))
+
+    def __call__(self, x, context, kv_mask, mod, rope, valid_length=None):
+        """One block.
+
+        Args:
+            x: residual stream ``(B, L', D)``.
+            context: projected text ``(B, L, D)``, compute dtype.
+            kv_mask: ``(B, L)`` int32 text key mask or None.
+            mod: time modulation ``(B, 1 or L', 6, D)``, compute dtype.
+            rope: ``(cos, sin)`` each ``(B, L', D/2)`` float32.
+            valid_length: tokens of ``x`` before it are real, the rest padding (masked as
+                self-attention keys); None: all real.
+
+        Returns:
+            ``(B, L', D)`` in the residual dtype (``residual_dtype``, or the compute dtype).
+        """
+        res_dtype = self.residual_dtype or self.dtype
+        e = self.scale_shift_table[...].astype(_F32)[None, None] + mod.astype(_F32)  # (B, S, 6, D)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (e[:, :, i] for i in range(6))
+
+        h = (_rms_norm(x, self.eps, _F32) * (1 + scale_msa) + shift_msa).astype(self.dtype)
+        a = self.attn1(h, rope=rope, valid_length=valid_length)
+        x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res_dtype)
+
+        a = self.attn2(x.astype(self.dtype), context=context, kv_mask=kv_mask)
+        x = (x.astype(_F32) + a.astype(_F32)).astype(res_dtype)
+
+        h = (_rms_norm(x, self.eps, _F32) * (1 + scale_mlp) + shift_mlp).astype(self.dtype)
+        f = self.ff(h)
+        return (x.astype(_F32) + f.astype(_F32) * gate_mlp).astype(res_dtype)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LTXBlockInputs:
+    """What the blocks and the head read besides the residual stream (from
+    :meth:`LTXVideoTransformer3DModel.embed`); a pytree whose array fields are traced.
+
+    Attributes:
+        context: projected text ``(B, L, D)``, compute dtype.
+        kv_mask: ``(B, L)`` int32 text key mask (1 attended), or None (all attended).
+        mod: time modulation ``(B, 1 or N', 6, D)``, compute dtype.
+        rope: ``(cos, sin)``, each ``(B, N', D/2)`` float32.
+        temb: timestep embedding ``(B, 1 or N, D)``, compute dtype (the head's modulation).
+        valid_length: static; real tokens when ``N'`` is padded, else None.
+        n_tok: static; real video tokens N.
+    """
+
+    context: jax.Array
+    kv_mask: jax.Array | None
+    mod: jax.Array
+    rope: tuple
+    temb: jax.Array
+    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
+    n_tok: int = dataclasses.field(metadata=dict(static=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+class LTXVideoTransformer3DModel(nnx.Module):
+    """The LTX-Video 0.9.x denoising transformer; follows ``diffusers.LTXVideoTransformer3DModel``.
+
+    Args:
+        config: the checkpoint's :class:`~vidax.models.ltx.config.LTXTransformerConfig`.
+        dtype: compute dtype of the matmuls (float32 or bfloat16 / float16).
+        param_dtype: initial dtype of the parameters (the loader replaces them with the dtype of
+            its :class:`~vidax.weights.loader.DtypePolicy`).
+        residual_dtype: dtype of the residual stream between operations; ``None`` = ``dtype``
+            (the reference's behaviour in bf16). See the module docstring.
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
+        rngs: initialisation randomness (unused when built by the loader).
+        mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`) or None (single device):
+            batch over ``data``, Megatron tensor parallelism over ``tensor``, Ulysses sequence
+            parallelism over ``sequence`` (tokens padded to a multiple of it and masked).
+
+    Raises:
+        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
+
+    Call ``model(hidden_states, encoder_hidden_states, timestep, encoder_attention_mask,
+    num_frames, height, width, rope_interpolation_scale=None, video_coords=None)`` (see
+    :meth:`__call__`).
+    """
+
+    #: The stacked layers (what block streaming and the staging plan count).
+    block_stacks = ("transformer_blocks",)
+
+    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
+    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
+    def __init__(
+        self,
+        config: LTXTransformerConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = _F32,
+        residual_dtype: Any = _F32,
+        attention: str = "auto",
+        rngs: nnx.Rngs,
+        mesh: jax.sharding.Mesh | None = None,
+    ):
+        cfg = config
+        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
+        self.config = cfg
+        self.mesh = mesh
+        self.dtype = dtype
+        self.residual_dtype = residual_dtype
+        d = cfg.inner_dim
+        self.proj_in = linear(cfg.in_channels, d, dtype, param_dtype, rngs)
+        self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (2, d), _F32) / math.sqrt(d))
+        self.time_embed = AdaLayerNormSingle(d, dtype, param_dtype, rngs)
+        self.caption_projection = TextProjection(cfg.caption_channels, d, dtype, param_dtype, rngs)
+        self.transformer_blocks = stacked(
+            lambda r: LTXVideoTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            cfg.num_layers,
+            rngs,
+        )
+        self.norm_out = LayerNorm(d, OUT_NORM_EPS, False)
+        self.proj_out = linear(d, cfg.out_dim, dtype, param_dtype, rngs)
+
+    def __call__(
+        self,
+        hidden_states: jax.Array,
+        encoder_hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_attention_mask: jax.Array | None = None,
+        num_frames: int | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        rope_interpolation_scale: Sequence | None = None,
+        video_coords: jax.Array | None = None,
+    ) -> jax.Array:
+        """Predict the flow (velocity) of packed latent tokens.
+
+        Args:
+            hidden_states: packed latents ``(B, N, C_in)``, tokens in frame, row, column order
+                (``LTXPipeline._pack_latents``), float.
+            encoder_hidden_states: T5 states ``(B, L, caption_channels)``, float.
+            timestep: diffusion time in [0, 1000] (not sigma), float or int: ``(B,)`` or
+                ``(B, 1)`` one per sample, or ``(B, N)`` one per token.
+            encoder_attention_mask: ``(B, L)`` 0/1 (int or bool) text mask, 1 = real token; None:
+                every text token attended.
+            num_frames, height, width: Python ints, the latent grid ``(T, H, W)`` with
+                ``T·H·W == N`` (static: they shape the RoPE grid); needed when ``video_coords``
+                is None, ignored otherwise.
+            rope_interpolation_scale: ``(s_t, s_h, s_w)`` numbers or scalar arrays: the RoPE
+                coordinates are ``index · s · patch / base`` (the pipeline passes
+                ``(vae_temporal_compression / frame_rate, vae_spatial_compression,
+                vae_spatial_compression)``); None: raw indices (as the reference).
+            video_coords: ``(B, 3, N)`` float explicit coordinates (frame time in seconds, row
+                and column in pixels; ``LTXConditionPipeline``), or None.
+
+        Returns:
+            ``(B, N, C_out)`` in the compute dtype.
+
+        Raises:
+            InputError: shapes that do not fit the config or each other.
+        """
+        x, inputs = self.embed(
+            hidden_states, encoder_hidden_states, timestep, encoder_attention_mask, num_frames, height, width,
+            rope_interpolation_scale, video_coords,
+        )
+        return self.head(self.run_blocks(x, inputs), inputs)
+
+    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
+    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
+
+    def embed(
+        self,
+        hidden_states: jax.Array,
+        encoder_hidden_states: jax.Array,
+        timestep: jax.Array,
+        encoder_attention_mask: jax.Array | None = None,
+        num_frames: int | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        rope_interpolation_scale: Sequence | None = None,
+        video_coords: jax.Array | None = None,
+    ) -> tuple[jax.Array, LTXBlockInputs]:
+        """Everything before the blocks: ``proj_in``, timestep / caption embeddings, RoPE, mask.
+
+        Arguments as :meth:`__call__`. Returns the residual stream ``(B, N', D)`` in the residual
+        dtype (``N'``: the tokens padded to a multiple of the mesh's ``sequence`` axis) and the
+        :class:`LTXBlockInputs` every block and :meth:`head` read.
+
+        Raises:
+            InputError: shapes that do not fit the config or each other.
+        """
+        cfg = self.config
+        self._check_inputs(hidden_states, encoder_hidden_states, timestep, encoder_attention_mask,
+                           num_frames, height, width, video_coords)
+        b, n_tok = hidden_states.shape[:2]
+
+        if video_coords is None:
+            coords = grid_coords(b, (num_frames, height, width), rope_interpolation_scale,
+                                 cfg.patch_size, cfg.patch_size_t)
+        else:
+            coords = video_coords_to_grid(video_coords)
+        rope = ltx_rope(coords, cfg.inner_dim)  # (B, N, D/2) each
+
+        x = self.proj_in(hidden_states.astype(self.dtype))  # (B, N, D)
+        mod, temb = self.time_embed(timestep.reshape(b, -1), self.dtype)  # (B, S, 6, D), (B, S, D)
+        context = self.caption_projection(encoder_hidden_states.astype(self.dtype))
+        kv_mask = None
+        if encoder_attention_mask is not None:
+            kv_mask = (jnp.asarray(encoder_attention_mask) != 0).astype(jnp.int32)
+            # An all-zero mask is a uniform bias in the reference: every key attended.
+            kv_mask = jnp.where(kv_mask.any(axis=1, keepdims=True), kv_mask, 1)
+
+        # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
+        # sequence axis; the padded keys are masked, the padded outputs dropped in head().
+        length = padded_length(n_tok, self.mesh)
+        valid_length = n_tok if length != n_tok else None
+        x = pad_tokens(x, length)
+        rope = tuple(pad_tokens(r, length) for r in rope)
+        if mod.shape[1] > 1:
+            mod = pad_tokens(mod, length)
+
+        x = constrain(x.astype(self.residual_dtype or self.dtype), _TOKENS, self.mesh)
+        return x, LTXBlockInputs(context, kv_mask, mod, rope, temb, valid_length, n_tok)
+
+    def run_blocks(self, x: jax.Array, inputs: LTXBlockInputs, blocks: nnx.Module | None = None) -> jax.Array:
+        """The stacked blocks (default ``self.transformer_blocks``; or any run of consecutive
+        layers of the same structure, as the offload runner passes them) over the residual
+        stream ``x`` ``(B, N', D)``, with one scan. Returns ``(B, N', D)`` in the residual dtype."""
+        blocks = self.transformer_blocks if blocks is None else blocks
+        i = inputs
+        return scan_layers(
+            blocks, x,
+            lambda block, h: constrain(block(h, i.context, i.kv_mask, i.mod, i.rope, i.valid_length),
+                                       _TOKENS, self.mesh),
+        )
+
+    def head(self, x: jax.Array, inputs: LTXBlockInputs) -> jax.Array:
+        """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``.
+        ``x`` ``(B, N', D)`` -> ``(B, N, C_out)`` in the compute dtype."""
+        x = x[:, : inputs.n_tok]
+        e = self.scale_shift_table[...].astype(_F32)[None, None] + inputs.temb.astype(_F32)[:, :, None]  # (B, S, 2, D)
+        shift, scale = e[:, :, 0], e[:, :, 1]
+        x = (self.norm_out(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+        return self.proj_out(x)
+
+    def _check_inputs(self, x, text, timestep, mask, num_frames, height, width, video_coords) -> None:
+        cfg = self.config
+        name = type(self).__name__
+        if x.ndim != 3 or x.shape[-1] != cfg.in_channels:
+            raise InputError(
+                f"{name}: hidden_states must be packed tokens (B, N, C={cfg.in_channels}); got shape "
+                f"{tuple(x.shape)}."
+            )
+        b, n_tok, _ = x.shape
+        if tuple(timestep.shape) not in ((b,), (b, 1), (b, n_tok)):
+            raise InputError(
+                f"{name}: timestep must have shape (B,)=({b},), (B, 1) or (B, N)=({b}, {n_tok}) (one per "
+                f"token); got {tuple(timestep.shape)}."
+            )
+        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.caption_channels:
+            raise InputError(
+                f"{name}: encoder_hidden_states must be (B={b}, L, caption_channels={cfg.caption_channels}); "
+                f"got {tuple(text.shape)}."
+            )
+        if mask is not None and tuple(mask.shape) != tuple(text.shape[:2]):
+            raise InputError(
+                f"{name}: encoder_attention_mask must be (B, L)={tuple(text.shape[:2])} like "
+                f"encoder_hidden_states; got {tuple(mask.shape)}."
+            )
+        if video_coords is not None:
+            if tuple(video_coords.shape) != (b, 3, n_tok):
+                raise InputError(
+                    f"{name}: video_coords must be (B, 3, N)=({b}, 3, {n_tok}); got {tuple(video_coords.shape)}."
+                )
+            return
+        grid = (num_frames, height, width)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in grid):
+            raise InputError(
+                f"{name}: without video_coords, num_frames, height and width must be positive Python "
+                f"ints (the latent grid); got {grid!r}."
+            )
+        if math.prod(grid) != n_tok:
+            raise InputError(
+                f"{name}: num_frames*height*width={math.prod(grid)} (from {grid}) must equal the "
+                f"{n_tok} tokens of hidden_states."
+            )
