@@ -61,6 +61,8 @@ TINY = {
                                   temporal_compression_ratio=4),
     "AutoencoderKLHunyuanVideo": dict(block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1,
                                       norm_num_groups=2),
+    "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,
+                                    spatial_upsample=True, temporal_upsample=True),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
@@ -142,12 +144,12 @@ def test_cogvideox_transformer_stages_equal_the_call():
     assert float(jnp.abs(whole).max()) > 1e-3 and dataclasses.is_dataclass(inputs)
 
 
-#: What a family's model files (``transformer.py``, ``vae.py``, ``rope.py``) may not import: the
+#: What a family's model files (``transformer.py``, ``vae.py``, ``rope.py``, ``upsampler.py``) may not import: the
 #: checkpoint reading (loaders, placement), block offloading, the pipelines and the registry all
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
 FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
                        "vidax.registry")
-MODEL_FILES = ("transformer.py", "vae.py", "rope.py")
+MODEL_FILES = ("transformer.py", "vae.py", "rope.py", "upsampler.py")
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 

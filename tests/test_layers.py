@@ -81,3 +81,59 @@ def test_scan_layers_keeps_bf16_stack_out_of_float32():
         layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[i], state))
         want = jax.nn.gelu(layer(want))
     np.testing.assert_array_equal(got, np.asarray(want, np.float32))
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_conv_matches_torch(dims):
+    """vidax.nn.layers.Conv (channels-last, explicit padding) == torch Conv2d/Conv3d(padding=1),
+    float32; summation order differs (XLA vs oneDNN): tolerance 1e-5 relative."""
+    from vidax.nn.layers import Conv
+
+    k = (3,) * dims
+    ref = (torch.nn.Conv2d if dims == 2 else torch.nn.Conv3d)(5, 7, 3, padding=1)
+    ours = Conv(5, 7, k, padding=((1, 1),) * dims, rngs=nnx.Rngs(0))
+    perm = (2, 3, 1, 0) if dims == 2 else (2, 3, 4, 1, 0)
+    ours.kernel[...] = jnp.asarray(ref.weight.detach().numpy().transpose(perm))
+    ours.bias[...] = jnp.asarray(ref.bias.detach().numpy())
+    x = np.random.default_rng(0).standard_normal((2, 5) + (4, 6, 3)[-dims:]).astype(np.float32)
+    want = np.moveaxis(ref(torch.from_numpy(x)).detach().numpy(), 1, -1)
+    got = np.asarray(ours(jnp.asarray(np.moveaxis(x, 1, -1))))
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_group_norm_matches_torch():
+    """vidax.nn.layers.GroupNorm over (B, T, H, W, C) == torch GroupNorm on (B, C, T, H, W),
+    with random affine; float32 statistics, tolerance 1e-5 relative."""
+    from vidax.nn.layers import GroupNorm
+
+    ref = torch.nn.GroupNorm(4, 12, eps=1e-5)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+    ours = GroupNorm(12, 4, 1e-5)
+    ours.scale[...] = jnp.asarray(ref.weight.detach().numpy())
+    ours.bias[...] = jnp.asarray(ref.bias.detach().numpy())
+    x = (3 * np.random.default_rng(1).standard_normal((2, 12, 3, 4, 5)) + 1).astype(np.float32)
+    want = np.moveaxis(ref(torch.from_numpy(x)).detach().numpy(), 1, -1)
+    got = ours(jnp.asarray(np.moveaxis(x, 1, -1)).astype(jnp.bfloat16))
+    assert got.dtype == jnp.bfloat16  # returns the input dtype
+    got = np.asarray(ours(jnp.asarray(np.moveaxis(x, 1, -1))))
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
+
+
+@pytest.mark.parametrize("dims,shape", [(1, (2, 6, 3, 4, 5)), (2, (2, 12, 3, 4)), (3, (2, 16, 3, 4, 5))])
+def test_pixel_shuffle_matches_diffusers(dims, shape):
+    """vidax.nn.layers.pixel_shuffle (channels-last) == diffusers' PixelShuffleND (channels-first),
+    exactly (a permutation); for 2-D also == torch's pixel_shuffle."""
+    from diffusers.pipelines.ltx.modeling_latent_upsampler import PixelShuffleND
+
+    from vidax.nn.layers import pixel_shuffle
+
+    x = torch.arange(np.prod(shape), dtype=torch.float32).reshape(shape)
+    want = PixelShuffleND(dims)(x).numpy()
+    if dims == 2:
+        np.testing.assert_array_equal(want, torch.nn.functional.pixel_shuffle(x, 2).numpy())
+    got = pixel_shuffle(jnp.asarray(np.moveaxis(x.numpy(), 1, -1)), (2,) * dims)
+    np.testing.assert_array_equal(np.asarray(got), np.moveaxis(want, 1, -1))
+    with pytest.raises(ValueError, match="do not fit"):
+        pixel_shuffle(jnp.zeros((2, 3, 5)), (2,))

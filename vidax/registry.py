@@ -36,7 +36,8 @@ FAMILIES: tuple[str, ...] = (
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).
-KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor")
+KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
+         "latent_upsampler")
 
 ENV_VAR = "VIDAX_FAMILIES"
 

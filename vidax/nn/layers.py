@@ -1,11 +1,12 @@
 """Layers and functions shared by the model families' transformers and VAEs.
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
-LayerNorm, RMSNorm and GroupNorm, channels-last 2D / 3D convolutions, the GELU feed-forward
-network, ``(p_t, p_h, p_w)`` patchify of channels-last video and its inverses (both feature
-orders), the Conv3d patch embedding, the sinusoidal timestep embedding with its MLP
-(``TimestepEmbedding``, ``PixArtAlphaCombinedTimestepSizeEmbeddings``) and the PixArt-alpha text
-projection. Statistics and the timestep embedding
+LayerNorm, RMSNorm and GroupNorm, channels-last 2D / 3D convolutions (VAE and latent-upsampler
+blocks) with torch-order ``pixel_shuffle``, the GELU feed-forward network, ``(p_t, p_h, p_w)``
+patchify of channels-last video and its inverses (both feature orders), the Conv3d patch
+embedding, the sinusoidal timestep embedding with its MLP (``TimestepEmbedding``,
+``PixArtAlphaCombinedTimestepSizeEmbeddings``) and the PixArt-alpha text projection. Statistics
+and the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
@@ -344,3 +345,33 @@ class PixArtTimestepEmbedding(nnx.Module):
 
     def __call__(self, timestep: jax.Array) -> jax.Array:
         return self.timestep_embedder(timestep_sinusoid(timestep, 256))
+
+
+def pixel_shuffle(x: jax.Array, factors: Sequence[int]) -> jax.Array:
+    """Depth to space on channels-last input, in torch's channel order.
+
+    ``x (N, S_1, ..., S_n, C * prod(factors))`` -> ``(N, S_1 f_1, ..., S_k f_k, S_k+1, ..., C)``:
+    the factors enlarge the *leading* ``k = len(factors)`` spatial axes, and the input channel
+    ``c * prod(f) + i_1 * (f_2 ... f_k) + ... + i_k`` lands at output channel ``c``, offset
+    ``(i_1, ..., i_k)``. This is ``torch.nn.functional.pixel_shuffle`` for ``k = n = 2`` and
+    diffusers' ``PixelShuffleND`` (pipelines/ltx/modeling_latent_upsampler.py; 1: frames of
+    ``(N, T, H, W, C)``, 2: ``(N, H, W, C)``, 3: ``(N, T, H, W, C)``), and the channel-major
+    unflatten the LTX-Video VAE upsamplers use.
+
+    Raises:
+        ValueError: more factors than spatial axes, or channels not divisible by ``prod(factors)``.
+    """
+    factors = tuple(int(f) for f in factors)
+    n, k = x.ndim - 2, len(factors)
+    group = math.prod(factors)
+    if not 1 <= k <= n or x.shape[-1] % group:
+        raise ValueError(f"pixel_shuffle: factors {factors} do not fit a {x.shape} input (N, *S, C * prod)")
+    c = x.shape[-1] // group
+    spatial = [s * (factors[i] if i < k else 1) for i, s in enumerate(x.shape[1:-1])]
+    x = x.reshape(*x.shape[:-1], c, *factors)
+    order = [0]
+    for i in range(n):
+        order.append(1 + i)
+        if i < k:
+            order.append(n + 2 + i)
+    return x.transpose(*order, n + 1).reshape(x.shape[0], *spatial, c)

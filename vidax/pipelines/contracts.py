@@ -87,10 +87,23 @@ class ImageEncoder(Protocol):
     def __call__(self, pixels: jax.Array, output_layer: int = -1) -> jax.Array: ...
 
 
+@runtime_checkable
+class LatentUpsampler(Protocol):
+    """A latent upsampler (LTX-Video): un-normalised VAE latents (B, T, H, W, C) -> larger ones."""
+
+    config: Any
+
+    def __call__(self, latents: jax.Array) -> jax.Array: ...
+
+    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The output's (B, T', H', W', C) for an input of ``shape``."""
+
+
 #: The protocol each registry component kind is held to.
 PROTOCOLS = {
     "transformer": DenoisingTransformer,
     "vae": VAE,
     "text_encoder": TextEncoder,
     "image_encoder": ImageEncoder,
+    "latent_upsampler": LatentUpsampler,
 }

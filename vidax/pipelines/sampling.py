@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from tqdm.auto import tqdm
 
-from vidax.errors import NumericalError
+from vidax.errors import InputError, NumericalError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
 from vidax.stats import RunStats
@@ -103,3 +103,41 @@ def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: jax.Array) -
     ``uncond + guidance_scale * (cond - uncond)`` (diffusers' formula, in the prediction's dtype)."""
     cond, uncond = jnp.split(noise_pred, 2, axis=0)
     return uncond + guidance_scale.astype(cond.dtype) * (cond - uncond)
+
+
+def rescale_noise_cfg(noise_cfg: jax.Array, noise_pred_text: jax.Array, guidance_rescale: Any) -> jax.Array:
+    """Guidance rescale (Lin et al. 2023, sec. 3.4): pull the guided prediction's spread back
+    towards the conditional one's.
+
+    ``rescaled = noise_cfg * std(noise_pred_text) / std(noise_cfg)`` with the standard deviation
+    over every axis but the first (per sample, unbiased like torch's ``Tensor.std``), then
+    ``guidance_rescale * rescaled + (1 - guidance_rescale) * noise_cfg``. Follows diffusers'
+    ``rescale_noise_cfg`` (pipelines/stable_diffusion/pipeline_stable_diffusion.py, copied into
+    the LTX-Video pipelines); as there it is applied after :func:`classifier_free_guidance` when
+    ``guidance_rescale > 0``. The reductions cover all non-batch axes, so any latent layout works
+    ((B, T, H, W, C) or packed (B, L, D)).
+
+    Args:
+        noise_cfg: (B, ...) the guided prediction, floating.
+        noise_pred_text: (B, ...) the conditional prediction, same shape.
+        guidance_rescale: scalar (Python number or () array) in [0, 1]; 0 returns ``noise_cfg``
+            unchanged in value.
+
+    Returns:
+        (B, ...) in ``noise_cfg.dtype`` (the standard deviations are taken in that dtype, as in
+        torch).
+
+    Raises:
+        InputError: the shapes differ or have no non-batch axis (checked at trace time).
+    """
+    if noise_cfg.shape != noise_pred_text.shape or noise_cfg.ndim < 2:
+        raise InputError(
+            f"rescale_noise_cfg: noise_cfg {noise_cfg.shape} and noise_pred_text {noise_pred_text.shape} "
+            "must have the same shape (B, ...) with at least one axis after the batch."
+        )
+    axes = tuple(range(1, noise_cfg.ndim))
+    std_text = jnp.std(noise_pred_text, axis=axes, keepdims=True, ddof=1)
+    std_cfg = jnp.std(noise_cfg, axis=axes, keepdims=True, ddof=1)
+    rescaled = noise_cfg * (std_text / std_cfg)
+    g = jnp.asarray(guidance_rescale, noise_cfg.dtype)
+    return g * rescaled + (1 - g) * noise_cfg

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from vidax.errors import ConfigError
 from vidax.registry import ComponentSpec, Family
-from vidax.schedulers.base import Scheduler
+from vidax.schedulers.base import Scheduler, calculate_shift
 from vidax.schedulers.ddim_cogvideox import (
     CogVideoXDDIMScheduler,
     CogVideoXDDIMState,
@@ -88,5 +88,6 @@ __all__ = [
     "UniPCMultistepScheduler",
     "UniPCMultistepSchedulerConfig",
     "UniPCState",
+    "calculate_shift",
     "scheduler_from_config",
 ]

@@ -108,6 +108,37 @@ def stretch_shift_to_terminal(t: np.ndarray, shift_terminal: float) -> np.ndarra
     return 1 - (one_minus_z / scale_factor)
 
 
+def calculate_shift(
+    image_seq_len: int,
+    base_seq_len: int = 256,
+    max_seq_len: int = 4096,
+    base_shift: float = 0.5,
+    max_shift: float = 1.15,
+) -> float:
+    """``mu`` for resolution-dependent (dynamic) shifting: linear in the token count.
+
+    The line through ``(base_seq_len, base_shift)`` and ``(max_seq_len, max_shift)`` evaluated at
+    ``image_seq_len`` (not clamped), with the same Python float operations as diffusers'
+    ``calculate_shift`` (pipelines/flux/pipeline_flux.py, copied into the LTX-Video, Wan-style
+    and other pipelines), so the result is equal to diffusers'. Pipelines pass the scheduler
+    config's ``base_image_seq_len``, ``max_image_seq_len``, ``base_shift``, ``max_shift`` (these
+    defaults are diffusers'); ``image_seq_len`` is the transformer's token count of one sample
+    (LTX-Video: latent ``T * H * W``).
+
+    Raises:
+        InputError: ``image_seq_len`` is not an int >= 1, or ``base_seq_len == max_seq_len``.
+    """
+    if not is_int_at_least(image_seq_len, 1):
+        raise InputError(f"image_seq_len={image_seq_len!r} is not valid; it must be an int >= 1.")
+    if base_seq_len == max_seq_len:
+        raise InputError(
+            f"base_seq_len={base_seq_len!r} equals max_seq_len; they must differ to define the shift line."
+        )
+    m = (max_shift - base_shift) / (max_seq_len - base_seq_len)
+    b = base_shift - m * base_seq_len
+    return image_seq_len * m + b
+
+
 def check_mu(mu: Any, use_dynamic_shifting: bool) -> float | None:
     """``mu`` must be a finite number with dynamic shifting; otherwise ignored (as diffusers)."""
     if not use_dynamic_shifting:

@@ -24,6 +24,7 @@ from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers.base import (
     StepIndexed,
+    calculate_shift,
     check_mu,
     check_num_inference_steps,
     check_sample_shape,
@@ -139,20 +140,33 @@ class FlowMatchEulerDiscreteScheduler:
         return float(sigmas[0]), float(sigmas[-1])
 
     def calculate_shift(self, image_seq_len: int) -> float:
-        """``mu`` for dynamic shifting: linear in the token count, from the config's base_*/max_*.
+        """``mu`` for dynamic shifting from the token count, with the config's ``base_shift``,
+        ``max_shift``, ``base_image_seq_len`` and ``max_image_seq_len``.
 
-        Same formula as diffusers pipelines' ``calculate_shift`` (Flux, LTX-Video, ...).
+        What the diffusers pipelines compute as ``calculate_shift(image_seq_len,
+        scheduler.config.base_image_seq_len, ..., scheduler.config.max_shift)`` (LTX-Video,
+        Flux); see :func:`vidax.schedulers.base.calculate_shift`.
+
+        Raises:
+            InputError: ``base_shift`` or ``max_shift`` is null in the config, or
+                ``image_seq_len`` is not a positive int.
         """
         c = self.config
-        m = (c.max_shift - c.base_shift) / (c.max_image_seq_len - c.base_image_seq_len)
-        b = c.base_shift - m * c.base_image_seq_len
-        return image_seq_len * m + b
+        if c.base_shift is None or c.max_shift is None:
+            raise InputError(
+                f"calculate_shift needs base_shift and max_shift in the scheduler config; it has "
+                f"base_shift={c.base_shift!r}, max_shift={c.max_shift!r} (pass mu yourself)."
+            )
+        return calculate_shift(
+            image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift
+        )
 
     def set_timesteps(
         self,
         num_inference_steps: int | None = None,
         *,
         sigmas: Sequence[float] | None = None,
+        timesteps: Sequence[float] | None = None,
         mu: float | None = None,
         shift: float | None = None,
         sample_shape: Sequence[int] | None = None,
@@ -160,39 +174,66 @@ class FlowMatchEulerDiscreteScheduler:
     ) -> FlowMatchEulerState:
         """Compute the sampling schedule on the host; return the initial state.
 
-        Mirrors diffusers' ``set_timesteps(num_inference_steps, sigmas=, mu=)``; pure, so calling it
-        twice gives equal states.
+        Mirrors diffusers' ``set_timesteps(num_inference_steps, sigmas=, mu=, timesteps=)``
+        (scheduling_flow_match_euler_discrete.py) operation by operation; pure, so calling it
+        twice gives equal states. How the LTX-Video pipelines call it (via ``retrieve_timesteps``):
+        LTXPipeline / LTXImageToVideoPipeline pass ``sigmas=np.linspace(1, 1/N, N)`` and ``mu``;
+        LTXConditionPipeline passes ``timesteps=linear_quadratic_schedule(N) * 1000`` alone.
 
         Args:
-            num_inference_steps: number of steps N (int >= 1). May be None when ``sigmas`` is given.
-            sigmas: optional custom (unshifted) sigmas, length N; shifted like the default grid.
+            num_inference_steps: number of steps N (int >= 1). May be None when ``sigmas`` or
+                ``timesteps`` is given (N is then their length); if given with them, it must equal
+                their length.
+            sigmas: optional custom *unshifted* sigmas, length N, in (0, 1]; they go through the
+                same shifting (dynamic or ``shift``) and ``shift_terminal`` stretch as the default
+                grid. With ``timesteps`` too, the model inputs are ``timesteps`` and the Euler
+                steps use these (shifted) sigmas.
+            timesteps: optional custom model inputs, length N, on the ``[0, num_train_timesteps]``
+                scale. Used as given (float32) for ``state.timesteps``; without ``sigmas`` the
+                sigmas are ``timesteps / num_train_timesteps`` *then shifted* (diffusers warns
+                that the two may then disagree unless the config's shifting is the identity,
+                e.g. ``shift=1`` without dynamic shifting and shift_terminal, as in the
+                LTX-Video 0.9.5/0.9.7 configs).
             mu: resolution-dependent shift; required iff the config has ``use_dynamic_shifting``
-                (ignored otherwise, as in diffusers).
+                (ignored otherwise, as in diffusers); see :meth:`calculate_shift`.
             shift: overrides the config's ``shift`` for this schedule (diffusers' ``set_shift``);
                 as in diffusers the end of the default grid still comes from the config's shift.
-                Applied exactly once to the sigma grid.
+                Applied exactly once to the sigma grid. Not with dynamic shifting.
             sample_shape: accepted for interface parity with multistep schedulers; unused.
             sharding: if given, the state's arrays are placed replicated on its devices.
 
         Returns:
-            FlowMatchEulerState with ``timesteps`` (N,) float32 and ``sigmas`` (N+1,) float32.
+            FlowMatchEulerState with ``timesteps`` (N,) float32 and ``sigmas`` (N+1,) float32
+            (the last sigma is 0).
 
         Raises:
-            InputError: bad ``num_inference_steps``/``sigmas``/``mu``/``shift``, or ``shift`` given
-                together with dynamic shifting.
+            InputError: bad ``num_inference_steps``/``sigmas``/``timesteps``/``mu``/``shift``;
+                lengths that disagree; ``shift`` together with dynamic shifting; or a schedule
+                with non-finite sigmas (custom sigmas outside [0, 1] can divide by zero in the
+                shift), or a schedule ending at sigma 1 with ``shift_terminal`` (diffusers returns
+                NaN there).
         """
         c = self.config
         if sample_shape is not None:
             check_sample_shape(sample_shape)
+        custom = {}
         if sigmas is not None:
-            sigmas = _check_sigmas(sigmas)
-            given = num_inference_steps
-            if given is not None and check_num_inference_steps(given) != len(sigmas):
+            custom["sigmas"] = sigmas = _check_values("sigmas", sigmas)
+        if timesteps is not None:
+            custom["timesteps"] = timesteps = _check_values("timesteps", timesteps)
+        if len({len(v) for v in custom.values()}) > 1:
+            raise InputError(
+                f"len(sigmas)={len(sigmas)} but len(timesteps)={len(timesteps)}; when both are "
+                "given they must have the same length (one entry per step)."
+            )
+        if custom:
+            name, values = next(iter(custom.items()))
+            if num_inference_steps is not None and check_num_inference_steps(num_inference_steps) != len(values):
                 raise InputError(
-                    f"num_inference_steps={num_inference_steps!r} but len(sigmas)={len(sigmas)}; "
+                    f"num_inference_steps={num_inference_steps!r} but len({name})={len(values)}; "
                     "they must agree (or pass num_inference_steps=None)."
                 )
-            num_inference_steps = len(sigmas)
+            num_inference_steps = len(values)
         n = check_num_inference_steps(num_inference_steps)
         mu = check_mu(mu, c.use_dynamic_shifting)
         if shift is None:
@@ -209,10 +250,15 @@ class FlowMatchEulerDiscreteScheduler:
 
         # diffusers FlowMatchEulerDiscreteScheduler.set_timesteps, step by step (same dtypes).
         num_train = c.num_train_timesteps
+        if timesteps is not None:
+            timesteps = np.array(timesteps).astype(np.float32)
         if sigmas is None:
-            sigma_max, sigma_min = self._train_sigma_range()
-            timesteps = np.linspace(sigma_max * num_train, sigma_min * num_train, n)
-            sigmas = timesteps / num_train
+            if timesteps is None:
+                sigma_max, sigma_min = self._train_sigma_range()
+                grid = np.linspace(sigma_max * num_train, sigma_min * num_train, n)
+            else:
+                grid = timesteps
+            sigmas = grid / num_train
         else:
             sigmas = np.array(sigmas).astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -221,14 +267,23 @@ class FlowMatchEulerDiscreteScheduler:
             else:
                 sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
             if c.shift_terminal:
+                if sigmas[-1] == 1:  # diffusers divides 0 by 0 here and returns NaN sigmas
+                    raise InputError(
+                        f"shift_terminal={c.shift_terminal!r} stretches the schedule to end at that "
+                        f"sigma, which needs a last shifted sigma below 1; the schedule "
+                        f"{np.asarray(sigmas).tolist()} ends at 1 (e.g. one step of "
+                        "linspace(1, 1/N, N)): use num_inference_steps >= 2 or sigmas ending below 1."
+                    )
                 sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
         sigmas = np.asarray(sigmas).astype(np.float32)
-        timesteps = sigmas * np.float32(num_train)
+        if timesteps is None:
+            timesteps = sigmas * np.float32(num_train)
         sigmas = np.concatenate([sigmas, np.zeros(1, np.float32)])
         if not np.all(np.isfinite(sigmas)):
             raise InputError(
-                f"the schedule for num_inference_steps={n}, mu={mu!r}, shift={shift!r} has "
-                f"non-finite sigmas {sigmas.tolist()}."
+                f"the schedule for num_inference_steps={n}, mu={mu!r}, shift={shift!r}"
+                f"{', custom ' + '/'.join(custom) if custom else ''} has non-finite sigmas "
+                f"{sigmas.tolist()}; sigmas are noise levels, custom ones belong in [0, 1]."
             )
 
         state = FlowMatchEulerState(
@@ -273,14 +328,14 @@ class FlowMatchEulerDiscreteScheduler:
         return prev.astype(model_output.dtype), dataclasses.replace(state, step_index=i + 1)
 
 
-def _check_sigmas(sigmas: Any) -> list[float]:
+def _check_values(name: str, values: Any) -> list[float]:
+    """Custom ``sigmas`` / ``timesteps`` (a sequence, numpy or torch 1-D array) as floats."""
     try:
-        values = [float(s) for s in sigmas]
+        out = [float(v) for v in values]
     except (TypeError, ValueError):
-        values = None
-    if not values or not all(math.isfinite(v) for v in values):
+        out = None
+    if not out or not all(math.isfinite(v) for v in out):
         raise InputError(
-            f"sigmas={sigmas!r} is not valid; it must be a non-empty sequence of finite numbers."
+            f"{name}={values!r} is not valid; it must be a non-empty 1-D sequence of finite numbers."
         )
-    return list(sigmas)
-
+    return out

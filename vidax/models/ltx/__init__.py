@@ -1,8 +1,9 @@
-"""LTX-Video 0.9.x (Lightricks): the denoising transformer and the VAE.
+"""LTX-Video 0.9.x (Lightricks): the denoising transformer, the VAE and the latent upsampler.
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs),
-``transformer.py``, ``rope.py``, ``vae.py`` (model code only), ``convert.py`` (key rules, parameter
-axes, precision policies and loaders).
+``transformer.py``, ``rope.py``, ``vae.py``, ``upsampler.py`` (model code only; ``upsampler.py``
+also the latent-upsample pipeline's latent maths), ``convert.py`` (key rules, parameter axes,
+precision policies and loaders).
 """
 
 from vidax.registry import ComponentSpec, Family
@@ -26,5 +27,12 @@ FAMILY = Family(
                       key_configs=("latent_channels", "block_out_channels", "down_block_types",
                                    "decoder_block_out_channels", "timestep_conditioning", "patch_size",
                                    "scaling_factor")),
+        ComponentSpec("LTXLatentUpsamplerModel", "latent_upsampler",
+                      loader="vidax.models.ltx.convert:load_latent_upsampler",
+                      options=("dtype", "placement", "config"),
+                      config="vidax.models.ltx.config:LTXLatentUpsamplerConfig",
+                      model="vidax.models.ltx.upsampler:LTXLatentUpsamplerModel",
+                      key_configs=("in_channels", "mid_channels", "num_blocks_per_stage", "dims",
+                                   "spatial_upsample", "temporal_upsample")),
     ),
 )
