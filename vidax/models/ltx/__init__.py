@@ -6,11 +6,14 @@ also the latent-upsample pipeline's latent maths), ``convert.py`` (key rules, pa
 precision policies and loaders).
 """
 
-from vidax.registry import ComponentSpec, Family
+from vidax.registry import ComponentSpec, Family, PipelineSpec
 
 FAMILY = Family(
     name="ltx",
-    pipelines=(),
+    pipelines=(
+        PipelineSpec("LTXPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
+        PipelineSpec("LTXImageToVideoPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
+    ),
     components=(
         ComponentSpec("LTXVideoTransformer3DModel", "transformer",
                       loader="vidax.models.ltx.convert:load_transformer",
