@@ -292,7 +292,9 @@ def test_task_selection_in_the_api(ckpt, variants):
 
     with pytest.raises(InputError, match="it takes no image"):
         vidax.load_pipeline(ckpt, task="i2v")
-    with pytest.raises(InputError, match="task='v2v' is not valid; use one of"):
+    with pytest.raises(InputError, match="task='x2v' is not valid; use one of"):
+        vidax.load_pipeline(ckpt, task="x2v")
+    with pytest.raises(InputError, match="does not do video-to-video: it takes no video"):
         vidax.load_pipeline(ckpt, task="v2v")
     with pytest.raises(ConfigError, match="WanPipeline runs text-to-video"):
         WanPipeline.from_pretrained(variants["i2v"])

@@ -97,17 +97,21 @@ def _flag_filter(record: logging.LogRecord) -> bool:
 @app.command()
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="What the video shows."),
-    negative_prompt: str = typer.Option("", help="What to steer away from (used when guidance-scale > 1)."),
+    negative_prompt: Optional[str] = typer.Option(
+        None, help="What to steer away from (used when guidance-scale > 1) [default: the pipeline's: empty, or "
+        "the reference's built-in negative prompt (Cosmos)]."),
     image: Optional[str] = typer.Option(
         None, "--image", help="Image file of the first frame, for checkpoints that do image-to-video (vidax inspect "
-        "lists a checkpoint's tasks); resized to --height x --width."
+        "lists a checkpoint's tasks); resized to --height x --width. No safety checker runs (Cosmos' reference "
+        "requires one)."
     ),
     checkpoint: Optional[str] = typer.Option(
         None, help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."
     ),
     video: Optional[str] = typer.Option(
         None, "--video", help="Video file (mp4) to condition on, for checkpoints that take one (vidax inspect "
-        "lists a checkpoint's call arguments)."),
+        "lists a checkpoint's tasks: v2v); Cosmos-Predict2.5 video2world continues its last frames. vidax runs "
+        "no safety checker (Cosmos' reference requires NVIDIA's cosmos_guardrail)."),
     frame_rate: Optional[int] = typer.Option(
         None, help="Frame rate the model conditions on (LTX-Video) [default: the checkpoint's]; also the mp4's "
         "unless --fps is given."),
@@ -226,7 +230,8 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     # Configs only: the task follows --image, and every call argument is checked against the
     # checkpoint's configs before any weight is read.
     ckpt = Checkpoint.open(resolve_named_checkpoint(checkpoint))
-    cls = pipeline_class(ckpt, task="i2v" if "image" in call_image else "t2v")
+    task = "i2v" if "image" in call_image else ("v2v" if "video" in call_image else "t2v")
+    cls = pipeline_class(ckpt, task=task)
     given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)

@@ -202,6 +202,53 @@ def test_unipc_wan_trajectory_op_by_op(flow_shift, n):
     _assert_trajectory(ours, ref, EAGER_TOL)
 
 
+# Cosmos-Predict2.5 (2B and 14B ship the same file): Karras sigmas (200 -> 0.01) as flow sigmas.
+COSMOS_UNIPC = "nvidia__Cosmos-Predict2.5-2B"
+
+
+@pytest.mark.parametrize("n", (1, 2, 7, 35, 36))
+def test_unipc_cosmos_karras_schedule_equal(n):
+    config = _load(COSMOS_UNIPC)
+    assert config["use_karras_sigmas"] and config["sigma_max"] == 200.0
+    ref = _reference(config)
+    ref.set_timesteps(n)
+    state = scheduler_from_config(config).set_timesteps(n, sample_shape=(1,))
+    # Exact (0 ulp): the same float64 numpy operations, then float32 / int64 as diffusers.
+    np.testing.assert_array_equal(np.asarray(state.sigmas), ref.sigmas.numpy())
+    np.testing.assert_array_equal(np.asarray(state.timesteps), ref.timesteps.numpy())
+    # Not the plain flow grid: the first sigma is 200 / 201, not 1 - 1e-6.
+    assert abs(float(state.sigmas[0]) - 200.0 / 201.0) < 1e-6
+
+
+@pytest.mark.parametrize("n", (3, 36))
+def test_unipc_cosmos_karras_trajectory(n):
+    config = _load(COSMOS_UNIPC)
+    x0 = _x0(n)
+    ref = _run_reference(_reference(config), x0, num_inference_steps=n)
+    sched = scheduler_from_config(config)
+    state = sched.set_timesteps(n, sample_shape=_to_cl(x0).shape)
+    ours, traces, *_ = _run_vidax(sched, state, x0)
+    assert traces == 1
+    _assert_trajectory(ours, ref, JIT_TOL)
+
+
+def test_unipc_karras_needs_sigma_range_and_ignores_shift():
+    config = _load(COSMOS_UNIPC)
+    for drop in ("sigma_min", "sigma_max"):
+        with pytest.raises(ConfigError, match=f"use_karras_sigmas=True with .*{drop}=None"):
+            scheduler_from_config({k: v for k, v in config.items() if k != drop})
+    with pytest.raises(ConfigError, match="sigma_max=0.001"):
+        scheduler_from_config({**config, "sigma_max": 0.001})
+    with pytest.raises(InputError, match="Karras sigmas"):
+        scheduler_from_config(config).set_timesteps(4, sample_shape=(1,), flow_shift=3.0)
+    # diffusers ignores flow_shift in the Karras branch; so does vidax.
+    shifted = {**config, "flow_shift": 5.0}
+    ref = _reference(shifted)
+    ref.set_timesteps(9)
+    state = scheduler_from_config(shifted).set_timesteps(9, sample_shape=(1,))
+    np.testing.assert_array_equal(np.asarray(state.sigmas), ref.sigmas.numpy())
+
+
 UNIPC_VARIANTS = {
     # name: (config overrides, set_timesteps kwargs for vidax, for diffusers)
     "order3": ({"solver_order": 3}, {}, {}),
@@ -503,8 +550,8 @@ def test_registry_and_reference_configs():
         with open(path) as f:
             config = json.load(f)
         name = config["_class_name"]
-        if repo.startswith("nvidia__Cosmos"):  # Karras flow sigmas / explicit-sigma steps: not implemented
-            with pytest.raises(ConfigError, match="use_karras_sigmas=True|fixed_step_requires_explicit_sigmas=True"):
+        if config.get("fixed_step_requires_explicit_sigmas"):  # Cosmos3 distilled: not implemented
+            with pytest.raises(ConfigError, match="fixed_step_requires_explicit_sigmas=True"):
                 scheduler_from_config(config, source=path)
         else:
             sched = scheduler_from_config(config, source=path)
@@ -521,7 +568,8 @@ def test_registry_and_reference_configs():
 
 UNIPC_REFUSED = [
     ("thresholding", True),
-    ("use_karras_sigmas", True),
+    ("use_karras_sigmas", "yes"),
+    ("sigma_min", -1.0),
     ("use_exponential_sigmas", True),
     ("use_beta_sigmas", True),
     ("prediction_type", "epsilon"),

@@ -6,8 +6,11 @@
   array) and returns an RGB PIL image.
 * :func:`vae_image_preprocess` follows ``VideoProcessor.preprocess(image, height, width)`` (the
   ``VaeImageProcessor`` defaults every diffusers video pipeline uses): resize to exactly
-  ``height x width`` with PIL's Lanczos filter (no crop, the aspect ratio is not kept), scale to
-  ``[0, 1]`` in float32, then ``2 x - 1``.
+  ``height x width`` with PIL's Lanczos filter (no crop, the aspect ratio is not kept; another
+  PIL filter where the pipeline's processor sets ``resample``), scale to ``[0, 1]`` in float32,
+  then ``2 x - 1``.
+* :func:`nearest_resize` is ``torch.nn.functional.interpolate(x, size)`` (mode ``"nearest"``),
+  what ``VaeImageProcessor.preprocess`` does to tensor input.
 """
 
 from __future__ import annotations
@@ -85,24 +88,43 @@ def to_rgb_image(image: Any, name: str = "image") -> Any:
     )
 
 
-def vae_image_preprocess(image: Any, height: int, width: int) -> np.ndarray:
+def vae_image_preprocess(image: Any, height: int, width: int, resample: str = "lanczos",
+                         name: str = "image") -> np.ndarray:
     """``VideoProcessor.preprocess(image, height, width)`` of diffusers, for one image.
 
     Args:
         image: a PIL image or uint8 array (see :func:`to_rgb_image`).
         height, width: output size in pixels.
+        resample: the processor's ``resample`` (``"lanczos"``, diffusers' default, or
+            ``"bilinear"``, e.g. the Cosmos-Predict2.5 ``VideoProcessor``).
+        name: argument name used in error messages.
 
     Returns:
         float32 ``(height, width, 3)`` in ``[-1, 1]``: the image resized to exactly
-        ``height x width`` with ``PIL.Image.Resampling.LANCZOS`` (stretched, not cropped),
-        divided by 255, then ``2 x - 1``.
+        ``height x width`` with that PIL filter (stretched, not cropped), divided by 255, then
+        ``2 x - 1``.
 
     Raises:
         InputError: an image :func:`to_rgb_image` refuses.
     """
     import PIL.Image
 
-    rgb = to_rgb_image(image)
-    resized = rgb.resize((int(width), int(height)), resample=PIL.Image.Resampling.LANCZOS)
+    filters = {"lanczos": PIL.Image.Resampling.LANCZOS, "bilinear": PIL.Image.Resampling.BILINEAR}
+    rgb = to_rgb_image(image, name)
+    resized = rgb.resize((int(width), int(height)), resample=filters[resample])
     pixels = np.asarray(resized).astype(np.float32) / np.float32(255.0)
     return np.float32(2.0) * pixels - np.float32(1.0)
+
+
+def nearest_resize(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``torch.nn.functional.interpolate(x, size=(height, width))`` (mode ``"nearest"``) of an
+    image ``(H, W, C)`` (any dtype): output pixel ``(i, j)`` is input pixel
+    ``(min(floor(i * s_h), H - 1), min(floor(j * s_w), W - 1))`` with the float32 scales
+    ``s_h = H / height``, ``s_w = W / width`` (PyTorch's ``nearest_idx``). Returns
+    ``(height, width, C)``."""
+    def index(n_in: int, n_out: int) -> np.ndarray:
+        scale = np.float32(n_in) / np.float32(n_out)
+        return np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1)
+
+    pixels = np.asarray(pixels)
+    return pixels[index(pixels.shape[0], int(height))][:, index(pixels.shape[1], int(width))]

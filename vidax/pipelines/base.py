@@ -107,7 +107,10 @@ class Call:
 
     @property
     def task(self) -> str:
-        return "t2v" if self.image is None else "i2v"
+        """``"i2v"`` with an image, ``"v2v"`` with a ``video`` keyword, else ``"t2v"``."""
+        if self.image is not None:
+            return "i2v"
+        return "v2v" if self.extra.get("video") is not None else "t2v"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,7 +468,7 @@ class VideoPipeline:
             raise InputError(f"seed must be an integer or None, got {seed!r}")
         if callback is not None and not callable(callback):
             raise InputError(f"callback must be callable or None, got {type(callback).__name__}")
-        task = "t2v" if image is None else "i2v"
+        task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
         if cls.task == "i2v" and image is None:
             raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: image is required "
                              "(a PIL image or uint8 (H, W, 3) array; --image PATH on the command line)")

@@ -17,7 +17,7 @@ logger = logging.getLogger("vidax.pipeline")
 
 
 #: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
-TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video"}
+TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-video"}
 
 
 def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v_hint: str = "") -> None:
@@ -32,13 +32,17 @@ def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v
 
     Raises:
         InputError: an unknown task name, or one the checkpoint does not run (the message says
-            what to change: give or drop the image).
+            what to change: give or drop the image, drop the video).
     """
     if task not in TASK_NAMES:
         raise InputError(f"task={task!r} is not valid; use one of {sorted(TASK_NAMES)}")
     if task not in supported:
-        hint = ("it needs an image (--image PATH, or image= in the API)" if tuple(supported) == ("i2v",)
-                else "it takes no image (drop --image / image=)" + t2v_hint)
+        if task == "v2v":
+            hint = "it takes no video (drop --video / video=)"
+        elif tuple(supported) == ("i2v",):
+            hint = "it needs an image (--image PATH, or image= in the API)"
+        else:
+            hint = "it takes no image (drop --image / image=)" + t2v_hint
         raise InputError(f"checkpoint {root} is {variant}; it does not do {TASK_NAMES[task]}: {hint}")
 
 

@@ -2,7 +2,11 @@
 
 This is the sampler Wan ships (``prediction_type="flow_prediction"``, ``use_flow_sigmas=true``,
 ``flow_shift`` 3.0 or 5.0, ``solver_type="bh2"``, ``solver_order=2``, ``lower_order_final=true``,
-``predict_x0=true``, ``final_sigmas_type="zero"``). Public names mirror diffusers: ``timesteps``
+``predict_x0=true``, ``final_sigmas_type="zero"``) and the one Cosmos-Predict2.5 ships, which adds
+``use_karras_sigmas=true`` with ``sigma_max=200``, ``sigma_min=0.01``: Karras sigmas
+``s_i = (s_max^(1/7) + i/(N-1) (s_min^(1/7) - s_max^(1/7)))^7`` mapped to flow sigmas
+``s / (s + 1)`` (diffusers' ``set_timesteps`` Karras branch with ``use_flow_sigmas``; ``flow_shift``,
+dynamic shifting and ``shift_terminal`` have no effect there, in diffusers and here). Public names mirror diffusers: ``timesteps``
 (model input, integers on the 0..``num_train_timesteps`` scale), ``sigmas`` (noise level in
 [0, 1], one more entry than ``timesteps``), ``num_inference_steps``, ``flow_shift``, ``mu``.
 
@@ -62,8 +66,10 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
     parametrisation is implemented: ``use_flow_sigmas`` must be true and ``prediction_type``
     ``"flow_prediction"``. With flow sigmas the variance-preserving settings (``beta_*``,
     ``trained_betas``, ``rescale_betas_zero_snr``, ``timestep_spacing``, ``steps_offset``) have no
-    effect in diffusers either; ``sigma_min``/``sigma_max`` only matter for Karras/exponential/beta
-    sigmas, which are refused, as are ``thresholding``, ``solver_p`` and ``predict_x0=false``.
+    effect in diffusers either. ``use_karras_sigmas`` is implemented with both ``sigma_min`` and
+    ``sigma_max`` given (diffusers otherwise takes them from the beta schedule: refused);
+    ``sigma_min``/``sigma_max`` are read only then. Exponential/beta sigmas, ``thresholding``,
+    ``solver_p`` and ``predict_x0=false`` are refused.
     """
 
     IGNORED: ClassVar[frozenset[str]] = frozenset(
@@ -75,15 +81,12 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
             "steps_offset",
             "dynamic_thresholding_ratio",  # only used with thresholding (refused)
             "sample_max_value",  # only used with thresholding (refused)
-            "sigma_min",  # only used with karras/exponential/beta sigmas (refused)
-            "sigma_max",
         }
     )
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "thresholding": (False,),
         "predict_x0": (True,),
         "solver_p": (None,),
-        "use_karras_sigmas": (False,),
         "use_exponential_sigmas": (False,),
         "use_beta_sigmas": (False,),
         # Overwritten by the flow-sigma branch of diffusers' set_timesteps: valid values agree.
@@ -103,6 +106,9 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
     use_dynamic_shifting: bool = False
     time_shift_type: str = "exponential"
     shift_terminal: float | None = None
+    use_karras_sigmas: bool = False
+    sigma_min: float | None = None
+    sigma_max: float | None = None
 
     def validate(self, source: str) -> None:
         def bad(key: str, valid: str) -> ConfigError:
@@ -112,6 +118,20 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
             raise bad("use_flow_sigmas", "vidax implements UniPC with flow sigmas only (true)")
         if self.prediction_type != "flow_prediction":
             raise bad("prediction_type", "vidax implements 'flow_prediction' only")
+        if not isinstance(self.use_karras_sigmas, bool):
+            raise bad("use_karras_sigmas", "it must be true or false")
+        for key in ("sigma_min", "sigma_max"):
+            value = getattr(self, key)
+            if value is not None and not (is_number(value) and value > 0):
+                raise bad(key, "it must be null or a number > 0")
+        if self.use_karras_sigmas:
+            if self.sigma_min is None or self.sigma_max is None:
+                raise ConfigError(
+                    f"{source}: use_karras_sigmas=True with sigma_min={self.sigma_min!r}, "
+                    f"sigma_max={self.sigma_max!r} is not supported: vidax builds Karras sigmas from "
+                    "both given values (diffusers otherwise derives them from the beta schedule).")
+            if not self.sigma_max > self.sigma_min:
+                raise bad("sigma_max", f"it must be greater than sigma_min={self.sigma_min!r}")
         if not is_int_at_least(self.num_train_timesteps, 1):
             raise bad("num_train_timesteps", "it must be an int >= 1")
         if not is_int_at_least(self.solver_order, 1):
@@ -251,6 +271,7 @@ class UniPCMultistepScheduler:
         c = self.config
         n = check_num_inference_steps(num_inference_steps)
         mu = check_mu(mu, c.use_dynamic_shifting)
+        given_shift = flow_shift is not None
         if flow_shift is None:
             flow_shift = c.flow_shift
         else:
@@ -265,20 +286,32 @@ class UniPCMultistepScheduler:
                 )
             flow_shift = float(flow_shift)
 
-        # diffusers UniPCMultistepScheduler.set_timesteps, use_flow_sigmas branch (float64 numpy).
         num_train = c.num_train_timesteps
-        sigmas = np.linspace(1, 1 / num_train, n + 1)[:-1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if c.use_dynamic_shifting:
-                sigmas = time_shift(c.time_shift_type, mu, 1.0, sigmas)
-            else:
-                sigmas = flow_shift * sigmas / (1 + (flow_shift - 1) * sigmas)
-            if c.shift_terminal:
-                sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
-        sigmas = np.array(sigmas, dtype=np.float64)
-        eps = 1e-6
-        if np.fabs(sigmas[0] - 1) < eps:
-            sigmas[0] -= eps  # alpha = 1 - sigma > 0, so lambda = log(alpha / sigma) is finite
+        if c.use_karras_sigmas:
+            if given_shift:
+                raise InputError(f"flow_shift={flow_shift!r} was given but the config uses Karras sigmas, "
+                                 "which no shift changes (diffusers ignores it there too)")
+            # diffusers set_timesteps, Karras branch (_convert_to_karras, rho 7) with use_flow_sigmas.
+            rho = 7.0
+            ramp = np.linspace(0, 1, n)
+            min_inv_rho = float(c.sigma_min) ** (1 / rho)
+            max_inv_rho = float(c.sigma_max) ** (1 / rho)
+            sigmas = (max_inv_rho + ramp * (min_inv_rho - max_inv_rho)) ** rho
+            sigmas = sigmas / (sigmas + 1)
+        else:
+            # diffusers UniPCMultistepScheduler.set_timesteps, use_flow_sigmas branch (float64 numpy).
+            sigmas = np.linspace(1, 1 / num_train, n + 1)[:-1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                if c.use_dynamic_shifting:
+                    sigmas = time_shift(c.time_shift_type, mu, 1.0, sigmas)
+                else:
+                    sigmas = flow_shift * sigmas / (1 + (flow_shift - 1) * sigmas)
+                if c.shift_terminal:
+                    sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
+            sigmas = np.array(sigmas, dtype=np.float64)
+            eps = 1e-6
+            if np.fabs(sigmas[0] - 1) < eps:
+                sigmas[0] -= eps  # alpha = 1 - sigma > 0, so lambda = log(alpha / sigma) is finite
         timesteps = (sigmas * num_train).copy()
         sigma_last = sigmas[-1] if c.final_sigmas_type == "sigma_min" else 0
         sigmas = np.concatenate([sigmas, [sigma_last]]).astype(np.float32)

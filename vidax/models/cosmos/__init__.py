@@ -1,16 +1,17 @@
-"""Cosmos-Predict2.5 (NVIDIA): the denoising transformer (``CosmosTransformer3DModel``).
+"""Cosmos-Predict2.5 (NVIDIA): text/image/video-to-world (``Cosmos2_5_PredictBasePipeline``).
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer
-config), ``transformer.py`` and ``rope.py`` (model code only) and ``convert.py`` (key rules,
-parameter axes, precision policy and loader). The VAE of the checkpoints (``AutoencoderKLWan``)
-is the Wan family's, registered there; the pipeline is not implemented yet.
+config and the checkpoint reading), ``transformer.py`` and ``rope.py`` (model code only),
+``convert.py`` (key rules, parameter axes, precision policy and loader) and ``pipeline.py``. The
+VAE of the checkpoints (``AutoencoderKLWan``) is the Wan family's, the Qwen2.5-VL text tower is
+``vidax.encoders``', both registered there. No safety checker is run or downloaded.
 """
 
-from vidax.registry import ComponentSpec, Family
+from vidax.registry import ComponentSpec, Family, PipelineSpec
 
 FAMILY = Family(
     name="cosmos",
-    pipelines=(),
+    pipelines=(PipelineSpec("Cosmos2_5_PredictBasePipeline", "vidax.models.cosmos.pipeline:CosmosPredictPipeline"),),
     components=(
         ComponentSpec("CosmosTransformer3DModel", "transformer",
                       loader="vidax.models.cosmos.convert:load_transformer",

@@ -1,13 +1,17 @@
 """Configuration of the Cosmos-Predict2.5 denoising transformer (``transformer/config.json`` of a
-diffusers ``CosmosTransformer3DModel`` export)."""
+diffusers ``CosmosTransformer3DModel`` export) and of a whole Cosmos-Predict2.5 checkpoint folder
+(:class:`CosmosInfo`, :func:`read_cosmos_checkpoint`, configs only)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, ClassVar, Mapping
 
+import numpy as np
+
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
+from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,3 +162,79 @@ class CosmosTransformerConfig(ConfigBase):
             bad("encoder_hidden_states_channels", self.encoder_hidden_states_channels,
                 f"crossattn_proj's output feeds the cross-attention, whose input is text_embed_dim="
                 f"{self.text_embed_dim}; they must be equal")
+
+
+#: ``Cosmos2_5_PredictBasePipeline.__call__`` defaults (diffusers 0.42.1): 704 x 1280, 93 frames,
+#: 36 steps, guidance 7.0, 512 text tokens; 16 fps as the reference's examples export the videos.
+COSMOS_DEFAULTS = CallDefaults(height=704, width=1280, num_frames=93, num_inference_steps=36, guidance_scale=7.0,
+                               max_sequence_length=512, fps=16)
+
+
+@dataclasses.dataclass(frozen=True)
+class CosmosInfo(CheckpointInfo):
+    """A Cosmos-Predict2.5 folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+
+    Attributes:
+        transformer_config: the transformer's (:class:`CosmosTransformerConfig`).
+        vae_config: the Wan2.1 VAE's (:class:`vidax.models.wan.config.WanVAEConfig`).
+        text_config: the Qwen2.5-VL text tower's
+            (:class:`vidax.encoders.decoder_lm.Qwen25VLTextConfig`).
+    """
+
+    transformer_config: CosmosTransformerConfig
+    vae_config: Any
+    text_config: Any
+
+
+def read_cosmos_checkpoint(checkpoint: Checkpoint) -> CosmosInfo:
+    """Read and cross-check a Cosmos-Predict2.5 folder's configs (diffusers
+    ``Cosmos2_5_PredictBasePipeline``: tokenizer, Qwen2.5-VL text encoder, transformer, Wan VAE,
+    scheduler). The safety checker the reference registers is not read (vidax runs none).
+
+    Raises:
+        CheckpointError: a required component folder is missing.
+        ConfigError: a setting vidax does not implement, or components that do not fit together
+            (the message names the file, the key and what is valid): the transformer must take
+            the VAE's latents plus the condition-mask channel (``in_channels = z_dim + 1``) and a
+            padding-mask channel, predict ``z_dim`` channels, and project the concatenated text
+            layers (``crossattn_proj_in_channels = num_hidden_layers x hidden_size``).
+    """
+    from vidax.encoders.decoder_lm import Qwen25VLTextConfig
+    from vidax.models.wan.config import WanVAEConfig
+
+    ckpt = checkpoint
+    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
+        ckpt.folder(name)
+    cfg = ckpt.typed_config("transformer", CosmosTransformerConfig)
+    vae = ckpt.typed_config("vae", WanVAEConfig)
+    text = ckpt.typed_config("text_encoder", Qwen25VLTextConfig)
+    file, z = ckpt.config_file("transformer"), vae.z_dim
+    if cfg.in_channels != z + 1:
+        raise ConfigError(f"{file}: in_channels={cfg.in_channels} must be the VAE's z_dim + 1 = {z + 1} (the "
+                          "latents and the condition-mask channel, as Cosmos2_5_PredictBasePipeline feeds them)")
+    if cfg.out_channels != z:
+        raise ConfigError(f"{file}: out_channels={cfg.out_channels} must equal the VAE's z_dim={z}")
+    if not cfg.concat_padding_mask:
+        raise ConfigError(f"{file}: concat_padding_mask={cfg.concat_padding_mask!r}; the Predict2.5 pipeline "
+                          "always passes a padding mask, which the reference transformer reads only with true")
+    if cfg.patch_size[0] != 1:
+        raise ConfigError(f"{file}: patch_size={list(cfg.patch_size)}; the pipeline gives one timestep per "
+                          "latent frame, which needs p_t = 1")
+    width = text.num_hidden_layers * text.hidden_size
+    if cfg.context_dim != width:
+        raise ConfigError(
+            f"{file}: crossattn_proj_in_channels={cfg.crossattn_proj_in_channels} (use_crossattn_projection="
+            f"{cfg.use_crossattn_projection}) must be {text.num_hidden_layers} text-encoder layers x hidden_size "
+            f"{text.hidden_size} = {width} ({ckpt.config_file('text_encoder')}): the pipeline concatenates "
+            "every layer's hidden states")
+    s = vae.spatial_compression
+    _, ph, pw = cfg.patch_size
+    variant = (f"Cosmos-Predict2.5 text/image/video-to-world: {cfg.num_layers} layers, width {cfg.inner_dim}, "
+               f"Qwen2.5-VL text ({text.num_hidden_layers} layers x {text.hidden_size}), Wan2.1 VAE")
+    return CosmosInfo(
+        checkpoint=ckpt, tasks=("t2v", "i2v", "v2v"), variant=variant,
+        defaults=COSMOS_DEFAULTS.for_checkpoint(ckpt), transformers=("transformer",),
+        size_multiple=(int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw))),
+        size_reason=f"the reference requires multiples of 16; the VAE's {s}x spatial compression times the "
+                    f"transformer's {ph}x{pw} patches",
+        transformer_config=cfg, vae_config=vae, text_config=text)
