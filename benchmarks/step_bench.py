@@ -41,6 +41,7 @@ class StepBench:
         text_tokens: text tokens per prompt.
         run_vidax, run_diffusers: ``(dtype_name, latent, steps, threads, num_layers) -> result``;
             ``num_layers`` None = the real config's.
+        batch: samples per transformer call (2: the CFG pair; 1: embedded guidance).
     """
 
     script: str
@@ -53,6 +54,7 @@ class StepBench:
     text_tokens: int
     run_vidax: Callable[..., dict]
     run_diffusers: Callable[..., dict]
+    batch: int = 2
 
 
 def peak_rss_gib() -> float:
@@ -234,11 +236,12 @@ def main(bench: StepBench) -> None:
 
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
     meta = {"model": bench.model + layers, "latent_THW": [t, h, w], "tokens": tokens,
-            "text_tokens": bench.text_tokens, "cfg_batch": 2, "threads": args.threads,
+            "text_tokens": bench.text_tokens, "cfg_batch": bench.batch, "threads": args.threads,
             "cpu": platform.processor() or platform.machine(), "timed_steps": args.steps}
     lines = [
         f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)", "",
-        f"Latent {t}x{h}x{w} (T x H x W) = {tokens} video tokens, {bench.text_tokens} text tokens, CFG (batch 2), "
+        f"Latent {t}x{h}x{w} (T x H x W) = {tokens} video tokens, {bench.text_tokens} text tokens, "
+        f"{'CFG (batch 2)' if bench.batch == 2 else f'batch {bench.batch}'}, "
         f"random weights{layers}; best of {args.steps} timed steps after one warm-up; each side in its own "
         f"process. A step: {bench.step}", "",
         "| dtype | diffusers s/step | vidax s/step | vidax / diffusers | vidax compile s | diffusers peak RSS GiB | vidax peak RSS GiB |",
