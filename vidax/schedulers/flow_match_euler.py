@@ -300,7 +300,8 @@ class FlowMatchEulerDiscreteScheduler:
         return sample
 
     def step(
-        self, state: FlowMatchEulerState, model_output: jax.Array, sample: jax.Array
+        self, state: FlowMatchEulerState, model_output: jax.Array, sample: jax.Array,
+        per_token_timesteps: jax.Array | None = None,
     ) -> tuple[jax.Array, FlowMatchEulerState]:
         """One Euler step ``x + (sigmas[i + 1] - sigmas[i]) * model_output``, i = step_index.
 
@@ -308,24 +309,47 @@ class FlowMatchEulerDiscreteScheduler:
         and the model output are upcast), returned in ``model_output.dtype`` like diffusers.
         Elementwise, so any layout works.
 
+        With ``per_token_timesteps`` (diffusers' ``step(..., per_token_timesteps=)``, what
+        LTXConditionPipeline passes): every token steps from its own sigma ``s = t / num_train``
+        to the largest schedule sigma below ``s - 1e-6`` (0 if none), ``x + (s - s_next) *
+        model_output`` (the caller passes the negated velocity, as the reference); a token at
+        timestep 0 stays. The result stays float32 there, as in diffusers.
+
         Args:
             state: from :meth:`set_timesteps` or the previous ``step``.
             model_output: (...) the model's flow prediction at ``state.timesteps[i]``.
             sample: (...) the current latents, same shape.
+            per_token_timesteps: optional ``(...)`` timesteps on the ``[0, num_train_timesteps]``
+                scale, one per token: the leading dimensions of ``sample`` (e.g. ``(B, N)`` for
+                packed ``(B, N, C)`` latents; ``(B, 1)`` broadcasts over the tokens).
 
         Returns:
             ``(prev_sample, new_state)``; ``prev_sample`` is NaN if called more than N times.
 
         Raises:
-            InputError: shapes differ or a dtype is not floating (checked at trace time).
+            InputError: shapes differ or a dtype is not floating, or ``per_token_timesteps``
+                has more dimensions than ``sample`` less one (checked at trace time).
         """
         check_step_inputs(model_output, sample)
         i = state.step_index
         n = state.num_inference_steps
-        dt = state.sigmas[i + 1] - state.sigmas[i]
-        prev = sample.astype(jnp.float32) + dt * model_output.astype(jnp.float32)
+        x = sample.astype(jnp.float32)
+        v = model_output.astype(jnp.float32)
+        if per_token_timesteps is None:
+            dt = state.sigmas[i + 1] - state.sigmas[i]
+            prev = (x + dt * v).astype(model_output.dtype)
+        else:
+            t = jnp.asarray(per_token_timesteps, jnp.float32)
+            if t.ndim > sample.ndim - 1:
+                raise InputError(f"per_token_timesteps has shape {tuple(t.shape)}; it needs one timestep per token "
+                                 f"of sample {tuple(sample.shape)} (its leading dimensions, channels last)")
+            sigma = t / jnp.float32(self.config.num_train_timesteps)
+            sigmas = state.sigmas.reshape((-1,) + (1,) * t.ndim)
+            lower = jnp.where(sigmas < sigma[None] - jnp.float32(1e-6), sigmas, jnp.float32(0.0))
+            dt = (sigma - lower.max(axis=0))[..., None]
+            prev = x + dt * v
         prev = jnp.where(i < n, prev, jnp.nan)
-        return prev.astype(model_output.dtype), dataclasses.replace(state, step_index=i + 1)
+        return prev, dataclasses.replace(state, step_index=i + 1)
 
 
 def _check_values(name: str, values: Any) -> list[float]:

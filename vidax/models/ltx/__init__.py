@@ -3,7 +3,8 @@
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs),
 ``transformer.py``, ``rope.py``, ``vae.py``, ``upsampler.py`` (model code only; ``upsampler.py``
 also the latent-upsample pipeline's latent maths), ``convert.py`` (key rules, parameter axes,
-precision policies and loaders).
+precision policies and loaders), ``pipeline.py`` (LTXPipeline, LTXImageToVideoPipeline,
+LTXConditionPipeline), ``upsample_pipeline.py`` (LTXLatentUpsamplePipeline).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec
@@ -13,6 +14,8 @@ FAMILY = Family(
     pipelines=(
         PipelineSpec("LTXPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
         PipelineSpec("LTXImageToVideoPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
+        PipelineSpec("LTXConditionPipeline", "vidax.models.ltx.pipeline:LTXConditionPipeline"),
+        PipelineSpec("LTXLatentUpsamplePipeline", "vidax.models.ltx.upsample_pipeline:LTXLatentUpsamplePipeline"),
     ),
     components=(
         ComponentSpec("LTXVideoTransformer3DModel", "transformer",

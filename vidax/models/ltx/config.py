@@ -458,3 +458,39 @@ def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
                    transformers=("transformer",), size_multiple=(32, 32),
                    size_reason="the LTX-Video pipelines' check_inputs", transformer_config=cfg, vae_config=vae,
                    scheduler_config=dict(sched), condition=condition)
+
+
+@dataclasses.dataclass(frozen=True)
+class LTXUpsampleInfo(CheckpointInfo):
+    """An ``LTXLatentUpsamplePipeline`` folder (model_index + ``vae/`` + ``latent_upsampler/``).
+
+    Attributes:
+        vae_config, upsampler_config: the component configs.
+    """
+
+    vae_config: LTXVAEConfig = None
+    upsampler_config: LTXLatentUpsamplerConfig = None
+
+
+def read_ltx_upsample_checkpoint(checkpoint: Checkpoint) -> LTXUpsampleInfo:
+    """Read an LTX-Video latent-upsampler folder's configs (diffusers' ``LTXLatentUpsamplePipeline``).
+
+    Raises:
+        CheckpointError: ``vae/`` or ``latent_upsampler/`` is missing. ConfigError: an unsupported
+            setting, or an upsampler whose channels do not fit the VAE.
+    """
+    ckpt = checkpoint
+    vae = ckpt.typed_config("vae", LTXVAEConfig)
+    up = ckpt.typed_config("latent_upsampler", LTXLatentUpsamplerConfig)
+    if up.in_channels != vae.latent_channels:
+        raise ConfigError(f"{ckpt.config_file('latent_upsampler')}: in_channels={up.in_channels} does not fit the "
+                          f"VAE's latent_channels={vae.latent_channels}")
+    st, ss = up.scale
+    variant = f"LTX-Video latent upsampler ({ss}x spatial, {st}x temporal)"
+    # LTXLatentUpsamplePipeline.__call__'s defaults: 512x704; the rest is unused.
+    defaults = CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=1, guidance_scale=1.0,
+                            max_sequence_length=1, fps=25).for_checkpoint(ckpt)
+    s = vae.spatial_compression
+    return LTXUpsampleInfo(checkpoint=ckpt, tasks=("upsample",), variant=variant, defaults=defaults, transformers=(),
+                           size_multiple=(s, s), size_reason="LTXLatentUpsamplePipeline.check_inputs",
+                           vae_config=vae, upsampler_config=up)

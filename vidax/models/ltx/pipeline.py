@@ -19,6 +19,7 @@ References (diffusers 0.42.1): ``LTXPipeline`` (text-to-video) and ``LTXImageToV
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -31,6 +32,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
+from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task
@@ -58,7 +60,38 @@ def _per_video(name: str, value: Any, batch: int, prompts: int) -> list[float]:
     return [_number(name, value)] * batch
 
 
-class LTXPipeline(VideoPipeline):
+class LTXDecode:
+    """The decode hooks every LTX-Video pipeline shares (``LTXPipeline.__call__``'s end, also
+    ``LTXLatentUpsamplePipeline``'s): with a timestep-conditioned VAE, ``(1 - s) z + s noise`` per
+    video (s = ``decode_noise_scale``, default ``decode_timestep``), decoded at ``decode_timestep``.
+    Reads ``call.extra``, ``call.batch``, ``call.prompts`` (one value per prompt) and ``call.seed``."""
+
+    def _decode_values(self, call):
+        x = call.extra
+        timestep = x.get("decode_timestep", 0.0)
+        noise_scale = x.get("decode_noise_scale")
+        t = _per_video("decode_timestep", timestep, call.batch, len(call.prompts))
+        n = t if noise_scale is None else _per_video("decode_noise_scale", noise_scale, call.batch, len(call.prompts))
+        return np.asarray(t, np.float32), np.asarray(n, np.float32)
+
+    def decode_input(self, call, z):
+        """With a timestep-conditioned VAE: ``(1 - s) z + s noise`` per video, s = decode_noise_scale."""
+        if not self.info.vae_config.timestep_conditioning:
+            return z
+        _, scale = self._decode_values(call)
+        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 2)
+        noise = jax.random.normal(key, z.shape, z.dtype)
+        s = jnp.asarray(scale, z.dtype).reshape((-1,) + (1,) * (z.ndim - 1))
+        return (1 - s) * z + s * noise
+
+    def decode_kwargs(self, call) -> dict:
+        if not self.info.vae_config.timestep_conditioning:
+            return {}
+        timestep, _ = self._decode_values(call)
+        return {"timestep": jnp.asarray(timestep)}
+
+
+class LTXPipeline(LTXDecode, VideoPipeline):
     """LTX-Video text-to-video (reference: ``diffusers.LTXPipeline``); with ``image=`` image-to-video
     as ``diffusers.LTXImageToVideoPipeline`` (the same weights do both).
 
@@ -107,10 +140,19 @@ class LTXPipeline(VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
-        x = call.extra
         if isinstance(call.image, (list, tuple)):
             raise InputError(f"image is a list of {len(call.image)}; LTXImageToVideoPipeline takes one image "
                              "for the whole batch")
+        cls.check_ltx_args(info, call)
+        if call.image is not None and call.latents is not None:
+            logger.warning("latents were given: their first latent frame is the conditioning frame and image is "
+                           "not encoded, as in diffusers' LTXImageToVideoPipeline")
+
+    @classmethod
+    def check_ltx_args(cls, info: LTXInfo, call) -> None:
+        """The keywords every LTX-Video pipeline checks the same way: ``frame_rate``,
+        ``guidance_rescale``, ``decode_timestep`` / ``decode_noise_scale``, ``timesteps``."""
+        x = call.extra
         if "frame_rate" in x:
             _number("frame_rate", x["frame_rate"], low=1e-6)
         if "guidance_rescale" in x:
@@ -125,9 +167,6 @@ class LTXPipeline(VideoPipeline):
                     or t[0] > n or t[-1] <= 0:
                 raise InputError(f"timesteps must be a strictly descending list of numbers in (0, {n}], got "
                                  f"{x['timesteps']!r}")
-        if call.image is not None and call.latents is not None:
-            logger.warning("latents were given: their first latent frame is the conditioning frame and image is "
-                           "not encoded, as in diffusers' LTXImageToVideoPipeline")
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -167,12 +206,18 @@ class LTXPipeline(VideoPipeline):
             return cond
         with stats.timed("text_encode_s"):
             pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)
-            mean, logvar = self.encode_with("vae", self.vae.encode, pixels[None, None])
-            key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
-            z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
-            first = self.vae.normalize_latents(z.astype(jnp.float32))
+            first = self.encode_latents(pixels[None], jax.random.fold_in(jax.random.PRNGKey(call.seed), 1))
         stats.sample_memory()
         return {**cond, "first_frame": first}
+
+    def encode_latents(self, pixels, key) -> jax.Array:
+        """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H', W',
+        C)``: a posterior sample ``mean + std * noise`` (``retrieve_latents``, noise from ``key``),
+        normalised as the reference's ``_normalize_latents(z, latents_mean, latents_std)``: without
+        the scaling factor (the reference's default 1.0 there; every released config has 1.0)."""
+        mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+        z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
+        return normalize_latents(z.astype(jnp.float32), self.vae.latents_mean[...], self.vae.latents_std[...])
 
     def prepare_latents(self, call, noise, cond) -> jax.Array:
         """Packed (B, N, C) -> channels-last (B, F', H', W', C); I2V: frame 0 is the image latent."""
@@ -236,30 +281,6 @@ class LTXPipeline(VideoPipeline):
         b, f, h, w, c = latents.shape
         return np.asarray(latents.reshape(b, f * h * w, c))
 
-    def _decode_values(self, call):
-        x = call.extra
-        timestep = x.get("decode_timestep", 0.0)
-        noise_scale = x.get("decode_noise_scale")
-        t = _per_video("decode_timestep", timestep, call.batch, len(call.prompts))
-        n = t if noise_scale is None else _per_video("decode_noise_scale", noise_scale, call.batch, len(call.prompts))
-        return np.asarray(t, np.float32), np.asarray(n, np.float32)
-
-    def decode_input(self, call, z):
-        """With a timestep-conditioned VAE: ``(1 - s) z + s noise`` per video, s = decode_noise_scale."""
-        if not self.info.vae_config.timestep_conditioning:
-            return z
-        _, scale = self._decode_values(call)
-        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 2)
-        noise = jax.random.normal(key, z.shape, z.dtype)
-        s = jnp.asarray(scale, z.dtype).reshape((-1,) + (1,) * (z.ndim - 1))
-        return (1 - s) * z + s * noise
-
-    def decode_kwargs(self, call) -> dict:
-        if not self.info.vae_config.timestep_conditioning:
-            return {}
-        timestep, _ = self._decode_values(call)
-        return {"timestep": jnp.asarray(timestep)}
-
 
 class LTXImageToVideoPipeline(LTXPipeline):
     """LTX-Video image-to-video (reference: ``diffusers.LTXImageToVideoPipeline``):
@@ -270,3 +291,380 @@ class LTXImageToVideoPipeline(LTXPipeline):
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+# ====================================================================== LTXConditionPipeline
+@dataclasses.dataclass(frozen=True)
+class LTXVideoCondition:
+    """One conditioning item of :class:`LTXConditionPipeline` (diffusers' ``LTXVideoCondition``;
+    the pipeline also takes diffusers' objects, read by these attribute names).
+
+    Attributes:
+        image: a PIL image or uint8 ``(H, W, 3)`` array, or None.
+        video: frames: a uint8 ``(F, H, W, 3)`` array or a list of PIL images / uint8 arrays, or None.
+            Exactly one of ``image`` and ``video``.
+        frame_index: the output frame the item starts at (0 <= frame_index < num_frames).
+        strength: in [0, 1]; 1 holds the item's latents fixed while denoising.
+    """
+
+    image: Any = None
+    video: Any = None
+    frame_index: int = 0
+    strength: float = 1.0
+
+
+def linear_quadratic_schedule(num_steps: int, threshold_noise: float = 0.025, linear_steps: int | None = None):
+    """The LTX-Video sigma schedule (N,) float32, as diffusers' ``linear_quadratic_schedule``
+    (pipeline_ltx_condition.py; LTX-Video ``rf.py``): linear to ``threshold_noise`` over the first
+    half, quadratic to 1 after, as ``1 - x`` without the final 0. Python floats, then float32."""
+    if linear_steps is None:
+        linear_steps = num_steps // 2
+    if num_steps < 2:
+        return np.asarray([1.0], np.float32)
+    linear = [i * threshold_noise / linear_steps for i in range(linear_steps)]
+    step_diff = linear_steps - threshold_noise * num_steps
+    quadratic_steps = num_steps - linear_steps
+    quadratic_coef = step_diff / (linear_steps * quadratic_steps ** 2)
+    linear_coef = threshold_noise / linear_steps - 2 * step_diff / (quadratic_steps ** 2)
+    const = quadratic_coef * (linear_steps ** 2)
+    quadratic = [quadratic_coef * (i ** 2) + linear_coef * i + const for i in range(linear_steps, num_steps)]
+    schedule = [1.0 - x for x in linear + quadratic + [1.0]]
+    return np.asarray(schedule[:-1], np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Item:
+    """A checked condition: ``name`` for messages, ``frames`` (list of RGB PIL images: one for an
+    image, the kept ones for a video), ``frame_index``, ``strength``, ``is_video``."""
+
+    name: str
+    frames: tuple
+    frame_index: int
+    strength: float
+    is_video: bool
+
+
+def _video_frames(video: Any, name: str) -> list:
+    """A condition video as a list of RGB PIL frames (uint8 (F, H, W, 3) array or a list of frames)."""
+    if isinstance(video, np.ndarray) and video.ndim == 4:
+        video = list(video)
+    if not isinstance(video, (list, tuple)):
+        raise InputError(f"{name} must be a uint8 (F, H, W, 3) array or a list of frames (PIL images / uint8 "
+                         f"(H, W, 3) arrays); got {type(video).__name__}")
+    if not video:
+        raise InputError(f"{name} has no frames")
+    return [to_rgb_image(f, f"{name}[{i}]") for i, f in enumerate(video)]
+
+
+def _listed(name: str, value: Any, n: int) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise InputError(f"{name} is a list of {len(value)}; give one value or one per condition ({n})")
+        return list(value)
+    return [value] * n
+
+
+def condition_items(call, temporal: int) -> list[_Item]:
+    """The call's conditions, checked (raise InputError), in the reference's order.
+
+    ``conditions`` (one or a list of :class:`LTXVideoCondition`-like objects), or the flat
+    ``image`` (one image or a list) / ``video`` (one video) with ``frame_index`` and ``strength``
+    (a value or one per image). A video is trimmed as ``trim_conditioning_sequence`` (to the
+    frames left in the clip after ``frame_index``, rounded down to ``temporal * k + 1``), with a
+    warning when frames are dropped.
+    """
+    x = call.extra
+    conditions, video = x.get("conditions"), x.get("video")
+    raw = []
+    if conditions is not None:
+        given = [n for n, v in (("image", call.image), ("video", video), ("frame_index", x.get("frame_index")),
+                                ("strength", x.get("strength"))) if v is not None]
+        if given:
+            raise InputError(f"conditions was given together with {', '.join(given)}; give each condition's image "
+                             "or video, frame_index and strength in its LTXVideoCondition, or use the flat "
+                             "arguments without conditions")
+        items = list(conditions) if isinstance(conditions, (list, tuple)) else [conditions]
+        for i, c in enumerate(items):
+            if not all(hasattr(c, a) for a in ("image", "video", "frame_index", "strength")):
+                raise InputError(f"conditions[{i}] is a {type(c).__name__}; give LTXVideoCondition(image= or "
+                                 "video=, frame_index=, strength=) objects")
+            raw.append((f"conditions[{i}]", c.image, c.video, c.frame_index, c.strength))
+    elif call.image is not None and video is not None:
+        raise InputError("image and video were both given; give one, or several conditions as "
+                         "conditions=[LTXVideoCondition(image=...), LTXVideoCondition(video=...)]")
+    elif call.image is not None or video is not None:
+        media = (list(call.image) if isinstance(call.image, (list, tuple)) else [call.image]) \
+            if call.image is not None else [video]
+        n = len(media)
+        fis = _listed("frame_index", x.get("frame_index", 0), n)
+        sts = _listed("strength", x.get("strength", 1.0), n)
+        kind = "image" if call.image is not None else "video"
+        for i, m in enumerate(media):
+            label = kind if n == 1 else f"{kind}[{i}]"
+            raw.append((label, m if kind == "image" else None, m if kind == "video" else None, fis[i], sts[i]))
+    else:
+        for key in ("frame_index", "strength"):
+            if x.get(key) is not None:
+                raise InputError(f"{key} was given without an image, video or conditions to apply it to")
+    items = []
+    for label, image, vid, fi, st in raw:
+        prefix = "" if label in ("image", "video") or label.startswith(("image[", "video[")) else label + "."
+        if (image is None) == (vid is None):
+            raise InputError(f"{label} needs exactly one of image and video (it has "
+                             f"{'both' if image is not None else 'neither'})")
+        if isinstance(fi, bool) or not isinstance(fi, (int, np.integer)) or not 0 <= fi < call.num_frames:
+            raise InputError(f"{prefix}frame_index={fi!r} is not a frame of the {call.num_frames}-frame clip; it must "
+                             f"be an integer in [0, {call.num_frames - 1}]")
+        strength = _number(f"{prefix}strength", st, 0.0, 1.0)
+        if image is not None:
+            items.append(_Item(label, (to_rgb_image(image, f"{prefix}image"),), int(fi), strength, False))
+            continue
+        name = f"{prefix}video" if prefix else label
+        frames = _video_frames(vid, name)
+        # diffusers' trim_conditioning_sequence: the frames left after frame_index, to k*temporal + 1.
+        keep = (min(len(frames), call.num_frames - int(fi)) - 1) // temporal * temporal + 1
+        if keep < len(frames):
+            logger.warning("%s has %d frames; at frame_index=%d of %d frames the first %d are used (the frames "
+                           "left in the clip, %dk+1, as diffusers' trim_conditioning_sequence)", name, len(frames),
+                           fi, call.num_frames, keep, temporal)
+        items.append(_Item(name, tuple(frames[:keep]), int(fi), strength, True))
+    return items
+
+
+class LTXConditionPipeline(LTXPipeline):
+    """LTX-Video with frame conditions (reference: ``diffusers.LTXConditionPipeline``,
+    pipelines/ltx/pipeline_ltx_condition.py; the 0.9.5+ checkpoints): text-to-video, or images
+    and videos placed at frames of the clip.
+
+    ``pipe(prompt, conditions=[LTXVideoCondition(image=im), LTXVideoCondition(video=v,
+    frame_index=40)], ...)`` or the flat ``image=`` / ``video=`` with ``frame_index`` and
+    ``strength``. What the reference does, here channels last on packed tokens ``(B, N, C)``:
+
+    * T5 with its attention mask; the mask also goes to the transformer.
+    * Schedule: ``timesteps`` (default ``linear_quadratic_schedule(N) * 1000``); with
+      ``denoise_strength < 1`` only the last ``int(N * denoise_strength)`` steps run and given
+      ``latents`` (clean, normalised) are re-noised to the first of their sigmas: ``sigma noise +
+      (1 - sigma) latents``.
+    * Each condition is VAE-encoded (a posterior sample) and normalised. ``frame_index == 0``:
+      lerped (``strength``) into the leading latent frames. Later: a video's latent frames past
+      the first two are lerped into the latents from ``frame_index // temporal + 2``; the first
+      two (an image's one) become extra tokens, ``lerp(noise, latent, strength)``, prepended to
+      the sequence with their own coordinates (``_prepare_video_ids`` / ``_scale_video_ids`` at
+      ``frame_index``). Coordinates go to the transformer as ``video_coords``, time in seconds.
+    * Per token: timestep ``min(t, (1 - mask) 1000)`` (mask = strength on conditioned tokens),
+      with ``image_cond_noise_scale`` the hard-conditioned tokens (mask 1) are
+      ``init + scale noise (t / 1000)^2`` at each step, the Euler step is per token on the
+      negated prediction, and only tokens with ``t / 1000 - 1e-6 < 1 - mask`` take it.
+    * The extra tokens are dropped; the latents decoded as :class:`LTXPipeline` does.
+
+    Differences from the reference, each because it would fail or drop input: ``latents`` with
+    ``denoise_strength == 1`` are the initial noise (the reference draws its own and ignores
+    them); later-frame conditions work with batch > 1 (the reference's concatenation fails);
+    ``image`` with ``video``, a condition with both, ``frame_index`` / ``strength`` with nothing
+    to apply to, and a frame_index past the clip are refused (the reference ignores or fails).
+    A flat ``video=`` is one video (the reference reads a list of frames as one-frame videos).
+
+    Randomness: ``jax.random`` keys from ``seed`` (posterior samples, the extra tokens' noise,
+    the re-noising, the per-step noise, the decode noise).
+    """
+
+    task = "t2v"
+    latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
+    extra_call_args = ("conditions", "video", "frame_index", "strength", "denoise_strength", "timesteps",
+                       "frame_rate", "guidance_rescale", "image_cond_noise_scale", "decode_timestep",
+                       "decode_noise_scale")
+    text_attention_mask = True
+    #: torch's ``prepare_latents(num_prefix_latent_frames=2)``: a later-frame video's first two
+    #: latent frames become extra tokens.
+    num_prefix_latent_frames = 2
+
+    @classmethod
+    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
+        info = cls.read_checkpoint(checkpoint)
+        check_task(checkpoint.root, task, info.tasks, info.variant)
+        return cls
+
+    @classmethod
+    def latent_shape(cls, info: LTXInfo, call) -> tuple[int, ...]:
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        return (call.batch, info.transformer_config.in_channels, f, h, w)
+
+    @classmethod
+    def check_family_call(cls, info: LTXInfo, call) -> None:
+        cls.check_ltx_args(info, call)
+        x = call.extra
+        if info.scheduler_config.get("use_dynamic_shifting"):
+            raise InputError(f"{info.checkpoint.config_file('scheduler')} uses dynamic shifting, which needs mu; "
+                             "LTXConditionPipeline passes timesteps alone (diffusers refuses this scheduler too)")
+        ds = _number("denoise_strength", x.get("denoise_strength", 1.0), 0.0, 1.0)
+        n = len(x["timesteps"]) if x.get("timesteps") is not None else call.num_inference_steps
+        if min(int(n * ds), n) < 1:
+            raise InputError(f"denoise_strength={ds} runs int({n} x {ds}) = 0 of the {n} steps; give a larger one")
+        if ds < 1 and call.latents is None:
+            logger.warning("denoise_strength=%s without latents: the run starts from noise and only the last "
+                           "%d of %d steps run (as diffusers)", ds, int(n * ds), n)
+        _number("image_cond_noise_scale", x.get("image_cond_noise_scale", 0.15))
+        condition_items(call, info.vae_config.temporal_compression)
+
+    # ------------------------------------------------------------------ schedule
+    def _schedule(self, call):
+        """``(state, sigma)``: the scheduler state of the steps that run and the sigma the given
+        latents are re-noised to (``get_timesteps``)."""
+        timesteps = call.extra.get("timesteps")
+        if timesteps is None:
+            timesteps = linear_quadratic_schedule(call.num_inference_steps) * np.float32(1000)
+        state = self.scheduler.set_timesteps(timesteps=list(timesteps))
+        n = state.num_inference_steps
+        ds = float(call.extra.get("denoise_strength", 1.0))
+        start = max(n - min(int(n * ds), n), 0) if ds < 1 else 0
+        state = dataclasses.replace(state, timesteps=state.timesteps[start:], sigmas=state.sigmas[start:])
+        return state, state.sigmas[0]
+
+    def set_timesteps(self, call, latents):
+        return self._schedule(call)[0]
+
+    @staticmethod
+    def renoise_noise(seed: int, shape: tuple[int, ...]) -> jax.Array:
+        """The noise given ``latents`` are re-noised with when ``denoise_strength < 1``:
+        standard normal float32 of ``shape`` (B, C, F', H', W') from ``seed``'s key stream 3."""
+        return jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), 3), shape, jnp.float32)
+
+    # ------------------------------------------------------------------ conditions
+    def condition(self, call, stats) -> dict:
+        """Encode the conditions: ``frames`` (start, end, latent (1, n, H', W', C), strength) to
+        lerp into the video latents in order, ``extras`` (latent (1, n, H', W', C), strength) for
+        the extra tokens, ``mask`` (B, N_total) float32 or None, ``coords`` (B, 3, N_total) float32
+        (time in seconds), ``n_extra`` tokens."""
+        v = self.info.vae_config
+        k, s = v.temporal_compression, v.spatial_compression
+        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        items = condition_items(call, k)
+        frame_mask = np.zeros((f,), np.float32)
+        frames, extras, extra_mask, extra_coords = [], [], [], []
+        root = jax.random.fold_in(jax.random.PRNGKey(call.seed), 4)
+        with stats.timed("text_encode_s"):
+            for i, item in enumerate(items):
+                pixels = np.stack([vae_image_preprocess(im, call.height, call.width) for im in item.frames])
+                z = self.encode_latents(pixels, jax.random.fold_in(root, i))  # (1, n, h, w, C)
+                n = z.shape[1]
+                if item.frame_index == 0:
+                    frames.append((0, n, z, item.strength))
+                    frame_mask[:n] = item.strength
+                    continue
+                p = self.num_prefix_latent_frames
+                if item.is_video and n > p:
+                    start = item.frame_index // k + p
+                    frames.append((start, start + n - p, z[:, p:], item.strength))
+                    frame_mask[start:start + n - p] = item.strength
+                    z = z[:, :p]
+                extras.append((z, item.strength))
+                extra_mask.append(np.full((z.shape[1] * h * w,), item.strength, np.float32))
+                extra_coords.append(_scaled_ids(z.shape[1], h, w, s, k, item.frame_index))
+        stats.sample_memory()
+        coords = np.concatenate(extra_coords + [_scaled_ids(f, h, w, s, k, 0)], axis=1).astype(np.float32)
+        coords[0] = coords[0] * np.float32(1.0 / float(call.extra.get("frame_rate", 25)))
+        b = call.batch
+        mask = None
+        if items:
+            mask = np.concatenate(extra_mask + [np.repeat(frame_mask, h * w)])
+            mask = jnp.asarray(np.broadcast_to(mask, (b,) + mask.shape))
+        return {"frames": frames, "extras": extras, "mask": mask, "n_extra": sum(m.size for m in extra_mask),
+                "coords": jnp.asarray(np.broadcast_to(coords, (b,) + coords.shape))}
+
+    def prepare_latents(self, call, noise, cond) -> jax.Array:
+        """(B, C, F', H', W') noise (or given latents) -> packed tokens (B, N_extra + F' H' W', C):
+        re-noised when ``denoise_strength < 1``, the conditions lerped in, the extra tokens first."""
+        x = jnp.transpose(noise, (0, 2, 3, 4, 1))
+        b, _, _, _, c = x.shape
+        if call.latents is not None and float(call.extra.get("denoise_strength", 1.0)) < 1:
+            sigma = self._schedule(call)[1]
+            eps = jnp.transpose(self.renoise_noise(call.seed, noise.shape), (0, 2, 3, 4, 1))
+            x = sigma * eps + (1 - sigma) * x
+        for start, end, z, strength in cond["frames"]:
+            x = x.at[:, start:end].set(torch_lerp(x[:, start:end], z, strength))
+        tokens = []
+        root = jax.random.fold_in(jax.random.PRNGKey(call.seed), 5)
+        for j, (z, strength) in enumerate(cond["extras"]):
+            z = jnp.broadcast_to(z.reshape(1, -1, c), (b, z[0].size // c, c))
+            tokens.append(torch_lerp(jax.random.normal(jax.random.fold_in(root, j), z.shape, jnp.float32), z, strength))
+        return jnp.concatenate(tokens + [x.reshape(b, -1, c)], axis=1)
+
+    def denoise(self, call, x, state, embeds, cond, stats):
+        # The per-step noise of the hard-conditioned tokens starts from the prepared latents (a
+        # copy: the step donates the latents' buffer).
+        return super().denoise(call, x, state, embeds, {**cond, "init": jnp.array(x, copy=True)}, stats)
+
+    # ------------------------------------------------------------------ steps
+    def step_args(self, call, embeds, cond, state, expert):
+        rescale = jnp.asarray(call.extra.get("guidance_rescale", 0.0), jnp.float32)
+        scale = jnp.asarray(call.extra.get("image_cond_noise_scale", 0.15), jnp.float32)
+        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 6)
+        init = cond["init"] if cond["mask"] is not None else None
+        return (embeds, jnp.asarray(call.guidance_scale, jnp.float32), cond["coords"], rescale, cond["mask"],
+                init, scale, key), None
+
+    @staticmethod
+    def noise_hard_conditions(latents, init, mask, scale, t, noise, eps: float = 1e-6):
+        """``add_noise_to_image_conditioning_latents``: tokens with ``mask > 1 - eps`` become
+        ``init + scale noise t^2`` (``t`` = timestep / 1000), the others stay. ``latents``,
+        ``init``, ``noise`` (B, N, C); ``mask`` (B, N)."""
+        noised = init + scale * noise * (t ** 2)
+        return jnp.where((mask > 1.0 - eps)[..., None], noised, latents)
+
+    def _step_latents(self, latents, state, args):
+        """The latents a step starts from: with conditions, the hard-conditioned tokens noised
+        (a no-op at ``image_cond_noise_scale`` 0: those tokens never leave ``init``). The noise is
+        a function of the step index, so model_args and scheduler_update see the same values."""
+        mask, init, scale, key = args[4:8]
+        if mask is None:
+            return latents
+        noise = jax.random.normal(jax.random.fold_in(key, state.step_index), latents.shape, jnp.float32)
+        t = state.timestep.astype(jnp.float32) / jnp.float32(1000.0)
+        return self.noise_hard_conditions(latents, init, mask, scale, t, noise)
+
+    def _token_timesteps(self, latents, state, mask):
+        t = state.timestep.astype(jnp.float32)
+        if mask is None:
+            return jnp.broadcast_to(t, (latents.shape[0], 1))
+        return jnp.minimum(t, (1 - mask) * jnp.float32(1000.0))
+
+    def model_args(self, latents, state, args, do_cfg) -> tuple:
+        """``(hidden_states (B, N, C), encoder_hidden_states, timestep (B, N) or (B, 1),
+        encoder_attention_mask, None, None, None, None, video_coords (B, 3, N))``."""
+        (context, text_mask), _, coords, _, mask = args[:5]
+        x = self._step_latents(latents, state, args)
+        timestep = self._token_timesteps(x, state, mask)
+        x, timestep, coords = cfg_pair(do_cfg, x.astype(self.dtype), timestep, coords)
+        return x, context, timestep, text_mask, None, None, None, None, coords
+
+    def scheduler_update(self, state, pred, latents, args):
+        """The per-token Euler step on the negated prediction; with conditions only the tokens
+        whose ``t / 1000 - 1e-6 < 1 - mask`` take it."""
+        mask = args[4]
+        x = self._step_latents(latents, state, args).astype(jnp.float32)
+        ptt = self._token_timesteps(x, state, mask)
+        new, state_next = self.scheduler.step(state, -pred.reshape(x.shape), x, per_token_timesteps=ptt)
+        if mask is not None:
+            t = state.timestep.astype(jnp.float32) / jnp.float32(1000.0)
+            new = jnp.where((t - jnp.float32(1e-6) < (1.0 - mask))[..., None], new, x)
+        return new, state_next
+
+    def final_latents(self, call, latents, cond) -> jax.Array:
+        """Drop the extra tokens; (B, F', H', W', C)."""
+        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        x = latents[:, cond["n_extra"]:]
+        return x.reshape(x.shape[0], f, h, w, x.shape[-1])
+
+    def latents_output(self, latents) -> np.ndarray:
+        """(B, C, F', H', W'), as the reference's ``output_type="latent"``."""
+        return VideoPipeline.latents_output(self, latents)
+
+
+def _scaled_ids(f: int, h: int, w: int, spatial: int, temporal: int, frame_index: int) -> np.ndarray:
+    """``_scale_video_ids(_prepare_video_ids(...))`` of one sample: (3, f h w) int64 pixel
+    coordinates (frame, row, column) of a latent grid placed at ``frame_index``: the frame
+    ``max(i temporal + 1 - temporal, 0) + frame_index``, rows and columns ``i spatial``."""
+    grid = np.stack(np.meshgrid(np.arange(f), np.arange(h), np.arange(w), indexing="ij")).reshape(3, -1)
+    scaled = grid * np.asarray([temporal, spatial, spatial])[:, None]
+    scaled[0] = np.maximum(scaled[0] + 1 - temporal, 0) + frame_index
+    return scaled

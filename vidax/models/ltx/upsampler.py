@@ -171,7 +171,7 @@ def denormalize_latents(latents: jax.Array, latents_mean: Any, latents_std: Any,
     return latents * std / scaling_factor + mean
 
 
-def _lerp(start: jax.Array, end: jax.Array, weight: float) -> jax.Array:
+def torch_lerp(start: jax.Array, end: jax.Array, weight: float) -> jax.Array:
     """torch.lerp's formula (its two branches on the weight, for accuracy near both ends)."""
     diff = end - start
     return start + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
@@ -209,7 +209,7 @@ def adain_filter_latent(latents: jax.Array, reference_latents: jax.Array, factor
     i_mean = jnp.mean(latents, axis=axes, keepdims=True)
     i_sd = jnp.std(latents, axis=axes, keepdims=True, ddof=1)
     result = ((latents - i_mean) / i_sd) * r_sd.astype(latents.dtype) + r_mean.astype(latents.dtype)
-    return _lerp(latents, result, factor)
+    return torch_lerp(latents, result, factor)
 
 
 def tone_map_latents(latents: jax.Array, compression: float) -> jax.Array:

@@ -1,0 +1,201 @@
+"""LTX-Video latent upsampling (reference: diffusers 0.42.1 ``LTXLatentUpsamplePipeline``,
+pipelines/ltx/pipeline_ltx_latent_upsample.py).
+
+Not a denoising pipeline: no text, no transformer, no scheduler. It is a
+:class:`~vidax.pipelines.base.VideoPipeline` only for what the base already owns and it needs
+(the registry contract, ``from_pretrained`` / :meth:`VideoPipeline.load_component`, the VAE
+decode loop with its staging and NaN checks) and overrides ``__call__`` with the reference's
+signature; the LTX decode hooks (decode noise, decode timestep) are :class:`LTXDecode`'s.
+The latent maths is :func:`vidax.models.ltx.upsampler.upsample_latents`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.io.image import vae_image_preprocess
+from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
+from vidax.models.ltx.pipeline import LTXDecode, _number, _video_frames
+from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
+from vidax.pipelines.base import VideoPipeline, finite_array
+from vidax.pipelines.checkpoint import Checkpoint
+from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.staging import Staging
+from vidax.stats import RunStats
+
+logger = logging.getLogger("vidax.pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class UpsampleCall:
+    """One checked call of :class:`LTXLatentUpsamplePipeline` (what the decode hooks read).
+
+    Attributes:
+        latents: (B, C, F', H', W') float32 normalised latents, or None. video: RGB PIL frames
+        (trimmed to k*temporal + 1), or None. height, width: pixels of the video's frames.
+        seed: the key of the posterior sample and the decode noise. extra: ``decode_timestep``,
+        ``decode_noise_scale``. adain_factor, tone_map_compression_ratio: as the reference.
+    """
+
+    latents: Any
+    video: Any
+    height: int
+    width: int
+    seed: int
+    output_type: str
+    progress: bool
+    adain_factor: float
+    tone_map_compression_ratio: float
+    extra: Mapping[str, Any]
+
+    @property
+    def batch(self) -> int:
+        return 1 if self.latents is None else int(self.latents.shape[0])
+
+    @property
+    def prompts(self) -> list:  # decode_timestep / decode_noise_scale lists: one per video
+        return [""] * self.batch
+
+
+class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
+    """``pipe(latents=z)`` or ``pipe(video=frames, height=, width=)``: the latents (or the video's
+    VAE latents) upsampled by the latent upsampler, AdaIN-matched to the input
+    (``adain_factor``), tone-mapped (``tone_map_compression_ratio``), then decoded (or returned
+    with ``output_type="latent"``, normalised, (B, C, F'', H'', W'')).
+
+    ``latents``: (B, C, F', H', W') normalised, what :class:`LTXConditionPipeline` returns with
+    ``output_type="latent"`` (the reference's 5-D layout; ``LTXPipeline``'s packed tokens must be
+    unpacked first). ``video``: a uint8 (F, H, W, 3) array or list of frames, trimmed to
+    ``k * temporal + 1`` frames with a warning (as the reference); its latent is a posterior sample
+    normalised without the scaling factor and de-normalised with it, as the reference does.
+    """
+
+    task = "upsample"
+    stageable = ("vae",)
+    latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
+
+    def __init__(self, info: LTXUpsampleInfo, modules: Mapping[str, Any], **kwargs: Any):
+        super().__init__(info, modules, **kwargs)
+        graphdef = nnx.graphdef(self.latent_upsampler)
+        self._upsample = jax.jit(
+            lambda state, z, adain, tone: upsample_latents(
+                nnx.merge(graphdef, state), z, self.vae.latents_mean[...], self.vae.latents_std[...],
+                self.info.vae_config.scaling_factor, adain_factor=adain, tone_map_compression_ratio=tone),
+            static_argnums=(2, 3))
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> LTXUpsampleInfo:
+        return read_ltx_upsample_checkpoint(checkpoint)
+
+    @classmethod
+    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
+        if task != "upsample":
+            info = cls.read_checkpoint(checkpoint)
+            raise InputError(f"checkpoint {checkpoint.root} is {info.variant} (LTXLatentUpsamplePipeline): it "
+                             "upsamples the latents of a first-stage run or a video, it does not generate from "
+                             "a prompt; run it from Python: vidax.load_pipeline(path)(latents=...)")
+        return cls
+
+    @classmethod
+    def latent_shape(cls, info: LTXUpsampleInfo, call: Any) -> tuple[int, ...]:
+        """The input latents' shape for a video of ``num_frames`` x ``height`` x ``width``."""
+        f, h, w = (call.num_frames - 1) // info.vae_config.temporal_compression + 1, \
+            call.height // info.vae_config.spatial_compression, call.width // info.vae_config.spatial_compression
+        return (call.batch, info.vae_config.latent_channels, f, h, w)
+
+    @classmethod
+    def plan_staging(cls, info, dtype, vae_dtype, offload, mesh, text_encoder_dtype=None) -> Staging:
+        return Staging()  # two small modules, both on the device
+
+    @classmethod
+    def load_components(cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True,
+                        vae_dtype: Any = "float32") -> dict[str, Any]:
+        """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``)."""
+        from vidax.nn.inputs import parse_dtype
+
+        return {"vae": cls.load_component(info, "vae", dtype=parse_dtype(vae_dtype)),
+                "latent_upsampler": cls.load_component(info, "latent_upsampler", dtype=dtype)}
+
+    def check_upsample_call(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
+                            decode_timestep: Any = 0.0, decode_noise_scale: Any = None, adain_factor: float = 0.0,
+                            tone_map_compression_ratio: float = 0.0, seed: int | None = None,
+                            output_type: str = "np", progress: bool = True) -> UpsampleCall:
+        """Check the arguments (InputError) as the reference's ``check_inputs``, and more."""
+        v = self.info.vae_config
+        for name, value in (("height", height), ("width", width)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0 \
+                    or value % v.spatial_compression:
+                raise InputError(f"{name} must be a positive multiple of {v.spatial_compression}, got {value!r}")
+        if (video is None) == (latents is None):
+            raise InputError("give exactly one of video and latents" + (" (both were given)" if video is not None
+                                                                         else ""))
+        if output_type not in ("np", "latent"):
+            raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
+        adain = _number("adain_factor", adain_factor, -10.0, 10.0)
+        tone = _number("tone_map_compression_ratio", tone_map_compression_ratio, 0.0, 1.0)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InputError(f"seed must be an integer or None, got {seed!r}")
+        seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
+        frames = None
+        if latents is not None:
+            latents = finite_array("latents", latents)
+            if latents.ndim != 5 or latents.shape[1] != v.latent_channels:
+                raise InputError(f"latents have shape {tuple(latents.shape)}; expected {self.latents_layout} with "
+                                 f"{v.latent_channels} channels (LTXPipeline's packed latents: unpack them first)")
+        else:
+            frames = _video_frames(video, "video")
+            k = v.temporal_compression
+            if len(frames) % k != 1:
+                keep = len(frames) // k * k + 1
+                if keep > len(frames):
+                    raise InputError(f"video has {len(frames)} frames; it needs {k}k+1 (at least 1)")
+                logger.warning("video has %d frames, not of the form %dk+1; using the first %d (as diffusers)",
+                               len(frames), k, keep)
+                frames = frames[:keep]
+        call = UpsampleCall(latents, frames, int(height), int(width), seed, output_type, bool(progress), adain,
+                            tone, {"decode_timestep": decode_timestep, "decode_noise_scale": decode_noise_scale})
+        self._decode_values(call)  # the decode lists' lengths
+        return call
+
+    def __call__(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
+                 **kwargs: Any) -> VideoPipelineOutput:
+        """Upsample (see the class docstring; keywords of :meth:`check_upsample_call`).
+
+        Returns:
+            :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
+            upsampled normalised latents (B, C, F'', H'', W'') with ``output_type="latent"``.
+
+        Raises:
+            InputError: an invalid argument (before any work). NumericalError: NaN/Inf in the decode.
+        """
+        call = self.check_upsample_call(video, height, width, latents, **kwargs)
+        stats = RunStats(load_s=self._pending_load_s)
+        if call.latents is not None:
+            z = jnp.transpose(jnp.asarray(call.latents), (0, 2, 3, 4, 1))
+        else:
+            with stats.timed("text_encode_s"):
+                pixels = np.stack([vae_image_preprocess(f, call.height, call.width) for f in call.video])
+                mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+                key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
+                z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
+                z = normalize_latents(z.astype(jnp.float32), self.vae.latents_mean[...], self.vae.latents_std[...])
+        t0 = time.perf_counter()  # the upsampler's one call, reported as one step
+        up = self._upsample(nnx.state(self.latent_upsampler), z, call.adain_factor, call.tone_map_compression_ratio)
+        jax.block_until_ready(up)
+        stats.step_s.append(time.perf_counter() - t0)
+        stats.sample_memory()
+        self._pending_load_s = 0.0
+        if call.output_type == "latent":
+            return VideoPipelineOutput(frames=self.latents_output(up.astype(jnp.float32)), stats=stats)
+        # decode() de-normalises (LTXPipeline's _denormalize_latents): the un-normalised upsampled
+        # latents the reference decodes, to float32 rounding.
+        return VideoPipelineOutput(frames=self.decode(call, up.astype(jnp.float32), stats), stats=stats)
