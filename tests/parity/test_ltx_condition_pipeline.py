@@ -251,3 +251,19 @@ def test_cli_generate_with_image(folders, tmp_path):
     assert result.exit_code == 0, result.output
     frames = np.load(out)
     assert frames.shape[-4:] == (9, 32, 64, 3) and np.isfinite(frames).all()
+    # --video: the video (decoded with PyAV) conditions from frame 0.
+    from vidax.io.video import write_video
+
+    clip = write_video(np.random.default_rng(5).random((9, 40, 56, 3)).astype(np.float32), str(tmp_path / "c.mp4"),
+                       fps=8)
+    result = CliRunner().invoke(app, ["generate", "-p", "a fox", "--checkpoint", folders[0], "--video", clip,
+                                      "--height", "32", "--width", "64", "--num-frames", "9",
+                                      "--num-inference-steps", "1", "--max-sequence-length", "16", "--no-progress",
+                                      "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert np.load(out).shape[-4:] == (9, 32, 64, 3)
+    # inspect on both folder kinds (the upsample one has no transformer).
+    for folder, words in ((folders[0], ("LTXConditionPipeline", "tasks: t2v, i2v, v2v")),
+                          (folders[1], ("LTXLatentUpsamplePipeline", "tasks: upsample"))):
+        result = CliRunner().invoke(app, ["inspect", folder])
+        assert result.exit_code == 0 and all(w in result.output for w in words), result.output

@@ -454,7 +454,9 @@ def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
     # frame_rate 25 (also the fps of its examples' export_to_video).
     defaults = CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=50, guidance_scale=3.0,
                             max_sequence_length=128, fps=25)
-    return LTXInfo(checkpoint=ckpt, tasks=("t2v", "i2v"), variant=variant, defaults=defaults.for_checkpoint(ckpt),
+    # The condition pipeline also takes a video as its condition (video-to-video).
+    tasks = ("t2v", "i2v", "v2v") if condition else ("t2v", "i2v")
+    return LTXInfo(checkpoint=ckpt, tasks=tasks, variant=variant, defaults=defaults.for_checkpoint(ckpt),
                    transformers=("transformer",), size_multiple=(32, 32),
                    size_reason="the LTX-Video pipelines' check_inputs", transformer_config=cfg, vae_config=vae,
                    scheduler_config=dict(sched), condition=condition)
