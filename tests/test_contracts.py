@@ -33,6 +33,12 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CLIPTextModel": dict(vocab_size=50, hidden_size=36, intermediate_size=50, num_hidden_layers=2,
                           num_attention_heads=3, max_position_embeddings=16),
+    "LlamaModel": dict(vocab_size=97, hidden_size=36, intermediate_size=52, num_hidden_layers=3,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, model_type="llama"),
+    "Qwen2_5_VLForConditionalGeneration": dict(
+        model_type="qwen2_5_vl", vision_config={"depth": 1}, text_config=dict(
+            vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
+            num_key_value_heads=1, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
     "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,

@@ -150,3 +150,54 @@ def test_scan_layers_runs_each_layer_in_order():
     for i in range(3):
         ref = np.tanh(np.asarray(ref) @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[:, :4]
     np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_scan_layers_first_layers_and_collected_carries():
+    m = _randomized_toy()
+    x = jnp.ones((2, 4))
+    flat = _flat(m)
+
+    def body(block, h):
+        return jnp.tanh(block.to_q(h))[:, :4]
+
+    refs = [np.asarray(x)]
+    for i in range(3):
+        refs.append(np.tanh(refs[-1] @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[:, :4])
+    for n in (0, 2, 3):
+        got, carries = scan_layers(m.blocks, x, body, num_layers=n, collect=True)
+        np.testing.assert_allclose(got, refs[n], rtol=1e-6)
+        assert carries.shape == (n, 2, 4)
+        for i in range(n):
+            np.testing.assert_allclose(carries[i], refs[i + 1], rtol=1e-6)
+    with pytest.raises(ValueError, match="num_layers=4"):
+        scan_layers(m.blocks, x, body, num_layers=4)
+
+
+class Outer(nnx.Module):
+    """A toy whose checkpoint nests it under ``model.inner.`` beside a part it does not run."""
+
+    def __init__(self, rngs):
+        self.blocks = stacked(Block, 2, rngs)
+        self.proj = nnx.Linear(3, 2, rngs=rngs)
+
+
+def test_prefix_and_unused_keys(tmp_path):
+    m = Outer(nnx.Rngs(3))
+    rules = KeyRules(stacked=("blocks",), prefix="model.inner.", unused=("model.other.", "head."))
+    sd = export_state_dict(m, rules)
+    assert "model.inner.blocks.1.to_q.weight" in sd and "model.inner.proj.bias" in sd
+    unused = {"model.other.w": np.ones((7, 3), np.float32), "head.weight": np.ones(2, np.float32)}
+    save_safetensors({**sd, **unused}, tmp_path / "model.safetensors")
+    loaded = load_module(lambda: Outer(nnx.Rngs(0)), str(tmp_path), rules)
+    a, b = _flat(m), _flat(loaded)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+    # A key outside the prefix that is not declared unused is unexpected, even when its rest
+    # names a real parameter.
+    save_safetensors({**sd, **unused, "proj.bias": np.ones(2, np.float32)}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="unexpected.*proj.bias"):
+        load_module(lambda: Outer(nnx.Rngs(0)), str(tmp_path), rules)
+    # Without the unused declaration, those tensors are reported.
+    save_safetensors({**sd, **unused}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="2 unexpected"):
+        load_module(lambda: Outer(nnx.Rngs(0)), str(tmp_path), KeyRules(stacked=("blocks",), prefix="model.inner."))

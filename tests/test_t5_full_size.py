@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from tests.parity.helpers import source_key_shapes
 from tests.paths import REFERENCE_CONFIGS
 from vidax.encoders.t5 import T5Encoder, T5EncoderConfig, t5_key_rules
 from vidax.weights.loader import abstract_params
@@ -64,19 +65,7 @@ def test_full_size_matches_transformers(path):
     count = sum(math.prod(v.get_value().shape) for v in abstract.values())
     assert count == ref_count, f"{path}: vidax {count:,} params, transformers {ref_count:,}"
 
-    rules = t5_key_rules(cfg)
-    ours: dict[str, tuple[int, ...]] = {}
-    for p, var in abstract.items():
-        shape = tuple(var.get_value().shape)
-        if p[:2] == ("encoder", "block"):
-            layers, shape = shape[0], shape[1:]
-            keys = [rules.join(p, i) for i in range(layers)]
-        else:
-            keys = [rules.join(p, None)]
-        if p[-1] == "kernel":
-            shape = shape[::-1]  # linear (I, O) -> torch (O, I)
-        for k in keys:
-            ours[k] = shape
+    ours = source_key_shapes(abstract, t5_key_rules(cfg))
     assert ours == ref_shapes
     if cfg.model_type == "umt5":
         assert 5.6e9 < count < 5.8e9  # umt5-xxl encoder, ~5.7B

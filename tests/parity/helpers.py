@@ -91,3 +91,27 @@ def assert_reference_parameters(abstract, ref, rules) -> int:
     n_ref = sum(t.numel() for t in ref.parameters())
     assert n_ours == n_ref, (n_ours, n_ref)
     return n_ours
+
+
+def source_key_shapes(abstract: dict, rules) -> dict[str, tuple[int, ...]]:
+    """The checkpoint keys and (reference-layout) shapes that ``rules`` map onto an abstract module.
+
+    ``abstract`` is the flat ``{path: Variable}`` of :func:`vidax.weights.loader.abstract_params`;
+    parameters under a stacked prefix of ``rules`` give one key per layer, and linear kernels
+    ``(I, O)`` are reported as torch's ``(O, I)``.
+    """
+    from vidax.weights.loader import _stack_axes
+
+    stacks = _stack_axes(abstract, rules)
+    out: dict[str, tuple[int, ...]] = {}
+    for p, var in abstract.items():
+        shape = tuple(var.get_value().shape)
+        if p in stacks:
+            shape = shape[1:]
+            keys = [rules.join(p, i) for i in range(stacks[p])]
+        else:
+            keys = [rules.join(p, None)]
+        if p[-1] == "kernel" and len(shape) == 2:
+            shape = shape[::-1]  # linear (I, O) -> torch (O, I)
+        out.update({k: shape for k in keys})
+    return out

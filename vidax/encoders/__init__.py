@@ -3,6 +3,8 @@
 from vidax.registry import ComponentSpec, Family
 
 _T5_KEYS = ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size")
+_LM_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")
+_LM = "vidax.encoders.decoder_lm:"
 
 FAMILY = Family(
     name="encoders",
@@ -24,6 +26,17 @@ FAMILY = Family(
                       key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
                                    "max_position_embeddings", "eos_token_id")),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
+        # Decoder-only LMs run as text encoders (hidden states, no LM head). A LLaVA checkpoint's
+        # language model loads with load_llama_text_encoder too, but LlavaForConditionalGeneration
+        # is not registered here: its image part is not in this module.
+        ComponentSpec("LlamaModel", "text_encoder", loader=_LM + "load_llama_text_encoder",
+                      options=("dtype", "mesh", "placement"), config=_LM + "LlamaTextConfig",
+                      model=_LM + "DecoderLM", param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        # Its text tower only (the vision tower's tensors are declared unused by the key rules).
+        ComponentSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder",
+                      loader=_LM + "load_qwen25vl_text_encoder", options=("dtype", "mesh", "placement"),
+                      config=_LM + "Qwen25VLTextConfig", model=_LM + "DecoderLM",
+                      param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
     ) + tuple(ComponentSpec(name, "tokenizer")
               for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast")),
 )

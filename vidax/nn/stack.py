@@ -28,11 +28,29 @@ def stacked(make: Callable[[nnx.Rngs], M], num_layers: int, rngs: nnx.Rngs) -> M
     return create(rngs)
 
 
-def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any], Any]) -> Any:
+def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any], Any], *,
+                num_layers: int | None = None, collect: bool = False) -> Any:
     """Run ``carry = body(layer_i, carry)`` for each layer of a :func:`stacked` module.
 
     ``body`` sees one layer as an ordinary module (params without the L axis). Implemented with
     ``jax.lax.scan`` over the split state, so it traces the block once.
+
+    Args:
+        layers: a :func:`stacked` module of L layers.
+        carry: the initial carry (any pytree).
+        body: ``(layer, carry) -> carry``.
+        num_layers: a static int in ``[0, L]``: run only the first ``num_layers`` layers (default
+            all). The loop then indexes the whole stack layer by layer (no sliced copy of the
+            first layers' weights is made).
+        collect: also return the carry after every layer run, stacked along a new leading axis.
+
+    Returns:
+        The final carry; with ``collect``, ``(carry, carries)`` where ``carries`` has the carry's
+        structure with a leading axis of ``num_layers`` (entry ``i`` is the carry after layer
+        ``i``, so entry ``-1`` equals the final carry).
+
+    Raises:
+        ValueError: ``num_layers`` is not an int in ``[0, L]``.
 
     bf16 / fp16 parameters are sliced as 16-bit integers on CPU and reinterpreted inside the
     loop, so XLA:CPU keeps no float32 copy of the stack (see
@@ -44,13 +62,24 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
     dtypes = [leaf.dtype for leaf in leaves]
     as_bits = [xla_cpu_upcasts(d) for d in dtypes]
     xs = [jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a for a, b in zip(leaves, as_bits)]
+    total = leaves[0].shape[0]
+    count = total if num_layers is None else num_layers
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= total:
+        raise ValueError(f"scan_layers: num_layers={num_layers!r} must be an int in [0, {total}].")
 
     def step(c, layer_leaves):
         layer = [jax.lax.bitcast_convert_type(a, d) if b else a for a, d, b in zip(layer_leaves, dtypes, as_bits)]
-        return body(nnx.merge(graphdef, jax.tree.unflatten(treedef, layer)), c), None
+        c = body(nnx.merge(graphdef, jax.tree.unflatten(treedef, layer)), c)
+        return c, (c if collect else None)
 
-    carry, _ = jax.lax.scan(step, carry, xs)
-    return carry
+    if count == total:
+        carry, carries = jax.lax.scan(step, carry, xs)
+    else:
+        def indexed(c, i):
+            return step(c, [jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False) for a in xs])
+
+        carry, carries = jax.lax.scan(indexed, carry, jnp.arange(count, dtype=jnp.int32))
+    return (carry, carries) if collect else carry
 
 
 def num_layers(layers: nnx.Module) -> int:

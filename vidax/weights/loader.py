@@ -7,7 +7,11 @@ The mapping from a source key to a parameter path is a rule, not a table per ten
   parameter stacked along a leading layer axis (the module runs those layers with a scan);
 * the leaf ``weight`` becomes whichever of ``kernel`` / ``scale`` / ``embedding`` / ``weight``
   the target module has; every other leaf keeps its name;
-* ``renames`` substitute dotted fragments first (for modules named differently on purpose);
+* a ``prefix`` shared by every used key (``model.language_model.`` of a multimodal checkpoint
+  whose language model is the module) is removed first, ``renames`` then substitute dotted
+  fragments (for modules named differently on purpose);
+* keys under an ``unused`` prefix (the vision tower of such a checkpoint, its ``lm_head``) are
+  tensors the module does not run by design: named in the rules, never read;
 * a ``kernel`` is re-laid out by rank: linear ``(O, I) -> (I, O)``, conv1d ``(O, I, K) ->
   (K, I, O)``, conv2d ``(O, I, H, W) -> (H, W, I, O)``, conv3d ``(O, I, T, H, W) -> (T, H, W, I,
   O)``. Other tensors keep the reference's shape exactly (a ``(C, 1, 1, 1)`` gamma stays so;
@@ -65,19 +69,35 @@ class KeyRules:
             (LLaVA's vision tower and projector beside its language model): keys starting with
             none of them belong to another module's loader and are skipped, neither read nor
             reported; the selected keys are matched 1:1 as always. Empty: every key.
+        prefix: removed from the front of every used source key before the renames (added back
+            by :meth:`join`); a key without it that is not ``unused`` is unexpected.
+        unused: source-key prefixes (e.g. ``"model.visual."``) of tensors in the checkpoint that
+            the module does not run by design; they are consumed without being read.
     """
 
     stacked: tuple[str, ...] = ()
     renames: tuple[tuple[str, str], ...] = ()
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
     select: tuple[str, ...] = ()
+    prefix: str = ""
+    unused: tuple[str, ...] = ()
 
     def selects(self, key: str) -> bool:
         """Whether the source ``key`` belongs to this module (see ``select``)."""
         return not self.select or key.startswith(self.select)
 
+    def is_unused(self, key: str) -> bool:
+        """Whether ``key`` is under one of the :attr:`unused` prefixes."""
+        return any(key.startswith(p) for p in self.unused)
+
     def split(self, key: str) -> tuple[Path, int | None]:
-        """Source key -> (target path whose leaf may still be ``weight``, layer index)."""
+        """Source key -> (target path whose leaf may still be ``weight``, layer index).
+
+        A key without :attr:`prefix` maps to a path no module has (so it is reported unexpected).
+        """
+        if not key.startswith(self.prefix):
+            return ("<outside the prefix>", key), None
+        key = key[len(self.prefix):]
         for src, dst in self.renames:
             key = key.replace(src, dst)
         for prefix in self.stacked:
@@ -102,7 +122,7 @@ class KeyRules:
                 raise ValueError(f"{path} is stacked but matches no stacked prefix {self.stacked}")
         for src, dst in reversed(self.renames):
             key = key.replace(dst, src)
-        return key
+        return self.prefix + key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +227,7 @@ def load_module(
     plan: dict[Path, list[tuple[int | None, str]]] = defaultdict(list)
     unexpected: list[str] = []
     for key in reader.keys():
-        if not rules.selects(key):
+        if not rules.selects(key) or rules.is_unused(key):
             continue
         if key in rules.aliases:
             if rules.aliases[key] not in reader:

@@ -1,0 +1,122 @@
+"""Released decoder text-encoder configs: parse, build abstractly, match transformers 1:1.
+
+* HunyuanVideo's ``text_encoder/config.json`` (``LlamaModel``, llava-llama-3-8b's language model).
+* HunyuanVideo-I2V / -I2V-33ch: ``LlavaForConditionalGeneration``; only ``arch_essentials.json``
+  is known (its ``text_config``), wrapped here as a ``model_type: llava`` config.
+* Cosmos-Predict2.5 2B / 14B: ``Qwen2_5_VLForConditionalGeneration`` (Cosmos-Reason1-7B); only
+  ``arch_essentials.json`` is known, written here as the flat transformers-4 config.json form
+  (``rope_scaling: {type: mrope, mrope_section}``).
+
+Counting: vidax builds the language model alone; transformers builds the whole checkpoint class on
+the meta device and the count is over its language-model module (``LlamaModel`` itself, or
+``model.language_model`` of the LLaVA / Qwen2.5-VL classes; no tied parameters there). The
+other top-level modules of the reference (vision tower, projector, LM head) must be exactly the
+ones the key rules declare unused, and the language model's state-dict keys and shapes must be
+exactly the ones vidax's key rules produce.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from tests.parity.helpers import source_key_shapes
+from tests.paths import REFERENCE_CONFIGS
+from vidax.encoders.decoder_lm import DECODER_LM_PARAM_AXES, DecoderLM, LlamaTextConfig, Qwen25VLTextConfig
+from vidax.parallel.placement import param_axes
+from vidax.weights.loader import KeyRules, abstract_params
+
+
+def _read(*parts):
+    with open(os.path.join(REFERENCE_CONFIGS, *parts)) as f:
+        return json.load(f)
+
+
+def _hunyuan_t2v():
+    return _read("hunyuanvideo-community__HunyuanVideo", "text_encoder", "config.json")
+
+
+def _hunyuan_i2v(repo):
+    text = _read(repo, "text_encoder", "arch_essentials.json")["text_config"]
+    return {"model_type": "llava", "text_config": {"model_type": "llama", **text}}
+
+
+def _cosmos(repo):
+    e = _read(repo, "text_encoder", "arch_essentials.json")
+    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
+            "rms_norm_eps", "rope_theta", "vocab_size")
+    return {"model_type": "qwen2_5_vl", **{k: e[k] for k in keys},
+            "rope_scaling": {"type": "mrope", "mrope_section": e["mrope_section"]}}
+
+
+CASES = {
+    "HunyuanVideo": (LlamaTextConfig, _hunyuan_t2v),
+    "HunyuanVideo-I2V": (LlamaTextConfig, lambda: _hunyuan_i2v("hunyuanvideo-community__HunyuanVideo-I2V")),
+    "HunyuanVideo-I2V-33ch": (LlamaTextConfig, lambda: _hunyuan_i2v("hunyuanvideo-community__HunyuanVideo-I2V-33ch")),
+    "Cosmos-Predict2.5-2B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-2B")),
+    "Cosmos-Predict2.5-14B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-14B")),
+}
+
+
+def _reference(raw):
+    """(language-model torch module, its in-memory key prefix in the whole model, whole model)."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    clean = {k: v for k, v in raw.items() if not k.startswith("_")}
+    with torch.device("meta"):
+        if raw["model_type"] == "llama":
+            model = LlamaModel(LlamaConfig(**clean))
+            return model, "", model
+        if raw["model_type"] == "llava":
+            model = LlavaForConditionalGeneration(LlavaConfig(**clean))
+        else:
+            model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(**clean))
+    return model.model.language_model, "model.language_model.", model
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_full_size_matches_transformers(name):
+    config_cls, make = CASES[name]
+    raw = make()
+    cfg = config_cls.from_config_dict(raw, source=name)
+    lm, prefix, whole = _reference(raw)
+    ref_shapes = {k: tuple(v.shape) for k, v in lm.state_dict().items()}
+    ref_count = sum(p.numel() for p in lm.parameters())
+
+    _, abstract = abstract_params(lambda: DecoderLM(cfg))
+    count = sum(math.prod(v.get_value().shape) for v in abstract.values())
+    assert count == ref_count, f"{name}: vidax {count:,} params, transformers {ref_count:,}"
+
+    ours = source_key_shapes(abstract, KeyRules(stacked=("layers",)))
+    assert ours == ref_shapes
+
+    # Everything else in the reference checkpoint class is declared unused for that layout.
+    others = {k for k in whole.state_dict() if not k.startswith(prefix)} if prefix else set()
+    unused = type(cfg).LAYOUTS[prefix]
+    assert all(any(k.startswith(u) for u in unused) for k in others), sorted(others)[:5]
+    assert all(any(k.startswith(u) for k in others) for u in unused), unused
+
+    # Tensor parallel: every matrix (and the q/k/v biases) has a rule of its rank whose split axis
+    # (heads / mlp / vocab) divides by 8 at full size; only the norm scales are replicated (neither
+    # model has the row-parallel o_proj / down_proj biases, which would be too).
+    for p, var in abstract.items():
+        shape = var.get_value().shape
+        axes = param_axes(p, len(shape), DECODER_LM_PARAM_AXES)
+        if p[-1] == "scale":
+            assert axes is None, p
+            continue
+        assert axes is not None, p
+        split = [d for d, a in zip(shape, axes) if a in ("heads", "mlp", "vocab")]
+        assert len(split) == 1 and split[0] % 8 == 0, (p, shape, axes)
+
+    if config_cls is LlamaTextConfig:
+        assert (cfg.num_key_value_heads, cfg.head_dim, cfg.rope_theta) == (8, 128, 500000.0)
+        assert 7.4e9 < count < 7.6e9  # llava-llama-3-8b's language model without lm_head
+    else:
+        assert (cfg.num_key_value_heads, cfg.head_dim, cfg.mrope_section) == (4, 128, (16, 24, 24))
+        assert 7.0e9 < count < 7.2e9  # Qwen2.5-VL-7B's language model without lm_head

@@ -1,0 +1,711 @@
+"""Decoder-only language models used as text encoders: Llama (HunyuanVideo's ``LlamaModel``, the
+language model of its I2V ``LlavaForConditionalGeneration``) and the Qwen2.5-VL text tower
+(Cosmos-Predict2.5's ``Qwen2_5_VLForConditionalGeneration``), one implementation for both.
+
+References: transformers 5.24 ``models/llama/modeling_llama.py`` ``LlamaModel`` and
+``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLTextModel``. Both are: token embedding,
+pre-norm decoder layers (RMS norm, causal self-attention with rotate-half RoPE and grouped-query
+K/V heads, SwiGLU MLP ``down(silu(gate(x)) * up(x))``), a final RMS norm. Their differences are
+config-driven options of the one module (:class:`DecoderLMConfig` properties):
+
+=================  =============================  ===================================
+option             Llama                          Qwen2.5-VL text
+=================  =============================  ===================================
+q/k/v bias         ``attention_bias``             always
+o bias             ``attention_bias``             never
+MLP bias           ``mlp_bias``                   never
+head dim           ``head_dim`` or D / N          always D / N
+RoPE               1-D, ``rope_theta``            M-RoPE (``mrope_section``), see below
+=================  =============================  ===================================
+
+Positions are ``arange(L)`` for every prompt, with or without padding, as both references
+compute them for text-only input without a cache (``LlamaModel.forward``; for Qwen2.5-VL,
+``Qwen2_5_VLModel.compute_3d_position_ids`` returns None without image / video grids and
+``Qwen2_5_VLTextModel.forward`` then uses ``arange(L)`` for all three M-RoPE streams). M-RoPE
+takes pair ``i`` of the head dim from stream ``s(i)`` (the ``mrope_section`` split), each with the
+ordinary frequency ``theta ** (-2i / K)``; with the three streams equal, that is exactly the 1-D
+RoPE, which is what runs here. Image / video tokens (unequal streams) are not implemented: the
+Qwen2.5-VL vision tower is not part of this module and its weights are declared unused by the
+key rules (:func:`decoder_lm_key_rules`).
+
+Attention mask: causal, plus the key-padding mask when ``attention_mask`` is given: query ``i``
+attends key ``j`` iff ``j <= i`` and ``attention_mask[j] != 0`` (transformers'
+``create_causal_mask``: ``causal_mask_function`` and ``padding_mask_function``). With right
+padding every row is then the reference's, padded rows included (they attend to all real tokens
+before them). A query with no allowed key (left padding: padded positions before the first real
+token) gets zeros here; the reference's value there is different and meaningless.
+
+Hidden states: the reference's ``output_hidden_states=True`` tuple has ``num_hidden_layers + 1``
+entries: ``[0]`` the token embeddings, ``[i]`` the output of layer ``i`` (1-based) for ``i < n``,
+and ``[n]`` the output of the last layer *after the final norm* (``capture_outputs`` replaces it
+by ``last_hidden_state``). :meth:`DecoderLM.__call__` returns one entry (``output_layer``, e.g.
+HunyuanVideo's ``-(num_hidden_layers_skip + 1) = -3``, running only the layers it needs);
+:meth:`DecoderLM.all_hidden_states` returns all of them stacked (Cosmos-Predict2.5).
+
+Precision (:func:`decoder_lm_dtype_policy`): with ``dtype=float32`` everything is fp32. With
+``dtype=bfloat16`` parameters and matmuls are bf16, as ``from_pretrained(dtype=torch.bfloat16)``;
+norm statistics, RoPE and the softmax are fp32, and the residual stream is kept in fp32 (the
+reference rounds it to bf16 after every sub-layer), so the returned hidden states are rounded
+once, to bf16, at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from functools import partial
+from typing import Any, ClassVar, Mapping
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vidax.config import ConfigBase, read_json_object
+from vidax.encoders.t5 import T5LayerNorm
+from vidax.errors import CheckpointError, ConfigError, InputError
+from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.inputs import compute_dtype
+from vidax.nn.layers import Linear
+from vidax.nn.rope import TextRope, apply_rope
+from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.placement import logical_placement
+from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+from vidax.weights.safetensors_io import CheckpointReader
+
+_F32 = jnp.float32
+
+#: Logical axes of the parameters (see :mod:`vidax.parallel.rules`): q/k/v and the MLP's gate / up
+#: column-parallel (output split over ``heads`` / ``mlp``, their biases with it), ``o_proj`` and
+#: ``down_proj`` row-parallel (input split; their biases replicated, added once after the
+#: reduction), the token embedding split by vocabulary rows. Norm scales are replicated.
+DECODER_LM_PARAM_AXES = (
+    (r"^layers/self_attn/(q_proj|k_proj|v_proj)/kernel$", ("layers", "embed", "heads")),
+    (r"^layers/self_attn/(q_proj|k_proj|v_proj)/bias$", ("layers", "heads")),
+    (r"^layers/self_attn/o_proj/kernel$", ("layers", "heads", "embed")),
+    (r"^layers/mlp/(gate_proj|up_proj)/kernel$", ("layers", "embed", "mlp")),
+    (r"^layers/mlp/(gate_proj|up_proj)/bias$", ("layers", "mlp")),
+    (r"^layers/mlp/down_proj/kernel$", ("layers", "mlp", "embed")),
+    (r"^embed_tokens/embedding$", ("vocab", "embed")),
+)
+
+#: Keys of a transformers config.json that do not change a text encoder's hidden states.
+_META = frozenset({
+    "architectures", "dtype", "torch_dtype", "transformers_version", "model_type",
+    "pad_token_id", "bos_token_id", "eos_token_id", "use_cache", "output_attentions",
+    "output_hidden_states", "return_dict", "id2label", "label2id", "problem_type",
+    "tokenizer_class", "chunk_size_feed_forward",
+    # training only (dropout is off at inference; init is overwritten by the checkpoint)
+    "initializer_range", "attention_dropout", "gradient_checkpointing",
+    # the LM head is not run (hidden states only), tied or not
+    "tie_word_embeddings",
+    # default RoPE does not depend on the context length it was trained for
+    "max_position_embeddings",
+})
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _positive_int(source: str, name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{source}: {name}={value!r} must be a positive integer.")
+
+
+def _pop_rope(raw: dict[str, Any], source: str, mrope: bool = False) -> dict[str, Any]:
+    """Remove the RoPE keys (``rope_scaling`` / ``rope_parameters`` / ``rope_theta`` /
+    ``partial_rotary_factor``) from ``raw``; return ``{"rope_theta": ...}`` when the file gives
+    one (and, with ``mrope``, the ``mrope_section`` found in the RoPE dict).
+
+    With ``mrope`` (Qwen2.5-VL) a ``rope_type`` / ``type`` of ``"mrope"`` is read as
+    ``"default"``, as transformers' ``Qwen2_5_VLTextConfig`` does. The rest is checked by
+    :meth:`vidax.nn.rope.TextRope.from_config_dict`, which refuses RoPE scaling types.
+    """
+    rope_keys = {k: raw.pop(k) for k in ("rope_scaling", "rope_parameters", "rope_theta",
+                                         "partial_rotary_factor") if k in raw}
+    out: dict[str, Any] = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        params = rope_keys.get(key)
+        if mrope and isinstance(params, Mapping):
+            params = dict(params)
+            if "mrope_section" in params:
+                out["mrope_section"] = params.pop("mrope_section")
+            for type_key in ("rope_type", "type"):
+                if params.get(type_key) == "mrope":
+                    params[type_key] = "default"
+            rope_keys[key] = params
+    # The head dim is checked by the config itself; TextRope here only reads the RoPE dict.
+    view = {**rope_keys, "head_dim": 2}
+    try:
+        rope = TextRope.from_config_dict(view)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {str(e).removeprefix('config.json: ')}") from None
+    given = "rope_theta" in rope_keys or any(
+        isinstance(rope_keys.get(k), Mapping) and "rope_theta" in rope_keys[k] for k in ("rope_scaling", "rope_parameters"))
+    if given:  # else the config class's default (the reference's: Llama 1e4, Qwen2.5-VL 1e6)
+        out["rope_theta"] = rope.theta
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderLMConfig(ConfigBase):
+    """Settings of a decoder-only text encoder, shared by :class:`LlamaTextConfig` and
+    :class:`Qwen25VLTextConfig` (build one of those from a config.json; they know the keys).
+
+    Attributes:
+        model_type: ``"llama"`` or ``"qwen2_5_vl_text"``.
+        vocab_size: V, rows of ``embed_tokens``.
+        hidden_size: D.
+        intermediate_size: hidden width of the MLP.
+        num_hidden_layers: n, decoder layers.
+        num_attention_heads: N, query heads.
+        num_key_value_heads: N_kv (GQA; ``N % N_kv == 0``), None = N.
+        head_dim: K (Llama: ``head_dim`` or ``D // N``; Qwen2.5-VL: always ``D // N``).
+        hidden_act: MLP activation (``"silu"``).
+        rms_norm_eps: epsilon of every RMS norm.
+        rope_theta: RoPE base.
+        attention_bias: Llama: bias on q/k/v/o (Qwen2.5-VL: ignored, see :attr:`qkv_bias`).
+        mlp_bias: Llama: bias on the MLP projections.
+        mrope_section: Qwen2.5-VL: pairs of the head dim per M-RoPE stream (sum = K / 2).
+    """
+
+    model_type: str = "llama"
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    mrope_section: tuple[int, ...] | None = None
+
+    #: Source-key prefix of the language model -> prefixes of the other tensors such a
+    #: checkpoint holds that this module does not run (see :func:`decoder_lm_key_rules`).
+    LAYOUTS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    def __post_init__(self):
+        if self.num_key_value_heads is None:
+            object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
+        if self.head_dim is None and isinstance(self.hidden_size, int) and isinstance(self.num_attention_heads, int) \
+                and self.num_attention_heads > 0:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    def validate(self, source: str) -> None:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            _positive_int(source, name, getattr(self, name))
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"{source}: num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads} (grouped-query attention)."
+            )
+        if self.head_dim % 2:
+            raise ConfigError(f"{source}: head_dim={self.head_dim} must be even for RoPE.")
+        if self.hidden_act != "silu":
+            raise ConfigError(
+                f"{source}: hidden_act={self.hidden_act!r} is not implemented by vidax's decoder "
+                "text encoder; only 'silu' (SwiGLU) is."
+            )
+        if not isinstance(self.rms_norm_eps, (int, float)) or self.rms_norm_eps < 0:
+            raise ConfigError(f"{source}: rms_norm_eps={self.rms_norm_eps!r} must be a number >= 0.")
+        for name in ("attention_bias", "mlp_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{source}: {name}={getattr(self, name)!r} must be true or false.")
+
+    # Config-driven options of the one module.
+    @property
+    def qkv_bias(self) -> bool:
+        """Whether q/k/v projections have a bias."""
+        return self.attention_bias
+
+    @property
+    def o_bias(self) -> bool:
+        """Whether the attention output projection has a bias."""
+        return self.attention_bias
+
+    @property
+    def rope(self) -> TextRope:
+        """The 1-D RoPE of the text positions."""
+        return TextRope(head_dim=self.head_dim, theta=self.rope_theta)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaTextConfig(DecoderLMConfig):
+    """``transformers.LlamaConfig`` read from a ``LlamaModel`` / ``LlamaForCausalLM``
+    config.json, or the ``text_config`` of a ``LlavaForConditionalGeneration`` one (model_type
+    ``"llava"``: only its language model is described; the vision tower / projector settings are
+    the LLaVA image part's and are not read here).
+
+    Refuses RoPE scaling (``rope_scaling`` / ``rope_parameters`` of a type other than
+    ``"default"``), activations other than silu, and a ``text_config`` that is not Llama.
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = _META | {
+        # transformers 4 split the projections' matmuls into pretraining_tp slices and summed
+        # them (the same product up to summation order); transformers 5 no longer reads it.
+        "pretraining_tp",
+    }
+    LAYOUTS: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "": (),  # LlamaModel.save_pretrained
+        "model.": ("lm_head.",),  # LlamaForCausalLM
+        # LlavaForConditionalGeneration as transformers 5 writes it ...
+        "model.language_model.": ("model.vision_tower.", "model.multi_modal_projector.", "lm_head."),
+        # ... and as transformers 4 (< 4.52) wrote it (the released LLaVA checkpoints)
+        "language_model.model.": ("vision_tower.", "multi_modal_projector.", "language_model.lm_head."),
+    }
+
+    @classmethod
+    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json"):
+        raw = dict(config)
+        if raw.get("model_type") == "llava":
+            text = raw.get("text_config") or {}
+            if not isinstance(text, Mapping):
+                raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
+            raw = {"model_type": "llama", **text}
+            source = f"{source} (text_config)"
+        if raw.get("model_type", "llama") != "llama":
+            raise ConfigError(
+                f"{source}: model_type={raw.get('model_type')!r} is not a Llama language model; "
+                "vidax's LlamaTextConfig reads model_type 'llama' (or a 'llava' config's "
+                "text_config)."
+            )
+        raw.update(_pop_rope(raw, source))
+        raw.pop("model_type", None)
+        return super().from_config_dict(raw, source=source)
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen25VLTextConfig(DecoderLMConfig):
+    """``transformers.Qwen2_5_VLTextConfig``: the text tower of a
+    ``Qwen2_5_VLForConditionalGeneration`` config.json (its ``text_config``, or the top-level
+    keys of files written by transformers 4, which stored the text settings flat), or a
+    ``Qwen2_5_VLTextModel`` one.
+
+    The vision settings (``vision_config``, the image / video token ids) are not read: this module
+    runs text only. Refuses sliding-window attention, layer types other than full attention,
+    RoPE types other than ``"mrope"`` / ``"default"``, a ``head_dim`` other than D / N, and an
+    ``mrope_section`` whose sum is not K / 2.
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = _META | {
+        # used by the reference only when use_sliding_window is true (refused below)
+        "sliding_window", "max_window_layers",
+        # multimodal settings of the outer config: the vision tower is not run (text only)
+        "vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
+        "vision_end_token_id", "vision_token_id",
+    }
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"use_sliding_window": (False, None)}
+    LAYOUTS: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "": (),  # Qwen2_5_VLTextModel.save_pretrained
+        # Qwen2_5_VLForConditionalGeneration as transformers 5 writes it ...
+        "model.language_model.": ("model.visual.", "lm_head."),
+        # ... and as transformers 4 (< 4.52) wrote it (the released Qwen2.5-VL checkpoints)
+        "model.": ("visual.", "lm_head."),
+    }
+    # transformers' Qwen2_5_VLTextConfig defaults
+    model_type: str = "qwen2_5_vl_text"
+    vocab_size: int = 152064
+    hidden_size: int = 8192
+    intermediate_size: int = 29568
+    num_hidden_layers: int = 80
+    num_attention_heads: int = 64
+    num_key_value_heads: int | None = 8
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 1000000.0
+    # (the reference falls back to [16, 24, 24] when absent; text-only results do not depend on it)
+    mrope_section: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json"):
+        raw = dict(config)
+        if raw.get("model_type") == "qwen2_5_vl" and raw.get("text_config") is not None:
+            text = raw["text_config"]
+            if not isinstance(text, Mapping):
+                raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
+            outer = {k: v for k, v in raw.items() if k != "text_config"}
+            unknown = sorted(k for k in outer if not k.startswith("_") and k not in cls.IGNORED)
+            if unknown:
+                raise ConfigError(
+                    f"{source}: unknown top-level settings {unknown} beside text_config for "
+                    f"{cls.__name__}."
+                )
+            raw = dict(text)
+            source = f"{source} (text_config)"
+        if raw.get("model_type", "qwen2_5_vl_text") not in ("qwen2_5_vl", "qwen2_5_vl_text"):
+            raise ConfigError(
+                f"{source}: model_type={raw.get('model_type')!r} is not Qwen2.5-VL; "
+                "Qwen25VLTextConfig reads 'qwen2_5_vl' or 'qwen2_5_vl_text'."
+            )
+        raw.pop("model_type", None)
+        hidden, heads = raw.get("hidden_size", cls.hidden_size), raw.get("num_attention_heads", cls.num_attention_heads)
+        head_dim = raw.pop("head_dim", None)
+        if head_dim is not None and (not isinstance(hidden, int) or not isinstance(heads, int)
+                                     or head_dim != hidden // heads):
+            raise ConfigError(
+                f"{source}: head_dim={head_dim!r} differs from hidden_size // num_attention_heads "
+                f"= {hidden!r} // {heads!r}; Qwen2.5-VL's attention always uses the latter and its "
+                "RoPE the former, so such a file is inconsistent."
+            )
+        layer_types = raw.pop("layer_types", None)
+        if layer_types is not None and any(t != "full_attention" for t in layer_types):
+            raise ConfigError(
+                f"{source}: layer_types={layer_types!r}: only 'full_attention' layers are "
+                "implemented (no sliding-window attention)."
+            )
+        if "attention_bias" in raw or "mlp_bias" in raw:
+            raise ConfigError(
+                f"{source}: attention_bias / mlp_bias are not Qwen2.5-VL settings (its q/k/v "
+                "always have a bias, o_proj and the MLP never)."
+            )
+        raw.update(_pop_rope(raw, source, mrope=True))
+        return super().from_config_dict(raw, source=source)
+
+    def validate(self, source: str) -> None:
+        super().validate(source)
+        section = self.mrope_section
+        if section is not None and (
+            not all(isinstance(s, int) and s >= 0 for s in section) or sum(section) != self.head_dim // 2
+        ):
+            raise ConfigError(
+                f"{source}: mrope_section={section!r} must be non-negative ints summing to "
+                f"head_dim // 2 = {self.head_dim // 2}."
+            )
+
+    @property
+    def qkv_bias(self) -> bool:
+        return True
+
+    @property
+    def o_bias(self) -> bool:
+        return False
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+class DecoderAttention(nnx.Module):
+    """``LlamaAttention`` / ``Qwen2_5_VLAttention``: causal GQA self-attention with RoPE.
+
+    q ``(B, L, N, K)``, k / v ``(B, L, N_kv, K)`` (not repeated: the attention dispatch groups
+    the query heads), rotate-half RoPE on q and k in fp32, scale ``1 / sqrt(K)``.
+    """
+
+    def __init__(self, cfg: DecoderLMConfig, attention: str, *, dtype, param_dtype, rngs):
+        n, nkv, k, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        lin = partial(Linear, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_proj = lin(d, n * k, use_bias=cfg.qkv_bias)
+        self.k_proj = lin(d, nkv * k, use_bias=cfg.qkv_bias)
+        self.v_proj = lin(d, nkv * k, use_bias=cfg.qkv_bias)
+        self.o_proj = lin(n * k, d, use_bias=cfg.o_bias)
+        self.shape = (n, nkv, k)
+        self.attention = attention
+
+    def __call__(self, x, cos, sin, segment_ids):
+        """x (B, L, D) compute dtype, cos / sin (L, K/2) f32, segment_ids or None -> (B, L, D)."""
+        b, length, _ = x.shape
+        n, nkv, k = self.shape
+        q = apply_rope(self.q_proj(x).reshape(b, length, n, k), cos, sin, layout="rotate_half")
+        key = apply_rope(self.k_proj(x).reshape(b, length, nkv, k), cos, sin, layout="rotate_half")
+        v = self.v_proj(x).reshape(b, length, nkv, k)
+        out = dot_product_attention(q, key, v, causal=True, segment_ids=segment_ids,
+                                    implementation=self.attention)
+        return self.o_proj(out.reshape(b, length, n * k))
+
+
+class DecoderMLP(nnx.Module):
+    """``LlamaMLP`` / ``Qwen2MLP``: ``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
+
+    def __init__(self, cfg: DecoderLMConfig, *, dtype, param_dtype, rngs):
+        bias = cfg.mlp_bias
+        lin = partial(Linear, use_bias=bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.gate_proj = lin(cfg.hidden_size, cfg.intermediate_size)
+        self.up_proj = lin(cfg.hidden_size, cfg.intermediate_size)
+        self.down_proj = lin(cfg.intermediate_size, cfg.hidden_size)
+
+    def __call__(self, x):
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    """``LlamaDecoderLayer`` / ``Qwen2_5_VLDecoderLayer``: pre-norm attention and MLP, each with
+    a residual (the residual stream ``h`` is fp32)."""
+
+    def __init__(self, cfg: DecoderLMConfig, attention: str, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.self_attn = DecoderAttention(cfg, attention, **kw)
+        self.mlp = DecoderMLP(cfg, **kw)
+        # LlamaRMSNorm: fp32 statistics, cast to the input dtype, then times the weight (the
+        # same arithmetic as T5LayerNorm).
+        self.input_layernorm = T5LayerNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
+        self.post_attention_layernorm = T5LayerNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
+
+    def __call__(self, h, cos, sin, segment_ids):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, segment_ids).astype(h.dtype)
+        return h + self.mlp(self.post_attention_layernorm(h)).astype(h.dtype)
+
+
+class DecoderLM(nnx.Module):
+    """A decoder-only language model run as a text encoder: ``transformers.LlamaModel`` or
+    ``Qwen2_5_VLTextModel`` (the module docstring lists what differs and what stays fp32).
+
+    Parameters mirror the reference tree: ``embed_tokens/embedding`` (V, D), ``layers/...``
+    stacked on a leading axis of n (``self_attn/{q,k,v,o}_proj``, ``mlp/{gate,up,down}_proj``,
+    ``input_layernorm``, ``post_attention_layernorm``), ``norm/scale`` (D,).
+
+    Args:
+        config: a :class:`LlamaTextConfig` or :class:`Qwen25VLTextConfig`.
+        dtype: compute dtype, float32 or bfloat16.
+        param_dtype: dtype of freshly built parameters (the loader sets the stored dtype).
+        rngs: initialisers' keys (values are overwritten by the checkpoint).
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
+
+    Raises:
+        InputError: ``dtype`` is not float32 or bfloat16.
+    """
+
+    def __init__(self, config: DecoderLMConfig, *, dtype: Any = _F32, param_dtype: Any = None,
+                 rngs: nnx.Rngs | None = None, attention: str = "auto"):
+        dtype = compute_dtype(dtype, "decoder text encoder")
+        param_dtype = dtype if param_dtype is None else param_dtype
+        rngs = nnx.Rngs(0) if rngs is None else rngs
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, **kw)
+        self.layers = stacked(
+            lambda r: DecoderLayer(config, attention, dtype=dtype, param_dtype=param_dtype, rngs=r),
+            config.num_hidden_layers, rngs,
+        )
+        self.norm = T5LayerNorm(config.hidden_size, config.rms_norm_eps, **kw)
+        self.config = config
+        self.dtype = dtype
+
+    def embed(self, input_ids: jax.Array) -> jax.Array:
+        """``embed_tokens(input_ids)``: (B, L) int ids -> (B, L, D) in the compute dtype.
+
+        Raises:
+            InputError: ``input_ids`` is not a 2-D integer array.
+        """
+        ids = jnp.asarray(input_ids)
+        if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
+            raise InputError(
+                f"input_ids must be a (B, L) integer array; got shape {ids.shape}, dtype {ids.dtype}."
+            )
+        return jnp.take(self.embed_tokens.embedding[...], ids, axis=0).astype(self.dtype)
+
+    def _prepare(self, input_ids, attention_mask, inputs_embeds):
+        """-> (h0 (B, L, D) fp32, cos, sin, segment ids or None)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise InputError("pass exactly one of input_ids and inputs_embeds.")
+        if inputs_embeds is None:
+            h = self.embed(input_ids)
+        else:
+            h = jnp.asarray(inputs_embeds)
+            d = self.config.hidden_size
+            if h.ndim != 3 or h.shape[-1] != d or not jnp.issubdtype(h.dtype, jnp.floating):
+                raise InputError(
+                    f"inputs_embeds must be a (B, L, {d}) float array; got shape {h.shape}, dtype {h.dtype}."
+                )
+        b, length = h.shape[:2]
+        segments = None
+        if attention_mask is not None:
+            mask = jnp.asarray(attention_mask)
+            if mask.shape != (b, length):
+                raise InputError(
+                    f"attention_mask must have shape (B, L) = {(b, length)}; got {mask.shape}."
+                )
+            # Every query may attend every real key (and causality limits it to earlier ones).
+            segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
+        cos, sin = self.config.rope(jnp.arange(length, dtype=jnp.int32))
+        return h.astype(_F32), cos, sin, segments
+
+    def _run(self, h, cos, sin, segments, num_layers: int, collect: bool):
+        def body(layer, x):
+            return layer(x, cos, sin, segments)
+
+        return scan_layers(self.layers, h, body, num_layers=num_layers, collect=collect)
+
+    def __call__(self, input_ids: jax.Array | None = None, attention_mask: jax.Array | None = None, *,
+                 inputs_embeds: jax.Array | None = None, output_layer: int = -1) -> jax.Array:
+        """One entry of the reference's ``output_hidden_states=True`` tuple.
+
+        Args:
+            input_ids: (B, L) integer token ids in ``[0, vocab_size)``; or None with
+                ``inputs_embeds``.
+            attention_mask: (B, L), nonzero for real tokens, 0 for padding (right padding; see
+                the module docstring); None = no padding (causal only).
+            inputs_embeds: (B, L, D) float token embeddings instead of ``input_ids`` (e.g.
+                :meth:`embed` with image features scattered in, as LLaVA does).
+            output_layer: a static int indexing the ``num_hidden_layers + 1`` hidden states: 0 is
+                the embeddings, ``i`` the output of layer ``i``, ``n`` (= ``-1``, the default)
+                ``last_hidden_state`` (after the final norm); negative values count from the
+                end, so HunyuanVideo's ``hidden_states[-(2 + 1)]`` is ``output_layer=-3``. Only
+                the layers up to that one run.
+
+        Returns:
+            (B, L, D) in the compute dtype.
+
+        Raises:
+            InputError: malformed inputs, both or neither of ``input_ids`` / ``inputs_embeds``,
+                ``output_layer`` out of range.
+        """
+        n = self.config.num_hidden_layers
+        if not isinstance(output_layer, int) or isinstance(output_layer, bool) or not -(n + 1) <= output_layer <= n:
+            raise InputError(
+                f"output_layer={output_layer!r} must be an int in [{-(n + 1)}, {n}] (an index "
+                f"into the {n + 1} hidden states: embeddings, then {n} layers, the last normed)."
+            )
+        index = output_layer % (n + 1)
+        h, cos, sin, segments = self._prepare(input_ids, attention_mask, inputs_embeds)
+        h = self._run(h, cos, sin, segments, index, collect=False)
+        if index == n:
+            return self.norm(h).astype(self.dtype)
+        return h.astype(self.dtype)
+
+    def all_hidden_states(self, input_ids: jax.Array | None = None, attention_mask: jax.Array | None = None,
+                          *, inputs_embeds: jax.Array | None = None) -> jax.Array:
+        """All of the reference's ``output_hidden_states=True`` tuple, stacked.
+
+        Args: as :meth:`__call__` (without ``output_layer``).
+
+        Returns:
+            (n + 1, B, L, D) in the compute dtype, n = ``num_hidden_layers``: entry ``i`` is the
+            reference's ``hidden_states[i]`` (0 the embeddings, ``n`` after the final norm).
+            Cosmos-Predict2.5 normalises and concatenates entries 1..n.
+
+        Raises:
+            InputError: malformed inputs.
+        """
+        h, cos, sin, segments = self._prepare(input_ids, attention_mask, inputs_embeds)
+        n = self.config.num_hidden_layers
+        last, states = self._run(h, cos, sin, segments, n, collect=True)
+        return jnp.concatenate(
+            [h[None].astype(self.dtype), states[:-1].astype(self.dtype), self.norm(last)[None].astype(self.dtype)]
+        )
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def decoder_lm_key_rules(config: DecoderLMConfig, keys: Any) -> KeyRules:
+    """Key mapping of a checkpoint holding the language model described by ``config``.
+
+    The language model's keys are ``<prefix>embed_tokens.weight``, ``<prefix>layers.{i}....``
+    (stacked) and ``<prefix>norm.weight``; ``<prefix>`` is found from the
+    ``embed_tokens.weight`` key among ``keys`` and must be one of ``config.LAYOUTS``, which also
+    names the other parts such a checkpoint holds that this module does not run (vision tower,
+    projector, LM head): those are declared unused and never read.
+
+    Raises:
+        CheckpointError: no ``embed_tokens.weight`` key under a known prefix.
+    """
+    keys = set(keys)
+    layouts = type(config).LAYOUTS
+    found = [p for p in sorted(layouts, key=len, reverse=True) if f"{p}embed_tokens.weight" in keys]
+    if not found:
+        seen = sorted(k for k in keys if k.endswith("embed_tokens.weight"))[:4]
+        raise CheckpointError(
+            f"no language-model embedding among the checkpoint's tensors: expected one of "
+            f"{[p + 'embed_tokens.weight' for p in layouts]}, found {seen or 'none'}."
+        )
+    prefix = found[0]
+    return KeyRules(stacked=("layers",), prefix=prefix, unused=layouts[prefix])
+
+
+def decoder_lm_dtype_policy(dtype: Any = _F32) -> DtypePolicy:
+    """Storage dtypes: every parameter in ``dtype`` (float32 or bfloat16), as transformers
+    stores these models (no ``_keep_in_fp32_modules``).
+
+    Raises:
+        InputError: ``dtype`` is not float32 or bfloat16.
+    """
+    return DtypePolicy(param_dtype=compute_dtype(dtype, "decoder text encoder"), keep_fp32=())
+
+
+def _load(config_cls: type[DecoderLMConfig], what: str, path, dtype, placement, mesh, attention) -> DecoderLM:
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ directory.")
+    dtype = compute_dtype(dtype, what)
+    config_path = os.path.join(path, "config.json")
+    config = config_cls.from_config_dict(read_json_object(config_path), source=config_path)
+    reader = CheckpointReader(path)
+    return load_module(
+        lambda: DecoderLM(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), attention=attention),
+        reader,
+        decoder_lm_key_rules(config, reader.keys()),
+        decoder_lm_dtype_policy(dtype),
+        placement=placement or logical_placement(mesh, DECODER_LM_PARAM_AXES),
+        what=f"text_encoder ({what})",
+    )
+
+
+_LOADER_DOC = """Build the {what} of a ``text_encoder/`` folder and load its weights.
+
+    Args:
+        path: folder with ``config.json`` and ``model.safetensors`` (or shards + index).
+        dtype: compute and storage dtype, ``jnp.float32`` or ``jnp.bfloat16``.
+        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
+            or with ``mesh`` the tensor-parallel layout of :data:`DECODER_LM_PARAM_AXES`.
+        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
+        attention: attention implementation (:func:`vidax.nn.attention.dot_product_attention`).
+
+    Returns:
+        The :class:`DecoderLM`, parameters placed.
+
+    Raises:
+        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
+        ConfigError: ``config.json`` is missing or asks for something not implemented.
+        CheckpointError: tensors missing, unexpected, or of the wrong shape (checked before any
+            tensor is read); {unused}
+    """
+
+
+def load_llama_text_encoder(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
+                            mesh: jax.sharding.Mesh | None = None, attention: str = "auto") -> DecoderLM:
+    return _load(LlamaTextConfig, "Llama", path, dtype, placement, mesh, attention)
+
+
+def load_qwen25vl_text_encoder(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
+                               mesh: jax.sharding.Mesh | None = None, attention: str = "auto") -> DecoderLM:
+    return _load(Qwen25VLTextConfig, "Qwen2.5-VL text", path, dtype, placement, mesh, attention)
+
+
+load_llama_text_encoder.__doc__ = _LOADER_DOC.format(
+    what="Llama language model (``LlamaModel``, ``LlamaForCausalLM`` or the ``language_model`` of a "
+         "``LlavaForConditionalGeneration``)",
+    unused="the LM head and a LLaVA checkpoint's vision tower and projector are not read.")
+load_qwen25vl_text_encoder.__doc__ = _LOADER_DOC.format(
+    what="Qwen2.5-VL text tower (of a ``Qwen2_5_VLForConditionalGeneration`` or "
+         "``Qwen2_5_VLTextModel`` checkpoint)",
+    unused="the vision tower (``visual``) and the LM head are not read.")
+
+
+@functools.lru_cache(maxsize=None)
+def _hidden_fn(graphdef, output_layer: int | None, masked: bool):
+    """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure; parameters are an
+    argument (no closure holds them), so pipelines of one structure share the compiled function."""
+
+    @jax.jit
+    def run(params, ids, mask):
+        model = nnx.merge(graphdef, params)
+        mask = mask if masked else None
+        if output_layer is None:
+            return model.all_hidden_states(ids, mask)
+        return model(ids, mask, output_layer=output_layer)
+
+    return run
+
+
+def encode_hidden_states(encoder: DecoderLM, input_ids: Any, attention_mask: Any = None, *,
+                         output_layer: int | None = -1) -> jax.Array:
+    """Jitted :meth:`DecoderLM.__call__` (``output_layer`` an int: (B, L, D)) or
+    :meth:`DecoderLM.all_hidden_states` (``output_layer=None``: (n + 1, B, L, D)) of token ids
+    (B, L) and an optional mask (B, L), in the encoder's dtype."""
+    ids = jnp.asarray(input_ids)
+    fn = _hidden_fn(nnx.graphdef(encoder), output_layer, attention_mask is not None)
+    mask = jnp.zeros((), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
+    return fn(nnx.state(encoder), ids, mask)
