@@ -51,6 +51,8 @@ TINY = {
         rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
     "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
                                        cross_attention_dim=28, num_layers=2, caption_channels=20),
+    "AutoencoderKLHunyuanVideo": dict(block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1,
+                                      norm_num_groups=2),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

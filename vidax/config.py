@@ -82,6 +82,43 @@ class ConfigBase:
         return dataclasses.asdict(self)
 
 
+def check_positive_ints(source: str, config: Any, names: tuple[str, ...]) -> None:
+    """Raise ConfigError naming the first of ``names`` whose value on ``config`` is not a
+    positive integer (booleans refused)."""
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
+
+
+def check_vae_blocks(source: str, block_out_channels: Any, norm_num_groups: int,
+                     block_types: Mapping[str, tuple[Any, str]]) -> None:
+    """The checks a diffusers VAE config's block lists share: ``block_out_channels`` a non-empty
+    list of positive integers each divisible by ``norm_num_groups``, and each entry of
+    ``block_types`` (``key -> (value, the one type implemented)``) that type once per block.
+
+    Raises:
+        ConfigError: naming the key and its value.
+    """
+    boc = block_out_channels
+    if not isinstance(boc, tuple) or not boc:
+        raise ConfigError(f"{source}: block_out_channels={boc!r} must be a non-empty list")
+    for c in boc:
+        if not isinstance(c, int) or isinstance(c, bool) or c < 1:
+            raise ConfigError(f"{source}: block_out_channels entry={c!r} must be a positive integer")
+        if c % norm_num_groups:
+            raise ConfigError(
+                f"{source}: block_out_channels={list(boc)} has {c} channels, not divisible "
+                f"by norm_num_groups={norm_num_groups}"
+            )
+    for name, (value, want) in block_types.items():
+        if not isinstance(value, tuple) or len(value) != len(boc) or set(value) != {want}:
+            raise ConfigError(
+                f"{source}: {name}={value!r} must list {want!r} once per block "
+                f"({len(boc)} blocks, from block_out_channels)"
+            )
+
+
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
                type(None): "null"}
 

@@ -35,6 +35,7 @@ from vidax.models.cogvideox import vae as cvx_vae  # noqa: E402
 from vidax.models.cogvideox.config import CogVideoXVAEConfig  # noqa: E402
 from vidax.models.cogvideox.convert import load_vae  # noqa: E402
 from vidax.models.cogvideox.vae import CogVideoXTiling, temporal_chunks  # noqa: E402
+from vidax.nn import tiling as tiling_mod  # noqa: E402
 
 FP32_TOL = 1e-5
 # bf16 weights and activations (8-bit mantissa, rel. rounding 2^-9 ~ 2e-3 per op) through ~30
@@ -218,7 +219,7 @@ def test_tiled_decode_blends_from_neighbours_as_blended_in_place(tile_model, big
     the corner where four tiles meet depends on it; blending from pristine copies differs."""
     _, _, vae = tile_model
     z, _, want = big_reference
-    original = cvx_vae._blend
+    original = tiling_mod.blend
     pristine = {}
 
     def blend_from_copy(a, b, extent, axis):
@@ -226,11 +227,11 @@ def test_tiled_decode_blends_from_neighbours_as_blended_in_place(tile_model, big
         pristine.setdefault(id(b), b.copy())
         original(pristine.get(id(a), a), b, extent, axis)
 
-    cvx_vae._blend = blend_from_copy
+    tiling_mod.blend = blend_from_copy
     try:
         other = vae.decode(z, tiled=True)
     finally:
-        cvx_vae._blend = original
+        tiling_mod.blend = original
     assert max_rel_err(other, want) > 1e-2
 
 

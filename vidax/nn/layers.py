@@ -1,17 +1,17 @@
-"""Layers and functions shared by the model families' transformers.
+"""Layers and functions shared by the model families' transformers and VAEs.
 
 Each follows a diffusers / torch building block exactly (named in its docstring): the fp32
-LayerNorm and RMSNorm, the GELU feed-forward network, ``(p_t, p_h, p_w)`` patchify of
-channels-last video and its inverses (both feature orders), the Conv3d patch embedding, the
-sinusoidal timestep embedding with its MLP and the PixArt-alpha text projection. Statistics and
-the timestep embedding
+LayerNorm, RMSNorm and GroupNorm, channels-last 2D / 3D convolutions, the GELU feed-forward
+network, ``(p_t, p_h, p_w)`` patchify of channels-last video and its inverses (both feature
+orders), the Conv3d patch embedding, the sinusoidal timestep embedding with its MLP and the
+PixArt-alpha text projection. Statistics and the timestep embedding
 are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,72 @@ class RMSNorm(nnx.Module):
         x32 = x.astype(_F32)
         y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + self.eps)
         return (y * self.scale[...].astype(_F32)).astype(x.dtype)
+
+
+class GroupNorm(nnx.Module):
+    """torch ``nn.GroupNorm`` on ``(B, ..., C)``: statistics per sample and group over all other
+    axes (time included), in float32; ``scale`` / ``bias`` ``(C,)``; returns the input dtype."""
+
+    def __init__(self, num_channels: int, num_groups: int, eps: float):
+        self.num_groups = num_groups
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((num_channels,), _F32))
+        self.bias = nnx.Param(jnp.zeros((num_channels,), _F32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c = x.shape[-1]
+        xf = x.astype(_F32).reshape(x.shape[0], -1, self.num_groups, c // self.num_groups)
+        mean = jnp.mean(xf, axis=(1, 3), keepdims=True)
+        var = jnp.mean(jnp.square(xf - mean), axis=(1, 3), keepdims=True)
+        y = ((xf - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
+        y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
+        return y.astype(x.dtype)
+
+
+_DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
+
+
+class Conv(nnx.Module):
+    """torch ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit zero padding.
+
+    Args:
+        in_channels, out_channels: ``C_in`` / ``C_out``.
+        kernel_size: ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
+        stride: per spatial axis (default 1).
+        padding: ``(low, high)`` zero padding per spatial axis (default none).
+        dtype: compute dtype; param_dtype: storage dtype of kernel and bias ``(C_out,)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Sequence[int], *,
+                 stride: Sequence[int] | None = None,
+                 padding: Sequence[tuple[int, int]] | None = None,
+                 dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
+        n = len(kernel_size)
+        self.stride = tuple(stride) if stride is not None else (1,) * n
+        self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
+        self.dtype = dtype
+        self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
+            p == (0, 0) for p in self.padding
+        )
+        shape = (*kernel_size, in_channels, out_channels)
+        self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
+        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x (N, [T,] H, W, C_in)`` -> ``(N, [T',] H', W', C_out)`` in the compute dtype."""
+        x = x.astype(self.dtype)
+        kernel = self.kernel[...].astype(self.dtype)
+        if self.pointwise:
+            # A 1x1(x1) conv is a matmul over channels; XLA compiles a dot much faster.
+            y = jnp.einsum("...i,io->...o", x, kernel.reshape(kernel.shape[-2:]))
+            return y + self.bias[...].astype(self.dtype)
+        if any(p != (0, 0) for p in self.padding):
+            x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
+        y = jax.lax.conv_general_dilated(
+            x, kernel, self.stride, "VALID",
+            dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
+        )  # fmt: skip
+        return y + self.bias[...].astype(self.dtype)
 
 
 def xla_cpu_upcasts(dtype: Any) -> bool:

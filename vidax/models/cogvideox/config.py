@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase
+from vidax.config import ConfigBase, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.pipelines.common import TASK_NAMES
@@ -257,31 +257,12 @@ class CogVideoXVAEConfig(ConfigBase):
         return 2 ** sum(self.compress_time)
 
     def validate(self, source: str) -> None:
-        def positive_int(name: str, value: Any) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
-
-        for name in ("in_channels", "out_channels", "latent_channels", "layers_per_block",
-                     "norm_num_groups", "sample_height", "sample_width"):  # fmt: skip
-            positive_int(name, getattr(self, name))
-        boc = self.block_out_channels
-        if not isinstance(boc, tuple) or not boc:
-            raise ConfigError(f"{source}: block_out_channels={boc!r} must be a non-empty list")
-        for c in boc:
-            positive_int("block_out_channels entry", c)
-            if c % self.norm_num_groups:
-                raise ConfigError(
-                    f"{source}: block_out_channels={list(boc)} has {c} channels, not divisible "
-                    f"by norm_num_groups={self.norm_num_groups}"
-                )
-        for name, want in (("down_block_types", "CogVideoXDownBlock3D"),
-                           ("up_block_types", "CogVideoXUpBlock3D")):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or len(value) != len(boc) or set(value) != {want}:
-                raise ConfigError(
-                    f"{source}: {name}={value!r} must list {want!r} once per block "
-                    f"({len(boc)} blocks, from block_out_channels)"
-                )
+        check_positive_ints(source, self, ("in_channels", "out_channels", "latent_channels", "layers_per_block",
+                                           "norm_num_groups", "sample_height", "sample_width"))
+        check_vae_blocks(source, self.block_out_channels, self.norm_num_groups, {
+            "down_block_types": (self.down_block_types, "CogVideoXDownBlock3D"),
+            "up_block_types": (self.up_block_types, "CogVideoXUpBlock3D"),
+        })
         ratio = self.temporal_compression_ratio
         if (
             isinstance(ratio, bool)

@@ -66,7 +66,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -76,6 +76,8 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
+from vidax.nn.layers import Conv, GroupNorm
+from vidax.nn.tiling import tiled as _tiled
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
 """Video frames per encoder chunk (the reference's ``num_sample_frames_batch_size``)."""
@@ -184,52 +186,6 @@ class CogVideoXTiling:
 # Layers
 # --------------------------------------------------------------------------------------------
 
-_DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
-
-
-class Conv(nnx.Module):
-    """torch ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit zero padding.
-
-    Args:
-        in_channels, out_channels: ``C_in`` / ``C_out``.
-        kernel_size: ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
-        stride: per spatial axis (default 1).
-        padding: ``(low, high)`` zero padding per spatial axis (default none).
-        dtype: compute dtype; param_dtype: storage dtype of kernel and bias ``(C_out,)``.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Sequence[int], *,
-                 stride: Sequence[int] | None = None,
-                 padding: Sequence[tuple[int, int]] | None = None,
-                 dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
-        n = len(kernel_size)
-        self.stride = tuple(stride) if stride is not None else (1,) * n
-        self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
-        self.dtype = dtype
-        self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
-            p == (0, 0) for p in self.padding
-        )
-        shape = (*kernel_size, in_channels, out_channels)
-        self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
-        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """``x (N, [T,] H, W, C_in)`` -> ``(N, [T',] H', W', C_out)`` in the compute dtype."""
-        x = x.astype(self.dtype)
-        kernel = self.kernel[...].astype(self.dtype)
-        if self.pointwise:
-            # A 1x1(x1) conv is a matmul over channels; XLA compiles a dot much faster.
-            y = jnp.einsum("...i,io->...o", x, kernel.reshape(kernel.shape[-2:]))
-            return y + self.bias[...].astype(self.dtype)
-        if any(p != (0, 0) for p in self.padding):
-            x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
-        y = jax.lax.conv_general_dilated(
-            x, kernel, self.stride, "VALID",
-            dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
-        )  # fmt: skip
-        return y + self.bias[...].astype(self.dtype)
-
-
 class _ConvCache:
     """One chunk's view of the functional conv cache: read in call order, collect new entries.
 
@@ -287,26 +243,6 @@ class CogVideoXCausalConv3d(nnx.Module):
             x = jnp.concatenate([prev, x], axis=1)
             cache.put(x[:, -self.time_pad :])
         return self.conv(x)
-
-
-class GroupNorm(nnx.Module):
-    """torch ``nn.GroupNorm`` on ``(B, ..., C)``: statistics per sample and group over all other
-    axes (time included), in float32; ``scale`` / ``bias`` ``(C,)``; returns the input dtype."""
-
-    def __init__(self, num_channels: int, num_groups: int, eps: float):
-        self.num_groups = num_groups
-        self.eps = eps
-        self.scale = nnx.Param(jnp.ones((num_channels,), _F32))
-        self.bias = nnx.Param(jnp.zeros((num_channels,), _F32))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        c = x.shape[-1]
-        xf = x.astype(_F32).reshape(x.shape[0], -1, self.num_groups, c // self.num_groups)
-        mean = jnp.mean(xf, axis=(1, 3), keepdims=True)
-        var = jnp.mean(jnp.square(xf - mean), axis=(1, 3), keepdims=True)
-        y = ((xf - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
-        y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
-        return y.astype(x.dtype)
 
 
 def _nearest_index(out_size: int, in_size: int) -> np.ndarray | None:
@@ -793,44 +729,6 @@ def temporal_chunks(num_frames: int, batch: int) -> list[tuple[int, int]]:
         (batch * i + (0 if i == 0 else rem), min(batch * (i + 1) + rem, num_frames))
         for i in range(n)
     ]
-
-
-def _tiled(run: Callable[[Any], np.ndarray], x, tile, step, blend, limit) -> np.ndarray:
-    """The reference's tiled loop: ``run`` each overlapping tile of ``x (B, T, H, W, C)``, blend
-    in raster order in place (neighbours as already blended), crop, concatenate. Host float32."""
-    height, width = x.shape[2:4]
-    rows = [
-        [run(x[:, :, i : i + tile[0], j : j + tile[1]]) for j in range(0, width, step[1])]
-        for i in range(0, height, step[0])
-    ]
-    out_rows = []
-    for i, row in enumerate(rows):
-        kept = []
-        for j, t in enumerate(row):
-            if i > 0:
-                _blend(rows[i - 1][j], t, blend[0], axis=2)
-            if j > 0:
-                _blend(row[j - 1], t, blend[1], axis=3)
-            kept.append(t[:, :, : limit[0], : limit[1]])
-        out_rows.append(np.concatenate(kept, axis=3))
-    return np.concatenate(out_rows, axis=2)
-
-
-def _blend(a: np.ndarray, b: np.ndarray, extent: int, axis: int) -> None:
-    """``blend_v`` (axis 2) / ``blend_h`` (axis 3): ramp ``b``'s first rows from ``a``'s last, in
-    place: ``b[y] = a[-e + y] (1 - y / e) + b[y] y / e`` for ``y < e = min(extent, sizes)``."""
-    e = min(a.shape[axis], b.shape[axis], extent)
-    if e <= 0:
-        return
-    shape = [1] * b.ndim
-    shape[axis] = e
-    ramp = (np.arange(e) / e).reshape(shape)
-    tail = np.take(a, np.arange(a.shape[axis] - e, a.shape[axis]), axis=axis)
-    head = np.take(b, np.arange(e), axis=axis)
-    mixed = tail * (1 - ramp).astype(np.float32) + head * ramp.astype(np.float32)
-    index = [slice(None)] * b.ndim
-    index[axis] = slice(0, e)
-    b[tuple(index)] = mixed
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))

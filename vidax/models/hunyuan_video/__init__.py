@@ -1,8 +1,8 @@
 """HunyuanVideo 1.0 (Tencent; ``hunyuanvideo-community/HunyuanVideo``, ``-I2V``, ``-I2V-33ch``).
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, ``transformer.py``,
-``rope.py`` (model code only), ``convert.py`` (key rules, parameter axes, precision policies and
-loaders). No pipeline is registered yet.
+``rope.py``, ``vae.py`` (model code only), ``convert.py`` (key rules, parameter axes, precision
+policies and loaders).
 """
 
 from vidax.registry import ComponentSpec, Family
@@ -23,5 +23,12 @@ FAMILY = Family(
                                    "attention_head_dim", "in_channels", "out_channels", "patch_size",
                                    "patch_size_t", "text_embed_dim", "guidance_embeds", "image_condition_type"),
                       block_stacks=("transformer_blocks", "single_transformer_blocks")),
+        ComponentSpec("AutoencoderKLHunyuanVideo", "vae", loader=f"{_PKG}.convert:load_vae",
+                      options=("dtype", "placement", "config"),
+                      config=f"{_PKG}.config:HunyuanVideoVAEConfig",
+                      model=f"{_PKG}.vae:HunyuanVideoVAE",
+                      key_configs=("latent_channels", "block_out_channels", "layers_per_block",
+                                   "spatial_compression_ratio", "temporal_compression_ratio",
+                                   "scaling_factor")),
     ),
 )
