@@ -62,15 +62,31 @@ def test_t2v_embedded_guidance_matches_diffusers(t2v):
     assert got.frames.shape == want.shape and value >= MIN_PSNR
 
 
-def test_t2v_true_cfg_portrait_matches_diffusers(t2v):
-    """Portrait size, true CFG (negative prompt batched with the prompt) and embedded guidance."""
-    path, ref, pipe = t2v
-    lat = _latents(48, 32, seed=1)
-    kw = dict(prompt=PROMPT, negative_prompt=NEGATIVE, true_cfg_scale=3.0, guidance_scale=2.0)
+#: The portrait true-CFG call (also what the CLI test runs).
+CFG_CALL = dict(prompt=PROMPT, negative_prompt=NEGATIVE, true_cfg_scale=3.0, guidance_scale=2.0, height=48, width=32)
+CFG_SEED = 3
+
+
+@pytest.fixture(scope="module")
+def true_cfg_run(t2v):
+    """The reference's and vidax's video of :data:`CFG_CALL` from the noise of ``seed=3``."""
+    import jax
+
+    _, ref, pipe = t2v
+    lat = np.array(jax.random.normal(jax.random.PRNGKey(CFG_SEED), (1, 4, 3, 6, 4)))  # as the pipeline draws it
+    kw = {k: v for k, v in CFG_CALL.items() if k not in ("height", "width")}
     want = _reference(ref, lat, 48, 32, **kw)
-    assert psnr(_reference(ref, lat, 48, 32, prompt=PROMPT, guidance_scale=2.0), want) < 40  # CFG changes it
-    got = pipe(latents=lat, height=48, width=32, progress=False, **CALL, **kw)
-    value = psnr(got.frames, want)
+    no_cfg = _reference(ref, lat, 48, 32, prompt=PROMPT, guidance_scale=2.0)
+    got = pipe(seed=CFG_SEED, progress=False, **CALL, **CFG_CALL).frames
+    return want, no_cfg, got
+
+
+def test_t2v_true_cfg_portrait_matches_diffusers(t2v, true_cfg_run):
+    """Portrait size, true CFG (negative prompt batched with the prompt) and embedded guidance."""
+    _, _, pipe = t2v
+    want, no_cfg, got = true_cfg_run
+    assert psnr(no_cfg, want) < 40  # CFG changes the reference's video
+    value = psnr(got, want)
     print(f"T2V true CFG PSNR {value:.1f} dB")
     assert value >= MIN_PSNR
     # true CFG needs true_cfg_scale > 1 and a negative prompt that is not None (the reference's rule)
@@ -97,10 +113,9 @@ def test_t2v_batch_of_prompts_of_different_lengths(t2v):
 def test_t2v_custom_sigmas_match_diffusers(t2v):
     path, ref, pipe = t2v
     lat = _latents(32, 48, seed=3)
-    sigmas = [1.0, 0.6, 0.25]
+    sigmas = [1.0, 0.4]  # two steps: the compiled step of the first test is reused
     want = _reference(ref, lat, 32, 48, prompt=PROMPT, sigmas=sigmas)
-    got = pipe(prompt=PROMPT, latents=lat, height=32, width=48, sigmas=sigmas, progress=False,
-               **{**CALL, "num_inference_steps": 3})
+    got = pipe(prompt=PROMPT, latents=lat, height=32, width=48, sigmas=sigmas, progress=False, **CALL)
     assert psnr(got.frames, want) >= MIN_PSNR
 
 
@@ -153,3 +168,29 @@ def test_i2v_matches_diffusers(kind, tmp_path_factory, image):
         pipe(prompt=PROMPT, height=h, width=w, progress=False, **CALL)
     with pytest.raises(InputError, match="prompt contains '<image>'"):
         pipe(image=image, prompt="a <image> cat", height=h, width=w, progress=False, **CALL)
+
+
+def test_cli_generate_and_inspect(t2v, true_cfg_run, tmp_path):
+    """``vidax generate`` with --true-cfg-scale (passed as a call keyword), both block stacks
+    streamed and the text encoders staged; the saved video equals the Python call's;
+    ``vidax inspect`` lists the pipeline and its components."""
+    import subprocess
+    import sys
+
+    path = t2v[0]
+    out = tmp_path / "video.npy"
+    args = ["--checkpoint", path, "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--true-cfg-scale", "3.0",
+            "--guidance-scale", "2.0", "--height", "48", "--width", "32", "--num-frames", "9",
+            "--num-inference-steps", "2", "--max-sequence-length", "24", "--seed", str(CFG_SEED),
+            "--offload-blocks", "1", "--offload-text-encoder", "--no-progress", "--verbose", "-o", str(out)]
+    r = subprocess.run([sys.executable, "-m", "vidax", "generate", *args], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "transformer.transformer_blocks" in r.stderr and "single_transformer_blocks" in r.stderr  # both streamed
+    assert "staging: text_encoder, text_encoder_2" in r.stderr
+    video = np.load(out)
+    got = true_cfg_run[2][0]
+    assert video.shape == got.shape and psnr(video, got) >= 100  # float32 summation order only
+    r = subprocess.run([sys.executable, "-m", "vidax", "inspect", path], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "pipeline: HunyuanVideoPipeline" in r.stdout and "LlamaModel" in r.stdout and "CLIPTextModel" in r.stdout
