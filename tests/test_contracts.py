@@ -35,6 +35,12 @@ TINY = {
                           num_attention_heads=3, max_position_embeddings=16),
     "LlamaModel": dict(vocab_size=97, hidden_size=36, intermediate_size=52, num_hidden_layers=3,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, model_type="llama"),
+    "LlavaForConditionalGeneration": dict(
+        model_type="llava", image_token_index=5, pad_token_id=6,
+        text_config=dict(model_type="llama", vocab_size=40, hidden_size=24, intermediate_size=30, num_hidden_layers=2,
+                         num_attention_heads=3, num_key_value_heads=1, head_dim=8),
+        vision_config=dict(model_type="clip_vision_model", hidden_size=12, intermediate_size=20, num_hidden_layers=2,
+                           num_attention_heads=2, image_size=28, patch_size=14)),
     "Qwen2_5_VLForConditionalGeneration": dict(
         model_type="qwen2_5_vl", vision_config={"depth": 1}, text_config=dict(
             vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,

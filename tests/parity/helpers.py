@@ -119,3 +119,22 @@ def source_key_shapes(abstract: dict, rules) -> dict[str, tuple[int, ...]]:
             shape = shape[::-1]  # linear (I, O) -> torch (O, I)
         out.update({k: shape for k in keys})
     return out
+
+
+def build_clip_tokenizer(path: str):
+    """A byte-level BPE CLIPTokenizer (every byte, with and without ``</w>``, a few merges;
+    ``<|endoftext|>`` last, so the legacy eos pooling finds it as the largest id)."""
+    import tokenizers
+    import transformers
+
+    alphabet = sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    vocab.update({c + "</w>": len(alphabet) + i for i, c in enumerate(alphabet)})
+    merges = [("t", "h"), ("th", "e</w>"), ("c", "a"), ("ca", "t</w>"), ("s", "k"), ("sk", "y</w>")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    vocab["<|startoftext|>"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    tok = transformers.CLIPTokenizer(vocab=vocab, merges=merges)
+    tok.save_pretrained(path)
+    return tok

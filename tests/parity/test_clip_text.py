@@ -25,7 +25,7 @@ transformers = pytest.importorskip("transformers")
 from flax import nnx  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from tests.parity.helpers import max_rel_err, randomize_torch_module  # noqa: E402
+from tests.parity.helpers import build_clip_tokenizer, max_rel_err, randomize_torch_module  # noqa: E402
 from vidax.encoders.clip import CLIPTextConfig, encode_clip_text, load_clip_text  # noqa: E402
 from vidax.encoders.tokenizer import TextTokenizer, Tokens  # noqa: E402
 from vidax.errors import CheckpointError, ConfigError, InputError  # noqa: E402
@@ -213,19 +213,8 @@ def test_config_and_inputs(saved, loaded):
 def clip_tokenizer(tmp_path_factory):
     """A byte-level BPE CLIPTokenizer (every byte, with and without ``</w>``, a few merges,
     <|startoftext|> / <|endoftext|> last as in CLIP) saved by transformers."""
-    import tokenizers
-
-    alphabet = sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet())
-    vocab = {c: i for i, c in enumerate(alphabet)}
-    vocab.update({c + "</w>": len(alphabet) + i for i, c in enumerate(alphabet)})
-    merges = [("t", "h"), ("th", "e</w>"), ("c", "a"), ("ca", "t</w>"), ("s", "k"), ("sk", "y</w>")]
-    for a, b in merges:
-        vocab[a + b] = len(vocab)
-    vocab["<|startoftext|>"] = len(vocab)
-    vocab["<|endoftext|>"] = len(vocab)
-    tok = transformers.CLIPTokenizer(vocab=vocab, merges=merges)
     path = tmp_path_factory.mktemp("clip_tokenizer")
-    tok.save_pretrained(path)
+    tok = build_clip_tokenizer(path)
     return tok, path
 
 

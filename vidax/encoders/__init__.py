@@ -26,16 +26,24 @@ FAMILY = Family(
                       key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
                                    "max_position_embeddings", "eos_token_id")),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
-        # Decoder-only LMs run as text encoders (hidden states, no LM head). A LLaVA checkpoint's
-        # language model loads with load_llama_text_encoder too, but LlavaForConditionalGeneration
-        # is not registered here: its image part is not in this module.
+        # Decoder-only LMs run as text encoders (hidden states, no LM head).
         ComponentSpec("LlamaModel", "text_encoder", loader=_LM + "load_llama_text_encoder",
                       options=("dtype", "mesh", "placement"), config=_LM + "LlamaTextConfig",
                       model=_LM + "DecoderLM", param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        # The whole LLaVA (HunyuanVideo-I2V's text_encoder): its Llama language model and its
+        # vision tower + projector, both from the one folder.
+        ComponentSpec("LlavaForConditionalGeneration", "text_encoder",
+                      loader="vidax.encoders.llava:load_llava_text_encoder", options=("dtype", "mesh", "placement"),
+                      config="vidax.encoders.llava:LlavaTextEncoderConfig",
+                      model="vidax.encoders.llava:LlavaTextEncoder",
+                      param_axes="vidax.encoders.llava:LLAVA_TEXT_PARAM_AXES",
+                      key_configs=("image_token_index", "vision_feature_layer", "vision_feature_select_strategy")),
         # Its text tower only (the vision tower's tensors are declared unused by the key rules).
         ComponentSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder",
                       loader=_LM + "load_qwen25vl_text_encoder", options=("dtype", "mesh", "placement"),
                       config=_LM + "Qwen25VLTextConfig", model=_LM + "DecoderLM",
                       param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
-    ) + tuple(ComponentSpec(name, "tokenizer") for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast")),
+    ) + tuple(ComponentSpec(name, "tokenizer")
+              for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast",
+                           "LlamaTokenizerFast")),
 )

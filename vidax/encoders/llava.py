@@ -301,3 +301,154 @@ def llava_image_features(encoder: LlavaVisionEncoder, pixel_values: Any) -> jax.
     per encoder structure; the parameters are an argument, not captured). See
     :meth:`LlavaVisionEncoder.__call__`."""
     return _features_fn(nnx.graphdef(encoder))(nnx.state(encoder), jnp.asarray(pixel_values))
+
+
+# ----------------------------------------------------------------------------- the whole LLaVA
+
+
+@dataclasses.dataclass(frozen=True)
+class LlavaTextEncoderConfig:
+    """A ``LlavaConfig`` read for :class:`LlavaTextEncoder`: its language model
+    (:class:`~vidax.encoders.decoder_lm.LlamaTextConfig` of ``text_config``), its image side
+    (:class:`LlavaVisionConfig`) and ``pad_token_id`` (HunyuanVideo-I2V's pipeline builds the
+    attention mask of the image-expanded sequence from it).
+
+    Attributes:
+        text: the Llama language model. vision: the vision tower and projector.
+        pad_token_id: the config's ``pad_token_id`` (None when the file has none).
+    """
+
+    text: Any
+    vision: LlavaVisionConfig
+    pad_token_id: int | None = None
+
+    @classmethod
+    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json") -> "LlavaTextEncoderConfig":
+        """Raises: ConfigError: as :class:`LlavaVisionConfig` and ``LlamaTextConfig`` refuse."""
+        from vidax.encoders.decoder_lm import LlamaTextConfig
+
+        config = dict(config)
+        pad = config.pop("pad_token_id", None)
+        if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or pad < 0):
+            raise ConfigError(f"{source}: pad_token_id={pad!r} must be a non-negative integer or null.")
+        return cls(text=LlamaTextConfig.from_config_dict(config, source=source),
+                   vision=LlavaVisionConfig.from_config_dict(config, source=source), pad_token_id=pad)
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "LlavaTextEncoderConfig":
+        from vidax.config import read_json_object
+
+        path = os.fspath(path)
+        return cls.from_config_dict(read_json_object(path), source=path)
+
+
+class LlavaTextEncoder(nnx.Module):
+    """``transformers.LlavaForConditionalGeneration`` run as a text encoder (HunyuanVideo-I2V's
+    ``text_encoder``): the Llama language model (``language_model``,
+    :class:`~vidax.encoders.decoder_lm.DecoderLM`) and the vision tower + projector (``vision``,
+    :class:`LlavaVisionEncoder`), both loaded from the one folder by :func:`load_llava_text_encoder`.
+
+    Args:
+        config: :class:`LlavaTextEncoderConfig`. dtype: compute dtype (float32 / bfloat16).
+        param_dtype: dtype of freshly built parameters. rngs: initialiser keys.
+    """
+
+    def __init__(self, config: LlavaTextEncoderConfig, *, dtype: Any = jnp.float32, param_dtype: Any = None,
+                 rngs: nnx.Rngs | None = None):  # fmt: skip
+        from vidax.encoders.decoder_lm import DecoderLM
+
+        rngs = nnx.Rngs(0) if rngs is None else rngs
+        self.language_model = DecoderLM(config.text, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.vision = LlavaVisionEncoder(config.vision, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.config = config
+        self.dtype = dtype
+
+    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
+                 pixel_values: jax.Array | None = None, output_layer: int = -1) -> jax.Array:
+        """One hidden state of ``LlavaForConditionalGeneration(input_ids, pixel_values,
+        attention_mask, output_hidden_states=True).hidden_states[output_layer]``.
+
+        With ``pixel_values`` the token embeddings at the ``image_token_index`` positions are
+        replaced by the image features (``LlavaModel.forward``'s ``masked_scatter``): row ``b``'s
+        ``k``-th image token takes feature row ``k`` of image ``b``, so every row must hold exactly
+        ``N_img`` image tokens (what the reference's count check demands with one image per row).
+        Positions are ``arange(L)``, which equals the reference's ``position_ids`` on the real
+        tokens of right-padded rows (see :mod:`vidax.encoders.decoder_lm`).
+
+        Args:
+            input_ids: (B, L) int. attention_mask: (B, L) 0/1 or None.
+            pixel_values: (B, S, S, 3) float (:func:`vidax.encoders.clip.clip_preprocess`) or None.
+            output_layer: static index into the ``num_hidden_layers + 1`` hidden states.
+
+        Returns:
+            (B, L, D_text) in the compute dtype.
+        """
+        lm = self.language_model
+        h = lm.embed(input_ids)
+        if pixel_values is not None:
+            feats = self.vision(pixel_values).astype(h.dtype)  # (B, N_img, D)
+            is_image = jnp.asarray(input_ids) == self.config.vision.image_token_index
+            k = jnp.clip(jnp.cumsum(is_image, axis=1) - 1, 0, feats.shape[1] - 1)
+            h = jnp.where(is_image[..., None], jnp.take_along_axis(feats, k[..., None], axis=1), h)
+        return lm(attention_mask=attention_mask, inputs_embeds=h, output_layer=output_layer)
+
+
+#: The parameter axes of :class:`LlavaTextEncoder`'s two parts, each on its own module's paths
+#: (the loaders place each part separately).
+def _llava_text_axes():
+    from vidax.encoders.decoder_lm import DECODER_LM_PARAM_AXES
+
+    return DECODER_LM_PARAM_AXES + LLAVA_VISION_PARAM_AXES
+
+
+LLAVA_TEXT_PARAM_AXES = _llava_text_axes()
+
+
+def load_llava_text_encoder(
+    path: str | os.PathLike,
+    dtype: Any = jnp.float32,
+    placement: Placement | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+) -> LlavaTextEncoder:
+    """Load a ``LlavaForConditionalGeneration`` folder as :class:`LlavaTextEncoder`: the language
+    model by :func:`vidax.encoders.decoder_lm.load_llama_text_encoder` (the LM head is not read),
+    the vision tower and projector by :func:`load_llava_vision`; each tensor of the file is read
+    by exactly one of them.
+
+    Args: as :func:`load_llava_vision` (``placement`` is applied to each part's own parameter
+    paths: :data:`LLAVA_TEXT_PARAM_AXES`).
+
+    Raises:
+        InputError, ConfigError, CheckpointError: as the two loaders.
+    """
+    from vidax.encoders.decoder_lm import load_llama_text_encoder
+
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ (LLaVA) directory.")
+    config = LlavaTextEncoderConfig.from_json_file(os.path.join(path, "config.json"))
+    dtype = compute_dtype(dtype, "LLaVA text encoder")
+    lm = load_llama_text_encoder(path, dtype, placement, mesh)
+    vision = load_llava_vision(path, dtype, placement, mesh)
+    module = nnx.eval_shape(lambda: LlavaTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
+    module.language_model, module.vision = lm, vision
+    return module
+
+
+@functools.lru_cache(maxsize=None)
+def _llava_text_fn(graphdef, output_layer: int, with_image: bool):
+    @jax.jit
+    def run(params, ids, mask, pixels):
+        return nnx.merge(graphdef, params)(ids, mask, pixel_values=pixels if with_image else None,
+                                           output_layer=output_layer)
+
+    return run
+
+
+def encode_llava_text(encoder: LlavaTextEncoder, input_ids: Any, attention_mask: Any,
+                      pixel_values: Any = None, *, output_layer: int = -1) -> jax.Array:
+    """Jitted :meth:`LlavaTextEncoder.__call__` (one compile per encoder structure, layer and
+    whether an image is given; the parameters are an argument, not captured)."""
+    fn = _llava_text_fn(nnx.graphdef(encoder), output_layer, pixel_values is not None)
+    pixels = jnp.zeros((), jnp.float32) if pixel_values is None else jnp.asarray(pixel_values)
+    return fn(nnx.state(encoder), jnp.asarray(input_ids), jnp.asarray(attention_mask), pixels)

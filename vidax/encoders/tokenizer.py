@@ -86,6 +86,10 @@ class TextTokenizer:
         self.pad_token, self.pad_token_id = pad, pad_id
         self._hf = None  # transformers' tokenizer of the folder, built by apply_chat_template
 
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a special token or a vocabulary entry), or None."""
+        return self._tok.token_to_id(token)
+
     def __call__(self, prompts: list[str], max_length: int, *, padding_side: str | None = None) -> Tokens:
         """Tokenize like ``tokenizer(prompts, padding="max_length", max_length=max_length,
         truncation=True, add_special_tokens=True, padding_side=padding_side)``; warns when a

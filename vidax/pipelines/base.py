@@ -76,7 +76,9 @@ class Call:
     """One call's arguments after the checks, defaults filled in (see :meth:`VideoPipeline.__call__`).
 
     ``prompts`` and ``negatives`` are lists of B0 strings; ``batch`` = B0 x num_videos_per_prompt;
-    ``extra`` holds the family's own keywords.
+    ``extra`` holds the family's own keywords. ``cfg`` says whether the cond/uncond pair runs
+    when the family decides it by its own rule (HunyuanVideo: ``true_cfg_scale > 1`` with a
+    negative prompt); None: ``guidance_scale > 1``.
     """
 
     prompts: list
@@ -96,6 +98,7 @@ class Call:
     progress: bool
     callback: Any
     extra: Mapping[str, Any]
+    cfg: bool | None = None
 
     @property
     def batch(self) -> int:
@@ -103,7 +106,7 @@ class Call:
 
     @property
     def do_cfg(self) -> bool:
-        return self.guidance_scale > 1.0
+        return self.guidance_scale > 1.0 if self.cfg is None else self.cfg
 
     @property
     def task(self) -> str:
@@ -587,7 +590,8 @@ class VideoPipeline:
         paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
         return plan_pipeline_staging(paths, dtype, parse_dtype(vae_dtype), offload, mesh,
                                      blocks_prefixes=spec.block_stacks,
-                                     text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype))
+                                     text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
+                                     stageable=tuple(cls.stageable))
 
     # ================================================================== the call
     def __call__(self, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> VideoPipelineOutput:
@@ -618,7 +622,7 @@ class VideoPipeline:
         self.check_components()
         stats = RunStats(load_s=self._pending_load_s)  # reported by the first call that completes
         with stats.timed("text_encode_s"):
-            embeds = self.encode_prompt(prompt_texts(call), call.max_sequence_length)
+            embeds = self.encode_call(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
         stats.sample_memory()
@@ -717,6 +721,12 @@ class VideoPipeline:
                     stats.sample_memory()
             video = np.concatenate(chunks, axis=1)
             return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
+
+    def encode_call(self, call: Call) -> Any:
+        """The call's text embeddings before the per-video repeat: :meth:`encode_prompt` of
+        :func:`prompt_texts`; a family whose prompt encoding also reads the call (an image
+        spliced into the text encoder's sequence) overrides it."""
+        return self.encode_prompt(prompt_texts(call), call.max_sequence_length)
 
     def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int) -> jax.Array:
         """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's

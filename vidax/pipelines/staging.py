@@ -40,7 +40,8 @@ logger = logging.getLogger("vidax.pipeline")
 
 #: At most this fraction of a device's memory limit goes to resident parameters by default.
 RESIDENT_FRACTION = 0.6
-#: Components that can be staged, in the order they are staged when memory is short.
+#: Components that can be staged, in the order they are staged when memory is short (a
+#: pipeline with more text encoders lists them in its ``stageable``, text encoders first).
 STAGEABLE = ("text_encoder", "vae")
 
 
@@ -79,8 +80,9 @@ def component_bytes(folder: str, dtype: Any, blocks_prefixes: tuple[str, ...] = 
 
 
 def plan_staging(keep: Mapping[str, bool | None], resident_bytes: Mapping[str, int], limit: int | None,
-                 fraction: float = RESIDENT_FRACTION) -> dict[str, bool]:
-    """Which of :data:`STAGEABLE` to stage (see the module docstring).
+                 fraction: float = RESIDENT_FRACTION, stageable: tuple[str, ...] = STAGEABLE) -> dict[str, bool]:
+    """Which of ``stageable`` (default :data:`STAGEABLE`) to stage, in that order (see the
+    module docstring).
 
     Args:
         keep: component -> True (keep on the device), False (stage), None (decide).
@@ -88,15 +90,16 @@ def plan_staging(keep: Mapping[str, bool | None], resident_bytes: Mapping[str, i
             (the transformer's resident part included).
         limit: device memory limit in bytes, or None when unknown.
         fraction: share of ``limit`` parameters may take.
+        stageable: the components that may be staged, in the order they are.
 
     Returns:
         component -> True when it is staged.
     """
-    staged = {name: keep.get(name) is False for name in STAGEABLE}
+    staged = {name: keep.get(name) is False for name in stageable}
     if limit is None:
         return staged
     total = sum(b for name, b in resident_bytes.items() if not staged.get(name, False))
-    for name in STAGEABLE:
+    for name in stageable:
         if total <= fraction * limit:
             break
         if keep.get(name) is None and name in resident_bytes:
@@ -175,19 +178,21 @@ class Staging:
 
 def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, offload: OffloadConfig | None,
                           mesh: Any = None, blocks_prefixes: tuple[str, ...] = ("blocks",),
-                          text_encoder_dtype: Any = None) -> Staging:
+                          text_encoder_dtype: Any = None, stageable: tuple[str, ...] = STAGEABLE) -> Staging:
     """The :class:`Staging` of a pipeline whose component folders are ``paths`` (keys
-    ``transformer``, ``text_encoder``, ``vae``), decided by :func:`plan_staging` from the
-    checkpoint headers: the transformer and text encoder at ``dtype`` divided over the mesh's
-    ``tensor`` axis (their weights are tensor-parallel; the text encoder at ``text_encoder_dtype``
-    when it loads in another one), the VAE at ``vae_dtype``; with
-    streamed blocks the transformer counts its non-block weights plus two chunks of each of its
-    block stacks (``blocks_prefixes``, the registry's ``ComponentSpec.block_stacks``)."""
+    ``transformer``, the text encoders of ``stageable`` (``text_encoder``, ``text_encoder_2``,
+    ...), ``vae``), decided by :func:`plan_staging` from the checkpoint headers: the transformer
+    and text encoders at ``dtype`` divided over the mesh's ``tensor`` axis (their weights are
+    tensor-parallel; the text encoders at ``text_encoder_dtype`` when they load in another one),
+    the VAE at ``vae_dtype``; with streamed blocks the transformer counts its non-block weights
+    plus two chunks of each of its block stacks (``blocks_prefixes``, the registry's
+    ``ComponentSpec.block_stacks``). ``keep_text_encoder`` of ``offload`` applies to every text
+    encoder."""
     offload = offload or OffloadConfig()
-    keep = {"text_encoder": offload.keep_text_encoder, "vae": offload.keep_vae}
+    keep = {name: offload.keep_vae if name == "vae" else offload.keep_text_encoder for name in stageable}
     limit = device_memory_limit()
     if limit is None or all(v is not None for v in keep.values()):
-        return Staging(plan_staging(keep, {}, None), offload.memory_kind)
+        return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind)
     tp = axis_size(mesh, TENSOR)
     tr = component_bytes(paths["transformer"], dtype, blocks_prefixes)
     resident = tr["total"]
@@ -196,11 +201,12 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
             if layers:
                 resident += 2 * nbytes / layers * offload.layers_per_chunk(layers) - nbytes
     sizes = {"transformer": resident / tp}
-    if "text_encoder" in paths:
-        sizes["text_encoder"] = component_bytes(paths["text_encoder"], text_encoder_dtype or dtype)["total"] / tp
+    for name in stageable:
+        if name in paths and name != "vae":
+            sizes[name] = component_bytes(paths[name], text_encoder_dtype or dtype)["total"] / tp
     if "vae" in paths:
         sizes["vae"] = component_bytes(paths["vae"], vae_dtype)["total"]
-    staged = plan_staging(keep, sizes, limit)
+    staged = plan_staging(keep, sizes, limit, stageable=stageable)
     logger.info("staging: device limit %.2f GiB, resident parameters %s GiB -> staged %s", limit / 2**30,
                 {k: round(v / 2**30, 2) for k, v in sizes.items()}, [n for n, s in staged.items() if s] or "none")
     return Staging(staged, offload.memory_kind)

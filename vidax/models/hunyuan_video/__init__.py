@@ -2,16 +2,19 @@
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, ``transformer.py``,
 ``rope.py``, ``vae.py`` (model code only), ``convert.py`` (key rules, parameter axes, precision
-policies and loaders). No pipeline is registered yet.
+policies and loaders) and ``pipeline.py`` (the T2V and I2V pipeline hooks).
 """
 
-from vidax.registry import ComponentSpec, Family
+from vidax.registry import ComponentSpec, Family, PipelineSpec
 
 _PKG = "vidax.models.hunyuan_video"
 
 FAMILY = Family(
     name="hunyuan_video",
-    pipelines=(),
+    pipelines=(
+        PipelineSpec("HunyuanVideoPipeline", f"{_PKG}.pipeline:HunyuanVideoPipeline"),
+        PipelineSpec("HunyuanVideoImageToVideoPipeline", f"{_PKG}.pipeline:HunyuanVideoImageToVideoPipeline"),
+    ),
     components=(
         ComponentSpec("HunyuanVideoTransformer3DModel", "transformer",
                       loader=f"{_PKG}.convert:load_transformer",

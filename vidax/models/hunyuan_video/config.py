@@ -1,7 +1,8 @@
 """Configuration of HunyuanVideo 1.0 (``hunyuanvideo-community/HunyuanVideo``, ``-I2V``,
-``-I2V-33ch``): the denoising transformer (``transformer/config.json``,
-:class:`HunyuanVideoTransformerConfig`) and the VAE (``vae/config.json``,
-:class:`HunyuanVideoVAEConfig`). Not HunyuanVideo-1.5, a different model."""
+``-I2V-33ch``): frozen dataclasses built from each component's ``config.json``: the denoising
+transformer (:class:`HunyuanVideoTransformerConfig`) and the VAE (:class:`HunyuanVideoVAEConfig`).
+The whole checkpoint (configs only) is :func:`read_hunyuan_video_checkpoint` ->
+:class:`HunyuanVideoInfo`. Not HunyuanVideo-1.5, a different model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
+from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -236,3 +238,93 @@ class HunyuanVideoVAEConfig(ConfigBase):
         if not isinstance(self.scaling_factor, (int, float)) or isinstance(self.scaling_factor, bool) \
                 or not self.scaling_factor > 0:
             raise ConfigError(f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole checkpoint (``model_index.json`` + the component configs)
+
+#: ``HunyuanVideoPipeline.__call__``'s defaults (diffusers 0.42.1); fps 15 as its docstring
+#: example writes the video.
+T2V_DEFAULTS = CallDefaults(height=720, width=1280, num_frames=129, num_inference_steps=50, guidance_scale=6.0,
+                            max_sequence_length=256, fps=15)
+#: ``HunyuanVideoImageToVideoPipeline.__call__``'s: the same, with ``guidance_scale=1.0``.
+I2V_DEFAULTS = dataclasses.replace(T2V_DEFAULTS, guidance_scale=1.0)
+
+#: The text encoder class each pipeline's reference takes (model_index.json's class names).
+TEXT_ENCODERS = {"t2v": "LlamaModel", "i2v": "LlavaForConditionalGeneration"}
+
+
+@dataclasses.dataclass(frozen=True)
+class HunyuanVideoInfo(CheckpointInfo):
+    """A HunyuanVideo 1.0 folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+
+    Attributes:
+        transformer_config: ``transformer/config.json``. vae_config: ``vae/config.json``.
+        image_condition_type: the transformer's (None: text-to-video; ``"latent_concat"``,
+            ``"token_replace"``: image-to-video).
+    """
+
+    transformer_config: HunyuanVideoTransformerConfig
+    vae_config: HunyuanVideoVAEConfig
+    image_condition_type: str | None
+
+    @property
+    def latent_channels(self) -> int:
+        """Channels of the denoised latents (the VAE's ``latent_channels``)."""
+        return self.vae_config.latent_channels
+
+
+def read_hunyuan_video_checkpoint(checkpoint: Checkpoint) -> HunyuanVideoInfo:
+    """Read and cross-check a HunyuanVideo 1.0 folder's configs (no weights).
+
+    Text-to-video: ``image_condition_type`` null, ``in_channels`` = the VAE's latent channels C,
+    a ``LlamaModel`` text encoder. Image-to-video: ``token_replace`` (``in_channels`` = C) or
+    ``latent_concat`` (``in_channels`` = 2 C + 1: latents, image latents, mask), a
+    ``LlavaForConditionalGeneration`` text encoder and an ``image_processor``.
+
+    Raises:
+        CheckpointError: a required component folder is missing.
+        ConfigError: a setting vidax does not implement or components that do not fit together
+            (the message names the file, the key and what is valid).
+    """
+    ckpt, src = checkpoint, checkpoint.source
+    for name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler"):
+        ckpt.folder(name)
+    tr = ckpt.typed_config("transformer", HunyuanVideoTransformerConfig)
+    vae = ckpt.typed_config("vae", HunyuanVideoVAEConfig)
+    file, c = ckpt.config_file("transformer"), vae.latent_channels
+    kind = tr.image_condition_type
+    want_in = {None: c, "token_replace": c, "latent_concat": 2 * c + 1}[kind]
+    if tr.in_channels != want_in:
+        raise ConfigError(f"{file}: in_channels={tr.in_channels} with image_condition_type={kind!r} must be "
+                          f"{want_in} (the VAE's latent_channels={c}"
+                          + (")" if kind != "latent_concat" else " x 2 + 1: latents, image latents, mask)"))
+    if tr.out_dim != c:
+        raise ConfigError(f"{file}: out_channels={tr.out_dim} must equal the VAE's latent_channels={c}")
+    task = "t2v" if kind is None else "i2v"
+    te_class = ckpt.class_of("text_encoder")
+    if te_class != TEXT_ENCODERS[task]:
+        raise ConfigError(f"{src}: text_encoder is {te_class!r}, but a {'text' if task == 't2v' else 'image'}-to-video "
+                          f"HunyuanVideo (image_condition_type={kind!r}) runs {TEXT_ENCODERS[task]!r} as the reference")
+    if task == "i2v":
+        ckpt.folder("image_processor")
+    te = ckpt.configs.get("text_encoder") or {}
+    hidden = (te.get("text_config") or {}).get("hidden_size") if task == "i2v" else te.get("hidden_size")
+    if hidden is not None and hidden != tr.text_embed_dim:
+        raise ConfigError(f"{file}: text_embed_dim={tr.text_embed_dim} must equal the text encoder's hidden_size="
+                          f"{hidden} ({ckpt.config_files.get('text_encoder')})")
+    clip = ckpt.configs.get("text_encoder_2") or {}
+    if clip.get("hidden_size") is not None and clip["hidden_size"] != tr.pooled_projection_dim:
+        raise ConfigError(f"{file}: pooled_projection_dim={tr.pooled_projection_dim} must equal text_encoder_2's "
+                          f"hidden_size={clip['hidden_size']} (CLIP's pooled output)")
+    s, p = vae.spatial_compression, tr.patch_size
+    variant = {None: "HunyuanVideo 1.0 T2V (embedded guidance)" if tr.guidance_embeds else "HunyuanVideo 1.0 T2V",
+               "token_replace": "HunyuanVideo 1.0 I2V (first-frame token replace, 16 channels)",
+               "latent_concat": "HunyuanVideo 1.0 I2V (image latents concatenated, 33 channels)"}[kind]
+    return HunyuanVideoInfo(
+        checkpoint=ckpt, tasks=(task,), variant=variant,
+        defaults=(T2V_DEFAULTS if task == "t2v" else I2V_DEFAULTS).for_checkpoint(ckpt), transformers=("transformer",),
+        size_multiple=(math.lcm(16, s * p), math.lcm(16, s * p)),
+        size_reason=f"the reference pipeline's multiple of 16, the VAE's {s}x spatial compression times the "
+                    f"transformer's {p}x{p} patches",
+        transformer_config=tr, vae_config=vae, image_condition_type=kind)

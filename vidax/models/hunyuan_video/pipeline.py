@@ -1,0 +1,479 @@
+"""HunyuanVideo 1.0 pipelines: the hooks of :class:`~vidax.pipelines.base.VideoPipeline`.
+
+References (diffusers 0.42.1): ``HunyuanVideoPipeline`` (``pipeline_hunyuan_video.py``) and
+``HunyuanVideoImageToVideoPipeline`` (``pipeline_hunyuan_video_image2video.py``).
+
+Text (both): the prompt in the Llama prompt template, tokenized to ``max_sequence_length +
+crop_start`` tokens (padding to it, truncation), hidden state ``-(2 + 1)`` of the text encoder,
+embeddings and mask both cropped by ``crop_start`` (95 for T2V); the pooled output of the CLIP
+text tower (``text_encoder_2``, 77 tokens, no mask) is ``pooled_projections``.
+
+Image-to-video text (LLaVA): the I2V template holds ``<image>`` at token 5; the token ids are
+expanded to ``image_emb_len`` (576) image tokens at positions 5..581, the mask of the expanded
+sequence is ``ids != text_encoder.config.pad_token_id``, and the LLaVA model replaces the image
+tokens' embeddings by the image features of the CLIP-preprocessed image. The hidden states are then
+cut as the reference does: the text from ``crop_start - 1 + 576`` (``crop_start`` 103) without the
+4 tokens before the assistant header's end (``<|eot_id|><|start_header_id|>assistant
+<|end_header_id|>``; found per prompt from its last ``<|end_header_id|>``), with the mask cut at
+the same (unexpanded) positions; the image tokens ``[5:581]`` keep every ``image_embed_interleave``-th
+(2 for ``latent_concat``, 4 for ``token_replace``) and go first with mask 1. The negative prompt
+(true CFG) is encoded with a black image of ``width x height`` and interleave 2, as the reference.
+
+Guidance: ``guidance_scale`` is embedded (``guidance = guidance_scale * 1000`` rounded to the
+transformer dtype, as the reference) when the transformer has a guidance embedder; true CFG runs
+when ``true_cfg_scale > 1`` and ``negative_prompt`` is given (not None), combining
+``neg + true_cfg_scale * (pos - neg)`` with pos and neg as one batch. Sigmas
+``linspace(1, 0, N + 1)[:-1]`` (or ``sigmas=``) through the flow-match Euler scheduler with the
+checkpoint's shift.
+
+Image-to-video latents: the VAE mode of the image (resized to height x width) times the scaling
+factor, repeated over the latent frames, mixed into the noise as ``noise * 0.999 + image * 0.001``.
+``latent_concat``: the transformer takes ``[latents, image latents (frame 0 only), mask (frame 0
+= 1)]`` on channels and the decoded video drops its first 4 frames (``output_type="latent"``
+drops the first latent frame). ``token_replace``: the first latent frame is the image latent in
+every model input and after every step.
+
+Decode: ``latents / scaling_factor`` through the VAE as the reference calls it (framewise decode
+on, spatial tiling off: ``AutoencoderKLHunyuanVideo``'s defaults).
+
+vidax differences, each where the reference cannot run: prompts of the I2V pipeline may be a
+batch (the reference takes one image for one prompt: its LLaVA call fails for more), and the
+image conditioning is repeated for every video.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.encoders.clip import clip_preprocess, encode_clip_text
+from vidax.encoders.tokenizer import TextTokenizer
+from vidax.errors import CheckpointError, InputError
+from vidax.io.image import to_rgb_image, vae_image_preprocess
+from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts
+from vidax.pipelines.checkpoint import Checkpoint
+
+logger = logging.getLogger("vidax.pipeline")
+
+#: ``DEFAULT_PROMPT_TEMPLATE`` of ``pipeline_hunyuan_video.py`` (verbatim).
+T2V_PROMPT_TEMPLATE = {
+    "template": (
+        "<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: "
+        "1. The main content and theme of the video."
+        "2. The color, shape, size, texture, quantity, text, and spatial relationships of the objects."
+        "3. Actions, events, behaviors temporal relationships, physical movement changes of the objects."
+        "4. background environment, light, style and atmosphere."
+        "5. camera angles, movements, and transitions used in the video:<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
+    ),
+    "crop_start": 95,
+}
+
+#: ``DEFAULT_PROMPT_TEMPLATE`` of ``pipeline_hunyuan_video_image2video.py`` (verbatim).
+I2V_PROMPT_TEMPLATE = {
+    "template": (
+        "<|start_header_id|>system<|end_header_id|>\n\n<image>\nDescribe the video by detailing the following aspects according to the reference image: "
+        "1. The main content and theme of the video."
+        "2. The color, shape, size, texture, quantity, text, and spatial relationships of the objects."
+        "3. Actions, events, behaviors temporal relationships, physical movement changes of the objects."
+        "4. background environment, light, style and atmosphere."
+        "5. camera angles, movements, and transitions used in the video:<|eot_id|>\n\n"
+        "<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    ),
+    "crop_start": 103,
+    "image_emb_start": 5,
+    "image_emb_end": 581,
+    "image_emb_len": 576,
+}
+
+#: ``_get_llama_prompt_embeds(num_hidden_layers_to_skip=2)``: hidden state ``-(2 + 1)``.
+LLAMA_OUTPUT_LAYER = -3
+#: ``_get_clip_prompt_embeds(max_sequence_length=77)``.
+CLIP_MAX_LENGTH = 77
+#: ``prepare_latents``'s ``t = 0.999``: the I2V initial latents are ``noise * t + image * (1 - t)``.
+IMAGE_NOISE_MIX = 0.999
+#: The I2V negative prompt's ``image_embed_interleave`` (``encode_prompt``'s default: the
+#: reference does not pass its own value for the negative prompt).
+NEGATIVE_INTERLEAVE = 2
+
+
+def _interleave_default(image_condition_type: str | None) -> int:
+    """``image_embed_interleave`` when the call gives none (the reference's rule)."""
+    return {"latent_concat": 2, "token_replace": 4}.get(image_condition_type, 1)
+
+
+def expand_image_tokens(input_ids: np.ndarray, image_token_index: int, image_emb_len: int, image_emb_start: int,
+                        image_emb_end: int, pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_expand_input_ids_with_image_tokens`` of the I2V reference, in numpy: each image token
+    becomes ``image_emb_len`` tokens; positions ``[image_emb_start, image_emb_end)`` are set to the
+    image token; the mask is ``expanded != pad_token_id``.
+
+    Args:
+        input_ids: (B, L) int token ids.
+
+    Returns:
+        ``(expanded ids (B, L'), mask (B, L'))`` int32, ``L' = L + max_b(#image tokens) (E - 1)``.
+    """
+    ids = np.asarray(input_ids)
+    special = ids == image_token_index
+    length = ids.shape[1] + int(special.sum(axis=1).max(initial=0)) * (image_emb_len - 1)
+    positions = np.cumsum(special * (image_emb_len - 1) + 1, axis=-1) - 1
+    b, j = np.nonzero(~special)
+    out = np.full((ids.shape[0], length), pad_token_id, ids.dtype)
+    out[b, positions[b, j]] = ids[b, j]
+    out[:, image_emb_start:image_emb_end] = image_token_index
+    return out.astype(np.int32), (out != pad_token_id).astype(np.int32)
+
+
+def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
+                     image_emb_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """The I2V reference's cut of the text part, as gather indices per prompt.
+
+    For prompt ``b`` with its last ``<|end_header_id|>`` at ``e`` (the assistant header; where the
+    prompt was truncated and only the system and user headers remain, ``e = L - 1``, the
+    reference's fallback), ``a = e + 1``: the hidden states are taken at expanded positions
+    ``[crop_start - 1 + E, a - 5 + E) + [a - 1 + E, L + E - 1)`` and the mask at
+    ``[crop_start, a - 4) + [a, L)``, E = ``image_emb_len``.
+
+    Returns:
+        ``(hidden-state indices (B, n), mask indices (B, n))``, n = ``L - crop_start - 4``.
+
+    Raises:
+        InputError: a prompt whose tokens hold fewer than 2 ``<|end_header_id|>`` (the template's
+            system and user headers): ``max_sequence_length`` too small for the template.
+    """
+    ids = np.asarray(input_ids)
+    n_tok = ids.shape[1]
+    hid, msk = [], []
+    for row in ids:
+        heads = np.nonzero(row == end_header_id)[0]
+        if len(heads) < 2:
+            raise InputError("the prompt template's headers were cut off by truncation; max_sequence_length is too "
+                             "small for HunyuanVideo's I2V template")
+        a = (n_tok - 1 if len(heads) == 2 else int(heads[-1])) + 1
+        e = image_emb_len
+        hid.append(np.concatenate([np.arange(crop_start - 1 + e, a - 5 + e), np.arange(a - 1 + e, n_tok - 1 + e)]))
+        msk.append(np.concatenate([np.arange(crop_start, a - 4), np.arange(a, n_tok)]))
+    return np.stack(hid).astype(np.int32), np.stack(msk).astype(np.int32)
+
+
+class HunyuanVideoPipeline(VideoPipeline):
+    """HunyuanVideo 1.0 text-to-video (reference: ``diffusers.HunyuanVideoPipeline``).
+
+    Call keywords beyond the shared ones: ``true_cfg_scale`` (true CFG with ``negative_prompt``;
+    default 1.0, off), ``sigmas`` (custom, unshifted noise levels, length num_inference_steps).
+    ``guidance_scale`` is the embedded guidance (default 6.0). Build with :meth:`from_pretrained`
+    or :func:`vidax.load_pipeline`.
+    """
+
+    extra_call_args = ("true_cfg_scale", "sigmas")
+    unsupported_call_args = ("guidance_scale_2",)
+    stageable = ("text_encoder", "text_encoder_2", "vae")
+    latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 8, width / 8)"
+    #: The prompt template (the reference's default for this pipeline).
+    prompt_template = T2V_PROMPT_TEMPLATE
+
+    # ------------------------------------------------------------------ configs
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> HunyuanVideoInfo:
+        return read_hunyuan_video_checkpoint(checkpoint)
+
+    @classmethod
+    def resolve_num_frames(cls, info: HunyuanVideoInfo, num_frames: int) -> int:
+        k = info.vae_config.temporal_compression
+        if num_frames % k != 1:
+            rounded = (num_frames - 1) // k * k + 1
+            logger.warning("num_frames=%d is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
+                           "frames, i.e. %d frames; using %d", num_frames, k, num_frames, k, rounded, rounded)
+            return rounded
+        return num_frames
+
+    @classmethod
+    def latent_shape(cls, info: HunyuanVideoInfo, call) -> tuple[int, ...]:
+        v = info.vae_config
+        s = v.spatial_compression
+        return (call.batch, v.latent_channels, (call.num_frames - 1) // v.temporal_compression + 1,
+                call.height // s, call.width // s)
+
+    @classmethod
+    def model_size(cls, info: HunyuanVideoInfo, call) -> ModelSize:
+        """Video patches of one sample plus its text tokens (one joint sequence)."""
+        cfg = info.transformer_config
+        _, _, t, h, w = cls.latent_shape(info, call)
+        return ModelSize(tokens=(t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
+                         + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim,
+                         num_layers=cfg.num_layers + cfg.num_single_layers)
+
+    @classmethod
+    def check_call(cls, info: HunyuanVideoInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        """The shared checks, then ``true_cfg_scale`` / ``sigmas``; true CFG runs iff
+        ``true_cfg_scale > 1`` and ``negative_prompt`` is not None (the reference's rule).
+
+        Raises:
+            InputError: as the base, or a ``true_cfg_scale`` / ``sigmas`` that is not valid.
+        """
+        if kwargs.get("sigmas") is not None and kwargs.get("num_inference_steps") is None \
+                and np.ndim(kwargs["sigmas"]) == 1:
+            kwargs["num_inference_steps"] = len(kwargs["sigmas"])  # retrieve_timesteps: len(sigmas) steps
+        call = super().check_call(info, prompt, negative_prompt, **kwargs)
+        extra = dict(call.extra)
+        scale = extra.get("true_cfg_scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale) \
+                or scale < 0:
+            raise InputError(f"true_cfg_scale must be a finite number >= 0, got {scale!r}")
+        extra["true_cfg_scale"] = float(scale)
+        sigmas = extra.get("sigmas")
+        if sigmas is not None:
+            arr = np.asarray(sigmas, np.float64)
+            if arr.ndim != 1 or len(arr) != call.num_inference_steps or not np.isfinite(arr).all():
+                raise InputError(f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
+                                 f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}")
+            extra["sigmas"] = tuple(float(x) for x in arr)
+        cfg = scale > 1.0 and negative_prompt is not None
+        if scale > 1.0 and negative_prompt is None:
+            logger.warning("true_cfg_scale=%s has no effect without negative_prompt (as in diffusers)", scale)
+        if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
+            logger.warning("Both true_cfg_scale and guidance_scale are greater than 1.0: classifier-free guidance "
+                           "and embedded guidance are both applied (as the reference warns)")
+        return dataclasses.replace(call, extra=extra, cfg=cfg)
+
+    @classmethod
+    def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
+        if isinstance(call.image, (list, tuple)):
+            raise InputError(f"image is a list of {len(call.image)}; the HunyuanVideo pipelines take one image "
+                             "for the whole batch, as diffusers' HunyuanVideoImageToVideoPipeline")
+        if call.image is not None:
+            for name, texts in (("prompt", call.prompts), ("negative_prompt", call.negatives)):
+                if any("<image>" in t for t in texts):
+                    raise InputError(f"{name} contains '<image>', the LLaVA image placeholder the I2V template "
+                                     "already holds once; remove it from the text")
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load_components(cls, info: HunyuanVideoInfo, *, dtype, mesh, offload, staging, offload_experts=True,
+                        vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
+        """Both tokenizers, the Llama (or LLaVA) and CLIP text encoders (``text_encoder_dtype``,
+        default ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default),
+        the scheduler; I2V also the CLIP image preprocessing config."""
+        from vidax.nn.inputs import parse_dtype
+
+        ckpt = info.checkpoint
+        load = cls.load_component
+        ted = parse_dtype(text_encoder_dtype or dtype)
+        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
+                                   "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2"))}
+        modules["text_encoder"] = load(info, "text_encoder", dtype=ted, mesh=mesh, staging=staging)
+        modules["text_encoder_2"] = load(info, "text_encoder_2", dtype=ted, mesh=mesh, staging=staging)
+        modules["transformer"] = load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload)
+        modules["vae"] = load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging)
+        modules["scheduler"] = load(info, "scheduler")
+        if "i2v" in info.tasks:
+            if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
+                raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
+                                      "(the CLIP image preprocessing of the LLaVA text encoder)")
+            modules["image_processor_config"] = dict(ckpt.config("image_processor"))
+        return modules
+
+    # ------------------------------------------------------------------ text
+    def encode_call(self, call) -> tuple:
+        """``(embeds (B', L, D), mask (B', L) int32, pooled (B', D_clip))`` of the prompts, then
+        the negatives when true CFG runs (B' = 2 B0 then), as the reference's ``encode_prompt``;
+        each text encoder on the device only while it runs."""
+        texts = prompt_texts(call)
+        with self.staging.on_device("text_encoder"):
+            embeds, mask = self.llama_embeds(call, texts)
+            jax.block_until_ready(embeds)
+        pooled = self.encode_with("text_encoder_2", self.clip_pooled, texts)
+        return embeds, mask, pooled
+
+    def encode_text(self, texts, max_sequence_length) -> tuple:
+        """Text-only prompt encoding ``(embeds, mask, pooled)`` (T2V's ``encode_prompt``)."""
+        embeds, mask = self._llama_text(texts, max_sequence_length)
+        return embeds, mask, self.clip_pooled(texts)
+
+    def llama_embeds(self, call, texts: list[str]) -> tuple[jax.Array, jax.Array]:
+        """The Llama part of ``encode_prompt`` for the call's ``texts``."""
+        return self._llama_text(texts, call.max_sequence_length)
+
+    def _llama_text(self, texts: list[str], max_sequence_length: int) -> tuple[jax.Array, jax.Array]:
+        """``_get_llama_prompt_embeds`` of ``HunyuanVideoPipeline``: (B, msl, D), mask (B, msl)."""
+        from vidax.encoders.decoder_lm import encode_hidden_states
+
+        template = self.prompt_template
+        crop = template["crop_start"]
+        tokens = self.tokenizer([template["template"].format(t) for t in texts], max_sequence_length + crop)
+        h = encode_hidden_states(self.text_encoder, tokens.input_ids, tokens.attention_mask,
+                                 output_layer=LLAMA_OUTPUT_LAYER)
+        return h[:, crop:], jnp.asarray(tokens.attention_mask[:, crop:])
+
+    def clip_pooled(self, texts: list[str]) -> jax.Array:
+        """``_get_clip_prompt_embeds``: CLIP's pooled output (B, D_clip) of 77 tokens, no mask
+        (the reference encodes ``prompt``, not ``prompt_2``)."""
+        tokens = self.tokenizer_2(list(texts), CLIP_MAX_LENGTH)
+        return encode_clip_text(self.text_encoder_2, tokens)[1]
+
+    # ------------------------------------------------------------------ steps
+    def condition(self, call, stats) -> dict:
+        """``guidance`` (the embedded guidance ``guidance_scale * 1000`` in the transformer dtype,
+        when the model embeds one)."""
+        cond: dict[str, Any] = {}
+        if self.info.transformer_config.guidance_embeds:
+            cond["guidance"] = jnp.asarray(call.guidance_scale, self.dtype) * 1000.0
+        return cond
+
+    def set_timesteps(self, call, latents):
+        """Sigmas ``linspace(1, 0, N + 1)[:-1]`` (or the call's ``sigmas``), shifted by the
+        scheduler as ``retrieve_timesteps(scheduler, sigmas=...)``."""
+        sigmas = call.extra.get("sigmas")
+        if sigmas is None:
+            sigmas = np.linspace(1.0, 0.0, call.num_inference_steps + 1)[:-1]
+        return self.scheduler.set_timesteps(sigmas=sigmas, sample_shape=latents.shape)
+
+    def step_args(self, call, embeds, cond, state, expert):
+        """``(embeds, true_cfg_scale, cond)``: :meth:`guidance` is the true-CFG weight."""
+        return (embeds, jnp.asarray(call.extra["true_cfg_scale"], jnp.float32), cond), None
+
+    def model_input(self, latents: jax.Array, cond: dict) -> jax.Array:
+        """The transformer's ``hidden_states`` from the latents (T2V: the latents)."""
+        return latents
+
+    def model_args(self, latents, state, args, do_cfg) -> tuple:
+        """``(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
+        pooled_projections, guidance)`` of the transformer; cond / uncond batched under CFG."""
+        (text, mask, pooled), _, cond = args
+        b = latents.shape[0]
+        x = self.model_input(latents, cond).astype(self.dtype)
+        timestep = jnp.broadcast_to(state.timestep.astype(latents.dtype), (b,))
+        guidance = cond.get("guidance")
+        guidance = None if guidance is None else jnp.broadcast_to(guidance, (b,))
+        x, timestep, guidance = cfg_pair(do_cfg, x, timestep, guidance)
+        return x, timestep, text, mask, pooled, guidance
+
+
+class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
+    """HunyuanVideo 1.0 image-to-video (reference: ``diffusers.HunyuanVideoImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``; both ``image_condition_type`` s (``token_replace``: HunyuanVideo-I2V,
+    ``latent_concat``: HunyuanVideo-I2V-33ch).
+
+    ``image``: a PIL image or uint8 array (H, W, 3); the VAE sees it resized to height x width,
+    the LLaVA vision tower through its CLIP preprocessing. Extra keyword ``image_embed_interleave``
+    (default 2 for ``latent_concat``, 4 for ``token_replace``). ``guidance_scale`` (default 1.0)
+    is embedded only where the transformer has a guidance embedder (not the 33-channel model).
+    """
+
+    task = "i2v"
+    extra_call_args = HunyuanVideoPipeline.extra_call_args + ("image_embed_interleave",)
+    prompt_template = I2V_PROMPT_TEMPLATE
+
+    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+    @classmethod
+    def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
+        super().check_family_call(info, call)
+        n = call.extra.get("image_embed_interleave")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0):
+            raise InputError(f"image_embed_interleave must be an integer >= 0 (1..5 keep every n-th image token, "
+                             f"others keep all), got {n!r}")
+
+    # ------------------------------------------------------------------ text
+    def llama_embeds(self, call, texts: list[str]) -> tuple[jax.Array, jax.Array]:
+        """``_get_llama_prompt_embeds`` of the I2V reference: the prompts with the call's image
+        and ``image_embed_interleave``, the negatives (true CFG) with a black image and
+        interleave 2; the shorter of the two is padded at the end with masked rows so that
+        both stack into one batch (the transformer reads only the first ``sum(mask)`` tokens)."""
+        n = call.extra.get("image_embed_interleave")
+        n = _interleave_default(self.info.image_condition_type) if n is None else int(n)
+        b0 = len(call.prompts)
+        parts = [self._llava_text(texts[:b0], call.image, n, call.max_sequence_length)]
+        if len(texts) > b0:
+            black = np.zeros((call.height, call.width, 3), np.uint8)
+            parts.append(self._llava_text(texts[b0:], black, NEGATIVE_INTERLEAVE, call.max_sequence_length))
+        length = max(p[0].shape[1] for p in parts)
+        embeds = jnp.concatenate([jnp.pad(e, ((0, 0), (0, length - e.shape[1]), (0, 0))) for e, _ in parts])
+        mask = jnp.concatenate([jnp.pad(m, ((0, 0), (0, length - m.shape[1]))) for _, m in parts])
+        return embeds, mask
+
+    def _llava_text(self, texts: list[str], image: Any, interleave: int,
+                    max_sequence_length: int) -> tuple[jax.Array, jax.Array]:
+        from vidax.encoders.llava import encode_llava_text
+
+        te, tpl = self.text_encoder, self.prompt_template
+        crop, e_len = tpl["crop_start"], tpl["image_emb_len"]
+        start, end = tpl["image_emb_start"], tpl["image_emb_end"]
+        pad = te.config.pad_token_id
+        if pad is None:
+            raise CheckpointError(f"{self.checkpoint.config_file('text_encoder')} has no pad_token_id; the I2V "
+                                  "reference masks the image-expanded sequence with it")
+        end_header = self.tokenizer.token_to_id("<|end_header_id|>")
+        if end_header is None:
+            raise CheckpointError(f"{self.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
+                                  "reference cuts the prompt at it")
+        tokens = self.tokenizer([tpl["template"].format(t) for t in texts], max_sequence_length + crop)
+        ids, mask = expand_image_tokens(tokens.input_ids, te.config.vision.image_token_index, e_len, start, end, pad)
+        pixels = clip_preprocess(to_rgb_image(image), self.image_processor_config)
+        pixels = np.repeat(np.asarray(pixels, np.float32)[None], len(texts), axis=0)
+        h = encode_llava_text(te, ids, mask, pixels, output_layer=LLAMA_OUTPUT_LAYER)
+        hid, msk = i2v_crop_indices(tokens.input_ids, end_header, crop, e_len)
+        text = jnp.take_along_axis(h, jnp.asarray(hid)[..., None], axis=1)
+        text_mask = np.take_along_axis(tokens.attention_mask, msk, axis=1)
+        img = h[:, start:end]
+        if 0 < interleave < 6:
+            img = img[:, ::interleave]
+        embeds = jnp.concatenate([img, text], axis=1)
+        mask = np.concatenate([np.ones(img.shape[:2], text_mask.dtype), text_mask], axis=1)
+        return embeds, jnp.asarray(mask)
+
+    # ------------------------------------------------------------------ latents
+    def condition(self, call, stats) -> dict:
+        """The base's ``guidance`` and ``image`` (B, 1, h, w, C): the VAE mode of the image
+        resized to height x width, times the scaling factor (``prepare_latents``)."""
+        cond = super().condition(call, stats)
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            pixels = vae_image_preprocess(to_rgb_image(call.image), call.height, call.width)  # (H, W, 3) in [-1, 1]
+            mean, _ = self.encode_with("vae", self.vae.encode, pixels[None, None])
+            cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+        stats.sample_memory()
+        return cond
+
+    def prepare_latents(self, call, noise, cond) -> jax.Array:
+        """``noise * 0.999 + image * (1 - 0.999)`` with the image latent on every frame, float32."""
+        t = np.float32(IMAGE_NOISE_MIX)
+        latents = jnp.transpose(noise, (0, 2, 3, 4, 1)).astype(jnp.float32)
+        return latents * t + cond["image"] * (np.float32(1.0) - t)
+
+    def model_input(self, latents, cond) -> jax.Array:
+        img = cond["image"].astype(latents.dtype)
+        if self.info.image_condition_type == "token_replace":
+            return jnp.concatenate([img, latents[:, 1:]], axis=1)
+        # latent_concat: [latents, image latents on frame 0 (zeros after), mask 1 on frame 0]
+        t = latents.shape[1]
+        first = (jnp.arange(t) == 0)[None, :, None, None, None]
+        image = jnp.where(first, jnp.broadcast_to(img, latents.shape), 0.0).astype(latents.dtype)
+        mask = jnp.broadcast_to(first, latents.shape[:-1] + (1,)).astype(latents.dtype)
+        return jnp.concatenate([latents, image, mask], axis=-1)
+
+    def scheduler_update(self, state, pred, latents, args):
+        """The Euler step; ``token_replace`` then puts the image latent back on frame 0 (the
+        reference steps frames 1: only, elementwise the same)."""
+        latents, state = self.scheduler.step(state, pred, latents)
+        if self.info.image_condition_type == "token_replace":
+            latents = jnp.concatenate([args[2]["image"].astype(latents.dtype), latents[:, 1:]], axis=1)
+        return latents, state
+
+    def latents_output(self, latents) -> np.ndarray:
+        out = super().latents_output(latents)
+        return out[:, :, 1:] if self.info.image_condition_type == "latent_concat" else out
+
+    def decode(self, call, latents, stats) -> np.ndarray:
+        """The base's decode; ``latent_concat`` drops the first 4 decoded frames (the reference's
+        ``video[:, :, 4:]``)."""
+        video = super().decode(call, latents, stats)
+        return video[:, 4:] if self.info.image_condition_type == "latent_concat" else video
