@@ -363,3 +363,15 @@ def test_released_wan22_i2v_a14b_folder(tmp_path):
 def test_version():
     r = _vidax("--version")
     assert r.returncode == 0 and r.stdout.startswith(f"vidax {vidax.__version__} (jax "), r.stdout
+
+
+def test_flag_names_of_hints_without_values():
+    """A hint naming a keyword without a value ("drop --video / video=", "give image= (...)")
+    reads as the flag once, with no stray space: it printed "(drop --video / --video )"."""
+    from vidax.cli import flag_names
+
+    assert flag_names("it takes no video (drop --video / video=)") == "it takes no video (drop --video)"
+    assert flag_names("it takes no image (drop --image / image=)") == "it takes no image (drop --image)"
+    assert (flag_names("image and video are both given; give image= (image2world) or video= (video2world)")
+            == "--image and video are both given; give --image (image2world) or --video (video2world)")
+    assert flag_names("num_inference_steps=0 is bad") == "--num-inference-steps 0 is bad"

@@ -79,13 +79,21 @@ _SINGLE = re.compile(_WORD.format(names="prompt|image|height|width|seed")
 _QUOTED = re.compile("'({names})'".format(names="|".join(sorted(GENERATE_FLAGS, key=len, reverse=True))))
 
 
+_NO_VALUE = re.compile(r"[\s)\]]|$")
+_TWICE = re.compile(r"(--[a-z0-9-]+) / \1(?![\w-])")
+
+
 def flag_names(message: str) -> str:
     """``message`` with the call keywords of ``generate`` spelled as its flags
     (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
     message = _QUOTED.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
-    message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + " ", message)
+    # "name=" with no value after it (a hint: "give image= (image2world)") is the bare flag.
+    message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + ("" if _NO_VALUE.match(message, m.end()) else " "),
+                          message)
     message = _MULTI.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
-    return _SINGLE.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
+    message = _SINGLE.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
+    # "drop --video / video=" (the flag, then the keyword) names one flag twice once converted.
+    return _TWICE.sub(r"\1", message)
 
 
 def _flag_filter(record: logging.LogRecord) -> bool:

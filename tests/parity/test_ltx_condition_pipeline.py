@@ -198,6 +198,19 @@ def test_upsample_pipeline_matches_diffusers(folders):
             up.check_upsample_call(**kwargs)
 
 
+def test_upsample_pipeline_refuses_denoising_keywords(folders):
+    """A keyword of the denoising pipelines (prompt=, num_inference_steps=) is one InputError
+    naming it and what the upsampler takes, not a TypeError; capabilities say the same."""
+    up = vidax.load_pipeline(folders[1])
+    z = np.zeros(LATENT, np.float32)
+    for kwargs in (dict(prompt="a fox"), dict(num_inference_steps=3), dict(guidance_scale=3.0)):
+        with pytest.raises(InputError, match=rf"takes no '{next(iter(kwargs))}'; it takes video, height"):
+            up(latents=z, **kwargs)
+    caps = up.capabilities
+    assert caps.video and not caps.image and "prompt" not in caps.call_args
+    assert {"latents", "adain_factor", "decode_timestep"} <= set(caps.call_args)
+
+
 def test_bad_input_is_refused_before_work(folders, pipe):
     _, _, ref, _ = folders
     info = pipe.info

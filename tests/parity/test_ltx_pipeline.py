@@ -10,6 +10,7 @@ VAE decoder (measured about 100 dB).
 """
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -118,3 +119,27 @@ def test_bad_input_is_refused_before_work(ltx):
     ):
         with pytest.raises(InputError, match=match):
             pipe.check_call(pipe.info, ["a", "b"], **{**SIZE, **kwargs})
+
+
+def test_image_to_video_folder_loads_the_image_to_video_pipeline(ltx, tmp_path):
+    """A folder saved as diffusers' LTXImageToVideoPipeline loads as vidax's, whose call takes the
+    image first (``pipe(image, prompt)``, as diffusers); it was the text-to-video class, where that
+    call was a TypeError (image and prompt both bound to ``prompt``)."""
+    import json
+    import shutil
+
+    from vidax.errors import InputError
+
+    path = str(tmp_path / "i2v")
+    shutil.copytree(ltx[0], path)
+    index = os.path.join(path, "model_index.json")
+    with open(index) as f:
+        config = json.load(f)
+    with open(index, "w") as f:
+        json.dump({**config, "_class_name": "LTXImageToVideoPipeline"}, f)
+    pipe = vidax.load_pipeline(path)
+    assert type(pipe).__name__ == "LTXImageToVideoPipeline"
+    with pytest.raises(InputError, match="num_inference_steps"):  # bound by position, then checked
+        pipe(random_image(1), "a fox", num_inference_steps=0, **SIZE)
+    with pytest.raises(InputError, match="image is required"):
+        pipe(prompt="a fox", **SIZE)

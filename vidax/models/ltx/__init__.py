@@ -13,7 +13,7 @@ FAMILY = Family(
     name="ltx",
     pipelines=(
         PipelineSpec("LTXPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
-        PipelineSpec("LTXImageToVideoPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
+        PipelineSpec("LTXImageToVideoPipeline", "vidax.models.ltx.pipeline:LTXImageToVideoPipeline"),
         PipelineSpec("LTXConditionPipeline", "vidax.models.ltx.pipeline:LTXConditionPipeline"),
         PipelineSpec("LTXLatentUpsamplePipeline", "vidax.models.ltx.upsample_pipeline:LTXLatentUpsamplePipeline"),
     ),

@@ -105,6 +105,19 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
                              "a prompt; run it from Python: vidax.load_pipeline(path)(latents=...)")
         return cls
 
+    #: The keywords ``__call__`` takes (those of :meth:`check_upsample_call`): not the shared
+    #: denoising ones (prompt, steps, guidance, ...), which this pipeline has no use for.
+    upsample_call_args = ("video", "height", "width", "latents", "decode_timestep", "decode_noise_scale",
+                          "adain_factor", "tone_map_compression_ratio", "seed", "output_type", "progress")
+
+    @classmethod
+    def call_args(cls) -> tuple[str, ...]:
+        return cls.upsample_call_args
+
+    @classmethod
+    def capabilities_of(cls, info: LTXUpsampleInfo):
+        return dataclasses.replace(super().capabilities_of(info), image=False, video=True)
+
     @classmethod
     def latent_shape(cls, info: LTXUpsampleInfo, call: Any) -> tuple[int, ...]:
         """The input latents' shape for a video of ``num_frames`` x ``height`` x ``width``."""
@@ -177,6 +190,10 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         Raises:
             InputError: an invalid argument (before any work). NumericalError: NaN/Inf in the decode.
         """
+        unknown = sorted(set(kwargs) - set(self.upsample_call_args))
+        if unknown:  # a denoising keyword (prompt=, num_inference_steps=, ...) or a typo
+            raise InputError(f"{type(self).__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
+                             f"{', '.join(self.upsample_call_args)}")
         call = self.check_upsample_call(video, height, width, latents, **kwargs)
         stats = RunStats(load_s=self._pending_load_s)
         if call.latents is not None:
