@@ -240,6 +240,12 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     ckpt = Checkpoint.open(resolve_named_checkpoint(checkpoint))
     task = "i2v" if "image" in call_image else ("v2v" if "video" in call_image else "t2v")
     cls = pipeline_class(ckpt, task=task)
+    takes = set(cls.call_args())
+    unused = [k for k in family if k not in takes]
+    if unused:
+        has = [GENERATE_FLAGS[k] for k in FAMILY_CALL_FLAGS if k in takes and k != "video"]
+        raise InputError(f"{cls.__name__} ({ckpt.root}) does not use {', '.join(GENERATE_FLAGS[k] for k in unused)}; "
+                         f"its own flags: {', '.join(has) if has else 'none beyond the common ones'}")
     given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)

@@ -229,13 +229,10 @@ class LTXPipeline(LTXDecode, VideoPipeline):
 
     def set_timesteps(self, call, latents):
         """``mu`` = ``calculate_shift`` of the video token count (used where the config shifts
-        dynamically); sigmas ``linspace(1, 1/N, N)``, or the call's ``timesteps``."""
+        dynamically); sigmas ``linspace(1, 1/N, N)``."""
         n = call.num_inference_steps
         f, h, w = latents.shape[1:4]
         mu = self.scheduler.calculate_shift(f * h * w) if self.scheduler.config.use_dynamic_shifting else None
-        timesteps = call.extra.get("timesteps")
-        if timesteps is not None:
-            return self.scheduler.set_timesteps(timesteps=list(timesteps), mu=mu)
         sigmas = np.linspace(1.0, 1 / n, n)
         return self.scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
 
@@ -364,8 +361,9 @@ def _listed(name: str, value: Any, n: int) -> list:
     return [value] * n
 
 
-def condition_items(call, temporal: int) -> list[_Item]:
-    """The call's conditions, checked (raise InputError), in the reference's order.
+def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
+    """The call's conditions, checked (raise InputError), in the reference's order (``warn``:
+    log the trimming of a video, once per call: the check before loading logs it).
 
     ``conditions`` (one or a list of :class:`LTXVideoCondition`-like objects), or the flat
     ``image`` (one image or a list) / ``video`` (one video) with ``frame_index`` and ``strength``
@@ -423,7 +421,7 @@ def condition_items(call, temporal: int) -> list[_Item]:
         frames = _video_frames(vid, name)
         # diffusers' trim_conditioning_sequence: the frames left after frame_index, to k*temporal + 1.
         keep = (min(len(frames), call.num_frames - int(fi)) - 1) // temporal * temporal + 1
-        if keep < len(frames):
+        if keep < len(frames) and warn:
             logger.warning("%s has %d frames; at frame_index=%d of %d frames the first %d are used (the frames "
                            "left in the clip, %dk+1, as diffusers' trim_conditioning_sequence)", name, len(frames),
                            fi, call.num_frames, keep, temporal)
@@ -538,7 +536,7 @@ class LTXConditionPipeline(LTXPipeline):
         v = self.info.vae_config
         k, s = v.temporal_compression, v.spatial_compression
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        items = condition_items(call, k)
+        items = condition_items(call, k, warn=False)  # check_call has warned
         frame_mask = np.zeros((f,), np.float32)
         frames, extras, extra_mask, extra_coords = [], [], [], []
         root = jax.random.fold_in(jax.random.PRNGKey(call.seed), 4)
