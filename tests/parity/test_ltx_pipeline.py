@@ -54,6 +54,7 @@ def test_t2v_matches_diffusers(ltx):
     assert type(pipe).__name__ == "LTXPipeline"
     got = pipe(latents=latents.numpy(), seed=0, progress=False, **CALL).frames
     assert got.shape == want.shape == (2, 9, 32, 64, 3)
+    print(f"LTX T2V vs diffusers: PSNR {psnr(got, want):.1f} dB")
     assert psnr(got, want) >= 60, psnr(got, want)
     # The final latents in the reference's packed layout.
     with torch.no_grad():
@@ -77,6 +78,7 @@ def test_i2v_matches_diffusers(ltx, caplog):
     with caplog.at_level(logging.WARNING, logger="vidax.pipeline"):
         got = pipe(image, latents=latents.numpy(), seed=0, progress=False, **CALL).frames
     assert "image is not encoded" in caplog.text
+    print(f"LTX I2V vs diffusers: PSNR {psnr(got, want):.1f} dB")
     assert psnr(got, want) >= 60, psnr(got, want)
 
 
