@@ -20,8 +20,12 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.runtime
 	$(BIN)/vidax generate --prompt "A red car driving over a bridge at night" --output vidax-demo.mp4
 
+# Test files run in TEST_WORKERS processes (one file per process at a time, so a file's
+# module-scoped fixtures are built once); each process peaks at about 5 GB resident.
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.test
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 bench: $(VENV)/.test
 	$(BIN)/python benchmarks/wan_step.py
