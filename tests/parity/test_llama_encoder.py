@@ -163,3 +163,24 @@ def test_config_reads_released_file_and_refuses_what_it_lacks():
             LlamaTextConfig.from_config_dict({**raw, key: value})
     with pytest.raises(ConfigError, match="mistral"):
         LlamaTextConfig.from_config_dict({"model_type": "llava", "text_config": {"model_type": "mistral"}})
+
+
+def test_tensor_parallel_equals_single_device(llama):
+    """HunyuanVideo's 8B Llama on a (data=2, tensor=2) mesh: q/k/v and gate/up column-parallel,
+    o/down row-parallel (4 query and 2 key/value heads split over tensor=2), the padded batch over
+    data; the selected layer equals the single-device one."""
+    import jax
+
+    from vidax.encoders.decoder_lm import DECODER_LM_PARAM_AXES
+    from vidax.parallel.mesh import make_mesh
+    from vidax.parallel.placement import check_sharded, logical_placement
+
+    _, path, enc = llama
+    mesh = make_mesh(2, 2, 1, devices=jax.devices()[:4])
+    sharded = load_llama_text_encoder(path, placement=logical_placement(mesh, DECODER_LM_PARAM_AXES), mesh=mesh)
+    check_sharded(sharded, DECODER_LM_PARAM_AXES, mesh, "text_encoder")
+    ids, mask = _inputs()
+    want = np.asarray(encode_hidden_states(enc, ids.numpy(), mask.numpy(), output_layer=-3))
+    got = np.asarray(encode_hidden_states(sharded, ids.numpy(), mask.numpy(), output_layer=-3))
+    # fp32; the row-parallel sums add their halves in another order: ~1e-7.
+    assert max_rel_err(got, want) < FP32_TOL
