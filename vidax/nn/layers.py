@@ -236,15 +236,21 @@ class TimestepEmbedding(nnx.Module):
 
 
 class TextProjection(nnx.Module):
-    """diffusers ``PixArtAlphaTextProjection(act_fn="gelu_tanh")``: ``linear_2(gelu_tanh(linear_1(x)))``
-    in ``dtype`` (Wan's text embedder, LTX-Video's caption projection)."""
+    """diffusers ``PixArtAlphaTextProjection(act_fn=act)``: ``linear_2(act(linear_1(x)))`` in
+    ``dtype``; ``act`` ``"gelu_tanh"`` (Wan's text embedder, LTX-Video's caption projection) or
+    ``"silu"`` (HunyuanVideo's pooled-text embedder)."""
 
-    def __init__(self, cin, dim, dtype, param_dtype, rngs):
+    def __init__(self, cin, dim, dtype, param_dtype, rngs, act: str = "gelu_tanh"):
+        if act not in ("gelu_tanh", "silu"):
+            raise ValueError(f"TextProjection: act={act!r}; valid: 'gelu_tanh', 'silu'")
+        self.act = act
         self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
         self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
 
     def __call__(self, x):
-        return self.linear_2(jax.nn.gelu(self.linear_1(x), approximate=True))
+        h = self.linear_1(x)
+        h = jax.nn.silu(h) if self.act == "silu" else jax.nn.gelu(h, approximate=True)
+        return self.linear_2(h)
 
 
 def patchify(x: jax.Array, patch: tuple[int, int, int]) -> jax.Array:

@@ -72,6 +72,7 @@ from vidax.nn.layers import (
     LayerNorm,
     PatchEmbedding,
     RMSNorm,
+    TextProjection,
     TimestepEmbedding,
     linear,
     timestep_sinusoid,
@@ -93,17 +94,6 @@ _EPS = 1e-6  # every LayerNorm / RMSNorm of the model
 # Embeddings
 
 
-class TextProjection(nnx.Module):
-    """diffusers ``PixArtAlphaTextProjection(act_fn="silu")``: ``linear_2(silu(linear_1(x)))``."""
-
-    def __init__(self, cin, dim, dtype, param_dtype, rngs):
-        self.linear_1 = linear(cin, dim, dtype, param_dtype, rngs)
-        self.linear_2 = linear(dim, dim, dtype, param_dtype, rngs)
-
-    def __call__(self, x):
-        return self.linear_2(jax.nn.silu(self.linear_1(x)))
-
-
 class ConditionEmbedding(nnx.Module):
     """diffusers ``HunyuanVideoConditionEmbedding`` (``guidance=True`` / ``token_replace``) and
     ``CombinedTimestepTextProjEmbeddings`` (the token refiner's, neither): the sum of the timestep
@@ -114,7 +104,7 @@ class ConditionEmbedding(nnx.Module):
         self.dtype = dtype
         self.token_replace = token_replace
         self.timestep_embedder = TimestepEmbedding(256, dim, rngs)
-        self.text_embedder = TextProjection(pooled_dim, dim, dtype, param_dtype, rngs)
+        self.text_embedder = TextProjection(pooled_dim, dim, dtype, param_dtype, rngs, act="silu")
         self.guidance_embedder = TimestepEmbedding(256, dim, rngs) if guidance else None
 
     def __call__(self, timestep, pooled, guidance=None):
