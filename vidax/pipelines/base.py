@@ -40,8 +40,8 @@ from vidax.pipelines.sampling import all_finite, classifier_free_guidance, run_d
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
-from vidax.weights.loader import PendingLoad
 from vidax.stats import RunStats
+from vidax.weights.loader import PendingLoad
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -726,9 +726,10 @@ class VideoPipeline:
         Shared keywords: ``image`` (PIL image or uint8 (H, W, 3), image-to-video checkpoints),
         ``height``, ``width`` (pixels), ``num_frames``, ``num_inference_steps``,
         ``guidance_scale`` (> 1 enables CFG, cond and uncond as one batch), ``guidance_scale_2``
-        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (``jax.random``; replaces
-        torch's generator), ``latents`` (initial noise, float32, diffusers layout),
-        ``max_sequence_length`` (text tokens), ``output_type`` (``"np"`` or ``"latent"``),
+        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (an integer in [0,
+        :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator), ``latents`` (initial
+        noise, float32, diffusers layout), ``max_sequence_length`` (text tokens, at most
+        :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``),
         ``progress``, ``callback(step_index, num_inference_steps)``. Defaults: :attr:`defaults`.
 
         Returns:
