@@ -2,6 +2,7 @@
 the CLI's wording of them (issue 11). In-process CLI runs (``typer.testing.CliRunner``) on the
 embedded tiny checkpoint at small sizes."""
 
+import json
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 import vidax
 from vidax.cli import app
-from vidax.errors import CheckpointError, InputError, NumericalError
+from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
 SMALL_FLAGS = ["--height", "32", "--width", "48", "--num-frames", "5", "--num-inference-steps", "2",
@@ -359,3 +360,192 @@ def test_staging_counts_the_text_encoder_at_its_own_dtype(ckpt, monkeypatch):
     monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: 10 * te32)
     staging_mod.plan_pipeline_staging(paths, "bfloat16", np.float32, None, text_encoder_dtype=np.float32)
     assert ("text_encoder", "float32") in seen and ("transformer", "bfloat16") in seen
+
+
+# --------------------------------------------------------------------------- issue 18: before any weight
+@pytest.fixture
+def weight_reads(monkeypatch):
+    """``{"headers": [...], "data": [...]}``: the safetensors files whose header vidax opens and
+    those whose tensor bytes it reads (``CheckpointReader.get`` and ``numpy.memmap``, the only
+    ways vidax reads a tensor)."""
+    from vidax.weights import safetensors_io
+
+    seen = {"headers": [], "data": []}
+    real_header, real_get, real_memmap = safetensors_io._read_header, safetensors_io.CheckpointReader.get, np.memmap
+
+    def header(path):
+        seen["headers"].append(os.path.relpath(path, os.path.dirname(os.path.dirname(path))))
+        return real_header(path)
+
+    def get(self, key):
+        seen["data"].append(self.info(key).file)
+        return real_get(self, key)
+
+    def memmap(file, *args, **kwargs):
+        seen["data"].append(str(file))
+        return real_memmap(file, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors_io, "_read_header", header)
+    monkeypatch.setattr(safetensors_io.CheckpointReader, "get", get)
+    monkeypatch.setattr(np, "memmap", memmap)
+    return seen
+
+
+def _rewrite_transformer(folder, change):
+    """Rewrite the transformer's safetensors with ``change(tensors)`` applied (a dict)."""
+    from vidax.weights import CheckpointReader, save_safetensors
+
+    file = os.path.join(folder, "transformer", "diffusion_pytorch_model.safetensors")
+    reader = CheckpointReader(file)
+    tensors = {k: np.array(reader.get(k)) for k in reader.keys()}
+    reader.close()
+    change(tensors)
+    save_safetensors(tensors, file)
+
+
+def _bad_shape(t):
+    t["proj_out.bias"] = np.zeros(t["proj_out.bias"].shape[0] + 1, np.float32)
+
+
+def _set_scheduler(folder, **config):
+    file = os.path.join(folder, "scheduler", "scheduler_config.json")
+    with open(file) as f:
+        old = json.load(f)
+    with open(file, "w") as f:
+        json.dump({**old, **config}, f)
+
+
+# (what is broken, mesh, the error, the words it holds). The transformer is read after the text
+# encoder, the scheduler after every weight: each breakage used to show only after weights were read.
+_BREAKAGES = {
+    "bad shape": (lambda d: _rewrite_transformer(d, _bad_shape), None, CheckpointError,
+                  ["proj_out.bias", "shape (65,)", "expected (64,)"]),
+    "missing key": (lambda d: _rewrite_transformer(d, lambda t: t.pop("proj_out.bias")), None, CheckpointError,
+                    ["missing tensors", "proj_out.bias"]),
+    "truncated": (lambda d: open(os.path.join(d, "transformer", "diffusion_pytorch_model.safetensors"),
+                                 "r+b").truncate(3000), None, CheckpointError, ["is truncated"]),
+    "prediction_type": (lambda d: _set_scheduler(d, prediction_type="epsilon"), None, ConfigError,
+                        ["scheduler_config.json", "prediction_type"]),
+    "scheduler class": (lambda d: _set_scheduler(d, _class_name="CogVideoXDDIMScheduler"), None, ConfigError,
+                        ["_class_name='CogVideoXDDIMScheduler'", "WanPipeline runs UniPCMultistepScheduler or "
+                         "FlowMatchEulerDiscreteScheduler"]),
+    "tp vs heads": (lambda d: None, "1x8x1", InputError,
+                    ["transformer/config.json: 4 attention heads do not split over tensor x sequence = 8 x 1"]),
+}
+
+
+@pytest.fixture(scope="module")
+def _wan_copy(ckpt, tmp_path_factory):
+    """The embedded checkpoint's files, copied once; each test of a breakage copies this."""
+    dst = tmp_path_factory.mktemp("pristine") / "ckpt"
+    shutil.copytree(ckpt, dst)
+    return dst
+
+
+@pytest.mark.parametrize("breakage", list(_BREAKAGES))
+def test_no_weight_is_read_before_a_checkpoint_error(_wan_copy, tmp_path, weight_reads, breakage):
+    """Issue 18 item 5: load_pipeline checks every component's configs, safetensors headers,
+    sizes and 1:1 key plan (and the heads against the mesh) before it reads the first tensor of
+    any; a broken transformer (loaded after the text encoder) or scheduler reads no weight."""
+    break_it, mesh, error, words = _BREAKAGES[breakage]
+    folder = tmp_path / "ckpt"
+    shutil.copytree(_wan_copy, folder)
+    break_it(str(folder))
+    weight_reads["headers"].clear(), weight_reads["data"].clear()
+    with pytest.raises(error) as e:
+        vidax.load_pipeline(str(folder), mesh=mesh)
+    for word in words:
+        assert word in str(e.value), (word, str(e.value))
+    assert weight_reads["data"] == [], weight_reads
+    if breakage in ("bad shape", "missing key"):  # the text encoder's plan was checked before the transformer's
+        assert weight_reads["headers"][-2:] == [os.path.join("text_encoder", "model.safetensors"),
+                                                os.path.join("transformer", "diffusion_pytorch_model.safetensors")]
+
+
+@pytest.mark.parametrize("breakage, flags", [("tp vs heads", ["--tp", "8"]), ("prediction_type", []),
+                                             ("scheduler class", [])])
+def test_cli_config_errors_before_any_weight(_wan_copy, tmp_path, weight_reads, breakage, flags):
+    """vidax generate: the scheduler and the heads against --tp are config-only checks; one line,
+    no weight read, nothing written."""
+    break_it, _, _, words = _BREAKAGES[breakage]
+    folder = tmp_path / "ckpt"
+    shutil.copytree(_wan_copy, folder)
+    break_it(str(folder))
+    weight_reads["headers"].clear(), weight_reads["data"].clear()
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _cli("generate", "-p", "a cat", "--checkpoint", str(folder), "-o", str(out / "v.npy"), *SMALL_FLAGS, *flags)
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and all(w in lines[0] for w in words), r.output
+    assert weight_reads == {"headers": [], "data": []}  # not even a header
+    assert not os.listdir(out)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64])
+def test_seed_out_of_range(pipe, broken, tmp_path, seed):
+    """Issue 18 item 6: jax.random keys take 32 bits of a seed (2**63 and up even raise): seeds
+    are refused outside [0, 2**32 - 1], naming seed= in Python and --seed on the command line."""
+    with pytest.raises(InputError, match=rf"^seed={seed} is out of range: seeds are integers in \[0, 4294967295\]"):
+        pipe("a cat", seed=seed, **SMALL)
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--seed", str(seed), "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and f"--seed {seed} is out of range" in lines[0], r.output
+    pipe.check_call(pipe.info, "a cat", seed=2**32 - 1, **SMALL)  # the largest is valid
+
+
+def test_max_sequence_length_beyond_the_text_encoder(pipe, broken, tmp_path):
+    """Issue 18 item 6: more text tokens than the tokenizer / text encoder take is one line
+    naming the largest valid value, before any weight (the broken copy cannot be read)."""
+    with pytest.raises(InputError, match=r"^max_sequence_length=513 is more than this checkpoint's text encoding "
+                                         r"takes: the largest valid max_sequence_length is 512 \(model_max_length=512 "
+                                         r"in .*tokenizer_config.json\)"):
+        pipe("a cat", **{**SMALL, "max_sequence_length": 513})
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--max-sequence-length", "100000000",
+             "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and "--max-sequence-length 100000000 is more than" in lines[0] \
+        and "the largest valid --max-sequence-length is 512" in lines[0], r.output
+
+
+@pytest.mark.parametrize("name, task, top, why", [
+    ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v", 512, "text_len of the original Wan code"),  # UMT5
+    ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5
+    ("Lightricks__LTX-Video", "t2v", 128, "LTXPipeline's default"),  # T5
+    ("hunyuanvideo-community__HunyuanVideo", "t2v", 8192 - 95,  # Llama, less the template's crop_start
+     "max_position_embeddings=8192"),
+    ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v", 8192 - 103 - 575,  # LLaVA: also the 576 image tokens
+     "max_position_embeddings=8192"),
+])
+def test_max_sequence_length_of_the_released_configs(tmp_path, name, task, top, why):
+    """Each family's text encoders on its released configs (no weights): the largest valid
+    max_sequence_length is accepted, one more refused."""
+    from tests.paths import REFERENCE_CONFIGS
+
+    folder = tmp_path / name
+    shutil.copytree(os.path.join(REFERENCE_CONFIGS, name), folder)
+    for sub in ("tokenizer", "tokenizer_2"):  # HunyuanVideo's CLIP tokenizer folder is not among the configs
+        (folder / sub).mkdir(exist_ok=True)
+    essentials = folder / "text_encoder" / "arch_essentials.json"
+    if essentials.exists():  # HunyuanVideo-I2V's LLaVA config is recorded as its text_config only
+        text_config = json.loads(essentials.read_text())["text_config"]
+        (folder / "text_encoder" / "config.json").write_text(json.dumps({"text_config": text_config}))
+    cls, info = _reference_info(str(folder), task)
+    image = dict(image=np.zeros((8, 8, 3), np.uint8)) if task == "i2v" else {}
+    small = dict(height=64, width=64, num_frames=9, num_inference_steps=2, **image)
+    cls.check_call(info, "a cat", max_sequence_length=top, **small)
+    with pytest.raises(InputError, match=rf"^max_sequence_length={top + 1} is more .* the largest valid "
+                                         rf"max_sequence_length is {top} \(.*{re.escape(why)}"):
+        cls.check_call(info, "a cat", max_sequence_length=top + 1, **small)
+
+
+def test_ltx_schedule_checked_from_the_configs():
+    """Issue 18 item 5: LTX-Video 0.9.1's dynamic shifting at a huge size makes a schedule its
+    scheduler cannot use (sigmas at 1, or NaN): refused by check_call (configs only), not after
+    the weights are loaded."""
+    cls, info = _reference_info("Lightricks__LTX-Video-0.9.1", "t2v")
+    cls.check_call(info, "a cat", height=512, width=704, num_frames=161)
+    with pytest.raises(InputError, match="sigmas"):
+        cls.check_call(info, "a cat", height=4096, width=4096, num_frames=161)

@@ -249,9 +249,11 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)
-    call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
+    info = cls.read_checkpoint(ckpt)
+    call = cls.check_call(info, prompt=prompt, negative_prompt=negative_prompt, seed=seed,
                           progress=progress, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
+    cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
     if verbose:
         from vidax.parallel.placement import pipeline_report

@@ -311,3 +311,20 @@ def test_cli_video2world_on_a_mesh(cosmos, tmp_path):
     api = pipe(prompt=PROMPT, video=read_video(mp4), seed=3, progress=False, **CALL).frames[0]
     # the mesh splits the CFG pair and the tokens; fp32 reordering only
     assert psnr(frames, api) >= PSNR_MIN
+
+
+def test_max_sequence_length_beyond_the_text_tower(cosmos):
+    """Issue 18 item 6: the Qwen2.5-VL text tower's max_position_embeddings (in its config.json)
+    bounds max_sequence_length, checked from the configs: the largest valid value passes, one
+    more is one error naming it."""
+    import json
+    import os
+
+    path, _, pipe, _ = cosmos
+    with open(os.path.join(path, "text_encoder", "config.json")) as f:
+        config = json.load(f)
+    n = config.get("max_position_embeddings") or config["text_config"]["max_position_embeddings"]
+    CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n})
+    with pytest.raises(InputError, match=rf"^max_sequence_length={n + 1} is more .* the largest valid "
+                                         rf"max_sequence_length is {n} \(max_position_embeddings={n} in "):
+        CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n + 1})

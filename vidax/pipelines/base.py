@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -27,6 +28,7 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
+from vidax.config import read_json_object
 from vidax.errors import ConfigError, InputError, NumericalError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
@@ -39,6 +41,7 @@ from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
+from vidax.weights.loader import PendingLoad
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -177,6 +180,11 @@ def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_fra
             f"decoded video {video / gib:.1f} GiB")
 
 
+#: Seeds are integers in ``[0, MAX_SEED]``: ``jax.random.PRNGKey`` keeps the low 32 bits of a
+#: seed (without ``jax_enable_x64``), so a larger or a negative seed would repeat one of these.
+MAX_SEED = 2**32 - 1
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise InputError(f"{name} must be a positive integer, got {value!r}")
@@ -205,6 +213,37 @@ def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     if batch is None and not all(p.strip() for p in prompt):
         raise InputError(f"{name} is empty ({(prompt[0] if len(prompt) == 1 else prompt)!r}); describe the video")
     return list(prompt)
+
+
+#: A tokenizer_config.json ``model_max_length`` at or above this is transformers' "no limit"
+#: placeholder (``int(1e30)``), not a length.
+_NO_TOKEN_LIMIT = 10**9
+
+
+def tokenizer_token_limit(info: CheckpointInfo, fallback: int, fallback_reason: str,
+                          name: str = "tokenizer") -> tuple[int, str]:
+    """``(largest max_sequence_length, why)`` for a text encoder without a position table
+    (T5 / UMT5: relative positions): the tokenizer's ``model_max_length`` in
+    ``<name>/tokenizer_config.json``, or ``fallback`` (the family's reference bound) where the
+    file gives none or transformers' "no limit"; never below the checkpoint's default."""
+    ckpt = info.checkpoint
+    file = os.path.join(ckpt.folder(name), "tokenizer_config.json")
+    n = read_json_object(file).get("model_max_length") if os.path.isfile(file) else None
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 < n < _NO_TOKEN_LIMIT:
+        limit, reason = fallback, fallback_reason
+    else:
+        limit, reason = int(n), f"model_max_length={int(n)} in {file}"
+    default = info.defaults.max_sequence_length
+    return (limit, reason) if limit >= default else (default, "the checkpoint's default max_sequence_length")
+
+
+def text_encoder_positions(info: CheckpointInfo, name: str = "text_encoder") -> int | None:
+    """``max_position_embeddings`` of component ``name``'s config (a language model's, or the
+    ``text_config`` of a multimodal one), or None where it gives none."""
+    config = info.checkpoint.config(name)
+    text = config.get("text_config")
+    n = config.get("max_position_embeddings", text.get("max_position_embeddings") if isinstance(text, dict) else None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def finite_array(name: str, value: Any) -> np.ndarray:
@@ -252,6 +291,9 @@ class VideoPipeline:
     guidance_dtype: ClassVar[Any] = None
     #: How ``latents=`` is laid out, for error messages.
     latents_layout: ClassVar[str] = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
+    #: The scheduler classes (``scheduler_config.json``'s ``_class_name``) the family's sampling
+    #: loop runs; None: any scheduler vidax implements.
+    scheduler_classes: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
                  staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
@@ -305,6 +347,28 @@ class VideoPipeline:
     def model_size(cls, info: CheckpointInfo, call: Call) -> ModelSize | None:
         """The transformer's numbers for :func:`run_size_estimate` (None: no estimate)."""
         return None
+
+    @classmethod
+    def text_token_limit(cls, info: CheckpointInfo) -> tuple[int, str] | None:
+        """``(largest max_sequence_length, why)`` the checkpoint's tokenizer / text encoders take
+        (their position tables, the tokenizer's ``model_max_length``, the reference's bound), or
+        None for no limit; :meth:`check_call` refuses more."""
+        return None
+
+    @classmethod
+    def check_schedule(cls, info: CheckpointInfo, scheduler: Any, call: Call) -> None:
+        """Check, from the configs, that ``scheduler`` (built from the checkpoint's config) can
+        make the call's schedule, e.g. by computing it on the host as :meth:`set_timesteps` will.
+        The default: the scheduler must not need ``mu`` (``use_dynamic_shifting``), which only
+        families that compute it from the token count (LTX-Video) pass.
+
+        Raises:
+            ConfigError, InputError: the schedule cannot be made (the message says why).
+        """
+        if getattr(getattr(scheduler, "config", None), "use_dynamic_shifting", False):
+            raise ConfigError(f"{info.checkpoint.config_file('scheduler')}: use_dynamic_shifting=true needs mu (a shift "
+                              f"from the token count), which {cls.__name__} does not compute (nor does its diffusers "
+                              "reference); set use_dynamic_shifting to false")
 
     # ================================================================== family hooks (loading)
     @classmethod
@@ -413,6 +477,48 @@ class VideoPipeline:
         return self.capabilities_of(self.info)
 
     @classmethod
+    def read_scheduler(cls, info: CheckpointInfo) -> Any:
+        """The checkpoint's scheduler built from its config (every setting checked), or None
+        when the checkpoint has no ``scheduler`` component.
+
+        Raises:
+            ConfigError: a scheduler class vidax does not implement or the family does not run
+                (:attr:`scheduler_classes`), or a setting it does not implement (e.g. a
+                ``prediction_type``).
+        """
+        ckpt = info.checkpoint
+        if not ckpt.has("scheduler"):
+            return None
+        config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
+        name = config.get("_class_name")
+        if cls.scheduler_classes is not None and name in {s.class_name for s in registry().components("scheduler")} \
+                and name not in cls.scheduler_classes:
+            raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs "
+                              f"{' or '.join(cls.scheduler_classes)}")
+        return scheduler_from_config(config, source=file)
+
+    @classmethod
+    def check_checkpoint(cls, info: CheckpointInfo, mesh: Any = None) -> None:
+        """The checks of a checkpoint that need no call and no weights: its scheduler
+        (:meth:`read_scheduler`) and, on ``mesh``, that each transformer's attention heads split
+        over ``tensor x sequence``. :meth:`from_pretrained` runs it first; ``vidax generate``
+        runs it with the mesh of ``--dp/--tp/--sp`` before loading.
+
+        Raises:
+            ConfigError: see :meth:`read_scheduler`. InputError: heads that do not split (the
+                message lists the valid ``(tp, sp)``).
+        """
+        from vidax.parallel.mesh import check_heads
+
+        cls.read_scheduler(info)
+        ckpt = info.checkpoint
+        for name in info.transformers:
+            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+            heads = getattr(ckpt.typed_config(name, spec.config_class()), "num_attention_heads", None)
+            if mesh is not None and heads is not None:
+                check_heads(mesh, heads, ckpt.config_file(name))
+
+    @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, *,
                    image: Any = None, height: Any = None, width: Any = None, num_frames: Any = None,
                    num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
@@ -464,11 +570,18 @@ class VideoPipeline:
                                                                                       guidance_scale_2)
         max_sequence_length = _positive_int("max_sequence_length", d.max_sequence_length
                                             if max_sequence_length is None else max_sequence_length)
+        limit = cls.text_token_limit(info)
+        if limit is not None and max_sequence_length > limit[0]:
+            raise InputError(f"max_sequence_length={max_sequence_length} is more than this checkpoint's text encoding "
+                             f"takes: the largest valid max_sequence_length is {limit[0]} ({limit[1]})")
         num_videos_per_prompt = _positive_int("num_videos_per_prompt", num_videos_per_prompt)
         if output_type not in ("np", "latent"):
             raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise InputError(f"seed must be an integer or None, got {seed!r}")
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise InputError(f"seed={seed} is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
+                             "keys take 32 bits; a larger or negative seed would repeat one of these)")
         if callback is not None and not callable(callback):
             raise InputError(f"callback must be callable or None, got {type(callback).__name__}")
         task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
@@ -494,6 +607,9 @@ class VideoPipeline:
                                  f"{cls.latents_layout} for these arguments")
             call = dataclasses.replace(call, latents=latents)
         cls.check_family_call(info, call)
+        scheduler = cls.read_scheduler(info)
+        if scheduler is not None:
+            cls.check_schedule(info, scheduler, call)
         cls.warn_if_large(info, call)
         return call
 
@@ -518,13 +634,20 @@ class VideoPipeline:
     # ================================================================== loading
     @staticmethod
     def load_component(info: CheckpointInfo, name: str, *, dtype: Any = None, mesh: Any = None,
-                       offload: Any = None, staging: Staging | None = None) -> Any:
+                       offload: Any = None, staging: Staging | None = None, defer: bool = False) -> Any:
         """Component ``name`` of the checkpoint, by the class model_index.json gives it, loaded
         through the registry: placed by its logical axes on ``mesh``, in host memory when
         ``staging`` stages it, its blocks streamed when ``offload`` says so.
 
+        With ``defer`` a component with weights is checked against its model from its configs
+        and safetensors headers alone (heads against ``mesh``, file sizes, the 1:1 key plan,
+        shapes, dtypes) and returned as a :class:`~vidax.weights.loader.PendingLoad` whose
+        ``read()`` reads it; a family loads every component's plan this way before reading any
+        (a loader registered without the ``"defer"`` option is only checked when read).
+
         Raises:
             ConfigError: a class vidax does not implement. CheckpointError: missing files/tensors.
+            InputError: the model's heads do not split over ``mesh``.
         """
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
@@ -534,8 +657,10 @@ class VideoPipeline:
         if staging is not None:
             placement = staging.placement(name, placement)
         config = ckpt.typed_config(name, spec.config_class()) if "config" in spec.options else None
-        return spec.load(ckpt.folder(name), dtype=dtype, mesh=mesh, placement=placement, offload=offload,
-                         config=config)
+        options = dict(dtype=dtype, mesh=mesh, placement=placement, offload=offload, config=config)
+        if defer and "defer" not in spec.options:
+            return PendingLoad(lambda: spec.load(ckpt.folder(name), **options))
+        return spec.load(ckpt.folder(name), defer=defer or None, **options)
 
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
@@ -567,6 +692,7 @@ class VideoPipeline:
                               f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
         dtype = parse_dtype(dtype)
         mesh = resolve_mesh(mesh)
+        cls.check_checkpoint(info, mesh)
         offload = resolve_offload(offload)
         staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
                                    options.get("text_encoder_dtype", dtype))
@@ -600,9 +726,10 @@ class VideoPipeline:
         Shared keywords: ``image`` (PIL image or uint8 (H, W, 3), image-to-video checkpoints),
         ``height``, ``width`` (pixels), ``num_frames``, ``num_inference_steps``,
         ``guidance_scale`` (> 1 enables CFG, cond and uncond as one batch), ``guidance_scale_2``
-        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (``jax.random``; replaces
-        torch's generator), ``latents`` (initial noise, float32, diffusers layout),
-        ``max_sequence_length`` (text tokens), ``output_type`` (``"np"`` or ``"latent"``),
+        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (an integer in [0,
+        :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator), ``latents`` (initial
+        noise, float32, diffusers layout), ``max_sequence_length`` (text tokens, at most
+        :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``),
         ``progress``, ``callback(step_index, num_inference_steps)``. Defaults: :attr:`defaults`.
 
         Returns:
@@ -759,5 +886,5 @@ def as_list(value: Any) -> list:
 
 
 __all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
-                          "ModelSize", "run_size_estimate",
+                          "ModelSize", "run_size_estimate", "MAX_SEED", "tokenizer_token_limit", "text_encoder_positions",
                           "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "finite_array", "check_finite")

@@ -44,6 +44,7 @@ image conditioning is repeated for every video.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -56,7 +57,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions
 from vidax.pipelines.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
@@ -175,6 +176,7 @@ class HunyuanVideoPipeline(VideoPipeline):
 
     extra_call_args = ("true_cfg_scale", "sigmas")
     unsupported_call_args = ("guidance_scale_2",)
+    scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
     latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 8, width / 8)"
     #: The prompt template (the reference's default for this pipeline).
@@ -236,6 +238,8 @@ class HunyuanVideoPipeline(VideoPipeline):
                 raise InputError(f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
                                  f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}")
             extra["sigmas"] = tuple(float(x) for x in arr)
+        call = dataclasses.replace(call, extra=extra)
+        cls.schedule(cls.read_scheduler(info), call)  # the checked sigmas, as set_timesteps will shift them
         cfg = scale > 1.0 and negative_prompt is not None
         if scale > 1.0 and negative_prompt is None:
             logger.warning("true_cfg_scale=%s has no effect without negative_prompt (as in diffusers)", scale)
@@ -243,6 +247,20 @@ class HunyuanVideoPipeline(VideoPipeline):
             logger.warning("Both true_cfg_scale and guidance_scale are greater than 1.0: classifier-free guidance "
                            "and embedded guidance are both applied (as the reference warns)")
         return dataclasses.replace(call, extra=extra, cfg=cfg)
+
+    @classmethod
+    def text_token_limit(cls, info: HunyuanVideoInfo) -> tuple[int, str] | None:
+        """The Llama's ``max_position_embeddings`` less the prompt template's tokens around the
+        prompt (``crop_start``, and the image tokens of the I2V template); the CLIP encoder
+        always takes its own 77 tokens."""
+        ckpt = info.checkpoint
+        positions = text_encoder_positions(info)
+        if positions is None:
+            return None
+        tpl = cls.prompt_template
+        extra = tpl["crop_start"] + tpl.get("image_emb_len", 1) - 1
+        return positions - extra, (f"max_position_embeddings={positions} in {ckpt.config_file('text_encoder')}, less "
+                                   f"the prompt template's {extra} tokens")
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
@@ -261,25 +279,26 @@ class HunyuanVideoPipeline(VideoPipeline):
                         vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
         """Both tokenizers, the Llama (or LLaVA) and CLIP text encoders (``text_encoder_dtype``,
         default ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default),
-        the scheduler; I2V also the CLIP image preprocessing config."""
+        the scheduler; I2V also the CLIP image preprocessing config. Every checkpoint is checked
+        against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
         ckpt = info.checkpoint
-        load = cls.load_component
+        load = functools.partial(cls.load_component, info, defer=True)
         ted = parse_dtype(text_encoder_dtype or dtype)
+        plans = {"text_encoder": load("text_encoder", dtype=ted, mesh=mesh, staging=staging),
+                 "text_encoder_2": load("text_encoder_2", dtype=ted, mesh=mesh, staging=staging),
+                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
+                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-                                   "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2"))}
-        modules["text_encoder"] = load(info, "text_encoder", dtype=ted, mesh=mesh, staging=staging)
-        modules["text_encoder_2"] = load(info, "text_encoder_2", dtype=ted, mesh=mesh, staging=staging)
-        modules["transformer"] = load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload)
-        modules["vae"] = load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging)
-        modules["scheduler"] = load(info, "scheduler")
+                                   "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
         if "i2v" in info.tasks:
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
                 raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
                                       "(the CLIP image preprocessing of the LLaVA text encoder)")
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
-        return modules
+        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ text
     def encode_call(self, call) -> tuple:
@@ -328,13 +347,17 @@ class HunyuanVideoPipeline(VideoPipeline):
             cond["guidance"] = jnp.asarray(call.guidance_scale, self.dtype) * 1000.0
         return cond
 
-    def set_timesteps(self, call, latents):
+    @staticmethod
+    def schedule(scheduler, call, sample_shape=None):
         """Sigmas ``linspace(1, 0, N + 1)[:-1]`` (or the call's ``sigmas``), shifted by the
-        scheduler as ``retrieve_timesteps(scheduler, sigmas=...)``."""
+        scheduler as ``retrieve_timesteps(scheduler, sigmas=...)`` (host arithmetic only)."""
         sigmas = call.extra.get("sigmas")
         if sigmas is None:
             sigmas = np.linspace(1.0, 0.0, call.num_inference_steps + 1)[:-1]
-        return self.scheduler.set_timesteps(sigmas=sigmas, sample_shape=latents.shape)
+        return scheduler.set_timesteps(sigmas=sigmas, sample_shape=sample_shape)
+
+    def set_timesteps(self, call, latents):
+        return self.schedule(self.scheduler, call, latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
         """``(embeds, true_cfg_scale, cond)``: :meth:`guidance` is the true-CFG weight."""

@@ -20,6 +20,7 @@ References (diffusers 0.42.1): ``LTXPipeline`` (text-to-video) and ``LTXImageToV
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -33,7 +34,7 @@ from vidax.errors import InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, tokenizer_token_limit
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
@@ -139,6 +140,12 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                          num_layers=cfg.num_layers)
 
     @classmethod
+    def text_token_limit(cls, info: LTXInfo) -> tuple[int, str]:
+        """T5 has no position table: the tokenizer's ``model_max_length`` (128 in the releases),
+        else 128, the reference's default."""
+        return tokenizer_token_limit(info, 128, "LTXPipeline's default max_sequence_length; T5 has no position table")
+
+    @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
         if isinstance(call.image, (list, tuple)):
             raise InputError(f"image is a list of {len(call.image)}; LTXImageToVideoPipeline takes one image "
@@ -172,16 +179,17 @@ class LTXPipeline(LTXDecode, VideoPipeline):
     @classmethod
     def load_components(cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
                         vae_dtype: Any = "float32") -> dict[str, Any]:
-        """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler."""
+        """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler;
+        every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        load = cls.load_component
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer"))}
-        modules["text_encoder"] = load(info, "text_encoder", dtype=dtype, mesh=mesh, staging=staging)
-        modules["transformer"] = load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload)
-        modules["vae"] = load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging)
-        modules["scheduler"] = load(info, "scheduler")
-        return modules
+        load = functools.partial(cls.load_component, info, defer=True)
+        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging),
+                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
+                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
+        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
+        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ call hooks
     #: The T5 sees the attention mask (LTXConditionPipeline) or not (LTXPipeline, I2V).
@@ -227,14 +235,23 @@ class LTXPipeline(LTXDecode, VideoPipeline):
             x = x.at[:, :1].set(jnp.broadcast_to(cond["first_frame"], x[:, :1].shape))
         return x
 
-    def set_timesteps(self, call, latents):
-        """``mu`` = ``calculate_shift`` of the video token count (used where the config shifts
-        dynamically); sigmas ``linspace(1, 1/N, N)``."""
+    @classmethod
+    def schedule(cls, info: LTXInfo, scheduler, call):
+        """The scheduler state of ``call`` (host arithmetic only): sigmas ``linspace(1, 1/N, N)``,
+        shifted by ``mu`` = ``calculate_shift`` of the video token count where the config shifts
+        dynamically."""
         n = call.num_inference_steps
-        f, h, w = latents.shape[1:4]
-        mu = self.scheduler.calculate_shift(f * h * w) if self.scheduler.config.use_dynamic_shifting else None
-        sigmas = np.linspace(1.0, 1 / n, n)
-        return self.scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        mu = scheduler.calculate_shift(f * h * w) if scheduler.config.use_dynamic_shifting else None
+        return scheduler.set_timesteps(n, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
+
+    @classmethod
+    def check_schedule(cls, info: LTXInfo, scheduler, call) -> None:
+        """The call's schedule, computed from the configs as :meth:`set_timesteps` will."""
+        cls.schedule(info, scheduler, call)
+
+    def set_timesteps(self, call, latents):
+        return self.schedule(self.info, self.scheduler, call)
 
     def step_args(self, call, embeds, cond, state, expert):
         v = self.info.vae_config
@@ -505,13 +522,21 @@ class LTXConditionPipeline(LTXPipeline):
         condition_items(call, info.vae_config.temporal_compression)
 
     # ------------------------------------------------------------------ schedule
+    @classmethod
+    def check_schedule(cls, info: LTXInfo, scheduler, call) -> None:
+        cls.condition_schedule(scheduler, call)
+
     def _schedule(self, call):
+        return self.condition_schedule(self.scheduler, call)
+
+    @staticmethod
+    def condition_schedule(scheduler, call):
         """``(state, sigma)``: the scheduler state of the steps that run and the sigma the given
-        latents are re-noised to (``get_timesteps``)."""
+        latents are re-noised to (``get_timesteps``); host arithmetic only."""
         timesteps = call.extra.get("timesteps")
         if timesteps is None:
             timesteps = linear_quadratic_schedule(call.num_inference_steps) * np.float32(1000)
-        state = self.scheduler.set_timesteps(timesteps=list(timesteps))
+        state = scheduler.set_timesteps(timesteps=list(timesteps))
         n = state.num_inference_steps
         ds = float(call.extra.get("denoise_strength", 1.0))
         start = max(n - min(int(n * ds), n), 0) if ds < 1 else 0
