@@ -513,7 +513,7 @@ def test_max_sequence_length_beyond_the_text_encoder(pipe, broken, tmp_path):
 @pytest.mark.parametrize("name, task, top, why", [
     ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v", 512, "text_len of the original Wan code"),  # UMT5
     ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5
-    ("Lightricks__LTX-Video", "t2v", 128, "LTXPipeline's default"),  # T5
+    ("Lightricks__LTX-Video", "t2v", 512, "T5 v1.1 was pre-trained on 512-token inputs"),  # T5
     ("hunyuanvideo-community__HunyuanVideo", "t2v", 8192 - 95,  # Llama, less the template's crop_start
      "max_position_embeddings=8192"),
     ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v", 8192 - 103 - 575,  # LLaVA: also the 576 image tokens

@@ -34,7 +34,7 @@ from vidax.errors import InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, tokenizer_token_limit
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
@@ -141,9 +141,12 @@ class LTXPipeline(LTXDecode, VideoPipeline):
 
     @classmethod
     def text_token_limit(cls, info: LTXInfo) -> tuple[int, str]:
-        """T5 has no position table: the tokenizer's ``model_max_length`` (128 in the releases),
-        else 128, the reference's default."""
-        return tokenizer_token_limit(info, 128, "LTXPipeline's default max_sequence_length; T5 has no position table")
+        """512, the input length T5 v1.1 was pre-trained with: T5 has no position table, and the
+        released tokenizers' ``model_max_length`` (128, the converter's choice) is below the 256
+        tokens LTX-Video's own inference code encodes, which diffusers also accepts."""
+        top = max(512, info.defaults.max_sequence_length)
+        return top, ("T5 v1.1 was pre-trained on 512-token inputs and has no position table; LTX-Video's own "
+                     "inference code uses 256")
 
     @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
