@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from tests.parity.helpers import build_sentencepiece_tokenizer
 from vidax.encoders.tokenizer import TextTokenizer, build_tiny_t5_tokenizer
 
 PROMPTS = ["a cat walking over the sea", "A Red CAR &amp; zebra! " * 3, "", "night  city   light"]
@@ -27,18 +28,8 @@ def test_tokenizer_json_matches_transformers(tmp_path):
 
 def test_sentencepiece_only_folder_is_converted(tmp_path, monkeypatch):
     """CogVideoX ships spiece.model without tokenizer.json: vidax converts it (cached)."""
-    import sentencepiece as spm
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(["a cat walking over the sea at night", "the red car in the city light",
-                                 "a dog running under the blue sky", "zebra and camera scene video"] * 50))
     folder = tmp_path / "tok"
-    folder.mkdir()
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "spiece"), vocab_size=30,
-                                   model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-    (folder / "spiece.vocab").unlink()
-    (folder / "tokenizer_config.json").write_text(
-        '{"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}'
-    )
+    build_sentencepiece_tokenizer(folder)
     monkeypatch.setenv("VIDAX_CACHE_DIR", str(tmp_path / "cache"))
     ours = TextTokenizer(folder)(PROMPTS, 16)
     ids, mask = _reference(str(folder), 16)
