@@ -79,6 +79,7 @@ _SINGLE = re.compile(_WORD.format(names="prompt|image|height|width|seed")
 _QUOTED = re.compile("'({names})'".format(names="|".join(sorted(GENERATE_FLAGS, key=len, reverse=True))))
 
 
+_SWITCH = re.compile(_WORD.format(names="overwrite") + "=True")
 _NO_VALUE = re.compile(r"[\s)\]]|$")
 _TWICE = re.compile(r"(--[a-z0-9-]+) / \1(?![\w-])")
 
@@ -87,6 +88,7 @@ def flag_names(message: str) -> str:
     """``message`` with the call keywords of ``generate`` spelled as its flags
     (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
     message = _QUOTED.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
+    message = _SWITCH.sub(lambda m: "--" + m.group(1), message)  # "overwrite=True" is the bare switch
     # "name=" with no value after it (a hint: "give image= (image2world)") is the bare flag.
     message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + ("" if _NO_VALUE.match(message, m.end()) else " "),
                           message)
@@ -143,7 +145,15 @@ def generate(
     seed: int = typer.Option(0, help="Seed of the initial noise."),
     max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the checkpoint's]."),
     dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)}."),
-    output: str = typer.Option("vidax-output.mp4", "--output", "-o", help="Output: *.mp4, *.npy, or a folder for PNG frames."),
+    output: str = typer.Option(
+        "vidax-output.mp4", "--output", "-o",
+        help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
+        "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
+        "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
+        "through; other devices, FIFOs and sockets are refused."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
+        "also frames beyond the new video's length)."),
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
@@ -198,19 +208,19 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True, **family) -> None:
+              keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import InputError
     from vidax.parallel.distributed import initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import check_output_path, write_video
+    from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
     setup_compile_cache(enabled=compile_cache)  # before anything compiles
     parse_dtype(dtype)
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
-    fmt = check_output_path(output)
+    fmt = check_output_path(output, overwrite)
     if fps is not None and fps <= 0:
         raise InputError(f"--fps must be > 0, got {fps}")
     call_image = {}
@@ -252,6 +262,10 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
                           progress=progress, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
+    paths = output_paths(output, call.batch)
+    if len(paths) > 1:  # several videos: each indexed name is checked too
+        for path in paths:
+            check_output_path(path, overwrite)
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
     if verbose:
         from vidax.parallel.placement import pipeline_report
@@ -268,13 +282,15 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         return
     written = []
     try:
-        for i, video in enumerate(out.frames):
-            path = output if len(out.frames) == 1 else _indexed(output, i)
-            written.append(write_video(video, path, fps=fps))
+        for video, path in zip(out.frames, paths):
+            written.append(write_video(video, path, fps=fps, overwrite=overwrite))
     except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
         _keep_unwritten(out.frames, output, written, e)
-    typer.echo(f"wrote {', '.join(written)} ({out.frames.shape[1]} frames, "
-               f"{out.frames.shape[3]}x{out.frames.shape[2]}, {fmt})", err=True)
+    size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
+    if fmt == DISCARD:
+        typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
+    else:
+        typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
@@ -326,11 +342,6 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
             raise InputError(f"--offload-blocks must be a positive integer (blocks per chunk) or 'all', got {chunk!r}")
         chunk = int(chunk)
     return OffloadConfig(chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae)
-
-
-def _indexed(path: str, i: int) -> str:
-    stem, ext = os.path.splitext(path.rstrip(os.sep))
-    return f"{stem}_{i}{ext}"
 
 
 @app.command()
