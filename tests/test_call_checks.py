@@ -306,6 +306,66 @@ def test_unwritten_frames_never_replace_a_name(tmp_path, monkeypatch):
     assert {(full / n).read_text() for n in os.listdir(full)} == {"mine"}
 
 
+# --------------------------------------------------------------------------- issue 18, item 4: cancel, SIGINT / SIGTERM
+def test_cancel_stops_between_steps(pipe):
+    """``cancel=`` (an Event set from the step callback, as a server's DELETE would from another
+    thread) stops the call before the next step: Cancelled names the steps done. Set after the
+    last step, it stops before the VAE decode; a callable works as well."""
+    import threading
+
+    from vidax.errors import Cancelled, VidaxError
+
+    event, steps = threading.Event(), []
+
+    def callback(i, n):
+        steps.append(i)
+        if i == 0:
+            event.set()
+
+    with pytest.raises(Cancelled, match=r"^cancelled after denoising step 1 of 3$") as e:
+        pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False, callback=callback, cancel=event)
+    assert steps == [0] and e.value.done == "after denoising step 1 of 3" and isinstance(e.value, VidaxError)
+    flag = []
+    with pytest.raises(Cancelled, match=r"^cancelled before the VAE decode \(all 2 denoising steps done\)$"):
+        pipe("a cat", **SMALL, progress=False, callback=lambda i, n: flag.append(i) if i == n - 1 else None,
+             cancel=lambda: bool(flag))
+    with pytest.raises(InputError, match="cancel must be a threading.Event, a callable returning True"):
+        pipe("a cat", **SMALL, cancel=True)
+
+
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sig, code):
+    """SIGINT / SIGTERM to a real ``python -m vidax generate`` once its denoising has started:
+    it stops at the next step, prints one line saying after which step and that nothing was
+    written, exits 128 + the signal, and leaves no output or temporary file."""
+    import signal
+    import subprocess
+    import sys
+
+    steps = 100000  # never reached: the run stops at the step after the signal
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vidax", "generate", "-p", "a cat", "--checkpoint", ckpt, "--height", "32",
+         "--width", "48", "--num-frames", "5", "--num-inference-steps", str(steps), "--max-sequence-length", "16",
+         "-o", str(tmp_path / "v.mp4")], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        seen = b""
+        while not re.search(rb"[1-9]\d*/%d" % steps, seen):  # the progress bar after the first step
+            chunk = proc.stderr.read1(4096)
+            assert chunk, seen.decode(errors="replace")  # the run ended before denoising
+            seen += chunk
+        proc.send_signal(getattr(signal, sig))
+        _, rest = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    err = (seen + rest).decode(errors="replace")
+    assert proc.returncode == code, err
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert re.fullmatch(rf"interrupted \({sig}\) after denoising step \d+ of {steps}; nothing was written",
+                        lines[0]), lines
+    assert not os.listdir(tmp_path)
+
+
 # --------------------------------------------------------------------------- item 10: NaN / Inf
 def _poison_step(update, k):
     """``scheduler_update`` whose latents go NaN at (1-based) step ``k``."""

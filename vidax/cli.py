@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 from typing import Optional
 
@@ -184,19 +186,28 @@ def generate(
     With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
     processes; only process 0 writes the video.
 
+    SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
+    between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
+    and after the prompt encoding), print one line saying how far it got and exit 130 / 143;
+    nothing is written (a signal while the video is being written lets that file complete).
+
     Exit status: 0 written; 2 a bad argument, checkpoint or a run gone NaN/Inf (one error line,
     nothing written); 1 the video could not be written after generation (the frames are kept
-    as .npy, the error line says where)."""
+    as .npy, the error line says where); 130 / 143 interrupted by SIGINT / SIGTERM."""
     args = dict(locals())
     _setup_logging(verbose)
-    from vidax.errors import VidaxError
+    from vidax.errors import Cancelled, VidaxError
 
     # Warnings about the call ("num_frames=7 is not of the form 4k+1") name flags here too.
     loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
     for logger in loggers:
         logger.addFilter(_flag_filter)
+    stop = _Stop()
     try:
-        _generate(**args)
+        with stop.catching():
+            _generate(**args, stop=stop)
+    except Cancelled as e:
+        stop.exit(f"{e.done}; nothing was written")
     except VidaxError as e:
         _fail(flag_names(str(e)))
     finally:
@@ -204,13 +215,49 @@ def generate(
             logger.removeFilter(_flag_filter)
 
 
+class _Stop:
+    """The SIGINT / SIGTERM a run received; calling it is the run's ``cancel`` check."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def __call__(self) -> bool:
+        return bool(self.received)
+
+    @contextlib.contextmanager
+    def catching(self):
+        """While the run lasts, SIGINT and SIGTERM are only recorded (no KeyboardInterrupt is
+        raised inside JAX's callbacks); the previous handlers come back afterwards. Outside the
+        main thread (where Python takes no handler) the signals stay as they are."""
+        previous = {}
+        try:
+            for sig in self.SIGNALS:
+                previous[sig] = signal.signal(sig, lambda signum, frame: self.received.append(signum))
+        except ValueError:  # not the main thread
+            pass
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    def exit(self, what: str) -> None:
+        """Print the one line ``interrupted (SIGINT) <what>`` and exit 128 + the signal's number."""
+        sig = self.received[0] if self.received else signal.SIGINT
+        typer.secho(f"interrupted ({signal.Signals(sig).name}) {what}", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(128 + sig)
+
+
 def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, num_inference_steps,
               guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, **family) -> None:
+              keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
+              **family) -> None:
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import InputError
+    from vidax.errors import Cancelled, InputError
     from vidax.parallel.distributed import initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
@@ -221,6 +268,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     parse_dtype(dtype)
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output, overwrite)
+    stop = stop or _Stop()
     if fps is not None and fps <= 0:
         raise InputError(f"--fps must be > 0, got {fps}")
     call_image = {}
@@ -260,13 +308,17 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)
     call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
-                          progress=progress, **call_image, **family,
+                          progress=progress, cancel=stop, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
     paths = output_paths(output, call.batch)
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:
             check_output_path(path, overwrite)
+    if stop():
+        raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
+    if stop():
+        raise Cancelled("after loading the checkpoint")
     if verbose:
         from vidax.parallel.placement import pipeline_report
 
@@ -280,17 +332,25 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
         return
+    if stop():
+        raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     written = []
-    try:
-        for video, path in zip(out.frames, paths):
+    for video, path in zip(out.frames, paths):
+        if stop():  # a signal while writing: the files written are complete, the rest is not written
+            break
+        try:
             written.append(write_video(video, path, fps=fps, overwrite=overwrite))
-    except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-        _keep_unwritten(out.frames, output, written, e)
+        except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
+            _keep_unwritten(out.frames, output, written, e)
     size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
     else:
         typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
+    if stop():
+        rest = paths[len(written):]
+        stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
+                  + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
