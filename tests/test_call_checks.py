@@ -246,6 +246,10 @@ def test_files_and_symlinks_written_through(tmp_path):
     (folder / "keep.txt").unlink()
     write_video(frames, flink)
     assert flink.is_symlink() and sorted(os.listdir(folder)) == ["frame_00000.png", "frame_00001.png"]
+    (folder / "keep.txt").write_text("mine")  # arrived during the run: the write checks again
+    with pytest.raises(InputError, match=r"did not write \(keep.txt\)"):
+        write_video(frames, flink, overwrite=True)
+    assert sorted(os.listdir(folder)) == ["frame_00000.png", "frame_00001.png", "keep.txt"]
     assert sorted(os.listdir(tmp_path)) == ["flink", "folder", "link.npy", "real.npy"]
 
 
@@ -256,7 +260,10 @@ def test_devices_never_replaced(tmp_path):
 
     from vidax.io.video import check_output_path, write_video
 
+    from vidax.io.video import output_paths
+
     frames = np.zeros((1, 2, 2, 3), np.float32)
+    assert output_paths(os.devnull, 2) == [os.devnull] * 2  # several videos: each discarded, none in /dev
     null = os.stat(os.devnull)
     before = sorted(os.listdir(os.path.dirname(os.devnull)))
     assert check_output_path(os.devnull) == "null"

@@ -375,7 +375,7 @@ def _keep_unwritten(frames, output, written, error) -> None:
     :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
     from vidax.io.video import save_unwritten
 
-    reason = " ".join(f"{type(error).__name__}: {error}".split())
+    reason = flag_names(" ".join(f"{type(error).__name__}: {error}".split()))
     done = f"; wrote {', '.join(written)}" if written else ""
     try:
         kept = save_unwritten(frames, output)

@@ -47,10 +47,10 @@ def output_format(path: str | os.PathLike) -> str:
 def output_paths(path: str | os.PathLike, count: int) -> list[str]:
     """The outputs of ``count`` videos: ``[path]`` for one, else ``<stem>_<i><ext>`` for each
     (``out.mp4`` -> ``out_0.mp4``, ``out_1.mp4``; a folder ``frames/`` -> ``frames_0``, ...; the
-    absolute path's name for ``.``, ``..`` and ``/``)."""
+    absolute path's name for ``.``, ``..`` and ``/``; ``os.devnull`` itself each time)."""
     path = os.fspath(path)
-    if count == 1:
-        return [path]
+    if count == 1 or _is_devnull_path(path):
+        return [path] * count
     name = path.rstrip(os.sep) or os.sep
     if os.path.basename(name) in ("", ".", ".."):
         name = os.path.abspath(name)
@@ -117,6 +117,13 @@ def _is_devnull(st: os.stat_result) -> bool:
     except OSError:
         return False
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
+
+
+def _is_devnull_path(path: str) -> bool:
+    try:
+        return _is_devnull(os.stat(_target(path)))
+    except OSError:
+        return False
 
 
 def _kind(st: os.stat_result) -> str:
