@@ -180,6 +180,9 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
     --output and what is in the way, before any weight is read (the broken checkpoint is
     never reached); nothing in it is touched. ``-o .``, a hidden file among frame files (even
     with --overwrite), and frame files without --overwrite are refused too."""
+    import signal
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     d = tmp_path / "d"
     d.mkdir()
     (d / "keep.txt").write_text("mine")
@@ -202,6 +205,7 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
     assert os.listdir(d) == ["keep.txt"] and (d / "keep.txt").read_text() == "mine"
     assert sorted(os.listdir(frames)) == [".hidden", "frame_00000.png"]
     assert (frames / "frame_00000.png").read_bytes() == b"old"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # given back
 
 
 def test_overwrite_replaces_every_earlier_frame(ckpt, tmp_path):
