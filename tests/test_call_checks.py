@@ -344,11 +344,12 @@ def test_cancel_stops_between_steps(pipe):
         pipe("a cat", **SMALL, cancel=True)
 
 
-@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
-def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sig, code):
+@pytest.mark.parametrize("sigs, code", [(["SIGINT"], 130), (["SIGTERM"], 143), (["SIGINT", "SIGTERM"], 143)])
+def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sigs, code):
     """SIGINT / SIGTERM to a real ``python -m vidax generate`` once its denoising has started:
     it stops at the next step, prints one line saying after which step and that nothing was
-    written, exits 128 + the signal, and leaves no output or temporary file."""
+    written, exits 128 + the signal, and leaves no output or temporary file. A second signal
+    (SIGTERM right after SIGINT, so the two are not merged into one) stops it at once."""
     import signal
     import subprocess
     import sys
@@ -364,7 +365,8 @@ def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sig, code):
             chunk = proc.stderr.read1(4096)
             assert chunk, seen.decode(errors="replace")  # the run ended before denoising
             seen += chunk
-        proc.send_signal(getattr(signal, sig))
+        for sig in sigs:
+            proc.send_signal(getattr(signal, sig))
         _, rest = proc.communicate(timeout=300)
     finally:
         proc.kill()
@@ -372,8 +374,9 @@ def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sig, code):
     assert proc.returncode == code, err
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("interrupted")]
     assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert re.fullmatch(rf"interrupted \({sig}\) after denoising step \d+ of {steps}; nothing was written",
-                        lines[0]), lines
+    expected = (rf"interrupted \({sigs[0]}\) after denoising step \d+ of {steps}; nothing was written"
+                if len(sigs) == 1 else rf"interrupted again \({sigs[1]}\): stopped at once; nothing was written")
+    assert re.fullmatch(expected, lines[0]), lines
     assert not os.listdir(tmp_path)
 
 

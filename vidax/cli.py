@@ -189,7 +189,8 @@ def generate(
     SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
     between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
     and after the prompt encoding), print one line saying how far it got and exit 130 / 143;
-    nothing is written (a signal while the video is being written lets that file complete).
+    nothing is written (a signal while the video is being written lets that file complete). A
+    second signal stops the run at once (not while the video is being written).
 
     Exit status: 0 written; 2 a bad argument, checkpoint or a run gone NaN/Inf (one error line,
     nothing written); 1 the video could not be written after generation (the frames are kept
@@ -216,12 +217,14 @@ def generate(
 
 
 class _Stop:
-    """The SIGINT / SIGTERM a run received; calling it is the run's ``cancel`` check."""
+    """The SIGINT / SIGTERM a run received; calling it is the run's ``cancel`` check. A second
+    signal, unless the video is being written (``writing``), ends the process at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.received: list[int] = []
+        self.writing = False
 
     def __call__(self) -> bool:
         return bool(self.received)
@@ -234,7 +237,7 @@ class _Stop:
         previous = {}
         try:
             for sig in self.SIGNALS:
-                previous[sig] = signal.signal(sig, lambda signum, frame: self.received.append(signum))
+                previous[sig] = signal.signal(sig, self._record)
         except ValueError:  # not the main thread
             pass
         try:
@@ -242,6 +245,17 @@ class _Stop:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    def _record(self, signum: int, frame) -> None:
+        self.received.append(signum)
+        if len(self.received) > 1 and not self.writing:
+            # A run stuck where no check comes (a long compile, a weight file being read, a hung
+            # collective): the second signal ends it now. Nothing is being written, so nothing
+            # partial is left; os.write, as the main thread may be inside a print (a progress bar
+            # may have the line: a new one first).
+            os.write(2, f"\ninterrupted again ({signal.Signals(signum).name}): stopped at once; nothing was "
+                        "written\n".encode())
+            os._exit(128 + signum)
 
     def exit(self, what: str) -> None:
         """Print the one line ``interrupted (SIGINT) <what>`` and exit 128 + the signal's number."""
@@ -335,6 +349,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if stop():
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     written = []
+    stop.writing = True  # a second signal now waits for the file being written
     for video, path in zip(out.frames, paths):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
