@@ -169,6 +169,218 @@ def test_inspect_parses_mesh_first(ckpt):
     assert r.stdout == ""  # nothing of the description printed before the refusal
 
 
+# --------------------------------------------------------------------------- issue 18, item 1: no user file lost
+def _one_line(r, *words):
+    lines = _error_lines(r)
+    assert r.exit_code == 2 and len(lines) == 1 and all(w in lines[0] for w in words), r.output
+    return lines[0]
+
+
+def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, monkeypatch):
+    """A frame folder holding anything vidax did not write is refused in one line naming
+    --output and what is in the way, before any weight is read (the broken checkpoint is
+    never reached); nothing in it is touched. ``-o .``, a hidden file among frame files (even
+    with --overwrite), and frame files without --overwrite are refused too."""
+    import signal
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "keep.txt").write_text("mine")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d), *SMALL_FLAGS),
+              "--output", "keep.txt", "did not write")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d) + "/", *SMALL_FLAGS),
+              "--output", "keep.txt")
+    monkeypatch.chdir(d)
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", ".", *SMALL_FLAGS),
+              "--output '.'", "keep.txt")
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    (frames / "frame_00000.png").write_bytes(b"old")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), *SMALL_FLAGS),
+              "--output", "1 frame file(s) of an earlier run", "pass --overwrite")
+    (frames / ".hidden").write_text("mine")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), "--overwrite",
+                   *SMALL_FLAGS), "--output", ".hidden")
+    assert sorted(os.listdir(tmp_path)) == ["d", "frames"]
+    assert os.listdir(d) == ["keep.txt"] and (d / "keep.txt").read_text() == "mine"
+    assert sorted(os.listdir(frames)) == [".hidden", "frame_00000.png"]
+    assert (frames / "frame_00000.png").read_bytes() == b"old"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # given back
+
+
+def test_overwrite_replaces_every_earlier_frame(ckpt, tmp_path):
+    """--overwrite on a folder of 9 frames of an earlier run leaves exactly the new video's 5
+    frames: no stale frame mixed in."""
+    from PIL import Image
+
+    d = tmp_path / "frames"
+    d.mkdir()
+    for i in range(9):
+        (d / f"frame_{i:05d}.png").write_bytes(b"old")
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(d), "--overwrite", *SMALL_FLAGS)
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(d)) == [f"frame_{i:05d}.png" for i in range(5)]
+    assert all(np.asarray(Image.open(d / f"frame_{i:05d}.png")).shape == (32, 48, 3) for i in range(5))
+    assert sorted(os.listdir(tmp_path)) == ["frames"]  # no temporary left beside it
+
+
+def test_files_and_symlinks_written_through(tmp_path):
+    """An existing file is replaced atomically (a reader holding the old one still reads it
+    whole); a symlink is written through, never replaced (to a file: the file gets the video;
+    to a folder: the frames go into it, with the same rule about what it holds)."""
+    from vidax.io.video import write_video
+
+    frames = np.random.default_rng(0).random((2, 4, 6, 3), dtype=np.float32)
+    real = tmp_path / "real.npy"
+    np.save(real, np.zeros(3))
+    link = tmp_path / "link.npy"
+    link.symlink_to(real)
+    with open(real, "rb") as old:
+        assert write_video(frames, link) == str(link)
+        assert np.load(old).shape == (3,)  # the earlier file, intact under the reader
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    np.testing.assert_array_equal(np.load(real), frames)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    flink = tmp_path / "flink"
+    flink.symlink_to(folder)
+    with pytest.raises(InputError, match="output='.*flink' is a folder holding files vidax did not write"):
+        write_video(frames, flink)
+    (folder / "keep.txt").unlink()
+    write_video(frames, flink)
+    assert flink.is_symlink() and sorted(os.listdir(folder)) == ["frame_00000.png", "frame_00001.png"]
+    (folder / "keep.txt").write_text("mine")  # arrived during the run: the write checks again
+    with pytest.raises(InputError, match=r"did not write \(keep.txt\)"):
+        write_video(frames, flink, overwrite=True)
+    assert sorted(os.listdir(folder)) == ["frame_00000.png", "frame_00001.png", "keep.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["flink", "folder", "link.npy", "real.npy"]
+
+
+def test_devices_never_replaced(tmp_path):
+    """/dev/null keeps nothing (nothing created in /dev, the device stays); a FIFO, another
+    device, or a file named as a frame folder is refused."""
+    import stat
+
+    from vidax.io.video import check_output_path, write_video
+
+    from vidax.io.video import output_paths
+
+    frames = np.zeros((1, 2, 2, 3), np.float32)
+    assert output_paths(os.devnull, 2) == [os.devnull] * 2  # several videos: each discarded, none in /dev
+    null = os.stat(os.devnull)
+    before = sorted(os.listdir(os.path.dirname(os.devnull)))
+    assert check_output_path(os.devnull) == "null"
+    assert write_video(frames, os.devnull) == os.devnull
+    after = os.stat(os.devnull)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (null.st_ino, null.st_rdev)
+    assert sorted(os.listdir(os.path.dirname(os.devnull))) == before
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="output='.*pipe.mp4' is a FIFO, not a file or folder"):
+        write_video(frames, fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for name in (str(afile), str(afile) + "/"):
+        with pytest.raises(InputError, match="is an existing file; PNG frames go into a new or empty folder"):
+            write_video(frames, name)
+    assert afile.read_text() == "mine"
+
+
+def test_cli_dev_null_writes_nothing(ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(os.path.dirname(os.devnull)))
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", os.devnull, *SMALL_FLAGS)
+    assert r.exit_code == 0, r.output
+    assert f"wrote nothing: --output {os.devnull} keeps nothing" in r.stderr
+    assert sorted(os.listdir(os.path.dirname(os.devnull))) == before and not os.listdir(tmp_path)
+
+
+def test_unwritten_frames_never_replace_a_name(tmp_path, monkeypatch):
+    """The .npy fallback takes a free name: a dangling symlink counts as taken, and a folder
+    whose 100 names are all taken is passed over for the current one."""
+    from vidax.io.video import save_unwritten
+
+    frames = np.zeros((1, 1, 2, 2, 3), np.float32)
+    (tmp_path / "v.unwritten.npy").symlink_to(tmp_path / "nowhere")
+    assert save_unwritten(frames, tmp_path / "v.mp4") == str(tmp_path / "v.unwritten-1.npy")
+    assert (tmp_path / "v.unwritten.npy").is_symlink()
+    full = tmp_path / "full"
+    full.mkdir()
+    for i in range(100):
+        (full / f"v.unwritten{'' if i == 0 else f'-{i}'}.npy").write_text("mine")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert save_unwritten(frames, full / "v.mp4") == str(cwd / "v.unwritten.npy")
+    assert {(full / n).read_text() for n in os.listdir(full)} == {"mine"}
+
+
+# --------------------------------------------------------------------------- issue 18, item 4: cancel, SIGINT / SIGTERM
+def test_cancel_stops_between_steps(pipe):
+    """``cancel=`` (an Event set from the step callback, as a server's DELETE would from another
+    thread) stops the call before the next step: Cancelled names the steps done. Set after the
+    last step, it stops before the VAE decode; a callable works as well."""
+    import threading
+
+    from vidax.errors import Cancelled, VidaxError
+
+    event, steps = threading.Event(), []
+
+    def callback(i, n):
+        steps.append(i)
+        if i == 0:
+            event.set()
+
+    with pytest.raises(Cancelled, match=r"^cancelled after denoising step 1 of 3$") as e:
+        pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False, callback=callback, cancel=event)
+    assert steps == [0] and e.value.done == "after denoising step 1 of 3" and isinstance(e.value, VidaxError)
+    flag = []
+    with pytest.raises(Cancelled, match=r"^cancelled before the VAE decode \(all 2 denoising steps done\)$"):
+        pipe("a cat", **SMALL, progress=False, callback=lambda i, n: flag.append(i) if i == n - 1 else None,
+             cancel=lambda: bool(flag))
+    with pytest.raises(InputError, match="cancel must be a threading.Event, a callable returning True"):
+        pipe("a cat", **SMALL, cancel=True)
+
+
+@pytest.mark.parametrize("sigs, code", [(["SIGINT"], 130), (["SIGTERM"], 143), (["SIGINT", "SIGTERM"], 143)])
+def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sigs, code):
+    """SIGINT / SIGTERM to a real ``python -m vidax generate`` once its denoising has started:
+    it stops at the next step, prints one line saying after which step and that nothing was
+    written, exits 128 + the signal, and leaves no output or temporary file. A second signal
+    (SIGTERM right after SIGINT, so the two are not merged into one) stops it at once."""
+    import signal
+    import subprocess
+    import sys
+
+    steps = 100000  # never reached: the run stops at the step after the signal
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vidax", "generate", "-p", "a cat", "--checkpoint", ckpt, "--height", "32",
+         "--width", "48", "--num-frames", "5", "--num-inference-steps", str(steps), "--max-sequence-length", "16",
+         "-o", str(tmp_path / "v.mp4")], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        seen = b""
+        while not re.search(rb"[1-9]\d*/%d" % steps, seen):  # the progress bar after the first step
+            chunk = proc.stderr.read1(4096)
+            assert chunk, seen.decode(errors="replace")  # the run ended before denoising
+            seen += chunk
+        for sig in sigs:
+            proc.send_signal(getattr(signal, sig))
+        _, rest = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    err = (seen + rest).decode(errors="replace")
+    assert proc.returncode == code, err
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    expected = (rf"interrupted \({sigs[0]}\) after denoising step \d+ of {steps}; nothing was written"
+                if len(sigs) == 1 else rf"interrupted again \({sigs[1]}\): stopped at once; nothing was written")
+    assert re.fullmatch(expected, lines[0]), lines
+    assert not os.listdir(tmp_path)
+
+
 # --------------------------------------------------------------------------- item 10: NaN / Inf
 def _poison_step(update, k):
     """``scheduler_update`` whose latents go NaN at (1-based) step ``k``."""

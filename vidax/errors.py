@@ -24,3 +24,18 @@ class CheckpointError(VidaxError):
 class NumericalError(VidaxError, FloatingPointError):
     """A run's values went NaN/Inf (e.g. a bfloat16 overflow); the message names the step or
     the component (transformer step k, the VAE decode). Also a ``FloatingPointError``."""
+
+
+class Cancelled(VidaxError):
+    """A run stopped on request: the call's ``cancel`` (a ``threading.Event`` or a callable
+    returning True) was set, or ``vidax generate`` got SIGINT / SIGTERM. It is checked before
+    every denoising step (and between the streamed block chunks of an offloaded step), before
+    every VAE decode chunk and after the prompt encoding; nothing of the run is returned.
+
+    Attributes:
+        done: how far the run got, e.g. ``"after denoising step 3 of 10"``.
+    """
+
+    def __init__(self, done: str):
+        super().__init__(f"cancelled {done}")
+        self.done = done

@@ -29,7 +29,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from vidax.config import read_json_object
-from vidax.errors import ConfigError, InputError, NumericalError
+from vidax.errors import Cancelled, ConfigError, InputError, NumericalError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
@@ -70,7 +70,7 @@ class Capabilities:
 SHARED_CALL_ARGS = (
     "prompt", "negative_prompt", "image", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "num_videos_per_prompt", "seed", "latents", "max_sequence_length",
-    "output_type", "progress", "callback",
+    "output_type", "progress", "callback", "cancel",
 )
 
 
@@ -81,7 +81,8 @@ class Call:
     ``prompts`` and ``negatives`` are lists of B0 strings; ``batch`` = B0 x num_videos_per_prompt;
     ``extra`` holds the family's own keywords. ``cfg`` says whether the cond/uncond pair runs
     when the family decides it by its own rule (HunyuanVideo: ``true_cfg_scale > 1`` with a
-    negative prompt); None: ``guidance_scale > 1``.
+    negative prompt); None: ``guidance_scale > 1``. ``cancel`` is the zero-argument check of the
+    call's ``cancel`` keyword (None: not cancellable).
     """
 
     prompts: list
@@ -102,6 +103,7 @@ class Call:
     callback: Any
     extra: Mapping[str, Any]
     cfg: bool | None = None
+    cancel: Callable[[], bool] | None = None
 
     @property
     def batch(self) -> int:
@@ -524,7 +526,7 @@ class VideoPipeline:
                    num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
                    num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
                    max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
-                   callback: Any = None, **extra: Any) -> Call:
+                   callback: Any = None, cancel: Any = None, **extra: Any) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -584,6 +586,7 @@ class VideoPipeline:
                              "keys take 32 bits; a larger or negative seed would repeat one of these)")
         if callback is not None and not callable(callback):
             raise InputError(f"callback must be callable or None, got {type(callback).__name__}")
+        cancel = cancel_check(cancel)
         task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
         if cls.task == "i2v" and image is None:
             raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: image is required "
@@ -598,7 +601,7 @@ class VideoPipeline:
             seed = int(np.random.SeedSequence().entropy % 2**31)
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
                     guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
-                    bool(progress), callback, dict(extra))
+                    bool(progress), callback, dict(extra), cancel=cancel)
         if latents is not None:
             latents = finite_array("latents", latents)
             shape = tuple(cls.latent_shape(info, call))
@@ -730,7 +733,10 @@ class VideoPipeline:
         :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator), ``latents`` (initial
         noise, float32, diffusers layout), ``max_sequence_length`` (text tokens, at most
         :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``),
-        ``progress``, ``callback(step_index, num_inference_steps)``. Defaults: :attr:`defaults`.
+        ``progress``, ``callback(step_index, num_inference_steps)``, ``cancel`` (a
+        ``threading.Event``, or a zero-argument callable returning True to stop; asked after the
+        prompt encoding, before every denoising step and before every VAE decode chunk: a server
+        cancels a running call from another thread). Defaults: :attr:`defaults`.
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
@@ -740,6 +746,7 @@ class VideoPipeline:
             InputError: an invalid argument (checked before any work).
             NumericalError: the latents or the video went NaN/Inf (the message names the denoising
                 step or the VAE decode chunk).
+            Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         return self.generate(call)
@@ -753,6 +760,8 @@ class VideoPipeline:
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
         stats.sample_memory()
+        if call.cancel is not None and call.cancel():
+            raise Cancelled("after encoding the prompt")
         cond = self.condition(call, stats)
         noise = (jnp.asarray(call.latents) if call.latents is not None else
                  jax.random.normal(jax.random.PRNGKey(call.seed), self.latent_shape(self.info, call), jnp.float32))
@@ -798,7 +807,8 @@ class VideoPipeline:
         step = self.step_fn(call.do_cfg, expert)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         return run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
-                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total)
+                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
+                                  cancel=call.cancel)
 
     def step_key(self) -> Any:
         """What else a compiled step depends on (e.g. the scheduler's class)."""
@@ -835,17 +845,31 @@ class VideoPipeline:
 
     def decode(self, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
         """Frames float32 (B, F, H, W, 3) in [0, 1] through the VAE contract: its own latent
-        de-normalisation, then its chunks decoded one by one (each moved to the host as it ends)."""
+        de-normalisation, then its chunks decoded one by one (each moved to the host as it ends);
+        ``call.cancel`` is asked before each chunk.
+
+        Raises:
+            NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
+        """
         with stats.timed("decode_s"):
             z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
             chunks = []
             n = self.vae.decode_chunks(z)
             with self.staging.on_device("vae"):
-                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=n,
-                                  desc="vae decode", disable=not call.progress, unit="chunk"):
-                    chunks.append(np.asarray(chunk))
-                    check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1])
-                    stats.sample_memory()
+                decoded = iter(self.vae.iter_decode(z, **self.decode_kwargs(call)))
+                with tqdm(total=n, desc="vae decode", disable=not call.progress, unit="chunk") as bar:
+                    while True:
+                        if call.cancel is not None and len(chunks) < n and call.cancel():
+                            steps = f"all {call.num_inference_steps} denoising steps done"
+                            raise Cancelled(f"after VAE decode chunk {len(chunks)} of {n} ({steps})" if chunks
+                                            else f"before the VAE decode ({steps})")
+                        chunk = next(decoded, None)
+                        if chunk is None:
+                            break
+                        chunks.append(np.asarray(chunk))
+                        check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1])
+                        stats.sample_memory()
+                        bar.update()
             video = np.concatenate(chunks, axis=1)
             return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
 
@@ -867,6 +891,23 @@ class VideoPipeline:
             out = fn(*args)
             jax.block_until_ready(out)
         return out
+
+
+def cancel_check(cancel: Any) -> Callable[[], bool] | None:
+    """The zero-argument check of a call's ``cancel`` keyword: a ``threading.Event`` (anything
+    with ``is_set()``) or a callable returning True to stop; None stays None.
+
+    Raises:
+        InputError: anything else.
+    """
+    if cancel is None:
+        return None
+    if callable(getattr(cancel, "is_set", None)):
+        return cancel.is_set
+    if callable(cancel):
+        return cancel
+    raise InputError(f"cancel must be a threading.Event, a callable returning True to stop, or None, "
+                     f"got {type(cancel).__name__}")
 
 
 def cfg_pair(do_cfg: bool, *xs: Any) -> tuple:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from tqdm.auto import tqdm
 
-from vidax.errors import InputError, NumericalError
+from vidax.errors import Cancelled, InputError, NumericalError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
 from vidax.stats import RunStats
@@ -35,6 +35,7 @@ def run_denoising_loop(
     arg_axes: tuple | None = None,
     first_step: int = 0,
     total_steps: int | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -57,11 +58,16 @@ def run_denoising_loop(
     named ``first_step + i + 1`` of ``total_steps`` (default: ``num_inference_steps``), so a
     call split over experts names the step of the whole call.
 
+    ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
+    step, after every chunk of blocks is dispatched; True stops the loop there.
+
     Raises:
         NumericalError: a step's latents hold NaN/Inf (e.g. a bfloat16 overflow in the
             transformer); the loop stops there.
+        Cancelled: ``cancel()`` returned True (``done`` names the last step completed).
     """
     total_steps = num_inference_steps if total_steps is None else total_steps
+    check_cancel(cancel, first_step, total_steps)
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
     with stats.timed("compile_s"):
@@ -69,9 +75,11 @@ def run_denoising_loop(
     bar = tqdm(total=num_inference_steps, desc="denoising", disable=not progress, unit="step")
     try:
         for i in range(num_inference_steps):
+            check_cancel(cancel, first_step + i, total_steps)
             t0 = time.perf_counter()
             if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
-                compiled.on_chunk = stats.sample_memory if i == 0 else None
+                compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i,
+                                              total_steps)
             latents, state = compiled(params, latents, state, *args)
             latents.block_until_ready()
             stats.step_s.append(time.perf_counter() - t0)
@@ -90,6 +98,28 @@ def run_denoising_loop(
     if mesh is not None:
         latents = to_local(latents)
     return latents, state
+
+
+def check_cancel(cancel: Callable[[], bool] | None, done: int, total: int) -> None:
+    """Raise :class:`~vidax.errors.Cancelled` when ``cancel()`` says so, ``done`` of ``total``
+    denoising steps completed."""
+    if cancel is not None and cancel():
+        raise Cancelled(f"after denoising step {done} of {total}" if done else
+                        f"before denoising step 1 of {total}")
+
+
+def _on_chunk(sample: Callable[[], None] | None, cancel: Callable[[], bool] | None, done: int,
+              total: int) -> Callable[[], None] | None:
+    """The hook a streamed step runs after each chunk: memory sampling, the cancel check."""
+    if cancel is None:
+        return sample
+
+    def hook() -> None:
+        if sample is not None:
+            sample()
+        check_cancel(cancel, done, total)
+
+    return hook
 
 
 @jax.jit
