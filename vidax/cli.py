@@ -55,11 +55,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag.
+#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag (the
+#: mesh sizes as :func:`vidax.parallel.mesh.mesh_from_sizes` names them).
 GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
     "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
+    "dp", "tp", "sp",
 )}
 #: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
 #: a pipeline that does not take one names the flag in its error.
@@ -142,7 +144,8 @@ def generate(
     ),
     seed: int = typer.Option(0, help="Seed of the initial noise."),
     max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the checkpoint's]."),
-    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)}."),
+    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} "
+                                 "(also spelled fp32, bf16)."),
     output: str = typer.Option("vidax-output.mp4", "--output", "-o", help="Output: *.mp4, *.npy, or a folder for PNG frames."),
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
@@ -252,7 +255,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
                           progress=progress, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
-    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
+    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     if verbose:
         from vidax.parallel.placement import pipeline_report
 
