@@ -466,7 +466,7 @@ def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
     assert warnings[1].startswith("--negative-prompt has 601 tokens; truncated to 512 tokens"), warnings
     assert not any("--max-sequence-length 512" in w for w in warnings)  # never given
     err = r.stderr
-    starts = [err.find(s) for s in (f"loading {ckpt}", "encoding the prompt", "denoising (compiling the step)",
+    starts = [err.find(s) for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)",
                                     "vae decode")]
     assert -1 not in starts and starts == sorted(starts), err
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())

@@ -584,7 +584,7 @@ class VideoPipeline:
         offload = resolve_offload(offload)
         staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
                                    options.get("text_encoder_dtype", dtype))
-        with status(f"loading {checkpoint.source}", progress):
+        with status(f"loading {checkpoint.root}", progress):
             modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
                                           offload_experts=offload_experts, **options)
         staging.attach(**{n: modules.get(n) for n in cls.stageable})
