@@ -190,8 +190,9 @@ def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
     steps = []
     with pytest.raises(NumericalError, match=r"^denoising step 2 of 3 \(the transformer and the scheduler update\) "
-                                             r"produced NaN/Inf latents; stopped there, nothing was written \(it ran "
-                                             r"in float32, so not for lack of precision: check the checkpoint's weights"):
+                                             r"produced NaN/Inf latents; stopped there, nothing was written "
+                                             r"\(it ran in float32, so not for lack of precision: check the "
+                                             r"checkpoint's weights"):
         pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False,
              callback=lambda i, n: steps.append(i))
     assert steps == [0]  # stopped at the step that went NaN

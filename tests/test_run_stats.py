@@ -30,7 +30,8 @@ def test_repeated_calls_report_what_each_call_did(ckpt):
     latent = pipe("a cat", **TINY, output_type="latent", seed=5).stats
     rows = [summary_rows(s.summary()) for s in (first, second, latent)]
     # The seed used, so that a run can be repeated: the same seed gives the same video.
-    assert first.seed_random and rows[0]["seed"] == f"{first.seed} (drawn at random: seed={first.seed} repeats this run)"
+    assert first.seed_random
+    assert rows[0]["seed"] == f"{first.seed} (drawn at random: seed={first.seed} repeats this run)"
     assert rows[1]["seed"] == str(first.seed) and rows[2]["seed"] == "5" and latent.seed == 5
     assert (out.frames == again.frames).all()
     # The total: the load (on the call that paid for it) and the call's wall time, every phase in it.

@@ -158,8 +158,8 @@ class TextTokenizer:
         encodings = tok.encode_batch(prompts)
         tok.no_padding()
         tok.no_truncation()
-        (truncation or Truncation()).warn(full, max_length, f"the {'end' if self.truncation_side == 'right' else 'start'} "
-                                                           "of the text is dropped")
+        dropped = "end" if self.truncation_side == "right" else "start"
+        (truncation or Truncation()).warn(full, max_length, f"the {dropped} of the text is dropped")
         ids = np.array([e.ids for e in encodings], np.int32)
         mask = np.array([e.attention_mask for e in encodings], np.int32)
         return Tokens(ids, mask, mask.sum(axis=1))

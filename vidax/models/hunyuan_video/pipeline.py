@@ -326,7 +326,8 @@ class HunyuanVideoPipeline(VideoPipeline):
         """``_get_clip_prompt_embeds``: CLIP's pooled output (B, D_clip) of 77 tokens, no mask
         (the reference encodes ``prompt``, not ``prompt_2``); a longer text is warned about with
         ``truncation``'s labels and CLIP's fixed limit, which no argument changes."""
-        limit = f"the {CLIP_MAX_LENGTH} tokens of the CLIP text encoder (text_encoder_2, fixed for its pooled embedding)"
+        limit = (f"the {CLIP_MAX_LENGTH} tokens of the CLIP text encoder (text_encoder_2, fixed for its pooled "
+                 "embedding)")
         tokens = self.tokenizer_2(list(texts), CLIP_MAX_LENGTH, truncation=dataclasses.replace(
             truncation or Truncation(), limit=limit, offset=0))
         return encode_clip_text(self.text_encoder_2, tokens)[1]
