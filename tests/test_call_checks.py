@@ -141,6 +141,9 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
     (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
     (["-p", ""], "--prompt is empty ('')", "prompt is"),
     (["-p", "  "], "--prompt is empty ('  ')", "prompt is"),
+    (["--tp", "-1"], "--tp -1 is not valid: each mesh axis size must be a positive integer", "tp="),
+    (["--dp", "0"], "--dp 0 is not valid: each mesh axis size must be a positive integer", "dp="),
+    (["--dtype", "int8"], "--dtype 'int8' is not supported; use float32 or bfloat16 (or fp32, bf16)", "dtype="),
 ])
 def test_cli_errors_name_flags(ckpt, tmp_path, args, message, python_name):
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(tmp_path / "v.npy"), "--no-progress", *args)
@@ -400,7 +403,9 @@ def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
     steps = []
     with pytest.raises(NumericalError, match=r"^denoising step 2 of 3 \(the transformer and the scheduler update\) "
-                                             "produced NaN/Inf latents; stopped there"):
+                                             r"produced NaN/Inf latents; stopped there, nothing was written "
+                                             r"\(it ran in float32, so not for lack of precision: check the "
+                                             r"checkpoint's weights"):
         pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False,
              callback=lambda i, n: steps.append(i))
     assert steps == [0]  # stopped at the step that went NaN
@@ -416,7 +421,8 @@ def test_nan_in_the_vae_decode_is_named(pipe, monkeypatch):
             yield chunk * np.float32("nan") if i == 1 else chunk
 
     monkeypatch.setattr(vae_cls, "iter_decode", poisoned)
-    with pytest.raises(NumericalError, match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values"):
+    with pytest.raises(NumericalError, match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values; .*"
+                                             r"\(it ran in float32, so not for lack of precision"):
         pipe("a cat", **SMALL, progress=False)
 
 
@@ -504,8 +510,9 @@ def test_large_size_warns_with_an_estimate(caplog):
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.
-    assert message.startswith("height=4096, width=4096, num_frames=81 is far beyond this checkpoint's default "
-                              "480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: ~")
+    # Only the arguments given are named as such (num_frames is the checkpoint's default here).
+    assert message.startswith("height=4096, width=4096: 4096x4096 pixels, 81 frames is far beyond this checkpoint's "
+                              "default 480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: ~")
     for part in ("GiB of float32 activations", "TFLOP of attention per step", "latents 0.33 GiB",
                  "decoded video 30.4 GiB"):
         assert part in message
@@ -519,8 +526,9 @@ def test_cli_large_size_warning_names_flags(broken, tmp_path, caplog):
                  "-o", str(tmp_path / "v.npy"))
     assert r.exit_code == 2 and "safetensors" in r.stderr, r.output
     warnings = [rec.getMessage() for rec in caplog.records if "far beyond" in rec.getMessage()]
-    assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640, --num-frames 17 is far beyond "
-                                                         "this checkpoint's default 96x160"), warnings
+    assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640: 384x640 pixels, 17 frames is far "
+                                                         "beyond this checkpoint's default 96x160"), warnings
+    assert "--num-frames" not in warnings[0]  # not given, so not named
 
 
 # --------------------------------------------------------------------------- review fixes
@@ -761,3 +769,115 @@ def test_ltx_schedule_checked_from_the_configs():
     cls.check_call(info, "a cat", height=512, width=704, num_frames=161)
     with pytest.raises(InputError, match="sigmas"):
         cls.check_call(info, "a cat", height=4096, width=4096, num_frames=161)
+
+
+# --------------------------------------------------------------------------- issue 18: advice and feedback
+def test_dtype_names_and_aliases():
+    """bf16 / fp32 are the dtypes users mean; other values get the valid ones, and only the
+    float16 family is told why it is not implemented."""
+    import jax.numpy as jnp
+
+    from vidax.nn.inputs import parse_dtype
+
+    assert parse_dtype("bf16") is jnp.bfloat16 and parse_dtype("fp32") is jnp.float32
+    with pytest.raises(InputError) as e:
+        parse_dtype("int8")
+    assert str(e.value) == "dtype='int8' is not supported; use float32 or bfloat16 (or fp32, bf16)"
+    with pytest.raises(InputError, match=r"^dtype='fp16' is not supported; .*: float16 overflows"):
+        parse_dtype("fp16")
+
+
+def test_mesh_sizes_are_positive_integers():
+    from vidax.parallel.mesh import mesh_from_sizes
+
+    for dp, tp, sp, name in ((None, -1, None, "tp=-1"), (None, 0, None, "tp=0"), (None, None, 0, "sp=0"),
+                             (-2, None, None, "dp=-2")):
+        with pytest.raises(InputError, match=f"^{name} is not valid: each mesh axis size must be a positive integer"):
+            mesh_from_sizes(dp, tp, sp)
+
+
+def test_nan_advice_follows_the_dtype():
+    import jax.numpy as jnp
+
+    from vidax.pipelines.sampling import nonfinite_advice
+
+    bf16 = {"w": jnp.zeros((2,), jnp.bfloat16), "norm": jnp.zeros((2,), jnp.float32)}
+    assert nonfinite_advice(bf16) == "(it ran in bfloat16: try dtype=float32, or other settings)"
+    assert nonfinite_advice(jnp.bfloat16) == nonfinite_advice(bf16)
+    for fp32 in ({"w": jnp.zeros((2,), jnp.float32)}, jnp.float32):
+        assert "float32" in nonfinite_advice(fp32) and "try dtype=float32" not in nonfinite_advice(fp32)
+
+
+def test_api_errors_name_keywords_not_flags(ckpt):
+    """Messages made in vidax name the Python keyword; only the CLI turns it into a flag."""
+    from vidax.cli import flag_names
+
+    with pytest.raises(InputError) as e:
+        vidax.load_pipeline(ckpt, task="i2v")
+    assert "(drop image=)" in str(e.value) and "--" not in str(e.value)
+    assert flag_names(str(e.value)).endswith("(drop --image)")
+    cls, info = _reference_info("Wan-AI__Wan2.1-I2V-14B-480P-Diffusers", "i2v")
+    with pytest.raises(InputError, match="image is required") as e:
+        cls.check_call(info, "a cat")
+    assert "--" not in str(e.value)
+    assert vidax.LTXVideoCondition is __import__("vidax.models.ltx.pipeline", fromlist=["x"]).LTXVideoCondition
+    assert "LTXVideoCondition" in vidax.__all__ and "LTXVideoCondition" in dir(vidax)
+
+
+def test_ltx_large_size_names_the_size_limit():
+    """LTX-Video 0.9.1's dynamic shift grows with the token count without a clamp: past the
+    limit every sigma is 1.0. The error names the limit (computed from the scheduler config)
+    and sizes within it, not "num_inference_steps >= 2" (50 steps were asked for)."""
+    cls, info = _reference_info("Lightricks__LTX-Video", "t2v")
+    cls.check_call(info, "a cat", height=704, width=1216, num_frames=257)  # 33 x 22 x 38 tokens: valid
+    with pytest.raises(InputError) as e:
+        cls.check_call(info, "a cat", height=1088, width=1920, num_frames=257)
+    msg = str(e.value)
+    assert msg.startswith("height=1088, width=1920, num_frames=257 make 67320 latent tokens (33 x 34 x 60), more "
+                          "than this scheduler config's dynamic shift allows with num_inference_steps=50: its "
+                          "largest valid size is 56444 latent tokens"), msg
+    assert "max_image_seq_len=4096" in msg and "num_inference_steps >= 2" not in msg
+    # The sizes it proposes are valid, and the limit is exact.
+    cls.check_call(info, "a cat", height=1088, width=1920, num_frames=209)  # 27 x 34 x 60 = 55080 tokens
+    cls.check_call(info, "a cat", height=992, width=1728, num_frames=257)
+    from vidax.schedulers import scheduler_from_config
+
+    sched = scheduler_from_config(info.scheduler_config)
+    sigmas = np.linspace(1.0, 1 / 50, 50)
+    sched.set_timesteps(50, sigmas=sigmas, mu=sched.calculate_shift(56444))
+    with pytest.raises(InputError, match="ends at 1"):
+        sched.set_timesteps(50, sigmas=sigmas, mu=sched.calculate_shift(56445))
+    with pytest.raises(InputError, match="num_inference_steps >= 2"):  # one step: the scheduler's own reason
+        cls.check_call(info, "a cat", num_inference_steps=1)
+
+
+def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
+    """A too-long prompt and negative prompt at the checkpoint's default max_sequence_length:
+    each is named as what it is, and the limit as a default (the flag only as the way to change
+    it). With progress on, loading, the prompt encoding and the compile each show a line before
+    the denoising bar; the summary gives the seed and the total time."""
+    long_prompt, long_negative = "a cat " * 300, "a dog " * 300
+    with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+        r = _cli("generate", "-p", long_prompt, "--negative-prompt", long_negative, "--guidance-scale", "5",
+                 "--checkpoint", ckpt, "--height", "32", "--width", "48", "--num-frames", "5",
+                 "--num-inference-steps", "2", "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 0, r.output
+    warnings = [rec.getMessage() for rec in caplog.records if "truncated" in rec.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("--prompt has 601 tokens; truncated to 512 tokens, this checkpoint's default "
+                                  "(--max-sequence-length sets another length)"), warnings
+    assert warnings[1].startswith("--negative-prompt has 601 tokens; truncated to 512 tokens"), warnings
+    assert not any("--max-sequence-length 512" in w for w in warnings)  # never given
+    err = r.stderr
+    starts = [err.find(s) for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)",
+                                    "vae decode")]
+    assert -1 not in starts and starts == sorted(starts), err
+    rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())
+    assert rows["seed"] == "0" and rows["total"].endswith("s  (load included)"), rows
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+        r = _cli("generate", "-p", long_prompt, "--checkpoint", ckpt, *SMALL_FLAGS, "-o", str(tmp_path / "w.npy"))
+    assert r.exit_code == 0, r.output
+    warnings = [rec.getMessage() for rec in caplog.records if "truncated" in rec.getMessage()]
+    assert [w.split(" as ")[0] for w in warnings] == ["--prompt has 601 tokens; truncated to --max-sequence-length 16"]
+    assert "loading" not in r.stderr and "encoding the prompt" not in r.stderr  # --no-progress

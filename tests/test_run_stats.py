@@ -24,9 +24,20 @@ def ckpt(tmp_path_factory):
 
 def test_repeated_calls_report_what_each_call_did(ckpt):
     pipe = vidax.load_pipeline(ckpt)
-    first, second = (pipe("a cat", **TINY).stats for _ in range(2))
-    latent = pipe("a cat", **TINY, output_type="latent").stats
+    out = pipe("a cat", **TINY)  # no seed: drawn at random, and reported
+    again = pipe("a cat", **TINY, seed=out.stats.seed)
+    first, second = out.stats, again.stats
+    latent = pipe("a cat", **TINY, output_type="latent", seed=5).stats
     rows = [summary_rows(s.summary()) for s in (first, second, latent)]
+    # The seed used, so that a run can be repeated: the same seed gives the same video.
+    assert first.seed_random
+    assert rows[0]["seed"] == f"{first.seed} (drawn at random: seed={first.seed} repeats this run)"
+    assert rows[1]["seed"] == str(first.seed) and rows[2]["seed"] == "5" and latent.seed == 5
+    assert (out.frames == again.frames).all()
+    # The total: the load (on the call that paid for it) and the call's wall time, every phase in it.
+    for s, r in zip((first, second, latent), rows):
+        assert s.total_s >= s.load_s + s.compile_s + s.text_encode_s + sum(s.step_s) + s.decode_s
+        assert r["total"] == f"{s.total_s:.2f} s" + ("  (load included)" if s.load_s else "")
     # The load: on the first call only.
     assert first.load_s > 0 and "load" in rows[0]
     assert second.load_s == latent.load_s == 0 and "load" not in rows[1] and "load" not in rows[2]
@@ -49,5 +60,6 @@ def test_summary_of_fields_set_by_the_caller():
                                  decode_s=3.0).summary())
     assert rows["load"] == "1.50 s" and rows["compile"] == "2.00 s  (denoising step)"
     assert rows["denoise"] == "1.00 s  (2 steps, 0.500 s/step)" and rows["vae decode"] == "3.00 s"
+    assert rows["total"] == "8.00 s  (load included)" and "seed" not in rows  # no call_s: the phases
     assert "compile cache" not in rows
     assert set(summary_rows(RunStats().summary())) == {"peak device memory", "peak host RSS"}

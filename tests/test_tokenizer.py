@@ -113,7 +113,7 @@ def test_chat_template_matches_transformers(tmp_path, template_in, side, caplog)
     assert ours.lengths.tolist() == mask.sum(1).tolist()
     assert ours.lengths[0] < 64 and ours.lengths[2] == 64  # one padded chat, one truncated
     assert ours.attention_mask[1, 0 if side == "left" else -1] == 0
-    assert "chat 2 has" in caplog.text and "chat 0 has" not in caplog.text
+    assert "text 2 has" in caplog.text and "text 0 has" not in caplog.text
     # the generation prompt is there: the reference without it differs
     assert not np.array_equal(_reference_chat(tmp_path, CHATS, 64, side)[0], ids)
 
@@ -174,3 +174,16 @@ def test_chat_template_errors(tmp_path):
         tok.apply_chat_template(["a cat"], 8, padding_side="left")
     with pytest.raises(InputError, match="conversations must be"):
         tok.apply_chat_template([], 8, padding_side="left")
+
+
+def test_truncation_warning_names_what_was_cut(caplog):
+    """The caller's names for the texts and the limit; a template's leading tokens not counted
+    (HunyuanVideo's crop_start); one warning per name."""
+    from vidax.encoders.tokenizer import Truncation
+
+    names = Truncation(["prompt", "negative_prompt", "negative_prompt"], "max_sequence_length=8", offset=3)
+    with caplog.at_level(logging.WARNING, logger="vidax.tokenizer"):
+        names.warn([5, 20, 20], 11, "the end of the text is dropped")
+    assert [r.getMessage() for r in caplog.records] == [
+        "negative_prompt has 17 tokens; truncated to max_sequence_length=8 as the reference pipeline does (the end "
+        "of the text is dropped)"]

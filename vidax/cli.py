@@ -57,11 +57,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag.
+#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag (the
+#: mesh sizes as :func:`vidax.parallel.mesh.mesh_from_sizes` names them).
 GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
     "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
+    "dp", "tp", "sp",
 )}
 #: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
 #: a pipeline that does not take one names the flag in its error.
@@ -146,7 +148,8 @@ def generate(
     ),
     seed: int = typer.Option(0, help="Seed of the initial noise."),
     max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the checkpoint's]."),
-    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)}."),
+    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} "
+                                 "(also spelled fp32, bf16)."),
     output: str = typer.Option(
         "vidax-output.mp4", "--output", "-o",
         help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
@@ -332,7 +335,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
             check_output_path(path, overwrite)
     if stop():
         raise Cancelled("before loading")
-    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
+    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:

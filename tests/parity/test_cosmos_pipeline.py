@@ -160,6 +160,21 @@ def test_default_negative_prompt(cosmos):
     assert CosmosPredictPipeline.check_call(info, PROMPT, "", **CALL).negatives == [""]  # given, even empty
 
 
+def test_truncated_default_negative_prompt_is_named_so(cosmos, caplog):
+    """The built-in negative prompt, cut at max_sequence_length, is not reported as the user's
+    negative_prompt (the CLI would name --negative-prompt, which the user never gave)."""
+    pipe = cosmos[2]
+    call = CosmosPredictPipeline.check_call(pipe.info, PROMPT, **CALL)
+    assert "negative_prompt" not in call.given
+    assert "negative_prompt" in CosmosPredictPipeline.check_call(pipe.info, PROMPT, "", **CALL).given
+    with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+        pipe.encode_call(call)
+    messages = [r.getMessage() for r in caplog.records]  # the chat template's system prompt counts too
+    assert len(messages) == 2 and messages[0].startswith("prompt has "), messages
+    assert messages[1].startswith("the pipeline's default negative prompt text has "), messages
+    assert all("truncated to max_sequence_length=64 " in m for m in messages)
+
+
 def test_guidance_formula():
     """cond + w (cond - uncond), not diffusers' usual uncond + w (cond - uncond)."""
     from vidax.pipelines.sampling import classifier_free_guidance

@@ -29,14 +29,15 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from vidax.config import read_json_object
+from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Cancelled, ConfigError, InputError, NumericalError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
 from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
-from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
+from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
-from vidax.pipelines.sampling import all_finite, classifier_free_guidance, run_denoising_loop
+from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
@@ -82,7 +83,9 @@ class Call:
     ``extra`` holds the family's own keywords. ``cfg`` says whether the cond/uncond pair runs
     when the family decides it by its own rule (HunyuanVideo: ``true_cfg_scale > 1`` with a
     negative prompt); None: ``guidance_scale > 1``. ``cancel`` is the zero-argument check of the
-    call's ``cancel`` keyword (None: not cancellable).
+    call's ``cancel`` keyword (None: not cancellable). ``given``: the keywords the caller passed
+    (not None), so that warnings name only arguments the user gave (``"seed"`` missing: the seed
+    was drawn at random).
     """
 
     prompts: list
@@ -104,6 +107,7 @@ class Call:
     extra: Mapping[str, Any]
     cfg: bool | None = None
     cancel: Callable[[], bool] | None = None
+    given: frozenset = frozenset()
 
     @property
     def batch(self) -> int:
@@ -257,9 +261,11 @@ def finite_array(name: str, value: Any) -> np.ndarray:
     return arr
 
 
-def check_finite(what: str, x: Any) -> None:
+def check_finite(what: str, x: Any, params: Any = None) -> None:
     """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where (``what``:
-    the step or the component, e.g. "the VAE decode (chunk 2 of 5)").
+    the step or the component, e.g. "the VAE decode (chunk 2 of 5)") and what to try, from the
+    dtype of the weights that made ``x`` (``params``: a pytree of them, or their dtype; None:
+    unknown; :func:`~vidax.pipelines.sampling.nonfinite_advice`).
 
     Raises:
         NumericalError: ``x`` holds NaN or Inf.
@@ -267,7 +273,7 @@ def check_finite(what: str, x: Any) -> None:
     ok = np.isfinite(x).all() if isinstance(x, np.ndarray) else all_finite(x)
     if not bool(ok):
         raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written "
-                             "(try float32 instead of bfloat16, or other settings)")
+                             f"{nonfinite_advice(params)}")
 
 
 class VideoPipeline:
@@ -384,9 +390,10 @@ class VideoPipeline:
         """Checks of the loaded components before a call (raise InputError); the scheduler is the
         one component a user may replace (``pipe.scheduler = ...``), as in diffusers."""
 
-    def encode_text(self, texts: list[str], max_sequence_length: int) -> Any:
+    def encode_text(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None) -> Any:
         """Text embeddings (len(texts), L, D) as the reference's prompt encoding (the text
-        encoder is on the device meanwhile), or a tuple / dict of arrays with the batch first
+        encoder is on the device meanwhile; ``truncation`` goes to the tokenizer, which names
+        the texts it cuts with it), or a tuple / dict of arrays with the batch first
         (e.g. embeddings and their mask (B, L), a pooled embedding (B, D)): every array is repeated
         ``num_videos_per_prompt`` times along the batch, floating ones cast to :attr:`dtype`."""
         raise NotImplementedError
@@ -535,7 +542,10 @@ class VideoPipeline:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        given = {k for k, v in dict(image=image, guidance_scale_2=guidance_scale_2).items() if v is not None}
+        given = {k for k, v in dict(
+            negative_prompt=negative_prompt, image=image, height=height, width=width, num_frames=num_frames,
+            num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
+            seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
         unknown = sorted(set(extra) - set(cls.extra_call_args)) + sorted(given & set(cls.unsupported_call_args))
         if unknown:
             raise InputError(f"{cls.__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
@@ -590,7 +600,7 @@ class VideoPipeline:
         task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
         if cls.task == "i2v" and image is None:
             raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: image is required "
-                             "(a PIL image or uint8 (H, W, 3) array; --image PATH on the command line)")
+                             "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
         check_task(info.checkpoint.root, task, info.tasks, info.variant)
         if image is not None:
             from vidax.io.image import to_rgb_image
@@ -601,7 +611,7 @@ class VideoPipeline:
             seed = int(np.random.SeedSequence().entropy % 2**31)
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
                     guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
-                    bool(progress), callback, dict(extra), cancel=cancel)
+                    bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given))
         if latents is not None:
             latents = finite_array("latents", latents)
             shape = tuple(cls.latent_shape(info, call))
@@ -627,10 +637,12 @@ class VideoPipeline:
         if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
             return
         batch = call.batch * (2 if call.do_cfg else 1)
+        # Only the size arguments the caller gave are named as arguments (the CLI makes them flags).
+        named = ", ".join(f"{k}={getattr(call, k)}" for k in ("height", "width", "num_frames") if k in call.given)
         logger.warning(
-            "height=%d, width=%d, num_frames=%d is far beyond this checkpoint's default %dx%d, %d frames "
-            "(%.0fx its tokens): %s", call.height, call.width, call.num_frames, d.height, d.width, d.num_frames,
-            size.tokens / base.tokens,
+            "%s%dx%d pixels, %d frames is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its "
+            "tokens): %s", f"{named}: " if named else "", call.height, call.width, call.num_frames, d.height, d.width,
+            d.num_frames, size.tokens / base.tokens,
             run_size_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
                               call.height, call.width))
 
@@ -667,7 +679,8 @@ class VideoPipeline:
 
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
-                        stats: RunStats | None = None, offload_experts: bool = True, **options: Any):
+                        stats: RunStats | None = None, offload_experts: bool = True, progress: bool = True,
+                        **options: Any):
         """Load every component of a diffusers-layout folder.
 
         Args:
@@ -680,6 +693,7 @@ class VideoPipeline:
                 (``docs/offloading.md``).
             stats: receives the load time.
             offload_experts: with two experts, keep the one not in use in host memory.
+            progress: show a status line on stderr while the weights load.
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -699,8 +713,9 @@ class VideoPipeline:
         offload = resolve_offload(offload)
         staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
                                    options.get("text_encoder_dtype", dtype))
-        modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
-                                      offload_experts=offload_experts, **options)
+        with status(f"loading {checkpoint.root}", progress):
+            modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
+                                          offload_experts=offload_experts, **options)
         staging.attach(**{n: modules.get(n) for n in cls.stageable})
         load_s = time.perf_counter() - t0
         if stats is not None:
@@ -730,13 +745,15 @@ class VideoPipeline:
         ``height``, ``width`` (pixels), ``num_frames``, ``num_inference_steps``,
         ``guidance_scale`` (> 1 enables CFG, cond and uncond as one batch), ``guidance_scale_2``
         (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (an integer in [0,
-        :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator), ``latents`` (initial
-        noise, float32, diffusers layout), ``max_sequence_length`` (text tokens, at most
-        :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``),
-        ``progress``, ``callback(step_index, num_inference_steps)``, ``cancel`` (a
-        ``threading.Event``, or a zero-argument callable returning True to stop; asked after the
-        prompt encoding, before every denoising step and before every VAE decode chunk: a server
-        cancels a running call from another thread). Defaults: :attr:`defaults`.
+        :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator; None, the default, draws
+        one at random, as diffusers without a generator: the seed used is ``out.stats.seed`` and in
+        ``out.stats.summary()``, so a run can be repeated), ``latents`` (initial noise, float32,
+        diffusers layout), ``max_sequence_length`` (text tokens, at most
+        :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``), ``progress``
+        (progress bars and status lines on stderr), ``callback(step_index, num_inference_steps)``,
+        ``cancel`` (a ``threading.Event``, or a zero-argument callable returning True to stop;
+        asked after the prompt encoding, before every denoising step and before every VAE decode
+        chunk: a server cancels a running call from another thread). Defaults: :attr:`defaults`.
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
@@ -753,9 +770,11 @@ class VideoPipeline:
 
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call`."""
+        t0 = time.perf_counter()
         self.check_components()
-        stats = RunStats(load_s=self._pending_load_s)  # reported by the first call that completes
-        with stats.timed("text_encode_s"):
+        # The load is reported by the first call that completes.
+        stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given)
+        with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
             embeds = self.encode_call(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
@@ -768,7 +787,7 @@ class VideoPipeline:
         x = self.prepare_latents(call, noise, cond)
         state = self.set_timesteps(call, x)
         x, state = self.denoise(call, x, state, embeds, cond, stats)
-        check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x)
+        check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, self.dtype)
         x = self.final_latents(call, x, cond)
         if call.output_type == "latent":
             frames = self.latents_output(x)
@@ -776,6 +795,7 @@ class VideoPipeline:
             frames = self.decode(call, x, stats)
         stats.sample_memory()
         self._pending_load_s = 0.0
+        stats.call_s = time.perf_counter() - t0
         return VideoPipelineOutput(frames=frames, stats=stats)
 
     def _repeat_embeds(self, e: jax.Array, n: int) -> jax.Array:
@@ -855,6 +875,7 @@ class VideoPipeline:
             z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
             chunks = []
             n = self.vae.decode_chunks(z)
+            vae_params = nnx.state(self.vae, nnx.Param)
             with self.staging.on_device("vae"):
                 decoded = iter(self.vae.iter_decode(z, **self.decode_kwargs(call)))
                 with tqdm(total=n, desc="vae decode", disable=not call.progress, unit="chunk") as bar:
@@ -867,7 +888,7 @@ class VideoPipeline:
                         if chunk is None:
                             break
                         chunks.append(np.asarray(chunk))
-                        check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1])
+                        check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1], vae_params)
                         stats.sample_memory()
                         bar.update()
             video = np.concatenate(chunks, axis=1)
@@ -877,12 +898,14 @@ class VideoPipeline:
         """The call's text embeddings before the per-video repeat: :meth:`encode_prompt` of
         :func:`prompt_texts`; a family whose prompt encoding also reads the call (an image
         spliced into the text encoder's sequence) overrides it."""
-        return self.encode_prompt(prompt_texts(call), call.max_sequence_length)
+        return self.encode_prompt(prompt_texts(call), call.max_sequence_length, text_truncation(call))
 
-    def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int) -> jax.Array:
+    def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int,
+                      truncation: Truncation | None = None) -> jax.Array:
         """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's
-        :meth:`encode_text`), a staged text encoder placed on the device for the call only."""
-        return self.encode_with("text_encoder", self.encode_text, list(prompts), max_sequence_length)
+        :meth:`encode_text`), a staged text encoder placed on the device for the call only;
+        ``truncation``: how a too-long prompt is named in the warning (:func:`text_truncation`)."""
+        return self.encode_with("text_encoder", self.encode_text, list(prompts), max_sequence_length, truncation)
 
     def encode_with(self, name: str, fn: Callable, *args: Any) -> Any:
         """``fn(*args)`` with component ``name`` on the device (staged components are placed for
@@ -922,10 +945,30 @@ def prompt_texts(call: Call) -> list[str]:
     return call.prompts + (call.negatives if call.do_cfg else [])
 
 
+def text_truncation(call: Call, offset: int = 0) -> Truncation:
+    """How the tokenizer's truncation warning names each of :func:`prompt_texts` and the limit:
+    ``prompt`` (``prompt[i]`` for a list), ``negative_prompt`` (``[i]`` where they differ), or the
+    pipeline's default negative prompt when the caller gave none; ``max_sequence_length=L`` when
+    the caller gave it, else that L is the checkpoint's default. ``offset``: template tokens
+    before each text (:class:`~vidax.encoders.tokenizer.Truncation`)."""
+    def names(name: str, texts: list[str]) -> list[str]:
+        return [name] * len(texts) if len(set(texts)) == 1 else [f"{name}[{i}]" for i in range(len(texts))]
+
+    labels = names("prompt", call.prompts)
+    if call.do_cfg:
+        labels += (names("negative_prompt", call.negatives) if "negative_prompt" in call.given
+                   else ["the pipeline's default negative prompt text"] * len(call.negatives))
+    n = call.max_sequence_length
+    limit = (f"max_sequence_length={n}" if "max_sequence_length" in call.given else
+             f"{n} tokens, this checkpoint's default (max_sequence_length= sets another length)")
+    return Truncation(labels, limit, offset)
+
+
 def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 __all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
                           "ModelSize", "run_size_estimate", "MAX_SEED", "tokenizer_token_limit", "text_encoder_positions",
-                          "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "finite_array", "check_finite")
+                          "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "text_truncation", "finite_array",
+                          "check_finite")

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.errors import Cancelled, InputError, NumericalError
@@ -70,10 +71,13 @@ def run_denoising_loop(
     check_cancel(cancel, first_step, total_steps)
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
-    with stats.timed("compile_s"):
-        compiled = step.lower(params, latents, state, *args).compile()
-    bar = tqdm(total=num_inference_steps, desc="denoising", disable=not progress, unit="step")
+    # The bar shows from before the compile, which can take a while with nothing else on screen.
+    bar = tqdm(total=num_inference_steps, desc="denoising (compiling the step)", disable=not progress, unit="step")
     try:
+        with stats.timed("compile_s"):
+            compiled = step.lower(params, latents, state, *args).compile()
+        bar.set_description("denoising", refresh=False)
+        bar.reset()  # the rate and the time left count the steps only
         for i in range(num_inference_steps):
             check_cancel(cancel, first_step + i, total_steps)
             t0 = time.perf_counter()
@@ -86,8 +90,7 @@ def run_denoising_loop(
             if not bool(all_finite(latents)):
                 raise NumericalError(
                     f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
-                    "update) produced NaN/Inf latents; stopped there, nothing was written (try float32 instead of "
-                    "bfloat16, or other settings)")
+                    f"update) produced NaN/Inf latents; stopped there, nothing was written {nonfinite_advice(params)}")
             if i == 0:
                 stats.sample_memory()
             bar.update()
@@ -120,6 +123,25 @@ def _on_chunk(sample: Callable[[], None] | None, cancel: Callable[[], bool] | No
         check_cancel(cancel, done, total)
 
     return hook
+
+
+def nonfinite_advice(params: Any) -> str:
+    """What to try when a run went NaN/Inf, from the dtype its weights ran in (``params``: a
+    pytree of them, or that dtype; None: unknown): in bfloat16, float32; in float32 precision is
+    not the cause, so the weights and inputs are. A parenthesised clause for the end of a
+    :class:`NumericalError` message."""
+    if params is None:
+        return "(try other settings, or dtype=float32 if it ran in bfloat16)"
+    if isinstance(params, (str, type, np.dtype)):
+        dtypes = {jnp.dtype(params)}
+    else:
+        dtypes = {jnp.dtype(x.dtype) for x in jax.tree.leaves(params)
+                  if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)}
+    if jnp.dtype(jnp.bfloat16) in dtypes:
+        return "(it ran in bfloat16: try dtype=float32, or other settings)"
+    names = ", ".join(sorted(d.name for d in dtypes)) or "float32"
+    return (f"(it ran in {names}, so not for lack of precision: check the checkpoint's weights and the inputs "
+            "(latents, image) for NaN/Inf, or try other settings)")
 
 
 @jax.jit

@@ -198,10 +198,10 @@ class CogVideoXPipeline(VideoPipeline):
             raise InputError(f"pipe.scheduler is a {type(self.scheduler).__name__}; the CogVideoX pipelines run "
                              "CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
 
-    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """T5 states (B, L, D), L = max_sequence_length, as ``_get_t5_prompt_embeds``: the prompts
         as given, padded to L, encoded without an attention mask, nothing zeroed."""
-        tokens = self.tokenizer(list(texts), max_sequence_length)
+        tokens = self.tokenizer(list(texts), max_sequence_length, truncation=truncation)
         return encode_tokens(self.text_encoder, tokens, attend_padding=True)
 
     def condition(self, call, stats) -> dict:

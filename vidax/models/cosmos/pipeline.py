@@ -38,6 +38,7 @@ one. Complying with the license is up to the user.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any
@@ -167,9 +168,10 @@ class CosmosPredictPipeline(VideoPipeline):
     def check_call(cls, info: CosmosInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """As :meth:`VideoPipeline.check_call`; ``negative_prompt=None`` is the reference's
         :data:`DEFAULT_NEGATIVE_PROMPT` (``""`` is an empty negative prompt, as there)."""
-        if negative_prompt is None:
-            negative_prompt = DEFAULT_NEGATIVE_PROMPT
-        return super().check_call(info, prompt, negative_prompt, **kwargs)
+        if negative_prompt is not None:
+            return super().check_call(info, prompt, negative_prompt, **kwargs)
+        call = super().check_call(info, prompt, DEFAULT_NEGATIVE_PROMPT, **kwargs)
+        return dataclasses.replace(call, given=call.given - {"negative_prompt"})
 
     @classmethod
     def resolve_num_frames(cls, info: CosmosInfo, num_frames: int) -> int:
@@ -266,12 +268,13 @@ class CosmosPredictPipeline(VideoPipeline):
         return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ call hooks
-    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """``(B, L, n D)`` float32: the chat-formatted prompts through the text tower without a
         mask, every layer standardised (:func:`normalized_layers`), as ``_get_prompt_embeds``."""
         tokens = self.tokenizer.apply_chat_template(
             [prompt_conversation(t) for t in texts], max_sequence_length,
-            padding_side=self.tokenizer.padding_side, add_generation_prompt=False, add_vision_id=False)
+            padding_side=self.tokenizer.padding_side, add_generation_prompt=False, truncation=truncation,
+            add_vision_id=False)
         states = encode_hidden_states(self.text_encoder, tokens.input_ids, None, output_layer=None)
         return normalized_layers(states)
 

@@ -178,6 +178,46 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                 raise InputError(f"timesteps must be a strictly descending list of numbers in (0, {n}], got "
                                  f"{x['timesteps']!r}")
 
+    @classmethod
+    def check_schedule(cls, info: LTXInfo, scheduler: Any, call) -> None:
+        """Build the call's schedule (:meth:`set_timesteps`) with ``scheduler`` (the checkpoint's,
+        built from its config, or one the user set), from configs alone. Where the config shifts dynamically, ``mu`` grows with the video's token
+        count; past :meth:`~vidax.schedulers.FlowMatchEulerDiscreteScheduler.largest_seq_len`
+        every sigma is 1.0 and the error names that limit and a size within it.
+
+        Raises:
+            InputError: the schedule is not valid (the scheduler's reason, or the size limit).
+        """
+        n = call.num_inference_steps
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        tokens = f * h * w
+        sigmas = np.linspace(1.0, 1 / n, n)
+        mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
+        try:
+            scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
+            return
+        except InputError:
+            top = scheduler.largest_seq_len(n, sigmas=sigmas) if mu is not None else None
+            if not top or tokens <= top:
+                raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
+        c, v = scheduler.config, info.vae_config
+        s, k = v.spatial_compression, v.temporal_compression
+        fit = [f"num_frames={(top // (h * w) - 1) * k + 1} at this height and width"] if top // (h * w) >= 1 else []
+        scale = (top / tokens) ** 0.5
+        hs, ws = int(h * scale), int(w * scale)
+        while hs >= 1 and ws >= 1 and f * hs * ws > top:
+            hs, ws = hs - 1, max(1, int(hs * w / h))
+        if hs >= 1 and ws >= 1:
+            fit.append(f"height={hs * s}, width={ws * s} at this num_frames")
+        raise InputError(
+            f"height={call.height}, width={call.width}, num_frames={call.num_frames} make {tokens} latent tokens "
+            f"({f} x {h} x {w}), more than this scheduler config's dynamic shift allows with num_inference_steps={n}: "
+            f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
+            f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
+            f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
+            f"float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: "
+            f"{' or '.join(fit) if fit else 'a smaller height, width or num_frames'}")
+
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
@@ -198,10 +238,10 @@ class LTXPipeline(LTXDecode, VideoPipeline):
     #: The T5 sees the attention mask (LTXConditionPipeline) or not (LTXPipeline, I2V).
     text_attention_mask = False
 
-    def encode_text(self, texts, max_sequence_length):
+    def encode_text(self, texts, max_sequence_length, truncation=None):
         """``(embeds (B, L, D), mask (B, L) bool)`` as ``_get_t5_prompt_embeds``: L =
         max_sequence_length padded tokens; the embeddings of padded positions are kept."""
-        tokens = self.tokenizer(texts, max_sequence_length)
+        tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
         embeds = encode_tokens(self.text_encoder, tokens, attend_padding=not self.text_attention_mask)
         return embeds, jnp.asarray(tokens.attention_mask, bool)
 
@@ -248,12 +288,8 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         mu = scheduler.calculate_shift(f * h * w) if scheduler.config.use_dynamic_shifting else None
         return scheduler.set_timesteps(n, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
 
-    @classmethod
-    def check_schedule(cls, info: LTXInfo, scheduler, call) -> None:
-        """The call's schedule, computed from the configs as :meth:`set_timesteps` will."""
-        cls.schedule(info, scheduler, call)
-
     def set_timesteps(self, call, latents):
+        self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named
         return self.schedule(self.info, self.scheduler, call)
 
     def step_args(self, call, embeds, cond, state, expert):

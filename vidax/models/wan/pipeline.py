@@ -164,10 +164,10 @@ class WanPipeline(VideoPipeline):
         return modules
 
     # ------------------------------------------------------------------ call hooks
-    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """UMT5 embeddings (B, L, D), L = max_sequence_length, zero past each prompt's real token
         count (as ``WanPipeline._get_t5_prompt_embeds``)."""
-        tokens = self.tokenizer([prompt_clean(p) for p in texts], max_sequence_length)
+        tokens = self.tokenizer([prompt_clean(p) for p in texts], max_sequence_length, truncation=truncation)
         return encode_tokens(self.text_encoder, tokens, zero_padding=True)
 
     def encode_image(self, image: Any) -> jax.Array:
