@@ -180,7 +180,8 @@ class FlowMatchEulerDiscreteScheduler:
 
         def valid(seq_len: int) -> bool:
             try:
-                self.set_timesteps(num_inference_steps, sigmas=sigmas, mu=self.calculate_shift(seq_len))
+                with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32 is what is searched for
+                    self.set_timesteps(num_inference_steps, sigmas=sigmas, mu=self.calculate_shift(seq_len))
             except InputError:
                 return False
             return True

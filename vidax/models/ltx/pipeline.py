@@ -194,7 +194,8 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         sigmas = np.linspace(1.0, 1 / n, n)
         mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
         try:
-            scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
+            with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32: sigmas of 1 or NaN, named below
+                scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
             return
         except InputError:
             top = scheduler.largest_seq_len(n, sigmas=sigmas) if mu is not None else None
