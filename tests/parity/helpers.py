@@ -54,6 +54,15 @@ def bf16_reference(pipe, float32=("vae",)):
     ``vidax.load_pipeline(path, dtype="bfloat16")`` keeps float32 by default (the VAE; the
     CogVideoX T5; the Wan2.1 CLIP image encoder), so both sides run the same component dtypes and
     the comparison sees the pipelines' own bfloat16 handling.
+
+    What a PSNR bar against it can see: two bf16 implementations that round in different places
+    (op order, fused ops) have independent rounding errors, so their videos are about as far apart
+    as either is from the fp32 video (measured in every family); a vidax that silently ran fp32
+    would sit at diffusers' own bf16-vs-fp32 distance and is caught by the tests' weight-dtype
+    checks instead. The bars (measured value less ~4 dB) catch what adds error beyond bf16
+    rounding: a step that fails or changes dtype (HunyuanVideo and LTX-Video without CFG failed at
+    the second step before the fix), latents or guidance rounded to bf16 each step (HunyuanVideo:
+    10 dB), a component in the wrong dtype.
     """
     import copy
 
