@@ -146,7 +146,8 @@ def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negati
     try:
         extra = dict(image=condition_images(len(prompts))) if spec["task"] == "i2v" else {}
         with torch.no_grad():
-            frames = pipe(prompt=prompts, negative_prompt=negatives, latents=torch.from_numpy(latents).to(latents_dtype),
+            frames = pipe(prompt=prompts, negative_prompt=negatives,
+                          latents=torch.from_numpy(latents).to(latents_dtype),
                           generator=torch.Generator().manual_seed(1), use_dynamic_cfg=dynamic,
                           output_type="np", **extra, **call).frames
     finally:

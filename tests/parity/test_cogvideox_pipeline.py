@@ -106,14 +106,14 @@ def test_bf16_pipeline_matches_diffusers_bf16(checkpoints):
     """CogVideoX-5B (RoPE), 4 DDIM steps with CFG 4.5 in bf16, against diffusers fp32 and
     diffusers bf16 (every component bf16 on both sides, as diffusers' CogVideoX docs load it: its
     pipeline cannot run a fp32 T5 or VAE with a bf16 transformer, so vidax loads its T5 and VAE
-    in bf16 here, not its fp32 defaults). diffusers' bf16 run takes (draws) its latents in bf16 and rounds them to bf16 after
-    every step (``latents.to(prompt_embeds.dtype)``); vidax keeps them fp32 (both start from the
-    same bf16 values)."""
+    in bf16 here, not its fp32 defaults). diffusers' bf16 run takes (draws) its latents in bf16
+    and rounds them to bf16 after every step (``latents.to(prompt_embeds.dtype)``); vidax keeps
+    them fp32 (both start from the same bf16 values)."""
     path, ref = checkpoints["5b"]
     latents = torch.from_numpy(_latents(3)).bfloat16().float().numpy()  # bf16 values: the reference takes bf16
     ref_frames, _ = run_reference(ref, "5b", "ddim", False, latents, **CALL)
-    want16, _ = run_reference(bf16_reference(ref, float32=()), "5b", "ddim", False, latents, latents_dtype=torch.bfloat16,
-                              **CALL)
+    want16, _ = run_reference(bf16_reference(ref, float32=()), "5b", "ddim", False, latents,
+                              latents_dtype=torch.bfloat16, **CALL)
     pipe = vidax.load_pipeline(path, dtype="bfloat16", text_encoder_dtype="bfloat16", vae_dtype="bfloat16")
     assert pipe.transformer.proj_out.kernel[...].dtype == jnp.bfloat16
     frames = _vidax_run(pipe, "5b", "ddim", False, latents, {}, **CALL)
