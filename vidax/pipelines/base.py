@@ -680,7 +680,10 @@ class VideoPipeline:
     def step_fn(self, do_cfg: bool, expert: int = 0):
         """The step ``(params, latents, state, *args) -> (latents, state)`` of ``expert``: one jit
         (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
-        streamed from host memory (every declared stack). Experts of one structure share one trace."""
+        streamed from host memory (every declared stack). Experts of one structure share one trace.
+        The latents (float32) and the scheduler state come back in the dtypes they went in: the
+        guided prediction is upcast to the latents' dtype before :meth:`scheduler_update`, and
+        :func:`check_step_dtypes` raises TypeError at trace time for a step that changes one."""
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
         stacks = offloaded_stacks(module)
