@@ -183,3 +183,20 @@ def test_model_files_import_no_loader_offload_or_pipeline(package):
         bad = sorted({m for m in _imported_modules(tree)
                       if any(m == b or m.startswith(b + ".") for b in FORBIDDEN_IN_MODELS)})
         assert not bad, f"{package}/{os.path.basename(path)} imports {bad}; move that code to convert.py"
+
+
+def test_a_step_that_changes_a_dtype_is_named():
+    """``check_step_dtypes`` (run at trace time on every pipeline's step) names the leaf whose
+    dtype a step changed: the bug that made HunyuanVideo fail at step 2 in bf16."""
+    from vidax.pipelines.base import check_step_dtypes
+    from vidax.schedulers import scheduler_from_config
+
+    sched = scheduler_from_config({"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0})
+    state = sched.set_timesteps(2)
+    x = jnp.zeros((1, 2, 2, 2, 4), jnp.float32)
+    check_step_dtypes("P", (x, state), sched.step(state, x, x))  # float32 in, float32 out
+    with pytest.raises(TypeError, match=r"P's denoising step .*\[0\]: \(1, 2, 2, 2, 4\) float32 -> \(1, 2, 2, 2, 4\) "
+                                        r"bfloat16"):
+        check_step_dtypes("P", (x, state), sched.step(state, x.astype(jnp.bfloat16), x))
+    with pytest.raises(TypeError, match=r"step_index: \(\) int32 -> \(\) float32"):
+        check_step_dtypes("P", (x, state), (x, dataclasses.replace(state, step_index=jnp.float32(1))))

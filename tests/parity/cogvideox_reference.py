@@ -108,10 +108,13 @@ def condition_image(seed: int = 4, size=(32, 48)):
     return image if size == (32, 48) else image.resize(size[::-1])
 
 
-def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negatives=NEGATIVES, **call):
+def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negatives=NEGATIVES, latents_dtype=None,
+                  **call):
     """Run the reference with ``kind`` ("ddim" / "dpm") on the given initial latents (I2V: the
     images of :func:`condition_images`); return its frames and the noise its generator gave the
-    posterior sample (``image_noise`` (B, C, 1, h, w)) and each step (``step_noise``)."""
+    posterior sample (``image_noise`` (B, C, 1, h, w)) and each step (``step_noise``).
+    ``latents_dtype``: the torch dtype the latents are given in (the reference uses them as given;
+    in bf16 it draws them in bf16)."""
     spec = VARIANTS[variant]
     if kind == "dpm":
         pipe.scheduler = diffusers.CogVideoXDPMScheduler.from_config(pipe.scheduler.config)
@@ -143,7 +146,8 @@ def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negati
     try:
         extra = dict(image=condition_images(len(prompts))) if spec["task"] == "i2v" else {}
         with torch.no_grad():
-            frames = pipe(prompt=prompts, negative_prompt=negatives, latents=torch.from_numpy(latents),
+            frames = pipe(prompt=prompts, negative_prompt=negatives,
+                          latents=torch.from_numpy(latents).to(latents_dtype),
                           generator=torch.Generator().manual_seed(1), use_dynamic_cfg=dynamic,
                           output_type="np", **extra, **call).frames
     finally:

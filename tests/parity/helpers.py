@@ -48,6 +48,41 @@ def psnr(a, b, data_range: float = 1.0) -> float:
     return float("inf") if mse == 0 else 10.0 * np.log10(data_range**2 / mse)
 
 
+def bf16_reference(pipe, float32=("vae",)):
+    """A copy of the diffusers pipeline ``pipe`` in bfloat16, as ``from_pretrained(...,
+    torch_dtype=torch.bfloat16)`` loads it (every parameter and buffer of a diffusers model in
+    bfloat16 except its ``_keep_in_fp32_modules``, matched on the dotted name's parts as diffusers
+    does), with the components named in ``float32`` kept float32: pass what
+    ``vidax.load_pipeline(path, dtype="bfloat16")`` keeps float32 by default (the VAE; the
+    CogVideoX T5; the Wan2.1 CLIP image encoder), so both sides run the same component dtypes and
+    the comparison sees the pipelines' own bfloat16 handling.
+
+    What a PSNR bar against it can see: two bf16 implementations that round in different places
+    (op order, fused ops) have independent rounding errors, so their videos are about as far apart
+    as either is from the fp32 video (measured in every family); a vidax that silently ran fp32
+    would sit at diffusers' own bf16-vs-fp32 distance and is caught by the tests' weight-dtype
+    checks instead. The bars (measured value less ~4 dB) catch what adds error beyond bf16
+    rounding: a step that fails or changes dtype (HunyuanVideo and LTX-Video without CFG failed at
+    the second step before the fix), latents or guidance rounded to bf16 each step (HunyuanVideo:
+    10 dB), a component in the wrong dtype.
+    """
+    import copy
+
+    import torch
+    from diffusers import ModelMixin
+
+    ref = copy.deepcopy(pipe)
+    for name, module in ref.components.items():
+        if not isinstance(module, torch.nn.Module) or name in float32:
+            continue
+        module.to(torch.bfloat16)
+        keep = (getattr(module, "_keep_in_fp32_modules", None) or []) if isinstance(module, ModelMixin) else []
+        for sub_name, sub in module.named_modules():
+            if any(k in sub_name.split(".") for k in keep):
+                sub.to(torch.float32)
+    return ref
+
+
 def channels_first(x) -> np.ndarray:
     """``(B, T, H, W, C)`` -> contiguous ``(B, C, T, H, W)`` numpy (the diffusers video layout)."""
     return np.ascontiguousarray(np.transpose(np.asarray(x), (0, 4, 1, 2, 3)))

@@ -16,6 +16,7 @@ from tests.parity.helpers import max_rel_err, psnr
 from tests.parity.wan_reference import (
     NEGATIVES,
     PROMPTS,
+    WAN_BF16_MIN_PSNR,
     bf16_psnr,
     build_reference_wan_pipeline,
     random_image,
@@ -40,7 +41,7 @@ def reference(tmp_path_factory):
     out = reference_outputs(t2v, [("t2v", (64, 96), "np")], scale=16, **CALL)
     runs = [("i2v", (64, 96), "np"), ("i2v_portrait", (96, 64), "latent")]
     out.update(reference_outputs(i2v, runs, scale=16, image=random_image(0), **CALL))
-    return path, out
+    return path, {**out, "torch_i2v": i2v}
 
 
 def test_t2v_fp32_matches_diffusers(reference):
@@ -93,10 +94,13 @@ def test_i2v_fp32_matches_diffusers(reference):
     assert max_rel_err(lat, lat_ref) < 1e-4  # fp32 rounding through 4 UniPC steps with CFG
 
 
-def test_i2v_bf16_close_to_fp32_reference(reference):
+def test_i2v_bf16_matches_diffusers_bf16(reference):
     path, ref = reference
     latents, frames = ref["i2v"]
-    value = bf16_psnr(path, frames, latents, "TI2V I2V", task="i2v", image=random_image(0), **LANDSCAPE, **CALL)
+    value, bf16 = bf16_psnr(path, frames, latents, "TI2V I2V", task="i2v", reference=ref["torch_i2v"],
+                            image=random_image(0), **LANDSCAPE, **CALL)
     # bf16 transformer / text encoder (8-bit mantissa) through 4 steps, fp32 VAE: measured 65 dB;
     # unrelated videos of this model are < 30 dB apart, so 50 dB still catches real bugs.
     assert value >= 50.0
+    # Against diffusers in bf16 (see WAN_BF16_MIN_PSNR): measured 62.7 dB (diffusers bf16 vs fp32: 64.4 dB).
+    assert bf16 >= WAN_BF16_MIN_PSNR

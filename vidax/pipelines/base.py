@@ -837,7 +837,10 @@ class VideoPipeline:
     def step_fn(self, do_cfg: bool, expert: int = 0):
         """The step ``(params, latents, state, *args) -> (latents, state)`` of ``expert``: one jit
         (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
-        streamed from host memory (every declared stack). Experts of one structure share one trace."""
+        streamed from host memory (every declared stack). Experts of one structure share one trace.
+        The latents (float32) and the scheduler state come back in the dtypes they went in: the
+        guided prediction is upcast to the latents' dtype before :meth:`scheduler_update`, and
+        :func:`check_step_dtypes` raises TypeError at trace time for a step that changes one."""
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
         stacks = offloaded_stacks(module)
@@ -853,7 +856,12 @@ class VideoPipeline:
         def finish(pred, latents, state, *args):
             if do_cfg:
                 pred = self.guide(pred if gdtype is None else pred.astype(gdtype), state, args)
-            return self.scheduler_update(state, pred, latents, args)
+            # The scheduler updates the latents in their own dtype (float32): a bfloat16 prediction
+            # is upcast first, so the update is not rounded to bfloat16 (schedulers return the
+            # prediction's dtype, as diffusers').
+            new = self.scheduler_update(state, pred.astype(latents.dtype), latents, args)
+            check_step_dtypes(type(self).__name__, (latents, state), new)
+            return new
 
         def step(params, latents, state, *args):
             model = nnx.merge(graphdef, params)
@@ -931,6 +939,26 @@ def cancel_check(cancel: Any) -> Callable[[], bool] | None:
         return cancel
     raise InputError(f"cancel must be a threading.Event, a callable returning True to stop, or None, "
                      f"got {type(cancel).__name__}")
+
+
+def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
+    """A denoising step must return its ``(latents, scheduler state)`` with the shapes and dtypes
+    it took (checked at trace time): the loop runs one compiled step for every step, so a step
+    whose latents came back in another dtype (e.g. bfloat16 from a bfloat16 prediction) would fail
+    from the second step on, and a silent cast back would hide the rounding.
+
+    Raises:
+        TypeError: a leaf whose dtype or shape changed (a bug of ``owner``'s step hooks).
+    """
+    def sig(tree):
+        return [(jax.tree_util.keystr(p), x.shape, x.dtype) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+    before, after = sig(taken), sig(returned)
+    if before != after:
+        diff = [f"{name}: {s0} {d0} -> {s1} {d1}" for (name, s0, d0), (_, s1, d1) in zip(before, after)
+                if (s0, d0) != (s1, d1)] or [f"{len(before)} leaves -> {len(after)}"]
+        raise TypeError(f"{owner}'s denoising step returns (latents, state) in other shapes/dtypes than it takes "
+                        f"({'; '.join(diff)}); every step must keep them")
 
 
 def cfg_pair(do_cfg: bool, *xs: Any) -> tuple:

@@ -3,7 +3,9 @@
 References: ``diffusers.CogVideoXPipeline`` and ``CogVideoXImageToVideoPipeline`` (0.42.1).
 Text: the prompts as given, padded to ``max_sequence_length``, T5 *without* an attention mask
 (padded positions attended, outputs not zeroed). Steps: cond and uncond as one batch of 2B,
-guidance in float32 (optionally the reference's dynamic guidance), DDIM or DPM update; I2V: the
+guidance in float32 (optionally the reference's dynamic guidance), DDIM or DPM update on float32
+latents (the reference rounds its latents to the text embeddings' dtype after every step, bf16
+with a bf16 T5; vidax keeps them float32, and loads the T5 in float32 by default); I2V: the
 image latent padded with zero frames, concatenated in channels. CogVideoX1.5 (``patch_size_t =
 2``) pads the latent frames to even by prepending noise frames, dropped before decoding.
 

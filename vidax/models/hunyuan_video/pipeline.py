@@ -38,7 +38,10 @@ on, spatial tiling off: ``AutoencoderKLHunyuanVideo``'s defaults).
 
 vidax differences, each where the reference cannot run: prompts of the I2V pipeline may be a
 batch (the reference takes one image for one prompt: its LLaVA call fails for more), and the
-image conditioning is repeated for every video.
+image conditioning is repeated for every video. In bfloat16 the latents stay float32 (the Euler
+update in fp32, as the original HunyuanVideo code); the reference's T2V scheduler step returns
+the bf16 prediction's dtype, so its latents, and the timestep it feeds, are bf16 from the second
+step on (docs/architecture.md "Precision" has the measured difference).
 """
 
 from __future__ import annotations
