@@ -303,7 +303,7 @@ class Attention(nnx.Module):
 
     def _out(self, out, x, layer):
         """Gate, merge heads, output projection (``layer``; None: none)."""
-        if self.to_gate_logits is not None:
+        if self.to_gate_logits is not None:  # out (B, L, N, K)
             gates = 2.0 * jax.nn.sigmoid(self.to_gate_logits(x).astype(jnp.float32))  # (B, L, N)
             out = (out.astype(jnp.float32) * gates[..., None]).astype(out.dtype)
         out = out.reshape(*out.shape[:2], -1)
@@ -368,6 +368,8 @@ class Attention(nnx.Module):
         else:
             cat = (jnp.concatenate(p, axis=1) for p in ((q1, q2), (k1, k2), (v1, v2)))
             out = self._attend(*cat, own_tokens=True, mask=mask)
+            if self.to_gate_logits is None:  # merge the heads once, before the split
+                out = out.reshape(*out.shape[:2], -1)
             n = x1.shape[1]
             o1, o2 = out[:, :n], out[:, n:]
         return self._out(o1, x1, self._out_layer()), self._out(o2, x2, self._out_layer(second=True))
