@@ -8,6 +8,7 @@ import ast
 import dataclasses
 import importlib.util
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -200,3 +201,32 @@ def test_a_step_that_changes_a_dtype_is_named():
         check_step_dtypes("P", (x, state), sched.step(state, x.astype(jnp.bfloat16), x))
     with pytest.raises(TypeError, match=r"step_index: \(\) int32 -> \(\) float32"):
         check_step_dtypes("P", (x, state), (x, dataclasses.replace(state, step_index=jnp.float32(1))))
+
+
+def test_shared_blocks_sit_between_parallel_and_models():
+    """``vidax/blocks`` (the shared attention and modulation) imports ``vidax.nn``,
+    ``vidax.parallel``'s logical-axis / attention helpers and ``vidax.errors`` only: never a
+    family, a pipeline, the loaders, offloading or the registry."""
+    folder = os.path.dirname(importlib.util.find_spec("vidax.blocks").origin)
+    allowed = ("vidax.blocks", "vidax.nn", "vidax.parallel.rules", "vidax.parallel.ulysses", "vidax.parallel.mesh",
+               "vidax.errors")
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+    assert "attention.py" in files and "modulation.py" in files
+    for name in files:
+        with open(os.path.join(folder, name)) as f:
+            tree = ast.parse(f.read(), name)
+        bad = sorted({m for m in _imported_modules(tree) if m.startswith("vidax")
+                      and not any(m == a or m.startswith(a + ".") for a in allowed)})
+        assert not bad, f"vidax/blocks/{name} imports {bad}"
+
+
+@pytest.mark.parametrize("package", [m for m in FAMILIES if m.startswith("vidax.models.")])
+def test_family_transformers_define_no_attention_or_adaln_class(package):
+    """A family's transformer declares its attention and adaptive norms as instances of
+    ``vidax.blocks`` (data), never as its own class (issue 19)."""
+    path = os.path.join(os.path.dirname(importlib.util.find_spec(package).origin), "transformer.py")
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    own = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+           and re.search(r"Attention|Attn|AdaNorm|AdaLayerNorm|LayerNormZero|AdaLN", n.name)]
+    assert not own, f"{package}/transformer.py defines {own}; use vidax.blocks.attention / modulation"

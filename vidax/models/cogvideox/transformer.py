@@ -52,11 +52,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
+from vidax.blocks.modulation import AdaLayerNorm, gated_add
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
 from vidax.nn.layers import (
     FeedForward,
-    Identity,
     LayerNorm,
     linear,
     matmul,
@@ -64,11 +65,9 @@ from vidax.nn.layers import (
     timestep_sinusoid,
     unpatchify_channels_first,
 )
-from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
 
 _F32 = jnp.float32
@@ -365,86 +364,6 @@ def _sample_num_patches(cfg: CogVideoXTransformerConfig) -> int:
     return (cfg.sample_height // p) * (cfg.sample_width // p) * frames
 
 
-class LayerNormZero(nnx.Module):
-    """diffusers ``CogVideoXLayerNormZero``: ``linear(silu(temb))`` -> 6 modulations, one LayerNorm
-    shared by the video and text tokens, the ``e_*`` modulations on the text tokens."""
-
-    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs, mesh=None):
-        d = cfg.inner_dim
-        self.linear = linear(cfg.time_embed_dim, 6 * d, dtype, param_dtype, rngs)
-        self.norm = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
-        self.dtype = dtype
-        self.mesh = mesh
-
-    def __call__(self, x, temb, is_text):
-        """Modulated LayerNorm of the joint sequence.
-
-        Args:
-            x: joint tokens ``(B, L, D)`` (text first).
-            temb: ``(B, E)`` float32.
-            is_text: ``(L, 1)`` bool, True on the text tokens.
-
-        Returns:
-            ``LN(x)·(1+scale)+shift`` ``(B, L, D)`` in the compute dtype and the gate ``(B, L, D)``
-            float32, each with the text modulation on text tokens and the video one elsewhere.
-        """
-        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None, :]
-        # The layer is split by output column on a mesh; its small result is gathered here.
-        mod = constrain(mod, ("batch", None, None), self.mesh)
-        shift, scale, gate, e_shift, e_scale, e_gate = jnp.split(mod, 6, axis=-1)
-
-        def pick(text, video):
-            return jnp.where(is_text, text, video)
-
-        h = (self.norm(x, _F32) * (1 + pick(e_scale, scale)) + pick(e_shift, shift)).astype(self.dtype)
-        return h, pick(e_gate, gate)
-
-
-class CogVideoXAttention(nnx.Module):
-    """diffusers ``Attention`` + ``CogVideoXAttnProcessor2_0``: joint self-attention over
-    ``[text; video]``, per-head LayerNorm on q and k (eps 1e-6), RoPE on the video q and k."""
-
-    def __init__(self, cfg: CogVideoXTransformerConfig, attention: str, dtype, param_dtype, rngs, mesh=None):
-        d, k = cfg.inner_dim, cfg.attention_head_dim
-        self.heads = cfg.num_attention_heads
-        self.attention = attention
-        self.dtype = dtype
-        self.mesh = mesh
-        self.to_q = linear(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
-        self.to_k = linear(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
-        self.to_v = linear(d, d, dtype, param_dtype, rngs, cfg.attention_bias)
-        self.norm_q = LayerNorm(k, 1e-6, True)
-        self.norm_k = LayerNorm(k, 1e-6, True)
-        self.to_out = nnx.List([linear(d, d, dtype, param_dtype, rngs), Identity()])
-
-    def _heads(self, layer, x):
-        # Column-parallel projection (output width split over heads), then (B, L, N, K).
-        y = constrain(layer(x), ("batch", "seq", "heads"), self.mesh)
-        return y.reshape(*y.shape[:2], self.heads, -1)
-
-    def __call__(self, x, rope, valid_length=None):
-        """Self-attention of the joint sequence.
-
-        Args:
-            x: joint tokens ``(B, L, D)`` in the compute dtype.
-            rope: ``(cos, sin)`` each ``(L, K/2)`` float32 (identity rows on the text and padding
-                positions) or None.
-            valid_length: tokens before it are real, the rest padding (masked as keys); None: all real.
-
-        Returns:
-            ``(B, L, D)`` in the compute dtype.
-        """
-        q = self.norm_q(self._heads(self.to_q, x), self.dtype)
-        k = self.norm_k(self._heads(self.to_k, x), self.dtype)
-        v = self._heads(self.to_v, x)
-        if rope is not None:
-            q = apply_rope(q, *rope)
-            k = apply_rope(k, *rope)
-        out = mesh_attention(q, k, v, self.mesh, self_attention=True, valid_length=valid_length,
-                             implementation=self.attention)
-        return self.to_out[0](out.reshape(*out.shape[:2], -1))
-
-
 class CogVideoXBlock(nnx.Module):
     """diffusers ``CogVideoXBlock``: adaptive-norm joint attention, then adaptive-norm FFN."""
 
@@ -453,9 +372,19 @@ class CogVideoXBlock(nnx.Module):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
-        self.norm1 = LayerNormZero(cfg, dtype, param_dtype, rngs, mesh)
-        self.attn1 = CogVideoXAttention(cfg, attention, dtype, param_dtype, rngs, mesh)
-        self.norm2 = LayerNormZero(cfg, dtype, param_dtype, rngs, mesh)
+        # diffusers CogVideoXLayerNormZero: linear(silu(temb)) -> 6 modulations (the e_* ones on
+        # the text tokens), one LayerNorm for the joint sequence.
+        ada = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=cfg.norm_eps,
+                   norm_affine=cfg.norm_elementwise_affine, mesh=mesh)
+        self.norm1 = AdaLayerNorm(cfg.time_embed_dim, d, 6, **ada)
+        # diffusers Attention + CogVideoXAttnProcessor2_0: per-head LayerNorm on q and k (eps 1e-6),
+        # RoPE on the video q and k (identity rows elsewhere).
+        self.attn1 = Attention(
+            AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, bias=cfg.attention_bias,
+                            qk_norm="layer_head", qk_norm_eps=1e-6, rope="interleaved"),
+            attention, dtype, param_dtype, rngs, mesh,
+        )
+        self.norm2 = AdaLayerNorm(cfg.time_embed_dim, d, 6, **ada)
         self.ff = FeedForward(d, 4 * d, d, FFN_ACTIVATIONS[cfg.activation_fn], dtype, param_dtype, rngs)
 
     def __call__(self, x, temb, rope, is_text, valid_length=None):
@@ -472,29 +401,21 @@ class CogVideoXBlock(nnx.Module):
             ``(B, L, D)`` in the residual dtype.
         """
         res = self.residual_dtype or self.dtype
-        h, gate = self.norm1(x, temb, is_text)
-        a = self.attn1(h, rope, valid_length)
-        x = (x.astype(_F32) + gate * a.astype(_F32)).astype(res)
+        h, gate = self._modulated(self.norm1, x, temb, is_text)
+        x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate, res)
 
-        h, gate = self.norm2(x, temb, is_text)
-        f = self.ff(h).astype(_F32)
-        return (x.astype(_F32) + gate * f).astype(res)
+        h, gate = self._modulated(self.norm2, x, temb, is_text)
+        return gated_add(x, self.ff(h), gate, res)
 
+    def _modulated(self, norm: AdaLayerNorm, x, temb, is_text):
+        """``LN(x)·(1+scale)+shift`` in the compute dtype and the gate (float32), with the text
+        modulations (``e_*``) on the text tokens (``is_text`` ``(L, 1)``) and the video ones elsewhere."""
+        shift, scale, gate, e_shift, e_scale, e_gate = norm.modulation(temb)
 
-class AdaLayerNormOut(nnx.Module):
-    """diffusers ``AdaLayerNorm(chunk_dim=1)``: ``shift, scale = linear(silu(temb))``, then
-    ``LN(x)·(1+scale)+shift`` (shift first, as the reference's CogVideoX branch)."""
+        def pick(text, video):
+            return jnp.where(is_text, text, video)
 
-    def __init__(self, cfg: CogVideoXTransformerConfig, dtype, param_dtype, rngs):
-        d = cfg.inner_dim
-        self.linear = linear(cfg.time_embed_dim, 2 * d, dtype, param_dtype, rngs)
-        self.norm = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
-        self.dtype = dtype
-
-    def __call__(self, x, temb):
-        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None, :]
-        shift, scale = jnp.split(mod, 2, axis=-1)
-        return (self.norm(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+        return norm(x, pick(e_shift, shift), pick(e_scale, scale), self.dtype), pick(e_gate, gate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,7 +500,9 @@ class CogVideoXTransformer3DModel(nnx.Module):
             rngs,
         )
         self.norm_final = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
-        self.norm_out = AdaLayerNormOut(cfg, dtype, param_dtype, rngs)
+        # diffusers AdaLayerNorm(chunk_dim=1): shift, scale = linear(silu(temb)).
+        self.norm_out = AdaLayerNorm(cfg.time_embed_dim, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+                                     norm_eps=cfg.norm_eps, norm_affine=cfg.norm_elementwise_affine)
         p, pt = cfg.patch_size, cfg.patch_t
         self.proj_out = linear(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)
 
@@ -668,7 +591,8 @@ class CogVideoXTransformer3DModel(nnx.Module):
         ``proj_out``, unpatchify -> ``(B, T, H, W, C_out)`` in the compute dtype."""
         cfg, i = self.config, inputs
         x = self.norm_final(x[:, i.n_txt:i.n_tok], self.residual_dtype or self.dtype)
-        x = self.proj_out(self.norm_out(x, i.temb))
+        shift, scale = self.norm_out.modulation(i.temb)
+        x = self.proj_out(self.norm_out(x, shift, scale, self.dtype))
         return unpatchify_channels_first(x, i.grid, cfg.patch_t, cfg.patch_size)
 
     def _check_inputs(self, x, timestep, text, ofs) -> tuple[int, int, int]:

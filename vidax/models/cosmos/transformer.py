@@ -42,13 +42,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
+from vidax.blocks.modulation import AdaLayerNorm, gated_add
 from vidax.errors import InputError
 from vidax.models.cosmos.config import CosmosTransformerConfig
 from vidax.models.cosmos.rope import cosmos_rope
 from vidax.nn.layers import (
     FeedForward,
-    Identity,
-    LayerNorm,
     RMSNorm,
     linear,
     matmul,
@@ -56,11 +56,9 @@ from vidax.nn.layers import (
     timestep_sinusoid,
     unpatchify,
 )
-from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
 
 _F32 = jnp.float32
@@ -144,63 +142,6 @@ class CosmosLearnablePositionalEmbed(nnx.Module):
 # Transformer block
 
 
-class CosmosAdaLayerNormZero(nnx.Module):
-    """diffusers ``CosmosAdaLayerNormZero`` (AdaLN-LoRA): ``linear_2(linear_1(silu(emb))) + temb``
-    -> ``shift, scale, gate``. ``chunks=2`` is ``CosmosAdaLayerNorm`` (``norm_out``: shift, scale
-    from ``temb[..., :2D]``)."""
-
-    def __init__(self, dim, lora_dim, chunks, dtype, param_dtype, rngs):
-        self.chunks = chunks
-        self.norm = LayerNorm(dim, _EPS, False)
-        self.linear_1 = linear(dim, lora_dim, dtype, param_dtype, rngs, use_bias=False)
-        self.linear_2 = linear(lora_dim, chunks * dim, dtype, param_dtype, rngs, use_bias=False)
-
-    def modulation(self, emb: jax.Array, temb: jax.Array) -> list[jax.Array]:
-        """``emb`` ``(B, S, D)``, ``temb`` ``(B, S, 3D)`` -> ``chunks`` float32 arrays ``(B, S, D)``."""
-        e = self.linear_2(self.linear_1(jax.nn.silu(emb))).astype(_F32)
-        e = e + temb[..., : e.shape[-1]].astype(_F32)
-        return jnp.split(e, self.chunks, axis=-1)
-
-    def __call__(self, x, shift, scale, out_dtype):
-        """``LN(x) * (1 + scale) + shift`` in float32 (``shift`` / ``scale`` per token or ``(B, 1, D)``)."""
-        return (self.norm(x, _F32) * (1 + scale) + shift).astype(out_dtype)
-
-
-class CosmosAttention(nnx.Module):
-    """diffusers ``Attention(qk_norm="rms_norm", bias=False, out_bias=False)`` with
-    ``CosmosAttnProcessor2_0``: bias-free q/k/v, per-head RMSNorm (weight ``(K,)``, eps 1e-5) of
-    q and k, then the rotate-half RoPE (self-attention only), attention, ``to_out``."""
-
-    def __init__(self, dim, context_dim, heads, head_dim, attention, dtype, param_dtype, rngs, mesh=None):
-        self.heads = heads
-        self.attention = attention
-        self.mesh = mesh
-        inner = heads * head_dim
-        self.to_q = linear(dim, inner, dtype, param_dtype, rngs, use_bias=False)
-        self.to_k = linear(context_dim, inner, dtype, param_dtype, rngs, use_bias=False)
-        self.to_v = linear(context_dim, inner, dtype, param_dtype, rngs, use_bias=False)
-        self.norm_q = RMSNorm(head_dim, _QK_EPS, param_dtype=param_dtype)
-        self.norm_k = RMSNorm(head_dim, _QK_EPS, param_dtype=param_dtype)
-        self.to_out = nnx.List([linear(inner, dim, dtype, param_dtype, rngs, use_bias=False), Identity()])
-
-    def _heads(self, layer, x, seq_axis):
-        # Column-parallel projection: the output width (heads) is split over the tensor axis.
-        y = constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
-        return y.reshape(*y.shape[:2], self.heads, -1)
-
-    def __call__(self, x, context=None, rope=None, valid_length=None):
-        kv, kv_axis = (x, "seq") if context is None else (context, "text_seq")
-        q = self.norm_q(self._heads(self.to_q, x, "seq"))
-        k = self.norm_k(self._heads(self.to_k, kv, kv_axis))
-        v = self._heads(self.to_v, kv, kv_axis)
-        if rope is not None:
-            q = apply_rope(q, *rope, layout="rotate_half")
-            k = apply_rope(k, *rope, layout="rotate_half")
-        out = mesh_attention(q, k, v, self.mesh, self_attention=context is None, valid_length=valid_length,
-                             implementation=self.attention)
-        return self.to_out[0](out.reshape(*out.shape[:2], -1))
-
-
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class CosmosBlockInputs:
@@ -246,11 +187,19 @@ class CosmosTransformerBlock(nnx.Module):
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         self.mesh = mesh
-        self.norm1 = CosmosAdaLayerNormZero(d, r, 3, dtype, param_dtype, rngs)
-        self.attn1 = CosmosAttention(d, d, n, k, attention, dtype, param_dtype, rngs, mesh)
-        self.norm2 = CosmosAdaLayerNormZero(d, r, 3, dtype, param_dtype, rngs)
-        self.attn2 = CosmosAttention(d, cfg.text_embed_dim, n, k, attention, dtype, param_dtype, rngs, mesh)
-        self.norm3 = CosmosAdaLayerNormZero(d, r, 3, dtype, param_dtype, rngs)
+        # diffusers CosmosAdaLayerNormZero (AdaLN-LoRA): linear_2(linear_1(silu(emb))) + temb ->
+        # shift, scale, gate; a non-affine LayerNorm (eps 1e-6).
+        ada = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS, lora_dim=r)
+        # diffusers Attention(qk_norm="rms_norm", bias=False, out_bias=False) + CosmosAttnProcessor2_0:
+        # per-head RMSNorm of q and k (eps 1e-5), rotate-half RoPE (self-attention only).
+        attn = AttentionConfig(d, n, k, bias=False, out_bias=False, qk_norm="rms_head", qk_norm_eps=_QK_EPS,
+                               rope="rotate_half")
+        self.norm1 = AdaLayerNorm(d, d, 3, **ada)
+        self.attn1 = Attention(attn, attention, dtype, param_dtype, rngs, mesh)
+        self.norm2 = AdaLayerNorm(d, d, 3, **ada)
+        self.attn2 = Attention(dataclasses.replace(attn, kv_dim=cfg.text_embed_dim), attention, dtype, param_dtype,
+                               rngs, mesh)
+        self.norm3 = AdaLayerNorm(d, d, 3, **ada)
         self.ff = FeedForward(d, cfg.ffn_dim, d, False, dtype, param_dtype, rngs, use_bias=False)
 
     def __call__(self, x: jax.Array, inputs: CosmosBlockInputs) -> jax.Array:
@@ -261,13 +210,13 @@ class CosmosTransformerBlock(nnx.Module):
             x = (x.astype(_F32) + i.pos[None]).astype(res_dtype)
 
         def add(x, y, gate):
-            return constrain((x.astype(_F32) + y.astype(_F32) * gate).astype(res_dtype), _TOKENS, self.mesh)
+            return constrain(gated_add(x, y, gate, res_dtype), _TOKENS, self.mesh)
 
         shift, scale, gate = (i.per_token(e) for e in self.norm1.modulation(i.emb, i.temb))
-        x = add(x, self.attn1(self.norm1(x, shift, scale, self.dtype), rope=i.rope, valid_length=i.valid_length),
+        x = add(x, self.attn1(self.norm1(x, shift, scale, self.dtype), rope=i.rope, mask=AttentionMask(i.valid_length)),
                 gate)
         shift, scale, gate = (i.per_token(e) for e in self.norm2.modulation(i.emb, i.temb))
-        x = add(x, self.attn2(self.norm2(x, shift, scale, self.dtype), context=i.context), gate)
+        x = add(x, self.attn2(self.norm2(x, shift, scale, self.dtype), i.context), gate)
         shift, scale, gate = (i.per_token(e) for e in self.norm3.modulation(i.emb, i.temb))
         return add(x, self.ff(self.norm3(x, shift, scale, self.dtype)), gate)
 
@@ -345,7 +294,9 @@ class CosmosTransformer3DModel(nnx.Module):
             cfg.num_layers,
             rngs,
         )
-        self.norm_out = CosmosAdaLayerNormZero(d, cfg.adaln_lora_dim, 2, dtype, param_dtype, rngs)
+        # diffusers CosmosAdaLayerNorm: AdaLN-LoRA with two chunks (shift, scale) and temb[..., :2D].
+        self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS,
+                                     lora_dim=cfg.adaln_lora_dim)
         self.proj_out = linear(d, math.prod(p) * cfg.out_channels, dtype, param_dtype, rngs, use_bias=False)
         self.crossattn_proj = (
             nnx.List([linear(cfg.crossattn_proj_in_channels, cfg.encoder_hidden_states_channels, dtype,

@@ -62,27 +62,26 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
+from vidax.blocks.modulation import AdaLayerNorm, gated_add
 from vidax.errors import InputError
 from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
 from vidax.models.hunyuan_video.rope import hunyuan_rope
-from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.attention import SegmentIds
 from vidax.nn.layers import (
     FeedForward,
     Identity,
     LayerNorm,
     PatchEmbedding,
-    RMSNorm,
     TextProjection,
     TimestepEmbedding,
     linear,
     timestep_sinusoid,
     unpatchify_channels_first,
 )
-from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
 
 _F32 = jnp.float32
@@ -147,24 +146,6 @@ class RefinerFeedForward(nnx.Module):
         return x
 
 
-class RefinerAttention(nnx.Module):
-    """diffusers ``Attention(bias=True)`` with ``AttnProcessor2_0``: plain multi-head self-attention
-    of the text tokens under a dense boolean mask (no q/k norm, no RoPE)."""
-
-    def __init__(self, dim, heads, dtype, param_dtype, rngs):
-        self.heads = heads
-        self.to_q = linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_k = linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_v = linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_out = nnx.List([linear(dim, dim, dtype, param_dtype, rngs), Identity()])
-
-    def __call__(self, x, bias):
-        q, k, v = (layer(x).reshape(*x.shape[:2], self.heads, -1) for layer in (self.to_q, self.to_k, self.to_v))
-        # L_txt x L_txt with a dense mask: small, materialised ("xla") on every backend and mesh.
-        out = dot_product_attention(q, k, v, implementation="xla", bias=bias)
-        return self.to_out[0](out.reshape(*out.shape[:2], -1))
-
-
 class RefinerBlock(nnx.Module):
     """diffusers ``HunyuanVideoIndividualTokenRefinerBlock``: gated self-attention, gated FFN,
     the gates ``norm_out.linear(silu(temb))`` (``HunyuanVideoAdaNorm``)."""
@@ -174,19 +155,21 @@ class RefinerBlock(nnx.Module):
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         self.norm1 = LayerNorm(d, _EPS, True)
-        self.attn = RefinerAttention(d, cfg.num_attention_heads, dtype, param_dtype, rngs)
+        # diffusers Attention(bias=True) + AttnProcessor2_0: plain self-attention of the text under a
+        # dense mask, L_txt x L_txt: small, materialised ("xla") on every backend and mesh.
+        self.attn = Attention(AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim), "xla", dtype,
+                              param_dtype, rngs)
         self.norm2 = LayerNorm(d, _EPS, True)
         self.ff = RefinerFeedForward(d, cfg.refiner_mlp_dim, dtype, param_dtype, rngs)
-        self.norm_out = nnx.Dict(linear=linear(d, 2 * d, dtype, param_dtype, rngs))
+        # diffusers HunyuanVideoAdaNorm: the two gates linear(silu(temb)).
+        self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x, temb, bias):
         res = self.residual_dtype or self.dtype
-        a = self.attn(self.norm1(x, self.dtype), bias)
-        gates = self.norm_out["linear"](jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None]
-        gate_msa, gate_mlp = jnp.split(gates, 2, axis=-1)
-        x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res)
-        f = self.ff(self.norm2(x, self.dtype))
-        return (x.astype(_F32) + f.astype(_F32) * gate_mlp).astype(res)
+        a = self.attn(self.norm1(x, self.dtype), mask=AttentionMask(bias=bias))
+        gate_msa, gate_mlp = self.norm_out.modulation(temb)
+        x = gated_add(x, a, gate_msa, res)
+        return gated_add(x, self.ff(self.norm2(x, self.dtype)), gate_mlp, res)
 
 
 class TokenRefiner(nnx.Module):
@@ -238,82 +221,11 @@ def _gate(y, gate, first=None, tr_gate=None):
     return out
 
 
-class AdaNormZero(nnx.Module):
-    """diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle`` / their ``TokenReplace`` forms:
-    ``linear(silu(temb))`` split into ``n`` modulations; the LayerNorm (no affine, eps 1e-6) is
-    applied by the block."""
-
-    def __init__(self, dim, n, dtype, param_dtype, rngs):
-        self.n = n
-        self.dtype = dtype
-        self.linear = linear(dim, n * dim, dtype, param_dtype, rngs)
-
-    def __call__(self, temb):
-        """``(B, D)`` float32 -> ``n`` modulations ``(B, 1, D)`` float32 (None for None)."""
-        if temb is None:
-            return (None,) * self.n
-        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None]
-        return jnp.split(mod, self.n, axis=-1)
-
-
-class JointAttention(nnx.Module):
-    """diffusers ``Attention`` with ``HunyuanVideoAttnProcessor2_0``: one attention over the joint
-    ``[video; text]`` sequence.
-
-    ``added=True`` (double stream): the text has its own ``add_{q,k,v}_proj``, ``norm_added_{q,k}``
-    and ``to_add_out``, the video ``to_out``; ``added=False`` (single stream, ``pre_only``): the same
-    ``to_{q,k,v}`` for both and no output projection. q and k are RMS-normalised per head (over
-    K, eps 1e-6); RoPE rotates the video q and k only.
-    """
-
-    def __init__(self, cfg: HunyuanVideoTransformerConfig, added: bool, attention, dtype, param_dtype, rngs, mesh):
-        d, kd = cfg.inner_dim, cfg.attention_head_dim
-        self.heads = cfg.num_attention_heads
-        self.attention = attention
-        self.mesh = mesh
-        self.to_q = linear(d, d, dtype, param_dtype, rngs)
-        self.to_k = linear(d, d, dtype, param_dtype, rngs)
-        self.to_v = linear(d, d, dtype, param_dtype, rngs)
-        self.norm_q = RMSNorm(kd, _EPS, param_dtype=param_dtype)
-        self.norm_k = RMSNorm(kd, _EPS, param_dtype=param_dtype)
-        if added:
-            self.add_q_proj = linear(d, d, dtype, param_dtype, rngs)
-            self.add_k_proj = linear(d, d, dtype, param_dtype, rngs)
-            self.add_v_proj = linear(d, d, dtype, param_dtype, rngs)
-            self.norm_added_q = RMSNorm(kd, _EPS, param_dtype=param_dtype)
-            self.norm_added_k = RMSNorm(kd, _EPS, param_dtype=param_dtype)
-            self.to_out = nnx.List([linear(d, d, dtype, param_dtype, rngs), Identity()])
-            self.to_add_out = linear(d, d, dtype, param_dtype, rngs)
-        else:
-            self.add_q_proj = self.add_k_proj = self.add_v_proj = None
-            self.norm_added_q = self.norm_added_k = None
-            self.to_out = self.to_add_out = None
-
-    def _heads(self, layer, x):
-        # Column-parallel projection (output width split over heads), then (B, L, N, K).
-        y = constrain(layer(x), ("batch", "seq", "heads"), self.mesh)
-        return y.reshape(*y.shape[:2], self.heads, -1)
-
-    def __call__(self, video, text, inputs: "HunyuanBlockInputs"):
-        """``video`` ``(B, L', D)``, ``text`` ``(B, L_txt', D)`` in the compute dtype -> the
-        attention outputs of both (after ``to_out`` / ``to_add_out`` when ``added``)."""
-        qp, kp, vp = (self.to_q, self.to_k, self.to_v)
-        tq, tk, tv = (self.add_q_proj, self.add_k_proj, self.add_v_proj) if self.add_q_proj is not None else (qp, kp, vp)
-        tnq, tnk = (self.norm_added_q, self.norm_added_k) if self.norm_added_q is not None else (self.norm_q, self.norm_k)
-        q = apply_rope(self.norm_q(self._heads(qp, video)), *inputs.rope)
-        k = apply_rope(self.norm_k(self._heads(kp, video)), *inputs.rope)
-        v = self._heads(vp, video)
-        q = jnp.concatenate([q, tnq(self._heads(tq, text))], axis=1)
-        k = jnp.concatenate([k, tnk(self._heads(tk, text))], axis=1)
-        v = jnp.concatenate([v, self._heads(tv, text)], axis=1)
-        out = mesh_attention(q, k, v, self.mesh, self_attention=True, segment_ids=inputs.segments,
-                             implementation=self.attention)
-        out = out.reshape(*out.shape[:2], -1)
-        n = video.shape[1]
-        a_vid, a_txt = out[:, :n], out[:, n:]
-        if self.to_out is not None:
-            a_vid, a_txt = self.to_out[0](a_vid), self.to_add_out(a_txt)
-        return a_vid, a_txt
+def _attention_config(cfg: HunyuanVideoTransformerConfig, **kw) -> AttentionConfig:
+    """diffusers ``Attention`` + ``HunyuanVideoAttnProcessor2_0``: per-head RMSNorm of q and k
+    (eps 1e-6), RoPE on the video stream only; one attention over the joint ``[video; text]``."""
+    return AttentionConfig(cfg.inner_dim, cfg.num_attention_heads, cfg.attention_head_dim, qk_norm="rms_head",
+                           qk_norm_eps=_EPS, rope="interleaved", **kw)
 
 
 class DoubleStreamBlock(nnx.Module):
@@ -325,9 +237,12 @@ class DoubleStreamBlock(nnx.Module):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
-        self.norm1 = AdaNormZero(d, 6, dtype, param_dtype, rngs)
-        self.norm1_context = AdaNormZero(d, 6, dtype, param_dtype, rngs)
-        self.attn = JointAttention(cfg, True, attention, dtype, param_dtype, rngs, mesh)
+        # diffusers AdaLayerNormZero (its LayerNorm is self.ln): 6 modulations per stream.
+        ada = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.norm1 = AdaLayerNorm(d, d, 6, **ada)
+        self.norm1_context = AdaLayerNorm(d, d, 6, **ada)
+        # The text has its own add_{q,k,v}_proj, norm_added_{q,k} and to_add_out.
+        self.attn = Attention(_attention_config(cfg, added="joint"), attention, dtype, param_dtype, rngs, mesh)
         self.ff = FeedForward(d, cfg.mlp_dim, d, True, dtype, param_dtype, rngs)
         self.ff_context = FeedForward(d, cfg.mlp_dim, d, True, dtype, param_dtype, rngs)
         self.ln = LayerNorm(d, _EPS, False)  # norm1.norm, norm2, norm2_context: no parameters
@@ -336,13 +251,16 @@ class DoubleStreamBlock(nnx.Module):
         res = self.residual_dtype or self.dtype
         vid, txt = x
         f = inputs.first
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.norm1(inputs.temb)
-        tr_shift_msa, tr_scale_msa, tr_gate_msa, tr_shift_mlp, tr_scale_mlp, tr_gate_mlp = self.norm1(inputs.tr_emb)
-        c_shift_msa, c_scale_msa, c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp = self.norm1_context(inputs.temb)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.norm1.modulation(inputs.temb)
+        tr_shift_msa, tr_scale_msa, tr_gate_msa, tr_shift_mlp, tr_scale_mlp, tr_gate_mlp = self.norm1.modulation(
+            inputs.tr_emb)
+        c_shift_msa, c_scale_msa, c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp = self.norm1_context.modulation(
+            inputs.temb)
 
         hv = _modulate(self.ln(vid, _F32), scale_msa, shift_msa, f, tr_scale_msa, tr_shift_msa)
         ht = _modulate(self.ln(txt, _F32), c_scale_msa, c_shift_msa)
-        a_vid, a_txt = self.attn(hv.astype(self.dtype), ht.astype(self.dtype), inputs)
+        a_vid, a_txt = self.attn((hv.astype(self.dtype), ht.astype(self.dtype)), rope=inputs.rope,
+                                 mask=AttentionMask(segment_ids=inputs.segments))
         vid = (vid.astype(_F32) + _gate(a_vid.astype(_F32), gate_msa, f, tr_gate_msa)).astype(res)
         txt = (txt.astype(_F32) + _gate(a_txt.astype(_F32), c_gate_msa)).astype(res)
 
@@ -365,8 +283,10 @@ class SingleStreamBlock(nnx.Module):
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         self.mesh = mesh
-        self.norm = AdaNormZero(d, 3, dtype, param_dtype, rngs)
-        self.attn = JointAttention(cfg, False, attention, dtype, param_dtype, rngs, mesh)
+        # diffusers AdaLayerNormZeroSingle (its LayerNorm is self.ln): shift, scale, gate.
+        self.norm = AdaLayerNorm(d, d, 3, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        # pre_only: the same to_{q,k,v} for both streams and no output projection.
+        self.attn = Attention(_attention_config(cfg, out=None), attention, dtype, param_dtype, rngs, mesh)
         self.proj_mlp = linear(d, cfg.mlp_dim, dtype, param_dtype, rngs)
         self.proj_out = linear(d + cfg.mlp_dim, d, dtype, param_dtype, rngs)
         self.ln = LayerNorm(d, _EPS, False)
@@ -379,31 +299,16 @@ class SingleStreamBlock(nnx.Module):
         res = self.residual_dtype or self.dtype
         vid, txt = x
         f = inputs.first
-        shift, scale, gate = self.norm(inputs.temb)
-        tr_shift, tr_scale, tr_gate = self.norm(inputs.tr_emb)
+        shift, scale, gate = self.norm.modulation(inputs.temb)
+        tr_shift, tr_scale, tr_gate = self.norm.modulation(inputs.tr_emb)
         hv = _modulate(self.ln(vid, _F32), scale, shift, f, tr_scale, tr_shift).astype(self.dtype)
         ht = _modulate(self.ln(txt, _F32), scale, shift).astype(self.dtype)
-        a_vid, a_txt = self.attn(hv, ht, inputs)
+        a_vid, a_txt = self.attn((hv, ht), rope=inputs.rope, mask=AttentionMask(segment_ids=inputs.segments))
         o_vid = self.proj_out(jnp.concatenate([a_vid, self._mlp(hv)], axis=-1)).astype(_F32)
         o_txt = self.proj_out(jnp.concatenate([a_txt, self._mlp(ht)], axis=-1)).astype(_F32)
         vid = (vid.astype(_F32) + _gate(o_vid, gate, f, tr_gate)).astype(res)
         txt = (txt.astype(_F32) + _gate(o_txt, gate)).astype(res)
         return vid, txt
-
-
-class AdaNormContinuous(nnx.Module):
-    """diffusers ``AdaLayerNormContinuous(elementwise_affine=False, eps=1e-6)``: ``scale, shift =
-    linear(silu(temb))`` (scale first), ``LN(x)·(1+scale)+shift``."""
-
-    def __init__(self, dim, dtype, param_dtype, rngs):
-        self.dtype = dtype
-        self.linear = linear(dim, 2 * dim, dtype, param_dtype, rngs)
-        self.norm = LayerNorm(dim, _EPS, False)
-
-    def __call__(self, x, temb):
-        mod = self.linear(jax.nn.silu(temb).astype(self.dtype)).astype(_F32)[:, None]
-        scale, shift = jnp.split(mod, 2, axis=-1)
-        return (self.norm(x, _F32) * (1 + scale) + shift).astype(self.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +397,8 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
             lambda r: SingleStreamBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
             cfg.num_single_layers, rngs,
         )
-        self.norm_out = AdaNormContinuous(d, dtype, param_dtype, rngs)
+        # diffusers AdaLayerNormContinuous(elementwise_affine=False, eps=1e-6): scale, shift (scale first).
+        self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS)
         self.proj_out = linear(d, cfg.out_dim * cfg.patch_size_t * cfg.patch_size**2, dtype, param_dtype, rngs)
 
     def __call__(
@@ -596,7 +502,8 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
         unpatchify (features ``(C, p_t, p, p)``) -> ``(B, T, H, W, C_out)`` in the compute dtype."""
         cfg = self.config
         vid = x[0][:, : inputs.n_vid]
-        out = self.proj_out(self.norm_out(vid, inputs.temb))
+        scale, shift = self.norm_out.modulation(inputs.temb)
+        out = self.proj_out(self.norm_out(vid, shift, scale, self.dtype))
         return unpatchify_channels_first(out, inputs.grid, cfg.patch_size_t, cfg.patch_size)
 
     def _check_inputs(self, x, timestep, text, mask, pooled, guidance) -> tuple[int, int, int]:

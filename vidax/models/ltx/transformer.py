@@ -53,30 +53,24 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
+from vidax.blocks.modulation import AdaLayerNormSingle, gated_add, modulate, table_modulation
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTX_FFN_ACTIVATIONS, LTXTransformerConfig
 from vidax.models.ltx.rope import grid_coords, ltx_rope, video_coords_to_grid
 from vidax.nn.layers import (
     FeedForward,
-    Identity,
     LayerNorm,
-    RMSNorm,
     TextProjection,
-    TimestepEmbedding,
     linear,
-    timestep_sinusoid,
 )
-from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
 
 _F32 = jnp.float32
 _TOKENS = ("batch", "seq", "embed")
-#: Width of the sinusoidal timestep features (``PixArtAlphaCombinedTimestepSizeEmbeddings``).
-TIME_FREQ_DIM = 256
 #: ``LTXAttention``'s q / k RMSNorm epsilon (fixed in the reference, not ``norm_eps``).
 QK_NORM_EPS = 1e-5
 #: ``norm_out``'s epsilon (fixed in the reference).
@@ -90,78 +84,7 @@ def _rms_norm(x: jax.Array, eps: float, out_dtype) -> jax.Array:
 
 
 # ---------------------------------------------------------------------------------------------
-# Embeddings
-
-
-class CombinedTimestepEmbedding(nnx.Module):
-    """diffusers ``PixArtAlphaCombinedTimestepSizeEmbeddings(use_additional_conditions=False)``:
-    ``timestep_embedder(sinusoid_256(t))``, float32."""
-
-    def __init__(self, dim: int, rngs: nnx.Rngs):
-        self.timestep_embedder = TimestepEmbedding(TIME_FREQ_DIM, dim, rngs)
-
-    def __call__(self, timestep: jax.Array) -> jax.Array:
-        return self.timestep_embedder(timestep_sinusoid(timestep, TIME_FREQ_DIM))
-
-
-class AdaLayerNormSingle(nnx.Module):
-    """diffusers ``AdaLayerNormSingle``: ``e = emb(t)`` and ``linear(silu(e))`` (6 modulations)."""
-
-    def __init__(self, dim: int, dtype, param_dtype, rngs: nnx.Rngs):
-        self.emb = CombinedTimestepEmbedding(dim, rngs)
-        self.linear = linear(dim, 6 * dim, dtype, param_dtype, rngs)
-
-    def __call__(self, timestep: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
-        """``timestep`` ``(B, S)`` -> modulation ``(B, S, 6, D)`` and embedding ``(B, S, D)``, in ``dtype``."""
-        e = self.emb(timestep).astype(dtype)
-        mod = self.linear(jax.nn.silu(e))
-        return mod.reshape(*mod.shape[:-1], 6, -1), e
-
-
-# ---------------------------------------------------------------------------------------------
 # Transformer block
-
-
-class LTXAttention(nnx.Module):
-    """diffusers ``LTXAttention`` + ``LTXVideoAttnProcessor`` (self- or cross-attention); keys
-    and values are projected from ``kv_dim`` channels (D, or ``cross_attention_dim``)."""
-
-    def __init__(self, cfg: LTXTransformerConfig, kv_dim: int, attention, dtype, param_dtype, rngs, mesh=None):
-        d = cfg.inner_dim
-        self.heads = cfg.num_attention_heads
-        self.attention = attention
-        self.mesh = mesh
-        bias = cfg.attention_bias
-        self.norm_q = RMSNorm(d, QK_NORM_EPS, param_dtype=param_dtype)
-        self.norm_k = RMSNorm(d, QK_NORM_EPS, param_dtype=param_dtype)
-        self.to_q = linear(d, d, dtype, param_dtype, rngs, use_bias=bias)
-        self.to_k = linear(kv_dim, d, dtype, param_dtype, rngs, use_bias=bias)
-        self.to_v = linear(kv_dim, d, dtype, param_dtype, rngs, use_bias=bias)
-        self.to_out = nnx.List([linear(d, d, dtype, param_dtype, rngs, use_bias=cfg.attention_out_bias), Identity()])
-
-    def _proj(self, layer, x, seq_axis):
-        # Column-parallel projection: the output width (heads) is split over the tensor axis.
-        return constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
-
-    def _heads(self, x):
-        return x.reshape(*x.shape[:2], self.heads, -1)
-
-    def __call__(self, x, context=None, rope=None, kv_mask=None, valid_length=None):
-        """``x`` ``(B, L', D)``; ``context`` ``(B, L, D)`` or None (self-attention); ``rope``
-        ``(cos, sin)`` each ``(B, L', D/2)`` or None; ``kv_mask`` ``(B, L)`` int32 or None."""
-        kv = x if context is None else context
-        kv_axis = "seq" if context is None else "text_seq"
-        q = self.norm_q(self._proj(self.to_q, x, "seq"))
-        k = self.norm_k(self._proj(self.to_k, kv, kv_axis))
-        v = self._proj(self.to_v, kv, kv_axis)
-        if rope is not None:  # one table over the whole width: rotate (B, L', D) as one head
-            q = apply_rope(q[:, :, None], *rope)[:, :, 0]
-            k = apply_rope(k[:, :, None], *rope)[:, :, 0]
-        out = mesh_attention(
-            self._heads(q), self._heads(k), self._heads(v), self.mesh, self_attention=context is None,
-            valid_length=valid_length, kv_mask=kv_mask, implementation=self.attention,
-        )
-        return self.to_out[0](out.reshape(*out.shape[:2], -1))
 
 
 class LTXVideoTransformerBlock(nnx.Module):
@@ -173,8 +96,14 @@ class LTXVideoTransformerBlock(nnx.Module):
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         self.eps = cfg.norm_eps
-        self.attn1 = LTXAttention(cfg, d, attention, dtype, param_dtype, rngs, mesh)
-        self.attn2 = LTXAttention(cfg, cfg.cross_attention_dim, attention, dtype, param_dtype, rngs, mesh)
+        # diffusers LTXAttention + LTXVideoAttnProcessor: q and k RMS-normalised over all heads
+        # (eps 1e-5), then rotated by one RoPE table over the whole width, then split into heads.
+        attn = AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, bias=cfg.attention_bias,
+                               out_bias=cfg.attention_out_bias, qk_norm="rms", qk_norm_eps=QK_NORM_EPS,
+                               rope="interleaved", rope_full_width=True)
+        self.attn1 = Attention(attn, attention, dtype, param_dtype, rngs, mesh)
+        self.attn2 = Attention(dataclasses.replace(attn, kv_dim=cfg.cross_attention_dim), attention, dtype,
+                               param_dtype, rngs, mesh)
         approximate = LTX_FFN_ACTIVATIONS[cfg.activation_fn]
         self.ff = FeedForward(d, 4 * d, d, approximate, dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (6, d), _F32) / math.sqrt(d))
@@ -195,19 +124,17 @@ class LTXVideoTransformerBlock(nnx.Module):
             ``(B, L', D)`` in the residual dtype (``residual_dtype``, or the compute dtype).
         """
         res_dtype = self.residual_dtype or self.dtype
-        e = self.scale_shift_table[...].astype(_F32)[None, None] + mod.astype(_F32)  # (B, S, 6, D)
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (e[:, :, i] for i in range(6))
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table_modulation(
+            self.scale_shift_table[...], mod)
 
-        h = (_rms_norm(x, self.eps, _F32) * (1 + scale_msa) + shift_msa).astype(self.dtype)
-        a = self.attn1(h, rope=rope, valid_length=valid_length)
-        x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res_dtype)
+        h = modulate(_rms_norm(x, self.eps, _F32), shift_msa, scale_msa, self.dtype)
+        x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
 
-        a = self.attn2(x.astype(self.dtype), context=context, kv_mask=kv_mask)
-        x = (x.astype(_F32) + a.astype(_F32)).astype(res_dtype)
+        a = self.attn2(x.astype(self.dtype), context, mask=AttentionMask(kv_mask=kv_mask))
+        x = gated_add(x, a, None, res_dtype)
 
-        h = (_rms_norm(x, self.eps, _F32) * (1 + scale_mlp) + shift_mlp).astype(self.dtype)
-        f = self.ff(h)
-        return (x.astype(_F32) + f.astype(_F32) * gate_mlp).astype(res_dtype)
+        h = modulate(_rms_norm(x, self.eps, _F32), shift_mlp, scale_mlp, self.dtype)
+        return gated_add(x, self.ff(h), gate_mlp, res_dtype)
 
 
 @jax.tree_util.register_dataclass
@@ -288,7 +215,7 @@ class LTXVideoTransformer3DModel(nnx.Module):
         d = cfg.inner_dim
         self.proj_in = linear(cfg.in_channels, d, dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (2, d), _F32) / math.sqrt(d))
-        self.time_embed = AdaLayerNormSingle(d, dtype, param_dtype, rngs)
+        self.time_embed = AdaLayerNormSingle(d, 6, dtype, param_dtype, rngs)
         self.caption_projection = TextProjection(cfg.caption_channels, d, dtype, param_dtype, rngs)
         self.transformer_blocks = stacked(
             lambda r: LTXVideoTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
@@ -415,9 +342,8 @@ class LTXVideoTransformer3DModel(nnx.Module):
         """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``.
         ``x`` ``(B, N', D)`` -> ``(B, N, C_out)`` in the compute dtype."""
         x = x[:, : inputs.n_tok]
-        e = self.scale_shift_table[...].astype(_F32)[None, None] + inputs.temb.astype(_F32)[:, :, None]  # (B, S, 2, D)
-        shift, scale = e[:, :, 0], e[:, :, 1]
-        x = (self.norm_out(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+        shift, scale = table_modulation(self.scale_shift_table[...], inputs.temb[:, :, None])
+        x = modulate(self.norm_out(x, _F32), shift, scale, self.dtype)
         return self.proj_out(x)
 
     def _check_inputs(self, x, text, timestep, mask, num_frames, height, width, video_coords) -> None:

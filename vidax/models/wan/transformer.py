@@ -37,26 +37,24 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
+from vidax.blocks.modulation import gated_add, modulate, table_modulation
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.rope import wan_rope
 from vidax.nn.layers import (
     FeedForward,
-    Identity,
     LayerNorm,
     PatchEmbedding,
-    RMSNorm,
     TextProjection,
     TimestepEmbedding,
     linear,
     timestep_sinusoid,
     unpatchify,
 )
-from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import attention as mesh_attention
 from vidax.parallel.ulysses import pad_tokens, padded_length
 
 _F32 = jnp.float32
@@ -121,57 +119,6 @@ class WanTimeTextImageEmbedding(nnx.Module):
 # Transformer block
 
 
-class WanAttention(nnx.Module):
-    """diffusers ``WanAttention`` + ``WanAttnProcessor`` (self- or cross-attention).
-
-    q and k are RMS-normalised over all heads together (``norm_q``/``norm_k`` over D), then split
-    into N heads of K. With ``added_kv_proj_dim`` (I2V), the queries also attend to the image
-    tokens through ``add_k_proj``/``add_v_proj`` (+ ``norm_added_k``) and the two attention
-    outputs are summed before ``to_out``.
-    """
-
-    def __init__(self, dim, heads, eps, added_kv_proj_dim, attention, dtype, param_dtype, rngs, mesh=None):
-        self.heads = heads
-        self.attention = attention
-        self.mesh = mesh
-        self.to_q = linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_k = linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_v = linear(dim, dim, dtype, param_dtype, rngs)
-        self.to_out = nnx.List([linear(dim, dim, dtype, param_dtype, rngs), Identity()])
-        self.norm_q = RMSNorm(dim, eps, param_dtype=param_dtype)
-        self.norm_k = RMSNorm(dim, eps, param_dtype=param_dtype)
-        if added_kv_proj_dim is not None:
-            self.add_k_proj = linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
-            self.add_v_proj = linear(added_kv_proj_dim, dim, dtype, param_dtype, rngs)
-            self.norm_added_k = RMSNorm(dim, eps, param_dtype=param_dtype)
-        else:
-            self.add_k_proj = self.add_v_proj = self.norm_added_k = None
-
-    def _heads(self, x):
-        return x.reshape(*x.shape[:2], self.heads, -1)
-
-    def _proj(self, layer, x, seq_axis):
-        # Column-parallel projection: the output width (heads) is split over the tensor axis.
-        return constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
-
-    def __call__(self, x, context=None, rope=None, context_img=None, valid_length=None):
-        kv = x if context is None else context
-        kv_axis = "seq" if context is None else "text_seq"
-        q = self._heads(self.norm_q(self._proj(self.to_q, x, "seq")))
-        k = self._heads(self.norm_k(self._proj(self.to_k, kv, kv_axis)))
-        v = self._heads(self._proj(self.to_v, kv, kv_axis))
-        if rope is not None:
-            q = apply_rope(q, *rope)
-            k = apply_rope(k, *rope)
-        attend = dict(mesh=self.mesh, implementation=self.attention)
-        out = mesh_attention(q, k, v, self_attention=context is None, valid_length=valid_length, **attend)
-        if context_img is not None and self.add_k_proj is not None:
-            k_img = self._heads(self.norm_added_k(self._proj(self.add_k_proj, context_img, "text_seq")))
-            v_img = self._heads(self._proj(self.add_v_proj, context_img, "text_seq"))
-            out = out + mesh_attention(q, k_img, v_img, self_attention=False, **attend)
-        return self.to_out[0](out.reshape(*out.shape[:2], -1))
-
-
 class WanTransformerBlock(nnx.Module):
     """diffusers ``WanTransformerBlock``: modulated self-attention, cross-attention, modulated FFN."""
 
@@ -180,10 +127,13 @@ class WanTransformerBlock(nnx.Module):
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         self.norm1 = LayerNorm(d, cfg.eps, False)
-        self.attn1 = WanAttention(d, cfg.num_attention_heads, cfg.eps, None, attention, dtype, param_dtype, rngs, mesh)
-        self.attn2 = WanAttention(
-            d, cfg.num_attention_heads, cfg.eps, cfg.added_kv_proj_dim, attention, dtype, param_dtype, rngs, mesh
-        )
+        # diffusers WanAttention: q and k RMS-normalised over all heads together; the I2V image
+        # keys / values (add_k_proj, add_v_proj, norm_added_k) attended separately and summed.
+        attn = AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, qk_norm="rms", qk_norm_eps=cfg.eps)
+        self.attn1 = Attention(dataclasses.replace(attn, rope="interleaved"), attention, dtype, param_dtype, rngs,
+                               mesh)
+        added = dict(added="image_kv", added_kv_dim=cfg.added_kv_proj_dim) if cfg.added_kv_proj_dim else {}
+        self.attn2 = Attention(dataclasses.replace(attn, **added), attention, dtype, param_dtype, rngs, mesh)
         self.norm2 = LayerNorm(d, cfg.eps, True) if cfg.cross_attn_norm else None
         self.ffn = FeedForward(d, cfg.ffn_dim, d, True, dtype, param_dtype, rngs)
         self.norm3 = LayerNorm(d, cfg.eps, False)
@@ -207,20 +157,16 @@ class WanTransformerBlock(nnx.Module):
             ``(B, L, D)`` in the residual dtype (``residual_dtype``, or the compute dtype).
         """
         res_dtype = self.residual_dtype or self.dtype
-        e = self.scale_shift_table[...].astype(_F32)[None] + mod.astype(_F32)  # (B, S, 6, D)
-        shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = (e[:, :, i] for i in range(6))
+        shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = table_modulation(self.scale_shift_table[...], mod)
 
-        h = (self.norm1(x, _F32) * (1 + scale_msa) + shift_msa).astype(self.dtype)
-        a = self.attn1(h, rope=rope, valid_length=valid_length)
-        x = (x.astype(_F32) + a.astype(_F32) * gate_msa).astype(res_dtype)
+        h = modulate(self.norm1(x, _F32), shift_msa, scale_msa, self.dtype)
+        x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
 
         h = self.norm2(x, self.dtype) if self.norm2 is not None else x.astype(self.dtype)
-        a = self.attn2(h, context=context, context_img=context_img)
-        x = (x.astype(_F32) + a.astype(_F32)).astype(res_dtype)
+        x = gated_add(x, self.attn2(h, context, image=context_img), None, res_dtype)
 
-        h = (self.norm3(x, _F32) * (1 + c_scale) + c_shift).astype(self.dtype)
-        f = self.ffn(h)
-        return (x.astype(_F32) + f.astype(_F32) * c_gate).astype(res_dtype)
+        h = modulate(self.norm3(x, _F32), c_shift, c_scale, self.dtype)
+        return gated_add(x, self.ffn(h), c_gate, res_dtype)
 
 
 _TOKENS = ("batch", "seq", "embed")
@@ -411,9 +357,8 @@ class WanTransformer3DModel(nnx.Module):
         """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``,
         unpatchify. ``x`` ``(B, L', D)`` -> ``(B, T, H, W, C_out)`` in the compute dtype."""
         x = x[:, : inputs.n_tok]
-        e = self.scale_shift_table[...].astype(_F32)[None] + inputs.temb.astype(_F32)[:, :, None]  # (B, S, 2, D)
-        shift, scale = e[:, :, 0], e[:, :, 1]
-        x = (self.norm_out(x, _F32) * (1 + scale) + shift).astype(self.dtype)
+        shift, scale = table_modulation(self.scale_shift_table[...], inputs.temb[:, :, None])
+        x = modulate(self.norm_out(x, _F32), shift, scale, self.dtype)
         x = self.proj_out(x)
         return unpatchify(x, inputs.grid, tuple(self.config.patch_size))
 

@@ -1,0 +1,375 @@
+"""One attention module for every family's transformer, configured by data (:class:`AttentionConfig`).
+
+Parameter names are diffusers' (``to_q``, ``to_k``, ``to_v``, ``to_out.0``, ``norm_q``, ``norm_k``,
+``add_q_proj``, ``add_k_proj``, ``add_v_proj``, ``norm_added_q``, ``norm_added_k``,
+``to_add_out``, ``to_gate_logits``), so a family's checkpoint key rules stay rules. What each
+family's attention is, as data::
+
+    Wan self        AttentionConfig(D, N, K, qk_norm="rms", rope="interleaved")
+    Wan cross (I2V) AttentionConfig(D, N, K, qk_norm="rms", added="image_kv")
+    CogVideoX       AttentionConfig(D, N, K, bias=..., qk_norm="layer_head", rope="interleaved")
+    Cosmos          AttentionConfig(D, N, K, kv_dim=..., bias=False, out_bias=False, qk_norm="rms_head",
+                                    rope="rotate_half")
+    LTX-Video       AttentionConfig(D, N, K, kv_dim=..., qk_norm="rms", rope="interleaved",
+                                    rope_full_width=True)
+    HunyuanVideo    double: AttentionConfig(D, N, K, qk_norm="rms_head", rope=..., added="joint")
+                    single: AttentionConfig(D, N, K, qk_norm="rms_head", rope=..., out=None)
+                    refiner: AttentionConfig(D, N, K)
+    LTX-2 a2v/v2a   AttentionConfig(D_q, N, K, kv_dim=D_kv, qk_norm="rms", rope="interleaved",
+    (issue 21)                      rope_full_width=True, gate=True, context_tokens="seq")
+                    with ``rope=`` (query table) and ``key_rope=`` (key table) per call
+    Cosmos 3 MoT    AttentionConfig(D, N, K, kv_heads=N_kv, bias=..., out="linear", qk_norm="rms_head",
+    (issue 24)                      rope="rotate_half", added="joint")
+                    with ``AttentionMask(first_stream_causal=True)`` and ``added_rope=``
+
+Data flow of one call (``B`` batch, ``L`` tokens, ``N`` heads, ``N_kv`` key/value heads, ``K``
+head dim)::
+
+    q = to_q(x); k, v = to_k(kv), to_v(kv)            (B, L, N·K), column-parallel (``heads``)
+    qk_norm "rms": RMSNorm over N·K (all heads)        rope_full_width: rotate (B, L, N·K) as one head
+    split heads (B, L, N, K)
+    qk_norm "rms_head" / "layer_head": per head over K  rope: rotate per head (interleaved / rotate-half)
+    attention (mesh mode from the token layouts, mask from :class:`AttentionMask`)
+    [added="image_kv": + attention of q over add_k_proj / add_v_proj (norm_added_k) of the image]
+    [gate: per head · 2·sigmoid(to_gate_logits(x))]
+    to_out.0 (row-parallel)                            [joint: second stream through to_add_out]
+
+Joint attention: ``x`` is a pair of streams ``(x1, x2)`` (HunyuanVideo ``(video, text)``, Cosmos 3
+``(understanding, generation)``); each is projected (``added="joint"``: the second with the
+``add_*`` projections and norms, else with the same ``to_*``), the RoPE ``rope`` rotates the
+first stream and ``added_rope`` the second, and one attention runs over the concatenation
+``[x1; x2]`` (or the two-pathway form, see :class:`AttentionMask`). The outputs are split back to
+the pair.
+
+Mesh modes, picked from the token layouts (all through :mod:`vidax.parallel.ulysses`):
+
+* keys are the queries' own tokens (self- and joint attention): Ulysses all-to-all over
+  ``sequence``, heads over ``tensor``;
+* keys are a context held whole on every device (text, image; ``context_tokens="replicated"``):
+  local attention, no communication;
+* keys are another token-split stream (``context_tokens="seq"``, LTX-2 audio <-> video): Ulysses
+  all-to-all of both sides (each length a multiple of ``sequence``).
+
+Precision: projections in the compute dtype, norm statistics, the RoPE rotation and the softmax in
+float32 (see :mod:`vidax.nn.layers`, :func:`vidax.nn.rope.apply_rope`,
+:func:`vidax.nn.attention.dot_product_attention`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from vidax.errors import InputError
+from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.layers import Identity, LayerNorm, RMSNorm, linear
+from vidax.nn.rope import apply_rope
+from vidax.parallel.rules import constrain
+from vidax.parallel.ulysses import attention as mesh_attention
+from vidax.parallel.ulysses import ulysses_attention
+
+#: q / k norms: over all heads (diffusers ``rms_norm_across_heads``, weight ``(N·K,)``), RMS per
+#: head (weight ``(K,)``), affine LayerNorm per head (CogVideoX).
+QK_NORMS = (None, "rms", "rms_head", "layer_head")
+#: RoPE pair layouts (:func:`vidax.nn.rope.apply_rope`).
+ROPE_LAYOUTS = (None, "interleaved", "rotate_half")
+#: Extra keys / values: ``"image_kv"`` (Wan I2V: a second attention of the same queries over the
+#: image tokens, summed), ``"joint"`` (the second stream of a joint attention has its own q/k/v).
+ADDED = (None, "image_kv", "joint")
+#: Output projection: diffusers' ``to_out = [Linear, Dropout]`` (``to_out.0``), a plain ``to_out``
+#: linear (Cosmos 3), or none (HunyuanVideo single blocks, ``pre_only``).
+OUTS = ("list", "linear", None)
+#: Where a cross-attention context lives on a mesh.
+CONTEXT_TOKENS = ("replicated", "seq")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig:
+    """What one attention layer is (static, hashable).
+
+    Attributes:
+        dim: query input width D.
+        heads: query heads N.
+        head_dim: K.
+        kv_heads: key / value heads (GQA, ``heads % kv_heads == 0``); None = ``heads``.
+        kv_dim: key / value input width (cross-attention context); None = ``dim``.
+        out_dim: output width; None = ``dim``.
+        bias: q / k / v (and ``add_*``) projection biases.
+        out_bias: ``to_out`` / ``to_add_out`` bias.
+        out: see :data:`OUTS`.
+        qk_norm: see :data:`QK_NORMS`.
+        qk_norm_eps: epsilon of the q / k norms.
+        rope: pair layout of the rotation, or None (no RoPE).
+        rope_full_width: the table ``(.., L, N·K/2)`` covers the whole width (LTX; LTX-2), each
+            head rotated by its slice, after an ``"rms"`` norm; else one ``(.., L, K/2)`` table for
+            every head.
+        added: see :data:`ADDED`.
+        added_kv_dim: input width of ``add_k_proj`` / ``add_v_proj`` (``"image_kv"``); None = ``dim``.
+        gate: ``to_gate_logits`` ``Linear(dim, heads)``: each head's output times
+            ``2·sigmoid(logits)`` (LTX-2 gated attention).
+        context_tokens: see :data:`CONTEXT_TOKENS` (mesh layout of a cross-attention context).
+    """
+
+    dim: int
+    heads: int
+    head_dim: int
+    kv_heads: int | None = None
+    kv_dim: int | None = None
+    out_dim: int | None = None
+    bias: bool = True
+    out_bias: bool = True
+    out: str | None = "list"
+    qk_norm: str | None = None
+    qk_norm_eps: float = 1e-6
+    rope: str | None = None
+    rope_full_width: bool = False
+    added: str | None = None
+    added_kv_dim: int | None = None
+    gate: bool = False
+    context_tokens: str = "replicated"
+
+    def __post_init__(self):
+        for name, value, valid in (("qk_norm", self.qk_norm, QK_NORMS), ("rope", self.rope, ROPE_LAYOUTS),
+                                   ("added", self.added, ADDED), ("out", self.out, OUTS),
+                                   ("context_tokens", self.context_tokens, CONTEXT_TOKENS)):
+            if value not in valid:
+                raise InputError(f"AttentionConfig: {name}={value!r} is not known; valid: {list(valid)}.")
+        if self.heads % self.n_kv:
+            raise InputError(f"AttentionConfig: heads={self.heads} must divide by kv_heads={self.kv_heads}.")
+        if self.rope_full_width and self.qk_norm not in (None, "rms"):
+            raise InputError("AttentionConfig: rope_full_width rotates before the head split; it needs "
+                             f"qk_norm None or 'rms', got {self.qk_norm!r}.")
+
+    @property
+    def n_kv(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AttentionMask:
+    """Which keys each query attends (all given parts combined); a pytree (arrays traced).
+
+    Attributes:
+        valid_length: static; self-attention: tokens before it are real, the rest padding (masked
+            as keys). None: all real.
+        segment_ids: :class:`~vidax.nn.attention.SegmentIds` of the whole (joint) self-attention
+            sequence, instead of ``valid_length`` (each prompt's real text in a joint sequence).
+        kv_mask: ``(B, Lk)`` 0/1 mask of a cross-attention context's keys (a tokenizer mask).
+        causal: static; query i attends keys ``j <= i + Lk - Lq`` (single device only).
+        window: static; query i attends keys ``|i - j| <= window`` only (a dense bias: single
+            device and small problems only).
+        bias: a dense additive float ``(B or 1, N or 1, Lq, Lk)`` (``-inf`` masks), single device
+            and short sequences only (HunyuanVideo's token refiner).
+        first_stream_causal: static; joint attention of ``(x1, x2)``: ``x1`` attends itself
+            causally and never ``x2``; ``x2`` attends ``[x1; x2]`` (Cosmos 3's two pathways: the
+            understanding tokens' keys and values do not depend on the generation tokens).
+    """
+
+    valid_length: int | None = dataclasses.field(default=None, metadata=dict(static=True))
+    segment_ids: SegmentIds | None = None
+    kv_mask: jax.Array | None = None
+    causal: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    window: int | None = dataclasses.field(default=None, metadata=dict(static=True))
+    bias: jax.Array | None = None
+    first_stream_causal: bool = dataclasses.field(default=False, metadata=dict(static=True))
+
+
+_NO_MASK = AttentionMask()
+
+
+class Attention(nnx.Module):
+    """One attention layer as :class:`AttentionConfig` describes it (see the module docstring).
+
+    Args:
+        config: the :class:`AttentionConfig`.
+        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
+        dtype: compute dtype of the projections; param_dtype: initial parameter dtype.
+        rngs: initialisation randomness.
+        mesh: ``(data, tensor, sequence)`` mesh or None.
+    """
+
+    def __init__(self, config: AttentionConfig, attention: str, dtype, param_dtype, rngs: nnx.Rngs, mesh=None):
+        c = self.config = config
+        self.attention = attention
+        self.mesh = mesh
+        inner, inner_kv = c.heads * c.head_dim, c.n_kv * c.head_dim
+        kv_dim = c.dim if c.kv_dim is None else c.kv_dim
+        out_dim = c.dim if c.out_dim is None else c.out_dim
+
+        def proj(din, dout, bias=c.bias):
+            return linear(din, dout, dtype, param_dtype, rngs, use_bias=bias)
+
+        def norm(width_all):
+            if c.qk_norm == "rms":
+                return RMSNorm(width_all, c.qk_norm_eps, param_dtype=param_dtype)
+            if c.qk_norm == "rms_head":
+                return RMSNorm(c.head_dim, c.qk_norm_eps, param_dtype=param_dtype)
+            if c.qk_norm == "layer_head":
+                return LayerNorm(c.head_dim, c.qk_norm_eps, True)
+            return None
+
+        self.to_q = proj(c.dim, inner)
+        self.to_k = proj(kv_dim, inner_kv)
+        self.to_v = proj(kv_dim, inner_kv)
+        self.norm_q = norm(inner)
+        self.norm_k = norm(inner_kv)
+        self.to_gate_logits = linear(c.dim, c.heads, dtype, param_dtype, rngs) if c.gate else None
+        # Each attribute is assigned once (nnx fixes a None attribute as static).
+        image, joint = c.added == "image_kv", c.added == "joint"
+        added_dim = c.dim if c.added_kv_dim is None or joint else c.added_kv_dim
+        self.add_q_proj = proj(c.dim, inner) if joint else None
+        self.add_k_proj = proj(added_dim, inner_kv) if image or joint else None
+        self.add_v_proj = proj(added_dim, inner_kv) if image or joint else None
+        self.norm_added_q = norm(inner) if joint else None
+        self.norm_added_k = norm(inner_kv) if image or joint else None
+        self.to_add_out = proj(inner, out_dim, c.out_bias) if joint and c.out is not None else None
+        if c.out == "list":
+            self.to_out = nnx.List([proj(inner, out_dim, c.out_bias), Identity()])
+        elif c.out == "linear":
+            self.to_out = proj(inner, out_dim, c.out_bias)
+        else:
+            self.to_out = None
+
+    # -- projections ---------------------------------------------------------------------------
+
+    def _project(self, layer, norm, x, seq_axis, heads, rope):
+        """``layer(x)`` (column-parallel), q/k norm, RoPE, split into heads: ``(B, L, heads, K)``."""
+        c = self.config
+        y = constrain(layer(x), ("batch", seq_axis, "heads"), self.mesh)
+        if norm is not None and c.qk_norm == "rms":
+            y = norm(y)
+        if rope is not None and c.rope_full_width and c.rope == "interleaved":
+            y = apply_rope(y[:, :, None], *rope, layout=c.rope)[:, :, 0]  # pairs never cross heads: one "head"
+        y = y.reshape(*y.shape[:2], heads, c.head_dim)
+        if rope is not None and c.rope_full_width and c.rope == "rotate_half":
+            # Each head's slice of the table (LTX-2 "split"): tokens x heads as one axis (free reshapes).
+            b, l = y.shape[:2]
+            y = apply_rope(y.reshape(b, l * heads, 1, c.head_dim),
+                           *(r.reshape(*r.shape[:-2], r.shape[-2] * heads, -1) for r in rope),
+                           layout="rotate_half").reshape(y.shape)
+        if norm is not None and c.qk_norm == "layer_head":
+            y = norm(y, y.dtype)
+        elif norm is not None and c.qk_norm == "rms_head":
+            y = norm(y)
+        if rope is not None and not c.rope_full_width:
+            y = apply_rope(y, *rope, layout=c.rope)
+        return y
+
+    def _qkv(self, x, kv, kv_axis, rope, key_rope, added: bool = False):
+        c = self.config
+        q_proj, k_proj, v_proj = self.to_q, self.to_k, self.to_v
+        nq, nk = self.norm_q, self.norm_k
+        if added:
+            q_proj, k_proj, v_proj = self.add_q_proj, self.add_k_proj, self.add_v_proj
+            nq, nk = self.norm_added_q, self.norm_added_k
+        use_rope = c.rope is not None
+        q = self._project(q_proj, nq, x, "seq", c.heads, rope if use_rope else None)
+        k = self._project(k_proj, nk, kv, kv_axis, c.n_kv, (rope if key_rope is None else key_rope) if use_rope else None)
+        v = self._project(v_proj, None, kv, kv_axis, c.n_kv, None)
+        return q, k, v
+
+    # -- attention -----------------------------------------------------------------------------
+
+    def _attend(self, q, k, v, *, own_tokens: bool, mask: AttentionMask, causal: bool | None = None):
+        """Attention of q over k, v with the mesh mode of the token layouts (module docstring)."""
+        causal = mask.causal if causal is None else causal
+        if causal or mask.window is not None or mask.bias is not None:
+            if self.mesh is not None:
+                raise InputError("Attention: causal, windowed and dense-bias masks run on a single device only "
+                                 "(mesh=None).")
+            seg = mask.segment_ids
+            if seg is None and own_tokens and mask.valid_length is not None and mask.valid_length < k.shape[1]:
+                seg = SegmentIds.for_padding(q.shape[0], q.shape[1], k.shape[1], mask.valid_length, mask.valid_length)
+            if seg is None and mask.kv_mask is not None and not own_tokens:
+                seg = SegmentIds.for_mask(jnp.ones(q.shape[:2], jnp.int32), mask.kv_mask)
+            bias = mask.bias
+            if mask.window is not None:
+                i = jnp.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])
+                window = jnp.where(jnp.abs(i - jnp.arange(k.shape[1])[None]) <= mask.window, 0.0, -jnp.inf)[None, None]
+                bias = window if bias is None else bias + window
+            return dot_product_attention(q, k, v, implementation=self.attention, segment_ids=seg, causal=causal,
+                                         bias=bias)
+        if not own_tokens and self.config.context_tokens == "seq" and self.mesh is not None:
+            return ulysses_attention(q, k, v, self.mesh, implementation=self.attention)
+        if own_tokens:
+            return mesh_attention(q, k, v, self.mesh, self_attention=True, valid_length=mask.valid_length,
+                                  segment_ids=mask.segment_ids, implementation=self.attention)
+        return mesh_attention(q, k, v, self.mesh, self_attention=False, kv_mask=mask.kv_mask,
+                              implementation=self.attention)
+
+    def _out(self, out, x, layer):
+        """Gate, merge heads, output projection (``layer``; None: none)."""
+        if self.to_gate_logits is not None:  # out (B, L, N, K)
+            gates = 2.0 * jax.nn.sigmoid(self.to_gate_logits(x).astype(jnp.float32))  # (B, L, N)
+            out = (out.astype(jnp.float32) * gates[..., None]).astype(out.dtype)
+        out = out.reshape(*out.shape[:2], -1)
+        if layer is None:
+            return out
+        return layer(out)
+
+    def _out_layer(self, second: bool = False):
+        if second and self.config.added == "joint":
+            return self.to_add_out
+        return self.to_out[0] if self.config.out == "list" else self.to_out
+
+    def __call__(self, x, context=None, *, rope=None, key_rope=None, added_rope=None,
+                 mask: AttentionMask | None = None, image=None):
+        """One attention.
+
+        Args:
+            x: queries' tokens ``(B, L, dim)`` in the compute dtype, or a pair ``(x1, x2)`` of
+                streams for joint attention (``(B, L1, dim)``, ``(B, L2, dim)``).
+            context: cross-attention context ``(B, Lk, kv_dim)``; None = self-attention.
+            rope: ``(cos, sin)`` float32 of the queries (and of the keys unless ``key_rope``):
+                ``(L, K/2)`` or ``(B, L, K/2)`` per head, ``(.., N·K/2)`` with ``rope_full_width``;
+                joint attention: of the first stream.
+            key_rope: the keys' own table (LTX-2 cross-modal attention), or None.
+            added_rope: joint attention: the second stream's table, or None (not rotated).
+            mask: :class:`AttentionMask`; None = every key attended.
+            image: ``added="image_kv"``: image tokens ``(B, L_img, added_kv_dim)``, or None (then
+                the image attention is skipped).
+
+        Returns:
+            ``(B, L, out_dim)`` in the compute dtype (``out=None``: the merged heads ``(B, L, N·K)``);
+            a pair for joint attention.
+
+        Raises:
+            InputError: a causal or windowed mask on a mesh; a joint mask on a single stream.
+        """
+        mask = _NO_MASK if mask is None else mask
+        if isinstance(x, (tuple, list)):
+            return self._joint(x, rope, added_rope, mask)
+        if mask.first_stream_causal:
+            raise InputError("Attention: first_stream_causal needs a joint call with a pair of streams.")
+        own = context is None
+        kv = x if own else context
+        kv_axis = "seq" if own or self.config.context_tokens == "seq" else "text_seq"
+        q, k, v = self._qkv(x, kv, kv_axis, rope, key_rope)
+        out = self._attend(q, k, v, own_tokens=own, mask=mask)
+        if image is not None and self.config.added == "image_kv":
+            k_img = self._project(self.add_k_proj, self.norm_added_k, image, "text_seq", self.config.n_kv, None)
+            v_img = self._project(self.add_v_proj, None, image, "text_seq", self.config.n_kv, None)
+            out = out + self._attend(q, k_img, v_img, own_tokens=False, mask=_NO_MASK)
+        return self._out(out, x, self._out_layer())
+
+    def _joint(self, streams, rope, added_rope, mask):
+        x1, x2 = streams
+        q1, k1, v1 = self._qkv(x1, x1, "seq", rope, None)
+        q2, k2, v2 = self._qkv(x2, x2, "seq", added_rope, None, added=self.config.added == "joint")
+        if mask.first_stream_causal:
+            o1 = self._attend(q1, k1, v1, own_tokens=True, mask=mask, causal=True)
+            kv = dataclasses.replace(mask, first_stream_causal=False, causal=False)
+            o2 = self._attend(q2, jnp.concatenate([k1, k2], axis=1), jnp.concatenate([v1, v2], axis=1),
+                              own_tokens=False, mask=kv)
+        else:
+            cat = (jnp.concatenate(p, axis=1) for p in ((q1, q2), (k1, k2), (v1, v2)))
+            out = self._attend(*cat, own_tokens=True, mask=mask)
+            if self.to_gate_logits is None:  # merge the heads once, before the split
+                out = out.reshape(*out.shape[:2], -1)
+            n = x1.shape[1]
+            o1, o2 = out[:, :n], out[:, n:]
+        return self._out(o1, x1, self._out_layer()), self._out(o2, x2, self._out_layer(second=True))
