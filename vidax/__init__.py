@@ -11,7 +11,8 @@ import re as _re
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError, VidaxError
+from vidax.errors import (CheckpointError, ConfigError, InputError, NumericalError, OutOfMemoryError, SetupError,
+                          VidaxError)
 
 
 def _check_jax_flax() -> None:
@@ -38,4 +39,5 @@ _check_jax_flax()
 from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the version check)
 
 __version__ = "0.1.0"
-__all__ = ["CheckpointError", "ConfigError", "InputError", "NumericalError", "VidaxError", "load_pipeline"]
+__all__ = ["CheckpointError", "ConfigError", "InputError", "NumericalError", "OutOfMemoryError", "SetupError",
+           "VidaxError", "load_pipeline"]

@@ -24,9 +24,14 @@ def _print_version(value: bool) -> None:
         import jax
 
         from vidax import __version__
+        from vidax.errors import SetupError
+        from vidax.parallel.distributed import check_backend
 
-        typer.echo(f"vidax {__version__} (jax {jax.__version__}, flax {flax.__version__}, "
-                   f"backend {jax.default_backend()})")
+        try:
+            backend = check_backend()
+        except SetupError as e:
+            _fail(str(e))
+        typer.echo(f"vidax {__version__} (jax {jax.__version__}, flax {flax.__version__}, backend {backend})")
         raise typer.Exit()
 
 
@@ -201,7 +206,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               keep_text_encoder=None, keep_vae=None, compile_cache=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import InputError
-    from vidax.parallel.distributed import initialize, is_main_process
+    from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import check_output_path, write_video
     from vidax.nn.inputs import parse_dtype
@@ -222,6 +227,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if "video" in family:
         call_image["video"] = _load_video(family.pop("video"))
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
+    check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
     from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint

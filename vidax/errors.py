@@ -24,3 +24,15 @@ class CheckpointError(VidaxError):
 class NumericalError(VidaxError, FloatingPointError):
     """A run's values went NaN/Inf (e.g. a bfloat16 overflow); the message names the step or
     the component (transformer step k, the VAE decode). Also a ``FloatingPointError``."""
+
+
+class SetupError(VidaxError):
+    """The process's setting cannot run vidax: an environment variable names a folder or a JAX
+    backend that cannot be used (``VIDAX_CACHE_DIR``, ``VIDAX_COMPILE_CACHE``, ``JAX_PLATFORMS``);
+    the message names the variable, its value and what to set instead."""
+
+
+class OutOfMemoryError(VidaxError, MemoryError):
+    """A run needs more memory than the device (or, on CPU, the host) has: refused before any work
+    from the run-size estimate, or caught when an allocation failed during the run. The message
+    gives the estimate and what to try. Also a ``MemoryError``."""

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vidax.errors import InputError
+from vidax.errors import InputError, SetupError
 
 logger = logging.getLogger("vidax.parallel")
 
@@ -133,6 +133,46 @@ def initialize(
         coordinator, num_processes, process_id, initialization_timeout=max(1, int(round(timeout_s)))
     )
     return True
+
+
+def check_backend() -> str:
+    """The name of JAX's default backend, once JAX has started the backends it is told to.
+
+    Call it after :func:`initialize` (starting a backend ends the chance to join a multi-process
+    run).
+
+    Raises:
+        SetupError: JAX cannot start a backend ``JAX_PLATFORMS`` (``jax_platforms``) names (absent
+            hardware, no plugin, a typo); the message names the setting, its value, JAX's reason
+            and the backends this machine has.
+    """
+    try:
+        return jax.default_backend()
+    except Exception as e:  # RuntimeError, or an AssertionError for a platform with no plugin
+        setting = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS")
+        reason = " ".join(str(e).split("(set JAX_PLATFORMS")[0].split()) or "no JAX plugin for it is installed"
+        if not setting:
+            raise SetupError(f"JAX cannot start a backend: {reason}") from None
+        raise SetupError(
+            f"JAX_PLATFORMS={setting!r} names a backend JAX cannot start here ({reason}); this machine has: "
+            f"{available_backends()}; set JAX_PLATFORMS to one of them, or unset it to let JAX choose"
+        ) from None
+
+
+def available_backends() -> str:
+    """The backends JAX starts on this machine when ``JAX_PLATFORMS`` is unset, comma-separated
+    (asked of a fresh Python process, so this process's JAX state is left as it is; a few seconds)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    code = "import jax, jax.extend.backend as b; print(','.join(sorted(b.backends())))"
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = r.stdout.strip().splitlines()
+    return lines[-1].replace(",", ", ") if r.returncode == 0 and lines else "unknown"
 
 
 def is_main_process() -> bool:

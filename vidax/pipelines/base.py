@@ -556,7 +556,9 @@ class VideoPipeline:
 
         Raises:
             CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
+            SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here.
         """
+        from vidax.parallel.distributed import check_backend
         from vidax.parallel.mesh import resolve_mesh
 
         t0 = time.perf_counter()
@@ -566,6 +568,7 @@ class VideoPipeline:
             raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
                               f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
         dtype = parse_dtype(dtype)
+        check_backend()
         mesh = resolve_mesh(mesh)
         offload = resolve_offload(offload)
         staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
