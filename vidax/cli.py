@@ -65,7 +65,8 @@ GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
     "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
-)}
+    "coordinator", "num_processes", "process_id",
+)} | {"timeout_s": "--distributed-timeout"}
 #: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
 #: a pipeline that does not take one names the flag in its error.
 FAMILY_CALL_FLAGS = ("video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale",
