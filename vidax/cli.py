@@ -170,6 +170,10 @@ def generate(
     keep_vae: Optional[bool] = typer.Option(
         None, "--keep-vae/--offload-vae",
         help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory]."),
+    memory_check: bool = typer.Option(
+        True, "--memory-check/--no-memory-check",
+        help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
+        "available RAM); --no-memory-check warns and runs it anyway."),
     compile_cache: bool = typer.Option(
         True, "--compile-cache/--no-compile-cache",
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
@@ -204,7 +208,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True, **family) -> None:
+              keep_text_encoder=None, keep_vae=None, compile_cache=True, memory_check=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import InputError
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
@@ -256,10 +260,13 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)
-    call = cls.check_call(cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
+    call = cls.check_call(info := cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
                           progress=progress, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
+    cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,  # before any weight is read
+                     devices=1 if mesh is None else mesh.size, offload=offload)
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
+    pipe.memory_check = memory_check
     if verbose:
         from vidax.parallel.placement import pipeline_report
 
