@@ -4,9 +4,10 @@ Every process runs the same program on its own devices; ``jax.devices()`` then l
 of all processes and one mesh spans them. :func:`initialize` connects the processes (a process
 that cannot reach the coordinator, or a process 0 that the others do not reach, fails with a clear
 :class:`~vidax.errors.InputError` within ``timeout_s`` instead of hanging or aborting);
-:func:`check_backend` turns a ``JAX_PLATFORMS`` this machine cannot start into one line; :func:`put` places a value every process holds
-identically onto a global sharding; :func:`to_local` brings a global result back to one device
-of this process (every process gets the whole value).
+:func:`check_backend` turns a ``JAX_PLATFORMS`` this machine cannot start into one line;
+:func:`put` places a value every process holds identically onto a global sharding;
+:func:`to_local` brings a global result back to one device of this process (every process gets
+the whole value).
 """
 
 from __future__ import annotations
