@@ -283,11 +283,13 @@ def test_api_size_beyond_the_model(pipe):
 
 def test_large_size_warns_with_an_estimate(caplog):
     cls, info = _reference_info("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v")
+    plenty = (2**60, "test memory")  # the warning of a run that fits (one that does not is refused)
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        cls.check_call(info, "a cat")
-        cls.check_call(info, "a cat", height=720, width=1280)  # Wan's 720p: 2.3x the tokens, no warning
+        cls.check_memory(info, cls.check_call(info, "a cat"), available=plenty)
+        # Wan's 720p: 2.3x the tokens, no warning
+        cls.check_memory(info, cls.check_call(info, "a cat", height=720, width=1280), available=plenty)
         assert not caplog.records
-        cls.check_call(info, "a cat", height=4096, width=4096)
+        cls.check_memory(info, cls.check_call(info, "a cat", height=4096, width=4096), available=plenty)
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.

@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from vidax.errors import ConfigError, InputError, NumericalError, OutOfMemoryError
+from vidax.errors import ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
@@ -263,7 +263,8 @@ def available_memory() -> tuple[int, str]:
 
 def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
     """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
-    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors)."""
+    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors).
+    A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
     from vidax.pipelines.staging import component_bytes
 
     total = 0
@@ -272,7 +273,10 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
             continue
         folder = os.path.join(checkpoint.root, name)
         if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
-            total += component_bytes(folder, jnp.float32 if name == "vae" else dtype)["total"]
+            try:
+                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype)["total"]
+            except VidaxError:
+                pass
     return total
 
 
@@ -593,7 +597,6 @@ class VideoPipeline:
                                  f"{cls.latents_layout} for these arguments")
             call = dataclasses.replace(call, latents=latents)
         cls.check_family_call(info, call)
-        cls.warn_if_large(info, call)
         return call
 
     @classmethod
@@ -642,7 +645,8 @@ class VideoPipeline:
         """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
         (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
         estimate and the largest height x width that fits; with ``refuse=False`` log that as a
-        WARNING and go on.
+        WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
+        :meth:`warn_if_large`'s WARNING.
 
         Args:
             loaded: the weights are in memory already (else they are counted: all of them in host
@@ -662,6 +666,7 @@ class VideoPipeline:
 
         est = need(call)
         if est is None or est.total / share <= free:
+            cls.warn_if_large(info, call)
             return est
         mh, mw = info.size_multiple
         fits = None
