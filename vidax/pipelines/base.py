@@ -227,10 +227,10 @@ def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_f
     t = size.tokens
     attention = batch * heads * t * 2 * (t if t * t <= AUTO_XLA_MAX_SCORES else DEFAULT_BLOCK_SIZE) * 4
     step = STEP_BUFFERS * batch * t * (4 * size.hidden_size + size.ffn_dim) * dtype_bytes + attention
-    decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT * decoded
-    outputs = latent_elements * 4 * 2 + 3 * (videos or batch) * num_frames * height * width * 3 * 4 * decoded
-    return MemoryEstimate(weights=int(weights), step=int(step), decode=int(min(decode, 10 * 2**40)),
-                          outputs=int(outputs))
+    decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
+    video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
+    return MemoryEstimate(weights=int(weights), step=int(step), decode=int(decode),
+                          outputs=int(latent_elements * 4 * 2 + video))
 
 
 def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
@@ -811,10 +811,11 @@ class VideoPipeline:
                 raise
             what = " ".join(f"{type(e).__name__}: {e}".split())[:300] if str(e) else type(e).__name__
             estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
+            free, where = available_memory()
             raise OutOfMemoryError(
                 f"ran out of memory during the {phase[0]} at height={call.height}, width={call.width}, "
-                f"num_frames={call.num_frames} ({what}); {estimate}, {available_memory()[1]} now "
-                f"{_gib(available_memory()[0])}; try a smaller size or fewer num_frames, bfloat16, or offloading"
+                f"num_frames={call.num_frames} ({what}); {estimate}, {where} now {_gib(free)}; try a smaller "
+                "size or fewer num_frames, bfloat16, or offloading"
             ) from None
 
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
