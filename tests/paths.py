@@ -6,6 +6,7 @@ beside it. ``VIDAX_REFERENCE_CONFIGS`` points the tests at another copy (e.g. a 
 """
 
 import os
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,3 +21,11 @@ def _reference_configs() -> str:
 
 
 REFERENCE_CONFIGS = _reference_configs()
+
+
+def project_files() -> list[str]:
+    """Tracked files and untracked ones git does not ignore, relative to :data:`REPO` (what a
+    clone of this work holds)."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=REPO, capture_output=True, check=True)
+    return [f for f in out.stdout.decode().split("\0") if f and os.path.isfile(REPO / f)]

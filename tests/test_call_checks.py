@@ -2,6 +2,7 @@
 the CLI's wording of them (issue 11). In-process CLI runs (``typer.testing.CliRunner``) on the
 embedded tiny checkpoint at small sizes."""
 
+import json
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 import vidax
 from vidax.cli import app
-from vidax.errors import CheckpointError, InputError, NumericalError
+from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
 SMALL_FLAGS = ["--height", "32", "--width", "48", "--num-frames", "5", "--num-inference-steps", "2",
@@ -140,6 +141,9 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
     (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
     (["-p", ""], "--prompt is empty ('')", "prompt is"),
     (["-p", "  "], "--prompt is empty ('  ')", "prompt is"),
+    (["--tp", "-1"], "--tp -1 is not valid: each mesh axis size must be a positive integer", "tp="),
+    (["--dp", "0"], "--dp 0 is not valid: each mesh axis size must be a positive integer", "dp="),
+    (["--dtype", "int8"], "--dtype 'int8' is not supported; use float32 or bfloat16 (or fp32, bf16)", "dtype="),
 ])
 def test_cli_errors_name_flags(ckpt, tmp_path, args, message, python_name):
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(tmp_path / "v.npy"), "--no-progress", *args)
@@ -168,6 +172,218 @@ def test_inspect_parses_mesh_first(ckpt):
     assert r.stdout == ""  # nothing of the description printed before the refusal
 
 
+# --------------------------------------------------------------------------- issue 18, item 1: no user file lost
+def _one_line(r, *words):
+    lines = _error_lines(r)
+    assert r.exit_code == 2 and len(lines) == 1 and all(w in lines[0] for w in words), r.output
+    return lines[0]
+
+
+def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, monkeypatch):
+    """A frame folder holding anything vidax did not write is refused in one line naming
+    --output and what is in the way, before any weight is read (the broken checkpoint is
+    never reached); nothing in it is touched. ``-o .``, a hidden file among frame files (even
+    with --overwrite), and frame files without --overwrite are refused too."""
+    import signal
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "keep.txt").write_text("mine")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d), *SMALL_FLAGS),
+              "--output", "keep.txt", "did not write")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d) + "/", *SMALL_FLAGS),
+              "--output", "keep.txt")
+    monkeypatch.chdir(d)
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", ".", *SMALL_FLAGS),
+              "--output '.'", "keep.txt")
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    (frames / "frame_00000.png").write_bytes(b"old")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), *SMALL_FLAGS),
+              "--output", "1 frame file(s) of an earlier run", "pass --overwrite")
+    (frames / ".hidden").write_text("mine")
+    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), "--overwrite",
+                   *SMALL_FLAGS), "--output", ".hidden")
+    assert sorted(os.listdir(tmp_path)) == ["d", "frames"]
+    assert os.listdir(d) == ["keep.txt"] and (d / "keep.txt").read_text() == "mine"
+    assert sorted(os.listdir(frames)) == [".hidden", "frame_00000.png"]
+    assert (frames / "frame_00000.png").read_bytes() == b"old"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # given back
+
+
+def test_overwrite_replaces_every_earlier_frame(ckpt, tmp_path):
+    """--overwrite on a folder of 9 frames of an earlier run leaves exactly the new video's 5
+    frames: no stale frame mixed in."""
+    from PIL import Image
+
+    d = tmp_path / "frames"
+    d.mkdir()
+    for i in range(9):
+        (d / f"frame_{i:05d}.png").write_bytes(b"old")
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(d), "--overwrite", *SMALL_FLAGS)
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(d)) == [f"frame_{i:05d}.png" for i in range(5)]
+    assert all(np.asarray(Image.open(d / f"frame_{i:05d}.png")).shape == (32, 48, 3) for i in range(5))
+    assert sorted(os.listdir(tmp_path)) == ["frames"]  # no temporary left beside it
+
+
+def test_files_and_symlinks_written_through(tmp_path):
+    """An existing file is replaced atomically (a reader holding the old one still reads it
+    whole); a symlink is written through, never replaced (to a file: the file gets the video;
+    to a folder: the frames go into it, with the same rule about what it holds)."""
+    from vidax.io.video import write_video
+
+    frames = np.random.default_rng(0).random((2, 4, 6, 3), dtype=np.float32)
+    real = tmp_path / "real.npy"
+    np.save(real, np.zeros(3))
+    link = tmp_path / "link.npy"
+    link.symlink_to(real)
+    with open(real, "rb") as old:
+        assert write_video(frames, link) == str(link)
+        assert np.load(old).shape == (3,)  # the earlier file, intact under the reader
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    np.testing.assert_array_equal(np.load(real), frames)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    flink = tmp_path / "flink"
+    flink.symlink_to(folder)
+    with pytest.raises(InputError, match="output='.*flink' is a folder holding files vidax did not write"):
+        write_video(frames, flink)
+    (folder / "keep.txt").unlink()
+    write_video(frames, flink)
+    assert flink.is_symlink() and sorted(os.listdir(folder)) == ["frame_00000.png", "frame_00001.png"]
+    (folder / "keep.txt").write_text("mine")  # arrived during the run: the write checks again
+    with pytest.raises(InputError, match=r"did not write \(keep.txt\)"):
+        write_video(frames, flink, overwrite=True)
+    assert sorted(os.listdir(folder)) == ["frame_00000.png", "frame_00001.png", "keep.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["flink", "folder", "link.npy", "real.npy"]
+
+
+def test_devices_never_replaced(tmp_path):
+    """/dev/null keeps nothing (nothing created in /dev, the device stays); a FIFO, another
+    device, or a file named as a frame folder is refused."""
+    import stat
+
+    from vidax.io.video import check_output_path, write_video
+
+    from vidax.io.video import output_paths
+
+    frames = np.zeros((1, 2, 2, 3), np.float32)
+    assert output_paths(os.devnull, 2) == [os.devnull] * 2  # several videos: each discarded, none in /dev
+    null = os.stat(os.devnull)
+    before = sorted(os.listdir(os.path.dirname(os.devnull)))
+    assert check_output_path(os.devnull) == "null"
+    assert write_video(frames, os.devnull) == os.devnull
+    after = os.stat(os.devnull)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (null.st_ino, null.st_rdev)
+    assert sorted(os.listdir(os.path.dirname(os.devnull))) == before
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="output='.*pipe.mp4' is a FIFO, not a file or folder"):
+        write_video(frames, fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for name in (str(afile), str(afile) + "/"):
+        with pytest.raises(InputError, match="is an existing file; PNG frames go into a new or empty folder"):
+            write_video(frames, name)
+    assert afile.read_text() == "mine"
+
+
+def test_cli_dev_null_writes_nothing(ckpt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(os.path.dirname(os.devnull)))
+    r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", os.devnull, *SMALL_FLAGS)
+    assert r.exit_code == 0, r.output
+    assert f"wrote nothing: --output {os.devnull} keeps nothing" in r.stderr
+    assert sorted(os.listdir(os.path.dirname(os.devnull))) == before and not os.listdir(tmp_path)
+
+
+def test_unwritten_frames_never_replace_a_name(tmp_path, monkeypatch):
+    """The .npy fallback takes a free name: a dangling symlink counts as taken, and a folder
+    whose 100 names are all taken is passed over for the current one."""
+    from vidax.io.video import save_unwritten
+
+    frames = np.zeros((1, 1, 2, 2, 3), np.float32)
+    (tmp_path / "v.unwritten.npy").symlink_to(tmp_path / "nowhere")
+    assert save_unwritten(frames, tmp_path / "v.mp4") == str(tmp_path / "v.unwritten-1.npy")
+    assert (tmp_path / "v.unwritten.npy").is_symlink()
+    full = tmp_path / "full"
+    full.mkdir()
+    for i in range(100):
+        (full / f"v.unwritten{'' if i == 0 else f'-{i}'}.npy").write_text("mine")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert save_unwritten(frames, full / "v.mp4") == str(cwd / "v.unwritten.npy")
+    assert {(full / n).read_text() for n in os.listdir(full)} == {"mine"}
+
+
+# --------------------------------------------------------------------------- issue 18, item 4: cancel, SIGINT / SIGTERM
+def test_cancel_stops_between_steps(pipe):
+    """``cancel=`` (an Event set from the step callback, as a server's DELETE would from another
+    thread) stops the call before the next step: Cancelled names the steps done. Set after the
+    last step, it stops before the VAE decode; a callable works as well."""
+    import threading
+
+    from vidax.errors import Cancelled, VidaxError
+
+    event, steps = threading.Event(), []
+
+    def callback(i, n):
+        steps.append(i)
+        if i == 0:
+            event.set()
+
+    with pytest.raises(Cancelled, match=r"^cancelled after denoising step 1 of 3$") as e:
+        pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False, callback=callback, cancel=event)
+    assert steps == [0] and e.value.done == "after denoising step 1 of 3" and isinstance(e.value, VidaxError)
+    flag = []
+    with pytest.raises(Cancelled, match=r"^cancelled before the VAE decode \(all 2 denoising steps done\)$"):
+        pipe("a cat", **SMALL, progress=False, callback=lambda i, n: flag.append(i) if i == n - 1 else None,
+             cancel=lambda: bool(flag))
+    with pytest.raises(InputError, match="cancel must be a threading.Event, a callable returning True"):
+        pipe("a cat", **SMALL, cancel=True)
+
+
+@pytest.mark.parametrize("sigs, code", [(["SIGINT"], 130), (["SIGTERM"], 143), (["SIGINT", "SIGTERM"], 143)])
+def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sigs, code):
+    """SIGINT / SIGTERM to a real ``python -m vidax generate`` once its denoising has started:
+    it stops at the next step, prints one line saying after which step and that nothing was
+    written, exits 128 + the signal, and leaves no output or temporary file. A second signal
+    (SIGTERM right after SIGINT, so the two are not merged into one) stops it at once."""
+    import signal
+    import subprocess
+    import sys
+
+    steps = 100000  # never reached: the run stops at the step after the signal
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vidax", "generate", "-p", "a cat", "--checkpoint", ckpt, "--height", "32",
+         "--width", "48", "--num-frames", "5", "--num-inference-steps", str(steps), "--max-sequence-length", "16",
+         "-o", str(tmp_path / "v.mp4")], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        seen = b""
+        while not re.search(rb"[1-9]\d*/%d" % steps, seen):  # the progress bar after the first step
+            chunk = proc.stderr.read1(4096)
+            assert chunk, seen.decode(errors="replace")  # the run ended before denoising
+            seen += chunk
+        for sig in sigs:
+            proc.send_signal(getattr(signal, sig))
+        _, rest = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    err = (seen + rest).decode(errors="replace")
+    assert proc.returncode == code, err
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    expected = (rf"interrupted \({sigs[0]}\) after denoising step \d+ of {steps}; nothing was written"
+                if len(sigs) == 1 else rf"interrupted again \({sigs[1]}\): stopped at once; nothing was written")
+    assert re.fullmatch(expected, lines[0]), lines
+    assert not os.listdir(tmp_path)
+
+
 # --------------------------------------------------------------------------- item 10: NaN / Inf
 def _poison_step(update, k):
     """``scheduler_update`` whose latents go NaN at (1-based) step ``k``."""
@@ -187,7 +403,9 @@ def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
     steps = []
     with pytest.raises(NumericalError, match=r"^denoising step 2 of 3 \(the transformer and the scheduler update\) "
-                                             "produced NaN/Inf latents; stopped there"):
+                                             r"produced NaN/Inf latents; stopped there, nothing was written "
+                                             r"\(it ran in float32, so not for lack of precision: check the "
+                                             r"checkpoint's weights"):
         pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False,
              callback=lambda i, n: steps.append(i))
     assert steps == [0]  # stopped at the step that went NaN
@@ -203,7 +421,8 @@ def test_nan_in_the_vae_decode_is_named(pipe, monkeypatch):
             yield chunk * np.float32("nan") if i == 1 else chunk
 
     monkeypatch.setattr(vae_cls, "iter_decode", poisoned)
-    with pytest.raises(NumericalError, match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values"):
+    with pytest.raises(NumericalError, match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values; .*"
+                                             r"\(it ran in float32, so not for lack of precision"):
         pipe("a cat", **SMALL, progress=False)
 
 
@@ -293,8 +512,10 @@ def test_large_size_warns_with_an_estimate(caplog):
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.
-    assert message.startswith("height=4096, width=4096, num_frames=81 is far beyond this checkpoint's default "
-                              "480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: peak memory ~")
+    # Only the arguments given are named as such (num_frames is the checkpoint's default here).
+    assert message.startswith("height=4096, width=4096: 4096x4096 pixels, 81 frames is far beyond this checkpoint's "
+                              "default 480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: "
+                              "peak memory ~"), message
     # The peak of run_memory_estimate by part: the decode chunk (4 frames x 4096 x 4096 x 96
     # channels x 80 bytes) is the largest phase; latents (x2) and the video (3 float32 copies).
     assert message.endswith(": peak memory ~526.38 GiB (denoising step 435.75 GiB, VAE decode chunk 480.00 GiB, "
@@ -309,8 +530,9 @@ def test_cli_large_size_warning_names_flags(broken, tmp_path, caplog):
                  "-o", str(tmp_path / "v.npy"))
     assert r.exit_code == 2 and "safetensors" in r.stderr, r.output
     warnings = [rec.getMessage() for rec in caplog.records if "far beyond" in rec.getMessage()]
-    assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640, --num-frames 17 is far beyond "
-                                                         "this checkpoint's default 96x160"), warnings
+    assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640: 384x640 pixels, 17 frames is far "
+                                                         "beyond this checkpoint's default 96x160"), warnings
+    assert "--num-frames" not in warnings[0]  # not given, so not named
 
 
 # --------------------------------------------------------------------------- review fixes
@@ -362,3 +584,304 @@ def test_staging_counts_the_text_encoder_at_its_own_dtype(ckpt, monkeypatch):
     monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: 10 * te32)
     staging_mod.plan_pipeline_staging(paths, "bfloat16", np.float32, None, text_encoder_dtype=np.float32)
     assert ("text_encoder", "float32") in seen and ("transformer", "bfloat16") in seen
+
+
+# --------------------------------------------------------------------------- issue 18: before any weight
+@pytest.fixture
+def weight_reads(monkeypatch):
+    """``{"headers": [...], "data": [...]}``: the safetensors files whose header vidax opens and
+    those whose tensor bytes it reads (``CheckpointReader.get`` and ``numpy.memmap``, the only
+    ways vidax reads a tensor)."""
+    from vidax.weights import safetensors_io
+
+    seen = {"headers": [], "data": []}
+    real_header, real_get, real_memmap = safetensors_io._read_header, safetensors_io.CheckpointReader.get, np.memmap
+
+    def header(path):
+        seen["headers"].append(os.path.relpath(path, os.path.dirname(os.path.dirname(path))))
+        return real_header(path)
+
+    def get(self, key):
+        seen["data"].append(self.info(key).file)
+        return real_get(self, key)
+
+    def memmap(file, *args, **kwargs):
+        seen["data"].append(str(file))
+        return real_memmap(file, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors_io, "_read_header", header)
+    monkeypatch.setattr(safetensors_io.CheckpointReader, "get", get)
+    monkeypatch.setattr(np, "memmap", memmap)
+    return seen
+
+
+def _rewrite_transformer(folder, change):
+    """Rewrite the transformer's safetensors with ``change(tensors)`` applied (a dict)."""
+    from vidax.weights import CheckpointReader, save_safetensors
+
+    file = os.path.join(folder, "transformer", "diffusion_pytorch_model.safetensors")
+    reader = CheckpointReader(file)
+    tensors = {k: np.array(reader.get(k)) for k in reader.keys()}
+    reader.close()
+    change(tensors)
+    save_safetensors(tensors, file)
+
+
+def _bad_shape(t):
+    t["proj_out.bias"] = np.zeros(t["proj_out.bias"].shape[0] + 1, np.float32)
+
+
+def _set_scheduler(folder, **config):
+    file = os.path.join(folder, "scheduler", "scheduler_config.json")
+    with open(file) as f:
+        old = json.load(f)
+    with open(file, "w") as f:
+        json.dump({**old, **config}, f)
+
+
+# (what is broken, mesh, the error, the words it holds). The transformer is read after the text
+# encoder, the scheduler after every weight: each breakage used to show only after weights were read.
+_BREAKAGES = {
+    "bad shape": (lambda d: _rewrite_transformer(d, _bad_shape), None, CheckpointError,
+                  ["proj_out.bias", "shape (65,)", "expected (64,)"]),
+    "missing key": (lambda d: _rewrite_transformer(d, lambda t: t.pop("proj_out.bias")), None, CheckpointError,
+                    ["missing tensors", "proj_out.bias"]),
+    "truncated": (lambda d: open(os.path.join(d, "transformer", "diffusion_pytorch_model.safetensors"),
+                                 "r+b").truncate(3000), None, CheckpointError, ["is truncated"]),
+    "prediction_type": (lambda d: _set_scheduler(d, prediction_type="epsilon"), None, ConfigError,
+                        ["scheduler_config.json", "prediction_type"]),
+    "scheduler class": (lambda d: _set_scheduler(d, _class_name="CogVideoXDDIMScheduler"), None, ConfigError,
+                        ["_class_name='CogVideoXDDIMScheduler'", "WanPipeline runs UniPCMultistepScheduler or "
+                         "FlowMatchEulerDiscreteScheduler"]),
+    "tp vs heads": (lambda d: None, "1x8x1", InputError,
+                    ["transformer/config.json: 4 attention heads do not split over tensor x sequence = 8 x 1"]),
+}
+
+
+@pytest.fixture(scope="module")
+def _wan_copy(ckpt, tmp_path_factory):
+    """The embedded checkpoint's files, copied once; each test of a breakage copies this."""
+    dst = tmp_path_factory.mktemp("pristine") / "ckpt"
+    shutil.copytree(ckpt, dst)
+    return dst
+
+
+@pytest.mark.parametrize("breakage", list(_BREAKAGES))
+def test_no_weight_is_read_before_a_checkpoint_error(_wan_copy, tmp_path, weight_reads, breakage):
+    """Issue 18 item 5: load_pipeline checks every component's configs, safetensors headers,
+    sizes and 1:1 key plan (and the heads against the mesh) before it reads the first tensor of
+    any; a broken transformer (loaded after the text encoder) or scheduler reads no weight."""
+    break_it, mesh, error, words = _BREAKAGES[breakage]
+    folder = tmp_path / "ckpt"
+    shutil.copytree(_wan_copy, folder)
+    break_it(str(folder))
+    weight_reads["headers"].clear(), weight_reads["data"].clear()
+    with pytest.raises(error) as e:
+        vidax.load_pipeline(str(folder), mesh=mesh)
+    for word in words:
+        assert word in str(e.value), (word, str(e.value))
+    assert weight_reads["data"] == [], weight_reads
+    if breakage in ("bad shape", "missing key"):  # the text encoder's plan was checked before the transformer's
+        assert weight_reads["headers"][-2:] == [os.path.join("text_encoder", "model.safetensors"),
+                                                os.path.join("transformer", "diffusion_pytorch_model.safetensors")]
+
+
+@pytest.mark.parametrize("breakage, flags", [("tp vs heads", ["--tp", "8"]), ("prediction_type", []),
+                                             ("scheduler class", [])])
+def test_cli_config_errors_before_any_weight(_wan_copy, tmp_path, weight_reads, breakage, flags):
+    """vidax generate: the scheduler and the heads against --tp are config-only checks; one line,
+    no weight read, nothing written."""
+    break_it, _, _, words = _BREAKAGES[breakage]
+    folder = tmp_path / "ckpt"
+    shutil.copytree(_wan_copy, folder)
+    break_it(str(folder))
+    weight_reads["headers"].clear(), weight_reads["data"].clear()
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _cli("generate", "-p", "a cat", "--checkpoint", str(folder), "-o", str(out / "v.npy"), *SMALL_FLAGS, *flags)
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and all(w in lines[0] for w in words), r.output
+    assert weight_reads == {"headers": [], "data": []}  # not even a header
+    assert not os.listdir(out)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64])
+def test_seed_out_of_range(pipe, broken, tmp_path, seed):
+    """Issue 18 item 6: jax.random keys take 32 bits of a seed (2**63 and up even raise): seeds
+    are refused outside [0, 2**32 - 1], naming seed= in Python and --seed on the command line."""
+    with pytest.raises(InputError, match=rf"^seed={seed} is out of range: seeds are integers in \[0, 4294967295\]"):
+        pipe("a cat", seed=seed, **SMALL)
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--seed", str(seed), "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and f"--seed {seed} is out of range" in lines[0], r.output
+    pipe.check_call(pipe.info, "a cat", seed=2**32 - 1, **SMALL)  # the largest is valid
+
+
+def test_max_sequence_length_beyond_the_text_encoder(pipe, broken, tmp_path):
+    """Issue 18 item 6: more text tokens than the tokenizer / text encoder take is one line
+    naming the largest valid value, before any weight (the broken copy cannot be read)."""
+    with pytest.raises(InputError, match=r"^max_sequence_length=513 is more than this checkpoint's text encoding "
+                                         r"takes: the largest valid max_sequence_length is 512 \(model_max_length=512 "
+                                         r"in .*tokenizer_config.json\)"):
+        pipe("a cat", **{**SMALL, "max_sequence_length": 513})
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--max-sequence-length", "100000000",
+             "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and "--max-sequence-length 100000000 is more than" in lines[0] \
+        and "the largest valid --max-sequence-length is 512" in lines[0], r.output
+
+
+@pytest.mark.parametrize("name, task, top, why", [
+    ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v", 512, "text_len of the original Wan code"),  # UMT5
+    ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5
+    ("Lightricks__LTX-Video", "t2v", 512, "T5 v1.1 was pre-trained on 512-token inputs"),  # T5
+    ("hunyuanvideo-community__HunyuanVideo", "t2v", 8192 - 95,  # Llama, less the template's crop_start
+     "max_position_embeddings=8192"),
+    ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v", 8192 - 103 - 575,  # LLaVA: also the 576 image tokens
+     "max_position_embeddings=8192"),
+])
+def test_max_sequence_length_of_the_released_configs(tmp_path, name, task, top, why):
+    """Each family's text encoders on its released configs (no weights): the largest valid
+    max_sequence_length is accepted, one more refused."""
+    from tests.paths import REFERENCE_CONFIGS
+
+    folder = tmp_path / name
+    shutil.copytree(os.path.join(REFERENCE_CONFIGS, name), folder)
+    for sub in ("tokenizer", "tokenizer_2"):  # HunyuanVideo's CLIP tokenizer folder is not among the configs
+        (folder / sub).mkdir(exist_ok=True)
+    essentials = folder / "text_encoder" / "arch_essentials.json"
+    if essentials.exists():  # HunyuanVideo-I2V's LLaVA config is recorded as its text_config only
+        text_config = json.loads(essentials.read_text())["text_config"]
+        (folder / "text_encoder" / "config.json").write_text(json.dumps({"text_config": text_config}))
+    cls, info = _reference_info(str(folder), task)
+    image = dict(image=np.zeros((8, 8, 3), np.uint8)) if task == "i2v" else {}
+    small = dict(height=64, width=64, num_frames=9, num_inference_steps=2, **image)
+    cls.check_call(info, "a cat", max_sequence_length=top, **small)
+    with pytest.raises(InputError, match=rf"^max_sequence_length={top + 1} is more .* the largest valid "
+                                         rf"max_sequence_length is {top} \(.*{re.escape(why)}"):
+        cls.check_call(info, "a cat", max_sequence_length=top + 1, **small)
+
+
+def test_ltx_schedule_checked_from_the_configs():
+    """Issue 18 item 5: LTX-Video 0.9.1's dynamic shifting at a huge size makes a schedule its
+    scheduler cannot use (sigmas at 1, or NaN): refused by check_call (configs only), not after
+    the weights are loaded."""
+    cls, info = _reference_info("Lightricks__LTX-Video-0.9.1", "t2v")
+    cls.check_call(info, "a cat", height=512, width=704, num_frames=161)
+    with pytest.raises(InputError, match="more than this scheduler config's dynamic shift allows"):
+        cls.check_call(info, "a cat", height=4096, width=4096, num_frames=161)
+
+
+# --------------------------------------------------------------------------- issue 18: advice and feedback
+def test_dtype_names_and_aliases():
+    """bf16 / fp32 are the dtypes users mean; other values get the valid ones, and only the
+    float16 family is told why it is not implemented."""
+    import jax.numpy as jnp
+
+    from vidax.nn.inputs import parse_dtype
+
+    assert parse_dtype("bf16") is jnp.bfloat16 and parse_dtype("fp32") is jnp.float32
+    with pytest.raises(InputError) as e:
+        parse_dtype("int8")
+    assert str(e.value) == "dtype='int8' is not supported; use float32 or bfloat16 (or fp32, bf16)"
+    with pytest.raises(InputError, match=r"^dtype='fp16' is not supported; .*: float16 overflows"):
+        parse_dtype("fp16")
+
+
+def test_mesh_sizes_are_positive_integers():
+    from vidax.parallel.mesh import mesh_from_sizes
+
+    for dp, tp, sp, name in ((None, -1, None, "tp=-1"), (None, 0, None, "tp=0"), (None, None, 0, "sp=0"),
+                             (-2, None, None, "dp=-2")):
+        with pytest.raises(InputError, match=f"^{name} is not valid: each mesh axis size must be a positive integer"):
+            mesh_from_sizes(dp, tp, sp)
+
+
+def test_nan_advice_follows_the_dtype():
+    import jax.numpy as jnp
+
+    from vidax.pipelines.sampling import nonfinite_advice
+
+    bf16 = {"w": jnp.zeros((2,), jnp.bfloat16), "norm": jnp.zeros((2,), jnp.float32)}
+    assert nonfinite_advice(bf16) == "(it ran in bfloat16: try dtype=float32, or other settings)"
+    assert nonfinite_advice(jnp.bfloat16) == nonfinite_advice(bf16)
+    for fp32 in ({"w": jnp.zeros((2,), jnp.float32)}, jnp.float32):
+        assert "float32" in nonfinite_advice(fp32) and "try dtype=float32" not in nonfinite_advice(fp32)
+
+
+def test_api_errors_name_keywords_not_flags(ckpt):
+    """Messages made in vidax name the Python keyword; only the CLI turns it into a flag."""
+    from vidax.cli import flag_names
+
+    with pytest.raises(InputError) as e:
+        vidax.load_pipeline(ckpt, task="i2v")
+    assert "(drop image=)" in str(e.value) and "--" not in str(e.value)
+    assert flag_names(str(e.value)).endswith("(drop --image)")
+    cls, info = _reference_info("Wan-AI__Wan2.1-I2V-14B-480P-Diffusers", "i2v")
+    with pytest.raises(InputError, match="image is required") as e:
+        cls.check_call(info, "a cat")
+    assert "--" not in str(e.value)
+    assert vidax.LTXVideoCondition is __import__("vidax.models.ltx.pipeline", fromlist=["x"]).LTXVideoCondition
+    assert "LTXVideoCondition" in vidax.__all__ and "LTXVideoCondition" in dir(vidax)
+
+
+def test_ltx_large_size_names_the_size_limit():
+    """LTX-Video 0.9.1's dynamic shift grows with the token count without a clamp: past the
+    limit every sigma is 1.0. The error names the limit (computed from the scheduler config)
+    and sizes within it, not "num_inference_steps >= 2" (50 steps were asked for)."""
+    cls, info = _reference_info("Lightricks__LTX-Video", "t2v")
+    cls.check_call(info, "a cat", height=704, width=1216, num_frames=257)  # 33 x 22 x 38 tokens: valid
+    with pytest.raises(InputError) as e:
+        cls.check_call(info, "a cat", height=1088, width=1920, num_frames=257)
+    msg = str(e.value)
+    assert msg.startswith("height=1088, width=1920, num_frames=257 make 67320 latent tokens (33 x 34 x 60), more "
+                          "than this scheduler config's dynamic shift allows with num_inference_steps=50: its "
+                          "largest valid size is 56444 latent tokens"), msg
+    assert "max_image_seq_len=4096" in msg and "num_inference_steps >= 2" not in msg
+    # The sizes it proposes are valid, and the limit is exact.
+    cls.check_call(info, "a cat", height=1088, width=1920, num_frames=209)  # 27 x 34 x 60 = 55080 tokens
+    cls.check_call(info, "a cat", height=992, width=1728, num_frames=257)
+    from vidax.schedulers import scheduler_from_config
+
+    sched = scheduler_from_config(info.scheduler_config)
+    sigmas = np.linspace(1.0, 1 / 50, 50)
+    sched.set_timesteps(50, sigmas=sigmas, mu=sched.calculate_shift(56444))
+    with pytest.raises(InputError, match="ends at 1"):
+        sched.set_timesteps(50, sigmas=sigmas, mu=sched.calculate_shift(56445))
+    with pytest.raises(InputError, match="num_inference_steps >= 2"):  # one step: the scheduler's own reason
+        cls.check_call(info, "a cat", num_inference_steps=1)
+
+
+def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
+    """A too-long prompt and negative prompt at the checkpoint's default max_sequence_length:
+    each is named as what it is, and the limit as a default (the flag only as the way to change
+    it). With progress on, loading, the prompt encoding and the compile each show a line before
+    the denoising bar; the summary gives the seed and the total time."""
+    long_prompt, long_negative = "a cat " * 300, "a dog " * 300
+    with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+        r = _cli("generate", "-p", long_prompt, "--negative-prompt", long_negative, "--guidance-scale", "5",
+                 "--checkpoint", ckpt, "--height", "32", "--width", "48", "--num-frames", "5",
+                 "--num-inference-steps", "2", "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 0, r.output
+    warnings = [rec.getMessage() for rec in caplog.records if "truncated" in rec.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("--prompt has 601 tokens; truncated to 512 tokens, this checkpoint's default "
+                                  "(--max-sequence-length sets another length)"), warnings
+    assert warnings[1].startswith("--negative-prompt has 601 tokens; truncated to 512 tokens"), warnings
+    assert not any("--max-sequence-length 512" in w for w in warnings)  # never given
+    err = r.stderr
+    starts = [err.find(s) for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)",
+                                    "vae decode")]
+    assert -1 not in starts and starts == sorted(starts), err
+    rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())
+    assert rows["seed"] == "0" and rows["total"].endswith("s  (load included)"), rows
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+        r = _cli("generate", "-p", long_prompt, "--checkpoint", ckpt, *SMALL_FLAGS, "-o", str(tmp_path / "w.npy"))
+    assert r.exit_code == 0, r.output
+    warnings = [rec.getMessage() for rec in caplog.records if "truncated" in rec.getMessage()]
+    assert [w.split(" as ")[0] for w in warnings] == ["--prompt has 601 tokens; truncated to --max-sequence-length 16"]
+    assert "loading" not in r.stderr and "encoding the prompt" not in r.stderr  # --no-progress

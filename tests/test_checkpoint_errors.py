@@ -126,3 +126,24 @@ def test_bad_model_index_and_shard_index(copy, tmp_path):
 def test_inspect_missing_path_and_folder_without_model_index(tmp_path):
     _one_error_line(_vidax("inspect", str(tmp_path / "nope" / "deeper")), "no such folder")
     _one_error_line(_vidax("inspect", str(tmp_path)), str(tmp_path), "no model_index.json")
+
+
+@pytest.mark.parametrize("header, what", [
+    (bytes(range(128, 160)), "its 32-byte header is not UTF-8 JSON text (byte 0x80 at offset 8)"),
+    (b"not json at all!", "its 16-byte header is not valid JSON (Expecting value at offset 8)"),
+    (b'["a", "list"]', "its header is a JSON list, not an object of tensors"),
+])
+def test_garbage_header_is_one_checkpoint_error(tmp_path, header, what):
+    """A file whose header is not JSON (another format saved as .safetensors, a damaged file):
+    one CheckpointError naming the file and what is wrong, never a codec or JSON error."""
+    import struct
+
+    file = tmp_path / "m.safetensors"
+    file.write_bytes(struct.pack("<Q", len(header)) + header + bytes(64))
+    with pytest.raises(CheckpointError) as e:
+        CheckpointReader(file)
+    assert str(e.value) == f"{file} is not a safetensors file (or is damaged): {what}"
+    file.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))  # a PNG: its first 8 bytes as a header length
+    with pytest.raises(CheckpointError, match=r"m\.safetensors is not a safetensors file: its first 8 bytes give a "
+                                              r"header length of \d+ bytes .*; the file is 72 bytes\)"):
+        CheckpointReader(file)

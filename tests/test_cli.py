@@ -240,7 +240,7 @@ def test_generate_image_to_video(variants, image_file, tmp_path):
 def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_file, tmp_path):
     # An image-to-video checkpoint without --image; an image for a text-to-video-only one.
     for args, message in (
-        (("--checkpoint", variants["i2v"]), "it does not do text-to-video: it needs an image (--image PATH"),
+        (("--checkpoint", variants["i2v"]), "it does not do text-to-video: it needs an image (give --image)"),
         (("--checkpoint", ckpt, "--image", image_file), "it does not do image-to-video: it takes no image (drop --image"),
         (("--checkpoint", variants["a14b"], "--image", image_file), "Wan2.2 A14B T2V"),
         (("--checkpoint", ckpt, "--guidance-scale-2", "2"), "only used by checkpoints with two experts"),

@@ -4,18 +4,10 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _project_files() -> list[str]:
-    """Tracked files and untracked ones git does not ignore (what a clone of this work holds)."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=REPO, capture_output=True, check=True)
-    return [f for f in out.stdout.decode().split("\0") if f and os.path.isfile(REPO / f)]
+from tests.paths import REPO, project_files
 
 
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="runs on a git checkout of vidax")
@@ -23,7 +15,7 @@ def test_suite_collects_with_nothing_beside_the_repo(tmp_path):
     """Copies the project into an empty folder (no ``../shared``, no VIDAX_REFERENCE_CONFIGS) and
     collects the whole suite there: a test that reads a file outside the repository fails here."""
     clone = tmp_path / "vidax"
-    for f in _project_files():
+    for f in project_files():
         (clone / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / f, clone / f)
     env = {k: v for k, v in os.environ.items() if k != "VIDAX_REFERENCE_CONFIGS"}

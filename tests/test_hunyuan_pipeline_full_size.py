@@ -108,3 +108,27 @@ def test_staging_plan_at_full_size():
     # short of room even then, CLIP and the VAE follow in order
     tight = int((sizes["transformer"] + 1e8) / RESIDENT_FRACTION)
     assert plan_staging(keep, sizes, tight, stageable=stageable) == {n: True for n in stageable}
+
+
+def test_latent_concat_says_it_returns_fewer_frames(tmp_path, caplog):
+    """HunyuanVideo-I2V-33ch returns num_frames - 4 frames, as diffusers (video[:, :, 4:]): the
+    call says so, naming num_frames only when it was given."""
+    cls = HunyuanVideoImageToVideoPipeline
+    info = cls.read_checkpoint(Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V-33ch", tmp_path)))
+    image = np.zeros((32, 32, 3), np.uint8)
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=33)
+        cls.check_call(info, "a cat", image=image, height=64, width=64)
+        cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=33, output_type="latent")
+    messages = [r.getMessage() for r in caplog.records if "latent_concat" in r.getMessage()]
+    assert messages[0].startswith("num_frames=33 returns 29 frames, not 33: the reference drops the first 4 decoded "
+                                  "frames (latent_concat, as diffusers' HunyuanVideoImageToVideoPipeline); ask for "
+                                  "37 frames to get 33"), messages
+    d = info.defaults.num_frames
+    assert messages[1].startswith(f"this checkpoint's default of {d} frames returns {d - 4} frames"), messages
+    assert messages[2].startswith("num_frames=33 returns 8 latent frames, not 9"), messages
+    token_replace = cls.read_checkpoint(Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V", tmp_path)))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        cls.check_call(token_replace, "a cat", image=image, height=64, width=64, num_frames=33)
+    assert not [r for r in caplog.records if "latent_concat" in r.getMessage()]

@@ -233,3 +233,23 @@ def test_bad_offload_settings():
     assert host_memory_kind("auto") == "pinned_host" and host_memory_kind("numpy") is None
     with pytest.raises(InputError, match="memory_kind='device'"):
         host_memory_kind("device")
+
+
+def test_cancel_stops_a_streamed_step_between_chunks(ckpt):
+    """With the blocks streamed one per chunk, ``cancel`` is asked after each chunk: set during
+    step 2 after its second chunk, the call stops there (step 1 done) instead of running the
+    step's other 3 chunks and only then stopping before step 3."""
+    from vidax.errors import Cancelled
+
+    pipe = vidax.load_pipeline(ckpt, offload=OffloadConfig(chunk=1, memory_kind="numpy"))
+    steps, asked = [], []
+
+    def cancel():
+        if steps:  # in step 2: asked before it, then after each chunk
+            asked.append(1)
+        return len(asked) >= 3
+
+    with pytest.raises(Cancelled, match=r"^cancelled after denoising step 1 of 3$"):
+        pipe(PROMPT, NEGATIVE, **{**CALL, "num_inference_steps": 3}, callback=lambda i, n: steps.append(i),
+             cancel=cancel)
+    assert steps == [0] and len(asked) == 3

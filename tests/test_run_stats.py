@@ -24,9 +24,20 @@ def ckpt(tmp_path_factory):
 
 def test_repeated_calls_report_what_each_call_did(ckpt):
     pipe = vidax.load_pipeline(ckpt)
-    first, second = (pipe("a cat", **TINY).stats for _ in range(2))
-    latent = pipe("a cat", **TINY, output_type="latent").stats
+    out = pipe("a cat", **TINY)  # no seed: drawn at random, and reported
+    again = pipe("a cat", **TINY, seed=out.stats.seed)
+    first, second = out.stats, again.stats
+    latent = pipe("a cat", **TINY, output_type="latent", seed=5).stats
     rows = [summary_rows(s.summary()) for s in (first, second, latent)]
+    # The seed used, so that a run can be repeated: the same seed gives the same video.
+    assert first.seed_random
+    assert rows[0]["seed"] == f"{first.seed} (drawn at random: seed={first.seed} repeats this run)"
+    assert rows[1]["seed"] == str(first.seed) and rows[2]["seed"] == "5" and latent.seed == 5
+    assert (out.frames == again.frames).all()
+    # The total: the load (on the call that paid for it) and the call's wall time, every phase in it.
+    for s, r in zip((first, second, latent), rows):
+        assert s.total_s >= s.load_s + s.compile_s + s.text_encode_s + sum(s.step_s) + s.decode_s
+        assert r["total"] == f"{s.total_s:.2f} s" + ("  (load included)" if s.load_s else "")
     # The load: on the first call only.
     assert first.load_s > 0 and "load" in rows[0]
     assert second.load_s == latent.load_s == 0 and "load" not in rows[1] and "load" not in rows[2]
@@ -49,6 +60,7 @@ def test_summary_of_fields_set_by_the_caller():
                                  decode_s=3.0).summary())
     assert rows["load"] == "1.50 s" and rows["compile"] == "2.00 s  (denoising step)"
     assert rows["denoise"] == "1.00 s  (2 steps, 0.500 s/step)" and rows["vae decode"] == "3.00 s"
+    assert rows["total"] == "8.00 s  (load included)" and "seed" not in rows  # no call_s: the phases
     assert "compile cache" not in rows
     assert set(summary_rows(RunStats().summary())) == {"peak device memory", "peak host RSS"}
 
@@ -123,8 +135,8 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--height", "2048", "--width", "2048",
                                  "--num-frames", "4093", "-o", str(tmp_path / "v.npy")])
     assert r.exit_code == 2, r.output
-    assert r.stderr.startswith("error: --height 2048, --width 2048, --num-frames 4093 (batch 1, CFG doubles it) "
-                               "needs ~"), r.stderr
+    assert r.stderr.startswith("error: --height 2048, --width 2048, --num-frames 4093: 2048x2048 pixels, 4093 frames "
+                               "(batch 1, CFG doubles it) needs ~"), r.stderr
     assert re.search("GiB of (available host RAM|free device memory): ", r.stderr), r.stderr
     assert "(to run it anyway: --no-memory-check" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "v.npy").exists()
@@ -134,7 +146,8 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     call = cls.check_call(info, "a cat", height=480, width=800, num_frames=17)
     need = cls.memory_estimate(info, call).total
     free = need // 2
-    with pytest.raises(OutOfMemoryError, match=r"^height=480, width=800, num_frames=17 .* more than the .* of test "
+    with pytest.raises(OutOfMemoryError, match=r"^height=480, width=800, num_frames=17: 480x800 pixels, 17 frames "
+                                               r"\(batch 1, CFG doubles it\) needs .* more than the .* of test "
                                                r"memory: height=(\d+), width=(\d+) fits at num_frames=17") as e:
         cls.check_memory(info, call, available=(free, "test memory"))
     h, w = map(int, re.search(r"height=(\d+), width=(\d+) fits", str(e.value)).groups())
@@ -160,6 +173,7 @@ def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):
 
         monkeypatch.setattr(pipe, "encode_text", fail)
         with pytest.raises(OutOfMemoryError, match=r"^ran out of memory during the text encoding at height=32, "
-                                                   rf"width=32, num_frames=5 \({name}.*\); the estimate was ~.* GiB "
+                                                   rf"width=32, num_frames=5: 32x32 pixels, 5 frames \({name}.*\); "
+                                                   r"the estimate was ~.* GiB "
                                                    r"\(denoising step .*; try a smaller size"):
             pipe("a cat", **TINY)

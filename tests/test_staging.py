@@ -65,9 +65,9 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     pipe.encode_prompt(["warm up"], 16)  # compile first, so the cache is not counted below
     encode_text = pipe.encode_text
 
-    def spy(texts, length):  # where the encoder's parameters are while it runs
+    def spy(texts, length, truncation=None):  # where the encoder's parameters are while it runs
         seen_kinds.append(_kinds(pipe.text_encoder))
-        return encode_text(texts, length)
+        return encode_text(texts, length, truncation)
 
     pipe.encode_text = spy
     before = _device_buffers()

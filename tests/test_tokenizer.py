@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from tests.parity.helpers import build_sentencepiece_tokenizer
 from vidax.encoders.tokenizer import TextTokenizer, build_tiny_t5_tokenizer
 
 PROMPTS = ["a cat walking over the sea", "A Red CAR &amp; zebra! " * 3, "", "night  city   light"]
@@ -27,18 +28,8 @@ def test_tokenizer_json_matches_transformers(tmp_path):
 
 def test_sentencepiece_only_folder_is_converted(tmp_path, monkeypatch):
     """CogVideoX ships spiece.model without tokenizer.json: vidax converts it (cached)."""
-    import sentencepiece as spm
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(["a cat walking over the sea at night", "the red car in the city light",
-                                 "a dog running under the blue sky", "zebra and camera scene video"] * 50))
     folder = tmp_path / "tok"
-    folder.mkdir()
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "spiece"), vocab_size=30,
-                                   model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-    (folder / "spiece.vocab").unlink()
-    (folder / "tokenizer_config.json").write_text(
-        '{"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}'
-    )
+    build_sentencepiece_tokenizer(folder)
     monkeypatch.setenv("VIDAX_CACHE_DIR", str(tmp_path / "cache"))
     ours = TextTokenizer(folder)(PROMPTS, 16)
     ids, mask = _reference(str(folder), 16)
@@ -122,7 +113,7 @@ def test_chat_template_matches_transformers(tmp_path, template_in, side, caplog)
     assert ours.lengths.tolist() == mask.sum(1).tolist()
     assert ours.lengths[0] < 64 and ours.lengths[2] == 64  # one padded chat, one truncated
     assert ours.attention_mask[1, 0 if side == "left" else -1] == 0
-    assert "chat 2 has" in caplog.text and "chat 0 has" not in caplog.text
+    assert "text 2 has" in caplog.text and "text 0 has" not in caplog.text
     # the generation prompt is there: the reference without it differs
     assert not np.array_equal(_reference_chat(tmp_path, CHATS, 64, side)[0], ids)
 
@@ -183,3 +174,16 @@ def test_chat_template_errors(tmp_path):
         tok.apply_chat_template(["a cat"], 8, padding_side="left")
     with pytest.raises(InputError, match="conversations must be"):
         tok.apply_chat_template([], 8, padding_side="left")
+
+
+def test_truncation_warning_names_what_was_cut(caplog):
+    """The caller's names for the texts and the limit; a template's leading tokens not counted
+    (HunyuanVideo's crop_start); one warning per name."""
+    from vidax.encoders.tokenizer import Truncation
+
+    names = Truncation(["prompt", "negative_prompt", "negative_prompt"], "max_sequence_length=8", offset=3)
+    with caplog.at_level(logging.WARNING, logger="vidax.tokenizer"):
+        names.warn([5, 20, 20], 11, "the end of the text is dropped")
+    assert [r.getMessage() for r in caplog.records] == [
+        "negative_prompt has 17 tokens; truncated to max_sequence_length=8 as the reference pipeline does (the end "
+        "of the text is dropped)"]

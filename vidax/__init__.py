@@ -11,8 +11,8 @@ import re as _re
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from vidax.errors import (CheckpointError, ConfigError, InputError, NumericalError, OutOfMemoryError, SetupError,
-                          VidaxError)
+from vidax.errors import (Cancelled, CheckpointError, ConfigError, InputError, NumericalError,
+                          OutOfMemoryError, SetupError, VidaxError)
 
 
 def _check_jax_flax() -> None:
@@ -39,5 +39,22 @@ _check_jax_flax()
 from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the version check)
 
 __version__ = "0.1.0"
-__all__ = ["CheckpointError", "ConfigError", "InputError", "NumericalError", "OutOfMemoryError", "SetupError",
-           "VidaxError", "load_pipeline"]
+__all__ = ["Cancelled", "CheckpointError", "ConfigError", "InputError", "LTXVideoCondition", "NumericalError",
+           "OutOfMemoryError", "SetupError", "VidaxError", "load_pipeline"]
+
+#: Names of the API imported on first use (their modules pull in a model family).
+_LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline"}
+
+
+def __getattr__(name: str):
+    """``vidax.LTXVideoCondition`` (the conditioning item of ``LTXConditionPipeline``), imported
+    from its family's module on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'vidax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 from typing import Optional
 
@@ -60,12 +62,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag.
+#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag (the
+#: mesh sizes as :func:`vidax.parallel.mesh.mesh_from_sizes` names them).
 GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
     "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
-    "coordinator", "num_processes", "process_id",
+    "dp", "tp", "sp", "coordinator", "num_processes", "process_id",
 )} | {"timeout_s": "--distributed-timeout"}
 #: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
 #: a pipeline that does not take one names the flag in its error.
@@ -85,6 +88,7 @@ _SINGLE = re.compile(_WORD.format(names="prompt|image|height|width|seed")
 _QUOTED = re.compile("'({names})'".format(names="|".join(sorted(GENERATE_FLAGS, key=len, reverse=True))))
 
 
+_SWITCH = re.compile(_WORD.format(names="overwrite") + "=True")
 _NO_VALUE = re.compile(r"[\s)\]]|$")
 _TWICE = re.compile(r"(--[a-z0-9-]+) / \1(?![\w-])")
 
@@ -93,6 +97,7 @@ def flag_names(message: str) -> str:
     """``message`` with the call keywords of ``generate`` spelled as its flags
     (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
     message = _QUOTED.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
+    message = _SWITCH.sub(lambda m: "--" + m.group(1), message)  # "overwrite=True" is the bare switch
     # "name=" with no value after it (a hint: "give image= (image2world)") is the bare flag.
     message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + ("" if _NO_VALUE.match(message, m.end()) else " "),
                           message)
@@ -148,8 +153,17 @@ def generate(
     ),
     seed: int = typer.Option(0, help="Seed of the initial noise."),
     max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the checkpoint's]."),
-    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)}."),
-    output: str = typer.Option("vidax-output.mp4", "--output", "-o", help="Output: *.mp4, *.npy, or a folder for PNG frames."),
+    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} "
+                                 "(also spelled fp32, bf16)."),
+    output: str = typer.Option(
+        "vidax-output.mp4", "--output", "-o",
+        help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
+        "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
+        "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
+        "through; other devices, FIFOs and sockets are refused."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
+        "also frames beyond the new video's length)."),
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
@@ -184,19 +198,29 @@ def generate(
     With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
     processes; only process 0 writes the video.
 
+    SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
+    between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
+    and after the prompt encoding), print one line saying how far it got and exit 130 / 143;
+    nothing is written (a signal while the video is being written lets that file complete). A
+    second signal stops the run at once (not while the video is being written).
+
     Exit status: 0 written; 2 a bad argument, checkpoint or a run gone NaN/Inf (one error line,
     nothing written); 1 the video could not be written after generation (the frames are kept
-    as .npy, the error line says where)."""
+    as .npy, the error line says where); 130 / 143 interrupted by SIGINT / SIGTERM."""
     args = dict(locals())
     _setup_logging(verbose)
-    from vidax.errors import VidaxError
+    from vidax.errors import Cancelled, VidaxError
 
     # Warnings about the call ("num_frames=7 is not of the form 4k+1") name flags here too.
     loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
     for logger in loggers:
         logger.addFilter(_flag_filter)
+    stop = _Stop()
     try:
-        _generate(**args)
+        with stop.catching():
+            _generate(**args, stop=stop)
+    except Cancelled as e:
+        stop.exit(f"{e.done}; nothing was written")
     except VidaxError as e:
         _fail(flag_names(str(e)))
     finally:
@@ -204,23 +228,73 @@ def generate(
             logger.removeFilter(_flag_filter)
 
 
+class _Stop:
+    """The SIGINT / SIGTERM a run received; calling it is the run's ``cancel`` check. A second
+    signal, unless the video is being written (``writing``), ends the process at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.writing = False
+
+    def __call__(self) -> bool:
+        return bool(self.received)
+
+    @contextlib.contextmanager
+    def catching(self):
+        """While the run lasts, SIGINT and SIGTERM are only recorded (no KeyboardInterrupt is
+        raised inside JAX's callbacks); the previous handlers come back afterwards. Outside the
+        main thread (where Python takes no handler) the signals stay as they are."""
+        previous = {}
+        try:
+            for sig in self.SIGNALS:
+                previous[sig] = signal.signal(sig, self._record)
+        except ValueError:  # not the main thread
+            pass
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    def _record(self, signum: int, frame) -> None:
+        self.received.append(signum)
+        if len(self.received) > 1 and not self.writing:
+            # A run stuck where no check comes (a long compile, a weight file being read, a hung
+            # collective): the second signal ends it now. Nothing is being written, so nothing
+            # partial is left; os.write, as the main thread may be inside a print (a progress bar
+            # may have the line: a new one first).
+            os.write(2, f"\ninterrupted again ({signal.Signals(signum).name}): stopped at once; nothing was "
+                        "written\n".encode())
+            os._exit(128 + signum)
+
+    def exit(self, what: str) -> None:
+        """Print the one line ``interrupted (SIGINT) <what>`` and exit 128 + the signal's number."""
+        sig = self.received[0] if self.received else signal.SIGINT
+        typer.secho(f"interrupted ({signal.Signals(sig).name}) {what}", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(128 + sig)
+
+
 def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, num_inference_steps,
               guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True, memory_check=True, **family) -> None:
+              keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
+              memory_check=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import InputError
+    from vidax.errors import Cancelled, InputError
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import check_output_path, write_video
+    from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
     setup_compile_cache(enabled=compile_cache)  # before anything compiles
     parse_dtype(dtype)
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
-    fmt = check_output_path(output)
+    fmt = check_output_path(output, overwrite)
+    stop = stop or _Stop()
     if fps is not None and fps <= 0:
         raise InputError(f"--fps must be > 0, got {fps}")
     call_image = {}
@@ -260,13 +334,23 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)
-    call = cls.check_call(info := cls.read_checkpoint(ckpt), prompt=prompt, negative_prompt=negative_prompt, seed=seed,
-                          progress=progress, **call_image, **family,
+    info = cls.read_checkpoint(ckpt)
+    call = cls.check_call(info, prompt=prompt, negative_prompt=negative_prompt, seed=seed,
+                          progress=progress, cancel=stop, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
+    cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
+    paths = output_paths(output, call.batch)
+    if len(paths) > 1:  # several videos: each indexed name is checked too
+        for path in paths:
+            check_output_path(path, overwrite)
     cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,  # before any weight is read
                      devices=1 if mesh is None else mesh.size, offload=offload)
-    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload)
+    if stop():
+        raise Cancelled("before loading")
+    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = memory_check
+    if stop():
+        raise Cancelled("after loading the checkpoint")
     if verbose:
         from vidax.parallel.placement import pipeline_report
 
@@ -280,15 +364,26 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
         return
+    if stop():
+        raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     written = []
-    try:
-        for i, video in enumerate(out.frames):
-            path = output if len(out.frames) == 1 else _indexed(output, i)
-            written.append(write_video(video, path, fps=fps))
-    except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-        _keep_unwritten(out.frames, output, written, e)
-    typer.echo(f"wrote {', '.join(written)} ({out.frames.shape[1]} frames, "
-               f"{out.frames.shape[3]}x{out.frames.shape[2]}, {fmt})", err=True)
+    stop.writing = True  # a second signal now waits for the file being written
+    for video, path in zip(out.frames, paths):
+        if stop():  # a signal while writing: the files written are complete, the rest is not written
+            break
+        try:
+            written.append(write_video(video, path, fps=fps, overwrite=overwrite))
+        except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
+            _keep_unwritten(out.frames, output, written, e)
+    size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
+    if fmt == DISCARD:
+        typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
+    else:
+        typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
+    if stop():
+        rest = paths[len(written):]
+        stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
+                  + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
@@ -313,7 +408,7 @@ def _keep_unwritten(frames, output, written, error) -> None:
     :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
     from vidax.io.video import save_unwritten
 
-    reason = " ".join(f"{type(error).__name__}: {error}".split())
+    reason = flag_names(" ".join(f"{type(error).__name__}: {error}".split()))
     done = f"; wrote {', '.join(written)}" if written else ""
     try:
         kept = save_unwritten(frames, output)
@@ -340,11 +435,6 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
             raise InputError(f"--offload-blocks must be a positive integer (blocks per chunk) or 'all', got {chunk!r}")
         chunk = int(chunk)
     return OffloadConfig(chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae)
-
-
-def _indexed(path: str, i: int) -> str:
-    stem, ext = os.path.splitext(path.rstrip(os.sep))
-    return f"{stem}_{i}{ext}"
 
 
 @app.command()

@@ -26,6 +26,21 @@ class NumericalError(VidaxError, FloatingPointError):
     the component (transformer step k, the VAE decode). Also a ``FloatingPointError``."""
 
 
+class Cancelled(VidaxError):
+    """A run stopped on request: the call's ``cancel`` (a ``threading.Event`` or a callable
+    returning True) was set, or ``vidax generate`` got SIGINT / SIGTERM. It is checked before
+    every denoising step (and between the streamed block chunks of an offloaded step), before
+    every VAE decode chunk and after the prompt encoding; nothing of the run is returned.
+
+    Attributes:
+        done: how far the run got, e.g. ``"after denoising step 3 of 10"``.
+    """
+
+    def __init__(self, done: str):
+        super().__init__(f"cancelled {done}")
+        self.done = done
+
+
 class SetupError(VidaxError):
     """The process's setting cannot run vidax: an environment variable names a folder or a JAX
     backend that cannot be used (``VIDAX_CACHE_DIR``, ``VIDAX_COMPILE_CACHE``, ``JAX_PLATFORMS``);

@@ -76,8 +76,10 @@ class ComponentSpec:
         loader: ``"module:function"``, ``function(folder, **options) -> module``; None for
             components their pipeline reads itself (tokenizers, processors, schedulers).
         options: the keywords ``loader`` takes, of ``("dtype", "mesh", "placement", "offload",
-            "config")`` (others are not passed; ``config`` is the parsed config, so the
-            checkpoint's configs are read once).
+            "config", "defer")`` (others are not passed; ``config`` is the parsed config, so the
+            checkpoint's configs are read once; ``defer=True`` makes the loader check the
+            checkpoint against its model from the headers and return a
+            :class:`~vidax.weights.loader.PendingLoad` instead of reading it).
         config: ``"module:ConfigClass"`` with ``from_config_dict(dict, source=...)``.
         model: ``"module:Class"`` built as ``Class(config, rngs=...)`` (abstract shapes for
             ``vidax inspect --mesh``).

@@ -99,6 +99,10 @@ class RunStats:
             not run (the VAE decode with ``output_type="latent"``) is not in it.
         compiles: per field timed, the XLA compilations made meanwhile and how many of them came
             from the persistent compilation cache (:func:`vidax.compile_cache.count_compiles`).
+        seed: the seed of the initial noise (None: not recorded). seed_random: it was drawn at
+            random because the call gave none (pass it as ``seed=`` to repeat the run).
+        call_s: wall seconds of the call, from the argument checks' end to the frames (the
+            phases above and what lies between them); the summary's total adds ``load_s``.
     """
 
     load_s: float = 0.0
@@ -111,6 +115,16 @@ class RunStats:
     host_peak_rss_bytes: int = 0
     timed_phases: list[str] = dataclasses.field(default_factory=list)
     compiles: dict[str, CompileCounts] = dataclasses.field(default_factory=dict)
+    seed: int | None = None
+    seed_random: bool = False
+    call_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        """Seconds of the load (on the call that paid for it) plus the call's wall time
+        (:attr:`call_s`; where no one set it, the sum of the phases)."""
+        call = self.call_s or (self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s)
+        return self.load_s + call
 
     @contextlib.contextmanager
     def timed(self, field: str) -> Iterator[None]:
@@ -138,11 +152,15 @@ class RunStats:
         return field in self.timed_phases or bool(getattr(self, field))
 
     def summary(self) -> str:
-        """The end-of-run table: one row per phase that ran in this call (load only on the call
-        that loaded), what each compiled and whether from the persistent cache, memory peaks."""
+        """The end-of-run table: the seed, one row per phase that ran in this call (load only on
+        the call that loaded), what each compiled and whether from the persistent cache, the
+        total time, memory peaks."""
         steps = self.step_s
         per_step = sum(steps) / len(steps) if steps else 0.0
         rows = []
+        if self.seed is not None:
+            rows.append(("seed", f"{self.seed}" + (f" (drawn at random: seed={self.seed} repeats this run)"
+                                                   if self.seed_random else "")))
         if self.load_s:
             rows.append(("load", f"{self.load_s:8.2f} s"))
         if self.ran("compile_s"):
@@ -155,6 +173,8 @@ class RunStats:
             rows.append(("vae decode", f"{self.decode_s:8.2f} s" + _compile_note(self.compiles.get("decode_s"))))
         if self.compiles:
             rows.append(("compile cache", _cache_note(self.compiles.values())))
+        if self.total_s:
+            rows.append(("total", f"{self.total_s:8.2f} s" + ("  (load included)" if self.load_s else "")))
         rows += [
             ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
             ("peak host RSS", _fmt_bytes(self.host_peak_rss_bytes)),

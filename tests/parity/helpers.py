@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
@@ -138,3 +140,22 @@ def build_clip_tokenizer(path: str):
     tok = transformers.CLIPTokenizer(vocab=vocab, merges=merges)
     tok.save_pretrained(path)
     return tok
+
+
+def build_sentencepiece_tokenizer(folder) -> None:
+    """A CogVideoX-style T5 tokenizer folder: a SentencePiece unigram ``spiece.model`` (30 pieces;
+    pad 0, eos 1, unk 2) and ``tokenizer_config.json``, no ``tokenizer.json`` (vidax converts it)."""
+    import sentencepiece as spm
+
+    os.makedirs(folder, exist_ok=True)
+    corpus = os.path.join(folder, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("\n".join(["a cat walking over the sea at night", "the red car in the city light",
+                           "a dog running under the blue sky", "zebra and camera scene video"] * 50))
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(folder, "spiece"), vocab_size=30,
+                                   model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    os.remove(corpus)
+    os.remove(os.path.join(folder, "spiece.vocab"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        f.write('{"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "pad_token": "<pad>", "eos_token": "</s>", '
+                '"unk_token": "<unk>"}')

@@ -160,6 +160,21 @@ def test_default_negative_prompt(cosmos):
     assert CosmosPredictPipeline.check_call(info, PROMPT, "", **CALL).negatives == [""]  # given, even empty
 
 
+def test_truncated_default_negative_prompt_is_named_so(cosmos, caplog):
+    """The built-in negative prompt, cut at max_sequence_length, is not reported as the user's
+    negative_prompt (the CLI would name --negative-prompt, which the user never gave)."""
+    pipe = cosmos[2]
+    call = CosmosPredictPipeline.check_call(pipe.info, PROMPT, **CALL)
+    assert "negative_prompt" not in call.given
+    assert "negative_prompt" in CosmosPredictPipeline.check_call(pipe.info, PROMPT, "", **CALL).given
+    with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+        pipe.encode_call(call)
+    messages = [r.getMessage() for r in caplog.records]  # the chat template's system prompt counts too
+    assert len(messages) == 2 and messages[0].startswith("prompt has "), messages
+    assert messages[1].startswith("the pipeline's default negative prompt text has "), messages
+    assert all("truncated to max_sequence_length=64 " in m for m in messages)
+
+
 def test_guidance_formula():
     """cond + w (cond - uncond), not diffusers' usual uncond + w (cond - uncond)."""
     from vidax.pipelines.sampling import classifier_free_guidance
@@ -311,3 +326,20 @@ def test_cli_video2world_on_a_mesh(cosmos, tmp_path):
     api = pipe(prompt=PROMPT, video=read_video(mp4), seed=3, progress=False, **CALL).frames[0]
     # the mesh splits the CFG pair and the tokens; fp32 reordering only
     assert psnr(frames, api) >= PSNR_MIN
+
+
+def test_max_sequence_length_beyond_the_text_tower(cosmos):
+    """Issue 18 item 6: the Qwen2.5-VL text tower's max_position_embeddings (in its config.json)
+    bounds max_sequence_length, checked from the configs: the largest valid value passes, one
+    more is one error naming it."""
+    import json
+    import os
+
+    path, _, pipe, _ = cosmos
+    with open(os.path.join(path, "text_encoder", "config.json")) as f:
+        config = json.load(f)
+    n = config.get("max_position_embeddings") or config["text_config"]["max_position_embeddings"]
+    CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n})
+    with pytest.raises(InputError, match=rf"^max_sequence_length={n + 1} is more .* the largest valid "
+                                         rf"max_sequence_length is {n} \(max_position_embeddings={n} in "):
+        CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n + 1})

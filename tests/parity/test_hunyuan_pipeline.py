@@ -119,6 +119,31 @@ def test_t2v_custom_sigmas_match_diffusers(t2v):
     assert psnr(got.frames, want) >= MIN_PSNR
 
 
+def test_truncation_warnings_name_the_limit_that_applies(t2v, caplog):
+    """The CLIP text encoder's fixed 77 tokens are not max_sequence_length (no flag changes them),
+    and the Llama limit is max_sequence_length itself, the template's crop_start tokens not
+    counted (the tokenizer runs with max_sequence_length + crop_start)."""
+    _, _, pipe = t2v
+    crop = pipe.prompt_template["crop_start"]
+    words = " ".join(["cat"] * 120)  # over CLIP's 77 tokens
+    size = dict(height=32, width=48, num_frames=9, num_inference_steps=2)
+    for msl in (400, 8):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="vidax.tokenizer"):
+            pipe.encode_call(pipe.check_call(pipe.info, words, max_sequence_length=msl, **size))
+        messages = [r.getMessage() for r in caplog.records]
+        clip = [m for m in messages if "CLIP" in m]
+        assert len(clip) == 1 and clip[0].startswith("prompt has ") and "truncated to the 77 tokens of the CLIP " \
+            "text encoder (text_encoder_2, fixed" in clip[0] and "max_sequence_length" not in clip[0], messages
+        llama = [m for m in messages if "CLIP" not in m]
+        if msl == 400:
+            assert not llama, messages
+        else:
+            full = len(pipe.tokenizer._tok.encode(pipe.prompt_template["template"].format(words)).ids)
+            assert llama == [f"prompt has {full - crop} tokens; truncated to max_sequence_length=8 as the reference "
+                             "pipeline does (the end of the text is dropped)"], messages
+
+
 def test_bad_input_names_the_argument(t2v):
     _, _, pipe = t2v
     base = dict(prompt=PROMPT, height=32, width=48, progress=False, **CALL)

@@ -45,8 +45,9 @@ class ToyVideoPipeline(VideoPipeline):
                     vae=load(info, "vae", dtype=jnp.float32, staging=staging),
                     scheduler=load(info, "scheduler"))
 
-    def encode_text(self, texts, max_sequence_length):
-        return encode_tokens(self.text_encoder, self.tokenizer(texts, max_sequence_length), zero_padding=True)
+    def encode_text(self, texts, max_sequence_length, truncation=None):
+        tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
+        return encode_tokens(self.text_encoder, tokens, zero_padding=True)
 
     def model_args(self, latents, state, args, do_cfg):
         context = args[0]

@@ -640,7 +640,7 @@ def clip_dtype_policy(dtype: Any = jnp.float32) -> DtypePolicy:
 
 
 def load_clip_vision(
-    path: str | os.PathLike, dtype: Any = jnp.float32, placement: Placement | None = None
+    path: str | os.PathLike, dtype: Any = jnp.float32, placement: Placement | None = None, defer: bool = False
 ) -> CLIPVisionEncoder:
     """Build the CLIP vision tower of an ``image_encoder/`` folder and load its weights.
 
@@ -650,6 +650,8 @@ def load_clip_vision(
         dtype: compute and storage dtype, ``jnp.float32`` (default, as the Wan pipelines load
             the image encoder) or ``jnp.bfloat16``.
         placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The :class:`CLIPVisionEncoder`, parameters placed.
@@ -672,7 +674,7 @@ def load_clip_vision(
         clip_key_rules(reader.keys()),
         clip_dtype_policy(dtype),
         placement=placement,
-        what="image_encoder (CLIP vision)",
+        what="image_encoder (CLIP vision)", defer=defer,
     )
 
 
@@ -681,6 +683,7 @@ def load_clip_text(
     dtype: Any = jnp.float32,
     placement: Placement | None = None,
     mesh: jax.sharding.Mesh | None = None,
+    defer: bool = False,
 ) -> CLIPTextEncoder:
     """Build the CLIP text tower of a ``text_encoder_2/`` folder and load its weights.
 
@@ -692,6 +695,8 @@ def load_clip_text(
         placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
             or with ``mesh`` the tensor-parallel layout of :data:`CLIP_PARAM_AXES`.
         mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The :class:`CLIPTextEncoder`, parameters placed.
@@ -714,7 +719,7 @@ def load_clip_text(
         clip_key_rules(reader.keys(), tower="text"),
         clip_dtype_policy(dtype),
         placement=placement or logical_placement(mesh, CLIP_PARAM_AXES),
-        what="text_encoder (CLIP text)",
+        what="text_encoder (CLIP text)", defer=defer,
     )
 
 

@@ -625,7 +625,7 @@ def decoder_lm_dtype_policy(dtype: Any = _F32) -> DtypePolicy:
     return DtypePolicy(param_dtype=compute_dtype(dtype, "decoder text encoder"), keep_fp32=())
 
 
-def _load(config_cls: type[DecoderLMConfig], what: str, path, dtype, placement, mesh, attention) -> DecoderLM:
+def _load(config_cls: type[DecoderLMConfig], what: str, path, dtype, placement, mesh, attention, defer) -> DecoderLM:
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ directory.")
@@ -639,7 +639,7 @@ def _load(config_cls: type[DecoderLMConfig], what: str, path, dtype, placement, 
         decoder_lm_key_rules(config, reader.keys()),
         decoder_lm_dtype_policy(dtype),
         placement=placement or logical_placement(mesh, DECODER_LM_PARAM_AXES),
-        what=f"text_encoder ({what})",
+        what=f"text_encoder ({what})", defer=defer,
     )
 
 
@@ -652,6 +652,8 @@ _LOADER_DOC = """Build the {what} of a ``text_encoder/`` folder and load its wei
             or with ``mesh`` the tensor-parallel layout of :data:`DECODER_LM_PARAM_AXES`.
         mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
         attention: attention implementation (:func:`vidax.nn.attention.dot_product_attention`).
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The :class:`DecoderLM`, parameters placed.
@@ -665,13 +667,15 @@ _LOADER_DOC = """Build the {what} of a ``text_encoder/`` folder and load its wei
 
 
 def load_llama_text_encoder(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-                            mesh: jax.sharding.Mesh | None = None, attention: str = "auto") -> DecoderLM:
-    return _load(LlamaTextConfig, "Llama", path, dtype, placement, mesh, attention)
+                            mesh: jax.sharding.Mesh | None = None, attention: str = "auto",
+                            defer: bool = False) -> DecoderLM:
+    return _load(LlamaTextConfig, "Llama", path, dtype, placement, mesh, attention, defer)
 
 
 def load_qwen25vl_text_encoder(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-                               mesh: jax.sharding.Mesh | None = None, attention: str = "auto") -> DecoderLM:
-    return _load(Qwen25VLTextConfig, "Qwen2.5-VL text", path, dtype, placement, mesh, attention)
+                               mesh: jax.sharding.Mesh | None = None, attention: str = "auto",
+                               defer: bool = False) -> DecoderLM:
+    return _load(Qwen25VLTextConfig, "Qwen2.5-VL text", path, dtype, placement, mesh, attention, defer)
 
 
 load_llama_text_encoder.__doc__ = _LOADER_DOC.format(

@@ -55,7 +55,7 @@ from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear
 from vidax.parallel.placement import logical_placement
-from vidax.weights.loader import KeyRules, Placement, load_module
+from vidax.weights.loader import KeyRules, PendingLoad, Placement, load_module
 from vidax.weights.safetensors_io import CheckpointReader
 
 #: Source-key prefixes of the language model's tensors in a LLaVA file (transformers 4 and 5
@@ -249,6 +249,7 @@ def load_llava_vision(
     dtype: Any = jnp.float32,
     placement: Placement | None = None,
     mesh: jax.sharding.Mesh | None = None,
+    defer: bool = False,
 ) -> LlavaVisionEncoder:
     """Build LLaVA's vision tower + projector from a ``LlavaForConditionalGeneration`` folder
     (HunyuanVideo-I2V's ``text_encoder/``) and load exactly their tensors.
@@ -260,6 +261,8 @@ def load_llava_vision(
         placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
             or with ``mesh`` the layout of :data:`LLAVA_VISION_PARAM_AXES`.
         mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The :class:`LlavaVisionEncoder`, parameters placed. The language-model tensors are not
@@ -283,7 +286,7 @@ def load_llava_vision(
         llava_vision_key_rules(reader.keys()),
         clip_dtype_policy(dtype),
         placement=placement or logical_placement(mesh, LLAVA_VISION_PARAM_AXES),
-        what="text_encoder (LLaVA vision tower + projector)",
+        what="text_encoder (LLaVA vision tower + projector)", defer=defer,
     )
 
 
@@ -409,6 +412,7 @@ def load_llava_text_encoder(
     dtype: Any = jnp.float32,
     placement: Placement | None = None,
     mesh: jax.sharding.Mesh | None = None,
+    defer: bool = False,
 ) -> LlavaTextEncoder:
     """Load a ``LlavaForConditionalGeneration`` folder as :class:`LlavaTextEncoder`: the language
     model by :func:`vidax.encoders.decoder_lm.load_llama_text_encoder` (the LM head is not read),
@@ -416,7 +420,8 @@ def load_llava_text_encoder(
     by exactly one of them.
 
     Args: as :func:`load_llava_vision` (``placement`` is applied to each part's own parameter
-    paths: :data:`LLAVA_TEXT_PARAM_AXES`).
+    paths: :data:`LLAVA_TEXT_PARAM_AXES`); with ``defer`` both parts are checked and one
+    :class:`~vidax.weights.loader.PendingLoad` reads them.
 
     Raises:
         InputError, ConfigError, CheckpointError: as the two loaders.
@@ -428,11 +433,16 @@ def load_llava_text_encoder(
         raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ (LLaVA) directory.")
     config = LlavaTextEncoderConfig.from_json_file(os.path.join(path, "config.json"))
     dtype = compute_dtype(dtype, "LLaVA text encoder")
-    lm = load_llama_text_encoder(path, dtype, placement, mesh)
-    vision = load_llava_vision(path, dtype, placement, mesh)
-    module = nnx.eval_shape(lambda: LlavaTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
-    module.language_model, module.vision = lm, vision
-    return module
+    lm = load_llama_text_encoder(path, dtype, placement, mesh, defer=True)
+    vision = load_llava_vision(path, dtype, placement, mesh, defer=True)
+
+    def read() -> LlavaTextEncoder:
+        module = nnx.eval_shape(lambda: LlavaTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
+        module.language_model, module.vision = lm.read(), vision.read()
+        return module
+
+    pending = PendingLoad(read)
+    return pending if defer else pending.read()
 
 
 @functools.lru_cache(maxsize=None)

@@ -553,6 +553,7 @@ def load_t5_encoder(
     dtype: Any = jnp.float32,
     placement: Placement | None = None,
     mesh: jax.sharding.Mesh | None = None,
+    defer: bool = False,
 ) -> T5Encoder:
     """Build the T5/UMT5 encoder of a ``text_encoder/`` folder and load its weights.
 
@@ -562,6 +563,8 @@ def load_t5_encoder(
         placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
             or with ``mesh`` the tensor-parallel layout of :data:`T5_PARAM_AXES`.
         mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The :class:`T5Encoder`, parameters placed.
@@ -584,7 +587,7 @@ def load_t5_encoder(
         t5_key_rules(config, reader.keys()),
         t5_dtype_policy(dtype),
         placement=placement or logical_placement(mesh, T5_PARAM_AXES),
-        what=f"text_encoder ({config.model_type})",
+        what=f"text_encoder ({config.model_type})", defer=defer,
     )
 
 

@@ -48,6 +48,38 @@ class Tokens:
     lengths: np.ndarray
 
 
+@dataclass(frozen=True)
+class Truncation:
+    """How a truncation warning names what was cut (see :meth:`TextTokenizer.__call__`).
+
+    Attributes:
+        labels: one name per text as the caller knows it (``"prompt"``, ``"negative_prompt[1]"``,
+            ``"the default negative prompt"``); None: ``"text i"``.
+        limit: the length limit as the user set it (``"max_sequence_length=300"``, or that it is
+            the checkpoint's default); None: ``"max_length=L"``.
+        offset: tokens a prompt template puts before each text, subtracted from the counts and
+            from ``max_length`` in the warning (HunyuanVideo's ``crop_start``).
+    """
+
+    labels: Sequence[str] | None = None
+    limit: str | None = None
+    offset: int = 0
+
+    def warn(self, counts: Sequence[int], max_length: int, how: str) -> None:
+        """One WARNING per text (of ``counts`` tokens each) longer than ``max_length``: its
+        label, its length and the limit, ``how`` saying what was dropped; a label named twice
+        (one negative prompt for every prompt) is warned about once."""
+        seen = set()
+        for i, n in enumerate(counts):
+            label = self.labels[i] if self.labels is not None else f"text {i}"
+            if n <= max_length or label in seen:
+                continue
+            seen.add(label)
+            limit = self.limit if self.limit is not None else f"max_length={max_length - self.offset}"
+            logger.warning("%s has %d tokens; truncated to %s as the reference pipeline does (%s)", label,
+                           n - self.offset, limit, how)
+
+
 class TextTokenizer:
     """A ``tokenizer/`` folder of a diffusers checkpoint.
 
@@ -90,16 +122,18 @@ class TextTokenizer:
         """The id of ``token`` (a special token or a vocabulary entry), or None."""
         return self._tok.token_to_id(token)
 
-    def __call__(self, prompts: list[str], max_length: int, *, padding_side: str | None = None) -> Tokens:
+    def __call__(self, prompts: list[str], max_length: int, *, padding_side: str | None = None,
+                 truncation: Truncation | None = None) -> Tokens:
         """Tokenize like ``tokenizer(prompts, padding="max_length", max_length=max_length,
         truncation=True, add_special_tokens=True, padding_side=padding_side)``; warns when a
-        prompt is truncated.
+        prompt is truncated, naming it and the limit as ``truncation`` says.
 
         Args:
             prompts: B strings.
             max_length: L, the padded length (>= 1).
             padding_side: ``"left"`` or ``"right"``, forced whatever ``tokenizer_config.json``
                 says; None: the file's ``padding_side`` (default ``"right"``).
+            truncation: how the warning names the texts and the limit (:class:`Truncation`).
 
         Returns:
             :class:`Tokens` of shape ``(B, L)``.
@@ -124,15 +158,8 @@ class TextTokenizer:
         encodings = tok.encode_batch(prompts)
         tok.no_padding()
         tok.no_truncation()
-        for i, n in enumerate(full):
-            if n > max_length:
-                logger.warning(
-                    "prompt %d has %d tokens; truncated to max_sequence_length=%d as the reference "
-                    "pipeline does (the end of the prompt is dropped)",
-                    i,
-                    n,
-                    max_length,
-                )
+        dropped = "end" if self.truncation_side == "right" else "start"
+        (truncation or Truncation()).warn(full, max_length, f"the {dropped} of the text is dropped")
         ids = np.array([e.ids for e in encodings], np.int32)
         mask = np.array([e.attention_mask for e in encodings], np.int32)
         return Tokens(ids, mask, mask.sum(axis=1))
@@ -145,6 +172,7 @@ class TextTokenizer:
         padding_side: str,
         add_generation_prompt: bool = False,
         chat_template: str | None = None,
+        truncation: Truncation | None = None,
         **template_kwargs,
     ) -> Tokens:
         """Render conversations with the tokenizer's chat template and tokenize them, as
@@ -167,6 +195,8 @@ class TextTokenizer:
             padding_side: ``"left"`` or ``"right"``, required: the references force it.
             add_generation_prompt: append the template's assistant header.
             chat_template: a Jinja template used instead of the folder's.
+            truncation: how the truncation warning names the conversations and the limit
+                (:class:`Truncation`; the counts include the template's tokens).
             **template_kwargs: extra variables for the template (e.g. ``add_vision_id=False`` for
                 Qwen2.5-VL, ``enable_thinking=False`` for Qwen3).
 
@@ -196,12 +226,8 @@ class TextTokenizer:
             tokenizer_kwargs=dict(padding_side=padding_side), **kw,
         )
         ids, mask = encoding_arrays(out, max_length)
-        for i, n in enumerate(full):
-            if len(n) > max_length:
-                logger.warning(
-                    "chat %d has %d tokens; truncated to max_length=%d (%s side) as the reference does",
-                    i, len(n), max_length, tok.truncation_side,
-                )
+        (truncation or Truncation()).warn([len(n) for n in full], max_length,
+                                          f"in its chat template; cut on the {tok.truncation_side} side")
         return Tokens(ids, mask, mask.sum(axis=1))
 
     def _transformers_tokenizer(self):

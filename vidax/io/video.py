@@ -2,12 +2,21 @@
 
 Every writer is atomic: the data goes to a temporary name beside the target, which is renamed
 into place only when complete, so an interrupted run never leaves a truncated file.
+
+An output never removes anything vidax did not write: an existing regular file named as an
+mp4 / npy output is replaced (atomically, through a symlink to it as ``cp`` writes); PNG frames
+go only into a new or empty folder, or one holding nothing but vidax's own ``frame_NNNNN.png``
+files (replaced only with ``overwrite=True``, stale frames of the earlier run removed); a
+folder is never replaced by a file, nor a file by a folder; a device, FIFO or socket is refused,
+except ``os.devnull`` (``/dev/null``), which keeps nothing: the video is not written.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tempfile
 
 import numpy as np
@@ -16,6 +25,10 @@ from vidax.errors import InputError
 from vidax.io.atomic import publish
 
 FORMATS = {".mp4": "mp4", ".npy": "npy", "": "png"}
+#: The names of the files a PNG frame folder holds (``frame_00000.png`` ...).
+FRAME_FILE = re.compile(r"frame_\d{5,}\.png")
+#: The format :func:`check_output_path` returns for ``os.devnull``: nothing is written.
+DISCARD = "null"
 
 
 def output_format(path: str | os.PathLike) -> str:
@@ -31,18 +44,56 @@ def output_format(path: str | os.PathLike) -> str:
     return FORMATS[ext]
 
 
-def check_output_path(path: str | os.PathLike) -> str:
-    """Validate before any work is done that ``path`` can be written; returns its format.
+def output_paths(path: str | os.PathLike, count: int) -> list[str]:
+    """The outputs of ``count`` videos: ``[path]`` for one, else ``<stem>_<i><ext>`` for each
+    (``out.mp4`` -> ``out_0.mp4``, ``out_1.mp4``; a folder ``frames/`` -> ``frames_0``, ...; the
+    absolute path's name for ``.``, ``..`` and ``/``; ``os.devnull`` itself each time)."""
+    path = os.fspath(path)
+    if count == 1 or _is_devnull_path(path):
+        return [path] * count
+    name = path.rstrip(os.sep) or os.sep
+    if os.path.basename(name) in ("", ".", ".."):
+        name = os.path.abspath(name)
+    stem, ext = os.path.splitext(name)
+    return [f"{stem}_{i}{ext}" for i in range(count)]
+
+
+def check_output_path(path: str | os.PathLike, overwrite: bool = False) -> str:
+    """Validate before any work is done that ``path`` can be written without removing anything
+    vidax did not write; returns its format (``"mp4"``, ``"npy"``, ``"png"``, or
+    :data:`DISCARD` for ``os.devnull``: nothing will be written).
 
     Raises:
         InputError: an empty path, unknown extension, a parent that is a file, a missing parent
-            folder, or a parent that is not writable.
+            folder, a folder that is not writable, an existing folder named as a file, an
+            existing file, device, FIFO or socket named as a frame folder, a device, FIFO or
+            socket other than ``os.devnull``, a frame folder holding anything but vidax's frame
+            files, or holding frame files without ``overwrite``.
     """
     path = os.fspath(path)
     if not path.strip():
         raise InputError(f"output={path!r} is empty; give a file (*.mp4, *.npy) or a folder for PNG frames")
     fmt = output_format(path)
-    parent = os.path.dirname(os.path.abspath(path.rstrip(os.sep))) or "."
+    target = _target(path)
+    try:
+        st = os.stat(target)
+    except OSError:  # nothing there yet (or a parent is not a folder: below)
+        st = None
+    if st is not None and _is_devnull(st):
+        return DISCARD
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        if fmt != "png":
+            raise InputError(f"output={path!r} is an existing folder; give a file name")
+        _check_frame_folder(path, target, overwrite)
+        _probe(path, target)  # the frames are written inside it
+        return fmt
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise InputError(f"output={path!r} is a {_kind(st)}, not a file or folder; give *.mp4, *.npy, a folder "
+                         f"for PNG frames, or {os.devnull} to keep nothing")
+    if st is not None and fmt == "png":
+        raise InputError(f"output={path!r} is an existing file; PNG frames go into a new or empty folder "
+                         "(or name a *.mp4 / *.npy file)")
+    parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
         existing = parent
         while not os.path.exists(existing):
@@ -50,14 +101,73 @@ def check_output_path(path: str | os.PathLike) -> str:
         if not os.path.isdir(existing):
             raise InputError(f"output={path!r}: {existing!r} is a file, not a folder")
         raise InputError(f"output={path!r}: folder {parent!r} does not exist")
+    _probe(path, parent)
+    return fmt
+
+
+def _target(path: str) -> str:
+    """What ``path`` names on disk: trailing separators dropped (``/`` stays), every symlink
+    resolved, so a link is written through (as ``cp`` does) and never replaced itself."""
+    return os.path.realpath(path.rstrip(os.sep) or os.sep)
+
+
+def _is_devnull(st: os.stat_result) -> bool:
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
+
+
+def _is_devnull_path(path: str) -> bool:
+    try:
+        return _is_devnull(os.stat(_target(path)))
+    except OSError:
+        return False
+
+
+def _kind(st: os.stat_result) -> str:
+    mode = st.st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "special file"
+
+
+def _probe(path: str, folder: str) -> None:
     try:  # a real file, not os.access: root passes os.access on read-only filesystems (/sys)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".vidax-probe-"):
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".vidax-probe-"):
             pass
     except OSError as e:
-        raise InputError(f"output={path!r}: folder {parent!r} is not writable ({e.strerror})") from None
-    if os.path.isdir(path.rstrip(os.sep)) and fmt != "png":
-        raise InputError(f"output={path!r} is an existing folder; give a file name")
-    return fmt
+        raise InputError(f"output={path!r}: folder {folder!r} is not writable ({e.strerror})") from None
+
+
+def _frame_files(folder: str) -> tuple[list[str], list[str]]:
+    """(vidax's frame files, everything else) in ``folder``, sorted; a symlink or a folder named
+    like a frame is not a frame file."""
+    frames, others = [], []
+    for name in sorted(os.listdir(folder)):
+        full = os.path.join(folder, name)
+        mine = FRAME_FILE.fullmatch(name) and os.path.isfile(full) and not os.path.islink(full)
+        (frames if mine else others).append(name)
+    return frames, others
+
+
+def _check_frame_folder(path: str, folder: str, overwrite: bool) -> None:
+    try:
+        frames, others = _frame_files(folder)
+    except OSError as e:
+        raise InputError(f"output={path!r}: folder {folder!r} cannot be listed ({e.strerror})") from None
+    if others:
+        shown = [n + ("/" if os.path.isdir(os.path.join(folder, n)) else "") for n in others[:3]]
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        raise InputError(
+            f"output={path!r} is a folder holding files vidax did not write ({', '.join(shown)}{more}); PNG frames "
+            "go only into a new or empty folder, or one holding only vidax's frame_NNNNN.png files: give another "
+            "folder, or a *.mp4 / *.npy file")
+    if frames and not overwrite:
+        raise InputError(
+            f"output={path!r} already holds {len(frames)} frame file(s) of an earlier run ({frames[0]} ...); "
+            "pass overwrite=True to replace them, or give another folder")
 
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:
@@ -68,39 +178,46 @@ def to_uint8(frames: np.ndarray) -> np.ndarray:
     return (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
 
 
-def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16) -> str:
+def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, overwrite: bool = False) -> str:
     """Write one video atomically and return the path written.
 
     Args:
         frames: (F, H, W, 3) float32 in [0, 1] or uint8.
         path: ``*.mp4`` (H.264, yuv420p, needs even H and W), ``*.npy`` (the float frames as
-            given), or a folder that receives ``frame_00000.png`` ...
+            given), or a folder that receives ``frame_00000.png`` ... (a new or empty folder, or
+            one holding only frame files of an earlier run, with ``overwrite``); an existing
+            regular file (or a symlink to one) is replaced atomically; ``os.devnull`` keeps
+            nothing (the video is not written). See :func:`check_output_path`.
         fps: frames per second of the mp4 (> 0).
+        overwrite: replace the frame files a PNG folder already holds (every earlier frame is
+            removed, also those beyond the new video's length).
 
     Raises:
-        InputError: bad frame array, fps, or output path.
+        InputError: bad frame array, fps, or output path (checked before anything is written).
     """
     path = os.fspath(path)
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise InputError(f"frames must have shape (F, H, W, 3), got {frames.shape}")
-    fmt = check_output_path(path)
+    fmt = check_output_path(path, overwrite)
+    if fmt == "mp4" and fps <= 0:
+        raise InputError(f"fps must be > 0, got {fps}")
+    target = _target(path)
     if fmt == "npy":
-        _atomic_file(path, lambda tmp: np.save(tmp, frames, allow_pickle=False))
+        _atomic_file(target, lambda tmp: np.save(tmp, frames, allow_pickle=False))
     elif fmt == "mp4":
-        if fps <= 0:
-            raise InputError(f"fps must be > 0, got {fps}")
-        _atomic_file(path, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps))
-    else:
-        _write_png_folder(to_uint8(frames), path.rstrip(os.sep))
+        _atomic_file(target, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps))
+    elif fmt == "png":
+        _write_png_folder(to_uint8(frames), target)
     return path
 
 
 def save_unwritten(frames: np.ndarray, path: str | os.PathLike) -> str:
     """Keep frames whose output could not be written: ``frames`` saved atomically as ``.npy``
     (as given, e.g. float32 (B, F, H, W, 3) in [0, 1]) beside ``path``, named
-    ``<stem>.unwritten.npy`` (``<stem>.unwritten-1.npy``, ... when taken), else in the current
-    folder, else in the temporary folder; returns the file written.
+    ``<stem>.unwritten.npy`` (``<stem>.unwritten-1.npy``, ... up to ``-99`` when taken: an
+    existing name, even a dangling symlink, is never replaced), else in the current folder,
+    else in the temporary folder; returns the file written.
 
     Raises:
         OSError: no folder of the three could take the file (the last error).
@@ -115,10 +232,11 @@ def save_unwritten(frames: np.ndarray, path: str | os.PathLike) -> str:
     folders.append(tempfile.gettempdir())
     error: OSError | None = None
     for folder in dict.fromkeys(folders):
-        for i in range(100):
-            target = os.path.join(folder, f"{stem}.unwritten{'' if i == 0 else f'-{i}'}.npy")
-            if not os.path.exists(target):
-                break
+        free = (os.path.join(folder, f"{stem}.unwritten{'' if i == 0 else f'-{i}'}.npy") for i in range(100))
+        target = next((t for t in free if not os.path.lexists(t)), None)
+        if target is None:
+            error = FileExistsError(17, "every name up to -99 is taken", os.path.join(folder, f"{stem}.unwritten.npy"))
+            continue
         try:
             _atomic_file(target, lambda tmp: np.save(tmp, np.asarray(frames), allow_pickle=False))
             return target
@@ -159,20 +277,35 @@ def _write_mp4(frames: np.ndarray, path: str, fps: int) -> None:
             container.mux(packet)
 
 
-def _write_png_folder(frames: np.ndarray, path: str) -> None:
+def _write_png_folder(frames: np.ndarray, target: str) -> None:
+    """PNG frames into ``target`` (symlinks resolved): a new folder is written as a hidden
+    temporary one beside it and renamed into place; an existing one (empty, or holding only
+    frame files, checked by :func:`check_output_path`) gets the frames written in a hidden
+    temporary folder inside it, then loses its earlier frames and gets the new ones moved in
+    (on an error there, the moved ones are removed again: never old and new frames mixed)."""
     from PIL import Image
 
-    parent = os.path.dirname(os.path.abspath(path))
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".vidax-")
+    exists = os.path.isdir(target)
+    tmp = tempfile.mkdtemp(dir=target if exists else os.path.dirname(target), prefix=".vidax-")
+    names = [f"frame_{i:05d}.png" for i in range(len(frames))]
+    moved = []
     try:
-        for i, frame in enumerate(frames):
-            Image.fromarray(frame).save(os.path.join(tmp, f"frame_{i:05d}.png"))
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        publish(tmp, path)
+        for name, frame in zip(names, frames):
+            Image.fromarray(frame).save(os.path.join(tmp, name))
+        if not exists:
+            publish(tmp, target)
+            return
+        for name in _frame_files(target)[0]:
+            os.unlink(os.path.join(target, name))
+        for name in names:
+            os.replace(os.path.join(tmp, name), os.path.join(target, name))
+            moved.append(name)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for name in moved:
+            os.unlink(os.path.join(target, name))
         raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_video(path: str | os.PathLike) -> np.ndarray:

@@ -10,22 +10,33 @@ import numpy as np
 from vidax.errors import InputError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+#: Short names accepted for :data:`DTYPES` (as torch / the ML tools spell them).
+DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16"}
+#: Half-precision names, refused with the reason.
+_HALF = ("float16", "fp16", "f16", "half")
 
 
 def parse_dtype(dtype: Any) -> Any:
-    """``"float32"`` / ``"bfloat16"`` (or the jnp dtype) -> jnp dtype; anything else is an error."""
+    """``"float32"`` / ``"bfloat16"`` (or ``"fp32"`` / ``"bf16"``, or the jnp dtype) -> jnp dtype.
+
+    Raises:
+        InputError: any other value, naming ``dtype=`` and the valid ones (float16 with the reason
+            it is not implemented).
+    """
     if isinstance(dtype, str):
-        key = dtype
+        key = dtype.strip().lower()
     else:
         try:
             key = np.dtype(dtype).name
         except TypeError:
             key = repr(dtype)
+    key = DTYPE_ALIASES.get(key, key)
     if key not in DTYPES:
-        raise InputError(
-            f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)} "
-            "(float16 overflows in these models' fp32-kept paths and is not implemented)"
-        )
+        valid = "use float32 or bfloat16 (or fp32, bf16)"
+        if key in _HALF:
+            raise InputError(f"dtype={dtype!r} is not supported; {valid}: float16 overflows in these models' "
+                             "fp32-kept paths and is not implemented")
+        raise InputError(f"dtype={dtype!r} is not supported; {valid}")
     return DTYPES[key]
 
 

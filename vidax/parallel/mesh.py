@@ -201,8 +201,14 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
     and ``sp`` default to 1 and ``dp`` to the devices left over (``device_count / (tp * sp)``).
 
     Raises:
-        InputError: sizes that do not fit the device count (listing the valid ones).
+        InputError: a given size that is not a positive integer (named ``dp=`` / ``tp=`` /
+            ``sp=``, which the CLI spells ``--dp`` ...), or sizes that do not fit the device
+            count (listing the valid ones).
     """
+    for name, value in zip(SIZE_NAMES, (dp, tp, sp)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise InputError(f"{name}={value!r} is not valid: each mesh axis size must be a positive integer "
+                             f"(the number of devices along that axis)")
     if dp is None and tp is None and sp is None and not always:
         return None
     tp, sp = tp or 1, sp or 1

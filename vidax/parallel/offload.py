@@ -556,8 +556,9 @@ class CompiledChunkedStep:
     Attributes:
         chunk_sizes: the chunk sizes compiled for the first stack (``{N}``, or ``{N, L mod N}``).
         on_chunk: optional zero-argument callback run after each chunk is dispatched (memory
-            sampling; :func:`vidax.pipelines.sampling.run_denoising_loop` sets it for the first
-            step).
+            sampling in the first step, and the call's cancel check, which stops the step by
+            raising :class:`~vidax.errors.Cancelled`; set by
+            :func:`vidax.pipelines.sampling.run_denoising_loop`).
     """
 
     def __init__(self, step: ChunkedStep, pre, chunks: list, post):

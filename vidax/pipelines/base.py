@@ -28,18 +28,21 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from vidax.errors import ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
+from vidax.config import read_json_object
+from vidax.encoders.tokenizer import Truncation
+from vidax.errors import Cancelled, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
 from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
-from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task
+from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
-from vidax.pipelines.sampling import all_finite, classifier_free_guidance, run_denoising_loop
+from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
+from vidax.weights.loader import PendingLoad
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -68,7 +71,7 @@ class Capabilities:
 SHARED_CALL_ARGS = (
     "prompt", "negative_prompt", "image", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "num_videos_per_prompt", "seed", "latents", "max_sequence_length",
-    "output_type", "progress", "callback",
+    "output_type", "progress", "callback", "cancel",
 )
 
 
@@ -79,7 +82,10 @@ class Call:
     ``prompts`` and ``negatives`` are lists of B0 strings; ``batch`` = B0 x num_videos_per_prompt;
     ``extra`` holds the family's own keywords. ``cfg`` says whether the cond/uncond pair runs
     when the family decides it by its own rule (HunyuanVideo: ``true_cfg_scale > 1`` with a
-    negative prompt); None: ``guidance_scale > 1``.
+    negative prompt); None: ``guidance_scale > 1``. ``cancel`` is the zero-argument check of the
+    call's ``cancel`` keyword (None: not cancellable). ``given``: the keywords the caller passed
+    (not None), so that warnings name only arguments the user gave (``"seed"`` missing: the seed
+    was drawn at random).
     """
 
     prompts: list
@@ -100,6 +106,8 @@ class Call:
     callback: Any
     extra: Mapping[str, Any]
     cfg: bool | None = None
+    cancel: Callable[[], bool] | None = None
+    given: frozenset = frozenset()
 
     @property
     def batch(self) -> int:
@@ -261,6 +269,13 @@ def available_memory() -> tuple[int, str]:
     return int(psutil.virtual_memory().available), "available host RAM"
 
 
+def size_words(call: Call) -> str:
+    """``"height=H, width=W: HxW pixels, F frames"``, the size arguments the caller gave named as
+    arguments (the CLI makes them flags), the others only as numbers."""
+    named = ", ".join(f"{k}={getattr(call, k)}" for k in ("height", "width", "num_frames") if k in call.given)
+    return f"{named}: " * bool(named) + f"{call.height}x{call.width} pixels, {call.num_frames} frames"
+
+
 def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
     """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
     headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors).
@@ -278,6 +293,11 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
             except VidaxError:
                 pass
     return total
+
+
+#: Seeds are integers in ``[0, MAX_SEED]``: ``jax.random.PRNGKey`` keeps the low 32 bits of a
+#: seed (without ``jax_enable_x64``), so a larger or a negative seed would repeat one of these.
+MAX_SEED = 2**32 - 1
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -310,6 +330,37 @@ def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     return list(prompt)
 
 
+#: A tokenizer_config.json ``model_max_length`` at or above this is transformers' "no limit"
+#: placeholder (``int(1e30)``), not a length.
+_NO_TOKEN_LIMIT = 10**9
+
+
+def tokenizer_token_limit(info: CheckpointInfo, fallback: int, fallback_reason: str,
+                          name: str = "tokenizer") -> tuple[int, str]:
+    """``(largest max_sequence_length, why)`` for a text encoder without a position table
+    (T5 / UMT5: relative positions): the tokenizer's ``model_max_length`` in
+    ``<name>/tokenizer_config.json``, or ``fallback`` (the family's reference bound) where the
+    file gives none or transformers' "no limit"; never below the checkpoint's default."""
+    ckpt = info.checkpoint
+    file = os.path.join(ckpt.folder(name), "tokenizer_config.json")
+    n = read_json_object(file).get("model_max_length") if os.path.isfile(file) else None
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 < n < _NO_TOKEN_LIMIT:
+        limit, reason = fallback, fallback_reason
+    else:
+        limit, reason = int(n), f"model_max_length={int(n)} in {file}"
+    default = info.defaults.max_sequence_length
+    return (limit, reason) if limit >= default else (default, "the checkpoint's default max_sequence_length")
+
+
+def text_encoder_positions(info: CheckpointInfo, name: str = "text_encoder") -> int | None:
+    """``max_position_embeddings`` of component ``name``'s config (a language model's, or the
+    ``text_config`` of a multimodal one), or None where it gives none."""
+    config = info.checkpoint.config(name)
+    text = config.get("text_config")
+    n = config.get("max_position_embeddings", text.get("max_position_embeddings") if isinstance(text, dict) else None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def finite_array(name: str, value: Any) -> np.ndarray:
     """``value`` as a float32 numpy array; NaN or Inf anywhere is an InputError naming ``name``."""
     arr = np.asarray(value, np.float32)
@@ -319,9 +370,11 @@ def finite_array(name: str, value: Any) -> np.ndarray:
     return arr
 
 
-def check_finite(what: str, x: Any) -> None:
+def check_finite(what: str, x: Any, params: Any = None) -> None:
     """Stop a run whose values went non-finite (e.g. a bf16 overflow), naming where (``what``:
-    the step or the component, e.g. "the VAE decode (chunk 2 of 5)").
+    the step or the component, e.g. "the VAE decode (chunk 2 of 5)") and what to try, from the
+    dtype of the weights that made ``x`` (``params``: a pytree of them, or their dtype; None:
+    unknown; :func:`~vidax.pipelines.sampling.nonfinite_advice`).
 
     Raises:
         NumericalError: ``x`` holds NaN or Inf.
@@ -329,7 +382,7 @@ def check_finite(what: str, x: Any) -> None:
     ok = np.isfinite(x).all() if isinstance(x, np.ndarray) else all_finite(x)
     if not bool(ok):
         raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written "
-                             "(try float32 instead of bfloat16, or other settings)")
+                             f"{nonfinite_advice(params)}")
 
 
 class VideoPipeline:
@@ -355,6 +408,9 @@ class VideoPipeline:
     guidance_dtype: ClassVar[Any] = None
     #: How ``latents=`` is laid out, for error messages.
     latents_layout: ClassVar[str] = "(batch, channels, latent frames, height / vae_scale, width / vae_scale)"
+    #: The scheduler classes (``scheduler_config.json``'s ``_class_name``) the family's sampling
+    #: loop runs; None: any scheduler vidax implements.
+    scheduler_classes: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
                  staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
@@ -409,6 +465,28 @@ class VideoPipeline:
         """The transformer's numbers for :func:`run_size_estimate` (None: no estimate)."""
         return None
 
+    @classmethod
+    def text_token_limit(cls, info: CheckpointInfo) -> tuple[int, str] | None:
+        """``(largest max_sequence_length, why)`` the checkpoint's tokenizer / text encoders take
+        (their position tables, the tokenizer's ``model_max_length``, the reference's bound), or
+        None for no limit; :meth:`check_call` refuses more."""
+        return None
+
+    @classmethod
+    def check_schedule(cls, info: CheckpointInfo, scheduler: Any, call: Call) -> None:
+        """Check, from the configs, that ``scheduler`` (built from the checkpoint's config) can
+        make the call's schedule, e.g. by computing it on the host as :meth:`set_timesteps` will.
+        The default: the scheduler must not need ``mu`` (``use_dynamic_shifting``), which only
+        families that compute it from the token count (LTX-Video) pass.
+
+        Raises:
+            ConfigError, InputError: the schedule cannot be made (the message says why).
+        """
+        if getattr(getattr(scheduler, "config", None), "use_dynamic_shifting", False):
+            raise ConfigError(f"{info.checkpoint.config_file('scheduler')}: use_dynamic_shifting=true needs mu (a shift "
+                              f"from the token count), which {cls.__name__} does not compute (nor does its diffusers "
+                              "reference); set use_dynamic_shifting to false")
+
     # ================================================================== family hooks (loading)
     @classmethod
     def load_components(cls, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any,
@@ -421,9 +499,10 @@ class VideoPipeline:
         """Checks of the loaded components before a call (raise InputError); the scheduler is the
         one component a user may replace (``pipe.scheduler = ...``), as in diffusers."""
 
-    def encode_text(self, texts: list[str], max_sequence_length: int) -> Any:
+    def encode_text(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None) -> Any:
         """Text embeddings (len(texts), L, D) as the reference's prompt encoding (the text
-        encoder is on the device meanwhile), or a tuple / dict of arrays with the batch first
+        encoder is on the device meanwhile; ``truncation`` goes to the tokenizer, which names
+        the texts it cuts with it), or a tuple / dict of arrays with the batch first
         (e.g. embeddings and their mask (B, L), a pooled embedding (B, D)): every array is repeated
         ``num_videos_per_prompt`` times along the batch, floating ones cast to :attr:`dtype`."""
         raise NotImplementedError
@@ -516,12 +595,54 @@ class VideoPipeline:
         return self.capabilities_of(self.info)
 
     @classmethod
+    def read_scheduler(cls, info: CheckpointInfo) -> Any:
+        """The checkpoint's scheduler built from its config (every setting checked), or None
+        when the checkpoint has no ``scheduler`` component.
+
+        Raises:
+            ConfigError: a scheduler class vidax does not implement or the family does not run
+                (:attr:`scheduler_classes`), or a setting it does not implement (e.g. a
+                ``prediction_type``).
+        """
+        ckpt = info.checkpoint
+        if not ckpt.has("scheduler"):
+            return None
+        config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
+        name = config.get("_class_name")
+        if cls.scheduler_classes is not None and name in {s.class_name for s in registry().components("scheduler")} \
+                and name not in cls.scheduler_classes:
+            raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs "
+                              f"{' or '.join(cls.scheduler_classes)}")
+        return scheduler_from_config(config, source=file)
+
+    @classmethod
+    def check_checkpoint(cls, info: CheckpointInfo, mesh: Any = None) -> None:
+        """The checks of a checkpoint that need no call and no weights: its scheduler
+        (:meth:`read_scheduler`) and, on ``mesh``, that each transformer's attention heads split
+        over ``tensor x sequence``. :meth:`from_pretrained` runs it first; ``vidax generate``
+        runs it with the mesh of ``--dp/--tp/--sp`` before loading.
+
+        Raises:
+            ConfigError: see :meth:`read_scheduler`. InputError: heads that do not split (the
+                message lists the valid ``(tp, sp)``).
+        """
+        from vidax.parallel.mesh import check_heads
+
+        cls.read_scheduler(info)
+        ckpt = info.checkpoint
+        for name in info.transformers:
+            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+            heads = getattr(ckpt.typed_config(name, spec.config_class()), "num_attention_heads", None)
+            if mesh is not None and heads is not None:
+                check_heads(mesh, heads, ckpt.config_file(name))
+
+    @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, *,
                    image: Any = None, height: Any = None, width: Any = None, num_frames: Any = None,
                    num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
                    num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
                    max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
-                   callback: Any = None, **extra: Any) -> Call:
+                   callback: Any = None, cancel: Any = None, **extra: Any) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -530,7 +651,10 @@ class VideoPipeline:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        given = {k for k, v in dict(image=image, guidance_scale_2=guidance_scale_2).items() if v is not None}
+        given = {k for k, v in dict(
+            negative_prompt=negative_prompt, image=image, height=height, width=width, num_frames=num_frames,
+            num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
+            seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
         unknown = sorted(set(extra) - set(cls.extra_call_args)) + sorted(given & set(cls.unsupported_call_args))
         if unknown:
             raise InputError(f"{cls.__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
@@ -567,17 +691,25 @@ class VideoPipeline:
                                                                                       guidance_scale_2)
         max_sequence_length = _positive_int("max_sequence_length", d.max_sequence_length
                                             if max_sequence_length is None else max_sequence_length)
+        limit = cls.text_token_limit(info)
+        if limit is not None and max_sequence_length > limit[0]:
+            raise InputError(f"max_sequence_length={max_sequence_length} is more than this checkpoint's text encoding "
+                             f"takes: the largest valid max_sequence_length is {limit[0]} ({limit[1]})")
         num_videos_per_prompt = _positive_int("num_videos_per_prompt", num_videos_per_prompt)
         if output_type not in ("np", "latent"):
             raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise InputError(f"seed must be an integer or None, got {seed!r}")
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise InputError(f"seed={seed} is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
+                             "keys take 32 bits; a larger or negative seed would repeat one of these)")
         if callback is not None and not callable(callback):
             raise InputError(f"callback must be callable or None, got {type(callback).__name__}")
+        cancel = cancel_check(cancel)
         task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
         if cls.task == "i2v" and image is None:
             raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: image is required "
-                             "(a PIL image or uint8 (H, W, 3) array; --image PATH on the command line)")
+                             "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
         check_task(info.checkpoint.root, task, info.tasks, info.variant)
         if image is not None:
             from vidax.io.image import to_rgb_image
@@ -588,7 +720,7 @@ class VideoPipeline:
             seed = int(np.random.SeedSequence().entropy % 2**31)
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
                     guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
-                    bool(progress), callback, dict(extra))
+                    bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given))
         if latents is not None:
             latents = finite_array("latents", latents)
             shape = tuple(cls.latent_shape(info, call))
@@ -597,6 +729,9 @@ class VideoPipeline:
                                  f"{cls.latents_layout} for these arguments")
             call = dataclasses.replace(call, latents=latents)
         cls.check_family_call(info, call)
+        scheduler = cls.read_scheduler(info)
+        if scheduler is not None:
+            cls.check_schedule(info, scheduler, call)
         return call
 
     @classmethod
@@ -611,9 +746,8 @@ class VideoPipeline:
             return
         batch = call.batch * (2 if call.do_cfg else 1)
         logger.warning(
-            "height=%d, width=%d, num_frames=%d is far beyond this checkpoint's default %dx%d, %d frames "
-            "(%.0fx its tokens): %s", call.height, call.width, call.num_frames, d.height, d.width, d.num_frames,
-            size.tokens / base.tokens,
+            "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s", size_words(call),
+            d.height, d.width, d.num_frames, size.tokens / base.tokens,
             run_size_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
                               call.height, call.width, videos=call.batch))
 
@@ -676,7 +810,7 @@ class VideoPipeline:
                 fits = f"height={h}, width={w} fits at num_frames={call.num_frames}"
                 break
         per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
-        msg = (f"height={call.height}, width={call.width}, num_frames={call.num_frames} (batch {call.batch}"
+        msg = (f"{size_words(call)} (batch {call.batch}"
                f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
                f"{_gib(free)} of {what}: {fits or 'no size fits at these frames'}; or try fewer num_frames, "
                "bfloat16, offloading")
@@ -688,13 +822,20 @@ class VideoPipeline:
     # ================================================================== loading
     @staticmethod
     def load_component(info: CheckpointInfo, name: str, *, dtype: Any = None, mesh: Any = None,
-                       offload: Any = None, staging: Staging | None = None) -> Any:
+                       offload: Any = None, staging: Staging | None = None, defer: bool = False) -> Any:
         """Component ``name`` of the checkpoint, by the class model_index.json gives it, loaded
         through the registry: placed by its logical axes on ``mesh``, in host memory when
         ``staging`` stages it, its blocks streamed when ``offload`` says so.
 
+        With ``defer`` a component with weights is checked against its model from its configs
+        and safetensors headers alone (heads against ``mesh``, file sizes, the 1:1 key plan,
+        shapes, dtypes) and returned as a :class:`~vidax.weights.loader.PendingLoad` whose
+        ``read()`` reads it; a family loads every component's plan this way before reading any
+        (a loader registered without the ``"defer"`` option is only checked when read).
+
         Raises:
             ConfigError: a class vidax does not implement. CheckpointError: missing files/tensors.
+            InputError: the model's heads do not split over ``mesh``.
         """
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
@@ -704,12 +845,15 @@ class VideoPipeline:
         if staging is not None:
             placement = staging.placement(name, placement)
         config = ckpt.typed_config(name, spec.config_class()) if "config" in spec.options else None
-        return spec.load(ckpt.folder(name), dtype=dtype, mesh=mesh, placement=placement, offload=offload,
-                         config=config)
+        options = dict(dtype=dtype, mesh=mesh, placement=placement, offload=offload, config=config)
+        if defer and "defer" not in spec.options:
+            return PendingLoad(lambda: spec.load(ckpt.folder(name), **options))
+        return spec.load(ckpt.folder(name), defer=defer or None, **options)
 
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
-                        stats: RunStats | None = None, offload_experts: bool = True, **options: Any):
+                        stats: RunStats | None = None, offload_experts: bool = True, progress: bool = True,
+                        **options: Any):
         """Load every component of a diffusers-layout folder.
 
         Args:
@@ -722,6 +866,7 @@ class VideoPipeline:
                 (``docs/offloading.md``).
             stats: receives the load time.
             offload_experts: with two experts, keep the one not in use in host memory.
+            progress: show a status line on stderr while the weights load.
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -740,11 +885,13 @@ class VideoPipeline:
         dtype = parse_dtype(dtype)
         check_backend()
         mesh = resolve_mesh(mesh)
+        cls.check_checkpoint(info, mesh)
         offload = resolve_offload(offload)
         staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
                                    options.get("text_encoder_dtype", dtype))
-        modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
-                                      offload_experts=offload_experts, **options)
+        with status(f"loading {checkpoint.root}", progress):
+            modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
+                                          offload_experts=offload_experts, **options)
         staging.attach(**{n: modules.get(n) for n in cls.stageable})
         load_s = time.perf_counter() - t0
         if stats is not None:
@@ -773,10 +920,16 @@ class VideoPipeline:
         Shared keywords: ``image`` (PIL image or uint8 (H, W, 3), image-to-video checkpoints),
         ``height``, ``width`` (pixels), ``num_frames``, ``num_inference_steps``,
         ``guidance_scale`` (> 1 enables CFG, cond and uncond as one batch), ``guidance_scale_2``
-        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (``jax.random``; replaces
-        torch's generator), ``latents`` (initial noise, float32, diffusers layout),
-        ``max_sequence_length`` (text tokens), ``output_type`` (``"np"`` or ``"latent"``),
-        ``progress``, ``callback(step_index, num_inference_steps)``. Defaults: :attr:`defaults`.
+        (two-expert checkpoints), ``num_videos_per_prompt``, ``seed`` (an integer in [0,
+        :data:`MAX_SEED`] for ``jax.random``; replaces torch's generator; None, the default, draws
+        one at random, as diffusers without a generator: the seed used is ``out.stats.seed`` and in
+        ``out.stats.summary()``, so a run can be repeated), ``latents`` (initial noise, float32,
+        diffusers layout), ``max_sequence_length`` (text tokens, at most
+        :meth:`text_token_limit`), ``output_type`` (``"np"`` or ``"latent"``), ``progress``
+        (progress bars and status lines on stderr), ``callback(step_index, num_inference_steps)``,
+        ``cancel`` (a ``threading.Event``, or a zero-argument callable returning True to stop;
+        asked after the prompt encoding, before every denoising step and before every VAE decode
+        chunk: a server cancels a running call from another thread). Defaults: :attr:`defaults`.
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
@@ -786,6 +939,7 @@ class VideoPipeline:
             InputError: an invalid argument (checked before any work).
             NumericalError: the latents or the video went NaN/Inf (the message names the denoising
                 step or the VAE decode chunk).
+            Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         return self.generate(call)
@@ -813,18 +967,22 @@ class VideoPipeline:
             estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
             free, where = available_memory()
             raise OutOfMemoryError(
-                f"ran out of memory during the {phase[0]} at height={call.height}, width={call.width}, "
-                f"num_frames={call.num_frames} ({what}); {estimate}, {where} now {_gib(free)}; try a smaller "
+                f"ran out of memory during the {phase[0]} at {size_words(call)} ({what}); {estimate}, {where} "
+                f"now {_gib(free)}; try a smaller "
                 "size or fewer num_frames, bfloat16, or offloading"
             ) from None
 
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
-        stats = RunStats(load_s=self._pending_load_s)  # reported by the first call that completes
-        with stats.timed("text_encode_s"):
+        t0 = time.perf_counter()
+        # The load is reported by the first call that completes.
+        stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given)
+        with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
             embeds = self.encode_call(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
         stats.sample_memory()
+        if call.cancel is not None and call.cancel():
+            raise Cancelled("after encoding the prompt")
         cond = self.condition(call, stats)
         noise = (jnp.asarray(call.latents) if call.latents is not None else
                  jax.random.normal(jax.random.PRNGKey(call.seed), self.latent_shape(self.info, call), jnp.float32))
@@ -832,7 +990,7 @@ class VideoPipeline:
         state = self.set_timesteps(call, x)
         phase[0] = "denoising loop"
         x, state = self.denoise(call, x, state, embeds, cond, stats)
-        check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x)
+        check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, self.dtype)
         x = self.final_latents(call, x, cond)
         if call.output_type == "latent":
             frames = self.latents_output(x)
@@ -841,6 +999,7 @@ class VideoPipeline:
             frames = self.decode(call, x, stats)
         stats.sample_memory()
         self._pending_load_s = 0.0
+        stats.call_s = time.perf_counter() - t0
         return VideoPipelineOutput(frames=frames, stats=stats)
 
     def _repeat_embeds(self, e: jax.Array, n: int) -> jax.Array:
@@ -872,7 +1031,8 @@ class VideoPipeline:
         step = self.step_fn(call.do_cfg, expert)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         return run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
-                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total)
+                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
+                                  cancel=call.cancel)
 
     def step_key(self) -> Any:
         """What else a compiled step depends on (e.g. the scheduler's class)."""
@@ -909,17 +1069,32 @@ class VideoPipeline:
 
     def decode(self, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
         """Frames float32 (B, F, H, W, 3) in [0, 1] through the VAE contract: its own latent
-        de-normalisation, then its chunks decoded one by one (each moved to the host as it ends)."""
+        de-normalisation, then its chunks decoded one by one (each moved to the host as it ends);
+        ``call.cancel`` is asked before each chunk.
+
+        Raises:
+            NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
+        """
         with stats.timed("decode_s"):
             z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
             chunks = []
             n = self.vae.decode_chunks(z)
+            vae_params = nnx.state(self.vae, nnx.Param)
             with self.staging.on_device("vae"):
-                for chunk in tqdm(self.vae.iter_decode(z, **self.decode_kwargs(call)), total=n,
-                                  desc="vae decode", disable=not call.progress, unit="chunk"):
-                    chunks.append(np.asarray(chunk))
-                    check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1])
-                    stats.sample_memory()
+                decoded = iter(self.vae.iter_decode(z, **self.decode_kwargs(call)))
+                with tqdm(total=n, desc="vae decode", disable=not call.progress, unit="chunk") as bar:
+                    while True:
+                        if call.cancel is not None and len(chunks) < n and call.cancel():
+                            steps = f"all {call.num_inference_steps} denoising steps done"
+                            raise Cancelled(f"after VAE decode chunk {len(chunks)} of {n} ({steps})" if chunks
+                                            else f"before the VAE decode ({steps})")
+                        chunk = next(decoded, None)
+                        if chunk is None:
+                            break
+                        chunks.append(np.asarray(chunk))
+                        check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1], vae_params)
+                        stats.sample_memory()
+                        bar.update()
             video = np.concatenate(chunks, axis=1)
             return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
 
@@ -927,12 +1102,14 @@ class VideoPipeline:
         """The call's text embeddings before the per-video repeat: :meth:`encode_prompt` of
         :func:`prompt_texts`; a family whose prompt encoding also reads the call (an image
         spliced into the text encoder's sequence) overrides it."""
-        return self.encode_prompt(prompt_texts(call), call.max_sequence_length)
+        return self.encode_prompt(prompt_texts(call), call.max_sequence_length, text_truncation(call))
 
-    def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int) -> jax.Array:
+    def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int,
+                      truncation: Truncation | None = None) -> jax.Array:
         """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's
-        :meth:`encode_text`), a staged text encoder placed on the device for the call only."""
-        return self.encode_with("text_encoder", self.encode_text, list(prompts), max_sequence_length)
+        :meth:`encode_text`), a staged text encoder placed on the device for the call only;
+        ``truncation``: how a too-long prompt is named in the warning (:func:`text_truncation`)."""
+        return self.encode_with("text_encoder", self.encode_text, list(prompts), max_sequence_length, truncation)
 
     def encode_with(self, name: str, fn: Callable, *args: Any) -> Any:
         """``fn(*args)`` with component ``name`` on the device (staged components are placed for
@@ -941,6 +1118,23 @@ class VideoPipeline:
             out = fn(*args)
             jax.block_until_ready(out)
         return out
+
+
+def cancel_check(cancel: Any) -> Callable[[], bool] | None:
+    """The zero-argument check of a call's ``cancel`` keyword: a ``threading.Event`` (anything
+    with ``is_set()``) or a callable returning True to stop; None stays None.
+
+    Raises:
+        InputError: anything else.
+    """
+    if cancel is None:
+        return None
+    if callable(getattr(cancel, "is_set", None)):
+        return cancel.is_set
+    if callable(cancel):
+        return cancel
+    raise InputError(f"cancel must be a threading.Event, a callable returning True to stop, or None, "
+                     f"got {type(cancel).__name__}")
 
 
 def cfg_pair(do_cfg: bool, *xs: Any) -> tuple:
@@ -955,10 +1149,31 @@ def prompt_texts(call: Call) -> list[str]:
     return call.prompts + (call.negatives if call.do_cfg else [])
 
 
+def text_truncation(call: Call, offset: int = 0) -> Truncation:
+    """How the tokenizer's truncation warning names each of :func:`prompt_texts` and the limit:
+    ``prompt`` (``prompt[i]`` for a list), ``negative_prompt`` (``[i]`` where they differ), or the
+    pipeline's default negative prompt when the caller gave none; ``max_sequence_length=L`` when
+    the caller gave it, else that L is the checkpoint's default. ``offset``: template tokens
+    before each text (:class:`~vidax.encoders.tokenizer.Truncation`)."""
+    def names(name: str, texts: list[str]) -> list[str]:
+        return [name] * len(texts) if len(set(texts)) == 1 else [f"{name}[{i}]" for i in range(len(texts))]
+
+    labels = names("prompt", call.prompts)
+    if call.do_cfg:
+        labels += (names("negative_prompt", call.negatives) if "negative_prompt" in call.given
+                   else ["the pipeline's default negative prompt text"] * len(call.negatives))
+    n = call.max_sequence_length
+    limit = (f"max_sequence_length={n}" if "max_sequence_length" in call.given else
+             f"{n} tokens, this checkpoint's default (max_sequence_length= sets another length)")
+    return Truncation(labels, limit, offset)
+
+
 def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 __all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
-                          "ModelSize", "MemoryEstimate", "run_size_estimate", "run_memory_estimate",
-                          "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "finite_array", "check_finite")
+                          "ModelSize", "MemoryEstimate", "run_size_estimate", "run_memory_estimate", "MAX_SEED",
+                          "tokenizer_token_limit", "text_encoder_positions",
+                          "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "text_truncation", "finite_array",
+                          "check_finite")

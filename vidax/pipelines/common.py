@@ -1,14 +1,17 @@
-"""Pieces every pipeline shares: task names, prompt cleaning, dtype parsing, the output."""
+"""Pieces every pipeline shares: task names, prompt cleaning, dtype parsing, the output, the
+status lines of the silent phases."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import logging
 import re
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from vidax.errors import InputError
 from vidax.stats import RunStats
@@ -39,11 +42,11 @@ def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v
         raise InputError(f"task={task!r} is not valid; use one of {sorted(TASK_NAMES)}")
     if task not in supported:
         if task == "v2v":
-            hint = "it takes no video (drop --video / video=)"
+            hint = "it takes no video (drop video=)"
         elif tuple(supported) == ("i2v",):
-            hint = "it needs an image (--image PATH, or image= in the API)"
+            hint = "it needs an image (give image=)"
         else:
-            hint = "it takes no image (drop --image / image=)" + t2v_hint
+            hint = "it takes no image (drop image=)" + t2v_hint
         raise InputError(f"checkpoint {root} is {variant}; it does not do {TASK_NAMES[task]}: {hint}")
 
 
@@ -55,6 +58,19 @@ def prompt_clean(text: str) -> str:
     """
     text = html.unescape(html.unescape(text)).strip()
     return re.sub(r"\s+", " ", text).strip()
+
+
+@contextlib.contextmanager
+def status(text: str, enabled: bool = True) -> Iterator[None]:
+    """A status line on stderr (a tqdm line, so it does not break progress bars) for a phase that
+    has no progress bar of its own (loading the weights, encoding the prompt): ``text`` and the
+    seconds it has taken, shown from the start of the ``with`` block, its time when it ends.
+    Nothing when ``enabled`` is false."""
+    line = tqdm(total=None, desc=text, bar_format="{desc}: {elapsed}", disable=not enabled)
+    try:
+        yield
+    finally:
+        line.close()
 
 
 @dataclasses.dataclass

@@ -42,7 +42,8 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", tas
             tuple whose product is the device count); None: one device.
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
-            ``offload_experts=`` and the family's options (e.g. ``vae_dtype=``).
+            ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;
+            default True) and the family's options (e.g. ``vae_dtype=``).
 
     Raises:
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a

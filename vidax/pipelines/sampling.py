@@ -13,9 +13,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
-from vidax.errors import InputError, NumericalError
+from vidax.errors import Cancelled, InputError, NumericalError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
 from vidax.stats import RunStats
@@ -35,6 +36,7 @@ def run_denoising_loop(
     arg_axes: tuple | None = None,
     first_step: int = 0,
     total_steps: int | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -57,29 +59,38 @@ def run_denoising_loop(
     named ``first_step + i + 1`` of ``total_steps`` (default: ``num_inference_steps``), so a
     call split over experts names the step of the whole call.
 
+    ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
+    step, after every chunk of blocks is dispatched; True stops the loop there.
+
     Raises:
         NumericalError: a step's latents hold NaN/Inf (e.g. a bfloat16 overflow in the
             transformer); the loop stops there.
+        Cancelled: ``cancel()`` returned True (``done`` names the last step completed).
     """
     total_steps = num_inference_steps if total_steps is None else total_steps
+    check_cancel(cancel, first_step, total_steps)
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
-    with stats.timed("compile_s"):
-        compiled = step.lower(params, latents, state, *args).compile()
-    bar = tqdm(total=num_inference_steps, desc="denoising", disable=not progress, unit="step")
+    # The bar shows from before the compile, which can take a while with nothing else on screen.
+    bar = tqdm(total=num_inference_steps, desc="denoising (compiling the step)", disable=not progress, unit="step")
     try:
+        with stats.timed("compile_s"):
+            compiled = step.lower(params, latents, state, *args).compile()
+        bar.set_description("denoising", refresh=False)
+        bar.reset()  # the rate and the time left count the steps only
         for i in range(num_inference_steps):
+            check_cancel(cancel, first_step + i, total_steps)
             t0 = time.perf_counter()
             if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
-                compiled.on_chunk = stats.sample_memory if i == 0 else None
+                compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i,
+                                              total_steps)
             latents, state = compiled(params, latents, state, *args)
             latents.block_until_ready()
             stats.step_s.append(time.perf_counter() - t0)
             if not bool(all_finite(latents)):
                 raise NumericalError(
                     f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
-                    "update) produced NaN/Inf latents; stopped there, nothing was written (try float32 instead of "
-                    "bfloat16, or other settings)")
+                    f"update) produced NaN/Inf latents; stopped there, nothing was written {nonfinite_advice(params)}")
             if i == 0:
                 stats.sample_memory()
             bar.update()
@@ -90,6 +101,47 @@ def run_denoising_loop(
     if mesh is not None:
         latents = to_local(latents)
     return latents, state
+
+
+def check_cancel(cancel: Callable[[], bool] | None, done: int, total: int) -> None:
+    """Raise :class:`~vidax.errors.Cancelled` when ``cancel()`` says so, ``done`` of ``total``
+    denoising steps completed."""
+    if cancel is not None and cancel():
+        raise Cancelled(f"after denoising step {done} of {total}" if done else
+                        f"before denoising step 1 of {total}")
+
+
+def _on_chunk(sample: Callable[[], None] | None, cancel: Callable[[], bool] | None, done: int,
+              total: int) -> Callable[[], None] | None:
+    """The hook a streamed step runs after each chunk: memory sampling, the cancel check."""
+    if cancel is None:
+        return sample
+
+    def hook() -> None:
+        if sample is not None:
+            sample()
+        check_cancel(cancel, done, total)
+
+    return hook
+
+
+def nonfinite_advice(params: Any) -> str:
+    """What to try when a run went NaN/Inf, from the dtype its weights ran in (``params``: a
+    pytree of them, or that dtype; None: unknown): in bfloat16, float32; in float32 precision is
+    not the cause, so the weights and inputs are. A parenthesised clause for the end of a
+    :class:`NumericalError` message."""
+    if params is None:
+        return "(try other settings, or dtype=float32 if it ran in bfloat16)"
+    if isinstance(params, (str, type, np.dtype)):
+        dtypes = {jnp.dtype(params)}
+    else:
+        dtypes = {jnp.dtype(x.dtype) for x in jax.tree.leaves(params)
+                  if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)}
+    if jnp.dtype(jnp.bfloat16) in dtypes:
+        return "(it ran in bfloat16: try dtype=float32, or other settings)"
+    names = ", ".join(sorted(d.name for d in dtypes)) or "float32"
+    return (f"(it ran in {names}, so not for lack of precision: check the checkpoint's weights and the inputs "
+            "(latents, image) for NaN/Inf, or try other settings)")
 
 
 @jax.jit

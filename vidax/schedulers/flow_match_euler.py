@@ -161,6 +161,43 @@ class FlowMatchEulerDiscreteScheduler:
             image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift
         )
 
+    def largest_seq_len(self, num_inference_steps: int, sigmas: Any = None) -> int | None:
+        """The largest ``image_seq_len`` whose dynamic shift (:meth:`calculate_shift`, which
+        diffusers extends past ``max_image_seq_len`` without a clamp) still gives a valid
+        schedule of ``num_inference_steps`` (unshifted ``sigmas``, as :meth:`set_timesteps`
+        takes them): past it ``mu`` pushes every float32 sigma to 1.0 (then ``shift_terminal``
+        cannot stretch the schedule) or ``e^mu`` overflows, and nothing would be denoised.
+
+        Returns:
+            The token count (0 when even one token is too many), or None where the token count
+            sets no limit: no dynamic shifting, a shift that does not grow with it, or none
+            below 2**40 tokens.
+        """
+        c = self.config
+        if not c.use_dynamic_shifting or c.base_shift is None or c.max_shift is None \
+                or (c.max_shift - c.base_shift) * (c.max_image_seq_len - c.base_image_seq_len) <= 0:
+            return None
+
+        def valid(seq_len: int) -> bool:
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32 is what is searched for
+                    self.set_timesteps(num_inference_steps, sigmas=sigmas, mu=self.calculate_shift(seq_len))
+            except InputError:
+                return False
+            return True
+
+        if not valid(1):
+            return 0
+        lo, hi = 1, max(2, int(c.max_image_seq_len))
+        while valid(hi):  # the shift line rises with the token count: find an invalid one
+            if hi >= 2**40:
+                return None
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:  # valid(lo), not valid(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if valid(mid) else (lo, mid)
+        return lo
+
     def set_timesteps(
         self,
         num_inference_steps: int | None = None,

@@ -25,6 +25,10 @@ first few missing, unexpected and mis-shaped keys with the file each came from.
 Tensors are then read one at a time from the memory-mapped files, cast on the host by the
 :class:`DtypePolicy`, and placed on their device (a stacked parameter is filled layer by layer
 into a donated device buffer), so host memory never holds the checkpoint twice.
+
+Checking and reading can be split: ``load_module(..., defer=True)`` checks the plan and returns
+a :class:`PendingLoad` whose :meth:`~PendingLoad.read` reads the tensors later, so a pipeline
+checks every component's plan before it reads the first tensor of any.
 """
 
 from __future__ import annotations
@@ -180,6 +184,31 @@ def _stack_axes(abstract: dict[Path, Any], rules: KeyRules) -> dict[Path, int]:
     return out
 
 
+class PendingLoad:
+    """A component whose checkpoint was checked against its model from the safetensors headers
+    alone (file sizes, every tensor used exactly once, shapes, dtypes) and whose tensors are not
+    read yet: :meth:`read` reads and places them (once).
+
+    Args:
+        read: ``() -> module``: reads the tensors.
+    """
+
+    def __init__(self, read: Callable[[], Any]):
+        self._read = read
+
+    def read(self) -> Any:
+        """The loaded module (reads every tensor of the plan).
+
+        Raises:
+            CheckpointError: a file changed or became unreadable since the plan was checked.
+        """
+        return self._read()
+
+    def then(self, fn: Callable[[Any], Any]) -> "PendingLoad":
+        """A PendingLoad whose :meth:`read` returns ``fn(self.read())``."""
+        return PendingLoad(lambda: fn(self.read()))
+
+
 def load_module(
     make: Callable[[], nnx.Module],
     source: str | CheckpointReader,
@@ -188,7 +217,8 @@ def load_module(
     placement: Placement | None = None,
     what: str = "model",
     place_stacked: StackedPlacement | None = None,
-) -> nnx.Module:
+    defer: bool = False,
+) -> nnx.Module | PendingLoad:
     """Build the module ``make()`` and fill every parameter from a safetensors checkpoint.
 
     Args:
@@ -202,9 +232,12 @@ def load_module(
             memory, :mod:`vidax.parallel.offload`): called with the parameter's path, storage
             ``ShapeDtypeStruct``, ``placement`` sharding and a ``read_layer(i)`` function; its
             non-None result becomes the parameter's value.
+        defer: check the plan now (from the headers and the abstract module; no tensor is
+            read) and return a :class:`PendingLoad` that reads the tensors when asked.
 
     Returns:
-        The module with concrete parameters on their devices.
+        The module with concrete parameters on their devices (a :class:`PendingLoad` of it with
+        ``defer``).
 
     Raises:
         CheckpointError: missing, unexpected or mis-shaped tensors (all checked before reading),
@@ -267,7 +300,13 @@ def load_module(
 
     if missing or unexpected or misshaped or duplicated:
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
+    read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
+                                            place_stacked))
+    return read if defer else read.read()
 
+
+def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked) -> nnx.Module:
+    """Read and place every tensor of a checked plan (see :func:`load_module`)."""
     if placement is None:
         device = jax.local_devices()[0]  # this process's first device (multi-host safe)
         placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731

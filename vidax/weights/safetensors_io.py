@@ -57,7 +57,8 @@ def _read_header(path: str) -> tuple[dict, int]:
 
     Raises:
         CheckpointError: the file is missing, shorter than its 8-byte length prefix or than the
-            header that prefix announces (a truncated file), or the header is not a JSON object.
+            header that prefix announces (a truncated file), or the header is not UTF-8 JSON text
+            holding an object (one line naming the file and what is wrong, never a codec error).
     """
     try:
         with open(path, "rb") as f:
@@ -65,23 +66,33 @@ def _read_header(path: str) -> tuple[dict, int]:
             if len(raw) != 8:
                 raise CheckpointError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
             (n,) = struct.unpack("<Q", raw)
-            if n > 100 * 2**20:
-                raise CheckpointError(f"{path}: header length {n} is implausible; not safetensors?")
+            if n > 100 * 2**20 or n < 2:
+                raise CheckpointError(
+                    f"{path} is not a safetensors file: its first 8 bytes give a header length of {n} bytes "
+                    f"(a safetensors header is a JSON object of 2 bytes to 100 MiB; the file is "
+                    f"{os.path.getsize(path)} bytes)")
             text = f.read(n)
         if len(text) < n:
             raise CheckpointError(
                 f"{path}: safetensors header is truncated: the file is {8 + len(text)} bytes, but its "
                 f"header alone should end at byte {8 + n}; {_PARTLY_WRITTEN}"
             )
-        header = json.loads(text)
+        header = json.loads(text.decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file not found: {path}") from None
     except OSError as e:
         raise CheckpointError(f"{path} cannot be read: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: invalid safetensors header ({e})") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(
+            f"{path} is not a safetensors file (or is damaged): its {n}-byte header is not UTF-8 JSON text "
+            f"(byte 0x{e.object[e.start]:02x} at offset {8 + e.start})") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(
+            f"{path} is not a safetensors file (or is damaged): its {n}-byte header is not valid JSON "
+            f"({e.msg} at offset {8 + e.pos})") from None
     if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: invalid safetensors header (a JSON {type(header).__name__}, not an object)")
+        raise CheckpointError(f"{path} is not a safetensors file (or is damaged): its header is a JSON "
+                              f"{type(header).__name__}, not an object of tensors")
     return header, 8 + n
 
 

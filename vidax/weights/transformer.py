@@ -11,7 +11,7 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.parallel.offload import offload_loader
 from vidax.parallel.placement import ParamAxes, logical_placement
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
+from vidax.weights.loader import DtypePolicy, KeyRules, PendingLoad, Placement, load_module
 
 
 def load_transformer_model(
@@ -27,14 +27,17 @@ def load_transformer_model(
     mesh: Any = None,
     offload: Any = None,
     what: str = "transformer",
+    defer: bool = False,
     **model_kwargs: Any,
-) -> nnx.Module:
+) -> nnx.Module | PendingLoad:
     """``model_cls(config, dtype=dtype, param_dtype=dtype, mesh=mesh, **model_kwargs)`` filled
     from the safetensors of ``path``.
 
     Its parameters are placed by ``placement``, else by ``param_axes`` on ``mesh`` (first device
     without one); with an ``offload`` that streams blocks every stack of ``model_cls.block_stacks``
     goes from the files straight into host-memory chunks (:mod:`vidax.parallel.offload`).
+    With ``defer`` the plan is checked (building the model abstractly, which checks its heads
+    against ``mesh``) and a :class:`~vidax.weights.loader.PendingLoad` of the model returned.
 
     Raises:
         InputError: ``dtype`` is not a floating dtype (named with ``what``).
@@ -51,6 +54,8 @@ def load_transformer_model(
         return model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), mesh=mesh, **model_kwargs)
 
     stream = offload_loader(offload, attr=model_cls.block_stacks)
-    module = load_module(make, os.fspath(path), rules, policy(dtype), placement or logical_placement(mesh, param_axes),
-                         what="transformer", place_stacked=stream)
-    return module if stream is None else stream.attach(module)
+    pending = load_module(make, os.fspath(path), rules, policy(dtype), placement or logical_placement(mesh, param_axes),
+                          what="transformer", place_stacked=stream, defer=True)
+    if stream is not None:
+        pending = pending.then(stream.attach)
+    return pending if defer else pending.read()

@@ -19,7 +19,7 @@ FAMILY = Family(
     components=(
         ComponentSpec("CogVideoXTransformer3DModel", "transformer",
                       loader="vidax.models.cogvideox.convert:load_transformer",
-                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      options=("dtype", "mesh", "placement", "offload", "config", "defer"),
                       config="vidax.models.cogvideox.config:CogVideoXTransformerConfig",
                       model="vidax.models.cogvideox.transformer:CogVideoXTransformer3DModel",
                       param_axes="vidax.models.cogvideox.convert:TRANSFORMER_PARAM_AXES",
@@ -29,7 +29,7 @@ FAMILY = Family(
                                    "sample_width", "sample_frames", "max_text_seq_length"),
                       block_stacks=("transformer_blocks",)),
         ComponentSpec("AutoencoderKLCogVideoX", "vae", loader="vidax.models.cogvideox.convert:load_vae",
-                      options=("dtype", "placement", "config"), config="vidax.models.cogvideox.config:CogVideoXVAEConfig",
+                      options=("dtype", "placement", "config", "defer"), config="vidax.models.cogvideox.config:CogVideoXVAEConfig",
                       model="vidax.models.cogvideox.vae:CogVideoXVAE",
                       key_configs=("latent_channels", "block_out_channels", "layers_per_block",
                                    "temporal_compression_ratio", "scaling_factor")),

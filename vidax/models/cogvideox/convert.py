@@ -80,6 +80,7 @@ def load_transformer(
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
     config: CogVideoXTransformerConfig | None = None,
+    defer: bool = False,
 ) -> CogVideoXTransformer3DModel:
     """Load a diffusers ``CogVideoXTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -98,6 +99,8 @@ def load_transformer(
             :class:`vidax.parallel.offload.ChunkedStep`).
         config: the parsed ``config.json`` when the caller has read it already (the pipelines
             pass the checkpoint's, read once); None: read from ``path``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         ConfigError: ``config.json`` missing or asking for something not implemented.
@@ -109,7 +112,7 @@ def load_transformer(
     return load_transformer_model(
         CogVideoXTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy, TRANSFORMER_PARAM_AXES,
         dtype=dtype, placement=placement, mesh=mesh, offload=offload, what="CogVideoX transformer",
-        residual_dtype=residual_dtype, attention=attention,
+        residual_dtype=residual_dtype, attention=attention, defer=defer,
     )
 
 
@@ -137,7 +140,7 @@ def build_vae(config: CogVideoXVAEConfig, dtype: Any = _F32, seed: int = 0) -> C
 
 
 def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-             config: CogVideoXVAEConfig | None = None) -> CogVideoXVAE:
+             config: CogVideoXVAEConfig | None = None, defer: bool = False) -> CogVideoXVAE:
     """Load a diffusers ``AutoencoderKLCogVideoX`` folder (``config.json`` + safetensors).
 
     Args:
@@ -145,6 +148,8 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
         dtype: compute and parameter dtype, ``float32`` (default) or ``bfloat16`` (group-norm
             parameters stay float32, see :func:`vae_policy`); a jnp dtype or its name.
         placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         InputError: unsupported ``dtype``.
@@ -160,5 +165,5 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
         VAE_KEY_RULES,
         vae_policy(d),
         placement,
-        what="vae",
+        what="vae", defer=defer,
     )

@@ -16,6 +16,7 @@ what the reference returns.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Any, Sequence
@@ -31,8 +32,8 @@ from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import decoded_frames
-from vidax.parallel.mesh import check_heads
-from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array
+from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
+                                  tokenizer_token_limit)
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
@@ -111,6 +112,14 @@ class CogVideoXPipeline(VideoPipeline):
                          num_layers=cfg.num_layers)
 
     @classmethod
+    def text_token_limit(cls, info: CogVideoXInfo) -> tuple[int, str]:
+        """T5 has no position table: the tokenizer's ``model_max_length`` (226 in the
+        releases), else the transformer's ``max_text_seq_length``."""
+        cfg = info.transformer_config
+        return tokenizer_token_limit(info, cfg.max_text_seq_length, f"max_text_seq_length={cfg.max_text_seq_length} in "
+                                     f"{info.checkpoint.config_file('transformer')}; T5 has no position table")
+
+    @classmethod
     def check_family_call(cls, info: CogVideoXInfo, call) -> None:
         cfg, s = info.transformer_config, info.vae_config.spatial_compression
         if call.num_videos_per_prompt != 1:
@@ -169,19 +178,19 @@ class CogVideoXPipeline(VideoPipeline):
     def load_components(cls, info: CogVideoXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
                         text_encoder_dtype: Any = "float32", vae_dtype: Any = "float32") -> dict[str, Any]:
         """Tokenizer, T5 (``text_encoder_dtype``: float32 by default, because the reference
-        attends the padded positions, where a bf16 T5 drifts), transformer, VAE, scheduler."""
+        attends the padded positions, where a bf16 T5 drifts), transformer, VAE, scheduler;
+        every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        check_heads(mesh, info.transformer_config.num_attention_heads, info.checkpoint.config_file("transformer"))
-        load = cls.load_component
-        return dict(
-            tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
-            text_encoder=load(info, "text_encoder", dtype=parse_dtype(text_encoder_dtype), mesh=mesh,
-                              staging=staging),
-            transformer=load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload),
-            vae=load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging),
-            scheduler=load(info, "scheduler"),
+        load = functools.partial(cls.load_component, info, defer=True)
+        plans = dict(
+            text_encoder=load("text_encoder", dtype=parse_dtype(text_encoder_dtype), mesh=mesh, staging=staging),
+            transformer=load("transformer", dtype=dtype, mesh=mesh, offload=offload),
+            vae=load("vae", dtype=parse_dtype(vae_dtype), staging=staging),
         )
+        modules = dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
+                       scheduler=cls.load_component(info, "scheduler"))
+        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ call hooks
     def check_components(self) -> None:
@@ -189,10 +198,10 @@ class CogVideoXPipeline(VideoPipeline):
             raise InputError(f"pipe.scheduler is a {type(self.scheduler).__name__}; the CogVideoX pipelines run "
                              "CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
 
-    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """T5 states (B, L, D), L = max_sequence_length, as ``_get_t5_prompt_embeds``: the prompts
         as given, padded to L, encoded without an attention mask, nothing zeroed."""
-        tokens = self.tokenizer(list(texts), max_sequence_length)
+        tokens = self.tokenizer(list(texts), max_sequence_length, truncation=truncation)
         return encode_tokens(self.text_encoder, tokens, attend_padding=True)
 
     def condition(self, call, stats) -> dict:

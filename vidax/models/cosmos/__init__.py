@@ -15,7 +15,7 @@ FAMILY = Family(
     components=(
         ComponentSpec("CosmosTransformer3DModel", "transformer",
                       loader="vidax.models.cosmos.convert:load_transformer",
-                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      options=("dtype", "mesh", "placement", "offload", "config", "defer"),
                       config="vidax.models.cosmos.config:CosmosTransformerConfig",
                       model="vidax.models.cosmos.transformer:CosmosTransformer3DModel",
                       param_axes="vidax.models.cosmos.convert:TRANSFORMER_PARAM_AXES",

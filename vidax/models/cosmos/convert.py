@@ -61,6 +61,7 @@ def load_transformer(
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
     config: CosmosTransformerConfig | None = None,
+    defer: bool = False,
 ) -> CosmosTransformer3DModel:
     """Load a diffusers ``CosmosTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -77,6 +78,8 @@ def load_transformer(
             when it streams blocks, ``transformer_blocks`` goes from the files into host memory.
         config: the parsed ``config.json`` when the caller has read it already; None: read from
             ``path``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The model with its parameters placed.
@@ -91,5 +94,5 @@ def load_transformer(
     return load_transformer_model(
         CosmosTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy,
         TRANSFORMER_PARAM_AXES, dtype=dtype, placement=placement, mesh=mesh, offload=offload,
-        what="Cosmos transformer", residual_dtype=residual_dtype, attention=attention,
+        what="Cosmos transformer", residual_dtype=residual_dtype, attention=attention, defer=defer,
     )

@@ -38,6 +38,8 @@ one. Complying with the license is up to the user.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -50,7 +52,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import InputError
 from vidax.io.image import nearest_resize, to_rgb_image, vae_image_preprocess
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
-from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, text_encoder_positions
 from vidax.pipelines.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
@@ -153,6 +155,7 @@ class CosmosPredictPipeline(VideoPipeline):
 
     extra_call_args = ("video", "num_latent_conditional_frames", "conditional_frame_timestep")
     unsupported_call_args = ("guidance_scale_2",)
+    scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
     guidance_dtype = jnp.float32  # the reference guides the fp32 sum gt_velocity + prediction
     latents_layout = "(batch, z_dim, latent frames, height / vae_scale, width / vae_scale)"
 
@@ -165,9 +168,10 @@ class CosmosPredictPipeline(VideoPipeline):
     def check_call(cls, info: CosmosInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """As :meth:`VideoPipeline.check_call`; ``negative_prompt=None`` is the reference's
         :data:`DEFAULT_NEGATIVE_PROMPT` (``""`` is an empty negative prompt, as there)."""
-        if negative_prompt is None:
-            negative_prompt = DEFAULT_NEGATIVE_PROMPT
-        return super().check_call(info, prompt, negative_prompt, **kwargs)
+        if negative_prompt is not None:
+            return super().check_call(info, prompt, negative_prompt, **kwargs)
+        call = super().check_call(info, prompt, DEFAULT_NEGATIVE_PROMPT, **kwargs)
+        return dataclasses.replace(call, given=call.given - {"negative_prompt"})
 
     @classmethod
     def resolve_num_frames(cls, info: CosmosInfo, num_frames: int) -> int:
@@ -213,6 +217,13 @@ class CosmosPredictPipeline(VideoPipeline):
         return 4 * (call.extra.get("num_latent_conditional_frames", 2) - 1) + 1
 
     @classmethod
+    def text_token_limit(cls, info: CosmosInfo) -> tuple[int, str] | None:
+        """The Qwen2.5-VL text tower's ``max_position_embeddings`` (the chat-formatted prompt is
+        padded / truncated to ``max_sequence_length`` tokens in all)."""
+        n = text_encoder_positions(info)
+        return None if n is None else (n, f"max_position_embeddings={n} in {info.checkpoint.config_file('text_encoder')}")
+
+    @classmethod
     def check_family_call(cls, info: CosmosInfo, call) -> None:
         extra = call.extra
         video = extra.get("video")
@@ -246,25 +257,26 @@ class CosmosPredictPipeline(VideoPipeline):
     def load_components(cls, info: CosmosInfo, *, dtype, mesh, offload, staging, offload_experts=True,
                         vae_dtype: Any = "float32") -> dict[str, Any]:
         """Tokenizer (with its chat template), the Qwen2.5-VL text tower, the transformer, the
-        Wan VAE (``vae_dtype``, float32 by default) and the scheduler."""
+        Wan VAE (``vae_dtype``, float32 by default) and the scheduler; every checkpoint checked
+        against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        load = cls.load_component
-        return {
-            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-            "text_encoder": load(info, "text_encoder", dtype=dtype, mesh=mesh, staging=staging),
-            "transformer": load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload),
-            "vae": load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging),
-            "scheduler": load(info, "scheduler"),
-        }
+        load = functools.partial(cls.load_component, info, defer=True)
+        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging),
+                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
+                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
+        modules = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+                   "scheduler": cls.load_component(info, "scheduler")}
+        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ call hooks
-    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """``(B, L, n D)`` float32: the chat-formatted prompts through the text tower without a
         mask, every layer standardised (:func:`normalized_layers`), as ``_get_prompt_embeds``."""
         tokens = self.tokenizer.apply_chat_template(
             [prompt_conversation(t) for t in texts], max_sequence_length,
-            padding_side=self.tokenizer.padding_side, add_generation_prompt=False, add_vision_id=False)
+            padding_side=self.tokenizer.padding_side, add_generation_prompt=False, truncation=truncation,
+            add_vision_id=False)
         states = encode_hidden_states(self.text_encoder, tokens.input_ids, None, output_layer=None)
         return normalized_layers(states)
 

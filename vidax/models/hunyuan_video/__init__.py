@@ -18,7 +18,7 @@ FAMILY = Family(
     components=(
         ComponentSpec("HunyuanVideoTransformer3DModel", "transformer",
                       loader=f"{_PKG}.convert:load_transformer",
-                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      options=("dtype", "mesh", "placement", "offload", "config", "defer"),
                       config=f"{_PKG}.config:HunyuanVideoTransformerConfig",
                       model=f"{_PKG}.transformer:HunyuanVideoTransformer3DModel",
                       param_axes=f"{_PKG}.convert:TRANSFORMER_PARAM_AXES",
@@ -27,7 +27,7 @@ FAMILY = Family(
                                    "patch_size_t", "text_embed_dim", "guidance_embeds", "image_condition_type"),
                       block_stacks=("transformer_blocks", "single_transformer_blocks")),
         ComponentSpec("AutoencoderKLHunyuanVideo", "vae", loader=f"{_PKG}.convert:load_vae",
-                      options=("dtype", "placement", "config"),
+                      options=("dtype", "placement", "config", "defer"),
                       config=f"{_PKG}.config:HunyuanVideoVAEConfig",
                       model=f"{_PKG}.vae:HunyuanVideoVAE",
                       key_configs=("latent_channels", "block_out_channels", "layers_per_block",

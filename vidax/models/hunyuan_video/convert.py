@@ -88,6 +88,7 @@ def load_transformer(
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
     config: HunyuanVideoTransformerConfig | None = None,
+    defer: bool = False,
 ) -> HunyuanVideoTransformer3DModel:
     """Load a diffusers ``HunyuanVideoTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -103,6 +104,8 @@ def load_transformer(
             (``transformer_blocks``, ``single_transformer_blocks``) go from the files straight
             into host-memory chunks (:mod:`vidax.parallel.offload`).
         config: the parsed ``config.json`` when the caller has read it; None: read from ``path``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         ConfigError: ``config.json`` missing or asking for something not implemented.
@@ -114,7 +117,7 @@ def load_transformer(
     return load_transformer_model(
         HunyuanVideoTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy,
         TRANSFORMER_PARAM_AXES, dtype=dtype, placement=placement, mesh=mesh, offload=offload,
-        what="HunyuanVideo transformer", residual_dtype=residual_dtype, attention=attention,
+        what="HunyuanVideo transformer", residual_dtype=residual_dtype, attention=attention, defer=defer,
     )
 
 
@@ -145,7 +148,7 @@ def build_vae(config: HunyuanVideoVAEConfig, dtype: Any = _F32, seed: int = 0,
 
 
 def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-             config: HunyuanVideoVAEConfig | None = None, attention: str = "auto") -> HunyuanVideoVAE:
+             config: HunyuanVideoVAEConfig | None = None, attention: str = "auto", defer: bool = False) -> HunyuanVideoVAE:
     """Load a diffusers ``AutoencoderKLHunyuanVideo`` folder (``config.json`` + safetensors).
 
     Args:
@@ -156,6 +159,8 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
         config: the parsed ``config.json`` when the caller has read it; None: read from ``path``.
         attention: the mid blocks' attention implementation
             (:func:`vidax.nn.attention.dot_product_attention`).
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         InputError: unsupported ``dtype``.
@@ -172,5 +177,5 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
         VAE_KEY_RULES,
         vae_policy(d),
         placement,
-        what="vae",
+        what="vae", defer=defer,
     )

@@ -44,6 +44,7 @@ image conditioning is repeated for every video.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -56,7 +57,8 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts
+from vidax.encoders.tokenizer import Truncation
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
 from vidax.pipelines.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
@@ -97,6 +99,8 @@ I2V_PROMPT_TEMPLATE = {
 LLAMA_OUTPUT_LAYER = -3
 #: ``_get_clip_prompt_embeds(max_sequence_length=77)``.
 CLIP_MAX_LENGTH = 77
+#: Decoded frames the ``latent_concat`` I2V reference drops from the front (``video[:, :, 4:]``).
+LATENT_CONCAT_DROPPED = 4
 #: ``prepare_latents``'s ``t = 0.999``: the I2V initial latents are ``noise * t + image * (1 - t)``.
 IMAGE_NOISE_MIX = 0.999
 #: The I2V negative prompt's ``image_embed_interleave`` (``encode_prompt``'s default: the
@@ -175,6 +179,7 @@ class HunyuanVideoPipeline(VideoPipeline):
 
     extra_call_args = ("true_cfg_scale", "sigmas")
     unsupported_call_args = ("guidance_scale_2",)
+    scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
     latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 8, width / 8)"
     #: The prompt template (the reference's default for this pipeline).
@@ -236,6 +241,8 @@ class HunyuanVideoPipeline(VideoPipeline):
                 raise InputError(f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
                                  f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}")
             extra["sigmas"] = tuple(float(x) for x in arr)
+        call = dataclasses.replace(call, extra=extra)
+        cls.schedule(cls.read_scheduler(info), call)  # the checked sigmas, as set_timesteps will shift them
         cfg = scale > 1.0 and negative_prompt is not None
         if scale > 1.0 and negative_prompt is None:
             logger.warning("true_cfg_scale=%s has no effect without negative_prompt (as in diffusers)", scale)
@@ -243,6 +250,20 @@ class HunyuanVideoPipeline(VideoPipeline):
             logger.warning("Both true_cfg_scale and guidance_scale are greater than 1.0: classifier-free guidance "
                            "and embedded guidance are both applied (as the reference warns)")
         return dataclasses.replace(call, extra=extra, cfg=cfg)
+
+    @classmethod
+    def text_token_limit(cls, info: HunyuanVideoInfo) -> tuple[int, str] | None:
+        """The Llama's ``max_position_embeddings`` less the prompt template's tokens around the
+        prompt (``crop_start``, and the image tokens of the I2V template); the CLIP encoder
+        always takes its own 77 tokens."""
+        ckpt = info.checkpoint
+        positions = text_encoder_positions(info)
+        if positions is None:
+            return None
+        tpl = cls.prompt_template
+        extra = tpl["crop_start"] + tpl.get("image_emb_len", 1) - 1
+        return positions - extra, (f"max_position_embeddings={positions} in {ckpt.config_file('text_encoder')}, less "
+                                   f"the prompt template's {extra} tokens")
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
@@ -261,25 +282,26 @@ class HunyuanVideoPipeline(VideoPipeline):
                         vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
         """Both tokenizers, the Llama (or LLaVA) and CLIP text encoders (``text_encoder_dtype``,
         default ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default),
-        the scheduler; I2V also the CLIP image preprocessing config."""
+        the scheduler; I2V also the CLIP image preprocessing config. Every checkpoint is checked
+        against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
         ckpt = info.checkpoint
-        load = cls.load_component
+        load = functools.partial(cls.load_component, info, defer=True)
         ted = parse_dtype(text_encoder_dtype or dtype)
+        plans = {"text_encoder": load("text_encoder", dtype=ted, mesh=mesh, staging=staging),
+                 "text_encoder_2": load("text_encoder_2", dtype=ted, mesh=mesh, staging=staging),
+                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
+                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-                                   "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2"))}
-        modules["text_encoder"] = load(info, "text_encoder", dtype=ted, mesh=mesh, staging=staging)
-        modules["text_encoder_2"] = load(info, "text_encoder_2", dtype=ted, mesh=mesh, staging=staging)
-        modules["transformer"] = load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload)
-        modules["vae"] = load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging)
-        modules["scheduler"] = load(info, "scheduler")
+                                   "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
         if "i2v" in info.tasks:
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
                 raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
                                       "(the CLIP image preprocessing of the LLaVA text encoder)")
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
-        return modules
+        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ text
     def encode_call(self, call) -> tuple:
@@ -290,33 +312,43 @@ class HunyuanVideoPipeline(VideoPipeline):
         with self.staging.on_device("text_encoder"):
             embeds, mask = self.llama_embeds(call, texts)
             jax.block_until_ready(embeds)
-        pooled = self.encode_with("text_encoder_2", self.clip_pooled, texts)
+        pooled = self.encode_with("text_encoder_2", self.clip_pooled, texts, text_truncation(call))
         return embeds, mask, pooled
 
-    def encode_text(self, texts, max_sequence_length) -> tuple:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> tuple:
         """Text-only prompt encoding ``(embeds, mask, pooled)`` (T2V's ``encode_prompt``)."""
-        embeds, mask = self._llama_text(texts, max_sequence_length)
-        return embeds, mask, self.clip_pooled(texts)
+        embeds, mask = self._llama_text(texts, max_sequence_length, truncation)
+        return embeds, mask, self.clip_pooled(texts, truncation)
 
     def llama_embeds(self, call, texts: list[str]) -> tuple[jax.Array, jax.Array]:
         """The Llama part of ``encode_prompt`` for the call's ``texts``."""
-        return self._llama_text(texts, call.max_sequence_length)
+        return self._llama_text(texts, call.max_sequence_length, text_truncation(call))
 
-    def _llama_text(self, texts: list[str], max_sequence_length: int) -> tuple[jax.Array, jax.Array]:
+    def _template_truncation(self, truncation: Truncation | None) -> Truncation:
+        """``truncation`` with the template's ``crop_start`` tokens not counted."""
+        return dataclasses.replace(truncation or Truncation(), offset=self.prompt_template["crop_start"])
+
+    def _llama_text(self, texts: list[str], max_sequence_length: int,
+                    truncation: Truncation | None = None) -> tuple[jax.Array, jax.Array]:
         """``_get_llama_prompt_embeds`` of ``HunyuanVideoPipeline``: (B, msl, D), mask (B, msl)."""
         from vidax.encoders.decoder_lm import encode_hidden_states
 
         template = self.prompt_template
         crop = template["crop_start"]
-        tokens = self.tokenizer([template["template"].format(t) for t in texts], max_sequence_length + crop)
+        tokens = self.tokenizer([template["template"].format(t) for t in texts], max_sequence_length + crop,
+                                truncation=self._template_truncation(truncation))
         h = encode_hidden_states(self.text_encoder, tokens.input_ids, tokens.attention_mask,
                                  output_layer=LLAMA_OUTPUT_LAYER)
         return h[:, crop:], jnp.asarray(tokens.attention_mask[:, crop:])
 
-    def clip_pooled(self, texts: list[str]) -> jax.Array:
+    def clip_pooled(self, texts: list[str], truncation: Truncation | None = None) -> jax.Array:
         """``_get_clip_prompt_embeds``: CLIP's pooled output (B, D_clip) of 77 tokens, no mask
-        (the reference encodes ``prompt``, not ``prompt_2``)."""
-        tokens = self.tokenizer_2(list(texts), CLIP_MAX_LENGTH)
+        (the reference encodes ``prompt``, not ``prompt_2``); a longer text is warned about with
+        ``truncation``'s labels and CLIP's fixed limit, which no argument changes."""
+        limit = (f"the {CLIP_MAX_LENGTH} tokens of the CLIP text encoder (text_encoder_2, fixed for its pooled "
+                 "embedding)")
+        tokens = self.tokenizer_2(list(texts), CLIP_MAX_LENGTH, truncation=dataclasses.replace(
+            truncation or Truncation(), limit=limit, offset=0))
         return encode_clip_text(self.text_encoder_2, tokens)[1]
 
     # ------------------------------------------------------------------ steps
@@ -328,13 +360,17 @@ class HunyuanVideoPipeline(VideoPipeline):
             cond["guidance"] = jnp.asarray(call.guidance_scale, self.dtype) * 1000.0
         return cond
 
-    def set_timesteps(self, call, latents):
+    @staticmethod
+    def schedule(scheduler, call, sample_shape=None):
         """Sigmas ``linspace(1, 0, N + 1)[:-1]`` (or the call's ``sigmas``), shifted by the
-        scheduler as ``retrieve_timesteps(scheduler, sigmas=...)``."""
+        scheduler as ``retrieve_timesteps(scheduler, sigmas=...)`` (host arithmetic only)."""
         sigmas = call.extra.get("sigmas")
         if sigmas is None:
             sigmas = np.linspace(1.0, 0.0, call.num_inference_steps + 1)[:-1]
-        return self.scheduler.set_timesteps(sigmas=sigmas, sample_shape=latents.shape)
+        return scheduler.set_timesteps(sigmas=sigmas, sample_shape=sample_shape)
+
+    def set_timesteps(self, call, latents):
+        return self.schedule(self.scheduler, call, latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
         """``(embeds, true_cfg_scale, cond)``: :meth:`guidance` is the true-CFG weight."""
@@ -366,6 +402,11 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     the LLaVA vision tower through its CLIP preprocessing. Extra keyword ``image_embed_interleave``
     (default 2 for ``latent_concat``, 4 for ``token_replace``). ``guidance_scale`` (default 1.0)
     is embedded only where the transformer has a guidance embedder (not the 33-channel model).
+
+    ``latent_concat`` returns :data:`LATENT_CONCAT_DROPPED` frames fewer than ``num_frames``
+    (``num_frames - 4``; with ``output_type="latent"`` one latent frame fewer), as the reference,
+    which drops the first decoded frames (``video[:, :, 4:]``); each call logs a warning saying
+    so. Ask for ``num_frames + 4`` (still 4k+1) to get ``num_frames``.
     """
 
     task = "i2v"
@@ -382,6 +423,18 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0):
             raise InputError(f"image_embed_interleave must be an integer >= 0 (1..5 keep every n-th image token, "
                              f"others keep all), got {n!r}")
+        if info.image_condition_type == "latent_concat":
+            asked = (f"num_frames={call.num_frames}" if "num_frames" in call.given
+                     else f"this checkpoint's default of {call.num_frames} frames")
+            if call.output_type == "latent":
+                t = cls.latent_shape(info, call)[2]
+                got = f"{t - 1} latent frames, not {t}: the reference drops the first latent frame"
+            else:
+                got = (f"{call.num_frames - LATENT_CONCAT_DROPPED} frames, not {call.num_frames}: the reference "
+                       f"drops the first {LATENT_CONCAT_DROPPED} decoded frames")
+            logger.warning("%s returns %s (latent_concat, as diffusers' HunyuanVideoImageToVideoPipeline); "
+                           "ask for %d frames to get %d", asked, got, call.num_frames + LATENT_CONCAT_DROPPED,
+                           call.num_frames)
 
     # ------------------------------------------------------------------ text
     def llama_embeds(self, call, texts: list[str]) -> tuple[jax.Array, jax.Array]:
@@ -392,17 +445,20 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         n = call.extra.get("image_embed_interleave")
         n = _interleave_default(self.info.image_condition_type) if n is None else int(n)
         b0 = len(call.prompts)
-        parts = [self._llava_text(texts[:b0], call.image, n, call.max_sequence_length)]
+        names = text_truncation(call)
+        parts = [self._llava_text(texts[:b0], call.image, n, call.max_sequence_length,
+                                  dataclasses.replace(names, labels=names.labels[:b0]))]
         if len(texts) > b0:
             black = np.zeros((call.height, call.width, 3), np.uint8)
-            parts.append(self._llava_text(texts[b0:], black, NEGATIVE_INTERLEAVE, call.max_sequence_length))
+            parts.append(self._llava_text(texts[b0:], black, NEGATIVE_INTERLEAVE, call.max_sequence_length,
+                                          dataclasses.replace(names, labels=names.labels[b0:])))
         length = max(p[0].shape[1] for p in parts)
         embeds = jnp.concatenate([jnp.pad(e, ((0, 0), (0, length - e.shape[1]), (0, 0))) for e, _ in parts])
         mask = jnp.concatenate([jnp.pad(m, ((0, 0), (0, length - m.shape[1]))) for _, m in parts])
         return embeds, mask
 
-    def _llava_text(self, texts: list[str], image: Any, interleave: int,
-                    max_sequence_length: int) -> tuple[jax.Array, jax.Array]:
+    def _llava_text(self, texts: list[str], image: Any, interleave: int, max_sequence_length: int,
+                    truncation: Truncation | None = None) -> tuple[jax.Array, jax.Array]:
         from vidax.encoders.llava import encode_llava_text
 
         te, tpl = self.text_encoder, self.prompt_template
@@ -416,7 +472,8 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         if end_header is None:
             raise CheckpointError(f"{self.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
                                   "reference cuts the prompt at it")
-        tokens = self.tokenizer([tpl["template"].format(t) for t in texts], max_sequence_length + crop)
+        tokens = self.tokenizer([tpl["template"].format(t) for t in texts], max_sequence_length + crop,
+                                truncation=self._template_truncation(truncation))
         ids, mask = expand_image_tokens(tokens.input_ids, te.config.vision.image_token_index, e_len, start, end, pad)
         pixels = clip_preprocess(to_rgb_image(image), self.image_processor_config)
         pixels = np.repeat(np.asarray(pixels, np.float32)[None], len(texts), axis=0)
@@ -476,4 +533,4 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         """The base's decode; ``latent_concat`` drops the first 4 decoded frames (the reference's
         ``video[:, :, 4:]``)."""
         video = super().decode(call, latents, stats)
-        return video[:, 4:] if self.info.image_condition_type == "latent_concat" else video
+        return video[:, LATENT_CONCAT_DROPPED:] if self.info.image_condition_type == "latent_concat" else video

@@ -78,6 +78,7 @@ def load_transformer(
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
     config: LTXTransformerConfig | None = None,
+    defer: bool = False,
 ) -> LTXVideoTransformer3DModel:
     """Load a diffusers ``LTXVideoTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -96,6 +97,8 @@ def load_transformer(
             :class:`vidax.parallel.offload.ChunkedStep`).
         config: the parsed ``config.json`` when the caller has read it already; None: read from
             ``path``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The model with its parameters placed.
@@ -110,7 +113,7 @@ def load_transformer(
     return load_transformer_model(
         LTXVideoTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy,
         TRANSFORMER_PARAM_AXES, dtype=dtype, placement=placement, mesh=mesh, offload=offload,
-        what="LTX transformer", residual_dtype=residual_dtype, attention=attention,
+        what="LTX transformer", residual_dtype=residual_dtype, attention=attention, defer=defer,
     )
 
 
@@ -144,7 +147,7 @@ def build_vae(config: LTXVAEConfig, dtype: Any = jnp.float32, seed: int = 0) -> 
 
 
 def load_vae(path: str | os.PathLike, dtype: Any = jnp.float32, placement: Placement | None = None,
-             config: LTXVAEConfig | None = None) -> LTXVideoVAE:
+             config: LTXVAEConfig | None = None, defer: bool = False) -> LTXVideoVAE:
     """Load a diffusers ``AutoencoderKLLTXVideo`` folder (``config.json`` + safetensors).
 
     Args:
@@ -153,6 +156,8 @@ def load_vae(path: str | os.PathLike, dtype: Any = jnp.float32, placement: Place
             for what stays float32); a jnp dtype or its name.
         placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
         config: the parsed ``config.json`` when the caller has read it; None: read from ``path``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         InputError: unsupported ``dtype``.
@@ -169,7 +174,7 @@ def load_vae(path: str | os.PathLike, dtype: Any = jnp.float32, placement: Place
         VAE_KEY_RULES,
         vae_policy(d),
         placement,
-        what="vae",
+        what="vae", defer=defer,
     )
 
 
@@ -197,7 +202,7 @@ def build_latent_upsampler(config: LTXLatentUpsamplerConfig, dtype: Any = _F32, 
 
 
 def load_latent_upsampler(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-                          config: LTXLatentUpsamplerConfig | None = None) -> LTXLatentUpsamplerModel:
+                          config: LTXLatentUpsamplerConfig | None = None, defer: bool = False) -> LTXLatentUpsamplerModel:
     """Load a diffusers ``LTXLatentUpsamplerModel`` folder (``config.json`` + safetensors).
 
     Args:
@@ -207,6 +212,8 @@ def load_latent_upsampler(path: str | os.PathLike, dtype: Any = _F32, placement:
             (GroupNorm parameters stay float32, :func:`upsampler_policy`).
         placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
         config: the parsed config when the caller has read it; None: read ``path/config.json``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         InputError: unsupported ``dtype``.
@@ -223,5 +230,5 @@ def load_latent_upsampler(path: str | os.PathLike, dtype: Any = _F32, placement:
         UPSAMPLER_KEY_RULES,
         upsampler_policy(d),
         placement,
-        what="latent_upsampler",
+        what="latent_upsampler", defer=defer,
     )

@@ -20,6 +20,7 @@ References (diffusers 0.42.1): ``LTXPipeline`` (text-to-video) and ``LTXImageToV
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -139,6 +140,15 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                          num_layers=cfg.num_layers)
 
     @classmethod
+    def text_token_limit(cls, info: LTXInfo) -> tuple[int, str]:
+        """512, the input length T5 v1.1 was pre-trained with: T5 has no position table, and the
+        released tokenizers' ``model_max_length`` (128, the converter's choice) is below the 256
+        tokens LTX-Video's own inference code encodes, which diffusers also accepts."""
+        top = max(512, info.defaults.max_sequence_length)
+        return top, ("T5 v1.1 was pre-trained on 512-token inputs and has no position table; LTX-Video's own "
+                     "inference code uses 256")
+
+    @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
         if isinstance(call.image, (list, tuple)):
             raise InputError(f"image is a list of {len(call.image)}; LTXImageToVideoPipeline takes one image "
@@ -168,29 +178,71 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                 raise InputError(f"timesteps must be a strictly descending list of numbers in (0, {n}], got "
                                  f"{x['timesteps']!r}")
 
+    @classmethod
+    def check_schedule(cls, info: LTXInfo, scheduler: Any, call) -> None:
+        """Build the call's schedule (:meth:`set_timesteps`) with ``scheduler`` (the checkpoint's,
+        built from its config, or one the user set), from configs alone. Where the config shifts dynamically, ``mu`` grows with the video's token
+        count; past :meth:`~vidax.schedulers.FlowMatchEulerDiscreteScheduler.largest_seq_len`
+        every sigma is 1.0 and the error names that limit and a size within it.
+
+        Raises:
+            InputError: the schedule is not valid (the scheduler's reason, or the size limit).
+        """
+        n = call.num_inference_steps
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        tokens = f * h * w
+        sigmas = np.linspace(1.0, 1 / n, n)
+        mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32: sigmas of 1 or NaN, named below
+                scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
+            return
+        except InputError:
+            top = scheduler.largest_seq_len(n, sigmas=sigmas) if mu is not None else None
+            if not top or tokens <= top:
+                raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
+        c, v = scheduler.config, info.vae_config
+        s, k = v.spatial_compression, v.temporal_compression
+        fit = [f"num_frames={(top // (h * w) - 1) * k + 1} at this height and width"] if top // (h * w) >= 1 else []
+        scale = (top / tokens) ** 0.5
+        hs, ws = int(h * scale), int(w * scale)
+        while hs >= 1 and ws >= 1 and f * hs * ws > top:
+            hs, ws = hs - 1, max(1, int(hs * w / h))
+        if hs >= 1 and ws >= 1:
+            fit.append(f"height={hs * s}, width={ws * s} at this num_frames")
+        raise InputError(
+            f"height={call.height}, width={call.width}, num_frames={call.num_frames} make {tokens} latent tokens "
+            f"({f} x {h} x {w}), more than this scheduler config's dynamic shift allows with num_inference_steps={n}: "
+            f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
+            f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
+            f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
+            f"float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: "
+            f"{' or '.join(fit) if fit else 'a smaller height, width or num_frames'}")
+
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
                         vae_dtype: Any = "float32") -> dict[str, Any]:
-        """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler."""
+        """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler;
+        every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        load = cls.load_component
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer"))}
-        modules["text_encoder"] = load(info, "text_encoder", dtype=dtype, mesh=mesh, staging=staging)
-        modules["transformer"] = load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload)
-        modules["vae"] = load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging)
-        modules["scheduler"] = load(info, "scheduler")
-        return modules
+        load = functools.partial(cls.load_component, info, defer=True)
+        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging),
+                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
+                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
+        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
+        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
 
     # ------------------------------------------------------------------ call hooks
     #: The T5 sees the attention mask (LTXConditionPipeline) or not (LTXPipeline, I2V).
     text_attention_mask = False
 
-    def encode_text(self, texts, max_sequence_length):
+    def encode_text(self, texts, max_sequence_length, truncation=None):
         """``(embeds (B, L, D), mask (B, L) bool)`` as ``_get_t5_prompt_embeds``: L =
         max_sequence_length padded tokens; the embeddings of padded positions are kept."""
-        tokens = self.tokenizer(texts, max_sequence_length)
+        tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
         embeds = encode_tokens(self.text_encoder, tokens, attend_padding=not self.text_attention_mask)
         return embeds, jnp.asarray(tokens.attention_mask, bool)
 
@@ -227,14 +279,19 @@ class LTXPipeline(LTXDecode, VideoPipeline):
             x = x.at[:, :1].set(jnp.broadcast_to(cond["first_frame"], x[:, :1].shape))
         return x
 
-    def set_timesteps(self, call, latents):
-        """``mu`` = ``calculate_shift`` of the video token count (used where the config shifts
-        dynamically); sigmas ``linspace(1, 1/N, N)``."""
+    @classmethod
+    def schedule(cls, info: LTXInfo, scheduler, call):
+        """The scheduler state of ``call`` (host arithmetic only): sigmas ``linspace(1, 1/N, N)``,
+        shifted by ``mu`` = ``calculate_shift`` of the video token count where the config shifts
+        dynamically."""
         n = call.num_inference_steps
-        f, h, w = latents.shape[1:4]
-        mu = self.scheduler.calculate_shift(f * h * w) if self.scheduler.config.use_dynamic_shifting else None
-        sigmas = np.linspace(1.0, 1 / n, n)
-        return self.scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        mu = scheduler.calculate_shift(f * h * w) if scheduler.config.use_dynamic_shifting else None
+        return scheduler.set_timesteps(n, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
+
+    def set_timesteps(self, call, latents):
+        self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named
+        return self.schedule(self.info, self.scheduler, call)
 
     def step_args(self, call, embeds, cond, state, expert):
         v = self.info.vae_config
@@ -505,13 +562,21 @@ class LTXConditionPipeline(LTXPipeline):
         condition_items(call, info.vae_config.temporal_compression)
 
     # ------------------------------------------------------------------ schedule
+    @classmethod
+    def check_schedule(cls, info: LTXInfo, scheduler, call) -> None:
+        cls.condition_schedule(scheduler, call)
+
     def _schedule(self, call):
+        return self.condition_schedule(self.scheduler, call)
+
+    @staticmethod
+    def condition_schedule(scheduler, call):
         """``(state, sigma)``: the scheduler state of the steps that run and the sigma the given
-        latents are re-noised to (``get_timesteps``)."""
+        latents are re-noised to (``get_timesteps``); host arithmetic only."""
         timesteps = call.extra.get("timesteps")
         if timesteps is None:
             timesteps = linear_quadratic_schedule(call.num_inference_steps) * np.float32(1000)
-        state = self.scheduler.set_timesteps(timesteps=list(timesteps))
+        state = scheduler.set_timesteps(timesteps=list(timesteps))
         n = state.num_inference_steps
         ds = float(call.extra.get("denoise_strength", 1.0))
         start = max(n - min(int(n * ds), n), 0) if ds < 1 else 0

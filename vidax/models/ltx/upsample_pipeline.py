@@ -132,11 +132,13 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
     @classmethod
     def load_components(cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True,
                         vae_dtype: Any = "float32") -> dict[str, Any]:
-        """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``)."""
+        """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``), both
+        checked against their models before either is read."""
         from vidax.nn.inputs import parse_dtype
 
-        return {"vae": cls.load_component(info, "vae", dtype=parse_dtype(vae_dtype)),
-                "latent_upsampler": cls.load_component(info, "latent_upsampler", dtype=dtype)}
+        plans = {"vae": cls.load_component(info, "vae", dtype=parse_dtype(vae_dtype), defer=True),
+                 "latent_upsampler": cls.load_component(info, "latent_upsampler", dtype=dtype, defer=True)}
+        return {name: plan.read() for name, plan in plans.items()}
 
     def check_upsample_call(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
                             decode_timestep: Any = 0.0, decode_noise_scale: Any = None, adain_factor: float = 0.0,

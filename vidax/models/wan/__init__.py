@@ -19,7 +19,7 @@ FAMILY = Family(
     components=(
         ComponentSpec("WanTransformer3DModel", "transformer",
                       loader="vidax.models.wan.convert:load_transformer",
-                      options=("dtype", "mesh", "placement", "offload", "config"),
+                      options=("dtype", "mesh", "placement", "offload", "config", "defer"),
                       config="vidax.models.wan.config:WanTransformerConfig",
                       model="vidax.models.wan.transformer:WanTransformer3DModel",
                       param_axes="vidax.models.wan.convert:TRANSFORMER_PARAM_AXES",
@@ -27,7 +27,7 @@ FAMILY = Family(
                                    "in_channels", "out_channels", "patch_size", "text_dim", "image_dim"),
                       block_stacks=("blocks",)),
         ComponentSpec("AutoencoderKLWan", "vae", loader="vidax.models.wan.convert:load_vae",
-                      options=("dtype", "placement", "config"), config="vidax.models.wan.config:WanVAEConfig",
+                      options=("dtype", "placement", "config", "defer"), config="vidax.models.wan.config:WanVAEConfig",
                       model="vidax.models.wan.vae:WanVAE",
                       key_configs=("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
                                    "is_residual", "patch_size")),

@@ -85,6 +85,7 @@ def load_transformer(
     mesh: jax.sharding.Mesh | None = None,
     offload: Any = None,
     config: WanTransformerConfig | None = None,
+    defer: bool = False,
 ) -> WanTransformer3DModel:
     """Load a diffusers ``WanTransformer3DModel`` folder (``config.json`` + safetensors).
 
@@ -105,6 +106,8 @@ def load_transformer(
 
         config: the parsed ``config.json`` when the caller has read it already (the pipelines
             pass the checkpoint's, read once); None: read from ``path``.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Returns:
         The model with its parameters placed.
@@ -119,7 +122,7 @@ def load_transformer(
     return load_transformer_model(
         WanTransformer3DModel, config, path, transformer_key_rules(config), transformer_policy, TRANSFORMER_PARAM_AXES,
         dtype=dtype, placement=placement, mesh=mesh, offload=offload, what="Wan transformer",
-        residual_dtype=residual_dtype, attention=attention,
+        residual_dtype=residual_dtype, attention=attention, defer=defer,
     )
 
 
@@ -147,7 +150,7 @@ def build_vae(config: WanVAEConfig, dtype: Any = _F32, seed: int = 0) -> WanVAE:
 
 
 def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-             config: WanVAEConfig | None = None) -> WanVAE:
+             config: WanVAEConfig | None = None, defer: bool = False) -> WanVAE:
     """Load a diffusers ``AutoencoderKLWan`` folder (``config.json`` + safetensors) as a WanVAE.
 
     Args:
@@ -155,6 +158,8 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
         dtype: compute and parameter dtype, ``jnp.float32`` (default; the checkpoints are fp32)
             or ``jnp.bfloat16`` (norm gammas stay fp32, see :func:`vae_policy`).
         placement: ``(path, ShapeDtypeStruct) -> Sharding`` per parameter; default first device.
+        defer: check the checkpoint against the model (headers only) and return a
+            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
 
     Raises:
         InputError: unsupported ``dtype``.
@@ -170,5 +175,5 @@ def load_vae(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | 
         VAE_KEY_RULES,
         vae_policy(d),
         placement,
-        what="vae",
+        what="vae", defer=defer,
     )

@@ -19,6 +19,7 @@ Image-to-video, by checkpoint (:class:`WanInfo`):
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -31,7 +32,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
-from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task, prompt_clean
 from vidax.pipelines.experts import Experts, expert_for_steps
@@ -43,6 +44,7 @@ class WanPipeline(VideoPipeline):
     ``diffusers.WanPipeline``). Build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
 
     latents_layout = "(batch, z_dim, latent frames, height / vae_scale, width / vae_scale)"
+    scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
 
     #: The CLIP image encoder (Wan2.1 I2V checkpoints), else None.
     image_encoder = None
@@ -112,6 +114,14 @@ class WanPipeline(VideoPipeline):
                          **wan_vae_decode_size(info.vae_config))
 
     @classmethod
+    def text_token_limit(cls, info: WanInfo) -> tuple[int, str]:
+        """UMT5 has no position table: the tokenizer's ``model_max_length``, else 512, the text
+        length Wan's transformer was trained with (``text_len`` of the original Wan code, which
+        pads every prompt to it)."""
+        return tokenizer_token_limit(info, 512, "Wan's transformer was trained on 512 text tokens (text_len of the "
+                                                "original Wan code); UMT5 has no position table")
+
+    @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
         if isinstance(call.image, (list, tuple)):
             raise InputError(f"image is a list of {len(call.image)}; the Wan pipelines take one image for the "
@@ -128,34 +138,37 @@ class WanPipeline(VideoPipeline):
                         vae_dtype: Any = "float32") -> dict[str, Any]:
         """Tokenizer, UMT5, the transformer(s), VAE (``vae_dtype``, float32 by default as the
         diffusers Wan examples load it), scheduler; Wan2.1 I2V also the CLIP image encoder
-        (float32) and its preprocessing config."""
+        (float32) and its preprocessing config. Every component's checkpoint is checked against
+        its model (headers, sizes, key plan) before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
         ckpt = info.checkpoint
-        load = cls.load_component
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer"))}
-        modules["text_encoder"] = load(info, "text_encoder", dtype=dtype, mesh=mesh, staging=staging)
+        load = functools.partial(cls.load_component, info, defer=True)
+        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
+        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging)}
         if "transformer_2" in info.transformers:
-            # Loaded first and moved to host memory at once, so the device never holds both.
-            modules["transformer_2"] = load(info, "transformer_2", dtype=dtype, mesh=mesh, offload=offload)
-            if offload_experts:
-                Experts.move_to_host(modules["transformer_2"])
-        modules["transformer"] = load(info, "transformer", dtype=dtype, mesh=mesh, offload=offload)
-        modules["vae"] = load(info, "vae", dtype=parse_dtype(vae_dtype), staging=staging)
-        modules["scheduler"] = load(info, "scheduler")
+            # Read first and moved to host memory at once, so the device never holds both.
+            plans["transformer_2"] = load("transformer_2", dtype=dtype, mesh=mesh, offload=offload)
+        plans["transformer"] = load("transformer", dtype=dtype, mesh=mesh, offload=offload)
+        plans["vae"] = load("vae", dtype=parse_dtype(vae_dtype), staging=staging)
         if info.has_image_encoder:
-            modules["image_encoder"] = load(info, "image_encoder", dtype=jnp.float32)
+            plans["image_encoder"] = load("image_encoder", dtype=jnp.float32)
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
                 raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
                                       "(the CLIP image preprocessing)")
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
+        for name, plan in plans.items():  # every plan is checked; now the weights are read
+            modules[name] = plan.read()
+            if name == "transformer_2" and offload_experts:
+                Experts.move_to_host(modules[name])
         return modules
 
     # ------------------------------------------------------------------ call hooks
-    def encode_text(self, texts, max_sequence_length) -> jax.Array:
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """UMT5 embeddings (B, L, D), L = max_sequence_length, zero past each prompt's real token
         count (as ``WanPipeline._get_t5_prompt_embeds``)."""
-        tokens = self.tokenizer([prompt_clean(p) for p in texts], max_sequence_length)
+        tokens = self.tokenizer([prompt_clean(p) for p in texts], max_sequence_length, truncation=truncation)
         return encode_tokens(self.text_encoder, tokens, zero_padding=True)
 
     def encode_image(self, image: Any) -> jax.Array:
