@@ -365,6 +365,25 @@ def test_version():
     assert r.returncode == 0 and r.stdout.startswith(f"vidax {vidax.__version__} (jax "), r.stdout
 
 
+def test_absent_jax_platform_is_one_line(ckpt, tmp_path):
+    """JAX_PLATFORMS naming a backend this CPU machine lacks (hardware, plugin, or a typo): one
+    line naming it, its value and the backends there are, exit 2, for --version and generate;
+    the Python API raises SetupError; inspect needs no backend and works."""
+    for value, cmd in (("tpu", ("--version",)), ("cpux", ("generate", "-p", "x", "--checkpoint", ckpt,
+                                                          "-o", str(tmp_path / "v.npy")))):
+        r = _vidax(*cmd, env_extra=dict(JAX_PLATFORMS=value))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith(f"error: JAX_PLATFORMS='{value}' names a backend JAX cannot start here ("), r.stderr
+        assert "this machine has: cpu; set JAX_PLATFORMS to one of them" in r.stderr, r.stderr
+    code = ("import vidax\ntry:\n    vidax.load_pipeline(%r)\nexcept vidax.errors.SetupError as e:\n"
+            "    print('SetupError', e)" % ckpt)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, JAX_PLATFORMS="cuda"))
+    assert r.stdout.startswith("SetupError JAX_PLATFORMS='cuda' names a backend"), r.stdout + r.stderr
+    r = _vidax("inspect", ckpt, env_extra=dict(JAX_PLATFORMS="cuda"))
+    assert r.returncode == 0 and "transformer/" in r.stdout, r.stderr
+
+
 def test_flag_names_of_hints_without_values():
     """A hint naming a keyword without a value ("drop --video / video=", "give image= (...)")
     reads as the flag once, with no stray space: it printed "(drop --video / --video )"."""

@@ -92,3 +92,34 @@ def test_generate_reports_cache_hits_and_no_compile_cache_flag(tmp_path):
     off = run("--no-compile-cache", VIDAX_COMPILE_CACHE=str(tmp_path / "cc2"))
     assert off["compile cache"].split()[-1] == "off" and not (tmp_path / "cc2").exists()
     assert "denoising step: compiled" in off["compile"]
+
+
+def test_unusable_cache_folder_is_one_line(tmp_path, monkeypatch):
+    """VIDAX_CACHE_DIR / VIDAX_COMPILE_CACHE naming a file, a path under a file or a folder that
+    cannot be created (under /proc) is one error line naming the variable, exit 2: both where the
+    compile cache is set up and where the embedded checkpoint is built (and in the Python API)."""
+    from vidax.errors import SetupError
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    args = ("generate", "-p", "x", "--num-frames", "1", "--num-inference-steps", "1", "-o", str(tmp_path / "v.npy"))
+    cases = [  # (env, what the line names)
+        (dict(VIDAX_CACHE_DIR=str(afile)), f"VIDAX_CACHE_DIR='{afile}' cannot be used"),
+        (dict(VIDAX_CACHE_DIR="/proc/vidax-cache"), "VIDAX_CACHE_DIR='/proc/vidax-cache' cannot be used"),
+        (dict(VIDAX_COMPILE_CACHE=str(afile)), f"VIDAX_COMPILE_CACHE='{afile}' cannot be used: cannot write into "
+                                               f"'{afile}' (it is a file, not a folder)"),
+        # Compile cache off: the embedded checkpoint's build names the variable.
+        (dict(VIDAX_CACHE_DIR=str(afile), VIDAX_COMPILE_CACHE="0"), f"cannot write into '{afile}' (it is a file"),
+    ]
+    for extra, want in cases:
+        env = _env(tmp_path)
+        env.update(extra)
+        r = subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True, env=env,
+                           timeout=300)
+        lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("Using the embedded default")]
+        assert r.returncode == 2 and len(lines) == 1 and want in lines[0], (extra, r.stderr)
+    monkeypatch.setenv("VIDAX_CACHE_DIR", str(afile / "sub"))
+    with pytest.raises(SetupError, match=r"VIDAX_CACHE_DIR=.* \(a folder on its path is a file\); set VIDAX_CACHE_DIR"):
+        import vidax
+
+        vidax.load_pipeline("vidax/tiny-random-wan")

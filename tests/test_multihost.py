@@ -78,8 +78,70 @@ def test_unreachable_coordinator_fails_fast(tmp_path):
                                  "-o", str(tmp_path / "v.npy")])
     elapsed = time.monotonic() - t0
     assert r.exit_code == 2, r.output
-    assert f"process 1 of 2: no coordinator answered at coordinator='127.0.0.1:{port}' within 1.5 s" in r.stderr
+    assert f"process 1 of 2: no coordinator answered at --coordinator '127.0.0.1:{port}' within 1.5 s" in r.stderr
     assert elapsed < 15, elapsed
+
+
+def test_coordinator_without_the_other_processes_fails_in_one_line(tmp_path):
+    """Process 0 alone: JAX's service aborted the process (a C++ stack, SIGABRT) after its
+    timeout; vidax's own rendezvous says which processes did not come, within
+    --distributed-timeout; an address not of this machine is refused at once."""
+    port = _free_port()
+    t0 = time.monotonic()
+    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--coordinator", f"127.0.0.1:{port}",
+                                 "--num-processes", "3", "--process-id", "0", "--distributed-timeout", "1.5",
+                                 "-o", str(tmp_path / "v.npy")])
+    elapsed = time.monotonic() - t0
+    assert r.exit_code == 2, r.output
+    assert r.stderr == (f"error: process 0 of 3: --coordinator '127.0.0.1:{port}': process(es) 1, 2 did not reach "
+                        "it within 1.5 s; start every process 1..2 with the same --coordinator and --num-processes 3 "
+                        "(or give them more time with --distributed-timeout)\n"), r.stderr
+    assert elapsed < 15, elapsed
+    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--coordinator", "192.0.2.1:1234", "--num-processes",
+                                 "2", "--process-id", "0", "-o", str(tmp_path / "v.npy")])
+    assert r.exit_code == 2 and r.stderr.startswith(
+        "error: process 0 of 2: --coordinator '192.0.2.1:1234' is not an address of this machine ("), r.stderr
+
+
+def test_rendezvous_counts_processes_and_refuses_mismatches():
+    """Process 0's rendezvous returns once every other process said hello (threads stand for the
+    processes); a process with another --num-processes, or an id twice, is refused on both sides."""
+    import threading
+
+    def run(fn, *args):
+        box = {}
+
+        def target():
+            try:
+                fn(*args)
+                box["ok"] = True
+            except InputError as e:
+                box["error"] = str(e)
+
+        t = threading.Thread(target=target)
+        t.start()
+        return t, box
+
+    address = f"127.0.0.1:{_free_port()}"
+    host, joiners = run(distributed.host_rendezvous, address, 20, 3), []
+    for pid in (2, 1):
+        joiners.append(run(distributed.wait_for_coordinator, address, 20, pid, 3))
+    for t, box in [host] + joiners:
+        t.join(30)
+        assert box == {"ok": True}, box
+    for pids, counts, problem in (((1,), (4,), "it has --num-processes 4, process 0 has 3"),
+                                  ((1, 1), (3, 3), "process id 1 came twice")):
+        address = f"127.0.0.1:{_free_port()}"
+        host = run(distributed.host_rendezvous, address, 20, 3)
+        joiners = []
+        for pid, n in zip(pids, counts):
+            joiners.append(run(distributed.wait_for_coordinator, address, 20, pid, n))
+            time.sleep(0.5)  # in this order
+        for t, _ in [host] + joiners:
+            t.join(30)
+        assert problem in host[1]["error"], host[1]
+        for _, box in joiners:  # the one refused, and the one that came first, are told why
+            assert f"refused it: {problem}" in box["error"], box
 
 
 def test_distributed_settings(monkeypatch):
@@ -92,6 +154,15 @@ def test_distributed_settings(monkeypatch):
         distributed.initialize("localhost", 2, 1)
     with pytest.raises(InputError, match=r"process_id=2 must be an int in \[0, num_processes=2\)"):
         distributed.initialize("localhost:1234", 2, 2)
+    # Ranges are checked whatever else is given, and before what is missing.
+    with pytest.raises(InputError, match=r"process_id=3 must be an int in \[0, num_processes=1\)"):
+        distributed.initialize(num_processes=1, process_id=3)
+    with pytest.raises(InputError, match=r"process_id=-1 must be an int >= 0"):
+        distributed.initialize(process_id=-1)
+    with pytest.raises(InputError, match=r"num_processes=0 must be an int >= 1"):
+        distributed.initialize(num_processes=0)
+    with pytest.raises(InputError, match=r"timeout_s=0 must be a number of seconds > 0"):
+        distributed.initialize("localhost:1234", 2, 1, timeout_s=0)
     # The usual environment variables are read when the arguments are absent.
     monkeypatch.setenv(distributed.ENV_COORDINATOR, f"127.0.0.1:{_free_port()}")
     monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "2")

@@ -11,7 +11,8 @@ import re as _re
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from vidax.errors import Cancelled, CheckpointError, ConfigError, InputError, NumericalError, VidaxError
+from vidax.errors import (Cancelled, CheckpointError, ConfigError, InputError, NumericalError,
+                          OutOfMemoryError, SetupError, VidaxError)
 
 
 def _check_jax_flax() -> None:
@@ -39,8 +40,7 @@ from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the versi
 
 __version__ = "0.1.0"
 __all__ = ["Cancelled", "CheckpointError", "ConfigError", "InputError", "LTXVideoCondition", "NumericalError",
-           "VidaxError",
-           "load_pipeline"]
+           "OutOfMemoryError", "SetupError", "VidaxError", "load_pipeline"]
 
 #: Names of the API imported on first use (their modules pull in a model family).
 _LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline"}

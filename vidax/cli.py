@@ -26,9 +26,14 @@ def _print_version(value: bool) -> None:
         import jax
 
         from vidax import __version__
+        from vidax.errors import SetupError
+        from vidax.parallel.distributed import check_backend
 
-        typer.echo(f"vidax {__version__} (jax {jax.__version__}, flax {flax.__version__}, "
-                   f"backend {jax.default_backend()})")
+        try:
+            backend = check_backend()
+        except SetupError as e:
+            _fail(str(e))
+        typer.echo(f"vidax {__version__} (jax {jax.__version__}, flax {flax.__version__}, backend {backend})")
         raise typer.Exit()
 
 
@@ -63,8 +68,8 @@ GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
     "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
     "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
-    "dp", "tp", "sp",
-)}
+    "dp", "tp", "sp", "coordinator", "num_processes", "process_id",
+)} | {"timeout_s": "--distributed-timeout"}
 #: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
 #: a pipeline that does not take one names the flag in its error.
 FAMILY_CALL_FLAGS = ("video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale",
@@ -179,6 +184,10 @@ def generate(
     keep_vae: Optional[bool] = typer.Option(
         None, "--keep-vae/--offload-vae",
         help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory]."),
+    memory_check: bool = typer.Option(
+        True, "--memory-check/--no-memory-check",
+        help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
+        "available RAM); --no-memory-check warns and runs it anyway."),
     compile_cache: bool = typer.Option(
         True, "--compile-cache/--no-compile-cache",
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
@@ -272,10 +281,10 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              **family) -> None:
+              memory_check=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Cancelled, InputError
-    from vidax.parallel.distributed import initialize, is_main_process
+    from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
     from vidax.nn.inputs import parse_dtype
@@ -297,6 +306,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if "video" in family:
         call_image["video"] = _load_video(family.pop("video"))
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
+    check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
     from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
@@ -333,9 +343,12 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:
             check_output_path(path, overwrite)
+    cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,  # before any weight is read
+                     devices=1 if mesh is None else mesh.size, offload=offload)
     if stop():
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
+    pipe.memory_check = memory_check
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:

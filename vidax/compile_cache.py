@@ -27,6 +27,8 @@ from typing import Iterator
 
 import jax
 
+from vidax.errors import SetupError
+
 logger = logging.getLogger("vidax.compile_cache")
 
 ENV = "VIDAX_COMPILE_CACHE"
@@ -61,8 +63,12 @@ def setup_compile_cache(enabled: bool = True) -> str | None:
 
     Returns:
         The cache folder JAX now uses, or None when the cache is off (``enabled=False``,
-        ``VIDAX_COMPILE_CACHE=0``, the user disabled JAX's cache, or the folder could not be
-        created: that is logged as a warning and the run goes on compiling).
+        ``VIDAX_COMPILE_CACHE=0``, the user disabled JAX's cache, or the platform's default user
+        cache folder cannot be written: that is logged as a warning and the run goes on compiling).
+
+    Raises:
+        SetupError: ``VIDAX_COMPILE_CACHE`` or ``VIDAX_CACHE_DIR`` names a folder that cannot be
+            created or written (a file, under a file, read-only); the message names the variable.
 
     With the cache on, ``jax_persistent_cache_min_compile_time_secs`` still at JAX's default
     (1 s) is set to 0 s and ``jax_persistent_cache_min_entry_size_bytes`` still at its default
@@ -81,13 +87,19 @@ def setup_compile_cache(enabled: bool = True) -> str | None:
     setting = os.environ.get(ENV, "").strip()
     if setting.lower() in _OFF:
         return None
-    path = os.path.abspath(os.path.expanduser(setting)) if setting else default_compile_cache_dir()
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        logger.warning("compile cache folder %s cannot be created (%s); compiling without a cache "
-                       "(set %s to a writable folder, or 0)", path, e.strerror or e, ENV)
-        return None
+    from vidax.cache import ENV as CACHE_ENV, cache_subdir, usable_folder
+
+    if setting:
+        path = usable_folder(os.path.abspath(os.path.expanduser(setting)), f"{ENV}={setting!r}",
+                             f"set {ENV} to a writable folder, or to 0 to compile without a cache")
+    elif os.environ.get(CACHE_ENV):
+        path = cache_subdir("jax_compile_cache")
+    else:
+        try:
+            path = cache_subdir("jax_compile_cache")
+        except SetupError as e:  # the platform's default folder: the run goes on without the cache
+            logger.warning("%s; compiling without a persistent cache", e)
+            return None
     jax.config.update("jax_compilation_cache_dir", path)
     if jax.config.jax_persistent_cache_min_compile_time_secs == _JAX_DEFAULT_MIN_COMPILE_S:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

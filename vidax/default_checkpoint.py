@@ -19,7 +19,7 @@ import tempfile
 import numpy as np
 from flax import nnx
 
-from vidax.cache import cache_dir
+from vidax.cache import cache_dir, cache_subdir, usable_folder
 
 logger = logging.getLogger("vidax.default_checkpoint")
 
@@ -147,12 +147,19 @@ def resolve_named_checkpoint(path_or_hub_id):
 
 
 def default_checkpoint(root: str | None = None) -> str:
-    """Path of the embedded default checkpoint, building it on first use (about a second)."""
-    root = root or cache_dir()
-    path = os.path.join(root, NAME)
+    """Path of the embedded default checkpoint, building it on first use (about a second).
+
+    Args:
+        root: the folder to keep it in; None: the user cache folder (:mod:`vidax.cache`).
+
+    Raises:
+        SetupError: the user cache folder cannot be written (``VIDAX_CACHE_DIR`` is a file, under
+            a file, or not writable), on the first use.
+    """
+    path = os.path.join(root or cache_dir(), NAME)
     if os.path.isfile(os.path.join(path, "model_index.json")):
         return path
-    os.makedirs(root, exist_ok=True)
+    root = usable_folder(root, f"root={root!r}", "give a writable folder") if root else cache_subdir()
     tmp = tempfile.mkdtemp(dir=root, prefix=f".{NAME}-")
     try:
         write_tiny_wan_checkpoint(tmp)

@@ -39,3 +39,15 @@ class Cancelled(VidaxError):
     def __init__(self, done: str):
         super().__init__(f"cancelled {done}")
         self.done = done
+
+
+class SetupError(VidaxError):
+    """The process's setting cannot run vidax: an environment variable names a folder or a JAX
+    backend that cannot be used (``VIDAX_CACHE_DIR``, ``VIDAX_COMPILE_CACHE``, ``JAX_PLATFORMS``);
+    the message names the variable, its value and what to set instead."""
+
+
+class OutOfMemoryError(VidaxError, MemoryError):
+    """A run needs more memory than the device (or, on CPU, the host) has: refused before any work
+    from the run-size estimate, or caught when an allocation failed during the run. The message
+    gives the estimate and what to try. Also a ``MemoryError``."""

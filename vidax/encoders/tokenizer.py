@@ -304,7 +304,7 @@ def _converted_tokenizer_json(path: str) -> str:
     import sys
     import tempfile
 
-    from vidax.cache import cache_dir
+    from vidax.cache import cache_dir, cache_subdir
 
     names = set(os.listdir(path)) if os.path.isdir(path) else set()
     if not any(f.endswith(".model") for f in names) and not {"vocab.json", "merges.txt"} <= names:
@@ -323,8 +323,7 @@ def _converted_tokenizer_json(path: str) -> str:
     out = os.path.join(out_dir, "tokenizer.json")
     if os.path.isfile(out):
         return out
-    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(out_dir), prefix=".convert-")
+    tmp = tempfile.mkdtemp(dir=cache_subdir("tokenizers"), prefix=".convert-")
     code = (
         "import sys; from transformers import AutoTokenizer; "
         "AutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])"

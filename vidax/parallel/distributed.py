@@ -2,14 +2,17 @@
 
 Every process runs the same program on its own devices; ``jax.devices()`` then lists the devices
 of all processes and one mesh spans them. :func:`initialize` connects the processes (a process
-that cannot reach the coordinator fails with a clear :class:`~vidax.errors.InputError` within
-``timeout_s`` instead of hanging or aborting); :func:`put` places a value every process holds
-identically onto a global sharding; :func:`to_local` brings a global result back to one device
-of this process (every process gets the whole value).
+that cannot reach the coordinator, or a process 0 that the others do not reach, fails with a clear
+:class:`~vidax.errors.InputError` within ``timeout_s`` instead of hanging or aborting);
+:func:`check_backend` turns a ``JAX_PLATFORMS`` this machine cannot start into one line;
+:func:`put` places a value every process holds identically onto a global sharding;
+:func:`to_local` brings a global result back to one device of this process (every process gets
+the whole value).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -20,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vidax.errors import InputError
+from vidax.errors import InputError, SetupError
 
 logger = logging.getLogger("vidax.parallel")
 
@@ -48,8 +51,16 @@ def _split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+#: What a process other than 0 sends process 0 in the rendezvous before JAX's (one line, ASCII).
+_HELLO = "vidax-rendezvous"
+
+
 def wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_processes: int) -> None:
-    """Poll ``address`` until it accepts a TCP connection.
+    """Reach process 0 at ``address`` within ``timeout_s`` seconds (processes other than 0).
+
+    Polls until the port accepts a TCP connection, then says which process this is (process 0's
+    :func:`host_rendezvous` counts them; any other listener, e.g. JAX's own service, is taken as
+    the coordinator being up).
 
     Raises:
         InputError: nothing listens there within ``timeout_s`` seconds.
@@ -59,8 +70,19 @@ def wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_pr
     last = None
     while True:
         try:
-            with socket.create_connection((host, port), timeout=min(2.0, max(timeout_s, 0.1))):
-                return
+            with socket.create_connection((host, port), timeout=min(2.0, max(timeout_s, 0.1))) as conn:
+                conn.sendall(f"{_HELLO} {process_id} {num_processes}\n".encode())
+                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    reply = conn.recv(4096)  # "ok": process 0 counted this process; b"": another listener
+                    while reply.startswith(b"refused") and (more := conn.recv(4096)):
+                        reply += more
+                except OSError:
+                    reply = b""
+                if not reply.startswith(b"refused"):
+                    return
+                raise InputError(f"process {process_id} of {num_processes}: process 0 at coordinator={address!r} "
+                                 f"refused it: {reply[8:].decode(errors='replace').strip()}")
         except OSError as e:
             last = e
         if time.monotonic() >= deadline:
@@ -71,6 +93,89 @@ def wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_pr
                 "check the host name, port and firewall."
             )
         time.sleep(0.25)
+
+
+def host_rendezvous(address: str, timeout_s: float, num_processes: int) -> None:
+    """Process 0: listen on ``address``'s port until every other process has said which it is
+    (:func:`wait_for_coordinator`), within ``timeout_s`` seconds; then free the port for JAX.
+
+    JAX's coordination service ends the whole process (a C++ abort) when a process does not join
+    in time; this rendezvous turns the usual causes into one error line first.
+
+    Raises:
+        InputError: ``address`` is not an address of this machine, its port is taken, a process id
+            came twice or with another process count, or processes are missing after
+            ``timeout_s`` (the message lists them).
+    """
+    host, port = _split_address(address)
+    head = f"process 0 of {num_processes}: coordinator={address!r}"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+    except OSError as e:
+        raise InputError(f"{head} is not an address of this machine ({e.strerror or e}); process 0 runs the "
+                         "coordinator, so start it on that host (or give one of this machine's addresses)") from None
+    try:  # every interface, as JAX's service listens
+        listener = (socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+                    if socket.has_dualstack_ipv6() else socket.create_server(("", port)))
+    except OSError as e:
+        raise InputError(f"{head}: port {port} cannot be listened on here ({e.strerror or e}); give a free "
+                         "port") from None
+    joined: dict[int, socket.socket] = {}
+    try:
+        try:
+            _gather(listener, joined, head, timeout_s, num_processes)
+        except InputError as e:  # the processes that came stop too, told why
+            for conn in joined.values():
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"refused {str(e)[len(head) + 2:]}".encode())
+            raise
+        for conn in joined.values():
+            conn.sendall(b"ok")
+        for conn in joined.values():  # the other side closes first, so the port is free at once
+            conn.recv(1)
+    except OSError:  # a process went away meanwhile: JAX's own rendezvous reports it
+        pass
+    finally:
+        for conn in joined.values():
+            conn.close()
+        listener.close()
+
+
+def _gather(listener: socket.socket, joined: dict, head: str, timeout_s: float, num_processes: int) -> None:
+    # Accept the hellos of processes 1..N-1 into ``joined`` (id -> connection), within timeout_s.
+    deadline = time.monotonic() + timeout_s
+    while len(joined) < num_processes - 1:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = [i for i in range(1, num_processes) if i not in joined]
+            raise InputError(
+                f"{head}: process(es) {', '.join(map(str, missing))} did not reach it within {timeout_s:g} s; "
+                f"start every process 1..{num_processes - 1} with the same --coordinator and --num-processes "
+                f"{num_processes} (or give them more time with --distributed-timeout)")
+        listener.settimeout(left)
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        conn.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
+        try:
+            words = conn.recv(128).decode(errors="replace").split()
+        except OSError:
+            words = []
+        if len(words) != 3 or words[0] != _HELLO or not words[1].isdigit() or not words[2].isdigit():
+            conn.close()  # not a vidax process: ignored
+            continue
+        pid, n = int(words[1]), int(words[2])
+        problem = (f"it has --num-processes {n}, process 0 has {num_processes}" if n != num_processes else
+                   f"process id {pid} came twice" if pid in joined else
+                   f"process id {pid} is not in 1..{num_processes - 1}" if not 0 < pid < num_processes else None)
+        if problem:
+            conn.sendall(f"refused {problem}".encode())
+            conn.close()
+            raise InputError(f"{head}: {problem}; give each process its own --process-id in "
+                             f"0..{num_processes - 1} and the same --num-processes")
+        joined[pid] = conn
 
 
 def initialize(
@@ -84,8 +189,10 @@ def initialize(
 
     Arguments left None are read from ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and
     ``JAX_PROCESS_ID``. With none of them set anywhere, nothing happens (single process).
-    Processes other than 0 first wait (at most ``timeout_s``) for the coordinator's port to
-    open, so an unreachable coordinator gives a clear error instead of JAX's abort. Call it
+    Before JAX's own rendezvous (which aborts the process when it fails), processes other than 0
+    wait at most ``timeout_s`` to reach process 0 (:func:`wait_for_coordinator`) and process 0
+    waits as long for all of them (:func:`host_rendezvous`), so an unreachable coordinator, a
+    missing process or a wrong address is one clear error instead of JAX's abort. Call it
     before anything touches a JAX device. On CPU the cross-process collectives use JAX's
     default (gloo).
 
@@ -99,7 +206,8 @@ def initialize(
         True when a multi-process run was initialised, False for a single process.
 
     Raises:
-        InputError: incomplete or invalid settings, or the coordinator cannot be reached in time.
+        InputError: incomplete or invalid settings, the coordinator cannot be reached in time, or
+            (process 0) another process did not arrive in time.
     """
     coordinator = coordinator or os.environ.get(ENV_COORDINATOR) or None
     num_processes = num_processes if num_processes is not None else _env_int(ENV_NUM_PROCESSES)
@@ -107,6 +215,13 @@ def initialize(
     given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     if all(v is None for v in given.values()):
         return False
+    if num_processes is not None and (isinstance(num_processes, bool) or not isinstance(num_processes, int)
+                                      or num_processes < 1):
+        raise InputError(f"num_processes={num_processes!r} must be an int >= 1.")
+    if process_id is not None and (isinstance(process_id, bool) or not isinstance(process_id, int)
+                                   or not 0 <= process_id < (num_processes or 2**31)):
+        valid = f"in [0, num_processes={num_processes})" if num_processes else ">= 0"
+        raise InputError(f"process_id={process_id!r} must be an int {valid}.")
     if num_processes == 1 and coordinator is None:
         return False
     missing = [k for k, v in given.items() if v is None]
@@ -117,14 +232,12 @@ def initialize(
             f"{ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}."
         )
     _split_address(coordinator)
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-        raise InputError(f"num_processes={num_processes!r} must be an int >= 1.")
-    if isinstance(process_id, bool) or not isinstance(process_id, int) or not 0 <= process_id < num_processes:
-        raise InputError(f"process_id={process_id!r} must be an int in [0, num_processes={num_processes}).")
-    if not timeout_s or timeout_s <= 0:
-        raise InputError(f"timeout_s={timeout_s!r} must be > 0.")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise InputError(f"timeout_s={timeout_s!r} must be a number of seconds > 0.")
     if process_id != 0:
         wait_for_coordinator(coordinator, timeout_s, process_id, num_processes)
+    elif num_processes > 1:
+        host_rendezvous(coordinator, timeout_s, num_processes)
     logger.info(
         "jax.distributed: process %d of %d, coordinator %s (waiting up to %g s for all processes)",
         process_id, num_processes, coordinator, timeout_s,
@@ -133,6 +246,46 @@ def initialize(
         coordinator, num_processes, process_id, initialization_timeout=max(1, int(round(timeout_s)))
     )
     return True
+
+
+def check_backend() -> str:
+    """The name of JAX's default backend, once JAX has started the backends it is told to.
+
+    Call it after :func:`initialize` (starting a backend ends the chance to join a multi-process
+    run).
+
+    Raises:
+        SetupError: JAX cannot start a backend ``JAX_PLATFORMS`` (``jax_platforms``) names (absent
+            hardware, no plugin, a typo); the message names the setting, its value, JAX's reason
+            and the backends this machine has.
+    """
+    try:
+        return jax.default_backend()
+    except Exception as e:  # RuntimeError, or an AssertionError for a platform with no plugin
+        setting = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS")
+        reason = " ".join(str(e).split("(set JAX_PLATFORMS")[0].split()) or "no JAX plugin for it is installed"
+        if not setting:
+            raise SetupError(f"JAX cannot start a backend: {reason}") from None
+        raise SetupError(
+            f"JAX_PLATFORMS={setting!r} names a backend JAX cannot start here ({reason}); this machine has: "
+            f"{available_backends()}; set JAX_PLATFORMS to one of them, or unset it to let JAX choose"
+        ) from None
+
+
+def available_backends() -> str:
+    """The backends JAX starts on this machine when ``JAX_PLATFORMS`` is unset, comma-separated
+    (asked of a fresh Python process, so this process's JAX state is left as it is; a few seconds)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    code = "import jax, jax.extend.backend as b; print(','.join(sorted(b.backends())))"
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = r.stdout.strip().splitlines()
+    return lines[-1].replace(",", ", ") if r.returncode == 0 and lines else "unknown"
 
 
 def is_main_process() -> bool:

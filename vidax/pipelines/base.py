@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from vidax.config import read_json_object
 from vidax.encoders.tokenizer import Truncation
-from vidax.errors import Cancelled, ConfigError, InputError, NumericalError
+from vidax.errors import Cancelled, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
@@ -142,48 +142,157 @@ class SizeLimits:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSize:
-    """What the run-size estimate of :func:`run_size_estimate` reads about the transformer.
+    """What the run-size estimate of :func:`run_size_estimate` reads about the transformer and VAE.
 
     Attributes:
         tokens: tokens one sample's transformer sequence has for the call (video patches, plus
             text tokens where they join the sequence). hidden_size: model width D.
         ffn_dim: the feed-forward hidden width. num_layers: transformer blocks.
+        num_heads: attention heads (0: ``hidden_size // 64``).
+        decode_frames: video frames one VAE decode chunk makes (Wan: 4, one latent frame).
+        decode_channels: the VAE decoder's channel width at full resolution.
     """
 
     tokens: int
     hidden_size: int
     ffn_dim: int
     num_layers: int
+    num_heads: int = 0
+    decode_frames: int = 4
+    decode_channels: int = 128
 
 
 #: A call whose transformer sequence has more than this many times the tokens of the
 #: checkpoint's default size (what it was made for) logs the run-size estimate as a WARNING.
 LARGE_RUN_FACTOR = 4
 
+# Calibration of :func:`run_size_estimate`, measured as the peak RSS growth of one call on CPU
+# (tests/test_run_stats.py::test_memory_estimate_within_2x_of_measured_peak lists the ratios):
+#: bytes per element of a decode chunk's full-resolution activations (frames x H x W x channels):
+#: XLA's CPU convolutions unfold their 3x3x3 input (27 taps) for part of the network.
+DECODE_BYTES_PER_ELEMENT = 80
+#: bytes per token and per unit of (4 D + ffn_dim) in the denoising step, per dtype byte: q, k,
+#: v, attention output, FFN hidden and the residual stream alive at once, inputs and outputs.
+STEP_BUFFERS = 2
+#: what every call needs beyond the model's arrays (XLA's compiles and runtime, thread stacks).
+RUNTIME_OVERHEAD_BYTES = 160 * 2**20
 
-def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
-                      width: int) -> str:
-    """One line of rough float32 numbers of a run, for the warning of a very large call.
 
-    * activations per step: ``batch x tokens x (4 D + ffn_dim) x 4`` bytes: one block's q, k, v,
-      attention output and FFN hidden (blocks run one after another; attention is flash-style
-      above small sizes, so there is no ``tokens^2`` score matrix). Half of it in bfloat16.
-    * attention per step: ``4 x batch x tokens^2 x D x num_layers`` FLOPs (QK^T and PV).
-    * latents: ``latent_elements x 4`` bytes; decoded video: ``batch x F x H x W x 3 x 4`` bytes
-      (float32 frames in host memory).
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak memory of one call, in bytes, by part (see :func:`run_size_estimate`).
+
+    Attributes:
+        weights: parameters that must be in memory (0 when they are already loaded).
+        step: the largest denoising step's activations (attention temporaries included).
+        decode: one VAE decode chunk. outputs: latents and the decoded video (float32, host).
+        overhead: :data:`RUNTIME_OVERHEAD_BYTES`.
+    """
+
+    weights: int
+    step: int
+    decode: int
+    outputs: int
+    overhead: int = RUNTIME_OVERHEAD_BYTES
+
+    @property
+    def total(self) -> int:
+        """Weights + the larger of the step and the decode (they do not overlap) + outputs + overhead."""
+        return self.weights + max(self.step, self.decode) + self.outputs + self.overhead
+
+    def describe(self) -> str:
+        parts = [("weights", self.weights)] if self.weights else []
+        parts += [("denoising step", self.step), ("VAE decode chunk", self.decode), ("latents and video", self.outputs)]
+        return f"~{_gib(self.total)} (" + ", ".join(f"{name} {_gib(b)}" for name, b in parts) + ")"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
+                        width: int, *, videos: int | None = None, dtype_bytes: int = 4,
+                        weights: int = 0, decoded: bool = True) -> MemoryEstimate:
+    """Peak memory of one call (:class:`MemoryEstimate`), from the sizes alone.
+
+    * step: ``STEP_BUFFERS x batch x tokens x (4 D + ffn_dim) x dtype_bytes`` (blocks run one
+      after another), plus attention's temporary: the ``(batch, heads, tokens, tokens)`` float32
+      scores and probabilities where the ``"xla"`` implementation runs (up to 2**22 scores per
+      head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators.
+    * decode: ``decode_frames x height x width x decode_channels x DECODE_BYTES_PER_ELEMENT``.
+    * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
 
     Args:
-        size: the transformer's numbers (:class:`ModelSize`). batch: samples per transformer call
-            (CFG doubles it). latent_elements: elements of the initial latents. num_frames,
-            height, width: the decoded video.
+        size: the model's numbers (:class:`ModelSize`). batch: samples per transformer call (CFG
+            doubles it). latent_elements: elements of the initial latents. num_frames, height,
+            width: the decoded video. videos: videos decoded (default ``batch``).
+        dtype_bytes: bytes of the transformer's dtype. weights: parameter bytes to count.
+        decoded: False when the latents are returned (``output_type="latent"``): no decode, no video.
     """
-    gib = 2.0 ** 30
-    act = batch * size.tokens * (4 * size.hidden_size + size.ffn_dim) * 4
+    from vidax.nn.attention import AUTO_XLA_MAX_SCORES, DEFAULT_BLOCK_SIZE
+
+    heads = size.num_heads or max(1, size.hidden_size // 64)
+    t = size.tokens
+    attention = batch * heads * t * 2 * (t if t * t <= AUTO_XLA_MAX_SCORES else DEFAULT_BLOCK_SIZE) * 4
+    step = STEP_BUFFERS * batch * t * (4 * size.hidden_size + size.ffn_dim) * dtype_bytes + attention
+    decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
+    video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
+    return MemoryEstimate(weights=int(weights), step=int(step), decode=int(decode),
+                          outputs=int(latent_elements * 4 * 2 + video))
+
+
+def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
+                      width: int, videos: int | None = None) -> str:
+    """One line of rough float32 numbers of a run, for the warning of a very large call: the
+    peak memory of :func:`run_memory_estimate` by part, and ``4 x batch x tokens^2 x D x
+    num_layers`` FLOPs of attention per step (QK^T and PV).
+
+    Args: as :func:`run_memory_estimate`.
+    """
     flops = 4 * batch * size.tokens ** 2 * size.hidden_size * size.num_layers
-    video = batch * num_frames * height * width * 3 * 4
-    return (f"{size.tokens} tokens per sample x batch {batch}: ~{act / gib:.1f} GiB of float32 activations and "
-            f"~{flops / 1e12:.0f} TFLOP of attention per step, latents {latent_elements * 4 / gib:.2f} GiB, "
-            f"decoded video {video / gib:.1f} GiB")
+    est = run_memory_estimate(size, batch, latent_elements, num_frames, height, width, videos=videos)
+    return (f"{size.tokens} tokens per sample x batch {batch}: peak memory {est.describe()}, "
+            f"~{flops / 1e12:.0f} TFLOP of attention per step")
+
+
+def available_memory() -> tuple[int, str]:
+    """(bytes a call can still use, what they are): the least free ``bytes_limit -
+    bytes_in_use`` over this process's devices where the backend reports it (GPU, TPU), else the
+    host's available RAM (``psutil``; CPU, where device arrays live in host memory)."""
+    from vidax.stats import device_memory_stats
+
+    free = [int(s["bytes_limit"]) - int(s.get("bytes_in_use", 0)) for s in device_memory_stats() if s.get("bytes_limit")]
+    if free:
+        return min(free), "free device memory"
+    import psutil
+
+    return int(psutil.virtual_memory().available), "available host RAM"
+
+
+def size_words(call: Call) -> str:
+    """``"height=H, width=W: HxW pixels, F frames"``, the size arguments the caller gave named as
+    arguments (the CLI makes them flags), the others only as numbers."""
+    named = ", ".join(f"{k}={getattr(call, k)}" for k in ("height", "width", "num_frames") if k in call.given)
+    return f"{named}: " * bool(named) + f"{call.height}x{call.width} pixels, {call.num_frames} frames"
+
+
+def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
+    """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
+    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors).
+    A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
+    from vidax.pipelines.staging import component_bytes
+
+    total = 0
+    for name in checkpoint.index if names is None else names:
+        if name.startswith("_") or not checkpoint.has(name):
+            continue
+        folder = os.path.join(checkpoint.root, name)
+        if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
+            try:
+                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype)["total"]
+            except VidaxError:
+                pass
+    return total
 
 
 #: Seeds are integers in ``[0, MAX_SEED]``: ``jax.random.PRNGKey`` keeps the low 32 bits of a
@@ -623,7 +732,6 @@ class VideoPipeline:
         scheduler = cls.read_scheduler(info)
         if scheduler is not None:
             cls.check_schedule(info, scheduler, call)
-        cls.warn_if_large(info, call)
         return call
 
     @classmethod
@@ -637,14 +745,79 @@ class VideoPipeline:
         if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
             return
         batch = call.batch * (2 if call.do_cfg else 1)
-        # Only the size arguments the caller gave are named as arguments (the CLI makes them flags).
-        named = ", ".join(f"{k}={getattr(call, k)}" for k in ("height", "width", "num_frames") if k in call.given)
         logger.warning(
-            "%s%dx%d pixels, %d frames is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its "
-            "tokens): %s", f"{named}: " if named else "", call.height, call.width, call.num_frames, d.height, d.width,
-            d.num_frames, size.tokens / base.tokens,
+            "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s", size_words(call),
+            d.height, d.width, d.num_frames, size.tokens / base.tokens,
             run_size_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
-                              call.height, call.width))
+                              call.height, call.width, videos=call.batch))
+
+    @classmethod
+    def memory_estimate(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32",
+                        weights: str = "loaded") -> MemoryEstimate | None:
+        """Peak memory of ``call`` (:func:`run_memory_estimate`; None where the family gives no
+        :meth:`model_size`), from configs and safetensors headers only.
+
+        Args:
+            weights: which parameters to count: ``"loaded"`` none (already in memory), ``"all"``
+                every component's, ``"transformers"`` the denoising transformers' only.
+        """
+        size = cls.model_size(info, call)
+        if size is None:
+            return None
+        dtype = parse_dtype(dtype)
+        names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
+        return run_memory_estimate(size, call.batch * (2 if call.do_cfg else 1),
+                                   int(np.prod(cls.latent_shape(info, call))), call.num_frames, call.height, call.width,
+                                   videos=call.batch, dtype_bytes=np.dtype(dtype).itemsize,
+                                   weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
+                                   decoded=call.output_type != "latent")
+
+    @classmethod
+    def check_memory(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", loaded: bool = True,
+                     refuse: bool = True, devices: int = 1, offload: Any = None,
+                     available: tuple[int, str] | None = None) -> MemoryEstimate | None:
+        """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
+        (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
+        estimate and the largest height x width that fits; with ``refuse=False`` log that as a
+        WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
+        :meth:`warn_if_large`'s WARNING.
+
+        Args:
+            loaded: the weights are in memory already (else they are counted: all of them in host
+                RAM; on a device with its own memory the transformers', none with ``offload``).
+            devices: devices of the mesh; a device with its own memory holds 1/devices of it.
+
+        Raises:
+            OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
+        """
+        free, what = available or available_memory()
+        host = what != "free device memory"
+        weights = "loaded" if loaded else "all" if host else "loaded" if offload is not None else "transformers"
+        share = 1 if host else max(1, devices)
+
+        def need(c: Call) -> MemoryEstimate | None:
+            return cls.memory_estimate(info, c, dtype=dtype, weights=weights)
+
+        est = need(call)
+        if est is None or est.total / share <= free:
+            cls.warn_if_large(info, call)
+            return est
+        mh, mw = info.size_multiple
+        fits = None
+        for h in range(call.height - mh, 0, -mh):
+            w = max(mw, round(call.width * h / call.height / mw) * mw)
+            if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
+                fits = f"height={h}, width={w} fits at num_frames={call.num_frames}"
+                break
+        per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
+        msg = (f"{size_words(call)} (batch {call.batch}"
+               f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
+               f"{_gib(free)} of {what}: {fits or 'no size fits at these frames'}; or try fewer num_frames, "
+               "bfloat16, offloading")
+        if refuse:
+            raise OutOfMemoryError(msg + " (to run it anyway: --no-memory-check, or pipe.memory_check = False)")
+        logger.warning("%s; running it anyway", msg)
+        return est
 
     # ================================================================== loading
     @staticmethod
@@ -698,7 +871,9 @@ class VideoPipeline:
 
         Raises:
             CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
+            SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here.
         """
+        from vidax.parallel.distributed import check_backend
         from vidax.parallel.mesh import resolve_mesh
 
         t0 = time.perf_counter()
@@ -708,6 +883,7 @@ class VideoPipeline:
             raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
                               f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
         dtype = parse_dtype(dtype)
+        check_backend()
         mesh = resolve_mesh(mesh)
         cls.check_checkpoint(info, mesh)
         offload = resolve_offload(offload)
@@ -768,10 +944,36 @@ class VideoPipeline:
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         return self.generate(call)
 
+    #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run it).
+    memory_check: bool = True
+
     def generate(self, call: Call) -> VideoPipelineOutput:
-        """Run a checked :class:`Call`."""
-        t0 = time.perf_counter()
+        """Run a checked :class:`Call` (refused first when it cannot fit: :meth:`check_memory`).
+
+        Raises:
+            OutOfMemoryError: the call's memory estimate is more than there is (before any work),
+                or an allocation failed during the run (the message names the phase and the estimate).
+        """
         self.check_components()
+        est = self.check_memory(self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
+                                devices=1 if self.mesh is None else self.mesh.size)
+        phase = ["text encoding"]
+        try:
+            return self._generate(call, phase)
+        except Exception as e:
+            if not (isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)) or isinstance(e, OutOfMemoryError):
+                raise
+            what = " ".join(f"{type(e).__name__}: {e}".split())[:300] if str(e) else type(e).__name__
+            estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
+            free, where = available_memory()
+            raise OutOfMemoryError(
+                f"ran out of memory during the {phase[0]} at {size_words(call)} ({what}); {estimate}, {where} "
+                f"now {_gib(free)}; try a smaller "
+                "size or fewer num_frames, bfloat16, or offloading"
+            ) from None
+
+    def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
+        t0 = time.perf_counter()
         # The load is reported by the first call that completes.
         stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given)
         with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
@@ -786,12 +988,14 @@ class VideoPipeline:
                  jax.random.normal(jax.random.PRNGKey(call.seed), self.latent_shape(self.info, call), jnp.float32))
         x = self.prepare_latents(call, noise, cond)
         state = self.set_timesteps(call, x)
+        phase[0] = "denoising loop"
         x, state = self.denoise(call, x, state, embeds, cond, stats)
         check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, self.dtype)
         x = self.final_latents(call, x, cond)
         if call.output_type == "latent":
             frames = self.latents_output(x)
         else:
+            phase[0] = "VAE decode"
             frames = self.decode(call, x, stats)
         stats.sample_memory()
         self._pending_load_s = 0.0
@@ -997,6 +1201,7 @@ def as_list(value: Any) -> list:
 
 
 __all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
-                          "ModelSize", "run_size_estimate", "MAX_SEED", "tokenizer_token_limit", "text_encoder_positions",
+                          "ModelSize", "MemoryEstimate", "run_size_estimate", "run_memory_estimate", "MAX_SEED",
+                          "tokenizer_token_limit", "text_encoder_positions",
                           "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "text_truncation", "finite_array",
                           "check_finite")

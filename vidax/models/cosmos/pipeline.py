@@ -203,11 +203,13 @@ class CosmosPredictPipeline(VideoPipeline):
 
     @classmethod
     def model_size(cls, info: CosmosInfo, call) -> ModelSize:
+        from vidax.models.wan.pipeline import wan_vae_decode_size
+
         cfg = info.transformer_config
         _, _, t, h, w = cls.latent_shape(info, call)
         pt, ph, pw = cfg.patch_size
         return ModelSize(tokens=(t // pt) * (h // ph) * (w // pw), hidden_size=cfg.inner_dim,
-                         ffn_dim=cfg.ffn_dim, num_layers=cfg.num_layers)
+                         ffn_dim=cfg.ffn_dim, num_layers=cfg.num_layers, **wan_vae_decode_size(info.vae_config))
 
     @classmethod
     def conditioning_frames(cls, call) -> int:

@@ -110,7 +110,8 @@ class WanPipeline(VideoPipeline):
         _, _, t, h, w = cls.latent_shape(info, call)
         pt, ph, pw = cfg.patch_size
         return ModelSize(tokens=(t // pt) * (h // ph) * (w // pw), hidden_size=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
-                         num_layers=cfg.num_layers)
+                         num_layers=cfg.num_layers, num_heads=cfg.num_attention_heads,
+                         **wan_vae_decode_size(info.vae_config))
 
     @classmethod
     def text_token_limit(cls, info: WanInfo) -> tuple[int, str]:
@@ -250,3 +251,10 @@ class WanImageToVideoPipeline(WanPipeline):
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+def wan_vae_decode_size(vae) -> dict:
+    """The Wan VAE's decode chunk for :class:`~vidax.pipelines.base.ModelSize`: one latent frame
+    (``temporal_compression`` video frames) at the decoder's full-resolution width."""
+    return dict(decode_frames=vae.temporal_compression,
+                decode_channels=(vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0])
