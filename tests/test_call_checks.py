@@ -885,3 +885,65 @@ def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
     warnings = [rec.getMessage() for rec in caplog.records if "truncated" in rec.getMessage()]
     assert [w.split(" as ")[0] for w in warnings] == ["--prompt has 601 tokens; truncated to --max-sequence-length 16"]
     assert "loading" not in r.stderr and "encoding the prompt" not in r.stderr  # --no-progress
+
+
+# --------------------------------------------------------------------------- issue 18: the break-it pass
+def test_steps_beyond_the_training_timesteps_refused_before_loading(pipe, broken, tmp_path, weight_reads):
+    """More steps than the scheduler's num_train_timesteps (2**31 took 14 GB before any
+    message; CogVideoX's DDIM refused only after loading): one line before any weight, and before
+    any schedule is computed."""
+    with pytest.raises(InputError, match=r"^num_inference_steps=1001 is more than the 1000 timesteps this checkpoint's "
+                                         r"scheduler was trained with .*; give at most 1000$"):
+        pipe("a cat", **{**SMALL, "num_inference_steps": 1001})
+    weight_reads["headers"].clear(), weight_reads["data"].clear()
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, *SMALL_FLAGS, "--num-inference-steps", "2147483648",
+             "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and lines[0].startswith("error: --num-inference-steps 2147483648 is more than"), r.output
+    assert weight_reads["data"] == []
+    cls, info = _reference_info("Lightricks__LTX-Video-0.9.1", "t2v")  # a schedule computed in check_call
+    with pytest.raises(InputError, match="^num_inference_steps=1001 is more than"):
+        cls.check_call(info, "a cat", num_inference_steps=1001)
+
+
+def test_ltx_beyond_float64_shift_is_the_size_limit():
+    """At 2048 x 2048 x 257 LTX-Video 0.9.1's mu makes math.exp overflow (diffusers raises
+    OverflowError there): the same one-line size limit as a smaller oversize, not a traceback."""
+    cls, info = _reference_info("Lightricks__LTX-Video-0.9.1", "t2v")
+    with pytest.raises(InputError, match=r"^height=2048, width=2048, num_frames=257 make .* more than this scheduler "
+                                         r"config's dynamic shift allows"):
+        cls.check_call(info, "a cat", height=2048, width=2048, num_frames=257)
+
+
+def test_diffusers_loading_keywords_named(ckpt):
+    """load_pipeline(path, torch_dtype=...) (diffusers' spelling) is an InputError naming dtype=,
+    not a TypeError from inside the family."""
+    with pytest.raises(InputError, match=r"^WanPipeline takes no torch_dtype= when loading; vidax's dtype= is "
+                                         r"diffusers' torch_dtype= .*; it takes dtype=, .*vae_dtype="):
+        vidax.load_pipeline(ckpt, torch_dtype="bf16")
+    with pytest.raises(InputError, match="takes no colour=, size= when loading"):
+        vidax.load_pipeline(ckpt, size=3, colour="red")
+
+
+def test_hub_error_is_one_line(monkeypatch):
+    """huggingface_hub's multi-line messages are folded into the one error line."""
+    import huggingface_hub
+
+    def fail(*_, **__):
+        raise OSError("Cannot reach the hub.\nCheck your connection.")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    with pytest.raises(CheckpointError) as e:
+        vidax.load_pipeline("owner/missing-model")
+    assert "\n" not in str(e.value) and "Cannot reach the hub. Check your connection." in str(e.value)
+
+
+def test_tp_not_dividing_heads_names_no_unasked_flag(_wan_copy, tmp_path):
+    """The heads check names the mesh as axes, not as --dp/--sp flags the user never gave."""
+    r = _cli("generate", "-p", "a cat", "--checkpoint", str(_wan_copy), *SMALL_FLAGS, "--tp", "8",
+             "-o", str(tmp_path / "v.npy"))
+    assert r.exit_code == 2, r.output
+    lines = _error_lines(r)
+    assert len(lines) == 1 and "data 1 x tensor 8 x sequence 1" in lines[0], r.output
+    assert "--dp" not in lines[0] and "--sp" not in lines[0], lines[0]

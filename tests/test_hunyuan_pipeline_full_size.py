@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from tests.paths import REFERENCE_CONFIGS
-from vidax.errors import ConfigError
+from vidax.errors import ConfigError, InputError
 from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline, HunyuanVideoPipeline
 from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.staging import RESIDENT_FRACTION, plan_staging
@@ -34,6 +34,11 @@ def _folder(repo: str, tmp_path) -> str:
     for name, value in index.items():
         if isinstance(value, list):
             (dst / name).mkdir(exist_ok=True)
+    essentials = dst / "text_encoder" / "arch_essentials.json"
+    if essentials.exists() and not (dst / "text_encoder" / "config.json").exists():
+        # The I2V repos' LLaVA config is recorded as its text_config only (SOURCES.md).
+        text_config = json.loads(essentials.read_text())["text_config"]
+        (dst / "text_encoder" / "config.json").write_text(json.dumps({"text_config": text_config}))
     return str(dst)
 
 
@@ -127,6 +132,10 @@ def test_latent_concat_says_it_returns_fewer_frames(tmp_path, caplog):
     d = info.defaults.num_frames
     assert messages[1].startswith(f"this checkpoint's default of {d} frames returns {d - 4} frames"), messages
     assert messages[2].startswith("num_frames=33 returns 8 latent frames, not 9"), messages
+    for output_type in ("np", "latent"):  # fewer than 5 frames would return none (an empty mp4 before)
+        with pytest.raises(InputError, match=r"^num_frames=1 leaves no frame: latent_concat .* give num_frames >= 5$"):
+            cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=1, output_type=output_type)
+    cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=5)
     token_replace = cls.read_checkpoint(Checkpoint.open(_folder("hunyuanvideo-community__HunyuanVideo-I2V", tmp_path)))
     caplog.clear()
     with caplog.at_level("WARNING", logger="vidax.pipeline"):

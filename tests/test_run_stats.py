@@ -138,7 +138,7 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     assert r.stderr.startswith("error: --height 2048, --width 2048, --num-frames 4093: 2048x2048 pixels, 4093 frames "
                                "(batch 1, CFG doubles it) needs ~"), r.stderr
     assert re.search("GiB of (available host RAM|free device memory): ", r.stderr), r.stderr
-    assert "(to run it anyway: --no-memory-check" in r.stderr
+    assert "(to run it anyway: --no-memory-check)" in r.stderr and "pipe.memory_check" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "v.npy").exists()
     # What fits is the largest size whose estimate is within the memory given.
     cls = pipeline_class(Checkpoint.open(ckpt), task="t2v")
@@ -150,6 +150,7 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
                                                r"\(batch 1, CFG doubles it\) needs .* more than the .* of test "
                                                r"memory: height=(\d+), width=(\d+) fits at num_frames=17") as e:
         cls.check_memory(info, call, available=(free, "test memory"))
+    assert str(e.value).endswith("(to run it anyway: pipe.memory_check = False)")  # Python's words, not a flag
     h, w = map(int, re.search(r"height=(\d+), width=(\d+) fits", str(e.value)).groups())
     import dataclasses
 

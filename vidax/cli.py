@@ -283,7 +283,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
               memory_check=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Cancelled, InputError
+    from vidax.errors import Cancelled, InputError, OutOfMemoryError
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
@@ -326,6 +326,9 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     task = "i2v" if "image" in call_image else ("v2v" if "video" in call_image else "t2v")
     cls = pipeline_class(ckpt, task=task)
     takes = set(cls.call_args())
+    if "image" in call_image and "video" in call_image and "video" not in takes:
+        raise InputError(f"--image and --video are both given: with --image, {ckpt.root} runs image-to-video "
+                         f"({cls.__name__}), which takes no --video; give one of them")
     unused = [k for k in family if k not in takes]
     if unused:
         has = [GENERATE_FLAGS[k] for k in FAMILY_CALL_FLAGS if k in takes and k != "video"]
@@ -343,12 +346,15 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:
             check_output_path(path, overwrite)
-    cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,  # before any weight is read
-                     devices=1 if mesh is None else mesh.size, offload=offload)
+    try:  # before any weight is read
+        cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
+                               devices=1 if mesh is None else mesh.size, offload=offload)
+    except OutOfMemoryError as e:
+        raise OutOfMemoryError(str(e).replace("pipe.memory_check = False", "--no-memory-check")) from None
     if stop():
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
-    pipe.memory_check = memory_check
+    pipe.memory_check = None  # checked (or warned about) above, with the weights counted
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -462,7 +468,11 @@ def inspect(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # Ctrl-C before generate's own handler is in place (while Python imports)
+        typer.secho("interrupted (SIGINT) before the run started; nothing was written", fg=typer.colors.RED, err=True)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -189,7 +189,7 @@ def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
     valid = sorted(set(valid))
     raise InputError(
         f"{what}: {heads} attention heads do not split over tensor x sequence = {tp} x {sp} = "
-        f"{tp * sp} (mesh dp={dp}, tp={tp}, sp={sp}); heads % (tp * sp) must be 0. Valid (tp, sp) "
+        f"{tp * sp} (mesh: data {dp} x tensor {tp} x sequence {sp}); heads % (tp * sp) must be 0. Valid (tp, sp) "
         f"on {n} devices: {_format_triples(valid)} (dp = {n} / (tp * sp))."
     )
 
@@ -218,6 +218,7 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
         if dp == 0:
             raise InputError(
                 f"tp={tp} x sp={sp} does not divide the {n} devices; valid (dp, tp, sp) for {n} "
-                f"devices: {_format_triples(valid_factorizations(n))}."
+                f"devices: {_format_triples(valid_factorizations(n))}, of which only those whose tp x sp divides "
+                "the model's attention heads run it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)."
             )
     return make_mesh(dp, tp, sp)

@@ -17,6 +17,7 @@ a keyword that is neither is a one-line error naming what the pipeline takes.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 import time
@@ -728,8 +729,13 @@ class VideoPipeline:
                 raise InputError(f"latents have shape {tuple(latents.shape)}, expected {shape} = "
                                  f"{cls.latents_layout} for these arguments")
             call = dataclasses.replace(call, latents=latents)
-        cls.check_family_call(info, call)
         scheduler = cls.read_scheduler(info)
+        train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
+        if train is not None and call.num_inference_steps > train:  # before any schedule is computed
+            raise InputError(f"num_inference_steps={call.num_inference_steps} is more than the {train} timesteps "
+                             f"this checkpoint's scheduler was trained with (num_train_timesteps in "
+                             f"{info.checkpoint.config_file('scheduler')}); give at most {train}")
+        cls.check_family_call(info, call)
         if scheduler is not None:
             cls.check_schedule(info, scheduler, call)
         return call
@@ -815,7 +821,7 @@ class VideoPipeline:
                f"{_gib(free)} of {what}: {fits or 'no size fits at these frames'}; or try fewer num_frames, "
                "bfloat16, offloading")
         if refuse:
-            raise OutOfMemoryError(msg + " (to run it anyway: --no-memory-check, or pipe.memory_check = False)")
+            raise OutOfMemoryError(msg + " (to run it anyway: pipe.memory_check = False)")
         logger.warning("%s; running it anyway", msg)
         return est
 
@@ -877,6 +883,7 @@ class VideoPipeline:
         from vidax.parallel.mesh import resolve_mesh
 
         t0 = time.perf_counter()
+        cls.check_load_options(options)
         checkpoint = Checkpoint.open(path)
         info = cls.read_checkpoint(checkpoint)
         if cls.task not in info.tasks:
@@ -898,6 +905,28 @@ class VideoPipeline:
             stats.load_s += load_s
         return cls(info, modules, dtype=dtype, mesh=mesh, staging=staging, offload=offload,
                    offload_experts=offload_experts, load_s=load_s)
+
+    @classmethod
+    def load_options(cls) -> tuple[str, ...]:
+        """The family's loading options :meth:`from_pretrained` passes on (the keywords of its
+        :meth:`load_components` beyond the shared ones, e.g. ``vae_dtype``)."""
+        shared = {"cls", "info", "dtype", "mesh", "offload", "staging", "offload_experts"}
+        params = inspect.signature(cls.load_components).parameters.values()
+        return tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in shared)
+
+    @classmethod
+    def check_load_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise InputError for a loading keyword this pipeline does not take (diffusers'
+        ``torch_dtype`` is named as vidax's ``dtype``)."""
+        params = inspect.signature(cls.load_components).parameters.values()
+        unknown = sorted(set(options) - set(cls.load_options()))
+        if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
+            return
+        hint = "; vidax's dtype= is diffusers' torch_dtype= (float32 or bfloat16)" if "torch_dtype" in unknown else ""
+        takes = ", ".join(f"{n}=" for n in ("dtype", "mesh", "offload", "stats", "offload_experts", "progress",
+                                             *cls.load_options()))
+        raise InputError(f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; "
+                         f"it takes {takes}")
 
     @classmethod
     def plan_staging(cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any,
@@ -944,8 +973,9 @@ class VideoPipeline:
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         return self.generate(call)
 
-    #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run it).
-    memory_check: bool = True
+    #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run
+    #: it; None: no check, e.g. where the caller already checked before loading).
+    memory_check: bool | None = True
 
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call` (refused first when it cannot fit: :meth:`check_memory`).
@@ -955,8 +985,9 @@ class VideoPipeline:
                 or an allocation failed during the run (the message names the phase and the estimate).
         """
         self.check_components()
-        est = self.check_memory(self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
-                                devices=1 if self.mesh is None else self.mesh.size)
+        est = None if self.memory_check is None else self.check_memory(
+            self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
+            devices=1 if self.mesh is None else self.mesh.size)
         phase = ["text encoding"]
         try:
             return self._generate(call, phase)

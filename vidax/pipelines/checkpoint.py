@@ -38,9 +38,10 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
             allow_patterns=["*.json", "*.safetensors", "*.model", "tokenizer/*", "*.txt"],
         )
     except Exception as e:
+        reason = " ".join(f"{type(e).__name__}: {e}".split())  # huggingface_hub's messages span lines
         raise CheckpointError(
             f"checkpoint={path!r}: no such local folder, and downloading it from the Hugging Face hub "
-            f"failed ({type(e).__name__}: {e}). Pass a local diffusers-format folder."
+            f"failed ({reason}). Pass a local diffusers-format folder."
         ) from None
 
 

@@ -182,7 +182,7 @@ class FlowMatchEulerDiscreteScheduler:
             try:
                 with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32 is what is searched for
                     self.set_timesteps(num_inference_steps, sigmas=sigmas, mu=self.calculate_shift(seq_len))
-            except InputError:
+            except (InputError, OverflowError):
                 return False
             return True
 

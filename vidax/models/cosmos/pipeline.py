@@ -238,16 +238,16 @@ class CosmosPredictPipeline(VideoPipeline):
         if video is None:
             return
         if call.image is not None:
-            raise InputError("image and video are both given; give image= (image2world) or video= (video2world)")
+            raise InputError("image= and video= are both given; give image= (image2world) or video= (video2world)")
         if len(call.prompts) != 1:
             raise InputError(f"video is given with {len(call.prompts)} prompts; video2world takes one prompt "
                              "(as diffusers' Cosmos2_5_PredictBasePipeline: batch_size must be 1)")
         frames = _video_frames(video)
         need = cls.conditioning_frames(call)
         if len(frames) < need:
-            raise InputError(f"video has {len(frames)} frame(s) but video2world with num_latent_conditional_frames="
-                             f"{n} conditions on its last {need}; give at least {need} frames (or "
-                             f"num_latent_conditional_frames=1)")
+            raise InputError(f"video= has {len(frames)} frame(s) but video2world with num_latent_conditional_frames="
+                             f"{n} conditions on its last {need}; give a video of at least {need} frames (or, in "
+                             f"Python, num_latent_conditional_frames=1)")
         if call.num_frames < need:
             raise InputError(f"num_frames={call.num_frames} is fewer than the {need} conditioning frames "
                              f"video2world takes (num_latent_conditional_frames={n}); give num_frames >= {need}")

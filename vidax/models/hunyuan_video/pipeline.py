@@ -429,6 +429,12 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         if info.image_condition_type == "latent_concat":
             asked = (f"num_frames={call.num_frames}" if "num_frames" in call.given
                      else f"this checkpoint's default of {call.num_frames} frames")
+            least = LATENT_CONCAT_DROPPED + 1 if call.output_type != "latent" else info.vae_config.temporal_compression + 1
+            if call.num_frames < least:  # the reference's output would be empty
+                raise InputError(f"{asked} leaves no frame: latent_concat (as diffusers' "
+                                 f"HunyuanVideoImageToVideoPipeline) drops the first "
+                                 + (f"{LATENT_CONCAT_DROPPED} decoded frames" if call.output_type != "latent"
+                                    else "latent frame") + f"; give num_frames >= {least}")
             if call.output_type == "latent":
                 t = cls.latent_shape(info, call)[2]
                 got = f"{t - 1} latent frames, not {t}: the reference drops the first latent frame"

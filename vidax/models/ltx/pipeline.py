@@ -197,7 +197,7 @@ class LTXPipeline(LTXDecode, VideoPipeline):
             with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32: sigmas of 1 or NaN, named below
                 scheduler.set_timesteps(n, sigmas=sigmas, mu=mu)
             return
-        except InputError:
+        except (InputError, OverflowError):  # OverflowError: e^mu past a float64 (math.exp), as in diffusers
             top = scheduler.largest_seq_len(n, sigmas=sigmas) if mu is not None else None
             if not top or tokens <= top:
                 raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
