@@ -1,7 +1,7 @@
 """The pipeline every family shares: load -> check -> encode -> denoise -> decode.
 
 :class:`VideoPipeline` owns what does not depend on the model: reading the checkpoint once
-(:class:`~vidax.pipelines.checkpoint.Checkpoint`), loading components through the registry
+(:class:`~vidax.checkpoint.Checkpoint`), loading components through the registry
 (:mod:`vidax.registry`), the device mesh, staging and block streaming, the call's argument checks
 (from the configs alone, so a bad argument costs no weight read), CFG batching, the denoising loop
 (one jitted step, or the blocks streamed from host memory, in segments of one expert each),
@@ -34,8 +34,9 @@ from vidax.errors import Cancelled, ConfigError, InputError, NumericalError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.parallel.placement import logical_placement
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
-from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task, status
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
+from vidax.checkpoint import TASK_NAMES
+from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging

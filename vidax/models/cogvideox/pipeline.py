@@ -34,7 +34,7 @@ from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import decoded_frames
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
                                   tokenizer_token_limit)
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
 logger = logging.getLogger("vidax.pipeline")

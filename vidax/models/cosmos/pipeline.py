@@ -53,7 +53,7 @@ from vidax.errors import InputError
 from vidax.io.image import nearest_resize, to_rgb_image, vae_image_preprocess
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, text_encoder_positions
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
 

@@ -59,7 +59,7 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.encoders.tokenizer import Truncation
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
 

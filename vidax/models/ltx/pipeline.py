@@ -35,7 +35,7 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 

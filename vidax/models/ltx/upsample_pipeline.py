@@ -27,7 +27,7 @@ from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoin
 from vidax.models.ltx.pipeline import LTXDecode, _number, _video_frames
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.pipelines.base import VideoPipeline, finite_array
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.pipelines.common import VideoPipelineOutput
 from vidax.pipelines.staging import Staging
 from vidax.stats import RunStats

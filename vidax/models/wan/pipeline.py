@@ -33,7 +33,7 @@ from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task, prompt_clean
 from vidax.pipelines.experts import Experts, expert_for_steps
 
