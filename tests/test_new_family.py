@@ -27,8 +27,8 @@ TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "te
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory):
     """The embedded Wan checkpoint's tokenizer, UMT5, VAE and scheduler, plus a random toy transformer."""
+    from tests.toy_family import FAMILY
     from tests.toy_family.config import ToyConfig
-    from tests.toy_family.convert import transformer_key_rules
     from tests.toy_family.transformer import ToyTransformer3DModel
     from vidax.default_checkpoint import default_checkpoint
 
@@ -45,7 +45,7 @@ def toy_checkpoint(tmp_path_factory):
     (root / "transformer" / "config.json").write_text(json.dumps(TOY))
     cfg = ToyConfig.from_config_dict(TOY)
     model = random_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), np.random.default_rng(1))
-    state = export_state_dict(model, transformer_key_rules(cfg))
+    state = export_state_dict(model, FAMILY.components[0].rules(cfg))
     save_safetensors({k: np.asarray(v, np.float32) for k, v in state.items()},
                      str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
     return str(root)
@@ -94,3 +94,4 @@ def test_toy_family_runs_through_the_cli_and_inspect(toy_checkpoint, tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "variant: Toy T2V: 3 layers" in r.stdout and "num_layers=3, num_single_layers=2, dim=32" in r.stdout
+
