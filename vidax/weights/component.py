@@ -73,10 +73,10 @@ def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: 
     spec = registry().component(spec) if isinstance(spec, str) else spec
     folder = os.fspath(folder)
     what = f"{spec.kind} ({spec.class_name})"
+    dtype = compute_dtype(dtype, what)
     if not os.path.isdir(folder):
         raise InputError(f"path={folder!r} is not a folder; pass the {spec.class_name} folder "
                          "(config.json and safetensors).")
-    dtype = compute_dtype(dtype, what)
     config = config or spec.config_class().from_json_file(os.path.join(folder, "config.json"))
     placement = _in_memory(placement or logical_placement(mesh, spec.axes()), memory_kind)
     if spec.loader is not None:
