@@ -144,6 +144,33 @@ class ComponentSpec:
         return rules(config, keys) if callable(rules) else rules
 
 
+#: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
+_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER"}
+
+
+def family_component(package: str, kind: str, class_name: str, model: str, config: str, *,
+                     key_configs: tuple[str, ...] = (), block_stacks: tuple[str, ...] = (),
+                     key_rules: str | None = None) -> ComponentSpec:
+    """The :class:`ComponentSpec` of a model a family folder owns, its code found by the layout of
+    ``docs/adding_a_family.md``: the config class ``config`` in ``<package>.config``, the model
+    ``model`` (``"transformer:WanTransformer3DModel"``) in ``<package>``, and in
+    ``<package>.convert`` the tables ``<KIND>_FP32_PARAMS`` (``TRANSFORMER_`` / ``VAE_`` /
+    ``UPSAMPLER_``), ``TRANSFORMER_PARAM_AXES`` for a transformer and ``key_rules`` when named
+    (else the default ``KeyRules(stacked=block_stacks)``).
+
+    Raises:
+        ValueError: ``kind`` is not one a family folder owns.
+    """
+    if kind not in _TABLES:
+        raise ValueError(f"family_component {class_name}: kind={kind!r} is not one of {tuple(_TABLES)}")
+    convert = f"{package}.convert:"
+    return ComponentSpec(class_name, kind, config=f"{package}.config:{config}", model=f"{package}.{model}",
+                         key_rules=key_rules and convert + key_rules,
+                         fp32_params=f"{convert}{_TABLES[kind]}_FP32_PARAMS",
+                         param_axes=convert + "TRANSFORMER_PARAM_AXES" if kind == "transformer" else None,
+                         key_configs=key_configs, block_stacks=block_stacks)
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """What one package registers.

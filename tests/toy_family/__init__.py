@@ -8,17 +8,16 @@ its own transformer (``ToyTransformer3DModel``: per-token linear in, two stacks 
 conditioned on the timestep and the mean text embedding, linear out).
 """
 
-from vidax.registry import ComponentSpec, Family, PipelineSpec
+from vidax.registry import Family, PipelineSpec, family_component
+
+_PKG = "tests.toy_family"
 
 FAMILY = Family(
     name="toy",
     pipelines=(PipelineSpec("ToyVideoPipeline", "tests.toy_family.pipeline:ToyVideoPipeline"),),
     components=(
-        ComponentSpec("ToyTransformer3DModel", "transformer", config="tests.toy_family.config:ToyConfig",
-                      model="tests.toy_family.transformer:ToyTransformer3DModel",
-                      param_axes="tests.toy_family.convert:TRANSFORMER_PARAM_AXES",
-                      fp32_params="tests.toy_family.convert:TRANSFORMER_FP32_PARAMS",
-                      key_configs=("num_layers", "num_single_layers", "dim", "in_channels"),
-                      block_stacks=("blocks", "single_blocks")),
+        family_component(_PKG, "transformer", "ToyTransformer3DModel", "transformer:ToyTransformer3DModel", "ToyConfig",
+                         block_stacks=("blocks", "single_blocks"),
+                         key_configs=("num_layers", "num_single_layers", "dim", "in_channels")),
     ),
 )

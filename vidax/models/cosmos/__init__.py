@@ -8,21 +8,20 @@ for the one component loader) and ``pipeline.py``. The VAE of the checkpoints
 registered there. No safety checker is run or downloaded.
 """
 
-from vidax.registry import ComponentSpec, Family, PipelineSpec
+from vidax.registry import Family, PipelineSpec, family_component
+
+_PKG = "vidax.models.cosmos"
 
 FAMILY = Family(
     name="cosmos",
     pipelines=(PipelineSpec("Cosmos2_5_PredictBasePipeline", "vidax.models.cosmos.pipeline:CosmosPredictPipeline"),),
     components=(
-        ComponentSpec("CosmosTransformer3DModel", "transformer",
-                      config="vidax.models.cosmos.config:CosmosTransformerConfig",
-                      model="vidax.models.cosmos.transformer:CosmosTransformer3DModel",
-                      param_axes="vidax.models.cosmos.convert:TRANSFORMER_PARAM_AXES",
-                      fp32_params="vidax.models.cosmos.convert:TRANSFORMER_FP32_PARAMS",
-                      key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "mlp_ratio",
-                                   "in_channels", "out_channels", "patch_size", "text_embed_dim",
-                                   "adaln_lora_dim", "use_crossattn_projection", "crossattn_proj_in_channels",
-                                   "extra_pos_embed_type"),
-                      block_stacks=("transformer_blocks",)),
+        family_component(_PKG, "transformer", "CosmosTransformer3DModel",
+                         "transformer:CosmosTransformer3DModel", "CosmosTransformerConfig",
+                         block_stacks=("transformer_blocks",),
+                         key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "mlp_ratio",
+                                      "in_channels", "out_channels", "patch_size", "text_embed_dim", "adaln_lora_dim",
+                                      "use_crossattn_projection", "crossattn_proj_in_channels",
+                                      "extra_pos_embed_type")),
     ),
 )

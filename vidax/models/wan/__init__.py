@@ -6,9 +6,10 @@ only), ``convert.py`` (key rules, parameter axes, fp32 parameters: the tables th
 name for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import ComponentSpec, Family, PipelineSpec
+from vidax.registry import Family, PipelineSpec, family_component
 
-_PIPE = "vidax.models.wan.pipeline"
+_PKG = "vidax.models.wan"
+_PIPE = f"{_PKG}.pipeline"
 
 FAMILY = Family(
     name="wan",
@@ -17,19 +18,13 @@ FAMILY = Family(
         PipelineSpec("WanImageToVideoPipeline", f"{_PIPE}:WanImageToVideoPipeline"),
     ),
     components=(
-        ComponentSpec("WanTransformer3DModel", "transformer",
-                      config="vidax.models.wan.config:WanTransformerConfig",
-                      model="vidax.models.wan.transformer:WanTransformer3DModel",
-                      param_axes="vidax.models.wan.convert:TRANSFORMER_PARAM_AXES",
-                      key_rules="vidax.models.wan.convert:transformer_key_rules",
-                      fp32_params="vidax.models.wan.convert:TRANSFORMER_FP32_PARAMS",
-                      key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "ffn_dim",
-                                   "in_channels", "out_channels", "patch_size", "text_dim", "image_dim"),
-                      block_stacks=("blocks",)),
-        ComponentSpec("AutoencoderKLWan", "vae", config="vidax.models.wan.config:WanVAEConfig",
-                      fp32_params="vidax.models.wan.convert:VAE_FP32_PARAMS",
-                      model="vidax.models.wan.vae:WanVAE",
-                      key_configs=("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
-                                   "is_residual", "patch_size")),
+        family_component(_PKG, "transformer", "WanTransformer3DModel",
+                         "transformer:WanTransformer3DModel", "WanTransformerConfig",
+                         key_rules="transformer_key_rules", block_stacks=("blocks",),
+                         key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "ffn_dim",
+                                      "in_channels", "out_channels", "patch_size", "text_dim", "image_dim")),
+        family_component(_PKG, "vae", "AutoencoderKLWan", "vae:WanVAE", "WanVAEConfig",
+                         key_configs=("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
+                                      "is_residual", "patch_size")),
     ),
 )
