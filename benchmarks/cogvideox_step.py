@@ -50,14 +50,14 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     from flax import nnx
 
     from vidax.models.cogvideox.config import CogVideoXTransformerConfig
-    from vidax.models.cogvideox.convert import transformer_policy
+    from vidax.models.cogvideox.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.cogvideox.transformer import CogVideoXTransformer3DModel
     from vidax.pipelines.sampling import classifier_free_guidance
 
     cfg = CogVideoXTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: CogVideoXTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
-                    transformer_policy, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_embed_dim),
+                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_embed_dim),
                     SCHEDULER, steps)
     guidance = jnp.asarray(GUIDANCE, jnp.float32)
 

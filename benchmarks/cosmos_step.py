@@ -48,14 +48,14 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     from flax import nnx
 
     from vidax.models.cosmos.config import CosmosTransformerConfig
-    from vidax.models.cosmos.convert import transformer_policy
+    from vidax.models.cosmos.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.cosmos.transformer import CosmosTransformer3DModel
 
     cfg = CosmosTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: CosmosTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
                                                                     rngs=nnx.Rngs(0)),
-                    transformer_policy, (1, t, h, w, 16), (2, TEXT_LEN, cfg.crossattn_proj_in_channels),
+                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, 16), (2, TEXT_LEN, cfg.crossattn_proj_in_channels),
                     SCHEDULER, steps)
     cond_mask = jnp.zeros((2, t, h, w, 1), b.dtype)
 

@@ -46,14 +46,14 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     from flax import nnx
 
     from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
-    from vidax.models.hunyuan_video.convert import transformer_policy
+    from vidax.models.hunyuan_video.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.hunyuan_video.transformer import HunyuanVideoTransformer3DModel
 
     cfg = HunyuanVideoTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: HunyuanVideoTransformer3DModel(cfg, dtype=d, param_dtype=d,
                                                                           attention=attention, rngs=nnx.Rngs(0)),
-                    transformer_policy, (1, t, h, w, cfg.in_channels), (1, TEXT_LEN, cfg.text_embed_dim),
+                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (1, TEXT_LEN, cfg.text_embed_dim),
                     SCHEDULER, steps)
     mask = jnp.ones((1, TEXT_LEN), jnp.int32)
     pooled = (0.1 * jax.random.normal(jax.random.PRNGKey(3), (1, cfg.pooled_projection_dim))).astype(b.dtype)

@@ -44,14 +44,14 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     from flax import nnx
 
     from vidax.models.ltx.config import LTXTransformerConfig
-    from vidax.models.ltx.convert import transformer_policy
+    from vidax.models.ltx.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.ltx.transformer import LTXVideoTransformer3DModel
 
     cfg = LTXTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: LTXVideoTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
                                                                       rngs=nnx.Rngs(0)),
-                    transformer_policy, (1, t * h * w, cfg.in_channels), (2, TEXT_LEN, cfg.caption_channels),
+                    TRANSFORMER_FP32_PARAMS, (1, t * h * w, cfg.in_channels), (2, TEXT_LEN, cfg.caption_channels),
                     SCHEDULER, steps)
     mask = jnp.ones((2, TEXT_LEN), bool)
     scale = jnp.asarray(ROPE_SCALE, jnp.float32)

@@ -51,7 +51,7 @@ def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, nu
     from flax import nnx
 
     from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.convert import transformer_policy
+    from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.wan.transformer import WanTransformer3DModel
     from vidax.parallel.offload import ChunkedStep, offload_module, offloaded_blocks
     from vidax.stats import device_memory_stats, live_array_bytes
@@ -60,7 +60,7 @@ def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, nu
     cfg = WanTransformerConfig.from_config_dict(config)
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
-                    transformer_policy, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
+                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
                     SCHEDULER, steps)
     graphdef, context, sched, dtype = b.graphdef, b.context, b.sched, b.dtype
     model = nnx.merge(graphdef, b.params)

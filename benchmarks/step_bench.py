@@ -110,11 +110,12 @@ def time_steps(step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[
     return x, times
 
 
-def prepare_jax(dtype_name: str, make: Callable[[Any], Any], policy: Callable[[Any], Any],
+def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[str, ...],
                 x_shape: tuple, text_shape: tuple, scheduler: dict, steps: int) -> Any:
     """The vidax side's inputs: the model ``make(dtype)`` with :func:`fill_params` values under
-    ``policy(dtype)``, float32 latents ``x_shape``, text states ``text_shape`` in ``dtype``, and the
-    scheduler of ``scheduler`` (a scheduler_config dict) set for ``steps + 1`` steps.
+    ``DtypePolicy(dtype, fp32_params)`` (the registry entry's ``fp32_params`` table), float32
+    latents ``x_shape``, text states ``text_shape`` in ``dtype``, and the scheduler of
+    ``scheduler`` (a scheduler_config dict) set for ``steps + 1`` steps.
 
     Returns a namespace with ``dtype``, ``graphdef``, ``params``, ``x``, ``context``, ``sched``,
     ``state``. Call :func:`configure_xla_threads` before (it must precede importing jax).
@@ -125,9 +126,10 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], policy: Callable[[A
     import jax.numpy as jnp
 
     from vidax.schedulers import scheduler_from_config
+    from vidax.weights.loader import DtypePolicy
 
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
-    graphdef, params = fill_params(lambda: make(dtype), policy(dtype))
+    graphdef, params = fill_params(lambda: make(dtype), DtypePolicy(dtype, fp32_params))
     x = jax.random.normal(jax.random.PRNGKey(1), x_shape, jnp.float32)
     context = (0.1 * jax.random.normal(jax.random.PRNGKey(2), text_shape, jnp.float32)).astype(dtype)
     sched = scheduler_from_config(scheduler)

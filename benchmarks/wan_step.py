@@ -45,14 +45,14 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     from flax import nnx
 
     from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.convert import transformer_policy
+    from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.wan.transformer import WanTransformer3DModel
 
     cfg = WanTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
                                                                  rngs=nnx.Rngs(0)),
-                    transformer_policy, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
+                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
                     SCHEDULER, steps)
 
     def step(params, latents, state, context):

@@ -66,7 +66,7 @@ def test_call_arguments_checked_before_weights(broken, tmp_path, verbose):
 
 def test_check_call_reads_no_weights(broken):
     """The Python path: check_call on the configs of the broken copy refuses height=100."""
-    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.checkpoint import Checkpoint
     from vidax.pipelines.loading import pipeline_class
 
     ckpt = Checkpoint.open(broken)
@@ -440,7 +440,7 @@ def test_cli_nan_is_one_line_and_writes_nothing(ckpt, tmp_path, monkeypatch):
 
 def _reference_info(name, task):
     from tests.paths import REFERENCE_CONFIGS
-    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.checkpoint import Checkpoint
     from vidax.pipelines.loading import pipeline_class
 
     ckpt = Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name))
@@ -544,7 +544,7 @@ def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
 
     from vidax.errors import ConfigError
     from vidax.models.wan.pipeline import WanPipeline
-    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.checkpoint import Checkpoint
 
     img = np.zeros((32, 48, 3), np.uint8)
     import dataclasses

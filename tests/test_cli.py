@@ -333,7 +333,7 @@ WAN_VARIANTS = {
 
 def _wan_info(folder):
     from vidax.models.wan.pipeline import WanPipeline
-    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.checkpoint import Checkpoint
 
     return WanPipeline.read_checkpoint(Checkpoint.open(folder))
 

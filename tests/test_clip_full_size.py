@@ -17,7 +17,7 @@ import os
 import pytest
 
 from tests.paths import REFERENCE_CONFIGS
-from vidax.encoders.clip import CLIPVisionConfig, CLIPVisionEncoder, clip_key_rules
+from vidax.encoders.clip import CLIPVisionConfig, CLIPVisionEncoder, clip_vision_key_rules
 from vidax.weights.loader import _target_shape_of, abstract_params, path_str
 
 ROOT = REFERENCE_CONFIGS
@@ -64,7 +64,7 @@ def test_full_size_matches_transformers(path):
     # The rules map every reference key (both layouts) to a parameter of the right shape.
     for prefix in ("", "vision_model."):
         keys = [prefix + k for k in ref_shapes]
-        rules = clip_key_rules(keys)
+        rules = clip_vision_key_rules(cfg, keys)
         covered = {}
         for key in keys:
             target, layer = rules.split(key)

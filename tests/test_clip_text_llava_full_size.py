@@ -21,7 +21,7 @@ import os
 import pytest
 
 from tests.paths import REFERENCE_CONFIGS
-from vidax.encoders.clip import CLIPTextConfig, CLIPTextEncoder, clip_key_rules
+from vidax.encoders.clip import CLIPTextConfig, CLIPTextEncoder, clip_text_key_rules
 from vidax.encoders.llava import LlavaVisionConfig, LlavaVisionEncoder, llava_vision_key_rules
 from vidax.weights.loader import _target_shape_of, abstract_params, path_str
 
@@ -81,7 +81,7 @@ def test_clip_text_full_size(path):
         raw = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
     with torch.device("meta"):
         ref = transformers.CLIPTextModel(transformers.CLIPTextConfig(**raw))
-    count = _match(lambda: CLIPTextEncoder(cfg), ref, clip_key_rules((), tower="text"), cfg.num_hidden_layers)
+    count = _match(lambda: CLIPTextEncoder(cfg), ref, clip_text_key_rules(cfg, ()), cfg.num_hidden_layers)
     assert count == sum(p.numel() for p in ref.parameters())
     assert 123.0e6 < count < 123.1e6  # clip-vit-large-patch14 text tower: 123,060,480
 
@@ -97,7 +97,7 @@ def test_llava_vision_full_size(path):
     assert (cfg.text_hidden_size, cfg.vision_feature_layer, cfg.vision_config.image_size) == (4096, -2, 336)
     with torch.device("meta"):
         ref = transformers.LlavaForConditionalGeneration(ref_cfg)
-    rules = llava_vision_key_rules(ref.state_dict().keys())  # in-memory keys: model.vision_tower.*
+    rules = llava_vision_key_rules(cfg, ref.state_dict().keys())  # in-memory keys: model.vision_tower.*
     count = _match(lambda: LlavaVisionEncoder(cfg), ref, rules, cfg.vision_config.num_hidden_layers)
     tower = sum(p.numel() for p in ref.model.vision_tower.parameters())
     projector = sum(p.numel() for p in ref.model.multi_modal_projector.parameters())

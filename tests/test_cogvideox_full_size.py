@@ -21,9 +21,11 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
-from vidax.models.cogvideox.convert import transformer_key_rules, transformer_policy
+from vidax.models.cogvideox.convert import TRANSFORMER_FP32_PARAMS
 from vidax.models.cogvideox.transformer import CogVideoXTransformer3DModel
+from vidax.registry import registry
 from vidax.schedulers import CogVideoXDDIMScheduler, scheduler_from_config
+from vidax.weights.loader import DtypePolicy
 
 
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "THUDM__CogVideoX*", "transformer", "config.json")))
@@ -60,7 +62,7 @@ def test_param_count_matches_reference(path):
     print(f"{_id(path)}: {ours / 1e9:.3f} B (parameters {ref_params / 1e9:.3f} B + buffers)")
     assert ours == theirs
     # The key rules map every reference tensor onto exactly one of our parameters.
-    rules = transformer_key_rules(cfg)
+    rules = registry().component("CogVideoXTransformer3DModel").rules(cfg)
     ours_keys = set()
     for p, v in flat:
         if p[0] == "transformer_blocks":
@@ -69,7 +71,7 @@ def test_param_count_matches_reference(path):
             ours_keys.add(rules.join(p, None))
     assert ours_keys == set(ref_shapes)
     # fp32 under a bf16 policy: timestep MLPs and LayerNorm weights, not the big matrices.
-    policy = transformer_policy(jax.numpy.bfloat16)
+    policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
     assert "time_embedding.linear_1.kernel" in kept and "transformer_blocks.norm1.norm.scale" in kept
     assert "transformer_blocks.attn1.norm_q.bias" in kept and "norm_final.scale" in kept

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import assert_reference_parameters
+from tests.paths import REFERENCE_CONFIGS
 from vidax.models.cogvideox import vae as cvx_vae
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
-from vidax.models.cogvideox.convert import VAE_KEY_RULES
 from vidax.models.cogvideox.vae import CogVideoXTiling, CogVideoXVAE
+from vidax.weights.loader import KeyRules
 
 CONFIGS = sorted(glob.glob(f"{REFERENCE_CONFIGS}/THUDM__CogVideoX*/vae/config.json"))
 
@@ -51,7 +51,7 @@ def test_vae_builds_with_reference_parameters(path):
     abstract = nnx.eval_shape(lambda: CogVideoXVAE(config, rngs=nnx.Rngs(0)))
     with torch.device("meta"):
         ref = diffusers.AutoencoderKLCogVideoX.from_config(raw)
-    assert assert_reference_parameters(abstract, ref, VAE_KEY_RULES) > 200e6
+    assert assert_reference_parameters(abstract, ref, KeyRules()) > 200e6
 
 
 def test_chunks_trace_at_released_size():

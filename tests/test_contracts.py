@@ -20,7 +20,7 @@ from tests.parity.cogvideox_reference import TRANSFORMER as COG_TRANSFORMER
 from tests.parity.cogvideox_reference import VAE as COG_VAE
 from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
-from vidax.pipelines.common import TASK_NAMES
+from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.contracts import PROTOCOLS, PooledTextEncoder
 from vidax.registry import FAMILIES, KINDS, registry
 
@@ -151,12 +151,13 @@ def test_cogvideox_transformer_stages_equal_the_call():
     assert float(jnp.abs(whole).max()) > 1e-3 and dataclasses.is_dataclass(inputs)
 
 
-#: What a family's model files (``transformer.py``, ``vae.py``, ``rope.py``, ``upsampler.py``) may not import: the
+#: What a family's model files (``config.py``, ``transformer.py``, ``vae.py``, ``rope.py``, ``upsampler.py``) may
+#: not import: the
 #: checkpoint reading (loaders, placement), block offloading, the pipelines and the registry all
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
 FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
                        "vidax.registry")
-MODEL_FILES = ("transformer.py", "vae.py", "rope.py", "upsampler.py")
+MODEL_FILES = ("config.py", "transformer.py", "vae.py", "rope.py", "upsampler.py")
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 
@@ -230,3 +231,49 @@ def test_family_transformers_define_no_attention_or_adaln_class(package):
     own = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
            and re.search(r"Attention|Attn|AdaNorm|AdaLayerNorm|LayerNormZero|AdaLN", n.name)]
     assert not own, f"{package}/transformer.py defines {own}; use vidax.blocks.attention / modulation"
+
+
+def _vidax_import_graph() -> dict[str, set[str]]:
+    """vidax module -> the vidax modules it imports anywhere in its file (function bodies
+    included); importing ``a.b.c`` also runs the packages ``a`` and ``a.b``."""
+    root = os.path.dirname(importlib.util.find_spec("vidax").origin)
+    files = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(root))[:-3].replace(os.sep, ".")
+                files[rel.removesuffix(".__init__")] = os.path.join(folder, name)
+    graph = {}
+    for module, path in files.items():
+        with open(path) as f:
+            named = set(_imported_modules(ast.parse(f.read(), path)))
+        deps = set()
+        for m in named:
+            while m and m not in files:
+                m = m.rpartition(".")[0]
+            parts = m.split(".") if m else []
+            deps.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        graph[module] = {d for d in deps if d in files and d != module and not module.startswith(d + ".")}
+    return graph
+
+
+def test_vidax_imports_form_no_cycle():
+    """The layers import one way (models never import pipelines; no module reaches back into one
+    that imports it, not even from a function body): a cycle among vidax's imports fails here,
+    naming one."""
+    graph = _vidax_import_graph()
+    assert "vidax.pipelines.base" in graph["vidax.models.wan.pipeline"]  # the graph sees imports
+    done, path = set(), []
+
+    def visit(m):
+        if m in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(m):] + [m]))
+        if m not in done:
+            path.append(m)
+            for d in sorted(graph[m]):
+                visit(d)
+            path.pop()
+            done.add(m)
+
+    for module in sorted(graph):
+        visit(module)

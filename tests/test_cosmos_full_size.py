@@ -21,8 +21,10 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.cosmos.config import CosmosTransformerConfig
-from vidax.models.cosmos.convert import transformer_key_rules, transformer_policy
+from vidax.models.cosmos.convert import TRANSFORMER_FP32_PARAMS
 from vidax.models.cosmos.transformer import CosmosTransformer3DModel
+from vidax.registry import registry
+from vidax.weights.loader import DtypePolicy
 
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos-Predict2.5-*", "transformer", "config.json")))
 
@@ -51,7 +53,7 @@ def test_param_count_and_keys_match_reference(path):
     print(f"{_id(path)}: {ours / 1e9:.3f} B parameters")
     assert ours == theirs
     # The key rules map every reference key onto exactly one of our parameters.
-    rules = transformer_key_rules(cfg)
+    rules = registry().component("CosmosTransformer3DModel").rules(cfg)
     ours_keys = set()
     for p, _ in flat:
         if p[0] == "transformer_blocks":
@@ -59,7 +61,7 @@ def test_param_count_and_keys_match_reference(path):
         else:
             ours_keys.add(rules.join(p, None))
     assert ours_keys == set(ref.state_dict())
-    policy = transformer_policy(jax.numpy.bfloat16)
+    policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     assert all(policy.dtype_for(p) == "bfloat16" for p, _ in flat)  # no learnable_pos_embed here
 
 

@@ -21,8 +21,10 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
-from vidax.models.hunyuan_video.convert import transformer_key_rules, transformer_policy
+from vidax.models.hunyuan_video.convert import TRANSFORMER_FP32_PARAMS
 from vidax.models.hunyuan_video.transformer import HunyuanVideoTransformer3DModel
+from vidax.registry import registry
+from vidax.weights.loader import DtypePolicy
 
 REPOS = ("hunyuanvideo-community__HunyuanVideo", "hunyuanvideo-community__HunyuanVideo-I2V",
          "hunyuanvideo-community__HunyuanVideo-I2V-33ch")
@@ -50,14 +52,14 @@ def test_param_count_matches_reference(path):
     print(f"{os.path.relpath(path, REFERENCE_CONFIGS)}: {ours / 1e9:.4f} B parameters")
     assert ours == theirs
     # The key rules map every reference key onto exactly one of our parameters (both stacks).
-    rules = transformer_key_rules(cfg)
+    rules = registry().component("HunyuanVideoTransformer3DModel").rules(cfg)
     depth = dict(zip(STACKS, (cfg.num_layers, cfg.num_single_layers)))
     ours_keys = set()
     for p, _ in flat:
         n = depth.get(p[0])
         ours_keys |= {rules.join(p, i) for i in range(n)} if n else {rules.join(p, None)}
     assert ours_keys == ref_keys
-    policy = transformer_policy(jax.numpy.bfloat16)
+    policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
     assert "time_text_embed.timestep_embedder.linear_1.kernel" in kept
     assert "transformer_blocks.attn.norm_q.scale" in kept

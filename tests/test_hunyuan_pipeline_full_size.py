@@ -16,7 +16,7 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError, InputError
 from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline, HunyuanVideoPipeline
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.pipelines.staging import RESIDENT_FRACTION, plan_staging
 
 REPOS = {"hunyuanvideo-community__HunyuanVideo": (HunyuanVideoPipeline, None),

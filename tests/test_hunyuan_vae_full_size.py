@@ -3,7 +3,7 @@
 Covers ``hunyuanvideo-community__HunyuanVideo``, ``-I2V`` and ``-I2V-33ch`` ``vae/config.json`` in
 ``reference_configs/`` (HunyuanVideo-1.5 uses another VAE class). The reference is
 ``diffusers.AutoencoderKLHunyuanVideo`` built on the meta device from the same file; every
-state-dict key must map by :data:`VAE_KEY_RULES` onto one parameter of the same (re-laid-out)
+state-dict key must map by the default key rules onto one parameter of the same (re-laid-out)
 shape, and the counts must be equal.
 """
 
@@ -19,8 +19,9 @@ from flax import nnx
 
 from tests.paths import REFERENCE_CONFIGS
 from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig
-from vidax.models.hunyuan_video.convert import VAE_KEY_RULES, vae_policy
+from vidax.models.hunyuan_video.convert import VAE_FP32_PARAMS
 from vidax.models.hunyuan_video.vae import HunyuanVideoVAE
+from vidax.weights.loader import DtypePolicy, KeyRules
 
 CONFIGS = sorted(
     p for p in glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo*", "vae", "config.json"))
@@ -54,11 +55,11 @@ def test_vae_builds_with_reference_parameters(path):
     model = nnx.eval_shape(lambda: HunyuanVideoVAE(cfg, rngs=nnx.Rngs(0)))
     with torch.device("meta"):
         ref = diffusers.AutoencoderKLHunyuanVideo.from_config(raw)
-    n = assert_reference_parameters(model, ref, VAE_KEY_RULES)
+    n = assert_reference_parameters(model, ref, KeyRules())
     print(f"{_id(path)}: {n / 1e6:.2f} M parameters")
     assert n == sum(p.numel() for p in ref.parameters())
     # The group norms (all of them, and only they) stay float32 under a bf16 policy.
-    policy = vae_policy(jnp.bfloat16)
+    policy = DtypePolicy(jnp.bfloat16, VAE_FP32_PARAMS)
     flat = [p for p, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))]
     kept = {"/".join(map(str, p)) for p in flat if policy.dtype_for(p) == "float32"}
     norms = {k for k in ref.state_dict() if isinstance(ref.get_submodule(k.rsplit(".", 1)[0]), torch.nn.GroupNorm)}

@@ -20,8 +20,10 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.ltx.config import LTXTransformerConfig
-from vidax.models.ltx.convert import transformer_key_rules, transformer_policy
+from vidax.models.ltx.convert import TRANSFORMER_FP32_PARAMS
 from vidax.models.ltx.transformer import LTXVideoTransformer3DModel
+from vidax.registry import registry
+from vidax.weights.loader import DtypePolicy
 
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "Lightricks__LTX-Video*", "transformer", "config.json")))
 
@@ -52,7 +54,7 @@ def test_param_count_matches_reference(path):
     theirs = sum(p.numel() for p in ref.parameters())
     print(f"{_id(path)}: {ours / 1e9:.3f} B parameters")
     assert ours == theirs
-    rules = transformer_key_rules(cfg)
+    rules = registry().component("LTXVideoTransformer3DModel").rules(cfg)
     ours_keys = set()
     for p, _ in flat:
         if p[0] == "transformer_blocks":
@@ -60,7 +62,7 @@ def test_param_count_matches_reference(path):
         else:
             ours_keys.add(rules.join(p, None))
     assert ours_keys == set(ref.state_dict())
-    policy = transformer_policy(jax.numpy.bfloat16)
+    policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
     assert kept == {
         "scale_shift_table", "transformer_blocks.scale_shift_table",

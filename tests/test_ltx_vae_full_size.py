@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import assert_reference_parameters
+from tests.paths import REFERENCE_CONFIGS
 from vidax.models.ltx.config import LTXVAEConfig
-from vidax.models.ltx.convert import VAE_KEY_RULES
 from vidax.models.ltx.vae import Buffer, LTXVideoVAE, _Noise
+from vidax.weights.loader import KeyRules
 
 # LTX-Video 0.9.x only (Lightricks__LTX-Video, -0.9.1, -0.9.5, -0.9.7-dev), not LTX-2.
 CONFIGS = sorted(glob.glob(f"{REFERENCE_CONFIGS}/Lightricks__LTX-Video*/vae/config.json"))
@@ -50,7 +50,7 @@ def test_vae_builds_with_reference_parameters(path):
     assert (config.spatial_compression, config.temporal_compression) == (
         ref.spatial_compression_ratio, ref.temporal_compression_ratio) == (32, 8)
     abstract = nnx.eval_shape(lambda: LTXVideoVAE(config, rngs=nnx.Rngs(0)))
-    n = assert_reference_parameters(abstract, ref, VAE_KEY_RULES, buffers=Buffer)
+    n = assert_reference_parameters(abstract, ref, KeyRules(), buffers=Buffer)
     assert n > 400e6, n
 
 

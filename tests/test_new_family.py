@@ -3,6 +3,7 @@ outside vidax (``VIDAX_FAMILIES``) and runs through ``load_pipeline``, the CLI a
 with no shared vidax file edited; it shares the Wan VAE, UMT5 and UniPC through the registry,
 and the shared block streaming and staging work for it unchanged."""
 
+import importlib
 import json
 import os
 import shutil
@@ -27,8 +28,8 @@ TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "te
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory):
     """The embedded Wan checkpoint's tokenizer, UMT5, VAE and scheduler, plus a random toy transformer."""
+    from tests.toy_family import FAMILY
     from tests.toy_family.config import ToyConfig
-    from tests.toy_family.convert import transformer_key_rules
     from tests.toy_family.transformer import ToyTransformer3DModel
     from vidax.default_checkpoint import default_checkpoint
 
@@ -45,7 +46,7 @@ def toy_checkpoint(tmp_path_factory):
     (root / "transformer" / "config.json").write_text(json.dumps(TOY))
     cfg = ToyConfig.from_config_dict(TOY)
     model = random_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), np.random.default_rng(1))
-    state = export_state_dict(model, transformer_key_rules(cfg))
+    state = export_state_dict(model, FAMILY.components[0].rules(cfg))
     save_safetensors({k: np.asarray(v, np.float32) for k, v in state.items()},
                      str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
     return str(root)
@@ -94,3 +95,89 @@ def test_toy_family_runs_through_the_cli_and_inspect(toy_checkpoint, tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "variant: Toy T2V: 3 layers" in r.stdout and "num_layers=3, num_single_layers=2, dim=32" in r.stdout
+
+
+def test_toy_family_loads_through_the_one_loader_on_a_mesh(toy_checkpoint, toy_registered):
+    """The toy's registry entry is all the one loader needs: its ``fp32_params`` keep ``proj_out``
+    float32 under bfloat16, its ``param_axes`` place the blocks on the mesh, its ``block_stacks``
+    are stacked by the default key rules."""
+    from vidax.parallel.mesh import resolve_mesh
+    from vidax.weights.component import load_component
+
+    mesh = resolve_mesh("2x2x2")
+    model = load_component("ToyTransformer3DModel", os.path.join(toy_checkpoint, "transformer"), "bfloat16", mesh=mesh)
+    assert model.proj_out.kernel[...].dtype == np.float32 and model.blocks.fc1.kernel[...].dtype == "bfloat16"
+    assert model.single_blocks.fc1.kernel[...].shape[0] == 2  # the second stack, stacked by its entry
+    sharding = model.blocks.fc1.kernel[...].sharding
+    assert sharding.mesh is mesh and tuple(sharding.spec)[2] == "tensor"  # ("layers", "embed", "mlp")
+
+
+DOC = os.path.join(REPO, "docs", "adding_a_family.md")
+
+
+def _doc_shared_files() -> set[str]:
+    """The paths of the list under "## Shared files a family edits" in docs/adding_a_family.md."""
+    with open(DOC) as f:
+        section = f.read().split("## Shared files a family edits", 1)[1].split("\n## ", 1)[0]
+    return {line.split("`")[1] for line in section.splitlines() if line.startswith("- `")}
+
+
+def _names_in_code(path: str) -> set[str]:
+    """The module names a file imports and the string constants in its code (docstrings left out)."""
+    import ast
+
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            names.add(node.value)
+    return names
+
+
+def test_doc_lists_exactly_the_shared_files_a_family_edits():
+    """docs/adding_a_family.md's list of shared files is the truth both ways: every shared vidax
+    file whose code names a family (its package, a registered class) is listed, and every listed
+    file does name families for the reason the list gives."""
+    from vidax.cli import FAMILY_CALL_FLAGS
+    from vidax.registry import FAMILIES
+
+    listed = _doc_shared_files()
+    assert "vidax/registry.py" in listed and "tests/test_contracts.py" in listed, listed
+    families = {m: importlib.import_module(m).FAMILY for m in FAMILIES if m.startswith("vidax.models.")}
+    assert sorted(m.rsplit(".", 1)[1] for m in families) == sorted(
+        d for d in os.listdir(os.path.join(REPO, "vidax", "models")) if os.path.isfile(
+            os.path.join(REPO, "vidax", "models", d, "__init__.py")))  # every family folder is in FAMILIES
+    # Shared code (vidax outside the family folders) naming a family in code must be a listed file.
+    # vidax/default_checkpoint.py is not an edit: it builds the embedded tiny checkpoint, a Wan one.
+    naming = {}
+    for folder, _, files in os.walk(os.path.join(REPO, "vidax")):
+        rel_folder = os.path.relpath(folder, REPO)
+        if rel_folder.startswith(os.path.join("vidax", "models", "")):
+            continue
+        for name in files:
+            if not name.endswith(".py") or (rel := os.path.join(rel_folder, name)) == "vidax/default_checkpoint.py":
+                continue
+            code = _names_in_code(os.path.join(REPO, rel))
+            for module, family in families.items():
+                classes = {s.class_name for s in family.pipelines + family.components}
+                if classes & code or any(n == module or n.startswith(module + ".") for n in code):
+                    naming.setdefault(rel, set()).add(family.name)
+    unlisted = {f: sorted(v) for f, v in naming.items() if f not in listed}
+    assert not unlisted, f"shared files that name a family but are not in {DOC}'s list: {unlisted}"
+    # Each listed file names families for its reason.
+    assert naming["vidax/registry.py"] == {f.name for f in families.values()}  # FAMILIES names each package
+    if "vidax/cli.py" in listed:
+        takes = {a for f in families.values() for p in f.pipelines for a in p.load().extra_call_args}
+        assert set(FAMILY_CALL_FLAGS) <= takes  # every family flag is some family's call keyword
+    if "vidax/__init__.py" in listed:
+        assert "vidax/__init__.py" in naming  # _LAZY points into a family
+    with open(os.path.join(REPO, "tests", "test_contracts.py")) as f:
+        contracts = f.read()
+    assert all(f'"{s.class_name}"' in contracts for f in families.values() for s in f.components if s.model)
+    assert all(os.path.isfile(os.path.join(REPO, f)) for f in listed), listed

@@ -20,7 +20,7 @@ import vidax
 from vidax.default_checkpoint import TRANSFORMER, random_module, write_tiny_wan_checkpoint
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.convert import load_transformer, transformer_key_rules
+from vidax.models.wan.convert import transformer_key_rules
 from vidax.models.wan.transformer import WanTransformer3DModel
 from vidax.parallel.offload import (
     OffloadConfig,
@@ -31,6 +31,7 @@ from vidax.parallel.offload import (
     streamed_call,
 )
 from vidax.weights import export_state_dict, save_safetensors
+from vidax.weights.component import load_component
 
 LAYERS = 5  # chunks of 2 leave a final chunk of 1
 PROMPT, NEGATIVE = "a red car on a bridge", "blurry"
@@ -183,12 +184,12 @@ def test_streamed_transformer(ckpt):
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
     t = np.array([500.0, 300.0], np.float32)
     ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
-    ref = np.asarray(jax.jit(lambda m, *a: m(*a))(load_transformer(path), x, t, ctx))
-    streamed = load_transformer(path, offload=2)
+    ref = np.asarray(jax.jit(lambda m, *a: m(*a))(load_component("WanTransformer3DModel", path), x, t, ctx))
+    streamed = load_component("WanTransformer3DModel", path, offload=2)
     np.testing.assert_array_equal(np.asarray(streamed_call(streamed, x, t, ctx)), ref)
-    moved = offload_module(load_transformer(path), 2)
+    moved = offload_module(load_component("WanTransformer3DModel", path), 2)
     np.testing.assert_array_equal(np.asarray(streamed_call(moved, x, t, ctx)), ref)
-    plain = load_transformer(path, offload=OffloadConfig(chunk=2, memory_kind="numpy"))
+    plain = load_component("WanTransformer3DModel", path, offload=OffloadConfig(chunk=2, memory_kind="numpy"))
     blocks = offloaded_blocks(plain)
     assert blocks.memory_kind is None and all(isinstance(a, np.ndarray) for a in blocks._chunks[0])
     np.testing.assert_array_equal(np.asarray(streamed_call(plain, x, t, ctx)), ref)

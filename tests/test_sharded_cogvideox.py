@@ -33,10 +33,11 @@ from vidax.cli import app
 from vidax.encoders.t5 import T5_PARAM_AXES
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
-from vidax.models.cogvideox.convert import TRANSFORMER_PARAM_AXES, load_transformer
+from vidax.models.cogvideox.convert import TRANSFORMER_PARAM_AXES
 from vidax.models.cogvideox.transformer import CogVideoXTransformer3DModel
 from vidax.parallel.mesh import make_mesh
 from vidax.parallel.placement import check_sharded, pipeline_report
+from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
 import torch  # noqa: E402
@@ -104,7 +105,7 @@ def variant(request, tmp_path_factory):
     cfg = dict(BASE, **VARIANTS[name])
     path = tmp_path_factory.mktemp(f"cogvideox_sharded_{name}")
     write_transformer(path, cfg, seed=list(VARIANTS).index(name))
-    model = load_transformer(path)
+    model = load_component("CogVideoXTransformer3DModel", path)
     refs = {}
     for k, (kind, size) in enumerate(SIZES[name].items()):
         inputs = _inputs(cfg, size, seed=k)
@@ -129,7 +130,7 @@ def test_checkpoint_is_not_vacuous(variant):
 def test_sharded_equals_single_device(variant, sizes):
     name, _, path, refs, _ = variant
     mesh = mesh_of(sizes)
-    model = load_transformer(path, mesh=mesh)
+    model = load_component("CogVideoXTransformer3DModel", path, mesh=mesh)
     # Weights are placed straight into their shards: nothing meant to be sharded is replicated.
     check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     # Both token counts where the sequence axis is split, the one it does not divide elsewhere.
@@ -145,7 +146,7 @@ def test_sharded_equals_single_device(variant, sizes):
 def test_weights_are_sharded(variant):
     _, _, path, _, _ = variant
     mesh = mesh_of((2, 2, 2))
-    model = load_transformer(path, mesh=mesh)
+    model = load_component("CogVideoXTransformer3DModel", path, mesh=mesh)
     blocks = model.transformer_blocks
     spec = lambda p: p[...].sharding.spec  # noqa: E731
     assert spec(blocks.attn1.to_q.kernel) == PartitionSpec(None, None, "tensor")  # column-parallel
@@ -156,7 +157,7 @@ def test_weights_are_sharded(variant):
     assert spec(blocks.attn1.to_out[0].bias) == PartitionSpec()  # added once, after the reduction
     # A replicated load is caught.
     replicate = lambda p, sds: NamedSharding(mesh, PartitionSpec())  # noqa: E731
-    model = load_transformer(path, mesh=mesh, placement=replicate)
+    model = load_component("CogVideoXTransformer3DModel", path, mesh=mesh, placement=replicate)
     with pytest.raises(InputError, match=r"meant to be sharded.*transformer_blocks/attn1/to_q/kernel"):
         check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
 
@@ -165,7 +166,8 @@ def test_weights_are_sharded(variant):
 def test_bf16_on_mesh_close_to_fp32(variant):
     _, _, path, refs, _ = variant
     inputs, ref = refs["odd"]
-    out = forward(load_transformer(path, dtype=jnp.bfloat16, mesh=mesh_of((2, 2, 2))), *inputs)
+    model = load_component("CogVideoXTransformer3DModel", path, dtype=jnp.bfloat16, mesh=mesh_of((2, 2, 2)))
+    out = forward(model, *inputs)
     assert out.dtype == jnp.bfloat16
     # bf16 weights and matmuls (8-bit mantissa) over two blocks: the single-device bf16 model is
     # ~1e-2 from fp32 (parity tests); a sharding bug is far above 3e-2.

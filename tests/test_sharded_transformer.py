@@ -18,11 +18,12 @@ from flax import nnx
 from tests.parity.helpers import max_rel_err
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.convert import TRANSFORMER_PARAM_AXES, load_transformer, transformer_key_rules
+from vidax.models.wan.convert import TRANSFORMER_PARAM_AXES, transformer_key_rules
 from vidax.models.wan.transformer import WanTransformer3DModel
 from vidax.parallel.mesh import make_mesh
 from vidax.parallel.placement import check_sharded, placement_report
 from vidax.weights import export_state_dict, save_safetensors
+from vidax.weights.component import load_component
 from vidax.weights.loader import abstract_params
 
 # 8 heads so that tp * sp up to 8 splits them; the other sizes distinct and small.
@@ -91,7 +92,7 @@ def _inputs(b, t, h, w, seed=0, per_token=False):
 @pytest.fixture(scope="module")
 def reference(ckpt):
     """Single-device (mesh=None) model and its output on 18 tokens (3 x 2 x 3 patches)."""
-    model = load_transformer(ckpt)
+    model = load_component("WanTransformer3DModel", ckpt)
     inputs = _inputs(2, 3, 4, 6)
     return model, inputs, forward(model, *inputs)
 
@@ -112,7 +113,7 @@ def test_checkpoint_biases_are_nonzero(ckpt, reference):
 def test_sharded_equals_single_device(ckpt, reference, sizes):
     _, inputs, ref = reference
     mesh = mesh_of(sizes)
-    model = load_transformer(ckpt, mesh=mesh)
+    model = load_component("WanTransformer3DModel", ckpt, mesh=mesh)
     # Weights are placed straight into their shards: nothing meant to be sharded is replicated.
     check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     out = forward(model, *inputs)
@@ -124,7 +125,7 @@ def test_sharded_equals_single_device(ckpt, reference, sizes):
 def test_replicated_weights_are_caught(ckpt):
     mesh = mesh_of((1, 2, 4))
     replicate = lambda path, sds: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())  # noqa: E731
-    model = load_transformer(ckpt, mesh=mesh, placement=replicate)
+    model = load_component("WanTransformer3DModel", ckpt, mesh=mesh, placement=replicate)
     with pytest.raises(InputError, match=r"meant to be sharded.*blocks/attn1/to_q/kernel"):
         check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     report = placement_report({"transformer": model}, mesh)
@@ -134,7 +135,7 @@ def test_replicated_weights_are_caught(ckpt):
 
 @pytest.fixture(scope="module")
 def sp4_model(ckpt):
-    return load_transformer(ckpt, mesh=mesh_of((1, 2, 4)))
+    return load_component("WanTransformer3DModel", ckpt, mesh=mesh_of((1, 2, 4)))
 
 
 @pytest.mark.parametrize("grid", [(11, 2, 2), (3, 4, 4), (13, 2, 2)], ids=["k*sp-1", "k*sp", "k*sp+1"])
@@ -173,9 +174,9 @@ def test_image_to_video_model_on_mesh(tmp_path):
         graphdef, params = nnx.split(model)
         return np.asarray(jax.jit(lambda p, *a: nnx.merge(graphdef, p)(*a))(params, x, t, text, image))
 
-    ref = run(load_transformer(tmp_path))
+    ref = run(load_component("WanTransformer3DModel", tmp_path))
     mesh = mesh_of((2, 2, 2))
-    model = load_transformer(tmp_path, mesh=mesh)
+    model = load_component("WanTransformer3DModel", tmp_path, mesh=mesh)
     check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     assert model.blocks.attn2.add_k_proj.kernel[...].sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor")
     assert max_rel_err(run(model), ref) < TOL
@@ -183,7 +184,7 @@ def test_image_to_video_model_on_mesh(tmp_path):
 
 def test_bf16_on_mesh_close_to_fp32(ckpt, reference):
     _, inputs, ref = reference
-    model = load_transformer(ckpt, dtype=jnp.bfloat16, mesh=mesh_of((2, 2, 2)))
+    model = load_component("WanTransformer3DModel", ckpt, dtype=jnp.bfloat16, mesh=mesh_of((2, 2, 2)))
     out = forward(model, *inputs)
     assert out.dtype == jnp.bfloat16
     # bf16 weights and matmuls (8-bit mantissa): measured 5e-3 relative to the fp32 model, the

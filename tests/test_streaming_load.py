@@ -72,9 +72,9 @@ _CHILD = r"""
 import json, os, sys
 import jax, jax.numpy as jnp
 from flax import nnx
-from vidax.models.wan.convert import load_transformer
 from vidax.parallel.offload import offloaded_blocks
 from vidax.stats import host_peak_rss_bytes
+from vidax.weights.component import load_component
 from vidax.weights.safetensors_io import CheckpointReader
 
 path, mode = sys.argv[1], sys.argv[2]
@@ -82,7 +82,7 @@ if mode == "no-release":  # the loader without dropping each tensor's pages once
     CheckpointReader.release = lambda self, key: None
 jnp.zeros(1).block_until_ready()
 base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-model = load_transformer(path, offload=2 if mode == "offload" else None)
+model = load_component("WanTransformer3DModel", path, offload=2 if mode == "offload" else None)
 peak = host_peak_rss_bytes()  # VmHWM: ru_maxrss would carry the (large) parent's peak over exec
 kinds = sorted({a.sharding.memory_kind for a in jax.tree.leaves(nnx.state(model)) if isinstance(a, jax.Array)})
 blocks = offloaded_blocks(model)

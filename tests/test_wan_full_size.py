@@ -21,8 +21,9 @@ from flax import nnx
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
 from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.convert import transformer_key_rules, transformer_policy
+from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS, transformer_key_rules
 from vidax.models.wan.transformer import WanTransformer3DModel
+from vidax.weights.loader import DtypePolicy
 
 
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "Wan-AI__*", "transformer*", "config*.json")))
@@ -68,7 +69,7 @@ def test_param_count_matches_reference(path):
             ours_keys.add(rules.join(p, None))
     assert ours_keys == ref_keys
     # fp32 modules of the reference stay fp32 under a bf16 policy.
-    policy = transformer_policy(jax.numpy.bfloat16)
+    policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
     assert "scale_shift_table" in kept and "blocks.norm2.scale" in kept
     assert "condition_embedder.time_embedder.linear_1.kernel" in kept

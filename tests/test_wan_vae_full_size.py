@@ -13,11 +13,11 @@ import json
 import pytest
 from flax import nnx
 
-from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import assert_reference_parameters
+from tests.paths import REFERENCE_CONFIGS
 from vidax.models.wan.config import WanVAEConfig
-from vidax.models.wan.convert import VAE_KEY_RULES
 from vidax.models.wan.vae import WanVAE
+from vidax.weights.loader import KeyRules
 
 CONFIGS = sorted(glob.glob(f"{REFERENCE_CONFIGS}/Wan-AI__*/vae/config.json"))
 WAN22_VAE = [p for p in CONFIGS if json.load(open(p)).get("is_residual")]
@@ -42,7 +42,7 @@ def _assert_matches_reference(path: str, config: WanVAEConfig) -> int:
         raw = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
     with torch.device("meta"):
         ref = diffusers.AutoencoderKLWan.from_config(raw)
-    return assert_reference_parameters(abstract, ref, VAE_KEY_RULES)
+    return assert_reference_parameters(abstract, ref, KeyRules())
 
 
 @pytest.mark.parametrize("path", WAN21_VAE, ids=_name)

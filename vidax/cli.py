@@ -310,7 +310,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
     from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
-    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.checkpoint import Checkpoint
     from vidax.pipelines.loading import pipeline_class
 
     if checkpoint is None:

@@ -49,7 +49,7 @@ _WRITE_EVENT = "/jax/compilation_cache/cache_misses"
 
 def default_compile_cache_dir() -> str:
     """``<vidax user cache dir>/jax_compile_cache``, where the cache goes when nothing else is said."""
-    from vidax.default_checkpoint import cache_dir
+    from vidax.cache import cache_dir
 
     return os.path.join(cache_dir(), "jax_compile_cache")
 

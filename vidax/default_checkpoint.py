@@ -215,9 +215,9 @@ def write_tiny_wan_checkpoint(path: str, seed: int = 0) -> None:
     from vidax.encoders.t5 import T5Encoder, T5EncoderConfig, t5_key_rules
     from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
     from vidax.models.wan.config import WanTransformerConfig, WanVAEConfig
-    from vidax.models.wan.convert import VAE_KEY_RULES, transformer_key_rules
     from vidax.models.wan.transformer import WanTransformer3DModel
     from vidax.models.wan.vae import WanVAE
+    from vidax.registry import registry
     from vidax.weights import export_state_dict, save_safetensors
 
     os.makedirs(path, exist_ok=True)
@@ -239,9 +239,11 @@ def write_tiny_wan_checkpoint(path: str, seed: int = 0) -> None:
               "model.safetensors")
     tr_cfg = WanTransformerConfig.from_config_dict(TRANSFORMER)
     tr = random_module(lambda: WanTransformer3DModel(tr_cfg, rngs=nnx.Rngs(0)), rng)
-    component("transformer", TRANSFORMER, "config.json", export_state_dict(tr, transformer_key_rules(tr_cfg)),
+    tr_rules = registry().component("WanTransformer3DModel").rules(tr_cfg)
+    component("transformer", TRANSFORMER, "config.json", export_state_dict(tr, tr_rules),
               "diffusion_pytorch_model.safetensors")
     vae_cfg = WanVAEConfig.from_config_dict(VAE)
     vae = random_module(lambda: WanVAE(vae_cfg, rngs=nnx.Rngs(0)), rng)
-    component("vae", VAE, "config.json", export_state_dict(vae, VAE_KEY_RULES), "diffusion_pytorch_model.safetensors")
+    vae_rules = registry().component("AutoencoderKLWan").rules(vae_cfg)
+    component("vae", VAE, "config.json", export_state_dict(vae, vae_rules), "diffusion_pytorch_model.safetensors")
     component("scheduler", SCHEDULER, "scheduler_config.json", {}, "")

@@ -6,7 +6,7 @@ import os
 from collections import Counter
 
 from vidax.errors import VidaxError
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.pipelines.loading import pipeline_class
 from vidax.registry import registry
 from vidax.weights.safetensors_io import CheckpointReader, has_safetensors

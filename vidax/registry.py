@@ -70,35 +70,46 @@ class PipelineSpec:
 class ComponentSpec:
     """A component class (transformer, VAE, encoder, scheduler, tokenizer, ...).
 
+    A component with weights (``model`` set) is loaded by the one component loader,
+    :func:`vidax.weights.component.plan_component`, from this entry alone: the config class,
+    the model, its key rules, the parameters kept float32, the parameter axes and the block
+    stacks are data here, every one a ``"module:NAME"`` string imported only when used.
+
     Attributes:
         class_name: its class in model_index.json / config.json.
         kind: one of :data:`KINDS`.
-        loader: ``"module:function"``, ``function(folder, **options) -> module``; None for
-            components their pipeline reads itself (tokenizers, processors, schedulers).
-        options: the keywords ``loader`` takes, of ``("dtype", "mesh", "placement", "offload",
-            "config", "defer")`` (others are not passed; ``config`` is the parsed config, so the
-            checkpoint's configs are read once; ``defer=True`` makes the loader check the
-            checkpoint against its model from the headers and return a
-            :class:`~vidax.weights.loader.PendingLoad` instead of reading it).
-        config: ``"module:ConfigClass"`` with ``from_config_dict(dict, source=...)``.
-        model: ``"module:Class"`` built as ``Class(config, rngs=...)`` (abstract shapes for
-            ``vidax inspect --mesh``).
-        param_axes: ``"module:NAME"``, the logical-axis rules of its parameters.
+        config: ``"module:ConfigClass"`` with ``from_config_dict(dict, source=...)`` and
+            ``from_json_file(path)``.
+        model: ``"module:Class"`` built as ``Class(config, dtype=, param_dtype=, rngs=)`` (plus
+            ``mesh=`` when it has ``block_stacks``); None for components their pipeline reads
+            itself (tokenizers, processors, schedulers).
+        key_rules: ``"module:NAME"`` of a :class:`~vidax.weights.loader.KeyRules`, or of a
+            function ``(config, keys) -> KeyRules`` (``keys``: the checkpoint's tensor names);
+            None: ``KeyRules(stacked=block_stacks)``.
+        fp32_params: ``"module:NAME"`` of the path regexes of the parameters kept float32 under
+            any dtype (:class:`~vidax.weights.loader.DtypePolicy`); None: none.
+        param_axes: ``"module:NAME"``, the logical-axis rules of its parameters (placement on a
+            mesh); None: replicated.
         key_configs: config keys ``vidax inspect`` shows.
-        block_stacks: checkpoint key prefixes of its stacked layers (``"blocks"``), which block
-            streaming and the staging plan count.
+        block_stacks: attributes / checkpoint key prefixes of its stacked layers (``"blocks"``):
+            stacked by the key rules' default, streamed from host memory by block offloading,
+            counted by the staging plan.
+        loader: ``"module:function"`` for a component built from parts that the plain rule does
+            not cover (LLaVA: two models from one folder), called as ``function(folder, dtype=,
+            placement=, mesh=, config=) -> PendingLoad``; None for every other.
         family: the registering family's name (filled by the registry).
     """
 
     class_name: str
     kind: str
-    loader: str | None = None
-    options: tuple[str, ...] = ()
     config: str | None = None
     model: str | None = None
+    key_rules: str | None = None
+    fp32_params: str | None = None
     param_axes: str | None = None
     key_configs: tuple[str, ...] = ()
     block_stacks: tuple[str, ...] = ()
+    loader: str | None = None
     family: str = ""
 
     def __post_init__(self):
@@ -114,16 +125,50 @@ class ComponentSpec:
     def model_class(self):
         return _resolve(self.model)
 
-    def axes(self):
-        return _resolve(self.param_axes)
+    def axes(self) -> tuple:
+        """The parameter-axis rules (``()`` when none are registered)."""
+        return _resolve(self.param_axes) if self.param_axes else ()
 
-    def load(self, folder: str, **options: Any) -> Any:
-        """Load the component from ``folder``; ``options`` it does not take are dropped (a
-        ``None`` value always is)."""
-        if self.loader is None:
-            raise ConfigError(f"{self.class_name} ({self.kind}) is read by its pipeline, not loaded")
-        kw = {k: v for k, v in options.items() if k in self.options and v is not None}
-        return self.load_fn()(folder, **kw)
+    def fp32(self) -> tuple[str, ...]:
+        """The path regexes of the parameters kept float32 (``()`` when none are registered)."""
+        return tuple(_resolve(self.fp32_params)) if self.fp32_params else ()
+
+    def rules(self, config: Any, keys: Any = ()) -> Any:
+        """The :class:`~vidax.weights.loader.KeyRules` of a checkpoint of ``config`` whose tensor
+        names are ``keys``."""
+        if self.key_rules is None:
+            from vidax.weights.loader import KeyRules
+
+            return KeyRules(stacked=self.block_stacks)
+        rules = _resolve(self.key_rules)
+        return rules(config, keys) if callable(rules) else rules
+
+
+#: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
+_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER"}
+
+
+def family_component(package: str, kind: str, class_name: str, model: str, config: str, *,
+                     key_configs: tuple[str, ...] = (), block_stacks: tuple[str, ...] = (),
+                     key_rules: str | None = None) -> ComponentSpec:
+    """The :class:`ComponentSpec` of a model a family folder owns, its code found by the layout of
+    ``docs/adding_a_family.md``: the config class ``config`` in ``<package>.config``, the model
+    ``model`` (``"transformer:WanTransformer3DModel"``) in ``<package>``, and in
+    ``<package>.convert`` the tables ``<KIND>_FP32_PARAMS`` (``TRANSFORMER_`` / ``VAE_`` /
+    ``UPSAMPLER_``), ``TRANSFORMER_PARAM_AXES`` for a transformer and ``key_rules`` when named
+    (else the default ``KeyRules(stacked=block_stacks)``).
+
+    Raises:
+        ValueError: ``kind`` is not one a family folder owns.
+    """
+    if kind not in _TABLES:
+        raise ValueError(f"family_component {class_name}: kind={kind!r} is not one of {tuple(_TABLES)}")
+    convert = f"{package}.convert:"
+    return ComponentSpec(class_name, kind, config=f"{package}.config:{config}", model=f"{package}.{model}",
+                         key_rules=key_rules and convert + key_rules,
+                         fp32_params=f"{convert}{_TABLES[kind]}_FP32_PARAMS",
+                         param_axes=convert + "TRANSFORMER_PARAM_AXES" if kind == "transformer" else None,
+                         key_configs=key_configs, block_stacks=block_stacks)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@ transformers 5.24.
 
 Model: tiny ``CLIPTextModel``s (D 36, N 3, K 12, MLP 50, 3 layers, V 97, 16 positions), every
 parameter randomised (LayerNorm weights and biases, token and position embeddings included),
-written with ``save_pretrained`` and read back with :func:`load_clip_text`. Two configs: the
+written with ``save_pretrained`` and read back with :func:`~vidax.weights.component.load_component`. Two configs: the
 legacy ``eos_token_id=2`` (pool at the largest id, openai/clip-vit-large-patch14 and
 HunyuanVideo) with ``quick_gelu``, and ``eos_token_id=5`` (pool at the first id 5) with ``gelu``.
 Compared: ``last_hidden_state`` and ``pooler_output`` for a batch of prompts of different
@@ -26,9 +26,10 @@ from flax import nnx  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from tests.parity.helpers import build_clip_tokenizer, max_rel_err, randomize_torch_module  # noqa: E402
-from vidax.encoders.clip import CLIPTextConfig, encode_clip_text, load_clip_text  # noqa: E402
+from vidax.encoders.clip import CLIPTextConfig, encode_clip_text  # noqa: E402
 from vidax.encoders.tokenizer import TextTokenizer, Tokens  # noqa: E402
 from vidax.errors import CheckpointError, ConfigError, InputError  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 TINY = dict(
     vocab_size=97, hidden_size=36, intermediate_size=50, num_hidden_layers=3, num_attention_heads=3,
@@ -95,7 +96,7 @@ def _vidax(enc, ids, mask=None):
 
 @pytest.fixture(scope="module")
 def loaded(saved):
-    return load_clip_text(saved[1])
+    return load_component("CLIPTextModel", saved[1])
 
 
 def test_fp32_hidden_and_pooled_match_reference(saved, loaded):
@@ -164,7 +165,7 @@ def test_eos_rule(saved, loaded):
 def test_bf16_close_to_reference(tmp_path_factory):
     """One case (a compile each): HunyuanVideo's legacy-eos quick_gelu tower."""
     ref, path, eos, pad = _save(tmp_path_factory, "legacy_eos2")
-    enc = load_clip_text(path, dtype=jnp.bfloat16)
+    enc = load_component("CLIPTextModel", path, dtype=jnp.bfloat16)
     assert enc.encoder.layers.mlp.fc1.kernel[...].dtype == jnp.bfloat16
     ids, _ = _prompts(eos, pad, seed=3)
     want_h, want_p = _ref(ref, ids)
@@ -180,11 +181,11 @@ def test_transformers4_prefixed_checkpoint_and_refusals(saved, tmp_path):
     (tmp_path / "config.json").write_text((path / "config.json").read_text())
     ids, _ = _prompts(eos, pad, seed=4)
     _, want_p = _ref(transformers.CLIPTextModel.from_pretrained(tmp_path).eval(), ids)
-    _, got_p = _vidax(load_clip_text(tmp_path), ids)
+    _, got_p = _vidax(load_component("CLIPTextModel", tmp_path), ids)
     assert max_rel_err(got_p, want_p) < FP32_TOL
     save_file({**tensors, "text_projection.weight": torch.zeros(17, 36)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(CheckpointError, match="text_projection"):
-        load_clip_text(tmp_path)
+        load_component("CLIPTextModel", tmp_path)
 
 
 def test_config_and_inputs(saved, loaded):

@@ -3,7 +3,7 @@
 Model: tiny ``CLIPVisionModel``s of distinct sizes (D 36, N 3, K 12, MLP 50, 3 layers, 30 px
 images in 6 px patches -> 1 + 25 tokens), every parameter randomised (LayerNorm weights and
 biases, class and position embeddings included), written with ``save_pretrained`` and read back
-with :func:`load_clip_vision`. Compared: ``hidden_states[-2]`` (what the Wan I2V pipelines use),
+with :func:`~vidax.weights.component.load_component`. Compared: ``hidden_states[-2]`` (what the Wan I2V pipelines use),
 ``last_hidden_state`` and ``hidden_states[0]``.
 
 Preprocessing: :func:`clip_preprocess` against ``CLIPImageProcessor`` (transformers 5.24 without
@@ -27,12 +27,9 @@ from PIL import Image  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module  # noqa: E402
-from vidax.encoders.clip import (  # noqa: E402
-    CLIPVisionConfig,
-    clip_preprocess,
-    load_clip_vision,
-)
+from vidax.encoders.clip import CLIPVisionConfig, clip_preprocess  # noqa: E402
 from vidax.errors import CheckpointError, ConfigError, InputError  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 TINY = dict(
     hidden_size=36, intermediate_size=50, num_hidden_layers=3, num_attention_heads=3,
@@ -99,7 +96,7 @@ def _run(encoder, pixels, layer):
 
 def test_fp32_hidden_states_match_reference(saved):
     ref, path = saved
-    enc = load_clip_vision(path)
+    enc = load_component("CLIPVisionModel", path)
     pixels = _pixels(0)
     hidden, last = _ref_hidden(ref, pixels)
     assert len(hidden) == 4 and hidden[-2].shape == (2, 26, 36)
@@ -128,18 +125,18 @@ def test_transformers4_prefixed_checkpoint(saved, tmp_path):
     again = transformers.CLIPVisionModel.from_pretrained(tmp_path).eval()
     pixels = _pixels(2)
     hidden, _ = _ref_hidden(again, pixels)
-    got = _run(load_clip_vision(tmp_path), pixels, -2)
+    got = _run(load_component("CLIPVisionModel", tmp_path), pixels, -2)
     assert max_rel_err(got, hidden[-2]) < FP32_TOL
     # A projection head (CLIPVisionModelWithProjection) is not part of CLIPVisionModel: refused.
     save_file({**tensors, "visual_projection.weight": torch.zeros(17, 36)},
               str(tmp_path / "model.safetensors"))  # fmt: skip
     with pytest.raises(CheckpointError, match="visual_projection"):
-        load_clip_vision(tmp_path)
+        load_component("CLIPVisionModel", tmp_path)
 
 
 def test_bf16_close_to_reference(saved):
     ref, path = saved
-    enc = load_clip_vision(path, dtype=jnp.bfloat16)
+    enc = load_component("CLIPVisionModel", path, dtype=jnp.bfloat16)
     assert enc.encoder.layers.mlp.fc1.kernel[...].dtype == jnp.bfloat16
     pixels = _pixels(5)
     hidden, _ = _ref_hidden(ref, pixels)
@@ -170,7 +167,7 @@ def test_config_forms():
 
 def test_bad_inputs(saved):
     _, path = saved
-    enc = load_clip_vision(path)
+    enc = load_component("CLIPVisionModel", path)
     with pytest.raises(InputError, match="channels-first"):
         enc(np.zeros((1, 3, 30, 30), np.float32))
     with pytest.raises(InputError, match="channels-last"):
@@ -180,9 +177,9 @@ def test_bad_inputs(saved):
     with pytest.raises(InputError, match="output_layer"):
         enc(np.zeros((1, 30, 30, 3), np.float32), output_layer=4)
     with pytest.raises(InputError, match="dtype"):
-        load_clip_vision(path, dtype=jnp.float16)
+        load_component("CLIPVisionModel", path, dtype=jnp.float16)
     with pytest.raises(InputError, match="not a folder"):
-        load_clip_vision(str(path / "config.json"))
+        load_component("CLIPVisionModel", str(path / "config.json"))
 
 
 # ----------------------------------------------------------------------------- preprocessing

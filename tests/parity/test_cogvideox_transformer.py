@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.models.cogvideox.convert import load_transformer
 from vidax.models.cogvideox.transformer import patchify_channels_first, unpatchify_channels_first
+from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.pipelines.cogvideo.pipeline_cogvideox import CogVideoXPipeline  # noqa: E402
@@ -112,7 +112,7 @@ def _run_vidax(model, x, ts, txt, ofs):
 
 def test_fp32_matches_reference(variant):
     name, cfg, ref, path = variant
-    model = load_transformer(path)
+    model = load_component("CogVideoXTransformer3DModel", path)
     for k, size in enumerate(SIZES[name]):
         x, ts, txt, ofs = _inputs(cfg, size, seed=k)
         want = _run_reference(ref, cfg, x, ts, txt, ofs)
@@ -129,7 +129,7 @@ def test_fp32_matches_reference(variant):
 
 def test_bf16_close_to_fp32_reference(variant):
     name, cfg, ref, path = variant
-    model = load_transformer(path, dtype=jnp.bfloat16)
+    model = load_component("CogVideoXTransformer3DModel", path, dtype=jnp.bfloat16)
     size = SIZES[name][0]
     x, ts, txt, ofs = _inputs(cfg, size, seed=5)
     err = max_rel_err(_run_vidax(model, x, ts, txt, ofs), _run_reference(ref, cfg, x, ts, txt, ofs))
@@ -155,7 +155,7 @@ def test_bad_inputs(variant):
     from vidax.errors import InputError
 
     name, cfg, ref, path = variant
-    model = load_transformer(path)
+    model = load_component("CogVideoXTransformer3DModel", path)
     x, ts, txt, ofs = _inputs(cfg, SIZES[name][0], seed=0)
     xl = jnp.asarray(x.transpose(0, 1, 3, 4, 2))
     with pytest.raises(InputError, match="hidden_states"):

@@ -1,7 +1,7 @@
 """Parity of vidax's CogVideoX VAE with diffusers ``AutoencoderKLCogVideoX`` (tiny, CPU, fp32/bf16).
 
 Every parameter (group-norm weights and biases included) is randomised, saved with
-``save_pretrained`` and loaded with the production loader (:func:`load_vae`). The
+``save_pretrained`` and loaded with the production loader (:func:`~vidax.weights.component.load_component`). The
 reference runs its own temporal chunking (8 frames per encoder chunk, 2 latent frames per decoder
 chunk, remainders in the first chunk) with its conv cache, and its own ``tiled_decode`` /
 ``tiled_encode`` after ``enable_tiling()``; the clips here span several chunks and odd
@@ -33,9 +33,9 @@ from tests.parity.helpers import (  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.cogvideox import vae as cvx_vae  # noqa: E402
 from vidax.models.cogvideox.config import CogVideoXVAEConfig  # noqa: E402
-from vidax.models.cogvideox.convert import load_vae  # noqa: E402
 from vidax.models.cogvideox.vae import CogVideoXTiling, temporal_chunks  # noqa: E402
 from vidax.nn import tiling as tiling_mod  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 FP32_TOL = 1e-5
 # bf16 weights and activations (8-bit mantissa, rel. rounding 2^-9 ~ 2e-3 per op) through ~30
@@ -98,13 +98,13 @@ def _save(tmp_path_factory, config: dict, seed: int, name: str):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     ref, path = _save(tmp_path_factory, TINY, 0, "cogvideox_vae_tiny")
-    return ref, path, load_vae(path)
+    return ref, path, load_component("AutoencoderKLCogVideoX", path)
 
 
 @pytest.fixture(scope="module")
 def tile_model(tmp_path_factory):
     ref, path = _save(tmp_path_factory, TINY_TILE, 2, "cogvideox_vae_tile")
-    return ref, path, load_vae(path)
+    return ref, path, load_component("AutoencoderKLCogVideoX", path)
 
 
 def _to_ncthw(x):
@@ -288,7 +288,7 @@ def test_tiling_arguments_match_enable_tiling(tiny):
 
 def test_second_structure_matches_reference(tmp_path_factory):
     ref, path = _save(tmp_path_factory, TINY_B, 1, "cogvideox_vae_tiny_b")
-    vae = load_vae(path)
+    vae = load_component("AutoencoderKLCogVideoX", path)
     assert (vae.config.temporal_compression, vae.config.spatial_compression) == (2, 4)
     z = _latents((1, 3, 3, 2, 5), seed=7)  # one chunk of 3: the odd first-frame paths
     want = _ref_decode(ref, z)
@@ -304,7 +304,7 @@ def test_second_structure_matches_reference(tmp_path_factory):
 
 def test_bf16_close_to_reference(tiny):
     ref, path, _ = tiny
-    vae = load_vae(path, dtype="bfloat16")
+    vae = load_component("AutoencoderKLCogVideoX", path, dtype="bfloat16")
     norm = vae.decoder.norm_out.norm_layer.scale[...]
     assert norm.dtype == jnp.float32 and vae.decoder.conv_in.conv.kernel[...].dtype == jnp.bfloat16
     # One decoder chunk of 3 latent frames and one encoder chunk of 5 frames (bf16 compiles are
@@ -337,7 +337,7 @@ def test_bad_inputs(tiny):
     with pytest.raises(InputError, match="tile step"):
         CogVideoXTiling.from_config(vae.config, tile_sample_min_height=8)
     with pytest.raises(InputError, match="dtype"):
-        load_vae("/nonexistent", dtype=jnp.float16)
+        load_component("AutoencoderKLCogVideoX", "/nonexistent", dtype=jnp.float16)
 
 
 @pytest.mark.parametrize(

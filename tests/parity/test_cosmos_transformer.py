@@ -33,7 +33,7 @@ import torch
 from flax import nnx
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.models.cosmos.convert import load_transformer
+from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.models.transformers import transformer_cosmos  # noqa: E402
@@ -70,7 +70,7 @@ def _make(tmp_path_factory, cfg, seed):
     randomize_torch_module(ref, seed=seed)
     path = tmp_path_factory.mktemp(f"cosmos_ref_{seed}")
     ref.save_pretrained(path, safe_serialization=True)
-    return ref, load_transformer(path), path
+    return ref, load_component("CosmosTransformer3DModel", path), path
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ def test_bf16_against_fp32_reference(predict, learnable):
     per rounding over ~10 roundings per block: 5e-2 bounds it, a wrong cast gives O(1). The
     learnable position tables load float32 (the reference's ``_keep_in_fp32_modules``)."""
     ref, _, path = predict
-    model = load_transformer(path, dtype=jnp.bfloat16)
+    model = load_component("CosmosTransformer3DModel", path, dtype=jnp.bfloat16)
     assert model.transformer_blocks.attn1.to_q.kernel[...].dtype == jnp.bfloat16
     assert model.crossattn_proj[0].kernel[...].dtype == jnp.bfloat16
     x, ts, txt, cond, pad = _predict_inputs(6)
@@ -211,7 +211,7 @@ def test_bf16_against_fp32_reference(predict, learnable):
     err = max_rel_err(got.astype(np.float32), _ref(ref, x, ts, txt, cond, pad))
     print(f"predict bf16 max_rel_err={err:.2e}")
     assert err < 5e-2
-    tables = load_transformer(learnable[2], dtype=jnp.bfloat16)
+    tables = load_component("CosmosTransformer3DModel", learnable[2], dtype=jnp.bfloat16)
     assert tables.learnable_pos_embed.pos_emb_w[...].dtype == jnp.float32
     assert tables.transformer_blocks.ff.net[2].kernel[...].dtype == jnp.bfloat16
 
@@ -240,7 +240,7 @@ def test_mesh_dp2_tp2_sp2_padded_tokens(tmp_path_factory):
 
     ref, _, path = _make(tmp_path_factory, dict(PREDICT, num_attention_heads=4), seed=2)
     mesh = make_mesh(2, 2, 2, devices=jax.devices()[:8])
-    model = load_transformer(path, mesh=mesh)
+    model = load_component("CosmosTransformer3DModel", path, mesh=mesh)
     check_sharded(model, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     x, ts, txt, cond, pad = _predict_inputs(8)
     err = max_rel_err(_run(model, x, ts, txt, cond, pad), _ref(ref, x, ts, txt, cond, pad))

@@ -21,7 +21,7 @@ import torch
 from flax import nnx
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.models.hunyuan_video.convert import load_transformer
+from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -45,7 +45,7 @@ def _reference(tmp_path_factory, cfg, seed):
     randomize_torch_module(ref, seed=seed)
     path = tmp_path_factory.mktemp(f"hunyuan_{seed}")
     ref.save_pretrained(path, safe_serialization=True)
-    return ref, load_transformer(path)
+    return ref, load_component("HunyuanVideoTransformer3DModel", path)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,7 @@ def test_streamed_blocks_equal_resident(t2v, tmp_path_factory):
     ref, model = t2v
     path = tmp_path_factory.mktemp("hunyuan_stream")
     ref.save_pretrained(path, safe_serialization=True)
-    streamed = load_transformer(path, offload=2)
+    streamed = load_component("HunyuanVideoTransformer3DModel", path, offload=2)
     args = _args(*_inputs(5))
     want = np.asarray(_FWD(model, *args))
     got = np.asarray(streamed_call(streamed, *args))

@@ -1,12 +1,13 @@
 """Parity of vidax's HunyuanVideo VAE with diffusers ``AutoencoderKLHunyuanVideo`` (tiny, CPU, fp32).
 
 Every parameter (group-norm weights and biases, attention projections included) is randomised,
-saved with ``save_pretrained`` and loaded with the production loader (:func:`load_vae`). The
-reference runs its own paths: plain ``encoder`` / ``decoder``, ``tiled_encode`` / ``tiled_decode``
-after ``enable_tiling`` and ``_temporal_tiled_encode`` / ``_temporal_tiled_decode`` (framewise),
-here at tiny tile sizes; each test checks (by counting calls) that the reference really took the
-path under test. The tile sizes are chosen so that tiles of different tests share shapes: the
-whole module compiles 9 tile functions.
+saved with ``save_pretrained`` and loaded with the production loader
+(:func:`~vidax.weights.component.load_component`). The reference runs its own paths: plain
+``encoder`` / ``decoder``, ``tiled_encode`` / ``tiled_decode`` after ``enable_tiling`` and
+``_temporal_tiled_encode`` / ``_temporal_tiled_decode`` (framewise), here at tiny tile sizes; each
+test checks (by counting calls) that the reference really took the path under test. The tile sizes
+are chosen so that tiles of different tests share shapes: the whole module compiles 9 tile
+functions.
 
 fp32 tolerance 1e-5 (max |err| / max |ref|): both sides compute the same convolutions, group norms
 (statistics over whole tiles) and the attention in fp32 with different summation orders; measured
@@ -38,8 +39,8 @@ from tests.parity.helpers import (  # noqa: E402
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig  # noqa: E402
-from vidax.models.hunyuan_video.convert import load_vae  # noqa: E402
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 FP32_TOL = 1e-5
 
@@ -63,7 +64,7 @@ def model(tmp_path_factory):
     ref = diffusers.AutoencoderKLHunyuanVideo(**TINY).eval()
     path = tmp_path_factory.mktemp("hunyuan_vae")
     save_random_vae(ref, 0, path)
-    return ref, load_vae(path)
+    return ref, load_component("AutoencoderKLHunyuanVideo", path)
 
 
 def _latents(shape, seed):

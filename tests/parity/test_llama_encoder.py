@@ -20,11 +20,12 @@ import torch
 from flax import nnx
 from transformers import LlamaConfig, LlamaModel, LlavaConfig, LlavaForConditionalGeneration
 
-from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.encoders.decoder_lm import LlamaTextConfig, encode_hidden_states, load_llama_text_encoder
+from tests.paths import REFERENCE_CONFIGS
+from vidax.encoders.decoder_lm import LlamaTextConfig, encode_hidden_states
 from vidax.errors import ConfigError
 from vidax.weights import CheckpointReader, save_safetensors
+from vidax.weights.component import load_component
 
 TEXT = dict(vocab_size=97, hidden_size=36, intermediate_size=52, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5, rope_theta=1000.0)
@@ -57,7 +58,7 @@ def llama(tmp_path_factory):
     randomize_torch_module(ref, seed=1)
     path = tmp_path_factory.mktemp("llama")
     ref.save_pretrained(path)
-    return ref, path, load_llama_text_encoder(path)
+    return ref, path, load_component("LlamaModel", path)
 
 
 def test_all_hidden_states_match_llama(llama):
@@ -122,7 +123,7 @@ def test_llava_language_model(llava, tmp_path):
     ref, path = llava
     keys = CheckpointReader(path).keys()
     assert any(k.startswith("vision_tower.") for k in keys) and "language_model.lm_head.weight" in keys
-    enc = load_llama_text_encoder(path)
+    enc = load_component("LlamaModel", path)
     ids, mask = _inputs(seed=3)
     ids = ids % (TEXT["vocab_size"] - 1)  # text only: no image token
     want = _ref_states(ref, ids, mask)
@@ -143,7 +144,7 @@ def test_llava_language_model(llava, tmp_path):
         renamed[new] = np.asarray(reader.get(k))
     save_safetensors(renamed, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text((path / "config.json").read_text())
-    again = load_llama_text_encoder(tmp_path)
+    again = load_component("LlamaModel", tmp_path)
     for (p, a), (_, b) in zip(nnx.to_flat_state(nnx.state(enc)), nnx.to_flat_state(nnx.state(again))):
         np.testing.assert_array_equal(np.asarray(a.get_value()), np.asarray(b.get_value()), err_msg=str(p))
 
@@ -177,7 +178,7 @@ def test_tensor_parallel_equals_single_device(llama):
 
     _, path, enc = llama
     mesh = make_mesh(2, 2, 1, devices=jax.devices()[:4])
-    sharded = load_llama_text_encoder(path, placement=logical_placement(mesh, DECODER_LM_PARAM_AXES), mesh=mesh)
+    sharded = load_component("LlamaModel", path, placement=logical_placement(mesh, DECODER_LM_PARAM_AXES), mesh=mesh)
     check_sharded(sharded, DECODER_LM_PARAM_AXES, mesh, "text_encoder")
     ids, mask = _inputs()
     want = np.asarray(encode_hidden_states(enc, ids.numpy(), mask.numpy(), output_layer=-3))

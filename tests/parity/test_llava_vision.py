@@ -3,7 +3,7 @@
 Model: a tiny ``LlavaForConditionalGeneration`` (CLIP vision D 36, N 3, K 12, MLP 50, 3 layers,
 30 px images in 6 px patches -> 25 patch tokens; Llama text D 40, 2 layers), every parameter
 randomised (the language model's too), written with ``save_pretrained`` and read back with
-:func:`load_llava_vision`, which takes only the vision tower and projector tensors. Compared:
+:func:`~vidax.weights.component.load_component`, which takes only the vision tower and projector tensors. Compared:
 ``LlavaModel.get_image_features(pixel_values).pooler_output`` (``vision_feature_layer=-2``,
 ``"default"`` strategy = drop the class token; and ``"full"`` at layer -1).
 
@@ -28,8 +28,9 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from tests.parity.helpers import max_rel_err, randomize_torch_module  # noqa: E402
 from tests.parity.test_clip_vision import WAN_PREPROCESSOR  # noqa: E402
 from vidax.encoders.clip import clip_preprocess  # noqa: E402
-from vidax.encoders.llava import LlavaVisionConfig, llava_image_features, load_llava_vision  # noqa: E402
+from vidax.encoders.llava import LLAVA_VISION, LlavaVisionConfig, llava_image_features  # noqa: E402
 from vidax.errors import CheckpointError, ConfigError  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 VISION = dict(hidden_size=36, intermediate_size=50, num_hidden_layers=3, num_attention_heads=3,
               image_size=30, patch_size=6)  # fmt: skip
@@ -74,7 +75,7 @@ def test_image_features_match_reference(saved):
     ref, path = saved
     keys = set(load_file(str(path / "model.safetensors")))
     assert any(k.startswith("language_model.") for k in keys)  # the file holds the LM too
-    enc = load_llava_vision(path)
+    enc = load_component(LLAVA_VISION, path)
     cfg = enc.config
     pixels = _pixels(0)
     want = _ref_features(ref, pixels)
@@ -104,18 +105,18 @@ def test_other_key_layouts_and_refusals(saved, tmp_path):
         folder.mkdir()
         save_file({rename(k): v for k, v in tensors.items()}, str(folder / "model.safetensors"))
         (folder / "config.json").write_text(config)
-        got = np.asarray(llava_image_features(load_llava_vision(folder), pixels))
+        got = np.asarray(llava_image_features(load_component(LLAVA_VISION, folder), pixels))
         assert max_rel_err(got, want) < FP32_TOL, name
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text(config)
     save_file({**tensors, "multi_modal_projector.linear_3.weight": torch.zeros(2, 2)}, str(bad / "model.safetensors"))
     with pytest.raises(CheckpointError, match="linear_3"):
-        load_llava_vision(bad)
+        load_component(LLAVA_VISION, bad)
     del tensors["vision_tower.post_layernorm.bias"]
     save_file(tensors, str(bad / "model.safetensors"))
     with pytest.raises(CheckpointError, match="post_layernorm.bias") as e:
-        load_llava_vision(bad)
+        load_component(LLAVA_VISION, bad)
     assert "language_model" not in str(e.value)
 
 

@@ -1,6 +1,6 @@
 """Parity of vidax's LTX-Video transformer with ``diffusers.LTXVideoTransformer3DModel`` (tiny
 config, every parameter randomised, saved with ``save_pretrained`` and loaded with the production
-loader :func:`vidax.models.ltx.convert.load_transformer`).
+loader :func:`~vidax.weights.component.load_component`).
 
 Dimensions are all distinct: 4 heads of 7 (D = 28: the RoPE table has D // 6 = 4 frequencies and
 (D mod 6) / 2 = 2 unrotated pairs at the front, and its pairs straddle head boundaries, so a
@@ -26,11 +26,12 @@ import torch
 from flax import nnx
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.models.ltx.convert import TRANSFORMER_PARAM_AXES, load_transformer
+from vidax.models.ltx.convert import TRANSFORMER_PARAM_AXES
 from vidax.models.ltx.rope import grid_coords, ltx_rope, rope_frequencies, video_coords_to_grid
 from vidax.parallel.mesh import make_mesh
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks
 from vidax.parallel.placement import check_sharded
+from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -61,7 +62,7 @@ def ref_and_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(ref_and_path):
-    return load_transformer(ref_and_path[1])
+    return load_component("LTXVideoTransformer3DModel", ref_and_path[1])
 
 
 def _inputs(seed):
@@ -150,7 +151,7 @@ def test_streamed_stages_equal_the_call(ref_and_path, model):
     x, txt, mask = _inputs(3)
     ts = np.array([10.0, 600.0], np.float32)
     resident = _run(model, x, txt, ts, mask)
-    streamed = load_transformer(ref_and_path[1], offload=1)
+    streamed = load_component("LTXVideoTransformer3DModel", ref_and_path[1], offload=1)
     stacks = offloaded_stacks(streamed)
     assert [s.attr for s in stacks] == ["transformer_blocks"] and stacks[0].sizes == [1, 1]
     graphdef, params = nnx.split(streamed)
@@ -173,7 +174,7 @@ def test_sharded_equals_single_device(ref_and_path, model):
     ts = np.array([123.0, 456.0], np.float32)
     want = _run(model, x, txt, ts, mask)
     mesh = make_mesh(*sizes, devices=jax.devices()[: math.prod(sizes)])
-    sharded = load_transformer(ref_and_path[1], mesh=mesh)
+    sharded = load_component("LTXVideoTransformer3DModel", ref_and_path[1], mesh=mesh)
     check_sharded(sharded, TRANSFORMER_PARAM_AXES, mesh, "transformer")
     err = max_rel_err(_run(sharded, x, txt, ts, mask), want)
     print(f"{sizes}: max_rel_err={err:.2e}")

@@ -5,7 +5,7 @@ Tiny configs with distinct sizes (in_channels 12, mid_channels 64 (32 groups of 
 stage; latents B=2, T=3, H=4, W=5), one per upsampling the config allows: dims=3 spatial (the
 released 0.9.7 layout), dims=3 temporal, dims=3 spatial+temporal, dims=2 spatial. Every torch
 parameter is random (helpers.randomize_torch_module: norm weights 1 + N, biases N), the model is
-saved with ``save_pretrained`` and read by ``load_latent_upsampler``.
+saved with ``save_pretrained`` and read by ``load_component``.
 
 Tolerances, float32: the reference and vidax sum the 3x3x3 conv products in different orders
 (oneDNN vs XLA) over up to 1.7k terms per output, through 7 convs (the upsampler's and the
@@ -27,7 +27,6 @@ from tests.parity.helpers import assert_reference_parameters, max_rel_err, rando
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError, InputError
 from vidax.models.ltx.config import LTXLatentUpsamplerConfig
-from vidax.models.ltx.convert import UPSAMPLER_KEY_RULES, load_latent_upsampler
 from vidax.models.ltx.upsampler import (
     LTXLatentUpsamplerModel,
     adain_filter_latent,
@@ -36,6 +35,8 @@ from vidax.models.ltx.upsampler import (
     tone_map_latents,
     upsample_latents,
 )
+from vidax.weights.component import load_component
+from vidax.weights.loader import KeyRules
 
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
@@ -82,7 +83,7 @@ def models(tmp_path_factory):
         randomize_torch_module(ref, seed=10 + i)
         path = tmp_path_factory.mktemp(name)
         ref.save_pretrained(path)
-        out[name] = (ref, load_latent_upsampler(path))
+        out[name] = (ref, load_component("LTXLatentUpsamplerModel", path))
     return out
 
 
@@ -111,7 +112,7 @@ def test_upsampler_bf16(models):
 
     with tempfile.TemporaryDirectory() as d:
         ref.save_pretrained(d)
-        ours = load_latent_upsampler(d, dtype=jnp.bfloat16)
+        ours = load_component("LTXLatentUpsamplerModel", d, dtype=jnp.bfloat16)
     assert ours.initial_norm.scale[...].dtype == jnp.float32
     assert ours.res_blocks[0].conv1.kernel[...].dtype == jnp.bfloat16
     x = _latents(2)
@@ -190,7 +191,7 @@ def test_full_size_parameter_count():
     abstract = nnx.eval_shape(lambda: LTXLatentUpsamplerModel(cfg, rngs=nnx.Rngs(0)))
     with torch.device("meta"):
         ref = RefUpsampler(**{k: v for k, v in raw.items() if not k.startswith("_")})
-    n = assert_reference_parameters(abstract, ref, UPSAMPLER_KEY_RULES)
+    n = assert_reference_parameters(abstract, ref, KeyRules())
     assert n == sum(p.numel() for p in ref.parameters()) and n > 50_000_000
 
 

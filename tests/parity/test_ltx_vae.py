@@ -1,8 +1,9 @@
 """Parity of vidax's LTX-Video VAE with diffusers ``AutoencoderKLLTXVideo`` (tiny, CPU, fp32).
 
 Two tiny structures, every parameter and buffer randomised (``save_random_vae``), saved with
-``save_pretrained`` and loaded with the production loader (:func:`load_vae`, so the key rules and
-the ``latents_mean`` / ``latents_std`` buffers are exercised):
+``save_pretrained`` and loaded with the production loader
+(:func:`~vidax.weights.component.load_component`, so the key rules and the ``latents_mean`` /
+``latents_std`` buffers are exercised):
 
 * ``V091``: 0.9.0/0.9.1-style ``LTXVideoDownBlock3D`` encoder (strided causal convs, width-changing
   ``conv_out`` resnets), a decoder with timestep conditioning (per-block time embeddings, scale /
@@ -41,8 +42,8 @@ from flax import nnx  # noqa: E402
 from tests.parity.helpers import channels_first, channels_last, max_rel_err, randomize_torch_module  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.ltx.config import LTXVAEConfig  # noqa: E402
-from vidax.models.ltx.convert import load_vae  # noqa: E402
 from vidax.models.ltx.vae import LTXTiling  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 FP32_TOL = 1e-5
 
@@ -80,7 +81,7 @@ def _save(tmp_path_factory, config: dict, seed: int, name: str):
         ref.latents_std.copy_(torch.rand(ref.latents_std.shape, generator=g) + 0.5)
     path = tmp_path_factory.mktemp(name)
     ref.save_pretrained(path)
-    return ref, path, load_vae(path)
+    return ref, path, load_component("AutoencoderKLLTXVideo", path)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +192,7 @@ def test_noise_injection_uses_the_key(v091):
     """With non-zero per-channel scales the noise enters: same key, same frames; another key,
     other frames; zero scales (the parity runs), no effect. Same shapes, so no new compile."""
     _, path, _ = v091
-    vae = load_vae(path)
+    vae = load_component("AutoencoderKLLTXVideo", path)
     z = _latents((2, 2, 2, 2, 5), 3)
     quiet = vae.decode(z, TIMESTEP, noise_key=jax.random.key(1))
     np.testing.assert_array_equal(quiet, vae.decode(z, TIMESTEP, noise_key=jax.random.key(2)))

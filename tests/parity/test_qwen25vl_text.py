@@ -21,9 +21,10 @@ from flax import nnx
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.encoders.decoder_lm import Qwen25VLTextConfig, encode_hidden_states, load_qwen25vl_text_encoder
+from vidax.encoders.decoder_lm import Qwen25VLTextConfig, encode_hidden_states
 from vidax.errors import CheckpointError, ConfigError
 from vidax.weights import CheckpointReader, save_safetensors
+from vidax.weights.component import load_component
 
 TEXT = dict(vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
             num_key_value_heads=1, rms_norm_eps=1e-6,
@@ -45,7 +46,7 @@ def qwen(tmp_path_factory):
     randomize_torch_module(ref, seed=4)
     path = tmp_path_factory.mktemp("qwen25vl")
     ref.save_pretrained(path)
-    return ref, path, load_qwen25vl_text_encoder(path)
+    return ref, path, load_component("Qwen2_5_VLForConditionalGeneration", path)
 
 
 def _inputs(seed=0):
@@ -96,7 +97,7 @@ def test_mask_changes_padded_rows_only(qwen):
 def test_bf16_close_to_fp32_reference(qwen):
     """bf16 parameters and matmuls (fp32 residual, norms, RoPE, softmax) against fp32."""
     ref, path, _ = qwen
-    enc = load_qwen25vl_text_encoder(path, dtype=jnp.bfloat16)
+    enc = load_component("Qwen2_5_VLForConditionalGeneration", path, dtype=jnp.bfloat16)
     ids, _ = _inputs()
     want = _ref_states(ref, ids)
     got = np.asarray(encode_hidden_states(enc, ids.numpy(), output_layer=None).astype(jnp.float32))
@@ -119,12 +120,12 @@ def test_other_layouts_and_strictness(qwen, tmp_path):
 
     write(lambda k: k.replace("model.", "model.language_model.", 1).replace("visual.", "model.visual.", 1)
           if not k.startswith("lm_head") else k)
-    again = load_qwen25vl_text_encoder(tmp_path)
+    again = load_component("Qwen2_5_VLForConditionalGeneration", tmp_path)
     for (p, a), (_, b) in zip(nnx.to_flat_state(nnx.state(enc)), nnx.to_flat_state(nnx.state(again))):
         np.testing.assert_array_equal(np.asarray(a.get_value()), np.asarray(b.get_value()), err_msg=str(p))
     write(lambda k: k.replace("visual.", "vision_model.", 1))
     with pytest.raises(CheckpointError, match="unexpected.*vision_model"):
-        load_qwen25vl_text_encoder(tmp_path)
+        load_component("Qwen2_5_VLForConditionalGeneration", tmp_path)
 
 
 def test_config_forms_and_refusals():

@@ -2,7 +2,7 @@
 
 Tiny models of distinct sizes (D 40, K 12, N 3, d_ff 56, 3 layers, V 101, 8 buckets, max distance
 20), every parameter randomised, written with ``save_pretrained`` and read back with
-``load_t5_encoder``. Inputs: batch 2 with real lengths 29 and 13 (padding has attention_mask 0),
+``load_component``. Inputs: batch 2 with real lengths 29 and 13 (padding has attention_mask 0),
 L = 29 > max_distance so the saturated bucket is used. All positions are compared, padded ones
 included.
 """
@@ -22,9 +22,10 @@ from transformers import T5Config, T5EncoderModel, UMT5Config, UMT5EncoderModel
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.encoders.t5 import T5EncoderConfig, load_t5_encoder, relative_position_bucket
+from vidax.encoders.t5 import T5EncoderConfig, relative_position_bucket
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.weights import CheckpointReader, save_safetensors
+from vidax.weights.component import load_component
 
 TINY = dict(
     vocab_size=101, d_model=40, d_kv=12, num_heads=3, d_ff=56, num_layers=3,
@@ -79,7 +80,7 @@ def saved(request, tmp_path_factory):
 
 def test_fp32_parity(saved):
     kind, _, path, ids, mask, ref = saved
-    encoder = load_t5_encoder(path)
+    encoder = load_component("UMT5EncoderModel", path)
     out = _run(encoder, ids, mask)
     assert out.shape == (B, L, TINY["d_model"])
     err = max_rel_err(out, ref)
@@ -92,7 +93,7 @@ def test_bf16_against_fp32_reference(saved):
     # transformers keeps `_keep_in_fp32_modules` (wo) in fp32 for float16 loads only.
     ref_bf16 = MODELS[kind][1].from_pretrained(path, dtype=torch.bfloat16)
     assert {p.dtype for p in ref_bf16.parameters()} == {torch.bfloat16}
-    encoder = load_t5_encoder(path, dtype=jnp.bfloat16)
+    encoder = load_component("UMT5EncoderModel", path, dtype=jnp.bfloat16)
     params = nnx.to_flat_state(nnx.state(encoder, nnx.Param))
     assert {str(v.get_value().dtype) for _, v in params} == {"bfloat16"}
     fn = nnx.jit(lambda e, i, m: e(i, m))
@@ -109,7 +110,7 @@ def test_padding_changes_real_tokens_only_through_mask(saved):
     kind, model, path, ids, mask, ref = saved
     ids2 = ids.clone()
     ids2[1, LENGTHS[1]:] = (ids2[1, LENGTHS[1]:] + 7) % TINY["vocab_size"]
-    encoder = load_t5_encoder(path)
+    encoder = load_component("UMT5EncoderModel", path)
     out2 = _run(encoder, ids2, mask)
     n = LENGTHS[1]
     np.testing.assert_allclose(out2[1, :n], ref[1, :n], rtol=0, atol=FP32_TOL * np.abs(ref).max())
@@ -124,7 +125,7 @@ def test_all_padding_row_and_no_mask(saved):
     kind, model, path, ids, _, _ = saved
     mask = torch.ones(B, L, dtype=torch.long)
     mask[1] = 0
-    encoder = load_t5_encoder(path)
+    encoder = load_component("UMT5EncoderModel", path)
     with torch.no_grad():
         ref = model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
         ref_none = model(input_ids=ids).last_hidden_state.numpy()
@@ -141,7 +142,7 @@ def test_other_feed_forward_variants(tmp_path_factory, kind, proj):
     ids, mask = _inputs(seed=4)
     with torch.no_grad():
         ref = model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
-    err = max_rel_err(_run(load_t5_encoder(path), ids, mask), ref)
+    err = max_rel_err(_run(load_component("UMT5EncoderModel", path), ids, mask), ref)
     assert err < FP32_TOL, f"{kind} {proj}: max_rel_err {err:.2e}"
 
 
@@ -189,7 +190,7 @@ def test_embed_tokens_key_is_what_the_encoder_reads(tmp_path, saved):
         ref_model = model_cls.from_pretrained(dst).eval()
         with torch.no_grad():
             ref = ref_model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
-        err = max_rel_err(_run(load_t5_encoder(dst), ids, mask), ref)
+        err = max_rel_err(_run(load_component("UMT5EncoderModel", dst), ids, mask), ref)
         assert err < FP32_TOL, f"{kind} {name}: max_rel_err {err:.2e}"
 
 
@@ -226,7 +227,7 @@ def test_checkpoint_errors(tmp_path, saved):
     ):
         dst = _copy_with(path, str(tmp_path / name), edit)
         with pytest.raises(CheckpointError, match=needle.replace(".", r"\.")):
-            load_t5_encoder(dst)
+            load_component("UMT5EncoderModel", dst)
 
 
 def test_config_and_input_errors(tmp_path, saved):
@@ -248,10 +249,10 @@ def test_config_and_input_errors(tmp_path, saved):
         with pytest.raises(ConfigError, match=needle):
             T5EncoderConfig.from_config_dict(bad)
     with pytest.raises(InputError, match="dtype"):
-        load_t5_encoder(path, dtype=jnp.float16)
+        load_component("UMT5EncoderModel", path, dtype=jnp.float16)
     with pytest.raises(InputError, match="path"):
-        load_t5_encoder(os.path.join(path, "model.safetensors"))
-    encoder = load_t5_encoder(path)
+        load_component("UMT5EncoderModel", os.path.join(path, "model.safetensors"))
+    encoder = load_component("UMT5EncoderModel", path)
     with pytest.raises(InputError, match="input_ids"):
         encoder(jnp.zeros((L,), jnp.int32))
     with pytest.raises(InputError, match="input_ids"):

@@ -3,7 +3,7 @@
 The TI2V-5B VAE's settings: ``is_residual`` (residual down / up blocks with the parameter-free
 ``AvgDown3D`` / ``DupUp3D`` shortcuts), ``patch_size`` 2 (video folded to 12 channels),
 ``decoder_base_dim``, ``z_dim`` != 16, ``clip_output`` (unknown to diffusers 0.42.1). Every
-parameter is randomised, saved with ``save_pretrained`` and loaded with :func:`load_vae`;
+parameter is randomised, saved with ``save_pretrained`` and loaded with :func:`~vidax.weights.component.load_component`;
 the reference runs its own frame-chunked encode / decode, so the multi-chunk cases check the
 cache across chunks, including the residual shortcuts' first-chunk handling.
 
@@ -41,8 +41,8 @@ from tests.parity.test_wan_vae import (  # noqa: E402  (the Wan2.1 test's refere
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.wan.config import WanVAEConfig  # noqa: E402
-from vidax.models.wan.convert import load_vae  # noqa: E402
 from vidax.models.wan.vae import avg_down_3d, dup_up_3d, normalize_latents, patchify, unpatchify  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 FP32_TOL = 2e-5
 # bf16 weights and activations through ~25 convolutions and norms: measured 1.7e-2 max error
@@ -94,7 +94,7 @@ def tiny(tmp_path_factory):
     # clip_output as the Wan2.2 converter writes it; unknown to diffusers 0.42.1 (see its test).
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "clip_output": False}))
-    return ref, path, load_vae(path)
+    return ref, path, load_component("AutoencoderKLWan", path)
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -180,7 +180,7 @@ def test_encode_matches_reference(tiny):
 def test_second_structure_matches_reference(tmp_path_factory):
     """Residual without patchifying, time halved at the first level too, 2 res blocks."""
     ref, path = _save(tmp_path_factory, TINY_B, 1, "wan22_vae_tiny_b")
-    vae = load_vae(path)
+    vae = load_component("AutoencoderKLWan", path)
     z = _latents((1, 3, 3, 2, 5), seed=11)
     want = _ref_decode(ref, z)
     got = vae.decode(z)
@@ -196,7 +196,7 @@ def test_second_structure_matches_reference(tmp_path_factory):
 
 def test_bf16_close_to_reference(tiny):
     ref, path, _ = tiny
-    vae = load_vae(path, dtype=jnp.bfloat16)
+    vae = load_component("AutoencoderKLWan", path, dtype=jnp.bfloat16)
     # One latent frame: bf16 compiles are slow on CPU; the multi-chunk path is covered in fp32.
     z = _latents((1, 1, 2, 3, 7), seed=5)
     want = _ref_decode(ref, z)
@@ -221,7 +221,7 @@ def test_clip_output_is_ignored_like_the_reference(tiny, tmp_path):
     (tmp_path / "config.json").write_text((path / "config.json").read_text())
     z = _latents((1, 1, 2, 3, 7), seed=6)
     want = _ref_decode(ref, z)
-    got = load_vae(tmp_path).decode(z)
+    got = load_component("AutoencoderKLWan", tmp_path).decode(z)
     assert np.mean(np.abs(want) == 1.0) > 0.05  # clamped by the reference despite clip_output
     assert max_rel_err(got, want) < FP32_TOL
 

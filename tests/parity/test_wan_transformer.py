@@ -25,8 +25,8 @@ from flax import nnx
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
 from vidax.models.wan.rope import wan_rope
-from vidax.models.wan.convert import load_transformer
 from vidax.nn.layers import patchify, unpatchify
+from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -67,7 +67,7 @@ def t2v(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model32(t2v):
-    return load_transformer(t2v[1])
+    return load_component("WanTransformer3DModel", t2v[1])
 
 
 def _inputs(seed, c_in=TINY["in_channels"], l_txt=L_TXT, h=H, w=W):
@@ -190,7 +190,7 @@ def test_bf16_against_fp32_reference(t2v, residual_dtype):
     (measured: ours 3.5e-3 fp32 residual / 4.4e-3 bf16 residual, diffusers 4.1e-3).
     """
     ref, path = t2v
-    model = load_transformer(path, dtype=jnp.bfloat16, residual_dtype=residual_dtype)
+    model = load_component("WanTransformer3DModel", path, dtype=jnp.bfloat16, residual_dtype=residual_dtype)
     kernel = model.blocks.attn1.to_q.kernel[...]
     assert kernel.dtype == jnp.bfloat16
     assert model.blocks.scale_shift_table[...].dtype == jnp.float32
@@ -249,7 +249,7 @@ def test_image_conditioning(tmp_path_factory, variant):
         for i in range(TINY["num_layers"]):
             sd[f"blocks.{i}.attn2.norm_added_q.weight"] = np.ones(d, np.float32)
         save_file(sd, f, metadata={"format": "pt"})
-    model = load_transformer(path)
+    model = load_component("WanTransformer3DModel", path)
     x, ts, txt = _inputs(8, c_in=9, l_txt=512)
     g = np.random.default_rng(9)
     img_batch = 2 * B if variant == "flf2v" else B

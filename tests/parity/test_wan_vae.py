@@ -1,7 +1,7 @@
 """Parity of vidax's Wan2.1 VAE with diffusers ``AutoencoderKLWan`` (tiny configs, CPU, fp32/bf16).
 
 Every parameter (norm gammas included) is randomised, saved with ``save_pretrained`` and loaded
-with the production loader (:func:`load_vae`). The reference runs its own frame-chunked
+with the production loader (:func:`~vidax.weights.component.load_component`). The reference runs its own frame-chunked
 encode/decode (``feat_cache``), so multi-chunk cases check that the functional cache carries the
 same frames (including the first-chunk zero / "Rep" cases).
 
@@ -25,8 +25,8 @@ from tests.parity.helpers import max_rel_err, psnr, randomize_torch_module  # no
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.wan import vae as wan_vae  # noqa: E402
 from vidax.models.wan.config import WanVAEConfig  # noqa: E402
-from vidax.models.wan.convert import load_vae  # noqa: E402
 from vidax.models.wan.vae import denormalize_latents, normalize_latents  # noqa: E402
+from vidax.weights.component import load_component  # noqa: E402
 
 FP32_TOL = 1e-5
 # bf16 weights and activations (8-bit mantissa, rel. rounding 2^-9 ~ 2e-3 per op) through ~20
@@ -78,7 +78,7 @@ def _save(tmp_path_factory, config: dict, seed: int, name: str):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     ref, path = _save(tmp_path_factory, TINY, 0, "wan_vae_tiny")
-    return ref, path, load_vae(path)
+    return ref, path, load_component("AutoencoderKLWan", path)
 
 
 def _to_ncthw(x):
@@ -155,7 +155,7 @@ def test_cache_changes_later_chunks(tiny):
 def test_second_structure_matches_reference(tmp_path_factory):
     """decoder_base_dim, in/out channels, other temporal levels, 2 res blocks."""
     ref, path = _save(tmp_path_factory, TINY_B, 1, "wan_vae_tiny_b")
-    vae = load_vae(path)
+    vae = load_component("AutoencoderKLWan", path)
     z = _latents((1, 3, 3, 2, 3), seed=11)
     want = _ref_decode(ref, z)
     got = vae.decode(z)
@@ -170,7 +170,7 @@ def test_second_structure_matches_reference(tmp_path_factory):
 
 def test_bf16_close_to_reference(tiny):
     ref, path, _ = tiny
-    vae = load_vae(path, dtype=jnp.bfloat16)
+    vae = load_component("AutoencoderKLWan", path, dtype=jnp.bfloat16)
     gamma = vae.decoder.norm_out.gamma[...]
     assert gamma.dtype == jnp.float32 and vae.decoder.conv_in.kernel[...].dtype == jnp.bfloat16
     z = _latents((1, 2, 3, 5, 4), seed=5)
@@ -237,7 +237,7 @@ def test_bad_inputs(tiny):
     with pytest.raises(InputError, match="floating"):
         vae.decode(np.zeros((1, 1, 3, 5, 4), np.int32))
     with pytest.raises(InputError, match="dtype"):
-        load_vae("/nonexistent", dtype=jnp.float16)
+        load_component("AutoencoderKLWan", "/nonexistent", dtype=jnp.float16)
 
 
 @pytest.mark.parametrize(

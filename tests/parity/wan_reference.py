@@ -12,6 +12,7 @@ import os
 from tests.parity.helpers import randomize_torch_module
 from vidax.default_checkpoint import SCHEDULER
 from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
+from vidax.weights.loader import KeyRules
 
 # Distinct sizes everywhere, so a swapped axis cannot pass unnoticed.
 TRANSFORMER = dict(
@@ -166,7 +167,6 @@ def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, im
                          os.path.join(path, name, "diffusion_pytorch_model.safetensors"))
     if ti2v:
         from vidax.models.wan.config import WanVAEConfig
-        from vidax.models.wan.convert import VAE_KEY_RULES
         from vidax.models.wan.vae import WanVAE
 
         index["expand_timesteps"] = True
@@ -176,7 +176,8 @@ def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, im
         vae = random_module(lambda: WanVAE(vcfg, rngs=nnx.Rngs(0)), rng)
         with open(os.path.join(path, "vae", "config.json"), "w") as f:
             json.dump({"_class_name": "AutoencoderKLWan", **vae_config}, f, indent=2)
-        save_safetensors(export_state_dict(vae, VAE_KEY_RULES), os.path.join(path, "vae", "diffusion_pytorch_model.safetensors"))
+        save_safetensors(export_state_dict(vae, KeyRules()),
+                         os.path.join(path, "vae", "diffusion_pytorch_model.safetensors"))
     with open(os.path.join(path, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
     return path

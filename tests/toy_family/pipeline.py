@@ -38,12 +38,11 @@ class ToyVideoPipeline(VideoPipeline):
 
     @classmethod
     def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
-        load = cls.load_component
         return dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
-                    text_encoder=load(info, "text_encoder", dtype=dtype, staging=staging),
-                    transformer=load(info, "transformer", dtype=dtype, offload=offload),
-                    vae=load(info, "vae", dtype=jnp.float32, staging=staging),
-                    scheduler=load(info, "scheduler"))
+                    scheduler=cls.load_component(info, "scheduler"),
+                    **cls.load_weighted(info, dict(text_encoder=dict(dtype=dtype, mesh=mesh, staging=staging),
+                                                   transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
+                                                   vae=dict(dtype=jnp.float32, staging=staging))))
 
     def encode_text(self, texts, max_sequence_length, truncation=None):
         tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)

@@ -26,7 +26,7 @@ Checkpoint keys: transformers 5 names the trees ``embeddings.*``, ``pre_layrnorm
 released Wan and HunyuanVideo checkpoints) prefix every key with ``vision_model.`` /
 ``text_model.``. :func:`clip_key_rules` handles both.
 
-Precision (:func:`clip_dtype_policy`): ``float32`` (the Wan pipelines load the image encoder in
+Precision (every parameter in the load dtype): ``float32`` (the Wan pipelines load the image encoder in
 fp32) or ``bfloat16`` parameters and matmuls; layer-norm statistics and the attention softmax are
 fp32 in both, and the residual stream is kept in fp32 (the bf16 reference rounds it to bf16 after
 every sub-layer; fp32 costs ``B*L*D*4`` bytes and stays closer to the fp32 result). transformers
@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -53,15 +52,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
-from vidax.nn.layers import Linear
 from vidax.nn.attention import dot_product_attention
+from vidax.nn.inputs import compute_dtype
+from vidax.nn.layers import Linear
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.placement import logical_placement
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     # transformers QuickGELUActivation: x * sigmoid(1.702 x)
@@ -418,7 +415,7 @@ class CLIPVisionEncoder(nnx.Module):
         config: the parsed ``image_encoder/config.json``.
         dtype: compute dtype, ``jnp.float32`` or ``jnp.bfloat16`` (see the module docstring).
         param_dtype: dtype of freshly built parameters (default ``dtype``; the loader sets the
-            stored dtype by :func:`clip_dtype_policy`).
+            stored dtype: every parameter in the load dtype).
         rngs: initialisers' keys (values are overwritten by the checkpoint).
 
     Raises:
@@ -615,7 +612,19 @@ _TOWERS = {
 }
 
 
-def clip_key_rules(keys: Any = (), tower: str = "vision") -> KeyRules:
+def clip_vision_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
+    """Key mapping of a ``CLIPVisionModel`` checkpoint whose tensor names are ``keys`` (see
+    :func:`clip_key_rules`; the same for every config)."""
+    return clip_key_rules(keys, "vision")
+
+
+def clip_text_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
+    """Key mapping of a ``CLIPTextModel`` checkpoint whose tensor names are ``keys`` (see
+    :func:`clip_key_rules`; the same for every config)."""
+    return clip_key_rules(keys, "text")
+
+
+def clip_key_rules(keys: Any, tower: str) -> KeyRules:
     """Key mapping of a ``CLIPVisionModel`` (``tower="vision"``) or ``CLIPTextModel``
     (``tower="text"``) checkpoint whose tensor names are ``keys``.
 
@@ -630,97 +639,6 @@ def clip_key_rules(keys: Any = (), tower: str = "vision") -> KeyRules:
     return KeyRules(stacked=("encoder.layers",), renames=renames)
 
 
-def clip_dtype_policy(dtype: Any = jnp.float32) -> DtypePolicy:
-    """Every parameter stored in ``dtype`` (transformers keeps no CLIP module in fp32).
-
-    Raises:
-        InputError: ``dtype`` is not float32 or bfloat16.
-    """
-    return DtypePolicy(param_dtype=compute_dtype(dtype, "CLIP encoder"), keep_fp32=())
-
-
-def load_clip_vision(
-    path: str | os.PathLike, dtype: Any = jnp.float32, placement: Placement | None = None, defer: bool = False
-) -> CLIPVisionEncoder:
-    """Build the CLIP vision tower of an ``image_encoder/`` folder and load its weights.
-
-    Args:
-        path: folder with ``config.json`` and ``model.safetensors`` (or shards + index), as
-            ``CLIPVisionModel.save_pretrained`` writes it.
-        dtype: compute and storage dtype, ``jnp.float32`` (default, as the Wan pipelines load
-            the image encoder) or ``jnp.bfloat16``.
-        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device.
-        defer: check the checkpoint against the model (headers only) and return a
-            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
-
-    Returns:
-        The :class:`CLIPVisionEncoder`, parameters placed.
-
-    Raises:
-        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
-        ConfigError: ``config.json`` is missing or asks for something not implemented.
-        CheckpointError: tensors missing, unexpected (e.g. a ``visual_projection`` head) or of
-            the wrong shape, checked before any tensor is read.
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise InputError(f"path={path!r} is not a folder; pass the image_encoder/ directory.")
-    dtype = compute_dtype(dtype, "CLIP vision encoder")
-    config = CLIPVisionConfig.from_json_file(os.path.join(path, "config.json"))
-    reader = CheckpointReader(path)
-    return load_module(
-        lambda: CLIPVisionEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)),
-        reader,
-        clip_key_rules(reader.keys()),
-        clip_dtype_policy(dtype),
-        placement=placement,
-        what="image_encoder (CLIP vision)", defer=defer,
-    )
-
-
-def load_clip_text(
-    path: str | os.PathLike,
-    dtype: Any = jnp.float32,
-    placement: Placement | None = None,
-    mesh: jax.sharding.Mesh | None = None,
-    defer: bool = False,
-) -> CLIPTextEncoder:
-    """Build the CLIP text tower of a ``text_encoder_2/`` folder and load its weights.
-
-    Args:
-        path: folder with ``config.json`` and ``model.safetensors`` (or shards + index), as
-            ``CLIPTextModel.save_pretrained`` writes it (keys with or without ``text_model.``).
-        dtype: compute and storage dtype, ``jnp.float32`` (default) or ``jnp.bfloat16``; every
-            parameter follows it (transformers keeps no CLIP module in fp32).
-        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
-            or with ``mesh`` the tensor-parallel layout of :data:`CLIP_PARAM_AXES`.
-        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
-        defer: check the checkpoint against the model (headers only) and return a
-            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
-
-    Returns:
-        The :class:`CLIPTextEncoder`, parameters placed.
-
-    Raises:
-        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
-        ConfigError: ``config.json`` is missing or asks for something not implemented.
-        CheckpointError: tensors missing, unexpected (e.g. a ``text_projection`` head) or of the
-            wrong shape, checked before any tensor is read.
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise InputError(f"path={path!r} is not a folder; pass the text_encoder_2/ directory.")
-    dtype = compute_dtype(dtype, "CLIP text encoder")
-    config = CLIPTextConfig.from_json_file(os.path.join(path, "config.json"))
-    reader = CheckpointReader(path)
-    return load_module(
-        lambda: CLIPTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)),
-        reader,
-        clip_key_rules(reader.keys(), tower="text"),
-        clip_dtype_policy(dtype),
-        placement=placement or logical_placement(mesh, CLIP_PARAM_AXES),
-        what="text_encoder (CLIP text)", defer=defer,
-    )
 
 
 @functools.lru_cache(maxsize=None)

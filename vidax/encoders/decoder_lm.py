@@ -42,7 +42,7 @@ by ``last_hidden_state``). :meth:`DecoderLM.__call__` returns one entry (``outpu
 HunyuanVideo's ``-(num_hidden_layers_skip + 1) = -3``, running only the layers it needs);
 :meth:`DecoderLM.all_hidden_states` returns all of them stacked (Cosmos-Predict2.5).
 
-Precision (:func:`decoder_lm_dtype_policy`): with ``dtype=float32`` everything is fp32. With
+Precision (every parameter in the load dtype): with ``dtype=float32`` everything is fp32. With
 ``dtype=bfloat16`` parameters and matmuls are bf16, as ``from_pretrained(dtype=torch.bfloat16)``;
 norm statistics, RoPE and the softmax are fp32, and the residual stream is kept in fp32 (the
 reference rounds it to bf16 after every sub-layer), so the returned hidden states are rounded
@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from functools import partial
 from typing import Any, ClassVar, Mapping
 
@@ -61,7 +60,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.config import ConfigBase, read_json_object
+from vidax.config import ConfigBase
 from vidax.encoders.t5 import T5LayerNorm
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
@@ -69,9 +68,7 @@ from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear
 from vidax.nn.rope import TextRope, apply_rope
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.placement import logical_placement
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.loader import KeyRules
 
 _F32 = jnp.float32
 
@@ -615,77 +612,6 @@ def decoder_lm_key_rules(config: DecoderLMConfig, keys: Any) -> KeyRules:
     return KeyRules(stacked=("layers",), prefix=prefix, unused=layouts[prefix])
 
 
-def decoder_lm_dtype_policy(dtype: Any = _F32) -> DtypePolicy:
-    """Storage dtypes: every parameter in ``dtype`` (float32 or bfloat16), as transformers
-    stores these models (no ``_keep_in_fp32_modules``).
-
-    Raises:
-        InputError: ``dtype`` is not float32 or bfloat16.
-    """
-    return DtypePolicy(param_dtype=compute_dtype(dtype, "decoder text encoder"), keep_fp32=())
-
-
-def _load(config_cls: type[DecoderLMConfig], what: str, path, dtype, placement, mesh, attention, defer) -> DecoderLM:
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ directory.")
-    dtype = compute_dtype(dtype, what)
-    config_path = os.path.join(path, "config.json")
-    config = config_cls.from_config_dict(read_json_object(config_path), source=config_path)
-    reader = CheckpointReader(path)
-    return load_module(
-        lambda: DecoderLM(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), attention=attention),
-        reader,
-        decoder_lm_key_rules(config, reader.keys()),
-        decoder_lm_dtype_policy(dtype),
-        placement=placement or logical_placement(mesh, DECODER_LM_PARAM_AXES),
-        what=f"text_encoder ({what})", defer=defer,
-    )
-
-
-_LOADER_DOC = """Build the {what} of a ``text_encoder/`` folder and load its weights.
-
-    Args:
-        path: folder with ``config.json`` and ``model.safetensors`` (or shards + index).
-        dtype: compute and storage dtype, ``jnp.float32`` or ``jnp.bfloat16``.
-        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
-            or with ``mesh`` the tensor-parallel layout of :data:`DECODER_LM_PARAM_AXES`.
-        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
-        attention: attention implementation (:func:`vidax.nn.attention.dot_product_attention`).
-        defer: check the checkpoint against the model (headers only) and return a
-            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
-
-    Returns:
-        The :class:`DecoderLM`, parameters placed.
-
-    Raises:
-        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
-        ConfigError: ``config.json`` is missing or asks for something not implemented.
-        CheckpointError: tensors missing, unexpected, or of the wrong shape (checked before any
-            tensor is read); {unused}
-    """
-
-
-def load_llama_text_encoder(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-                            mesh: jax.sharding.Mesh | None = None, attention: str = "auto",
-                            defer: bool = False) -> DecoderLM:
-    return _load(LlamaTextConfig, "Llama", path, dtype, placement, mesh, attention, defer)
-
-
-def load_qwen25vl_text_encoder(path: str | os.PathLike, dtype: Any = _F32, placement: Placement | None = None,
-                               mesh: jax.sharding.Mesh | None = None, attention: str = "auto",
-                               defer: bool = False) -> DecoderLM:
-    return _load(Qwen25VLTextConfig, "Qwen2.5-VL text", path, dtype, placement, mesh, attention, defer)
-
-
-load_llama_text_encoder.__doc__ = _LOADER_DOC.format(
-    what="Llama language model (``LlamaModel``, ``LlamaForCausalLM`` or the ``language_model`` of a "
-         "``LlavaForConditionalGeneration``)",
-    unused="the LM head and a LLaVA checkpoint's vision tower and projector are not read.")
-load_qwen25vl_text_encoder.__doc__ = _LOADER_DOC.format(
-    what="Qwen2.5-VL text tower (of a ``Qwen2_5_VLForConditionalGeneration`` or "
-         "``Qwen2_5_VLTextModel`` checkpoint)",
-    unused="the vision tower (``visual``) and the LM head are not read.")
 
 
 @functools.lru_cache(maxsize=None)

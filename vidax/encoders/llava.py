@@ -15,7 +15,7 @@ the result in place of the image tokens. This module is the image half, as
 
 The splicing of the features into the token sequence belongs to the pipeline, the Llama
 language model to :mod:`vidax.encoders` 's decoder LM; the checkpoint file holds all three, and
-:func:`load_llava_vision` reads only the vision tower and projector tensors (the language model's are ``KeyRules.unused``)
+:data:`LLAVA_VISION` reads only the vision tower and projector tensors (the language model's are ``KeyRules.unused``)
 and leaves the ``language_model`` / ``lm_head`` tensors to the language model's loader.
 
 Checkpoint keys: ``LlavaForConditionalGeneration.save_pretrained`` of transformers 5.24 writes
@@ -49,18 +49,15 @@ from vidax.encoders.clip import (
     CLIP_PARAM_AXES,
     CLIPVisionConfig,
     CLIPVisionEncoder,
-    clip_dtype_policy,
 )
-from vidax.errors import ConfigError, InputError
-from vidax.nn.inputs import compute_dtype
+from vidax.errors import ConfigError
 from vidax.nn.layers import Linear
-from vidax.parallel.placement import logical_placement
-from vidax.weights.loader import KeyRules, PendingLoad, Placement, load_module
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.registry import ComponentSpec
+from vidax.weights.loader import KeyRules, PendingLoad, Placement
 
 #: Source-key prefixes of the language model's tensors in a LLaVA file (transformers 4 and 5
-#: layouts): another loader's (:func:`vidax.encoders.decoder_lm.load_llama_text_encoder`), so
-#: :func:`load_llava_vision` consumes them unread; any other key it does not map is unexpected.
+#: layouts): another loader's (the ``LlamaModel`` plan of :func:`load_llava_text_encoder`), so
+#: :data:`LLAVA_VISION` consumes them unread; any other key it does not map is unexpected.
 LLAVA_LANGUAGE_PREFIXES = ("language_model.", "model.language_model.", "lm_head.")
 
 #: Logical axes: the vision tower's as :data:`~vidax.encoders.clip.CLIP_PARAM_AXES`; the
@@ -228,7 +225,7 @@ class LlavaVisionEncoder(nnx.Module):
         return self.multi_modal_projector(h)
 
 
-def llava_vision_key_rules(keys: Any = ()) -> KeyRules:
+def llava_vision_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
     """Key mapping of the vision tower and projector tensors of a LLaVA checkpoint with tensor
     names ``keys``; the language model's keys (:data:`LLAVA_LANGUAGE_PREFIXES`) are another
     loader's and declared unused. ``vision_tower.encoder.layers`` is stacked; the transformers 4
@@ -244,50 +241,12 @@ def llava_vision_key_rules(keys: Any = ()) -> KeyRules:
     return KeyRules(stacked=("vision_tower.encoder.layers",), renames=tuple(renames), unused=LLAVA_LANGUAGE_PREFIXES)
 
 
-def load_llava_vision(
-    path: str | os.PathLike,
-    dtype: Any = jnp.float32,
-    placement: Placement | None = None,
-    mesh: jax.sharding.Mesh | None = None,
-    defer: bool = False,
-) -> LlavaVisionEncoder:
-    """Build LLaVA's vision tower + projector from a ``LlavaForConditionalGeneration`` folder
-    (HunyuanVideo-I2V's ``text_encoder/``) and load exactly their tensors.
-
-    Args:
-        path: folder with ``config.json`` (a ``LlavaConfig``) and ``model.safetensors`` or shards
-            + index.
-        dtype: compute and storage dtype, ``jnp.float32`` (default) or ``jnp.bfloat16``.
-        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
-            or with ``mesh`` the layout of :data:`LLAVA_VISION_PARAM_AXES`.
-        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
-        defer: check the checkpoint against the model (headers only) and return a
-            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
-
-    Returns:
-        The :class:`LlavaVisionEncoder`, parameters placed. The language-model tensors are not
-        read.
-
-    Raises:
-        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
-        ConfigError: ``config.json`` is missing or asks for something not implemented.
-        CheckpointError: a vision-tower / projector tensor missing, unexpected or mis-shaped
-            (checked before any tensor is read).
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ (LLaVA) directory.")
-    dtype = compute_dtype(dtype, "LLaVA vision encoder")
-    config = LlavaVisionConfig.from_json_file(os.path.join(path, "config.json"))
-    reader = CheckpointReader(path)
-    return load_module(
-        lambda: LlavaVisionEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)),
-        reader,
-        llava_vision_key_rules(reader.keys()),
-        clip_dtype_policy(dtype),
-        placement=placement or logical_placement(mesh, LLAVA_VISION_PARAM_AXES),
-        what="text_encoder (LLaVA vision tower + projector)", defer=defer,
-    )
+#: LLaVA's vision tower + projector as a component of the one loader
+#: (:func:`vidax.weights.component.plan_component`); not registered: it is a part of
+#: ``LlavaForConditionalGeneration``, read with the language model by :func:`load_llava_text_encoder`.
+LLAVA_VISION = ComponentSpec("LlavaVisionTower", "image_encoder", config=f"{__name__}:LlavaVisionConfig",
+                             model=f"{__name__}:LlavaVisionEncoder", key_rules=f"{__name__}:llava_vision_key_rules",
+                             param_axes=f"{__name__}:LLAVA_VISION_PARAM_AXES")
 
 
 @functools.lru_cache(maxsize=None)
@@ -407,42 +366,28 @@ def _llava_text_axes():
 LLAVA_TEXT_PARAM_AXES = _llava_text_axes()
 
 
-def load_llava_text_encoder(
-    path: str | os.PathLike,
-    dtype: Any = jnp.float32,
-    placement: Placement | None = None,
-    mesh: jax.sharding.Mesh | None = None,
-    defer: bool = False,
-) -> LlavaTextEncoder:
-    """Load a ``LlavaForConditionalGeneration`` folder as :class:`LlavaTextEncoder`: the language
-    model by :func:`vidax.encoders.decoder_lm.load_llama_text_encoder` (the LM head is not read),
-    the vision tower and projector by :func:`load_llava_vision`; each tensor of the file is read
-    by exactly one of them.
-
-    Args: as :func:`load_llava_vision` (``placement`` is applied to each part's own parameter
-    paths: :data:`LLAVA_TEXT_PARAM_AXES`); with ``defer`` both parts are checked and one
-    :class:`~vidax.weights.loader.PendingLoad` reads them.
+def load_llava_text_encoder(folder: str, *, dtype: Any, placement: Placement | None, mesh: Any,
+                            config: LlavaTextEncoderConfig) -> PendingLoad:
+    """The registered loader of ``LlavaForConditionalGeneration`` (:class:`LlavaTextEncoder`): two
+    plans of the one loader on the same folder, the language model as ``LlamaModel`` (the LM head
+    not read) and the vision tower and projector as :data:`LLAVA_VISION`; each tensor of the file
+    is read by exactly one of them. ``placement`` (from :data:`LLAVA_TEXT_PARAM_AXES`) applies to
+    each part's own parameter paths.
 
     Raises:
-        InputError, ConfigError, CheckpointError: as the two loaders.
+        InputError, ConfigError, CheckpointError: as :func:`vidax.weights.component.plan_component`.
     """
-    from vidax.encoders.decoder_lm import load_llama_text_encoder
+    from vidax.weights.component import plan_component
 
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ (LLaVA) directory.")
-    config = LlavaTextEncoderConfig.from_json_file(os.path.join(path, "config.json"))
-    dtype = compute_dtype(dtype, "LLaVA text encoder")
-    lm = load_llama_text_encoder(path, dtype, placement, mesh, defer=True)
-    vision = load_llava_vision(path, dtype, placement, mesh, defer=True)
+    lm = plan_component("LlamaModel", folder, dtype, placement, mesh=mesh)
+    vision = plan_component(LLAVA_VISION, folder, dtype, placement, mesh=mesh)
 
     def read() -> LlavaTextEncoder:
         module = nnx.eval_shape(lambda: LlavaTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
         module.language_model, module.vision = lm.read(), vision.read()
         return module
 
-    pending = PendingLoad(read)
-    return pending if defer else pending.read()
+    return PendingLoad(read)
 
 
 @functools.lru_cache(maxsize=None)

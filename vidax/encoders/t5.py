@@ -13,7 +13,7 @@ Parameters mirror ``transformers``' module tree, so checkpoint keys map by rule
 and run with a scan; T5's single bias table ``encoder.block.0.layer.0.SelfAttention.
 relative_attention_bias`` lives outside the stack at ``encoder/relative_attention_bias``.
 
-Precision (:func:`t5_dtype_policy`): with ``dtype=float32`` everything is fp32. With
+Precision (every parameter in the load dtype): with ``dtype=float32`` everything is fp32. With
 ``dtype=bfloat16`` parameters and matmuls are bf16, as in ``from_pretrained(dtype=torch.bfloat16)``
 (transformers keeps the ``_keep_in_fp32_modules`` ``wo`` in fp32 only for float16 loads, which
 vidax does not offer); norm statistics and the softmax are fp32, and the residual stream is kept
@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from functools import partial
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -35,14 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.nn.inputs import compute_dtype
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
+from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, matmul
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.placement import logical_placement
-from vidax.weights.loader import DtypePolicy, KeyRules, Placement, load_module
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     # transformers NewGELUActivation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -536,59 +533,6 @@ def t5_key_rules(config: T5EncoderConfig, keys: Any = ()) -> KeyRules:
     return KeyRules(stacked=("encoder.block",), renames=tuple(renames), aliases=aliases)
 
 
-def t5_dtype_policy(dtype: Any = jnp.float32) -> DtypePolicy:
-    """Storage dtypes: every parameter in ``dtype`` (float32 or bfloat16).
-
-    transformers' ``_keep_in_fp32_modules = ["wo"]`` applies to float16 loads only, and bf16
-    loads store ``wo`` in bf16 too, so nothing is kept in fp32 here.
-
-    Raises:
-        InputError: ``dtype`` is not float32 or bfloat16.
-    """
-    return DtypePolicy(param_dtype=compute_dtype(dtype, "T5 encoder"), keep_fp32=())
-
-
-def load_t5_encoder(
-    path: str | os.PathLike,
-    dtype: Any = jnp.float32,
-    placement: Placement | None = None,
-    mesh: jax.sharding.Mesh | None = None,
-    defer: bool = False,
-) -> T5Encoder:
-    """Build the T5/UMT5 encoder of a ``text_encoder/`` folder and load its weights.
-
-    Args:
-        path: folder with ``config.json`` and ``model.safetensors`` (or shards + index).
-        dtype: compute and storage dtype, ``jnp.float32`` or ``jnp.bfloat16``.
-        placement: ``(param path, ShapeDtypeStruct) -> Sharding``; default: the first device,
-            or with ``mesh`` the tensor-parallel layout of :data:`T5_PARAM_AXES`.
-        mesh: ``(data, tensor, sequence)`` mesh to place the parameters on (None: one device).
-        defer: check the checkpoint against the model (headers only) and return a
-            :class:`~vidax.weights.loader.PendingLoad` that reads it later.
-
-    Returns:
-        The :class:`T5Encoder`, parameters placed.
-
-    Raises:
-        InputError: ``path`` is not a folder, or ``dtype`` is not supported.
-        ConfigError: ``config.json`` is missing or asks for something not implemented.
-        CheckpointError: tensors missing, unexpected, or of the wrong shape (checked before any
-            tensor is read).
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise InputError(f"path={path!r} is not a folder; pass the text_encoder/ directory.")
-    dtype = compute_dtype(dtype, "T5 encoder")
-    config = T5EncoderConfig.from_json_file(os.path.join(path, "config.json"))
-    reader = CheckpointReader(path)
-    return load_module(
-        lambda: T5Encoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)),
-        reader,
-        t5_key_rules(config, reader.keys()),
-        t5_dtype_policy(dtype),
-        placement=placement or logical_placement(mesh, T5_PARAM_AXES),
-        what=f"text_encoder ({config.model_type})", defer=defer,
-    )
 
 
 @functools.lru_cache(maxsize=None)

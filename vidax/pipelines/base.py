@@ -1,7 +1,7 @@
 """The pipeline every family shares: load -> check -> encode -> denoise -> decode.
 
 :class:`VideoPipeline` owns what does not depend on the model: reading the checkpoint once
-(:class:`~vidax.pipelines.checkpoint.Checkpoint`), loading components through the registry
+(:class:`~vidax.checkpoint.Checkpoint`), loading components through the registry
 (:mod:`vidax.registry`), the device mesh, staging and block streaming, the call's argument checks
 (from the configs alone, so a bad argument costs no weight read), CFG batching, the denoising loop
 (one jitted step, or the blocks streamed from host memory, in segments of one expert each),
@@ -34,16 +34,16 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Cancelled, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
-from vidax.parallel.placement import logical_placement
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
-from vidax.pipelines.common import TASK_NAMES, VideoPipelineOutput, check_task, status
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
+from vidax.checkpoint import TASK_NAMES
+from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
-from vidax.weights.loader import PendingLoad
+from vidax.weights.component import Request, load_components
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -828,33 +828,48 @@ class VideoPipeline:
     # ================================================================== loading
     @staticmethod
     def load_component(info: CheckpointInfo, name: str, *, dtype: Any = None, mesh: Any = None,
-                       offload: Any = None, staging: Staging | None = None, defer: bool = False) -> Any:
-        """Component ``name`` of the checkpoint, by the class model_index.json gives it, loaded
-        through the registry: placed by its logical axes on ``mesh``, in host memory when
-        ``staging`` stages it, its blocks streamed when ``offload`` says so.
-
-        With ``defer`` a component with weights is checked against its model from its configs
-        and safetensors headers alone (heads against ``mesh``, file sizes, the 1:1 key plan,
-        shapes, dtypes) and returned as a :class:`~vidax.weights.loader.PendingLoad` whose
-        ``read()`` reads it; a family loads every component's plan this way before reading any
-        (a loader registered without the ``"defer"`` option is only checked when read).
-
-        Raises:
-            ConfigError: a class vidax does not implement. CheckpointError: missing files/tensors.
-            InputError: the model's heads do not split over ``mesh``.
-        """
+                       offload: Any = None, staging: Staging | None = None) -> Any:
+        """Component ``name`` of the checkpoint, by the class model_index.json gives it: a
+        scheduler built from its config, any other loaded alone by :meth:`load_weighted`."""
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
         if spec.kind == "scheduler":
             return scheduler_from_config(ckpt.config(name), source=ckpt.config_file(name))
-        placement = logical_placement(mesh, spec.axes()) if spec.param_axes and mesh is not None else None
-        if staging is not None:
-            placement = staging.placement(name, placement)
-        config = ckpt.typed_config(name, spec.config_class()) if "config" in spec.options else None
-        options = dict(dtype=dtype, mesh=mesh, placement=placement, offload=offload, config=config)
-        if defer and "defer" not in spec.options:
-            return PendingLoad(lambda: spec.load(ckpt.folder(name), **options))
-        return spec.load(ckpt.folder(name), defer=defer or None, **options)
+        options = dict(dtype=dtype, mesh=mesh, offload=offload, staging=staging)
+        return VideoPipeline.load_weighted(info, {name: options})[name]
+
+    @staticmethod
+    def load_weighted(info: CheckpointInfo, components: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The components with weights named in ``components``, by the classes model_index.json
+        gives them, through the one component loader (:func:`vidax.weights.component.load_components`):
+        every checkpoint is checked against its model from its config and safetensors headers
+        (heads against the mesh, file sizes, the 1:1 key plan, shapes, dtypes) before the first
+        weight of any is read; then each is read, in the order given.
+
+        Args:
+            info: the checkpoint's configs.
+            components: name -> options: ``dtype``, ``mesh``, ``offload`` (blocks streamed),
+                ``staging`` (a :class:`Staging`: in host memory when it stages the component),
+                ``then`` (called with the module once it is read); None values are left out.
+
+        Returns:
+            name -> module.
+
+        Raises:
+            ConfigError: a class vidax does not implement. CheckpointError: missing files or
+            tensors. InputError: a dtype not supported, heads that do not split over the mesh.
+        """
+        ckpt = info.checkpoint
+        requests = {}
+        for name, options in components.items():
+            options = {k: v for k, v in options.items() if v is not None}
+            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+            staging, then = options.pop("staging", None), options.pop("then", None)
+            if staging is not None and staging.is_staged(name):
+                options["memory_kind"] = staging.kind
+            options["config"] = ckpt.typed_config(name, spec.config_class())
+            requests[name] = Request(spec, ckpt.folder(name), options, then)
+        return load_components(requests)
 
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,

@@ -13,15 +13,13 @@ from typing import Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from vidax.checkpoint import TASK_NAMES
 from vidax.errors import InputError
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
 
 
-#: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
-TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-video",
-              "upsample": "latent upsampling"}
 
 
 def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v_hint: str = "") -> None:

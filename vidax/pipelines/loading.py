@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.registry import registry
 
 

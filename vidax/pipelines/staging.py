@@ -33,7 +33,6 @@ from flax import nnx
 from vidax.parallel.mesh import TENSOR, axis_size
 from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
 from vidax.stats import device_memory_stats
-from vidax.weights.loader import Placement
 from vidax.weights.safetensors_io import CheckpointReader
 
 logger = logging.getLogger("vidax.pipeline")
@@ -128,19 +127,6 @@ class Staging:
 
     def is_staged(self, name: str) -> bool:
         return bool(self.staged.get(name))
-
-    def placement(self, name: str, base: Placement | None = None) -> Placement | None:
-        """The loader ``placement`` of component ``name``: ``base`` (None: the loader default,
-        this process's first device), in host memory when ``name`` is staged."""
-        if not self.is_staged(name):
-            return base
-        kind, device = self.kind, jax.local_devices()[0]
-
-        def place(path, sds):
-            sharding = base(path, sds) if base is not None else jax.sharding.SingleDeviceSharding(device)
-            return sharding.with_memory_kind(kind)
-
-        return place
 
     def attach(self, **modules: nnx.Module) -> "Staging":
         """Register the loaded modules (name=module); returns self."""

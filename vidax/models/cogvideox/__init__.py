@@ -2,13 +2,15 @@
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer and
 VAE configs, whole-checkpoint reading), ``transformer.py``, ``vae.py`` (model code only),
-``convert.py`` (key rules, parameter axes, precision policies and loaders) and ``pipeline.py``
-(the pipeline hooks).
+``convert.py`` (key rules, parameter axes, fp32 parameters: the tables the registry entries name
+for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import ComponentSpec, Family, PipelineSpec
+from vidax.registry import Family, PipelineSpec, family_component
 
 _PIPE = "vidax.models.cogvideox.pipeline"
+
+_PKG = "vidax.models.cogvideox"
 
 FAMILY = Family(
     name="cogvideox",
@@ -17,21 +19,16 @@ FAMILY = Family(
         PipelineSpec("CogVideoXImageToVideoPipeline", f"{_PIPE}:CogVideoXImageToVideoPipeline"),
     ),
     components=(
-        ComponentSpec("CogVideoXTransformer3DModel", "transformer",
-                      loader="vidax.models.cogvideox.convert:load_transformer",
-                      options=("dtype", "mesh", "placement", "offload", "config", "defer"),
-                      config="vidax.models.cogvideox.config:CogVideoXTransformerConfig",
-                      model="vidax.models.cogvideox.transformer:CogVideoXTransformer3DModel",
-                      param_axes="vidax.models.cogvideox.convert:TRANSFORMER_PARAM_AXES",
-                      key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
-                                   "out_channels", "patch_size", "patch_size_t", "use_rotary_positional_embeddings",
-                                   "use_learned_positional_embeddings", "ofs_embed_dim", "sample_height",
-                                   "sample_width", "sample_frames", "max_text_seq_length"),
-                      block_stacks=("transformer_blocks",)),
-        ComponentSpec("AutoencoderKLCogVideoX", "vae", loader="vidax.models.cogvideox.convert:load_vae",
-                      options=("dtype", "placement", "config", "defer"), config="vidax.models.cogvideox.config:CogVideoXVAEConfig",
-                      model="vidax.models.cogvideox.vae:CogVideoXVAE",
-                      key_configs=("latent_channels", "block_out_channels", "layers_per_block",
-                                   "temporal_compression_ratio", "scaling_factor")),
+        family_component(_PKG, "transformer", "CogVideoXTransformer3DModel",
+                         "transformer:CogVideoXTransformer3DModel", "CogVideoXTransformerConfig",
+                         block_stacks=("transformer_blocks",),
+                         key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "in_channels",
+                                      "out_channels", "patch_size", "patch_size_t",
+                                      "use_rotary_positional_embeddings", "use_learned_positional_embeddings",
+                                      "ofs_embed_dim", "sample_height", "sample_width", "sample_frames",
+                                      "max_text_seq_length")),
+        family_component(_PKG, "vae", "AutoencoderKLCogVideoX", "vae:CogVideoXVAE", "CogVideoXVAEConfig",
+                         key_configs=("latent_channels", "block_out_channels", "layers_per_block",
+                                      "temporal_compression_ratio", "scaling_factor")),
     ),
 )

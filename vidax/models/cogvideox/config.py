@@ -10,8 +10,8 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
-from vidax.pipelines.common import TASK_NAMES
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.checkpoint import TASK_NAMES
 
 #: ``activation_fn`` of the feed-forward network -> tanh approximation of GELU or not.
 FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
@@ -291,7 +291,7 @@ SAMPLERS = ("CogVideoXDDIMScheduler", "CogVideoXDPMScheduler")
 
 @dataclasses.dataclass(frozen=True)
 class CogVideoXInfo(CheckpointInfo):
-    """A CogVideoX folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`)."""
+    """A CogVideoX folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`)."""
 
     transformer_config: CogVideoXTransformerConfig
     vae_config: CogVideoXVAEConfig

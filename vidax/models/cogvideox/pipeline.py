@@ -18,7 +18,6 @@ what the reference returns.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from typing import Any, Sequence
@@ -36,7 +35,7 @@ from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import decoded_frames
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
                                   tokenizer_token_limit)
-from vidax.pipelines.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
 logger = logging.getLogger("vidax.pipeline")
@@ -184,15 +183,12 @@ class CogVideoXPipeline(VideoPipeline):
         every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        load = functools.partial(cls.load_component, info, defer=True)
-        plans = dict(
-            text_encoder=load("text_encoder", dtype=parse_dtype(text_encoder_dtype), mesh=mesh, staging=staging),
-            transformer=load("transformer", dtype=dtype, mesh=mesh, offload=offload),
-            vae=load("vae", dtype=parse_dtype(vae_dtype), staging=staging),
-        )
         modules = dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
                        scheduler=cls.load_component(info, "scheduler"))
-        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
+        return modules | cls.load_weighted(info, dict(
+            text_encoder=dict(dtype=parse_dtype(text_encoder_dtype), mesh=mesh, staging=staging),
+            transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
+            vae=dict(dtype=parse_dtype(vae_dtype), staging=staging)))
 
     # ------------------------------------------------------------------ call hooks
     def check_components(self) -> None:

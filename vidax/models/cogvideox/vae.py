@@ -6,7 +6,7 @@ released configs (four blocks, ``temporal_compression_ratio=4``) ``H' = H / 8``,
 
 The module tree mirrors the reference (``decoder.up_blocks.0.resnets.1.norm1.conv_y.conv.weight``
 is the NNX path ``decoder/up_blocks/0/resnets/1/norm1/conv_y/conv/kernel``), so the checkpoint
-maps 1:1 by the loader's rule with no renames (:data:`vidax.models.cogvideox.convert.VAE_KEY_RULES`).
+maps 1:1 by the loader's rule with no renames (its registry entry names no ``key_rules``).
 
 Temporal chunks and the conv cache
 ----------------------------------
@@ -47,11 +47,11 @@ float32. Tiled and untiled results differ (each tile has its own group-norm stat
 padding at its borders); tiled output matches the reference's tiled output.
 
 Precision: compute and parameters in ``float32`` (default) or ``bfloat16``; group-norm statistics,
-affine and parameters always float32 (:func:`vidax.models.cogvideox.convert.vae_policy`); outputs
+affine and parameters always float32 (:data:`vidax.models.cogvideox.convert.VAE_FP32_PARAMS`); outputs
 are float32.
 
 The settings are :class:`~vidax.models.cogvideox.config.CogVideoXVAEConfig`; the loader is
-:func:`vidax.models.cogvideox.convert.load_vae`.
+:func:`vidax.weights.component.load_component`.
 
 Not implemented (refused by :class:`CogVideoXVAEConfig`): ``use_quant_conv`` /
 ``use_post_quant_conv`` (the reference sizes those convs by the video channels, so they only run

@@ -11,7 +11,7 @@ import numpy as np
 
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +172,7 @@ COSMOS_DEFAULTS = CallDefaults(height=704, width=1280, num_frames=93, num_infere
 
 @dataclasses.dataclass(frozen=True)
 class CosmosInfo(CheckpointInfo):
-    """A Cosmos-Predict2.5 folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+    """A Cosmos-Predict2.5 folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`).
 
     Attributes:
         transformer_config: the transformer's (:class:`CosmosTransformerConfig`).

@@ -39,7 +39,6 @@ one. Complying with the license is up to the user.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from typing import Any
 
@@ -47,13 +46,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import Checkpoint
 from vidax.encoders.decoder_lm import encode_hidden_states
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import InputError
 from vidax.io.image import nearest_resize, to_rgb_image, vae_image_preprocess
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, text_encoder_positions
-from vidax.pipelines.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -261,13 +260,11 @@ class CosmosPredictPipeline(VideoPipeline):
         against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        load = functools.partial(cls.load_component, info, defer=True)
-        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging),
-                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
-                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
         modules = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
                    "scheduler": cls.load_component(info, "scheduler")}
-        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
+        return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
+                                                  "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                                                  "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)})
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -256,7 +256,7 @@ TEXT_ENCODERS = {"t2v": "LlamaModel", "i2v": "LlavaForConditionalGeneration"}
 
 @dataclasses.dataclass(frozen=True)
 class HunyuanVideoInfo(CheckpointInfo):
-    """A HunyuanVideo 1.0 folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+    """A HunyuanVideo 1.0 folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`).
 
     Attributes:
         transformer_config: ``transformer/config.json``. vae_config: ``vae/config.json``.

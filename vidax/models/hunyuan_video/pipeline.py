@@ -47,7 +47,6 @@ step on (docs/architecture.md "Precision" has the measured difference).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from typing import Any
 
@@ -55,14 +54,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import Checkpoint
 from vidax.encoders.clip import clip_preprocess, encode_clip_text
 from vidax.encoders.tokenizer import TextTokenizer
+from vidax.encoders.tokenizer import Truncation
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
-from vidax.encoders.tokenizer import Truncation
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
-from vidax.pipelines.checkpoint import Checkpoint
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -290,12 +289,11 @@ class HunyuanVideoPipeline(VideoPipeline):
         from vidax.nn.inputs import parse_dtype
 
         ckpt = info.checkpoint
-        load = functools.partial(cls.load_component, info, defer=True)
         ted = parse_dtype(text_encoder_dtype or dtype)
-        plans = {"text_encoder": load("text_encoder", dtype=ted, mesh=mesh, staging=staging),
-                 "text_encoder_2": load("text_encoder_2", dtype=ted, mesh=mesh, staging=staging),
-                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
-                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
+        weighted = {"text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
+                    "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
+                    "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                    "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
                                    "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
                                    "scheduler": cls.load_component(info, "scheduler")}
@@ -304,7 +302,7 @@ class HunyuanVideoPipeline(VideoPipeline):
                 raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
                                       "(the CLIP image preprocessing of the LLaVA text encoder)")
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
-        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
+        return modules | cls.load_weighted(info, weighted)
 
     # ------------------------------------------------------------------ text
     def encode_call(self, call) -> tuple:

@@ -7,7 +7,7 @@ layout is ``(B, C, F, H, W)``; convert once at the boundary). For the released c
 
 The module tree mirrors the reference (``encoder.down_blocks.1.downsamplers.0.conv.conv.weight``
 is the NNX path ``encoder/down_blocks/1/downsamplers/0/conv/conv/kernel``), so the checkpoint maps
-1:1 by the loader's default rule (:data:`vidax.models.hunyuan_video.convert.VAE_KEY_RULES`).
+1:1 by the loader's default rule (its registry entry names no ``key_rules``).
 
 The layers
 ----------
@@ -50,11 +50,11 @@ docstring examples do), so vidax's default is the reference's default state: fra
 spatial tiling off; :meth:`HunyuanVideoTiling.enabled` is ``vae.enable_tiling(...)``.
 
 Precision: compute and parameters in ``float32`` (default) or ``bfloat16``; group-norm statistics,
-affine and parameters always float32 (:func:`vidax.models.hunyuan_video.convert.vae_policy`);
+affine and parameters always float32 (:data:`vidax.models.hunyuan_video.convert.VAE_FP32_PARAMS`);
 attention softmax in float32; outputs float32.
 
 The settings are :class:`~vidax.models.hunyuan_video.config.HunyuanVideoVAEConfig`; the loader is
-:func:`vidax.models.hunyuan_video.convert.load_vae`.
+:func:`vidax.weights.component.load_component`.
 """
 
 from __future__ import annotations

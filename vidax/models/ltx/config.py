@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -402,7 +402,7 @@ LTX_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline
 
 @dataclasses.dataclass(frozen=True)
 class LTXInfo(CheckpointInfo):
-    """An LTX-Video 0.9.x folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+    """An LTX-Video 0.9.x folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`).
 
     Attributes:
         transformer_config, vae_config: the component configs.

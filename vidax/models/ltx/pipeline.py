@@ -20,7 +20,6 @@ References (diffusers 0.42.1): ``LTXPipeline`` (text-to-video) and ``LTXImageToV
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from typing import Any
 
@@ -28,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import InputError
@@ -35,7 +35,6 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
-from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
@@ -227,13 +226,11 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        load = functools.partial(cls.load_component, info, defer=True)
-        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging),
-                 "transformer": load("transformer", dtype=dtype, mesh=mesh, offload=offload),
-                 "vae": load("vae", dtype=parse_dtype(vae_dtype), staging=staging)}
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
                                    "scheduler": cls.load_component(info, "scheduler")}
-        return modules | {name: plan.read() for name, plan in plans.items()}  # read once every plan is checked
+        return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
+                                                  "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                                                  "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)})
 
     # ------------------------------------------------------------------ call hooks
     #: The T5 sees the attention mask (LTXConditionPipeline) or not (LTXPipeline, I2V).

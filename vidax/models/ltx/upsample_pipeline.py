@@ -21,13 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
 from vidax.io.image import vae_image_preprocess
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
 from vidax.models.ltx.pipeline import LTXDecode, _number, _video_frames
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.pipelines.base import VideoPipeline, finite_array
-from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import VideoPipelineOutput
 from vidax.pipelines.staging import Staging
 from vidax.stats import RunStats
@@ -136,9 +136,8 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         checked against their models before either is read."""
         from vidax.nn.inputs import parse_dtype
 
-        plans = {"vae": cls.load_component(info, "vae", dtype=parse_dtype(vae_dtype), defer=True),
-                 "latent_upsampler": cls.load_component(info, "latent_upsampler", dtype=dtype, defer=True)}
-        return {name: plan.read() for name, plan in plans.items()}
+        return cls.load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)),
+                                        "latent_upsampler": dict(dtype=dtype)})
 
     def check_upsample_call(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
                             decode_timestep: Any = 0.0, decode_noise_scale: Any = None, adain_factor: float = 0.0,

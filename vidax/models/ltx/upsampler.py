@@ -6,7 +6,7 @@ Conv -> GroupNorm(32) -> SiLU, ``num_blocks_per_stage`` residual blocks, the ups
 to ``f * mid_channels`` channels then depth-to-space, :func:`vidax.nn.layers.pixel_shuffle`),
 ``num_blocks_per_stage`` more residual blocks, a final conv back to ``C`` channels. Parameter
 paths mirror the reference's state-dict keys (``res_blocks.0.conv1.weight`` ->
-``res_blocks/0/conv1/kernel``); the loader is :func:`vidax.models.ltx.convert.load_latent_upsampler`.
+``res_blocks/0/conv1/kernel``); the loader is :func:`vidax.weights.component.load_component`.
 
 The functions :func:`adain_filter_latent`, :func:`tone_map_latents`, :func:`normalize_latents`,
 :func:`denormalize_latents` and :func:`upsample_latents` are the latent maths of diffusers'

@@ -9,7 +9,7 @@ pipelines' business (``vidax.pipelines.base`` converts once). For the released c
 
 The module tree mirrors the reference (``decoder.up_blocks.0.resnets.1.conv1.conv.weight`` is the
 NNX path ``decoder/up_blocks/0/resnets/1/conv1/conv/kernel``), so the checkpoint maps 1:1 by the
-loader's default rule (:data:`vidax.models.ltx.convert.VAE_KEY_RULES`). The per-channel latent
+loader's default rule (its registry entry names no ``key_rules``). The per-channel latent
 statistics are the checkpoint's buffers ``latents_mean`` / ``latents_std`` (:class:`Buffer`
 variables here, not parameters), read by :meth:`LTXVideoVAE.normalize_latents` /
 :meth:`LTXVideoVAE.denormalize_latents`.
@@ -40,7 +40,7 @@ to host memory as each tile ends, and :meth:`LTXVideoVAE.iter_decode` yields eac
 frames as soon as they are final.
 
 Precision: parameters and compute in float32 (default) or bfloat16; RMS / Layer norm statistics,
-the time embeddings and the latent statistics in float32 (:func:`vidax.models.ltx.convert.vae_policy`);
+the time embeddings and the latent statistics in float32 (:data:`vidax.models.ltx.convert.VAE_FP32_PARAMS`);
 outputs are float32.
 """
 

@@ -2,13 +2,14 @@
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer and
 VAE configs, whole-checkpoint reading), ``transformer.py``, ``rope.py``, ``vae.py`` (model code
-only), ``convert.py`` (key rules, parameter axes, precision policies and loaders) and
-``pipeline.py`` (the pipeline hooks).
+only), ``convert.py`` (key rules, parameter axes, fp32 parameters: the tables the registry entries
+name for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import ComponentSpec, Family, PipelineSpec
+from vidax.registry import Family, PipelineSpec, family_component
 
-_PIPE = "vidax.models.wan.pipeline"
+_PKG = "vidax.models.wan"
+_PIPE = f"{_PKG}.pipeline"
 
 FAMILY = Family(
     name="wan",
@@ -17,19 +18,13 @@ FAMILY = Family(
         PipelineSpec("WanImageToVideoPipeline", f"{_PIPE}:WanImageToVideoPipeline"),
     ),
     components=(
-        ComponentSpec("WanTransformer3DModel", "transformer",
-                      loader="vidax.models.wan.convert:load_transformer",
-                      options=("dtype", "mesh", "placement", "offload", "config", "defer"),
-                      config="vidax.models.wan.config:WanTransformerConfig",
-                      model="vidax.models.wan.transformer:WanTransformer3DModel",
-                      param_axes="vidax.models.wan.convert:TRANSFORMER_PARAM_AXES",
-                      key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "ffn_dim",
-                                   "in_channels", "out_channels", "patch_size", "text_dim", "image_dim"),
-                      block_stacks=("blocks",)),
-        ComponentSpec("AutoencoderKLWan", "vae", loader="vidax.models.wan.convert:load_vae",
-                      options=("dtype", "placement", "config", "defer"), config="vidax.models.wan.config:WanVAEConfig",
-                      model="vidax.models.wan.vae:WanVAE",
-                      key_configs=("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
-                                   "is_residual", "patch_size")),
+        family_component(_PKG, "transformer", "WanTransformer3DModel",
+                         "transformer:WanTransformer3DModel", "WanTransformerConfig",
+                         key_rules="transformer_key_rules", block_stacks=("blocks",),
+                         key_configs=("num_layers", "num_attention_heads", "attention_head_dim", "ffn_dim",
+                                      "in_channels", "out_channels", "patch_size", "text_dim", "image_dim")),
+        family_component(_PKG, "vae", "AutoencoderKLWan", "vae:WanVAE", "WanVAEConfig",
+                         key_configs=("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample",
+                                      "is_residual", "patch_size")),
     ),
 )

@@ -12,8 +12,8 @@ import numpy as np
 
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError
-from vidax.pipelines.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
-from vidax.pipelines.common import TASK_NAMES
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
+from vidax.checkpoint import TASK_NAMES
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -344,7 +344,7 @@ WAN_DEFAULTS = CallDefaults(height=480, width=832, num_frames=81, num_inference_
 
 @dataclasses.dataclass(frozen=True)
 class WanInfo(CheckpointInfo):
-    """A Wan folder's configs (see :class:`~vidax.pipelines.checkpoint.CheckpointInfo`).
+    """A Wan folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`).
 
     Attributes:
         transformer_configs: of ``transformer`` (and ``transformer_2`` with a ``boundary_ratio``).

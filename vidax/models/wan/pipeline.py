@@ -19,7 +19,6 @@ Image-to-video, by checkpoint (:class:`WanInfo`):
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -27,13 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit
-from vidax.pipelines.checkpoint import Checkpoint
 from vidax.pipelines.common import check_task, prompt_clean
 from vidax.pipelines.experts import Experts, expert_for_steps
 
@@ -143,26 +142,22 @@ class WanPipeline(VideoPipeline):
         from vidax.nn.inputs import parse_dtype
 
         ckpt = info.checkpoint
-        load = functools.partial(cls.load_component, info, defer=True)
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
                                    "scheduler": cls.load_component(info, "scheduler")}
-        plans = {"text_encoder": load("text_encoder", dtype=dtype, mesh=mesh, staging=staging)}
+        weighted: dict[str, Any] = {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging)}
         if "transformer_2" in info.transformers:
             # Read first and moved to host memory at once, so the device never holds both.
-            plans["transformer_2"] = load("transformer_2", dtype=dtype, mesh=mesh, offload=offload)
-        plans["transformer"] = load("transformer", dtype=dtype, mesh=mesh, offload=offload)
-        plans["vae"] = load("vae", dtype=parse_dtype(vae_dtype), staging=staging)
+            weighted["transformer_2"] = dict(dtype=dtype, mesh=mesh, offload=offload,
+                                             then=Experts.move_to_host if offload_experts else None)
+        weighted["transformer"] = dict(dtype=dtype, mesh=mesh, offload=offload)
+        weighted["vae"] = dict(dtype=parse_dtype(vae_dtype), staging=staging)
         if info.has_image_encoder:
-            plans["image_encoder"] = load("image_encoder", dtype=jnp.float32)
+            weighted["image_encoder"] = dict(dtype=jnp.float32)
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
                 raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
                                       "(the CLIP image preprocessing)")
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
-        for name, plan in plans.items():  # every plan is checked; now the weights are read
-            modules[name] = plan.read()
-            if name == "transformer_2" and offload_experts:
-                Experts.move_to_host(modules[name])
-        return modules
+        return modules | cls.load_weighted(info, weighted)
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:

@@ -18,7 +18,7 @@ range anyway, so it changes no generated video).
 
 The module tree mirrors the reference (``encoder.down_blocks.3.resample.1.weight`` is the NNX path
 ``encoder/down_blocks/3/resample/1/kernel``), so the checkpoint maps 1:1 by the loader's rule with
-no renames (:data:`vidax.models.wan.convert.VAE_KEY_RULES`).
+no renames (its registry entry names no ``key_rules``).
 
 Frame-chunked causal cache
 --------------------------
@@ -40,7 +40,7 @@ reference keeps no fp32-only modules); with ``bfloat16`` the RMS norms (statisti
 scale and ``gamma``, stored fp32) and the attention softmax run in fp32.
 
 The settings are :class:`~vidax.models.wan.config.WanVAEConfig`; the loader is
-:func:`vidax.models.wan.convert.load_vae`.
+:func:`vidax.weights.component.load_component`.
 
 Not implemented (refused by :class:`WanVAEConfig` with a ConfigError): ``attn_scales`` other
 than ``[]`` (the reference's own chunked encode fails with attention blocks in ``down_blocks``).

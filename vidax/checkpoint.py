@@ -12,6 +12,10 @@ from typing import Any, ClassVar, Mapping
 from vidax.config import read_json_object
 from vidax.errors import CheckpointError, ConfigError
 
+#: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
+TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-video",
+              "upsample": "latent upsampling"}
+
 #: The config file of a component folder, by preference.
 CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
 
