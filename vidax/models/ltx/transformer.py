@@ -63,6 +63,7 @@ from vidax.nn.layers import (
     LayerNorm,
     TextProjection,
     linear,
+    rms_norm,
 )
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.mesh import check_heads
@@ -75,12 +76,6 @@ _TOKENS = ("batch", "seq", "embed")
 QK_NORM_EPS = 1e-5
 #: ``norm_out``'s epsilon (fixed in the reference).
 OUT_NORM_EPS = 1e-6
-
-
-def _rms_norm(x: jax.Array, eps: float, out_dtype) -> jax.Array:
-    """diffusers ``RMSNorm(elementwise_affine=False)``: ``x / sqrt(mean(x²) + eps)``, in float32."""
-    x32 = x.astype(_F32)
-    return (x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + eps)).astype(out_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,13 +122,13 @@ class LTXVideoTransformerBlock(nnx.Module):
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table_modulation(
             self.scale_shift_table[...], mod)
 
-        h = modulate(_rms_norm(x, self.eps, _F32), shift_msa, scale_msa, self.dtype)
+        h = modulate(rms_norm(x, self.eps, _F32), shift_msa, scale_msa, self.dtype)
         x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
 
         a = self.attn2(x.astype(self.dtype), context, mask=AttentionMask(kv_mask=kv_mask))
         x = gated_add(x, a, None, res_dtype)
 
-        h = modulate(_rms_norm(x, self.eps, _F32), shift_mlp, scale_mlp, self.dtype)
+        h = modulate(rms_norm(x, self.eps, _F32), shift_mlp, scale_mlp, self.dtype)
         return gated_add(x, self.ff(h), gate_mlp, res_dtype)
 
 
