@@ -230,3 +230,27 @@ def test_family_transformers_define_no_attention_or_adaln_class(package):
     own = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
            and re.search(r"Attention|Attn|AdaNorm|AdaLayerNorm|LayerNormZero|AdaLN", n.name)]
     assert not own, f"{package}/transformer.py defines {own}; use vidax.blocks.attention / modulation"
+
+
+TRANSFORMERS = [s for s in MODELED if s.kind == "transformer"]
+
+
+@pytest.mark.parametrize("spec", TRANSFORMERS, ids=[s.class_name for s in TRANSFORMERS])
+def test_family_transformer_runs_on_the_shared_base(spec):
+    """Every registered transformer is a ``vidax.blocks.transformer.DiffusionTransformer`` that
+    keeps the base's constructor, call and ``run_blocks`` (a family writes ``build``, ``embed``,
+    ``run_block`` and ``head`` only; issue 19), declares its ``block_stacks`` on its own class,
+    and its ``run_blocks`` refuses an unknown stack with one line naming ``stack=``."""
+    from vidax.blocks.transformer import DiffusionTransformer
+    from vidax.errors import InputError
+
+    cls = spec.model_class()
+    assert issubclass(cls, DiffusionTransformer)
+    for name in ("__init__", "__call__", "run_blocks", "sequence_length", "stream"):
+        assert name not in vars(cls), f"{cls.__name__} overrides DiffusionTransformer.{name}"
+    for name in ("build", "embed", "head"):
+        assert name in vars(cls), f"{cls.__name__} does not define {name}"
+    assert "block_stacks" in vars(cls) and cls.block_stacks
+    _, module = _abstract(spec)
+    with pytest.raises(InputError, match=r"run_blocks: stack='nope'"):
+        module.run_blocks(None, None, stack="nope")
