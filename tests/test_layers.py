@@ -181,3 +181,23 @@ def test_rms_norm_conventions_match_references(kind, dtype):
     assert got.dtype == (jnp.bfloat16 if dtype == torch.bfloat16 else jnp.float32)
     tol = BF16_EPS if dtype == torch.bfloat16 else 1e-6
     assert np.abs(np.asarray(got, np.float32) - want).max() / np.abs(want).max() <= tol
+
+
+def test_tiling_fields_are_checked_by_name():
+    """vidax.nn.tiling.check_tiling_fields (the HunyuanVideo and LTX tilings): a switch that is
+    not a bool and a size that is not a positive integer are each refused naming the field."""
+    from vidax.errors import InputError
+    from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
+    from vidax.models.ltx.config import LTXVAEConfig
+    from vidax.models.ltx.vae import LTXTiling
+
+    HunyuanVideoTiling().check(8, 4)
+    with pytest.raises(InputError, match=r"^tiling use_tiling=1 must be True or False$"):
+        HunyuanVideoTiling(use_tiling=1).check(8, 4)
+    with pytest.raises(InputError, match=r"^tiling tile_sample_min_width=True must be a positive integer$"):
+        HunyuanVideoTiling(tile_sample_min_width=True).check(8, 4)
+    LTXTiling().check(LTXVAEConfig())
+    with pytest.raises(InputError, match=r"^LTXTiling\.temporal=None must be True or False$"):
+        LTXTiling(temporal=None).check(LTXVAEConfig())
+    with pytest.raises(InputError, match=r"^LTXTiling\.tile_sample_stride_height=0 must be a positive integer$"):
+        LTXTiling(tile_sample_stride_height=0).check(LTXVAEConfig())

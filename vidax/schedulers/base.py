@@ -75,8 +75,9 @@ def check_sample_shape(sample_shape: Any) -> tuple[int, ...]:
     return shape
 
 
-def check_step_inputs(model_output: jax.Array, sample: jax.Array) -> None:
-    """Static checks of ``step`` arguments (shapes and dtypes are known at trace time)."""
+def check_step_inputs(model_output: jax.Array, sample: jax.Array, state_shape: tuple | None = None) -> None:
+    """Static checks of ``step`` arguments (shapes and dtypes are known at trace time);
+    ``state_shape``: the sample shape the state was made for (its history arrays), or None."""
     if model_output.shape != sample.shape:
         raise InputError(
             f"model_output has shape {model_output.shape} but sample has shape {sample.shape}; "
@@ -85,6 +86,11 @@ def check_step_inputs(model_output: jax.Array, sample: jax.Array) -> None:
     for name, x in (("model_output", model_output), ("sample", sample)):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise InputError(f"{name} has dtype {x.dtype}; step() needs a floating dtype.")
+    if state_shape is not None and sample.shape != tuple(state_shape):
+        raise InputError(
+            f"sample has shape {sample.shape} but the state was made for sample_shape="
+            f"{tuple(state_shape)}; call set_timesteps with the latents' shape."
+        )
 
 
 def time_shift(time_shift_type: str, mu: float, sigma: float, t: np.ndarray) -> np.ndarray:

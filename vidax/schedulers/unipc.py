@@ -412,12 +412,7 @@ class UniPCMultistepScheduler:
             InputError: shapes differ from each other or from ``sample_shape``, or a dtype is not
                 floating (checked at trace time).
         """
-        check_step_inputs(model_output, sample)
-        if sample.shape != state.last_sample.shape:
-            raise InputError(
-                f"sample has shape {sample.shape} but the state was made for sample_shape="
-                f"{state.last_sample.shape}; call set_timesteps with the latents' shape."
-            )
+        check_step_inputs(model_output, sample, state.last_sample.shape)
         f32 = jnp.float32
         i = state.step_index
         n = state.num_inference_steps

@@ -104,13 +104,7 @@ class LTXTiling:
 
     def check(self, config: LTXVAEConfig) -> None:
         """Raises InputError when a size is not a positive integer or a latent stride is 0."""
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("spatial", "temporal"):
-                if not isinstance(v, bool):
-                    raise InputError(f"LTXTiling.{f.name}={v!r} must be True or False")
-            elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"LTXTiling.{f.name}={v!r} must be a positive integer")
+        tile_loop.check_tiling_fields(self, "LTXTiling.")
         s, t = config.spatial_compression, config.temporal_compression
         for name, v, k in (("tile_sample_stride_height", self.tile_sample_stride_height, s),
                            ("tile_sample_stride_width", self.tile_sample_stride_width, s),
