@@ -254,3 +254,22 @@ def test_family_transformer_runs_on_the_shared_base(spec):
     _, module = _abstract(spec)
     with pytest.raises(InputError, match=r"run_blocks: stack='nope'"):
         module.run_blocks(None, None, stack="nope")
+
+
+@pytest.mark.parametrize("spec", TRANSFORMERS, ids=[s.class_name for s in TRANSFORMERS])
+def test_transformer_config_refuses_a_bad_width_by_name(spec):
+    """The shared config checks (``vidax.config.TransformerConfig``): a non-positive or boolean
+    head count is refused in one line naming the field, its value and the config class; the
+    widths are ``heads x head_dim`` and ``out_channels or in_channels``."""
+    from vidax.config import TransformerConfig
+    from vidax.errors import ConfigError
+
+    cls = spec.config_class()
+    assert issubclass(cls, TransformerConfig)
+    cfg = cls.from_config_dict(TINY[spec.class_name], source="t.json")
+    assert cfg.inner_dim == cfg.num_attention_heads * cfg.attention_head_dim
+    assert cfg.out_dim == (cfg.out_channels or cfg.in_channels)
+    for bad in (0, True):
+        with pytest.raises(ConfigError, match=rf"^t\.json: num_attention_heads={bad!r} is not valid for "
+                                              rf"{cls.__name__}; expected a positive int\.$"):
+            cls.from_config_dict({**TINY[spec.class_name], "num_attention_heads": bad}, source="t.json")
