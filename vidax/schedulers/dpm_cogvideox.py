@@ -34,11 +34,7 @@ import numpy as np
 
 from vidax.errors import InputError
 from vidax.schedulers.base import (
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    register_state,
-    replicated_sharding,
+    check_num_inference_steps, check_sample_shape, check_step_inputs, register_state, replicated_sharding,
 )
 from vidax.schedulers.ddim_cogvideox import CogVideoXSchedulerBase, Schedule, StepIndexed, pred_original_sample
 
