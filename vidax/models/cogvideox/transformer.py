@@ -56,13 +56,7 @@ from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
 from vidax.nn.layers import (
-    FeedForward,
-    LayerNorm,
-    linear,
-    matmul,
-    patchify,
-    timestep_sinusoid,
-    unpatchify_channels_first,
+    FeedForward, LayerNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
 from vidax.parallel.ulysses import pad_tokens

@@ -47,15 +47,7 @@ from vidax.blocks.transformer import TOKENS, DiffusionTransformer, block_inputs,
 from vidax.errors import InputError
 from vidax.models.cosmos.config import CosmosTransformerConfig
 from vidax.models.cosmos.rope import cosmos_rope
-from vidax.nn.layers import (
-    FeedForward,
-    RMSNorm,
-    linear,
-    matmul,
-    patchify,
-    timestep_sinusoid,
-    unpatchify,
-)
+from vidax.nn.layers import FeedForward, RMSNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import pad_tokens

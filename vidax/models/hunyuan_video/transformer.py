@@ -68,15 +68,8 @@ from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
 from vidax.models.hunyuan_video.rope import hunyuan_rope
 from vidax.nn.attention import SegmentIds
 from vidax.nn.layers import (
-    FeedForward,
-    Identity,
-    LayerNorm,
-    PatchEmbedding,
-    TextProjection,
-    TimestepEmbedding,
-    linear,
-    timestep_sinusoid,
-    unpatchify_channels_first,
+    FeedForward, Identity, LayerNorm, PatchEmbedding, TextProjection, TimestepEmbedding, linear,
+    timestep_sinusoid, unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import constrain

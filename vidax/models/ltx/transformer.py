@@ -59,13 +59,7 @@ from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTX_FFN_ACTIVATIONS, LTXTransformerConfig
 from vidax.models.ltx.rope import grid_coords, ltx_rope, video_coords_to_grid
-from vidax.nn.layers import (
-    FeedForward,
-    LayerNorm,
-    TextProjection,
-    linear,
-    rms_norm,
-)
+from vidax.nn.layers import FeedForward, LayerNorm, TextProjection, linear, rms_norm
 from vidax.nn.stack import stacked
 from vidax.parallel.ulysses import pad_tokens
 

@@ -43,13 +43,7 @@ from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.rope import wan_rope
 from vidax.nn.layers import (
-    FeedForward,
-    LayerNorm,
-    PatchEmbedding,
-    TextProjection,
-    TimestepEmbedding,
-    linear,
-    timestep_sinusoid,
+    FeedForward, LayerNorm, PatchEmbedding, TextProjection, TimestepEmbedding, linear, timestep_sinusoid,
     unpatchify,
 )
 from vidax.nn.stack import stacked
