@@ -204,14 +204,14 @@ def test_a_step_that_changes_a_dtype_is_named():
 
 
 def test_shared_blocks_sit_between_parallel_and_models():
-    """``vidax/blocks`` (the shared attention and modulation) imports ``vidax.nn``,
+    """``vidax/blocks`` (the shared attention, modulation and transformer base) imports ``vidax.nn``,
     ``vidax.parallel``'s logical-axis / attention helpers and ``vidax.errors`` only: never a
     family, a pipeline, the loaders, offloading or the registry."""
     folder = os.path.dirname(importlib.util.find_spec("vidax.blocks").origin)
     allowed = ("vidax.blocks", "vidax.nn", "vidax.parallel.rules", "vidax.parallel.ulysses", "vidax.parallel.mesh",
                "vidax.errors")
     files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
-    assert "attention.py" in files and "modulation.py" in files
+    assert {"attention.py", "modulation.py", "transformer.py"} <= set(files)
     for name in files:
         with open(os.path.join(folder, name)) as f:
             tree = ast.parse(f.read(), name)
