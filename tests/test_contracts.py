@@ -205,14 +205,14 @@ def test_a_step_that_changes_a_dtype_is_named():
 
 
 def test_shared_blocks_sit_between_parallel_and_models():
-    """``vidax/blocks`` (the shared attention and modulation) imports ``vidax.nn``,
+    """``vidax/blocks`` (the shared attention, modulation and transformer base) imports ``vidax.nn``,
     ``vidax.parallel``'s logical-axis / attention helpers and ``vidax.errors`` only: never a
     family, a pipeline, the loaders, offloading or the registry."""
     folder = os.path.dirname(importlib.util.find_spec("vidax.blocks").origin)
     allowed = ("vidax.blocks", "vidax.nn", "vidax.parallel.rules", "vidax.parallel.ulysses", "vidax.parallel.mesh",
                "vidax.errors")
     files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
-    assert "attention.py" in files and "modulation.py" in files
+    assert {"attention.py", "modulation.py", "transformer.py"} <= set(files)
     for name in files:
         with open(os.path.join(folder, name)) as f:
             tree = ast.parse(f.read(), name)
@@ -277,3 +277,46 @@ def test_vidax_imports_form_no_cycle():
 
     for module in sorted(graph):
         visit(module)
+
+
+TRANSFORMERS = [s for s in MODELED if s.kind == "transformer"]
+
+
+@pytest.mark.parametrize("spec", TRANSFORMERS, ids=[s.class_name for s in TRANSFORMERS])
+def test_family_transformer_runs_on_the_shared_base(spec):
+    """Every registered transformer is a ``vidax.blocks.transformer.DiffusionTransformer`` that
+    keeps the base's constructor, call and ``run_blocks`` (a family writes ``build``, ``embed``,
+    ``run_block`` and ``head`` only; issue 19), declares its ``block_stacks`` on its own class,
+    and its ``run_blocks`` refuses an unknown stack with one line naming ``stack=``."""
+    from vidax.blocks.transformer import DiffusionTransformer
+    from vidax.errors import InputError
+
+    cls = spec.model_class()
+    assert issubclass(cls, DiffusionTransformer)
+    for name in ("__init__", "__call__", "run_blocks", "sequence_length", "stream"):
+        assert name not in vars(cls), f"{cls.__name__} overrides DiffusionTransformer.{name}"
+    for name in ("build", "embed", "head"):
+        assert name in vars(cls), f"{cls.__name__} does not define {name}"
+    assert "block_stacks" in vars(cls) and cls.block_stacks
+    _, module = _abstract(spec)
+    with pytest.raises(InputError, match=r"run_blocks: stack='nope'"):
+        module.run_blocks(None, None, stack="nope")
+
+
+@pytest.mark.parametrize("spec", TRANSFORMERS, ids=[s.class_name for s in TRANSFORMERS])
+def test_transformer_config_refuses_a_bad_width_by_name(spec):
+    """The shared config checks (``vidax.config.TransformerConfig``): a non-positive or boolean
+    head count is refused in one line naming the field, its value and the config class; the
+    widths are ``heads x head_dim`` and ``out_channels or in_channels``."""
+    from vidax.config import TransformerConfig
+    from vidax.errors import ConfigError
+
+    cls = spec.config_class()
+    assert issubclass(cls, TransformerConfig)
+    cfg = cls.from_config_dict(TINY[spec.class_name], source="t.json")
+    assert cfg.inner_dim == cfg.num_attention_heads * cfg.attention_head_dim
+    assert cfg.out_dim == (cfg.out_channels or cfg.in_channels)
+    for bad in (0, True):
+        with pytest.raises(ConfigError, match=rf"^t\.json: num_attention_heads={bad!r} is not valid for "
+                                              rf"{cls.__name__}; expected a positive int\.$"):
+            cls.from_config_dict({**TINY[spec.class_name], "num_attention_heads": bad}, source="t.json")

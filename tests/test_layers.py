@@ -137,3 +137,67 @@ def test_pixel_shuffle_matches_diffusers(dims, shape):
     np.testing.assert_array_equal(np.asarray(got), np.moveaxis(want, 1, -1))
     with pytest.raises(ValueError, match="do not fit"):
         pixel_shuffle(jnp.zeros((2, 3, 5)), (2,))
+
+
+def _rms_reference(kind):
+    """The reference RMS norm of each convention vidax.nn.layers.RMSNorm covers."""
+    from diffusers.models.normalization import RMSNorm as DiffusersRMSNorm
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    if kind == "w":
+        return torch.nn.RMSNorm(24, eps=1e-6), dict(weight="w")
+    if kind == "1+w":
+        return GemmaRMSNorm(24, eps=1e-6), dict(weight="1+w")
+    if kind == "llama":
+        return LlamaRMSNorm(24, eps=1e-6), dict(weight="w", weight_after_cast=True)
+    return DiffusersRMSNorm(24, eps=1e-6, elementwise_affine=False), dict(weight=None)
+
+
+@pytest.mark.parametrize("kind", ["w", "1+w", "llama", None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_conventions_match_references(kind, dtype):
+    """vidax.nn.layers.RMSNorm with each weight convention == its reference (torch RMSNorm,
+    Gemma's ``1 + w``, Llama's weight after the cast, diffusers' weightless one) on inputs far
+    from unit scale, random weights; the result in the input's dtype. float32: 1e-6 relative
+    (the same float32 formula; only the mean's summation order differs); bfloat16: one bf16 ulp
+    (both round the same float32 value once, or multiply two bf16 values once)."""
+    from vidax.nn.layers import RMSNorm
+
+    ref, kw = _rms_reference(kind)
+    ours = RMSNorm(24, 1e-6, param_dtype=jnp.float32, **kw)
+    if kind is not None:
+        assert np.all(np.asarray(ours.scale[...]) == (0.0 if kind == "1+w" else 1.0))  # as the reference's init
+        with torch.no_grad():
+            ref.weight.normal_()
+    else:
+        assert ours.scale is None
+    ref = ref.to(dtype)
+    if kind is not None:  # the weight as the reference holds it (bf16-rounded in bf16)
+        ours.scale[...] = jnp.asarray(ref.weight.detach().float().numpy())
+    x = torch.from_numpy((5 * np.random.default_rng(2).standard_normal((2, 7, 24)) + 3).astype(np.float32)).to(dtype)
+    want = ref(x).detach().float().numpy()
+    got = ours(jnp.asarray(x.float().numpy()).astype(jnp.bfloat16 if dtype == torch.bfloat16 else jnp.float32))
+    assert got.dtype == (jnp.bfloat16 if dtype == torch.bfloat16 else jnp.float32)
+    tol = BF16_EPS if dtype == torch.bfloat16 else 1e-6
+    assert np.abs(np.asarray(got, np.float32) - want).max() / np.abs(want).max() <= tol
+
+
+def test_tiling_fields_are_checked_by_name():
+    """vidax.nn.tiling.check_tiling_fields (the HunyuanVideo and LTX tilings): a switch that is
+    not a bool and a size that is not a positive integer are each refused naming the field."""
+    from vidax.errors import InputError
+    from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
+    from vidax.models.ltx.config import LTXVAEConfig
+    from vidax.models.ltx.vae import LTXTiling
+
+    HunyuanVideoTiling().check(8, 4)
+    with pytest.raises(InputError, match=r"^tiling use_tiling=1 must be True or False$"):
+        HunyuanVideoTiling(use_tiling=1).check(8, 4)
+    with pytest.raises(InputError, match=r"^tiling tile_sample_min_width=True must be a positive integer$"):
+        HunyuanVideoTiling(tile_sample_min_width=True).check(8, 4)
+    LTXTiling().check(LTXVAEConfig())
+    with pytest.raises(InputError, match=r"^LTXTiling\.temporal=None must be True or False$"):
+        LTXTiling(temporal=None).check(LTXVAEConfig())
+    with pytest.raises(InputError, match=r"^LTXTiling\.tile_sample_stride_height=0 must be a positive integer$"):
+        LTXTiling(tile_sample_stride_height=0).check(LTXVAEConfig())

@@ -1,7 +1,6 @@
 """The strict safetensors loader: round trip, sharding, dtype policy and its three failure kinds."""
 
 import json
-import os
 
 import jax.numpy as jnp
 import ml_dtypes

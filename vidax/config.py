@@ -78,8 +78,44 @@ class ConfigBase:
     def validate(self, source: str) -> None:
         """Hook for cross-field checks; raise ConfigError on a bad combination."""
 
+    def invalid(self, source: str, key: str, value: Any, want: str) -> None:
+        """Raise the ConfigError ``"{source}: {key}={value!r} is not valid for {class}; {want}."``."""
+        raise ConfigError(f"{source}: {key}={value!r} is not valid for {type(self).__name__}; {want}.")
+
+    def check_positive(self, source: str, keys: tuple[str, ...], nullable: tuple[str, ...] = ()) -> None:
+        """:meth:`invalid` on the first of ``keys`` that is not a positive int (booleans refused),
+        then on the first of ``nullable`` that is neither that nor None."""
+        for key in keys:
+            if not is_positive_int(getattr(self, key)):
+                self.invalid(source, key, getattr(self, key), "expected a positive int")
+        for key in nullable:
+            value = getattr(self, key)
+            if value is not None and not is_positive_int(value):
+                self.invalid(source, key, value, "expected a positive int or null")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig(ConfigBase):
+    """A diffusion transformer's config: ``num_attention_heads`` heads of ``attention_head_dim``
+    and ``in_channels`` / ``out_channels`` (null: as ``in_channels``), as every family names them."""
+
+    @property
+    def inner_dim(self) -> int:
+        """Model width D = num_attention_heads * attention_head_dim."""
+        return self.num_attention_heads * self.attention_head_dim
+
+    @property
+    def out_dim(self) -> int:
+        """Output channels (``out_channels or in_channels`` as in the reference)."""
+        return self.out_channels or self.in_channels
+
+
+def is_positive_int(value: Any) -> bool:
+    """An int >= 1 that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def check_positive_ints(source: str, config: Any, names: tuple[str, ...]) -> None:
@@ -87,7 +123,7 @@ def check_positive_ints(source: str, config: Any, names: tuple[str, ...]) -> Non
     positive integer (booleans refused)."""
     for name in names:
         value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_positive_int(value):
             raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
 
 

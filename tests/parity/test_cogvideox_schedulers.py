@@ -184,6 +184,16 @@ def test_default_noise_is_fresh_per_step_and_seeded():
     assert abs(np.corrcoef(np.asarray(a1).ravel(), np.asarray(a2).ravel())[0, 1]) < 0.9
 
 
+def test_dpm_step_names_a_sample_of_another_shape():
+    """A sample of another shape than the state was made for is refused in one line naming
+    ``sample_shape`` (the DPM state keeps the previous x0)."""
+    sched = CogVideoXDPMScheduler.from_config(RELEASED)
+    state = sched.set_timesteps(3, sample_shape=SHAPE)
+    other = jnp.zeros(SHAPE[:-1] + (SHAPE[-1] + 1,))
+    with pytest.raises(InputError, match=r"but the state was made for sample_shape="):
+        sched.step(state, other, other)
+
+
 @pytest.mark.parametrize(
     "override,match",
     [

@@ -61,11 +61,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from vidax.config import ConfigBase
-from vidax.encoders.t5 import T5LayerNorm
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
-from vidax.nn.layers import Linear
+from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import TextRope, apply_rope
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights.loader import KeyRules
@@ -385,6 +384,12 @@ class Qwen25VLTextConfig(DecoderLMConfig):
 # ----------------------------------------------------------------------------- modules
 
 
+def _rms_norm(cfg: "DecoderLMConfig", dtype: Any, param_dtype: Any) -> RMSNorm:
+    """``LlamaRMSNorm`` / ``Qwen2RMSNorm``: fp32 statistics, rounded to ``dtype``, then times the
+    weight (``weight * x̂.to(dtype)``, as T5's)."""
+    return RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, weight_after_cast=True, param_dtype=param_dtype)
+
+
 class DecoderAttention(nnx.Module):
     """``LlamaAttention`` / ``Qwen2_5_VLAttention``: causal GQA self-attention with RoPE.
 
@@ -436,10 +441,8 @@ class DecoderLayer(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.self_attn = DecoderAttention(cfg, attention, **kw)
         self.mlp = DecoderMLP(cfg, **kw)
-        # LlamaRMSNorm: fp32 statistics, cast to the input dtype, then times the weight (the
-        # same arithmetic as T5LayerNorm).
-        self.input_layernorm = T5LayerNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
-        self.post_attention_layernorm = T5LayerNorm(cfg.hidden_size, cfg.rms_norm_eps, **kw)
+        self.input_layernorm = _rms_norm(cfg, dtype, param_dtype)
+        self.post_attention_layernorm = _rms_norm(cfg, dtype, param_dtype)
 
     def __call__(self, h, cos, sin, segment_ids):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, segment_ids).astype(h.dtype)
@@ -476,7 +479,7 @@ class DecoderLM(nnx.Module):
             lambda r: DecoderLayer(config, attention, dtype=dtype, param_dtype=param_dtype, rngs=r),
             config.num_hidden_layers, rngs,
         )
-        self.norm = T5LayerNorm(config.hidden_size, config.rms_norm_eps, **kw)
+        self.norm = _rms_norm(config, dtype, param_dtype)
         self.config = config
         self.dtype = dtype
 

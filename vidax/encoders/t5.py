@@ -37,7 +37,7 @@ from flax import nnx
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import compute_dtype
-from vidax.nn.layers import Linear, matmul
+from vidax.nn.layers import Linear, RMSNorm, matmul
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights.loader import KeyRules
 
@@ -262,24 +262,10 @@ def _position_bias(table: jax.Array, buckets: np.ndarray) -> jax.Array:
 # ----------------------------------------------------------------------------- modules
 
 
-class T5LayerNorm(nnx.Module):
-    """RMS norm without mean or bias (``T5LayerNorm``): ``w * x / sqrt(mean(x^2) + eps)``.
-
-    Statistics and normalisation in fp32; the result is cast to ``dtype`` before the scale.
-    Input (..., D) any float dtype; output (..., D) ``dtype``.
-    """
-
-    def __init__(self, dim: int, eps: float, *, dtype: Any, param_dtype: Any, rngs: nnx.Rngs):
-        del rngs
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
-        self.eps = eps
-        self.dtype = dtype
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = x.astype(jnp.float32)
-        variance = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
-        y = (x * jax.lax.rsqrt(variance + self.eps)).astype(self.dtype)
-        return self.scale[...].astype(self.dtype) * y
+def t5_layer_norm(cfg: T5EncoderConfig, dtype: Any, param_dtype: Any) -> RMSNorm:
+    """``T5LayerNorm``: an RMS norm (no mean, no bias) with fp32 statistics, rounded to ``dtype``
+    before the weight multiplies (``weight * x̂.to(dtype)``)."""
+    return RMSNorm(cfg.d_model, cfg.layer_norm_epsilon, dtype=dtype, weight_after_cast=True, param_dtype=param_dtype)
 
 
 class T5Attention(nnx.Module):
@@ -328,9 +314,7 @@ class T5LayerSelfAttention(nnx.Module):
         self.SelfAttention = T5Attention(
             cfg, has_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
         )
-        self.layer_norm = T5LayerNorm(
-            cfg.d_model, cfg.layer_norm_epsilon, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-        )
+        self.layer_norm = t5_layer_norm(cfg, dtype, param_dtype)
 
     def __call__(self, x, key_valid, position_bias):
         return self.SelfAttention(self.layer_norm(x), key_valid, position_bias)
@@ -371,9 +355,7 @@ class T5LayerFF(nnx.Module):
     def __init__(self, cfg: T5EncoderConfig, *, dtype, param_dtype, rngs):
         ffn = T5DenseGatedActDense if cfg.is_gated_act else T5DenseActDense
         self.DenseReluDense = ffn(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.layer_norm = T5LayerNorm(
-            cfg.d_model, cfg.layer_norm_epsilon, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-        )
+        self.layer_norm = t5_layer_norm(cfg, dtype, param_dtype)
 
     def __call__(self, x):
         return self.DenseReluDense(self.layer_norm(x))
@@ -406,9 +388,7 @@ class T5Stack(nnx.Module):
             cfg.num_layers,
             rngs,
         )
-        self.final_layer_norm = T5LayerNorm(
-            cfg.d_model, cfg.layer_norm_epsilon, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-        )
+        self.final_layer_norm = t5_layer_norm(cfg, dtype, param_dtype)
         if not cfg.bias_per_layer:
             self.relative_attention_bias = nnx.Embed(
                 cfg.relative_attention_num_buckets, cfg.num_heads,

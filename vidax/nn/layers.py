@@ -53,17 +53,62 @@ class LayerNorm(nnx.Module):
         return y.astype(out_dtype)
 
 
-class RMSNorm(nnx.Module):
-    """``torch.nn.RMSNorm`` with weight: ``x / sqrt(mean(x²) + eps) · w``, statistics in float32."""
+#: Weight conventions of :class:`RMSNorm`: ``"w"`` (``x̂ · w``: torch / diffusers ``RMSNorm``,
+#: T5 ``T5LayerNorm``, Llama / Qwen2 ``RMSNorm``), ``"1+w"`` (``x̂ · (1 + w)``: Gemma, whose
+#: weight is stored as an offset from 1), None (weightless: ``elementwise_affine=False``).
+RMS_WEIGHTS = ("w", "1+w", None)
 
-    def __init__(self, dim: int, eps: float, *, param_dtype=_F32):
+
+def rms_norm(x: jax.Array, eps: float, out_dtype, weight: jax.Array | None = None, *, one_plus: bool = False,
+             weight_after_cast: bool = False) -> jax.Array:
+    """``x̂ = x / sqrt(mean(x²) + eps)`` over the last axis, statistics and ``x̂`` in float32,
+    optionally times ``weight`` (or ``1 + weight`` with ``one_plus``); result in ``out_dtype``.
+
+    ``weight_after_cast``: ``x̂`` is rounded to ``out_dtype`` first and multiplied by the weight
+    cast to ``out_dtype`` (transformers' T5 / Llama / Qwen2: ``weight * x̂.to(input_dtype)``);
+    otherwise the weight multiplies in float32 and the product is rounded once (torch
+    ``RMSNorm``, diffusers ``RMSNorm`` in float32, Gemma).
+    """
+    x32 = x.astype(_F32)
+    y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + eps)
+    if weight is None:
+        return y.astype(out_dtype)
+    if weight_after_cast:
+        w = weight.astype(out_dtype)
+        return (1 + w if one_plus else w) * y.astype(out_dtype)
+    w = weight.astype(_F32)
+    return (y * (1.0 + w if one_plus else w)).astype(out_dtype)
+
+
+class RMSNorm(nnx.Module):
+    """RMS norm over the last axis with float32 statistics (:func:`rms_norm`).
+
+    Args:
+        dim: the normalised width (``D`` of the input ``(..., D)``).
+        eps: added to ``mean(x²)`` inside the square root.
+        weight: one of :data:`RMS_WEIGHTS`; the parameter (``scale``, ``(dim,)``) starts at 1
+            for ``"w"`` and at 0 for ``"1+w"``; None has none.
+        dtype: the output dtype; None: the input's.
+        weight_after_cast: see :func:`rms_norm` (T5 / Llama / Qwen2 order).
+        param_dtype: the parameter's initial dtype.
+    """
+
+    def __init__(self, dim: int, eps: float, *, weight: str | None = "w", dtype=None, weight_after_cast: bool = False,
+                 param_dtype=_F32):
+        if weight not in RMS_WEIGHTS:
+            raise ValueError(f"RMSNorm: weight={weight!r}; valid: {RMS_WEIGHTS}.")
         self.eps = eps
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.dtype = dtype
+        self.one_plus = weight == "1+w"
+        self.weight_after_cast = weight_after_cast
+        init = jnp.zeros if self.one_plus else jnp.ones
+        self.scale = nnx.Param(init((dim,), param_dtype)) if weight is not None else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(_F32)
-        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + self.eps)
-        return (y * self.scale[...].astype(_F32)).astype(x.dtype)
+        """``(..., D)`` any float dtype -> ``(..., D)`` in ``dtype`` (or the input's)."""
+        w = None if self.scale is None else self.scale[...]
+        return rms_norm(x, self.eps, self.dtype or x.dtype, w, one_plus=self.one_plus,
+                        weight_after_cast=self.weight_after_cast)
 
 
 class GroupNorm(nnx.Module):

@@ -12,9 +12,25 @@ layout ``(B, T, H, W, C)`` (axis 1 frames, 2 rows, 3 columns).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from vidax.errors import InputError
+
+
+def check_tiling_fields(tiling: Any, what: str) -> None:
+    """Raise InputError (``"{what}{field}={value!r} must be ..."``) unless every field of the
+    tiling dataclass ``tiling`` whose default is a bool (a switch) is a bool and every other
+    field (a tile size or stride) a positive integer."""
+    for f in dataclasses.fields(tiling):
+        v = getattr(tiling, f.name)
+        if isinstance(f.default, bool):
+            if not isinstance(v, bool):
+                raise InputError(f"{what}{f.name}={v!r} must be True or False")
+        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{what}{f.name}={v!r} must be a positive integer")
 
 
 def blend(a: np.ndarray, b: np.ndarray, extent: int, axis: int) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, Mapping, Protocol, TypeVar
+from typing import Any, ClassVar, Mapping, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -75,8 +75,9 @@ def check_sample_shape(sample_shape: Any) -> tuple[int, ...]:
     return shape
 
 
-def check_step_inputs(model_output: jax.Array, sample: jax.Array) -> None:
-    """Static checks of ``step`` arguments (shapes and dtypes are known at trace time)."""
+def check_step_inputs(model_output: jax.Array, sample: jax.Array, state_shape: tuple | None = None) -> None:
+    """Static checks of ``step`` arguments (shapes and dtypes are known at trace time);
+    ``state_shape``: the sample shape the state was made for (its history arrays), or None."""
     if model_output.shape != sample.shape:
         raise InputError(
             f"model_output has shape {model_output.shape} but sample has shape {sample.shape}; "
@@ -85,6 +86,38 @@ def check_step_inputs(model_output: jax.Array, sample: jax.Array) -> None:
     for name, x in (("model_output", model_output), ("sample", sample)):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise InputError(f"{name} has dtype {x.dtype}; step() needs a floating dtype.")
+    if state_shape is not None and sample.shape != tuple(state_shape):
+        raise InputError(
+            f"sample has shape {sample.shape} but the state was made for sample_shape="
+            f"{tuple(state_shape)}; call set_timesteps with the latents' shape."
+        )
+
+
+def shift_override(name: str, value: Any, config_value: Any, dynamic: bool) -> Any:
+    """The shift a ``set_timesteps`` call uses: the config's ``config_value`` when ``value`` is
+    None, else ``value`` as a Python float (so float32 sigmas stay float32, as in diffusers).
+
+    Raises:
+        InputError: naming ``name=``: given while the config uses dynamic shifting (``mu``), or
+            not a number > 0.
+    """
+    if value is None:
+        return config_value
+    if dynamic:
+        raise InputError(f"{name}={value!r} was given but the config uses dynamic shifting (mu); "
+                         "pass one or the other.")
+    if not (is_number(value) and value > 0):
+        raise InputError(f"{name}={value!r} is not valid; it must be a number > 0.")
+    return float(value)
+
+
+def shift_sigmas(sigmas: np.ndarray, shift: float, mu: float | None, time_shift_type: str,
+                 dynamic: bool) -> np.ndarray:
+    """diffusers' shift of flow sigmas: :func:`time_shift` with ``mu`` when the config uses
+    dynamic shifting, else ``shift · s / (1 + (shift - 1) · s)``; the dtype of ``sigmas`` kept."""
+    if dynamic:
+        return time_shift(time_shift_type, mu, 1.0, sigmas)
+    return shift * sigmas / (1 + (shift - 1) * sigmas)
 
 
 def time_shift(time_shift_type: str, mu: float, sigma: float, t: np.ndarray) -> np.ndarray:
@@ -180,6 +213,26 @@ class Scheduler(Protocol):
     def step(
         self, state: Any, model_output: jax.Array, sample: jax.Array
     ) -> tuple[jax.Array, Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerBase:
+    """What every sampler shares: its frozen ``config`` (an instance of ``config_class``, a
+    :class:`~vidax.config.ConfigBase`), ``from_config``, ``init_noise_sigma`` 1 and the identity
+    ``scale_model_input`` (none of vidax's samplers scales the model input)."""
+
+    config: Any
+    config_class: ClassVar[type]
+    init_noise_sigma: ClassVar[float] = 1.0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, source: str = "scheduler_config.json"):
+        """Build from a diffusers ``scheduler_config.json`` dict (ConfigError as in ConfigBase)."""
+        return cls(cls.config_class.from_config_dict(config, source=source))
+
+    def scale_model_input(self, sample: jax.Array, timestep: Any = None) -> jax.Array:
+        """Identity, as the reference; for interface parity."""
+        return sample
 
 
 class StepIndexed:

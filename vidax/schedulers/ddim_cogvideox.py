@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -31,14 +31,8 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers.base import (
-    StepIndexed,
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    is_int_at_least,
-    is_number,
-    register_state,
-    replicated_sharding,
+    SchedulerBase, StepIndexed, check_num_inference_steps, check_sample_shape, check_step_inputs,
+    is_int_at_least, is_number, register_state, replicated_sharding,
 )
 
 _BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2")
@@ -233,21 +227,11 @@ class CogVideoXDDIMState(StepIndexed):
 
 
 @dataclasses.dataclass(frozen=True)
-class CogVideoXSchedulerBase:
-    """What the two CogVideoX samplers share: the config, ``from_config`` and the identity
-    ``scale_model_input`` (``init_noise_sigma`` 1)."""
+class CogVideoXSchedulerBase(SchedulerBase):
+    """What the two CogVideoX samplers share: the config (and :class:`SchedulerBase`)."""
 
     config: CogVideoXSchedulerConfig
-    init_noise_sigma: ClassVar[float] = 1.0
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, source: str = "scheduler_config.json"):
-        """Build from a diffusers ``scheduler_config.json`` dict (ConfigError as in ConfigBase)."""
-        return cls(CogVideoXSchedulerConfig.from_config_dict(config, source=source))
-
-    def scale_model_input(self, sample: jax.Array, timestep: Any = None) -> jax.Array:
-        """Identity, as the reference."""
-        return sample
+    config_class: ClassVar[type] = CogVideoXSchedulerConfig
 
 
 @dataclasses.dataclass(frozen=True)

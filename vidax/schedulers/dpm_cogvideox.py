@@ -34,11 +34,7 @@ import numpy as np
 
 from vidax.errors import InputError
 from vidax.schedulers.base import (
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    register_state,
-    replicated_sharding,
+    check_num_inference_steps, check_sample_shape, check_step_inputs, register_state, replicated_sharding,
 )
 from vidax.schedulers.ddim_cogvideox import CogVideoXSchedulerBase, Schedule, StepIndexed, pred_original_sample
 
@@ -174,12 +170,7 @@ class CogVideoXDPMScheduler(CogVideoXSchedulerBase):
             InputError: shapes differ (from each other, the state's ``sample_shape`` or
                 ``noise``) or a dtype is not floating (at trace time).
         """
-        check_step_inputs(model_output, sample)
-        if sample.shape != state.prev_x0.shape:
-            raise InputError(
-                f"sample has shape {sample.shape} but the state was made for sample_shape="
-                f"{state.prev_x0.shape}; call set_timesteps with the latents' shape."
-            )
+        check_step_inputs(model_output, sample, state.prev_x0.shape)
         i = state.step_index
         j = jnp.minimum(i, state.num_inference_steps - 1)
         if noise is None:

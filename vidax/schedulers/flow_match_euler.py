@@ -23,18 +23,9 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers.base import (
-    StepIndexed,
-    calculate_shift,
-    check_mu,
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    is_int_at_least,
-    is_number,
-    register_state,
-    replicated_sharding,
-    stretch_shift_to_terminal,
-    time_shift,
+    SchedulerBase, StepIndexed, calculate_shift, check_mu, check_num_inference_steps, check_sample_shape,
+    check_step_inputs, is_int_at_least, is_number, register_state, replicated_sharding, shift_override,
+    shift_sigmas, stretch_shift_to_terminal,
 )
 
 
@@ -106,7 +97,7 @@ class FlowMatchEulerState(StepIndexed):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowMatchEulerDiscreteScheduler:
+class FlowMatchEulerDiscreteScheduler(SchedulerBase):
     """Flow-matching Euler sampler; follows diffusers' ``FlowMatchEulerDiscreteScheduler``.
 
     Use::
@@ -120,14 +111,7 @@ class FlowMatchEulerDiscreteScheduler:
     """
 
     config: FlowMatchEulerDiscreteSchedulerConfig
-    init_noise_sigma: ClassVar[float] = 1.0
-
-    @classmethod
-    def from_config(
-        cls, config: Mapping[str, Any], *, source: str = "scheduler_config.json"
-    ) -> "FlowMatchEulerDiscreteScheduler":
-        """Build from a diffusers ``scheduler_config.json`` dict (ConfigError as in ConfigBase)."""
-        return cls(FlowMatchEulerDiscreteSchedulerConfig.from_config_dict(config, source=source))
+    config_class: ClassVar[type] = FlowMatchEulerDiscreteSchedulerConfig
 
     def _train_sigma_range(self) -> tuple[float, float]:
         """diffusers' ``sigma_max`` / ``sigma_min``, set in ``__init__`` with the *config* shift."""
@@ -273,17 +257,7 @@ class FlowMatchEulerDiscreteScheduler:
             num_inference_steps = len(values)
         n = check_num_inference_steps(num_inference_steps)
         mu = check_mu(mu, c.use_dynamic_shifting)
-        if shift is None:
-            shift = c.shift
-        else:
-            if c.use_dynamic_shifting:
-                raise InputError(
-                    f"shift={shift!r} was given but the config uses dynamic shifting (mu); "
-                    "pass one or the other."
-                )
-            if not (is_number(shift) and shift > 0):
-                raise InputError(f"shift={shift!r} is not valid; it must be a number > 0.")
-            shift = float(shift)  # a Python float, so float32 sigmas stay float32 as in diffusers
+        shift = shift_override("shift", shift, c.shift, c.use_dynamic_shifting)
 
         # diffusers FlowMatchEulerDiscreteScheduler.set_timesteps, step by step (same dtypes).
         num_train = c.num_train_timesteps
@@ -299,10 +273,7 @@ class FlowMatchEulerDiscreteScheduler:
         else:
             sigmas = np.array(sigmas).astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            if c.use_dynamic_shifting:
-                sigmas = time_shift(c.time_shift_type, mu, 1.0, sigmas)
-            else:
-                sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
+            sigmas = shift_sigmas(sigmas, shift, mu, c.time_shift_type, c.use_dynamic_shifting)
             if c.shift_terminal:
                 if sigmas[-1] == 1:  # diffusers divides 0 by 0 here and returns NaN sigmas
                     raise InputError(
@@ -331,10 +302,6 @@ class FlowMatchEulerDiscreteScheduler:
         if sharding is not None:
             state = jax.device_put(state, replicated_sharding(sharding))
         return state
-
-    def scale_model_input(self, sample: jax.Array, timestep: Any = None) -> jax.Array:
-        """Identity (flow matching does not scale the model input); for interface parity."""
-        return sample
 
     def step(
         self, state: FlowMatchEulerState, model_output: jax.Array, sample: jax.Array,

@@ -41,17 +41,9 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.schedulers.base import (
-    StepIndexed,
-    check_mu,
-    check_num_inference_steps,
-    check_sample_shape,
-    check_step_inputs,
-    is_int_at_least,
-    is_number,
-    register_state,
-    replicated_sharding,
+    SchedulerBase, StepIndexed, check_mu, check_num_inference_steps, check_sample_shape, check_step_inputs,
+    is_int_at_least, is_number, register_state, replicated_sharding, shift_override, shift_sigmas,
     stretch_shift_to_terminal,
-    time_shift,
 )
 
 _SOLVER_TYPE_ALIASES = ("midpoint", "heun", "logrho")  # diffusers rewrites these to "bh2"
@@ -234,7 +226,7 @@ class UniPCState(StepIndexed):
 
 
 @dataclasses.dataclass(frozen=True)
-class UniPCMultistepScheduler:
+class UniPCMultistepScheduler(SchedulerBase):
     """UniPC multistep sampler (flow sigmas); follows diffusers' ``UniPCMultistepScheduler``.
 
     Use::
@@ -252,14 +244,7 @@ class UniPCMultistepScheduler:
     """
 
     config: UniPCMultistepSchedulerConfig
-    init_noise_sigma: ClassVar[float] = 1.0
-
-    @classmethod
-    def from_config(
-        cls, config: Mapping[str, Any], *, source: str = "scheduler_config.json"
-    ) -> "UniPCMultistepScheduler":
-        """Build from a diffusers ``scheduler_config.json`` dict (ConfigError as in ConfigBase)."""
-        return cls(UniPCMultistepSchedulerConfig.from_config_dict(config, source=source))
+    config_class: ClassVar[type] = UniPCMultistepSchedulerConfig
 
     def flow_sigmas(
         self, num_inference_steps: int, *, flow_shift: float | None = None, mu: float | None = None
@@ -272,19 +257,7 @@ class UniPCMultistepScheduler:
         n = check_num_inference_steps(num_inference_steps)
         mu = check_mu(mu, c.use_dynamic_shifting)
         given_shift = flow_shift is not None
-        if flow_shift is None:
-            flow_shift = c.flow_shift
-        else:
-            if c.use_dynamic_shifting:
-                raise InputError(
-                    f"flow_shift={flow_shift!r} was given but the config uses dynamic "
-                    "shifting (mu); pass one or the other."
-                )
-            if not (is_number(flow_shift) and flow_shift > 0):
-                raise InputError(
-                    f"flow_shift={flow_shift!r} is not valid; it must be a number > 0."
-                )
-            flow_shift = float(flow_shift)
+        flow_shift = shift_override("flow_shift", flow_shift, c.flow_shift, c.use_dynamic_shifting)
 
         num_train = c.num_train_timesteps
         if c.use_karras_sigmas:
@@ -302,10 +275,7 @@ class UniPCMultistepScheduler:
             # diffusers UniPCMultistepScheduler.set_timesteps, use_flow_sigmas branch (float64 numpy).
             sigmas = np.linspace(1, 1 / num_train, n + 1)[:-1]
             with np.errstate(divide="ignore", invalid="ignore"):
-                if c.use_dynamic_shifting:
-                    sigmas = time_shift(c.time_shift_type, mu, 1.0, sigmas)
-                else:
-                    sigmas = flow_shift * sigmas / (1 + (flow_shift - 1) * sigmas)
+                sigmas = shift_sigmas(sigmas, flow_shift, mu, c.time_shift_type, c.use_dynamic_shifting)
                 if c.shift_terminal:
                     sigmas = stretch_shift_to_terminal(sigmas, c.shift_terminal)
             sigmas = np.array(sigmas, dtype=np.float64)
@@ -386,10 +356,6 @@ class UniPCMultistepScheduler:
             **tables,
         )
 
-    def scale_model_input(self, sample: jax.Array, timestep: Any = None) -> jax.Array:
-        """Identity (UniPC does not scale the model input); for interface parity."""
-        return sample
-
     def step(
         self, state: UniPCState, model_output: jax.Array, sample: jax.Array
     ) -> tuple[jax.Array, UniPCState]:
@@ -412,12 +378,7 @@ class UniPCMultistepScheduler:
             InputError: shapes differ from each other or from ``sample_shape``, or a dtype is not
                 floating (checked at trace time).
         """
-        check_step_inputs(model_output, sample)
-        if sample.shape != state.last_sample.shape:
-            raise InputError(
-                f"sample has shape {sample.shape} but the state was made for sample_shape="
-                f"{state.last_sample.shape}; call set_timesteps with the latents' shape."
-            )
+        check_step_inputs(model_output, sample, state.last_sample.shape)
         f32 = jnp.float32
         i = state.step_index
         n = state.num_inference_steps

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, check_positive_ints, check_vae_blocks
+from vidax.config import ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.checkpoint import TASK_NAMES
@@ -20,7 +20,7 @@ TIMESTEP_ACTIVATIONS = ("silu", "swish", "gelu", "relu", "mish")
 
 
 @dataclasses.dataclass(frozen=True)
-class CogVideoXTransformerConfig(ConfigBase):
+class CogVideoXTransformerConfig(TransformerConfig):
     """Settings of ``diffusers.CogVideoXTransformer3DModel``, with its ``__init__`` defaults.
 
     Covers CogVideoX-2B (sincos 3-D position embedding), 5B (3-D RoPE on the video tokens), 5B-I2V
@@ -95,11 +95,6 @@ class CogVideoXTransformerConfig(ConfigBase):
     patch_bias: bool = True
 
     @property
-    def inner_dim(self) -> int:
-        """Model width D = num_attention_heads * attention_head_dim."""
-        return self.num_attention_heads * self.attention_head_dim
-
-    @property
     def has_ofs(self) -> bool:
         """Whether the model has the ``ofs`` embedding (the reference tests ``if ofs_embed_dim``)."""
         return bool(self.ofs_embed_dim)
@@ -123,19 +118,13 @@ class CogVideoXTransformerConfig(ConfigBase):
 
     def validate(self, source: str) -> None:
         def bad(key, value, want):
-            raise ConfigError(
-                f"{source}: {key}={value!r} is not valid for CogVideoXTransformerConfig; {want}."
-            )
+            self.invalid(source, key, value, want)
 
-        positive = (
+        self.check_positive(source, (
             "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
             "time_embed_dim", "text_embed_dim", "num_layers", "sample_width", "sample_height",
             "sample_frames", "patch_size", "temporal_compression_ratio", "max_text_seq_length",
-        )
-        for key in positive:
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                bad(key, value, "expected a positive int")
+        ))
         for key in ("patch_size_t", "ofs_embed_dim"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):

@@ -42,10 +42,8 @@ and loader are in :mod:`vidax.models.cogvideox.convert`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -54,25 +52,17 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
 from vidax.nn.layers import (
-    FeedForward,
-    LayerNorm,
-    linear,
-    matmul,
-    patchify,
-    timestep_sinusoid,
-    unpatchify_channels_first,
+    FeedForward, LayerNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
 )
-from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.mesh import check_heads
-from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import pad_tokens, padded_length
+from vidax.nn.stack import stacked
+from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
 
-_TOKENS = ("batch", "seq", "embed")
 
 _ACT = {
     "silu": jax.nn.silu,
@@ -422,15 +412,14 @@ class CogVideoXBlock(nnx.Module):
 # Model
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@block_inputs
 class CogVideoXBlockInputs:
-    """What the blocks and the head read besides the residual stream (from
-    :meth:`CogVideoXTransformer3DModel.embed`); a pytree whose array fields are traced.
+    """What the blocks and the head read (from :meth:`CogVideoXTransformer3DModel.embed`).
 
     Attributes:
         temb: time (+ ofs) embedding ``(B, D_t)`` float32.
         rope: ``(cos, sin)`` each ``(L', K)`` float32 (identity on text and padding rows), or None.
+        is_text: ``(L', 1)`` bool, True on the text rows.
         valid_length: static; real tokens when ``L'`` is padded, else None.
         n_txt: static; text tokens at the front. n_tok: static; text + video tokens.
         grid: static; the token grid ``(T/p_t, H/p, W/p)``.
@@ -438,54 +427,26 @@ class CogVideoXBlockInputs:
 
     temb: jax.Array
     rope: tuple | None
-    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
-    n_txt: int = dataclasses.field(metadata=dict(static=True))
-    n_tok: int = dataclasses.field(metadata=dict(static=True))
-    grid: tuple = dataclasses.field(metadata=dict(static=True))
+    is_text: jax.Array
+    valid_length: int | None = static()
+    n_txt: int = static()
+    n_tok: int = static()
+    grid: tuple = static()
 
 
-class CogVideoXTransformer3DModel(nnx.Module):
+class CogVideoXTransformer3DModel(DiffusionTransformer):
     """The CogVideoX diffusion transformer; follows ``diffusers.CogVideoXTransformer3DModel``.
 
-    Args:
-        config: the checkpoint's :class:`CogVideoXTransformerConfig`.
-        dtype: compute dtype of the matmuls (float32 or bfloat16).
-        param_dtype: initial parameter dtype (the loader replaces them per its policy).
-        residual_dtype: dtype of the joint text + video residual stream; ``None`` = ``dtype``.
-        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
-        rngs: initialisation randomness (unused when built by the loader).
-        mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`) or None (single device):
-            batch over ``data``, Megatron tensor parallelism over ``tensor``, Ulysses sequence
-            parallelism of the joint ``[text; video]`` sequence over ``sequence`` (padded to a
-            multiple of it and masked).
-
-    Raises:
-        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
+    Constructor arguments and errors as :class:`~vidax.blocks.transformer.DiffusionTransformer`
+    (config: the checkpoint's :class:`CogVideoXTransformerConfig`); the mesh's ``sequence`` axis
+    splits the joint ``[text; video]`` sequence. Call ``model(hidden_states, timestep,
+    encoder_hidden_states, ofs=None)`` (see :meth:`embed`).
     """
 
-    #: The stacked layers (what block streaming and the staging plan count).
     block_stacks = ("transformer_blocks",)
 
-    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
-    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
-    def __init__(
-        self,
-        config: CogVideoXTransformerConfig,
-        *,
-        dtype: Any = _F32,
-        param_dtype: Any = _F32,
-        residual_dtype: Any = _F32,
-        attention: str = "auto",
-        rngs: nnx.Rngs,
-        mesh: jax.sharding.Mesh | None = None,
-    ):
-        cfg = config
-        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
-        self.config = cfg
-        self.mesh = mesh
-        self.dtype = dtype
-        self.residual_dtype = residual_dtype
-        d = cfg.inner_dim
+    def build(self, cfg: CogVideoXTransformerConfig, param_dtype, attention, rngs):
+        dtype, d = self.dtype, cfg.inner_dim
         self.patch_embed = CogVideoXPatchEmbed(cfg, dtype, param_dtype, rngs)
         self.time_embedding = TimestepEmbedding(d, cfg.time_embed_dim, cfg.timestep_activation_fn, rngs)
         if cfg.has_ofs:
@@ -495,7 +456,7 @@ class CogVideoXTransformer3DModel(nnx.Module):
         else:
             self.ofs_embedding = None
         self.transformer_blocks = stacked(
-            lambda r: CogVideoXBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            lambda r: CogVideoXBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers,
             rngs,
         )
@@ -506,14 +467,10 @@ class CogVideoXTransformer3DModel(nnx.Module):
         p, pt = cfg.patch_size, cfg.patch_t
         self.proj_out = linear(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)
 
-    def __call__(
-        self,
-        hidden_states: jax.Array,
-        timestep: jax.Array,
-        encoder_hidden_states: jax.Array,
-        ofs: jax.Array | None = None,
-    ) -> jax.Array:
-        """Predict the model output (v-prediction for the released checkpoints).
+    def embed(self, hidden_states, timestep, encoder_hidden_states, ofs=None) -> tuple[jax.Array, "CogVideoXBlockInputs"]:
+        """Everything before the blocks: time / ofs embedding, text projection, patch embedding,
+        position table, the joint ``[text; video]`` sequence (padded to a multiple of the mesh's
+        ``sequence`` axis) and RoPE.
 
         Args:
             hidden_states: latents ``(B, T, H, W, C_in)`` channels-last (the reference takes
@@ -525,26 +482,17 @@ class CogVideoXTransformer3DModel(nnx.Module):
                 has ``ofs_embed_dim``.
 
         Returns:
-            ``(B, T, H, W, C_out)`` in the compute dtype.
+            The residual stream ``(B, L', D)`` in the residual dtype and the
+            :class:`CogVideoXBlockInputs`. The model call returns its output (v-prediction for
+            the released checkpoints) ``(B, T, H, W, C_out)`` in the compute dtype.
 
         Raises:
             InputError: shapes that do not fit the config, a missing or unexpected ``ofs``.
         """
-        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, ofs)
-        return self.head(self.run_blocks(x, inputs), inputs)
-
-    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
-    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
-
-    def embed(self, hidden_states, timestep, encoder_hidden_states, ofs=None) -> tuple[jax.Array, "CogVideoXBlockInputs"]:
-        """Everything before the blocks: time / ofs embedding, text projection, patch embedding,
-        position table, the joint ``[text; video]`` sequence (padded to a multiple of the mesh's
-        ``sequence`` axis) and RoPE. Arguments as :meth:`__call__`; returns the residual stream
-        ``(B, L', D)`` in the residual dtype and the :class:`CogVideoXBlockInputs`."""
         cfg = self.config
         grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, ofs)
         b = hidden_states.shape[0]
-        res = self.residual_dtype or self.dtype
+        res = self.res_dtype
 
         temb = self.time_embedding(timestep_sinusoid(timestep.reshape(b), cfg.inner_dim))
         if self.ofs_embedding is not None:
@@ -563,34 +511,26 @@ class CogVideoXTransformer3DModel(nnx.Module):
         # (padded keys masked, padded rows dropped in head()).
         n_txt, n_vid = ctx.shape[1], x.shape[1]
         n_tok = n_txt + n_vid
-        length = padded_length(n_tok, self.mesh)
-        valid_length = n_tok if length != n_tok else None
-        x = pad_tokens(jnp.concatenate([ctx.astype(res), x.astype(res)], axis=1), length)
-        x = constrain(x, _TOKENS, self.mesh)
+        length, valid_length = self.sequence_length(n_tok)
+        x = self.stream(pad_tokens(jnp.concatenate([ctx.astype(res), x.astype(res)], axis=1), length))
+        is_text = (jnp.arange(length) < n_txt)[:, None]
         rope = None
         if cfg.use_rotary_positional_embeddings:
             # Identity rotation (cos 1, sin 0) on the text and padding rows.
             extra = ((n_txt, length - n_tok), (0, 0))
             cos, sin = cogvideox_rope(cfg, grid)
             rope = (jnp.pad(cos, extra, constant_values=1.0), jnp.pad(sin, extra))
-        return x, CogVideoXBlockInputs(temb, rope, valid_length, n_txt, n_tok, grid)
+        return x, CogVideoXBlockInputs(temb, rope, is_text, valid_length, n_txt, n_tok, grid)
 
-    def run_blocks(self, x: jax.Array, inputs: "CogVideoXBlockInputs", blocks: nnx.Module | None = None) -> jax.Array:
-        """The stacked blocks (default ``self.transformer_blocks``; or any run of consecutive
-        layers, as the offload runner passes them) over ``x`` ``(B, L', D)`` with one scan."""
-        blocks = self.transformer_blocks if blocks is None else blocks
+    def run_block(self, block: CogVideoXBlock, x: jax.Array, inputs: "CogVideoXBlockInputs") -> jax.Array:
         i = inputs
-        is_text = (jnp.arange(x.shape[1]) < i.n_txt)[:, None]
-        return scan_layers(
-            blocks, x,
-            lambda block, h: constrain(block(h, i.temb, i.rope, is_text, i.valid_length), _TOKENS, self.mesh),
-        )
+        return block(x, i.temb, i.rope, i.is_text, i.valid_length)
 
     def head(self, x: jax.Array, inputs: "CogVideoXBlockInputs") -> jax.Array:
         """Everything after the blocks: the video rows, final norm, modulated output norm,
         ``proj_out``, unpatchify -> ``(B, T, H, W, C_out)`` in the compute dtype."""
         cfg, i = self.config, inputs
-        x = self.norm_final(x[:, i.n_txt:i.n_tok], self.residual_dtype or self.dtype)
+        x = self.norm_final(x[:, i.n_txt:i.n_tok], self.res_dtype)
         shift, scale = self.norm_out.modulation(i.temb)
         x = self.proj_out(self.norm_out(x, shift, scale, self.dtype))
         return unpatchify_channels_first(x, i.grid, cfg.patch_t, cfg.patch_size)
@@ -598,30 +538,18 @@ class CogVideoXTransformer3DModel(nnx.Module):
     def _check_inputs(self, x, timestep, text, ofs) -> tuple[int, int, int]:
         cfg = self.config
         name = type(self).__name__
-        if x.ndim != 5 or x.shape[-1] != cfg.in_channels:
-            raise InputError(
-                f"{name}: hidden_states must be (B, T, H, W, C={cfg.in_channels}) channels-last; "
-                f"got shape {tuple(x.shape)}."
-            )
-        b, t, h, w, _ = x.shape
         p, pt = cfg.patch_size, cfg.patch_t
-        if h % p or w % p or t % pt:
-            raise InputError(
-                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by "
-                f"(patch_size_t, patch_size, patch_size)={(pt, p, p)} (pipelines pad T for "
-                "CogVideoX1.5)."
-            )
+        grid = self.check_latents(x, cfg.in_channels, (pt, p, p),
+                                  patch_name="(patch_size_t, patch_size, patch_size)",
+                                  hint=" (pipelines pad T for CogVideoX1.5)")
+        b = x.shape[0]
         if tuple(jnp.shape(timestep)) not in ((b,), ()):
             raise InputError(f"{name}: timestep must have shape (B,)=({b},); got {tuple(jnp.shape(timestep))}.")
-        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.text_embed_dim:
-            raise InputError(
-                f"{name}: encoder_hidden_states must be (B={b}, L_txt, text_embed_dim="
-                f"{cfg.text_embed_dim}); got {tuple(text.shape)}."
-            )
+        self.check_text(text, b, cfg.text_embed_dim, "text_embed_dim=")
         if cfg.has_ofs and ofs is None:
             raise InputError(f"{name}: this model has an ofs embedding (ofs_embed_dim={cfg.ofs_embed_dim}); pass ofs (the pipelines use 2.0).")
         if not cfg.has_ofs and ofs is not None:
             raise InputError(f"{name}: ofs was given but this model has no ofs embedding (ofs_embed_dim is null).")
         if ofs is not None and jnp.size(ofs) not in (1, b):
             raise InputError(f"{name}: ofs must have 1 or B={b} entries; got shape {tuple(jnp.shape(ofs))}.")
-        return t // pt, h // p, w // p
+        return grid

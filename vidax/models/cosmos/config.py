@@ -9,13 +9,13 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from vidax.config import ConfigBase
+from vidax.config import TransformerConfig, is_positive_int
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 
 @dataclasses.dataclass(frozen=True)
-class CosmosTransformerConfig(ConfigBase):
+class CosmosTransformerConfig(TransformerConfig):
     """Settings of ``diffusers.CosmosTransformer3DModel`` (diffusers 0.42.1
     ``models/transformers/transformer_cosmos.py``), with its ``__init__`` defaults.
 
@@ -88,11 +88,6 @@ class CosmosTransformerConfig(ConfigBase):
     encoder_hidden_states_channels: int = 1024
 
     @property
-    def inner_dim(self) -> int:
-        """Model width D = num_attention_heads * attention_head_dim."""
-        return self.num_attention_heads * self.attention_head_dim
-
-    @property
     def ffn_dim(self) -> int:
         """Feed-forward hidden width ``int(D * mlp_ratio)`` (diffusers ``FeedForward(mult=...)``)."""
         return int(self.inner_dim * self.mlp_ratio)
@@ -126,19 +121,14 @@ class CosmosTransformerConfig(ConfigBase):
 
     def validate(self, source: str) -> None:
         def bad(key, value, want):
-            raise ConfigError(f"{source}: {key}={value!r} is not valid for CosmosTransformerConfig; {want}.")
+            self.invalid(source, key, value, want)
 
-        def positive_int(value) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-        for key in ("in_channels", "out_channels", "num_attention_heads", "attention_head_dim", "num_layers",
-                    "text_embed_dim", "adaln_lora_dim", "crossattn_proj_in_channels",
-                    "encoder_hidden_states_channels"):
-            if not positive_int(getattr(self, key)):
-                bad(key, getattr(self, key), "expected a positive int")
+        self.check_positive(source, ("in_channels", "out_channels", "num_attention_heads", "attention_head_dim",
+                                     "num_layers", "text_embed_dim", "adaln_lora_dim", "crossattn_proj_in_channels",
+                                     "encoder_hidden_states_channels"))
         for key in ("max_size", "patch_size"):
             value = getattr(self, key)
-            if not (isinstance(value, tuple) and len(value) == 3 and all(positive_int(v) for v in value)):
+            if not (isinstance(value, tuple) and len(value) == 3 and all(is_positive_int(v) for v in value)):
                 bad(key, value, "expected three positive ints (t, h, w)")
         if any(m < p for m, p in zip(self.max_size, self.patch_size)):
             bad("max_size", self.max_size, f"each axis must hold at least one patch of {self.patch_size}")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -44,27 +43,18 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
+from vidax.blocks.transformer import TOKENS, DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.cosmos.config import CosmosTransformerConfig
 from vidax.models.cosmos.rope import cosmos_rope
-from vidax.nn.layers import (
-    FeedForward,
-    RMSNorm,
-    linear,
-    matmul,
-    patchify,
-    timestep_sinusoid,
-    unpatchify,
-)
-from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.mesh import check_heads
+from vidax.nn.layers import FeedForward, RMSNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify
+from vidax.nn.stack import stacked
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import pad_tokens, padded_length
+from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
 _EPS = 1e-6  # every LayerNorm / RMSNorm of the model except the QK norms
 _QK_EPS = 1e-5  # diffusers ``Attention(qk_norm="rms_norm")`` default eps
-_TOKENS = ("batch", "seq", "embed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,11 +132,9 @@ class CosmosLearnablePositionalEmbed(nnx.Module):
 # Transformer block
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@block_inputs
 class CosmosBlockInputs:
-    """What the blocks and the head read besides the residual stream (from
-    :meth:`CosmosTransformer3DModel.embed`); a pytree whose array fields are traced.
+    """What the blocks and the head read (from :meth:`CosmosTransformer3DModel.embed`).
 
     Attributes:
         context: cross-attention context ``(B, L_txt, text_embed_dim)``, compute dtype.
@@ -164,9 +152,9 @@ class CosmosBlockInputs:
     temb: jax.Array
     rope: tuple
     pos: jax.Array | None
-    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
-    n_tok: int = dataclasses.field(metadata=dict(static=True))
-    grid: tuple = dataclasses.field(metadata=dict(static=True))
+    valid_length: int | None = static()
+    n_tok: int = static()
+    grid: tuple = static()
 
     def per_token(self, e: jax.Array) -> jax.Array:
         """A per-frame table ``(B, T, D)`` gathered to the (padded) tokens ``(B, L', D)``; a
@@ -210,7 +198,7 @@ class CosmosTransformerBlock(nnx.Module):
             x = (x.astype(_F32) + i.pos[None]).astype(res_dtype)
 
         def add(x, y, gate):
-            return constrain(gated_add(x, y, gate, res_dtype), _TOKENS, self.mesh)
+            return constrain(gated_add(x, y, gate, res_dtype), TOKENS, self.mesh)
 
         shift, scale, gate = (i.per_token(e) for e in self.norm1.modulation(i.emb, i.temb))
         x = add(x, self.attn1(self.norm1(x, shift, scale, self.dtype), rope=i.rope, mask=AttentionMask(i.valid_length)),
@@ -236,53 +224,19 @@ def _nearest_resize(mask: jax.Array, size: tuple[int, int]) -> jax.Array:
     return mask[:, idx[0]][:, :, idx[1]]
 
 
-class CosmosTransformer3DModel(nnx.Module):
+class CosmosTransformer3DModel(DiffusionTransformer):
     """The Cosmos(-Predict2.5) diffusion transformer; follows ``diffusers.CosmosTransformer3DModel``.
 
-    Args:
-        config: the checkpoint's :class:`CosmosTransformerConfig`.
-        dtype: compute dtype of the matmuls (float32 or bfloat16).
-        param_dtype: initial dtype of the parameters (the loader replaces them with the dtype of
-            its :class:`~vidax.weights.loader.DtypePolicy`).
-        residual_dtype: dtype of the residual stream between operations; ``None`` = ``dtype``
-            (diffusers' behaviour in bf16). See the module docstring.
-        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
-        rngs: initialisation randomness (unused when built by the loader).
-        mesh: ``(data, tensor, sequence)`` mesh or None (single device): batch over ``data``,
-            heads over ``tensor``, Ulysses sequence parallelism over ``sequence`` (tokens padded to
-            a multiple of it and masked).
-
-    Raises:
-        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
-
-    Call ``model(hidden_states, timestep, encoder_hidden_states, fps=None, condition_mask=None,
-    padding_mask=None)`` (see :meth:`__call__`).
+    Constructor arguments and errors as :class:`~vidax.blocks.transformer.DiffusionTransformer`
+    (config: the checkpoint's :class:`CosmosTransformerConfig`). Call ``model(hidden_states,
+    timestep, encoder_hidden_states, fps=None, condition_mask=None, padding_mask=None)`` (see
+    :meth:`embed`).
     """
 
-    #: The stacked layers (what block streaming and the staging plan count).
     block_stacks = ("transformer_blocks",)
 
-    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
-    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
-    def __init__(
-        self,
-        config: CosmosTransformerConfig,
-        *,
-        dtype: Any = _F32,
-        param_dtype: Any = _F32,
-        residual_dtype: Any = _F32,
-        attention: str = "auto",
-        rngs: nnx.Rngs,
-        mesh: jax.sharding.Mesh | None = None,
-    ):
-        cfg = config
-        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
-        self.config = cfg
-        self.mesh = mesh
-        self.dtype = dtype
-        self.residual_dtype = residual_dtype
-        d = cfg.inner_dim
-        p = tuple(cfg.patch_size)
+    def build(self, cfg: CosmosTransformerConfig, param_dtype, attention, rngs):
+        dtype, d, p = self.dtype, cfg.inner_dim, tuple(cfg.patch_size)
         self.patch_embed = CosmosPatchEmbed(p, cfg.patch_in_channels, d, dtype, param_dtype, rngs)
         self.learnable_pos_embed = (
             CosmosLearnablePositionalEmbed(d, cfg.patch_grid_max, rngs)
@@ -290,7 +244,7 @@ class CosmosTransformer3DModel(nnx.Module):
         )
         self.time_embed = CosmosEmbedding(d, dtype, param_dtype, rngs)
         self.transformer_blocks = stacked(
-            lambda r: CosmosTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            lambda r: CosmosTransformerBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers,
             rngs,
         )
@@ -304,7 +258,7 @@ class CosmosTransformer3DModel(nnx.Module):
             if cfg.use_crossattn_projection else None
         )
 
-    def __call__(
+    def embed(
         self,
         hidden_states: jax.Array,
         timestep: jax.Array,
@@ -312,8 +266,9 @@ class CosmosTransformer3DModel(nnx.Module):
         fps: float | None = None,
         condition_mask: jax.Array | None = None,
         padding_mask: jax.Array | None = None,
-    ) -> jax.Array:
-        """Predict the flow (velocity) of the latents.
+    ) -> tuple[jax.Array, CosmosBlockInputs]:
+        """Everything before the blocks: mask channels, patch embedding, time and text
+        embeddings, RoPE and the learnable position embedding.
 
         Args:
             hidden_states: latents ``(B, T, H, W, C)`` channels-last; T, H, W divisible by
@@ -337,36 +292,11 @@ class CosmosTransformer3DModel(nnx.Module):
                 pipeline always passes; the reference itself requires it).
 
         Returns:
-            ``(B, T, H, W, out_channels)`` in the compute dtype.
+            The residual stream ``(B, L', D)`` in the residual dtype (``L'``: the video tokens
+            padded to a multiple of the mesh's ``sequence`` axis) and the
+            :class:`CosmosBlockInputs` every block and :meth:`head` read. The model call returns
+            the flow ``(B, T, H, W, out_channels)`` in the compute dtype.
 
-        Raises:
-            InputError: shapes that do not fit the config, a grid beyond ``max_size``, a
-                padding mask given to a model without ``concat_padding_mask``, a bad ``fps``.
-        """
-        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, fps, condition_mask, padding_mask)
-        return self.head(self.run_blocks(x, inputs), inputs)
-
-    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
-    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
-
-    def embed(
-        self,
-        hidden_states: jax.Array,
-        timestep: jax.Array,
-        encoder_hidden_states: jax.Array,
-        fps: float | None = None,
-        condition_mask: jax.Array | None = None,
-        padding_mask: jax.Array | None = None,
-    ) -> tuple[jax.Array, CosmosBlockInputs]:
-        """Everything before the blocks: mask channels, patch embedding, time and text
-        embeddings, RoPE and the learnable position embedding.
-
-        Arguments as :meth:`__call__`. Returns the residual stream ``(B, L', D)`` in the residual
-        dtype (``L'``: the video tokens padded to a multiple of the mesh's ``sequence`` axis) and
-        the :class:`CosmosBlockInputs` every block and :meth:`head` read.
-
-        Raises:
-            InputError: as :meth:`__call__`.
         """
         cfg = self.config
         grid, ts = self._check_inputs(hidden_states, timestep, encoder_hidden_states, condition_mask, padding_mask)
@@ -395,21 +325,12 @@ class CosmosTransformer3DModel(nnx.Module):
         # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
         # sequence axis; the padded keys are masked, the padded outputs dropped in head().
         n_tok = x.shape[1]
-        length = padded_length(n_tok, self.mesh)
-        valid_length = n_tok if length != n_tok else None
+        length, valid_length = self.sequence_length(n_tok)
         x = pad_tokens(x, length)
         rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
         if pos is not None:
             pos = pad_tokens(pos, length, axis=0)
-        x = constrain(x.astype(self.residual_dtype or self.dtype), _TOKENS, self.mesh)
-        return x, CosmosBlockInputs(context, emb, temb, rope, pos, valid_length, n_tok, grid)
-
-    def run_blocks(self, x: jax.Array, inputs: CosmosBlockInputs, blocks: nnx.Module | None = None) -> jax.Array:
-        """The stacked blocks (default ``self.transformer_blocks``; or any run of consecutive
-        layers of the same structure, as the offload runner passes them) over the residual stream
-        ``x`` ``(B, L', D)``, with one scan. Returns ``(B, L', D)`` in the residual dtype."""
-        blocks = self.transformer_blocks if blocks is None else blocks
-        return scan_layers(blocks, x, lambda block, h: block(h, inputs))
+        return self.stream(x), CosmosBlockInputs(context, emb, temb, rope, pos, valid_length, n_tok, grid)
 
     def head(self, x: jax.Array, inputs: CosmosBlockInputs) -> jax.Array:
         """Everything after the blocks: drop the padding, AdaLN-LoRA output norm, ``proj_out``,
@@ -431,18 +352,9 @@ class CosmosTransformer3DModel(nnx.Module):
         cfg = self.config
         name = type(self).__name__
         c_x = cfg.in_channels - (1 if condition_mask is not None else 0)
-        if x.ndim != 5 or x.shape[-1] != c_x:
-            with_mask = " (in_channels - 1: the condition mask brings the last)" if condition_mask is not None else ""
-            raise InputError(
-                f"{name}: hidden_states must be (B, T, H, W, C={c_x}){with_mask} channels-last; got shape "
-                f"{tuple(x.shape)}."
-            )
+        with_mask = " (in_channels - 1: the condition mask brings the last)" if condition_mask is not None else ""
+        grid = self.check_latents(x, c_x, tuple(cfg.patch_size), with_mask)
         b, t, h, w, _ = x.shape
-        if any(n % q for n, q in zip((t, h, w), cfg.patch_size)):
-            raise InputError(
-                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by patch_size={tuple(cfg.patch_size)}."
-            )
-        grid = (t // cfg.patch_size[0], h // cfg.patch_size[1], w // cfg.patch_size[2])
         if cfg.extra_pos_embed_type == "learnable" and any(g > m for g, m in zip(grid, cfg.patch_grid_max)):
             raise InputError(
                 f"{name}: the patch grid {grid} exceeds the learnable position tables {cfg.patch_grid_max} "
@@ -473,8 +385,5 @@ class CosmosTransformer3DModel(nnx.Module):
                 f"{name}: timestep must be (B,)=({b},), or one per latent frame (B, T)=({b}, {t}) or "
                 f"(B, 1, T, 1, 1); got {shape}."
             )
-        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.context_dim:
-            raise InputError(
-                f"{name}: encoder_hidden_states must be (B={b}, L_txt, {cfg.context_dim}); got {tuple(text.shape)}."
-            )
+        self.check_text(text, b, cfg.context_dim, "")
         return grid, ts

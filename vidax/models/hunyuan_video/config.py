@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, check_positive_ints, check_vae_blocks
+from vidax.config import ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
@@ -26,7 +26,7 @@ REFINER_MLP_RATIO = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
-class HunyuanVideoTransformerConfig(ConfigBase):
+class HunyuanVideoTransformerConfig(TransformerConfig):
     """Settings of ``diffusers.HunyuanVideoTransformer3DModel`` (0.42.1), with its defaults.
 
     Every field is implemented: text-to-video with the embedded guidance (``guidance_embeds``),
@@ -76,16 +76,6 @@ class HunyuanVideoTransformerConfig(ConfigBase):
     image_condition_type: str | None = None
 
     @property
-    def inner_dim(self) -> int:
-        """Model width D = num_attention_heads * attention_head_dim."""
-        return self.num_attention_heads * self.attention_head_dim
-
-    @property
-    def out_dim(self) -> int:
-        """Output latent channels (``out_channels or in_channels``)."""
-        return self.out_channels or self.in_channels
-
-    @property
     def mlp_dim(self) -> int:
         """Hidden width of the blocks' feed-forward networks, ``int(D * mlp_ratio)``."""
         return int(self.inner_dim * self.mlp_ratio)
@@ -107,21 +97,14 @@ class HunyuanVideoTransformerConfig(ConfigBase):
 
     def validate(self, source: str) -> None:
         def bad(key, value, want):
-            raise ConfigError(
-                f"{source}: {key}={value!r} is not valid for HunyuanVideoTransformerConfig; {want}."
-            )
+            self.invalid(source, key, value, want)
 
-        positive = ("in_channels", "num_attention_heads", "attention_head_dim", "num_layers",
-                    "num_single_layers", "num_refiner_layers", "patch_size", "patch_size_t",
-                    "text_embed_dim", "pooled_projection_dim")
-        for key in positive:
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                bad(key, value, "expected a positive int")
-        if self.out_channels is not None and (
-                not isinstance(self.out_channels, int) or isinstance(self.out_channels, bool)
-                or self.out_channels < 1):
-            bad("out_channels", self.out_channels, "expected a positive int or null")
+        self.check_positive(
+            source,
+            ("in_channels", "num_attention_heads", "attention_head_dim", "num_layers", "num_single_layers",
+             "num_refiner_layers", "patch_size", "patch_size_t", "text_embed_dim", "pooled_projection_dim"),
+            nullable=("out_channels",),
+        )
         if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
             bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
         if self.qk_norm != "rms_norm":

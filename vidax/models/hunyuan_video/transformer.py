@@ -55,8 +55,6 @@ and loader are in :mod:`vidax.models.hunyuan_video.convert`.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -64,28 +62,20 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
 from vidax.models.hunyuan_video.rope import hunyuan_rope
 from vidax.nn.attention import SegmentIds
 from vidax.nn.layers import (
-    FeedForward,
-    Identity,
-    LayerNorm,
-    PatchEmbedding,
-    TextProjection,
-    TimestepEmbedding,
-    linear,
-    timestep_sinusoid,
-    unpatchify_channels_first,
+    FeedForward, Identity, LayerNorm, PatchEmbedding, TextProjection, TimestepEmbedding, linear,
+    timestep_sinusoid, unpatchify_channels_first,
 )
-from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.mesh import check_heads
+from vidax.nn.stack import stacked
 from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import pad_tokens, padded_length
+from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
-_TOKENS = ("batch", "seq", "embed")
 _EPS = 1e-6  # every LayerNorm / RMSNorm of the model
 
 
@@ -315,11 +305,9 @@ class SingleStreamBlock(nnx.Module):
 # Model
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@block_inputs
 class HunyuanBlockInputs:
-    """What the blocks and the head read besides the residual stream (from
-    :meth:`HunyuanVideoTransformer3DModel.embed`); a pytree whose array fields are traced.
+    """What the blocks and the head read (from :meth:`HunyuanVideoTransformer3DModel.embed`).
 
     Attributes:
         temb: conditioning ``(B, D)`` float32 (timestep + guidance + pooled text).
@@ -337,80 +325,48 @@ class HunyuanBlockInputs:
     rope: tuple
     segments: SegmentIds
     first: jax.Array | None
-    n_vid: int = dataclasses.field(metadata=dict(static=True))
-    grid: tuple = dataclasses.field(metadata=dict(static=True))
+    n_vid: int = static()
+    grid: tuple = static()
 
 
-class HunyuanVideoTransformer3DModel(nnx.Module):
+class HunyuanVideoTransformer3DModel(DiffusionTransformer):
     """The HunyuanVideo 1.0 diffusion transformer; follows ``diffusers.HunyuanVideoTransformer3DModel``.
 
-    Args:
-        config: the checkpoint's :class:`HunyuanVideoTransformerConfig`.
-        dtype: compute dtype of the matmuls (float32 or bfloat16).
-        param_dtype: initial parameter dtype (the loader replaces them per its policy).
-        residual_dtype: dtype of the residual streams (video, text; refiner); ``None`` = ``dtype``.
-        attention: implementation for :func:`vidax.nn.attention.dot_product_attention` of the
-            joint attention (the token refiner always materialises its short ``L_txt²`` scores).
-        rngs: initialisation randomness (unused when built by the loader).
-        mesh: ``(data, tensor, sequence)`` mesh or None; see the module docstring.
-
-    Raises:
-        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
-
-    Call ``model(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
-    pooled_projections, guidance=None)`` (see :meth:`__call__`).
+    Constructor arguments and errors as :class:`~vidax.blocks.transformer.DiffusionTransformer`
+    (config: the checkpoint's :class:`HunyuanVideoTransformerConfig`; ``residual_dtype`` is that of
+    the video, text and refiner streams; ``attention`` is the joint attention's: the token
+    refiner always materialises its short ``L_txt²`` scores). Two block stacks run in turn over
+    the pair of streams ``(video, text)``. Call ``model(hidden_states, timestep,
+    encoder_hidden_states, encoder_attention_mask, pooled_projections, guidance=None)`` (see
+    :meth:`embed`).
     """
 
-    #: The stacked layers, in the order they run (what block streaming and the staging plan count).
     block_stacks = ("transformer_blocks", "single_transformer_blocks")
 
-    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
-    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
-    def __init__(
-        self,
-        config: HunyuanVideoTransformerConfig,
-        *,
-        dtype: Any = _F32,
-        param_dtype: Any = _F32,
-        residual_dtype: Any = _F32,
-        attention: str = "auto",
-        rngs: nnx.Rngs,
-        mesh: jax.sharding.Mesh | None = None,
-    ):
-        cfg = config
-        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
-        self.config = cfg
-        self.mesh = mesh
-        self.dtype = dtype
-        self.residual_dtype = residual_dtype
+    def build(self, cfg: HunyuanVideoTransformerConfig, param_dtype, attention, rngs):
+        dtype = self.dtype
         d = cfg.inner_dim
         self.x_embedder = nnx.Dict(proj=PatchEmbedding(cfg.patch, cfg.in_channels, d, dtype, param_dtype, rngs))
-        self.context_embedder = TokenRefiner(cfg, dtype, residual_dtype, param_dtype, rngs)
+        self.context_embedder = TokenRefiner(cfg, dtype, self.residual_dtype, param_dtype, rngs)
         self.time_text_embed = ConditionEmbedding(
             d, cfg.pooled_projection_dim, cfg.guidance_embeds, cfg.token_replace, dtype, param_dtype, rngs
         )
         self.transformer_blocks = stacked(
-            lambda r: DoubleStreamBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            lambda r: DoubleStreamBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers, rngs,
         )
         self.single_transformer_blocks = stacked(
-            lambda r: SingleStreamBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            lambda r: SingleStreamBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_single_layers, rngs,
         )
         # diffusers AdaLayerNormContinuous(elementwise_affine=False, eps=1e-6): scale, shift (scale first).
         self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS)
         self.proj_out = linear(d, cfg.out_dim * cfg.patch_size_t * cfg.patch_size**2, dtype, param_dtype, rngs)
 
-    def __call__(
-        self,
-        hidden_states: jax.Array,
-        timestep: jax.Array,
-        encoder_hidden_states: jax.Array,
-        encoder_attention_mask: jax.Array,
-        pooled_projections: jax.Array,
-        guidance: jax.Array | None = None,
-    ) -> jax.Array:
-        """Predict the flow (velocity) for noisy latents.
+    def embed(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, pooled_projections,
+              guidance=None) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
+        """Everything before the blocks: RoPE, conditioning, patch embedding, token refiner, the
+        joint-attention segment ids.
 
         Args:
             hidden_states: latents ``(B, T, H, W, C_in)`` channels-last (the reference takes
@@ -426,33 +382,19 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
                 pipeline passes it; required iff ``guidance_embeds``.
 
         Returns:
+            ``((video (B, L', D), text (B, L_txt', D)), inputs)``: the residual streams in the
+            residual dtype (each padded to a multiple of the mesh's ``sequence`` axis) and the
+            :class:`HunyuanBlockInputs`. The model call returns the flow
             ``(B, T, H, W, out_channels)`` in the compute dtype.
 
         Raises:
             InputError: shapes that do not fit the config, a missing or unexpected ``guidance``.
         """
-        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
-                               pooled_projections, guidance)
-        return self.head(self.run_blocks(x, inputs), inputs)
-
-    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
-    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
-
-    def embed(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, pooled_projections,
-              guidance=None) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
-        """Everything before the blocks: RoPE, conditioning, patch embedding, token refiner, the
-        joint-attention segment ids. Arguments as :meth:`__call__`.
-
-        Returns:
-            ``((video (B, L', D), text (B, L_txt', D)), inputs)``: the residual streams in the
-            residual dtype (each padded to a multiple of the mesh's ``sequence`` axis) and the
-            :class:`HunyuanBlockInputs`.
-        """
         cfg = self.config
         grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
                                   pooled_projections, guidance)
         b = hidden_states.shape[0]
-        res = self.residual_dtype or self.dtype
+        res = self.res_dtype
         timestep = jnp.reshape(timestep, (b,))
         temb, tr_emb = self.time_text_embed(timestep, pooled_projections,
                                             None if guidance is None else jnp.reshape(guidance, (b,)))
@@ -460,9 +402,8 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
         txt = self.context_embedder(encoder_hidden_states, timestep, encoder_attention_mask)
 
         n_vid, n_txt = vid.shape[1], txt.shape[1]
-        lv, lt = padded_length(n_vid, self.mesh), padded_length(n_txt, self.mesh)
-        vid = constrain(pad_tokens(vid, lv), _TOKENS, self.mesh)
-        txt = constrain(pad_tokens(txt, lt), _TOKENS, self.mesh)
+        (lv, _), (lt, _) = self.sequence_length(n_vid), self.sequence_length(n_txt)
+        vid, txt = self.stream(pad_tokens(vid, lv)), self.stream(pad_tokens(txt, lt))
         rope = tuple(pad_tokens(r, lv, axis=0) for r in hunyuan_rope(cfg, grid))
         text_len = (encoder_attention_mask != 0).sum(axis=1).astype(jnp.int32)  # (B,)
         if lv == n_vid:  # real tokens are a prefix of [video; text]: the padding form
@@ -478,25 +419,6 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
             first = (jnp.arange(lv) < grid[1] * grid[2])[:, None]
         return (vid, txt), HunyuanBlockInputs(temb, tr_emb, rope, segments, first, n_vid, grid)
 
-    def run_blocks(self, x, inputs: HunyuanBlockInputs, blocks: nnx.Module | None = None,
-                   stack: str | None = None) -> tuple[jax.Array, jax.Array]:
-        """Stack ``stack`` (``"transformer_blocks"`` or ``"single_transformer_blocks"``; its own
-        layers, or the run of consecutive layers ``blocks`` of it, as the offload runner passes
-        them), or both stacks in order when ``stack`` is None, each with one scan over the pair
-        ``x = (video, text)``. Returns the pair, same shapes, in the residual dtype."""
-        if stack is not None and stack not in self.block_stacks:
-            raise InputError(f"{type(self).__name__}.run_blocks: stack={stack!r}; valid: {self.block_stacks}.")
-        if blocks is not None and stack is None:
-            raise InputError(f"{type(self).__name__}.run_blocks: blocks= needs stack= (one of {self.block_stacks}).")
-
-        def body(block, h):
-            vid, txt = block(h, inputs)
-            return constrain(vid, _TOKENS, self.mesh), constrain(txt, _TOKENS, self.mesh)
-
-        for name in self.block_stacks if stack is None else (stack,):
-            x = scan_layers(getattr(self, name) if blocks is None else blocks, tuple(x), body)
-        return x
-
     def head(self, x, inputs: HunyuanBlockInputs) -> jax.Array:
         """Everything after the blocks: the real video tokens, ``norm_out``, ``proj_out``,
         unpatchify (features ``(C, p_t, p, p)``) -> ``(B, T, H, W, C_out)`` in the compute dtype."""
@@ -509,25 +431,12 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
     def _check_inputs(self, x, timestep, text, mask, pooled, guidance) -> tuple[int, int, int]:
         cfg = self.config
         name = type(self).__name__
-        if x.ndim != 5 or x.shape[-1] != cfg.in_channels:
-            raise InputError(
-                f"{name}: hidden_states must be (B, T, H, W, C={cfg.in_channels}) channels-last; "
-                f"got shape {tuple(x.shape)}."
-            )
-        b, t, h, w, _ = x.shape
         pt, p = cfg.patch_size_t, cfg.patch_size
-        if t % pt or h % p or w % p:
-            raise InputError(
-                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by "
-                f"(patch_size_t, patch_size, patch_size)={(pt, p, p)}."
-            )
+        grid = self.check_latents(x, cfg.in_channels, (pt, p, p), patch_name="(patch_size_t, patch_size, patch_size)")
+        b = x.shape[0]
         if tuple(jnp.shape(timestep)) not in ((b,), ()):
             raise InputError(f"{name}: timestep must have shape (B,)=({b},); got {tuple(jnp.shape(timestep))}.")
-        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.text_embed_dim:
-            raise InputError(
-                f"{name}: encoder_hidden_states must be (B={b}, L_txt, text_embed_dim={cfg.text_embed_dim}); "
-                f"got {tuple(text.shape)}."
-            )
+        self.check_text(text, b, cfg.text_embed_dim, "text_embed_dim=")
         if tuple(mask.shape) != tuple(text.shape[:2]):
             raise InputError(
                 f"{name}: encoder_attention_mask must be (B, L_txt)={tuple(text.shape[:2])}; got {tuple(mask.shape)}."
@@ -546,4 +455,4 @@ class HunyuanVideoTransformer3DModel(nnx.Module):
             raise InputError(f"{name}: guidance was given but this model has no guidance embedder (guidance_embeds=false).")
         if guidance is not None and tuple(jnp.shape(guidance)) not in ((b,), ()):
             raise InputError(f"{name}: guidance must have shape (B,)=({b},); got {tuple(jnp.shape(guidance))}.")
-        return t // pt, h // p, w // p
+        return grid

@@ -74,7 +74,7 @@ from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, Identity, linear
-from vidax.nn.tiling import blend, tiled
+from vidax.nn.tiling import blend, check_tiling_fields, tiled
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"``."""
@@ -130,13 +130,7 @@ class HunyuanVideoTiling:
     def check(self, spatial: int, temporal: int) -> None:
         """Raise InputError unless every size is a positive integer, every stride at most its tile,
         and the latent tiles / strides (``// spatial``, ``// temporal``) are at least 1."""
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name.startswith("use_"):
-                if not isinstance(v, bool):
-                    raise InputError(f"tiling {f.name}={v!r} must be True or False")
-            elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"tiling {f.name}={v!r} must be a positive integer")
+        check_tiling_fields(self, "tiling ")
         for axis, ratio in (("height", spatial), ("width", spatial), ("num_frames", temporal)):
             tile = getattr(self, f"tile_sample_min_{axis}")
             stride = getattr(self, f"tile_sample_stride_{axis}")

@@ -9,7 +9,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase
+from vidax.config import ConfigBase, TransformerConfig
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
@@ -22,7 +22,7 @@ LTX_FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
 
 
 @dataclasses.dataclass(frozen=True)
-class LTXTransformerConfig(ConfigBase):
+class LTXTransformerConfig(TransformerConfig):
     """Settings of ``diffusers.LTXVideoTransformer3DModel`` (diffusers 0.42.1
     ``models/transformers/transformer_ltx.py``), with its ``__init__`` defaults.
 
@@ -70,32 +70,16 @@ class LTXTransformerConfig(ConfigBase):
     attention_bias: bool = True
     attention_out_bias: bool = True
 
-    @property
-    def inner_dim(self) -> int:
-        """Model width D = num_attention_heads * attention_head_dim."""
-        return self.num_attention_heads * self.attention_head_dim
-
-    @property
-    def out_dim(self) -> int:
-        """Output channels (``out_channels or in_channels`` as in the reference)."""
-        return self.out_channels or self.in_channels
-
     def validate(self, source: str) -> None:
         def bad(key, value, want):
-            raise ConfigError(f"{source}: {key}={value!r} is not valid for LTXTransformerConfig; {want}.")
+            self.invalid(source, key, value, want)
 
-        positive = (
-            "in_channels", "patch_size", "patch_size_t", "num_attention_heads", "attention_head_dim",
-            "cross_attention_dim", "num_layers", "caption_channels",
+        self.check_positive(
+            source,
+            ("in_channels", "patch_size", "patch_size_t", "num_attention_heads", "attention_head_dim",
+             "cross_attention_dim", "num_layers", "caption_channels"),
+            nullable=("out_channels",),
         )
-        for key in positive:
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                bad(key, value, "expected a positive int")
-        if self.out_channels is not None and (
-            not isinstance(self.out_channels, int) or isinstance(self.out_channels, bool) or self.out_channels < 1
-        ):
-            bad("out_channels", self.out_channels, "expected a positive int or null")
         if self.activation_fn not in LTX_FFN_ACTIVATIONS:
             bad("activation_fn", self.activation_fn, f"vidax implements {sorted(LTX_FFN_ACTIVATIONS)}")
         if self.qk_norm != "rms_norm_across_heads":

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -55,32 +55,19 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNormSingle, gated_add, modulate, table_modulation
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTX_FFN_ACTIVATIONS, LTXTransformerConfig
 from vidax.models.ltx.rope import grid_coords, ltx_rope, video_coords_to_grid
-from vidax.nn.layers import (
-    FeedForward,
-    LayerNorm,
-    TextProjection,
-    linear,
-)
-from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.mesh import check_heads
-from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import pad_tokens, padded_length
+from vidax.nn.layers import FeedForward, LayerNorm, TextProjection, linear, rms_norm
+from vidax.nn.stack import stacked
+from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
-_TOKENS = ("batch", "seq", "embed")
 #: ``LTXAttention``'s q / k RMSNorm epsilon (fixed in the reference, not ``norm_eps``).
 QK_NORM_EPS = 1e-5
 #: ``norm_out``'s epsilon (fixed in the reference).
 OUT_NORM_EPS = 1e-6
-
-
-def _rms_norm(x: jax.Array, eps: float, out_dtype) -> jax.Array:
-    """diffusers ``RMSNorm(elementwise_affine=False)``: ``x / sqrt(mean(x²) + eps)``, in float32."""
-    x32 = x.astype(_F32)
-    return (x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + eps)).astype(out_dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,21 +114,19 @@ class LTXVideoTransformerBlock(nnx.Module):
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table_modulation(
             self.scale_shift_table[...], mod)
 
-        h = modulate(_rms_norm(x, self.eps, _F32), shift_msa, scale_msa, self.dtype)
+        h = modulate(rms_norm(x, self.eps, _F32), shift_msa, scale_msa, self.dtype)
         x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
 
         a = self.attn2(x.astype(self.dtype), context, mask=AttentionMask(kv_mask=kv_mask))
         x = gated_add(x, a, None, res_dtype)
 
-        h = modulate(_rms_norm(x, self.eps, _F32), shift_mlp, scale_mlp, self.dtype)
+        h = modulate(rms_norm(x, self.eps, _F32), shift_mlp, scale_mlp, self.dtype)
         return gated_add(x, self.ff(h), gate_mlp, res_dtype)
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@block_inputs
 class LTXBlockInputs:
-    """What the blocks and the head read besides the residual stream (from
-    :meth:`LTXVideoTransformer3DModel.embed`); a pytree whose array fields are traced.
+    """What the blocks and the head read (from :meth:`LTXVideoTransformer3DModel.embed`).
 
     Attributes:
         context: projected text ``(B, L, D)``, compute dtype.
@@ -158,74 +143,40 @@ class LTXBlockInputs:
     mod: jax.Array
     rope: tuple
     temb: jax.Array
-    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
-    n_tok: int = dataclasses.field(metadata=dict(static=True))
+    valid_length: int | None = static()
+    n_tok: int = static()
 
 
 # ---------------------------------------------------------------------------------------------
 # Model
 
 
-class LTXVideoTransformer3DModel(nnx.Module):
+class LTXVideoTransformer3DModel(DiffusionTransformer):
     """The LTX-Video 0.9.x denoising transformer; follows ``diffusers.LTXVideoTransformer3DModel``.
 
-    Args:
-        config: the checkpoint's :class:`~vidax.models.ltx.config.LTXTransformerConfig`.
-        dtype: compute dtype of the matmuls (float32 or bfloat16 / float16).
-        param_dtype: initial dtype of the parameters (the loader replaces them with the dtype of
-            its :class:`~vidax.weights.loader.DtypePolicy`).
-        residual_dtype: dtype of the residual stream between operations; ``None`` = ``dtype``
-            (the reference's behaviour in bf16). See the module docstring.
-        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
-        rngs: initialisation randomness (unused when built by the loader).
-        mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`) or None (single device):
-            batch over ``data``, Megatron tensor parallelism over ``tensor``, Ulysses sequence
-            parallelism over ``sequence`` (tokens padded to a multiple of it and masked).
-
-    Raises:
-        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
-
-    Call ``model(hidden_states, encoder_hidden_states, timestep, encoder_attention_mask,
-    num_frames, height, width, rope_interpolation_scale=None, video_coords=None)`` (see
-    :meth:`__call__`).
+    Constructor arguments and errors as :class:`~vidax.blocks.transformer.DiffusionTransformer`
+    (config: the checkpoint's :class:`~vidax.models.ltx.config.LTXTransformerConfig`). Call
+    ``model(hidden_states, encoder_hidden_states, timestep, encoder_attention_mask, num_frames,
+    height, width, rope_interpolation_scale=None, video_coords=None)`` (see :meth:`embed`).
     """
 
-    #: The stacked layers (what block streaming and the staging plan count).
     block_stacks = ("transformer_blocks",)
 
-    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
-    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
-    def __init__(
-        self,
-        config: LTXTransformerConfig,
-        *,
-        dtype: Any = _F32,
-        param_dtype: Any = _F32,
-        residual_dtype: Any = _F32,
-        attention: str = "auto",
-        rngs: nnx.Rngs,
-        mesh: jax.sharding.Mesh | None = None,
-    ):
-        cfg = config
-        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
-        self.config = cfg
-        self.mesh = mesh
-        self.dtype = dtype
-        self.residual_dtype = residual_dtype
-        d = cfg.inner_dim
+    def build(self, cfg: LTXTransformerConfig, param_dtype, attention, rngs):
+        dtype, d = self.dtype, cfg.inner_dim
         self.proj_in = linear(cfg.in_channels, d, dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (2, d), _F32) / math.sqrt(d))
         self.time_embed = AdaLayerNormSingle(d, 6, dtype, param_dtype, rngs)
         self.caption_projection = TextProjection(cfg.caption_channels, d, dtype, param_dtype, rngs)
         self.transformer_blocks = stacked(
-            lambda r: LTXVideoTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            lambda r: LTXVideoTransformerBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers,
             rngs,
         )
         self.norm_out = LayerNorm(d, OUT_NORM_EPS, False)
         self.proj_out = linear(d, cfg.out_dim, dtype, param_dtype, rngs)
 
-    def __call__(
+    def embed(
         self,
         hidden_states: jax.Array,
         encoder_hidden_states: jax.Array,
@@ -236,8 +187,8 @@ class LTXVideoTransformer3DModel(nnx.Module):
         width: int | None = None,
         rope_interpolation_scale: Sequence | None = None,
         video_coords: jax.Array | None = None,
-    ) -> jax.Array:
-        """Predict the flow (velocity) of packed latent tokens.
+    ) -> tuple[jax.Array, LTXBlockInputs]:
+        """Everything before the blocks: ``proj_in``, timestep / caption embeddings, RoPE, mask.
 
         Args:
             hidden_states: packed latents ``(B, N, C_in)``, tokens in frame, row, column order
@@ -258,37 +209,10 @@ class LTXVideoTransformer3DModel(nnx.Module):
                 and column in pixels; ``LTXConditionPipeline``), or None.
 
         Returns:
-            ``(B, N, C_out)`` in the compute dtype.
-
-        Raises:
-            InputError: shapes that do not fit the config or each other.
-        """
-        x, inputs = self.embed(
-            hidden_states, encoder_hidden_states, timestep, encoder_attention_mask, num_frames, height, width,
-            rope_interpolation_scale, video_coords,
-        )
-        return self.head(self.run_blocks(x, inputs), inputs)
-
-    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
-    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
-
-    def embed(
-        self,
-        hidden_states: jax.Array,
-        encoder_hidden_states: jax.Array,
-        timestep: jax.Array,
-        encoder_attention_mask: jax.Array | None = None,
-        num_frames: int | None = None,
-        height: int | None = None,
-        width: int | None = None,
-        rope_interpolation_scale: Sequence | None = None,
-        video_coords: jax.Array | None = None,
-    ) -> tuple[jax.Array, LTXBlockInputs]:
-        """Everything before the blocks: ``proj_in``, timestep / caption embeddings, RoPE, mask.
-
-        Arguments as :meth:`__call__`. Returns the residual stream ``(B, N', D)`` in the residual
-        dtype (``N'``: the tokens padded to a multiple of the mesh's ``sequence`` axis) and the
-        :class:`LTXBlockInputs` every block and :meth:`head` read.
+            The residual stream ``(B, N', D)`` in the residual dtype (``N'``: the tokens padded
+            to a multiple of the mesh's ``sequence`` axis) and the :class:`LTXBlockInputs` every
+            block and :meth:`head` read. The model call returns the flow ``(B, N, C_out)`` in
+            the compute dtype.
 
         Raises:
             InputError: shapes that do not fit the config or each other.
@@ -316,27 +240,17 @@ class LTXVideoTransformer3DModel(nnx.Module):
 
         # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
         # sequence axis; the padded keys are masked, the padded outputs dropped in head().
-        length = padded_length(n_tok, self.mesh)
-        valid_length = n_tok if length != n_tok else None
+        length, valid_length = self.sequence_length(n_tok)
         x = pad_tokens(x, length)
         rope = tuple(pad_tokens(r, length) for r in rope)
         if mod.shape[1] > 1:
             mod = pad_tokens(mod, length)
 
-        x = constrain(x.astype(self.residual_dtype or self.dtype), _TOKENS, self.mesh)
-        return x, LTXBlockInputs(context, kv_mask, mod, rope, temb, valid_length, n_tok)
+        return self.stream(x), LTXBlockInputs(context, kv_mask, mod, rope, temb, valid_length, n_tok)
 
-    def run_blocks(self, x: jax.Array, inputs: LTXBlockInputs, blocks: nnx.Module | None = None) -> jax.Array:
-        """The stacked blocks (default ``self.transformer_blocks``; or any run of consecutive
-        layers of the same structure, as the offload runner passes them) over the residual
-        stream ``x`` ``(B, N', D)``, with one scan. Returns ``(B, N', D)`` in the residual dtype."""
-        blocks = self.transformer_blocks if blocks is None else blocks
+    def run_block(self, block: LTXVideoTransformerBlock, x: jax.Array, inputs: LTXBlockInputs) -> jax.Array:
         i = inputs
-        return scan_layers(
-            blocks, x,
-            lambda block, h: constrain(block(h, i.context, i.kv_mask, i.mod, i.rope, i.valid_length),
-                                       _TOKENS, self.mesh),
-        )
+        return block(x, i.context, i.kv_mask, i.mod, i.rope, i.valid_length)
 
     def head(self, x: jax.Array, inputs: LTXBlockInputs) -> jax.Array:
         """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``.
@@ -360,11 +274,7 @@ class LTXVideoTransformer3DModel(nnx.Module):
                 f"{name}: timestep must have shape (B,)=({b},), (B, 1) or (B, N)=({b}, {n_tok}) (one per "
                 f"token); got {tuple(timestep.shape)}."
             )
-        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.caption_channels:
-            raise InputError(
-                f"{name}: encoder_hidden_states must be (B={b}, L, caption_channels={cfg.caption_channels}); "
-                f"got {tuple(text.shape)}."
-            )
+        self.check_text(text, b, cfg.caption_channels, "caption_channels=", "L")
         if mask is not None and tuple(mask.shape) != tuple(text.shape[:2]):
             raise InputError(
                 f"{name}: encoder_attention_mask must be (B, L)={tuple(text.shape[:2])} like "

@@ -60,11 +60,11 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTXVAEConfig
 from vidax.nn.inputs import check_video_array
-from vidax.nn.layers import Conv, LayerNorm, PixArtTimestepEmbedding
+from vidax.nn.layers import Conv, LayerNorm, PixArtTimestepEmbedding, rms_norm
 from vidax.nn import tiling as tile_loop
 
 _F32 = jnp.float32
-_RMS_EPS = 1e-8  # every RMSNorm of the reference VAE
+_RMS_EPS = 1e-8  # every RMSNorm of the reference VAE (``RMSNorm(eps=1e-8, elementwise_affine=False)``)
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"``."""
@@ -104,13 +104,7 @@ class LTXTiling:
 
     def check(self, config: LTXVAEConfig) -> None:
         """Raises InputError when a size is not a positive integer or a latent stride is 0."""
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("spatial", "temporal"):
-                if not isinstance(v, bool):
-                    raise InputError(f"LTXTiling.{f.name}={v!r} must be True or False")
-            elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"LTXTiling.{f.name}={v!r} must be a positive integer")
+        tile_loop.check_tiling_fields(self, "LTXTiling.")
         s, t = config.spatial_compression, config.temporal_compression
         for name, v, k in (("tile_sample_stride_height", self.tile_sample_stride_height, s),
                            ("tile_sample_stride_width", self.tile_sample_stride_width, s),
@@ -126,13 +120,6 @@ class LTXTiling:
 # --------------------------------------------------------------------------------------------
 # Layers
 # --------------------------------------------------------------------------------------------
-
-
-def _rms(x: jax.Array) -> jax.Array:
-    """``RMSNorm(eps=1e-8, elementwise_affine=False)`` over channels, statistics in float32."""
-    x32 = x.astype(_F32)
-    y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axis=-1, keepdims=True) + _RMS_EPS)
-    return y.astype(x.dtype)
 
 
 class _Noise:
@@ -219,7 +206,7 @@ class LTXVideoResnetBlock3d(nnx.Module):
         return h + draw[None, None, :, :, None] * scale[...].reshape(-1).astype(h.dtype)
 
     def __call__(self, x: jax.Array, temb: jax.Array | None, noise: _Noise) -> jax.Array:
-        h = _rms(x)
+        h = rms_norm(x, _RMS_EPS, x.dtype)
         if self.scale_shift_table is not None:
             t = temb.reshape(temb.shape[0], 4, -1) + self.scale_shift_table[...].astype(_F32)
             shift1, scale1, shift2, scale2 = (t[:, i, None, None, None, :].astype(h.dtype) for i in range(4))
@@ -227,7 +214,7 @@ class LTXVideoResnetBlock3d(nnx.Module):
         h = self.conv1(jax.nn.silu(h))
         if self.per_channel_scale1 is not None:
             h = self._noise(h, self.per_channel_scale1, noise)
-        h = _rms(h)
+        h = rms_norm(h, _RMS_EPS, h.dtype)
         if self.scale_shift_table is not None:
             h = h * (1 + scale2) + shift2
         h = self.conv2(jax.nn.silu(h))
@@ -404,7 +391,7 @@ class LTXVideoEncoder3d(nnx.Module):
         for block in self.down_blocks:
             x = block(x, noise)
         x = self.mid_block(x, None, noise)
-        return self.conv_out(jax.nn.silu(_rms(x)))
+        return self.conv_out(jax.nn.silu(rms_norm(x, _RMS_EPS, x.dtype)))
 
 
 class LTXVideoDecoder3d(nnx.Module):
@@ -448,7 +435,7 @@ class LTXVideoDecoder3d(nnx.Module):
         x = self.mid_block(x, temb, noise)
         for block in self.up_blocks:
             x = block(x, temb, noise)
-        x = _rms(x)
+        x = rms_norm(x, _RMS_EPS, x.dtype)
         if self.time_embedder is not None:
             t = self.time_embedder(temb).reshape(temb.shape[0], 2, -1) + self.scale_shift_table[...].astype(_F32)
             shift, scale = (t[:, i, None, None, None, :].astype(x.dtype) for i in range(2))

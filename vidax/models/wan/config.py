@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Iterator, Mapping
 
 import numpy as np
 
-from vidax.config import ConfigBase
+from vidax.config import ConfigBase, TransformerConfig
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.checkpoint import TASK_NAMES
@@ -19,7 +19,7 @@ logger = logging.getLogger("vidax.pipeline")
 
 
 @dataclasses.dataclass(frozen=True)
-class WanTransformerConfig(ConfigBase):
+class WanTransformerConfig(TransformerConfig):
     """Settings of ``diffusers.WanTransformer3DModel``, with its ``__init__`` defaults.
 
     Every field is implemented: T2V (Wan2.1 1.3B / 14B, Wan2.2 A14B, TI2V-5B with per-token
@@ -70,16 +70,6 @@ class WanTransformerConfig(ConfigBase):
     pos_embed_seq_len: int | None = None
 
     @property
-    def inner_dim(self) -> int:
-        """Model width D = num_attention_heads * attention_head_dim."""
-        return self.num_attention_heads * self.attention_head_dim
-
-    @property
-    def out_dim(self) -> int:
-        """Output latent channels (``out_channels or in_channels`` as in the reference)."""
-        return self.out_channels or self.in_channels
-
-    @property
     def rope_split(self) -> tuple[int, int, int]:
         """Head-dim channels given to the (T, H, W) rotary axes, as ``WanRotaryPosEmbed``."""
         h = w = 2 * (self.attention_head_dim // 6)
@@ -87,23 +77,17 @@ class WanTransformerConfig(ConfigBase):
 
     def validate(self, source: str) -> None:
         def bad(key, value, want):
-            raise ConfigError(f"{source}: {key}={value!r} is not valid for WanTransformerConfig; {want}.")
+            self.invalid(source, key, value, want)
 
         p = self.patch_size
         if not (isinstance(p, tuple) and len(p) == 3 and all(isinstance(x, int) and x > 0 for x in p)):
             bad("patch_size", p, "expected three positive ints (p_t, p_h, p_w)")
-        positive = (
-            "num_attention_heads", "attention_head_dim", "in_channels", "text_dim", "freq_dim",
-            "ffn_dim", "num_layers", "rope_max_seq_len",
+        self.check_positive(
+            source,
+            ("num_attention_heads", "attention_head_dim", "in_channels", "text_dim", "freq_dim", "ffn_dim",
+             "num_layers", "rope_max_seq_len"),
+            nullable=("out_channels", "image_dim", "added_kv_proj_dim", "pos_embed_seq_len"),
         )
-        for key in positive:
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                bad(key, value, "expected a positive int")
-        for key in ("out_channels", "image_dim", "added_kv_proj_dim", "pos_embed_seq_len"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                bad(key, value, "expected a positive int or null")
         if self.freq_dim < 2:
             bad("freq_dim", self.freq_dim, "expected at least 2 (half of it are frequencies)")
         t, h, w = self.rope_split

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,23 +38,16 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import gated_add, modulate, table_modulation
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.rope import wan_rope
 from vidax.nn.layers import (
-    FeedForward,
-    LayerNorm,
-    PatchEmbedding,
-    TextProjection,
-    TimestepEmbedding,
-    linear,
-    timestep_sinusoid,
+    FeedForward, LayerNorm, PatchEmbedding, TextProjection, TimestepEmbedding, linear, timestep_sinusoid,
     unpatchify,
 )
-from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.mesh import check_heads
-from vidax.parallel.rules import constrain
-from vidax.parallel.ulysses import pad_tokens, padded_length
+from vidax.nn.stack import stacked
+from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
 
@@ -169,14 +161,10 @@ class WanTransformerBlock(nnx.Module):
         return gated_add(x, self.ffn(h), c_gate, res_dtype)
 
 
-_TOKENS = ("batch", "seq", "embed")
 
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@block_inputs
 class WanBlockInputs:
-    """What the blocks and the head read besides the residual stream (from
-    :meth:`WanTransformer3DModel.embed`); a pytree whose array fields are traced.
+    """What the blocks and the head read (from :meth:`WanTransformer3DModel.embed`).
 
     Attributes:
         context: text context ``(B, L_txt, D)`` (image tokens in front when the model has no
@@ -195,66 +183,31 @@ class WanBlockInputs:
     rope: tuple
     temb: jax.Array
     context_img: jax.Array | None
-    valid_length: int | None = dataclasses.field(metadata=dict(static=True))
-    n_tok: int = dataclasses.field(metadata=dict(static=True))
-    grid: tuple = dataclasses.field(metadata=dict(static=True))
+    valid_length: int | None = static()
+    n_tok: int = static()
+    grid: tuple = static()
 
 
 # ---------------------------------------------------------------------------------------------
 # Model
 
 
-class WanTransformer3DModel(nnx.Module):
+class WanTransformer3DModel(DiffusionTransformer):
     """The Wan diffusion transformer; follows ``diffusers.WanTransformer3DModel``.
 
-    Args:
-        config: the checkpoint's :class:`WanTransformerConfig`.
-        dtype: compute dtype of the matmuls (float32 or bfloat16 / float16).
-        param_dtype: initial dtype of the parameters (the loader replaces them with the dtype of
-            its :class:`DtypePolicy`).
-        residual_dtype: dtype of the residual stream between operations; ``None`` = ``dtype``
-            (diffusers' behaviour in bf16). See the module docstring.
-        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
-        rngs: initialisation randomness (unused when built by the loader).
-        mesh: ``(data, tensor, sequence)`` mesh (:mod:`vidax.parallel`) or None (single device):
-            batch over ``data``, Megatron tensor parallelism over ``tensor``, Ulysses sequence
-            parallelism over ``sequence`` (tokens padded to a multiple of it and masked).
-
-    Raises:
-        InputError: ``num_attention_heads`` does not divide by the mesh's ``tensor x sequence``.
-
-    Call ``model(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)``
-    (see :meth:`__call__`).
+    Constructor arguments and errors as :class:`~vidax.blocks.transformer.DiffusionTransformer`
+    (config: the checkpoint's :class:`WanTransformerConfig`). Call ``model(hidden_states,
+    timestep, encoder_hidden_states, encoder_hidden_states_image)`` (see :meth:`embed`).
     """
 
-    #: The stacked layers (what block streaming and the staging plan count).
     block_stacks = ("blocks",)
 
-    # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model
-    # builds it): config, then dtype / param_dtype / residual_dtype / attention / rngs / mesh.
-    def __init__(
-        self,
-        config: WanTransformerConfig,
-        *,
-        dtype: Any = _F32,
-        param_dtype: Any = _F32,
-        residual_dtype: Any = _F32,
-        attention: str = "auto",
-        rngs: nnx.Rngs,
-        mesh: jax.sharding.Mesh | None = None,
-    ):
-        cfg = config
-        check_heads(mesh, cfg.num_attention_heads, type(self).__name__)
-        self.config = cfg
-        self.mesh = mesh
-        self.dtype = dtype
-        self.residual_dtype = residual_dtype
-        d = cfg.inner_dim
-        p = tuple(cfg.patch_size)
+    def build(self, cfg: WanTransformerConfig, param_dtype, attention, rngs):
+        dtype, d, p = self.dtype, cfg.inner_dim, tuple(cfg.patch_size)
         self.patch_embedding = PatchEmbedding(p, cfg.in_channels, d, dtype, param_dtype, rngs)
         self.condition_embedder = WanTimeTextImageEmbedding(cfg, dtype, param_dtype, rngs)
         self.blocks = stacked(
-            lambda r: WanTransformerBlock(cfg, attention, dtype, residual_dtype, param_dtype, r, mesh),
+            lambda r: WanTransformerBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers,
             rngs,
         )
@@ -262,14 +215,14 @@ class WanTransformer3DModel(nnx.Module):
         self.proj_out = linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 2, d), _F32) / math.sqrt(d))
 
-    def __call__(
+    def embed(
         self,
         hidden_states: jax.Array,
         timestep: jax.Array,
         encoder_hidden_states: jax.Array,
         encoder_hidden_states_image: jax.Array | None = None,
-    ) -> jax.Array:
-        """Predict the flow (velocity) for noisy latents.
+    ) -> tuple[jax.Array, "WanBlockInputs"]:
+        """Everything before the blocks: patch embedding, time / text / image embeddings, RoPE.
 
         Args:
             hidden_states: latents ``(B, T, H, W, C_in)`` channels-last; T, H, W divisible by
@@ -284,29 +237,10 @@ class WanTransformer3DModel(nnx.Module):
                 any text length works.
 
         Returns:
-            ``(B, T, H, W, C_out)`` in the compute dtype.
-
-        Raises:
-            InputError: shapes that do not fit the config.
-        """
-        x, inputs = self.embed(hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image)
-        return self.head(self.run_blocks(x, inputs), inputs)
-
-    # The three stages of :meth:`__call__`, also run one by one when the blocks are streamed from
-    # host memory (:mod:`vidax.parallel.offload`): ``head(run_blocks(*embed(...)))``.
-
-    def embed(
-        self,
-        hidden_states: jax.Array,
-        timestep: jax.Array,
-        encoder_hidden_states: jax.Array,
-        encoder_hidden_states_image: jax.Array | None = None,
-    ) -> tuple[jax.Array, "WanBlockInputs"]:
-        """Everything before the blocks: patch embedding, time / text / image embeddings, RoPE.
-
-        Arguments as :meth:`__call__`. Returns the residual stream ``(B, L', D)`` in the residual
-        dtype (``L'``: the video tokens padded to a multiple of the mesh's ``sequence`` axis) and
-        the :class:`WanBlockInputs` every block and :meth:`head` read.
+            The residual stream ``(B, L', D)`` in the residual dtype (``L'``: the video tokens
+            padded to a multiple of the mesh's ``sequence`` axis) and the :class:`WanBlockInputs`
+            every block and :meth:`head` read. The model call returns ``(B, T, H, W, C_out)`` in
+            the compute dtype.
 
         Raises:
             InputError: shapes that do not fit the config.
@@ -324,8 +258,7 @@ class WanTransformer3DModel(nnx.Module):
         # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
         # sequence axis; the padded keys are masked, the padded outputs dropped in head().
         n_tok = x.shape[1]
-        length = padded_length(n_tok, self.mesh)
-        valid_length = n_tok if length != n_tok else None
+        length, valid_length = self.sequence_length(n_tok)
         x = pad_tokens(x, length)
         rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
         if mod.shape[1] > 1:
@@ -338,20 +271,11 @@ class WanTransformer3DModel(nnx.Module):
                 context = jnp.concatenate([context_img, context], axis=1)
                 context_img = None
 
-        x = constrain(x.astype(self.residual_dtype or self.dtype), _TOKENS, self.mesh)
-        return x, WanBlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid)
+        return self.stream(x), WanBlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid)
 
-    def run_blocks(self, x: jax.Array, inputs: "WanBlockInputs", blocks: nnx.Module | None = None) -> jax.Array:
-        """The stacked blocks (default ``self.blocks``; or any run of consecutive layers of the
-        same structure, as the offload runner passes them) over the residual stream ``x``
-        ``(B, L', D)``, with one scan. Returns ``(B, L', D)`` in the residual dtype."""
-        blocks = self.blocks if blocks is None else blocks
+    def run_block(self, block: WanTransformerBlock, x: jax.Array, inputs: "WanBlockInputs") -> jax.Array:
         i = inputs
-        return scan_layers(
-            blocks, x,
-            lambda block, h: constrain(block(h, i.context, i.mod, i.rope, i.context_img, i.valid_length),
-                                       _TOKENS, self.mesh),
-        )
+        return block(x, i.context, i.mod, i.rope, i.context_img, i.valid_length)
 
     def head(self, x: jax.Array, inputs: "WanBlockInputs") -> jax.Array:
         """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``,
@@ -365,29 +289,15 @@ class WanTransformer3DModel(nnx.Module):
     def _check_inputs(self, x, timestep, text, image) -> tuple[int, int, int]:
         cfg = self.config
         name = type(self).__name__
-        if x.ndim != 5 or x.shape[-1] != cfg.in_channels:
-            raise InputError(
-                f"{name}: hidden_states must be (B, T, H, W, C={cfg.in_channels}) channels-last; "
-                f"got shape {tuple(x.shape)}."
-            )
-        b, t, h, w, _ = x.shape
-        if any(n % q for n, q in zip((t, h, w), cfg.patch_size)):
-            raise InputError(
-                f"{name}: hidden_states (T, H, W)={(t, h, w)} must be divisible by "
-                f"patch_size={tuple(cfg.patch_size)}."
-            )
-        grid = (t // cfg.patch_size[0], h // cfg.patch_size[1], w // cfg.patch_size[2])
+        grid = self.check_latents(x, cfg.in_channels, tuple(cfg.patch_size))
+        b = x.shape[0]
         n_tok = math.prod(grid)
         if tuple(timestep.shape) not in ((b,), (b, n_tok)):
             raise InputError(
                 f"{name}: timestep must have shape (B,)=({b},) or (B, L)=({b}, {n_tok}) (one per "
                 f"token); got {tuple(timestep.shape)}."
             )
-        if text.ndim != 3 or text.shape[0] != b or text.shape[-1] != cfg.text_dim:
-            raise InputError(
-                f"{name}: encoder_hidden_states must be (B={b}, L, text_dim={cfg.text_dim}); got "
-                f"{tuple(text.shape)}."
-            )
+        self.check_text(text, b, cfg.text_dim, "text_dim=", "L")
         if image is not None:
             if cfg.image_dim is None:
                 raise InputError(
