@@ -128,7 +128,7 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
 
     from vidax.cli import app
     from vidax.errors import OutOfMemoryError
-    from vidax.pipelines.checkpoint import Checkpoint
+    from vidax.checkpoint import Checkpoint
     from vidax.pipelines.loading import pipeline_class
 
     # 2048 x 2048 x 4093 frames: ~600 GiB of decoded video alone, more than any host here.

@@ -268,7 +268,7 @@ def test_match_num_frames_as_reference():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(video=_input_video(4)), r"video= has 4 frame\(s\) but video2world with num_latent_conditional_frames=2 "
-                                  r"conditions on its last 5; give at least 5"),
+                                  r"conditions on its last 5; give a video of at least 5"),
     (dict(video=_input_video(1), num_latent_conditional_frames=1, num_frames=1), None),
     (dict(video=_input_video(), image=np.zeros((8, 8, 3), np.uint8)), "image= and video= are both given"),
     (dict(video=_input_video(), num_latent_conditional_frames=3), "num_latent_conditional_frames must be 1 or 2"),

@@ -56,6 +56,7 @@ class UpsampleCall:
     adain_factor: float
     tone_map_compression_ratio: float
     extra: Mapping[str, Any]
+    cancel: Any = None  # the shared decode asks it between chunks; this pipeline takes no cancel=
 
     @property
     def batch(self) -> int:
