@@ -148,6 +148,13 @@ class ComponentSpec:
 _TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER"}
 
 
+def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...]:
+    """The :class:`PipelineSpec` of each pipeline class a family folder's ``pipeline.py`` defines
+    under the diffusers class name it runs (``family_pipelines("vidax.models.wan", "WanPipeline",
+    ...)``)."""
+    return tuple(PipelineSpec(name, f"{package}.pipeline:{name}") for name in class_names)
+
+
 def family_component(package: str, kind: str, class_name: str, model: str, config: str, *,
                      key_configs: tuple[str, ...] = (), block_stacks: tuple[str, ...] = (),
                      key_rules: str | None = None) -> ComponentSpec:

@@ -31,12 +31,6 @@ class ToyVideoPipeline(VideoPipeline):
                        transformer_config=cfg, vae_config=vae)
 
     @classmethod
-    def latent_shape(cls, info, call):
-        v, s = info.vae_config, info.vae_config.spatial_compression
-        return (call.batch, v.z_dim, (call.num_frames - 1) // v.temporal_compression + 1, call.height // s,
-                call.width // s)
-
-    @classmethod
     def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
         return dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
                     scheduler=cls.load_component(info, "scheduler"),

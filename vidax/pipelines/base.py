@@ -452,8 +452,11 @@ class VideoPipeline:
 
     @classmethod
     def latent_shape(cls, info: CheckpointInfo, call: Call) -> tuple[int, ...]:
-        """Shape of the initial noise in the diffusers layout (:attr:`latents_layout`)."""
-        raise NotImplementedError
+        """Shape of the initial noise in the diffusers layout (:attr:`latents_layout`); by default
+        a causal video VAE's (:func:`video_latent_shape` of ``info.vae_config``'s
+        ``latent_channels``, ``temporal_compression`` and ``spatial_compression``)."""
+        v = info.vae_config
+        return video_latent_shape(call, v.latent_channels, v.temporal_compression, v.spatial_compression)
 
     @classmethod
     def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
@@ -571,13 +574,19 @@ class VideoPipeline:
     # ================================================================== configs only
     @classmethod
     def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
-        """The class that runs ``task`` on ``checkpoint`` (this one by default).
+        """The class that runs ``task`` on ``checkpoint`` (:meth:`class_for_task`).
 
         Raises:
             InputError: the checkpoint does not do ``task`` (the message says what it does).
         """
         info = cls.read_checkpoint(checkpoint)
         check_task(checkpoint.root, task, info.tasks, info.variant)
+        return cls.class_for_task(task)
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        """The family's class for ``task`` (``"t2v"``, ``"i2v"``, ...), a task the checkpoint does:
+        this one by default; a family with a class per task maps them."""
         return cls
 
     @classmethod
@@ -1211,6 +1220,24 @@ def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
                         f"({'; '.join(diff)}); every step must keep them")
 
 
+def frames_of_form(num_frames: int, k: int, reference: str) -> int:
+    """``num_frames`` rounded to the form ``k n + 1`` as diffusers' Wan and LTX pipelines round it
+    (``num_frames // k * k + 1``), with a warning naming ``reference``, the pipeline that does so."""
+    if num_frames % k == 1:
+        return num_frames
+    rounded = num_frames // k * k + 1
+    logger.warning("num_frames=%d is not of the form %dk+1; using %d, as diffusers' %s does",
+                   num_frames, k, rounded, reference)
+    return rounded
+
+
+def video_latent_shape(call: Call, channels: int, temporal: int, spatial: int) -> tuple[int, ...]:
+    """The initial noise of a causal video VAE's latents in the diffusers layout
+    ``(B, C, (F - 1) // temporal + 1, H // spatial, W // spatial)`` (Wan, Cosmos, HunyuanVideo)."""
+    return (call.batch, channels, (call.num_frames - 1) // temporal + 1, call.height // spatial,
+            call.width // spatial)
+
+
 def cfg_pair(do_cfg: bool, *xs: Any) -> tuple:
     """Each of ``xs`` (or None) doubled along the batch for the cond/uncond pair when ``do_cfg``."""
     if not do_cfg:
@@ -1249,5 +1276,5 @@ def as_list(value: Any) -> list:
 __all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
                           "ModelSize", "MemoryEstimate", "run_size_estimate", "run_memory_estimate", "MAX_SEED",
                           "tokenizer_token_limit", "text_encoder_positions",
-                          "SHARED_CALL_ARGS", "cfg_pair", "prompt_texts", "text_truncation", "finite_array",
+                          "SHARED_CALL_ARGS", "frames_of_form", "video_latent_shape", "cfg_pair", "prompt_texts", "text_truncation", "finite_array",
                           "check_finite")

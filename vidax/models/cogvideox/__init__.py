@@ -6,18 +6,13 @@ VAE configs, whole-checkpoint reading), ``transformer.py``, ``vae.py`` (model co
 for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import Family, PipelineSpec, family_component
-
-_PIPE = "vidax.models.cogvideox.pipeline"
+from vidax.registry import Family, family_component, family_pipelines
 
 _PKG = "vidax.models.cogvideox"
 
 FAMILY = Family(
     name="cogvideox",
-    pipelines=(
-        PipelineSpec("CogVideoXPipeline", f"{_PIPE}:CogVideoXPipeline"),
-        PipelineSpec("CogVideoXImageToVideoPipeline", f"{_PIPE}:CogVideoXImageToVideoPipeline"),
-    ),
+    pipelines=family_pipelines(_PKG, "CogVideoXPipeline", "CogVideoXImageToVideoPipeline"),
     components=(
         family_component(_PKG, "transformer", "CogVideoXTransformer3DModel",
                          "transformer:CogVideoXTransformer3DModel", "CogVideoXTransformerConfig",

@@ -182,13 +182,6 @@ class CosmosPredictPipeline(VideoPipeline):
         return num_frames
 
     @classmethod
-    def latent_shape(cls, info: CosmosInfo, call) -> tuple[int, ...]:
-        v = info.vae_config
-        s = v.spatial_compression
-        return (call.batch, v.z_dim, (call.num_frames - 1) // v.temporal_compression + 1,
-                call.height // s, call.width // s)
-
-    @classmethod
     def size_limits(cls, info: CosmosInfo) -> SizeLimits:
         """RoPE positions: at most ``M = max(max_size // patch_size)`` patches along each axis."""
         cfg, vae = info.transformer_config, info.vae_config

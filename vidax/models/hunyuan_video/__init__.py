@@ -6,16 +6,13 @@ parameters: the tables the registry entries name for the one component loader) a
 (the T2V and I2V pipeline hooks).
 """
 
-from vidax.registry import Family, PipelineSpec, family_component
+from vidax.registry import Family, family_component, family_pipelines
 
 _PKG = "vidax.models.hunyuan_video"
 
 FAMILY = Family(
     name="hunyuan_video",
-    pipelines=(
-        PipelineSpec("HunyuanVideoPipeline", f"{_PKG}.pipeline:HunyuanVideoPipeline"),
-        PipelineSpec("HunyuanVideoImageToVideoPipeline", f"{_PKG}.pipeline:HunyuanVideoImageToVideoPipeline"),
-    ),
+    pipelines=family_pipelines(_PKG, "HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline"),
     components=(
         family_component(_PKG, "transformer", "HunyuanVideoTransformer3DModel",
                          "transformer:HunyuanVideoTransformer3DModel", "HunyuanVideoTransformerConfig",

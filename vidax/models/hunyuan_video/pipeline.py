@@ -61,7 +61,8 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
+from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions,
+                                  text_truncation)
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -201,13 +202,6 @@ class HunyuanVideoPipeline(VideoPipeline):
                            "frames, i.e. %d frames; using %d", num_frames, k, num_frames, k, rounded, rounded)
             return rounded
         return num_frames
-
-    @classmethod
-    def latent_shape(cls, info: HunyuanVideoInfo, call) -> tuple[int, ...]:
-        v = info.vae_config
-        s = v.spatial_compression
-        return (call.batch, v.latent_channels, (call.num_frames - 1) // v.temporal_compression + 1,
-                call.height // s, call.width // s)
 
     @classmethod
     def model_size(cls, info: HunyuanVideoInfo, call) -> ModelSize:
@@ -427,7 +421,8 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         if info.image_condition_type == "latent_concat":
             asked = (f"num_frames={call.num_frames}" if "num_frames" in call.given
                      else f"this checkpoint's default of {call.num_frames} frames")
-            least = LATENT_CONCAT_DROPPED + 1 if call.output_type != "latent" else info.vae_config.temporal_compression + 1
+            k = info.vae_config.temporal_compression
+            least = LATENT_CONCAT_DROPPED + 1 if call.output_type != "latent" else k + 1
             if call.num_frames < least:  # the reference's output would be empty
                 raise InputError(f"{asked} leaves no frame: latent_concat (as diffusers' "
                                  f"HunyuanVideoImageToVideoPipeline) drops the first "

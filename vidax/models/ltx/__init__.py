@@ -8,16 +8,14 @@ parameters: the tables the registry entries name for the one component loader), 
 (LTXLatentUpsamplePipeline).
 """
 
-from vidax.registry import Family, PipelineSpec, family_component
+from vidax.registry import Family, PipelineSpec, family_component, family_pipelines
 
 _PKG = "vidax.models.ltx"
 
 FAMILY = Family(
     name="ltx",
     pipelines=(
-        PipelineSpec("LTXPipeline", "vidax.models.ltx.pipeline:LTXPipeline"),
-        PipelineSpec("LTXImageToVideoPipeline", "vidax.models.ltx.pipeline:LTXImageToVideoPipeline"),
-        PipelineSpec("LTXConditionPipeline", "vidax.models.ltx.pipeline:LTXConditionPipeline"),
+        *family_pipelines(_PKG, "LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
         PipelineSpec("LTXLatentUpsamplePipeline", "vidax.models.ltx.upsample_pipeline:LTXLatentUpsamplePipeline"),
     ),
     components=(

@@ -34,8 +34,7 @@ from vidax.errors import InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
-from vidax.pipelines.common import check_task
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
 logger = logging.getLogger("vidax.pipeline")
@@ -111,20 +110,12 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         return read_ltx_checkpoint(checkpoint)
 
     @classmethod
-    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
-        info = cls.read_checkpoint(checkpoint)
-        check_task(checkpoint.root, task, info.tasks, info.variant)
+    def class_for_task(cls, task: str) -> type:
         return LTXPipeline if task == "t2v" else LTXImageToVideoPipeline
 
     @classmethod
     def resolve_num_frames(cls, info: LTXInfo, num_frames: int) -> int:
-        k = info.vae_config.temporal_compression
-        if num_frames % k != 1:
-            rounded = num_frames // k * k + 1
-            logger.warning("num_frames=%d is not of the form %dk+1; the reference makes %d frames of it "
-                           "((num_frames - 1) // %d + 1 latent frames); using %d", num_frames, k, rounded, k, rounded)
-            return rounded
-        return num_frames
+        return frames_of_form(num_frames, info.vae_config.temporal_compression, "LTXPipeline")
 
     @classmethod
     def latent_shape(cls, info: LTXInfo, call) -> tuple[int, ...]:
@@ -531,9 +522,7 @@ class LTXConditionPipeline(LTXPipeline):
     num_prefix_latent_frames = 2
 
     @classmethod
-    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
-        info = cls.read_checkpoint(checkpoint)
-        check_task(checkpoint.root, task, info.tasks, info.variant)
+    def class_for_task(cls, task: str) -> type:
         return cls
 
     @classmethod

@@ -6,17 +6,13 @@ only), ``convert.py`` (key rules, parameter axes, fp32 parameters: the tables th
 name for the one component loader) and ``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import Family, PipelineSpec, family_component
+from vidax.registry import Family, family_component, family_pipelines
 
 _PKG = "vidax.models.wan"
-_PIPE = f"{_PKG}.pipeline"
 
 FAMILY = Family(
     name="wan",
-    pipelines=(
-        PipelineSpec("WanPipeline", f"{_PIPE}:WanPipeline"),
-        PipelineSpec("WanImageToVideoPipeline", f"{_PIPE}:WanImageToVideoPipeline"),
-    ),
+    pipelines=family_pipelines(_PKG, "WanPipeline", "WanImageToVideoPipeline"),
     components=(
         family_component(_PKG, "transformer", "WanTransformer3DModel",
                          "transformer:WanTransformer3DModel", "WanTransformerConfig",

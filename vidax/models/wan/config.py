@@ -183,6 +183,11 @@ class WanVAEConfig(ConfigBase):
     scale_factor_spatial: int | None = 8
 
     @property
+    def latent_channels(self) -> int:
+        """``z_dim`` under the name the other video VAE configs give it."""
+        return self.z_dim
+
+    @property
     def temporal_compression(self) -> int:
         """Frames per latent frame after the first: ``2 ** sum(temperal_downsample)``."""
         return 2 ** sum(bool(t) for t in self.temperal_downsample)

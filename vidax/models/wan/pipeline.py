@@ -32,8 +32,9 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
-from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit
-from vidax.pipelines.common import check_task, prompt_clean
+from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit,
+                                  frames_of_form)
+from vidax.pipelines.common import prompt_clean
 from vidax.pipelines.experts import Experts, expert_for_steps
 
 logger = logging.getLogger("vidax.pipeline")
@@ -64,29 +65,14 @@ class WanPipeline(VideoPipeline):
         return read_wan_checkpoint(checkpoint)
 
     @classmethod
-    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
+    def class_for_task(cls, task: str) -> type:
         """``"t2v"`` -> :class:`WanPipeline`, ``"i2v"`` -> :class:`WanImageToVideoPipeline`
         (TI2V-5B, a ``WanPipeline`` in model_index.json, does both, as in diffusers)."""
-        info = cls.read_checkpoint(checkpoint)
-        check_task(checkpoint.root, task, info.tasks, info.variant)
         return WanPipeline if task == "t2v" else WanImageToVideoPipeline
 
     @classmethod
     def resolve_num_frames(cls, info: WanInfo, num_frames: int) -> int:
-        k = info.vae_config.temporal_compression
-        if num_frames % k != 1:
-            rounded = num_frames // k * k + 1
-            logger.warning("num_frames=%d is not of the form %dk+1; using %d, as diffusers' WanPipeline does",
-                           num_frames, k, rounded)
-            return rounded
-        return num_frames
-
-    @classmethod
-    def latent_shape(cls, info: WanInfo, call) -> tuple[int, ...]:
-        v = info.vae_config
-        s = v.spatial_compression
-        return (call.batch, v.z_dim, (call.num_frames - 1) // v.temporal_compression + 1,
-                call.height // s, call.width // s)
+        return frames_of_form(num_frames, info.vae_config.temporal_compression, "WanPipeline")
 
     @classmethod
     def size_limits(cls, info: WanInfo) -> SizeLimits:
