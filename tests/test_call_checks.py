@@ -16,6 +16,8 @@ from vidax.cli import app
 from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
+#: A frame file of an "earlier run": a PNG by its signature (vidax replaces nothing else).
+OLD_FRAME = b"\x89PNG\r\n\x1a\nold"
 SMALL_FLAGS = ["--height", "32", "--width", "48", "--num-frames", "5", "--num-inference-steps", "2",
                "--max-sequence-length", "16", "--no-progress"]
 
@@ -199,7 +201,7 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
               "--output '.'", "keep.txt")
     frames = tmp_path / "frames"
     frames.mkdir()
-    (frames / "frame_00000.png").write_bytes(b"old")
+    (frames / "frame_00000.png").write_bytes(OLD_FRAME)
     _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), *SMALL_FLAGS),
               "--output", "1 frame file(s) of an earlier run", "pass --overwrite")
     (frames / ".hidden").write_text("mine")
@@ -208,7 +210,7 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
     assert sorted(os.listdir(tmp_path)) == ["d", "frames"]
     assert os.listdir(d) == ["keep.txt"] and (d / "keep.txt").read_text() == "mine"
     assert sorted(os.listdir(frames)) == [".hidden", "frame_00000.png"]
-    assert (frames / "frame_00000.png").read_bytes() == b"old"
+    assert (frames / "frame_00000.png").read_bytes() == OLD_FRAME
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # given back
 
 
@@ -220,7 +222,7 @@ def test_overwrite_replaces_every_earlier_frame(ckpt, tmp_path):
     d = tmp_path / "frames"
     d.mkdir()
     for i in range(9):
-        (d / f"frame_{i:05d}.png").write_bytes(b"old")
+        (d / f"frame_{i:05d}.png").write_bytes(OLD_FRAME)
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(d), "--overwrite", *SMALL_FLAGS)
     assert r.exit_code == 0, r.output
     assert sorted(os.listdir(d)) == [f"frame_{i:05d}.png" for i in range(5)]
@@ -947,3 +949,16 @@ def test_tp_not_dividing_heads_names_no_unasked_flag(_wan_copy, tmp_path):
     lines = _error_lines(r)
     assert len(lines) == 1 and "data 1 x tensor 8 x sequence 1" in lines[0], r.output
     assert "--dp" not in lines[0] and "--sp" not in lines[0], lines[0]
+
+
+def test_overwrite_keeps_a_file_named_like_a_frame_that_is_no_png(tmp_path):
+    """--overwrite replaces the PNG frames of an earlier run only: a file named frame_00042.png
+    that is not a PNG is the user's, and the folder is refused naming it (it was deleted before)."""
+    from vidax.io.video import check_output_path
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "frame_00042.png").write_text("my thesis")
+    with pytest.raises(InputError, match=r"holding files vidax did not write \(frame_00042.png\)"):
+        check_output_path(str(folder), overwrite=True)
+    assert (folder / "frame_00042.png").read_text() == "my thesis"
