@@ -134,7 +134,8 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
 # --------------------------------------------------------------------------- item 11: wording
 @pytest.mark.parametrize("args, message, python_name", [
     (["--num-inference-steps", "0"], "--num-inference-steps must be a positive integer, got 0", "num_inference_steps"),
-    (["--guidance-scale", "-1"], "--guidance-scale must be a finite number >= 0, got -1.0", "guidance_scale"),
+    (["--guidance-scale", "-1"],
+     "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0", "guidance_scale"),
     (["--height", "40"], "--height and --width must be multiples of 16", "height="),
     (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
     (["--guidance-scale-2", "2"], "--guidance-scale-2 2.0 is only used by checkpoints with two experts",
@@ -962,3 +963,10 @@ def test_overwrite_keeps_a_file_named_like_a_frame_that_is_no_png(tmp_path):
     with pytest.raises(InputError, match=r"holding files vidax did not write \(frame_00042.png\)"):
         check_output_path(str(folder), overwrite=True)
     assert (folder / "frame_00042.png").read_text() == "my thesis"
+
+
+def test_guidance_beyond_float32_refused(pipe):
+    """guidance_scale=1e39 overflowed float32 in the step and ended in a NaN error after loading
+    that blamed the weights: refused with the call's checks."""
+    with pytest.raises(InputError, match=r"^guidance_scale must be a finite number >= 0 \(at most 3.403e\+38"):
+        pipe("a cat", **{**SMALL, "guidance_scale": 1e39})
