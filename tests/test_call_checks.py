@@ -16,6 +16,8 @@ from vidax.cli import app
 from vidax.errors import CheckpointError, ConfigError, InputError, NumericalError
 
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
+#: A frame file of an "earlier run": a PNG by its signature (vidax replaces nothing else).
+OLD_FRAME = b"\x89PNG\r\n\x1a\nold"
 SMALL_FLAGS = ["--height", "32", "--width", "48", "--num-frames", "5", "--num-inference-steps", "2",
                "--max-sequence-length", "16", "--no-progress"]
 
@@ -132,7 +134,8 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
 # --------------------------------------------------------------------------- item 11: wording
 @pytest.mark.parametrize("args, message, python_name", [
     (["--num-inference-steps", "0"], "--num-inference-steps must be a positive integer, got 0", "num_inference_steps"),
-    (["--guidance-scale", "-1"], "--guidance-scale must be a finite number >= 0, got -1.0", "guidance_scale"),
+    (["--guidance-scale", "-1"],
+     "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0", "guidance_scale"),
     (["--height", "40"], "--height and --width must be multiples of 16", "height="),
     (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
     (["--guidance-scale-2", "2"], "--guidance-scale-2 2.0 is only used by checkpoints with two experts",
@@ -199,7 +202,7 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
               "--output '.'", "keep.txt")
     frames = tmp_path / "frames"
     frames.mkdir()
-    (frames / "frame_00000.png").write_bytes(b"old")
+    (frames / "frame_00000.png").write_bytes(OLD_FRAME)
     _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), *SMALL_FLAGS),
               "--output", "1 frame file(s) of an earlier run", "pass --overwrite")
     (frames / ".hidden").write_text("mine")
@@ -208,7 +211,7 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
     assert sorted(os.listdir(tmp_path)) == ["d", "frames"]
     assert os.listdir(d) == ["keep.txt"] and (d / "keep.txt").read_text() == "mine"
     assert sorted(os.listdir(frames)) == [".hidden", "frame_00000.png"]
-    assert (frames / "frame_00000.png").read_bytes() == b"old"
+    assert (frames / "frame_00000.png").read_bytes() == OLD_FRAME
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # given back
 
 
@@ -220,7 +223,7 @@ def test_overwrite_replaces_every_earlier_frame(ckpt, tmp_path):
     d = tmp_path / "frames"
     d.mkdir()
     for i in range(9):
-        (d / f"frame_{i:05d}.png").write_bytes(b"old")
+        (d / f"frame_{i:05d}.png").write_bytes(OLD_FRAME)
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(d), "--overwrite", *SMALL_FLAGS)
     assert r.exit_code == 0, r.output
     assert sorted(os.listdir(d)) == [f"frame_{i:05d}.png" for i in range(5)]
@@ -947,3 +950,23 @@ def test_tp_not_dividing_heads_names_no_unasked_flag(_wan_copy, tmp_path):
     lines = _error_lines(r)
     assert len(lines) == 1 and "data 1 x tensor 8 x sequence 1" in lines[0], r.output
     assert "--dp" not in lines[0] and "--sp" not in lines[0], lines[0]
+
+
+def test_overwrite_keeps_a_file_named_like_a_frame_that_is_no_png(tmp_path):
+    """--overwrite replaces the PNG frames of an earlier run only: a file named frame_00042.png
+    that is not a PNG is the user's, and the folder is refused naming it (it was deleted before)."""
+    from vidax.io.video import check_output_path
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "frame_00042.png").write_text("my thesis")
+    with pytest.raises(InputError, match=r"holding files vidax did not write \(frame_00042.png\)"):
+        check_output_path(str(folder), overwrite=True)
+    assert (folder / "frame_00042.png").read_text() == "my thesis"
+
+
+def test_guidance_beyond_float32_refused(pipe):
+    """guidance_scale=1e39 overflowed float32 in the step and ended in a NaN error after loading
+    that blamed the weights: refused with the call's checks."""
+    with pytest.raises(InputError, match=r"^guidance_scale must be a finite number >= 0 \(at most 3.403e\+38"):
+        pipe("a cat", **{**SMALL, "guidance_scale": 1e39})

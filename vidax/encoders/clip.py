@@ -58,6 +58,7 @@ from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -507,15 +508,9 @@ class CLIPTextEncoder(nnx.Module):
     (see :attr:`CLIPTextConfig.eos_token_id`). HunyuanVideo uses the pooled output
     (``pooler_output``) as its transformer's ``pooled_projections``.
 
-    Args:
-        config: the parsed ``text_encoder_2/config.json``.
-        dtype: compute dtype, ``jnp.float32`` or ``jnp.bfloat16`` (layer-norm statistics, softmax
-            and the residual stream stay float32).
-        param_dtype: dtype of freshly built parameters (default ``dtype``).
-        rngs: initialisers' keys (values are overwritten by the checkpoint).
-
-    Raises:
-        InputError: ``dtype`` is not float32 or bfloat16.
+    ``config`` is the parsed ``text_encoder_2/config.json``; ``dtype``, ``param_dtype`` and
+    ``rngs`` (and the InputError for another dtype) as :class:`CLIPVisionEncoder`'s: layer-norm
+    statistics, softmax and the residual stream stay float32.
     """
 
     def __init__(self, config: CLIPTextConfig, *, dtype: Any = jnp.float32,
@@ -596,12 +591,10 @@ class CLIPTextEncoder(nnx.Module):
 #: embedding split by vocabulary rows. The patterns are not anchored, so they also place a tower
 #: nested in another module (LLaVA's ``vision_tower``). Norms and embeddings are replicated.
 CLIP_PARAM_AXES = (
-    (r"encoder/layers/self_attn/(q_proj|k_proj|v_proj)/kernel$", ("layers", "embed", "heads")),
-    (r"encoder/layers/self_attn/(q_proj|k_proj|v_proj)/bias$", ("layers", "heads")),
-    (r"encoder/layers/self_attn/out_proj/kernel$", ("layers", "heads", "embed")),
-    (r"encoder/layers/mlp/fc1/kernel$", ("layers", "embed", "mlp")),
-    (r"encoder/layers/mlp/fc1/bias$", ("layers", "mlp")),
-    (r"encoder/layers/mlp/fc2/kernel$", ("layers", "mlp", "embed")),
+    *column_parallel(r"encoder/layers/self_attn/(q_proj|k_proj|v_proj)", "heads"),
+    *row_parallel(r"encoder/layers/self_attn/out_proj", "heads"),
+    *column_parallel(r"encoder/layers/mlp/fc1", "mlp"),
+    *row_parallel(r"encoder/layers/mlp/fc2", "mlp"),
     (r"embeddings/token_embedding/embedding$", ("vocab", "embed")),
 )
 

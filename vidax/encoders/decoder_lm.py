@@ -67,6 +67,7 @@ from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import TextRope, apply_rope
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
 _F32 = jnp.float32
@@ -76,12 +77,10 @@ _F32 = jnp.float32
 #: ``down_proj`` row-parallel (input split; their biases replicated, added once after the
 #: reduction), the token embedding split by vocabulary rows. Norm scales are replicated.
 DECODER_LM_PARAM_AXES = (
-    (r"^layers/self_attn/(q_proj|k_proj|v_proj)/kernel$", ("layers", "embed", "heads")),
-    (r"^layers/self_attn/(q_proj|k_proj|v_proj)/bias$", ("layers", "heads")),
-    (r"^layers/self_attn/o_proj/kernel$", ("layers", "heads", "embed")),
-    (r"^layers/mlp/(gate_proj|up_proj)/kernel$", ("layers", "embed", "mlp")),
-    (r"^layers/mlp/(gate_proj|up_proj)/bias$", ("layers", "mlp")),
-    (r"^layers/mlp/down_proj/kernel$", ("layers", "mlp", "embed")),
+    *column_parallel(r"^layers/self_attn/(q_proj|k_proj|v_proj)", "heads"),
+    *row_parallel(r"^layers/self_attn/o_proj", "heads"),
+    *column_parallel(r"^layers/mlp/(gate_proj|up_proj)", "mlp"),
+    *row_parallel(r"^layers/mlp/down_proj", "mlp"),
     (r"^embed_tokens/embedding$", ("vocab", "embed")),
 )
 

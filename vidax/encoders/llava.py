@@ -184,14 +184,9 @@ class LlavaMultiModalProjector(nnx.Module):
 class LlavaVisionEncoder(nnx.Module):
     """LLaVA's vision tower and multi-modal projector (``LlavaModel.get_image_features``).
 
-    Args:
-        config: the parsed ``LlavaConfig``.
-        dtype: compute dtype, ``jnp.float32`` or ``jnp.bfloat16``.
-        param_dtype: dtype of freshly built parameters (default ``dtype``).
-        rngs: initialisers' keys (values are overwritten by the checkpoint).
-
-    Raises:
-        InputError: ``dtype`` is not float32 or bfloat16.
+    ``config`` is the parsed ``LlavaConfig``; ``dtype``, ``param_dtype`` and ``rngs`` (and the
+    InputError for another dtype) as :class:`~vidax.encoders.clip.CLIPVisionEncoder`'s, whose
+    tower it builds.
     """
 
     def __init__(self, config: LlavaVisionConfig, *, dtype: Any = jnp.float32,

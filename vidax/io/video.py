@@ -141,13 +141,26 @@ def _probe(path: str, folder: str) -> None:
         raise InputError(f"output={path!r}: folder {folder!r} is not writable ({e.strerror})") from None
 
 
+#: The first bytes of every PNG file.
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_png(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+    except OSError:
+        return False
+
+
 def _frame_files(folder: str) -> tuple[list[str], list[str]]:
-    """(vidax's frame files, everything else) in ``folder``, sorted; a symlink or a folder named
-    like a frame is not a frame file."""
+    """(vidax's frame files, everything else) in ``folder``, sorted; a symlink, a folder named
+    like a frame or a file so named that is not a PNG is not a frame file."""
     frames, others = [], []
     for name in sorted(os.listdir(folder)):
         full = os.path.join(folder, name)
-        mine = FRAME_FILE.fullmatch(name) and os.path.isfile(full) and not os.path.islink(full)
+        mine = (FRAME_FILE.fullmatch(name) and os.path.isfile(full) and not os.path.islink(full)
+                and _is_png(full))
         (frames if mine else others).append(name)
     return frames, others
 

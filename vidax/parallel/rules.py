@@ -53,6 +53,19 @@ LOGICAL_AXIS_RULES: dict[str, str | None] = {
 }
 
 
+def column_parallel(path: str, axis: str) -> tuple[tuple[str, LogicalAxes], ...]:
+    """Megatron column-parallel axes of the stacked linear(s) at ``path`` (a regex of the module
+    path, e.g. ``"^layers/self_attn/(q_proj|k_proj|v_proj)"``): the kernel's output and the bias
+    split over ``axis`` (``"heads"`` or ``"mlp"``)."""
+    return ((rf"{path}/kernel$", ("layers", "embed", axis)), (rf"{path}/bias$", ("layers", axis)))
+
+
+def row_parallel(path: str, axis: str) -> tuple[tuple[str, LogicalAxes], ...]:
+    """Megatron row-parallel axes of the stacked linear at ``path``: the kernel's input split over
+    ``axis``; its bias stays replicated (added once, after the reduction)."""
+    return ((rf"{path}/kernel$", ("layers", axis, "embed")),)
+
+
 def mesh_axis(logical: str | None) -> str | None:
     """The mesh axis of one logical axis name (``None`` -> ``None``).
 

@@ -307,9 +307,15 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+#: The largest guidance weight: float32's largest value (guidance is applied in float32).
+MAX_GUIDANCE = float(np.finfo(np.float32).max)
+
+
 def _guidance(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or value < 0 or not np.isfinite(value):
-        raise InputError(f"{name} must be a finite number >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or value < 0 \
+            or not np.isfinite(value) or value > MAX_GUIDANCE:
+        raise InputError(f"{name} must be a finite number >= 0 (at most {MAX_GUIDANCE:.4g}, float32's largest), "
+                         f"got {value!r}")
     return float(value)
 
 

@@ -10,6 +10,8 @@ for the one component loader (:mod:`vidax.weights.component`), under the names e
 
 from __future__ import annotations
 
+from vidax.parallel.rules import column_parallel, row_parallel
+
 
 # ---------------------------------------------------------------------------------------------
 # Transformer
@@ -28,12 +30,10 @@ TRANSFORMER_FP32_PARAMS = (
 #: (``norm1``/``norm2.linear``, 14 % of the 5B model) are split by output column and their small
 #: ``(B, 6D)`` result gathered. Everything else is replicated.
 TRANSFORMER_PARAM_AXES = (
-    (r"^transformer_blocks/attn1/(to_q|to_k|to_v)/kernel$", ("layers", "embed", "heads")),
-    (r"^transformer_blocks/attn1/(to_q|to_k|to_v)/bias$", ("layers", "heads")),
-    (r"^transformer_blocks/attn1/to_out/0/kernel$", ("layers", "heads", "embed")),
-    (r"^transformer_blocks/ff/net/0/proj/kernel$", ("layers", "embed", "mlp")),
-    (r"^transformer_blocks/ff/net/0/proj/bias$", ("layers", "mlp")),
-    (r"^transformer_blocks/ff/net/2/kernel$", ("layers", "mlp", "embed")),
+    *column_parallel(r"^transformer_blocks/attn1/(to_q|to_k|to_v)", "heads"),
+    *row_parallel(r"^transformer_blocks/attn1/to_out/0", "heads"),
+    *column_parallel(r"^transformer_blocks/ff/net/0/proj", "mlp"),
+    *row_parallel(r"^transformer_blocks/ff/net/2", "mlp"),
     (r"^transformer_blocks/norm[12]/linear/kernel$", ("layers", None, "modulation")),
     (r"^transformer_blocks/norm[12]/linear/bias$", ("layers", "modulation")),
 )
