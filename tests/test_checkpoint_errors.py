@@ -147,3 +147,13 @@ def test_garbage_header_is_one_checkpoint_error(tmp_path, header, what):
     with pytest.raises(CheckpointError, match=r"m\.safetensors is not a safetensors file: its first 8 bytes give a "
                                               r"header length of \d+ bytes .*; the file is 72 bytes\)"):
         CheckpointReader(file)
+
+
+def test_nan_in_a_config_is_a_config_error():
+    """A config.json float that is NaN (Python's json reads it) is refused when the config is read,
+    not found as NaN latents after loading that the message blames on the weights."""
+    from vidax.errors import ConfigError
+    from vidax.models.wan.config import WanTransformerConfig
+
+    with pytest.raises(ConfigError, match=r"^cfg.json: eps=nan is not finite; give a finite number$"):
+        WanTransformerConfig.from_config_dict({"eps": float("nan")}, source="cfg.json")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, ClassVar, Mapping
 
@@ -44,6 +45,8 @@ class ConfigBase:
             if key.startswith("_") or key in cls.IGNORED:
                 continue
             if key in fields:
+                if not _finite(value):
+                    raise ConfigError(f"{source}: {key}={value!r} is not finite; give a finite number")
                 kwargs[key] = _normalise(value)
                 continue
             if key in cls.NEUTRAL:
@@ -153,6 +156,17 @@ def check_vae_blocks(source: str, block_out_channels: Any, norm_num_groups: int,
                 f"{source}: {name}={value!r} must list {want!r} once per block "
                 f"({len(boc)} blocks, from block_out_channels)"
             )
+
+
+def _finite(value: Any) -> bool:
+    """No NaN or Infinity in ``value`` (Python's json reads both), nested lists and dicts included."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
