@@ -70,13 +70,19 @@ def test_two_processes_equal_one_process(ckpt, tmp_path):
     assert got.shape == want.shape and err < TOL
 
 
-def test_unreachable_coordinator_fails_fast(tmp_path):
-    port = _free_port()  # nothing listens there
+def _generate_as(tmp_path, port, *, num_processes, process_id):
+    """``vidax generate`` as one process of a multi-host run at 127.0.0.1:``port`` with a 1.5 s
+    --distributed-timeout: (the CLI result, seconds it took)."""
     t0 = time.monotonic()
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--coordinator", f"127.0.0.1:{port}",
-                                 "--num-processes", "2", "--process-id", "1", "--distributed-timeout", "1.5",
-                                 "-o", str(tmp_path / "v.npy")])
-    elapsed = time.monotonic() - t0
+                                 "--num-processes", str(num_processes), "--process-id", str(process_id),
+                                 "--distributed-timeout", "1.5", "-o", str(tmp_path / "v.npy")])
+    return r, time.monotonic() - t0
+
+
+def test_unreachable_coordinator_fails_fast(tmp_path):
+    port = _free_port()  # nothing listens there
+    r, elapsed = _generate_as(tmp_path, port, num_processes=2, process_id=1)
     assert r.exit_code == 2, r.output
     assert f"process 1 of 2: no coordinator answered at --coordinator '127.0.0.1:{port}' within 1.5 s" in r.stderr
     assert elapsed < 15, elapsed
@@ -87,11 +93,7 @@ def test_coordinator_without_the_other_processes_fails_in_one_line(tmp_path):
     timeout; vidax's own rendezvous says which processes did not come, within
     --distributed-timeout; an address not of this machine is refused at once."""
     port = _free_port()
-    t0 = time.monotonic()
-    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--coordinator", f"127.0.0.1:{port}",
-                                 "--num-processes", "3", "--process-id", "0", "--distributed-timeout", "1.5",
-                                 "-o", str(tmp_path / "v.npy")])
-    elapsed = time.monotonic() - t0
+    r, elapsed = _generate_as(tmp_path, port, num_processes=3, process_id=0)
     assert r.exit_code == 2, r.output
     assert r.stderr == (f"error: process 0 of 3: --coordinator '127.0.0.1:{port}': process(es) 1, 2 did not reach "
                         "it within 1.5 s; start every process 1..2 with the same --coordinator and --num-processes 3 "
