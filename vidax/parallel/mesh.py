@@ -30,18 +30,27 @@ MESH_AXES = (DATA, TENSOR, SEQUENCE)
 #: Short names of the axis sizes (CLI flags ``--dp --tp --sp``, ``mesh="dp=2,tp=2,sp=2"``).
 SIZE_NAMES = ("dp", "tp", "sp")
 _MAX_LISTED = 40
+#: The largest mesh vidax plans for (devices in all): far beyond any system, small enough that
+#: listing its factorizations stays instant.
+MAX_DEVICES = 2**20
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n`` (>= 1), ascending, in O(sqrt(n)) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def valid_factorizations(n: int) -> list[tuple[int, int, int]]:
     """Every ``(dp, tp, sp)`` of positive ints with ``dp * tp * sp == n``, sorted."""
-    out = []
-    for dp in range(1, n + 1):
-        if n % dp:
-            continue
-        for tp in range(1, n // dp + 1):
-            if (n // dp) % tp == 0:
-                out.append((dp, tp, n // dp // tp))
-    return out
+    return [(dp, tp, n // dp // tp) for dp in divisors(n) for tp in divisors(n // dp)]
 
 
 def _format_triples(triples: Sequence[tuple[int, ...]]) -> str:
@@ -116,6 +125,9 @@ def _check_sizes(sizes: dict[str, int], text: str) -> dict[str, int]:
     bad = {k: v for k, v in sizes.items() if v < 1}
     if bad:
         raise InputError(f"mesh={text!r}: sizes must be >= 1, got {bad}.")
+    if math.prod(sizes.values()) > MAX_DEVICES:
+        raise InputError(f"mesh={text!r} asks for {math.prod(sizes.values())} devices; a mesh has at most "
+                         f"{MAX_DEVICES} (dp * tp * sp).")
     return sizes
 
 
@@ -211,13 +223,15 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
                              f"(the number of devices along that axis)")
     if dp is None and tp is None and sp is None and not always:
         return None
+    given = " x ".join(f"{k}={v}" for k, v in (("tp", tp), ("sp", sp)) if v is not None)
     tp, sp = tp or 1, sp or 1
     if dp is None:
         n = jax.device_count()
         dp = n // (tp * sp) if n % (tp * sp) == 0 else 0
         if dp == 0:
+            # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
             raise InputError(
-                f"tp={tp} x sp={sp} does not divide the {n} devices; valid (dp, tp, sp) for {n} "
+                f"{given} does not divide the {n} devices; valid (dp, tp, sp) for {n} "
                 f"devices: {_format_triples(valid_factorizations(n))}, of which only those whose tp x sp divides "
                 "the model's attention heads run it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)."
             )
