@@ -287,6 +287,16 @@ def test_devices_never_replaced(tmp_path):
     with pytest.raises(InputError, match="output='.*pipe.mp4' is a FIFO, not a file or folder"):
         write_video(frames, fifo)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    # /dev/stdout onto a pipe: the link's target ("pipe:[N]") has no path, so it is named by
+    # its kind (it was blamed on an unwritable /proc/PID/fd folder).
+    r, w = os.pipe()
+    try:
+        link = tmp_path / "stdout.mp4"
+        os.symlink(f"/proc/self/fd/{w}", link)
+        with pytest.raises(InputError, match="output='.*stdout.mp4' is a FIFO, not a file or folder"):
+            check_output_path(link)
+    finally:
+        os.close(r), os.close(w)
     afile = tmp_path / "afile"
     afile.write_text("mine")
     for name in (str(afile), str(afile) + "/"):

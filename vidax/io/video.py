@@ -79,6 +79,13 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = False) -> str:
         st = os.stat(target)
     except OSError:  # nothing there yet (or a parent is not a folder: below)
         st = None
+    if st is None and os.path.islink(path.rstrip(os.sep)):
+        # A link whose target has no path of its own (/dev/stdout onto a pipe: "pipe:[123]")
+        # still stats through the link: a FIFO or socket, refused below by its kind.
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
     if st is not None and _is_devnull(st):
         return DISCARD
     if st is not None and stat.S_ISDIR(st.st_mode):
