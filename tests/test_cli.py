@@ -394,3 +394,28 @@ def test_flag_names_of_hints_without_values():
     assert (flag_names("image and video are both given; give image= (image2world) or video= (video2world)")
             == "--image and video are both given; give --image (image2world) or --video (video2world)")
     assert flag_names("num_inference_steps=0 is bad") == "--num-inference-steps 0 is bad"
+
+
+def test_ctrl_c_while_importing_the_cli_is_one_line(monkeypatch, capsys):
+    # The `vidax` command enters through vidax.__main__.run, which imports the CLI itself, so a
+    # Ctrl-C during those imports (typer, the CLI module) ends with exit 130 and one line.
+    import builtins
+    from pathlib import Path
+    import tomllib
+
+    import vidax.__main__ as entry
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["vidax"] == "vidax.__main__:run"
+    real_import = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "vidax.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as e:
+        entry.run()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == entry.INTERRUPTED + "\n"

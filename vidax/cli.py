@@ -471,7 +471,9 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C before generate's own handler is in place (while Python imports)
-        typer.secho("interrupted (SIGINT) before the run started; nothing was written", fg=typer.colors.RED, err=True)
+        from vidax.__main__ import INTERRUPTED
+
+        typer.secho(INTERRUPTED, fg=typer.colors.RED, err=True)
         raise SystemExit(130) from None
 
 
