@@ -1,22 +1,37 @@
 """Decoder-only language models used as text encoders: Llama (HunyuanVideo's ``LlamaModel``, the
-language model of its I2V ``LlavaForConditionalGeneration``) and the Qwen2.5-VL text tower
-(Cosmos-Predict2.5's ``Qwen2_5_VLForConditionalGeneration``), one implementation for both.
+language model of its I2V ``LlavaForConditionalGeneration``), the Qwen2.5-VL text tower
+(Cosmos-Predict2.5's ``Qwen2_5_VLForConditionalGeneration``) and Gemma 3's language model
+(LTX-2's ``Gemma3ForConditionalGeneration``, config in :mod:`vidax.encoders.gemma3`), one
+implementation for all three.
 
-References: transformers 5.24 ``models/llama/modeling_llama.py`` ``LlamaModel`` and
-``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLTextModel``. Both are: token embedding,
-pre-norm decoder layers (RMS norm, causal self-attention with rotate-half RoPE and grouped-query
-K/V heads, SwiGLU MLP ``down(silu(gate(x)) * up(x))``), a final RMS norm. Their differences are
+References: transformers 5.24 ``models/llama/modeling_llama.py`` ``LlamaModel``,
+``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLTextModel`` and
+``models/gemma3/modeling_gemma3.py`` ``Gemma3TextModel``. All are: token embedding, pre-norm
+decoder layers (RMS norm, causal self-attention with rotate-half RoPE and grouped-query K/V
+heads, gated MLP ``down(act(gate(x)) * up(x))``), a final RMS norm. Their differences are
 config-driven options of the one module (:class:`DecoderLMConfig` properties):
 
-=================  =============================  ===================================
-option             Llama                          Qwen2.5-VL text
-=================  =============================  ===================================
-q/k/v bias         ``attention_bias``             always
-o bias             ``attention_bias``             never
-MLP bias           ``mlp_bias``                   never
-head dim           ``head_dim`` or D / N          always D / N
-RoPE               1-D, ``rope_theta``            M-RoPE (``mrope_section``), see below
-=================  =============================  ===================================
+=================  =====================  ======================  ==================================
+option             Llama                  Qwen2.5-VL text         Gemma 3
+=================  =====================  ======================  ==================================
+q/k/v bias         ``attention_bias``     always                  ``attention_bias``
+o bias             ``attention_bias``     never                   ``attention_bias``
+MLP bias           ``mlp_bias``           never                   never
+head dim           ``head_dim`` or D / N  always D / N            ``head_dim`` (default 256)
+MLP act            silu                   silu                    GELU-tanh
+RMS norm weight    ``w · x̂.to(dtype)``    ``w · x̂.to(dtype)``     ``(x̂ · (1 + w)).to(dtype)``
+norms per layer    before attn / MLP      before attn / MLP       also on their outputs; q/k norms
+score scale        ``K ** -0.5``          ``K ** -0.5``           ``query_pre_attn_scalar ** -0.5``
+embeddings         as stored              as stored               times ``sqrt(D)``
+attention kinds    one: global            one: global             sliding / global per layer
+RoPE               1-D, ``rope_theta``    M-RoPE, see below       per kind: base, linear scaling
+=================  =====================  ======================  ==================================
+
+An *attention kind* (:class:`AttentionKind`) is a RoPE (base, linear scaling factor) and an
+optional sliding window; each layer has one (``DecoderLMConfig.layer_kinds``) and the layer scan
+picks its kind's RoPE tables and window by the layer's index. The window is a dense 0 / -inf bias
+(query ``i`` sees key ``j`` only if ``i - j < window``, transformers' ``sliding_window_overlay``),
+on top of the causal and padding masks.
 
 Positions are ``arange(L)`` for every prompt, with or without padding, as both references
 compute them for text-only input without a cache (``LlamaModel.forward``; for Qwen2.5-VL,
@@ -33,7 +48,8 @@ attends key ``j`` iff ``j <= i`` and ``attention_mask[j] != 0`` (transformers'
 ``create_causal_mask``: ``causal_mask_function`` and ``padding_mask_function``). With right
 padding every row is then the reference's, padded rows included (they attend to all real tokens
 before them). A query with no allowed key (left padding: padded positions before the first real
-token) gets zeros here; the reference's value there is different and meaningless.
+token) gets a zero attention output here, as torch's SDPA (the default implementation of
+transformers) gives it, so with left padding too every row is the reference's (Gemma 3's test).
 
 Hidden states: the reference's ``output_hidden_states=True`` tuple has ``num_hidden_layers + 1``
 entries: ``[0]`` the token embeddings, ``[i]`` the output of layer ``i`` (1-based) for ``i < n``,
@@ -587,15 +603,18 @@ class _Positions:
 
 
 class DecoderLM(nnx.Module):
-    """A decoder-only language model run as a text encoder: ``transformers.LlamaModel`` or
-    ``Qwen2_5_VLTextModel`` (the module docstring lists what differs and what stays fp32).
+    """A decoder-only language model run as a text encoder: ``transformers.LlamaModel``,
+    ``Qwen2_5_VLTextModel`` or ``Gemma3TextModel`` (the module docstring lists what differs and
+    what stays fp32).
 
     Parameters mirror the reference tree: ``embed_tokens/embedding`` (V, D), ``layers/...``
     stacked on a leading axis of n (``self_attn/{q,k,v,o}_proj``, ``mlp/{gate,up,down}_proj``,
-    ``input_layernorm``, ``post_attention_layernorm``), ``norm/scale`` (D,).
+    ``input_layernorm``, ``post_attention_layernorm``; Gemma 3 also ``self_attn/{q,k}_norm``,
+    ``pre_feedforward_layernorm``, ``post_feedforward_layernorm``), ``norm/scale`` (D,).
 
     Args:
-        config: a :class:`LlamaTextConfig` or :class:`Qwen25VLTextConfig`.
+        config: a :class:`LlamaTextConfig`, :class:`Qwen25VLTextConfig` or
+            :class:`vidax.encoders.gemma3.Gemma3TextConfig`.
         dtype: compute dtype, float32 or bfloat16.
         param_dtype: dtype of freshly built parameters (the loader sets the stored dtype).
         rngs: initialisers' keys (values are overwritten by the checkpoint).
