@@ -46,6 +46,10 @@ TINY = {
         model_type="qwen2_5_vl", vision_config={"depth": 1}, text_config=dict(
             vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
             num_key_value_heads=1, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})),
+    "Gemma3ForConditionalGeneration": dict(
+        model_type="gemma3", vision_config=dict(model_type="siglip_vision_model"), text_config=dict(
+            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=2, head_dim=16, sliding_window=5, sliding_window_pattern=2)),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
     "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,
