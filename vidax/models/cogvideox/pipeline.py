@@ -33,6 +33,7 @@ from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import decoded_frames
+from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
                                   tokenizer_token_limit)
 from vidax.checkpoint import Checkpoint
@@ -65,7 +66,10 @@ class CogVideoXPipeline(VideoPipeline):
     """
 
     task = "t2v"
-    extra_call_args = ("use_dynamic_cfg", "step_noise")
+    call_options = (
+        CallOption("use_dynamic_cfg", bool, "The reference's cosine guidance schedule (CogVideoX).", "False"),
+        CallOption("step_noise", OBJECT, "The noise each CogVideoXDPMScheduler step adds, (steps, B, T, C, H/8, W/8)."),
+    )
     unsupported_call_args = ("guidance_scale_2",)
     guidance_dtype = jnp.float32
     latents_layout = "(batch, latent frames (CogVideoX1.5: padded to even), channels, height / 8, width / 8)"
@@ -297,7 +301,9 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
     """
 
     task = "i2v"
-    extra_call_args = CogVideoXPipeline.extra_call_args + ("image_noise",)
+    call_options = CogVideoXPipeline.call_options + (
+        CallOption("image_noise", OBJECT, "The noise of the image's VAE posterior sample, (B, C, 1, H/8, W/8)."),
+    )
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)

@@ -61,6 +61,7 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
+from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions,
                                   text_truncation)
 
@@ -180,7 +181,11 @@ class HunyuanVideoPipeline(VideoPipeline):
     or :func:`vidax.load_pipeline`.
     """
 
-    extra_call_args = ("true_cfg_scale", "sigmas")
+    call_options = (
+        CallOption("true_cfg_scale", float, "True classifier-free guidance weight with the negative prompt "
+                   "(HunyuanVideo).", "1, off", low=0),
+        CallOption("sigmas", OBJECT, "Custom, unshifted noise levels, one per step."),
+    )
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
@@ -225,10 +230,7 @@ class HunyuanVideoPipeline(VideoPipeline):
             kwargs["num_inference_steps"] = len(kwargs["sigmas"])  # retrieve_timesteps: len(sigmas) steps
         call = super().check_call(info, prompt, negative_prompt, **kwargs)
         extra = dict(call.extra)
-        scale = extra.get("true_cfg_scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale) \
-                or scale < 0:
-            raise InputError(f"true_cfg_scale must be a finite number >= 0, got {scale!r}")
+        scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
         extra["true_cfg_scale"] = float(scale)
         sigmas = extra.get("sigmas")
         if sigmas is not None:
@@ -405,7 +407,11 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     """
 
     task = "i2v"
-    extra_call_args = HunyuanVideoPipeline.extra_call_args + ("image_embed_interleave",)
+    call_options = HunyuanVideoPipeline.call_options + (
+        CallOption("image_embed_interleave", int, "Keep every n-th image token in the text encoder's sequence "
+                   "(HunyuanVideo I2V).", "the checkpoint's", low=0,
+                   valid="an integer >= 0 (1..5 keep every n-th image token, others keep all)"),
+    )
     prompt_template = I2V_PROMPT_TEMPLATE
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
@@ -414,10 +420,6 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
         super().check_family_call(info, call)
-        n = call.extra.get("image_embed_interleave")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0):
-            raise InputError(f"image_embed_interleave must be an integer >= 0 (1..5 keep every n-th image token, "
-                             f"others keep all), got {n!r}")
         if info.image_condition_type == "latent_concat":
             asked = (f"num_frames={call.num_frames}" if "num_frames" in call.given
                      else f"this checkpoint's default of {call.num_frames} frames")
