@@ -10,7 +10,7 @@ decoding through the VAE contract, the run summary and progress bars.
 A family subclasses it and provides hooks (see "Family hooks" below): what its checkpoint is
 (:meth:`VideoPipeline.read_checkpoint`, configs only), which components it loads, how a prompt is
 encoded, the conditioning of a call, the initial latents, the transformer's inputs of one step and
-the scheduler update. Call arguments beyond the shared ones are declared in ``extra_call_args``;
+the scheduler update. Call arguments beyond the shared ones are declared in ``call_options``;
 a keyword that is neither is a one-line error naming what the pipeline takes.
 """
 
@@ -38,7 +38,7 @@ from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F
 from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
-from vidax.pipelines.options import MAX_GUIDANCE, SHARED_OPTIONS, CallOption, check_options, options_by_name
+from vidax.pipelines.options import SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry

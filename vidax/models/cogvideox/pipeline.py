@@ -28,7 +28,7 @@ import numpy as np
 
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
@@ -128,17 +128,18 @@ class CogVideoXPipeline(VideoPipeline):
     def check_family_call(cls, info: CogVideoXInfo, call) -> None:
         cfg, s = info.transformer_config, info.vae_config.spatial_compression
         if call.num_videos_per_prompt != 1:
-            raise InputError(f"num_videos_per_prompt={call.num_videos_per_prompt}: the CogVideoX pipelines "
+            raise InputError(Arg("num_videos_per_prompt", call.num_videos_per_prompt), ": the CogVideoX pipelines "
                              "make one video per prompt (repeat the prompt instead)")
         if cfg.use_learned_positional_embeddings and (call.height // s, call.width // s) != (
                 cfg.sample_height, cfg.sample_width):
-            raise InputError(f"height={call.height}, width={call.width}: this checkpoint's learned position embedding "
+            raise InputError(Arg("height", call.height), ", ", Arg("width", call.width), ": this checkpoint's learned "
+                             "position embedding "
                              f"only works at {cfg.sample_height * s}x{cfg.sample_width * s} (the reference refuses "
                              "other sizes)")
         if cfg.uses_position_table and call.max_sequence_length != cfg.max_text_seq_length:
-            raise InputError(f"max_sequence_length={call.max_sequence_length}: this checkpoint adds a position table "
-                             f"made for {cfg.max_text_seq_length} text tokens; use max_sequence_length="
-                             f"{cfg.max_text_seq_length}")
+            raise InputError(Arg("max_sequence_length", call.max_sequence_length), ": this checkpoint adds a position "
+                             f"table made for {cfg.max_text_seq_length} text tokens; use ",
+                             Arg("max_sequence_length", cfg.max_text_seq_length))
         t, pad = info.latent_frames(call.num_frames)
         if cfg.use_rotary_positional_embeddings:  # a 1.5 grid past the model's RoPE grid is refused
             mult = s * cfg.patch_size
@@ -150,9 +151,9 @@ class CogVideoXPipeline(VideoPipeline):
         out = decoded_frames(t - pad, info.vae_config.temporal_compression)
         if out != call.num_frames:
             logger.warning(
-                "num_frames=%d gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
+                "%s gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
                 "as diffusers' %s does (use 4k+1 frames, e.g. 49 or 81, to get exactly what you ask)",
-                call.num_frames, t - pad, out, out, cls.__name__)
+                Arg("num_frames", call.num_frames), t - pad, out, out, cls.__name__)
 
     @classmethod
     def check_noise(cls, info: CogVideoXInfo, call) -> None:

@@ -185,9 +185,9 @@ class CosmosPredictPipeline(VideoPipeline):
     def resolve_num_frames(cls, info: CosmosInfo, num_frames: int) -> int:
         k = info.vae_config.temporal_compression
         if num_frames % k != 1:
-            logger.warning("num_frames=%d is not of the form %dk+1: the %d decoded frames are each repeated %d "
+            logger.warning("%s is not of the form %dk+1: the %d decoded frames are each repeated %d "
                            "times and cut to %d, as diffusers' Cosmos2_5_PredictBasePipeline does",
-                           num_frames, k, (num_frames - 1) // k * k + 1, k, num_frames)
+                           Arg("num_frames", num_frames), k, (num_frames - 1) // k * k + 1, k, num_frames)
         return num_frames
 
     @classmethod

@@ -58,7 +58,7 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.clip import clip_preprocess, encode_clip_text
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.encoders.tokenizer import Truncation
-from vidax.errors import CheckpointError, InputError
+from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.pipelines.options import OBJECT, CallOption
@@ -203,8 +203,8 @@ class HunyuanVideoPipeline(VideoPipeline):
         k = info.vae_config.temporal_compression
         if num_frames % k != 1:
             rounded = (num_frames - 1) // k * k + 1
-            logger.warning("num_frames=%d is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
-                           "frames, i.e. %d frames; using %d", num_frames, k, num_frames, k, rounded, rounded)
+            logger.warning("%s is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
+                           "frames, i.e. %d frames; using %d", Arg("num_frames", num_frames), k, num_frames, k, rounded, rounded)
             return rounded
         return num_frames
 
@@ -243,7 +243,8 @@ class HunyuanVideoPipeline(VideoPipeline):
         cls.schedule(cls.read_scheduler(info), call)  # the checked sigmas, as set_timesteps will shift them
         cfg = scale > 1.0 and negative_prompt is not None
         if scale > 1.0 and negative_prompt is None:
-            logger.warning("true_cfg_scale=%s has no effect without negative_prompt (as in diffusers)", scale)
+            logger.warning("%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale),
+                           Arg("negative_prompt"))
         if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
             logger.warning("Both true_cfg_scale and guidance_scale are greater than 1.0: classifier-free guidance "
                            "and embedded guidance are both applied (as the reference warns)")
@@ -421,15 +422,15 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
         super().check_family_call(info, call)
         if info.image_condition_type == "latent_concat":
-            asked = (f"num_frames={call.num_frames}" if "num_frames" in call.given
+            asked = (Arg("num_frames", call.num_frames) if "num_frames" in call.given
                      else f"this checkpoint's default of {call.num_frames} frames")
             k = info.vae_config.temporal_compression
             least = LATENT_CONCAT_DROPPED + 1 if call.output_type != "latent" else k + 1
             if call.num_frames < least:  # the reference's output would be empty
-                raise InputError(f"{asked} leaves no frame: latent_concat (as diffusers' "
-                                 f"HunyuanVideoImageToVideoPipeline) drops the first "
+                raise InputError(asked, " leaves no frame: latent_concat (as diffusers' "
+                                 "HunyuanVideoImageToVideoPipeline) drops the first "
                                  + (f"{LATENT_CONCAT_DROPPED} decoded frames" if call.output_type != "latent"
-                                    else "latent frame") + f"; give num_frames >= {least}")
+                                    else "latent frame") + "; give ", Arg("num_frames"), f" >= {least}")
             if call.output_type == "latent":
                 t = cls.latent_shape(info, call)[2]
                 got = f"{t - 1} latent frames, not {t}: the reference drops the first latent frame"

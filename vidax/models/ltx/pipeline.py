@@ -31,7 +31,7 @@ import numpy as np
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError, Message, joined
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
@@ -211,21 +211,23 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                 raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
         c, v = scheduler.config, info.vae_config
         s, k = v.spatial_compression, v.temporal_compression
-        fit = [f"num_frames={(top // (h * w) - 1) * k + 1} at this height and width"] if top // (h * w) >= 1 else []
+        fit = [Message(Arg("num_frames", (top // (h * w) - 1) * k + 1), " at this height and width")
+               ] if top // (h * w) >= 1 else []
         scale = (top / tokens) ** 0.5
         hs, ws = int(h * scale), int(w * scale)
         while hs >= 1 and ws >= 1 and f * hs * ws > top:
             hs, ws = hs - 1, max(1, int(hs * w / h))
         if hs >= 1 and ws >= 1:
-            fit.append(f"height={hs * s}, width={ws * s} at this num_frames")
+            fit.append(Message(Arg("height", hs * s), ", ", Arg("width", ws * s), " at this ", Arg("num_frames")))
         raise InputError(
-            f"height={call.height}, width={call.width}, num_frames={call.num_frames} make {tokens} latent tokens "
-            f"({f} x {h} x {w}), more than this scheduler config's dynamic shift allows with num_inference_steps={n}: "
+            Arg("height", call.height), ", ", Arg("width", call.width), ", ", Arg("num_frames", call.num_frames),
+            f" make {tokens} latent tokens ({f} x {h} x {w}), more than this scheduler config's dynamic shift allows "
+            "with ", Arg("num_inference_steps", n), ": "
             f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
             f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
             f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
-            f"float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: "
-            f"{' or '.join(fit) if fit else 'a smaller height, width or num_frames'}")
+            "float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: ",
+            *(joined(fit, " or ") or ["a smaller ", Arg("height"), ", ", Arg("width"), " or ", Arg("num_frames")]))
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -451,7 +453,7 @@ def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
                                  "video=, frame_index=, strength=) objects")
             raw.append((f"conditions[{i}]", c.image, c.video, c.frame_index, c.strength))
     elif call.image is not None and video is not None:
-        raise InputError("image and video were both given; give one, or several conditions as "
+        raise InputError(Arg("image"), " and ", Arg("video"), " were both given; give one, or several conditions as "
                          "conditions=[LTXVideoCondition(image=...), LTXVideoCondition(video=...)]")
     elif call.image is not None or video is not None:
         media = (list(call.image) if isinstance(call.image, (list, tuple)) else [call.image]) \
@@ -568,10 +570,11 @@ class LTXConditionPipeline(LTXPipeline):
         ds = x.get("denoise_strength", 1.0)  # in [0, 1] by its declaration
         n = len(x["timesteps"]) if x.get("timesteps") is not None else call.num_inference_steps
         if min(int(n * ds), n) < 1:
-            raise InputError(f"denoise_strength={ds} runs int({n} x {ds}) = 0 of the {n} steps; give a larger one")
+            raise InputError(Arg("denoise_strength", ds), f" runs int({n} x {ds}) = 0 of the {n} steps; give a "
+                             "larger one")
         if ds < 1 and call.latents is None:
-            logger.warning("denoise_strength=%s without latents: the run starts from noise and only the last "
-                           "%d of %d steps run (as diffusers)", ds, int(n * ds), n)
+            logger.warning("%s without latents: the run starts from noise and only the last "
+                           "%d of %d steps run (as diffusers)", Arg("denoise_strength", ds), int(n * ds), n)
         condition_items(call, info.vae_config.temporal_compression)
 
     # ------------------------------------------------------------------ schedule
