@@ -66,7 +66,12 @@ def _fail(message: str) -> None:
 def call_options() -> dict:
     """The call keywords ``vidax generate`` offers as flags, by name: the shared ones, then those
     every registered pipeline declares (:class:`vidax.pipelines.options.CallOption`; a keyword
-    several pipelines take is one flag, its help theirs joined)."""
+    several pipelines take is one flag, its help theirs joined).
+
+    Raises:
+        ConfigError: two pipelines declare one keyword with different types (one flag cannot take both).
+    """
+    from vidax.errors import ConfigError
     from vidax.pipelines.options import SHARED_OPTIONS
     from vidax.registry import registry
 
@@ -77,6 +82,9 @@ def call_options() -> dict:
                 continue
             if o.name not in options:
                 options[o.name] = o
+            elif o.type != options[o.name].type:
+                raise ConfigError(f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
+                                  f"pipeline as {options[o.name].type}; one flag cannot take both")
             elif o.help not in options[o.name].help:
                 options[o.name] = dataclasses.replace(options[o.name], help=f"{options[o.name].help} {o.help}")
     return options

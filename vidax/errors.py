@@ -1,7 +1,9 @@
 """Exceptions raised by vidax for bad input, bad checkpoints and bad configs.
 
 Every error names the argument (or file / key), the value it got and what is valid, so that
-a user can fix the call without reading vidax's source.
+a user can fix the call without reading vidax's source. An argument is named as data
+(:class:`Arg` among the message's parts): Python reads it as the keyword (``num_frames=3``),
+``vidax generate`` as the flag the user typed (``--num-frames 3``).
 """
 
 
