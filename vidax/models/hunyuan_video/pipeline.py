@@ -163,8 +163,8 @@ def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
     for row in ids:
         heads = np.nonzero(row == end_header_id)[0]
         if len(heads) < 2:
-            raise InputError("the prompt template's headers were cut off by truncation; max_sequence_length is too "
-                             "small for HunyuanVideo's I2V template")
+            raise InputError("the prompt template's headers were cut off by truncation; ", Arg("max_sequence_length"),
+                             " is too small for HunyuanVideo's I2V template")
         a = (n_tok - 1 if len(heads) == 2 else int(heads[-1])) + 1
         e = image_emb_len
         hid.append(np.concatenate([np.arange(crop_start - 1 + e, a - 5 + e), np.arange(a - 1 + e, n_tok - 1 + e)]))
@@ -246,8 +246,8 @@ class HunyuanVideoPipeline(VideoPipeline):
             logger.warning("%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale),
                            Arg("negative_prompt"))
         if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
-            logger.warning("Both true_cfg_scale and guidance_scale are greater than 1.0: classifier-free guidance "
-                           "and embedded guidance are both applied (as the reference warns)")
+            logger.warning("Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
+                           "both applied (as the reference warns)", Arg("true_cfg_scale"), Arg("guidance_scale"))
         return dataclasses.replace(call, extra=extra, cfg=cfg)
 
     @classmethod
