@@ -384,16 +384,23 @@ def test_absent_jax_platform_is_one_line(ckpt, tmp_path):
     assert r.returncode == 0 and "transformer/" in r.stdout, r.stderr
 
 
-def test_flag_names_of_hints_without_values():
-    """A hint naming a keyword without a value ("drop --video / video=", "give image= (...)")
-    reads as the flag once, with no stray space: it printed "(drop --video / --video )"."""
-    from vidax.cli import flag_names
+def test_errors_name_arguments_as_data():
+    """An error names its arguments as data (:class:`vidax.errors.Arg`): Python reads the keyword
+    (``name=value``, a hint ``name=``), a front end spells each as its flag, with no stray space
+    after a hint without a value."""
+    from vidax.errors import Arg, InputError
 
-    assert flag_names("it takes no video (drop --video / video=)") == "it takes no video (drop --video)"
-    assert flag_names("it takes no image (drop --image / image=)") == "it takes no image (drop --image)"
-    assert (flag_names("image and video are both given; give image= (image2world) or video= (video2world)")
-            == "--image and video are both given; give --image (image2world) or --video (video2world)")
-    assert flag_names("num_inference_steps=0 is bad") == "--num-inference-steps 0 is bad"
+    e = InputError(Arg("image", keyword=True), " and ", Arg("video", keyword=True), " are both given; give ",
+                   Arg("image", keyword=True), " (image2world); ", Arg("num_inference_steps", 0), " is bad; ",
+                   Arg("dtype", "int8"), ", ", Arg("memory_check", python="pipe.memory_check = False"))
+    assert str(e) == ("image= and video= are both given; give image= (image2world); num_inference_steps=0 is bad; "
+                      "dtype='int8', pipe.memory_check = False")
+    assert e.arguments == ("image", "video", "image", "num_inference_steps", "dtype", "memory_check")
+    flags = {"image": "--image", "video": "--video", "num_inference_steps": "--num-inference-steps",
+             "memory_check": "--no-memory-check"}
+    assert e.render(lambda a: a.spelled(flags[a.name]) if a.name in flags else str(a)) == (
+        "--image and --video are both given; give --image (image2world); --num-inference-steps 0 is bad; "
+        "dtype='int8', --no-memory-check")
 
 
 def test_ctrl_c_while_importing_the_cli_is_one_line(monkeypatch, capsys):

@@ -131,7 +131,8 @@ def test_pipeline_keeps_its_contract(spec):
     assert cls.read_checkpoint is not VideoPipeline.read_checkpoint
     assert cls.load_components is not VideoPipeline.load_components
     assert cls.latent_shape is not VideoPipeline.latent_shape
-    assert not set(cls.extra_call_args) & set(SHARED_CALL_ARGS)
+    names = [o.name for o in cls.call_options]
+    assert len(set(names)) == len(names) and not set(names) & set(SHARED_CALL_ARGS)
     assert set(cls.unsupported_call_args) <= set(SHARED_CALL_ARGS)
 
 
