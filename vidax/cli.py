@@ -8,7 +8,7 @@ import os
 import re
 import signal
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -188,6 +188,11 @@ def generate(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
         "available RAM); --no-memory-check warns and runs it anyway."),
+    lora: Optional[List[str]] = typer.Option(
+        None, "--lora", help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or "
+        "LightX2V layout), merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). "
+        "On two-expert checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each "
+        "part on its expert)."),
     compile_cache: bool = typer.Option(
         True, "--compile-cache/--no-compile-cache",
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
@@ -281,7 +286,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, **family) -> None:
+              memory_check=True, lora=None, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Cancelled, InputError, OutOfMemoryError
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
@@ -302,6 +307,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         from vidax.io.image import load_image
 
         call_image["image"] = load_image(image)  # an unreadable file fails before any loading
+    loras = _lora_files(lora or [])  # unreadable, truncated or malformed files: before any loading
     family = {k: v for k, v in family.items() if v is not None}
     if "video" in family:
         call_image["video"] = _load_video(family.pop("video"))
@@ -355,6 +361,10 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
+    if loras:  # every key placed and checked before any step runs
+        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
+                 for i, (path, _) in enumerate(loras)]
+        pipe.set_adapters(names, [scale for _, scale in loras])
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -428,6 +438,30 @@ def _keep_unwritten(frames, output, written, error) -> None:
     raise typer.Exit(1) from None
 
 
+def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
+    """``(path, scale)`` of each ``--lora PATH[:SCALE]``, each file read and its keys checked
+    for a LoRA layout (not yet against the model)."""
+    import math
+
+    from vidax.errors import InputError
+    from vidax.lora.formats import parse, read_state_dict
+
+    out = []
+    for spec in specs:
+        path, scale = spec, 1.0
+        head, sep, tail = spec.rpartition(":")
+        if sep and not os.path.exists(spec):
+            try:
+                path, scale = head, float(tail)
+            except ValueError:
+                raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
+            if not math.isfinite(scale):
+                raise InputError(f"--lora {spec!r}: SCALE must be a finite number")
+        parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
+        out.append((path, scale))
+    return out
+
+
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
     """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
     if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
@@ -445,12 +479,13 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
 
 @app.command()
 def inspect(
-    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id."),
+    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, or a LoRA .safetensors file."),
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
 ) -> None:
-    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes."""
+    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a LoRA
+    file its layout, family, rank, targets and key count."""
     _setup_logging(False)
     from vidax.errors import VidaxError
     from vidax.inspect import describe_checkpoint, describe_mesh_plan
@@ -460,6 +495,11 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
+        if path.endswith(".safetensors") and os.path.isfile(path):  # a LoRA file
+            from vidax.inspect import describe_lora
+
+            typer.echo(describe_lora(path))
+            return
         typer.echo(describe_checkpoint(path))
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))

@@ -194,7 +194,13 @@ def transformer_targets(module: nnx.Module, spec: Any, config: Any) -> ModelTarg
 
 def guess_family(modules: dict[str, LoraModule], exclude: str = "") -> str | None:
     """The registered family whose transformer (default config, built abstractly) takes the most
-    of ``modules``' names, or None when none takes any (for the error naming another family's LoRA)."""
+    of ``modules``' names, as ``"family (ClassName)"``, or None when none takes any (for the error
+    naming another family's LoRA)."""
+    return best_family(modules, exclude)[0]
+
+
+def best_family(modules: dict[str, LoraModule], exclude: str = "") -> tuple[str | None, int]:
+    """``(family, modules it places)`` of :func:`guess_family`."""
     from vidax.registry import registry
 
     best, score = None, 0
@@ -212,7 +218,7 @@ def guess_family(modules: dict[str, LoraModule], exclude: str = "") -> str | Non
         hits = sum(_generic(targets, name) is not None for name in modules)
         if hits > score:
             best, score = f"{spec.family} ({spec.class_name})", hits
-    return best
+    return best, score
 
 
 def _generic(targets: ModelTargets, name: str) -> str | None:
