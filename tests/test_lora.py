@@ -381,6 +381,24 @@ def test_diffusers_layout_merges_as_diffusers_fuses(family, tmp_path):
     adapters.unload()
     restored = export_state_dict(module, rules)
     assert all(np.array_equal(restored[k], base[k]) for k in base)
+    # The original-repository / ComfyUI prefix with diffusers' module names (LTX-Video's original
+    # layout, as diffusers' _convert_non_diffusers_ltxv_lora_to_diffusers reads it) and kohya's
+    # underscores: the same weights, bit for bit.
+    for prefixed in ({k.replace("transformer.", "diffusion_model.", 1): v for k, v in sd.items()},
+                     {_kohya(k): v for k, v in sd.items()}):
+        adapters.load(prefixed, "y")
+        adapters.fuse(0.7)
+        again = export_state_dict(module, rules)
+        adapters.unload()
+        assert all(np.array_equal(again[k], got[k]) for k in got)
+
+
+def _kohya(key: str) -> str:
+    """``transformer.a.b.lora_A.weight`` -> ``lora_unet_a_b.lora_down.weight`` (``.lora_B.bias``:
+    ``.diff_b``)."""
+    module, _, suffix = key.removeprefix("transformer.").partition(".lora_")
+    suffix = {"A.weight": "lora_down.weight", "B.weight": "lora_up.weight", "B.bias": "diff_b"}[suffix]
+    return "lora_unet_" + module.replace(".", "_") + "." + suffix
 
 
 def test_hunyuan_original_layout(tmp_path):
