@@ -257,7 +257,8 @@ def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
 
 
 def test_lora_flag_and_inspect(variants, tmp_path):
-    """--lora PATH:SCALE goes on both Wan2.2 experts; vidax inspect describes the file; a file
+    """--lora PATH:SCALE goes on both Wan2.2 experts (the scale reaches set_adapters: see
+    tests/test_lora.py for the merge itself); vidax inspect describes the file; a file
     with a stray key or a truncated one is refused in one line (the truncated one before loading)."""
     lora = _wan_lora_file(variants["a14b"], tmp_path / "style.safetensors")
     r = _vidax("inspect", lora)
@@ -266,13 +267,11 @@ def test_lora_flag_and_inspect(variants, tmp_path):
                  "tensors: 18 keys, 6 modules", "blocks.*.self_attn.q"):
         assert line in r.stdout, r.stdout
     args = ("generate", "--prompt", "a cat", "--checkpoint", variants["a14b"], *I2V_ARGS)
-    plain, styled = tmp_path / "plain.npy", tmp_path / "styled.npy"
-    r = _vidax(*args, "--output", str(plain))
-    assert r.returncode == 0, r.stderr
+    styled = tmp_path / "styled.npy"
     r = _vidax(*args, "--lora", f"{lora}:0.5", "--output", str(styled), "-v")
     assert r.returncode == 0, r.stderr
     assert "LoRA lora_0 (original layout, rank [4], 18 keys) -> transformer, transformer_2" in r.stderr
-    assert np.abs(np.load(styled) - np.load(plain)).max() > 1e-3
+    assert np.load(styled).shape == (1, 32, 48, 3)  # (what a LoRA does to the video: tests/test_lora.py)
     stray = tmp_path / "stray.safetensors"
     save_safetensors({"diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 8), np.float32),
                       "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((8, 4), np.float32)}, str(stray))

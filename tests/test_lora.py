@@ -252,29 +252,39 @@ def random_lora(pipe, seed: int, blocks_only: bool = False) -> dict[str, np.ndar
     return sd
 
 
+MESH_CALL = dict(prompt="a cat", num_frames=5, num_inference_steps=2, height=32, width=32, seed=3,
+                 output_type="latent", progress=False)
+
+
+def with_loras(pipe, first, second):
+    """``pipe``'s latents with two adapters at weights 0.7 and -0.4."""
+    pipe.load_lora_weights(first, adapter_name="a")
+    pipe.load_lora_weights(second, adapter_name="b")
+    pipe.set_adapters(["a", "b"], [0.7, -0.4])
+    return pipe(**MESH_CALL).frames
+
+
+@pytest.fixture(scope="module")
+def single_device_loras(ckpt):
+    """(two LoRAs for the embedded checkpoint, the single-device latents and merged weights)."""
+    single = vidax.load_pipeline(ckpt, dtype="float32")
+    first, second = random_lora(single, 1), random_lora(single, 2, blocks_only=True)
+    want = with_loras(single, first, second)
+    return first, second, want, merged(single), np.asarray(single.transformer.blocks.attn1.to_q.kernel.get_value())
+
+
 @pytest.mark.parametrize("layout", ["mesh", "streamed"])
-def test_lora_on_mesh_and_streamed_equals_single_device(ckpt, layout):
+def test_lora_on_mesh_and_streamed_equals_single_device(ckpt, single_device_loras, layout):
     """The embedded checkpoint (heads that split over 2 x 2): two adapters at weights merged on a
     (2, 2, 2) mesh (the deltas sharded like the weights) or into blocks streamed from host memory
     give the single-device weights bit for bit and its latents; unloading restores them."""
-    call = dict(prompt="a cat", num_frames=5, num_inference_steps=2, height=32, width=32, seed=3,
-                output_type="latent", progress=False)
-    single = vidax.load_pipeline(ckpt, dtype="float32")
-    first, second = random_lora(single, 1), random_lora(single, 2, blocks_only=True)
-
-    def with_loras(pipe):
-        pipe.load_lora_weights(first, adapter_name="a")
-        pipe.load_lora_weights(second, adapter_name="b")
-        pipe.set_adapters(["a", "b"], [0.7, -0.4])
-        return pipe(**call).frames
-
-    want = with_loras(single)
-    weights = merged(single)
+    call = MESH_CALL
+    first, second, want, weights, q_kernel = single_device_loras
     options = dict(mesh=(2, 2, 2)) if layout == "mesh" else dict(offload=1)
     pipe = vidax.load_pipeline(ckpt, dtype="float32", **options)
     base_out = pipe(**call).frames
     compiled = compiled_steps(pipe)
-    got = with_loras(pipe)
+    got = with_loras(pipe, first, second)
     if layout == "mesh":  # the merged weights keep their sharding, and equal the single-device ones
         kernel = pipe.transformer.blocks.attn1.to_q.kernel.get_value()
         assert not kernel.sharding.is_fully_replicated
@@ -285,7 +295,7 @@ def test_lora_on_mesh_and_streamed_equals_single_device(ckpt, layout):
 
         blocks = offloaded_blocks(pipe.transformer)
         chunk = np.asarray(blocks.chunk_leaf(1, ("attn1", "to_q", "kernel")))
-        assert np.array_equal(chunk[0], single.transformer.blocks.attn1.to_q.kernel.get_value()[1])
+        assert np.array_equal(chunk[0], q_kernel[1])
     # fp32 summation order differs across layouts (sharded matmuls, per-chunk calls)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert np.abs(got - base_out).max() > 1e-2  # the LoRA mattered
