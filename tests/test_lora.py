@@ -200,6 +200,8 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
         with pytest.raises(InputError, match=match) as e:
             wan_pipe.load_lora_weights(bad)
         assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match=r"load_lora_weights takes no hotswap="):
+        wan_pipe.load_lora_weights(good, hotswap=True)
     assert wan_pipe.get_active_adapters() == []
     assert all(np.array_equal(merged(wan_pipe)[k], base[k]) for k in base)  # nothing changed
 

@@ -1205,7 +1205,7 @@ class VideoPipeline:
         return self._lora
 
     def load_lora_weights(self, pretrained_model_name_or_path_or_dict: Any, adapter_name: str | None = None, *,
-                          load_into_transformer_2: bool = False, weight_name: str | None = None) -> str:
+                          load_into_transformer_2: bool = False, weight_name: str | None = None, **kwargs: Any) -> str:
         """Load a LoRA into the denoising transformer and merge it (diffusers' API; every layout of
         :mod:`vidax.lora.formats`). The adapter loaded last is the active one, at weight 1
         (:meth:`set_adapters` combines several). Switching or unloading restores the base weights
@@ -1227,6 +1227,9 @@ class VideoPipeline:
                 first few named; a LoRA that fits another family says which), a rank mismatch,
                 ``load_into_transformer_2`` without a second expert. Nothing changes then.
         """
+        if kwargs:
+            raise InputError(f"load_lora_weights takes no {', '.join(f'{k}=' for k in sorted(kwargs))} (vidax reads "
+                             "local files: it takes adapter_name=, load_into_transformer_2=, weight_name=)")
         source = pretrained_model_name_or_path_or_dict
         if weight_name is not None:
             source = os.path.join(os.fspath(source), weight_name)
