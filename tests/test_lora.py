@@ -481,3 +481,28 @@ def test_hunyuan_original_layout(tmp_path):
         want = {k.replace(".base_layer", ""): v.numpy() for k, v in model.state_dict().items() if "lora_" not in k}
     for k in base:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+def test_bfloat16_weights_merge_in_float32_and_restore_exactly(ckpt):
+    """bfloat16 weights: the delta is added in float32 and rounded once to bfloat16 (the weights
+    keep their dtype), and unloading gives the loaded bfloat16 weights back bit for bit."""
+    import ml_dtypes
+
+    pipe = vidax.load_pipeline(ckpt, dtype="bfloat16")
+    sd = random_lora(pipe, 4)
+    kernel = pipe.transformer.blocks.ffn.net[2].kernel
+    base = np.asarray(kernel.get_value())
+    assert base.dtype == ml_dtypes.bfloat16
+    pipe.load_lora_weights(sd)
+    got = np.asarray(kernel.get_value())
+    assert got.dtype == ml_dtypes.bfloat16
+    for layer in range(base.shape[0]):
+        m = f"transformer.blocks.{layer}.ffn.net.2"
+        delta = (sd[f"{m}.lora_B.weight"].astype(np.float64) @ sd[f"{m}.lora_A.weight"]).T
+        want = (base[layer].astype(np.float64) + delta).astype(np.float32).astype(ml_dtypes.bfloat16)
+        # one rounding to bfloat16 of the float32 sum: at most one bfloat16 step apart where the
+        # float32 delta's last bit tips the rounding
+        np.testing.assert_allclose(got[layer].astype(np.float32), want.astype(np.float32), rtol=2 ** -7, atol=1e-6)
+        assert np.mean(got[layer] == want) > 0.99
+    pipe.unload_lora_weights()
+    assert np.array_equal(np.asarray(kernel.get_value()).view(np.uint16), base.view(np.uint16))
