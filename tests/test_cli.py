@@ -237,6 +237,56 @@ def test_generate_image_to_video(variants, image_file, tmp_path):
     assert np.load(out).shape == (1, 32, 48, 3)
 
 
+def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
+    """A random rank-4 LoRA in the original (ComfyUI) layout on every block linear of the
+    checkpoint's transformer, written to ``path``."""
+    rng = np.random.default_rng(seed)
+    reader = CheckpointReader(os.path.join(checkpoint, "transformer"))
+    names = {"attn1.to_q": "self_attn.q", "attn2.to_v": "cross_attn.v", "ffn.net.2": "ffn.2"}
+    sd = {}
+    for key in reader.keys():
+        block, i, rest = key.split(".", 2) if key.startswith("blocks.") else ("", "", "")
+        module = rest.removesuffix(".weight")
+        if block and module in names:
+            o, n = reader.info(key).shape
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_down.weight"] = rng.standard_normal((4, n)).astype(np.float32)
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_up.weight"] = rng.standard_normal((o, 4)).astype(np.float32)
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.alpha"] = np.float32(8.0)
+    save_safetensors(sd, str(path))
+    return str(path)
+
+
+def test_lora_flag_and_inspect(variants, tmp_path):
+    """--lora PATH:SCALE goes on both Wan2.2 experts (the scale reaches set_adapters: see
+    tests/test_lora.py for the merge itself); vidax inspect describes the file; a file
+    with a stray key or a truncated one is refused in one line (the truncated one before loading)."""
+    lora = _wan_lora_file(variants["a14b"], tmp_path / "style.safetensors")
+    r = _vidax("inspect", lora)
+    assert r.returncode == 0, r.stderr
+    for line in ("layout: original (lora)", "family: wan (WanTransformer3DModel)", "rank: 4; alpha 8",
+                 "tensors: 18 keys, 6 modules", "blocks.*.self_attn.q"):
+        assert line in r.stdout, r.stdout
+    args = ("generate", "--prompt", "a cat", "--checkpoint", variants["a14b"], *I2V_ARGS)
+    styled = tmp_path / "styled.npy"
+    r = _vidax(*args, "--lora", f"{lora}:0.5", "--output", str(styled), "-v")
+    assert r.returncode == 0, r.stderr
+    assert "LoRA lora_0 (original layout, rank [4], 18 keys) -> transformer, transformer_2" in r.stderr
+    assert np.load(styled).shape == (1, 32, 48, 3)  # (what a LoRA does to the video: tests/test_lora.py)
+    stray = tmp_path / "stray.safetensors"
+    save_safetensors({"diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 8), np.float32),
+                      "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((8, 4), np.float32)}, str(stray))
+    truncated = tmp_path / "truncated.safetensors"
+    shutil.copy(lora, truncated)
+    with open(truncated, "r+b") as f:
+        f.truncate(os.path.getsize(truncated) - 64)
+    for bad, message in ((stray, "land on no parameter of transformer (wan)"), (truncated, "not a readable LoRA file"),
+                         (f"{lora}:x", "give PATH or PATH:SCALE")):
+        r = _vidax(*args, "--lora", str(bad), "--output", str(tmp_path / "v.npy"))
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()[-1]) and r.stderr.count("error:") == 1
+    assert "loading" not in r.stderr  # refused before the checkpoint is read
+
+
 def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_file, tmp_path):
     # An image-to-video checkpoint without --image; an image for a text-to-video-only one.
     for args, message in (

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from typer.core import TyperCommand
@@ -217,6 +217,11 @@ def generate(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
         "available RAM); --no-memory-check warns and runs it anyway."),
+    lora: Optional[List[str]] = typer.Option(
+        None, "--lora", help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or "
+        "LightX2V layout), merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). "
+        "On two-expert checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each "
+        "part on its expert)."),
     compile_cache: bool = typer.Option(
         True, "--compile-cache/--no-compile-cache",
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
@@ -314,7 +319,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, spelling=None) -> None:
+              memory_check=True, lora=None, spelling=None) -> None:
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
@@ -337,6 +342,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
                   if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
+    loras = _lora_files(lora or [])  # unreadable, truncated or malformed files: before any loading
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
@@ -385,6 +391,10 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
+    if loras:  # every key placed and checked before any step runs
+        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
+                 for i, (path, _) in enumerate(loras)]
+        pipe.set_adapters(names, [scale for _, scale in loras])
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -467,6 +477,30 @@ def _keep_unwritten(frames, output, written, error, spelling) -> None:
     raise typer.Exit(1) from None
 
 
+def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
+    """``(path, scale)`` of each ``--lora PATH[:SCALE]``, each file read and its keys checked
+    for a LoRA layout (not yet against the model)."""
+    import math
+
+    from vidax.errors import InputError
+    from vidax.lora.formats import parse, read_state_dict
+
+    out = []
+    for spec in specs:
+        path, scale = spec, 1.0
+        head, sep, tail = spec.rpartition(":")
+        if sep and not os.path.exists(spec):
+            try:
+                path, scale = head, float(tail)
+            except ValueError:
+                raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
+            if not math.isfinite(scale):
+                raise InputError(f"--lora {spec!r}: SCALE must be a finite number")
+        parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
+        out.append((path, scale))
+    return out
+
+
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
     """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
     if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
@@ -485,12 +519,13 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
 @app.command()
 def inspect(
     ctx: typer.Context,
-    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id."),
+    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, or a LoRA .safetensors file."),
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
 ) -> None:
-    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes."""
+    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a LoRA
+    file its layout, family, rank, targets and key count."""
     _setup_logging(False)
     from vidax.errors import VidaxError
     from vidax.inspect import describe_checkpoint, describe_mesh_plan
@@ -500,6 +535,11 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
+        if path.endswith(".safetensors") and os.path.isfile(path):  # a LoRA file
+            from vidax.inspect import describe_lora
+
+            typer.echo(describe_lora(path))
+            return
         typer.echo(describe_checkpoint(path))
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))
