@@ -3,7 +3,7 @@ ending like Ctrl-C before a run (exit 130, one line) instead of a traceback."""
 
 import sys
 
-INTERRUPTED = "interrupted (SIGINT) before the run started; nothing was written"
+from vidax.errors import INTERRUPTED
 
 
 def run() -> None:

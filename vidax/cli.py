@@ -551,7 +551,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C before generate's own handler is in place (while Python imports)
-        from vidax.__main__ import INTERRUPTED
+        from vidax.errors import INTERRUPTED
 
         typer.secho(INTERRUPTED, fg=typer.colors.RED, err=True)
         raise SystemExit(130) from None
