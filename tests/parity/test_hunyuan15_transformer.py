@@ -186,3 +186,23 @@ def test_stages_and_streamed_blocks_equal_the_call(patch2):
     streamed = load_component(CLS, path, offload=2)
     got = np.asarray(streamed_call(streamed, *args))
     np.testing.assert_allclose(got, whole, rtol=0, atol=1e-6 * np.abs(whole).max())
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("image_embeds", np.zeros((B, L3, 5), np.float32),
+     r"image_embeds must be \(B=2, L3, image_embed_dim=12\); got \(2, 4, 5\)\."),
+    ("encoder_attention_mask_2", np.ones((B, L2 + 1), np.int64),
+     r"encoder_attention_mask_2 must be \(B, L\) of encoder_hidden_states_2=\(2, 6\); got \(2, 7\)\."),
+    ("encoder_hidden_states", np.zeros((B, L1, 19), np.float32),
+     r"encoder_hidden_states must be \(B=2, L1, text_embed_dim=20\)"),
+    ("timestep_r", np.zeros((B,), np.float32), r"timestep_r was given but .*\(use_meanflow=false\)\."),
+])
+def test_bad_input_is_named(patch2, key, value, match):
+    """A wrong shape is one line naming the argument, its shape and the valid one, raised before
+    any computation (the patch-2 model has no MeanFlow embedder)."""
+    from vidax.errors import InputError
+
+    _, model, _ = patch2
+    inputs = {**_inputs(6), key: value}
+    with pytest.raises(InputError, match=match):
+        model(*_args(inputs))
