@@ -60,6 +60,10 @@ TINY = {
         in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
         num_single_layers=3, num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, pooled_projection_dim=12,
         rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
+    "HunyuanVideo15Transformer3DModel": dict(
+        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
+        num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, text_embed_2_dim=14, image_embed_dim=12,
+        rope_axes_dim=[4, 6, 8], use_meanflow=True),
     "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
                                        cross_attention_dim=28, num_layers=2, caption_channels=20),
     "AutoencoderKLLTXVideo": dict(block_out_channels=[6, 12, 12, 24], down_block_types=["LTXVideo095DownBlock3D"] * 3,

@@ -32,6 +32,7 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.cogvideox",
     "vidax.models.cosmos",
     "vidax.models.hunyuan_video",
+    "vidax.models.hunyuan_video15",
     "vidax.models.ltx",
 )
 
