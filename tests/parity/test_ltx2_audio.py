@@ -25,7 +25,9 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline  # noqa: E402
 from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE  # noqa: E402
 
-from tests.parity.helpers import max_rel_err, randomize_torch_module  # noqa: E402
+from tests.parity.helpers import (  # noqa: E402
+    assert_close, assert_input_sensitive, max_rel_err, randomize_torch_module, standard_normal,
+)
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents  # noqa: E402
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VocoderWithBWEConfig  # noqa: E402
@@ -108,20 +110,8 @@ def bwe(tmp_path_factory):
     return _save(tmp_path_factory, LTX2VocoderWithBWE, BWE, 3, "ltx2_bwe", "LTX2VocoderWithBWE")
 
 
-def _normal(shape, seed):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
 def _close(got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    err = max_rel_err(got, want)
-    assert err < FP32_TOL, err
-
-
-def _sensitive(a, b):
-    # The reference's output depends on its input (else the parity would be vacuous).
-    assert max_rel_err(a, b) > 0.05, max_rel_err(a, b)
+    assert_close(got, want, FP32_TOL)
 
 
 def _ref(module, *args):
@@ -137,7 +127,7 @@ def test_audio_latent_statistics_match_pipeline(audio_vae):
     """The pipeline denormalises packed ``(B, L, C M)`` latents then unpacks them; vidax does the
     same on packed latents and gives the same values on unpacked ones."""
     ref, vae = audio_vae
-    z = _normal((2, 6, 15), 0)
+    z = standard_normal((2, 6, 15), 0)
     want = LTX2Pipeline._unpack_audio_latents(
         LTX2Pipeline._denormalize_audio_latents(torch.from_numpy(z), ref.latents_mean, ref.latents_std), 6, 5)
     _close(unpack_latents(vae.denormalize_latents(z), 5), want.numpy())
@@ -151,20 +141,20 @@ def test_audio_latent_statistics_match_pipeline(audio_vae):
 
 def test_audio_decode_matches_reference(audio_vae):
     ref, vae = audio_vae
-    z = _normal((2, 3, 6, 5), 1)  # 6 latent frames -> 21 mel frames of 20 bins
+    z = standard_normal((2, 3, 6, 5), 1)  # 6 latent frames -> 21 mel frames of 20 bins
     want = _ref(ref.decode, z)
     got = vae.decode(z)
     assert got.shape == (2, 2, 21, 20) and got.dtype == np.float32
     _close(got, want)
     _close(vae.decode(pack_latents(z)), want)  # packed latents are unpacked first
-    _sensitive(want, _ref(ref.decode, _normal(z.shape, 2)))
+    assert_input_sensitive(want, _ref(ref.decode, standard_normal(z.shape, 2)))
     with pytest.raises(InputError, match="z must be floating point audio latents"):
         vae.decode(np.zeros((2, 4, 6, 5), np.float32))
 
 
 def test_audio_encode_matches_reference(audio_vae):
     ref, vae = audio_vae
-    mel = _normal((2, 2, 17, 20), 3)
+    mel = standard_normal((2, 2, 17, 20), 3)
     with torch.no_grad():
         h = ref.encoder(torch.from_numpy(mel)).numpy()  # the posterior's parameters
     _close(vae.encode(mel), h)
@@ -175,7 +165,7 @@ def test_audio_group_norm_uncausal_decode_matches_reference(tmp_path_factory):
     bins decode to 28, zero padded to ``mel_bins=32`` as the reference pads them."""
     ref, vae = _save(tmp_path_factory, diffusers.AutoencoderKLLTX2Audio, AUDIO_GROUP, 1, "ltx2_audio_group",
                      "AutoencoderKLLTX2Audio")
-    z = _normal((1, 4, 6, 7), 4)
+    z = standard_normal((1, 4, 6, 7), 4)
     want = _ref(ref.decode, z)
     assert want.shape == (1, 1, 21, 32) and not want[..., 28:].any()
     _close(vae.decode(z), want)
@@ -195,12 +185,12 @@ def test_audio_config_refuses_what_is_not_implemented():
 
 def test_vocoder_matches_reference(vocoder):
     ref, voc = vocoder
-    mel = _normal((2, 2, 7, 20), 5)  # 2 x 20 = 40 features; 7 frames -> 22 -> 44 samples (kernel 6,
+    mel = standard_normal((2, 2, 7, 20), 5)  # 2 x 20 = 40 features; 7 frames -> 22 -> 44 samples (kernel 6,
     want = _ref(ref, mel)            # stride 3 gives 3 L + 1: not frames x hop, as the reference)
     got = voc(mel)
     assert got.shape == (2, 2, 44) and got.dtype == np.float32 and voc.sample_rate == 12000
     _close(got, want)
-    _sensitive(want, _ref(ref, _normal(mel.shape, 6)))
+    assert_input_sensitive(want, _ref(ref, standard_normal(mel.shape, 6)))
     with pytest.raises(InputError, match="mel must be a floating point mel spectrogram"):
         voc(np.zeros((2, 2, 7, 19), np.float32))
 
@@ -208,22 +198,22 @@ def test_vocoder_matches_reference(vocoder):
 def test_snake_vocoder_matches_reference(tmp_path_factory):
     """LTX-2.3's generator settings: anti-aliased snake-beta activations, clamp, no final bias."""
     ref, voc = _save(tmp_path_factory, LTX2Vocoder, VOCODER_SNAKE, 4, "ltx2_snake", "LTX2Vocoder")
-    mel = _normal((1, 2, 6, 20), 7)
+    mel = standard_normal((1, 2, 6, 20), 7)
     want = _ref(ref, mel)
     _close(voc(mel), want)
-    _sensitive(want, _ref(ref, _normal(mel.shape, 8)))
+    assert_input_sensitive(want, _ref(ref, standard_normal(mel.shape, 8)))
 
 
 def test_bwe_vocoder_matches_reference(bwe):
     """16 mel frames -> 64 samples at 8 kHz (not a multiple of hop 3: padded to 66 for the STFT) ->
     128 samples at 16 kHz."""
     ref, voc = bwe
-    mel = _normal((2, 2, 16, 20), 9)
+    mel = standard_normal((2, 2, 16, 20), 9)
     want = _ref(ref, mel)
     got = voc(mel)
     assert got.shape == (2, 2, 128) and voc.sample_rate == 16000
     _close(got, want)
-    _sensitive(want, _ref(ref, _normal(mel.shape, 10)))
+    assert_input_sensitive(want, _ref(ref, standard_normal(mel.shape, 10)))
     # The bandwidth extender contributes (its residual is not negligible next to the resampled skip).
     with torch.no_grad():
         skip = ref.resampler(ref.vocoder(torch.from_numpy(mel)))[..., :128].clamp(-1, 1).numpy()
