@@ -33,11 +33,12 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.cosmos",
     "vidax.models.hunyuan_video",
     "vidax.models.ltx",
+    "vidax.models.ltx2",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).
 KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
-         "latent_upsampler")
+         "latent_upsampler", "connectors")
 
 ENV_VAR = "VIDAX_FAMILIES"
 
@@ -145,7 +146,7 @@ class ComponentSpec:
 
 
 #: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
-_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER"}
+_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER", "connectors": "CONNECTORS"}
 
 
 def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...]:
