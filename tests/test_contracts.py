@@ -18,6 +18,8 @@ from flax import nnx
 
 from tests.parity.cogvideox_reference import TRANSFORMER as COG_TRANSFORMER
 from tests.parity.cogvideox_reference import VAE as COG_VAE
+from tests.parity.ltx2_reference import CONNECTORS_23 as LTX2_CONNECTORS
+from tests.parity.ltx2_reference import TRANSFORMER_23 as LTX2_TRANSFORMER
 from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.checkpoint import TASK_NAMES
@@ -70,6 +72,8 @@ TINY = {
                                       norm_num_groups=2),
     "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,
                                     spatial_upsample=True, temporal_upsample=True),
+    "LTX2VideoTransformer3DModel": LTX2_TRANSFORMER,
+    "LTX2TextConnectors": LTX2_CONNECTORS,
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
@@ -157,7 +161,8 @@ def test_cogvideox_transformer_stages_equal_the_call():
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
 FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
                        "vidax.registry")
-MODEL_FILES = ("config.py", "transformer.py", "vae.py", "rope.py", "upsampler.py")
+MODEL_FILES = ("config.py", "config_transformer.py", "transformer.py", "connectors.py", "vae.py", "rope.py",
+               "upsampler.py")
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 

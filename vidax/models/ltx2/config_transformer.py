@@ -49,15 +49,16 @@ class LTX2TransformerConfig(TransformerConfig):
     tables, ``prompt_adaln``), ``perturbed_attn`` (self-attention that STG can replace by its
     values), ``use_prompt_embeddings=false`` (no caption projections).
 
-    Refused: ``use_keyframes_abs_pos_embedding=true`` (LTX-2.5), ``use_prompt_adaln_single=false``
-    (LTX-2.5), ``qk_norm`` other than ``rms_norm_across_heads`` (the reference refuses it too),
+    LTX-2.5's: ``ff_bias=false``, ``use_keyframes_abs_pos_embedding`` (a learned ``(1, D)``
+    embedding added to the tokens a ``video_keyframes_mask`` marks), ``use_prompt_adaln_single=
+    false`` (the text keys' / values' modulation is the blocks' static table only).
+
+    Refused: ``qk_norm`` other than ``rms_norm_across_heads`` (the reference refuses it too),
     ``norm_elementwise_affine=true``.
     """
 
     IGNORED: ClassVar[frozenset[str]] = frozenset()
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "use_keyframes_abs_pos_embedding": (False,),
-        "use_prompt_adaln_single": (True,),
         "qk_norm": ("rms_norm_across_heads",),
         "norm_elementwise_affine": (False,),
     }
@@ -104,6 +105,8 @@ class LTX2TransformerConfig(TransformerConfig):
     perturbed_attn: bool = False
     ff_bias: bool = True
     audio_ff_bias: bool = True
+    use_prompt_adaln_single: bool = True
+    use_keyframes_abs_pos_embedding: bool = False
 
     @property
     def audio_inner_dim(self) -> int:
@@ -116,8 +119,13 @@ class LTX2TransformerConfig(TransformerConfig):
 
     @property
     def prompt_modulation(self) -> bool:
-        """LTX-2.3's prompt AdaLN (``prompt_adaln`` / per-block ``prompt_scale_shift_table``)."""
+        """LTX-2.3's prompt AdaLN (per-block ``prompt_scale_shift_table``)."""
         return self.cross_attn_mod or self.audio_cross_attn_mod
+
+    @property
+    def prompt_adaln(self) -> bool:
+        """The timestep-dependent part of it (``prompt_adaln``, from ``sigma``)."""
+        return self.prompt_modulation and self.use_prompt_adaln_single
 
     def validate(self, source: str) -> None:
         self.check_positive(
@@ -132,7 +140,8 @@ class LTX2TransformerConfig(TransformerConfig):
         )
         _check_bools(self, source, ("gated_attn", "cross_attn_mod", "audio_gated_attn", "audio_cross_attn_mod",
                                     "attention_bias", "attention_out_bias", "rope_double_precision",
-                                    "use_prompt_embeddings", "perturbed_attn", "ff_bias", "audio_ff_bias"))
+                                    "use_prompt_embeddings", "perturbed_attn", "ff_bias", "audio_ff_bias",
+                                    "use_prompt_adaln_single", "use_keyframes_abs_pos_embedding"))
         _check_rope(self, source)
         if self.activation_fn not in LTX2_FFN_ACTIVATIONS:
             self.invalid(source, "activation_fn", self.activation_fn, f"vidax implements {sorted(LTX2_FFN_ACTIVATIONS)}")

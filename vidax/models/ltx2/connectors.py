@@ -14,15 +14,17 @@
           every key then attended
       blocks × layers (stacked): x += attn1(RMS(x), 1-D RoPE); x += ff(RMS(x))
       RMS(x)
-    video embedding · mask (all ones with registers), audio embedding, mask (B, L)
+    video embedding, audio embedding, mask (B, L) (all ones, as the reference's)
 
 The attention is :class:`vidax.blocks.attention.Attention` (q / k RMS over all heads, RoPE over
 the whole width: "interleaved" or "split", LTX-2.3's per-head gates). The 1-D RoPE's positions
 are ``i / connector_rope_base_seq_len`` (tables on the host, float64 frequencies:
 :func:`vidax.models.ltx2.rope.text_rope_table`).
 
-Without registers the padded tokens are masked as keys (the reference's additive ``-finfo.max``
-bias) and the video embedding's padded rows are zeroed, the audio one's kept (as the reference).
+Without registers the padded tokens are masked as keys inside the connectors (the reference's
+additive ``-finfo.max`` bias). The mask returned for the transformer is all ones in either case,
+as the reference's (``additive < 1e-6`` holds for 0 and for ``-finfo.max``), so the video
+embedding's rows are all kept.
 
 Precision: statistics, norms and RoPE in float32; the projections in the compute dtype.
 """
@@ -46,7 +48,7 @@ from vidax.nn.stack import scan_layers, stacked
 _F32 = jnp.float32
 #: The connectors' RMSNorm and q / k norm epsilon (fixed in the reference).
 EPS = 1e-6
-#: The reference's binarisation threshold of the additive mask (``attn_mask_binarize_threshold``).
+#: Where a tokenizer pads.
 PADDING_SIDES = ("left", "right")
 
 
@@ -81,9 +83,9 @@ class LTX2ConnectorTransformer1d(nnx.Module):
             lambda r: LTX2TransformerBlock1d(self.dim, heads, head_dim, layout, gated, attention, dtype, param_dtype, r),
             layers, rngs)
 
-    def __call__(self, x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
         """``x`` ``(B, L, dim)``, ``mask`` ``(B, L)`` int32 1 = real -> the embedding
-        ``(B, L, dim)`` and the key mask it used ``(B, L)`` (all ones with registers)."""
+        ``(B, L, dim)``: with registers every token attended, else the padded keys masked."""
         b, length, _ = x.shape
         if self.learnable_registers is not None:
             r = self.num_registers
@@ -106,7 +108,7 @@ class LTX2ConnectorTransformer1d(nnx.Module):
             return block(h, rope, attn_mask)
 
         x = scan_layers(self.transformer_blocks, x, body)
-        return rms_norm(x, EPS, x.dtype), mask
+        return rms_norm(x, EPS, x.dtype)
 
 
 class LTX2TextConnectors(nnx.Module):
@@ -151,7 +153,7 @@ class LTX2TextConnectors(nnx.Module):
 
         Returns:
             ``(video (B, L, D_v), audio (B, L, D_a))`` in the compute dtype and the mask the
-            transformer takes ``(B, L)`` int32 (all ones with registers).
+            transformer takes ``(B, L)`` int32 (all ones, as the reference's).
 
         Raises:
             InputError: shapes that do not fit the config, an unknown ``padding_side``, a text
@@ -182,10 +184,12 @@ class LTX2TextConnectors(nnx.Module):
         else:
             x = _masked_layer_norm(h, mask.sum(axis=1), padding_side, scale_factor)
             video = audio = self.text_proj_in(x.astype(self.dtype))
-        video, key_mask = self.video_connector(video, mask)
-        video = video * key_mask[:, :, None].astype(video.dtype)
-        audio, _ = self.audio_connector(audio, mask)
-        return video, audio, key_mask
+        video = self.video_connector(video, mask)
+        audio = self.audio_connector(audio, mask)
+        # The reference's returned mask is ``additive_mask < 1e-6`` of the connector's additive
+        # mask (0, or -finfo.max for padding without registers): true everywhere, so the
+        # transformer attends every text token and the video embedding keeps every row.
+        return video, audio, jnp.ones_like(mask)
 
 
 def _masked_layer_norm(h: jax.Array, lengths: jax.Array, padding_side: str, scale: float, eps: float = 1e-6):

@@ -63,6 +63,7 @@ from vidax.models.ltx2 import rope as ltx2_rope
 from vidax.models.ltx2.config_transformer import LTX2_FFN_ACTIVATIONS, LTX2_ROPE_TYPES, LTX2TransformerConfig
 from vidax.nn.layers import FeedForward, LayerNorm, TextProjection, linear, rms_norm
 from vidax.nn.stack import stacked
+from vidax.parallel.mesh import check_heads
 from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
@@ -144,10 +145,15 @@ class LTX2VideoTransformerBlock(nnx.Module):
         # 2. Prompt cross-attention (LTX-2.3: AdaLN of the queries and of the text keys / values).
         ctx, actx = i.context, i.audio_context
         if self.prompt_scale_shift_table is not None:
-            b_kv, s_kv = table_modulation(self.prompt_scale_shift_table[...], i.prompt_mod)
-            ctx = modulate(ctx, b_kv, s_kv, dt)
-            b_kv, s_kv = table_modulation(self.audio_prompt_scale_shift_table[...], i.audio_prompt_mod)
-            actx = modulate(actx, b_kv, s_kv, dt)
+            # Without prompt_adaln (LTX-2.5's use_prompt_adaln_single=false) the static table alone.
+            no_emb = jnp.zeros((1, 1, 1, 1), _F32)
+            for table, emb, is_audio in ((self.prompt_scale_shift_table, i.prompt_mod, False),
+                                         (self.audio_prompt_scale_shift_table, i.audio_prompt_mod, True)):
+                b_kv, s_kv = table_modulation(table[...], no_emb if emb is None else emb)
+                if is_audio:
+                    actx = modulate(actx, b_kv, s_kv, dt)
+                else:
+                    ctx = modulate(ctx, b_kv, s_kv, dt)
         x = self._prompt_attention(self.attn2, x, ctx, i.kv_mask, v_mod[6:] if self.video_q_adaln else None)
         a = self._prompt_attention(self.audio_attn2, a, actx, i.audio_kv_mask,
                                    a_mod[6:] if self.audio_q_adaln else None)
@@ -258,6 +264,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
     block_stacks = ("transformer_blocks",)
 
     def build(self, cfg: LTX2TransformerConfig, param_dtype, attention, rngs):
+        check_heads(self.mesh, cfg.audio_num_attention_heads, f"{type(self).__name__} (audio)")
         dtype, d, da = self.dtype, cfg.inner_dim, cfg.audio_inner_dim
         self.proj_in = linear(cfg.in_channels, d, dtype, param_dtype, rngs)
         self.audio_proj_in = linear(cfg.audio_in_channels, da, dtype, param_dtype, rngs)
@@ -274,9 +281,11 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         self.av_cross_attn_audio_v2a_gate = AdaLayerNormSingle(da, 1, dtype, param_dtype, rngs)
         self.scale_shift_table = _param(rngs, (2, d), 1 / math.sqrt(d))
         self.audio_scale_shift_table = _param(rngs, (2, da), 1 / math.sqrt(da))
-        pm = cfg.prompt_modulation
+        pm = cfg.prompt_adaln
         self.prompt_adaln = AdaLayerNormSingle(d, 2, dtype, param_dtype, rngs) if pm else None
         self.audio_prompt_adaln = AdaLayerNormSingle(da, 2, dtype, param_dtype, rngs) if pm else None
+        self.keyframes_abs_pos_embedding = (nnx.Param(jnp.zeros((1, d), _F32))
+                                            if cfg.use_keyframes_abs_pos_embedding else None)
         self.transformer_blocks = stacked(
             lambda r: LTX2VideoTransformerBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers,
@@ -360,6 +369,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         spatio_temporal_guidance_blocks: Sequence[int] | None = None,
         perturbation_mask: jax.Array | None = None,
         use_cross_timestep: bool = False,
+        video_keyframes_mask: jax.Array | None = None,
     ) -> tuple[tuple, LTX2BlockInputs]:
         """Everything before the blocks; the arguments of the reference's ``forward``.
 
@@ -385,6 +395,8 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                 every sample perturbed (as the reference).
             use_cross_timestep: modulate the audio<->video attention with the other modality's
                 sigma (LTX-2.3's behaviour).
+            video_keyframes_mask: ``(B, N, 1)``, non-zero on the tokens that get
+                ``keyframes_abs_pos_embedding`` (LTX-2.5); ignored without that parameter.
 
         Returns:
             The streams ``(x (B, N', D), a (B, M', D_a))`` in the residual dtype (``N'``, ``M'``
@@ -408,7 +420,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
             if tuple(jnp.shape(t)) not in ((b,), (b, 1), (b, n)):
                 raise InputError(f"{name}: {key} must be (B,)=({b},), (B, 1) or (B, tokens)=({b}, {n}); "
                                  f"got {tuple(jnp.shape(t))}.")
-        if cfg.prompt_modulation or use_cross_timestep:
+        if cfg.prompt_adaln or use_cross_timestep:
             for key, s in (("sigma", sigma), ("audio_sigma", audio_sigma)):
                 if s is None or tuple(jnp.shape(s)) not in ((b,), (b, 1)):
                     raise InputError(f"{name}: {key} must be (B,)=({b},) for the prompt AdaLN / use_cross_timestep; "
@@ -447,7 +459,14 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                                                                                 len_v, len_a)
 
         dt = self.dtype
-        x = pad_tokens(self.proj_in(hidden_states.astype(dt)), len_v)
+        x = self.proj_in(hidden_states.astype(dt))
+        if self.keyframes_abs_pos_embedding is not None and video_keyframes_mask is not None:
+            if tuple(jnp.shape(video_keyframes_mask)) != (b, n_v, 1):
+                raise InputError(f"{name}: video_keyframes_mask must be (B, N, 1)=({b}, {n_v}, 1); "
+                                 f"got {tuple(jnp.shape(video_keyframes_mask))}.")
+            marker = (jnp.asarray(video_keyframes_mask) > 0).astype(dt)
+            x = x + marker * self.keyframes_abs_pos_embedding[...].astype(dt)
+        x = pad_tokens(x, len_v)
         a = pad_tokens(self.audio_proj_in(audio_hidden_states.astype(dt)), len_a)
 
         def emb(layer, t, length=None):
@@ -459,7 +478,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         video_mod, video_temb = emb(self.time_embed, timestep, len_v)
         audio_mod, audio_temb = emb(self.audio_time_embed, audio_timestep, len_a)
         prompt_mod = audio_prompt_mod = None
-        if cfg.prompt_modulation:
+        if cfg.prompt_adaln:
             prompt_mod, _ = emb(self.prompt_adaln, sigma)
             audio_prompt_mod, _ = emb(self.audio_prompt_adaln, audio_sigma)
         gate_factor = cfg.cross_attn_timestep_scale_multiplier / cfg.timestep_scale_multiplier
