@@ -26,8 +26,9 @@ TRANSFORMER_23 = dict(TRANSFORMER_20, gated_attn=True, audio_gated_attn=True, cr
 #: LTX-2.5's on top: no video FFN bias, the keyframe embedding, a static prompt table.
 TRANSFORMER_25 = dict(TRANSFORMER_23, ff_bias=False, use_keyframes_abs_pos_embedding=True,
                       use_prompt_adaln_single=False)
-TRANSFORMERS = {"2.0": TRANSFORMER_20, "2.0-interleaved": dict(TRANSFORMER_20, rope_type="interleaved"),
-                "2.3": TRANSFORMER_23, "2.5": TRANSFORMER_25}
+#: The "split" RoPE of every release; the "interleaved" layout's tables are checked at full width
+#: (tests/parity/test_ltx2_transformer.py) and its rotation by the shared attention's tests.
+TRANSFORMERS = {"2.0": TRANSFORMER_20, "2.3": TRANSFORMER_23, "2.5": TRANSFORMER_25}
 
 CONNECTORS_20 = dict(
     caption_channels=12, text_proj_in_factor=3, video_connector_num_attention_heads=3,

@@ -3,7 +3,7 @@ configs of ``tests/parity/ltx2_reference.py``: distinct head counts and widths f
 streams; every parameter randomised, saved with ``save_pretrained`` and loaded with the production
 loader :func:`~vidax.weights.component.load_component`), video and audio outputs both.
 
-Variants: LTX-2 (2.0, "split" RoPE as released, and "interleaved"), LTX-2.3's layers (gated
+Variants: LTX-2 (2.0, "split" RoPE as released), LTX-2.3's layers (gated
 attention, cross-attention AdaLN, perturbed attention with STG on block 1, ``use_cross_timestep``)
 and LTX-2.5's (no FFN bias, keyframe embedding, static prompt table). Latent grid (T, H, W) =
 (2, 3, 5) (non-square, two latent frames), 7 audio frames, text of 8 tokens left-padded.

@@ -7,3 +7,5 @@ from vidax.models.ltx2.config_transformer import (  # noqa: F401
     LTX2ConnectorsConfig,
     LTX2TransformerConfig,
 )
+
+__all__ = ["LTX2_FFN_ACTIVATIONS", "LTX2_ROPE_TYPES", "LTX2ConnectorsConfig", "LTX2TransformerConfig"]

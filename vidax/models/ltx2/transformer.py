@@ -46,7 +46,6 @@ reference's arithmetic.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Sequence
 
