@@ -147,7 +147,8 @@ def test_transformer_matches_reference(refs, variant):
 
 def test_per_token_timesteps_and_explicit_coords(refs):
     """The I2V / condition pipelines' call: (B, N) video timesteps with the first latent frame at
-    t = 0, (B,) audio timesteps, explicit coordinates (the second sample's shifted) as numpy."""
+    t = 0, (B,) audio timesteps, explicit coordinates (the second sample's shifted) as numpy, or
+    their tables from ``rope_tables`` as jit arguments."""
     ref, path = refs("2.0")
     model = load_component(NAME, path)
     arrays = _inputs("2.0", 2)
@@ -160,7 +161,14 @@ def test_per_token_timesteps_and_explicit_coords(refs):
     ac[1] += np.float32(0.25)
     coords = dict(video_coords=vc, audio_coords=ac)
     want = _ref(ref, arrays, **{k: torch.from_numpy(v) for k, v in coords.items()})
-    _check(_ours(model, arrays, **coords), want, "per-token + coords")
+    got = _ours(model, arrays, **coords)
+    _check(got, want, "per-token + coords")
+    # The same tables computed once on the host and passed as jit arguments (as a denoising
+    # step would, instead of constants in each trace).
+    tables = model.rope_tables(vc, ac)
+    step = nnx.jit(lambda mdl, kw, r: mdl(**kw, rope=r))
+    passed = step(model, {k: jnp.asarray(v) for k, v in arrays.items()}, tables)
+    assert all(max_rel_err(np.asarray(p), g) < 1e-6 for p, g in zip(passed, got))
     flat = _ref(ref, {**arrays, "timestep": np.array([700.0, 250.0], np.float32)},
                 **{k: torch.from_numpy(v) for k, v in coords.items()})
     assert max_rel_err(flat[0], want[0]) > 1e-2

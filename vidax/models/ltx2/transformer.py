@@ -311,13 +311,24 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                                    sampling_rate=c.audio_sampling_rate, causal_offset=c.causal_offset)
         return v, a
 
-    def rope_tables(self, video_coords: np.ndarray, audio_coords: np.ndarray, batch: int,
-                    video_length: int, audio_length: int) -> tuple[tuple, tuple, tuple, tuple]:
-        """The four ``(cos, sin)`` tables (video, audio, cross-modal video, cross-modal audio)
-        from the coordinates, on the host, rows padded to the (mesh-padded) lengths: ``(L, W/2)``
-        when every sample has the same positions, else ``(B, L, W/2)``; the split video
-        cross-modal table ``(B, L, num_attention_heads, r)`` when its slices are not the heads."""
+    def rope_tables(self, video_coords: np.ndarray, audio_coords: np.ndarray) -> tuple[tuple, tuple, tuple, tuple]:
+        """The four ``(cos, sin)`` float32 tables (video, audio, cross-modal video, cross-modal
+        audio) from the coordinates, computed on the host (what :meth:`embed` takes as ``rope=``).
+
+        Args:
+            video_coords, audio_coords: numpy ``(B, 3, N, 2)`` / ``(B, 1, M, 2)`` bounds
+                (:meth:`rope_coords`).
+
+        Returns:
+            Rows padded to the mesh-padded token counts: ``(L, W/2)`` when every sample has the
+            same positions, else ``(B, L, W/2)``; the split video cross-modal table
+            ``(B, L, num_attention_heads, r)`` when its slices are not the attention's heads.
+        """
         c = self.config
+        video_coords, audio_coords = np.asarray(video_coords, np.float32), np.asarray(audio_coords, np.float32)
+        batch = video_coords.shape[0]
+        video_length = self.sequence_length(video_coords.shape[2])[0]
+        audio_length = self.sequence_length(audio_coords.shape[2])[0]
         theta, dp = c.rope_theta, c.rope_double_precision
         cross_base = max(c.pos_embed_max_pos, c.audio_pos_embed_max_pos)
         vid = ltx2_rope.rope_table(video_coords, c.inner_dim, (c.pos_embed_max_pos, c.base_height, c.base_width),
@@ -369,6 +380,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         perturbation_mask: jax.Array | None = None,
         use_cross_timestep: bool = False,
         video_keyframes_mask: jax.Array | None = None,
+        rope: tuple | None = None,
     ) -> tuple[tuple, LTX2BlockInputs]:
         """Everything before the blocks; the arguments of the reference's ``forward``.
 
@@ -396,6 +408,9 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                 sigma (LTX-2.3's behaviour).
             video_keyframes_mask: ``(B, N, 1)``, non-zero on the tokens that get
                 ``keyframes_abs_pos_embedding`` (LTX-2.5); ignored without that parameter.
+            rope: the tables of :meth:`rope_tables` (computed once on the host and passed as
+                arrays, e.g. as jit arguments of a denoising step, instead of being rebuilt as
+                constants of each traced call); then the coordinates and grid are not read.
 
         Returns:
             The streams ``(x (B, N', D), a (B, M', D_a))`` in the residual dtype (``N'``, ``M'``
@@ -440,7 +455,15 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                              f"[0, {cfg.num_layers}).")
 
         # RoPE tables on the host (float64 frequencies), rows padded to the mesh lengths.
-        if video_coords is None or audio_coords is None:
+        len_v, valid_v = self.sequence_length(n_v)
+        len_a, valid_a = self.sequence_length(n_a)
+        if rope is not None:
+            if not (isinstance(rope, (tuple, list)) and len(rope) == 4 and all(len(r) == 2 for r in rope)
+                    and rope[0][0].shape[-2] == len_v and rope[1][0].shape[-2] == len_a):
+                raise InputError(f"{name}: rope must be the four (cos, sin) pairs of rope_tables() for {n_v} video "
+                                 f"and {n_a} audio tokens.")
+            video_rope, audio_rope, video_ca_rope, audio_ca_rope = (tuple(p) for p in rope)
+        elif video_coords is None or audio_coords is None:
             grid = (num_frames, height, width, audio_num_frames)
             if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in grid):
                 raise InputError(f"{name}: without video_coords / audio_coords, num_frames, height, width and "
@@ -450,12 +473,10 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
             vc, ac = self.rope_coords(b, num_frames, height, width, float(fps), audio_num_frames)
             video_coords = vc if video_coords is None else video_coords
             audio_coords = ac if audio_coords is None else audio_coords
-        video_coords = self._host_coords(video_coords, "video_coords", (b, 3, n_v, 2))
-        audio_coords = self._host_coords(audio_coords, "audio_coords", (b, 1, n_a, 2))
-        len_v, valid_v = self.sequence_length(n_v)
-        len_a, valid_a = self.sequence_length(n_a)
-        video_rope, audio_rope, video_ca_rope, audio_ca_rope = self.rope_tables(video_coords, audio_coords, b,
-                                                                                len_v, len_a)
+        if rope is None:
+            video_coords = self._host_coords(video_coords, "video_coords", (b, 3, n_v, 2))
+            audio_coords = self._host_coords(audio_coords, "audio_coords", (b, 1, n_a, 2))
+            video_rope, audio_rope, video_ca_rope, audio_ca_rope = self.rope_tables(video_coords, audio_coords)
 
         dt = self.dtype
         x = self.proj_in(hidden_states.astype(dt))
