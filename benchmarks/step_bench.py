@@ -57,6 +57,18 @@ class StepBench:
     batch: int = 2
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def peak_rss_gib() -> float:
     """Peak resident set size of this process in GiB (vidax's own measure, see
     :func:`vidax.stats.host_peak_rss_bytes`; imported here, after the thread flags are set)."""

@@ -18,6 +18,8 @@ from flax import nnx
 
 from tests.parity.cogvideox_reference import TRANSFORMER as COG_TRANSFORMER
 from tests.parity.cogvideox_reference import VAE as COG_VAE
+from tests.parity.ltx2_reference import CONNECTORS_23 as LTX2_CONNECTORS
+from tests.parity.ltx2_reference import TRANSFORMER_23 as LTX2_TRANSFORMER
 from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.checkpoint import TASK_NAMES
@@ -96,6 +98,8 @@ TINY = {
                                bwe_upsample_factors=[3, 2], bwe_resnet_kernel_sizes=[3], bwe_resnet_dilations=[[1]],
                                filter_length=12, hop_length=3, window_length=12, num_mel_channels=8,
                                input_sampling_rate=8000, output_sampling_rate=16000),
+    "LTX2VideoTransformer3DModel": LTX2_TRANSFORMER,
+    "LTX2TextConnectors": LTX2_CONNECTORS,
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
@@ -184,7 +188,8 @@ def test_cogvideox_transformer_stages_equal_the_call():
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
 FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
                        "vidax.registry")
-MODEL_FILES = ("config.py", "transformer.py", "vae.py", "rope.py", "upsampler.py")
+MODEL_FILES = ("config.py", "config_transformer.py", "transformer.py", "connectors.py", "vae.py", "rope.py",
+               "upsampler.py")
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 

@@ -39,7 +39,7 @@ FAMILIES: tuple[str, ...] = (
 
 #: Component kinds (the roles of ``model_index.json`` entries).
 KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
-         "latent_upsampler", "audio_decoder", "vocoder")
+         "latent_upsampler", "audio_decoder", "vocoder", "connectors")
 
 ENV_VAR = "VIDAX_FAMILIES"
 
@@ -148,7 +148,7 @@ class ComponentSpec:
 
 #: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
 _TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER",
-           "audio_decoder": "AUDIO_DECODER", "vocoder": "VOCODER"}
+           "audio_decoder": "AUDIO_DECODER", "vocoder": "VOCODER", "connectors": "CONNECTORS"}
 
 
 def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...]:

@@ -383,3 +383,14 @@ class LTX2VideoVAEConfig(LTXVAEConfig):
             if block["scale"] and block["stride"] is None and block["cin"] != block["cout"]:
                 bad("block_out_channels", f"changes the width {block['cin']} -> {block['cout']} in a 'conv' down "
                     "block, whose output the reference's next block cannot take")
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformer and text connectors (their own file: vidax.models.ltx2.config_transformer)
+
+from vidax.models.ltx2.config_transformer import (  # noqa: E402,F401 (re-exported: the registry reads config.py)
+    LTX2_FFN_ACTIVATIONS,
+    LTX2_ROPE_TYPES,
+    LTX2ConnectorsConfig,
+    LTX2TransformerConfig,
+)
