@@ -98,6 +98,7 @@ def flag_names(message: str) -> str:
     (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
     message = _QUOTED.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
     message = _SWITCH.sub(lambda m: "--" + m.group(1), message)  # "overwrite=True" is the bare switch
+    message = message.replace("decode_audio=False", "--no-audio")
     # "name=" with no value after it (a hint: "give image= (image2world)") is the bare flag.
     message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + ("" if _NO_VALUE.match(message, m.end()) else " "),
                           message)
@@ -160,10 +161,15 @@ def generate(
         help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
         "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
         "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
-        "through; other devices, FIFOs and sockets are refused."),
+        "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
+        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the folder; *.wav writes "
+        "the sound alone."),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
-        "also frames beyond the new video's length)."),
+        "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."),
+    audio: bool = typer.Option(
+        True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
+        "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
@@ -281,12 +287,12 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, **family) -> None:
+              memory_check=True, audio=True, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Cancelled, InputError, OutOfMemoryError
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
+    from vidax.io.video import DISCARD, check_output_path, output_paths, write_audio, write_video
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
@@ -338,14 +344,18 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
                  guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
                  guidance_scale_2=guidance_scale_2)
     info = cls.read_checkpoint(ckpt)
+    sound = audio and cls.makes_audio(info)
+    if fmt == "wav" and not sound:
+        why = (f"{cls.__name__} ({ckpt.root}) makes no sound" if not cls.makes_audio(info) else
+               "--no-audio leaves the sound out")
+        raise InputError(f"--output {output!r} writes the sound alone, but {why}; give *.mp4, *.npy or a folder")
     call = cls.check_call(info, prompt=prompt, negative_prompt=negative_prompt, seed=seed,
-                          progress=progress, cancel=stop, **call_image, **family,
+                          progress=progress, cancel=stop, decode_audio=audio, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     paths = output_paths(output, call.batch)
-    if len(paths) > 1:  # several videos: each indexed name is checked too
-        for path in paths:
-            check_output_path(path, overwrite)
+    for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
+        check_output_path(path, overwrite, audio=sound)
     try:  # before any weight is read
         cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
                                devices=1 if mesh is None else mesh.size, offload=offload)
@@ -374,14 +384,21 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     written = []
     stop.writing = True  # a second signal now waits for the file being written
-    for video, path in zip(out.frames, paths):
+    sounds = [None] * len(paths) if out.audio is None else list(out.audio)
+    for video, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
         try:
-            written.append(write_video(video, path, fps=fps, overwrite=overwrite))
+            if fmt == "wav":
+                written.append(write_audio(sound, path, out.audio_sample_rate))
+            else:
+                written.append(write_video(video, path, fps=fps, overwrite=overwrite, audio=sound,
+                                           sample_rate=out.audio_sample_rate))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
             _keep_unwritten(out.frames, output, written, e)
     size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
+    if out.audio is not None:
+        size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
     else:
