@@ -395,7 +395,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
                 written.append(write_video(video, path, fps=fps, overwrite=overwrite, audio=sound,
                                            sample_rate=out.audio_sample_rate))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-            _keep_unwritten(out.frames, output, written, e)
+            _keep_unwritten(out.frames, output, written, e, out.audio, out.audio_sample_rate)
     size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
     if out.audio is not None:
         size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
@@ -426,22 +426,25 @@ def _load_video(path: str):
     return frames
 
 
-def _keep_unwritten(frames, output, written, error) -> None:
-    """Writing the video failed after generation: save the frames as .npy (see
-    :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
+def _keep_unwritten(frames, output, written, error, audio=None, sample_rate=None) -> None:
+    """Writing the video failed after generation: save the frames (and the sound, when there is
+    one) as .npy (see :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
     from vidax.io.video import save_unwritten
 
     reason = flag_names(" ".join(f"{type(error).__name__}: {error}".split()))
     done = f"; wrote {', '.join(written)}" if written else ""
     try:
         kept = save_unwritten(frames, output)
+        sound = "" if audio is None else (
+            f"; the sound in {save_unwritten(audio, os.path.splitext(output.rstrip(os.sep))[0] + '-audio')} "
+            f"(float32 {tuple(audio.shape)} = (videos, channels, samples) in [-1, 1] at {sample_rate} Hz)")
     except OSError as e:
         typer.secho(f"error: could not write --output {output!r} ({reason}){done}; saving the frames as .npy "
                     f"failed too ({type(e).__name__}: {e})", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from None
     typer.secho(f"error: could not write --output {output!r} ({reason}){done}; the frames are kept in {kept} "
-                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)",
-                fg=typer.colors.RED, err=True)
+                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)"
+                + sound, fg=typer.colors.RED, err=True)
     raise typer.Exit(1) from None
 
 
