@@ -85,6 +85,7 @@ def test_inspect_lists_components(ckpt):
     for word in ("WanPipeline", "WanTransformer3DModel", "AutoencoderKLWan", "UMT5EncoderModel",
                  "UniPCMultistepScheduler", "parameters", "float32"):
         assert word in r.stdout
+    assert "sound:" not in r.stdout  # only models that make sound say so
 
 
 def test_generation_imports_no_torch(ckpt, tmp_path):

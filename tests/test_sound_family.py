@@ -175,6 +175,7 @@ def test_inspect_shows_the_sound_components(sound_checkpoint):
     r = _vidax("inspect", sound_checkpoint)
     assert r.returncode == 0, r.stderr
     assert "ToyAudioVAE" in r.stdout and "ToyVocoder" in r.stdout and "output_sampling_rate=24000" in r.stdout
+    assert "sound: yes (latent streams latents, audio_latents" in r.stdout
 
 
 def test_failed_write_keeps_the_frames_and_the_sound(sound_checkpoint, tmp_path, monkeypatch):
