@@ -180,7 +180,8 @@ def test_inspect_shows_the_sound_components(sound_checkpoint):
 
 def test_failed_write_keeps_the_frames_and_the_sound(sound_checkpoint, tmp_path, monkeypatch):
     """The mp4 writer fails after generation (disk full): the frames and the sound are both kept
-    as .npy beside the requested path, the one error line says where, exit 1."""
+    as .npy beside the requested path, the one error line says where, exit 1. An --fps other
+    than the model's frame rate is warned about (video and sound would drift apart)."""
     from typer.testing import CliRunner
 
     import vidax.io.video as video
@@ -191,8 +192,10 @@ def test_failed_write_keeps_the_frames_and_the_sound(sound_checkpoint, tmp_path,
 
     monkeypatch.setattr(video, "_write_mp4", full_disk)
     r = CliRunner().invoke(app, ["generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint,
-                                 "-o", str(tmp_path / "v.mp4"), "--no-progress"])
+                                 "-o", str(tmp_path / "v.mp4"), "--no-progress", "--fps", "16"])
     assert r.exit_code == 1, r.output
+    # --fps 16 is not the 8 fps the sound was made for: said before writing.
+    assert "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s" in r.stderr
     assert sorted(os.listdir(tmp_path)) == ["v-audio.unwritten.npy", "v.unwritten.npy"]
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "No space left on device" in lines[0] and "v-audio.unwritten.npy" in lines[0]

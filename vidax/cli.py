@@ -385,6 +385,12 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     written = []
     stop.writing = True  # a second signal now waits for the file being written
     sounds = [None] * len(paths) if out.audio is None else list(out.audio)
+    if out.audio is not None and fmt == "mp4":
+        seconds = (out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate)
+        if abs(seconds[0] - seconds[1]) > 1 / fps:  # more than a frame apart: an --fps the model did not make
+            typer.secho(f"warning: at --fps {fps} the video lasts {seconds[0]:.2f} s but its sound {seconds[1]:.2f} s; "
+                        "they drift apart (leave --fps out for the model's frame rate)", fg=typer.colors.YELLOW,
+                        err=True)
     for video, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break

@@ -1054,11 +1054,16 @@ class VideoPipeline:
         (progress bars and status lines on stderr), ``callback(step_index, num_inference_steps)``,
         ``cancel`` (a ``threading.Event``, or a zero-argument callable returning True to stop;
         asked after the prompt encoding, before every denoising step and before every VAE decode
-        chunk: a server cancels a running call from another thread). Defaults: :attr:`defaults`.
+        chunk: a server cancels a running call from another thread), ``decode_audio`` (False:
+        skip the sound's decode, ``out.audio`` None; accepted by models without sound). Models of
+        several latent streams also take each further stream's initial noise by its keyword
+        (:attr:`latent_streams`, e.g. ``audio_latents``). Defaults: :attr:`defaults`.
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
-            final latents with ``output_type="latent"``.
+            final latents with ``output_type="latent"``; for a model that makes sound ``audio``
+            float32 (B, channels, samples) in [-1, 1] (or its final latents) and
+            ``audio_sample_rate``.
 
         Raises:
             InputError: an invalid argument (checked before any work).
