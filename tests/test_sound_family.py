@@ -57,6 +57,10 @@ def out(pipe):
 
 
 def test_video_and_sound_through_the_api(pipe, out):
+    from vidax.pipelines.contracts import PROTOCOLS
+
+    for name, kind in (("transformer", "transformer"), ("audio_vae", "audio_decoder"), ("vocoder", "vocoder")):
+        assert isinstance(getattr(pipe, name), PROTOCOLS[kind]), name  # the sound contracts, kept
     assert pipe.capabilities.audio and "audio_latents" in pipe.capabilities.call_args
     assert out.frames.shape == (1, 5, 32, 48, 3)
     assert out.audio.shape == (1, 2, SAMPLES) and out.audio.dtype == np.float32
