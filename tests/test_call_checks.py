@@ -100,7 +100,8 @@ def test_failed_write_keeps_the_frames(ckpt, tmp_path, monkeypatch):
 
     seen = []
 
-    def full_disk(frames, path, fps):
+    def full_disk(frames, path, fps, audio=None, sample_rate=None):
+        assert audio is None  # a model without sound: a silent mp4
         seen.append(frames)
         raise OSError(28, "No space left on device")
 

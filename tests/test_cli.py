@@ -33,20 +33,40 @@ def _vidax(*args, env_extra=None, cwd=None):
 
 def test_generate_on_embedded_default(tmp_path):
     out = tmp_path / "video.mp4"
+    # --no-audio is accepted by a model without sound (and changes nothing).
     r = _vidax("generate", "--prompt", "a red car", "--num-inference-steps", "2", "--output", str(out),
-               "--no-progress", env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")})
+               "--no-progress", "--no-audio", env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")})
     assert r.returncode == 0, r.stderr
     assert "RANDOM" in r.stderr and "--checkpoint" in r.stderr
     for phase in ("load", "compile", "text encode", "s/step", "vae decode", "peak device memory", "peak host RSS"):
         assert phase in r.stderr
+    assert "audio decode" not in r.stderr and "sound" not in r.stderr
     frames = read_video(out)
     assert frames.shape == (17, 96, 160, 3)
+    import av
+
+    with av.open(str(out)) as c:
+        assert len(c.streams.video) == 1 and not c.streams.audio  # a silent video
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not mkstemp's 0600
     assert len(os.listdir(tmp_path)) == 2  # the video and the cache: no temporary left behind
     # Built once: a second call reuses the cached checkpoint folder.
     assert os.listdir(tmp_path / "cache") == [NAME]
+
+
+def test_a_seed_draws_the_video_noise_from_its_own_key(pipe):
+    """seed=s is latents=jax.random.normal(PRNGKey(s), shape): the video's noise is drawn as it
+    was before latents became a pytree of streams, so every existing seed gives the same video."""
+    import jax
+
+    call = pipe.check_call(pipe.info, "a red car", seed=11, **SMALL)
+    noise = np.asarray(jax.random.normal(jax.random.PRNGKey(11), pipe.latent_shape(pipe.info, call)))
+    seeded = pipe("a red car", seed=11, progress=False, **SMALL)
+    given = pipe("a red car", latents=noise, progress=False, **SMALL)
+    np.testing.assert_array_equal(seeded.frames, given.frames)
+    assert seeded.audio is None and seeded.audio_sample_rate is None and not pipe.capabilities.audio
+    assert pipe("a red car", seed=11, decode_audio=False, progress=False, **SMALL).audio is None
 
 
 @pytest.mark.parametrize("flag", ["--num-inference-steps", "--num-frames", "--height"])
@@ -65,6 +85,7 @@ def test_inspect_lists_components(ckpt):
     for word in ("WanPipeline", "WanTransformer3DModel", "AutoencoderKLWan", "UMT5EncoderModel",
                  "UniPCMultistepScheduler", "parameters", "float32"):
         assert word in r.stdout
+    assert "sound:" not in r.stdout  # only models that make sound say so
 
 
 def test_generation_imports_no_torch(ckpt, tmp_path):
@@ -129,6 +150,15 @@ def test_unwritable_output_fails_before_work(ckpt, tmp_path):
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
     r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--output", str(tmp_path / "v.avi"))
     assert r.returncode == 2 and "unknown extension '.avi'" in r.stderr
+    # The sound alone of a model without sound: one line naming --output, before any weight is
+    # read (a tensor file that does not parse would fail the load).
+    broken = _copy(ckpt, tmp_path)
+    (broken / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(b"not a safetensors file")
+    r = _vidax("generate", "--prompt", "x", "--checkpoint", str(broken), "--output", str(tmp_path / "v.wav"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: --output '{tmp_path / 'v.wav'}' writes the sound alone, but WanPipeline")
+    assert "makes no sound" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    shutil.rmtree(broken)
     if os.geteuid() != 0:  # root can write into a 0500 folder
         locked.chmod(0o500)
         r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--output", str(locked / "v.mp4"))

@@ -4,21 +4,16 @@ with no shared vidax file edited; it shares the Wan VAE, UMT5 and UniPC through 
 and the shared block streaming and staging work for it unchanged."""
 
 import importlib
-import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from flax import nnx
 
 import vidax
-from vidax.default_checkpoint import random_module
 from vidax.io.video import read_video
 from vidax.parallel.offload import OffloadConfig, offloaded_stacks
-from vidax.weights import export_state_dict, save_safetensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "text_dim": 64, "num_layers": 3,
@@ -28,28 +23,10 @@ TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "te
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory):
     """The embedded Wan checkpoint's tokenizer, UMT5, VAE and scheduler, plus a random toy transformer."""
-    from tests.toy_family import FAMILY
-    from tests.toy_family.config import ToyConfig
-    from tests.toy_family.transformer import ToyTransformer3DModel
-    from vidax.default_checkpoint import default_checkpoint
+    from tests.toy_family.checkpoint import write_toy_checkpoint
 
-    wan = default_checkpoint(str(tmp_path_factory.mktemp("cache")))
-    root = tmp_path_factory.mktemp("toy") / "ckpt"
-    for name in ("tokenizer", "text_encoder", "vae", "scheduler"):
-        shutil.copytree(os.path.join(wan, name), root / name)
-    with open(os.path.join(wan, "model_index.json")) as f:
-        index = json.load(f)
-    index.update({"_class_name": "ToyVideoPipeline", "transformer": ["vidax_toy", "ToyTransformer3DModel"]})
-    index.pop("_vidax_call_defaults")
-    (root / "model_index.json").write_text(json.dumps(index))
-    (root / "transformer").mkdir()
-    (root / "transformer" / "config.json").write_text(json.dumps(TOY))
-    cfg = ToyConfig.from_config_dict(TOY)
-    model = random_module(lambda: ToyTransformer3DModel(cfg, rngs=nnx.Rngs(0)), np.random.default_rng(1))
-    state = export_state_dict(model, FAMILY.components[0].rules(cfg))
-    save_safetensors({k: np.asarray(v, np.float32) for k, v in state.items()},
-                     str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
-    return str(root)
+    return write_toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt", str(tmp_path_factory.mktemp("cache")),
+                                "ToyVideoPipeline", {"transformer": TOY})
 
 
 @pytest.fixture

@@ -92,7 +92,8 @@ def call_options() -> dict:
 
 #: The keywords of vidax's functions that ``generate``'s own flags set, where the flag is not
 #: the keyword's name (the others are: ``dtype`` is ``--dtype``).
-KEYWORD_FLAGS = {"timeout_s": "--distributed-timeout", "memory_check": "--no-memory-check"}
+KEYWORD_FLAGS = {"timeout_s": "--distributed-timeout", "memory_check": "--no-memory-check",
+                 "decode_audio": "--no-audio"}
 
 
 class GenerateCommand(TyperCommand):
@@ -189,10 +190,15 @@ def generate(
         help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
         "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
         "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
-        "through; other devices, FIFOs and sockets are refused."),
+        "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
+        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the folder; *.wav writes "
+        "the sound alone."),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
-        "also frames beyond the new video's length)."),
+        "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."),
+    audio: bool = typer.Option(
+        True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
+        "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
@@ -319,14 +325,14 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, spelling=None) -> None:
+              memory_check=True, lora=None, audio=True, spelling=None) -> None:
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Arg, Cancelled, InputError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
+    from vidax.io.video import DISCARD, check_output_path, output_paths, write_audio, write_video
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
@@ -378,12 +384,16 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
                          "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
     info = cls.read_checkpoint(ckpt)
-    call = cls.check_call(info, progress=progress, cancel=stop, **given)
+    sound = audio and cls.makes_audio(info)
+    if fmt == "wav" and not sound:
+        why = (f"{cls.__name__} ({ckpt.root}) makes no sound" if not cls.makes_audio(info) else
+               "--no-audio leaves the sound out")
+        raise InputError(Arg("output", output), f" writes the sound alone, but {why}; give *.mp4, *.npy or a folder")
+    call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     paths = output_paths(output, call.batch)
-    if len(paths) > 1:  # several videos: each indexed name is checked too
-        for path in paths:
-            check_output_path(path, overwrite)
+    for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
+        check_output_path(path, overwrite, audio=sound)
     # before any weight is read
     cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
                      devices=1 if mesh is None else mesh.size, offload=offload)
@@ -414,14 +424,27 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     written = []
     stop.writing = True  # a second signal now waits for the file being written
-    for clip, path in zip(out.frames, paths):
+    sounds = [None] * len(paths) if out.audio is None else list(out.audio)
+    if out.audio is not None and fmt == "mp4":
+        seconds = (out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate)
+        if abs(seconds[0] - seconds[1]) > 1 / fps:  # more than a frame apart: an --fps the model did not make
+            typer.secho(f"warning: at --fps {fps} the video lasts {seconds[0]:.2f} s but its sound {seconds[1]:.2f} s; "
+                        "they drift apart (leave --fps out for the model's frame rate)", fg=typer.colors.YELLOW,
+                        err=True)
+    for video, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
         try:
-            written.append(write_video(clip, path, fps=fps, overwrite=overwrite))
+            if fmt == "wav":
+                written.append(write_audio(sound, path, out.audio_sample_rate))
+            else:
+                written.append(write_video(video, path, fps=fps, overwrite=overwrite, audio=sound,
+                                           sample_rate=out.audio_sample_rate))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-            _keep_unwritten(out.frames, output, written, e, spelling)
+            _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
     size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
+    if out.audio is not None:
+        size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
     else:
@@ -458,22 +481,25 @@ def _read_file(kind: str, name: str, path: str):
     return frames
 
 
-def _keep_unwritten(frames, output, written, error, spelling) -> None:
-    """Writing the video failed after generation: save the frames as .npy (see
-    :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
+def _keep_unwritten(frames, output, written, error, spelling, audio=None, sample_rate=None) -> None:
+    """Writing the video failed after generation: save the frames (and the sound, when there is
+    one) as .npy (see :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
     from vidax.io.video import save_unwritten
 
     reason = " ".join(f"{type(error).__name__}: {spelling.message(error)}".split())
     done = f"; wrote {', '.join(written)}" if written else ""
     try:
         kept = save_unwritten(frames, output)
+        sound = "" if audio is None else (
+            f"; the sound in {save_unwritten(audio, os.path.splitext(output.rstrip(os.sep))[0] + '-audio')} "
+            f"(float32 {tuple(audio.shape)} = (videos, channels, samples) in [-1, 1] at {sample_rate} Hz)")
     except OSError as e:
         typer.secho(f"error: could not write --output {output!r} ({reason}){done}; saving the frames as .npy "
                     f"failed too ({type(e).__name__}: {e})", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from None
     typer.secho(f"error: could not write --output {output!r} ({reason}){done}; the frames are kept in {kept} "
-                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)",
-                fg=typer.colors.RED, err=True)
+                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)"
+                + sound, fg=typer.colors.RED, err=True)
     raise typer.Exit(1) from None
 
 

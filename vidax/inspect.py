@@ -65,15 +65,17 @@ def describe_checkpoint(path_or_hub_id: str) -> str:
 
 
 def _variant(ckpt: Checkpoint) -> list[str]:
-    """What the checkpoint is, its tasks and call defaults, from its configs (the pipeline's
-    ``read_checkpoint``), or why vidax cannot run it."""
+    """What the checkpoint is, its tasks, whether it makes sound and its call defaults, from its
+    configs (the pipeline's ``read_checkpoint``), or why vidax cannot run it."""
     try:
         cls = pipeline_class(ckpt)
         info = cls.read_checkpoint(ckpt)
     except VidaxError as e:
         return [f"  variant: not runnable by vidax: {e}"]
     d = info.defaults
-    return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}",
+    sound = [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"
+             ] if cls.makes_audio(info) else []
+    return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}", *sound,
             f"  defaults: {d.height}x{d.width} (HxW), {d.num_frames} frames, {d.num_inference_steps} steps, "
             f"guidance {d.guidance_scale}, {d.max_sequence_length} text tokens, {d.fps} fps"]
 

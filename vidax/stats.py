@@ -94,6 +94,8 @@ class RunStats:
         text_encode_s: seconds encoding the prompts (and conditioning images), compiles included.
         step_s: seconds of each denoising step.
         decode_s: seconds of the VAE decode, its compile included.
+        audio_decode_s: seconds of the sound's decode (audio decoder and vocoder, compiles
+            included); not timed (and not in the summary) when no sound was decoded.
         device_peak_bytes, device_peak_source, host_peak_rss_bytes: see :meth:`sample_memory`.
         timed_phases: the fields :meth:`timed` measured in this call, in order; a phase that did
             not run (the VAE decode with ``output_type="latent"``) is not in it.
@@ -110,6 +112,7 @@ class RunStats:
     text_encode_s: float = 0.0
     step_s: list[float] = dataclasses.field(default_factory=list)
     decode_s: float = 0.0
+    audio_decode_s: float = 0.0
     device_peak_bytes: int = 0
     device_peak_source: str = ""
     host_peak_rss_bytes: int = 0
@@ -123,7 +126,8 @@ class RunStats:
     def total_s(self) -> float:
         """Seconds of the load (on the call that paid for it) plus the call's wall time
         (:attr:`call_s`; where no one set it, the sum of the phases)."""
-        call = self.call_s or (self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s)
+        call = self.call_s or (self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s
+                               + self.audio_decode_s)
         return self.load_s + call
 
     @contextlib.contextmanager
@@ -171,6 +175,9 @@ class RunStats:
             rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
         if self.ran("decode_s"):
             rows.append(("vae decode", f"{self.decode_s:8.2f} s" + _compile_note(self.compiles.get("decode_s"))))
+        if self.ran("audio_decode_s"):
+            rows.append(("audio decode", f"{self.audio_decode_s:8.2f} s"
+                         + _compile_note(self.compiles.get("audio_decode_s"))))
         if self.compiles:
             rows.append(("compile cache", _cache_note(self.compiles.values())))
         if self.total_s:

@@ -11,3 +11,7 @@ TRANSFORMER_PARAM_AXES = (
     (r"^(blocks|single_blocks)/fc1/bias$", ("layers", "mlp")),
     (r"^(blocks|single_blocks)/fc2/kernel$", ("layers", "mlp", "embed")),
 )
+
+#: The sound toy's audio decoder and vocoder: nothing kept float32 beyond their float32 default.
+AUDIO_DECODER_FP32_PARAMS = ()
+VOCODER_FP32_PARAMS = ()

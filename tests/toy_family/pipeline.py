@@ -1,13 +1,15 @@
-"""The toy family's pipeline: only the hooks the base pipeline asks for."""
+"""The toy family's pipelines: only the hooks the base pipeline asks for (and, for the sound
+variant, those of a second latent stream)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax.numpy as jnp
 import numpy as np
 
-from tests.toy_family.config import ToyConfig
+from tests.toy_family.config import ToyAudioVAEConfig, ToyConfig, ToySoundConfig, ToyVocoderConfig
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.models.wan.config import WanVAEConfig
@@ -28,8 +30,12 @@ class ToyVideoPipeline(VideoPipeline):
                                low=1),)
 
     @classmethod
+    def transformer_config(cls, checkpoint):
+        return checkpoint.typed_config("transformer", ToyConfig)
+
+    @classmethod
     def read_checkpoint(cls, checkpoint):
-        cfg = checkpoint.typed_config("transformer", ToyConfig)
+        cfg = cls.transformer_config(checkpoint)
         vae = checkpoint.typed_config("vae", WanVAEConfig)
         s = vae.spatial_compression
         return ToyInfo(checkpoint=checkpoint, tasks=("t2v",), variant=f"Toy T2V: {cfg.num_layers} layers",
@@ -60,3 +66,59 @@ class ToyVideoPipeline(VideoPipeline):
 
     def scheduler_update(self, state, pred, latents, args):
         return self.scheduler.step(state, pred.reshape(latents.shape), latents)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToySoundInfo(ToyInfo):
+    audio_vae_config: ToyAudioVAEConfig
+    vocoder_config: ToyVocoderConfig
+
+
+class ToySoundPipeline(ToyVideoPipeline):
+    """Video with sound: two latent streams (video, and audio latents (B, C, L, M) as LTX-2's)
+    denoised together by one transformer, the sound decoded by an audio VAE to a mel spectrogram
+    and by a vocoder to a waveform. Only the hooks of a second stream are its own."""
+
+    latent_streams = ("latents", "audio_latents")
+    audio_stream = "audio_latents"
+    stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint):
+        info = super().read_checkpoint(checkpoint)
+        return ToySoundInfo(**{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
+                            audio_vae_config=checkpoint.typed_config("audio_vae", ToyAudioVAEConfig),
+                            vocoder_config=checkpoint.typed_config("vocoder", ToyVocoderConfig))
+
+    @classmethod
+    def transformer_config(cls, checkpoint):
+        return checkpoint.typed_config("transformer", ToySoundConfig)
+
+    @classmethod
+    def latent_shapes(cls, info, call):
+        """The audio latents cover the video's duration at the checkpoint's frame rate (rounded
+        up to whole latents, as LTX-2's audio length)."""
+        a, v = info.audio_vae_config, info.vocoder_config
+        seconds = call.num_frames / info.defaults.fps
+        length = math.ceil(seconds * v.output_sampling_rate / (v.hop_length * a.temporal_compression))
+        return {**super().latent_shapes(info, call),
+                "audio_latents": (call.batch, a.latent_channels, length, a.latent_mel_bins)}
+
+    @classmethod
+    def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
+        sound = dict(dtype=jnp.float32, staging=staging)
+        return {**super().load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging),
+                **cls.load_weighted(info, dict(audio_vae=sound, vocoder=sound))}
+
+    def model_args(self, latents, state, args, do_cfg):
+        video, audio = latents["latents"], latents["audio_latents"]
+        timestep = jnp.broadcast_to(self.step_state(state).timestep.astype(jnp.float32), (video.shape[0],))
+        video, audio, timestep = cfg_pair(do_cfg, video, audio, timestep)
+        return video, audio, timestep, args[0]
+
+    def scheduler_update(self, state, pred, latents, args):
+        audio = latents["audio_latents"]
+        b, c, length, m = audio.shape
+        pred = {"latents": pred["latents"].reshape(latents["latents"].shape),
+                "audio_latents": jnp.transpose(pred["audio_latents"].reshape(b, length, c, m), (0, 2, 1, 3))}
+        return VideoPipeline.scheduler_update(self, state, pred, latents, args)

@@ -1,4 +1,6 @@
-"""Writing generated videos: mp4 (PyAV/libx264), ``.npy``, or a folder of PNG frames.
+"""Writing generated videos: mp4 (PyAV/libx264, with an AAC audio track for a model that makes
+sound), ``.npy``, or a folder of PNG frames (a ``.wav`` of the sound beside those two), or the
+sound alone as ``.wav`` (16-bit PCM, the stdlib ``wave`` module).
 
 Every writer is atomic: the data goes to a temporary name beside the target, which is renamed
 into place only when complete, so an interrupted run never leaves a truncated file.
@@ -24,7 +26,7 @@ import numpy as np
 from vidax.errors import Arg, InputError
 from vidax.io.atomic import publish
 
-FORMATS = {".mp4": "mp4", ".npy": "npy", "": "png"}
+FORMATS = {".mp4": "mp4", ".npy": "npy", ".wav": "wav", "": "png"}
 #: The names of the files a PNG frame folder holds (``frame_00000.png`` ...).
 FRAME_FILE = re.compile(r"frame_\d{5,}\.png")
 #: The format :func:`check_output_path` returns for ``os.devnull``: nothing is written.
@@ -32,13 +34,13 @@ DISCARD = "null"
 
 
 def output_format(path: str | os.PathLike) -> str:
-    """``"mp4"``, ``"npy"`` or ``"png"`` (a path without extension, or ending in ``/``, is a
-    folder of PNG frames). Raises InputError for another extension."""
+    """``"mp4"``, ``"npy"``, ``"wav"`` (the sound alone) or ``"png"`` (a path without extension,
+    or ending in ``/``, is a folder of PNG frames). Raises InputError for another extension."""
     path = os.fspath(path)
     ext = "" if path.endswith(os.sep) else os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise InputError(
-            Arg("output", path), f": unknown extension {ext!r}; use .mp4, .npy, or a folder path "
+            Arg("output", path), f": unknown extension {ext!r}; use .mp4, .npy, .wav (the sound alone), or a folder path "
             "(no extension) for PNG frames"
         )
     return FORMATS[ext]
@@ -58,18 +60,54 @@ def output_paths(path: str | os.PathLike, count: int) -> list[str]:
     return [f"{stem}_{i}{ext}" for i in range(count)]
 
 
-def check_output_path(path: str | os.PathLike, overwrite: bool = False) -> str:
+def audio_path(path: str | os.PathLike) -> str | None:
+    """Where the sound of an ``.npy`` or PNG-folder output goes: a ``.wav`` beside it
+    (``out.npy`` -> ``out.wav``, ``frames/`` -> ``frames.wav``); None for the formats that hold
+    the sound themselves (mp4, wav) and for ``os.devnull``."""
+    path = os.fspath(path)
+    if _is_devnull_path(path) or output_format(path) not in ("npy", "png"):
+        return None
+    name = path.rstrip(os.sep) or os.sep
+    if os.path.basename(name) in ("", ".", ".."):
+        name = os.path.abspath(name)
+    return os.path.splitext(name)[0] + ".wav"
+
+
+#: How the output checks name leaving the sound out (``--no-audio`` on the command line).
+_NO_AUDIO = Arg("decode_audio", python="decode_audio=False")
+
+
+def check_output_path(path: str | os.PathLike, overwrite: bool = False, audio: bool = False) -> str:
     """Validate before any work is done that ``path`` can be written without removing anything
     vidax did not write; returns its format (``"mp4"``, ``"npy"``, ``"png"``, or
     :data:`DISCARD` for ``os.devnull``: nothing will be written).
+
+    With ``audio`` (the video has sound), the ``.wav`` an ``.npy`` / PNG-folder output gets
+    beside it (:func:`audio_path`) is checked too: it is a file vidax writes but the user did not
+    name, so an existing one is replaced only with ``overwrite``.
 
     Raises:
         InputError: an empty path, unknown extension, a parent that is a file, a missing parent
             folder, a folder that is not writable, an existing folder named as a file, an
             existing file, device, FIFO or socket named as a frame folder, a device, FIFO or
             socket other than ``os.devnull``, a frame folder holding anything but vidax's frame
-            files, or holding frame files without ``overwrite``.
+            files, or holding frame files without ``overwrite``; the sound's ``.wav`` beside it
+            existing without ``overwrite``, or not a regular file.
     """
+    fmt = _check_output_path(path, overwrite)
+    wav = audio_path(path) if audio else None
+    if wav is not None and os.path.lexists(wav):
+        if os.path.isdir(wav) or (os.path.exists(wav) and not os.path.isfile(wav)):
+            raise InputError(Arg("output", os.fspath(path)), f": its sound goes to {wav!r} beside it, which is not a "
+                             "regular file; give another output name, or ", _NO_AUDIO)
+        if not overwrite:
+            raise InputError(Arg("output", os.fspath(path)), f": its sound goes to {wav!r} beside it, which exists; "
+                             "pass ", Arg("overwrite", python="overwrite=True"), " to replace it, give another output "
+                             "name, or ", _NO_AUDIO)
+    return fmt
+
+
+def _check_output_path(path: str | os.PathLike, overwrite: bool) -> str:
     path = os.fspath(path)
     if not path.strip():
         raise InputError(Arg("output", path), " is empty; give a file (*.mp4, *.npy) or a folder for PNG frames")
@@ -198,7 +236,8 @@ def to_uint8(frames: np.ndarray) -> np.ndarray:
     return (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
 
 
-def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, overwrite: bool = False) -> str:
+def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, overwrite: bool = False,
+                audio: np.ndarray | None = None, sample_rate: int | None = None) -> str:
     """Write one video atomically and return the path written.
 
     Args:
@@ -207,29 +246,101 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, o
             given), or a folder that receives ``frame_00000.png`` ... (a new or empty folder, or
             one holding only frame files of an earlier run, with ``overwrite``); an existing
             regular file (or a symlink to one) is replaced atomically; ``os.devnull`` keeps
-            nothing (the video is not written). See :func:`check_output_path`.
+            nothing (the video is not written). See :func:`check_output_path`. ``*.wav`` takes
+            the sound alone: :func:`write_audio`.
         fps: frames per second of the mp4 (> 0).
         overwrite: replace the frame files a PNG folder already holds (every earlier frame is
-            removed, also those beyond the new video's length).
+            removed, also those beyond the new video's length), and the ``.wav`` beside it.
+        audio: the video's sound, float32 (channels, samples) in [-1, 1] (one video of a
+            pipeline's ``out.audio``), 1 or 2 channels; None: a silent video. The mp4 gets it as
+            an AAC track starting with the first frame; ``.npy`` and PNG folders get it as a
+            16-bit PCM ``.wav`` beside them (:func:`audio_path`), written after the video.
+        sample_rate: samples per second of ``audio`` (``out.audio_sample_rate``).
 
     Raises:
-        InputError: bad frame array, fps, or output path (checked before anything is written).
+        InputError: bad frame array, fps, audio, or output path (checked before anything is written).
     """
     path = os.fspath(path)
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise InputError(f"frames must have shape (F, H, W, 3), got {frames.shape}")
-    fmt = check_output_path(path, overwrite)
+    if audio is not None:
+        audio = _check_audio(audio, sample_rate)
+    fmt = check_output_path(path, overwrite, audio=audio is not None)
+    if fmt == "wav":
+        raise InputError(Arg("output", path), " is a .wav: write the sound alone with write_audio")
     if fmt == "mp4" and fps <= 0:
         raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     target = _target(path)
     if fmt == "npy":
         _atomic_file(target, lambda tmp: np.save(tmp, frames, allow_pickle=False))
     elif fmt == "mp4":
-        _atomic_file(target, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps))
+        _atomic_file(target, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps, audio, sample_rate))
     elif fmt == "png":
         _write_png_folder(to_uint8(frames), target)
+    wav = audio_path(path) if audio is not None else None
+    if wav is not None:
+        _atomic_file(_target(wav), lambda tmp: _write_wav(audio, tmp, sample_rate))
     return path
+
+
+def write_audio(audio: np.ndarray, path: str | os.PathLike, sample_rate: int) -> str:
+    """Write a sound alone atomically as a 16-bit PCM ``.wav`` (an existing regular file, or a
+    symlink to one, is replaced; ``os.devnull`` keeps nothing) and return the path written.
+
+    Args:
+        audio: float32 (channels, samples) in [-1, 1] (one video's ``out.audio``); values
+            beyond are clipped, then rounded to 16 bits.
+        path: ``*.wav``.
+        sample_rate: samples per second (``out.audio_sample_rate``).
+
+    Raises:
+        InputError: bad audio array or sample rate, or an output path that is not a writable
+            ``.wav`` (checked before anything is written).
+    """
+    path = os.fspath(path)
+    audio = _check_audio(audio, sample_rate)
+    fmt = check_output_path(path)
+    if fmt not in ("wav", DISCARD):
+        raise InputError(Arg("output", path), ": write_audio writes a .wav file")
+    if fmt == "wav":
+        _atomic_file(_target(path), lambda tmp: _write_wav(audio, tmp, sample_rate))
+    return path
+
+
+def _check_audio(audio: np.ndarray, sample_rate: int | None) -> np.ndarray:
+    audio = np.asarray(audio, np.float32)
+    if audio.ndim != 2 or audio.shape[0] not in (1, 2) or audio.shape[1] == 0:
+        raise InputError(f"audio must have shape (channels, samples) with 1 or 2 channels, got {audio.shape}")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
+        raise InputError(f"sample_rate must be a positive integer (samples per second), got {sample_rate!r}")
+    return audio
+
+
+def _pcm16(audio: np.ndarray) -> np.ndarray:
+    """float (channels, samples) in [-1, 1] -> int16 (samples, channels), as diffusers' encode_video."""
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16).T
+
+
+def _write_wav(audio: np.ndarray, path: str, sample_rate: int) -> None:
+    import wave
+
+    with wave.open(path, "wb") as f:
+        f.setnchannels(audio.shape[0])
+        f.setsampwidth(2)
+        f.setframerate(int(sample_rate))
+        f.writeframes(np.ascontiguousarray(_pcm16(audio)).astype("<i2").tobytes())
+
+
+def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+    """``(float32 (channels, samples) in [-1, 1], sample rate)`` of a 16-bit PCM ``.wav`` (used
+    by tests)."""
+    import wave
+
+    with wave.open(os.fspath(path), "rb") as f:
+        channels, rate = f.getnchannels(), f.getframerate()
+        data = np.frombuffer(f.readframes(f.getnframes()), "<i2")
+    return (data.reshape(-1, channels).T.astype(np.float32) / 32767.0), rate
 
 
 def save_unwritten(frames: np.ndarray, path: str | os.PathLike) -> str:
@@ -279,7 +390,8 @@ def _atomic_file(path: str, write) -> None:
         raise
 
 
-def _write_mp4(frames: np.ndarray, path: str, fps: int) -> None:
+def _write_mp4(frames: np.ndarray, path: str, fps: int, audio: np.ndarray | None = None,
+               sample_rate: int | None = None) -> None:
     import av
 
     _, h, w, _ = frames.shape
@@ -290,11 +402,40 @@ def _write_mp4(frames: np.ndarray, path: str, fps: int) -> None:
         stream.width, stream.height = w, h
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "18"}
+        sound = None if audio is None else _audio_stream(container, audio.shape[0], sample_rate)
         for frame in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+        if sound is not None:
+            _encode_audio(container, sound, audio, sample_rate)
+
+
+def _audio_stream(container, channels: int, sample_rate: int):
+    """An AAC stream at ``sample_rate`` with the sound's own channels (as diffusers'
+    ``encode_video``, which writes stereo; mono stays mono here)."""
+    from fractions import Fraction
+
+    stream = container.add_stream("aac", rate=int(sample_rate))
+    stream.codec_context.layout = "stereo" if channels == 2 else "mono"
+    stream.codec_context.time_base = Fraction(1, int(sample_rate))
+    return stream
+
+
+def _encode_audio(container, stream, audio: np.ndarray, sample_rate: int) -> None:
+    """The whole sound as one 16-bit frame from time 0 (PyAV resamples it to the encoder's format
+    and cuts it into AAC frames), then the encoder flushed."""
+    import av
+
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(_pcm16(audio)).reshape(1, -1), format="s16",
+                                       layout=stream.codec_context.layout.name)
+    frame.sample_rate = int(sample_rate)
+    frame.pts = 0
+    for packet in stream.encode(frame):
+        container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
 
 
 def _write_png_folder(frames: np.ndarray, target: str) -> None:

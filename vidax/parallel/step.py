@@ -36,9 +36,10 @@ def shard_step(
     Args:
         step: the pipeline's jitted step (``donate_argnums=(1,)``), or a
             :class:`~vidax.parallel.offload.ChunkedStep` (its outputs are pinned the same way).
-        latents: ``(B, ...)`` latents.
-        state: scheduler state pytree; leaves shaped like ``latents`` (multistep history) are
-            batch-split like it, the rest replicated.
+        latents: ``(B, ...)`` latents, or a pytree of latent streams (video, audio), each
+            batch-split on its own.
+        state: scheduler state pytree; leaves shaped like a latent stream (multistep history)
+            are batch-split like it, the rest replicated.
         args: further step arguments (pytrees); array leaves batch-split on their leading axis
             when it divides by ``data``, scalars replicated, other leaves passed through.
         mesh: the mesh.
@@ -50,11 +51,12 @@ def shard_step(
     Returns:
         ``(step, latents, state, args)`` to run in its place.
     """
-    lat_sh = batch_sharding(mesh, latents.shape)
-    latents = put(latents, lat_sh)
+    lat_sh = jax.tree.map(lambda a: batch_sharding(mesh, a.shape), latents)
+    latents = jax.tree.map(put, latents, lat_sh)
+    by_shape = {tuple(a.shape): sh for a, sh in zip(jax.tree.leaves(latents), jax.tree.leaves(lat_sh))}
 
     def place_state(a):
-        return put(a, lat_sh if tuple(getattr(a, "shape", ())) == tuple(latents.shape) else replicated(mesh))
+        return put(a, by_shape.get(tuple(getattr(a, "shape", ())), replicated(mesh)))
 
     state = jax.tree.map(place_state, state)
     def place_arg(arg, axes):

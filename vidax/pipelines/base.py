@@ -38,7 +38,7 @@ from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F
 from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
-from vidax.pipelines.options import SHARED_OPTIONS, CallOption, check_options, options_by_name
+from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
@@ -85,7 +85,9 @@ class Call:
     negative prompt); None: ``guidance_scale > 1``. ``cancel`` is the zero-argument check of the
     call's ``cancel`` keyword (None: not cancellable). ``given``: the keywords the caller passed
     (not None), so that warnings name only arguments the user gave (``"seed"`` missing: the seed
-    was drawn at random).
+    was drawn at random). ``latents`` holds the first (video) stream's given latents;
+    ``stream_latents`` those of the other streams, by their keyword (``audio_latents``).
+    ``decode_audio``: decode the sound (the ``decode_audio`` keyword; False skips its decode).
     """
 
     prompts: list
@@ -108,6 +110,8 @@ class Call:
     cfg: bool | None = None
     cancel: Callable[[], bool] | None = None
     given: frozenset = frozenset()
+    stream_latents: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    decode_audio: bool = True
 
     @property
     def batch(self) -> int:
@@ -402,6 +406,20 @@ class VideoPipeline:
     #: The scheduler classes (``scheduler_config.json``'s ``_class_name``) the family's sampling
     #: loop runs; None: any scheduler vidax implements.
     scheduler_classes: ClassVar[tuple[str, ...] | None] = None
+    #: The latent streams the model denoises together, by the call keyword that gives each one's
+    #: initial noise: the video's (``latents``) first, then e.g. ``audio_latents``. With one
+    #: stream the latents are one array everywhere; with several they are a dict keyed by these
+    #: names through the loop (noise, checks, the jitted step, sharding, block streaming).
+    latent_streams: ClassVar[tuple[str, ...]] = ("latents",)
+    #: The stream the audio decoder decodes (one of :attr:`latent_streams`), None: no sound.
+    audio_stream: ClassVar[str | None] = None
+    #: How the audio stream's latents are laid out, for error messages (LTX-2's).
+    audio_latents_layout: ClassVar[str] = "(batch, channels, audio latent length, latent mel bins)"
+    #: The pipeline's attributes holding the audio decoder (contract
+    #: :class:`~vidax.pipelines.contracts.AudioDecoder`) and the vocoder (contract
+    #: :class:`~vidax.pipelines.contracts.Vocoder`; None where the decoder gives a waveform).
+    audio_decoder_name: ClassVar[str] = "audio_vae"
+    vocoder_name: ClassVar[str | None] = "vocoder"
 
     def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
                  staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
@@ -448,6 +466,19 @@ class VideoPipeline:
         ``latent_channels``, ``temporal_compression`` and ``spatial_compression``)."""
         v = info.vae_config
         return video_latent_shape(call, v.latent_channels, v.temporal_compression, v.spatial_compression)
+
+    @classmethod
+    def latent_shapes(cls, info: CheckpointInfo, call: Call) -> dict[str, tuple[int, ...]]:
+        """The initial noise's shape of each of :attr:`latent_streams` (call keyword -> shape, in
+        the diffusers layout); by default the one video stream's :meth:`latent_shape`. A family
+        with more streams adds theirs (LTX-2's audio latents ``(B, C, L, mel_bins)``)."""
+        return {cls.latent_streams[0]: tuple(cls.latent_shape(info, call))}
+
+    @classmethod
+    def makes_audio(cls, info: CheckpointInfo) -> bool:
+        """Whether the checkpoint's model makes sound: the family has an :attr:`audio_stream` (a
+        family whose checkpoints may lack the sound head, as Cosmos 3's, also reads ``info``)."""
+        return cls.audio_stream is not None
 
     @classmethod
     def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
@@ -506,12 +537,21 @@ class VideoPipeline:
         """Per-call conditioning handed to every step (image latents, ...)."""
         return {}
 
-    def prepare_latents(self, call: Call, noise: jax.Array, cond: dict) -> jax.Array:
-        """Channels-last latents (B, T, H, W, C) to denoise from the initial noise (diffusers layout)."""
+    def prepare_latents(self, call: Call, noise: Any, cond: dict) -> Any:
+        """Channels-last latents (B, T, H, W, C) to denoise from the initial noise (diffusers
+        layout); with several streams (a dict, see :attr:`latent_streams`) the video's is made
+        channels-last and the others are kept as they are."""
+        if isinstance(noise, dict):
+            return {k: self.prepare_latents(call, v, cond) if k == self.latent_streams[0] else v
+                    for k, v in noise.items()}
         return jnp.transpose(noise, (0, 2, 3, 4, 1))
 
-    def set_timesteps(self, call: Call, latents: jax.Array) -> Any:
-        """The scheduler state of the call."""
+    def set_timesteps(self, call: Call, latents: Any) -> Any:
+        """The scheduler state of the call; with several streams one state per stream (a dict
+        keyed like the latents: each stream is updated by its own copy of the scheduler, as
+        diffusers' LTX2Pipeline steps its audio with a copy of the video's)."""
+        if isinstance(latents, dict):
+            return {k: self.set_timesteps(call, v) for k, v in latents.items()}
         return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
     def step_args(self, call: Call, embeds: jax.Array, cond: dict, state: Any, expert: int) -> tuple[tuple, tuple | None]:
@@ -532,15 +572,26 @@ class VideoPipeline:
         """The guided prediction from the CFG batch (2B, ...) (traced): diffusers' formula with
         the weight :meth:`guidance` gives; families with another rule (guidance rescale, a
         different formula) override it."""
-        return classifier_free_guidance(pred, self.guidance(state, args))
+        weight = self.guidance(self.step_state(state), args)
+        return jax.tree.map(lambda p: classifier_free_guidance(p, weight), pred)
 
-    def scheduler_update(self, state: Any, pred: jax.Array, latents: jax.Array, args: tuple) -> tuple:
-        """``(latents, state)`` after one step (traced)."""
+    def scheduler_update(self, state: Any, pred: Any, latents: Any, args: tuple) -> tuple:
+        """``(latents, state)`` after one step (traced); with several streams each stream is
+        stepped with its own state (see :meth:`set_timesteps`)."""
+        if isinstance(latents, dict):
+            new = {k: self.scheduler.step(state[k], pred[k], v) for k, v in latents.items()}
+            return {k: v[0] for k, v in new.items()}, {k: v[1] for k, v in new.items()}
         return self.scheduler.step(state, pred, latents)
+
+    def step_state(self, state: Any) -> Any:
+        """The scheduler state that counts the steps (its timestep, its step index): ``state``
+        itself, or the first stream's where there is one per latent stream (a dict,
+        :meth:`set_timesteps`)."""
+        return state[self.latent_streams[0]] if isinstance(state, dict) else state
 
     def expert_plan(self, state: Any) -> list[int]:
         """Which expert runs each step (all 0 with one transformer)."""
-        return [0] * int(state.num_inference_steps)
+        return [0] * int(self.step_state(state).num_inference_steps)
 
     def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
         """Latents after the last step -> what is decoded / returned."""
@@ -582,20 +633,23 @@ class VideoPipeline:
 
     @classmethod
     def call_args(cls) -> tuple[str, ...]:
-        """Every keyword the call takes: the shared ones it supports, then the family's."""
+        """Every keyword the call takes: the shared ones it supports, the other latent streams' (``audio_latents``), then the family's."""
         return tuple(o.name for o in cls.options())
 
     @classmethod
     def options(cls) -> tuple[CallOption, ...]:
         """The declarations of :meth:`call_args`, in that order."""
-        return tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args) + cls.call_options
+        streams = tuple(CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's "
+                                   "diffusers layout.") for s in cls.latent_streams[1:])
+        return (tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args) + streams
+                + cls.call_options)
 
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
         args = cls.call_args()
         return Capabilities(tasks=info.tasks, image="i2v" in info.tasks and "image" in args,
                             video="video" in args, guidance_scale_2=len(info.transformers) > 1,
-                            audio=False, offload=True, call_args=args)
+                            audio=cls.makes_audio(info), offload=True, call_args=args)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -654,7 +708,7 @@ class VideoPipeline:
                    num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
                    num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
                    max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
-                   callback: Any = None, cancel: Any = None, **extra: Any) -> Call:
+                   callback: Any = None, cancel: Any = None, decode_audio: Any = True, **extra: Any) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -667,6 +721,7 @@ class VideoPipeline:
             negative_prompt=negative_prompt, image=image, height=height, width=width, num_frames=num_frames,
             num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
             seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
+        streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
         own = options_by_name(cls.call_options)
         unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
         if unknown:
@@ -718,6 +773,7 @@ class VideoPipeline:
         if seed is not None and not 0 <= seed <= MAX_SEED:
             raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
                              "keys take 32 bits; a larger or negative seed would repeat one of these)")
+        _SHARED["decode_audio"].check(decode_audio)
         if callback is not None and not callable(callback):
             raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
         cancel = cancel_check(cancel)
@@ -735,14 +791,24 @@ class VideoPipeline:
             seed = int(np.random.SeedSequence().entropy % 2**31)
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
                     guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
-                    bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given))
-        if latents is not None:
-            latents = finite_array("latents", latents)
-            shape = tuple(cls.latent_shape(info, call))
-            if latents.shape != shape:
-                raise InputError(f"latents have shape {tuple(latents.shape)}, expected {shape} = "
-                                 f"{cls.latents_layout} for these arguments")
-            call = dataclasses.replace(call, latents=latents)
+                    bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given),
+                    decode_audio=bool(decode_audio))
+        given_streams = {cls.latent_streams[0]: latents, **streams}
+        if any(v is not None for v in given_streams.values()):
+            shapes = cls.latent_shapes(info, call)
+            checked = {}
+            for name, value in given_streams.items():
+                if value is None:
+                    continue
+                value = finite_array(name, value)
+                if value.shape != shapes[name]:
+                    layout = (cls.latents_layout if name == cls.latent_streams[0] else cls.audio_latents_layout
+                              if name == cls.audio_stream else "this stream's layout")
+                    raise InputError(f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = "
+                                     f"{layout} for these arguments")
+                checked[name] = value
+            first = checked.pop(cls.latent_streams[0], None)
+            call = dataclasses.replace(call, latents=first, stream_latents=checked)
         scheduler = cls.read_scheduler(info)
         train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
         if train is not None and call.num_inference_steps > train:  # before any schedule is computed
@@ -988,11 +1054,16 @@ class VideoPipeline:
         (progress bars and status lines on stderr), ``callback(step_index, num_inference_steps)``,
         ``cancel`` (a ``threading.Event``, or a zero-argument callable returning True to stop;
         asked after the prompt encoding, before every denoising step and before every VAE decode
-        chunk: a server cancels a running call from another thread). Defaults: :attr:`defaults`.
+        chunk: a server cancels a running call from another thread), ``decode_audio`` (False:
+        skip the sound's decode, ``out.audio`` None; accepted by models without sound). Models of
+        several latent streams also take each further stream's initial noise by its keyword
+        (:attr:`latent_streams`, e.g. ``audio_latents``). Defaults: :attr:`defaults`.
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
-            final latents with ``output_type="latent"``.
+            final latents with ``output_type="latent"``; for a model that makes sound ``audio``
+            float32 (B, channels, samples) in [-1, 1] (or its final latents) and
+            ``audio_sample_rate``.
 
         Raises:
             InputError: an invalid argument (checked before any work).
@@ -1044,23 +1115,46 @@ class VideoPipeline:
         if call.cancel is not None and call.cancel():
             raise Cancelled("after encoding the prompt")
         cond = self.condition(call, stats)
-        noise = (jnp.asarray(call.latents) if call.latents is not None else
-                 jax.random.normal(jax.random.PRNGKey(call.seed), self.latent_shape(self.info, call), jnp.float32))
-        x = self.prepare_latents(call, noise, cond)
+        x = self.prepare_latents(call, self.initial_noise(call), cond)
         state = self.set_timesteps(call, x)
         phase[0] = "denoising loop"
         x, state = self.denoise(call, x, state, embeds, cond, stats)
         check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, self.dtype)
         x = self.final_latents(call, x, cond)
+        video, streams = (x, {}) if not isinstance(x, dict) else (x[self.latent_streams[0]], x)
+        audio = streams.get(self.audio_stream) if self.audio_stream is not None else None
+        rate = None
         if call.output_type == "latent":
-            frames = self.latents_output(x)
+            frames = self.latents_output(video)
+            audio = None if audio is None else self.audio_latents_output(audio)
         else:
             phase[0] = "VAE decode"
-            frames = self.decode(call, x, stats)
+            frames = self.decode(call, video, stats)
+            if audio is not None and call.decode_audio:
+                phase[0] = "audio decode"
+                audio, rate = self.decode_audio(call, audio, stats)
+            else:
+                audio = None
         stats.sample_memory()
         self._pending_load_s = 0.0
         stats.call_s = time.perf_counter() - t0
-        return VideoPipelineOutput(frames=frames, stats=stats)
+        return VideoPipelineOutput(frames=frames, stats=stats, audio=audio, audio_sample_rate=rate)
+
+    def initial_noise(self, call: Call) -> Any:
+        """The initial noise of each latent stream (:meth:`latent_shapes`), float32, in the
+        diffusers layout: the given ``latents=`` / ``audio_latents=``..., else drawn from the seed
+        with one key per stream: the first (video) stream's from ``jax.random.PRNGKey(seed)``
+        itself (so a seed gives the same video whatever other streams a family has), stream ``i``
+        > 0 from ``jax.random.fold_in(PRNGKey(seed), i)``. One stream: its array; several: a
+        dict keyed by :attr:`latent_streams`."""
+        key = jax.random.PRNGKey(call.seed)
+        given = {self.latent_streams[0]: call.latents, **call.stream_latents}
+        noise = {}
+        for i, (name, shape) in enumerate(self.latent_shapes(self.info, call).items()):
+            value = given.get(name)
+            noise[name] = (jnp.asarray(value) if value is not None else
+                           jax.random.normal(key if i == 0 else jax.random.fold_in(key, i), shape, jnp.float32))
+        return noise[self.latent_streams[0]] if len(noise) == 1 else noise
 
     def _repeat_embeds(self, e: jax.Array, n: int) -> jax.Array:
         # Each prompt's embeddings n times in a row; floating arrays in the pipeline's dtype
@@ -1072,7 +1166,7 @@ class VideoPipeline:
                 stats: RunStats) -> tuple[jax.Array, Any]:
         """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
         run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
-        total = int(state.num_inference_steps)
+        total = int(self.step_state(state).num_inference_steps)
         if self.mesh is None:
             # Committed to the device like a step's outputs, so every segment's inputs match and
             # experts of one architecture reuse one compiled step.
@@ -1118,12 +1212,18 @@ class VideoPipeline:
             return self.model_args(latents, state, args, do_cfg)
 
         def finish(pred, latents, state, *args):
+            if isinstance(latents, dict) and isinstance(pred, (tuple, list)):
+                # a model of several streams predicts them in the order of latent_streams (a dict
+                # through jax comes back with its keys sorted)
+                pred = dict(zip(self.latent_streams, pred))
             if do_cfg:
-                pred = self.guide(pred if gdtype is None else pred.astype(gdtype), state, args)
+                pred = self.guide(pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred),
+                                  state, args)
             # The scheduler updates the latents in their own dtype (float32): a bfloat16 prediction
             # is upcast first, so the update is not rounded to bfloat16 (schedulers return the
-            # prediction's dtype, as diffusers').
-            new = self.scheduler_update(state, pred.astype(latents.dtype), latents, args)
+            # prediction's dtype, as diffusers'). Several streams: each stream's own.
+            pred = jax.tree.map(lambda p, x: p.astype(x.dtype), pred, latents)
+            new = self.scheduler_update(state, pred, latents, args)
             check_step_dtypes(type(self).__name__, (latents, state), new)
             return new
 
@@ -1165,6 +1265,44 @@ class VideoPipeline:
                         bar.update()
             video = np.concatenate(chunks, axis=1)
             return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
+
+    def decode_audio(self, call: Call, latents: jax.Array, stats: RunStats) -> tuple[np.ndarray, int]:
+        """``(waveform float32 (B, channels, samples) in [-1, 1], sample rate in Hz)`` of the
+        audio stream's final latents, as diffusers returns ``audio``: the audio decoder's own
+        de-normalisation, its decode (to a mel spectrogram or a waveform), then the vocoder
+        (mel -> waveform) where it has one; each component on the device only while it runs
+        when staged. Timed as ``audio_decode_s``.
+
+        Raises:
+            NumericalError: the decoded sound holds NaN/Inf.
+        """
+        decoder = getattr(self, self.audio_decoder_name)
+        vocoder = getattr(self, self.vocoder_name, None) if self.vocoder_name else None
+        with stats.timed("audio_decode_s"), status("decoding the sound", call.progress):
+            if call.cancel is not None and call.cancel():
+                raise Cancelled(f"before the audio decode (all {call.num_inference_steps} denoising steps done)")
+            # De-normalised with the decoder on the device: its statistics may be checkpoint tensors.
+            out = self.encode_with(self.audio_decoder_name, lambda z: decoder.decode(decoder.denormalize_latents(z)),
+                                   self.audio_latents_to_decode(call, latents))
+            check_finite("the audio decode", out, nnx.state(decoder, nnx.Param))
+            if vocoder is not None:
+                out = self.encode_with(self.vocoder_name, vocoder, out)
+                check_finite("the vocoder", out, nnx.state(vocoder, nnx.Param))
+                rate = vocoder.sample_rate
+            else:
+                rate = decoder.sample_rate
+            wave = np.clip(np.asarray(out, np.float32), -1.0, 1.0)
+            stats.sample_memory()
+        return wave, int(rate)
+
+    def audio_latents_to_decode(self, call: Call, latents: jax.Array) -> jax.Array:
+        """The audio stream's latents as the audio decoder takes them (e.g. unpacked from tokens)."""
+        return latents
+
+    def audio_latents_output(self, latents: jax.Array) -> np.ndarray:
+        """The audio stream's final latents -> ``output_type="latent"``'s ``out.audio`` in the
+        family's diffusers layout (as diffusers' LTX2Pipeline returns ``audio_latents``)."""
+        return np.asarray(latents)
 
     def encode_call(self, call: Call) -> Any:
         """The call's text embeddings before the per-video repeat: :meth:`encode_prompt` of

@@ -80,7 +80,15 @@ class VideoPipelineOutput:
             ``output_type="latent"``: float32 latents in the family's diffusers layout
             (Wan: (B, C, T, H, W); CogVideoX: (B, T, C, H, W)).
         stats: timings and memory of this call.
+        audio: a model that makes sound (``pipe.capabilities.audio``): the waveform float32
+            (B, channels, samples) in [-1, 1], as diffusers returns it; with
+            ``output_type="latent"`` the audio stream's final latents in the family's diffusers
+            layout. None for models without sound and with ``decode_audio=False``.
+        audio_sample_rate: samples per second of ``audio`` (the vocoder's declared rate); None
+            when no waveform was decoded.
     """
 
     frames: np.ndarray
     stats: RunStats
+    audio: np.ndarray | None = None
+    audio_sample_rate: int | None = None

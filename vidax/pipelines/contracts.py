@@ -99,6 +99,39 @@ class LatentUpsampler(Protocol):
         """The output's (B, T', H', W', C) for an input of ``shape``."""
 
 
+@runtime_checkable
+class AudioDecoder(Protocol):
+    """A sound decoder (LTX-2's audio VAE, a sound tokenizer's decoder) that owns its latent
+    statistics: the audio stream's latents -> a mel spectrogram for a :class:`Vocoder`, or a
+    waveform (then it declares ``sample_rate``).
+
+    Attributes:
+        output: ``"mel"`` (float32 (B, channels, frames, mel_bins), what the vocoder takes) or
+            ``"waveform"`` (float32 (B, channels, samples) in [-1, 1]).
+    """
+
+    config: Any
+    output: str
+
+    def denormalize_latents(self, z: Any) -> Any:
+        """The diffusion model's audio latents -> what :meth:`decode` takes (its mean / std)."""
+
+    def decode(self, z: Any) -> jax.Array:
+        """Latents -> mel spectrogram or waveform (see :attr:`output`)."""
+
+
+@runtime_checkable
+class Vocoder(Protocol):
+    """Mel spectrogram (B, channels, frames, mel_bins) -> waveform float32 (B, audio channels,
+    samples) in [-1, 1] at :attr:`sample_rate` samples per second (LTX-2's
+    ``output_sampling_rate``)."""
+
+    config: Any
+    sample_rate: int
+
+    def __call__(self, mel: jax.Array) -> jax.Array: ...
+
+
 #: The protocol each registry component kind is held to.
 PROTOCOLS = {
     "transformer": DenoisingTransformer,
@@ -106,4 +139,6 @@ PROTOCOLS = {
     "text_encoder": TextEncoder,
     "image_encoder": ImageEncoder,
     "latent_upsampler": LatentUpsampler,
+    "audio_decoder": AudioDecoder,
+    "vocoder": Vocoder,
 }

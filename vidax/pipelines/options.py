@@ -178,6 +178,9 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
     CallOption("output_type", str, "'np' (frames) or 'latent' (the final latents).", "'np'",
                choices=("np", "latent"), flag=False),
     CallOption("progress", bool, "Progress bars and status lines on stderr.", "True", flag=False),
+    CallOption("decode_audio", bool, "Decode the sound of a model that makes sound (False skips its decode; "
+               "accepted, changing nothing, by models without sound). The command line's --no-audio.", "True",
+               flag=False),
     CallOption("callback", OBJECT, "callback(step_index, num_inference_steps), after every step."),
     CallOption("cancel", OBJECT, "A threading.Event, or a callable returning True to stop."),
 )

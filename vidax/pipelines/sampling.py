@@ -40,7 +40,9 @@ def run_denoising_loop(
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
-    ``step`` is a ``jax.jit`` function (with ``donate_argnums=(1,)``); it is compiled ahead of
+    ``latents`` is one array or a pytree of latent streams (video and audio: each checked,
+    sharded and returned the same way). ``step`` is a ``jax.jit`` function (with
+    ``donate_argnums=(1,)``); it is compiled ahead of
     time once, so ``stats.compile_s`` is compile time alone and every ``stats.step_s`` entry is
     one step's wall time (the step index lives in ``state``, so no step recompiles).
 
@@ -85,7 +87,7 @@ def run_denoising_loop(
                 compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i,
                                               total_steps)
             latents, state = compiled(params, latents, state, *args)
-            latents.block_until_ready()
+            jax.block_until_ready(latents)
             stats.step_s.append(time.perf_counter() - t0)
             if not bool(all_finite(latents)):
                 raise NumericalError(
@@ -99,7 +101,7 @@ def run_denoising_loop(
     finally:
         bar.close()
     if mesh is not None:
-        latents = to_local(latents)
+        latents = jax.tree.map(to_local, latents)
     return latents, state
 
 
@@ -145,9 +147,9 @@ def nonfinite_advice(params: Any) -> str:
 
 
 @jax.jit
-def all_finite(x: jax.Array) -> jax.Array:
-    """() bool: no NaN or Inf in ``x``."""
-    return jnp.isfinite(x).all()
+def all_finite(x: Any) -> jax.Array:
+    """() bool: no NaN or Inf in ``x`` (an array, or a pytree of them: every latent stream)."""
+    return jnp.all(jnp.stack([jnp.isfinite(a).all() for a in jax.tree.leaves(x)]))
 
 
 def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: jax.Array) -> jax.Array:

@@ -42,6 +42,9 @@ RESIDENT_FRACTION = 0.6
 #: Components that can be staged, in the order they are staged when memory is short (a
 #: pipeline with more text encoders lists them in its ``stageable``, text encoders first).
 STAGEABLE = ("text_encoder", "vae")
+#: The stageable components that decode (the VAE, and the sound's audio decoder and vocoder:
+#: staged like the VAE): ``keep_vae`` applies to them, and they count at the VAE's dtype.
+DECODERS = ("vae", "audio_vae", "vocoder")
 
 
 def device_memory_limit() -> int | None:
@@ -170,12 +173,12 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
     ...), ``vae``), decided by :func:`plan_staging` from the checkpoint headers: the transformer
     and text encoders at ``dtype`` divided over the mesh's ``tensor`` axis (their weights are
     tensor-parallel; the text encoders at ``text_encoder_dtype`` when they load in another one),
-    the VAE at ``vae_dtype``; with streamed blocks the transformer counts its non-block weights
-    plus two chunks of each of its block stacks (``blocks_prefixes``, the registry's
+    the VAE and the sound's decoders (:data:`DECODERS`) at ``vae_dtype``; with streamed blocks
+    the transformer counts its non-block weights plus two chunks of each of its block stacks (``blocks_prefixes``, the registry's
     ``ComponentSpec.block_stacks``). ``keep_text_encoder`` of ``offload`` applies to every text
     encoder."""
     offload = offload or OffloadConfig()
-    keep = {name: offload.keep_vae if name == "vae" else offload.keep_text_encoder for name in stageable}
+    keep = {name: offload.keep_vae if name in DECODERS else offload.keep_text_encoder for name in stageable}
     limit = device_memory_limit()
     if limit is None or all(v is not None for v in keep.values()):
         return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind)
@@ -188,10 +191,10 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
                 resident += 2 * nbytes / layers * offload.layers_per_chunk(layers) - nbytes
     sizes = {"transformer": resident / tp}
     for name in stageable:
-        if name in paths and name != "vae":
+        if name in paths and name not in DECODERS:
             sizes[name] = component_bytes(paths[name], text_encoder_dtype or dtype)["total"] / tp
-    if "vae" in paths:
-        sizes["vae"] = component_bytes(paths["vae"], vae_dtype)["total"]
+        elif name in paths:
+            sizes[name] = component_bytes(paths[name], vae_dtype)["total"]
     staged = plan_staging(keep, sizes, limit, stageable=stageable)
     logger.info("staging: device limit %.2f GiB, resident parameters %s GiB -> staged %s", limit / 2**30,
                 {k: round(v / 2**30, 2) for k, v in sizes.items()}, [n for n, s in staged.items() if s] or "none")
