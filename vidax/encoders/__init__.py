@@ -9,6 +9,7 @@ from vidax.registry import ComponentSpec, Family
 
 _T5 = "vidax.encoders.t5:"
 _CLIP = "vidax.encoders.clip:"
+_SIGLIP = "vidax.encoders.siglip:"
 _LM = "vidax.encoders.decoder_lm:"
 _LLAVA = "vidax.encoders.llava:"
 _GEMMA3 = "vidax.encoders.gemma3:"
@@ -32,6 +33,13 @@ FAMILY = Family(
                       key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
                                    "max_position_embeddings", "eos_token_id")),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
+        # HunyuanVideo 1.5's image_encoder (FLUX.1-Redux-dev's so400m tower) and its processor.
+        ComponentSpec("SiglipVisionModel", "image_encoder", config=_SIGLIP + "SiglipVisionConfig",
+                      model=_SIGLIP + "SiglipVisionEncoder", key_rules=_SIGLIP + "siglip_vision_key_rules",
+                      param_axes=_SIGLIP + "SIGLIP_PARAM_AXES",
+                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size",
+                                   "patch_size")),
+        ComponentSpec("SiglipImageProcessor", "image_processor"),
         # Decoder-only LMs run as text encoders (hidden states, no LM head).
         ComponentSpec("LlamaModel", "text_encoder", config=_LM + "LlamaTextConfig", model=_LM + "DecoderLM",
                       key_rules=_LM + "decoder_lm_key_rules", param_axes=_LM + "DECODER_LM_PARAM_AXES",
