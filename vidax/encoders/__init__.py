@@ -54,6 +54,10 @@ FAMILY = Family(
         ComponentSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", config=_LM + "Qwen25VLTextConfig",
                       model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
                       param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        # HunyuanVideo 1.5's text_encoder: the text tower saved on its own.
+        ComponentSpec("Qwen2_5_VLTextModel", "text_encoder", config=_LM + "Qwen25VLTextConfig",
+                      model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
+                      param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
         # LTX-2's Gemma 3: its language model only (vision tower and projector declared unused).
         ComponentSpec("Gemma3ForConditionalGeneration", "text_encoder", config=_GEMMA3 + "Gemma3TextConfig",
                       model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
@@ -61,5 +65,6 @@ FAMILY = Family(
                       key_configs=_LM_KEYS),
     ) + tuple(ComponentSpec(name, "tokenizer")
               for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast",
-                           "LlamaTokenizerFast", "GemmaTokenizerFast", "GemmaTokenizer")),
+                           "LlamaTokenizerFast", "GemmaTokenizerFast", "GemmaTokenizer",
+                           "Qwen2Tokenizer", "Qwen2TokenizerFast", "ByT5Tokenizer")),
 )
