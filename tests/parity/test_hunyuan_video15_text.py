@@ -110,6 +110,18 @@ def test_constants_are_the_reference_defaults():
         assert registry().component(name).class_name == name
 
 
+def test_image_to_video_pipeline_runs_the_same_functions():
+    """The I2V pipeline's prompt functions are copies of the T2V ones tested here."""
+    i2v = pytest.importorskip("diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5_image2video")
+    def code(fn):
+        return [line for line in inspect.getsource(fn).splitlines() if not line.strip().startswith("# Copied from")]
+
+    for name in ("_get_mllm_prompt_embeds", "_get_byt5_prompt_embeds"):
+        assert code(getattr(i2v.HunyuanVideo15ImageToVideoPipeline, name)) == code(getattr(Pipe, name)), name
+    for name in ("extract_glyph_texts", "format_text_input"):
+        assert code(getattr(i2v, name)) == code(getattr(hv15, name)), name
+
+
 def test_text_states_match_diffusers(mllm, caplog):
     ref, ref_tok, enc, tok, crop = mllm
     assert 20 < crop < 200  # the system turn and the user header

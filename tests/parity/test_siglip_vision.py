@@ -56,6 +56,7 @@ TINY = dict(
 # fp32 on both sides, the same operations; only summation orders differ (measured max_rel_err
 # ~1.2e-7 for both outputs). A wrong weight, transpose, head split or q/k/v order gives ~1e-1.
 FP32_TOL = 1e-5
+BF16_TOL = 2e-2
 
 # SiglipImageProcessor config of google/siglip-so400m-patch14-384 (FLUX.1-Redux-dev's
 # feature_extractor); do_convert_rgb null as in that file (the pipeline passes True).
@@ -116,6 +117,19 @@ def test_fp32_matches_reference(saved):
     # another image changes the output: the comparison is not vacuous
     other, _ = _ref(ref, _pixels(1))
     assert max_rel_err(other, want_last) > 0.1
+
+
+def test_bf16_close_to_reference(saved):
+    """bf16 parameters and matmuls (as the pipeline usually loads it) against the fp32 reference:
+    bf16 rounding (~2^-9 relative per op) through 3 blocks and the final norm."""
+    ref, path = saved
+    enc = load_component("SiglipVisionModel", path, dtype=jnp.bfloat16)
+    pixels = _pixels(3)
+    want_last, want_pooled = _ref(ref, pixels)
+    last, pooled = nnx.jit(lambda e, x: e.encode(x))(enc, jnp.asarray(pixels))
+    assert last.dtype == pooled.dtype == jnp.bfloat16
+    assert max_rel_err(np.asarray(last.astype(jnp.float32)), want_last) < BF16_TOL
+    assert max_rel_err(np.asarray(pooled.astype(jnp.float32)), want_pooled) < BF16_TOL
 
 
 def test_transformers4_prefixed_checkpoint_and_no_head(saved, tmp_path):
