@@ -182,15 +182,16 @@ def test_preprocess_matches_siglip_image_processor(shape):
     rng = np.random.default_rng(shape[0])
     image = Image.fromarray(rng.integers(0, 256, shape + (3,), dtype=np.uint8))
     want = _reference_pixels(image, HV15_PREPROCESSOR)
-    got = siglip_preprocess(image, HV15_PREPROCESSOR)
+    got = siglip_preprocess(image, HV15_PREPROCESSOR, do_resize=True, do_convert_rgb=True)
     assert got.shape == want.shape == (384, 384, 3) and got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
-    # RGBA is composited onto white by both
+    # RGBA is composited onto white by both (the call's do_convert_rgb=True over the file's null)
     rgba = Image.fromarray(rng.integers(0, 256, (50, 70, 4), dtype=np.uint8))
-    np.testing.assert_array_equal(siglip_preprocess(rgba, HV15_PREPROCESSOR),
+    np.testing.assert_array_equal(siglip_preprocess(rgba, HV15_PREPROCESSOR, do_resize=True, do_convert_rgb=True),
                                   _reference_pixels(rgba, HV15_PREPROCESSOR))  # fmt: skip
-    # the class defaults (224 px) when the file gives none
-    np.testing.assert_array_equal(siglip_preprocess(image, {}), _reference_pixels(image, {}))
+    # the class defaults (224 px) when the file gives none; a plain call of the processor
+    plain = transformers.SiglipImageProcessor.from_dict({})(images=image, return_tensors="np")["pixel_values"]
+    np.testing.assert_array_equal(siglip_preprocess(image, {}), plain[0].transpose(1, 2, 0))
     with pytest.raises(ConfigError, match="do_pad"):
         siglip_preprocess(image, {**HV15_PREPROCESSOR, "do_pad": True})
 

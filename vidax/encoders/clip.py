@@ -732,8 +732,6 @@ def _preprocess_settings(config: Mapping[str, Any], defaults: Mapping[str, Any] 
     for key, value in config.items():
         if key.startswith("_") or key in _PREPROCESS_IGNORED:
             continue
-        if value is None and key in s:  # a null in the file: the processor's class default
-            continue
         if key in _PREPROCESS_NEUTRAL:
             if value not in _PREPROCESS_NEUTRAL[key]:
                 raise ConfigError(

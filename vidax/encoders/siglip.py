@@ -271,7 +271,7 @@ _SIGLIP_DEFAULTS: dict[str, Any] = {
 }
 
 
-def siglip_preprocess(image: Any, preprocessor_config: Mapping[str, Any]) -> np.ndarray:
+def siglip_preprocess(image: Any, preprocessor_config: Mapping[str, Any], **overrides: Any) -> np.ndarray:
     """One image -> SigLIP ``pixel_values``, as ``SiglipImageProcessor(**preprocessor_config)``
     (the PIL backend of transformers 5.24; see the module docstring).
 
@@ -283,7 +283,11 @@ def siglip_preprocess(image: Any, preprocessor_config: Mapping[str, Any]) -> np.
         image: ``(H, W, 3)`` RGB array (uint8, or float as :func:`vidax.encoders.clip.clip_preprocess`
             documents) or a ``PIL.Image`` (converted to RGB, transparency onto white).
         preprocessor_config: the parsed ``feature_extractor/preprocessor_config.json``; keys left
-            out (or null) take ``SiglipImageProcessor``'s defaults.
+            out take ``SiglipImageProcessor``'s defaults (a null is kept as null, as the
+            reference keeps it: ``do_convert_rgb: null`` converts nothing unless overridden).
+        **overrides: settings given to the call, over the file's, as
+            ``processor.preprocess(images=image, **overrides)``; HunyuanVideo 1.5 passes
+            ``do_resize=True, do_convert_rgb=True``.
 
     Returns:
         ``(size_h, size_w, 3)`` float32 numpy, channels last.
@@ -292,5 +296,10 @@ def siglip_preprocess(image: Any, preprocessor_config: Mapping[str, Any]) -> np.
         InputError: a malformed image (as ``clip_preprocess``).
         ConfigError: an unknown or unimplemented setting.
     """
-    settings = _preprocess_settings(preprocessor_config, _SIGLIP_DEFAULTS, "siglip_preprocess")
+    if not isinstance(preprocessor_config, Mapping):
+        raise InputError(
+            f"preprocessor_config must be a dict (the parsed preprocessor_config.json); got "
+            f"{type(preprocessor_config).__name__}"
+        )
+    settings = _preprocess_settings({**preprocessor_config, **overrides}, _SIGLIP_DEFAULTS, "siglip_preprocess")
     return preprocess_image(image, settings)
