@@ -36,6 +36,11 @@ TINY = {
                             image_size=28, patch_size=14, projection_dim=12),
     "CLIPTextModel": dict(vocab_size=50, hidden_size=36, intermediate_size=50, num_hidden_layers=2,
                           num_attention_heads=3, max_position_embeddings=16),
+    "SiglipVisionModel": dict(hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3,
+                              image_size=28, patch_size=14),
+    "Qwen2_5_VLTextModel": dict(
+        model_type="qwen2_5_vl_text", vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3,
+        num_attention_heads=5, num_key_value_heads=1, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]}),
     "LlamaModel": dict(vocab_size=97, hidden_size=36, intermediate_size=52, num_hidden_layers=3,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, model_type="llama"),
     "LlavaForConditionalGeneration": dict(

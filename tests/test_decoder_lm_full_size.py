@@ -6,6 +6,8 @@
 * Cosmos-Predict2.5 2B / 14B: ``Qwen2_5_VLForConditionalGeneration`` (Cosmos-Reason1-7B); only
   ``arch_essentials.json`` is known, written here as the flat transformers-4 config.json form
   (``rope_scaling: {type: mrope, mrope_section}``).
+* HunyuanVideo 1.5 (480p T2V, 720p I2V distilled): Qwen2.5-VL-7B-Instruct's text tower
+  (``Qwen2_5_VLTextModel``); only ``arch_essentials.json`` is known, written as Cosmos's.
 * LTX-2 / LTX-2.3: ``Gemma3ForConditionalGeneration`` (gemma-3-12b); only ``arch_essentials.json``
   is known, written here as a ``model_type: gemma3`` config.json with the older text keys
   (``rope_theta`` / ``rope_local_base_freq`` / ``rope_scaling: {rope_type: linear, factor}``) and
@@ -77,6 +79,10 @@ CASES = {
     "HunyuanVideo-I2V-33ch": (LlamaTextConfig, lambda: _hunyuan_i2v("hunyuanvideo-community__HunyuanVideo-I2V-33ch")),
     "Cosmos-Predict2.5-2B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-2B")),
     "Cosmos-Predict2.5-14B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-14B")),
+    # HunyuanVideo 1.5 (Qwen2.5-VL-7B-Instruct's text tower, saved alone as Qwen2_5_VLTextModel)
+    **{f"HunyuanVideo-1.5-{v}": (Qwen25VLTextConfig,
+                                 lambda v=v: _cosmos(f"hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-{v}"))
+       for v in ("480p_t2v", "720p_i2v_distilled")},
     "LTX-2": (Gemma3TextConfig, lambda: _ltx2("Lightricks__LTX-2")),
     "LTX-2.3": (Gemma3TextConfig, lambda: _ltx2("diffusers__LTX-2.3-Diffusers")),
 }

@@ -9,6 +9,7 @@ from vidax.registry import ComponentSpec, Family
 
 _T5 = "vidax.encoders.t5:"
 _CLIP = "vidax.encoders.clip:"
+_SIGLIP = "vidax.encoders.siglip:"
 _LM = "vidax.encoders.decoder_lm:"
 _LLAVA = "vidax.encoders.llava:"
 _GEMMA3 = "vidax.encoders.gemma3:"
@@ -32,6 +33,13 @@ FAMILY = Family(
                       key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
                                    "max_position_embeddings", "eos_token_id")),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
+        # HunyuanVideo 1.5's image_encoder (FLUX.1-Redux-dev's so400m tower) and its processor.
+        ComponentSpec("SiglipVisionModel", "image_encoder", config=_SIGLIP + "SiglipVisionConfig",
+                      model=_SIGLIP + "SiglipVisionEncoder", key_rules=_SIGLIP + "siglip_vision_key_rules",
+                      param_axes=_SIGLIP + "SIGLIP_PARAM_AXES",
+                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size",
+                                   "patch_size")),
+        ComponentSpec("SiglipImageProcessor", "image_processor"),
         # Decoder-only LMs run as text encoders (hidden states, no LM head).
         ComponentSpec("LlamaModel", "text_encoder", config=_LM + "LlamaTextConfig", model=_LM + "DecoderLM",
                       key_rules=_LM + "decoder_lm_key_rules", param_axes=_LM + "DECODER_LM_PARAM_AXES",
@@ -46,6 +54,10 @@ FAMILY = Family(
         ComponentSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", config=_LM + "Qwen25VLTextConfig",
                       model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
                       param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        # HunyuanVideo 1.5's text_encoder: the text tower saved on its own.
+        ComponentSpec("Qwen2_5_VLTextModel", "text_encoder", config=_LM + "Qwen25VLTextConfig",
+                      model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
+                      param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
         # LTX-2's Gemma 3: its language model only (vision tower and projector declared unused).
         ComponentSpec("Gemma3ForConditionalGeneration", "text_encoder", config=_GEMMA3 + "Gemma3TextConfig",
                       model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
@@ -53,5 +65,6 @@ FAMILY = Family(
                       key_configs=_LM_KEYS),
     ) + tuple(ComponentSpec(name, "tokenizer")
               for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast",
-                           "LlamaTokenizerFast", "GemmaTokenizerFast", "GemmaTokenizer")),
+                           "LlamaTokenizerFast", "GemmaTokenizerFast", "GemmaTokenizer",
+                           "Qwen2Tokenizer", "Qwen2TokenizerFast", "ByT5Tokenizer")),
 )

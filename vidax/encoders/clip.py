@@ -409,6 +409,27 @@ class CLIPEncoder(nnx.Module):
         return scan_layers(first, h, lambda layer, x: layer(x, causal, bias))
 
 
+def checked_pixel_values(pixel_values: Any, cfg: Any, preprocess: str) -> jax.Array:
+    """``pixel_values`` as a jnp array after checking it is ``(B, image_size, image_size,
+    num_channels)`` float (``cfg``: a vision tower config; ``preprocess`` names the function that
+    makes such arrays, for the message).
+
+    Raises:
+        InputError: another shape or an integer dtype.
+    """
+    x = jnp.asarray(pixel_values)
+    want = (cfg.image_size, cfg.image_size, cfg.num_channels)
+    if x.ndim != 4 or tuple(x.shape[1:]) != want or x.shape[0] < 1:
+        raise InputError(
+            f"pixel_values must be (B, {want[0]}, {want[1]}, {want[2]}) channels-last "
+            f"(image_size={cfg.image_size}); got shape {tuple(x.shape)} (channels-first? "
+            f"other sizes? see {preprocess})."
+        )
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise InputError(f"pixel_values must be floating point; got dtype {x.dtype}.")
+    return x
+
+
 class CLIPVisionEncoder(nnx.Module):
     """The CLIP vision tower, following ``transformers.CLIPVisionModel``, channels last.
 
@@ -457,16 +478,7 @@ class CLIPVisionEncoder(nnx.Module):
                 float array, or ``output_layer`` is out of range.
         """
         cfg = self.config
-        x = jnp.asarray(pixel_values)
-        want = (cfg.image_size, cfg.image_size, cfg.num_channels)
-        if x.ndim != 4 or tuple(x.shape[1:]) != want or x.shape[0] < 1:
-            raise InputError(
-                f"pixel_values must be (B, {want[0]}, {want[1]}, {want[2]}) channels-last "
-                f"(image_size={cfg.image_size}); got shape {tuple(x.shape)} (channels-first? "
-                "other sizes? see clip_preprocess)."
-            )
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise InputError(f"pixel_values must be floating point; got dtype {x.dtype}.")
+        x = checked_pixel_values(pixel_values, cfg, "clip_preprocess")
         n = cfg.num_hidden_layers
         if not isinstance(output_layer, int) or isinstance(output_layer, bool) or not (
             -(n + 1) <= output_layer <= n
@@ -626,6 +638,13 @@ def clip_key_rules(keys: Any, tower: str) -> KeyRules:
     checkpoints), it is renamed away.
     """
     prefix, top_level = _TOWERS[tower]
+    return tower_key_rules(keys, prefix, top_level)
+
+
+def tower_key_rules(keys: Any, prefix: str, top_level: tuple[str, ...]) -> KeyRules:
+    """Key mapping of a vision / text tower whose blocks are ``encoder.layers.{i}`` (stacked):
+    CLIP's and SigLIP's. When ``keys`` carry ``prefix`` (``vision_model.`` of files written by
+    transformers 4) on the ``top_level`` modules, it is renamed away."""
     renames: tuple[tuple[str, str], ...] = ()
     if any(str(k).startswith(prefix) for k in keys):
         renames = tuple((prefix + name, name) for name in top_level)
@@ -702,13 +721,14 @@ def _size_dict(value: Any, key: str, shortest_ok: bool) -> dict[str, int]:
     raise ConfigError(f"preprocessor config: {key}={value!r} is not supported; use {valid}.")
 
 
-def _preprocess_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+def _preprocess_settings(config: Mapping[str, Any], defaults: Mapping[str, Any] = _PREPROCESS_DEFAULTS,
+                         what: str = "clip_preprocess") -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise InputError(
             f"preprocessor_config must be a dict (the parsed preprocessor_config.json); got "
             f"{type(config).__name__}"
         )
-    s = dict(_PREPROCESS_DEFAULTS)
+    s = dict(defaults)
     for key, value in config.items():
         if key.startswith("_") or key in _PREPROCESS_IGNORED:
             continue
@@ -716,14 +736,14 @@ def _preprocess_settings(config: Mapping[str, Any]) -> dict[str, Any]:
             if value not in _PREPROCESS_NEUTRAL[key]:
                 raise ConfigError(
                     f"preprocessor config: {key}={value!r} is not implemented by vidax's "
-                    f"clip_preprocess; only {_PREPROCESS_NEUTRAL[key]} is supported."
+                    f"{what}; only {_PREPROCESS_NEUTRAL[key]} is supported."
                 )
             continue
         if key == "use_square_size":  # CLIPImageProcessor.__init__ (KOSMOS-2 compatibility)
             continue
         if key not in s:
             raise ConfigError(
-                f"preprocessor config: unknown setting {key}={value!r}; vidax's clip_preprocess "
+                f"preprocessor config: unknown setting {key}={value!r}; vidax's {what} "
                 f"knows {sorted(s) + sorted(_PREPROCESS_NEUTRAL) + ['use_square_size']}."
             )
         s[key] = value
@@ -731,7 +751,8 @@ def _preprocess_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     if config.get("use_square_size") and "shortest_edge" in s["size"]:
         n = s["size"]["shortest_edge"]
         s["size"] = {"height": n, "width": n}
-    s["crop_size"] = _size_dict(s["crop_size"], "crop_size", shortest_ok=False)
+    if s["do_center_crop"]:
+        s["crop_size"] = _size_dict(s["crop_size"], "crop_size", shortest_ok=False)
     for key in ("image_mean", "image_std"):
         value = s[key]
         value = [value] * 3 if isinstance(value, (int, float)) else list(value)
@@ -828,7 +849,14 @@ def clip_preprocess(image: Any, preprocessor_config: Mapping[str, Any]) -> np.nd
         ConfigError: a setting is unknown or not implemented (e.g. ``do_pad``, a ``size`` with
             ``longest_edge``).
     """
-    s = _preprocess_settings(preprocessor_config)
+    return preprocess_image(image, _preprocess_settings(preprocessor_config))
+
+
+def preprocess_image(image: Any, s: Mapping[str, Any]) -> np.ndarray:
+    """The steps of :func:`clip_preprocess` with settings ``s`` already parsed (by
+    :func:`_preprocess_settings` with a processor's defaults): shared by CLIP and SigLIP, whose
+    processors run the same PIL backend (SigLIP's without the crop). Returns, raises as
+    :func:`clip_preprocess`."""
     if hasattr(image, "getbands") and hasattr(image, "convert"):  # a PIL image
         image = _rgb_from_pil(image, bool(s["do_convert_rgb"]))
     image = np.asarray(image)

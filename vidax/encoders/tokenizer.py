@@ -10,6 +10,9 @@ Chat prompts (:meth:`TextTokenizer.apply_chat_template`, for Llama / Qwen-style 
 go through ``transformers.PreTrainedTokenizerFast.apply_chat_template`` (transformers is a run-time
 dependency of vidax for tokenizers only; it does not import torch), imported on first use.
 
+:class:`ByteTokenizer` runs transformers' ``ByT5Tokenizer`` (a Python tokenizer, no
+``tokenizer.json``) for ByT5 folders.
+
 :func:`build_tiny_t5_tokenizer` writes a small T5-style (SentencePiece-Unigram) tokenizer, for the
 embedded default checkpoint and for tests; it loads with both vidax and ``transformers``.
 """
@@ -243,6 +246,66 @@ class TextTokenizer:
 
             self._hf = PreTrainedTokenizerFast.from_pretrained(self.path)
         return self._hf
+
+
+class ByteTokenizer:
+    """A ``ByT5Tokenizer`` folder (HunyuanVideo 1.5's ``tokenizer_2``: google/byt5-small's bytes
+    plus the Glyph-SDXL-v2 colour and font tokens it adds as special tokens).
+
+    ByT5 has no ``tokenizer.json`` (transformers' ``ByT5Tokenizer`` is a Python tokenizer: UTF-8
+    bytes offset by the 3 specials, the added tokens split out first, ``</s>`` appended), so it is
+    run by transformers itself (imported on first use; it does not import torch), with the
+    folder's added tokens and settings.
+
+    Raises:
+        CheckpointError: the folder has no ``tokenizer_config.json`` or cannot be read as a ByT5
+            tokenizer.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        from transformers import ByT5Tokenizer
+
+        self.path = os.fspath(path)
+        # ByT5Tokenizer builds without any file; a folder without its config would silently
+        # lose the added (glyph) tokens.
+        if not os.path.isfile(os.path.join(self.path, "tokenizer_config.json")):
+            raise CheckpointError(f"{self.path}: no tokenizer_config.json (not a ByT5 tokenizer folder)")
+        try:
+            self._tok = ByT5Tokenizer.from_pretrained(self.path)
+        except Exception as e:  # transformers raises OSError / ValueError / JSON errors
+            raise CheckpointError(f"{self.path} is not a readable ByT5 tokenizer folder: {e}") from None
+
+    def __len__(self) -> int:
+        """Vocabulary size with the added tokens (the encoder's ``vocab_size`` must cover it)."""
+        return len(self._tok)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a byte's character, a special or added token), or None."""
+        tok = self._tok
+        if token in tok.get_vocab():
+            return tok.convert_tokens_to_ids(token)
+        return None
+
+    def __call__(self, texts: list[str], max_length: int, *, truncation: Truncation | None = None) -> Tokens:
+        """Tokenize like ``tokenizer(texts, padding="max_length", max_length=max_length,
+        truncation=True, add_special_tokens=True)`` (the folder's padding side); warns when a text
+        is truncated, as ``truncation`` names it.
+
+        Returns:
+            :class:`Tokens` of shape ``(B, max_length)``.
+
+        Raises:
+            InputError: ``max_length < 1``.
+        """
+        if max_length < 1:
+            raise InputError(f"max_length must be >= 1, got {max_length}")
+        tok = self._tok
+        full = [len(ids) for ids in tok(list(texts), add_special_tokens=True)["input_ids"]]
+        out = tok(list(texts), padding="max_length", max_length=max_length, truncation=True,
+                  add_special_tokens=True, return_tensors="np")  # fmt: skip
+        (truncation or Truncation()).warn(full, max_length, f"cut on the {tok.truncation_side} side")
+        ids, mask = encoding_arrays(out, max_length)
+        return Tokens(ids, mask, mask.sum(axis=1))
 
 
 def _checked_padding_side(padding_side) -> str:
