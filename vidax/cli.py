@@ -1,4 +1,4 @@
-"""The ``vidax`` command line: ``vidax generate`` and ``vidax inspect``."""
+"""The ``vidax`` command line: ``vidax generate``, ``vidax inspect`` and ``vidax serve``."""
 
 from __future__ import annotations
 
@@ -465,6 +465,11 @@ def inspect(
             typer.echo(describe_mesh_plan(path, mesh))
     except VidaxError as e:
         _fail(re.sub(r"\bmesh=", "--mesh ", str(e)))
+
+
+from vidax.serve.command import serve  # noqa: E402 (its own module; imports only typer)
+
+app.command()(serve)
 
 
 def main() -> None:
