@@ -244,6 +244,9 @@ def test_page_in_headless_chromium(server, tmp_path):
                             ("seed", "11")):
             browser.type(f"#{name}", value)
         browser.click("#submit")
+        accepted = browser.wait_for("return document.getElementById('status').dataset.status", 60,
+                                    "the page to send the request")
+        assert accepted in ("queued", "in_progress"), browser.script("return document.body.innerText")
         # A new shape: the job compiles while the page shows it running; take the screenshot when
         # the bar shows progress, and the same progress before and after it.
         read = ("const s = document.getElementById('status'), b = document.getElementById('bar');"
