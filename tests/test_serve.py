@@ -321,3 +321,38 @@ def test_restart_keeps_finished_jobs_and_fails_interrupted_ones(ckpt, tmp_path, 
         assert listed == [lost["id"], running["id"], done["id"]]
     finally:
         assert third.stop() == 0, third.output()
+
+
+def test_image_to_video_requests_checked_before_queueing(tmp_path):
+    """An image-to-video checkpoint: the image is the multipart file input_reference, required,
+    checked (a file that is no image is named by its file name) before the job is queued. The
+    app is driven in-process without its lifespan, so the worker never starts and no job runs."""
+    from PIL import Image
+    from starlette.testclient import TestClient
+
+    import vidax
+    from tests.parity.wan_reference import write_tiny_wan_variant
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    pipe = vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path / "i2v"), image_to_video=True), progress=False)
+    runner = JobRunner(pipe, "tiny-i2v", JobStore(tmp_path / "jobs"), queue_size=2)
+    client = TestClient(create_app(runner))
+    assert client.get("/v1/models").json()["data"][0]["image"] is True
+    fields = {"prompt": "a cat", "size": "48x32", "num_frames": "1", "num_inference_steps": "2"}
+    r = client.post("/v1/videos", data=fields)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
+    assert "image is required" in r.json()["error"]["message"]
+    r = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", b"not a png", "image/png")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
+    assert r.json()["error"]["message"].startswith("input_reference: 'first.png' could not be read as an image")
+    png = tmp_path / "first.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(png)
+    r = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", png.read_bytes(), "image/png")})
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert job["status"] == "queued" and job["input_reference"] == "first.png" and job["size"] == "48x32"
+    assert [j["id"] for j in client.get("/v1/videos").json()["data"]] == [job["id"]]
+    assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith(".upload-")]  # the upload is not kept
+    assert client.delete(f"/v1/videos/{job['id']}").json()["error"]["code"] == "cancelled"
+    runner.store.close()
