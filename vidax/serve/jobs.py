@@ -2,8 +2,9 @@
 
 A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``progress``,
 ``created_at``, ``completed_at``, ``size``, ``seconds``, ``error``) plus vidax's fields
-(``prompt``, ``num_frames``, ``num_inference_steps``, ``step``: denoising steps done, ``seed``:
-the seed used, ``stats``). ``status`` goes ``queued`` -> ``in_progress`` -> ``completed`` or
+(``prompt``, ``num_frames``, ``fps``, ``num_inference_steps``, ``step``: denoising steps done,
+``seed``: the seed used, ``input_reference``: the image's file name, and for a completed job
+``stats``: seconds of the pipeline call, of its compiles, of writing the mp4). ``status`` goes ``queued`` -> ``in_progress`` -> ``completed`` or
 ``failed`` (a cancelled job is ``failed`` with the error code ``cancelled``, so a client waiting
 for one of OpenAI's final states sees one).
 
@@ -267,9 +268,10 @@ class JobRunner:
             out = self.pipe.generate(pending.call)
             if pending.cancel.is_set():
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
+            t0 = time.perf_counter()
             write_video(out.frames[0], self.store.video_path(pending.id), fps=job["fps"])
-            stats = {k: round(getattr(out.stats, k), 4) for k in ("compile_s", "text_encode_s", "call_s")
-                     if isinstance(getattr(out.stats, k, None), float)}
+            stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
+                     "write_s": time.perf_counter() - t0}
             job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
                    "completed_at": int(time.time()), "stats": stats}
         except Cancelled as e:
