@@ -1,14 +1,14 @@
 """`vidax serve` throughput and overhead on the tiny embedded checkpoint.
 
 Prints (and writes as JSON with ``--json``): the time of a direct pipeline call plus the mp4
-write (what a job does, in this process, the shape compiled first), then through the server
-(``python -m vidax serve`` on 127.0.0.1, a free port; the shape compiled by a first request
-not counted): 10 sequential requests (POST, poll the status every 10 ms, download the mp4) and
-10 concurrent ones (all POSTed at once, queued, run one at a time): requests per minute, the
+write (what a job does, in this process, the shape compiled first) and of a request to the
+server (``python -m vidax serve`` on 127.0.0.1, a free port; the shape compiled by a first request
+not counted), 10 of each alternating (POST, poll the status every ``--poll`` s, download the mp4), then
+10 concurrent requests (all POSTed at once, queued, run one at a time): requests per minute, the
 latency of each, and the service's overhead over the direct call (HTTP, the queue, the SQLite
 records, the polling). Also the CPU model.
 
-    python benchmarks/serve.py [--requests 10] [--size 48x32] [--frames 5] [--steps 2]
+    python benchmarks/serve.py [--requests 10] [--size 48x32] [--frames 5] [--steps 2] [--poll 0.01]
 """
 
 from __future__ import annotations
@@ -40,33 +40,37 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def direct(ckpt: str, fields: dict, n: int, folder: str) -> list[float]:
-    """Seconds of ``n`` direct calls (pipeline + mp4 write), after one that compiles."""
-    import vidax
-    from vidax.io.video import write_video
+class Direct:
+    """The pipeline loaded in this process: one call plus the mp4 write, as a job does."""
 
-    pipe = vidax.load_pipeline(ckpt, progress=False)
-    width, height = map(int, fields["size"].split("x"))
-    kw = dict(height=height, width=width, num_frames=fields["num_frames"],
-              num_inference_steps=fields["num_inference_steps"], progress=False)
-    times = []
-    for i in range(n + 1):
+    def __init__(self, ckpt: str, fields: dict, folder: str):
+        import vidax
+
+        self.pipe, self.folder = vidax.load_pipeline(ckpt, progress=False), folder
+        width, height = map(int, fields["size"].split("x"))
+        self.kw = dict(height=height, width=width, num_frames=fields["num_frames"],
+                       num_inference_steps=fields["num_inference_steps"], progress=False)
+
+    def request(self, i: int) -> float:
+        from vidax.io.video import write_video
+
         t0 = time.perf_counter()
-        out = pipe(f"a boat {i}", seed=i, **kw)
-        write_video(out.frames[0], os.path.join(folder, f"direct-{i}.mp4"), fps=pipe.defaults.fps)
-        times.append(time.perf_counter() - t0)
-    return times[1:]
+        out = self.pipe(f"a boat {i}", seed=i, **self.kw)
+        write_video(out.frames[0], os.path.join(self.folder, f"direct-{i}.mp4"), fps=self.pipe.defaults.fps)
+        return time.perf_counter() - t0
 
 
 class Server:
-    def __init__(self, ckpt: str, folder: str, queue_size: int):
+    def __init__(self, ckpt: str, folder: str, queue_size: int, poll: float):
         import httpx
 
+        self.poll = poll
         self.log = open(os.path.join(folder, "server.log"), "w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "vidax", "serve", "--checkpoint", ckpt, "--port", "0",
                                       "--jobs-dir", os.path.join(folder, "jobs"), "--queue-size", str(queue_size)],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env=dict(os.environ, PYTHONPATH=ROOT))
+                                     # no persistent compile cache: the first request compiles
+                                     env=dict(os.environ, PYTHONPATH=ROOT, VIDAX_COMPILE_CACHE="0"))
         while not (m := re.search(r"on (http://127\.0\.0\.1:\d+)/", open(self.log.name).read())):
             if self.proc.poll() is not None:
                 raise SystemExit(f"vidax serve did not start:\n{open(self.log.name).read()}")
@@ -80,7 +84,7 @@ class Server:
         r.raise_for_status()
         job_id = r.json()["id"]
         while (job := self.http.get(f"/v1/videos/{job_id}").json())["status"] not in ("completed", "failed"):
-            time.sleep(0.01)  # the client polls every 10 ms
+            time.sleep(self.poll)
         if job["status"] != "completed":
             raise SystemExit(f"job failed: {job['error']}")
         self.http.get(f"/v1/videos/{job_id}/content").raise_for_status()
@@ -98,6 +102,7 @@ def main() -> None:
     p.add_argument("--size", default="48x32")
     p.add_argument("--frames", type=int, default=5)
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--poll", type=float, default=0.01, help="seconds between a client's status requests")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
     from vidax.default_checkpoint import default_checkpoint
@@ -106,11 +111,16 @@ def main() -> None:
     fields = dict(size=args.size, num_frames=args.frames, num_inference_steps=args.steps)
     with tempfile.TemporaryDirectory(prefix="vidax-serve-bench-") as folder:
         ckpt = default_checkpoint()
-        d = direct(ckpt, fields, n, folder)
-        server = Server(ckpt, folder, queue_size=n)
+        direct = Direct(ckpt, fields, folder)
+        direct.request(0)  # compiles
+        server = Server(ckpt, folder, queue_size=n, poll=args.poll)
         try:
             _, first = server.request(dict(fields, prompt="compile", seed=0))  # the first of the shape compiles
-            seq = [server.request(dict(fields, prompt=f"a boat {i}", seed=i)) for i in range(n)]
+            # Direct calls and requests alternate, so both see the same load of a shared machine.
+            d, seq = [], []
+            for i in range(n):
+                d.append(direct.request(i))
+                seq.append(server.request(dict(fields, prompt=f"a boat {i}", seed=i)))
             t0 = time.perf_counter()
             with concurrent.futures.ThreadPoolExecutor(n) as pool:
                 conc = list(pool.map(lambda i: server.request(dict(fields, prompt=f"a car {i}", seed=i)), range(n)))
@@ -127,7 +137,7 @@ def main() -> None:
         "sequential_s_median": statistics.median(seq_s), "sequential_wall_s": sum(seq_s),
         "sequential_per_min": 60 * n / sum(seq_s),
         "job_call_and_write_s_median": statistics.median(job_s),
-        "overhead_s_median": statistics.median(seq_s) - statistics.median(d),
+        "overhead_s_median": statistics.median(s - t for s, t in zip(seq_s, d)),
         "service_own_s_median": statistics.median(own),
         "concurrent_wall_s": conc_wall, "concurrent_per_min": 60 * n / conc_wall,
         "concurrent_latency_s_max": max(s for s, _ in conc),
@@ -142,10 +152,10 @@ def main() -> None:
     print(f"sequential via HTTP: median {result['sequential_s_median']:.3f} s per request "
           f"({result['sequential_per_min']:.1f} requests/min); the pipeline call + mp4 write inside the job: "
           f"median {result['job_call_and_write_s_median']:.3f} s")
-    print(f"service overhead: {result['overhead_s_median'] * 1000:.0f} ms per request over the direct call "
+    print(f"service overhead: {result['overhead_s_median'] * 1000:.0f} ms per request over the direct call before it "
           f"({100 * result['overhead_s_median'] / result['direct_s_median']:.1f} %); the request's latency less its "
           f"job's call and write: median {result['service_own_s_median'] * 1000:.0f} ms (HTTP, queue, records, "
-          "10 ms polling)")
+          f"polling every {args.poll * 1000:g} ms)")
     print(f"concurrent via HTTP ({n} at once, run one at a time): {result['concurrent_wall_s']:.2f} s wall, "
           f"{result['concurrent_per_min']:.1f} requests/min; the last finished after "
           f"{result['concurrent_latency_s_max']:.2f} s")

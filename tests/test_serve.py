@@ -11,6 +11,7 @@ import concurrent.futures
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -356,3 +357,23 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
     assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith(".upload-")]  # the upload is not kept
     assert client.delete(f"/v1/videos/{job['id']}").json()["error"]["code"] == "cancelled"
     runner.store.close()
+
+
+def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    (tmp_path / "file").write_text("")
+    try:
+        for args, message in (
+                (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} cannot hold the job records"),
+                (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
+                (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),
+                (["--dtype", "float16"], "--dtype 'float16' is not supported"),
+                (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there")):
+            r = subprocess.run([sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+            assert "loading" not in r.stderr, r.stderr  # refused before any weight is read
+    finally:
+        taken.close()

@@ -45,7 +45,7 @@ def serve(
 
     SIGINT / SIGTERM: stop accepting requests, cancel the running job at its next check (it is
     recorded as failed, code "cancelled") and every queued one, and exit 0."""
-    from vidax.cli import _fail, _offload_config, _setup_logging
+    from vidax.cli import _fail, _offload_config, _setup_logging, flag_names
     from vidax.errors import InputError, VidaxError
 
     _setup_logging(verbose)
@@ -57,7 +57,7 @@ def serve(
         _serve(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp),
                _offload_config(offload_blocks, keep_text_encoder, keep_vae), compile_cache, verbose)
     except VidaxError as e:
-        _fail(str(e).replace("jobs_dir=", "--jobs-dir "))
+        _fail(flag_names(str(e)).replace("jobs_dir=", "--jobs-dir "))
 
 
 def _listen(host: str, port: int) -> socket.socket:
