@@ -377,3 +377,18 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
             assert "loading" not in r.stderr, r.stderr  # refused before any weight is read
     finally:
         taken.close()
+
+
+def test_unwritten_video_keeps_the_frames(tmp_path, monkeypatch):
+    """A job whose mp4 cannot be written (here: its folder is gone) fails with one line saying
+    where its frames are kept, as vidax generate keeps them."""
+    from vidax.serve.jobs import _Unwritten
+
+    monkeypatch.chdir(tmp_path)
+    frames = np.random.default_rng(0).random((1, 5, 32, 48, 3), dtype=np.float32)
+    path = str(tmp_path / "gone" / "video_x.mp4")
+    message = str(_Unwritten(path, frames, FileNotFoundError(2, "No such file or directory")))
+    kept = tmp_path / "video_x.unwritten.npy"
+    assert message == (f"could not write {path} (FileNotFoundError: [Errno 2] No such file or directory); the frames "
+                       f"are kept in {kept} (float32 (videos, frames, height, width, RGB) in [0, 1], numpy.load)")
+    np.testing.assert_array_equal(np.load(kept), frames)

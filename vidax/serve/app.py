@@ -65,21 +65,32 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
     form = await request.form()
     fields: dict[str, Any] = {}
     image_path, image_name = None, ""
-    for key, value in form.multi_items():
-        if key in fields or (key == "input_reference" and image_path):
-            raise RequestError(400, f"field {key!r} is given twice", key)
-        if isinstance(value, UploadFile):
-            if key != "input_reference":
-                raise RequestError(400, f"field {key!r} is a file; only input_reference takes one", key)
-            if not value.filename and not value.size:  # a form's empty file input
-                continue
-            fd, image_path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(await value.read())
-            image_name = value.filename or "input_reference"
-        else:
-            fields[key] = value
+    try:
+        for key, value in form.multi_items():
+            image_path, image_name = await _form_field(fields, key, value, upload_dir, image_path, image_name)
+    except BaseException:
+        if image_path is not None:
+            os.unlink(image_path)
+        raise
     return fields, image_path, image_name
+
+
+async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image_path: str | None,
+                      image_name: str) -> tuple[str | None, str]:
+    """Add one form field to ``fields``; the upload's (path, name)."""
+    if key in fields or (key == "input_reference" and image_path):
+        raise RequestError(400, f"field {key!r} is given twice", key)
+    if not isinstance(value, UploadFile):
+        fields[key] = value
+        return image_path, image_name
+    if key != "input_reference":
+        raise RequestError(400, f"field {key!r} is a file; only input_reference takes one", key)
+    if not value.filename and not value.size:  # a form's empty file input
+        return image_path, image_name
+    fd, image_path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(await value.read())
+    return image_path, value.filename or "input_reference"
 
 
 def create_app(runner: JobRunner) -> Starlette:

@@ -107,6 +107,22 @@ def _failed(job: dict, message: str, code: str) -> dict:
     return {**job, "status": FAILED, "completed_at": int(time.time()), "error": {"code": code, "message": message}}
 
 
+class _Unwritten(Exception):
+    """The mp4 of a finished job could not be written; the message says where its frames are kept
+    (:func:`vidax.io.video.save_unwritten`)."""
+
+    def __init__(self, path: str, frames: Any, error: Exception):
+        from vidax.io.video import save_unwritten
+
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        try:
+            kept = f"the frames are kept in {save_unwritten(frames, path)} (float32 (videos, frames, height, " \
+                   "width, RGB) in [0, 1], numpy.load)"
+        except OSError as e:
+            kept = f"saving the frames as .npy failed too ({type(e).__name__}: {e})"
+        super().__init__(f"could not write {path} ({reason}); {kept}")
+
+
 class _Pending:
     """A job accepted and not finished: its checked call, its cancel event, its live step."""
 
@@ -269,13 +285,18 @@ class JobRunner:
             if pending.cancel.is_set():
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
             t0 = time.perf_counter()
-            write_video(out.frames[0], self.store.video_path(pending.id), fps=job["fps"])
+            try:
+                write_video(out.frames[0], self.store.video_path(pending.id), fps=job["fps"])
+            except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
+                raise _Unwritten(self.store.video_path(pending.id), out.frames, e) from None
             stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
                      "write_s": time.perf_counter() - t0}
             job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
                    "completed_at": int(time.time()), "stats": stats}
         except Cancelled as e:
             job = _failed({**job, "step": pending.step}, str(e), "cancelled")
+        except _Unwritten as e:
+            job = _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         except VidaxError as e:
             job = _failed({**job, "step": pending.step}, " ".join(str(e).split()), type(e).__name__)
         except Exception as e:  # a codec or disk error writing the video, a bug: the job fails, the server stays
