@@ -57,6 +57,18 @@ class StepBench:
     batch: int = 2
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def peak_rss_gib() -> float:
     """Peak resident set size of this process in GiB (vidax's own measure, see
     :func:`vidax.stats.host_peak_rss_bytes`; imported here, after the thread flags are set)."""
@@ -200,6 +212,18 @@ def save_report(out: str, meta: dict, rows: list, lines: list[str]) -> None:
     print("\n".join(lines))
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``), else what ``platform`` says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(bench: StepBench) -> None:
     """The benchmark's command line (see each family script's docstring)."""
     p = argparse.ArgumentParser(description=bench.title)
@@ -239,9 +263,9 @@ def main(bench: StepBench) -> None:
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
     meta = {"model": bench.model + layers, "latent_THW": [t, h, w], "tokens": tokens,
             "text_tokens": bench.text_tokens, "cfg_batch": bench.batch, "threads": args.threads,
-            "cpu": platform.processor() or platform.machine(), "timed_steps": args.steps}
+            "cpu": cpu_model(), "timed_steps": args.steps}
     lines = [
-        f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)", "",
+        f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)", "", f"CPU: {meta['cpu']}.", "",
         f"Latent {t}x{h}x{w} (T x H x W) = {tokens} video tokens, {bench.text_tokens} text tokens, "
         f"{'CFG (batch 2)' if bench.batch == 2 else f'batch {bench.batch}'}, "
         f"random weights{layers}; best of {args.steps} timed steps after one warm-up; each side in its own "

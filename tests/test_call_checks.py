@@ -287,6 +287,16 @@ def test_devices_never_replaced(tmp_path):
     with pytest.raises(InputError, match="output='.*pipe.mp4' is a FIFO, not a file or folder"):
         write_video(frames, fifo)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    # /dev/stdout onto a pipe: the link's target ("pipe:[N]") has no path, so it is named by
+    # its kind (it was blamed on an unwritable /proc/PID/fd folder).
+    r, w = os.pipe()
+    try:
+        link = tmp_path / "stdout.mp4"
+        os.symlink(f"/proc/self/fd/{w}", link)
+        with pytest.raises(InputError, match="output='.*stdout.mp4' is a FIFO, not a file or folder"):
+            check_output_path(link)
+    finally:
+        os.close(r), os.close(w)
     afile = tmp_path / "afile"
     afile.write_text("mine")
     for name in (str(afile), str(afile) + "/"):
@@ -816,13 +826,12 @@ def test_nan_advice_follows_the_dtype():
 
 
 def test_api_errors_name_keywords_not_flags(ckpt):
-    """Messages made in vidax name the Python keyword; only the CLI turns it into a flag."""
-    from vidax.cli import flag_names
-
+    """Messages made in vidax name the Python keyword; the argument is data the CLI spells as a flag."""
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, task="i2v")
     assert "(drop image=)" in str(e.value) and "--" not in str(e.value)
-    assert flag_names(str(e.value)).endswith("(drop --image)")
+    assert e.value.arguments == ("image",)
+    assert e.value.render(lambda a: a.spelled("--" + a.name)).endswith("(drop --image)")
     cls, info = _reference_info("Wan-AI__Wan2.1-I2V-14B-480P-Diffusers", "i2v")
     with pytest.raises(InputError, match="image is required") as e:
         cls.check_call(info, "a cat")
@@ -970,3 +979,27 @@ def test_guidance_beyond_float32_refused(pipe):
     that blamed the weights: refused with the call's checks."""
     with pytest.raises(InputError, match=r"^guidance_scale must be a finite number >= 0 \(at most 3.403e\+38"):
         pipe("a cat", **{**SMALL, "guidance_scale": 1e39})
+
+
+def test_declared_option_checks_name_the_argument():
+    """A declared keyword's check (:class:`vidax.pipelines.options.CallOption`): the valid values
+    in words from the declaration, the argument as data (a list's item by its index)."""
+    from vidax.pipelines.options import CallOption
+
+    cases = [
+        (CallOption("n", int, "", low=1), 0, "n must be a positive integer, got 0"),
+        (CallOption("n", int, "", low=1), 2.0, "n must be a positive integer, got 2.0"),
+        (CallOption("phi", float, "", low=0, high=1), 1.5, "phi must be a number in [0, 1], got 1.5"),
+        (CallOption("rate", float, "", low=0, low_open=True), 0, "rate must be a number > 0, got 0"),
+        (CallOption("t", float, ""), float("nan"), "t must be a finite number, got nan"),
+        (CallOption("k", int, "", choices=(1, 2)), 3, "k must be 1 or 2, got 3"),
+        (CallOption("on", bool, ""), 1, "on must be True or False, got 1"),
+        (CallOption("ts", float, "", low=0, per_prompt=True), [0.1, -1.0], "ts[1] must be a number >= 0, got -1.0"),
+    ]
+    for option, value, message in cases:
+        with pytest.raises(InputError) as e:
+            option.check(value)
+        assert str(e.value) == message
+        assert e.value.arguments[0].startswith(option.name)
+    assert CallOption("ts", float, "", per_prompt=True).check([1, 2]) == [1.0, 2.0]
+    assert CallOption("n", int, "", low=1).check(np.int64(3)) == 3 and CallOption("n", int, "").check(None) is None

@@ -237,6 +237,56 @@ def test_generate_image_to_video(variants, image_file, tmp_path):
     assert np.load(out).shape == (1, 32, 48, 3)
 
 
+def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
+    """A random rank-4 LoRA in the original (ComfyUI) layout on every block linear of the
+    checkpoint's transformer, written to ``path``."""
+    rng = np.random.default_rng(seed)
+    reader = CheckpointReader(os.path.join(checkpoint, "transformer"))
+    names = {"attn1.to_q": "self_attn.q", "attn2.to_v": "cross_attn.v", "ffn.net.2": "ffn.2"}
+    sd = {}
+    for key in reader.keys():
+        block, i, rest = key.split(".", 2) if key.startswith("blocks.") else ("", "", "")
+        module = rest.removesuffix(".weight")
+        if block and module in names:
+            o, n = reader.info(key).shape
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_down.weight"] = rng.standard_normal((4, n)).astype(np.float32)
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_up.weight"] = rng.standard_normal((o, 4)).astype(np.float32)
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.alpha"] = np.float32(8.0)
+    save_safetensors(sd, str(path))
+    return str(path)
+
+
+def test_lora_flag_and_inspect(variants, tmp_path):
+    """--lora PATH:SCALE goes on both Wan2.2 experts (the scale reaches set_adapters: see
+    tests/test_lora.py for the merge itself); vidax inspect describes the file; a file
+    with a stray key or a truncated one is refused in one line (the truncated one before loading)."""
+    lora = _wan_lora_file(variants["a14b"], tmp_path / "style.safetensors")
+    r = _vidax("inspect", lora)
+    assert r.returncode == 0, r.stderr
+    for line in ("layout: original (lora)", "family: wan (WanTransformer3DModel)", "rank: 4; alpha 8",
+                 "tensors: 18 keys, 6 modules", "blocks.*.self_attn.q"):
+        assert line in r.stdout, r.stdout
+    args = ("generate", "--prompt", "a cat", "--checkpoint", variants["a14b"], *I2V_ARGS)
+    styled = tmp_path / "styled.npy"
+    r = _vidax(*args, "--lora", f"{lora}:0.5", "--output", str(styled), "-v")
+    assert r.returncode == 0, r.stderr
+    assert "LoRA lora_0 (original layout, rank [4], 18 keys) -> transformer, transformer_2" in r.stderr
+    assert np.load(styled).shape == (1, 32, 48, 3)  # (what a LoRA does to the video: tests/test_lora.py)
+    stray = tmp_path / "stray.safetensors"
+    save_safetensors({"diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 8), np.float32),
+                      "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((8, 4), np.float32)}, str(stray))
+    truncated = tmp_path / "truncated.safetensors"
+    shutil.copy(lora, truncated)
+    with open(truncated, "r+b") as f:
+        f.truncate(os.path.getsize(truncated) - 64)
+    for bad, message in ((stray, "land on no parameter of transformer (wan)"), (truncated, "not a readable LoRA file"),
+                         (f"{lora}:x", "give PATH or PATH:SCALE")):
+        r = _vidax(*args, "--lora", str(bad), "--output", str(tmp_path / "v.npy"))
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()[-1]) and r.stderr.count("error:") == 1
+    assert "loading" not in r.stderr  # refused before the checkpoint is read
+
+
 def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_file, tmp_path):
     # An image-to-video checkpoint without --image; an image for a text-to-video-only one.
     for args, message in (
@@ -384,13 +434,45 @@ def test_absent_jax_platform_is_one_line(ckpt, tmp_path):
     assert r.returncode == 0 and "transformer/" in r.stdout, r.stderr
 
 
-def test_flag_names_of_hints_without_values():
-    """A hint naming a keyword without a value ("drop --video / video=", "give image= (...)")
-    reads as the flag once, with no stray space: it printed "(drop --video / --video )"."""
-    from vidax.cli import flag_names
+def test_errors_name_arguments_as_data():
+    """An error names its arguments as data (:class:`vidax.errors.Arg`): Python reads the keyword
+    (``name=value``, a hint ``name=``), a front end spells each as its flag, with no stray space
+    after a hint without a value."""
+    from vidax.errors import Arg, InputError
 
-    assert flag_names("it takes no video (drop --video / video=)") == "it takes no video (drop --video)"
-    assert flag_names("it takes no image (drop --image / image=)") == "it takes no image (drop --image)"
-    assert (flag_names("image and video are both given; give image= (image2world) or video= (video2world)")
-            == "--image and video are both given; give --image (image2world) or --video (video2world)")
-    assert flag_names("num_inference_steps=0 is bad") == "--num-inference-steps 0 is bad"
+    e = InputError(Arg("image", keyword=True), " and ", Arg("video", keyword=True), " are both given; give ",
+                   Arg("image", keyword=True), " (image2world); ", Arg("num_inference_steps", 0), " is bad; ",
+                   Arg("dtype", "int8"), ", ", Arg("memory_check", python="pipe.memory_check = False"))
+    assert str(e) == ("image= and video= are both given; give image= (image2world); num_inference_steps=0 is bad; "
+                      "dtype='int8', pipe.memory_check = False")
+    assert e.arguments == ("image", "video", "image", "num_inference_steps", "dtype", "memory_check")
+    flags = {"image": "--image", "video": "--video", "num_inference_steps": "--num-inference-steps",
+             "memory_check": "--no-memory-check"}
+    assert e.render(lambda a: a.spelled(flags[a.name]) if a.name in flags else str(a)) == (
+        "--image and --video are both given; give --image (image2world); --num-inference-steps 0 is bad; "
+        "dtype='int8', --no-memory-check")
+
+
+def test_ctrl_c_while_importing_the_cli_is_one_line(monkeypatch, capsys):
+    # The `vidax` command enters through vidax.__main__.run, which imports the CLI itself, so a
+    # Ctrl-C during those imports (typer, the CLI module) ends with exit 130 and one line.
+    import builtins
+    from pathlib import Path
+    import tomllib
+
+    import vidax.__main__ as entry
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["vidax"] == "vidax.__main__:run"
+    real_import = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "vidax.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as e:
+        entry.run()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == entry.INTERRUPTED + "\n"

@@ -18,6 +18,8 @@ from flax import nnx
 
 from tests.parity.cogvideox_reference import TRANSFORMER as COG_TRANSFORMER
 from tests.parity.cogvideox_reference import VAE as COG_VAE
+from tests.parity.ltx2_reference import CONNECTORS_23 as LTX2_CONNECTORS
+from tests.parity.ltx2_reference import TRANSFORMER_23 as LTX2_TRANSFORMER
 from vidax import default_checkpoint as dc
 from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.checkpoint import TASK_NAMES
@@ -46,6 +48,10 @@ TINY = {
         model_type="qwen2_5_vl", vision_config={"depth": 1}, text_config=dict(
             vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
             num_key_value_heads=1, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})),
+    "Gemma3ForConditionalGeneration": dict(
+        model_type="gemma3", vision_config=dict(model_type="siglip_vision_model"), text_config=dict(
+            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=2, head_dim=16, sliding_window=5, sliding_window_pattern=2)),
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
     "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,
@@ -56,6 +62,10 @@ TINY = {
         in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
         num_single_layers=3, num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, pooled_projection_dim=12,
         rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
+    "HunyuanVideo15Transformer3DModel": dict(
+        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
+        num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, text_embed_2_dim=14, image_embed_dim=12,
+        rope_axes_dim=[4, 6, 8], use_meanflow=True),
     "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
                                        cross_attention_dim=28, num_layers=2, caption_channels=20),
     "AutoencoderKLLTXVideo": dict(block_out_channels=[6, 12, 12, 24], down_block_types=["LTXVideo095DownBlock3D"] * 3,
@@ -70,6 +80,26 @@ TINY = {
                                       norm_num_groups=2),
     "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,
                                     spatial_upsample=True, temporal_upsample=True),
+    "AutoencoderKLLTX2Video": dict(latent_channels=6, block_out_channels=[8, 16, 16],
+                                   downsample_type=["spatial", "temporal", "spatiotemporal"],
+                                   down_block_types=["LTX2VideoDownBlock3D"] * 3, layers_per_block=[1, 1, 1, 1],
+                                   spatio_temporal_scaling=[True, True, True], decoder_block_out_channels=[16, 16, 16],
+                                   decoder_layers_per_block=[1, 1, 1, 1], decoder_spatio_temporal_scaling=[True] * 3,
+                                   decoder_inject_noise=[False] * 4, upsample_residual=[True, False, True],
+                                   upsample_type=["spatiotemporal", "temporal", "spatial"], upsample_factor=[2, 1, 2],
+                                   patch_size=2, spatial_compression_ratio=8, temporal_compression_ratio=4),
+    "AutoencoderKLLTX2Audio": dict(base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3,
+                                   mel_bins=20),
+    "LTX2Vocoder": dict(in_channels=40, hidden_channels=24, upsample_kernel_sizes=[6, 4], upsample_factors=[3, 2],
+                        resnet_kernel_sizes=[3, 5], resnet_dilations=[[1, 2], [1, 3]]),
+    "LTX2VocoderWithBWE": dict(in_channels=40, hidden_channels=16, upsample_kernel_sizes=[4, 4],
+                               upsample_factors=[2, 2], resnet_kernel_sizes=[3], resnet_dilations=[[1, 2]],
+                               bwe_in_channels=16, bwe_hidden_channels=12, bwe_upsample_kernel_sizes=[5, 4],
+                               bwe_upsample_factors=[3, 2], bwe_resnet_kernel_sizes=[3], bwe_resnet_dilations=[[1]],
+                               filter_length=12, hop_length=3, window_length=12, num_mel_channels=8,
+                               input_sampling_rate=8000, output_sampling_rate=16000),
+    "LTX2VideoTransformer3DModel": LTX2_TRANSFORMER,
+    "LTX2TextConnectors": LTX2_CONNECTORS,
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]
@@ -127,7 +157,8 @@ def test_pipeline_keeps_its_contract(spec):
     assert cls.read_checkpoint is not VideoPipeline.read_checkpoint
     assert cls.load_components is not VideoPipeline.load_components
     assert cls.latent_shape is not VideoPipeline.latent_shape
-    assert not set(cls.extra_call_args) & set(SHARED_CALL_ARGS)
+    names = [o.name for o in cls.call_options]
+    assert len(set(names)) == len(names) and not set(names) & set(SHARED_CALL_ARGS)
     assert set(cls.unsupported_call_args) <= set(SHARED_CALL_ARGS)
 
 
@@ -157,7 +188,8 @@ def test_cogvideox_transformer_stages_equal_the_call():
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
 FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
                        "vidax.registry")
-MODEL_FILES = ("config.py", "transformer.py", "vae.py", "rope.py", "upsampler.py")
+MODEL_FILES = ("config.py", "config_transformer.py", "transformer.py", "connectors.py", "vae.py", "rope.py",
+               "upsampler.py")
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 
@@ -221,11 +253,20 @@ def test_shared_blocks_sit_between_parallel_and_models():
         assert not bad, f"vidax/blocks/{name} imports {bad}"
 
 
-@pytest.mark.parametrize("package", [m for m in FAMILIES if m.startswith("vidax.models.")])
-def test_family_transformers_define_no_attention_or_adaln_class(package):
+def _transformer_files() -> list[str]:
+    """The ``transformer.py`` of every family in :data:`FAMILIES` that has one (a family may
+    register only autoencoders and vocoders, as LTX-2's did before its transformer)."""
+    folders = [os.path.dirname(importlib.util.find_spec(m).origin) for m in FAMILIES if m.startswith("vidax.models.")]
+    files = [os.path.join(f, "transformer.py") for f in folders if os.path.exists(os.path.join(f, "transformer.py"))]
+    assert len(files) >= 5, files
+    return files
+
+
+@pytest.mark.parametrize("path", _transformer_files(), ids=lambda p: p.split(os.sep)[-2])
+def test_family_transformers_define_no_attention_or_adaln_class(path):
     """A family's transformer declares its attention and adaptive norms as instances of
     ``vidax.blocks`` (data), never as its own class (issue 19)."""
-    path = os.path.join(os.path.dirname(importlib.util.find_spec(package).origin), "transformer.py")
+    package = os.path.basename(os.path.dirname(path))
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     own = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)

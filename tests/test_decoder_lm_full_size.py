@@ -6,6 +6,10 @@
 * Cosmos-Predict2.5 2B / 14B: ``Qwen2_5_VLForConditionalGeneration`` (Cosmos-Reason1-7B); only
   ``arch_essentials.json`` is known, written here as the flat transformers-4 config.json form
   (``rope_scaling: {type: mrope, mrope_section}``).
+* LTX-2 / LTX-2.3: ``Gemma3ForConditionalGeneration`` (gemma-3-12b); only ``arch_essentials.json``
+  is known, written here as a ``model_type: gemma3`` config.json with the older text keys
+  (``rope_theta`` / ``rope_local_base_freq`` / ``rope_scaling: {rope_type: linear, factor}``) and
+  gemma-3-12b's SigLIP vision config (only the unused-prefix check sees it).
 
 Counting: vidax builds the language model alone; transformers builds the whole checkpoint class on
 the meta device and the count is over its language-model module (``LlamaModel`` itself, or
@@ -26,6 +30,8 @@ import pytest
 from tests.parity.helpers import source_key_shapes
 from tests.paths import REFERENCE_CONFIGS
 from vidax.encoders.decoder_lm import DECODER_LM_PARAM_AXES, DecoderLM, LlamaTextConfig, Qwen25VLTextConfig
+from vidax.encoders.decoder_lm import AttentionKind
+from vidax.encoders.gemma3 import Gemma3TextConfig
 from vidax.parallel.placement import param_axes
 from vidax.weights.loader import KeyRules, abstract_params
 
@@ -52,12 +58,27 @@ def _cosmos(repo):
             "rope_scaling": {"type": "mrope", "mrope_section": e["mrope_section"]}}
 
 
+def _ltx2(repo):
+    e = _read(repo, "text_encoder", "arch_essentials.json")["text_config"]
+    (factor, local_factor), (theta, local_theta) = e["rope_scaling_factor_global_local"], e["rope_theta_global_local"]
+    assert local_factor == 1.0  # the sliding layers' RoPE is unscaled
+    keys = ("head_dim", "hidden_size", "intermediate_size", "max_position_embeddings", "num_attention_heads",
+            "num_hidden_layers", "num_key_value_heads", "rms_norm_eps", "sliding_window", "vocab_size")
+    text = {"model_type": "gemma3_text", **{k: e[k] for k in keys}, "rope_theta": theta,
+            "rope_local_base_freq": local_theta, "rope_scaling": {"rope_type": "linear", "factor": factor}}
+    vision = dict(model_type="siglip_vision_model", hidden_size=1152, image_size=896, intermediate_size=4304,
+                  num_attention_heads=16, num_hidden_layers=27, patch_size=14, vision_use_head=False)
+    return {"model_type": "gemma3", "text_config": text, "vision_config": vision, "mm_tokens_per_image": 256}
+
+
 CASES = {
     "HunyuanVideo": (LlamaTextConfig, _hunyuan_t2v),
     "HunyuanVideo-I2V": (LlamaTextConfig, lambda: _hunyuan_i2v("hunyuanvideo-community__HunyuanVideo-I2V")),
     "HunyuanVideo-I2V-33ch": (LlamaTextConfig, lambda: _hunyuan_i2v("hunyuanvideo-community__HunyuanVideo-I2V-33ch")),
     "Cosmos-Predict2.5-2B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-2B")),
     "Cosmos-Predict2.5-14B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-14B")),
+    "LTX-2": (Gemma3TextConfig, lambda: _ltx2("Lightricks__LTX-2")),
+    "LTX-2.3": (Gemma3TextConfig, lambda: _ltx2("diffusers__LTX-2.3-Diffusers")),
 }
 
 
@@ -65,6 +86,7 @@ def _reference(raw):
     """(language-model torch module, its in-memory key prefix in the whole model, whole model)."""
     import torch
     from transformers import LlamaConfig, LlamaModel, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     clean = {k: v for k, v in raw.items() if not k.startswith("_")}
@@ -74,6 +96,8 @@ def _reference(raw):
             return model, "", model
         if raw["model_type"] == "llava":
             model = LlavaForConditionalGeneration(LlavaConfig(**clean))
+        elif raw["model_type"] == "gemma3":
+            model = Gemma3ForConditionalGeneration(Gemma3Config(**clean))
         else:
             model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(**clean))
     return model.model.language_model, "model.language_model.", model
@@ -117,6 +141,13 @@ def test_full_size_matches_transformers(name):
     if config_cls is LlamaTextConfig:
         assert (cfg.num_key_value_heads, cfg.head_dim, cfg.rope_theta) == (8, 128, 500000.0)
         assert 7.4e9 < count < 7.6e9  # llava-llama-3-8b's language model without lm_head
+    elif config_cls is Gemma3TextConfig:
+        # gemma-3-12b: 8 global layers (every 6th) with RoPE 1e6 scaled 8x linearly, 40 sliding
+        # ones (window 1024, RoPE 1e4); the same kinds as the transformers model's layers.
+        assert cfg.layer_types == tuple(lm.config.layer_types) and cfg.layer_types.count("full_attention") == 8
+        assert cfg.attention_kinds == (AttentionKind(1e4, 1.0, 1024), AttentionKind(1e6, 8.0))
+        assert (cfg.num_key_value_heads, cfg.head_dim, cfg.attention_scale) == (8, 256, 256 ** -0.5)
+        assert 11.7e9 < count < 11.8e9  # gemma-3-12b's language model without lm_head (tied) and vision
     else:
         assert (cfg.num_key_value_heads, cfg.head_dim, cfg.mrope_section) == (4, 128, (16, 24, 24))
         assert 7.0e9 < count < 7.2e9  # Qwen2.5-VL-7B's language model without lm_head

@@ -116,7 +116,18 @@ def test_unexpected_tensor_is_named(tmp_path):
 def test_wrong_shape_is_named_with_file(tmp_path):
     msg = _bad_checkpoint(tmp_path, lambda sd: sd.update({"proj.0.weight": np.zeros((6, 3, 2, 2, 1), np.float32)}))
     assert "wrong shape" in msg and "proj.0.weight" in msg and "model.safetensors" in msg
-    assert "(6, 3, 2, 2, 1)" in msg
+    # Both shapes in the file's (torch) layout; the kernel's own layout is named once, not as
+    # a second copy of the file's shape.
+    assert "shape (6, 3, 2, 2, 1), expected (6, 3, 2, 2, 2) (vidax stores it as proj/0/kernel (2, 2, 2, 3, 6))" in msg
+
+
+def test_transposed_linear_names_the_file_layout(tmp_path):
+    # A Linear weight saved transposed: its shape is the kernel's, so "expected" must say the
+    # torch layout (out, in), not repeat the file's shape.
+    msg = _bad_checkpoint(tmp_path, lambda sd: sd.update({"blocks.0.to_q.weight": sd["blocks.0.to_q.weight"].T}))
+    w = _randomized_toy().blocks.to_q.kernel.get_value().shape[1:]
+    assert f"model.safetensors: shape {w}, expected {w[::-1]} (vidax stores it as blocks/to_q/kernel {w})" in msg
+    assert "blocks.0.to_q.weight" in msg
 
 
 def test_missing_files_are_clear(tmp_path):

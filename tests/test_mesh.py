@@ -46,6 +46,19 @@ def test_valid_factorizations():
     assert len(f) == 10 and all(np.prod(t) == 8 for t in f) and len(set(f)) == 10
     assert (1, 2, 4) in f and (8, 1, 1) in f
     assert valid_factorizations(1) == [(1, 1, 1)]
+    # Every triple of a larger n, against the definition, and in the order the errors list them.
+    n = 360
+    brute = [(d, t, n // d // t) for d in range(1, n + 1) if n % d == 0 for t in range(1, n // d + 1) if (n // d) % t == 0]
+    assert valid_factorizations(n) == brute
+
+
+def test_huge_mesh_is_refused_at_once():
+    # "1x1x100000000000000" hung enumerating 1e14 candidate divisors (vidax inspect --mesh).
+    with pytest.raises(InputError, match=r"mesh='1x1x100000000000000' asks for 100000000000000 devices; a mesh has at "
+                                         r"most 1048576 \(dp \* tp \* sp\)\."):
+        parse_mesh_sizes("1x1x100000000000000")
+    assert parse_mesh_sizes("1024x1024x1") == {"dp": 1024, "tp": 1024, "sp": 1}
+    assert len(valid_factorizations(2**20)) == 231
 
 
 def test_bad_mesh_lists_valid_factorizations():
@@ -81,8 +94,11 @@ def test_mesh_from_sizes_fills_data():
     assert mesh_from_sizes(None, None, None) is None
     assert mesh_sizes(mesh_from_sizes(None, 2, None)) == (4, 2, 1)
     assert mesh_sizes(mesh_from_sizes(None, None, None, always=True)) == (8, 1, 1)
-    with pytest.raises(InputError, match="tp=3 x sp=1 does not divide the 8 devices"):
+    # Only the sizes given are named: the CLI turns each into the flag the user typed.
+    with pytest.raises(InputError, match="^tp=3 does not divide the 8 devices"):
         mesh_from_sizes(None, 3, None)
+    with pytest.raises(InputError, match="^tp=3 x sp=2 does not divide the 8 devices"):
+        mesh_from_sizes(None, 3, 2)
     with pytest.raises(InputError, match="= 4 devices, but there are 8"):
         mesh_from_sizes(2, 2, None)
 

@@ -80,6 +80,9 @@ def test_toy_family_runs_through_load_pipeline(toy_checkpoint, toy_registered):
     np.testing.assert_array_equal(streamed("a toy boat", seed=0, progress=False).frames, out.frames)
     with pytest.raises(vidax.InputError, match="takes no 'use_dynamic_cfg'; it takes prompt, negative_prompt"):
         pipe("a toy boat", use_dynamic_cfg=True)
+    # The toy's own keyword, declared in its pipeline only, is checked with the shared ones.
+    with pytest.raises(vidax.InputError, match=r"^toy_repeat must be a positive integer, got 0$"):
+        pipe("a toy boat", toy_repeat=0)
 
 
 def test_toy_family_runs_through_the_cli_and_inspect(toy_checkpoint, tmp_path):
@@ -87,14 +90,54 @@ def test_toy_family_runs_through_the_cli_and_inspect(toy_checkpoint, tmp_path):
            "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "toy.mp4"
     r = subprocess.run([sys.executable, "-m", "vidax", "generate", "-p", "a toy boat", "--checkpoint", toy_checkpoint,
-                        "-o", str(out), "--no-progress", "--offload-blocks", "1"], capture_output=True, text=True,
-                       env=env, timeout=600)
+                        "-o", str(out), "--no-progress", "--offload-blocks", "1", "--toy-repeat", "2"],
+                       capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert read_video(out).shape == (5, 32, 48, 3)
+    assert read_video(out).shape == (10, 32, 48, 3)  # --toy-repeat reached the toy's call: each frame twice
     r = subprocess.run([sys.executable, "-m", "vidax", "inspect", toy_checkpoint, "--mesh", "1x1x1"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "variant: Toy T2V: 3 layers" in r.stdout and "num_layers=3, num_single_layers=2, dim=32" in r.stdout
+
+
+def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, toy_registered, tmp_path):
+    """The toy's ``toy_repeat``, declared in its pipeline only, is a ``vidax generate`` flag: in
+    --help, and a bad value is one line naming the flag, before any weight is read."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    r = CliRunner().invoke(app, ["generate", "--help"])
+    assert r.exit_code == 0 and "--toy-repeat" in r.stdout and "Show each decoded frame" in r.stdout, r.output
+    r = CliRunner().invoke(app, ["generate", "-p", "a toy boat", "--checkpoint", toy_checkpoint, "--toy-repeat", "0",
+                                 "-o", str(tmp_path / "v.npy")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip().splitlines() == ["error: --toy-repeat must be a positive integer, got 0"], r.stderr
+    # Another family's pipeline does not take it: named as the flag, with the flags it has.
+    r = CliRunner().invoke(app, ["generate", "-p", "x", "--toy-repeat", "2", "-o", str(tmp_path / "v.npy")])
+    assert r.exit_code == 2 and "does not use --toy-repeat; its own flags: none beyond the common ones" in r.stderr
+
+
+def test_cli_names_no_family_keyword():
+    """``vidax/cli.py`` builds the family flags from the declarations: its code names no keyword
+    only a family takes (as a name, a string or a flag), the list read from the declarations."""
+    import ast
+
+    from vidax.pipelines.base import SHARED_CALL_ARGS
+    from vidax.registry import registry
+
+    family_only = {o.name for p in registry().pipelines() for o in p.load().call_options} - set(SHARED_CALL_ARGS)
+    assert {"frame_rate", "video", "true_cfg_scale", "decode_timestep"} <= family_only  # the list is not empty
+    path = os.path.join(REPO, "vidax", "cli.py")
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    names = _names_in_code(path) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.arg for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.keyword)) and n.arg} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    flags = {"--" + k.replace("_", "-") for k in family_only}
+    strings = [s for s in _names_in_code(path) if isinstance(s, str)]
+    assert not family_only & names, sorted(family_only & names)
+    assert not [(f, s) for f in flags for s in strings if f in s]
 
 
 def test_toy_family_loads_through_the_one_loader_on_a_mesh(toy_checkpoint, toy_registered):
@@ -144,7 +187,6 @@ def test_doc_lists_exactly_the_shared_files_a_family_edits():
     """docs/adding_a_family.md's list of shared files is the truth both ways: every shared vidax
     file whose code names a family (its package, a registered class) is listed, and every listed
     file does name families for the reason the list gives."""
-    from vidax.cli import FAMILY_CALL_FLAGS
     from vidax.registry import FAMILIES
 
     listed = _doc_shared_files()
@@ -172,9 +214,6 @@ def test_doc_lists_exactly_the_shared_files_a_family_edits():
     assert not unlisted, f"shared files that name a family but are not in {DOC}'s list: {unlisted}"
     # Each listed file names families for its reason.
     assert naming["vidax/registry.py"] == {f.name for f in families.values()}  # FAMILIES names each package
-    if "vidax/cli.py" in listed:
-        takes = {a for f in families.values() for p in f.pipelines for a in p.load().extra_call_args}
-        assert set(FAMILY_CALL_FLAGS) <= takes  # every family flag is some family's call keyword
     if "vidax/__init__.py" in listed:
         assert "vidax/__init__.py" in naming  # _LAZY points into a family
     with open(os.path.join(REPO, "tests", "test_contracts.py")) as f:

@@ -187,3 +187,45 @@ def test_truncation_warning_names_what_was_cut(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "negative_prompt has 17 tokens; truncated to max_sequence_length=8 as the reference pipeline does (the end "
         "of the text is dropped)"]
+
+
+# --------------------------------------------------------------------------- Gemma (LTX-2)
+
+
+def _build_gemma_tokenizer(path, padding_side: str):
+    """A tiny ``GemmaTokenizer`` (BPE with byte fallback, spaces as ``▁``, ``<bos>`` added) built
+    here from a vocabulary and merges (no hub), saved by transformers with ``padding_side``."""
+    from transformers import GemmaTokenizer
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"])}
+    vocab.update({f"<0x{b:02X}>": len(vocab) + b for b in range(256)})
+    merges = [("▁", "a"), ("c", "a"), ("ca", "t"), ("▁", "ca"), ("▁ca", "t"), ("t", "h"), ("th", "e"), ("▁", "the")]
+    for piece in list("▁abcdefghijklmnopqrstuvwxyz") + [a + b for a, b in merges]:
+        vocab.setdefault(piece, len(vocab))
+    GemmaTokenizer(vocab=vocab, merges=merges, add_bos_token=True, padding_side=padding_side).save_pretrained(path)
+
+
+def test_gemma_prompts_tokenized_as_ltx2(tmp_path):
+    """``gemma_prompt_tokens`` = ``LTX2Pipeline._get_gemma_prompt_embeds``'s tokenizer call:
+    prompts stripped, padding forced to the left (the folder says right here), max_length,
+    truncation, ``<bos>`` first; token for token as transformers' tokenizer."""
+    from transformers import AutoTokenizer
+
+    from vidax.encoders.gemma3 import gemma_prompt_tokens
+
+    _build_gemma_tokenizer(tmp_path, padding_side="right")
+    prompts = ["  the cat sat  ", "A Cat, the CAT! é 🐱 the cat sat on the mat " * 2, ""]
+    ref = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert ref.padding_side == "right"
+    ref.padding_side = "left"
+    want = ref([p.strip() for p in prompts], padding="max_length", max_length=24, truncation=True,
+               add_special_tokens=True, return_tensors="np")
+    tok = TextTokenizer(tmp_path)
+    ours = gemma_prompt_tokens(tok, prompts, 24)
+    np.testing.assert_array_equal(ours.input_ids, want.input_ids)
+    np.testing.assert_array_equal(ours.attention_mask, want.attention_mask)
+    bos = tok.token_to_id("<bos>")
+    assert ours.attention_mask[0, 0] == 0 and ours.input_ids[0, -ours.lengths[0]] == bos  # left padded
+    assert ours.lengths[1] == 24 and ours.lengths[2] == 1  # truncated; an empty prompt is <bos> alone
+    # The strip matters: the spaces around the first prompt are tokens otherwise.
+    assert not np.array_equal(tok(prompts, 24, padding_side="left").input_ids, ours.input_ids)

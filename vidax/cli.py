@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
-import re
 import signal
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
+from typer.core import TyperCommand
 
 app = typer.Typer(
     rich_markup_mode=None,
@@ -62,97 +63,125 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-#: The Python keywords of ``vidax generate``'s arguments that errors name, by their flag (the
-#: mesh sizes as :func:`vidax.parallel.mesh.mesh_from_sizes` names them).
-GENERATE_FLAGS = {name: "--" + name.replace("_", "-") for name in (
-    "prompt", "negative_prompt", "image", "checkpoint", "height", "width", "num_frames", "num_inference_steps",
-    "guidance_scale", "guidance_scale_2", "seed", "max_sequence_length", "dtype", "output", "fps",
-    "video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale", "true_cfg_scale",
-    "dp", "tp", "sp", "coordinator", "num_processes", "process_id",
-)} | {"timeout_s": "--distributed-timeout"}
-#: The call keywords some families take, as ``vidax generate`` flags; passed only when given, so
-#: a pipeline that does not take one names the flag in its error.
-FAMILY_CALL_FLAGS = ("video", "frame_rate", "decode_timestep", "decode_noise_scale", "guidance_rescale",
-                     "true_cfg_scale")
-# ``name=value`` -> ``--flag value``; a keyword with "_" wherever it stands as a word; "prompt",
-# "image", "height", "width" and "seed" also where a message names them as the argument (before
-# "must", "and", "in [", "is", "has"), so prose ("an image", "per prompt", "this checkpoint")
-# keeps its words.
-_WORD = r"(?<![\w.\-/])({names})(?![\w\-/])"
-_ASSIGN = re.compile(_WORD.format(names="|".join(map(re.escape, sorted(GENERATE_FLAGS, key=len, reverse=True))))
-                     + "=")
-_MULTI = re.compile(_WORD.format(names="|".join(sorted((n for n in GENERATE_FLAGS if "_" in n), key=len,
-                                                        reverse=True))))
-_SINGLE = re.compile(_WORD.format(names="prompt|image|height|width|seed")
-                     + r"(?= (?:must |and |in \[|is |has ))")
-_QUOTED = re.compile("'({names})'".format(names="|".join(sorted(GENERATE_FLAGS, key=len, reverse=True))))
+def call_options() -> dict:
+    """The call keywords ``vidax generate`` offers as flags, by name: the shared ones, then those
+    every registered pipeline declares (:class:`vidax.pipelines.options.CallOption`; a keyword
+    several pipelines take is one flag, its help theirs joined).
+
+    Raises:
+        ConfigError: two pipelines declare one keyword with different types (one flag cannot take both).
+    """
+    from vidax.errors import ConfigError
+    from vidax.pipelines.options import SHARED_OPTIONS
+    from vidax.registry import registry
+
+    options = {o.name: o for o in SHARED_OPTIONS if o.is_flag}
+    for spec in registry().pipelines():
+        for o in spec.load().call_options:
+            if not o.is_flag:
+                continue
+            if o.name not in options:
+                options[o.name] = o
+            elif o.type != options[o.name].type:
+                raise ConfigError(f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
+                                  f"pipeline as {options[o.name].type}; one flag cannot take both")
+            elif o.help not in options[o.name].help:
+                options[o.name] = dataclasses.replace(options[o.name], help=f"{options[o.name].help} {o.help}")
+    return options
 
 
-_SWITCH = re.compile(_WORD.format(names="overwrite") + "=True")
-_NO_VALUE = re.compile(r"[\s)\]]|$")
-_TWICE = re.compile(r"(--[a-z0-9-]+) / \1(?![\w-])")
+#: The keywords of vidax's functions that ``generate``'s own flags set, where the flag is not
+#: the keyword's name (the others are: ``dtype`` is ``--dtype``).
+KEYWORD_FLAGS = {"timeout_s": "--distributed-timeout", "memory_check": "--no-memory-check"}
 
 
-def flag_names(message: str) -> str:
-    """``message`` with the call keywords of ``generate`` spelled as its flags
-    (``num_inference_steps=0`` -> ``--num-inference-steps 0``), for errors on the command line."""
-    message = _QUOTED.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
-    message = _SWITCH.sub(lambda m: "--" + m.group(1), message)  # "overwrite=True" is the bare switch
-    # "name=" with no value after it (a hint: "give image= (image2world)") is the bare flag.
-    message = _ASSIGN.sub(lambda m: GENERATE_FLAGS[m.group(1)] + ("" if _NO_VALUE.match(message, m.end()) else " "),
-                          message)
-    message = _MULTI.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
-    message = _SINGLE.sub(lambda m: GENERATE_FLAGS[m.group(1)], message)
-    # "drop --video / video=" (the flag, then the keyword) names one flag twice once converted.
-    return _TWICE.sub(r"\1", message)
+class GenerateCommand(TyperCommand):
+    """``vidax generate``: typer's command plus one flag per call keyword of :func:`call_options`,
+    added when first asked for (``--help`` or a run). Their values reach the command as
+    ``ctx.meta["call"]`` (name -> value, None where not given)."""
+
+    def declared(self) -> list:
+        """The flags of the declared call keywords (in :attr:`params` from the first call on)."""
+        if not hasattr(self, "_declared"):
+            self._declared = _declared_params(call_options().values())
+            self.params[:0] = self._declared
+        return self._declared
+
+    def get_params(self, ctx: typer.Context) -> list:
+        self.declared()
+        return super().get_params(ctx)
+
+    def invoke(self, ctx: typer.Context):
+        ctx.meta["call"] = {p.name: ctx.params.pop(p.name) for p in self.declared()}
+        return super().invoke(ctx)
 
 
-def _flag_filter(record: logging.LogRecord) -> bool:
-    """A logging filter: the record's message with :func:`flag_names` applied."""
-    record.msg, record.args = flag_names(record.getMessage()), None
-    return True
+def _declared_params(options) -> list:
+    """typer's options for declared call keywords (:class:`~vidax.pipelines.options.CallOption`),
+    made by typer from a signature holding one ``typer.Option`` per keyword: a bool keyword is
+    ``--x/--no-x``; a file kind takes the file's path."""
+    import inspect
+
+    from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
+
+    params = []
+    for o in options:
+        names = [f"{o.flag_name}/--no-{o.flag_name[2:]}" if o.type is bool else o.flag_name, *o.short]
+        default = f" [default: {o.default}]" if o.default and o.cli_default is None else ""
+        kind = str if o.type in (IMAGE_FILE, VIDEO_FILE) else o.type
+        option = typer.Option(... if o.required else o.cli_default, *names, help=o.help + default,
+                              show_default=o.cli_default is not None,
+                              metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else None)
+        params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=kind if o.required else Optional[kind]))
+
+    def flags(**values):
+        return values
+
+    flags.__signature__ = inspect.Signature(params)
+    holder = typer.Typer(add_completion=False)
+    holder.command()(flags)
+    return list(typer.main.get_command(holder).params)
 
 
-@app.command()
+class _Spelling:
+    """How a command's errors and warnings name arguments: an :class:`~vidax.errors.Arg` as the
+    flag that sets it (``--num-inference-steps 0``), as in Python where no flag does."""
+
+    def __init__(self, command) -> None:
+        if isinstance(command, GenerateCommand):
+            command.declared()
+        self.flags = {p.name: p.opts[0] for p in command.params
+                      if getattr(p, "param_type_name", "") == "option" and p.opts[0].startswith("--")}
+        self.flags.update(KEYWORD_FLAGS)
+
+    def __call__(self, arg) -> str:
+        flag = self.flags.get(arg.name)
+        return str(arg) if flag is None else arg.spelled(flag)
+
+    def message(self, error: BaseException) -> str:
+        """An error's message, the arguments a vidax error names spelled as flags."""
+        from vidax.errors import VidaxError
+
+        return error.render(self) if isinstance(error, VidaxError) else str(error)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """A logging filter: the record's :class:`~vidax.errors.Arg` / :class:`~vidax.errors.Message`
+        arguments named as flags ("num_frames=7 is not ..." -> "--num-frames 7 is not ...")."""
+        from vidax.errors import Arg, Message
+
+        if isinstance(record.args, tuple):
+            record.args = tuple(self(a) if isinstance(a, Arg) else a.render(self) if isinstance(a, Message) else a
+                                for a in record.args)
+        return True
+
+
+@app.command(cls=GenerateCommand)
 def generate(
-    prompt: str = typer.Option(..., "--prompt", "-p", help="What the video shows."),
-    negative_prompt: Optional[str] = typer.Option(
-        None, help="What to steer away from (used when guidance-scale > 1) [default: the pipeline's: empty, or "
-        "the reference's built-in negative prompt (Cosmos)]."),
-    image: Optional[str] = typer.Option(
-        None, "--image", help="Image file of the first frame, for checkpoints that do image-to-video (vidax inspect "
-        "lists a checkpoint's tasks); resized to --height x --width. No safety checker runs (Cosmos' reference "
-        "requires one)."
-    ),
+    ctx: typer.Context,
     checkpoint: Optional[str] = typer.Option(
         None, help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."
     ),
-    video: Optional[str] = typer.Option(
-        None, "--video", help="Video file (mp4) to condition on, for checkpoints that take one (vidax inspect "
-        "lists a checkpoint's tasks: v2v); Cosmos-Predict2.5 video2world continues its last frames. vidax runs "
-        "no safety checker (Cosmos' reference requires NVIDIA's cosmos_guardrail)."),
-    frame_rate: Optional[int] = typer.Option(
-        None, help="Frame rate the model conditions on (LTX-Video) [default: the checkpoint's]; also the mp4's "
-        "unless --fps is given."),
-    decode_timestep: Optional[float] = typer.Option(
-        None, help="Timestep the VAE decodes at (LTX-Video 0.9.1+) [default: the checkpoint's]."),
-    decode_noise_scale: Optional[float] = typer.Option(
-        None, help="Noise mixed into the latents before decoding (LTX-Video 0.9.1+) [default: --decode-timestep]."),
-    guidance_rescale: Optional[float] = typer.Option(
-        None, help="Guidance rescale factor phi in [0, 1] (LTX-Video) [default: 0]."),
-    true_cfg_scale: Optional[float] = typer.Option(
-        None, help="True classifier-free guidance weight with --negative-prompt (HunyuanVideo) [default: 1, off]."),
-    height: Optional[int] = typer.Option(None, help="Pixels (a multiple of what the checkpoint needs, e.g. 16) [default: the checkpoint's, see vidax inspect]."),
-    width: Optional[int] = typer.Option(None, help="Pixels [default: the checkpoint's]."),
-    num_frames: Optional[int] = typer.Option(None, help="Frames, 4k+1 for the released models [default: the checkpoint's]."),
-    num_inference_steps: Optional[int] = typer.Option(None, help="Denoising steps [default: the checkpoint's]."),
-    guidance_scale: Optional[float] = typer.Option(None, help="Classifier-free guidance weight (>= 0; > 1 enables CFG) [default: the checkpoint's]."),
-    guidance_scale_2: Optional[float] = typer.Option(
-        None, "--guidance-scale-2", help="Guidance weight of the second expert of two-expert checkpoints "
-        "[default: the --guidance-scale value]."
-    ),
-    seed: int = typer.Option(0, help="Seed of the initial noise."),
-    max_sequence_length: Optional[int] = typer.Option(None, help="Text tokens; longer prompts are truncated with a warning [default: the checkpoint's]."),
     dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} "
                                  "(also spelled fp32, bf16)."),
     output: str = typer.Option(
@@ -188,12 +217,21 @@ def generate(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
         "available RAM); --no-memory-check warns and runs it anyway."),
+    lora: Optional[List[str]] = typer.Option(
+        None, "--lora", help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or "
+        "LightX2V layout), merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). "
+        "On two-expert checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each "
+        "part on its expert)."),
     compile_cache: bool = typer.Option(
         True, "--compile-cache/--no-compile-cache",
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
         "env VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it)."),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
+
+    The call's flags (--prompt, --height, ... and each family's own) come from the call keywords
+    the registered pipelines declare; a checkpoint whose pipeline does not take one refuses it
+    before loading.
 
     With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
     processes; only process 0 writes the video.
@@ -207,25 +245,26 @@ def generate(
     Exit status: 0 written; 2 a bad argument, checkpoint or a run gone NaN/Inf (one error line,
     nothing written); 1 the video could not be written after generation (the frames are kept
     as .npy, the error line says where); 130 / 143 interrupted by SIGINT / SIGTERM."""
-    args = dict(locals())
+    args = {k: v for k, v in locals().items() if k != "ctx"}
     _setup_logging(verbose)
     from vidax.errors import Cancelled, VidaxError
 
     # Warnings about the call ("num_frames=7 is not of the form 4k+1") name flags here too.
+    spelling = _Spelling(ctx.command)
     loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
     for logger in loggers:
-        logger.addFilter(_flag_filter)
+        logger.addFilter(spelling)
     stop = _Stop()
     try:
         with stop.catching():
-            _generate(**args, stop=stop)
+            _generate(ctx.meta["call"], **args, stop=stop, spelling=spelling)
     except Cancelled as e:
         stop.exit(f"{e.done}; nothing was written")
     except VidaxError as e:
-        _fail(flag_names(str(e)))
+        _fail(spelling.message(e))
     finally:
         for logger in loggers:
-            logger.removeFilter(_flag_filter)
+            logger.removeFilter(spelling)
 
 
 class _Stop:
@@ -276,14 +315,15 @@ class _Stop:
         raise typer.Exit(128 + sig)
 
 
-def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, num_inference_steps,
-              guidance_scale, seed, max_sequence_length, dtype, output, fps, progress, verbose,
+def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
-              distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
+              distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, **family) -> None:
+              memory_check=True, lora=None, spelling=None) -> None:
+    from vidax.checkpoint import TASK_NAMES
+    from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Cancelled, InputError, OutOfMemoryError
+    from vidax.errors import Arg, Cancelled, InputError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import DISCARD, check_output_path, output_paths, write_video
@@ -296,15 +336,14 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
     if fps is not None and fps <= 0:
-        raise InputError(f"--fps must be > 0, got {fps}")
-    call_image = {}
-    if image is not None:
-        from vidax.io.image import load_image
-
-        call_image["image"] = load_image(image)  # an unreadable file fails before any loading
-    family = {k: v for k, v in family.items() if v is not None}
-    if "video" in family:
-        call_image["video"] = _load_video(family.pop("video"))
+        raise InputError(Arg("fps"), f" must be > 0, got {fps}")
+    options = call_options()
+    given = {k: v for k, v in given.items() if v is not None}
+    # The files the flags name are read first: an unreadable one fails before any loading.
+    given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
+                  if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
+    loras = _lora_files(lora or [])  # unreadable, truncated or malformed files: before any loading
+    inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     mesh = mesh_from_sizes(dp, tp, sp, always=multi)
@@ -323,38 +362,39 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     # Configs only: the task follows --image, and every call argument is checked against the
     # checkpoint's configs before any weight is read.
     ckpt = Checkpoint.open(resolve_named_checkpoint(checkpoint))
-    task = "i2v" if "image" in call_image else ("v2v" if "video" in call_image else "t2v")
+    tasks = [options[k].task for k in inputs]
+    task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
     cls = pipeline_class(ckpt, task=task)
     takes = set(cls.call_args())
-    if "image" in call_image and "video" in call_image and "video" not in takes:
-        raise InputError(f"--image and --video are both given: with --image, {ckpt.root} runs image-to-video "
-                         f"({cls.__name__}), which takes no --video; give one of them")
-    unused = [k for k in family if k not in takes]
+    untaken = [k for k in inputs if k not in takes]
+    if len(inputs) > 1 and untaken:
+        chooser = next(k for k in inputs if options[k].task == task)
+        raise InputError(*joined([Arg(k) for k in inputs], " and "), " are both given: with ", Arg(chooser),
+                         f", {ckpt.root} runs {TASK_NAMES[task]} ({cls.__name__}), which takes no ",
+                         *joined(Arg(k) for k in untaken), "; give one of them")
+    unused = [k for k in given if k not in takes]
     if unused:
-        has = [GENERATE_FLAGS[k] for k in FAMILY_CALL_FLAGS if k in takes and k != "video"]
-        raise InputError(f"{cls.__name__} ({ckpt.root}) does not use {', '.join(GENERATE_FLAGS[k] for k in unused)}; "
-                         f"its own flags: {', '.join(has) if has else 'none beyond the common ones'}")
-    given = dict(height=height, width=width, num_frames=num_frames, num_inference_steps=num_inference_steps,
-                 guidance_scale=guidance_scale, max_sequence_length=max_sequence_length,
-                 guidance_scale_2=guidance_scale_2)
+        own = [Arg(o.name) for o in cls.call_options if o.is_flag]
+        raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
+                         "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
     info = cls.read_checkpoint(ckpt)
-    call = cls.check_call(info, prompt=prompt, negative_prompt=negative_prompt, seed=seed,
-                          progress=progress, cancel=stop, **call_image, **family,
-                          **{k: v for k, v in given.items() if v is not None})
+    call = cls.check_call(info, progress=progress, cancel=stop, **given)
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     paths = output_paths(output, call.batch)
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:
             check_output_path(path, overwrite)
-    try:  # before any weight is read
-        cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
-                               devices=1 if mesh is None else mesh.size, offload=offload)
-    except OutOfMemoryError as e:
-        raise OutOfMemoryError(str(e).replace("pipe.memory_check = False", "--no-memory-check")) from None
+    # before any weight is read
+    cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
+                     devices=1 if mesh is None else mesh.size, offload=offload)
     if stop():
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
+    if loras:  # every key placed and checked before any step runs
+        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
+                 for i, (path, _) in enumerate(loras)]
+        pipe.set_adapters(names, [scale for _, scale in loras])
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -366,7 +406,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
 
             typer.echo(offload_report(pipe), err=True)
     out = pipe.generate(call)
-    fps = fps or call.extra.get("frame_rate") or pipe.defaults.fps
+    fps = fps or pipe.video_fps(call)
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
         return
@@ -374,13 +414,13 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     written = []
     stop.writing = True  # a second signal now waits for the file being written
-    for video, path in zip(out.frames, paths):
+    for clip, path in zip(out.frames, paths):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
         try:
-            written.append(write_video(video, path, fps=fps, overwrite=overwrite))
+            written.append(write_video(clip, path, fps=fps, overwrite=overwrite))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-            _keep_unwritten(out.frames, output, written, e)
+            _keep_unwritten(out.frames, output, written, e, spelling)
     size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
@@ -393,28 +433,37 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
-def _load_video(path: str):
-    """uint8 (F, H, W, 3) frames of --video, decoded with PyAV."""
-    from vidax.errors import InputError
-    from vidax.io.video import read_video
+def _read_file(kind: str, name: str, path: str):
+    """The value of a call keyword whose flag names a file: an image file as an RGB PIL image,
+    a video file as uint8 (F, H, W, 3) frames (decoded with PyAV).
 
+    Raises:
+        InputError: no such file, or not an image / a video with frames (naming the flag).
+    """
+    from vidax.errors import Arg, InputError
+    from vidax.io.image import load_image
+    from vidax.io.video import read_video
+    from vidax.pipelines.options import IMAGE_FILE
+
+    if kind == IMAGE_FILE:
+        return load_image(path, name)
     if not os.path.isfile(path):
-        raise InputError(f"--video {path!r}: no such file")
+        raise InputError(Arg(name, path), ": no such file")
     try:
         frames = read_video(path)
     except Exception as e:  # PyAV's errors for files that are not videos
-        raise InputError(f"--video {path!r} could not be read as a video ({type(e).__name__}: {e})") from None
+        raise InputError(Arg(name, path), f" could not be read as a video ({type(e).__name__}: {e})") from None
     if frames.shape[0] == 0:
-        raise InputError(f"--video {path!r} has no frames")
+        raise InputError(Arg(name, path), " has no frames")
     return frames
 
 
-def _keep_unwritten(frames, output, written, error) -> None:
+def _keep_unwritten(frames, output, written, error, spelling) -> None:
     """Writing the video failed after generation: save the frames as .npy (see
     :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
     from vidax.io.video import save_unwritten
 
-    reason = flag_names(" ".join(f"{type(error).__name__}: {error}".split()))
+    reason = " ".join(f"{type(error).__name__}: {spelling.message(error)}".split())
     done = f"; wrote {', '.join(written)}" if written else ""
     try:
         kept = save_unwritten(frames, output)
@@ -426,6 +475,30 @@ def _keep_unwritten(frames, output, written, error) -> None:
                 f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)",
                 fg=typer.colors.RED, err=True)
     raise typer.Exit(1) from None
+
+
+def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
+    """``(path, scale)`` of each ``--lora PATH[:SCALE]``, each file read and its keys checked
+    for a LoRA layout (not yet against the model)."""
+    import math
+
+    from vidax.errors import InputError
+    from vidax.lora.formats import parse, read_state_dict
+
+    out = []
+    for spec in specs:
+        path, scale = spec, 1.0
+        head, sep, tail = spec.rpartition(":")
+        if sep and not os.path.exists(spec):
+            try:
+                path, scale = head, float(tail)
+            except ValueError:
+                raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
+            if not math.isfinite(scale):
+                raise InputError(f"--lora {spec!r}: SCALE must be a finite number")
+        parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
+        out.append((path, scale))
+    return out
 
 
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
@@ -445,12 +518,14 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
 
 @app.command()
 def inspect(
-    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id."),
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, or a LoRA .safetensors file."),
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
 ) -> None:
-    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes."""
+    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a LoRA
+    file its layout, family, rank, targets and key count."""
     _setup_logging(False)
     from vidax.errors import VidaxError
     from vidax.inspect import describe_checkpoint, describe_mesh_plan
@@ -460,11 +535,16 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
+        if path.endswith(".safetensors") and os.path.isfile(path):  # a LoRA file
+            from vidax.inspect import describe_lora
+
+            typer.echo(describe_lora(path))
+            return
         typer.echo(describe_checkpoint(path))
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))
     except VidaxError as e:
-        _fail(re.sub(r"\bmesh=", "--mesh ", str(e)))
+        _fail(_Spelling(ctx.command).message(e))
 
 
 from vidax.serve.command import serve  # noqa: E402 (its own module; imports only typer)
@@ -476,7 +556,9 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C before generate's own handler is in place (while Python imports)
-        typer.secho("interrupted (SIGINT) before the run started; nothing was written", fg=typer.colors.RED, err=True)
+        from vidax.errors import INTERRUPTED
+
+        typer.secho(INTERRUPTED, fg=typer.colors.RED, err=True)
         raise SystemExit(130) from None
 
 

@@ -129,3 +129,38 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
     if not components:
         return f"{ckpt.root}: no component vidax shards (none with logical parameter axes in the registry)"
     return "\n".join([plan_report(components, sizes)] + notes)
+
+
+def describe_lora(path: str) -> str:
+    """What a LoRA file is (``vidax inspect FILE.safetensors``): its layout, the family whose
+    transformer takes its modules, its ranks and alphas, the modules it targets (layer indices
+    folded) and how many tensors it holds.
+
+    Raises:
+        InputError: the file cannot be read or holds no LoRA layout vidax knows.
+    """
+    import re
+
+    from vidax.lora.formats import parse, read_state_dict
+    from vidax.lora.targets import best_family
+
+    what = f"vidax inspect {path}"
+    lora = parse(*read_state_dict(path, what), what=what)
+    modules = {n: m for e in lora.experts.values() for n, m in e.items()}
+    family, placed = best_family(modules)
+    alphas = sorted({m.alpha for m in modules.values() if m.alpha is not None})
+    folded = sorted({re.sub(r"([._])\d+([._])", r"\1*\2", n, count=1) for n in modules})
+    experts = ", ".join("transformer" if e == 0 else "transformer_2" for e in sorted(lora.experts))
+    lines = [
+        f"LoRA file {path}",
+        f"  layout: {lora.layout} ({', '.join(lora.kinds())})",
+        f"  family: {family or 'none registered takes its modules'}"
+        + (f" ({placed} of {len(modules)} modules placed)" if family else ""),
+        f"  for: {experts}",
+        f"  rank: {', '.join(map(str, lora.ranks)) or '-'}" + (f"; alpha {', '.join(f'{a:g}' for a in alphas)}"
+                                                                 if alphas else ""),
+        f"  tensors: {lora.num_keys} keys, {len(modules)} modules",
+        f"  targets ({len(folded)}): " + ", ".join(folded[:24]) + (f" ... and {len(folded) - 24} more"
+                                                                    if len(folded) > 24 else ""),
+    ]
+    return "\n".join(lines)

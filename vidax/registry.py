@@ -32,12 +32,14 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.cogvideox",
     "vidax.models.cosmos",
     "vidax.models.hunyuan_video",
+    "vidax.models.hunyuan_video15",
     "vidax.models.ltx",
+    "vidax.models.ltx2",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).
 KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
-         "latent_upsampler")
+         "latent_upsampler", "audio_decoder", "vocoder", "connectors")
 
 ENV_VAR = "VIDAX_FAMILIES"
 
@@ -145,7 +147,8 @@ class ComponentSpec:
 
 
 #: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
-_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER"}
+_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER",
+           "audio_decoder": "AUDIO_DECODER", "vocoder": "VOCODER", "connectors": "CONNECTORS"}
 
 
 def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...]:
@@ -162,7 +165,8 @@ def family_component(package: str, kind: str, class_name: str, model: str, confi
     ``docs/adding_a_family.md``: the config class ``config`` in ``<package>.config``, the model
     ``model`` (``"transformer:WanTransformer3DModel"``) in ``<package>``, and in
     ``<package>.convert`` the tables ``<KIND>_FP32_PARAMS`` (``TRANSFORMER_`` / ``VAE_`` /
-    ``UPSAMPLER_``), ``TRANSFORMER_PARAM_AXES`` for a transformer and ``key_rules`` when named
+    ``UPSAMPLER_`` / ``AUDIO_DECODER_`` / ``VOCODER_``), ``TRANSFORMER_PARAM_AXES`` for a
+    transformer and ``key_rules`` when named
     (else the default ``KeyRules(stacked=block_stacks)``).
 
     Raises:

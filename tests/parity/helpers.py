@@ -42,6 +42,25 @@ def max_rel_err(a, b) -> float:
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
 
 
+def assert_close(got, want, tol: float) -> None:
+    """Same shape and :func:`max_rel_err` below ``tol``."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    err = max_rel_err(got, want)
+    assert err < tol, err
+
+
+def assert_input_sensitive(a, b, min_err: float = 0.05) -> None:
+    """The reference's outputs ``a`` and ``b`` for two different inputs differ by far more than any
+    parity tolerance (else a parity check on them would be vacuous)."""
+    assert max_rel_err(a, b) > min_err, max_rel_err(a, b)
+
+
+def standard_normal(shape, seed: int) -> np.ndarray:
+    """float32 standard normal numbers of ``shape`` from numpy's generator seeded ``seed``."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
 def psnr(a, b, data_range: float = 1.0) -> float:
     """Peak signal-to-noise ratio in dB of ``a`` against reference ``b``."""
     mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))

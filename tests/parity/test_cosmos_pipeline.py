@@ -360,3 +360,35 @@ def test_max_sequence_length_beyond_the_text_tower(cosmos):
     with pytest.raises(InputError, match=rf"^max_sequence_length={n + 1} is more .* the largest valid "
                                          rf"max_sequence_length is {n} \(max_position_embeddings={n} in "):
         CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n + 1})
+
+
+def test_text2world_lora_matches_diffusers_fused(cosmos, text2world):
+    """A diffusers-layout LoRA on every linear of the blocks, fused at 0.6: the video equals
+    diffusers' load_lora_weights + fuse_lora (>= 60 dB) and differs clearly from the one without;
+    unloading gives the checkpoint's video back bit for bit."""
+    _, ref, pipe, latents = cosmos
+    rng = np.random.default_rng(13)
+    sd = {}
+    for name, module in ref.transformer.named_modules():
+        if name.startswith("transformer_blocks.") and isinstance(module, torch.nn.Linear):
+            out, inp = module.weight.shape
+            sd[f"transformer.{name}.lora_A.weight"] = (rng.standard_normal((4, inp)) * 0.3).astype(np.float32)
+            sd[f"transformer.{name}.lora_B.weight"] = (rng.standard_normal((out, 4)) * 0.3).astype(np.float32)
+    ref.load_lora_weights({k: torch.from_numpy(v) for k, v in sd.items()}, adapter_name="x")
+    ref.fuse_lora(lora_scale=0.6)
+    try:
+        want = _reference(ref, latents)
+    finally:
+        ref.unfuse_lora()
+        ref.unload_lora_weights()
+    pipe.load_lora_weights(sd, adapter_name="x")
+    pipe.fuse_lora(lora_scale=0.6)
+    try:
+        got = _ours(pipe, latents)
+    finally:
+        pipe.unload_lora_weights()
+    value = psnr(got, want)
+    print(f"text2world with a LoRA fp32 PSNR {value:.1f} dB")
+    assert value >= PSNR_MIN
+    assert psnr(want, text2world[0]) < 40  # the LoRA changes the video clearly
+    np.testing.assert_array_equal(_ours(pipe, latents), text2world[1])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 
 from tests.toy_family.config import ToyConfig
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.models.wan.config import WanVAEConfig
 from vidax.pipelines.base import CallDefaults, CheckpointInfo, VideoPipeline, cfg_pair
+from vidax.pipelines.options import CallOption
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +22,11 @@ class ToyInfo(CheckpointInfo):
 
 
 class ToyVideoPipeline(VideoPipeline):
+    #: The toy's own call keyword: declared here only, it is checked with the shared keywords and
+    #: offered by ``vidax generate`` as ``--toy-repeat``.
+    call_options = (CallOption("toy_repeat", int, "Show each decoded frame this many times (toy family).", "1",
+                               low=1),)
+
     @classmethod
     def read_checkpoint(cls, checkpoint):
         cfg = checkpoint.typed_config("transformer", ToyConfig)
@@ -47,6 +54,9 @@ class ToyVideoPipeline(VideoPipeline):
         timestep = jnp.broadcast_to(state.timestep.astype(jnp.float32), (latents.shape[0],))
         x, timestep = cfg_pair(do_cfg, latents, timestep)
         return x, timestep, context
+
+    def decode(self, call, latents, stats):
+        return np.repeat(super().decode(call, latents, stats), call.extra.get("toy_repeat", 1), axis=1)
 
     def scheduler_update(self, state, pred, latents, args):
         return self.scheduler.step(state, pred.reshape(latents.shape), latents)

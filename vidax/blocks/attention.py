@@ -48,7 +48,8 @@ Mesh modes, picked from the token layouts (all through :mod:`vidax.parallel.ulys
 * keys are a context held whole on every device (text, image; ``context_tokens="replicated"``):
   local attention, no communication;
 * keys are another token-split stream (``context_tokens="seq"``, LTX-2 audio <-> video): Ulysses
-  all-to-all of both sides (each length a multiple of ``sequence``).
+  all-to-all of both sides (each length a multiple of ``sequence``); with a ``kv_mask`` (padded
+  keys) the keys are gathered whole and attended locally instead.
 
 Precision: projections in the compute dtype, norm statistics, the RoPE rotation and the softmax in
 float32 (see :mod:`vidax.nn.layers`, :func:`vidax.nn.rope.apply_rope`,
@@ -244,13 +245,16 @@ class Attention(nnx.Module):
             y = norm(y)
         if rope is not None and c.rope_full_width and c.rope == "interleaved":
             y = apply_rope(y[:, :, None], *rope, layout=c.rope)[:, :, 0]  # pairs never cross heads: one "head"
-        y = y.reshape(*y.shape[:2], heads, c.head_dim)
         if rope is not None and c.rope_full_width and c.rope == "rotate_half":
-            # Each head's slice of the table (LTX-2 "split"): tokens x heads as one axis (free reshapes).
-            b, l = y.shape[:2]
-            y = apply_rope(y.reshape(b, l * heads, 1, c.head_dim),
-                           *(r.reshape(*r.shape[:-2], r.shape[-2] * heads, -1) for r in rope),
-                           layout="rotate_half").reshape(y.shape)
+            # Each chunk's slice of the table (LTX-2 "split"): tokens x chunks as one axis (free
+            # reshapes). The chunks are the heads, or the C of a (.., L, C, r) table (LTX-2's video
+            # cross-modal table is cut into the video head count whatever the attention's heads).
+            b, l, w = y.shape
+            chunks = rope[0].shape[-2] if rope[0].ndim == 4 else heads
+            lead = rope[0].shape[:-3] if rope[0].ndim == 4 else rope[0].shape[:-2]
+            y = apply_rope(y.reshape(b, l * chunks, 1, w // chunks),
+                           *(r.reshape(*lead, l * chunks, -1) for r in rope), layout="rotate_half").reshape(b, l, w)
+        y = y.reshape(*y.shape[:2], heads, c.head_dim)
         if norm is not None and c.qk_norm == "layer_head":
             y = norm(y, y.dtype)
         elif norm is not None and c.qk_norm == "rms_head":
@@ -293,7 +297,7 @@ class Attention(nnx.Module):
                 bias = window if bias is None else bias + window
             return dot_product_attention(q, k, v, implementation=self.attention, segment_ids=seg, causal=causal,
                                          bias=bias)
-        if not own_tokens and self.config.context_tokens == "seq" and self.mesh is not None:
+        if not own_tokens and self.config.context_tokens == "seq" and self.mesh is not None and mask.kv_mask is None:
             return ulysses_attention(q, k, v, self.mesh, implementation=self.attention)
         if own_tokens:
             return mesh_attention(q, k, v, self.mesh, self_attention=True, valid_length=mask.valid_length,
@@ -317,7 +321,7 @@ class Attention(nnx.Module):
         return self.to_out[0] if self.config.out == "list" else self.to_out
 
     def __call__(self, x, context=None, *, rope=None, key_rope=None, added_rope=None,
-                 mask: AttentionMask | None = None, image=None):
+                 mask: AttentionMask | None = None, image=None, perturb=None):
         """One attention.
 
         Args:
@@ -327,11 +331,17 @@ class Attention(nnx.Module):
             rope: ``(cos, sin)`` float32 of the queries (and of the keys unless ``key_rope``):
                 ``(L, K/2)`` or ``(B, L, K/2)`` per head, ``(.., N·K/2)`` with ``rope_full_width``;
                 joint attention: of the first stream.
+                A ``rotate_half`` full-width table may also be ``(.., L, C, r)``: the width cut into
+                C chunks of ``2r`` channels each rotated by its row (instead of one per head).
             key_rope: the keys' own table (LTX-2 cross-modal attention), or None.
             added_rope: joint attention: the second stream's table, or None (not rotated).
             mask: :class:`AttentionMask`; None = every key attended.
             image: ``added="image_kv"``: image tokens ``(B, L_img, added_kv_dim)``, or None (then
                 the image attention is skipped).
+            perturb: self-attention only: ``(B,)`` float weights ``w`` that mix each sample's
+                attention output ``a`` with its values ``v`` (per head, before the gate) as torch's
+                ``lerp(v, a, w)``: 1 keeps the attention, 0 replaces it by the values (LTX-2's
+                spatio-temporal guidance, ``LTX2PerturbedAttnProcessor``); None: the attention.
 
         Returns:
             ``(B, L, out_dim)`` in the compute dtype (``out=None``: the merged heads ``(B, L, N·K)``);
@@ -350,6 +360,10 @@ class Attention(nnx.Module):
         kv_axis = "seq" if own or self.config.context_tokens == "seq" else "text_seq"
         q, k, v = self._qkv(x, kv, kv_axis, rope, key_rope)
         out = self._attend(q, k, v, own_tokens=own, mask=mask)
+        if perturb is not None:
+            if not own or self.config.n_kv != self.config.heads:
+                raise InputError("Attention: perturb= mixes a self-attention's output with its values (kv_heads = heads).")
+            out = _lerp(v, out, perturb)
         if image is not None and self.config.added == "image_kv":
             k_img = self._project(self.add_k_proj, self.norm_added_k, image, "text_seq", self.config.n_kv, None)
             v_img = self._project(self.add_v_proj, None, image, "text_seq", self.config.n_kv, None)
@@ -373,3 +387,12 @@ class Attention(nnx.Module):
             n = x1.shape[1]
             o1, o2 = out[:, :n], out[:, n:]
         return self._out(o1, x1, self._out_layer()), self._out(o2, x2, self._out_layer(second=True))
+
+
+def _lerp(start: jax.Array, end: jax.Array, weight: jax.Array) -> jax.Array:
+    """torch's ``lerp(start, end, w)`` per sample (``weight`` ``(B,)``) in float32, rounded to
+    ``end``'s dtype: ``start + w·(end - start)`` for ``w < 0.5``, else ``end - (end - start)·(1 - w)``
+    (so ``w = 0`` gives ``start`` and ``w = 1`` gives ``end`` exactly)."""
+    w = jnp.asarray(weight, jnp.float32).reshape((-1,) + (1,) * (end.ndim - 1))
+    a, b = start.astype(jnp.float32), end.astype(jnp.float32)
+    return jnp.where(w < 0.5, a + w * (b - a), b - (b - a) * (1 - w)).astype(end.dtype)

@@ -11,6 +11,7 @@ _T5 = "vidax.encoders.t5:"
 _CLIP = "vidax.encoders.clip:"
 _LM = "vidax.encoders.decoder_lm:"
 _LLAVA = "vidax.encoders.llava:"
+_GEMMA3 = "vidax.encoders.gemma3:"
 _T5_KEYS = ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size")
 _LM_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")
 
@@ -45,7 +46,12 @@ FAMILY = Family(
         ComponentSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", config=_LM + "Qwen25VLTextConfig",
                       model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
                       param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        # LTX-2's Gemma 3: its language model only (vision tower and projector declared unused).
+        ComponentSpec("Gemma3ForConditionalGeneration", "text_encoder", config=_GEMMA3 + "Gemma3TextConfig",
+                      model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
+                      param_axes=_LM + "DECODER_LM_PARAM_AXES",
+                      key_configs=_LM_KEYS),
     ) + tuple(ComponentSpec(name, "tokenizer")
               for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast",
-                           "LlamaTokenizerFast")),
+                           "LlamaTokenizerFast", "GemmaTokenizerFast", "GemmaTokenizer")),
 )

@@ -1,22 +1,37 @@
 """Decoder-only language models used as text encoders: Llama (HunyuanVideo's ``LlamaModel``, the
-language model of its I2V ``LlavaForConditionalGeneration``) and the Qwen2.5-VL text tower
-(Cosmos-Predict2.5's ``Qwen2_5_VLForConditionalGeneration``), one implementation for both.
+language model of its I2V ``LlavaForConditionalGeneration``), the Qwen2.5-VL text tower
+(Cosmos-Predict2.5's ``Qwen2_5_VLForConditionalGeneration``) and Gemma 3's language model
+(LTX-2's ``Gemma3ForConditionalGeneration``, config in :mod:`vidax.encoders.gemma3`), one
+implementation for all three.
 
-References: transformers 5.24 ``models/llama/modeling_llama.py`` ``LlamaModel`` and
-``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLTextModel``. Both are: token embedding,
-pre-norm decoder layers (RMS norm, causal self-attention with rotate-half RoPE and grouped-query
-K/V heads, SwiGLU MLP ``down(silu(gate(x)) * up(x))``), a final RMS norm. Their differences are
+References: transformers 5.24 ``models/llama/modeling_llama.py`` ``LlamaModel``,
+``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLTextModel`` and
+``models/gemma3/modeling_gemma3.py`` ``Gemma3TextModel``. All are: token embedding, pre-norm
+decoder layers (RMS norm, causal self-attention with rotate-half RoPE and grouped-query K/V
+heads, gated MLP ``down(act(gate(x)) * up(x))``), a final RMS norm. Their differences are
 config-driven options of the one module (:class:`DecoderLMConfig` properties):
 
-=================  =============================  ===================================
-option             Llama                          Qwen2.5-VL text
-=================  =============================  ===================================
-q/k/v bias         ``attention_bias``             always
-o bias             ``attention_bias``             never
-MLP bias           ``mlp_bias``                   never
-head dim           ``head_dim`` or D / N          always D / N
-RoPE               1-D, ``rope_theta``            M-RoPE (``mrope_section``), see below
-=================  =============================  ===================================
+=================  =====================  ======================  ==================================
+option             Llama                  Qwen2.5-VL text         Gemma 3
+=================  =====================  ======================  ==================================
+q/k/v bias         ``attention_bias``     always                  ``attention_bias``
+o bias             ``attention_bias``     never                   ``attention_bias``
+MLP bias           ``mlp_bias``           never                   never
+head dim           ``head_dim`` or D / N  always D / N            ``head_dim`` (default 256)
+MLP act            silu                   silu                    GELU-tanh
+RMS norm weight    ``w · x̂.to(dtype)``    ``w · x̂.to(dtype)``     ``(x̂ · (1 + w)).to(dtype)``
+norms per layer    before attn / MLP      before attn / MLP       also on their outputs; q/k norms
+score scale        ``K ** -0.5``          ``K ** -0.5``           ``query_pre_attn_scalar ** -0.5``
+embeddings         as stored              as stored               times ``sqrt(D)``
+attention kinds    one: global            one: global             sliding / global per layer
+RoPE               1-D, ``rope_theta``    M-RoPE, see below       per kind: base, linear scaling
+=================  =====================  ======================  ==================================
+
+An *attention kind* (:class:`AttentionKind`) is a RoPE (base, linear scaling factor) and an
+optional sliding window; each layer has one (``DecoderLMConfig.layer_kinds``) and the layer scan
+picks its kind's RoPE tables and window by the layer's index. The window is a dense 0 / -inf bias
+(query ``i`` sees key ``j`` only if ``i - j < window``, transformers' ``sliding_window_overlay``),
+on top of the causal and padding masks.
 
 Positions are ``arange(L)`` for every prompt, with or without padding, as both references
 compute them for text-only input without a cache (``LlamaModel.forward``; for Qwen2.5-VL,
@@ -33,7 +48,8 @@ attends key ``j`` iff ``j <= i`` and ``attention_mask[j] != 0`` (transformers'
 ``create_causal_mask``: ``causal_mask_function`` and ``padding_mask_function``). With right
 padding every row is then the reference's, padded rows included (they attend to all real tokens
 before them). A query with no allowed key (left padding: padded positions before the first real
-token) gets zeros here; the reference's value there is different and meaningless.
+token) gets a zero attention output here, as torch's SDPA (the default implementation of
+transformers) gives it, so with left padding too every row is the reference's (Gemma 3's test).
 
 Hidden states: the reference's ``output_hidden_states=True`` tuple has ``num_hidden_layers + 1``
 entries: ``[0]`` the token embeddings, ``[i]`` the output of layer ``i`` (1-based) for ``i < n``,
@@ -58,6 +74,7 @@ from typing import Any, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from vidax.config import ConfigBase
@@ -65,7 +82,7 @@ from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
-from vidax.nn.rope import TextRope, apply_rope
+from vidax.nn.rope import TextRope, apply_rope, rope_inv_freq
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
@@ -83,6 +100,40 @@ DECODER_LM_PARAM_AXES = (
     *row_parallel(r"^layers/mlp/down_proj", "mlp"),
     (r"^embed_tokens/embedding$", ("vocab", "embed")),
 )
+
+#: MLP activations (transformers' ``ACT2FN`` names). GELU-tanh is computed in float32 and rounded
+#: once, as torch's bf16 ``gelu(approximate="tanh")`` does.
+ACTIVATIONS = {
+    "silu": jax.nn.silu,
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x.astype(_F32), approximate=True).astype(x.dtype),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionKind:
+    """One kind of self-attention layer: its RoPE and its mask.
+
+    Attributes:
+        theta: RoPE base.
+        factor: linear RoPE scaling (transformers' ``rope_type="linear"``: the inverse frequencies
+            divided by it); 1.0: none.
+        window: sliding window: query ``i`` attends key ``j`` only if ``i - j < window``
+            (transformers' ``sliding_window_overlay``); None: global.
+    """
+
+    theta: float
+    factor: float = 1.0
+    window: int | None = None
+
+    def tables(self, length: int, head_dim: int) -> tuple[jax.Array, jax.Array]:
+        """``(cos, sin)`` of positions ``0 .. length-1``, each ``(length, head_dim // 2)`` float32:
+        angles ``p · inv_freq / factor`` in float32, as transformers (``inv_freq /= factor``)."""
+        inv = rope_inv_freq(head_dim, self.theta)
+        if self.factor != 1.0:
+            inv = inv / np.float32(self.factor)
+        ang = jnp.arange(length, dtype=_F32)[:, None] * jnp.asarray(inv)
+        return jnp.cos(ang), jnp.sin(ang)
+
 
 #: Keys of a transformers config.json that do not change a text encoder's hidden states.
 _META = frozenset({
@@ -201,10 +252,10 @@ class DecoderLMConfig(ConfigBase):
             )
         if self.head_dim % 2:
             raise ConfigError(f"{source}: head_dim={self.head_dim} must be even for RoPE.")
-        if self.hidden_act != "silu":
+        if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(
                 f"{source}: hidden_act={self.hidden_act!r} is not implemented by vidax's decoder "
-                "text encoder; only 'silu' (SwiGLU) is."
+                f"text encoder; valid: {sorted(ACTIVATIONS)} (gated MLP down(act(gate(x)) * up(x)))."
             )
         if not isinstance(self.rms_norm_eps, (int, float)) or self.rms_norm_eps < 0:
             raise ConfigError(f"{source}: rms_norm_eps={self.rms_norm_eps!r} must be a number >= 0.")
@@ -227,6 +278,47 @@ class DecoderLMConfig(ConfigBase):
     def rope(self) -> TextRope:
         """The 1-D RoPE of the text positions."""
         return TextRope(head_dim=self.head_dim, theta=self.rope_theta)
+
+    @property
+    def attention_kinds(self) -> tuple[AttentionKind, ...]:
+        """The kinds of self-attention layer (their RoPE and window); Llama / Qwen2.5-VL: one, global."""
+        return (AttentionKind(theta=self.rope_theta),)
+
+    @property
+    def layer_kinds(self) -> tuple[int, ...]:
+        """Per layer, its index into :attr:`attention_kinds`."""
+        return (0,) * self.num_hidden_layers
+
+    @property
+    def norm_weight(self) -> str:
+        """The RMS norms' weight convention (:data:`vidax.nn.layers.RMS_WEIGHTS`): ``"w"``."""
+        return "w"
+
+    @property
+    def norm_weight_after_cast(self) -> bool:
+        """Llama / Qwen2: ``weight * x̂.to(dtype)`` (True); Gemma: ``(x̂ * (1 + w)).to(dtype)``."""
+        return True
+
+    @property
+    def sandwich_norms(self) -> bool:
+        """Gemma: the attention and MLP outputs are normed too (``post_attention_layernorm`` on
+        the attention output, ``pre_`` / ``post_feedforward_layernorm`` around the MLP)."""
+        return False
+
+    @property
+    def qk_norm(self) -> bool:
+        """Gemma 3: an RMS norm over the head dim of every query and key head (``q_norm`` / ``k_norm``)."""
+        return False
+
+    @property
+    def attention_scale(self) -> float | None:
+        """Multiplier of the attention scores; None: ``1 / sqrt(head_dim)``."""
+        return None
+
+    @property
+    def embed_scale(self) -> float | None:
+        """Gemma: the token embeddings are multiplied by ``sqrt(hidden_size)``; None: not scaled."""
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,17 +475,22 @@ class Qwen25VLTextConfig(DecoderLMConfig):
 # ----------------------------------------------------------------------------- modules
 
 
-def _rms_norm(cfg: "DecoderLMConfig", dtype: Any, param_dtype: Any) -> RMSNorm:
-    """``LlamaRMSNorm`` / ``Qwen2RMSNorm``: fp32 statistics, rounded to ``dtype``, then times the
-    weight (``weight * x̂.to(dtype)``, as T5's)."""
-    return RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, weight_after_cast=True, param_dtype=param_dtype)
+def _rms_norm(cfg: "DecoderLMConfig", dtype: Any, param_dtype: Any, dim: int | None = None) -> RMSNorm:
+    """``LlamaRMSNorm`` / ``Qwen2RMSNorm`` (fp32 statistics, rounded to ``dtype``, then times the
+    weight: ``weight * x̂.to(dtype)``, as T5's) or ``Gemma3RMSNorm`` (``(x̂ · (1 + w)).to(dtype)``,
+    all in fp32), over ``dim`` (default the hidden size)."""
+    return RMSNorm(cfg.hidden_size if dim is None else dim, cfg.rms_norm_eps, weight=cfg.norm_weight, dtype=dtype,
+                   weight_after_cast=cfg.norm_weight_after_cast, param_dtype=param_dtype)
 
 
 class DecoderAttention(nnx.Module):
-    """``LlamaAttention`` / ``Qwen2_5_VLAttention``: causal GQA self-attention with RoPE.
+    """``LlamaAttention`` / ``Qwen2_5_VLAttention`` / ``Gemma3Attention``: causal GQA
+    self-attention with RoPE.
 
     q ``(B, L, N, K)``, k / v ``(B, L, N_kv, K)`` (not repeated: the attention dispatch groups
-    the query heads), rotate-half RoPE on q and k in fp32, scale ``1 / sqrt(K)``.
+    the query heads); with ``qk_norm`` (Gemma 3) q and k are RMS-normed per head first;
+    rotate-half RoPE on q and k in fp32; scores scaled by ``config.attention_scale``
+    (``1 / sqrt(K)`` by default; Gemma 3: ``query_pre_attn_scalar ** -0.5``).
     """
 
     def __init__(self, cfg: DecoderLMConfig, attention: str, *, dtype, param_dtype, rngs):
@@ -403,23 +500,34 @@ class DecoderAttention(nnx.Module):
         self.k_proj = lin(d, nkv * k, use_bias=cfg.qkv_bias)
         self.v_proj = lin(d, nkv * k, use_bias=cfg.qkv_bias)
         self.o_proj = lin(n * k, d, use_bias=cfg.o_bias)
+        if cfg.qk_norm:
+            self.q_norm = _rms_norm(cfg, dtype, param_dtype, k)
+            self.k_norm = _rms_norm(cfg, dtype, param_dtype, k)
+        self.qk_norm = cfg.qk_norm
+        self.scale = cfg.attention_scale
         self.shape = (n, nkv, k)
         self.attention = attention
 
-    def __call__(self, x, cos, sin, segment_ids):
-        """x (B, L, D) compute dtype, cos / sin (L, K/2) f32, segment_ids or None -> (B, L, D)."""
+    def __call__(self, x, cos, sin, segment_ids, bias=None):
+        """x (B, L, D) compute dtype, cos / sin (L, K/2) f32, segment_ids or None, bias (1, 1, L, L)
+        f32 or None (the sliding window: 0 or -inf) -> (B, L, D)."""
         b, length, _ = x.shape
         n, nkv, k = self.shape
-        q = apply_rope(self.q_proj(x).reshape(b, length, n, k), cos, sin, layout="rotate_half")
-        key = apply_rope(self.k_proj(x).reshape(b, length, nkv, k), cos, sin, layout="rotate_half")
+        q = self.q_proj(x).reshape(b, length, n, k)
+        key = self.k_proj(x).reshape(b, length, nkv, k)
+        if self.qk_norm:
+            q, key = self.q_norm(q), self.k_norm(key)
+        q = apply_rope(q, cos, sin, layout="rotate_half")
+        key = apply_rope(key, cos, sin, layout="rotate_half")
         v = self.v_proj(x).reshape(b, length, nkv, k)
-        out = dot_product_attention(q, key, v, causal=True, segment_ids=segment_ids,
+        out = dot_product_attention(q, key, v, causal=True, segment_ids=segment_ids, bias=bias, scale=self.scale,
                                     implementation=self.attention)
         return self.o_proj(out.reshape(b, length, n * k))
 
 
 class DecoderMLP(nnx.Module):
-    """``LlamaMLP`` / ``Qwen2MLP``: ``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
+    """``LlamaMLP`` / ``Qwen2MLP`` / ``Gemma3MLP``: ``down_proj(act(gate_proj(x)) * up_proj(x))``
+    (act: silu, Gemma: GELU-tanh)."""
 
     def __init__(self, cfg: DecoderLMConfig, *, dtype, param_dtype, rngs):
         bias = cfg.mlp_bias
@@ -427,14 +535,16 @@ class DecoderMLP(nnx.Module):
         self.gate_proj = lin(cfg.hidden_size, cfg.intermediate_size)
         self.up_proj = lin(cfg.hidden_size, cfg.intermediate_size)
         self.down_proj = lin(cfg.intermediate_size, cfg.hidden_size)
+        self.act = cfg.hidden_act
 
     def __call__(self, x):
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(ACTIVATIONS[self.act](self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nnx.Module):
     """``LlamaDecoderLayer`` / ``Qwen2_5_VLDecoderLayer``: pre-norm attention and MLP, each with
-    a residual (the residual stream ``h`` is fp32)."""
+    a residual; ``Gemma3DecoderLayer`` (``sandwich_norms``): the attention and MLP outputs normed
+    too before their residuals. The residual stream ``h`` is fp32."""
 
     def __init__(self, cfg: DecoderLMConfig, attention: str, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
@@ -442,22 +552,69 @@ class DecoderLayer(nnx.Module):
         self.mlp = DecoderMLP(cfg, **kw)
         self.input_layernorm = _rms_norm(cfg, dtype, param_dtype)
         self.post_attention_layernorm = _rms_norm(cfg, dtype, param_dtype)
+        if cfg.sandwich_norms:
+            self.pre_feedforward_layernorm = _rms_norm(cfg, dtype, param_dtype)
+            self.post_feedforward_layernorm = _rms_norm(cfg, dtype, param_dtype)
+        self.sandwich = cfg.sandwich_norms
 
-    def __call__(self, h, cos, sin, segment_ids):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, segment_ids).astype(h.dtype)
-        return h + self.mlp(self.post_attention_layernorm(h)).astype(h.dtype)
+    def __call__(self, h, cos, sin, segment_ids, bias=None):
+        attn = self.self_attn(self.input_layernorm(h), cos, sin, segment_ids, bias)
+        if not self.sandwich:
+            h = h + attn.astype(h.dtype)
+            return h + self.mlp(self.post_attention_layernorm(h)).astype(h.dtype)
+        h = h + self.post_attention_layernorm(attn).astype(h.dtype)
+        return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h))).astype(h.dtype)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Positions:
+    """What every layer needs besides ``h``: per attention kind the RoPE tables ``cos`` / ``sin``
+    (T, L, K/2) f32 and the window (T,) int32 (L for a global kind, never binding), the kind of
+    each layer (n,) int32, the key-padding segments; ``windowed``: whether a mask bias is built."""
+
+    cos: jax.Array
+    sin: jax.Array
+    windows: jax.Array
+    kinds: jax.Array
+    segments: SegmentIds | None
+    windowed: bool = dataclasses.field(metadata=dict(static=True))
+
+    @classmethod
+    def build(cls, config: DecoderLMConfig, length: int, segments: SegmentIds | None) -> "_Positions":
+        kinds = config.attention_kinds
+        tables = [kind.tables(length, config.head_dim) for kind in kinds]
+        windows = [length if kind.window is None else kind.window for kind in kinds]
+        return cls(jnp.stack([c for c, _ in tables]), jnp.stack([s for _, s in tables]),
+                   jnp.asarray(windows, jnp.int32), jnp.asarray(config.layer_kinds, jnp.int32), segments,
+                   any(kind.window is not None for kind in kinds))
+
+    def of_layer(self, i: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+        """(cos, sin, bias) of layer ``i`` (traced): bias (1, 1, L, L) f32, 0 where ``q - k <
+        window`` and -inf elsewhere (causality and padding are the attention's own masks)."""
+        kind = self.kinds[i]
+        bias = None
+        if self.windowed:
+            length = self.cos.shape[1]
+            q = jnp.arange(length, dtype=jnp.int32)
+            inside = (q[:, None] - q[None, :]) < self.windows[kind]
+            bias = jnp.where(inside, 0.0, -jnp.inf).astype(_F32)[None, None]
+        return self.cos[kind], self.sin[kind], bias
 
 
 class DecoderLM(nnx.Module):
-    """A decoder-only language model run as a text encoder: ``transformers.LlamaModel`` or
-    ``Qwen2_5_VLTextModel`` (the module docstring lists what differs and what stays fp32).
+    """A decoder-only language model run as a text encoder: ``transformers.LlamaModel``,
+    ``Qwen2_5_VLTextModel`` or ``Gemma3TextModel`` (the module docstring lists what differs and
+    what stays fp32).
 
     Parameters mirror the reference tree: ``embed_tokens/embedding`` (V, D), ``layers/...``
     stacked on a leading axis of n (``self_attn/{q,k,v,o}_proj``, ``mlp/{gate,up,down}_proj``,
-    ``input_layernorm``, ``post_attention_layernorm``), ``norm/scale`` (D,).
+    ``input_layernorm``, ``post_attention_layernorm``; Gemma 3 also ``self_attn/{q,k}_norm``,
+    ``pre_feedforward_layernorm``, ``post_feedforward_layernorm``), ``norm/scale`` (D,).
 
     Args:
-        config: a :class:`LlamaTextConfig` or :class:`Qwen25VLTextConfig`.
+        config: a :class:`LlamaTextConfig`, :class:`Qwen25VLTextConfig` or
+            :class:`vidax.encoders.gemma3.Gemma3TextConfig`.
         dtype: compute dtype, float32 or bfloat16.
         param_dtype: dtype of freshly built parameters (the loader sets the stored dtype).
         rngs: initialisers' keys (values are overwritten by the checkpoint).
@@ -493,10 +650,16 @@ class DecoderLM(nnx.Module):
             raise InputError(
                 f"input_ids must be a (B, L) integer array; got shape {ids.shape}, dtype {ids.dtype}."
             )
-        return jnp.take(self.embed_tokens.embedding[...], ids, axis=0).astype(self.dtype)
+        table = self.embed_tokens.embedding[...]
+        h = jnp.take(table, ids, axis=0)
+        if self.config.embed_scale is not None:
+            # Gemma's scale is a float32 tensor cast to the table's dtype (sqrt(3840) = 61.97 is
+            # 62.0 in bf16) and multiplied in it, as Gemma3TextScaledWordEmbedding.
+            h = h * jnp.asarray(np.float32(self.config.embed_scale)).astype(table.dtype)
+        return h.astype(self.dtype)
 
     def _prepare(self, input_ids, attention_mask, inputs_embeds):
-        """-> (h0 (B, L, D) fp32, cos, sin, segment ids or None)."""
+        """-> (h0 (B, L, D) fp32, :class:`_Positions`)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds.")
         if inputs_embeds is None:
@@ -518,14 +681,23 @@ class DecoderLM(nnx.Module):
                 )
             # Every query may attend every real key (and causality limits it to earlier ones).
             segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
-        cos, sin = self.config.rope(jnp.arange(length, dtype=jnp.int32))
-        return h.astype(_F32), cos, sin, segments
+        return h.astype(_F32), _Positions.build(self.config, length, segments)
 
-    def _run(self, h, cos, sin, segments, num_layers: int, collect: bool):
-        def body(layer, x):
-            return layer(x, cos, sin, segments)
+    def _run(self, h, pos: "_Positions", num_layers: int, collect: bool):
+        """The first ``num_layers`` layers on ``h``; with ``collect`` also every layer's output
+        stacked (n, B, L, D). Each layer picks its kind's RoPE tables and window mask by its index
+        (carried beside ``h``)."""
 
-        return scan_layers(self.layers, h, body, num_layers=num_layers, collect=collect)
+        def body(layer, carry):
+            x, i = carry
+            cos, sin, bias = pos.of_layer(i)
+            return layer(x, cos, sin, pos.segments, bias), i + 1
+
+        out = scan_layers(self.layers, (h, jnp.zeros((), jnp.int32)), body, num_layers=num_layers, collect=collect)
+        if collect:
+            (last, _), (states, _) = out
+            return last, states
+        return out[0]
 
     def __call__(self, input_ids: jax.Array | None = None, attention_mask: jax.Array | None = None, *,
                  inputs_embeds: jax.Array | None = None, output_layer: int = -1) -> jax.Array:
@@ -558,8 +730,8 @@ class DecoderLM(nnx.Module):
                 f"into the {n + 1} hidden states: embeddings, then {n} layers, the last normed)."
             )
         index = output_layer % (n + 1)
-        h, cos, sin, segments = self._prepare(input_ids, attention_mask, inputs_embeds)
-        h = self._run(h, cos, sin, segments, index, collect=False)
+        h, pos = self._prepare(input_ids, attention_mask, inputs_embeds)
+        h = self._run(h, pos, index, collect=False)
         if index == n:
             return self.norm(h).astype(self.dtype)
         return h.astype(self.dtype)
@@ -578,9 +750,9 @@ class DecoderLM(nnx.Module):
         Raises:
             InputError: malformed inputs.
         """
-        h, cos, sin, segments = self._prepare(input_ids, attention_mask, inputs_embeds)
+        h, pos = self._prepare(input_ids, attention_mask, inputs_embeds)
         n = self.config.num_hidden_layers
-        last, states = self._run(h, cos, sin, segments, n, collect=True)
+        last, states = self._run(h, pos, n, collect=True)
         return jnp.concatenate(
             [h[None].astype(self.dtype), states[:-1].astype(self.dtype), self.norm(last)[None].astype(self.dtype)]
         )
@@ -617,7 +789,7 @@ def decoder_lm_key_rules(config: DecoderLMConfig, keys: Any) -> KeyRules:
 
 
 @functools.lru_cache(maxsize=None)
-def _hidden_fn(graphdef, output_layer: int | None, masked: bool):
+def _hidden_fn(graphdef, output_layer: int | None, masked: bool, stack_axis: int = 0):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure; parameters are an
     argument (no closure holds them), so pipelines of one structure share the compiled function."""
 
@@ -626,18 +798,19 @@ def _hidden_fn(graphdef, output_layer: int | None, masked: bool):
         model = nnx.merge(graphdef, params)
         mask = mask if masked else None
         if output_layer is None:
-            return model.all_hidden_states(ids, mask)
+            return jnp.moveaxis(model.all_hidden_states(ids, mask), 0, stack_axis)
         return model(ids, mask, output_layer=output_layer)
 
     return run
 
 
 def encode_hidden_states(encoder: DecoderLM, input_ids: Any, attention_mask: Any = None, *,
-                         output_layer: int | None = -1) -> jax.Array:
+                         output_layer: int | None = -1, stack_axis: int = 0) -> jax.Array:
     """Jitted :meth:`DecoderLM.__call__` (``output_layer`` an int: (B, L, D)) or
-    :meth:`DecoderLM.all_hidden_states` (``output_layer=None``: (n + 1, B, L, D)) of token ids
-    (B, L) and an optional mask (B, L), in the encoder's dtype."""
+    :meth:`DecoderLM.all_hidden_states` (``output_layer=None``: (n + 1, B, L, D), the layer axis
+    moved to ``stack_axis``: -1 gives (B, L, D, n + 1), ``torch.stack(hidden_states, dim=-1)``)
+    of token ids (B, L) and an optional mask (B, L), in the encoder's dtype."""
     ids = jnp.asarray(input_ids)
-    fn = _hidden_fn(nnx.graphdef(encoder), output_layer, attention_mask is not None)
+    fn = _hidden_fn(nnx.graphdef(encoder), output_layer, attention_mask is not None, stack_axis)
     mask = jnp.zeros((), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
     return fn(nnx.state(encoder), ids, mask)

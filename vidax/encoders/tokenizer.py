@@ -20,6 +20,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,16 +54,17 @@ class Truncation:
     """How a truncation warning names what was cut (see :meth:`TextTokenizer.__call__`).
 
     Attributes:
-        labels: one name per text as the caller knows it (``"prompt"``, ``"negative_prompt[1]"``,
-            ``"the default negative prompt"``); None: ``"text i"``.
-        limit: the length limit as the user set it (``"max_sequence_length=300"``, or that it is
-            the checkpoint's default); None: ``"max_length=L"``.
+        labels: one name per text as the caller knows it: an argument (``Arg("prompt")``,
+            ``Arg("negative_prompt[1]")``, see :class:`vidax.errors.Arg`) or text (``"the default
+            negative prompt"``); None: ``"text i"``.
+        limit: the length limit as the user set it (``Message(Arg("max_sequence_length", 300))``, or
+            that it is the checkpoint's default); None: ``"max_length=L"``.
         offset: tokens a prompt template puts before each text, subtracted from the counts and
             from ``max_length`` in the warning (HunyuanVideo's ``crop_start``).
     """
 
-    labels: Sequence[str] | None = None
-    limit: str | None = None
+    labels: Sequence[Any] | None = None
+    limit: Any = None
     offset: int = 0
 
     def warn(self, counts: Sequence[int], max_length: int, how: str) -> None:

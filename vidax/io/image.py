@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 
 
-def load_image(path: str | os.PathLike) -> Any:
+def load_image(path: str | os.PathLike, name: str = "image") -> Any:
     """Read an image file as an RGB ``PIL.Image.Image`` (as ``diffusers.utils.load_image``).
 
     Args:
         path: an image file PIL can read (PNG, JPEG, WebP, ...).
+        name: the argument that gave it, for the messages.
 
     Returns:
         The RGB image, EXIF orientation applied, pixels decoded (the file is closed).
@@ -40,16 +41,16 @@ def load_image(path: str | os.PathLike) -> Any:
 
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise InputError(f"image={path!r}: no such file")
+        raise InputError(Arg(name, path), ": no such file")
     if os.path.isdir(path):
-        raise InputError(f"image={path!r} is a folder; give an image file (PNG, JPEG, WebP, ...)")
+        raise InputError(Arg(name, path), " is a folder; give an image file (PNG, JPEG, WebP, ...)")
     try:
         with PIL.Image.open(path) as image:
             image = PIL.ImageOps.exif_transpose(image)
             image = image.convert("RGB")  # decodes every pixel, so a truncated file fails here
     except (PIL.UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise InputError(
-            f"image={path!r} could not be read as an image ({type(e).__name__}: {e}); give a "
+            Arg(name, path), f" could not be read as an image ({type(e).__name__}: {e}); give a "
             "PNG, JPEG, WebP or another format PIL reads"
         ) from None
     return image

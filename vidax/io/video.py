@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 from vidax.io.atomic import publish
 
 FORMATS = {".mp4": "mp4", ".npy": "npy", "": "png"}
@@ -38,7 +38,7 @@ def output_format(path: str | os.PathLike) -> str:
     ext = "" if path.endswith(os.sep) else os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise InputError(
-            f"output={path!r}: unknown extension {ext!r}; use .mp4, .npy, or a folder path "
+            Arg("output", path), f": unknown extension {ext!r}; use .mp4, .npy, or a folder path "
             "(no extension) for PNG frames"
         )
     return FORMATS[ext]
@@ -72,26 +72,33 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = False) -> str:
     """
     path = os.fspath(path)
     if not path.strip():
-        raise InputError(f"output={path!r} is empty; give a file (*.mp4, *.npy) or a folder for PNG frames")
+        raise InputError(Arg("output", path), " is empty; give a file (*.mp4, *.npy) or a folder for PNG frames")
     fmt = output_format(path)
     target = _target(path)
     try:
         st = os.stat(target)
     except OSError:  # nothing there yet (or a parent is not a folder: below)
         st = None
+    if st is None and os.path.islink(path.rstrip(os.sep)):
+        # A link whose target has no path of its own (/dev/stdout onto a pipe: "pipe:[123]")
+        # still stats through the link: a FIFO or socket, refused below by its kind.
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
     if st is not None and _is_devnull(st):
         return DISCARD
     if st is not None and stat.S_ISDIR(st.st_mode):
         if fmt != "png":
-            raise InputError(f"output={path!r} is an existing folder; give a file name")
+            raise InputError(Arg("output", path), " is an existing folder; give a file name")
         _check_frame_folder(path, target, overwrite)
         _probe(path, target)  # the frames are written inside it
         return fmt
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise InputError(f"output={path!r} is a {_kind(st)}, not a file or folder; give *.mp4, *.npy, a folder "
+        raise InputError(Arg("output", path), f" is a {_kind(st)}, not a file or folder; give *.mp4, *.npy, a folder "
                          f"for PNG frames, or {os.devnull} to keep nothing")
     if st is not None and fmt == "png":
-        raise InputError(f"output={path!r} is an existing file; PNG frames go into a new or empty folder "
+        raise InputError(Arg("output", path), " is an existing file; PNG frames go into a new or empty folder "
                          "(or name a *.mp4 / *.npy file)")
     parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
@@ -99,8 +106,8 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = False) -> str:
         while not os.path.exists(existing):
             existing = os.path.dirname(existing)
         if not os.path.isdir(existing):
-            raise InputError(f"output={path!r}: {existing!r} is a file, not a folder")
-        raise InputError(f"output={path!r}: folder {parent!r} does not exist")
+            raise InputError(Arg("output", path), f": {existing!r} is a file, not a folder")
+        raise InputError(Arg("output", path), f": folder {parent!r} does not exist")
     _probe(path, parent)
     return fmt
 
@@ -138,7 +145,7 @@ def _probe(path: str, folder: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".vidax-probe-"):
             pass
     except OSError as e:
-        raise InputError(f"output={path!r}: folder {folder!r} is not writable ({e.strerror})") from None
+        raise InputError(Arg("output", path), f": folder {folder!r} is not writable ({e.strerror})") from None
 
 
 #: The first bytes of every PNG file.
@@ -169,18 +176,18 @@ def _check_frame_folder(path: str, folder: str, overwrite: bool) -> None:
     try:
         frames, others = _frame_files(folder)
     except OSError as e:
-        raise InputError(f"output={path!r}: folder {folder!r} cannot be listed ({e.strerror})") from None
+        raise InputError(Arg("output", path), f": folder {folder!r} cannot be listed ({e.strerror})") from None
     if others:
         shown = [n + ("/" if os.path.isdir(os.path.join(folder, n)) else "") for n in others[:3]]
         more = f" and {len(others) - 3} more" if len(others) > 3 else ""
         raise InputError(
-            f"output={path!r} is a folder holding files vidax did not write ({', '.join(shown)}{more}); PNG frames "
+            Arg("output", path), f" is a folder holding files vidax did not write ({', '.join(shown)}{more}); PNG frames "
             "go only into a new or empty folder, or one holding only vidax's frame_NNNNN.png files: give another "
             "folder, or a *.mp4 / *.npy file")
     if frames and not overwrite:
         raise InputError(
-            f"output={path!r} already holds {len(frames)} frame file(s) of an earlier run ({frames[0]} ...); "
-            "pass overwrite=True to replace them, or give another folder")
+            Arg("output", path), f" already holds {len(frames)} frame file(s) of an earlier run ({frames[0]} ...); "
+            "pass ", Arg("overwrite", python="overwrite=True"), " to replace them, or give another folder")
 
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:
@@ -214,7 +221,7 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, o
         raise InputError(f"frames must have shape (F, H, W, 3), got {frames.shape}")
     fmt = check_output_path(path, overwrite)
     if fmt == "mp4" and fps <= 0:
-        raise InputError(f"fps must be > 0, got {fps}")
+        raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     target = _target(path)
     if fmt == "npy":
         _atomic_file(target, lambda tmp: np.save(tmp, frames, allow_pickle=False))

@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 #: Short names accepted for :data:`DTYPES` (as torch / the ML tools spell them).
@@ -34,9 +34,9 @@ def parse_dtype(dtype: Any) -> Any:
     if key not in DTYPES:
         valid = "use float32 or bfloat16 (or fp32, bf16)"
         if key in _HALF:
-            raise InputError(f"dtype={dtype!r} is not supported; {valid}: float16 overflows in these models' "
+            raise InputError(Arg("dtype", dtype), f" is not supported; {valid}: float16 overflows in these models' "
                              "fp32-kept paths and is not implemented")
-        raise InputError(f"dtype={dtype!r} is not supported; {valid}")
+        raise InputError(Arg("dtype", dtype), f" is not supported; {valid}")
     return DTYPES[key]
 
 

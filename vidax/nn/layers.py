@@ -131,34 +131,39 @@ class GroupNorm(nnx.Module):
         return y.astype(x.dtype)
 
 
-_DIMENSION_NUMBERS = {2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
+_DIMENSION_NUMBERS = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
 
 
 class Conv(nnx.Module):
-    """torch ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit zero padding.
+    """torch ``nn.Conv1d`` / ``nn.Conv2d`` / ``nn.Conv3d`` on channels-last input, with explicit
+    zero padding.
 
     Args:
         in_channels, out_channels: ``C_in`` / ``C_out``.
-        kernel_size: ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
+        kernel_size: ``(k,)``, ``(kh, kw)`` or ``(kt, kh, kw)``; kernel ``(*kernel_size, C_in, C_out)``.
         stride: per spatial axis (default 1).
         padding: ``(low, high)`` zero padding per spatial axis (default none).
-        dtype: compute dtype; param_dtype: storage dtype of kernel and bias ``(C_out,)``.
+        dilation: kernel dilation per spatial axis (default 1).
+        use_bias: whether there is a bias ``(C_out,)`` (torch ``bias=``).
+        dtype: compute dtype; param_dtype: storage dtype of kernel and bias.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Sequence[int], *,
                  stride: Sequence[int] | None = None,
                  padding: Sequence[tuple[int, int]] | None = None,
+                 dilation: Sequence[int] | None = None, use_bias: bool = True,
                  dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):  # fmt: skip
         n = len(kernel_size)
         self.stride = tuple(stride) if stride is not None else (1,) * n
         self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
+        self.dilation = tuple(dilation) if dilation is not None else (1,) * n
         self.dtype = dtype
         self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
             p == (0, 0) for p in self.padding
         )
         shape = (*kernel_size, in_channels, out_channels)
         self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
-        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype))
+        self.bias = nnx.Param(jnp.zeros((out_channels,), param_dtype)) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """``x (N, [T,] H, W, C_in)`` -> ``(N, [T',] H', W', C_out)`` in the compute dtype."""
@@ -167,14 +172,14 @@ class Conv(nnx.Module):
         if self.pointwise:
             # A 1x1(x1) conv is a matmul over channels; XLA compiles a dot much faster.
             y = jnp.einsum("...i,io->...o", x, kernel.reshape(kernel.shape[-2:]))
-            return y + self.bias[...].astype(self.dtype)
-        if any(p != (0, 0) for p in self.padding):
-            x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
-        y = jax.lax.conv_general_dilated(
-            x, kernel, self.stride, "VALID",
-            dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
-        )  # fmt: skip
-        return y + self.bias[...].astype(self.dtype)
+        else:
+            if any(p != (0, 0) for p in self.padding):
+                x = jnp.pad(x, ((0, 0), *self.padding, (0, 0)))
+            y = jax.lax.conv_general_dilated(
+                x, kernel, self.stride, "VALID", rhs_dilation=self.dilation,
+                dimension_numbers=_DIMENSION_NUMBERS[len(self.stride)],
+            )  # fmt: skip
+        return y if self.bias is None else y + self.bias[...].astype(self.dtype)
 
 
 def xla_cpu_upcasts(dtype: Any) -> bool:

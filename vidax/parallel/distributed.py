@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from vidax.errors import InputError, SetupError
+from vidax.errors import Arg, InputError, Message, SetupError, joined
 
 logger = logging.getLogger("vidax.parallel")
 
@@ -47,7 +47,7 @@ def _env_int(name: str) -> int | None:
 def _split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"coordinator={address!r} must be HOST:PORT (e.g. 10.0.0.1:1234).")
+        raise InputError(Arg("coordinator", address), " must be HOST:PORT (e.g. 10.0.0.1:1234).")
     return host.strip("[]"), int(port)
 
 
@@ -81,14 +81,14 @@ def wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_pr
                     reply = b""
                 if not reply.startswith(b"refused"):
                     return
-                raise InputError(f"process {process_id} of {num_processes}: process 0 at coordinator={address!r} "
-                                 f"refused it: {reply[8:].decode(errors='replace').strip()}")
+                raise InputError(f"process {process_id} of {num_processes}: process 0 at ", Arg("coordinator", address),
+                                 f" refused it: {reply[8:].decode(errors='replace').strip()}")
         except OSError as e:
             last = e
         if time.monotonic() >= deadline:
             raise InputError(
-                f"process {process_id} of {num_processes}: no coordinator answered at "
-                f"coordinator={address!r} within {timeout_s:g} s ({type(last).__name__}: {last}). "
+                f"process {process_id} of {num_processes}: no coordinator answered at ",
+                Arg("coordinator", address), f" within {timeout_s:g} s ({type(last).__name__}: {last}). "
                 "Start process 0 (which hosts the coordinator) with the same --coordinator, and "
                 "check the host name, port and firewall."
             )
@@ -108,18 +108,18 @@ def host_rendezvous(address: str, timeout_s: float, num_processes: int) -> None:
             ``timeout_s`` (the message lists them).
     """
     host, port = _split_address(address)
-    head = f"process 0 of {num_processes}: coordinator={address!r}"
+    head = Message(f"process 0 of {num_processes}: ", Arg("coordinator", address))
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.bind((host, 0))
     except OSError as e:
-        raise InputError(f"{head} is not an address of this machine ({e.strerror or e}); process 0 runs the "
+        raise InputError(head, f" is not an address of this machine ({e.strerror or e}); process 0 runs the "
                          "coordinator, so start it on that host (or give one of this machine's addresses)") from None
     try:  # every interface, as JAX's service listens
         listener = (socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
                     if socket.has_dualstack_ipv6() else socket.create_server(("", port)))
     except OSError as e:
-        raise InputError(f"{head}: port {port} cannot be listened on here ({e.strerror or e}); give a free "
+        raise InputError(head, f": port {port} cannot be listened on here ({e.strerror or e}); give a free "
                          "port") from None
     joined: dict[int, socket.socket] = {}
     try:
@@ -150,7 +150,7 @@ def _gather(listener: socket.socket, joined: dict, head: str, timeout_s: float, 
         if left <= 0:
             missing = [i for i in range(1, num_processes) if i not in joined]
             raise InputError(
-                f"{head}: process(es) {', '.join(map(str, missing))} did not reach it within {timeout_s:g} s; "
+                head, f": process(es) {', '.join(map(str, missing))} did not reach it within {timeout_s:g} s; "
                 f"start every process 1..{num_processes - 1} with the same --coordinator and --num-processes "
                 f"{num_processes} (or give them more time with --distributed-timeout)")
         listener.settimeout(left)
@@ -173,7 +173,7 @@ def _gather(listener: socket.socket, joined: dict, head: str, timeout_s: float, 
         if problem:
             conn.sendall(f"refused {problem}".encode())
             conn.close()
-            raise InputError(f"{head}: {problem}; give each process its own --process-id in "
+            raise InputError(head, f": {problem}; give each process its own --process-id in "
                              f"0..{num_processes - 1} and the same --num-processes")
         joined[pid] = conn
 
@@ -217,23 +217,24 @@ def initialize(
         return False
     if num_processes is not None and (isinstance(num_processes, bool) or not isinstance(num_processes, int)
                                       or num_processes < 1):
-        raise InputError(f"num_processes={num_processes!r} must be an int >= 1.")
+        raise InputError(Arg("num_processes", num_processes), " must be an int >= 1.")
     if process_id is not None and (isinstance(process_id, bool) or not isinstance(process_id, int)
                                    or not 0 <= process_id < (num_processes or 2**31)):
-        valid = f"in [0, num_processes={num_processes})" if num_processes else ">= 0"
-        raise InputError(f"process_id={process_id!r} must be an int {valid}.")
+        valid = ("in [0, ", Arg("num_processes", num_processes), ")") if num_processes else (">= 0",)
+        raise InputError(Arg("process_id", process_id), " must be an int ", *valid, ".")
     if num_processes == 1 and coordinator is None:
         return False
     missing = [k for k, v in given.items() if v is None]
     if missing:
         raise InputError(
-            f"multi-process run: {', '.join(missing)} not given (got {given}); pass --coordinator "
+            "multi-process run: ", *joined([Arg(k) for k in missing]), " not given (got ",
+            *joined([Arg(k, v) for k, v in given.items()]), "); pass --coordinator "
             f"HOST:PORT --num-processes N --process-id I, or set {ENV_COORDINATOR}, "
             f"{ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}."
         )
     _split_address(coordinator)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
-        raise InputError(f"timeout_s={timeout_s!r} must be a number of seconds > 0.")
+        raise InputError(Arg("timeout_s", timeout_s), " must be a number of seconds > 0.")
     if process_id != 0:
         wait_for_coordinator(coordinator, timeout_s, process_id, num_processes)
     elif num_processes > 1:

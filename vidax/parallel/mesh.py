@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 
 #: Mesh axis names, in mesh order.
 DATA, TENSOR, SEQUENCE = "data", "tensor", "sequence"
@@ -30,18 +30,27 @@ MESH_AXES = (DATA, TENSOR, SEQUENCE)
 #: Short names of the axis sizes (CLI flags ``--dp --tp --sp``, ``mesh="dp=2,tp=2,sp=2"``).
 SIZE_NAMES = ("dp", "tp", "sp")
 _MAX_LISTED = 40
+#: The largest mesh vidax plans for (devices in all): far beyond any system, small enough that
+#: listing its factorizations stays instant.
+MAX_DEVICES = 2**20
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n`` (>= 1), ascending, in O(sqrt(n)) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def valid_factorizations(n: int) -> list[tuple[int, int, int]]:
     """Every ``(dp, tp, sp)`` of positive ints with ``dp * tp * sp == n``, sorted."""
-    out = []
-    for dp in range(1, n + 1):
-        if n % dp:
-            continue
-        for tp in range(1, n // dp + 1):
-            if (n // dp) % tp == 0:
-                out.append((dp, tp, n // dp // tp))
-    return out
+    return [(dp, tp, n // dp // tp) for dp in divisors(n) for tp in divisors(n // dp)]
 
 
 def _format_triples(triples: Sequence[tuple[int, ...]]) -> str:
@@ -106,7 +115,7 @@ def parse_mesh_sizes(text: str) -> dict[str, int]:
         out[m.group(1)] = int(m.group(2))
     if not parts or out is None:
         raise InputError(
-            f"mesh={text!r} is not a mesh description; use 'DPxTPxSP' (e.g. '2x2x2') or "
+            Arg("mesh", text), " is not a mesh description; use 'DPxTPxSP' (e.g. '2x2x2') or "
             "'dp=2,tp=2,sp=2' (missing sizes are 1)."
         )
     return _check_sizes(out, text)
@@ -115,7 +124,10 @@ def parse_mesh_sizes(text: str) -> dict[str, int]:
 def _check_sizes(sizes: dict[str, int], text: str) -> dict[str, int]:
     bad = {k: v for k, v in sizes.items() if v < 1}
     if bad:
-        raise InputError(f"mesh={text!r}: sizes must be >= 1, got {bad}.")
+        raise InputError(Arg("mesh", text), f": sizes must be >= 1, got {bad}.")
+    if math.prod(sizes.values()) > MAX_DEVICES:
+        raise InputError(Arg("mesh", text), f" asks for {math.prod(sizes.values())} devices; a mesh has at most "
+                         f"{MAX_DEVICES} (dp * tp * sp).")
     return sizes
 
 
@@ -136,12 +148,12 @@ def resolve_mesh(mesh: Any) -> Mesh | None:
     if isinstance(mesh, Mapping):
         unknown = set(mesh) - set(SIZE_NAMES)
         if unknown:
-            raise InputError(f"mesh={dict(mesh)!r}: unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}.")
+            raise InputError(Arg("mesh", dict(mesh)), f": unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}.")
         return make_mesh(**mesh)
     if isinstance(mesh, (tuple, list)) and len(mesh) == 3:
         return make_mesh(*mesh)
     raise InputError(
-        f"mesh={mesh!r} is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
+        Arg("mesh", mesh), " is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
         "'dp=..,tp=..,sp=..', a dict or a (dp, tp, sp) tuple."
     )
 
@@ -207,17 +219,20 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
     """
     for name, value in zip(SIZE_NAMES, (dp, tp, sp)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-            raise InputError(f"{name}={value!r} is not valid: each mesh axis size must be a positive integer "
-                             f"(the number of devices along that axis)")
+            raise InputError(Arg(name, value), " is not valid: each mesh axis size must be a positive integer "
+                             "(the number of devices along that axis)")
     if dp is None and tp is None and sp is None and not always:
         return None
+    given = [Arg(k, v) for k, v in (("tp", tp), ("sp", sp)) if v is not None]
     tp, sp = tp or 1, sp or 1
     if dp is None:
         n = jax.device_count()
         dp = n // (tp * sp) if n % (tp * sp) == 0 else 0
         if dp == 0:
+            # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
             raise InputError(
-                f"tp={tp} x sp={sp} does not divide the {n} devices; valid (dp, tp, sp) for {n} "
+                *[part for i, a in enumerate(given) for part in ((" x ", a) if i else (a,))],
+                f" does not divide the {n} devices; valid (dp, tp, sp) for {n} "
                 f"devices: {_format_triples(valid_factorizations(n))}, of which only those whose tp x sp divides "
                 "the model's attention heads run it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)."
             )

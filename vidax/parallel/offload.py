@@ -215,6 +215,21 @@ class OffloadedBlocks:
         self._shardings = [s.with_memory_kind(device) for s in jax.tree.leaves(shardings)]
         self.sizes = [int(lv[0].shape[0]) for lv in self._chunks]
         self.num_layers = sum(self.sizes)
+        ids = jax.tree.unflatten(self._treedef, list(range(len(self._chunks[0]))))
+        self._leaf_index = {tuple(p): v.get_value() for p, v in nnx.to_flat_state(ids)}
+
+    def chunk_leaf(self, i: int, path: tuple) -> Any:
+        """The array of parameter ``path`` (within the stack) in chunk ``i`` (host memory)."""
+        return self._chunks[i][self._leaf_index[tuple(path)]]
+
+    def set_chunk_leaf(self, i: int, path: tuple, value: Any) -> None:
+        """Replace the array of parameter ``path`` in chunk ``i`` by ``value`` (same shape, dtype and
+        host placement: compiled code depends on them; LoRA merges, :mod:`vidax.lora.apply`)."""
+        self._chunks[i][self._leaf_index[tuple(path)]] = value
+
+    def leaf_sharding(self, path: tuple) -> jax.sharding.Sharding:
+        """The device sharding a chunk of parameter ``path`` is fetched with."""
+        return self._shardings[self._leaf_index[tuple(path)]]
 
     def fetch(self, i: int) -> nnx.State:
         """Start copying chunk ``i`` to the device (asynchronous); its device state."""

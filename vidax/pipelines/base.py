@@ -10,7 +10,7 @@ decoding through the VAE contract, the run summary and progress bars.
 A family subclasses it and provides hooks (see "Family hooks" below): what its checkpoint is
 (:meth:`VideoPipeline.read_checkpoint`, configs only), which components it loads, how a prompt is
 encoded, the conditioning of a call, the initial latents, the transformer's inputs of one step and
-the scheduler update. Call arguments beyond the shared ones are declared in ``extra_call_args``;
+the scheduler update. Call arguments beyond the shared ones are declared in ``call_options``;
 a keyword that is neither is a one-line error naming what the pipeline takes.
 """
 
@@ -31,13 +31,14 @@ from tqdm.auto import tqdm
 
 from vidax.config import read_json_object
 from vidax.encoders.tokenizer import Truncation
-from vidax.errors import Cancelled, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
+from vidax.errors import Arg, Cancelled, Message, joined, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
+from vidax.pipelines.options import SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.registry import registry
@@ -68,12 +69,10 @@ class Capabilities:
     call_args: tuple[str, ...]
 
 
-#: Call keywords every pipeline takes, with their meaning in :meth:`VideoPipeline.__call__`.
-SHARED_CALL_ARGS = (
-    "prompt", "negative_prompt", "image", "height", "width", "num_frames", "num_inference_steps",
-    "guidance_scale", "guidance_scale_2", "num_videos_per_prompt", "seed", "latents", "max_sequence_length",
-    "output_type", "progress", "callback", "cancel",
-)
+#: Call keywords every pipeline takes (:data:`~vidax.pipelines.options.SHARED_OPTIONS`), with
+#: their meaning in :meth:`VideoPipeline.__call__`.
+SHARED_CALL_ARGS = tuple(o.name for o in SHARED_OPTIONS)
+_SHARED = options_by_name(SHARED_OPTIONS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,11 +269,11 @@ def available_memory() -> tuple[int, str]:
     return int(psutil.virtual_memory().available), "available host RAM"
 
 
-def size_words(call: Call) -> str:
+def size_words(call: Call) -> Message:
     """``"height=H, width=W: HxW pixels, F frames"``, the size arguments the caller gave named as
-    arguments (the CLI makes them flags), the others only as numbers."""
-    named = ", ".join(f"{k}={getattr(call, k)}" for k in ("height", "width", "num_frames") if k in call.given)
-    return f"{named}: " * bool(named) + f"{call.height}x{call.width} pixels, {call.num_frames} frames"
+    arguments (:class:`~vidax.errors.Arg`: the CLI names its flags), the others only as numbers."""
+    named = joined(Arg(k, getattr(call, k)) for k in ("height", "width", "num_frames") if k in call.given)
+    return Message(*named, ": " * bool(named), f"{call.height}x{call.width} pixels, {call.num_frames} frames")
 
 
 def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
@@ -301,39 +300,22 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
 MAX_SEED = 2**32 - 1
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-#: The largest guidance weight: float32's largest value (guidance is applied in float32).
-MAX_GUIDANCE = float(np.finfo(np.float32).max)
-
-
-def _guidance(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or value < 0 \
-            or not np.isfinite(value) or value > MAX_GUIDANCE:
-        raise InputError(f"{name} must be a finite number >= 0 (at most {MAX_GUIDANCE:.4g}, float32's largest), "
-                         f"got {value!r}")
-    return float(value)
-
-
 def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
+    arg = Arg(name)
     if prompt is None and batch is not None:
         return [""] * batch
     if prompt is None:
-        raise InputError(f"{name} is required: describe the video (a string or a list of strings)")
+        raise InputError(arg, " is required: describe the video (a string or a list of strings)")
     if isinstance(prompt, str):
         prompt = [prompt] * (batch or 1)
     if not isinstance(prompt, (list, tuple)) or not all(isinstance(p, str) for p in prompt):
-        raise InputError(f"{name} must be a string or a list of strings, got {type(prompt).__name__}")
+        raise InputError(arg, f" must be a string or a list of strings, got {type(prompt).__name__}")
     if not prompt:
-        raise InputError(f"{name} is an empty list")
+        raise InputError(arg, " is an empty list")
     if batch is not None and len(prompt) != batch:
-        raise InputError(f"{name} has {len(prompt)} entries but prompt has {batch}; give one per prompt")
+        raise InputError(arg, f" has {len(prompt)} entries but ", Arg("prompt"), f" has {batch}; give one per prompt")
     if batch is None and not all(p.strip() for p in prompt):
-        raise InputError(f"{name} is empty ({(prompt[0] if len(prompt) == 1 else prompt)!r}); describe the video")
+        raise InputError(arg, f" is empty ({(prompt[0] if len(prompt) == 1 else prompt)!r}); describe the video")
     return list(prompt)
 
 
@@ -405,8 +387,10 @@ class VideoPipeline:
     #: The task this class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
     #: with ``image=`` does image-to-video where the checkpoint also does that (Wan2.2 TI2V-5B).
     task: ClassVar[str] = "t2v"
-    #: Call keywords this family takes beyond :data:`SHARED_CALL_ARGS`.
-    extra_call_args: ClassVar[tuple[str, ...]] = ()
+    #: Call keywords this family takes beyond :data:`SHARED_CALL_ARGS`, declared
+    #: (:class:`~vidax.pipelines.options.CallOption`): their type and range are checked with the
+    #: shared ones, and ``vidax generate`` offers each as a flag.
+    call_options: ClassVar[tuple[CallOption, ...]] = ()
     #: The shared keywords this family does not take.
     unsupported_call_args: ClassVar[tuple[str, ...]] = ()
     #: Components staged when device memory is short, in order.
@@ -436,6 +420,7 @@ class VideoPipeline:
         self.experts = Experts([modules[n] for n in names], offload=offload_experts, names=names)
         self._pending_load_s = load_s
         self._step_fns: dict[Any, Any] = {}
+        self._lora = None
 
     # ================================================================== family hooks (configs)
     @classmethod
@@ -597,7 +582,13 @@ class VideoPipeline:
 
     @classmethod
     def call_args(cls) -> tuple[str, ...]:
-        return tuple(a for a in SHARED_CALL_ARGS if a not in cls.unsupported_call_args) + cls.extra_call_args
+        """Every keyword the call takes: the shared ones it supports, then the family's."""
+        return tuple(o.name for o in cls.options())
+
+    @classmethod
+    def options(cls) -> tuple[CallOption, ...]:
+        """The declarations of :meth:`call_args`, in that order."""
+        return tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args) + cls.call_options
 
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
@@ -609,6 +600,11 @@ class VideoPipeline:
     @property
     def capabilities(self) -> Capabilities:
         return self.capabilities_of(self.info)
+
+    def video_fps(self, call: Call) -> Any:
+        """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
+        ``--fps``): the checkpoint's, as its reference's examples export it."""
+        return self.defaults.fps
 
     @classmethod
     def read_scheduler(cls, info: CheckpointInfo) -> Any:
@@ -671,60 +667,63 @@ class VideoPipeline:
             negative_prompt=negative_prompt, image=image, height=height, width=width, num_frames=num_frames,
             num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
             seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
-        unknown = sorted(set(extra) - set(cls.extra_call_args)) + sorted(given & set(cls.unsupported_call_args))
+        own = options_by_name(cls.call_options)
+        unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
         if unknown:
-            raise InputError(f"{cls.__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
-                             f"{', '.join(cls.call_args())}")
+            raise InputError(f"{cls.__name__} takes no ", *joined(Arg(u, python=repr(u)) for u in unknown),
+                             "; it takes ", *joined(Arg(a) for a in cls.call_args()))
+        extra = check_options(own, extra)
         d = info.defaults
         prompts = _prompts("prompt", prompt)
         negatives = _prompts("negative_prompt", negative_prompt, len(prompts))
         height = d.height if height is None else height
         width = d.width if width is None else width
-        for name, v in (("height", height), ("width", width)):
-            _positive_int(name, v)
+        height = _SHARED["height"].check(d.height if height is None else height)
+        width = _SHARED["width"].check(d.width if width is None else width)
         mh, mw = info.size_multiple
         if height % mh or width % mw:
-            near = [f"{name} in {sorted({max(m, v // m * m), (v // m + 1) * m})}"
-                    for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m]
+            near = joined(Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
+                          for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m)
             raise InputError(
-                f"height and width must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
-                + f" ({info.size_reason}), got height={height}, width={width}; nearest valid: {', '.join(near)}")
-        given_frames = _positive_int("num_frames", d.num_frames if num_frames is None else num_frames)
+                Arg("height"), " and ", Arg("width"), f" must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
+                + f" ({info.size_reason}), got ", Arg("height", height), ", ", Arg("width", width), "; nearest valid: ",
+                *near)
+        given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
         num_frames = cls.resolve_num_frames(info, given_frames)
         limits = cls.size_limits(info)
         for name, v, used, top in (("height", height, height, limits.height), ("width", width, width, limits.width),
                                    ("num_frames", given_frames, num_frames, limits.num_frames)):
             if top is not None and used > top:
-                raise InputError(f"{name}={v} is more than this checkpoint's model can represent: the largest "
-                                 f"valid {name} is {top} ({limits.reason})")
-        steps = _positive_int("num_inference_steps", d.num_inference_steps if num_inference_steps is None
-                              else num_inference_steps)
-        guidance_scale = _guidance("guidance_scale", d.guidance_scale if guidance_scale is None else guidance_scale)
+                raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
+                                 "valid ", Arg(name), f" is {top} ({limits.reason})")
+        steps = _SHARED["num_inference_steps"].check(d.num_inference_steps if num_inference_steps is None
+                                                     else num_inference_steps)
+        guidance_scale = _SHARED["guidance_scale"].check(d.guidance_scale if guidance_scale is None else guidance_scale)
         if guidance_scale_2 is not None and len(info.transformers) < 2:
-            raise InputError(f"guidance_scale_2={guidance_scale_2!r} is only used by checkpoints with two experts; "
-                             f"{info.checkpoint.root} ({info.variant}) has one transformer")
-        guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _guidance("guidance_scale_2",
-                                                                                      guidance_scale_2)
-        max_sequence_length = _positive_int("max_sequence_length", d.max_sequence_length
-                                            if max_sequence_length is None else max_sequence_length)
+            raise InputError(Arg("guidance_scale_2", guidance_scale_2), " is only used by checkpoints with two "
+                             f"experts; {info.checkpoint.root} ({info.variant}) has one transformer")
+        guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _SHARED["guidance_scale_2"].check(
+            guidance_scale_2)
+        max_sequence_length = _SHARED["max_sequence_length"].check(d.max_sequence_length
+                                                                   if max_sequence_length is None else max_sequence_length)
         limit = cls.text_token_limit(info)
         if limit is not None and max_sequence_length > limit[0]:
-            raise InputError(f"max_sequence_length={max_sequence_length} is more than this checkpoint's text encoding "
-                             f"takes: the largest valid max_sequence_length is {limit[0]} ({limit[1]})")
-        num_videos_per_prompt = _positive_int("num_videos_per_prompt", num_videos_per_prompt)
-        if output_type not in ("np", "latent"):
-            raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
+            raise InputError(Arg("max_sequence_length", max_sequence_length), " is more than this checkpoint's text "
+                             "encoding takes: the largest valid ", Arg("max_sequence_length"),
+                             f" is {limit[0]} ({limit[1]})")
+        num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
+        _SHARED["output_type"].check(output_type)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise InputError(f"seed must be an integer or None, got {seed!r}")
+            raise InputError(Arg("seed"), f" must be an integer or None, got {seed!r}")
         if seed is not None and not 0 <= seed <= MAX_SEED:
-            raise InputError(f"seed={seed} is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
+            raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
                              "keys take 32 bits; a larger or negative seed would repeat one of these)")
         if callback is not None and not callable(callback):
-            raise InputError(f"callback must be callable or None, got {type(callback).__name__}")
+            raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
         cancel = cancel_check(cancel)
         task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
         if cls.task == "i2v" and image is None:
-            raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: image is required "
+            raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: ", Arg("image"), " is required "
                              "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
         check_task(info.checkpoint.root, task, info.tasks, info.variant)
         if image is not None:
@@ -747,8 +746,8 @@ class VideoPipeline:
         scheduler = cls.read_scheduler(info)
         train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
         if train is not None and call.num_inference_steps > train:  # before any schedule is computed
-            raise InputError(f"num_inference_steps={call.num_inference_steps} is more than the {train} timesteps "
-                             f"this checkpoint's scheduler was trained with (num_train_timesteps in "
+            raise InputError(Arg("num_inference_steps", call.num_inference_steps), f" is more than the {train} "
+                             "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
                              f"{info.checkpoint.config_file('scheduler')}); give at most {train}")
         cls.check_family_call(info, call)
         if scheduler is not None:
@@ -828,15 +827,16 @@ class VideoPipeline:
         for h in range(call.height - mh, 0, -mh):
             w = max(mw, round(call.width * h / call.height / mw) * mw)
             if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
-                fits = f"height={h}, width={w} fits at num_frames={call.num_frames}"
+                fits = Message(Arg("height", h), ", ", Arg("width", w), " fits at ", Arg("num_frames", call.num_frames))
                 break
         per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
-        msg = (f"{size_words(call)} (batch {call.batch}"
-               f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
-               f"{_gib(free)} of {what}: {fits or 'no size fits at these frames'}; or try fewer num_frames, "
-               "bfloat16, offloading")
+        msg = Message(size_words(call), f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
+                      f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
+                      fits or "no size fits at these frames", "; or try fewer ", Arg("num_frames"),
+                      ", bfloat16, offloading")
         if refuse:
-            raise OutOfMemoryError(msg + " (to run it anyway: pipe.memory_check = False)")
+            raise OutOfMemoryError(msg, " (to run it anyway: ",
+                                   Arg("memory_check", python="pipe.memory_check = False"), ")")
         logger.warning("%s; running it anyway", msg)
         return est
 
@@ -1028,9 +1028,8 @@ class VideoPipeline:
             estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
             free, where = available_memory()
             raise OutOfMemoryError(
-                f"ran out of memory during the {phase[0]} at {size_words(call)} ({what}); {estimate}, {where} "
-                f"now {_gib(free)}; try a smaller "
-                "size or fewer num_frames, bfloat16, or offloading"
+                f"ran out of memory during the {phase[0]} at ", size_words(call), f" ({what}); {estimate}, {where} "
+                f"now {_gib(free)}; try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading"
             ) from None
 
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
@@ -1189,6 +1188,99 @@ class VideoPipeline:
         return out
 
 
+    # ================================================================== LoRA
+    @property
+    def lora(self) -> Any:
+        """The pipeline's :class:`~vidax.lora.adapters.LoraAdapters` (built on first use)."""
+        if self._lora is None:
+            from vidax.lora.adapters import LoraAdapters
+
+            parts = []
+            for name, module in zip(self.experts.names, self.experts.modules):
+                spec = registry().component(self.checkpoint.class_of(name), source=f"{self.checkpoint.source} ({name})")
+                parts.append((name, module, spec, self.checkpoint.typed_config(name, spec.config_class())))
+            self._lora = LoraAdapters(parts)
+        return self._lora
+
+    def load_lora_weights(self, pretrained_model_name_or_path_or_dict: Any, adapter_name: str | None = None, *,
+                          load_into_transformer_2: bool = False, weight_name: str | None = None, **kwargs: Any) -> str:
+        """Load a LoRA into the denoising transformer and merge it (diffusers' API; every layout of
+        :mod:`vidax.lora.formats`). The adapter loaded last is the active one, at weight 1
+        (:meth:`set_adapters` combines several). Switching or unloading restores the base weights
+        bit for bit, without reading the checkpoint again.
+
+        Args:
+            pretrained_model_name_or_path_or_dict: a ``.safetensors`` file, a folder holding it
+                (``weight_name`` picks one), or a state dict of arrays / tensors.
+            adapter_name: its name (default ``default_<n>``).
+            load_into_transformer_2: into the second expert (Wan2.2 A14B) instead of the first,
+                as diffusers. A file with ``transformer_2.`` keys gives those to the second expert.
+            weight_name: the file within a folder.
+
+        Returns:
+            The adapter's name.
+
+        Raises:
+            InputError: the file cannot be read or is truncated, a key lands on no parameter (the
+                first few named; a LoRA that fits another family says which), a rank mismatch,
+                ``load_into_transformer_2`` without a second expert. Nothing changes then.
+        """
+        if kwargs:
+            raise InputError(f"load_lora_weights takes no {', '.join(f'{k}=' for k in sorted(kwargs))} (vidax reads "
+                             "local files: it takes adapter_name=, load_into_transformer_2=, weight_name=)")
+        source = pretrained_model_name_or_path_or_dict
+        if weight_name is not None:
+            source = os.path.join(os.fspath(source), weight_name)
+        if load_into_transformer_2 and len(self.experts.modules) < 2:
+            raise InputError(f"load_into_transformer_2=True: {type(self).__name__} ({self.root}) has no "
+                             "transformer_2 (Wan2.1 and the other families have one transformer)")
+        return self.lora.load(source, adapter_name, experts=[1] if load_into_transformer_2 else [0])
+
+    def set_adapters(self, adapter_names: Any, adapter_weights: Any = None) -> None:
+        """Activate ``adapter_names`` (a name or a list) with ``adapter_weights`` (a number, or one
+        per adapter; default 1), as diffusers; the weights are re-merged from the base ones."""
+        self.lora.set_adapters(adapter_names, adapter_weights)
+
+    def get_active_adapters(self) -> list[str]:
+        """The names of the active adapters."""
+        return [] if self._lora is None else self._lora.active_names()
+
+    def get_list_adapters(self) -> dict[str, list[str]]:
+        """Component -> names of the adapters loaded into it (diffusers' ``get_list_adapters``)."""
+        if self._lora is None:
+            return {}
+        out: dict[str, list[str]] = {}
+        for name, per_expert in self._lora.terms.items():
+            for e, terms in enumerate(per_expert):
+                if terms:
+                    out.setdefault(self._lora.names[e], []).append(name)
+        return out
+
+    def fuse_lora(self, lora_scale: float = 1.0, components: Sequence[str] | None = None,
+                  adapter_names: Sequence[str] | None = None) -> None:
+        """diffusers' ``fuse_lora``: the active adapters (or ``adapter_names``) at ``lora_scale``
+        in ``components`` (default ``["transformer"]``). vidax merges adapters as soon as they are
+        loaded, so this only sets the scale."""
+        self.lora.fuse(lora_scale, components, adapter_names)
+
+    def unfuse_lora(self, components: Sequence[str] | None = None) -> None:
+        """diffusers' ``unfuse_lora``: the scale of :meth:`fuse_lora` back to 1; the adapters stay
+        active (as diffusers' unfused adapter layers) until :meth:`unload_lora_weights`."""
+        self.lora.unfuse(components)
+
+    def disable_lora(self) -> None:
+        """Run with the base weights (the adapters stay loaded; :meth:`enable_lora` brings them back)."""
+        self.lora.enable(False)
+
+    def enable_lora(self) -> None:
+        self.lora.enable(True)
+
+    def unload_lora_weights(self) -> None:
+        """Remove every adapter; the weights are the checkpoint's again, bit for bit."""
+        if self._lora is not None:
+            self._lora.unload()
+
+
 def cancel_check(cancel: Any) -> Callable[[], bool] | None:
     """The zero-argument check of a call's ``cancel`` keyword: a ``threading.Event`` (anything
     with ``is_set()``) or a callable returning True to stop; None stays None.
@@ -1232,8 +1324,8 @@ def frames_of_form(num_frames: int, k: int, reference: str) -> int:
     if num_frames % k == 1:
         return num_frames
     rounded = num_frames // k * k + 1
-    logger.warning("num_frames=%d is not of the form %dk+1; using %d, as diffusers' %s does",
-                   num_frames, k, rounded, reference)
+    logger.warning("%s is not of the form %dk+1; using %d, as diffusers' %s does",
+                   Arg("num_frames", num_frames), k, rounded, reference)
     return rounded
 
 
@@ -1262,16 +1354,17 @@ def text_truncation(call: Call, offset: int = 0) -> Truncation:
     pipeline's default negative prompt when the caller gave none; ``max_sequence_length=L`` when
     the caller gave it, else that L is the checkpoint's default. ``offset``: template tokens
     before each text (:class:`~vidax.encoders.tokenizer.Truncation`)."""
-    def names(name: str, texts: list[str]) -> list[str]:
-        return [name] * len(texts) if len(set(texts)) == 1 else [f"{name}[{i}]" for i in range(len(texts))]
+    def names(name: str, texts: list[str]) -> list[Arg]:
+        return [Arg(name)] * len(texts) if len(set(texts)) == 1 else [Arg(f"{name}[{i}]") for i in range(len(texts))]
 
     labels = names("prompt", call.prompts)
     if call.do_cfg:
         labels += (names("negative_prompt", call.negatives) if "negative_prompt" in call.given
                    else ["the pipeline's default negative prompt text"] * len(call.negatives))
     n = call.max_sequence_length
-    limit = (f"max_sequence_length={n}" if "max_sequence_length" in call.given else
-             f"{n} tokens, this checkpoint's default (max_sequence_length= sets another length)")
+    limit = (Message(Arg("max_sequence_length", n)) if "max_sequence_length" in call.given else
+             Message(f"{n} tokens, this checkpoint's default (", Arg("max_sequence_length", keyword=True),
+                     " sets another length)"))
     return Truncation(labels, limit, offset)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint import TASK_NAMES
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
@@ -37,15 +37,15 @@ def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v
             what to change: give or drop the image, drop the video).
     """
     if task not in TASK_NAMES:
-        raise InputError(f"task={task!r} is not valid; use one of {sorted(TASK_NAMES)}")
+        raise InputError(Arg("task", task), f" is not valid; use one of {sorted(TASK_NAMES)}")
     if task not in supported:
         if task == "v2v":
-            hint = "it takes no video (drop video=)"
+            hint = ("it takes no video (drop ", Arg("video", keyword=True), ")")
         elif tuple(supported) == ("i2v",):
-            hint = "it needs an image (give image=)"
+            hint = ("it needs an image (give ", Arg("image", keyword=True), ")")
         else:
-            hint = "it takes no image (drop image=)" + t2v_hint
-        raise InputError(f"checkpoint {root} is {variant}; it does not do {TASK_NAMES[task]}: {hint}")
+            hint = ("it takes no image (drop ", Arg("image", keyword=True), ")", t2v_hint)
+        raise InputError(f"checkpoint {root} is {variant}; it does not do {TASK_NAMES[task]}: ", *hint)
 
 
 def prompt_clean(text: str) -> str:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def check_num_inference_steps(num_inference_steps: Any) -> int:
         n = None
     if n is None or isinstance(num_inference_steps, bool) or n < 1:
         raise InputError(
-            f"num_inference_steps={num_inference_steps!r} is not valid; it must be an int >= 1."
+            Arg("num_inference_steps", num_inference_steps), " is not valid; it must be an int >= 1."
         )
     return n
 

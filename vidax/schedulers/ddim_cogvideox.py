@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.config import ConfigBase
-from vidax.errors import ConfigError, InputError
+from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
     SchedulerBase, StepIndexed, check_num_inference_steps, check_sample_shape, check_step_inputs,
     is_int_at_least, is_number, register_state, replicated_sharding,
@@ -140,7 +140,7 @@ def schedule_timesteps(config: CogVideoXSchedulerConfig, n: int) -> np.ndarray:
     num_train = c.num_train_timesteps
     if n > num_train:
         raise InputError(
-            f"num_inference_steps={n} cannot exceed the scheduler's num_train_timesteps={num_train}."
+            Arg("num_inference_steps", n), f" cannot exceed the scheduler's num_train_timesteps={num_train}."
         )
     if c.timestep_spacing == "linspace":
         ts = np.linspace(0, num_train - 1, n).round()[::-1].copy().astype(np.int64)
@@ -154,7 +154,7 @@ def schedule_timesteps(config: CogVideoXSchedulerConfig, n: int) -> np.ndarray:
         ts -= 1
     if ts.min() < 0 or ts.max() >= num_train or len(ts) != n:
         raise InputError(
-            f"num_inference_steps={n}: the reference's {c.timestep_spacing!r} grid for this count is "
+            Arg("num_inference_steps", n), f": the reference's {c.timestep_spacing!r} grid for this count is "
             f"{ts.tolist()[:3]}...{ts.tolist()[-3:]} ({len(ts)} entries), which indexes outside the "
             f"training schedule [0, {num_train}); the reference silently runs a wrong schedule. "
             "Pick a neighbouring step count."

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 from vidax.schedulers.base import (
     check_num_inference_steps, check_sample_shape, check_step_inputs, register_state, replicated_sharding,
 )
@@ -128,7 +128,7 @@ class CogVideoXDPMScheduler(CogVideoXSchedulerBase):
                 mult[i] = [np.float32(v) for v in (m1, m2, m3, m4, m_noise)]
         if not np.all(np.isfinite(mult)):
             raise InputError(
-                f"num_inference_steps={n}: this scheduler config gives non-finite step multipliers "
+                Arg("num_inference_steps", n), ": this scheduler config gives non-finite step multipliers "
                 f"{mult.tolist()}; the reference would produce NaN."
             )
         tables = dict(

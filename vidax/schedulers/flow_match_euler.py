@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.config import ConfigBase
-from vidax.errors import ConfigError, InputError
+from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
     SchedulerBase, StepIndexed, calculate_shift, check_mu, check_num_inference_steps, check_sample_shape,
     check_step_inputs, is_int_at_least, is_number, register_state, replicated_sharding, shift_override,
@@ -289,7 +289,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         sigmas = np.concatenate([sigmas, np.zeros(1, np.float32)])
         if not np.all(np.isfinite(sigmas)):
             raise InputError(
-                f"the schedule for num_inference_steps={n}, mu={mu!r}, shift={shift!r}"
+                "the schedule for ", Arg("num_inference_steps", n), f", mu={mu!r}, shift={shift!r}"
                 f"{', custom ' + '/'.join(custom) if custom else ''} has non-finite sigmas "
                 f"{sigmas.tolist()}; sigmas are noise levels, custom ones belong in [0, 1]."
             )

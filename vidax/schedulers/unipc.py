@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.config import ConfigBase
-from vidax.errors import ConfigError, InputError
+from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
     SchedulerBase, StepIndexed, check_mu, check_num_inference_steps, check_sample_shape, check_step_inputs,
     is_int_at_least, is_number, register_state, replicated_sharding, shift_override, shift_sigmas,
@@ -289,7 +289,7 @@ class UniPCMultistepScheduler(SchedulerBase):
         inner = sigmas[:-1]
         if not (np.all(np.isfinite(sigmas)) and np.all(inner > 0) and np.all(inner < 1)):
             raise InputError(
-                f"num_inference_steps={n}, flow_shift={flow_shift!r}, mu={mu!r} give sigmas "
+                Arg("num_inference_steps", n), f", flow_shift={flow_shift!r}, mu={mu!r} give sigmas "
                 f"{sigmas.tolist()} outside (0, 1); UniPC needs 0 < sigma < 1 before the last step."
             )
         return timesteps, sigmas

@@ -161,6 +161,14 @@ def _target_shape_of(shape: tuple[int, ...], path: Path) -> tuple:
     return shape
 
 
+def _source_shape_of(shape: tuple[int, ...], path: Path) -> tuple:
+    """The checkpoint's shape of a parameter whose vidax shape is ``shape`` (inverse of
+    :func:`_target_shape_of`)."""
+    if path[-1] == "kernel" and len(shape) in _KERNEL_PERM:
+        shape = tuple(shape[i] for i in np.argsort(_KERNEL_PERM[len(shape)]))
+    return shape
+
+
 def _from_target_layout(arr: np.ndarray, path: Path) -> np.ndarray:
     if path[-1] == "kernel" and arr.ndim in _KERNEL_PERM:
         arr = arr.transpose(np.argsort(_KERNEL_PERM[arr.ndim]))
@@ -291,10 +299,10 @@ def load_module(
             info = reader.info(key)
             got_shape = _target_shape_of(info.shape, path)
             if got_shape != want:
-                misshaped.append(
-                    f"{key} in {info.file}: shape {info.shape} (as {path_str(path)}: {got_shape}), "
-                    f"expected {want}"
-                )
+                # Both shapes in the file's layout; a kernel's own (transposed) shape is named too.
+                want_file = _source_shape_of(want, path)
+                stored = f" (vidax stores it as {path_str(path)} {want})" if want_file != want else ""
+                misshaped.append(f"{key} in {info.file}: shape {info.shape}, expected {want_file}{stored}")
             elif not _castable(info.dtype, target.dtype):
                 misshaped.append(f"{key} in {info.file}: dtype {info.dtype}, expected {target.dtype}")
 

@@ -28,11 +28,12 @@ import numpy as np
 
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import decoded_frames
+from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
                                   tokenizer_token_limit)
 from vidax.checkpoint import Checkpoint
@@ -65,7 +66,10 @@ class CogVideoXPipeline(VideoPipeline):
     """
 
     task = "t2v"
-    extra_call_args = ("use_dynamic_cfg", "step_noise")
+    call_options = (
+        CallOption("use_dynamic_cfg", bool, "The reference's cosine guidance schedule (CogVideoX).", "False"),
+        CallOption("step_noise", OBJECT, "The noise each CogVideoXDPMScheduler step adds, (steps, B, T, C, H/8, W/8)."),
+    )
     unsupported_call_args = ("guidance_scale_2",)
     guidance_dtype = jnp.float32
     latents_layout = "(batch, latent frames (CogVideoX1.5: padded to even), channels, height / 8, width / 8)"
@@ -124,17 +128,18 @@ class CogVideoXPipeline(VideoPipeline):
     def check_family_call(cls, info: CogVideoXInfo, call) -> None:
         cfg, s = info.transformer_config, info.vae_config.spatial_compression
         if call.num_videos_per_prompt != 1:
-            raise InputError(f"num_videos_per_prompt={call.num_videos_per_prompt}: the CogVideoX pipelines "
+            raise InputError(Arg("num_videos_per_prompt", call.num_videos_per_prompt), ": the CogVideoX pipelines "
                              "make one video per prompt (repeat the prompt instead)")
         if cfg.use_learned_positional_embeddings and (call.height // s, call.width // s) != (
                 cfg.sample_height, cfg.sample_width):
-            raise InputError(f"height={call.height}, width={call.width}: this checkpoint's learned position embedding "
+            raise InputError(Arg("height", call.height), ", ", Arg("width", call.width), ": this checkpoint's learned "
+                             "position embedding "
                              f"only works at {cfg.sample_height * s}x{cfg.sample_width * s} (the reference refuses "
                              "other sizes)")
         if cfg.uses_position_table and call.max_sequence_length != cfg.max_text_seq_length:
-            raise InputError(f"max_sequence_length={call.max_sequence_length}: this checkpoint adds a position table "
-                             f"made for {cfg.max_text_seq_length} text tokens; use max_sequence_length="
-                             f"{cfg.max_text_seq_length}")
+            raise InputError(Arg("max_sequence_length", call.max_sequence_length), ": this checkpoint adds a position "
+                             f"table made for {cfg.max_text_seq_length} text tokens; use ",
+                             Arg("max_sequence_length", cfg.max_text_seq_length))
         t, pad = info.latent_frames(call.num_frames)
         if cfg.use_rotary_positional_embeddings:  # a 1.5 grid past the model's RoPE grid is refused
             mult = s * cfg.patch_size
@@ -146,9 +151,9 @@ class CogVideoXPipeline(VideoPipeline):
         out = decoded_frames(t - pad, info.vae_config.temporal_compression)
         if out != call.num_frames:
             logger.warning(
-                "num_frames=%d gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
+                "%s gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
                 "as diffusers' %s does (use 4k+1 frames, e.g. 49 or 81, to get exactly what you ask)",
-                call.num_frames, t - pad, out, out, cls.__name__)
+                Arg("num_frames", call.num_frames), t - pad, out, out, cls.__name__)
 
     @classmethod
     def check_noise(cls, info: CogVideoXInfo, call) -> None:
@@ -297,7 +302,9 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
     """
 
     task = "i2v"
-    extra_call_args = CogVideoXPipeline.extra_call_args + ("image_noise",)
+    call_options = CogVideoXPipeline.call_options + (
+        CallOption("image_noise", OBJECT, "The noise of the image's VAE posterior sample, (B, C, 1, H/8, W/8)."),
+    )
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)

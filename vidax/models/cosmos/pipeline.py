@@ -49,9 +49,10 @@ import numpy as np
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.decoder_lm import encode_hidden_states
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, to_rgb_image, vae_image_preprocess
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
+from vidax.pipelines.options import VIDEO_FILE, CallOption
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, text_encoder_positions
 
 logger = logging.getLogger("vidax.pipeline")
@@ -152,7 +153,15 @@ class CosmosPredictPipeline(VideoPipeline):
     runs one).
     """
 
-    extra_call_args = ("video", "num_latent_conditional_frames", "conditional_frame_timestep")
+    call_options = (
+        CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos-Predict2.5 video2world continues its last "
+                   "frames). No safety checker runs (Cosmos' reference requires NVIDIA's cosmos_guardrail).",
+                   task="v2v"),
+        CallOption("num_latent_conditional_frames", int, "Latent frames of the video that condition "
+                   "(Cosmos-Predict2.5 video2world).", "2", choices=(1, 2)),
+        CallOption("conditional_frame_timestep", float, "Timestep of the conditioning frames (Cosmos-Predict2.5; "
+                   "negative: the step's sigma).", "1e-4"),
+    )
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
     guidance_dtype = jnp.float32  # the reference guides the fp32 sum gt_velocity + prediction
@@ -176,9 +185,9 @@ class CosmosPredictPipeline(VideoPipeline):
     def resolve_num_frames(cls, info: CosmosInfo, num_frames: int) -> int:
         k = info.vae_config.temporal_compression
         if num_frames % k != 1:
-            logger.warning("num_frames=%d is not of the form %dk+1: the %d decoded frames are each repeated %d "
+            logger.warning("%s is not of the form %dk+1: the %d decoded frames are each repeated %d "
                            "times and cut to %d, as diffusers' Cosmos2_5_PredictBasePipeline does",
-                           num_frames, k, (num_frames - 1) // k * k + 1, k, num_frames)
+                           Arg("num_frames", num_frames), k, (num_frames - 1) // k * k + 1, k, num_frames)
         return num_frames
 
     @classmethod
@@ -219,30 +228,29 @@ class CosmosPredictPipeline(VideoPipeline):
     def check_family_call(cls, info: CosmosInfo, call) -> None:
         extra = call.extra
         video = extra.get("video")
+        # num_latent_conditional_frames and conditional_frame_timestep: checked by their declarations
         n = extra.get("num_latent_conditional_frames", 2)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n not in (1, 2):
-            raise InputError(f"num_latent_conditional_frames must be 1 or 2, got {n!r}")
-        cft = extra.get("conditional_frame_timestep", 1e-4)
-        if isinstance(cft, bool) or not isinstance(cft, (int, float, np.floating)) or not np.isfinite(cft):
-            raise InputError(f"conditional_frame_timestep must be a finite number, got {cft!r}")
         if isinstance(call.image, (list, tuple)):
             raise InputError(f"image is a list of {len(call.image)}; image2world takes one image for the batch")
         if video is None:
             return
         if call.image is not None:
-            raise InputError("image= and video= are both given; give image= (image2world) or video= (video2world)")
+            raise InputError(Arg("image", keyword=True), " and ", Arg("video", keyword=True), " are both given; give ",
+                             Arg("image", keyword=True), " (image2world) or ", Arg("video", keyword=True),
+                             " (video2world)")
         if len(call.prompts) != 1:
-            raise InputError(f"video is given with {len(call.prompts)} prompts; video2world takes one prompt "
+            raise InputError(Arg("video"), f" is given with {len(call.prompts)} prompts; video2world takes one prompt "
                              "(as diffusers' Cosmos2_5_PredictBasePipeline: batch_size must be 1)")
         frames = _video_frames(video)
         need = cls.conditioning_frames(call)
         if len(frames) < need:
-            raise InputError(f"video= has {len(frames)} frame(s) but video2world with num_latent_conditional_frames="
-                             f"{n} conditions on its last {need}; give a video of at least {need} frames (or, in "
-                             f"Python, num_latent_conditional_frames=1)")
+            raise InputError(Arg("video", keyword=True), f" has {len(frames)} frame(s) but video2world with ",
+                             Arg("num_latent_conditional_frames", n), f" conditions on its last {need}; give a video "
+                             f"of at least {need} frames (or ", Arg("num_latent_conditional_frames", 1), ")")
         if call.num_frames < need:
-            raise InputError(f"num_frames={call.num_frames} is fewer than the {need} conditioning frames "
-                             f"video2world takes (num_latent_conditional_frames={n}); give num_frames >= {need}")
+            raise InputError(Arg("num_frames", call.num_frames), f" is fewer than the {need} conditioning frames "
+                             "video2world takes (", Arg("num_latent_conditional_frames", n), "); give ",
+                             Arg("num_frames"), f" >= {need}")
 
     # ------------------------------------------------------------------ loading
     @classmethod

@@ -25,8 +25,49 @@ IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 REFINER_MLP_RATIO = 4.0
 
 
+class HunyuanBlocksConfig(TransformerConfig):
+    """What the double-stream blocks, the token refiner and the RoPE of HunyuanVideo read, shared
+    by the 1.0 and 1.5 transformer configs (their fields ``mlp_ratio``, ``patch_size``,
+    ``patch_size_t``, ``qk_norm``, ``rope_theta``, ``rope_axes_dim``, ``attention_head_dim``)."""
+
+    @property
+    def mlp_dim(self) -> int:
+        """Hidden width of the blocks' feed-forward networks, ``int(D * mlp_ratio)``."""
+        return int(self.inner_dim * self.mlp_ratio)
+
+    @property
+    def refiner_mlp_dim(self) -> int:
+        """Hidden width of the token refiner's feed-forward network, ``int(D * 4.0)``."""
+        return int(self.inner_dim * REFINER_MLP_RATIO)
+
+    @property
+    def patch(self) -> tuple[int, int, int]:
+        """``(p_t, p, p)``."""
+        return (self.patch_size_t, self.patch_size, self.patch_size)
+
+    def check_blocks(self, source: str) -> None:
+        """Raise ConfigError (:meth:`invalid`) on a bad ``mlp_ratio``, ``qk_norm``, ``rope_theta``
+        or ``rope_axes_dim``."""
+        def bad(key, value, want):
+            self.invalid(source, key, value, want)
+
+        if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
+            bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
+        if self.qk_norm != "rms_norm":
+            bad("qk_norm", self.qk_norm, "vidax implements only 'rms_norm' (the released value)")
+        if not isinstance(self.rope_theta, (int, float)) or isinstance(self.rope_theta, bool) or self.rope_theta <= 0:
+            bad("rope_theta", self.rope_theta, "expected a positive number")
+        dims = self.rope_axes_dim
+        if not (isinstance(dims, tuple) and len(dims) == 3
+                and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 and d % 2 == 0 for d in dims)):
+            bad("rope_axes_dim", dims, "expected three positive even ints (T, H, W channels)")
+        if sum(dims) != self.attention_head_dim:
+            bad("rope_axes_dim", dims,
+                f"the (T, H, W) RoPE channels must sum to attention_head_dim={self.attention_head_dim}")
+
+
 @dataclasses.dataclass(frozen=True)
-class HunyuanVideoTransformerConfig(TransformerConfig):
+class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
     """Settings of ``diffusers.HunyuanVideoTransformer3DModel`` (0.42.1), with its defaults.
 
     Every field is implemented: text-to-video with the embedded guidance (``guidance_embeds``),
@@ -76,21 +117,6 @@ class HunyuanVideoTransformerConfig(TransformerConfig):
     image_condition_type: str | None = None
 
     @property
-    def mlp_dim(self) -> int:
-        """Hidden width of the blocks' feed-forward networks, ``int(D * mlp_ratio)``."""
-        return int(self.inner_dim * self.mlp_ratio)
-
-    @property
-    def refiner_mlp_dim(self) -> int:
-        """Hidden width of the token refiner's feed-forward network, ``int(D * 4.0)``."""
-        return int(self.inner_dim * REFINER_MLP_RATIO)
-
-    @property
-    def patch(self) -> tuple[int, int, int]:
-        """``(p_t, p, p)``."""
-        return (self.patch_size_t, self.patch_size, self.patch_size)
-
-    @property
     def token_replace(self) -> bool:
         """Whether the first frame's tokens take timestep-0 modulation (``token_replace`` I2V)."""
         return self.image_condition_type == "token_replace"
@@ -105,21 +131,9 @@ class HunyuanVideoTransformerConfig(TransformerConfig):
              "num_refiner_layers", "patch_size", "patch_size_t", "text_embed_dim", "pooled_projection_dim"),
             nullable=("out_channels",),
         )
-        if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
-            bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
-        if self.qk_norm != "rms_norm":
-            bad("qk_norm", self.qk_norm, "vidax implements only 'rms_norm' (the released value)")
+        self.check_blocks(source)
         if not isinstance(self.guidance_embeds, bool):
             bad("guidance_embeds", self.guidance_embeds, "expected true or false")
-        if not isinstance(self.rope_theta, (int, float)) or isinstance(self.rope_theta, bool) or self.rope_theta <= 0:
-            bad("rope_theta", self.rope_theta, "expected a positive number")
-        dims = self.rope_axes_dim
-        if not (isinstance(dims, tuple) and len(dims) == 3
-                and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 and d % 2 == 0 for d in dims)):
-            bad("rope_axes_dim", dims, "expected three positive even ints (T, H, W channels)")
-        if sum(dims) != self.attention_head_dim:
-            bad("rope_axes_dim", dims,
-                f"the (T, H, W) RoPE channels must sum to attention_head_dim={self.attention_head_dim}")
         if self.image_condition_type not in IMAGE_CONDITION_TYPES:
             bad("image_condition_type", self.image_condition_type,
                 f"diffusers 0.42.1 knows {list(IMAGE_CONDITION_TYPES)}")

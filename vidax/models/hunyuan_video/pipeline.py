@@ -58,9 +58,10 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.clip import clip_preprocess, encode_clip_text
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.encoders.tokenizer import Truncation
-from vidax.errors import CheckpointError, InputError
+from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
+from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions,
                                   text_truncation)
 
@@ -162,8 +163,8 @@ def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
     for row in ids:
         heads = np.nonzero(row == end_header_id)[0]
         if len(heads) < 2:
-            raise InputError("the prompt template's headers were cut off by truncation; max_sequence_length is too "
-                             "small for HunyuanVideo's I2V template")
+            raise InputError("the prompt template's headers were cut off by truncation; ", Arg("max_sequence_length"),
+                             " is too small for HunyuanVideo's I2V template")
         a = (n_tok - 1 if len(heads) == 2 else int(heads[-1])) + 1
         e = image_emb_len
         hid.append(np.concatenate([np.arange(crop_start - 1 + e, a - 5 + e), np.arange(a - 1 + e, n_tok - 1 + e)]))
@@ -180,7 +181,11 @@ class HunyuanVideoPipeline(VideoPipeline):
     or :func:`vidax.load_pipeline`.
     """
 
-    extra_call_args = ("true_cfg_scale", "sigmas")
+    call_options = (
+        CallOption("true_cfg_scale", float, "True classifier-free guidance weight with the negative prompt "
+                   "(HunyuanVideo).", "1, off", low=0),
+        CallOption("sigmas", OBJECT, "Custom, unshifted noise levels, one per step."),
+    )
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
@@ -198,8 +203,8 @@ class HunyuanVideoPipeline(VideoPipeline):
         k = info.vae_config.temporal_compression
         if num_frames % k != 1:
             rounded = (num_frames - 1) // k * k + 1
-            logger.warning("num_frames=%d is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
-                           "frames, i.e. %d frames; using %d", num_frames, k, num_frames, k, rounded, rounded)
+            logger.warning("%s is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
+                           "frames, i.e. %d frames; using %d", Arg("num_frames", num_frames), k, num_frames, k, rounded, rounded)
             return rounded
         return num_frames
 
@@ -225,10 +230,7 @@ class HunyuanVideoPipeline(VideoPipeline):
             kwargs["num_inference_steps"] = len(kwargs["sigmas"])  # retrieve_timesteps: len(sigmas) steps
         call = super().check_call(info, prompt, negative_prompt, **kwargs)
         extra = dict(call.extra)
-        scale = extra.get("true_cfg_scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale) \
-                or scale < 0:
-            raise InputError(f"true_cfg_scale must be a finite number >= 0, got {scale!r}")
+        scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
         extra["true_cfg_scale"] = float(scale)
         sigmas = extra.get("sigmas")
         if sigmas is not None:
@@ -241,10 +243,11 @@ class HunyuanVideoPipeline(VideoPipeline):
         cls.schedule(cls.read_scheduler(info), call)  # the checked sigmas, as set_timesteps will shift them
         cfg = scale > 1.0 and negative_prompt is not None
         if scale > 1.0 and negative_prompt is None:
-            logger.warning("true_cfg_scale=%s has no effect without negative_prompt (as in diffusers)", scale)
+            logger.warning("%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale),
+                           Arg("negative_prompt"))
         if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
-            logger.warning("Both true_cfg_scale and guidance_scale are greater than 1.0: classifier-free guidance "
-                           "and embedded guidance are both applied (as the reference warns)")
+            logger.warning("Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
+                           "both applied (as the reference warns)", Arg("true_cfg_scale"), Arg("guidance_scale"))
         return dataclasses.replace(call, extra=extra, cfg=cfg)
 
     @classmethod
@@ -405,7 +408,11 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     """
 
     task = "i2v"
-    extra_call_args = HunyuanVideoPipeline.extra_call_args + ("image_embed_interleave",)
+    call_options = HunyuanVideoPipeline.call_options + (
+        CallOption("image_embed_interleave", int, "Keep every n-th image token in the text encoder's sequence "
+                   "(HunyuanVideo I2V).", "the checkpoint's", low=0,
+                   valid="an integer >= 0 (1..5 keep every n-th image token, others keep all)"),
+    )
     prompt_template = I2V_PROMPT_TEMPLATE
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
@@ -414,20 +421,16 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
         super().check_family_call(info, call)
-        n = call.extra.get("image_embed_interleave")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0):
-            raise InputError(f"image_embed_interleave must be an integer >= 0 (1..5 keep every n-th image token, "
-                             f"others keep all), got {n!r}")
         if info.image_condition_type == "latent_concat":
-            asked = (f"num_frames={call.num_frames}" if "num_frames" in call.given
+            asked = (Arg("num_frames", call.num_frames) if "num_frames" in call.given
                      else f"this checkpoint's default of {call.num_frames} frames")
             k = info.vae_config.temporal_compression
             least = LATENT_CONCAT_DROPPED + 1 if call.output_type != "latent" else k + 1
             if call.num_frames < least:  # the reference's output would be empty
-                raise InputError(f"{asked} leaves no frame: latent_concat (as diffusers' "
-                                 f"HunyuanVideoImageToVideoPipeline) drops the first "
+                raise InputError(asked, " leaves no frame: latent_concat (as diffusers' "
+                                 "HunyuanVideoImageToVideoPipeline) drops the first "
                                  + (f"{LATENT_CONCAT_DROPPED} decoded frames" if call.output_type != "latent"
-                                    else "latent frame") + f"; give num_frames >= {least}")
+                                    else "latent frame") + "; give ", Arg("num_frames"), f" >= {least}")
             if call.output_type == "latent":
                 t = cls.latent_shape(info, call)[2]
                 got = f"{t - 1} latent frames, not {t}: the reference drops the first latent frame"

@@ -164,12 +164,19 @@ class RefinerBlock(nnx.Module):
 
 class TokenRefiner(nnx.Module):
     """diffusers ``HunyuanVideoTokenRefiner``: masked-mean pooled text -> refiner temb, ``proj_in``,
-    the ``token_refiner.refiner_blocks``."""
+    the ``token_refiner.refiner_blocks``.
 
-    def __init__(self, cfg: HunyuanVideoTransformerConfig, dtype, residual_dtype, param_dtype, rngs):
+    ``first_key``: the refiner's self-attention also lets every query see the first token (1.0's
+    mask ``(m_i & m_j) | (j == 0)``); False: ``m_i & m_j`` (``HunyuanVideo15TokenRefiner``), where
+    the padded queries, whose rows the reference leaves at zero attention and the model drops,
+    attend to the padded keys here so that they stay finite."""
+
+    def __init__(self, cfg: HunyuanVideoTransformerConfig, dtype, residual_dtype, param_dtype, rngs,
+                 first_key: bool = True):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
+        self.first_key = first_key
         self.time_text_embed = ConditionEmbedding(d, cfg.text_embed_dim, False, False, dtype, param_dtype, rngs)
         self.proj_in = linear(cfg.text_embed_dim, d, dtype, param_dtype, rngs)
         blocks = [RefinerBlock(cfg, dtype, residual_dtype, param_dtype, rngs) for _ in range(cfg.num_refiner_layers)]
@@ -183,7 +190,10 @@ class TokenRefiner(nnx.Module):
         temb, _ = self.time_text_embed(timestep, pooled)
         x = self.proj_in(text.astype(self.dtype)).astype(self.residual_dtype or self.dtype)
         valid = mask != 0
-        allowed = (valid[:, :, None] & valid[:, None, :]) | (jnp.arange(mask.shape[1]) == 0)[None, None, :]
+        if self.first_key:
+            allowed = (valid[:, :, None] & valid[:, None, :]) | (jnp.arange(mask.shape[1]) == 0)[None, None, :]
+        else:
+            allowed = valid[:, :, None] == valid[:, None, :]
         bias = jnp.where(allowed, 0.0, -jnp.inf).astype(_F32)[:, None]  # (B, 1, L, L)
         for block in self.token_refiner["refiner_blocks"]:
             x = block(x, temb, bias)
@@ -329,6 +339,48 @@ class HunyuanBlockInputs:
     grid: tuple = static()
 
 
+def joint_streams(model: DiffusionTransformer, vid: jax.Array, txt: jax.Array, text_len: jax.Array,
+                  grid: tuple[int, int, int]) -> tuple[tuple[jax.Array, jax.Array], tuple, SegmentIds]:
+    """The streams, RoPE and segment ids of the joint ``[video; text]`` attention of ``model``.
+
+    Args:
+        model: the transformer (its mesh's sequence padding, residual dtype and ``config``'s RoPE).
+        vid: video tokens ``(B, L, D)``, all real.
+        txt: text tokens ``(B, L_txt, D)`` whose first ``text_len[b]`` are real (``text_len``
+            ``(B,)`` int32).
+        grid: the video token grid ``(T/p_t, H/p, W/p)``.
+
+    Returns:
+        ``((video (B, L', D), text (B, L_txt', D)), (cos, sin) (L', K/2), segments)``: each stream
+        padded to a multiple of the mesh's ``sequence`` axis, in the residual dtype; the RoPE of
+        the video tokens (padded rows zero); segment ids 1 on the real tokens and 0 on the padding,
+        in the padding form (real tokens a prefix, what cuDNN runs) when the video needs none.
+    """
+    n_vid, n_txt = vid.shape[1], txt.shape[1]
+    (lv, _), (lt, _) = model.sequence_length(n_vid), model.sequence_length(n_txt)
+    vid, txt = model.stream(pad_tokens(vid, lv)), model.stream(pad_tokens(txt, lt))
+    rope = tuple(pad_tokens(r, lv, axis=0) for r in hunyuan_rope(model.config, grid))
+    b = text_len.shape[0]
+    if lv == n_vid:
+        return (vid, txt), rope, SegmentIds.for_padding(b, lv + lt, lv + lt, n_vid + text_len, n_vid + text_len)
+    ids = jnp.concatenate([
+        jnp.broadcast_to(jnp.arange(lv) < n_vid, (b, lv)),
+        jnp.arange(lt)[None] < text_len[:, None],
+    ], axis=1).astype(jnp.int32)
+    return (vid, txt), rope, SegmentIds(ids, ids)
+
+
+def video_head(model: DiffusionTransformer, x, inputs: HunyuanBlockInputs) -> jax.Array:
+    """The head of a model of (video, text) streams: the real video tokens, ``model.norm_out``
+    (AdaLN continuous: scale, shift of ``inputs.temb``), ``model.proj_out``, unpatchify (features
+    ``(C, p_t, p, p)``) -> ``(B, T, H, W, C_out)`` in the compute dtype."""
+    cfg = model.config
+    vid = x[0][:, : inputs.n_vid]
+    scale, shift = model.norm_out.modulation(inputs.temb)
+    out = model.proj_out(model.norm_out(vid, shift, scale, model.dtype))
+    return unpatchify_channels_first(out, inputs.grid, cfg.patch_size_t, cfg.patch_size)
+
+
 class HunyuanVideoTransformer3DModel(DiffusionTransformer):
     """The HunyuanVideo 1.0 diffusion transformer; follows ``diffusers.HunyuanVideoTransformer3DModel``.
 
@@ -401,19 +453,9 @@ class HunyuanVideoTransformer3DModel(DiffusionTransformer):
         vid = self.x_embedder["proj"](hidden_states.astype(self.dtype)).astype(res)
         txt = self.context_embedder(encoder_hidden_states, timestep, encoder_attention_mask)
 
-        n_vid, n_txt = vid.shape[1], txt.shape[1]
-        (lv, _), (lt, _) = self.sequence_length(n_vid), self.sequence_length(n_txt)
-        vid, txt = self.stream(pad_tokens(vid, lv)), self.stream(pad_tokens(txt, lt))
-        rope = tuple(pad_tokens(r, lv, axis=0) for r in hunyuan_rope(cfg, grid))
         text_len = (encoder_attention_mask != 0).sum(axis=1).astype(jnp.int32)  # (B,)
-        if lv == n_vid:  # real tokens are a prefix of [video; text]: the padding form
-            segments = SegmentIds.for_padding(b, lv + lt, lv + lt, n_vid + text_len, n_vid + text_len)
-        else:
-            ids = jnp.concatenate([
-                jnp.broadcast_to(jnp.arange(lv) < n_vid, (b, lv)),
-                jnp.arange(lt)[None] < text_len[:, None],
-            ], axis=1).astype(jnp.int32)
-            segments = SegmentIds(ids, ids)
+        (vid, txt), rope, segments = joint_streams(self, vid, txt, text_len, grid)
+        lv, n_vid = vid.shape[1], grid[0] * grid[1] * grid[2]
         first = None
         if cfg.token_replace:
             first = (jnp.arange(lv) < grid[1] * grid[2])[:, None]
@@ -422,11 +464,7 @@ class HunyuanVideoTransformer3DModel(DiffusionTransformer):
     def head(self, x, inputs: HunyuanBlockInputs) -> jax.Array:
         """Everything after the blocks: the real video tokens, ``norm_out``, ``proj_out``,
         unpatchify (features ``(C, p_t, p, p)``) -> ``(B, T, H, W, C_out)`` in the compute dtype."""
-        cfg = self.config
-        vid = x[0][:, : inputs.n_vid]
-        scale, shift = self.norm_out.modulation(inputs.temb)
-        out = self.proj_out(self.norm_out(vid, shift, scale, self.dtype))
-        return unpatchify_channels_first(out, inputs.grid, cfg.patch_size_t, cfg.patch_size)
+        return video_head(self, x, inputs)
 
     def _check_inputs(self, x, timestep, text, mask, pooled, guidance) -> tuple[int, int, int]:
         cfg = self.config

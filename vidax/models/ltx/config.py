@@ -181,8 +181,26 @@ class LTXVAEConfig(ConfigBase):
 
     IGNORED: ClassVar[frozenset[str]] = frozenset()
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+    #: The ``down_block_types`` this config accepts.
+    DOWN_BLOCK_TYPES: ClassVar[tuple[str, ...]] = LTX_DOWN_BLOCK_TYPES
 
     # -- derived --------------------------------------------------------------------------------
+
+    @property
+    def encoder_padding(self) -> str:
+        """:func:`jax.numpy.pad` mode of the encoder convs' spatial padding (zeros here)."""
+        return "constant"
+
+    @property
+    def decoder_padding(self) -> str:
+        """:func:`jax.numpy.pad` mode of the decoder convs' spatial padding (zeros here)."""
+        return "constant"
+
+    @property
+    def plain_conv_shortcut(self) -> bool:
+        """Whether the resnets' width-changing shortcut is a plain ``nn.Conv3d`` (LTX-2) rather
+        than a causal conv wrapper (``conv_shortcut.conv``, here)."""
+        return False
 
     @property
     def spatial_compression(self) -> int:
@@ -231,7 +249,8 @@ class LTXVAEConfig(ConfigBase):
 
     def decoder_blocks(self) -> list[dict[str, Any]]:
         """Per decoder up block, as ``LTXVideoDecoder3d.__init__`` builds them (reversed lists):
-        ``cin``, ``cout``, ``layers``, ``scale``, ``inject_noise``, ``residual``, ``factor``."""
+        ``cin``, ``cout``, ``layers``, ``scale``, ``inject_noise``, ``residual``, ``factor``,
+        ``stride`` (the up-sampler's, (2, 2, 2) here)."""
         boc = tuple(reversed(self.decoder_block_out_channels))
         sts = tuple(reversed(self.decoder_spatio_temporal_scaling))
         layers = tuple(reversed(self.decoder_layers_per_block))
@@ -243,7 +262,8 @@ class LTXVAEConfig(ConfigBase):
             cin = out // fac[i]
             out = boc[i] // fac[i]
             blocks.append(dict(cin=cin, cout=out, layers=layers[i + 1], scale=bool(sts[i]),
-                               inject_noise=bool(noise[i + 1]), residual=bool(res[i]), factor=fac[i]))
+                               inject_noise=bool(noise[i + 1]), residual=bool(res[i]), factor=fac[i],
+                               stride=(2, 2, 2)))
         return blocks
 
     def validate(self, source: str) -> None:
@@ -266,8 +286,8 @@ class LTXVAEConfig(ConfigBase):
                 bad(name, "must be a non-empty list of positive integers")
         for name in ("down_block_types",):
             v = self.down_block_types
-            if not isinstance(v, tuple) or not v or any(t not in LTX_DOWN_BLOCK_TYPES for t in v):
-                bad(name, f"must list block types of {LTX_DOWN_BLOCK_TYPES}")
+            if not isinstance(v, tuple) or not v or any(t not in self.DOWN_BLOCK_TYPES for t in v):
+                bad(name, f"must list block types of {self.DOWN_BLOCK_TYPES}")
         for name in ("timestep_conditioning", "encoder_causal", "decoder_causal"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
@@ -306,10 +326,11 @@ class LTXVAEConfig(ConfigBase):
                     bad("decoder_block_out_channels", f"gives up block {i} a conv_in ({block['cin']} -> "
                         f"{block['cout']} channels) together with timestep_conditioning, upsample_factor > 1 "
                         "or inject_noise, which the reference cannot run")
-            if block["scale"] and block["residual"] and (block["cout"] * block["factor"]) % 8:
+            k = math.prod(block["stride"])
+            if block["scale"] and block["residual"] and (block["cout"] * block["factor"]) % k:
                 bad("decoder_block_out_channels", f"gives up block {i} a residual up-sampler of "
-                    f"{block['cout'] * block['factor']} channels, not a multiple of 8 (the reference folds "
-                    "them into 2 x 2 x 2 blocks)")
+                    f"{block['cout'] * block['factor']} channels, not a multiple of {k} (the reference folds "
+                    f"them into {' x '.join(map(str, block['stride']))} blocks)")
         if self.spatial_compression < 1 or self.temporal_compression < 1:
             bad("spatial_compression_ratio", "and temporal_compression_ratio must be positive")
 

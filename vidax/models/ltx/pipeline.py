@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from fractions import Fraction
 from typing import Any
 
 import jax
@@ -30,11 +31,12 @@ import numpy as np
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError, Message, joined
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
+from vidax.pipelines.options import OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
 logger = logging.getLogger("vidax.pipeline")
@@ -57,6 +59,21 @@ def _per_video(name: str, value: Any, batch: int, prompts: int) -> list[float]:
         values = [_number(name, v) for v in value]
         return [v for v in values for _ in range(batch // prompts)]
     return [_number(name, value)] * batch
+
+
+#: The keywords every LTX-Video pipeline takes.
+LTX_OPTIONS = (
+    CallOption("frame_rate", float, "Frame rate the model conditions on (LTX-Video); also the mp4's unless --fps "
+               "is given.", "the checkpoint's", low=0, low_open=True),
+    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-Video).", "0", low=0, high=1),
+)
+#: The decode keywords of LTX-Video 0.9.1+ (a timestep-conditioned VAE).
+LTX_DECODE_OPTIONS = (
+    CallOption("decode_timestep", float, "Timestep the VAE decodes at (LTX-Video 0.9.1+); in Python also one "
+               "per prompt.", "the checkpoint's", low=0, per_prompt=True),
+    CallOption("decode_noise_scale", float, "Noise mixed into the latents before decoding (LTX-Video 0.9.1+); in "
+               "Python also one per prompt.", "the decode timestep", low=0, per_prompt=True),
+)
 
 
 class LTXDecode:
@@ -100,7 +117,7 @@ class LTXPipeline(LTXDecode, VideoPipeline):
     """
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
-    extra_call_args = ("frame_rate", "guidance_rescale", "decode_timestep", "decode_noise_scale")
+    call_options = LTX_OPTIONS + LTX_DECODE_OPTIONS
     #: diffusers casts the prediction to float32 before the CFG combination.
     guidance_dtype = jnp.float32
 
@@ -148,15 +165,16 @@ class LTXPipeline(LTXDecode, VideoPipeline):
             logger.warning("latents were given: their first latent frame is the conditioning frame and image is "
                            "not encoded, as in diffusers' LTXImageToVideoPipeline")
 
+    def video_fps(self, call):
+        """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
+        rate = call.extra.get("frame_rate")
+        return super().video_fps(call) if rate is None else Fraction(rate).limit_denominator(1001)
+
     @classmethod
     def check_ltx_args(cls, info: LTXInfo, call) -> None:
         """The keywords every LTX-Video pipeline checks the same way: ``frame_rate``,
         ``guidance_rescale``, ``decode_timestep`` / ``decode_noise_scale``, ``timesteps``."""
-        x = call.extra
-        if "frame_rate" in x:
-            _number("frame_rate", x["frame_rate"], low=1e-6)
-        if "guidance_rescale" in x:
-            _number("guidance_rescale", x["guidance_rescale"], 0.0, 1.0)
+        x = call.extra  # frame_rate and guidance_rescale: checked by their declarations
         for name in ("decode_timestep", "decode_noise_scale"):
             if x.get(name) is not None:
                 _per_video(name, x[name], call.batch, len(call.prompts))
@@ -193,21 +211,23 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                 raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
         c, v = scheduler.config, info.vae_config
         s, k = v.spatial_compression, v.temporal_compression
-        fit = [f"num_frames={(top // (h * w) - 1) * k + 1} at this height and width"] if top // (h * w) >= 1 else []
+        fit = [Message(Arg("num_frames", (top // (h * w) - 1) * k + 1), " at this height and width")
+               ] if top // (h * w) >= 1 else []
         scale = (top / tokens) ** 0.5
         hs, ws = int(h * scale), int(w * scale)
         while hs >= 1 and ws >= 1 and f * hs * ws > top:
             hs, ws = hs - 1, max(1, int(hs * w / h))
         if hs >= 1 and ws >= 1:
-            fit.append(f"height={hs * s}, width={ws * s} at this num_frames")
+            fit.append(Message(Arg("height", hs * s), ", ", Arg("width", ws * s), " at this ", Arg("num_frames")))
         raise InputError(
-            f"height={call.height}, width={call.width}, num_frames={call.num_frames} make {tokens} latent tokens "
-            f"({f} x {h} x {w}), more than this scheduler config's dynamic shift allows with num_inference_steps={n}: "
+            Arg("height", call.height), ", ", Arg("width", call.width), ", ", Arg("num_frames", call.num_frames),
+            f" make {tokens} latent tokens ({f} x {h} x {w}), more than this scheduler config's dynamic shift allows "
+            "with ", Arg("num_inference_steps", n), ": "
             f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
             f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
             f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
-            f"float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: "
-            f"{' or '.join(fit) if fit else 'a smaller height, width or num_frames'}")
+            "float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: ",
+            *(joined(fit, " or ") or ["a smaller ", Arg("height"), ", ", Arg("width"), " or ", Arg("num_frames")]))
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -433,7 +453,7 @@ def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
                                  "video=, frame_index=, strength=) objects")
             raw.append((f"conditions[{i}]", c.image, c.video, c.frame_index, c.strength))
     elif call.image is not None and video is not None:
-        raise InputError("image and video were both given; give one, or several conditions as "
+        raise InputError(Arg("image"), " and ", Arg("video"), " were both given; give one, or several conditions as "
                          "conditions=[LTXVideoCondition(image=...), LTXVideoCondition(video=...)]")
     elif call.image is not None or video is not None:
         media = (list(call.image) if isinstance(call.image, (list, tuple)) else [call.image]) \
@@ -513,9 +533,19 @@ class LTXConditionPipeline(LTXPipeline):
 
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
-    extra_call_args = ("conditions", "video", "frame_index", "strength", "denoise_strength", "timesteps",
-                       "frame_rate", "guidance_rescale", "image_cond_noise_scale", "decode_timestep",
-                       "decode_noise_scale")
+    call_options = (
+        CallOption("conditions", OBJECT, "LTXVideoCondition objects (image or video, frame_index, strength)."),
+        CallOption("video", VIDEO_FILE, "Video to condition on (LTX-Video condition pipeline: its frames from "
+                   "frame_index on).", task="v2v"),
+        CallOption("frame_index", OBJECT, "The frame each image / video conditions (one, or one per image)."),
+        CallOption("strength", OBJECT, "How strongly each condition holds, in [0, 1] (one, or one per image)."),
+        CallOption("denoise_strength", float, "The fraction of the steps that run, from latents= (LTX-Video "
+                   "condition pipeline).", "1", low=0, high=1),
+        CallOption("timesteps", OBJECT, "Custom timesteps, strictly descending."),
+    ) + LTX_OPTIONS + (
+        CallOption("image_cond_noise_scale", float, "Noise added to the conditioning latents each step (LTX-Video "
+                   "condition pipeline).", "0.15", low=0),
+    ) + LTX_DECODE_OPTIONS
     text_attention_mask = True
     #: torch's ``prepare_latents(num_prefix_latent_frames=2)``: a later-frame video's first two
     #: latent frames become extra tokens.
@@ -537,14 +567,14 @@ class LTXConditionPipeline(LTXPipeline):
         if info.scheduler_config.get("use_dynamic_shifting"):
             raise InputError(f"{info.checkpoint.config_file('scheduler')} uses dynamic shifting, which needs mu; "
                              "LTXConditionPipeline passes timesteps alone (diffusers refuses this scheduler too)")
-        ds = _number("denoise_strength", x.get("denoise_strength", 1.0), 0.0, 1.0)
+        ds = x.get("denoise_strength", 1.0)  # in [0, 1] by its declaration
         n = len(x["timesteps"]) if x.get("timesteps") is not None else call.num_inference_steps
         if min(int(n * ds), n) < 1:
-            raise InputError(f"denoise_strength={ds} runs int({n} x {ds}) = 0 of the {n} steps; give a larger one")
+            raise InputError(Arg("denoise_strength", ds), f" runs int({n} x {ds}) = 0 of the {n} steps; give a "
+                             "larger one")
         if ds < 1 and call.latents is None:
-            logger.warning("denoise_strength=%s without latents: the run starts from noise and only the last "
-                           "%d of %d steps run (as diffusers)", ds, int(n * ds), n)
-        _number("image_cond_noise_scale", x.get("image_cond_noise_scale", 0.15))
+            logger.warning("%s without latents: the run starts from noise and only the last "
+                           "%d of %d steps run (as diffusers)", Arg("denoise_strength", ds), int(n * ds), n)
         condition_items(call, info.vae_config.temporal_compression)
 
     # ------------------------------------------------------------------ schedule

@@ -151,24 +151,31 @@ class _Noise:
 
 
 class LTXVideoCausalConv3d(nnx.Module):
-    """``LTXVideoCausalConv3d``: a Conv3d with replicate time padding and zero spatial padding.
+    """``LTXVideoCausalConv3d`` (and LTX-2's ``LTX2VideoCausalConv3d``): a Conv3d with replicate
+    time padding and ``k // 2`` spatial padding.
 
     Causal: ``kt - 1`` copies of the first frame in front; otherwise ``(kt - 1) // 2`` copies of
-    the first frame in front and of the last behind. Spatially zero padded by ``k // 2``.
-    ``x (B, T, H, W, C_in)`` -> ``(B, T', H', W', C_out)``; parameters ``conv.kernel
-    (kt, kh, kw, C_in, C_out)``, ``conv.bias``.
+    the first frame in front and of the last behind. Spatial padding ``padding`` (a
+    :func:`jax.numpy.pad` mode: ``"constant"`` is torch's ``"zeros"``, ``"reflect"`` its
+    ``"reflect"``). ``x (B, T, H, W, C_in)`` -> ``(B, T', H', W', C_out)``; parameters
+    ``conv.kernel (kt, kh, kw, C_in, C_out)``, ``conv.bias``.
     """
 
     def __init__(self, cin: int, cout: int, kernel_size: int = 3, stride: int = 1, is_causal: bool = True, *,
-                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 padding: str = "constant", dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
         k = kernel_size
         self.kt = k
         self.is_causal = is_causal
-        self.conv = Conv(cin, cout, (k, k, k), stride=(stride,) * 3, padding=((0, 0), (k // 2,) * 2, (k // 2,) * 2),
+        self.pad_mode = None if padding == "constant" or k == 1 else padding
+        zero_pad = ((0, 0), (k // 2,) * 2, (k // 2,) * 2) if self.pad_mode is None else None
+        self.conv = Conv(cin, cout, (k, k, k), stride=(stride,) * 3, padding=zero_pad,
                          dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.astype(self.conv.dtype)
+        if self.pad_mode is not None:
+            p = self.kt // 2
+            x = jnp.pad(x, ((0, 0), (0, 0), (p, p), (p, p), (0, 0)), mode=self.pad_mode)
         if self.kt > 1:
             if self.is_causal:
                 x = jnp.concatenate([jnp.repeat(x[:, :1], self.kt - 1, axis=1), x], axis=1)
@@ -180,7 +187,9 @@ class LTXVideoCausalConv3d(nnx.Module):
 
 class LTXVideoResnetBlock3d(nnx.Module):
     """``LTXVideoResnetBlock3d``: RMS norm, [scale/shift], SiLU, conv, [noise], twice, plus a
-    shortcut (LayerNorm + 1x1x1 conv when the width changes).
+    shortcut (LayerNorm + 1x1x1 conv when the width changes: a causal-conv wrapper
+    ``conv_shortcut.conv``, or with ``plain_shortcut`` a plain conv ``conv_shortcut`` as LTX-2's
+    ``LTX2VideoResnetBlock3d``).
 
     ``x (B, T, H, W, C_in)``; ``temb (B, 4 C_in)`` float32 when ``timestep_conditioning`` (the
     block's time embedding: shift1, scale1, shift2, scale2 after adding ``scale_shift_table``);
@@ -189,12 +198,18 @@ class LTXVideoResnetBlock3d(nnx.Module):
     """
 
     def __init__(self, cin: int, cout: int, eps: float, is_causal: bool, inject_noise: bool = False,
-                 timestep_conditioning: bool = False, *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 timestep_conditioning: bool = False, *, padding: str = "constant", plain_shortcut: bool = False,
+                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.conv1 = LTXVideoCausalConv3d(cin, cout, 3, is_causal=is_causal, **kw)
-        self.conv2 = LTXVideoCausalConv3d(cout, cout, 3, is_causal=is_causal, **kw)
+        self.conv1 = LTXVideoCausalConv3d(cin, cout, 3, is_causal=is_causal, padding=padding, **kw)
+        self.conv2 = LTXVideoCausalConv3d(cout, cout, 3, is_causal=is_causal, padding=padding, **kw)
         self.norm3 = LayerNorm(cin, eps, True) if cin != cout else None
-        self.conv_shortcut = LTXVideoCausalConv3d(cin, cout, 1, is_causal=is_causal, **kw) if cin != cout else None
+        if cin == cout:
+            self.conv_shortcut = None
+        elif plain_shortcut:
+            self.conv_shortcut = Conv(cin, cout, (1, 1, 1), **kw)
+        else:
+            self.conv_shortcut = LTXVideoCausalConv3d(cin, cout, 1, is_causal=is_causal, **kw)
         self.per_channel_scale1 = nnx.Param(jnp.zeros((cin, 1, 1), param_dtype)) if inject_noise else None
         self.per_channel_scale2 = nnx.Param(jnp.zeros((cin, 1, 1), param_dtype)) if inject_noise else None
         self.scale_shift_table = (
@@ -250,10 +265,10 @@ class LTXVideoDownsampler3d(nnx.Module):
     ``(B, (T + st - 1) / st, H / sh, W / sw, C_out)``."""
 
     def __init__(self, cin: int, cout: int, stride: tuple[int, int, int], is_causal: bool, *,
-                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 padding: str = "constant", dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
         self.stride = tuple(stride)
         self.group_size = cin * math.prod(stride) // cout
-        self.conv = LTXVideoCausalConv3d(cin, cout // math.prod(stride), 3, is_causal=is_causal,
+        self.conv = LTXVideoCausalConv3d(cin, cout // math.prod(stride), 3, is_causal=is_causal, padding=padding,
                                          dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -266,15 +281,15 @@ class LTXVideoDownsampler3d(nnx.Module):
 class LTXVideoUpsampler3d(nnx.Module):
     """``LTXVideoUpsampler3d``: ``depth_to_space(conv(x))`` [+ ``depth_to_space(x)`` tiled over
     channels when ``residual``], first ``st - 1`` frames dropped. ``(B, T, H, W, C)`` ->
-    ``(B, 2 T - 1, 2 H, 2 W, C / upscale_factor)`` for stride 2."""
+    ``(B, st T - st + 1, sh H, sw W, C / upscale_factor)`` for stride ``(st, sh, sw)``."""
 
     def __init__(self, cin: int, stride: tuple[int, int, int], is_causal: bool, residual: bool, upscale_factor: int,
-                 *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 *, padding: str = "constant", dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
         self.stride = tuple(stride)
         self.residual = residual
         self.repeats = math.prod(stride) // upscale_factor
         self.conv = LTXVideoCausalConv3d(cin, cin * math.prod(stride) // upscale_factor, 3, is_causal=is_causal,
-                                         dtype=dtype, param_dtype=param_dtype, rngs=rngs)  # fmt: skip
+                                         padding=padding, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         drop = self.stride[0] - 1
@@ -290,8 +305,9 @@ class LTXVideoDownBlock3D(nnx.Module):
     ``kind`` 095): resnets at ``cin``, then the down-sampler (a stride-2 causal conv, or an
     ``LTXVideoDownsampler3d``), then (0.9.0 type only) a width-changing resnet ``conv_out``."""
 
-    def __init__(self, block: dict, eps: float, is_causal: bool, *, dtype, param_dtype, rngs: nnx.Rngs):
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    def __init__(self, block: dict, eps: float, is_causal: bool, *, padding: str = "constant",
+                 plain_shortcut: bool = False, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, padding=padding)
         cin, cout = block["cin"], block["cout"]
         self.resnets = nnx.List([LTXVideoResnetBlock3d(cin, cin, eps, is_causal, **kw) for _ in range(block["layers"])])
         if not block["scale"]:
@@ -302,7 +318,8 @@ class LTXVideoDownBlock3D(nnx.Module):
             down = LTXVideoDownsampler3d(cin, cout, block["stride"], is_causal, **kw)
         self.downsamplers = nnx.List([down]) if down is not None else None
         old = block["type"] == "LTXVideoDownBlock3D"
-        self.conv_out = LTXVideoResnetBlock3d(cin, cout, eps, is_causal, **kw) if old and cin != cout else None
+        self.conv_out = (LTXVideoResnetBlock3d(cin, cout, eps, is_causal, plain_shortcut=plain_shortcut, **kw)
+                         if old and cin != cout else None)
 
     def __call__(self, x: jax.Array, noise: _Noise) -> jax.Array:
         for resnet in self.resnets:
@@ -318,8 +335,9 @@ class LTXVideoMidBlock3d(nnx.Module):
     """``LTXVideoMidBlock3d``: [its own time embedding ``(B,) -> (B, 4 C)``], resnets at ``C``."""
 
     def __init__(self, channels: int, layers: int, eps: float, is_causal: bool, inject_noise: bool,
-                 timestep_conditioning: bool, *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                 timestep_conditioning: bool, *, padding: str = "constant", dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, padding=padding)
         self.time_embedder = PixArtTimestepEmbedding(channels * 4, rngs) if timestep_conditioning else None
         self.resnets = nnx.List([
             LTXVideoResnetBlock3d(channels, channels, eps, is_causal, inject_noise, timestep_conditioning, **kw)
@@ -335,17 +353,20 @@ class LTXVideoMidBlock3d(nnx.Module):
 
 class LTXVideoUpBlock3d(nnx.Module):
     """``LTXVideoUpBlock3d``: [width-changing resnet ``conv_in``], [time embedding], up-sampler
-    (input ``cout * factor`` channels), resnets at ``cout``."""
+    (input ``cout * factor`` channels, stride ``block["stride"]``), resnets at ``cout``."""
 
     def __init__(self, block: dict, eps: float, is_causal: bool, timestep_conditioning: bool, *,
-                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                 padding: str = "constant", plain_shortcut: bool = False, dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, padding=padding)
         cin, cout, noise = block["cin"], block["cout"], block["inject_noise"]
         tc = timestep_conditioning
         self.time_embedder = PixArtTimestepEmbedding(cin * 4, rngs) if tc else None
-        self.conv_in = LTXVideoResnetBlock3d(cin, cout, eps, is_causal, noise, tc, **kw) if cin != cout else None
+        self.conv_in = (LTXVideoResnetBlock3d(cin, cout, eps, is_causal, noise, tc, plain_shortcut=plain_shortcut, **kw)
+                        if cin != cout else None)
         self.upsamplers = nnx.List([
-            LTXVideoUpsampler3d(cout * block["factor"], (2, 2, 2), is_causal, block["residual"], block["factor"], **kw)
+            LTXVideoUpsampler3d(cout * block["factor"], block["stride"], is_causal, block["residual"],
+                                block["factor"], **kw)
         ]) if block["scale"] else None  # fmt: skip
         self.resnets = nnx.List([
             LTXVideoResnetBlock3d(cout, cout, eps, is_causal, noise, tc, **kw) for _ in range(block["layers"])
@@ -373,10 +394,14 @@ class LTXVideoEncoder3d(nnx.Module):
     def __init__(self, config: LTXVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         c, eps, causal = config, config.resnet_norm_eps, config.encoder_causal
+        kw["padding"] = c.encoder_padding
         self.patch = c.patch_size
-        self.conv_in = LTXVideoCausalConv3d(c.in_channels * c.patch_size**2, c.block_out_channels[0], 3,
+        blocks = c.encoder_blocks()
+        self.conv_in = LTXVideoCausalConv3d(c.in_channels * c.patch_size**2,
+                                            blocks[0]["cin"] if blocks else c.block_out_channels[0], 3,
                                             is_causal=causal, **kw)  # fmt: skip
-        self.down_blocks = nnx.List([LTXVideoDownBlock3D(b, eps, causal, **kw) for b in c.encoder_blocks()])
+        self.down_blocks = nnx.List([LTXVideoDownBlock3D(b, eps, causal, plain_shortcut=c.plain_conv_shortcut, **kw)
+                                     for b in blocks])
         width = c.encoder_out_width
         self.mid_block = LTXVideoMidBlock3d(width, c.layers_per_block[-1], eps, causal, False, False, **kw)
         self.conv_out = LTXVideoCausalConv3d(width, c.latent_channels + 1, 3, is_causal=causal, **kw)
@@ -402,13 +427,15 @@ class LTXVideoDecoder3d(nnx.Module):
     def __init__(self, config: LTXVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         c, eps, causal, tc = config, config.resnet_norm_eps, config.decoder_causal, config.timestep_conditioning
+        kw["padding"] = c.decoder_padding
         self.patch = c.patch_size
         width = tuple(reversed(c.decoder_block_out_channels))[0]
         self.conv_in = LTXVideoCausalConv3d(c.latent_channels, width, 3, is_causal=causal, **kw)
         self.mid_block = LTXVideoMidBlock3d(width, c.decoder_layers_per_block[-1], eps, causal,
                                             bool(c.decoder_inject_noise[-1]), tc, **kw)  # fmt: skip
         blocks = c.decoder_blocks()
-        self.up_blocks = nnx.List([LTXVideoUpBlock3d(b, eps, causal, tc, **kw) for b in blocks])
+        self.up_blocks = nnx.List([LTXVideoUpBlock3d(b, eps, causal, tc, plain_shortcut=c.plain_conv_shortcut, **kw)
+                                   for b in blocks])
         out = blocks[-1]["cout"]
         self.conv_out = LTXVideoCausalConv3d(out, c.out_channels * c.patch_size**2, 3, is_causal=causal, **kw)
         self.timestep_scale_multiplier = nnx.Param(jnp.asarray(1000.0, _F32)) if tc else None
@@ -422,7 +449,7 @@ class LTXVideoDecoder3d(nnx.Module):
             shapes += [(h, w)] * (2 if resnet.per_channel_scale1 is not None else 0)
         for block in self.up_blocks:  # a noisy up block has no conv_in (LTXVAEConfig)
             if block.upsamplers is not None:
-                h, w = 2 * h, 2 * w
+                h, w = h * block.upsamplers[0].stride[1], w * block.upsamplers[0].stride[2]
             for resnet in block.resnets:
                 shapes += [(h, w)] * (2 if resnet.per_channel_scale1 is not None else 0)
         return shapes
@@ -661,6 +688,7 @@ class LTXVideoVAE(nnx.Module):
         tiling = self.tiling if tiling is None else tiling
         if tiling is not None:
             tiling.check(cfg)
+        self._check_reflect_tiles(shape[2], shape[3], tiling)
         temb = self._timestep(timestep, shape[0])
         key = (jax.random.key(0) if noise_key is None else noise_key) if self.injects_noise else None
         z = np.asarray(z, np.float32)
@@ -734,6 +762,25 @@ class LTXVideoVAE(nnx.Module):
             plan.append((i, keep))
             have += keep
         return plan
+
+    def _check_reflect_tiles(self, h: int, w: int, tiling: LTXTiling | None) -> None:
+        """A decoder that pads by reflection (LTX-2) needs every spatial tile at least 2 latents
+        high and wide (the reference fails on a 1-latent tile); raises InputError otherwise."""
+        if self.config.decoder_padding != "reflect":
+            return
+        s = self.config.spatial_compression
+        sizes = [(h, w)]
+        if tiling is not None and tiling.spatial and (
+                w > tiling.tile_sample_min_width // s or h > tiling.tile_sample_min_height // s):
+            tile = (tiling.tile_sample_min_height // s, tiling.tile_sample_min_width // s)
+            step = (tiling.tile_sample_stride_height // s, tiling.tile_sample_stride_width // s)
+            sizes = [(min(tile[0], h - i), min(tile[1], w - j)) for i in range(0, h, step[0])
+                     for j in range(0, w, step[1])]
+        for th, tw in sizes:
+            if min(th, tw) < 2:
+                raise InputError(f"latents of {h} x {w} decode in a tile of {th} x {tw} latents: this VAE's decoder "
+                                 "pads by reflection, which needs at least 2 x 2 latents per tile (the reference "
+                                 "fails there); use other sizes or tile sizes")
 
     def _spatial_decode(self, z: np.ndarray, run, tiling: LTXTiling | None) -> np.ndarray:
         """``_decode`` without the temporal branch: ``tiled_decode`` when tiling applies."""

@@ -29,7 +29,7 @@ import numpy as np
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
-from vidax.errors import CheckpointError, InputError
+from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit,
@@ -113,9 +113,10 @@ class WanPipeline(VideoPipeline):
                              "whole batch, as diffusers' WanImageToVideoPipeline")
         if call.image is not None and info.has_image_encoder and call.max_sequence_length != 512:
             logger.warning(
-                "max_sequence_length=%s: diffusers' WanImageToVideoPipeline assumes 512 text tokens when it "
+                "%s: diffusers' WanImageToVideoPipeline assumes 512 text tokens when it "
                 "separates the image tokens, so its output differs from vidax's (which keeps them apart at "
-                "any length) unless max_sequence_length=512", call.max_sequence_length)
+                "any length) unless %s", Arg("max_sequence_length", call.max_sequence_length),
+                Arg("max_sequence_length", 512))
 
     # ------------------------------------------------------------------ loading
     @classmethod

@@ -1,0 +1,107 @@
+"""Every released HunyuanVideo 1.5 transformer config parses, builds abstractly, and has diffusers'
+parameter count and state-dict keys.
+
+Covers the eight ``hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-*`` transformer configs in
+``reference_configs/`` (480p / 720p, T2V / I2V, CFG-distilled, step-distilled with MeanFlow).
+The reference is ``diffusers.HunyuanVideo15Transformer3DModel`` built under accelerate's
+``init_empty_weights`` (no memory).
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import json
+import math
+import os
+
+import jax
+import pytest
+from flax import nnx
+
+from tests.paths import REFERENCE_CONFIGS
+from vidax.errors import ConfigError
+from vidax.models.hunyuan_video15.config import HunyuanVideo15TransformerConfig
+from vidax.models.hunyuan_video15.convert import TRANSFORMER_FP32_PARAMS
+from vidax.models.hunyuan_video15.transformer import HunyuanVideo15Transformer3DModel
+from vidax.registry import registry
+from vidax.weights.loader import DtypePolicy
+
+CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo-1.5-*",
+                                        "transformer", "config.json")))
+IDS = [p.split(os.sep)[-3].split("Diffusers-")[-1] for p in CONFIGS]
+
+
+def test_every_released_config_is_covered():
+    assert len(CONFIGS) == 8, CONFIGS
+
+
+def _reference(cfg: dict):
+    pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    accelerate = pytest.importorskip("accelerate")
+    with accelerate.init_empty_weights():
+        ref = diffusers.HunyuanVideo15Transformer3DModel.from_config(cfg)
+    return sum(p.numel() for p in ref.parameters()), set(ref.state_dict())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=IDS)
+def test_param_count_matches_reference(path):
+    with open(path) as f:
+        raw = json.load(f)
+    cfg = HunyuanVideo15TransformerConfig.from_json_file(path)
+    model = nnx.eval_shape(lambda: HunyuanVideo15Transformer3DModel(cfg, rngs=nnx.Rngs(0)))
+    flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    ours = sum(math.prod(v.get_value().shape) for _, v in flat)
+    theirs, ref_keys = _reference(raw)
+    print(f"{os.path.relpath(path, REFERENCE_CONFIGS)}: {ours / 1e9:.4f} B parameters")
+    assert ours == theirs
+    # The key rules map every reference key onto exactly one of our parameters.
+    rules = registry().component("HunyuanVideo15Transformer3DModel").rules(cfg)
+    ours_keys = set()
+    for p, _ in flat:
+        ours_keys |= ({rules.join(p, i) for i in range(cfg.num_layers)} if p[0] == "transformer_blocks"
+                      else {rules.join(p, None)})
+    assert ours_keys == ref_keys
+    policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
+    kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
+    assert "time_embed.timestep_embedder.linear_1.kernel" in kept
+    assert ("time_embed.timestep_embedder_r.linear_1.kernel" in kept) == cfg.use_meanflow
+    assert "transformer_blocks.attn.norm_q.scale" in kept
+    assert "context_embedder.token_refiner.refiner_blocks.0.norm1.scale" in kept
+    assert {"context_embedder_2.norm.scale", "image_embedder.norm_in.bias", "image_embedder.norm_out.scale"} <= kept
+    assert "transformer_blocks.norm1.linear.kernel" not in kept and "cond_type_embed.embedding" not in kept
+
+
+def test_known_size():
+    cfg = HunyuanVideo15TransformerConfig.from_json_file(CONFIGS[0])
+    model = nnx.eval_shape(lambda: HunyuanVideo15Transformer3DModel(cfg, rngs=nnx.Rngs(0)))
+    n = sum(math.prod(v.get_value().shape) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    assert round(n / 1e9, 1) == 8.3  # the published "8.3B"
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ({"qk_norm": "layer_norm"}, "qk_norm"),
+        ({"rope_axes_dim": [16, 56, 48]}, "rope_axes_dim"),
+        ({"task_type": "v2v"}, "task_type"),
+        ({"use_meanflow": 1}, "use_meanflow"),
+        ({"image_embed_dim": 0}, "image_embed_dim"),
+        ({"guidance_embeds": True}, "unknown setting guidance_embeds"),
+    ],
+)
+def test_config_refuses(override, match):
+    with pytest.raises(ConfigError, match=match):
+        HunyuanVideo15TransformerConfig.from_config_dict({"_class_name": "HunyuanVideo15Transformer3DModel",
+                                                          **override})
+
+
+def test_config_defaults_are_diffusers():
+    diffusers = pytest.importorskip("diffusers")
+    sig = inspect.signature(diffusers.HunyuanVideo15Transformer3DModel.__init__)
+    defaults = {k: p.default for k, p in sig.parameters.items() if k != "self"}
+    ours = HunyuanVideo15TransformerConfig().to_dict()
+    assert set(ours) == set(defaults)
+    for key, value in defaults.items():
+        assert ours[key] == (tuple(value) if isinstance(value, (list, tuple)) else value), key

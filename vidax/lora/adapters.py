@@ -1,0 +1,209 @@
+"""A pipeline's LoRA adapters: loading, weights, fusing and unloading, as diffusers' loaders.
+
+The pipeline (:class:`vidax.pipelines.base.VideoPipeline`) delegates its ``load_lora_weights``,
+``set_adapters``, ``fuse_lora``, ``unfuse_lora``, ``unload_lora_weights`` and
+``get_active_adapters`` here. diffusers keeps an unfused adapter as extra layers run beside the
+weights; vidax always merges, so the weights of every denoising transformer are at all times
+
+    base + fuse_scale * sum over active adapters (weight * its delta)
+
+(``fuse_scale`` 1 unless :meth:`LoraAdapters.fuse` set it), which is what diffusers computes
+with the adapter layers, fused or not. Everything a file holds is checked (each key lands on a
+parameter of its shape) before any weight changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Sequence
+
+from vidax.errors import InputError
+from vidax.lora.apply import ParamStore
+from vidax.lora.formats import LoraFile, _listed, parse, read_state_dict
+from vidax.lora.targets import ModelTargets, Term, guess_family, transformer_targets
+
+logger = logging.getLogger("vidax.lora")
+
+
+class LoraAdapters:
+    """The adapters of one pipeline.
+
+    Args:
+        transformers: the denoising transformers, in expert order (component names,
+            modules, registry specs and configs: ``[(name, module, spec, config), ...]``).
+    """
+
+    def __init__(self, transformers: Sequence[tuple[str, Any, Any, Any]]):
+        self.names = [t[0] for t in transformers]
+        self._targets = [transformer_targets(m, spec, cfg) for _, m, spec, cfg in transformers]
+        self._stores = [ParamStore(m) for _, m, _, _ in transformers]
+        self.terms: dict[str, list[list[Term]]] = {}   # adapter -> per expert, at weight 1
+        self.files: dict[str, LoraFile] = {}
+        self.loaded_into: dict[str, list[int]] = {}    # adapter -> experts it was loaded into
+        self.active: list[list[tuple[str, float]]] = [[] for _ in transformers]  # per expert
+        self.fuse_scale = [1.0] * len(transformers)
+        self.enabled = True
+
+    # ------------------------------------------------------------------ loading
+    def load(self, source: Any, adapter_name: str | None = None, *, experts: Sequence[int] | None = None,
+             what: str | None = None) -> str:
+        """Read, check and merge a LoRA; returns its adapter name (``default_<n>`` when None).
+
+        Args:
+            source: a ``.safetensors`` path or a state dict. experts: which transformers take it
+                (None: the first; a file with ``transformer_2.`` keys gives those to the second).
+            what: how the source is named in errors (default ``load_lora_weights(<path>)``).
+
+        Raises:
+            InputError: unreadable or truncated file, keys of no layout, a key that lands on no
+                parameter (the first few listed; for a file that fits another family, which),
+                a rank mismatch, a name in use (all before any weight changes).
+        """
+        label = what or f"load_lora_weights({_name(source)})"
+        if adapter_name is None:
+            n = len(self.terms)
+            while f"default_{n}" in self.terms:
+                n += 1
+            adapter_name = f"default_{n}"
+        if not isinstance(adapter_name, str) or not adapter_name:
+            raise InputError(f"adapter_name={adapter_name!r} must be a non-empty string")
+        if adapter_name in self.terms:
+            raise InputError(f"adapter_name={adapter_name!r} is already loaded (loaded: {list(self.terms)}); "
+                             "give another name or unload_lora_weights() first")
+        tensors, metadata, src = read_state_dict(source, label)
+        lora = parse(tensors, metadata, src, label)
+        experts = list(experts) if experts is not None else [0]
+        for e in experts:
+            if not 0 <= e < len(self.names):
+                raise InputError(f"{label}: this pipeline has no {_expert_name(e)} (it has {self.names})")
+        if 1 in lora.experts and len(self.names) < 2:
+            raise InputError(f"{label}: holds transformer_2 keys, but this pipeline has one transformer")
+        per_expert: list[list[Term]] = [[] for _ in self.names]
+        for e in experts if 1 not in lora.experts else sorted(set(lora.experts) & set(range(len(self.names)))):
+            modules = lora.experts.get(e, lora.experts.get(0, {})) if 1 in lora.experts else lora.experts[0]
+            terms, problems = self._targets[e].terms(modules)
+            if problems:
+                raise InputError(self._misfit(label, e, problems, modules))
+            per_expert[e] = terms
+        self.terms[adapter_name] = per_expert
+        self.files[adapter_name] = lora
+        self.loaded_into[adapter_name] = [e for e, t in enumerate(per_expert) if t]
+        for e in self.loaded_into[adapter_name]:  # in each transformer it goes to, the active one, as diffusers'
+            self.active[e] = [(adapter_name, 1.0)]
+        self._apply()
+        logger.info("LoRA %s (%s layout, rank %s, %d keys) -> %s", adapter_name, lora.layout, lora.ranks,
+                    lora.num_keys, ", ".join(self.names[e] for e, t in enumerate(per_expert) if t))
+        return adapter_name
+
+    def _misfit(self, label: str, expert: int, problems: list[str], modules: dict) -> str:
+        targets: ModelTargets = self._targets[expert]
+        placed = len(modules) - len({p.split(" ", 1)[0] for p in problems})
+        msg = (f"{label}: {len(problems)} key(s) land on no parameter of {self.names[expert]} "
+               f"({targets.family}): {_listed(problems)}")
+        if placed <= 0:
+            other = guess_family(modules, exclude=targets.family)
+            if other is not None:
+                msg += f"; the file looks like a LoRA for {other}"
+        return msg
+
+    # ------------------------------------------------------------------ choosing
+    def set_adapters(self, names: Any, adapter_weights: Any = None) -> None:
+        """Make ``names`` (a name or a list) the active adapters with ``adapter_weights`` (a number
+        or one per name; default 1).
+
+        Raises:
+            InputError: an unknown name, or weights of another length / not finite numbers.
+        """
+        names = [names] if isinstance(names, str) else list(names)
+        unknown = [n for n in names if n not in self.terms]
+        if unknown:
+            raise InputError(f"set_adapters: {unknown} not loaded (loaded: {list(self.terms)})")
+        if adapter_weights is None:
+            weights = [1.0] * len(names)
+        elif isinstance(adapter_weights, (int, float)) and not isinstance(adapter_weights, bool):
+            weights = [float(adapter_weights)] * len(names)
+        else:
+            weights = list(adapter_weights)
+        if len(weights) != len(names) or not all(_finite(w) for w in weights):
+            raise InputError(f"set_adapters: adapter_weights={adapter_weights!r} must be a finite number or one "
+                             f"per adapter ({len(names)})")
+        self.active = [[(n, float(w)) for n, w in zip(names, weights) if e in self.loaded_into[n]]
+                       for e in range(len(self.names))]
+        self.enabled = True
+        self._apply()
+
+    def fuse(self, lora_scale: float = 1.0, components: Sequence[str] | None = None,
+             adapter_names: Sequence[str] | None = None) -> None:
+        """diffusers' ``fuse_lora``: the active adapters (or ``adapter_names``) scaled by
+        ``lora_scale`` in ``components`` (default ``["transformer"]``)."""
+        if not _finite(lora_scale):
+            raise InputError(f"fuse_lora: lora_scale={lora_scale!r} must be a finite number")
+        for i in self._components(components, "fuse_lora"):
+            self.fuse_scale[i] = float(lora_scale)
+        if adapter_names is not None:
+            weights = {n: w for per in self.active for n, w in per}
+            self.set_adapters(list(adapter_names), [weights.get(n, 1.0) for n in adapter_names])
+        self._apply()
+
+    def unfuse(self, components: Sequence[str] | None = None) -> None:
+        """diffusers' ``unfuse_lora``: the fused scale back to 1 (the adapters stay active, as
+        diffusers' unfused adapter layers; :meth:`unload` removes them)."""
+        for i in self._components(components, "unfuse_lora"):
+            self.fuse_scale[i] = 1.0
+        self._apply()
+
+    def enable(self, on: bool) -> None:
+        self.enabled = on
+        self._apply()
+
+    def unload(self) -> None:
+        """Remove every adapter: each touched parameter gets its base value back, bit for bit."""
+        self.terms.clear()
+        self.files.clear()
+        self.loaded_into.clear()
+        self.active = [[] for _ in self.names]
+        self.fuse_scale = [1.0] * len(self.names)
+        for store in self._stores:
+            store.restore()
+
+    def _components(self, components, where: str) -> list[int]:
+        components = ["transformer"] if components is None else [components] if isinstance(components, str) \
+            else list(components)
+        bad = [c for c in components if c not in self.names]
+        if bad:
+            raise InputError(f"{where}: components={components!r}: {bad} not among this pipeline's {self.names}")
+        return [self.names.index(c) for c in components]
+
+    def active_names(self) -> list[str]:
+        """The active adapters of every transformer, each once, in order."""
+        out: list[str] = []
+        for per in self.active if self.enabled else []:
+            out += [n for n, _ in per if n not in out]
+        return out
+
+    # ------------------------------------------------------------------ merging
+    def _apply(self) -> None:
+        for e, store in enumerate(self._stores):
+            terms = []
+            if self.enabled:
+                for name, weight in self.active[e]:
+                    for t in self.terms[name][e]:
+                        terms.append(Term(t.target, t.kind, t.a, t.b, t.scale * weight * self.fuse_scale[e]))
+            touched = {t.target.path for t in terms}
+            store.restore(keep=lambda path: path in touched)
+            store.merge(terms)
+
+
+def _finite(x: Any) -> bool:
+    import math
+
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _name(source: Any) -> str:
+    return repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else "a state dict"
+
+
+def _expert_name(e: int) -> str:
+    return "transformer" if e == 0 else f"transformer_{e + 1}"

@@ -1,0 +1,24 @@
+"""HunyuanVideo 1.5 (Tencent; ``hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-*``: 480p and
+720p, T2V and I2V, CFG-distilled and step-distilled).
+
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, ``transformer.py``
+(model code only; its double-stream blocks, token refiner and RoPE are HunyuanVideo 1.0's) and
+``convert.py`` (fp32 parameters and parameter axes: the tables the registry entries name for the
+one component loader). The pipelines are not registered yet.
+"""
+
+from vidax.registry import Family, family_component
+
+_PKG = "vidax.models.hunyuan_video15"
+
+FAMILY = Family(
+    name="hunyuan_video15",
+    components=(
+        family_component(_PKG, "transformer", "HunyuanVideo15Transformer3DModel",
+                         "transformer:HunyuanVideo15Transformer3DModel", "HunyuanVideo15TransformerConfig",
+                         block_stacks=("transformer_blocks",),
+                         key_configs=("num_layers", "num_refiner_layers", "num_attention_heads", "attention_head_dim",
+                                      "in_channels", "out_channels", "patch_size", "patch_size_t", "text_embed_dim",
+                                      "text_embed_2_dim", "image_embed_dim", "use_meanflow")),
+    ),
+)

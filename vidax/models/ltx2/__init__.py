@@ -1,0 +1,48 @@
+"""LTX-2 / LTX-2.3 (Lightricks): video with its soundtrack.
+
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs; the
+transformer's and connectors' in ``config_transformer.py``), ``transformer.py``, ``connectors.py``,
+``rope.py`` (model code only), ``video_vae.py`` (``AutoencoderKLLTX2Video``: LTX-Video's VAE blocks
+with LTX-2's settings), ``audio_vae.py`` (``AutoencoderKLLTX2Audio``: audio latents <-> mel
+spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``: mel -> waveform),
+``convert.py`` (the tables the registry entries name for the one component loader).
+
+No pipeline is registered yet: the components load on their own through
+:func:`vidax.weights.component.load_component`.
+"""
+
+from vidax.registry import Family, family_component
+
+_PKG = "vidax.models.ltx2"
+
+FAMILY = Family(
+    name="ltx2",
+    components=(
+        family_component(_PKG, "transformer", "LTX2VideoTransformer3DModel",
+                         "transformer:LTX2VideoTransformer3DModel", "LTX2TransformerConfig",
+                         block_stacks=("transformer_blocks",),
+                         key_configs=("num_layers", "num_attention_heads", "attention_head_dim",
+                                      "audio_num_attention_heads", "audio_attention_head_dim", "in_channels",
+                                      "audio_in_channels", "caption_channels", "gated_attn", "cross_attn_mod",
+                                      "perturbed_attn", "rope_type")),
+        family_component(_PKG, "connectors", "LTX2TextConnectors", "connectors:LTX2TextConnectors",
+                         "LTX2ConnectorsConfig", key_rules="connectors_key_rules",
+                         key_configs=("caption_channels", "text_proj_in_factor", "per_modality_projections",
+                                      "video_connector_num_layers", "audio_connector_num_layers", "rope_type")),
+        family_component(_PKG, "vae", "AutoencoderKLLTX2Video", "video_vae:AutoencoderKLLTX2Video",
+                         "LTX2VideoVAEConfig",
+                         key_configs=("latent_channels", "block_out_channels", "decoder_block_out_channels",
+                                      "upsample_type", "decoder_spatial_padding_mode", "timestep_conditioning",
+                                      "patch_size")),
+        family_component(_PKG, "audio_decoder", "AutoencoderKLLTX2Audio", "audio_vae:AutoencoderKLLTX2Audio",
+                         "LTX2AudioVAEConfig",
+                         key_configs=("latent_channels", "base_channels", "ch_mult", "mel_bins", "sample_rate",
+                                      "mel_hop_length")),
+        family_component(_PKG, "vocoder", "LTX2Vocoder", "vocoder:LTX2Vocoder", "LTX2VocoderConfig",
+                         key_configs=("hidden_channels", "upsample_factors", "act_fn", "output_sampling_rate")),
+        family_component(_PKG, "vocoder", "LTX2VocoderWithBWE", "vocoder:LTX2VocoderWithBWE",
+                         "LTX2VocoderWithBWEConfig",
+                         key_configs=("hidden_channels", "upsample_factors", "bwe_hidden_channels",
+                                      "input_sampling_rate", "output_sampling_rate")),
+    ),
+)

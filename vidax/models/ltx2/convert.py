@@ -1,0 +1,71 @@
+"""Reading LTX-2 checkpoints: the tables the registry entries name (``__init__.py``) for the one
+component loader (:mod:`vidax.weights.component`), under the names every family's ``convert.py``
+uses (``docs/adding_a_family.md``). The module trees mirror the reference's, so every key maps by
+rule: ``transformer_blocks`` stacked in the transformer, each connector's ``transformer_blocks``
+stacked in the connectors (:func:`connectors_key_rules`); the VAEs and vocoders by the default rule.
+
+Transformer: :data:`TRANSFORMER_FP32_PARAMS`, :data:`TRANSFORMER_PARAM_AXES`.
+Connectors: :data:`CONNECTORS_FP32_PARAMS`, :func:`connectors_key_rules`.
+"""
+
+from __future__ import annotations
+
+from vidax.models.ltx.convert import VAE_FP32_PARAMS
+from vidax.parallel.rules import column_parallel, row_parallel
+from vidax.weights.loader import KeyRules
+
+# ---------------------------------------------------------------------------------------------
+# Transformer
+
+#: Kept float32 under any dtype: the timestep MLPs of every AdaLN-single embedding
+#: (``time_embed``, ``audio_time_embed``, ``av_cross_attn_*``, ``prompt_adaln``) and every
+#: modulation table (``scale_shift_table``, ``audio_scale_shift_table``, the blocks' prompt and
+#: audio<->video tables), matched as whole path segments. The reference casts them with the
+#: model; vidax keeps these small tensors float32 as for the other families (the modulation
+#: arithmetic is float32 anyway).
+TRANSFORMER_FP32_PARAMS = (r"(^|/)(timestep_embedder|[a-z0-9_]*scale_shift_table)(/|$)",)
+
+_ATTN = r"^transformer_blocks/(attn1|attn2|audio_attn1|audio_attn2|audio_to_video_attn|video_to_audio_attn)"
+_FF = r"^transformer_blocks/(ff|audio_ff)"
+
+#: Logical axes of the parameters (stacked blocks lead with ``layers``; :mod:`vidax.parallel.rules`):
+#: q/k/v and FFN-in column-parallel (output over ``heads`` / ``mlp``), attention-out and FFN-out
+#: row-parallel (bias added once after the reduction), the q/k RMSNorm weights follow the split
+#: activation; the per-head gates (``to_gate_logits``, heads outputs) split with the heads.
+#: Everything else is replicated.
+TRANSFORMER_PARAM_AXES = (
+    *column_parallel(_ATTN + r"/(to_q|to_k|to_v)", "heads"),
+    (_ATTN + r"/(norm_q|norm_k)/scale$", ("layers", "heads")),
+    *column_parallel(_ATTN + r"/to_gate_logits", "heads"),
+    *row_parallel(_ATTN + r"/to_out/0", "heads"),
+    *column_parallel(_FF + r"/net/0/proj", "mlp"),
+    *row_parallel(_FF + r"/net/2", "mlp"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Connectors
+
+#: Kept float32 under any dtype: the learnable registers (they replace the padding as they are).
+CONNECTORS_FP32_PARAMS = (r"(^|/)learnable_registers$",)
+
+
+def connectors_key_rules(config, keys=()) -> KeyRules:
+    """Key mapping of ``LTX2TextConnectors``: each connector's blocks stacked (the same for any
+    ``keys``)."""
+    return KeyRules(stacked=("video_connector.transformer_blocks", "audio_connector.transformer_blocks"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Autoencoders and vocoders
+
+#: The video VAE is LTX-Video's (:mod:`vidax.models.ltx2.video_vae`): the same float32 parameters.
+VAE_FP32_PARAMS = VAE_FP32_PARAMS
+
+#: The audio VAE keeps its latent statistics float32 (its norms have no parameters; GroupNorm's
+#: affine is float32 by construction).
+AUDIO_DECODER_FP32_PARAMS = (r"^latents_(mean|std)$", r"norm[^/]*/(scale|bias)$")
+
+#: The vocoders keep the snake parameters (exponentiated), the anti-aliasing filters, the STFT
+#: bases and the mel filterbank float32.
+VOCODER_FP32_PARAMS = (r"(^|/)(alpha|beta|filter)$", r"(^|/)(forward_basis|inverse_basis|mel_basis)$")

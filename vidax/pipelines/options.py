@@ -1,0 +1,183 @@
+"""Call keywords declared once: :class:`CallOption` gives a keyword's name, type, valid values,
+default and help. The declarations drive the type and range checks of a call (before any weight
+is read), ``vidax generate``'s flags (built from every registered pipeline's declarations, so a
+family's keyword is a flag without editing the CLI) and how errors name the argument
+(:class:`vidax.errors.Arg`: the keyword in Python, the flag on the command line).
+
+The shared keywords are :data:`SHARED_OPTIONS`; a family declares its own in its pipeline
+class's ``call_options``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from vidax.errors import Arg, InputError
+
+#: The kinds of value a call keyword takes beyond a plain int / float / str / bool (``type``):
+#: frames the CLI reads from a video file, an image it reads from an image file, or anything
+#: the family checks itself (arrays, objects, lists): no flag.
+VIDEO_FILE, IMAGE_FILE, OBJECT = "video file", "image file", "object"
+
+_NUMBER = (int, float, np.integer, np.floating)
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOption:
+    """One call keyword of a pipeline.
+
+    Attributes:
+        name: the Python keyword; the flag of ``vidax generate`` is ``--`` + it with ``-`` for ``_``.
+        type: ``int``, ``float`` (any finite number), ``str``, ``bool``, or a kind: ``VIDEO_FILE``
+            (uint8 (F, H, W, 3) frames in Python, a video file on the command line),
+            ``IMAGE_FILE`` (a PIL image or uint8 (H, W, 3); an image file), ``OBJECT`` (checked
+            by the family only, no flag).
+        help: what it does, for ``--help`` and the docs.
+        default: what the call uses when it is not given, in words for ``--help`` (the value
+            itself is the pipeline's: it may come from the checkpoint).
+        low, high: the valid range of a number, inclusive (``low_open``: ``> low``).
+        choices: the valid values (instead of a range).
+        valid: how the message of a bad value says what is valid (default: from the above).
+        per_prompt: a list with one value per prompt is also valid (each value is checked; the
+            family checks the list's length).
+        task: giving it asks for this task (``"v2v"`` for a conditioning video).
+        flag: offered by ``vidax generate`` (never for ``OBJECT``).
+        cli_default: the value ``vidax generate`` passes when the flag is not given.
+        required: ``vidax generate`` needs the flag.
+        short: other spellings of the flag (``("-p",)``).
+    """
+
+    name: str
+    type: Any
+    help: str
+    default: str = ""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple | None = None
+    valid: str = ""
+    per_prompt: bool = False
+    task: str | None = None
+    flag: bool = True
+    cli_default: Any = None
+    required: bool = False
+    short: tuple[str, ...] = ()
+
+    @property
+    def is_flag(self) -> bool:
+        return self.flag and self.type is not OBJECT
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def describe_valid(self) -> str:
+        """What is valid, in words (``"a positive integer"``, ``"a number in [0, 1]"``)."""
+        if self.valid:
+            return self.valid
+        if self.choices is not None:
+            return " or ".join(map(repr, self.choices))
+        if self.type is bool:
+            return "True or False"
+        if self.type is str:
+            return "a string"
+        if self.type is int:
+            if self.low == 1 and self.high is None:
+                return "a positive integer"
+            what = "an integer"
+        elif self.type is float:
+            what = "a finite number" if self.low is None and self.high is None else "a number"
+        else:
+            return ""
+        if self.low is not None and self.high is not None:
+            return f"{what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
+        if self.low is not None:
+            return f"{what} {'>' if self.low_open else '>='} {_num(self.low)}"
+        return what if self.high is None else f"{what} <= {_num(self.high)}"
+
+    def check(self, value: Any, label: Arg | None = None) -> Any:
+        """``value`` checked against the type, range and choices (None passes: not given); a
+        number comes back as a Python int / float.
+
+        Raises:
+            InputError: ``"<name> must be <valid>, got <value>"``, naming the argument as data.
+        """
+        if value is None or self.type in (OBJECT, VIDEO_FILE, IMAGE_FILE):
+            return value
+        if self.per_prompt and isinstance(value, (list, tuple)):
+            return [self.check(v, Arg(f"{self.name}[{i}]")) for i, v in enumerate(value)]
+        if not self._valid(value):
+            raise InputError(label or Arg(self.name), f" must be {self.describe_valid()}, got {value!r}")
+        return int(value) if self.type is int else float(value) if self.type is float else value
+
+    def _valid(self, value: Any) -> bool:
+        if self.type is bool:
+            ok = isinstance(value, (bool, np.bool_))
+        elif self.type is str:
+            ok = isinstance(value, str)
+        elif isinstance(value, (bool, np.bool_)):
+            ok = False
+        elif self.type is int:
+            ok = isinstance(value, (int, np.integer))
+        else:
+            ok = isinstance(value, _NUMBER) and bool(np.isfinite(value))
+        if not ok:
+            return False
+        if self.choices is not None:
+            return value in self.choices
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:.4g}"
+
+
+def options_by_name(options: Iterable[CallOption]) -> dict[str, CallOption]:
+    return {o.name: o for o in options}
+
+
+def check_options(options: Mapping[str, CallOption], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each declared keyword checked (:meth:`CallOption.check`); the others as given."""
+    return {k: options[k].check(v) if k in options else v for k, v in values.items()}
+
+
+#: The largest guidance weight: float32's largest value (guidance is applied in float32).
+MAX_GUIDANCE = float(np.finfo(np.float32).max)
+_GUIDANCE = f"a finite number >= 0 (at most {MAX_GUIDANCE:.4g}, float32's largest)"
+
+#: The keywords every pipeline takes (a family may leave out some: ``unsupported_call_args``);
+#: their checks against the checkpoint are :meth:`vidax.pipelines.base.VideoPipeline.check_call`'s.
+SHARED_OPTIONS: tuple[CallOption, ...] = (
+    CallOption("prompt", str, "What the video shows (a string, or in Python a list of strings).", required=True,
+               short=("-p",), per_prompt=True),
+    CallOption("negative_prompt", str, "What to steer away from (used when the guidance scale is > 1).",
+               "the pipeline's: empty, or the reference's built-in negative prompt (Cosmos)", per_prompt=True),
+    CallOption("image", IMAGE_FILE, "The first frame, for checkpoints that do image-to-video (vidax inspect lists "
+               "a checkpoint's tasks); resized to height x width. No safety checker runs (Cosmos' reference "
+               "requires one).", task="i2v"),
+    CallOption("height", int, "Pixels (a multiple of what the checkpoint needs, e.g. 16).",
+               "the checkpoint's, see vidax inspect", low=1),
+    CallOption("width", int, "Pixels.", "the checkpoint's", low=1),
+    CallOption("num_frames", int, "Frames, 4k+1 for the released models.", "the checkpoint's", low=1),
+    CallOption("num_inference_steps", int, "Denoising steps.", "the checkpoint's", low=1),
+    CallOption("guidance_scale", float, "Classifier-free guidance weight (>= 0; > 1 enables CFG).",
+               "the checkpoint's", low=0, high=MAX_GUIDANCE, valid=_GUIDANCE),
+    CallOption("guidance_scale_2", float, "Guidance weight of the second expert of two-expert checkpoints.",
+               "the guidance scale", low=0, high=MAX_GUIDANCE, valid=_GUIDANCE),
+    CallOption("num_videos_per_prompt", int, "Videos per prompt.", "1", low=1, flag=False),
+    CallOption("seed", int, "Seed of the initial noise.", "random in Python, 0 on the command line",
+               cli_default=0),
+    CallOption("latents", OBJECT, "Initial noise, float32, in the family's diffusers layout."),
+    CallOption("max_sequence_length", int, "Text tokens; longer prompts are truncated with a warning.",
+               "the checkpoint's", low=1),
+    CallOption("output_type", str, "'np' (frames) or 'latent' (the final latents).", "'np'",
+               choices=("np", "latent"), flag=False),
+    CallOption("progress", bool, "Progress bars and status lines on stderr.", "True", flag=False),
+    CallOption("callback", OBJECT, "callback(step_index, num_inference_steps), after every step."),
+    CallOption("cancel", OBJECT, "A threading.Event, or a callable returning True to stop."),
+)
