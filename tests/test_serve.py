@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 import pytest
 
+from tests.test_new_family import toy_checkpoint, toy_registered  # noqa: F401 (fixtures)
 from vidax.io.video import read_video
 
 # The shape most tests use (compiled once); the page test uses another so that its job compiles
@@ -142,9 +143,10 @@ def test_three_concurrent_requests_complete_and_a_fourth_gets_429(server, tmp_pa
 
 
 BAD_FIELDS = [
-    (dict(size="48x40"), "size", "size='48x40': height and width must be multiples of 16"),
+    (dict(size="48x40"), "size", "size's height and size's width must be multiples of 16"),
     (dict(size="big"), "size", "size must be 'WIDTHxHEIGHT'"),
-    (dict(height=40, width=48, size=None), "height", "height and width must be multiples of 16"),
+    (dict(height=40, width=48, size=None), "height", "height and width must be multiples of 16 (the VAE"),
+    (dict(seconds=300, num_frames=None), "seconds", "seconds=300 (4801 frames at 16 fps) is more than"),
     (dict(num_inference_steps=0), "num_inference_steps", "num_inference_steps must be a positive integer, got 0"),
     (dict(num_inference_steps=2000), "num_inference_steps", "num_inference_steps=2000 is more than"),
     (dict(seconds="abc", num_frames=None), "seconds", "seconds must be a number > 0, got 'abc'"),
@@ -343,10 +345,10 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
     fields = {"prompt": "a cat", "size": "48x32", "num_frames": "1", "num_inference_steps": "2"}
     r = client.post("/v1/videos", data=fields)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
-    assert "image is required" in r.json()["error"]["message"]
+    assert "input_reference is required" in r.json()["error"]["message"]
     r = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", b"not a png", "image/png")})
     assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
-    assert r.json()["error"]["message"].startswith("input_reference: 'first.png' could not be read as an image")
+    assert r.json()["error"]["message"].startswith("input_reference 'first.png' could not be read as an image")
     png = tmp_path / "first.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(png)
     r = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", png.read_bytes(), "image/png")})
@@ -356,6 +358,34 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
     assert [j["id"] for j in client.get("/v1/videos").json()["data"]] == [job["id"]]
     assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith(".upload-")]  # the upload is not kept
     assert client.delete(f"/v1/videos/{job['id']}").json()["error"]["code"] == "cancelled"
+    runner.store.close()
+
+
+def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, toy_registered, tmp_path):
+    """A family's own call keyword (the toy family's ``toy_repeat``, which vidax.serve does not
+    name) is a request field: accepted, typed from a form's text and passed to the call; a bad
+    value is 400 with its declaration's message and ``param`` the field. In-process without the
+    worker: no job runs."""
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner))
+    assert "toy_repeat" in client.get("/v1/models").json()["data"][0]["fields"]
+    r = client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": 2, **SHAPE})
+    assert r.status_code == 200, r.text
+    assert runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 2
+    r = client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": "3"})
+    assert r.status_code == 200 and runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 3, r.text
+    for value, shown in ((0, "0"), (1.5, "1.5"), ("two", "'two'")):
+        r = (client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": value}) if isinstance(value, str)
+             else client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": value}))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "toy_repeat", r.text
+        assert r.json()["error"]["message"] == f"toy_repeat must be a positive integer, got {shown}", r.text
     runner.store.close()
 
 
@@ -370,6 +400,8 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
                 (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
                 (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),
                 (["--dtype", "float16"], "--dtype 'float16' is not supported"),
+                (["--lora", str(tmp_path / "no.safetensors")], f"--lora {tmp_path / 'no.safetensors'}: no such file"),
+                (["--lora", f"{tmp_path / 'file'}:x"], "give PATH or PATH:SCALE with SCALE a number"),
                 (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there")):
             r = subprocess.run([sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
                                capture_output=True, text=True, timeout=300)

@@ -11,7 +11,8 @@
 ``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
 ``DELETE /v1/videos/{id}``     cancel a queued job, or a running one between steps; a finished
                                job is deleted with its video
-``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple
+``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request
+                               fields it accepts
 ``GET /health``                ``{"status": "ok", "model", "queued", "running"}``
 ``GET /``                      the page (``page.html``)
 =============================  ===================================================================
@@ -33,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from vidax.serve.fields import RequestError
+from vidax.serve.fields import Fields, RequestError
 from vidax.serve.jobs import COMPLETED, JobRunner
 
 
@@ -158,6 +159,7 @@ def create_app(runner: JobRunner) -> Starlette:
             "id": runner.model, "object": "model", "owned_by": "vidax", "pipeline": runner.cls.__name__,
             "tasks": list(info.tasks), "image": "i2v" in info.tasks and "image" in runner.call_args,
             "defaults": dataclasses.asdict(info.defaults), "size_multiple": list(info.size_multiple),
+            "fields": Fields({}, runner.options, info.defaults.fps).accepted(),
         }]})
 
     async def health(request: Request) -> Response:

@@ -25,8 +25,8 @@ import time
 import uuid
 from typing import Any
 
-from vidax.errors import Cancelled, InputError, VidaxError
-from vidax.serve.fields import RequestError, call_keywords, field_message, field_of
+from vidax.errors import Arg, Cancelled, InputError, VidaxError
+from vidax.serve.fields import Fields, RequestError
 
 logger = logging.getLogger("vidax.serve")
 
@@ -53,7 +53,7 @@ class JobStore:
             self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
                              "status TEXT NOT NULL, data TEXT NOT NULL)")
         except (OSError, sqlite3.Error) as e:
-            raise InputError(f"jobs_dir={os.fspath(folder)!r} cannot hold the job records ({e})") from None
+            raise InputError(Arg("jobs_dir", os.fspath(folder)), f" cannot hold the job records ({e})") from None
         self._lock = threading.Lock()
 
     def video_path(self, job_id: str) -> str:
@@ -127,7 +127,8 @@ class _Pending:
     """A job accepted and not finished: its checked call, its cancel event, its live step."""
 
     def __init__(self, job_id: str, call: Any):
-        self.id, self.call = job_id, call
+        self.id, self.call, self.fps = job_id, call, None
+        self.request: Fields | None = None  # spells the run's errors as the request's fields
         self.cancel = threading.Event()
         self.step = 0
 
@@ -146,7 +147,8 @@ class JobRunner:
     def __init__(self, pipe: Any, model: str, store: JobStore, queue_size: int = 8):
         self.pipe, self.model, self.store, self.queue_size = pipe, model, store, queue_size
         self.cls, self.info = type(pipe), pipe.info
-        self.call_args = self.cls.call_args()
+        self.options = self.cls.options()
+        self.call_args = tuple(o.name for o in self.options)
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
@@ -170,27 +172,23 @@ class JobRunner:
         if model not in (None, "", self.model):
             raise RequestError(400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model",
                                "model_not_found")
-        given = {k for k, v in fields.items() if v is not None}
-        fps = self.info.defaults.fps
-        kw = call_keywords(fields, self.call_args, fps)
+        request = Fields(fields, self.options, self.info.defaults.fps, image_name if image_path else None)
         job_id = "video_" + uuid.uuid4().hex
         pending = _Pending(job_id, None)
         try:
+            kw = request.call_keywords()
             if image_path is not None:
                 if "image" not in self.call_args or "i2v" not in self.info.tasks:
                     raise RequestError(400, f"input_reference is given but {self.model} does not do "
                                        f"image-to-video (it does {', '.join(self.info.tasks)})", "input_reference")
-                try:
-                    kw["image"] = load_image(image_path)
-                except InputError as e:
-                    raise InputError(str(e).replace(f"image={image_path!r}", repr(image_name))) from None
+                kw["image"] = load_image(image_path)
             call = self.cls.check_call(self.info, progress=False, cancel=pending.cancel,
                                        callback=lambda i, _n: setattr(pending, "step", i + 1), **kw)
         except InputError as e:
-            field = field_of(str(e), given | ({"input_reference"} if image_path else set()), self.call_args)
-            raise RequestError(400, field_message(str(e), field, fields), field) from None
-        pending.call = call
-        fps = call.extra.get("frame_rate") or fps
+            raise request.error(e) from None
+        pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
+        pending.request = request
+        fps = float(pending.fps)
         job = {"id": job_id, "object": "video", "model": self.model, "status": QUEUED, "progress": 0,
                "created_at": int(time.time()), "completed_at": None, "expires_at": None,
                "size": f"{call.width}x{call.height}", "seconds": f"{(call.num_frames - 1) / fps:g}",
@@ -286,7 +284,7 @@ class JobRunner:
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
             t0 = time.perf_counter()
             try:
-                write_video(out.frames[0], self.store.video_path(pending.id), fps=job["fps"])
+                write_video(out.frames[0], self.store.video_path(pending.id), fps=pending.fps)
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
                 raise _Unwritten(self.store.video_path(pending.id), out.frames, e) from None
             stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
@@ -298,7 +296,8 @@ class JobRunner:
         except _Unwritten as e:
             job = _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         except VidaxError as e:
-            job = _failed({**job, "step": pending.step}, " ".join(str(e).split()), type(e).__name__)
+            message = pending.request.error(e).message if pending.request else str(e)
+            job = _failed({**job, "step": pending.step}, " ".join(message.split()), type(e).__name__)
         except Exception as e:  # a codec or disk error writing the video, a bug: the job fails, the server stays
             logger.exception("job %s failed", pending.id)
             job = _failed({**job, "step": pending.step}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
