@@ -184,6 +184,13 @@ def test_version_and_inspect_without_test_extras(runtime_bin, tmp_path):
             f"`vidax {' '.join(args)}` failed in the runtime-only environment:\n{_tail(r.stdout + r.stderr)}")
 
     vidax("--version", expect="backend cpu")
+    vidax("serve", "--help", expect="/v1/videos")
+    # vidax serve's server, app and multipart reader are run-time dependencies, and its page is packaged.
+    code = ("import uvicorn, multipart, vidax.serve.app; from importlib.resources import files; "
+            "print(files('vidax.serve').joinpath('page.html').read_text()[:15])")
+    r = subprocess.run([str(runtime_bin / "python"), "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env=_clean_env(tmp_path), timeout=300)
+    assert r.returncode == 0 and "<!doctype html>" in r.stdout, _tail(r.stdout + r.stderr)
     vidax("inspect", "vidax/tiny-random-wan", expect="wanpipeline")
     repo = tmp_path / "hub" / "models--vidax-test--tiny"
     shutil.copytree(tmp_path / "vidax-cache" / NAME, repo / "snapshots" / ("0" * 40))

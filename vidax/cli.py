@@ -1,4 +1,4 @@
-"""The ``vidax`` command line: ``vidax generate`` and ``vidax inspect``."""
+"""The ``vidax`` command line: ``vidax generate``, ``vidax inspect`` and ``vidax serve``."""
 
 from __future__ import annotations
 
@@ -177,14 +177,47 @@ class _Spelling:
         return True
 
 
+#: The flags that load the pipeline, shared by ``generate`` and ``serve`` (:func:`load_flag`).
+_LOAD_FLAGS = {
+    "checkpoint": ((None,), dict(help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random "
+                                      "checkpoint.")),
+    "dtype": (("float32",), dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled "
+                                      "fp32, bf16).")),
+    "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp].")),
+    "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1].")),
+    "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1].")),
+    "offload_blocks": ((None,), dict(
+        help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
+        "('all': the whole stack), transfers overlapped with compute: models larger than device memory.")),
+    "keep_text_encoder": ((None, "--keep-text-encoder/--offload-text-encoder"), dict(
+        help="Keep the text encoder on the device, or keep it in host memory and place it only to encode "
+        "[default: decided from device memory, see docs/offloading.md].")),
+    "keep_vae": ((None, "--keep-vae/--offload-vae"), dict(
+        help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device "
+        "memory].")),
+    "lora": ((None, "--lora"), dict(
+        help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or LightX2V layout), "
+        "merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). On two-expert "
+        "checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each part on its "
+        "expert).")),
+    "compile_cache": ((True, "--compile-cache/--no-compile-cache"), dict(
+        help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; env "
+        "VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it).")),
+}
+
+
+def load_flag(name: str):
+    """A new ``typer.Option`` of the load flag ``name`` (``"dtype"``, ``"lora"``, ...): the flags
+    that load the pipeline are declared once, here, for ``vidax generate`` and ``vidax serve``."""
+    args, kwargs = _LOAD_FLAGS[name]
+    return typer.Option(*args, **kwargs)
+
+
 @app.command(cls=GenerateCommand)
 def generate(
     ctx: typer.Context,
-    checkpoint: Optional[str] = typer.Option(
-        None, help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."
-    ),
-    dtype: str = typer.Option("float32", help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} "
-                                 "(also spelled fp32, bf16)."),
+    checkpoint: Optional[str] = load_flag("checkpoint"),
+    dtype: str = load_flag("dtype"),
     output: str = typer.Option(
         "vidax-output.mp4", "--output", "-o",
         help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
@@ -202,36 +235,22 @@ def generate(
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
-    dp: Optional[int] = typer.Option(None, help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp]."),
-    tp: Optional[int] = typer.Option(None, help="Tensor-parallel size (heads, FFN) [default: 1]."),
-    sp: Optional[int] = typer.Option(None, help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1]."),
+    dp: Optional[int] = load_flag("dp"),
+    tp: Optional[int] = load_flag("tp"),
+    sp: Optional[int] = load_flag("sp"),
     coordinator: Optional[str] = typer.Option(None, help="Multi-host: HOST:PORT of process 0 [env JAX_COORDINATOR_ADDRESS]."),
     num_processes: Optional[int] = typer.Option(None, help="Multi-host: number of processes [env JAX_NUM_PROCESSES]."),
     process_id: Optional[int] = typer.Option(None, help="Multi-host: this process, 0..N-1 [env JAX_PROCESS_ID]."),
     distributed_timeout: float = typer.Option(60.0, help="Multi-host: seconds to wait for the coordinator and the other processes."),
-    offload_blocks: Optional[str] = typer.Option(
-        None, help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
-        "('all': the whole stack), transfers overlapped with compute: models larger than device memory."),
-    keep_text_encoder: Optional[bool] = typer.Option(
-        None, "--keep-text-encoder/--offload-text-encoder",
-        help="Keep the text encoder on the device, or keep it in host memory and place it only to encode "
-        "[default: decided from device memory, see docs/offloading.md]."),
-    keep_vae: Optional[bool] = typer.Option(
-        None, "--keep-vae/--offload-vae",
-        help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory]."),
+    offload_blocks: Optional[str] = load_flag("offload_blocks"),
+    keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
+    keep_vae: Optional[bool] = load_flag("keep_vae"),
     memory_check: bool = typer.Option(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
         "available RAM); --no-memory-check warns and runs it anyway."),
-    lora: Optional[List[str]] = typer.Option(
-        None, "--lora", help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or "
-        "LightX2V layout), merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). "
-        "On two-expert checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each "
-        "part on its expert)."),
-    compile_cache: bool = typer.Option(
-        True, "--compile-cache/--no-compile-cache",
-        help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
-        "env VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it)."),
+    lora: Optional[List[str]] = load_flag("lora"),
+    compile_cache: bool = load_flag("compile_cache"),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
 
@@ -401,10 +420,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
-    if loras:  # every key placed and checked before any step runs
-        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
-                 for i, (path, _) in enumerate(loras)]
-        pipe.set_adapters(names, [scale for _, scale in loras])
+    apply_loras(pipe, loras)
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -527,6 +543,15 @@ def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
     return out
 
 
+def apply_loras(pipe, loras: list[tuple[str, float]]) -> None:
+    """Merge the LoRAs of :func:`_lora_files` into ``pipe``'s transformer(s) at their scales
+    (every key placed and checked before any step runs); nothing for an empty list."""
+    if loras:
+        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
+                 for i, (path, _) in enumerate(loras)]
+        pipe.set_adapters(names, [scale for _, scale in loras])
+
+
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
     """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
     if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
@@ -569,6 +594,57 @@ def inspect(
         typer.echo(describe_checkpoint(path))
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))
+    except VidaxError as e:
+        _fail(_Spelling(ctx.command).message(e))
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    checkpoint: Optional[str] = load_flag("checkpoint"),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (only this one; 0.0.0.0 for every IPv4 "
+                             "interface)."),
+    port: int = typer.Option(8000, help="Port to listen on (0: a free one, printed when the server is ready)."),
+    jobs_dir: str = typer.Option("vidax-jobs", help="Folder of the job records (jobs.sqlite3) and the videos "
+                                 "(<id>.mp4); a restart keeps every finished video."),
+    queue_size: int = typer.Option(8, help="Jobs that may wait behind the running one; a request beyond them "
+                                   "gets 429."),
+    dtype: str = load_flag("dtype"),
+    dp: Optional[int] = load_flag("dp"),
+    tp: Optional[int] = load_flag("tp"),
+    sp: Optional[int] = load_flag("sp"),
+    offload_blocks: Optional[str] = load_flag("offload_blocks"),
+    keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
+    keep_vae: Optional[bool] = load_flag("keep_vae"),
+    lora: Optional[List[str]] = load_flag("lora"),
+    compile_cache: bool = load_flag("compile_cache"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request and what vidax does."),
+) -> None:
+    """Serve video generation over HTTP: OpenAI's /v1/videos API and a page at /.
+
+    One pipeline is loaded once (with its --lora files merged) and stays resident; requests are
+    checked as vidax generate checks its flags (400 naming the field), then queued and run one
+    at a time (429 when --queue-size jobs wait). The request's fields are OpenAI's (size,
+    seconds, input_reference, model) and the call keywords the loaded pipeline declares. POST
+    /v1/videos, GET /v1/videos[/ID[/content]], DELETE /v1/videos/ID (cancels between steps), GET
+    /v1/models, GET /health; see README "Serving".
+
+    SIGINT / SIGTERM: stop accepting requests, cancel the running job at its next check (it is
+    recorded as failed, code "cancelled") and every queued one, and exit 0."""
+    from vidax.errors import Arg, InputError, VidaxError
+
+    _setup_logging(verbose)
+    try:
+        if queue_size < 0:
+            raise InputError(Arg("queue_size"), f" must be >= 0, got {queue_size}")
+        if not 0 <= port <= 65535:
+            raise InputError(Arg("port"), f" must be in [0, 65535], got {port}")
+        offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
+        loras = _lora_files(lora or [])  # unreadable or malformed files: before any loading
+        from vidax.serve.command import run
+
+        run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
+            load=lambda pipe: apply_loras(pipe, loras))
     except VidaxError as e:
         _fail(_Spelling(ctx.command).message(e))
 

@@ -1,0 +1,426 @@
+"""`vidax serve` against a real server: started as `python -m vidax serve` on 127.0.0.1 (a free
+port) with the tiny checkpoint, driven through httpx (and the page through headless Chromium),
+stopped with SIGTERM at the end (asserting it exits 0).
+
+One server serves the module; the restart test runs its own. Every vidax process here shares
+one JAX compile-cache folder of the module's own, so a shape compiled by one (the server, the
+`vidax generate` it is compared with, the restarted server) is read by the others.
+"""
+
+import concurrent.futures
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+
+from tests.test_new_family import toy_checkpoint, toy_registered  # noqa: F401 (fixtures)
+from vidax.io.video import read_video
+
+# The shape most tests use (compiled once); the page test uses another so that its job compiles
+# while the page shows it running.
+SHAPE = dict(size="48x32", num_frames=5, num_inference_steps=2)
+TIMEOUT = 600  # seconds a job of the tiny checkpoint may take on a loaded 2-core machine
+FINAL = ("completed", "failed")
+
+
+class Server:
+    """``python -m vidax serve`` in a subprocess, on a free port of 127.0.0.1."""
+
+    def __init__(self, ckpt: str, jobs_dir: Path, compile_cache: Path, *args: str):
+        self.log = jobs_dir.parent / f"{jobs_dir.name}-server-{time.monotonic_ns()}.log"
+        env = dict(os.environ, VIDAX_COMPILE_CACHE=str(compile_cache))
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vidax", "serve", "--checkpoint", ckpt, "--port", "0", "--jobs-dir",
+                 str(jobs_dir), *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + TIMEOUT
+        while not (m := re.search(r"on (http://127\.0\.0\.1:\d+)/", self.output())):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"vidax serve did not start:\n{self.output()}")
+            time.sleep(0.2)
+        self.url = m.group(1)
+        self.http = httpx.Client(base_url=self.url, timeout=120)
+        assert self.http.get("/health").json()["status"] == "ok"
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def post(self, **fields) -> httpx.Response:
+        return self.http.post("/v1/videos", json=fields)
+
+    def wait(self, job_id: str, until=lambda job: job["status"] in FINAL) -> dict:
+        deadline = time.monotonic() + TIMEOUT
+        while not until(job := self.http.get(f"/v1/videos/{job_id}").json()):
+            assert time.monotonic() < deadline, f"job {job_id} is still {job}"
+            time.sleep(0.05)
+        return job
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` and wait for the process; its exit status."""
+        self.http.close()
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture(scope="module")
+def server(ckpt, tmp_path_factory, compile_cache):
+    s = Server(ckpt, tmp_path_factory.mktemp("serve") / "jobs", compile_cache, "--queue-size", "2")
+    yield s
+    assert s.stop() == 0, s.output()
+    assert "Traceback" not in s.output(), s.output()
+
+
+def _frames(content: bytes, tmp_path: Path) -> np.ndarray:
+    path = tmp_path / f"content-{time.monotonic_ns()}.mp4"
+    path.write_bytes(content)
+    return read_video(path)
+
+
+def test_job_runs_to_completion_and_equals_vidax_generate(server, ckpt, compile_cache, tmp_path):
+    r = server.post(prompt="a red car at night", seed=7, **SHAPE)
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert job["status"] == "queued" and job["object"] == "video" and job["size"] == "48x32"
+    assert job["seed"] == 7 and job["num_frames"] == 5 and job["model"] == ckpt
+    done = server.wait(job["id"])
+    assert done["status"] == "completed", done
+    assert done["progress"] == 100 and done["step"] == done["num_inference_steps"] == 2
+    content = server.http.get(f"/v1/videos/{job['id']}/content")
+    assert content.status_code == 200 and content.headers["content-type"] == "video/mp4"
+    served = _frames(content.content, tmp_path)
+    assert served.shape == (5, 32, 48, 3)
+
+    out = tmp_path / "cli.mp4"
+    r = subprocess.run([sys.executable, "-m", "vidax", "generate", "--checkpoint", ckpt, "--prompt",
+                        "a red car at night", "--seed", "7", "--width", "48", "--height", "32", "--num-frames", "5",
+                        "--num-inference-steps", "2", "--output", str(out), "--no-progress"],
+                       capture_output=True, text=True, timeout=TIMEOUT,
+                       env=dict(os.environ, VIDAX_COMPILE_CACHE=str(compile_cache)))
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(served, read_video(out))  # the same video, through the same writer
+    # Another prompt gives another video (the comparison above is not between two constant videos).
+    assert np.abs(served.astype(int) - served[:1].astype(int)).max() > 0
+
+
+def test_three_concurrent_requests_complete_and_a_fourth_gets_429(server, tmp_path):
+    # 20 steps each, so the first job still runs when the fourth request comes (milliseconds after).
+    fields = dict(SHAPE, num_inference_steps=20)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda seed: server.post(prompt="a boat", seed=seed, **fields), (1, 2, 3)))
+    assert [a.status_code for a in answers] == [200] * 3, [a.text for a in answers]
+    full = server.post(prompt="a boat", seed=4, **fields)
+    assert full.status_code == 429, full.text
+    assert full.json()["error"]["code"] == "queue_full" and "queue is full" in full.json()["error"]["message"]
+    jobs = [server.wait(a.json()["id"]) for a in answers]
+    assert [j["status"] for j in jobs] == ["completed"] * 3, jobs
+    assert sorted(j["seed"] for j in jobs) == [1, 2, 3]
+    listed = {j["id"] for j in server.http.get("/v1/videos", params={"limit": 100}).json()["data"]}
+    assert {j["id"] for j in jobs} <= listed
+    # A finished job is deleted with its video (OpenAI's DELETE).
+    gone = server.http.delete(f"/v1/videos/{jobs[0]['id']}").json()
+    assert gone == {"id": jobs[0]["id"], "object": "video.deleted", "deleted": True}
+    assert server.http.get(f"/v1/videos/{jobs[0]['id']}").status_code == 404
+    assert server.http.get(f"/v1/videos/{jobs[1]['id']}/content").status_code == 200
+
+
+BAD_FIELDS = [
+    (dict(size="48x40"), "size", "size's height and size's width must be multiples of 16"),
+    (dict(size="big"), "size", "size must be 'WIDTHxHEIGHT'"),
+    (dict(height=40, width=48, size=None), "height", "height and width must be multiples of 16 (the VAE"),
+    (dict(seconds=300, num_frames=None), "seconds", "seconds=300 (4801 frames at 16 fps) is more than"),
+    (dict(num_inference_steps=0), "num_inference_steps", "num_inference_steps must be a positive integer, got 0"),
+    (dict(num_inference_steps=2000), "num_inference_steps", "num_inference_steps=2000 is more than"),
+    (dict(seconds="abc", num_frames=None), "seconds", "seconds must be a number > 0, got 'abc'"),
+    (dict(seconds=1), "seconds", "seconds and num_frames are both given"),
+    (dict(seed=-1), "seed", "seed=-1 is out of range"),
+    (dict(seed="x"), "seed", "seed must be an integer"),
+    (dict(prompt=" "), "prompt", "prompt is empty"),
+    (dict(prompt=["a", "b"]), "prompt", "prompt must be a string"),
+    (dict(guidance_scale=-1), "guidance_scale", "guidance_scale must be a finite number >= 0"),
+    (dict(model="someone/else"), "model", "model='someone/else' is not loaded"),
+    (dict(frame_rate=24), "frame_rate", "unknown field 'frame_rate'"),
+    (dict(guidance_scale_2=2.0), "guidance_scale_2", "guidance_scale_2=2.0 is only used by checkpoints with two experts"),
+]
+
+
+def test_bad_fields_get_400_naming_the_field(server):
+    before = len(server.http.get("/v1/videos", params={"limit": 100}).json()["data"])
+    for change, field, message in BAD_FIELDS:
+        fields = {k: v for k, v in {"prompt": "a cat", **SHAPE, **change}.items() if v is not None}
+        r = server.post(**fields)
+        assert r.status_code == 400, (change, r.text)
+        error = r.json()["error"]
+        assert error["param"] == field and message in error["message"], (change, error)
+        assert "\n" not in error["message"]
+    # Form fields (the page's requests) are read as the numbers they spell, else named as given.
+    r = server.http.post("/v1/videos", data={"prompt": "a cat", "num_inference_steps": "two"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "num_inference_steps"
+    assert "got 'two'" in r.json()["error"]["message"]
+    # An image for a text-to-video model.
+    r = server.http.post("/v1/videos", data={"prompt": "a cat"},
+                         files={"input_reference": ("first.png", b"\x89PNG not really", "image/png")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
+    assert "does not do image-to-video" in r.json()["error"]["message"]
+    r = server.http.post("/v1/videos", content=b"{", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    # Nothing was queued.
+    assert len(server.http.get("/v1/videos", params={"limit": 100}).json()["data"]) == before
+
+
+def test_cancel_stops_a_running_job_between_steps(server):
+    running = server.post(prompt="a long one", seed=5, **dict(SHAPE, num_inference_steps=500)).json()
+    queued = server.post(prompt="never runs", seed=6, **SHAPE).json()
+    server.wait(running["id"], until=lambda job: job["step"] >= 1)
+    # The queued job is cancelled at once.
+    cancelled = server.http.delete(f"/v1/videos/{queued['id']}").json()
+    assert cancelled["status"] == "failed" and cancelled["error"] == {"code": "cancelled",
+                                                                      "message": "cancelled before it started"}
+    assert server.http.delete(f"/v1/videos/{running['id']}").status_code == 200
+    job = server.wait(running["id"])
+    assert job["status"] == "failed" and job["error"]["code"] == "cancelled", job
+    m = re.fullmatch(r"cancelled after denoising step (\d+) of 500", job["error"]["message"])
+    assert m and 1 <= int(m.group(1)) < 500 and job["step"] == int(m.group(1)), job
+    assert server.http.get(f"/v1/videos/{running['id']}/content").status_code == 409
+    assert server.http.get("/health").json() == {"status": "ok", "model": running["model"], "queued": 0,
+                                                 "running": None}
+
+
+def test_unknown_id_is_404(server):
+    for method, path in (("GET", "/v1/videos/video_nope"), ("GET", "/v1/videos/video_nope/content"),
+                         ("DELETE", "/v1/videos/video_nope")):
+        r = server.http.request(method, path)
+        assert r.status_code == 404, (method, path, r.text)
+        assert r.json()["error"] == {"message": "no video with id 'video_nope'", "type": "invalid_request_error",
+                                     "param": "video_id", "code": "not_found"}
+
+
+def test_listens_only_on_the_given_host(server):
+    listening = [c.laddr for c in psutil.Process(server.proc.pid).net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN]
+    assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
+
+
+def test_models_and_health(server, ckpt):
+    model = server.http.get("/v1/models").json()["data"][0]
+    assert model["id"] == ckpt and model["tasks"] == ["t2v"] and model["image"] is False
+    assert model["defaults"]["height"] == 96 and model["size_multiple"] == [16, 16]
+
+
+def _columns_of_color(image, box, color, tolerance=8):
+    """How many pixel columns of ``box`` (left, top, right, bottom) have ``color`` in their middle row."""
+    left, top, right, bottom = (round(v) for v in box)
+    row = np.asarray(image)[(top + bottom) // 2, left:right].astype(int)
+    return int((np.abs(row - color).max(axis=1) <= tolerance).sum()), right - left
+
+
+FILL = (37, 99, 235)  # the page's progress bar fill
+
+
+def test_page_in_headless_chromium(server, tmp_path):
+    from tests.webdriver import Chromium
+
+    browser = Chromium()
+    try:
+        browser.get(server.url + "/")
+        browser.wait_for("return document.getElementById('num_frames').placeholder", 60, "the model's defaults")
+        browser.type("#prompt", "a lighthouse in a storm")
+        for name, value in (("width", "64"), ("height", "32"), ("num_frames", "5"), ("num_inference_steps", "2"),
+                            ("seed", "11")):
+            browser.type(f"#{name}", value)
+        browser.click("#submit")
+        accepted = browser.wait_for("return document.getElementById('status').dataset.status", 60,
+                                    "the page to send the request")
+        assert accepted in ("queued", "in_progress"), browser.script("return document.body.innerText")
+        # A new shape: the job compiles while the page shows it running; take the screenshot when
+        # the bar shows progress, and the same progress before and after it.
+        read = ("const s = document.getElementById('status'), b = document.getElementById('bar');"
+                "return s.dataset.status === 'in_progress' && +b.dataset.progress > 0 ? "
+                "[+b.dataset.progress, s.textContent] : null")
+        progress, words = browser.wait_for(read, TIMEOUT, "the progress bar")
+        shot = browser.screenshot()
+        assert browser.script(read) == [progress, words], "the page changed while the screenshot was taken"
+        shot.save(tmp_path / "progress.png")
+        box = browser.script("const r = document.getElementById('bar').getBoundingClientRect();"
+                             "return [r.left + 1, r.top + 1, r.right - 1, r.bottom - 1]")
+        filled, width = _columns_of_color(shot, box, FILL)
+        assert abs(filled / width - progress / 100) < 0.03, (filled, width, progress)
+        assert re.search(r"in_progress — (denoising step \d of 2|decoding the video)", words), words
+
+        # Then the video plays in the page.
+        src = browser.wait_for("const v = document.getElementById('video');"
+                               "return v && v.readyState >= 2 && v.videoWidth === 64 ? v.getAttribute('src') : null",
+                               TIMEOUT, "the video element")
+        job_id = browser.script("return document.getElementById('status').dataset.id")
+        assert src == f"/v1/videos/{job_id}/content"
+        assert browser.script("return document.getElementById('status').dataset.status") == "completed"
+        browser.script("const v = document.getElementById('video'); v.pause(); v.currentTime = 0;")
+        browser.wait_for("return document.getElementById('video').seeking === false", 30, "the video to seek")
+        shot = browser.screenshot()
+        shot.save(tmp_path / "video.png")
+        left, top, right, bottom = browser.script(
+            "const r = document.getElementById('video').getBoundingClientRect();"
+            "return [r.left, r.top, r.right, r.bottom]")
+        # The tiny random checkpoint's video is coloured noise: many colours where the video is
+        # (a blank or black element has one or two).
+        region = np.asarray(shot)[round(top) + 4:round(bottom) - 40, round(left) + 4:round(right) - 4]
+        assert region.size and len(np.unique(region.reshape(-1, 3), axis=0)) > 50
+        rows = browser.script("return [...document.querySelectorAll('#jobs tr')].map(r => r.dataset.id)")
+        assert job_id in rows
+        assert server.http.get(f"/v1/videos/{job_id}").json()["size"] == "64x32"
+    finally:
+        browser.quit()
+
+
+def test_restart_keeps_finished_jobs_and_fails_interrupted_ones(ckpt, tmp_path, compile_cache):
+    jobs_dir = tmp_path / "jobs"
+    first = Server(ckpt, jobs_dir, compile_cache)
+    try:
+        done = first.wait(first.post(prompt="kept", seed=3, **SHAPE).json()["id"])
+        assert done["status"] == "completed", done
+        video = first.http.get(f"/v1/videos/{done['id']}/content").content
+        running = first.post(prompt="cut short", seed=4, **dict(SHAPE, num_inference_steps=500)).json()
+        first.wait(running["id"], until=lambda job: job["step"] >= 1)
+    finally:
+        code = first.stop(signal.SIGTERM)  # cancels the running job between steps, exits cleanly
+    assert code == 0 and "Traceback" not in first.output(), first.output()
+
+    second = Server(ckpt, jobs_dir, compile_cache)
+    try:
+        kept = second.http.get(f"/v1/videos/{done['id']}").json()
+        assert kept == done
+        assert second.http.get(f"/v1/videos/{done['id']}/content").content == video
+        cut = second.http.get(f"/v1/videos/{running['id']}").json()
+        assert cut["status"] == "failed" and cut["error"]["code"] == "cancelled", cut
+        assert re.fullmatch(r"cancelled after denoising step \d+ of 500", cut["error"]["message"]), cut
+        lost = second.post(prompt="lost", seed=5, **SHAPE).json()
+    finally:
+        second.stop(signal.SIGKILL)  # a crash: the job it held stays "queued" / "in_progress" on disk
+
+    third = Server(ckpt, jobs_dir, compile_cache)
+    try:
+        lost = third.http.get(f"/v1/videos/{lost['id']}").json()
+        assert lost["status"] == "failed" and lost["error"]["code"] == "interrupted", lost
+        assert third.http.get(f"/v1/videos/{done['id']}/content").content == video
+        listed = [j["id"] for j in third.http.get("/v1/videos").json()["data"]]
+        assert listed == [lost["id"], running["id"], done["id"]]
+    finally:
+        assert third.stop() == 0, third.output()
+
+
+def test_image_to_video_requests_checked_before_queueing(tmp_path):
+    """An image-to-video checkpoint: the image is the multipart file input_reference, required,
+    checked (a file that is no image is named by its file name) before the job is queued. The
+    app is driven in-process without its lifespan, so the worker never starts and no job runs."""
+    from PIL import Image
+    from starlette.testclient import TestClient
+
+    import vidax
+    from tests.parity.wan_reference import write_tiny_wan_variant
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    pipe = vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path / "i2v"), image_to_video=True), progress=False)
+    runner = JobRunner(pipe, "tiny-i2v", JobStore(tmp_path / "jobs"), queue_size=2)
+    client = TestClient(create_app(runner))
+    assert client.get("/v1/models").json()["data"][0]["image"] is True
+    fields = {"prompt": "a cat", "size": "48x32", "num_frames": "1", "num_inference_steps": "2"}
+    r = client.post("/v1/videos", data=fields)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
+    assert "input_reference is required" in r.json()["error"]["message"]
+    r = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", b"not a png", "image/png")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
+    assert r.json()["error"]["message"].startswith("input_reference 'first.png' could not be read as an image")
+    png = tmp_path / "first.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(png)
+    r = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", png.read_bytes(), "image/png")})
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert job["status"] == "queued" and job["input_reference"] == "first.png" and job["size"] == "48x32"
+    assert [j["id"] for j in client.get("/v1/videos").json()["data"]] == [job["id"]]
+    assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith(".upload-")]  # the upload is not kept
+    assert client.delete(f"/v1/videos/{job['id']}").json()["error"]["code"] == "cancelled"
+    runner.store.close()
+
+
+def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, toy_registered, tmp_path):
+    """A family's own call keyword (the toy family's ``toy_repeat``, which vidax.serve does not
+    name) is a request field: accepted, typed from a form's text and passed to the call; a bad
+    value is 400 with its declaration's message and ``param`` the field. In-process without the
+    worker: no job runs."""
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner))
+    assert "toy_repeat" in client.get("/v1/models").json()["data"][0]["fields"]
+    r = client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": 2, **SHAPE})
+    assert r.status_code == 200, r.text
+    assert runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 2
+    r = client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": "3"})
+    assert r.status_code == 200 and runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 3, r.text
+    for value, shown in ((0, "0"), (1.5, "1.5"), ("two", "'two'")):
+        r = (client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": value}) if isinstance(value, str)
+             else client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": value}))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "toy_repeat", r.text
+        assert r.json()["error"]["message"] == f"toy_repeat must be a positive integer, got {shown}", r.text
+    runner.store.close()
+
+
+def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    (tmp_path / "file").write_text("")
+    try:
+        for args, message in (
+                (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} cannot hold the job records"),
+                (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
+                (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),
+                (["--dtype", "float16"], "--dtype 'float16' is not supported"),
+                (["--lora", str(tmp_path / "no.safetensors")], f"--lora {tmp_path / 'no.safetensors'}: no such file"),
+                (["--lora", f"{tmp_path / 'file'}:x"], "give PATH or PATH:SCALE with SCALE a number"),
+                (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there")):
+            r = subprocess.run([sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+            assert "loading" not in r.stderr, r.stderr  # refused before any weight is read
+    finally:
+        taken.close()
+
+
+def test_unwritten_video_keeps_the_frames(tmp_path, monkeypatch):
+    """A job whose mp4 cannot be written (here: its folder is gone) fails with one line saying
+    where its frames are kept, as vidax generate keeps them."""
+    from vidax.serve.jobs import _Unwritten
+
+    monkeypatch.chdir(tmp_path)
+    frames = np.random.default_rng(0).random((1, 5, 32, 48, 3), dtype=np.float32)
+    path = str(tmp_path / "gone" / "video_x.mp4")
+    message = str(_Unwritten(path, frames, FileNotFoundError(2, "No such file or directory")))
+    kept = tmp_path / "video_x.unwritten.npy"
+    assert message == (f"could not write {path} (FileNotFoundError: [Errno 2] No such file or directory); the frames "
+                       f"are kept in {kept} (float32 (videos, frames, height, width, RGB) in [0, 1], numpy.load)")
+    np.testing.assert_array_equal(np.load(kept), frames)

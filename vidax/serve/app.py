@@ -1,0 +1,188 @@
+"""The ASGI app of ``vidax serve`` (starlette): OpenAI's ``/v1/videos`` API and a page at ``/``.
+
+=============================  ===================================================================
+``POST /v1/videos``            check a request (JSON, or a form with the image as the multipart
+                               file ``input_reference``) and queue its job -> the job; 400 with
+                               the one-line error naming the field; 429 when the queue is full
+``GET /v1/videos``             the jobs, newest first (``limit`` 1..100, ``after`` an id,
+                               ``order`` desc / asc) -> ``{"object": "list", "data", "has_more"}``
+``GET /v1/videos/{id}``        the job: queued / in_progress (``step`` of ``num_inference_steps``,
+                               ``progress`` %) / completed / failed (``error.message``)
+``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
+``DELETE /v1/videos/{id}``     cancel a queued job, or a running one between steps; a finished
+                               job is deleted with its video
+``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request
+                               fields it accepts
+``GET /health``                ``{"status": "ok", "model", "queued", "running"}``
+``GET /``                      the page (``page.html``)
+=============================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+from importlib.resources import files
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from vidax.serve.fields import Fields, RequestError
+from vidax.serve.jobs import COMPLETED, JobRunner
+
+
+def _error(e: RequestError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def _not_found(job_id: str) -> JSONResponse:
+    return _error(RequestError(404, f"no video with id {job_id!r}", "video_id", "not_found"))
+
+
+async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], str | None, str]:
+    """The request's fields, and the uploaded ``input_reference`` saved in ``upload_dir`` (path,
+    its file name) or None."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            fields = await request.json()
+        except ValueError as e:
+            raise RequestError(400, f"the body is not valid JSON ({e})") from None
+        if not isinstance(fields, dict):
+            raise RequestError(400, f"the body must be a JSON object of fields, got {type(fields).__name__}")
+        if "input_reference" in fields:
+            raise RequestError(400, "input_reference must be sent as a file in a multipart/form-data request",
+                               "input_reference")
+        return fields, None, ""
+    if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        raise RequestError(415, f"content-type {kind or 'none'!r}: send application/json or multipart/form-data")
+    form = await request.form()
+    fields: dict[str, Any] = {}
+    image_path, image_name = None, ""
+    try:
+        for key, value in form.multi_items():
+            image_path, image_name = await _form_field(fields, key, value, upload_dir, image_path, image_name)
+    except BaseException:
+        if image_path is not None:
+            os.unlink(image_path)
+        raise
+    return fields, image_path, image_name
+
+
+async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image_path: str | None,
+                      image_name: str) -> tuple[str | None, str]:
+    """Add one form field to ``fields``; the upload's (path, name)."""
+    if key in fields or (key == "input_reference" and image_path):
+        raise RequestError(400, f"field {key!r} is given twice", key)
+    if not isinstance(value, UploadFile):
+        fields[key] = value
+        return image_path, image_name
+    if key != "input_reference":
+        raise RequestError(400, f"field {key!r} is a file; only input_reference takes one", key)
+    if not value.filename and not value.size:  # a form's empty file input
+        return image_path, image_name
+    fd, image_path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(await value.read())
+    return image_path, value.filename or "input_reference"
+
+
+def create_app(runner: JobRunner) -> Starlette:
+    """The app serving ``runner``'s jobs; it starts the worker with the app and stops it
+    (cancelling the running job between steps) when the server shuts down."""
+    page = files("vidax.serve").joinpath("page.html").read_text()
+
+    async def create(request: Request) -> Response:
+        image_path = None
+        try:
+            fields, image_path, image_name = await _fields(request, runner.store.folder)
+            job = await run_in_threadpool(runner.submit, fields, image_path, image_name)
+        except RequestError as e:
+            return _error(e)
+        finally:
+            if image_path is not None:
+                os.unlink(image_path)
+        return JSONResponse(job)
+
+    async def retrieve(request: Request) -> Response:
+        job_id = request.path_params["id"]
+        job = runner.get(job_id)
+        return _not_found(job_id) if job is None else JSONResponse(job)
+
+    async def content(request: Request) -> Response:
+        job_id = request.path_params["id"]
+        job = runner.get(job_id)
+        if job is None:
+            return _not_found(job_id)
+        variant = request.query_params.get("variant", "video")
+        if variant != "video":
+            return _error(RequestError(400, f"variant={variant!r}: this server has only 'video'", "variant"))
+        if job["status"] != COMPLETED:
+            return _error(RequestError(409, f"{job_id} is {job['status']}; its video is there once it is completed",
+                                       "video_id", "not_ready"))
+        path = runner.store.video_path(job_id)
+        if not os.path.isfile(path):
+            return _error(RequestError(404, f"the video of {job_id} is no longer in the jobs folder ({path})",
+                                       "video_id", "not_found"))
+        return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4",
+                            content_disposition_type="inline")
+
+    async def delete(request: Request) -> Response:
+        job_id = request.path_params["id"]
+        job = runner.cancel(job_id)
+        return _not_found(job_id) if job is None else JSONResponse(job)
+
+    async def listing(request: Request) -> Response:
+        q = request.query_params
+        try:
+            limit = int(q.get("limit", "20"))
+            if not 1 <= limit <= 100:
+                raise ValueError
+        except ValueError:
+            return _error(RequestError(400, f"limit must be an integer in [1, 100], got {q.get('limit')!r}", "limit"))
+        order = q.get("order", "desc")
+        if order not in ("asc", "desc"):
+            return _error(RequestError(400, f"order must be 'asc' or 'desc', got {order!r}", "order"))
+        jobs, more = runner.list(limit, q.get("after"), order == "desc")
+        return JSONResponse({"object": "list", "data": jobs, "has_more": more})
+
+    async def models(request: Request) -> Response:
+        info = runner.info
+        return JSONResponse({"object": "list", "data": [{
+            "id": runner.model, "object": "model", "owned_by": "vidax", "pipeline": runner.cls.__name__,
+            "tasks": list(info.tasks), "image": "i2v" in info.tasks and "image" in runner.call_args,
+            "defaults": dataclasses.asdict(info.defaults), "size_multiple": list(info.size_multiple),
+            "fields": Fields({}, runner.options, info.defaults.fps).accepted(),
+        }]})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": runner.model, **runner.counts()})
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(page)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        runner.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(runner.stop)
+
+    return Starlette(routes=[
+        Route("/", index),
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/v1/videos", create, methods=["POST"]),
+        Route("/v1/videos", listing, methods=["GET"]),
+        Route("/v1/videos/{id}", retrieve, methods=["GET"]),
+        Route("/v1/videos/{id}", delete, methods=["DELETE"]),
+        Route("/v1/videos/{id}/content", content, methods=["GET"]),
+    ], lifespan=lifespan)

@@ -1,0 +1,168 @@
+"""A ``POST /v1/videos`` request's fields -> the pipeline's call keywords.
+
+The fields are OpenAI's ``/v1/videos`` names where it has one (``prompt``, ``model``, ``size``
+"WIDTHxHEIGHT", ``seconds``, ``input_reference``) and, for the rest, the call keywords the loaded
+pipeline declares (:class:`vidax.pipelines.options.CallOption`, those ``vidax generate`` offers as
+flags): the shared ones (``negative_prompt``, ``height``, ``num_inference_steps``, ``seed``, ...)
+and the family's own (LTX-Video's ``frame_rate``, HunyuanVideo's ``true_cfg_scale``, ...), each
+checked by its declaration. They come as JSON, or as form fields (strings, read as the declared
+type) with the image as the multipart file ``input_reference``.
+
+An error of the pipeline's checks names its arguments as data (:class:`vidax.errors.Arg`); the
+400 answer spells them as the request's fields (:meth:`Fields.spell`) and takes its ``param``
+from them (:meth:`Fields.field`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Iterable
+
+from vidax.errors import Arg, VidaxError
+from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
+
+
+class RequestError(Exception):
+    """A request the service refuses: ``status`` (HTTP), a one-line ``message``, the ``param``
+    (request field) it is about, or None, and an error ``code``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict:
+        """The OpenAI error object: ``{"error": {"message", "type", "param", "code"}}``."""
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+
+#: OpenAI's fields that are no call keyword, by the keywords they stand for (``model`` for none).
+STANDS_FOR = {"model": (), "size": ("height", "width"), "seconds": ("num_frames",), "input_reference": ("image",)}
+
+_INT = re.compile(r"[+-]?\d+")
+_SIZE = re.compile(r"\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*")
+_BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _typed(option: CallOption, value: Any) -> Any:
+    """A form field's text as the declared type's value it spells (JSON values pass as they
+    are); text that spells none stays text, so the declaration's check names the field and its
+    value."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if option.type is int and _INT.fullmatch(text):
+        return int(text)
+    if option.type is float:
+        try:
+            return float(text)
+        except ValueError:
+            return value
+    if option.type is bool:
+        return _BOOL.get(text.lower(), value)
+    return value
+
+
+class Fields:
+    """A ``POST /v1/videos`` request's fields, read against the loaded pipeline's call keywords.
+
+    Args:
+        fields: the request's fields (JSON values, or form texts); ``None`` and empty form
+            fields (but ``prompt``) count as not given.
+        options: the pipeline's call keyword declarations (``cls.options()``); those with a flag
+            are fields (the image keyword as ``input_reference``; a video file is not taken).
+        fps: frames per second that ``seconds`` counts in: ``num_frames = seconds x fps + 1``.
+        image_name: the file name of the uploaded ``input_reference``, or None.
+    """
+
+    def __init__(self, fields: dict[str, Any], options: Iterable[CallOption], fps: Any,
+                 image_name: str | None = None):
+        self.options = {o.name: o for o in options if o.is_flag and o.type is not VIDEO_FILE}
+        self.fps, self.image_name = fps, image_name
+        self.given = {k: v for k, v in fields.items()
+                      if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")}
+        if image_name is not None:
+            self.given["input_reference"] = image_name
+
+    def accepted(self) -> list[str]:
+        """The fields this pipeline accepts: its call keywords (files only as ``input_reference``)
+        and OpenAI's ``model``, ``size``, ``seconds``."""
+        names = [n for n, o in self.options.items() if o.type is not IMAGE_FILE]
+        names[1:1] = ["model", "size", "seconds"]
+        return names + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
+
+    def call_keywords(self) -> dict[str, Any]:
+        """The call keywords of the fields, typed as declared (``model`` and ``input_reference``
+        are left to the caller).
+
+        Raises:
+            RequestError: an unknown field, a field given twice (``size`` and ``height``,
+                ``seconds`` and ``num_frames``), a malformed ``size`` or ``seconds``, a prompt
+                that is not one string.
+        """
+        given, accepted = self.given, self.accepted()
+        unknown = sorted(set(given) - set(accepted) - {"input_reference"})  # the caller's
+        if unknown:
+            raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}",
+                               unknown[0])
+        kw = {k: _typed(self.options[k], v) for k, v in given.items() if k not in STANDS_FOR}
+        if "prompt" in kw and not isinstance(kw["prompt"], str):
+            raise RequestError(400, f"prompt must be a string (one video per request), got "
+                               f"{type(kw['prompt']).__name__}", "prompt")
+        if "size" in given:
+            both = [k for k in ("height", "width") if k in given]
+            if both:
+                raise RequestError(400, f"size and {both[0]} are both given; give size 'WIDTHxHEIGHT' or height "
+                                   "and width", "size")
+            m = _SIZE.fullmatch(str(given["size"]))
+            if m is None:
+                raise RequestError(400, f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '160x96'), got "
+                                   f"{given['size']!r}", "size")
+            kw["width"], kw["height"] = int(m.group(1)), int(m.group(2))
+        if "seconds" in given:
+            if "num_frames" in given:
+                raise RequestError(400, "seconds and num_frames are both given; give one of them", "seconds")
+            seconds = given["seconds"]
+            try:
+                value = float(seconds) if isinstance(seconds, (str, int, float)) and not isinstance(seconds, bool) \
+                    else math.nan
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value <= 0:
+                raise RequestError(400, f"seconds must be a number > 0, got {seconds!r}", "seconds")
+            kw["num_frames"] = round(value * self.fps) + 1
+        return kw
+
+    def field(self, name: str) -> str | None:
+        """The request field that gave the call keyword ``name`` (``decode_timestep[0]``: the
+        field ``decode_timestep``): ``size`` for height / width when the request gave ``size``,
+        ``seconds`` for num_frames when it gave ``seconds``, ``input_reference`` for the image;
+        None for a keyword that is no field."""
+        name = name.split("[")[0]
+        for field, keywords in STANDS_FOR.items():
+            if name in keywords and (field in self.given or field == "input_reference"):
+                return field
+        return name if name in self.options else None
+
+    def spell(self, arg: Arg) -> str:
+        """An argument named in an error, as the request gave it: a field as ``name=value`` (as
+        JSON's name and value), the keywords standing for OpenAI's fields through those
+        (``size's height 40``, ``seconds=2 (49 frames at 24 fps)``, ``input_reference 'cat.png'``)."""
+        field = self.field(arg.name)
+        if field == "input_reference":
+            return f"input_reference {self.image_name!r}" if arg.has_value and self.image_name else field
+        if field == "size":
+            return f"size's {arg.name} {arg.shown_value()}" if arg.has_value else f"size's {arg.name}"
+        if field == "seconds":
+            seconds = self.given["seconds"]
+            return f"seconds={seconds!r} ({arg.shown_value()} frames at {float(self.fps):g} fps)" if arg.has_value \
+                else "num_frames (seconds x fps + 1)"
+        return str(arg)
+
+    def error(self, e: VidaxError) -> "RequestError":
+        """The 400 answer to an error of the pipeline's checks: its message with the arguments
+        spelled as the request's fields, ``param`` the field of the first argument it names
+        that is one."""
+        param = next((f for f in map(self.field, e.arguments) if f is not None), None)
+        return RequestError(400, e.render(self.spell), param)
