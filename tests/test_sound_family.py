@@ -206,3 +206,28 @@ def test_failed_write_keeps_the_frames_and_the_sound(sound_checkpoint, tmp_path,
     assert "(videos, channels, samples) in [-1, 1] at 24000 Hz" in lines[0]
     sound = np.load(tmp_path / "v-audio.unwritten.npy")
     assert sound.shape == (1, 2, SAMPLES) and sound.dtype == np.float32 and np.abs(sound).max() > 0
+
+
+def test_served_video_has_its_sound(pipe, tmp_path):
+    # vidax serve writes a job's mp4 with the model's sound as its AAC track (in-process: the
+    # worker thread runs the job on the module's pipeline).
+    import time
+
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(pipe, "toy-sound", JobStore(tmp_path / "jobs"))
+    runner.start()
+    try:
+        job = runner.submit({"prompt": "a toy drum", "num_inference_steps": 1, "seed": 3})
+        deadline = time.monotonic() + 600
+        while runner.get(job["id"])["status"] not in ("completed", "failed") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert runner.get(job["id"])["status"] == "completed", runner.get(job["id"])
+        with av.open(runner.store.video_path(job["id"])) as c:
+            video, sound = c.streams.video[0], c.streams.audio[0]
+            seconds = [float(s.duration * s.time_base) for s in (video, sound)]
+            assert sound.codec_context.name == "aac" and sound.sample_rate == 24000
+        assert abs(seconds[0] - seconds[1]) < 1 / 8  # within one video frame (8 fps)
+    finally:
+        runner.stop(timeout=60)
+        runner.store.close()

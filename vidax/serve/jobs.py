@@ -284,7 +284,9 @@ class JobRunner:
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
             t0 = time.perf_counter()
             try:
-                write_video(out.frames[0], self.store.video_path(pending.id), fps=pending.fps)
+                # The sound, where the model makes it, goes into the mp4 as its AAC track.
+                write_video(out.frames[0], self.store.video_path(pending.id), fps=pending.fps,
+                            audio=None if out.audio is None else out.audio[0], sample_rate=out.audio_sample_rate)
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
                 raise _Unwritten(self.store.video_path(pending.id), out.frames, e) from None
             stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
