@@ -152,6 +152,8 @@ class CosmosPredictPipeline(VideoPipeline):
     runs one).
     """
 
+    block_cache_reference = False  # diffusers 0.42.1 has no block metadata for CosmosTransformerBlock
+
     extra_call_args = ("video", "num_latent_conditional_frames", "conditional_frame_timestep")
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")

@@ -180,6 +180,8 @@ class HunyuanVideoPipeline(VideoPipeline):
     or :func:`vidax.load_pipeline`.
     """
 
+    separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
+
     extra_call_args = ("true_cfg_scale", "sigmas")
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
