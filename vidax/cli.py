@@ -188,6 +188,9 @@ def generate(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
         "available RAM); --no-memory-check warns and runs it anyway."),
+    cache: Optional[str] = typer.Option(
+        None, help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
+        "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite)."),
     compile_cache: bool = typer.Option(
         True, "--compile-cache/--no-compile-cache",
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; "
@@ -281,7 +284,7 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, image=None, guidance_scale_2=None, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, **family) -> None:
+              memory_check=True, cache=None, **family) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Cancelled, InputError, OutOfMemoryError
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
@@ -342,6 +345,14 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
                           progress=progress, cancel=stop, **call_image, **family,
                           **{k: v for k, v in given.items() if v is not None})
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
+    cache_config = None
+    if cache is not None:
+        from vidax.pipelines.step_cache import TaylorSeerCacheConfig, parse_cache_option
+
+        cache_config = parse_cache_option(cache, call.num_inference_steps)
+        if not cls.block_cache_reference and not isinstance(cache_config, TaylorSeerCacheConfig):
+            raise InputError(f"--cache {cache}: diffusers 0.42.1 cannot hook {cls.__name__}'s transformer blocks, "
+                             "so there is no reference to match; --cache taylorseer works")
     paths = output_paths(output, call.batch)
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:
@@ -355,6 +366,8 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
+    if cache_config is not None:
+        pipe.enable_cache(cache_config)
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
