@@ -1,10 +1,11 @@
 """Step caching (First-Block Cache, MagCache, TaylorSeer) against diffusers 0.42.1's hooks.
 
 Both sides run the tiny random pipelines of the parity tests with the same config and latents.
-The reference's decisions are read by counting the calls of each block's feed-forward network
-(it runs only when the block really computes: a skipped block returns its input, a First-Block
-Cache skip runs the first block alone), per transformer call: Wan calls the transformer for cond
-and uncond separately (one cache state each), LTX-Video batches them (one state). vidax must make
+The reference's decisions are read from the last block's attention, per transformer call: it runs
+only when the blocks really compute (a skipped block returns its input, a First-Block Cache skip
+runs the first block alone). Wan and HunyuanVideo call the transformer for cond and uncond
+separately (one cache state each), LTX-Video batches them (one state); HunyuanVideo runs two block
+stacks over two streams (video, text). vidax must make
 the same decisions step by step and branch by branch, and give the same video (>= 60 dB fp32).
 Every config parameter is set to a non-default value, and each threshold is one at which the
 reference really skips.
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.parity.helpers import psnr
+from tests.parity.hunyuan_reference import build_reference_hunyuan_pipeline
 from tests.parity.ltx_reference import build_reference_ltx_pipeline, packed_noise
 from tests.parity.wan_reference import build_reference_wan_pipeline
 
@@ -37,12 +39,11 @@ class Family:
 
     def __init__(self, name, path, ref, call, latents, separate):
         self.name, self.path, self.ref, self.call, self.latents, self.separate = name, path, ref, call, latents, separate
-        blocks = getattr(ref.transformer, "blocks", None) or ref.transformer.transformer_blocks
-        self.num_blocks = len(blocks)
+        t = ref.transformer
+        stacks = [getattr(t, n) for n in ("blocks", "transformer_blocks", "single_transformer_blocks") if hasattr(t, n)]
+        tail = stacks[-1][-1]
         self._count = []
-        for b in blocks:
-            ffn = getattr(b, "ffn", None) or b.ff
-            ffn.register_forward_hook(lambda *a: self._count.append(1))
+        (getattr(tail, "attn1", None) or tail.attn).register_forward_hook(lambda *a: self._count.append(1))
         self.pipe = vidax.load_pipeline(path, dtype="float32")
         self.uncached = self.run_ref(None)[0]
 
@@ -67,7 +68,7 @@ class Family:
             del t.forward
             if config is not None:
                 t.disable_cache()
-        letters = "".join("C" if n == self.num_blocks else "S" for n in per_call)
+        letters = "".join("C" if n else "S" for n in per_call)
         pats = {"cond": letters[0::2], "uncond": letters[1::2]} if self.separate else {"all": letters}
         return np.asarray(frames, np.float32), pats
 
@@ -100,6 +101,17 @@ def ltx(tmp_path_factory):
                 guidance_scale=3.0, frame_rate=24, max_sequence_length=16, decode_timestep=0.05,
                 decode_noise_scale=0.0, **size)
     return Family("ltx", path, ref, call, packed_noise(1, **size), separate=False)
+
+
+@pytest.fixture(scope="module")
+def hunyuan(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("hunyuan_cache"))
+    ref = build_reference_hunyuan_pipeline(path, None)
+    call = dict(prompt="a cat walks on the grass", negative_prompt="blurry low quality video", true_cfg_scale=3.0,
+                guidance_scale=2.0, height=48, width=32, num_frames=9, num_inference_steps=STEPS,
+                max_sequence_length=24)
+    latents = torch.from_numpy(np.random.default_rng(0).standard_normal((1, 4, 3, 6, 4)).astype(np.float32))
+    return Family("hunyuan", path, ref, call, latents, separate=True)
 
 
 @pytest.fixture(params=["wan", "ltx"])
@@ -141,6 +153,16 @@ def test_mag_cache_matches_diffusers(family):
     ratios = [1.0] + list(1.0 + 0.03 * rng.standard_normal(STEPS + 2))
     kw = dict(threshold=0.09, max_skip_steps=2, retention_ratio=0.3, num_inference_steps=STEPS, mag_ratios=ratios)
     check_parity(family, RefMag(**kw), vidax.MagCacheConfig(**kw))
+
+
+@pytest.mark.parametrize("threshold", [0.5])
+def test_two_streams_and_two_stacks_hunyuan(hunyuan, threshold):
+    """HunyuanVideo: the cached residual covers both streams and both stacks (First-Block
+    Cache); MagCache's skip adds the video residual and passes the text stream on."""
+    check_parity(hunyuan, RefFBC(threshold=threshold), vidax.FirstBlockCacheConfig(threshold=threshold))
+    kw = dict(threshold=0.2, max_skip_steps=3, retention_ratio=0.25, num_inference_steps=STEPS,
+              mag_ratios=[1.0, 1.05, 0.98, 1.02, 0.99, 1.01, 1.04, 0.97])
+    check_parity(hunyuan, RefMag(**kw), vidax.MagCacheConfig(**kw))
 
 
 def test_mag_cache_calibration_prints_the_reference_ratios(wan, capsys):
