@@ -5,8 +5,7 @@ weights, a small UMT5 (width 4096, as the transformer's ``text_dim``) and a smal
 loaded by vidax. Both sides denoise the same latents with the same prompt, uncached and with
 First-Block Cache at a few thresholds, MagCache (ratios from vidax's calibration run) and
 TaylorSeer lite. Printed per run and side: the denoising seconds (vidax: the steps, compile
-excluded; diffusers: the pipeline call with ``output_type="latent"``, its text encoding is a few
-ms), the speed-up over the same side's uncached run, the block evaluations skipped, and the PSNR
+excluded, scheduler update included; diffusers: its transformer calls), the speed-up over the same side's uncached run, the block evaluations skipped, and the PSNR
 of the decoded video vs the same side's uncached one; plus vidax vs diffusers on the same config.
 
     python benchmarks/step_cache.py                       # 4 layers, 10 steps, 128x128x9
@@ -92,9 +91,18 @@ def main() -> None:
         pipe = vidax.load_pipeline(path, dtype="float32")
         latents = torch.randn(1, CONFIG_1_3B["in_channels"], (f - 1) // 4 + 1, h // 8, w // 8,
                               generator=torch.Generator().manual_seed(7))
-        calls = []
+        calls, spent = [], []
         for block in ref.transformer.blocks:
             block.ffn.register_forward_hook(lambda *x: calls.append(1))
+        forward = ref.transformer.forward
+
+        def timed_forward(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = forward(*args, **kwargs)
+            spent.append(time.perf_counter() - t0)
+            return out
+
+        ref.transformer.forward = timed_forward
 
         def run_ref(config):
             if config is not None:
@@ -102,11 +110,9 @@ def main() -> None:
             try:
                 with torch.no_grad():
                     calls.clear()
-                    t0 = time.perf_counter()
-                    ref(latents=latents.clone(), output_type="latent", **call)
-                    seconds = time.perf_counter() - t0
-                    evaluated = len(calls)
+                    spent.clear()
                     frames = ref(latents=latents.clone(), output_type="np", **call).frames
+                    seconds, evaluated = sum(spent), len(calls)
             finally:
                 if config is not None:
                     ref.transformer.disable_cache()
@@ -117,8 +123,7 @@ def main() -> None:
             if config is not None:
                 pipe.enable_cache(config)
             try:
-                pipe(latents=latents.numpy(), progress=False, output_type="latent", **call)  # compile
-                out = pipe(latents=latents.numpy(), progress=False, **call)
+                out = pipe(latents=latents.numpy(), progress=False, **call)  # step_s: compile excluded
             finally:
                 pipe.disable_cache()
             rep = out.stats.cache
@@ -139,21 +144,20 @@ def main() -> None:
         runs.append(("mag 0.12", RefMag(**mag), vidax.MagCacheConfig(**mag)))
         runs.append(("taylorseer lite", RefTS(use_lite_mode=True, taylor_factors_dtype=torch.float32),
                      vidax.TaylorSeerCacheConfig(use_lite_mode=True, taylor_factors_dtype="float32")))
-        results = []
-        for name, ref_config, config in runs:
-            results.append((name, run_ref(ref_config), run_vidax(config)))
         print(f"\nWan2.1-T2V-1.3B transformer config, {a.layers} of 30 layers, random weights; {h}x{w}x{f}, "
               f"{a.steps} UniPC steps, CFG; CPU: {cpu_model()} ({os.cpu_count()} cores), float32\n")
         print("| run | diffusers s | speed-up | blocks skipped | PSNR vs uncached | vidax s | speed-up | "
               "blocks skipped | PSNR vs uncached | vidax vs diffusers | vidax pattern |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        _, ref0, v0 = results[0]
-        for name, r, v in results:
+        print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        ref0 = v0 = None
+        for name, ref_config, config in runs:
+            r, v = run_ref(ref_config), run_vidax(config)
+            ref0, v0 = ref0 or r, v0 or v
             pr = psnr(r["frames"], ref0["frames"])
             pv = psnr(v["frames"], v0["frames"])
             print(f"| {name} | {r['s']:.2f} | {ref0['s'] / r['s']:.2f}x | {r['skipped']}/{r['total']} | {pr:.1f} dB "
                   f"| {v['s']:.2f} | {v0['s'] / v['s']:.2f}x | {v['skipped']}/{v['total']} | {pv:.1f} dB | "
-                  f"{psnr(v['frames'], r['frames']):.1f} dB | {v['pattern'] or ''} |")
+                  f"{psnr(v['frames'], r['frames']):.1f} dB | {v['pattern'] or ''} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -347,12 +347,13 @@ def _generate(prompt, negative_prompt, checkpoint, height, width, num_frames, nu
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     cache_config = None
     if cache is not None:
-        from vidax.pipelines.step_cache import TaylorSeerCacheConfig, parse_cache_option
+        from vidax.pipelines.step_cache import parse_cache_option
 
         cache_config = parse_cache_option(cache, call.num_inference_steps)
-        if not cls.block_cache_reference and not isinstance(cache_config, TaylorSeerCacheConfig):
-            raise InputError(f"--cache {cache}: diffusers 0.42.1 cannot hook {cls.__name__}'s transformer blocks, "
-                             "so there is no reference to match; --cache taylorseer works")
+        if not cls.cache_reference:
+            raise InputError(f"--cache {cache}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache "
+                             "context around its transformer calls, or no block metadata), so there is no reference "
+                             "to match")
     paths = output_paths(output, call.batch)
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:

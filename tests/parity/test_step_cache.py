@@ -176,8 +176,10 @@ def test_mag_cache_calibration_prints_the_reference_ratios(wan, capsys):
     assert stats.cache.blocks_skipped == 0 and len(set(map(tuple, want))) == 2
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_taylorseer_lite_matches_diffusers(family, dtype):
+# bfloat16 factors on Wan only: their arithmetic is the family-independent end of the step.
+@pytest.mark.parametrize("name, dtype", [("wan", "float32"), ("ltx", "float32"), ("wan", "bfloat16")])
+def test_taylorseer_lite_matches_diffusers(request, name, dtype):
+    family = request.getfixturevalue(name)
     kw = dict(cache_interval=2, disable_cache_before_step=2, disable_cache_after_step=7, max_order=2,
               use_lite_mode=True)
     ref = RefTS(taylor_factors_dtype=getattr(torch, dtype), **kw)
@@ -261,6 +263,13 @@ def test_bad_configs_are_refused_in_one_line(wan):
         with pytest.raises(InputError) as e:
             make()
         assert name in str(e.value) and "\n" not in str(e.value)
+    # Pipelines whose diffusers reference runs no cache hooks (no cache context).
+    from vidax.models.cosmos.pipeline import CosmosPredictPipeline
+    from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline
+
+    for cls in (CosmosPredictPipeline, HunyuanVideoImageToVideoPipeline):
+        with pytest.raises(InputError, match=f"{cls.__name__} cannot run cache hooks"):
+            object.__new__(cls).enable_cache(vidax.TaylorSeerCacheConfig(use_lite_mode=True))
     # Ratios for another number of steps than the call's.
     wan.pipe.enable_cache(vidax.MagCacheConfig(num_inference_steps=STEPS + 1, mag_ratios=[1.0] * (STEPS + 1)))
     try:

@@ -1110,9 +1110,10 @@ class VideoPipeline:
     #: calls (a step cache then keeps one state per branch, :mod:`vidax.pipelines.step_cache`);
     #: False: one batched call, one state.
     separate_cfg_passes: ClassVar[bool] = False
-    #: diffusers 0.42.1 has block metadata for this family's transformer blocks (First-Block
-    #: Cache and MagCache hook them); False: those two caches are refused.
-    block_cache_reference: ClassVar[bool] = True
+    #: diffusers 0.42.1 runs this pipeline's transformer calls in cache contexts and has hook
+    #: metadata for its blocks, so its cache hooks work; False (no reference to match): step
+    #: caches are refused.
+    cache_reference: ClassVar[bool] = True
 
     def enable_cache(self, config: Any) -> None:
         """Turn on step caching for the next calls (``config``: a
@@ -1128,15 +1129,16 @@ class VideoPipeline:
         if self.cache_config is not None:
             raise InputError(f"a {type(self.cache_config).__name__} is already enabled; call disable_cache() before "
                              f"enable_cache({type(config).__name__}(...))")
+        if not self.cache_reference:
+            raise InputError(f"config={type(config).__name__}: diffusers 0.42.1's {type(self).__name__} cannot run cache "
+                             "hooks (no cache context around its transformer calls, or no block metadata), so there "
+                             "is no reference to match")
         name = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
             if modes == {"none"}:
                 logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
                                "runs are uncached", name)
-        elif not self.block_cache_reference:
-            raise InputError(f"config={type(config).__name__}: diffusers 0.42.1 cannot hook {name}'s blocks "
-                             "(no block metadata), so there is no reference to match; TaylorSeerCacheConfig works")
         elif min(m.num_blocks() for m in self.experts.modules) < 2:
             raise InputError(f"config={type(config).__name__} needs at least 2 transformer blocks; {name} has "
                              f"{min(m.num_blocks() for m in self.experts.modules)}")

@@ -152,7 +152,8 @@ class CosmosPredictPipeline(VideoPipeline):
     runs one).
     """
 
-    block_cache_reference = False  # diffusers 0.42.1 has no block metadata for CosmosTransformerBlock
+    # diffusers 0.42.1: no cache context around the transformer calls, no block metadata.
+    cache_reference = False
 
     extra_call_args = ("video", "num_latent_conditional_frames", "conditional_frame_timestep")
     unsupported_call_args = ("guidance_scale_2",)

@@ -406,6 +406,9 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     so. Ask for ``num_frames + 4`` (still 4k+1) to get ``num_frames``.
     """
 
+    # diffusers 0.42.1's image-to-video pipeline calls the transformer outside any cache context.
+    cache_reference = False
+
     task = "i2v"
     extra_call_args = HunyuanVideoPipeline.extra_call_args + ("image_embed_interleave",)
     prompt_template = I2V_PROMPT_TEMPLATE
