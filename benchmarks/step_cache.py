@@ -8,7 +8,7 @@ TaylorSeer lite. Printed per run and side: the denoising seconds (vidax: the ste
 excluded, scheduler update included; diffusers: its transformer calls), the speed-up over the same side's uncached run, the block evaluations skipped, and the PSNR
 of the decoded video vs the same side's uncached one; plus vidax vs diffusers on the same config.
 
-    python benchmarks/step_cache.py                       # 4 layers, 10 steps, 128x128x9
+    python benchmarks/step_cache.py                       # 4 layers, 10 steps, 64x96x5
     python benchmarks/step_cache.py --layers 6 --steps 20 --size 160 160 17
 """
 
@@ -65,7 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--size", type=int, nargs=3, default=(128, 128, 9), metavar=("H", "W", "F"))
+    ap.add_argument("--size", type=int, nargs=3, default=(64, 96, 5), metavar=("H", "W", "F"))
     ap.add_argument("--thresholds", type=float, nargs="+", default=(0.05, 0.1, 0.2))
     a = ap.parse_args()
 

@@ -279,3 +279,24 @@ def test_bad_configs_are_refused_in_one_line(wan):
             wan.pipe.enable_cache(vidax.FirstBlockCacheConfig())
     finally:
         wan.pipe.disable_cache()
+
+
+def test_threshold_comparison_and_ratio_interpolation_are_the_references():
+    """First-Block Cache compares a float32 ratio's Python float with the threshold: vidax
+    compares in float32 with the largest float32 at or below the threshold, the same result for
+    every ratio (checked at the float32 neighbours of thresholds that float32 cannot represent).
+    MagCache's ratios of another length are interpolated as diffusers' ``nearest_interp``."""
+    from diffusers.hooks.mag_cache import nearest_interp
+
+    from vidax.pipelines.step_cache import _threshold_f32
+
+    for t in (0.05, 0.1, 0.3, 1 / 3, 0.5, 0.0):
+        f = np.float32(t)
+        for r in (np.nextafter(f, np.float32(0)), f, np.nextafter(f, np.float32(1))):
+            assert bool(r > _threshold_f32(t)) == (float(r) > t), (t, r)
+    rng = np.random.default_rng(0)
+    for src, n in ((5, 8), (8, 5), (28, 50), (3, 1), (1, 4), (7, 7)):
+        ratios = [float(r) for r in 1 + 0.1 * rng.standard_normal(src)]  # a list of floats: float32 in torch
+        want = nearest_interp(torch.tensor(ratios), n).numpy() if src != n else torch.tensor(ratios).numpy()
+        got = vidax.MagCacheConfig(num_inference_steps=n, mag_ratios=ratios).ratios()
+        np.testing.assert_array_equal(got, want)

@@ -577,10 +577,11 @@ class ChunkedStep:
                     first = (first_fn, rest0)
                 post = post_fn.lower(rest, x_info, x_info, x_info, inputs_info, aux_info, latents, state,
                                      *args).compile()
-            cache[key] = (pre, chunks, post, first)
+            cache[key] = (pre, chunks, post)
+            self._shared.setdefault("first", {})[key] = first
             logger.info("offload: compiled the streamed step (chunk sizes %s)", [sorted(c) for c in chunks])
-        pre, chunks, post, first = cache[key]
-        return CompiledChunkedStep(self, pre, chunks, post, first)
+        pre, chunks, post = cache[key]
+        return CompiledChunkedStep(self, pre, chunks, post, self._shared.get("first", {}).get(key))
 
 
 @dataclasses.dataclass
