@@ -82,6 +82,10 @@ def main() -> None:
     from tests.parity.helpers import psnr
 
     jax.config.update("jax_default_matmul_precision", "highest")
+    # XLA:CPU flushes denormals; torch does not unless asked, and the random weights make some
+    # (one transformer call then took 8 s instead of 0.1 s here).
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(os.cpu_count() or 1)
     h, w, f = a.size
     call = dict(prompt="a red car on a bridge", negative_prompt="blurry", height=h, width=w, num_frames=f,
                 num_inference_steps=a.steps, guidance_scale=5.0, max_sequence_length=32)
