@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--size", type=int, nargs=3, default=(64, 96, 5), metavar=("H", "W", "F"))
-    ap.add_argument("--thresholds", type=float, nargs="+", default=(0.05, 0.1, 0.2))
+    ap.add_argument("--thresholds", type=float, nargs="+", default=(0.2, 0.5, 1.0))
     a = ap.parse_args()
 
     os.environ.setdefault("VIDAX_COMPILE_CACHE", "0")

@@ -257,6 +257,7 @@ def test_bad_configs_are_refused_in_one_line(wan):
         (lambda: vidax.MagCacheConfig(threshold=-1, mag_ratios=[1.0]), "threshold="),
         (lambda: vidax.TaylorSeerCacheConfig(cache_interval=0), "cache_interval="),
         (lambda: vidax.TaylorSeerCacheConfig(taylor_factors_dtype="int8"), "taylor_factors_dtype="),
+        (lambda: vidax.TaylorSeerCacheConfig(disable_cache_before_step=0), "disable_cache_before_step="),
         (lambda: wan.pipe.enable_cache("first_block"), "config="),
     ]
     for make, name in cases:

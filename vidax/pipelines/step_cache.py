@@ -202,6 +202,12 @@ class TaylorSeerCacheConfig:
             setattr(self, field, list(pats))
         if not isinstance(self.use_lite_mode, bool):
             raise InputError(f"{owner}: use_lite_mode= must be True or False, got {self.use_lite_mode!r}")
+        first = (0 < self.disable_cache_before_step or (-self.disable_cache_before_step - 1) % self.cache_interval == 0
+                 or self.disable_cache_after_step == 0)
+        if not first:
+            raise InputError(f"{owner}: disable_cache_before_step={self.disable_cache_before_step} with cache_interval="
+                             f"{self.cache_interval} predicts step 0 with nothing computed yet (diffusers raises "
+                             "there); use disable_cache_before_step >= 1")
 
     def patterns(self) -> tuple[list[str], list[str]]:
         """``(inactive, active)`` patterns as diffusers resolves them (``apply_taylorseer_cache``)."""
