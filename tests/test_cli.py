@@ -506,3 +506,36 @@ def test_ctrl_c_while_importing_the_cli_is_one_line(monkeypatch, capsys):
         entry.run()
     assert e.value.code == 130
     assert capsys.readouterr().err == entry.INTERRUPTED + "\n"
+
+
+def test_cache_flag(ckpt, tmp_path):
+    """--cache first_block:THRESHOLD runs First-Block Cache and the summary says what it skipped;
+    bad values are one line naming --cache, before any weight is read."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    base = ["generate", "--checkpoint", ckpt, "--prompt", "a red car", "--height", "48", "--width", "48",
+            "--num-frames", "9", "--num-inference-steps", "6", "--max-sequence-length", "16", "--no-progress"]
+    out = tmp_path / "v.npy"
+    r = CliRunner().invoke(app, base + ["--cache", "first_block:2.0", "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    # A threshold of 2: every step after the first skips the second block of both branches.
+    assert "first_block threshold=2: 14 of 24 block evaluations run, 10 skipped" in r.output, r.output
+    assert "cond CSSSSS, uncond CSSSSS" in r.output and out.exists()
+    from vidax.pipelines.step_cache import MagCacheConfig, TaylorSeerCacheConfig, parse_cache_option
+
+    ratios = tmp_path / "ratios.txt"
+    ratios.write_text("1.0 0.9, 1.1\n")
+    (tmp_path / "ratios.json").write_text("[1.0, 0.9, 1.1]")
+    for name in ("ratios.txt", "ratios.json"):
+        config = parse_cache_option(f"mag:{tmp_path / name}", 6)
+        assert config == MagCacheConfig(num_inference_steps=6, mag_ratios=[1.0, 0.9, 1.1])
+    assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
+    assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
+    for value, message in (("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
+                           ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
+                           ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer")):
+        r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+        assert not (tmp_path / "w.npy").exists()

@@ -39,11 +39,13 @@ _check_jax_flax()
 from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the version check)
 
 __version__ = "0.1.0"
-__all__ = ["Cancelled", "CheckpointError", "ConfigError", "InputError", "LTXVideoCondition", "NumericalError",
-           "OutOfMemoryError", "SetupError", "VidaxError", "load_pipeline"]
+__all__ = ["Cancelled", "CheckpointError", "ConfigError", "FirstBlockCacheConfig", "InputError", "LTXVideoCondition",
+           "MagCacheConfig", "NumericalError", "OutOfMemoryError", "SetupError", "TaylorSeerCacheConfig", "VidaxError",
+           "load_pipeline"]
 
 #: Names of the API imported on first use (their modules pull in a model family).
-_LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline"}
+_LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline", "FirstBlockCacheConfig": "vidax.pipelines.step_cache",
+         "MagCacheConfig": "vidax.pipelines.step_cache", "TaylorSeerCacheConfig": "vidax.pipelines.step_cache"}
 
 
 def __getattr__(name: str):

@@ -250,6 +250,9 @@ def generate(
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
         "available RAM); --no-memory-check warns and runs it anyway."),
     lora: Optional[List[str]] = load_flag("lora"),
+    cache: Optional[str] = typer.Option(
+        None, help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
+        "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite)."),
     compile_cache: bool = load_flag("compile_cache"),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
@@ -344,7 +347,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, audio=True, spelling=None) -> None:
+              memory_check=True, lora=None, audio=True, cache=None, spelling=None) -> None:
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
@@ -410,6 +413,15 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(Arg("output", output), f" writes the sound alone, but {why}; give *.mp4, *.npy or a folder")
     call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
+    cache_config = None
+    if cache is not None:
+        from vidax.pipelines.step_cache import parse_cache_option
+
+        cache_config = parse_cache_option(cache, call.num_inference_steps)
+        if not cls.cache_reference:
+            raise InputError(f"--cache {cache}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache "
+                             "context around its transformer calls, or no block metadata), so there is no reference "
+                             "to match")
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)
@@ -421,6 +433,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
     apply_loras(pipe, loras)
+    if cache_config is not None:
+        pipe.enable_cache(cache_config)
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:

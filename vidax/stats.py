@@ -7,7 +7,7 @@ import dataclasses
 import os
 import resource
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import jax
 
@@ -121,6 +121,7 @@ class RunStats:
     seed: int | None = None
     seed_random: bool = False
     call_s: float = 0.0
+    cache: Any = None
 
     @property
     def total_s(self) -> float:
@@ -173,6 +174,8 @@ class RunStats:
             rows.append(("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s"))))
         if steps:
             rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
+        if self.cache is not None:
+            rows.append(("step cache", self.cache.describe()))
         if self.ran("decode_s"):
             rows.append(("vae decode", f"{self.decode_s:8.2f} s" + _compile_note(self.compiles.get("decode_s"))))
         if self.ran("audio_decode_s"):

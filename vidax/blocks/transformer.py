@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.nn.stack import scan_layers
+from vidax.nn.stack import num_layers, scan_layers
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import padded_length
@@ -123,7 +123,8 @@ class DiffusionTransformer(nnx.Module):
         """One layer of a stack over the streams ``x``; the streams in the residual dtype."""
         return block(x, inputs)
 
-    def run_blocks(self, x: Any, inputs: Any, blocks: nnx.Module | None = None, stack: str | None = None) -> Any:
+    def run_blocks(self, x: Any, inputs: Any, blocks: nnx.Module | None = None, stack: str | None = None,
+                   layers: tuple[int, int] | None = None) -> Any:
         """The block stacks in order over the streams ``x`` (a ``(B, L', D)`` array or a tuple of
         them), one scan per stack, each layer's streams constrained to ``(batch, seq, embed)``.
 
@@ -133,6 +134,9 @@ class DiffusionTransformer(nnx.Module):
             blocks: a run of consecutive layers of one stack (as the offload runner passes them)
                 instead of the stack's own; with several stacks it needs ``stack``.
             stack: run only this stack (one of ``block_stacks``); None: every stack in order.
+            layers: ``(start, stop)``: run only these layers, counted over the stacks in order as
+                one sequence (with ``blocks``: over that run of layers); a step cache
+                (:mod:`vidax.pipelines.step_cache`) runs ``(0, 1)`` then ``(1, L)``.
 
         Returns:
             The streams, same structure and shapes, in the residual dtype.
@@ -150,9 +154,29 @@ class DiffusionTransformer(nnx.Module):
         def body(block, h):
             return jax.tree.map(lambda s: constrain(s, TOKENS, self.mesh), self.run_block(block, h, inputs))
 
+        offset = 0
         for attr in self.block_stacks if stack is None else (stack,):
-            x = scan_layers(getattr(self, attr) if blocks is None else blocks, x, body)
+            layer_stack = getattr(self, attr) if blocks is None else blocks
+            if layers is None:
+                x = scan_layers(layer_stack, x, body)
+                continue
+            n = num_layers(layer_stack)
+            start, stop = max(layers[0] - offset, 0), min(layers[1] - offset, n)
+            if start < stop:
+                x = scan_layers(layer_stack, x, body, start=start, num_layers=stop)
+            offset += n
         return x
+
+    def num_blocks(self) -> int:
+        """Layers of all the block stacks together."""
+        return sum(num_layers(getattr(self, attr)) for attr in self.block_stacks)
+
+    def hidden_rows(self, inputs: Any) -> tuple[int, int]:
+        """Which rows ``[start, stop)`` of the first residual stream are the reference blocks'
+        ``hidden_states`` (the video tokens, without text rows or the mesh's sequence padding):
+        what a step cache measures and keeps residuals of. Default ``(0, inputs.n_tok)``; a
+        family whose first stream holds other rows overrides it."""
+        return 0, inputs.n_tok
 
     def check_latents(self, x: jax.Array, channels: int, patch: tuple[int, int, int], note: str = "",
                       patch_name: str = "patch_size", hint: str = "") -> tuple[int, int, int]:

@@ -29,7 +29,7 @@ def stacked(make: Callable[[nnx.Rngs], M], num_layers: int, rngs: nnx.Rngs) -> M
 
 
 def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any], Any], *,
-                num_layers: int | None = None, collect: bool = False) -> Any:
+                num_layers: int | None = None, collect: bool = False, start: int = 0) -> Any:
     """Run ``carry = body(layer_i, carry)`` for each layer of a :func:`stacked` module.
 
     ``body`` sees one layer as an ordinary module (params without the L axis). Implemented with
@@ -42,6 +42,8 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
         num_layers: a static int in ``[0, L]``: run only the first ``num_layers`` layers (default
             all). The loop then indexes the whole stack layer by layer (no sliced copy of the
             first layers' weights is made).
+        start: a static int: run layers ``[start, num_layers)`` (default 0), indexed from the
+            whole stack like ``num_layers`` (a step cache runs the first layer alone, then the rest).
         collect: also return the carry after every layer run, stacked along a new leading axis.
 
     Returns:
@@ -66,19 +68,21 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
     count = total if num_layers is None else num_layers
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= total:
         raise ValueError(f"scan_layers: num_layers={num_layers!r} must be an int in [0, {total}].")
+    if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= count:
+        raise ValueError(f"scan_layers: start={start!r} must be an int in [0, num_layers={count}].")
 
     def step(c, layer_leaves):
         layer = [jax.lax.bitcast_convert_type(a, d) if b else a for a, d, b in zip(layer_leaves, dtypes, as_bits)]
         c = body(nnx.merge(graphdef, jax.tree.unflatten(treedef, layer)), c)
         return c, (c if collect else None)
 
-    if count == total:
+    if count == total and start == 0:
         carry, carries = jax.lax.scan(step, carry, xs)
     else:
         def indexed(c, i):
             return step(c, [jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False) for a in xs])
 
-        carry, carries = jax.lax.scan(indexed, carry, jnp.arange(count, dtype=jnp.int32))
+        carry, carries = jax.lax.scan(indexed, carry, jnp.arange(start, count, dtype=jnp.int32))
     return (carry, carries) if collect else carry
 
 

@@ -259,16 +259,17 @@ class OffloadedBlocks:
                 tuple((a.shape[1:], str(a.dtype), s) for a, s in zip(self._chunks[0], self._shardings)))
 
     def run(self, compute: Callable[[int, nnx.State, Any], Any], x: Any,
-            on_chunk: Callable[[], None] | None = None) -> Any:
+            on_chunk: Callable[[], None] | None = None, first: nnx.State | None = None) -> Any:
         """``x = compute(i, chunk_i, x)`` for every chunk, double buffered.
 
         The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap;
         chunk ``i`` is waited for (and so freed) before chunk ``i+2`` is fetched, so at most two
         chunks are on the device. ``on_chunk()`` runs after each compute is dispatched, while
-        this chunk and the next one are both referenced (memory sampling).
+        this chunk and the next one are both referenced (memory sampling). ``first``: chunk 0,
+        already fetched (a step cache ran its first layer alone).
         """
         n = len(self.sizes)
-        fetched = self.fetch(0)
+        fetched = self.fetch(0) if first is None else first
         for i in range(n):
             current, fetched = fetched, (self.fetch(i + 1) if i + 1 < n else None)
             x = compute(i, current, x)
@@ -436,6 +437,10 @@ class ChunkedStep:
         blocks: its :class:`OffloadedBlocks`, or a tuple of them (one per stack, in running
             order; :func:`offloaded_stacks`).
         model_args, finish: the step's pieces (see above).
+        cache: a step cache's :class:`~vidax.pipelines.step_cache.CacheSpec` (the state is then
+            its carry): ``pre`` embeds, ``first`` runs the first layer and decides (First-Block
+            Cache), the chunks stream only on a step that needs the blocks (the host reads the
+            decision), and ``post`` is the cache's ``end`` + ``head`` + ``finish``.
         out_shardings: ``(latents, state)`` output shardings of ``post`` (set on a mesh, see
             :meth:`with_out_shardings`).
 
@@ -445,8 +450,9 @@ class ChunkedStep:
     """
 
     def __init__(self, graphdef, blocks: OffloadedBlocks | Sequence[OffloadedBlocks], model_args: Callable,
-                 finish: Callable, *, out_shardings: Any = None, _shared: dict | None = None):
+                 finish: Callable, *, out_shardings: Any = None, cache: Any = None, _shared: dict | None = None):
         self.graphdef = graphdef
+        self.cache = cache
         self.stacks = (blocks,) if isinstance(blocks, OffloadedBlocks) else tuple(blocks)
         if not self.stacks:
             raise InputError("ChunkedStep: no streamed block stack given")
@@ -463,7 +469,7 @@ class ChunkedStep:
     # -- variants sharing one compile cache --------------------------------------------------
 
     def _variant(self, **changes) -> "ChunkedStep":
-        kw = dict(out_shardings=self.out_shardings)
+        kw = dict(out_shardings=self.out_shardings, cache=self.cache)
         blocks = changes.pop("blocks", self.stacks)
         kw.update(changes)
         return ChunkedStep(self.graphdef, blocks, self.model_args, self.finish, _shared=self._shared, **kw)
@@ -494,8 +500,20 @@ class ChunkedStep:
 
     def _jits(self) -> tuple:
         """The jitted ``pre`` and ``post`` (shared by the variants of this step)."""
-        key = ("pre-post", self.out_shardings)
+        key = ("pre-post", self.out_shardings, self.cache)
         jits = self._shared["jits"]
+        if key not in jits and self.cache is not None:
+            model_of, model_args, finish, spec = self._model_fn(), self.model_args, self.finish, self.cache
+
+            def pre(rest, latents, state, *args):
+                return model_of(rest).embed(*model_args(latents, spec.split(state)[0], *args))
+
+            def post(rest, x, y, z, inputs, aux, latents, state, *args):
+                sched, cs = spec.split(state)
+                pred, cs = spec.end(model_of(rest), x, y, z, inputs, cs, aux)
+                return spec.join(finish(pred, latents, sched, *args), cs)
+
+            jits[key] = (jax.jit(pre), jax.jit(post, donate_argnums=(6,), out_shardings=self.out_shardings))
         if key not in jits:
             model_of, model_args, finish = self._model_fn(), self.model_args, self.finish
 
@@ -508,18 +526,32 @@ class ChunkedStep:
             jits[key] = (jax.jit(pre), jax.jit(post, donate_argnums=(3,), out_shardings=self.out_shardings))
         return jits[key]
 
-    def _chunk_jit(self, abstract_rest: nnx.State, x_sharding, stack: OffloadedBlocks):
+    def _chunk_jit(self, abstract_rest: nnx.State, x_sharding, stack: OffloadedBlocks, layers=None):
         model_of, blocks_graphdef = self._model_fn(), stack.graphdef
         named = len(self.stacks) > 1
 
         def run_chunk(chunk, x, inputs):
             model = model_of(abstract_rest)  # no parameter of it is read
-            layers = nnx.merge(blocks_graphdef, chunk)
-            if named:
-                return model.run_blocks(x, inputs, layers, stack=stack.attr)
-            return model.run_blocks(x, inputs, layers)
+            blocks = nnx.merge(blocks_graphdef, chunk)
+            return model.run_blocks(x, inputs, blocks, stack=stack.attr if named else None, layers=layers)
 
-        return jax.jit(run_chunk, donate_argnums=(1,), out_shardings=x_sharding)
+        # With a step cache the streams a chunk takes are read again after it (the residuals).
+        return jax.jit(run_chunk, donate_argnums=() if self.cache is not None else (1,), out_shardings=x_sharding)
+
+    def _first_jit(self, abstract_rest: nnx.State, x_sharding, stack: OffloadedBlocks):
+        """The step cache's ``begin`` on the first layer of chunk 0: ``(y, aux, need_blocks)``."""
+        model_of, blocks_graphdef, spec = self._model_fn(), stack.graphdef, self.cache
+        named = len(self.stacks) > 1
+
+        def first(chunk, x, inputs, cs):
+            model = model_of(abstract_rest)
+            blocks = nnx.merge(blocks_graphdef, chunk)
+            run = lambda h: model.run_blocks(h, inputs, blocks, stack=stack.attr if named else None,  # noqa: E731
+                                             layers=(0, 1))
+            y, aux = spec.begin(run, model.hidden_rows(inputs), x, cs)
+            return y, aux, spec.need_blocks(cs, aux)
+
+        return jax.jit(first)
 
     def lower(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> "_Lowered":
         """Stage for compilation (mirrors ``jax.jit(...).lower``); ``.compile()`` on the result."""
@@ -544,11 +576,27 @@ class ChunkedStep:
                 chunk_fn = self._chunk_jit(abstract_rest, x_sharding, stack)
                 chunks.append({size: chunk_fn.lower(stack.chunk_spec(size), x_info, inputs_info).compile()
                                for size in sorted(set(stack.sizes))})
-            post = post_fn.lower(rest, x_info, inputs_info, latents, state, *args).compile()
+            first = None
+            if self.cache is None:
+                post = post_fn.lower(rest, x_info, inputs_info, latents, state, *args).compile()
+            else:
+                cs = self.cache.split(state)[1]
+                aux_info = {}
+                if self.cache.first_layer_alone:
+                    head, size = self.stacks[0], self.stacks[0].sizes[0]
+                    first_fn = self._first_jit(abstract_rest, x_sharding, head).lower(
+                        head.chunk_spec(size), x_info, inputs_info, cs).compile()
+                    aux_info = jax.tree.map(lambda i: _abstract(i, i.sharding), first_fn.out_info[1])
+                    rest0 = self._chunk_jit(abstract_rest, x_sharding, head, layers=(1, size)).lower(
+                        head.chunk_spec(size), x_info, inputs_info).compile()
+                    first = (first_fn, rest0)
+                post = post_fn.lower(rest, x_info, x_info, x_info, inputs_info, aux_info, latents, state,
+                                     *args).compile()
             cache[key] = (pre, chunks, post)
+            self._shared.setdefault("first", {})[key] = first
             logger.info("offload: compiled the streamed step (chunk sizes %s)", [sorted(c) for c in chunks])
         pre, chunks, post = cache[key]
-        return CompiledChunkedStep(self, pre, chunks, post)
+        return CompiledChunkedStep(self, pre, chunks, post, self._shared.get("first", {}).get(key))
 
 
 @dataclasses.dataclass
@@ -576,9 +624,9 @@ class CompiledChunkedStep:
             :func:`vidax.pipelines.sampling.run_denoising_loop`).
     """
 
-    def __init__(self, step: ChunkedStep, pre, chunks: list, post):
+    def __init__(self, step: ChunkedStep, pre, chunks: list, post, first=None):
         self.step = step
-        self._pre, self._chunks, self._post = pre, chunks, post
+        self._pre, self._chunks, self._post, self._first = pre, chunks, post, first
         self.chunk_sizes = sorted(chunks[0])
         self.on_chunk: Callable[[], None] | None = None
 
@@ -586,10 +634,33 @@ class CompiledChunkedStep:
         step = self.step
         rest = step._rest(params)
         x, inputs = self._pre(rest, latents, state, *args)
+        if step.cache is not None:
+            return self._cached(rest, x, inputs, latents, state, args)
         for stack, compiled in zip(step.stacks, self._chunks):
             sizes = stack.sizes
             x = stack.run(lambda i, chunk, h, c=compiled, n=sizes: c[n[i]](chunk, h, inputs), x, self.on_chunk)
         return self._post(rest, x, inputs, latents, state, *args)
+
+    def _cached(self, rest, x, inputs, latents, state, args):
+        # The step cache's decision is read on the host: a step that skips the blocks streams
+        # none (First-Block Cache: only chunk 0, for the first layer).
+        spec, cs = self.step.cache, self.step.cache.split(state)[1]
+        chunk0, y, aux = None, x, {}
+        if self._first is not None:
+            first, rest0 = self._first
+            chunk0 = self.step.stacks[0].fetch(0)
+            y, aux, need = first(chunk0, x, inputs, cs)
+        else:
+            need = spec.need_blocks(cs, aux)
+        z = y
+        if bool(need):
+            for k, (stack, compiled) in enumerate(zip(self.step.stacks, self._chunks)):
+                def run(i, chunk, h, c=compiled, n=stack.sizes, head=k == 0 and self._first is not None):
+                    return (self._first[1] if head and i == 0 else c[n[i]])(chunk, h, inputs)
+
+                z = stack.run(run, z, self.on_chunk, first=chunk0 if k == 0 else None)
+        del chunk0
+        return self._post(rest, x, y, z, inputs, aux, latents, state, *args)
 
 
 def streamed_call(module: nnx.Module, *args: Any) -> Any:

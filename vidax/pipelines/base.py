@@ -41,6 +41,8 @@ from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
+from vidax.pipelines.step_cache import (CacheCarry, CacheReport, CacheSpec, StepCache, TaylorSeerCacheConfig,
+                                        check_cache_call, check_cache_config, describe_config, step_shapes, taylorseer_mode)
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
@@ -1086,6 +1088,7 @@ class VideoPipeline:
                 or an allocation failed during the run (the message names the phase and the estimate).
         """
         self.check_components()
+        check_cache_call(self.cache_config, call.num_inference_steps)
         est = None if self.memory_check is None else self.check_memory(
             self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
             devices=1 if self.mesh is None else self.mesh.size)
@@ -1182,27 +1185,93 @@ class VideoPipeline:
         # The expert's device parameters live only in this frame, so they are released before
         # the next segment asks for the other expert.
         params = self.experts.params(expert)
-        step = self.step_fn(call.do_cfg, expert)
+        cache = self._step_cache(call, expert, total, stats)
+        step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
-        return run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
-                                  mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
-                                  cancel=call.cancel)
+        if cache is not None:
+            # A fresh state for every expert segment: each of the reference's experts has its own hooks.
+            module = self.experts.modules[expert]
+            shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
+                                 x, state, args)
+            state = CacheCarry(state, cache.initial(shapes))
+        x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
+                                      mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
+                                      cancel=call.cancel, cache=cache)
+        return (x, state.sched) if cache is not None else (x, state)
+
+    #: diffusers' pipeline runs the conditional and unconditional passes as separate transformer
+    #: calls (a step cache then keeps one state per branch, :mod:`vidax.pipelines.step_cache`);
+    #: False: one batched call, one state.
+    separate_cfg_passes: ClassVar[bool] = False
+    #: diffusers 0.42.1 runs this pipeline's transformer calls in cache contexts and has hook
+    #: metadata for its blocks, so its cache hooks work; False (no reference to match): step
+    #: caches are refused.
+    cache_reference: ClassVar[bool] = True
+
+    def enable_cache(self, config: Any) -> None:
+        """Turn on step caching for the next calls (``config``: a
+        :class:`~vidax.pipelines.step_cache.FirstBlockCacheConfig`, ``MagCacheConfig`` or
+        ``TaylorSeerCacheConfig``; diffusers' ``pipe.transformer.enable_cache(config)``); each
+        call starts a fresh cache state, as diffusers resets its hooks after a call.
+
+        Raises:
+            InputError: not a cache config; a cache already enabled (``disable_cache()`` first,
+                as in diffusers); a cache this family's reference cannot hook.
+        """
+        config = check_cache_config(config)
+        if self.cache_config is not None:
+            raise InputError(f"a {type(self.cache_config).__name__} is already enabled; call disable_cache() before "
+                             f"enable_cache({type(config).__name__}(...))")
+        if not self.cache_reference:
+            raise InputError(f"config={type(config).__name__}: diffusers 0.42.1's {type(self).__name__} cannot run cache "
+                             "hooks (no cache context around its transformer calls, or no block metadata), so there "
+                             "is no reference to match")
+        name = type(self.experts.modules[0]).__name__
+        if isinstance(config, TaylorSeerCacheConfig):
+            modes = {taylorseer_mode(config, m) for m in self.experts.modules}
+            if modes == {"none"}:
+                logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
+                               "runs are uncached", name)
+        elif min(m.num_blocks() for m in self.experts.modules) < 2:
+            raise InputError(f"config={type(config).__name__} needs at least 2 transformer blocks; {name} has "
+                             f"{min(m.num_blocks() for m in self.experts.modules)}")
+        self.cache_config = config
+
+    def disable_cache(self) -> None:
+        """Turn step caching off (a no-op when it is off)."""
+        self.cache_config = None
+
+    #: The step cache's config (None: off, the default); see :meth:`enable_cache`.
+    cache_config: Any = None
+
+    def _step_cache(self, call: Call, expert: int, total: int, stats: RunStats) -> StepCache | None:
+        config = self.cache_config
+        module = self.experts.modules[expert]
+        if config is None or (isinstance(config, TaylorSeerCacheConfig) and taylorseer_mode(config, module) == "none"):
+            return None
+        if stats.cache is None:
+            stats.cache = CacheReport(describe_config(config), module.num_blocks())
+        branches = 2 if call.do_cfg and self.separate_cfg_passes else 1
+        return StepCache(config, module, branches, total, stats.cache)
 
     def step_key(self) -> Any:
         """What else a compiled step depends on (e.g. the scheduler's class)."""
         return type(self.scheduler)
 
-    def step_fn(self, do_cfg: bool, expert: int = 0):
+    def step_fn(self, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
         """The step ``(params, latents, state, *args) -> (latents, state)`` of ``expert``: one jit
         (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
         streamed from host memory (every declared stack). Experts of one structure share one trace.
         The latents (float32) and the scheduler state come back in the dtypes they went in: the
         guided prediction is upcast to the latents' dtype before :meth:`scheduler_update`, and
-        :func:`check_step_dtypes` raises TypeError at trace time for a step that changes one."""
+        :func:`check_step_dtypes` raises TypeError at trace time for a step that changes one.
+        With a step ``cache`` (:class:`~vidax.pipelines.step_cache.CacheSpec`) the state is a
+        :class:`~vidax.pipelines.step_cache.CacheCarry` and the model runs as ``embed``, then
+        ``cache.forward`` (the blocks or the cached result, and ``head``)."""
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
         stacks = offloaded_stacks(module)
-        key = (do_cfg, graphdef, self.step_key(), len(stacks))
+        key = (do_cfg, graphdef, self.step_key(), len(stacks), cache)
         if key in self._step_fns:
             fn = self._step_fns[key]
             return fn.for_blocks(stacks) if stacks else fn
@@ -1229,9 +1298,17 @@ class VideoPipeline:
 
         def step(params, latents, state, *args):
             model = nnx.merge(graphdef, params)
-            return finish(model(*model_args(latents, state, *args)), latents, state, *args)
+            if cache is None:
+                return finish(model(*model_args(latents, state, *args)), latents, state, *args)
+            x, inputs = model.embed(*model_args(latents, state.sched, *args))
+            pred, cs = cache.forward(model, x, inputs, state.cache)
+            latents, sched = finish(pred, latents, state.sched, *args)
+            return latents, CacheCarry(sched, cs)
 
-        fn = ChunkedStep(graphdef, stacks, model_args, finish) if stacks else jax.jit(step, donate_argnums=(1,))
+        if stacks:
+            fn = ChunkedStep(graphdef, stacks, model_args, finish, cache=cache)
+        else:
+            fn = jax.jit(step, donate_argnums=(1,))
         self._step_fns[key] = fn
         return fn
 

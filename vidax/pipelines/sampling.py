@@ -37,6 +37,7 @@ def run_denoising_loop(
     first_step: int = 0,
     total_steps: int | None = None,
     cancel: Callable[[], bool] | None = None,
+    cache: Any = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -60,6 +61,10 @@ def run_denoising_loop(
     costs one small kernel over the latents, not over the transformer's activations). Steps are
     named ``first_step + i + 1`` of ``total_steps`` (default: ``num_inference_steps``), so a
     call split over experts names the step of the whole call.
+
+    With a step ``cache`` (a :class:`vidax.pipelines.step_cache.StepCache`; ``state`` is then its
+    :class:`~vidax.pipelines.step_cache.CacheCarry`), ``cache.before_step`` sets the host's
+    decision in the state before each step and ``cache.after_step`` records what ran.
 
     ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
     step, after every chunk of blocks is dispatched; True stops the loop there.
@@ -86,9 +91,13 @@ def run_denoising_loop(
             if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
                 compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i,
                                               total_steps)
+            if cache is not None:
+                state = cache.before_step(i, state)
             latents, state = compiled(params, latents, state, *args)
             jax.block_until_ready(latents)
             stats.step_s.append(time.perf_counter() - t0)
+            if cache is not None:
+                cache.after_step(i, state, stats.step_s[-1])
             if not bool(all_finite(latents)):
                 raise NumericalError(
                     f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "

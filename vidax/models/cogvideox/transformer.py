@@ -526,6 +526,10 @@ class CogVideoXTransformer3DModel(DiffusionTransformer):
         i = inputs
         return block(x, i.temb, i.rope, i.is_text, i.valid_length)
 
+    def hidden_rows(self, inputs: "CogVideoXBlockInputs") -> tuple[int, int]:
+        """The video rows of the joint ``[text; video]`` stream (the reference's ``hidden_states``)."""
+        return inputs.n_txt, inputs.n_tok
+
     def head(self, x: jax.Array, inputs: "CogVideoXBlockInputs") -> jax.Array:
         """Everything after the blocks: the video rows, final norm, modulated output norm,
         ``proj_out``, unpatchify -> ``(B, T, H, W, C_out)`` in the compute dtype."""

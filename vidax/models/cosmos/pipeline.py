@@ -153,6 +153,9 @@ class CosmosPredictPipeline(VideoPipeline):
     runs one).
     """
 
+    # diffusers 0.42.1: no cache context around the transformer calls, no block metadata.
+    cache_reference = False
+
     call_options = (
         CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos-Predict2.5 video2world continues its last "
                    "frames). No safety checker runs (Cosmos' reference requires NVIDIA's cosmos_guardrail).",

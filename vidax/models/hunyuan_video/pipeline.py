@@ -181,6 +181,8 @@ class HunyuanVideoPipeline(VideoPipeline):
     or :func:`vidax.load_pipeline`.
     """
 
+    separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
+
     call_options = (
         CallOption("true_cfg_scale", float, "True classifier-free guidance weight with the negative prompt "
                    "(HunyuanVideo).", "1, off", low=0),
@@ -406,6 +408,9 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     which drops the first decoded frames (``video[:, :, 4:]``); each call logs a warning saying
     so. Ask for ``num_frames + 4`` (still 4k+1) to get ``num_frames``.
     """
+
+    # diffusers 0.42.1's image-to-video pipeline calls the transformer outside any cache context.
+    cache_reference = False
 
     task = "i2v"
     call_options = HunyuanVideoPipeline.call_options + (

@@ -461,6 +461,10 @@ class HunyuanVideoTransformer3DModel(DiffusionTransformer):
             first = (jnp.arange(lv) < grid[1] * grid[2])[:, None]
         return (vid, txt), HunyuanBlockInputs(temb, tr_emb, rope, segments, first, n_vid, grid)
 
+    def hidden_rows(self, inputs: HunyuanBlockInputs) -> tuple[int, int]:
+        """The real video rows of the video stream (the reference's ``hidden_states``)."""
+        return 0, inputs.n_vid
+
     def head(self, x, inputs: HunyuanBlockInputs) -> jax.Array:
         """Everything after the blocks: the real video tokens, ``norm_out``, ``proj_out``,
         unpatchify (features ``(C, p_t, p, p)``) -> ``(B, T, H, W, C_out)`` in the compute dtype."""

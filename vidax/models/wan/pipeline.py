@@ -43,6 +43,8 @@ class WanPipeline(VideoPipeline):
     """Wan text-to-video, and image-to-video on TI2V-5B (``image=``) (reference:
     ``diffusers.WanPipeline``). Build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
 
+    separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
+
     latents_layout = "(batch, z_dim, latent frames, height / vae_scale, width / vae_scale)"
     scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
 

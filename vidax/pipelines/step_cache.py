@@ -1,0 +1,720 @@
+"""Step caching: reuse cached residuals instead of running every transformer block, as diffusers
+0.42.1's cache hooks do (``diffusers/hooks/first_block_cache.py``, ``mag_cache.py``,
+``taylorseer_cache.py``), with the same configs, the same skip decisions and the same arithmetic.
+
+Enable with ``pipe.enable_cache(config)`` (:class:`FirstBlockCacheConfig`,
+:class:`MagCacheConfig`, :class:`TaylorSeerCacheConfig`); the CLI's ``--cache``. The pipeline's
+denoising step then runs ``embed``, :meth:`StepCache.forward` (the blocks, or the cache) and the
+scheduler update as one compiled function; the cache's state is carried between steps as arrays
+(:class:`CacheCarry`, beside the scheduler state), so no step recompiles:
+
+* First-Block Cache runs the first block, compares the relative mean absolute change of its
+  residual with the previous computed step's, and when it is at most ``threshold`` skips the other
+  blocks, adding the cached residual of the rest of the blocks (``jax.lax.cond`` on the device:
+  the decision is data-dependent).
+* MagCache decides from the step index and the calibrated magnitude ratios alone (on the host,
+  mirroring the reference's float32 accumulators); a skipped step runs no block and adds the
+  previous residual of the whole stack to the video stream.
+* TaylorSeer (the configurations whose hooks reduce to its lite mode: the top-level blocks skipped
+  and ``proj_out``'s output predicted) runs every block on its compute steps and predicts the
+  transformer output by a Taylor expansion on the others (host-side schedule).
+
+State per branch where the reference keeps one: diffusers runs the conditional and unconditional
+passes as separate calls with a state each for Wan and HunyuanVideo
+(``VideoPipeline.separate_cfg_passes``); vidax batches them, so First-Block Cache decides per half
+of the batch (the blocks run for the whole batch when either half needs them, and a half that skips
+takes its cached result). Each expert of Wan2.2 starts a fresh state, as its hooks are its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.errors import InputError
+
+_F32 = jnp.float32
+
+
+def _number(owner: str, name: str, value: Any, *, minimum: float = 0.0, integer: bool = False,
+            open_min: bool = False) -> Any:
+    kind = "an integer" if integer else "a finite number"
+    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.integer, np.floating))
+    if ok and not integer:
+        ok = bool(np.isfinite(value))
+    if ok:
+        ok = value > minimum if open_min else value >= minimum
+    if not ok:
+        bound = f"> {minimum:g}" if open_min else f">= {minimum:g}"
+        raise InputError(f"{owner}: {name}= must be {kind} {bound}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+@dataclasses.dataclass
+class FirstBlockCacheConfig:
+    """First-Block Cache (diffusers' ``FirstBlockCacheConfig``).
+
+    Attributes:
+        threshold: the largest relative change of the first block's residual
+            (``mean|r - r_prev| / mean|r_prev|``) for which the other blocks are skipped; >= 0.
+
+    Raises:
+        InputError: a negative or non-finite threshold.
+    """
+
+    threshold: float = 0.05
+
+    def __post_init__(self):
+        self.threshold = _number("FirstBlockCacheConfig", "threshold", self.threshold)
+
+
+@dataclasses.dataclass
+class MagCacheConfig:
+    """MagCache (diffusers' ``MagCacheConfig``).
+
+    Attributes:
+        threshold: the largest accumulated error ``sum |1 - prod(ratios)|`` of skipped steps; >= 0.
+        max_skip_steps: the most consecutive steps skipped; >= 0.
+        retention_ratio: the fraction of the first steps never skipped (``int(ratio * steps + 0.5)``).
+        num_inference_steps: the steps of the run the ratios are for; must equal the call's.
+        mag_ratios: the calibrated magnitude ratios (float32), one per step; another length is
+            interpolated to ``num_inference_steps`` (nearest) as diffusers does. Required unless
+            ``calibrate``.
+        calibrate: skip nothing and print the ratios of this run (to pass as ``mag_ratios``).
+
+    Raises:
+        InputError: a negative threshold / max_skip_steps, retention_ratio outside [0, 1],
+            num_inference_steps < 1, no ratios without ``calibrate``, empty or non-finite ratios.
+    """
+
+    threshold: float = 0.06
+    max_skip_steps: int = 3
+    retention_ratio: float = 0.2
+    num_inference_steps: int = 28
+    mag_ratios: Any = None
+    calibrate: bool = False
+
+    def __post_init__(self):
+        owner = "MagCacheConfig"
+        self.threshold = _number(owner, "threshold", self.threshold)
+        self.max_skip_steps = _number(owner, "max_skip_steps", self.max_skip_steps, integer=True)
+        self.retention_ratio = _number(owner, "retention_ratio", self.retention_ratio)
+        if self.retention_ratio > 1:
+            raise InputError(f"{owner}: retention_ratio= must be in [0, 1], got {self.retention_ratio!r}")
+        self.num_inference_steps = _number(owner, "num_inference_steps", self.num_inference_steps, minimum=1,
+                                           integer=True)
+        if not isinstance(self.calibrate, bool):
+            raise InputError(f"{owner}: calibrate= must be True or False, got {self.calibrate!r}")
+        if self.mag_ratios is None:
+            if not self.calibrate:
+                raise InputError(f"{owner}: mag_ratios= is required (one ratio per step, model-dependent); run once "
+                                 "with calibrate=True to print them")
+            return
+        try:
+            ratios = np.asarray(self.mag_ratios, np.float32)
+        except (TypeError, ValueError):
+            raise InputError(f"{owner}: mag_ratios= must be a list of numbers, got {self.mag_ratios!r:.80}") from None
+        if ratios.ndim != 1 or ratios.size == 0 or not np.isfinite(ratios).all():
+            raise InputError(f"{owner}: mag_ratios= must be a non-empty list of finite numbers (one per step), "
+                             f"got {ratios.size} value(s) of shape {ratios.shape}")
+        self.mag_ratios = [float(r) for r in ratios]
+
+    def ratios(self) -> np.ndarray:
+        """``mag_ratios`` as the reference uses them: float32, interpolated to
+        ``num_inference_steps`` by diffusers' ``nearest_interp`` when the length differs."""
+        src = np.asarray(self.mag_ratios, np.float32)
+        n = self.num_inference_steps
+        if len(src) == n:
+            return src
+        if n == 1:
+            return src[-1:]
+        scale = np.float32((len(src) - 1) / (n - 1))
+        return src[np.round(np.arange(n, dtype=np.float32) * scale).astype(np.int64)]
+
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass
+class TaylorSeerCacheConfig:
+    """TaylorSeer (diffusers' ``TaylorSeerCacheConfig``; the dtype as a name).
+
+    Attributes:
+        cache_interval: steps between full computations; >= 1.
+        disable_cache_before_step: the first steps, always computed; >= 0.
+        disable_cache_after_step: from this step on always computed (None: never).
+        max_order: the Taylor expansion's order; >= 0.
+        taylor_factors_dtype: ``"bfloat16"`` (diffusers' default), ``"float32"``, ``"float16"``
+            or None (the output's dtype).
+        skip_predict_identifiers, cache_identifiers: regular expressions (``re.fullmatch``) of the
+            reference's module names that return zeros / are predicted on cached steps.
+        use_lite_mode: skip every top-level block and predict ``proj_out`` (overrides the
+            identifiers). vidax implements the configurations whose hooks are that (or none);
+            others are refused when the cache is enabled.
+
+    Raises:
+        InputError: values out of range, an unknown dtype, an invalid regular expression.
+    """
+
+    cache_interval: int = 5
+    disable_cache_before_step: int = 3
+    disable_cache_after_step: int | None = None
+    max_order: int = 1
+    taylor_factors_dtype: Any = "bfloat16"
+    skip_predict_identifiers: list[str] | None = None
+    cache_identifiers: list[str] | None = None
+    use_lite_mode: bool = False
+
+    def __post_init__(self):
+        owner = "TaylorSeerCacheConfig"
+        self.cache_interval = _number(owner, "cache_interval", self.cache_interval, minimum=1, integer=True)
+        self.disable_cache_before_step = _number(owner, "disable_cache_before_step", self.disable_cache_before_step,
+                                                 integer=True)
+        if self.disable_cache_after_step is not None:
+            self.disable_cache_after_step = _number(owner, "disable_cache_after_step", self.disable_cache_after_step,
+                                                    integer=True)
+        self.max_order = _number(owner, "max_order", self.max_order, integer=True)
+        d = self.taylor_factors_dtype
+        if d is not None:
+            name = getattr(d, "name", None) or str(d).replace("torch.", "")
+            if name not in _DTYPES:
+                raise InputError(f"{owner}: taylor_factors_dtype= must be one of {sorted(_DTYPES)} or None, got {d!r}")
+            self.taylor_factors_dtype = name
+        for field in ("skip_predict_identifiers", "cache_identifiers"):
+            pats = getattr(self, field)
+            if pats is None:
+                continue
+            if isinstance(pats, str) or not all(isinstance(p, str) for p in pats):
+                raise InputError(f"{owner}: {field}= must be a list of regular expressions, got {pats!r}")
+            for p in pats:
+                try:
+                    re.compile(p)
+                except re.error as e:
+                    raise InputError(f"{owner}: {field}= has an invalid regular expression {p!r}: {e}") from None
+            setattr(self, field, list(pats))
+        if not isinstance(self.use_lite_mode, bool):
+            raise InputError(f"{owner}: use_lite_mode= must be True or False, got {self.use_lite_mode!r}")
+        first = (0 < self.disable_cache_before_step or (-self.disable_cache_before_step - 1) % self.cache_interval == 0
+                 or self.disable_cache_after_step == 0)
+        if not first:
+            raise InputError(f"{owner}: disable_cache_before_step={self.disable_cache_before_step} with cache_interval="
+                             f"{self.cache_interval} predicts step 0 with nothing computed yet (diffusers raises "
+                             "there); use disable_cache_before_step >= 1")
+
+    def patterns(self) -> tuple[list[str], list[str]]:
+        """``(inactive, active)`` patterns as diffusers resolves them (``apply_taylorseer_cache``)."""
+        if self.use_lite_mode:
+            return list(_BLOCK_IDENTIFIERS), list(_PROJ_OUT_IDENTIFIERS)
+        return list(self.skip_predict_identifiers or []), list(self.cache_identifiers or _TRANSFORMER_BLOCK_IDENTIFIERS)
+
+
+# diffusers/hooks/taylorseer_cache.py's module name patterns.
+_TRANSFORMER_BLOCK_IDENTIFIERS = ("^blocks.*attn", "^transformer_blocks.*attn", "^single_transformer_blocks.*attn",
+                                  "^temporal_transformer_blocks.*attn")
+_BLOCK_IDENTIFIERS = ("^[^.]*block[^.]*\\.[^.]+$",)
+_PROJ_OUT_IDENTIFIERS = ("^proj_out$",)
+
+CacheConfig = FirstBlockCacheConfig | MagCacheConfig | TaylorSeerCacheConfig
+
+
+def check_cache_config(config: Any, name: str = "config") -> CacheConfig:
+    """``config`` if it is one of the three cache configs, else an InputError naming ``name``."""
+    if not isinstance(config, (FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig)):
+        raise InputError(f"{name}= must be a vidax.FirstBlockCacheConfig, MagCacheConfig or TaylorSeerCacheConfig, "
+                         f"got {type(config).__name__}")
+    return config
+
+
+def parse_cache_option(value: str, num_inference_steps: int) -> CacheConfig:
+    """The CLI's ``--cache`` value: ``first_block:THRESHOLD``, ``mag:RATIOS_FILE`` (a JSON list or
+    numbers separated by spaces / commas), ``mag`` (calibration: prints the ratios) or
+    ``taylorseer`` (its lite mode, the default settings otherwise).
+
+    Raises:
+        InputError: naming ``--cache``, its value and what is valid.
+    """
+    kind, _, arg = value.partition(":")
+    valid = "first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"
+    if kind == "first_block":
+        try:
+            threshold = float(arg)
+        except ValueError:
+            raise InputError(f"--cache {value}: THRESHOLD must be a number >= 0 (first_block:0.05)") from None
+        try:
+            return FirstBlockCacheConfig(threshold=threshold)
+        except InputError as e:
+            raise InputError(f"--cache {value}: {e}") from None
+    if kind == "mag":
+        if not arg:
+            return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
+        try:
+            with open(arg) as f:
+                text = f.read()
+        except OSError as e:
+            raise InputError(f"--cache {value}: cannot read the ratios file {arg!r} ({e.strerror})") from None
+        try:
+            ratios = json.loads(text) if text.lstrip().startswith("[") else [float(t) for t in re.split(r"[\s,]+", text.strip())]
+        except ValueError:
+            raise InputError(f"--cache {value}: {arg} must hold numbers (a JSON list, or separated by spaces or "
+                             "commas)") from None
+        try:
+            return MagCacheConfig(num_inference_steps=num_inference_steps, mag_ratios=ratios)
+        except InputError as e:
+            raise InputError(f"--cache {value}: {e}") from None
+    if kind == "taylorseer" and not arg:
+        return TaylorSeerCacheConfig(use_lite_mode=True)
+    raise InputError(f"--cache {value!r}: valid values are {valid}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The state carried between steps
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class CacheCarry:
+    """The scheduler state and the cache's arrays, carried together by the denoising loop in
+    place of the scheduler state (the family hooks see ``sched`` only)."""
+
+    sched: Any
+    cache: dict
+
+
+def reference_module_names(model: nnx.Module) -> list[str]:
+    """The module names the reference model has (``blocks.3.attn1``), from the parameter paths
+    (vidax mirrors the reference's module tree; stacked layers expanded by index)."""
+    stacks = set(getattr(model, "block_stacks", ()))
+    names: set[str] = set()
+    counts = {a: int(jax.tree.leaves(nnx.state(getattr(model, a)))[0].shape[0]) for a in stacks}
+    for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        parts = [str(p) for p in path[:-1]]
+        if parts and parts[0] in stacks:
+            for i in range(counts[parts[0]]):
+                full = [parts[0], str(i)] + parts[1:]
+                names.update(".".join(full[:k]) for k in range(1, len(full) + 1))
+        else:
+            names.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    return sorted(names)
+
+
+def taylorseer_mode(config: TaylorSeerCacheConfig, model: nnx.Module) -> str:
+    """``"none"`` (the reference's patterns match no module of ``model``: an uncached run) or
+    ``"lite"`` (every top-level block skipped and ``proj_out`` predicted).
+
+    Raises:
+        InputError: the patterns hook other modules (attention-level TaylorSeer), which vidax
+            does not implement.
+    """
+    inactive, active = config.patterns()
+    names = reference_module_names(model)
+    hooked_inactive = {n for n in names if any(re.fullmatch(p, n) for p in inactive)}
+    hooked_active = {n for n in names if any(re.fullmatch(p, n) for p in active)} - hooked_inactive
+    if not hooked_inactive and not hooked_active:
+        return "none"
+    blocks = {f"{a}.{i}" for a in model.block_stacks for i in range(_stack_len(model, a))}
+    if hooked_active == {"proj_out"} and hooked_inactive == blocks:
+        return "lite"
+    other = sorted((hooked_active | hooked_inactive) - blocks - {"proj_out"}) or sorted(blocks - hooked_inactive)
+    raise InputError(f"TaylorSeerCacheConfig hooks {', '.join(other[:4])}{' ...' if len(other) > 4 else ''} of "
+                     f"{type(model).__name__}: vidax implements TaylorSeer on the whole block stack only "
+                     "(use_lite_mode=True, or identifiers that match nothing)")
+
+
+def _stack_len(model: nnx.Module, attr: str) -> int:
+    return int(jax.tree.leaves(nnx.state(getattr(model, attr)))[0].shape[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# The traced forward
+
+
+def _first(x: Any) -> jax.Array:
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _with_first(x: Any, first: jax.Array) -> Any:
+    return (first, *x[1:]) if isinstance(x, (tuple, list)) else first
+
+
+def _branch_absmean(a: jax.Array, branches: int) -> jax.Array:
+    """(branches,) float32: ``mean|a|`` over each equal part of the batch."""
+    return jnp.mean(jnp.abs(a.astype(_F32)).reshape(branches, -1), axis=1)
+
+
+def _rows(mask: jax.Array, like: jax.Array) -> jax.Array:
+    """A (B,) mask broadcast against ``like`` (B, ...)."""
+    return mask.reshape((-1,) + (1,) * (like.ndim - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSpec:
+    """What a compiled step depends on (hashable): the method, the branches of the batch, and
+    the method's static settings."""
+
+    kind: str  # "first_block" | "mag" | "taylorseer"
+    branches: int = 1
+    calibrate: bool = False
+    max_order: int = 1
+    factors_dtype: str | None = "bfloat16"
+
+    @staticmethod
+    def split(carry: "CacheCarry") -> tuple[Any, dict]:
+        """``(scheduler state, cache arrays)`` of a carry."""
+        return carry.sched, carry.cache
+
+    @staticmethod
+    def join(stepped: tuple, cs: dict) -> tuple:
+        """``(latents, carry)`` from a step's ``(latents, scheduler state)`` and the cache arrays."""
+        return stepped[0], CacheCarry(stepped[1], cs)
+
+    @property
+    def first_layer_alone(self) -> bool:
+        """The first block runs before the decision (First-Block Cache), the rest after it."""
+        return self.kind == "first_block"
+
+    def forward(self, model: Any, x: Any, inputs: Any, cs: dict) -> tuple[jax.Array, dict]:
+        """The model's prediction from the embedded streams ``x`` with the cache (traced, one
+        compiled step): :meth:`begin`, the remaining blocks under ``jax.lax.cond`` of
+        :meth:`need_blocks`, :meth:`end`. Returns ``(prediction, new cache arrays)``."""
+        start = int(self.first_layer_alone)
+        n = model.num_blocks()
+        y, aux = self.begin(lambda h: model.run_blocks(h, inputs, layers=(0, 1)), model.hidden_rows(inputs), x, cs)
+        z = jax.lax.cond(self.need_blocks(cs, aux), lambda h: model.run_blocks(h, inputs, layers=(start, n)),
+                         lambda h: h, y)
+        return self.end(model, x, y, z, inputs, cs, aux)
+
+    def begin(self, run_first: Any, rows: tuple[int, int], x: Any, cs: dict) -> tuple[Any, dict]:
+        """Before the remaining blocks: ``(streams, aux)``. First-Block Cache runs the first block
+        (``run_first``) and decides per branch whether the rest must run (``aux["compute"]``);
+        the others pass ``x`` on."""
+        if self.kind != "first_block":
+            return x, {}
+        s, e = rows
+        y = run_first(x)
+        r = _first(y)[:, s:e] - _first(x)[:, s:e]
+        prev = cs["head_res"]
+        dt = r.dtype
+        ratio = _branch_absmean(r - prev, self.branches).astype(dt) / _branch_absmean(prev, self.branches).astype(dt)
+        compute = jnp.logical_not(cs["has_prev"]) | (ratio.astype(_F32) > cs["threshold"])
+        return y, dict(r=r, compute=compute)
+
+    def need_blocks(self, cs: dict, aux: dict) -> jax.Array:
+        """() bool: whether the remaining blocks run this step."""
+        if self.kind == "first_block":
+            return aux["compute"].any()
+        if self.kind == "mag":
+            return jnp.logical_not(cs["skip"])
+        return cs["compute"]
+
+    def end(self, model: Any, x: Any, y: Any, z: Any, inputs: Any, cs: dict, aux: dict) -> tuple[jax.Array, dict]:
+        """The prediction and the new cache arrays from the streams ``x`` (embedded), ``y``
+        (after :meth:`begin`) and ``z`` (after the remaining blocks, or ``y`` where they did not run)."""
+        s, e = model.hidden_rows(inputs)
+        if self.kind == "first_block":
+            compute, r, prev = aux["compute"], aux["r"], cs["head_res"]
+            rows = jnp.repeat(compute, _first(x).shape[0] // self.branches)
+
+            def sel(new, old):
+                return jnp.where(_rows(rows, new), new, old)
+
+            tail = jax.tree.map(lambda zz, yy: zz - yy, z, y)
+            cached = jax.tree.map(lambda t, yy: t + yy, cs["tail_res"], y)
+            out = jax.tree.map(sel, z, cached)
+            new = dict(cs, head_res=sel(r, prev), has_prev=cs["has_prev"] | compute,
+                       tail_res=jax.tree.map(sel, tail, cs["tail_res"]), computed=compute)
+            return model.head(out, inputs), new
+        if self.kind == "mag":
+            h0, prev, skip = _first(x)[:, s:e], cs["prev_res"], cs["skip"]
+            res = _first(z)[:, s:e] - h0
+            f = _first(z)
+            out = _with_first(z, jnp.where(skip, f.at[:, s:e].set(h0 + prev), f))
+            ratio = jnp.ones((self.branches,), _F32)
+            if self.calibrate:
+                cur = jnp.linalg.norm(res.astype(_F32), axis=-1)
+                old = jnp.linalg.norm(prev.astype(_F32), axis=-1)
+                ratio = jnp.mean((cur / (old + 1e-8)).reshape(self.branches, -1), axis=1)
+            return model.head(out, inputs), dict(cs, prev_res=jnp.where(skip, prev, res), ratio=ratio)
+        factors = cs["factors"]
+        fdt = factors.dtype
+
+        def compute(h):
+            pred = model.head(h, inputs)
+            new = [pred]
+            for j in range(self.max_order):
+                nxt = (new[j] - factors[j].astype(pred.dtype)) / cs["delta"].astype(pred.dtype)
+                new.append(jnp.where(j < cs["n_prev"], nxt, jnp.zeros_like(nxt)))
+            return pred, jnp.stack([f.astype(fdt) for f in new])
+
+        def predict(h):
+            pdt = cs["out"].dtype
+            out = jnp.zeros(factors.shape[1:], pdt)
+            for o in range(self.max_order + 1):  # torch: factor * Python float, in float32, rounded to pdt
+                out = out + (factors[o].astype(_F32) * cs["coeff"][o]).astype(pdt)
+            return out, factors
+
+        pred, factors = jax.lax.cond(cs["compute"], compute, predict, z)
+        return pred, dict(cs, factors=factors)
+
+
+# ---------------------------------------------------------------------------------------------
+# The host side of one run of steps
+
+
+def _threshold_f32(t: float) -> np.float32:
+    """The largest float32 ``f <= t``: for a float32 ratio ``r``, ``r > f`` exactly when
+    ``float(r) > t`` (the reference compares the ratio's Python float with the threshold)."""
+    f = np.float32(t)
+    return np.nextafter(f, np.float32(-np.inf)) if float(f) > t else f
+
+
+@dataclasses.dataclass
+class CacheReport:
+    """What a step cache did in one call (for :class:`vidax.stats.RunStats`).
+
+    Attributes:
+        method: e.g. ``"first_block threshold=0.05"``. num_blocks: blocks per transformer pass.
+        patterns: per branch label (``"cond"``, ``"uncond"``, ``"all"``), one letter per step:
+            ``C`` computed, ``S`` skipped (the reference's decision).
+        blocks_run, blocks_skipped: block evaluations per transformer pass as the reference counts
+            them (a First-Block Cache skip still runs the first block).
+        step_kind: per step, ``"full"``, ``"skipped"`` (no branch ran the remaining blocks) or
+            ``"partial"`` (one branch skipped, computed with the batch).
+        step_s: the steps' seconds (as in ``RunStats.step_s``).
+    """
+
+    method: str
+    num_blocks: int
+    patterns: dict = dataclasses.field(default_factory=dict)
+    blocks_run: int = 0
+    blocks_skipped: int = 0
+    step_kind: list = dataclasses.field(default_factory=list)
+    step_s: list = dataclasses.field(default_factory=list)
+
+    def record(self, label: str, computed: bool, head_only: bool) -> None:
+        self.patterns[label] = self.patterns.get(label, "") + ("C" if computed else "S")
+        if computed:
+            self.blocks_run += self.num_blocks
+        else:
+            self.blocks_run += int(head_only)
+            self.blocks_skipped += self.num_blocks - int(head_only)
+
+    @property
+    def saved_s(self) -> float:
+        """Seconds saved: (mean full step - mean skipped step) x skipped steps, from this call's
+        step times (0 when either kind is missing)."""
+        full = [t for t, k in zip(self.step_s, self.step_kind) if k != "skipped"]
+        skipped = [t for t, k in zip(self.step_s, self.step_kind) if k == "skipped"]
+        if not full or not skipped:
+            return 0.0
+        return max(0.0, (sum(full) / len(full) - sum(skipped) / len(skipped)) * len(skipped))
+
+    def describe(self) -> str:
+        total = self.blocks_run + self.blocks_skipped
+        pats = ", ".join(f"{k} {v}" for k, v in self.patterns.items())
+        n_skip = sum(k == "skipped" for k in self.step_kind)
+        return (f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
+                f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
+                f"~{self.saved_s:.2f} s saved")
+
+
+class StepCache:
+    """One run of steps of one transformer (an expert segment) with a cache: the arrays the
+    step carries, the host-side decisions (MagCache, TaylorSeer) and the record of what ran.
+
+    Args:
+        config: the cache config. model: the transformer (names, depth). branches: 2 when the
+            reference runs cond and uncond as separate calls (with CFG), else 1.
+        num_steps: steps of the call. report: the :class:`CacheReport` to record into.
+    """
+
+    def __init__(self, config: CacheConfig, model: Any, branches: int, num_steps: int, report: CacheReport):
+        self.config = config
+        self.branches = branches
+        self.report = report
+        self.labels = ["cond", "uncond"] if branches == 2 else ["all"]
+        self.num_blocks = model.num_blocks()
+        if isinstance(config, FirstBlockCacheConfig):
+            self.spec = CacheSpec("first_block", branches)
+        elif isinstance(config, MagCacheConfig):
+            self.spec = CacheSpec("mag", branches, calibrate=config.calibrate)
+            self.ratios = None if config.calibrate else config.ratios()
+            self._mag = dict(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
+            self.calibration: list[list[float]] = [[] for _ in range(branches)]
+        else:
+            self.spec = CacheSpec("taylorseer", 1, max_order=config.max_order,
+                                  factors_dtype=config.taylor_factors_dtype)
+            self._ts = dict(step=-1, last=None, updates=0)
+        self._pending: dict = {}
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def initial(self, shapes: dict) -> dict:
+        """The cache arrays before the first step, from the shapes of one step
+        (``streams``, ``hidden``, ``pred``: ShapeDtypeStructs)."""
+        nb = self.branches
+        zeros = lambda s: jnp.zeros(s.shape, s.dtype)  # noqa: E731
+        if self.spec.kind == "first_block":
+            return dict(threshold=jnp.asarray(_threshold_f32(self.config.threshold)),
+                        head_res=zeros(shapes["hidden"]), has_prev=jnp.zeros((nb,), bool),
+                        tail_res=jax.tree.map(zeros, shapes["streams"]), computed=jnp.ones((nb,), bool))
+        if self.spec.kind == "mag":
+            return dict(skip=jnp.asarray(False), prev_res=zeros(shapes["hidden"]), ratio=jnp.ones((nb,), _F32))
+        pred = shapes["pred"]
+        fdt = _DTYPES[self.spec.factors_dtype] if self.spec.factors_dtype else pred.dtype
+        return dict(compute=jnp.asarray(True), delta=jnp.asarray(1.0, _F32), n_prev=jnp.asarray(0, jnp.int32),
+                    coeff=jnp.zeros((self.spec.max_order + 1,), _F32), out=jnp.zeros((), pred.dtype),
+                    factors=jnp.zeros((self.spec.max_order + 1,) + tuple(pred.shape), fdt))
+
+    # -- host decisions ------------------------------------------------------------------------
+
+    def before_step(self, i: int, carry: CacheCarry) -> CacheCarry:
+        """The carry for step ``i`` of this run: the host's decision set in it."""
+        cs = carry.cache
+        if self.spec.kind == "mag":
+            skip = self._mag_decide()
+            self._pending = dict(skip=skip)
+            cs = dict(cs, skip=_like(skip, cs["skip"]))
+        elif self.spec.kind == "taylorseer":
+            compute, delta, n_prev, coeff = self._ts_decide()
+            self._pending = dict(compute=compute)
+            cs = dict(cs, compute=_like(compute, cs["compute"]), delta=_like(np.float32(delta), cs["delta"]),
+                      n_prev=_like(np.int32(n_prev), cs["n_prev"]), coeff=_like(coeff, cs["coeff"]))
+        return CacheCarry(carry.sched, cs)
+
+    def after_step(self, i: int, carry: CacheCarry, seconds: float) -> None:
+        """Record step ``i``'s decisions (read from the carry for First-Block Cache)."""
+        kind = self.spec.kind
+        if kind == "first_block":
+            computed = [bool(c) for c in np.asarray(carry.cache["computed"])]
+            for label, c in zip(self.labels, computed):
+                self.report.record(label, c, head_only=True)
+            step_kind = "full" if all(computed) else "skipped" if not any(computed) else "partial"
+        elif kind == "mag":
+            skip = self._pending["skip"]
+            for label in self.labels:
+                self.report.record(label, not skip, head_only=False)
+            step_kind = "skipped" if skip else "full"
+            self._mag_after(skip, carry)
+        else:
+            compute = self._pending["compute"]
+            for label in self.labels:
+                self.report.record(label, compute, head_only=False)
+            step_kind = "full" if compute else "skipped"
+            if compute:
+                self._ts["updates"] += 1
+                self._ts["last"] = self._ts["step"]
+        self.report.step_kind.append(step_kind)
+        self.report.step_s.append(seconds)
+
+    def _mag_decide(self) -> bool:
+        """MagCacheHeadHook.new_forward's decision, its accumulators in float32 as the reference's
+        0-d tensors (True: skip)."""
+        c, st = self.config, self._mag
+        if c.calibrate:
+            return False
+        step = st["step"]
+        scale = self.ratios[step] if step < len(self.ratios) else np.float32(1.0)
+        retention = int(c.retention_ratio * c.num_inference_steps + 0.5)
+        if step < retention:
+            return False
+        st["acc_ratio"] = np.float32(st["acc_ratio"] * scale)
+        st["acc_steps"] += 1
+        st["acc_err"] = np.float32(st["acc_err"] + np.abs(np.float32(1.0) - st["acc_ratio"]))
+        if st["has_prev"] and st["acc_err"] <= np.float32(c.threshold) and st["acc_steps"] <= c.max_skip_steps:
+            return True
+        st["acc_ratio"], st["acc_steps"], st["acc_err"] = np.float32(1.0), 0, np.float32(0.0)
+        return False
+
+    def _mag_after(self, skip: bool, carry: CacheCarry) -> None:
+        c, st = self.config, self._mag
+        if not skip:
+            if c.calibrate:
+                ratios = np.asarray(carry.cache["ratio"])
+                for k in range(self.branches):
+                    self.calibration[k].append(1.0 if not st["has_prev"] else float(ratios[k]))
+            st["has_prev"] = True
+        st["step"] += 1
+        if st["step"] >= c.num_inference_steps:
+            if c.calibrate:
+                for k in range(self.branches):
+                    print("\n[MagCache] Calibration Complete. Copy these values to MagCacheConfig(mag_ratios=...):")
+                    print(f"{self.calibration[k]}\n")
+            st.update(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
+            self.calibration = [[] for _ in range(self.branches)]
+
+    def _ts_decide(self) -> tuple[bool, int, int, np.ndarray]:
+        """TaylorSeerCacheHook's schedule: (compute, delta_step, orders held, the prediction's
+        coefficients ``offset**k / k!`` for the orders held)."""
+        c, st = self.config, self._ts
+        st["step"] += 1
+        step = st["step"]
+        warmup = step < c.disable_cache_before_step
+        interval = (step - c.disable_cache_before_step - 1) % c.cache_interval == 0
+        cooldown = c.disable_cache_after_step is not None and step >= c.disable_cache_after_step
+        compute = warmup or interval or cooldown
+        held = min(st["updates"], c.max_order + 1)
+        coeff = np.zeros((c.max_order + 1,), np.float32)
+        if not compute:
+            offset = step - st["last"]
+            for o in range(held):
+                coeff[o] = np.float32((offset ** o) / math.factorial(o))
+        delta = 1 if st["last"] is None else step - st["last"]
+        return compute, delta, held, coeff
+
+
+def _like(value: Any, old: jax.Array) -> jax.Array:
+    """``value`` as an array with ``old``'s dtype and placement (a compiled step takes its inputs
+    where it was compiled for them)."""
+    return jax.device_put(np.asarray(value, old.dtype), old.sharding)
+
+
+def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: Any, args: tuple) -> dict:
+    """The shapes the cache arrays take from (ShapeDtypeStructs; nothing is computed):
+    ``streams`` and ``hidden`` (the rows of
+    :meth:`~vidax.blocks.transformer.DiffusionTransformer.hidden_rows`) after ``embed``, and the
+    prediction ``pred``. ``model_args(params, latents, state, *args)``: the embed's arguments."""
+    graphdef = nnx.graphdef(model)
+
+    def fn(p, lat, st, *a):
+        m = nnx.merge(graphdef, p)
+        x, inputs = m.embed(*model_args(p, lat, st, *a))
+        s, e = m.hidden_rows(inputs)
+        return x, _first(x)[:, s:e], m.head(x, inputs)
+
+    streams, hidden, pred = jax.eval_shape(fn, params, latents, state, *args)
+    return dict(streams=streams, hidden=hidden, pred=pred)
+
+
+def describe_config(config: CacheConfig) -> str:
+    """A short name of ``config`` for the run summary."""
+    if isinstance(config, FirstBlockCacheConfig):
+        return f"first_block threshold={config.threshold:g}"
+    if isinstance(config, MagCacheConfig):
+        return "mag calibration" if config.calibrate else f"mag threshold={config.threshold:g}"
+    return (f"taylorseer interval={config.cache_interval} order={config.max_order}"
+            f"{' lite' if config.use_lite_mode else ''}")
+
+
+def check_cache_call(config: CacheConfig | None, num_inference_steps: int) -> None:
+    """A call's checks against the enabled cache (before any work).
+
+    Raises:
+        InputError: MagCacheConfig's num_inference_steps differs from the call's (the
+            reference's step counter would wrap around mid-run and its ratios be misaligned).
+    """
+    if isinstance(config, MagCacheConfig) and config.num_inference_steps != num_inference_steps:
+        raise InputError(f"num_inference_steps={num_inference_steps} differs from the enabled "
+                         f"MagCacheConfig(num_inference_steps={config.num_inference_steps}); make them equal (the "
+                         "ratios are interpolated to the config's steps)")
+
+
+__all__: Sequence[str] = ("FirstBlockCacheConfig", "MagCacheConfig", "TaylorSeerCacheConfig", "CacheCarry",
+                          "CacheReport", "StepCache", "CacheSpec", "parse_cache_option", "check_cache_config")
