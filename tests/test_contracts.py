@@ -81,6 +81,7 @@ TINY = {
                                   upsample_residual=[True, True], upsample_factor=[2, 2], timestep_conditioning=True,
                                   latent_channels=6, patch_size=2, spatial_compression_ratio=8,
                                   temporal_compression_ratio=4),
+    "AutoencoderKLHunyuanVideo15": dict(block_out_channels=[6, 8, 16, 32, 32], latent_channels=4, layers_per_block=1),
     "AutoencoderKLHunyuanVideo": dict(block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1,
                                       norm_num_groups=2),
     "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,

@@ -105,3 +105,59 @@ def test_config_defaults_are_diffusers():
     assert set(ours) == set(defaults)
     for key, value in defaults.items():
         assert ours[key] == (tuple(value) if isinstance(value, (list, tuple)) else value), key
+
+
+# -- the VAE (``vae/config.json``) -------------------------------------------------------------
+
+VAE_CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo-1.5-*",
+                                            "vae", "config.json")))
+VAE_IDS = [p.split(os.sep)[-3].split("Diffusers-")[-1] for p in VAE_CONFIGS]
+
+
+def test_every_released_vae_config_is_covered():
+    assert len(VAE_CONFIGS) == 8, VAE_CONFIGS
+
+
+@pytest.mark.parametrize("path", VAE_CONFIGS, ids=VAE_IDS)
+def test_vae_param_count_matches_reference(path):
+    """The full-size VAE built abstractly has diffusers' parameters 1:1 (keys by the registry's
+    rules, shapes after the loader's re-layout, counts equal); the RMS norms' gammas (and only
+    they) stay float32 under a bf16 policy."""
+    pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    accelerate = pytest.importorskip("accelerate")
+    from tests.parity.helpers import assert_reference_parameters
+    from vidax.models.hunyuan_video15.config import HunyuanVideo15VAEConfig
+    from vidax.models.hunyuan_video15.convert import VAE_FP32_PARAMS
+    from vidax.models.hunyuan_video15.vae import HunyuanVideo15VAE
+
+    with open(path) as f:
+        raw = json.load(f)
+    cfg = HunyuanVideo15VAEConfig.from_json_file(path)
+    assert (cfg.spatial_compression, cfg.temporal_compression, cfg.latent_channels) == (16, 4, 32)
+    assert cfg.scaling_factor == 1.03682
+    model = nnx.eval_shape(lambda: HunyuanVideo15VAE(cfg, rngs=nnx.Rngs(0)))
+    with accelerate.init_empty_weights():
+        ref = diffusers.AutoencoderKLHunyuanVideo15.from_config(raw)
+    rules = registry().component("AutoencoderKLHunyuanVideo15").rules(cfg)
+    n = assert_reference_parameters(model, ref, rules)
+    print(f"{os.path.relpath(path, REFERENCE_CONFIGS)}: {n / 1e6:.2f} M parameters")
+    assert n == sum(p.numel() for p in ref.parameters())
+    policy = DtypePolicy(jax.numpy.bfloat16, VAE_FP32_PARAMS)
+    flat = [p for p, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))]
+    kept = {".".join(map(str, p)) for p in flat if policy.dtype_for(p) == "float32"}
+    gammas = {k for k in ref.state_dict() if k.endswith(".gamma")}
+    assert len(kept) == len(gammas) > 0
+    assert "decoder.mid_block.attentions.0.norm.gamma" in kept and "decoder.conv_out.conv.kernel" not in kept
+
+
+def test_vae_config_defaults_are_diffusers():
+    diffusers = pytest.importorskip("diffusers")
+    from vidax.models.hunyuan_video15.config import HunyuanVideo15VAEConfig
+
+    sig = inspect.signature(diffusers.AutoencoderKLHunyuanVideo15.__init__)
+    defaults = {k: p.default for k, p in sig.parameters.items() if k != "self"}
+    ours = HunyuanVideo15VAEConfig().to_dict()
+    assert set(ours) == set(defaults)
+    for key, value in defaults.items():
+        assert ours[key] == (tuple(value) if isinstance(value, (list, tuple)) else value), key

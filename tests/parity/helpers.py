@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 
 import numpy as np
@@ -213,3 +215,48 @@ def build_sentencepiece_tokenizer(folder) -> None:
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         f.write('{"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "pad_token": "<pad>", "eos_token": "</s>", '
                 '"unk_token": "<unk>"}')
+
+
+@contextlib.contextmanager
+def reference_tiling(ref, tiling, methods: tuple[str, ...]):
+    """A diffusers VAE ``ref`` with its tiling attributes set from the vidax tiling dataclass
+    ``tiling`` (its fields are the reference's attribute names; a ``None`` field keeps the
+    reference's own value), restored after. Yields a dict filled on exit with how many times each
+    of ``ref``'s ``methods`` (its tiled paths) was called."""
+    from unittest import mock
+
+    fields = [f.name for f in dataclasses.fields(tiling) if getattr(tiling, f.name) is not None]
+    saved = {name: getattr(ref, name) for name in fields}
+    calls = {}
+    with contextlib.ExitStack() as stack:
+        mocks = {name: stack.enter_context(mock.patch.object(ref, name, side_effect=getattr(ref, name)))
+                 for name in methods}
+        for name in fields:
+            setattr(ref, name, getattr(tiling, name))
+        try:
+            yield calls
+        finally:
+            calls.update({name: m.call_count for name, m in mocks.items()})
+            for name, value in saved.items():
+                setattr(ref, name, value)
+
+
+def reference_vae_decode(ref, z, tiling, methods: tuple[str, ...]):
+    """``ref.decode`` of channels-last latents ``z`` under :func:`reference_tiling`:
+    ``(video (B, F, H, W, C) numpy, calls)``."""
+    import torch
+
+    with torch.no_grad(), reference_tiling(ref, tiling, methods) as calls:
+        out = channels_last(ref.decode(torch.from_numpy(channels_first(z))).sample)
+    return out, calls
+
+
+def reference_vae_encode(ref, x, tiling, methods: tuple[str, ...]):
+    """``ref.encode`` of a channels-last video ``x`` under :func:`reference_tiling`:
+    ``((mean, logvar) channels-last numpy, calls)``."""
+    import torch
+
+    with torch.no_grad(), reference_tiling(ref, tiling, methods) as calls:
+        dist = ref.encode(torch.from_numpy(channels_first(x))).latent_dist
+    return (channels_last(dist.mean), channels_last(dist.logvar)), calls
+

@@ -18,7 +18,6 @@ these inputs (asserted below), so the parity would fail for either mistake.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from unittest import mock
 
@@ -32,9 +31,10 @@ import jax.numpy as jnp  # noqa: E402
 from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import HunyuanVideoCausalConv3d  # noqa: E402
 
 from tests.parity.helpers import (  # noqa: E402
-    channels_first,
-    channels_last,
+    assert_input_sensitive,
     max_rel_err,
+    reference_vae_decode,
+    reference_vae_encode,
     save_random_vae,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
@@ -75,43 +75,15 @@ def _video(shape, seed):
     return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
 
 
-@contextlib.contextmanager
-def _reference_state(ref, tiling: HunyuanVideoTiling):
-    """The reference's tiling attributes set from ``tiling`` (the fields are its attribute names),
-    restored after; yields a Counter of calls to its tiled paths."""
-    saved = {f.name: getattr(ref, f.name) for f in dataclasses.fields(tiling)}
-    calls = {}
-    patches = []
-    for name in ("tiled_encode", "tiled_decode", "_temporal_tiled_encode", "_temporal_tiled_decode"):
-        method = getattr(ref, name)
-        patches.append(mock.patch.object(ref, name, side_effect=method))
-    for f in dataclasses.fields(tiling):
-        setattr(ref, f.name, getattr(tiling, f.name))
-    with contextlib.ExitStack() as stack:
-        mocks = {p.attribute: stack.enter_context(p) for p in patches}
-        try:
-            yield calls
-        finally:
-            calls.update({name: m.call_count for name, m in mocks.items()})
-            for name, value in saved.items():
-                setattr(ref, name, value)
+_TILED_PATHS = ("tiled_encode", "tiled_decode", "_temporal_tiled_encode", "_temporal_tiled_decode")
 
 
 def _ref_decode(ref, z, tiling=HunyuanVideoTiling()):
-    with torch.no_grad(), _reference_state(ref, tiling) as calls:
-        out = channels_last(ref.decode(torch.from_numpy(channels_first(z))).sample)
-    return out, calls
+    return reference_vae_decode(ref, z, tiling, _TILED_PATHS)
 
 
 def _ref_encode(ref, x, tiling=HunyuanVideoTiling()):
-    with torch.no_grad(), _reference_state(ref, tiling) as calls:
-        dist = ref.encode(torch.from_numpy(channels_first(x))).latent_dist
-    return (channels_last(dist.mean), channels_last(dist.logvar)), calls
-
-
-def _assert_sensitive(want, other):
-    """The reference's output depends on its input: another input gives a clearly other output."""
-    assert np.abs(want).mean() > 0.05 and max_rel_err(other, want) > 0.1
+    return reference_vae_encode(ref, x, tiling, _TILED_PATHS)
 
 
 # -- untiled ----------------------------------------------------------------------------------
@@ -122,7 +94,7 @@ def test_decode_matches_reference(model):
     z = _latents(Z_SHAPE, seed=1)
     want, calls = _ref_decode(ref, z)
     assert not any(calls.values()), calls  # plain decoder (3 latent frames <= 4)
-    _assert_sensitive(want, _ref_decode(ref, _latents(Z_SHAPE, seed=2))[0])
+    assert_input_sensitive(want, _ref_decode(ref, _latents(Z_SHAPE, seed=2))[0], 0.1)
     got = vae.decode(z)
     assert got.shape == want.shape == (1, 9, 24, 40, 3) and got.dtype == np.float32
     err = max_rel_err(got, want)
@@ -170,7 +142,7 @@ def test_encode_matches_reference(model):
     (want_mean, want_logvar), calls = _ref_encode(ref, x)
     assert not any(calls.values()), calls  # 9 frames <= 16, no spatial tiling
     assert np.all((want_logvar > -30) & (want_logvar < 20))  # the clamp hides nothing here
-    _assert_sensitive(want_mean, _ref_encode(ref, _video(X_SHAPE, seed=4))[0][0])
+    assert_input_sensitive(want_mean, _ref_encode(ref, _video(X_SHAPE, seed=4))[0][0], 0.1)
     mean, logvar = vae.encode(x)
     assert mean.shape == logvar.shape == want_mean.shape == (1, 3, 3, 5, 4)
     err = max(max_rel_err(mean, want_mean), max_rel_err(logvar, want_logvar))
@@ -189,7 +161,7 @@ def test_temporal_tiled_decode_matches_reference(model):
     z = _latents((1, 4, 3, 5, 4), seed=5)
     want, calls = _ref_decode(ref, z, TEMPORAL)
     assert calls["_temporal_tiled_decode"] == 1 and calls["tiled_decode"] == 0, calls
-    _assert_sensitive(want, _ref_decode(ref, _latents(z.shape, seed=6), TEMPORAL)[0])
+    assert_input_sensitive(want, _ref_decode(ref, _latents(z.shape, seed=6), TEMPORAL)[0], 0.1)
     # Framewise really differs from decoding the clip whole (which the default tiling does at 4).
     assert max_rel_err(_ref_decode(ref, z)[0], want) > 1e-2
     assert vae.decode_windows(4, TEMPORAL) == [(0, 3), (1, 4), (2, 4)]
@@ -234,7 +206,7 @@ def test_spatial_tiled_decode_matches_reference(model):
     z = _latents((1, 3, 5, 8, 4), seed=8)
     want, calls = _ref_decode(ref, z, tiling)
     assert calls["tiled_decode"] == 1 and calls["_temporal_tiled_decode"] == 0, calls
-    _assert_sensitive(want, _ref_decode(ref, _latents(z.shape, seed=9), tiling)[0])
+    assert_input_sensitive(want, _ref_decode(ref, _latents(z.shape, seed=9), tiling)[0], 0.1)
     got = vae.decode(z, tiling=tiling)
     assert got.shape == want.shape == (1, 9, 40, 64, 3)
     err = max_rel_err(got, want)

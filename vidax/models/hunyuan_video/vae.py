@@ -77,7 +77,8 @@ from vidax.nn.layers import Conv, GroupNorm, Identity, linear
 from vidax.nn.tiling import blend, check_tiling_fields, tiled
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
-"""How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"``."""
+"""How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"`` (the
+HunyuanVideo 1.0 and 1.5 VAEs together: :class:`ScaledLatentsVAE`)."""
 
 _F32 = jnp.float32
 _EPS = 1e-6  # every group norm of the reference's VAE
@@ -193,6 +194,24 @@ class HunyuanVideoResnetBlockCausal3D(nnx.Module):
         return h + shortcut.astype(h.dtype)
 
 
+def frame_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, frames: int,
+                           implementation: str = "auto") -> jax.Array:
+    """Attention of ``frames`` equal-sized frames of tokens where a token of frame ``t`` attends
+    every token of frames ``0 .. t`` (the HunyuanVideo VAEs' ``prepare_causal_attention_mask``:
+    ``mask[i, j] = 0`` iff ``frame(j) <= frame(i)``, ``-inf`` otherwise).
+
+    ``q``, ``k``, ``v``: ``(B, frames * HW, N, K)``; returns ``(B, frames * HW, N, K)``. One
+    :func:`vidax.nn.attention.dot_product_attention` call per query frame over the keys of frames
+    ``<= t``, without a dense ``L x L`` mask; scale ``1 / sqrt(K)``.
+    """
+    hw = q.shape[1] // frames
+    return jnp.concatenate([
+        dot_product_attention(q[:, f * hw:(f + 1) * hw], k[:, :(f + 1) * hw], v[:, :(f + 1) * hw],
+                              implementation=implementation)
+        for f in range(frames)
+    ], axis=1)  # fmt: skip
+
+
 class HunyuanVideoAttention(nnx.Module):
     """The mid block's ``Attention(C, heads=1, dim_head=C, norm_num_groups, residual_connection)``
     with the reference's frame-causal mask (``AttnProcessor2_0`` on ``(B, T H W, C)`` tokens).
@@ -215,13 +234,7 @@ class HunyuanVideoAttention(nnx.Module):
         hw = h * w
         y = self.group_norm(x).reshape(b, t * hw, c).astype(self.dtype)
         q, k, v = (proj(y)[:, :, None, :] for proj in (self.to_q, self.to_k, self.to_v))  # (B, L, 1, C)
-        # One call per query frame over the keys of frames <= t: the reference's mask
-        # (mask[i, j] = 0 iff frame(j) <= frame(i), -inf otherwise), without a dense L x L mask.
-        out = jnp.concatenate([
-            dot_product_attention(q[:, f * hw:(f + 1) * hw], k[:, :(f + 1) * hw], v[:, :(f + 1) * hw],
-                                  implementation=attention)
-            for f in range(t)
-        ], axis=1)  # fmt: skip
+        out = frame_causal_attention(q, k, v, t, attention)
         out = self.to_out[0](out.reshape(b, t * hw, c)).reshape(b, t, h, w, c)
         return out + x.astype(out.dtype)
 
@@ -383,7 +396,50 @@ class HunyuanVideoDecoder3D(nnx.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class HunyuanVideoVAE(nnx.Module):
+def posterior(moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``DiagonalGaussianDistribution(moments)`` of diffusers: ``(mean, logvar)`` halves of the
+    last axis, ``logvar`` clamped to ``[-30, 20]``; host float32."""
+    mean, logvar = np.split(moments, 2, axis=-1)
+    return np.ascontiguousarray(mean), np.clip(logvar, -30.0, 20.0)
+
+
+class ScaledLatentsVAE(nnx.Module):
+    """What the HunyuanVideo 1.0 and 1.5 VAEs share: latents scaled by ``config.scaling_factor``
+    alone (no shift), and one tile run through a jitted ``encode_tile`` / ``decode_tile`` (the
+    subclass's methods) to a writable host array."""
+
+    config: object
+
+    @property
+    def scaling_factor(self) -> float:
+        """``config.scaling_factor`` (the pipelines decode ``latents / scaling_factor``)."""
+        return self.config.scaling_factor
+
+    def _run(self, fn, x) -> np.ndarray:
+        graphdef, state = nnx.split(self)
+        out = fn(graphdef, state, jnp.asarray(x))
+        return np.array(out)  # a writable copy: the blends write in place
+
+    def _run_encode(self, x) -> np.ndarray:
+        """``encode_tile(x)`` jitted (traced once per input shape), on the host."""
+        return self._run(_encode_tile, x)
+
+    def _run_decode(self, z) -> np.ndarray:
+        """``decode_tile(z)`` jitted (traced once per input shape), on the host."""
+        return self._run(_decode_tile, z)
+
+    def normalize_latents(self, z) -> jax.Array:
+        """Posterior latents -> the transformer's: ``z * scaling_factor`` in float32 (the I2V
+        pipelines' ``image_latents * scaling_factor``)."""
+        return jnp.asarray(z, _F32) * np.float32(self.config.scaling_factor)
+
+    def denormalize_latents(self, z) -> np.ndarray:
+        """The transformer's latents -> what ``decode`` takes: ``latents / scaling_factor`` in
+        float32 (as the pipelines before ``vae.decode``)."""
+        return np.asarray(z, np.float32) / np.float32(self.config.scaling_factor)
+
+
+class HunyuanVideoVAE(ScaledLatentsVAE):
     """The HunyuanVideo 1.0 video VAE (``diffusers.AutoencoderKLHunyuanVideo``), channels last.
 
     Args:
@@ -410,11 +466,6 @@ class HunyuanVideoVAE(nnx.Module):
         self.quant_conv = Conv(2 * lc, 2 * lc, (1, 1, 1), **kw)
         self.post_quant_conv = Conv(lc, lc, (1, 1, 1), **kw)
 
-    @property
-    def scaling_factor(self) -> float:
-        """``config.scaling_factor`` (the pipelines decode ``latents / scaling_factor``)."""
-        return self.config.scaling_factor
-
     # -- one tile (traced inside jit) ---------------------------------------------------------
 
     def encode_tile(self, x: jax.Array) -> jax.Array:
@@ -429,11 +480,6 @@ class HunyuanVideoVAE(nnx.Module):
 
     # -- host-side tiling (the reference's _encode / _decode) ----------------------------------
 
-    def _run(self, fn, x) -> np.ndarray:
-        graphdef, state = nnx.split(self)
-        out = fn(graphdef, state, jnp.asarray(x))
-        return np.array(out)  # a writable copy: the blends write in place
-
     def _tiling(self, tiling: HunyuanVideoTiling | None) -> HunyuanVideoTiling:
         tiling = HunyuanVideoTiling() if tiling is None else tiling
         if not isinstance(tiling, HunyuanVideoTiling):
@@ -445,7 +491,7 @@ class HunyuanVideoVAE(nnx.Module):
         s = self.config.spatial_compression
         lat = (tl.tile_sample_min_height // s, tl.tile_sample_min_width // s)
         lat_stride = (tl.tile_sample_stride_height // s, tl.tile_sample_stride_width // s)
-        out = tiled(functools.partial(self._run, _encode_tile), x,
+        out = tiled(self._run_encode, x,
                     (tl.tile_sample_min_height, tl.tile_sample_min_width),
                     (tl.tile_sample_stride_height, tl.tile_sample_stride_width),
                     (lat[0] - lat_stride[0], lat[1] - lat_stride[1]), lat_stride)  # fmt: skip
@@ -455,7 +501,7 @@ class HunyuanVideoVAE(nnx.Module):
         s = self.config.spatial_compression
         lat = (tl.tile_sample_min_height // s, tl.tile_sample_min_width // s)
         lat_stride = (tl.tile_sample_stride_height // s, tl.tile_sample_stride_width // s)
-        out = tiled(functools.partial(self._run, _decode_tile), z, lat, lat_stride,
+        out = tiled(self._run_decode, z, lat, lat_stride,
                     (tl.tile_sample_min_height - tl.tile_sample_stride_height,
                      tl.tile_sample_min_width - tl.tile_sample_stride_width),
                     (tl.tile_sample_stride_height, tl.tile_sample_stride_width))  # fmt: skip
@@ -465,14 +511,14 @@ class HunyuanVideoVAE(nnx.Module):
         """One temporal window (or the whole clip): spatially tiled when enabled and larger."""
         if tl.use_tiling and (x.shape[2] > tl.tile_sample_min_height or x.shape[3] > tl.tile_sample_min_width):
             return self._tiled_encode(x, tl)
-        return self._run(_encode_tile, x)
+        return self._run_encode(x)
 
     def _decode_window(self, z, tl: HunyuanVideoTiling) -> np.ndarray:
         s = self.config.spatial_compression
         if tl.use_tiling and (z.shape[2] > tl.tile_sample_min_height // s
                               or z.shape[3] > tl.tile_sample_min_width // s):
             return self._tiled_decode(z, tl)
-        return self._run(_decode_tile, z)
+        return self._run_decode(z)
 
     def _moments(self, x, tl: HunyuanVideoTiling) -> np.ndarray:
         """The reference's ``_encode`` (temporal windows, else spatial tiles, else whole)."""
@@ -532,8 +578,7 @@ class HunyuanVideoVAE(nnx.Module):
         """
         check_video_array("video", video, self.config.in_channels, "in_channels")
         h = self._moments(video, self._tiling(tiling))
-        mean, logvar = np.split(h, 2, axis=-1)
-        return np.ascontiguousarray(mean), np.clip(logvar, -30.0, 20.0)
+        return posterior(h)
 
     def iter_decode(self, z, *, tiling: HunyuanVideoTiling | None = None) -> Iterator[np.ndarray]:
         """:meth:`decode` window after window (:meth:`decode_windows`), each chunk of frames
@@ -590,16 +635,6 @@ class HunyuanVideoVAE(nnx.Module):
         return np.concatenate(list(self.iter_decode(z, tiling=tiling)), axis=1)
 
     # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
-
-    def normalize_latents(self, z) -> jax.Array:
-        """Posterior latents -> the transformer's: ``z * scaling_factor`` in float32 (the I2V
-        pipeline's ``image_latents * vae_scaling_factor``)."""
-        return jnp.asarray(z, _F32) * np.float32(self.config.scaling_factor)
-
-    def denormalize_latents(self, z) -> np.ndarray:
-        """The transformer's latents -> what :meth:`decode` takes: ``latents / scaling_factor``
-        in float32 (as the pipelines before ``vae.decode``)."""
-        return np.asarray(z, np.float32) / np.float32(self.config.scaling_factor)
 
     def decode_chunks(self, z, tiling: HunyuanVideoTiling | None = None) -> int:
         """How many chunks :meth:`iter_decode` yields for ``z`` (one per decode window)."""

@@ -2,7 +2,8 @@
 720p, T2V and I2V, CFG-distilled and step-distilled).
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, ``transformer.py``
-(model code only; its double-stream blocks, token refiner and RoPE are HunyuanVideo 1.0's) and
+(model code only; its double-stream blocks, token refiner and RoPE are HunyuanVideo 1.0's),
+``vae.py`` (its causal convs and frame-causal attention are HunyuanVideo 1.0's, its norms Wan's) and
 ``convert.py`` (fp32 parameters and parameter axes: the tables the registry entries name for the
 one component loader). The pipelines are not registered yet.
 """
@@ -20,5 +21,8 @@ FAMILY = Family(
                          key_configs=("num_layers", "num_refiner_layers", "num_attention_heads", "attention_head_dim",
                                       "in_channels", "out_channels", "patch_size", "patch_size_t", "text_embed_dim",
                                       "text_embed_2_dim", "image_embed_dim", "use_meanflow")),
+        family_component(_PKG, "vae", "AutoencoderKLHunyuanVideo15", "vae:HunyuanVideo15VAE", "HunyuanVideo15VAEConfig",
+                         key_configs=("latent_channels", "block_out_channels", "layers_per_block",
+                                      "spatial_compression_ratio", "temporal_compression_ratio", "scaling_factor")),
     ),
 )

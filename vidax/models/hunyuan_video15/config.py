@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Mapping
 
+from vidax.config import ConfigBase, is_positive_int
 from vidax.models.hunyuan_video.config import HunyuanBlocksConfig
 
 # ---------------------------------------------------------------------------------------------
@@ -85,3 +86,134 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
             self.invalid(source, "task_type", self.task_type, f"diffusers 0.42.1 knows {list(TASK_TYPES)}")
         if not isinstance(self.use_meanflow, bool):
             self.invalid(source, "use_meanflow", self.use_meanflow, "expected true or false")
+
+
+# ---------------------------------------------------------------------------------------------
+# The VAE (``vae/config.json``)
+
+
+@dataclasses.dataclass(frozen=True)
+class HunyuanVideo15VAEConfig(ConfigBase):
+    """Settings of ``diffusers.AutoencoderKLHunyuanVideo15`` (0.42.1), with its defaults (every
+    released ``vae/config.json`` is these defaults).
+
+    Attributes:
+        in_channels, out_channels: video channels (3).
+        latent_channels: latent channels ``C_z`` (32).
+        block_out_channels: channels per encoder block (the decoder mirrors them).
+        layers_per_block: resnets per encoder block (decoder blocks have one more).
+        spatial_compression_ratio: pixels per latent pixel along H and W (16): encoder blocks
+            ``i < log2(ratio)`` halve H and W.
+        temporal_compression_ratio: frames per latent frame after the first (4): of the
+            space-resampling encoder blocks, those ``i >= log2(spatial / temporal)`` also halve
+            time; decoder blocks ``i < log2(ratio)`` double it.
+        downsample_match_channel, upsample_match_channel: a resampler outputs the next block's
+            channels (True) or keeps its own.
+        scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
+            pipelines divide by it before decoding (no shift, no per-channel statistics).
+
+    Refused (:class:`~vidax.errors.ConfigError`): ratios that are not powers of two, a temporal
+    ratio above the spatial one, fewer blocks than space resamplings (the reference indexes
+    ``block_out_channels[i + 1]``) and channel counts the reference's channel folds would floor
+    (it reshapes by ``//``; such a config does not build or run there).
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = frozenset()
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+
+    in_channels: int = 3
+    out_channels: int = 3
+    latent_channels: int = 32
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 1024, 1024)
+    layers_per_block: int = 2
+    spatial_compression_ratio: int = 16
+    temporal_compression_ratio: int = 4
+    downsample_match_channel: bool = True
+    upsample_match_channel: bool = True
+    scaling_factor: float = 1.03682
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent pixel along H and W (``spatial_compression_ratio``)."""
+        return self.spatial_compression_ratio
+
+    @property
+    def temporal_compression(self) -> int:
+        """Frames per latent frame after the first (``temporal_compression_ratio``)."""
+        return self.temporal_compression_ratio
+
+    def down_blocks(self) -> tuple[tuple[int, int, int | None, bool], ...]:
+        """Per encoder block ``(in, out, downsample_out or None, temporal)``, as
+        ``HunyuanVideo15Encoder3D.__init__`` builds them."""
+        boc, n_s = self.block_out_channels, _log2(self.spatial_compression_ratio)
+        n_st = _log2(self.spatial_compression_ratio // self.temporal_compression_ratio)
+        blocks, cin = [], boc[0]
+        for i, c in enumerate(boc):
+            if i < n_s:
+                down = boc[i + 1] if self.downsample_match_channel else c
+                blocks.append((cin, c, down, i >= n_st))
+                cin = down
+            else:
+                blocks.append((cin, c, None, False))
+                cin = c
+        return tuple(blocks)
+
+    def up_blocks(self) -> tuple[tuple[int, int, int | None, bool], ...]:
+        """Per decoder block ``(in, out, upsample_out or None, temporal)``, as
+        ``HunyuanVideo15Decoder3D.__init__`` builds them (channels ``reversed(block_out_channels)``)."""
+        rev = tuple(reversed(self.block_out_channels))
+        n_s, n_t = _log2(self.spatial_compression_ratio), _log2(self.temporal_compression_ratio)
+        blocks, cin = [], rev[0]
+        for i, c in enumerate(rev):
+            if i < n_s or i < n_t:
+                up = rev[i + 1] if self.upsample_match_channel else c
+                blocks.append((cin, c, up, i < n_t))
+                cin = up
+            else:
+                blocks.append((cin, c, None, False))
+                cin = c
+        return tuple(blocks)
+
+    def validate(self, source: str) -> None:
+        self.check_positive(source, ("in_channels", "out_channels", "latent_channels", "layers_per_block",
+                                     "spatial_compression_ratio", "temporal_compression_ratio"))
+        boc = self.block_out_channels
+        if not isinstance(boc, tuple) or not boc or not all(is_positive_int(c) for c in boc):
+            self.invalid(source, "block_out_channels", boc, "expected a non-empty list of positive ints")
+        for key in ("downsample_match_channel", "upsample_match_channel"):
+            if not isinstance(getattr(self, key), bool):
+                self.invalid(source, key, getattr(self, key), "expected true or false")
+        for key in ("spatial_compression_ratio", "temporal_compression_ratio"):
+            v = getattr(self, key)
+            if v & (v - 1):
+                self.invalid(source, key, v, "expected a power of two")
+        if self.temporal_compression_ratio > self.spatial_compression_ratio:
+            self.invalid(source, "temporal_compression_ratio", self.temporal_compression_ratio,
+                         f"at most spatial_compression_ratio={self.spatial_compression_ratio}")
+        if len(boc) <= _log2(self.spatial_compression_ratio):
+            self.invalid(source, "block_out_channels", list(boc),
+                         f"expected more than log2(spatial_compression_ratio)={_log2(self.spatial_compression_ratio)} "
+                         "blocks (the reference indexes the next block's channels)")
+        # The channel folds of the resamplers and the encoder / decoder shortcuts divide exactly.
+        folds = [(boc[-1], 2 * self.latent_channels), (boc[-1], self.latent_channels)]
+        for cin, cout, down, t in self.down_blocks():
+            if down is not None:
+                f = 8 if t else 4
+                folds += [(down, f), (4 * cout, down)]
+        for cin, cout, up, t in self.up_blocks():
+            if up is not None:
+                f = 8 if t else 4
+                folds += [(4 * up, cout), (cout, f)]
+        for num, den in folds:
+            if num % den:
+                self.invalid(source, "block_out_channels", list(boc),
+                             f"the reference folds {num} channels into groups of {den} (latent_channels="
+                             f"{self.latent_channels}); pick channels that divide")
+        if not isinstance(self.scaling_factor, (int, float)) or isinstance(self.scaling_factor, bool) \
+                or not self.scaling_factor > 0:
+            self.invalid(source, "scaling_factor", self.scaling_factor, "expected a positive number")
+
+
+def _log2(n: int) -> int:
+    """``log2`` of a power of two (the reference compares block indices with ``np.log2``)."""
+    return n.bit_length() - 1

@@ -5,11 +5,15 @@ every family's ``convert.py`` uses (``docs/adding_a_family.md``).
 Transformer: :data:`TRANSFORMER_FP32_PARAMS`, :data:`TRANSFORMER_PARAM_AXES` (the keys map by the
 default rule: ``transformer_blocks`` stacked, the refiner blocks a list, ``cond_type_embed.weight``
 -> ``cond_type_embed/embedding``).
+
+VAE: :data:`VAE_FP32_PARAMS` (the keys map by the default rule: ``...norm1.gamma`` ->
+``.../norm1/gamma``, ``...conv1.conv.weight`` -> ``.../conv1/conv/kernel``).
 """
 
 from __future__ import annotations
 
 from vidax.models.hunyuan_video import convert as hunyuan_video
+from vidax.models.wan import convert as wan
 
 #: Parameters kept float32 under any dtype: the timestep MLPs (the model's, MeanFlow's and the
 #: token refiner's; they run in float32) and the weights of every LayerNorm / RMSNorm (the
@@ -26,3 +30,7 @@ TRANSFORMER_FP32_PARAMS = (
 #: FFN-in column-parallel, attention-out and FFN-out row-parallel, the modulation split by output
 #: column; everything else (embedders, token refiner, projections, head) replicated.
 TRANSFORMER_PARAM_AXES = hunyuan_video.TRANSFORMER_PARAM_AXES
+
+#: VAE parameters kept float32 under any dtype: the RMS norms' ``gamma`` (the norms are Wan's,
+#: :class:`vidax.models.wan.vae.WanRMS_norm`, and run in float32), with Wan's table.
+VAE_FP32_PARAMS = wan.VAE_FP32_PARAMS
