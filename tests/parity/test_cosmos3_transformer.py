@@ -261,3 +261,24 @@ def test_full_size_param_count_matches_reference(path):
     theirs = sum(p.numel() for p in ref.parameters())
     print(f"{path.split(os.sep)[-3]}: {ours / 1e9:.3f} B parameters")
     assert ours == theirs
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"joint_attn_implementation": "full"}, r"joint_attn_implementation='full' is not implemented"),
+    ({"video_temporal_causal": True}, r"video_temporal_causal=True is not implemented"),
+    ({"backbone_type": "cosmos3_edge_nemotron_moe"}, r"backbone_type='cosmos3_edge_nemotron_moe' is not implemented"),
+    ({"hidden_act": "gelu"}, r"hidden_act='gelu' is not valid"),
+    ({"rope_scaling": {"mrope_section": [24, 20, 20], "mrope_interleaved": False}}, r"rope_scaling=.* is not valid"),
+    ({"rope_axes_dim": [24, 20, 24]}, r"rope_axes_dim=\(24, 20, 24\) is not valid"),
+    ({"num_key_value_heads": 5}, r"num_key_value_heads=5 is not valid"),
+    ({"fancy": 1}, r"unknown setting fancy=1"),
+])
+def test_config_refuses_what_is_not_implemented(change, match):
+    """The released Nano config with one setting changed is refused in one line naming it."""
+    from vidax.errors import ConfigError
+
+    with open(os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos3-Nano", "transformer", "config.json")) as f:
+        raw = json.load(f)
+    with pytest.raises(ConfigError, match=match) as e:
+        Cosmos3TransformerConfig.from_config_dict({**raw, **change}, source="t.json")
+    assert "\n" not in str(e.value)
