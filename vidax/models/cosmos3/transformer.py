@@ -279,7 +279,8 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
             if sound.ndim != 3 or sound.shape[1] != cfg.sound_dim:
                 raise InputError(f"{name}: sound must be (B, C={cfg.sound_dim}, T); got {tuple(sound.shape)}.")
             sound_shape = tuple(sound.shape[1:])
-            tok = self.audio_proj_in(jnp.swapaxes(sound, 1, 2).astype(dtype)) + self.audio_modality_embed[...].astype(dtype)
+            tok = self.audio_proj_in(jnp.swapaxes(sound, 1, 2).astype(dtype))
+            tok = tok + self.audio_modality_embed[...].astype(dtype)
             tok = self._time(tok, sound_timesteps, sound_noisy_frames, 1)
             h = h.at[:, sound_sequence_indexes].set(tok.astype(self.res_dtype))
 
