@@ -106,6 +106,10 @@ TINY = {
                                input_sampling_rate=8000, output_sampling_rate=16000),
     "LTX2VideoTransformer3DModel": LTX2_TRANSFORMER,
     "LTX2TextConnectors": LTX2_CONNECTORS,
+    "Cosmos3OmniTransformer": dict(hidden_size=40, head_dim=12, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=36, num_hidden_layers=2, rope_axes_dim=[2, 2, 2], latent_channel=5,
+                                   patch_latent_dim=20, vocab_size=50, sound_gen=True, sound_dim=6, action_gen=True,
+                                   action_dim=7, num_embodiment_domains=3),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

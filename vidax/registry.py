@@ -31,6 +31,7 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.wan",
     "vidax.models.cogvideox",
     "vidax.models.cosmos",
+    "vidax.models.cosmos3",
     "vidax.models.hunyuan_video",
     "vidax.models.hunyuan_video15",
     "vidax.models.ltx",

@@ -131,6 +131,7 @@ def test_windowed_mask_matches_dense_reference():
     (dict(rope="half"), "rope"),
     (dict(kv_heads=3), "kv_heads"),
     (dict(qk_norm="rms_head", rope="interleaved", rope_full_width=True), "rope_full_width"),
+    (dict(qk_norm="rms", added="joint", first_key_norm_for_second=True), "first_key_norm_for_second"),
 ])
 def test_config_refuses(kw, match):
     with pytest.raises(InputError, match=match):

@@ -21,6 +21,7 @@ family's attention is, as data::
     Cosmos 3 MoT    AttentionConfig(D, N, K, kv_heads=N_kv, bias=..., out="linear", qk_norm="rms_head",
     (issue 24)                      rope="rotate_half", added="joint")
                     with ``AttentionMask(first_stream_causal=True)`` and ``added_rope=``
+    Cosmos 3 Edge   the same with first_stream_qk_norm=False, first_key_norm_for_second=True
 
 Data flow of one call (``B`` batch, ``L`` tokens, ``N`` heads, ``N_kv`` key/value heads, ``K``
 head dim)::
@@ -112,6 +113,13 @@ class AttentionConfig:
         gate: ``to_gate_logits`` ``Linear(dim, heads)``: each head's output times
             ``2·sigmoid(logits)`` (LTX-2 gated attention).
         context_tokens: see :data:`CONTEXT_TOKENS` (mesh layout of a cross-attention context).
+        first_stream_qk_norm: joint attention: the first stream's q / k are normed (``norm_q`` /
+            ``norm_k``); False: only the second stream's are (Cosmos 3 Edge, ``qk_norm_for_text``
+            False).
+        first_key_norm_for_second: two-pathway joint attention (``qk_norm="rms_head"``): the first
+            stream's keys, as the second stream attends them, pass through their own per-head RMS
+            norm ``k_norm_und_for_gen`` before the RoPE (Cosmos 3 Edge ``use_und_k_norm_for_gen``);
+            the first stream's own attention uses them without it.
     """
 
     dim: int
@@ -131,6 +139,8 @@ class AttentionConfig:
     added_kv_dim: int | None = None
     gate: bool = False
     context_tokens: str = "replicated"
+    first_stream_qk_norm: bool = True
+    first_key_norm_for_second: bool = False
 
     def __post_init__(self):
         for name, value, valid in (("qk_norm", self.qk_norm, QK_NORMS), ("rope", self.rope, ROPE_LAYOUTS),
@@ -143,6 +153,9 @@ class AttentionConfig:
         if self.rope_full_width and self.qk_norm not in (None, "rms"):
             raise InputError("AttentionConfig: rope_full_width rotates before the head split; it needs "
                              f"qk_norm None or 'rms', got {self.qk_norm!r}.")
+        if self.first_key_norm_for_second and (self.added != "joint" or self.qk_norm != "rms_head"):
+            raise InputError("AttentionConfig: first_key_norm_for_second needs added='joint' and qk_norm='rms_head'; "
+                             f"got added={self.added!r}, qk_norm={self.qk_norm!r}.")
 
     @property
     def n_kv(self) -> int:
@@ -216,8 +229,9 @@ class Attention(nnx.Module):
         self.to_q = proj(c.dim, inner)
         self.to_k = proj(kv_dim, inner_kv)
         self.to_v = proj(kv_dim, inner_kv)
-        self.norm_q = norm(inner)
-        self.norm_k = norm(inner_kv)
+        self.norm_q = norm(inner) if c.first_stream_qk_norm else None
+        self.norm_k = norm(inner_kv) if c.first_stream_qk_norm else None
+        self.k_norm_und_for_gen = norm(inner_kv) if c.first_key_norm_for_second else None
         self.to_gate_logits = linear(c.dim, c.heads, dtype, param_dtype, rngs) if c.gate else None
         # Each attribute is assigned once (nnx fixes a None attribute as static).
         image, joint = c.added == "image_kv", c.added == "joint"
@@ -372,12 +386,18 @@ class Attention(nnx.Module):
 
     def _joint(self, streams, rope, added_rope, mask):
         x1, x2 = streams
-        q1, k1, v1 = self._qkv(x1, x1, "seq", rope, None)
-        q2, k2, v2 = self._qkv(x2, x2, "seq", added_rope, None, added=self.config.added == "joint")
+        c = self.config
+        q1, k1, v1 = self._qkv(x1, x1, "seq", rope if self.k_norm_und_for_gen is None else None, None)
+        q2, k2, v2 = self._qkv(x2, x2, "seq", added_rope, None, added=c.added == "joint")
+        k1_for_2 = k1
+        if self.k_norm_und_for_gen is not None:  # q1, k1 came unrotated: norm the second pathway's copy, rotate
+            k1_for_2 = self.k_norm_und_for_gen(k1)
+            if c.rope is not None and rope is not None:
+                q1, k1, k1_for_2 = (apply_rope(t, *rope, layout=c.rope) for t in (q1, k1, k1_for_2))
         if mask.first_stream_causal:
             o1 = self._attend(q1, k1, v1, own_tokens=True, mask=mask, causal=True)
             kv = dataclasses.replace(mask, first_stream_causal=False, causal=False)
-            o2 = self._attend(q2, jnp.concatenate([k1, k2], axis=1), jnp.concatenate([v1, v2], axis=1),
+            o2 = self._attend(q2, jnp.concatenate([k1_for_2, k2], axis=1), jnp.concatenate([v1, v2], axis=1),
                               own_tokens=False, mask=kv)
         else:
             cat = (jnp.concatenate(p, axis=1) for p in ((q1, q2), (k1, k2), (v1, v2)))

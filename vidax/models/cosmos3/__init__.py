@@ -1,0 +1,24 @@
+"""Cosmos 3 (NVIDIA, omni: video with sound): the ``Cosmos3OmniTransformer`` Mixture-of-Transformers
+(Nano / Super on Qwen3-VL, Edge on Nemotron dense). No pipeline yet (issue 24).
+
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer
+config), ``transformer.py`` (model code only), ``convert.py`` (parameter axes, fp32 parameters).
+The VAE (``AutoencoderKLWan``) is the Wan family's.
+"""
+
+from vidax.registry import Family, family_component
+
+_PKG = "vidax.models.cosmos3"
+
+FAMILY = Family(
+    name="cosmos3",
+    pipelines=(),
+    components=(
+        family_component(_PKG, "transformer", "Cosmos3OmniTransformer",
+                         "transformer:Cosmos3OmniTransformer", "Cosmos3TransformerConfig",
+                         block_stacks=("layers",),
+                         key_configs=("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                                      "head_dim", "intermediate_size", "hidden_act", "vocab_size", "sound_gen",
+                                      "action_gen")),
+    ),
+)

@@ -1,0 +1,161 @@
+"""Configuration of the Cosmos 3 denoising transformer (``transformer/config.json`` of a diffusers
+``Cosmos3OmniTransformer`` export: Nano / Super on the Qwen3-VL backbone, Edge on the Nemotron
+dense one)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+from vidax.config import TransformerConfig
+
+#: ``hidden_act`` values and what they select (diffusers ``Cosmos3VLTextMLP`` / the norm type).
+HIDDEN_ACTS = ("silu", "relu2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosmos3TransformerConfig(TransformerConfig):
+    """Settings of ``diffusers.Cosmos3OmniTransformer`` (diffusers 0.42.1
+    ``models/transformers/transformer_cosmos3.py``), with its ``__init__`` defaults.
+
+    Implemented: the Mixture-of-Transformers layers (an understanding and a generation pathway,
+    each with its own attention projections, norms and MLP), GQA, the interleaved 3-axis mRoPE,
+    the token embedding, the vision / sound / action projections and the timestep embedding.
+    ``hidden_act="relu2"`` (Edge) selects the squared-ReLU MLP without ``gate_proj`` and the
+    Nemotron RMS norms (the same arithmetic as the Qwen3 ones in diffusers 0.42.1).
+
+    The released Nano / Super files carry keys of NVIDIA's exporter that diffusers does not read
+    (:attr:`IGNORED`), and some that describe the model: those are accepted only with the value
+    diffusers implements (:attr:`NEUTRAL`).
+
+    Attributes (widths: ``D = hidden_size``, ``K = head_dim``):
+        hidden_size, intermediate_size: D and the MLP width.
+        head_dim, num_attention_heads, num_key_value_heads: K, query heads N, key / value heads.
+        num_hidden_layers: MoT layers.
+        rms_norm_eps: epsilon of every RMS norm.
+        attention_bias: q / k / v / out projection biases.
+        rope_theta, rope_axes_dim: RoPE base and the (T, H, W) pairs of the interleaved mRoPE
+            (``rope_axes_dim`` null: ``rope_scaling["mrope_section"]``, else (24, 20, 20)).
+        rope_scaling: the transformers-style RoPE dict (only ``mrope_section`` is read).
+        latent_channel, latent_patch_size, patch_latent_dim: vision latent channels C, spatial
+            patch p and ``p·p·C`` (the width of ``proj_in`` / ``proj_out``).
+        vocab_size: the token embedding's rows (and ``lm_head``'s, which this transformer holds
+            but does not run).
+        timestep_scale: the timesteps are multiplied by it before the sinusoid.
+        sound_gen, sound_dim: the sound projections (``audio_proj_in`` / ``audio_proj_out``).
+        action_gen, action_dim, num_embodiment_domains: the domain-aware action projections.
+        qk_norm_for_text: the understanding pathway's q / k are RMS-normed.
+        use_und_k_norm_for_gen: (with ``qk_norm_for_text`` False) the understanding keys seen by the
+            generation pathway pass through ``k_norm_und_for_gen``.
+        base_fps, enable_fps_modulation, sound_latent_fps, unified_3d_mrope_reset_spatial_ids,
+        unified_3d_mrope_temporal_modality_margin: read by the pipeline (position ids), not here.
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = frozenset({
+        # Loader hints and training settings of the exporter; diffusers' __init__ ignores them.
+        "dtype", "freeze_und", "initializer_range", "model_type", "max_position_embeddings", "use_cache",
+        "attention_dropout", "max_action_dim", "temporal_compression_factor_sound", "temporal_compression_factor",
+        # diffusers 0.42.1 reads qk_norm_for_text (the released Nano carries qk_norm False next to
+        # qk_norm_for_text True: the text q / k norms exist in its checkpoint).
+        "qk_norm",
+    })
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "joint_attn_implementation": ("two_way",),
+        "qk_norm_for_diffusion": (True,),
+        "video_temporal_causal": (False,),
+        "use_moe": (True,),
+        "position_embedding_type": ("unified_3d_mrope",),
+        "backbone_type": ("cosmos3_edge_nemotron_dense",),
+    }
+
+    attention_bias: bool = False
+    head_dim: int = 128
+    hidden_size: int = 4096
+    intermediate_size: int = 12288
+    base_fps: int = 24
+    enable_fps_modulation: bool = True
+    latent_channel: int = 48
+    unified_3d_mrope_reset_spatial_ids: bool = True
+    unified_3d_mrope_temporal_modality_margin: int = 15000
+    latent_patch_size: int = 2
+    num_attention_heads: int = 32
+    num_hidden_layers: int = 36
+    num_key_value_heads: int = 8
+    patch_latent_dim: int = 192
+    rms_norm_eps: float = 1e-6
+    rope_scaling: tuple | None = None
+    rope_theta: float = 5000000.0
+    action_dim: int | None = None
+    action_gen: bool = False
+    num_embodiment_domains: int = 32
+    sound_dim: int | None = None
+    sound_gen: bool = False
+    sound_latent_fps: float = 25.0
+    timestep_scale: float = 0.001
+    vocab_size: int = 151936
+    hidden_act: str = "silu"
+    qk_norm_for_text: bool = True
+    use_und_k_norm_for_gen: bool = False
+    rope_axes_dim: tuple[int, int, int] | None = None
+
+    @property
+    def attention_head_dim(self) -> int:
+        """K (diffusers names it ``head_dim`` here)."""
+        return self.head_dim
+
+    @property
+    def in_channels(self) -> int:
+        """Width of a patch token ``p·p·C`` (``proj_in``'s input)."""
+        return self.patch_latent_dim
+
+    @property
+    def out_channels(self) -> int:
+        """Width of a predicted patch token (``proj_out``'s output)."""
+        return self.patch_latent_dim
+
+    @property
+    def rope_scaling_dict(self) -> dict:
+        return dict(self.rope_scaling or ())
+
+    @property
+    def mrope_section(self) -> tuple[int, int, int]:
+        """The (T, H, W) RoPE pairs as diffusers derives them (``rope_axes_dim``, else
+        ``rope_scaling["mrope_section"]``, else (24, 20, 20))."""
+        if self.rope_axes_dim is not None:
+            return tuple(self.rope_axes_dim)
+        return tuple(self.rope_scaling_dict.get("mrope_section", (24, 20, 20)))
+
+    @property
+    def nemotron(self) -> bool:
+        """Edge's variant layers (``hidden_act="relu2"``): squared-ReLU MLP without ``gate_proj``."""
+        return self.hidden_act == "relu2"
+
+    @property
+    def has_und_k_norm_for_gen(self) -> bool:
+        """``k_norm_und_for_gen`` exists (diffusers: ``use_und_k_norm_for_gen and not qk_norm_for_text``)."""
+        return self.use_und_k_norm_for_gen and not self.qk_norm_for_text
+
+    def validate(self, source: str) -> None:
+        self.check_positive(source, ("head_dim", "hidden_size", "intermediate_size", "num_attention_heads",
+                                     "num_hidden_layers", "num_key_value_heads", "latent_channel",
+                                     "latent_patch_size", "patch_latent_dim", "vocab_size", "num_embodiment_domains"),
+                            nullable=("action_dim", "sound_dim"))
+        if self.hidden_act not in HIDDEN_ACTS:
+            self.invalid(source, "hidden_act", self.hidden_act, f"valid: {list(HIDDEN_ACTS)}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            self.invalid(source, "num_key_value_heads", self.num_key_value_heads,
+                         f"num_attention_heads={self.num_attention_heads} must divide by it")
+        if self.patch_latent_dim != self.latent_patch_size ** 2 * self.latent_channel:
+            self.invalid(source, "patch_latent_dim", self.patch_latent_dim,
+                         "expected latent_patch_size**2 * latent_channel")
+        sec = self.mrope_section
+        if len(sec) != 3 or 2 * sum(sec) != self.head_dim:
+            self.invalid(source, "rope_axes_dim", sec, f"expected three pair counts summing to head_dim/2 = "
+                         f"{self.head_dim // 2}")
+        rs = self.rope_scaling_dict
+        if rs.get("rope_type", "default") != "default" or not rs.get("mrope_interleaved", True):
+            self.invalid(source, "rope_scaling", rs, "only the default interleaved mRoPE is implemented")
+        if self.sound_gen and self.sound_dim is None:
+            self.invalid(source, "sound_dim", None, "sound_gen needs it")
+        if self.action_gen and self.action_dim is None:
+            self.invalid(source, "action_dim", None, "action_gen needs it")

@@ -1,0 +1,26 @@
+"""Reading a Cosmos 3 transformer's tensors: the tables its registry entry names (``__init__.py``)
+for the one component loader (:mod:`vidax.weights.component`), under the names every family's
+``convert.py`` uses (``docs/adding_a_family.md``). The keys map 1:1 by the default rule
+(``layers`` stacked: both pathways' weights of a layer are one layer of the stack, so they are
+read, placed and streamed together).
+
+Cosmos 3 has no VAE of its own (the Wan2.2 ``AutoencoderKLWan``, registered by the Wan family).
+"""
+
+from __future__ import annotations
+
+#: diffusers' ``_keep_in_fp32_modules`` (``time_embedder``), matched against whole path segments.
+TRANSFORMER_FP32_PARAMS = (r"(^|/)time_embedder(/|$)",)
+
+#: Logical axes of the parameters (stacked layers lead with ``layers``); see
+#: :mod:`vidax.parallel.rules`. Both pathways' q/k/v and MLP-in are column-parallel (output over
+#: ``heads`` / ``mlp``), attention-out and MLP-out row-parallel. The per-head norms, the layer
+#: norms, the embeddings, ``lm_head`` and the modality projections are replicated. (The model
+#: refuses a mesh for now; these are what it will be placed by.)
+TRANSFORMER_PARAM_AXES = (
+    (r"^layers/self_attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/kernel$", ("layers", "embed", "heads")),
+    (r"^layers/self_attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/bias$", ("layers", "heads")),
+    (r"^layers/self_attn/(to_out|to_add_out)/kernel$", ("layers", "heads", "embed")),
+    (r"^layers/(mlp|mlp_moe_gen)/(gate_proj|up_proj)/kernel$", ("layers", "embed", "mlp")),
+    (r"^layers/(mlp|mlp_moe_gen)/down_proj/kernel$", ("layers", "mlp", "embed")),
+)

@@ -1,0 +1,341 @@
+"""Cosmos 3's denoising transformer (diffusers 0.42.1 ``Cosmos3OmniTransformer``): a
+Mixture-of-Transformers over one packed sequence.
+
+Data flow (``B`` batch of sequences packed alike, ``L`` packed tokens, the first ``L_und`` the
+understanding pathway, the rest the generation pathway)::
+
+    input_ids (B, N_txt) ──embed_tokens──> at text_indexes ─┐
+    vision latents (B, T, H, W, C) ──patchify p×p──proj_in──(+ time_embedder(t) on noisy frames)
+                                                 at vision_sequence_indexes ─┤
+    sound latents (B, C_s, T_s) ──audio_proj_in + audio_modality_embed (+ time) at sound indexes ─┤
+    action (B, T_a, A) ──action_proj_in[domain] + action_modality_embed (+ time) at action indexes┘
+        packed (B, L, D), split (und = [:L_und], gen = [L_und:])
+    layers × num_hidden_layers (stacked, scanned; each layer holds both pathways' weights):
+        und_n, gen_n = input_layernorm(und), input_layernorm_moe_gen(gen)
+        self_attn: Attention(added="joint") with AttentionMask(first_stream_causal=True):
+            und attends und causally; gen attends [und; gen]; GQA; per-head RMS q/k norms; mRoPE
+        und += attn_und; gen += attn_gen
+        und += mlp(post_attention_layernorm(und)); gen += mlp_moe_gen(post_attention_layernorm_moe_gen(gen))
+    norm(und), norm_moe_gen(gen) -> joint (B, L, D)
+        proj_out at vision_mse_loss_indexes -> unpatchify -> (B, T, H, W, C), zeros at clean frames
+        audio_proj_out at sound_mse_loss_indexes -> (B, C_s, T_s), zeros at clean frames
+        action_proj_out[domain] at action_mse_loss_indexes -> (B, T_a, A), zeros at clean frames
+
+Edge (``hidden_act="relu2"``): squared-ReLU MLPs without ``gate_proj``, no understanding q/k norm
+(``qk_norm_for_text`` False) and a separate ``k_norm_und_for_gen`` on the understanding keys the
+generation pathway attends: :class:`~vidax.blocks.attention.AttentionConfig`'s
+``first_stream_qk_norm`` / ``first_key_norm_for_second``.
+
+Precision: projections and the residual streams in the compute dtype; norm statistics, the RoPE
+angles (positions × inverse frequencies, float32 as the reference computes them outside
+autocast) and rotation, the softmax and the timestep embedder (diffusers keeps it float32) in
+float32. ``lm_head`` is a parameter of the checkpoint and is held, not run.
+
+On a mesh: the understanding pathway's causal attention runs on a single device only in the
+shared attention (:mod:`vidax.blocks.attention`), so this model refuses a mesh.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
+from vidax.errors import InputError
+from vidax.models.cosmos3.config import Cosmos3TransformerConfig
+from vidax.nn.layers import RMSNorm, TimestepEmbedding, linear, timestep_sinusoid
+from vidax.nn.rope import rope_inv_freq
+from vidax.nn.stack import stacked
+
+_F32 = jnp.float32
+_TWO_PATHWAYS = AttentionMask(first_stream_causal=True)
+
+
+def mrope_tables(position_ids: jax.Array, head_dim: int, theta: float,
+                 section: tuple[int, int, int]) -> tuple[jax.Array, jax.Array]:
+    """diffusers ``Cosmos3VLTextRotaryEmbedding``: the interleaved 3-axis mRoPE.
+
+    Pair ``j`` of the head takes its position from axis H when ``j % 3 == 1 and j < 3·section[1]``,
+    from W when ``j % 3 == 2 and j < 3·section[2]``, else from T; angle = position · inv_freq[j].
+
+    Args:
+        position_ids: ``(3, L)`` int (T, H, W positions of the packed sequence).
+        head_dim: K. theta: RoPE base. section: (T, H, W) pair counts.
+
+    Returns:
+        ``(cos, sin)`` each ``(L, K/2)`` float32 (rotate-half layout).
+    """
+    half = head_dim // 2
+    j = np.arange(half)
+    axis = np.where((j % 3 == 1) & (j < 3 * section[1]), 1, np.where((j % 3 == 2) & (j < 3 * section[2]), 2, 0))
+    pos = jnp.asarray(position_ids).astype(_F32)[axis]  # (K/2, L)
+    angles = pos.T * jnp.asarray(rope_inv_freq(head_dim, theta))
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+class Cosmos3MLP(nnx.Module):
+    """diffusers ``Cosmos3VLTextMLP``: ``down(silu(gate(x)) · up(x))``, or ``down(relu(up(x))²)``
+    (``relu2``); no biases."""
+
+    def __init__(self, d, inner, act, dtype, param_dtype, rngs):
+        self.act = act
+        self.gate_proj = linear(d, inner, dtype, param_dtype, rngs, use_bias=False) if act == "silu" else None
+        self.up_proj = linear(d, inner, dtype, param_dtype, rngs, use_bias=False)
+        self.down_proj = linear(inner, d, dtype, param_dtype, rngs, use_bias=False)
+
+    def __call__(self, x):
+        if self.gate_proj is None:
+            return self.down_proj(jnp.square(jax.nn.relu(self.up_proj(x))))
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DomainAwareLinear(nnx.Module):
+    """diffusers ``DomainAwareLinear``: one ``(in, out)`` weight and ``(out,)`` bias per embodiment
+    domain, stored as the rows of ``fc.weight`` ``(domains, in·out)`` and ``bias.weight``
+    ``(domains, out)``."""
+
+    def __init__(self, din, dout, domains, param_dtype, dtype):
+        self.din, self.dout, self.dtype = din, dout, dtype
+        self.fc = _Rows(domains, din * dout, param_dtype)
+        self.bias = _Rows(domains, dout, param_dtype)
+
+    def __call__(self, x: jax.Array, domain: jax.Array) -> jax.Array:
+        """``x`` ``(B, n, in)``, ``domain`` ``(B,)`` int -> ``(B, n, out)`` in ``dtype``."""
+        w = self.fc.weight[...][domain].reshape(-1, self.din, self.dout).astype(self.dtype)
+        b = self.bias.weight[...][domain].astype(self.dtype)
+        return jnp.einsum("bni,bio->bno", x.astype(self.dtype), w) + b[:, None]
+
+
+class _Rows(nnx.Module):
+    def __init__(self, n, width, param_dtype):
+        self.weight = nnx.Param(jnp.zeros((n, width), param_dtype))
+
+
+class Cosmos3MoTLayer(nnx.Module):
+    """diffusers ``Cosmos3VLTextMoTDecoderLayer``: both pathways' norms, attention projections and
+    MLPs; ``(und, gen) -> (und, gen)``."""
+
+    def __init__(self, cfg: Cosmos3TransformerConfig, attention, dtype, param_dtype, rngs, mesh=None):
+        d, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.self_attn = Attention(
+            AttentionConfig(d, cfg.num_attention_heads, cfg.head_dim, kv_heads=cfg.num_key_value_heads,
+                            bias=cfg.attention_bias, out_bias=cfg.attention_bias, out="linear", qk_norm="rms_head",
+                            qk_norm_eps=eps, rope="rotate_half", added="joint",
+                            first_stream_qk_norm=cfg.qk_norm_for_text,
+                            first_key_norm_for_second=cfg.has_und_k_norm_for_gen),
+            attention, dtype, param_dtype, rngs, mesh=mesh)
+        self.mlp = Cosmos3MLP(d, cfg.intermediate_size, cfg.hidden_act, dtype, param_dtype, rngs)
+        self.mlp_moe_gen = Cosmos3MLP(d, cfg.intermediate_size, cfg.hidden_act, dtype, param_dtype, rngs)
+        for name in ("input_layernorm", "input_layernorm_moe_gen", "post_attention_layernorm",
+                     "post_attention_layernorm_moe_gen"):
+            setattr(self, name, RMSNorm(d, eps, param_dtype=param_dtype))
+
+    def __call__(self, streams, inputs: "Cosmos3Inputs"):
+        und, gen = streams
+        a_und, a_gen = self.self_attn((self.input_layernorm(und), self.input_layernorm_moe_gen(gen)),
+                                      rope=inputs.rope_und, added_rope=inputs.rope_gen, mask=_TWO_PATHWAYS)
+        und, gen = und + a_und.astype(und.dtype), gen + a_gen.astype(gen.dtype)
+        und = und + self.mlp(self.post_attention_layernorm(und)).astype(und.dtype)
+        gen = gen + self.mlp_moe_gen(self.post_attention_layernorm_moe_gen(gen)).astype(gen.dtype)
+        return und, gen
+
+
+@block_inputs
+class Cosmos3Inputs:
+    """What the layers and the head read besides the two streams."""
+
+    rope_und: tuple[jax.Array, jax.Array]
+    rope_gen: tuple[jax.Array, jax.Array]
+    vision_mse_loss_indexes: jax.Array
+    sound_mse_loss_indexes: jax.Array | None
+    action_mse_loss_indexes: jax.Array | None
+    action_domain_ids: jax.Array | None
+    vision_shape: tuple[int, int, int, int] = static()
+    vision_noisy_frames: tuple[int, ...] = static()
+    sound_shape: tuple[int, int] | None = static()
+    sound_noisy_frames: tuple[int, ...] | None = static()
+    action_shape: tuple[int, int] | None = static()
+    action_noisy_frames: tuple[int, ...] | None = static()
+
+
+def _noisy_rows(noisy_frames: tuple[int, ...], per_frame: int) -> np.ndarray:
+    """Token rows of the noisy frames (``per_frame`` tokens each), in frame order."""
+    return (np.asarray(noisy_frames, np.int64)[:, None] * per_frame + np.arange(per_frame)).reshape(-1)
+
+
+class Cosmos3OmniTransformer(DiffusionTransformer):
+    """diffusers ``Cosmos3OmniTransformer`` (see the module docstring).
+
+    Call ``model(input_ids, text_indexes, position_ids, und_len, vision, vision_sequence_indexes,
+    vision_mse_loss_indexes, vision_timesteps, vision_noisy_frames, ...)`` (:meth:`embed`); it
+    returns ``(vision, sound, action)`` (:meth:`head`).
+
+    Raises:
+        InputError: a mesh (the understanding pathway's causal attention is single-device only in
+            the shared attention).
+    """
+
+    block_stacks = ("layers",)
+
+    def build(self, cfg: Cosmos3TransformerConfig, param_dtype, attention, rngs):
+        if self.mesh is not None:
+            raise InputError("Cosmos3OmniTransformer: mesh= is not supported yet (the understanding pathway's "
+                             "causal attention and GQA run on a single device only in vidax.blocks.attention); "
+                             "use mesh=None.")
+        d, dtype = cfg.hidden_size, self.dtype
+        self.embed_tokens = nnx.Embed(cfg.vocab_size, d, param_dtype=param_dtype, rngs=rngs)
+        self.layers = stacked(lambda r: Cosmos3MoTLayer(cfg, attention, dtype, param_dtype, r, self.mesh),
+                              cfg.num_hidden_layers, rngs)
+        self.norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype)
+        self.norm_moe_gen = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype)
+        self.lm_head = linear(d, cfg.vocab_size, dtype, param_dtype, rngs, use_bias=False)
+        self.proj_in = linear(cfg.patch_latent_dim, d, dtype, param_dtype, rngs)
+        self.proj_out = linear(d, cfg.patch_latent_dim, dtype, param_dtype, rngs)
+        self.time_embedder = TimestepEmbedding(256, d, rngs)
+        act = cfg.action_gen
+        self.action_proj_in = DomainAwareLinear(cfg.action_dim, d, cfg.num_embodiment_domains, param_dtype,
+                                                dtype) if act else None
+        self.action_proj_out = DomainAwareLinear(d, cfg.action_dim, cfg.num_embodiment_domains, param_dtype,
+                                                 dtype) if act else None
+        self.action_modality_embed = nnx.Param(jnp.zeros((d,), param_dtype)) if act else None
+        snd = cfg.sound_gen
+        self.audio_proj_in = linear(cfg.sound_dim, d, dtype, param_dtype, rngs) if snd else None
+        self.audio_proj_out = linear(d, cfg.sound_dim, dtype, param_dtype, rngs) if snd else None
+        self.audio_modality_embed = nnx.Param(jnp.zeros((d,), param_dtype)) if snd else None
+
+    # -- embedding -------------------------------------------------------------------------------
+
+    def _time(self, tokens, timesteps, noisy_frames, per_frame):
+        """Add ``time_embedder(sinusoid(t · timestep_scale))`` ``(B, n_noisy, D)`` to the noisy
+        frames' rows of ``tokens`` ``(B, n, D)`` (the reference's scatter_add)."""
+        t = jnp.asarray(timesteps, _F32) * np.float32(self.config.timestep_scale)
+        emb = self.time_embedder(timestep_sinusoid(t, 256)).astype(tokens.dtype)
+        rows = _noisy_rows(noisy_frames, per_frame)
+        if emb.shape[1] != rows.size:
+            raise InputError(f"Cosmos3OmniTransformer: timesteps have {emb.shape[1]} entries per sequence; the noisy "
+                             f"frames {tuple(noisy_frames)} have {rows.size} tokens.")
+        return tokens.at[:, rows].add(emb)
+
+    def embed(self, input_ids, text_indexes, position_ids, und_len: int, vision, vision_sequence_indexes,
+              vision_mse_loss_indexes, vision_timesteps, vision_noisy_frames: tuple[int, ...], sound=None,
+              sound_sequence_indexes=None, sound_mse_loss_indexes=None, sound_timesteps=None,
+              sound_noisy_frames: tuple[int, ...] | None = None, action=None, action_sequence_indexes=None,
+              action_mse_loss_indexes=None, action_timesteps=None, action_noisy_frames: tuple[int, ...] | None = None,
+              action_domain_ids=None):
+        """The packed sequence, split into the two pathways.
+
+        Args (``B`` sequences packed alike; indexes are positions in the packed sequence of
+        length ``L = position_ids.shape[1]``):
+            input_ids: ``(B, N_txt)`` int token ids, placed at ``text_indexes`` ``(N_txt,)``.
+            position_ids: ``(3, L)`` int mRoPE positions (T, H, W).
+            und_len: static; the understanding (causal) prefix length; the rest is generation.
+            vision: ``(B, T, H, W, C)`` channels-last latents (H, W padded to the patch with zeros
+                as the reference).
+            vision_sequence_indexes: ``(T·h·w,)`` positions of the patch tokens (frame-major).
+            vision_mse_loss_indexes: ``(n_noisy·h·w,)`` positions whose prediction is read.
+            vision_timesteps: ``(B, n_noisy·h·w)`` float timesteps (0-1000) of the noisy tokens.
+            vision_noisy_frames: static tuple of the noisy latent frames (the others are condition).
+            sound: ``(B, C_s, T_s)`` sound latents, with ``sound_sequence_indexes`` ``(T_s,)``,
+                ``sound_mse_loss_indexes``, ``sound_timesteps`` ``(B, n_noisy)``,
+                ``sound_noisy_frames``; or None.
+            action: ``(B, T_a, A)`` with the same four, plus ``action_domain_ids`` ``(B,)`` int;
+                or None.
+
+        Returns:
+            ``((und (B, und_len, D), gen (B, L - und_len, D)), Cosmos3Inputs)``.
+
+        Raises:
+            InputError: a latent of the wrong rank / channels, or a modality the config lacks.
+        """
+        cfg, name = self.config, type(self).__name__
+        vision = jnp.asarray(vision)
+        if vision.ndim != 5 or vision.shape[-1] != cfg.latent_channel:
+            raise InputError(f"{name}: vision must be (B, T, H, W, C={cfg.latent_channel}) channels-last; "
+                             f"got {tuple(vision.shape)}.")
+        if sound is not None and not cfg.sound_gen:
+            raise InputError(f"{name}: sound= given but the checkpoint has sound_gen=False.")
+        if action is not None and not cfg.action_gen:
+            raise InputError(f"{name}: action= given but the checkpoint has action_gen=False.")
+        length = int(np.shape(position_ids)[-1])
+        b = vision.shape[0]
+        p, dtype = cfg.latent_patch_size, self.dtype
+        text = self.embed_tokens(jnp.asarray(input_ids)).astype(self.res_dtype)
+        h = jnp.zeros((b, length, cfg.hidden_size), self.res_dtype).at[:, text_indexes].set(text)
+
+        bt, t, hh, ww, c = vision.shape
+        hp, wp = -(-hh // p), -(-ww // p)
+        x = jnp.pad(vision, ((0, 0), (0, 0), (0, hp * p - hh), (0, wp * p - ww), (0, 0)))
+        x = x.reshape(b, t, hp, p, wp, p, c).transpose(0, 1, 2, 4, 3, 5, 6).reshape(b, t * hp * wp, p * p * c)
+        tok = self.proj_in(x.astype(dtype))
+        tok = self._time(tok, vision_timesteps, vision_noisy_frames, hp * wp)
+        h = h.at[:, vision_sequence_indexes].set(tok.astype(self.res_dtype))
+
+        sound_shape = None
+        if sound is not None:
+            sound = jnp.asarray(sound)
+            if sound.ndim != 3 or sound.shape[1] != cfg.sound_dim:
+                raise InputError(f"{name}: sound must be (B, C={cfg.sound_dim}, T); got {tuple(sound.shape)}.")
+            sound_shape = tuple(sound.shape[1:])
+            tok = self.audio_proj_in(jnp.swapaxes(sound, 1, 2).astype(dtype))
+            tok = tok + self.audio_modality_embed[...].astype(dtype)
+            tok = self._time(tok, sound_timesteps, sound_noisy_frames, 1)
+            h = h.at[:, sound_sequence_indexes].set(tok.astype(self.res_dtype))
+
+        action_shape = None
+        if action is not None:
+            action = jnp.asarray(action)
+            if action.ndim != 3 or action.shape[2] != cfg.action_dim:
+                raise InputError(f"{name}: action must be (B, T, A={cfg.action_dim}); got {tuple(action.shape)}.")
+            action_shape = tuple(action.shape[1:])
+            tok = self.action_proj_in(action, action_domain_ids) + self.action_modality_embed[...].astype(dtype)
+            if len(action_noisy_frames):
+                tok = self._time(tok, action_timesteps, action_noisy_frames, 1)
+            h = h.at[:, action_sequence_indexes].set(tok.astype(self.res_dtype))
+
+        cos, sin = mrope_tables(position_ids, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        inputs = Cosmos3Inputs(
+            rope_und=(cos[:und_len], sin[:und_len]), rope_gen=(cos[und_len:], sin[und_len:]),
+            vision_mse_loss_indexes=jnp.asarray(vision_mse_loss_indexes),
+            sound_mse_loss_indexes=None if sound is None else jnp.asarray(sound_mse_loss_indexes),
+            action_mse_loss_indexes=None if action is None else jnp.asarray(action_mse_loss_indexes),
+            action_domain_ids=None if action is None else jnp.asarray(action_domain_ids),
+            vision_shape=(t, hh, ww, c), vision_noisy_frames=tuple(int(i) for i in vision_noisy_frames),
+            sound_shape=sound_shape,
+            sound_noisy_frames=None if sound is None else tuple(int(i) for i in sound_noisy_frames),
+            action_shape=action_shape,
+            action_noisy_frames=None if action is None else tuple(int(i) for i in action_noisy_frames))
+        return (self.stream(h[:, :und_len]), self.stream(h[:, und_len:])), inputs
+
+    # -- head --------------------------------------------------------------------------------------
+
+    def head(self, x, inputs: Cosmos3Inputs):
+        """``(vision (B, T, H, W, C), sound (B, C_s, T_s) or None, action (B, T_a, A) or None)``
+        in the compute dtype; the condition (not noisy) frames are zeros, as the reference's."""
+        cfg = self.config
+        und, gen = x
+        joint = jnp.concatenate([self.norm(und), self.norm_moe_gen(gen)], axis=1)
+        b = joint.shape[0]
+        t, hh, ww, c = inputs.vision_shape
+        p = cfg.latent_patch_size
+        hp, wp = -(-hh // p), -(-ww // p)
+        noisy = inputs.vision_noisy_frames
+        pred = self.proj_out(joint[:, inputs.vision_mse_loss_indexes])
+        pred = pred.reshape(b, len(noisy), hp, wp, p, p, c).transpose(0, 1, 2, 4, 3, 5, 6)
+        pred = pred.reshape(b, len(noisy), hp * p, wp * p, c)[:, :, :hh, :ww]
+        vision = jnp.zeros((b, t, hh, ww, c), pred.dtype).at[:, np.asarray(noisy, np.int64)].set(pred)
+
+        sound = None
+        if inputs.sound_shape is not None:
+            cs, ts = inputs.sound_shape
+            pred = self.audio_proj_out(joint[:, inputs.sound_mse_loss_indexes])  # (B, n_noisy, C_s)
+            sound = jnp.zeros((b, ts, cs), pred.dtype).at[:, np.asarray(inputs.sound_noisy_frames, np.int64)].set(pred)
+            sound = jnp.swapaxes(sound, 1, 2)
+        action = None
+        if inputs.action_shape is not None:
+            ta, a = inputs.action_shape
+            pred = self.action_proj_out(joint[:, inputs.action_mse_loss_indexes], inputs.action_domain_ids)
+            action = jnp.zeros((b, ta, a), pred.dtype).at[:, np.asarray(inputs.action_noisy_frames, np.int64)].set(pred)
+        return vision, sound, action
