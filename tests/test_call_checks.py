@@ -982,6 +982,18 @@ def test_guidance_beyond_float32_refused(pipe):
         pipe("a cat", **{**SMALL, "guidance_scale": 1e39})
 
 
+def test_latents_of_no_real_numbers_refused(pipe):
+    """latents="x" raised numpy's ValueError and complex latents dropped their imaginary part:
+    each is one InputError naming latents=; decode_audio=None is the default (True), as every
+    keyword's None."""
+    with pytest.raises(InputError, match=r"^latents must be an array of real numbers \(float32\), got str"):
+        pipe.check_call(pipe.info, "a cat", latents="x", **SMALL)
+    with pytest.raises(InputError, match=r"^latents must be an array of real numbers \(float32\), got ndarray of "
+                                         r"dtype complex128"):
+        pipe.check_call(pipe.info, "a cat", latents=np.ones((1, 16, 2, 4, 4)) * 1j, **SMALL)
+    assert pipe.check_call(pipe.info, "a cat", decode_audio=None, **SMALL).decode_audio is True
+
+
 def test_declared_option_checks_name_the_argument():
     """A declared keyword's check (:class:`vidax.pipelines.options.CallOption`): the valid values
     in words from the declaration, the argument as data (a list's item by its index)."""

@@ -124,7 +124,13 @@ def test_bad_model_index_and_shard_index(copy, tmp_path):
 
 
 def test_inspect_missing_path_and_folder_without_model_index(tmp_path):
-    _one_error_line(_vidax("inspect", str(tmp_path / "nope" / "deeper")), "no such folder")
+    nope = str(tmp_path / "nope" / "deeper")
+    # The PATH argument is named as the command line has it, not as the keyword checkpoint=.
+    _one_error_line(_vidax("inspect", nope), f"error: vidax inspect {nope!r}: no such folder")
+    (tmp_path / "x.wav").write_text("")
+    _one_error_line(_vidax("inspect", str(tmp_path / "x.wav")), f"vidax inspect {str(tmp_path / 'x.wav')!r} is a file")
+    _one_error_line(_vidax("inspect", str(tmp_path / "lora.safetensors")),
+                    f"error: vidax inspect {str(tmp_path / 'lora.safetensors')!r}: no such file")
     _one_error_line(_vidax("inspect", str(tmp_path)), str(tmp_path), "no model_index.json")
 
 

@@ -309,7 +309,7 @@ def test_lora_flag_and_inspect(variants, tmp_path):
     shutil.copy(lora, truncated)
     with open(truncated, "r+b") as f:
         f.truncate(os.path.getsize(truncated) - 64)
-    for bad, message in ((stray, "land on no parameter of transformer (wan)"), (truncated, "not a readable LoRA file"),
+    for bad, message in ((stray, "fit no parameter of transformer (wan)"), (truncated, "not a readable LoRA file"),
                          (f"{lora}:x", "give PATH or PATH:SCALE")):
         r = _vidax(*args, "--lora", str(bad), "--output", str(tmp_path / "v.npy"))
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

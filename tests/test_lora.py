@@ -192,16 +192,23 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
     save_safetensors(good, file)
     with open(file, "r+b") as f:
         f.truncate(os.path.getsize(file) - 100)
-    cases = [(stray, r"2 key\(s\) land on no parameter of transformer \(wan\): diffusion_model\.blocks\.0\.self_attn\.x"),
+    cases = [(stray, r"2 key\(s\) fit no parameter of transformer \(wan\) \(no such module, or another shape\): diffusion_model\.blocks\.0\.self_attn\.x"),
              (rank, r"blocks\.0\.self_attn\.q: rank mismatch"),
              (other, r"looks like a LoRA for cogvideox"),
-             (file, r"not a readable LoRA file .*lora\.safetensors")]
+             (file, r"not a readable LoRA file .*lora\.safetensors"),
+             ({**good, "diffusion_model.blocks.0.self_attn.q.lora_up.weight": np.full((42, 4), np.nan, np.float32)},
+              r"diffusion_model\.blocks\.0\.self_attn\.q\.lora_up\.weight holds NaN or Inf values")]
     for bad, match in cases:
         with pytest.raises(InputError, match=match) as e:
             wan_pipe.load_lora_weights(bad)
         assert "\n" not in str(e.value)
     with pytest.raises(InputError, match=r"load_lora_weights takes no hotswap="):
         wan_pipe.load_lora_weights(good, hotswap=True)
+    # Metadata whose lora_alpha cannot be read would silently merge at scale 1.
+    from vidax.lora.formats import parse
+
+    with pytest.raises(InputError, match=r"x\.safetensors: its lora_adapter_metadata is not a JSON object"):
+        parse(good, {"lora_adapter_metadata": "{not json"}, "x.safetensors", "x.safetensors")
     assert wan_pipe.get_active_adapters() == []
     assert all(np.array_equal(merged(wan_pipe)[k], base[k]) for k in base)  # nothing changed
 

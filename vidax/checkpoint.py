@@ -10,7 +10,7 @@ import os
 from typing import Any, ClassVar, Mapping
 
 from vidax.config import read_json_object
-from vidax.errors import CheckpointError, ConfigError
+from vidax.errors import Arg, CheckpointError, ConfigError
 
 #: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
 TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-video",
@@ -31,9 +31,9 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
     if os.path.isdir(path):
         return path
     if os.path.exists(path):
-        raise CheckpointError(f"checkpoint={path!r} is a file; give the pipeline folder (with model_index.json)")
+        raise CheckpointError(Arg("checkpoint", path), " is a file; give the pipeline folder (with model_index.json)")
     if path.count("/") != 1 or path.startswith((".", "/", "~")):
-        raise CheckpointError(f"checkpoint={path!r}: no such folder, and not a hub id of the form owner/name")
+        raise CheckpointError(Arg("checkpoint", path), ": no such folder, and not a hub id of the form owner/name")
     try:
         from huggingface_hub import snapshot_download
 
@@ -44,7 +44,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
     except Exception as e:
         reason = " ".join(f"{type(e).__name__}: {e}".split())  # huggingface_hub's messages span lines
         raise CheckpointError(
-            f"checkpoint={path!r}: no such local folder, and downloading it from the Hugging Face hub "
+            Arg("checkpoint", path), ": no such local folder, and downloading it from the Hugging Face hub "
             f"failed ({reason}). Pass a local diffusers-format folder."
         ) from None
 

@@ -472,7 +472,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
                                            sample_rate=out.audio_sample_rate))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
             _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
-    size = f"{out.frames.shape[1]} frames, {out.frames.shape[3]}x{out.frames.shape[2]}"
+    size = f"{out.frames.shape[1]} frames of {out.frames.shape[2]}x{out.frames.shape[3]} (HxW)"  # as vidax inspect
     if out.audio is not None:
         size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
     if fmt == DISCARD:
@@ -592,7 +592,7 @@ def inspect(
     """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a LoRA
     file its layout, family, rank, targets and key count."""
     _setup_logging(False)
-    from vidax.errors import VidaxError
+    from vidax.errors import InputError, VidaxError
     from vidax.inspect import describe_checkpoint, describe_mesh_plan
 
     try:
@@ -600,8 +600,11 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
-        if path.endswith(".safetensors") and os.path.isfile(path):  # a LoRA file
+        if path.endswith(".safetensors") and not os.path.isdir(path):  # a LoRA file
             from vidax.inspect import describe_lora
+
+            if not os.path.exists(path):
+                raise InputError(f"vidax inspect {path!r}: no such file")
 
             typer.echo(describe_lora(path))
             return
@@ -609,7 +612,10 @@ def inspect(
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))
     except VidaxError as e:
-        _fail(_Spelling(ctx.command).message(e))
+        spelling = _Spelling(ctx.command)
+        # The folder is the command's PATH argument: named as typed, not as the Python keyword.
+        _fail(e.render(lambda a: f"vidax inspect {a.shown_value()}" if a.name == "checkpoint" and a.has_value
+                       else spelling(a)))
 
 
 @app.command()

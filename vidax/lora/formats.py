@@ -178,6 +178,8 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
         m = experts.setdefault(expert, {}).setdefault(module, LoraModule())
         m.keys.append(key)
         value = tensors[key]
+        if not np.all(np.isfinite(value)):  # it would merge into the weights and surface as NaN latents
+            raise InputError(f"{what}: {key} holds NaN or Inf values; a LoRA's tensors must be finite")
         if kind == "alpha":
             if value.size != 1:
                 raise InputError(f"{what}: {key} has shape {value.shape}; an alpha is one number")
@@ -195,7 +197,7 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
     if "kohya" in layouts and len(layouts) > 1:
         raise InputError(f"{what}: mixes kohya keys (lora_unet_...) with other layouts; a LoRA file holds one")
     layout = "kohya" if "kohya" in layouts else "original" if "original" in layouts else "diffusers"
-    scales = _peft_scales(metadata)
+    scales = _peft_scales(metadata, what)
     for modules in experts.values():
         for name, m in modules.items():
             _check_module(name, m, what)
@@ -220,16 +222,24 @@ def _check_module(name: str, m: LoraModule, what: str) -> None:
         raise InputError(f"{what}: {name} has an alpha but no lora_A/lora_B factors")
 
 
-def _peft_scales(metadata: Mapping[str, str]) -> dict | None:
+def _peft_scales(metadata: Mapping[str, str], what: str) -> dict | None:
     """``lora_alpha`` and ``alpha_pattern`` of diffusers' ``lora_adapter_metadata`` (its keys
-    prefixed ``transformer.``), or None."""
+    prefixed ``transformer.``), or None.
+
+    Raises:
+        InputError: the metadata is not a JSON object (its alpha would be unknown: merging at
+            scale 1 would change what the file does).
+    """
     raw = metadata.get("lora_adapter_metadata")
     if not raw:
         return None
     try:
         meta = json.loads(raw)
     except ValueError:
-        return None
+        meta = None
+    if not isinstance(meta, dict):
+        raise InputError(f"{what}: its lora_adapter_metadata is not a JSON object ({raw[:60]!r}), so its lora_alpha "
+                         "(the scale of the merge) cannot be read")
     meta = {k.removeprefix("transformer."): v for k, v in meta.items()}
     return {"alpha": meta.get("lora_alpha"), "patterns": dict(meta.get("alpha_pattern") or {})}
 

@@ -533,7 +533,10 @@ class ChunkedStep:
         def run_chunk(chunk, x, inputs):
             model = model_of(abstract_rest)  # no parameter of it is read
             blocks = nnx.merge(blocks_graphdef, chunk)
-            return model.run_blocks(x, inputs, blocks, stack=stack.attr if named else None, layers=layers)
+            # ``layers`` (a step cache's range) only when there is one: a family's own run_blocks
+            # need not take it.
+            extra = {} if layers is None else {"layers": layers}
+            return model.run_blocks(x, inputs, blocks, stack=stack.attr if named else None, **extra)
 
         # With a step cache the streams a chunk takes are read again after it (the residuals).
         return jax.jit(run_chunk, donate_argnums=() if self.cache is not None else (1,), out_shardings=x_sharding)

@@ -357,11 +357,16 @@ def text_encoder_positions(info: CheckpointInfo, name: str = "text_encoder") -> 
 
 
 def finite_array(name: str, value: Any) -> np.ndarray:
-    """``value`` as a float32 numpy array; NaN or Inf anywhere is an InputError naming ``name``."""
+    """``value`` as a float32 numpy array; anything but an array of real numbers (a string, a
+    complex array), or NaN / Inf anywhere, is an InputError naming ``name``."""
+    kind = np.asarray(value).dtype.kind if not hasattr(value, "dtype") else np.dtype(value.dtype).kind
+    if kind not in "biuf" and np.dtype(getattr(value, "dtype", np.float32)).name != "bfloat16":
+        raise InputError(Arg(name), f" must be an array of real numbers (float32), got "
+                         f"{type(value).__name__} of dtype {np.asarray(value).dtype}")
     arr = np.asarray(value, np.float32)
     if not np.isfinite(arr).all():
         bad = int(arr.size - np.isfinite(arr).sum())
-        raise InputError(f"{name} has {bad} NaN/Inf value(s) of {arr.size}; give finite values")
+        raise InputError(Arg(name), f" has {bad} NaN/Inf value(s) of {arr.size}; give finite values")
     return arr
 
 
@@ -794,7 +799,7 @@ class VideoPipeline:
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
                     guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
                     bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given),
-                    decode_audio=bool(decode_audio))
+                    decode_audio=decode_audio is None or bool(decode_audio))  # None: the default
         given_streams = {cls.latent_streams[0]: latents, **streams}
         if any(v is not None for v in given_streams.values()):
             shapes = cls.latent_shapes(info, call)
