@@ -213,6 +213,10 @@ def generate(
     keep_vae: Optional[bool] = typer.Option(
         None, "--keep-vae/--offload-vae",
         help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory]."),
+    vae_tiling: bool = typer.Option(
+        False, "--vae-tiling", help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
+        "diffusers' tile sizes): device memory of the decode bounded by one tile [default: on only when the "
+        "memory estimate says an untiled decode does not fit; Wan and Cosmos VAEs]."),
     memory_check: bool = typer.Option(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
@@ -319,7 +323,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, spelling=None) -> None:
+              memory_check=True, lora=None, spelling=None, vae_tiling=False) -> None:
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
@@ -384,13 +388,18 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     if len(paths) > 1:  # several videos: each indexed name is checked too
         for path in paths:
             check_output_path(path, overwrite)
+    size = cls.model_size(info, call)
+    if vae_tiling and not (size is not None and size.decode_tile):
+        raise InputError(f"--vae-tiling: the VAE of {cls.__name__} ({ckpt.root}) has no tiled decode in vidax yet")
     # before any weight is read
-    cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
-                     devices=1 if mesh is None else mesh.size, offload=offload)
+    est = cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
+                           devices=1 if mesh is None else mesh.size, offload=offload, vae_tiling=vae_tiling)
     if stop():
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
+    if vae_tiling or (est is not None and est.vae_tiling):
+        pipe.vae.enable_tiling()
     if loras:  # every key placed and checked before any step runs
         names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
                  for i, (path, _) in enumerate(loras)]
