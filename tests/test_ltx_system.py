@@ -76,3 +76,8 @@ def test_cli_generate_and_inspect(ckpt, tmp_path):
     r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--height", "48", "-o",
                                  str(tmp_path / "v.mp4")])
     assert r.exit_code == 2 and "--height and --width must be multiples of 32" in r.output
+    # No tiled decode for this VAE in vidax yet: refused before loading, in one line.
+    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--vae-tiling", "--height", "64",
+                                 "--width", "64", "--num-frames", "9", "-o",
+                                 str(tmp_path / "v.mp4")])
+    assert r.exit_code == 2 and "--vae-tiling: the VAE of LTXPipeline" in r.output, r.output

@@ -144,7 +144,7 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     cls = pipeline_class(Checkpoint.open(ckpt), task="t2v")
     info = cls.read_checkpoint(Checkpoint.open(ckpt))
     call = cls.check_call(info, "a cat", height=480, width=800, num_frames=17)
-    need = cls.memory_estimate(info, call).total
+    need = cls.memory_estimate(info, call).with_tiling().total  # the least: the VAE decoding in tiles
     free = need // 2
     with pytest.raises(OutOfMemoryError, match=r"^height=480, width=800, num_frames=17: 480x800 pixels, 17 frames "
                                                r"\(batch 1, CFG doubles it\) needs .* more than the .* of test "
@@ -154,11 +154,38 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     h, w = map(int, re.search(r"height=(\d+), width=(\d+) fits", str(e.value)).groups())
     import dataclasses
 
-    assert cls.memory_estimate(info, dataclasses.replace(call, height=h, width=w)).total <= free
-    assert cls.memory_estimate(info, dataclasses.replace(call, height=h + 16, width=w + 16)).total > free
+    assert cls.memory_estimate(info, dataclasses.replace(call, height=h, width=w)).with_tiling().total <= free
+    assert cls.memory_estimate(info, dataclasses.replace(call, height=h + 16, width=w + 16)).with_tiling().total > free
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         assert cls.check_memory(info, call, available=(free, "test memory"), refuse=False).total == need
     assert "running it anyway" in caplog.records[-1].getMessage()
+
+
+def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, monkeypatch, caplog):
+    """Memory between the tiled and the untiled estimate: the plan counts the tiled decode, says
+    so in one WARNING line, and the call decodes in tiles (then tiling is off again); with
+    memory for the untiled decode nothing changes."""
+    from vidax.pipelines import base
+
+    pipe = vidax.load_pipeline(ckpt)
+    call = type(pipe).check_call(pipe.info, "a cat", height=288, width=288, num_frames=5)
+    est = pipe.memory_estimate(pipe.info, call)
+    tiled = est.with_tiling()
+    assert not est.vae_tiling and tiled.vae_tiling and tiled.total < est.total  # 288 px > one 256 px tile
+    free = (est.total + tiled.total) // 2
+    assert not pipe.check_memory(pipe.info, call, available=(est.total, "test memory")).vae_tiling
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        got = pipe.check_memory(pipe.info, call, available=(free, "test memory"))
+    assert got == tiled
+    assert re.search(r"an untiled VAE decode would not fit in the .* of test memory; decoding in tiles \(peak .*"
+                     r"VAE decode chunk \(tiled\)", caplog.records[-1].getMessage())
+    # The pipeline call: it decodes in tiles (the VAE's state seen at decode time), for this call only.
+    seen = []
+    decode = pipe.decode
+    monkeypatch.setattr(pipe, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
+    monkeypatch.setattr(base, "available_memory", lambda: (free, "test memory"))
+    out = pipe("a cat", **{**TINY, "height": 288, "width": 288}, seed=0)
+    assert seen == [True] and not pipe.vae.use_tiling and out.frames.shape == (1, 5, 288, 288, 3)
 
 
 def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):

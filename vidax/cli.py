@@ -245,6 +245,10 @@ def generate(
     offload_blocks: Optional[str] = load_flag("offload_blocks"),
     keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
     keep_vae: Optional[bool] = load_flag("keep_vae"),
+    vae_tiling: bool = typer.Option(
+        False, "--vae-tiling", help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
+        "diffusers' tile sizes): device memory of the decode bounded by one tile [default: on only when the "
+        "memory estimate says an untiled decode does not fit; Wan and Cosmos VAEs]."),
     memory_check: bool = typer.Option(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
@@ -347,7 +351,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, audio=True, cache=None, spelling=None) -> None:
+              memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False) -> None:
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
@@ -425,13 +429,18 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)
+    size = cls.model_size(info, call)
+    if vae_tiling and not (size is not None and size.decode_tile):
+        raise InputError(Arg("vae_tiling"), f": the VAE of {cls.__name__} ({ckpt.root}) has no tiled decode in vidax yet")
     # before any weight is read
-    cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
-                     devices=1 if mesh is None else mesh.size, offload=offload)
+    est = cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
+                           devices=1 if mesh is None else mesh.size, offload=offload, vae_tiling=vae_tiling)
     if stop():
         raise Cancelled("before loading")
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
+    if vae_tiling or (est is not None and est.vae_tiling):
+        pipe.vae.enable_tiling()
     apply_loras(pipe, loras)
     if cache_config is not None:
         pipe.enable_cache(cache_config)

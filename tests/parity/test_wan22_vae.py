@@ -248,3 +248,14 @@ def test_bad_inputs(tiny):
         vae.encode(_video((1, 1, 32, 48, 12), 0))
     with pytest.raises(InputError, match="z_dim"):
         vae.decode(_latents((1, 1, 2, 3, 48), 0))
+
+
+def test_tiled_decode_matches_reference_tiled(tiny):
+    """Latent 4 x 5 (64 x 80 pixels) in tiles of 3 latent pixels every 2 -> 2 x 3 tiles; the
+    reference blends the decoder's folded (p = 2) output before unfolding and clamping."""
+    from tests.parity.test_wan_vae import check_tiled_decode
+
+    ref, _, vae = tiny
+    tiling = dict(tile_sample_min_height=48, tile_sample_min_width=48, tile_sample_stride_height=32,
+                  tile_sample_stride_width=32)
+    check_tiled_decode(ref, vae, _latents((1, 2, 4, 5, 7), seed=40), tiling, seed=40)

@@ -256,3 +256,95 @@ def test_config_refuses_inconsistent():
         WanVAEConfig.from_config_dict({**TINY, "temperal_downsample": [True]})
     with pytest.raises(ConfigError, match="scale_factor_spatial"):
         WanVAEConfig.from_config_dict({**TINY, "scale_factor_spatial": 16})
+
+
+# ----------------------------------------------------------------------------- tiled decode
+
+
+def check_tiled_decode(ref, vae, z, tiling: dict, seed: int):
+    """``vae`` with ``enable_tiling(**tiling)`` decodes ``z`` as diffusers' ``tiled_decode`` with
+    the same settings (>= 60 dB and FP32_TOL: the same convolutions per tile, then the same
+    blends), in more than one tile, and to the untiled decode's shape."""
+    ref.enable_tiling(**tiling)
+    try:
+        want = _ref_decode(ref, z)
+        _assert_meaningful(want, _ref_decode(ref, _latents(z.shape, seed=seed + 1)))
+    finally:
+        ref.disable_tiling()
+    vae.enable_tiling(**tiling)
+    try:
+        assert vae.use_tiling and vae.decode_chunks(z) == 1  # the tiled path runs
+        got = vae.decode(z)
+    finally:
+        vae.disable_tiling()
+    untiled = vae.decode(z)
+    assert got.shape == want.shape == untiled.shape
+    # The tiles were blended: the tiled video differs from the untiled one (seams blended,
+    # context cut), so a decode that ignored the tiling would fail the comparison above.
+    assert max_rel_err(got, untiled) > 1e-3
+    assert psnr(got, want, data_range=2.0) >= 60.0
+    err = max_rel_err(got, want)
+    assert err < FP32_TOL, err
+
+
+def decode_device_growth(vae, z, monkeypatch) -> int:
+    """Largest growth of live device bytes (:func:`vidax.stats.live_array_bytes`) over the
+    bytes alive before ``vae.decode(z)``, sampled after every chunk function call (while its
+    output and cache are alive): CPU backends report no allocator peak, so this is measured on
+    the arrays themselves."""
+    from vidax.stats import live_array_bytes
+
+    chunk = wan_vae._decode_chunk
+    base, peak = live_array_bytes(), [0]
+
+    def sampled(*args):
+        out = chunk(*args)
+        peak[0] = max(peak[0], live_array_bytes() - base)
+        return out
+
+    monkeypatch.setattr(wan_vae, "_decode_chunk", sampled)
+    try:
+        vae.decode(z)
+    finally:
+        monkeypatch.setattr(wan_vae, "_decode_chunk", chunk)
+    return peak[0]
+
+
+# 48 x 40 pixels: latent 6 x 5 in tiles of 4 latent pixels every 3 -> 2 x 2 tiles of 4 sizes.
+TILING = dict(tile_sample_min_height=32, tile_sample_min_width=32, tile_sample_stride_height=24,
+              tile_sample_stride_width=24)
+
+
+def test_tiled_decode_matches_reference_tiled(tiny):
+    ref, _, vae = tiny
+    check_tiled_decode(ref, vae, _latents((1, 2, 6, 5, 4), seed=30), TILING, seed=30)
+
+
+def test_tiled_decode_device_memory_flat_in_frames(tiny, monkeypatch):
+    """4x the latent frames: the live device bytes during the decode grow by < 1.3x (chunks go
+    to host as they finish; one tile's cache and chunk live at a time)."""
+    _, _, vae = tiny
+    vae.enable_tiling(**TILING)
+    try:
+        short = decode_device_growth(vae, _latents((1, 2, 6, 5, 4), seed=31), monkeypatch)
+        long = decode_device_growth(vae, _latents((1, 8, 6, 5, 4), seed=32), monkeypatch)
+    finally:
+        vae.disable_tiling()
+    assert short > 0 and long <= 1.3 * short, (short, long)
+
+
+def test_enable_tiling_checks_and_keeps_values(tiny):
+    _, _, vae = tiny
+    try:
+        vae.enable_tiling(tile_sample_min_height=320)
+        assert vae.tiling == wan_vae.WanTiling(tile_sample_min_height=320)  # the others keep their defaults
+        with pytest.raises(InputError, match=r"^tile_sample_stride_width=12 must be a multiple of 8"):
+            vae.enable_tiling(tile_sample_stride_width=12)
+        with pytest.raises(InputError, match=r"^tile_sample_stride_height=400 must be at most tile_sample_min_height=320"):
+            vae.enable_tiling(tile_sample_stride_height=400)
+        with pytest.raises(InputError, match=r"^tile_sample_min_width=0 must be a positive integer"):
+            vae.enable_tiling(tile_sample_min_width=0)
+        assert vae.tiling == wan_vae.WanTiling(tile_sample_min_height=320)  # a refused call changes nothing
+    finally:
+        vae.disable_tiling()
+    assert not vae.use_tiling

@@ -157,6 +157,8 @@ class ModelSize:
         num_heads: attention heads (0: ``hidden_size // 64``).
         decode_frames: video frames one VAE decode chunk makes (Wan: 4, one latent frame).
         decode_channels: the VAE decoder's channel width at full resolution.
+        decode_tile: pixels per side of the VAE's default decode tile (its ``enable_tiling()``);
+            0 where the VAE has no tiled decode.
     """
 
     tokens: int
@@ -166,6 +168,7 @@ class ModelSize:
     num_heads: int = 0
     decode_frames: int = 4
     decode_channels: int = 128
+    decode_tile: int = 0
 
 
 #: A call whose transformer sequence has more than this many times the tokens of the
@@ -193,6 +196,8 @@ class MemoryEstimate:
         step: the largest denoising step's activations (attention temporaries included).
         decode: one VAE decode chunk. outputs: latents and the decoded video (float32, host).
         overhead: :data:`RUNTIME_OVERHEAD_BYTES`.
+        decode_tiled: one VAE decode chunk of one tile with tiling on (None: the VAE has no tiling).
+        vae_tiling: ``decode`` counts the tiled decode (:meth:`with_tiling`).
     """
 
     weights: int
@@ -200,6 +205,14 @@ class MemoryEstimate:
     decode: int
     outputs: int
     overhead: int = RUNTIME_OVERHEAD_BYTES
+    decode_tiled: int | None = None
+    vae_tiling: bool = False
+
+    def with_tiling(self) -> "MemoryEstimate | None":
+        """This estimate with the VAE decoding in tiles; None where the VAE has no tiling."""
+        if self.decode_tiled is None:
+            return None
+        return dataclasses.replace(self, decode=min(self.decode, self.decode_tiled), vae_tiling=True)
 
     @property
     def total(self) -> int:
@@ -208,7 +221,7 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         parts = [("weights", self.weights)] if self.weights else []
-        parts += [("denoising step", self.step), ("VAE decode chunk", self.decode), ("latents and video", self.outputs)]
+        parts += [("denoising step", self.step), ("VAE decode chunk" + (" (tiled)" if self.vae_tiling else ""), self.decode), ("latents and video", self.outputs)]
         return f"~{_gib(self.total)} (" + ", ".join(f"{name} {_gib(b)}" for name, b in parts) + ")"
 
 
@@ -225,7 +238,8 @@ def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_f
       after another), plus attention's temporary: the ``(batch, heads, tokens, tokens)`` float32
       scores and probabilities where the ``"xla"`` implementation runs (up to 2**22 scores per
       head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators.
-    * decode: ``decode_frames x height x width x decode_channels x DECODE_BYTES_PER_ELEMENT``.
+    * decode: ``decode_frames x height x width x decode_channels x DECODE_BYTES_PER_ELEMENT``;
+      tiled (``size.decode_tile``): the same with height and width at most one tile.
     * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
 
     Args:
@@ -243,8 +257,11 @@ def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_f
     step = STEP_BUFFERS * batch * t * (4 * size.hidden_size + size.ffn_dim) * dtype_bytes + attention
     decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
     video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
+    tile = size.decode_tile
+    tiled = (size.decode_frames * min(tile, height) * min(tile, width) * size.decode_channels
+             * DECODE_BYTES_PER_ELEMENT if decoded else 0) if tile else None
     return MemoryEstimate(weights=int(weights), step=int(step), decode=int(decode),
-                          outputs=int(latent_elements * 4 * 2 + video))
+                          outputs=int(latent_elements * 4 * 2 + video), decode_tiled=tiled)
 
 
 def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
@@ -868,17 +885,22 @@ class VideoPipeline:
     @classmethod
     def check_memory(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", loaded: bool = True,
                      refuse: bool = True, devices: int = 1, offload: Any = None,
-                     available: tuple[int, str] | None = None) -> MemoryEstimate | None:
+                     available: tuple[int, str] | None = None, vae_tiling: bool = False) -> MemoryEstimate | None:
         """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
         (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
         estimate and the largest height x width that fits; with ``refuse=False`` log that as a
         WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
         :meth:`warn_if_large`'s WARNING.
 
+        Where the VAE can decode in tiles and the untiled decode does not fit, the tiled decode
+        is counted: the estimate returned then has ``vae_tiling`` set (the caller turns tiling
+        on) and a WARNING line says so.
+
         Args:
             loaded: the weights are in memory already (else they are counted: all of them in host
                 RAM; on a device with its own memory the transformers', none with ``offload``).
             devices: devices of the mesh; a device with its own memory holds 1/devices of it.
+            vae_tiling: tiling is on already (the tiled decode is counted from the start).
 
         Raises:
             OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
@@ -889,10 +911,16 @@ class VideoPipeline:
         share = 1 if host else max(1, devices)
 
         def need(c: Call) -> MemoryEstimate | None:
-            return cls.memory_estimate(info, c, dtype=dtype, weights=weights)
+            est = cls.memory_estimate(info, c, dtype=dtype, weights=weights)
+            if est is None or (est.total / share <= free and not vae_tiling):
+                return est
+            return est.with_tiling() or est
 
         est = need(call)
         if est is None or est.total / share <= free:
+            if est is not None and est.vae_tiling and not vae_tiling:
+                logger.warning("%s: an untiled VAE decode would not fit in the %s of %s; decoding in tiles "
+                            "(peak %s)", size_words(call), _gib(free), what, est.describe())
             cls.warn_if_large(info, call)
             return est
         mh, mw = info.size_multiple
@@ -1094,9 +1122,13 @@ class VideoPipeline:
         """
         self.check_components()
         check_cache_call(self.cache_config, call.num_inference_steps)
+        tiling = getattr(self.vae, "use_tiling", False)
         est = None if self.memory_check is None else self.check_memory(
             self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
-            devices=1 if self.mesh is None else self.mesh.size)
+            devices=1 if self.mesh is None else self.mesh.size, vae_tiling=tiling)
+        auto_tiling = est is not None and est.vae_tiling and not tiling
+        if auto_tiling:  # for this call only
+            self.vae.enable_tiling()
         phase = ["text encoding"]
         try:
             return self._generate(call, phase)
@@ -1110,6 +1142,9 @@ class VideoPipeline:
                 f"ran out of memory during the {phase[0]} at ", size_words(call), f" ({what}); {estimate}, {where} "
                 f"now {_gib(free)}; try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading"
             ) from None
+        finally:
+            if auto_tiling:
+                self.vae.disable_tiling()
 
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
         t0 = time.perf_counter()

@@ -239,6 +239,10 @@ class WanImageToVideoPipeline(WanPipeline):
 
 def wan_vae_decode_size(vae) -> dict:
     """The Wan VAE's decode chunk for :class:`~vidax.pipelines.base.ModelSize`: one latent frame
-    (``temporal_compression`` video frames) at the decoder's full-resolution width."""
+    (``temporal_compression`` video frames) at the decoder's full-resolution width, and its
+    default decode tile (:class:`~vidax.models.wan.vae.WanTiling`)."""
+    from vidax.models.wan.vae import WanTiling
+
     return dict(decode_frames=vae.temporal_compression,
-                decode_channels=(vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0])
+                decode_channels=(vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0],
+                decode_tile=WanTiling().tile_sample_min_height)

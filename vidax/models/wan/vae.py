@@ -49,6 +49,7 @@ than ``[]`` (the reference's own chunked encode fails with attention blocks in `
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import math
 from typing import Iterator, Sequence
@@ -62,6 +63,7 @@ from vidax.errors import InputError
 from vidax.models.wan.config import WanVAEConfig, decoder_levels, encoder_levels
 from vidax.nn.inputs import check_video_array as _check_array
 from vidax.nn.layers import matmul
+from vidax.nn.tiling import check_tiling_fields, tiled
 
 CACHE_T = 2
 """Frames of history carried per causal 3-tap convolution between chunks (as the reference)."""
@@ -71,6 +73,37 @@ ENCODE_CHUNK = 4
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted chunk functions were traced, keyed ``"encode"`` / ``"decode"``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WanTiling:
+    """Tile sizes of ``AutoencoderKLWan.enable_tiling`` in pixels (defaults as its ``__init__``).
+
+    A latent wider or taller than ``tile_sample_min_* / s`` is decoded in overlapping tiles of
+    that many latent pixels, one every ``tile_sample_stride_* / s``; each tile decodes all its
+    frames with its own causal cache, and neighbours are blended over
+    ``tile_sample_min_* - tile_sample_stride_*`` pixels (:func:`vidax.nn.tiling.tiled`).
+    """
+
+    tile_sample_min_height: int = 256
+    tile_sample_min_width: int = 256
+    tile_sample_stride_height: int = 192
+    tile_sample_stride_width: int = 192
+
+    def check(self, config: WanVAEConfig, what: str = "") -> None:
+        """Raise InputError (naming the keyword as ``{what}{field}=``) unless every size is a
+        positive multiple of the spatial compression ``s`` and each stride is at most its tile."""
+        check_tiling_fields(self, what)
+        s = config.spatial_compression
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v % s:
+                raise InputError(f"{what}{f.name}={v} must be a multiple of {s} (this VAE's spatial compression)")
+        for axis in ("height", "width"):
+            tile, stride = getattr(self, f"tile_sample_min_{axis}"), getattr(self, f"tile_sample_stride_{axis}")
+            if stride > tile:
+                raise InputError(f"{what}tile_sample_stride_{axis}={stride} must be at most "
+                                 f"tile_sample_min_{axis}={tile} (tiles must overlap or touch)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,6 +606,41 @@ class WanVAE(nnx.Module):
         self.quant_conv = WanCausalConv3d(2 * config.z_dim, 2 * config.z_dim, 1, **kw)
         self.post_quant_conv = WanCausalConv3d(config.z_dim, config.z_dim, 1, **kw)
         self.decoder = WanDecoder3d(config, **kw)
+        self.tiling: WanTiling | None = None
+
+    # -- tiling (diffusers' switches) ----------------------------------------------------------
+
+    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
+                      tile_sample_stride_height: int | None = None,
+                      tile_sample_stride_width: int | None = None) -> None:
+        """Decode large latents in spatial tiles, as ``AutoencoderKLWan.enable_tiling``: a size
+        left None keeps its current value (the :class:`WanTiling` defaults at first).
+
+        Raises:
+            InputError: a size is not a positive multiple of the spatial compression, or a stride
+                is larger than its tile (checked here, before any decode).
+        """
+        given = dict(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                     tile_sample_stride_height=tile_sample_stride_height,
+                     tile_sample_stride_width=tile_sample_stride_width)
+        tiling = dataclasses.replace(self.tiling or WanTiling(), **{k: v for k, v in given.items() if v is not None})
+        tiling.check(self.config)
+        self.tiling = tiling
+
+    def disable_tiling(self) -> None:
+        """Decode in one piece again (``AutoencoderKLWan.disable_tiling``)."""
+        self.tiling = None
+
+    @property
+    def use_tiling(self) -> bool:
+        """Whether :meth:`enable_tiling` is on (diffusers' attribute name)."""
+        return self.tiling is not None
+
+    def _tiles(self, shape) -> bool:
+        """Whether a latent of ``shape (B, T', H', W', C_z)`` is decoded in tiles (as the
+        reference's ``_decode``: tiling on and the latent larger than one tile)."""
+        t, s = self.tiling, self.config.spatial_compression
+        return t is not None and (shape[3] > t.tile_sample_min_width // s or shape[2] > t.tile_sample_min_height // s)
 
     # -- one chunk (traced inside jit) --------------------------------------------------------
 
@@ -589,16 +657,20 @@ class WanVAE(nnx.Module):
         mean, logvar = jnp.split(h, 2, axis=-1)
         return mean, jnp.clip(logvar, -30.0, 20.0), tuple(feat.out)
 
-    def decode_chunk(self, z: jax.Array, cache: tuple | None, first: bool):
+    def decode_chunk(self, z: jax.Array, cache: tuple | None, first: bool, raw: bool = False):
         """Decode one latent frame ``z (B, 1, H', W', C_z)`` -> ``(frames, cache)``.
 
         ``frames`` is ``(B, 1, s H', s W', C)`` on the first chunk, ``(B, 4, ...)`` after,
-        float32 clamped to ``[-1, 1]``.
+        float32 clamped to ``[-1, 1]``; with ``raw`` the decoder's own float32 output, before
+        the unfolding of p x p pixel blocks and the clamp (``(B, 1 or 4, s H' / p, s W' / p,
+        C p^2)``, what the reference's tiled decode blends).
         """
         feat = _FeatCache(cache)
         x = self.post_quant_conv(z.astype(self.dtype))
-        out = unpatchify(self.decoder(x, feat, first), self.config.patch)
-        return jnp.clip(out.astype(jnp.float32), -1.0, 1.0), tuple(feat.out)
+        out = self.decoder(x, feat, first).astype(jnp.float32)
+        if raw:
+            return out, tuple(feat.out)
+        return jnp.clip(unpatchify(out, self.config.patch), -1.0, 1.0), tuple(feat.out)
 
     # -- whole clips ------------------------------------------------------------------------------
 
@@ -655,7 +727,10 @@ class WanVAE(nnx.Module):
         Returns:
             An iterator over ``T'`` float32 numpy arrays: ``(B, 1, s H', s W', C)`` for the
             first latent frame, then ``(B, 4, s H', s W', C)`` for each further one, in
-            ``[-1, 1]``. Device memory holds one chunk and the cache at a time.
+            ``[-1, 1]``. Device memory holds one chunk and the cache at a time. With tiling on
+            (:meth:`enable_tiling`) and ``z`` larger than a tile: one array, the whole video,
+            decoded tile by tile as ``AutoencoderKLWan.tiled_decode`` (device memory: one
+            tile's chunk and cache).
 
         Raises:
             InputError: ``z`` is not 5-D, has the wrong channel count or is not floating point
@@ -663,6 +738,8 @@ class WanVAE(nnx.Module):
         """
         shape = _check_array("z", z, self.config.z_dim, "z_dim")
         graphdef, state = nnx.split(self)
+        if self._tiles(shape):
+            return iter((self._tiled_decode(z, graphdef, state),))
 
         def chunks():
             cache = None
@@ -675,6 +752,28 @@ class WanVAE(nnx.Module):
 
         return chunks()
 
+    def _tiled_decode(self, z, graphdef, state) -> np.ndarray:
+        """``AutoencoderKLWan.tiled_decode``: each latent tile decoded frame by frame with its own
+        cache (every chunk copied to host as it ends), then blended on host in raster order, cut
+        to the video size, unfolded and clamped. Returns ``(B, 1 + 4 (T' - 1), s H', s W', C)``."""
+        cfg, t = self.config, self.tiling
+        s, p = cfg.spatial_compression, cfg.patch
+        tile = (t.tile_sample_min_height // s, t.tile_sample_min_width // s)
+        step = (t.tile_sample_stride_height // s, t.tile_sample_stride_width // s)
+        keep = (t.tile_sample_stride_height // p, t.tile_sample_stride_width // p)
+        extent = (t.tile_sample_min_height // p - keep[0], t.tile_sample_min_width // p - keep[1])
+
+        def run(zt) -> np.ndarray:
+            frames, cache = [], None
+            for k in range(zt.shape[1]):
+                out, cache = _decode_chunk(graphdef, state, jnp.asarray(zt[:, k : k + 1]), cache, k == 0, True)
+                frames.append(np.array(out))
+                del out
+            return np.concatenate(frames, axis=1)
+
+        dec = tiled(run, z, tile, step, extent, keep)[:, :, : z.shape[2] * s // p, : z.shape[3] * s // p]
+        return np.clip(unpatchify(dec, p), -1.0, 1.0)
+
     # -- the VAE contract (vidax.pipelines.contracts.VAE; the compression factors are the config's)
 
     def normalize_latents(self, z) -> jax.Array:
@@ -686,8 +785,8 @@ class WanVAE(nnx.Module):
         return denormalize_latents(jnp.asarray(z).astype(self.dtype), self.config)
 
     def decode_chunks(self, z) -> int:
-        """How many chunks :meth:`iter_decode` yields for ``z`` (one per latent frame)."""
-        return int(z.shape[1])
+        """How many chunks :meth:`iter_decode` yields for ``z`` (one per latent frame; 1 when tiled)."""
+        return 1 if self._tiles(tuple(z.shape)) else int(z.shape[1])
 
     def decode(self, z) -> np.ndarray:
         """Decode latents to video, following ``AutoencoderKLWan.decode(z).sample``.
@@ -712,10 +811,10 @@ def _encode_chunk(graphdef, state, x, cache, first):
     return nnx.merge(graphdef, state).encode_chunk(x, cache, first)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(3,))
-def _decode_chunk(graphdef, state, z, cache, first):
+@functools.partial(jax.jit, static_argnums=(0, 4, 5), donate_argnums=(3,))
+def _decode_chunk(graphdef, state, z, cache, first, raw=False):
     TRACE_COUNTS["decode"] += 1
-    return nnx.merge(graphdef, state).decode_chunk(z, cache, first)
+    return nnx.merge(graphdef, state).decode_chunk(z, cache, first, raw)
 
 
 # --------------------------------------------------------------------------------------------
