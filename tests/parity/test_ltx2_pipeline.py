@@ -161,7 +161,7 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
     from vidax.checkpoint import Checkpoint
     from vidax.models.ltx2.pipeline import LTX2Pipeline
 
-    info = LTX2Pipeline.read_checkpoint(Checkpoint(checkpoint[1]))
+    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
     latents, audio_latents = _noise()
     cases = [
         (dict(audio_guidance_scale=-1.0), "audio_guidance_scale"),
@@ -192,5 +192,5 @@ def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
         seconds = [float(s.duration * s.time_base) for s in (video, sound)]
         assert sound.codec_context.name == "aac" and sound.sample_rate == 8000 and sound.channels == 2
         assert video.frames == 17
-    assert seconds[0] == pytest.approx(17 / 24)
+    assert seconds[0] == pytest.approx(17 / 24, abs=1e-3)  # the mp4 time base rounds
     assert abs(seconds[0] - seconds[1]) < 1 / 24  # within one video frame (24 fps)
