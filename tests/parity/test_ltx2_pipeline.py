@@ -194,3 +194,19 @@ def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
         assert video.frames == 17
     assert seconds[0] == pytest.approx(17 / 24, abs=1e-3)  # the mp4 time base rounds
     assert abs(seconds[0] - seconds[1]) < 1 / 24  # within one video frame (24 fps)
+
+
+@pytest.mark.parametrize("name", ["Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers"])
+def test_released_configs_read_and_default_call(name):
+    """The released folders' configs (no weights) read as LTX2Pipeline with sound; the default call
+    (121 frames of 512 x 768 at 24 fps) makes 16 x 16 x 24 video tokens and round(121 / 24 x
+    16000 / 160 / 4) = 126 audio latents of 8 x 16, and runs CFG (audio guidance 7)."""
+    from tests.paths import REFERENCE_CONFIGS
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.ltx2.pipeline import LTX2Pipeline
+
+    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name)))
+    call = LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0)
+    assert LTX2Pipeline.latent_shapes(info, call) == {"latents": (1, 6144, 128), "audio_latents": (1, 8, 126, 16)}
+    assert call.do_cfg and LTX2Pipeline.capabilities_of(info).audio
+    assert not LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0, audio_guidance_scale=1.0).do_cfg
