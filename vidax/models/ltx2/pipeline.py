@@ -258,7 +258,7 @@ class LTX2Pipeline(LTXPipeline):
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
                                    "scheduler": cls.load_component(info, "scheduler")}
         return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                                                  "connectors": dict(dtype=dtype),
+                                                  "connectors": dict(dtype=dtype, mesh=mesh),
                                                   "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
                                                   "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
                                                   "audio_vae": sound, "vocoder": sound})
