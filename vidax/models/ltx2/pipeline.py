@@ -160,6 +160,12 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
                     audio_vae_config=audio, vocoder_config=dict(ckpt.config("vocoder")))
 
 
+def _frame_rate(info: LTX2Info, call) -> float:
+    """``frame_rate=``, else the checkpoint's fps (24, LTX2Pipeline's default)."""
+    rate = call.extra.get("frame_rate")
+    return float(info.defaults.fps if rate is None else rate)
+
+
 def _fallback(value: Any, default: float) -> float:
     """diffusers' ``value or default``: None and 0 take the default."""
     return float(value) if value else float(default)
@@ -200,7 +206,7 @@ class LTX2Pipeline(LTXPipeline):
     def latent_shapes(cls, info: LTX2Info, call) -> dict[str, tuple[int, ...]]:
         """Video tokens ``(B, F' H' W', C)`` and audio latents ``(B, C_a, L, M)``."""
         a = info.audio_vae_config
-        length = info.audio_length(call.num_frames, float(call.extra.get("frame_rate", 24.0)))
+        length = info.audio_length(call.num_frames, _frame_rate(info, call))
         return {"latents": cls.latent_shape(info, call),
                 "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins)}
 
@@ -242,8 +248,8 @@ class LTX2Pipeline(LTXPipeline):
                     or s[-1] <= 0:
                 raise InputError(Arg("sigmas", x["sigmas"]), " must be a strictly descending list of numbers in (0, 1]")
         cls.check_ltx_args(info, call)
-        if info.audio_length(call.num_frames, float(x.get("frame_rate", 24.0))) < 1:
-            raise InputError(Arg("num_frames", call.num_frames), " at ", Arg("frame_rate", x.get("frame_rate", 24.0)),
+        if info.audio_length(call.num_frames, _frame_rate(info, call)) < 1:
+            raise InputError(Arg("num_frames", call.num_frames), " at ", Arg("frame_rate", _frame_rate(info, call)),
                              " makes a sound shorter than one audio latent; give more frames or a lower frame rate")
 
     # ------------------------------------------------------------------ loading
@@ -272,9 +278,6 @@ class LTX2Pipeline(LTXPipeline):
         states = gemma_prompt_embeds(self.text_encoder, jnp.asarray(tokens.input_ids), mask)
         return self.connectors(states, mask, padding_side="left")
 
-    def condition(self, call, stats) -> dict:
-        return {}
-
     def prepare_latents(self, call, noise, cond):
         """Video tokens -> channels-last ``(B, F', H', W', C)``; audio ``(B, C_a, L, M)`` ->
         packed ``(B, L, C_a M)``, normalised when given; ``noise_scale`` noise mixed into the
@@ -299,7 +302,7 @@ class LTX2Pipeline(LTXPipeline):
         """``(video context, audio context, mask, scales (4,) float32 [video CFG, audio CFG, video
         rescale, audio rescale], RoPE tables)``; the tables of the CFG batch where CFG runs."""
         x = call.extra
-        rate = float(x.get("frame_rate", 24.0))
+        rate = _frame_rate(self.info, call)
         gs = call.guidance_scale
         scales = jnp.asarray([gs, _fallback(x.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), gs),
                               rescale := float(x.get("guidance_rescale", GUIDANCE_RESCALE)),
@@ -350,15 +353,6 @@ class LTX2Pipeline(LTXPipeline):
             velocity = ((flat - guided) / sigma).reshape(x.shape)
             new[name], states[name] = self.scheduler.step(st, velocity, x)
         return new, states
-
-    def final_latents(self, call, latents, cond):
-        return latents
-
-    def video_fps(self, call):
-        rate = call.extra.get("frame_rate")
-        from fractions import Fraction
-
-        return Fraction(24 if rate is None else rate).limit_denominator(1001)
 
     def latents_to_decode(self, call, latents):
         """LTX-2 mixes the decode noise into the normalised latents (before the de-normalisation)."""
