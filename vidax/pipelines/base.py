@@ -1361,11 +1361,12 @@ class VideoPipeline:
             NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
         """
         with stats.timed("decode_s"):
-            z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
             chunks = []
-            n = self.vae.decode_chunks(z)
             vae_params = nnx.state(self.vae, nnx.Param)
             with self.staging.on_device("vae"):
+                # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
+                z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
+                n = self.vae.decode_chunks(z)
                 decoded = iter(self.vae.iter_decode(z, **self.decode_kwargs(call)))
                 with tqdm(total=n, desc="vae decode", disable=not call.progress, unit="chunk") as bar:
                     while True:

@@ -196,10 +196,10 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         Raises:
             InputError: the schedule is not valid (the scheduler's reason, or the size limit).
         """
-        n = call.num_inference_steps
+        sigmas = cls.schedule_sigmas(call)
+        n = len(sigmas)
         f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
         tokens = f * h * w
-        sigmas = np.linspace(1.0, 1 / n, n)
         mu = scheduler.calculate_shift(tokens) if scheduler.config.use_dynamic_shifting else None
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # e^mu past float32: sigmas of 1 or NaN, named below
@@ -288,14 +288,20 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         return x
 
     @classmethod
+    def schedule_sigmas(cls, call) -> np.ndarray:
+        """The sigmas before the shift: ``linspace(1, 1/N, N)`` (N = ``num_inference_steps``)."""
+        n = call.num_inference_steps
+        return np.linspace(1.0, 1 / n, n)
+
+    @classmethod
     def schedule(cls, info: LTXInfo, scheduler, call):
-        """The scheduler state of ``call`` (host arithmetic only): sigmas ``linspace(1, 1/N, N)``,
+        """The scheduler state of ``call`` (host arithmetic only): :meth:`schedule_sigmas`,
         shifted by ``mu`` = ``calculate_shift`` of the video token count where the config shifts
         dynamically."""
-        n = call.num_inference_steps
+        sigmas = cls.schedule_sigmas(call)
         f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
         mu = scheduler.calculate_shift(f * h * w) if scheduler.config.use_dynamic_shifting else None
-        return scheduler.set_timesteps(n, sigmas=np.linspace(1.0, 1 / n, n), mu=mu)
+        return scheduler.set_timesteps(len(sigmas), sigmas=sigmas, mu=mu)
 
     def set_timesteps(self, call, latents):
         self.check_schedule(self.info, self.scheduler, call)  # a replaced scheduler: its own limit, named

@@ -5,18 +5,17 @@ transformer's and connectors' in ``config_transformer.py``), ``transformer.py``,
 ``rope.py`` (model code only), ``video_vae.py`` (``AutoencoderKLLTX2Video``: LTX-Video's VAE blocks
 with LTX-2's settings), ``audio_vae.py`` (``AutoencoderKLLTX2Audio``: audio latents <-> mel
 spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``: mel -> waveform),
-``convert.py`` (the tables the registry entries name for the one component loader).
-
-No pipeline is registered yet: the components load on their own through
-:func:`vidax.weights.component.load_component`.
+``convert.py`` (the tables the registry entries name for the one component loader),
+``pipeline.py`` (``LTX2Pipeline``: text-to-video with its soundtrack).
 """
 
-from vidax.registry import Family, family_component
+from vidax.registry import Family, PipelineSpec, family_component
 
 _PKG = "vidax.models.ltx2"
 
 FAMILY = Family(
     name="ltx2",
+    pipelines=(PipelineSpec("LTX2Pipeline", "vidax.models.ltx2.pipeline:LTX2Pipeline"),),
     components=(
         family_component(_PKG, "transformer", "LTX2VideoTransformer3DModel",
                          "transformer:LTX2VideoTransformer3DModel", "LTX2TransformerConfig",

@@ -1,0 +1,232 @@
+"""End-to-end parity of vidax's ``LTX2Pipeline`` with ``diffusers.LTX2Pipeline`` (text-to-video
+with its soundtrack) on a tiny random checkpoint written by diffusers' / transformers'
+``save_pretrained``: Gemma 3 (2 layers, width 12, so 3 stacked hidden states), the LTX-2.0 text
+connectors and transformer (``tests/parity/ltx2_reference.py``'s, caption width 12, 6 video / 15
+audio latent channels), the released-layout video VAE of ``test_ltx2_vae.py`` (8x spatial, 4x
+temporal), the audio VAE and vocoder of ``test_ltx2_audio.py``'s kind (vocoder upsampling 80x to
+8000 Hz, so the waveform lasts as long as the mel spectrogram), the LTX-2 scheduler config (dynamic
+shift, ``shift_terminal``), a tiny T5-style tokenizer. Every parameter and latent statistic
+randomised.
+
+Both run 2 steps in float32 on the same ``latents`` (packed) and ``audio_latents`` with the
+reference's guidance defaults (CFG 3 video / 7 audio on x0, rescale 0.7), STG and modality
+guidance off. Video PSNR >= 60 dB and audio SNR >= 60 dB: float32 on both sides, only the order
+of additions and the transcendental kernels differ (~1e-6 relative per component); a wrong
+guidance term, sigma or normalisation costs tens of dB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from tests.parity.helpers import randomize_torch_module
+from tests.parity.ltx2_reference import CONNECTORS_20, TRANSFORMER_20
+from tests.parity.test_ltx2_audio import _perturb_buffers
+from tests.parity.test_ltx2_vae import RELEASED
+from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
+
+diffusers = pytest.importorskip("diffusers")
+transformers = pytest.importorskip("transformers")
+from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors  # noqa: E402
+from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline  # noqa: E402
+from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GEMMA = dict(vocab_size=97, hidden_size=12, intermediate_size=20, num_hidden_layers=2, num_attention_heads=2,
+             num_key_value_heads=1, head_dim=6, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+             query_pre_attn_scalar=6, rms_norm_eps=1e-6,
+             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
+VISION = dict(hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+              patch_size=14)
+TRANSFORMER = dict(TRANSFORMER_20, in_channels=6, out_channels=6, audio_in_channels=15, audio_out_channels=15,
+                   caption_channels=12)
+# 16 kHz mel with hop 160: 100 mel frames / s, 25 audio latents / s; 3 latent channels x 5 mel bins.
+AUDIO = dict(base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3, mel_bins=20, in_channels=2,
+             output_channels=2, norm_type="pixel", causality_axis="height", sample_rate=16000, mel_hop_length=160)
+VOCODER = dict(in_channels=40, hidden_channels=16, out_channels=2, upsample_kernel_sizes=[20, 16],
+               upsample_factors=[10, 8], resnet_kernel_sizes=[3], resnet_dilations=[[1, 2]],
+               leaky_relu_negative_slope=0.1, output_sampling_rate=8000)
+SCHEDULER = dict(base_image_seq_len=1024, base_shift=0.95, max_image_seq_len=4096, max_shift=2.05, shift_terminal=0.1,
+                 use_dynamic_shifting=True, time_shift_type="exponential")
+# 17 frames of 32 x 32 at 24 fps (0.708 s): 5 x 4 x 4 video tokens, round(0.708 x 25) = 18 audio latents.
+CALL = dict(height=32, width=32, num_frames=17, frame_rate=24.0, num_inference_steps=2, max_sequence_length=8)
+PROMPT, NEGATIVE = "a red car on the sea", "blue"
+OFF = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """(diffusers pipeline, checkpoint folder) of the tiny LTX-2."""
+    root = tmp_path_factory.mktemp("ltx2_pipe")
+    build_tiny_t5_tokenizer(root / "tok", vocab_size=97)
+    torch.manual_seed(0)
+    gemma = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(
+        text_config=GEMMA, vision_config=VISION, mm_tokens_per_image=4)).eval()
+    randomize_torch_module(gemma, seed=1)
+    connectors = LTX2TextConnectors(**CONNECTORS_20).eval()
+    randomize_torch_module(connectors, seed=2, scale=1.0)
+    transformer = diffusers.LTX2VideoTransformer3DModel(**TRANSFORMER).eval()
+    randomize_torch_module(transformer, seed=3)
+    vae = diffusers.AutoencoderKLLTX2Video(**RELEASED).eval()
+    randomize_torch_module(vae, seed=4, scale=0.1, gain=0.7)
+    audio_vae = diffusers.AutoencoderKLLTX2Audio(**AUDIO).eval()
+    randomize_torch_module(audio_vae, seed=5, scale=0.1, gain=0.9)
+    vocoder = LTX2Vocoder(**VOCODER).eval()
+    randomize_torch_module(vocoder, seed=6, scale=0.1, gain=0.9)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        vae.latents_mean.copy_(torch.randn(vae.latents_mean.shape, generator=g))
+        vae.latents_std.copy_(torch.rand(vae.latents_std.shape, generator=g) + 0.5)
+    _perturb_buffers(audio_vae, 8)
+    pipe = LTX2Pipeline(
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, audio_vae=audio_vae,
+        text_encoder=gemma, tokenizer=transformers.AutoTokenizer.from_pretrained(root / "tok"),
+        connectors=connectors, transformer=transformer, vocoder=vocoder)
+    pipe.set_progress_bar_config(disable=True)
+    path = root / "ckpt"
+    pipe.save_pretrained(path)
+    return pipe, str(path)
+
+
+def _noise():
+    g = np.random.default_rng(11)
+    return (g.standard_normal((1, 80, 6), dtype=np.float32),  # (B, 5 x 4 x 4 tokens, C)
+            g.standard_normal((1, 3, 18, 5), dtype=np.float32))  # (B, C_a, L, M)
+
+
+def _reference(pipe, prompt, latents, audio_latents, output_type="np"):
+    with torch.no_grad():
+        out = pipe(prompt, NEGATIVE, latents=torch.from_numpy(latents), audio_latents=torch.from_numpy(audio_latents),
+                   output_type=output_type, **CALL, **OFF)
+    video = out.frames.numpy() if output_type == "latent" else np.asarray(out.frames, np.float32)
+    return video, out.audio.float().numpy()
+
+
+@pytest.fixture(scope="module")
+def vidax_pipe(checkpoint):
+    import vidax
+
+    return vidax.load_pipeline(checkpoint[1])
+
+
+def _psnr(got, want):
+    return 10 * np.log10(1.0 / np.mean((got - want) ** 2))
+
+
+def _snr(got, want):
+    return 10 * np.log10(np.sum(want ** 2) / np.sum((got - want) ** 2))
+
+
+def test_video_and_sound_match_diffusers(checkpoint, vidax_pipe):
+    pipe, _ = checkpoint
+    latents, audio_latents = _noise()
+    ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents)
+    out = vidax_pipe(PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, progress=False, **CALL)
+    assert out.frames.shape == ref_video.shape == (1, 17, 32, 32, 3)
+    assert out.audio.shape == ref_audio.shape and out.audio_sample_rate == 8000
+    psnr, snr = _psnr(out.frames, ref_video), _snr(out.audio, ref_audio)
+    print(f"video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB")
+    assert psnr >= 60 and snr >= 60
+
+
+def test_latents_match_diffusers_and_depend_on_the_prompt(checkpoint, vidax_pipe):
+    """``output_type="latent"``: the de-normalised video (B, C, F', H', W') and audio (B, C_a, L, M)
+    latents as the reference returns them, >= 60 dB. The decoders squash differences (a tiny random
+    VAE and vocoder), so the reference's dependence on the prompt is checked here, on the latents
+    of both streams: another prompt moves them far more than vidax differs (< 55 dB)."""
+    pipe, _ = checkpoint
+    latents, audio_latents = _noise()
+    ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, "latent")
+    out = vidax_pipe(PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, output_type="latent",
+                     progress=False, **CALL)
+    assert out.frames.shape == ref_video.shape == (1, 6, 5, 4, 4) and out.audio.shape == ref_audio.shape == (1, 3, 18, 5)
+    snrs = _snr(out.frames, ref_video), _snr(out.audio, ref_audio)
+    other = _reference(pipe, "a dog walking in the city", latents, audio_latents, "latent")
+    moved = _snr(other[0], ref_video), _snr(other[1], ref_audio)
+    print(f"latents SNR video {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB; another prompt: {moved[0]:.1f}, {moved[1]:.1f} dB")
+    assert min(snrs) >= 60 and max(moved) < 55
+
+
+def test_bad_input_is_refused_before_any_weight(checkpoint):
+    import vidax
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.ltx2.pipeline import LTX2Pipeline
+
+    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))  # configs only, no weights
+    latents, audio_latents = _noise()
+    cases = [
+        (dict(audio_guidance_scale=-1.0), "audio_guidance_scale"),
+        (dict(frame_rate=0.0), "frame_rate"),
+        (dict(stg_scale=1.0), "stg_scale=1.0 is not implemented yet"),
+        (dict(modality_scale=3.0), "modality_scale=3.0 is not implemented yet"),
+        (dict(height=48), "height"),
+        (dict(sigmas=[0.5, 0.9]), "sigmas"),
+        (dict(audio_latents=audio_latents[:, :, :17]), r"audio_latents have shape \(1, 3, 17, 5\), expected "
+                                                        r"\(1, 3, 18, 5\)"),
+        (dict(latents=latents[:, :79]), "latents have shape"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(vidax.InputError, match=message):
+            LTX2Pipeline.check_call(info, PROMPT, **{**CALL, **kwargs})
+
+
+def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
+    mp4 = tmp_path / "ltx2.mp4"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "vidax", "generate", "-p", PROMPT, "--checkpoint", checkpoint[1],
+                        "-o", str(mp4), "--no-progress", "--height", "32", "--width", "32", "--num-frames", "17",
+                        "--num-inference-steps", "2", "--max-sequence-length", "16", "--audio-guidance-scale", "5"],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr
+    with av.open(str(mp4)) as c:
+        video, sound = c.streams.video[0], c.streams.audio[0]
+        seconds = [float(s.duration * s.time_base) for s in (video, sound)]
+        assert sound.codec_context.name == "aac" and sound.sample_rate == 8000 and sound.channels == 2
+        assert video.frames == 17
+    assert seconds[0] == pytest.approx(17 / 24, abs=1e-3)  # the mp4 time base rounds
+    assert abs(seconds[0] - seconds[1]) < 1 / 24  # within one video frame (24 fps)
+
+
+@pytest.mark.parametrize("name", ["Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers"])
+def test_released_configs_read_and_default_call(name):
+    """The released folders' configs (no weights) read as LTX2Pipeline with sound; the default call
+    (121 frames of 512 x 768 at 24 fps) makes 16 x 16 x 24 video tokens and round(121 / 24 x
+    16000 / 160 / 4) = 126 audio latents of 8 x 16, and runs CFG (audio guidance 7)."""
+    from tests.paths import REFERENCE_CONFIGS
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.ltx2.pipeline import LTX2Pipeline
+
+    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(os.path.join(REFERENCE_CONFIGS, name)))
+    call = LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0)
+    assert LTX2Pipeline.latent_shapes(info, call) == {"latents": (1, 6144, 128), "audio_latents": (1, 8, 126, 16)}
+    assert call.do_cfg and LTX2Pipeline.capabilities_of(info).audio
+    assert not LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0, audio_guidance_scale=1.0).do_cfg
+
+
+def test_streamed_blocks_and_mesh_equal_one_device(checkpoint, vidax_pipe):
+    """Block streaming (one layer per chunk, the VAE staged in host memory: its latent statistics
+    are read on the device) equals the resident run bit for bit; a 2x2x2 mesh (batch, heads and
+    sequence split; Gemma 3, the connectors and the transformer sharded) to float32 rounding (the
+    tensor-parallel sums and the head split change the order of additions; measured 1.2e-6)."""
+    import vidax
+    from vidax.parallel.offload import OffloadConfig
+
+    kw = dict(seed=3, progress=False, **CALL)
+    out = vidax_pipe(PROMPT, **kw)
+    streamed = vidax.load_pipeline(checkpoint[1], offload=OffloadConfig(chunk=1, keep_vae=False))
+    s = streamed(PROMPT, **kw)
+    np.testing.assert_array_equal(s.frames, out.frames)
+    np.testing.assert_array_equal(s.audio, out.audio)
+    del streamed
+    m = vidax.load_pipeline(checkpoint[1], mesh="2x2x2")(PROMPT, **kw)
+    np.testing.assert_allclose(m.frames, out.frames, atol=2e-5)
+    np.testing.assert_allclose(m.audio, out.audio, atol=2e-5)

@@ -1,0 +1,370 @@
+"""LTX-2 text-to-video with its soundtrack: the hooks of :class:`~vidax.pipelines.base.VideoPipeline`.
+
+Reference (diffusers 0.42.1): ``LTX2Pipeline`` (``pipelines/ltx2/pipeline_ltx2.py``).
+
+* Text: Gemma 3 on ``max_sequence_length`` (1024) left-padded tokens, every hidden state stacked
+  (:func:`~vidax.encoders.gemma3.gemma_prompt_embeds`), then the text connectors: one context for
+  the video stream, one for the audio stream, and their all-ones mask.
+* Latents, two streams: ``latents=`` packed ``(B, F' x H' x W', C)`` video tokens (taken as the
+  reference takes 3-D latents: already normalised) and ``audio_latents=`` ``(B, C_a, L, M)``
+  (normalised with the audio VAE's statistics, as the reference does with given audio
+  latents); with ``noise_scale`` > 0 each given stream is ``s noise + (1 - s) latents``.
+  The audio length is ``round(num_frames / frame_rate x sample_rate / mel_hop / 4)`` latents.
+* Schedule: sigmas ``linspace(1, 1/N, N)`` (or ``sigmas=``) shifted by ``mu`` of the video token
+  count (LTX-Video's :meth:`~vidax.models.ltx.pipeline.LTXPipeline.schedule`); each stream steps
+  with its own copy of the Euler scheduler.
+* Guidance, as the reference, on the predicted x0 (``x - sigma v``) of each stream: ``cond +
+  (scale - 1)(cond - uncond)`` with ``guidance_scale`` for the video and ``audio_guidance_scale``
+  (None or 0: ``guidance_scale``) for the sound, CFG running when either is > 1; then
+  ``rescale_noise_cfg`` with ``guidance_rescale`` / ``audio_guidance_rescale`` (None or 0:
+  ``guidance_rescale``) where > 0; back to a velocity ``(x - x0) / sigma`` for the Euler step.
+  STG (``stg_scale``, ``audio_stg_scale``) and modality-isolation guidance (``modality_scale``,
+  ``audio_modality_scale``) are not implemented yet: vidax's defaults are 0 and 1 (off; the
+  reference's defaults are 1 and 3) and other values are refused.
+* RoPE: video coordinates at ``frame_rate / motion_speed`` fps, audio coordinates from the audio
+  length; the tables computed once per call on the host.
+* Decode: the video as LTX-2's reference (decode noise ``(1 - s) z + s n`` mixed into the
+  normalised latents, then de-normalised, decoded at ``decode_timestep`` where the VAE is
+  timestep-conditioned); the sound by the audio VAE (mel) and the vocoder at its sample rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.checkpoint import CallDefaults, Checkpoint
+from vidax.encoders.gemma3 import gemma_prompt_embeds, gemma_prompt_tokens
+from vidax.encoders.tokenizer import TextTokenizer
+from vidax.errors import Arg, ConfigError, InputError
+from vidax.models.ltx.config import LTXInfo
+from vidax.models.ltx.pipeline import LTX_DECODE_OPTIONS, LTXDecode, LTXPipeline
+from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
+from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
+from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
+from vidax.pipelines.base import VideoPipeline, frames_of_form
+from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.sampling import rescale_noise_cfg
+
+logger = logging.getLogger("vidax.pipeline")
+
+_F32 = jnp.float32
+
+#: The keywords of LTX2Pipeline beyond the shared ones (diffusers' names).
+LTX2_OPTIONS = (
+    CallOption("frame_rate", float, "Frame rate of the video (LTX-2): the model conditions on it, the sound "
+               "lasts num_frames / frame_rate seconds; also the mp4's unless --fps is given.", "24",
+               low=0, low_open=True),
+    CallOption("motion_speed", float, "Speed of the motion relative to real time (LTX-2): the positions are "
+               "conditioned on frame_rate / motion_speed.", "1", low=0, low_open=True),
+    CallOption("guidance_rescale", float, "Guidance rescale factor phi of the video (LTX-2).", "0.7", low=0, high=1),
+    CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0 or unset in Python: "
+               "guidance_scale.", "7", low=0),
+    CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0 or unset in "
+               "Python: guidance_rescale.", "0.7", low=0, high=1),
+    CallOption("stg_scale", float, "Spatio-temporal guidance scale of the video (LTX-2); not implemented yet: "
+               "only 0.", "0", low=0),
+    CallOption("audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); not implemented "
+               "yet: only 0.", "0", low=0),
+    CallOption("modality_scale", float, "Modality-isolation guidance scale of the video (LTX-2); not "
+               "implemented yet: only 1.", "1", low=0),
+    CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); not "
+               "implemented yet: only 1.", "1", low=0),
+    CallOption("noise_scale", float, "Noise mixed into the given latents / audio_latents, s noise + (1 - s) "
+               "latents (LTX-2).", "0", low=0, high=1),
+    CallOption("sigmas", OBJECT, "Custom sigmas before the shift, strictly descending in (0, 1] (LTX-2)."),
+) + LTX_DECODE_OPTIONS
+
+#: diffusers' LTX2Pipeline.__call__ defaults of the guidance keywords vidax runs.
+AUDIO_GUIDANCE_SCALE = 7.0
+GUIDANCE_RESCALE = 0.7
+
+
+@dataclasses.dataclass(frozen=True)
+class LTX2Info(LTXInfo):
+    """An LTX-2 folder's configs (:class:`~vidax.models.ltx.config.LTXInfo` plus the sound and
+    the text connectors).
+
+    Attributes:
+        connectors_config, audio_vae_config: the component configs.
+        vocoder_config: ``vocoder/config.json`` (its ``output_sampling_rate``).
+    """
+
+    connectors_config: LTX2ConnectorsConfig = None
+    audio_vae_config: LTX2AudioVAEConfig = None
+    vocoder_config: Mapping[str, Any] = None
+
+    def audio_length(self, num_frames: int, frame_rate: float) -> int:
+        """Latent audio frames of a ``num_frames`` video at ``frame_rate`` (the reference's
+        ``round(duration x sample_rate / mel_hop_length / 4)``)."""
+        a = self.audio_vae_config
+        per_second = a.sample_rate / a.mel_hop_length / float(a.latent_downsample)
+        return round(num_frames / frame_rate * per_second)
+
+    @property
+    def audio_mel_bins(self) -> int:
+        """Latent mel bins ``M`` (``mel_bins / 4``)."""
+        a = self.audio_vae_config
+        return a.mel_bins // a.latent_downsample
+
+
+def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
+    """Read and cross-check an LTX-2 folder's configs.
+
+    Raises:
+        CheckpointError: a component folder is missing. ConfigError: a scheduler other than
+            FlowMatchEulerDiscreteScheduler, channels that do not fit the VAEs, patch sizes other
+            than 1.
+    """
+    ckpt = checkpoint
+    for name in ("tokenizer", "text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder",
+                 "scheduler"):
+        ckpt.folder(name)
+    cfg = ckpt.typed_config("transformer", LTX2TransformerConfig)
+    vae = ckpt.typed_config("vae", LTX2VideoVAEConfig)
+    audio = ckpt.typed_config("audio_vae", LTX2AudioVAEConfig)
+    where = ckpt.config_file("transformer")
+    if cfg.in_channels != vae.latent_channels or cfg.out_dim != vae.latent_channels:
+        raise ConfigError(f"{where}: in_channels={cfg.in_channels}, out_channels={cfg.out_dim} do not fit the VAE's "
+                          f"latent_channels={vae.latent_channels}")
+    if (cfg.patch_size, cfg.patch_size_t) != (1, 1):
+        raise ConfigError(f"{where}: patch_size={cfg.patch_size}, patch_size_t={cfg.patch_size_t}; LTX2Pipeline "
+                          "packs latents with patch size 1")
+    if audio.mel_bins is None:
+        raise ConfigError(f"{ckpt.config_file('audio_vae')}: mel_bins is null; LTX2Pipeline needs the mel bins")
+    features = audio.latent_channels * (audio.mel_bins // audio.latent_downsample)
+    if cfg.audio_in_channels != features or cfg.audio_out_dim != features:
+        raise ConfigError(f"{where}: audio_in_channels={cfg.audio_in_channels}, audio_out_channels="
+                          f"{cfg.audio_out_dim} do not fit the audio VAE's latent_channels x mel_bins / 4 = {features}")
+    sched = ckpt.config("scheduler")
+    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
+        raise ConfigError(f"{ckpt.config_file('scheduler')}: _class_name={sched.get('_class_name')!r}; LTX2Pipeline "
+                          "runs FlowMatchEulerDiscreteScheduler")
+    s, k = vae.spatial_compression, vae.temporal_compression
+    variant = (f"LTX-2 T2V with sound: {cfg.num_layers} layers, width {cfg.inner_dim} (audio "
+               f"{cfg.audio_inner_dim}), VAE {k}x{s}x{s}")
+    # LTX2Pipeline.__call__'s defaults: 512x768, 121 frames at 24 fps, 30 steps, guidance 3, 1024 tokens.
+    defaults = CallDefaults(height=512, width=768, num_frames=121, num_inference_steps=30, guidance_scale=3.0,
+                            max_sequence_length=1024, fps=24)
+    m = max(32, s)
+    return LTX2Info(checkpoint=ckpt, tasks=("t2v",), variant=variant, defaults=defaults.for_checkpoint(ckpt),
+                    transformers=("transformer",), size_multiple=(m, m),
+                    size_reason="LTX2Pipeline's check_inputs" if m == 32 else f"the VAE's {s}x",
+                    transformer_config=cfg, vae_config=vae, scheduler_config=dict(sched),
+                    connectors_config=ckpt.typed_config("connectors", LTX2ConnectorsConfig),
+                    audio_vae_config=audio, vocoder_config=dict(ckpt.config("vocoder")))
+
+
+def _frame_rate(info: LTX2Info, call) -> float:
+    """``frame_rate=``, else the checkpoint's fps (24, LTX2Pipeline's default)."""
+    rate = call.extra.get("frame_rate")
+    return float(info.defaults.fps if rate is None else rate)
+
+
+def _fallback(value: Any, default: float) -> float:
+    """diffusers' ``value or default``: None and 0 take the default."""
+    return float(value) if value else float(default)
+
+
+class LTX2Pipeline(LTXPipeline):
+    """LTX-2 text-to-video with its soundtrack (reference: ``diffusers.LTX2Pipeline``); ``out.audio``
+    is the waveform ``(B, channels, samples)`` at ``out.audio_sample_rate`` (the vocoder's).
+
+    Keywords beyond the shared ones (:data:`LTX2_OPTIONS`): ``frame_rate`` (24), ``motion_speed``
+    (1), ``guidance_rescale`` (0.7), ``audio_guidance_scale`` (7; None / 0: ``guidance_scale``),
+    ``audio_guidance_rescale`` (None / 0: ``guidance_rescale``), ``noise_scale`` (0), ``sigmas``,
+    ``decode_timestep`` (0), ``decode_noise_scale``; ``stg_scale`` / ``audio_stg_scale`` (only 0)
+    and ``modality_scale`` / ``audio_modality_scale`` (only 1) until STG and modality guidance run.
+    """
+
+    latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
+    call_options = LTX2_OPTIONS
+    latent_streams = ("latents", "audio_latents")
+    audio_stream = "audio_latents"
+    stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
+    guidance_dtype = _F32
+
+    # ------------------------------------------------------------------ configs
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> LTX2Info:
+        return read_ltx2_checkpoint(checkpoint)
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        return cls
+
+    @classmethod
+    def resolve_num_frames(cls, info: LTX2Info, num_frames: int) -> int:
+        return frames_of_form(num_frames, info.vae_config.temporal_compression, "LTX2Pipeline")
+
+    @classmethod
+    def latent_shapes(cls, info: LTX2Info, call) -> dict[str, tuple[int, ...]]:
+        """Video tokens ``(B, F' H' W', C)`` and audio latents ``(B, C_a, L, M)``."""
+        a = info.audio_vae_config
+        length = info.audio_length(call.num_frames, _frame_rate(info, call))
+        return {"latents": cls.latent_shape(info, call),
+                "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins)}
+
+    @classmethod
+    def text_token_limit(cls, info: LTX2Info):
+        """No T5 bound (LTX-Video's): Gemma 3's positions go far past LTX-2's 1024 tokens."""
+        return None
+
+    @classmethod
+    def schedule_sigmas(cls, call) -> np.ndarray:
+        """``sigmas=`` when given, else ``linspace(1, 1/N, N)``."""
+        sigmas = call.extra.get("sigmas")
+        return super().schedule_sigmas(call) if sigmas is None else np.asarray(sigmas, np.float64)
+
+    @classmethod
+    def check_call(cls, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
+        is > 1 (the reference's ``do_classifier_free_guidance``)."""
+        call = super().check_call(info, prompt, negative_prompt, **kwargs)
+        audio = _fallback(call.extra.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), call.guidance_scale)
+        return dataclasses.replace(call, cfg=call.guidance_scale > 1.0 or audio > 1.0)
+
+    @classmethod
+    def check_family_call(cls, info: LTX2Info, call) -> None:
+        """``stg_scale`` / ``modality_scale`` (and the audio ones) off, ``sigmas`` descending in
+        (0, 1], the decode keywords, a sound at least one latent long."""
+        x = call.extra
+        for name, off in (("stg_scale", 0.0), ("audio_stg_scale", 0.0), ("modality_scale", 1.0),
+                          ("audio_modality_scale", 1.0)):
+            if x.get(name) is not None and float(x[name]) != off:
+                raise InputError(Arg(name, x[name]), f" is not implemented yet in vidax's LTX2Pipeline (spatio-temporal "
+                                 f"and modality-isolation guidance); give {off:g} (off)")
+        if x.get("sigmas") is not None:
+            try:
+                s = np.asarray(x["sigmas"], np.float64)
+            except (TypeError, ValueError):
+                s = np.asarray([np.nan])
+            if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(np.diff(s) >= 0) or s[0] > 1 \
+                    or s[-1] <= 0:
+                raise InputError(Arg("sigmas", x["sigmas"]), " must be a strictly descending list of numbers in (0, 1]")
+        cls.check_ltx_args(info, call)
+        if info.audio_length(call.num_frames, _frame_rate(info, call)) < 1:
+            raise InputError(Arg("num_frames", call.num_frames), " at ", Arg("frame_rate", _frame_rate(info, call)),
+                             " makes a sound shorter than one audio latent; give more frames or a lower frame rate")
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load_components(cls, info: LTX2Info, *, dtype, mesh, offload, staging, offload_experts=True,
+                        vae_dtype: Any = "float32") -> dict[str, Any]:
+        """Tokenizer, Gemma 3, the connectors, the transformer, the VAE (``vae_dtype``), the audio
+        VAE and vocoder (float32), scheduler; every checkpoint checked before the first weight."""
+        from vidax.nn.inputs import parse_dtype
+
+        sound = dict(dtype=_F32, staging=staging)
+        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
+        return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
+                                                  "connectors": dict(dtype=dtype, mesh=mesh),
+                                                  "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                                                  "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
+                                                  "audio_vae": sound, "vocoder": sound})
+
+    # ------------------------------------------------------------------ call hooks
+    def encode_text(self, texts, max_sequence_length, truncation=None):
+        """``(video context (B, L, D_v), audio context (B, L, D_a), mask (B, L))``: Gemma 3's
+        stacked hidden states of the left-padded prompts through the text connectors."""
+        tokens = gemma_prompt_tokens(self.tokenizer, texts, max_sequence_length, truncation=truncation)
+        mask = jnp.asarray(tokens.attention_mask)
+        states = gemma_prompt_embeds(self.text_encoder, jnp.asarray(tokens.input_ids), mask)
+        return self.connectors(states, mask, padding_side="left")
+
+    def prepare_latents(self, call, noise, cond):
+        """Video tokens -> channels-last ``(B, F', H', W', C)``; audio ``(B, C_a, L, M)`` ->
+        packed ``(B, L, C_a M)``, normalised when given; ``noise_scale`` noise mixed into the
+        given streams."""
+        video, audio = noise["latents"], pack_latents(noise["audio_latents"])
+        if call.stream_latents.get("audio_latents") is not None:
+            audio = self.audio_vae.normalize_latents(audio)
+        s = float(call.extra.get("noise_scale", 0.0))
+        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 3)
+        for i, given in enumerate((call.latents is not None, call.stream_latents.get("audio_latents") is not None)):
+            if given and s > 0:
+                x = (video, audio)[i]
+                x = s * jax.random.normal(jax.random.fold_in(key, i), x.shape, _F32) + (1 - s) * x
+                video, audio = (x, audio) if i == 0 else (video, x)
+        return {"latents": LTXPipeline.prepare_latents(self, call, video, cond), "audio_latents": audio}
+
+    def set_timesteps(self, call, latents):
+        state = super().set_timesteps(call, latents["latents"])
+        return {"latents": state, "audio_latents": state}
+
+    def step_args(self, call, embeds, cond, state, expert):
+        """``(video context, audio context, mask, scales (4,) float32 [video CFG, audio CFG, video
+        rescale, audio rescale], RoPE tables)``; the tables of the CFG batch where CFG runs."""
+        x = call.extra
+        rate = _frame_rate(self.info, call)
+        gs = call.guidance_scale
+        scales = jnp.asarray([gs, _fallback(x.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), gs),
+                              rescale := float(x.get("guidance_rescale", GUIDANCE_RESCALE)),
+                              _fallback(x.get("audio_guidance_rescale", GUIDANCE_RESCALE), rescale)], _F32)
+        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        b = call.batch * (2 if call.do_cfg else 1)
+        model = self.transformer
+        coords = model.rope_coords(b, f, h, w, rate / float(x.get("motion_speed", 1.0)),
+                                   self.info.audio_length(call.num_frames, rate))
+        return (*embeds, scales, model.rope_tables(*coords)), None
+
+    def model_args(self, latents, state, args, do_cfg) -> tuple:
+        """The transformer's positional arguments (:meth:`LTX2VideoTransformer3DModel.embed`):
+        packed video / audio tokens, both contexts, timestep (also the sigma LTX-2.3 and the
+        cross timestep take), the text mask, the RoPE tables."""
+        context, audio_context, mask, _, rope = args
+        video, audio = latents["latents"], latents["audio_latents"]
+        b, f, h, w, c = video.shape
+        x = video.reshape(b, f * h * w, c).astype(self.dtype)
+        a = audio.astype(self.dtype)
+        t = jnp.broadcast_to(self.step_state(state).timestep.astype(_F32), (b,))
+        if do_cfg:
+            x, a, t = (jnp.concatenate([v, v], axis=0) for v in (x, a, t))  # the texts: prompts, then negatives
+        return (x, a, context, audio_context, t, None, t, None, mask, mask, None, None, None, 24.0, None, None, None,
+                False, None, None, True, None, rope)
+
+    def guide(self, pred, state, args):
+        """Guidance needs the latents (it runs on x0): :meth:`scheduler_update` does it."""
+        return pred
+
+    def scheduler_update(self, state, pred, latents, args):
+        """Per stream: the x0 of the prediction (``x - sigma v``), the reference's CFG delta and
+        guidance rescale on it, back to a velocity, the Euler step with the stream's state."""
+        scales = args[3]
+        new, states = {}, {}
+        for i, name in enumerate(self.latent_streams):
+            x = latents[name]
+            st = state[name]
+            v = pred[name].astype(_F32)
+            cfg = v.shape[0] == 2 * x.shape[0]
+            flat = x.reshape(x.shape[0], -1, x.shape[-1]).astype(_F32)
+            sigma = st.sigmas[st.step_index]
+            x0 = flat[None] - v.reshape((2 if cfg else 1,) + flat.shape) * sigma
+            cond = x0[0]
+            guided = cond + (scales[i] - 1) * (cond - x0[1]) if cfg else cond
+            rescale = scales[2 + i]
+            guided = jnp.where(rescale > 0, rescale_noise_cfg(guided, cond, rescale), guided)
+            velocity = ((flat - guided) / sigma).reshape(x.shape)
+            new[name], states[name] = self.scheduler.step(st, velocity, x)
+        return new, states
+
+    def latents_to_decode(self, call, latents):
+        """LTX-2 mixes the decode noise into the normalised latents (before the de-normalisation)."""
+        return LTXDecode.decode_input(self, call, latents)
+
+    def decode_input(self, call, z):
+        return z
+
+    def latents_output(self, latents) -> np.ndarray:
+        """De-normalised ``(B, C, F', H', W')``, as the reference's ``output_type="latent"``."""
+        return VideoPipeline.latents_output(self, self.vae.denormalize_latents(latents))
+
+    def audio_latents_output(self, latents) -> np.ndarray:
+        """De-normalised ``(B, C_a, L, M)``, as the reference's ``output_type="latent"``."""
+        return np.asarray(unpack_latents(self.audio_vae.denormalize_latents(latents), self.info.audio_mel_bins))
