@@ -470,14 +470,14 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
             typer.secho(f"warning: at --fps {fps} the video lasts {seconds[0]:.2f} s but its sound {seconds[1]:.2f} s; "
                         "they drift apart (leave --fps out for the model's frame rate)", fg=typer.colors.YELLOW,
                         err=True)
-    for video, path, sound in zip(out.frames, paths, sounds):
+    for clip, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
         try:
             if fmt == "wav":
                 written.append(write_audio(sound, path, out.audio_sample_rate))
             else:
-                written.append(write_video(video, path, fps=fps, overwrite=overwrite, audio=sound,
+                written.append(write_video(clip, path, fps=fps, overwrite=overwrite, audio=sound,
                                            sample_rate=out.audio_sample_rate))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
             _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)

@@ -99,9 +99,8 @@ class LoraAdapters:
     def _misfit(self, label: str, expert: int, problems: list[str], modules: dict) -> str:
         targets: ModelTargets = self._targets[expert]
         placed = len(modules) - len({p.split(" ", 1)[0] for p in problems})
-        msg = (f"{label}: {len(problems)} key(s) fit no parameter of {self.names[expert]} (no such module, or "
-               f"another shape) "
-               f"({targets.family}): {_listed(problems)}")
+        msg = (f"{label}: {len(problems)} key(s) fit no parameter of {self.names[expert]} ({targets.family}) "
+               f"(no such module, or another shape): {_listed(problems)}")
         if placed <= 0:
             other = guess_family(modules, exclude=targets.family)
             if other is not None:
