@@ -172,6 +172,21 @@ def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
     return np.stack(hid).astype(np.int32), np.stack(msk).astype(np.int32)
 
 
+def two_encoder_loads(*, dtype, mesh, offload, staging, vae_dtype: Any = "float32",
+                      text_encoder_dtype: Any = None) -> dict[str, dict[str, Any]]:
+    """The :meth:`~vidax.pipelines.base.VideoPipeline.load_weighted` requests of the HunyuanVideo
+    pipelines (1.0 and 1.5): ``text_encoder`` and ``text_encoder_2`` in ``text_encoder_dtype``
+    (default ``dtype``; staged), the transformer in ``dtype`` (on ``mesh``, its blocks streamed
+    with ``offload``), the VAE in ``vae_dtype`` (staged)."""
+    from vidax.nn.inputs import parse_dtype
+
+    ted = parse_dtype(text_encoder_dtype or dtype)
+    return {"text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
+            "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
+            "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+            "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
+
+
 class HunyuanVideoPipeline(VideoPipeline):
     """HunyuanVideo 1.0 text-to-video (reference: ``diffusers.HunyuanVideoPipeline``).
 
@@ -285,14 +300,9 @@ class HunyuanVideoPipeline(VideoPipeline):
         default ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default),
         the scheduler; I2V also the CLIP image preprocessing config. Every checkpoint is checked
         against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
         ckpt = info.checkpoint
-        ted = parse_dtype(text_encoder_dtype or dtype)
-        weighted = {"text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
-                    "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
-                    "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                    "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
+        weighted = two_encoder_loads(dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype,
+                                     text_encoder_dtype=text_encoder_dtype)
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
                                    "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
                                    "scheduler": cls.load_component(info, "scheduler")}
