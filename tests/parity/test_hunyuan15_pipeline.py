@@ -12,7 +12,7 @@ tokens; the glyph path keeps its 256 tokens.
 
 Covered: a prompt with quoted text (glyph path) in landscape and one without in portrait, both
 with CFG (a negative prompt, and the default empty one); the CFG-distilled guider (1.0: no
-negative branch); the reference's output depends on the prompt's quoted text (else the glyph
+negative branch) with custom sigmas; a mesh and block streaming equal to one device; the reference's output depends on the prompt's quoted text (else the glyph
 comparison would be vacuous); bad input named before any weight is read; ``vidax generate``.
 """
 
@@ -121,13 +121,15 @@ def test_t2v_plain_prompt_portrait_matches_diffusers(t2v):
     assert value >= MIN_PSNR
 
 
-def test_t2v_cfg_distilled_guider_matches_diffusers(t2v):
-    """The CFG-distilled checkpoints' guider (guidance_scale 1.0): one branch, no negative."""
+def test_t2v_cfg_distilled_guider_and_sigmas_match_diffusers(t2v):
+    """The CFG-distilled checkpoints' guider (guidance_scale 1.0): one branch, no negative; with
+    custom ``sigmas`` (their number is the step count)."""
     _, ref, pipe = t2v
     guider = ref.guider
     ref.guider = diffusers.ClassifierFreeGuidance(guidance_scale=1.0)
     try:
-        want, got = _run_both(t2v, 32, 48, 3, prompt=GLYPH_PROMPT, vidax_kw=dict(guidance_scale=1.0))
+        want, got = _run_both(t2v, 32, 48, 3, prompt=GLYPH_PROMPT, sigmas=[1.0, 0.4],
+                              vidax_kw=dict(guidance_scale=1.0))
     finally:
         ref.guider = guider
     value = psnr(got, want)
@@ -150,13 +152,39 @@ def test_bad_input_names_the_argument(t2v):
         HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=-1.0)
     with pytest.raises(InputError, match="true_cfg_scale"):
         HunyuanVideo15Pipeline.check_call(info, "a", true_cfg_scale=2.0)
+    with pytest.raises(InputError, match="sigmas"):
+        HunyuanVideo15Pipeline.check_call(info, "a", num_inference_steps=3, sigmas=[1.0, 0.5])
+    assert HunyuanVideo15Pipeline.check_call(info, "a", sigmas=[1.0, 0.5, 0.2]).num_inference_steps == 3
+    assert not HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=1.0).do_cfg
+    assert HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=0.5).do_cfg  # the guider's rule: scale != 1
+
+
+def test_mesh_and_block_streaming_equal_single_device(t2v):
+    """The pipeline on a mesh (CFG batch over data, Ulysses over sequence) and with its blocks
+    streamed from host memory gives the single-device latents (float32 summation order only)."""
+    import jax
+
+    from vidax.parallel.mesh import make_mesh
+
+    path, _, pipe = t2v
+    kw = dict(prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE, latents=_latents(32, 48, 5), height=32, width=48,
+              max_sequence_length=TEXT_LEN, output_type="latent", progress=False, **CALL)
+    want = pipe(**kw).frames
+    for options in (dict(offload=1), dict(mesh=make_mesh(2, 1, 2, devices=jax.devices()[:4]))):
+        other = vidax.load_pipeline(path, **options)
+        other.crop_start = pipe.crop_start
+        got = other(**kw).frames
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()), err_msg=str(options))
 
 
 def test_cli_generate_writes_an_mp4(t2v, tmp_path):
     pytest.importorskip("av")
     out = tmp_path / "video.mp4"
     args = ["--checkpoint", t2v[0], "--prompt", GLYPH_PROMPT, "--height", "32", "--width", "48", "--num-frames", "5",
-            "--num-inference-steps", "2", "--max-sequence-length", "16", "--seed", "3", "--no-progress", "-o", str(out)]
+            "--num-inference-steps", "2", "--max-sequence-length", "16", "--seed", "3",
+            "--offload-blocks", "1", "--offload-text-encoder", "--no-progress", "--verbose", "-o", str(out)]
     r = subprocess.run([sys.executable, "-m", "vidax", "generate", *args], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
+    assert "transformer.transformer_blocks" in r.stderr  # streamed
+    assert "staging: text_encoder, text_encoder_2" in r.stderr
     assert out.stat().st_size > 0

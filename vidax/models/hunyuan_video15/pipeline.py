@@ -15,7 +15,7 @@ to the guider's (6.0 for the released T2V, 1.0 for the CFG-distilled ones), a ca
 runs the conditional and unconditional passes as separate transformer calls (vidax batches them).
 ``guidance_rescale`` > 0 applies ``rescale_noise_cfg`` after the combination.
 
-Steps: sigmas ``linspace(1, 0, N + 1)[:-1]`` through the flow-match Euler scheduler with the
+Steps: sigmas ``linspace(1, 0, N + 1)[:-1]`` (or the call's ``sigmas``) through the flow-match Euler scheduler with the
 checkpoint's shift. The transformer takes ``[latents, zeros (C), zeros (1)]`` on channels (T2V's
 condition latents and mask), the timestep in the latents' dtype, and all-zero SigLIP tokens
 ``(B, 729, image_embed_dim)``; ``timestep_r`` is not passed (the T2V reference never passes it).
@@ -36,7 +36,8 @@ import jax.numpy as jnp
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import ByteTokenizer, TextTokenizer, Truncation
 from vidax.errors import Arg
-from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline, two_encoder_loads
+from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas, steps_of_sigmas,
+                                                 two_encoder_loads)
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, read_hunyuan_video15_checkpoint
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
@@ -52,7 +53,8 @@ class HunyuanVideo15Pipeline(VideoPipeline):
     """HunyuanVideo 1.5 text-to-video (reference: ``diffusers.HunyuanVideo15Pipeline``).
 
     ``guidance_scale`` is the ``ClassifierFreeGuidance`` weight (default: the checkpoint's guider);
-    ``max_sequence_length`` the Qwen2.5-VL tokens after the template (default 1000). Build with
+    ``max_sequence_length`` the Qwen2.5-VL tokens after the template (default 1000); call keyword
+    beyond the shared ones: ``sigmas`` (custom, unshifted noise levels, one per step). Build with
     :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
     Attributes:
@@ -62,6 +64,8 @@ class HunyuanVideo15Pipeline(VideoPipeline):
     """
 
     separate_cfg_passes = True  # the guider calls the transformer once per branch
+    call_options = (SIGMAS_OPTION,)
+    unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
     latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 16, width / 16)"
@@ -96,12 +100,14 @@ class HunyuanVideo15Pipeline(VideoPipeline):
 
     @classmethod
     def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
-        """The shared checks; CFG runs by the guider's rule (``_is_cfg_enabled``).
+        """The shared checks, then ``sigmas`` (``num_inference_steps`` of them; their number when
+        it is not given); CFG runs by the guider's rule (``_is_cfg_enabled``).
 
         Raises:
-            InputError: as :meth:`VideoPipeline.check_call`.
+            InputError: as :meth:`VideoPipeline.check_call`, or ``sigmas`` that are not valid.
         """
-        call = super().check_call(info, prompt, negative_prompt, **kwargs)
+        call = check_sigmas(super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+                            cls.read_scheduler(info), HunyuanVideoPipeline.schedule)
         g = info.guider_config
         off = 0.0 if g.use_original_formulation else 1.0
         cfg = bool(g.enabled) and not math.isclose(call.guidance_scale, off)
