@@ -178,6 +178,8 @@ def test_mesh_and_block_streaming_equal_single_device(t2v):
 
 
 def test_cli_generate_writes_an_mp4(t2v, tmp_path):
+    """``vidax generate`` (blocks streamed, both text encoders staged) writes an mp4; ``vidax
+    inspect`` names the pipeline and its encoders; a bad size is one line naming the flag."""
     pytest.importorskip("av")
     out = tmp_path / "video.mp4"
     args = ["--checkpoint", t2v[0], "--prompt", GLYPH_PROMPT, "--height", "32", "--width", "48", "--num-frames", "5",
@@ -187,4 +189,10 @@ def test_cli_generate_writes_an_mp4(t2v, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "transformer.transformer_blocks" in r.stderr  # streamed
     assert "staging: text_encoder, text_encoder_2" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "vidax", "inspect", t2v[0]], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "HunyuanVideo15Pipeline" in r.stdout and "Qwen2_5_VLTextModel" in r.stdout and "T5EncoderModel" in r.stdout
+    bad = subprocess.run([sys.executable, "-m", "vidax", "generate", *args[:4], "--height", "40", "-o", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--height" in bad.stderr and "Traceback" not in bad.stderr
     assert out.stat().st_size > 0
