@@ -50,9 +50,10 @@ TEXT_LEN = 24
 #: 2 steps, 5 frames (2 latent frames): every stage runs, compiles stay small.
 CALL = dict(num_frames=5, num_inference_steps=2)
 #: fp32 on both sides, the same operations in another order (XLA vs torch kernels) through the
-#: encoders, 2 steps and the VAE; 60 dB is the brief's bar, far above any structural error
-#: (unrelated videos: ~10-25 dB).
-MIN_PSNR = 60.0
+#: encoders, 2 steps and the VAE: measured 141-142 dB. The bar is 110 dB, not the brief's 60:
+#: on this tiny random model the conditioning moves the video little (another quoted text: 75 dB,
+#: the guider's other formulation: 77 dB), so 60 dB would not see a wrong glyph or guidance path.
+MIN_PSNR = 110.0
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +136,38 @@ def test_t2v_cfg_distilled_guider_and_sigmas_match_diffusers(t2v):
     value = psnr(got, want)
     print(f"HunyuanVideo 1.5 T2V without CFG (distilled guider): {value:.1f} dB")
     assert value >= MIN_PSNR
+
+
+def test_guider_settings_match_diffusers(t2v, tmp_path):
+    """A checkpoint whose guider sets ``use_original_formulation`` and ``guidance_rescale``:
+    vidax reads them from ``guider/guider_config.json`` as diffusers does."""
+    import json
+    import shutil
+
+    path, ref, pipe = t2v
+    settings = dict(guidance_scale=3.0, guidance_rescale=0.7, use_original_formulation=True)
+    folder = tmp_path / "guided"
+    shutil.copytree(path, folder)
+    config_file = folder / "guider" / "guider_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), **settings}))
+    other = vidax.load_pipeline(str(folder))
+    other.crop_start = pipe.crop_start
+    assert other.info.defaults.guidance_scale == 3.0
+    lat = _latents(32, 48, 6)
+    kw = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, **CALL)
+    guider = ref.guider
+    ref.guider = diffusers.ClassifierFreeGuidance(**settings)
+    try:
+        with torch.no_grad():
+            want = ref(latents=torch.from_numpy(lat), output_type="np", **kw).frames
+    finally:
+        ref.guider = guider
+    got = other(latents=lat, max_sequence_length=TEXT_LEN, progress=False, **kw).frames
+    value = psnr(got, want)
+    print(f"HunyuanVideo 1.5 T2V, guider with rescale and the original formulation: {value:.1f} dB")
+    assert value >= MIN_PSNR
+    plain = pipe(latents=lat, max_sequence_length=TEXT_LEN, progress=False, guidance_scale=3.0, **kw).frames
+    assert psnr(plain, want) < value - 40  # the settings change the video
 
 
 def test_defaults_come_from_the_checkpoint(t2v):
