@@ -192,6 +192,16 @@ def test_bad_input_names_the_argument(t2v):
     assert HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=0.5).do_cfg  # the guider's rule: scale != 1
 
 
+@pytest.mark.parametrize("setting", [dict(start=0.2), dict(stop=0.5), dict(guidance_scale=-1.0), dict(rescale=1)])
+def test_guider_settings_not_implemented_are_refused(setting):
+    from vidax.errors import ConfigError
+    from vidax.models.hunyuan_video15.config import ClassifierFreeGuidanceConfig
+
+    key = next(iter(setting))
+    with pytest.raises(ConfigError, match=f"{key}="):
+        ClassifierFreeGuidanceConfig.from_config_dict({"guidance_scale": 6.0, **setting}, source="guider_config.json")
+
+
 def test_mesh_and_block_streaming_equal_single_device(t2v):
     """The pipeline on a mesh (CFG batch over data, Ulysses over sequence) and with its blocks
     streamed from host memory gives the single-device latents (float32 summation order only)."""

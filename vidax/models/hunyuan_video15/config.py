@@ -241,7 +241,7 @@ class ClassifierFreeGuidanceConfig(ConfigBase):
     """
 
     IGNORED: ClassVar[frozenset[str]] = frozenset()
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"start": (0.0, 0), "stop": (1.0, 1)}
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
 
     guidance_scale: float = 7.5
     guidance_rescale: float = 0.0
@@ -258,6 +258,10 @@ class ClassifierFreeGuidanceConfig(ConfigBase):
         for key in ("use_original_formulation", "enabled"):
             if not isinstance(getattr(self, key), bool):
                 self.invalid(source, key, getattr(self, key), "expected true or false")
+        for key, whole in (("start", 0.0), ("stop", 1.0)):
+            if getattr(self, key) != whole:
+                self.invalid(source, key, getattr(self, key), f"vidax runs guidance over every step ({key}={whole:g}); "
+                             "a guider active for part of the steps is not implemented")
 
 
 #: ``HunyuanVideo15Pipeline.__call__``'s defaults (``num_frames=121``, ``num_inference_steps=50``,
