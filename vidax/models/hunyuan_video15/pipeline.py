@@ -21,6 +21,11 @@ condition latents and mask), the timestep in the latents' dtype, and all-zero Si
 ``(B, 729, image_embed_dim)``; ``timestep_r`` is not passed (the T2V reference never passes it).
 
 Decode: ``latents / scaling_factor`` through the VAE (tiling as the reference's default: off).
+
+vidax differences, each where the reference cannot run or rounds differently: the SigLIP zeros
+are made for every video (the reference makes them per prompt, so ``num_videos_per_prompt > 1``
+does not run there); in bfloat16 the latents, the Euler update and the timestep stay float32 (the
+reference's are in the transformer dtype), as HunyuanVideo 1.0's pipeline in vidax.
 """
 
 from __future__ import annotations
