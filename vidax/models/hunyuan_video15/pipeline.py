@@ -22,9 +22,9 @@ condition latents and mask), the timestep in the latents' dtype, and all-zero Si
 
 Decode: ``latents / scaling_factor`` through the VAE (tiling as the reference's default: off).
 
-vidax differences, each where the reference cannot run or rounds differently: the SigLIP zeros
-are made for every video (the reference makes them per prompt, so ``num_videos_per_prompt > 1``
-does not run there); in bfloat16 the latents, the Euler update and the timestep stay float32 (the
+vidax differences: the SigLIP zeros are made for every video (the reference makes
+``batch_size`` of them, one per prompt, for ``batch_size x num_videos_per_prompt`` latents; not
+checked against the reference with more than one video per prompt); in bfloat16 the latents, the Euler update and the timestep stay float32 (the
 reference's are in the transformer dtype), as HunyuanVideo 1.0's pipeline in vidax.
 """
 
