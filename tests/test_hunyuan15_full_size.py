@@ -161,3 +161,50 @@ def test_vae_config_defaults_are_diffusers():
     assert set(ours) == set(defaults)
     for key, value in defaults.items():
         assert ours[key] == (tuple(value) if isinstance(value, (list, tuple)) else value), key
+
+
+REPOS = sorted(os.path.basename(os.path.dirname(os.path.dirname(p))) for p in CONFIGS)
+#: The reference's defaults of each released checkpoint: (height, width) of the 16:9 bucket of
+#: its target_size, the guider's guidance_scale, the scheduler's shift.
+RELEASED = {"480p": ((480, 848), 640), "720p": ((720, 1280), 960)}
+
+
+@pytest.mark.parametrize("repo", REPOS, ids=IDS)
+def test_released_checkpoints_read(repo, tmp_path):
+    """Each released folder's configs read (no weights): task, defaults from the guider and the
+    target_size bucket; a T2V call's latents at the default size; an I2V folder is refused by
+    the T2V pipeline, naming what it does."""
+    from tests.test_hunyuan_pipeline_full_size import _folder
+    from vidax.checkpoint import Checkpoint
+    from vidax.errors import InputError
+    from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline
+
+    folder = _folder(repo, tmp_path)
+    # The recorded model_index.json omits the components whose class names were not seen
+    # (SOURCES.md): the released repos' are these (diffusers' HunyuanVideo15Pipeline signature).
+    index_file = os.path.join(folder, "model_index.json")
+    with open(index_file) as f:
+        index = json.load(f)
+    for name, cls in (("text_encoder", "Qwen2_5_VLTextModel"), ("tokenizer", "Qwen2Tokenizer"),
+                      ("tokenizer_2", "ByT5Tokenizer")):
+        index.setdefault(name, ["transformers", cls])
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+    with open(index_file, "w") as f:
+        json.dump(index, f)
+    info = HunyuanVideo15Pipeline.read_checkpoint(Checkpoint.open(folder))
+    with open(os.path.join(REFERENCE_CONFIGS, repo, "guider", "config.json")) as f:
+        scale = json.load(f)["guidance_scale"]
+    (h, w), target = RELEASED[repo.split("Diffusers-")[-1][:4]]
+    assert info.transformer_config.target_size == target
+    d = info.defaults
+    assert (d.height, d.width, d.num_frames, d.num_inference_steps, d.max_sequence_length) == (h, w, 121, 50, 1000)
+    assert d.guidance_scale == scale
+    if "t2v" in repo:
+        assert info.tasks == ("t2v",)
+        call = HunyuanVideo15Pipeline.check_call(info, "a cat")
+        assert HunyuanVideo15Pipeline.latent_shape(info, call) == (1, 32, 31, h // 16, w // 16)
+        assert call.do_cfg == (scale != 1.0)
+    else:
+        assert info.tasks == ("i2v",)
+        with pytest.raises(InputError, match="does not do text-to-video"):
+            HunyuanVideo15Pipeline.check_call(info, "a cat")

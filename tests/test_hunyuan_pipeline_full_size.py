@@ -34,11 +34,14 @@ def _folder(repo: str, tmp_path) -> str:
     for name, value in index.items():
         if isinstance(value, list):
             (dst / name).mkdir(exist_ok=True)
-    essentials = dst / "text_encoder" / "arch_essentials.json"
-    if essentials.exists() and not (dst / "text_encoder" / "config.json").exists():
-        # The I2V repos' LLaVA config is recorded as its text_config only (SOURCES.md).
-        text_config = json.loads(essentials.read_text())["text_config"]
-        (dst / "text_encoder" / "config.json").write_text(json.dumps({"text_config": text_config}))
+    for name in ("text_encoder", "text_encoder_2"):
+        essentials = dst / name / "arch_essentials.json"
+        if essentials.exists() and not (dst / name / "config.json").exists():
+            # The encoders' configs are recorded as their essential numbers only (SOURCES.md): the
+            # I2V repos' LLaVA config as its text_config, HunyuanVideo 1.5's Qwen / byT5 flat.
+            recorded = json.loads(essentials.read_text())
+            config = {"text_config": recorded["text_config"]} if "text_config" in recorded else recorded
+            (dst / name / "config.json").write_text(json.dumps(config))
     return str(dst)
 
 

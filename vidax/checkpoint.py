@@ -17,7 +17,7 @@ TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-
               "upsample": "latent upsampling"}
 
 #: The config file of a component folder, by preference.
-CONFIG_FILES = ("config.json", "scheduler_config.json", "preprocessor_config.json")
+CONFIG_FILES = ("config.json", "scheduler_config.json", "guider_config.json", "preprocessor_config.json")
 
 
 def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:

@@ -172,6 +172,55 @@ def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
     return np.stack(hid).astype(np.int32), np.stack(msk).astype(np.int32)
 
 
+#: The ``sigmas`` keyword of the HunyuanVideo pipelines (``retrieve_timesteps(sigmas=...)``).
+SIGMAS_OPTION = CallOption("sigmas", OBJECT, "Custom, unshifted noise levels, one per step.")
+
+
+def steps_of_sigmas(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call keywords with ``num_inference_steps = len(sigmas)`` where ``sigmas`` is given
+    without it (``retrieve_timesteps``: ``len(sigmas)`` steps)."""
+    if kwargs.get("sigmas") is not None and kwargs.get("num_inference_steps") is None \
+            and np.ndim(kwargs["sigmas"]) == 1:
+        return {**kwargs, "num_inference_steps": len(kwargs["sigmas"])}
+    return kwargs
+
+
+def check_sigmas(call: Any, scheduler: Any, schedule: Any) -> Any:
+    """``call`` with its ``sigmas`` (if any) checked and made a tuple of floats, and the schedule
+    ``schedule(scheduler, call)`` made once on the host (``scheduler``: the checkpoint's, built
+    from its config), as the call's ``set_timesteps`` will make it.
+
+    Raises:
+        InputError: ``sigmas`` that are not ``num_inference_steps`` finite numbers.
+    """
+    extra = dict(call.extra)
+    sigmas = extra.get("sigmas")
+    if sigmas is not None:
+        arr = np.asarray(sigmas, np.float64)
+        if arr.ndim != 1 or len(arr) != call.num_inference_steps or not np.isfinite(arr).all():
+            raise InputError(f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
+                             f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}")
+        extra["sigmas"] = tuple(float(x) for x in arr)
+    call = dataclasses.replace(call, extra=extra)
+    schedule(scheduler, call)
+    return call
+
+
+def two_encoder_loads(*, dtype, mesh, offload, staging, vae_dtype: Any = "float32",
+                      text_encoder_dtype: Any = None) -> dict[str, dict[str, Any]]:
+    """The :meth:`~vidax.pipelines.base.VideoPipeline.load_weighted` requests of the HunyuanVideo
+    pipelines (1.0 and 1.5): ``text_encoder`` and ``text_encoder_2`` in ``text_encoder_dtype``
+    (default ``dtype``; staged), the transformer in ``dtype`` (on ``mesh``, its blocks streamed
+    with ``offload``), the VAE in ``vae_dtype`` (staged)."""
+    from vidax.nn.inputs import parse_dtype
+
+    ted = parse_dtype(text_encoder_dtype or dtype)
+    return {"text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
+            "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
+            "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+            "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
+
+
 class HunyuanVideoPipeline(VideoPipeline):
     """HunyuanVideo 1.0 text-to-video (reference: ``diffusers.HunyuanVideoPipeline``).
 
@@ -186,7 +235,7 @@ class HunyuanVideoPipeline(VideoPipeline):
     call_options = (
         CallOption("true_cfg_scale", float, "True classifier-free guidance weight with the negative prompt "
                    "(HunyuanVideo).", "1, off", low=0),
-        CallOption("sigmas", OBJECT, "Custom, unshifted noise levels, one per step."),
+        SIGMAS_OPTION,
     )
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
@@ -227,22 +276,11 @@ class HunyuanVideoPipeline(VideoPipeline):
         Raises:
             InputError: as the base, or a ``true_cfg_scale`` / ``sigmas`` that is not valid.
         """
-        if kwargs.get("sigmas") is not None and kwargs.get("num_inference_steps") is None \
-                and np.ndim(kwargs["sigmas"]) == 1:
-            kwargs["num_inference_steps"] = len(kwargs["sigmas"])  # retrieve_timesteps: len(sigmas) steps
-        call = super().check_call(info, prompt, negative_prompt, **kwargs)
+        call = check_sigmas(super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+                            cls.read_scheduler(info), cls.schedule)
         extra = dict(call.extra)
         scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
         extra["true_cfg_scale"] = float(scale)
-        sigmas = extra.get("sigmas")
-        if sigmas is not None:
-            arr = np.asarray(sigmas, np.float64)
-            if arr.ndim != 1 or len(arr) != call.num_inference_steps or not np.isfinite(arr).all():
-                raise InputError(f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
-                                 f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}")
-            extra["sigmas"] = tuple(float(x) for x in arr)
-        call = dataclasses.replace(call, extra=extra)
-        cls.schedule(cls.read_scheduler(info), call)  # the checked sigmas, as set_timesteps will shift them
         cfg = scale > 1.0 and negative_prompt is not None
         if scale > 1.0 and negative_prompt is None:
             logger.warning("%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale),
@@ -285,14 +323,9 @@ class HunyuanVideoPipeline(VideoPipeline):
         default ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default),
         the scheduler; I2V also the CLIP image preprocessing config. Every checkpoint is checked
         against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
         ckpt = info.checkpoint
-        ted = parse_dtype(text_encoder_dtype or dtype)
-        weighted = {"text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
-                    "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
-                    "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                    "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
+        weighted = two_encoder_loads(dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype,
+                                     text_encoder_dtype=text_encoder_dtype)
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
                                    "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
                                    "scheduler": cls.load_component(info, "scheduler")}

@@ -7,9 +7,12 @@ whose double-stream blocks this model shares."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Mapping
 
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import ConfigBase, is_positive_int
+from vidax.errors import ConfigError
 from vidax.models.hunyuan_video.config import HunyuanBlocksConfig
 
 # ---------------------------------------------------------------------------------------------
@@ -217,3 +220,129 @@ class HunyuanVideo15VAEConfig(ConfigBase):
 def _log2(n: int) -> int:
     """``log2`` of a power of two (the reference compares block indices with ``np.log2``)."""
     return n.bit_length() - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The guider (``guider/guider_config.json``) and the checkpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierFreeGuidanceConfig(ConfigBase):
+    """Settings of ``diffusers.ClassifierFreeGuidance`` (0.42.1), with its defaults: the guidance
+    of the HunyuanVideo 1.5 pipelines (their ``guider`` component).
+
+    Attributes:
+        guidance_scale: the CFG weight ``w`` (the pipeline's default ``guidance_scale``); CFG runs
+            unless it is 1 (0 with ``use_original_formulation``), as ``_is_cfg_enabled``.
+        guidance_rescale: ``rescale_noise_cfg`` weight after the combination (0: off).
+        use_original_formulation: ``cond + w (cond - uncond)`` instead of ``uncond + w (cond - uncond)``.
+        start, stop: the fraction of steps CFG runs in; only the whole run (0, 1) is implemented.
+        enabled: False: the conditional branch only.
+    """
+
+    IGNORED: ClassVar[frozenset[str]] = frozenset()
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+
+    guidance_scale: float = 7.5
+    guidance_rescale: float = 0.0
+    use_original_formulation: bool = False
+    start: float = 0.0
+    stop: float = 1.0
+    enabled: bool = True
+
+    def validate(self, source: str) -> None:
+        for key in ("guidance_scale", "guidance_rescale"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                self.invalid(source, key, v, "expected a finite number >= 0")
+        for key in ("use_original_formulation", "enabled"):
+            if not isinstance(getattr(self, key), bool):
+                self.invalid(source, key, getattr(self, key), "expected true or false")
+        for key, whole in (("start", 0.0), ("stop", 1.0)):
+            if getattr(self, key) != whole:
+                self.invalid(source, key, getattr(self, key), f"vidax runs guidance over every step ({key}={whole:g}); "
+                             "a guider active for part of the steps is not implemented")
+
+
+#: ``HunyuanVideo15Pipeline.__call__``'s defaults (``num_frames=121``, ``num_inference_steps=50``,
+#: ``tokenizer_max_length=1000``; the guidance scale is the guider's, the size the 16:9 bucket
+#: of ``target_size``, both filled in per checkpoint; fps 24 as the released examples).
+T2V_DEFAULTS = CallDefaults(height=480, width=848, num_frames=121, num_inference_steps=50, guidance_scale=6.0,
+                            max_sequence_length=1000, fps=24)
+
+
+def default_size(target_size: int, spatial: int, aspect: tuple[int, int] = (16, 9)) -> tuple[int, int]:
+    """``(height, width)`` the reference picks without a size:
+    ``calculate_default_height_width(9, 16, target_size)``: the bucket of
+    ``generate_crop_size_list(target_size, spatial)`` (sizes ``(w, h)`` of at most
+    ``(target_size / spatial)^2`` patches, aspect ratio at most 4) closest to ``aspect`` (w, h)
+    from the landscape side."""
+    num_patches = round((target_size / spatial) ** 2)
+    buckets, wp, hp = [], num_patches, 1
+    while wp > 0:
+        if max(wp, hp) / min(wp, hp) <= 4.0:
+            buckets.append((wp * spatial, hp * spatial))
+        if (hp + 1) * wp <= num_patches:
+            hp += 1
+        else:
+            wp -= 1
+    ratio = float(aspect[1]) / float(aspect[0])
+    diffs = [round(float(h) / float(w), 5) - ratio for h, w in buckets]
+    pick = min((i for i, d in enumerate(diffs) if (d <= 0 if ratio >= 1 else d >= 0)), key=lambda i: abs(diffs[i]))
+    return buckets[pick]  # the reference's (height, width) = its bucket's (first, second)
+
+
+@dataclasses.dataclass(frozen=True)
+class HunyuanVideo15Info(CheckpointInfo):
+    """A HunyuanVideo 1.5 folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`).
+
+    Attributes:
+        transformer_config, vae_config, guider_config: the components' configs.
+    """
+
+    transformer_config: HunyuanVideo15TransformerConfig
+    vae_config: HunyuanVideo15VAEConfig
+    guider_config: ClassifierFreeGuidanceConfig
+
+
+def read_hunyuan_video15_checkpoint(checkpoint: Checkpoint) -> HunyuanVideo15Info:
+    """Read and cross-check a HunyuanVideo 1.5 folder's configs (no weights).
+
+    Raises:
+        CheckpointError: a required component folder is missing.
+        ConfigError: a setting vidax does not implement or components that do not fit together.
+    """
+    ckpt = checkpoint
+    for name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler",
+                 "guider"):
+        ckpt.folder(name)
+    tr = ckpt.typed_config("transformer", HunyuanVideo15TransformerConfig)
+    vae = ckpt.typed_config("vae", HunyuanVideo15VAEConfig)
+    guider_class = ckpt.config("guider").get("_class_name")
+    if guider_class != "ClassifierFreeGuidance":
+        raise ConfigError(f"{ckpt.config_file('guider')}: _class_name={guider_class!r}; HunyuanVideo 1.5 runs "
+                          "'ClassifierFreeGuidance' (its released guider)")
+    guider = ckpt.typed_config("guider", ClassifierFreeGuidanceConfig)
+    file, c = ckpt.config_file("transformer"), vae.latent_channels
+    if tr.in_channels != 2 * c + 1:
+        raise ConfigError(f"{file}: in_channels={tr.in_channels} must be {2 * c + 1} (the VAE's latent_channels={c} "
+                          "x 2 + 1: latents, condition latents, mask)")
+    if tr.out_dim != c:
+        raise ConfigError(f"{file}: out_channels={tr.out_dim} must equal the VAE's latent_channels={c}")
+    for name, key, want in (("text_encoder", "hidden_size", tr.text_embed_dim),
+                            ("text_encoder_2", "d_model", tr.text_embed_2_dim)):
+        got = (ckpt.configs.get(name) or {}).get(key)
+        if got is not None and got != want:
+            raise ConfigError(f"{file}: the transformer takes {want}-wide {name} states but "
+                              f"{ckpt.config_files.get(name)} has {key}={got}")
+    task = tr.task_type
+    s, p = vae.spatial_compression, tr.patch_size
+    height, width = default_size(tr.target_size, s)
+    kind = ("step-distilled" if tr.use_meanflow else "CFG-distilled" if guider.guidance_scale == 1.0 else "")
+    variant = f"HunyuanVideo 1.5 {task.upper()} ({tr.target_size}px bucket{', ' + kind if kind else ''})"
+    defaults = dataclasses.replace(T2V_DEFAULTS, height=height, width=width, guidance_scale=float(guider.guidance_scale))
+    return HunyuanVideo15Info(
+        checkpoint=ckpt, tasks=(task,), variant=variant, defaults=defaults.for_checkpoint(ckpt),
+        transformers=("transformer",), size_multiple=(s * p, s * p),
+        size_reason=f"the VAE's {s}x spatial compression times the transformer's {p}x{p} patches",
+        transformer_config=tr, vae_config=vae, guider_config=guider)

@@ -1,0 +1,241 @@
+"""HunyuanVideo 1.5 text-to-video end to end against diffusers 0.42.1 ``HunyuanVideo15Pipeline`` on a
+tiny random checkpoint written with ``save_pretrained`` (every parameter randomised), the same
+initial latents, fp32, 2 steps.
+
+The checkpoint: the tiny Qwen2.5-VL text tower and byte-level BPE tokenizer with the chat template
+and the tiny byT5 encoder / ``ByT5Tokenizer`` of ``test_hunyuan_video15_text.py`` (no hub
+download), a 1-block transformer (2 heads of 8, RoPE axes (2, 2, 4), text / glyph / image widths
+40 / 24 / 12, 9 = 2 x 4 + 1 input channels), the tiny 16x / 4x VAE of ``test_hunyuan15_vae.py``,
+the flow-match Euler scheduler (shift 5) and a ``ClassifierFreeGuidance`` guider (4.0). Both
+sides crop the tiny template's own prefix (the released tokenizer's is 108) and keep 24 text
+tokens; the glyph path keeps its 256 tokens.
+
+Covered: a prompt with quoted text (glyph path) in landscape and one without in portrait, both
+with CFG (a negative prompt, and the default empty one); the CFG-distilled guider (1.0: no
+negative branch) with custom sigmas; a mesh and block streaming equal to one device; the reference's output depends on the prompt's quoted text (else the glyph
+comparison would be vacuous); bad input named before any weight is read; ``vidax generate``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+diffusers = pytest.importorskip("diffusers")
+
+import vidax  # noqa: E402
+from tests.parity.cosmos_reference import TEXT, build_qwen_tokenizer  # noqa: E402
+from tests.parity.helpers import psnr, randomize_torch_module  # noqa: E402
+from vidax.errors import InputError  # noqa: E402
+from vidax.models.hunyuan_video15 import text as hv15_text  # noqa: E402
+from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline  # noqa: E402
+
+GLYPH_PROMPT = 'A neon shop sign that reads "OPEN 24h" above a door'
+PLAIN_PROMPT = "A cat walks on the grass"
+NEGATIVE = "blurry, low quality"
+T5_TINY = dict(d_model=24, d_kv=8, num_heads=3, d_ff=40, num_layers=2, num_decoder_layers=1,
+               feed_forward_proj="gated-gelu", relative_attention_num_buckets=8,
+               relative_attention_max_distance=20, layer_norm_epsilon=1e-6)  # fmt: skip
+VAE = dict(block_out_channels=[6, 8, 16, 32, 32], latent_channels=4, layers_per_block=1, scaling_factor=0.7)
+TRANSFORMER = dict(in_channels=9, out_channels=4, num_attention_heads=2, attention_head_dim=8, num_layers=1,
+                   num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=TEXT["hidden_size"],
+                   text_embed_2_dim=T5_TINY["d_model"], image_embed_dim=12, rope_axes_dim=(2, 2, 4),
+                   target_size=64, task_type="t2v")  # fmt: skip
+TEXT_LEN = 24
+#: 2 steps, 5 frames (2 latent frames): every stage runs, compiles stay small.
+CALL = dict(num_frames=5, num_inference_steps=2)
+#: fp32 on both sides, the same operations in another order (XLA vs torch kernels) through the
+#: encoders, 2 steps and the VAE: measured 141-142 dB. The bar is 110 dB, not the brief's 60:
+#: on this tiny random model the conditioning moves the video little (another quoted text: 75 dB,
+#: the guider's other formulation: 77 dB), so 60 dB would not see a wrong glyph or guidance path.
+MIN_PSNR = 110.0
+
+
+@pytest.fixture(scope="module")
+def t2v(tmp_path_factory):
+    """``(path, diffusers pipeline, vidax pipeline)`` of the tiny checkpoint."""
+    path = tmp_path_factory.mktemp("hv15_t2v")
+    tok_dir = tmp_path_factory.mktemp("hv15_tok")
+    build_qwen_tokenizer(str(tok_dir), [hv15_text.SYSTEM_MESSAGE, GLYPH_PROMPT, PLAIN_PROMPT, NEGATIVE])
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
+    tokenizer_2 = transformers.ByT5Tokenizer()
+    text_encoder = transformers.Qwen2_5_VLTextModel(transformers.Qwen2_5_VLTextConfig(**TEXT)).eval()
+    text_encoder_2 = transformers.T5EncoderModel(transformers.T5Config(vocab_size=len(tokenizer_2), **T5_TINY)).eval()
+    torch.manual_seed(0)
+    transformer = diffusers.HunyuanVideo15Transformer3DModel(**TRANSFORMER).eval()
+    vae = diffusers.AutoencoderKLHunyuanVideo15(**VAE).eval()
+    for i, m in enumerate((text_encoder, text_encoder_2, transformer, vae)):
+        randomize_torch_module(m, seed=20 + i)
+    ref = diffusers.HunyuanVideo15Pipeline(
+        text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer, vae=vae,
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0), text_encoder_2=text_encoder_2,
+        tokenizer_2=tokenizer_2, guider=diffusers.ClassifierFreeGuidance(guidance_scale=4.0))
+    ref.save_pretrained(path, safe_serialization=True)
+    prefix = f"<|im_start|>system\n{hv15_text.SYSTEM_MESSAGE}<|im_end|>\n<|im_start|>user\n"
+    crop = len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    ref.prompt_template_encode_start_idx = crop
+    ref.tokenizer_max_length = TEXT_LEN
+    pipe = vidax.load_pipeline(str(path))
+    pipe.crop_start = crop  # the tiny template's prefix, as the reference's attribute above
+    return str(path), ref, pipe
+
+
+def _latents(height, width, seed=0):
+    return np.random.default_rng(seed).standard_normal((1, 4, 2, height // 16, width // 16)).astype(np.float32)
+
+
+def _run_both(t2v, height, width, seed, vidax_kw=None, **kw):
+    """``(diffusers frames, vidax frames)`` of one call on the same latents."""
+    _, ref, pipe = t2v
+    lat = _latents(height, width, seed)
+    with torch.no_grad():
+        want = ref(latents=torch.from_numpy(lat), height=height, width=width, output_type="np", **CALL, **kw).frames
+    got = pipe(latents=lat, height=height, width=width, max_sequence_length=TEXT_LEN, seed=0, progress=False,
+               **CALL, **kw, **(vidax_kw or {})).frames
+    return np.asarray(want), got
+
+
+def test_t2v_glyph_prompt_landscape_matches_diffusers(t2v):
+    want, got = _run_both(t2v, 32, 48, 1, prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE)
+    assert got.shape == want.shape == (1, 5, 32, 48, 3)
+    value = psnr(got, want)
+    print(f"HunyuanVideo 1.5 T2V glyph prompt, CFG 4, landscape: {value:.1f} dB")
+    assert value >= MIN_PSNR
+    # The reference's video depends on the quoted text (the glyph path is not vacuous): another
+    # quote moves it far more than vidax's error (measured 74.7 dB against 141.7 dB; the tiny
+    # random glyph projection is a small part of the conditioning).
+    other = t2v[1](latents=torch.from_numpy(_latents(32, 48, 1)), height=32, width=48, output_type="np",
+                   prompt=GLYPH_PROMPT.replace("OPEN 24h", "CLOSED"), negative_prompt=NEGATIVE, **CALL).frames
+    assert psnr(other, want) < value - 40
+
+
+def test_t2v_plain_prompt_portrait_matches_diffusers(t2v):
+    want, got = _run_both(t2v, 48, 32, 2, prompt=PLAIN_PROMPT)  # negative: the reference's empty prompt
+    assert got.shape == want.shape == (1, 5, 48, 32, 3)
+    value = psnr(got, want)
+    print(f"HunyuanVideo 1.5 T2V plain prompt, CFG 4, portrait: {value:.1f} dB")
+    assert value >= MIN_PSNR
+
+
+def test_t2v_cfg_distilled_guider_and_sigmas_match_diffusers(t2v):
+    """The CFG-distilled checkpoints' guider (guidance_scale 1.0): one branch, no negative; with
+    custom ``sigmas`` (their number is the step count)."""
+    _, ref, pipe = t2v
+    guider = ref.guider
+    ref.guider = diffusers.ClassifierFreeGuidance(guidance_scale=1.0)
+    try:
+        want, got = _run_both(t2v, 32, 48, 3, prompt=GLYPH_PROMPT, sigmas=[1.0, 0.4],
+                              vidax_kw=dict(guidance_scale=1.0))
+    finally:
+        ref.guider = guider
+    value = psnr(got, want)
+    print(f"HunyuanVideo 1.5 T2V without CFG (distilled guider): {value:.1f} dB")
+    assert value >= MIN_PSNR
+
+
+def test_guider_settings_match_diffusers(t2v, tmp_path):
+    """A checkpoint whose guider sets ``use_original_formulation`` and ``guidance_rescale``:
+    vidax reads them from ``guider/guider_config.json`` as diffusers does."""
+    import json
+    import shutil
+
+    path, ref, pipe = t2v
+    settings = dict(guidance_scale=3.0, guidance_rescale=0.7, use_original_formulation=True)
+    folder = tmp_path / "guided"
+    shutil.copytree(path, folder)
+    config_file = folder / "guider" / "guider_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), **settings}))
+    other = vidax.load_pipeline(str(folder))
+    other.crop_start = pipe.crop_start
+    assert other.info.defaults.guidance_scale == 3.0
+    lat = _latents(32, 48, 6)
+    kw = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, **CALL)
+    guider = ref.guider
+    ref.guider = diffusers.ClassifierFreeGuidance(**settings)
+    try:
+        with torch.no_grad():
+            want = ref(latents=torch.from_numpy(lat), output_type="np", **kw).frames
+    finally:
+        ref.guider = guider
+    got = other(latents=lat, max_sequence_length=TEXT_LEN, progress=False, **kw).frames
+    value = psnr(got, want)
+    print(f"HunyuanVideo 1.5 T2V, guider with rescale and the original formulation: {value:.1f} dB")
+    assert value >= MIN_PSNR
+    plain = pipe(latents=lat, max_sequence_length=TEXT_LEN, progress=False, guidance_scale=3.0, **kw).frames
+    assert psnr(plain, want) < value - 40  # the settings change the video
+
+
+def test_defaults_come_from_the_checkpoint(t2v):
+    info = t2v[2].info
+    assert info.defaults.guidance_scale == 4.0  # the guider's
+    assert (info.defaults.height, info.defaults.width) == t2v[1].video_processor.calculate_default_height_width(
+        9, 16, TRANSFORMER["target_size"])
+
+
+def test_bad_input_names_the_argument(t2v):
+    info = HunyuanVideo15Pipeline.read_checkpoint(t2v[2].checkpoint)
+    with pytest.raises(InputError, match="height"):
+        HunyuanVideo15Pipeline.check_call(info, "a", height=40, width=48)
+    with pytest.raises(InputError, match="guidance_scale"):
+        HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=-1.0)
+    with pytest.raises(InputError, match="true_cfg_scale"):
+        HunyuanVideo15Pipeline.check_call(info, "a", true_cfg_scale=2.0)
+    with pytest.raises(InputError, match="sigmas"):
+        HunyuanVideo15Pipeline.check_call(info, "a", num_inference_steps=3, sigmas=[1.0, 0.5])
+    assert HunyuanVideo15Pipeline.check_call(info, "a", sigmas=[1.0, 0.5, 0.2]).num_inference_steps == 3
+    assert not HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=1.0).do_cfg
+    assert HunyuanVideo15Pipeline.check_call(info, "a", guidance_scale=0.5).do_cfg  # the guider's rule: scale != 1
+
+
+@pytest.mark.parametrize("setting", [dict(start=0.2), dict(stop=0.5), dict(guidance_scale=-1.0), dict(rescale=1)])
+def test_guider_settings_not_implemented_are_refused(setting):
+    from vidax.errors import ConfigError
+    from vidax.models.hunyuan_video15.config import ClassifierFreeGuidanceConfig
+
+    key = next(iter(setting))
+    with pytest.raises(ConfigError, match=f"{key}="):
+        ClassifierFreeGuidanceConfig.from_config_dict({"guidance_scale": 6.0, **setting}, source="guider_config.json")
+
+
+def test_mesh_and_block_streaming_equal_single_device(t2v):
+    """The pipeline on a mesh (CFG batch over data, Ulysses over sequence) and with its blocks
+    streamed from host memory gives the single-device latents (float32 summation order only)."""
+    import jax
+
+    from vidax.parallel.mesh import make_mesh
+
+    path, _, pipe = t2v
+    kw = dict(prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE, latents=_latents(32, 48, 5), height=32, width=48,
+              max_sequence_length=TEXT_LEN, output_type="latent", progress=False, **CALL)
+    want = pipe(**kw).frames
+    for options in (dict(offload=1), dict(mesh=make_mesh(2, 1, 2, devices=jax.devices()[:4]))):
+        other = vidax.load_pipeline(path, **options)
+        other.crop_start = pipe.crop_start
+        got = other(**kw).frames
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()), err_msg=str(options))
+
+
+def test_cli_generate_writes_an_mp4(t2v, tmp_path):
+    """``vidax generate`` (blocks streamed, both text encoders staged) writes an mp4; ``vidax
+    inspect`` names the pipeline and its encoders; a bad size is one line naming the flag."""
+    pytest.importorskip("av")
+    out = tmp_path / "video.mp4"
+    args = ["--checkpoint", t2v[0], "--prompt", GLYPH_PROMPT, "--height", "32", "--width", "48", "--num-frames", "5",
+            "--num-inference-steps", "2", "--max-sequence-length", "16", "--seed", "3",
+            "--offload-blocks", "1", "--offload-text-encoder", "--no-progress", "--verbose", "-o", str(out)]
+    r = subprocess.run([sys.executable, "-m", "vidax", "generate", *args], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "transformer.transformer_blocks" in r.stderr  # streamed
+    assert "staging: text_encoder, text_encoder_2" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "vidax", "inspect", t2v[0]], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "HunyuanVideo15Pipeline" in r.stdout and "Qwen2_5_VLTextModel" in r.stdout and "T5EncoderModel" in r.stdout
+    bad = subprocess.run([sys.executable, "-m", "vidax", "generate", *args[:4], "--height", "40", "-o", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--height" in bad.stderr and "Traceback" not in bad.stderr
+    assert out.stat().st_size > 0

@@ -1,0 +1,196 @@
+"""HunyuanVideo 1.5 text-to-video: the hooks of :class:`~vidax.pipelines.base.VideoPipeline`.
+
+Reference (diffusers 0.42.1): ``HunyuanVideo15Pipeline`` (``pipeline_hunyuan_video1_5.py``).
+
+Text (:mod:`vidax.models.hunyuan_video15.text`): the Qwen2.5-VL states of the chat-templated
+prompt, ``max_sequence_length`` (the reference's ``tokenizer_max_length``, 1000) tokens after the
+``crop_start`` (108) template tokens, with their mask; the byT5 states of the quoted text (256
+tokens; zeros and an all-zero mask for a prompt without quoted text) with their mask. The negative
+branch encodes ``negative_prompt`` (``""`` when not given) the same way.
+
+Guidance: the checkpoint's ``guider`` (``ClassifierFreeGuidance``): ``guidance_scale`` defaults
+to the guider's (6.0 for the released T2V, 1.0 for the CFG-distilled ones), a call's
+``guidance_scale`` replaces it; CFG runs unless the scale is 1 (0 with
+``use_original_formulation``) or the guider is disabled, as ``_is_cfg_enabled``; the reference
+runs the conditional and unconditional passes as separate transformer calls (vidax batches them).
+``guidance_rescale`` > 0 applies ``rescale_noise_cfg`` after the combination.
+
+Steps: sigmas ``linspace(1, 0, N + 1)[:-1]`` (or the call's ``sigmas``) through the flow-match Euler scheduler with the
+checkpoint's shift. The transformer takes ``[latents, zeros (C), zeros (1)]`` on channels (T2V's
+condition latents and mask), the timestep in the latents' dtype, and all-zero SigLIP tokens
+``(B, 729, image_embed_dim)``; ``timestep_r`` is not passed (the T2V reference never passes it).
+
+Decode: ``latents / scaling_factor`` through the VAE (tiling as the reference's default: off).
+
+vidax differences: the SigLIP zeros are made for every video (the reference makes
+``batch_size`` of them, one per prompt, for ``batch_size x num_videos_per_prompt`` latents; not
+checked against the reference with more than one video per prompt); in bfloat16 the latents, the Euler update and the timestep stay float32 (the
+reference's are in the transformer dtype), as HunyuanVideo 1.0's pipeline in vidax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from vidax.checkpoint import Checkpoint
+from vidax.encoders.tokenizer import ByteTokenizer, TextTokenizer, Truncation
+from vidax.errors import Arg
+from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas, steps_of_sigmas,
+                                                 two_encoder_loads)
+from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, read_hunyuan_video15_checkpoint
+from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
+from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
+
+logger = logging.getLogger("vidax.pipeline")
+
+#: ``vision_num_semantic_tokens``: the SigLIP tokens the transformer takes (zeros for T2V).
+IMAGE_TOKENS = 729
+
+
+class HunyuanVideo15Pipeline(VideoPipeline):
+    """HunyuanVideo 1.5 text-to-video (reference: ``diffusers.HunyuanVideo15Pipeline``).
+
+    ``guidance_scale`` is the ``ClassifierFreeGuidance`` weight (default: the checkpoint's guider);
+    ``max_sequence_length`` the Qwen2.5-VL tokens after the template (default 1000); call keyword
+    beyond the shared ones: ``sigmas`` (custom, unshifted noise levels, one per step). Build with
+    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    Attributes:
+        crop_start: template tokens cut from the text states (the reference's
+            ``prompt_template_encode_start_idx``, 108 for the released tokenizer).
+        glyph_max_length: byT5 tokens (``tokenizer_2_max_length``, 256).
+    """
+
+    separate_cfg_passes = True  # the guider calls the transformer once per branch
+    call_options = (SIGMAS_OPTION,)
+    unsupported_call_args = ("guidance_scale_2",)
+    scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
+    stageable = ("text_encoder", "text_encoder_2", "vae")
+    latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 16, width / 16)"
+    crop_start: int = CROP_START
+    glyph_max_length: int = GLYPH_MAX_LENGTH
+
+    # ------------------------------------------------------------------ configs
+    @classmethod
+    def read_checkpoint(cls, checkpoint: Checkpoint) -> HunyuanVideo15Info:
+        return read_hunyuan_video15_checkpoint(checkpoint)
+
+    resolve_num_frames = HunyuanVideoPipeline.resolve_num_frames  # the same (F - 1) // 4 * 4 + 1 rule
+
+    @classmethod
+    def model_size(cls, info: HunyuanVideo15Info, call) -> ModelSize:
+        """Video patches of one sample plus its text, glyph and image tokens (one joint sequence)."""
+        cfg = info.transformer_config
+        _, _, t, h, w = cls.latent_shape(info, call)
+        video = (t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
+        return ModelSize(tokens=video + call.max_sequence_length + cls.glyph_max_length + IMAGE_TOKENS,
+                         hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim, num_layers=cfg.num_layers)
+
+    @classmethod
+    def text_token_limit(cls, info: HunyuanVideo15Info) -> tuple[int, str] | None:
+        """The Qwen2.5-VL's ``max_position_embeddings`` less the template's ``crop_start`` tokens."""
+        positions = text_encoder_positions(info)
+        if positions is None:
+            return None
+        return positions - cls.crop_start, (f"max_position_embeddings={positions} in "
+                                            f"{info.checkpoint.config_file('text_encoder')}, less the chat "
+                                            f"template's {cls.crop_start} tokens")
+
+    @classmethod
+    def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        """The shared checks, then ``sigmas`` (``num_inference_steps`` of them; their number when
+        it is not given); CFG runs by the guider's rule (``_is_cfg_enabled``).
+
+        Raises:
+            InputError: as :meth:`VideoPipeline.check_call`, or ``sigmas`` that are not valid.
+        """
+        call = check_sigmas(super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+                            cls.read_scheduler(info), HunyuanVideoPipeline.schedule)
+        g = info.guider_config
+        off = 0.0 if g.use_original_formulation else 1.0
+        cfg = bool(g.enabled) and not math.isclose(call.guidance_scale, off)
+        if not cfg and "negative_prompt" in call.given:
+            logger.warning("%s has no effect: classifier-free guidance is off (%s, as the checkpoint's guider "
+                           "decides)", Arg("negative_prompt"), Arg("guidance_scale", call.guidance_scale))
+        return dataclasses.replace(call, cfg=cfg)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load_components(cls, info: HunyuanVideo15Info, *, dtype, mesh, offload, staging, offload_experts=True,
+                        vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
+        """Both tokenizers, the Qwen2.5-VL and byT5 encoders (``text_encoder_dtype``, default
+        ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default), the scheduler.
+        Every checkpoint is checked against its model before the first weight is read."""
+        ckpt = info.checkpoint
+        weighted = two_encoder_loads(dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype,
+                                     text_encoder_dtype=text_encoder_dtype)
+        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
+                                   "tokenizer_2": ByteTokenizer(ckpt.folder("tokenizer_2")),
+                                   "scheduler": cls.load_component(info, "scheduler")}
+        return modules | cls.load_weighted(info, weighted)
+
+    # ------------------------------------------------------------------ text
+    def encode_call(self, call) -> tuple:
+        """``(text (B', L1, D), mask (B', L1), glyph (B', L2, D2), glyph mask (B', L2))`` of the
+        prompts, then the negatives when CFG runs; each encoder on the device only while it runs."""
+        texts = prompt_texts(call)
+        text, mask = self.encode_with("text_encoder", self.text_states, texts, call.max_sequence_length,
+                                      text_truncation(call))
+        glyph, glyph_mask = self.encode_with("text_encoder_2", self.glyph_states, texts)
+        return text, jnp.asarray(mask), glyph, jnp.asarray(glyph_mask)
+
+    def encode_text(self, texts, max_sequence_length, truncation=None) -> tuple:
+        """``encode_prompt``'s four arrays for ``texts`` (see :meth:`encode_call`)."""
+        text, mask = self.text_states(texts, max_sequence_length, truncation)
+        glyph, glyph_mask = self.glyph_states(texts)
+        return text, jnp.asarray(mask), glyph, jnp.asarray(glyph_mask)
+
+    def text_states(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None):
+        """``_get_mllm_prompt_embeds`` (:func:`~vidax.models.hunyuan_video15.text.encode_text_prompts`)."""
+        return encode_text_prompts(self.text_encoder, self.tokenizer, texts, max_length=max_sequence_length,
+                                   crop_start=self.crop_start, truncation=truncation)
+
+    def glyph_states(self, texts: list[str]):
+        """``_get_byt5_prompt_embeds`` (:func:`~vidax.models.hunyuan_video15.text.encode_glyph_prompts`)."""
+        return encode_glyph_prompts(self.text_encoder_2, self.tokenizer_2, texts, max_length=self.glyph_max_length)
+
+    # ------------------------------------------------------------------ steps
+    def set_timesteps(self, call, latents):
+        return HunyuanVideoPipeline.schedule(self.scheduler, call, latents.shape)
+
+    def model_input(self, latents: jax.Array, cond: dict) -> jax.Array:
+        """``[latents, condition latents (zeros), mask (zeros)]`` on channels (T2V)."""
+        zeros = jnp.zeros(latents.shape[:-1] + (latents.shape[-1] + 1,), latents.dtype)
+        return jnp.concatenate([latents, zeros], axis=-1)
+
+    def model_args(self, latents, state, args, do_cfg) -> tuple:
+        """``(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
+        encoder_hidden_states_2, encoder_attention_mask_2, image_embeds)`` of the transformer;
+        cond / uncond batched under CFG."""
+        (text, mask, glyph, glyph_mask), _, cond = args
+        b = latents.shape[0]
+        x = self.model_input(latents, cond).astype(self.dtype)
+        timestep = jnp.broadcast_to(state.timestep.astype(latents.dtype), (b,))
+        x, timestep = cfg_pair(do_cfg, x, timestep)
+        image = jnp.zeros((x.shape[0], IMAGE_TOKENS, self.info.transformer_config.image_embed_dim), self.dtype)
+        return x, timestep, text, mask, glyph, glyph_mask, image
+
+    def guide(self, pred, state, args):
+        """``ClassifierFreeGuidance.forward`` of the checkpoint's guider on the (2B, ...) batch."""
+        g = self.info.guider_config
+        weight = self.guidance(self.step_state(state), args)
+        cond, uncond = jnp.split(pred, 2, axis=0)
+        if g.use_original_formulation:
+            guided = cond + weight.astype(cond.dtype) * (cond - uncond)
+        else:
+            guided = classifier_free_guidance(pred, weight)
+        if g.guidance_rescale > 0.0:
+            guided = rescale_noise_cfg(guided, cond, g.guidance_rescale)
+        return guided
