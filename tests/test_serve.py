@@ -424,3 +424,31 @@ def test_unwritten_video_keeps_the_frames(tmp_path, monkeypatch):
     assert message == (f"could not write {path} (FileNotFoundError: [Errno 2] No such file or directory); the frames "
                        f"are kept in {kept} (float32 (videos, frames, height, width, RGB) in [0, 1], numpy.load)")
     np.testing.assert_array_equal(np.load(kept), frames)
+
+
+def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
+    """The jobs folder is locked while a store has it open (a second server would mark the
+    first's running job interrupted, delete its jobs); a jobs.sqlite3 of another schema is
+    refused when the store opens (before the server loads weights), both in one line."""
+    import sqlite3
+
+    from vidax.errors import InputError
+    from vidax.serve.jobs import JobStore
+
+    first = JobStore(tmp_path / "jobs")
+    with pytest.raises(InputError) as e:
+        JobStore(tmp_path / "jobs")
+    assert str(e.value) == (f"jobs_dir={str(tmp_path / 'jobs')!r} is in use by another vidax serve, pid {os.getpid()}; "
+                            "stop it or give another --jobs-dir")
+    first.close()
+    JobStore(tmp_path / "jobs").close()  # free once the first has closed
+
+    (tmp_path / "other").mkdir()
+    db = sqlite3.connect(tmp_path / "other" / "jobs.sqlite3")
+    db.execute("CREATE TABLE jobs (name TEXT, payload BLOB)")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError) as e:
+        JobStore(tmp_path / "other")
+    assert str(e.value).startswith(f"jobs_dir={str(tmp_path / 'other')!r}: jobs.sqlite3 there is not vidax serve's "
+                                   "(its table jobs has the columns name, payload;"), e.value

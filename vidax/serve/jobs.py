@@ -35,25 +35,45 @@ ACTIVE = (QUEUED, IN_PROGRESS)
 
 
 class JobStore:
-    """Job records in SQLite (``<folder>/jobs.sqlite3``), safe to use from several threads.
+    """Job records in SQLite (``<folder>/jobs.sqlite3``), safe to use from several threads. The
+    folder is held by one store at a time (an exclusive ``flock`` on ``<folder>/serve.lock``,
+    which names the holder's pid) until :meth:`close`.
 
     Raises:
-        InputError: ``folder`` cannot be created or the database cannot be opened there.
+        InputError: ``folder`` cannot be created or the database cannot be opened there; another
+            process holds the folder; its ``jobs.sqlite3`` has a ``jobs`` table of another schema.
     """
 
     FILE = "jobs.sqlite3"
+    LOCK = "serve.lock"
+    COLUMNS = ["id", "created_at", "status", "data"]
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = os.path.abspath(os.fspath(folder))
+        arg = Arg("jobs_dir", os.fspath(folder))
         try:
             os.makedirs(self.folder, exist_ok=True)
+            self._lock_file = _hold(os.path.join(self.folder, self.LOCK), arg)
+        except OSError as e:
+            raise InputError(arg, f" cannot hold the job records ({e})") from None
+        try:
             self._db = sqlite3.connect(os.path.join(self.folder, self.FILE), check_same_thread=False,
                                        isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
                              "status TEXT NOT NULL, data TEXT NOT NULL)")
+            columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
+            if columns != self.COLUMNS:
+                self._db.close()
+                raise InputError(arg, f": {self.FILE} there is not vidax serve's (its table jobs has the columns "
+                                 f"{', '.join(columns)}; expected {', '.join(self.COLUMNS)}); give another "
+                                 "folder or move that file away")
         except (OSError, sqlite3.Error) as e:
-            raise InputError(Arg("jobs_dir", os.fspath(folder)), f" cannot hold the job records ({e})") from None
+            self._lock_file.close()
+            raise InputError(arg, f" cannot hold the job records ({e})") from None
+        except InputError:
+            self._lock_file.close()
+            raise
         self._lock = threading.Lock()
 
     def video_path(self, job_id: str) -> str:
@@ -99,8 +119,39 @@ class JobStore:
         return len(rows)
 
     def close(self) -> None:
+        """Close the database and let another server take the folder."""
         with self._lock:
             self._db.close()
+            self._lock_file.close()
+
+
+def _hold(path: str, arg: Arg) -> Any:
+    """``path`` opened and locked (``fcntl.flock``, exclusive) with this process's id in it, for as
+    long as the returned file stays open.
+
+    Raises:
+        InputError: another process holds the lock (its id named).
+        OSError: the file cannot be opened or written.
+    """
+    import fcntl
+
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise InputError(arg, f" is in use by another vidax serve, pid {holder}; stop it or give another "
+                         "--jobs-dir") from None
+    except OSError:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _failed(job: dict, message: str, code: str) -> dict:
