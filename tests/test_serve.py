@@ -411,19 +411,30 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
         taken.close()
 
 
-def test_unwritten_video_keeps_the_frames(tmp_path, monkeypatch):
-    """A job whose mp4 cannot be written (here: its folder is gone) fails with one line saying
-    where its frames are kept, as vidax generate keeps them."""
-    from vidax.serve.jobs import _Unwritten
+def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypatch):
+    """A job whose mp4 cannot be written fails with one line saying where its frames are kept:
+    in the jobs folder only (never the working or temporary folder), named relative to it (no
+    server path reaches the client), and deleted with the job."""
+    from vidax.serve.jobs import JobStore, _Unwritten
 
     monkeypatch.chdir(tmp_path)
+    store = JobStore(tmp_path / "jobs")
     frames = np.random.default_rng(0).random((1, 5, 32, 48, 3), dtype=np.float32)
-    path = str(tmp_path / "gone" / "video_x.mp4")
-    message = str(_Unwritten(path, frames, FileNotFoundError(2, "No such file or directory")))
-    kept = tmp_path / "video_x.unwritten.npy"
-    assert message == (f"could not write {path} (FileNotFoundError: [Errno 2] No such file or directory); the frames "
-                       f"are kept in {kept} (float32 (videos, frames, height, width, RGB) in [0, 1], numpy.load)")
-    np.testing.assert_array_equal(np.load(kept), frames)
+    error = PermissionError(13, "Permission denied", store.folder + "/.vidax-x.mp4")
+    message = str(_Unwritten(store.folder, "video_x", frames, error))
+    assert message == ("could not write video_x.mp4 (PermissionError: [Errno 13] Permission denied: '.vidax-x.mp4'); "
+                       "the frames are kept in video_x.unwritten.npy in the jobs folder (float32 (videos, frames, "
+                       "height, width, RGB) in [0, 1], numpy.load)")
+    np.testing.assert_array_equal(np.load(tmp_path / "jobs" / "video_x.unwritten.npy"), frames)
+    # A jobs folder that cannot take the file (here: gone): nothing is written elsewhere.
+    gone = str(tmp_path / "gone")
+    message = str(_Unwritten(gone, "video_y", frames, FileNotFoundError(2, "No such file", gone + "/.vidax-y.mp4")))
+    assert "saving the frames as .npy failed too" in message and str(tmp_path) not in message, message
+    assert sorted(os.listdir(tmp_path)) == ["jobs"]
+    store.put({"id": "video_x", "status": "failed"})
+    store.delete("video_x")
+    assert store.get("video_x") is None and not [f for f in os.listdir(tmp_path / "jobs") if f.startswith("video_")]
+    store.close()
 
 
 def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):

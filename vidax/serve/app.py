@@ -129,7 +129,7 @@ def create_app(runner: JobRunner) -> Starlette:
                                        "video_id", "not_ready"))
         path = runner.store.video_path(job_id)
         if not os.path.isfile(path):
-            return _error(RequestError(404, f"the video of {job_id} is no longer in the jobs folder ({path})",
+            return _error(RequestError(404, f"the video of {job_id} is no longer in the jobs folder",
                                        "video_id", "not_found"))
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4",
                             content_disposition_type="inline")

@@ -15,6 +15,7 @@ job that was queued or running when the process ended is marked failed when the 
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -107,8 +108,15 @@ class JobStore:
         return [json.loads(r[0]) for r in rows[:limit]], len(rows) > limit
 
     def delete(self, job_id: str) -> None:
+        """Delete the job's record, its mp4 and the frames kept when the mp4 could not be written."""
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        for path in [self.video_path(job_id),
+                     *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy"))]:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def fail_active(self, message: str, code: str) -> int:
         """Mark every queued or running job failed with ``message``; returns how many."""
@@ -159,19 +167,25 @@ def _failed(job: dict, message: str, code: str) -> dict:
 
 
 class _Unwritten(Exception):
-    """The mp4 of a finished job could not be written; the message says where its frames are kept
-    (:func:`vidax.io.video.save_unwritten`)."""
+    """The mp4 of a finished job could not be written; its frames are kept as
+    ``<folder>/<job_id>.unwritten.npy`` (:func:`vidax.io.video.save_unwritten`, in ``folder``
+    only), and the message names the files relative to ``folder`` (the client does not see the
+    server's paths)."""
 
-    def __init__(self, path: str, frames: Any, error: Exception):
+    def __init__(self, folder: str, job_id: str, frames: Any, error: Exception):
         from vidax.io.video import save_unwritten
 
-        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        def local(text: str) -> str:
+            return " ".join(text.replace(folder + os.sep, "").split())
+
         try:
-            kept = f"the frames are kept in {save_unwritten(frames, path)} (float32 (videos, frames, height, " \
-                   "width, RGB) in [0, 1], numpy.load)"
+            kept = os.path.relpath(save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False),
+                                   folder)
+            kept = f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, " \
+                   "RGB) in [0, 1], numpy.load)"
         except OSError as e:
-            kept = f"saving the frames as .npy failed too ({type(e).__name__}: {e})"
-        super().__init__(f"could not write {path} ({reason}); {kept}")
+            kept = local(f"saving the frames as .npy failed too ({type(e).__name__}: {e})")
+        super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
 
 
 class _Pending:
@@ -271,7 +285,7 @@ class JobRunner:
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
-        before each VAE decode chunk); a finished job is deleted with its video. Returns the
+        before each VAE decode chunk); a finished job is deleted with its video (:meth:`JobStore.delete`). Returns the
         job (or the OpenAI deletion object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
@@ -287,10 +301,6 @@ class JobRunner:
         if job is None:
             return None
         self.store.delete(job_id)
-        try:
-            os.unlink(self.store.video_path(job_id))
-        except FileNotFoundError:
-            pass
         return {"id": job_id, "object": "video.deleted", "deleted": True}
 
     def counts(self) -> dict:
@@ -339,7 +349,7 @@ class JobRunner:
                 write_video(out.frames[0], self.store.video_path(pending.id), fps=pending.fps,
                             audio=None if out.audio is None else out.audio[0], sample_rate=out.audio_sample_rate)
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
-                raise _Unwritten(self.store.video_path(pending.id), out.frames, e) from None
+                raise _Unwritten(self.store.folder, pending.id, out.frames, e) from None
             stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
                      "write_s": time.perf_counter() - t0}
             job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
