@@ -340,7 +340,7 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
 
     pipe = vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path / "i2v"), image_to_video=True), progress=False)
     runner = JobRunner(pipe, "tiny-i2v", JobStore(tmp_path / "jobs"), queue_size=2)
-    client = TestClient(create_app(runner))
+    client = TestClient(create_app(runner), base_url="http://localhost")
     assert client.get("/v1/models").json()["data"][0]["image"] is True
     fields = {"prompt": "a cat", "size": "48x32", "num_frames": "1", "num_inference_steps": "2"}
     r = client.post("/v1/videos", data=fields)
@@ -373,7 +373,7 @@ def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, to
     from vidax.serve.jobs import JobRunner, JobStore
 
     runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
-    client = TestClient(create_app(runner))
+    client = TestClient(create_app(runner), base_url="http://localhost")
     assert "toy_repeat" in client.get("/v1/models").json()["data"][0]["fields"]
     r = client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": 2, **SHAPE})
     assert r.status_code == 200, r.text
@@ -463,3 +463,48 @@ def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
         JobStore(tmp_path / "other")
     assert str(e.value).startswith(f"jobs_dir={str(tmp_path / 'other')!r}: jobs.sqlite3 there is not vidax serve's "
                                    "(its table jobs has the columns name, payload;"), e.value
+
+
+def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_checkpoint, toy_registered, tmp_path):
+    """A Host other than the bound address / localhost names (DNS rebinding) and a POST / DELETE
+    from another Origin (a cross-site form) are 403; JSON nested deeper than Python's stack is
+    400, a body over the cap 413, unknown paths and methods 404 / 405, all OpenAI's error object.
+    In-process without the worker: no job runs."""
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.serve.app import MAX_BODY, create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    app = create_app(runner, "127.0.0.1", 8123)
+    client = TestClient(app, base_url="http://127.0.0.1:8123")
+    fields = {"prompt": "a toy boat", **SHAPE}
+
+    def refused(r, status, code):
+        assert r.status_code == status, r.text
+        error = r.json()["error"]
+        assert error["code"] == code and error["type"] == "invalid_request_error" and "\n" not in error["message"], error
+
+    for host in ("127.0.0.1:8123", "localhost:8123", "[::1]:8123"):
+        assert client.get("/health", headers={"host": host}).status_code == 200, host
+    for host in ("evil.example:8123", "127.0.0.1:9999", "127.0.0.1", "localhost.evil.example:8123"):
+        refused(client.get("/v1/videos", headers={"host": host}), 403, "forbidden_host")
+    refused(client.post("/v1/videos", data=fields, headers={"origin": "http://evil.example"}), 403, "forbidden_origin")
+    refused(client.delete("/v1/videos/video_x", headers={"origin": "null"}), 403, "forbidden_origin")
+    # The page's own requests (same origin) pass.
+    r = client.post("/v1/videos", data=fields, headers={"origin": "http://127.0.0.1:8123"})
+    assert r.status_code == 200, r.text
+    assert client.delete(f"/v1/videos/{r.json()['id']}", headers={"origin": "http://127.0.0.1:8123"}).status_code == 200
+
+    r = client.post("/v1/videos", content=b"[" * 100000 + b"]" * 100000, headers={"content-type": "application/json"})
+    refused(r, 400, None)
+    assert r.json()["error"]["message"] == "the body is not valid JSON (nested too deeply)"
+    refused(client.post("/v1/videos", content=b"\xff\xfe{", headers={"content-type": "application/json"}), 400, None)
+    refused(client.post("/v1/videos", content=b" " * (MAX_BODY + 1), headers={"content-type": "application/json"}),
+            413, "too_large")
+    refused(client.get("/v1/nothing"), 404, "not_found")
+    refused(client.put("/v1/videos"), 405, "method_not_allowed")
+    jobs, _ = runner.list()
+    assert [j["status"] for j in jobs] == ["failed"]  # only the job accepted above was queued (then cancelled)
+    runner.store.close()
