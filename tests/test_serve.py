@@ -340,7 +340,7 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
 
     pipe = vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path / "i2v"), image_to_video=True), progress=False)
     runner = JobRunner(pipe, "tiny-i2v", JobStore(tmp_path / "jobs"), queue_size=2)
-    client = TestClient(create_app(runner))
+    client = TestClient(create_app(runner), base_url="http://localhost")
     assert client.get("/v1/models").json()["data"][0]["image"] is True
     fields = {"prompt": "a cat", "size": "48x32", "num_frames": "1", "num_inference_steps": "2"}
     r = client.post("/v1/videos", data=fields)
@@ -373,7 +373,7 @@ def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, to
     from vidax.serve.jobs import JobRunner, JobStore
 
     runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
-    client = TestClient(create_app(runner))
+    client = TestClient(create_app(runner), base_url="http://localhost")
     assert "toy_repeat" in client.get("/v1/models").json()["data"][0]["fields"]
     r = client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": 2, **SHAPE})
     assert r.status_code == 200, r.text
@@ -411,16 +411,100 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
         taken.close()
 
 
-def test_unwritten_video_keeps_the_frames(tmp_path, monkeypatch):
-    """A job whose mp4 cannot be written (here: its folder is gone) fails with one line saying
-    where its frames are kept, as vidax generate keeps them."""
-    from vidax.serve.jobs import _Unwritten
+def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypatch):
+    """A job whose mp4 cannot be written fails with one line saying where its frames are kept:
+    in the jobs folder only (never the working or temporary folder), named relative to it (no
+    server path reaches the client), and deleted with the job."""
+    from vidax.serve.jobs import JobStore, _Unwritten
 
     monkeypatch.chdir(tmp_path)
+    store = JobStore(tmp_path / "jobs")
     frames = np.random.default_rng(0).random((1, 5, 32, 48, 3), dtype=np.float32)
-    path = str(tmp_path / "gone" / "video_x.mp4")
-    message = str(_Unwritten(path, frames, FileNotFoundError(2, "No such file or directory")))
-    kept = tmp_path / "video_x.unwritten.npy"
-    assert message == (f"could not write {path} (FileNotFoundError: [Errno 2] No such file or directory); the frames "
-                       f"are kept in {kept} (float32 (videos, frames, height, width, RGB) in [0, 1], numpy.load)")
-    np.testing.assert_array_equal(np.load(kept), frames)
+    error = PermissionError(13, "Permission denied", store.folder + "/.vidax-x.mp4")
+    message = str(_Unwritten(store.folder, "video_x", frames, error))
+    assert message == ("could not write video_x.mp4 (PermissionError: [Errno 13] Permission denied: '.vidax-x.mp4'); "
+                       "the frames are kept in video_x.unwritten.npy in the jobs folder (float32 (videos, frames, "
+                       "height, width, RGB) in [0, 1], numpy.load)")
+    np.testing.assert_array_equal(np.load(tmp_path / "jobs" / "video_x.unwritten.npy"), frames)
+    # A jobs folder that cannot take the file (here: gone): nothing is written elsewhere.
+    gone = str(tmp_path / "gone")
+    message = str(_Unwritten(gone, "video_y", frames, FileNotFoundError(2, "No such file", gone + "/.vidax-y.mp4")))
+    assert "saving the frames as .npy failed too" in message and str(tmp_path) not in message, message
+    assert sorted(os.listdir(tmp_path)) == ["jobs"]
+    store.put({"id": "video_x", "status": "failed"})
+    store.delete("video_x")
+    assert store.get("video_x") is None and not [f for f in os.listdir(tmp_path / "jobs") if f.startswith("video_")]
+    store.close()
+
+
+def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
+    """The jobs folder is locked while a store has it open (a second server would mark the
+    first's running job interrupted, delete its jobs); a jobs.sqlite3 of another schema is
+    refused when the store opens (before the server loads weights), both in one line."""
+    import sqlite3
+
+    from vidax.errors import InputError
+    from vidax.serve.jobs import JobStore
+
+    first = JobStore(tmp_path / "jobs")
+    with pytest.raises(InputError) as e:
+        JobStore(tmp_path / "jobs")
+    assert str(e.value) == (f"jobs_dir={str(tmp_path / 'jobs')!r} is in use by another vidax serve, pid {os.getpid()}; "
+                            "stop it or give another --jobs-dir")
+    first.close()
+    JobStore(tmp_path / "jobs").close()  # free once the first has closed
+
+    (tmp_path / "other").mkdir()
+    db = sqlite3.connect(tmp_path / "other" / "jobs.sqlite3")
+    db.execute("CREATE TABLE jobs (name TEXT, payload BLOB)")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError) as e:
+        JobStore(tmp_path / "other")
+    assert str(e.value).startswith(f"jobs_dir={str(tmp_path / 'other')!r}: jobs.sqlite3 there is not vidax serve's "
+                                   "(its table jobs has the columns name, payload;"), e.value
+
+
+def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_checkpoint, toy_registered, tmp_path):
+    """A Host other than the bound address / localhost names (DNS rebinding) and a POST / DELETE
+    from another Origin (a cross-site form) are 403; JSON nested deeper than Python's stack is
+    400, a body over the cap 413, unknown paths and methods 404 / 405, all OpenAI's error object.
+    In-process without the worker: no job runs."""
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.serve.app import MAX_BODY, create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    app = create_app(runner, "127.0.0.1", 8123)
+    client = TestClient(app, base_url="http://127.0.0.1:8123")
+    fields = {"prompt": "a toy boat", **SHAPE}
+
+    def refused(r, status, code):
+        assert r.status_code == status, r.text
+        error = r.json()["error"]
+        assert error["code"] == code and error["type"] == "invalid_request_error" and "\n" not in error["message"], error
+
+    for host in ("127.0.0.1:8123", "localhost:8123", "[::1]:8123"):
+        assert client.get("/health", headers={"host": host}).status_code == 200, host
+    for host in ("evil.example:8123", "127.0.0.1:9999", "127.0.0.1", "localhost.evil.example:8123"):
+        refused(client.get("/v1/videos", headers={"host": host}), 403, "forbidden_host")
+    refused(client.post("/v1/videos", data=fields, headers={"origin": "http://evil.example"}), 403, "forbidden_origin")
+    refused(client.delete("/v1/videos/video_x", headers={"origin": "null"}), 403, "forbidden_origin")
+    # The page's own requests (same origin) pass.
+    r = client.post("/v1/videos", data=fields, headers={"origin": "http://127.0.0.1:8123"})
+    assert r.status_code == 200, r.text
+    assert client.delete(f"/v1/videos/{r.json()['id']}", headers={"origin": "http://127.0.0.1:8123"}).status_code == 200
+
+    r = client.post("/v1/videos", content=b"[" * 100000 + b"]" * 100000, headers={"content-type": "application/json"})
+    refused(r, 400, None)
+    assert r.json()["error"]["message"] == "the body is not valid JSON (nested too deeply)"
+    refused(client.post("/v1/videos", content=b"\xff\xfe{", headers={"content-type": "application/json"}), 400, None)
+    refused(client.post("/v1/videos", content=b" " * (MAX_BODY + 1), headers={"content-type": "application/json"}),
+            413, "too_large")
+    refused(client.get("/v1/nothing"), 404, "not_found")
+    refused(client.put("/v1/videos"), 405, "method_not_allowed")
+    jobs, _ = runner.list()
+    assert [j["status"] for j in jobs] == ["failed"]  # only the job accepted above was queued (then cancelled)
+    runner.store.close()

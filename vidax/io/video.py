@@ -343,24 +343,25 @@ def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     return (data.reshape(-1, channels).T.astype(np.float32) / 32767.0), rate
 
 
-def save_unwritten(frames: np.ndarray, path: str | os.PathLike) -> str:
+def save_unwritten(frames: np.ndarray, path: str | os.PathLike, elsewhere: bool = True) -> str:
     """Keep frames whose output could not be written: ``frames`` saved atomically as ``.npy``
     (as given, e.g. float32 (B, F, H, W, 3) in [0, 1]) beside ``path``, named
     ``<stem>.unwritten.npy`` (``<stem>.unwritten-1.npy``, ... up to ``-99`` when taken: an
-    existing name, even a dangling symlink, is never replaced), else in the current folder,
-    else in the temporary folder; returns the file written.
+    existing name, even a dangling symlink, is never replaced), else (``elsewhere``) in the
+    current folder, else in the temporary folder; returns the file written.
 
     Raises:
-        OSError: no folder of the three could take the file (the last error).
+        OSError: no folder tried could take the file (the last error).
     """
     path = os.path.abspath(os.fspath(path).rstrip(os.sep) or "vidax-output")
     stem = os.path.splitext(os.path.basename(path))[0] or "vidax-output"
     folders = [os.path.dirname(path)]
-    try:
-        folders.append(os.getcwd())
-    except OSError:  # the current folder was removed meanwhile
-        pass
-    folders.append(tempfile.gettempdir())
+    if elsewhere:
+        try:
+            folders.append(os.getcwd())
+        except OSError:  # the current folder was removed meanwhile
+            pass
+        folders.append(tempfile.gettempdir())
     error: OSError | None = None
     for folder in dict.fromkeys(folders):
         free = (os.path.join(folder, f"{stem}.unwritten{'' if i == 0 else f'-{i}'}.npy") for i in range(100))

@@ -16,6 +16,12 @@
 ``GET /health``                ``{"status": "ok", "model", "queued", "running"}``
 ``GET /``                      the page (``page.html``)
 =============================  ===================================================================
+
+Every request is checked first (:class:`_Guard`): a ``Host`` header other than the bound address
+or a localhost name (``127.0.0.1``, ``localhost``, ``[::1]``) with the bound port is 403 (DNS
+rebinding), as is a POST / DELETE whose ``Origin`` header is not the server's own origin (a
+cross-site form or fetch); a body over :data:`MAX_BODY` bytes is 413. Errors, 404 and 405 of
+unknown paths and methods included, are OpenAI's error object.
 """
 
 from __future__ import annotations
@@ -30,12 +36,78 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from vidax.serve.fields import Fields, RequestError
 from vidax.serve.jobs import COMPLETED, JobRunner
+
+#: The largest request body accepted (bytes): an image and the fields, with room to spare.
+MAX_BODY = 16 * 2**20
+_LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
+_WILDCARD = ("0.0.0.0", "::", "")
+
+
+class _Guard:
+    """ASGI middleware refusing, in OpenAI's error shape, a request whose ``Host`` is not
+    ``host`` or a localhost name with port ``port`` (any name when ``host`` is a wildcard
+    address; any port when ``port`` is None), a POST / DELETE / PUT / PATCH whose ``Origin`` is
+    not ``http://<its Host>`` (403), and a body over ``max_body`` bytes (413; the body is read
+    here and handed on)."""
+
+    def __init__(self, app: Any, host: str, port: int | None, max_body: int = MAX_BODY):
+        self.app, self.port, self.max_body = app, port, max_body
+        host = host.strip("[]").lower()
+        self.names = None if host in _WILDCARD else {host, *_LOCAL_NAMES}
+
+    def _refusal(self, headers: dict[str, str], method: str) -> RequestError | None:
+        given = headers.get("host", "")
+        name, _, port = given.rpartition(":") if given.rpartition(":")[2].isdigit() else (given, "", "")
+        name = name.strip("[]").lower()
+        if (self.names is not None and name not in self.names) or (self.port is not None and port != str(self.port)):
+            return RequestError(403, f"Host {given!r} is not this server's address; use the address it listens on",
+                                None, "forbidden_host")
+        origin = headers.get("origin")
+        if method in ("POST", "DELETE", "PUT", "PATCH") and origin is not None \
+                and origin.lower() != f"http://{given}".lower():
+            return RequestError(403, f"Origin {origin!r} is another site: only this server's own page may change "
+                                "its jobs", None, "forbidden_origin")
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:
+            return self._too_large()
+        return None
+
+    def _too_large(self) -> RequestError:
+        return RequestError(413, f"the request body is over {self.max_body} bytes", None, "too_large")
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = self._refusal(headers, scope["method"])
+        if refusal is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            body, more = bytearray(), True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+                if len(body) > self.max_body:
+                    refusal = self._too_large()
+                    break
+            if refusal is None:
+                messages = [{"type": "http.request", "body": bytes(body), "more_body": False}]
+
+                async def receive_body() -> dict:
+                    return messages.pop() if messages else await receive()
+
+                return await self.app(scope, receive_body, send)
+        if refusal is not None:
+            return await _error(refusal)(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 def _error(e: RequestError) -> JSONResponse:
@@ -53,8 +125,9 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
     if kind == "application/json":
         try:
             fields = await request.json()
-        except ValueError as e:
-            raise RequestError(400, f"the body is not valid JSON ({e})") from None
+        except (ValueError, RecursionError) as e:  # bad JSON, bad UTF-8, nesting deeper than Python's stack
+            reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise RequestError(400, f"the body is not valid JSON ({reason})") from None
         if not isinstance(fields, dict):
             raise RequestError(400, f"the body must be a JSON object of fields, got {type(fields).__name__}")
         if "input_reference" in fields:
@@ -94,9 +167,11 @@ async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image
     return image_path, value.filename or "input_reference"
 
 
-def create_app(runner: JobRunner) -> Starlette:
-    """The app serving ``runner``'s jobs; it starts the worker with the app and stops it
-    (cancelling the running job between steps) when the server shuts down."""
+def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = None) -> Starlette:
+    """The app serving ``runner``'s jobs on ``host:port`` (the address the server is bound to:
+    requests naming another ``Host`` are refused, :class:`_Guard`; ``port`` None: any port); it
+    starts the worker with the app and stops it (cancelling the running job between steps) when
+    the server shuts down."""
     page = files("vidax.serve").joinpath("page.html").read_text()
 
     async def create(request: Request) -> Response:
@@ -129,7 +204,7 @@ def create_app(runner: JobRunner) -> Starlette:
                                        "video_id", "not_ready"))
         path = runner.store.video_path(job_id)
         if not os.path.isfile(path):
-            return _error(RequestError(404, f"the video of {job_id} is no longer in the jobs folder ({path})",
+            return _error(RequestError(404, f"the video of {job_id} is no longer in the jobs folder",
                                        "video_id", "not_found"))
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4",
                             content_disposition_type="inline")
@@ -176,7 +251,13 @@ def create_app(runner: JobRunner) -> Starlette:
         finally:
             await run_in_threadpool(runner.stop)
 
-    return Starlette(routes=[
+    async def http_error(request: Request, e: HTTPException) -> Response:
+        reason = {404: f"no such path {request.url.path!r}",
+                  405: f"{request.method} is not allowed on {request.url.path!r}"}.get(e.status_code, str(e.detail))
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
+        return _error(RequestError(e.status_code, reason, None, code))
+
+    app = Starlette(exception_handlers={HTTPException: http_error}, routes=[
         Route("/", index),
         Route("/health", health),
         Route("/v1/models", models),
@@ -186,3 +267,5 @@ def create_app(runner: JobRunner) -> Starlette:
         Route("/v1/videos/{id}", delete, methods=["DELETE"]),
         Route("/v1/videos/{id}/content", content, methods=["GET"]),
     ], lifespan=lifespan)
+    app.add_middleware(_Guard, host=host, port=port)
+    return app

@@ -58,9 +58,9 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh_from_sizes(*sizes), offload=offload)
     load(pipe)
     runner = JobRunner(pipe, model, store, queue_size)
-    config = uvicorn.Config(create_app(runner), log_level="info" if verbose else "warning",
-                            timeout_graceful_shutdown=5)
     bound = sock.getsockname()
+    config = uvicorn.Config(create_app(runner, bound[0], bound[1]), log_level="info" if verbose else "warning",
+                            timeout_graceful_shutdown=5)
     shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
     typer.echo(f"vidax serve: {model} on http://{shown}:{bound[1]}/ (jobs in {store.folder})", err=True)
     received: list[int] = []

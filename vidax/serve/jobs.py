@@ -15,6 +15,7 @@ job that was queued or running when the process ended is marked failed when the 
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -35,25 +36,45 @@ ACTIVE = (QUEUED, IN_PROGRESS)
 
 
 class JobStore:
-    """Job records in SQLite (``<folder>/jobs.sqlite3``), safe to use from several threads.
+    """Job records in SQLite (``<folder>/jobs.sqlite3``), safe to use from several threads. The
+    folder is held by one store at a time (an exclusive ``flock`` on ``<folder>/serve.lock``,
+    which names the holder's pid) until :meth:`close`.
 
     Raises:
-        InputError: ``folder`` cannot be created or the database cannot be opened there.
+        InputError: ``folder`` cannot be created or the database cannot be opened there; another
+            process holds the folder; its ``jobs.sqlite3`` has a ``jobs`` table of another schema.
     """
 
     FILE = "jobs.sqlite3"
+    LOCK = "serve.lock"
+    COLUMNS = ["id", "created_at", "status", "data"]
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = os.path.abspath(os.fspath(folder))
+        arg = Arg("jobs_dir", os.fspath(folder))
         try:
             os.makedirs(self.folder, exist_ok=True)
+            self._lock_file = _hold(os.path.join(self.folder, self.LOCK), arg)
+        except OSError as e:
+            raise InputError(arg, f" cannot hold the job records ({e})") from None
+        try:
             self._db = sqlite3.connect(os.path.join(self.folder, self.FILE), check_same_thread=False,
                                        isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
                              "status TEXT NOT NULL, data TEXT NOT NULL)")
+            columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
+            if columns != self.COLUMNS:
+                self._db.close()
+                raise InputError(arg, f": {self.FILE} there is not vidax serve's (its table jobs has the columns "
+                                 f"{', '.join(columns)}; expected {', '.join(self.COLUMNS)}); give another "
+                                 "folder or move that file away")
         except (OSError, sqlite3.Error) as e:
-            raise InputError(Arg("jobs_dir", os.fspath(folder)), f" cannot hold the job records ({e})") from None
+            self._lock_file.close()
+            raise InputError(arg, f" cannot hold the job records ({e})") from None
+        except InputError:
+            self._lock_file.close()
+            raise
         self._lock = threading.Lock()
 
     def video_path(self, job_id: str) -> str:
@@ -87,8 +108,15 @@ class JobStore:
         return [json.loads(r[0]) for r in rows[:limit]], len(rows) > limit
 
     def delete(self, job_id: str) -> None:
+        """Delete the job's record, its mp4 and the frames kept when the mp4 could not be written."""
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        for path in [self.video_path(job_id),
+                     *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy"))]:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def fail_active(self, message: str, code: str) -> int:
         """Mark every queued or running job failed with ``message``; returns how many."""
@@ -99,8 +127,39 @@ class JobStore:
         return len(rows)
 
     def close(self) -> None:
+        """Close the database and let another server take the folder."""
         with self._lock:
             self._db.close()
+            self._lock_file.close()
+
+
+def _hold(path: str, arg: Arg) -> Any:
+    """``path`` opened and locked (``fcntl.flock``, exclusive) with this process's id in it, for as
+    long as the returned file stays open.
+
+    Raises:
+        InputError: another process holds the lock (its id named).
+        OSError: the file cannot be opened or written.
+    """
+    import fcntl
+
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise InputError(arg, f" is in use by another vidax serve, pid {holder}; stop it or give another "
+                         "--jobs-dir") from None
+    except OSError:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _failed(job: dict, message: str, code: str) -> dict:
@@ -108,19 +167,25 @@ def _failed(job: dict, message: str, code: str) -> dict:
 
 
 class _Unwritten(Exception):
-    """The mp4 of a finished job could not be written; the message says where its frames are kept
-    (:func:`vidax.io.video.save_unwritten`)."""
+    """The mp4 of a finished job could not be written; its frames are kept as
+    ``<folder>/<job_id>.unwritten.npy`` (:func:`vidax.io.video.save_unwritten`, in ``folder``
+    only), and the message names the files relative to ``folder`` (the client does not see the
+    server's paths)."""
 
-    def __init__(self, path: str, frames: Any, error: Exception):
+    def __init__(self, folder: str, job_id: str, frames: Any, error: Exception):
         from vidax.io.video import save_unwritten
 
-        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        def local(text: str) -> str:
+            return " ".join(text.replace(folder + os.sep, "").split())
+
         try:
-            kept = f"the frames are kept in {save_unwritten(frames, path)} (float32 (videos, frames, height, " \
-                   "width, RGB) in [0, 1], numpy.load)"
+            kept = os.path.relpath(save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False),
+                                   folder)
+            kept = f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, " \
+                   "RGB) in [0, 1], numpy.load)"
         except OSError as e:
-            kept = f"saving the frames as .npy failed too ({type(e).__name__}: {e})"
-        super().__init__(f"could not write {path} ({reason}); {kept}")
+            kept = local(f"saving the frames as .npy failed too ({type(e).__name__}: {e})")
+        super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
 
 
 class _Pending:
@@ -220,7 +285,7 @@ class JobRunner:
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
-        before each VAE decode chunk); a finished job is deleted with its video. Returns the
+        before each VAE decode chunk); a finished job is deleted with its video (:meth:`JobStore.delete`). Returns the
         job (or the OpenAI deletion object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
@@ -236,10 +301,6 @@ class JobRunner:
         if job is None:
             return None
         self.store.delete(job_id)
-        try:
-            os.unlink(self.store.video_path(job_id))
-        except FileNotFoundError:
-            pass
         return {"id": job_id, "object": "video.deleted", "deleted": True}
 
     def counts(self) -> dict:
@@ -288,7 +349,7 @@ class JobRunner:
                 write_video(out.frames[0], self.store.video_path(pending.id), fps=pending.fps,
                             audio=None if out.audio is None else out.audio[0], sample_rate=out.audio_sample_rate)
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
-                raise _Unwritten(self.store.video_path(pending.id), out.frames, e) from None
+                raise _Unwritten(self.store.folder, pending.id, out.frames, e) from None
             stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
                      "write_s": time.perf_counter() - t0}
             job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
