@@ -128,7 +128,7 @@ def host_rendezvous(address: str, timeout_s: float, num_processes: int) -> None:
         except InputError as e:  # the processes that came stop too, told why
             for conn in joined.values():
                 with contextlib.suppress(OSError):
-                    conn.sendall(f"refused {str(e)[len(head) + 2:]}".encode())
+                    conn.sendall(f"refused {str(e)[len(str(head)) + 2:]}".encode())
             raise
         for conn in joined.values():
             conn.sendall(b"ok")
