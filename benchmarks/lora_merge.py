@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 
@@ -33,6 +32,7 @@ from vidax.lora.adapters import LoraAdapters
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.registry import registry
 from vidax.weights.safetensors_io import save_safetensors
+from step_bench import cpu_model
 
 WAN_14B = dict(patch_size=[1, 2, 2], num_attention_heads=40, attention_head_dim=128, in_channels=16,
                out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40,
@@ -42,15 +42,6 @@ MODULES = {f"{a}.{o}": (5120, 5120) for a in ("self_attn", "cross_attn") for o i
 MODULES.update({"ffn.0": (13824, 5120), "ffn.2": (5120, 13824)})
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from attention_memory import median_seconds
+from step_bench import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -29,18 +30,6 @@ sys.path.insert(0, ROOT)
 REPOS = {"ltx2": "Lightricks__LTX-2", "ltx2.3": "diffusers__LTX-2.3-Diffusers"}
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or the platform's machine name."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> dict:

@@ -31,11 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
-from step_bench import ROOT, configure_xla_threads, peak_rss_gib, prepare_jax, run_child, save_report, time_steps
+from step_bench import ROOT, configure_xla_threads, cpu_model, peak_rss_gib, prepare_jax, run_child, save_report, time_steps
 from wan_step import CONFIG_1_3B, CONFIG_14B, SCHEDULER, TEXT_LEN
 
 CONFIGS = {"1.3B": CONFIG_1_3B, "14B": CONFIG_14B}
@@ -162,7 +161,7 @@ def main() -> None:
     where = f"CPU, {args.threads} threads" if device.lower() == "cpu" else device
     meta = {"model": f"Wan2.1-T2V-{args.model} transformer (random weights){layers}", "dtype": args.dtype,
             "latent_THW": [t, h, w], "tokens": t * (h // 2) * (w // 2), "text_tokens": TEXT_LEN, "cfg_batch": 2,
-            "threads": args.threads, "device": device, "cpu": platform.processor() or platform.machine(),
+            "threads": args.threads, "device": device, "cpu": cpu_model(),
             "timed_steps": args.steps}
     lines = [
         f"# Wan2.1-T2V-{args.model} block offloading: chunk sweep ({where}, {args.dtype})", "",

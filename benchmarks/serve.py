@@ -17,27 +17,18 @@ import argparse
 import concurrent.futures
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from step_bench import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class Direct:

@@ -212,18 +212,6 @@ def save_report(out: str, meta: dict, rows: list, lines: list[str]) -> None:
     print("\n".join(lines))
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``), else what ``platform`` says."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(bench: StepBench) -> None:
     """The benchmark's command line (see each family script's docstring)."""
     p = argparse.ArgumentParser(description=bench.title)
