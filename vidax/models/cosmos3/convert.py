@@ -1,8 +1,9 @@
-"""Reading a Cosmos 3 transformer's tensors: the tables its registry entry names (``__init__.py``)
-for the one component loader (:mod:`vidax.weights.component`), under the names every family's
-``convert.py`` uses (``docs/adding_a_family.md``). The keys map 1:1 by the default rule
+"""Reading Cosmos 3's tensors: the tables its registry entries name (``__init__.py``) for the one
+component loader (:mod:`vidax.weights.component`), under the names every family's ``convert.py``
+uses (``docs/adding_a_family.md``). The transformer's keys map 1:1 by the default rule
 (``layers`` stacked: both pathways' weights of a layer are one layer of the stack, so they are
-read, placed and streamed together).
+read, placed and streamed together); so do the sound tokenizer's (its weight-normed convolutions
+keep ``weight_g`` / ``weight_v`` as the checkpoint has them).
 
 Cosmos 3 has no VAE of its own (the Wan2.2 ``AutoencoderKLWan``, registered by the Wan family).
 """
@@ -24,3 +25,7 @@ TRANSFORMER_PARAM_AXES = (
     (r"^layers/(mlp|mlp_moe_gen)/(gate_proj|up_proj)/kernel$", ("layers", "embed", "mlp")),
     (r"^layers/(mlp|mlp_moe_gen)/down_proj/kernel$", ("layers", "mlp", "embed")),
 )
+
+#: The sound tokenizer's SnakeBeta parameters (``alpha`` / ``beta``, log-scale) stay float32: the
+#: activation is computed in float32 (:class:`~vidax.models.cosmos3.sound_tokenizer.Snake1d`).
+AUDIO_DECODER_FP32_PARAMS = (r"(^|/)(alpha|beta)$",)
