@@ -99,11 +99,18 @@ def test_encode_matches_diffusers(pair):
 
 
 def test_decoder_only_folder_loads(tmp_path):
-    """A decoder-only save (``encoder_enabled=False``: no ``encoder.*`` tensors) loads; it decodes
-    as the reference and refuses to encode in one line."""
+    """A decoder-only checkpoint (no ``encoder.*`` tensors) whose config.json does not say so (no
+    ``encoder_enabled``, as the released hand-written folder) loads as diffusers loads it, with the
+    encoder disabled; it decodes as the reference and refuses to encode in one line."""
     ref = Ref(**TINY, encoder_enabled=False).eval()
     randomize_torch_module(ref, 5, scale=0.1, gain=0.5)
     ref.save_pretrained(tmp_path)
+    with open(tmp_path / "config.json") as f:
+        raw = json.load(f)
+    del raw["encoder_enabled"]
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(raw, f)
+    assert Ref.from_pretrained(tmp_path).encoder is None  # the reference reads it decoder-only too
     ours = load_component("Cosmos3AVAEAudioTokenizer", tmp_path)
     assert ours.encoder is None
     z = standard_normal((1, 5, 3), 6)

@@ -7,6 +7,8 @@ Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (
 fp32 parameters). The VAE (``AutoencoderKLWan``) is the Wan family's.
 """
 
+import dataclasses
+
 from vidax.registry import Family, family_component
 
 _PKG = "vidax.models.cosmos3"
@@ -21,9 +23,12 @@ FAMILY = Family(
                          key_configs=("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
                                       "head_dim", "intermediate_size", "hidden_act", "vocab_size", "sound_gen",
                                       "action_gen")),
-        family_component(_PKG, "audio_decoder", "Cosmos3AVAEAudioTokenizer",
-                         "sound_tokenizer:Cosmos3AVAEAudioTokenizer", "Cosmos3SoundTokenizerConfig",
-                         key_configs=("sampling_rate", "vocoder_input_dim", "dec_dim", "dec_strides",
-                                      "dec_out_channels", "enc_dim", "enc_strides", "encoder_enabled")),
+        # Loaded by its own planner: a checkpoint without encoder tensors is decoder-only (as diffusers).
+        dataclasses.replace(
+            family_component(_PKG, "audio_decoder", "Cosmos3AVAEAudioTokenizer",
+                             "sound_tokenizer:Cosmos3AVAEAudioTokenizer", "Cosmos3SoundTokenizerConfig",
+                             key_configs=("sampling_rate", "vocoder_input_dim", "dec_dim", "dec_strides",
+                                          "dec_out_channels", "enc_dim", "enc_strides", "encoder_enabled")),
+            loader=f"{_PKG}.convert:plan_sound_tokenizer"),
     ),
 )
