@@ -49,7 +49,7 @@ class Snake1d(nnx.Module):
 
 class WNConv1d(nnx.Module):
     """``weight_norm(nn.Conv1d(...))`` (zero padding) on ``(B, T, C_in)`` -> ``(B, T', C_out)``;
-    ``transpose``: ``weight_norm(nn.ConvTranspose1d(...))`` with ``output_padding``.
+    ``transpose``: ``weight_norm(nn.ConvTranspose1d(...))`` with ``output_padding`` (no dilation).
 
     Args:
         cin, cout: channels; kernel, stride, padding, dilation: as torch's.
@@ -79,12 +79,7 @@ class WNConv1d(nnx.Module):
         x = x.astype(self.dtype)
         k = w.shape[-1]
         if self.transpose:
-            # Dilate the input by the stride, pad by K - 1 - p (+ output_padding at the end) and
-            # correlate with the flipped kernel: torch's ConvTranspose1d.
-            lo = self.dilation * (k - 1) - self.padding
-            y = jax.lax.conv_general_dilated(x, jnp.transpose(w[:, :, ::-1], (2, 0, 1)), (1,),
-                                             [(lo, lo + self.output_padding)], lhs_dilation=(self.stride,),
-                                             rhs_dilation=(self.dilation,), dimension_numbers=_DN)
+            y = _conv_transpose(x, w, self.stride, self.padding, self.output_padding)
         elif k == 1 and self.stride == 1 and self.padding == 0:
             y = jnp.einsum("bti,oi->bto", x, w[:, :, 0])
         else:
@@ -92,6 +87,24 @@ class WNConv1d(nnx.Module):
                                              [(self.padding, self.padding)], rhs_dilation=(self.dilation,),
                                              dimension_numbers=_DN)
         return y if self.bias is None else y + self.bias[...].astype(self.dtype)
+
+
+def _conv_transpose(x: jax.Array, w: jax.Array, stride: int, padding: int, output_padding: int) -> jax.Array:
+    """torch ``conv_transpose1d`` (no dilation) of ``x (B, L, C_in)`` with the torch weight
+    ``w (C_in, C_out, K)``: ``(B, (L - 1) s - 2 p + K + output_padding, C_out)``.
+
+    Computed as one matmul to every input sample's ``K`` output taps, then overlap-add of the
+    ``ceil(K / s)`` stride-long groups of taps (input ``l``'s group ``m`` lands on output block
+    ``l + m``), cropped by the padding. (An input-dilated convolution would spend ``s`` times the
+    multiplies on inserted zeros: XLA's CPU convolution does not skip them.)"""
+    b, length, _ = x.shape
+    cin, cout, k = w.shape
+    q = -(-k // stride)
+    w = jnp.transpose(jnp.pad(w, ((0, 0), (0, 0), (0, q * stride - k))), (0, 2, 1))  # (C_in, q s, C_out)
+    taps = jnp.einsum("bli,iko->blko", x, w).reshape(b, length, q, stride, cout)
+    full = sum(jnp.pad(taps[:, :, m], ((0, 0), (m, q - 1 - m), (0, 0), (0, 0))) for m in range(q))
+    full = full.reshape(b, (length + q - 1) * stride, cout)
+    return full[:, padding : padding + (length - 1) * stride - 2 * padding + k + output_padding]
 
 
 # ---------------------------------------------------------------------------------------------
