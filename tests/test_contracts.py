@@ -110,6 +110,9 @@ TINY = {
                                    intermediate_size=36, num_hidden_layers=2, rope_axes_dim=[2, 2, 2], latent_channel=5,
                                    patch_latent_dim=20, vocab_size=50, sound_gen=True, sound_dim=6, action_gen=True,
                                    action_dim=7, num_embodiment_domains=3),
+    "Cosmos3AVAEAudioTokenizer": dict(vocoder_input_dim=5, dec_dim=6, dec_c_mults=[1, 2], dec_strides=[2, 3],
+                                      enc_dim=7, enc_c_mults=[1, 2], enc_strides=[3, 2], enc_num_blocks=1,
+                                      enc_n_fft=10, enc_hop_length=4, enc_latent_dim=10),
 }
 
 MODELED = [s for s in registry().components() if s.model is not None]

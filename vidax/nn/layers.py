@@ -35,13 +35,13 @@ class LayerNorm(nnx.Module):
     """``FP32LayerNorm``: statistics and affine in float32, result in ``out_dtype``.
 
     Over the last axis, biased variance, ``eps`` inside the square root; ``affine=False`` has no
-    parameters (``elementwise_affine=False``).
+    parameters (``elementwise_affine=False``), ``bias=False`` a scale without a bias.
     """
 
-    def __init__(self, dim: int, eps: float, affine: bool, *, param_dtype=_F32):
+    def __init__(self, dim: int, eps: float, affine: bool, *, bias: bool = True, param_dtype=_F32):
         self.eps = eps
         self.scale = nnx.Param(jnp.ones((dim,), param_dtype)) if affine else None
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype)) if affine else None
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype)) if affine and bias else None
 
     def __call__(self, x: jax.Array, out_dtype) -> jax.Array:
         x = x.astype(_F32)
@@ -49,7 +49,9 @@ class LayerNorm(nnx.Module):
         var = jnp.square(x - mean).mean(axis=-1, keepdims=True)
         y = (x - mean) * jax.lax.rsqrt(var + self.eps)
         if self.scale is not None:
-            y = y * self.scale[...].astype(_F32) + self.bias[...].astype(_F32)
+            y = y * self.scale[...].astype(_F32)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(_F32)
         return y.astype(out_dtype)
 
 

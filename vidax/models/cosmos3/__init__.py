@@ -1,10 +1,13 @@
 """Cosmos 3 (NVIDIA, omni: video with sound): the ``Cosmos3OmniTransformer`` Mixture-of-Transformers
-(Nano / Super on Qwen3-VL, Edge on Nemotron dense). No pipeline yet (issue 24).
+(Nano / Super on Qwen3-VL, Edge on Nemotron dense) and the ``Cosmos3AVAEAudioTokenizer`` sound
+tokenizer (``sound_tokenizer``: sound latents -> 48 kHz stereo). No pipeline yet (issue 24).
 
-Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer
-config), ``transformer.py`` (model code only), ``convert.py`` (parameter axes, fp32 parameters).
-The VAE (``AutoencoderKLWan``) is the Wan family's.
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs),
+``transformer.py``, ``sound_tokenizer.py`` (model code only), ``convert.py`` (parameter axes,
+fp32 parameters). The VAE (``AutoencoderKLWan``) is the Wan family's.
 """
+
+import dataclasses
 
 from vidax.registry import Family, family_component
 
@@ -20,5 +23,12 @@ FAMILY = Family(
                          key_configs=("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
                                       "head_dim", "intermediate_size", "hidden_act", "vocab_size", "sound_gen",
                                       "action_gen")),
+        # Loaded by its own planner: a checkpoint without encoder tensors is decoder-only (as diffusers).
+        dataclasses.replace(
+            family_component(_PKG, "audio_decoder", "Cosmos3AVAEAudioTokenizer",
+                             "sound_tokenizer:Cosmos3AVAEAudioTokenizer", "Cosmos3SoundTokenizerConfig",
+                             key_configs=("sampling_rate", "vocoder_input_dim", "dec_dim", "dec_strides",
+                                          "dec_out_channels", "enc_dim", "enc_strides", "encoder_enabled")),
+            loader=f"{_PKG}.convert:plan_sound_tokenizer"),
     ),
 )

@@ -1,13 +1,15 @@
-"""Configuration of the Cosmos 3 denoising transformer (``transformer/config.json`` of a diffusers
-``Cosmos3OmniTransformer`` export: Nano / Super on the Qwen3-VL backbone, Edge on the Nemotron
-dense one)."""
+"""Configuration of the Cosmos 3 components: the denoising transformer (``transformer/config.json``
+of a diffusers ``Cosmos3OmniTransformer`` export: Nano / Super on the Qwen3-VL backbone, Edge on
+the Nemotron dense one) and the sound tokenizer (``sound_tokenizer/config.json``,
+``Cosmos3AVAEAudioTokenizer``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import TransformerConfig
+from vidax.config import ConfigBase, TransformerConfig, is_positive_int
 
 #: ``hidden_act`` values and what they select (diffusers ``Cosmos3VLTextMLP`` / the norm type).
 HIDDEN_ACTS = ("silu", "relu2")
@@ -159,3 +161,115 @@ class Cosmos3TransformerConfig(TransformerConfig):
             self.invalid(source, "sound_dim", None, "sound_gen needs it")
         if self.action_gen and self.action_dim is None:
             self.invalid(source, "action_dim", None, "action_gen needs it")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosmos3SoundTokenizerConfig(ConfigBase):
+    """Settings of ``diffusers.Cosmos3AVAEAudioTokenizer`` (diffusers 0.42.1
+    ``models/autoencoders/autoencoder_cosmos3_audio.py``, ``sound_tokenizer/config.json``), with its
+    ``__init__`` defaults.
+
+    Implemented: the ``spec_convnext`` encoder (STFT features, ConvNeXt blocks, strided
+    weight-normed convolutions, the VAE bottleneck's mean / scale halves) and the ``oobleck``
+    decoder (weight-normed convolutions, log-scale SnakeBeta, transposed-convolution upsampling,
+    dilated residual units). The switches of the reference that only have the shipped value
+    (:attr:`NEUTRAL`) are refused with any other, as diffusers refuses them; ``padding_mode`` other
+    than ``"zeros"`` (torch would run it) is refused too.
+
+    Attributes (latents ``(B, vocoder_input_dim, T)``, waveforms ``(B, channels, T·hop)``):
+        sampling_rate: Hz of the waveform.
+        vocoder_input_dim: the decoder's latent channels (the transformer's ``sound_dim``).
+        dec_dim, dec_c_mults, dec_strides: decoder base width, width multipliers and upsampling
+            strides (applied in reverse order); one multiplier per stride.
+        dec_out_channels: channels of the decoded waveform (2: stereo).
+        stereo, input_channels: the encoder's waveform channels ``input_channels · (2 if stereo)``.
+        normalize_volume: :meth:`encode` divides the waveform by its peak (times 0.95).
+        hop_size: waveform samples per latent frame for the encode padding (null: ``prod(dec_strides)``).
+        enc_dim, enc_c_mults, enc_strides, enc_num_blocks: encoder base width, multipliers,
+            downsampling strides and ConvNeXt blocks per stage.
+        enc_n_fft, enc_hop_length: the encoder's STFT size and hop.
+        enc_latent_dim: encoder output channels (mean and scale halves: ``2 · vocoder_input_dim``).
+        enc_use_snake: the ConvNeXt blocks' activation is SnakeBeta (else exact GELU).
+        enc_intermediate_dim, enc_num_layers, enc_identity_init: accepted, unused by the reference's
+            inference (widths derive from ``enc_dim``; the last is an initialisation).
+        bottleneck: the bottleneck dict (only ``type`` ``"vae"``).
+        encoder_enabled: the encoder exists (False: a decoder-only checkpoint; no :meth:`encode`).
+    """
+
+    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "model_type": ("autoencoder_v2",),
+        "use_wav_as_input": (True,),
+        "enc_type": ("spec_convnext",),
+        "dec_type": ("oobleck",),
+        "bottleneck_type": ("vae",),
+        "dec_use_snake": (True,),
+        "dec_final_tanh": (False,),
+        "dec_anti_aliasing": (False,),
+        "dec_use_nearest_upsample": (False,),
+        "dec_use_tanh_at_final": (False,),
+        "activation": ("snakebeta",),
+        "snake_logscale": (True,),
+        "anti_aliasing": (False,),
+        "use_cuda_kernel": (False,),
+        "causal": (False,),
+        "padding_mode": ("zeros",),
+        "latent_mean": (None,),
+        "latent_std": (None,),
+    }
+
+    sampling_rate: int = 48000
+    vocoder_input_dim: int = 64
+    dec_dim: int = 320
+    dec_c_mults: tuple[int, ...] = (1, 2, 4, 8, 16)
+    dec_strides: tuple[int, ...] = (2, 4, 5, 6, 8)
+    dec_out_channels: int = 2
+    stereo: bool = True
+    normalize_volume: bool = True
+    hop_size: int | None = None
+    input_channels: int = 1
+    enc_dim: int = 192
+    enc_intermediate_dim: int = 768
+    enc_num_layers: int = 12
+    enc_num_blocks: int = 2
+    enc_n_fft: int = 64
+    enc_hop_length: int = 16
+    enc_latent_dim: int = 128
+    enc_c_mults: tuple[int, ...] = (1, 2, 4)
+    enc_strides: tuple[int, ...] = (4, 5, 6)
+    enc_identity_init: bool = False
+    enc_use_snake: bool = True
+    bottleneck: tuple | None = None
+    encoder_enabled: bool = True
+
+    @property
+    def hop(self) -> int:
+        """Waveform samples per latent frame (``hop_size``, else ``prod(dec_strides)``; the
+        reference's ``_hop_size``)."""
+        return self.hop_size if self.hop_size is not None else math.prod(self.dec_strides)
+
+    @property
+    def encoder_channels(self) -> int:
+        """Waveform channels :meth:`encode` takes (``input_channels``, doubled when ``stereo``)."""
+        return self.input_channels * (2 if self.stereo else 1)
+
+    def validate(self, source: str) -> None:
+        self.check_positive(source, ("sampling_rate", "vocoder_input_dim", "dec_dim", "dec_out_channels",
+                                     "input_channels", "enc_dim", "enc_num_blocks", "enc_n_fft", "enc_hop_length",
+                                     "enc_latent_dim"), nullable=("hop_size",))
+        for key in ("dec_c_mults", "dec_strides", "enc_c_mults", "enc_strides"):
+            value = getattr(self, key)
+            if not isinstance(value, tuple) or not value or not all(map(is_positive_int, value)):
+                self.invalid(source, key, value, "expected a non-empty list of positive ints")
+        if len(self.dec_c_mults) != len(self.dec_strides):
+            self.invalid(source, "dec_c_mults", self.dec_c_mults,
+                         f"expected one multiplier per stride of dec_strides={list(self.dec_strides)}")
+        if len(self.enc_c_mults) != len(self.enc_strides):
+            self.invalid(source, "enc_c_mults", self.enc_c_mults,
+                         f"expected one multiplier per stride of enc_strides={list(self.enc_strides)}")
+        if dict(self.bottleneck or ()).get("type", "vae") != "vae":
+            self.invalid(source, "bottleneck", dict(self.bottleneck), "only the 'vae' bottleneck is implemented")
+        if self.enc_latent_dim % 2:
+            self.invalid(source, "enc_latent_dim", self.enc_latent_dim,
+                         "expected an even number (the VAE bottleneck's mean and scale halves)")
+        if self.enc_n_fft < self.enc_hop_length:
+            self.invalid(source, "enc_n_fft", self.enc_n_fft, f"expected at least enc_hop_length={self.enc_hop_length}")
