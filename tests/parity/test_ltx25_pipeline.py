@@ -11,7 +11,7 @@ tokenizer. Every parameter randomised.
   ``min_seconds`` / ``max_seconds`` bounds the call gives.
 * A 2-step float32 run at that frame count on the same ``latents`` / ``audio_latents``: video PSNR
   >= 60 dB and audio SNR >= 60 dB (float32 on both sides, only summation order and the
-  transcendental kernels differ).
+  transcendental kernels differ; measured 133.8 dB and 134.7 dB at the head's 2.0 s -> 13 frames).
 """
 
 from __future__ import annotations
