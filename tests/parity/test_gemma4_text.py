@@ -44,9 +44,11 @@ TEXT = dict(vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_laye
 VISION = dict(patch_size=4, pooling_kernel_size=1, mm_embed_dim=16, mm_posemb_size=8, output_proj_dims=48)
 IMAGE_TOKEN = 90
 B, L, LENGTHS = 2, 13, (13, 7)
-# fp32 on both sides; only summation order and the cos / sin / exp / tanh / pow kernels differ
-# (measured max_rel_err 4.5e-7 after layer 1 growing to 7.2e-6 after the final norm).
-FP32_TOL = 1e-5
+# fp32 on both sides; only summation order and the cos / sin / exp / tanh / pow kernels differ.
+# Measured max_rel_err: 6.9e-7 after layer 1, growing by ~1.5e-6 per randomised layer to 1.1e-5
+# after the first KV-sharing layer (7.1e-6 after the final norm): fp32 noise of 7 layers, hence
+# 2e-5; a wrong key / value source, norm or RoPE pair costs > 1e-1.
+FP32_TOL = 2e-5
 
 
 @pytest.fixture(scope="module")

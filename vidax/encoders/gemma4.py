@@ -31,8 +31,13 @@ positions ``arange(L)``, the key-padding mask with a zero output for a query tha
 refused. Hidden states: ``num_hidden_layers + 1`` entries (embeddings, each layer, the last after
 the final norm), stacked as LTX-2 takes them by :func:`vidax.encoders.gemma3.gemma_prompt_embeds`.
 
-The layers differ in shape, so they are an ``nnx.List`` run in a Python loop (not a scan): keys
-``layers.{i}.…`` map to ``layers/{i}/…``.
+Layout: the layers differ in shape by type (and the KV-sharing ones by what they hold), so the
+non-sharing layers are stacked by shape (``groups/{g}``, one stack per (type, head dim, K/V heads),
+layer ``i`` at its index in its group) and run by one ``lax.scan`` over the layers that switches to
+the layer's group (each group traced once: compile time does not grow with depth); the KV-sharing
+tail (``num_kv_shared_layers`` layers, none in most configs) is an ``nnx.List`` (``shared/{j}``)
+run after it on the keys / values the scan carries out of each group. Keys ``layers.{i}.…`` map
+there by renames (:func:`gemma4_key_rules`).
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
+from vidax.nn.layers import xla_cpu_upcasts
 from vidax.nn.rope import apply_rope
+from vidax.nn.stack import stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -59,16 +66,19 @@ _F32 = jnp.float32
 LAYER_TYPES = ("sliding_attention", "full_attention")
 _ROPE_TYPES = ("default", "proportional")
 
-#: Parameter axes (:mod:`vidax.parallel.rules`) of the per-layer (unstacked) modules: as
-#: :data:`~vidax.encoders.decoder_lm.DECODER_LM_PARAM_AXES` with the layer index in the path.
+_LAYER_AXES = (
+    *column_parallel(r"^layers/self_attn/(q_proj|k_proj|v_proj)", "heads"),
+    *row_parallel(r"^layers/self_attn/o_proj", "heads"),
+    *column_parallel(r"^layers/mlp/(gate_proj|up_proj)", "mlp"),
+    *row_parallel(r"^layers/mlp/down_proj", "mlp"),
+)
+#: Parameter axes (:mod:`vidax.parallel.rules`): as
+#: :data:`~vidax.encoders.decoder_lm.DECODER_LM_PARAM_AXES` for the stacked groups, and without
+#: the layer axis for the KV-sharing tail's per-layer modules.
 GEMMA4_PARAM_AXES = tuple(
-    (pattern.replace("^layers/", r"^layers/\d+/"), axes[1:])
-    for pattern, axes in (
-        *column_parallel(r"^layers/self_attn/(q_proj|k_proj|v_proj)", "heads"),
-        *row_parallel(r"^layers/self_attn/o_proj", "heads"),
-        *column_parallel(r"^layers/mlp/(gate_proj|up_proj)", "mlp"),
-        *row_parallel(r"^layers/mlp/down_proj", "mlp"),
-    )
+    (pattern.replace("^layers/", r"^groups/\d+/"), axes) for pattern, axes in _LAYER_AXES
+) + tuple(
+    (pattern.replace("^layers/", r"^shared/\d+/"), axes[1:]) for pattern, axes in _LAYER_AXES
 ) + ((r"^embed_tokens/embedding$", ("vocab", "embed")),)
 
 
@@ -307,6 +317,15 @@ class Gemma4TextConfig(DecoderLMConfig):
                 modes[max(i for i in range(first) if self.layer_types[i] == t)] = "store"
         return tuple(modes)
 
+    @property
+    def layer_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The non-sharing layers (``0 .. n - num_kv_shared_layers - 1``) grouped by shape (type,
+        head dim, K/V heads), groups in the order of their first layer."""
+        groups: dict[tuple, list[int]] = {}
+        for i in range(self.num_hidden_layers - self.num_kv_shared_layers):
+            groups.setdefault((self.layer_types[i], self.layer_head_dims[i], self.layer_kv_heads[i]), []).append(i)
+        return tuple(tuple(g) for g in groups.values())
+
     def rope_of(self, layer_type: str) -> RopeKind:
         return self.rope_sliding if layer_type == "sliding_attention" else self.rope_full
 
@@ -392,9 +411,11 @@ class Gemma4TextEncoder(nnx.Module):
     """``Gemma4UnifiedTextModel`` run as a text encoder (the module docstring lists what differs
     from Gemma 3).
 
-    Parameters: ``embed_tokens/embedding`` (V, D); ``layers/{i}/…`` per layer
-    (``self_attn/{q,k,v,o}_proj``, ``self_attn/{q,k}_norm``, ``mlp/{gate,up,down}_proj``, four
-    layer norms, ``layer_scalar`` (1,)); ``norm/scale`` (D,).
+    Parameters: ``embed_tokens/embedding`` (V, D); per layer (``self_attn/{q,k,v,o}_proj``,
+    ``self_attn/{q,k}_norm``, ``mlp/{gate,up,down}_proj``, four layer norms, ``layer_scalar``
+    (1,)) stacked by shape in ``groups/{g}/…`` (leading axis: the group's layers in order;
+    :attr:`Gemma4TextConfig.layer_groups`), the KV-sharing tail in ``shared/{j}/…``;
+    ``norm/scale`` (D,).
 
     Args:
         config: a :class:`Gemma4TextConfig`.
@@ -414,7 +435,13 @@ class Gemma4TextEncoder(nnx.Module):
         rngs = nnx.Rngs(0) if rngs is None else rngs
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, **kw)
-        self.layers = nnx.List([Gemma4Layer(config, i, attention, **kw) for i in range(config.num_hidden_layers)])
+        self.groups = nnx.List([
+            stacked(lambda r, i=group[0]: Gemma4Layer(config, i, attention, dtype=dtype, param_dtype=param_dtype,
+                                                      rngs=r), len(group), rngs)
+            for group in config.layer_groups])
+        n = config.num_hidden_layers
+        self.shared = nnx.List([Gemma4Layer(config, i, attention, **kw)
+                                for i in range(n - config.num_kv_shared_layers, n)])
         self.norm = _rms_norm(config, dtype, param_dtype)
         self.config = config
         self.dtype = dtype
@@ -457,22 +484,68 @@ class Gemma4TextEncoder(nnx.Module):
             segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
         q = jnp.arange(length, dtype=jnp.int32)
         window = jnp.where((q[:, None] - q[None, :]) < cfg.sliding_window, 0.0, -jnp.inf).astype(_F32)[None, None]
-        tables: dict[tuple[str, int], tuple[jax.Array, jax.Array]] = {}
-        shared: dict[str, Any] = {}
-        states = [h]
+        tables = {(t, k): cfg.rope_of(t).tables(length, k)
+                  for t, k in set(zip(cfg.layer_types, cfg.layer_head_dims))}
+
+        def inputs(i):
+            kind = cfg.layer_types[i]
+            return (*tables[kind, cfg.layer_head_dims[i]], segments, window if kind == "sliding_attention" else None)
+
+        groups = cfg.layer_groups
+        tail = len(self.shared) > 0
+        # Each group's stacked leaves (16-bit floats sliced as integers on CPU: see scan_layers).
+        split = []
+        for stack in self.groups:
+            graphdef, state = nnx.split(stack)
+            leaves, treedef = jax.tree.flatten(state)
+            split.append((graphdef, treedef, leaves, [xla_cpu_upcasts(a.dtype) for a in leaves]))
+
+        def branch(g):
+            graphdef, treedef, leaves, bits = split[g]
+            args = inputs(groups[g][0])
+
+            def run(operand):
+                x, kvs, j = operand
+                layer = [jax.lax.dynamic_index_in_dim(
+                    jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a, j, 0, keepdims=False) for a, b in
+                    zip(leaves, bits)]
+                layer = [jax.lax.bitcast_convert_type(a, d.dtype) if b else a for a, d, b in zip(layer, leaves, bits)]
+                x, kv = nnx.merge(graphdef, jax.tree.unflatten(treedef, layer))(x, *args, None)
+                return x, (kvs[:g] + (kv,) + kvs[g + 1:]) if tail else kvs
+
+            return run
+
+        def body(carry, xs):
+            x, kvs = carry
+            g, j = xs
+            if len(groups) == 1:
+                x, kvs = branch(0)((x, kvs, j))
+            else:
+                x, kvs = jax.lax.switch(g, [branch(i) for i in range(len(groups))], (x, kvs, j))
+            return (x, kvs), x
+
+        # Scan the non-sharing layers in order, each picking its group's stack and index there.
+        order = sorted((i, g, j) for g, group in enumerate(groups) for j, i in enumerate(group))
+        kvs0 = ()
+        if tail:  # the last keys / values of each group, for the KV-sharing layers
+            kvs0 = tuple((jnp.zeros((b, length, cfg.layer_kv_heads[gr[0]], cfg.layer_head_dims[gr[0]]), self.dtype),)
+                         * 2 for gr in groups)
+        h0 = h
+        xs = (jnp.asarray([g for _, g, _ in order], jnp.int32), jnp.asarray([j for _, _, j in order], jnp.int32))
+        (h, kvs), main = jax.lax.scan(body, (h, kvs0), xs)
+        states = [h0[None], main]
+        # The KV-sharing tail: each reuses the keys / values of the last non-sharing layer of its
+        # type (that layer is the last of its group).
         modes = cfg.kv_sharing_modes
-        for i, layer in enumerate(self.layers):
-            kind, k = cfg.layer_types[i], cfg.layer_head_dims[i]
-            if (kind, k) not in tables:
-                tables[kind, k] = cfg.rope_of(kind).tables(length, k)
-            cos, sin = tables[kind, k]
-            bias = window if kind == "sliding_attention" else None
-            h, kv = layer(h, cos, sin, segments, bias, shared.get(kind))
-            if modes[i] == "store":
-                shared[kind] = kv
-            states.append(h)
-        states[-1] = self.norm(h)
-        return jnp.stack([s.astype(self.dtype) for s in states])
+        store = {cfg.layer_types[i]: next(g for g, gr in enumerate(groups) if i in gr)
+                 for i in range(cfg.num_hidden_layers) if modes[i] == "store"}
+        first = cfg.num_hidden_layers - len(self.shared)
+        for j, layer in enumerate(self.shared):
+            i = first + j
+            h, _ = layer(h, *inputs(i), kvs[store[cfg.layer_types[i]]])
+            states.append(h[None])
+        out = jnp.concatenate(states)
+        return out.at[-1].set(self.norm(h).astype(out.dtype)).astype(self.dtype)
 
     def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
                  output_layer: int = -1) -> jax.Array:
@@ -485,10 +558,17 @@ class Gemma4TextEncoder(nnx.Module):
 
 
 def gemma4_key_rules(config: Gemma4TextConfig, keys: Any) -> KeyRules:
-    """Key mapping of a checkpoint holding the Gemma 4 language model (see
-    :func:`vidax.encoders.decoder_lm.decoder_lm_key_rules`); the layers are not stacked.
+    """Key mapping of a checkpoint holding the Gemma 4 language model: the prefix and unused parts
+    as :func:`vidax.encoders.decoder_lm.decoder_lm_key_rules`; ``layers.{i}.`` renamed to
+    ``groups.{g}.{j}.`` (layer ``i`` is the ``j``-th of group ``g``, a stacked prefix) or, for the
+    KV-sharing tail, ``shared.{i - first}.``.
 
     Raises:
         CheckpointError: no ``embed_tokens.weight`` key under a known prefix.
     """
-    return dataclasses.replace(decoder_lm_key_rules(config, keys), stacked=())
+    renames = [(f"layers.{i}.", f"groups.{g}.{j}.")
+               for g, group in enumerate(config.layer_groups) for j, i in enumerate(group)]
+    first = config.num_hidden_layers - config.num_kv_shared_layers
+    renames += [(f"layers.{i}.", f"shared.{i - first}.") for i in range(first, config.num_hidden_layers)]
+    return dataclasses.replace(decoder_lm_key_rules(config, keys), renames=tuple(renames),
+                               stacked=tuple(f"groups.{g}" for g in range(len(config.layer_groups))))
