@@ -57,6 +57,14 @@ TINY = {
         model_type="gemma3", vision_config=dict(model_type="siglip_vision_model"), text_config=dict(
             vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
             num_key_value_heads=2, head_dim=16, sliding_window=5, sliding_window_pattern=2)),
+    "Gemma4UnifiedForConditionalGeneration": dict(
+        model_type="gemma4_unified", text_config=dict(
+            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
+            num_key_value_heads=2, head_dim=16, global_head_dim=24, sliding_window=5, attention_k_eq_v=True,
+            num_global_key_value_heads=1, num_kv_shared_layers=2, layer_types=["sliding_attention",
+                                                                              "full_attention"] * 2)),
+    **{name: dict(video_cross_attention_dim=40, audio_cross_attention_dim=16, pooler_hidden_dim=8,
+                  num_pooler_heads=2, mlp_hidden_dim=6) for name in ("LTX2DurationHead", "LTX2DurationHeadModel")},
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
     "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,

@@ -157,3 +157,47 @@ def test_full_size_matches_transformers(name):
     else:
         assert (cfg.num_key_value_heads, cfg.head_dim, cfg.mrope_section) == (4, 128, (16, 24, 24))
         assert 7.0e9 < count < 7.2e9  # Qwen2.5-VL-7B's language model without lm_head
+
+
+def test_ltx25_gemma4_full_size_matches_transformers():
+    """LTX-2.5's ``gemma4_unified`` text encoder: only ``hidden_size`` 3840 and 48 layers are known
+    (``arch_essentials.json``, inferred from the connectors' ``caption_channels`` /
+    ``text_proj_in_factor``); the rest is ``Gemma4UnifiedTextConfig``'s defaults, on both sides.
+    Counted over the language model's state dict (its ``layer_scalar`` buffers are stored tensors,
+    loaded as parameters by vidax)."""
+    import torch
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
+
+    from vidax.encoders.gemma4 import GEMMA4_PARAM_AXES, Gemma4TextConfig, Gemma4TextEncoder, gemma4_key_rules
+
+    repo = "Lightricks__LTX-2.5-Diffusers"
+    e = _read(repo, "text_encoder", "arch_essentials.json")
+    raw = {"model_type": e["hf_model_type"], "text_config": dict(e["text_config"])}
+    cfg = Gemma4TextConfig.from_config_dict(raw, source=repo)
+    connectors = _read(repo, "connectors", "config.json")
+    assert (connectors["caption_channels"], connectors["text_proj_in_factor"]) == (
+        cfg.hidden_size, cfg.num_hidden_layers + 1)
+    with torch.device("meta"):
+        whole = Gemma4UnifiedForConditionalGeneration(Gemma4UnifiedConfig(text_config=raw["text_config"]))
+    lm = whole.model.language_model
+    ref_shapes = {k: tuple(v.shape) for k, v in lm.state_dict().items()}
+    ref_count = sum(math.prod(s) for s in ref_shapes.values())
+    _, abstract = abstract_params(lambda: Gemma4TextEncoder(cfg))
+    count = sum(math.prod(v.get_value().shape) for v in abstract.values())
+    assert count == ref_count, f"vidax {count:,} params, transformers {ref_count:,}"
+    assert source_key_shapes(abstract, gemma4_key_rules(cfg, ["embed_tokens.weight"])) == ref_shapes
+    assert cfg.layer_types == tuple(lm.config.layer_types) and cfg.layer_types.count("full_attention") == 8
+    assert set(cfg.layer_head_dims) == {256, 512}
+    others = {k for k in whole.state_dict() if not k.startswith("model.language_model.")}
+    assert all(any(k.startswith(u) for u in Gemma4TextConfig.LAYOUTS["model.language_model."])
+               for k in others), sorted(others)[:5]
+    for p, var in abstract.items():  # every matrix has a tensor-parallel rule splitting by 8
+        shape = var.get_value().shape
+        axes = param_axes(p, len(shape), GEMMA4_PARAM_AXES)
+        if p[-1] in ("scale", "layer_scalar"):
+            assert axes is None, p
+            continue
+        assert axes is not None, p
+        split = [d for d, a in zip(shape, axes) if a in ("heads", "mlp", "vocab")]
+        assert len(split) == 1 and split[0] % 8 == 0, (p, shape, axes)
+    assert 7.4e9 < count < 7.5e9, f"{count:,}"  # 7,424,687,920 (no lm_head: tied)

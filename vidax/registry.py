@@ -40,7 +40,8 @@ FAMILIES: tuple[str, ...] = (
 
 #: Component kinds (the roles of ``model_index.json`` entries).
 KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
-         "latent_upsampler", "audio_decoder", "vocoder", "connectors")
+         "latent_upsampler", "audio_decoder", "vocoder", "connectors",
+         "duration_head")
 
 ENV_VAR = "VIDAX_FAMILIES"
 

@@ -63,6 +63,22 @@ PROMPT, NEGATIVE = "a red car on the sea", "blue"
 OFF = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)
 
 
+def vae_and_sound():
+    """The randomised video VAE (latent statistics too), audio VAE and vocoder of the tiny LTX-2."""
+    vae = diffusers.AutoencoderKLLTX2Video(**RELEASED).eval()
+    randomize_torch_module(vae, seed=4, scale=0.1, gain=0.7)
+    audio_vae = diffusers.AutoencoderKLLTX2Audio(**AUDIO).eval()
+    randomize_torch_module(audio_vae, seed=5, scale=0.1, gain=0.9)
+    vocoder = LTX2Vocoder(**VOCODER).eval()
+    randomize_torch_module(vocoder, seed=6, scale=0.1, gain=0.9)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        vae.latents_mean.copy_(torch.randn(vae.latents_mean.shape, generator=g))
+        vae.latents_std.copy_(torch.rand(vae.latents_std.shape, generator=g) + 0.5)
+    _perturb_buffers(audio_vae, 8)
+    return vae, audio_vae, vocoder
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """(diffusers pipeline, checkpoint folder) of the tiny LTX-2."""
@@ -76,17 +92,7 @@ def checkpoint(tmp_path_factory):
     randomize_torch_module(connectors, seed=2, scale=1.0)
     transformer = diffusers.LTX2VideoTransformer3DModel(**TRANSFORMER).eval()
     randomize_torch_module(transformer, seed=3)
-    vae = diffusers.AutoencoderKLLTX2Video(**RELEASED).eval()
-    randomize_torch_module(vae, seed=4, scale=0.1, gain=0.7)
-    audio_vae = diffusers.AutoencoderKLLTX2Audio(**AUDIO).eval()
-    randomize_torch_module(audio_vae, seed=5, scale=0.1, gain=0.9)
-    vocoder = LTX2Vocoder(**VOCODER).eval()
-    randomize_torch_module(vocoder, seed=6, scale=0.1, gain=0.9)
-    g = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        vae.latents_mean.copy_(torch.randn(vae.latents_mean.shape, generator=g))
-        vae.latents_std.copy_(torch.rand(vae.latents_std.shape, generator=g) + 0.5)
-    _perturb_buffers(audio_vae, 8)
+    vae, audio_vae, vocoder = vae_and_sound()
     pipe = LTX2Pipeline(
         scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, audio_vae=audio_vae,
         text_encoder=gemma, tokenizer=transformers.AutoTokenizer.from_pretrained(root / "tok"),

@@ -13,6 +13,7 @@ _SIGLIP = "vidax.encoders.siglip:"
 _LM = "vidax.encoders.decoder_lm:"
 _LLAVA = "vidax.encoders.llava:"
 _GEMMA3 = "vidax.encoders.gemma3:"
+_GEMMA4 = "vidax.encoders.gemma4:"
 _T5_KEYS = ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size")
 _LM_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")
 
@@ -62,6 +63,11 @@ FAMILY = Family(
         ComponentSpec("Gemma3ForConditionalGeneration", "text_encoder", config=_GEMMA3 + "Gemma3TextConfig",
                       model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
                       param_axes=_LM + "DECODER_LM_PARAM_AXES",
+                      key_configs=_LM_KEYS),
+        # LTX-2.5's Gemma 4 (unified): its language model only (the image / audio embedders unused).
+        ComponentSpec("Gemma4UnifiedForConditionalGeneration", "text_encoder",
+                      config=_GEMMA4 + "Gemma4TextConfig", model=_GEMMA4 + "Gemma4TextEncoder",
+                      key_rules=_GEMMA4 + "gemma4_key_rules", param_axes=_GEMMA4 + "GEMMA4_PARAM_AXES",
                       key_configs=_LM_KEYS),
     ) + tuple(ComponentSpec(name, "tokenizer")
               for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast",

@@ -6,10 +6,11 @@ transformer's and connectors' in ``config_transformer.py``), ``transformer.py``,
 with LTX-2's settings), ``audio_vae.py`` (``AutoencoderKLLTX2Audio``: audio latents <-> mel
 spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``: mel -> waveform),
 ``convert.py`` (the tables the registry entries name for the one component loader),
-``pipeline.py`` (``LTX2Pipeline``: text-to-video with its soundtrack).
+``duration_head.py`` (LTX-2.5's ``LTX2DurationHead``: clip length from the prompt), ``pipeline.py``
+(``LTX2Pipeline``: text-to-video with its soundtrack).
 """
 
-from vidax.registry import Family, PipelineSpec, family_component
+from vidax.registry import ComponentSpec, Family, PipelineSpec, family_component
 
 _PKG = "vidax.models.ltx2"
 
@@ -43,5 +44,10 @@ FAMILY = Family(
                          "LTX2VocoderWithBWEConfig",
                          key_configs=("hidden_channels", "upsample_factors", "bwe_hidden_channels",
                                       "input_sampling_rate", "output_sampling_rate")),
+    ) + tuple(  # LTX-2.5's duration head (diffusers' class; LTX2DurationHeadModel as a fixture names it)
+        ComponentSpec(name, "duration_head", config=f"{_PKG}.duration_head:LTX2DurationHeadConfig",
+                      model=f"{_PKG}.duration_head:LTX2DurationHead",
+                      key_configs=("pooler_hidden_dim", "num_queries", "num_pooler_heads"))
+        for name in ("LTX2DurationHead", "LTX2DurationHeadModel")
     ),
 )

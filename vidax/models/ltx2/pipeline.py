@@ -2,9 +2,15 @@
 
 Reference (diffusers 0.42.1): ``LTX2Pipeline`` (``pipelines/ltx2/pipeline_ltx2.py``).
 
-* Text: Gemma 3 on ``max_sequence_length`` (1024) left-padded tokens, every hidden state stacked
-  (:func:`~vidax.encoders.gemma3.gemma_prompt_embeds`), then the text connectors: one context for
-  the video stream, one for the audio stream, and their all-ones mask.
+* Text: Gemma 3 (LTX-2.5: Gemma 4, :mod:`vidax.encoders.gemma4`; the class model_index.json gives
+  the text encoder picks it) on ``max_sequence_length`` (1024) left-padded tokens, every hidden
+  state stacked (:func:`~vidax.encoders.gemma3.gemma_prompt_embeds`), then the text connectors: one
+  context for the video stream, one for the audio stream, and their all-ones mask.
+* Length (LTX-2.5, a ``duration_head`` in model_index.json, ``num_frames`` not given): the duration
+  head's prediction from the first prompt's connector outputs, clamped to ``[min_seconds,
+  max_seconds]`` (1, 20) and snapped to ``8 n + 1`` frames, as the reference. Unlike the reference,
+  ``latents=`` / ``audio_latents=`` then need ``num_frames=`` (their shapes are checked before the
+  prediction could run).
 * Latents, two streams: ``latents=`` packed ``(B, F' x H' x W', C)`` video tokens (taken as the
   reference takes 3-D latents: already normalised) and ``audio_latents=`` ``(B, C_a, L, M)``
   (normalised with the audio VAE's statistics, as the reference does with given audio
@@ -78,7 +84,14 @@ LTX2_OPTIONS = (
     CallOption("noise_scale", float, "Noise mixed into the given latents / audio_latents, s noise + (1 - s) "
                "latents (LTX-2).", "0", low=0, high=1),
     CallOption("sigmas", OBJECT, "Custom sigmas before the shift, strictly descending in (0, 1] (LTX-2)."),
+    CallOption("min_seconds", float, "Lower bound of the clip length the duration head predicts when num_frames "
+               "is not given (LTX-2.5).", "1", low=0, low_open=True),
+    CallOption("max_seconds", float, "Upper bound of the clip length the duration head predicts when num_frames "
+               "is not given (LTX-2.5).", "20", low=0, low_open=True),
 ) + LTX_DECODE_OPTIONS
+
+#: LTX2Pipeline.__call__'s duration bounds (seconds) for the duration head.
+MIN_SECONDS, MAX_SECONDS = 1.0, 20.0
 
 #: diffusers' LTX2Pipeline.__call__ defaults of the guidance keywords vidax runs.
 AUDIO_GUIDANCE_SCALE = 7.0
@@ -93,11 +106,14 @@ class LTX2Info(LTXInfo):
     Attributes:
         connectors_config, audio_vae_config: the component configs.
         vocoder_config: ``vocoder/config.json`` (its ``output_sampling_rate``).
+        duration_head: the checkpoint has LTX-2.5's duration head (``num_frames`` not given: its
+            prediction).
     """
 
     connectors_config: LTX2ConnectorsConfig = None
     audio_vae_config: LTX2AudioVAEConfig = None
     vocoder_config: Mapping[str, Any] = None
+    duration_head: bool = False
 
     def audio_length(self, num_frames: int, frame_rate: float) -> int:
         """Latent audio frames of a ``num_frames`` video at ``frame_rate`` (the reference's
@@ -147,7 +163,7 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
                           "runs FlowMatchEulerDiscreteScheduler")
     s, k = vae.spatial_compression, vae.temporal_compression
     variant = (f"LTX-2 T2V with sound: {cfg.num_layers} layers, width {cfg.inner_dim} (audio "
-               f"{cfg.audio_inner_dim}), VAE {k}x{s}x{s}")
+               f"{cfg.audio_inner_dim}), VAE {k}x{s}x{s}" + (", duration head" if ckpt.has("duration_head") else ""))
     # LTX2Pipeline.__call__'s defaults: 512x768, 121 frames at 24 fps, 30 steps, guidance 3, 1024 tokens.
     defaults = CallDefaults(height=512, width=768, num_frames=121, num_inference_steps=30, guidance_scale=3.0,
                             max_sequence_length=1024, fps=24)
@@ -157,13 +173,19 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
                     size_reason="LTX2Pipeline's check_inputs" if m == 32 else f"the VAE's {s}x",
                     transformer_config=cfg, vae_config=vae, scheduler_config=dict(sched),
                     connectors_config=ckpt.typed_config("connectors", LTX2ConnectorsConfig),
-                    audio_vae_config=audio, vocoder_config=dict(ckpt.config("vocoder")))
+                    audio_vae_config=audio, vocoder_config=dict(ckpt.config("vocoder")),
+                    duration_head=ckpt.has("duration_head"))
 
 
 def _frame_rate(info: LTX2Info, call) -> float:
     """``frame_rate=``, else the checkpoint's fps (24, LTX2Pipeline's default)."""
     rate = call.extra.get("frame_rate")
     return float(info.defaults.fps if rate is None else rate)
+
+
+def _predicts_duration(info: LTX2Info, call) -> bool:
+    """``num_frames`` not given on a checkpoint with a duration head."""
+    return info.duration_head and "num_frames" not in call.given
 
 
 def _fallback(value: Any, default: float) -> float:
@@ -225,8 +247,17 @@ class LTX2Pipeline(LTXPipeline):
     def check_call(cls, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
         is > 1 (the reference's ``do_classifier_free_guidance``)."""
+        given = [n for n in ("latents", "audio_latents") if kwargs.get(n) is not None]
+        if info.duration_head and kwargs.get("num_frames") is None and given:
+            # (their shapes are checked against the frame count before a prediction could run)
+            raise InputError(Arg(given[0]), " fixes the clip length: give ", Arg("num_frames"), " with it (the "
+                             "duration head predicts one only when neither is given)")
         call = super().check_call(info, prompt, negative_prompt, **kwargs)
         audio = _fallback(call.extra.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), call.guidance_scale)
+        if _predicts_duration(info, call) and len(call.prompts) > 1:
+            raise InputError(Arg("num_frames"), f" not given asks the duration head for one clip length, but "
+                             f"{len(call.prompts)} prompts were given; give num_frames= or one prompt (as "
+                             "LTX2Pipeline)")
         return dataclasses.replace(call, cfg=call.guidance_scale > 1.0 or audio > 1.0)
 
     @classmethod
@@ -247,24 +278,53 @@ class LTX2Pipeline(LTXPipeline):
             if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(np.diff(s) >= 0) or s[0] > 1 \
                     or s[-1] <= 0:
                 raise InputError(Arg("sigmas", x["sigmas"]), " must be a strictly descending list of numbers in (0, 1]")
+        lo, hi = float(x.get("min_seconds", MIN_SECONDS)), float(x.get("max_seconds", MAX_SECONDS))
+        if lo >= hi:
+            raise InputError(Arg("min_seconds", lo), " must be less than ", Arg("max_seconds", hi), " (the range "
+                             "the duration head's prediction is clamped to)")
         cls.check_ltx_args(info, call)
         if info.audio_length(call.num_frames, _frame_rate(info, call)) < 1:
             raise InputError(Arg("num_frames", call.num_frames), " at ", Arg("frame_rate", _frame_rate(info, call)),
                              " makes a sound shorter than one audio latent; give more frames or a lower frame rate")
 
+    def generate(self, call):
+        """As the reference with ``num_frames=None`` on a checkpoint with a duration head: the
+        frame count it predicts for the (first) prompt (:meth:`predict_num_frames`), then the run."""
+        if _predicts_duration(self.info, call):
+            call = dataclasses.replace(call, num_frames=self.predict_num_frames(call))
+        return super().generate(call)
+
+    def predict_num_frames(self, call) -> int:
+        """The duration head's frame count for ``call.prompts[0]`` (``LTX2Pipeline.__call__`` with
+        ``num_frames=None``): its connector outputs into the head, the seconds clamped to
+        ``[min_seconds, max_seconds]`` and snapped to the VAE's ``k n + 1`` frames
+        (:func:`~vidax.models.ltx2.duration_head.duration_num_frames`)."""
+        from vidax.models.ltx2.duration_head import duration_num_frames
+
+        video, audio, _ = self.encode_prompt(call.prompts[:1], call.max_sequence_length)
+        seconds = float(np.asarray(self.duration_head(video, audio))[0])
+        x = call.extra
+        frames = duration_num_frames(seconds, frame_rate=_frame_rate(self.info, call),
+                                     temporal_compression_ratio=self.info.vae_config.temporal_compression,
+                                     min_seconds=float(x.get("min_seconds", MIN_SECONDS)),
+                                     max_seconds=float(x.get("max_seconds", MAX_SECONDS)))
+        logger.info("duration head: %.2f s -> %d frames", seconds, frames)
+        return frames
+
     # ------------------------------------------------------------------ loading
     @classmethod
     def load_components(cls, info: LTX2Info, *, dtype, mesh, offload, staging, offload_experts=True,
                         vae_dtype: Any = "float32") -> dict[str, Any]:
-        """Tokenizer, Gemma 3, the connectors, the transformer, the VAE (``vae_dtype``), the audio
+        """Tokenizer, Gemma 3 / 4, the connectors, the duration head (LTX-2.5), the transformer, the VAE (``vae_dtype``), the audio
         VAE and vocoder (float32), scheduler; every checkpoint checked before the first weight."""
         from vidax.nn.inputs import parse_dtype
 
         sound = dict(dtype=_F32, staging=staging)
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
                                    "scheduler": cls.load_component(info, "scheduler")}
+        head = {"duration_head": dict(dtype=dtype)} if info.duration_head else {}
         return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                                                  "connectors": dict(dtype=dtype, mesh=mesh),
+                                                  "connectors": dict(dtype=dtype, mesh=mesh), **head,
                                                   "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
                                                   "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
                                                   "audio_vae": sound, "vocoder": sound})
