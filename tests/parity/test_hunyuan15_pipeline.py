@@ -410,6 +410,22 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
     with pytest.raises(InputError, match="image"):
         HunyuanVideo15Pipeline.check_call(HunyuanVideo15Pipeline.read_checkpoint(Checkpoint.open(t2v[0])), "a",
                                           image=_image(0))
+    # An I2V checkpoint whose SigLIP tower does not fit the transformer, or without its processor
+    # settings: refused from the configs (the weights are left out of the copy).
+    import json
+    import shutil
+
+    from vidax.errors import CheckpointError, ConfigError
+
+    folder = tmp_path / "configs"
+    shutil.copytree(i2v[0], folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    config_file = folder / "image_encoder" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "hidden_size": 16}))
+    with pytest.raises(ConfigError, match="12-wide image tokens .* hidden_size=16"):
+        I2V.read_checkpoint(Checkpoint.open(str(folder)))
+    shutil.rmtree(folder / "feature_extractor")
+    with pytest.raises(CheckpointError, match="feature_extractor"):
+        I2V.read_checkpoint(Checkpoint.open(str(folder)))
     from PIL import Image
 
     Image.fromarray(_image(0)).save(tmp_path / "first.png")
