@@ -15,6 +15,11 @@ and unconditional branches as two such calls) and one flow-match Euler update (s
 Each side runs in its own subprocess so its peak RSS is its own. Results go to
 ``docs/benchmarks/hunyuan15_step.json`` and ``.md``.
 
+``benchmarks/hunyuan15_i2v_step.py`` runs the same with the 480p I2V transformer config
+(``task_type`` "i2v") and what ``HunyuanVideo15ImageToVideoPipeline`` passes: 729 non-zero SigLIP
+tokens, which the transformer attends to (all-zero ones it leaves out), so the joint attention
+has 729 more real tokens; results in ``docs/benchmarks/hunyuan15_i2v_step.*``.
+
     python benchmarks/hunyuan15_step.py                       # fp32 and bf16, latent 2x16x16, 2 blocks
     python benchmarks/hunyuan15_step.py --latent 1 8 8 --steps 1 --dtypes float32 --num-layers 1
 """
@@ -37,8 +42,9 @@ IMAGE_LEN = 729  # vision_num_semantic_tokens (all zero for T2V)
 DEFAULT_LAYERS = 2
 
 
-def _config(num_layers):
-    return dict(CONFIG, num_layers=DEFAULT_LAYERS if num_layers is None else num_layers)
+def _config(num_layers, i2v=False):
+    return dict(CONFIG, num_layers=DEFAULT_LAYERS if num_layers is None else num_layers,
+                task_type="i2v" if i2v else "t2v")
 
 
 def _mask(n, real):
@@ -47,8 +53,10 @@ def _mask(n, real):
     return (np.arange(n)[None] < real).astype(np.int64)
 
 
-def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None, attention: str = "auto") -> dict:
-    """The vidax side; ``threads`` 0 leaves XLA's thread settings alone (GPU)."""
+def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None, attention: str = "auto",
+              i2v: bool = False) -> dict:
+    """The vidax side; ``threads`` 0 leaves XLA's thread settings alone (GPU); ``i2v``: the I2V
+    config with non-zero image tokens."""
     if threads > 0:
         configure_xla_threads(threads)
     import jax
@@ -59,7 +67,7 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     from vidax.models.hunyuan_video15.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.hunyuan_video15.transformer import HunyuanVideo15Transformer3DModel
 
-    cfg = HunyuanVideo15TransformerConfig.from_config_dict(_config(num_layers))
+    cfg = HunyuanVideo15TransformerConfig.from_config_dict(_config(num_layers, i2v))
     t, h, w = latent
     b = prepare_jax(dtype_name, lambda d: HunyuanVideo15Transformer3DModel(cfg, dtype=d, param_dtype=d,
                                                                             attention=attention, rngs=nnx.Rngs(0)),
@@ -68,7 +76,8 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     mask = jnp.asarray(_mask(TEXT_LEN, TEXT_REAL), jnp.int32)
     glyph = (0.1 * jax.random.normal(jax.random.PRNGKey(3), (1, GLYPH_LEN, cfg.text_embed_2_dim))).astype(b.dtype)
     glyph_mask = jnp.asarray(_mask(GLYPH_LEN, GLYPH_REAL), jnp.int32)
-    image = jnp.zeros((1, IMAGE_LEN, cfg.image_embed_dim), b.dtype)
+    image = ((0.1 * jax.random.normal(jax.random.PRNGKey(4), (1, IMAGE_LEN, cfg.image_embed_dim))) if i2v
+             else jnp.zeros((1, IMAGE_LEN, cfg.image_embed_dim))).astype(b.dtype)
 
     def step(params, latents, state, context):
         model = nnx.merge(b.graphdef, params)
@@ -86,8 +95,10 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     return run_jax_steps(full_step, b.params, x, b.state, b.context, steps)
 
 
-def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu") -> dict:
-    """The diffusers side, on ``device`` ("cpu" or "cuda"; ``threads`` 0 leaves torch's)."""
+def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu",
+                  i2v: bool = False) -> dict:
+    """The diffusers side, on ``device`` ("cpu" or "cuda"; ``threads`` 0 leaves torch's); ``i2v`` as
+    :func:`run_vidax`."""
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideo15Transformer3DModel
 
@@ -97,7 +108,7 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     dev = torch.device(device)
     torch.manual_seed(0)
     with dev:  # random initialisation where the model runs; weights are not compared
-        model = HunyuanVideo15Transformer3DModel.from_config(_config(num_layers))
+        model = HunyuanVideo15Transformer3DModel.from_config(_config(num_layers, i2v))
     model = model.to(dtype).eval()
     sched = FlowMatchEulerDiscreteScheduler.from_config({k: v for k, v in SCHEDULER.items() if k != "_class_name"})
     sched.set_timesteps(steps + 1, device=dev)
@@ -108,7 +119,8 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     mask = torch.from_numpy(_mask(TEXT_LEN, TEXT_REAL)).to(dev)
     glyph = (0.1 * torch.randn(1, GLYPH_LEN, CONFIG["text_embed_2_dim"], device=dev)).to(dtype)
     glyph_mask = torch.from_numpy(_mask(GLYPH_LEN, GLYPH_REAL)).to(dev)
-    image = torch.zeros(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev, dtype=dtype)
+    image = ((0.1 * torch.randn(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev)) if i2v
+             else torch.zeros(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev)).to(dtype)
 
     def step(c):
         x, i = c
@@ -121,20 +133,29 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     return run_torch_steps(step, x, steps)
 
 
-BENCH = StepBench(
-    script=__file__,
-    title="HunyuanVideo 1.5 denoising step (real widths, reduced depth)",
-    model=f"HunyuanVideo 1.5 480p T2V transformer (random weights), {DEFAULT_LAYERS} of 54 double-stream blocks "
-          "unless --num-layers",
-    step="one transformer call (one guidance branch) and one flow-match Euler update.",
-    default_latent=(2, 16, 16),
-    default_out="hunyuan15_step",
-    tokens=lambda thw: thw[0] * thw[1] * thw[2],
-    text_tokens=TEXT_LEN + GLYPH_LEN + IMAGE_LEN,
-    run_vidax=run_vidax,
-    run_diffusers=run_diffusers,
-    batch=1,
-)
+def make_bench(script: str, i2v: bool = False) -> StepBench:
+    """The benchmark of ``script`` (re-run as each side's child): T2V, or with ``i2v`` the I2V
+    transformer config and non-zero image tokens."""
+    import functools
+
+    kind = "I2V" if i2v else "T2V"
+    return StepBench(
+        script=script,
+        title=f"HunyuanVideo 1.5 {kind} denoising step (real widths, reduced depth)",
+        model=f"HunyuanVideo 1.5 480p {kind} transformer (random weights), {DEFAULT_LAYERS} of 54 double-stream "
+              "blocks unless --num-layers" + (", 729 non-zero SigLIP tokens" if i2v else ""),
+        step="one transformer call (one guidance branch) and one flow-match Euler update.",
+        default_latent=(2, 16, 16),
+        default_out="hunyuan15_i2v_step" if i2v else "hunyuan15_step",
+        tokens=lambda thw: thw[0] * thw[1] * thw[2],
+        text_tokens=TEXT_LEN + GLYPH_LEN + IMAGE_LEN,
+        run_vidax=functools.partial(run_vidax, i2v=i2v),
+        run_diffusers=functools.partial(run_diffusers, i2v=i2v),
+        batch=1,
+    )
+
+
+BENCH = make_bench(__file__)
 
 if __name__ == "__main__":
     main(BENCH)

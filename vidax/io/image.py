@@ -117,6 +117,36 @@ def vae_image_preprocess(image: Any, height: int, width: int, resample: str = "l
     return np.float32(2.0) * pixels - np.float32(1.0)
 
 
+def resize_and_crop(image: Any, height: int, width: int, name: str = "image") -> Any:
+    """``VaeImageProcessor.resize(image, height, width, resize_mode="crop")`` of diffusers (its
+    ``_resize_and_crop``, Lanczos, the processor's default filter): the image scaled with its
+    aspect ratio kept until it covers ``height x width`` (integer sizes as the reference floors
+    them), pasted centred on a black ``height x width`` RGB canvas, the excess cut.
+
+    Args:
+        image: a PIL image or uint8 array (see :func:`to_rgb_image`).
+        height, width: output size in pixels.
+        name: argument name used in error messages.
+
+    Returns:
+        an RGB ``PIL.Image.Image`` of ``width x height``.
+
+    Raises:
+        InputError: an image :func:`to_rgb_image` refuses.
+    """
+    import PIL.Image
+
+    rgb = to_rgb_image(image, name)
+    height, width = int(height), int(width)
+    ratio, src_ratio = width / height, rgb.width / rgb.height
+    src_w = width if ratio > src_ratio else rgb.width * height // rgb.height
+    src_h = height if ratio <= src_ratio else rgb.height * width // rgb.width
+    resized = rgb.resize((src_w, src_h), resample=PIL.Image.Resampling.LANCZOS)
+    out = PIL.Image.new("RGB", (width, height))
+    out.paste(resized, box=(width // 2 - src_w // 2, height // 2 - src_h // 2))
+    return out
+
+
 def nearest_resize(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
     """``torch.nn.functional.interpolate(x, size=(height, width))`` (mode ``"nearest"``) of an
     image ``(H, W, C)`` (any dtype): output pixel ``(i, j)`` is input pixel

@@ -426,6 +426,18 @@ class HunyuanVideoPipeline(VideoPipeline):
         return x, timestep, text, mask, pooled, guidance
 
 
+def first_frame_concat(latents: jax.Array, image: jax.Array) -> jax.Array:
+    """``[latents, image latents on frame 0 (zeros after), mask (1 on frame 0)]`` on channels, in
+    the latents' dtype: the ``latent_concat`` input of HunyuanVideo-I2V-33ch and HunyuanVideo 1.5
+    I2V (``prepare_cond_latents_and_mask``). ``latents`` (B, T, h, w, C), ``image`` (B, 1, h, w, C);
+    returns (B, T, h, w, 2C + 1)."""
+    t = latents.shape[1]
+    first = (jnp.arange(t) == 0)[None, :, None, None, None]
+    img = jnp.where(first, jnp.broadcast_to(image.astype(latents.dtype), latents.shape), 0.0).astype(latents.dtype)
+    mask = jnp.broadcast_to(first, latents.shape[:-1] + (1,)).astype(latents.dtype)
+    return jnp.concatenate([latents, img, mask], axis=-1)
+
+
 class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     """HunyuanVideo 1.0 image-to-video (reference: ``diffusers.HunyuanVideoImageToVideoPipeline``):
     ``pipe(image, prompt, ...)``; both ``image_condition_type`` s (``token_replace``: HunyuanVideo-I2V,
@@ -553,12 +565,7 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         img = cond["image"].astype(latents.dtype)
         if self.info.image_condition_type == "token_replace":
             return jnp.concatenate([img, latents[:, 1:]], axis=1)
-        # latent_concat: [latents, image latents on frame 0 (zeros after), mask 1 on frame 0]
-        t = latents.shape[1]
-        first = (jnp.arange(t) == 0)[None, :, None, None, None]
-        image = jnp.where(first, jnp.broadcast_to(img, latents.shape), 0.0).astype(latents.dtype)
-        mask = jnp.broadcast_to(first, latents.shape[:-1] + (1,)).astype(latents.dtype)
-        return jnp.concatenate([latents, image, mask], axis=-1)
+        return first_frame_concat(latents, img)
 
     def scheduler_update(self, state, pred, latents, args):
         """The Euler step; ``token_replace`` then puts the image latent back on frame 0 (the

@@ -5,8 +5,7 @@ Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py``, 
 (model code only; its double-stream blocks, token refiner and RoPE are HunyuanVideo 1.0's),
 ``vae.py`` (its causal convs and frame-causal attention are HunyuanVideo 1.0's, its norms Wan's) and
 ``convert.py`` (fp32 parameters and parameter axes: the tables the registry entries name for the
-one component loader) and ``pipeline.py`` (the text-to-video pipeline hooks; image-to-video is not
-registered yet).
+one component loader) and ``pipeline.py`` (the text-to-video and image-to-video pipeline hooks).
 """
 
 from vidax.registry import Family, family_component, family_pipelines
@@ -15,7 +14,7 @@ _PKG = "vidax.models.hunyuan_video15"
 
 FAMILY = Family(
     name="hunyuan_video15",
-    pipelines=family_pipelines(_PKG, "HunyuanVideo15Pipeline"),
+    pipelines=family_pipelines(_PKG, "HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"),
     components=(
         family_component(_PKG, "transformer", "HunyuanVideo15Transformer3DModel",
                          "transformer:HunyuanVideo15Transformer3DModel", "HunyuanVideo15TransformerConfig",

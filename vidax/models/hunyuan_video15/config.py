@@ -336,6 +336,18 @@ def read_hunyuan_video15_checkpoint(checkpoint: Checkpoint) -> HunyuanVideo15Inf
             raise ConfigError(f"{file}: the transformer takes {want}-wide {name} states but "
                               f"{ckpt.config_files.get(name)} has {key}={got}")
     task = tr.task_type
+    if task == "i2v":  # the image-to-video pipeline's SigLIP tower and its processor
+        for name in ("image_encoder", "feature_extractor"):
+            ckpt.folder(name)
+        if not ckpt.config_files.get("feature_extractor", "").endswith("preprocessor_config.json"):
+            raise ConfigError(f"{ckpt.folder('feature_extractor')} has no preprocessor_config.json (the SigLIP "
+                              "image preprocessing of the image-to-video pipeline)")
+        from vidax.encoders.siglip import SiglipVisionConfig
+
+        got = ckpt.typed_config("image_encoder", SiglipVisionConfig).hidden_size
+        if got != tr.image_embed_dim:
+            raise ConfigError(f"{file}: the transformer takes {tr.image_embed_dim}-wide image tokens but "
+                              f"{ckpt.config_files.get('image_encoder')} has hidden_size={got}")
     s, p = vae.spatial_compression, tr.patch_size
     height, width = default_size(tr.target_size, s)
     kind = ("step-distilled" if tr.use_meanflow else "CFG-distilled" if guider.guidance_scale == 1.0 else "")

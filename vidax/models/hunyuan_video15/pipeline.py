@@ -1,6 +1,9 @@
-"""HunyuanVideo 1.5 text-to-video: the hooks of :class:`~vidax.pipelines.base.VideoPipeline`.
+"""HunyuanVideo 1.5 text-to-video and image-to-video: the hooks of
+:class:`~vidax.pipelines.base.VideoPipeline`.
 
-Reference (diffusers 0.42.1): ``HunyuanVideo15Pipeline`` (``pipeline_hunyuan_video1_5.py``).
+Reference (diffusers 0.42.1): ``HunyuanVideo15Pipeline`` (``pipeline_hunyuan_video1_5.py``) and
+``HunyuanVideo15ImageToVideoPipeline`` (``pipeline_hunyuan_video1_5_image2video.py``; what it
+adds is in :class:`HunyuanVideo15ImageToVideoPipeline`'s docstring).
 
 Text (:mod:`vidax.models.hunyuan_video15.text`): the Qwen2.5-VL states of the chat-templated
 prompt, ``max_sequence_length`` (the reference's ``tokenizer_max_length``, 1000) tokens after the
@@ -40,10 +43,10 @@ import jax.numpy as jnp
 
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import ByteTokenizer, TextTokenizer, Truncation
-from vidax.errors import Arg
-from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas, steps_of_sigmas,
-                                                 two_encoder_loads)
-from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, read_hunyuan_video15_checkpoint
+from vidax.errors import Arg, InputError
+from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas,
+                                                 first_frame_concat, steps_of_sigmas, two_encoder_loads)
+from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
@@ -83,6 +86,11 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         return read_hunyuan_video15_checkpoint(checkpoint)
 
     resolve_num_frames = HunyuanVideoPipeline.resolve_num_frames  # the same (F - 1) // 4 * 4 + 1 rule
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        """``"i2v"`` -> :class:`HunyuanVideo15ImageToVideoPipeline`, else the text-to-video class."""
+        return HunyuanVideo15ImageToVideoPipeline if task == "i2v" else HunyuanVideo15Pipeline
 
     @classmethod
     def model_size(cls, info: HunyuanVideo15Info, call) -> ModelSize:
@@ -126,7 +134,7 @@ class HunyuanVideo15Pipeline(VideoPipeline):
     def load_components(cls, info: HunyuanVideo15Info, *, dtype, mesh, offload, staging, offload_experts=True,
                         vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
         """Both tokenizers, the Qwen2.5-VL and byT5 encoders (``text_encoder_dtype``, default
-        ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default), the scheduler.
+        ``dtype``; image-to-video also the SigLIP ``image_encoder``), the transformer, the VAE (``vae_dtype``, float32 by default), the scheduler.
         Every checkpoint is checked against its model before the first weight is read."""
         ckpt = info.checkpoint
         weighted = two_encoder_loads(dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype,
@@ -134,6 +142,9 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
                                    "tokenizer_2": ByteTokenizer(ckpt.folder("tokenizer_2")),
                                    "scheduler": cls.load_component(info, "scheduler")}
+        if cls.task == "i2v":  # the SigLIP tower in the text encoders' dtype, and its processor's settings
+            weighted["image_encoder"] = dict(weighted["text_encoder"])
+            modules["feature_extractor_config"] = dict(ckpt.config("feature_extractor"))
         return modules | cls.load_weighted(info, weighted)
 
     # ------------------------------------------------------------------ text
@@ -194,3 +205,107 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         if g.guidance_rescale > 0.0:
             guided = rescale_noise_cfg(guided, cond, g.guidance_rescale)
         return guided
+
+
+class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
+    """HunyuanVideo 1.5 image-to-video (reference: ``diffusers.HunyuanVideo15ImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``.
+
+    The video's size is the reference's: the ``target_size`` bucket (:func:`default_size`) nearest
+    the image's aspect ratio; ``height`` / ``width`` are refused. The image is scaled to cover
+    that size and centre-cropped (:func:`vidax.io.image.resize_and_crop`, Lanczos); the VAE
+    encodes it (the posterior's mode times ``scaling_factor``) for the condition latents on frame
+    0 with mask 1 (``prepare_cond_latents_and_mask``: ``[latents, condition, mask]`` on channels),
+    and SigLIP encodes the cropped image through its processor (``do_resize=True,
+    do_convert_rgb=True``) for the ``image_embeds`` of both guidance branches. With
+    ``use_meanflow`` (the step-distilled checkpoint) the transformer also takes ``timestep_r``, the
+    next step's timestep (0 at the last step). Text, guidance and steps as
+    :class:`HunyuanVideo15Pipeline`.
+
+    vidax differences: ``timestep_r``, like the timestep, stays float32 in bfloat16 (the
+    reference casts it to the latents' dtype).
+    """
+
+    task = "i2v"
+    stageable = HunyuanVideo15Pipeline.stageable + ("image_encoder",)
+    image_encoder: Any = None
+    feature_extractor_config: Any = None
+
+    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+    @classmethod
+    def video_size(cls, info: HunyuanVideo15Info, image: Any) -> tuple[int, int]:
+        """``(height, width)`` of the video for ``image`` (PIL or uint8 array):
+        ``calculate_default_height_width(image height, image width, target_size)``.
+
+        Raises:
+            InputError: a malformed image, or one whose bucket the model cannot take.
+        """
+        from vidax.io.image import to_rgb_image
+
+        rgb = to_rgb_image(image)
+        tr = info.transformer_config
+        height, width = default_size(tr.target_size, info.vae_config.spatial_compression, (rgb.width, rgb.height))
+        mh, mw = info.size_multiple
+        if height % mh or width % mw:
+            raise InputError(Arg("image"), f" ({rgb.width}x{rgb.height}) maps to the {width}x{height} bucket of "
+                             f"target_size={tr.target_size}, which is not a multiple of {mh}x{mw} ({info.size_reason})")
+        return height, width
+
+    @classmethod
+    def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, *,
+                   image: Any = None, **kwargs: Any):
+        """The text-to-video checks with ``image`` required (one image) and the size taken from it.
+
+        Raises:
+            InputError: as :meth:`HunyuanVideo15Pipeline.check_call`; no ``image``, several, or a
+                malformed one; ``height`` or ``width`` given.
+        """
+        for name in ("height", "width"):
+            if kwargs.get(name) is not None:
+                raise InputError(f"{cls.__name__} takes no ", Arg(name, kwargs[name]), ": the video's size is the "
+                                 f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
+                                 "ratio (as diffusers' HunyuanVideo15ImageToVideoPipeline); crop the ", Arg("image"),
+                                 " to choose another")
+        if isinstance(image, (list, tuple)):
+            raise InputError(Arg("image"), f" must be one image (a PIL image or a uint8 (H, W, 3) array), got a "
+                             f"{type(image).__name__} of {len(image)}")
+        size = {} if image is None else dict(zip(("height", "width"), cls.video_size(info, image)))
+        call = super().check_call(info, prompt, negative_prompt, image=image, **size, **kwargs)
+        return dataclasses.replace(call, given=call.given - {"height", "width"})
+
+    def condition(self, call, stats) -> dict:
+        """``image`` (B, 1, h, w, C) float32: the VAE mode of the cropped image times the scaling
+        factor; ``image_embeds`` (B, L3, image_embed_dim): its SigLIP ``last_hidden_state``."""
+        from vidax.encoders.siglip import siglip_preprocess
+        from vidax.io.image import resize_and_crop, vae_image_preprocess
+
+        cond = super().condition(call, stats)
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            image = resize_and_crop(call.image, call.height, call.width)
+            pixels = siglip_preprocess(image, self.feature_extractor_config, do_resize=True, do_convert_rgb=True)
+            tokens = self.encode_with("image_encoder", self.image_encoder, jnp.asarray(pixels, jnp.float32)[None])
+            cond["image_embeds"] = jnp.repeat(tokens, call.batch, axis=0).astype(self.dtype)
+            video = vae_image_preprocess(image, call.height, call.width)[None, None]  # already that size: no resize
+            mean, _ = self.encode_with("vae", self.vae.encode, video)
+            cond["image"] = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+        stats.sample_memory()
+        return cond
+
+    def model_input(self, latents: jax.Array, cond: dict) -> jax.Array:
+        """``[latents, image latents on frame 0 (zeros after), mask (1 on frame 0)]`` on channels."""
+        return first_frame_concat(latents, cond["image"])
+
+    def model_args(self, latents, state, args, do_cfg) -> tuple:
+        """As :meth:`HunyuanVideo15Pipeline.model_args` with the image's SigLIP tokens (the same
+        for both branches) and, with ``use_meanflow``, ``timestep_r``: the next step's timestep,
+        0 at the last step."""
+        x, timestep, text, mask, glyph, glyph_mask, _ = super().model_args(latents, state, args, do_cfg)
+        tokens = args[2]["image_embeds"]
+        image = jnp.tile(tokens, (x.shape[0] // tokens.shape[0], 1, 1))
+        if not self.info.transformer_config.use_meanflow:
+            return x, timestep, text, mask, glyph, glyph_mask, image
+        s = self.step_state(state)
+        following = jnp.append(s.timesteps.astype(jnp.float32), jnp.float32(0.0))[s.step_index + 1]
+        return x, timestep, text, mask, glyph, glyph_mask, image, jnp.broadcast_to(following, (x.shape[0],))
