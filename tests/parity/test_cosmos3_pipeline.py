@@ -339,3 +339,11 @@ def test_native_flow_schedule_matches_diffusers():
             8, sample_shape=(1, 2), base_sigmas=base)
         np.testing.assert_array_equal(np.asarray(ours.timesteps), ref.timesteps.numpy())
         np.testing.assert_allclose(np.asarray(ours.sigmas), ref.sigmas.numpy(), rtol=1e-6)
+
+
+def test_mesh_is_refused_in_one_line(cosmos3):
+    """The understanding pathway's causal attention runs on one device only in the shared
+    attention: the pipeline refuses a mesh in one line, before any weight is read."""
+    with pytest.raises(InputError, match=r"mesh= is not supported yet") as e:
+        vidax.load_pipeline(cosmos3[0], mesh="1x2x1")
+    assert "\n" not in str(e.value)

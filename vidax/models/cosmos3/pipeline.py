@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
 import jax
@@ -147,9 +148,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
                    "[0, 1]"),
         CallOption("condition_video_keep", str, "Which end of video= the conditioning frames come from (Cosmos 3).",
                    "first", choices=("first", "last")),
-        CallOption("frame_rate", float, "Frame rate of the video (LTX-2; Cosmos 3's fps=): the model conditions on "
-                   "it, the sound lasts num_frames / frame_rate seconds; also the mp4's unless --fps is given.",
-                   "24", low=0, low_open=True),
+        CallOption("frame_rate", float, "(Cosmos 3: the reference's fps=, in the duration sentence, the positions "
+                   "and the sound length.)", "24", low=0, low_open=True),
         CallOption("enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound "
                    "tokenizer).", "False"),
         CallOption("use_system_prompt", bool, "Put the system turn before the prompt (Cosmos 3).",
@@ -255,7 +255,9 @@ class Cosmos3OmniPipeline(VideoPipeline):
                          **wan_vae_decode_size(info.vae_config))
 
     def video_fps(self, call) -> Any:
-        return call.extra.get("frame_rate", FRAME_RATE)
+        """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's 24)."""
+        rate = call.extra.get("frame_rate")
+        return super().video_fps(call) if rate is None else Fraction(rate).limit_denominator(1001)
 
     # ------------------------------------------------------------------ loading
     @classmethod
