@@ -345,5 +345,5 @@ def test_mesh_is_refused_in_one_line(cosmos3):
     """The understanding pathway's causal attention runs on one device only in the shared
     attention: the pipeline refuses a mesh in one line, before any weight is read."""
     with pytest.raises(InputError, match=r"mesh= is not supported yet") as e:
-        vidax.load_pipeline(cosmos3[0], mesh="1x2x1")
+        vidax.load_pipeline(cosmos3[0], mesh="4x2x1")
     assert "\n" not in str(e.value)
