@@ -235,6 +235,30 @@ class TextTokenizer:
                                           f"in its chat template; cut on the {tok.truncation_side} side")
         return Tokens(ids, mask, mask.sum(axis=1))
 
+    def chat_token_ids(self, conversations: Sequence, *, add_generation_prompt: bool = False,
+                       **template_kwargs) -> list[list[int]]:
+        """The unpadded, untruncated token ids of conversations rendered with the folder's chat
+        template: ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True,
+        add_generation_prompt=add_generation_prompt, **template_kwargs)["input_ids"]`` (as
+        Cosmos 3's reference tokenizes, one prompt at a time, no padding).
+
+        Raises:
+            InputError: empty or malformed conversations. CheckpointError: no chat template.
+        """
+        batch = _conversation_batch(conversations)
+        tok = self._transformers_tokenizer()
+        if not tok.chat_template:
+            raise CheckpointError(f"{self.path}: the tokenizer has no chat template (no 'chat_template' in "
+                                  "tokenizer_config.json and no chat_template.jinja)")
+        out = tok.apply_chat_template(batch, add_generation_prompt=add_generation_prompt, tokenize=True,
+                                      return_dict=True, **template_kwargs)
+        return [[int(i) for i in ids] for ids in encoding_arrays(out, None)[0]]
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The id of the folder's ``eos_token`` (transformers' ``tokenizer.eos_token_id``)."""
+        return self._transformers_tokenizer().eos_token_id
+
     def _transformers_tokenizer(self):
         """``PreTrainedTokenizerFast`` of this folder (imported and loaded on first use, kept)."""
         if self._hf is None:

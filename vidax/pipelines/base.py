@@ -1324,7 +1324,8 @@ class VideoPipeline:
             if isinstance(latents, dict) and isinstance(pred, (tuple, list)):
                 # a model of several streams predicts them in the order of latent_streams (a dict
                 # through jax comes back with its keys sorted)
-                pred = dict(zip(self.latent_streams, pred))
+                # (streams the call does not run, e.g. Cosmos 3's sound without enable_sound, left out)
+                pred = {k: p for k, p in zip(self.latent_streams, pred) if k in latents}
             if do_cfg:
                 pred = self.guide(pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred),
                                   state, args)

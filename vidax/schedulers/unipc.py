@@ -247,7 +247,8 @@ class UniPCMultistepScheduler(SchedulerBase):
     config_class: ClassVar[type] = UniPCMultistepSchedulerConfig
 
     def flow_sigmas(
-        self, num_inference_steps: int, *, flow_shift: float | None = None, mu: float | None = None
+        self, num_inference_steps: int, *, flow_shift: float | None = None, mu: float | None = None,
+        base_sigmas: Sequence[float] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Host schedule: ``(timesteps (N,) int64, sigmas (N+1,) float32)``, equal to diffusers'.
 
@@ -256,6 +257,11 @@ class UniPCMultistepScheduler(SchedulerBase):
         c = self.config
         n = check_num_inference_steps(num_inference_steps)
         mu = check_mu(mu, c.use_dynamic_shifting)
+        if base_sigmas is not None:
+            base_sigmas = np.asarray(base_sigmas, np.float64)
+            if base_sigmas.shape != (n,):
+                raise InputError(f"base_sigmas has shape {base_sigmas.shape}; expected ({n},) for "
+                                 f"num_inference_steps={n}")
         given_shift = flow_shift is not None
         flow_shift = shift_override("flow_shift", flow_shift, c.flow_shift, c.use_dynamic_shifting)
 
@@ -273,7 +279,7 @@ class UniPCMultistepScheduler(SchedulerBase):
             sigmas = sigmas / (sigmas + 1)
         else:
             # diffusers UniPCMultistepScheduler.set_timesteps, use_flow_sigmas branch (float64 numpy).
-            sigmas = np.linspace(1, 1 / num_train, n + 1)[:-1]
+            sigmas = np.linspace(1, 1 / num_train, n + 1)[:-1] if base_sigmas is None else base_sigmas
             with np.errstate(divide="ignore", invalid="ignore"):
                 sigmas = shift_sigmas(sigmas, flow_shift, mu, c.time_shift_type, c.use_dynamic_shifting)
                 if c.shift_terminal:
@@ -302,6 +308,7 @@ class UniPCMultistepScheduler(SchedulerBase):
         flow_shift: float | None = None,
         mu: float | None = None,
         sharding: jax.sharding.Sharding | None = None,
+        base_sigmas: Sequence[float] | None = None,
     ) -> UniPCState:
         """Compute the schedule and all per-step coefficients on the host; return the initial state.
 
@@ -315,6 +322,9 @@ class UniPCMultistepScheduler(SchedulerBase):
             flow_shift: overrides the config's ``flow_shift`` (applied exactly once).
             mu: resolution-dependent shift; required iff the config has ``use_dynamic_shifting``
                 (ignored otherwise, as in diffusers).
+            base_sigmas: (N,) the sigmas before the shift instead of ``linspace(1, 1/T, N + 1)[:-1]``
+                (diffusers' ``set_timesteps(sigmas=)``; Karras sigmas ignore them there too, as
+                vidax takes ``sigma_min`` / ``sigma_max`` from the config).
             sharding: if given, the history buffers are placed with it (the sharding of the
                 latents) and the tables replicated on its devices, so every step sees the same
                 input shardings.
@@ -333,7 +343,8 @@ class UniPCMultistepScheduler(SchedulerBase):
                 "to size its multistep history, e.g. set_timesteps(n, sample_shape=latents.shape)."
             )
         shape = check_sample_shape(sample_shape)
-        timesteps, sigmas = self.flow_sigmas(num_inference_steps, flow_shift=flow_shift, mu=mu)
+        timesteps, sigmas = self.flow_sigmas(num_inference_steps, flow_shift=flow_shift, mu=mu,
+                                             base_sigmas=base_sigmas)
         predictor, corrector = _coefficient_tables(sigmas, self.config)
 
         def zeros() -> jax.Array:

@@ -1,21 +1,25 @@
 """Cosmos 3 (NVIDIA, omni: video with sound): the ``Cosmos3OmniTransformer`` Mixture-of-Transformers
-(Nano / Super on Qwen3-VL, Edge on Nemotron dense) and the ``Cosmos3AVAEAudioTokenizer`` sound
-tokenizer (``sound_tokenizer``: sound latents -> 48 kHz stereo). No pipeline yet (issue 24).
+(Nano / Super on Qwen3-VL, Edge on Nemotron dense), the ``Cosmos3AVAEAudioTokenizer`` sound
+tokenizer (``sound_tokenizer``: sound latents -> 48 kHz stereo) and ``Cosmos3OmniPipeline`` (text-,
+image- and video-to-video with the soundtrack).
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the configs),
 ``transformer.py``, ``sound_tokenizer.py`` (model code only), ``convert.py`` (parameter axes,
-fp32 parameters). The VAE (``AutoencoderKLWan``) is the Wan family's.
+fp32 parameters), ``prompt.py`` (templates, token ids, positions), ``pipeline.py``. The VAE
+(``AutoencoderKLWan``) is the Wan family's.
 """
 
 import dataclasses
 
-from vidax.registry import Family, family_component
+from vidax.registry import Family, PipelineSpec, family_component
 
 _PKG = "vidax.models.cosmos3"
 
 FAMILY = Family(
     name="cosmos3",
-    pipelines=(),
+    # Cosmos3OmniDiffusersPipeline: the class name of the released Nano / Super model_index.json
+    pipelines=(PipelineSpec("Cosmos3OmniPipeline", "vidax.models.cosmos3.pipeline:Cosmos3OmniPipeline"),
+               PipelineSpec("Cosmos3OmniDiffusersPipeline", "vidax.models.cosmos3.pipeline:Cosmos3OmniPipeline")),
     components=(
         family_component(_PKG, "transformer", "Cosmos3OmniTransformer",
                          "transformer:Cosmos3OmniTransformer", "Cosmos3TransformerConfig",

@@ -9,6 +9,9 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
+import numpy as np
+
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import ConfigBase, TransformerConfig, is_positive_int
 
 #: ``hidden_act`` values and what they select (diffusers ``Cosmos3VLTextMLP`` / the norm type).
@@ -273,3 +276,87 @@ class Cosmos3SoundTokenizerConfig(ConfigBase):
                          "expected an even number (the VAE bottleneck's mean and scale halves)")
         if self.enc_n_fft < self.enc_hop_length:
             self.invalid(source, "enc_n_fft", self.enc_n_fft, f"expected at least enc_hop_length={self.enc_hop_length}")
+
+
+# ---------------------------------------------------------------------------------------- checkpoint
+
+#: ``Cosmos3OmniPipeline.__call__`` defaults (diffusers 0.42.1): 720 x 1280, 189 frames, 35
+#: steps, guidance 6.0, 24 fps (the ``fps`` keyword's default). The prompt is not padded to a
+#: length (``max_sequence_length`` is not a Cosmos 3 keyword; the value here only fills the shared
+#: field).
+COSMOS3_DEFAULTS = CallDefaults(height=720, width=1280, num_frames=189, num_inference_steps=35, guidance_scale=6.0,
+                                max_sequence_length=512, fps=24)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosmos3Info(CheckpointInfo):
+    """A Cosmos 3 folder's configs (see :class:`~vidax.checkpoint.CheckpointInfo`).
+
+    Attributes:
+        transformer_config: :class:`Cosmos3TransformerConfig`.
+        vae_config: the Wan2.2 VAE's (:class:`vidax.models.wan.config.WanVAEConfig`).
+        sound_config: ``sound_tokenizer/config.json`` (``sampling_rate``, ``hop_size`` /
+            ``dec_strides``), or None where the checkpoint has no sound tokenizer.
+        default_use_system_prompt, use_native_flow_schedule: the pipeline settings of
+            ``model_index.json`` (diffusers' ``register_to_config``; defaults True and False).
+    """
+
+    transformer_config: Cosmos3TransformerConfig = None
+    vae_config: Any = None
+    sound_config: Mapping[str, Any] | None = None
+    default_use_system_prompt: bool = True
+    use_native_flow_schedule: bool = False
+
+    @property
+    def sound_hop(self) -> int:
+        """Waveform samples per sound latent (the tokenizer's ``hop_size``, else the product of
+        its decoder strides, as ``Cosmos3AVAEAudioTokenizer._hop_size``)."""
+        c = self.sound_config
+        return int(c["hop_size"]) if c.get("hop_size") is not None else int(np.prod(c.get("dec_strides")))
+
+    def sound_length(self, num_frames: int, fps: float) -> int:
+        """Sound latents of a ``num_frames`` video at ``fps`` (``prepare_latents``:
+        ``ceil(int(num_frames / fps * sampling_rate) / hop)``)."""
+        samples = int(num_frames / fps * self.sound_config["sampling_rate"])
+        return (samples + self.sound_hop - 1) // self.sound_hop
+
+
+def read_cosmos3_checkpoint(checkpoint: Checkpoint) -> Cosmos3Info:
+    """Read and cross-check a Cosmos 3 folder's configs (diffusers ``Cosmos3OmniPipeline``:
+    ``text_tokenizer``, ``transformer``, ``vae`` (Wan2.2), ``scheduler``, optional
+    ``sound_tokenizer``). The safety checker and the reasoner's ``vision_encoder`` sidecar are not
+    read (video generation does not use them).
+
+    Raises:
+        CheckpointError: a required component folder is missing.
+        ConfigError: components that do not fit together (the transformer's ``latent_channel``
+            must be the VAE's ``z_dim``), or a pipeline flag of model_index.json that is not a bool.
+    """
+    from vidax.errors import ConfigError
+    from vidax.models.wan.config import WanVAEConfig
+
+    ckpt = checkpoint
+    for name in ("text_tokenizer", "transformer", "vae", "scheduler"):
+        ckpt.folder(name)
+    cfg = ckpt.typed_config("transformer", Cosmos3TransformerConfig)
+    vae = ckpt.typed_config("vae", WanVAEConfig)
+    if cfg.latent_channel != vae.z_dim:
+        raise ConfigError(f"{ckpt.config_file('transformer')}: latent_channel={cfg.latent_channel} must equal the "
+                          f"VAE's z_dim={vae.z_dim} ({ckpt.config_file('vae')})")
+    flags = {}
+    for key, default in (("default_use_system_prompt", True), ("use_native_flow_schedule", False)):
+        value = ckpt.index.get(key, default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{ckpt.root}/model_index.json: {key}={value!r} must be true or false")
+        flags[key] = value
+    sound = dict(ckpt.config("sound_tokenizer")) if ckpt.has("sound_tokenizer") else None
+    s, p = vae.spatial_compression, cfg.latent_patch_size
+    tasks = ("t2v", "i2v", "v2v")
+    variant = (f"Cosmos 3 omni text/image/video-to-video{' with sound' if sound and cfg.sound_gen else ''}: "
+               f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size} ({cfg.hidden_act}), Wan2.2 VAE")
+    return Cosmos3Info(
+        checkpoint=ckpt, tasks=tasks, variant=variant, defaults=COSMOS3_DEFAULTS.for_checkpoint(ckpt),
+        transformers=("transformer",), size_multiple=(s, s),
+        size_reason=f"the reference requires multiples of the VAE's {s}x spatial compression (the transformer pads "
+                    f"latents to its {p}x{p} patches)",
+        transformer_config=cfg, vae_config=vae, sound_config=sound, **flags)

@@ -62,17 +62,18 @@ def mrope_tables(position_ids: jax.Array, head_dim: int, theta: float,
     from W when ``j % 3 == 2 and j < 3·section[2]``, else from T; angle = position · inv_freq[j].
 
     Args:
-        position_ids: ``(3, L)`` int (T, H, W positions of the packed sequence).
+        position_ids: ``(3, L)`` (T, H, W positions of the packed sequence), or ``(B, 3, L)``
+            per sequence; int or float (the reference's fps-modulated positions).
         head_dim: K. theta: RoPE base. section: (T, H, W) pair counts.
 
     Returns:
-        ``(cos, sin)`` each ``(L, K/2)`` float32 (rotate-half layout).
+        ``(cos, sin)`` each ``(L, K/2)`` (or ``(B, L, K/2)``) float32 (rotate-half layout).
     """
     half = head_dim // 2
     j = np.arange(half)
     axis = np.where((j % 3 == 1) & (j < 3 * section[1]), 1, np.where((j % 3 == 2) & (j < 3 * section[2]), 2, 0))
-    pos = jnp.asarray(position_ids).astype(_F32)[axis]  # (K/2, L)
-    angles = pos.T * jnp.asarray(rope_inv_freq(head_dim, theta))
+    pos = jnp.asarray(position_ids).astype(_F32)[..., axis, :]  # (..., K/2, L)
+    angles = jnp.swapaxes(pos, -1, -2) * jnp.asarray(rope_inv_freq(head_dim, theta))
     return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -135,8 +136,10 @@ class Cosmos3MoTLayer(nnx.Module):
 
     def __call__(self, streams, inputs: "Cosmos3Inputs"):
         und, gen = streams
+        mask = _TWO_PATHWAYS if inputs.key_mask is None else AttentionMask(first_stream_causal=True,
+                                                                             kv_mask=inputs.key_mask)
         a_und, a_gen = self.self_attn((self.input_layernorm(und), self.input_layernorm_moe_gen(gen)),
-                                      rope=inputs.rope_und, added_rope=inputs.rope_gen, mask=_TWO_PATHWAYS)
+                                      rope=inputs.rope_und, added_rope=inputs.rope_gen, mask=mask)
         und, gen = und + a_und.astype(und.dtype), gen + a_gen.astype(gen.dtype)
         und = und + self.mlp(self.post_attention_layernorm(und)).astype(und.dtype)
         gen = gen + self.mlp_moe_gen(self.post_attention_layernorm_moe_gen(gen)).astype(gen.dtype)
@@ -153,6 +156,7 @@ class Cosmos3Inputs:
     sound_mse_loss_indexes: jax.Array | None
     action_mse_loss_indexes: jax.Array | None
     action_domain_ids: jax.Array | None
+    key_mask: jax.Array | None
     vision_shape: tuple[int, int, int, int] = static()
     vision_noisy_frames: tuple[int, ...] = static()
     sound_shape: tuple[int, int] | None = static()
@@ -224,14 +228,19 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
               sound_sequence_indexes=None, sound_mse_loss_indexes=None, sound_timesteps=None,
               sound_noisy_frames: tuple[int, ...] | None = None, action=None, action_sequence_indexes=None,
               action_mse_loss_indexes=None, action_timesteps=None, action_noisy_frames: tuple[int, ...] | None = None,
-              action_domain_ids=None):
+              action_domain_ids=None, text_lengths=None):
         """The packed sequence, split into the two pathways.
 
         Args (``B`` sequences packed alike; indexes are positions in the packed sequence of
         length ``L = position_ids.shape[1]``):
             input_ids: ``(B, N_txt)`` int token ids, placed at ``text_indexes`` ``(N_txt,)``.
-            position_ids: ``(3, L)`` int mRoPE positions (T, H, W).
+            position_ids: ``(3, L)`` mRoPE positions (T, H, W), or ``(B, 3, L)`` per sequence.
             und_len: static; the understanding (causal) prefix length; the rest is generation.
+            text_lengths: ``(B,)`` int or None: sequence ``b``'s understanding prefix holds
+                ``text_lengths[b]`` real tokens, the rest up to ``und_len`` is padding that no
+                generation token attends (so sequences of several prompt lengths -- a prompt and
+                its negative -- run as one batch; the causal understanding tokens never see later
+                padding). None: all ``und_len`` are real.
             vision: ``(B, T, H, W, C)`` channels-last latents (H, W padded to the patch with zeros
                 as the reference).
             vision_sequence_indexes: ``(T·h·w,)`` positions of the patch tokens (frame-major).
@@ -296,12 +305,17 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
             h = h.at[:, action_sequence_indexes].set(tok.astype(self.res_dtype))
 
         cos, sin = mrope_tables(position_ids, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        key_mask = None
+        if text_lengths is not None:
+            real = jnp.arange(und_len)[None] < jnp.asarray(text_lengths, jnp.int32).reshape(-1, 1)
+            key_mask = jnp.concatenate([real, jnp.ones((b, length - und_len), bool)], axis=1).astype(jnp.int32)
         inputs = Cosmos3Inputs(
-            rope_und=(cos[:und_len], sin[:und_len]), rope_gen=(cos[und_len:], sin[und_len:]),
+            rope_und=(cos[..., :und_len, :], sin[..., :und_len, :]),
+            rope_gen=(cos[..., und_len:, :], sin[..., und_len:, :]),
             vision_mse_loss_indexes=jnp.asarray(vision_mse_loss_indexes),
             sound_mse_loss_indexes=None if sound is None else jnp.asarray(sound_mse_loss_indexes),
             action_mse_loss_indexes=None if action is None else jnp.asarray(action_mse_loss_indexes),
-            action_domain_ids=None if action is None else jnp.asarray(action_domain_ids),
+            action_domain_ids=None if action is None else jnp.asarray(action_domain_ids), key_mask=key_mask,
             vision_shape=(t, hh, ww, c), vision_noisy_frames=tuple(int(i) for i in vision_noisy_frames),
             sound_shape=sound_shape,
             sound_noisy_frames=None if sound is None else tuple(int(i) for i in sound_noisy_frames),
