@@ -54,8 +54,9 @@ def _match(got, ref_video, ref_audio, other):
     print(f"video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB; another condition: {moved[0]:.1f}, {moved[1]:.1f} dB")
     assert got.frames.shape == ref_video.shape and got.audio.shape == ref_audio.shape
     assert psnr >= 60 and snr >= 60
-    # The sound depends on the video only through the audio<->video attention: it moves less.
-    assert moved[0] < 40 and moved[1] < snr - 20
+    # The decoders squash the latents' differences and the sound depends on the video only
+    # through the audio<->video attention: the other condition moves both far more than vidax differs.
+    assert moved[0] < psnr - 20 and moved[1] < snr - 20
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +109,10 @@ def _pil(a):
     return PIL.Image.fromarray(a)
 
 
-def _conditions(cls, strength=0.6):
+def _conditions(cls):
     video = [_pil(_image(10 + i, 20, 30)) for i in range(6)]
     return [cls(frames=_pil(_image(3, 40, 24)), index=0, strength=1.0),
-            cls(frames=video, index=2, strength=strength),
+            cls(frames=video, index=2, strength=0.6),
             cls(frames=_pil(_image(4, 30, 30)), index=-1, strength=0.8, crf=0)]
 
 
@@ -119,6 +120,10 @@ def test_conditions_match_diffusers(checkpoint, pipes):  # noqa: F811
     from vidax.models.ltx2.pipeline_condition import LTX2VideoCondition
 
     pipe, _ = checkpoint
+    # The reference's connectors take the padding side the tokenizer has when the pipeline is
+    # built: the released Gemma tokenizers' "left" (their class default; the tiny T5-style one
+    # here defaults to "right", which the T2V reference sets to "left" only when it encodes).
+    pipe.tokenizer.padding_side = "left"
     ref = diffusers.LTX2ConditionPipeline(**pipe.components)
     ref.set_progress_bar_config(disable=True)
     vx = pipes[1]
@@ -128,7 +133,7 @@ def test_conditions_match_diffusers(checkpoint, pipes):  # noqa: F811
     kw = dict(noise_scale=0.0, guidance_scale=1.0, audio_guidance_scale=1.0)
     t = dict(latents=torch.from_numpy(latents), audio_latents=torch.from_numpy(audio_latents), **kw)
     want = _reference(ref, conditions=_conditions(ref_condition.LTX2VideoCondition), **t)
-    moved = _reference(ref, conditions=_conditions(ref_condition.LTX2VideoCondition, 0.1), **t)
+    moved = _reference(ref, conditions=_conditions(ref_condition.LTX2VideoCondition)[::2], **t)  # no video
     got = vx(PROMPT, NEGATIVE, conditions=_conditions(LTX2VideoCondition), latents=latents,
              audio_latents=audio_latents, progress=False, **kw, **CALL)
     _match(got, *want, moved)
