@@ -168,7 +168,8 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
     defaults = CallDefaults(height=512, width=768, num_frames=121, num_inference_steps=30, guidance_scale=3.0,
                             max_sequence_length=1024, fps=24)
     m = max(32, s)
-    return LTX2Info(checkpoint=ckpt, tasks=("t2v", "i2v", "v2v"), variant=variant, defaults=defaults.for_checkpoint(ckpt),
+    return LTX2Info(checkpoint=ckpt, tasks=("t2v", "i2v", "v2v"), variant=variant,
+                    defaults=defaults.for_checkpoint(ckpt),
                     transformers=("transformer",), size_multiple=(m, m),
                     size_reason="LTX2Pipeline's check_inputs" if m == 32 else f"the VAE's {s}x",
                     transformer_config=cfg, vae_config=vae, scheduler_config=dict(sched),
@@ -220,10 +221,10 @@ class LTX2Pipeline(LTXPipeline):
     def class_for_task(cls, task: str) -> type:
         """``t2v``: LTX2Pipeline; ``i2v``: LTX2ImageToVideoPipeline; ``v2v``: LTX2ConditionPipeline
         (the same weights do all three, as in diffusers)."""
-        from vidax.models.ltx2.pipeline_condition import LTX2ConditionPipeline
-        from vidax.models.ltx2.pipeline_i2v import LTX2ImageToVideoPipeline
+        from vidax.registry import registry
 
-        return {"t2v": LTX2Pipeline, "i2v": LTX2ImageToVideoPipeline, "v2v": LTX2ConditionPipeline}[task]
+        name = {"t2v": "LTX2Pipeline", "i2v": "LTX2ImageToVideoPipeline", "v2v": "LTX2ConditionPipeline"}[task]
+        return registry().pipeline(name).load()  # the family's registration (they import this module)
 
     @classmethod
     def resolve_num_frames(cls, info: LTX2Info, num_frames: int) -> int:
