@@ -102,6 +102,18 @@ def test_i2v_matches_diffusers(checkpoint, pipes, monkeypatch):  # noqa: F811
     got = vx(image, PROMPT, NEGATIVE, progress=False, **kw)
     _match(got, *want, moved)
 
+    # The two-stage path's second stage: given 5-D de-normalised latents (e.g. upsampled) are
+    # normalised with the scaling factor, their frame 0 is the condition (the image is not
+    # encoded) and stays as it is; the reference returns them de-normalised (same compiled step).
+    lat = np.random.default_rng(13).standard_normal(noise.shape, dtype=np.float32)
+    with torch.no_grad():
+        ref_z = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, latents=torch.from_numpy(lat),
+                    audio_latents=a, output_type="latent", **CALL, **OFF).frames.numpy()
+    z = vx(image, PROMPT, NEGATIVE, latents=lat, output_type="latent", progress=False, **kw).frames
+    print(f"given latents: SNR {_snr(z, ref_z):.1f} dB")
+    assert _snr(z, ref_z) >= 60
+    np.testing.assert_allclose(z[:, :, 0], lat[:, :, 0], rtol=1e-5, atol=1e-5)  # de-normalised(normalised)
+
 
 def _pil(a):
     import PIL.Image
