@@ -188,3 +188,24 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):  # noqa: F811
     for kwargs, message in cond:
         with pytest.raises(vidax.InputError, match=message):
             LTX2ConditionPipeline.check_call(info, PROMPT, **{**CALL, **kwargs})
+
+
+@pytest.mark.parametrize("model_type, crf", [("gemma3", 33), ("gemma4_unified", 18), ("gemma4", 18), (None, 33)])
+def test_default_image_crf_follows_the_text_encoder(model_type, crf):
+    """diffusers' ``resolve_default_image_crf``: 18 for LTX-2.5's Gemma 4 text encoders, else 33
+    (None: a folder without the text encoder's config)."""
+    from types import SimpleNamespace
+
+    from diffusers.pipelines.ltx2.utils import resolve_default_image_crf
+
+    from vidax.models.ltx2.conditioning import default_image_crf
+
+    class Ckpt:
+        config_files = {"text_encoder": "config.json"} if model_type else {}
+
+        def config(self, name):
+            return {"model_type": model_type}
+
+    assert default_image_crf(SimpleNamespace(checkpoint=Ckpt())) == crf
+    encoder = SimpleNamespace(config=SimpleNamespace(model_type=model_type))
+    assert resolve_default_image_crf(encoder) == crf

@@ -9,8 +9,8 @@ packed tokens ``(B, N, C)``:
 * A condition's ``frames`` (a PIL image, a list of frames or a uint8 ``(F, H, W, 3)`` /
   ``(H, W, 3)`` array) are resized to cover ``height x width`` and centre-cropped (torch's
   bilinear arithmetic, :func:`~vidax.io.image.cover_crop_bilinear`); a single frame is first
-  H.264 re-compressed at its ``crf`` (None: 33). ``index`` is a *latent* frame (negative: from
-  the end); a video is trimmed to the frames left in the clip from pixel frame
+  H.264 re-compressed at its ``crf`` (None: 33, LTX-2.5: 18). ``index`` is a *latent* frame
+  (negative: from the end); a video is trimmed to the frames left in the clip from pixel frame
   ``max((index - 1) temporal + 1, 0)``, to ``temporal k + 1`` frames (a warning says so).
 * Each is VAE-encoded at its posterior mode and normalised (no scaling factor). ``index`` 0:
   its latent frames replace the leading tokens (mask = ``strength``, clean = the latent).
@@ -45,7 +45,7 @@ import numpy as np
 from vidax.errors import Arg, InputError
 from vidax.io.image import cover_crop_bilinear, h264_recompress, to_rgb_image
 from vidax.models.ltx.pipeline import _number, _video_frames
-from vidax.models.ltx2.conditioning import DEFAULT_IMAGE_CRF, IMAGE_CRF, LTX2ConditionedPipeline, check_crf
+from vidax.models.ltx2.conditioning import IMAGE_CRF, LTX2ConditionedPipeline, check_crf, default_image_crf
 from vidax.models.ltx2.pipeline import LTX2_OPTIONS, _frame_rate
 from vidax.pipelines.options import OBJECT, VIDEO_FILE, CallOption
 
@@ -64,7 +64,7 @@ class LTX2VideoCondition:
             ``(F, H, W, 3)`` array (a video); any size (resized to cover, centre-cropped).
         index: the latent frame it conditions, in ``[-F', F')`` (negative: from the end).
         strength: in [0, 1]; 1 holds its latents clean.
-        crf: H.264 CRF a single frame is re-compressed at (None: 33; 0: not).
+        crf: H.264 CRF a single frame is re-compressed at (None: 33, LTX-2.5: 18; 0: not).
     """
 
     frames: Any
@@ -121,14 +121,16 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
             raise InputError(Arg(iname, index), f" is not a latent frame of the {call.num_frames}-frame clip "
                              f"({f_lat} latent frames): give an integer in [{-f_lat}, {f_lat - 1}]")
         strength = _number(f"{prefix}strength" if prefix else "condition_strength", strength, 0.0, 1.0)
-        crf = DEFAULT_IMAGE_CRF if crf is None else check_crf(Arg(f"{prefix}crf" if prefix else "image_crf", crf), crf)
+        crf_arg = Arg(f"{prefix}crf" if prefix else "image_crf", crf)
+        crf = default_image_crf(info) if crf is None else check_crf(crf_arg, crf)
         if isinstance(frames, np.ndarray) and frames.ndim == 4 or isinstance(frames, (list, tuple)):
             pil = _video_frames(frames, fname)
         else:
             pil = [to_rgb_image(frames, fname)]
         if len({im.size for im in pil}) > 1:
-            raise InputError(Arg(fname, f"{len(pil)} frames of sizes {sorted({im.size for im in pil})}"), "; the frames "
-                             "of one condition must have one size")
+            sizes = sorted({im.size for im in pil})
+            raise InputError(Arg(fname, f"{len(pil)} frames of sizes {sizes}"), "; the frames of one condition must "
+                             "have one size")
         if len(pil) == 1 and crf and min(pil[0].size) < 2:
             raise InputError(Arg(fname, "{}x{}".format(*pil[0].size)), " is too small for the H.264 "
                              "re-compression (at least 2x2); give a larger image or crf 0")
@@ -164,7 +166,7 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
     """LTX-2 with image / video conditions at any latent frame, with its soundtrack (see the
     module docstring); keywords as :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus
     ``conditions``, the flat ``image`` / ``video`` with ``condition_index`` (0),
-    ``condition_strength`` (1) and ``image_crf`` (33), and ``noise_scale`` (None: the first
+    ``condition_strength`` (1) and ``image_crf`` (33, LTX-2.5: 18), and ``noise_scale`` (None: the first
     sigma)."""
 
     task = "t2v"

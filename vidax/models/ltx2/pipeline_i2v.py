@@ -5,8 +5,8 @@ What differs from :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline` (the rest is
 schedule, guidance on x0, RoPE, sound, decode):
 
 * ``image`` (one PIL image or uint8 array, any size) is H.264 re-compressed at ``image_crf``
-  (33; 0: not), resized to exactly ``height x width`` with PIL's bilinear filter (stretched, not
-  cropped: ``VideoProcessor(resample="bilinear").preprocess``), VAE-encoded at its posterior mode
+  (33, LTX-2.5: 18; 0: not), resized to exactly ``height x width`` with PIL's bilinear filter
+  (stretched, not cropped: ``VideoProcessor(resample="bilinear").preprocess``), VAE-encoded at its posterior mode
   and normalised: latent frame 0 of every video; the other frames are the noise.
 * Latent frame 0's tokens have conditioning mask 1: timestep ``t (1 - mask)`` = 0, and the
   Euler step leaves them as they are (:mod:`vidax.models.ltx2.conditioning`).
@@ -28,7 +28,7 @@ import numpy as np
 
 from vidax.errors import Arg, InputError
 from vidax.io.image import h264_recompress, to_rgb_image, vae_image_preprocess
-from vidax.models.ltx2.conditioning import DEFAULT_IMAGE_CRF, IMAGE_CRF, LTX2ConditionedPipeline
+from vidax.models.ltx2.conditioning import IMAGE_CRF, LTX2ConditionedPipeline, default_image_crf
 from vidax.models.ltx2.pipeline import LTX2_OPTIONS
 
 logger = logging.getLogger("vidax.pipeline")
@@ -37,7 +37,7 @@ _F32 = jnp.float32
 
 class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
     """LTX-2 image-to-video with its soundtrack: ``pipe(image, prompt, ...)``; keywords as
-    :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus ``image_crf`` (33)."""
+    :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus ``image_crf`` (33, LTX-2.5: 18)."""
 
     task = "i2v"
     latents_layout = ("(batch, latent channels, latent frames, height/32, width/32), de-normalised (frame 0 is "
@@ -80,7 +80,7 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
             first = self.vae.normalize_latents(jnp.transpose(jnp.asarray(call.latents[:, :, :1]), (0, 2, 3, 4, 1)))
         else:
             crf = call.extra.get("image_crf")
-            crf = DEFAULT_IMAGE_CRF if crf is None else int(crf)
+            crf = default_image_crf(self.info) if crf is None else int(crf)
             with stats.timed("text_encode_s"):
                 rgb = h264_recompress(np.asarray(to_rgb_image(call.image)), crf)
                 pixels = vae_image_preprocess(rgb, call.height, call.width, resample="bilinear")
