@@ -40,11 +40,12 @@ from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the versi
 
 __version__ = "0.1.0"
 __all__ = ["Cancelled", "CheckpointError", "ConfigError", "FirstBlockCacheConfig", "InputError", "LTXVideoCondition",
-           "MagCacheConfig", "NumericalError", "OutOfMemoryError", "SetupError", "TaylorSeerCacheConfig", "VidaxError",
+           "LTX2VideoCondition", "MagCacheConfig", "NumericalError", "OutOfMemoryError", "SetupError", "TaylorSeerCacheConfig", "VidaxError",
            "load_pipeline"]
 
 #: Names of the API imported on first use (their modules pull in a model family).
-_LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline", "FirstBlockCacheConfig": "vidax.pipelines.step_cache",
+_LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline", "LTX2VideoCondition": "vidax.models.ltx2.pipeline_condition",
+         "FirstBlockCacheConfig": "vidax.pipelines.step_cache",
          "MagCacheConfig": "vidax.pipelines.step_cache", "TaylorSeerCacheConfig": "vidax.pipelines.step_cache"}
 
 

@@ -11,6 +11,11 @@
   then ``2 x - 1``.
 * :func:`nearest_resize` is ``torch.nn.functional.interpolate(x, size)`` (mode ``"nearest"``),
   what ``VaeImageProcessor.preprocess`` does to tensor input.
+* :func:`h264_recompress` re-compresses one frame as H.264 at a CRF (PyAV / libx264), as LTX-2's
+  pipelines condition on images (``apply_image_conditioning_crf`` in diffusers' ``ltx2/utils.py``).
+* :func:`cover_crop_bilinear` resizes frames to cover a size and centre-crops them, with
+  ``torch.nn.functional.interpolate(mode="bilinear", align_corners=False)``'s arithmetic
+  (LTX2ConditionPipeline's ``preprocess_conditions``).
 """
 
 from __future__ import annotations
@@ -159,3 +164,66 @@ def nearest_resize(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
 
     pixels = np.asarray(pixels)
     return pixels[index(pixels.shape[0], int(height))][:, index(pixels.shape[1], int(width))]
+
+
+def h264_recompress(image: np.ndarray, crf: int) -> np.ndarray:
+    """One RGB frame through an H.264 encode and decode at ``crf`` (libx264, preset ``veryfast``,
+    yuv420p, as diffusers' ``apply_image_conditioning_crf``): the compression LTX-2 was trained
+    on. ``crf`` 0 returns the frame as it is.
+
+    Args:
+        image: uint8 ``(H, W, 3)``, H and W >= 2 (cropped to even sizes, as the reference).
+        crf: the constant rate factor, 0..51.
+
+    Returns:
+        uint8 ``(H // 2 * 2, W // 2 * 2, 3)``.
+    """
+    if crf == 0:
+        return image
+    import io
+
+    import av
+
+    image = np.ascontiguousarray(image[: image.shape[0] // 2 * 2, : image.shape[1] // 2 * 2])
+    with io.BytesIO() as buffer:
+        with av.open(buffer, "w", format="mp4") as container:
+            stream = container.add_stream("libx264", rate=1, options={"crf": str(int(crf)), "preset": "veryfast"})
+            stream.height, stream.width = image.shape[:2]
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p")
+            container.mux(stream.encode(frame))
+            container.mux(stream.encode())
+        data = buffer.getvalue()
+    with io.BytesIO(data) as buffer, av.open(buffer) as container:
+        stream = next(s for s in container.streams if s.type == "video")
+        return next(container.decode(stream)).to_ndarray(format="rgb24")
+
+
+def _bilinear_axis(x: np.ndarray, size: int, axis: int) -> np.ndarray:
+    """``interpolate(mode="bilinear", align_corners=False)`` along one axis, float32: source
+    position ``(i + 0.5) in / out - 0.5`` clamped at 0, linear between its two neighbours (the
+    upper one clamped to the last)."""
+    n = x.shape[axis]
+    scale = np.float32(n / size)
+    src = np.maximum((np.arange(size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5), np.float32(0))
+    lo = np.minimum(src.astype(np.int64), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    w = (src - lo.astype(np.float32)).astype(np.float32)
+    shape = [1] * x.ndim
+    shape[axis] = size
+    w = w.reshape(shape)
+    a, b = np.take(x, lo, axis=axis), np.take(x, hi, axis=axis)
+    return (np.float32(1) - w) * a + w * b
+
+
+def cover_crop_bilinear(frames: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Frames ``(F, H, W, 3)`` (uint8 or float, 0..255) resized by ``max(height / H, width / W)``
+    to ``(ceil(H s), ceil(W s))`` with torch's bilinear interpolation (no anti-aliasing), then
+    centre-cropped to ``height x width`` (top / left offsets rounded down): float32 0..255."""
+    import math
+
+    f, h, w = frames.shape[:3]
+    scale = max(height / h, width / w)
+    new_h, new_w = math.ceil(h * scale), math.ceil(w * scale)
+    x = _bilinear_axis(_bilinear_axis(np.asarray(frames, np.float32), new_h, 1), new_w, 2)
+    top, left = (new_h - height) // 2, (new_w - width) // 2
+    return np.ascontiguousarray(x[:, top:top + height, left:left + width])

@@ -7,7 +7,10 @@ with LTX-2's settings), ``audio_vae.py`` (``AutoencoderKLLTX2Audio``: audio late
 spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``: mel -> waveform),
 ``convert.py`` (the tables the registry entries name for the one component loader),
 ``duration_head.py`` (LTX-2.5's ``LTX2DurationHead``: clip length from the prompt), ``pipeline.py``
-(``LTX2Pipeline``: text-to-video with its soundtrack).
+(``LTX2Pipeline``: text-to-video with its soundtrack), ``conditioning.py`` (the conditioning mask
+and clean latents the next two share), ``pipeline_i2v.py`` (``LTX2ImageToVideoPipeline``),
+``pipeline_condition.py`` (``LTX2ConditionPipeline``: image and video conditions at any latent
+frame).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec, family_component
@@ -16,7 +19,9 @@ _PKG = "vidax.models.ltx2"
 
 FAMILY = Family(
     name="ltx2",
-    pipelines=(PipelineSpec("LTX2Pipeline", "vidax.models.ltx2.pipeline:LTX2Pipeline"),),
+    pipelines=(PipelineSpec("LTX2Pipeline", "vidax.models.ltx2.pipeline:LTX2Pipeline"),
+               PipelineSpec("LTX2ImageToVideoPipeline", "vidax.models.ltx2.pipeline_i2v:LTX2ImageToVideoPipeline"),
+               PipelineSpec("LTX2ConditionPipeline", "vidax.models.ltx2.pipeline_condition:LTX2ConditionPipeline")),
     components=(
         family_component(_PKG, "transformer", "LTX2VideoTransformer3DModel",
                          "transformer:LTX2VideoTransformer3DModel", "LTX2TransformerConfig",

@@ -168,7 +168,8 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
     defaults = CallDefaults(height=512, width=768, num_frames=121, num_inference_steps=30, guidance_scale=3.0,
                             max_sequence_length=1024, fps=24)
     m = max(32, s)
-    return LTX2Info(checkpoint=ckpt, tasks=("t2v",), variant=variant, defaults=defaults.for_checkpoint(ckpt),
+    return LTX2Info(checkpoint=ckpt, tasks=("t2v", "i2v", "v2v"), variant=variant,
+                    defaults=defaults.for_checkpoint(ckpt),
                     transformers=("transformer",), size_multiple=(m, m),
                     size_reason="LTX2Pipeline's check_inputs" if m == 32 else f"the VAE's {s}x",
                     transformer_config=cfg, vae_config=vae, scheduler_config=dict(sched),
@@ -218,7 +219,12 @@ class LTX2Pipeline(LTXPipeline):
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
-        return cls
+        """``t2v``: LTX2Pipeline; ``i2v``: LTX2ImageToVideoPipeline; ``v2v``: LTX2ConditionPipeline
+        (the same weights do all three, as in diffusers)."""
+        from vidax.registry import registry
+
+        name = {"t2v": "LTX2Pipeline", "i2v": "LTX2ImageToVideoPipeline", "v2v": "LTX2ConditionPipeline"}[task]
+        return registry().pipeline(name).load()  # the family's registration (they import this module)
 
     @classmethod
     def resolve_num_frames(cls, info: LTX2Info, num_frames: int) -> int:
@@ -362,32 +368,45 @@ class LTX2Pipeline(LTXPipeline):
         """``(video context, audio context, mask, scales (4,) float32 [video CFG, audio CFG, video
         rescale, audio rescale], RoPE tables)``; the tables of the CFG batch where CFG runs."""
         x = call.extra
-        rate = _frame_rate(self.info, call)
         gs = call.guidance_scale
         scales = jnp.asarray([gs, _fallback(x.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), gs),
                               rescale := float(x.get("guidance_rescale", GUIDANCE_RESCALE)),
                               _fallback(x.get("audio_guidance_rescale", GUIDANCE_RESCALE), rescale)], _F32)
-        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
         b = call.batch * (2 if call.do_cfg else 1)
-        model = self.transformer
-        coords = model.rope_coords(b, f, h, w, rate / float(x.get("motion_speed", 1.0)),
-                                   self.info.audio_length(call.num_frames, rate))
-        return (*embeds, scales, model.rope_tables(*coords)), None
+        return (*embeds, scales, self.transformer.rope_tables(*self.rope_coordinates(call, cond, b))), None
+
+    def rope_coordinates(self, call, cond, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The video ``(batch, 3, N, 2)`` and audio ``(batch, 1, M, 2)`` coordinates (numpy float32)
+        at ``frame_rate / motion_speed`` fps (a conditioned pipeline appends its extra tokens')."""
+        rate = _frame_rate(self.info, call)
+        f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
+        return self.transformer.rope_coords(batch, f, h, w, rate / float(call.extra.get("motion_speed", 1.0)),
+                                            self.info.audio_length(call.num_frames, rate))
 
     def model_args(self, latents, state, args, do_cfg) -> tuple:
         """The transformer's positional arguments (:meth:`LTX2VideoTransformer3DModel.embed`):
         packed video / audio tokens, both contexts, timestep (also the sigma LTX-2.3 and the
         cross timestep take), the text mask, the RoPE tables."""
-        context, audio_context, mask, _, rope = args
+        context, audio_context, mask, _, rope = args[:5]
         video, audio = latents["latents"], latents["audio_latents"]
-        b, f, h, w, c = video.shape
-        x = video.reshape(b, f * h * w, c).astype(self.dtype)
+        b, c = video.shape[0], video.shape[-1]
+        x = video.reshape(b, -1, c).astype(self.dtype)
         a = audio.astype(self.dtype)
         t = jnp.broadcast_to(self.step_state(state).timestep.astype(_F32), (b,))
-        if do_cfg:
-            x, a, t = (jnp.concatenate([v, v], axis=0) for v in (x, a, t))  # the texts: prompts, then negatives
-        return (x, a, context, audio_context, t, None, t, None, mask, mask, None, None, None, 24.0, None, None, None,
+        tv = self.video_timestep(t, args)
+        if do_cfg:  # the texts: prompts, then negatives
+            x, a, t, tv = (jnp.concatenate([v, v], axis=0) for v in (x, a, t, tv))
+        return (x, a, context, audio_context, tv, t, t, None, mask, mask, None, None, None, 24.0, None, None, None,
                 False, None, None, True, None, rope)
+
+    def video_timestep(self, t, args):
+        """The video tokens' timestep: ``t`` (B,) here; per token where frames are conditioned."""
+        return t
+
+    def condition_x0(self, name: str, x0, args):
+        """The guided x0 ``(B, tokens, C)`` of stream ``name`` before its Euler step: as it is here;
+        blended with the clean conditions where frames are conditioned."""
+        return x0
 
     def guide(self, pred, state, args):
         """Guidance needs the latents (it runs on x0): :meth:`scheduler_update` does it."""
@@ -410,6 +429,7 @@ class LTX2Pipeline(LTXPipeline):
             guided = cond + (scales[i] - 1) * (cond - x0[1]) if cfg else cond
             rescale = scales[2 + i]
             guided = jnp.where(rescale > 0, rescale_noise_cfg(guided, cond, rescale), guided)
+            guided = self.condition_x0(name, guided, args)
             velocity = ((flat - guided) / sigma).reshape(x.shape)
             new[name], states[name] = self.scheduler.step(st, velocity, x)
         return new, states
