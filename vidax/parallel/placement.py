@@ -49,7 +49,12 @@ def param_axes(path: Any, ndim: int, table: ParamAxes) -> tuple[str | None, ...]
 
 
 def param_spec(path: Any, shape: Sequence[int], table: ParamAxes, mesh: Mesh) -> PartitionSpec:
-    """PartitionSpec of one parameter (replicated when no rule matches or sizes do not divide)."""
+    """PartitionSpec of one parameter (replicated when no rule matches or sizes do not divide).
+    An 8-bit kernel's ``kernel_scale`` ``(..., D_out)`` is split as its kernel's output axis."""
+    s = path if isinstance(path, str) else path_str(path)
+    if s.endswith("/kernel_scale"):
+        axes = param_axes(s[: -len("_scale")], len(shape) + 1, table)
+        return PartitionSpec() if axes is None else logical_spec(axes[:-2] + axes[-1:], mesh, tuple(shape))
     axes = param_axes(path, len(shape), table)
     if axes is None:
         return PartitionSpec()
@@ -163,7 +168,8 @@ def plan_report(
         rows = []
         for path, var in flat.items():
             sds = var.get_value()
-            itemsize = np.dtype(dtype if np.issubdtype(sds.dtype, np.floating) else sds.dtype).itemsize
+            stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
+            itemsize = np.dtype(sds.dtype if stored else dtype).itemsize
             rows.append((path_str(path), tuple(sds.shape), itemsize, param_spec(path, sds.shape, table, mesh)))
         lines += _report(name, rows, mesh_shape, top)
     return "\n".join(lines)
