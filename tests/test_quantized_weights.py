@@ -312,3 +312,20 @@ def test_gguf_wan_pipeline_matches_diffusers(tmp_path):
     from vidax.weights.single_file import gguf_reader
 
     np.testing.assert_array_equal(kernel, gguf_reader(file).get(names[key]).astype(np.float32).T)
+
+
+def test_scales_sharded_like_their_kernels(transformers):
+    """On a (data 4, tensor 2) mesh: each scale is split as its kernel's output axis (q/k/v
+    column-parallel: over ``tensor``; attention-out row-parallel: replicated), same values."""
+    from vidax.parallel.mesh import make_mesh
+
+    models, folder = transformers
+    sharded = _flat(load_component("WanTransformer3DModel", folder, jnp.bfloat16, weights="int8",
+                                   mesh=make_mesh(4, 2, 1)))
+    single = _flat(models["int8"])
+    q = ("blocks", "attn1", "to_q")
+    assert tuple(sharded[q + ("kernel",)].sharding.spec) == (None, None, "tensor")
+    assert tuple(sharded[q + ("kernel_scale",)].sharding.spec) == (None, "tensor")
+    assert all(e is None for e in sharded[("blocks", "attn1", "to_out", 0, "kernel_scale")].sharding.spec)
+    for path in (q + ("kernel",), q + ("kernel_scale",)):
+        np.testing.assert_array_equal(np.asarray(sharded[path]), np.asarray(single[path]))

@@ -55,8 +55,9 @@ def parse_weight_format(value: Any, arg: str = "weight_dtype") -> str | None:
     return FORMAT_ALIASES[name]
 
 
-def quantize(w: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel quantization of a kernel on the host.
+def quantize(w: Any, fmt: str, xp: Any = np) -> tuple[Any, Any]:
+    """Per-output-channel quantization of a kernel: on the host (``xp=numpy``, as the loader
+    reads it) or on its device (``xp=jax.numpy``, inside a jitted function: a LoRA merge).
 
     Args:
         w: ``(..., D_in, D_out)`` any float dtype (the vidax kernel layout).
@@ -66,13 +67,18 @@ def quantize(w: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
         ``(q, scale)``: ``q`` ``(..., D_in, D_out)`` in the format, ``scale`` ``(..., D_out)``
         float32 with ``w ≈ q * scale[..., None, :]``; a column of zeros gets scale 1.
     """
-    w = np.asarray(w, np.float32)
-    amax = np.abs(w).max(axis=-2)
-    scale = np.where(amax > 0, amax / np.float32(_QMAX[fmt]), np.float32(1)).astype(np.float32)
+    w = xp.asarray(w, np.float32)
+    amax = xp.abs(w).max(axis=-2)
+    scale = xp.where(amax > 0, amax / np.float32(_QMAX[fmt]), np.float32(1)).astype(np.float32)
     x = w / scale[..., None, :]
     if fmt == "int8":
-        return np.clip(np.rint(x), -127, 127).astype(np.int8), scale
+        return xp.clip(xp.rint(x), -127, 127).astype(np.int8), scale
     return x.astype(WEIGHT_FORMATS[fmt]), scale
+
+
+def format_of(dtype: Any) -> str:
+    """The :data:`WEIGHT_FORMATS` name of a quantized kernel's dtype."""
+    return next(name for name, d in WEIGHT_FORMATS.items() if d == np.dtype(dtype))
 
 
 def dequantize(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
