@@ -357,3 +357,36 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     assert per_device_bytes(make, spec.axes(), {}, jnp.bfloat16, spec.fp32()) == bf16
     text = describe_mesh_plan(ckpt, "1x1x1")
     assert f"int8 {held / 2**20:,.1f} MiB" in text and f"bfloat16 {bf16 / 2**20:,.1f} MiB" in text
+
+
+WAN_ORIGINAL = [f"model.diffusion_model.{k}" for k in (
+    "patch_embedding.weight", "patch_embedding.bias", "text_embedding.0.weight", "text_embedding.2.bias",
+    "time_embedding.0.weight", "time_embedding.2.weight", "time_projection.1.weight", "head.head.weight",
+    "head.modulation", "img_emb.proj.0.weight", "img_emb.proj.1.weight", "img_emb.proj.3.bias",
+    "img_emb.proj.4.weight", "blocks.0.modulation", "blocks.0.norm3.weight", "blocks.0.self_attn.q.weight",
+    "blocks.0.self_attn.o.bias", "blocks.0.self_attn.norm_k.weight", "blocks.0.cross_attn.k_img.weight",
+    "blocks.0.cross_attn.v_img.bias", "blocks.0.cross_attn.norm_k_img.weight", "blocks.0.cross_attn.v.weight",
+    "blocks.0.ffn.0.weight", "blocks.0.ffn.2.bias", "blocks.11.norm3.bias")]
+LTX_ORIGINAL = [f"model.diffusion_model.{k}" for k in (
+    "patchify_proj.weight", "adaln_single.emb.timestep_embedder.linear_1.weight", "adaln_single.linear.bias",
+    "caption_projection.linear_1.weight", "scale_shift_table", "proj_out.weight",
+    "transformer_blocks.0.attn1.q_norm.weight", "transformer_blocks.0.attn2.k_norm.weight",
+    "transformer_blocks.0.attn1.to_out.0.weight", "transformer_blocks.0.ff.net.0.proj.weight",
+    "transformer_blocks.3.scale_shift_table")] + ["vae.decoder.conv_in.conv.weight"]
+
+
+@pytest.mark.parametrize("family,keys", [("wan", WAN_ORIGINAL), ("ltx", LTX_ORIGINAL)])
+def test_single_file_keys_convert_as_diffusers(family, keys):
+    """The original-layout key conversion of each family vidax reads single files of equals
+    diffusers' (loaders/single_file_utils.py), which is what ``from_single_file`` loads."""
+    import importlib
+
+    import torch
+    from diffusers.loaders import single_file_utils as sfu
+
+    convert = {"wan": sfu.convert_wan_transformer_to_diffusers,
+               "ltx": sfu.convert_ltx_transformer_checkpoint_to_diffusers}[family]
+    theirs = set(convert({k: torch.zeros(1) for k in keys}))
+    ours = importlib.import_module(f"vidax.models.{family}.convert").single_file_keys(keys)
+    assert {v for v in ours.values() if v is not None} == theirs
+    assert len(theirs) == len([v for v in ours.values() if v is not None])  # none merged
