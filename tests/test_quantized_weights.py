@@ -97,8 +97,8 @@ def test_quantized_kernels_are_8_bit_and_policy_kept(transformers):
 def test_pipeline_psnr_int8_fp8(ckpt):
     """End to end against the bf16 pipeline, same seed: printed, and far above what unrelated
     videos of this model score."""
-    ref = vidax.load_pipeline(ckpt, dtype="bfloat16")(seed=0, **CALL).frames
-    other = vidax.load_pipeline(ckpt, dtype="bfloat16")(seed=1, **CALL).frames
+    pipe = vidax.load_pipeline(ckpt, dtype="bfloat16")
+    ref, other = pipe(seed=0, **CALL).frames, pipe(seed=1, **CALL).frames
     base = psnr(ref, other)
     for fmt in ("int8", "fp8"):
         got = vidax.load_pipeline(ckpt, dtype="bfloat16", weight_dtype=fmt)(seed=0, **CALL).frames
