@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.nn.quant import quantized_dot
 
 _F32 = jnp.float32
 
@@ -242,8 +243,6 @@ class Linear(nnx.Linear):
         kernel = self.kernel[...]
         bias = () if self.bias is None else (self.bias[...],)
         if self.kernel_scale is not None:
-            from vidax.nn.quant import quantized_dot
-
             dtype = self.dtype or jnp.result_type(inputs, *bias)
             y = quantized_dot(inputs, kernel, self.kernel_scale[...], dtype, self.precision)
             return (y if self.bias is None else y + self.bias[...].astype(_F32)).astype(dtype)

@@ -99,14 +99,14 @@ def quantizable_kernels(module: nnx.Module, keep_fp32: Iterable[str] = ()) -> li
     """Paths (NNX path tuples, ending in ``"kernel"``) of the :class:`~vidax.nn.layers.Linear`
     kernels of ``module`` that 8-bit weights store quantized: every Linear's whose path does not
     match a ``keep_fp32`` regex (the family's precision policy)."""
-    from vidax.nn.layers import Linear
-    from vidax.weights.loader import path_str
-
     keep = tuple(keep_fp32)
     out = []
     for path, sub in nnx.iter_graph(module):
-        if isinstance(sub, Linear) and not any(re.search(p, path_str(path + ("kernel",))) for p in keep):
-            out.append(tuple(path) + ("kernel",))
+        # a Linear: the only module with a kernel_scale slot (None until quantized)
+        if isinstance(sub, nnx.Module) and hasattr(sub, SCALE) and hasattr(sub, "kernel"):
+            name = "/".join(str(p) for p in (*path, "kernel"))
+            if not any(re.search(p, name) for p in keep):
+                out.append(tuple(path) + ("kernel",))
     return out
 
 
