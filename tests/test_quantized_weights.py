@@ -349,6 +349,11 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     # would be 60% off.
     assert abs(planned - held) / held < 0.15 and held < 0.6 * bf16
     assert planned < 0.6 * component_bytes(folder, jnp.bfloat16, ("blocks",))["total"]
+    # and the memory check before loading (checkpoint_weight_bytes) counts them so
+    from vidax.pipelines.base import checkpoint_weight_bytes
+    from vidax.pipelines.weight_formats import with_weights
+
+    assert checkpoint_weight_bytes(with_weights(Checkpoint.open(ckpt), "int8"), jnp.bfloat16, ["transformer"]) == planned
     ckpt_ = Checkpoint.open(ckpt)
     spec = registry().component("WanTransformer3DModel")
     cfg = ckpt_.typed_config("transformer", spec.config_class())

@@ -302,7 +302,8 @@ def size_words(call: Call) -> Message:
 
 def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
     """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
-    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors).
+    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors;
+    the transformers' linear weights in the checkpoint's 8-bit ``weights`` format when it has one).
     A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
     from vidax.pipelines.staging import component_bytes
 
@@ -313,7 +314,8 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
         folder = os.path.join(checkpoint.root, name)
         if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
             try:
-                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype)["total"]
+                weights = checkpoint.weights if name.startswith("transformer") else None  # 8-bit kernels
+                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype, weights=weights)["total"]
             except VidaxError:
                 pass
     return total
