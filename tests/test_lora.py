@@ -513,3 +513,30 @@ def test_bfloat16_weights_merge_in_float32_and_restore_exactly(ckpt):
         assert np.mean(got[layer] == want) > 0.99
     pipe.unload_lora_weights()
     assert np.array_equal(np.asarray(kernel.get_value()).view(np.uint16), base.view(np.uint16))
+
+
+def test_int8_weights_merge_as_peft_and_restore_exactly(ckpt):
+    """8-bit weights (weight_dtype="int8"): a LoRA merges as peft merges into 8-bit layers, the
+    kernel dequantized, the delta added in float32, the sum quantized again with new
+    per-channel scales; unloading gives the loaded int8 kernel and scales back bit for bit."""
+    from vidax.nn.quant import dequantize, quantize
+
+    pipe = vidax.load_pipeline(ckpt, dtype="bfloat16", weight_dtype="int8")
+    sd = random_lora(pipe, 4)
+    layer_ = pipe.transformer.blocks.ffn.net[2]
+    q0, s0 = np.asarray(layer_.kernel.get_value()), np.asarray(layer_.kernel_scale.get_value())
+    assert q0.dtype == np.int8
+    pipe.load_lora_weights(sd)
+    q1, s1 = np.asarray(layer_.kernel.get_value()), np.asarray(layer_.kernel_scale.get_value())
+    assert q1.dtype == np.int8 and not np.array_equal(s1, s0)
+    for layer in range(q0.shape[0]):
+        m = f"transformer.blocks.{layer}.ffn.net.2"
+        delta = (sd[f"{m}.lora_B.weight"].astype(np.float64) @ sd[f"{m}.lora_A.weight"]).T
+        want_q, want_s = quantize(dequantize(q0[layer], s0[layer]) + delta.astype(np.float32), "int8")
+        # the same float32 arithmetic on the device as on the host, up to summation order:
+        # scales to float32 rounding, codes at most one step apart where a value sits on a .5
+        np.testing.assert_allclose(s1[layer], want_s, rtol=1e-6)
+        assert np.abs(q1[layer].astype(int) - want_q).max() <= 1 and np.mean(q1[layer] == want_q) > 0.99
+    pipe.unload_lora_weights()
+    assert np.array_equal(np.asarray(layer_.kernel.get_value()), q0)
+    assert np.array_equal(np.asarray(layer_.kernel_scale.get_value()), s0)

@@ -398,6 +398,8 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
         for args, message in (
                 (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} cannot hold the job records"),
                 (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
+                (["--weights", "int4"], "--weights 'int4' is not a weight format"),
+                (["--transformer", "x.bin"], "--transformer 'x.bin' is not a .gguf or .safetensors file"),
                 (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),
                 (["--dtype", "float16"], "--dtype 'float16' is not supported"),
                 (["--lora", str(tmp_path / "no.safetensors")], f"--lora {tmp_path / 'no.safetensors'}: no such file"),

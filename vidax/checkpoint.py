@@ -60,12 +60,18 @@ class Checkpoint:
             ``scheduler_config.json``, else ``preprocessor_config.json``) for every component
             whose folder exists (``{}`` for folders without one, like ``tokenizer/``).
         config_files: component name -> the file its config came from.
+        weights: None, or the 8-bit format its transformers' Linear kernels load in
+            (:mod:`vidax.nn.quant`; ``load_pipeline(..., weight_dtype=)``).
+        files: component name -> a single-file checkpoint read instead of its folder's weights
+            (``load_pipeline(..., transformer=FILE)``, :mod:`vidax.weights.single_file`).
     """
 
     root: str
     index: Mapping[str, Any]
     configs: Mapping[str, Mapping[str, Any]]
     config_files: Mapping[str, str]
+    weights: str | None = None
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def open(cls, path_or_hub_id: str | os.PathLike) -> "Checkpoint":

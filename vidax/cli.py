@@ -93,7 +93,7 @@ def call_options() -> dict:
 #: The keywords of vidax's functions that ``generate``'s own flags set, where the flag is not
 #: the keyword's name (the others are: ``dtype`` is ``--dtype``).
 KEYWORD_FLAGS = {"timeout_s": "--distributed-timeout", "memory_check": "--no-memory-check",
-                 "decode_audio": "--no-audio"}
+                 "decode_audio": "--no-audio", "weight_dtype": "--weights"}
 
 
 class GenerateCommand(TyperCommand):
@@ -200,6 +200,14 @@ _LOAD_FLAGS = {
         "merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). On two-expert "
         "checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each part on its "
         "expert).")),
+    "weights": ((None, "--weights"), dict(
+        help="Store the transformer's linear weights 8-bit: int8 or fp8 (float8_e4m3fn), a scale per output "
+        "channel, quantized as they are read, computed in --dtype (half the bytes of bfloat16) [default: "
+        "--dtype's].")),
+    "transformer": ((None, "--transformer"), dict(
+        help="A single-file transformer checkpoint read instead of the checkpoint's transformer/ weights: "
+        ".gguf (Q8_0, Q5_K, Q4_K, ...) or .safetensors (fp8 scaled or not) in the original repository's "
+        "layout (Wan, LTX-Video).")),
     "compile_cache": ((True, "--compile-cache/--no-compile-cache"), dict(
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; env "
         "VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it).")),
@@ -258,6 +266,8 @@ def generate(
         None, help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
         "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite)."),
     compile_cache: bool = load_flag("compile_cache"),
+    weights: Optional[str] = load_flag("weights"),
+    transformer: Optional[str] = load_flag("transformer"),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
 
@@ -351,7 +361,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False) -> None:
+              memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False,
+              weights=None, transformer=None) -> None:
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
@@ -393,7 +404,9 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         )
     # Configs only: the task follows --image, and every call argument is checked against the
     # checkpoint's configs before any weight is read.
-    ckpt = Checkpoint.open(resolve_named_checkpoint(checkpoint))
+    from vidax.pipelines.weight_formats import with_weights
+
+    ckpt = with_weights(Checkpoint.open(resolve_named_checkpoint(checkpoint)), weights, transformer)
     tasks = [options[k].task for k in inputs]
     task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
     cls = pipeline_class(ckpt, task=task)
@@ -647,6 +660,8 @@ def serve(
     keep_vae: Optional[bool] = load_flag("keep_vae"),
     lora: Optional[List[str]] = load_flag("lora"),
     compile_cache: bool = load_flag("compile_cache"),
+    weights: Optional[str] = load_flag("weights"),
+    transformer: Optional[str] = load_flag("transformer"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request and what vidax does."),
 ) -> None:
     """Serve video generation over HTTP: OpenAI's /v1/videos API and a page at /.
@@ -673,7 +688,7 @@ def serve(
         from vidax.serve.command import run
 
         run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
-            load=lambda pipe: apply_loras(pipe, loras))
+            load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer)
     except VidaxError as e:
         _fail(_Spelling(ctx.command).message(e))
 

@@ -130,7 +130,28 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
                 notes.append(f"  NOT RUNNABLE: {e}")
     if not components:
         return f"{ckpt.root}: no component vidax shards (none with logical parameter axes in the registry)"
-    return "\n".join([plan_report(components, sizes)] + notes)
+    return "\n".join([plan_report(components, sizes)] + weight_format_lines(ckpt, components, sizes) + notes)
+
+
+def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list[str]:
+    """Per transformer, its parameter bytes per device in each weight format vidax loads:
+    float32, bfloat16, and the 8-bit ``int8`` / ``fp8`` kernels (``--weights``) with bfloat16
+    for the rest; the precision policy's float32 parameters counted as float32."""
+    import jax.numpy as jnp
+
+    from vidax.parallel.placement import per_device_bytes
+
+    lines = []
+    for key, (make, table, _) in components.items():
+        spec = registry().find_component(ckpt.class_of(key))
+        if spec.kind != "transformer":
+            continue
+        counts = [(name, per_device_bytes(make, table, sizes, dtype, spec.fp32(), fmt)) for name, dtype, fmt in
+                  (("float32", jnp.float32, None), ("bfloat16", jnp.bfloat16, None),
+                   ("int8", jnp.bfloat16, "int8"), ("fp8", jnp.bfloat16, "float8_e4m3fn"))]
+        lines.append(f"  {key} per device by weight format: " + ", ".join(
+            f"{name} {n / 2**20:,.1f} MiB" for name, n in counts))
+    return lines
 
 
 def describe_lora(path: str) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.lora.targets import Term
+from vidax.nn.quant import format_of, quantize
 from vidax.parallel.offload import host_memory_kind, offloaded_stacks
 
 
@@ -116,6 +117,10 @@ class ParamStore:
             by_path[t.target.path].append(t)
         for path, ts in by_path.items():
             stacked = ts[0].target.layer is not None
+            # An 8-bit kernel (vidax.nn.quant) merges as peft merges into 8-bit layers: its base
+            # dequantized, the deltas added in float32, then quantized again (new scales).
+            scale_path = path[:-1] + ("kernel_scale",)
+            scales = self._slabs(scale_path, stacked) if _has_scale(self.module, path) else None
             for i, slab in enumerate(self._slabs(path, stacked)):
                 layer_terms: dict[int | None, list[Term]] = defaultdict(list)
                 for t in ts:
@@ -126,9 +131,14 @@ class ParamStore:
                 if not layer_terms:  # a chunk no active term reaches: its base back, if it had one
                     if (path, i) in self._base:
                         slab.put(_like(self._base.pop((path, i)), slab.get()))
+                    if scales is not None and (scale_path, i) in self._base:
+                        scales[i].put(_like(self._base.pop((scale_path, i)), scales[i].get()))
                     continue
                 current = slab.get()
                 buf = jax.device_put(self._base_of((path, i), slab), slab.sharding)
+                if scales is not None:
+                    fmt = format_of(buf.dtype)
+                    buf = _dequantize(buf, jax.device_put(self._base_of((scale_path, i), scales[i]), scales[i].sharding))
                 kernel = path[-1] == "kernel" and len(ts[0].target.shape) == 2
                 for layer, lt in sorted(layer_terms.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
                     lora = [(jnp.asarray(t.a), jnp.asarray(t.b), jnp.float32(t.scale)) for t in lt if t.kind == "lora"]
@@ -137,6 +147,9 @@ class ParamStore:
                         buf = _add(buf, lora, diffs, kernel=kernel)
                     else:
                         buf = _add_layer(buf, jnp.int32(layer), lora, diffs, kernel=kernel)
+                if scales is not None:
+                    buf, scale = _requantize(buf, fmt)
+                    scales[i].put(_like(scale, scales[i].get()))
                 slab.put(_like(buf, current))
 
     def restore(self, keep: Callable[[tuple], bool] = lambda path: False) -> None:
@@ -164,6 +177,18 @@ def _like(value: Any, current: Any) -> Any:
     if isinstance(value, jax.Array) and value.sharding == current.sharding:
         return value
     return jax.device_put(value, current.sharding)
+
+
+_dequantize = jax.jit(lambda q, s: q.astype(jnp.float32) * s.astype(jnp.float32)[..., None, :])
+_requantize = jax.jit(lambda w, fmt: quantize(w, fmt, jnp), static_argnums=1)
+
+
+def _has_scale(module: nnx.Module, path: tuple) -> bool:
+    """Whether ``path`` is an 8-bit kernel (its Linear has a ``kernel_scale``)."""
+    try:
+        return path[-1] == "kernel" and getattr(_variable(module, path[:-1]), "kernel_scale", None) is not None
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return False
 
 
 def _variable(module: nnx.Module, path: tuple) -> nnx.Variable:

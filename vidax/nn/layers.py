@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.nn.quant import quantized_dot
 
 _F32 = jnp.float32
 
@@ -223,11 +224,30 @@ class Linear(nnx.Linear):
     bias added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16
     linear). Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add,
     so CPU and GPU results differ by bf16 rounding.
+
+    With 8-bit weights (:mod:`vidax.nn.quant`) ``kernel`` is int8 / float8_e4m3fn and
+    ``kernel_scale`` ``(D_out,)`` float32: ``y = (x q) s + b``, the 8-bit kernel converted to the
+    compute dtype inside the matmul, float32 result, rounded once. ``kernel_scale`` is None
+    otherwise.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.kernel_scale = nnx.data(None)
+
+    def dense_kernel(self) -> jax.Array:
+        """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32."""
+        if self.kernel_scale is None:
+            return self.kernel[...]
+        return self.kernel[...].astype(_F32) * self.kernel_scale[...].astype(_F32)[..., None, :]
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         kernel = self.kernel[...]
         bias = () if self.bias is None else (self.bias[...],)
+        if self.kernel_scale is not None:
+            dtype = self.dtype or jnp.result_type(inputs, *bias)
+            y = quantized_dot(inputs, kernel, self.kernel_scale[...], dtype, self.precision)
+            return (y if self.bias is None else y + self.bias[...].astype(_F32)).astype(dtype)
         dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
         if out_sharding is not None or not xla_cpu_upcasts(dtype):
             return super().__call__(inputs, out_sharding)

@@ -49,7 +49,12 @@ def param_axes(path: Any, ndim: int, table: ParamAxes) -> tuple[str | None, ...]
 
 
 def param_spec(path: Any, shape: Sequence[int], table: ParamAxes, mesh: Mesh) -> PartitionSpec:
-    """PartitionSpec of one parameter (replicated when no rule matches or sizes do not divide)."""
+    """PartitionSpec of one parameter (replicated when no rule matches or sizes do not divide).
+    An 8-bit kernel's ``kernel_scale`` ``(..., D_out)`` is split as its kernel's output axis."""
+    s = path if isinstance(path, str) else path_str(path)
+    if s.endswith("/kernel_scale"):
+        axes = param_axes(s[: -len("_scale")], len(shape) + 1, table)
+        return PartitionSpec() if axes is None else logical_spec(axes[:-2] + axes[-1:], mesh, tuple(shape))
     axes = param_axes(path, len(shape), table)
     if axes is None:
         return PartitionSpec()
@@ -163,7 +168,8 @@ def plan_report(
         rows = []
         for path, var in flat.items():
             sds = var.get_value()
-            itemsize = np.dtype(dtype if np.issubdtype(sds.dtype, np.floating) else sds.dtype).itemsize
+            stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
+            itemsize = np.dtype(sds.dtype if stored else dtype).itemsize
             rows.append((path_str(path), tuple(sds.shape), itemsize, param_spec(path, sds.shape, table, mesh)))
         lines += _report(name, rows, mesh_shape, top)
     return "\n".join(lines)
@@ -191,3 +197,32 @@ def check_sharded(module: Any, table: ParamAxes, mesh: Mesh | None, what: str = 
         raise InputError(
             f"{what}: {len(wrong)} parameter(s) meant to be sharded are not: " + "; ".join(wrong[:8])
         )
+
+
+def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[str, int], dtype: Any,
+                     keep_fp32: Sequence[str] = (), weights: str | None = None) -> int:
+    """Parameter bytes one device holds of the module ``make()`` on a ``(dp, tp, sp)`` mesh of
+    ``sizes``, computed from shapes only: floating parameters in ``dtype``, those matching
+    ``keep_fp32`` in float32, and with ``weights`` (an 8-bit format, :mod:`vidax.nn.quant`) the
+    quantizable Linear kernels 1 byte a value plus their float32 scales, each sharded by
+    ``table`` as the loader places it."""
+    from jax.sharding import AbstractMesh
+
+    from vidax.weights.loader import DtypePolicy, abstract_params
+
+    if weights is not None:
+        from vidax.nn.quant import quantize_structure
+
+        plain = make
+        make = lambda: quantize_structure(plain(), weights, keep_fp32)  # noqa: E731
+    shape = tuple(int(sizes.get(k, 1)) for k in ("dp", "tp", "sp"))
+    mesh = AbstractMesh(shape, MESH_AXES)
+    policy = DtypePolicy(dtype, tuple(keep_fp32))
+    total = 0
+    for path, var in abstract_params(make)[1].items():
+        sds = var.get_value()
+        stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
+        itemsize = np.dtype(sds.dtype if stored else policy.dtype_for(path)).itemsize
+        total += _shard_bytes(tuple(sds.shape), itemsize, param_spec(path, sds.shape, table, mesh),
+                              dict(zip(MESH_AXES, shape)))
+    return total

@@ -41,6 +41,7 @@ from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
+from vidax.pipelines.weight_formats import transformer_source, with_weights
 from vidax.pipelines.step_cache import (CacheCarry, CacheReport, CacheSpec, StepCache, TaylorSeerCacheConfig,
                                         check_cache_call, check_cache_config, describe_config, step_shapes, taylorseer_mode)
 from vidax.registry import registry
@@ -301,7 +302,8 @@ def size_words(call: Call) -> Message:
 
 def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
     """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
-    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors).
+    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors;
+    the transformers' linear weights in the checkpoint's 8-bit ``weights`` format when it has one).
     A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
     from vidax.pipelines.staging import component_bytes
 
@@ -312,7 +314,8 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
         folder = os.path.join(checkpoint.root, name)
         if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
             try:
-                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype)["total"]
+                weights = checkpoint.weights if name.startswith("transformer") else None  # 8-bit kernels
+                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype, weights=weights)["total"]
             except VidaxError:
                 pass
     return total
@@ -983,6 +986,10 @@ class VideoPipeline:
             staging, then = options.pop("staging", None), options.pop("then", None)
             if staging is not None and staging.is_staged(name):
                 options["memory_kind"] = staging.kind
+            if spec.kind == "transformer" and ckpt.weights is not None:
+                options["weights"] = ckpt.weights
+            if name in ckpt.files:
+                options["file"] = ckpt.files[name]
             options["config"] = ckpt.typed_config(name, spec.config_class())
             requests[name] = Request(spec, ckpt.folder(name), options, then)
         return load_components(requests)
@@ -990,7 +997,7 @@ class VideoPipeline:
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
                         stats: RunStats | None = None, offload_experts: bool = True, progress: bool = True,
-                        **options: Any):
+                        weight_dtype: Any = None, transformer: Any = None, **options: Any):
         """Load every component of a diffusers-layout folder.
 
         Args:
@@ -1004,6 +1011,12 @@ class VideoPipeline:
             stats: receives the load time.
             offload_experts: with two experts, keep the one not in use in host memory.
             progress: show a status line on stderr while the weights load.
+            weight_dtype: None, ``"int8"`` or ``"float8_e4m3fn"`` (``"fp8"``): the transformers'
+                Linear kernels (not those kept float32) stored 8-bit with per-output-channel
+                scales, quantized as they are read (:mod:`vidax.nn.quant`).
+            transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
+                ``.safetensors`` in the original repository's layout) read instead of the
+                folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -1015,7 +1028,7 @@ class VideoPipeline:
 
         t0 = time.perf_counter()
         cls.check_load_options(options)
-        checkpoint = Checkpoint.open(path)
+        checkpoint = with_weights(Checkpoint.open(path), weight_dtype, transformer)
         info = cls.read_checkpoint(checkpoint)
         if cls.task not in info.tasks:
             raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
@@ -1066,10 +1079,10 @@ class VideoPipeline:
         counted at the dtype it is loaded in."""
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
-        paths = {"transformer": ckpt.folder(info.transformers[0])}
+        paths = {"transformer": transformer_source(ckpt, info.transformers[0], spec)}
         paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
         return plan_pipeline_staging(paths, dtype, parse_dtype(vae_dtype), offload, mesh,
-                                     blocks_prefixes=spec.block_stacks,
+                                     blocks_prefixes=spec.block_stacks, weights=ckpt.weights,
                                      text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
                                      stageable=tuple(cls.stageable))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 from typing import Any, Iterator, Mapping
 
@@ -53,14 +54,19 @@ def device_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def component_bytes(folder: str, dtype: Any, blocks_prefixes: tuple[str, ...] = ()) -> dict[str, Any]:
+def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = (),
+                    weights: str | None = None) -> dict[str, Any]:
     """Parameter bytes of a component read from its safetensors headers (no tensor is read),
-    floating tensors counted at ``dtype``.
+    floating tensors counted at ``dtype``; ``folder`` may also be a reader of a single-file
+    checkpoint (:func:`vidax.weights.single_file.open_single_file`: its tensors as loaded).
+    With ``weights`` (an 8-bit format) every 2-D floating ``*.weight`` (a Linear's, in the
+    diffusers layout) counts 1 byte a value plus a float32 scale per output row (the Linears
+    the family keeps float32 are few and small, and counted so too).
 
     Returns ``{"total": ..}``, plus ``"stacks"``: ``{prefix: (bytes, layers)}`` for each stacked
     layer prefix of ``blocks_prefixes`` (e.g. ``"blocks"`` for keys ``blocks.<i>.*``).
     """
-    reader = CheckpointReader(folder)
+    reader = CheckpointReader(folder) if isinstance(folder, (str, os.PathLike)) else folder
     itemsize = np.dtype(dtype).itemsize
     total = 0
     stacks = {p: [0, 0] for p in blocks_prefixes}
@@ -68,6 +74,9 @@ def component_bytes(folder: str, dtype: Any, blocks_prefixes: tuple[str, ...] = 
     for key in reader.keys():
         info = reader.info(key)
         size = int(np.prod(info.shape)) * (itemsize if np.issubdtype(info.dtype, np.floating) else info.dtype.itemsize)
+        if weights is not None and len(info.shape) == 2 and key.endswith(".weight") \
+                and np.issubdtype(info.dtype, np.floating):
+            size = int(np.prod(info.shape)) + 4 * info.shape[0]
         total += size
         for prefix, pattern in patterns:
             m = pattern.match(key)
@@ -167,7 +176,8 @@ class Staging:
 
 def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, offload: OffloadConfig | None,
                           mesh: Any = None, blocks_prefixes: tuple[str, ...] = ("blocks",),
-                          text_encoder_dtype: Any = None, stageable: tuple[str, ...] = STAGEABLE) -> Staging:
+                          text_encoder_dtype: Any = None, stageable: tuple[str, ...] = STAGEABLE,
+                          weights: str | None = None) -> Staging:
     """The :class:`Staging` of a pipeline whose component folders are ``paths`` (keys
     ``transformer``, the text encoders of ``stageable`` (``text_encoder``, ``text_encoder_2``,
     ...), ``vae``), decided by :func:`plan_staging` from the checkpoint headers: the transformer
@@ -176,14 +186,15 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
     the VAE and the sound's decoders (:data:`DECODERS`) at ``vae_dtype``; with streamed blocks
     the transformer counts its non-block weights plus two chunks of each of its block stacks (``blocks_prefixes``, the registry's
     ``ComponentSpec.block_stacks``). ``keep_text_encoder`` of ``offload`` applies to every text
-    encoder."""
+    encoder. ``weights``: the transformer's 8-bit format (:func:`component_bytes`); its
+    ``paths`` entry may be a single-file reader."""
     offload = offload or OffloadConfig()
     keep = {name: offload.keep_vae if name in DECODERS else offload.keep_text_encoder for name in stageable}
     limit = device_memory_limit()
     if limit is None or all(v is not None for v in keep.values()):
         return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind)
     tp = axis_size(mesh, TENSOR)
-    tr = component_bytes(paths["transformer"], dtype, blocks_prefixes)
+    tr = component_bytes(paths["transformer"], dtype, blocks_prefixes, weights)
     resident = tr["total"]
     if offload.streams_blocks:
         for nbytes, layers in tr["stacks"].values():

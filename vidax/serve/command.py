@@ -30,9 +30,11 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size: int, dtype: str,
-        sizes: tuple, offload: Any, compile_cache: bool, verbose: bool, load: Callable[[Any], None]) -> None:
-    """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs), serve it on ``host:port``
-    until SIGINT / SIGTERM.
+        sizes: tuple, offload: Any, compile_cache: bool, verbose: bool, load: Callable[[Any], None],
+        weight_dtype: str | None = None, transformer: str | None = None) -> None:
+    """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs; ``weight_dtype`` /
+    ``transformer`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
+    SIGTERM.
 
     Raises:
         VidaxError: a bad flag (naming it as data), checked before loading where it can be.
@@ -49,13 +51,20 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
 
     setup_compile_cache(enabled=compile_cache)
     parse_dtype(dtype)
+    from vidax.checkpoint import Checkpoint
+    from vidax.default_checkpoint import resolve_named_checkpoint
+    from vidax.pipelines.weight_formats import with_weights
+
+    if weight_dtype is not None or transformer is not None:  # refused before the port is taken
+        with_weights(Checkpoint.open(resolve_named_checkpoint(checkpoint or PUBLIC_NAME)), weight_dtype, transformer)
     store = JobStore(jobs_dir)  # a folder that cannot hold the records fails before loading
     sock = _listen(host, port)  # and a taken port
     model = checkpoint or PUBLIC_NAME
     if checkpoint is None:
         typer.secho(f"Using the embedded default checkpoint ({PUBLIC_NAME}): tiny, RANDOM weights, so the videos "
                     "are noise. Pass --checkpoint PATH for real weights.", fg=typer.colors.YELLOW, err=True)
-    pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh_from_sizes(*sizes), offload=offload)
+    pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh_from_sizes(*sizes), offload=offload,
+                               weight_dtype=weight_dtype, transformer=transformer)
     load(pipe)
     runner = JobRunner(pipe, model, store, queue_size)
     bound = sock.getsockname()

@@ -37,7 +37,8 @@ from vidax.weights.safetensors_io import CheckpointReader
 
 def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: Any = jnp.float32,
                    placement: Placement | None = None, *, mesh: Any = None, offload: Any = None,
-                   memory_kind: str | None = None, config: Any = None, **model_kwargs: Any) -> PendingLoad:
+                   memory_kind: str | None = None, config: Any = None, weights: str | None = None,
+                   file: str | os.PathLike | None = None, **model_kwargs: Any) -> PendingLoad:
     """Check the checkpoint in ``folder`` against the model of ``spec`` and return the load.
 
     Args:
@@ -56,6 +57,13 @@ def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: 
             memory); None: the device's.
         config: the parsed config when the caller has it (a pipeline reads each once); None:
             read ``folder/config.json``.
+        weights: None, or an 8-bit format (``"int8"``, ``"float8_e4m3fn"``,
+            :mod:`vidax.nn.quant`): the Linear kernels not kept float32 are stored so, quantized
+            per output channel as they are read.
+        file: a single-file checkpoint of this component (``.gguf``, fp8-scaled or plain
+            ``.safetensors`` in the original repository's layout,
+            :mod:`vidax.weights.single_file`) read instead of the folder's weights (the
+            folder's config.json still gives the model).
         **model_kwargs: more keywords of the model's constructor (``attention="xla"``, ...).
 
     Returns:
@@ -88,9 +96,16 @@ def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: 
     def make() -> nnx.Module:
         return model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), **model_kwargs)
 
-    reader = CheckpointReader(folder)
+    if file is not None:
+        from vidax.weights.single_file import open_single_file
+
+        reader = open_single_file(file, spec)
+    else:
+        from vidax.weights.single_file import fp8_scaled
+
+        reader = fp8_scaled(CheckpointReader(folder))
     stream = offload_loader(offload, attr=spec.block_stacks) if spec.block_stacks else None
-    pending = load_module(make, reader, spec.rules(config, reader.keys()), DtypePolicy(dtype, spec.fp32()),
+    pending = load_module(make, reader, spec.rules(config, reader.keys()), DtypePolicy(dtype, spec.fp32(), weights),
                           placement, what=what, place_stacked=stream, defer=True)
     return pending.then(stream.attach) if stream is not None else pending
 

@@ -34,6 +34,8 @@ checks every component's plan before it reads the first tensor of any.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import re
 from collections import defaultdict
 from typing import Any, Callable, Mapping
@@ -128,10 +130,14 @@ class DtypePolicy:
         param_dtype: dtype of floating parameters not matched by ``keep_fp32``.
         keep_fp32: regexes on the target path string (``"blocks/norm2/scale"``) of parameters
             that stay float32 whatever ``param_dtype`` is (the reference's fp32 modules).
+        weights: None, or an 8-bit format of :data:`vidax.nn.quant.WEIGHT_FORMATS`: the
+            kernels of the Linear layers not kept float32 are quantized per output channel as
+            each is read (a ``kernel_scale`` beside each, :mod:`vidax.nn.quant`).
     """
 
     param_dtype: Any = jnp.float32
     keep_fp32: tuple[str, ...] = ()
+    weights: str | None = None
 
     def dtype_for(self, path: Path) -> np.dtype:
         """Storage dtype of the floating parameter at ``path``."""
@@ -251,7 +257,12 @@ def load_module(
         CheckpointError: missing, unexpected or mis-shaped tensors (all checked before reading),
             listing the first few of each kind with their files.
     """
-    reader = source if isinstance(source, CheckpointReader) else CheckpointReader(source)
+    reader = source if not isinstance(source, (str, os.PathLike)) else CheckpointReader(source)
+    if policy.weights is not None:
+        from vidax.nn.quant import quantize_structure
+
+        plain, fmt = make, policy.weights
+        make = lambda: quantize_structure(plain(), fmt, policy.keep_fp32)  # noqa: E731
     graphdef, abstract = abstract_params(make)
     stacks = _stack_axes(abstract, rules)
 
@@ -275,9 +286,14 @@ def load_module(
             unexpected.append(key)
             continue
         plan[path].append((layer, key))
+    scales = {p for p in abstract if p[-1] == _SCALE}
+    for path in scales:  # read from the kernel beside it
+        plan[path] = plan.get(path[:-1] + ("kernel",), [])
 
     missing, misshaped, duplicated = [], [], []
     for path, var in abstract.items():
+        if path in scales:
+            continue
         target = var.get_value()
         entries = plan.get(path, [])
         if path in stacks:
@@ -303,18 +319,21 @@ def load_module(
                 want_file = _source_shape_of(want, path)
                 stored = f" (vidax stores it as {path_str(path)} {want})" if want_file != want else ""
                 misshaped.append(f"{key} in {info.file}: shape {info.shape}, expected {want_file}{stored}")
-            elif not _castable(info.dtype, target.dtype):
+            elif not _castable(info.dtype, target.dtype) and not (_is_float(info.dtype) and _quantized(path, scales)):
                 misshaped.append(f"{key} in {info.file}: dtype {info.dtype}, expected {target.dtype}")
 
     if missing or unexpected or misshaped or duplicated:
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
     read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
-                                            place_stacked))
+                                            place_stacked, scales))
     return read if defer else read.read()
 
 
-def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked) -> nnx.Module:
+def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked,
+                 scales=frozenset()) -> nnx.Module:
     """Read and place every tensor of a checked plan (see :func:`load_module`)."""
+    from vidax.nn.quant import scale_sharding
+
     if placement is None:
         device = jax.local_devices()[0]  # this process's first device (multi-host safe)
         placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731
@@ -323,21 +342,34 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
     for path, var in abstract.items():
         target = var.get_value()
         entries = plan[path]
-        dtype = policy.dtype_for(path) if _is_float(target.dtype) else target.dtype
+        quantized = path in scales or _quantized(path, scales)
+        dtype = target.dtype if quantized or not _is_float(target.dtype) else policy.dtype_for(path)
         sds = jax.ShapeDtypeStruct(target.shape, dtype)
-        sharding = placement(path, sds)
+        if path in scales:  # sharded as its kernel, less the kernel's D_in axis
+            kernel = abstract[path[:-1] + ("kernel",)].get_value()
+            sharding = scale_sharding(placement(path[:-1] + ("kernel",), kernel), kernel.ndim)
+        else:
+            sharding = placement(path, sds)
+        read = functools.partial(_read_layer, reader, path, dtype=sds.dtype,
+                                 quant=policy.weights if quantized else None)
         value = None
         if path in stacks and place_stacked is not None:
             keys = dict(entries)
-            value = place_stacked(path, sds, sharding, lambda i: _read_layer(reader, path, keys[i], sds.dtype))
+            value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
         if value is None and path in stacks:
-            value = _place_stacked(reader, path, entries, sds, sharding)
+            value = _place_stacked(read, entries, sds, sharding)
         elif value is None:
-            arr = _to_target_layout(reader.get(entries[0][1]), path)
-            value = jax.device_put(np.asarray(arr, dtype=dtype), sharding)
-            reader.release(entries[0][1])
+            value = jax.device_put(read(entries[0][1]), sharding)
         filled.append((path, var.replace(value)))
     return nnx.merge(graphdef, nnx.from_flat_state(filled))
+
+
+_SCALE = "kernel_scale"
+
+
+def _quantized(path: Path, scales) -> bool:
+    """Whether ``path`` is a kernel stored 8-bit (a ``kernel_scale`` beside it)."""
+    return path[-1] == "kernel" and path[:-1] + (_SCALE,) in scales
 
 
 def _is_float(dtype) -> bool:
@@ -350,27 +382,34 @@ def _castable(src: np.dtype, dst) -> bool:
     return np.dtype(src) == np.dtype(dst)
 
 
-def _place_stacked(reader, path, entries, sds, sharding):
+def _place_stacked(read, entries, sds, sharding):
+    """A stacked parameter placed layer by layer; ``read(key)`` is one layer on the host."""
     if sharding.memory_kind != jax.local_devices()[0].default_memory().kind:
         # Host memory (a staged component): assemble the stack on the host, place it once.
         host = np.empty(sds.shape, sds.dtype)
         for layer, key in entries:
-            host[layer] = _read_layer(reader, path, key, sds.dtype)
+            host[layer] = read(key)
         return jax.device_put(host, sharding)
     buf = jnp.zeros(sds.shape, sds.dtype, device=sharding)  # jit-cached per (shape, dtype, sharding)
     layer_sharding = _drop_leading_axis(sharding)
     for layer, key in sorted(entries):
-        arr = _to_target_layout(reader.get(key), path)
-        x = jax.device_put(np.asarray(arr, dtype=sds.dtype), layer_sharding)
-        buf = _set_layer(buf, x, layer)
-        reader.release(key)
+        buf = _set_layer(buf, jax.device_put(read(key), layer_sharding), layer)
     return buf
 
 
-def _read_layer(reader, path, key, dtype) -> np.ndarray:
-    """One layer of a stacked parameter as a host array in the target layout and ``dtype`` (a
-    copy, so the file's pages can be released at once)."""
-    arr = np.array(_to_target_layout(reader.get(key), path), dtype=dtype)
+def _read_layer(reader, path, key, dtype, quant: str | None = None) -> np.ndarray:
+    """One tensor (a layer of a stacked parameter, or a whole one) as a host array in the target
+    layout and ``dtype`` (a copy, so the file's pages can be released at once). With ``quant``
+    (an 8-bit format), ``path`` is a quantized kernel or its ``kernel_scale``: the kernel read
+    from ``key`` is quantized on the host (:func:`vidax.nn.quant.quantize`) and the part asked
+    for returned."""
+    arr = _to_target_layout(reader.get(key), path[:-1] + ("kernel",) if quant else path)
+    if quant:
+        from vidax.nn.quant import quantize
+
+        q, scale = quantize(arr, quant)
+        arr = scale if path[-1] == _SCALE else q
+    arr = np.array(arr, dtype=dtype)
     reader.release(key)
     return arr
 

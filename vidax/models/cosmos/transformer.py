@@ -77,7 +77,7 @@ class CosmosPatchEmbed(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         cols = patchify(x, self.patch)  # (B, L, P·C), features (p_t, p_h, p_w, C)
-        k = self.proj.kernel[...]
+        k = self.proj.dense_kernel()
         kernel = k.reshape(self.cin, -1, k.shape[-1]).transpose(1, 0, 2).reshape(k.shape)
         return matmul("blc,cd->bld", cols, kernel, self.dtype)
 

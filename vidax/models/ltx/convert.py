@@ -55,3 +55,24 @@ VAE_FP32_PARAMS = (
 
 #: The GroupNorm scales and biases stay float32 (the norms run in float32).
 UPSAMPLER_FP32_PARAMS = (r"norm[^/]*/(scale|bias)$",)
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-file checkpoints (the original LTX-Video repository's layout: GGUF / fp8 scaled files)
+
+#: diffusers' ``convert_ltx_transformer_checkpoint_to_diffusers`` renames, in order.
+SINGLE_FILE_RENAMES = {
+    "patchify_proj": "proj_in",
+    "adaln_single": "time_embed",
+    "q_norm": "norm_q",
+    "k_norm": "norm_k",
+}
+
+
+def single_file_keys(keys: list[str]) -> dict[str, str]:
+    """Original-layout transformer key -> diffusers key, as diffusers' ``from_single_file``
+    converts an LTX-Video file (``model.diffusion_model.`` stripped; the VAE's ``vae.*`` tensors
+    of a combined file are left out, as there)."""
+    from vidax.weights.single_file import rename_keys
+
+    return {k: None if "vae" in k else v for k, v in rename_keys(keys, SINGLE_FILE_RENAMES).items()}

@@ -56,3 +56,46 @@ def transformer_key_rules(config: WanTransformerConfig, keys=()) -> KeyRules:
 
 #: The RMS-norm ``gamma``s stay float32 (the norms run in float32).
 VAE_FP32_PARAMS = (r"gamma$",)
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-file checkpoints (the original Wan repository's layout: GGUF / fp8 scaled files)
+
+#: diffusers' ``convert_wan_transformer_to_diffusers`` renames (loaders/single_file_utils.py),
+#: applied in order; ``norm2`` / ``norm3`` swap through a placeholder as there.
+SINGLE_FILE_RENAMES = {
+    "time_embedding.0": "condition_embedder.time_embedder.linear_1",
+    "time_embedding.2": "condition_embedder.time_embedder.linear_2",
+    "text_embedding.0": "condition_embedder.text_embedder.linear_1",
+    "text_embedding.2": "condition_embedder.text_embedder.linear_2",
+    "time_projection.1": "condition_embedder.time_proj",
+    "cross_attn": "attn2",
+    "self_attn": "attn1",
+    ".o.": ".to_out.0.",
+    ".q.": ".to_q.",
+    ".k.": ".to_k.",
+    ".v.": ".to_v.",
+    ".k_img.": ".add_k_proj.",
+    ".v_img.": ".add_v_proj.",
+    ".norm_k_img.": ".norm_added_k.",
+    "head.modulation": "scale_shift_table",
+    "head.head": "proj_out",
+    "modulation": "scale_shift_table",
+    "ffn.0": "ffn.net.0.proj",
+    "ffn.2": "ffn.net.2",
+    "norm2": "norm__placeholder",
+    "norm3": "norm2",
+    "norm__placeholder": "norm3",
+    "img_emb.proj.0": "condition_embedder.image_embedder.norm1",
+    "img_emb.proj.1": "condition_embedder.image_embedder.ff.net.0.proj",
+    "img_emb.proj.3": "condition_embedder.image_embedder.ff.net.2",
+    "img_emb.proj.4": "condition_embedder.image_embedder.norm2",
+}
+
+
+def single_file_keys(keys: list[str]) -> dict[str, str]:
+    """Original-layout transformer key -> diffusers key, as diffusers' ``from_single_file``
+    converts a Wan2.1 / 2.2 T2V / I2V file (``model.diffusion_model.`` stripped)."""
+    from vidax.weights.single_file import rename_keys
+
+    return rename_keys(keys, SINGLE_FILE_RENAMES)

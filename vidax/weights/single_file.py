@@ -1,0 +1,206 @@
+"""Quantized checkpoints as the community publishes them: one transformer file, in the
+original repository's key layout, either fp8 "scaled" safetensors or GGUF.
+
+* **fp8 scaled safetensors** (ComfyUI / Kijai ``*_fp8_scaled.safetensors``): each float8 weight
+  ``X.weight`` has its scale under ``X.scale_weight`` or ``X.weight_scale`` (a scalar or one per
+  output row); the weight read is ``value × scale`` in float32. Activation scales
+  (``input_scale``, ``scale_input``) are not used and not read. A float8 weight without a
+  scale is refused.
+* **GGUF** (city96's ``*-Q8_0.gguf``, ``*-Q4_K_M.gguf``...): read with the ``gguf`` package
+  (the ``gguf`` extra) and dequantized as diffusers' GGUF loader does
+  (:mod:`vidax.weights.gguf_dequant`); F32 / F16 tensors are read as they are.
+
+Both are readers with the interface the loader uses (``keys``, ``info``, ``get``, ``release``):
+the tensor names are converted to the diffusers layout by the family's
+``single_file_keys(keys)`` (in its ``convert.py``, after diffusers'
+``loaders/single_file_utils.py`` conversion of that family), and the values are the
+dequantized float tensors, which the loader then casts to the component's dtype or quantizes
+to 8 bits like any checkpoint's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from vidax.errors import Arg, CheckpointError, InputError
+from vidax.weights.safetensors_io import CheckpointReader
+
+#: Names of a float8 weight's scale, after its ``weight`` leaf (``X.weight`` -> ``X.scale_weight``).
+SCALE_NAMES = ("scale_weight", "weight_scale")
+#: Leaves of activation scales, in the files and not used.
+ACTIVATION_SCALES = ("input_scale", "scale_input", "output_scale")
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+@dataclasses.dataclass(frozen=True)
+class VirtualInfo:
+    """What the loader needs of a tensor: its file, dtype and shape as read (after
+    dequantization), and the bytes it takes in the file (``end - start``)."""
+
+    file: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    start: int
+    end: int
+    stored: str = ""
+
+
+class _Reader(CheckpointReader):
+    """Tensors by name, each read by a function (the reader interface of
+    :class:`~vidax.weights.safetensors_io.CheckpointReader`, whose ``keys`` / ``info`` it keeps)."""
+
+    def __init__(self, path: str, infos: Mapping[str, VirtualInfo], reads: Mapping[str, Callable[[], np.ndarray]]):
+        self.path = path
+        self._infos, self._reads, self._maps = dict(infos), dict(reads), {}
+
+    def get(self, key: str) -> np.ndarray:
+        return self._reads[key]()
+
+    def release(self, key: str) -> None:
+        pass
+
+    def renamed(self, names: Mapping[str, str]) -> "_Reader":
+        """The same tensors under new names (``names``: old -> new; a name absent keeps its own,
+        a name mapped to None is left out)."""
+        new = {names.get(k, k): k for k in self._infos if names.get(k, k) is not None}
+        return _Reader(self.path, {n: self._infos[o] for n, o in new.items()}, {n: self._reads[o] for n, o in new.items()})
+
+
+def fp8_scaled(reader: CheckpointReader) -> _Reader | CheckpointReader:
+    """``reader``'s tensors with every float8 weight times its scale (float32), the scales and
+    activation scales left out; ``reader`` itself when it holds no float8 tensor.
+
+    Raises:
+        CheckpointError: a float8 weight has no ``scale_weight`` / ``weight_scale`` beside it
+            (one line naming the tensor and the file), or a scale that does not broadcast.
+    """
+    keys = reader.keys()
+    if not any(reader.info(k).dtype.name in _FP8 for k in keys):
+        return reader
+    skip = {k for k in keys if k.rsplit(".", 1)[-1] in ACTIVATION_SCALES + SCALE_NAMES}
+    infos, reads = {}, {}
+    for key in keys:
+        if key in skip:
+            continue
+        info = reader.info(key)
+        if info.dtype.name not in _FP8:
+            infos[key], reads[key] = info, (lambda k=key: reader.get(k))
+            continue
+        stem = key[: -len("weight")] if key.endswith("weight") else key + "."
+        scale = next((stem + s for s in SCALE_NAMES if stem + s in reader), None)
+        if scale is None:
+            raise CheckpointError(
+                f"{info.file}: float8 tensor {key!r} has no scale ({stem}scale_weight or {stem}weight_scale); "
+                "an fp8 file without its scales cannot be dequantized")
+        sshape = reader.info(scale).shape
+        if int(np.prod(sshape)) not in (1, info.shape[0]):
+            raise CheckpointError(f"{info.file}: scale {scale!r} of shape {sshape} fits neither the whole "
+                                  f"tensor nor each of the {info.shape[0]} rows of {key!r} {info.shape}")
+        infos[key] = dataclasses.replace(_virtual(info), dtype=np.dtype(np.float32), stored=info.dtype.name)
+        reads[key] = lambda k=key, s=scale, n=len(info.shape): _times_scale(reader.get(k), reader.get(s), n)
+    return _Reader(reader.path, infos, reads)
+
+
+def _virtual(info: Any) -> VirtualInfo:
+    return VirtualInfo(info.file, info.dtype, tuple(info.shape), info.start, info.end)
+
+
+def _times_scale(value: np.ndarray, scale: np.ndarray, ndim: int) -> np.ndarray:
+    scale = np.asarray(scale, np.float32).reshape(-1)
+    scale = scale.reshape((-1,) + (1,) * (ndim - 1)) if scale.size > 1 else scale.reshape(())
+    return np.asarray(value, np.float32) * scale
+
+
+def gguf_reader(path: str) -> _Reader:
+    """The tensors of a GGUF file, dequantized on read as diffusers' GGUF loader does.
+
+    Raises:
+        InputError: the ``gguf`` package is not installed (``pip install 'vidax[gguf]'``).
+        CheckpointError: the file is not GGUF, or a tensor is in a type diffusers does not read.
+    """
+    try:
+        import gguf
+    except ImportError:
+        raise InputError(f"{path} is a GGUF file; reading it needs the gguf package: pip install 'vidax[gguf]'") \
+            from None
+    from vidax.weights.gguf_dequant import DEQUANTIZE, dequantize
+
+    try:
+        file = gguf.GGUFReader(path)
+    except (ValueError, OSError) as e:
+        raise CheckpointError(f"{path} is not a readable GGUF file: {e}") from None
+    infos, reads = {}, {}
+    for t in file.tensors:
+        kind = t.tensor_type.name
+        data = t.data
+        if kind in ("F32", "F16"):
+            infos[t.name] = VirtualInfo(path, np.dtype(data.dtype), tuple(data.shape), int(t.data_offset),
+                                        int(t.data_offset) + int(t.n_bytes), kind)
+            reads[t.name] = lambda d=data: np.asarray(d)
+            continue
+        if kind not in DEQUANTIZE:
+            raise CheckpointError(f"{path}: tensor {t.name!r} is {kind}; vidax reads the GGUF types diffusers "
+                                  f"reads: F32, F16, {', '.join(DEQUANTIZE)}")
+        block, size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+        shape = (*data.shape[:-1], data.shape[-1] // size * block)
+        dtype = np.float32 if kind in ("BF16", "IQ4_NL", "IQ4_XS") else np.float16
+        infos[t.name] = VirtualInfo(path, np.dtype(dtype), shape, int(t.data_offset),
+                                    int(t.data_offset) + int(t.n_bytes), kind)
+        reads[t.name] = lambda d=data, k=kind, b=block, s=size: dequantize(d, k, b, s)
+    return _Reader(path, infos, reads)
+
+
+def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer") -> Any:
+    """A reader of a single-file checkpoint of component ``spec`` (a
+    :class:`~vidax.registry.ComponentSpec`): ``.gguf`` or ``.safetensors`` (fp8 scaled or not), its
+    keys converted from the original layout by the family's ``single_file_keys``.
+
+    Raises:
+        InputError: no such file, an extension other than ``.safetensors`` / ``.gguf``, or a
+            family without a single-file layout (naming ``arg``).
+        CheckpointError: as :func:`fp8_scaled` / :func:`gguf_reader`.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path) or not path.endswith((".safetensors", ".gguf")):
+        raise InputError(Arg(arg, path), " is not a .safetensors or .gguf file")
+    convert = single_file_keys(spec)
+    if convert is None:
+        raise InputError(Arg(arg, path), ": vidax reads single-file checkpoints of "
+                         f"{', '.join(single_file_classes())}, not of {spec.class_name}")
+    reader = gguf_reader(path) if path.endswith(".gguf") else fp8_scaled(CheckpointReader(path))
+    if not isinstance(reader, _Reader):
+        reader = _Reader(path, {k: reader.info(k) for k in reader.keys()},
+                         {k: (lambda k=k, r=reader: r.get(k)) for k in reader.keys()})
+    return reader.renamed(convert(reader.keys()))
+
+
+def single_file_keys(spec: Any) -> Callable[[list[str]], dict[str, str]] | None:
+    """The family's ``single_file_keys`` (its ``convert.py``) for a transformer entry, else None."""
+    if spec.kind != "transformer" or not spec.fp32_params:
+        return None
+    module = importlib.import_module(spec.fp32_params.split(":")[0])
+    return getattr(module, "single_file_keys", None)
+
+
+def single_file_classes() -> list[str]:
+    """Class names of the transformers whose single-file layout vidax converts."""
+    from vidax.registry import registry
+
+    return sorted(s.class_name for s in registry().components() if single_file_keys(s) is not None)
+
+
+def rename_keys(keys: list[str], renames: Mapping[str, str], strip: str = "model.diffusion_model.") -> dict[str, str]:
+    """``key -> converted key``: ``strip`` removed, then each ``renames`` substring replaced in
+    order (diffusers' ``TRANSFORMER_KEYS_RENAME_DICT`` convention)."""
+    out = {}
+    for key in keys:
+        new = key.replace(strip, "")
+        for a, b in renames.items():
+            new = new.replace(a, b)
+        out[key] = new
+    return out
