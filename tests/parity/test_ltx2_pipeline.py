@@ -219,6 +219,21 @@ def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
     assert abs(seconds[0] - seconds[1]) < 1 / 24  # within one video frame (24 fps)
 
 
+def test_step_cache_with_the_extra_guidance_passes_is_refused(vidax_pipe):
+    """diffusers caches the STG and isolated passes each in its own cache context; vidax batches
+    them with the prompt's, so a step cache has no equivalent there: refused, naming the scales
+    (at the defaults the modality pass runs) before any step."""
+    import vidax
+    from vidax.pipelines.step_cache import FirstBlockCacheConfig
+
+    vidax_pipe.enable_cache(FirstBlockCacheConfig(threshold=0.05))
+    try:
+        with pytest.raises(vidax.InputError, match=r"modality_scale=3.0, audio_modality_scale=3.0, a step cache"):
+            vidax_pipe(PROMPT, NEGATIVE, seed=0, progress=False, output_type="latent", **CALL)
+    finally:
+        vidax_pipe.disable_cache()
+
+
 @pytest.mark.parametrize("name", ["Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers"])
 def test_released_configs_read_and_default_call(name):
     """The released folders' configs (no weights) read as LTX2Pipeline with sound; the default call

@@ -82,7 +82,6 @@ LTX2_OPTIONS = (
 ) + LTX_DECODE_OPTIONS
 
 
-
 @dataclasses.dataclass(frozen=True)
 class LTX2Info(LTXInfo):
     """An LTX-2 folder's configs (:class:`~vidax.models.ltx.config.LTXInfo` plus the sound and
@@ -326,9 +325,9 @@ class LTX2Pipeline(LTXPipeline):
         g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
         if self.cache_config is not None and (g.stg or g.modality):
             scales = guidance.call_scales(x, call.guidance_scale)
-            raise InputError(Arg("stg_scale", scales["stg_scale"]), ", ", Arg("modality_scale", scales["modality_scale"]),
-                             ": a step cache with STG or modality guidance has no vidax equivalent of the "
-                             "reference's (it caches each guidance pass in its own context; vidax batches them); "
+            names = ("stg_scale", "audio_stg_scale", "modality_scale", "audio_modality_scale")
+            raise InputError(*(p for n in names for p in (Arg(n, scales[n]), ", ")), "a step cache with STG or "
+                             "modality guidance has no vidax equivalent of the reference's (it caches each guidance pass in its own context; vidax batches them); "
                              "give stg_scale=0, audio_stg_scale=0, modality_scale=1, audio_modality_scale=1 or "
                              "disable_cache()")
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
