@@ -134,7 +134,7 @@ def test_duration_call_checks(vidax_pipe):
         ((PROMPT,), dict(num_frames=9, min_seconds=2.0, max_seconds=2.0), "min_seconds.*max_seconds"),
     ):
         with pytest.raises(InputError, match=match):
-            pipe.check_call(pipe.info, *args, **CALL, **kwargs)
+            pipe.check_call(pipe.info, *args, **CALL, **OFF, **kwargs)
     # Given num_frames: used as given (rounded as always), no prediction.
-    call = pipe.check_call(pipe.info, PROMPT, num_frames=9, **CALL)
+    call = pipe.check_call(pipe.info, PROMPT, num_frames=9, **CALL, **OFF)
     assert call.num_frames == 9 and "num_frames" in call.given

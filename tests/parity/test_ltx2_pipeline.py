@@ -9,15 +9,20 @@ shift, ``shift_terminal``), a tiny T5-style tokenizer. Every parameter and laten
 randomised.
 
 Both run 2 steps in float32 on the same ``latents`` (packed) and ``audio_latents`` with the
-reference's guidance defaults (CFG 3 video / 7 audio on x0, rescale 0.7), STG and modality
-guidance off. Video PSNR >= 60 dB and audio SNR >= 60 dB: float32 on both sides, only the order
-of additions and the transcendental kernels differ (~1e-6 relative per component); a wrong
-guidance term, sigma or normalisation costs tens of dB.
+reference's guidance defaults (CFG 3 video / 7 audio on x0, STG 1 on block 28 (the 2.0 layers
+have no perturbed attention: the reference's STG pass is the prompt's pass again), modality
+guidance 3, rescale 0.7). Video PSNR >= 60 dB and audio SNR >= 60 dB: float32 on both sides, only
+the order of additions and the transcendental kernels differ (~1e-6 relative per component); a
+wrong guidance term, sigma or normalisation costs tens of dB.
+
+The LTX-2.3 variant (gated attention, cross-attention AdaLN, perturbed attention, per-modality
+connector projections, ``LTX2VocoderWithBWE``) runs end to end at the reference's defaults with
+STG on block 1, so every guidance branch is active; each branch turned off moves the reference's
+output far more than vidax differs from it (the test is not vacuous).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -28,8 +33,8 @@ import pytest
 import torch
 
 from tests.parity.helpers import randomize_torch_module
-from tests.parity.ltx2_reference import CONNECTORS_20, TRANSFORMER_20
-from tests.parity.test_ltx2_audio import _perturb_buffers
+from tests.parity.ltx2_reference import CONNECTORS_20, CONNECTORS_23, TRANSFORMER_20, TRANSFORMER_23
+from tests.parity.test_ltx2_audio import BWE, _perturb_buffers
 from tests.parity.test_ltx2_vae import RELEASED
 from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
 
@@ -37,7 +42,7 @@ diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors  # noqa: E402
 from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline  # noqa: E402
-from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder  # noqa: E402
+from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GEMMA = dict(vocab_size=97, hidden_size=12, intermediate_size=20, num_hidden_layers=2, num_attention_heads=2,
@@ -58,18 +63,26 @@ VOCODER = dict(in_channels=40, hidden_channels=16, out_channels=2, upsample_kern
 SCHEDULER = dict(base_image_seq_len=1024, base_shift=0.95, max_image_seq_len=4096, max_shift=2.05, shift_terminal=0.1,
                  use_dynamic_shifting=True, time_shift_type="exponential")
 # 17 frames of 32 x 32 at 24 fps (0.708 s): 5 x 4 x 4 video tokens, round(0.708 x 25) = 18 audio latents.
+# The extra guidance passes off: the runs of the other tests that do not test guidance are
+# cheaper (2 rows, not 4); test_ltx23_every_guidance_branch_matches_diffusers runs them all.
+OFF = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)
 CALL = dict(height=32, width=32, num_frames=17, frame_rate=24.0, num_inference_steps=2, max_sequence_length=8)
 PROMPT, NEGATIVE = "a red car on the sea", "blue"
-OFF = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)
+# LTX-2.3: the connectors' per-modality widths are the streams' (40 video = 10 heads of 4, 16 audio
+# = 8 heads of 2), as 2.3's transformer takes them without a caption projection.
+TRANSFORMER_2_3 = dict(TRANSFORMER_23, in_channels=6, out_channels=6, audio_in_channels=15, audio_out_channels=15)
+CONNECTORS_2_3 = dict(CONNECTORS_23, video_hidden_dim=40, video_connector_num_attention_heads=10, audio_hidden_dim=16,
+                      audio_connector_num_attention_heads=8)
+STG_BLOCKS = dict(spatio_temporal_guidance_blocks=[1])  # the tiny transformer's 3 blocks (the default 28 is past them)
 
 
-def vae_and_sound():
+def vae_and_sound(vocoder_class=LTX2Vocoder, vocoder_config=VOCODER):
     """The randomised video VAE (latent statistics too), audio VAE and vocoder of the tiny LTX-2."""
     vae = diffusers.AutoencoderKLLTX2Video(**RELEASED).eval()
     randomize_torch_module(vae, seed=4, scale=0.1, gain=0.7)
     audio_vae = diffusers.AutoencoderKLLTX2Audio(**AUDIO).eval()
     randomize_torch_module(audio_vae, seed=5, scale=0.1, gain=0.9)
-    vocoder = LTX2Vocoder(**VOCODER).eval()
+    vocoder = vocoder_class(**vocoder_config).eval()
     randomize_torch_module(vocoder, seed=6, scale=0.1, gain=0.9)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
@@ -82,17 +95,26 @@ def vae_and_sound():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """(diffusers pipeline, checkpoint folder) of the tiny LTX-2."""
-    root = tmp_path_factory.mktemp("ltx2_pipe")
+    return _build(tmp_path_factory.mktemp("ltx2_pipe"), TRANSFORMER, CONNECTORS_20, LTX2Vocoder, VOCODER)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_23(tmp_path_factory):
+    """(diffusers pipeline, checkpoint folder) of the tiny LTX-2.3."""
+    return _build(tmp_path_factory.mktemp("ltx23_pipe"), TRANSFORMER_2_3, CONNECTORS_2_3, LTX2VocoderWithBWE, BWE)
+
+
+def _build(root, transformer_config, connectors_config, vocoder_class, vocoder_config):
     build_tiny_t5_tokenizer(root / "tok", vocab_size=97)
     torch.manual_seed(0)
     gemma = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(
         text_config=GEMMA, vision_config=VISION, mm_tokens_per_image=4)).eval()
     randomize_torch_module(gemma, seed=1)
-    connectors = LTX2TextConnectors(**CONNECTORS_20).eval()
+    connectors = LTX2TextConnectors(**connectors_config).eval()
     randomize_torch_module(connectors, seed=2, scale=1.0)
-    transformer = diffusers.LTX2VideoTransformer3DModel(**TRANSFORMER).eval()
+    transformer = diffusers.LTX2VideoTransformer3DModel(**transformer_config).eval()
     randomize_torch_module(transformer, seed=3)
-    vae, audio_vae, vocoder = vae_and_sound()
+    vae, audio_vae, vocoder = vae_and_sound(vocoder_class, vocoder_config)
     pipe = LTX2Pipeline(
         scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, audio_vae=audio_vae,
         text_encoder=gemma, tokenizer=transformers.AutoTokenizer.from_pretrained(root / "tok"),
@@ -109,10 +131,10 @@ def _noise():
             g.standard_normal((1, 3, 18, 5), dtype=np.float32))  # (B, C_a, L, M)
 
 
-def _reference(pipe, prompt, latents, audio_latents, output_type="np"):
+def _reference(pipe, prompt, latents, audio_latents, output_type="np", **kwargs):
     with torch.no_grad():
         out = pipe(prompt, NEGATIVE, latents=torch.from_numpy(latents), audio_latents=torch.from_numpy(audio_latents),
-                   output_type=output_type, **CALL, **OFF)
+                   output_type=output_type, **CALL, **kwargs)
     video = out.frames.numpy() if output_type == "latent" else np.asarray(out.frames, np.float32)
     return video, out.audio.float().numpy()
 
@@ -172,8 +194,11 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
     cases = [
         (dict(audio_guidance_scale=-1.0), "audio_guidance_scale"),
         (dict(frame_rate=0.0), "frame_rate"),
-        (dict(stg_scale=1.0), "stg_scale=1.0 is not implemented yet"),
-        (dict(modality_scale=3.0), "modality_scale=3.0 is not implemented yet"),
+        (dict(spatio_temporal_guidance_blocks=[]), r"spatio_temporal_guidance_blocks=\[\] is empty while STG runs"),
+        (dict(spatio_temporal_guidance_blocks="1"), "spatio_temporal_guidance_blocks='1' must be a list"),
+        (dict(use_cross_timestep=1), "use_cross_timestep"),
+        (dict(latents=latents.reshape(1, 5, 4, 4, 6)), r"latents have shape \(1, 5, 4, 4, 6\), expected "
+                                                          r"\(1, 6, 5, 4, 4\)"),
         (dict(height=48), "height"),
         (dict(sigmas=[0.5, 0.9]), "sigmas"),
         (dict(audio_latents=audio_latents[:, :, :17]), r"audio_latents have shape \(1, 3, 17, 5\), expected "
@@ -200,6 +225,21 @@ def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
         assert video.frames == 17
     assert seconds[0] == pytest.approx(17 / 24, abs=1e-3)  # the mp4 time base rounds
     assert abs(seconds[0] - seconds[1]) < 1 / 24  # within one video frame (24 fps)
+
+
+def test_step_cache_with_the_extra_guidance_passes_is_refused(vidax_pipe):
+    """diffusers caches the STG and isolated passes each in its own cache context; vidax batches
+    them with the prompt's, so a step cache has no equivalent there: refused, naming the scales
+    (at the defaults the modality pass runs) before any step."""
+    import vidax
+    from vidax.pipelines.step_cache import FirstBlockCacheConfig
+
+    vidax_pipe.enable_cache(FirstBlockCacheConfig(threshold=0.05))
+    try:
+        with pytest.raises(vidax.InputError, match=r"modality_scale=3.0, audio_modality_scale=3.0, a step cache"):
+            vidax_pipe(PROMPT, NEGATIVE, seed=0, progress=False, output_type="latent", **CALL)
+    finally:
+        vidax_pipe.disable_cache()
 
 
 @pytest.mark.parametrize("name", ["Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers"])
@@ -236,3 +276,71 @@ def test_streamed_blocks_and_mesh_equal_one_device(checkpoint, vidax_pipe):
     m = vidax.load_pipeline(checkpoint[1], mesh="2x2x2")(PROMPT, **kw)
     np.testing.assert_allclose(m.frames, out.frames, atol=2e-5)
     np.testing.assert_allclose(m.audio, out.audio, atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def vidax_pipe_23(checkpoint_23):
+    import vidax
+
+    return vidax.load_pipeline(checkpoint_23[1])
+
+
+def test_ltx23_every_guidance_branch_matches_diffusers(checkpoint_23, vidax_pipe_23):
+    """LTX-2.3 end to end at the reference's defaults (CFG 3 video / 7 audio, STG 1 (on block 1),
+    modality guidance 3, rescale 0.7, ``use_cross_timestep``), ``latents`` given 5-D ``(B, C, F',
+    H', W')`` (both sides normalise them with the VAE's statistics): the decoded video PSNR and
+    the waveform SNR (``LTX2VocoderWithBWE``) >= 60 dB, and the de-normalised latents of both
+    streams >= 60 dB. Each branch off (CFG: both scales 1; STG: 0; modality: 1; rescale: 0) moves
+    the reference's latents to < 50 dB of its default run, so each branch is checked."""
+    pipe, _ = checkpoint_23
+    latents, audio_latents = _noise()
+    latents5 = np.ascontiguousarray(latents.reshape(1, 5, 4, 4, 6).transpose(0, 4, 1, 2, 3))
+    kw = dict(latents=latents5, audio_latents=audio_latents, progress=False, **CALL, **STG_BLOCKS)
+    ref_video, ref_audio = _reference(pipe, PROMPT, latents5, audio_latents, **STG_BLOCKS)
+    out = vidax_pipe_23(PROMPT, NEGATIVE, **kw)
+    assert out.frames.shape == ref_video.shape and out.audio.shape == ref_audio.shape
+    psnr, snr = _psnr(out.frames, ref_video), _snr(out.audio, ref_audio)
+    ref = _reference(pipe, PROMPT, latents5, audio_latents, "latent", **STG_BLOCKS)
+    got = vidax_pipe_23(PROMPT, NEGATIVE, output_type="latent", **kw)
+    snrs = _snr(got.frames, ref[0]), _snr(got.audio, ref[1])
+    moved = {}
+    for branch, off in {"cfg": dict(guidance_scale=1.0, audio_guidance_scale=1.0),
+                        "stg": dict(stg_scale=0.0, audio_stg_scale=0.0),
+                        "modality": dict(modality_scale=1.0, audio_modality_scale=1.0),
+                        "rescale": dict(guidance_rescale=0.0, audio_guidance_rescale=0.0)}.items():
+        other = _reference(pipe, PROMPT, latents5, audio_latents, "latent", **STG_BLOCKS, **off)
+        moved[branch] = (_snr(other[0], ref[0]), _snr(other[1], ref[1]))
+    print(f"LTX-2.3 video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB, latents {snrs[0]:.1f} / {snrs[1]:.1f} dB; "
+          f"each branch off: {moved}")
+    assert psnr >= 60 and snr >= 60 and min(snrs) >= 60
+    assert all(max(m) < 50 for m in moved.values()), moved
+
+
+@pytest.mark.parametrize("name", ["Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers"])
+@pytest.mark.parametrize("sigmas", [None, "distilled"])
+def test_schedule_matches_diffusers(name, sigmas):
+    """The released scheduler configs: the default ``linspace(1, 1/N, N)`` and the distilled
+    checkpoints' fixed sigmas (``DISTILLED_SIGMA_VALUES``, as diffusers' utils), each shifted by
+    the token count's ``mu`` (6144 video tokens of the default 121 x 512 x 768 call), as
+    ``LTX2Pipeline`` sets them: sigmas and timesteps to float32 rounding."""
+    from diffusers.pipelines.ltx2 import utils as ltx2_utils
+    from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
+
+    from tests.paths import REFERENCE_CONFIGS
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.ltx2.pipeline import DISTILLED_SIGMA_VALUES, LTX2Pipeline
+
+    assert list(DISTILLED_SIGMA_VALUES) == ltx2_utils.DISTILLED_SIGMA_VALUES
+    folder = os.path.join(REFERENCE_CONFIGS, name)
+    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(folder))
+    given = None if sigmas is None else list(DISTILLED_SIGMA_VALUES)
+    call = LTX2Pipeline.check_call(info, "a cat", num_inference_steps=30 if given is None else len(given),
+                                   sigmas=given, guidance_scale=1.0)
+    state = LTX2Pipeline.schedule(info, LTX2Pipeline.read_scheduler(info), call)
+    ref = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(folder, "scheduler"))
+    c = ref.config
+    mu = calculate_shift(6144, c.get("base_image_seq_len", 1024), c.get("max_image_seq_len", 4096),
+                         c.get("base_shift", 0.95), c.get("max_shift", 2.05))
+    ref.set_timesteps(sigmas=np.linspace(1.0, 1 / 30, 30) if given is None else given, mu=mu)
+    np.testing.assert_allclose(np.asarray(state.sigmas), ref.sigmas.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(state.timesteps), ref.timesteps.numpy(), rtol=1e-6)

@@ -62,6 +62,8 @@ class LTX2ConditionedPipeline(LTX2Pipeline):
     to every step after the base arguments.
     """
 
+    packed_latents = False
+
     def step_args(self, call, embeds, cond, state, expert):
         """The base arguments, then the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
         args, axes = super().step_args(call, embeds, cond, state, expert)

@@ -19,14 +19,11 @@ Reference (diffusers 0.42.1): ``LTX2Pipeline`` (``pipelines/ltx2/pipeline_ltx2.p
 * Schedule: sigmas ``linspace(1, 1/N, N)`` (or ``sigmas=``) shifted by ``mu`` of the video token
   count (LTX-Video's :meth:`~vidax.models.ltx.pipeline.LTXPipeline.schedule`); each stream steps
   with its own copy of the Euler scheduler.
-* Guidance, as the reference, on the predicted x0 (``x - sigma v``) of each stream: ``cond +
-  (scale - 1)(cond - uncond)`` with ``guidance_scale`` for the video and ``audio_guidance_scale``
-  (None or 0: ``guidance_scale``) for the sound, CFG running when either is > 1; then
-  ``rescale_noise_cfg`` with ``guidance_rescale`` / ``audio_guidance_rescale`` (None or 0:
-  ``guidance_rescale``) where > 0; back to a velocity ``(x - x0) / sigma`` for the Euler step.
-  STG (``stg_scale``, ``audio_stg_scale``) and modality-isolation guidance (``modality_scale``,
-  ``audio_modality_scale``) are not implemented yet: vidax's defaults are 0 and 1 (off; the
-  reference's defaults are 1 and 3) and other values are refused.
+* Guidance, as the reference, on the predicted x0 (``x - sigma v``) of each stream: CFG, STG on
+  ``spatio_temporal_guidance_blocks``, modality-isolation guidance, guidance rescale, each with
+  its audio scale (None or 0: the video one), at the reference's defaults (3 / 7, 1, 3, 0.7,
+  blocks ``[28]``): :mod:`vidax.models.ltx2.guidance`; back to a velocity for the Euler step.
+  ``use_cross_timestep`` (True) as the reference.
 * RoPE: video coordinates at ``frame_rate / motion_speed`` fps, audio coordinates from the audio
   length; the tables computed once per call on the host.
 * Decode: the video as LTX-2's reference (decode noise ``(1 - s) z + s n`` mixed into the
@@ -50,12 +47,12 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.models.ltx.config import LTXInfo
 from vidax.models.ltx.pipeline import LTX_DECODE_OPTIONS, LTXDecode, LTXPipeline
+from vidax.models.ltx2 import guidance
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
-from vidax.pipelines.base import VideoPipeline, frames_of_form
+from vidax.pipelines.base import VideoPipeline, finite_array, frames_of_form
 from vidax.pipelines.options import OBJECT, CallOption
-from vidax.pipelines.sampling import rescale_noise_cfg
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -73,14 +70,18 @@ LTX2_OPTIONS = (
                "guidance_scale.", "7", low=0),
     CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0 or unset in "
                "Python: guidance_rescale.", "0.7", low=0, high=1),
-    CallOption("stg_scale", float, "Spatio-temporal guidance scale of the video (LTX-2); not implemented yet: "
-               "only 0.", "0", low=0),
-    CallOption("audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); not implemented "
-               "yet: only 0.", "0", low=0),
-    CallOption("modality_scale", float, "Modality-isolation guidance scale of the video (LTX-2); not "
-               "implemented yet: only 1.", "1", low=0),
-    CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); not "
-               "implemented yet: only 1.", "1", low=0),
+    CallOption("stg_scale", float, "Spatio-temporal guidance scale of the video (LTX-2): away from the pass "
+               "whose spatio_temporal_guidance_blocks' self-attention is perturbed; 0: off.", "1", low=0),
+    CallOption("audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); 0 or unset in "
+               "Python: stg_scale.", "1", low=0),
+    CallOption("modality_scale", float, "Modality-isolation guidance scale of the video (LTX-2): away from the "
+               "pass without audio<->video attention; 1: off.", "3", low=0),
+    CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); 0 or unset "
+               "in Python: modality_scale.", "3", low=0),
+    CallOption("spatio_temporal_guidance_blocks", OBJECT, "Transformer blocks STG perturbs, a list of indices "
+               "(LTX-2).", "[28]"),
+    CallOption("use_cross_timestep", bool, "Modulate the audio<->video attention with the other modality's "
+               "sigma (LTX-2).", "True"),
     CallOption("noise_scale", float, "Noise mixed into the given latents / audio_latents, s noise + (1 - s) "
                "latents (LTX-2).", "0", low=0, high=1),
     CallOption("sigmas", OBJECT, "Custom sigmas before the shift, strictly descending in (0, 1] (LTX-2)."),
@@ -92,10 +93,6 @@ LTX2_OPTIONS = (
 
 #: LTX2Pipeline.__call__'s duration bounds (seconds) for the duration head.
 MIN_SECONDS, MAX_SECONDS = 1.0, 20.0
-
-#: diffusers' LTX2Pipeline.__call__ defaults of the guidance keywords vidax runs.
-AUDIO_GUIDANCE_SCALE = 7.0
-GUIDANCE_RESCALE = 0.7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +175,17 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
                     duration_head=ckpt.has("duration_head"))
 
 
+#: The distilled checkpoints' schedule (diffusers' ``pipelines/ltx2/utils.py``), given as
+#: ``sigmas=`` with ``guidance_scale=1`` as the reference's examples do; the shift applies as to
+#: any ``sigmas=``.
+DISTILLED_SIGMA_VALUES = (1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875)
+#: Its second-stage part (after the latent upsampler).
+STAGE_2_DISTILLED_SIGMA_VALUES = (0.909375, 0.725, 0.421875)
+
+#: The ``call.extra`` key that marks ``latents=`` given 5-D (the reference normalises those).
+UNNORMALIZED = "_latents_unnormalized"
+
+
 def _frame_rate(info: LTX2Info, call) -> float:
     """``frame_rate=``, else the checkpoint's fps (24, LTX2Pipeline's default)."""
     rate = call.extra.get("frame_rate")
@@ -189,24 +197,25 @@ def _predicts_duration(info: LTX2Info, call) -> bool:
     return info.duration_head and "num_frames" not in call.given
 
 
-def _fallback(value: Any, default: float) -> float:
-    """diffusers' ``value or default``: None and 0 take the default."""
-    return float(value) if value else float(default)
-
-
 class LTX2Pipeline(LTXPipeline):
     """LTX-2 text-to-video with its soundtrack (reference: ``diffusers.LTX2Pipeline``); ``out.audio``
     is the waveform ``(B, channels, samples)`` at ``out.audio_sample_rate`` (the vocoder's).
 
     Keywords beyond the shared ones (:data:`LTX2_OPTIONS`): ``frame_rate`` (24), ``motion_speed``
     (1), ``guidance_rescale`` (0.7), ``audio_guidance_scale`` (7; None / 0: ``guidance_scale``),
-    ``audio_guidance_rescale`` (None / 0: ``guidance_rescale``), ``noise_scale`` (0), ``sigmas``,
-    ``decode_timestep`` (0), ``decode_noise_scale``; ``stg_scale`` / ``audio_stg_scale`` (only 0)
-    and ``modality_scale`` / ``audio_modality_scale`` (only 1) until STG and modality guidance run.
+    ``audio_guidance_rescale`` (None / 0: ``guidance_rescale``), ``stg_scale`` (1),
+    ``audio_stg_scale``, ``modality_scale`` (3), ``audio_modality_scale``,
+    ``spatio_temporal_guidance_blocks`` ([28]), ``use_cross_timestep`` (True), ``noise_scale``
+    (0), ``sigmas``, ``decode_timestep`` (0), ``decode_noise_scale``. ``latents=`` packed
+    ``(B, N, C)`` (normalised) or ``(B, C, F', H', W')`` (normalised with the VAE's statistics,
+    as the reference).
     """
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
     call_options = LTX2_OPTIONS
+    #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
+    #: (a conditioned pipeline takes 5-D latents as they are).
+    packed_latents = True
     latent_streams = ("latents", "audio_latents")
     audio_stream = "audio_latents"
     stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
@@ -252,30 +261,39 @@ class LTX2Pipeline(LTXPipeline):
     @classmethod
     def check_call(cls, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
-        is > 1 (the reference's ``do_classifier_free_guidance``)."""
+        is > 1 (the reference's ``do_classifier_free_guidance``). ``latents=`` of 5 dimensions
+        ``(B, C, F', H', W')`` are packed here (normalised in :meth:`prepare_latents`)."""
         given = [n for n in ("latents", "audio_latents") if kwargs.get(n) is not None]
         if info.duration_head and kwargs.get("num_frames") is None and given:
             # (their shapes are checked against the frame count before a prediction could run)
             raise InputError(Arg(given[0]), " fixes the clip length: give ", Arg("num_frames"), " with it (the "
                              "duration head predicts one only when neither is given)")
-        call = super().check_call(info, prompt, negative_prompt, **kwargs)
-        audio = _fallback(call.extra.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), call.guidance_scale)
+        latents = kwargs.get("latents")
+        five = cls.packed_latents and latents is not None and np.ndim(latents) == 5
+        call = super().check_call(info, prompt, negative_prompt, **{**kwargs, "latents": None} if five else kwargs)
         if _predicts_duration(info, call) and len(call.prompts) > 1:
             raise InputError(Arg("num_frames"), f" not given asks the duration head for one clip length, but "
                              f"{len(call.prompts)} prompts were given; give num_frames= or one prompt (as "
                              "LTX2Pipeline)")
-        return dataclasses.replace(call, cfg=call.guidance_scale > 1.0 or audio > 1.0)
+        if five:
+            value = finite_array("latents", latents)
+            b, n, c = cls.latent_shape(info, call)
+            shape = (b, c, *info.latent_grid(call.num_frames, call.height, call.width))
+            if value.shape != shape:
+                raise InputError(f"latents have shape {value.shape}, expected {shape} = (batch, latent channels, "
+                                 f"latent frames, height/{info.vae_config.spatial_compression}, width/"
+                                 f"{info.vae_config.spatial_compression}) or packed {(b, n, c)} for these arguments")
+            call = dataclasses.replace(call, latents=value.transpose(0, 2, 3, 4, 1).reshape(b, n, c),
+                                       extra={**call.extra, UNNORMALIZED: True})
+        return dataclasses.replace(call, cfg=guidance.does_cfg(call.extra, call.guidance_scale))
 
     @classmethod
     def check_family_call(cls, info: LTX2Info, call) -> None:
-        """``stg_scale`` / ``modality_scale`` (and the audio ones) off, ``sigmas`` descending in
-        (0, 1], the decode keywords, a sound at least one latent long."""
+        """The STG blocks, ``sigmas`` descending in (0, 1], the decode keywords, a sound at least
+        one latent long."""
         x = call.extra
-        for name, off in (("stg_scale", 0.0), ("audio_stg_scale", 0.0), ("modality_scale", 1.0),
-                          ("audio_modality_scale", 1.0)):
-            if x.get(name) is not None and float(x[name]) != off:
-                raise InputError(Arg(name, x[name]), f" is not implemented yet in vidax's LTX2Pipeline (spatio-temporal "
-                                 f"and modality-isolation guidance); give {off:g} (off)")
+        cfg = info.transformer_config
+        guidance.check_guidance(x, call.guidance_scale, cfg.num_layers, cfg.perturbed_attn)
         if x.get("sigmas") is not None:
             try:
                 s = np.asarray(x["sigmas"], np.float64)
@@ -345,10 +363,12 @@ class LTX2Pipeline(LTXPipeline):
         return self.connectors(states, mask, padding_side="left")
 
     def prepare_latents(self, call, noise, cond):
-        """Video tokens -> channels-last ``(B, F', H', W', C)``; audio ``(B, C_a, L, M)`` ->
-        packed ``(B, L, C_a M)``, normalised when given; ``noise_scale`` noise mixed into the
-        given streams."""
+        """Video tokens -> channels-last ``(B, F', H', W', C)``, normalised when given 5-D;
+        audio ``(B, C_a, L, M)`` -> packed ``(B, L, C_a M)``, normalised when given;
+        ``noise_scale`` noise mixed into the given streams."""
         video, audio = noise["latents"], pack_latents(noise["audio_latents"])
+        if call.extra.get(UNNORMALIZED):
+            video = self.vae.normalize_latents(video)
         if call.stream_latents.get("audio_latents") is not None:
             audio = self.audio_vae.normalize_latents(audio)
         s = float(call.extra.get("noise_scale", 0.0))
@@ -365,15 +385,21 @@ class LTX2Pipeline(LTXPipeline):
         return {"latents": state, "audio_latents": state}
 
     def step_args(self, call, embeds, cond, state, expert):
-        """``(video context, audio context, mask, scales (4,) float32 [video CFG, audio CFG, video
-        rescale, audio rescale], RoPE tables)``; the tables of the CFG batch where CFG runs."""
+        """``(video context, audio context, mask, guidance, RoPE tables)``: the contexts and mask
+        of every pass of the batch (:class:`~vidax.models.ltx2.guidance.LTX2Guidance`'s rows),
+        the tables of that batch."""
         x = call.extra
-        gs = call.guidance_scale
-        scales = jnp.asarray([gs, _fallback(x.get("audio_guidance_scale", AUDIO_GUIDANCE_SCALE), gs),
-                              rescale := float(x.get("guidance_rescale", GUIDANCE_RESCALE)),
-                              _fallback(x.get("audio_guidance_rescale", GUIDANCE_RESCALE), rescale)], _F32)
-        b = call.batch * (2 if call.do_cfg else 1)
-        return (*embeds, scales, self.transformer.rope_tables(*self.rope_coordinates(call, cond, b))), None
+        model = self.transformer
+        g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
+        if self.cache_config is not None and (g.stg or g.modality):
+            scales = guidance.call_scales(x, call.guidance_scale)
+            names = ("stg_scale", "audio_stg_scale", "modality_scale", "audio_modality_scale")
+            raise InputError(*(p for n in names for p in (Arg(n, scales[n]), ", ")), "a step cache with STG or "
+                             "modality guidance has no vidax equivalent of the reference's (it caches each guidance pass in its own context; vidax batches them); "
+                             "give stg_scale=0, audio_stg_scale=0, modality_scale=1, audio_modality_scale=1 or "
+                             "disable_cache()")
+        coords = self.rope_coordinates(call, cond, call.batch * g.rows)
+        return (*(g.extend(e, call.batch) for e in embeds), g, model.rope_tables(*coords)), None
 
     def rope_coordinates(self, call, cond, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """The video ``(batch, 3, N, 2)`` and audio ``(batch, 1, M, 2)`` coordinates (numpy float32)
@@ -386,18 +412,21 @@ class LTX2Pipeline(LTXPipeline):
     def model_args(self, latents, state, args, do_cfg) -> tuple:
         """The transformer's positional arguments (:meth:`LTX2VideoTransformer3DModel.embed`):
         packed video / audio tokens, both contexts, timestep (also the sigma LTX-2.3 and the
-        cross timestep take), the text mask, the RoPE tables."""
-        context, audio_context, mask, _, rope = args[:5]
+        cross timestep take), the text mask, the STG blocks and masks, the RoPE tables, the
+        cross-modal mask; each pass of the guidance a copy of the batch (a conditioned pipeline's
+        arguments follow the first five)."""
+        context, audio_context, mask, g, rope = args[:5]
         video, audio = latents["latents"], latents["audio_latents"]
         b, c = video.shape[0], video.shape[-1]
         x = video.reshape(b, -1, c).astype(self.dtype)
         a = audio.astype(self.dtype)
         t = jnp.broadcast_to(self.step_state(state).timestep.astype(_F32), (b,))
         tv = self.video_timestep(t, args)
-        if do_cfg:  # the texts: prompts, then negatives
-            x, a, t, tv = (jnp.concatenate([v, v], axis=0) for v in (x, a, t, tv))
+        # the rows: prompts, negatives (CFG), then the STG and isolated passes (guidance.py)
+        x, a, t, tv = (jnp.concatenate([v] * g.rows, axis=0) for v in (x, a, t, tv))
+        perturb, isolate = g.masks(b)
         return (x, a, context, audio_context, tv, t, t, None, mask, mask, None, None, None, 24.0, None, None, None,
-                False, None, None, True, None, rope)
+                False, g.stg_blocks or None, perturb, g.use_cross_timestep, None, rope, isolate)
 
     def video_timestep(self, t, args):
         """The video tokens' timestep: ``t`` (B,) here; per token where frames are conditioned."""
@@ -413,24 +442,17 @@ class LTX2Pipeline(LTXPipeline):
         return pred
 
     def scheduler_update(self, state, pred, latents, args):
-        """Per stream: the x0 of the prediction (``x - sigma v``), the reference's CFG delta and
-        guidance rescale on it, back to a velocity, the Euler step with the stream's state."""
-        scales = args[3]
+        """Per stream: the reference's guidance on the x0 of the passes
+        (:meth:`~vidax.models.ltx2.guidance.LTX2Guidance.guide`), the Euler step with the
+        stream's state."""
+        g = args[3]
         new, states = {}, {}
         for i, name in enumerate(self.latent_streams):
             x = latents[name]
             st = state[name]
-            v = pred[name].astype(_F32)
-            cfg = v.shape[0] == 2 * x.shape[0]
             flat = x.reshape(x.shape[0], -1, x.shape[-1]).astype(_F32)
-            sigma = st.sigmas[st.step_index]
-            x0 = flat[None] - v.reshape((2 if cfg else 1,) + flat.shape) * sigma
-            cond = x0[0]
-            guided = cond + (scales[i] - 1) * (cond - x0[1]) if cfg else cond
-            rescale = scales[2 + i]
-            guided = jnp.where(rescale > 0, rescale_noise_cfg(guided, cond, rescale), guided)
-            guided = self.condition_x0(name, guided, args)
-            velocity = ((flat - guided) / sigma).reshape(x.shape)
+            velocity = g.guide(i, flat, pred[name].astype(_F32), st.sigmas[st.step_index],
+                               lambda x0, name=name: self.condition_x0(name, x0, args)).reshape(x.shape)
             new[name], states[name] = self.scheduler.step(st, velocity, x)
         return new, states
 

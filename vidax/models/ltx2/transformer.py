@@ -31,7 +31,9 @@ Guidance switches of the reference's call, static here: ``isolate_modalities`` s
 audio<->video attention (modality guidance); ``spatio_temporal_guidance_blocks`` replaces the
 video and audio self-attention of those blocks by their values for the samples whose
 ``perturbation_mask`` is 0 (STG, needs ``perturbed_attn``); ``use_cross_timestep`` modulates the
-audio<->video attention with the other modality's sigma.
+audio<->video attention with the other modality's sigma. vidax's ``cross_modal_mask`` (B,) isolates
+the modalities per sample (0: that sample's audio<->video updates are multiplied by 0, exactly the
+reference's skipped attention), so one batch can hold the reference's separate guidance passes.
 
 Masks: the text masks ``(B, L)`` 0/1 are key masks (the reference's additive ``-10000`` bias is
 exactly that after softmax; an all-zero row attends every key, as the uniform bias does). On a
@@ -169,12 +171,12 @@ class LTX2VideoTransformerBlock(nnx.Module):
             kv = modulate(na, a_ca[1], a_ca[0], dt)
             out = self.audio_to_video_attn(q, kv, rope=i.video_ca_rope, key_rope=i.audio_ca_rope,
                                            mask=AttentionMask(kv_mask=i.audio_keys))
-            x = gated_add(x, out, v_gate, res)
+            x = gated_add(x, out, v_gate if i.cross_modal_mask is None else v_gate * i.cross_modal_mask, res)
             q = modulate(na, a_ca[3], a_ca[2], dt)
             kv = modulate(nx, v_ca[3], v_ca[2], dt)
             out = self.video_to_audio_attn(q, kv, rope=i.audio_ca_rope, key_rope=i.video_ca_rope,
                                            mask=AttentionMask(kv_mask=i.video_keys))
-            a = gated_add(a, out, a_gate, res)
+            a = gated_add(a, out, a_gate if i.cross_modal_mask is None else a_gate * i.cross_modal_mask, res)
 
         # 4. Feed-forward.
         shift, scale, gate = v_mod[3:6]
@@ -212,6 +214,7 @@ class LTX2BlockInputs:
             audio<->video keys when the mesh padded them, else None.
         stg_layers: ``(num_layers,)`` bool, the STG blocks, or None (no STG).
         perturbation_mask: ``(B,)`` float32 (0: perturbed) or None.
+        cross_modal_mask: ``(B, 1, 1)`` float32 (0: that sample's modalities isolated) or None.
         video_valid, audio_valid: static; real tokens when padded, else None.
         n_video, n_audio: static; real token counts.
         isolate_modalities: static; skip the audio<->video attention.
@@ -239,6 +242,7 @@ class LTX2BlockInputs:
     audio_keys: jax.Array | None
     stg_layers: jax.Array | None
     perturbation_mask: jax.Array | None
+    cross_modal_mask: jax.Array | None
     video_valid: int | None = static()
     audio_valid: int | None = static()
     n_video: int = static()
@@ -381,6 +385,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         use_cross_timestep: bool = False,
         video_keyframes_mask: jax.Array | None = None,
         rope: tuple | None = None,
+        cross_modal_mask: jax.Array | None = None,
     ) -> tuple[tuple, LTX2BlockInputs]:
         """Everything before the blocks; the arguments of the reference's ``forward``.
 
@@ -411,6 +416,8 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
             rope: the tables of :meth:`rope_tables` (computed once on the host and passed as
                 arrays, e.g. as jit arguments of a denoising step, instead of being rebuilt as
                 constants of each traced call); then the coordinates and grid are not read.
+            cross_modal_mask: ``(B,)`` 1 = audio<->video attention on, 0 = off for that sample
+                (``isolate_modalities`` per sample; vidax's, for batched guidance passes), or None.
 
         Returns:
             The streams ``(x (B, N', D), a (B, M', D_a))`` in the residual dtype (``N'``, ``M'``
@@ -534,6 +541,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
             video_mod, audio_mod, prompt_mod, audio_prompt_mod, video_ca_mod, video_ca_gate, audio_ca_mod,
             audio_ca_gate, video_rope, audio_rope, video_ca_rope, audio_ca_rope, video_temb, audio_temb,
             key_mask(n_v, len_v), key_mask(n_a, len_a), stg_layers, pmask,
+            None if cross_modal_mask is None else jnp.asarray(cross_modal_mask, _F32).reshape(b, 1, 1),
             valid_v, valid_a, n_v, n_a, bool(isolate_modalities))
         return streams, inputs
 
