@@ -6,7 +6,9 @@ transformer's and connectors' in ``config_transformer.py``), ``transformer.py``,
 with LTX-2's settings), ``audio_vae.py`` (``AutoencoderKLLTX2Audio``: audio latents <-> mel
 spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``: mel -> waveform),
 ``convert.py`` (the tables the registry entries name for the one component loader),
-``pipeline.py`` (``LTX2Pipeline``: text-to-video with its soundtrack).
+``pipeline.py`` (``LTX2Pipeline``: text-to-video with its soundtrack), ``diffusion_decoder.py``
+(LTX-2.5's ``LTX2VideoDiffusionDecoderModel``) and ``diffusion_decode.py`` (its
+``LTX2VideoDiffusionDecodePipeline``, run on an LTX-2 pipeline's ``output_type="latent"``).
 """
 
 from vidax.registry import Family, PipelineSpec, family_component
@@ -43,5 +45,10 @@ FAMILY = Family(
                          "LTX2VocoderWithBWEConfig",
                          key_configs=("hidden_channels", "upsample_factors", "bwe_hidden_channels",
                                       "input_sampling_rate", "output_sampling_rate")),
+        family_component(_PKG, "diffusion_decoder", "LTX2VideoDiffusionDecoderModel",
+                         "diffusion_decoder:LTX2VideoDiffusionDecoderModel", "LTX2DiffusionDecoderConfig",
+                         key_configs=("latent_channels", "patch_size", "decoder_stage_channels",
+                                      "decoder_stage_depths", "decoder_stage5_kernel",
+                                      "decoder_model_output_type", "decoder_num_inference_steps")),
     ),
 )
