@@ -95,7 +95,13 @@ def neighbourhood_attention(q: jax.Array, k: jax.Array, v: jax.Array, grid: tupl
         return dot_product_attention(qt.reshape(b, lq, n, d), kt.reshape(b, lk, n, -1), vt.reshape(b, lk, n, -1),
                                      implementation="xla", scale=scale, bias=bias)
 
-    out = jax.lax.map(tile, starts, batch_size=min(tiles_per_step, starts.shape[0]))  # (tiles, B, lq, N, K)
+    # Whole steps only (a remainder would compile the tile a second time): the last tile repeats.
+    step = min(tiles_per_step, starts.shape[0])
+    count = starts.shape[0]
+    steps = -(-count // step)
+    starts = jnp.concatenate([starts, jnp.repeat(starts[-1:], steps * step - count, axis=0)])
+    out = jax.lax.map(lambda s: jax.vmap(tile)(s), starts.reshape(steps, step, 3))
+    out = out.reshape(steps * step, b, lq, n, v.shape[-1])[:count]  # (tiles, B, lq, N, K)
     out = out.reshape(*tiles, b, *block, n, v.shape[-1])
     out = out.transpose(3, 0, 4, 1, 5, 2, 6, 7, 8).reshape(b, *padded, n, v.shape[-1])
     return out[:, : grid[0], : grid[1], : grid[2]].reshape(b, l, n, v.shape[-1])

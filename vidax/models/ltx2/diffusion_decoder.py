@@ -358,11 +358,14 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
         p = self.config.patch_size
         return (b, self.config.out_channels, self.pixel_frames(t), h * int(s[1]) * p, w * int(s[2]) * p)
 
-    def window_fn(self, win: Window, steps: int):
-        """The jitted ``(state, z, noise) -> pixels`` of one window (channels-last), for reuse
-        and for :meth:`window_memory`."""
-        graphdef, _ = nnx.split(self)
-        return functools.partial(_window, graphdef, win.origin, win.end, steps)
+    def _compiled(self, win: Window, steps: int, z, noise):
+        """The compiled ``(state, z, noise) -> pixels`` of one window (channels-last), shared by
+        :meth:`decode` and :meth:`window_memory` (one compile per window shape)."""
+        graphdef, state = nnx.split(self)
+        leaves, treedef = jax.tree.flatten(state)
+        abstract = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves)
+        return _compile(graphdef, win.origin, win.end, steps, treedef, abstract,
+                        jax.ShapeDtypeStruct(z.shape, z.dtype), jax.ShapeDtypeStruct(noise.shape, noise.dtype))
 
     def decode(self, z, noise, *, num_inference_steps: int | None = None, chunk_frames: int | None = 16) -> np.ndarray:
         """Decode de-normalised latents.
@@ -395,7 +398,7 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
             frames = self._frames(win.stop - win.start, win.origin, win.end)
             zw = jnp.asarray(zl[:, win.start:win.stop], self.dtype)
             nw = jnp.asarray(nl[:, win.pixel_start:win.pixel_start + frames], self.dtype)
-            video = np.asarray(self.window_fn(win, steps)(state, zw, nw))
+            video = np.asarray(self._compiled(win, steps, zw, nw)(state, zw, nw))
             a, b = win.keep_start - win.pixel_start, win.keep_stop - win.pixel_start
             out[:, :, win.keep_start:win.keep_stop] = np.moveaxis(video[:, a:b], -1, 1)
         return out
@@ -411,19 +414,19 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
         state_sds = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
         weights = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state_sds))
         _, pc, _, ph, pw = self.pixel_shape(latent_shape)
-        peak, seen = 0, set()
+        peak = 0
         for win in self.windows(t, chunk_frames):
-            key = (win.stop - win.start, win.origin, win.end)
-            if key in seen:
-                continue
-            seen.add(key)
             frames = self._frames(win.stop - win.start, win.origin, win.end)
             zs = jax.ShapeDtypeStruct((b, win.stop - win.start, h, w, c), self.dtype)
             ns = jax.ShapeDtypeStruct((b, frames, ph, pw, pc), self.dtype)
-            graphdef, _ = nnx.split(self)
-            m = _window.lower(graphdef, win.origin, win.end, steps, state_sds, zs, ns).compile().memory_analysis()
+            m = self._compiled(win, steps, zs, ns).memory_analysis()
             peak = max(peak, m.temp_size_in_bytes + m.argument_size_in_bytes - weights + m.output_size_in_bytes)
         return peak
+
+
+@functools.lru_cache(maxsize=16)
+def _compile(graphdef, origin, end, steps, treedef, abstract, z, noise):
+    return _window.lower(graphdef, origin, end, steps, jax.tree.unflatten(treedef, abstract), z, noise).compile()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
