@@ -66,7 +66,7 @@ def side(name: str, threads: int, repeats: int) -> dict:
                 out = call().numpy()
                 first = time.perf_counter() - t0
                 seconds = median_seconds(call, repeats)
-            np.save(os.path.join(ROOT, ".bench_ltx25_ref.npy"), out)
+            np.save(os.path.join(tempfile.gettempdir(), "vidax_bench_ltx25_ref.npy"), out)
             return dict(first_s=first, s=seconds, peak_rss_gib=peak_rss_gib())
         import jax
 
@@ -81,8 +81,8 @@ def side(name: str, threads: int, repeats: int) -> dict:
             out = model.decode(z, noise, chunk_frames=None)
             first = time.perf_counter() - t0
             seconds = median_seconds(lambda: model.decode(z, noise, chunk_frames=None), repeats)
-            want = np.load(os.path.join(ROOT, ".bench_ltx25_ref.npy"))
-            os.remove(os.path.join(ROOT, ".bench_ltx25_ref.npy"))
+            want = np.load(os.path.join(tempfile.gettempdir(), "vidax_bench_ltx25_ref.npy"))
+            os.remove(os.path.join(tempfile.gettempdir(), "vidax_bench_ltx25_ref.npy"))
             return dict(first_s=first, s=seconds, peak_rss_gib=peak_rss_gib(),
                         rel_err=float(np.abs(out - want).max() / np.abs(want).max()),
                         xla_bytes=model.window_memory(LATENTS, None), halo=model.halo())
