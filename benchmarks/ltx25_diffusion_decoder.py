@@ -16,6 +16,11 @@ then the median of ``--repeats``. vidax also prints XLA's compiled decode memory
 weights (``window_memory``).
 
     python benchmarks/ltx25_diffusion_decoder.py [--threads 2] [--repeats 2]
+
+Open question (2026-12-02 run): the printed vidax-vs-diffusers difference was 0.53 at this size
+with the reference's default init, while the same config matched to < 1e-6 with latents
+(1, 128, 3, 3, 3), and with depth 1 at these latents, and the stage-5 attention alone matched
+FlexAttention at this grid to 4e-7. Not yet explained; the parity tests are the judge.
 """
 
 from __future__ import annotations
