@@ -41,7 +41,7 @@ FAMILIES: tuple[str, ...] = (
 #: Component kinds (the roles of ``model_index.json`` entries).
 KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
          "latent_upsampler", "audio_decoder", "vocoder", "connectors",
-         "duration_head")
+         "duration_head", "diffusion_decoder")
 
 ENV_VAR = "VIDAX_FAMILIES"
 
@@ -150,7 +150,8 @@ class ComponentSpec:
 
 #: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
 _TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER",
-           "audio_decoder": "AUDIO_DECODER", "vocoder": "VOCODER", "connectors": "CONNECTORS"}
+           "audio_decoder": "AUDIO_DECODER", "vocoder": "VOCODER", "connectors": "CONNECTORS",
+           "diffusion_decoder": "DIFFUSION_DECODER"}
 
 
 def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...]:

@@ -166,11 +166,12 @@ def test_video_and_sound_match_diffusers(checkpoint, vidax_pipe):
     assert psnr >= 60 and snr >= 60
 
 
-def test_latents_match_diffusers_and_depend_on_the_prompt(checkpoint, vidax_pipe):
+def test_latents_match_diffusers_and_depend_on_the_prompt(checkpoint, vidax_pipe, tmp_path):
     """``output_type="latent"``: the de-normalised video (B, C, F', H', W') and audio (B, C_a, L, M)
     latents as the reference returns them, >= 60 dB. The decoders squash differences (a tiny random
     VAE and vocoder), so the reference's dependence on the prompt is checked here, on the latents
-    of both streams: another prompt moves them far more than vidax differs (< 55 dB)."""
+    of both streams: another prompt moves them far more than vidax differs (< 55 dB). Then the
+    video latents through LTX-2.5's diffusion decoder on both sides (:func:`_diffusion_decode_chained`)."""
     pipe, _ = checkpoint
     latents, audio_latents = _noise()
     ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, "latent")
@@ -182,6 +183,31 @@ def test_latents_match_diffusers_and_depend_on_the_prompt(checkpoint, vidax_pipe
     moved = _snr(other[0], ref_video), _snr(other[1], ref_audio)
     print(f"latents SNR video {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB; another prompt: {moved[0]:.1f}, {moved[1]:.1f} dB")
     assert min(snrs) >= 60 and max(moved) < 55
+    _diffusion_decode_chained(out.frames, ref_video, tmp_path)
+
+
+def _diffusion_decode_chained(latents, ref_latents, tmp_path):
+    """LTX-2.5's chaining: the ``output_type="latent"`` result into the diffusion decode pipeline
+    loaded from its own folder, ``denormalize=False``, the reference's generator draw given as
+    ``decoder_noise=`` (the decoder of ``test_ltx25_diffusion_decoder.py`` at this VAE's 6
+    latent channels): the videos >= 60 dB."""
+    from tests.parity.test_ltx25_diffusion_decoder import CONFIG as DECODER
+    from vidax.models.ltx2.diffusion_decode import LTX2VideoDiffusionDecodePipeline
+
+    ref = diffusers.LTX2VideoDiffusionDecoderModel(**dict(DECODER, latent_channels=6)).eval()
+    randomize_torch_module(ref, 5, scale=0.5)
+    ref_pipe = diffusers.LTX2VideoDiffusionDecodePipeline(diffusion_decoder=ref,
+                                                           scheduler=diffusers.FlowMatchEulerDiscreteScheduler())
+    ref_pipe.save_pretrained(tmp_path / "decode")
+    with torch.no_grad():
+        want = ref_pipe(torch.from_numpy(ref_latents), generator=torch.Generator().manual_seed(0), output_type="np",
+                        denormalize=False).frames
+    pipe = LTX2VideoDiffusionDecodePipeline.from_pretrained(tmp_path / "decode")
+    noise = torch.randn(pipe.diffusion_decoder.pixel_shape(latents.shape), generator=torch.Generator().manual_seed(0))
+    got = pipe(latents, decoder_noise=noise.numpy(), denormalize=False).frames
+    assert got.shape == want.shape == (1, 33, 16, 16, 3)
+    print(f"diffusion-decoded video PSNR {_psnr(got, want):.1f} dB")
+    assert _psnr(got, want) >= 60
 
 
 def test_bad_input_is_refused_before_any_weight(checkpoint):

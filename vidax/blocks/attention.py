@@ -67,6 +67,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
+from vidax.nn.attention_neighbourhood import neighbourhood_attention
 from vidax.nn.layers import Identity, LayerNorm, RMSNorm, linear
 from vidax.nn.rope import apply_rope
 from vidax.parallel.rules import constrain
@@ -178,6 +179,10 @@ class AttentionMask:
             device and small problems only).
         bias: a dense additive float ``(B or 1, N or 1, Lq, Lk)`` (``-inf`` masks), single device
             and short sequences only (HunyuanVideo's token refiner).
+        neighbourhood: static ``((T, H, W), (k_t, k_h, k_w))``; self-attention of row-major grid
+            tokens: each query attends its 3D window, shifted inward at the borders
+            (:func:`~vidax.nn.attention_neighbourhood.neighbourhood_attention`, blocked: no mask
+            over the grid; single device only).
         first_stream_causal: static; joint attention of ``(x1, x2)``: ``x1`` attends itself
             causally and never ``x2``; ``x2`` attends ``[x1; x2]`` (Cosmos 3's two pathways: the
             understanding tokens' keys and values do not depend on the generation tokens).
@@ -190,6 +195,7 @@ class AttentionMask:
     window: int | None = dataclasses.field(default=None, metadata=dict(static=True))
     bias: jax.Array | None = None
     first_stream_causal: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    neighbourhood: tuple | None = dataclasses.field(default=None, metadata=dict(static=True))
 
 
 _NO_MASK = AttentionMask()
@@ -295,6 +301,10 @@ class Attention(nnx.Module):
     def _attend(self, q, k, v, *, own_tokens: bool, mask: AttentionMask, causal: bool | None = None):
         """Attention of q over k, v with the mesh mode of the token layouts (module docstring)."""
         causal = mask.causal if causal is None else causal
+        if mask.neighbourhood is not None:
+            if self.mesh is not None or not own_tokens:
+                raise InputError("Attention: a neighbourhood mask is a self-attention on a single device (mesh=None).")
+            return neighbourhood_attention(q, k, v, *mask.neighbourhood)
         if causal or mask.window is not None or mask.bias is not None:
             if self.mesh is not None:
                 raise InputError("Attention: causal, windowed and dense-bias masks run on a single device only "

@@ -10,7 +10,9 @@ spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``
 (``LTX2Pipeline``: text-to-video with its soundtrack), ``conditioning.py`` (the conditioning mask
 and clean latents the next two share), ``pipeline_i2v.py`` (``LTX2ImageToVideoPipeline``),
 ``pipeline_condition.py`` (``LTX2ConditionPipeline``: image and video conditions at any latent
-frame).
+frame), ``diffusion_decoder.py`` (LTX-2.5's ``LTX2VideoDiffusionDecoderModel``) and
+``diffusion_decode.py`` (its ``LTX2VideoDiffusionDecodePipeline``, run on an LTX-2 pipeline's
+``output_type="latent"``).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec, family_component
@@ -49,6 +51,11 @@ FAMILY = Family(
                          "LTX2VocoderWithBWEConfig",
                          key_configs=("hidden_channels", "upsample_factors", "bwe_hidden_channels",
                                       "input_sampling_rate", "output_sampling_rate")),
+        family_component(_PKG, "diffusion_decoder", "LTX2VideoDiffusionDecoderModel",
+                         "diffusion_decoder:LTX2VideoDiffusionDecoderModel", "LTX2DiffusionDecoderConfig",
+                         key_configs=("latent_channels", "patch_size", "decoder_stage_channels",
+                                      "decoder_stage_depths", "decoder_stage5_kernel",
+                                      "decoder_model_output_type", "decoder_num_inference_steps")),
     ) + tuple(  # LTX-2.5's duration head (diffusers' class; LTX2DurationHeadModel as a fixture names it)
         ComponentSpec(name, "duration_head", config=f"{_PKG}.duration_head:LTX2DurationHeadConfig",
                       model=f"{_PKG}.duration_head:LTX2DurationHead",

@@ -394,3 +394,4 @@ from vidax.models.ltx2.config_transformer import (  # noqa: E402,F401 (re-export
     LTX2ConnectorsConfig,
     LTX2TransformerConfig,
 )
+from vidax.models.ltx2.config_diffusion_decoder import LTX2DiffusionDecoderConfig  # noqa: E402,F401

@@ -69,3 +69,11 @@ AUDIO_DECODER_FP32_PARAMS = (r"^latents_(mean|std)$", r"norm[^/]*/(scale|bias)$"
 #: The vocoders keep the snake parameters (exponentiated), the anti-aliasing filters, the STFT
 #: bases and the mel filterbank float32.
 VOCODER_FP32_PARAMS = (r"(^|/)(alpha|beta|filter)$", r"(^|/)(forward_basis|inverse_basis|mel_basis)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Diffusion video decoder (LTX-2.5)
+
+#: Kept float32 under any dtype: the timestep MLP, the blocks' modulation tables and the latent
+#: statistics (the modulation arithmetic is float32 anyway).
+DIFFUSION_DECODER_FP32_PARAMS = (r"(^|/)(timestep_embedder|scale_shift_table)(/|$)", r"^latents_(mean|std)$")
