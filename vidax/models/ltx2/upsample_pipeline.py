@@ -27,6 +27,7 @@ latents, ``audio_latents=`` stage 1's ``audio``, twice the height and width, a f
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -43,21 +44,12 @@ from vidax.pipelines.common import VideoPipelineOutput
 def unpack_video_latents(latents: np.ndarray, grid: tuple[int, int, int], patch_size: int,
                          patch_size_t: int) -> np.ndarray:
     """Packed ``(B, F H W, C pt p p)`` -> ``(B, C, F pt, H p, W p)``: ``LTX2Pipeline._unpack_latents``
-    (the inverse of its packing; ``grid`` = ``(F, H, W)``).
-
-    Raises:
-        InputError: the token count is not ``F H W`` or the width not a multiple of ``pt p p``.
-    """
+    (the inverse of its packing; ``grid`` = ``(F, H, W)``, the token count ``F H W``)."""
     f, h, w = grid
-    b, n, d = latents.shape
-    volume = patch_size_t * patch_size * patch_size
-    if n != f * h * w or d % volume:
-        raise InputError(Arg("latents", f"shape {tuple(latents.shape)}"), f": packed latents of this size are (B, "
-                         f"{f * h * w} tokens ({f} x {h} x {w}), C x {volume}) (temporal_patch_size x "
-                         "spatial_patch_size**2)")
-    x = latents.reshape(b, f, h, w, d // volume, patch_size_t, patch_size, patch_size)
-    x = x.transpose(0, 4, 1, 5, 2, 6, 3, 7)
-    return x.reshape(b, d // volume, f * patch_size_t, h * patch_size, w * patch_size)
+    b, _, d = latents.shape
+    c = d // (patch_size_t * patch_size * patch_size)
+    x = latents.reshape(b, f, h, w, c, patch_size_t, patch_size, patch_size)
+    return x.transpose(0, 4, 1, 5, 2, 6, 3, 7).reshape(b, c, f * patch_size_t, h * patch_size, w * patch_size)
 
 
 class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
@@ -107,6 +99,13 @@ class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
                            for x in (height, width))
             if sizes_ok:  # (else the shared check names the size)
                 grid = ((num_frames - 1) // v.temporal_compression + 1, height // s, width // s)
+                volume = int(temporal_patch_size) * int(spatial_patch_size) ** 2
+                if latents.shape[1] != math.prod(grid) or latents.shape[2] % volume:
+                    raise InputError(
+                        Arg("latents"), f" have shape {tuple(latents.shape)}; packed latents of ",
+                        Arg("num_frames", num_frames), ", ", Arg("height", height), ", ", Arg("width", width),
+                        f" are (batch, {math.prod(grid)} tokens ({' x '.join(map(str, grid))}), latent channels x "
+                        f"{volume} (temporal_patch_size x spatial_patch_size**2))")
                 latents = unpack_video_latents(latents, grid, int(spatial_patch_size), int(temporal_patch_size))
         call = super().check_upsample_call(video=video, height=height, width=width, latents=latents, **kwargs)
         return dataclasses.replace(call, latents_normalized=latents is not None and bool(latents_normalized))
