@@ -282,6 +282,18 @@ def test_upsample_pipeline_matches_diffusers(upsample):
         with pytest.raises(InputError, match=match):
             vx(**kwargs)
 
+    # The CLI, as for LTX-Video's upsampler: inspect reads the folder, generate says to use Python.
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    folder = str(vx.checkpoint.root)
+    result = CliRunner().invoke(app, ["inspect", folder])
+    assert result.exit_code == 0 and "LTX2LatentUpsamplePipeline" in result.output, result.output
+    assert "LTX-2 latent upsampler (2x spatial, 1x temporal)" in result.output, result.output
+    result = CliRunner().invoke(app, ["generate", "-p", "a fox", "--checkpoint", folder, "-o", "x.npy"])
+    assert result.exit_code != 0 and "run it from Python" in result.output, result.output
+
 
 def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch):  # noqa: F811
     """diffusers' documented two-stage recipe, image-to-video, on both sides: stage 1 (2 steps,
