@@ -102,6 +102,8 @@ TINY = {
                                    decoder_inject_noise=[False] * 4, upsample_residual=[True, False, True],
                                    upsample_type=["spatiotemporal", "temporal", "spatial"], upsample_factor=[2, 1, 2],
                                    patch_size=2, spatial_compression_ratio=8, temporal_compression_ratio=4),
+    "LTX2LatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=1,
+                                     rational_spatial_scale=1.5),
     "AutoencoderKLLTX2Audio": dict(base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3,
                                    mel_bins=20),
     "LTX2Vocoder": dict(in_channels=40, hidden_channels=24, upsample_kernel_sizes=[6, 4], upsample_factors=[3, 2],

@@ -26,7 +26,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.parity.helpers import max_rel_err
 from tests.parity.test_ltx2_pipeline import CALL, NEGATIVE, OFF, PROMPT, _noise, _psnr, _snr, checkpoint  # noqa: F401
+
+from vidax.errors import InputError
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.pipelines.ltx2 import pipeline_ltx2_condition as ref_condition  # noqa: E402
@@ -209,3 +212,156 @@ def test_default_image_crf_follows_the_text_encoder(model_type, crf):
     assert default_image_crf(SimpleNamespace(checkpoint=Ckpt())) == crf
     encoder = SimpleNamespace(config=SimpleNamespace(model_type=model_type))
     assert resolve_default_image_crf(encoder) == crf
+
+
+# ---------------------------------------------------------------------------------------------
+# The two-stage path: LTX2LatentUpsamplePipeline, then a few refining steps
+
+UPSAMPLED = (1, 6, 5, 8, 8)  # the 32 x 32 clip's (1, 6, 5, 4, 4) latents at 2x
+
+
+@pytest.fixture(scope="module")
+def upsample(checkpoint, tmp_path_factory):  # noqa: F811
+    """(reference, vidax) ``LTX2LatentUpsamplePipeline`` of the tiny LTX-2's VAE and a random
+    upsampler in LTX-2.0's released layout (rational resampler at 2x), saved as the reference's
+    folder (model_index + vae/ + latent_upsampler/)."""
+    import vidax
+    from diffusers.pipelines.ltx2 import LTX2LatentUpsamplePipeline
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+    from tests.parity.helpers import randomize_torch_module
+
+    up = LTX2LatentUpsamplerModel(in_channels=6, mid_channels=32, num_blocks_per_stage=1).eval()
+    randomize_torch_module(up, seed=21)
+    ref = LTX2LatentUpsamplePipeline(vae=checkpoint[0].vae, latent_upsampler=up)
+    ref.set_progress_bar_config(disable=True)
+    path = tmp_path_factory.mktemp("ltx2_upsample")
+    ref.save_pretrained(path)
+    return ref, vidax.load_pipeline(str(path))
+
+
+def test_upsample_pipeline_matches_diffusers(upsample):
+    """The same un-normalised 5-D latents through both upsample pipelines (AdaIN and tone mapping
+    on), decoded (no de-normalisation, as the reference) and as latents; normalised packed tokens
+    with ``latents_normalized=True``. Frames >= 60 dB, latents 1e-5 relative (float32; the
+    decode's normalise / de-normalise round trip adds ~1e-7)."""
+    ref, vx = upsample
+    assert type(vx).__name__ == "LTX2LatentUpsamplePipeline"
+    assert vx.info.upsampler_config.rational == (2, 1)
+    g = np.random.default_rng(21)
+    z = g.standard_normal((1, 6, 5, 4, 4), dtype=np.float32)
+    call = dict(adain_factor=0.5, tone_map_compression_ratio=0.3, height=32, width=32)
+    with torch.no_grad():
+        want = np.asarray(ref(latents=torch.from_numpy(z), output_type="np", **call).frames, np.float32)
+        want_z = ref(latents=torch.from_numpy(z), output_type="latent", **call).frames.numpy()
+        other = np.asarray(ref(latents=torch.from_numpy(z * 0.5), output_type="np", **call).frames, np.float32)
+    got = vx(latents=z, seed=0, progress=False, **call).frames
+    assert got.shape == want.shape == (1, 17, 64, 64, 3)
+    psnr, moved = _psnr(got, want), _psnr(other, want)
+    print(f"upsample pipeline: video PSNR {psnr:.1f} dB (other latents: {moved:.1f} dB)")
+    assert psnr >= 60 and moved < psnr - 20
+    got_z = vx(latents=z, seed=0, output_type="latent", **call).frames
+    assert got_z.shape == want_z.shape == UPSAMPLED and max_rel_err(got_z, want_z) < 1e-5, max_rel_err(got_z, want_z)
+
+    # Packed normalised tokens (B, F' H' W', C), de-normalised first (the reference's latents_normalized).
+    tokens = g.standard_normal((1, 80, 6), dtype=np.float32)
+    with torch.no_grad():
+        want_p = ref(latents=torch.from_numpy(tokens), latents_normalized=True, num_frames=17, output_type="latent",
+                     height=32, width=32).frames.numpy()
+    got_p = vx(latents=tokens, latents_normalized=True, num_frames=17, output_type="latent", height=32,
+               width=32).frames
+    assert max_rel_err(got_p, want_p) < 1e-5, max_rel_err(got_p, want_p)
+
+    for kwargs, match in ((dict(latents=tokens[:, :79], num_frames=17, height=32, width=32),
+                           r"latents have shape \(1, 79, 6\); packed latents of num_frames=17, height=32, width=32 "
+                           r"are \(batch, 80 tokens"),
+                          (dict(latents=z, latents_normalized="yes"), "latents_normalized='yes'"),
+                          (dict(latents=tokens, num_frames=0), "num_frames=0"),
+                          (dict(latents=z, prompt="a fox"), r"takes no 'prompt'"),
+                          (dict(video=[_image(1, 32, 32)], latents=z), "exactly one of video")):
+        with pytest.raises(InputError, match=match):
+            vx(**kwargs)
+
+    # The CLI, as for LTX-Video's upsampler: inspect reads the folder, generate says to use Python.
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    folder = str(vx.checkpoint.root)
+    result = CliRunner().invoke(app, ["inspect", folder])
+    assert result.exit_code == 0 and "LTX2LatentUpsamplePipeline" in result.output, result.output
+    assert "LTX-2 latent upsampler (2x spatial, 1x temporal)" in result.output, result.output
+    result = CliRunner().invoke(app, ["generate", "-p", "a fox", "--checkpoint", folder, "-o", "x.npy"])
+    assert result.exit_code != 0 and "run it from Python" in result.output, result.output
+
+
+def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch):  # noqa: F811
+    """diffusers' documented two-stage recipe, image-to-video, on both sides: stage 1 (2 steps,
+    CFG) at 32 x 32 with ``output_type="latent"``; the upsample pipeline on its video latents; stage
+    2 at 64 x 64 on the upsampled latents and stage 1's audio latents, the scheduler's dynamic shift
+    and terminal stretch off, ``STAGE_2_DISTILLED_SIGMA_VALUES`` with ``noise_scale`` its first,
+    guidance 1 (the sound's CFG at its default 7); the refined latents of both streams compared
+    (stage 2's decode is the I2V test's and the upsample pipeline's). Each side chains its own
+    outputs; the reference's noise draws are vidax's (stage 1: the initial noise; stage 2: the noise
+    mixed into the given latents, drawn as vidax's I2V pipeline draws it), every other draw zeros
+    (scaled by 0). Latent SNR >= 60 dB for both streams (float32 through both chains)."""
+    import jax
+
+    from diffusers.pipelines.ltx2.utils import STAGE_2_DISTILLED_SIGMA_VALUES as SIGMAS
+
+    from vidax.schedulers import scheduler_from_config
+
+    pipe, _ = checkpoint
+    ref_up, vx_up = upsample
+    ref = diffusers.LTX2ImageToVideoPipeline(**pipe.components)
+    ref.set_progress_bar_config(disable=True)
+    vx = pipes[0]
+    image = _image(1, 27, 61)
+    _, audio_latents = _noise()
+    one = dict(image=image, audio_latents=audio_latents, seed=5, **CALL)
+    noise1 = np.asarray(vx.initial_noise(vx.check_call(vx.info, PROMPT, **one))["latents"])
+    two = dict(height=64, width=64, num_frames=17, frame_rate=24.0, max_sequence_length=8, num_inference_steps=3,
+               sigmas=list(SIGMAS), noise_scale=SIGMAS[0], guidance_scale=1.0)
+    # vidax's stage-2 noise (LTX2ImageToVideoPipeline.prepare_latents / LTX2Pipeline.prepare_latents):
+    # key fold_in(seed, 3); the video's fold_in(key, 0) channels last, the packed audio's fold_in(key, 1).
+    key = jax.random.fold_in(jax.random.PRNGKey(6), 3)
+    video_eps = np.moveaxis(np.asarray(jax.random.normal(jax.random.fold_in(key, 0), (1, 5, 8, 8, 6))), -1, 1)
+    audio_eps = np.asarray(jax.random.normal(jax.random.fold_in(key, 1), (1, 18, 15)))
+    draws = {noise1.shape: noise1, UPSAMPLED: video_eps, audio_eps.shape: audio_eps}
+
+    def randn(shape, generator=None, device=None, dtype=None, layout=None):
+        shape = tuple(shape)
+        return torch.from_numpy(draws[shape].copy()) if shape in draws else torch.zeros(shape, dtype=dtype)
+
+    monkeypatch.setattr(ref_i2v, "randn_tensor", randn)
+    stage2_scheduler = dict(use_dynamic_shifting=False, shift_terminal=None)
+
+    # The reference's chain.
+    with torch.no_grad():
+        z1, a1 = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, audio_latents=torch.from_numpy(
+            audio_latents), output_type="latent", return_dict=False, **CALL, **OFF)
+        up = ref_up(latents=z1, output_type="latent", return_dict=False)[0]
+        scheduler = pipe.scheduler
+        ref.scheduler = diffusers.FlowMatchEulerDiscreteScheduler.from_config(scheduler.config, **stage2_scheduler)
+        out = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, latents=up, audio_latents=a1,
+                  output_type="latent", **two, **OFF)
+    want_video, want_audio = out.frames.numpy(), out.audio.float().numpy()
+
+    # vidax's chain.
+    s1 = vx(prompt=PROMPT, negative_prompt=NEGATIVE, output_type="latent", progress=False, **one)
+    vx_z = vx_up(latents=s1.frames, output_type="latent", seed=0, progress=False).frames
+    assert vx_z.shape == up.shape == UPSAMPLED
+    print(f"stage 1 latents SNR {_snr(s1.frames, z1.numpy()):.1f} dB, upsampled {_snr(vx_z, up.numpy()):.1f} dB")
+    checkpoint_scheduler = vx.scheduler
+    vx.scheduler = scheduler_from_config({**vx.info.scheduler_config, **stage2_scheduler})
+    try:
+        got = vx(image, PROMPT, NEGATIVE, latents=vx_z, audio_latents=s1.audio, seed=6, progress=False,
+                 output_type="latent", **two)
+    finally:
+        vx.scheduler = checkpoint_scheduler
+    assert got.frames.shape == want_video.shape == UPSAMPLED and got.audio.shape == want_audio.shape == (1, 3, 18, 5)
+    snrs = _snr(got.frames, want_video), _snr(got.audio, want_audio)
+    # The reference's refined latents depend on stage 2 (they are not the upsampled ones).
+    moved = _snr(up.numpy(), want_video)
+    print(f"two-stage latents: video SNR {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB (upsampled vs refined {moved:.1f} dB)")
+    assert min(snrs) >= 60 and moved < min(snrs) - 20

@@ -89,7 +89,7 @@ class ImageEncoder(Protocol):
 
 @runtime_checkable
 class LatentUpsampler(Protocol):
-    """A latent upsampler (LTX-Video): un-normalised VAE latents (B, T, H, W, C) -> larger ones."""
+    """A latent upsampler (LTX-Video, LTX-2): un-normalised VAE latents (B, T, H, W, C) -> larger ones."""
 
     config: Any
 

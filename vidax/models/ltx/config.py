@@ -479,25 +479,30 @@ class LTXUpsampleInfo(CheckpointInfo):
     upsampler_config: LTXLatentUpsamplerConfig = None
 
 
-def read_ltx_upsample_checkpoint(checkpoint: Checkpoint) -> LTXUpsampleInfo:
-    """Read an LTX-Video latent-upsampler folder's configs (diffusers' ``LTXLatentUpsamplePipeline``).
+def read_ltx_upsample_checkpoint(checkpoint: Checkpoint, *, vae_config: type = LTXVAEConfig,
+                                 upsampler_config: type = LTXLatentUpsamplerConfig, name: str = "LTX-Video",
+                                 pipeline: str = "LTXLatentUpsamplePipeline",
+                                 defaults: CallDefaults | None = None) -> LTXUpsampleInfo:
+    """Read an LTX-Video latent-upsampler folder's configs (diffusers' ``LTXLatentUpsamplePipeline``;
+    LTX-2's ``LTX2LatentUpsamplePipeline`` with its config classes, ``name``, ``pipeline`` and call
+    ``defaults``).
 
     Raises:
         CheckpointError: ``vae/`` or ``latent_upsampler/`` is missing. ConfigError: an unsupported
             setting, or an upsampler whose channels do not fit the VAE.
     """
     ckpt = checkpoint
-    vae = ckpt.typed_config("vae", LTXVAEConfig)
-    up = ckpt.typed_config("latent_upsampler", LTXLatentUpsamplerConfig)
+    vae = ckpt.typed_config("vae", vae_config)
+    up = ckpt.typed_config("latent_upsampler", upsampler_config)
     if up.in_channels != vae.latent_channels:
         raise ConfigError(f"{ckpt.config_file('latent_upsampler')}: in_channels={up.in_channels} does not fit the "
                           f"VAE's latent_channels={vae.latent_channels}")
     st, ss = up.scale
-    variant = f"LTX-Video latent upsampler ({ss}x spatial, {st}x temporal)"
+    variant = f"{name} latent upsampler ({ss:g}x spatial, {st}x temporal)"
     # LTXLatentUpsamplePipeline.__call__'s defaults: 512x704; the rest is unused.
-    defaults = CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=1, guidance_scale=1.0,
-                            max_sequence_length=1, fps=25).for_checkpoint(ckpt)
+    defaults = defaults or CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=1,
+                                        guidance_scale=1.0, max_sequence_length=1, fps=25)
     s = vae.spatial_compression
-    return LTXUpsampleInfo(checkpoint=ckpt, tasks=("upsample",), variant=variant, defaults=defaults, transformers=(),
-                           size_multiple=(s, s), size_reason="LTXLatentUpsamplePipeline.check_inputs",
-                           vae_config=vae, upsampler_config=up)
+    return LTXUpsampleInfo(checkpoint=ckpt, tasks=("upsample",), variant=variant,
+                           defaults=defaults.for_checkpoint(ckpt), transformers=(), size_multiple=(s, s),
+                           size_reason=f"{pipeline}.check_inputs", vae_config=vae, upsampler_config=up)

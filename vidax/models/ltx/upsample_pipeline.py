@@ -44,6 +44,8 @@ class UpsampleCall:
         (trimmed to k*temporal + 1), or None. height, width: pixels of the video's frames.
         seed: the key of the posterior sample and the decode noise. extra: ``decode_timestep``,
         ``decode_noise_scale``. adain_factor, tone_map_compression_ratio: as the reference.
+        latents_normalized: ``latents`` (or the video's latents) are normalised with the VAE's
+        statistics and are de-normalised before the upsampler (always, in LTX-Video).
     """
 
     latents: Any
@@ -57,6 +59,7 @@ class UpsampleCall:
     tone_map_compression_ratio: float
     extra: Mapping[str, Any]
     cancel: Any = None  # the shared decode asks it between chunks; this pipeline takes no cancel=
+    latents_normalized: bool = True
 
     @property
     def batch(self) -> int:
@@ -83,15 +86,20 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
     task = "upsample"
     stageable = ("vae",)
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
+    #: What :meth:`check_upsample_call`'s refusal of other latents adds.
+    latents_hint = " (LTXPipeline's packed latents: unpack them first)"
+    #: The upsampled latents come out normalised (LTX-Video; LTX-2's come out as the upsampler makes them).
+    normalize_output = True
 
     def __init__(self, info: LTXUpsampleInfo, modules: Mapping[str, Any], **kwargs: Any):
         super().__init__(info, modules, **kwargs)
         graphdef = nnx.graphdef(self.latent_upsampler)
         self._upsample = jax.jit(
-            lambda state, z, adain, tone: upsample_latents(
+            lambda state, z, adain, tone, denormalize: upsample_latents(
                 nnx.merge(graphdef, state), z, self.vae.latents_mean[...], self.vae.latents_std[...],
-                self.info.vae_config.scaling_factor, adain_factor=adain, tone_map_compression_ratio=tone),
-            static_argnums=(2, 3))
+                self.info.vae_config.scaling_factor, adain_factor=adain, tone_map_compression_ratio=tone,
+                normalize_output=self.normalize_output, denormalize_input=denormalize),
+            static_argnums=(2, 3, 4))
 
     @classmethod
     def read_checkpoint(cls, checkpoint: Checkpoint) -> LTXUpsampleInfo:
@@ -101,7 +109,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
     def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
         if task != "upsample":
             info = cls.read_checkpoint(checkpoint)
-            raise InputError(f"checkpoint {checkpoint.root} is {info.variant} (LTXLatentUpsamplePipeline): it "
+            raise InputError(f"checkpoint {checkpoint.root} is {info.variant} ({cls.__name__}): it "
                              "upsamples the latents of a first-stage run or a video, it does not generate from "
                              "a prompt; run it from Python: vidax.load_pipeline(path)(latents=...)")
         return cls
@@ -165,7 +173,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
             latents = finite_array("latents", latents)
             if latents.ndim != 5 or latents.shape[1] != v.latent_channels:
                 raise InputError(f"latents have shape {tuple(latents.shape)}; expected {self.latents_layout} with "
-                                 f"{v.latent_channels} channels (LTXPipeline's packed latents: unpack them first)")
+                                 f"{v.latent_channels} channels{self.latents_hint}")
         else:
             frames = _video_frames(video, "video")
             k = v.temporal_compression
@@ -180,6 +188,22 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
                             tone, {"decode_timestep": decode_timestep, "decode_noise_scale": decode_noise_scale})
         self._decode_values(call)  # the decode lists' lengths
         return call
+
+    def encode_video(self, call: UpsampleCall) -> jax.Array:
+        """The video's latents ``(1, F', H', W', C)`` float32: a posterior sample (key from
+        ``call.seed``) of its frames resized to ``height x width``, normalised without the
+        scaling factor (as the reference's ``prepare_latents``)."""
+        z = self.sample_video_latents(call)
+        return normalize_latents(z, self.vae.latents_mean[...], self.vae.latents_std[...])
+
+    def sample_video_latents(self, call: UpsampleCall) -> jax.Array:
+        """A VAE posterior sample ``(1, F', H', W', C)`` float32 of the video's frames resized to
+        ``height x width`` (the reference's ``retrieve_latents(vae.encode(video), generator)``)."""
+        pixels = np.stack([vae_image_preprocess(f, call.height, call.width) for f in call.video])
+        mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
+        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
+        z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
+        return z.astype(jnp.float32)
 
     def __call__(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
                  **kwargs: Any) -> VideoPipelineOutput:
@@ -196,19 +220,16 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         if unknown:  # a denoising keyword (prompt=, num_inference_steps=, ...) or a typo
             raise InputError(f"{type(self).__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
                              f"{', '.join(self.upsample_call_args)}")
-        call = self.check_upsample_call(video, height, width, latents, **kwargs)
+        call = self.check_upsample_call(video=video, height=height, width=width, latents=latents, **kwargs)
         stats = RunStats(load_s=self._pending_load_s)
         if call.latents is not None:
             z = jnp.transpose(jnp.asarray(call.latents), (0, 2, 3, 4, 1))
         else:
             with stats.timed("text_encode_s"):
-                pixels = np.stack([vae_image_preprocess(f, call.height, call.width) for f in call.video])
-                mean, logvar = self.encode_with("vae", self.vae.encode, jnp.asarray(pixels)[None])
-                key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
-                z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
-                z = normalize_latents(z.astype(jnp.float32), self.vae.latents_mean[...], self.vae.latents_std[...])
+                z = self.encode_video(call)
         t0 = time.perf_counter()  # the upsampler's one call, reported as one step
-        up = self._upsample(nnx.state(self.latent_upsampler), z, call.adain_factor, call.tone_map_compression_ratio)
+        up = self._upsample(nnx.state(self.latent_upsampler), z, call.adain_factor, call.tone_map_compression_ratio,
+                            call.latents_normalized)
         jax.block_until_ready(up)
         stats.step_s.append(time.perf_counter() - t0)
         stats.sample_memory()

@@ -76,18 +76,23 @@ class LTXLatentUpsamplerModel(nnx.Module):
         self.initial_conv = _conv(c, mid, dims, **kw)
         self.initial_norm = GroupNorm(mid, _GROUPS, _EPS)
         self.res_blocks = nnx.List([ResBlock(mid, dims, **kw) for _ in range(config.num_blocks_per_stage)])
+        self.upsampler = self._make_upsampler(config, **kw)
+        self.post_upsample_res_blocks = nnx.List(
+            [ResBlock(mid, dims, **kw) for _ in range(config.num_blocks_per_stage)]
+        )
+        self.final_conv = _conv(mid, c, dims, **kw)
+
+    def _make_upsampler(self, config: LTXLatentUpsamplerConfig, **kw) -> nnx.Module:
+        """The reference's ``upsampler = Sequential(ConvNd, PixelShuffleND)`` (keys ``upsampler.0.*``):
+        a conv to ``prod(factors) * mid_channels`` channels, shuffled by :meth:`_upsample`."""
         if config.spatial_upsample and config.temporal_upsample:
             self._factors, up_dims = (2, 2, 2), 3
         elif config.spatial_upsample:
             self._factors, up_dims = (2, 2), 2
         else:
             self._factors, up_dims = (2,), 3
-        # The reference's ``upsampler = Sequential(ConvNd, PixelShuffleND)``: keys ``upsampler.0.*``.
-        self.upsampler = nnx.List([_conv(mid, math.prod(self._factors) * mid, up_dims, **kw)])
-        self.post_upsample_res_blocks = nnx.List(
-            [ResBlock(mid, dims, **kw) for _ in range(config.num_blocks_per_stage)]
-        )
-        self.final_conv = _conv(mid, c, dims, **kw)
+        mid = config.mid_channels
+        return nnx.List([_conv(mid, math.prod(self._factors) * mid, up_dims, **kw)])
 
     def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """``(B, T, H, W, C)`` -> the output's ``(B, T', H', W', C)``: ``T' = 2T - 1`` with temporal
@@ -225,20 +230,23 @@ def tone_map_latents(latents: jax.Array, compression: float) -> jax.Array:
 
 def upsample_latents(model: LTXLatentUpsamplerModel, latents: jax.Array, latents_mean: Any, latents_std: Any,
                      scaling_factor: float = 1.0, *, adain_factor: float = 0.0,
-                     tone_map_compression_ratio: float = 0.0, normalize_output: bool = True) -> jax.Array:
+                     tone_map_compression_ratio: float = 0.0, normalize_output: bool = True,
+                     denormalize_input: bool = True) -> jax.Array:
     """The latent path of ``LTXLatentUpsamplePipeline.__call__(latents=...)``.
 
     Un-normalise with the VAE's statistics (float32, :func:`denormalize_latents`), cast to the
     model's dtype, upsample, AdaIN towards the un-normalised input if ``adain_factor > 0``, tone
     map if ``tone_map_compression_ratio > 0``, and (``normalize_output=True``, the reference's
     ``output_type="latent"``) normalise back. With ``normalize_output=False`` the result is what
-    the reference hands to the VAE decoder (before its optional decode-timestep noise).
+    the reference hands to the VAE decoder (before its optional decode-timestep noise). LTX-2's
+    ``LTX2LatentUpsamplePipeline`` takes and returns un-normalised latents: ``denormalize_input``
+    False (its ``latents_normalized=False``) and ``normalize_output`` False.
 
     Args:
         model: the loaded upsampler (or any callable with its ``dtype``, e.g. a jitted call).
         latents: ``(B, T, H, W, C)`` *normalised* latents (what an LTX pipeline returns with
-            ``output_type="latent"``); cast to float32 first, as the reference's
-            ``prepare_latents(dtype=torch.float32)``.
+            ``output_type="latent"``; un-normalised with ``denormalize_input=False``); cast to
+            float32 first, as the reference's ``prepare_latents(dtype=torch.float32)``.
         latents_mean, latents_std: ``(C,)`` the VAE's buffers; scaling_factor: the VAE config's.
         adain_factor, tone_map_compression_ratio: Python floats (they select branches, as in the
             reference); the ratio must lie in [0, 1].
@@ -254,7 +262,9 @@ def upsample_latents(model: LTXLatentUpsamplerModel, latents: jax.Array, latents
         raise InputError(
             f"tone_map_compression_ratio={tone_map_compression_ratio!r}; it must lie in [0, 1]."
         )
-    x = denormalize_latents(jnp.asarray(latents, _F32), latents_mean, latents_std, scaling_factor)
+    x = jnp.asarray(latents, _F32)
+    if denormalize_input:
+        x = denormalize_latents(x, latents_mean, latents_std, scaling_factor)
     x = x.astype(model.dtype)
     up = model(x)
     out = adain_filter_latent(up, x, adain_factor) if adain_factor > 0.0 else up

@@ -10,9 +10,10 @@ spectrograms), ``vocoder.py`` (``LTX2Vocoder``, LTX-2.3's ``LTX2VocoderWithBWE``
 (``LTX2Pipeline``: text-to-video with its soundtrack), ``conditioning.py`` (the conditioning mask
 and clean latents the next two share), ``pipeline_i2v.py`` (``LTX2ImageToVideoPipeline``),
 ``pipeline_condition.py`` (``LTX2ConditionPipeline``: image and video conditions at any latent
-frame), ``diffusion_decoder.py`` (LTX-2.5's ``LTX2VideoDiffusionDecoderModel``) and
-``diffusion_decode.py`` (its ``LTX2VideoDiffusionDecodePipeline``, run on an LTX-2 pipeline's
-``output_type="latent"``).
+frame), ``upsampler.py`` (``LTX2LatentUpsamplerModel``: LTX-Video's upsampler with the rational
+resampler), ``upsample_pipeline.py`` (``LTX2LatentUpsamplePipeline``), ``diffusion_decoder.py``
+(LTX-2.5's ``LTX2VideoDiffusionDecoderModel``) and ``diffusion_decode.py`` (its
+``LTX2VideoDiffusionDecodePipeline``, run on an LTX-2 pipeline's ``output_type="latent"``).
 """
 
 from vidax.registry import ComponentSpec, Family, PipelineSpec, family_component
@@ -23,7 +24,9 @@ FAMILY = Family(
     name="ltx2",
     pipelines=(PipelineSpec("LTX2Pipeline", "vidax.models.ltx2.pipeline:LTX2Pipeline"),
                PipelineSpec("LTX2ImageToVideoPipeline", "vidax.models.ltx2.pipeline_i2v:LTX2ImageToVideoPipeline"),
-               PipelineSpec("LTX2ConditionPipeline", "vidax.models.ltx2.pipeline_condition:LTX2ConditionPipeline")),
+               PipelineSpec("LTX2ConditionPipeline", "vidax.models.ltx2.pipeline_condition:LTX2ConditionPipeline"),
+               PipelineSpec("LTX2LatentUpsamplePipeline",
+                            "vidax.models.ltx2.upsample_pipeline:LTX2LatentUpsamplePipeline")),
     components=(
         family_component(_PKG, "transformer", "LTX2VideoTransformer3DModel",
                          "transformer:LTX2VideoTransformer3DModel", "LTX2TransformerConfig",
@@ -47,6 +50,12 @@ FAMILY = Family(
                                       "mel_hop_length")),
         family_component(_PKG, "vocoder", "LTX2Vocoder", "vocoder:LTX2Vocoder", "LTX2VocoderConfig",
                          key_configs=("hidden_channels", "upsample_factors", "act_fn", "output_sampling_rate")),
+        family_component(_PKG, "latent_upsampler", "LTX2LatentUpsamplerModel",
+                         "upsampler:LTX2LatentUpsamplerModel", "LTX2LatentUpsamplerConfig",
+                         key_rules="UPSAMPLER_KEY_RULES",
+                         key_configs=("in_channels", "mid_channels", "num_blocks_per_stage", "dims",
+                                      "spatial_upsample", "temporal_upsample", "rational_spatial_scale",
+                                      "use_rational_resampler")),
         family_component(_PKG, "vocoder", "LTX2VocoderWithBWE", "vocoder:LTX2VocoderWithBWE",
                          "LTX2VocoderWithBWEConfig",
                          key_configs=("hidden_channels", "upsample_factors", "bwe_hidden_channels",

@@ -4,7 +4,8 @@ from each component's own ``config.json``, with diffusers 0.42.1's ``__init__`` 
 * :class:`LTX2AudioVAEConfig`: ``AutoencoderKLLTX2Audio`` (``audio_vae/config.json``);
 * :class:`LTX2VocoderConfig`: ``LTX2Vocoder`` (LTX-2's ``vocoder/config.json``);
 * :class:`LTX2VocoderWithBWEConfig`: ``LTX2VocoderWithBWE`` (LTX-2.3's ``vocoder/config.json``);
-* :class:`LTX2VideoVAEConfig`: ``AutoencoderKLLTX2Video`` (``vae/config.json``).
+* :class:`LTX2VideoVAEConfig`: ``AutoencoderKLLTX2Video`` (``vae/config.json``);
+* :class:`LTX2LatentUpsamplerConfig`: ``LTX2LatentUpsamplerModel`` (``latent_upsampler/config.json``).
 
 Settings vidax does not implement are refused with a :class:`~vidax.errors.ConfigError` naming
 the key, its value and the file.
@@ -18,7 +19,7 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.config import ConfigBase, is_positive_int
 from vidax.errors import ConfigError
-from vidax.models.ltx.config import LTX_DOWNSAMPLE_STRIDES, LTXVAEConfig
+from vidax.models.ltx.config import LTX_DOWNSAMPLE_STRIDES, LTXLatentUpsamplerConfig, LTXVAEConfig
 
 # ---------------------------------------------------------------------------------------------
 # Audio VAE
@@ -383,6 +384,61 @@ class LTX2VideoVAEConfig(LTXVAEConfig):
             if block["scale"] and block["stride"] is None and block["cin"] != block["cout"]:
                 bad("block_out_channels", f"changes the width {block['cin']} -> {block['cout']} in a 'conv' down "
                     "block, whose output the reference's next block cannot take")
+
+
+# ---------------------------------------------------------------------------------------------
+# Latent upsampler
+
+#: ``RATIONAL_RESAMPLER_SCALE_MAPPING`` of diffusers' ``pipelines/ltx2/latent_upsampler.py``: the
+#: spatial scales the rational resampler takes -> (up-sampling numerator, blur-stride denominator).
+LTX2_RATIONAL_SCALES = {0.75: (3, 4), 1.5: (3, 2), 2.0: (2, 1), 4.0: (4, 1)}
+
+
+@dataclasses.dataclass(frozen=True)
+class LTX2LatentUpsamplerConfig(LTXLatentUpsamplerConfig):
+    """Settings of diffusers' ``LTX2LatentUpsamplerModel`` (``pipelines/ltx2/latent_upsampler.py``),
+    with its ``__init__`` defaults: LTX-Video's settings
+    (:class:`~vidax.models.ltx.config.LTXLatentUpsamplerConfig`, same checks) plus
+
+    Attributes:
+        use_rational_resampler: with spatial upsampling only, the upsampler is the rational
+            resampler (a 3x3 conv to ``num**2 * mid_channels``, depth-to-space by ``num``, then a
+            5x5 binomial blur with stride ``den``); else LTX-Video's conv + depth-to-space.
+        rational_spatial_scale: the rational resampler's ``num / den``, one of
+            :data:`LTX2_RATIONAL_SCALES` (0.75, 1.5, 2, 4); read only where that resampler is built.
+
+    Refused (ConfigError), besides LTX-Video's: a ``rational_spatial_scale`` the reference's
+    table lacks where the rational resampler is built (the reference raises too).
+    """
+
+    mid_channels: int = 1024
+    rational_spatial_scale: float = 2.0
+    use_rational_resampler: bool = True
+
+    @property
+    def rational(self) -> tuple[int, int] | None:
+        """``(num, den)`` of the rational resampler, or None where the reference builds LTX-Video's
+        upsampler (temporal upsampling, or ``use_rational_resampler`` false)."""
+        if self.spatial_upsample and not self.temporal_upsample and self.use_rational_resampler:
+            return LTX2_RATIONAL_SCALES[self.rational_spatial_scale]
+        return None
+
+    @property
+    def scale(self) -> tuple[int, float]:
+        """``(temporal, spatial)`` factor; the spatial one is ``num / den`` with the rational
+        resampler (H' = ceil(num H / den), :meth:`LTX2LatentUpsamplerModel.output_shape`)."""
+        st, ss = super().scale
+        return (st, self.rational_spatial_scale) if self.rational else (st, ss)
+
+    def validate(self, source: str) -> None:
+        super().validate(source)
+        if not isinstance(self.use_rational_resampler, bool):
+            self.invalid(source, "use_rational_resampler", self.use_rational_resampler, "it must be true or false")
+        scale = self.rational_spatial_scale
+        if self.spatial_upsample and not self.temporal_upsample and self.use_rational_resampler and (
+                isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale not in LTX2_RATIONAL_SCALES):
+            self.invalid(source, "rational_spatial_scale", scale,
+                         f"the rational resampler takes one of {sorted(LTX2_RATIONAL_SCALES)}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ stacked in the connectors (:func:`connectors_key_rules`); the VAEs and vocoders 
 
 Transformer: :data:`TRANSFORMER_FP32_PARAMS`, :data:`TRANSFORMER_PARAM_AXES`.
 Connectors: :data:`CONNECTORS_FP32_PARAMS`, :func:`connectors_key_rules`.
+Latent upsampler: :data:`UPSAMPLER_FP32_PARAMS`, :data:`UPSAMPLER_KEY_RULES`.
 """
 
 from __future__ import annotations
 
+from vidax.models.ltx.convert import UPSAMPLER_FP32_PARAMS as _LTX_UPSAMPLER_FP32
 from vidax.models.ltx.convert import VAE_FP32_PARAMS
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
@@ -77,3 +79,15 @@ VOCODER_FP32_PARAMS = (r"(^|/)(alpha|beta|filter)$", r"(^|/)(forward_basis|inver
 #: Kept float32 under any dtype: the timestep MLP, the blocks' modulation tables and the latent
 #: statistics (the modulation arithmetic is float32 anyway).
 DIFFUSION_DECODER_FP32_PARAMS = (r"(^|/)(timestep_embedder|scale_shift_table)(/|$)", r"^latents_(mean|std)$")
+
+
+# Latent upsampler
+
+#: LTX-Video's (GroupNorm affine) plus the rational resampler's blur kernel (a fixed binomial
+#: filter, exact in float32).
+UPSAMPLER_FP32_PARAMS = (*_LTX_UPSAMPLER_FP32, r"(^|/)blur_down/kernel$")
+
+#: The default rule, and the rational resampler's ``blur_down.kernel`` buffer read as the
+#: ``kernel`` it is (a conv-like ``(1, 1, 5, 5)`` tensor, re-laid out ``(5, 5, 1, 1)``): without the
+#: rename the rules would name it ``blur_down.weight`` when they map a path back to a key.
+UPSAMPLER_KEY_RULES = KeyRules(renames=(("blur_down.kernel", "blur_down.weight"),))
