@@ -1232,7 +1232,7 @@ class VideoPipeline:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
             module = self.experts.modules[expert]
             shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
-                                 x, state, args, cache.spec.taps)
+                                 x, state, args, cache.spec.taps, rows=cache.spec.kind != "taylorseer")
             state = CacheCarry(state, cache.initial(shapes))
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,

@@ -15,9 +15,13 @@ scheduler update as one compiled function; the cache's state is carried between 
 * MagCache decides from the step index and the calibrated magnitude ratios alone (on the host,
   mirroring the reference's float32 accumulators); a skipped step runs no block and adds the
   previous residual of the whole stack to the video stream.
-* TaylorSeer (the configurations whose hooks reduce to its lite mode: the top-level blocks skipped
-  and ``proj_out``'s output predicted) runs every block on its compute steps and predicts the
-  transformer output by a Taylor expansion on the others (host-side schedule).
+* TaylorSeer (host-side schedule): in lite mode it runs every block on its compute steps and
+  predicts the transformer output by a Taylor expansion on the others; otherwise each module its
+  identifiers hook inside the block stacks (its defaults: HunyuanVideo's attention modules) keeps
+  its own Taylor factors, carried per layer through the blocks' scan
+  (:meth:`~vidax.blocks.transformer.DiffusionTransformer.run_blocks`'s ``hooks``), and on the
+  other steps returns its prediction (or zeros, ``skip_predict_identifiers``) without running,
+  while the rest of every block runs.
 
 State per branch where the reference keeps one: diffusers runs the conditional and unconditional
 passes as separate calls with a state each for Wan and HunyuanVideo
@@ -932,10 +936,11 @@ def _like(value: Any, old: jax.Array) -> jax.Array:
 
 
 def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: Any, args: tuple,
-                taps: Sequence[TapSpec] = ()) -> dict:
+                taps: Sequence[TapSpec] = (), rows: bool = True) -> dict:
     """The shapes the cache arrays take from (ShapeDtypeStructs; nothing is computed):
     ``streams`` and ``hidden`` (the rows of
-    :meth:`~vidax.blocks.transformer.DiffusionTransformer.hidden_rows`) after ``embed``, the
+    :meth:`~vidax.blocks.transformer.DiffusionTransformer.hidden_rows`; None without ``rows``,
+    for TaylorSeer, which keeps no residual) after ``embed``, the
     prediction ``pred`` and, with TaylorSeer ``taps``, ``taps`` (:func:`tap_shapes`).
     ``model_args(params, latents, state, *args)``: the embed's arguments."""
     graphdef = nnx.graphdef(model)
@@ -944,9 +949,11 @@ def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: A
     def fn(p, lat, st, *a):
         m = nnx.merge(graphdef, p)
         x, inputs = m.embed(*model_args(p, lat, st, *a))
-        s, e = m.hidden_rows(inputs)
         if taps:
             recorded.update(tap_shapes(m, x, inputs, taps))
+        if not rows:
+            return x, None, m.head(x, inputs)
+        s, e = m.hidden_rows(inputs)
         return x, _first(x)[:, s:e], m.head(x, inputs)
 
     streams, hidden, pred = jax.eval_shape(fn, params, latents, state, *args)
