@@ -15,6 +15,7 @@ of the decoded video vs the same side's uncached one; plus vidax vs diffusers on
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -131,7 +132,7 @@ def main() -> None:
 
         with redirect_stdout(io.StringIO()) as printed:
             run_vidax(vidax.MagCacheConfig(calibrate=True, num_inference_steps=a.steps))
-        cond_ratios = eval(printed.getvalue().split("mag_ratios=...):")[1].strip().splitlines()[0])
+        cond_ratios = json.loads(printed.getvalue().strip().splitlines()[-1])  # the conditional pass's
         runs = [("uncached", None, None)]
         runs += [(f"first_block {t:g}", RefFBC(threshold=t), vidax.FirstBlockCacheConfig(threshold=t))
                  for t in a.thresholds]

@@ -526,16 +526,23 @@ def test_cache_flag(ckpt, tmp_path):
     from vidax.pipelines.step_cache import MagCacheConfig, TaylorSeerCacheConfig, parse_cache_option
 
     ratios = tmp_path / "ratios.txt"
-    ratios.write_text("1.0 0.9, 1.1\n")
-    (tmp_path / "ratios.json").write_text("[1.0, 0.9, 1.1]")
-    for name in ("ratios.txt", "ratios.json"):
-        config = parse_cache_option(f"mag:{tmp_path / name}", 6)
-        assert config == MagCacheConfig(num_inference_steps=6, mag_ratios=[1.0, 0.9, 1.1])
+    ratios.write_text("1.0 0.9, 1.1\n1.0 0.9 1.1")
+    (tmp_path / "ratios.json").write_text("[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]")
+    for value in (f"mag:{tmp_path / 'ratios.txt'}", f"mag:{tmp_path / 'ratios.json'}", "mag:[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]"):
+        config = parse_cache_option(value, 6)
+        assert config == MagCacheConfig(num_inference_steps=6, mag_ratios=[1.0, 0.9, 1.1] * 2)
+    (tmp_path / "short.txt").write_text("1.0 0.9 1.1")
+    (tmp_path / "negative.txt").write_text("1.0 0.9 1.1 1.0 -0.9 1.1")
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
     for value, message in (("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
                            ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
-                           ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer")):
+                           ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"),
+                           # ratios for another number of steps: refused before any weight is read
+                           ("mag:" + str(tmp_path / "short.txt"), "holds 3 ratios, the call has 6 steps; give one per "
+                            "step (calibrate with --cache mag at 6 steps)"),
+                           ("mag:" + str(tmp_path / "negative.txt"), "mag_ratios= must be >= 0"
+                            " (ratios of residual norms), got -0.9 at index 4")):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()

@@ -119,6 +119,12 @@ def test_job_runs_to_completion_and_equals_vidax_generate(server, ckpt, compile_
     np.testing.assert_array_equal(served, read_video(out))  # the same video, through the same writer
     # Another prompt gives another video (the comparison above is not between two constant videos).
     assert np.abs(served.astype(int) - served[:1].astype(int)).max() > 0
+    # A request's step cache (the CLI's --cache syntax) runs for that job only: its second step
+    # skips (any change is under the threshold), and the job's stats say so.
+    job = server.post(prompt="a red car at night", seed=7, cache="first_block:1e9", **SHAPE).json()
+    done = server.wait(job["id"])
+    assert done["status"] == "completed", done
+    assert "2 skipped (per step: cond CS, uncond CS)" in done["stats"]["cache"], done["stats"]
 
 
 def test_three_concurrent_requests_complete_and_a_fourth_gets_429(server, tmp_path):
@@ -159,6 +165,13 @@ BAD_FIELDS = [
     (dict(model="someone/else"), "model", "model='someone/else' is not loaded"),
     (dict(frame_rate=24), "frame_rate", "unknown field 'frame_rate'"),
     (dict(guidance_scale_2=2.0), "guidance_scale_2", "guidance_scale_2=2.0 is only used by checkpoints with two experts"),
+    # The step cache: the CLI's --cache syntax, checked as it is (SHAPE has 2 steps).
+    (dict(cache="first_block:-0.1"), "cache", "threshold= must be a finite number >= 0, got -0.1"),
+    (dict(cache="mag:[1.0, 0.9, 0.8]"), "cache", "the list holds 3 ratios, the call has 2 steps"),
+    (dict(cache="mag:[1.0, -0.9]"), "cache", "mag_ratios= must be >= 0"),
+    (dict(cache="mag:/etc/hostname"), "cache", "give the ratios inline"),
+    (dict(cache="fast"), "cache", "cache='fast': valid values are first_block:THRESHOLD"),
+    (dict(cache=0.05), "cache", "cache=0.05 must be a string"),
 ]
 
 

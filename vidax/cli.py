@@ -435,10 +435,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         from vidax.pipelines.step_cache import parse_cache_option
 
         cache_config = parse_cache_option(cache, call.num_inference_steps)
-        if not cls.cache_reference:
-            raise InputError(f"--cache {cache}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache "
-                             "context around its transformer calls, or no block metadata), so there is no reference "
-                             "to match")
+        cls.check_cache_kind(cache_config, f"--cache {cache}")
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)

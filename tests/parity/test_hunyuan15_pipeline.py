@@ -434,3 +434,47 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert "HunyuanVideo15ImageToVideoPipeline takes no --height" in r.stderr, r.stderr
+
+
+def test_taylorseer_default_identifiers_predict_the_attention_like_diffusers(t2v):
+    """TaylorSeer's default identifiers hook the attention of every HunyuanVideo 1.5 block
+    (``transformer_blocks.i.attn``); on the cached steps each returns its own Taylor prediction
+    while the rest of the block runs, per CFG branch (the guider's two cache contexts). diffusers
+    has no block metadata for these blocks, so its First-Block Cache / MagCache raise and vidax
+    refuses them in one line."""
+    from diffusers.hooks import FirstBlockCacheConfig as RefFBC
+    from diffusers.hooks import TaylorSeerCacheConfig as RefTS
+
+    _, ref, pipe = t2v
+    steps = 6  # computes 0, 1, 3, 5; predicts 2, 4
+    kw = dict(cache_interval=2, disable_cache_before_step=2, max_order=2)
+    call = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, num_frames=5,
+                num_inference_steps=steps)
+    lat = _latents(32, 48, 3)
+
+    def run_ref(config):
+        if config is not None:
+            ref.transformer.enable_cache(config)
+        try:
+            with torch.no_grad():
+                return np.asarray(ref(latents=torch.from_numpy(lat), output_type="np", **call).frames)
+        finally:
+            if config is not None:
+                ref.transformer.disable_cache()
+
+    want, uncached = run_ref(RefTS(taylor_factors_dtype=torch.float32, **kw)), run_ref(None)
+    pipe.enable_cache(vidax.TaylorSeerCacheConfig(taylor_factors_dtype="float32", **kw))
+    try:
+        out = pipe(latents=lat, max_sequence_length=TEXT_LEN, seed=0, progress=False, **call)
+    finally:
+        pipe.disable_cache()
+    assert out.stats.cache.patterns == {"cond": "CCSCSC", "uncond": "CCSCSC"}, out.stats.cache.patterns
+    value, effect = psnr(out.frames, want), psnr(uncached, want)
+    print(f"HunyuanVideo 1.5 TaylorSeer (attention modules): {value:.1f} dB vs diffusers; diffusers cached vs "
+          f"uncached {effect:.1f} dB")
+    # fp32 on both sides (MIN_PSNR's reasoning); the cache's own effect is far larger than the error.
+    assert value >= MIN_PSNR and effect < value - 30
+    with pytest.raises(IndexError):  # diffusers finds no registered block to hook
+        ref.transformer.enable_cache(RefFBC(threshold=0.1))
+    with pytest.raises(InputError, match="no block metadata for HunyuanVideo15Pipeline's transformer blocks"):
+        pipe.enable_cache(vidax.FirstBlockCacheConfig(threshold=0.1))

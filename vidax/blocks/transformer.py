@@ -124,7 +124,7 @@ class DiffusionTransformer(nnx.Module):
         return block(x, inputs)
 
     def run_blocks(self, x: Any, inputs: Any, blocks: nnx.Module | None = None, stack: str | None = None,
-                   layers: tuple[int, int] | None = None) -> Any:
+                   layers: tuple[int, int] | None = None, hooks: dict | None = None) -> Any:
         """The block stacks in order over the streams ``x`` (a ``(B, L', D)`` array or a tuple of
         them), one scan per stack, each layer's streams constrained to ``(batch, seq, embed)``.
 
@@ -137,9 +137,14 @@ class DiffusionTransformer(nnx.Module):
             layers: ``(start, stop)``: run only these layers, counted over the stacks in order as
                 one sequence (with ``blocks``: over that run of layers); a step cache
                 (:mod:`vidax.pipelines.step_cache`) runs ``(0, 1)`` then ``(1, L)``.
+            hooks: per stack attribute, ``(state, hook)``: ``state`` a pytree with a leading axis of
+                the stack's layers, ``hook(layer, streams, state_i, run) -> (streams, new state_i)``
+                runs the layer through ``run(layer, streams)`` (a step cache's per-module state,
+                :mod:`vidax.pipelines.step_cache`).
 
         Returns:
-            The streams, same structure and shapes, in the residual dtype.
+            The streams, same structure and shapes, in the residual dtype; with ``hooks``,
+            ``(streams, {attribute: new state})``.
 
         Raises:
             InputError: ``stack`` is not one of ``block_stacks``; ``blocks`` without ``stack``
@@ -154,18 +159,23 @@ class DiffusionTransformer(nnx.Module):
         def body(block, h):
             return jax.tree.map(lambda s: constrain(s, TOKENS, self.mesh), self.run_block(block, h, inputs))
 
+        new_states = {}
         offset = 0
         for attr in self.block_stacks if stack is None else (stack,):
             layer_stack = getattr(self, attr) if blocks is None else blocks
-            if layers is None:
-                x = scan_layers(layer_stack, x, body)
-                continue
             n = num_layers(layer_stack)
-            start, stop = max(layers[0] - offset, 0), min(layers[1] - offset, n)
-            if start < stop:
-                x = scan_layers(layer_stack, x, body, start=start, num_layers=stop)
+            start, stop = (0, n) if layers is None else (max(layers[0] - offset, 0), min(layers[1] - offset, n))
             offset += n
-        return x
+            if start >= stop:
+                continue
+            span = {} if layers is None else dict(start=start, num_layers=stop)
+            if hooks is None or attr not in hooks:
+                x = scan_layers(layer_stack, x, body, **span)
+                continue
+            state, hook = hooks[attr]
+            x, new_states[attr] = scan_layers(layer_stack, x, lambda b, h, e, hook=hook: hook(b, h, e, body),
+                                              per_layer=state, **span)
+        return x if hooks is None else (x, {**{a: hooks[a][0] for a in hooks}, **new_states})
 
     def num_blocks(self) -> int:
         """Layers of all the block stacks together."""

@@ -28,8 +28,8 @@ def stacked(make: Callable[[nnx.Rngs], M], num_layers: int, rngs: nnx.Rngs) -> M
     return create(rngs)
 
 
-def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any], Any], *,
-                num_layers: int | None = None, collect: bool = False, start: int = 0) -> Any:
+def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
+                num_layers: int | None = None, collect: bool = False, start: int = 0, per_layer: Any = None) -> Any:
     """Run ``carry = body(layer_i, carry)`` for each layer of a :func:`stacked` module.
 
     ``body`` sees one layer as an ordinary module (params without the L axis). Implemented with
@@ -45,11 +45,15 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
         start: a static int: run layers ``[start, num_layers)`` (default 0), indexed from the
             whole stack like ``num_layers`` (a step cache runs the first layer alone, then the rest).
         collect: also return the carry after every layer run, stacked along a new leading axis.
+        per_layer: a pytree of arrays with a leading axis of L (one entry per layer, e.g. a step
+            cache's state of a module inside each layer): ``body`` is then
+            ``(layer_i, carry, entry_i) -> (carry, new entry_i)``.
 
     Returns:
         The final carry; with ``collect``, ``(carry, carries)`` where ``carries`` has the carry's
         structure with a leading axis of ``num_layers`` (entry ``i`` is the carry after layer
-        ``i``, so entry ``-1`` equals the final carry).
+        ``i``, so entry ``-1`` equals the final carry). With ``per_layer``: ``(that,
+        new per_layer)``, the entries of the layers not run unchanged.
 
     Raises:
         ValueError: ``num_layers`` is not an int in ``[0, L]``.
@@ -71,19 +75,29 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[[nnx.Module, Any]
     if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= count:
         raise ValueError(f"scan_layers: start={start!r} must be an int in [0, num_layers={count}].")
 
-    def step(c, layer_leaves):
+    def step(c, layer_leaves, entry=None):
         layer = [jax.lax.bitcast_convert_type(a, d) if b else a for a, d, b in zip(layer_leaves, dtypes, as_bits)]
-        c = body(nnx.merge(graphdef, jax.tree.unflatten(treedef, layer)), c)
-        return c, (c if collect else None)
+        module = nnx.merge(graphdef, jax.tree.unflatten(treedef, layer))
+        if per_layer is None:
+            c = body(module, c)
+            return c, (c if collect else None)
+        c, entry = body(module, c, entry)
+        return c, ((c if collect else None), entry)
 
     if count == total and start == 0:
-        carry, carries = jax.lax.scan(step, carry, xs)
+        carry, carries = jax.lax.scan(lambda c, xe: step(c, *xe), carry, (xs, per_layer))
     else:
         def indexed(c, i):
-            return step(c, [jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False) for a in xs])
+            entry = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), per_layer)
+            return step(c, [jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False) for a in xs], entry)
 
         carry, carries = jax.lax.scan(indexed, carry, jnp.arange(start, count, dtype=jnp.int32))
-    return (carry, carries) if collect else carry
+        if per_layer is not None:
+            carries = (carries[0], jax.tree.map(lambda a, e: a.at[start:count].set(e), per_layer, carries[1]))
+    if per_layer is None:
+        return (carry, carries) if collect else carry
+    carries, entries = carries
+    return ((carry, carries) if collect else carry), entries
 
 
 def num_layers(layers: nnx.Module) -> int:

@@ -1245,7 +1245,7 @@ class VideoPipeline:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
             module = self.experts.modules[expert]
             shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
-                                 x, state, args)
+                                 x, state, args, cache.spec.taps, rows=cache.spec.kind != "taylorseer")
             state = CacheCarry(state, cache.initial(shapes))
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
@@ -1260,6 +1260,26 @@ class VideoPipeline:
     #: metadata for its blocks, so its cache hooks work; False (no reference to match): step
     #: caches are refused.
     cache_reference: ClassVar[bool] = True
+    #: diffusers 0.42.1 registers this family's blocks in its ``TransformerBlockRegistry``, which
+    #: its First-Block Cache and MagCache hooks need (False: they raise there, so vidax refuses
+    #: them; TaylorSeer needs no block metadata).
+    cache_block_metadata: ClassVar[bool] = True
+
+    @classmethod
+    def check_cache_kind(cls, config: Any, name: str = "config") -> None:
+        """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on this pipeline
+        (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``).
+
+        Raises:
+            InputError: one line naming ``name``.
+        """
+        if not cls.cache_reference:
+            raise InputError(f"{name}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache context "
+                             "around its transformer calls, or no block metadata), so there is no reference to match")
+        if not cls.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
+            raise InputError(f"{name}: diffusers 0.42.1 has no block metadata for {cls.__name__}'s transformer "
+                             f"blocks (its {type(config).__name__} hooks raise there), so there is no reference to "
+                             "match; TaylorSeerCacheConfig runs")
 
     def enable_cache(self, config: Any) -> None:
         """Turn on step caching for the next calls (``config``: a
@@ -1271,24 +1291,31 @@ class VideoPipeline:
             InputError: not a cache config; a cache already enabled (``disable_cache()`` first,
                 as in diffusers); a cache this family's reference cannot hook.
         """
-        config = check_cache_config(config)
+        config = self.check_cache(config)
         if self.cache_config is not None:
             raise InputError(f"a {type(self.cache_config).__name__} is already enabled; call disable_cache() before "
                              f"enable_cache({type(config).__name__}(...))")
-        if not self.cache_reference:
-            raise InputError(f"config={type(config).__name__}: diffusers 0.42.1's {type(self).__name__} cannot run cache "
-                             "hooks (no cache context around its transformer calls, or no block metadata), so there "
-                             "is no reference to match")
-        name = type(self.experts.modules[0]).__name__
+        self.cache_config = config
+
+    def check_cache(self, config: Any, name: str = "config") -> Any:
+        """``config`` if this pipeline can run it (what :meth:`enable_cache` checks; reads the
+        model's structure, no weight), else an InputError naming ``name``."""
+        config = check_cache_config(config, name)
+        self.check_cache_kind(config, f"{name}={type(config).__name__}")
+        model = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
+            if "modules" in modes and any(offloaded_stacks(m) for m in self.experts.modules):
+                raise InputError(f"{name}=TaylorSeerCacheConfig hooks modules inside the layers of {model}, which "
+                                 "vidax does not do with the blocks streamed from host memory (offload); use "
+                                 "use_lite_mode=True or load without offload")
             if modes == {"none"}:
                 logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
-                               "runs are uncached", name)
+                               "runs are uncached", model)
         elif min(m.num_blocks() for m in self.experts.modules) < 2:
-            raise InputError(f"config={type(config).__name__} needs at least 2 transformer blocks; {name} has "
+            raise InputError(f"{name}={type(config).__name__} needs at least 2 transformer blocks; {model} has "
                              f"{min(m.num_blocks() for m in self.experts.modules)}")
-        self.cache_config = config
+        return config
 
     def disable_cache(self) -> None:
         """Turn step caching off (a no-op when it is off)."""

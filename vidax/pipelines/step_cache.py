@@ -15,9 +15,13 @@ scheduler update as one compiled function; the cache's state is carried between 
 * MagCache decides from the step index and the calibrated magnitude ratios alone (on the host,
   mirroring the reference's float32 accumulators); a skipped step runs no block and adds the
   previous residual of the whole stack to the video stream.
-* TaylorSeer (the configurations whose hooks reduce to its lite mode: the top-level blocks skipped
-  and ``proj_out``'s output predicted) runs every block on its compute steps and predicts the
-  transformer output by a Taylor expansion on the others (host-side schedule).
+* TaylorSeer (host-side schedule): in lite mode it runs every block on its compute steps and
+  predicts the transformer output by a Taylor expansion on the others; otherwise each module its
+  identifiers hook inside the block stacks (its defaults: HunyuanVideo's attention modules) keeps
+  its own Taylor factors, carried per layer through the blocks' scan
+  (:meth:`~vidax.blocks.transformer.DiffusionTransformer.run_blocks`'s ``hooks``), and on the
+  other steps returns its prediction (or zeros, ``skip_predict_identifiers``) without running,
+  while the rest of every block runs.
 
 State per branch where the reference keeps one: diffusers runs the conditional and unconditional
 passes as separate calls with a state each for Wan and HunyuanVideo
@@ -29,7 +33,9 @@ takes its cached result). Each expert of Wan2.2 starts a fresh state, as its hoo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import logging
 import math
 import re
 from typing import Any, Sequence
@@ -42,6 +48,7 @@ from flax import nnx
 from vidax.errors import InputError
 
 _F32 = jnp.float32
+logger = logging.getLogger("vidax.pipeline")
 
 
 def _number(owner: str, name: str, value: Any, *, minimum: float = 0.0, integer: bool = False,
@@ -125,6 +132,13 @@ class MagCacheConfig:
         if ratios.ndim != 1 or ratios.size == 0 or not np.isfinite(ratios).all():
             raise InputError(f"{owner}: mag_ratios= must be a non-empty list of finite numbers (one per step), "
                              f"got {ratios.size} value(s) of shape {ratios.shape}")
+        if (ratios < 0).any():
+            k = int(np.argmax(ratios < 0))
+            raise InputError(f"{owner}: mag_ratios= must be >= 0 (ratios of residual norms), got {float(ratios[k]):g} "
+                             f"at index {k}")
+        if ratios.size != self.num_inference_steps:
+            logger.warning("MagCacheConfig: interpolating mag_ratios from length %d to num_inference_steps=%d (as "
+                           "diffusers does)", ratios.size, self.num_inference_steps)
         self.mag_ratios = [float(r) for r in ratios]
 
     def ratios(self) -> np.ndarray:
@@ -233,45 +247,71 @@ def check_cache_config(config: Any, name: str = "config") -> CacheConfig:
     return config
 
 
-def parse_cache_option(value: str, num_inference_steps: int) -> CacheConfig:
-    """The CLI's ``--cache`` value: ``first_block:THRESHOLD``, ``mag:RATIOS_FILE`` (a JSON list or
-    numbers separated by spaces / commas), ``mag`` (calibration: prints the ratios) or
+def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--cache",
+                       files: bool = True) -> CacheConfig:
+    """A ``--cache`` value (the CLI's flag, ``vidax serve``'s ``cache`` field): ``first_block:THRESHOLD``,
+    ``mag:RATIOS`` (MagCache; ``RATIOS`` a file holding the ratios as a JSON list or numbers separated
+    by spaces / commas, or the JSON list itself, ``mag:[1.0, 0.98, ...]``), ``mag`` (calibration:
+    skips nothing and prints the ratios as one list, what ``mag:RATIOS`` reads back) or
     ``taylorseer`` (its lite mode, the default settings otherwise).
 
+    Unlike ``MagCacheConfig(mag_ratios=...)`` (which interpolates ratios of another length, as
+    diffusers does), the ratios given here must be one per step: a list calibrated for another
+    number of steps is refused.
+
+    Args:
+        value: the option's text. num_inference_steps: the call's steps.
+        name: how the option is named in errors (``--cache``; ``cache`` for a request field).
+        files: whether ``mag:FILE`` may name a file (False: the ratios must be inline).
+
     Raises:
-        InputError: naming ``--cache``, its value and what is valid.
+        InputError: one line naming the option, its value and what is valid.
     """
-    kind, _, arg = value.partition(":")
-    valid = "first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"
+    shown = f"{name} {value}" if name.startswith("-") else f"{name}={value!r}"
+    kind, _, arg = str(value).strip().partition(":")
+    valid = f"first_block:THRESHOLD, mag[:RATIOS{'_FILE' if files else ''}] or taylorseer"
     if kind == "first_block":
         try:
             threshold = float(arg)
         except ValueError:
-            raise InputError(f"--cache {value}: THRESHOLD must be a number >= 0 (first_block:0.05)") from None
+            raise InputError(f"{shown}: THRESHOLD must be a number >= 0 (first_block:0.05)") from None
         try:
             return FirstBlockCacheConfig(threshold=threshold)
         except InputError as e:
-            raise InputError(f"--cache {value}: {e}") from None
+            raise InputError(f"{shown}: {e}") from None
     if kind == "mag":
         if not arg:
             return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
-        try:
-            with open(arg) as f:
-                text = f.read()
-        except OSError as e:
-            raise InputError(f"--cache {value}: cannot read the ratios file {arg!r} ({e.strerror})") from None
+        arg = arg.strip()
+        if arg.startswith("["):
+            text, where = arg, "the list"
+        elif not files:
+            raise InputError(f"{shown}: give the ratios inline, mag:[r1, r2, ...] (one per step); no file is read "
+                             "for a request")
+        else:
+            try:
+                with open(arg) as f:
+                    text = f.read()
+            except OSError as e:
+                raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
+            where = arg
         try:
             ratios = json.loads(text) if text.lstrip().startswith("[") else [float(t) for t in re.split(r"[\s,]+", text.strip())]
         except ValueError:
-            raise InputError(f"--cache {value}: {arg} must hold numbers (a JSON list, or separated by spaces or "
+            raise InputError(f"{shown}: {where} must hold numbers (a JSON list, or separated by spaces or "
                              "commas)") from None
+        if not isinstance(ratios, list) or len(ratios) != num_inference_steps:
+            count = f"{len(ratios)} ratios" if isinstance(ratios, list) else "no list of ratios"
+            calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
+            raise InputError(f"{shown}: {where} holds {count}, the call has {num_inference_steps} steps; give one "
+                             f"per step (calibrate with {calibrate} at {num_inference_steps} steps)")
         try:
             return MagCacheConfig(num_inference_steps=num_inference_steps, mag_ratios=ratios)
         except InputError as e:
-            raise InputError(f"--cache {value}: {e}") from None
+            raise InputError(f"{shown}: {e}") from None
     if kind == "taylorseer" and not arg:
         return TaylorSeerCacheConfig(use_lite_mode=True)
-    raise InputError(f"--cache {value!r}: valid values are {valid}")
+    raise InputError(f"{shown}: valid values are {valid}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,13 +345,37 @@ def reference_module_names(model: nnx.Module) -> list[str]:
     return sorted(names)
 
 
+@dataclasses.dataclass(frozen=True)
+class TapSpec:
+    """TaylorSeer's hook on one module inside the layers of a block stack (hashable: part of
+    the compiled step's key).
+
+    Attributes:
+        stack: the block stack's attribute (``transformer_blocks``).
+        path: the module inside a layer (``("attn",)``); ``()``: the layer itself.
+        inactive: a ``skip_predict_identifiers`` module (zeros on predicted steps) rather than a
+            predicted one.
+        layers: per layer of the stack, whether the module is hooked there.
+    """
+
+    stack: str
+    path: tuple[str, ...]
+    inactive: bool
+    layers: tuple[bool, ...]
+
+    @property
+    def key(self) -> str:
+        """The tap's name in the cache arrays (the module's path, and its mode)."""
+        return (".".join(self.path) or "<layer>") + (" skip" if self.inactive else "")
+
+
 def taylorseer_mode(config: TaylorSeerCacheConfig, model: nnx.Module) -> str:
-    """``"none"`` (the reference's patterns match no module of ``model``: an uncached run) or
-    ``"lite"`` (every top-level block skipped and ``proj_out`` predicted).
+    """``"none"`` (the reference's patterns match no module of ``model``: an uncached run),
+    ``"lite"`` (every top-level block skipped and ``proj_out``'s output predicted) or
+    ``"modules"`` (the hooked modules inside the block stacks predicted, :func:`taylorseer_taps`).
 
     Raises:
-        InputError: the patterns hook other modules (attention-level TaylorSeer), which vidax
-            does not implement.
+        InputError: the patterns hook modules vidax cannot hook as the reference does.
     """
     inactive, active = config.patterns()
     names = reference_module_names(model)
@@ -322,10 +386,56 @@ def taylorseer_mode(config: TaylorSeerCacheConfig, model: nnx.Module) -> str:
     blocks = {f"{a}.{i}" for a in model.block_stacks for i in range(_stack_len(model, a))}
     if hooked_active == {"proj_out"} and hooked_inactive == blocks:
         return "lite"
-    other = sorted((hooked_active | hooked_inactive) - blocks - {"proj_out"}) or sorted(blocks - hooked_inactive)
-    raise InputError(f"TaylorSeerCacheConfig hooks {', '.join(other[:4])}{' ...' if len(other) > 4 else ''} of "
-                     f"{type(model).__name__}: vidax implements TaylorSeer on the whole block stack only "
-                     "(use_lite_mode=True, or identifiers that match nothing)")
+    taylorseer_taps(config, model)
+    return "modules"
+
+
+def taylorseer_taps(config: TaylorSeerCacheConfig, model: nnx.Module) -> tuple[TapSpec, ...]:
+    """The modules TaylorSeer's patterns hook in ``model`` (diffusers' ``apply_taylorseer_cache``:
+    ``re.fullmatch`` on the reference's module names), grouped per stack and module: its default
+    patterns hook the attention modules of HunyuanVideo's two stacks (``transformer_blocks.i.attn``,
+    ``single_transformer_blocks.i.attn``); Wan's ``attn1`` / ``attn2`` and the other families'
+    match none of them.
+
+    vidax hooks the attention modules (:class:`vidax.blocks.attention.Attention`, called once per
+    layer as the reference's) and whole layers inside the block stacks, each either predicted
+    (``cache_identifiers``) or zeroed (``skip_predict_identifiers``) on the predicted steps.
+
+    Raises:
+        InputError: a hooked module outside the block stacks (other than lite mode's), one that
+            is no attention module or layer, or one inside another hooked module.
+    """
+    from vidax.blocks.attention import Attention
+
+    inactive, active = config.patterns()
+    names = reference_module_names(model)
+    owner = f"TaylorSeerCacheConfig hooks {{}} of {type(model).__name__}"
+    taps: dict[tuple[str, tuple[str, ...], bool], list[bool]] = {}
+    hooked = []
+    for n in names:
+        is_inactive = any(re.fullmatch(p, n) for p in inactive)
+        if not (is_inactive or any(re.fullmatch(p, n) for p in active)):
+            continue
+        hooked.append(n)
+        parts = n.split(".")
+        if parts[0] not in model.block_stacks or len(parts) < 2:
+            raise InputError(owner.format(repr(n)) + ": vidax hooks modules inside the block stacks "
+                             f"({', '.join(model.block_stacks)}) only, or use_lite_mode=True")
+        path = tuple(parts[2:])
+        module = getattr(model, parts[0])
+        for p in path:
+            module = getattr(module, p, None)
+        if path and not isinstance(module, Attention):
+            raise InputError(owner.format(repr(n)) + f" (a {type(module).__name__}): vidax hooks attention modules "
+                             "and whole layers only")
+        key = (parts[0], path, bool(is_inactive))
+        taps.setdefault(key, [False] * _stack_len(model, parts[0]))[int(parts[1])] = True
+    for n in hooked:
+        inner = [m for m in hooked if m.startswith(n + ".")]
+        if inner:
+            raise InputError(owner.format(f"{inner[0]!r} inside {n!r}") + ": a hooked module inside another "
+                             "is not implemented in vidax")
+    return tuple(TapSpec(stack, path, inact, tuple(layers)) for (stack, path, inact), layers in sorted(taps.items()))
 
 
 def _stack_len(model: nnx.Module, attr: str) -> int:
@@ -334,6 +444,72 @@ def _stack_len(model: nnx.Module, attr: str) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # The traced forward
+
+
+class _Tap:
+    """A hooked module in a layer's place: calls ``fn`` (the module wrapped by :func:`_tapped`)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _tapped(fn: Any, spec: "CacheSpec", tap: TapSpec, cs: dict, entry: dict, new: dict) -> Any:
+    """``fn`` (a module's call, or a layer's ``run``) as TaylorSeerCacheHook.new_forward runs it in
+    a hooked layer: on a compute step it runs and (active) its outputs update the factors; on the
+    others it does not run and returns the prediction (active) or zeros of its outputs' shapes
+    (inactive). The new factors go to ``new[tap.key]``."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        like = jax.eval_shape(lambda: fn(*args, **kwargs))
+        use_cache = entry["hooked"] & jnp.logical_not(cs["compute"])
+        if tap.inactive:
+            return jax.lax.cond(use_cache, lambda _: jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), like),
+                                lambda _: fn(*args, **kwargs), 0)
+        factors = entry["factors"]
+
+        def compute(_):
+            out = fn(*args, **kwargs)
+            return out, spec.tap_factors(out, factors, cs)
+
+        out, f = jax.lax.cond(use_cache, lambda _: (spec.tap_predict(factors, like, cs["coeff"]), factors), compute, 0)
+        new[tap.key] = dict(entry, factors=jax.tree.map(lambda a, b: jnp.where(entry["hooked"], a, b), f, factors))
+        return out
+
+    return call
+
+
+def _recorded(fn: Any, key: tuple, shapes: dict) -> Any:
+    """``fn`` recording its outputs' shapes in ``shapes[key]`` (for the taps' initial state)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        shapes[key] = jax.tree.map(lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype), out)
+        return out
+
+    return call
+
+
+def tap_shapes(model: Any, x: Any, inputs: Any, taps: Sequence[TapSpec]) -> dict:
+    """``{(stack, tap key): outputs' ShapeDtypeStructs}`` of the hooked modules (one layer's),
+    from running the blocks on traced streams (inside :func:`jax.eval_shape`)."""
+    shapes: dict = {}
+
+    def hook(stack, layer, h, entry, run):
+        for t in (t for t in taps if t.stack == stack):
+            if not t.path:
+                run = _recorded(run, (stack, t.key), shapes)
+                continue
+            parent = functools.reduce(getattr, t.path[:-1], layer)
+            setattr(parent, t.path[-1], _Tap(_recorded(getattr(parent, t.path[-1]), (stack, t.key), shapes)))
+        return run(layer, h), entry
+
+    stacks = dict.fromkeys(t.stack for t in taps)
+    hooks = {a: (jnp.zeros((_stack_len(model, a),)), functools.partial(hook, a)) for a in stacks}
+    model.run_blocks(x, inputs, hooks=hooks)
+    return shapes
 
 
 def _first(x: Any) -> jax.Array:
@@ -364,6 +540,7 @@ class CacheSpec:
     calibrate: bool = False
     max_order: int = 1
     factors_dtype: str | None = "bfloat16"
+    taps: tuple[TapSpec, ...] = ()  # TaylorSeer's hooked modules (empty: lite mode)
 
     @staticmethod
     def split(carry: "CacheCarry") -> tuple[Any, dict]:
@@ -384,12 +561,63 @@ class CacheSpec:
         """The model's prediction from the embedded streams ``x`` with the cache (traced, one
         compiled step): :meth:`begin`, the remaining blocks under ``jax.lax.cond`` of
         :meth:`need_blocks`, :meth:`end`. Returns ``(prediction, new cache arrays)``."""
+        if self.taps:
+            return self._forward_taps(model, x, inputs, cs)
         start = int(self.first_layer_alone)
         n = model.num_blocks()
         y, aux = self.begin(lambda h: model.run_blocks(h, inputs, layers=(0, 1)), model.hidden_rows(inputs), x, cs)
         z = jax.lax.cond(self.need_blocks(cs, aux), lambda h: model.run_blocks(h, inputs, layers=(start, n)),
                          lambda h: h, y)
         return self.end(model, x, y, z, inputs, cs, aux)
+
+    def _forward_taps(self, model: Any, x: Any, inputs: Any, cs: dict) -> tuple[jax.Array, dict]:
+        """TaylorSeer on modules inside the layers: every layer runs; each hooked module runs and
+        updates its Taylor factors on a compute step, and on the others returns its prediction
+        (or zeros, inactive) without running (``jax.lax.cond`` per layer)."""
+        hooks = {}
+        for stack in dict.fromkeys(t.stack for t in self.taps):
+            taps = [t for t in self.taps if t.stack == stack]
+            hooks[stack] = (cs["taps"][stack], functools.partial(self._layer_hook, taps, cs))
+        z, states = model.run_blocks(x, inputs, hooks=hooks)
+        return model.head(z, inputs), dict(cs, taps=states)
+
+    def _layer_hook(self, taps: list, cs: dict, layer: Any, h: Any, entry: dict, run: Any) -> tuple[Any, dict]:
+        """One layer with its hooked modules wrapped (the layer is this trace's own merged copy,
+        so the wrapping ends with it): ``(streams, new entry)``."""
+        new = dict(entry)
+        for t in taps:
+            if not t.path:
+                run = _tapped(run, self, t, cs, entry[t.key], new)
+                continue
+            parent = functools.reduce(getattr, t.path[:-1], layer)
+            setattr(parent, t.path[-1], _Tap(_tapped(getattr(parent, t.path[-1]), self, t, cs, entry[t.key], new)))
+        return run(layer, h), new
+
+    def tap_factors(self, out: Any, factors: Any, cs: dict) -> Any:
+        """TaylorSeerState.update: the new factors from a module's outputs ``out`` (a pytree) and
+        the previous ``factors`` (``(orders, ...)`` per output): order 0 the output, order
+        ``j + 1`` the divided difference of order ``j`` by the steps since the last update,
+        for the orders held before; stored in the factors' dtype."""
+        def one(o, f):
+            new = [o]
+            for j in range(self.max_order):
+                nxt = (new[j] - f[j].astype(o.dtype)) / cs["delta"].astype(o.dtype)
+                new.append(jnp.where(j < cs["n_prev"], nxt, jnp.zeros_like(nxt)))
+            return jnp.stack([v.astype(f.dtype) for v in new])
+
+        return jax.tree.map(one, out, factors)
+
+    def tap_predict(self, factors: Any, like: Any, coeff: jax.Array) -> Any:
+        """TaylorSeerState.predict: ``sum_k factor_k x offset**k / k!`` over the orders held, each
+        factor cast to the output's dtype and multiplied by the coefficient (a Python float in
+        the reference: float32 arithmetic, rounded to the output's dtype), summed in that dtype."""
+        def one(f, o):
+            out = jnp.zeros(o.shape, o.dtype)
+            for k in range(self.max_order + 1):
+                out = out + (f[k].astype(o.dtype).astype(_F32) * coeff[k]).astype(o.dtype)
+            return out
+
+        return jax.tree.map(one, factors, like)
 
     def begin(self, run_first: Any, rows: tuple[int, int], x: Any, cs: dict) -> tuple[Any, dict]:
         """Before the remaining blocks: ``(streams, aux)``. First-Block Cache runs the first block
@@ -488,6 +716,8 @@ class CacheReport:
         step_kind: per step, ``"full"``, ``"skipped"`` (no branch ran the remaining blocks) or
             ``"partial"`` (one branch skipped, computed with the batch).
         step_s: the steps' seconds (as in ``RunStats.step_s``).
+        calibration: MagCache's calibration run: per branch label, the ratios of each step
+            (float; the reference keeps one state per branch and prints each); None otherwise.
     """
 
     method: str
@@ -497,6 +727,8 @@ class CacheReport:
     blocks_skipped: int = 0
     step_kind: list = dataclasses.field(default_factory=list)
     step_s: list = dataclasses.field(default_factory=list)
+    calibration: dict | None = None
+    unit: str = "block"
 
     def record(self, label: str, computed: bool, head_only: bool) -> None:
         self.patterns[label] = self.patterns.get(label, "") + ("C" if computed else "S")
@@ -520,8 +752,8 @@ class CacheReport:
         total = self.blocks_run + self.blocks_skipped
         pats = ", ".join(f"{k} {v}" for k, v in self.patterns.items())
         n_skip = sum(k == "skipped" for k in self.step_kind)
-        return (f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
-                f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
+        return (f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} skipped "
+                f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the {self.unit}s, "
                 f"~{self.saved_s:.2f} s saved")
 
 
@@ -549,8 +781,12 @@ class StepCache:
             self._mag = dict(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
             self.calibration: list[list[float]] = [[] for _ in range(branches)]
         else:
+            taps = taylorseer_taps(config, model) if taylorseer_mode(config, model) == "modules" else ()
             self.spec = CacheSpec("taylorseer", 1, max_order=config.max_order,
-                                  factors_dtype=config.taylor_factors_dtype)
+                                  factors_dtype=config.taylor_factors_dtype, taps=taps)
+            if taps:  # the blocks all run; the hooked modules are what is skipped
+                report.num_blocks = self.num_blocks = sum(sum(t.layers) for t in taps)
+                report.unit = "hooked module"
             self._ts = dict(step=-1, last=None, updates=0)
         self._pending: dict = {}
 
@@ -568,10 +804,24 @@ class StepCache:
         if self.spec.kind == "mag":
             return dict(skip=jnp.asarray(False), prev_res=zeros(shapes["hidden"]), ratio=jnp.ones((nb,), _F32))
         pred = shapes["pred"]
-        fdt = _DTYPES[self.spec.factors_dtype] if self.spec.factors_dtype else pred.dtype
-        return dict(compute=jnp.asarray(True), delta=jnp.asarray(1.0, _F32), n_prev=jnp.asarray(0, jnp.int32),
-                    coeff=jnp.zeros((self.spec.max_order + 1,), _F32), out=jnp.zeros((), pred.dtype),
-                    factors=jnp.zeros((self.spec.max_order + 1,) + tuple(pred.shape), fdt))
+        orders = self.spec.max_order + 1
+
+        def factors(o, n=()):
+            fdt = _DTYPES[self.spec.factors_dtype] if self.spec.factors_dtype else o.dtype
+            return jnp.zeros(n + (orders,) + tuple(o.shape), fdt)
+
+        cs = dict(compute=jnp.asarray(True), delta=jnp.asarray(1.0, _F32), n_prev=jnp.asarray(0, jnp.int32),
+                  coeff=jnp.zeros((orders,), _F32), out=jnp.zeros((), pred.dtype),
+                  factors=factors(pred) if not self.spec.taps else jnp.zeros((0,), _F32))
+        if self.spec.taps:
+            cs["taps"] = {}
+            for t in self.spec.taps:
+                entry = dict(hooked=jnp.asarray(t.layers))
+                if not t.inactive:
+                    n = (len(t.layers),)
+                    entry["factors"] = jax.tree.map(lambda o: factors(o, n), shapes["taps"][(t.stack, t.key)])
+                cs["taps"].setdefault(t.stack, {})[t.key] = entry
+        return cs
 
     # -- host decisions ------------------------------------------------------------------------
 
@@ -644,9 +894,8 @@ class StepCache:
         st["step"] += 1
         if st["step"] >= c.num_inference_steps:
             if c.calibrate:
-                for k in range(self.branches):
-                    print("\n[MagCache] Calibration Complete. Copy these values to MagCacheConfig(mag_ratios=...):")
-                    print(f"{self.calibration[k]}\n")
+                self.report.calibration = dict(zip(self.labels, self.calibration))
+                print(calibration_text(self.calibration[0], self.labels[0]))
             st.update(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
             self.calibration = [[] for _ in range(self.branches)]
 
@@ -670,27 +919,45 @@ class StepCache:
         return compute, delta, held, coeff
 
 
+def calibration_text(ratios: Sequence[float], label: str) -> str:
+    """MagCache's calibration result as printed: a line saying what it is, then the ratios as one
+    JSON list (what ``--cache mag:FILE`` / ``MagCacheConfig(mag_ratios=...)`` take). With CFG
+    the conditional branch's ratios (the reference prints one list per branch; one config's
+    ratios serve both, and the conditional pass is the one the guidance scales up)."""
+    which = "" if label == "all" else f", the {'conditional' if label == 'cond' else label} pass"
+    return (f"\nMagCache calibration ({len(ratios)} steps{which}): save this list to a file for --cache mag:FILE, "
+            f"or pass it as MagCacheConfig(mag_ratios=...):\n{json.dumps([float(r) for r in ratios])}\n")
+
+
 def _like(value: Any, old: jax.Array) -> jax.Array:
     """``value`` as an array with ``old``'s dtype and placement (a compiled step takes its inputs
     where it was compiled for them)."""
     return jax.device_put(np.asarray(value, old.dtype), old.sharding)
 
 
-def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: Any, args: tuple) -> dict:
+def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: Any, args: tuple,
+                taps: Sequence[TapSpec] = (), rows: bool = True) -> dict:
     """The shapes the cache arrays take from (ShapeDtypeStructs; nothing is computed):
     ``streams`` and ``hidden`` (the rows of
-    :meth:`~vidax.blocks.transformer.DiffusionTransformer.hidden_rows`) after ``embed``, and the
-    prediction ``pred``. ``model_args(params, latents, state, *args)``: the embed's arguments."""
+    :meth:`~vidax.blocks.transformer.DiffusionTransformer.hidden_rows`; None without ``rows``,
+    for TaylorSeer, which keeps no residual) after ``embed``, the
+    prediction ``pred`` and, with TaylorSeer ``taps``, ``taps`` (:func:`tap_shapes`).
+    ``model_args(params, latents, state, *args)``: the embed's arguments."""
     graphdef = nnx.graphdef(model)
+    recorded: dict = {}
 
     def fn(p, lat, st, *a):
         m = nnx.merge(graphdef, p)
         x, inputs = m.embed(*model_args(p, lat, st, *a))
+        if taps:
+            recorded.update(tap_shapes(m, x, inputs, taps))
+        if not rows:
+            return x, None, m.head(x, inputs)
         s, e = m.hidden_rows(inputs)
         return x, _first(x)[:, s:e], m.head(x, inputs)
 
     streams, hidden, pred = jax.eval_shape(fn, params, latents, state, *args)
-    return dict(streams=streams, hidden=hidden, pred=pred)
+    return dict(streams=streams, hidden=hidden, pred=pred, taps=recorded)
 
 
 def describe_config(config: CacheConfig) -> str:

@@ -234,7 +234,7 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
             "id": runner.model, "object": "model", "owned_by": "vidax", "pipeline": runner.cls.__name__,
             "tasks": list(info.tasks), "image": "i2v" in info.tasks and "image" in runner.call_args,
             "defaults": dataclasses.asdict(info.defaults), "size_multiple": list(info.size_multiple),
-            "fields": Fields({}, runner.options, info.defaults.fps).accepted(),
+            "fields": Fields({}, runner.options, info.defaults.fps, cache=runner.cls.cache_reference).accepted(),
         }]})
 
     async def health(request: Request) -> Response:

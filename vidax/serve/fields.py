@@ -37,8 +37,10 @@ class RequestError(Exception):
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
-#: OpenAI's fields that are no call keyword, by the keywords they stand for (``model`` for none).
-STANDS_FOR = {"model": (), "size": ("height", "width"), "seconds": ("num_frames",), "input_reference": ("image",)}
+#: OpenAI's fields that are no call keyword, by the keywords they stand for (``model`` for none;
+#: ``cache``, vidax's step cache with the CLI's ``--cache`` syntax, is read by the job runner).
+STANDS_FOR = {"model": (), "size": ("height", "width"), "seconds": ("num_frames",), "input_reference": ("image",),
+              "cache": ()}
 
 _INT = re.compile(r"[+-]?\d+")
 _SIZE = re.compile(r"\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*")
@@ -74,12 +76,13 @@ class Fields:
             are fields (the image keyword as ``input_reference``; a video file is not taken).
         fps: frames per second that ``seconds`` counts in: ``num_frames = seconds x fps + 1``.
         image_name: the file name of the uploaded ``input_reference``, or None.
+        cache: whether the pipeline takes a step cache (the ``cache`` field).
     """
 
     def __init__(self, fields: dict[str, Any], options: Iterable[CallOption], fps: Any,
-                 image_name: str | None = None):
+                 image_name: str | None = None, cache: bool = False):
         self.options = {o.name: o for o in options if o.is_flag and o.type is not VIDEO_FILE}
-        self.fps, self.image_name = fps, image_name
+        self.fps, self.image_name, self.cache = fps, image_name, cache
         self.given = {k: v for k, v in fields.items()
                       if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")}
         if image_name is not None:
@@ -90,7 +93,8 @@ class Fields:
         and OpenAI's ``model``, ``size``, ``seconds``."""
         names = [n for n, o in self.options.items() if o.type is not IMAGE_FILE]
         names[1:1] = ["model", "size", "seconds"]
-        return names + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
+        return (names + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
+                + ["cache"] * self.cache)
 
     def call_keywords(self) -> dict[str, Any]:
         """The call keywords of the fields, typed as declared (``model`` and ``input_reference``

@@ -192,7 +192,7 @@ class _Pending:
     """A job accepted and not finished: its checked call, its cancel event, its live step."""
 
     def __init__(self, job_id: str, call: Any):
-        self.id, self.call, self.fps = job_id, call, None
+        self.id, self.call, self.fps, self.cache = job_id, call, None, None
         self.request: Fields | None = None  # spells the run's errors as the request's fields
         self.cancel = threading.Event()
         self.step = 0
@@ -237,7 +237,8 @@ class JobRunner:
         if model not in (None, "", self.model):
             raise RequestError(400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model",
                                "model_not_found")
-        request = Fields(fields, self.options, self.info.defaults.fps, image_name if image_path else None)
+        request = Fields(fields, self.options, self.info.defaults.fps, image_name if image_path else None,
+                         cache=self.cls.cache_reference)
         job_id = "video_" + uuid.uuid4().hex
         pending = _Pending(job_id, None)
         try:
@@ -251,6 +252,7 @@ class JobRunner:
                                        callback=lambda i, _n: setattr(pending, "step", i + 1), **kw)
         except InputError as e:
             raise request.error(e) from None
+        pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps)
         pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
         fps = float(pending.fps)
@@ -268,6 +270,25 @@ class JobRunner:
             self.store.put(job)
         self._queue.put(pending)
         return job
+
+    def _cache(self, value: Any, steps: int) -> Any:
+        """The step cache config of a request's ``cache`` field (the CLI's ``--cache`` syntax, the
+        MagCache ratios inline), checked against the pipeline; None when not given.
+
+        Raises:
+            RequestError: 400 naming the field, its value and what is valid.
+        """
+        if value is None:
+            return None
+        from vidax.pipelines.step_cache import parse_cache_option
+
+        try:
+            if not isinstance(value, str):
+                raise InputError(f"cache={value!r} must be a string: first_block:THRESHOLD, mag[:[r1, r2, ...]] or "
+                                 "taylorseer")
+            return self.pipe.check_cache(parse_cache_option(value, steps, name="cache", files=False), "cache")
+        except InputError as e:
+            raise RequestError(400, " ".join(str(e).split()), "cache") from None
 
     def get(self, job_id: str) -> dict | None:
         """The job with its live progress, or None for an unknown id."""
@@ -340,7 +361,14 @@ class JobRunner:
         try:
             if pending.cancel.is_set():
                 raise Cancelled("before it started")
-            out = self.pipe.generate(pending.call)
+            if pending.cache is not None:  # this job's step cache (the worker runs one job at a time)
+                self.pipe.disable_cache()
+                self.pipe.enable_cache(pending.cache)
+            try:
+                out = self.pipe.generate(pending.call)
+            finally:
+                if pending.cache is not None:
+                    self.pipe.disable_cache()
             if pending.cancel.is_set():
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
             t0 = time.perf_counter()
@@ -352,6 +380,10 @@ class JobRunner:
                 raise _Unwritten(self.store.folder, pending.id, out.frames, e) from None
             stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
                      "write_s": time.perf_counter() - t0}
+            if out.stats.cache is not None:
+                stats["cache"] = out.stats.cache.describe()
+                if out.stats.cache.calibration is not None:
+                    stats["mag_ratios"] = out.stats.cache.calibration
             job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
                    "completed_at": int(time.time()), "stats": stats}
         except Cancelled as e:

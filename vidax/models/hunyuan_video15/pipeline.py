@@ -72,6 +72,7 @@ class HunyuanVideo15Pipeline(VideoPipeline):
     """
 
     separate_cfg_passes = True  # the guider calls the transformer once per branch
+    cache_block_metadata = False  # diffusers' TransformerBlockRegistry lacks its blocks: TaylorSeer only
     call_options = (SIGMAS_OPTION,)
     unsupported_call_args = ("guidance_scale_2",)
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
