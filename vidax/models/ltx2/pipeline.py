@@ -216,6 +216,7 @@ class LTX2Pipeline(LTXPipeline):
     #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
     #: (a conditioned pipeline takes 5-D latents as they are).
     packed_latents = True
+    cache_block_metadata = False  # diffusers' TransformerBlockRegistry lacks LTX-2's blocks: TaylorSeer only
     latent_streams = ("latents", "audio_latents")
     audio_stream = "audio_latents"
     stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
