@@ -147,7 +147,8 @@ def main() -> None:
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps({"cpu": cpu_model(), "variant": variant, "dtype": dtype,
-                                        "bf16_form": args.bf16_form, "load": os.getloadavg(), "rows": rows}) + "\n")
+                                        "bf16_form": args.bf16_form, "threads": args.threads,
+                                        "load": os.getloadavg(), "rows": rows}) + "\n")
             sys.stdout.flush()
 
 

@@ -192,7 +192,7 @@ def main() -> None:
                             for c in CLASSES), flush=True)
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# Where the CPU step's time goes (vidax, XLA:CPU)", "",
+    lines = ["# Where the CPU step's time goes (vidax, XLA:CPU)", "",
              f"CPU: {cpu}, {args.threads} threads; {date}; XLA_FLAGS extra: `{args.extra_xla_flags or '(none)'}`.", "",
              f"Step benchmarks' vidax side (`benchmarks/<family>_step.py --latent {' '.join(map(str, args.latent))} "
              f"--num-layers {args.num_layers}`), {args.steps + 1} steps under `jax.profiler`; one trace event per "
