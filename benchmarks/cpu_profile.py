@@ -157,7 +157,7 @@ def summarise(profile_dir: str, calls: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--families", nargs="+", default=["ltx", "wan"], choices=["ltx", "wan"])
+    p.add_argument("--families", nargs="+", default=["ltx", "wan"], choices=["ltx", "wan", "cogvideox"])
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--latent", nargs=3, type=int, default=[2, 8, 8], metavar=("T", "H", "W"))
     p.add_argument("--num-layers", type=int, default=8)
