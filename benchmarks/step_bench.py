@@ -165,6 +165,14 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     (x, state), times = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
                                    lambda c: c[0].block_until_ready())
     assert bool(jnp.isfinite(x).all())
+    profile_dir = os.environ.get("VIDAX_BENCH_PROFILE")
+    if profile_dir:  # benchmarks/cpu_profile.py: the compiled HLO and a trace of `steps` + 1 more steps
+        # (past the scheduler's last step: the latents are not checked again)
+        with open(os.path.join(profile_dir, "step.hlo.txt"), "w") as f:
+            f.write(compiled.as_text())
+        with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
+            (x, state), _ = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
+                                       lambda c: c[0].block_until_ready())
     peak, how = device_memory_bytes()
     return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
             "peak_device_gib": peak / 2**30, "peak_measured_by": how, "device": jax.devices()[0].device_kind,
