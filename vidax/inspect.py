@@ -75,9 +75,11 @@ def _variant(ckpt: Checkpoint) -> list[str]:
     d = info.defaults
     sound = [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"
              ] if cls.makes_audio(info) else []
+    # A pipeline that takes no max_sequence_length= (Cosmos 3: the prompt is as long as it is) has no text length.
+    text = "" if "max_sequence_length" in cls.unsupported_call_args else f"{d.max_sequence_length} text tokens, "
     return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}", *sound,
             f"  defaults: {d.height}x{d.width} (HxW), {d.num_frames} frames, {d.num_inference_steps} steps, "
-            f"guidance {d.guidance_scale}, {d.max_sequence_length} text tokens, {d.fps} fps"]
+            f"guidance {d.guidance_scale}, {text}{d.fps} fps"]
 
 
 def _human(n: int) -> str:

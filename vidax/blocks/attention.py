@@ -48,6 +48,10 @@ Mesh modes, picked from the token layouts (all through :mod:`vidax.parallel.ulys
   ``sequence``, heads over ``tensor``;
 * keys are a context held whole on every device (text, image; ``context_tokens="replicated"``):
   local attention, no communication;
+* two-pathway joint attention (``AttentionMask(first_stream_causal=True)``, Cosmos 3): both
+  streams through the Ulysses all-to-all, the first's causal mask and the second's key mask on
+  the whole sequence per head group (:func:`vidax.parallel.ulysses.two_pathway_attention`);
+  grouped K/V heads that do not split over ``tensor x sequence`` are repeated in place;
 * keys are another token-split stream (``context_tokens="seq"``, LTX-2 audio <-> video): Ulysses
   all-to-all of both sides (each length a multiple of ``sequence``); with a ``kv_mask`` (padded
   keys) the keys are gathered whole and attended locally instead.
@@ -72,7 +76,7 @@ from vidax.nn.layers import Identity, LayerNorm, RMSNorm, linear
 from vidax.nn.rope import apply_rope
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import attention as mesh_attention
-from vidax.parallel.ulysses import ulysses_attention
+from vidax.parallel.ulysses import two_pathway_attention, ulysses_attention
 
 #: q / k norms: over all heads (diffusers ``rms_norm_across_heads``, weight ``(N·K,)``), RMS per
 #: head (weight ``(K,)``), affine LayerNorm per head (CogVideoX).
@@ -185,7 +189,8 @@ class AttentionMask:
             over the grid; single device only).
         first_stream_causal: static; joint attention of ``(x1, x2)``: ``x1`` attends itself
             causally and never ``x2``; ``x2`` attends ``[x1; x2]`` (Cosmos 3's two pathways: the
-            understanding tokens' keys and values do not depend on the generation tokens).
+            understanding tokens' keys and values do not depend on the generation tokens), the
+            keys masked by ``kv_mask`` ``(B, L1 + L2)`` when given; on a mesh too.
     """
 
     valid_length: int | None = dataclasses.field(default=None, metadata=dict(static=True))
@@ -405,10 +410,12 @@ class Attention(nnx.Module):
             if c.rope is not None and rope is not None:
                 q1, k1, k1_for_2 = (apply_rope(t, *rope, layout=c.rope) for t in (q1, k1, k1_for_2))
         if mask.first_stream_causal:
-            o1 = self._attend(q1, k1, v1, own_tokens=True, mask=mask, causal=True)
-            kv = dataclasses.replace(mask, first_stream_causal=False, causal=False)
-            o2 = self._attend(q2, jnp.concatenate([k1_for_2, k2], axis=1), jnp.concatenate([v1, v2], axis=1),
-                              own_tokens=False, mask=kv)
+            if (mask.valid_length is not None or mask.segment_ids is not None or mask.causal or mask.window is not None
+                    or mask.bias is not None):
+                raise InputError("Attention: first_stream_causal combines with kv_mask only (the second stream's "
+                                 "key mask); got other masks too.")
+            o1, o2 = two_pathway_attention(q1, k1, v1, q2, k2, v2, self.mesh, k1_for_2=k1_for_2,
+                                           kv_mask=mask.kv_mask, implementation=self.attention)
         else:
             cat = (jnp.concatenate(p, axis=1) for p in ((q1, q2), (k1, k2), (v1, v2)))
             out = self._attend(*cat, own_tokens=True, mask=mask)

@@ -10,6 +10,11 @@ Tokens ``(B, L, N, K)`` arrive split over ``data`` (batch), ``sequence`` (tokens
   padded keys are masked with segment ids via ``valid_length``, or with the caller's full-length
   per-token ``segment_ids`` when the real tokens differ per batch element, e.g. a joint
   video + text sequence with prompts of different lengths).
+* two-pathway attention (:func:`two_pathway_attention`, Cosmos 3): a joint ``[x1; x2]`` whose
+  first stream attends itself causally and whose second attends both (keys masked by a
+  ``(B, L1 + L2)`` key mask); each stream goes through the same all-to-all, the masks apply to the
+  whole sequence per head group. Grouped key/value heads that do not split over
+  ``tensor x sequence`` are repeated first (:func:`mesh_kv_heads`).
 * cross-attention (:func:`local_attention`): queries stay token-split, the short context
   (text / image tokens) is whole on every device, so attention is local; no communication. A
   context padding mask ``kv_mask`` ``(B, Lk)`` masks the padded context keys (segment ids).
@@ -30,7 +35,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from vidax.errors import InputError
 from vidax.nn.attention import DEFAULT_BLOCK_SIZE, SegmentIds, dot_product_attention
-from vidax.parallel.mesh import SEQUENCE, axis_size
+from vidax.parallel.mesh import SEQUENCE, TENSOR, axis_size
 from vidax.parallel.rules import logical_spec
 
 _TOKENS = ("batch", "seq", "heads", "kv")
@@ -183,6 +188,108 @@ def ulysses_attention(
         return fn(q, k, v, segment_ids)
     fn = jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
     return fn(q, k, v)
+
+
+def mesh_kv_heads(mesh: Mesh | None, heads: int, kv_heads: int) -> int:
+    """How many key/value heads grouped-query attention runs with on ``mesh``: ``kv_heads`` when
+    they split over ``tensor x sequence`` (each device then holds the K/V heads of its query
+    heads), else the fewest repeats ``r·kv_heads`` (each head repeated ``r`` times in place, as
+    ``repeat_interleave``, so query head ``n`` still reads a copy of K/V head ``n // (N / N_kv)``)
+    that split and divide ``heads``. ``heads`` itself splits (:func:`~vidax.parallel.mesh.check_heads`)."""
+    split = axis_size(mesh, TENSOR) * axis_size(mesh, SEQUENCE)
+    for r in range(1, heads // kv_heads + 1):
+        n = r * kv_heads
+        if n % split == 0 and heads % n == 0:
+            return n
+    return heads
+
+
+def repeat_kv_heads(x: jax.Array, heads: int) -> jax.Array:
+    """``(B, L, N_kv, K)`` -> ``(B, L, heads, K)``, each head repeated in place (``repeat_interleave``)."""
+    return x if x.shape[2] == heads else jnp.repeat(x, heads // x.shape[2], axis=2)
+
+
+def two_pathway_attention(
+    q1: jax.Array,
+    k1: jax.Array,
+    v1: jax.Array,
+    q2: jax.Array,
+    k2: jax.Array,
+    v2: jax.Array,
+    mesh: Mesh | None,
+    *,
+    k1_for_2: jax.Array | None = None,
+    kv_mask: jax.Array | None = None,
+    implementation: str = "auto",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """The two-pathway attention of a joint sequence ``[x1; x2]`` (Cosmos 3's understanding and
+    generation tokens): ``x1``'s queries attend ``x1``'s keys causally (``j <= i``) and never
+    ``x2``'s; ``x2``'s queries attend every key of ``[x1; x2]`` that ``kv_mask`` allows.
+
+    Args:
+        q1, k1, v1: the first stream ``(B, L1, N, K)`` / ``(B, L1, N_kv, K)``.
+        q2, k2, v2: the second stream ``(B, L2, N, K)`` / ``(B, L2, N_kv, K)``.
+        mesh: the mesh (tokens over ``sequence``, heads over ``tensor``, batch over ``data``) or
+            None (one device). On a mesh each stream goes through the Ulysses all-to-all and
+            both attentions run on whole sequences for the device's heads; grouped K/V heads are
+            repeated to :func:`mesh_kv_heads` first.
+        k1_for_2: the first stream's keys as the second stream attends them (Cosmos 3 Edge's
+            ``k_norm_und_for_gen``), shaped as ``k1``; None: ``k1``.
+        kv_mask: ``(B, L1 + L2)`` 0/1 mask of the keys the second stream attends (prompt
+            padding, the mesh's sequence padding); None: all. The first stream's causal mask
+            needs none as long as its padding is trailing.
+        implementation, block_size, interpret: of the local attention.
+
+    Returns:
+        ``(o1 (B, L1, N, K), o2 (B, L2, N, K))`` in ``q1.dtype``.
+
+    Raises:
+        InputError: on a mesh, ``L1`` or ``L2`` not divisible by ``sequence``; ``kv_mask`` not
+            ``(B, L1 + L2)``.
+    """
+    kw = dict(implementation=implementation, block_size=block_size, interpret=interpret)
+    k1_for_2 = k1 if k1_for_2 is None else k1_for_2
+    b, l1, l2 = q1.shape[0], q1.shape[1], q2.shape[1]
+    if kv_mask is not None and tuple(kv_mask.shape) != (b, l1 + l2):
+        raise InputError(f"two_pathway_attention: kv_mask must be (B, L1 + L2)={(b, l1 + l2)}; "
+                         f"got {tuple(kv_mask.shape)}.")
+
+    def local(q1, k1, v1, q2, k2, v2, k1b, *mask):
+        o1 = dot_product_attention(q1, k1, v1, causal=True, **kw)
+        seg = _context_segments(q2, mask[0]) if mask else None
+        o2 = dot_product_attention(q2, jnp.concatenate([k1b, k2], axis=1), jnp.concatenate([v1, v2], axis=1),
+                                   segment_ids=seg, **kw)
+        return o1, o2
+
+    masks = () if kv_mask is None else (jnp.asarray(kv_mask),)
+    if mesh is None:
+        return local(q1, k1, v1, q2, k2, v2, k1_for_2, *masks)
+    sp = axis_size(mesh, SEQUENCE)
+    if l1 % sp or l2 % sp:
+        raise InputError(f"two_pathway_attention: the streams' {l1} and {l2} tokens must each split over "
+                         f"sequence={sp}; pad them (vidax.parallel.ulysses.pad_tokens) and mask the padding.")
+    kv_heads = mesh_kv_heads(mesh, q1.shape[2], k1.shape[2])
+    k1, v1, k2, v2, k1_for_2 = (repeat_kv_heads(t, kv_heads) for t in (k1, v1, k2, v2, k1_for_2))
+    tensors = (q1, k1, v1, q2, k2, v2, k1_for_2)
+    specs = tuple(logical_spec(_TOKENS, mesh, t.shape) for t in tensors)
+    batch = specs[0][0] if len(specs[0]) else None
+    specs = tuple(PartitionSpec(batch, *tuple(s)[1:]) for s in specs)  # one batch split for all
+
+    def body(*args):
+        qkv, mask = args[:7], args[7:]
+        if sp > 1:  # (b, L/sp, n, K) -> (b, L, n/sp, K)
+            qkv = tuple(jax.lax.all_to_all(t, SEQUENCE, 2, 1, tiled=True) for t in qkv)
+        o1, o2 = local(*qkv, *mask)
+        if sp > 1:  # back to (b, L/sp, n, K)
+            o1, o2 = (jax.lax.all_to_all(o, SEQUENCE, 1, 2, tiled=True) for o in (o1, o2))
+        return o1, o2
+
+    mask_specs = (PartitionSpec(batch),) * len(masks)
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(*specs, *mask_specs), out_specs=(specs[0], specs[3]),
+                       check_vma=False)
+    return fn(*tensors, *masks)
 
 
 def local_attention(

@@ -18,8 +18,7 @@ TRANSFORMER_FP32_PARAMS = (r"(^|/)time_embedder(/|$)",)
 #: Logical axes of the parameters (stacked layers lead with ``layers``); see
 #: :mod:`vidax.parallel.rules`. Both pathways' q/k/v and MLP-in are column-parallel (output over
 #: ``heads`` / ``mlp``), attention-out and MLP-out row-parallel. The per-head norms, the layer
-#: norms, the embeddings, ``lm_head`` and the modality projections are replicated. (The model
-#: refuses a mesh for now; these are what it will be placed by.)
+#: norms, the embeddings, ``lm_head`` and the modality projections are replicated.
 TRANSFORMER_PARAM_AXES = (
     (r"^layers/self_attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/kernel$", ("layers", "embed", "heads")),
     (r"^layers/self_attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/bias$", ("layers", "heads")),

@@ -31,8 +31,13 @@ angles (positions × inverse frequencies, float32 as the reference computes them
 autocast) and rotation, the softmax and the timestep embedder (diffusers keeps it float32) in
 float32. ``lm_head`` is a parameter of the checkpoint and is held, not run.
 
-On a mesh: the understanding pathway's causal attention runs on a single device only in the
-shared attention (:mod:`vidax.blocks.attention`), so this model refuses a mesh.
+On a mesh (``data x tensor x sequence``): batch over ``data``; both pathways' heads over
+``tensor`` (q/k/v column-, out row-parallel); each pathway's tokens padded to a multiple of
+``sequence`` and split over it, the padding masked as keys of the generation pathway (trailing
+understanding padding is never seen by a real understanding query under the causal mask); the
+two-pathway attention through the Ulysses all-to-all of the shared attention
+(:func:`vidax.parallel.ulysses.two_pathway_attention`; GQA's key/value heads repeated in place
+where they do not split over ``tensor x sequence``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from vidax.models.cosmos3.config import Cosmos3TransformerConfig
 from vidax.nn.layers import RMSNorm, TimestepEmbedding, linear, timestep_sinusoid
 from vidax.nn.rope import rope_inv_freq
 from vidax.nn.stack import stacked
+from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
 _TWO_PATHWAYS = AttentionMask(first_stream_causal=True)
@@ -163,6 +169,8 @@ class Cosmos3Inputs:
     sound_noisy_frames: tuple[int, ...] | None = static()
     action_shape: tuple[int, int] | None = static()
     action_noisy_frames: tuple[int, ...] | None = static()
+    #: Real tokens of the (understanding, generation) streams, before the mesh's sequence padding.
+    stream_lengths: tuple[int, int] = static()
 
 
 def _noisy_rows(noisy_frames: tuple[int, ...], per_frame: int) -> np.ndarray:
@@ -176,19 +184,11 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
     Call ``model(input_ids, text_indexes, position_ids, und_len, vision, vision_sequence_indexes,
     vision_mse_loss_indexes, vision_timesteps, vision_noisy_frames, ...)`` (:meth:`embed`); it
     returns ``(vision, sound, action)`` (:meth:`head`).
-
-    Raises:
-        InputError: a mesh (the understanding pathway's causal attention is single-device only in
-            the shared attention).
     """
 
     block_stacks = ("layers",)
 
     def build(self, cfg: Cosmos3TransformerConfig, param_dtype, attention, rngs):
-        if self.mesh is not None:
-            raise InputError("Cosmos3OmniTransformer: mesh= is not supported yet (the understanding pathway's "
-                             "causal attention and GQA run on a single device only in vidax.blocks.attention); "
-                             "use mesh=None.")
         d, dtype = cfg.hidden_size, self.dtype
         self.embed_tokens = nnx.Embed(cfg.vocab_size, d, param_dtype=param_dtype, rngs=rngs)
         self.layers = stacked(lambda r: Cosmos3MoTLayer(cfg, attention, dtype, param_dtype, r, self.mesh),
@@ -254,7 +254,8 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
                 or None.
 
         Returns:
-            ``((und (B, und_len, D), gen (B, L - und_len, D)), Cosmos3Inputs)``.
+            ``((und (B, und_len', D), gen (B, L - und_len', D)), Cosmos3Inputs)``: each stream
+            padded to a multiple of the mesh's ``sequence`` (none without a mesh).
 
         Raises:
             InputError: a latent of the wrong rank / channels, or a modality the config lacks.
@@ -305,13 +306,20 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
             h = h.at[:, action_sequence_indexes].set(tok.astype(self.res_dtype))
 
         cos, sin = mrope_tables(position_ids, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        gen_len = length - und_len
+        (l_und, _), (l_gen, _) = self.sequence_length(und_len), self.sequence_length(gen_len)
         key_mask = None
-        if text_lengths is not None:
-            real = jnp.arange(und_len)[None] < jnp.asarray(text_lengths, jnp.int32).reshape(-1, 1)
-            key_mask = jnp.concatenate([real, jnp.ones((b, length - und_len), bool)], axis=1).astype(jnp.int32)
+        if text_lengths is not None or (l_und, l_gen) != (und_len, gen_len):  # prompt or mesh padding
+            real = und_len if text_lengths is None else jnp.asarray(text_lengths, jnp.int32).reshape(-1, 1)
+            key_mask = jnp.concatenate([jnp.broadcast_to(jnp.arange(l_und)[None] < real, (b, l_und)),
+                                        jnp.broadcast_to(jnp.arange(l_gen)[None] < gen_len, (b, l_gen))],
+                                       axis=1).astype(jnp.int32)
+
+        def rope(start, stop, n):
+            return tuple(pad_tokens(r[..., start:stop, :], n, axis=r.ndim - 2) for r in (cos, sin))
+
         inputs = Cosmos3Inputs(
-            rope_und=(cos[..., :und_len, :], sin[..., :und_len, :]),
-            rope_gen=(cos[..., und_len:, :], sin[..., und_len:, :]),
+            rope_und=rope(0, und_len, l_und), rope_gen=rope(und_len, length, l_gen),
             vision_mse_loss_indexes=jnp.asarray(vision_mse_loss_indexes),
             sound_mse_loss_indexes=None if sound is None else jnp.asarray(sound_mse_loss_indexes),
             action_mse_loss_indexes=None if action is None else jnp.asarray(action_mse_loss_indexes),
@@ -320,8 +328,9 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
             sound_shape=sound_shape,
             sound_noisy_frames=None if sound is None else tuple(int(i) for i in sound_noisy_frames),
             action_shape=action_shape,
-            action_noisy_frames=None if action is None else tuple(int(i) for i in action_noisy_frames))
-        return (self.stream(h[:, :und_len]), self.stream(h[:, und_len:])), inputs
+            action_noisy_frames=None if action is None else tuple(int(i) for i in action_noisy_frames),
+            stream_lengths=(und_len, gen_len))
+        return (self.stream(pad_tokens(h[:, :und_len], l_und)), self.stream(pad_tokens(h[:, und_len:], l_gen))), inputs
 
     # -- head --------------------------------------------------------------------------------------
 
@@ -329,7 +338,8 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
         """``(vision (B, T, H, W, C), sound (B, C_s, T_s) or None, action (B, T_a, A) or None)``
         in the compute dtype; the condition (not noisy) frames are zeros, as the reference's."""
         cfg = self.config
-        und, gen = x
+        und_len, gen_len = inputs.stream_lengths
+        und, gen = x[0][:, :und_len], x[1][:, :gen_len]  # without the mesh's sequence padding
         joint = jnp.concatenate([self.norm(und), self.norm_moe_gen(gen)], axis=1)
         b = joint.shape[0]
         t, hh, ww, c = inputs.vision_shape
