@@ -122,11 +122,13 @@ class TiledVAE:
         """The tiling state used when a call gives none (the VAE's tiling dataclass, or None)."""
         return self._tiling_settings.state
 
-    @tiling.setter
-    def tiling(self, state: Any) -> None:
-        # The methods below write the holder directly: an attribute set on an nnx module is
-        # recorded in its graph definition (once), which would retrace the tile functions.
-        self._tiling_settings.state = state
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``vae.tiling = state`` writes the holder: an attribute set through nnx's own
+        # ``__setattr__`` is recorded in the module's graph definition, retracing its functions.
+        if name == "tiling":
+            self._tiling_settings.state = value
+        else:
+            super().__setattr__(name, value)
 
     def _checked_tiling(self, state: Any) -> Any:
         """``state`` checked for this VAE (InputError naming the keyword when it is bad)."""
