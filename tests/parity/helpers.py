@@ -301,8 +301,9 @@ def check_enable_tiling_decode(ref, vae, z, tiling: dict, ref_decode, decode, to
     """``ref.enable_tiling(**tiling)`` and ``vae.enable_tiling(**tiling)`` (the same keywords):
     ``decode(z)`` (vidax) equals ``ref_decode(z)`` (diffusers) to ``tol`` (max relative) and
     >= 60 dB, has the untiled decode's shape, and differs from it (the tiles really ran: each has
-    its own context and the seams are blended). Tiling is switched off again on both after.
-    Returns the tiled vidax output."""
+    its own context and the seams are blended). After, ``ref``'s tiling is off and ``vae``'s
+    tiling state is what it was. Returns the tiled vidax output."""
+    saved = vae.tiling
     ref.enable_tiling(**tiling)
     vae.enable_tiling(**tiling)
     try:
@@ -310,7 +311,7 @@ def check_enable_tiling_decode(ref, vae, z, tiling: dict, ref_decode, decode, to
         got = decode(z)
     finally:
         ref.disable_tiling()
-        vae.disable_tiling()
+        vae.tiling = saved
     untiled = decode(z)
     assert got.shape == want.shape == untiled.shape, (got.shape, want.shape, untiled.shape)
     assert max_rel_err(got, untiled) > 1e-3, max_rel_err(got, untiled)
@@ -318,6 +319,18 @@ def check_enable_tiling_decode(ref, vae, z, tiling: dict, ref_decode, decode, to
     err = max_rel_err(got, want)
     assert err < tol, err
     return got
+
+
+def reference_decoder(ref, *args):
+    """``z -> ref.decode(z, *args).sample`` on channels-last numpy latents, with the reference's
+    tiling attributes as they are (``args``: torch tensors, e.g. LTX's decode timestep)."""
+    import torch
+
+    def decode(z):
+        with torch.no_grad():
+            return channels_last(ref.decode(torch.from_numpy(channels_first(z)), *args).sample)
+
+    return decode
 
 
 def decode_device_growth(module, name: str, decode) -> int:

@@ -25,12 +25,13 @@ import jax.numpy as jnp  # noqa: E402
 
 from tests.parity.helpers import (  # noqa: E402
     channels_first,
-    check_enable_tiling_decode,
-    check_tiling_switches,
-    check_tiled_decode_memory_flat,
     channels_last,
+    check_enable_tiling_decode,
+    check_tiled_decode_memory_flat,
+    check_tiling_switches,
     max_rel_err,
     psnr,
+    reference_decoder,
     save_random_vae,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
@@ -217,11 +218,6 @@ def test_tiled_decode_matches_reference_tiled(tile_model, big_reference):
     assert max_rel_err(got - untiled, want - want_untiled) < 10 * FP32_TOL
 
 
-def _ref_decode_as_set(ref, z):
-    with torch.no_grad():
-        return channels_last(ref.decode(_to_ncthw(z)).sample)
-
-
 def test_enable_tiling_decode_matches_reference(tile_model, big_reference):
     """``enable_tiling`` with the same keywords on both sides (the tile sizes this model's
     defaults give, so the compiles of the test above serve: 2 x 2 tiles of 6 x 5 latents every
@@ -230,10 +226,7 @@ def test_enable_tiling_decode_matches_reference(tile_model, big_reference):
     z = big_reference[0]
     kw = dict(tile_sample_min_height=12, tile_sample_min_width=10, tile_overlap_factor_height=1 / 6,
               tile_overlap_factor_width=1 / 5)
-    try:
-        check_enable_tiling_decode(ref, vae, z, kw, lambda x: _ref_decode_as_set(ref, x), vae.decode, FP32_TOL)
-    finally:
-        vae.disable_tiling()
+    check_enable_tiling_decode(ref, vae, z, kw, reference_decoder(ref), vae.decode, FP32_TOL)
 
 
 def test_tiled_decode_device_memory_flat_in_frames(tile_model):

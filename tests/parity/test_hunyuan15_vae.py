@@ -32,11 +32,10 @@ diffusers = pytest.importorskip("diffusers")
 
 from tests.parity.helpers import (  # noqa: E402
     assert_input_sensitive,
-    channels_first,
-    channels_last,
     check_enable_tiling_decode,
     check_tiling_switches,
     max_rel_err,
+    reference_decoder,
     reference_vae_decode,
     reference_vae_encode,
     save_random_vae,
@@ -171,16 +170,8 @@ def test_enable_tiling_decode_matches_reference(model):
     ref, vae = model
     kw = dict(tile_sample_min_height=64, tile_sample_min_width=64, tile_latent_min_height=4, tile_latent_min_width=4,
               tile_overlap_factor=0.25)
-    saved = vae.tiling
-
-    def ref_decode(x):
-        with torch.no_grad():
-            return channels_last(ref.decode(torch.from_numpy(channels_first(x))).sample)
-
-    try:
-        check_enable_tiling_decode(ref, vae, _latents((1, 2, 6, 6, 4), seed=11), kw, ref_decode, vae.decode, FP32_TOL)
-    finally:
-        vae.tiling = saved
+    check_enable_tiling_decode(ref, vae, _latents((1, 2, 6, 6, 4), seed=11), kw, reference_decoder(ref), vae.decode,
+                               FP32_TOL)
 
 
 def test_tiled_encode_matches_reference(model):

@@ -32,12 +32,11 @@ from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import HunyuanVi
 
 from tests.parity.helpers import (  # noqa: E402
     assert_input_sensitive,
-    channels_first,
-    channels_last,
     check_enable_tiling_decode,
     check_tiled_decode_memory_flat,
     check_tiling_switches,
     max_rel_err,
+    reference_decoder,
     reference_vae_decode,
     reference_vae_encode,
     save_random_vae,
@@ -224,16 +223,8 @@ def test_enable_tiling_decode_matches_reference(model):
     ref, vae = model
     kw = dict(tile_sample_min_height=24, tile_sample_min_width=40, tile_sample_stride_height=16,
               tile_sample_stride_width=24)
-    saved = vae.tiling
-
-    def ref_decode(x):
-        with torch.no_grad():
-            return channels_last(ref.decode(torch.from_numpy(channels_first(x))).sample)
-
-    try:
-        check_enable_tiling_decode(ref, vae, _latents((1, 3, 5, 8, 4), seed=12), kw, ref_decode, vae.decode, FP32_TOL)
-    finally:
-        vae.tiling = saved
+    check_enable_tiling_decode(ref, vae, _latents((1, 3, 5, 8, 4), seed=12), kw, reference_decoder(ref), vae.decode,
+                               FP32_TOL)
 
 
 def test_framewise_decode_device_memory_flat_in_frames(model):

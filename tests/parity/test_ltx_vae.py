@@ -47,6 +47,7 @@ from tests.parity.helpers import (  # noqa: E402
     check_tiling_switches,
     max_rel_err,
     randomize_torch_module,
+    reference_decoder,
 )
 from vidax.models.ltx import vae as ltx_vae  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
@@ -203,12 +204,8 @@ def test_v091_enable_tiling_decode_matches_reference(v091):
     ref, _, vae = v091
     z = _latents((2, 2, 3, 3, 5), 6)
     ref.use_framewise_decoding = False
-
-    def ref_decode(x):
-        with torch.no_grad():
-            return channels_last(ref.decode(torch.from_numpy(channels_first(x)), torch.from_numpy(TIMESTEP)).sample)
-
-    check_enable_tiling_decode(ref, vae, z, TILES, ref_decode, lambda x: vae.decode(x, TIMESTEP), FP32_TOL)
+    check_enable_tiling_decode(ref, vae, z, TILES, reference_decoder(ref, torch.from_numpy(TIMESTEP)),
+                               lambda x: vae.decode(x, TIMESTEP), FP32_TOL)
 
 
 def test_tiling_switches_match_reference(v095):

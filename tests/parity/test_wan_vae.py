@@ -25,11 +25,12 @@ import jax.numpy as jnp  # noqa: E402
 
 from tests.parity.helpers import (  # noqa: E402
     check_enable_tiling_decode,
-    check_tiling_switches,
     check_tiled_decode_memory_flat,
+    check_tiling_switches,
     max_rel_err,
     psnr,
     randomize_torch_module,
+    reference_decoder,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.wan import vae as wan_vae  # noqa: E402
@@ -276,7 +277,7 @@ def check_tiled_decode(ref, vae, z, tiling: dict, seed: int):
     blends), in more than one tile, and to the untiled decode's shape
     (:func:`tests.parity.helpers.check_enable_tiling_decode`); the reference's output is
     meaningful (not clamped flat) and depends on its input."""
-    got = check_enable_tiling_decode(ref, vae, z, tiling, lambda x: _ref_decode(ref, x), vae.decode, FP32_TOL)
+    got = check_enable_tiling_decode(ref, vae, z, tiling, reference_decoder(ref), vae.decode, FP32_TOL)
     _assert_meaningful(got, vae.decode(_latents(z.shape, seed=seed + 1)))
 
 
