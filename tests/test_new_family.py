@@ -93,6 +93,10 @@ def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, to
     # Another family's pipeline does not take it: named as the flag, with the flags it has.
     r = CliRunner().invoke(app, ["generate", "-p", "x", "--toy-repeat", "2", "-o", str(tmp_path / "v.npy")])
     assert r.exit_code == 2 and "does not use --toy-repeat; its own flags: none beyond the common ones" in r.stderr
+    # A VAE without a tiled decode (the toy's): --vae-tiling refused before loading, in one line.
+    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", toy_checkpoint, "--vae-tiling", "-o",
+                                 str(tmp_path / "v.npy")])
+    assert r.exit_code == 2 and "--vae-tiling: the VAE of" in r.stderr and "has no tiled decode" in r.stderr, r.output
 
 
 def test_cli_names_no_family_keyword():

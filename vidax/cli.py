@@ -255,8 +255,9 @@ def generate(
     keep_vae: Optional[bool] = load_flag("keep_vae"),
     vae_tiling: bool = typer.Option(
         False, "--vae-tiling", help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
-        "diffusers' tile sizes): device memory of the decode bounded by one tile [default: on only when the "
-        "memory estimate says an untiled decode does not fit; Wan and Cosmos VAEs]."),
+        "diffusers' tile sizes; LTX-Video / LTX-2 also in temporal tiles, use_framewise_decoding): device memory of "
+        "the decode bounded by one tile [default: on only when the memory estimate says an untiled decode does "
+        "not fit; every family]."),
     memory_check: bool = typer.Option(
         True, "--memory-check/--no-memory-check",
         help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
@@ -450,7 +451,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
     if vae_tiling or (est is not None and est.vae_tiling):
-        pipe.vae.enable_tiling()
+        pipe.vae.enable_tiled_decode()
     apply_loras(pipe, loras)
     if cache_config is not None:
         pipe.enable_cache(cache_config)

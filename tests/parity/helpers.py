@@ -260,3 +260,122 @@ def reference_vae_encode(ref, x, tiling, methods: tuple[str, ...]):
         dist = ref.encode(torch.from_numpy(channels_first(x))).latent_dist
     return (channels_last(dist.mean), channels_last(dist.logvar)), calls
 
+
+
+# ----------------------------------------------------------------------------- tiled VAE decode
+
+
+def tiling_state(vae) -> dict:
+    """The switches and sizes of a vidax VAE's tiling (:class:`vidax.nn.tiling.TiledVAE`), by the
+    reference's attribute names: ``use_tiling``, ``use_framewise_decoding`` where it has temporal
+    tiles, and every size field of its tiling dataclass."""
+    state = {"use_tiling": vae.use_tiling}
+    if vae.TILING_FRAMEWISE is not None:
+        state["use_framewise_decoding"] = vae.use_framewise_decoding
+    tiling = vae.tiling if vae.tiling is not None else vae.TILING()
+    switches = {vae.TILING_SWITCH, vae.TILING_FRAMEWISE}
+    state.update({f.name: getattr(tiling, f.name) for f in dataclasses.fields(tiling)
+                  if f.name not in switches and f.name.startswith("tile_")})
+    return state
+
+
+def check_tiling_switches(ref, vae, steps) -> None:
+    """Run each step (``("enable", kwargs)`` / ``("disable", {})`` / ``("framewise", bool)``) on
+    the diffusers VAE ``ref`` and the vidax VAE ``vae``; after each, vidax's switches and tile
+    sizes (:func:`tiling_state`) equal the reference's attributes of the same names (a size not
+    given keeps its value, sizes survive ``disable_tiling``, as the reference)."""
+    for what, arg in steps:
+        for m in (ref, vae):
+            if what == "enable":
+                m.enable_tiling(**arg)
+            elif what == "disable":
+                m.disable_tiling()
+            else:
+                m.use_framewise_decoding = arg
+        ours = tiling_state(vae)
+        theirs = {name: getattr(ref, name) for name in ours}
+        assert ours == theirs, (what, arg, ours, theirs)
+
+
+def check_enable_tiling_decode(ref, vae, z, tiling: dict, ref_decode, decode, tol: float) -> np.ndarray:
+    """``ref.enable_tiling(**tiling)`` and ``vae.enable_tiling(**tiling)`` (the same keywords):
+    ``decode(z)`` (vidax) equals ``ref_decode(z)`` (diffusers) to ``tol`` (max relative) and
+    >= 60 dB, has the untiled decode's shape, and differs from it (the tiles really ran: each has
+    its own context and the seams are blended). After, ``ref``'s tiling is off and ``vae``'s
+    tiling state is what it was. Returns the tiled vidax output."""
+    saved = vae.tiling
+    ref.enable_tiling(**tiling)
+    vae.enable_tiling(**tiling)
+    try:
+        want = ref_decode(z)
+        got = decode(z)
+    finally:
+        ref.disable_tiling()
+        vae.tiling = saved
+    untiled = decode(z)
+    assert got.shape == want.shape == untiled.shape, (got.shape, want.shape, untiled.shape)
+    assert max_rel_err(got, untiled) > 1e-3, max_rel_err(got, untiled)
+    assert psnr(got, want, data_range=2.0) >= 60.0, psnr(got, want, data_range=2.0)
+    err = max_rel_err(got, want)
+    assert err < tol, err
+    return got
+
+
+def reference_decoder(ref, *args):
+    """``z -> ref.decode(z, *args).sample`` on channels-last numpy latents, with the reference's
+    tiling attributes as they are (``args``: torch tensors, e.g. LTX's decode timestep)."""
+    import torch
+
+    def decode(z):
+        with torch.no_grad():
+            return channels_last(ref.decode(torch.from_numpy(channels_first(z)), *args).sample)
+
+    return decode
+
+
+def decode_device_growth(module, name: str, decode) -> int:
+    """Largest growth of the live device bytes (:func:`vidax.stats.live_array_bytes`) over those
+    alive before ``decode()`` runs, sampled right after every call of the jitted function
+    ``module.<name>`` (the VAE's per-chunk / per-tile decode, while its output and any cache it
+    hands on are alive): CPU backends report no allocator peak, so this is measured on the arrays
+    themselves. ``module.<name>`` is swapped for the sampling wrapper during ``decode()`` only."""
+    from vidax.stats import live_array_bytes
+
+    fn = getattr(module, name)
+    base, peak, calls = live_array_bytes(), [0], [0]
+
+    def sampled(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        calls[0] += 1
+        peak[0] = max(peak[0], live_array_bytes() - base)
+        return out
+
+    setattr(module, name, sampled)
+    try:
+        decode()
+    finally:
+        setattr(module, name, fn)
+    assert calls[0] > 1, f"{name} ran {calls[0]} times: not chunked"
+    return peak[0]
+
+
+def check_tiled_decode_memory_flat(vae, module, name: str, decode, short, long, tiling: dict | None = None,
+                                   framewise: bool = False) -> tuple[int, int]:
+    """With ``vae.enable_tiling(**tiling)`` (and ``use_framewise_decoding`` when ``framewise``),
+    the device bytes of ``decode(long)`` (latents of at least 4x the frames of ``short``) grow by
+    at most 1.3x those of ``decode(short)`` (:func:`decode_device_growth` around the jitted
+    ``module.<name>``): chunks go to host as they end. Tiling is switched off again after.
+    Returns ``(short, long)`` bytes."""
+    assert long.shape[1] >= 4 * short.shape[1], (short.shape, long.shape)
+    vae.enable_tiling(**(tiling or {}))
+    if framewise:
+        vae.use_framewise_decoding = True
+    try:
+        small = decode_device_growth(module, name, lambda: decode(short))
+        large = decode_device_growth(module, name, lambda: decode(long))
+    finally:
+        vae.disable_tiling()
+        if framewise:
+            vae.use_framewise_decoding = False
+    assert small > 0 and large <= 1.3 * small, (small, large)
+    return small, large

@@ -26,8 +26,12 @@ import jax.numpy as jnp  # noqa: E402
 from tests.parity.helpers import (  # noqa: E402
     channels_first,
     channels_last,
+    check_enable_tiling_decode,
+    check_tiled_decode_memory_flat,
+    check_tiling_switches,
     max_rel_err,
     psnr,
+    reference_decoder,
     save_random_vae,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
@@ -214,6 +218,26 @@ def test_tiled_decode_matches_reference_tiled(tile_model, big_reference):
     assert max_rel_err(got - untiled, want - want_untiled) < 10 * FP32_TOL
 
 
+def test_enable_tiling_decode_matches_reference(tile_model, big_reference):
+    """``enable_tiling`` with the same keywords on both sides (the tile sizes this model's
+    defaults give, so the compiles of the test above serve: 2 x 2 tiles of 6 x 5 latents every
+    5 x 4), then ``decode`` with ``tiled`` left to the switch."""
+    ref, _, vae = tile_model
+    z = big_reference[0]
+    kw = dict(tile_sample_min_height=12, tile_sample_min_width=10, tile_overlap_factor_height=1 / 6,
+              tile_overlap_factor_width=1 / 5)
+    check_enable_tiling_decode(ref, vae, z, kw, reference_decoder(ref), vae.decode, FP32_TOL)
+
+
+def test_tiled_decode_device_memory_flat_in_frames(tile_model):
+    """3 and 13 latent frames (chunks 3 + 2 k, as BIG: no new compile), tiled: the live device
+    bytes right after each chunk call (weights, the chunk's output, the cache handed on) grow by
+    < 1.3x: each chunk goes to host as it ends, one tile's cache lives at a time."""
+    _, _, vae = tile_model
+    check_tiled_decode_memory_flat(vae, cvx_vae, "_decode_chunk", vae.decode, _latents((1, 3, 8, 7, 4), seed=21),
+                                   _latents((1, 13, 8, 7, 4), seed=22))
+
+
 def test_tiled_decode_blends_from_neighbours_as_blended_in_place(tile_model, big_reference):
     """The reference blends each tile with its neighbours *after* their own blends (in place), so
     the corner where four tiles meet depends on it; blending from pristine copies differs."""
@@ -284,6 +308,18 @@ def test_tiling_arguments_match_enable_tiling(tiny):
         ref.enable_tiling(**kw)
         ours = CogVideoXTiling.from_config(vae.config, **kw)
         assert [getattr(ours, n) for n in names] == [getattr(ref, n) for n in names], kw
+    # The VAE's switches: sizes kept across calls and across disable_tiling, as the reference's.
+    fresh = cls.from_config(cls.load_config(path))
+    try:
+        check_tiling_switches(fresh, vae, [("enable", dict(tile_sample_min_width=48)), ("disable", {}),
+                                           ("enable", dict(tile_overlap_factor_height=0.3))])
+        with pytest.raises(InputError, match=r"^tile_overlap_factor_width=1.5 must be a number in \(0, 1\)"):
+            vae.enable_tiling(tile_overlap_factor_width=1.5)
+    finally:  # the defaults again, off
+        default = CogVideoXTiling.from_config(vae.config)
+        vae.enable_tiling(**{k: getattr(default, k) for k in override})
+        vae.disable_tiling()
+    assert not vae.use_tiling and vae.tiling == CogVideoXTiling.from_config(vae.config)
 
 
 def test_second_structure_matches_reference(tmp_path_factory):

@@ -32,7 +32,10 @@ diffusers = pytest.importorskip("diffusers")
 
 from tests.parity.helpers import (  # noqa: E402
     assert_input_sensitive,
+    check_enable_tiling_decode,
+    check_tiling_switches,
     max_rel_err,
+    reference_decoder,
     reference_vae_decode,
     reference_vae_encode,
     save_random_vae,
@@ -162,6 +165,15 @@ def test_tiled_decode_matches_reference(model):
     assert err < FP32_TOL, err
 
 
+def test_enable_tiling_decode_matches_reference(model):
+    """``enable_tiling`` with TILED's keywords on both sides (its shapes: no new compile)."""
+    ref, vae = model
+    kw = dict(tile_sample_min_height=64, tile_sample_min_width=64, tile_latent_min_height=4, tile_latent_min_width=4,
+              tile_overlap_factor=0.25)
+    check_enable_tiling_decode(ref, vae, _latents((1, 2, 6, 6, 4), seed=11), kw, reference_decoder(ref), vae.decode,
+                               FP32_TOL)
+
+
 def test_tiled_encode_matches_reference(model):
     ref, vae = model
     x = _video((1, 5, 96, 96, 3), seed=8)
@@ -196,6 +208,17 @@ def test_default_tiling_is_the_references(model):
     ours = HunyuanVideo15Tiling.enabled(tile_sample_min_height=128, tile_sample_min_width=96).resolved(16)
     for f in dataclasses.fields(ours):
         assert getattr(ours, f.name) == getattr(fresh, f.name), f.name
+    # The VAE's switches leave the reference's sizes, call after call.
+    saved = vae.tiling
+    try:
+        check_tiling_switches(diffusers.AutoencoderKLHunyuanVideo15(**TINY), vae, [
+            ("enable", dict(tile_sample_min_height=128, tile_sample_min_width=96)), ("disable", {}),
+            ("enable", dict(tile_latent_min_width=6, tile_overlap_factor=0.5))])
+        with pytest.raises(InputError, match="tile_overlap_factor"):
+            vae.enable_tiling(tile_overlap_factor=1.5)
+        assert not hasattr(vae, "use_framewise_decoding")  # no temporal tiles in the reference
+    finally:
+        vae.tiling = saved
 
 
 @pytest.mark.parametrize("override,match", [

@@ -32,13 +32,18 @@ from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import HunyuanVi
 
 from tests.parity.helpers import (  # noqa: E402
     assert_input_sensitive,
+    check_enable_tiling_decode,
+    check_tiled_decode_memory_flat,
+    check_tiling_switches,
     max_rel_err,
+    reference_decoder,
     reference_vae_decode,
     reference_vae_encode,
     save_random_vae,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig  # noqa: E402
+from vidax.models.hunyuan_video import vae as hv_vae  # noqa: E402
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling  # noqa: E402
 from vidax.weights.component import load_component  # noqa: E402
 
@@ -211,6 +216,45 @@ def test_spatial_tiled_decode_matches_reference(model):
     assert got.shape == want.shape == (1, 9, 40, 64, 3)
     err = max_rel_err(got, want)
     assert err < FP32_TOL, err
+
+
+def test_enable_tiling_decode_matches_reference(model):
+    """``enable_tiling`` with the tiles above on both sides (no new compile), plain ``decode``."""
+    ref, vae = model
+    kw = dict(tile_sample_min_height=24, tile_sample_min_width=40, tile_sample_stride_height=16,
+              tile_sample_stride_width=24)
+    check_enable_tiling_decode(ref, vae, _latents((1, 3, 5, 8, 4), seed=12), kw, reference_decoder(ref), vae.decode,
+                               FP32_TOL)
+
+
+def test_framewise_decode_device_memory_flat_in_frames(model):
+    """4 and 16 latent frames in windows of 3 latent frames every 1 (TEMPORAL's sizes, so the
+    compiles of the temporal test): each window goes to host as it ends, so the live device
+    bytes right after each window call grow by < 1.3x."""
+    _, vae = model
+    saved = vae.tiling
+    try:
+        check_tiled_decode_memory_flat(vae, hv_vae, "_decode_tile", vae.decode, _latents((1, 4, 3, 5, 4), seed=13),
+                                       _latents((1, 16, 3, 5, 4), seed=14),
+                                       dict(tile_sample_min_num_frames=8, tile_sample_stride_num_frames=4))
+    finally:
+        vae.tiling = saved
+
+
+def test_tiling_switches_match_reference(model):
+    """``enable_tiling`` / ``disable_tiling`` / ``use_framewise_decoding`` leave the sizes and
+    switches of the reference's same calls."""
+    _, vae = model
+    ref = diffusers.AutoencoderKLHunyuanVideo(**TINY)
+    saved = vae.tiling
+    vae.tiling = HunyuanVideoTiling()
+    try:
+        check_tiling_switches(ref, vae, [("enable", dict(tile_sample_min_height=320, tile_sample_stride_num_frames=8)),
+                                         ("framewise", False), ("disable", {}), ("enable", {}), ("framewise", True)])
+        with pytest.raises(InputError, match=r"tile_sample_stride_width=300 must be at most tile_sample_min_width=256"):
+            vae.enable_tiling(tile_sample_stride_width=300)
+    finally:
+        vae.tiling = saved
 
 
 def test_spatial_tiled_encode_matches_reference(model):

@@ -108,7 +108,14 @@ def test_temporal_tiled_decode_matches_reference(released):
     ref, vae = released
     z = standard_normal((1, 4, 2, 3, 6), 2)
     want = _ref_decode(ref, z, tiled=True)
-    got = vae.decode(z, tiling=LTXTiling(spatial=True, temporal=True, **TILES))
+    vae.enable_tiling(**TILES)  # the switches of the reference (--vae-tiling's enable_tiled_decode)
+    vae.use_framewise_decoding = True
+    try:
+        got = vae.decode(z)
+    finally:
+        vae.disable_tiling()
+        vae.use_framewise_decoding = False
+    assert vae.tiling == LTXTiling(spatial=False, temporal=False, **TILES)
     _close(got, want)
     assert max_rel_err(got, vae.decode(z)) > 1e-3  # the tiles and blends do change the result
 

@@ -39,7 +39,17 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from tests.parity.helpers import channels_first, channels_last, max_rel_err, randomize_torch_module  # noqa: E402
+from tests.parity.helpers import (  # noqa: E402
+    channels_first,
+    channels_last,
+    check_enable_tiling_decode,
+    check_tiled_decode_memory_flat,
+    check_tiling_switches,
+    max_rel_err,
+    randomize_torch_module,
+    reference_decoder,
+)
+from vidax.models.ltx import vae as ltx_vae  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.ltx.config import LTXVAEConfig  # noqa: E402
 from vidax.models.ltx.vae import LTXTiling  # noqa: E402
@@ -186,6 +196,46 @@ def test_v091_spatial_tiled_decode_matches_reference(v091):
     _close(got, want)
     assert got.shape == (2, 5, 24, 24, 3)
     assert max_rel_err(got, vae.decode(z, TIMESTEP)) > 1e-3
+
+
+def test_v091_enable_tiling_decode_matches_reference(v091):
+    """``enable_tiling(**TILES)`` on both sides (the shapes above: no new compile), then plain
+    ``decode`` calls: 3 x 3 tiles, the untiled decode's shape."""
+    ref, _, vae = v091
+    z = _latents((2, 2, 3, 3, 5), 6)
+    ref.use_framewise_decoding = False
+    check_enable_tiling_decode(ref, vae, z, TILES, reference_decoder(ref, torch.from_numpy(TIMESTEP)),
+                               lambda x: vae.decode(x, TIMESTEP), FP32_TOL)
+
+
+def test_tiling_switches_match_reference(v095):
+    """``enable_tiling`` / ``disable_tiling`` / ``use_framewise_decoding`` leave the reference's
+    sizes and switches; ``enable_tiled_decode`` (``--vae-tiling``) turns both tilings on."""
+    ref, _, vae = v095
+    try:
+        check_tiling_switches(ref, vae, [("enable", TILES), ("framewise", True), ("disable", {}),
+                                         ("enable", dict(tile_sample_stride_num_frames=8)), ("framewise", False),
+                                         ("enable", TILES)])
+        vae.disable_tiling()
+        vae.enable_tiled_decode()
+        assert vae.use_tiling and vae.use_framewise_decoding
+        with pytest.raises(InputError, match=r"^LTXTiling.tile_sample_stride_width=4 is smaller than"):
+            vae.enable_tiling(tile_sample_stride_width=4)
+        with pytest.raises(InputError, match=r"^use_framewise_decoding='yes' must be True or False"):
+            vae.use_framewise_decoding = "yes"
+    finally:
+        vae.disable_tiling()
+        vae.use_framewise_decoding = False
+
+
+def test_temporal_tiled_decode_device_memory_flat_in_frames(v095):
+    """3 and 12 latent frames in temporal tiles of 3 latent frames every 1 (TILES, the compile of
+    the test above): each tile goes to host as it ends, so the live device bytes right after each
+    tile call grow by < 1.3x."""
+    _, _, vae = v095
+    check_tiled_decode_memory_flat(vae, ltx_vae, "_decode_fn", lambda x: vae.decode(x, TIMESTEP),
+                                   _latents((2, 3, 2, 2, 6), 12), _latents((2, 12, 2, 2, 6), 13), TILES,
+                                   framewise=True)
 
 
 def test_noise_injection_uses_the_key(v091):

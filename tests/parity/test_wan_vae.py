@@ -12,6 +12,8 @@ CPUs / thread counts while any wrong tap, frame or channel gives errors of order
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,15 @@ diffusers = pytest.importorskip("diffusers")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from tests.parity.helpers import max_rel_err, psnr, randomize_torch_module  # noqa: E402
+from tests.parity.helpers import (  # noqa: E402
+    check_enable_tiling_decode,
+    check_tiled_decode_memory_flat,
+    check_tiling_switches,
+    max_rel_err,
+    psnr,
+    randomize_torch_module,
+    reference_decoder,
+)
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.wan import vae as wan_vae  # noqa: E402
 from vidax.models.wan.config import WanVAEConfig  # noqa: E402
@@ -264,50 +274,11 @@ def test_config_refuses_inconsistent():
 def check_tiled_decode(ref, vae, z, tiling: dict, seed: int):
     """``vae`` with ``enable_tiling(**tiling)`` decodes ``z`` as diffusers' ``tiled_decode`` with
     the same settings (>= 60 dB and FP32_TOL: the same convolutions per tile, then the same
-    blends), in more than one tile, and to the untiled decode's shape."""
-    ref.enable_tiling(**tiling)
-    try:
-        want = _ref_decode(ref, z)
-        _assert_meaningful(want, _ref_decode(ref, _latents(z.shape, seed=seed + 1)))
-    finally:
-        ref.disable_tiling()
-    vae.enable_tiling(**tiling)
-    try:
-        assert vae.use_tiling and vae.decode_chunks(z) == 1  # the tiled path runs
-        got = vae.decode(z)
-    finally:
-        vae.disable_tiling()
-    untiled = vae.decode(z)
-    assert got.shape == want.shape == untiled.shape
-    # The tiles were blended: the tiled video differs from the untiled one (seams blended,
-    # context cut), so a decode that ignored the tiling would fail the comparison above.
-    assert max_rel_err(got, untiled) > 1e-3
-    assert psnr(got, want, data_range=2.0) >= 60.0
-    err = max_rel_err(got, want)
-    assert err < FP32_TOL, err
-
-
-def decode_device_growth(vae, z, monkeypatch) -> int:
-    """Largest growth of live device bytes (:func:`vidax.stats.live_array_bytes`) over the
-    bytes alive before ``vae.decode(z)``, sampled after every chunk function call (while its
-    output and cache are alive): CPU backends report no allocator peak, so this is measured on
-    the arrays themselves."""
-    from vidax.stats import live_array_bytes
-
-    chunk = wan_vae._decode_chunk
-    base, peak = live_array_bytes(), [0]
-
-    def sampled(*args):
-        out = chunk(*args)
-        peak[0] = max(peak[0], live_array_bytes() - base)
-        return out
-
-    monkeypatch.setattr(wan_vae, "_decode_chunk", sampled)
-    try:
-        vae.decode(z)
-    finally:
-        monkeypatch.setattr(wan_vae, "_decode_chunk", chunk)
-    return peak[0]
+    blends), in more than one tile, and to the untiled decode's shape
+    (:func:`tests.parity.helpers.check_enable_tiling_decode`); the reference's output is
+    meaningful (not clamped flat) and depends on its input."""
+    got = check_enable_tiling_decode(ref, vae, z, tiling, reference_decoder(ref), vae.decode, FP32_TOL)
+    _assert_meaningful(got, vae.decode(_latents(z.shape, seed=seed + 1)))
 
 
 # 48 x 40 pixels: latent 6 x 5 in tiles of 4 latent pixels every 3 -> 2 x 2 tiles of 4 sizes.
@@ -317,34 +288,38 @@ TILING = dict(tile_sample_min_height=32, tile_sample_min_width=32, tile_sample_s
 
 def test_tiled_decode_matches_reference_tiled(tiny):
     ref, _, vae = tiny
+    vae.enable_tiling(**TILING)
+    assert vae.decode_chunks(_latents((1, 2, 6, 5, 4), seed=30)) == 1  # the tiled path: one chunk
+    vae.disable_tiling()
     check_tiled_decode(ref, vae, _latents((1, 2, 6, 5, 4), seed=30), TILING, seed=30)
 
 
-def test_tiled_decode_device_memory_flat_in_frames(tiny, monkeypatch):
+def test_tiled_decode_device_memory_flat_in_frames(tiny):
     """4x the latent frames: the live device bytes during the decode grow by < 1.3x (chunks go
     to host as they finish; one tile's cache and chunk live at a time)."""
     _, _, vae = tiny
-    vae.enable_tiling(**TILING)
-    try:
-        short = decode_device_growth(vae, _latents((1, 2, 6, 5, 4), seed=31), monkeypatch)
-        long = decode_device_growth(vae, _latents((1, 8, 6, 5, 4), seed=32), monkeypatch)
-    finally:
-        vae.disable_tiling()
-    assert short > 0 and long <= 1.3 * short, (short, long)
+    check_tiled_decode_memory_flat(vae, wan_vae, "_decode_chunk", vae.decode, _latents((1, 2, 6, 5, 4), seed=31),
+                                   _latents((1, 8, 6, 5, 4), seed=32), TILING)
 
 
 def test_enable_tiling_checks_and_keeps_values(tiny):
-    _, _, vae = tiny
+    """The switches keep sizes as ``AutoencoderKLWan``'s (a size not given stays, also across
+    ``disable_tiling``); a bad size is refused naming its keyword, and changes nothing."""
+    ref, _, vae = tiny
+    defaults = {k: v for k, v in dataclasses.asdict(wan_vae.WanTiling()).items() if k != "use_tiling"}
     try:
-        vae.enable_tiling(tile_sample_min_height=320)
-        assert vae.tiling == wan_vae.WanTiling(tile_sample_min_height=320)  # the others keep their defaults
+        check_tiling_switches(ref, vae, [("enable", defaults), ("enable", dict(tile_sample_min_height=320)), ("disable", {}),
+                                         ("enable", dict(tile_sample_min_width=128, tile_sample_stride_width=96))])
+        before = vae.tiling
         with pytest.raises(InputError, match=r"^tile_sample_stride_width=12 must be a multiple of 8"):
             vae.enable_tiling(tile_sample_stride_width=12)
         with pytest.raises(InputError, match=r"^tile_sample_stride_height=400 must be at most tile_sample_min_height=320"):
             vae.enable_tiling(tile_sample_stride_height=400)
         with pytest.raises(InputError, match=r"^tile_sample_min_width=0 must be a positive integer"):
             vae.enable_tiling(tile_sample_min_width=0)
-        assert vae.tiling == wan_vae.WanTiling(tile_sample_min_height=320)  # a refused call changes nothing
-    finally:
-        vae.disable_tiling()
+        assert vae.tiling == before  # a refused call changes nothing
+    finally:  # the default sizes again, switched off
+        for m in (ref, vae):
+            m.enable_tiling(**defaults)
+            m.disable_tiling()
     assert not vae.use_tiling

@@ -78,3 +78,107 @@ def tiled(run: Callable[[Any], np.ndarray], x, tile: Sequence[int], step: Sequen
             kept.append(t[:, :, : limit[0], : limit[1]])
         out_rows.append(np.concatenate(kept, axis=3))
     return np.concatenate(out_rows, axis=2)
+
+
+class TilingSettings:
+    """A VAE's tiling state (its tiling dataclass, or None), held on the host.
+
+    One holder per VAE, kept as a static attribute of the module and compared by identity: the
+    tiling settings change which tiles the host loop cuts, never a traced computation, so
+    switching them keeps the module's graph definition (a static argument of the jitted tile
+    functions) and so the compiled functions.
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Any):
+        self.state = state
+
+
+class TiledVAE:
+    """diffusers' tiling switches on a VAE module (``enable_tiling(...)`` / ``disable_tiling()`` /
+    ``use_tiling``, and ``use_framewise_decoding`` where the reference has temporal tiles).
+
+    The state is :attr:`tiling`: the VAE's tiling dataclass (the reference's tile sizes and
+    switches), or None (off, the dataclass defaults). A subclass sets:
+
+    * ``TILING``: the dataclass (its defaults are the reference's ``__init__`` values);
+    * ``TILING_SWITCH``: its bool field that is the reference's ``use_tiling``;
+    * ``TILING_FRAMEWISE``: its bool field that is the reference's ``use_framewise_decoding``
+      (None where the reference has no temporal tiles);
+    * ``self._tiling_settings = TilingSettings(state)`` in ``__init__``;
+
+    and defines ``enable_tiling`` with the reference's keyword names, calling
+    :meth:`_enable_tiling`, and ``_checked_tiling(state) -> state`` (raises InputError).
+    """
+
+    TILING: Any = None
+    TILING_SWITCH = "use_tiling"
+    TILING_FRAMEWISE: str | None = None
+    _tiling_settings: TilingSettings
+
+    @property
+    def tiling(self) -> Any:
+        """The tiling state used when a call gives none (the VAE's tiling dataclass, or None)."""
+        return self._tiling_settings.state
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``vae.tiling = state`` writes the holder: an attribute set through nnx's own
+        # ``__setattr__`` is recorded in the module's graph definition, retracing its functions.
+        if name == "tiling":
+            self._tiling_settings.state = value
+        else:
+            super().__setattr__(name, value)
+
+    def _checked_tiling(self, state: Any) -> Any:
+        """``state`` checked for this VAE (InputError naming the keyword when it is bad)."""
+        raise NotImplementedError
+
+    def _state(self) -> Any:
+        if self.tiling is not None:
+            return self.tiling
+        return dataclasses.replace(self.TILING(), **{self.TILING_SWITCH: False})
+
+    def _enable_tiling(self, **given: Any) -> None:
+        """The reference's ``enable_tiling(**given)``: the switch on; each size given (not None)
+        replaces the current one, the others stay (the reference's ``x or self.x``). Checked
+        before anything changes (InputError naming the keyword)."""
+        state = dataclasses.replace(self._state(), **{k: v for k, v in given.items() if v is not None},
+                                    **{self.TILING_SWITCH: True})
+        self._tiling_settings.state = self._checked_tiling(state)
+
+    def disable_tiling(self) -> None:
+        """Decode (and encode) without spatial tiles again; the tile sizes set are kept, as the
+        reference's ``disable_tiling``."""
+        self._tiling_settings.state = dataclasses.replace(self._state(), **{self.TILING_SWITCH: False})
+
+    @property
+    def use_tiling(self) -> bool:
+        """Whether spatial tiling is on (the reference's attribute)."""
+        return self.tiling is not None and bool(getattr(self.tiling, self.TILING_SWITCH))
+
+    @property
+    def use_framewise_decoding(self) -> bool:
+        """Whether long clips decode in blended temporal tiles (the reference's attribute; set it
+        to switch them). AttributeError on a VAE whose reference has no temporal tiles."""
+        if self.TILING_FRAMEWISE is None:
+            raise AttributeError(f"{type(self).__name__} has no temporal tiling (use_framewise_decoding)")
+        return self.tiling is not None and bool(getattr(self.tiling, self.TILING_FRAMEWISE))
+
+    @use_framewise_decoding.setter
+    def use_framewise_decoding(self, on: bool) -> None:
+        if self.TILING_FRAMEWISE is None:
+            raise AttributeError(f"{type(self).__name__} has no temporal tiling (use_framewise_decoding)")
+        if not isinstance(on, bool):
+            raise InputError(f"use_framewise_decoding={on!r} must be True or False")
+        self._tiling_settings.state = dataclasses.replace(self._state(), **{self.TILING_FRAMEWISE: on})
+
+    def enable_tiled_decode(self) -> None:
+        """What ``--vae-tiling`` turns on: ``enable_tiling()`` (the sizes set so far, else the
+        reference's defaults) and, where the reference has them, temporal tiles
+        (``use_framewise_decoding = True``), so that the decode's device memory is bounded by
+        one tile whatever the frame size and (with temporal tiles or chunked decoding) the clip
+        length."""
+        self.enable_tiling()
+        if self.TILING_FRAMEWISE is not None:
+            self.use_framewise_decoding = True

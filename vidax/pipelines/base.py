@@ -158,8 +158,8 @@ class ModelSize:
         num_heads: attention heads (0: ``hidden_size // 64``).
         decode_frames: video frames one VAE decode chunk makes (Wan: 4, one latent frame).
         decode_channels: the VAE decoder's channel width at full resolution.
-        decode_tile: pixels per side of the VAE's default decode tile (its ``enable_tiling()``);
-            0 where the VAE has no tiled decode.
+        decode_tile: pixels per side of the VAE's default decode tile (its ``enable_tiling()``,
+            the longer side where tiles are not square); 0 where the VAE has no tiled decode.
     """
 
     tokens: int
@@ -1141,7 +1141,8 @@ class VideoPipeline:
             devices=1 if self.mesh is None else self.mesh.size, vae_tiling=tiling)
         auto_tiling = est is not None and est.vae_tiling and not tiling
         if auto_tiling:  # for this call only
-            self.vae.enable_tiling()
+            saved_tiling = self.vae.tiling
+            self.vae.enable_tiled_decode()
         phase = ["text encoding"]
         try:
             return self._generate(call, phase)
@@ -1157,7 +1158,7 @@ class VideoPipeline:
             ) from None
         finally:
             if auto_tiling:
-                self.vae.disable_tiling()
+                self.vae.tiling = saved_tiling
 
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
         t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
-from vidax.models.cogvideox.vae import decoded_frames
+from vidax.models.cogvideox.vae import CogVideoXTiling, decoded_frames
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
                                   tokenizer_token_limit)
@@ -113,8 +113,10 @@ class CogVideoXPipeline(VideoPipeline):
         t, _ = info.latent_frames(call.num_frames)
         mult = s * cfg.patch_size
         video = (t // cfg.patch_t) * (call.height // mult) * (call.width // mult)
+        tile = CogVideoXTiling.from_config(info.vae_config)  # the VAE's enable_tiling() defaults
         return ModelSize(tokens=video + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=4 * cfg.inner_dim,
-                         num_layers=cfg.num_layers)
+                         num_layers=cfg.num_layers,
+                         decode_tile=max(tile.tile_sample_min_height, tile.tile_sample_min_width))
 
     @classmethod
     def text_token_limit(cls, info: CogVideoXInfo) -> tuple[int, str]:

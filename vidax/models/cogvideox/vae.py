@@ -77,6 +77,7 @@ from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm
+from vidax.nn.tiling import TiledVAE, TilingSettings
 from vidax.nn.tiling import tiled as _tiled
 
 NUM_SAMPLE_FRAMES_BATCH_SIZE = 8
@@ -105,6 +106,7 @@ class CogVideoXTiling:
 
     Build it with :meth:`from_config` (the reference's defaults: half the training size, factors
     1/6 and 1/5). All derived sizes below are computed with the reference's expressions.
+    ``use_tiling`` is the reference's switch (``enable_tiling()`` / ``disable_tiling()``).
     """
 
     tile_sample_min_height: int
@@ -112,6 +114,7 @@ class CogVideoXTiling:
     tile_overlap_factor_height: float = 1 / 6
     tile_overlap_factor_width: float = 1 / 5
     spatial_compression: int = 8
+    use_tiling: bool = False
 
     @classmethod
     def from_config(
@@ -538,7 +541,7 @@ class CogVideoXDecoder3D(nnx.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class CogVideoXVAE(nnx.Module):
+class CogVideoXVAE(TiledVAE, nnx.Module):
     """The CogVideoX video VAE (follows ``diffusers.AutoencoderKLCogVideoX``), channels last.
 
     Args:
@@ -549,8 +552,11 @@ class CogVideoXVAE(nnx.Module):
 
     Use :meth:`encode` / :meth:`decode`; both run one jitted function per temporal chunk (traced
     once for the first chunk and once for the others, per tile shape when tiled) and return host
-    (numpy) arrays.
+    (numpy) arrays. Tiling: ``enable_tiling(...)`` / ``disable_tiling()`` / ``use_tiling``
+    (:class:`CogVideoXTiling`, :class:`vidax.nn.tiling.TiledVAE`).
     """
+
+    TILING = CogVideoXTiling
 
     def __init__(self, config: CogVideoXVAEConfig, *, dtype=_F32, param_dtype=_F32,
                  rngs: nnx.Rngs):  # fmt: skip
@@ -559,6 +565,26 @@ class CogVideoXVAE(nnx.Module):
         self.dtype = dtype
         self.encoder = CogVideoXEncoder3D(config, **kw)
         self.decoder = CogVideoXDecoder3D(config, **kw)
+        self._tiling_settings = TilingSettings(CogVideoXTiling.from_config(config))
+
+    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
+                      tile_overlap_factor_height: float | None = None,
+                      tile_overlap_factor_width: float | None = None) -> None:
+        """Encode / decode large inputs in spatial tiles, as ``AutoencoderKLCogVideoX.enable_tiling``
+        (a size left None keeps its current value; the defaults are :meth:`CogVideoXTiling.from_config`'s).
+
+        Raises:
+            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, or a
+                tile step of 0 (checked here, before any decode).
+        """
+        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                            tile_overlap_factor_height=tile_overlap_factor_height,
+                            tile_overlap_factor_width=tile_overlap_factor_width)
+
+    def _checked_tiling(self, state: CogVideoXTiling) -> CogVideoXTiling:
+        checked = CogVideoXTiling.from_config(self.config, state.tile_sample_min_height, state.tile_sample_min_width,
+                                              state.tile_overlap_factor_height, state.tile_overlap_factor_width)
+        return dataclasses.replace(checked, use_tiling=state.use_tiling)
 
     @property
     def scaling_factor(self) -> float:
@@ -597,10 +623,11 @@ class CogVideoXVAE(nnx.Module):
                 released configs; other counts are processed the same way the reference does).
             tiled: ``True``: the reference's ``tiled_encode`` (used only when ``H`` or ``W``
                 exceeds the tile, as in the reference with tiling enabled); ``False``: plain;
-                ``None``: tiled only when ``H * W`` exceeds :data:`AUTO_TILE_AREA_FACTOR` times
-                ``sample_height * sample_width`` (the diffusers pipelines never enable tiling, so
-                up to that size the output is theirs).
-            tiling: tile sizes (default :meth:`CogVideoXTiling.from_config`).
+                ``None``: tiled when :attr:`use_tiling` (``enable_tiling()``), else only when
+                ``H * W`` exceeds :data:`AUTO_TILE_AREA_FACTOR` times ``sample_height *
+                sample_width`` (the diffusers pipelines never enable tiling, so up to that size
+                the output is theirs).
+            tiling: tile sizes (default :attr:`tiling`, set by ``enable_tiling``).
 
         Returns:
             ``(mean, logvar)``, each ``(B, T', H', W', C_z)`` float32 numpy, ``logvar`` clamped to
@@ -619,7 +646,8 @@ class CogVideoXVAE(nnx.Module):
                     f"video has {name}={side} (shape {shape}); the VAE needs at least "
                     f"{cfg.spatial_compression} pixels per side"
                 )
-        tiling = tiling or CogVideoXTiling.from_config(cfg)
+        tiling = tiling or self.tiling
+        tiled = True if tiled is None and tiling.use_tiling else tiled
         tile = tiling.encode_params[0]
         run = functools.partial(
             self._temporal, _encode_chunk, batch=NUM_SAMPLE_FRAMES_BATCH_SIZE
@@ -661,10 +689,11 @@ class CogVideoXVAE(nnx.Module):
                 frames, an odd remainder joining the first chunk (13 -> 3 + 2 + ... + 2).
             tiled: ``True``: the reference's ``tiled_decode`` (used only when ``h`` or ``w``
                 exceeds the latent tile, as in the reference with tiling enabled); ``False``:
-                plain; ``None``: tiled only when the decoded frame's area exceeds
+                plain; ``None``: tiled when :attr:`use_tiling` (``enable_tiling()``), else only
+                when the decoded frame's area exceeds
                 :data:`AUTO_TILE_AREA_FACTOR` times ``sample_height * sample_width`` (e.g. not at
                 480x720 or 768x1360, yes at 1080x1920 for the released configs).
-            tiling: tile sizes (default :meth:`CogVideoXTiling.from_config`).
+            tiling: tile sizes (default :attr:`tiling`, set by ``enable_tiling``).
 
         Returns:
             ``(B, F, 8 h, 8 w, C_out)`` float32 numpy, ``F = 1 + 4 (T' - 1)`` for odd ``T'`` and
@@ -678,7 +707,8 @@ class CogVideoXVAE(nnx.Module):
         """
         cfg = self.config
         shape = check_video_array("z", z, cfg.latent_channels, "latent_channels")
-        tiling = tiling or CogVideoXTiling.from_config(cfg)
+        tiling = tiling or self.tiling
+        tiled = True if tiled is None and tiling.use_tiling else tiled
         tile = tiling.decode_params[0]
         out_hw = (shape[2] * cfg.spatial_compression, shape[3] * cfg.spatial_compression)
         run = functools.partial(

@@ -61,6 +61,7 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
+from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions,
                                   text_truncation)
@@ -266,7 +267,8 @@ class HunyuanVideoPipeline(VideoPipeline):
         _, _, t, h, w = cls.latent_shape(info, call)
         return ModelSize(tokens=(t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
                          + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim,
-                         num_layers=cfg.num_layers + cfg.num_single_layers)
+                         num_layers=cfg.num_layers + cfg.num_single_layers,
+                         decode_tile=HunyuanVideoTiling().tile_sample_min_height)
 
     @classmethod
     def check_call(cls, info: HunyuanVideoInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):

@@ -74,7 +74,7 @@ from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, GroupNorm, Identity, linear
-from vidax.nn.tiling import blend, check_tiling_fields, tiled
+from vidax.nn.tiling import TiledVAE, TilingSettings, blend, check_tiling_fields, tiled
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"`` (the
@@ -403,10 +403,12 @@ def posterior(moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(mean), np.clip(logvar, -30.0, 20.0)
 
 
-class ScaledLatentsVAE(nnx.Module):
+class ScaledLatentsVAE(TiledVAE, nnx.Module):
     """What the HunyuanVideo 1.0 and 1.5 VAEs share: latents scaled by ``config.scaling_factor``
-    alone (no shift), and one tile run through a jitted ``encode_tile`` / ``decode_tile`` (the
-    subclass's methods) to a writable host array."""
+    alone (no shift), one tile run through a jitted ``encode_tile`` / ``decode_tile`` (the
+    subclass's methods) to a writable host array, and diffusers' tiling switches
+    (:class:`vidax.nn.tiling.TiledVAE`: the state starts as the ``TILING`` dataclass's defaults,
+    the reference's ``__init__``, checked by the subclass's ``_tiling``)."""
 
     config: object
 
@@ -414,6 +416,9 @@ class ScaledLatentsVAE(nnx.Module):
     def scaling_factor(self) -> float:
         """``config.scaling_factor`` (the pipelines decode ``latents / scaling_factor``)."""
         return self.config.scaling_factor
+
+    def _checked_tiling(self, state):
+        return self._tiling(state)
 
     def _run(self, fn, x) -> np.ndarray:
         graphdef, state = nnx.split(self)
@@ -451,8 +456,13 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         rngs: initialiser keys (values are replaced when loading a checkpoint).
 
     :meth:`encode` / :meth:`decode` / :meth:`iter_decode` take host or device arrays and return
-    host (numpy) float32 arrays; tiling per :class:`HunyuanVideoTiling` (default: the reference's).
+    host (numpy) float32 arrays; tiling per :class:`HunyuanVideoTiling` (default: :attr:`tiling`,
+    the reference's state, set by ``enable_tiling(...)`` / ``disable_tiling()`` /
+    ``use_framewise_decoding``).
     """
+
+    TILING = HunyuanVideoTiling
+    TILING_FRAMEWISE = "use_framewise_decoding"
 
     def __init__(self, config: HunyuanVideoVAEConfig, *, dtype=_F32, param_dtype=_F32,
                  attention: str = "auto", rngs: nnx.Rngs):  # fmt: skip
@@ -465,6 +475,24 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         self.decoder = HunyuanVideoDecoder3D(config, **kw)
         self.quant_conv = Conv(2 * lc, 2 * lc, (1, 1, 1), **kw)
         self.post_quant_conv = Conv(lc, lc, (1, 1, 1), **kw)
+        self._tiling_settings = TilingSettings(HunyuanVideoTiling())
+
+    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
+                      tile_sample_min_num_frames: int | None = None, tile_sample_stride_height: int | None = None,
+                      tile_sample_stride_width: int | None = None,
+                      tile_sample_stride_num_frames: int | None = None) -> None:
+        """Spatial tiles, as ``AutoencoderKLHunyuanVideo.enable_tiling`` (a size left None keeps
+        its current value; temporal windows are ``use_framewise_decoding``'s, on by default).
+
+        Raises:
+            InputError: a size that is not a positive integer, a stride above its tile or below
+                the compression.
+        """
+        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                            tile_sample_min_num_frames=tile_sample_min_num_frames,
+                            tile_sample_stride_height=tile_sample_stride_height,
+                            tile_sample_stride_width=tile_sample_stride_width,
+                            tile_sample_stride_num_frames=tile_sample_stride_num_frames)
 
     # -- one tile (traced inside jit) ---------------------------------------------------------
 
@@ -481,7 +509,7 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
     # -- host-side tiling (the reference's _encode / _decode) ----------------------------------
 
     def _tiling(self, tiling: HunyuanVideoTiling | None) -> HunyuanVideoTiling:
-        tiling = HunyuanVideoTiling() if tiling is None else tiling
+        tiling = self.tiling if tiling is None else tiling
         if not isinstance(tiling, HunyuanVideoTiling):
             raise InputError(f"tiling={tiling!r} must be a HunyuanVideoTiling or None")
         tiling.check(self.config.spatial_compression, self.config.temporal_compression)
@@ -564,7 +592,7 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         Args:
             video: ``(B, F, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax); the released
                 configs take ``F = 4 k + 1`` (any ``F`` runs as in the reference).
-            tiling: :class:`HunyuanVideoTiling`; default the reference's state (framewise
+            tiling: :class:`HunyuanVideoTiling`; default :attr:`tiling` (at first the reference's state: framewise
                 windows above 16 frames, no spatial tiles).
 
         Returns:
@@ -621,7 +649,7 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         Args:
             z: unscaled latents ``(B, T, h, w, C_z)`` (the pipelines pass
                 ``latents / scaling_factor``, :meth:`denormalize_latents`), numpy or jax.
-            tiling: :class:`HunyuanVideoTiling`; default the reference's state (framewise
+            tiling: :class:`HunyuanVideoTiling`; default :attr:`tiling` (at first the reference's state: framewise
                 windows of 5 latent frames every 3 above 4 latent frames, no spatial tiles).
 
         Returns:

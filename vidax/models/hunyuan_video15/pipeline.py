@@ -47,6 +47,7 @@ from vidax.errors import Arg, InputError
 from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas,
                                                  first_frame_concat, steps_of_sigmas, two_encoder_loads)
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
+from vidax.models.hunyuan_video15.vae import HunyuanVideo15Tiling
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
@@ -100,7 +101,8 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         _, _, t, h, w = cls.latent_shape(info, call)
         video = (t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
         return ModelSize(tokens=video + call.max_sequence_length + cls.glyph_max_length + IMAGE_TOKENS,
-                         hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim, num_layers=cfg.num_layers)
+                         hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim, num_layers=cfg.num_layers,
+                         decode_tile=HunyuanVideo15Tiling().tile_sample_min_height)
 
     @classmethod
     def text_token_limit(cls, info: HunyuanVideo15Info) -> tuple[int, str] | None:

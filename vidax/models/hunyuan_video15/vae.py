@@ -66,7 +66,7 @@ from vidax.models.hunyuan_video15.config import HunyuanVideo15VAEConfig
 from vidax.models.wan.vae import WanRMS_norm
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv
-from vidax.nn.tiling import tiled
+from vidax.nn.tiling import TilingSettings, tiled
 
 _F32 = jnp.float32
 
@@ -382,8 +382,12 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
     host (numpy) float32 arrays; tiling per :class:`HunyuanVideo15Tiling` (default: the
     reference's, off). ``scaling_factor``, ``normalize_latents`` (``z * scaling_factor``) and
     ``denormalize_latents`` (``z / scaling_factor``) are :class:`ScaledLatentsVAE`'s; the tile
-    functions' traces count in :data:`vidax.models.hunyuan_video.vae.TRACE_COUNTS`.
+    functions' traces count in :data:`vidax.models.hunyuan_video.vae.TRACE_COUNTS`. Tiling:
+    ``enable_tiling(...)`` / ``disable_tiling()`` / ``use_tiling`` set :attr:`tiling` (spatial
+    only, as the reference: the whole clip decodes at once in each tile).
     """
+
+    TILING = HunyuanVideo15Tiling
 
     def __init__(self, config: HunyuanVideo15VAEConfig, *, dtype=_F32, param_dtype=_F32,
                  attention: str = "auto", rngs: nnx.Rngs):  # fmt: skip
@@ -393,6 +397,21 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
         self.attention = attention
         self.encoder = HunyuanVideo15Encoder3D(config, **kw)
         self.decoder = HunyuanVideo15Decoder3D(config, **kw)
+        self._tiling_settings = TilingSettings(HunyuanVideo15Tiling().resolved(config.spatial_compression))
+
+    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
+                      tile_latent_min_height: int | None = None, tile_latent_min_width: int | None = None,
+                      tile_overlap_factor: float | None = None) -> None:
+        """Spatial tiles, as ``AutoencoderKLHunyuanVideo15.enable_tiling`` (a size left None keeps
+        its current value: the latent tile does not follow a new sample tile, as the reference).
+
+        Raises:
+            InputError: a size that is not a positive integer, an overlap outside ``[0, 1)``, or
+                a tile step below 1.
+        """
+        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                            tile_latent_min_height=tile_latent_min_height, tile_latent_min_width=tile_latent_min_width,
+                            tile_overlap_factor=tile_overlap_factor)
 
     # -- one tile (traced inside jit) ---------------------------------------------------------
 
@@ -408,7 +427,7 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
     # -- host-side tiling (the reference's _encode / _decode) ----------------------------------
 
     def _tiling(self, tiling: HunyuanVideo15Tiling | None) -> HunyuanVideo15Tiling:
-        tiling = HunyuanVideo15Tiling() if tiling is None else tiling
+        tiling = self.tiling if tiling is None else tiling
         if not isinstance(tiling, HunyuanVideo15Tiling):
             raise InputError(f"tiling={tiling!r} must be a HunyuanVideo15Tiling or None")
         return tiling.resolved(self.config.spatial_compression)
@@ -442,7 +461,7 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             video: ``(B, F, H, W, C_in)`` float in ``[-1, 1]`` (numpy or jax); the released config
                 takes ``F = 4 k + 1`` and ``H``, ``W`` multiples of 16 (the I2V pipeline encodes
                 one frame).
-            tiling: :class:`HunyuanVideo15Tiling`; default the reference's state (no tiles).
+            tiling: :class:`HunyuanVideo15Tiling`; default :attr:`tiling` (at first the reference's state, no tiles).
 
         Returns:
             ``(mean, logvar)``, each ``(B, (F - 1) // 4 + 1, H / 16, W / 16, C_z)`` float32 numpy
@@ -476,7 +495,7 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
         Args:
             z: unscaled latents ``(B, T, h, w, C_z)`` (the pipelines pass
                 ``latents / scaling_factor``, :meth:`denormalize_latents`), numpy or jax.
-            tiling: :class:`HunyuanVideo15Tiling`; default the reference's state (no tiles).
+            tiling: :class:`HunyuanVideo15Tiling`; default :attr:`tiling` (at first the reference's state, no tiles).
 
         Returns:
             ``(B, 4 (T - 1) + 1, 16 h, 16 w, C_out)`` float32 numpy (released config), not

@@ -143,8 +143,10 @@ class LTXPipeline(LTXDecode, VideoPipeline):
     def model_size(cls, info: LTXInfo, call) -> ModelSize:
         cfg = info.transformer_config
         f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        from vidax.models.ltx.vae import LTXTiling
+
         return ModelSize(tokens=f * h * w, hidden_size=cfg.inner_dim, ffn_dim=4 * cfg.inner_dim,
-                         num_layers=cfg.num_layers)
+                         num_layers=cfg.num_layers, decode_tile=LTXTiling().tile_sample_min_height)
 
     @classmethod
     def text_token_limit(cls, info: LTXInfo) -> tuple[int, str]:

@@ -479,7 +479,7 @@ class LTXVideoDecoder3d(nnx.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class LTXVideoVAE(nnx.Module):
+class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
     """The LTX-Video 0.9.x VAE (follows ``diffusers.AutoencoderKLLTXVideo``), channels last.
 
     Args:
@@ -490,7 +490,9 @@ class LTXVideoVAE(nnx.Module):
 
     Attributes:
         tiling: the :class:`LTXTiling` used when a call gives none; None (default, as the
-            diffusers pipelines): no tiling.
+            diffusers pipelines): no tiling. Set by ``enable_tiling(...)`` / ``disable_tiling()``
+            (``spatial``, diffusers' ``use_tiling``) and ``use_framewise_decoding = True``
+            (``temporal``), :class:`vidax.nn.tiling.TiledVAE`.
         latents_mean, latents_std: ``(C_z,)`` float32 :class:`Buffer` s (the checkpoint's).
 
     Implements the VAE contract (:class:`vidax.pipelines.contracts.VAE`): :meth:`encode`,
@@ -498,15 +500,40 @@ class LTXVideoVAE(nnx.Module):
     :meth:`decode_chunks`; ``config.spatial_compression`` / ``config.temporal_compression``.
     """
 
+    TILING = LTXTiling
+    TILING_SWITCH = "spatial"
+    TILING_FRAMEWISE = "temporal"
+
     def __init__(self, config: LTXVAEConfig, *, dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.config = config
         self.dtype = dtype
-        self.tiling: LTXTiling | None = None
+        self._tiling_settings = tile_loop.TilingSettings(None)
         self.encoder = LTXVideoEncoder3d(config, **kw)
         self.decoder = LTXVideoDecoder3d(config, **kw)
         self.latents_mean = Buffer(jnp.zeros((config.latent_channels,), _F32))
         self.latents_std = Buffer(jnp.ones((config.latent_channels,), _F32))
+
+    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
+                      tile_sample_min_num_frames: int | None = None, tile_sample_stride_height: int | None = None,
+                      tile_sample_stride_width: int | None = None,
+                      tile_sample_stride_num_frames: int | None = None) -> None:
+        """Spatial tiles, as ``AutoencoderKLLTXVideo.enable_tiling`` (a size left None keeps its
+        current value, the :class:`LTXTiling` defaults at first; the frame sizes serve the
+        temporal tiles of ``use_framewise_decoding``).
+
+        Raises:
+            InputError: a size that is not a positive integer or below the compression.
+        """
+        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                            tile_sample_min_num_frames=tile_sample_min_num_frames,
+                            tile_sample_stride_height=tile_sample_stride_height,
+                            tile_sample_stride_width=tile_sample_stride_width,
+                            tile_sample_stride_num_frames=tile_sample_stride_num_frames)
+
+    def _checked_tiling(self, state: LTXTiling) -> LTXTiling:
+        state.check(self.config)
+        return state
 
     @property
     def injects_noise(self) -> bool:

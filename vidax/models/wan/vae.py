@@ -63,7 +63,7 @@ from vidax.errors import InputError
 from vidax.models.wan.config import WanVAEConfig, decoder_levels, encoder_levels
 from vidax.nn.inputs import check_video_array as _check_array
 from vidax.nn.layers import matmul
-from vidax.nn.tiling import check_tiling_fields, tiled
+from vidax.nn.tiling import TiledVAE, TilingSettings, check_tiling_fields, tiled
 
 CACHE_T = 2
 """Frames of history carried per causal 3-tap convolution between chunks (as the reference)."""
@@ -83,12 +83,14 @@ class WanTiling:
     that many latent pixels, one every ``tile_sample_stride_* / s``; each tile decodes all its
     frames with its own causal cache, and neighbours are blended over
     ``tile_sample_min_* - tile_sample_stride_*`` pixels (:func:`vidax.nn.tiling.tiled`).
+    ``use_tiling`` is the switch (``enable_tiling()`` / ``disable_tiling()``).
     """
 
     tile_sample_min_height: int = 256
     tile_sample_min_width: int = 256
     tile_sample_stride_height: int = 192
     tile_sample_stride_width: int = 192
+    use_tiling: bool = False
 
     def check(self, config: WanVAEConfig, what: str = "") -> None:
         """Raise InputError (naming the keyword as ``{what}{field}=``) unless every size is a
@@ -97,7 +99,7 @@ class WanTiling:
         s = config.spatial_compression
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if v % s:
+            if f.name != "use_tiling" and v % s:
                 raise InputError(f"{what}{f.name}={v} must be a multiple of {s} (this VAE's spatial compression)")
         for axis in ("height", "width"):
             tile, stride = getattr(self, f"tile_sample_min_{axis}"), getattr(self, f"tile_sample_stride_{axis}")
@@ -581,7 +583,7 @@ class WanDecoder3d(nnx.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class WanVAE(nnx.Module):
+class WanVAE(TiledVAE, nnx.Module):
     """The Wan2.1 / Wan2.2 video VAE (follows ``diffusers.AutoencoderKLWan``), channels last.
 
     Below, ``s`` is ``config.spatial_compression`` (8 or 16), ``C`` the video channels
@@ -594,8 +596,12 @@ class WanVAE(nnx.Module):
         rngs: initialiser keys (values are replaced when loading a checkpoint).
 
     Use :meth:`encode` / :meth:`decode`; both run one jitted function per chunk (compiled once
-    for the first chunk and once for the others) and return host (numpy) arrays.
+    for the first chunk and once for the others) and return host (numpy) arrays. Tiling:
+    ``enable_tiling(...)`` / ``disable_tiling()`` / ``use_tiling`` (:class:`WanTiling`,
+    :class:`vidax.nn.tiling.TiledVAE`).
     """
+
+    TILING = WanTiling
 
     def __init__(self, config: WanVAEConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
                  rngs: nnx.Rngs):  # fmt: skip
@@ -606,9 +612,9 @@ class WanVAE(nnx.Module):
         self.quant_conv = WanCausalConv3d(2 * config.z_dim, 2 * config.z_dim, 1, **kw)
         self.post_quant_conv = WanCausalConv3d(config.z_dim, config.z_dim, 1, **kw)
         self.decoder = WanDecoder3d(config, **kw)
-        self.tiling: WanTiling | None = None
+        self._tiling_settings = TilingSettings(WanTiling())
 
-    # -- tiling (diffusers' switches) ----------------------------------------------------------
+    # -- tiling (diffusers' switches: vidax.nn.tiling.TiledVAE) ---------------------------------
 
     def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
                       tile_sample_stride_height: int | None = None,
@@ -620,27 +626,19 @@ class WanVAE(nnx.Module):
             InputError: a size is not a positive multiple of the spatial compression, or a stride
                 is larger than its tile (checked here, before any decode).
         """
-        given = dict(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                     tile_sample_stride_height=tile_sample_stride_height,
-                     tile_sample_stride_width=tile_sample_stride_width)
-        tiling = dataclasses.replace(self.tiling or WanTiling(), **{k: v for k, v in given.items() if v is not None})
-        tiling.check(self.config)
-        self.tiling = tiling
+        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                            tile_sample_stride_height=tile_sample_stride_height,
+                            tile_sample_stride_width=tile_sample_stride_width)
 
-    def disable_tiling(self) -> None:
-        """Decode in one piece again (``AutoencoderKLWan.disable_tiling``)."""
-        self.tiling = None
-
-    @property
-    def use_tiling(self) -> bool:
-        """Whether :meth:`enable_tiling` is on (diffusers' attribute name)."""
-        return self.tiling is not None
+    def _checked_tiling(self, state: WanTiling) -> WanTiling:
+        state.check(self.config)
+        return state
 
     def _tiles(self, shape) -> bool:
         """Whether a latent of ``shape (B, T', H', W', C_z)`` is decoded in tiles (as the
         reference's ``_decode``: tiling on and the latent larger than one tile)."""
         t, s = self.tiling, self.config.spatial_compression
-        return t is not None and (shape[3] > t.tile_sample_min_width // s or shape[2] > t.tile_sample_min_height // s)
+        return t.use_tiling and (shape[3] > t.tile_sample_min_width // s or shape[2] > t.tile_sample_min_height // s)
 
     # -- one chunk (traced inside jit) --------------------------------------------------------
 
