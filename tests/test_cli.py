@@ -546,3 +546,33 @@ def test_cache_flag(ckpt, tmp_path):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()
+
+
+def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
+    """-o naming an input file (--image here; --video / --lora / --transformer alike) is one line
+    naming both flags and the path, with or without --overwrite, and the input is kept."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.io.clobber import check_inputs_kept
+
+    image = tmp_path / "in.npy"  # PIL reads an image whatever its name; .npy is a valid --output
+    shutil.copy(image_file, image)
+    before = image.read_bytes()
+    for extra in ([], ["--overwrite"]):
+        r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(image),
+                                     "-o", str(image), *I2V_ARGS, *extra])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert r.output.strip() == (f"error: --output '{image}' is the same file as --image '{image}'; writing it would "
+                                    "destroy that input (with or without --overwrite); give another output name")
+        assert image.read_bytes() == before
+    # A link to the input, and the .wav a sounding .npy output writes beside it.
+    link = tmp_path / "link.npy"
+    link.symlink_to(image)
+    with pytest.raises(InputError, match="is the same file as lora="):
+        check_inputs_kept([str(link)], [("lora", str(image))])
+    wav = tmp_path / "in.wav"
+    wav.write_bytes(b"x")
+    with pytest.raises(InputError, match=r"writes '.*in.wav' beside it, the same file as video="):
+        check_inputs_kept([str(image)], [("video", str(wav))], audio=True)
+    check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written

@@ -382,6 +382,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
+    raw = dict(given)  # the file paths, before the files are read
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
                   if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
@@ -439,6 +440,11 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)
+    from vidax.io.clobber import check_inputs_kept
+
+    files = [(k, v) for k, v in raw.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)]
+    files += [("lora", path) for path, _ in loras] + ([("transformer", transformer)] if transformer else [])
+    check_inputs_kept(paths, files, audio=sound)  # -o in.mp4 with --video in.mp4: before any weight is read
     size = cls.model_size(info, call)
     if vae_tiling and not (size is not None and size.decode_tile):
         raise InputError(Arg("vae_tiling"), f": the VAE of {cls.__name__} ({ckpt.root}) has no tiled decode in vidax yet")
