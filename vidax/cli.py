@@ -424,12 +424,13 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
                          "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
     info = cls.read_checkpoint(ckpt)
-    sound = audio and cls.makes_audio(info)
-    if fmt == "wav" and not sound:
-        why = (f"{cls.__name__} ({ckpt.root}) makes no sound" if not cls.makes_audio(info) else
-               "--no-audio leaves the sound out")
-        raise InputError(Arg("output", output), f" writes the sound alone, but {why}; give *.mp4, *.npy or a folder")
     call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
+    silent = cls.silent_call(info, call)  # None: this call makes sound
+    sound = audio and silent is None
+    if fmt == "wav" and not sound:
+        why = silent or ("--no-audio leaves the sound out",)
+        raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
+                         "; give *.mp4, *.npy or a folder")
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     cache_config = None
     if cache is not None:

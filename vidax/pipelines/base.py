@@ -508,6 +508,15 @@ class VideoPipeline:
         return cls.audio_stream is not None
 
     @classmethod
+    def silent_call(cls, info: CheckpointInfo, call: Call) -> tuple | None:
+        """Why the checked ``call`` makes no sound, as message parts (strings, :class:`Arg`), or
+        None when it makes sound; by default it does when :meth:`makes_audio` (a family where
+        sound is a call option, as Cosmos 3's ``enable_sound``, also reads ``call``). The output
+        checks (a ``.wav`` output, the ``.wav`` beside an ``.npy``) ask this before any weight
+        is read."""
+        return None if cls.makes_audio(info) else (f"{cls.__name__} ({info.checkpoint.root}) makes no sound",)
+
+    @classmethod
     def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
         """The largest height / width / num_frames the model can represent (e.g. its RoPE
         tables' length); :meth:`check_call` refuses more, naming the largest valid value."""

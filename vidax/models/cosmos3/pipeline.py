@@ -171,6 +171,14 @@ class Cosmos3OmniPipeline(VideoPipeline):
         return info.sound_config is not None and info.transformer_config.sound_gen
 
     @classmethod
+    def silent_call(cls, info: Cosmos3Info, call) -> tuple | None:
+        """As :meth:`VideoPipeline.silent_call`: a checkpoint with sound makes it only with
+        ``enable_sound=True``."""
+        if not cls.makes_audio(info) or call.extra.get("enable_sound"):
+            return super().silent_call(info, call)
+        return (f"{cls.__name__} makes sound only when asked: add ", Arg("enable_sound", python="enable_sound=True"))
+
+    @classmethod
     def latent_shapes(cls, info: Cosmos3Info, call) -> dict[str, tuple[int, ...]]:
         shapes = {"latents": tuple(cls.latent_shape(info, call))}
         if call.extra.get("enable_sound"):
