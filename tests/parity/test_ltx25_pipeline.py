@@ -131,7 +131,10 @@ def test_duration_call_checks(vidax_pipe):
     for args, kwargs, match in (
         (([PROMPT, "x"],), {}, "num_frames.*2 prompts"),
         ((PROMPT,), dict(latents=np.zeros((1, 16, 6), np.float32)), "latents.*num_frames"),
-        ((PROMPT,), dict(num_frames=9, min_seconds=2.0, max_seconds=2.0), "min_seconds.*max_seconds"),
+        ((PROMPT,), dict(min_seconds=2.0, max_seconds=2.0), "min_seconds.*max_seconds"),
+        # the bounds act only on a prediction: with num_frames= they would be silently ignored
+        ((PROMPT,), dict(num_frames=9, max_seconds=3.0), "max_seconds=3.0 bounds the length the duration head "
+                                                          "predicts, which it predicts only without num_frames"),
     ):
         with pytest.raises(InputError, match=match):
             pipe.check_call(pipe.info, *args, **CALL, **OFF, **kwargs)

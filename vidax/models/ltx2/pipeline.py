@@ -303,6 +303,14 @@ class LTX2Pipeline(LTXPipeline):
             if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(np.diff(s) >= 0) or s[0] > 1 \
                     or s[-1] <= 0:
                 raise InputError(Arg("sigmas", x["sigmas"]), " must be a strictly descending list of numbers in (0, 1]")
+        for bound in (b for b in ("min_seconds", "max_seconds") if b in call.given):
+            if not info.duration_head:
+                raise InputError(Arg(bound, x[bound]), f" bounds the clip length LTX-2.5's duration head predicts, but "
+                                 f"{info.checkpoint.root} has no duration head; leave it out (the length is ",
+                                 Arg("num_frames"), ")")
+            if "num_frames" in call.given:
+                raise InputError(Arg(bound, x[bound]), " bounds the length the duration head predicts, which it "
+                                 "predicts only without ", Arg("num_frames"), "; give one of them")
         lo, hi = float(x.get("min_seconds", MIN_SECONDS)), float(x.get("max_seconds", MAX_SECONDS))
         if lo >= hi:
             raise InputError(Arg("min_seconds", lo), " must be less than ", Arg("max_seconds", hi), " (the range "
