@@ -576,3 +576,15 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
     with pytest.raises(InputError, match=r"writes '.*in.wav' beside it, the same file as video="):
         check_inputs_kept([str(image)], [("video", str(wav))], audio=True)
     check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written
+
+
+def test_sound_drift_warning_blames_only_a_given_fps():
+    """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
+    the model's own rounding, not an --fps; only an --fps the user gave is named."""
+    from vidax.cli import _drift_warning
+
+    assert _drift_warning(9 / 24, 0.33, 24, fps_given=False) is None
+    assert _drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
+    assert _drift_warning(5 / 16, 0.625, 16, fps_given=True) == (
+        "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s; they drift apart (leave --fps out for "
+        "the model's frame rate)")

@@ -472,6 +472,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
 
             typer.echo(offload_report(pipe), err=True)
     out = pipe.generate(call)
+    fps_given = fps is not None and fps != pipe.video_fps(call)  # an --fps other than the model's
     fps = fps or pipe.video_fps(call)
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
@@ -482,11 +483,9 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     stop.writing = True  # a second signal now waits for the file being written
     sounds = [None] * len(paths) if out.audio is None else list(out.audio)
     if out.audio is not None and fmt == "mp4":
-        seconds = (out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate)
-        if abs(seconds[0] - seconds[1]) > 1 / fps:  # more than a frame apart: an --fps the model did not make
-            typer.secho(f"warning: at --fps {fps} the video lasts {seconds[0]:.2f} s but its sound {seconds[1]:.2f} s; "
-                        "they drift apart (leave --fps out for the model's frame rate)", fg=typer.colors.YELLOW,
-                        err=True)
+        drift = _drift_warning(out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate, fps, fps_given)
+        if drift:
+            typer.secho(drift, fg=typer.colors.YELLOW, err=True)
     for clip, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
@@ -510,6 +509,21 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
                   + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
     typer.echo("summary:\n" + out.stats.summary(), err=True)
+
+
+def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) -> str | None:
+    """The warning line when an mp4's video (``video_s`` seconds at ``fps``) and its sound
+    (``sound_s`` seconds) are more than a frame apart because of the ``--fps`` the user gave;
+    None otherwise. At the model's own frame rate (no ``--fps``) a gap is the model's own rounding
+    of the sound's length (LTX-2: whole audio latents), as the reference writes it: a debug log."""
+    if abs(video_s - sound_s) <= 1 / fps:
+        return None
+    if not fps_given:
+        logging.getLogger("vidax.pipeline").debug("the video lasts %.3f s, its sound %.3f s (the model's rounding)",
+                                                  video_s, sound_s)
+        return None
+    return (f"warning: at --fps {fps} the video lasts {video_s:.2f} s but its sound {sound_s:.2f} s; they drift "
+            "apart (leave --fps out for the model's frame rate)")
 
 
 def _read_file(kind: str, name: str, path: str):
