@@ -112,6 +112,9 @@ def test_weight_format_refused_in_one_line(ckpt):
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, weight_dtype="int4")
     assert str(e.value).startswith("weight_dtype='int4' is not a weight format") and "\n" not in str(e.value)
+    with pytest.raises(InputError, match="weight_dtype='bf16' is a dtype, not a weight format .* the weights' dtype "
+                                         "is dtype="):  # it was taken as none: a flag that did nothing
+        vidax.load_pipeline(ckpt, weight_dtype="bf16")
     with pytest.raises(InputError, match="transformer='nope.gguf' is not a .gguf or .safetensors file"):
         vidax.load_pipeline(ckpt, transformer="nope.gguf")
 
