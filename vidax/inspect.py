@@ -76,7 +76,7 @@ def _variant(ckpt: Checkpoint) -> list[str]:
     sound = [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"
              ] if cls.makes_audio(info) else []
     return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}", *sound,
-            f"  defaults: {d.height}x{d.width} (HxW), {d.num_frames} frames, {d.num_inference_steps} steps, "
+            f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} steps, "
             f"guidance {d.guidance_scale}, {d.max_sequence_length} text tokens, {d.fps} fps"]
 
 

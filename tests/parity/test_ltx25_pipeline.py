@@ -138,6 +138,11 @@ def test_duration_call_checks(vidax_pipe):
     ):
         with pytest.raises(InputError, match=match):
             pipe.check_call(pipe.info, *args, **CALL, **OFF, **kwargs)
+    # vidax inspect says the length is predicted (it once showed the config's 121 frames).
+    from vidax.inspect import describe_checkpoint
+
+    text = describe_checkpoint(pipe.info.checkpoint.root)
+    assert "frames predicted by the duration head (1-20 s; --num-frames overrides)" in text and " 121 frames" not in text
     # Given num_frames: used as given (rounded as always), no prediction.
     call = pipe.check_call(pipe.info, PROMPT, num_frames=9, **CALL, **OFF)
     assert call.num_frames == 9 and "num_frames" in call.given

@@ -508,6 +508,12 @@ class VideoPipeline:
         return cls.audio_stream is not None
 
     @classmethod
+    def default_length(cls, info: CheckpointInfo) -> str:
+        """The clip length a call without ``num_frames`` gets, as ``vidax inspect`` shows it:
+        ``"N frames"`` by default (a family that predicts it, as LTX-2.5, says so)."""
+        return f"{info.defaults.num_frames} frames"
+
+    @classmethod
     def silent_call(cls, info: CheckpointInfo, call: Call) -> tuple | None:
         """Why the checked ``call`` makes no sound, as message parts (strings, :class:`Arg`), or
         None when it makes sound; by default it does when :meth:`makes_audio` (a family where

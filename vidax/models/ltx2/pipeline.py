@@ -260,6 +260,14 @@ class LTX2Pipeline(LTXPipeline):
         return super().schedule_sigmas(call) if sigmas is None else np.asarray(sigmas, np.float64)
 
     @classmethod
+    def default_length(cls, info: LTX2Info) -> str:
+        """As :meth:`VideoPipeline.default_length`; with a duration head (LTX-2.5) the length it
+        predicts from the prompt."""
+        if not info.duration_head:
+            return super().default_length(info)
+        return f"frames predicted by the duration head ({MIN_SECONDS:g}-{MAX_SECONDS:g} s; --num-frames overrides)"
+
+    @classmethod
     def check_call(cls, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
         is > 1 (the reference's ``do_classifier_free_guidance``). ``latents=`` of 5 dimensions
