@@ -588,3 +588,23 @@ def test_sound_drift_warning_blames_only_a_given_fps():
     assert _drift_warning(5 / 16, 0.625, 16, fps_given=True) == (
         "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s; they drift apart (leave --fps out for "
         "the model's frame rate)")
+
+
+def test_joined_flag_helps_read_as_one_text():
+    """A keyword several families declare: one generic sentence, each family's parenthetical
+    joined, nothing repeated (--video once said "Video to condition on (...). No safety checker
+    runs." four times over)."""
+    from vidax.cli import call_options
+    from vidax.pipelines.option_help import join_helps
+
+    assert join_helps(["Video to condition on (A continues its last frames). No safety checker runs (A's "
+                       "reference requires a guardrail).", "Video to condition on (B keeps its first frames). No "
+                       "safety checker runs.", "Video to condition on (C: from frame_index on)."]) == (
+        "Video to condition on (A continues its last frames; B keeps its first frames; C: from frame_index on). "
+        "No safety checker runs (A's reference requires a guardrail).")
+    options = call_options()
+    for name in ("video", "frame_rate", "image"):
+        text = options[name].help
+        sentences = [s for s in text.split(". ") if s]
+        assert len(sentences) == len(set(sentences)) and text.count("No safety checker runs") <= 1, text
+    assert options["video"].help.startswith("Video to condition on (") and "HunyuanVideo 1.5" in options["image"].help

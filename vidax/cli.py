@@ -66,16 +66,18 @@ def _fail(message: str) -> None:
 def call_options() -> dict:
     """The call keywords ``vidax generate`` offers as flags, by name: the shared ones, then those
     every registered pipeline declares (:class:`vidax.pipelines.options.CallOption`; a keyword
-    several pipelines take is one flag, its help theirs joined).
+    several pipelines take is one flag, its help theirs joined by :func:`~vidax.pipelines.option_help.join_helps`).
 
     Raises:
         ConfigError: two pipelines declare one keyword with different types (one flag cannot take both).
     """
     from vidax.errors import ConfigError
+    from vidax.pipelines.option_help import join_helps
     from vidax.pipelines.options import SHARED_OPTIONS
     from vidax.registry import registry
 
     options = {o.name: o for o in SHARED_OPTIONS if o.is_flag}
+    helps: dict[str, list[str]] = {}
     for spec in registry().pipelines():
         for o in spec.load().call_options:
             if not o.is_flag:
@@ -85,8 +87,10 @@ def call_options() -> dict:
             elif o.type != options[o.name].type:
                 raise ConfigError(f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
                                   f"pipeline as {options[o.name].type}; one flag cannot take both")
-            elif o.help not in options[o.name].help:
-                options[o.name] = dataclasses.replace(options[o.name], help=f"{options[o.name].help} {o.help}")
+            else:
+                helps.setdefault(o.name, [options[o.name].help]).append(o.help)
+    for name, texts in helps.items():  # one text: shared sentences once, each family's parenthetical
+        options[name] = dataclasses.replace(options[name], help=join_helps(texts))
     return options
 
 

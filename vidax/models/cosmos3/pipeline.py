@@ -148,8 +148,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
                    "[0, 1]"),
         CallOption("condition_video_keep", str, "Which end of video= the conditioning frames come from (Cosmos 3).",
                    "first", choices=("first", "last")),
-        CallOption("frame_rate", float, "(Cosmos 3: the reference's fps=, in the duration sentence, the positions "
-                   "and the sound length.)", "24", low=0, low_open=True),
+        CallOption("frame_rate", float, "Frame rate of the video (Cosmos 3: the reference's fps=, in the "
+                   "duration sentence, the positions and the sound length). Also the mp4's unless --fps is given.", "24", low=0, low_open=True),
         CallOption("enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound "
                    "tokenizer).", "False"),
         CallOption("use_system_prompt", bool, "Put the system turn before the prompt (Cosmos 3).",

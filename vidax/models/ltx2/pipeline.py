@@ -60,12 +60,12 @@ _F32 = jnp.float32
 
 #: The keywords of LTX2Pipeline beyond the shared ones (diffusers' names).
 LTX2_OPTIONS = (
-    CallOption("frame_rate", float, "Frame rate of the video (LTX-2): the model conditions on it, the sound "
-               "lasts num_frames / frame_rate seconds; also the mp4's unless --fps is given.", "24",
+    CallOption("frame_rate", float, "Frame rate of the video (LTX-2: the model conditions on it, the sound "
+               "lasts num_frames / frame_rate seconds). Also the mp4's unless --fps is given.", "24",
                low=0, low_open=True),
     CallOption("motion_speed", float, "Speed of the motion relative to real time (LTX-2): the positions are "
                "conditioned on frame_rate / motion_speed.", "1", low=0, low_open=True),
-    CallOption("guidance_rescale", float, "Guidance rescale factor phi of the video (LTX-2).", "0.7", low=0, high=1),
+    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-2: of the video).", "0.7", low=0, high=1),
     CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0 or unset in Python: "
                "guidance_scale.", "7", low=0),
     CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0 or unset in "
