@@ -546,3 +546,65 @@ def test_cache_flag(ckpt, tmp_path):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()
+
+
+def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
+    """-o naming an input file (--image here; --video / --lora / --transformer alike) is one line
+    naming both flags and the path, with or without --overwrite, and the input is kept."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.io.clobber import check_inputs_kept
+
+    image = tmp_path / "in.npy"  # PIL reads an image whatever its name; .npy is a valid --output
+    shutil.copy(image_file, image)
+    before = image.read_bytes()
+    for extra in ([], ["--overwrite"]):
+        r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(image),
+                                     "-o", str(image), *I2V_ARGS, *extra])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert r.output.strip() == (f"error: --output '{image}' is the same file as --image '{image}'; writing it would "
+                                    "destroy that input (with or without --overwrite); give another output name")
+        assert image.read_bytes() == before
+    # A link to the input, and the .wav a sounding .npy output writes beside it.
+    link = tmp_path / "link.npy"
+    link.symlink_to(image)
+    with pytest.raises(InputError, match="is the same file as lora="):
+        check_inputs_kept([str(link)], [("lora", str(image))])
+    wav = tmp_path / "in.wav"
+    wav.write_bytes(b"x")
+    with pytest.raises(InputError, match=r"writes '.*in.wav' beside it, the same file as video="):
+        check_inputs_kept([str(image)], [("video", str(wav))], audio=True)
+    check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written
+
+
+def test_sound_drift_warning_blames_only_a_given_fps():
+    """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
+    the model's own rounding, not an --fps; only an --fps the user gave is named."""
+    from vidax.cli import _drift_warning
+
+    assert _drift_warning(9 / 24, 0.33, 24, fps_given=False) is None
+    assert _drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
+    assert _drift_warning(5 / 16, 0.625, 16, fps_given=True) == (
+        "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s; they drift apart (leave --fps out for "
+        "the model's frame rate)")
+
+
+def test_joined_flag_helps_read_as_one_text():
+    """A keyword several families declare: one generic sentence, each family's parenthetical
+    joined, nothing repeated (--video once said "Video to condition on (...). No safety checker
+    runs." four times over)."""
+    from vidax.cli import call_options
+    from vidax.pipelines.option_help import join_helps
+
+    assert join_helps(["Video to condition on (A continues its last frames). No safety checker runs (A's "
+                       "reference requires a guardrail).", "Video to condition on (B keeps its first frames). No "
+                       "safety checker runs.", "Video to condition on (C: from frame_index on)."]) == (
+        "Video to condition on (A continues its last frames; B keeps its first frames; C: from frame_index on). "
+        "No safety checker runs (A's reference requires a guardrail).")
+    options = call_options()
+    for name in ("video", "frame_rate", "image"):
+        text = options[name].help
+        sentences = [s for s in text.split(". ") if s]
+        assert len(sentences) == len(set(sentences)) and text.count("No safety checker runs") <= 1, text
+    assert options["video"].help.startswith("Video to condition on (") and "HunyuanVideo 1.5" in options["image"].help

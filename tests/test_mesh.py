@@ -81,6 +81,11 @@ def test_resolve_mesh_forms():
     for bad in ("2x2", "dp=2;tp=4", "", "pp=2"):
         with pytest.raises(InputError, match="is not a mesh description"):
             parse_mesh_sizes(bad)
+    # The message says which form may leave sizes out (it once said "missing sizes are 1" of both).
+    with pytest.raises(InputError) as e:
+        parse_mesh_sizes("2x2")
+    assert str(e.value) == ("mesh='2x2' is not a mesh description; use 'DPxTPxSP' with all three sizes (e.g. '2x2x1'), "
+                            "or keys, where a size left out is 1 (e.g. 'dp=2,tp=2').")
     for zero in ("0x1x1", "dp=2,tp=0"):
         with pytest.raises(InputError, match=r"sizes must be >= 1, got \{'(dp|tp)': 0\}"):
             parse_mesh_sizes(zero)

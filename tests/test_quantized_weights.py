@@ -112,6 +112,9 @@ def test_weight_format_refused_in_one_line(ckpt):
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, weight_dtype="int4")
     assert str(e.value).startswith("weight_dtype='int4' is not a weight format") and "\n" not in str(e.value)
+    with pytest.raises(InputError, match="weight_dtype='bf16' is a dtype, not a weight format .* the weights' dtype "
+                                         "is dtype="):  # it was taken as none: a flag that did nothing
+        vidax.load_pipeline(ckpt, weight_dtype="bf16")
     with pytest.raises(InputError, match="transformer='nope.gguf' is not a .gguf or .safetensors file"):
         vidax.load_pipeline(ckpt, transformer="nope.gguf")
 
@@ -119,10 +122,10 @@ def test_weight_format_refused_in_one_line(ckpt):
 # ------------------------------------------------------------------------------ fp8 scaled
 
 
-def _fp8_folder(src, dst, drop_scale=None):
+def _fp8_folder(src, dst, drop_scale=None, nan_at=None):
     """The transformer of ``src`` with every 2-D weight float8 + a scale: per tensor under
     ``scale_weight`` for half of them, per row under ``weight_scale`` for the others, with
-    ``input_scale`` activation scales beside them."""
+    ``input_scale`` activation scales beside them (``nan_at``: that weight gets a NaN)."""
     reader = CheckpointReader(src)
     out, expect = {}, {}
     rng = np.random.default_rng(0)
@@ -132,9 +135,12 @@ def _fp8_folder(src, dst, drop_scale=None):
             out[key] = w
             continue
         stem = key[: -len("weight")]
-        scale = (np.float32(rng.uniform(0.5, 2.0) * np.abs(w).max() / 448) if i % 2 else
-                 (rng.uniform(0.5, 2.0, (w.shape[0], 1)) * np.abs(w).max(1, keepdims=True) / 448).astype(np.float32))
+        # scale >= max |w| / 448 (float8_e4m3fn's largest value): w / scale never overflows to NaN
+        scale = (np.float32(rng.uniform(1.0, 2.0) * np.abs(w).max() / 448) if i % 2 else
+                 (rng.uniform(1.0, 2.0, (w.shape[0], 1)) * np.abs(w).max(1, keepdims=True) / 448).astype(np.float32))
         v = (w / scale).astype(ml_dtypes.float8_e4m3fn)
+        if key == nan_at:
+            v.reshape(-1)[1] = np.nan
         out[key] = v
         if key != drop_scale:
             out[stem + ("scale_weight" if i % 2 else "weight_scale")] = np.asarray(scale, np.float32).reshape(
@@ -155,6 +161,7 @@ def test_fp8_scaled_files_both_spellings(transformers, tmp_path):
     flat = _flat(model)
     rules = KeyRules(stacked=("blocks",))
     assert len(expect) >= 20  # both spellings, per-tensor and per-row scales
+    assert all(np.isfinite(want).all() for want in expect.values())  # assert_array_equal takes NaN == NaN
     for key, want in expect.items():
         path, layer = rules.split(key)
         got = np.asarray(flat[path[:-1] + ("kernel",)])
@@ -167,6 +174,15 @@ def test_fp8_weight_without_scale_refused(transformers, tmp_path):
     with pytest.raises(CheckpointError) as e:
         load_component("WanTransformer3DModel", str(tmp_path / "fp8"), jnp.float32)
     assert "'blocks.0.attn2.to_k.weight' has no scale" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fp8_weight_with_nan_refused(transformers, tmp_path):
+    _, folder = transformers
+    _fp8_folder(folder, str(tmp_path / "fp8"), nan_at="blocks.0.attn2.to_k.weight")
+    with pytest.raises(CheckpointError) as e:
+        load_component("WanTransformer3DModel", str(tmp_path / "fp8"), jnp.float32)
+    assert "tensor 'blocks.0.attn2.to_k.weight' holds 1 NaN or Inf value(s) once dequantized" in str(e.value)
+    assert "diffusion_pytorch_model.safetensors" in str(e.value) and "\n" not in str(e.value)
 
 
 # ------------------------------------------------------------------------------ GGUF

@@ -136,6 +136,23 @@ def test_writers_put_the_sound_beside_npy_and_frames(out, tmp_path):
     assert (tmp_path / "w.wav").read_text() == "mine" and not (tmp_path / "w.npy").exists()
 
 
+def test_mp4_sound_at_a_rate_aac_does_not_encode_is_resampled(tmp_path, caplog):
+    """Sound at 240 Hz (Cosmos 3's tiny sound tokenizer): the mp4's AAC track is resampled to the
+    nearest AAC rate, 7350 Hz, with a log line, instead of failing at the end (avcodec_open2 22)."""
+    t = np.arange(480) / 240
+    audio = 0.5 * np.stack([np.sin(2 * np.pi * 5 * t), np.cos(2 * np.pi * 3 * t)]).astype(np.float32)
+    with caplog.at_level("WARNING", logger="vidax.io"):
+        write_video(np.zeros((48, 16, 16, 3), np.float32), tmp_path / "v.mp4", fps=24, audio=audio, sample_rate=240)
+    assert "the sound's 240 Hz is not a rate AAC encodes: the mp4's sound track is resampled to 7350 Hz" in caplog.text
+    with av.open(str(tmp_path / "v.mp4")) as c:
+        sound = c.streams.audio[0]
+        assert sound.sample_rate == 7350 and sound.channels == 2
+        seconds = float(sound.duration * sound.time_base)
+        wave = np.concatenate([f.to_ndarray().reshape(2, -1) for f in c.decode(audio=0)], axis=-1)
+    assert abs(seconds - 2.0) <= 1024 / 7350 + 1e-6  # the 2 s of sound, padded to whole AAC frames (1024 samples)
+    assert np.max(np.abs(wave)) == pytest.approx(0.5, abs=0.05)  # the sound, not silence
+
+
 def _vidax(*args):
     env = {**os.environ, "VIDAX_FAMILIES": "tests.toy_family",
            "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}

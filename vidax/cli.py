@@ -66,16 +66,18 @@ def _fail(message: str) -> None:
 def call_options() -> dict:
     """The call keywords ``vidax generate`` offers as flags, by name: the shared ones, then those
     every registered pipeline declares (:class:`vidax.pipelines.options.CallOption`; a keyword
-    several pipelines take is one flag, its help theirs joined).
+    several pipelines take is one flag, its help theirs joined by :func:`~vidax.pipelines.option_help.join_helps`).
 
     Raises:
         ConfigError: two pipelines declare one keyword with different types (one flag cannot take both).
     """
     from vidax.errors import ConfigError
+    from vidax.pipelines.option_help import join_helps
     from vidax.pipelines.options import SHARED_OPTIONS
     from vidax.registry import registry
 
     options = {o.name: o for o in SHARED_OPTIONS if o.is_flag}
+    helps: dict[str, list[str]] = {}
     for spec in registry().pipelines():
         for o in spec.load().call_options:
             if not o.is_flag:
@@ -85,8 +87,10 @@ def call_options() -> dict:
             elif o.type != options[o.name].type:
                 raise ConfigError(f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
                                   f"pipeline as {options[o.name].type}; one flag cannot take both")
-            elif o.help not in options[o.name].help:
-                options[o.name] = dataclasses.replace(options[o.name], help=f"{options[o.name].help} {o.help}")
+            else:
+                helps.setdefault(o.name, [options[o.name].help]).append(o.help)
+    for name, texts in helps.items():  # one text: shared sentences once, each family's parenthetical
+        options[name] = dataclasses.replace(options[name], help=join_helps(texts))
     return options
 
 
@@ -383,6 +387,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
+    raw = dict(given)  # the file paths, before the files are read
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
                   if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
@@ -424,12 +429,13 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
                          "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
     info = cls.read_checkpoint(ckpt)
-    sound = audio and cls.makes_audio(info)
-    if fmt == "wav" and not sound:
-        why = (f"{cls.__name__} ({ckpt.root}) makes no sound" if not cls.makes_audio(info) else
-               "--no-audio leaves the sound out")
-        raise InputError(Arg("output", output), f" writes the sound alone, but {why}; give *.mp4, *.npy or a folder")
     call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
+    silent = cls.silent_call(info, call)  # None: this call makes sound
+    sound = audio and silent is None
+    if fmt == "wav" and not sound:
+        why = silent or ("--no-audio leaves the sound out",)
+        raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
+                         "; give *.mp4, *.npy or a folder")
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     cache_config = None
     if cache is not None:
@@ -440,6 +446,11 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)
+    from vidax.io.clobber import check_inputs_kept
+
+    files = [(k, v) for k, v in raw.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)]
+    files += [("lora", path) for path, _ in loras] + ([("transformer", transformer)] if transformer else [])
+    check_inputs_kept(paths, files, audio=sound)  # -o in.mp4 with --video in.mp4: before any weight is read
     size = cls.model_size(info, call)
     if vae_tiling and not (size is not None and size.decode_tile):
         raise InputError(Arg("vae_tiling"), f": the VAE of {cls.__name__} ({ckpt.root}) has no tiled decode in vidax yet")
@@ -466,6 +477,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
 
             typer.echo(offload_report(pipe), err=True)
     out = pipe.generate(call)
+    fps_given = fps is not None and fps != pipe.video_fps(call)  # an --fps other than the model's
     fps = fps or pipe.video_fps(call)
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
@@ -476,11 +488,9 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     stop.writing = True  # a second signal now waits for the file being written
     sounds = [None] * len(paths) if out.audio is None else list(out.audio)
     if out.audio is not None and fmt == "mp4":
-        seconds = (out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate)
-        if abs(seconds[0] - seconds[1]) > 1 / fps:  # more than a frame apart: an --fps the model did not make
-            typer.secho(f"warning: at --fps {fps} the video lasts {seconds[0]:.2f} s but its sound {seconds[1]:.2f} s; "
-                        "they drift apart (leave --fps out for the model's frame rate)", fg=typer.colors.YELLOW,
-                        err=True)
+        drift = _drift_warning(out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate, fps, fps_given)
+        if drift:
+            typer.secho(drift, fg=typer.colors.YELLOW, err=True)
     for clip, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
@@ -504,6 +514,21 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
                   + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
     typer.echo("summary:\n" + out.stats.summary(), err=True)
+
+
+def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) -> str | None:
+    """The warning line when an mp4's video (``video_s`` seconds at ``fps``) and its sound
+    (``sound_s`` seconds) are more than a frame apart because of the ``--fps`` the user gave;
+    None otherwise. At the model's own frame rate (no ``--fps``) a gap is the model's own rounding
+    of the sound's length (LTX-2: whole audio latents), as the reference writes it: a debug log."""
+    if abs(video_s - sound_s) <= 1 / fps:
+        return None
+    if not fps_given:
+        logging.getLogger("vidax.pipeline").debug("the video lasts %.3f s, its sound %.3f s (the model's rounding)",
+                                                  video_s, sound_s)
+        return None
+    return (f"warning: at --fps {fps} the video lasts {video_s:.2f} s but its sound {sound_s:.2f} s; they drift "
+            "apart (leave --fps out for the model's frame rate)")
 
 
 def _read_file(kind: str, name: str, path: str):

@@ -78,7 +78,7 @@ def _variant(ckpt: Checkpoint) -> list[str]:
     # A pipeline that takes no max_sequence_length= (Cosmos 3: the prompt is as long as it is) has no text length.
     text = "" if "max_sequence_length" in cls.unsupported_call_args else f"{d.max_sequence_length} text tokens, "
     return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}", *sound,
-            f"  defaults: {d.height}x{d.width} (HxW), {d.num_frames} frames, {d.num_inference_steps} steps, "
+            f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} steps, "
             f"guidance {d.guidance_scale}, {text}{d.fps} fps"]
 
 

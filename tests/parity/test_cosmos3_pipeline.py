@@ -357,6 +357,28 @@ def test_edge_converter_scheduler_is_refused_in_one_line(cosmos3, tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_wav_output_needs_enable_sound(cosmos3, tmp_path):
+    """``-o x.wav`` without ``--enable-sound``: one line before any weight is read (the trial ran
+    the whole generation, then failed writing an empty sound); the call decides, not the checkpoint."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    path, _, pipe, _ = cosmos3
+    base = ["generate", "-p", PROMPT, "--checkpoint", path, "--height", str(H), "--width", str(W), "--num-frames",
+            str(F), "--num-inference-steps", "1", "--no-progress"]
+    r = CliRunner().invoke(app, base + ["-o", str(tmp_path / "x.wav")])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert r.output.strip() == (f"error: --output '{tmp_path / 'x.wav'}' writes the sound alone, but Cosmos3OmniPipeline "
+                                "makes sound only when asked: add --enable-sound; give *.mp4, *.npy or a folder")
+    assert not (tmp_path / "x.wav").exists()
+    info = pipe.info
+    assert Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, enable_sound=True,
+                                                                              **CALL)) is None
+    assert "enable_sound=True" in str(Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(
+        info, PROMPT, **CALL))[1])
+
+
 def test_native_flow_schedule_matches_diffusers():
     """``use_native_flow_schedule``: UniPC from base sigmas ``linspace(1 - 1/T, 0, N + 1)[:-1]``,
     shifted (Karras off, as the docs' recipe) -- equal to diffusers' ``set_timesteps(sigmas=)``."""

@@ -131,10 +131,18 @@ def test_duration_call_checks(vidax_pipe):
     for args, kwargs, match in (
         (([PROMPT, "x"],), {}, "num_frames.*2 prompts"),
         ((PROMPT,), dict(latents=np.zeros((1, 16, 6), np.float32)), "latents.*num_frames"),
-        ((PROMPT,), dict(num_frames=9, min_seconds=2.0, max_seconds=2.0), "min_seconds.*max_seconds"),
+        ((PROMPT,), dict(min_seconds=2.0, max_seconds=2.0), "min_seconds.*max_seconds"),
+        # the bounds act only on a prediction: with num_frames= they would be silently ignored
+        ((PROMPT,), dict(num_frames=9, max_seconds=3.0), "max_seconds=3.0 bounds the length the duration head "
+                                                          "predicts, which it predicts only without num_frames"),
     ):
         with pytest.raises(InputError, match=match):
             pipe.check_call(pipe.info, *args, **CALL, **OFF, **kwargs)
+    # vidax inspect says the length is predicted (it once showed the config's 121 frames).
+    from vidax.inspect import describe_checkpoint
+
+    text = describe_checkpoint(pipe.info.checkpoint.root)
+    assert "frames predicted by the duration head (1-20 s; --num-frames overrides)" in text and " 121 frames" not in text
     # Given num_frames: used as given (rounded as always), no prediction.
     call = pipe.check_call(pipe.info, PROMPT, num_frames=9, **CALL, **OFF)
     assert call.num_frames == 9 and "num_frames" in call.given

@@ -230,6 +230,8 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
         (dict(audio_latents=audio_latents[:, :, :17]), r"audio_latents have shape \(1, 3, 17, 5\), expected "
                                                         r"\(1, 3, 18, 5\)"),
         (dict(latents=latents[:, :79]), "latents have shape"),
+        (dict(min_seconds=2.0), "min_seconds=2.0 bounds the clip length LTX-2.5's duration head predicts, but .* has "
+                                "no duration head; leave it out"),
     ]
     for kwargs, message in cases:
         with pytest.raises(vidax.InputError, match=message):

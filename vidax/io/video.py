@@ -15,6 +15,7 @@ except ``os.devnull`` (``/dev/null``), which keeps nothing: the video is not wri
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -25,6 +26,8 @@ import numpy as np
 
 from vidax.errors import Arg, InputError
 from vidax.io.atomic import publish
+
+logger = logging.getLogger("vidax.io")
 
 FORMATS = {".mp4": "mp4", ".npy": "npy", ".wav": "wav", "": "png"}
 #: The names of the files a PNG frame folder holds (``frame_00000.png`` ...).
@@ -403,7 +406,8 @@ def _write_mp4(frames: np.ndarray, path: str, fps: int, audio: np.ndarray | None
         stream.width, stream.height = w, h
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "18"}
-        sound = None if audio is None else _audio_stream(container, audio.shape[0], sample_rate)
+        rate = None if audio is None else aac_sample_rate(sample_rate)
+        sound = None if audio is None else _audio_stream(container, audio.shape[0], rate)
         for frame in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
@@ -411,6 +415,24 @@ def _write_mp4(frames: np.ndarray, path: str, fps: int, audio: np.ndarray | None
             container.mux(packet)
         if sound is not None:
             _encode_audio(container, sound, audio, sample_rate)
+
+
+#: The sample rates AAC encodes (its MPEG-4 sampling-frequency table), in Hz.
+AAC_SAMPLE_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+
+
+def aac_sample_rate(sample_rate: int) -> int:
+    """The rate the mp4's AAC track gets for sound at ``sample_rate`` Hz: itself where AAC
+    encodes it, else the nearest rate of :data:`AAC_SAMPLE_RATES` (Cosmos 3's tiny test sound
+    tokenizer makes 240 Hz: 7350 Hz), which :func:`_encode_audio` resamples to, saying so in
+    a ``vidax.io`` log line."""
+    sample_rate = int(sample_rate)
+    if sample_rate in AAC_SAMPLE_RATES:
+        return sample_rate
+    rate = min(AAC_SAMPLE_RATES, key=lambda r: abs(r - sample_rate))
+    logger.warning("the sound's %d Hz is not a rate AAC encodes: the mp4's sound track is resampled to %d Hz "
+                   "(.npy / .wav outputs keep %d Hz)", sample_rate, rate, sample_rate)
+    return rate
 
 
 def _audio_stream(container, channels: int, sample_rate: int):
@@ -426,15 +448,24 @@ def _audio_stream(container, channels: int, sample_rate: int):
 
 def _encode_audio(container, stream, audio: np.ndarray, sample_rate: int) -> None:
     """The whole sound as one 16-bit frame from time 0 (PyAV resamples it to the encoder's format
-    and cuts it into AAC frames), then the encoder flushed."""
+    and cuts it into AAC frames; a rate AAC does not encode is first resampled to the stream's
+    with ``av.AudioResampler``), then the encoder flushed."""
     import av
 
+    layout = stream.codec_context.layout.name
     frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(_pcm16(audio)).reshape(1, -1), format="s16",
-                                       layout=stream.codec_context.layout.name)
+                                       layout=layout)
     frame.sample_rate = int(sample_rate)
     frame.pts = 0
-    for packet in stream.encode(frame):
-        container.mux(packet)
+    frames = [frame]
+    if stream.codec_context.sample_rate != int(sample_rate):
+        resampler = av.AudioResampler(format="s16", layout=layout, rate=stream.codec_context.sample_rate)
+        frames = resampler.resample(frame) + resampler.resample(None)
+        for f in frames:
+            f.pts = None  # the encoder numbers them in order from 0
+    for f in frames:
+        for packet in stream.encode(f):
+            container.mux(packet)
     for packet in stream.encode():
         container.mux(packet)
 

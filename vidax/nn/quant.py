@@ -38,17 +38,21 @@ SCALE = "kernel_scale"
 
 
 def parse_weight_format(value: Any, arg: str = "weight_dtype") -> str | None:
-    """``None`` / ``"bfloat16"`` / ``"float32"`` / ``"none"``: None (weights in the component's
-    dtype); ``"int8"``, ``"fp8"`` / ``"float8_e4m3fn"``: that format's name.
+    """``None`` / ``"none"``: None (weights in the component's dtype); ``"int8"``, ``"fp8"`` /
+    ``"float8_e4m3fn"``: that format's name.
 
     Raises:
-        InputError: any other value, naming ``arg`` as the user typed it.
+        InputError: any other value, naming ``arg`` as the user typed it; a compute dtype
+            (``bf16``, ``float32``, ...) points to ``dtype=`` (``--dtype``), which sets it.
     """
     if value is None:
         return None
     name = str(getattr(value, "name", value)).lower()
-    if name in ("none", "bfloat16", "float32", "bf16", "fp32"):
+    if name == "none":
         return None
+    if name in ("bfloat16", "float32", "bf16", "fp32", "float16", "fp16"):
+        raise InputError(Arg(arg, value), " is a dtype, not a weight format (it would change nothing); the weights' "
+                         "dtype is ", Arg("dtype", keyword=True), "; valid formats: int8, fp8 (float8_e4m3fn), or none")
     if name not in FORMAT_ALIASES:
         raise InputError(Arg(arg, value), " is not a weight format; valid: int8, fp8 (float8_e4m3fn), "
                          "or none (the dtype's)")

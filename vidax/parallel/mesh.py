@@ -97,7 +97,8 @@ def make_mesh(
 
 
 def parse_mesh_sizes(text: str) -> dict[str, int]:
-    """``"2x2x2"`` or ``"dp=2,tp=1,sp=4"`` (any subset, missing sizes 1) -> ``{"dp":.., "tp":.., "sp":..}``.
+    """``"2x2x2"`` (all three sizes: ``"2x2"`` is refused, as it could mean DPxTP or TPxSP) or
+    ``"dp=2,tp=1,sp=4"`` (any subset, missing sizes 1) -> ``{"dp":.., "tp":.., "sp":..}``.
 
     Raises:
         InputError: another form, or a size below 1.
@@ -115,8 +116,8 @@ def parse_mesh_sizes(text: str) -> dict[str, int]:
         out[m.group(1)] = int(m.group(2))
     if not parts or out is None:
         raise InputError(
-            Arg("mesh", text), " is not a mesh description; use 'DPxTPxSP' (e.g. '2x2x2') or "
-            "'dp=2,tp=2,sp=2' (missing sizes are 1)."
+            Arg("mesh", text), " is not a mesh description; use 'DPxTPxSP' with all three sizes (e.g. '2x2x1'), "
+            "or keys, where a size left out is 1 (e.g. 'dp=2,tp=2')."
         )
     return _check_sizes(out, text)
 

@@ -508,6 +508,21 @@ class VideoPipeline:
         return cls.audio_stream is not None
 
     @classmethod
+    def default_length(cls, info: CheckpointInfo) -> str:
+        """The clip length a call without ``num_frames`` gets, as ``vidax inspect`` shows it:
+        ``"N frames"`` by default (a family that predicts it, as LTX-2.5, says so)."""
+        return f"{info.defaults.num_frames} frames"
+
+    @classmethod
+    def silent_call(cls, info: CheckpointInfo, call: Call) -> tuple | None:
+        """Why the checked ``call`` makes no sound, as message parts (strings, :class:`Arg`), or
+        None when it makes sound; by default it does when :meth:`makes_audio` (a family where
+        sound is a call option, as Cosmos 3's ``enable_sound``, also reads ``call``). The output
+        checks (a ``.wav`` output, the ``.wav`` beside an ``.npy``) ask this before any weight
+        is read."""
+        return None if cls.makes_audio(info) else (f"{cls.__name__} ({info.checkpoint.root}) makes no sound",)
+
+    @classmethod
     def size_limits(cls, info: CheckpointInfo) -> SizeLimits:
         """The largest height / width / num_frames the model can represent (e.g. its RoPE
         tables' length); :meth:`check_call` refuses more, naming the largest valid value."""

@@ -158,7 +158,8 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
     CallOption("negative_prompt", str, "What to steer away from (used when the guidance scale is > 1).",
                "the pipeline's: empty, or the reference's built-in negative prompt (Cosmos)", per_prompt=True),
     CallOption("image", IMAGE_FILE, "The first frame, for checkpoints that do image-to-video (vidax inspect lists "
-               "a checkpoint's tasks); resized to height x width. No safety checker runs (Cosmos' reference "
+               "a checkpoint's tasks); resized to height x width (HunyuanVideo 1.5 instead sizes the video from the image's "
+               "aspect ratio and takes no height / width with it). No safety checker runs (Cosmos' reference "
                "requires one).", task="i2v"),
     CallOption("height", int, "Pixels (a multiple of what the checkpoint needs, e.g. 16).",
                "the checkpoint's, see vidax inspect", low=1),

@@ -102,8 +102,23 @@ def fp8_scaled(reader: CheckpointReader) -> _Reader | CheckpointReader:
             raise CheckpointError(f"{info.file}: scale {scale!r} of shape {sshape} fits neither the whole "
                                   f"tensor nor each of the {info.shape[0]} rows of {key!r} {info.shape}")
         infos[key] = dataclasses.replace(_virtual(info), dtype=np.dtype(np.float32), stored=info.dtype.name)
-        reads[key] = lambda k=key, s=scale, n=len(info.shape): _times_scale(reader.get(k), reader.get(s), n)
+        reads[key] = lambda k=key, s=scale, n=len(info.shape), f=info.file: _finite(
+            _times_scale(reader.get(k), reader.get(s), n), k, f)
     return _Reader(reader.path, infos, reads)
+
+
+def _finite(value: np.ndarray, key: str, file: str) -> np.ndarray:
+    """``value`` (a dequantized float8 / GGUF tensor), refused when it holds NaN or Inf: they
+    would surface as a NaN video (a float8 value overflowed on export, a broken scale).
+
+    Raises:
+        CheckpointError: one line naming the tensor and the file.
+    """
+    if not np.all(np.isfinite(value)):
+        bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+        raise CheckpointError(f"{file}: tensor {key!r} holds {bad} NaN or Inf value(s) once dequantized; "
+                              "the file is broken (re-export it)")
+    return value
 
 
 def _virtual(info: Any) -> VirtualInfo:
@@ -151,7 +166,7 @@ def gguf_reader(path: str) -> _Reader:
         dtype = np.float32 if kind in ("BF16", "IQ4_NL", "IQ4_XS") else np.float16
         infos[t.name] = VirtualInfo(path, np.dtype(dtype), shape, int(t.data_offset),
                                     int(t.data_offset) + int(t.n_bytes), kind)
-        reads[t.name] = lambda d=data, k=kind, b=block, s=size: dequantize(d, k, b, s)
+        reads[t.name] = lambda d=data, k=kind, b=block, s=size, n=t.name: _finite(dequantize(d, k, b, s), n, path)
     return _Reader(path, infos, reads)
 
 

@@ -148,8 +148,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
                    "[0, 1]"),
         CallOption("condition_video_keep", str, "Which end of video= the conditioning frames come from (Cosmos 3).",
                    "first", choices=("first", "last")),
-        CallOption("frame_rate", float, "(Cosmos 3: the reference's fps=, in the duration sentence, the positions "
-                   "and the sound length.)", "24", low=0, low_open=True),
+        CallOption("frame_rate", float, "Frame rate of the video (Cosmos 3: the reference's fps=, in the "
+                   "duration sentence, the positions and the sound length). Also the mp4's unless --fps is given.", "24", low=0, low_open=True),
         CallOption("enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound "
                    "tokenizer).", "False"),
         CallOption("use_system_prompt", bool, "Put the system turn before the prompt (Cosmos 3).",
@@ -169,6 +169,14 @@ class Cosmos3OmniPipeline(VideoPipeline):
     @classmethod
     def makes_audio(cls, info: Cosmos3Info) -> bool:
         return info.sound_config is not None and info.transformer_config.sound_gen
+
+    @classmethod
+    def silent_call(cls, info: Cosmos3Info, call) -> tuple | None:
+        """As :meth:`VideoPipeline.silent_call`: a checkpoint with sound makes it only with
+        ``enable_sound=True``."""
+        if not cls.makes_audio(info) or call.extra.get("enable_sound"):
+            return super().silent_call(info, call)
+        return (f"{cls.__name__} makes sound only when asked: add ", Arg("enable_sound", python="enable_sound=True"))
 
     @classmethod
     def latent_shapes(cls, info: Cosmos3Info, call) -> dict[str, tuple[int, ...]]:

@@ -63,8 +63,8 @@ def _per_video(name: str, value: Any, batch: int, prompts: int) -> list[float]:
 
 #: The keywords every LTX-Video pipeline takes.
 LTX_OPTIONS = (
-    CallOption("frame_rate", float, "Frame rate the model conditions on (LTX-Video); also the mp4's unless --fps "
-               "is given.", "the checkpoint's", low=0, low_open=True),
+    CallOption("frame_rate", float, "Frame rate of the video (LTX-Video: the model conditions on it). Also the "
+               "mp4's unless --fps is given.", "the checkpoint's", low=0, low_open=True),
     CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-Video).", "0", low=0, high=1),
 )
 #: The decode keywords of LTX-Video 0.9.1+ (a timestep-conditioned VAE).

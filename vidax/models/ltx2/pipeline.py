@@ -60,12 +60,12 @@ _F32 = jnp.float32
 
 #: The keywords of LTX2Pipeline beyond the shared ones (diffusers' names).
 LTX2_OPTIONS = (
-    CallOption("frame_rate", float, "Frame rate of the video (LTX-2): the model conditions on it, the sound "
-               "lasts num_frames / frame_rate seconds; also the mp4's unless --fps is given.", "24",
+    CallOption("frame_rate", float, "Frame rate of the video (LTX-2: the model conditions on it, the sound "
+               "lasts num_frames / frame_rate seconds). Also the mp4's unless --fps is given.", "24",
                low=0, low_open=True),
     CallOption("motion_speed", float, "Speed of the motion relative to real time (LTX-2): the positions are "
                "conditioned on frame_rate / motion_speed.", "1", low=0, low_open=True),
-    CallOption("guidance_rescale", float, "Guidance rescale factor phi of the video (LTX-2).", "0.7", low=0, high=1),
+    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-2: of the video).", "0.7", low=0, high=1),
     CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0 or unset in Python: "
                "guidance_scale.", "7", low=0),
     CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0 or unset in "
@@ -260,6 +260,14 @@ class LTX2Pipeline(LTXPipeline):
         return super().schedule_sigmas(call) if sigmas is None else np.asarray(sigmas, np.float64)
 
     @classmethod
+    def default_length(cls, info: LTX2Info) -> str:
+        """As :meth:`VideoPipeline.default_length`; with a duration head (LTX-2.5) the length it
+        predicts from the prompt."""
+        if not info.duration_head:
+            return super().default_length(info)
+        return f"frames predicted by the duration head ({MIN_SECONDS:g}-{MAX_SECONDS:g} s; --num-frames overrides)"
+
+    @classmethod
     def check_call(cls, info: LTX2Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         """The shared checks, then CFG runs where ``guidance_scale`` or ``audio_guidance_scale``
         is > 1 (the reference's ``do_classifier_free_guidance``). ``latents=`` of 5 dimensions
@@ -303,6 +311,14 @@ class LTX2Pipeline(LTXPipeline):
             if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(np.diff(s) >= 0) or s[0] > 1 \
                     or s[-1] <= 0:
                 raise InputError(Arg("sigmas", x["sigmas"]), " must be a strictly descending list of numbers in (0, 1]")
+        for bound in (b for b in ("min_seconds", "max_seconds") if b in call.given):
+            if not info.duration_head:
+                raise InputError(Arg(bound, x[bound]), f" bounds the clip length LTX-2.5's duration head predicts, but "
+                                 f"{info.checkpoint.root} has no duration head; leave it out (the length is ",
+                                 Arg("num_frames"), ")")
+            if "num_frames" in call.given:
+                raise InputError(Arg(bound, x[bound]), " bounds the length the duration head predicts, which it "
+                                 "predicts only without ", Arg("num_frames"), "; give one of them")
         lo, hi = float(x.get("min_seconds", MIN_SECONDS)), float(x.get("max_seconds", MAX_SECONDS))
         if lo >= hi:
             raise InputError(Arg("min_seconds", lo), " must be less than ", Arg("max_seconds", hi), " (the range "
