@@ -145,6 +145,29 @@ def test_bad_input_is_refused_with_its_keyword(vidax_pipe):
         vidax_pipe(np.zeros((1, 8, 8, 2, 4), np.float32))  # 2 rows under a 3-row window
 
 
+def test_full_size_parameter_count():
+    """The released 2.5 config builds abstractly with exactly the reference's parameters and
+    latent statistics (torch on the meta device), key by key and shape by shape."""
+    from flax import nnx
+
+    from tests.parity.helpers import assert_reference_parameters
+    from tests.paths import REFERENCE_CONFIGS
+    from vidax.models.ltx.vae import Buffer
+    from vidax.models.ltx2.config import LTX2DiffusionDecoderConfig
+    from vidax.models.ltx2.diffusion_decoder import LTX2VideoDiffusionDecoderModel
+    from vidax.weights.loader import KeyRules
+
+    path = os.path.join(REFERENCE_CONFIGS, "Lightricks__LTX-2.5-Diffusers", "diffusion_decoder", "config.json")
+    cfg = LTX2DiffusionDecoderConfig.from_json_file(path)
+    abstract = nnx.eval_shape(lambda: LTX2VideoDiffusionDecoderModel(cfg, rngs=nnx.Rngs(0)))
+    with torch.device("meta"):
+        ref = diffusers.LTX2VideoDiffusionDecoderModel.from_config(
+            diffusers.LTX2VideoDiffusionDecoderModel.load_config(os.path.dirname(path)))
+    n = assert_reference_parameters(abstract, ref, KeyRules(), buffers=Buffer)
+    print(f"LTX-2.5 diffusion decoder: {n} parameters")
+    assert n == sum(p.numel() for p in ref.parameters()) == 417_133_616  # diffusers 0.42.1 on meta
+
+
 def test_inspect_and_released_config(checkpoint):
     from vidax.inspect import describe_checkpoint
     from vidax.models.ltx2.config import LTX2DiffusionDecoderConfig
