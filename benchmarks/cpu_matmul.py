@@ -31,7 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_bench import cpu_model  # noqa: E402
+from step_bench import configure_xla_threads, cpu_model  # noqa: E402
 
 # (name, M, K, N): y (M, N) = x (M, K) @ w (K, N).
 SHAPES = [
@@ -60,8 +60,7 @@ def cpu_flags() -> set[str]:
 
 def _child(args) -> None:
     if args.threads > 0:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}")
+        configure_xla_threads(args.threads)
     import jax
     import jax.numpy as jnp
     import numpy as np

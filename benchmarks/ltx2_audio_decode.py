@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from attention_memory import median_seconds
-from step_bench import cpu_model
+from step_bench import configure_xla_threads, cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -40,8 +40,7 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
 
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=true "
-                               f"intra_op_parallelism_threads={args.threads}")
+    configure_xla_threads(args.threads)
     import diffusers
     import jax
     import numpy as np

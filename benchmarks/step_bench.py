@@ -78,10 +78,13 @@ def peak_rss_gib() -> float:
 
 
 def configure_xla_threads(threads: int) -> None:
-    """Limit XLA's CPU intra-op threads (call before importing jax)."""
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
-    )
+    """Run this process (XLA's CPU thread pools and torch's alike) on ``threads`` CPU cores: the
+    process's CPU affinity, which XLA:CPU sizes its pools from (call before importing jax). XLA has
+    no flag for its intra-op thread count; the token this function used to append to XLA_FLAGS
+    (``intra_op_parallelism_threads=N``, a TensorFlow option) was not an XLA flag."""
+    cores = sorted(os.sched_getaffinity(0))
+    if threads < len(cores):
+        os.sched_setaffinity(0, cores[:threads])
 
 
 def fill_params(make: Callable[[], Any], policy: Any) -> tuple[Any, Any]:
