@@ -140,8 +140,9 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
     """``params`` with every bf16 / fp16 array under the top-level keys ``stacks`` (a model's
     stacked layers, e.g. ``DiffusionTransformer.block_stacks``) replaced by a :class:`StackBits`
     view of it, where :func:`vidax.nn.layers.xla_cpu_upcasts` holds (the CPU backend) and the
-    array is on CPU devices; everything else (float32, int8 / fp8 weights, placeholders of
-    streamed blocks, every array on GPU / TPU) as it is.
+    array is in CPU devices' default memory; everything else (float32, int8 / fp8 weights,
+    placeholders of streamed blocks, arrays in host memory kinds, every array on GPU / TPU) as
+    it is.
 
     The views share the arrays' memory (nothing is copied; the arrays must stay alive meanwhile).
     Passed to a jitted function that calls :func:`from_stack_bits` first, the stacks reach
@@ -157,7 +158,8 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
     def view(path: tuple, a: Any) -> Any:
         if (names and isinstance(a, jax.Array) and path and getattr(path[0], "key", None) in names
                 and xla_cpu_upcasts(a.dtype) and a.is_fully_addressable
-                and all(d.platform == "cpu" for d in a.sharding.device_set)):
+                and all(d.platform == "cpu" and a.sharding.memory_kind in (None, d.default_memory().kind)
+                        for d in a.sharding.device_set)):
             return StackBits(_bits_view(a), a.dtype)
         return a
 
