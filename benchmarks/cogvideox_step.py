@@ -67,7 +67,7 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
         out = model(xin, jnp.broadcast_to(state.timestep, (2,)), context).astype(jnp.float32)
         return b.sched.step(state, classifier_free_guidance(out, guidance), latents)
 
-    return run_jax_steps(step, b.params, b.x, b.state, b.context, steps)
+    return run_jax_steps(step, b.params, b.x, b.state, b.context, steps, CogVideoXTransformer3DModel.block_stacks)
 
 
 def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None) -> dict:

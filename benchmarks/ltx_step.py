@@ -63,7 +63,7 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
         cond, uncond = jnp.split(out.astype(jnp.float32), 2)
         return b.sched.step(state, uncond + 3.0 * (cond - uncond), latents)
 
-    return run_jax_steps(step, b.params, b.x, b.state, b.context, steps)
+    return run_jax_steps(step, b.params, b.x, b.state, b.context, steps, LTXVideoTransformer3DModel.block_stacks)
 
 
 def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu") -> dict:

@@ -153,17 +153,23 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[
                                  sched=sched, state=state)
 
 
-def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any, steps: int) -> dict:
+def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any, steps: int,
+                  stacks: tuple[str, ...] = ()) -> dict:
     """Compile ``x, state = step(params, x, state, context)`` (latents donated), time it with
     :func:`time_steps` and return the vidax side's result dict (with the device's peak memory:
-    the allocator's ``peak_bytes_in_use`` on GPU / TPU, live arrays on CPU)."""
+    the allocator's ``peak_bytes_in_use`` on GPU / TPU, live arrays on CPU). ``stacks``: the
+    model's ``block_stacks``, passed in as the pipeline passes them
+    (:func:`vidax.nn.stack.as_stack_bits`: uint16 views of bf16 stacks on CPU)."""
     import jax
     import jax.numpy as jnp
 
+    from vidax.nn.stack import as_stack_bits, from_stack_bits
     from vidax.stats import device_memory_bytes
 
+    params = as_stack_bits(params, stacks)
     t0 = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(1,)).lower(params, x, state, context).compile()
+    compiled = jax.jit(lambda p, *a: step(from_stack_bits(p), *a),
+                       donate_argnums=(1,)).lower(params, x, state, context).compile()
     compile_s = time.perf_counter() - t0
     (x, state), times = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
                                    lambda c: c[0].block_until_ready())

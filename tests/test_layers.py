@@ -83,6 +83,56 @@ def test_scan_layers_keeps_bf16_stack_out_of_float32():
     np.testing.assert_array_equal(got, np.asarray(want, np.float32))
 
 
+def _whole_stack_copies(compiled, layers):
+    """Instructions of ``compiled``'s HLO (fusions included) that make a whole ``(layers, ...)``
+    array other than by passing one in (parameters, tuple plumbing)."""
+    import re
+
+    return [ln.strip() for ln in compiled.as_text().splitlines()
+            if re.search(rf"= \w+\[{layers},", ln) and not re.search(r" (parameter|get-tuple-element|tuple)\(", ln)]
+
+
+def test_stack_bits_pass_bf16_stacks_into_the_jit_without_a_copy():
+    """vidax.nn.stack.as_stack_bits: on CPU the bf16 stacks (and only those: not the other bf16
+    leaves, not float32 or int8 stacks) become uint16 views sharing the arrays' buffers; a jitted
+    scan that takes them through from_stack_bits compiles with no whole-stack copy, where the
+    same scan taking the bf16 stack copies it (as uint16) on every call; the results are
+    bit-identical."""
+    from vidax.nn.stack import StackBits, as_stack_bits, from_stack_bits, scan_layers, stacked
+
+    class Model(nnx.Module):
+        def __init__(self):
+            self.blocks = stacked(lambda r: Linear(24, 24, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=r),
+                                  5, nnx.Rngs(0))
+            self.wide = stacked(lambda r: Linear(24, 24, dtype=jnp.float32, param_dtype=jnp.float32, rngs=r),
+                                5, nnx.Rngs(1))
+            self.codes = nnx.Param(jnp.ones((5, 24), jnp.int8))
+            self.out = Linear(24, 8, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(2))
+
+        def __call__(self, x):
+            h = scan_layers(self.blocks, x, lambda layer, h: jax.nn.gelu(layer(h)))
+            h = scan_layers(self.wide, h.astype(jnp.float32), lambda layer, h: layer(h)).astype(jnp.bfloat16)
+            return self.out(h * self.codes[0].astype(jnp.bfloat16))
+
+    graphdef, state = nnx.split(Model())
+    bits = as_stack_bits(state, ("blocks", "wide", "codes"))
+    kinds = {k: type(v.get_value()).__name__ for k, v in nnx.to_flat_state(bits)}
+    assert kinds == {("blocks", "kernel"): "StackBits", ("blocks", "bias"): "StackBits",
+                     ("wide", "kernel"): "ArrayImpl", ("wide", "bias"): "ArrayImpl", ("codes",): "ArrayImpl",
+                     ("out", "kernel"): "ArrayImpl", ("out", "bias"): "ArrayImpl"}, kinds
+    view, kernel = bits["blocks"]["kernel"].get_value(), state["blocks"]["kernel"].get_value()
+    assert isinstance(view, StackBits) and view.bits.dtype == jnp.uint16 and view.float_dtype == jnp.bfloat16
+    assert view.bits.unsafe_buffer_pointer() == kernel.unsafe_buffer_pointer(), "the view copied the stack"
+    assert as_stack_bits(state, ()) is state
+
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 24)).astype(jnp.bfloat16)
+    step = jax.jit(lambda p, x: nnx.merge(graphdef, from_stack_bits(p))(x))
+    before, after = step.lower(state, x).compile(), step.lower(bits, x).compile()
+    assert _whole_stack_copies(before, 5), "the bf16 stack is no longer copied: this check sees nothing"
+    assert not _whole_stack_copies(after, 5), _whole_stack_copies(after, 5)
+    np.testing.assert_array_equal(np.asarray(after(bits, x), np.float32), np.asarray(before(state, x), np.float32))
+
+
 @pytest.mark.parametrize("dims", [2, 3])
 def test_conv_matches_torch(dims):
     """vidax.nn.layers.Conv (channels-last, explicit padding) == torch Conv2d/Conv3d(padding=1),

@@ -6,10 +6,11 @@ by layer, and what offloading streams and sharding rules see.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from vidax.nn.layers import xla_cpu_upcasts
@@ -60,8 +61,9 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
 
     bf16 / fp16 parameters are sliced as 16-bit integers on CPU and reinterpreted inside the
     loop, so XLA:CPU keeps no float32 copy of the stack (see
-    :func:`vidax.nn.layers.xla_cpu_upcasts`); it still copies the stack once per call, as
-    uint16.
+    :func:`vidax.nn.layers.xla_cpu_upcasts`). A stack that enters the jitted function as bf16
+    is still copied whole, as uint16, on every call; one passed in as :class:`StackBits` (see
+    :func:`as_stack_bits`) is not: its bitcast to bf16 and back folds away.
     """
     graphdef, state = nnx.split(layers)
     leaves, treedef = jax.tree.flatten(state)
@@ -104,3 +106,68 @@ def num_layers(layers: nnx.Module) -> int:
     """Length of the leading layer axis of a :func:`stacked` module."""
     leaves = jax.tree.leaves(nnx.state(layers))
     return leaves[0].shape[0]
+
+
+@jax.tree_util.register_pytree_node_class
+class StackBits:
+    """A 16-bit float array held as its bit pattern: ``bits`` uint16 of the same shape,
+    ``float_dtype`` (static, part of the pytree structure) the dtype it stands for.
+
+    Made by :func:`as_stack_bits` outside a jitted step and turned back by
+    :func:`from_stack_bits` inside it.
+    """
+
+    def __init__(self, bits: Any, float_dtype: Any):
+        self.bits = bits
+        self.float_dtype = jnp.dtype(float_dtype)
+
+    def tree_flatten(self) -> tuple[tuple[Any], Any]:
+        return (self.bits,), self.float_dtype
+
+    @classmethod
+    def tree_unflatten(cls, float_dtype: Any, children: Sequence[Any]) -> "StackBits":
+        return cls(children[0], float_dtype)
+
+
+def _bits_view(a: jax.Array) -> jax.Array:
+    """``a`` (16-bit floats on CPU devices) as uint16 sharing its buffers: each shard viewed
+    through numpy (XLA:CPU buffers are host memory) and put back without a copy."""
+    shards = [jax.device_put(np.asarray(s.data).view(np.uint16), s.device) for s in a.addressable_shards]
+    return jax.make_array_from_single_device_arrays(a.shape, a.sharding, shards)
+
+
+def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
+    """``params`` with every bf16 / fp16 array under the top-level keys ``stacks`` (a model's
+    stacked layers, e.g. ``DiffusionTransformer.block_stacks``) replaced by a :class:`StackBits`
+    view of it, where :func:`vidax.nn.layers.xla_cpu_upcasts` holds (the CPU backend) and the
+    array is in CPU devices' default memory; everything else (float32, int8 / fp8 weights,
+    placeholders of streamed blocks, arrays in host memory kinds, every array on GPU / TPU) as
+    it is.
+
+    The views share the arrays' memory (nothing is copied; the arrays must stay alive meanwhile).
+    Passed to a jitted function that calls :func:`from_stack_bits` first, the stacks reach
+    :func:`scan_layers` as uint16 without XLA:CPU's copy of every whole stack per call (the two
+    bitcasts cancel); the results are bit-identical.
+
+    Args:
+        params: an ``nnx.State`` of a module (e.g. ``nnx.split(model)[1]``).
+        stacks: the names of its stacked-layer attributes.
+    """
+    names = set(stacks)
+
+    def view(path: tuple, a: Any) -> Any:
+        if (names and isinstance(a, jax.Array) and path and getattr(path[0], "key", None) in names
+                and xla_cpu_upcasts(a.dtype) and a.is_fully_addressable
+                and all(d.platform == "cpu" and a.sharding.memory_kind in (None, d.default_memory().kind)
+                        for d in a.sharding.device_set)):
+            return StackBits(_bits_view(a), a.dtype)
+        return a
+
+    return jax.tree_util.tree_map_with_path(view, params) if names else params
+
+
+def from_stack_bits(params: Any) -> Any:
+    """``params`` with every :class:`StackBits` bitcast back to its float dtype (inside a jit:
+    the inverse of :func:`as_stack_bits`; anything else is returned as it is)."""
+    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a.bits, a.float_dtype) if isinstance(a, StackBits)
+                        else a, params, is_leaf=lambda a: isinstance(a, StackBits))

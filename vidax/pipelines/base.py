@@ -33,6 +33,7 @@ from vidax.config import read_json_object
 from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, Cancelled, Message, joined, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
+from vidax.nn.stack import as_stack_bits, from_stack_bits
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.checkpoint import TASK_NAMES
@@ -1254,15 +1255,18 @@ class VideoPipeline:
         # The expert's device parameters live only in this frame, so they are released before
         # the next segment asks for the other expert.
         params = self.experts.params(expert)
+        module = self.experts.modules[expert]
         cache = self._step_cache(call, expert, total, stats)
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
-            module = self.experts.modules[expert]
             shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
                                  x, state, args, cache.spec.taps, rows=cache.spec.kind != "taylorseer")
             state = CacheCarry(state, cache.initial(shapes))
+        if not offloaded_stacks(module):
+            # bf16 stacks on CPU enter the jitted step as uint16 views (no copy of them per step).
+            params = as_stack_bits(params, getattr(module, "block_stacks", ()))
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
                                       cancel=call.cancel, cache=cache)
@@ -1394,7 +1398,7 @@ class VideoPipeline:
             return new
 
         def step(params, latents, state, *args):
-            model = nnx.merge(graphdef, params)
+            model = nnx.merge(graphdef, from_stack_bits(params))
             if cache is None:
                 return finish(model(*model_args(latents, state, *args)), latents, state, *args)
             x, inputs = model.embed(*model_args(latents, state.sched, *args))
