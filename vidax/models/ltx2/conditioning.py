@@ -64,6 +64,13 @@ class LTX2ConditionedPipeline(LTX2Pipeline):
 
     packed_latents = False
 
+    @classmethod
+    def latent_shapes(cls, info, call):
+        """Video latents ``(B, C, F', H', W')`` (the reference's 5-D layout) and audio latents."""
+        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
+        shapes = super().latent_shapes(info, call)
+        return {**shapes, "latents": (call.batch, info.transformer_config.in_channels, f, h, w)}
+
     def step_args(self, call, embeds, cond, state, expert):
         """The base arguments, then the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
         args, axes = super().step_args(call, embeds, cond, state, expert)

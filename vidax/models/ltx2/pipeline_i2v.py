@@ -48,13 +48,6 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
 
     @classmethod
-    def latent_shapes(cls, info, call):
-        """Video latents ``(B, C, F', H', W')`` (the reference's 5-D layout) and audio latents."""
-        f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
-        shapes = super().latent_shapes(info, call)
-        return {**shapes, "latents": (call.batch, info.transformer_config.in_channels, f, h, w)}
-
-    @classmethod
     def check_family_call(cls, info, call) -> None:
         super().check_family_call(info, call)
         if isinstance(call.image, (list, tuple)):
