@@ -1293,6 +1293,9 @@ class VideoPipeline:
         Raises:
             InputError: one line naming ``name``.
         """
+        if len(cls.latent_streams) > 1:
+            raise InputError(f"{name}: step caches of a pipeline with several latent streams ({cls.__name__}: "
+                             f"{', '.join(cls.latent_streams)}) are not implemented in vidax yet; run without one")
         if not cls.cache_reference:
             raise InputError(f"{name}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache context "
                              "around its transformer calls, or no block metadata), so there is no reference to match")

@@ -216,7 +216,6 @@ class LTX2Pipeline(LTXPipeline):
     #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
     #: (a conditioned pipeline takes 5-D latents as they are).
     packed_latents = True
-    cache_block_metadata = False  # diffusers' TransformerBlockRegistry lacks LTX-2's blocks: TaylorSeer only
     latent_streams = ("latents", "audio_latents")
     audio_stream = "audio_latents"
     stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
@@ -408,13 +407,6 @@ class LTX2Pipeline(LTXPipeline):
         x = call.extra
         model = self.transformer
         g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
-        if self.cache_config is not None and (g.stg or g.modality):
-            scales = guidance.call_scales(x, call.guidance_scale)
-            names = ("stg_scale", "audio_stg_scale", "modality_scale", "audio_modality_scale")
-            raise InputError(*(p for n in names for p in (Arg(n, scales[n]), ", ")), "a step cache with STG or "
-                             "modality guidance has no vidax equivalent of the reference's (it caches each guidance pass in its own context; vidax batches them); "
-                             "give stg_scale=0, audio_stg_scale=0, modality_scale=1, audio_modality_scale=1 or "
-                             "disable_cache()")
         coords = self.rope_coordinates(call, cond, call.batch * g.rows)
         return (*(g.extend(e, call.batch) for e in embeds), g, model.rope_tables(*coords)), None
 
