@@ -318,7 +318,7 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     vx = pipes[0]
     image = _image(1, 27, 61)
     _, audio_latents = _noise()
-    one = dict(image=image, audio_latents=audio_latents, seed=5, **CALL)
+    one = dict(image=image, audio_latents=audio_latents, seed=5, **CALL, **OFF)
     noise1 = np.asarray(vx.initial_noise(vx.check_call(vx.info, PROMPT, **one))["latents"])
     two = dict(height=64, width=64, num_frames=17, frame_rate=24.0, max_sequence_length=8, num_inference_steps=3,
                sigmas=list(SIGMAS), noise_scale=SIGMAS[0], guidance_scale=1.0)
@@ -339,7 +339,7 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     # The reference's chain.
     with torch.no_grad():
         z1, a1 = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, audio_latents=torch.from_numpy(
-            audio_latents), output_type="latent", return_dict=False, **CALL, **OFF)
+            audio_latents), output_type="latent", return_dict=False, **{**CALL, **OFF})
         up = ref_up(latents=z1, output_type="latent", return_dict=False)[0]
         scheduler = pipe.scheduler
         ref.scheduler = diffusers.FlowMatchEulerDiscreteScheduler.from_config(scheduler.config, **stage2_scheduler)
@@ -356,7 +356,7 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     vx.scheduler = scheduler_from_config({**vx.info.scheduler_config, **stage2_scheduler})
     try:
         got = vx(image, PROMPT, NEGATIVE, latents=vx_z, audio_latents=s1.audio, seed=6, progress=False,
-                 output_type="latent", **two)
+                 output_type="latent", **two, **OFF)
     finally:
         vx.scheduler = checkpoint_scheduler
     assert got.frames.shape == want_video.shape == UPSAMPLED and got.audio.shape == want_audio.shape == (1, 3, 18, 5)
