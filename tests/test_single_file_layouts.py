@@ -309,3 +309,28 @@ def test_inspect_describes_a_single_file(hunyuan_gguf):
         kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + 1
     assert f"tensors: {len(tensors)} (" in text and all(f"{k} {v}" in text for k, v in kinds.items())
     assert f"{sum(int(t.n_bytes) for t in tensors):,} B" in text
+
+
+def test_wrong_family_refused_before_any_weight_is_read(hunyuan_gguf, ckpt, monkeypatch):
+    """A HunyuanVideo file given to a Wan folder: load_pipeline(transformer=) and --transformer
+    each refuse it in one line, spelled as the user typed it, before any tensor is read."""
+    from typer.testing import CliRunner
+
+    import vidax
+    from vidax.cli import app
+    from vidax.weights.safetensors_io import CheckpointReader
+
+    def no_read(self, key):
+        raise AssertionError(f"tensor {key} read before the file was checked")
+
+    monkeypatch.setattr(CheckpointReader, "get", no_read)
+    _, file, _, _ = hunyuan_gguf
+    tail = (" holds a HunyuanVideo transformer (original layout); this folder's transformer "
+            "(WanTransformer3DModel) takes a file in the original Wan layout")
+    with pytest.raises(InputError) as e:
+        vidax.load_pipeline(ckpt, transformer=file)
+    assert str(e.value) == f"transformer={file!r}{tail}"
+    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--transformer", file,
+                                 "--output", os.path.join(os.path.dirname(file), "x.npy")])
+    assert r.exit_code != 0 and f"--transformer {file!r}{tail}" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
