@@ -259,17 +259,18 @@ def test_ltx2_fp8_file_loads_as_diffusers_from_single_file(tmp_path):
     folder = str(tmp_path)
     state = _tiny(LTX2VideoTransformer3DModel, TRANSFORMER_23, folder, seed=5)
     stored, values = _fp8(ltx2_original(state))
-    save_safetensors(stored, os.path.join(folder, "ltx2-fp8.safetensors"))
+    fp8 = os.path.join(folder, "ltx2-fp8.safetensors")
+    save_safetensors(stored, fp8)
     # diffusers does not read fp8-scaled files: it gets the same values, dequantized, in float32
     save_safetensors(values, os.path.join(folder, "ltx2.safetensors"))
     want = _from_single_file(LTX2VideoTransformer3DModel, os.path.join(folder, "ltx2.safetensors"), folder)
     spec = registry().component("LTX2VideoTransformer3DModel")
-    got = _read_all(open_single_file(os.path.join(folder, "ltx2-fp8.safetensors"), spec))
+    got = _read_all(open_single_file(fp8, spec))
     assert set(got) == set(want) == set(state)
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert any(not np.array_equal(got[k], state[k]) for k in state)  # the float8 values were read
-    load_component(spec, os.path.join(folder, "transformer"), "float32", file=os.path.join(folder, "ltx2-fp8.safetensors"))
+    load_component(spec, os.path.join(folder, "transformer"), "float32", file=fp8)
 
 
 def test_file_of_another_family_refused_in_one_line(hunyuan_gguf, tmp_path):

@@ -629,8 +629,8 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
 @app.command()
 def inspect(
     ctx: typer.Context,
-    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, a single-file transformer (.gguf / "
-                              ".safetensors) or a LoRA .safetensors file."),
+    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, a single-file transformer "
+                              "(.gguf / .safetensors) or a LoRA .safetensors file."),
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),

@@ -12,10 +12,14 @@ original repository's key layout, either fp8 "scaled" safetensors or GGUF.
 
 Both are readers with the interface the loader uses (``keys``, ``info``, ``get``, ``release``):
 the tensor names are converted to the diffusers layout by the family's
-``single_file_keys(keys)`` (in its ``convert.py``, after diffusers'
-``loaders/single_file_utils.py`` conversion of that family), and the values are the
-dequantized float tensors, which the loader then casts to the component's dtype or quantizes
-to 8 bits like any checkpoint's.
+``single_file_keys(shapes)`` (in its ``convert.py``, after diffusers'
+``loaders/single_file_utils.py`` conversion of that family: a rename, a tensor left out, or a
+fused tensor cut into :class:`Part` s), and the values are the dequantized float tensors, which
+the loader then casts to the component's dtype or quantizes to 8 bits like any checkpoint's.
+
+The layout of a file is told from its keys alone (:func:`detect_layout`, by each family's
+``SINGLE_FILE_LAYOUT``), so a file of another family is refused before any weight is read, and
+``vidax inspect FILE`` describes one (:func:`describe_single_file`).
 """
 
 from __future__ import annotations
@@ -312,7 +316,7 @@ def describe_single_file(path: str) -> str | None:
     infos = [reader.info(k) for k in keys]
     types: dict[str, int] = {}
     for info in infos:
-        kind = info.stored or info.dtype.name if isinstance(info, VirtualInfo) else info.dtype.name
+        kind = getattr(info, "stored", "") or info.dtype.name
         types[kind] = types.get(kind, 0) + 1
     fp8 = any(t in _FP8 for t in types)
     fmt = "GGUF (dequantized on read as diffusers' GGUF loader does)" if path.endswith(".gguf") else \
