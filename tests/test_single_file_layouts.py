@@ -233,7 +233,7 @@ def test_cosmos_file_loads_as_diffusers_from_single_file(tmp_path):
     from vidax.weights.component import load_component
 
     folder = str(tmp_path)
-    state = _tiny(CosmosTransformer3DModel, TRANSFORMER, folder, seed=4)
+    state = _tiny(CosmosTransformer3DModel, dict(TRANSFORMER, num_layers=1), folder, seed=4)
     original = cosmos_original(state)
     original["net.accum_video_sample_counter"] = np.zeros((), np.float32)  # training state, dropped
     file = os.path.join(folder, "cosmos.safetensors")
@@ -257,7 +257,7 @@ def test_ltx2_fp8_file_loads_as_diffusers_from_single_file(tmp_path):
     from vidax.weights.component import load_component
 
     folder = str(tmp_path)
-    state = _tiny(LTX2VideoTransformer3DModel, TRANSFORMER_23, folder, seed=5)
+    state = _tiny(LTX2VideoTransformer3DModel, dict(TRANSFORMER_23, num_layers=1), folder, seed=5)
     stored, values = _fp8(ltx2_original(state))
     fp8 = os.path.join(folder, "ltx2-fp8.safetensors")
     save_safetensors(stored, fp8)
@@ -271,6 +271,23 @@ def test_ltx2_fp8_file_loads_as_diffusers_from_single_file(tmp_path):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert any(not np.array_equal(got[k], state[k]) for k in state)  # the float8 values were read
     load_component(spec, os.path.join(folder, "transformer"), "float32", file=fp8)
+    text = describe_single_file(fp8)
+    assert "format: safetensors, fp8 scaled" in text and "layout: LTX-2 " in text and "float8_e4m3fn " in text
+
+
+def test_layouts_told_apart_by_their_keys():
+    """Each family's original keys give its layout; LTX-2's (a superset of LTX-Video's telling
+    keys) give LTX-2, LTX-Video's without the audio stream LTX-Video."""
+    from tests.test_quantized_weights import LTX_ORIGINAL, WAN_ORIGINAL
+    from vidax.weights.single_file import detect_layout
+
+    ltx = LTX_ORIGINAL + ["model.diffusion_model.adaln_single.linear.weight"]
+    assert detect_layout(WAN_ORIGINAL) == "Wan" and detect_layout(ltx) == "LTX-Video"
+    assert detect_layout(ltx + ["model.diffusion_model.audio_patchify_proj.weight"]) == "LTX-2"
+    assert detect_layout(["net.x_embedder.proj.1.weight", "net.blocks.0.self_attn.q_proj.weight"]) == \
+        "Cosmos-Predict2/2.5"
+    assert detect_layout(["img_in.proj.weight", "double_blocks.0.img_attn_qkv.weight"]) == "HunyuanVideo"
+    assert detect_layout(["blocks.0.attn1.to_q.weight"]) is None  # diffusers' own layout: none of these
 
 
 def test_file_of_another_family_refused_in_one_line(hunyuan_gguf, tmp_path):
