@@ -629,12 +629,14 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
 @app.command()
 def inspect(
     ctx: typer.Context,
-    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, or a LoRA .safetensors file."),
+    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, a single-file transformer "
+                              "(.gguf / .safetensors) or a LoRA .safetensors file."),
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
 ) -> None:
-    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a LoRA
+    """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a
+    single-file transformer its format, tensor types and count, bytes and layout; for a LoRA
     file its layout, family, rank, targets and key count."""
     _setup_logging(False)
     from vidax.errors import InputError, VidaxError
@@ -645,13 +647,14 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
-        if path.endswith(".safetensors") and not os.path.isdir(path):  # a LoRA file
+        if path.endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single-file transformer or LoRA
             from vidax.inspect import describe_lora
+            from vidax.weights.single_file import describe_single_file
 
             if not os.path.exists(path):
                 raise InputError(f"vidax inspect {path!r}: no such file")
 
-            typer.echo(describe_lora(path))
+            typer.echo(describe_single_file(path) or describe_lora(path))
             return
         typer.echo(describe_checkpoint(path))
         if mesh is not None:

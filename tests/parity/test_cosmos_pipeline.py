@@ -83,6 +83,33 @@ def test_text2world_matches_diffusers(text2world):
     assert np.mean((want <= 0.0) | (want >= 1.0)) < 0.05  # not clipped flat
 
 
+def test_single_file_transformer_matches_diffusers(cosmos, text2world, tmp_path):
+    """A transformer in Cosmos-Predict2.5's original single-file layout (``net.`` keys; other
+    random weights than the folder's) through ``load_pipeline(folder, transformer=FILE)`` and
+    through diffusers' ``from_single_file`` + ``transformer=``: the same video (fp32)."""
+    from diffusers import CosmosTransformer3DModel
+
+    from tests.parity.helpers import randomize_torch_module
+    from tests.test_single_file_layouts import cosmos_original
+    from vidax.weights.safetensors_io import save_safetensors
+
+    path, ref, _, latents = cosmos
+    other = CosmosTransformer3DModel.from_pretrained(path, subfolder="transformer").eval()
+    randomize_torch_module(other, seed=9, gain=1.0)
+    file = str(tmp_path / "cosmos-predict2.5.safetensors")
+    save_safetensors(cosmos_original({k: v.detach().numpy() for k, v in other.state_dict().items()}), file)
+    theirs = CosmosTransformer3DModel.from_single_file(file, config=path, subfolder="transformer",
+                                                       torch_dtype=torch.float32)
+    single = type(ref)(text_encoder=ref.text_encoder, tokenizer=ref.tokenizer, transformer=theirs, vae=ref.vae,
+                       scheduler=ref.scheduler, safety_checker=ref.safety_checker)
+    want = _reference(single, latents)
+    got = _ours(vidax.load_pipeline(path, transformer=file), latents)
+    value = psnr(got, want)
+    print(f"single-file Cosmos transformer vs diffusers from_single_file: {value:.1f} dB")
+    assert value >= PSNR_MIN
+    assert psnr(want, text2world[0]) < 40.0  # the file's weights, not the folder's, make the video
+
+
 def test_text2world_bf16_matches_diffusers_bf16(cosmos, text2world):
     """2 UniPC steps with CFG in bf16 (transformer and Qwen2.5-VL bf16, VAE fp32 on both sides)
     against diffusers fp32 and bf16, same latents."""

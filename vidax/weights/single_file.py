@@ -12,10 +12,14 @@ original repository's key layout, either fp8 "scaled" safetensors or GGUF.
 
 Both are readers with the interface the loader uses (``keys``, ``info``, ``get``, ``release``):
 the tensor names are converted to the diffusers layout by the family's
-``single_file_keys(keys)`` (in its ``convert.py``, after diffusers'
-``loaders/single_file_utils.py`` conversion of that family), and the values are the
-dequantized float tensors, which the loader then casts to the component's dtype or quantizes
-to 8 bits like any checkpoint's.
+``single_file_keys(shapes)`` (in its ``convert.py``, after diffusers'
+``loaders/single_file_utils.py`` conversion of that family: a rename, a tensor left out, or a
+fused tensor cut into :class:`Part` s), and the values are the dequantized float tensors, which
+the loader then casts to the component's dtype or quantizes to 8 bits like any checkpoint's.
+
+The layout of a file is told from its keys alone (:func:`detect_layout`, by each family's
+``SINGLE_FILE_LAYOUT``), so a file of another family is refused before any weight is read, and
+``vidax inspect FILE`` describes one (:func:`describe_single_file`).
 """
 
 from __future__ import annotations
@@ -64,11 +68,53 @@ class _Reader(CheckpointReader):
     def release(self, key: str) -> None:
         pass
 
-    def renamed(self, names: Mapping[str, str]) -> "_Reader":
+    def renamed(self, names: Mapping[str, Any]) -> "_Reader":
         """The same tensors under new names (``names``: old -> new; a name absent keeps its own,
-        a name mapped to None is left out)."""
-        new = {names.get(k, k): k for k in self._infos if names.get(k, k) is not None}
-        return _Reader(self.path, {n: self._infos[o] for n, o in new.items()}, {n: self._reads[o] for n, o in new.items()})
+        a name mapped to None is left out, one mapped to a tuple of :class:`Part` gives a tensor
+        per part).
+
+        Raises:
+            CheckpointError: two tensors of the file converted to one name.
+        """
+        infos, reads = {}, {}
+        for old in self._infos:
+            new = names.get(old, old)
+            for part in () if new is None else (Part(new),) if isinstance(new, str) else new:
+                if part.name in infos:
+                    raise CheckpointError(f"{self.path}: two tensors of the file convert to {part.name!r}")
+                infos[part.name], reads[part.name] = part.info(self._infos[old]), part.read(self._reads[old])
+        return _Reader(self.path, infos, reads)
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A tensor converted from part of one in the file (diffusers' ``chunk`` / ``split`` of fused
+    weights): rows ``[start, stop)`` of its first axis (None: from the start / to the end), with
+    the two halves of that axis swapped when ``swap`` (diffusers' ``shift, scale`` -> ``scale, shift``).
+    """
+
+    name: str
+    start: int | None = None
+    stop: int | None = None
+    swap: bool = False
+
+    def info(self, info: Any) -> VirtualInfo:
+        """``info`` (the file's tensor) as this part: its shape, and its share of the bytes."""
+        rows = info.shape[0] if info.shape else 1
+        n = len(range(rows)[self.start:self.stop])
+        shape = (n, *info.shape[1:]) if info.shape else ()
+        size = (info.end - info.start) * n // max(rows, 1)
+        return VirtualInfo(info.file, info.dtype, shape, info.start, info.start + size, getattr(info, "stored", ""))
+
+    def read(self, read: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+        def part() -> np.ndarray:
+            value = read()[self.start:self.stop]
+            if self.swap:
+                half = value.shape[0] // 2
+                value = np.concatenate([value[half:], value[:half]])
+            return value
+
+        return part
 
 
 def fp8_scaled(reader: CheckpointReader) -> _Reader | CheckpointReader:
@@ -173,49 +219,130 @@ def gguf_reader(path: str) -> _Reader:
 def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer") -> Any:
     """A reader of a single-file checkpoint of component ``spec`` (a
     :class:`~vidax.registry.ComponentSpec`): ``.gguf`` or ``.safetensors`` (fp8 scaled or not), its
-    keys converted from the original layout by the family's ``single_file_keys``.
+    keys converted from the original layout by the family's ``single_file_keys``. Only the file's
+    header is read here.
 
     Raises:
-        InputError: no such file, an extension other than ``.safetensors`` / ``.gguf``, or a
-            family without a single-file layout (naming ``arg``).
+        InputError: no such file, an extension other than ``.safetensors`` / ``.gguf``, a
+            family without a single-file layout, or a file in another layout than the family's
+            (one line naming ``arg``, the layout found and the one expected).
         CheckpointError: as :func:`fp8_scaled` / :func:`gguf_reader`.
     """
     path = os.fspath(path)
     if not os.path.isfile(path) or not path.endswith((".safetensors", ".gguf")):
         raise InputError(Arg(arg, path), " is not a .safetensors or .gguf file")
-    convert = single_file_keys(spec)
-    if convert is None:
+    module = _convert_module(spec)
+    if module is None:
         raise InputError(Arg(arg, path), ": vidax reads single-file checkpoints of "
                          f"{', '.join(single_file_classes())}, not of {spec.class_name}")
-    reader = gguf_reader(path) if path.endswith(".gguf") else fp8_scaled(CheckpointReader(path))
+    raw = _file_reader(path)
+    found, want = detect_layout(raw.keys()), module.SINGLE_FILE_LAYOUT[0]
+    if found != want:
+        held = f"a {found} transformer (original layout)" if found else "no transformer layout vidax reads"
+        raise InputError(Arg(arg, path), f" holds {held}; this folder's transformer ({spec.class_name}) takes "
+                         f"a file in the original {want} layout")
+    reader = fp8_scaled(raw)
     if not isinstance(reader, _Reader):
         reader = _Reader(path, {k: reader.info(k) for k in reader.keys()},
                          {k: (lambda k=k, r=reader: r.get(k)) for k in reader.keys()})
-    return reader.renamed(convert(reader.keys()))
+    return reader.renamed(module.single_file_keys({k: tuple(reader.info(k).shape) for k in reader.keys()}))
 
 
-def single_file_keys(spec: Any) -> Callable[[list[str]], dict[str, str]] | None:
-    """The family's ``single_file_keys`` (its ``convert.py``) for a transformer entry, else None."""
+def _file_reader(path: str) -> Any:
+    """The tensors of a ``.gguf`` (dequantized on read) or ``.safetensors`` file as stored."""
+    return gguf_reader(path) if path.endswith(".gguf") else CheckpointReader(path)
+
+
+def _convert_module(spec: Any) -> Any:
+    """The family's ``convert.py`` for a transformer entry that reads single files, else None."""
     if spec.kind != "transformer" or not spec.fp32_params:
         return None
     module = importlib.import_module(spec.fp32_params.split(":")[0])
-    return getattr(module, "single_file_keys", None)
+    return module if hasattr(module, "single_file_keys") else None
+
+
+def single_file_keys(spec: Any) -> Callable[[Any], dict[str, Any]] | None:
+    """The family's ``single_file_keys`` (its ``convert.py``) for a transformer entry, else None."""
+    module = _convert_module(spec)
+    return None if module is None else module.single_file_keys
+
+
+def single_file_layouts() -> dict[str, tuple[tuple[str, ...], list[str]]]:
+    """Layout name -> (the keys that tell it, the transformer classes that read it), for every
+    family with a single-file layout (its ``convert.py``'s ``SINGLE_FILE_LAYOUT``)."""
+    from vidax.registry import registry
+
+    out: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+    for spec in registry().components():
+        module = _convert_module(spec)
+        if module is not None:
+            name, markers = module.SINGLE_FILE_LAYOUT
+            out.setdefault(name, (tuple(markers), []))[1].append(spec.class_name)
+    return out
+
+
+#: Prefixes the original repositories put before the transformer's keys.
+_PREFIXES = ("model.diffusion_model.", "net.")
+
+
+def detect_layout(keys: Any) -> str | None:
+    """The original layout ``keys`` (a file's tensor names) are in: of the layouts whose telling
+    keys are all there (prefixes of :data:`_PREFIXES` stripped), the one with the most; None when
+    there is none."""
+    names = {next((k[len(p):] for p in _PREFIXES if k.startswith(p)), k) for k in keys}
+    found = [(len(m), name) for name, (m, _) in single_file_layouts().items() if set(m) <= names]
+    return max(found)[1] if found else None
 
 
 def single_file_classes() -> list[str]:
     """Class names of the transformers whose single-file layout vidax converts."""
-    from vidax.registry import registry
-
-    return sorted(s.class_name for s in registry().components() if single_file_keys(s) is not None)
+    return sorted(c for _, classes in single_file_layouts().values() for c in classes)
 
 
-def rename_keys(keys: list[str], renames: Mapping[str, str], strip: str = "model.diffusion_model.") -> dict[str, str]:
+def describe_single_file(path: str) -> str | None:
+    """What a single-file transformer is (``vidax inspect FILE``): its format, its tensors by
+    type, their bytes, the layout detected and the transformer classes that read it; None for a
+    ``.safetensors`` file in no transformer layout (a LoRA file, say). Only the header is read.
+
+    Raises:
+        InputError: a ``.gguf`` file without the gguf package installed.
+        CheckpointError: a file that cannot be read as its extension says.
+    """
+    reader = _file_reader(path)
+    keys = reader.keys()
+    layout = detect_layout(keys)
+    if layout is None and not path.endswith(".gguf"):
+        return None
+    infos = [reader.info(k) for k in keys]
+    types: dict[str, int] = {}
+    for info in infos:
+        kind = getattr(info, "stored", "") or info.dtype.name
+        types[kind] = types.get(kind, 0) + 1
+    fp8 = any(t in _FP8 for t in types)
+    fmt = "GGUF (dequantized on read as diffusers' GGUF loader does)" if path.endswith(".gguf") else \
+        "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
+    nbytes = sum(i.end - i.start for i in infos)
+    classes = single_file_layouts()[layout][1] if layout else []
+    return "\n".join([
+        f"single-file transformer {path}",
+        f"  format: {fmt}",
+        f"  layout: " + (f"{layout} (original repository's keys), read by {', '.join(classes)} "
+                         "(load_pipeline(folder, transformer=FILE) / --transformer FILE)" if layout
+                         else "none vidax reads (" + ", ".join(single_file_layouts()) + " are)"),
+        f"  tensors: {len(infos)} (" + ", ".join(f"{k} {n}" for k, n in sorted(types.items(), key=lambda x: -x[1]))
+        + ")",
+        f"  bytes: {nbytes / 2**20:,.1f} MiB of tensors ({nbytes:,} B; file {os.path.getsize(path):,} B)",
+    ])
+
+
+def rename_keys(keys: Any, renames: Mapping[str, str], strip: str = "model.diffusion_model.") -> dict[str, str]:
     """``key -> converted key``: ``strip`` removed, then each ``renames`` substring replaced in
     order (diffusers' ``TRANSFORMER_KEYS_RENAME_DICT`` convention)."""
-    out = {}
-    for key in keys:
-        new = key.replace(strip, "")
-        for a, b in renames.items():
-            new = new.replace(a, b)
-        out[key] = new
-    return out
+    return {key: renamed(key.replace(strip, ""), renames) for key in keys}
+
+
+def renamed(key: str, renames: Mapping[str, str]) -> str:
+    """``key`` with each ``renames`` substring replaced, in order."""
+    for a, b in renames.items():
+        key = key.replace(a, b)
+    return key

@@ -60,6 +60,10 @@ UPSAMPLER_FP32_PARAMS = (r"norm[^/]*/(scale|bias)$",)
 # ---------------------------------------------------------------------------------------------
 # Single-file checkpoints (the original LTX-Video repository's layout: GGUF / fp8 scaled files)
 
+#: The keys every original-layout LTX-Video transformer has (``model.diffusion_model.`` stripped):
+#: how a file's layout is told (:func:`vidax.weights.single_file.detect_layout`).
+SINGLE_FILE_LAYOUT = ("LTX-Video", ("patchify_proj.weight", "adaln_single.linear.weight"))
+
 #: diffusers' ``convert_ltx_transformer_checkpoint_to_diffusers`` renames, in order.
 SINGLE_FILE_RENAMES = {
     "patchify_proj": "proj_in",

@@ -91,3 +91,49 @@ UPSAMPLER_FP32_PARAMS = (*_LTX_UPSAMPLER_FP32, r"(^|/)blur_down/kernel$")
 #: ``kernel`` it is (a conv-like ``(1, 1, 5, 5)`` tensor, re-laid out ``(5, 5, 1, 1)``): without the
 #: rename the rules would name it ``blur_down.weight`` when they map a path back to a key.
 UPSAMPLER_KEY_RULES = KeyRules(renames=(("blur_down.kernel", "blur_down.weight"),))
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-file checkpoints (the original LTX-2 repository's layout: GGUF / fp8 scaled files)
+
+#: The keys every original-layout LTX-2 transformer has (``model.diffusion_model.`` stripped): how
+#: a file's layout is told (:func:`vidax.weights.single_file.detect_layout`; an LTX-Video file
+#: has the first two, not the audio one).
+SINGLE_FILE_LAYOUT = ("LTX-2", ("patchify_proj.weight", "adaln_single.linear.weight", "audio_patchify_proj.weight"))
+
+#: diffusers' ``convert_ltx2_transformer_to_diffusers`` renames, applied in order.
+SINGLE_FILE_RENAMES = {
+    "patchify_proj": "proj_in",
+    "audio_patchify_proj": "audio_proj_in",
+    "av_ca_video_scale_shift_adaln_single": "av_cross_attn_video_scale_shift",
+    "av_ca_a2v_gate_adaln_single": "av_cross_attn_video_a2v_gate",
+    "av_ca_audio_scale_shift_adaln_single": "av_cross_attn_audio_scale_shift",
+    "av_ca_v2a_gate_adaln_single": "av_cross_attn_audio_v2a_gate",
+    "scale_shift_table_a2v_ca_video": "video_a2v_cross_attn_scale_shift_table",
+    "scale_shift_table_a2v_ca_audio": "audio_a2v_cross_attn_scale_shift_table",
+    "q_norm": "norm_q",
+    "k_norm": "norm_k",
+}
+#: Original prefixes of the timestep embedders, renamed at the start of a key only (they are
+#: substrings of other modulation tensors' names).
+_TIME_EMBEDS = (("adaln_single.", "time_embed."), ("audio_adaln_single.", "audio_time_embed."))
+
+
+def single_file_keys(keys) -> dict:
+    """Original-layout transformer key -> diffusers key (None: left out), as diffusers'
+    ``from_single_file`` converts an LTX-2 file (``model.diffusion_model.`` stripped; the text
+    connectors, which vidax reads from the folder's ``connectors/``, left out, as there; in a
+    combined file, the tensors outside ``model.diffusion_model.`` (VAEs, vocoder) left out)."""
+    from vidax.weights.single_file import rename_keys
+
+    combined = any(k.startswith("model.diffusion_model.") for k in keys)
+    out = {}
+    for key, new in rename_keys(keys, SINGLE_FILE_RENAMES).items():
+        if "embeddings_connector" in new or (combined and not key.startswith("model.diffusion_model.")):
+            out[key] = None
+            continue
+        if "adaln_single" in new and (".weight" in new or ".bias" in new):
+            for old, to in _TIME_EMBEDS:
+                new = to + new.removeprefix(old) if new.startswith(old) else new
+        out[key] = new
+    return out

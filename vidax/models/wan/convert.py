@@ -61,6 +61,10 @@ VAE_FP32_PARAMS = (r"gamma$",)
 # ---------------------------------------------------------------------------------------------
 # Single-file checkpoints (the original Wan repository's layout: GGUF / fp8 scaled files)
 
+#: The keys every original-layout Wan transformer has (``model.diffusion_model.`` stripped): how a
+#: file's layout is told (:func:`vidax.weights.single_file.detect_layout`).
+SINGLE_FILE_LAYOUT = ("Wan", ("patch_embedding.weight", "blocks.0.self_attn.q.weight"))
+
 #: diffusers' ``convert_wan_transformer_to_diffusers`` renames (loaders/single_file_utils.py),
 #: applied in order; ``norm2`` / ``norm3`` swap through a placeholder as there.
 SINGLE_FILE_RENAMES = {
