@@ -326,7 +326,7 @@ def describe_single_file(path: str) -> str | None:
     return "\n".join([
         f"single-file transformer {path}",
         f"  format: {fmt}",
-        f"  layout: " + (f"{layout} (original repository's keys), read by {', '.join(classes)} "
+        "  layout: " + (f"{layout} (original repository's keys), read by {', '.join(classes)} "
                          "(load_pipeline(folder, transformer=FILE) / --transformer FILE)" if layout
                          else "none vidax reads (" + ", ".join(single_file_layouts()) + " are)"),
         f"  tensors: {len(infos)} (" + ", ".join(f"{k} {n}" for k, n in sorted(types.items(), key=lambda x: -x[1]))
