@@ -368,8 +368,8 @@ def test_bad_configs_are_refused_in_one_line(wan):
         (lambda: wan.pipe.enable_cache("first_block"), "config="),
         (lambda: vidax.MagCacheConfig(mag_ratios=[1.0, -0.5, 1.0]), "mag_ratios= must be >= 0"),
         # TaylorSeer hooks vidax does not place as the reference does.
-        (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^proj_out$"])),
-         "hooks 'proj_out' of WanTransformer3DModel: vidax hooks modules inside the block stacks"),
+        (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^proj_out$", "^patch_embedding$"])),
+         "hooks 'patch_embedding' of WanTransformer3DModel: vidax hooks modules inside the block stacks"),
         (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.0.ffn"])),
          "hooks 'blocks.0.ffn' of WanTransformer3DModel (a "),
         (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.1", "^blocks.1.attn1"])),
