@@ -21,7 +21,12 @@ scheduler update as one compiled function; the cache's state is carried between 
   its own Taylor factors, carried per layer through the blocks' scan
   (:meth:`~vidax.blocks.transformer.DiffusionTransformer.run_blocks`'s ``hooks``), and on the
   other steps returns its prediction (or zeros, ``skip_predict_identifiers``) without running,
-  while the rest of every block runs.
+  while the rest of every block runs (with streamed blocks, each chunk carries its layers'
+  factors). Where the patterns hook ``proj_out`` alone (lite mode on Cosmos 3, whose ``layers``
+  its block pattern does not match) every block runs and ``proj_out``'s output is predicted. A
+  head with several outputs (LTX-2's and Cosmos 3's video and sound) has its first, ``proj_out``'s,
+  predicted; the others come from the head on the streams the blocks left (zeros where lite mode
+  skipped them, as the reference's skipped blocks return zeros).
 
 State per branch where the reference keeps one: diffusers runs the conditional and unconditional
 passes as separate calls with a state each for Wan and HunyuanVideo
