@@ -379,3 +379,25 @@ def check_tiled_decode_memory_flat(vae, module, name: str, decode, short, long, 
             vae.use_framewise_decoding = False
     assert small > 0 and large <= 1.3 * small, (small, large)
     return small, large
+
+
+@contextlib.contextmanager
+def transformer_calls(transformer, probe):
+    """Per call of the torch ``transformer`` while open, ``"C"`` when its submodule ``probe``
+    ran and ``"S"`` when it did not (a step cache predicted or skipped it): the list yielded.
+    Open it before ``enable_cache`` (the cache hooks keep ``probe``'s forward as they find it)."""
+    letters, ran = [], []
+    probe_forward, forward = probe.forward, transformer.forward
+    probe.forward = lambda *a, **k: (ran.append(1), probe_forward(*a, **k))[1]
+
+    def counted(*a, **k):
+        n = len(ran)
+        out = forward(*a, **k)
+        letters.append("C" if len(ran) > n else "S")
+        return out
+
+    transformer.forward = counted
+    try:
+        yield letters
+    finally:
+        del transformer.forward, probe.forward

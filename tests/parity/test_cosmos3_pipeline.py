@@ -26,7 +26,7 @@ import torch
 
 import vidax
 from tests.parity.cosmos_reference import build_qwen_tokenizer
-from tests.parity.helpers import psnr, randomize_torch_module
+from tests.parity.helpers import psnr, randomize_torch_module, transformer_calls
 from tests.parity.wan_reference import VAE22, random_image
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import InputError, VidaxError
@@ -427,3 +427,61 @@ def test_mesh_equals_single_device(cosmos3, with_sound):
           f"sound SNR {snr:.1f} dB (peak {np.abs(single.audio).max():.2f})")
     assert err_v < 1e-4 and snr >= 80.0
     assert float(np.abs(single.audio).max()) > 1e-3 and np.std(single.frames) > 1e-2
+
+
+def test_taylorseer_matches_diffusers_on_both_streams(cosmos3, with_sound):
+    """TaylorSeer's lite mode with sound, 4 steps, every setting but the identifiers non-default.
+    diffusers 0.42.1 hooks what its lite patterns match: ``proj_out`` (predicted) and no layer
+    (its block pattern needs ``block`` in the name; Cosmos 3's are ``layers``), so every layer
+    runs on every step, the sound head too, and the video's ``proj_out`` output is predicted on
+    the cached steps (one state per cond / uncond call, the same schedule). The same steps are
+    predicted (``proj_out``'s calls counted on the reference, per call) and both streams agree
+    (>= 60 dB fp32, as the uncached parity tests), far closer than the reference's uncached run
+    is to its cached one (the test is not vacuous). First-Block Cache and MagCache raise in the
+    reference (its Cosmos 3 block metadata names ``gen_seq`` / ``und_seq``, its hooks read
+    ``hidden_states`` / ``encoder_hidden_states``): refused in one line."""
+    from diffusers.hooks import TaylorSeerCacheConfig as RefTS
+
+    _, ref, pipe, latents = cosmos3
+    sound = with_sound[0]
+    settings = dict(cache_interval=2, disable_cache_before_step=1, max_order=2, use_lite_mode=True)
+    call = dict(CALL, num_inference_steps=4, prompt=PROMPT, negative_prompt=NEGATIVE)
+
+    def reference(config):
+        if config is not None:
+            ref.transformer.enable_cache(config)
+        try:
+            with torch.no_grad():
+                out = ref(output_type="np", latents=latents.clone(), sound_latents=sound[0].clone(), enable_sound=True,
+                          **call)
+        finally:
+            if config is not None:
+                ref.transformer.disable_cache()
+        return np.asarray(out.video)[None], out.sound.numpy()[None]
+
+    with transformer_calls(ref.transformer, ref.transformer.proj_out) as per_call:
+        want = reference(RefTS(taylor_factors_dtype=torch.float32, **settings))
+    uncached = reference(None)
+    pipe.enable_cache(vidax.TaylorSeerCacheConfig(taylor_factors_dtype="float32", **settings))
+    try:
+        got = pipe(progress=False, **_sound_call(latents, sound), **call)
+    finally:
+        pipe.disable_cache()
+    ref_pattern = "".join(per_call)
+    assert ref_pattern[0::2] == ref_pattern[1::2] == "CSCS"
+    assert got.stats.cache.patterns == {"cond": "CSCS", "uncond": "CSCS"}
+
+    def snr(a, b):
+        return 10 * np.log10(np.sum(b ** 2) / np.sum((a - b) ** 2))
+
+    moved = psnr(uncached[0], want[0]), snr(uncached[1], want[1])
+    print(f"Cosmos 3 TaylorSeer lite: video {psnr(got.frames, want[0]):.1f} dB, sound SNR {snr(got.audio, want[1]):.1f} "
+          f"dB; the reference's cached vs uncached {moved[0]:.1f} / {moved[1]:.1f} dB")
+    agree = psnr(got.frames, want[0]), snr(got.audio, want[1])
+    assert min(agree) >= PSNR_MIN
+    # An uncached vidax run would sit at ``moved``: vidax's cached run must be far closer.
+    assert all(a > m + 30 for a, m in zip(agree, moved)), (agree, moved)
+    for config in (vidax.FirstBlockCacheConfig(), vidax.MagCacheConfig(calibrate=True)):
+        with pytest.raises(InputError, match="no block metadata for Cosmos3OmniPipeline's transformer blocks that its"):
+            pipe.enable_cache(config)
+        assert pipe.cache_config is None

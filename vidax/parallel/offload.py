@@ -44,6 +44,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -541,6 +542,22 @@ class ChunkedStep:
         # With a step cache the streams a chunk takes are read again after it (the residuals).
         return jax.jit(run_chunk, donate_argnums=() if self.cache is not None else (1,), out_shardings=x_sharding)
 
+    def _taps_jit(self, abstract_rest: nnx.State, stack: OffloadedBlocks):
+        """TaylorSeer's hooked modules in a chunk of ``stack``: ``(chunk, x, inputs, cs,
+        entries) -> (x, new entries)``, ``entries`` the chunk's layers' slice of the stack's
+        per-layer cache arrays, ``cs`` the step's decision and coefficients."""
+        model_of, blocks_graphdef, spec = self._model_fn(), stack.graphdef, self.cache
+        named = len(self.stacks) > 1
+
+        def run_chunk(chunk, x, inputs, cs, entries):
+            model = model_of(abstract_rest)
+            blocks = nnx.merge(blocks_graphdef, chunk)
+            x, states = model.run_blocks(x, inputs, blocks, stack=stack.attr if named else None,
+                                         hooks=spec.tap_hooks(cs, stack.attr, entries))
+            return x, states[stack.attr]
+
+        return jax.jit(run_chunk)
+
     def _first_jit(self, abstract_rest: nnx.State, x_sharding, stack: OffloadedBlocks):
         """The step cache's ``begin`` on the first layer of chunk 0: ``(y, aux, need_blocks)``."""
         model_of, blocks_graphdef, spec = self._model_fn(), stack.graphdef, self.cache
@@ -575,7 +592,14 @@ class ChunkedStep:
             abstract_rest = jax.tree.map(lambda a: _abstract(a), rest)
             x_sharding = jax.tree.map(lambda i: i.sharding, x_info)
             chunks = []
+            cs = None if self.cache is None else self.cache.split(state)[1]
             for stack in self.stacks:
+                if cs is not None and stack.attr in cs.get("taps", {}):
+                    taps_fn, small = self._taps_jit(abstract_rest, stack), _tap_scalars(cs)
+                    chunks.append({size: taps_fn.lower(stack.chunk_spec(size), x_info, inputs_info, small,
+                                                       _layer_slice(cs["taps"][stack.attr], 0, size, True)).compile()
+                                   for size in sorted(set(stack.sizes))})
+                    continue
                 chunk_fn = self._chunk_jit(abstract_rest, x_sharding, stack)
                 chunks.append({size: chunk_fn.lower(stack.chunk_spec(size), x_info, inputs_info).compile()
                                for size in sorted(set(stack.sizes))})
@@ -656,7 +680,26 @@ class CompiledChunkedStep:
         else:
             need = spec.need_blocks(cs, aux)
         z = y
-        if bool(need):
+        if spec.taps:
+            # TaylorSeer on modules inside the layers: every layer runs on every step (only the
+            # hooked modules are predicted), each chunk with its layers' slice of the factors.
+            small, taps = _tap_scalars(cs), dict(cs["taps"])
+            for stack, compiled in zip(self.step.stacks, self._chunks):
+                if stack.attr not in taps:
+                    z = stack.run(lambda i, chunk, h, c=compiled, n=stack.sizes: c[n[i]](chunk, h, inputs), z,
+                                  self.on_chunk)
+                    continue
+                starts, parts = np.cumsum([0, *stack.sizes]), []
+
+                def run(i, chunk, h, c=compiled, n=stack.sizes, entries=taps[stack.attr], starts=starts, parts=parts):
+                    h, new = c[n[i]](chunk, h, inputs, small, _layer_slice(entries, int(starts[i]), n[i]))
+                    parts.append(new)
+                    return h
+
+                z = stack.run(run, z, self.on_chunk)
+                taps[stack.attr] = jax.tree.map(lambda *p: jnp.concatenate(p), *parts)
+            state = spec.with_cache(state, dict(cs, taps=taps))
+        elif bool(need):
             for k, (stack, compiled) in enumerate(zip(self.step.stacks, self._chunks)):
                 def run(i, chunk, h, c=compiled, n=stack.sizes, head=k == 0 and self._first is not None):
                     return (self._first[1] if head and i == 0 else c[n[i]])(chunk, h, inputs)
@@ -664,6 +707,18 @@ class CompiledChunkedStep:
                 z = stack.run(run, z, self.on_chunk, first=chunk0 if k == 0 else None)
         del chunk0
         return self._post(rest, x, y, z, inputs, aux, latents, state, *args)
+
+
+def _tap_scalars(cs: dict) -> dict:
+    """A step cache's arrays without TaylorSeer's per-layer ones (what every chunk reads)."""
+    return {k: v for k, v in cs.items() if k != "taps"}
+
+
+def _layer_slice(entries: Any, start: int, size: int, abstract: bool = False) -> Any:
+    """Layers ``[start, start + size)`` of per-layer arrays (ShapeDtypeStructs with ``abstract``)."""
+    if abstract:
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct((size, *a.shape[1:]), a.dtype), entries)
+    return jax.tree.map(lambda a: a[start:start + size], entries)
 
 
 def streamed_call(module: nnx.Module, *args: Any) -> Any:

@@ -1293,16 +1293,18 @@ class VideoPipeline:
         Raises:
             InputError: one line naming ``name``.
         """
-        if len(cls.latent_streams) > 1:
-            raise InputError(f"{name}: step caches of a pipeline with several latent streams ({cls.__name__}: "
-                             f"{', '.join(cls.latent_streams)}) are not implemented in vidax yet; run without one")
         if not cls.cache_reference:
             raise InputError(f"{name}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache context "
                              "around its transformer calls, or no block metadata), so there is no reference to match")
         if not cls.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
             raise InputError(f"{name}: diffusers 0.42.1 has no block metadata for {cls.__name__}'s transformer "
-                             f"blocks (its {type(config).__name__} hooks raise there), so there is no reference to "
-                             "match; TaylorSeerCacheConfig runs")
+                             f"blocks that its {type(config).__name__} hooks can use (they raise there), so there is "
+                             "no reference to match; TaylorSeerCacheConfig runs")
+        if len(cls.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
+            # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
+            raise InputError(f"{name}: {type(config).__name__} on a pipeline with several latent streams "
+                             f"({cls.__name__}: {', '.join(cls.latent_streams)}) is not implemented in vidax; "
+                             "TaylorSeerCacheConfig runs")
 
     def enable_cache(self, config: Any) -> None:
         """Turn on step caching for the next calls (``config``: a
@@ -1328,10 +1330,6 @@ class VideoPipeline:
         model = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
-            if "modules" in modes and any(offloaded_stacks(m) for m in self.experts.modules):
-                raise InputError(f"{name}=TaylorSeerCacheConfig hooks modules inside the layers of {model}, which "
-                                 "vidax does not do with the blocks streamed from host memory (offload); use "
-                                 "use_lite_mode=True or load without offload")
             if modes == {"none"}:
                 logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
                                "runs are uncached", model)

@@ -21,7 +21,12 @@ scheduler update as one compiled function; the cache's state is carried between 
   its own Taylor factors, carried per layer through the blocks' scan
   (:meth:`~vidax.blocks.transformer.DiffusionTransformer.run_blocks`'s ``hooks``), and on the
   other steps returns its prediction (or zeros, ``skip_predict_identifiers``) without running,
-  while the rest of every block runs.
+  while the rest of every block runs (with streamed blocks, each chunk carries its layers'
+  factors). Where the patterns hook ``proj_out`` alone (lite mode on Cosmos 3, whose ``layers``
+  its block pattern does not match) every block runs and ``proj_out``'s output is predicted. A
+  head with several outputs (LTX-2's and Cosmos 3's video and sound) has its first, ``proj_out``'s,
+  predicted; the others come from the head on the streams the blocks left (zeros where lite mode
+  skipped them, as the reference's skipped blocks return zeros).
 
 State per branch where the reference keeps one: diffusers runs the conditional and unconditional
 passes as separate calls with a state each for Wan and HunyuanVideo
@@ -371,8 +376,10 @@ class TapSpec:
 
 def taylorseer_mode(config: TaylorSeerCacheConfig, model: nnx.Module) -> str:
     """``"none"`` (the reference's patterns match no module of ``model``: an uncached run),
-    ``"lite"`` (every top-level block skipped and ``proj_out``'s output predicted) or
-    ``"modules"`` (the hooked modules inside the block stacks predicted, :func:`taylorseer_taps`).
+    ``"lite"`` (every top-level block skipped and ``proj_out``'s output predicted), ``"proj_out"``
+    (``proj_out``'s output predicted while every block runs: lite mode on a model whose block
+    stacks lite mode's block pattern does not match, Cosmos 3's ``layers``) or ``"modules"``
+    (the hooked modules inside the block stacks predicted, :func:`taylorseer_taps`).
 
     Raises:
         InputError: the patterns hook modules vidax cannot hook as the reference does.
@@ -386,6 +393,8 @@ def taylorseer_mode(config: TaylorSeerCacheConfig, model: nnx.Module) -> str:
     blocks = {f"{a}.{i}" for a in model.block_stacks for i in range(_stack_len(model, a))}
     if hooked_active == {"proj_out"} and hooked_inactive == blocks:
         return "lite"
+    if hooked_active == {"proj_out"} and not hooked_inactive:
+        return "proj_out"
     taylorseer_taps(config, model)
     return "modules"
 
@@ -541,6 +550,8 @@ class CacheSpec:
     max_order: int = 1
     factors_dtype: str | None = "bfloat16"
     taps: tuple[TapSpec, ...] = ()  # TaylorSeer's hooked modules (empty: lite mode)
+    # TaylorSeer predicting proj_out alone, or modules inside the layers: the blocks run on every step
+    blocks_always: bool = False
 
     @staticmethod
     def split(carry: "CacheCarry") -> tuple[Any, dict]:
@@ -565,7 +576,8 @@ class CacheSpec:
             return self._forward_taps(model, x, inputs, cs)
         start = int(self.first_layer_alone)
         n = model.num_blocks()
-        y, aux = self.begin(lambda h: model.run_blocks(h, inputs, layers=(0, 1)), model.hidden_rows(inputs), x, cs)
+        rows = None if self.kind == "taylorseer" else model.hidden_rows(inputs)  # TaylorSeer keeps no residual
+        y, aux = self.begin(lambda h: model.run_blocks(h, inputs, layers=(0, 1)), rows, x, cs)
         z = jax.lax.cond(self.need_blocks(cs, aux), lambda h: model.run_blocks(h, inputs, layers=(start, n)),
                          lambda h: h, y)
         return self.end(model, x, y, z, inputs, cs, aux)
@@ -576,10 +588,21 @@ class CacheSpec:
         (or zeros, inactive) without running (``jax.lax.cond`` per layer)."""
         hooks = {}
         for stack in dict.fromkeys(t.stack for t in self.taps):
-            taps = [t for t in self.taps if t.stack == stack]
-            hooks[stack] = (cs["taps"][stack], functools.partial(self._layer_hook, taps, cs))
+            hooks.update(self.tap_hooks(cs, stack, cs["taps"][stack]))
         z, states = model.run_blocks(x, inputs, hooks=hooks)
         return model.head(z, inputs), dict(cs, taps=states)
+
+    def tap_hooks(self, cs: dict, stack: str, entries: dict) -> dict:
+        """``run_blocks``' ``hooks`` for the hooked modules of ``stack`` over the layers whose
+        per-layer ``entries`` (a slice of ``cs["taps"][stack]``: the streamed runner passes one
+        chunk's) are given; ``cs``: the step's decision and coefficients."""
+        taps = [t for t in self.taps if t.stack == stack]
+        return {stack: (entries, functools.partial(self._layer_hook, taps, cs))}
+
+    @staticmethod
+    def with_cache(carry: "CacheCarry", cs: dict) -> "CacheCarry":
+        """``carry`` with the cache arrays ``cs``."""
+        return CacheCarry(carry.sched, cs)
 
     def _layer_hook(self, taps: list, cs: dict, layer: Any, h: Any, entry: dict, run: Any) -> tuple[Any, dict]:
         """One layer with its hooked modules wrapped (the layer is this trace's own merged copy,
@@ -640,12 +663,11 @@ class CacheSpec:
             return aux["compute"].any()
         if self.kind == "mag":
             return jnp.logical_not(cs["skip"])
-        return cs["compute"]
+        return cs["compute"] | self.blocks_always
 
     def end(self, model: Any, x: Any, y: Any, z: Any, inputs: Any, cs: dict, aux: dict) -> tuple[jax.Array, dict]:
         """The prediction and the new cache arrays from the streams ``x`` (embedded), ``y``
         (after :meth:`begin`) and ``z`` (after the remaining blocks, or ``y`` where they did not run)."""
-        s, e = model.hidden_rows(inputs)
         if self.kind == "first_block":
             compute, r, prev = aux["compute"], aux["r"], cs["head_res"]
             rows = jnp.repeat(compute, _first(x).shape[0] // self.branches)
@@ -660,6 +682,7 @@ class CacheSpec:
                        tail_res=jax.tree.map(sel, tail, cs["tail_res"]), computed=compute)
             return model.head(out, inputs), new
         if self.kind == "mag":
+            s, e = model.hidden_rows(inputs)
             h0, prev, skip = _first(x)[:, s:e], cs["prev_res"], cs["skip"]
             res = _first(z)[:, s:e] - h0
             f = _first(z)
@@ -670,22 +693,31 @@ class CacheSpec:
                 old = jnp.linalg.norm(prev.astype(_F32), axis=-1)
                 ratio = jnp.mean((cur / (old + 1e-8)).reshape(self.branches, -1), axis=1)
             return model.head(out, inputs), dict(cs, prev_res=jnp.where(skip, prev, res), ratio=ratio)
+        if self.taps:  # the layers updated the hooked modules' factors (the streamed chunks)
+            return model.head(z, inputs), cs
         factors = cs["factors"]
         fdt = factors.dtype
 
         def compute(h):
-            pred = model.head(h, inputs)
+            out = model.head(h, inputs)
+            pred = _first(out)
             new = [pred]
             for j in range(self.max_order):
                 nxt = (new[j] - factors[j].astype(pred.dtype)) / cs["delta"].astype(pred.dtype)
                 new.append(jnp.where(j < cs["n_prev"], nxt, jnp.zeros_like(nxt)))
-            return pred, jnp.stack([f.astype(fdt) for f in new])
+            return out, jnp.stack([f.astype(fdt) for f in new])
 
         def predict(h):
             pdt = cs["out"].dtype
             out = jnp.zeros(factors.shape[1:], pdt)
             for o in range(self.max_order + 1):  # torch: factor * Python float, in float32, rounded to pdt
                 out = out + (factors[o].astype(_F32) * cs["coeff"][o]).astype(pdt)
+            if isinstance(jax.eval_shape(lambda: model.head(h, inputs)), (tuple, list)):
+                # Several outputs (video first, from proj_out, the one predicted): the others come
+                # from the head on what the blocks left, the streams they computed (blocks_always)
+                # or zeros (lite mode: the reference's skipped blocks return zeros).
+                left = h if self.blocks_always else jax.tree.map(jnp.zeros_like, h)
+                out = _with_first(model.head(left, inputs), out)
             return out, factors
 
         pred, factors = jax.lax.cond(cs["compute"], compute, predict, z)
@@ -781,11 +813,13 @@ class StepCache:
             self._mag = dict(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
             self.calibration: list[list[float]] = [[] for _ in range(branches)]
         else:
-            taps = taylorseer_taps(config, model) if taylorseer_mode(config, model) == "modules" else ()
+            mode = taylorseer_mode(config, model)
+            taps = taylorseer_taps(config, model) if mode == "modules" else ()
             self.spec = CacheSpec("taylorseer", 1, max_order=config.max_order,
-                                  factors_dtype=config.taylor_factors_dtype, taps=taps)
-            if taps:  # the blocks all run; the hooked modules are what is skipped
-                report.num_blocks = self.num_blocks = sum(sum(t.layers) for t in taps)
+                                  factors_dtype=config.taylor_factors_dtype, taps=taps,
+                                  blocks_always=mode != "lite")
+            if taps or mode == "proj_out":  # the blocks all run; the hooked modules are what is skipped
+                report.num_blocks = self.num_blocks = sum(sum(t.layers) for t in taps) if taps else 1
                 report.unit = "hooked module"
             self._ts = dict(step=-1, last=None, updates=0)
         self._pending: dict = {}
@@ -803,7 +837,7 @@ class StepCache:
                         tail_res=jax.tree.map(zeros, shapes["streams"]), computed=jnp.ones((nb,), bool))
         if self.spec.kind == "mag":
             return dict(skip=jnp.asarray(False), prev_res=zeros(shapes["hidden"]), ratio=jnp.ones((nb,), _F32))
-        pred = shapes["pred"]
+        pred = _first(shapes["pred"])  # several outputs: the first (proj_out's) is predicted
         orders = self.spec.max_order + 1
 
         def factors(o, n=()):

@@ -138,8 +138,10 @@ class Cosmos3OmniPipeline(VideoPipeline):
     guidance_dtype = jnp.float32  # the reference casts both predictions to float32 before guiding
     stageable = ("vae",)
     separate_cfg_passes = True  # the reference calls the transformer once per branch
-    # diffusers 0.42.1 has no cache hook metadata for Cosmos3OmniTransformer's layers.
-    cache_reference = False
+    # diffusers 0.42.1's metadata for Cosmos3VLTextMoTDecoderLayer names its arguments gen_seq / und_seq,
+    # while its First-Block Cache asks for hidden_states and MagCache (on a skip) for
+    # encoder_hidden_states: both raise there. TaylorSeer runs.
+    cache_block_metadata = False
     unsupported_call_args = ("guidance_scale_2", "max_sequence_length")
     call_options = (
         CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos 3 video-to-video keeps its first frames "

@@ -217,6 +217,9 @@ class LTX2Pipeline(LTXPipeline):
     #: (a conditioned pipeline takes 5-D latents as they are).
     packed_latents = True
     latent_streams = ("latents", "audio_latents")
+    # diffusers 0.42.1 registers no block metadata for LTX2VideoTransformerBlock: its First-Block
+    # Cache and MagCache raise there. TaylorSeer runs.
+    cache_block_metadata = False
     audio_stream = "audio_latents"
     stageable = ("text_encoder", "vae", "audio_vae", "vocoder")
     guidance_dtype = _F32
