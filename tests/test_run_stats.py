@@ -205,3 +205,23 @@ def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):
                                                    r"the estimate was ~.* GiB "
                                                    r"\(denoising step .*; try a smaller size"):
             pipe("a cat", **TINY)
+
+
+def test_cache_summary_says_predicted_when_only_hooked_modules_are_skipped():
+    """TaylorSeer's module modes run every block and predict the hooked modules: the summary must
+    not call those steps skipped blocks (a new user read it as blocks saved); the lite/FBC/MagCache
+    wording is kept for blocks."""
+    from vidax.pipelines.step_cache import CacheReport
+
+    modules = CacheReport("taylorseer", num_blocks=4, unit="hooked module")
+    blocks = CacheReport("taylorseer", num_blocks=4)
+    for report in (modules, blocks):
+        for computed in (True, False, True, False):
+            report.record("all", computed, head_only=False)
+        report.step_kind += ["full", "skipped", "full", "skipped"]
+        report.step_s += [1.0, 0.5, 1.0, 0.5]
+    assert "8 of 16 hooked module evaluations run, 8 predicted instead" in modules.describe()
+    assert "every block ran on every step" in modules.describe()
+    assert "skipped the blocks" not in modules.describe()
+    assert "8 of 16 block evaluations run, 8 skipped" in blocks.describe()
+    assert "2 of 4 steps skipped the blocks, ~1.00 s saved" in blocks.describe()

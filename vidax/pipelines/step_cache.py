@@ -784,8 +784,12 @@ class CacheReport:
         total = self.blocks_run + self.blocks_skipped
         pats = ", ".join(f"{k} {v}" for k, v in self.patterns.items())
         n_skip = sum(k == "skipped" for k in self.step_kind)
-        return (f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} skipped "
-                f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the {self.unit}s, "
+        if self.unit == "block":
+            return (f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
+                    f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
+                    f"~{self.saved_s:.2f} s saved")
+        return (f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} "
+                f"predicted instead (per step: {pats}, S = predicted); every block ran on every step, "
                 f"~{self.saved_s:.2f} s saved")
 
 
