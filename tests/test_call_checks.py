@@ -1003,11 +1003,18 @@ def test_declared_option_checks_name_the_argument():
         (CallOption("n", int, "", low=1), 0, "n must be a positive integer, got 0"),
         (CallOption("n", int, "", low=1), 2.0, "n must be a positive integer, got 2.0"),
         (CallOption("phi", float, "", low=0, high=1), 1.5, "phi must be a number in [0, 1], got 1.5"),
-        (CallOption("rate", float, "", low=0, low_open=True), 0, "rate must be a number > 0, got 0"),
-        (CallOption("t", float, ""), float("nan"), "t must be a finite number, got nan"),
+        (CallOption("rate", float, "", low=0, low_open=True), 0, "rate must be a finite number > 0 (at most 3.403e+38, float32's largest), got 0"),
+        (CallOption("t", float, ""), float("nan"), "t must be a finite number (at most 3.403e+38 in magnitude, float32's "
+                                                   "largest), got nan"),
         (CallOption("k", int, "", choices=(1, 2)), 3, "k must be 1 or 2, got 3"),
         (CallOption("on", bool, ""), 1, "on must be True or False, got 1"),
-        (CallOption("ts", float, "", low=0, per_prompt=True), [0.1, -1.0], "ts[1] must be a number >= 0, got -1.0"),
+        (CallOption("ts", float, "", low=0, per_prompt=True), [0.1, -1.0], "ts[1] must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0"),
+        (CallOption("s", float, "", low=0), 1e39, "s must be a finite number >= 0 (at most 3.403e+38, float32's largest), "
+                                                  "got 1e+39"),
+        (CallOption("s", float, "", low=0), float("inf"), "s must be a finite number >= 0 (at most 3.403e+38, "
+                                                          "float32's largest), got inf"),
+        (CallOption("t", float, ""), -1e39, "t must be a finite number (at most 3.403e+38 in magnitude, float32's "
+                                            "largest), got -1e+39"),
     ]
     for option, value, message in cases:
         with pytest.raises(InputError) as e:

@@ -23,6 +23,9 @@ from vidax.errors import Arg, InputError
 VIDEO_FILE, IMAGE_FILE, OBJECT = "video file", "image file", "object"
 
 _NUMBER = (int, float, np.integer, np.floating)
+#: The largest magnitude of a ``float`` keyword: float32's largest value (vidax computes the
+#: guidance, shifts and scales in float32; a larger number would be inf there).
+MAX_FLOAT = float(np.finfo(np.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +34,9 @@ class CallOption:
 
     Attributes:
         name: the Python keyword; the flag of ``vidax generate`` is ``--`` + it with ``-`` for ``_``.
-        type: ``int``, ``float`` (any finite number), ``str``, ``bool``, or a kind: ``VIDEO_FILE``
+        type: ``int``, ``float`` (a finite number of magnitude at most float32's largest,
+            :data:`MAX_FLOAT`, within ``low`` / ``high``: one check for every family's float
+            keyword, so ``inf`` / ``nan`` / ``1e39`` are refused naming the flag), ``str``, ``bool``, or a kind: ``VIDEO_FILE``
             (uint8 (F, H, W, 3) frames in Python, a video file on the command line),
             ``IMAGE_FILE`` (a PIL image or uint8 (H, W, 3); an image file), ``OBJECT`` (checked
             by the family only, no flag).
@@ -89,14 +94,17 @@ class CallOption:
                 return "a positive integer"
             what = "an integer"
         elif self.type is float:
-            what = "a finite number" if self.low is None and self.high is None else "a number"
+            what = "a finite number"
         else:
             return ""
-        if self.low is not None and self.high is not None:
-            return f"{what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
+        cap = f" (at most {MAX_FLOAT:.4g}, float32's largest)" if self.type is float else ""
+        if self.low is not None and self.high is not None:  # a bounded range says finite already
+            return f"{'a number' if cap else what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
         if self.low is not None:
-            return f"{what} {'>' if self.low_open else '>='} {_num(self.low)}"
-        return what if self.high is None else f"{what} <= {_num(self.high)}"
+            return f"{what} {'>' if self.low_open else '>='} {_num(self.low)}{cap}"
+        if self.high is not None:
+            return f"{what} <= {_num(self.high)}" + (f" (at least {-MAX_FLOAT:.4g})" if cap else "")
+        return what + (f" (at most {MAX_FLOAT:.4g} in magnitude, float32's largest)" if cap else "")
 
     def check(self, value: Any, label: Arg | None = None) -> Any:
         """``value`` checked against the type, range and choices (None passes: not given); a
@@ -123,7 +131,7 @@ class CallOption:
         elif self.type is int:
             ok = isinstance(value, (int, np.integer))
         else:
-            ok = isinstance(value, _NUMBER) and bool(np.isfinite(value))
+            ok = isinstance(value, _NUMBER) and bool(np.isfinite(value)) and abs(float(value)) <= MAX_FLOAT
         if not ok:
             return False
         if self.choices is not None:
@@ -147,8 +155,7 @@ def check_options(options: Mapping[str, CallOption], values: Mapping[str, Any]) 
 
 
 #: The largest guidance weight: float32's largest value (guidance is applied in float32).
-MAX_GUIDANCE = float(np.finfo(np.float32).max)
-_GUIDANCE = f"a finite number >= 0 (at most {MAX_GUIDANCE:.4g}, float32's largest)"
+MAX_GUIDANCE = MAX_FLOAT
 
 #: The keywords every pipeline takes (a family may leave out some: ``unsupported_call_args``);
 #: their checks against the checkpoint are :meth:`vidax.pipelines.base.VideoPipeline.check_call`'s.
@@ -167,9 +174,9 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
     CallOption("num_frames", int, "Frames, 4k+1 for the released models.", "the checkpoint's", low=1),
     CallOption("num_inference_steps", int, "Denoising steps.", "the checkpoint's", low=1),
     CallOption("guidance_scale", float, "Classifier-free guidance weight (>= 0; > 1 enables CFG).",
-               "the checkpoint's", low=0, high=MAX_GUIDANCE, valid=_GUIDANCE),
+               "the checkpoint's", low=0),
     CallOption("guidance_scale_2", float, "Guidance weight of the second expert of two-expert checkpoints.",
-               "the guidance scale", low=0, high=MAX_GUIDANCE, valid=_GUIDANCE),
+               "the guidance scale", low=0),
     CallOption("num_videos_per_prompt", int, "Videos per prompt.", "1", low=1, flag=False),
     CallOption("seed", int, "Seed of the initial noise.", "random in Python, 0 on the command line",
                cli_default=0),
