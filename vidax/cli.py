@@ -187,9 +187,11 @@ _LOAD_FLAGS = {
                                       "checkpoint.")),
     "dtype": (("float32",), dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled "
                                       "fp32, bf16).")),
-    "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp].")),
-    "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1].")),
-    "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1].")),
+    "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
+                              "--dp x --tp x --sp must be the device count, a size not given is 1.")),
+    "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1 when --dp or --sp is given].")),
+    "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1 when --dp "
+                              "or --tp is given].")),
     "offload_blocks": ((None,), dict(
         help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
         "('all': the whole stack), transfers overlapped with compute: models larger than device memory.")),
@@ -281,7 +283,8 @@ def generate(
     before loading.
 
     With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
-    processes; only process 0 writes the video.
+    processes (a size not given is 1; the product must be the device count); only process 0
+    writes the video.
 
     SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
     between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
