@@ -1023,3 +1023,23 @@ def test_declared_option_checks_name_the_argument():
         assert e.value.arguments[0].startswith(option.name)
     assert CallOption("ts", float, "", per_prompt=True).check([1, 2]) == [1.0, 2.0]
     assert CallOption("n", int, "", low=1).check(np.int64(3)) == 3 and CallOption("n", int, "").check(None) is None
+
+
+def test_every_float_flag_refuses_non_finite_values():
+    """Every float keyword a registered pipeline offers as a flag (guidance, STG, modality,
+    rescale, shift, frame rate, ... of each family) goes through one check: inf, -inf, nan and
+    1e39 (inf in float32, where vidax computes them) are refused in one line naming the flag,
+    the value and the valid range, which says finite."""
+    from vidax.cli import call_options
+    from vidax.errors import Arg
+
+    floats = [o for o in call_options().values() if o.type is float]
+    assert {"guidance_scale", "modality_scale", "stg_scale", "frame_rate"} <= {o.name for o in floats}
+    for option in floats:
+        for value in (float("inf"), float("-inf"), float("nan"), 1e39):
+            with pytest.raises(InputError) as e:
+                option.check(value)
+            line = e.value.render(lambda a: a.spelled(option.flag_name) if isinstance(a, Arg) else str(a))
+            assert line == f"{option.flag_name} must be {option.describe_valid()}, got {value!r}", line
+            # the range: finite, or a bounded interval ("a number in [0, 1]")
+            assert "a finite number" in line or (option.low is not None and option.high is not None), line
