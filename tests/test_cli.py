@@ -533,6 +533,7 @@ def test_cache_flag(ckpt, tmp_path):
         assert config == MagCacheConfig(num_inference_steps=6, mag_ratios=[1.0, 0.9, 1.1] * 2)
     (tmp_path / "short.txt").write_text("1.0 0.9 1.1")
     (tmp_path / "negative.txt").write_text("1.0 0.9 1.1 1.0 -0.9 1.1")
+    (tmp_path / "nested.json").write_text("[[1.0, 0.9]" + ", [1.1, 1.0]" * 5 + "]")
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
     for value, message in (("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
@@ -541,8 +542,14 @@ def test_cache_flag(ckpt, tmp_path):
                            # ratios for another number of steps: refused before any weight is read
                            ("mag:" + str(tmp_path / "short.txt"), "holds 3 ratios, the call has 6 steps; give one per "
                             "step (calibrate with --cache mag at 6 steps)"),
-                           ("mag:" + str(tmp_path / "negative.txt"), "mag_ratios= must be >= 0"
-                            " (ratios of residual norms), got -0.9 at index 4")):
+                           ("mag:" + str(tmp_path / "negative.txt"), f"--cache mag:{tmp_path / 'negative.txt'}: "
+                            f"{tmp_path / 'negative.txt'} must hold a flat list of finite numbers >= 0 (ratios of "
+                            "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, "
+                            "as --cache mag prints them; entry 4 is -0.9, below 0"),
+                           # a nested list (of the right length): the file and what it must hold, not mag_ratios=
+                           ("mag:" + str(tmp_path / "nested.json"), f"--cache mag:{tmp_path / 'nested.json'}: "
+                            f"{tmp_path / 'nested.json'} must hold a flat list of finite numbers >= 0"),
+                           ("mag:" + str(tmp_path / "nested.json"), "; entry 0 is [1.0, 0.9], not a number")):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()
