@@ -133,10 +133,10 @@ def _declared_params(options) -> list:
     for o in options:
         names = [f"{o.flag_name}/--no-{o.flag_name[2:]}" if o.type is bool else o.flag_name, *o.short]
         default = f" [default: {o.default}]" if o.default and o.cli_default is None else ""
-        kind = str if o.type in (IMAGE_FILE, VIDEO_FILE) else o.type
+        kind = str if o.type in (IMAGE_FILE, VIDEO_FILE) or o.cli is not None else o.type
         option = typer.Option(... if o.required else o.cli_default, *names, help=o.help + default,
                               show_default=o.cli_default is not None,
-                              metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else None)
+                              metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else "LIST" if o.cli else None)
         params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=kind if o.required else Optional[kind]))
 
@@ -390,6 +390,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
+    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     raw = dict(given)  # the file paths, before the files are read
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()

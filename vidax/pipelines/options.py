@@ -11,7 +11,7 @@ class's ``call_options``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -53,6 +53,10 @@ class CallOption:
         cli_default: the value ``vidax generate`` passes when the flag is not given.
         required: ``vidax generate`` needs the flag.
         short: other spellings of the flag (``("-p",)``).
+        cli: for an ``OBJECT`` keyword the command line spells as text: the function turning the
+            flag's text into the value (``"28,29"`` -> ``[28, 29]``; a ValueError: refused naming
+            the flag and ``valid``); such a keyword has a flag.
+        flag_spelling: the flag where it is not ``--`` + the name (``"--stg-blocks"``).
     """
 
     name: str
@@ -70,14 +74,29 @@ class CallOption:
     cli_default: Any = None
     required: bool = False
     short: tuple[str, ...] = ()
+    cli: Callable[[str], Any] | None = None
+    flag_spelling: str | None = None
 
     @property
     def is_flag(self) -> bool:
-        return self.flag and self.type is not OBJECT
+        return self.flag and (self.type is not OBJECT or self.cli is not None)
 
     @property
     def flag_name(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.flag_spelling or "--" + self.name.replace("_", "-")
+
+    def from_cli(self, text: str) -> Any:
+        """The value of the flag's ``text``: ``text`` itself, or :attr:`cli`'s value of it.
+
+        Raises:
+            InputError: :attr:`cli` refused it (naming the argument, the text and :meth:`describe_valid`).
+        """
+        if self.cli is None:
+            return text
+        try:
+            return self.cli(text)
+        except ValueError:
+            raise InputError(Arg(self.name, text), f" must be {self.describe_valid()}") from None
 
     def describe_valid(self) -> str:
         """What is valid, in words (``"a positive integer"``, ``"a number in [0, 1]"``)."""
@@ -143,6 +162,12 @@ class CallOption:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:.4g}"
+
+
+def int_list(text: str) -> list[int]:
+    """``"28,29"`` -> ``[28, 29]`` (integers separated by commas, spaces around them allowed);
+    a ValueError for anything else (an empty text, ``"28,"``, ``"a"``, ``"1.5"``)."""
+    return [int(t) for t in text.split(",")]
 
 
 def options_by_name(options: Iterable[CallOption]) -> dict[str, CallOption]:
