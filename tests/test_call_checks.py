@@ -1043,3 +1043,34 @@ def test_every_float_flag_refuses_non_finite_values():
             assert line == f"{option.flag_name} must be {option.describe_valid()}, got {value!r}", line
             # the range: finite, or a bounded interval ("a number in [0, 1]")
             assert "a finite number" in line or (option.low is not None and option.high is not None), line
+
+
+def test_one_frame_written_as_an_image(broken, tmp_path):
+    """write_video of one frame to *.png / .jpg / .jpeg / .webp writes that image (atomically: no
+    temporary left; an existing file replaced); several frames are one line, on the command line
+    before any weight is read (the broken copy is never loaded); .mp4 of one frame still works.
+    (The CLI's end-to-end -o *.png run: test_cli.py::test_generate_image_to_video.)"""
+    from PIL import Image
+
+    from vidax.io.video import read_video, to_uint8, write_video
+
+    (tmp_path / "y.png").write_bytes(b"an earlier run")
+    frames = np.random.default_rng(0).random((1, 8, 10, 3), dtype=np.float32)
+    for name, fmt in (("y.jpg", "JPEG"), ("y.jpeg", "JPEG"), ("y.webp", "WEBP"), ("y.png", "PNG")):
+        write_video(frames, tmp_path / name)
+        with Image.open(tmp_path / name) as im:
+            assert im.format == fmt and im.size == (10, 8)
+            if fmt == "PNG":  # lossless: the frame's uint8 values
+                np.testing.assert_array_equal(np.asarray(im), to_uint8(frames)[0])
+    write_video(frames, tmp_path / "one.mp4")
+    assert read_video(tmp_path / "one.mp4").shape == (1, 8, 10, 3)
+    assert sorted(os.listdir(tmp_path)) == ["one.mp4", "y.jpeg", "y.jpg", "y.png", "y.webp"]
+    with pytest.raises(InputError, match=r"^output='.*z.webp' is an image: it holds one frame, but the video has 2 "
+                                         r"frames; give \*.mp4, \*.npy or a folder for PNG frames, or one frame "
+                                         r"\(num_frames=1\)$"):
+        write_video(np.concatenate([frames, frames]), tmp_path / "z.webp")
+    bad = tmp_path / "bad.jpg"
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(bad), *SMALL_FLAGS)
+    assert _one_line(r) == (f"error: --output '{bad}' is an image: it holds one frame, but the video has 5 frames; "
+                            "give *.mp4, *.npy or a folder for PNG frames, or one frame (--num-frames 1)")
+    assert not bad.exists() and not (tmp_path / "z.webp").exists()

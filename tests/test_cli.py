@@ -259,12 +259,18 @@ def image_file(tmp_path_factory):
 
 
 def test_generate_image_to_video(variants, image_file, tmp_path):
-    out = tmp_path / "i2v.npy"
+    """One frame (I2V_ARGS) written as a PNG image by -o *.png."""
+    from PIL import Image
+
+    out = tmp_path / "i2v.png"
     r = _vidax("generate", "--prompt", "a cat", "--checkpoint", variants["i2v_a14b"], "--image", image_file,
                "--guidance-scale-2", "3", "--output", str(out), *I2V_ARGS, "-v")
     assert r.returncode == 0, r.stderr
     assert "expert swap: transformer_2 now on the device" in r.stderr
-    assert np.load(out).shape == (1, 32, 48, 3)
+    assert f"wrote {out} (1 frames of 32x48 (HxW), image)" in r.stderr
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.size == (48, 32) and im.mode == "RGB" and np.asarray(im).std() > 0
+    assert os.listdir(tmp_path) == ["i2v.png"]  # no temporary left
 
 
 def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
@@ -573,6 +579,15 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
         assert r.output.strip() == (f"error: --output '{image}' is the same file as --image '{image}'; writing it would "
                                     "destroy that input (with or without --overwrite); give another output name")
         assert image.read_bytes() == before
+    # The same for an image output of one frame (-o in.png with --image in.png).
+    png = tmp_path / "in.png"
+    shutil.copy(image_file, png)
+    before = png.read_bytes()
+    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(png),
+                                 "-o", str(png), *I2V_ARGS])
+    assert r.exit_code == 2 and r.output.strip().startswith(f"error: --output '{png}' is the same file as --image"), \
+        r.output
+    assert png.read_bytes() == before
     # A link to the input, and the .wav a sounding .npy output writes beside it.
     link = tmp_path / "link.npy"
     link.symlink_to(image)

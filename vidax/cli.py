@@ -234,12 +234,13 @@ def generate(
     dtype: str = load_flag("dtype"),
     output: str = typer.Option(
         "vidax-output.mp4", "--output", "-o",
-        help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
+        help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
+        "one-frame video (--num-frames 1, text-to-image; several frames are refused), or a folder for PNG frames (a new or "
         "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
         "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
         "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
-        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the folder; *.wav writes "
-        "the sound alone."),
+        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the image / the folder; "
+        "*.wav writes the sound alone."),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
         "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."),
@@ -377,7 +378,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     from vidax.errors import Arg, Cancelled, InputError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import DISCARD, check_output_path, output_paths, write_audio, write_video
+    from vidax.io.video import DISCARD, check_image_frames, check_output_path, output_paths, write_audio, write_video
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
@@ -447,6 +448,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
 
         cache_config = parse_cache_option(cache, call.num_inference_steps)
         cls.check_cache_kind(cache_config, f"--cache {cache}")
+    check_image_frames(output, call.num_frames)  # -o x.png for 17 frames: before any weight is read
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)
