@@ -1025,6 +1025,16 @@ def test_declared_option_checks_name_the_argument():
     assert CallOption("n", int, "", low=1).check(np.int64(3)) == 3 and CallOption("n", int, "").check(None) is None
 
 
+def test_lora_scale_is_finite_in_float32(tmp_path):
+    from vidax.cli import _lora_files
+
+    for scale in ("inf", "nan", "1e39"):
+        spec = f"{tmp_path / 'style.safetensors'}:{scale}"
+        with pytest.raises(InputError, match=r"^--lora '.*:" + scale + r"': SCALE must be a finite number \(at most "
+                                             r"3.403e\+38 in magnitude, float32's largest\)$"):
+            _lora_files([spec])
+
+
 def test_every_float_flag_refuses_non_finite_values():
     """Every float keyword a registered pipeline offers as a flag (guidance, STG, modality,
     rescale, shift, frame rate, ... of each family) goes through one check: inf, -inf, nan and

@@ -591,6 +591,7 @@ def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
 
     from vidax.errors import InputError
     from vidax.lora.formats import parse, read_state_dict
+    from vidax.pipelines.options import MAX_FLOAT
 
     out = []
     for spec in specs:
@@ -601,8 +602,9 @@ def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
                 path, scale = head, float(tail)
             except ValueError:
                 raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
-            if not math.isfinite(scale):
-                raise InputError(f"--lora {spec!r}: SCALE must be a finite number")
+            if not math.isfinite(scale) or abs(scale) > MAX_FLOAT:  # the merge is float32
+                raise InputError(f"--lora {spec!r}: SCALE must be a finite number (at most {MAX_FLOAT:.4g} in "
+                                 "magnitude, float32's largest)")
         parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
         out.append((path, scale))
     return out
