@@ -1003,11 +1003,18 @@ def test_declared_option_checks_name_the_argument():
         (CallOption("n", int, "", low=1), 0, "n must be a positive integer, got 0"),
         (CallOption("n", int, "", low=1), 2.0, "n must be a positive integer, got 2.0"),
         (CallOption("phi", float, "", low=0, high=1), 1.5, "phi must be a number in [0, 1], got 1.5"),
-        (CallOption("rate", float, "", low=0, low_open=True), 0, "rate must be a number > 0, got 0"),
-        (CallOption("t", float, ""), float("nan"), "t must be a finite number, got nan"),
+        (CallOption("rate", float, "", low=0, low_open=True), 0, "rate must be a finite number > 0 (at most 3.403e+38, float32's largest), got 0"),
+        (CallOption("t", float, ""), float("nan"), "t must be a finite number (at most 3.403e+38 in magnitude, float32's "
+                                                   "largest), got nan"),
         (CallOption("k", int, "", choices=(1, 2)), 3, "k must be 1 or 2, got 3"),
         (CallOption("on", bool, ""), 1, "on must be True or False, got 1"),
-        (CallOption("ts", float, "", low=0, per_prompt=True), [0.1, -1.0], "ts[1] must be a number >= 0, got -1.0"),
+        (CallOption("ts", float, "", low=0, per_prompt=True), [0.1, -1.0], "ts[1] must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0"),
+        (CallOption("s", float, "", low=0), 1e39, "s must be a finite number >= 0 (at most 3.403e+38, float32's largest), "
+                                                  "got 1e+39"),
+        (CallOption("s", float, "", low=0), float("inf"), "s must be a finite number >= 0 (at most 3.403e+38, "
+                                                          "float32's largest), got inf"),
+        (CallOption("t", float, ""), -1e39, "t must be a finite number (at most 3.403e+38 in magnitude, float32's "
+                                            "largest), got -1e+39"),
     ]
     for option, value, message in cases:
         with pytest.raises(InputError) as e:
@@ -1016,3 +1023,64 @@ def test_declared_option_checks_name_the_argument():
         assert e.value.arguments[0].startswith(option.name)
     assert CallOption("ts", float, "", per_prompt=True).check([1, 2]) == [1.0, 2.0]
     assert CallOption("n", int, "", low=1).check(np.int64(3)) == 3 and CallOption("n", int, "").check(None) is None
+
+
+def test_lora_scale_is_finite_in_float32(tmp_path):
+    from vidax.cli import _lora_files
+
+    for scale in ("inf", "nan", "1e39"):
+        spec = f"{tmp_path / 'style.safetensors'}:{scale}"
+        with pytest.raises(InputError, match=r"^--lora '.*:" + scale + r"': SCALE must be a finite number \(at most "
+                                             r"3.403e\+38 in magnitude, float32's largest\)$"):
+            _lora_files([spec])
+
+
+def test_every_float_flag_refuses_non_finite_values():
+    """Every float keyword a registered pipeline offers as a flag (guidance, STG, modality,
+    rescale, shift, frame rate, ... of each family) goes through one check: inf, -inf, nan and
+    1e39 (inf in float32, where vidax computes them) are refused in one line naming the flag,
+    the value and the valid range, which says finite."""
+    from vidax.cli import call_options
+    from vidax.errors import Arg
+
+    floats = [o for o in call_options().values() if o.type is float]
+    assert {"guidance_scale", "modality_scale", "stg_scale", "frame_rate"} <= {o.name for o in floats}
+    for option in floats:
+        for value in (float("inf"), float("-inf"), float("nan"), 1e39):
+            with pytest.raises(InputError) as e:
+                option.check(value)
+            line = e.value.render(lambda a: a.spelled(option.flag_name) if isinstance(a, Arg) else str(a))
+            assert line == f"{option.flag_name} must be {option.describe_valid()}, got {value!r}", line
+            # the range: finite, or a bounded interval ("a number in [0, 1]")
+            assert "a finite number" in line or (option.low is not None and option.high is not None), line
+
+
+def test_one_frame_written_as_an_image(broken, tmp_path):
+    """write_video of one frame to *.png / .jpg / .jpeg / .webp writes that image (atomically: no
+    temporary left; an existing file replaced); several frames are one line, on the command line
+    before any weight is read (the broken copy is never loaded); .mp4 of one frame still works.
+    (The CLI's end-to-end -o *.png run: test_cli.py::test_generate_image_to_video.)"""
+    from PIL import Image
+
+    from vidax.io.video import read_video, to_uint8, write_video
+
+    (tmp_path / "y.png").write_bytes(b"an earlier run")
+    frames = np.random.default_rng(0).random((1, 8, 10, 3), dtype=np.float32)
+    for name, fmt in (("y.jpg", "JPEG"), ("y.jpeg", "JPEG"), ("y.webp", "WEBP"), ("y.png", "PNG")):
+        write_video(frames, tmp_path / name)
+        with Image.open(tmp_path / name) as im:
+            assert im.format == fmt and im.size == (10, 8)
+            if fmt == "PNG":  # lossless: the frame's uint8 values
+                np.testing.assert_array_equal(np.asarray(im), to_uint8(frames)[0])
+    write_video(frames, tmp_path / "one.mp4")
+    assert read_video(tmp_path / "one.mp4").shape == (1, 8, 10, 3)
+    assert sorted(os.listdir(tmp_path)) == ["one.mp4", "y.jpeg", "y.jpg", "y.png", "y.webp"]
+    with pytest.raises(InputError, match=r"^output='.*z.webp' is an image: it holds one frame, but the video has 2 "
+                                         r"frames; give \*.mp4, \*.npy or a folder for PNG frames, or one frame "
+                                         r"\(num_frames=1\)$"):
+        write_video(np.concatenate([frames, frames]), tmp_path / "z.webp")
+    bad = tmp_path / "bad.jpg"
+    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(bad), *SMALL_FLAGS)
+    assert _one_line(r) == (f"error: --output '{bad}' is an image: it holds one frame, but the video has 5 frames; "
+                            "give *.mp4, *.npy or a folder for PNG frames, or one frame (--num-frames 1)")
+    assert not bad.exists() and not (tmp_path / "z.webp").exists()

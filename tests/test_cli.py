@@ -259,12 +259,18 @@ def image_file(tmp_path_factory):
 
 
 def test_generate_image_to_video(variants, image_file, tmp_path):
-    out = tmp_path / "i2v.npy"
+    """One frame (I2V_ARGS) written as a PNG image by -o *.png."""
+    from PIL import Image
+
+    out = tmp_path / "i2v.png"
     r = _vidax("generate", "--prompt", "a cat", "--checkpoint", variants["i2v_a14b"], "--image", image_file,
                "--guidance-scale-2", "3", "--output", str(out), *I2V_ARGS, "-v")
     assert r.returncode == 0, r.stderr
     assert "expert swap: transformer_2 now on the device" in r.stderr
-    assert np.load(out).shape == (1, 32, 48, 3)
+    assert f"wrote {out} (1 frames of 32x48 (HxW), image)" in r.stderr
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.size == (48, 32) and im.mode == "RGB" and np.asarray(im).std() > 0
+    assert os.listdir(tmp_path) == ["i2v.png"]  # no temporary left
 
 
 def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
@@ -533,6 +539,7 @@ def test_cache_flag(ckpt, tmp_path):
         assert config == MagCacheConfig(num_inference_steps=6, mag_ratios=[1.0, 0.9, 1.1] * 2)
     (tmp_path / "short.txt").write_text("1.0 0.9 1.1")
     (tmp_path / "negative.txt").write_text("1.0 0.9 1.1 1.0 -0.9 1.1")
+    (tmp_path / "nested.json").write_text("[[1.0, 0.9]" + ", [1.1, 1.0]" * 5 + "]")
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
     for value, message in (("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
@@ -541,8 +548,14 @@ def test_cache_flag(ckpt, tmp_path):
                            # ratios for another number of steps: refused before any weight is read
                            ("mag:" + str(tmp_path / "short.txt"), "holds 3 ratios, the call has 6 steps; give one per "
                             "step (calibrate with --cache mag at 6 steps)"),
-                           ("mag:" + str(tmp_path / "negative.txt"), "mag_ratios= must be >= 0"
-                            " (ratios of residual norms), got -0.9 at index 4")):
+                           ("mag:" + str(tmp_path / "negative.txt"), f"--cache mag:{tmp_path / 'negative.txt'}: "
+                            f"{tmp_path / 'negative.txt'} must hold a flat list of finite numbers >= 0 (ratios of "
+                            "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, "
+                            "as --cache mag prints them; entry 4 is -0.9, below 0"),
+                           # a nested list (of the right length): the file and what it must hold, not mag_ratios=
+                           ("mag:" + str(tmp_path / "nested.json"), f"--cache mag:{tmp_path / 'nested.json'}: "
+                            f"{tmp_path / 'nested.json'} must hold a flat list of finite numbers >= 0"),
+                           ("mag:" + str(tmp_path / "nested.json"), "; entry 0 is [1.0, 0.9], not a number")):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()
@@ -566,6 +579,15 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
         assert r.output.strip() == (f"error: --output '{image}' is the same file as --image '{image}'; writing it would "
                                     "destroy that input (with or without --overwrite); give another output name")
         assert image.read_bytes() == before
+    # The same for an image output of one frame (-o in.png with --image in.png).
+    png = tmp_path / "in.png"
+    shutil.copy(image_file, png)
+    before = png.read_bytes()
+    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(png),
+                                 "-o", str(png), *I2V_ARGS])
+    assert r.exit_code == 2 and r.output.strip().startswith(f"error: --output '{png}' is the same file as --image"), \
+        r.output
+    assert png.read_bytes() == before
     # A link to the input, and the .wav a sounding .npy output writes beside it.
     link = tmp_path / "link.npy"
     link.symlink_to(image)

@@ -95,16 +95,23 @@ def test_resolve_mesh_forms():
         resolve_mesh(8)
 
 
-def test_mesh_from_sizes_fills_data():
+def test_mesh_from_sizes_missing_sizes_are_one():
+    """A size not given is 1 for each of --dp / --tp / --sp alike: --dp 2 alone, --tp 2 alone and
+    --sp 2 alone on 8 devices get the same refusal (naming only what was given), --tp 8 alone
+    and --dp 8 alone run; several processes with no size: all data-parallel."""
     assert mesh_from_sizes(None, None, None) is None
-    assert mesh_sizes(mesh_from_sizes(None, 2, None)) == (4, 2, 1)
+    assert mesh_sizes(mesh_from_sizes(None, 8, None)) == (1, 8, 1)
+    assert mesh_sizes(mesh_from_sizes(8, None, None)) == (8, 1, 1)
+    assert mesh_sizes(mesh_from_sizes(None, 2, 4)) == (1, 2, 4)
     assert mesh_sizes(mesh_from_sizes(None, None, None, always=True)) == (8, 1, 1)
-    # Only the sizes given are named: the CLI turns each into the flag the user typed.
-    with pytest.raises(InputError, match="^tp=3 does not divide the 8 devices"):
-        mesh_from_sizes(None, 3, None)
-    with pytest.raises(InputError, match="^tp=3 x sp=2 does not divide the 8 devices"):
+    tail = (r" makes a mesh of 2 device\(s\) \(a size not given is 1: dp {} x tp {} x sp {}\), but there are 8; "
+            r"valid \(dp, tp, sp\) for 8 devices: \(1, 1, 8\)")
+    for sizes, name in (((2, None, None), "dp=2"), ((None, 2, None), "tp=2"), ((None, None, 2), "sp=2")):
+        with pytest.raises(InputError, match="^" + name + tail.format(*(s or 1 for s in sizes))):
+            mesh_from_sizes(*sizes)
+    with pytest.raises(InputError, match=r"^tp=3 x sp=2 makes a mesh of 6 device\(s\)"):
         mesh_from_sizes(None, 3, 2)
-    with pytest.raises(InputError, match="= 4 devices, but there are 8"):
+    with pytest.raises(InputError, match=r"^dp=2 x tp=2 makes a mesh of 4 device\(s\).*, but there are 8"):
         mesh_from_sizes(2, 2, None)
 
 

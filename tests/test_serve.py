@@ -168,7 +168,9 @@ BAD_FIELDS = [
     # The step cache: the CLI's --cache syntax, checked as it is (SHAPE has 2 steps).
     (dict(cache="first_block:-0.1"), "cache", "threshold= must be a finite number >= 0, got -0.1"),
     (dict(cache="mag:[1.0, 0.9, 0.8]"), "cache", "the list holds 3 ratios, the call has 2 steps"),
-    (dict(cache="mag:[1.0, -0.9]"), "cache", "mag_ratios= must be >= 0"),
+    (dict(cache="mag:[1.0, -0.9]"), "cache", "the list must hold a flat list of finite numbers >= 0 (ratios of "
+     "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, as cache='mag' prints "
+     "them; entry 1 is -0.9, below 0"),
     (dict(cache="mag:/etc/hostname"), "cache", "give the ratios inline"),
     (dict(cache="fast"), "cache", "cache='fast': valid values are first_block:THRESHOLD"),
     (dict(cache=0.05), "cache", "cache=0.05 must be a string"),

@@ -101,4 +101,8 @@ def test_bad_mesh_errors(ckpt):
     with pytest.raises(InputError, match="4 attention heads do not split over tensor x sequence = 1 x 8"):
         vidax.load_pipeline(ckpt, mesh="dp=1,sp=8")
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "3"])
-    assert r.exit_code == 2 and "--tp 3 does not divide the 8 devices" in r.stderr and "--sp" not in r.stderr.split(";")[0]
+    assert r.exit_code == 2 and "--tp 3 makes a mesh of 3 device(s)" in r.stderr and "--sp" not in r.stderr.split(";")[0]
+    # --dp alone is read as --tp / --sp alone are: the sizes not given are 1, the same refusal.
+    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--dp", "2"])
+    assert r.exit_code == 2 and "--dp 2 makes a mesh of 2 device(s) (a size not given is 1: dp 2 x tp 1 x sp 1), " \
+                                "but there are 8" in r.stderr

@@ -133,10 +133,10 @@ def _declared_params(options) -> list:
     for o in options:
         names = [f"{o.flag_name}/--no-{o.flag_name[2:]}" if o.type is bool else o.flag_name, *o.short]
         default = f" [default: {o.default}]" if o.default and o.cli_default is None else ""
-        kind = str if o.type in (IMAGE_FILE, VIDEO_FILE) else o.type
+        kind = str if o.type in (IMAGE_FILE, VIDEO_FILE) or o.cli is not None else o.type
         option = typer.Option(... if o.required else o.cli_default, *names, help=o.help + default,
                               show_default=o.cli_default is not None,
-                              metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else None)
+                              metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else "LIST" if o.cli else None)
         params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=kind if o.required else Optional[kind]))
 
@@ -187,9 +187,11 @@ _LOAD_FLAGS = {
                                       "checkpoint.")),
     "dtype": (("float32",), dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled "
                                       "fp32, bf16).")),
-    "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: the devices left by tp x sp].")),
-    "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1].")),
-    "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1].")),
+    "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
+                              "--dp x --tp x --sp must be the device count, a size not given is 1.")),
+    "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1 when --dp or --sp is given].")),
+    "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1 when --dp "
+                              "or --tp is given].")),
     "offload_blocks": ((None,), dict(
         help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
         "('all': the whole stack), transfers overlapped with compute: models larger than device memory.")),
@@ -232,12 +234,13 @@ def generate(
     dtype: str = load_flag("dtype"),
     output: str = typer.Option(
         "vidax-output.mp4", "--output", "-o",
-        help="Output: *.mp4, *.npy (an existing file is replaced atomically), or a folder for PNG frames (a new or "
+        help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
+        "one-frame video (--num-frames 1, text-to-image; several frames are refused), or a folder for PNG frames (a new or "
         "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
         "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
         "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
-        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the folder; *.wav writes "
-        "the sound alone."),
+        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the image / the folder; "
+        "*.wav writes the sound alone."),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
         "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."),
@@ -281,7 +284,8 @@ def generate(
     before loading.
 
     With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
-    processes; only process 0 writes the video.
+    processes (a size not given is 1; the product must be the device count); only process 0
+    writes the video.
 
     SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
     between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
@@ -374,7 +378,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     from vidax.errors import Arg, Cancelled, InputError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import DISCARD, check_output_path, output_paths, write_audio, write_video
+    from vidax.io.video import DISCARD, check_image_frames, check_output_path, output_paths, write_audio, write_video
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
@@ -387,6 +391,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
+    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     raw = dict(given)  # the file paths, before the files are read
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
@@ -443,6 +448,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
 
         cache_config = parse_cache_option(cache, call.num_inference_steps)
         cls.check_cache_kind(cache_config, f"--cache {cache}")
+    check_image_frames(output, call.num_frames)  # -o x.png for 17 frames: before any weight is read
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
         check_output_path(path, overwrite, audio=sound)
@@ -585,6 +591,7 @@ def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
 
     from vidax.errors import InputError
     from vidax.lora.formats import parse, read_state_dict
+    from vidax.pipelines.options import MAX_FLOAT
 
     out = []
     for spec in specs:
@@ -595,8 +602,9 @@ def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
                 path, scale = head, float(tail)
             except ValueError:
                 raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
-            if not math.isfinite(scale):
-                raise InputError(f"--lora {spec!r}: SCALE must be a finite number")
+            if not math.isfinite(scale) or abs(scale) > MAX_FLOAT:  # the merge is float32
+                raise InputError(f"--lora {spec!r}: SCALE must be a finite number (at most {MAX_FLOAT:.4g} in "
+                                 "magnitude, float32's largest)")
         parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
         out.append((path, scale))
     return out

@@ -418,3 +418,37 @@ def test_schedule_matches_diffusers(name, sigmas):
     ref.set_timesteps(sigmas=np.linspace(1.0, 1 / 30, 30) if given is None else given, mu=mu)
     np.testing.assert_allclose(np.asarray(state.sigmas), ref.sigmas.numpy(), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(np.asarray(state.timesteps), ref.timesteps.numpy(), rtol=1e-6)
+
+
+def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
+    """--stg-blocks 0,2 is the reference's spatio_temporal_guidance_blocks=[0, 2], checked against
+    the transformer's 3 blocks from the configs (a copy without transformer weights: a block past
+    them, or a malformed list, is one line before any weight is read; a valid one gets as far as
+    the weights); non-finite guidance scales are one line naming the flag, value and range."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_23[1], copy)
+    for f in (copy / "transformer").glob("*.safetensors"):
+        f.unlink()
+    out = tmp_path / "v.mp4"
+    base = ["generate", "-p", PROMPT, "--checkpoint", str(copy), "-o", str(out), "--no-progress", "--height", "32",
+            "--width", "32", "--num-frames", "17", "--num-inference-steps", "2"]
+    guidance = "must be a finite number >= 0 (at most 3.403e+38, float32's largest)"
+    for flags, message in (
+            (["--stg-blocks", "3"], "--stg-blocks [3] must be a list of transformer block indices in [0, 3)"),
+            (["--stg-blocks", "1,x"], "--stg-blocks '1,x' must be transformer block indices separated by commas "
+                                      "(28,29)"),
+            (["--modality-scale", "inf"], f"--modality-scale {guidance}, got inf"),
+            (["--audio-stg-scale", "nan"], f"--audio-stg-scale {guidance}, got nan"),
+            (["--stg-scale", "1e39"], f"--stg-scale {guidance}, got 1e+39"),
+            (["--stg-blocks", "0,2"], f"{copy / 'transformer'}: no *.safetensors file")):  # valid: on to the weights
+        r = CliRunner().invoke(app, base + flags)
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.exit_code == 2 and len(lines) == 1, r.output
+        assert lines[0] == f"error: {message}" or ("safetensors" in message and message in lines[0]), r.output
+    assert not out.exists()

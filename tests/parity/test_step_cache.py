@@ -368,7 +368,11 @@ def test_bad_configs_are_refused_in_one_line(wan):
         (lambda: vidax.TaylorSeerCacheConfig(taylor_factors_dtype="int8"), "taylor_factors_dtype="),
         (lambda: vidax.TaylorSeerCacheConfig(disable_cache_before_step=0), "disable_cache_before_step="),
         (lambda: wan.pipe.enable_cache("first_block"), "config="),
-        (lambda: vidax.MagCacheConfig(mag_ratios=[1.0, -0.5, 1.0]), "mag_ratios= must be >= 0"),
+        (lambda: vidax.MagCacheConfig(mag_ratios=[1.0, -0.5, 1.0]), "MagCacheConfig: mag_ratios= must be a flat list "
+         "of finite numbers >= 0 (ratios of residual norms, one per step); entry 1 is -0.5, below 0"),
+        (lambda: vidax.MagCacheConfig(mag_ratios=[[1.0], [0.5]]), "mag_ratios= must be a flat list of finite numbers "
+         ">= 0 (ratios of residual norms, one per step); entry 0 is [1.0], not a number"),
+        (lambda: vidax.MagCacheConfig(mag_ratios=[1.0, True]), "; entry 1 is True, not a number"),
         # TaylorSeer hooks vidax does not place as the reference does.
         (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^proj_out$", "^patch_embedding$"])),
          "hooks 'patch_embedding' of WanTransformer3DModel: vidax hooks modules inside the block stacks"),

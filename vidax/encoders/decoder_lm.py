@@ -70,7 +70,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from functools import partial
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -602,6 +602,31 @@ class _Positions:
         return self.cos[kind], self.sin[kind], bias
 
 
+def init_decoder(module: nnx.Module, config: Any, what: str, dtype: Any, param_dtype: Any, rngs: nnx.Rngs | None,
+                 layers: Callable[[dict], dict]) -> None:
+    """The constructor every decoder-LM text encoder shares (:class:`DecoderLM`, Gemma 4's):
+    ``module.embed_tokens`` (V, D), then the attributes ``layers(kw)`` returns (``kw``: the
+    ``dtype`` / ``param_dtype`` / ``rngs`` keywords of a layer), then ``module.norm`` (D,),
+    ``module.config`` and ``module.dtype`` (the compute dtype).
+
+    Args:
+        what: the module, named in the dtype error. param_dtype: None: ``dtype``. rngs: None:
+            ``nnx.Rngs(0)`` (values are overwritten by the checkpoint).
+
+    Raises:
+        InputError: ``dtype`` is not float32 or bfloat16.
+    """
+    dtype = compute_dtype(dtype, what)
+    param_dtype = dtype if param_dtype is None else param_dtype
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0) if rngs is None else rngs)
+    module.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, **kw)
+    for name, value in layers(kw).items():
+        setattr(module, name, value)
+    module.norm = _rms_norm(config, dtype, param_dtype)
+    module.config = config
+    module.dtype = dtype
+
+
 class DecoderLM(nnx.Module):
     """A decoder-only language model run as a text encoder: ``transformers.LlamaModel``,
     ``Qwen2_5_VLTextModel`` or ``Gemma3TextModel`` (the module docstring lists what differs and
@@ -626,18 +651,8 @@ class DecoderLM(nnx.Module):
 
     def __init__(self, config: DecoderLMConfig, *, dtype: Any = _F32, param_dtype: Any = None,
                  rngs: nnx.Rngs | None = None, attention: str = "auto"):
-        dtype = compute_dtype(dtype, "decoder text encoder")
-        param_dtype = dtype if param_dtype is None else param_dtype
-        rngs = nnx.Rngs(0) if rngs is None else rngs
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, **kw)
-        self.layers = stacked(
-            lambda r: DecoderLayer(config, attention, dtype=dtype, param_dtype=param_dtype, rngs=r),
-            config.num_hidden_layers, rngs,
-        )
-        self.norm = _rms_norm(config, dtype, param_dtype)
-        self.config = config
-        self.dtype = dtype
+        init_decoder(self, config, "decoder text encoder", dtype, param_dtype, rngs, lambda kw: dict(layers=stacked(
+            lambda r: DecoderLayer(config, attention, **{**kw, "rngs": r}), config.num_hidden_layers, kw["rngs"])))
 
     def embed(self, input_ids: jax.Array) -> jax.Array:
         """``embed_tokens(input_ids)``: (B, L) int ids -> (B, L, D) in the compute dtype.

@@ -51,10 +51,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.encoders.decoder_lm import _META, DecoderLM, DecoderLMConfig, DecoderMLP, _rms_norm, decoder_lm_key_rules
+from vidax.encoders.decoder_lm import (_META, DecoderLM, DecoderLMConfig, DecoderMLP, _rms_norm, decoder_lm_key_rules,
+                                      init_decoder)
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
-from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.layers import xla_cpu_upcasts
 from vidax.nn.rope import apply_rope
@@ -417,34 +417,22 @@ class Gemma4TextEncoder(nnx.Module):
     :attr:`Gemma4TextConfig.layer_groups`), the KV-sharing tail in ``shared/{j}/…``;
     ``norm/scale`` (D,).
 
-    Args:
-        config: a :class:`Gemma4TextConfig`.
-        dtype: compute dtype, float32 or bfloat16.
-        param_dtype: dtype of freshly built parameters (the loader sets the stored dtype).
-        rngs: initialisers' keys (values are overwritten by the checkpoint).
-        attention: implementation for :func:`vidax.nn.attention.dot_product_attention`.
-
-    Raises:
-        InputError: ``dtype`` is not float32 or bfloat16.
+    The arguments and errors are :class:`~vidax.encoders.decoder_lm.DecoderLM`'s (``config`` a
+    :class:`Gemma4TextConfig`); the constructor is its (:func:`~vidax.encoders.decoder_lm.init_decoder`)
+    with Gemma 4's layers.
     """
 
     def __init__(self, config: Gemma4TextConfig, *, dtype: Any = _F32, param_dtype: Any = None,
                  rngs: nnx.Rngs | None = None, attention: str = "auto"):
-        dtype = compute_dtype(dtype, "Gemma 4 text encoder")
-        param_dtype = dtype if param_dtype is None else param_dtype
-        rngs = nnx.Rngs(0) if rngs is None else rngs
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, **kw)
-        self.groups = nnx.List([
-            stacked(lambda r, i=group[0]: Gemma4Layer(config, i, attention, dtype=dtype, param_dtype=param_dtype,
-                                                      rngs=r), len(group), rngs)
-            for group in config.layer_groups])
         n = config.num_hidden_layers
-        self.shared = nnx.List([Gemma4Layer(config, i, attention, **kw)
-                                for i in range(n - config.num_kv_shared_layers, n)])
-        self.norm = _rms_norm(config, dtype, param_dtype)
-        self.config = config
-        self.dtype = dtype
+
+        def layers(kw):
+            groups = [stacked(lambda r, i=group[0]: Gemma4Layer(config, i, attention, **{**kw, "rngs": r}),
+                              len(group), kw["rngs"]) for group in config.layer_groups]
+            shared = [Gemma4Layer(config, i, attention, **kw) for i in range(n - config.num_kv_shared_layers, n)]
+            return dict(groups=nnx.List(groups), shared=nnx.List(shared))
+
+        init_decoder(self, config, "Gemma 4 text encoder", dtype, param_dtype, rngs, layers)
 
     def embed(self, input_ids: jax.Array) -> jax.Array:
         """(B, L) int ids -> (B, L, D) in the compute dtype: placeholder ids embedded as

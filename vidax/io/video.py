@@ -1,6 +1,7 @@
 """Writing generated videos: mp4 (PyAV/libx264, with an AAC audio track for a model that makes
 sound), ``.npy``, or a folder of PNG frames (a ``.wav`` of the sound beside those two), or the
-sound alone as ``.wav`` (16-bit PCM, the stdlib ``wave`` module).
+sound alone as ``.wav`` (16-bit PCM, the stdlib ``wave`` module); a one-frame video (text-to-image)
+also as an image file, ``.png`` / ``.jpg`` / ``.jpeg`` / ``.webp`` (PIL; several frames refused).
 
 Every writer is atomic: the data goes to a temporary name beside the target, which is renamed
 into place only when complete, so an interrupted run never leaves a truncated file.
@@ -29,7 +30,10 @@ from vidax.io.atomic import publish
 
 logger = logging.getLogger("vidax.io")
 
-FORMATS = {".mp4": "mp4", ".npy": "npy", ".wav": "wav", "": "png"}
+FORMATS = {".mp4": "mp4", ".npy": "npy", ".wav": "wav", "": "png", ".png": "image", ".jpg": "image",
+           ".jpeg": "image", ".webp": "image"}
+#: PIL's format of each image suffix (the ``"image"`` format: one frame).
+IMAGE_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 #: The names of the files a PNG frame folder holds (``frame_00000.png`` ...).
 FRAME_FILE = re.compile(r"frame_\d{5,}\.png")
 #: The format :func:`check_output_path` returns for ``os.devnull``: nothing is written.
@@ -37,14 +41,15 @@ DISCARD = "null"
 
 
 def output_format(path: str | os.PathLike) -> str:
-    """``"mp4"``, ``"npy"``, ``"wav"`` (the sound alone) or ``"png"`` (a path without extension,
-    or ending in ``/``, is a folder of PNG frames). Raises InputError for another extension."""
+    """``"mp4"``, ``"npy"``, ``"wav"`` (the sound alone), ``"png"`` (a path without extension,
+    or ending in ``/``, is a folder of PNG frames) or ``"image"`` (``.png`` / ``.jpg`` / ``.jpeg``
+    / ``.webp``: one frame). Raises InputError for another extension."""
     path = os.fspath(path)
     ext = "" if path.endswith(os.sep) else os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise InputError(
-            Arg("output", path), f": unknown extension {ext!r}; use .mp4, .npy, .wav (the sound alone), or a folder path "
-            "(no extension) for PNG frames"
+            Arg("output", path), f": unknown extension {ext!r}; use .mp4, .npy, .wav (the sound alone), .png / .jpg / "
+            ".webp (one frame), or a folder path (no extension) for PNG frames"
         )
     return FORMATS[ext]
 
@@ -64,11 +69,11 @@ def output_paths(path: str | os.PathLike, count: int) -> list[str]:
 
 
 def audio_path(path: str | os.PathLike) -> str | None:
-    """Where the sound of an ``.npy`` or PNG-folder output goes: a ``.wav`` beside it
-    (``out.npy`` -> ``out.wav``, ``frames/`` -> ``frames.wav``); None for the formats that hold
-    the sound themselves (mp4, wav) and for ``os.devnull``."""
+    """Where the sound of an ``.npy``, PNG-folder or image output goes: a ``.wav`` beside it
+    (``out.npy`` -> ``out.wav``, ``frames/`` -> ``frames.wav``, ``out.png`` -> ``out.wav``); None
+    for the formats that hold the sound themselves (mp4, wav) and for ``os.devnull``."""
     path = os.fspath(path)
-    if _is_devnull_path(path) or output_format(path) not in ("npy", "png"):
+    if _is_devnull_path(path) or output_format(path) not in ("npy", "png", "image"):
         return None
     name = path.rstrip(os.sep) or os.sep
     if os.path.basename(name) in ("", ".", ".."):
@@ -239,6 +244,23 @@ def to_uint8(frames: np.ndarray) -> np.ndarray:
     return (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
 
 
+def check_image_frames(path: str | os.PathLike, frames: int | None, what: str = "the video") -> None:
+    """Refuse an image output (``.png`` / ``.jpg`` / ``.webp``) for anything but one frame.
+
+    Args:
+        path: the output. frames: the frame count (None: not known before the run, a length the
+            model predicts). what: how the message names the frames' source.
+
+    Raises:
+        InputError: one line naming ``--output`` / ``output=``, the count and what to give.
+    """
+    path = os.fspath(path)
+    if frames != 1 and not _is_devnull_path(path) and output_format(path) == "image":
+        count = "a length the model predicts" if frames is None else f"{frames} frames"
+        raise InputError(Arg("output", path), f" is an image: it holds one frame, but {what} has {count}; give "
+                         "*.mp4, *.npy or a folder for PNG frames, or one frame (", Arg("num_frames", 1), ")")
+
+
 def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, overwrite: bool = False,
                 audio: np.ndarray | None = None, sample_rate: int | None = None) -> str:
     """Write one video atomically and return the path written.
@@ -250,23 +272,27 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, o
             one holding only frame files of an earlier run, with ``overwrite``); an existing
             regular file (or a symlink to one) is replaced atomically; ``os.devnull`` keeps
             nothing (the video is not written). See :func:`check_output_path`. ``*.wav`` takes
-            the sound alone: :func:`write_audio`.
+            the sound alone: :func:`write_audio`. ``*.png`` / ``*.jpg`` / ``*.jpeg`` / ``*.webp``
+            take a video of one frame as an image (PIL's defaults: JPEG quality 75, lossy WebP
+            quality 80).
         fps: frames per second of the mp4 (> 0).
         overwrite: replace the frame files a PNG folder already holds (every earlier frame is
             removed, also those beyond the new video's length), and the ``.wav`` beside it.
         audio: the video's sound, float32 (channels, samples) in [-1, 1] (one video of a
             pipeline's ``out.audio``), 1 or 2 channels; None: a silent video. The mp4 gets it as
-            an AAC track starting with the first frame; ``.npy`` and PNG folders get it as a
+            an AAC track starting with the first frame; ``.npy``, images and PNG folders get it as a
             16-bit PCM ``.wav`` beside them (:func:`audio_path`), written after the video.
         sample_rate: samples per second of ``audio`` (``out.audio_sample_rate``).
 
     Raises:
-        InputError: bad frame array, fps, audio, or output path (checked before anything is written).
+        InputError: bad frame array, fps, audio, or output path (checked before anything is
+            written); an image output for more than one frame.
     """
     path = os.fspath(path)
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise InputError(f"frames must have shape (F, H, W, 3), got {frames.shape}")
+    check_image_frames(path, frames.shape[0])
     if audio is not None:
         audio = _check_audio(audio, sample_rate)
     fmt = check_output_path(path, overwrite, audio=audio is not None)
@@ -281,6 +307,8 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, o
         _atomic_file(target, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps, audio, sample_rate))
     elif fmt == "png":
         _write_png_folder(to_uint8(frames), target)
+    elif fmt == "image":
+        _atomic_file(target, lambda tmp: _write_image(to_uint8(frames)[0], tmp, os.path.splitext(path)[1].lower()))
     wav = audio_path(path) if audio is not None else None
     if wav is not None:
         _atomic_file(_target(wav), lambda tmp: _write_wav(audio, tmp, sample_rate))
@@ -392,6 +420,13 @@ def _atomic_file(path: str, write) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _write_image(frame: np.ndarray, path: str, suffix: str) -> None:
+    """One uint8 (H, W, 3) frame as the image format of ``suffix`` (:data:`IMAGE_FORMATS`)."""
+    from PIL import Image
+
+    Image.fromarray(frame).save(path, format=IMAGE_FORMATS[suffix])
 
 
 def _write_mp4(frames: np.ndarray, path: str, fps: int, audio: np.ndarray | None = None,

@@ -210,31 +210,32 @@ def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
 def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: bool = False) -> Mesh | None:
     """The mesh of the CLI flags ``--dp --tp --sp``.
 
-    None when no size is given (and not ``always``): the single-device path. Otherwise ``tp``
-    and ``sp`` default to 1 and ``dp`` to the devices left over (``device_count / (tp * sp)``).
+    None when no size is given (and not ``always``): the single-device path. Otherwise a size
+    not given is 1, the same for each of the three (``--dp 2`` alone is ``dp=2, tp=1, sp=1``),
+    and the product must be the device count. With ``always`` (several processes) and no size
+    given, every device is data-parallel (``dp`` = the device count).
 
     Raises:
         InputError: a given size that is not a positive integer (named ``dp=`` / ``tp=`` /
-            ``sp=``, which the CLI spells ``--dp`` ...), or sizes that do not fit the device
-            count (listing the valid ones).
+            ``sp=``, which the CLI spells ``--dp`` ...), or sizes whose product is not the device
+            count (one message whichever sizes were given, naming them and listing the valid ones).
     """
     for name, value in zip(SIZE_NAMES, (dp, tp, sp)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
             raise InputError(Arg(name, value), " is not valid: each mesh axis size must be a positive integer "
                              "(the number of devices along that axis)")
-    if dp is None and tp is None and sp is None and not always:
-        return None
-    given = [Arg(k, v) for k, v in (("tp", tp), ("sp", sp)) if v is not None]
-    tp, sp = tp or 1, sp or 1
-    if dp is None:
-        n = jax.device_count()
-        dp = n // (tp * sp) if n % (tp * sp) == 0 else 0
-        if dp == 0:
-            # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
-            raise InputError(
-                *[part for i, a in enumerate(given) for part in ((" x ", a) if i else (a,))],
-                f" does not divide the {n} devices; valid (dp, tp, sp) for {n} "
-                f"devices: {_format_triples(valid_factorizations(n))}, of which only those whose tp x sp divides "
-                "the model's attention heads run it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)."
-            )
+    n = jax.device_count()
+    if dp is None and tp is None and sp is None:
+        return make_mesh(n, 1, 1) if always else None
+    given = [Arg(k, v) for k, v in zip(SIZE_NAMES, (dp, tp, sp)) if v is not None]
+    dp, tp, sp = dp or 1, tp or 1, sp or 1
+    if dp * tp * sp != n:
+        # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
+        raise InputError(
+            *[part for i, a in enumerate(given) for part in ((" x ", a) if i else (a,))],
+            f" makes a mesh of {dp * tp * sp} device(s) (a size not given is 1: dp {dp} x tp {tp} x sp {sp}), but "
+            f"there are {n}; valid (dp, tp, sp) for {n} devices: {_format_triples(valid_factorizations(n))}, of "
+            "which only those whose tp x sp divides the model's attention heads run it (vidax inspect PATH --mesh "
+            "DPxTPxSP checks a mesh)."
+        )
     return make_mesh(dp, tp, sp)

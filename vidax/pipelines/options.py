@@ -11,7 +11,7 @@ class's ``call_options``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from vidax.errors import Arg, InputError
 VIDEO_FILE, IMAGE_FILE, OBJECT = "video file", "image file", "object"
 
 _NUMBER = (int, float, np.integer, np.floating)
+#: The largest magnitude of a ``float`` keyword: float32's largest value (vidax computes the
+#: guidance, shifts and scales in float32; a larger number would be inf there).
+MAX_FLOAT = float(np.finfo(np.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +34,9 @@ class CallOption:
 
     Attributes:
         name: the Python keyword; the flag of ``vidax generate`` is ``--`` + it with ``-`` for ``_``.
-        type: ``int``, ``float`` (any finite number), ``str``, ``bool``, or a kind: ``VIDEO_FILE``
+        type: ``int``, ``float`` (a finite number of magnitude at most float32's largest,
+            :data:`MAX_FLOAT`, within ``low`` / ``high``: one check for every family's float
+            keyword, so ``inf`` / ``nan`` / ``1e39`` are refused naming the flag), ``str``, ``bool``, or a kind: ``VIDEO_FILE``
             (uint8 (F, H, W, 3) frames in Python, a video file on the command line),
             ``IMAGE_FILE`` (a PIL image or uint8 (H, W, 3); an image file), ``OBJECT`` (checked
             by the family only, no flag).
@@ -48,6 +53,10 @@ class CallOption:
         cli_default: the value ``vidax generate`` passes when the flag is not given.
         required: ``vidax generate`` needs the flag.
         short: other spellings of the flag (``("-p",)``).
+        cli: for an ``OBJECT`` keyword the command line spells as text: the function turning the
+            flag's text into the value (``"28,29"`` -> ``[28, 29]``; a ValueError: refused naming
+            the flag and ``valid``); such a keyword has a flag.
+        flag_spelling: the flag where it is not ``--`` + the name (``"--stg-blocks"``).
     """
 
     name: str
@@ -65,14 +74,29 @@ class CallOption:
     cli_default: Any = None
     required: bool = False
     short: tuple[str, ...] = ()
+    cli: Callable[[str], Any] | None = None
+    flag_spelling: str | None = None
 
     @property
     def is_flag(self) -> bool:
-        return self.flag and self.type is not OBJECT
+        return self.flag and (self.type is not OBJECT or self.cli is not None)
 
     @property
     def flag_name(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.flag_spelling or "--" + self.name.replace("_", "-")
+
+    def from_cli(self, text: str) -> Any:
+        """The value of the flag's ``text``: ``text`` itself, or :attr:`cli`'s value of it.
+
+        Raises:
+            InputError: :attr:`cli` refused it (naming the argument, the text and :meth:`describe_valid`).
+        """
+        if self.cli is None:
+            return text
+        try:
+            return self.cli(text)
+        except ValueError:
+            raise InputError(Arg(self.name, text), f" must be {self.describe_valid()}") from None
 
     def describe_valid(self) -> str:
         """What is valid, in words (``"a positive integer"``, ``"a number in [0, 1]"``)."""
@@ -89,14 +113,17 @@ class CallOption:
                 return "a positive integer"
             what = "an integer"
         elif self.type is float:
-            what = "a finite number" if self.low is None and self.high is None else "a number"
+            what = "a finite number"
         else:
             return ""
-        if self.low is not None and self.high is not None:
-            return f"{what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
+        cap = f" (at most {MAX_FLOAT:.4g}, float32's largest)" if self.type is float else ""
+        if self.low is not None and self.high is not None:  # a bounded range says finite already
+            return f"{'a number' if cap else what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
         if self.low is not None:
-            return f"{what} {'>' if self.low_open else '>='} {_num(self.low)}"
-        return what if self.high is None else f"{what} <= {_num(self.high)}"
+            return f"{what} {'>' if self.low_open else '>='} {_num(self.low)}{cap}"
+        if self.high is not None:
+            return f"{what} <= {_num(self.high)}" + (f" (at least {-MAX_FLOAT:.4g})" if cap else "")
+        return what + (f" (at most {MAX_FLOAT:.4g} in magnitude, float32's largest)" if cap else "")
 
     def check(self, value: Any, label: Arg | None = None) -> Any:
         """``value`` checked against the type, range and choices (None passes: not given); a
@@ -123,7 +150,7 @@ class CallOption:
         elif self.type is int:
             ok = isinstance(value, (int, np.integer))
         else:
-            ok = isinstance(value, _NUMBER) and bool(np.isfinite(value))
+            ok = isinstance(value, _NUMBER) and bool(np.isfinite(value)) and abs(float(value)) <= MAX_FLOAT
         if not ok:
             return False
         if self.choices is not None:
@@ -137,6 +164,12 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:.4g}"
 
 
+def int_list(text: str) -> list[int]:
+    """``"28,29"`` -> ``[28, 29]`` (integers separated by commas, spaces around them allowed);
+    a ValueError for anything else (an empty text, ``"28,"``, ``"a"``, ``"1.5"``)."""
+    return [int(t) for t in text.split(",")]
+
+
 def options_by_name(options: Iterable[CallOption]) -> dict[str, CallOption]:
     return {o.name: o for o in options}
 
@@ -147,8 +180,7 @@ def check_options(options: Mapping[str, CallOption], values: Mapping[str, Any]) 
 
 
 #: The largest guidance weight: float32's largest value (guidance is applied in float32).
-MAX_GUIDANCE = float(np.finfo(np.float32).max)
-_GUIDANCE = f"a finite number >= 0 (at most {MAX_GUIDANCE:.4g}, float32's largest)"
+MAX_GUIDANCE = MAX_FLOAT
 
 #: The keywords every pipeline takes (a family may leave out some: ``unsupported_call_args``);
 #: their checks against the checkpoint are :meth:`vidax.pipelines.base.VideoPipeline.check_call`'s.
@@ -167,9 +199,9 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
     CallOption("num_frames", int, "Frames, 4k+1 for the released models.", "the checkpoint's", low=1),
     CallOption("num_inference_steps", int, "Denoising steps.", "the checkpoint's", low=1),
     CallOption("guidance_scale", float, "Classifier-free guidance weight (>= 0; > 1 enables CFG).",
-               "the checkpoint's", low=0, high=MAX_GUIDANCE, valid=_GUIDANCE),
+               "the checkpoint's", low=0),
     CallOption("guidance_scale_2", float, "Guidance weight of the second expert of two-expert checkpoints.",
-               "the guidance scale", low=0, high=MAX_GUIDANCE, valid=_GUIDANCE),
+               "the guidance scale", low=0),
     CallOption("num_videos_per_prompt", int, "Videos per prompt.", "1", low=1, flag=False),
     CallOption("seed", int, "Seed of the initial noise.", "random in Python, 0 on the command line",
                cli_default=0),

@@ -88,6 +88,32 @@ class FirstBlockCacheConfig:
         self.threshold = _number("FirstBlockCacheConfig", "threshold", self.threshold)
 
 
+#: What MagCache's ratios must be, in words (``mag_ratios=``, ``--cache mag:FILE``).
+MAG_RATIOS_VALID = "a flat list of finite numbers >= 0 (ratios of residual norms, one per step)"
+
+
+def mag_ratios_problem(ratios: Any) -> str | None:
+    """What is wrong with MagCache ratios, in words (``"entry 1 is [3, 4], not a number"``), or
+    None when they are :data:`MAG_RATIOS_VALID` (a 1-D array counts as a list; ``True`` is not a
+    number; a value beyond float32's range is not finite, as the ratios are float32)."""
+    if isinstance(ratios, (np.ndarray, jax.Array)):
+        if ratios.ndim != 1:
+            return f"got an array of shape {tuple(ratios.shape)}"
+        ratios = np.asarray(ratios).tolist()
+    if not isinstance(ratios, (list, tuple)):
+        return f"got {type(ratios).__name__} {ratios!r:.60}"
+    if not ratios:
+        return "got an empty list"
+    for i, r in enumerate(ratios):
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.integer, np.floating)):
+            return f"entry {i} is {r!r:.40}, not a number"
+        if not (math.isfinite(r) and abs(r) <= np.finfo(np.float32).max):
+            return f"entry {i} is {r!r}, not finite (in float32)"
+        if r < 0:
+            return f"entry {i} is {r!r}, below 0"
+    return None
+
+
 @dataclasses.dataclass
 class MagCacheConfig:
     """MagCache (diffusers' ``MagCacheConfig``).
@@ -130,17 +156,10 @@ class MagCacheConfig:
                 raise InputError(f"{owner}: mag_ratios= is required (one ratio per step, model-dependent); run once "
                                  "with calibrate=True to print them")
             return
-        try:
-            ratios = np.asarray(self.mag_ratios, np.float32)
-        except (TypeError, ValueError):
-            raise InputError(f"{owner}: mag_ratios= must be a list of numbers, got {self.mag_ratios!r:.80}") from None
-        if ratios.ndim != 1 or ratios.size == 0 or not np.isfinite(ratios).all():
-            raise InputError(f"{owner}: mag_ratios= must be a non-empty list of finite numbers (one per step), "
-                             f"got {ratios.size} value(s) of shape {ratios.shape}")
-        if (ratios < 0).any():
-            k = int(np.argmax(ratios < 0))
-            raise InputError(f"{owner}: mag_ratios= must be >= 0 (ratios of residual norms), got {float(ratios[k]):g} "
-                             f"at index {k}")
+        problem = mag_ratios_problem(self.mag_ratios)
+        if problem:
+            raise InputError(f"{owner}: mag_ratios= must be {MAG_RATIOS_VALID}; {problem}")
+        ratios = np.asarray(self.mag_ratios, np.float32)
         if ratios.size != self.num_inference_steps:
             logger.warning("MagCacheConfig: interpolating mag_ratios from length %d to num_inference_steps=%d (as "
                            "diffusers does)", ratios.size, self.num_inference_steps)
@@ -300,14 +319,18 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
             except OSError as e:
                 raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
             where = arg
+        calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
+        expected = (f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
+                    f"as {calibrate} prints them")
         try:
             ratios = json.loads(text) if text.lstrip().startswith("[") else [float(t) for t in re.split(r"[\s,]+", text.strip())]
         except ValueError:
-            raise InputError(f"{shown}: {where} must hold numbers (a JSON list, or separated by spaces or "
-                             "commas)") from None
-        if not isinstance(ratios, list) or len(ratios) != num_inference_steps:
-            count = f"{len(ratios)} ratios" if isinstance(ratios, list) else "no list of ratios"
-            calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
+            raise InputError(f"{shown}: {expected}") from None
+        problem = mag_ratios_problem(ratios)
+        if problem:
+            raise InputError(f"{shown}: {expected}; {problem}")
+        if len(ratios) != num_inference_steps:
+            count = f"{len(ratios)} ratios"
             raise InputError(f"{shown}: {where} holds {count}, the call has {num_inference_steps} steps; give one "
                              f"per step (calibrate with {calibrate} at {num_inference_steps} steps)")
         try:

@@ -20,7 +20,7 @@ import re
 from typing import Any, Iterable
 
 from vidax.errors import Arg, VidaxError
-from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
+from vidax.pipelines.options import IMAGE_FILE, OBJECT, VIDEO_FILE, CallOption
 
 
 class RequestError(Exception):
@@ -81,7 +81,7 @@ class Fields:
 
     def __init__(self, fields: dict[str, Any], options: Iterable[CallOption], fps: Any,
                  image_name: str | None = None, cache: bool = False):
-        self.options = {o.name: o for o in options if o.is_flag and o.type is not VIDEO_FILE}
+        self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
         self.fps, self.image_name, self.cache = fps, image_name, cache
         self.given = {k: v for k, v in fields.items()
                       if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")}

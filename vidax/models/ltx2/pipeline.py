@@ -52,7 +52,7 @@ from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
 from vidax.pipelines.base import VideoPipeline, finite_array, frames_of_form
-from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.options import OBJECT, CallOption, int_list
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -78,8 +78,10 @@ LTX2_OPTIONS = (
                "pass without audio<->video attention; 1: off.", "3", low=0),
     CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); 0 or unset "
                "in Python: modality_scale.", "3", low=0),
-    CallOption("spatio_temporal_guidance_blocks", OBJECT, "Transformer blocks STG perturbs, a list of indices "
-               "(LTX-2).", "[28]"),
+    CallOption("spatio_temporal_guidance_blocks", OBJECT, "Transformer blocks STG perturbs (LTX-2: diffusers' "
+               "spatio_temporal_guidance_blocks; --stg-blocks 28,29 on the command line, each in [0, the "
+               "transformer's num_layers)).", "[28]", cli=int_list, flag_spelling="--stg-blocks",
+               valid="transformer block indices separated by commas (28,29)"),
     CallOption("use_cross_timestep", bool, "Modulate the audio<->video attention with the other modality's "
                "sigma (LTX-2).", "True"),
     CallOption("noise_scale", float, "Noise mixed into the given latents / audio_latents, s noise + (1 - s) "
