@@ -267,7 +267,7 @@ def test_generate_image_to_video(variants, image_file, tmp_path):
                "--guidance-scale-2", "3", "--output", str(out), *I2V_ARGS, "-v")
     assert r.returncode == 0, r.stderr
     assert "expert swap: transformer_2 now on the device" in r.stderr
-    assert f"wrote {out} (1 frames of 32x48 (HxW), image)" in r.stderr
+    assert f"wrote {out} (1 frame of 32x48 (HxW), image)" in r.stderr
     with Image.open(out) as im:
         assert im.format == "PNG" and im.size == (48, 32) and im.mode == "RGB" and np.asarray(im).std() > 0
     assert os.listdir(tmp_path) == ["i2v.png"]  # no temporary left

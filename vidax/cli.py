@@ -508,7 +508,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
                                            sample_rate=out.audio_sample_rate))
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
             _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
-    size = f"{out.frames.shape[1]} frames of {out.frames.shape[2]}x{out.frames.shape[3]} (HxW)"  # as vidax inspect
+    n = out.frames.shape[1]
+    size = f"{n} frame{'s' * (n != 1)} of {out.frames.shape[2]}x{out.frames.shape[3]} (HxW)"  # as vidax inspect
     if out.audio is not None:
         size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
     if fmt == DISCARD:
