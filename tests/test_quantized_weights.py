@@ -408,6 +408,24 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path):
     kept = {p for p, v in _flat(one).items() if v.dtype == jnp.uint8}
     # each of the 10 block Linears once (a stack of 2 layers), less the float32 timestep MLP
     assert len(kept) == len(q8) - 10 - 2 and ("blocks", "ffn", "net", 2, "kernel") in kept
+    # The bytes it holds, counted before loading: exactly by `vidax inspect --mesh` (shapes);
+    # by the staging plan (the file's headers) but for the float32 timestep MLP, which it
+    # counts at its Q8_0 bytes in the file (its 2 kernels: 24 KiB of 48 KiB float32).
+    from vidax.parallel.placement import per_device_bytes
+    from vidax.pipelines.staging import component_bytes
+    from vidax.weights.single_file import gguf_reader, open_single_file
+
+    spec = registry().component("WanTransformer3DModel")
+    cfg = spec.config_class().from_json_file(os.path.join(folder, "config.json"))
+    held = sum(v.size * v.dtype.itemsize for v in _flat(one).values())
+    make = lambda: spec.model_class()(cfg, rngs=nnx.Rngs(0))  # noqa: E731
+    assert per_device_bytes(make, spec.axes(), {}, jnp.float32, spec.fp32(), "Q8_0") == held
+    mlp = [f"condition_embedder.time_embedder.linear_{i}.weight" for i in (1, 2)]
+    infos = [gguf_reader(file).info(names[k]) for k in mlp]
+    file_bytes = sum(i.end - i.start for i in infos)
+    planned = component_bytes(open_single_file(file, spec), jnp.float32)["total"]
+    assert planned == held - sum(state[k].size * 4 for k in mlp) + file_bytes < 0.4 * component_bytes(
+        folder, jnp.float32)["total"]
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
     t = np.array([500.0, 300.0], np.float32)
     ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
