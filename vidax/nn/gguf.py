@@ -117,6 +117,12 @@ def keepable(module: nnx.Module, kind: str, keep_fp32: Iterable[str] = ()) -> di
             if _at(module, p[:-1]).kernel.get_value().shape[-2] % block == 0}
 
 
+def keep_all(module: nnx.Module, kind: str, keep_fp32: Iterable[str] = ()) -> nnx.Module:
+    """``module`` as a GGUF file of ``kind`` would load it: :func:`keep_gguf` on every
+    :func:`keepable` kernel. Returns ``module``."""
+    return keep_gguf(module, keepable(module, kind, keep_fp32))
+
+
 def kept_candidates(reader: Any, plan: Mapping[tuple[Any, ...], list], keep_fp32: Iterable[str] = ()
                     ) -> tuple[dict[tuple[Any, ...], str], list[str]]:
     """Which kernels of a load plan (path -> ``[(layer, key)]``) a GGUF ``reader`` keeps on the

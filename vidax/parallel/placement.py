@@ -210,12 +210,12 @@ def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[s
     that type's blocks (as a GGUF file of that type loads, :mod:`vidax.nn.gguf`)."""
     from jax.sharding import AbstractMesh
 
-    from vidax.nn.gguf import BLOCKS, keep_gguf, keepable
+    from vidax.nn.gguf import BLOCKS, keep_all
     from vidax.weights.loader import DtypePolicy, abstract_params
 
     if weights in BLOCKS:
         plain = make
-        make = lambda: (lambda m: keep_gguf(m, keepable(m, weights, keep_fp32)))(plain())  # noqa: E731
+        make = lambda: keep_all(plain(), weights, keep_fp32)  # noqa: E731
     elif weights is not None:
         from vidax.nn.quant import quantize_structure
 
