@@ -426,6 +426,16 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path):
     planned = component_bytes(open_single_file(file, spec), jnp.float32)["total"]
     assert planned == held - sum(state[k].size * 4 for k in mlp) + file_bytes < 0.4 * component_bytes(
         folder, jnp.float32)["total"]
+    # A LoRA on a kept kernel is refused, naming it (its deltas cannot be added to the blocks).
+    from vidax.lora.formats import LoraModule
+    from vidax.lora.targets import transformer_targets
+
+    lora = {"blocks.0.attn1.to_q": LoraModule(down=np.ones((4, 64), np.float32), up=np.ones((64, 4), np.float32),
+                                              keys=["blocks.0.attn1.to_q.lora_A.weight"])}
+    terms, problems = transformer_targets(one, spec, cfg).terms(lora)
+    assert not terms and problems == ["blocks.0.attn1.to_q.lora_A.weight: blocks.0.attn1.to_q.weight is kept as "
+                                      "GGUF Q8_0 blocks on the device, which vidax does not merge a LoRA into (load "
+                                      "the transformer with weight_dtype='int8' / --weights int8, or from safetensors)"]
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
     t = np.array([500.0, 300.0], np.float32)
     ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
