@@ -426,6 +426,13 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path):
     planned = component_bytes(open_single_file(file, spec), jnp.float32)["total"]
     assert planned == held - sum(state[k].size * 4 for k in mlp) + file_bytes < 0.4 * component_bytes(
         folder, jnp.float32)["total"]
+    # and the memory check before loading a pipeline with transformer=FILE counts the file so
+    from vidax.checkpoint import Checkpoint
+    from vidax.pipelines.base import checkpoint_weight_bytes
+    from vidax.pipelines.weight_formats import with_weights
+
+    ckpt = with_weights(Checkpoint.open(os.path.dirname(folder)), transformer=file)
+    assert checkpoint_weight_bytes(ckpt, jnp.float32, ["transformer"]) == planned
     # A LoRA on a kept kernel is refused, naming it (its deltas cannot be added to the blocks).
     from vidax.lora.formats import LoraModule
     from vidax.lora.targets import transformer_targets
