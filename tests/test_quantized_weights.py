@@ -504,6 +504,8 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     assert per_device_bytes(make, spec.axes(), {}, jnp.bfloat16, spec.fp32()) == bf16
     text = describe_mesh_plan(ckpt, "1x1x1")
     assert f"int8 {held / 2**20:,.1f} MiB" in text and f"bfloat16 {bf16 / 2**20:,.1f} MiB" in text
+    q8 = per_device_bytes(make, spec.axes(), {}, jnp.bfloat16, spec.fp32(), "Q8_0")
+    assert f"GGUF Q8_0 {q8 / 2**20:,.1f} MiB" in text and held < q8 < 0.6 * bf16  # Q8_0: 34 bytes per 32 values
 
 
 WAN_ORIGINAL = [f"model.diffusion_model.{k}" for k in (
