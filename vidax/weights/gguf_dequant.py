@@ -8,7 +8,9 @@ block_size)`` values in the dtype diffusers' arithmetic gives them: float16 for 
 scales are float16 (every product and difference rounded to float16, as torch computes them),
 float32 for ``BF16`` and the ``IQ4`` formats (their code book is float32). The same operations
 in the same dtypes in both: numpy and XLA's CPU both compute a float16 operation in float32 and
-round the result once to float16, so the two give the same bits (tested per type).
+round the result once to float16, so the two give the same bits (tested per type on CPU). On a
+GPU, XLA may keep a fused float16 product in float32 before the next operation
+(``xla_allow_excess_precision``), which can move a weight by its last float16 bit; not measured.
 """
 
 from __future__ import annotations
