@@ -385,7 +385,7 @@ def test_gguf_wan_pipeline_matches_diffusers(tmp_path):
     np.testing.assert_array_equal(kernel, gguf_reader(file).get(names[key]).astype(np.float32).T)
 
 
-def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path):
+def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     """The tiny Wan transformer as a Q8_0 GGUF file (its Linear weights quantized by the ``gguf``
     package): kept as blocks on a (data 4, tensor 2) mesh, split along the output channels
     (q/k/v column-parallel over ``tensor``), and with its blocks streamed from host memory,
@@ -404,7 +404,12 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path):
     _write_gguf(file, {names[k]: (gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0), "Q8_0") if k in q8
                        else (v, None) for k, v in state.items()})
     load = lambda **kw: load_component("WanTransformer3DModel", folder, jnp.float32, file=file, **kw)  # noqa: E731
-    one = load()
+    with caplog.at_level("INFO", logger="vidax.weights.loader"):
+        one = load()
+    # the two the precision policy keeps float32 dequantized on the host, in one log line
+    assert "2 GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, kept float32 by the " \
+           "precision policy, or types mixed within a layer stack): condition_embedder.time_embedder.linear_1." \
+           "weight, condition_embedder.time_embedder.linear_2.weight" in caplog.text
     kept = {p for p, v in _flat(one).items() if v.dtype == jnp.uint8}
     # each of the 10 block Linears once (a stack of 2 layers), less the float32 timestep MLP
     assert len(kept) == len(q8) - 10 - 2 and ("blocks", "ffn", "net", 2, "kernel") in kept
