@@ -15,7 +15,9 @@ the tensor names are converted to the diffusers layout by the family's
 ``single_file_keys(shapes)`` (in its ``convert.py``, after diffusers'
 ``loaders/single_file_utils.py`` conversion of that family: a rename, a tensor left out, or a
 fused tensor cut into :class:`Part` s), and the values are the dequantized float tensors, which
-the loader then casts to the component's dtype or quantizes to 8 bits like any checkpoint's.
+the loader then casts to the component's dtype or quantizes to 8 bits like any checkpoint's; a
+GGUF reader also gives its block-quantized tensors' bytes (``raw``), which the loader keeps on
+the device for the Linear weights (:mod:`vidax.nn.gguf`).
 
 The layout of a file is told from its keys alone (:func:`detect_layout`, by each family's
 ``SINGLE_FILE_LAYOUT``), so a file of another family is refused before any weight is read, and
@@ -338,7 +340,8 @@ def describe_single_file(path: str) -> str | None:
         kind = getattr(info, "stored", "") or info.dtype.name
         types[kind] = types.get(kind, 0) + 1
     fp8 = any(t in _FP8 for t in types)
-    fmt = "GGUF (dequantized on read as diffusers' GGUF loader does)" if path.endswith(".gguf") else \
+    fmt = "GGUF (Linear weights kept as blocks on the device, dequantized in each matmul as diffusers' " \
+        "GGUFLinear does)" if path.endswith(".gguf") else \
         "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
     nbytes = sum(i.end - i.start for i in infos)
     classes = single_file_layouts()[layout][1] if layout else []
