@@ -1,14 +1,14 @@
-"""8-bit and GGUF weights of Wan2.1-T2V-14B: bytes per device, and the speed of an int8 step.
+"""8-bit and GGUF weights of Wan2.1-T2V-14B: bytes per device, and the speed of a step.
 
 1. Parameter bytes per device of the full-size transformer (abstract shapes via ``eval_shape``,
-   no weights) on one device and on ``tp`` = 2 / 4 / 8, for bfloat16, int8 and fp8 weights
-   (:func:`vidax.parallel.placement.per_device_bytes`, what ``vidax inspect --mesh`` prints), and
-   the size of the transformer as Q8_0 / Q4_K GGUF files (city96's layout: every 2-D weight
-   whose rows split in the type's blocks quantized, the rest float32). vidax dequantizes a GGUF
-   file as it reads it, so on the device it holds what ``--dtype`` / ``--weights`` say; the
-   GGUF figure is the file (and the host memory a reader maps).
-2. One transformer call with CFG's batch of 2 at the 14B width, reduced depth, bfloat16 vs int8
-   weights, on this machine (CPU by default).
+   no weights) on one device and on ``tp`` = 2 / 4 / 8, for bfloat16, int8 and fp8 weights and
+   for Q8_0 / Q4_K GGUF files, whose Linear weights stay their blocks on the device
+   (:mod:`vidax.nn.gguf`; every Linear kernel whose inputs are whole blocks, as city96's
+   files; the rest bfloat16, the precision policy's float32)
+   (:func:`vidax.parallel.placement.per_device_bytes`, what ``vidax inspect --mesh`` prints).
+2. One transformer call with CFG's batch of 2 at the 14B width, reduced depth: bfloat16, int8
+   and GGUF Q8_0 / Q4_K weights (blocks of random codes with small float16 scales, dequantized
+   inside each matmul), on this machine (CPU by default); the CPU model and load average printed.
 
     python benchmarks/quantized_weights.py                 # 2 layers, latent 1x16x16, 3 timed steps
     python benchmarks/quantized_weights.py --layers 1 --steps 2
@@ -23,8 +23,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "reference_configs", "Wan-AI__Wan2.1-T2V-14B-Diffusers", "transformer", "config.json")
-#: GGUF types: (values per block, bytes per block).
-GGUF = {"Q8_0": (32, 34), "Q4_K": (256, 144)}
+#: GGUF types timed and their float16 fields (byte offsets in a block: scales, minimums).
+GGUF_F16_FIELDS = {"Q8_0": (0,), "Q4_K": (0, 2)}
 
 
 def wan_config(**overrides):
@@ -36,23 +36,20 @@ def wan_config(**overrides):
     return WanTransformerConfig.from_config_dict(cfg, source=CONFIG)
 
 
-def gguf_bytes(make, kind: str) -> int:
-    """Bytes of the transformer as a GGUF file of ``kind`` (tensor data only)."""
+def random_blocks(shape: tuple[int, ...], kind: str, rng) -> "np.ndarray":
+    """Kept GGUF kernel bytes ``shape`` (``(..., n_bytes, D_out)``, :mod:`vidax.nn.gguf`) of
+    ``kind``: random codes, every float16 field 1e-3 (finite values of a realistic size)."""
     import numpy as np
 
-    from vidax.weights.loader import abstract_params
+    from vidax.nn.gguf import BLOCKS
 
-    block, size = GGUF[kind]
-    total = 0
-    for path, var in abstract_params(make)[1].items():
-        shape = var.get_value().shape
-        n = int(np.prod(shape))
-        d_in = shape[-2] if path[-1] == "kernel" and len(shape) >= 2 else None
-        if path[-1] == "kernel" and len(shape) in (2, 3) and d_in % block == 0:
-            total += n // block * size
-        else:
-            total += 4 * n
-    return total
+    size = BLOCKS[kind][1]
+    out = rng.integers(0, 256, shape, dtype=np.uint8)
+    field = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
+    for off in GGUF_F16_FIELDS[kind]:
+        for j in range(2):
+            out[..., off + j::size, :] = field[j]
+    return out
 
 
 def sizes(spec) -> list[str]:
@@ -64,12 +61,10 @@ def sizes(spec) -> list[str]:
     cfg = wan_config()
     make = lambda: spec.model_class()(cfg, rngs=nnx.Rngs(0))  # noqa: E731
     lines = ["| weights | 1 device | tp=2 | tp=4 | tp=8 |", "|---|---|---|---|---|"]
-    for name, fmt in (("bfloat16", None), ("int8", "int8"), ("fp8 (float8_e4m3fn)", "float8_e4m3fn")):
+    for name, fmt in (("bfloat16", None), ("int8", "int8"), ("fp8 (float8_e4m3fn)", "float8_e4m3fn"),
+                      ("GGUF Q8_0 (blocks on the device)", "Q8_0"), ("GGUF Q4_K (blocks on the device)", "Q4_K")):
         row = [per_device_bytes(make, spec.axes(), {"tp": tp}, jnp.bfloat16, spec.fp32(), fmt) for tp in (1, 2, 4, 8)]
         lines.append(f"| {name} | " + " | ".join(f"{b / 2**30:.2f} GiB" for b in row) + " |")
-    for kind in GGUF:
-        lines.append(f"| GGUF {kind} file (loads as bf16 / --weights int8) | {gguf_bytes(make, kind) / 2**30:.2f} GiB "
-                     "| | | |")
     return lines
 
 
@@ -80,7 +75,8 @@ def step_speed(spec, layers: int, latent: tuple[int, int, int], steps: int) -> d
     from flax import nnx
 
     from step_bench import fill_params, time_steps
-    from vidax.nn.quant import quantize_module
+    from vidax.nn.gguf import BLOCKS, keep_all
+    from vidax.nn.quant import _at, quantizable_kernels, quantize_module
     from vidax.weights.loader import DtypePolicy
 
     cfg = wan_config(num_layers=layers)
@@ -91,10 +87,18 @@ def step_speed(spec, layers: int, latent: tuple[int, int, int], steps: int) -> d
     ts = jnp.asarray([500.0, 500.0], jnp.float32)
     ctx = jnp.asarray(rng.standard_normal((2, 512, cfg.text_dim)) * 0.1, jnp.bfloat16)
     out = {}
-    for fmt in (None, "int8"):
-        graphdef, params = fill_params(make, DtypePolicy(jnp.bfloat16, spec.fp32()))
+    for fmt in (None, "int8", "Q8_0", "Q4_K"):
+        build = make
+        if fmt in BLOCKS:
+            build = lambda f=fmt: keep_all(make(), f, spec.fp32())  # noqa: E731
+        graphdef, params = fill_params(build, DtypePolicy(jnp.bfloat16, spec.fp32()))
         model = nnx.merge(graphdef, params)
-        if fmt:
+        if fmt in BLOCKS:
+            for path in quantizable_kernels(model):
+                layer = _at(model, path[:-1])
+                if layer.kernel_gguf is not None:
+                    layer.kernel = layer.kernel.replace(jnp.asarray(random_blocks(layer.kernel[...].shape, fmt, rng)))
+        elif fmt:
             quantize_module(model, fmt, spec.fp32())
         gd, state = nnx.split(model)
         fwd = jax.jit(lambda s, x: nnx.merge(gd, s)(x, ts, ctx).astype(x.dtype))
@@ -123,9 +127,11 @@ def main() -> None:
     import jax
 
     print(f"\nOne transformer call, CFG batch 2, 14B width, {args.layers} of 40 layers, latent "
-          f"{tuple(args.latent)}, 512 text tokens, {jax.devices()[0].platform} ({cpu_model()}):")
+          f"{tuple(args.latent)}, 512 text tokens, {jax.devices()[0].platform} ({cpu_model()}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start):")
     for name, r in step_speed(spec, args.layers, tuple(args.latent), args.steps).items():
         print(f"  {name}: {r['step_s']} s per call (compile {r['compile_s']} s)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

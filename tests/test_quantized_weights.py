@@ -3,6 +3,7 @@ have: fp8 "scaled" safetensors and GGUF transformers in the original repositorie
 
 import os
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -229,7 +230,19 @@ def _write_gguf(path, tensors):
     writer.close()
 
 
-def test_gguf_types_dequantize_as_diffusers(tmp_path):
+@pytest.fixture(scope="module")
+def gguf_types(tmp_path_factory):
+    """A GGUF file with a ``(3, 512)`` tensor of every type diffusers' loader reads (``w_<type>``)
+    and a float32 one (``plain``); its path and tensors."""
+    rng = np.random.default_rng(0)
+    tensors = {f"w_{k}": (_gguf_bytes(k, rng.standard_normal((3, 512)) * 0.1, rng), k) for k in GGUF_TYPES}
+    tensors["plain"] = (rng.standard_normal((4, 5)), None)
+    path = str(tmp_path_factory.mktemp("gguf") / "types.gguf")
+    _write_gguf(path, tensors)
+    return path, tensors
+
+
+def test_gguf_types_dequantize_as_diffusers(gguf_types):
     """Every GGUF type diffusers' loader reads gives the weights diffusers' loader gives."""
     import torch
     from diffusers.models.model_loading_utils import load_gguf_checkpoint
@@ -238,11 +251,7 @@ def test_gguf_types_dequantize_as_diffusers(tmp_path):
     from vidax.weights.single_file import gguf_reader
 
     assert {t.name for t in SUPPORTED_GGUF_QUANT_TYPES} == set(GGUF_TYPES)  # no type left out
-    rng = np.random.default_rng(0)
-    tensors = {f"w_{k}": (_gguf_bytes(k, rng.standard_normal((3, 512)) * 0.1, rng), k) for k in GGUF_TYPES}
-    tensors["plain"] = (rng.standard_normal((4, 5)), None)
-    path = str(tmp_path / "types.gguf")
-    _write_gguf(path, tensors)
+    path, tensors = gguf_types
     ours = gguf_reader(path)
     theirs = load_gguf_checkpoint(path)
     for name in tensors:
@@ -254,6 +263,43 @@ def test_gguf_types_dequantize_as_diffusers(tmp_path):
         np.testing.assert_allclose(got.astype(np.float32), want.float().numpy(), rtol=2**-10, atol=0)
         assert np.abs(want.float().numpy()).max() > 0
     assert torch.is_tensor(want)
+
+
+def test_gguf_blocks_kept_on_device_dequantize_bit_for_bit(gguf_types):
+    """Each type's blocks, kept on the device as a kernel (:mod:`vidax.nn.gguf`), dequantize
+    inside jit to the host's dequantized weight in float32 and in bfloat16, bit for bit (the
+    same float16 operations: numpy and XLA's CPU each round every one once from float32), and a
+    Linear holding them computes what the Linear holding the host's weight does."""
+    import gguf
+
+    from vidax.nn.gguf import BLOCKS, dequantize_kernel, keep_gguf
+    from vidax.weights.single_file import gguf_reader
+
+    path, _ = gguf_types
+    reader = gguf_reader(path)
+    assert BLOCKS == {k: gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[k]] for k in GGUF_TYPES}
+    dtypes = (jnp.float32, jnp.bfloat16)
+    blocks = {k: jnp.asarray(reader.raw(f"w_{k}").T) for k in GGUF_TYPES}  # (512 // block * size, 3) uint8
+    got = jax.jit(lambda b: [[dequantize_kernel(b[k], k, d) for d in dtypes] for k in GGUF_TYPES])(blocks)
+    for kind, values in zip(GGUF_TYPES, got):
+        for dtype, value in zip(dtypes, values):
+            want = reader.get(f"w_{kind}").T.astype(dtype)  # (512, 3): the kernel layout
+            assert value.dtype == want.dtype and value.shape == want.shape == (512, 3), kind
+            bits = np.uint16 if dtype == jnp.bfloat16 else np.uint32
+            np.testing.assert_array_equal(np.asarray(value).view(bits), want.view(bits), kind)
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 512))
+    pairs = []
+    for dtype in dtypes:  # bfloat16 on CPU: the float32-accumulating path
+        plain = Linear(512, 3, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0))
+        plain.kernel = plain.kernel.replace(jnp.asarray(reader.get("w_Q4_K").T, dtype))
+        kept = keep_gguf(Linear(512, 3, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)), {("kernel",): "Q4_K"})
+        kept.kernel = kept.kernel.replace(jnp.asarray(reader.raw("w_Q4_K").T))
+        assert kept.kernel_gguf == "Q4_K" and kept.kernel[...].dtype == jnp.uint8
+        for m in (kept, plain):
+            m.bias = m.bias.replace(jnp.asarray([0.5, -1.0, 2.0], dtype))
+        pairs.append((kept, plain))
+    for kept_y, plain_y in jax.jit(lambda ps, x: [(k(x), p(x)) for k, p in ps])(pairs, x):
+        np.testing.assert_array_equal(np.asarray(kept_y), np.asarray(plain_y))
 
 
 #: A Wan transformer whose linears take 256 (or 512) features, so the K-quant types (blocks of
@@ -321,13 +367,98 @@ def test_gguf_wan_pipeline_matches_diffusers(tmp_path):
     value = psnr(got, np.asarray(want))
     print(f"GGUF Wan pipeline vs diffusers: {value:.1f} dB")
     assert value >= 60.0  # measured 139.6 dB: fp32 summation order only
-    # The file's weights, not the folder's, are in the pipeline (a Q4_K one, dequantized).
-    kernel = np.asarray(pipe.transformer.blocks.attn1.to_k.kernel[...])[0]
-    (key,) = [k for k in names if k == "blocks.0.attn1.to_k.weight"]
-    assert tensors[names[key]][1] in GGUF_TYPES and not np.allclose(kernel, state[key].T)
+    # Every GGUF Linear weight stays the file's blocks on the device (uint8), but the two the
+    # precision policy keeps float32 (the timestep MLP, dequantized on the host as diffusers
+    # does); every type is among them.
     from vidax.weights.single_file import gguf_reader
 
+    kept = {p: v for p, v in _flat(pipe.transformer).items() if v.dtype == jnp.uint8}
+    typed = [k for k, (_, kind) in zip(state, tensors.values()) if kind]
+    assert len(kept) == len([k for k in typed if not k.startswith("condition_embedder.time_embedder.")])
+    assert {_at(pipe.transformer, p[:-1]).kernel_gguf for p in kept} == set(GGUF_TYPES)
+    # The file's weights, not the folder's, are in the pipeline, and the kept blocks dequantize
+    # inside the matmul to the host's dequantized values bit for bit.
+    layer = pipe.transformer.blocks.attn1.to_k
+    kernel = np.asarray(layer.dense_kernel())[0]
+    key = "blocks.0.attn1.to_k.weight"
+    assert tensors[names[key]][1] == layer.kernel_gguf and not np.allclose(kernel, state[key].T)
     np.testing.assert_array_equal(kernel, gguf_reader(file).get(names[key]).astype(np.float32).T)
+
+
+def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
+    """The tiny Wan transformer as a Q8_0 GGUF file (its Linear weights quantized by the ``gguf``
+    package): kept as blocks on a (data 4, tensor 2) mesh, split along the output channels
+    (q/k/v column-parallel over ``tensor``), and with its blocks streamed from host memory,
+    it computes what it computes on one device."""
+    import gguf
+
+    from vidax.parallel.mesh import make_mesh
+    from vidax.parallel.offload import streamed_call
+
+    _, folder = transformers
+    reader = CheckpointReader(folder)
+    state = {k: np.asarray(reader.get(k), np.float32) for k in reader.keys()}
+    names = _original_keys(state)
+    q8 = {k for k, v in state.items() if v.ndim == 2 and v.shape[1] % 32 == 0}
+    file = str(tmp_path / "wan-q8_0.gguf")
+    _write_gguf(file, {names[k]: (gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0), "Q8_0") if k in q8
+                       else (v, None) for k, v in state.items()})
+    load = lambda **kw: load_component("WanTransformer3DModel", folder, jnp.float32, file=file, **kw)  # noqa: E731
+    with caplog.at_level("INFO", logger="vidax.weights.loader"):
+        one = load()
+    # the two the precision policy keeps float32 dequantized on the host, in one log line
+    assert "2 GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, kept float32 by the " \
+           "precision policy, or types mixed within a layer stack): condition_embedder.time_embedder.linear_1." \
+           "weight, condition_embedder.time_embedder.linear_2.weight" in caplog.text
+    kept = {p for p, v in _flat(one).items() if v.dtype == jnp.uint8}
+    # each of the 10 block Linears once (a stack of 2 layers), less the float32 timestep MLP
+    assert len(kept) == len(q8) - 10 - 2 and ("blocks", "ffn", "net", 2, "kernel") in kept
+    # The bytes it holds, counted before loading: exactly by `vidax inspect --mesh` (shapes);
+    # by the staging plan (the file's headers) but for the float32 timestep MLP, which it
+    # counts at its Q8_0 bytes in the file (its 2 kernels: 24 KiB of 48 KiB float32).
+    from vidax.parallel.placement import per_device_bytes
+    from vidax.pipelines.staging import component_bytes
+    from vidax.weights.single_file import gguf_reader, open_single_file
+
+    spec = registry().component("WanTransformer3DModel")
+    cfg = spec.config_class().from_json_file(os.path.join(folder, "config.json"))
+    held = sum(v.size * v.dtype.itemsize for v in _flat(one).values())
+    make = lambda: spec.model_class()(cfg, rngs=nnx.Rngs(0))  # noqa: E731
+    assert per_device_bytes(make, spec.axes(), {}, jnp.float32, spec.fp32(), "Q8_0") == held
+    mlp = [f"condition_embedder.time_embedder.linear_{i}.weight" for i in (1, 2)]
+    infos = [gguf_reader(file).info(names[k]) for k in mlp]
+    file_bytes = sum(i.end - i.start for i in infos)
+    planned = component_bytes(open_single_file(file, spec), jnp.float32)["total"]
+    assert planned == held - sum(state[k].size * 4 for k in mlp) + file_bytes < 0.4 * component_bytes(
+        folder, jnp.float32)["total"]
+    # and the memory check before loading a pipeline with transformer=FILE counts the file so
+    from vidax.checkpoint import Checkpoint
+    from vidax.pipelines.base import checkpoint_weight_bytes
+    from vidax.pipelines.weight_formats import with_weights
+
+    ckpt = with_weights(Checkpoint.open(os.path.dirname(folder)), transformer=file)
+    assert checkpoint_weight_bytes(ckpt, jnp.float32, ["transformer"]) == planned
+    # A LoRA on a kept kernel is refused, naming it (its deltas cannot be added to the blocks).
+    from vidax.lora.formats import LoraModule
+    from vidax.lora.targets import transformer_targets
+
+    lora = {"blocks.0.attn1.to_q": LoraModule(down=np.ones((4, 64), np.float32), up=np.ones((64, 4), np.float32),
+                                              keys=["blocks.0.attn1.to_q.lora_A.weight"])}
+    terms, problems = transformer_targets(one, spec, cfg).terms(lora)
+    assert not terms and problems == ["blocks.0.attn1.to_q.lora_A.weight: blocks.0.attn1.to_q.weight is kept as "
+                                      "GGUF Q8_0 blocks on the device, which vidax does not merge a LoRA into (load "
+                                      "the transformer with weight_dtype='int8' / --weights int8, or from safetensors)"]
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
+    t = np.array([500.0, 300.0], np.float32)
+    ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
+    call = jax.jit(lambda m, *a: m(*a))
+    ref = np.asarray(call(one, x, t, ctx))
+    sharded = load(mesh=make_mesh(4, 2, 1))
+    q = _flat(sharded)[("blocks", "attn1", "to_q", "kernel")]
+    assert q.dtype == jnp.uint8 and tuple(q.sharding.spec) == (None, None, "tensor")
+    # fp32; the sharded matmuls sum in another order: float32 rounding only
+    np.testing.assert_allclose(np.asarray(call(sharded, x, t, ctx)), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(streamed_call(load(offload=1), x, t, ctx)), ref)
 
 
 def test_scales_sharded_like_their_kernels(transformers):
@@ -378,6 +509,8 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     assert per_device_bytes(make, spec.axes(), {}, jnp.bfloat16, spec.fp32()) == bf16
     text = describe_mesh_plan(ckpt, "1x1x1")
     assert f"int8 {held / 2**20:,.1f} MiB" in text and f"bfloat16 {bf16 / 2**20:,.1f} MiB" in text
+    q8 = per_device_bytes(make, spec.axes(), {}, jnp.bfloat16, spec.fp32(), "Q8_0")
+    assert f"GGUF Q8_0 {q8 / 2**20:,.1f} MiB" in text and held < q8 < 0.6 * bf16  # Q8_0: 34 bytes per 32 values
 
 
 WAN_ORIGINAL = [f"model.diffusion_model.{k}" for k in (

@@ -215,7 +215,11 @@ def test_hunyuan_gguf_reads_as_diffusers_converts(hunyuan_gguf):
     assert max(np.abs(got[k] - state[k]).max() for k in state) < 0.02
     assert any(not np.array_equal(got[k], state[k]) for k in state)  # quantized weights were read
     model = load_component(spec, os.path.join(folder, "transformer"), "float32", file=file)
-    q = np.asarray(model.transformer_blocks.attn.to_q.kernel[...])[0]
+    # to_q: rows of the fused qkv's blocks, kept as Q8_0 on the device (vidax.nn.gguf), dequantized
+    # there to the same values
+    layer = model.transformer_blocks.attn.to_q
+    assert layer.kernel_gguf == "Q8_0" and layer.kernel[...].dtype == np.uint8
+    q = np.asarray(layer.dense_kernel())[0]
     np.testing.assert_array_equal(q, want["transformer_blocks.0.attn.to_q.weight"].T)
 
 

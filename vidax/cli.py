@@ -213,7 +213,8 @@ _LOAD_FLAGS = {
     "transformer": ((None, "--transformer"), dict(
         help="A single-file transformer checkpoint read instead of the checkpoint's transformer/ weights: "
         ".gguf (Q8_0, Q5_K, Q4_K, ...) or .safetensors (fp8 scaled or not) in the original repository's "
-        "layout (Wan, LTX-Video).")),
+        "layout (Wan, LTX-Video); a .gguf file's linear weights stay quantized on the device (dequantized "
+        "inside each matmul).")),
     "compile_cache": ((True, "--compile-cache/--no-compile-cache"), dict(
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; env "
         "VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it).")),

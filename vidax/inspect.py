@@ -137,8 +137,9 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
 
 def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list[str]:
     """Per transformer, its parameter bytes per device in each weight format vidax loads:
-    float32, bfloat16, and the 8-bit ``int8`` / ``fp8`` kernels (``--weights``) with bfloat16
-    for the rest; the precision policy's float32 parameters counted as float32."""
+    float32, bfloat16, the 8-bit ``int8`` / ``fp8`` kernels (``--weights``) and a Q8_0 / Q4_K
+    GGUF file's kernels kept as blocks (``--transformer FILE.gguf``), with bfloat16 for the
+    rest; the precision policy's float32 parameters counted as float32."""
     import jax.numpy as jnp
 
     from vidax.parallel.placement import per_device_bytes
@@ -150,7 +151,8 @@ def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list
             continue
         counts = [(name, per_device_bytes(make, table, sizes, dtype, spec.fp32(), fmt)) for name, dtype, fmt in
                   (("float32", jnp.float32, None), ("bfloat16", jnp.bfloat16, None),
-                   ("int8", jnp.bfloat16, "int8"), ("fp8", jnp.bfloat16, "float8_e4m3fn"))]
+                   ("int8", jnp.bfloat16, "int8"), ("fp8", jnp.bfloat16, "float8_e4m3fn"),
+                   ("GGUF Q8_0", jnp.bfloat16, "Q8_0"), ("GGUF Q4_K", jnp.bfloat16, "Q4_K"))]
         lines.append(f"  {key} per device by weight format: " + ", ".join(
             f"{name} {n / 2**20:,.1f} MiB" for name, n in counts))
     return lines

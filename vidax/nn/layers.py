@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.nn.quant import quantized_dot
+from vidax.nn.gguf import dequantize_kernel, gguf_linear
 
 _F32 = jnp.float32
 
@@ -229,19 +230,29 @@ class Linear(nnx.Linear):
     ``kernel_scale`` ``(D_out,)`` float32: ``y = (x q) s + b``, the 8-bit kernel converted to the
     compute dtype inside the matmul, float32 result, rounded once. ``kernel_scale`` is None
     otherwise.
+
+    With GGUF weights kept on the device (:mod:`vidax.nn.gguf`) ``kernel`` is the file's
+    blocks, uint8, and ``kernel_gguf`` (static) their type, dequantized inside the forward
+    pass; ``kernel_gguf`` is None otherwise.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.kernel_scale = nnx.data(None)
+        self.kernel_gguf = None
 
     def dense_kernel(self) -> jax.Array:
-        """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32."""
+        """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32; a
+        GGUF one dequantized, in ``param_dtype``."""
+        if self.kernel_gguf is not None:
+            return dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype)
         if self.kernel_scale is None:
             return self.kernel[...]
         return self.kernel[...].astype(_F32) * self.kernel_scale[...].astype(_F32)[..., None, :]
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
+        if self.kernel_gguf is not None:
+            return gguf_linear(self, inputs)
         kernel = self.kernel[...]
         bias = () if self.bias is None else (self.bias[...],)
         if self.kernel_scale is not None:

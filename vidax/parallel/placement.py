@@ -205,12 +205,18 @@ def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[s
     ``sizes``, computed from shapes only: floating parameters in ``dtype``, those matching
     ``keep_fp32`` in float32, and with ``weights`` (an 8-bit format, :mod:`vidax.nn.quant`) the
     quantizable Linear kernels 1 byte a value plus their float32 scales, each sharded by
-    ``table`` as the loader places it."""
+    ``table`` as the loader places it; ``weights`` a GGUF type (``"Q8_0"``, ``"Q4_K"``, a
+    :data:`vidax.nn.gguf.BLOCKS` name): those kernels whose inputs are whole blocks kept as
+    that type's blocks (as a GGUF file of that type loads, :mod:`vidax.nn.gguf`)."""
     from jax.sharding import AbstractMesh
 
+    from vidax.nn.gguf import BLOCKS, keep_all
     from vidax.weights.loader import DtypePolicy, abstract_params
 
-    if weights is not None:
+    if weights in BLOCKS:
+        plain = make
+        make = lambda: keep_all(plain(), weights, keep_fp32)  # noqa: E731
+    elif weights is not None:
         from vidax.nn.quant import quantize_structure
 
         plain = make

@@ -304,7 +304,8 @@ def size_words(call: Call) -> Message:
 def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
     """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
     headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors;
-    the transformers' linear weights in the checkpoint's 8-bit ``weights`` format when it has one).
+    the transformers' linear weights in the checkpoint's 8-bit ``weights`` format when it has one;
+    a single-file transformer, ``transformer=FILE``, counted from its file as it loads).
     A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
     from vidax.pipelines.staging import component_bytes
 
@@ -313,6 +314,13 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
         if name.startswith("_") or not checkpoint.has(name):
             continue
         folder = os.path.join(checkpoint.root, name)
+        if name in checkpoint.files:
+            try:
+                source = transformer_source(checkpoint, name, registry().find_component(checkpoint.class_of(name)))
+                total += component_bytes(source, dtype, weights=checkpoint.weights)["total"]
+            except VidaxError:
+                pass
+            continue
         if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
             try:
                 weights = checkpoint.weights if name.startswith("transformer") else None  # 8-bit kernels

@@ -34,6 +34,7 @@ from flax import nnx
 from vidax.parallel.mesh import TENSOR, axis_size
 from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
 from vidax.stats import device_memory_stats
+from vidax.nn.gguf import BLOCKS as GGUF_BLOCKS
 from vidax.weights.safetensors_io import CheckpointReader
 
 logger = logging.getLogger("vidax.pipeline")
@@ -61,7 +62,10 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
     checkpoint (:func:`vidax.weights.single_file.open_single_file`: its tensors as loaded).
     With ``weights`` (an 8-bit format) every 2-D floating ``*.weight`` (a Linear's, in the
     diffusers layout) counts 1 byte a value plus a float32 scale per output row (the Linears
-    the family keeps float32 are few and small, and counted so too).
+    the family keeps float32 are few and small, and counted so too). Without, a GGUF file's
+    2-D block-quantized tensors count their bytes in the file, as the loader keeps them on the
+    device (:mod:`vidax.nn.gguf`; the few it dequantizes on the host instead, those the family
+    keeps float32, are counted so too).
 
     Returns ``{"total": ..}``, plus ``"stacks"``: ``{prefix: (bytes, layers)}`` for each stacked
     layer prefix of ``blocks_prefixes`` (e.g. ``"blocks"`` for keys ``blocks.<i>.*``).
@@ -77,6 +81,8 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
         if weights is not None and len(info.shape) == 2 and key.endswith(".weight") \
                 and np.issubdtype(info.dtype, np.floating):
             size = int(np.prod(info.shape)) + 4 * info.shape[0]
+        elif len(info.shape) == 2 and getattr(info, "stored", "") in GGUF_BLOCKS:
+            size = int(info.end - info.start)  # a GGUF Linear weight kept as the file's blocks
         total += size
         for prefix, pattern in patterns:
             m = pattern.match(key)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 from collections import defaultdict
@@ -47,6 +48,8 @@ from flax import nnx
 
 from vidax.errors import CheckpointError
 from vidax.weights.safetensors_io import CheckpointReader
+
+logger = logging.getLogger(__name__)
 
 Path = tuple[Any, ...]
 Placement = Callable[[Path, jax.ShapeDtypeStruct], jax.sharding.Sharding]
@@ -324,13 +327,35 @@ def load_module(
 
     if missing or unexpected or misshaped or duplicated:
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
+    graphdef, abstract, kept = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
     read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
-                                            place_stacked, scales))
+                                            place_stacked, scales, kept))
     return read if defer else read.read()
 
 
+def _keep_gguf(make, reader, plan, policy, graphdef, abstract, what):
+    """GGUF Linear kernels kept quantized on the device (:mod:`vidax.nn.gguf`): the module
+    rebuilt with their uint8 storage, and their paths; the block-quantized tensors dequantized
+    on the host instead are logged in one line. Nothing kept with 8-bit ``weights`` (the file
+    then dequantized and quantized again to that format, as asked)."""
+    from vidax.nn.gguf import keep_gguf, kept_candidates
+
+    if policy.weights is not None:
+        return graphdef, abstract, frozenset()
+    kinds, host = kept_candidates(reader, plan, policy.keep_fp32)
+    if kinds:
+        graphdef, abstract = abstract_params(lambda: keep_gguf(make(), kinds))
+    kept = frozenset(p for p in kinds if abstract[p].get_value().dtype == np.uint8)
+    host += [key for p in kinds if p not in kept for _, key in plan[p]]
+    if host:
+        logger.info("%s: %d GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, kept "
+                    "float32 by the precision policy, or types mixed within a layer stack): %s", what, len(host),
+                    ", ".join(sorted(host)[:4]) + (", ..." if len(host) > 4 else ""))
+    return graphdef, abstract, kept
+
+
 def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked,
-                 scales=frozenset()) -> nnx.Module:
+                 scales=frozenset(), kept=frozenset()) -> nnx.Module:
     """Read and place every tensor of a checked plan (see :func:`load_module`)."""
     from vidax.nn.quant import scale_sharding
 
@@ -351,7 +376,7 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         else:
             sharding = placement(path, sds)
         read = functools.partial(_read_layer, reader, path, dtype=sds.dtype,
-                                 quant=policy.weights if quantized else None)
+                                 quant=policy.weights if quantized else None, raw=path in kept)
         value = None
         if path in stacks and place_stacked is not None:
             keys = dict(entries)
@@ -397,13 +422,14 @@ def _place_stacked(read, entries, sds, sharding):
     return buf
 
 
-def _read_layer(reader, path, key, dtype, quant: str | None = None) -> np.ndarray:
+def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: bool = False) -> np.ndarray:
     """One tensor (a layer of a stacked parameter, or a whole one) as a host array in the target
     layout and ``dtype`` (a copy, so the file's pages can be released at once). With ``quant``
     (an 8-bit format), ``path`` is a quantized kernel or its ``kernel_scale``: the kernel read
     from ``key`` is quantized on the host (:func:`vidax.nn.quant.quantize`) and the part asked
-    for returned."""
-    arr = _to_target_layout(reader.get(key), path[:-1] + ("kernel",) if quant else path)
+    for returned. With ``raw``, a GGUF kernel kept quantized: its bytes ``(rows, n_bytes)``,
+    transposed as a kernel is (:mod:`vidax.nn.gguf`)."""
+    arr = _to_target_layout(reader.raw(key) if raw else reader.get(key), path[:-1] + ("kernel",) if quant else path)
     if quant:
         from vidax.nn.quant import quantize
 

@@ -15,7 +15,9 @@ the tensor names are converted to the diffusers layout by the family's
 ``single_file_keys(shapes)`` (in its ``convert.py``, after diffusers'
 ``loaders/single_file_utils.py`` conversion of that family: a rename, a tensor left out, or a
 fused tensor cut into :class:`Part` s), and the values are the dequantized float tensors, which
-the loader then casts to the component's dtype or quantizes to 8 bits like any checkpoint's.
+the loader then casts to the component's dtype or quantizes to 8 bits like any checkpoint's; a
+GGUF reader also gives its block-quantized tensors' bytes (``raw``), which the loader keeps on
+the device for the Linear weights (:mod:`vidax.nn.gguf`).
 
 The layout of a file is told from its keys alone (:func:`detect_layout`, by each family's
 ``SINGLE_FILE_LAYOUT``), so a file of another family is refused before any weight is read, and
@@ -58,12 +60,19 @@ class _Reader(CheckpointReader):
     """Tensors by name, each read by a function (the reader interface of
     :class:`~vidax.weights.safetensors_io.CheckpointReader`, whose ``keys`` / ``info`` it keeps)."""
 
-    def __init__(self, path: str, infos: Mapping[str, VirtualInfo], reads: Mapping[str, Callable[[], np.ndarray]]):
+    def __init__(self, path: str, infos: Mapping[str, VirtualInfo], reads: Mapping[str, Callable[[], np.ndarray]],
+                 raws: Mapping[str, Callable[[], np.ndarray]] | None = None):
         self.path = path
         self._infos, self._reads, self._maps = dict(infos), dict(reads), {}
+        self._raws = dict(raws or {})
 
     def get(self, key: str) -> np.ndarray:
         return self._reads[key]()
+
+    def raw(self, key: str) -> np.ndarray | None:
+        """A GGUF block-quantized tensor's bytes as the file lays them out, ``(rows, n_bytes)``
+        uint8 (checked finite once dequantized, as :meth:`get`); None for any other tensor."""
+        return self._raws[key]() if key in self._raws else None
 
     def release(self, key: str) -> None:
         pass
@@ -76,14 +85,16 @@ class _Reader(CheckpointReader):
         Raises:
             CheckpointError: two tensors of the file converted to one name.
         """
-        infos, reads = {}, {}
+        infos, reads, raws = {}, {}, {}
         for old in self._infos:
             new = names.get(old, old)
             for part in () if new is None else (Part(new),) if isinstance(new, str) else new:
                 if part.name in infos:
                     raise CheckpointError(f"{self.path}: two tensors of the file convert to {part.name!r}")
                 infos[part.name], reads[part.name] = part.info(self._infos[old]), part.read(self._reads[old])
-        return _Reader(self.path, infos, reads)
+                if old in self._raws:  # a GGUF tensor's bytes: rows as its values'
+                    raws[part.name] = part.read(self._raws[old])
+        return _Reader(self.path, infos, reads, raws)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +189,9 @@ def _times_scale(value: np.ndarray, scale: np.ndarray, ndim: int) -> np.ndarray:
 
 
 def gguf_reader(path: str) -> _Reader:
-    """The tensors of a GGUF file, dequantized on read as diffusers' GGUF loader does.
+    """The tensors of a GGUF file, dequantized on read as diffusers' GGUF loader does
+    (``get``), and the block-quantized ones also as their bytes (``raw``: what the loader keeps
+    on the device for a Linear, :mod:`vidax.nn.gguf`).
 
     Raises:
         InputError: the ``gguf`` package is not installed (``pip install 'vidax[gguf]'``).
@@ -195,7 +208,7 @@ def gguf_reader(path: str) -> _Reader:
         file = gguf.GGUFReader(path)
     except (ValueError, OSError) as e:
         raise CheckpointError(f"{path} is not a readable GGUF file: {e}") from None
-    infos, reads = {}, {}
+    infos, reads, raws = {}, {}, {}
     for t in file.tensors:
         kind = t.tensor_type.name
         data = t.data
@@ -213,7 +226,15 @@ def gguf_reader(path: str) -> _Reader:
         infos[t.name] = VirtualInfo(path, np.dtype(dtype), shape, int(t.data_offset),
                                     int(t.data_offset) + int(t.n_bytes), kind)
         reads[t.name] = lambda d=data, k=kind, b=block, s=size, n=t.name: _finite(dequantize(d, k, b, s), n, path)
-    return _Reader(path, infos, reads)
+        raws[t.name] = lambda d=data, r=reads[t.name]: _raw_bytes(d, r)
+    return _Reader(path, infos, reads, raws)
+
+
+def _raw_bytes(data: np.ndarray, read: Callable[[], np.ndarray]) -> np.ndarray:
+    """A GGUF tensor's bytes ``(rows, n_bytes)`` uint8, once ``read()`` (its dequantization,
+    which refuses NaN / Inf) has passed."""
+    read()
+    return np.ascontiguousarray(data).view(np.uint8).reshape(*data.shape[:-1], -1)
 
 
 def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer") -> Any:
@@ -319,7 +340,8 @@ def describe_single_file(path: str) -> str | None:
         kind = getattr(info, "stored", "") or info.dtype.name
         types[kind] = types.get(kind, 0) + 1
     fp8 = any(t in _FP8 for t in types)
-    fmt = "GGUF (dequantized on read as diffusers' GGUF loader does)" if path.endswith(".gguf") else \
+    fmt = "GGUF (Linear weights kept as blocks on the device, dequantized in each matmul as diffusers' " \
+        "GGUFLinear does)" if path.endswith(".gguf") else \
         "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
     nbytes = sum(i.end - i.start for i in infos)
     classes = single_file_layouts()[layout][1] if layout else []
