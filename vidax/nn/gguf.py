@@ -20,7 +20,6 @@ from typing import Any, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from vidax.weights.gguf_dequant import DEQUANTIZE
