@@ -141,21 +141,26 @@ def _build(lib_dir: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def available() -> bool:
-    """Whether the custom call is built, loaded and registered with XLA (tried once per process;
-    a reason is logged at INFO when it is not)."""
+def load() -> str | None:
+    """Builds (or finds in the cache), loads and registers the custom call with XLA, once per
+    process: None when that worked, else why not (also logged once at INFO)."""
     lib_dir = library_dir()
     if lib_dir is None:
-        log.info("vidax: oneDNN CPU matmul unavailable: libdnnl.so.3 not found (pip install 'vidax[onednn]', "
-                 "or set VIDAX_ONEDNN_ROOT); XLA's dot is used")
-        return False
-    try:
-        so = ctypes.cdll.LoadLibrary(_build(lib_dir))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(so.VidaxOnednnMatmul), platform="cpu")
-    except (OSError, RuntimeError, SetupError, subprocess.SubprocessError) as e:
-        log.info("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", e)
-        return False
-    return True
+        why = "libdnnl.so.3 not found (pip install 'vidax[onednn]', or set VIDAX_ONEDNN_ROOT)"
+    else:
+        try:
+            so = ctypes.cdll.LoadLibrary(_build(lib_dir))
+            jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(so.VidaxOnednnMatmul), platform="cpu")
+            return None
+        except (OSError, RuntimeError, SetupError, subprocess.SubprocessError) as e:
+            why = str(e)
+    log.info("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", why)
+    return why
+
+
+def available() -> bool:
+    """Whether the custom call is registered with XLA (:func:`load`)."""
+    return load() is None
 
 
 def enabled(dtype: Any) -> bool:
