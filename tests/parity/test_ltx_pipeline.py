@@ -104,6 +104,12 @@ def test_t2v_bf16_with_the_onednn_matmul_matches_diffusers_bf16(ltx, monkeypatch
     assert len(traced) > 10, traced  # the transformer's (and T5's) linears took the custom call
 
 
+def test_a_wrong_cpu_matmul_setting_is_one_line_before_loading(ltx, monkeypatch):
+    monkeypatch.setenv("VIDAX_CPU_MATMUL", "mkl")
+    with pytest.raises(vidax.SetupError, match=r"^VIDAX_CPU_MATMUL='mkl' is not a CPU matmul; valid: auto, onednn, xla$"):
+        vidax.load_pipeline(ltx[0], dtype="bfloat16")
+
+
 def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     """On CPU a bf16 pipeline passes its transformer's stacked blocks into the jitted step as
     uint16 views (vidax.nn.stack.as_stack_bits: no copy of every stack per step); the latents
