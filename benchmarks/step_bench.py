@@ -185,7 +185,7 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     peak, how = device_memory_bytes()
     return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
             "peak_device_gib": peak / 2**30, "peak_measured_by": how, "device": jax.devices()[0].device_kind,
-            "jax": jax.__version__}
+            "jax": jax.__version__, "onednn_calls": compiled.as_text().count('"vidax_onednn_matmul"')}
 
 
 def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
@@ -270,8 +270,9 @@ def main(bench: StepBench) -> None:
                 cmd += ["--num-layers", str(args.num_layers)]
             env = None if matmul is None else dict(os.environ, VIDAX_CPU_MATMUL=matmul)
             row[side] = run_child(cmd, f"{side} {dtype}", env)
+            dnn = f", {row[side]['onednn_calls']} oneDNN matmuls in the step" if row[side].get("onednn_calls") else ""
             print(f"  {side}: {row[side]['step_s']:.2f} s/step, compile {row[side]['compile_s']:.1f} s, "
-                  f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB; load {os.getloadavg()[0]:.1f}", flush=True)
+                  f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB{dnn}; load {os.getloadavg()[0]:.1f}", flush=True)
         for side, _ in vidax_runs:
             rows.append({"dtype": dtype if side == "vidax" else f"{dtype} {side}", "diffusers": row["diffusers"],
                          "vidax": row[side], "ratio_vidax_over_diffusers": row[side]["step_s"] / row["diffusers"]["step_s"]})
