@@ -18,10 +18,11 @@ Python environment's prefix and the user base (where the wheels put it).
 
 Switch: ``VIDAX_CPU_MATMUL``
 
-* ``auto`` (default): oneDNN for bfloat16 where it wins: a CPU with AMX-BF16 (``amx_bf16`` in
-  ``/proc/cpuinfo``), the CPU backend, one device in the process (XLA's SPMD partitioner cannot
-  split an opaque custom call, so a multi-device process keeps XLA's dot). Off on AVX-512 / AVX2
-  CPUs without AMX, where XLA's dot is as fast or faster (docs/benchmarks/cpu_speed.md, section 6).
+* ``auto`` (default): oneDNN for bfloat16 where it wins: a CPU with native bf16 dot products
+  (``amx_bf16`` or ``avx512_bf16`` in ``/proc/cpuinfo``; measured on an AVX512-BF16 AMD EPYC: the
+  bf16 steps of LTX-Video, Wan and CogVideoX 1.0-1.5x faster, docs/benchmarks/cpu_speed.md section
+  6), the CPU backend, one device in the process (XLA's SPMD partitioner cannot split an opaque
+  custom call, so a multi-device process keeps XLA's dot). Off on AVX2-only CPUs, GPU and TPU.
 * ``onednn``: oneDNN for every bfloat16 dot on the CPU backend, whatever the CPU or device count
   (benchmarks, tests); XLA's dot where it cannot be built.
 * ``xla``: XLA's dot always.
@@ -83,8 +84,9 @@ def cpu_flags() -> frozenset[str]:
 
 
 def wins(flags: frozenset[str] | set[str], backend: str, devices: int) -> bool:
-    """Whether ``auto`` picks oneDNN: AMX-BF16 in ``flags``, the CPU ``backend``, one device."""
-    return backend == "cpu" and devices == 1 and "amx_bf16" in flags
+    """Whether ``auto`` picks oneDNN: AMX-BF16 or AVX512-BF16 in ``flags``, the CPU ``backend``,
+    one device."""
+    return backend == "cpu" and devices == 1 and bool({"amx_bf16", "avx512_bf16"} & set(flags))
 
 
 def library_dir() -> str | None:
