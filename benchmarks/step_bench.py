@@ -262,7 +262,10 @@ def main(bench: StepBench) -> None:
     rows = []
     for dtype in args.dtypes:
         row = {"dtype": dtype}
-        vidax_runs = [("vidax", None)] if not args.cpu_matmul else [(f"vidax[{m}]", m) for m in args.cpu_matmul]
+        modes = args.cpu_matmul or []  # a value given twice runs twice (alternating runs on a loaded machine)
+        vidax_runs = [("vidax", None)] if not modes else [
+            (f"vidax[{m}]" + (f" #{modes[:i + 1].count(m)}" if modes.count(m) > 1 else ""), m)
+            for i, m in enumerate(modes)]
         for side, matmul in [("diffusers", None), *vidax_runs]:
             cmd = [sys.executable, os.path.abspath(bench.script), "--side", side.split("[")[0], "--dtype", dtype,
                    "--latent", str(t), str(h), str(w), "--steps", str(args.steps), "--threads", str(args.threads)]

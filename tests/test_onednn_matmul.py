@@ -88,11 +88,11 @@ def test_switch_chooses_the_custom_call(built, monkeypatch):
         lin(x)
 
 
-def test_auto_turns_on_only_with_native_bf16_on_one_cpu_device():
+def test_auto_turns_on_only_with_amx_on_one_cpu_device():
     amx = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
-    assert onednn.wins(amx, "cpu", 1) and onednn.wins(amx - {"avx512_bf16"}, "cpu", 1)
-    assert onednn.wins(amx - {"amx_bf16"}, "cpu", 1)  # AVX512-BF16 (cpu_speed.md section 6)
-    assert not onednn.wins({"avx2", "avx512f"}, "cpu", 1)  # no bf16 dot instructions: XLA's dot
+    assert onednn.wins(amx, "cpu", 1)
+    assert not onednn.wins(amx - {"amx_bf16"}, "cpu", 1)  # AVX512-BF16: mixed (cpu_speed.md section 6)
+    assert not onednn.wins({"avx2", "avx512f"}, "cpu", 1)
     assert not onednn.wins(amx, "cpu", 8)  # several devices: GSPMD cannot split the custom call
     assert not onednn.wins(amx, "gpu", 1) and not onednn.wins(amx, "tpu", 1)
 

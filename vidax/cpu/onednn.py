@@ -18,16 +18,18 @@ Python environment's prefix and the user base (where the wheels put it).
 
 Switch: ``VIDAX_CPU_MATMUL``
 
-* ``auto`` (default): oneDNN for bfloat16 where it wins: a CPU with native bf16 dot products
-  (``amx_bf16`` or ``avx512_bf16`` in ``/proc/cpuinfo``; measured on an AVX512-BF16 AMD EPYC: the
-  bf16 steps of LTX-Video, Wan and CogVideoX 1.0-1.5x faster, docs/benchmarks/cpu_speed.md section
-  6), the CPU backend, one device in the process (XLA's SPMD partitioner cannot split an opaque
-  custom call, so a multi-device process keeps XLA's dot). Off on AVX2-only CPUs, GPU and TPU.
+* ``auto`` (default): oneDNN for bfloat16 on a CPU with AMX-BF16 (``amx_bf16`` in
+  ``/proc/cpuinfo``: there XLA's bf16 dot reaches an eighth of torch's, which is oneDNN; issue 29), the CPU
+  backend, one device in the process (XLA's SPMD partitioner cannot split an opaque custom call,
+  so a multi-device process keeps XLA's dot). Off elsewhere: on an AVX512-BF16 AMD EPYC it made
+  LTX-Video's and Wan's bf16 steps take 0-43 % less time but CogVideoX's slower in 3 of 4 runs
+  (docs/benchmarks/cpu_speed.md section 6); off on AVX2-only CPUs, GPU and TPU.
 * ``onednn``: oneDNN for every bfloat16 dot on the CPU backend, whatever the CPU or device count
   (benchmarks, tests); XLA's dot where it cannot be built.
 * ``xla``: XLA's dot always.
 
-float32 always uses XLA's dot: it is ahead of oneDNN on the CPUs measured.
+float32 always uses XLA's dot: oneDNN did not beat it on the CPU measured (and was 2.5x slower
+on Wan's 64-row qkv).
 """
 
 from __future__ import annotations
@@ -84,9 +86,8 @@ def cpu_flags() -> frozenset[str]:
 
 
 def wins(flags: frozenset[str] | set[str], backend: str, devices: int) -> bool:
-    """Whether ``auto`` picks oneDNN: AMX-BF16 or AVX512-BF16 in ``flags``, the CPU ``backend``,
-    one device."""
-    return backend == "cpu" and devices == 1 and bool({"amx_bf16", "avx512_bf16"} & set(flags))
+    """Whether ``auto`` picks oneDNN: AMX-BF16 in ``flags``, the CPU ``backend``, one device."""
+    return backend == "cpu" and devices == 1 and "amx_bf16" in flags
 
 
 def library_dir() -> str | None:
