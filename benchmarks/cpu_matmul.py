@@ -9,7 +9,8 @@ rounds of each side's GFLOP/s, and a ratio is the median of the per-round ratios
 
 Shapes: ``2048^3`` and the GEMMs of a denoising step at the step benchmarks' size
 (``ltx_step.py --latent 2 8 8``: 2 x 128 tokens, dim 2048, FF 8192, text 2 x 128 x 4096;
-``wan_step.py --latent 2 8 8``: 2 x 32 tokens, dim 1536, FF 8960, text 2 x 512 x 4096).
+``wan_step.py --latent 2 8 8``: 2 x 32 tokens, dim 1536, FF 8960, text 2 x 512 x 4096;
+``cogvideox_step.py --latent 2 8 8``: 2 x (32 video + 226 text) tokens, dim 3072, FF 12288).
 
 bf16 forms on the XLA side (``--bf16-form``):
   ``f32acc`` (default, what vidax runs on CPU, :func:`vidax.nn.layers.matmul`): bf16 operands,
@@ -44,6 +45,9 @@ SHAPES = [
     ("wan qkv 64x1536x1536", 64, 1536, 1536),
     ("wan ff up 64x1536x8960", 64, 1536, 8960),
     ("wan text kv 1024x4096x1536", 1024, 4096, 1536),
+    ("cog qkv/out 516x3072x3072", 516, 3072, 3072),
+    ("cog ff up 516x3072x12288", 516, 3072, 12288),
+    ("cog ff down 516x12288x3072", 516, 12288, 3072),
 ]
 
 
