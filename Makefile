@@ -13,8 +13,9 @@ $(VENV)/.runtime: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
+# The tests also build vidax's oneDNN matmul custom call (the onednn extra; a few seconds of g++).
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,onednn]'
 	touch $@ $(VENV)/.runtime
 
 demo: $(VENV)/.runtime

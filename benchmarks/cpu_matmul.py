@@ -1,14 +1,16 @@
-"""Matmul micro-benchmark on CPU: XLA:CPU (as vidax calls it) vs torch, float32 and bfloat16.
+"""Matmul micro-benchmark on CPU: XLA:CPU and oneDNN (as vidax calls them) vs torch, float32 and bfloat16.
 
 Each ``--variant`` (a set of ``XLA_FLAGS``, or a form of the bf16 dot) runs in its own child
-process, since XLA reads its flags once at start-up. Inside a child, XLA and torch take turns
-(XLA, torch, XLA, torch ...) on every shape, so a load spike on a shared machine hits both sides
-of a pair; the figure is the median over the pairs of each side's GFLOP/s, and the ratio is the
-median of the per-pair ratios.
+process, since XLA reads its flags once at start-up. Inside a child, XLA, vidax's oneDNN custom
+call (:mod:`vidax.cpu.onednn`, the same operand / result forms as XLA's side; skipped with a note
+where it cannot be built) and torch take turns (XLA, oneDNN, torch, XLA, ...) on every shape, so a
+load spike on a shared machine hits every side of a round; the figure is the median over the
+rounds of each side's GFLOP/s, and a ratio is the median of the per-round ratios.
 
 Shapes: ``2048^3`` and the GEMMs of a denoising step at the step benchmarks' size
 (``ltx_step.py --latent 2 8 8``: 2 x 128 tokens, dim 2048, FF 8192, text 2 x 128 x 4096;
-``wan_step.py --latent 2 8 8``: 2 x 32 tokens, dim 1536, FF 8960, text 2 x 512 x 4096).
+``wan_step.py --latent 2 8 8``: 2 x 32 tokens, dim 1536, FF 8960, text 2 x 512 x 4096;
+``cogvideox_step.py --latent 2 8 8``: 2 x (32 video + 226 text) tokens, dim 3072, FF 12288).
 
 bf16 forms on the XLA side (``--bf16-form``):
   ``f32acc`` (default, what vidax runs on CPU, :func:`vidax.nn.layers.matmul`): bf16 operands,
@@ -43,19 +45,10 @@ SHAPES = [
     ("wan qkv 64x1536x1536", 64, 1536, 1536),
     ("wan ff up 64x1536x8960", 64, 1536, 8960),
     ("wan text kv 1024x4096x1536", 1024, 4096, 1536),
+    ("cog qkv/out 516x3072x3072", 516, 3072, 3072),
+    ("cog ff up 516x3072x12288", 516, 3072, 12288),
+    ("cog ff down 516x12288x3072", 516, 12288, 3072),
 ]
-
-
-def cpu_flags() -> set[str]:
-    """The CPU feature flags of ``/proc/cpuinfo`` (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def _child(args) -> None:
@@ -66,8 +59,16 @@ def _child(args) -> None:
     import numpy as np
     import torch
 
+    from vidax.cpu import onednn
+
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    dnn = None
+    if onednn.available():
+        if args.dtype == "float32":
+            dnn = jax.jit(onednn.onednn_dot)
+        else:  # f32acc: oneDNN's float32 result rounded once, as vidax runs it
+            dnn = jax.jit(lambda a, b: onednn.onednn_dot(a, b).astype(a.dtype))
     dtype = {"float32": (jnp.float32, torch.float32), "bfloat16": (jnp.bfloat16, torch.bfloat16)}[args.dtype]
     if args.dtype == "float32" or args.bf16_form == "bf16":
         fn = jax.jit(lambda a, b: jnp.dot(a, b))
@@ -87,14 +88,19 @@ def _child(args) -> None:
         # Repeat each timed call so one call takes >= ~20 ms at 300 GFLOP/s.
         reps = max(1, int(6e9 / flop))
         fn(ja, jb).block_until_ready()
+        if dnn is not None:
+            dnn(ja, jb).block_until_ready()
         torch.matmul(ta, tb)
-        xs, ts = [], []
+        xs, ds, ts = [], [], []
         for _ in range(args.pairs):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                y = fn(ja, jb)
-            y.block_until_ready()
-            xs.append(flop * reps / (time.perf_counter() - t0) / 1e9)
+            for f, out in ((fn, xs), (dnn, ds)):
+                if f is None:
+                    continue
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    y = f(ja, jb)
+                y.block_until_ready()
+                out.append(flop * reps / (time.perf_counter() - t0) / 1e9)
             t0 = time.perf_counter()
             with torch.inference_mode():
                 for _ in range(reps):
@@ -102,7 +108,10 @@ def _child(args) -> None:
             ts.append(flop * reps / (time.perf_counter() - t0) / 1e9)
         rows.append({"shape": name, "m": m, "k": k, "n": n, "xla_gflops": statistics.median(xs),
                      "torch_gflops": statistics.median(ts),
-                     "ratio": statistics.median(x / t for x, t in zip(xs, ts))})
+                     "ratio": statistics.median(x / t for x, t in zip(xs, ts)),
+                     "onednn_gflops": statistics.median(ds) if ds else None,
+                     "onednn_ratio": statistics.median(d / t for d, t in zip(ds, ts)) if ds else None,
+                     "onednn_xla": statistics.median(d / x for d, x in zip(ds, xs)) if ds else None})
     print("RESULT " + json.dumps(rows))
 
 
@@ -113,7 +122,7 @@ def main() -> None:
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--bf16-form", choices=["f32acc", "bf16", "upcast"], default="f32acc")
     p.add_argument("--shapes", nargs="*", default=None, help="shape names or prefixes (square, ltx, wan)")
-    p.add_argument("--pairs", type=int, default=5, help="XLA/torch pairs per shape")
+    p.add_argument("--pairs", type=int, default=5, help="XLA/oneDNN/torch rounds per shape")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--json", default=None, help="append the results to this JSON-lines file")
     p.add_argument("--dtype", help=argparse.SUPPRESS)
@@ -122,9 +131,12 @@ def main() -> None:
     if args.child:
         _child(args)
         return
+    from vidax.cpu.onednn import cpu_flags  # jax is imported in the children only after their XLA_FLAGS
+
     flags = cpu_flags()
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
     print(f"CPU: {cpu_model()} ({', '.join(isa)}), {args.threads} threads; load {os.getloadavg()}", flush=True)
+    print(f"CPU flags: {' '.join(sorted(flags))}", flush=True)
     for variant in args.variant if args.variant is not None else [""]:
         for dtype in args.dtypes:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--dtype", dtype, "--bf16-form",
@@ -139,10 +151,16 @@ def main() -> None:
                 continue
             rows = json.loads(line[0][len("RESULT "):])
             form = "" if dtype == "float32" else f" ({args.bf16_form})"
-            print(f"\n[{variant or 'default flags'}] {dtype}{form}")
-            print(f"  {'shape':32s} {'XLA GFLOP/s':>12s} {'torch GFLOP/s':>14s} {'XLA/torch':>10s}")
+            print(f"\n[{variant or 'default flags'}] {dtype}{form}; load {os.getloadavg()}")
+            if rows and rows[0]["onednn_gflops"] is None:
+                print("  (oneDNN: not available here, see vidax.cpu.onednn; its columns read -)")
+            print(f"  {'shape':32s} {'XLA':>7s} {'oneDNN':>7s} {'torch':>7s} (GFLOP/s) {'XLA/torch':>9s} "
+                  f"{'oneDNN/torch':>12s} {'oneDNN/XLA':>10s}")
             for row in rows:
-                print(f"  {row['shape']:32s} {row['xla_gflops']:12.1f} {row['torch_gflops']:14.1f} {row['ratio']:10.2f}")
+                d = ["-" if row[c] is None else f"{row[c]:.{p}f}"
+                     for c, p in (("onednn_gflops", 1), ("onednn_ratio", 2), ("onednn_xla", 2))]
+                print(f"  {row['shape']:32s} {row['xla_gflops']:7.1f} {d[0]:>7s} {row['torch_gflops']:7.1f}"
+                      f"           {row['ratio']:9.2f} {d[1]:>12s} {d[2]:>10s}")
             if args.json:
                 with open(args.json, "a") as f:
                     f.write(json.dumps({"cpu": cpu_model(), "variant": variant, "dtype": dtype,

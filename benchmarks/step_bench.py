@@ -185,7 +185,7 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     peak, how = device_memory_bytes()
     return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
             "peak_device_gib": peak / 2**30, "peak_measured_by": how, "device": jax.devices()[0].device_kind,
-            "jax": jax.__version__}
+            "jax": jax.__version__, "onednn_calls": compiled.as_text().count('"vidax_onednn_matmul"')}
 
 
 def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
@@ -208,10 +208,11 @@ def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
             "torch": torch.__version__, "diffusers": diffusers.__version__}
 
 
-def run_child(cmd: list[str], what: str) -> dict:
-    """Run a benchmark child process (``cmd``) and return the JSON of its ``RESULT `` line."""
+def run_child(cmd: list[str], what: str, env: dict | None = None) -> dict:
+    """Run a benchmark child process (``cmd``, environment ``env`` or this one's) and return the
+    JSON of its ``RESULT `` line."""
     print(f"running {what} ...", flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     if r.returncode != 0 or not line:
         errors = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error:" in ln]
@@ -239,6 +240,8 @@ def main(bench: StepBench) -> None:
     p.add_argument("--num-layers", type=int, default=None,
                    help="override the config's layer count (smoke tests on small machines; reported)")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", bench.default_out))
+    p.add_argument("--cpu-matmul", nargs="+", choices=["auto", "xla", "onednn"], default=None,
+                   help="one vidax run per value of VIDAX_CPU_MATMUL (vidax.cpu.onednn), after diffusers' run")
     p.add_argument("--side", choices=["vidax", "diffusers"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -251,19 +254,31 @@ def main(bench: StepBench) -> None:
 
     t, h, w = args.latent
     tokens = bench.tokens((t, h, w))
+    if "onednn" in (args.cpu_matmul or ()):
+        from vidax.cpu import onednn
+
+        if onednn.load() is not None:
+            raise SystemExit(f"--cpu-matmul onednn: the custom call cannot be built here: {onednn.load()}")
     rows = []
     for dtype in args.dtypes:
         row = {"dtype": dtype}
-        for side in ("diffusers", "vidax"):
-            cmd = [sys.executable, os.path.abspath(bench.script), "--side", side, "--dtype", dtype,
+        modes = args.cpu_matmul or []  # a value given twice runs twice (alternating runs on a loaded machine)
+        vidax_runs = [("vidax", None)] if not modes else [
+            (f"vidax[{m}]" + (f" #{modes[:i + 1].count(m)}" if modes.count(m) > 1 else ""), m)
+            for i, m in enumerate(modes)]
+        for side, matmul in [("diffusers", None), *vidax_runs]:
+            cmd = [sys.executable, os.path.abspath(bench.script), "--side", side.split("[")[0], "--dtype", dtype,
                    "--latent", str(t), str(h), str(w), "--steps", str(args.steps), "--threads", str(args.threads)]
             if args.num_layers is not None:
                 cmd += ["--num-layers", str(args.num_layers)]
-            row[side] = run_child(cmd, f"{side} {dtype}")
+            env = None if matmul is None else dict(os.environ, VIDAX_CPU_MATMUL=matmul)
+            row[side] = run_child(cmd, f"{side} {dtype}", env)
+            dnn = f", {row[side]['onednn_calls']} oneDNN matmuls in the step" if row[side].get("onednn_calls") else ""
             print(f"  {side}: {row[side]['step_s']:.2f} s/step, compile {row[side]['compile_s']:.1f} s, "
-                  f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB", flush=True)
-        row["ratio_vidax_over_diffusers"] = row["vidax"]["step_s"] / row["diffusers"]["step_s"]
-        rows.append(row)
+                  f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB{dnn}; load {os.getloadavg()[0]:.1f}", flush=True)
+        for side, _ in vidax_runs:
+            rows.append({"dtype": dtype if side == "vidax" else f"{dtype} {side}", "diffusers": row["diffusers"],
+                         "vidax": row[side], "ratio_vidax_over_diffusers": row[side]["step_s"] / row["diffusers"]["step_s"]})
 
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
     meta = {"model": bench.model + layers, "latent_THW": [t, h, w], "tokens": tokens,

@@ -87,6 +87,29 @@ def test_t2v_bf16_matches_diffusers_bf16(ltx, guidance_scale):
     assert bf16 >= (48.0 if guidance_scale > 1 else 55.0)
 
 
+def test_t2v_bf16_with_the_onednn_matmul_matches_diffusers_bf16(ltx, monkeypatch):
+    """The no-CFG bf16 call above, its bf16 matmuls through oneDNN's custom call
+    (VIDAX_CPU_MATMUL=onednn, vidax.cpu.onednn): the same bar against diffusers bf16, since both
+    dots sum the same exact bf16 products in float32 (tests/test_onednn_matmul.py)."""
+    from vidax.cpu import onednn
+
+    why = onednn.load()
+    if why is not None:
+        pytest.skip(f"the oneDNN custom call cannot be built here: {why}")
+    traced = []
+    dot = onednn.onednn_dot
+    monkeypatch.setattr(onednn, "onednn_dot", lambda x, w: traced.append(x.shape) or dot(x, w))
+    monkeypatch.setenv(onednn.ENV, "onednn")
+    test_t2v_bf16_matches_diffusers_bf16(ltx, 1.0)
+    assert len(traced) > 10, traced  # the transformer's (and T5's) linears took the custom call
+
+
+def test_a_wrong_cpu_matmul_setting_is_one_line_before_loading(ltx, monkeypatch):
+    monkeypatch.setenv("VIDAX_CPU_MATMUL", "mkl")
+    with pytest.raises(vidax.SetupError, match=r"^VIDAX_CPU_MATMUL='mkl' is not a CPU matmul; valid: auto, onednn, xla$"):
+        vidax.load_pipeline(ltx[0], dtype="bfloat16")
+
+
 def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     """On CPU a bf16 pipeline passes its transformer's stacked blocks into the jitted step as
     uint16 views (vidax.nn.stack.as_stack_bits: no copy of every stack per step); the latents

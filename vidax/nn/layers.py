@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.cpu.onednn import dot_f32
 from vidax.nn.quant import quantized_dot
 from vidax.nn.gguf import dequantize_kernel, gguf_linear
 
@@ -210,9 +211,13 @@ def xla_cpu_upcasts(dtype: Any) -> bool:
 
 def matmul(spec: str, x: jax.Array, w: jax.Array, dtype: Any) -> jax.Array:
     """``jnp.einsum(spec, x, w)`` with both operands cast to ``dtype``, result in ``dtype``
-    (a float32 result rounded once where :func:`xla_cpu_upcasts`)."""
+    (a float32 result rounded once where :func:`xla_cpu_upcasts`; a ``"...k,kn->...n"`` spec
+    then goes through :func:`vidax.cpu.onednn.dot_f32`, oneDNN or XLA's dot)."""
     x, w = x.astype(dtype), w.astype(dtype)
     if xla_cpu_upcasts(dtype):
+        lhs, rhs, out = spec.replace("->", ",").split(",")
+        if len(rhs) == 2 and lhs[-1:] == rhs[0] and out == lhs[:-1] + rhs[1]:  # x (..., K) @ w (K, N)
+            return dot_f32(x, w).astype(dtype)
         return jnp.einsum(spec, x, w, preferred_element_type=_F32).astype(dtype)
     return jnp.einsum(spec, x, w)
 
@@ -221,7 +226,8 @@ class Linear(nnx.Linear):
     """``nnx.Linear``: ``y = x W + b`` over the last axis, ``kernel`` ``(D_in, D_out)``, ``bias``
     ``(D_out,)``, computed in ``dtype`` (or the inputs' and parameters' promoted dtype).
 
-    Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is returned in float32, the
+    Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is returned in float32
+    (:func:`vidax.cpu.onednn.dot_f32`: oneDNN's matmul or XLA's dot, ``VIDAX_CPU_MATMUL``), the
     bias added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16
     linear). Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add,
     so CPU and GPU results differ by bf16 rounding.
@@ -262,9 +268,7 @@ class Linear(nnx.Linear):
         dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
         if out_sharding is not None or not xla_cpu_upcasts(dtype):
             return super().__call__(inputs, out_sharding)
-        x = inputs.astype(dtype)
-        y = jax.lax.dot_general(x, kernel.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),
-                                precision=self.precision, preferred_element_type=_F32)
+        y = dot_f32(inputs.astype(dtype), kernel.astype(dtype), self.precision)
         if self.bias is not None:
             y = y + self.bias[...].astype(_F32)
         return y.astype(dtype)

@@ -1045,8 +1045,10 @@ class VideoPipeline:
 
         Raises:
             CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
-            SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here.
+            SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
+                is not ``auto``, ``onednn`` or ``xla``.
         """
+        from vidax.cpu.onednn import mode as cpu_matmul_mode
         from vidax.parallel.distributed import check_backend
         from vidax.parallel.mesh import resolve_mesh
 
@@ -1059,6 +1061,7 @@ class VideoPipeline:
                               f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
         dtype = parse_dtype(dtype)
         check_backend()
+        cpu_matmul_mode()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
         mesh = resolve_mesh(mesh)
         cls.check_checkpoint(info, mesh)
         offload = resolve_offload(offload)
