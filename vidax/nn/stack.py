@@ -198,6 +198,14 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
     return jax.tree_util.tree_map_with_path(view, params) if names else params
 
 
+def stack_bits_state(module: nnx.Module) -> nnx.State:
+    """``nnx.state(module)`` with the stacks that its class attribute ``stacked_paths`` names
+    (dotted paths; none without it: the state as it is) as :class:`StackBits` views
+    (:func:`as_stack_bits`): the parameters of a jitted forward that merges them through
+    :func:`from_stack_bits` (the text encoders' ``encode_*`` functions)."""
+    return as_stack_bits(nnx.state(module), getattr(module, "stacked_paths", ()))
+
+
 def from_stack_bits(params: Any) -> Any:
     """``params`` with every :class:`StackBits` bitcast back to its float dtype (inside a jit:
     the inverse of :func:`as_stack_bits`; anything else is returned as it is)."""

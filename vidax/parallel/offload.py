@@ -253,7 +253,8 @@ class OffloadedBlocks:
                 return jax.ShapeDtypeStruct(shape, a.dtype, sharding=s)
             return StackBits(jax.ShapeDtypeStruct(shape, np.uint16, sharding=s), a.dtype)
 
-        return jax.tree.unflatten(self._treedef, [spec(*z) for z in zip(self._chunks[0], self._shardings, self._putters)])
+        leaves = zip(self._chunks[0], self._shardings, self._putters)
+        return jax.tree.unflatten(self._treedef, [spec(*z) for z in leaves])
 
     def chunk_bytes(self, i: int) -> int:
         """Bytes of chunk ``i`` (all shards together)."""
