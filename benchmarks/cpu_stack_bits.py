@@ -127,7 +127,7 @@ def streamed(args) -> None:
     from vidax.models.wan.config import WanTransformerConfig
     from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.wan.transformer import WanTransformer3DModel
-    from vidax.parallel.offload import offload_module, offloaded_blocks, streamed_call
+    from vidax.parallel.offload import _CALL_CACHES, offload_module, offloaded_blocks, streamed_call
     from vidax.weights.loader import DtypePolicy
 
     cfg = WanTransformerConfig.from_config_dict(dict(CONFIG_1_3B, num_layers=args.layers))
@@ -146,6 +146,13 @@ def streamed(args) -> None:
     ctx = (0.1 * jax.random.normal(jax.random.PRNGKey(2), (2, TEXT_LEN, cfg.text_dim))).astype(jnp.bfloat16)
     load0 = os.getloadavg()[0]
     outs = {f: np.asarray(streamed_call(m, x, t, ctx), np.float32) for f, m in models.items()}
+    for form, model in models.items():
+        blocks = offloaded_blocks(model)
+        (_, (chunks,), _), = [v for k, v in _CALL_CACHES[nnx.graphdef(model)]["compiled"].items()
+                              if k[2] == (blocks.signature,)]
+        copies = [ln for fn in chunks.values() for ln in fn.as_text().splitlines()
+                  if re.search(rf"wrapped_bitcast-convert\S* = u16\[{args.chunk},", ln)]
+        print(f"  streamed {form}: {len(copies)} whole-chunk copies in the chunk jit's HLO")
     times = {f: [] for f in models}
     for _ in range(args.repeats):
         for form, model in models.items():
