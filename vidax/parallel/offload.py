@@ -23,7 +23,10 @@ identity layers instead would stream and compute dead layers every step).
 Host memory is the backend's ``pinned_host`` memory kind where it has one (page-locked, copied by
 DMA; CPU, GPU and TPU backends of JAX 0.10 all list it), else ``unpinned_host``, else plain numpy
 arrays. Chunks keep the parameters' sharding (:mod:`vidax.parallel.placement`): each shard waits
-in the host memory of its own device and lands already sharded.
+in the host memory of its own device and lands already sharded. On the CPU backend, where host
+and device memory are the same RAM, a chunk's bf16 / fp16 leaves are not copied at all: the fetch
+gives uint16 views of their host buffers (:func:`vidax.nn.stack.stack_bits_putter`), which the
+chunk jit bitcasts back, so XLA:CPU makes no copy of the chunk either.
 
 A model that streams implements three methods with ``model(*a) == head(run_blocks(*embed(*a)))``:
 
