@@ -311,8 +311,9 @@ def _tiny_text_encoders():
 def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
     """The text encoders' encode functions pass their bf16 stacked layers (every leaf under the
     class's stacked_paths, and no other) into their jitted forward as StackBits views
-    (vidax.nn.stack.stack_bits_state); the hidden states are bit for bit those of the same
-    jitted function given the bf16 state (the form before)."""
+    (vidax.nn.stack.stack_bits_state: the jitted function given the bf16 state compiles anew);
+    the hidden states are bit for bit those of that function given the bf16 state (the form
+    before)."""
     from vidax.nn.stack import StackBits, stack_bits_state
 
     case = _tiny_text_encoders()[kind]
@@ -327,7 +328,11 @@ def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
     mask = jnp.asarray([[1] * 11, [1] * 6 + [0] * 5], jnp.int32)
     got = jax.tree.leaves(case.public(encoder, ids, mask))
     graphdef, state = nnx.split(encoder)
-    want = jax.tree.leaves(case.jitted(graphdef)(state, ids, mask))
+    fn = case.jitted(graphdef)
+    compiled = fn._cache_size()
+    want = jax.tree.leaves(fn(state, ids, mask))
+    # the bf16 state is another input structure than what the public function passed: one more compile
+    assert fn._cache_size() == compiled + 1, "the encode function did not pass its stacks as StackBits"
     assert not any(isinstance(a, StackBits) for a in jax.tree.leaves(state, is_leaf=lambda a: isinstance(a, StackBits)))
     assert float(jnp.abs(got[0].astype(jnp.float32)).max()) > 0
     for g, w in zip(got, want, strict=True):
