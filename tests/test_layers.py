@@ -251,3 +251,89 @@ def test_tiling_fields_are_checked_by_name():
         LTXTiling(temporal=None).check(LTXVAEConfig())
     with pytest.raises(InputError, match=r"^LTXTiling\.tile_sample_stride_height=0 must be a positive integer$"):
         LTXTiling(tile_sample_stride_height=0).check(LTXVAEConfig())
+
+
+def _tiny_text_encoders():
+    """Builders of tiny bf16 text encoders (random init) and how each is encoded: the public
+    ``encode_*`` function, and the jitted function behind it (taking any parameter state)."""
+    import types
+
+    from vidax.encoders import clip, decoder_lm, gemma4, t5
+    from vidax.encoders.tokenizer import Tokens
+
+    from vidax.default_checkpoint import random_module
+
+    def bf16(cls, config):
+        # numpy-random parameters (no op-by-op init on the device), as bf16 jax arrays
+        module = random_module(lambda: cls(config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16),
+                               np.random.default_rng(3))
+        graphdef, state = nnx.split(module)
+        return nnx.merge(graphdef, jax.tree.map(lambda a: jnp.asarray(a, jnp.bfloat16), state))
+
+    tokens = lambda ids, mask: Tokens(np.asarray(ids), np.asarray(mask), np.asarray(mask).sum(1))  # noqa: E731
+    umt5 = t5.T5EncoderConfig.from_config_dict(dict(model_type="umt5", vocab_size=97, d_model=40, d_kv=12, num_heads=3,
+                                                    d_ff=56, num_layers=3, relative_attention_num_buckets=8))
+    llama = decoder_lm.LlamaTextConfig.from_config_dict(dict(model_type="llama", vocab_size=97, hidden_size=48,
+                                                             intermediate_size=40, num_hidden_layers=3,
+                                                             num_attention_heads=4, num_key_value_heads=2))
+    sliding, full = "sliding_attention", "full_attention"  # tests/parity/test_gemma4_text.py's TEXT, 4 layers
+    g4 = gemma4.Gemma4TextConfig.from_config_dict(dict(
+        model_type="gemma4_unified_text", vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=12, global_head_dim=16, num_global_key_value_heads=1,
+        attention_k_eq_v=True, num_kv_shared_layers=1, use_double_wide_mlp=True, sliding_window=5,
+        layer_types=[sliding, full, sliding, full], rms_norm_eps=1e-6,
+        rope_parameters={sliding: {"rope_type": "default", "rope_theta": 100.0},
+                         full: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e4,
+                                "factor": 2.0}}))
+    ctext = clip.CLIPTextConfig.from_config_dict(dict(vocab_size=97, hidden_size=36, intermediate_size=50,
+                                                      num_hidden_layers=3, num_attention_heads=3,
+                                                      max_position_embeddings=16))
+    return {
+        "umt5": types.SimpleNamespace(
+            make=lambda: bf16(t5.T5Encoder, umt5), public=lambda e, i, m: t5.encode_tokens(e, tokens(i, m)),
+            jitted=lambda g: t5._encode_fn(g, False, False)),
+        "llama": types.SimpleNamespace(
+            make=lambda: bf16(decoder_lm.DecoderLM, llama),
+            public=lambda e, i, m: decoder_lm.encode_hidden_states(e, i, m, output_layer=None),
+            jitted=lambda g: decoder_lm._hidden_fn(g, None, True)),
+        "gemma4": types.SimpleNamespace(
+            make=lambda: bf16(gemma4.Gemma4TextEncoder, g4),
+            public=lambda e, i, m: decoder_lm.encode_hidden_states(e, i, m, output_layer=None),
+            jitted=lambda g: decoder_lm._hidden_fn(g, None, True)),
+        "clip": types.SimpleNamespace(
+            make=lambda: bf16(clip.CLIPTextEncoder, ctext),
+            public=lambda e, i, m: clip.encode_clip_text(e, tokens(i, m)),
+            jitted=lambda g: clip._clip_text_fn(g, False)),
+    }
+
+
+@pytest.mark.parametrize("kind", ["umt5", "llama", "gemma4", "clip"])
+def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
+    """The text encoders' encode functions pass their bf16 stacked layers (every leaf under the
+    class's stacked_paths, and no other) into their jitted forward as StackBits views
+    (vidax.nn.stack.stack_bits_state: the jitted function given the bf16 state compiles anew);
+    the hidden states are bit for bit those of that function given the bf16 state (the form
+    before)."""
+    from vidax.nn.stack import StackBits, stack_bits_state
+
+    case = _tiny_text_encoders()[kind]
+    encoder = case.make()
+    prefixes = [tuple(p.split(".")) for p in type(encoder).stacked_paths]
+    kinds = {tuple(map(str, k)): type(v.get_value()).__name__ for k, v in nnx.to_flat_state(stack_bits_state(encoder))}
+    under = {k: any(k[:len(p)] == p for p in prefixes) for k in kinds}
+    assert any(under.values()) and not any(v == "StackBits" for k, v in kinds.items() if not under[k]), kinds
+    dtypes = {tuple(map(str, k)): v.get_value().dtype for k, v in nnx.to_flat_state(nnx.state(encoder))}
+    assert all(kinds[k] == "StackBits" for k, u in under.items() if u and dtypes[k] == jnp.bfloat16), kinds
+    ids = jnp.asarray(np.random.default_rng(0).integers(1, 97, (2, 11)), jnp.int32)
+    mask = jnp.asarray([[1] * 11, [1] * 6 + [0] * 5], jnp.int32)
+    got = jax.tree.leaves(case.public(encoder, ids, mask))
+    graphdef, state = nnx.split(encoder)
+    fn = case.jitted(graphdef)
+    compiled = fn._cache_size()
+    want = jax.tree.leaves(fn(state, ids, mask))
+    # the bf16 state is another input structure than what the public function passed: one more compile
+    assert fn._cache_size() == compiled + 1, "the encode function did not pass its stacks as StackBits"
+    assert not any(isinstance(a, StackBits) for a in jax.tree.leaves(state, is_leaf=lambda a: isinstance(a, StackBits)))
+    assert float(jnp.abs(got[0].astype(jnp.float32)).max()) > 0
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))

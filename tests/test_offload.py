@@ -254,3 +254,51 @@ def test_cancel_stops_a_streamed_step_between_chunks(ckpt):
         pipe(PROMPT, NEGATIVE, **{**CALL, "num_inference_steps": 3}, callback=lambda i, n: steps.append(i),
              cancel=cancel)
     assert steps == [0] and len(asked) == 3
+
+
+def test_bf16_chunks_enter_the_chunk_jit_as_bits_bit_identically(ckpt, monkeypatch):
+    """On CPU the streamed bf16 chunks are fetched as uint16 views of their host buffers
+    (vidax.nn.stack.stack_bits_putter: no copy at the fetch, and the chunk jit holds no
+    whole-chunk bitcast copy, which it does when the chunks arrive as bf16); the output is bit
+    for bit that of the chunks fetched as bf16 (pinned_host and numpy host chunks alike)."""
+    import re
+
+    import jax.numpy as jnp
+
+    import vidax.parallel.offload as offload
+    from vidax.nn.stack import StackBits
+
+    path = os.path.join(ckpt, "transformer")
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16)).astype(jnp.bfloat16)
+    t = np.array([500.0, 300.0], np.float32)
+    ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64)).astype(jnp.bfloat16)
+
+    def run(**kw):
+        offload_to = OffloadConfig(chunk="all", **kw)
+        model = load_component("WanTransformer3DModel", path, dtype=jnp.bfloat16, offload=offload_to)
+        blocks = offloaded_blocks(model)
+        out = np.asarray(streamed_call(model, x, t, ctx), np.float32)
+        (_, (chunks,), _), = [v for k, v in offload._CALL_CACHES[nnx.graphdef(model)]["compiled"].items()
+                              if k[2] == (blocks.signature,)]
+        # XLA:CPU's whole-chunk copies: a bitcast to uint16 of a (5, ...) chunk parameter (one
+        # chunk of all the layers: one chunk executable to compile per run)
+        copies = [ln for fn in chunks.values() for ln in fn.as_text().splitlines()
+                  if re.search(r"wrapped_bitcast-convert\S* = u16\[5,", ln)]
+        return blocks, out, copies
+
+    blocks, bits_out, bits_copies = run()
+    chunk = blocks.fetch(0)
+    leaves = jax.tree.leaves(chunk, is_leaf=lambda a: isinstance(a, StackBits))
+    host = jax.tree.leaves(blocks._chunks[0])
+    # every bf16 leaf (float32 ones, e.g. the modulation table, stay arrays), on its host buffer
+    assert [isinstance(a, StackBits) for a in leaves] == [a.dtype == jnp.bfloat16 for a in host]
+    assert any(isinstance(a, StackBits) for a in leaves)
+    assert all(a.bits.unsafe_buffer_pointer() == h.unsafe_buffer_pointer()
+               for a, h in zip(leaves, host) if isinstance(a, StackBits))
+    _, numpy_out, _ = run(memory_kind="numpy")
+    monkeypatch.setattr(offload, "stack_bits_putter", lambda dtype, sharding: None)
+    _, bf16_out, bf16_copies = run()
+    assert bf16_copies, "the bf16 chunk is no longer copied: this check sees nothing"
+    assert not bits_copies, bits_copies
+    np.testing.assert_array_equal(bits_out, bf16_out)
+    np.testing.assert_array_equal(numpy_out, bf16_out)

@@ -57,7 +57,7 @@ from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear
-from vidax.nn.stack import scan_layers, stacked
+from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -525,6 +525,10 @@ class CLIPTextEncoder(nnx.Module):
     statistics, softmax and the residual stream stay float32.
     """
 
+    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
+    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    stacked_paths: ClassVar[tuple[str, ...]] = ("encoder.layers",)
+
     def __init__(self, config: CLIPTextConfig, *, dtype: Any = jnp.float32,
                  param_dtype: Any = None, rngs: nnx.Rngs | None = None):  # fmt: skip
         dtype, kw = _module_kwargs(dtype, param_dtype, rngs, "CLIP text encoder")
@@ -660,7 +664,7 @@ def _clip_text_fn(graphdef, use_mask: bool):
 
     @jax.jit
     def encode(params, ids, mask):
-        return nnx.merge(graphdef, params).encode(ids, mask if use_mask else None)
+        return nnx.merge(graphdef, from_stack_bits(params)).encode(ids, mask if use_mask else None)
 
     return encode
 
@@ -677,7 +681,7 @@ def encode_clip_text(encoder: CLIPTextEncoder, tokens: Any, *,
             HunyuanVideo's ``_get_clip_prompt_embeds`` calls ``text_encoder_2(input_ids)``.
     """
     fn = _clip_text_fn(nnx.graphdef(encoder), bool(use_attention_mask))
-    return fn(nnx.state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))
+    return fn(stack_bits_state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))
 
 
 # ----------------------------------------------------------------------------- preprocessing

@@ -83,7 +83,7 @@ from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import TextRope, apply_rope, rope_inv_freq
-from vidax.nn.stack import scan_layers, stacked
+from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -649,6 +649,10 @@ class DecoderLM(nnx.Module):
         InputError: ``dtype`` is not float32 or bfloat16.
     """
 
+    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
+    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    stacked_paths: ClassVar[tuple[str, ...]] = ("layers",)
+
     def __init__(self, config: DecoderLMConfig, *, dtype: Any = _F32, param_dtype: Any = None,
                  rngs: nnx.Rngs | None = None, attention: str = "auto"):
         init_decoder(self, config, "decoder text encoder", dtype, param_dtype, rngs, lambda kw: dict(layers=stacked(
@@ -810,7 +814,7 @@ def _hidden_fn(graphdef, output_layer: int | None, masked: bool, stack_axis: int
 
     @jax.jit
     def run(params, ids, mask):
-        model = nnx.merge(graphdef, params)
+        model = nnx.merge(graphdef, from_stack_bits(params))
         mask = mask if masked else None
         if output_layer is None:
             return jnp.moveaxis(model.all_hidden_states(ids, mask), 0, stack_axis)
@@ -828,4 +832,4 @@ def encode_hidden_states(encoder: DecoderLM, input_ids: Any, attention_mask: Any
     ids = jnp.asarray(input_ids)
     fn = _hidden_fn(nnx.graphdef(encoder), output_layer, attention_mask is not None, stack_axis)
     mask = jnp.zeros((), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
-    return fn(nnx.state(encoder), ids, mask)
+    return fn(stack_bits_state(encoder), ids, mask)

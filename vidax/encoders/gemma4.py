@@ -422,6 +422,10 @@ class Gemma4TextEncoder(nnx.Module):
     with Gemma 4's layers.
     """
 
+    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
+    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
+
     def __init__(self, config: Gemma4TextConfig, *, dtype: Any = _F32, param_dtype: Any = None,
                  rngs: nnx.Rngs | None = None, attention: str = "auto"):
         n = config.num_hidden_layers

@@ -54,6 +54,7 @@ from vidax.errors import ConfigError
 from vidax.nn.layers import Linear
 from vidax.registry import ComponentSpec
 from vidax.weights.loader import KeyRules, PendingLoad, Placement
+from vidax.nn.stack import from_stack_bits, stack_bits_state
 
 #: Source-key prefixes of the language model's tensors in a LLaVA file (transformers 4 and 5
 #: layouts): another loader's (the ``LlamaModel`` plan of :func:`load_llava_text_encoder`), so
@@ -310,6 +311,10 @@ class LlavaTextEncoder(nnx.Module):
         param_dtype: dtype of freshly built parameters. rngs: initialiser keys.
     """
 
+    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
+    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`); the vision tower's (run to a chosen layer) as they are.
+    stacked_paths: ClassVar[tuple[str, ...]] = ("language_model.layers",)
+
     def __init__(self, config: LlavaTextEncoderConfig, *, dtype: Any = jnp.float32, param_dtype: Any = None,
                  rngs: nnx.Rngs | None = None):  # fmt: skip
         from vidax.encoders.decoder_lm import DecoderLM
@@ -389,7 +394,7 @@ def load_llava_text_encoder(folder: str, *, dtype: Any, placement: Placement | N
 def _llava_text_fn(graphdef, output_layer: int, with_image: bool):
     @jax.jit
     def run(params, ids, mask, pixels):
-        return nnx.merge(graphdef, params)(ids, mask, pixel_values=pixels if with_image else None,
+        return nnx.merge(graphdef, from_stack_bits(params))(ids, mask, pixel_values=pixels if with_image else None,
                                            output_layer=output_layer)
 
     return run
@@ -401,4 +406,4 @@ def encode_llava_text(encoder: LlavaTextEncoder, input_ids: Any, attention_mask:
     whether an image is given; the parameters are an argument, not captured)."""
     fn = _llava_text_fn(nnx.graphdef(encoder), output_layer, pixel_values is not None)
     pixels = jnp.zeros((), jnp.float32) if pixel_values is None else jnp.asarray(pixel_values)
-    return fn(nnx.state(encoder), jnp.asarray(input_ids), jnp.asarray(attention_mask), pixels)
+    return fn(stack_bits_state(encoder), jnp.asarray(input_ids), jnp.asarray(attention_mask), pixels)

@@ -38,7 +38,7 @@ from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm, matmul
-from vidax.nn.stack import scan_layers, stacked
+from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
 from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -430,6 +430,10 @@ class T5Encoder(nnx.Module):
         InputError: ``dtype`` is not float32 or bfloat16.
     """
 
+    #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
+    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    stacked_paths: ClassVar[tuple[str, ...]] = ("encoder.block",)
+
     def __init__(
         self,
         config: T5EncoderConfig,
@@ -523,7 +527,7 @@ def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
 
     @jax.jit
     def encode(params, ids, mask):
-        hidden = nnx.merge(graphdef, params)(ids, None if attend_padding else mask)
+        hidden = nnx.merge(graphdef, from_stack_bits(params))(ids, None if attend_padding else mask)
         if zero_padding:
             hidden = jnp.where(mask[..., None] > 0, hidden, jnp.zeros((), hidden.dtype))
         return hidden
@@ -543,4 +547,4 @@ def encode_tokens(encoder: T5Encoder, tokens: Any, *, attend_padding: bool = Fal
         zero_padding: zero the outputs past each prompt's length (Wan's).
     """
     fn = _encode_fn(nnx.graphdef(encoder), bool(attend_padding), bool(zero_padding))
-    return fn(nnx.state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))
+    return fn(stack_bits_state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))

@@ -129,11 +129,37 @@ class StackBits:
         return cls(children[0], float_dtype)
 
 
-def _bits_view(a: jax.Array) -> jax.Array:
+def _bits_view(a: jax.Array, sharding: jax.sharding.Sharding | None = None) -> jax.Array:
     """``a`` (16-bit floats on CPU devices) as uint16 sharing its buffers: each shard viewed
-    through numpy (XLA:CPU buffers are host memory) and put back without a copy."""
+    through numpy (XLA:CPU buffers are host memory, whatever their memory kind) and put in its
+    device's default memory without a copy; ``sharding``: the result's (``a``'s own by default;
+    the same layout in another memory kind)."""
     shards = [jax.device_put(np.asarray(s.data).view(np.uint16), s.device) for s in a.addressable_shards]
-    return jax.make_array_from_single_device_arrays(a.shape, a.sharding, shards)
+    return jax.make_array_from_single_device_arrays(a.shape, sharding or a.sharding, shards)
+
+
+def stack_bits_putter(dtype: Any, sharding: jax.sharding.Sharding) -> Callable[[Any], StackBits] | None:
+    """How a (chunk of a) stack of ``dtype`` waiting in host memory reaches ``sharding`` as a
+    :class:`StackBits`, or None where it goes as it is (not 16-bit floats, not the CPU backend,
+    a device that is not a CPU).
+
+    The putter takes the host array (a ``jax.Array`` of the same layout as ``sharding`` in any
+    memory kind of CPU devices, or a numpy array) and returns its uint16 view on ``sharding``:
+    XLA:CPU's host and device memory are the same RAM, so each shard's buffer is put there
+    without a copy (a numpy array: one ``device_put``). Passed to a jitted function that calls
+    :func:`from_stack_bits`, it reaches :func:`scan_layers` with no copy of the whole chunk (see
+    :func:`as_stack_bits`); the results are bit-identical.
+    """
+    if not (xla_cpu_upcasts(dtype) and all(d.platform == "cpu" for d in sharding.device_set)):
+        return None
+    dtype = jnp.dtype(dtype)
+
+    def put(a: Any) -> StackBits:
+        if isinstance(a, jax.Array):
+            return StackBits(_bits_view(a, sharding), dtype)
+        return StackBits(jax.device_put(np.asarray(a).view(np.uint16), sharding), dtype)
+
+    return put
 
 
 def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
@@ -151,12 +177,18 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
 
     Args:
         params: an ``nnx.State`` of a module (e.g. ``nnx.split(model)[1]``).
-        stacks: the names of its stacked-layer attributes.
+        stacks: the names of its stacked-layer attributes; a dotted name (``"encoder.block"``)
+            names one inside a submodule (every array under that path: a list of stacks, e.g.
+            ``"groups"``, is named once).
     """
-    names = set(stacks)
+    names = [tuple(s.split(".")) for s in stacks]
+
+    def under(path: tuple) -> bool:
+        keys = tuple(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+        return any(keys[:len(n)] == n for n in names)
 
     def view(path: tuple, a: Any) -> Any:
-        if (names and isinstance(a, jax.Array) and path and getattr(path[0], "key", None) in names
+        if (names and isinstance(a, jax.Array) and path and under(path)
                 and xla_cpu_upcasts(a.dtype) and a.is_fully_addressable
                 and all(d.platform == "cpu" and a.sharding.memory_kind in (None, d.default_memory().kind)
                         for d in a.sharding.device_set)):
@@ -164,6 +196,14 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
         return a
 
     return jax.tree_util.tree_map_with_path(view, params) if names else params
+
+
+def stack_bits_state(module: nnx.Module) -> nnx.State:
+    """``nnx.state(module)`` with the stacks that its class attribute ``stacked_paths`` names
+    (dotted paths; none without it: the state as it is) as :class:`StackBits` views
+    (:func:`as_stack_bits`): the parameters of a jitted forward that merges them through
+    :func:`from_stack_bits` (the text encoders' ``encode_*`` functions)."""
+    return as_stack_bits(nnx.state(module), getattr(module, "stacked_paths", ()))
 
 
 def from_stack_bits(params: Any) -> Any:

@@ -23,7 +23,10 @@ identity layers instead would stream and compute dead layers every step).
 Host memory is the backend's ``pinned_host`` memory kind where it has one (page-locked, copied by
 DMA; CPU, GPU and TPU backends of JAX 0.10 all list it), else ``unpinned_host``, else plain numpy
 arrays. Chunks keep the parameters' sharding (:mod:`vidax.parallel.placement`): each shard waits
-in the host memory of its own device and lands already sharded.
+in the host memory of its own device and lands already sharded. On the CPU backend, where host
+and device memory are the same RAM, a chunk's bf16 / fp16 leaves are not copied at all: the fetch
+gives uint16 views of their host buffers (:func:`vidax.nn.stack.stack_bits_putter`), which the
+chunk jit bitcasts back, so XLA:CPU makes no copy of the chunk either.
 
 A model that streams implements three methods with ``model(*a) == head(run_blocks(*embed(*a)))``:
 
@@ -49,6 +52,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import InputError
+from vidax.nn.stack import StackBits, from_stack_bits, stack_bits_putter
 
 logger = logging.getLogger("vidax.offload")
 
@@ -214,6 +218,8 @@ class OffloadedBlocks:
         self._chunks = [lv for lv, _ in leaves]
         device = device_memory_kind()
         self._shardings = [s.with_memory_kind(device) for s in jax.tree.leaves(shardings)]
+        # 16-bit float leaves on CPU devices go to the chunk jits as uint16 views (no copy).
+        self._putters = [stack_bits_putter(a.dtype, s) for a, s in zip(self._chunks[0], self._shardings)]
         self.sizes = [int(lv[0].shape[0]) for lv in self._chunks]
         self.num_layers = sum(self.sizes)
         ids = jax.tree.unflatten(self._treedef, list(range(len(self._chunks[0]))))
@@ -233,16 +239,26 @@ class OffloadedBlocks:
         return self._shardings[self._leaf_index[tuple(path)]]
 
     def fetch(self, i: int) -> nnx.State:
-        """Start copying chunk ``i`` to the device (asynchronous); its device state."""
-        return jax.tree.unflatten(self._treedef, jax.device_put(self._chunks[i], self._shardings))
+        """Start copying chunk ``i`` to the device (asynchronous); its device state. On the CPU
+        backend its bf16 / fp16 leaves are :class:`~vidax.nn.stack.StackBits` views of the host
+        arrays instead (no copy; :func:`~vidax.nn.stack.stack_bits_putter`): pass the state
+        through :func:`~vidax.nn.stack.from_stack_bits` inside the jit."""
+        chunk, put = self._chunks[i], self._putters
+        moved = iter(jax.device_put([a for a, p in zip(chunk, put) if p is None],
+                                    [s for s, p in zip(self._shardings, put) if p is None]))
+        return jax.tree.unflatten(self._treedef, [next(moved) if p is None else p(a) for a, p in zip(chunk, put)])
 
     def chunk_spec(self, size: int) -> nnx.State:
-        """``ShapeDtypeStruct`` state (device shardings) of a chunk of ``size`` layers."""
-        first = self._chunks[0]
-        return jax.tree.unflatten(self._treedef, [
-            jax.ShapeDtypeStruct((size,) + tuple(a.shape[1:]), a.dtype, sharding=s)
-            for a, s in zip(first, self._shardings)
-        ])
+        """``ShapeDtypeStruct`` state (device shardings) of a chunk of ``size`` layers, as
+        :meth:`fetch` gives it."""
+        def spec(a, s, put):
+            shape = (size,) + tuple(a.shape[1:])
+            if put is None:
+                return jax.ShapeDtypeStruct(shape, a.dtype, sharding=s)
+            return StackBits(jax.ShapeDtypeStruct(shape, np.uint16, sharding=s), a.dtype)
+
+        leaves = zip(self._chunks[0], self._shardings, self._putters)
+        return jax.tree.unflatten(self._treedef, [spec(*z) for z in leaves])
 
     def chunk_bytes(self, i: int) -> int:
         """Bytes of chunk ``i`` (all shards together)."""
@@ -257,7 +273,8 @@ class OffloadedBlocks:
     def signature(self) -> tuple:
         """What compiled code depends on: chunk sizes, leaf shapes, dtypes and shardings."""
         return (tuple(self.sizes), self._treedef,
-                tuple((a.shape[1:], str(a.dtype), s) for a, s in zip(self._chunks[0], self._shardings)))
+                tuple((a.shape[1:], str(a.dtype), s, p is None) for a, s, p in zip(self._chunks[0], self._shardings,
+                                                                                     self._putters)))
 
     def run(self, compute: Callable[[int, nnx.State, Any], Any], x: Any,
             on_chunk: Callable[[], None] | None = None, first: nnx.State | None = None) -> Any:
@@ -533,7 +550,7 @@ class ChunkedStep:
 
         def run_chunk(chunk, x, inputs):
             model = model_of(abstract_rest)  # no parameter of it is read
-            blocks = nnx.merge(blocks_graphdef, chunk)
+            blocks = nnx.merge(blocks_graphdef, from_stack_bits(chunk))
             # ``layers`` (a step cache's range) only when there is one: a family's own run_blocks
             # need not take it.
             extra = {} if layers is None else {"layers": layers}
@@ -565,7 +582,7 @@ class ChunkedStep:
 
         def first(chunk, x, inputs, cs):
             model = model_of(abstract_rest)
-            blocks = nnx.merge(blocks_graphdef, chunk)
+            blocks = nnx.merge(blocks_graphdef, from_stack_bits(chunk))
             run = lambda h: model.run_blocks(h, inputs, blocks, stack=stack.attr if named else None,  # noqa: E731
                                              layers=(0, 1))
             y, aux = spec.begin(run, model.hidden_rows(inputs), x, cs)
