@@ -439,6 +439,8 @@ def test_gguf_wan_with_loras_matches_diffusers(gguf_wan, caplog):
     after = _flat(pipe.transformer)
     assert all(np.array_equal(np.asarray(after[p]), v) and after[p].dtype == v.dtype for p, v in before.items())
     assert {p: _at(pipe.transformer, p[:-1]).kernel_gguf for p in kinds} == kinds
+    base = pipe(latents=latents.numpy(), progress=False, **call).frames
+    assert psnr(base, gguf_wan["want"]) >= 60.0  # the step runs the blocks again, without the LoRAs
 
 
 def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
