@@ -326,16 +326,19 @@ def _original_keys(keys):
     return out
 
 
-def test_gguf_wan_pipeline_matches_diffusers(tmp_path):
-    """A Wan GGUF transformer (original layout, a type per linear: every type diffusers reads)
-    through vidax.load_pipeline(folder, transformer=FILE) and through diffusers'
-    from_single_file + GGUFQuantizationConfig: the same video (fp32)."""
+@pytest.fixture(scope="module")
+def gguf_wan(tmp_path_factory):
+    """A tiny Wan checkpoint and a GGUF transformer file for it (original layout, a type per
+    linear: every type diffusers reads), diffusers' pipeline with that file (from_single_file +
+    GGUFQuantizationConfig, fp32), vidax's (load_pipeline(folder, transformer=FILE)), the call
+    and diffusers' video."""
     import torch
     from diffusers import GGUFQuantizationConfig, WanPipeline, WanTransformer3DModel
 
     from tests.parity.helpers import randomize_torch_module
     from tests.parity.wan_reference import build_reference_wan_pipeline
 
+    tmp_path = tmp_path_factory.mktemp("gguf_wan")
     path = str(tmp_path / "wan")
     build_reference_wan_pipeline(path)
     model = WanTransformer3DModel(**GG_TRANSFORMER).eval()
@@ -363,8 +366,18 @@ def test_gguf_wan_pipeline_matches_diffusers(tmp_path):
     with torch.no_grad():
         want = ref(latents=latents.clone(), output_type="np", **call).frames
     pipe = vidax.load_pipeline(path, dtype="float32", transformer=file)
-    got = pipe(latents=latents.numpy(), progress=False, **call).frames
-    value = psnr(got, np.asarray(want))
+    return dict(file=file, state=state, names=names, tensors=tensors, ref=ref, latents=latents, call=call,
+                want=np.asarray(want), pipe=pipe)
+
+
+def test_gguf_wan_pipeline_matches_diffusers(gguf_wan):
+    """A Wan GGUF transformer (original layout, a type per linear: every type diffusers reads)
+    through vidax.load_pipeline(folder, transformer=FILE) and through diffusers'
+    from_single_file + GGUFQuantizationConfig: the same video (fp32)."""
+    file, state, names, tensors, want, pipe = (gguf_wan[k] for k in ("file", "state", "names", "tensors", "want",
+                                                                       "pipe"))
+    got = pipe(latents=gguf_wan["latents"].numpy(), progress=False, **gguf_wan["call"]).frames
+    value = psnr(got, want)
     print(f"GGUF Wan pipeline vs diffusers: {value:.1f} dB")
     assert value >= 60.0  # measured 139.6 dB: fp32 summation order only
     # Every GGUF Linear weight stays the file's blocks on the device (uint8), but the two the
@@ -383,6 +396,51 @@ def test_gguf_wan_pipeline_matches_diffusers(tmp_path):
     key = "blocks.0.attn1.to_k.weight"
     assert tensors[names[key]][1] == layer.kernel_gguf and not np.allclose(kernel, state[key].T)
     np.testing.assert_array_equal(kernel, gguf_reader(file).get(names[key]).astype(np.float32).T)
+
+
+def test_gguf_wan_with_loras_matches_diffusers(gguf_wan, caplog):
+    """Two random diffusers-layout LoRAs (every Linear; the blocks' only) at weights 0.7 and
+    -0.4 on the GGUF Wan: vidax densifies the kept GGUF kernels they touch (dequantized on the
+    device, deltas added in float32) and gives the video of diffusers' pipeline with the same
+    file and LoRAs (peft's unmerged LoRA layers around its GGUFLinear); unloading puts the
+    blocks back, uint8, bit for bit, dequantized in the matmul again."""
+    import torch
+
+    from tests.test_lora import random_lora
+
+    ref, pipe, call, latents = gguf_wan["ref"], gguf_wan["pipe"], gguf_wan["call"], gguf_wan["latents"]
+    before = {p: np.asarray(v) for p, v in _flat(pipe.transformer).items()}
+    kinds = {p: _at(pipe.transformer, p[:-1]).kernel_gguf for p, v in before.items() if v.dtype == np.uint8}
+    first, second = random_lora(pipe, 7), random_lora(pipe, 8, blocks_only=True)
+    for name, sd in (("a", first), ("b", second)):
+        ref.load_lora_weights({k: torch.from_numpy(v) for k, v in sd.items()}, adapter_name=name)
+    ref.set_adapters(["a", "b"], [0.7, -0.4])
+    try:
+        with torch.no_grad():
+            want = ref(latents=latents.clone(), output_type="np", **call).frames
+    finally:
+        ref.unload_lora_weights()
+    with caplog.at_level("INFO", logger="vidax.lora"):
+        pipe.load_lora_weights(first, adapter_name="a")
+        pipe.load_lora_weights(second, adapter_name="b")
+        pipe.set_adapters(["a", "b"], [0.7, -0.4])
+    got = pipe(latents=latents.numpy(), progress=False, **call).frames
+    value = psnr(got, want)
+    print(f"GGUF Wan + 2 LoRAs vs diffusers: {value:.1f} dB")
+    assert psnr(want, gguf_wan["want"]) < 40.0  # the LoRAs change diffusers' video clearly
+    assert value >= 60.0  # fp32: vidax adds the merged delta, diffusers the low-rank branch (rounding only)
+    # every kept kernel was densified (the first LoRA touches every Linear), once, with its bytes said
+    q = ("blocks", "attn1", "to_q", "kernel")
+    assert _at(pipe.transformer, q[:-1]).kernel_gguf is None and _flat(pipe.transformer)[q].dtype == jnp.float32
+    said = {r.getMessage().split(" kernel ")[1].split(" densified")[0] for r in caplog.records
+            if "densified to float32 on the device: +" in r.getMessage()}
+    assert said == {"/".join(map(str, p)) for p in kinds}
+    pipe.unload_lora_weights()
+    after = _flat(pipe.transformer)
+    assert all(np.array_equal(np.asarray(after[p]), v) and after[p].dtype == v.dtype for p, v in before.items())
+    assert {p: _at(pipe.transformer, p[:-1]).kernel_gguf for p in kinds} == kinds
+    base = pipe(latents=latents.numpy(), progress=False, **call).frames
+    assert psnr(base, gguf_wan["want"]) >= 60.0  # the step runs the blocks again, without the LoRAs
 
 
 def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
@@ -438,16 +496,21 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
 
     ckpt = with_weights(Checkpoint.open(os.path.dirname(folder)), transformer=file)
     assert checkpoint_weight_bytes(ckpt, jnp.float32, ["transformer"]) == planned
-    # A LoRA on a kept kernel is refused, naming it (its deltas cannot be added to the blocks).
+    # A LoRA on a kept kernel lands on its values' shape (merged by densifying it, see
+    # test_gguf_wan_with_loras_matches_diffusers); in streamed blocks it is refused, naming it.
     from vidax.lora.formats import LoraModule
     from vidax.lora.targets import transformer_targets
 
     lora = {"blocks.0.attn1.to_q": LoraModule(down=np.ones((4, 64), np.float32), up=np.ones((64, 4), np.float32),
                                               keys=["blocks.0.attn1.to_q.lora_A.weight"])}
     terms, problems = transformer_targets(one, spec, cfg).terms(lora)
+    assert not problems and [t.target.shape for t in terms] == [(64, 64)]
+    streamed = load(offload=1)
+    terms, problems = transformer_targets(streamed, spec, cfg).terms(lora)
     assert not terms and problems == ["blocks.0.attn1.to_q.lora_A.weight: blocks.0.attn1.to_q.weight is kept as "
-                                      "GGUF Q8_0 blocks on the device, which vidax does not merge a LoRA into (load "
-                                      "the transformer with weight_dtype='int8' / --weights int8, or from safetensors)"]
+                                      "GGUF Q8_0 blocks in streamed blocks, which vidax does not merge a LoRA into "
+                                      "(load without offload=/--offload-blocks, with weight_dtype='int8' / --weights "
+                                      "int8, or from safetensors)"]
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
     t = np.array([500.0, 300.0], np.float32)
     ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
@@ -458,7 +521,21 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     assert q.dtype == jnp.uint8 and tuple(q.sharding.spec) == (None, None, "tensor")
     # fp32; the sharded matmuls sum in another order: float32 rounding only
     np.testing.assert_allclose(np.asarray(call(sharded, x, t, ctx)), ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(np.asarray(streamed_call(load(offload=1), x, t, ctx)), ref)
+    np.testing.assert_array_equal(np.asarray(streamed_call(streamed, x, t, ctx)), ref)
+    # A LoRA on the mesh: the densified kernels keep their kernels' sharding, and compute what
+    # they compute on one device (float32 rounding only).
+    from vidax.lora.adapters import LoraAdapters
+
+    rng = np.random.default_rng(3)
+    sd = {f"transformer.blocks.{i}.{m}.lora_{ab}.weight": rng.standard_normal(shape).astype(np.float32) * 0.3
+          for i in range(2) for m in ("attn1.to_q", "attn1.to_out.0") for ab, shape in (("A", (4, 64)), ("B", (64, 4)))}
+    for module in (one, sharded):
+        LoraAdapters([("transformer", module, spec, cfg)]).load(sd)
+    q = _flat(sharded)[("blocks", "attn1", "to_q", "kernel")]
+    assert q.dtype == jnp.float32 and tuple(q.sharding.spec) == (None, None, "tensor")
+    lora_ref = np.asarray(call(one, x, t, ctx))
+    assert np.abs(lora_ref - ref).max() > 1e-2  # the LoRA matters
+    np.testing.assert_allclose(np.asarray(call(sharded, x, t, ctx)), lora_ref, rtol=1e-5, atol=1e-5)
 
 
 def test_scales_sharded_like_their_kernels(transformers):

@@ -9,11 +9,19 @@ donated buffer; the delta is sharded like the weight by the compiler), and the r
 to the memory the parameter was in, with its sharding. So switching adapters never reads the
 checkpoint, unloading restores the base exactly, and the parameters keep shapes, dtypes and
 shardings, so the compiled denoising step is reused.
+
+A GGUF kernel kept as the file's blocks on the device (:mod:`vidax.nn.gguf`) is densified when
+a LoRA touches it: its blocks dequantized on the device (to the layer's ``param_dtype``, the
+values its forward pass uses), the deltas added in float32, the sum kept as a dense kernel of
+``param_dtype`` (the Linear's ``kernel_gguf`` set to None, so the step compiles again); an INFO
+line says how many bytes that adds. Restoring puts the blocks and ``kernel_gguf`` back. Blocks
+streamed from host memory are not densified (:mod:`vidax.lora.targets` refuses such a LoRA).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections import defaultdict
 from typing import Any, Callable, Sequence
 
@@ -23,8 +31,11 @@ import numpy as np
 from flax import nnx
 
 from vidax.lora.targets import Term
+from vidax.nn.gguf import dequantize_kernel
 from vidax.nn.quant import format_of, quantize
 from vidax.parallel.offload import host_memory_kind, offloaded_stacks
+
+logger = logging.getLogger("vidax.lora")
 
 
 def _delta(shape, kernel: bool, lora: Sequence, diffs: Sequence) -> jax.Array:
@@ -79,6 +90,7 @@ class ParamStore:
         self.module = module
         self._base: dict[tuple, Any] = {}   # (path, slab index) -> base array
         self._stacked: dict[tuple, bool] = {}
+        self._gguf: dict[tuple, str] = {}   # densified GGUF kernel path -> its blocks' type
         self._host_kind = host_memory_kind("auto")
 
     def _slabs(self, path: tuple, stacked: bool) -> list[_Slab]:
@@ -121,6 +133,10 @@ class ParamStore:
             # dequantized, the deltas added in float32, then quantized again (new scales).
             scale_path = path[:-1] + ("kernel_scale",)
             scales = self._slabs(scale_path, stacked) if _has_scale(self.module, path) else None
+            # A kept GGUF kernel (vidax.nn.gguf) is densified: its blocks dequantized on the
+            # device to the layer's param_dtype, the deltas added in float32, kept dense.
+            linear = _variable(self.module, path[:-1]) if path[-1] == "kernel" else None
+            gguf = self._gguf.get(path) or getattr(linear, "kernel_gguf", None)
             for i, slab in enumerate(self._slabs(path, stacked)):
                 layer_terms: dict[int | None, list[Term]] = defaultdict(list)
                 for t in ts:
@@ -136,6 +152,9 @@ class ParamStore:
                     continue
                 current = slab.get()
                 buf = jax.device_put(self._base_of((path, i), slab), slab.sharding)
+                if gguf is not None:
+                    self._gguf[path] = gguf
+                    buf = _dequantize_gguf(buf, gguf, linear.param_dtype)
                 if scales is not None:
                     fmt = format_of(buf.dtype)
                     buf = _dequantize(buf, jax.device_put(self._base_of((scale_path, i), scales[i]), scales[i].sharding))
@@ -150,6 +169,10 @@ class ParamStore:
                 if scales is not None:
                     buf, scale = _requantize(buf, fmt)
                     scales[i].put(_like(scale, scales[i].get()))
+                if gguf is not None and linear.kernel_gguf is not None:
+                    logger.info("LoRA: GGUF %s kernel %s densified to %s on the device: +%s bytes", gguf,
+                                "/".join(map(str, path)), np.dtype(buf.dtype).name, f"{buf.nbytes - current.nbytes:,}")
+                    linear.kernel_gguf = None
                 slab.put(_like(buf, current))
 
     def restore(self, keep: Callable[[tuple], bool] = lambda path: False) -> None:
@@ -160,6 +183,8 @@ class ParamStore:
             slab = self._slabs(path, self._stacked[path])[i]
             slab.put(_like(base, slab.get()))
             del self._base[(path, i)]
+            if path in self._gguf:  # the blocks back, dequantized in the matmul again
+                _variable(self.module, path[:-1]).kernel_gguf = self._gguf.pop(path)
 
     @property
     def touched(self) -> set:
@@ -180,6 +205,7 @@ def _like(value: Any, current: Any) -> Any:
 
 
 _dequantize = jax.jit(lambda q, s: q.astype(jnp.float32) * s.astype(jnp.float32)[..., None, :])
+_dequantize_gguf = jax.jit(dequantize_kernel, static_argnums=(1, 2))
 _requantize = jax.jit(lambda w, fmt: quantize(w, fmt, jnp), static_argnums=1)
 
 

@@ -20,7 +20,9 @@ import numpy as np
 from flax import nnx
 
 from vidax.lora.formats import LoraModule
+from vidax.nn.gguf import value_shape as gguf_shape
 from vidax.nn.quant import _at, quantizable_kernels
+from vidax.parallel.offload import offloaded_stacks
 from vidax.weights.loader import KeyRules, _target_shape_of, _to_target_layout
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +164,12 @@ class ModelTargets:
         #: kernels kept as GGUF blocks on the device (vidax.nn.gguf): path -> type
         self.gguf = {tuple(p): _at(module, p[:-1]).kernel_gguf for p in quantizable_kernels(module)
                      if getattr(_at(module, p[:-1]), "kernel_gguf", None) is not None}
+        #: the stack attributes whose blocks are streamed from host memory
+        self.streamed = {s.attr for s in offloaded_stacks(module)}
         for path, var in nnx.to_flat_state(nnx.state(module, nnx.Param)):
             shape = tuple(var.get_value().shape)
+            if tuple(path) in self.gguf:  # the kernel's values, not its blocks
+                shape = gguf_shape(shape, self.gguf[tuple(path)])
             dotted = ".".join(str(p) for p in path)
             if any(dotted.startswith(s + ".") for s in stacked):
                 for layer in range(shape[0]):
@@ -240,7 +246,7 @@ class ModelTargets:
             out_in = (up.shape[0], m.down.shape[1])
             if t is None or len(t.shape) != 2:
                 problems.append(f"{m.keys[0]} ({module} has no linear weight)")
-            elif t.path in self.gguf:
+            elif t.path in self.gguf and t.path[0] in self.streamed:
                 problems.append(self._gguf_problem(m.keys[0], t))
             elif _target_shape_of(out_in, t.path) != t.shape:
                 problems.append(f"{m.keys[0]}: up @ down is {out_in} (out, in), {t.key} is {_torch_shape(t)}")
@@ -254,7 +260,7 @@ class ModelTargets:
             key = next(k for k in m.keys if k.endswith(("diff_b", "lora_B.bias") if kind == "diff_b" else "diff"))
             if t is None:
                 problems.append(f"{key} ({module} has no {'bias' if kind == 'diff_b' else 'weight'})")
-            elif t.path in self.gguf:
+            elif t.path in self.gguf and t.path[0] in self.streamed:
                 problems.append(self._gguf_problem(key, t))
             elif _target_shape_of(value.shape, t.path) != t.shape:
                 problems.append(f"{key}: shape {value.shape}, {t.key} is {_torch_shape(t)}")
@@ -263,9 +269,9 @@ class ModelTargets:
                 terms.append(Term(t, "diff", np.ascontiguousarray(_to_target_layout(value, t.path)), None, scale))
 
     def _gguf_problem(self, key: str, t: Target) -> str:
-        return (f"{key}: {t.key} is kept as GGUF {self.gguf[t.path]} blocks on the device, which vidax does not "
-                "merge a LoRA into (load the transformer with weight_dtype='int8' / --weights int8, or from "
-                "safetensors)")
+        return (f"{key}: {t.key} is kept as GGUF {self.gguf[t.path]} blocks in streamed blocks, which vidax does "
+                "not merge a LoRA into (load without offload=/--offload-blocks, with weight_dtype='int8' / "
+                "--weights int8, or from safetensors)")
 
 
 def _torch_shape(t: Target) -> tuple:

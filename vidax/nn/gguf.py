@@ -46,6 +46,13 @@ def stored_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
     return (*shape[:-2], shape[-2] // block * size, shape[-1])
 
 
+def value_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
+    """The kernel shape ``(..., D_in, D_out)`` of a kept ``kind`` kernel stored as ``shape``
+    (:func:`stored_shape`'s inverse)."""
+    block, size = BLOCKS[kind]
+    return (*shape[:-2], shape[-2] // size * block, shape[-1])
+
+
 def dequantize_kernel(blocks: jax.Array, kind: str, dtype: Any) -> jax.Array:
     """The values of a kept GGUF kernel.
 
