@@ -302,8 +302,8 @@ def test_tiling_arguments_match_enable_tiling(tiny):
     sides = ("height", "width")
     names = [f"tile_{kind}_min_{side}" for kind in ("sample", "latent") for side in sides]
     names += ["tile_overlap_factor_height", "tile_overlap_factor_width"]
-    override = dict(tile_sample_min_height=72, tile_sample_min_width=40,
-                    tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.34)  # fmt: skip
+    override = dict(tile_sample_min_height=64, tile_sample_min_width=80,
+                    tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.3)  # fmt: skip
     for kw in ({}, override):
         ref.enable_tiling(**kw)
         ours = CogVideoXTiling.from_config(vae.config, **kw)
@@ -311,7 +311,7 @@ def test_tiling_arguments_match_enable_tiling(tiny):
     # The VAE's switches: sizes kept across calls and across disable_tiling, as the reference's.
     fresh = cls.from_config(cls.load_config(path))
     try:
-        check_tiling_switches(fresh, vae, [("enable", dict(tile_sample_min_width=48)), ("disable", {}),
+        check_tiling_switches(fresh, vae, [("enable", dict(tile_sample_min_width=40)), ("disable", {}),
                                            ("enable", dict(tile_overlap_factor_height=0.3))])
         with pytest.raises(InputError, match=r"^tile_overlap_factor_width=1.5 must be a number in \(0, 1\)"):
             vae.enable_tiling(tile_overlap_factor_width=1.5)
@@ -372,6 +372,13 @@ def test_bad_inputs(tiny):
         vae.decode(_latents((1, 1, 3, 5, 4), 0), tiled="yes")
     with pytest.raises(InputError, match="tile step"):
         CogVideoXTiling.from_config(vae.config, tile_sample_min_height=8)
+    # Tiles that advance 48 px but keep 54 (72 px, factor 1/4): the reference's video comes out
+    # the wrong size (trial: 24 x 16 latents -> 330 x 156 pixels), so vidax refuses the setting.
+    with pytest.raises(InputError, match=r"^tile_sample_min_height=72: its tiles advance 48 pixels but each keeps "
+                                         r"54, .* wrong size .*: 32, 64, 96$"):
+        CogVideoXTiling.from_config(vae.config, tile_sample_min_height=72, tile_overlap_factor_height=0.25)
+    with pytest.raises(InputError, match=r"no size up to 224 tiles exactly with tile_overlap_factor_width=0.34"):
+        vae.enable_tiling(tile_sample_min_width=40, tile_overlap_factor_width=0.34)
     with pytest.raises(InputError, match="dtype"):
         load_component("AutoencoderKLCogVideoX", "/nonexistent", dtype=jnp.float16)
 

@@ -130,8 +130,9 @@ class CogVideoXTiling:
         A ``None`` (or zero) argument keeps the default, as the reference's ``x or default``.
 
         Raises:
-            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, or a
-                combination whose tile step is zero.
+            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, a
+                combination whose tile step is zero, or one whose tiles keep more or fewer rows
+                than they advance (the reference's video would have the wrong size).
         """
         out = cls(
             tile_sample_min_height or config.sample_height // 2,
@@ -153,7 +154,30 @@ class CogVideoXTiling:
                 f"tiling {out} gives a tile step of 0 (tile_latent_min * (1 - overlap) < 1); "
                 "use larger tiles or smaller overlap factors"
             )
+        for axis, name in enumerate(("tile_sample_min_height", "tile_sample_min_width")):
+            if not out._keeps_its_step(axis):
+                v = getattr(out, name)
+                near = sorted((w for w in range(8, 4 * v + 64) if dataclasses.replace(out, **{name: w})
+                               ._keeps_its_step(axis)), key=lambda w: (abs(w - v), w))[:3]
+                factor = ("tile_overlap_factor_height", "tile_overlap_factor_width")[axis]
+                fix = (f"sizes that tile exactly with {factor}={getattr(out, factor):g}: "
+                       f"{', '.join(map(str, sorted(near)))}" if near else
+                       f"no size up to {4 * v + 64} tiles exactly with {factor}={getattr(out, factor):g}: "
+                       "change the factor (e.g. the default)")
+                raise InputError(
+                    f"{name}={v!r}: its tiles advance {out.decode_params[1][axis] * out.spatial_compression} "
+                    f"pixels but each keeps {out.decode_params[3][axis]}, so the decoded video would come out "
+                    f"the wrong size (diffusers' AutoencoderKLCogVideoX returns that wrong size); {fix}")
         return out
+
+    def _keeps_its_step(self, axis: int) -> bool:
+        """Whether the reference's tile loops along ``axis`` (0 height, 1 width) keep exactly the
+        rows they advance: decoding steps ``step`` latent rows and keeps ``limit`` pixels of each
+        tile (encoding: ``step`` pixels, ``limit`` latent rows); where these disagree the
+        reference's output has a wrong size."""
+        c = self.spatial_compression
+        dec, enc = self.decode_params, self.encode_params
+        return dec[1][axis] * c == dec[3][axis] and enc[1][axis] == enc[3][axis] * c
 
     @property
     def tile_latent_min_height(self) -> int:
