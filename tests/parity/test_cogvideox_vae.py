@@ -376,7 +376,7 @@ def test_bad_inputs(tiny):
     # the wrong size (trial: 24 x 16 latents -> 330 x 156 pixels), so vidax refuses the setting.
     with pytest.raises(InputError, match=r"^tile_sample_min_height=72: its tiles advance 48 pixels but each keeps "
                                          r"54, .* wrong size .*: 32, 64, 96$"):
-        CogVideoXTiling.from_config(vae.config, tile_sample_min_height=72, tile_overlap_factor_height=0.25)
+        vae.enable_tiling(tile_sample_min_height=72, tile_overlap_factor_height=0.25)
     with pytest.raises(InputError, match=r"no size up to 224 tiles exactly with tile_overlap_factor_width=0.34"):
         vae.enable_tiling(tile_sample_min_width=40, tile_overlap_factor_width=0.34)
     with pytest.raises(InputError, match="dtype"):

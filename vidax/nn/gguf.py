@@ -8,7 +8,7 @@ D_out)`` uint8 (``...``: the layer axis of a stacked module), column ``o`` the b
 file's row ``o`` (the torch weight's output channel ``o``: ``D_in // block`` blocks of ``size``
 bytes, scales inside each block), so the kernel splits along the output channels over a mesh
 like a float one; ``kernel_gguf`` (static) names the type. The forward pass dequantizes it
-(:func:`dequantize_kernel`: the functions of :mod:`vidax.weights.gguf_dequant` in
+(:func:`dequantize_kernel`: the functions of :mod:`vidax.nn.gguf_dequant` in
 ``jax.numpy``, the same operations as the host's, so the same bits), casts it to the layer's
 ``param_dtype`` (the host path's stored dtype) and runs the Linear's matmul on it.
 """
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.weights.gguf_dequant import DEQUANTIZE
+from vidax.nn.gguf_dequant import DEQUANTIZE
 
 #: GGML type name -> (values per block, bytes per block): the types dequantized on the device
 #: (every type diffusers' GGUF loader reads; the ``gguf`` package's ``GGML_QUANT_SIZES``).
@@ -63,33 +63,13 @@ def dequantize_kernel(blocks: jax.Array, kind: str, dtype: Any) -> jax.Array:
 
     Returns:
         ``(..., D_in, D_out)`` in ``dtype``: the host's dequantized weight (float16 / float32,
-        :mod:`vidax.weights.gguf_dequant`), transposed, cast to ``dtype``, bit for bit.
+        :mod:`vidax.nn.gguf_dequant`), transposed, cast to ``dtype``, bit for bit.
     """
     block, size = BLOCKS[kind]
     *lead, nbytes, d_out = blocks.shape
     rows = jnp.swapaxes(blocks, -1, -2).reshape(-1, size)  # (... * D_out * n_blocks, size)
     w = DEQUANTIZE[kind](rows, block, jnp).reshape(*lead, d_out, nbytes // size * block)
     return jnp.swapaxes(w, -1, -2).astype(dtype)
-
-
-def gguf_linear(layer: Any, inputs: jax.Array) -> jax.Array:
-    """``layer(inputs)`` for a :class:`~vidax.nn.layers.Linear` with a kept GGUF kernel: its
-    kernel dequantized (:func:`dequantize_kernel`, in ``param_dtype``), then the Linear's own
-    arithmetic: ``x W`` in the compute dtype plus the bias, where
-    :func:`~vidax.nn.layers.xla_cpu_upcasts` in float32 and rounded once (as torch's CPU bf16
-    linear), elsewhere as ``nnx.Linear``."""
-    from vidax.nn.layers import xla_cpu_upcasts
-
-    kernel = dequantize_kernel(layer.kernel[...], getattr(layer, GGUF_ATTR), layer.param_dtype)
-    bias = () if layer.bias is None else (layer.bias[...],)
-    dtype = layer.dtype or jnp.result_type(inputs, kernel, *bias)
-    acc = jnp.float32 if xla_cpu_upcasts(dtype) else dtype
-    x = inputs.astype(dtype)
-    y = jax.lax.dot_general(x, kernel.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),
-                            precision=layer.precision, preferred_element_type=acc)
-    if bias:
-        y = y + bias[0].astype(acc)
-    return y.astype(dtype)
 
 
 def keep_gguf(module: nnx.Module, kinds: Mapping[tuple[Any, ...], str]) -> nnx.Module:

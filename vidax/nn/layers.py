@@ -22,7 +22,7 @@ from flax import nnx
 
 from vidax.cpu.onednn import dot_f32
 from vidax.nn.quant import quantized_dot
-from vidax.nn.gguf import dequantize_kernel, gguf_linear
+from vidax.nn.gguf import dequantize_kernel
 
 _F32 = jnp.float32
 
@@ -258,7 +258,7 @@ class Linear(nnx.Linear):
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         if self.kernel_gguf is not None:
-            return gguf_linear(self, inputs)
+            return self._gguf_call(inputs)
         kernel = self.kernel[...]
         bias = () if self.bias is None else (self.bias[...],)
         if self.kernel_scale is not None:
@@ -271,6 +271,23 @@ class Linear(nnx.Linear):
         y = dot_f32(inputs.astype(dtype), kernel.astype(dtype), self.precision)
         if self.bias is not None:
             y = y + self.bias[...].astype(_F32)
+        return y.astype(dtype)
+
+
+    def _gguf_call(self, inputs: jax.Array) -> jax.Array:
+        """The forward pass with a kept GGUF kernel: the kernel dequantized
+        (:func:`~vidax.nn.gguf.dequantize_kernel`, in ``param_dtype``), then the Linear's own
+        arithmetic: ``x W`` in the compute dtype plus the bias, where :func:`xla_cpu_upcasts` in
+        float32 and rounded once (as torch's CPU bf16 linear), elsewhere as ``nnx.Linear``."""
+        kernel = dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype)
+        bias = () if self.bias is None else (self.bias[...],)
+        dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
+        acc = _F32 if xla_cpu_upcasts(dtype) else dtype
+        x = inputs.astype(dtype)
+        y = jax.lax.dot_general(x, kernel.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),
+                                precision=self.precision, preferred_element_type=acc)
+        if bias:
+            y = y + bias[0].astype(acc)
         return y.astype(dtype)
 
 

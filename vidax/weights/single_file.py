@@ -8,7 +8,7 @@ original repository's key layout, either fp8 "scaled" safetensors or GGUF.
   scale is refused.
 * **GGUF** (city96's ``*-Q8_0.gguf``, ``*-Q4_K_M.gguf``...): read with the ``gguf`` package
   (the ``gguf`` extra) and dequantized as diffusers' GGUF loader does
-  (:mod:`vidax.weights.gguf_dequant`); F32 / F16 tensors are read as they are.
+  (:mod:`vidax.nn.gguf_dequant`); F32 / F16 tensors are read as they are.
 
 Both are readers with the interface the loader uses (``keys``, ``info``, ``get``, ``release``):
 the tensor names are converted to the diffusers layout by the family's
@@ -202,7 +202,7 @@ def gguf_reader(path: str) -> _Reader:
     except ImportError:
         raise InputError(f"{path} is a GGUF file; reading it needs the gguf package: pip install 'vidax[gguf]'") \
             from None
-    from vidax.weights.gguf_dequant import DEQUANTIZE, dequantize
+    from vidax.nn.gguf_dequant import DEQUANTIZE, dequantize
 
     try:
         file = gguf.GGUFReader(path)

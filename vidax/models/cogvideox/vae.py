@@ -130,9 +130,8 @@ class CogVideoXTiling:
         A ``None`` (or zero) argument keeps the default, as the reference's ``x or default``.
 
         Raises:
-            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, a
-                combination whose tile step is zero, or one whose tiles keep more or fewer rows
-                than they advance (the reference's video would have the wrong size).
+            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, or a
+                combination whose tile step is zero.
         """
         out = cls(
             tile_sample_min_height or config.sample_height // 2,
@@ -154,7 +153,18 @@ class CogVideoXTiling:
                 f"tiling {out} gives a tile step of 0 (tile_latent_min * (1 - overlap) < 1); "
                 "use larger tiles or smaller overlap factors"
             )
-        for axis, name in enumerate(("tile_sample_min_height", "tile_sample_min_width")):
+        return out
+
+    def check_exact(self, axes: Sequence[int] = (0, 1)) -> None:
+        """Refuse tiles along ``axes`` (0 height, 1 width) that keep more or fewer rows than they
+        advance (:meth:`_keeps_its_step`): the reference's video would have the wrong size.
+
+        Raises:
+            InputError: naming the size keyword and sizes that tile exactly with the factor.
+        """
+        out = self
+        for axis in axes:
+            name = ("tile_sample_min_height", "tile_sample_min_width")[axis]
             if not out._keeps_its_step(axis):
                 v = getattr(out, name)
                 near = sorted((w for w in range(8, 4 * v + 64) if dataclasses.replace(out, **{name: w})
@@ -168,7 +178,6 @@ class CogVideoXTiling:
                     f"{name}={v!r}: its tiles advance {out.decode_params[1][axis] * out.spatial_compression} "
                     f"pixels but each keeps {out.decode_params[3][axis]}, so the decoded video would come out "
                     f"the wrong size (diffusers' AutoencoderKLCogVideoX returns that wrong size); {fix}")
-        return out
 
     def _keeps_its_step(self, axis: int) -> bool:
         """Whether the reference's tile loops along ``axis`` (0 height, 1 width) keep exactly the
@@ -598,9 +607,19 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         (a size left None keeps its current value; the defaults are :meth:`CogVideoXTiling.from_config`'s).
 
         Raises:
-            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, or a
-                tile step of 0 (checked here, before any decode).
+            InputError: a size that is not a positive integer, a factor outside ``(0, 1)``, a
+                tile step of 0, or a size or factor given here whose tiles keep more or fewer rows
+                than they advance (diffusers' video would come out the wrong size); checked here,
+                before any decode.
         """
+        given = dict(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+                     tile_overlap_factor_height=tile_overlap_factor_height,
+                     tile_overlap_factor_width=tile_overlap_factor_width)
+        now = self.tiling
+        CogVideoXTiling.from_config(self.config, **{k: v if v is not None else getattr(now, k)
+                                                    for k, v in given.items()}).check_exact(
+            [axis for axis, side in enumerate(("height", "width"))
+             if given[f"tile_sample_min_{side}"] is not None or given[f"tile_overlap_factor_{side}"] is not None])
         self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
                             tile_overlap_factor_height=tile_overlap_factor_height,
                             tile_overlap_factor_width=tile_overlap_factor_width)
