@@ -657,7 +657,7 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
-        if path.endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single-file transformer or LoRA
+        if path.lower().endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single file
             from vidax.inspect import describe_lora
             from vidax.weights.single_file import describe_single_file
 

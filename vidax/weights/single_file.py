@@ -244,14 +244,11 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     header is read here.
 
     Raises:
-        InputError: no such file, an extension other than ``.safetensors`` / ``.gguf``, a
-            family without a single-file layout, or a file in another layout than the family's
+        InputError: as :func:`check_single_file`, a family without a single-file layout, or a file in another layout than the family's
             (one line naming ``arg``, the layout found and the one expected).
         CheckpointError: as :func:`fp8_scaled` / :func:`gguf_reader`.
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path) or not path.endswith((".safetensors", ".gguf")):
-        raise InputError(Arg(arg, path), " is not a .safetensors or .gguf file")
+    path = check_single_file(path, arg)
     module = _convert_module(spec)
     if module is None:
         raise InputError(Arg(arg, path), ": vidax reads single-file checkpoints of "
@@ -269,9 +266,38 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     return reader.renamed(module.single_file_keys({k: tuple(reader.info(k).shape) for k in reader.keys()}))
 
 
+def check_single_file(path: Any, arg: str = "transformer") -> str:
+    """``path`` (``~`` expanded) when it names an existing ``.gguf`` / ``.safetensors`` file
+    (the suffix in any case); reads nothing.
+
+    Raises:
+        InputError: not a ``str`` / ``os.PathLike``, a folder, another suffix or no such file
+            (one line naming ``arg`` and the value given).
+    """
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise InputError(Arg(arg, path), f" is not a path ({type(path).__name__}); give one .gguf or .safetensors "
+                         "file's path (str or os.PathLike)")
+    given = os.fspath(path)
+    file = os.path.expanduser(given)
+    if os.path.isdir(file):
+        raise InputError(Arg(arg, given), " is a folder; give one .gguf or .safetensors file (a transformer folder "
+                         "in diffusers' layout belongs in a checkpoint's transformer/)")
+    if not file.lower().endswith((".gguf", ".safetensors")):
+        raise InputError(Arg(arg, given), " is not a .gguf or .safetensors file (a single-file transformer "
+                         "checkpoint)")
+    if not os.path.isfile(file):
+        raise InputError(Arg(arg, given), ": no such file")
+    return file
+
+
+def is_gguf(path: str) -> bool:
+    """Whether ``path`` names a GGUF file (its suffix, in any case)."""
+    return path.lower().endswith(".gguf")
+
+
 def _file_reader(path: str) -> Any:
     """The tensors of a ``.gguf`` (dequantized on read) or ``.safetensors`` file as stored."""
-    return gguf_reader(path) if path.endswith(".gguf") else CheckpointReader(path)
+    return gguf_reader(path) if is_gguf(path) else CheckpointReader(path)
 
 
 def _convert_module(spec: Any) -> Any:
@@ -332,7 +358,7 @@ def describe_single_file(path: str) -> str | None:
     reader = _file_reader(path)
     keys = reader.keys()
     layout = detect_layout(keys)
-    if layout is None and not path.endswith(".gguf"):
+    if layout is None and not is_gguf(path):
         return None
     infos = [reader.info(k) for k in keys]
     types: dict[str, int] = {}
@@ -341,7 +367,7 @@ def describe_single_file(path: str) -> str | None:
         types[kind] = types.get(kind, 0) + 1
     fp8 = any(t in _FP8 for t in types)
     fmt = "GGUF (Linear weights kept as blocks on the device, dequantized in each matmul as diffusers' " \
-        "GGUFLinear does)" if path.endswith(".gguf") else \
+        "GGUFLinear does)" if is_gguf(path) else \
         "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
     nbytes = sum(i.end - i.start for i in infos)
     classes = single_file_layouts()[layout][1] if layout else []
