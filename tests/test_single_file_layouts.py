@@ -356,3 +356,28 @@ def test_wrong_family_refused_before_any_weight_is_read(hunyuan_gguf, ckpt, monk
                                  "--output", os.path.join(os.path.dirname(file), "x.npy")])
     assert r.exit_code != 0 and f"--transformer {file!r}{tail}" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_diffusers_layout_file_named_with_its_class(ckpt, tmp_path):
+    """A transformer's own state dict in one file (diffusers' keys, here the tiny Wan checkpoint's
+    transformer/ weights): ``vidax inspect`` and ``transformer=`` both name its class and say
+    where it belongs, in one line, rather than "no LoRA layout" / "no transformer layout"."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    src = os.path.join(ckpt, "transformer")
+    file = str(tmp_path / "wan_diffusers.safetensors")
+    shutil.copy(os.path.join(src, next(f for f in sorted(os.listdir(src)) if f.endswith(".safetensors"))), file)
+    advice = "a transformer in diffusers' layout (WanTransformer3DModel): put it in a checkpoint's transformer/ " \
+        "folder with its config.json"
+    r = CliRunner().invoke(app, ["inspect", file])
+    assert r.exit_code == 0 and r.output == f"{file}: {advice}\n", r.output
+    with pytest.raises(InputError) as e:
+        open_single_file(file, registry().component("WanTransformer3DModel"))
+    assert str(e.value) == (f"transformer={file!r} holds a transformer in diffusers' layout (WanTransformer3DModel), "
+                            "not an original repository's layout: put it in a checkpoint's transformer/ folder "
+                            "with its config.json")
+

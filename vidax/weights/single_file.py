@@ -244,8 +244,9 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     header is read here.
 
     Raises:
-        InputError: as :func:`check_single_file`, a family without a single-file layout, or a file in another layout than the family's
-            (one line naming ``arg``, the layout found and the one expected).
+        InputError: as :func:`check_single_file`, a family without a single-file layout, or a
+            file in another layout than the family's (one line naming ``arg``, the layout found
+            and the one expected; for diffusers' own layout, the class and where it belongs).
         CheckpointError: as :func:`fp8_scaled` / :func:`gguf_reader`.
     """
     path = check_single_file(path, arg)
@@ -256,6 +257,10 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     raw = _file_reader(path)
     found, want = detect_layout(raw.keys()), module.SINGLE_FILE_LAYOUT[0]
     if found != want:
+        diffusers = None if found else diffusers_class(raw.keys())
+        if diffusers:
+            raise InputError(Arg(arg, path), f" holds a transformer in diffusers' layout ({diffusers}), not an "
+                             f"original repository's layout: {DIFFUSERS_ADVICE}")
         held = f"a {found} transformer (original layout)" if found else "no transformer layout vidax reads"
         raise InputError(Arg(arg, path), f" holds {held}; this folder's transformer ({spec.class_name}) takes "
                          f"a file in the original {want} layout")
@@ -346,10 +351,30 @@ def single_file_classes() -> list[str]:
     return sorted(c for _, classes in single_file_layouts().values() for c in classes)
 
 
+#: What to do with a transformer saved in diffusers' own layout (its state dict in one file).
+DIFFUSERS_ADVICE = "put it in a checkpoint's transformer/ folder with its config.json"
+
+
+def diffusers_class(keys: Any) -> str | None:
+    """The diffusers transformer class (``"WanTransformer3DModel"``) whose modules most of
+    ``keys`` (a file's tensor names, diffusers' own layout: ``transformer_blocks.0.attn1.to_q.weight``)
+    name, by the LoRA targets' matching (:func:`vidax.lora.targets.best_transformer`); None when fewer
+    than half of the ``.weight`` keys name one of its modules. Builds each family's default
+    model abstractly (no weights)."""
+    from vidax.lora.targets import best_transformer
+
+    modules = {k[:-len(".weight")]: None for k in keys if k.endswith(".weight")}
+    if not modules or any("lora" in k.lower() for k in keys):  # a LoRA file: its own description
+        return None
+    spec, placed = best_transformer(modules)
+    return spec.class_name if spec is not None and 2 * placed >= len(modules) else None
+
+
 def describe_single_file(path: str) -> str | None:
     """What a single-file transformer is (``vidax inspect FILE``): its format, its tensors by
     type, their bytes, the layout detected and the transformer classes that read it; None for a
-    ``.safetensors`` file in no transformer layout (a LoRA file, say). Only the header is read.
+    ``.safetensors`` file in no transformer layout (a LoRA file, say); one line for a
+    transformer in diffusers' own layout (:func:`diffusers_class`). Only the header is read.
 
     Raises:
         InputError: a ``.gguf`` file without the gguf package installed.
@@ -358,8 +383,12 @@ def describe_single_file(path: str) -> str | None:
     reader = _file_reader(path)
     keys = reader.keys()
     layout = detect_layout(keys)
-    if layout is None and not is_gguf(path):
-        return None
+    if layout is None:
+        diffusers = diffusers_class(keys)
+        if diffusers:
+            return f"{path}: a transformer in diffusers' layout ({diffusers}): {DIFFUSERS_ADVICE}"
+        if not is_gguf(path):
+            return None
     infos = [reader.info(k) for k in keys]
     types: dict[str, int] = {}
     for info in infos:
