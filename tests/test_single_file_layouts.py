@@ -381,3 +381,30 @@ def test_diffusers_layout_file_named_with_its_class(ckpt, tmp_path):
                             "not an original repository's layout: put it in a checkpoint's transformer/ folder "
                             "with its config.json")
 
+
+def test_inspect_single_file_refuses_mesh(tmp_path):
+    """``vidax inspect FILE --mesh``: a single file has no config to build a plan from, so --mesh
+    is refused in one line (it was ignored)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    file = tmp_path / "x.GGUF"
+    file.write_bytes(b"")
+    r = CliRunner().invoke(app, ["inspect", str(file), "--mesh", "2x2x2"])
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"error: --mesh '2x2x2' needs a checkpoint folder: {file} is a single file (no config.json); inspect the "
+        "folder with --mesh (its per-device bytes include GGUF Q8_0 / Q4_K)"), r.output
+
+
+def test_transformer_help_names_every_layout():
+    """``--transformer``'s help lists the layouts the code reads (single_file_layouts())."""
+    import inspect as pyinspect
+
+    from vidax import cli
+    from vidax.weights.single_file import single_file_layouts
+
+    assert sorted(cli.SINGLE_FILE_LAYOUTS) == sorted(single_file_layouts())
+    text = " ".join(pyinspect.signature(cli.generate).parameters["transformer"].default.help.split())
+    assert "layout (" + ", ".join(cli.SINGLE_FILE_LAYOUTS) + ")" in text
+
