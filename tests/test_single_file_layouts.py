@@ -408,3 +408,22 @@ def test_transformer_help_names_every_layout():
     text = " ".join(pyinspect.signature(cli.generate).parameters["transformer"].default.help.split())
     assert "layout (" + ", ".join(cli.SINGLE_FILE_LAYOUTS) + ")" in text
 
+
+def test_truncated_gguf_said_to_be_truncated(hunyuan_gguf, tmp_path):
+    """A GGUF file cut short: named truncated, with the tensor that ends beyond it and the sizes
+    (it was numpy's "cannot reshape array ...")."""
+    import gguf
+
+    from vidax.errors import CheckpointError
+    from vidax.weights.single_file import gguf_reader
+
+    _, file, _, _ = hunyuan_gguf
+    last = max(gguf.GGUFReader(file).tensors, key=lambda t: t.data_offset)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(open(file, "rb").read()[:int(last.data_offset) + 10])
+    with pytest.raises(CheckpointError) as e:
+        gguf_reader(str(cut))
+    assert str(e.value) == (
+        f"{cut} is truncated: it is {int(last.data_offset) + 10:,} bytes, but its tensor table puts tensor "
+        f"{last.name!r} at bytes {int(last.data_offset):,} to {int(last.data_offset) + int(last.n_bytes):,} "
+        f"({int(last.n_bytes):,} bytes); the file is partly written (an interrupted download or copy): fetch it again")

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from vidax.errors import Arg, CheckpointError, InputError
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.safetensors_io import _PARTLY_WRITTEN, CheckpointReader
 
 #: Names of a float8 weight's scale, after its ``weight`` leaf (``X.weight`` -> ``X.scale_weight``).
 SCALE_NAMES = ("scale_weight", "weight_scale")
@@ -207,7 +207,7 @@ def gguf_reader(path: str) -> _Reader:
     try:
         file = gguf.GGUFReader(path)
     except (ValueError, OSError) as e:
-        raise CheckpointError(f"{path} is not a readable GGUF file: {e}") from None
+        raise CheckpointError(_gguf_truncated(path, gguf) or f"{path} is not a readable GGUF file: {e}") from None
     infos, reads, raws = {}, {}, {}
     for t in file.tensors:
         kind = t.tensor_type.name
@@ -228,6 +228,34 @@ def gguf_reader(path: str) -> _Reader:
         reads[t.name] = lambda d=data, k=kind, b=block, s=size, n=t.name: _finite(dequantize(d, k, b, s), n, path)
         raws[t.name] = lambda d=data, r=reads[t.name]: _raw_bytes(d, r)
     return _Reader(path, infos, reads, raws)
+
+
+def _gguf_truncated(path: str, gguf: Any) -> str | None:
+    """Why the GGUF file ``path`` could not be read when it is shorter than its tensor table
+    says (a truncated, partly written file): the first tensor that ends beyond the file, with
+    the bytes expected and the file's size; None when the table itself cannot be read or every
+    tensor fits."""
+
+    class _Table(gguf.GGUFReader):  # the header and tensor table only: no tensor is mapped
+        def _build_tensors(self, start_offs: int, fields: list) -> None:
+            self.table = (start_offs, fields)
+            self.tensors = []
+
+    try:
+        start, fields = _Table(path).table
+        size = os.path.getsize(path)
+        for field in fields:
+            _, name, _, dims, kind, offset = field.parts
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(kind[0]))]
+            begin = start + int(offset[0])
+            end = begin + int(np.prod(dims)) * type_size // block
+            if end > size:
+                return (f"{path} is truncated: it is {size:,} bytes, but its tensor table puts tensor "
+                        f"{bytes(name).decode('utf-8', 'replace')!r} at bytes {begin:,} to {end:,} "
+                        f"({end - begin:,} bytes); {_PARTLY_WRITTEN}")
+    except Exception:  # a table the gguf package cannot read either: its own message says why
+        return None
+    return None
 
 
 def _raw_bytes(data: np.ndarray, read: Callable[[], np.ndarray]) -> np.ndarray:
