@@ -116,8 +116,35 @@ def test_weight_format_refused_in_one_line(ckpt):
     with pytest.raises(InputError, match="weight_dtype='bf16' is a dtype, not a weight format .* the weights' dtype "
                                          "is dtype="):  # it was taken as none: a flag that did nothing
         vidax.load_pipeline(ckpt, weight_dtype="bf16")
-    with pytest.raises(InputError, match="transformer='nope.gguf' is not a .gguf or .safetensors file"):
-        vidax.load_pipeline(ckpt, transformer="nope.gguf")
+    with pytest.raises(InputError, match="transformer='nope.bin' is not a .gguf or .safetensors file"):
+        vidax.load_pipeline(ckpt, transformer="nope.bin")
+
+
+def test_transformer_path_checked_in_one_line(ckpt, tmp_path, monkeypatch):
+    """``transformer=``: a missing .gguf is said to be missing (not of a wrong suffix), a folder
+    to be a folder, a non-path named with what is valid; ``~`` is expanded and the suffix is
+    read in any case. All before any weight is read."""
+    from vidax.checkpoint import Checkpoint
+    from vidax.pipelines.weight_formats import with_weights
+
+    for value, message in (
+            ("nope.gguf", "transformer='nope.gguf': no such file"),
+            (str(tmp_path), f"transformer={str(tmp_path)!r} is a folder; give one .gguf or .safetensors file (a "
+                            "transformer folder in diffusers' layout belongs in a checkpoint's transformer/)"),
+            (123, "transformer=123 is not a path (int); give one .gguf or .safetensors file's path (str or "
+                  "os.PathLike)"),
+            (["a.gguf"], "transformer=['a.gguf'] is not a path (list); give one .gguf or .safetensors file's path "
+                         "(str or os.PathLike)")):
+        with pytest.raises(InputError) as e:
+            vidax.load_pipeline(ckpt, transformer=value)
+        assert str(e.value) == message
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "x.GGUF").write_bytes(b"")
+    (tmp_path / "y.SafeTensors").write_bytes(b"")
+    opened = Checkpoint.open(ckpt)
+    assert with_weights(opened, transformer="~/x.GGUF").files["transformer"] == str(tmp_path / "x.GGUF")
+    assert with_weights(opened, transformer=tmp_path / "y.SafeTensors").files["transformer"] == \
+        str(tmp_path / "y.SafeTensors")
 
 
 # ------------------------------------------------------------------------------ fp8 scaled

@@ -356,3 +356,74 @@ def test_wrong_family_refused_before_any_weight_is_read(hunyuan_gguf, ckpt, monk
                                  "--output", os.path.join(os.path.dirname(file), "x.npy")])
     assert r.exit_code != 0 and f"--transformer {file!r}{tail}" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_diffusers_layout_file_named_with_its_class(ckpt, tmp_path):
+    """A transformer's own state dict in one file (diffusers' keys, here the tiny Wan checkpoint's
+    transformer/ weights): ``vidax inspect`` and ``transformer=`` both name its class and say
+    where it belongs, in one line, rather than "no LoRA layout" / "no transformer layout"."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    src = os.path.join(ckpt, "transformer")
+    file = str(tmp_path / "wan_diffusers.safetensors")
+    shutil.copy(os.path.join(src, next(f for f in sorted(os.listdir(src)) if f.endswith(".safetensors"))), file)
+    advice = "a transformer in diffusers' layout (WanTransformer3DModel): put it in a checkpoint's transformer/ " \
+        "folder with its config.json"
+    r = CliRunner().invoke(app, ["inspect", file])
+    assert r.exit_code == 0 and r.output == f"{file}: {advice}\n", r.output
+    with pytest.raises(InputError) as e:
+        open_single_file(file, registry().component("WanTransformer3DModel"))
+    assert str(e.value) == (f"transformer={file!r} holds a transformer in diffusers' layout (WanTransformer3DModel), "
+                            "not an original repository's layout: put it in a checkpoint's transformer/ folder "
+                            "with its config.json")
+
+
+def test_inspect_single_file_refuses_mesh(tmp_path):
+    """``vidax inspect FILE --mesh``: a single file has no config to build a plan from, so --mesh
+    is refused in one line (it was ignored)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    file = tmp_path / "x.GGUF"
+    file.write_bytes(b"")
+    r = CliRunner().invoke(app, ["inspect", str(file), "--mesh", "2x2x2"])
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"error: --mesh '2x2x2' needs a checkpoint folder: {file} is a single file (no config.json); inspect the "
+        "folder with --mesh (its per-device bytes include GGUF Q8_0 / Q4_K)"), r.output
+
+
+def test_transformer_help_names_every_layout():
+    """``--transformer``'s help lists the layouts the code reads (single_file_layouts())."""
+    import inspect as pyinspect
+
+    from vidax import cli
+    from vidax.weights.single_file import single_file_layouts
+
+    assert sorted(cli.SINGLE_FILE_LAYOUTS) == sorted(single_file_layouts())
+    text = " ".join(pyinspect.signature(cli.generate).parameters["transformer"].default.help.split())
+    assert "layout (" + ", ".join(cli.SINGLE_FILE_LAYOUTS) + ")" in text
+
+
+def test_truncated_gguf_said_to_be_truncated(hunyuan_gguf, tmp_path):
+    """A GGUF file cut short: named truncated, with the tensor that ends beyond it and the sizes
+    (it was numpy's "cannot reshape array ...")."""
+    import gguf
+
+    from vidax.errors import CheckpointError
+    from vidax.weights.single_file import gguf_reader
+
+    _, file, _, _ = hunyuan_gguf
+    last = max(gguf.GGUFReader(file).tensors, key=lambda t: t.data_offset)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(open(file, "rb").read()[:int(last.data_offset) + 10])
+    with pytest.raises(CheckpointError) as e:
+        gguf_reader(str(cut))
+    assert str(e.value) == (
+        f"{cut} is truncated: it is {int(last.data_offset) + 10:,} bytes, but its tensor table puts tensor "
+        f"{last.name!r} at bytes {int(last.data_offset):,} to {int(last.data_offset) + int(last.n_bytes):,} "
+        f"({int(last.n_bytes):,} bytes); the file is partly written (an interrupted download or copy): fetch it again")

@@ -46,6 +46,10 @@ def _root(
     """vidax: open video-generation models (diffusers checkpoints) in JAX."""
 
 DTYPE_CHOICES = ("float32", "bfloat16")
+#: The original layouts ``--transformer`` reads, as :func:`vidax.weights.single_file.single_file_layouts`
+#: names them (that table imports every family's convert.py, too slow for the help; a test keeps
+#: the two the same).
+SINGLE_FILE_LAYOUTS = ("Wan", "LTX-Video", "LTX-2", "HunyuanVideo", "Cosmos-Predict2/2.5")
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -213,7 +217,7 @@ _LOAD_FLAGS = {
     "transformer": ((None, "--transformer"), dict(
         help="A single-file transformer checkpoint read instead of the checkpoint's transformer/ weights: "
         ".gguf (Q8_0, Q5_K, Q4_K, ...) or .safetensors (fp8 scaled or not) in the original repository's "
-        "layout (Wan, LTX-Video); a .gguf file's linear weights stay quantized on the device (dequantized "
+        "layout (" + ", ".join(SINGLE_FILE_LAYOUTS) + "); a .gguf file's linear weights stay quantized on the device (dequantized "
         "inside each matmul).")),
     "compile_cache": ((True, "--compile-cache/--no-compile-cache"), dict(
         help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; env "
@@ -649,7 +653,7 @@ def inspect(
     single-file transformer its format, tensor types and count, bytes and layout; for a LoRA
     file its layout, family, rank, targets and key count."""
     _setup_logging(False)
-    from vidax.errors import InputError, VidaxError
+    from vidax.errors import Arg, InputError, VidaxError
     from vidax.inspect import describe_checkpoint, describe_mesh_plan
 
     try:
@@ -657,12 +661,16 @@ def inspect(
             from vidax.parallel.mesh import parse_mesh_sizes
 
             parse_mesh_sizes(mesh)
-        if path.endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single-file transformer or LoRA
+        if path.lower().endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single file
             from vidax.inspect import describe_lora
             from vidax.weights.single_file import describe_single_file
 
             if not os.path.exists(path):
                 raise InputError(f"vidax inspect {path!r}: no such file")
+            if mesh is not None:  # a single file has no config.json to build its transformer from
+                raise InputError(Arg("mesh", mesh), f" needs a checkpoint folder: {path} is a single file (no "
+                                 "config.json); inspect the folder with --mesh (its per-device bytes include "
+                                 "GGUF Q8_0 / Q4_K)")
 
             typer.echo(describe_single_file(path) or describe_lora(path))
             return

@@ -294,6 +294,14 @@ def guess_family(modules: dict[str, LoraModule], exclude: str = "") -> str | Non
 
 def best_family(modules: dict[str, LoraModule], exclude: str = "") -> tuple[str | None, int]:
     """``(family, modules it places)`` of :func:`guess_family`."""
+    spec, score = best_transformer(modules, exclude)
+    return (None if spec is None else f"{spec.family} ({spec.class_name})"), score
+
+
+def best_transformer(modules: dict[str, Any], exclude: str = "") -> tuple[Any, int]:
+    """``(transformer spec, modules it places)``: the registered transformer (family ``exclude``
+    left out) whose default config's modules take the most of ``modules``' names (layer indices
+    beyond its depth folded to 0); ``(None, 0)`` when none takes any."""
     from vidax.registry import registry
 
     best, score = None, 0
@@ -310,7 +318,7 @@ def best_family(modules: dict[str, LoraModule], exclude: str = "") -> tuple[str 
             continue
         hits = sum(_generic(targets, name) is not None for name in modules)
         if hits > score:
-            best, score = f"{spec.family} ({spec.class_name})", hits
+            best, score = spec, hits
     return best, score
 
 

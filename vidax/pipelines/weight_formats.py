@@ -6,11 +6,9 @@ to the one component loader and to the staging plan."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from vidax.checkpoint import Checkpoint
-from vidax.errors import Arg, InputError
 
 
 def with_weights(checkpoint: Checkpoint, weight_dtype: Any = None, transformer: Any = None) -> Checkpoint:
@@ -20,18 +18,17 @@ def with_weights(checkpoint: Checkpoint, weight_dtype: Any = None, transformer: 
 
     Raises:
         InputError: a format that is not one, or ``transformer=`` not an existing ``.gguf`` /
-            ``.safetensors`` file (one line naming the keyword and its value).
+            ``.safetensors`` file (one line naming the keyword and its value;
+            :func:`vidax.weights.single_file.check_single_file`).
     """
     from vidax.nn.quant import parse_weight_format
 
     weights = parse_weight_format(weight_dtype) or checkpoint.weights
     files = dict(checkpoint.files)
     if transformer is not None:
-        file = os.fspath(transformer)
-        if not os.path.isfile(file) or not file.endswith((".gguf", ".safetensors")):
-            raise InputError(Arg("transformer", file), " is not a .gguf or .safetensors file (a single-file "
-                             "transformer checkpoint)")
-        files["transformer"] = file
+        from vidax.weights.single_file import check_single_file
+
+        files["transformer"] = check_single_file(transformer)
     if weights is None and not files:
         return checkpoint
     return dataclasses.replace(checkpoint, weights=weights, files=files)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from vidax.errors import Arg, CheckpointError, InputError
-from vidax.weights.safetensors_io import CheckpointReader
+from vidax.weights.safetensors_io import _PARTLY_WRITTEN, CheckpointReader
 
 #: Names of a float8 weight's scale, after its ``weight`` leaf (``X.weight`` -> ``X.scale_weight``).
 SCALE_NAMES = ("scale_weight", "weight_scale")
@@ -207,7 +207,7 @@ def gguf_reader(path: str) -> _Reader:
     try:
         file = gguf.GGUFReader(path)
     except (ValueError, OSError) as e:
-        raise CheckpointError(f"{path} is not a readable GGUF file: {e}") from None
+        raise CheckpointError(_gguf_truncated(path, gguf) or f"{path} is not a readable GGUF file: {e}") from None
     infos, reads, raws = {}, {}, {}
     for t in file.tensors:
         kind = t.tensor_type.name
@@ -230,6 +230,34 @@ def gguf_reader(path: str) -> _Reader:
     return _Reader(path, infos, reads, raws)
 
 
+def _gguf_truncated(path: str, gguf: Any) -> str | None:
+    """Why the GGUF file ``path`` could not be read when it is shorter than its tensor table
+    says (a truncated, partly written file): the first tensor that ends beyond the file, with
+    the bytes expected and the file's size; None when the table itself cannot be read or every
+    tensor fits."""
+
+    class _Table(gguf.GGUFReader):  # the header and tensor table only: no tensor is mapped
+        def _build_tensors(self, start_offs: int, fields: list) -> None:
+            self.table = (start_offs, fields)
+            self.tensors = []
+
+    try:
+        start, fields = _Table(path).table
+        size = os.path.getsize(path)
+        for field in fields:
+            _, name, _, dims, kind, offset = field.parts
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(kind[0]))]
+            begin = start + int(offset[0])
+            end = begin + int(np.prod(dims)) * type_size // block
+            if end > size:
+                return (f"{path} is truncated: it is {size:,} bytes, but its tensor table puts tensor "
+                        f"{bytes(name).decode('utf-8', 'replace')!r} at bytes {begin:,} to {end:,} "
+                        f"({end - begin:,} bytes); {_PARTLY_WRITTEN}")
+    except Exception:  # a table the gguf package cannot read either: its own message says why
+        return None
+    return None
+
+
 def _raw_bytes(data: np.ndarray, read: Callable[[], np.ndarray]) -> np.ndarray:
     """A GGUF tensor's bytes ``(rows, n_bytes)`` uint8, once ``read()`` (its dequantization,
     which refuses NaN / Inf) has passed."""
@@ -244,14 +272,12 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     header is read here.
 
     Raises:
-        InputError: no such file, an extension other than ``.safetensors`` / ``.gguf``, a
-            family without a single-file layout, or a file in another layout than the family's
-            (one line naming ``arg``, the layout found and the one expected).
+        InputError: as :func:`check_single_file`, a family without a single-file layout, or a
+            file in another layout than the family's (one line naming ``arg``, the layout found
+            and the one expected; for diffusers' own layout, the class and where it belongs).
         CheckpointError: as :func:`fp8_scaled` / :func:`gguf_reader`.
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path) or not path.endswith((".safetensors", ".gguf")):
-        raise InputError(Arg(arg, path), " is not a .safetensors or .gguf file")
+    path = check_single_file(path, arg)
     module = _convert_module(spec)
     if module is None:
         raise InputError(Arg(arg, path), ": vidax reads single-file checkpoints of "
@@ -259,6 +285,10 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     raw = _file_reader(path)
     found, want = detect_layout(raw.keys()), module.SINGLE_FILE_LAYOUT[0]
     if found != want:
+        diffusers = None if found else diffusers_class(raw.keys())
+        if diffusers:
+            raise InputError(Arg(arg, path), f" holds a transformer in diffusers' layout ({diffusers}), not an "
+                             f"original repository's layout: {DIFFUSERS_ADVICE}")
         held = f"a {found} transformer (original layout)" if found else "no transformer layout vidax reads"
         raise InputError(Arg(arg, path), f" holds {held}; this folder's transformer ({spec.class_name}) takes "
                          f"a file in the original {want} layout")
@@ -269,9 +299,38 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     return reader.renamed(module.single_file_keys({k: tuple(reader.info(k).shape) for k in reader.keys()}))
 
 
+def check_single_file(path: Any, arg: str = "transformer") -> str:
+    """``path`` (``~`` expanded) when it names an existing ``.gguf`` / ``.safetensors`` file
+    (the suffix in any case); reads nothing.
+
+    Raises:
+        InputError: not a ``str`` / ``os.PathLike``, a folder, another suffix or no such file
+            (one line naming ``arg`` and the value given).
+    """
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise InputError(Arg(arg, path), f" is not a path ({type(path).__name__}); give one .gguf or .safetensors "
+                         "file's path (str or os.PathLike)")
+    given = os.fspath(path)
+    file = os.path.expanduser(given)
+    if os.path.isdir(file):
+        raise InputError(Arg(arg, given), " is a folder; give one .gguf or .safetensors file (a transformer folder "
+                         "in diffusers' layout belongs in a checkpoint's transformer/)")
+    if not file.lower().endswith((".gguf", ".safetensors")):
+        raise InputError(Arg(arg, given), " is not a .gguf or .safetensors file (a single-file transformer "
+                         "checkpoint)")
+    if not os.path.isfile(file):
+        raise InputError(Arg(arg, given), ": no such file")
+    return file
+
+
+def is_gguf(path: str) -> bool:
+    """Whether ``path`` names a GGUF file (its suffix, in any case)."""
+    return path.lower().endswith(".gguf")
+
+
 def _file_reader(path: str) -> Any:
     """The tensors of a ``.gguf`` (dequantized on read) or ``.safetensors`` file as stored."""
-    return gguf_reader(path) if path.endswith(".gguf") else CheckpointReader(path)
+    return gguf_reader(path) if is_gguf(path) else CheckpointReader(path)
 
 
 def _convert_module(spec: Any) -> Any:
@@ -320,10 +379,30 @@ def single_file_classes() -> list[str]:
     return sorted(c for _, classes in single_file_layouts().values() for c in classes)
 
 
+#: What to do with a transformer saved in diffusers' own layout (its state dict in one file).
+DIFFUSERS_ADVICE = "put it in a checkpoint's transformer/ folder with its config.json"
+
+
+def diffusers_class(keys: Any) -> str | None:
+    """The diffusers transformer class (``"WanTransformer3DModel"``) whose modules most of
+    ``keys`` (a file's tensor names, diffusers' own layout: ``transformer_blocks.0.attn1.to_q.weight``)
+    name, by the LoRA targets' matching (:func:`vidax.lora.targets.best_transformer`); None when fewer
+    than half of the ``.weight`` keys name one of its modules. Builds each family's default
+    model abstractly (no weights)."""
+    from vidax.lora.targets import best_transformer
+
+    modules = {k[:-len(".weight")]: None for k in keys if k.endswith(".weight")}
+    if not modules or any("lora" in k.lower() for k in keys):  # a LoRA file: its own description
+        return None
+    spec, placed = best_transformer(modules)
+    return spec.class_name if spec is not None and 2 * placed >= len(modules) else None
+
+
 def describe_single_file(path: str) -> str | None:
     """What a single-file transformer is (``vidax inspect FILE``): its format, its tensors by
     type, their bytes, the layout detected and the transformer classes that read it; None for a
-    ``.safetensors`` file in no transformer layout (a LoRA file, say). Only the header is read.
+    ``.safetensors`` file in no transformer layout (a LoRA file, say); one line for a
+    transformer in diffusers' own layout (:func:`diffusers_class`). Only the header is read.
 
     Raises:
         InputError: a ``.gguf`` file without the gguf package installed.
@@ -332,8 +411,12 @@ def describe_single_file(path: str) -> str | None:
     reader = _file_reader(path)
     keys = reader.keys()
     layout = detect_layout(keys)
-    if layout is None and not path.endswith(".gguf"):
-        return None
+    if layout is None:
+        diffusers = diffusers_class(keys)
+        if diffusers:
+            return f"{path}: a transformer in diffusers' layout ({diffusers}): {DIFFUSERS_ADVICE}"
+        if not is_gguf(path):
+            return None
     infos = [reader.info(k) for k in keys]
     types: dict[str, int] = {}
     for info in infos:
@@ -341,7 +424,7 @@ def describe_single_file(path: str) -> str | None:
         types[kind] = types.get(kind, 0) + 1
     fp8 = any(t in _FP8 for t in types)
     fmt = "GGUF (Linear weights kept as blocks on the device, dequantized in each matmul as diffusers' " \
-        "GGUFLinear does)" if path.endswith(".gguf") else \
+        "GGUFLinear does)" if is_gguf(path) else \
         "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
     nbytes = sum(i.end - i.start for i in infos)
     classes = single_file_layouts()[layout][1] if layout else []
