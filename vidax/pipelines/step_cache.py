@@ -771,8 +771,14 @@ class CacheReport:
         step_kind: per step, ``"full"``, ``"skipped"`` (no branch ran the remaining blocks) or
             ``"partial"`` (one branch skipped, computed with the batch).
         step_s: the steps' seconds (as in ``RunStats.step_s``).
+        step_warm: per step, whether it is the first step of its call or expert segment (its first
+            execution after the compile, slower: left out of :attr:`saved_s`).
         calibration: MagCache's calibration run: per branch label, the ratios of each step
             (float; the reference keeps one state per branch and prints each); None otherwise.
+        unit: what ``num_blocks`` counts: ``"block"``, or ``"hooked module"`` (TaylorSeer's modes
+            that predict modules while the blocks run).
+        blocks_always: every block runs on every step (TaylorSeer predicting ``proj_out`` only):
+            nothing is saved.
     """
 
     method: str
@@ -782,8 +788,10 @@ class CacheReport:
     blocks_skipped: int = 0
     step_kind: list = dataclasses.field(default_factory=list)
     step_s: list = dataclasses.field(default_factory=list)
+    step_warm: list = dataclasses.field(default_factory=list)
     calibration: dict | None = None
     unit: str = "block"
+    blocks_always: bool = False
 
     def record(self, label: str, computed: bool, head_only: bool) -> None:
         self.patterns[label] = self.patterns.get(label, "") + ("C" if computed else "S")
@@ -794,14 +802,30 @@ class CacheReport:
             self.blocks_skipped += self.num_blocks - int(head_only)
 
     @property
-    def saved_s(self) -> float:
-        """Seconds saved: (mean full step - mean skipped step) x skipped steps, from this call's
-        step times (0 when either kind is missing)."""
-        full = [t for t, k in zip(self.step_s, self.step_kind) if k != "skipped"]
-        skipped = [t for t, k in zip(self.step_s, self.step_kind) if k == "skipped"]
-        if not full or not skipped:
-            return 0.0
-        return max(0.0, (sum(full) / len(full) - sum(skipped) / len(skipped)) * len(skipped))
+    def saved_s(self) -> float | None:
+        """Seconds saved: (median computed step - median skipped step) x skipped steps, from this
+        call's step times with the first step of each call / segment left out (its warm-up).
+        None when it cannot be measured: every block ran (:attr:`blocks_always`), a kind of step
+        is missing, or the skipped steps were not all faster than every computed one (the
+        difference is within the steps' spread)."""
+        if self.blocks_always:
+            return None
+        warm = self.step_warm + [False] * (len(self.step_s) - len(self.step_warm))
+        timed = [(t, k) for t, k, w in zip(self.step_s, self.step_kind, warm) if not w]
+        full = [t for t, k in timed if k != "skipped"]
+        skipped = [t for t, k in timed if k == "skipped"]
+        if not full or not skipped or max(skipped) >= min(full):
+            return None
+        n_skipped = sum(k == "skipped" for k in self.step_kind)
+        return (float(np.median(full)) - float(np.median(skipped))) * n_skipped
+
+    def _saved_text(self) -> str:
+        saved = self.saved_s
+        if saved is not None:
+            return f"~{saved:.2f} s saved"
+        if self.blocks_always:
+            return "no time saved"
+        return "time saved not measurable (first steps left out, the skipped steps were not all faster)"
 
     def describe(self) -> str:
         total = self.blocks_run + self.blocks_skipped
@@ -810,10 +834,10 @@ class CacheReport:
         if self.unit == "block":
             return (f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
                     f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
-                    f"~{self.saved_s:.2f} s saved")
+                    f"{self._saved_text()}")
+        ran = "every block ran on every step" if self.blocks_always else "the modules not hooked ran on every step"
         return (f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} "
-                f"predicted instead (per step: {pats}, S = predicted); every block ran on every step, "
-                f"~{self.saved_s:.2f} s saved")
+                f"predicted instead (per step: {pats}, S = predicted); {ran}, {self._saved_text()}")
 
 
 class StepCache:
@@ -848,6 +872,7 @@ class StepCache:
             if taps or mode == "proj_out":  # the blocks all run; the hooked modules are what is skipped
                 report.num_blocks = self.num_blocks = sum(sum(t.layers) for t in taps) if taps else 1
                 report.unit = "hooked module"
+                report.blocks_always = not taps
             self._ts = dict(step=-1, last=None, updates=0)
         self._pending: dict = {}
 
@@ -924,6 +949,7 @@ class StepCache:
                 self._ts["last"] = self._ts["step"]
         self.report.step_kind.append(step_kind)
         self.report.step_s.append(seconds)
+        self.report.step_warm.append(i == 0)
 
     def _mag_decide(self) -> bool:
         """MagCacheHeadHook.new_forward's decision, its accumulators in float32 as the reference's
