@@ -292,7 +292,7 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
         InputError: one line naming the option, its value and what is valid.
     """
     shown = f"{name} {value}" if name.startswith("-") else f"{name}={value!r}"
-    kind, _, arg = str(value).strip().partition(":")
+    kind, colon, arg = str(value).strip().partition(":")
     valid = f"first_block:THRESHOLD, mag[:RATIOS{'_FILE' if files else ''}] or taylorseer"
     if kind == "first_block":
         try:
@@ -304,9 +304,12 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
         except InputError as e:
             raise InputError(f"{shown}: {e}") from None
     if kind == "mag":
-        if not arg:
-            return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
         arg = arg.strip()
+        if not colon:
+            return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
+        if not arg:
+            raise InputError(f"{shown}: nothing after 'mag:'; give the ratios (mag:[r1, r2, ...]"
+                             f"{' or mag:FILE' if files else ''}), or 'mag' alone to calibrate")
         if arg.startswith("["):
             text, where = arg, "the list"
         elif not files:
@@ -314,10 +317,13 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
                              "for a request")
         else:
             try:
-                with open(arg) as f:
+                with open(arg, encoding="utf-8-sig") as f:  # a byte-order mark is read past
                     text = f.read()
             except OSError as e:
                 raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
+            except UnicodeDecodeError:
+                raise InputError(f"{shown}: the ratios file {arg!r} is not UTF-8 text; it must hold "
+                                 f"{MAG_RATIOS_VALID} as a JSON list or numbers separated by spaces or commas") from None
             where = arg
         calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
         expected = (f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
