@@ -531,6 +531,15 @@ def test_cache_flag(ckpt, tmp_path):
     assert "cond CSSSSS, uncond CSSSSS" in r.output and out.exists()
     from vidax.pipelines.step_cache import MagCacheConfig, TaylorSeerCacheConfig, parse_cache_option
 
+    # A calibration run's stdout is the list alone (`--cache mag > ratios.txt` saves what
+    # --cache mag:FILE reads back); what it is, the "wrote" line and the summary are on stderr.
+    r = CliRunner().invoke(app, base + ["--cache", "mag", "--output", str(tmp_path / "c.npy")])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith("["), r.stdout
+    assert "MagCache calibration (6 steps, the conditional pass)" in r.stderr and "wrote " in r.stderr
+    (tmp_path / "calibrated.txt").write_text(r.stdout)
+    assert parse_cache_option(f"mag:{tmp_path / 'calibrated.txt'}", 6).mag_ratios == json.loads(r.stdout)
+
     ratios = tmp_path / "ratios.txt"
     ratios.write_text("1.0 0.9, 1.1\n1.0 0.9 1.1")
     (tmp_path / "ratios.json").write_text("[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]")

@@ -201,15 +201,16 @@ def test_mag_cache_calibration_prints_the_reference_ratios(wan, capsys, tmp_path
     wan.run_ref(RefMag(calibrate=True, num_inference_steps=STEPS))
     want = [[float(v) for v in m.split(",")] for m in re.findall(r"\[([-0-9., e]+)\]", capsys.readouterr().out)]
     _, stats = wan.run(vidax.MagCacheConfig(calibrate=True, num_inference_steps=STEPS))
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr()
     assert len(want) == 2 and list(stats.cache.calibration) == ["cond", "uncond"]  # each branch its own state
     # Means of norm ratios of fp32 residuals: fp32 rounding only.
     np.testing.assert_allclose(list(stats.cache.calibration.values()), want, rtol=1e-5)
     assert stats.cache.blocks_skipped == 0 and len(set(map(tuple, want))) == 2
-    # One list printed (the conditional pass's), which --cache mag:FILE reads back as it is.
-    lists = re.findall(r"^\[.*\]$", printed, re.M)
-    assert len(lists) == 1 and "--cache mag:FILE" in printed
-    (tmp_path / "ratios.json").write_text(lists[0])
+    # One list printed (the conditional pass's), alone on stdout so that `> ratios.txt` saves what
+    # --cache mag:FILE reads back; the line saying what it is on stderr.
+    assert re.fullmatch(r"\[[^\n]*\]\n", printed.out), printed.out
+    assert "MagCache calibration (8 steps, the conditional pass)" in printed.err and "--cache mag:FILE" in printed.err
+    (tmp_path / "ratios.json").write_text(printed.out)
     from vidax.pipelines.step_cache import parse_cache_option
 
     config = parse_cache_option(f"mag:{tmp_path / 'ratios.json'}", STEPS)

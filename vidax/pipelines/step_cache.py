@@ -43,6 +43,7 @@ import json
 import logging
 import math
 import re
+import sys
 from typing import Any, Sequence
 
 import jax
@@ -988,7 +989,9 @@ class StepCache:
         if st["step"] >= c.num_inference_steps:
             if c.calibrate:
                 self.report.calibration = dict(zip(self.labels, self.calibration))
-                print(calibration_text(self.calibration[0], self.labels[0]))
+                heading, listing = calibration_text(self.calibration[0], self.labels[0])
+                print(heading, file=sys.stderr)  # stdout holds only what --cache mag:FILE reads back
+                print(listing)
             st.update(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
             self.calibration = [[] for _ in range(self.branches)]
 
@@ -1012,14 +1015,17 @@ class StepCache:
         return compute, delta, held, coeff
 
 
-def calibration_text(ratios: Sequence[float], label: str) -> str:
-    """MagCache's calibration result as printed: a line saying what it is, then the ratios as one
-    JSON list (what ``--cache mag:FILE`` / ``MagCacheConfig(mag_ratios=...)`` take). With CFG
-    the conditional branch's ratios (the reference prints one list per branch; one config's
-    ratios serve both, and the conditional pass is the one the guidance scales up)."""
+def calibration_text(ratios: Sequence[float], label: str) -> tuple[str, str]:
+    """MagCache's calibration result as printed: a line saying what it is (printed on stderr) and
+    the ratios as one JSON list (printed alone on stdout, so ``> ratios.txt`` saves what
+    ``--cache mag:FILE`` / ``MagCacheConfig(mag_ratios=...)`` take). With CFG the conditional
+    branch's ratios (the reference prints one list per branch; one config's ratios serve both,
+    and the conditional pass is the one the guidance scales up)."""
     which = "" if label == "all" else f", the {'conditional' if label == 'cond' else label} pass"
-    return (f"\nMagCache calibration ({len(ratios)} steps{which}): save this list to a file for --cache mag:FILE, "
-            f"or pass it as MagCacheConfig(mag_ratios=...):\n{json.dumps([float(r) for r in ratios])}\n")
+    heading = (f"MagCache calibration ({len(ratios)} steps{which}): the ratios are printed as one list on stdout; "
+               f"save them (e.g. --cache mag > ratios.txt) for --cache mag:FILE, or pass them as "
+               f"MagCacheConfig(mag_ratios=...)")
+    return heading, json.dumps([float(r) for r in ratios])
 
 
 def _like(value: Any, old: jax.Array) -> jax.Array:
