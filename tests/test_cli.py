@@ -531,6 +531,15 @@ def test_cache_flag(ckpt, tmp_path):
     assert "cond CSSSSS, uncond CSSSSS" in r.output and out.exists()
     from vidax.pipelines.step_cache import MagCacheConfig, TaylorSeerCacheConfig, parse_cache_option
 
+    # A calibration run's stdout is the list alone (`--cache mag > ratios.txt` saves what
+    # --cache mag:FILE reads back); what it is, the "wrote" line and the summary are on stderr.
+    r = CliRunner().invoke(app, base + ["--cache", "mag", "--output", str(tmp_path / "c.npy")])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith("["), r.stdout
+    assert "MagCache calibration (6 steps, the conditional pass)" in r.stderr and "wrote " in r.stderr
+    (tmp_path / "calibrated.txt").write_text(r.stdout)
+    assert parse_cache_option(f"mag:{tmp_path / 'calibrated.txt'}", 6).mag_ratios == json.loads(r.stdout)
+
     ratios = tmp_path / "ratios.txt"
     ratios.write_text("1.0 0.9, 1.1\n1.0 0.9 1.1")
     (tmp_path / "ratios.json").write_text("[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]")
@@ -559,6 +568,32 @@ def test_cache_flag(ckpt, tmp_path):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()
+
+
+def test_cache_mag_file_is_read_as_text_or_refused_in_one_line(tmp_path):
+    """--cache mag:FILE (no weights needed): a binary file is one line (was a UnicodeDecodeError
+    traceback), a UTF-8 file with a byte-order mark (as some editors save) is read, and 'mag:'
+    with no file name is refused (it silently ran a calibration)."""
+    from vidax.errors import InputError
+    from vidax.pipelines.step_cache import MagCacheConfig, parse_cache_option
+
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbf[1.0, 0.9, 1.1]\n")
+    assert parse_cache_option(f"mag:{bom}", 3) == MagCacheConfig(num_inference_steps=3, mag_ratios=[1.0, 0.9, 1.1])
+    binary = tmp_path / "ratios.bin"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(InputError) as e:
+        parse_cache_option(f"mag:{binary}", 3)
+    assert str(e.value) == (f"--cache mag:{binary}: the ratios file '{binary}' is not UTF-8 text; it must hold a flat "
+                            "list of finite numbers >= 0 (ratios of residual norms, one per step) as a JSON list or "
+                            "numbers separated by spaces or commas")
+    for value in ("mag:", "mag: "):
+        with pytest.raises(InputError, match=r"^--cache mag: ?: nothing after 'mag:'; give the ratios "
+                                             r"\(mag:\[r1, r2, \.\.\.\] or mag:FILE\), or 'mag' alone to calibrate$"):
+            parse_cache_option(value, 3)
+    with pytest.raises(InputError, match=r"^cache='mag:': nothing after 'mag:'; give the ratios \(mag:\[r1, r2, "
+                                         r"\.\.\.\]\), or 'mag' alone"):
+        parse_cache_option("mag:", 3, name="cache", files=False)
 
 
 def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):

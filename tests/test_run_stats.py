@@ -221,7 +221,43 @@ def test_cache_summary_says_predicted_when_only_hooked_modules_are_skipped():
         report.step_kind += ["full", "skipped", "full", "skipped"]
         report.step_s += [1.0, 0.5, 1.0, 0.5]
     assert "8 of 16 hooked module evaluations run, 8 predicted instead" in modules.describe()
-    assert "every block ran on every step" in modules.describe()
+    # Hooked modules may be whole blocks (cache_identifiers=[r'^transformer_blocks\.\d+$']): only the
+    # modules not hooked are sure to run on every step.
+    assert "predicted instead (per step: all CSCS, S = predicted); the modules not hooked ran on every step, " \
+           "~1.00 s saved" in modules.describe()
+    assert "every block ran" not in modules.describe()
     assert "skipped the blocks" not in modules.describe()
     assert "8 of 16 block evaluations run, 8 skipped" in blocks.describe()
     assert "2 of 4 steps skipped the blocks, ~1.00 s saved" in blocks.describe()
+    # Only proj_out predicted (lite mode on Cosmos 3's layers): every block ran, nothing is saved
+    # whatever the step times say.
+    modules.blocks_always = True
+    assert modules.saved_s is None
+    assert modules.describe().endswith("S = predicted); every block ran on every step, no time saved")
+
+
+def test_cache_summary_leaves_warm_up_steps_out_of_time_saved():
+    """The first step of each call / expert segment is its warm-up (first execution after the
+    compile): counted among the computed steps it made a new user's LTX-2 TaylorSeer run (steps
+    below, offload=1) report "~0.27 s saved" where the skipped steps were no faster. Left out,
+    with skipped steps no faster than the computed ones, the summary says so instead of a figure."""
+    from vidax.pipelines.step_cache import CacheReport
+
+    def report(step_s, kinds, warm):
+        r = CacheReport("taylorseer", num_blocks=4)
+        for k in kinds:
+            r.record("all", k == "full", head_only=False)
+        r.step_kind, r.step_s, r.step_warm = list(kinds), list(step_s), list(warm)
+        return r
+
+    kinds = ["full", "full", "full", "skipped", "full", "skipped"]
+    trial = report([0.44, 0.154, 0.029, 0.032, 0.0315, 0.0288], kinds, [True] + [False] * 5)
+    assert trial.saved_s is None
+    assert trial.describe().endswith("2 of 6 steps skipped the blocks, time saved not measurable (first steps "
+                                     "left out, the skipped steps were not all faster)")
+    # Two segments (experts), each with a slow first step; the skipped steps clearly faster: the
+    # figure is (median computed - median skipped) x skipped steps from the other steps.
+    two = report([5.0, 1.0, 0.25, 4.0, 1.0, 0.25], kinds, [True, False, False, True, False, False])
+    two.step_kind = ["full", "full", "skipped", "full", "full", "skipped"]
+    assert two.saved_s == pytest.approx(1.5)
+    assert "~1.50 s saved" in two.describe()

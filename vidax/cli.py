@@ -452,7 +452,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         from vidax.pipelines.step_cache import parse_cache_option
 
         cache_config = parse_cache_option(cache, call.num_inference_steps)
-        cls.check_cache_kind(cache_config, f"--cache {cache}")
+        cls.check_cache_kind(cache_config, f"--cache {cache}", ckpt.pipeline_class_name)
     check_image_frames(output, call.num_frames)  # -o x.png for 17 frames: before any weight is read
     paths = output_paths(output, call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each

@@ -482,6 +482,7 @@ def test_taylorseer_matches_diffusers_on_both_streams(cosmos3, with_sound):
     # An uncached vidax run would sit at ``moved``: vidax's cached run must be far closer.
     assert all(a > m + 30 for a, m in zip(agree, moved)), (agree, moved)
     for config in (vidax.FirstBlockCacheConfig(), vidax.MagCacheConfig(calibrate=True)):
-        with pytest.raises(InputError, match="no block metadata for Cosmos3OmniPipeline's transformer blocks that its"):
+        with pytest.raises(InputError, match="block metadata for Cosmos3OmniPipeline's decoder layers "
+                                             r"\(Cosmos3VLTextMoTDecoderLayer\) names their inputs gen_seq / und_seq"):
             pipe.enable_cache(config)
         assert pipe.cache_config is None

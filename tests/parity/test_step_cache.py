@@ -197,19 +197,48 @@ def test_two_streams_and_two_stacks_hunyuan(hunyuan, threshold):
     check_parity(hunyuan, RefMag(**kw), vidax.MagCacheConfig(**kw))
 
 
+def test_cache_refusals_say_the_reason_and_the_loaded_pipeline_class():
+    """The refusals before any weight is read (the CLI's --cache, check_cache_kind): Cosmos 3's says
+    why diffusers' First-Block Cache / MagCache hooks raise there (its block metadata names
+    gen_seq / und_seq, which they do not read; it said "no block metadata"), and each names the
+    pipeline class as loaded (Cosmos-Predict2.5's Cosmos2_5_PredictBasePipeline, not vidax's
+    CosmosPredictPipeline)."""
+    from vidax.models.cosmos.pipeline import CosmosPredictPipeline
+    from vidax.models.cosmos3.pipeline import Cosmos3OmniPipeline
+    from vidax.models.ltx2.pipeline import LTX2Pipeline
+
+    with pytest.raises(InputError) as e:
+        Cosmos3OmniPipeline.check_cache_kind(vidax.MagCacheConfig(calibrate=True), "--cache mag",
+                                             "Cosmos3OmniDiffusersPipeline")
+    assert str(e.value) == ("--cache mag: diffusers 0.42.1's block metadata for Cosmos3OmniDiffusersPipeline's "
+                            "decoder layers (Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which "
+                            "its MagCacheConfig hooks do not read (they look for hidden_states / encoder_hidden_states "
+                            "and raise there), so there is no reference to match; TaylorSeerCacheConfig runs")
+    with pytest.raises(InputError, match="^--cache first_block:0.1: diffusers 0.42.1 has no block metadata for "
+                                         "LTX2ConditionPipeline's transformer blocks that its FirstBlockCacheConfig "
+                                         "hooks can use"):
+        LTX2Pipeline.check_cache_kind(vidax.FirstBlockCacheConfig(threshold=0.1), "--cache first_block:0.1",
+                                      "LTX2ConditionPipeline")
+    with pytest.raises(InputError, match="^--cache taylorseer: diffusers 0.42.1's Cosmos2_5_PredictBasePipeline "
+                                         "cannot run cache hooks"):
+        CosmosPredictPipeline.check_cache_kind(vidax.TaylorSeerCacheConfig(), "--cache taylorseer",
+                                               "Cosmos2_5_PredictBasePipeline")
+
+
 def test_mag_cache_calibration_prints_the_reference_ratios(wan, capsys, tmp_path):
     wan.run_ref(RefMag(calibrate=True, num_inference_steps=STEPS))
     want = [[float(v) for v in m.split(",")] for m in re.findall(r"\[([-0-9., e]+)\]", capsys.readouterr().out)]
     _, stats = wan.run(vidax.MagCacheConfig(calibrate=True, num_inference_steps=STEPS))
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr()
     assert len(want) == 2 and list(stats.cache.calibration) == ["cond", "uncond"]  # each branch its own state
     # Means of norm ratios of fp32 residuals: fp32 rounding only.
     np.testing.assert_allclose(list(stats.cache.calibration.values()), want, rtol=1e-5)
     assert stats.cache.blocks_skipped == 0 and len(set(map(tuple, want))) == 2
-    # One list printed (the conditional pass's), which --cache mag:FILE reads back as it is.
-    lists = re.findall(r"^\[.*\]$", printed, re.M)
-    assert len(lists) == 1 and "--cache mag:FILE" in printed
-    (tmp_path / "ratios.json").write_text(lists[0])
+    # One list printed (the conditional pass's), alone on stdout so that `> ratios.txt` saves what
+    # --cache mag:FILE reads back; the line saying what it is on stderr.
+    assert re.fullmatch(r"\[[^\n]*\]\n", printed.out), printed.out
+    assert "MagCache calibration (8 steps, the conditional pass)" in printed.err and "--cache mag:FILE" in printed.err
+    (tmp_path / "ratios.json").write_text(printed.out)
     from vidax.pipelines.step_cache import parse_cache_option
 
     config = parse_cache_option(f"mag:{tmp_path / 'ratios.json'}", STEPS)
@@ -385,13 +414,20 @@ def test_bad_configs_are_refused_in_one_line(wan):
         with pytest.raises(InputError) as e:
             make()
         assert name in str(e.value) and "\n" not in str(e.value)
-    # Pipelines whose diffusers reference runs no cache hooks (no cache context).
+    # Pipelines whose diffusers reference runs no cache hooks (no cache context): named as the
+    # user loads them (model_index.json's _class_name), not by vidax's class.
+    from types import SimpleNamespace
+
     from vidax.models.cosmos.pipeline import CosmosPredictPipeline
     from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline
 
-    for cls in (CosmosPredictPipeline, HunyuanVideoImageToVideoPipeline):
-        with pytest.raises(InputError, match=f"{cls.__name__} cannot run cache hooks"):
-            object.__new__(cls).enable_cache(vidax.TaylorSeerCacheConfig(use_lite_mode=True))
+    for cls, loaded in ((CosmosPredictPipeline, "Cosmos2_5_PredictBasePipeline"),
+                        (HunyuanVideoImageToVideoPipeline, "HunyuanVideoImageToVideoPipeline")):
+        pipe = object.__new__(cls)
+        pipe.checkpoint = SimpleNamespace(pipeline_class_name=loaded)
+        with pytest.raises(InputError, match=f"^config=TaylorSeerCacheConfig: diffusers 0.42.1's {loaded} cannot run "
+                                             "cache hooks"):
+            pipe.enable_cache(vidax.TaylorSeerCacheConfig(use_lite_mode=True))
     # Ratios for another number of steps than the call's.
     wan.pipe.enable_cache(vidax.MagCacheConfig(num_inference_steps=STEPS + 1, mag_ratios=[1.0] * (STEPS + 1)))
     try:

@@ -1295,22 +1295,29 @@ class VideoPipeline:
     #: its First-Block Cache and MagCache hooks need (False: they raise there, so vidax refuses
     #: them; TaylorSeer needs no block metadata).
     cache_block_metadata: ClassVar[bool] = True
+    #: Why diffusers 0.42.1's First-Block Cache / MagCache hooks raise on this pipeline when
+    #: :attr:`cache_block_metadata` is False (``{pipeline}``: the pipeline's class as the user
+    #: loads it; ``{config}``: the config's class).
+    cache_metadata_problem: ClassVar[str] = ("diffusers 0.42.1 has no block metadata for {pipeline}'s transformer "
+                                             "blocks that its {config} hooks can use (they raise there)")
 
     @classmethod
-    def check_cache_kind(cls, config: Any, name: str = "config") -> None:
+    def check_cache_kind(cls, config: Any, name: str = "config", pipeline: str | None = None) -> None:
         """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on this pipeline
-        (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``).
+        (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``;
+        ``pipeline``: the pipeline class as the user loads it, model_index.json's ``_class_name``,
+        default this class's name).
 
         Raises:
             InputError: one line naming ``name``.
         """
+        pipeline = pipeline or cls.__name__
         if not cls.cache_reference:
-            raise InputError(f"{name}: diffusers 0.42.1's {cls.__name__} cannot run cache hooks (no cache context "
+            raise InputError(f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
                              "around its transformer calls, or no block metadata), so there is no reference to match")
         if not cls.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
-            raise InputError(f"{name}: diffusers 0.42.1 has no block metadata for {cls.__name__}'s transformer "
-                             f"blocks that its {type(config).__name__} hooks can use (they raise there), so there is "
-                             "no reference to match; TaylorSeerCacheConfig runs")
+            problem = cls.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
+            raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
         if len(cls.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
             # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
             raise InputError(f"{name}: {type(config).__name__} on a pipeline with several latent streams "
@@ -1337,7 +1344,7 @@ class VideoPipeline:
         """``config`` if this pipeline can run it (what :meth:`enable_cache` checks; reads the
         model's structure, no weight), else an InputError naming ``name``."""
         config = check_cache_config(config, name)
-        self.check_cache_kind(config, f"{name}={type(config).__name__}")
+        self.check_cache_kind(config, f"{name}={type(config).__name__}", self.checkpoint.pipeline_class_name)
         model = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}

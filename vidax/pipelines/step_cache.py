@@ -43,6 +43,7 @@ import json
 import logging
 import math
 import re
+import sys
 from typing import Any, Sequence
 
 import jax
@@ -292,7 +293,7 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
         InputError: one line naming the option, its value and what is valid.
     """
     shown = f"{name} {value}" if name.startswith("-") else f"{name}={value!r}"
-    kind, _, arg = str(value).strip().partition(":")
+    kind, colon, arg = str(value).strip().partition(":")
     valid = f"first_block:THRESHOLD, mag[:RATIOS{'_FILE' if files else ''}] or taylorseer"
     if kind == "first_block":
         try:
@@ -304,9 +305,12 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
         except InputError as e:
             raise InputError(f"{shown}: {e}") from None
     if kind == "mag":
-        if not arg:
-            return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
         arg = arg.strip()
+        if not colon:
+            return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
+        if not arg:
+            raise InputError(f"{shown}: nothing after 'mag:'; give the ratios (mag:[r1, r2, ...]"
+                             f"{' or mag:FILE' if files else ''}), or 'mag' alone to calibrate")
         if arg.startswith("["):
             text, where = arg, "the list"
         elif not files:
@@ -314,10 +318,13 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
                              "for a request")
         else:
             try:
-                with open(arg) as f:
+                with open(arg, encoding="utf-8-sig") as f:  # a byte-order mark is read past
                     text = f.read()
             except OSError as e:
                 raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
+            except UnicodeDecodeError:
+                raise InputError(f"{shown}: the ratios file {arg!r} is not UTF-8 text; it must hold "
+                                 f"{MAG_RATIOS_VALID} as a JSON list or numbers separated by spaces or commas") from None
             where = arg
         calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
         expected = (f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
@@ -771,8 +778,14 @@ class CacheReport:
         step_kind: per step, ``"full"``, ``"skipped"`` (no branch ran the remaining blocks) or
             ``"partial"`` (one branch skipped, computed with the batch).
         step_s: the steps' seconds (as in ``RunStats.step_s``).
+        step_warm: per step, whether it is the first step of its call or expert segment (its first
+            execution after the compile, slower: left out of :attr:`saved_s`).
         calibration: MagCache's calibration run: per branch label, the ratios of each step
             (float; the reference keeps one state per branch and prints each); None otherwise.
+        unit: what ``num_blocks`` counts: ``"block"``, or ``"hooked module"`` (TaylorSeer's modes
+            that predict modules while the blocks run).
+        blocks_always: every block runs on every step (TaylorSeer predicting ``proj_out`` only):
+            nothing is saved.
     """
 
     method: str
@@ -782,8 +795,10 @@ class CacheReport:
     blocks_skipped: int = 0
     step_kind: list = dataclasses.field(default_factory=list)
     step_s: list = dataclasses.field(default_factory=list)
+    step_warm: list = dataclasses.field(default_factory=list)
     calibration: dict | None = None
     unit: str = "block"
+    blocks_always: bool = False
 
     def record(self, label: str, computed: bool, head_only: bool) -> None:
         self.patterns[label] = self.patterns.get(label, "") + ("C" if computed else "S")
@@ -794,14 +809,30 @@ class CacheReport:
             self.blocks_skipped += self.num_blocks - int(head_only)
 
     @property
-    def saved_s(self) -> float:
-        """Seconds saved: (mean full step - mean skipped step) x skipped steps, from this call's
-        step times (0 when either kind is missing)."""
-        full = [t for t, k in zip(self.step_s, self.step_kind) if k != "skipped"]
-        skipped = [t for t, k in zip(self.step_s, self.step_kind) if k == "skipped"]
-        if not full or not skipped:
-            return 0.0
-        return max(0.0, (sum(full) / len(full) - sum(skipped) / len(skipped)) * len(skipped))
+    def saved_s(self) -> float | None:
+        """Seconds saved: (median computed step - median skipped step) x skipped steps, from this
+        call's step times with the first step of each call / segment left out (its warm-up).
+        None when it cannot be measured: every block ran (:attr:`blocks_always`), a kind of step
+        is missing, or the skipped steps were not all faster than every computed one (the
+        difference is within the steps' spread)."""
+        if self.blocks_always:
+            return None
+        warm = self.step_warm + [False] * (len(self.step_s) - len(self.step_warm))
+        timed = [(t, k) for t, k, w in zip(self.step_s, self.step_kind, warm) if not w]
+        full = [t for t, k in timed if k != "skipped"]
+        skipped = [t for t, k in timed if k == "skipped"]
+        if not full or not skipped or max(skipped) >= min(full):
+            return None
+        n_skipped = sum(k == "skipped" for k in self.step_kind)
+        return (float(np.median(full)) - float(np.median(skipped))) * n_skipped
+
+    def _saved_text(self) -> str:
+        saved = self.saved_s
+        if saved is not None:
+            return f"~{saved:.2f} s saved"
+        if self.blocks_always:
+            return "no time saved"
+        return "time saved not measurable (first steps left out, the skipped steps were not all faster)"
 
     def describe(self) -> str:
         total = self.blocks_run + self.blocks_skipped
@@ -810,10 +841,10 @@ class CacheReport:
         if self.unit == "block":
             return (f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
                     f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
-                    f"~{self.saved_s:.2f} s saved")
+                    f"{self._saved_text()}")
+        ran = "every block ran on every step" if self.blocks_always else "the modules not hooked ran on every step"
         return (f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} "
-                f"predicted instead (per step: {pats}, S = predicted); every block ran on every step, "
-                f"~{self.saved_s:.2f} s saved")
+                f"predicted instead (per step: {pats}, S = predicted); {ran}, {self._saved_text()}")
 
 
 class StepCache:
@@ -848,6 +879,7 @@ class StepCache:
             if taps or mode == "proj_out":  # the blocks all run; the hooked modules are what is skipped
                 report.num_blocks = self.num_blocks = sum(sum(t.layers) for t in taps) if taps else 1
                 report.unit = "hooked module"
+                report.blocks_always = not taps
             self._ts = dict(step=-1, last=None, updates=0)
         self._pending: dict = {}
 
@@ -924,6 +956,7 @@ class StepCache:
                 self._ts["last"] = self._ts["step"]
         self.report.step_kind.append(step_kind)
         self.report.step_s.append(seconds)
+        self.report.step_warm.append(i == 0)
 
     def _mag_decide(self) -> bool:
         """MagCacheHeadHook.new_forward's decision, its accumulators in float32 as the reference's
@@ -956,7 +989,9 @@ class StepCache:
         if st["step"] >= c.num_inference_steps:
             if c.calibrate:
                 self.report.calibration = dict(zip(self.labels, self.calibration))
-                print(calibration_text(self.calibration[0], self.labels[0]))
+                heading, listing = calibration_text(self.calibration[0], self.labels[0])
+                print(heading, file=sys.stderr)  # stdout holds only what --cache mag:FILE reads back
+                print(listing)
             st.update(step=0, acc_ratio=np.float32(1.0), acc_err=np.float32(0.0), acc_steps=0, has_prev=False)
             self.calibration = [[] for _ in range(self.branches)]
 
@@ -980,14 +1015,17 @@ class StepCache:
         return compute, delta, held, coeff
 
 
-def calibration_text(ratios: Sequence[float], label: str) -> str:
-    """MagCache's calibration result as printed: a line saying what it is, then the ratios as one
-    JSON list (what ``--cache mag:FILE`` / ``MagCacheConfig(mag_ratios=...)`` take). With CFG
-    the conditional branch's ratios (the reference prints one list per branch; one config's
-    ratios serve both, and the conditional pass is the one the guidance scales up)."""
+def calibration_text(ratios: Sequence[float], label: str) -> tuple[str, str]:
+    """MagCache's calibration result as printed: a line saying what it is (printed on stderr) and
+    the ratios as one JSON list (printed alone on stdout, so ``> ratios.txt`` saves what
+    ``--cache mag:FILE`` / ``MagCacheConfig(mag_ratios=...)`` take). With CFG the conditional
+    branch's ratios (the reference prints one list per branch; one config's ratios serve both,
+    and the conditional pass is the one the guidance scales up)."""
     which = "" if label == "all" else f", the {'conditional' if label == 'cond' else label} pass"
-    return (f"\nMagCache calibration ({len(ratios)} steps{which}): save this list to a file for --cache mag:FILE, "
-            f"or pass it as MagCacheConfig(mag_ratios=...):\n{json.dumps([float(r) for r in ratios])}\n")
+    heading = (f"MagCache calibration ({len(ratios)} steps{which}): the ratios are printed as one list on stdout; "
+               f"save them (e.g. --cache mag > ratios.txt) for --cache mag:FILE, or pass them as "
+               f"MagCacheConfig(mag_ratios=...)")
+    return heading, json.dumps([float(r) for r in ratios])
 
 
 def _like(value: Any, old: jax.Array) -> jax.Array:

@@ -142,6 +142,9 @@ class Cosmos3OmniPipeline(VideoPipeline):
     # while its First-Block Cache asks for hidden_states and MagCache (on a skip) for
     # encoder_hidden_states: both raise there. TaylorSeer runs.
     cache_block_metadata = False
+    cache_metadata_problem = ("diffusers 0.42.1's block metadata for {pipeline}'s decoder layers "
+                              "(Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which its {config} "
+                              "hooks do not read (they look for hidden_states / encoder_hidden_states and raise there)")
     unsupported_call_args = ("guidance_scale_2", "max_sequence_length")
     call_options = (
         CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos 3 video-to-video keeps its first frames "
