@@ -630,3 +630,28 @@ def test_joined_flag_helps_read_as_one_text():
         sentences = [s for s in text.split(". ") if s]
         assert len(sentences) == len(set(sentences)) and text.count("No safety checker runs") <= 1, text
     assert options["video"].help.startswith("Video to condition on (") and "HunyuanVideo 1.5" in options["image"].help
+
+
+def test_a_flag_whose_families_differ_in_default_says_each_default():
+    """--guidance-rescale is 0 on LTX-Video, 0.7 on LTX-2: no single "[default: 0]" (one family's)
+    but each family's default in the joined help; the LTX-2 sound scales fall back only at 0
+    (unset is their own default)."""
+    from vidax.cli import _declared_params, call_options
+    from vidax.registry import registry
+
+    options = call_options()
+    defaults: dict[str, set] = {}
+    for spec in registry().pipelines():
+        for o in spec.load().call_options:
+            if o.is_flag:
+                defaults.setdefault(o.name, set()).add(o.default)
+    differ = [name for name, d in defaults.items() if len(d) > 1]
+    assert "guidance_rescale" in differ and "frame_rate" in differ
+    for name in differ:
+        assert options[name].default == "", name
+        assert all(f"default {d}" in options[name].help for d in defaults[name]), options[name].help
+    help_of = {p.name: p.help for p in _declared_params(options.values())}
+    assert "[default:" not in help_of["guidance_rescale"] and "LTX-2: of the video, default 0.7" in help_of["guidance_rescale"]
+    for name, fallback in (("audio_guidance_scale", "guidance_scale"), ("audio_stg_scale", "stg_scale"),
+                           ("audio_modality_scale", "modality_scale"), ("audio_guidance_rescale", "guidance_rescale")):
+        assert f"(LTX-2); 0: {fallback}." in help_of[name] and "unset" not in help_of[name], help_of[name]

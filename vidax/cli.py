@@ -78,6 +78,7 @@ def call_options() -> dict:
 
     options = {o.name: o for o in SHARED_OPTIONS if o.is_flag}
     helps: dict[str, list[str]] = {}
+    differ: set[str] = set()  # keywords whose pipelines' defaults differ
     for spec in registry().pipelines():
         for o in spec.load().call_options:
             if not o.is_flag:
@@ -89,8 +90,12 @@ def call_options() -> dict:
                                   f"pipeline as {options[o.name].type}; one flag cannot take both")
             else:
                 helps.setdefault(o.name, [options[o.name].help]).append(o.help)
+                if o.default != options[o.name].default:
+                    differ.add(o.name)
     for name, texts in helps.items():  # one text: shared sentences once, each family's parenthetical
         options[name] = dataclasses.replace(options[name], help=join_helps(texts))
+    for name in differ:  # one "[default: X]" would be one family's: each family's help says its own
+        options[name] = dataclasses.replace(options[name], default="")
     return options
 
 
@@ -159,9 +164,14 @@ class _Spelling:
         self.flags = {p.name: p.opts[0] for p in command.params
                       if getattr(p, "param_type_name", "") == "option" and p.opts[0].startswith("--")}
         self.flags.update(KEYWORD_FLAGS)
+        # keywords whose flag spells a list as "28,29" (--stg-blocks): their values echoed so
+        self.listed = ({o.name for o in call_options().values() if o.cli is not None}
+                       if isinstance(command, GenerateCommand) else set())
 
     def __call__(self, arg) -> str:
         flag = self.flags.get(arg.name)
+        if flag is not None and arg.name in self.listed and isinstance(arg.value, (list, tuple)):
+            return f"{flag} {','.join(map(str, arg.value))}"
         return str(arg) if flag is None else arg.spelled(flag)
 
     def message(self, error: BaseException) -> str:
@@ -374,7 +384,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False,
               weights=None, transformer=None) -> None:
     from vidax.checkpoint import TASK_NAMES
-    from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
+    from vidax.pipelines.options import FRAME_RATE_RANGE, IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Arg, Cancelled, InputError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
@@ -388,11 +398,10 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
-    if fps is not None and fps <= 0:
-        raise InputError(Arg("fps"), f" must be > 0, got {fps}")
+    if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
+        raise InputError(Arg("fps"), f" must be a frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
-    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     raw = dict(given)  # the file paths, before the files are read
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
@@ -434,6 +443,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         own = [Arg(o.name) for o in cls.call_options if o.is_flag]
         raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
                          "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
+    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     info = cls.read_checkpoint(ckpt)
     call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
     silent = cls.silent_call(info, call)  # None: this call makes sound
