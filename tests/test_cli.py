@@ -353,6 +353,7 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
     (("--true-cfg-scale", "2"), "--true-cfg-scale"),
     (("--frame-rate", "24"), "--frame-rate"),
     (("--decode-timestep", "0.05"), "--decode-timestep"),
+    (("--stg-blocks", "abc"), "--stg-blocks"),  # not used here: said before its format
 ])
 def test_family_flags_refused_by_a_pipeline_without_them(ckpt, args, flag, tmp_path):
     """A family's flag given to a checkpoint whose pipeline does not take it: one line naming the

@@ -389,7 +389,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     from vidax.errors import Arg, Cancelled, InputError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import DISCARD, check_image_frames, check_output_path, output_paths, write_audio, write_video
+    from vidax.io.video import (DISCARD, audio_path, check_image_frames, check_output_path, output_paths,
+                                write_audio, write_video)
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
@@ -525,8 +526,16 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
+    elif fmt == "wav":  # the frames were made (the sound follows them) but not kept
+        typer.echo(f"wrote {', '.join(written)} (the sound only, {out.audio.shape[-1] / out.audio_sample_rate:.2f} s "
+                   f"at {out.audio_sample_rate} Hz; the video's {size.split(',')[0]} were not written)", err=True)
     else:
         typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
+    for path in written if out.audio is None else ():  # a .wav beside is a run's sound: never this one's
+        wav = audio_path(path)
+        if wav is not None and os.path.isfile(wav):
+            typer.secho(f"warning: {wav} beside {path} is from an earlier run and was not replaced (this run made "
+                        "no sound); it is not this video's sound", fg=typer.colors.YELLOW, err=True)
     if stop():
         rest = paths[len(written):]
         stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
