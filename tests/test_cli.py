@@ -656,3 +656,30 @@ def test_a_flag_whose_families_differ_in_default_says_each_default():
     for name, fallback in (("audio_guidance_scale", "guidance_scale"), ("audio_stg_scale", "stg_scale"),
                            ("audio_modality_scale", "modality_scale"), ("audio_guidance_rescale", "guidance_rescale")):
         assert f"(LTX-2); 0: {fallback}." in help_of[name] and "unset" not in help_of[name], help_of[name]
+
+
+def test_latents_past_what_the_vae_decodes_are_an_error_and_kept(pipe, ckpt, tmp_path):
+    """guidance_scale=1e30 on Wan: the final latents reach ~1e27, the VAE's float32 norms overflow
+    and the decode was a finite, flat 0.5 grey video written with exit 0. Now: one error line
+    naming the peak and the guidance scale, the latents kept (as output_type="latent"), no video."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.errors import NumericalError
+    from vidax.pipelines.base import MAX_DECODE_LATENT
+
+    with pytest.raises(NumericalError, match=r"the likely cause is guidance_scale=1e\+30") as e:
+        pipe("a red car", guidance_scale=1e30, seed=0, progress=False, **SMALL)
+    latent = pipe("a red car", guidance_scale=1e30, seed=0, progress=False, output_type="latent", **SMALL).frames
+    np.testing.assert_array_equal(e.value.latents, latent)
+    assert np.abs(latent).max() > MAX_DECODE_LATENT
+    out = tmp_path / "v.mp4"
+    r = CliRunner().invoke(app, ["generate", "-p", "a red car", "--checkpoint", ckpt, "-o", str(out), "--no-progress",
+                                 "--guidance-scale", "1e30", "--seed", "0", *(f"--{k.replace('_', '-')}={v}"
+                                                                              for k, v in SMALL.items())])
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    kept = tmp_path / "v-latents.unwritten.npy"
+    assert "the likely cause is --guidance-scale 1e+30" in lines[0] and f"kept in {kept}" in lines[0], lines[0]
+    assert sorted(os.listdir(tmp_path)) == [kept.name]
+    np.testing.assert_array_equal(np.load(kept), latent)

@@ -386,7 +386,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import FRAME_RATE_RANGE, IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Arg, Cancelled, InputError, joined
+    from vidax.errors import Arg, Cancelled, InputError, NumericalError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import (DISCARD, audio_path, check_image_frames, check_output_path, output_paths,
@@ -494,7 +494,19 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
             from vidax.pipelines.staging import offload_report
 
             typer.echo(offload_report(pipe), err=True)
-    out = pipe.generate(call)
+    try:
+        out = pipe.generate(call)
+    except NumericalError as e:  # final latents the VAE cannot decode: kept, as an output error keeps frames
+        if getattr(e, "latents", None) is None or fmt == DISCARD or not is_main_process():
+            raise
+        from vidax.io.video import save_unwritten
+
+        try:
+            kept = save_unwritten(e.latents, os.path.splitext(output.rstrip(os.sep))[0] + "-latents")
+        except OSError:
+            raise e from None
+        raise NumericalError(e.message, f"; the final latents are kept in {kept} (float32 {tuple(e.latents.shape)} "
+                             "as output_type=\"latent\" gives them, numpy.load)") from None
     fps_given = fps is not None and fps != pipe.video_fps(call)  # an --fps other than the model's
     fps = fps or pipe.video_fps(call)
     if not is_main_process():
