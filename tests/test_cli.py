@@ -353,6 +353,7 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
     (("--true-cfg-scale", "2"), "--true-cfg-scale"),
     (("--frame-rate", "24"), "--frame-rate"),
     (("--decode-timestep", "0.05"), "--decode-timestep"),
+    (("--stg-blocks", "abc"), "--stg-blocks"),  # not used here: said before its format
 ])
 def test_family_flags_refused_by_a_pipeline_without_them(ckpt, args, flag, tmp_path):
     """A family's flag given to a checkpoint whose pipeline does not take it: one line naming the
@@ -665,3 +666,55 @@ def test_joined_flag_helps_read_as_one_text():
         sentences = [s for s in text.split(". ") if s]
         assert len(sentences) == len(set(sentences)) and text.count("No safety checker runs") <= 1, text
     assert options["video"].help.startswith("Video to condition on (") and "HunyuanVideo 1.5" in options["image"].help
+
+
+def test_a_flag_whose_families_differ_in_default_says_each_default():
+    """--guidance-rescale is 0 on LTX-Video, 0.7 on LTX-2: no single "[default: 0]" (one family's)
+    but each family's default in the joined help; the LTX-2 sound scales fall back only at 0
+    (unset is their own default)."""
+    from vidax.cli import _declared_params, call_options
+    from vidax.registry import registry
+
+    options = call_options()
+    defaults: dict[str, set] = {}
+    for spec in registry().pipelines():
+        for o in spec.load().call_options:
+            if o.is_flag:
+                defaults.setdefault(o.name, set()).add(o.default)
+    differ = [name for name, d in defaults.items() if len(d) > 1]
+    assert "guidance_rescale" in differ and "frame_rate" in differ
+    for name in differ:
+        assert options[name].default == "", name
+        assert all(f"default {d}" in options[name].help for d in defaults[name]), options[name].help
+    help_of = {p.name: p.help for p in _declared_params(options.values())}
+    assert "[default:" not in help_of["guidance_rescale"] and "LTX-2: of the video, default 0.7" in help_of["guidance_rescale"]
+    for name, fallback in (("audio_guidance_scale", "guidance_scale"), ("audio_stg_scale", "stg_scale"),
+                           ("audio_modality_scale", "modality_scale"), ("audio_guidance_rescale", "guidance_rescale")):
+        assert f"(LTX-2); 0: {fallback}." in help_of[name] and "unset" not in help_of[name], help_of[name]
+
+
+def test_latents_past_what_the_vae_decodes_are_an_error_and_kept(pipe, ckpt, tmp_path):
+    """guidance_scale=1e30 on Wan: the final latents reach ~1e27, the VAE's float32 norms overflow
+    and the decode was a finite, flat 0.5 grey video written with exit 0. Now: one error line
+    naming the peak and the guidance scale, the latents kept (as output_type="latent"), no video."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.errors import NumericalError
+    from vidax.pipelines.base import MAX_DECODE_LATENT
+
+    with pytest.raises(NumericalError, match=r"the likely cause is guidance_scale=1e\+30") as e:
+        pipe("a red car", guidance_scale=1e30, seed=0, progress=False, **SMALL)
+    latent = pipe("a red car", guidance_scale=1e30, seed=0, progress=False, output_type="latent", **SMALL).frames
+    np.testing.assert_array_equal(e.value.latents, latent)
+    assert np.abs(latent).max() > MAX_DECODE_LATENT
+    out = tmp_path / "v.mp4"
+    r = CliRunner().invoke(app, ["generate", "-p", "a red car", "--checkpoint", ckpt, "-o", str(out), "--no-progress",
+                                 "--guidance-scale", "1e30", "--seed", "0", *(f"--{k.replace('_', '-')}={v}"
+                                                                              for k, v in SMALL.items())])
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    kept = tmp_path / "v-latents.unwritten.npy"
+    assert "the likely cause is --guidance-scale 1e+30" in lines[0] and f"kept in {kept}" in lines[0], lines[0]
+    assert sorted(os.listdir(tmp_path)) == [kept.name]
+    np.testing.assert_array_equal(np.load(kept), latent)

@@ -163,8 +163,11 @@ def test_distributed_settings(monkeypatch):
         distributed.initialize(process_id=-1)
     with pytest.raises(InputError, match=r"num_processes=0 must be an int >= 1"):
         distributed.initialize(num_processes=0)
-    with pytest.raises(InputError, match=r"timeout_s=0 must be a number of seconds > 0"):
+    with pytest.raises(InputError, match=r"timeout_s=0 must be a finite number of seconds > 0"):
         distributed.initialize("localhost:1234", 2, 1, timeout_s=0)
+    for bad in (float("nan"), -1.0):  # refused for one process too, where it is unused
+        with pytest.raises(InputError, match=r"timeout_s=(nan|-1.0) must be a finite number of seconds > 0"):
+            distributed.initialize(timeout_s=bad)
     # The usual environment variables are read when the arguments are absent.
     monkeypatch.setenv(distributed.ENV_COORDINATOR, f"127.0.0.1:{_free_port()}")
     monkeypatch.setenv(distributed.ENV_NUM_PROCESSES, "2")

@@ -182,10 +182,17 @@ def test_cli_wav_alone_and_no_audio(sound_checkpoint, tmp_path):
     wave, rate = read_audio(wav)
     assert rate == 24000 and wave.shape == (2, SAMPLES)
     assert sorted(os.listdir(tmp_path)) == ["toy.wav"]
+    # The line says only the sound was written (the frames were made, not kept).
+    assert f"wrote {wav} (the sound only, 0.62 s at 24000 Hz; the video's 5 frames of 32x48 (HxW) were not " \
+           "written)" in r.stderr, r.stderr
     npy = tmp_path / "toy.npy"
     r = _vidax("generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(npy), "--no-progress",
                "--no-audio")
     assert r.returncode == 0, r.stderr
+    # toy.wav beside toy.npy is the first run's sound: kept (never removed), and said to be stale.
+    warned = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == [f"warning: {wav} beside {npy} is from an earlier run and was not replaced (this run made no "
+                      "sound); it is not this video's sound"], r.stderr
     assert "vae decode" in r.stderr and "audio decode" not in r.stderr  # its decode skipped
     assert sorted(os.listdir(tmp_path)) == ["toy.npy", "toy.wav"]  # no .wav written beside the .npy
     r = _vidax("generate", "-p", "x", "--checkpoint", sound_checkpoint, "-o", str(wav), "--no-audio")

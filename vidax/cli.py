@@ -82,6 +82,7 @@ def call_options() -> dict:
 
     options = {o.name: o for o in SHARED_OPTIONS if o.is_flag}
     helps: dict[str, list[str]] = {}
+    differ: set[str] = set()  # keywords whose pipelines' defaults differ
     for spec in registry().pipelines():
         for o in spec.load().call_options:
             if not o.is_flag:
@@ -93,8 +94,12 @@ def call_options() -> dict:
                                   f"pipeline as {options[o.name].type}; one flag cannot take both")
             else:
                 helps.setdefault(o.name, [options[o.name].help]).append(o.help)
+                if o.default != options[o.name].default:
+                    differ.add(o.name)
     for name, texts in helps.items():  # one text: shared sentences once, each family's parenthetical
         options[name] = dataclasses.replace(options[name], help=join_helps(texts))
+    for name in differ:  # one "[default: X]" would be one family's: each family's help says its own
+        options[name] = dataclasses.replace(options[name], default="")
     return options
 
 
@@ -163,9 +168,14 @@ class _Spelling:
         self.flags = {p.name: p.opts[0] for p in command.params
                       if getattr(p, "param_type_name", "") == "option" and p.opts[0].startswith("--")}
         self.flags.update(KEYWORD_FLAGS)
+        # keywords whose flag spells a list as "28,29" (--stg-blocks): their values echoed so
+        self.listed = ({o.name for o in call_options().values() if o.cli is not None}
+                       if isinstance(command, GenerateCommand) else set())
 
     def __call__(self, arg) -> str:
         flag = self.flags.get(arg.name)
+        if flag is not None and arg.name in self.listed and isinstance(arg.value, (list, tuple)):
+            return f"{flag} {','.join(map(str, arg.value))}"
         return str(arg) if flag is None else arg.spelled(flag)
 
     def message(self, error: BaseException) -> str:
@@ -378,12 +388,13 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
               memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False,
               weights=None, transformer=None) -> None:
     from vidax.checkpoint import TASK_NAMES
-    from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
+    from vidax.pipelines.options import FRAME_RATE_RANGE, IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Arg, Cancelled, InputError, joined
+    from vidax.errors import Arg, Cancelled, InputError, NumericalError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import DISCARD, check_image_frames, check_output_path, output_paths, write_audio, write_video
+    from vidax.io.video import (DISCARD, audio_path, check_image_frames, check_output_path, output_paths,
+                                write_audio, write_video)
     from vidax.nn.inputs import parse_dtype
     from vidax.stats import RunStats
 
@@ -392,11 +403,10 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
-    if fps is not None and fps <= 0:
-        raise InputError(Arg("fps"), f" must be > 0, got {fps}")
+    if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
+        raise InputError(Arg("fps"), f" must be a frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
-    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     raw = dict(given)  # the file paths, before the files are read
     # The files the flags name are read first: an unreadable one fails before any loading.
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
@@ -438,6 +448,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         own = [Arg(o.name) for o in cls.call_options if o.is_flag]
         raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
                          "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
+    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     info = cls.read_checkpoint(ckpt)
     call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
     silent = cls.silent_call(info, call)  # None: this call makes sound
@@ -487,7 +498,19 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
             from vidax.pipelines.staging import offload_report
 
             typer.echo(offload_report(pipe), err=True)
-    out = pipe.generate(call)
+    try:
+        out = pipe.generate(call)
+    except NumericalError as e:  # final latents the VAE cannot decode: kept, as an output error keeps frames
+        if getattr(e, "latents", None) is None or fmt == DISCARD or not is_main_process():
+            raise
+        from vidax.io.video import save_unwritten
+
+        try:
+            kept = save_unwritten(e.latents, os.path.splitext(output.rstrip(os.sep))[0] + "-latents")
+        except OSError:
+            raise e from None
+        raise NumericalError(e.message, f"; the final latents are kept in {kept} (float32 {tuple(e.latents.shape)} "
+                             "as output_type=\"latent\" gives them, numpy.load)") from None
     fps_given = fps is not None and fps != pipe.video_fps(call)  # an --fps other than the model's
     fps = fps or pipe.video_fps(call)
     if not is_main_process():
@@ -519,8 +542,16 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
+    elif fmt == "wav":  # the frames were made (the sound follows them) but not kept
+        typer.echo(f"wrote {', '.join(written)} (the sound only, {out.audio.shape[-1] / out.audio_sample_rate:.2f} s "
+                   f"at {out.audio_sample_rate} Hz; the video's {size.split(',')[0]} were not written)", err=True)
     else:
         typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
+    for path in written if out.audio is None else ():  # a .wav beside is a run's sound: never this one's
+        wav = audio_path(path)
+        if wav is not None and os.path.isfile(wav):
+            typer.secho(f"warning: {wav} beside {path} is from an earlier run and was not replaced (this run made "
+                        "no sound); it is not this video's sound", fg=typer.colors.YELLOW, err=True)
     if stop():
         rest = paths[len(written):]
         stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"

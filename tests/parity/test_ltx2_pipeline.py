@@ -23,6 +23,7 @@ output far more than vidax differs from it (the test is not vacuous).
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -232,10 +233,34 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
         (dict(latents=latents[:, :79]), "latents have shape"),
         (dict(min_seconds=2.0), "min_seconds=2.0 bounds the clip length LTX-2.5's duration head predicts, but .* has "
                                 "no duration head; leave it out"),
+        (dict(frame_rate=0.01), r"frame_rate must be a number in \[1, 1000\], got 0.01"),
     ]
     for kwargs, message in cases:
         with pytest.raises(vidax.InputError, match=message):
             LTX2Pipeline.check_call(info, PROMPT, **{**CALL, **kwargs})
+    # The memory estimate counts the sound's tokens: one per audio latent frame, num_frames /
+    # frame_rate seconds of it (0.01 fps once made 900 s of sound unnoticed before loading).
+    sizes = {rate: LTX2Pipeline.model_size(info, LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "frame_rate": rate}))
+             for rate in (1.0, 24.0)}
+    n = CALL["num_frames"]
+    assert sizes[1.0].tokens - sizes[24.0].tokens == info.audio_length(n, 1.0) - info.audio_length(n, 24.0) > 0
+
+
+def test_stg_blocks_on_ltx20_are_unused_with_a_warning(checkpoint, caplog):
+    """LTX-2.0's transformer has no perturbed attention: spatio_temporal_guidance_blocks= is taken
+    (as diffusers) but unused, one WARNING says so; not given: no warning."""
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.ltx2.pipeline import LTX2Pipeline
+
+    info = LTX2Pipeline.read_checkpoint(Checkpoint.open(checkpoint[1]))
+    assert not info.transformer_config.perturbed_attn
+    with caplog.at_level(logging.WARNING, logger="vidax.pipeline"):
+        LTX2Pipeline.check_call(info, PROMPT, **CALL)
+        assert not [r for r in caplog.records if "not used" in r.getMessage()]
+        LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "spatio_temporal_guidance_blocks": [5, 6]})
+    warned = [r.getMessage() for r in caplog.records if "not used" in r.getMessage()]
+    assert warned == ["spatio_temporal_guidance_blocks=[5, 6] is not used: this transformer has no perturbed "
+                      "attention (perturbed_attn, LTX-2.3's), so its STG pass is the prompt's pass and vidax skips it"]
 
 
 def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
@@ -424,7 +449,10 @@ def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
     """--stg-blocks 0,2 is the reference's spatio_temporal_guidance_blocks=[0, 2], checked against
     the transformer's 3 blocks from the configs (a copy without transformer weights: a block past
     them, or a malformed list, is one line before any weight is read; a valid one gets as far as
-    the weights); non-finite guidance scales are one line naming the flag, value and range."""
+    the weights; the reference's default [28] past them says so, not blaming a flag the user never
+    typed); non-finite guidance scales, frame rates that make hours of sound or none (the sound
+    lasts num_frames / frame_rate) and a nan --distributed-timeout are one line naming the flag,
+    value and range."""
     import shutil
 
     from typer.testing import CliRunner
@@ -440,7 +468,15 @@ def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
             "--width", "32", "--num-frames", "17", "--num-inference-steps", "2"]
     guidance = "must be a finite number >= 0 (at most 3.403e+38, float32's largest)"
     for flags, message in (
-            (["--stg-blocks", "3"], "--stg-blocks [3] must be a list of transformer block indices in [0, 3)"),
+            (["--stg-blocks", "3"], "--stg-blocks 3 must be a list of transformer block indices in [0, 3)"),
+            ([], "STG (stg_scale, audio_stg_scale > 0) perturbs the reference's default spatio_temporal_guidance_blocks "
+                 "[28], past this transformer's 3 blocks [0, 3); give --stg-blocks within them, or --stg-scale 0 and "
+                 "--audio-stg-scale 0 to turn STG off"),
+            (["--frame-rate", "0.01"], "--frame-rate must be a number in [1, 1000], got 0.01"),
+            (["--frame-rate", "1e-30"], "--frame-rate must be a number in [1, 1000], got 1e-30"),
+            (["--fps", "100000000"], "--fps must be a frame rate in [1, 1000] fps, got 100000000"),
+            (["--distributed-timeout", "nan"], "--distributed-timeout nan must be a finite number of seconds > 0."),
+            (["--distributed-timeout", "-1"], "--distributed-timeout -1.0 must be a finite number of seconds > 0."),
             (["--stg-blocks", "1,x"], "--stg-blocks '1,x' must be transformer block indices separated by commas "
                                       "(28,29)"),
             (["--modality-scale", "inf"], f"--modality-scale {guidance}, got inf"),

@@ -191,7 +191,7 @@ def test_bad_input_is_refused_before_work(ltx):
         (dict(latents=np.zeros((2, 96, 8), np.float32), num_frames=17), r"expected \(2, 160, 8\)"),
         (dict(latents=np.zeros((2, 8, 3, 4, 8), np.float32)), "packed tokens"),
         (dict(guidance_rescale=1.5), "guidance_rescale must be a number in"),
-        (dict(frame_rate=0), "frame_rate must be a finite number > 0"),
+        (dict(frame_rate=0), r"frame_rate must be a number in \[1, 1000\], got 0"),
         (dict(decode_timestep=[0.1, 0.2, 0.3]), "decode_timestep is a list of 3"),
         (dict(timesteps=[900, 500]), "takes no 'timesteps'"),
     ):

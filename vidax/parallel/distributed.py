@@ -209,6 +209,9 @@ def initialize(
         InputError: incomplete or invalid settings, the coordinator cannot be reached in time, or
             (process 0) another process did not arrive in time.
     """
+    # checked even for a single process, where it is unused: a nan or negative timeout is a mistake
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise InputError(Arg("timeout_s", timeout_s), " must be a finite number of seconds > 0.")
     coordinator = coordinator or os.environ.get(ENV_COORDINATOR) or None
     num_processes = num_processes if num_processes is not None else _env_int(ENV_NUM_PROCESSES)
     process_id = process_id if process_id is not None else _env_int(ENV_PROCESS_ID)
@@ -233,8 +236,6 @@ def initialize(
             f"{ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}."
         )
     _split_address(coordinator)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
-        raise InputError(Arg("timeout_s", timeout_s), " must be a number of seconds > 0.")
     if process_id != 0:
         wait_for_coordinator(coordinator, timeout_s, process_id, num_processes)
     elif num_processes > 1:

@@ -414,6 +414,32 @@ def check_finite(what: str, x: Any, params: Any = None) -> None:
                              f"{nonfinite_advice(params)}")
 
 
+#: The largest magnitude of final latents the VAE is given. The VAEs' norm layers (RMS, group,
+#: layer norms) sum the squares of their activations in float32; latents far past this (e.g.
+#: ~1e28 from guidance_scale=1e30) overflow those sums to Inf, the norm divides by it and the
+#: decode is a finite, flat grey video: the NaN/Inf check cannot see it. Below it the sums stay
+#: far inside float32 (1e8 squared is 1e16, times a group of 1e7 activations and the convolutions'
+#: gains); trained models' final latents are ~N(0, 1) scaled by the VAE's statistics, |x| < 100.
+MAX_DECODE_LATENT = 1e8
+
+
+def check_decodable(call: Call, latents: jax.Array, kept: Callable[[], np.ndarray]) -> None:
+    """Refuse final ``latents`` past :data:`MAX_DECODE_LATENT` before the VAE decodes them.
+
+    Raises:
+        NumericalError: naming the peak and the likely cause (the guidance scale); its
+            ``latents`` attribute holds ``kept()`` (the latents as ``output_type="latent"``).
+    """
+    peak = float(jnp.max(jnp.abs(latents)))
+    if peak > MAX_DECODE_LATENT:
+        error = NumericalError(
+            f"the final latents reach |x| = {peak:.3g}, past the {MAX_DECODE_LATENT:.0e} the VAE can decode (its norm "
+            "layers' float32 sums of squares would overflow to Inf and the video come out flat grey); the likely cause "
+            "is ", Arg("guidance_scale", call.guidance_scale), ": give a smaller one; no video was decoded")
+        error.latents = kept()
+        raise error
+
+
 class VideoPipeline:
     """Base of the family pipelines; build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
@@ -1143,7 +1169,8 @@ class VideoPipeline:
         Raises:
             InputError: an invalid argument (checked before any work).
             NumericalError: the latents or the video went NaN/Inf (the message names the denoising
-                step or the VAE decode chunk).
+                step or the VAE decode chunk), or the final latents are too large to decode
+                (:func:`check_decodable`; the error's ``latents`` holds them).
             Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
@@ -1213,6 +1240,7 @@ class VideoPipeline:
             audio = None if audio is None else self.audio_latents_output(audio)
         else:
             phase[0] = "VAE decode"
+            check_decodable(call, video, lambda: self.latents_output(video))
             frames = self.decode(call, video, stats)
             if audio is not None and call.decode_audio:
                 phase[0] = "audio decode"

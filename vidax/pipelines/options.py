@@ -179,6 +179,14 @@ def check_options(options: Mapping[str, CallOption], values: Mapping[str, Any]) 
     return {k: options[k].check(v) if k in options else v for k, v in values.items()}
 
 
+#: The valid frame rates (fps) of a video: every family's ``frame_rate=`` and ``vidax generate
+#: --fps``. What a family does with the rate makes its size matter: LTX-2's and Cosmos 3's sound
+#: lasts ``num_frames / frame_rate`` seconds (0.01 fps makes 900 s of sound from 9 frames, and
+#: every step attends over all of it), LTX-Video's RoPE scales time by ``1 / frame_rate`` and
+#: Cosmos 3 writes the rate in the prompt's duration sentence. Real footage runs from time-lapse
+#: (1 fps) to high-speed cameras (1000 fps); the models were trained at 24-30 fps.
+FRAME_RATE_RANGE = (1, 1000)
+
 #: The largest guidance weight: float32's largest value (guidance is applied in float32).
 MAX_GUIDANCE = MAX_FLOAT
 

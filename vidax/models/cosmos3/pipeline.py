@@ -57,7 +57,7 @@ from vidax.models.cosmos.pipeline import _video_frames  # Cosmos-Predict2.5's re
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
-from vidax.pipelines.options import OBJECT, VIDEO_FILE, CallOption
+from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 
 _F32 = jnp.float32
 #: The reference's ``fps=`` default.
@@ -154,7 +154,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         CallOption("condition_video_keep", str, "Which end of video= the conditioning frames come from (Cosmos 3).",
                    "first", choices=("first", "last")),
         CallOption("frame_rate", float, "Frame rate of the video (Cosmos 3: the reference's fps=, in the "
-                   "duration sentence, the positions and the sound length). Also the mp4's unless --fps is given.", "24", low=0, low_open=True),
+                   "duration sentence, the positions and the sound length, default 24). Also the mp4's unless --fps is given.", "24", low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
         CallOption("enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound "
                    "tokenizer).", "False"),
         CallOption("use_system_prompt", bool, "Put the system turn before the prompt (Cosmos 3).",
@@ -257,6 +257,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
         _, _, t, h, w = cls.latent_shape(info, call)
         p = cfg.latent_patch_size
         tokens = t * -(-h // p) * -(-w // p) + 256
+        if call.extra.get("enable_sound"):  # the sound's latent frames join the sequence
+            tokens += cls.latent_shapes(info, call)["sound_latents"][-1]
         return ModelSize(tokens=tokens, hidden_size=cfg.hidden_size, ffn_dim=cfg.intermediate_size,
                          num_layers=cfg.num_hidden_layers, num_heads=cfg.num_attention_heads,
                          **wan_vae_decode_size(info.vae_config))

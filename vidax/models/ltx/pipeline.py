@@ -36,7 +36,7 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
-from vidax.pipelines.options import OBJECT, VIDEO_FILE, CallOption
+from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
 logger = logging.getLogger("vidax.pipeline")
@@ -63,9 +63,9 @@ def _per_video(name: str, value: Any, batch: int, prompts: int) -> list[float]:
 
 #: The keywords every LTX-Video pipeline takes.
 LTX_OPTIONS = (
-    CallOption("frame_rate", float, "Frame rate of the video (LTX-Video: the model conditions on it). Also the "
-               "mp4's unless --fps is given.", "the checkpoint's", low=0, low_open=True),
-    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-Video).", "0", low=0, high=1),
+    CallOption("frame_rate", float, "Frame rate of the video (LTX-Video: the model conditions on it, default the checkpoint's). Also the "
+               "mp4's unless --fps is given.", "the checkpoint's", low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
+    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-Video, default 0).", "0", low=0, high=1),
 )
 #: The decode keywords of LTX-Video 0.9.1+ (a timestep-conditioned VAE).
 LTX_DECODE_OPTIONS = (

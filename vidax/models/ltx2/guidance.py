@@ -28,6 +28,7 @@ them as three transformer calls. Same arithmetic per sample.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -38,6 +39,7 @@ from vidax.errors import Arg, InputError
 from vidax.pipelines.sampling import rescale_noise_cfg
 
 _F32 = jnp.float32
+logger = logging.getLogger("vidax.pipeline")
 
 #: diffusers' LTX2Pipeline.__call__ defaults of the guidance keywords.
 GUIDANCE_DEFAULTS = dict(audio_guidance_scale=7.0, stg_scale=1.0, audio_stg_scale=1.0, modality_scale=3.0,
@@ -161,15 +163,26 @@ def check_guidance(extra: Mapping[str, Any], guidance_scale: float, num_layers: 
     Raises:
         InputError: naming ``spatio_temporal_guidance_blocks=`` or ``use_cross_timestep=``.
     """
-    given = extra.get("spatio_temporal_guidance_blocks", GUIDANCE_DEFAULTS["spatio_temporal_guidance_blocks"])
+    default = GUIDANCE_DEFAULTS["spatio_temporal_guidance_blocks"]
+    typed = "spatio_temporal_guidance_blocks" in extra
+    given = extra.get("spatio_temporal_guidance_blocks", default)
     arg = Arg("spatio_temporal_guidance_blocks", given)
     s = call_scales(extra, guidance_scale)
     stg = s["stg_scale"] > 0 or s["audio_stg_scale"] > 0
     if given is not None:
         ok = isinstance(given, Sequence) and not isinstance(given, str) and all(
             isinstance(i, int) and not isinstance(i, bool) for i in given)
+        if ok and not typed and stg and perturbed_attn and any(not 0 <= i < num_layers for i in given):
+            raise InputError(f"STG (stg_scale, audio_stg_scale > 0) perturbs the reference's default "
+                             f"spatio_temporal_guidance_blocks {list(default)}, past this transformer's {num_layers} "
+                             f"blocks [0, {num_layers}); give ", Arg("spatio_temporal_guidance_blocks", keyword=True),
+                             " within them, or ", Arg("stg_scale", 0), " and ", Arg("audio_stg_scale", 0),
+                             " to turn STG off")
         if not ok or (stg and perturbed_attn and any(not 0 <= i < num_layers for i in given)):
             raise InputError(arg, f" must be a list of transformer block indices in [0, {num_layers})")
+    if typed and given and not perturbed_attn:  # the reference takes them and reads them nowhere
+        logger.warning("%s is not used: this transformer has no perturbed attention (perturbed_attn, LTX-2.3's), so "
+                       "its STG pass is the prompt's pass and vidax skips it", arg)
     if stg and not given:
         raise InputError(arg, " is empty while STG runs (stg_scale or audio_stg_scale > 0); give the blocks STG "
                          "perturbs, or stg_scale=0 and audio_stg_scale=0")

@@ -51,8 +51,8 @@ from vidax.models.ltx2 import guidance
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
-from vidax.pipelines.base import VideoPipeline, finite_array, frames_of_form
-from vidax.pipelines.options import OBJECT, CallOption, int_list
+from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_of_form
+from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -61,23 +61,22 @@ _F32 = jnp.float32
 #: The keywords of LTX2Pipeline beyond the shared ones (diffusers' names).
 LTX2_OPTIONS = (
     CallOption("frame_rate", float, "Frame rate of the video (LTX-2: the model conditions on it, the sound "
-               "lasts num_frames / frame_rate seconds). Also the mp4's unless --fps is given.", "24",
-               low=0, low_open=True),
+               "lasts num_frames / frame_rate seconds, default 24). Also the mp4's unless --fps is given.", "24",
+               low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
     CallOption("motion_speed", float, "Speed of the motion relative to real time (LTX-2): the positions are "
                "conditioned on frame_rate / motion_speed.", "1", low=0, low_open=True),
-    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-2: of the video).", "0.7", low=0, high=1),
-    CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0 or unset in Python: "
-               "guidance_scale.", "7", low=0),
-    CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0 or unset in "
-               "Python: guidance_rescale.", "0.7", low=0, high=1),
+    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-2: of the video, default 0.7).", "0.7", low=0, high=1),
+    CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0: guidance_scale.", "7", low=0),
+    CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0: "
+               "guidance_rescale.", "0.7", low=0, high=1),
     CallOption("stg_scale", float, "Spatio-temporal guidance scale of the video (LTX-2): away from the pass "
                "whose spatio_temporal_guidance_blocks' self-attention is perturbed; 0: off.", "1", low=0),
-    CallOption("audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); 0 or unset in "
-               "Python: stg_scale.", "1", low=0),
+    CallOption("audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); 0: "
+               "stg_scale.", "1", low=0),
     CallOption("modality_scale", float, "Modality-isolation guidance scale of the video (LTX-2): away from the "
                "pass without audio<->video attention; 1: off.", "3", low=0),
-    CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); 0 or unset "
-               "in Python: modality_scale.", "3", low=0),
+    CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); 0: "
+               "modality_scale.", "3", low=0),
     CallOption("spatio_temporal_guidance_blocks", OBJECT, "Transformer blocks STG perturbs (LTX-2: diffusers' "
                "spatio_temporal_guidance_blocks; --stg-blocks 28,29 on the command line, each in [0, the "
                "transformer's num_layers)).", "[28]", cli=int_list, flag_spelling="--stg-blocks",
@@ -85,7 +84,7 @@ LTX2_OPTIONS = (
     CallOption("use_cross_timestep", bool, "Modulate the audio<->video attention with the other modality's "
                "sigma (LTX-2).", "True"),
     CallOption("noise_scale", float, "Noise mixed into the given latents / audio_latents, s noise + (1 - s) "
-               "latents (LTX-2).", "0", low=0, high=1),
+               "latents (LTX-2, default 0).", "0", low=0, high=1),
     CallOption("sigmas", OBJECT, "Custom sigmas before the shift, strictly descending in (0, 1] (LTX-2)."),
     CallOption("min_seconds", float, "Lower bound of the clip length the duration head predicts when num_frames "
                "is not given (LTX-2.5).", "1", low=0, low_open=True),
@@ -251,6 +250,13 @@ class LTX2Pipeline(LTXPipeline):
         length = info.audio_length(call.num_frames, _frame_rate(info, call))
         return {"latents": cls.latent_shape(info, call),
                 "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins)}
+
+    @classmethod
+    def model_size(cls, info: LTX2Info, call) -> ModelSize:
+        """LTX-Video's, plus the sound's tokens: every step attends over one token per audio
+        latent frame (``num_frames / frame_rate`` seconds of sound, :meth:`LTX2Info.audio_length`)."""
+        size = super().model_size(info, call)
+        return dataclasses.replace(size, tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call)))
 
     @classmethod
     def text_token_limit(cls, info: LTX2Info):

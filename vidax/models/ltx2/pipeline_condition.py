@@ -181,7 +181,7 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
                    "pipeline).", "1", low=0, high=1),
         IMAGE_CRF,
         CallOption("noise_scale", float, "Noise mixed into the latents (the given ones, else zeros) and "
-                   "audio_latents, by 1 - mask per token (LTX-2 condition pipeline).", "the first sigma", low=0,
+                   "audio_latents, by 1 - mask per token (LTX-2 condition pipeline, default the first sigma).", "the first sigma", low=0,
                    high=1),
     )
 
