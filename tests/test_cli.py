@@ -718,3 +718,23 @@ def test_latents_past_what_the_vae_decodes_are_an_error_and_kept(pipe, ckpt, tmp
     assert "the likely cause is --guidance-scale 1e+30" in lines[0] and f"kept in {kept}" in lines[0], lines[0]
     assert sorted(os.listdir(tmp_path)) == [kept.name]
     np.testing.assert_array_equal(np.load(kept), latent)
+
+
+def test_lora_on_streamed_gguf_transformer_refused_before_loading(tmp_path):
+    """--lora with a .gguf --transformer and --offload-blocks: the merge refuses GGUF blocks that
+    are streamed, so the CLI refuses the combination in one line before the checkpoint (or the
+    file) is read (trial 4: it came after loading, as a repeated per-key line)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    lora = tmp_path / "l.safetensors"
+    save_safetensors({"transformer.blocks.0.attn1.to_q.lora_A.weight": np.ones((2, 8), np.float32),
+                      "transformer.blocks.0.attn1.to_q.lora_B.weight": np.ones((8, 2), np.float32)}, str(lora))
+    base = ["generate", "-p", "x", "--checkpoint", str(tmp_path / "missing"), "--transformer",
+            str(tmp_path / "missing.gguf"), "--lora", f"{lora}:0.5", "-o", str(tmp_path / "o.npy")]
+    r = CliRunner().invoke(app, base + ["--offload-blocks", "1"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+    assert "--lora" in r.stderr and "--offload-blocks" in r.stderr and "--weights int8" in r.stderr, r.stderr
+    r = CliRunner().invoke(app, base)  # without streaming the combination is fine: the next error is the path's
+    assert "--offload-blocks" not in r.stderr, r.stderr

@@ -261,3 +261,16 @@ def test_cache_summary_leaves_warm_up_steps_out_of_time_saved():
     two.step_kind = ["full", "full", "skipped", "full", "full", "skipped"]
     assert two.saved_s == pytest.approx(1.5)
     assert "~1.50 s saved" in two.describe()
+
+
+def test_cache_summary_without_a_skipped_step_says_no_time_saved():
+    """A run that skipped no step (a MagCache calibration, a threshold nothing reaches) has no
+    time saved to measure; trial 4 read 'not measurable (the skipped steps were not all faster)'."""
+    from vidax.pipelines.step_cache import CacheReport
+
+    report = CacheReport("first_block threshold=0.5", num_blocks=4)
+    for _ in range(6):
+        report.record("all", True, head_only=True)
+    report.step_kind += ["full"] * 6
+    report.step_s += [1.0, 0.5, 0.5, 0.5, 0.5, 0.5]
+    assert report.describe().endswith("0 of 6 steps skipped the blocks, no time saved"), report.describe()

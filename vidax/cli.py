@@ -412,6 +412,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
                   if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
     loras = _lora_files(lora or [])  # unreadable, truncated or malformed files: before any loading
+    _check_lora_on_streamed_gguf(loras, transformer, weights, offload)
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
@@ -487,7 +488,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         pipe.vae.enable_tiled_decode()
     apply_loras(pipe, loras)
     if cache_config is not None:
-        pipe.enable_cache(cache_config)
+        pipe.enable_cache(pipe.check_cache(cache_config, f"--cache {cache}"))
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -654,6 +655,19 @@ def apply_loras(pipe, loras: list[tuple[str, float]]) -> None:
         names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
                  for i, (path, _) in enumerate(loras)]
         pipe.set_adapters(names, [scale for _, scale in loras])
+
+
+def _check_lora_on_streamed_gguf(loras, transformer, weights, offload) -> None:
+    """A LoRA on a .gguf transformer (its linear weights kept as GGUF blocks) with streamed blocks
+    is refused by the merge (vidax does not merge into streamed GGUF blocks): refuse it here, before
+    any loading, instead of after the transformer is read."""
+    if loras and transformer and weights is None and offload is not None and offload.streams_blocks \
+            and str(transformer).lower().endswith(".gguf"):
+        from vidax.errors import InputError
+
+        raise InputError(f"--lora {loras[0][0]}: vidax does not merge a LoRA into the GGUF blocks of a .gguf "
+                         "--transformer whose blocks are streamed (--offload-blocks); drop --offload-blocks, or add "
+                         "--weights int8 (the file re-quantized to int8, which a LoRA merges into)")
 
 
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):

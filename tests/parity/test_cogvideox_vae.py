@@ -379,6 +379,12 @@ def test_bad_inputs(tiny):
         vae.enable_tiling(tile_sample_min_height=72, tile_overlap_factor_height=0.25)
     with pytest.raises(InputError, match=r"no size up to 224 tiles exactly with tile_overlap_factor_width=0.34"):
         vae.enable_tiling(tile_sample_min_width=40, tile_overlap_factor_width=0.34)
+    # A VAE whose own default tiles do not tile exactly (sample_height 32 -> 16 px tiles; trial 4:
+    # enable_tiling() then gave a 50x56 video for 32x48): the sizes not given are checked too.
+    with pytest.raises(InputError, match=r"^tile_sample_min_height=16 \(the VAE's current size, not given here\): "
+                                         r"its tiles advance 8 pixels but each keeps 14"):
+        CogVideoXTiling(16, 40, spatial_compression=8).check_exact(given=["tile_sample_min_width"])
+    CogVideoXTiling(48, 40, spatial_compression=8).check_exact()
     with pytest.raises(InputError, match="dtype"):
         load_component("AutoencoderKLCogVideoX", "/nonexistent", dtype=jnp.float16)
 

@@ -1372,7 +1372,9 @@ class VideoPipeline:
         """``config`` if this pipeline can run it (what :meth:`enable_cache` checks; reads the
         model's structure, no weight), else an InputError naming ``name``."""
         config = check_cache_config(config, name)
-        self.check_cache_kind(config, f"{name}={type(config).__name__}", self.checkpoint.pipeline_class_name)
+        if name == "config":  # the Python keyword; a CLI caller passes its flag as typed
+            name = f"{name}={type(config).__name__}"
+        self.check_cache_kind(config, name, self.checkpoint.pipeline_class_name)
         model = type(self.experts.modules[0]).__name__
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
@@ -1380,7 +1382,7 @@ class VideoPipeline:
                 logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
                                "runs are uncached", model)
         elif min(m.num_blocks() for m in self.experts.modules) < 2:
-            raise InputError(f"{name}={type(config).__name__} needs at least 2 transformer blocks; {model} has "
+            raise InputError(f"{name} needs at least 2 transformer blocks; {model} has "
                              f"{min(m.num_blocks() for m in self.experts.modules)}")
         return config
 

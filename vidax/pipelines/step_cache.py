@@ -830,7 +830,7 @@ class CacheReport:
         saved = self.saved_s
         if saved is not None:
             return f"~{saved:.2f} s saved"
-        if self.blocks_always:
+        if self.blocks_always or not any(k == "skipped" for k in self.step_kind):
             return "no time saved"
         return "time saved not measurable (first steps left out, the skipped steps were not all faster)"
 

@@ -155,15 +155,16 @@ class CogVideoXTiling:
             )
         return out
 
-    def check_exact(self, axes: Sequence[int] = (0, 1)) -> None:
-        """Refuse tiles along ``axes`` (0 height, 1 width) that keep more or fewer rows than they
-        advance (:meth:`_keeps_its_step`): the reference's video would have the wrong size.
+    def check_exact(self, given: Sequence[str] = ()) -> None:
+        """Refuse tiles that keep more or fewer rows (columns) than they advance
+        (:meth:`_keeps_its_step`): the reference's video would have the wrong size. ``given``: the
+        keywords the caller passed (a size not among them is named as the VAE's current one).
 
         Raises:
             InputError: naming the size keyword and sizes that tile exactly with the factor.
         """
         out = self
-        for axis in axes:
+        for axis in (0, 1):
             name = ("tile_sample_min_height", "tile_sample_min_width")[axis]
             if not out._keeps_its_step(axis):
                 v = getattr(out, name)
@@ -174,8 +175,9 @@ class CogVideoXTiling:
                        f"{', '.join(map(str, sorted(near)))}" if near else
                        f"no size up to {4 * v + 64} tiles exactly with {factor}={getattr(out, factor):g}: "
                        "change the factor (e.g. the default)")
+                shown = f"{name}={v!r}" if name in given else f"{name}={v!r} (the VAE's current size, not given here)"
                 raise InputError(
-                    f"{name}={v!r}: its tiles advance {out.decode_params[1][axis] * out.spatial_compression} "
+                    f"{shown}: its tiles advance {out.decode_params[1][axis] * out.spatial_compression} "
                     f"pixels but each keeps {out.decode_params[3][axis]}, so the decoded video would come out "
                     f"the wrong size (diffusers' AutoencoderKLCogVideoX returns that wrong size); {fix}")
 
@@ -618,8 +620,7 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         now = self.tiling
         CogVideoXTiling.from_config(self.config, **{k: v if v is not None else getattr(now, k)
                                                     for k, v in given.items()}).check_exact(
-            [axis for axis, side in enumerate(("height", "width"))
-             if given[f"tile_sample_min_{side}"] is not None or given[f"tile_overlap_factor_{side}"] is not None])
+            given=[k for k, v in given.items() if v is not None])
         self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
                             tile_overlap_factor_height=tile_overlap_factor_height,
                             tile_overlap_factor_width=tile_overlap_factor_width)
