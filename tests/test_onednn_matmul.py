@@ -8,6 +8,8 @@ allows twice that (both sides round), ``K * 2^-23 * (|x| @ |w|)``, elementwise. 
 operands the products are rounded too, which the same bound covers (one more rounding per term).
 """
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -103,3 +105,19 @@ def test_missing_compiler_is_a_reason_not_a_crash(built, monkeypatch):
     monkeypatch.setenv("CXX", "no-such-c++-compiler")
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler .*no-such-c\\+\\+-compiler"):
         onednn._build(onednn.library_dir())
+
+
+def test_fallback_is_a_warning_when_onednn_is_asked_for(monkeypatch, caplog):
+    """VIDAX_CPU_MATMUL=onednn names oneDNN: when it cannot be used the fallback to XLA's dot is a
+    WARNING (trial 4 saw it only at INFO, hidden by default); under auto it stays INFO."""
+    monkeypatch.setattr(onednn, "library_dir", lambda: None)
+    try:
+        for setting, level in (("onednn", logging.WARNING), ("auto", logging.INFO)):
+            monkeypatch.setenv(onednn.ENV, setting)
+            onednn.load.cache_clear()
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger=onednn.__name__):
+                assert onednn.load() is not None
+            assert [r.levelno for r in caplog.records if "unavailable" in r.message] == [level], caplog.records
+    finally:
+        onednn.load.cache_clear()  # the next test finds the real library again

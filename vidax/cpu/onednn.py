@@ -157,7 +157,9 @@ def load() -> str | None:
             return None
         except (OSError, RuntimeError, SetupError, subprocess.SubprocessError) as e:
             why = str(e)
-    log.info("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", why)
+    # Asked for by name (VIDAX_CPU_MATMUL=onednn), the fallback is a WARNING; under auto, INFO.
+    log.log(logging.WARNING if mode() == "onednn" else logging.INFO,
+            "vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", why)
     return why
 
 
