@@ -308,6 +308,10 @@ def test_file_of_another_family_refused_in_one_line(hunyuan_gguf, tmp_path):
     with pytest.raises(InputError, match="holds no transformer layout vidax reads") as e:
         open_single_file(other, registry().component("WanTransformer3DModel"))
     assert "\n" not in str(e.value)
+    lora = str(tmp_path / "lora.safetensors")  # a LoRA given as the transformer (trial 4): point to --lora
+    save_safetensors({"transformer.blocks.0.attn1.to_q.lora_A.weight": np.zeros((2, 4), np.float32)}, lora)
+    with pytest.raises(InputError, match=r"holds a LoRA .*, not a transformer: give it with --lora"):
+        open_single_file(lora, registry().component("WanTransformer3DModel"))
 
 
 def test_inspect_describes_a_single_file(hunyuan_gguf):

@@ -289,6 +289,9 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
         if diffusers:
             raise InputError(Arg(arg, path), f" holds a transformer in diffusers' layout ({diffusers}), not an "
                              f"original repository's layout: {DIFFUSERS_ADVICE}")
+        if not found and any(t in k for k in raw.keys() for t in _LORA_KEY_MARKS):
+            raise InputError(Arg(arg, path), " holds a LoRA (its keys name lora_A / lora_B / lora_down / "
+                             "lora_up), not a transformer: give it with --lora (Python: pipe.load_lora_weights)")
         held = f"a {found} transformer (original layout)" if found else "no transformer layout vidax reads"
         raise InputError(Arg(arg, path), f" holds {held}; this folder's transformer ({spec.class_name}) takes "
                          f"a file in the original {want} layout")
@@ -297,6 +300,10 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
         reader = _Reader(path, {k: reader.info(k) for k in reader.keys()},
                          {k: (lambda k=k, r=reader: r.get(k)) for k in reader.keys()})
     return reader.renamed(module.single_file_keys({k: tuple(reader.info(k).shape) for k in reader.keys()}))
+
+
+#: Key fragments of LoRA files (peft / diffusers ``lora_A`` / ``lora_B``, kohya ``lora_down`` / ``lora_up``).
+_LORA_KEY_MARKS = (".lora_A.", ".lora_B.", ".lora_down.", ".lora_up.")
 
 
 def check_single_file(path: Any, arg: str = "transformer") -> str:
