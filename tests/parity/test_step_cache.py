@@ -390,6 +390,8 @@ def test_mesh_and_block_streaming_equal_the_single_device_cached_run(ckpt):
 def test_bad_configs_are_refused_in_one_line(wan):
     cases = [
         (lambda: vidax.FirstBlockCacheConfig(threshold=-0.1), "threshold="),
+        # beyond float32 the threshold the decisions compare with is inf (trial 3: 1e39 skipped every step)
+        (lambda: vidax.FirstBlockCacheConfig(threshold=1e39), "threshold= must be a finite number >= 0 (in float32"),
         (lambda: vidax.MagCacheConfig(mag_ratios=[]), "mag_ratios="),
         (lambda: vidax.MagCacheConfig(), "mag_ratios="),
         (lambda: vidax.MagCacheConfig(threshold=-1, mag_ratios=[1.0]), "threshold="),

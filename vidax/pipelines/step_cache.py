@@ -59,15 +59,19 @@ logger = logging.getLogger("vidax.pipeline")
 
 def _number(owner: str, name: str, value: Any, *, minimum: float = 0.0, integer: bool = False,
             open_min: bool = False) -> Any:
+    # The cache's decisions compare in float32: beyond its range a number is not finite there.
     kind = "an integer" if integer else "a finite number"
     ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.integer, np.floating))
+    f32 = ""
     if ok and not integer:
         ok = bool(np.isfinite(value))
+        if ok and abs(float(value)) > float(np.finfo(np.float32).max):
+            ok, f32 = False, f" (in float32, at most {float(np.finfo(np.float32).max):.4g})"
     if ok:
         ok = value > minimum if open_min else value >= minimum
     if not ok:
         bound = f"> {minimum:g}" if open_min else f">= {minimum:g}"
-        raise InputError(f"{owner}: {name}= must be {kind} {bound}, got {value!r}")
+        raise InputError(f"{owner}: {name}= must be {kind} {bound}{f32}, got {value!r}")
     return int(value) if integer else float(value)
 
 
