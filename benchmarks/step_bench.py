@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -111,17 +112,33 @@ def fill_params(make: Callable[[], Any], policy: Any) -> tuple[Any, Any]:
     return graphdef, nnx.from_flat_state(filled)
 
 
-def time_steps(step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[Any], None]) -> tuple[Any, list[float]]:
+LOCKSTEP_ENV = "VIDAX_BENCH_LOCKSTEP"
+
+
+def time_steps(step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[Any], None],
+               lockstep: bool = False) -> tuple[Any, list[float]]:
     """One warm-up call of ``x = step(x)``, then ``steps`` timed calls (``block(x)`` waits for the
-    result). Returns the final ``x`` and the per-step seconds."""
+    result). Returns the final ``x`` and the per-step seconds.
+
+    ``lockstep`` (a child of ``--lockstep``): print ``READY`` after the warm-up, then run the
+    steps in pairs: wait for a ``go`` line on stdin, run two steps and print ``TIME <seconds>`` of
+    the second, so that the parent makes the sides take turns (:func:`run_lockstep`). The first
+    step of each turn is not reported: after the other sides' turns a process's first step is
+    slow again (torch's by up to 10x for LTX-Video here, its freed buffers mapped afresh)."""
     x = step(x)
     block(x)
+    if lockstep:
+        print("READY", flush=True)
     times = []
-    for _ in range(steps):
+    for i in range(steps):
+        if lockstep and i % 2 == 0 and sys.stdin.readline().strip() != "go":
+            break
         t0 = time.perf_counter()
         x = step(x)
         block(x)
         times.append(time.perf_counter() - t0)
+        if lockstep and i % 2 == 1:
+            print(f"TIME {times[-1]!r}", flush=True)
     return x, times
 
 
@@ -172,7 +189,7 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
                        donate_argnums=(1,)).lower(params, x, state, context).compile()
     compile_s = time.perf_counter() - t0
     (x, state), times = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
-                                   lambda c: c[0].block_until_ready())
+                                   lambda c: c[0].block_until_ready(), os.environ.get(LOCKSTEP_ENV) == "1")
     assert bool(jnp.isfinite(x).all())
     profile_dir = os.environ.get("VIDAX_BENCH_PROFILE")
     if profile_dir:  # benchmarks/cpu_profile.py: the compiled HLO and a trace of `steps` + 1 more steps
@@ -199,7 +216,8 @@ def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     with torch.inference_mode():
-        (x, _), times = time_steps(step, (x, 0), steps, lambda c: torch.cuda.synchronize() if cuda else None)
+        (x, _), times = time_steps(step, (x, 0), steps, lambda c: torch.cuda.synchronize() if cuda else None,
+                                   os.environ.get(LOCKSTEP_ENV) == "1")
     assert torch.isfinite(x).all()
     return {"compile_s": 0.0, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
             "peak_device_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
@@ -218,6 +236,57 @@ def run_child(cmd: list[str], what: str, env: dict | None = None) -> dict:
         errors = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error:" in ln]
         raise SystemExit(f"{what} failed:\n{r.stderr[-3000:]}\n{errors[-1] if errors else ''}")
     return json.loads(line[0][len("RESULT "):])
+
+
+def _read_until(proc: subprocess.Popen, prefix: str, what: str, errlog: str) -> str:
+    """The rest of the next line of ``proc``'s stdout that starts with ``prefix`` (other lines
+    skipped); SystemExit with the tail of ``errlog`` (its stderr) if it ends first."""
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    proc.wait()
+    with open(errlog) as f:
+        raise SystemExit(f"{what} failed:\n{f.read()[-3000:]}")
+
+
+def run_lockstep(children: list[tuple[str, list[str], dict | None]], steps: int, pause_s: float = 0.2
+                 ) -> tuple[dict[str, dict], dict[str, list[float]]]:
+    """Run the benchmark children ``(name, cmd, env)`` side by side, taking turns step by step.
+
+    Each child is started with ``VIDAX_BENCH_LOCKSTEP=1`` once the previous one has compiled and
+    run its warm-up step (so that builds do not overlap), all stay resident, then in each of
+    ``steps`` rounds every child runs one step in turn, the order rotated by one each round, with
+    ``pause_s`` between turns (for the previous side's threads to go idle). Load that drifts during
+    the run then hits every side within seconds, which separate runs one after another do not.
+
+    Returns each child's result dict (its ``RESULT`` line) and its per-round step seconds.
+    """
+    import tempfile
+
+    procs = []
+    for name, cmd, env in children:
+        print(f"starting {name} ...", flush=True)
+        errlog = tempfile.NamedTemporaryFile("w", suffix=".stderr", delete=False)
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, text=True,
+                                cwd=ROOT, env=dict(env or os.environ, **{LOCKSTEP_ENV: "1"}))
+        procs.append((name, proc, errlog.name))
+        _read_until(proc, "READY", name, errlog.name)
+    per_round = {name: [] for name, _, _ in procs}
+    for r in range(steps):
+        for name, proc, errlog in procs[r % len(procs):] + procs[:r % len(procs)]:
+            time.sleep(pause_s)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            per_round[name].append(float(_read_until(proc, "TIME ", name, errlog)))
+        print(f"  round {r + 1}: " + ", ".join(f"{n} {t[-1]:.3f} s" for n, t in per_round.items())
+              + f"; load {os.getloadavg()[0]:.1f}", flush=True)
+    results = {}
+    for name, proc, errlog in procs:
+        proc.stdin.close()
+        results[name] = json.loads(_read_until(proc, "RESULT ", name, errlog))
+        proc.wait()
+        os.remove(errlog)
+    return results, per_round
 
 
 def save_report(out: str, meta: dict, rows: list, lines: list[str]) -> None:
@@ -242,6 +311,9 @@ def main(bench: StepBench) -> None:
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", bench.default_out))
     p.add_argument("--cpu-matmul", nargs="+", choices=["auto", "xla", "onednn"], default=None,
                    help="one vidax run per value of VIDAX_CPU_MATMUL (vidax.cpu.onednn), after diffusers' run")
+    p.add_argument("--lockstep", action="store_true",
+                   help="all sides resident at once, taking turns step by step (order rotated each round); "
+                        "vidax / diffusers is then the median of the per-round ratios (for a loaded machine)")
     p.add_argument("--side", choices=["vidax", "diffusers"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -266,35 +338,50 @@ def main(bench: StepBench) -> None:
         vidax_runs = [("vidax", None)] if not modes else [
             (f"vidax[{m}]" + (f" #{modes[:i + 1].count(m)}" if modes.count(m) > 1 else ""), m)
             for i, m in enumerate(modes)]
+        children = []
         for side, matmul in [("diffusers", None), *vidax_runs]:
+            steps = 2 * args.steps if args.lockstep else args.steps  # lockstep: two steps a turn, the second timed
             cmd = [sys.executable, os.path.abspath(bench.script), "--side", side.split("[")[0], "--dtype", dtype,
-                   "--latent", str(t), str(h), str(w), "--steps", str(args.steps), "--threads", str(args.threads)]
+                   "--latent", str(t), str(h), str(w), "--steps", str(steps), "--threads", str(args.threads)]
             if args.num_layers is not None:
                 cmd += ["--num-layers", str(args.num_layers)]
-            env = None if matmul is None else dict(os.environ, VIDAX_CPU_MATMUL=matmul)
-            row[side] = run_child(cmd, f"{side} {dtype}", env)
+            children.append((side, cmd, None if matmul is None else dict(os.environ, VIDAX_CPU_MATMUL=matmul)))
+        if args.lockstep:
+            row, per_round = run_lockstep(children, args.steps)
+        else:
+            row, per_round = {side: run_child(cmd, f"{side} {dtype}", env) for side, cmd, env in children}, None
+        for side, _, _ in children:
             dnn = f", {row[side]['onednn_calls']} oneDNN matmuls in the step" if row[side].get("onednn_calls") else ""
             print(f"  {side}: {row[side]['step_s']:.2f} s/step, compile {row[side]['compile_s']:.1f} s, "
                   f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB{dnn}; load {os.getloadavg()[0]:.1f}", flush=True)
         for side, _ in vidax_runs:
             rows.append({"dtype": dtype if side == "vidax" else f"{dtype} {side}", "diffusers": row["diffusers"],
-                         "vidax": row[side], "ratio_vidax_over_diffusers": row[side]["step_s"] / row["diffusers"]["step_s"]})
+                         "vidax": row[side], "ratio_vidax_over_diffusers": row[side]["step_s"] / row["diffusers"]["step_s"],
+                         "lockstep_rounds_s": None if per_round is None else
+                         {"diffusers": per_round["diffusers"], "vidax": per_round[side]},
+                         "lockstep_median_round_ratio": None if per_round is None else
+                         statistics.median(v / d for v, d in zip(per_round[side], per_round["diffusers"]))})
 
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
     meta = {"model": bench.model + layers, "latent_THW": [t, h, w], "tokens": tokens,
             "text_tokens": bench.text_tokens, "cfg_batch": bench.batch, "threads": args.threads,
-            "cpu": cpu_model(), "timed_steps": args.steps}
+            "cpu": cpu_model(), "timed_steps": args.steps, "lockstep": args.lockstep}
     lines = [
         f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)", "", f"CPU: {meta['cpu']}.", "",
         f"Latent {t}x{h}x{w} (T x H x W) = {tokens} video tokens, {bench.text_tokens} text tokens, "
         f"{'CFG (batch 2)' if bench.batch == 2 else f'batch {bench.batch}'}, "
         f"random weights{layers}; best of {args.steps} timed steps after one warm-up; each side in its own "
-        f"process. A step: {bench.step}", "",
-        "| dtype | diffusers s/step | vidax s/step | vidax / diffusers | vidax compile s | diffusers peak RSS GiB | vidax peak RSS GiB |",
-        "|---|---|---|---|---|---|---|",
+        f"process" + (" (all resident at once, taking turns step by step, the order rotated each round; "
+                      "each turn two steps, the second timed; the last column: the median of the per-round "
+                      "vidax / diffusers ratios)" if args.lockstep else "")
+        + f". A step: {bench.step}", "",
+        "| dtype | diffusers s/step | vidax s/step | vidax / diffusers | vidax compile s | diffusers peak RSS GiB | "
+        "vidax peak RSS GiB |" + (" median per-round ratio |" if args.lockstep else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if args.lockstep else ""),
     ]
     for r in rows:
         lines.append(f"| {r['dtype']} | {r['diffusers']['step_s']:.2f} | {r['vidax']['step_s']:.2f} | "
                      f"{r['ratio_vidax_over_diffusers']:.2f} | {r['vidax']['compile_s']:.1f} | "
-                     f"{r['diffusers']['peak_rss_gib']:.2f} | {r['vidax']['peak_rss_gib']:.2f} |")
+                     f"{r['diffusers']['peak_rss_gib']:.2f} | {r['vidax']['peak_rss_gib']:.2f} |"
+                     + (f" {r['lockstep_median_round_ratio']:.2f} |" if args.lockstep else ""))
     save_report(args.out, meta, rows, lines)

@@ -28,7 +28,8 @@ def test_float32_is_nnx_linear_exactly():
 
 
 @pytest.mark.parametrize("use_bias", [True, False])
-def test_bf16_on_cpu_xla_cpu_upcasts_and_rounds_once(use_bias):
+def test_bf16_on_cpu_xla_cpu_upcasts_and_rounds_once(use_bias, monkeypatch):
+    monkeypatch.setenv("VIDAX_CPU_MATMUL", "xla")  # XLA's form of the dot (oneDNN's: tests/test_onednn_matmul.py)
     assert jax.default_backend() == "cpu" and xla_cpu_upcasts(jnp.bfloat16)
     assert not xla_cpu_upcasts(jnp.float32)
     ours, _ = _pair(jnp.bfloat16, use_bias)

@@ -90,10 +90,10 @@ def test_switch_chooses_the_custom_call(built, monkeypatch):
         lin(x)
 
 
-def test_auto_turns_on_only_with_amx_on_one_cpu_device():
+def test_auto_turns_on_with_native_bf16_on_one_cpu_device():
     amx = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
     assert onednn.wins(amx, "cpu", 1)
-    assert not onednn.wins(amx - {"amx_bf16"}, "cpu", 1)  # AVX512-BF16: mixed (cpu_speed.md section 6)
+    assert onednn.wins(amx - {"amx_bf16", "amx_tile"}, "cpu", 1)  # AVX512-BF16 (cpu_speed.md section 8)
     assert not onednn.wins({"avx2", "avx512f"}, "cpu", 1)
     assert not onednn.wins(amx, "cpu", 8)  # several devices: GSPMD cannot split the custom call
     assert not onednn.wins(amx, "gpu", 1) and not onednn.wins(amx, "tpu", 1)
@@ -121,3 +121,93 @@ def test_fallback_is_a_warning_when_onednn_is_asked_for(monkeypatch, caplog):
             assert [r.levelno for r in caplog.records if "unavailable" in r.message] == [level], caplog.records
     finally:
         onednn.load.cache_clear()  # the next test finds the real library again
+
+
+def test_bias_and_rounding_inside_the_call(built):
+    """onednn_linear: ``x @ w + bias`` summed in float32 (XLA's dot plus the bias, within the
+    summation bound above), and its bfloat16 result that sum rounded once: within half a bf16
+    ulp (at most 2^-8 relative: 8 significant bits) of the float32 result, plus the bound (the
+    two calls may block the sum differently). Weights given 2-D and as layer i of a stack (also as uint16 bits) agree."""
+    rng = np.random.default_rng(2)
+    for xs, n in [((5, 40), 24), ((2, 3, 17, 64), 40)]:
+        x = jnp.asarray(rng.standard_normal(xs), jnp.bfloat16)
+        stack = jnp.asarray(rng.standard_normal((3, xs[-1], n)), jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((n,)), jnp.bfloat16)
+        w = stack[1]
+        want = np.asarray(jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision="highest",
+                                              preferred_element_type=jnp.float32)) + np.asarray(b, np.float32)
+        bound = w.shape[0] * 2.0**-23 * (np.abs(np.asarray(x, np.float32)) @ np.abs(np.asarray(w, np.float32)))
+        y32 = np.asarray(jax.jit(onednn.onednn_linear, static_argnums=3)(x, w, b, jnp.float32))
+        assert y32.dtype == np.float32 and np.all(np.abs(y32 - want) <= bound + 1e-30)
+        y16 = jax.jit(onednn.onednn_linear, static_argnums=3)(x, w, b, jnp.bfloat16)
+        assert y16.dtype == jnp.bfloat16
+        assert np.all(np.abs(np.asarray(y16, np.float32) - y32) <= 2.0**-8 * np.abs(y32) + bound + 1e-30)
+        bits = jax.lax.bitcast_convert_type(stack, jnp.uint16)
+        for weights in (stack, bits):
+            got = jax.jit(onednn.onednn_linear, static_argnums=3)(x, weights, b, jnp.bfloat16, jnp.int32(1))
+            np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(y16, np.float32))
+
+
+class _Block(nnx.Module):
+    """Two Linears (with and without bias) and a parameter named ``kernel`` that is not a
+    Linear's (read with ``[...]``, as other modules read theirs)."""
+
+    def __init__(self, rngs):
+        self.up = Linear(24, 40, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=rngs)
+        self.down = Linear(40, 24, use_bias=False, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=rngs)
+        self.gate = _Gate(rngs)
+
+    def __call__(self, x):
+        return x + self.gate(self.down(jax.nn.gelu(self.up(x))))
+
+
+class _Gate(nnx.Module):
+    def __init__(self, rngs):
+        self.kernel = nnx.Param(jax.random.normal(rngs.params(), (24, 24)).astype(jnp.bfloat16))
+
+    def __call__(self, x):
+        return x * jnp.tanh(self.kernel[...].astype(jnp.float32).sum(0)).astype(x.dtype)
+
+
+def test_scan_layers_reads_linear_kernels_in_place(built, monkeypatch):
+    """With oneDNN on one device, scan_layers hands each Linear kernel to the layer as a
+    StackedKernel: the custom call takes the whole uint16 stack and the layer index (no
+    per-layer copy of the kernel out of the stack), and the result equals the oneDNN run on
+    per-layer slices bit for bit (the same primitive on the same values). Also the partial
+    range (start / num_layers), the per-layer entries, vmap over the input, and the other
+    ``kernel`` parameter read by indexing."""
+    from vidax.nn.stack import scan_layers, stacked
+
+    monkeypatch.setenv(onednn.ENV, "onednn")
+    layers = stacked(_Block, 4, nnx.Rngs(3))
+    graphdef, state = nnx.split(layers)
+    x = jax.random.normal(jax.random.PRNGKey(4), (2, 5, 24)).astype(jnp.bfloat16)
+    entries = jnp.arange(4, dtype=jnp.float32)
+
+    def make_run():  # a new function per switch setting: JAX caches traces by function
+        def run(state, x):
+            m = nnx.merge(graphdef, state)
+            full = scan_layers(m, x, lambda layer, c: layer(c))
+            part = scan_layers(m, x, lambda layer, c: layer(c), start=1, num_layers=3)
+            with_entries = scan_layers(m, x, lambda layer, c, e: (layer(c) * e.astype(c.dtype), e + 1),
+                                       per_layer=entries)
+            batched = jax.vmap(lambda xi: scan_layers(m, xi, lambda layer, c: layer(c)))(jnp.stack([x, -x]))
+            return full, part, with_entries, batched
+
+        return jax.jit(run)
+
+    def stack_operands(run):
+        return [ln for ln in run.lower(state, x).as_text().splitlines()
+                if onednn.TARGET in ln and "tensor<4x24x40xui16>" in ln]
+
+    run = make_run()  # 8 host devices in the tests: kernels sliced, oneDNN on the copies
+    sliced = run(state, x)
+    assert not stack_operands(run)
+    monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
+    assert onednn.reads_stacks_in_place(jnp.bfloat16)
+    run = make_run()
+    in_place = run(state, x)
+    assert stack_operands(run)
+    for a, b in zip(jax.tree.leaves(in_place), jax.tree.leaves(sliced)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    assert float(jnp.abs(in_place[0].astype(jnp.float32) - x.astype(jnp.float32)).max()) > 0.1  # the layers act

@@ -1,9 +1,13 @@
 // vidax's CPU matmul through oneDNN, an XLA FFI custom call ("vidax_onednn_matmul").
 //
-// y (R..., N) float32 = x (R..., K) @ w (K, N): x and w both bfloat16 or both float32, row-major;
-// the leading dims of x are folded into one row count. Products are summed in float32 and the
-// result is written in float32 (vidax rounds it to the compute dtype after, as XLA's dot with
-// preferred_element_type=float32). Built and loaded by vidax/cpu/onednn.py.
+// y (R..., N) = x (R..., K) @ w (K, N) [+ bias (N,)]: x and w both bfloat16 or both float32,
+// row-major; the leading dims of x are folded into one row count. w is either the (K, N) weights
+// or a stack (L, K, N) of them (of x's dtype, or uint16 holding bfloat16 bits) with `index`
+// naming the layer, read in place (a layer scan then copies no layer's weights out of its stack);
+// `index` is an int32 scalar, ignored for 2-D weights. `bias` is float32 (N,), or empty for none.
+// Products are summed in float32, the bias added in float32 and the sum written in y's dtype
+// (float32, or bfloat16 rounded once), as XLA's dot with preferred_element_type=float32 followed
+// by the bias add and the cast. Built and loaded by vidax/cpu/onednn.py.
 //
 // The oneDNN v3 C API (dnnl.h) is declared below, only the part used here, so that the build
 // needs libdnnl.so.3 and no headers (the "onednn-cpu-gomp" wheel ships the library alone). The C
@@ -67,6 +71,7 @@ constexpr int kF32 = 3;             // dnnl_f32
 constexpr int kArgSrc = 1;          // DNNL_ARG_SRC
 constexpr int kArgDst = 17;         // DNNL_ARG_DST
 constexpr int kArgWeights = 33;     // DNNL_ARG_WEIGHTS
+constexpr int kArgBias = 41;        // DNNL_ARG_BIAS
 
 // Row-major 2-D memory descriptor (rows, cols); null on failure.
 dnnl_memory_desc_t Desc2d(int64_t rows, int64_t cols, int dtype) {
@@ -79,15 +84,18 @@ dnnl_memory_desc_t Desc2d(int64_t rows, int64_t cols, int dtype) {
 
 struct Matmul {
   dnnl_primitive_t primitive = nullptr;
-  const_dnnl_memory_desc_t src = nullptr, weights = nullptr, dst = nullptr;
+  const_dnnl_memory_desc_t src = nullptr, weights = nullptr, bias = nullptr, dst = nullptr;
 };
 
-// One engine for the process; primitives by (dtype, M, K, N), created once and kept (oneDNN
-// primitives are immutable and may be executed from several threads at once).
+// (operand dtype, result dtype, bias or not, M, K, N)
+using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t>;
+
+// One engine for the process; primitives by Key, created once and kept (oneDNN primitives are
+// immutable and may be executed from several threads at once).
 struct State {
   std::mutex mu;
   dnnl_engine_t engine = nullptr;
-  std::map<std::tuple<int, int64_t, int64_t, int64_t>, Matmul> cache;
+  std::map<Key, Matmul> cache;
 };
 
 State& GetState() {
@@ -96,7 +104,7 @@ State& GetState() {
 }
 
 // The primitive for this problem, created on first use; an error message otherwise.
-std::string GetMatmul(int dtype, int64_t m, int64_t k, int64_t n, Matmul* out, dnnl_engine_t* engine) {
+std::string GetMatmul(const Key& key, Matmul* out, dnnl_engine_t* engine) {
   State& s = GetState();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.engine == nullptr && dnnl_engine_create(&s.engine, kCpu, 0) != kSuccess) {
@@ -104,63 +112,80 @@ std::string GetMatmul(int dtype, int64_t m, int64_t k, int64_t n, Matmul* out, d
     return "oneDNN: cannot create the CPU engine";
   }
   *engine = s.engine;
-  auto key = std::make_tuple(dtype, m, k, n);
   auto it = s.cache.find(key);
   if (it != s.cache.end()) {
     *out = it->second;
     return "";
   }
-  dnnl_memory_desc_t src = Desc2d(m, k, dtype), weights = Desc2d(k, n, dtype), dst = Desc2d(m, n, kF32);
+  const auto [dtype, dst_dtype, has_bias, m, k, n] = key;
+  dnnl_memory_desc_t src = Desc2d(m, k, dtype), weights = Desc2d(k, n, dtype), dst = Desc2d(m, n, dst_dtype);
+  dnnl_memory_desc_t bias = has_bias ? Desc2d(1, n, kF32) : nullptr;
   dnnl_primitive_desc_t pd = nullptr;
   Matmul mm;
   std::string err;
-  if (src == nullptr || weights == nullptr || dst == nullptr) {
+  if (src == nullptr || weights == nullptr || dst == nullptr || (has_bias && bias == nullptr)) {
     err = "oneDNN: cannot describe the operands";
-  } else if (dnnl_matmul_primitive_desc_create(&pd, s.engine, src, weights, nullptr, dst, nullptr) != kSuccess) {
+  } else if (dnnl_matmul_primitive_desc_create(&pd, s.engine, src, weights, bias, dst, nullptr) != kSuccess) {
     err = "oneDNN: no matmul implementation for these operands";
   } else if (dnnl_primitive_create(&mm.primitive, pd) != kSuccess) {
     err = "oneDNN: cannot create the matmul primitive";
   }
   if (pd != nullptr) dnnl_primitive_desc_destroy(pd);
   if (!err.empty()) {
-    for (auto md : {src, weights, dst})
+    for (auto md : {src, weights, bias, dst})
       if (md != nullptr) dnnl_memory_desc_destroy(md);
     return err;
   }
   mm.src = src;
   mm.weights = weights;
+  mm.bias = bias;
   mm.dst = dst;
   s.cache[key] = mm;
   *out = mm;
   return "";
 }
 
-ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi::Buffer<ffi::F32>> y) {
+// An XLA dtype as a oneDNN data type (kBf16 / kF32), or -1.
+int OnednnType(ffi::DataType t) {
+  if (t == ffi::DataType::BF16) return kBf16;
+  if (t == ffi::DataType::F32) return kF32;
+  return -1;
+}
+
+ffi::Error Fail(const char* what) {
+  return ffi::Error::InvalidArgument(std::string("vidax_onednn_matmul: ") + what);
+}
+
+ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> index, ffi::AnyBuffer bias,
+                      ffi::Result<ffi::AnyBuffer> y) {
   auto xd = x.dimensions();
   auto wd = w.dimensions();
-  if (xd.size() < 1 || wd.size() != 2) return ffi::Error::InvalidArgument("vidax_onednn_matmul: x (..., K), w (K, N)");
-  if (x.element_type() != w.element_type()) return ffi::Error::InvalidArgument("vidax_onednn_matmul: x and w differ in dtype");
-  int dtype;
-  if (x.element_type() == ffi::DataType::BF16) {
-    dtype = kBf16;
-  } else if (x.element_type() == ffi::DataType::F32) {
-    dtype = kF32;
-  } else {
-    return ffi::Error::InvalidArgument("vidax_onednn_matmul: dtype must be bfloat16 or float32");
+  if (xd.size() < 1 || (wd.size() != 2 && wd.size() != 3)) return Fail("x (..., K), w (K, N) or (L, K, N)");
+  const int dtype = OnednnType(x.element_type());
+  const int dst_dtype = OnednnType(y->element_type());
+  const bool bits = w.element_type() == ffi::DataType::U16 && dtype == kBf16;
+  if (dtype < 0 || dst_dtype < 0) return Fail("x and y must be bfloat16 or float32");
+  if (w.element_type() != x.element_type() && !bits) return Fail("w must have x's dtype (or be uint16 bits of bfloat16)");
+  const size_t r = wd.size();
+  const int64_t k = wd[r - 2], n = wd[r - 1];
+  if (xd[xd.size() - 1] != k) return Fail("x's last dim != w's K");
+  const bool has_bias = bias.element_count() != 0;
+  if (has_bias && (bias.element_type() != ffi::DataType::F32 || bias.element_count() != static_cast<size_t>(n)))
+    return Fail("bias must be float32 (N,) or empty");
+  char* weights = static_cast<char*>(w.untyped_data());
+  if (r == 3) {
+    if (index.element_count() != 1) return Fail("index must be an int32 scalar");
+    const int64_t i = index.typed_data()[0];
+    if (i < 0 || i >= wd[0]) return Fail("index out of the stack");
+    weights += i * k * n * (dtype == kBf16 ? 2 : 4);
   }
-  const int64_t k = wd[0], n = wd[1];
-  if (xd[xd.size() - 1] != k) return ffi::Error::InvalidArgument("vidax_onednn_matmul: x's last dim != w's first");
   int64_t m = 1;
   for (size_t i = 0; i + 1 < xd.size(); ++i) m *= xd[i];
-  float* out = y->typed_data();
   if (m == 0 || n == 0) return ffi::Error::Success();
-  if (k == 0) {
-    for (int64_t i = 0; i < m * n; ++i) out[i] = 0.0f;
-    return ffi::Error::Success();
-  }
+  if (k == 0) return Fail("K must be > 0");
   Matmul mm;
   dnnl_engine_t engine = nullptr;
-  std::string err = GetMatmul(dtype, m, k, n, &mm, &engine);
+  std::string err = GetMatmul(Key(dtype, dst_dtype, has_bias, m, k, n), &mm, &engine);
   if (!err.empty()) return ffi::Error::Internal(err);
   // One in-order stream per calling thread (a stream is not shared between threads).
   thread_local dnnl_stream_t stream = nullptr;
@@ -168,14 +193,15 @@ ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Result<ffi::Buffe
     stream = nullptr;
     return ffi::Error::Internal("oneDNN: cannot create a stream");
   }
-  dnnl_memory_t mem[3] = {nullptr, nullptr, nullptr};
-  const_dnnl_memory_desc_t mds[3] = {mm.src, mm.weights, mm.dst};
-  void* handles[3] = {x.untyped_data(), w.untyped_data(), out};
+  dnnl_memory_t mem[4] = {nullptr, nullptr, nullptr, nullptr};
+  const_dnnl_memory_desc_t mds[4] = {mm.src, mm.weights, mm.dst, mm.bias};
+  void* handles[4] = {x.untyped_data(), weights, y->untyped_data(), bias.untyped_data()};
+  const int nargs = has_bias ? 4 : 3;
   bool ok = true;
-  for (int i = 0; i < 3 && ok; ++i) ok = dnnl_memory_create(&mem[i], mds[i], engine, handles[i]) == kSuccess;
+  for (int i = 0; i < nargs && ok; ++i) ok = dnnl_memory_create(&mem[i], mds[i], engine, handles[i]) == kSuccess;
   if (ok) {
-    dnnl_exec_arg_t args[3] = {{kArgSrc, mem[0]}, {kArgWeights, mem[1]}, {kArgDst, mem[2]}};
-    ok = dnnl_primitive_execute(mm.primitive, stream, 3, args) == kSuccess && dnnl_stream_wait(stream) == kSuccess;
+    dnnl_exec_arg_t args[4] = {{kArgSrc, mem[0]}, {kArgWeights, mem[1]}, {kArgDst, mem[2]}, {kArgBias, mem[3]}};
+    ok = dnnl_primitive_execute(mm.primitive, stream, nargs, args) == kSuccess && dnnl_stream_wait(stream) == kSuccess;
   }
   for (auto m_ : mem)
     if (m_ != nullptr) dnnl_memory_destroy(m_);
@@ -189,4 +215,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(VidaxOnednnMatmul, MatmulImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import dot_f32
+from vidax.cpu.onednn import StackedKernel, dot_f32
+from vidax.cpu.onednn import linear as cpu_linear
 from vidax.nn.quant import quantized_dot
 from vidax.nn.gguf import dequantize_kernel
 
@@ -240,6 +241,11 @@ class Linear(nnx.Linear):
     With GGUF weights kept on the device (:mod:`vidax.nn.gguf`) ``kernel`` is the file's
     blocks, uint8, and ``kernel_gguf`` (static) their type, dequantized inside the forward
     pass; ``kernel_gguf`` is None otherwise.
+
+    Inside :func:`vidax.nn.stack.scan_layers` with oneDNN reading stacks in place
+    (:func:`vidax.cpu.onednn.reads_stacks_in_place`), ``kernel`` holds a
+    :class:`~vidax.cpu.onednn.StackedKernel` (the whole bf16 stack and the layer index): the
+    matmul reads the layer's weights in the stack, with the same float32 result.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -259,8 +265,13 @@ class Linear(nnx.Linear):
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         if self.kernel_gguf is not None:
             return self._gguf_call(inputs)
-        kernel = self.kernel[...]
         bias = () if self.bias is None else (self.bias[...],)
+        kernel = self.kernel.get_value()
+        if isinstance(kernel, StackedKernel):  # layer i of a stack, read in place by oneDNN
+            dtype = self.dtype or jnp.result_type(inputs, kernel.dtype, *bias)
+            if out_sharding is None and xla_cpu_upcasts(dtype):
+                return cpu_linear(inputs, kernel, bias[0] if bias else None, dtype, self.precision)
+        kernel = self.kernel[...]
         if self.kernel_scale is not None:
             dtype = self.dtype or jnp.result_type(inputs, *bias)
             y = quantized_dot(inputs, kernel, self.kernel_scale[...], dtype, self.precision)
@@ -268,11 +279,7 @@ class Linear(nnx.Linear):
         dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
         if out_sharding is not None or not xla_cpu_upcasts(dtype):
             return super().__call__(inputs, out_sharding)
-        y = dot_f32(inputs.astype(dtype), kernel.astype(dtype), self.precision)
-        if self.bias is not None:
-            y = y + self.bias[...].astype(_F32)
-        return y.astype(dtype)
-
+        return cpu_linear(inputs, kernel, bias[0] if bias else None, dtype, self.precision)
 
     def _gguf_call(self, inputs: jax.Array) -> jax.Array:
         """The forward pass with a kept GGUF kernel: the kernel dequantized

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.nn.layers import xla_cpu_upcasts
+from vidax.cpu.onednn import StackedKernel, reads_stacks_in_place
+from vidax.nn.layers import Linear, xla_cpu_upcasts
 
 M = TypeVar("M", bound=nnx.Module)
 
@@ -63,13 +64,19 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
     loop, so XLA:CPU keeps no float32 copy of the stack (see
     :func:`vidax.nn.layers.xla_cpu_upcasts`). A stack that enters the jitted function as bf16
     is still copied whole, as uint16, on every call; one passed in as :class:`StackBits` (see
-    :func:`as_stack_bits`) is not: its bitcast to bf16 and back folds away.
+    :func:`as_stack_bits`) is not: its bitcast to bf16 and back folds away. Where oneDNN reads
+    stacks in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`), each Linear's bf16 kernel
+    is not sliced at all: ``body``'s layer holds a :class:`~vidax.cpu.onednn.StackedKernel` (the
+    stack and the layer index), which the Linear's matmul reads in the stack and which gives the
+    slice when indexed.
     """
     graphdef, state = nnx.split(layers)
-    leaves, treedef = jax.tree.flatten(state)
+    paths, treedef = jax.tree_util.tree_flatten_with_path(state)
+    leaves = [leaf for _, leaf in paths]
     dtypes = [leaf.dtype for leaf in leaves]
     as_bits = [xla_cpu_upcasts(d) for d in dtypes]
     xs = [jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a for a, b in zip(leaves, as_bits)]
+    in_place = _kernels_read_in_place(layers, [p for p, _ in paths], leaves)
     total = leaves[0].shape[0]
     count = total if num_layers is None else num_layers
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= total:
@@ -78,7 +85,8 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
         raise ValueError(f"scan_layers: start={start!r} must be an int in [0, num_layers={count}].")
 
     def step(c, layer_leaves, entry=None):
-        layer = [jax.lax.bitcast_convert_type(a, d) if b else a for a, d, b in zip(layer_leaves, dtypes, as_bits)]
+        layer = [jax.lax.bitcast_convert_type(a, d) if b and not isinstance(a, StackedKernel) else a
+                 for a, d, b in zip(layer_leaves, dtypes, as_bits)]
         module = nnx.merge(graphdef, jax.tree.unflatten(treedef, layer))
         if per_layer is None:
             c = body(module, c)
@@ -86,12 +94,13 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
         c, entry = body(module, c, entry)
         return c, ((c if collect else None), entry)
 
-    if count == total and start == 0:
+    if count == total and start == 0 and not any(in_place):
         carry, carries = jax.lax.scan(lambda c, xe: step(c, *xe), carry, (xs, per_layer))
     else:
         def indexed(c, i):
             entry = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), per_layer)
-            return step(c, [jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False) for a in xs], entry)
+            return step(c, [StackedKernel(a, i, d) if p else jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
+                            for a, d, p in zip(xs, dtypes, in_place)], entry)
 
         carry, carries = jax.lax.scan(indexed, carry, jnp.arange(start, count, dtype=jnp.int32))
         if per_layer is not None:
@@ -100,6 +109,22 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
         return (carry, carries) if collect else carry
     carries, entries = carries
     return ((carry, carries) if collect else carry), entries
+
+
+def _kernels_read_in_place(layers: nnx.Module, paths: Sequence[tuple], leaves: Sequence[Any]) -> list[bool]:
+    """For each state leaf of ``layers`` (its key path, the stacked array): whether it is the (L, K, N) kernel of a
+    :class:`~vidax.nn.layers.Linear` (not 8-bit, not GGUF) of a dtype whose stacks oneDNN reads
+    in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`), handed to the layer as a
+    :class:`~vidax.cpu.onednn.StackedKernel`."""
+    if not any(reads_stacks_in_place(a.dtype) for a in leaves):
+        return [False] * len(paths)
+    kernels = {tuple(node_path) + ("kernel",) for node_path, node in nnx.iter_graph(layers)
+               if isinstance(node, Linear) and node.kernel_scale is None and node.kernel_gguf is None}
+
+    def keys(path: tuple) -> tuple:
+        return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
+
+    return [a.ndim == 3 and keys(p) in kernels and reads_stacks_in_place(a.dtype) for p, a in zip(paths, leaves)]
 
 
 def num_layers(layers: nnx.Module) -> int:
