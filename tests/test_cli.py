@@ -636,6 +636,22 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
     check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written
 
 
+def test_fps_is_refused_naming_the_flag_value_and_range(tmp_path):
+    """--fps that is no integer (2.5) is one error line naming --fps, the value and the valid
+    range, as an --fps out of the range is (not click's usage error naming neither); before any
+    checkpoint is read (there is none here)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    for value in ("2.5", "1e3", "0"):
+        r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(tmp_path / "none"), "--fps",
+                                     value, "-o", str(tmp_path / "v.npy")])
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.exit_code == 2 and lines == [f"error: --fps must be an integer frame rate in [1, 1000] fps, got "
+                                              f"{value}"], r.output
+
+
 def test_sound_drift_warning_blames_only_a_given_fps():
     """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
     the model's own rounding, not an --fps; only an --fps the user gave is named."""

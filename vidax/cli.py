@@ -62,6 +62,24 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
+def _frame_rate_words() -> str:
+    """What ``--fps`` takes, in words: ``"an integer frame rate in [1, 1000] fps"``
+    (:data:`~vidax.pipelines.options.FRAME_RATE_RANGE`)."""
+    from vidax.pipelines.options import FRAME_RATE_RANGE
+
+    return f"an integer frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps"
+
+
+def _frame_rate(text: str) -> int:
+    """``--fps``'s parser: text that is no integer (``2.5``) is refused in vidax's one error line
+    naming the flag, the value and the valid range, as a value out of the range is
+    (:func:`_generate`), not in click's usage error, which names neither."""
+    try:
+        return int(text)
+    except ValueError:
+        _fail(f"--fps must be {_frame_rate_words()}, got {text}")
+
+
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
@@ -262,7 +280,8 @@ def generate(
     audio: bool = typer.Option(
         True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
         "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
-    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
+    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples].",
+                                      parser=_frame_rate, metavar="INTEGER"),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
     dp: Optional[int] = load_flag("dp"),
@@ -404,7 +423,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
     if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
-        raise InputError(Arg("fps"), f" must be a frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps, got {fps}")
+        raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
     raw = dict(given)  # the file paths, before the files are read
