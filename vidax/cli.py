@@ -435,7 +435,6 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
-    mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
     from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
     from vidax.checkpoint import Checkpoint
@@ -477,6 +476,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         why = silent or ("--no-audio leaves the sound out",)
         raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
                          "; give *.mp4, *.npy or a folder")
+    # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
+    mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=[h for _, h in cls.attention_heads(info)])
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     cache_config = None
     if cache is not None:
