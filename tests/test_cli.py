@@ -292,6 +292,38 @@ def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
     return str(path)
 
 
+def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_overflows(pipe, ckpt, tmp_path):
+    """A LoRA weight / scale that is not finite in float32 (the merge's) is refused in one line
+    naming the keyword; a finite huge one (1e38 here; at 1e30 the tiny model's norms absorb it)
+    makes the run go NaN/Inf, and that error names the adapter and its scale as the likely cause:
+    in Python as the adapter, on the command line as --lora PATH:SCALE (the run stops at its first
+    step, on the module's loaded pipeline)."""
+    import typer
+
+    from vidax.cli import _Spelling, app
+    from vidax.errors import NumericalError
+
+    lora = _wan_lora_file(ckpt, tmp_path / "style.safetensors")
+    pipe.load_lora_weights(lora, "style")
+    try:
+        for bad in (float("inf"), float("nan"), 1e39, np.float32("-inf")):
+            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.*: .* is not a finite number \(at "
+                                                 r"most 3\.403e\+38 in magnitude, float32's largest"):
+                pipe.set_adapters("style", bad)
+        with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=1e\+39 must be a finite number \(at most"):
+            pipe.fuse_lora(1e39)
+        pipe.set_adapters("style", np.float32(1e38))
+        with pytest.raises(NumericalError) as e:
+            pipe("a cat", progress=False, **SMALL)
+        assert "NaN/Inf" in str(e.value) and str(e.value).endswith(
+            "; the LoRA scale(s) in use may be the cause (a large one makes the merged weights overflow): adapter "
+            "'style' at 1e+38: try smaller ones"), str(e.value)
+        flags = _Spelling(typer.main.get_command(app).commands["generate"])
+        assert f"overflow): --lora '{lora}:1e+38': try smaller ones" in flags.message(e.value)
+    finally:
+        pipe.unload_lora_weights()
+
+
 def test_lora_flag_and_inspect(variants, tmp_path):
     """--lora PATH:SCALE goes on both Wan2.2 experts (the scale reaches set_adapters: see
     tests/test_lora.py for the merge itself); vidax inspect describes the file; a file

@@ -1200,6 +1200,8 @@ class VideoPipeline:
         Raises:
             OutOfMemoryError: the call's memory estimate is more than there is (before any work),
                 or an allocation failed during the run (the message names the phase and the estimate).
+            NumericalError: the run went NaN/Inf (see :meth:`__call__`); with LoRA adapters active
+                the message also names their scales, a likely cause.
         """
         self.check_components()
         check_cache_call(self.cache_config, call.num_inference_steps)
@@ -1214,6 +1216,14 @@ class VideoPipeline:
         phase = ["text encoding"]
         try:
             return self._generate(call, phase)
+        except NumericalError as e:
+            scales = None if self._lora is None else self._lora.scales_in_use()
+            if scales is None:
+                raise
+            error = NumericalError(e.message, "; the LoRA scale(s) in use may be the cause (a large one makes the "
+                                   "merged weights overflow): ", scales, ": try smaller ones")
+            error.latents = getattr(e, "latents", None)
+            raise error from None
         except Exception as e:
             if not (isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)) or isinstance(e, OutOfMemoryError):
                 raise
