@@ -684,6 +684,21 @@ def test_fps_is_refused_naming_the_flag_value_and_range(tmp_path):
                                               f"{value}"], r.output
 
 
+def test_verbose_help_says_what_it_shows():
+    """--verbose's help on generate and serve says it shows the INFO log lines and which: a user
+    looking for the GGUF densify bytes or the oneDNN build finds the flag (trial: they were hidden)."""
+    import typer
+
+    from vidax.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for command in ("generate", "serve"):
+        verbose = next(p for p in commands[command].params if p.name == "verbose")
+        assert verbose.opts == ["--verbose", "-v"] and verbose.help.startswith("Show the INFO log lines on stderr")
+        for shown in ("GGUF densif", "oneDNN CPU matmul build", "compile cache folder", "attention implementation"):
+            assert shown in verbose.help, (command, verbose.help)
+
+
 def test_sound_drift_warning_blames_only_a_given_fps():
     """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
     the model's own rounding, not an --fps; only an --fps the user gave is named."""

@@ -283,7 +283,11 @@ def generate(
     fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples].",
                                       parser=_frame_rate, metavar="INTEGER"),
     progress: bool = typer.Option(True, help="Show progress bars."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show the INFO log lines on stderr: vidax's (the attention implementation "
+        "of each shape, LoRA merges and GGUF densify bytes (GGUF blocks a LoRA merges into), staging and offload "
+        "decisions, expert swaps, the compile cache folder, the oneDNN CPU matmul build, ...), and after loading "
+        "where each component's weights are (with offloading, where each waits)."),
     dp: Optional[int] = load_flag("dp"),
     tp: Optional[int] = load_flag("tp"),
     sp: Optional[int] = load_flag("sp"),
@@ -771,7 +775,10 @@ def serve(
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request and what vidax does."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show the INFO log lines on stderr: uvicorn's (every request) and vidax's "
+        "(as vidax generate --verbose: the attention implementation, LoRA merges and GGUF densify bytes, staging "
+        "and offload decisions, the compile cache folder, the oneDNN CPU matmul build, ...)."),
 ) -> None:
     """Serve video generation over HTTP: OpenAI's /v1/videos API and a page at /.
 
