@@ -292,6 +292,38 @@ def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
     return str(path)
 
 
+def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_overflows(pipe, ckpt, tmp_path):
+    """A LoRA weight / scale that is not finite in float32 (the merge's) is refused in one line
+    naming the keyword; a finite huge one (1e38 here; at 1e30 the tiny model's norms absorb it)
+    makes the run go NaN/Inf, and that error names the adapter and its scale as the likely cause:
+    in Python as the adapter, on the command line as --lora PATH:SCALE (the run stops at its first
+    step, on the module's loaded pipeline)."""
+    import typer
+
+    from vidax.cli import _Spelling, app
+    from vidax.errors import NumericalError
+
+    lora = _wan_lora_file(ckpt, tmp_path / "style.safetensors")
+    pipe.load_lora_weights(lora, "style")
+    try:
+        for bad in (float("inf"), float("nan"), 1e39, np.float32("-inf")):
+            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.*: .* is not a finite number \(at "
+                                                 r"most 3\.403e\+38 in magnitude, float32's largest"):
+                pipe.set_adapters("style", bad)
+        with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=1e\+39 must be a finite number \(at most"):
+            pipe.fuse_lora(1e39)
+        pipe.set_adapters("style", np.float32(1e38))
+        with pytest.raises(NumericalError) as e:
+            pipe("a cat", progress=False, **SMALL)
+        assert "NaN/Inf" in str(e.value) and str(e.value).endswith(
+            "; the LoRA scale(s) in use may be the cause (a large one makes the merged weights overflow): adapter "
+            "'style' at 1e+38: try smaller ones"), str(e.value)
+        flags = _Spelling(typer.main.get_command(app).commands["generate"])
+        assert f"overflow): --lora '{lora}:1e+38': try smaller ones" in flags.message(e.value)
+    finally:
+        pipe.unload_lora_weights()
+
+
 def test_lora_flag_and_inspect(variants, tmp_path):
     """--lora PATH:SCALE goes on both Wan2.2 experts (the scale reaches set_adapters: see
     tests/test_lora.py for the merge itself); vidax inspect describes the file; a file
@@ -634,6 +666,37 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
     with pytest.raises(InputError, match=r"writes '.*in.wav' beside it, the same file as video="):
         check_inputs_kept([str(image)], [("video", str(wav))], audio=True)
     check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written
+
+
+def test_fps_is_refused_naming_the_flag_value_and_range(tmp_path):
+    """--fps that is no integer (2.5) is one error line naming --fps, the value and the valid
+    range, as an --fps out of the range is (not click's usage error naming neither); before any
+    checkpoint is read (there is none here)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    for value in ("2.5", "1e3", "0"):
+        r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(tmp_path / "none"), "--fps",
+                                     value, "-o", str(tmp_path / "v.npy")])
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.exit_code == 2 and lines == [f"error: --fps must be an integer frame rate in [1, 1000] fps, got "
+                                              f"{value}"], r.output
+
+
+def test_verbose_help_says_what_it_shows():
+    """--verbose's help on generate and serve says it shows the INFO log lines and which: a user
+    looking for the GGUF densify bytes or the oneDNN build finds the flag (trial: they were hidden)."""
+    import typer
+
+    from vidax.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for command in ("generate", "serve"):
+        verbose = next(p for p in commands[command].params if p.name == "verbose")
+        assert verbose.opts == ["--verbose", "-v"] and verbose.help.startswith("Show the INFO log lines on stderr")
+        for shown in ("GGUF densif", "oneDNN CPU matmul build", "compile cache folder", "attention implementation"):
+            assert shown in verbose.help, (command, verbose.help)
 
 
 def test_sound_drift_warning_blames_only_a_given_fps():

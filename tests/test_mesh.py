@@ -71,6 +71,23 @@ def test_bad_mesh_lists_valid_factorizations():
         make_mesh(1, 0, 8)
 
 
+def test_valid_layouts_split_the_heads():
+    """The layouts a mesh error lists for a model: tp x sp divides each of its head counts."""
+    from vidax.parallel.mesh import valid_layouts
+
+    assert valid_layouts(8) == valid_factorizations(8)
+    assert valid_layouts(8, [12]) == [(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)]
+    assert valid_layouts(8, [40, 5]) == [(8, 1, 1)]  # the heads of every config must split
+    with pytest.raises(InputError) as e:
+        make_mesh(3, 1, 1, heads=[12])
+    assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), (2, 2, 2), "
+                                 "(2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
+    with pytest.raises(InputError) as e:
+        mesh_from_sizes(None, 3, None, heads=[12, 40])
+    assert str(e.value).endswith("there are 8; valid (dp, tp, sp) for 8 devices and 12 / 40 attention heads: "
+                                 "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
+
+
 def test_resolve_mesh_forms():
     assert resolve_mesh(None) is None
     mesh = make_mesh(2, 2, 2)

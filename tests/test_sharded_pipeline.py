@@ -95,13 +95,23 @@ def test_cli_generate_on_mesh(ckpt, reference, tmp_path):
     assert np.abs(np.load(out)[None] - reference).max() < TOL
 
 
-def test_bad_mesh_errors(ckpt):
-    with pytest.raises(InputError, match=r"= 4 devices, but there are 8; valid \(dp, tp, sp\) for 8 devices: .*\(2, 2, 2\)"):
+def test_bad_mesh_errors(ckpt, tmp_path):
+    # The valid sizes listed are those whose tp x sp splits the checkpoint's 4 heads (its config,
+    # read before any weight): not (1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1).
+    usable = "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)"
+    with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, mesh="2x2x1")
+    assert str(e.value).endswith(f"= 4 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention "
+                                 f"heads: {usable}.")
     with pytest.raises(InputError, match="4 attention heads do not split over tensor x sequence = 1 x 8"):
         vidax.load_pipeline(ckpt, mesh="dp=1,sp=8")
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "3"])
     assert r.exit_code == 2 and "--tp 3 makes a mesh of 3 device(s)" in r.stderr and "--sp" not in r.stderr.split(";")[0]
+    assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
+    r = CliRunner().invoke(app, ["serve", "--checkpoint", ckpt, "--tp", "3", "--port", "0", "--jobs-dir",
+                                 str(tmp_path / "jobs")])
+    assert r.exit_code == 2 and "--tp 3 makes a mesh of 3 device(s)" in r.stderr, r.output
+    assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
     # --dp alone is read as --tp / --sp alone are: the sizes not given are 1, the same refusal.
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--dp", "2"])
     assert r.exit_code == 2 and "--dp 2 makes a mesh of 2 device(s) (a size not given is 1: dp 2 x tp 1 x sp 1), " \

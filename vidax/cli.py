@@ -62,6 +62,24 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
+def _frame_rate_words() -> str:
+    """What ``--fps`` takes, in words: ``"an integer frame rate in [1, 1000] fps"``
+    (:data:`~vidax.pipelines.options.FRAME_RATE_RANGE`)."""
+    from vidax.pipelines.options import FRAME_RATE_RANGE
+
+    return f"an integer frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps"
+
+
+def _frame_rate(text: str) -> int:
+    """``--fps``'s parser: text that is no integer (``2.5``) is refused in vidax's one error line
+    naming the flag, the value and the valid range, as a value out of the range is
+    (:func:`_generate`), not in click's usage error, which names neither."""
+    try:
+        return int(text)
+    except ValueError:
+        _fail(f"--fps must be {_frame_rate_words()}, got {text}")
+
+
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
@@ -262,9 +280,14 @@ def generate(
     audio: bool = typer.Option(
         True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
         "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
-    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
+    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples].",
+                                      parser=_frame_rate, metavar="INTEGER"),
     progress: bool = typer.Option(True, help="Show progress bars."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what vidax does (attention implementation, ...)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show the INFO log lines on stderr: vidax's (the attention implementation "
+        "of each shape, LoRA merges and GGUF densify bytes (GGUF blocks a LoRA merges into), staging and offload "
+        "decisions, expert swaps, the compile cache folder, the oneDNN CPU matmul build, ...), and after loading "
+        "where each component's weights are (with offloading, where each waits)."),
     dp: Optional[int] = load_flag("dp"),
     tp: Optional[int] = load_flag("tp"),
     sp: Optional[int] = load_flag("sp"),
@@ -404,7 +427,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
     if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
-        raise InputError(Arg("fps"), f" must be a frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps, got {fps}")
+        raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got {fps}")
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
     raw = dict(given)  # the file paths, before the files are read
@@ -416,7 +439,6 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
-    mesh = mesh_from_sizes(dp, tp, sp, always=multi)
     stats = RunStats()
     from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
     from vidax.checkpoint import Checkpoint
@@ -458,6 +480,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
         why = silent or ("--no-audio leaves the sound out",)
         raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
                          "; give *.mp4, *.npy or a folder")
+    # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
+    mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=[h for _, h in cls.attention_heads(info)])
     cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
     cache_config = None
     if cache is not None:
@@ -751,7 +775,10 @@ def serve(
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every request and what vidax does."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show the INFO log lines on stderr: uvicorn's (every request) and vidax's "
+        "(as vidax generate --verbose: the attention implementation, LoRA merges and GGUF densify bytes, staging "
+        "and offload decisions, the compile cache folder, the oneDNN CPU matmul build, ...)."),
 ) -> None:
     """Serve video generation over HTTP: OpenAI's /v1/videos API and a page at /.
 

@@ -474,7 +474,7 @@ def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
                  "--audio-stg-scale 0 to turn STG off"),
             (["--frame-rate", "0.01"], "--frame-rate must be a number in [1, 1000], got 0.01"),
             (["--frame-rate", "1e-30"], "--frame-rate must be a number in [1, 1000], got 1e-30"),
-            (["--fps", "100000000"], "--fps must be a frame rate in [1, 1000] fps, got 100000000"),
+            (["--fps", "100000000"], "--fps must be an integer frame rate in [1, 1000] fps, got 100000000"),
             (["--distributed-timeout", "nan"], "--distributed-timeout nan must be a finite number of seconds > 0."),
             (["--distributed-timeout", "-1"], "--distributed-timeout -1.0 must be a finite number of seconds > 0."),
             (["--stg-blocks", "1,x"], "--stg-blocks '1,x' must be transformer block indices separated by commas "

@@ -18,10 +18,13 @@ import logging
 import os
 from typing import Any, Sequence
 
-from vidax.errors import InputError
+import numpy as np
+
+from vidax.errors import Arg, InputError, Message, joined
 from vidax.lora.apply import ParamStore
 from vidax.lora.formats import LoraFile, _listed, parse, read_state_dict
 from vidax.lora.targets import ModelTargets, Term, guess_family, transformer_targets
+from vidax.pipelines.options import MAX_FLOAT
 
 logger = logging.getLogger("vidax.lora")
 
@@ -121,13 +124,17 @@ class LoraAdapters:
             raise InputError(f"set_adapters: {unknown} not loaded (loaded: {list(self.terms)})")
         if adapter_weights is None:
             weights = [1.0] * len(names)
-        elif isinstance(adapter_weights, (int, float)) and not isinstance(adapter_weights, bool):
+        elif isinstance(adapter_weights, (int, float, np.integer, np.floating)) \
+                and not isinstance(adapter_weights, bool):
             weights = [float(adapter_weights)] * len(names)
         else:
             weights = list(adapter_weights)
-        if len(weights) != len(names) or not all(_finite(w) for w in weights):
-            raise InputError(f"set_adapters: adapter_weights={adapter_weights!r} must be a finite number or one "
-                             f"per adapter ({len(names)})")
+        if len(weights) != len(names):
+            raise InputError(f"set_adapters: adapter_weights={adapter_weights!r} must be a number or one per adapter "
+                             f"({len(names)})")
+        bad = [w for w in weights if not _finite(w)]
+        if bad:
+            raise InputError(f"set_adapters: adapter_weights={adapter_weights!r}: {bad[0]!r} is not {FINITE}")
         self.active = [[(n, float(w)) for n, w in zip(names, weights) if e in self.loaded_into[n]]
                        for e in range(len(self.names))]
         self.enabled = True
@@ -138,7 +145,7 @@ class LoraAdapters:
         """diffusers' ``fuse_lora``: the active adapters (or ``adapter_names``) scaled by
         ``lora_scale`` in ``components`` (default ``["transformer"]``)."""
         if not _finite(lora_scale):
-            raise InputError(f"fuse_lora: lora_scale={lora_scale!r} must be a finite number")
+            raise InputError(f"fuse_lora: lora_scale={lora_scale!r} must be {FINITE}")
         for i in self._components(components, "fuse_lora"):
             self.fuse_scale[i] = float(lora_scale)
         if adapter_names is not None:
@@ -182,6 +189,21 @@ class LoraAdapters:
             out += [n for n, _ in per if n not in out]
         return out
 
+    def scales_in_use(self) -> Message | None:
+        """The active adapters and the scales they are merged at (the weight of :meth:`set_adapters`
+        times the scale of :meth:`fuse`; the largest over the transformers), as message parts
+        naming each as data: ``adapter 'style' at 1e+30`` in Python, ``--lora 'style.safetensors:1e+30'``
+        on the command line; None when none is active."""
+        scales: dict[str, float] = {}
+        for e, per in enumerate(self.active if self.enabled else []):
+            for name, weight in per:
+                scale = weight * self.fuse_scale[e]
+                scales[name] = max(scales.get(name, scale), scale, key=abs)
+        if not scales:
+            return None
+        return Message(*joined(Arg("lora", f"{self.files[n].source}:{w:g}", python=f"adapter {n!r} at {w:g}")
+                               for n, w in scales.items()))
+
     # ------------------------------------------------------------------ merging
     def _apply(self) -> None:
         for e, store in enumerate(self._stores):
@@ -195,10 +217,14 @@ class LoraAdapters:
             store.merge(terms)
 
 
-def _finite(x: Any) -> bool:
-    import math
+#: What a LoRA weight / scale must be: the merge computes in float32.
+FINITE = f"a finite number (at most {MAX_FLOAT:.4g} in magnitude, float32's largest: the merge is float32)"
 
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+def _finite(x: Any) -> bool:
+    """``x`` is a number the float32 merge can scale by (a Python or numpy int / float)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
+        and bool(np.isfinite(x)) and abs(float(x)) <= MAX_FLOAT
 
 
 def _name(source: Any) -> str:

@@ -53,6 +53,20 @@ def valid_factorizations(n: int) -> list[tuple[int, int, int]]:
     return [(dp, tp, n // dp // tp) for dp in divisors(n) for tp in divisors(n // dp)]
 
 
+def valid_layouts(n: int, heads: Sequence[int] = ()) -> list[tuple[int, int, int]]:
+    """The ``(dp, tp, sp)`` of :func:`valid_factorizations` whose ``tp * sp`` divides every head
+    count in ``heads`` (the model's attention heads: TP shards them, Ulysses re-shards the
+    TP-local ones; :func:`check_heads`); all of them when ``heads`` is empty."""
+    return [t for t in valid_factorizations(n) if all(h % (t[1] * t[2]) == 0 for h in heads)]
+
+
+def _layouts_clause(n: int, heads: Sequence[int]) -> str:
+    """``"valid (dp, tp, sp) for 8 devices[ and 12 attention heads]: (1, 1, 8), ..."``."""
+    counts = sorted(set(heads))
+    which = f" and {' / '.join(map(str, counts))} attention heads" if counts else ""
+    return f"valid (dp, tp, sp) for {n} devices{which}: {_format_triples(valid_layouts(n, counts))}"
+
+
 def _format_triples(triples: Sequence[tuple[int, ...]]) -> str:
     shown = ", ".join("(" + ", ".join(map(str, t)) + ")" for t in triples[:_MAX_LISTED])
     return shown + (f", ... ({len(triples)} in all)" if len(triples) > _MAX_LISTED else "")
@@ -64,6 +78,7 @@ def make_mesh(
     sp: int = 1,
     *,
     devices: Sequence[Any] | None = None,
+    heads: Sequence[int] = (),
 ) -> Mesh:
     """A ``(data, tensor, sequence)`` mesh of sizes ``(dp, tp, sp)`` over ``devices``.
 
@@ -71,13 +86,15 @@ def make_mesh(
         dp, tp, sp: axis sizes, positive ints whose product is the number of devices.
         devices: the devices to use, in mesh order; default ``jax.devices()`` (all processes),
             laid out by ``jax.make_mesh`` (which follows the physical topology on TPU / GPU).
+        heads: the attention head counts of the model the mesh is for: the valid sizes an
+            error lists are those whose ``tp * sp`` divides them (:func:`valid_layouts`).
 
     Returns:
         A :class:`jax.sharding.Mesh` with ``AxisType.Auto`` axes.
 
     Raises:
         InputError: a size is not a positive int, or ``dp * tp * sp`` differs from the device
-            count (the message lists every valid ``(dp, tp, sp)``).
+            count (the message lists every valid ``(dp, tp, sp)``, for ``heads``).
     """
     sizes = (dp, tp, sp)
     for name, value in zip(SIZE_NAMES, sizes):
@@ -88,7 +105,7 @@ def make_mesh(
     if math.prod(sizes) != n:
         raise InputError(
             f"mesh dp={sizes[0]} x tp={sizes[1]} x sp={sizes[2]} = {math.prod(sizes)} devices, but "
-            f"there are {n}; valid (dp, tp, sp) for {n} devices: {_format_triples(valid_factorizations(n))}."
+            f"there are {n}; {_layouts_clause(n, heads)}."
         )
     types = (AxisType.Auto,) * 3
     if devices is None:
@@ -132,12 +149,13 @@ def _check_sizes(sizes: dict[str, int], text: str) -> dict[str, int]:
     return sizes
 
 
-def resolve_mesh(mesh: Any) -> Mesh | None:
+def resolve_mesh(mesh: Any, heads: Sequence[int] = ()) -> Mesh | None:
     """Normalise the ``mesh=`` argument of the public API.
 
     Accepts ``None`` (single device), a :class:`~jax.sharding.Mesh` (used as is), a string
     (:func:`parse_mesh_sizes`), a mapping with keys among ``dp``/``tp``/``sp`` or a
-    ``(dp, tp, sp)`` sequence.
+    ``(dp, tp, sp)`` sequence. ``heads``: the model's attention head counts, for the valid sizes
+    an error lists (:func:`make_mesh`).
 
     Raises:
         InputError: anything else, or sizes that do not multiply to the device count.
@@ -145,14 +163,14 @@ def resolve_mesh(mesh: Any) -> Mesh | None:
     if mesh is None or isinstance(mesh, Mesh):
         return mesh
     if isinstance(mesh, str):
-        return make_mesh(**parse_mesh_sizes(mesh))
+        return make_mesh(**parse_mesh_sizes(mesh), heads=heads)
     if isinstance(mesh, Mapping):
         unknown = set(mesh) - set(SIZE_NAMES)
         if unknown:
             raise InputError(Arg("mesh", dict(mesh)), f": unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}.")
-        return make_mesh(**mesh)
+        return make_mesh(**mesh, heads=heads)
     if isinstance(mesh, (tuple, list)) and len(mesh) == 3:
-        return make_mesh(*mesh)
+        return make_mesh(*mesh, heads=heads)
     raise InputError(
         Arg("mesh", mesh), " is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
         "'dp=..,tp=..,sp=..', a dict or a (dp, tp, sp) tuple."
@@ -198,8 +216,7 @@ def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
     if heads % (tp * sp) == 0:
         return
     n = dp * tp * sp
-    valid = [(t, s) for _, t, s in valid_factorizations(n) if heads % (t * s) == 0]
-    valid = sorted(set(valid))
+    valid = sorted({(t, s) for _, t, s in valid_layouts(n, [heads])})
     raise InputError(
         f"{what}: {heads} attention heads do not split over tensor x sequence = {tp} x {sp} = "
         f"{tp * sp} (mesh: data {dp} x tensor {tp} x sequence {sp}); heads % (tp * sp) must be 0. Valid (tp, sp) "
@@ -207,13 +224,16 @@ def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
     )
 
 
-def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: bool = False) -> Mesh | None:
+def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: bool = False,
+                    heads: Sequence[int] = ()) -> Mesh | None:
     """The mesh of the CLI flags ``--dp --tp --sp``.
 
     None when no size is given (and not ``always``): the single-device path. Otherwise a size
     not given is 1, the same for each of the three (``--dp 2`` alone is ``dp=2, tp=1, sp=1``),
     and the product must be the device count. With ``always`` (several processes) and no size
-    given, every device is data-parallel (``dp`` = the device count).
+    given, every device is data-parallel (``dp`` = the device count). ``heads``: the attention
+    head counts of the model's configs, read before any weight: the valid sizes an error lists
+    are those that split them (:func:`valid_layouts`).
 
     Raises:
         InputError: a given size that is not a positive integer (named ``dp=`` / ``tp=`` /
@@ -234,8 +254,7 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
         raise InputError(
             *[part for i, a in enumerate(given) for part in ((" x ", a) if i else (a,))],
             f" makes a mesh of {dp * tp * sp} device(s) (a size not given is 1: dp {dp} x tp {tp} x sp {sp}), but "
-            f"there are {n}; valid (dp, tp, sp) for {n} devices: {_format_triples(valid_factorizations(n))}, of "
-            "which only those whose tp x sp divides the model's attention heads run it (vidax inspect PATH --mesh "
-            "DPxTPxSP checks a mesh)."
+            f"there are {n}; {_layouts_clause(n, heads)}" + ("" if heads else ", of which only those whose tp x sp "
+            "divides the model's attention heads run it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)") + "."
         )
-    return make_mesh(dp, tp, sp)
+    return make_mesh(dp, tp, sp, heads=heads)

@@ -440,6 +440,10 @@ def check_decodable(call: Call, latents: jax.Array, kept: Callable[[], np.ndarra
         raise error
 
 
+#: The config fields of a transformer's attention head counts (each splits over tensor x sequence).
+HEAD_FIELDS = ("num_attention_heads", "audio_num_attention_heads")
+
+
 class VideoPipeline:
     """Base of the family pipelines; build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
@@ -772,12 +776,22 @@ class VideoPipeline:
         from vidax.parallel.mesh import check_heads
 
         cls.read_scheduler(info)
+        for what, heads in cls.attention_heads(info):
+            check_heads(mesh, heads, what)
+
+    @classmethod
+    def attention_heads(cls, info: CheckpointInfo) -> list[tuple[str, int]]:
+        """``(config file, heads)`` of each attention head count the transformers' configs declare
+        (``num_attention_heads``; LTX-2's ``audio_num_attention_heads`` too): what ``tensor x
+        sequence`` must divide. From the configs only: the mesh errors list the valid sizes for them."""
         ckpt = info.checkpoint
+        out = []
         for name in info.transformers:
             spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
-            heads = getattr(ckpt.typed_config(name, spec.config_class()), "num_attention_heads", None)
-            if mesh is not None and heads is not None:
-                check_heads(mesh, heads, ckpt.config_file(name))
+            config = ckpt.typed_config(name, spec.config_class())
+            out += [(ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
+                    for field in HEAD_FIELDS if getattr(config, field, None) is not None]
+        return out
 
     @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, *,
@@ -1088,7 +1102,7 @@ class VideoPipeline:
         dtype = parse_dtype(dtype)
         check_backend()
         cpu_matmul_mode()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
-        mesh = resolve_mesh(mesh)
+        mesh = resolve_mesh(mesh, heads=[h for _, h in cls.attention_heads(info)])
         cls.check_checkpoint(info, mesh)
         offload = resolve_offload(offload)
         staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
@@ -1186,6 +1200,8 @@ class VideoPipeline:
         Raises:
             OutOfMemoryError: the call's memory estimate is more than there is (before any work),
                 or an allocation failed during the run (the message names the phase and the estimate).
+            NumericalError: the run went NaN/Inf (see :meth:`__call__`); with LoRA adapters active
+                the message also names their scales, a likely cause.
         """
         self.check_components()
         check_cache_call(self.cache_config, call.num_inference_steps)
@@ -1200,6 +1216,14 @@ class VideoPipeline:
         phase = ["text encoding"]
         try:
             return self._generate(call, phase)
+        except NumericalError as e:
+            scales = None if self._lora is None else self._lora.scales_in_use()
+            if scales is None:
+                raise
+            error = NumericalError(e.message, "; the LoRA scale(s) in use may be the cause (a large one makes the "
+                                   "merged weights overflow): ", scales, ": try smaller ones")
+            error.latents = getattr(e, "latents", None)
+            raise error from None
         except Exception as e:
             if not (isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)) or isinstance(e, OutOfMemoryError):
                 raise

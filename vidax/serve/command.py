@@ -63,7 +63,14 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     if checkpoint is None:
         typer.secho(f"Using the embedded default checkpoint ({PUBLIC_NAME}): tiny, RANDOM weights, so the videos "
                     "are noise. Pass --checkpoint PATH for real weights.", fg=typer.colors.YELLOW, err=True)
-    pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh_from_sizes(*sizes), offload=offload,
+    mesh = None
+    if any(size is not None for size in sizes):  # a wrong mesh lists the sizes the configs' heads split over
+        from vidax.pipelines.loading import pipeline_class
+
+        ckpt = Checkpoint.open(resolve_named_checkpoint(model))
+        cls = pipeline_class(ckpt)
+        mesh = mesh_from_sizes(*sizes, heads=[h for _, h in cls.attention_heads(cls.read_checkpoint(ckpt))])
+    pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh, offload=offload,
                                weight_dtype=weight_dtype, transformer=transformer)
     load(pipe)
     runner = JobRunner(pipe, model, store, queue_size)
