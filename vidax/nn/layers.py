@@ -239,19 +239,22 @@ class Linear(nnx.Linear):
 
     With GGUF weights kept on the device (:mod:`vidax.nn.gguf`) ``kernel`` is the file's
     blocks, uint8, and ``kernel_gguf`` (static) their type, dequantized inside the forward
-    pass; ``kernel_gguf`` is None otherwise.
+    pass; ``kernel_gguf`` is None otherwise. A stacked kernel whose layers mix types has
+    ``kernel_gguf`` the tuple of them and ``kernel_gguf_index`` each layer's (int32; None
+    otherwise).
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.kernel_scale = nnx.data(None)
         self.kernel_gguf = None
+        self.kernel_gguf_index = nnx.data(None)
 
     def dense_kernel(self) -> jax.Array:
         """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32; a
         GGUF one dequantized, in ``param_dtype``."""
         if self.kernel_gguf is not None:
-            return dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype)
+            return dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype, self.gguf_index())
         if self.kernel_scale is None:
             return self.kernel[...]
         return self.kernel[...].astype(_F32) * self.kernel_scale[...].astype(_F32)[..., None, :]
@@ -273,13 +276,16 @@ class Linear(nnx.Linear):
             y = y + self.bias[...].astype(_F32)
         return y.astype(dtype)
 
+    def gguf_index(self) -> jax.Array | None:
+        """``kernel_gguf_index``'s value (a stacked GGUF kernel mixing types), else None."""
+        return None if self.kernel_gguf_index is None else self.kernel_gguf_index[...]
 
     def _gguf_call(self, inputs: jax.Array) -> jax.Array:
         """The forward pass with a kept GGUF kernel: the kernel dequantized
         (:func:`~vidax.nn.gguf.dequantize_kernel`, in ``param_dtype``), then the Linear's own
         arithmetic: ``x W`` in the compute dtype plus the bias, where :func:`xla_cpu_upcasts` in
         float32 and rounded once (as torch's CPU bf16 linear), elsewhere as ``nnx.Linear``."""
-        kernel = dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype)
+        kernel = dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype, self.gguf_index())
         bias = () if self.bias is None else (self.bias[...],)
         dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
         acc = _F32 if xla_cpu_upcasts(dtype) else dtype
