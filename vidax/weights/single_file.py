@@ -440,7 +440,8 @@ def describe_single_file(path: str) -> str | None:
     padded = padded_stack_bytes(reader) if is_gguf(path) else {}
     extra = sum(padded[k] - (reader.info(k).end - reader.info(k).start) for k in padded)
     mixed = [f"  mixed-type stacks: {len(padded)} tensors in layer stacks whose layers mix types, kept padded to the "
-             f"widest type's bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file"] if padded else []
+             f"widest type's bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file"
+             ] if padded else []
     return "\n".join([
         f"single-file transformer {path}",
         f"  format: {fmt}",
