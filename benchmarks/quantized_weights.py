@@ -5,7 +5,10 @@
    for Q8_0 / Q4_K GGUF files, whose Linear weights stay their blocks on the device
    (:mod:`vidax.nn.gguf`; every Linear kernel whose inputs are whole blocks, as city96's
    files; the rest bfloat16, the precision policy's float32)
-   (:func:`vidax.parallel.placement.per_device_bytes`, what ``vidax inspect --mesh`` prints).
+   (:func:`vidax.parallel.placement.per_device_bytes`, what ``vidax inspect --mesh`` prints);
+   and a Q4_K_M-style file whose value projections and FFN-down mix Q4_K and Q6_K across the
+   layers (:func:`q4_k_m_kinds`): kept as blocks padded to Q6_K's rows, against the same file
+   before (those stacks dequantized on the host, bfloat16) and its own bytes.
 2. One transformer call with CFG's batch of 2 at the 14B width, reduced depth: bfloat16, int8
    and GGUF Q8_0 / Q4_K weights (blocks of random codes with small float16 scales, dequantized
    inside each matmul), on this machine (CPU by default); the CPU model and load average printed.
@@ -52,10 +55,34 @@ def random_blocks(shape: tuple[int, ...], kind: str, rng) -> "np.ndarray":
     return out
 
 
+#: The stacked Linears a Q4_K_M-style file gives Q6_K on some layers (llama.cpp's Q4_K_M rule for
+#: ``attn_v`` / ``ffn_down``, on Wan's value projections and FFN-down).
+Q6_K_STACKS = (("blocks", "attn1", "to_v", "kernel"), ("blocks", "attn2", "to_v", "kernel"),
+               ("blocks", "ffn", "net", 2, "kernel"))
+
+
+def more_bits(i: int, n: int) -> bool:
+    """llama.cpp's ``use_more_bits``: the layers a ``*_M`` type gives the larger type."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_kinds(module, keep_fp32) -> dict:
+    """Path -> GGUF type of each kept kernel of a Q4_K_M-style file of ``module``: Q4_K, but
+    the :data:`Q6_K_STACKS`, whose layers are Q6_K where :func:`more_bits` (a tuple per layer)."""
+    from vidax.nn.gguf import keepable
+
+    kinds = keepable(module, "Q4_K", keep_fp32)
+    n = module.config.num_layers
+    for path in Q6_K_STACKS:
+        kinds[path] = tuple("Q6_K" if more_bits(i, n) else "Q4_K" for i in range(n))
+    return kinds
+
+
 def sizes(spec) -> list[str]:
     import jax.numpy as jnp
     from flax import nnx
 
+    from vidax.nn.gguf import BLOCKS, keep_gguf
     from vidax.parallel.placement import per_device_bytes
 
     cfg = wan_config()
@@ -65,6 +92,26 @@ def sizes(spec) -> list[str]:
                       ("GGUF Q8_0 (blocks on the device)", "Q8_0"), ("GGUF Q4_K (blocks on the device)", "Q4_K")):
         row = [per_device_bytes(make, spec.axes(), {"tp": tp}, jnp.bfloat16, spec.fp32(), fmt) for tp in (1, 2, 4, 8)]
         lines.append(f"| {name} | " + " | ".join(f"{b / 2**30:.2f} GiB" for b in row) + " |")
+    # The Q4_K_M-style file: its mixed stacks kept (padded to Q6_K), and as before (dequantized
+    # on the host: bfloat16 on the device).
+    abstract = nnx.eval_shape(make)
+    kinds = q4_k_m_kinds(abstract, spec.fp32())
+    before = {p: k for p, k in kinds.items() if isinstance(k, str)}
+    for name, ks in (("GGUF Q4_K_M-style mix, mixed stacks kept (padded to Q6_K)", kinds),
+                     ("GGUF Q4_K_M-style mix, before (mixed stacks dequantized on the host)", before)):
+        row = [per_device_bytes(lambda k=ks: keep_gguf(make(), k), spec.axes(), {"tp": tp}, jnp.bfloat16, spec.fp32())
+               for tp in (1, 2, 4, 8)]
+        lines.append(f"| {name} | " + " | ".join(f"{b / 2**30:.2f} GiB" for b in row) + " |")
+    # the mixed stacks alone: bytes on one device kept (padded), in the file, dequantized to bfloat16
+    d_in = {p: v.get_value().shape[-2:] for p, v in nnx.to_flat_state(nnx.state(abstract)) if p in Q6_K_STACKS}
+    per_value = lambda k: BLOCKS[k][1] / BLOCKS[k][0]  # noqa: E731
+    padded = sum(len(kinds[p]) * (d * o * per_value("Q6_K") + 4) for p, (d, o) in d_in.items())
+    own = sum(sum(d * o * per_value(k) for k in kinds[p]) for p, (d, o) in d_in.items())
+    dense = sum(len(kinds[p]) * d * o * 2 for p, (d, o) in d_in.items())
+    n6 = sum(k == "Q6_K" for k in kinds[Q6_K_STACKS[0]])
+    lines.append(f"\nThe {len(d_in)} mixed stacks ({n6} of {cfg.num_layers} layers Q6_K): kept {padded / 2**30:.2f} "
+                 f"GiB (padded to Q6_K), their bytes in the file {own / 2**30:.2f} GiB, dequantized to bfloat16 "
+                 f"{dense / 2**30:.2f} GiB")
     return lines
 
 

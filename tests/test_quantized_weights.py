@@ -492,9 +492,9 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     with caplog.at_level("INFO", logger="vidax.weights.loader"):
         one = load()
     # the two the precision policy keeps float32 dequantized on the host, in one log line
-    assert "2 GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, kept float32 by the " \
-           "precision policy, or types mixed within a layer stack): condition_embedder.time_embedder.linear_1." \
-           "weight, condition_embedder.time_embedder.linear_2.weight" in caplog.text
+    assert "2 GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, or kept float32 by " \
+           "the precision policy): condition_embedder.time_embedder.linear_1.weight, " \
+           "condition_embedder.time_embedder.linear_2.weight" in caplog.text
     kept = {p for p, v in _flat(one).items() if v.dtype == jnp.uint8}
     # each of the 10 block Linears once (a stack of 2 layers), less the float32 timestep MLP
     assert len(kept) == len(q8) - 10 - 2 and ("blocks", "ffn", "net", 2, "kernel") in kept
@@ -563,6 +563,140 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     lora_ref = np.asarray(call(one, x, t, ctx))
     assert np.abs(lora_ref - ref).max() > 1e-2  # the LoRA matters
     np.testing.assert_allclose(np.asarray(call(sharded, x, t, ctx)), lora_ref, rtol=1e-5, atol=1e-5)
+
+
+#: The GGUF types of each block Linear of the 2-layer GGUF Wan below, (layer 0, layer 1): stacks
+#: mixing types as Q4_K_M / Q5_K_M files do (Q4_K with Q6_K), blocks of 32 with blocks of 256,
+#: BF16 (the widest) with a K-quant; one stack of a single type (kept as before: no index).
+MIXED = {"attn1.to_q": ("Q4_K", "Q6_K"), "attn1.to_k": ("Q6_K", "Q4_K"), "attn1.to_v": ("Q8_0", "Q5_K"),
+         "attn1.to_out.0": ("Q4_K", "Q4_K"), "attn2.to_q": ("Q5_0", "Q2_K"), "attn2.to_k": ("BF16", "Q3_K"),
+         "attn2.to_v": ("IQ4_XS", "Q4_1"), "attn2.to_out.0": ("Q5_1", "IQ4_NL"), "ffn.net.0.proj": ("Q4_K", "Q6_K"),
+         "ffn.net.2": ("Q6_K", "Q4_0")}
+
+
+@pytest.fixture(scope="module")
+def gguf_wan_mixed(tmp_path_factory):
+    """A 2-layer tiny Wan transformer (diffusers, random) as a GGUF file whose block Linears mix
+    types across the layers (:data:`MIXED`; every other tensor F32); diffusers' model from that
+    file (from_single_file + GGUFQuantizationConfig, fp32), its output on random inputs, and
+    vidax's transformer loaded from the file."""
+    import torch
+    from diffusers import GGUFQuantizationConfig, WanTransformer3DModel
+
+    from tests.parity.helpers import randomize_torch_module
+
+    tmp_path = tmp_path_factory.mktemp("gguf_wan_mixed")
+    folder = str(tmp_path / "transformer")
+    model = WanTransformer3DModel(**{**GG_TRANSFORMER, "num_layers": 2}).eval()
+    randomize_torch_module(model, seed=12)
+    model.save_pretrained(folder, safe_serialization=True)
+    rng = np.random.default_rng(2)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    names = _original_keys(state)
+    tensors = {}
+    for key, value in state.items():
+        parts = key.split(".")
+        typed = parts[0] == "blocks" and parts[-1] == "weight"
+        kind = MIXED.get(".".join(parts[2:-1]), (None, None))[int(parts[1])] if typed else None
+        tensors[names[key]] = (_gguf_bytes(kind, value, rng), kind) if kind else (value, None)
+    file = str(tmp_path / "wan-mixed-stacks.gguf")
+    _write_gguf(file, tensors)
+    ref = WanTransformer3DModel.from_single_file(
+        file, quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32), config=str(tmp_path),
+        subfolder="transformer", torch_dtype=torch.float32)
+    g = np.random.default_rng(4)
+    x = g.standard_normal((2, 12, 2, 4, 4), dtype=np.float32)
+    t = np.array([37.5, 912.25], np.float32)
+    ctx = g.standard_normal((2, 7, 20), dtype=np.float32)
+    with torch.no_grad():
+        want = ref(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(ctx), return_dict=False)[0]
+    return dict(folder=folder, file=file, names=names, state=state, want=want.numpy().transpose(0, 2, 3, 4, 1),
+                inputs=(x.transpose(0, 2, 3, 4, 1), t, ctx))
+
+
+def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):
+    """A GGUF Wan whose stacked Linears mix types across layers (Q4_K with Q6_K...) keeps every
+    one as the file's blocks on the device (uint8, padded to the widest type's rows, a per-layer
+    type index), as diffusers' GGUFParameter keeps each layer's own type: no tensor is
+    dequantized on the host; each layer dequantizes to the host's values bit for bit; the
+    transformer computes what the host-dequantized one computes and what diffusers' computes
+    from the same file; streamed blocks, a mesh and a LoRA work on it; the staging plan counts
+    the padded bytes."""
+    from vidax.lora.adapters import LoraAdapters
+    from vidax.nn.gguf import BLOCKS
+    from vidax.parallel.mesh import make_mesh
+    from vidax.parallel.offload import streamed_call
+    from vidax.pipelines.staging import component_bytes
+    from vidax.weights.single_file import gguf_reader, open_single_file
+
+    folder, file, names, state = (gguf_wan_mixed[k] for k in ("folder", "file", "names", "state"))
+    load = lambda **kw: load_component("WanTransformer3DModel", folder, jnp.float32, file=file, **kw)  # noqa: E731
+    with caplog.at_level("INFO", logger="vidax.weights.loader"):
+        kept = load()
+    assert "dequantized on the host" not in caplog.text  # the mixed stacks were, in one line, before
+    # The transformer as loaded before: the mixed stacks' kernels as the host dequantizes them
+    # (gguf_dequant in numpy), the single-type one kept.
+    host = load()
+    reader = gguf_reader(file)
+    flat = _flat(kept)
+    for name, types in MIXED.items():
+        path = ("blocks", *(int(p) if p.isdigit() else p for p in name.split(".")), "kernel")
+        layer = _at(kept, path[:-1])
+        values = np.stack([reader.get(names[f"blocks.{i}.{name}.weight"]).astype(np.float32).T for i in (0, 1)])
+        if types[0] != types[1]:
+            before = _at(host, path[:-1])
+            before.kernel, before.kernel_gguf = before.kernel.replace(jnp.asarray(values)), None
+            before.kernel_gguf_index = nnx.data(None)
+        d_in, d_out = values.shape[1:]
+        rows = max(d_in // BLOCKS[k][0] * BLOCKS[k][1] for k in types)
+        assert flat[path].dtype == jnp.uint8 and flat[path].shape == (2, rows, d_out), name
+        if types[0] == types[1]:  # one type: as before, no index
+            assert layer.kernel_gguf == types[0] and layer.kernel_gguf_index is None
+        else:
+            assert layer.kernel_gguf == tuple(sorted(types))
+            assert [layer.kernel_gguf[i] for i in np.asarray(layer.kernel_gguf_index[...])] == list(types)
+        np.testing.assert_array_equal(np.asarray(layer.dense_kernel()), values, name)
+    call = jax.jit(lambda m, *a: m(*a))
+    inputs = [jnp.asarray(a) for a in gguf_wan_mixed["inputs"]]
+    got = np.asarray(call(kept, *inputs))
+    # the same kernels' values in the same matmuls: the same bits
+    np.testing.assert_array_equal(got, np.asarray(call(host, *inputs)))
+    value = psnr(got, gguf_wan_mixed["want"], data_range=np.ptp(gguf_wan_mixed["want"]))
+    print(f"GGUF Wan with mixed-type stacks vs diffusers (transformer output): {value:.1f} dB")
+    assert value >= 60.0  # fp32: summation order only
+    # The bytes the staging plan counts before loading: those the kept transformer holds (the
+    # padding and the indices included).
+    spec = registry().component("WanTransformer3DModel")
+    held = sum(v.size * v.dtype.itemsize for v in flat.values())
+    assert component_bytes(open_single_file(file, spec), jnp.float32)["total"] == held
+    # and `vidax inspect FILE` says what the padding and the indices add to the file's bytes
+    from vidax.weights.single_file import describe_single_file
+
+    own = lambda k, d_in: d_in // BLOCKS[k][0] * BLOCKS[k][1]  # noqa: E731
+    extra = sum((flat[("blocks", *(int(p) if p.isdigit() else p for p in name.split(".")), "kernel")].shape[1]
+                 - own(k, state[f"blocks.0.{name}.weight"].shape[1])) * state[f"blocks.0.{name}.weight"].shape[0] + 4
+                for name, types in MIXED.items() if types[0] != types[1] for k in types)
+    assert (f"mixed-type stacks: 18 tensors in layer stacks whose layers mix types, kept padded to the widest type's "
+            f"bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file") in describe_single_file(file)
+    # streamed blocks: the same bits; on a (data 4, tensor 2) mesh, split along the output
+    # channels: float32 rounding only (the sharded matmuls sum in another order)
+    np.testing.assert_array_equal(np.asarray(streamed_call(load(offload=1), *inputs)), got)
+    sharded = load(mesh=make_mesh(4, 2, 1))
+    q = _flat(sharded)[("blocks", "attn1", "to_q", "kernel")]
+    assert q.dtype == jnp.uint8 and tuple(q.sharding.spec) == (None, None, "tensor")
+    np.testing.assert_allclose(np.asarray(call(sharded, *inputs)), got, rtol=1e-5, atol=1e-5)
+    # A LoRA densifies a mixed stack's kernels to the host's values plus its deltas.
+    cfg = spec.config_class().from_json_file(os.path.join(folder, "config.json"))
+    rng = np.random.default_rng(3)
+    sd = {f"transformer.blocks.{i}.{m}.lora_{ab}.weight": rng.standard_normal(shape).astype(np.float32) * 0.3
+          for i in range(2) for m in ("attn1.to_q", "ffn.net.2") for ab, shape in
+          (("A", (4, 256 if m == "attn1.to_q" else 512)), ("B", (256, 4)))}
+    for module in (kept, host):
+        LoraAdapters([("transformer", module, spec, cfg)]).load(sd)
+    assert _at(kept, ("blocks", "attn1", "to_q")).kernel_gguf is None
+    lora = np.asarray(call(kept, *inputs))
+    assert np.abs(lora - got).max() > 1e-2  # the LoRA matters
+    np.testing.assert_array_equal(lora, np.asarray(call(host, *inputs)))
 
 
 def test_scales_sharded_like_their_kernels(transformers):

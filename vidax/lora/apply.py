@@ -154,7 +154,7 @@ class ParamStore:
                 buf = jax.device_put(self._base_of((path, i), slab), slab.sharding)
                 if gguf is not None:
                     self._gguf[path] = gguf
-                    buf = _dequantize_gguf(buf, gguf, linear.param_dtype)
+                    buf = _dequantize_gguf(buf, gguf, linear.param_dtype, linear.gguf_index())
                 if scales is not None:
                     fmt = format_of(buf.dtype)
                     buf = _dequantize(buf, jax.device_put(self._base_of((scale_path, i), scales[i]), scales[i].sharding))

@@ -227,10 +227,9 @@ class Linear(nnx.Linear):
     """``nnx.Linear``: ``y = x W + b`` over the last axis, ``kernel`` ``(D_in, D_out)``, ``bias``
     ``(D_out,)``, computed in ``dtype`` (or the inputs' and parameters' promoted dtype).
 
-    Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is returned in float32
-    (:func:`vidax.cpu.onednn.dot_f32`: oneDNN's matmul or XLA's dot, ``VIDAX_CPU_MATMUL``), the
-    bias added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16
-    linear). Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add,
+    Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is summed in float32, the bias
+    added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16 linear;
+    :func:`vidax.cpu.onednn.linear`: oneDNN's matmul or XLA's dot, ``VIDAX_CPU_MATMUL``). Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add,
     so CPU and GPU results differ by bf16 rounding.
 
     With 8-bit weights (:mod:`vidax.nn.quant`) ``kernel`` is int8 / float8_e4m3fn and
@@ -240,7 +239,9 @@ class Linear(nnx.Linear):
 
     With GGUF weights kept on the device (:mod:`vidax.nn.gguf`) ``kernel`` is the file's
     blocks, uint8, and ``kernel_gguf`` (static) their type, dequantized inside the forward
-    pass; ``kernel_gguf`` is None otherwise.
+    pass; ``kernel_gguf`` is None otherwise. A stacked kernel whose layers mix types has
+    ``kernel_gguf`` the tuple of them and ``kernel_gguf_index`` each layer's (int32; None
+    otherwise).
 
     Inside :func:`vidax.nn.stack.scan_layers` with oneDNN reading stacks in place
     (:func:`vidax.cpu.onednn.reads_stacks_in_place`), ``kernel`` holds a
@@ -252,12 +253,13 @@ class Linear(nnx.Linear):
         super().__init__(*args, **kwargs)
         self.kernel_scale = nnx.data(None)
         self.kernel_gguf = None
+        self.kernel_gguf_index = nnx.data(None)
 
     def dense_kernel(self) -> jax.Array:
         """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32; a
         GGUF one dequantized, in ``param_dtype``."""
         if self.kernel_gguf is not None:
-            return dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype)
+            return dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype, self.gguf_index())
         if self.kernel_scale is None:
             return self.kernel[...]
         return self.kernel[...].astype(_F32) * self.kernel_scale[...].astype(_F32)[..., None, :]
@@ -281,12 +283,16 @@ class Linear(nnx.Linear):
             return super().__call__(inputs, out_sharding)
         return cpu_linear(inputs, kernel, bias[0] if bias else None, dtype, self.precision)
 
+    def gguf_index(self) -> jax.Array | None:
+        """``kernel_gguf_index``'s value (a stacked GGUF kernel mixing types), else None."""
+        return None if self.kernel_gguf_index is None else self.kernel_gguf_index[...]
+
     def _gguf_call(self, inputs: jax.Array) -> jax.Array:
         """The forward pass with a kept GGUF kernel: the kernel dequantized
         (:func:`~vidax.nn.gguf.dequantize_kernel`, in ``param_dtype``), then the Linear's own
         arithmetic: ``x W`` in the compute dtype plus the bias, where :func:`xla_cpu_upcasts` in
         float32 and rounded once (as torch's CPU bf16 linear), elsewhere as ``nnx.Linear``."""
-        kernel = dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype)
+        kernel = dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype, self.gguf_index())
         bias = () if self.bias is None else (self.bias[...],)
         dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
         acc = _F32 if xla_cpu_upcasts(dtype) else dtype

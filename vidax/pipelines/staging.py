@@ -34,7 +34,7 @@ from flax import nnx
 from vidax.parallel.mesh import TENSOR, axis_size
 from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
 from vidax.stats import device_memory_stats
-from vidax.nn.gguf import BLOCKS as GGUF_BLOCKS
+from vidax.nn.gguf import BLOCKS as GGUF_BLOCKS, padded_stack_bytes
 from vidax.weights.safetensors_io import CheckpointReader
 
 logger = logging.getLogger("vidax.pipeline")
@@ -65,7 +65,8 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
     the family keeps float32 are few and small, and counted so too). Without, a GGUF file's
     2-D block-quantized tensors count their bytes in the file, as the loader keeps them on the
     device (:mod:`vidax.nn.gguf`; the few it dequantizes on the host instead, those the family
-    keeps float32, are counted so too).
+    keeps float32, are counted so too), the layers of a stack whose types differ (keys equal
+    but for their first layer index) at the widest type's bytes, as the loader pads them.
 
     Returns ``{"total": ..}``, plus ``"stacks"``: ``{prefix: (bytes, layers)}`` for each stacked
     layer prefix of ``blocks_prefixes`` (e.g. ``"blocks"`` for keys ``blocks.<i>.*``).
@@ -75,6 +76,7 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
     total = 0
     stacks = {p: [0, 0] for p in blocks_prefixes}
     patterns = [(p, re.compile(rf"^{re.escape(p)}\.(\d+)\.")) for p in blocks_prefixes]
+    padded = padded_stack_bytes(reader)
     for key in reader.keys():
         info = reader.info(key)
         size = int(np.prod(info.shape)) * (itemsize if np.issubdtype(info.dtype, np.floating) else info.dtype.itemsize)
@@ -82,7 +84,7 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
                 and np.issubdtype(info.dtype, np.floating):
             size = int(np.prod(info.shape)) + 4 * info.shape[0]
         elif len(info.shape) == 2 and getattr(info, "stored", "") in GGUF_BLOCKS:
-            size = int(info.end - info.start)  # a GGUF Linear weight kept as the file's blocks
+            size = padded.get(key, int(info.end - info.start))  # a GGUF Linear weight kept as the file's blocks
         total += size
         for prefix, pattern in patterns:
             m = pattern.match(key)

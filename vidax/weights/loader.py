@@ -327,9 +327,9 @@ def load_module(
 
     if missing or unexpected or misshaped or duplicated:
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
-    graphdef, abstract, kept = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
+    graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
     read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
-                                            place_stacked, scales, kept))
+                                            place_stacked, scales, kept, indices))
     return read if defer else read.read()
 
 
@@ -337,26 +337,30 @@ def _keep_gguf(make, reader, plan, policy, graphdef, abstract, what):
     """GGUF Linear kernels kept quantized on the device (:mod:`vidax.nn.gguf`): the module
     rebuilt with their uint8 storage, and their paths; the block-quantized tensors dequantized
     on the host instead are logged in one line. Nothing kept with 8-bit ``weights`` (the file
-    then dequantized and quantized again to that format, as asked)."""
-    from vidax.nn.gguf import keep_gguf, kept_candidates
+    then dequantized and quantized again to that format, as asked). Also the per-layer type
+    index of each kept stack mixing types: its ``kernel_gguf_index`` path -> ``(L,)`` int32."""
+    from vidax.nn.gguf import INDEX_ATTR, keep_gguf, kept_candidates, type_index
 
     if policy.weights is not None:
-        return graphdef, abstract, frozenset()
+        return graphdef, abstract, frozenset(), {}
     kinds, host = kept_candidates(reader, plan, policy.keep_fp32)
     if kinds:
         graphdef, abstract = abstract_params(lambda: keep_gguf(make(), kinds))
     kept = frozenset(p for p in kinds if abstract[p].get_value().dtype == np.uint8)
     host += [key for p in kinds if p not in kept for _, key in plan[p]]
+    indices = {p[:-1] + (INDEX_ATTR,): type_index(k) for p, k in kinds.items()
+               if p in kept and not isinstance(k, str)}
     if host:
-        logger.info("%s: %d GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, kept "
-                    "float32 by the precision policy, or types mixed within a layer stack): %s", what, len(host),
+        logger.info("%s: %d GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, or kept "
+                    "float32 by the precision policy): %s", what, len(host),
                     ", ".join(sorted(host)[:4]) + (", ..." if len(host) > 4 else ""))
-    return graphdef, abstract, kept
+    return graphdef, abstract, kept, indices
 
 
 def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked,
-                 scales=frozenset(), kept=frozenset()) -> nnx.Module:
-    """Read and place every tensor of a checked plan (see :func:`load_module`)."""
+                 scales=frozenset(), kept=frozenset(), indices=None) -> nnx.Module:
+    """Read and place every tensor of a checked plan (see :func:`load_module`); ``indices``:
+    the values of parameters no tensor holds (a kept GGUF stack's per-layer type index)."""
     from vidax.nn.quant import scale_sharding
 
     if placement is None:
@@ -366,7 +370,7 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
     filled: list[tuple[Path, Any]] = []
     for path, var in abstract.items():
         target = var.get_value()
-        entries = plan[path]
+        entries = plan[path] if not indices or path not in indices else list(enumerate(indices[path]))
         quantized = path in scales or _quantized(path, scales)
         dtype = target.dtype if quantized or not _is_float(target.dtype) else policy.dtype_for(path)
         sds = jax.ShapeDtypeStruct(target.shape, dtype)
@@ -376,12 +380,16 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         else:
             sharding = placement(path, sds)
         read = functools.partial(_read_layer, reader, path, dtype=sds.dtype,
-                                 quant=policy.weights if quantized else None, raw=path in kept)
+                                 quant=policy.weights if quantized else None,
+                                 raw=target.shape[-2] if path in kept else None)
+        stacked = path in stacks
+        if indices and path in indices:  # each "key" is the layer's index itself
+            read, stacked = functools.partial(np.asarray, dtype=sds.dtype), True
         value = None
-        if path in stacks and place_stacked is not None:
+        if stacked and place_stacked is not None:
             keys = dict(entries)
             value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
-        if value is None and path in stacks:
+        if value is None and stacked:
             value = _place_stacked(read, entries, sds, sharding)
         elif value is None:
             value = jax.device_put(read(entries[0][1]), sharding)
@@ -422,14 +430,17 @@ def _place_stacked(read, entries, sds, sharding):
     return buf
 
 
-def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: bool = False) -> np.ndarray:
+def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: int | None = None) -> np.ndarray:
     """One tensor (a layer of a stacked parameter, or a whole one) as a host array in the target
     layout and ``dtype`` (a copy, so the file's pages can be released at once). With ``quant``
     (an 8-bit format), ``path`` is a quantized kernel or its ``kernel_scale``: the kernel read
     from ``key`` is quantized on the host (:func:`vidax.nn.quant.quantize`) and the part asked
-    for returned. With ``raw``, a GGUF kernel kept quantized: its bytes ``(rows, n_bytes)``,
-    transposed as a kernel is (:mod:`vidax.nn.gguf`)."""
+    for returned. With ``raw`` (a byte count), a GGUF kernel kept quantized: its bytes ``(rows,
+    n_bytes)``, transposed as a kernel is, padded with zero rows to ``raw`` rows (a layer of a
+    stack mixing types, :mod:`vidax.nn.gguf`)."""
     arr = _to_target_layout(reader.raw(key) if raw else reader.get(key), path[:-1] + ("kernel",) if quant else path)
+    if raw and arr.shape[-2] < raw:
+        arr = np.pad(arr, [(0, 0)] * (arr.ndim - 2) + [(0, raw - arr.shape[-2]), (0, 0)])
     if quant:
         from vidax.nn.quant import quantize
 

@@ -435,6 +435,13 @@ def describe_single_file(path: str) -> str | None:
         "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
     nbytes = sum(i.end - i.start for i in infos)
     classes = single_file_layouts()[layout][1] if layout else []
+    from vidax.nn.gguf import padded_stack_bytes
+
+    padded = padded_stack_bytes(reader) if is_gguf(path) else {}
+    extra = sum(padded[k] - (reader.info(k).end - reader.info(k).start) for k in padded)
+    mixed = [f"  mixed-type stacks: {len(padded)} tensors in layer stacks whose layers mix types, kept padded to the "
+             f"widest type's bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file"
+             ] if padded else []
     return "\n".join([
         f"single-file transformer {path}",
         f"  format: {fmt}",
@@ -444,6 +451,7 @@ def describe_single_file(path: str) -> str | None:
         f"  tensors: {len(infos)} (" + ", ".join(f"{k} {n}" for k, n in sorted(types.items(), key=lambda x: -x[1]))
         + ")",
         f"  bytes: {nbytes / 2**20:,.1f} MiB of tensors ({nbytes:,} B; file {os.path.getsize(path):,} B)",
+        *mixed,
     ])
 
 
