@@ -47,6 +47,7 @@ COPY_OPS = {"copy", "transpose", "concatenate", "slice", "dynamic-slice", "dynam
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*?\b([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
 _FRAME = re.compile(r"stack_frame_id=(\d+)")
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _COMP = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{\s*$")
 
 
@@ -83,8 +84,9 @@ def stacks(text: str) -> dict[int, list[tuple[str, str]]]:
 
 
 def parse_hlo(text: str) -> dict[str, dict]:
-    """``{instruction name: {"op", "calls", "frames": [(file, function), ...]}}`` for every
-    instruction of every computation of a compiled HLO module's text."""
+    """``{instruction name: {"op", "calls", "frames": [(file, function), ...], "target"}}`` for
+    every instruction of every computation of a compiled HLO module's text (``target``: a custom
+    call's target, else None)."""
     frames = stacks(text)
     instrs = {}
     for line in text.splitlines():
@@ -92,8 +94,8 @@ def parse_hlo(text: str) -> dict[str, dict]:
         if not m:
             continue
         name, op = m.groups()
-        sf = _FRAME.search(line)
-        instrs[name] = {"op": op, "calls": _CALLS.findall(line),
+        sf, target = _FRAME.search(line), _TARGET.search(line)
+        instrs[name] = {"op": op, "calls": _CALLS.findall(line), "target": target.group(1) if target else None,
                         "frames": frames.get(int(sf.group(1)), []) if sf else []}
     return instrs
 
@@ -124,7 +126,7 @@ def classify(name: str, instrs: dict, comps: dict) -> str | None:
     if any(file.endswith("vidax/nn/attention.py") for file, _ in frames):
         return "attention"
     ops = {i["op"] for i in inner}
-    if ops & {"dot", "convolution"}:
+    if ops & {"dot", "convolution"} or any((i.get("target") or "").startswith("vidax_onednn") for i in inner):
         return "matmul"
     if any("Norm." in fn or "norm" in fn.split(".")[-1] for _, fn in frames):
         return "norms"
