@@ -105,6 +105,8 @@ class RunStats:
             random because the call gave none (pass it as ``seed=`` to repeat the run).
         call_s: wall seconds of the call, from the argument checks' end to the frames (the
             phases above and what lies between them); the summary's total adds ``load_s``.
+        cpu_matmul: what the denoising step's 16-bit matmuls ran through on the CPU backend
+            (:func:`vidax.cpu.onednn.describe`: oneDNN or XLA's dot, and why); None elsewhere.
     """
 
     load_s: float = 0.0
@@ -122,6 +124,7 @@ class RunStats:
     seed_random: bool = False
     call_s: float = 0.0
     cache: Any = None
+    cpu_matmul: str | None = None
 
     @property
     def total_s(self) -> float:
@@ -174,6 +177,8 @@ class RunStats:
             rows.append(("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s"))))
         if steps:
             rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
+        if self.cpu_matmul:
+            rows.append(("cpu matmul", self.cpu_matmul))
         if self.cache is not None:
             rows.append(("step cache", self.cache.describe()))
         if self.ran("decode_s"):

@@ -48,6 +48,7 @@ import functools
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import site
 import subprocess
@@ -110,39 +111,43 @@ def library_dir() -> str | None:
     return None
 
 
-def _build(lib_dir: str) -> str:
-    """The compiled custom call for ``lib_dir``'s oneDNN: from the cache, else built into it.
+def _build(lib_dir: str, stale: str | None = None) -> str:
+    """The compiled custom call for ``lib_dir``'s oneDNN: from the cache (no compiler needed),
+    else built into it with ``$CXX`` (split like a shell word list: ``ccache g++`` works) or
+    ``g++``. ``stale``: a cached library that failed to load, removed and built again.
 
     Raises:
-        RuntimeError: no compiler, or the build failed (the compiler's last output lines).
+        RuntimeError: no compiler, or the build failed (the compiler's last output lines, or its
+            exit status when it printed nothing).
         SetupError: the cache folder cannot be used.
     """
     from vidax.cache import cache_subdir
 
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
-    if cxx is None:
-        raise RuntimeError(f"no C++ compiler ({os.environ.get('CXX', 'g++')!r} not found)")
     lib = os.path.realpath(os.path.join(lib_dir, "libdnnl.so.3"))
     with open(SOURCE, "rb") as f:
         key = hashlib.sha256(f.read())
-    for part in (lib, str(os.stat(lib).st_size), jax.ffi.include_dir(), jax.__version__, cxx):
+    for part in (lib, str(os.stat(lib).st_size), jax.ffi.include_dir(), jax.__version__):
         key.update(b"\0" + part.encode())
     folder = cache_subdir("onednn", key.hexdigest()[:16])
     target = os.path.join(folder, "vidax_onednn_matmul.so")
-    if os.path.exists(target):
-        return target
     with open(os.path.join(folder, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(target):  # another process built it while this one waited
+        if stale == target and os.path.exists(target):
+            os.remove(target)
+        if os.path.exists(target):  # built before, or by another process while this one waited
             return target
+        words = shlex.split(os.environ.get("CXX", "g++")) or ["g++"]
+        cxx = shutil.which(words[0])
+        if cxx is None:
+            raise RuntimeError(f"no C++ compiler ({os.environ.get('CXX', 'g++')!r} not found) to build it")
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
         os.close(fd)
-        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-I", jax.ffi.include_dir(), SOURCE, "-o", tmp,
-               lib, f"-Wl,-rpath,{os.path.dirname(lib)}"]
+        cmd = [cxx, *words[1:], "-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-I", jax.ffi.include_dir(), SOURCE,
+               "-o", tmp, lib, f"-Wl,-rpath,{os.path.dirname(lib)}"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
-                tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+                tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:]) or f"exit status {r.returncode}"
                 raise RuntimeError(f"the build failed ({' '.join(cmd)}): {tail}")
             os.replace(tmp, target)
         finally:
@@ -152,24 +157,61 @@ def _build(lib_dir: str) -> str:
     return target
 
 
+def _would_use() -> bool:
+    """Whether this process would run its bf16 CPU matmuls through oneDNN if it were available:
+    asked for by name, or ``auto`` where :func:`wins`."""
+    choice = mode()
+    return choice == "onednn" or (choice == "auto" and wins(cpu_flags(), jax.default_backend(), jax.device_count()))
+
+
 @functools.lru_cache(maxsize=1)
 def load() -> str | None:
     """Builds (or finds in the cache), loads and registers the custom call with XLA, once per
-    process: None when that worked, else why not (also logged once at INFO)."""
+    process: None when that worked, else why not. A cached library that fails to load is built
+    again once. The reason is logged once: a WARNING where oneDNN would be used
+    (:func:`_would_use`: bf16 matmuls then run slower on XLA's dot), else INFO."""
     lib_dir = library_dir()
     if lib_dir is None:
         why = "libdnnl.so.3 not found (pip install 'vidax[onednn]', or set VIDAX_ONEDNN_ROOT)"
     else:
         try:
-            so = ctypes.cdll.LoadLibrary(_build(lib_dir))
+            path = _build(lib_dir)
+            try:
+                so = ctypes.cdll.LoadLibrary(path)
+            except OSError as e:
+                log.info("vidax: the cached oneDNN CPU matmul %s does not load (%s); building it again", path, e)
+                so = ctypes.cdll.LoadLibrary(_build(lib_dir, stale=path))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(so.VidaxOnednnMatmul), platform="cpu")
             return None
         except (OSError, RuntimeError, SetupError, subprocess.SubprocessError) as e:
             why = str(e)
-    # Asked for by name (VIDAX_CPU_MATMUL=onednn), the fallback is a WARNING; under auto, INFO.
-    log.log(logging.WARNING if mode() == "onednn" else logging.INFO,
-            "vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", why)
+    if _would_use():
+        log.warning("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used (slower for bfloat16 here; "
+                    "%s=xla chooses it and silences this line)", why, ENV)
+    else:
+        log.info("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", why)
     return why
+
+
+def describe(dtype: Any) -> str | None:
+    """What a ``dtype`` matmul on this process's CPU backend runs through, in words, for the run
+    summary (None off the CPU backend or for dtypes that are not 16-bit floats)."""
+    dt = jnp.dtype(dtype)
+    if jax.default_backend() != "cpu" or not (jnp.issubdtype(dt, jnp.floating) and dt.itemsize == 2):
+        return None
+    choice = mode()
+    if dt != jnp.bfloat16:
+        return f"XLA's dot ({dt.name}: oneDNN is used for bfloat16)"
+    if choice == "xla":
+        return f"XLA's dot ({ENV}=xla)"
+    if not _would_use():
+        why = (f"{jax.device_count()} CPU devices" if jax.device_count() > 1
+               else "this CPU has neither AMX-BF16 nor AVX512-BF16")
+        return f"XLA's dot ({ENV}=auto: {why})"
+    why = load()
+    if why is not None:
+        return f"XLA's dot (oneDNN unavailable: {why})"
+    return f"oneDNN ({ENV}={choice}" + ("; layer weights read in place)" if reads_stacks_in_place(dt) else ")")
 
 
 def available() -> bool:

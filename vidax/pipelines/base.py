@@ -33,6 +33,7 @@ from vidax.config import read_json_object
 from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, Cancelled, Message, joined, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
 from vidax.nn.inputs import parse_dtype
+from vidax.cpu.onednn import describe as describe_cpu_matmul
 from vidax.nn.stack import as_stack_bits, from_stack_bits
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
@@ -1319,6 +1320,8 @@ class VideoPipeline:
         # the next segment asks for the other expert.
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
+        if stats.cpu_matmul is None:
+            stats.cpu_matmul = describe_cpu_matmul(self.dtype)
         cache = self._step_cache(call, expert, total, stats)
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
