@@ -816,14 +816,22 @@ def test_mesh_sizes_are_positive_integers():
 
 def test_nan_advice_follows_the_dtype():
     import jax.numpy as jnp
+    import typer
 
+    from vidax.cli import _Spelling, app
+    from vidax.errors import NumericalError
     from vidax.pipelines.sampling import nonfinite_advice
 
     bf16 = {"w": jnp.zeros((2,), jnp.bfloat16), "norm": jnp.zeros((2,), jnp.float32)}
-    assert nonfinite_advice(bf16) == "(it ran in bfloat16: try dtype=float32, or other settings)"
-    assert nonfinite_advice(jnp.bfloat16) == nonfinite_advice(bf16)
+    assert str(nonfinite_advice(bf16)) == "(it ran in bfloat16: try dtype=float32, or other settings)"
+    assert str(nonfinite_advice(jnp.bfloat16)) == str(nonfinite_advice(bf16))
     for fp32 in ({"w": jnp.zeros((2,), jnp.float32)}, jnp.float32):
-        assert "float32" in nonfinite_advice(fp32) and "try dtype=float32" not in nonfinite_advice(fp32)
+        assert "float32" in str(nonfinite_advice(fp32)) and "try dtype=float32" not in str(nonfinite_advice(fp32))
+    # the command line names the flag: --dtype float32
+    flags = _Spelling(typer.main.get_command(app).commands["generate"])
+    error = NumericalError("step 1 produced NaN/Inf latents ", nonfinite_advice(None))
+    assert flags.message(error) == ("step 1 produced NaN/Inf latents (try other settings, or --dtype float32 if it "
+                                    "ran in bfloat16)")
 
 
 def test_api_errors_name_keywords_not_flags(ckpt):

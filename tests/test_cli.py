@@ -316,10 +316,15 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
         with pytest.raises(NumericalError) as e:
             pipe("a cat", progress=False, **SMALL)
         assert "NaN/Inf" in str(e.value) and str(e.value).endswith(
-            "; the LoRA scale(s) in use may be the cause (a large one makes the merged weights overflow): adapter "
+            "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): adapter "
             "'style' at 1e+38: try smaller ones"), str(e.value)
         flags = _Spelling(typer.main.get_command(app).commands["generate"])
         assert f"overflow): --lora '{lora}:1e+38': try smaller ones" in flags.message(e.value)
+        # a usual scale is not blamed for a run that a huge guidance scale overflowed
+        pipe.set_adapters("style", 0.01)
+        with pytest.raises(NumericalError) as e:
+            pipe("a cat", progress=False, guidance_scale=1e38, **SMALL)
+        assert "guidance_scale=1e+38" in str(e.value) and "LoRA" not in str(e.value), str(e.value)
     finally:
         pipe.unload_lora_weights()
 

@@ -189,16 +189,18 @@ class LoraAdapters:
             out += [n for n, _ in per if n not in out]
         return out
 
-    def scales_in_use(self) -> Message | None:
+    def scales_in_use(self, at_least: float = 0.0) -> Message | None:
         """The active adapters and the scales they are merged at (the weight of :meth:`set_adapters`
         times the scale of :meth:`fuse`; the largest over the transformers), as message parts
         naming each as data: ``adapter 'style' at 1e+30`` in Python, ``--lora 'style.safetensors:1e+30'``
-        on the command line; None when none is active."""
+        on the command line; only those whose scale's magnitude is more than ``at_least`` (e.g.
+        :data:`LARGE_SCALE`); None when none is."""
         scales: dict[str, float] = {}
         for e, per in enumerate(self.active if self.enabled else []):
             for name, weight in per:
                 scale = weight * self.fuse_scale[e]
                 scales[name] = max(scales.get(name, scale), scale, key=abs)
+        scales = {n: w for n, w in scales.items() if abs(w) > at_least}
         if not scales:
             return None
         return Message(*joined(Arg("lora", f"{self.files[n].source}:{w:g}", python=f"adapter {n!r} at {w:g}")
@@ -216,6 +218,13 @@ class LoraAdapters:
             store.restore(keep=lambda path: path in touched)
             store.merge(terms)
 
+
+#: The magnitude past which a LoRA scale is named as a likely cause of a NaN/Inf run. LoRA scales
+#: are used in 0..2 (diffusers' examples: 0.5 to 1.5); a trained LoRA's delta is a small part of
+#: the weight it is merged into, so at those scales the merged weights stay near the base ones and
+#: cannot be what overflowed. Past 10 times its trained strength, the delta outweighs the base
+#: weight for any LoRA whose delta is a tenth of it or more, and the activations grow with it.
+LARGE_SCALE = 10.0
 
 #: What a LoRA weight / scale must be: the merge computes in float32.
 FINITE = f"a finite number (at most {MAX_FLOAT:.4g} in magnitude, float32's largest: the merge is float32)"
