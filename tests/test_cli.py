@@ -307,11 +307,26 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
     pipe.load_lora_weights(lora, "style")
     try:
         for bad in (float("inf"), float("nan"), 1e39, np.float32("-inf")):
-            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.*: .* is not a finite number \(at "
+            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.* is not a finite number \(at "
                                                  r"most 3\.403e\+38 in magnitude, float32's largest"):
                 pipe.set_adapters("style", bad)
         with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=1e\+39 must be a finite number \(at most"):
             pipe.fuse_lora(1e39)
+        # each other kind of bad weight: one line naming the keyword, the value and what is valid
+        valid = (r"give a finite number \(at most .*\), or a list of one per adapter \(1; None in it counts as 1\); vidax "
+                 r"does not take diffusers' dicts of per-module scales$")
+        for bad, shown in ((True, "True"), (1 + 0j, r"\(1\+0j\)"), ({"style": 0.5}, r"\{'style': 0\.5\}"),
+                           ([0.5, 1], r"\[0\.5, 1\]")):
+            with pytest.raises(InputError, match=rf"^set_adapters: adapter_weights={shown} is not valid: {valid}"):
+                pipe.set_adapters("style", bad)
+        for bad in (10**400, [10**400], [1 + 0j]):
+            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.* is not a finite number \(at most"):
+                pipe.set_adapters("style", bad)
+        with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=10000000000000000000\.\.\. \(401 characters\) "
+                                             r"must be a finite number \(at most"):
+            pipe.fuse_lora(lora_scale=10**400)
+        pipe.set_adapters(["style"], [None])  # diffusers' None: weight 1
+        assert pipe._lora.active[0] == [("style", 1.0)]
         pipe.set_adapters("style", np.float32(1e38))
         with pytest.raises(NumericalError) as e:
             pipe("a cat", progress=False, **SMALL)

@@ -1631,7 +1631,12 @@ class VideoPipeline:
 
     def set_adapters(self, adapter_names: Any, adapter_weights: Any = None) -> None:
         """Activate ``adapter_names`` (a name or a list) with ``adapter_weights`` (a number, or one
-        per adapter; default 1), as diffusers; the weights are re-merged from the base ones."""
+        per adapter, None in the list meaning 1; default 1), as diffusers; the weights are re-merged
+        from the base ones. diffusers' dicts of per-module scales are not supported.
+
+        Raises:
+            InputError: an unknown name, or any other ``adapter_weights`` (one line naming it).
+        """
         self.lora.set_adapters(adapter_names, adapter_weights)
 
     def get_active_adapters(self) -> list[str]:
