@@ -668,7 +668,8 @@ _BREAKAGES = {
                         ["_class_name='CogVideoXDDIMScheduler'", "WanPipeline runs UniPCMultistepScheduler or "
                          "FlowMatchEulerDiscreteScheduler"]),
     "tp vs heads": (lambda d: None, "1x8x1", InputError,
-                    ["transformer/config.json: 4 attention heads do not split over tensor x sequence = 8 x 1"]),
+                    ["the mesh dp 1 x tp 8 x sp 1", "splits attention heads over tp x sp = 8, which does not divide the "
+                     "model's 4"]),
 }
 
 
@@ -961,12 +962,14 @@ def test_hub_error_is_one_line(monkeypatch):
 
 
 def test_tp_not_dividing_heads_names_no_unasked_flag(_wan_copy, tmp_path):
-    """The heads check names the mesh as axes, not as --dp/--sp flags the user never gave."""
+    """The heads check starts from the flag as typed and names the mesh as axes, not as --dp/--sp
+    flags the user never gave."""
     r = _cli("generate", "-p", "a cat", "--checkpoint", str(_wan_copy), *SMALL_FLAGS, "--tp", "8",
              "-o", str(tmp_path / "v.npy"))
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
-    assert len(lines) == 1 and "data 1 x tensor 8 x sequence 1" in lines[0], r.output
+    assert len(lines) == 1 and lines[0].startswith("error: --tp 8: the mesh dp 1 x tp 8 x sp 1 (a size not given "
+                                                   "is 1) splits attention heads"), r.output
     assert "--dp" not in lines[0] and "--sp" not in lines[0], lines[0]
 
 
