@@ -689,19 +689,28 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
 
 
 def test_fps_is_refused_naming_the_flag_value_and_range(tmp_path):
-    """--fps that is no integer (2.5) is one error line naming --fps, the value and the valid
-    range, as an --fps out of the range is (not click's usage error naming neither); before any
-    checkpoint is read (there is none here)."""
+    """--fps that is no integral number (2.5) is one error line naming --fps, the value as typed
+    and the valid range, as an --fps out of the range is (not click's usage error naming neither);
+    before any checkpoint is read (there is none here). A number of integral value in the range
+    (16.0, 1e3) is that integer."""
     from typer.testing import CliRunner
 
-    from vidax.cli import app
+    from vidax.cli import _frame_rate, app
 
-    for value in ("2.5", "1e3", "0"):
+    def run(value):
         r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(tmp_path / "none"), "--fps",
                                      value, "-o", str(tmp_path / "v.npy")])
-        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        return r, [line for line in r.stderr.splitlines() if line.strip()]
+
+    for value in ("2.5", "0", "1e4", "1e30", "nan", "inf", "abc"):
+        r, lines = run(value)
         assert r.exit_code == 2 and lines == [f"error: --fps must be an integer frame rate in [1, 1000] fps, got "
                                               f"{value}"], r.output
+    for value, fps in (("16.0", 16), ("1e3", 1000), ("24", 24)):
+        got = _frame_rate(value)
+        assert got == fps and type(got) is int, (value, got)
+    r, lines = run("16.0")  # on to the checkpoint, which is not there
+    assert r.exit_code == 2 and "--fps" not in r.stderr and "none" in r.stderr, r.output
 
 
 def test_verbose_help_says_what_it_shows():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import signal
 import sys
@@ -71,13 +72,23 @@ def _frame_rate_words() -> str:
 
 
 def _frame_rate(text: str) -> int:
-    """``--fps``'s parser: text that is no integer (``2.5``) is refused in vidax's one error line
-    naming the flag, the value and the valid range, as a value out of the range is
-    (:func:`_generate`), not in click's usage error, which names neither."""
+    """``--fps``'s parser: a number of integral value (``16``, ``16.0``, ``1e3``) as an int; text
+    that is no such number (``2.5``, ``abc``) or out of range is refused in vidax's one error line
+    naming the flag, the value as typed and the valid range, not in click's usage error, which
+    names neither."""
+    from vidax.pipelines.options import FRAME_RATE_RANGE
+
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        value = int(number) if math.isfinite(number) and number.is_integer() else None
+    if value is None or not FRAME_RATE_RANGE[0] <= value <= FRAME_RATE_RANGE[1]:
         _fail(f"--fps must be {_frame_rate_words()}, got {text}")
+    return value
 
 
 def _fail(message: str) -> None:
