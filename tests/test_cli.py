@@ -340,6 +340,11 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
         with pytest.raises(NumericalError) as e:
             pipe("a cat", progress=False, guidance_scale=1e38, **SMALL)
         assert "guidance_scale=1e+38" in str(e.value) and "LoRA" not in str(e.value), str(e.value)
+        # the command line echoes the value as typed (1e38, not Python's 1e+38), in either flag form
+        generate = typer.main.get_command(app).commands["generate"]
+        for argv in (["-p", "x", "--guidance-scale", "1e38"], ["-p", "x", "--guidance-scale=1e38"]):
+            flags = _Spelling(generate, generate.make_context("generate", argv).meta["argv"])
+            assert "--guidance-scale 1e38: give a smaller one" in flags.message(e.value), flags.message(e.value)
     finally:
         pipe.unload_lora_weights()
 
