@@ -139,7 +139,7 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
      "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0", "guidance_scale"),
     (["--height", "40"], "--height and --width must be multiples of 16", "height="),
     (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
-    (["--guidance-scale-2", "2"], "--guidance-scale-2 2.0 is only used by checkpoints with two experts",
+    (["--guidance-scale-2", "2"], "--guidance-scale-2 2 is only used by checkpoints with two experts",
      "guidance_scale_2"),
     (["--max-sequence-length", "0"], "--max-sequence-length must be a positive integer", "max_sequence"),
     (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
