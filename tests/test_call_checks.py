@@ -139,7 +139,7 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
      "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0", "guidance_scale"),
     (["--height", "40"], "--height and --width must be multiples of 16", "height="),
     (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
-    (["--guidance-scale-2", "2"], "--guidance-scale-2 2.0 is only used by checkpoints with two experts",
+    (["--guidance-scale-2", "2"], "--guidance-scale-2 2 is only used by checkpoints with two experts",
      "guidance_scale_2"),
     (["--max-sequence-length", "0"], "--max-sequence-length must be a positive integer", "max_sequence"),
     (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
@@ -668,7 +668,8 @@ _BREAKAGES = {
                         ["_class_name='CogVideoXDDIMScheduler'", "WanPipeline runs UniPCMultistepScheduler or "
                          "FlowMatchEulerDiscreteScheduler"]),
     "tp vs heads": (lambda d: None, "1x8x1", InputError,
-                    ["transformer/config.json: 4 attention heads do not split over tensor x sequence = 8 x 1"]),
+                    ["the mesh dp 1 x tp 8 x sp 1", "splits attention heads over tp x sp = 8, which does not divide the "
+                     "model's 4"]),
 }
 
 
@@ -816,14 +817,22 @@ def test_mesh_sizes_are_positive_integers():
 
 def test_nan_advice_follows_the_dtype():
     import jax.numpy as jnp
+    import typer
 
+    from vidax.cli import _Spelling, app
+    from vidax.errors import NumericalError
     from vidax.pipelines.sampling import nonfinite_advice
 
     bf16 = {"w": jnp.zeros((2,), jnp.bfloat16), "norm": jnp.zeros((2,), jnp.float32)}
-    assert nonfinite_advice(bf16) == "(it ran in bfloat16: try dtype=float32, or other settings)"
-    assert nonfinite_advice(jnp.bfloat16) == nonfinite_advice(bf16)
+    assert str(nonfinite_advice(bf16)) == "(it ran in bfloat16: try dtype=float32, or other settings)"
+    assert str(nonfinite_advice(jnp.bfloat16)) == str(nonfinite_advice(bf16))
     for fp32 in ({"w": jnp.zeros((2,), jnp.float32)}, jnp.float32):
-        assert "float32" in nonfinite_advice(fp32) and "try dtype=float32" not in nonfinite_advice(fp32)
+        assert "float32" in str(nonfinite_advice(fp32)) and "try dtype=float32" not in str(nonfinite_advice(fp32))
+    # the command line names the flag: --dtype float32
+    flags = _Spelling(typer.main.get_command(app).commands["generate"])
+    error = NumericalError("step 1 produced NaN/Inf latents ", nonfinite_advice(None))
+    assert flags.message(error) == ("step 1 produced NaN/Inf latents (try other settings, or --dtype float32 if it "
+                                    "ran in bfloat16)")
 
 
 def test_api_errors_name_keywords_not_flags(ckpt):
@@ -953,12 +962,14 @@ def test_hub_error_is_one_line(monkeypatch):
 
 
 def test_tp_not_dividing_heads_names_no_unasked_flag(_wan_copy, tmp_path):
-    """The heads check names the mesh as axes, not as --dp/--sp flags the user never gave."""
+    """The heads check starts from the flag as typed and names the mesh as axes, not as --dp/--sp
+    flags the user never gave."""
     r = _cli("generate", "-p", "a cat", "--checkpoint", str(_wan_copy), *SMALL_FLAGS, "--tp", "8",
              "-o", str(tmp_path / "v.npy"))
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
-    assert len(lines) == 1 and "data 1 x tensor 8 x sequence 1" in lines[0], r.output
+    assert len(lines) == 1 and lines[0].startswith("error: --tp 8: the mesh dp 1 x tp 8 x sp 1 (a size not given "
+                                                   "is 1) splits attention heads"), r.output
     assert "--dp" not in lines[0] and "--sp" not in lines[0], lines[0]
 
 

@@ -307,19 +307,44 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
     pipe.load_lora_weights(lora, "style")
     try:
         for bad in (float("inf"), float("nan"), 1e39, np.float32("-inf")):
-            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.*: .* is not a finite number \(at "
+            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.* is not a finite number \(at "
                                                  r"most 3\.403e\+38 in magnitude, float32's largest"):
                 pipe.set_adapters("style", bad)
         with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=1e\+39 must be a finite number \(at most"):
             pipe.fuse_lora(1e39)
+        # each other kind of bad weight: one line naming the keyword, the value and what is valid
+        valid = (r"give a finite number \(at most .*\), or a list of one per adapter \(1; None in it counts as 1\); vidax "
+                 r"does not take diffusers' dicts of per-module scales$")
+        for bad, shown in ((True, "True"), (1 + 0j, r"\(1\+0j\)"), ({"style": 0.5}, r"\{'style': 0\.5\}"),
+                           ([0.5, 1], r"\[0\.5, 1\]")):
+            with pytest.raises(InputError, match=rf"^set_adapters: adapter_weights={shown} is not valid: {valid}"):
+                pipe.set_adapters("style", bad)
+        for bad in (10**400, [10**400], [1 + 0j]):
+            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.* is not a finite number \(at most"):
+                pipe.set_adapters("style", bad)
+        with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=10000000000000000000\.\.\. \(401 characters\) "
+                                             r"must be a finite number \(at most"):
+            pipe.fuse_lora(lora_scale=10**400)
+        pipe.set_adapters(["style"], [None])  # diffusers' None: weight 1
+        assert pipe._lora.active[0] == [("style", 1.0)]
         pipe.set_adapters("style", np.float32(1e38))
         with pytest.raises(NumericalError) as e:
             pipe("a cat", progress=False, **SMALL)
         assert "NaN/Inf" in str(e.value) and str(e.value).endswith(
-            "; the LoRA scale(s) in use may be the cause (a large one makes the merged weights overflow): adapter "
+            "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): adapter "
             "'style' at 1e+38: try smaller ones"), str(e.value)
         flags = _Spelling(typer.main.get_command(app).commands["generate"])
         assert f"overflow): --lora '{lora}:1e+38': try smaller ones" in flags.message(e.value)
+        # a usual scale is not blamed for a run that a huge guidance scale overflowed
+        pipe.set_adapters("style", 0.01)
+        with pytest.raises(NumericalError) as e:
+            pipe("a cat", progress=False, guidance_scale=1e38, **SMALL)
+        assert "guidance_scale=1e+38" in str(e.value) and "LoRA" not in str(e.value), str(e.value)
+        # the command line echoes the value as typed (1e38, not Python's 1e+38), in either flag form
+        generate = typer.main.get_command(app).commands["generate"]
+        for argv in (["-p", "x", "--guidance-scale", "1e38"], ["-p", "x", "--guidance-scale=1e38"]):
+            flags = _Spelling(generate, generate.make_context("generate", argv).meta["argv"])
+            assert "--guidance-scale 1e38: give a smaller one" in flags.message(e.value), flags.message(e.value)
     finally:
         pipe.unload_lora_weights()
 
@@ -669,19 +694,28 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
 
 
 def test_fps_is_refused_naming_the_flag_value_and_range(tmp_path):
-    """--fps that is no integer (2.5) is one error line naming --fps, the value and the valid
-    range, as an --fps out of the range is (not click's usage error naming neither); before any
-    checkpoint is read (there is none here)."""
+    """--fps that is no integral number (2.5) is one error line naming --fps, the value as typed
+    and the valid range, as an --fps out of the range is (not click's usage error naming neither);
+    before any checkpoint is read (there is none here). A number of integral value in the range
+    (16.0, 1e3) is that integer."""
     from typer.testing import CliRunner
 
-    from vidax.cli import app
+    from vidax.cli import _frame_rate, app
 
-    for value in ("2.5", "1e3", "0"):
+    def run(value):
         r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(tmp_path / "none"), "--fps",
                                      value, "-o", str(tmp_path / "v.npy")])
-        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        return r, [line for line in r.stderr.splitlines() if line.strip()]
+
+    for value in ("2.5", "0", "1e4", "1e30", "nan", "inf", "abc"):
+        r, lines = run(value)
         assert r.exit_code == 2 and lines == [f"error: --fps must be an integer frame rate in [1, 1000] fps, got "
                                               f"{value}"], r.output
+    for value, fps in (("16.0", 16), ("1e3", 1000), ("24", 24)):
+        got = _frame_rate(value)
+        assert got == fps and type(got) is int, (value, got)
+    r, lines = run("16.0")  # on to the checkpoint, which is not there
+    assert r.exit_code == 2 and "--fps" not in r.stderr and "none" in r.stderr, r.output
 
 
 def test_verbose_help_says_what_it_shows():
@@ -778,7 +812,7 @@ def test_latents_past_what_the_vae_decodes_are_an_error_and_kept(pipe, ckpt, tmp
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.exit_code == 2 and len(lines) == 1, r.output
     kept = tmp_path / "v-latents.unwritten.npy"
-    assert "the likely cause is --guidance-scale 1e+30" in lines[0] and f"kept in {kept}" in lines[0], lines[0]
+    assert "the likely cause is --guidance-scale 1e30" in lines[0] and f"kept in {kept}" in lines[0], lines[0]
     assert sorted(os.listdir(tmp_path)) == [kept.name]
     np.testing.assert_array_equal(np.load(kept), latent)
 

@@ -65,7 +65,7 @@ def test_bad_mesh_lists_valid_factorizations():
     with pytest.raises(InputError) as e:
         make_mesh(3, 1, 1)
     msg = str(e.value)
-    assert "mesh dp=3 x tp=1 x sp=1 = 3 devices, but there are 8" in msg
+    assert msg.startswith("dp=3, tp=1, sp=1: the mesh dp 3 x tp 1 x sp 1 needs 3 devices, but there are 8; ")
     assert "valid (dp, tp, sp) for 8 devices: (1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4)" in msg
     with pytest.raises(InputError, match="tp=0 must be a positive int"):
         make_mesh(1, 0, 8)
@@ -121,14 +121,14 @@ def test_mesh_from_sizes_missing_sizes_are_one():
     assert mesh_sizes(mesh_from_sizes(8, None, None)) == (8, 1, 1)
     assert mesh_sizes(mesh_from_sizes(None, 2, 4)) == (1, 2, 4)
     assert mesh_sizes(mesh_from_sizes(None, None, None, always=True)) == (8, 1, 1)
-    tail = (r" makes a mesh of 2 device\(s\) \(a size not given is 1: dp {} x tp {} x sp {}\), but there are 8; "
+    tail = (r": the mesh dp {} x tp {} x sp {} \(a size not given is 1\) needs 2 devices, but there are 8; "
             r"valid \(dp, tp, sp\) for 8 devices: \(1, 1, 8\)")
     for sizes, name in (((2, None, None), "dp=2"), ((None, 2, None), "tp=2"), ((None, None, 2), "sp=2")):
         with pytest.raises(InputError, match="^" + name + tail.format(*(s or 1 for s in sizes))):
             mesh_from_sizes(*sizes)
-    with pytest.raises(InputError, match=r"^tp=3 x sp=2 makes a mesh of 6 device\(s\)"):
+    with pytest.raises(InputError, match=r"^tp=3 sp=2: the mesh dp 1 x tp 3 x sp 2 \(a size not given is 1\) needs 6 "):
         mesh_from_sizes(None, 3, 2)
-    with pytest.raises(InputError, match=r"^dp=2 x tp=2 makes a mesh of 4 device\(s\).*, but there are 8"):
+    with pytest.raises(InputError, match=r"^dp=2 tp=2: the mesh .* needs 4 devices, but there are 8"):
         mesh_from_sizes(2, 2, None)
 
 
@@ -137,8 +137,19 @@ def test_check_heads():
     with pytest.raises(InputError) as e:
         check_heads(make_mesh(1, 2, 4), 12, "WanTransformer3DModel")
     msg = str(e.value)
-    assert "WanTransformer3DModel: 12 attention heads do not split over tensor x sequence = 2 x 4 = 8" in msg
-    assert "Valid (tp, sp) on 8 devices: (1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1)" in msg
+    # it reads as the device-count refusal does: what was given, the mesh, the valid (dp, tp, sp)
+    assert msg == ("WanTransformer3DModel: the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, which "
+                   "does not divide the model's 12; valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), "
+                   "(2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
+    # sizes that fit the devices but not the heads are refused from the sizes as given
+    with pytest.raises(InputError, match=r"^tp=2 sp=4: the mesh dp 1 x tp 2 x sp 4 \(a size not given is 1\) splits "
+                                         r"attention heads over tp x sp = 8, which does not divide the model's 12; "
+                                         r"valid \(dp, tp, sp\) for 8 devices and 12 attention heads: \(2, 1, 4\)"):
+        mesh_from_sizes(None, 2, 4, heads=[12])
+    # one device: "1 device"
+    with pytest.raises(InputError, match=r"needs 2 devices, but there are 1; valid \(dp, tp, sp\) for 1 device: "
+                                         r"\(1, 1, 1\)\.$"):
+        make_mesh(2, 1, 1, devices=jax.devices()[:1])
 
 
 def test_logical_rules():
@@ -187,7 +198,7 @@ def test_inspect_mesh_plan(tmp_path_factory):
     assert "largest replicated: condition_embedder/time_proj/kernel (64, 384)" in out
     assert "NOT RUNNABLE" not in out
     r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "dp=1,tp=1,sp=8"])
-    assert "NOT RUNNABLE: transformer/config.json: 4 attention heads do not split" in r.stdout
+    assert "NOT RUNNABLE: transformer/config.json: the mesh dp 1 x tp 1 x sp 8 splits attention heads over tp x sp = 8, which does not divide the model's 4; " in r.stdout
     r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "2by2"])
     assert r.exit_code == 2 and "is not a mesh description" in r.stderr
 

@@ -492,9 +492,9 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     with caplog.at_level("INFO", logger="vidax.weights.loader"):
         one = load()
     # the two the precision policy keeps float32 dequantized on the host, in one log line
-    assert "2 GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, or kept float32 by " \
-           "the precision policy): condition_embedder.time_embedder.linear_1.weight, " \
-           "condition_embedder.time_embedder.linear_2.weight" in caplog.text
+    assert "2 GGUF block-quantized tensor(s) dequantized on the host: 2 kept float32 by the precision policy " \
+           "(condition_embedder.time_embedder.linear_1.weight, condition_embedder.time_embedder.linear_2.weight)" \
+           in caplog.text
     kept = {p for p, v in _flat(one).items() if v.dtype == jnp.uint8}
     # each of the 10 block Linears once (a stack of 2 layers), less the float32 timestep MLP
     assert len(kept) == len(q8) - 10 - 2 and ("blocks", "ffn", "net", 2, "kernel") in kept
@@ -612,6 +612,29 @@ def gguf_wan_mixed(tmp_path_factory):
         want = ref(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(ctx), return_dict=False)[0]
     return dict(folder=folder, file=file, names=names, state=state, want=want.numpy().transpose(0, 2, 3, 4, 1),
                 inputs=(x.transpose(0, 2, 3, 4, 1), t, ctx))
+
+
+def test_gguf_host_dequantization_says_why():
+    """The log line of the GGUF tensors dequantized on the host gives each its true reason: a
+    stack whose layers mix a float type (F16) with block types is one (a trial's mixed file was
+    said to be "not a Linear weight, or kept float32", neither true); from the file's header
+    (a stub reader here: no tensor is read)."""
+    from types import SimpleNamespace
+
+    from vidax.nn.gguf import kept_candidates
+    from vidax.weights.loader import host_reasons
+
+    infos = {"q.0": ("Q4_K", 2), "q.1": ("F16", 2), "k.0": ("Q8_0", 2), "k.1": ("Q8_0", 2), "t": ("Q8_0", 2),
+             "b.0": ("Q8_0", 1), "b.1": ("Q8_0", 1), "o.0": ("Q4_K", 2), "o.1": ("Q6_K", 2)}
+    reader = SimpleNamespace(info=lambda key: SimpleNamespace(stored=infos[key][0], shape=(32,) * infos[key][1]),
+                             raw=None)
+    plan = {("blocks", "q", "kernel"): [(1, "q.1"), (0, "q.0")], ("blocks", "k", "kernel"): [(0, "k.0"), (1, "k.1")],
+            ("time", "kernel"): [(None, "t")], ("blocks", "b", "bias"): [(0, "b.0"), (1, "b.1")],
+            ("blocks", "o", "kernel"): [(0, "o.0"), (1, "o.1")]}
+    kinds, host = kept_candidates(reader, plan, keep_fp32=["^time"])
+    assert kinds == {("blocks", "k", "kernel"): "Q8_0", ("blocks", "o", "kernel"): ("Q4_K", "Q6_K")}
+    assert host_reasons(host) == ("2 not a Linear weight (b.0, b.1); 1 in stacks whose layers mix F16 with block types "
+                                  "(q.0); 1 kept float32 by the precision policy (t)")
 
 
 def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):

@@ -101,6 +101,7 @@ def test_job_runs_to_completion_and_equals_vidax_generate(server, ckpt, compile_
     job = r.json()
     assert job["status"] == "queued" and job["object"] == "video" and job["size"] == "48x32"
     assert job["seed"] == 7 and job["num_frames"] == 5 and job["model"] == ckpt
+    assert job["fps"] == 16 and type(job["fps"]) is int  # the checkpoint's 16 fps, not 16.0
     done = server.wait(job["id"])
     assert done["status"] == "completed", done
     assert done["progress"] == 100 and done["step"] == done["num_inference_steps"] == 2

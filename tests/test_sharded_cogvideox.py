@@ -178,9 +178,11 @@ def test_bf16_on_mesh_close_to_fp32(variant):
 
 def test_heads_not_divisible_by_tp_sp():
     cfg = CogVideoXTransformerConfig.from_config_dict(dict(BASE, num_attention_heads=6))
-    with pytest.raises(InputError, match=r"6 attention heads do not split over tensor x sequence = 2 x 4") as e:
+    with pytest.raises(InputError, match=r": the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, "
+                                         r"which does not divide the model's 6; ") as e:
         nnx.eval_shape(lambda: CogVideoXTransformer3DModel(cfg, mesh=mesh_of((1, 2, 4)), rngs=nnx.Rngs(0)))
-    assert "Valid (tp, sp) on 8 devices: (1, 1), (1, 2), (2, 1)" in str(e.value)
+    assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 6 attention heads: (4, 1, 2), (4, 2, 1), "
+                                 "(8, 1, 1).")
 
 
 # ----------------------------------------------------------------------------- pipeline
@@ -256,14 +258,15 @@ def test_cli_generate_on_mesh(pipeline_ckpt, pipeline_reference, tmp_path):
 
 @pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)
 def test_pipeline_bad_mesh_errors(pipeline_ckpt, tmp_path):
-    with pytest.raises(InputError, match=r"= 4 devices, but there are 8"):
+    with pytest.raises(InputError, match=r"^mesh='2x2x1': the mesh dp 2 x tp 2 x sp 1 needs 4 devices, but there are 8"):
         vidax.load_pipeline(pipeline_ckpt, mesh="2x2x1")
     # Heads that do not split are refused from the config, before any weight is read.
     bad = tmp_path / "bad"
     shutil.copytree(pipeline_ckpt, bad)
     file = bad / "transformer" / "config.json"
     file.write_text(json.dumps(dict(json.loads(file.read_text()), num_attention_heads=6)))
-    with pytest.raises(InputError, match=r"6 attention heads do not split over tensor x sequence = 2 x 4"):
+    with pytest.raises(InputError, match=r"^mesh='dp=1,tp=2,sp=4': the mesh dp 1 x tp 2 x sp 4 splits attention heads "
+                                         r"over tp x sp = 8, which does not divide the model's 6"):
         vidax.load_pipeline(str(bad), mesh="dp=1,tp=2,sp=4")
 
 
@@ -278,7 +281,7 @@ def test_inspect_mesh_plan(pipeline_ckpt):
     r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x1x8"])  # 8 heads: fine
     assert "NOT RUNNABLE" not in r.stdout
     r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x2x8"])  # 8 heads on 16
-    assert "NOT RUNNABLE: transformer/config.json: 8 attention heads do not split" in r.stdout
+    assert "NOT RUNNABLE: transformer/config.json: the mesh dp 1 x tp 2 x sp 8 splits attention heads over tp x sp = 16, which does not divide the model's 8; " in r.stdout
 
 
 @pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)

@@ -101,18 +101,26 @@ def test_bad_mesh_errors(ckpt, tmp_path):
     usable = "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)"
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, mesh="2x2x1")
-    assert str(e.value).endswith(f"= 4 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention "
+    assert str(e.value).endswith(f"needs 4 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention "
                                  f"heads: {usable}.")
-    with pytest.raises(InputError, match="4 attention heads do not split over tensor x sequence = 1 x 8"):
+    with pytest.raises(InputError, match="^mesh='dp=1,sp=8': the mesh dp 1 x tp 1 x sp 8 splits attention heads over "
+                                         "tp x sp = 8, which does not divide the model's 4; valid"):
         vidax.load_pipeline(ckpt, mesh="dp=1,sp=8")
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "3"])
-    assert r.exit_code == 2 and "--tp 3 makes a mesh of 3 device(s)" in r.stderr and "--sp" not in r.stderr.split(";")[0]
+    assert r.exit_code == 2 and "--tp 3: the mesh dp 1 x tp 3 x sp 1 (a size not given is 1) needs 3 devices" \
+        in r.stderr and "--sp" not in r.stderr.split(";")[0]
     assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
     r = CliRunner().invoke(app, ["serve", "--checkpoint", ckpt, "--tp", "3", "--port", "0", "--jobs-dir",
                                  str(tmp_path / "jobs")])
-    assert r.exit_code == 2 and "--tp 3 makes a mesh of 3 device(s)" in r.stderr, r.output
+    assert r.exit_code == 2 and "--tp 3: the mesh dp 1 x tp 3 x sp 1 (a size not given is 1) needs 3 devices" \
+        in r.stderr, r.output
     assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
     # --dp alone is read as --tp / --sp alone are: the sizes not given are 1, the same refusal.
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--dp", "2"])
-    assert r.exit_code == 2 and "--dp 2 makes a mesh of 2 device(s) (a size not given is 1: dp 2 x tp 1 x sp 1), " \
+    assert r.exit_code == 2 and "--dp 2: the mesh dp 2 x tp 1 x sp 1 (a size not given is 1) needs 2 devices, " \
                                 "but there are 8" in r.stderr
+    # sizes that fit the devices but not the heads: the same form, from the flags as typed
+    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "2", "--sp", "4"])
+    assert r.exit_code == 2 and "--tp 2 --sp 4: the mesh dp 1 x tp 2 x sp 4 (a size not given is 1) splits attention " \
+        "heads over tp x sp = 8, which does not divide the model's 4; valid (dp, tp, sp) for 8 devices and 4 " \
+        f"attention heads: {usable}.\n" in r.stderr, r.stderr

@@ -158,9 +158,11 @@ def test_token_counts_not_divisible_by_sp(ckpt, reference, sp4_model, grid):
 def test_heads_not_divisible_by_tp_sp():
     cfg = WanTransformerConfig.from_config_dict(dict(CONFIG, num_attention_heads=6, attention_head_dim=16))
     mesh = mesh_of((1, 2, 4))
-    with pytest.raises(InputError, match=r"6 attention heads do not split over tensor x sequence = 2 x 4") as e:
+    with pytest.raises(InputError, match=r": the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, "
+                                         r"which does not divide the model's 6; ") as e:
         nnx.eval_shape(lambda: WanTransformer3DModel(cfg, mesh=mesh, rngs=nnx.Rngs(0)))
-    assert "Valid (tp, sp) on 8 devices: (1, 1), (1, 2), (2, 1)" in str(e.value)
+    assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 6 attention heads: (4, 1, 2), (4, 2, 1), "
+                                 "(8, 1, 1).")
 
 
 def test_image_to_video_model_on_mesh(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import signal
 import sys
@@ -71,13 +72,23 @@ def _frame_rate_words() -> str:
 
 
 def _frame_rate(text: str) -> int:
-    """``--fps``'s parser: text that is no integer (``2.5``) is refused in vidax's one error line
-    naming the flag, the value and the valid range, as a value out of the range is
-    (:func:`_generate`), not in click's usage error, which names neither."""
+    """``--fps``'s parser: a number of integral value (``16``, ``16.0``, ``1e3``) as an int; text
+    that is no such number (``2.5``, ``abc``) or out of range is refused in vidax's one error line
+    naming the flag, the value as typed and the valid range, not in click's usage error, which
+    names neither."""
+    from vidax.pipelines.options import FRAME_RATE_RANGE
+
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        value = int(number) if math.isfinite(number) and number.is_integer() else None
+    if value is None or not FRAME_RATE_RANGE[0] <= value <= FRAME_RATE_RANGE[1]:
         _fail(f"--fps must be {_frame_rate_words()}, got {text}")
+    return value
 
 
 def _fail(message: str) -> None:
@@ -147,6 +158,10 @@ class GenerateCommand(TyperCommand):
         ctx.meta["call"] = {p.name: ctx.params.pop(p.name) for p in self.declared()}
         return super().invoke(ctx)
 
+    def parse_args(self, ctx: typer.Context, args: list) -> list:
+        ctx.meta["argv"] = list(args)  # the text typed, for the values errors echo (:class:`_Spelling`)
+        return super().parse_args(ctx, args)
+
 
 def _declared_params(options) -> list:
     """typer's options for declared call keywords (:class:`~vidax.pipelines.options.CallOption`),
@@ -180,21 +195,39 @@ class _Spelling:
     """How a command's errors and warnings name arguments: an :class:`~vidax.errors.Arg` as the
     flag that sets it (``--num-inference-steps 0``), as in Python where no flag does."""
 
-    def __init__(self, command) -> None:
+    def __init__(self, command, argv: list | None = None) -> None:
         if isinstance(command, GenerateCommand):
             command.declared()
-        self.flags = {p.name: p.opts[0] for p in command.params
-                      if getattr(p, "param_type_name", "") == "option" and p.opts[0].startswith("--")}
+        options = [p for p in command.params if getattr(p, "param_type_name", "") == "option"]
+        self.flags = {p.name: p.opts[0] for p in options if p.opts[0].startswith("--")}
         self.flags.update(KEYWORD_FLAGS)
         # keywords whose flag spells a list as "28,29" (--stg-blocks): their values echoed so
         self.listed = ({o.name for o in call_options().values() if o.cli is not None}
                        if isinstance(command, GenerateCommand) else set())
+        # the text typed after each flag (``argv``: the command's arguments), by keyword
+        names = {opt: p.name for p in options for opt in p.opts}
+        self.typed: dict[str, str] = {}
+        for i, token in enumerate(argv or []):
+            flag, eq, text = token.partition("=")
+            if flag in names and (eq or i + 1 < len(argv)):
+                self.typed[names[flag]] = text if eq else argv[i + 1]
 
     def __call__(self, arg) -> str:
         flag = self.flags.get(arg.name)
         if flag is not None and arg.name in self.listed and isinstance(arg.value, (list, tuple)):
             return f"{flag} {','.join(map(str, arg.value))}"
+        if flag is not None and self._as_typed(arg):  # 1e30 as typed, not as Python writes it (1e+30)
+            return f"{flag} {self.typed[arg.name]}"
         return str(arg) if flag is None else arg.spelled(flag)
+
+    def _as_typed(self, arg) -> bool:
+        """``arg``'s value is the number the user typed after its flag (spelled otherwise)."""
+        if not isinstance(arg.value, (int, float)) or isinstance(arg.value, bool) or arg.name not in self.typed:
+            return False
+        try:
+            return float(self.typed[arg.name]) == float(arg.value)
+        except (ValueError, OverflowError):
+            return False
 
     def message(self, error: BaseException) -> str:
         """An error's message, the arguments a vidax error names spelled as flags."""
@@ -339,7 +372,7 @@ def generate(
     from vidax.errors import Cancelled, VidaxError
 
     # Warnings about the call ("num_frames=7 is not of the form 4k+1") name flags here too.
-    spelling = _Spelling(ctx.command)
+    spelling = _Spelling(ctx.command, ctx.meta.get("argv"))
     loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
     for logger in loggers:
         logger.addFilter(spelling)
@@ -747,7 +780,7 @@ def inspect(
         if mesh is not None:
             typer.echo(describe_mesh_plan(path, mesh))
     except VidaxError as e:
-        spelling = _Spelling(ctx.command)
+        spelling = _Spelling(ctx.command, ctx.meta.get("argv"))
         # The folder is the command's PATH argument: named as typed, not as the Python keyword.
         _fail(e.render(lambda a: f"vidax inspect {a.shown_value()}" if a.name == "checkpoint" and a.has_value
                        else spelling(a)))

@@ -116,26 +116,16 @@ class LoraAdapters:
         or one per name; default 1).
 
         Raises:
-            InputError: an unknown name, or weights of another length / not finite numbers.
+            InputError: an unknown name, or weights that are not a number or a list / tuple of one
+                per name (each a number or None, i.e. 1, as diffusers); diffusers' dicts of
+                per-module scales are not supported.
         """
         names = [names] if isinstance(names, str) else list(names)
         unknown = [n for n in names if n not in self.terms]
         if unknown:
             raise InputError(f"set_adapters: {unknown} not loaded (loaded: {list(self.terms)})")
-        if adapter_weights is None:
-            weights = [1.0] * len(names)
-        elif isinstance(adapter_weights, (int, float, np.integer, np.floating)) \
-                and not isinstance(adapter_weights, bool):
-            weights = [float(adapter_weights)] * len(names)
-        else:
-            weights = list(adapter_weights)
-        if len(weights) != len(names):
-            raise InputError(f"set_adapters: adapter_weights={adapter_weights!r} must be a number or one per adapter "
-                             f"({len(names)})")
-        bad = [w for w in weights if not _finite(w)]
-        if bad:
-            raise InputError(f"set_adapters: adapter_weights={adapter_weights!r}: {bad[0]!r} is not {FINITE}")
-        self.active = [[(n, float(w)) for n, w in zip(names, weights) if e in self.loaded_into[n]]
+        weights = _adapter_weights(adapter_weights, len(names))
+        self.active = [[(n, w) for n, w in zip(names, weights) if e in self.loaded_into[n]]
                        for e in range(len(self.names))]
         self.enabled = True
         self._apply()
@@ -145,7 +135,7 @@ class LoraAdapters:
         """diffusers' ``fuse_lora``: the active adapters (or ``adapter_names``) scaled by
         ``lora_scale`` in ``components`` (default ``["transformer"]``)."""
         if not _finite(lora_scale):
-            raise InputError(f"fuse_lora: lora_scale={lora_scale!r} must be {FINITE}")
+            raise InputError(f"fuse_lora: lora_scale={_shown(lora_scale)} must be {FINITE}")
         for i in self._components(components, "fuse_lora"):
             self.fuse_scale[i] = float(lora_scale)
         if adapter_names is not None:
@@ -189,16 +179,18 @@ class LoraAdapters:
             out += [n for n, _ in per if n not in out]
         return out
 
-    def scales_in_use(self) -> Message | None:
+    def scales_in_use(self, at_least: float = 0.0) -> Message | None:
         """The active adapters and the scales they are merged at (the weight of :meth:`set_adapters`
         times the scale of :meth:`fuse`; the largest over the transformers), as message parts
         naming each as data: ``adapter 'style' at 1e+30`` in Python, ``--lora 'style.safetensors:1e+30'``
-        on the command line; None when none is active."""
+        on the command line; only those whose scale's magnitude is more than ``at_least`` (e.g.
+        :data:`LARGE_SCALE`); None when none is."""
         scales: dict[str, float] = {}
         for e, per in enumerate(self.active if self.enabled else []):
             for name, weight in per:
                 scale = weight * self.fuse_scale[e]
                 scales[name] = max(scales.get(name, scale), scale, key=abs)
+        scales = {n: w for n, w in scales.items() if abs(w) > at_least}
         if not scales:
             return None
         return Message(*joined(Arg("lora", f"{self.files[n].source}:{w:g}", python=f"adapter {n!r} at {w:g}")
@@ -217,14 +209,55 @@ class LoraAdapters:
             store.merge(terms)
 
 
+#: The magnitude past which a LoRA scale is named as a likely cause of a NaN/Inf run. LoRA scales
+#: are used in 0..2 (diffusers' examples: 0.5 to 1.5); a trained LoRA's delta is a small part of
+#: the weight it is merged into, so at those scales the merged weights stay near the base ones and
+#: cannot be what overflowed. Past 10 times its trained strength, the delta outweighs the base
+#: weight for any LoRA whose delta is a tenth of it or more, and the activations grow with it.
+LARGE_SCALE = 10.0
+
 #: What a LoRA weight / scale must be: the merge computes in float32.
 FINITE = f"a finite number (at most {MAX_FLOAT:.4g} in magnitude, float32's largest: the merge is float32)"
 
 
 def _finite(x: Any) -> bool:
-    """``x`` is a number the float32 merge can scale by (a Python or numpy int / float)."""
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
-        and bool(np.isfinite(x)) and abs(float(x)) <= MAX_FLOAT
+    """``x`` is a number the float32 merge can scale by (a Python or numpy int / float; not a
+    bool, a complex, or an int past float's range)."""
+    if not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, (bool, np.bool_)):
+        return False
+    try:
+        return abs(float(x)) <= MAX_FLOAT  # False for NaN and Inf too
+    except OverflowError:  # an int past float64's range
+        return False
+
+
+def _shown(x: Any) -> str:
+    """``repr(x)`` for a message, a very long one (e.g. ``10**400``) cut to its start and length."""
+    text = repr(x)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+def _adapter_weights(adapter_weights: Any, count: int) -> list[float]:
+    """``set_adapters``' ``adapter_weights`` as one float per adapter (``count`` of them): None (1
+    each), a number (for each), or a list / tuple of ``count`` numbers or None (1), as diffusers.
+
+    Raises:
+        InputError: anything else, in one line naming ``adapter_weights=``, the value and what is valid.
+    """
+    if adapter_weights is None:
+        return [1.0] * count
+    if _finite(adapter_weights):
+        return [float(adapter_weights)] * count
+    if isinstance(adapter_weights, (int, float, np.integer, np.floating)) and not isinstance(adapter_weights, bool):
+        raise InputError(f"set_adapters: adapter_weights={_shown(adapter_weights)} is not {FINITE}")
+    valid = (f"give {FINITE}, or a list of one per adapter ({count}; None in it counts as 1); vidax does not "
+             "take diffusers' dicts of per-module scales")
+    if isinstance(adapter_weights, (list, tuple)) and len(adapter_weights) == count:
+        bad = [w for w in adapter_weights if w is not None and not _finite(w)]
+        if not bad:
+            return [1.0 if w is None else float(w) for w in adapter_weights]
+        raise InputError(f"set_adapters: adapter_weights={_shown(adapter_weights)}: {_shown(bad[0])} is not {FINITE}")
+    raise InputError(f"set_adapters: adapter_weights={_shown(adapter_weights)} is not valid: {valid}")
 
 
 def _name(source: Any) -> str:

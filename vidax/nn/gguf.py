@@ -195,16 +195,25 @@ def padded_stack_bytes(reader: Any) -> dict[str, int]:
     return out
 
 
+#: Why a block-quantized tensor is dequantized on the host (:func:`kept_candidates`).
+NOT_LINEAR = "not a Linear weight"
+KEPT_FP32 = "kept float32 by the precision policy"
+NO_RAW = "the file is read dequantized"
+
+
 def kept_candidates(reader: Any, plan: Mapping[tuple[Any, ...], list], keep_fp32: Iterable[str] = ()
-                    ) -> tuple[dict[tuple[Any, ...], Any], list[str]]:
+                    ) -> tuple[dict[tuple[Any, ...], Any], dict[str, str]]:
     """Which kernels of a load plan (path -> ``[(layer, key)]``, ``layer`` None for an unstacked
     one) a GGUF ``reader`` keeps on the device: path -> type for each ``kernel`` whose tensors
     are all 2-D (a Linear's weight) in :data:`BLOCKS` types and not kept float32 by the
     precision policy (``keep_fp32`` regexes); a stack whose layers differ in type maps to the
     tuple of its layers' types, in layer order (:func:`keep_gguf`). Also the keys of the
-    block-quantized tensors left to the host's dequantization (the others)."""
+    block-quantized tensors left to the host's dequantization (the others), each with why: not a
+    Linear weight (:data:`NOT_LINEAR`), kept float32 (:data:`KEPT_FP32`), a stack whose layers
+    mix float types (F16, F32...) with block types (a kept stack holds block types only), or a
+    reader without raw blocks (:data:`NO_RAW`)."""
     keep = tuple(keep_fp32)
-    kinds, host = {}, []
+    kinds, host = {}, {}
     for path, entries in plan.items():
         entries = sorted(entries, key=lambda e: -1 if e[0] is None else e[0])
         infos = [reader.info(key) for _, key in entries]
@@ -212,10 +221,19 @@ def kept_candidates(reader: Any, plan: Mapping[tuple[Any, ...], list], keep_fp32
         if not set(stored) & set(BLOCKS):
             continue
         name = "/".join(str(p) for p in path)
-        if (path[-1] == "kernel" and set(stored) <= set(BLOCKS) and all(len(i.shape) == 2 for i in infos)
-                and not any(re.search(p, name) for p in keep) and hasattr(reader, "raw")):
+        floats = sorted(set(stored) - set(BLOCKS))
+        if path[-1] != "kernel" or not all(len(i.shape) == 2 for i in infos):
+            why = NOT_LINEAR
+        elif any(re.search(p, name) for p in keep):
+            why = KEPT_FP32
+        elif floats:
+            # a kept stack is one uint8 array of blocks: every layer must be a block type
+            why = f"in stacks whose layers mix {'/'.join(floats)} with block types"
+        elif not hasattr(reader, "raw"):
+            why = NO_RAW
+        else:
             stacked = entries[0][0] is not None
             kinds[path] = tuple(stored) if stacked and len(set(stored)) > 1 else stored[0]
-        else:
-            host += [key for _, key in entries]
+            continue
+        host.update({key: why for _, key in entries if getattr(reader.info(key), "stored", "") in BLOCKS})
     return kinds, host

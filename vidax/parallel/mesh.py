@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from vidax.errors import Arg, InputError
+from vidax.errors import Arg, InputError, joined
 
 #: Mesh axis names, in mesh order.
 DATA, TENSOR, SEQUENCE = "data", "tensor", "sequence"
@@ -64,7 +64,36 @@ def _layouts_clause(n: int, heads: Sequence[int]) -> str:
     """``"valid (dp, tp, sp) for 8 devices[ and 12 attention heads]: (1, 1, 8), ..."``."""
     counts = sorted(set(heads))
     which = f" and {' / '.join(map(str, counts))} attention heads" if counts else ""
-    return f"valid (dp, tp, sp) for {n} devices{which}: {_format_triples(valid_layouts(n, counts))}"
+    return f"valid (dp, tp, sp) for {_devices(n)}{which}: {_format_triples(valid_layouts(n, counts))}"
+
+
+def _devices(n: int) -> str:
+    return f"{n} device" if n == 1 else f"{n} devices"
+
+
+def check_layout(named: Sequence[Any], sizes: tuple[int, int, int], n: int, heads: Sequence[int] = (),
+                 note: str = "", tail: str = "") -> None:
+    """Refuse mesh sizes ``(dp, tp, sp)`` that do not multiply to the device count ``n``, or whose
+    ``tp * sp`` does not divide each of ``heads`` (TP shards the heads, Ulysses re-shards the
+    TP-local ones). Both messages read alike: they start from ``named`` (message parts naming the
+    sizes as the caller gave them: ``tp=2 sp=2`` in Python, ``--tp 2 --sp 2`` on the command
+    line), then the mesh and what is wrong with it, then the valid ``(dp, tp, sp)``; ``note``
+    follows the mesh (e.g. ``" (a size not given is 1)"``), ``tail`` the valid sizes.
+
+    Raises:
+        InputError: as above.
+    """
+    dp, tp, sp = sizes
+    bad_heads = sorted({h for h in heads if h % (tp * sp)})
+    if dp * tp * sp != n:
+        problem = f"needs {_devices(dp * tp * sp)}, but there are {n}"
+    elif bad_heads:
+        problem = (f"splits attention heads over tp x sp = {tp * sp}, which does not divide the model's "
+                   f"{' / '.join(map(str, bad_heads))}")
+    else:
+        return
+    raise InputError(*named, f": the mesh dp {dp} x tp {tp} x sp {sp}{note} {problem}; "
+                     f"{_layouts_clause(n, heads)}{tail}.")
 
 
 def _format_triples(triples: Sequence[tuple[int, ...]]) -> str:
@@ -79,6 +108,7 @@ def make_mesh(
     *,
     devices: Sequence[Any] | None = None,
     heads: Sequence[int] = (),
+    named: Sequence[Any] | None = None,
 ) -> Mesh:
     """A ``(data, tensor, sequence)`` mesh of sizes ``(dp, tp, sp)`` over ``devices``.
 
@@ -86,15 +116,18 @@ def make_mesh(
         dp, tp, sp: axis sizes, positive ints whose product is the number of devices.
         devices: the devices to use, in mesh order; default ``jax.devices()`` (all processes),
             laid out by ``jax.make_mesh`` (which follows the physical topology on TPU / GPU).
-        heads: the attention head counts of the model the mesh is for: the valid sizes an
-            error lists are those whose ``tp * sp`` divides them (:func:`valid_layouts`).
+        heads: the attention head counts of the model the mesh is for: ``tp * sp`` must divide
+            each, and the valid sizes an error lists are those that do (:func:`valid_layouts`).
+        named: how an error names the sizes (message parts, :func:`check_layout`); default the
+            keywords ``dp=.., tp=.., sp=..``.
 
     Returns:
         A :class:`jax.sharding.Mesh` with ``AxisType.Auto`` axes.
 
     Raises:
-        InputError: a size is not a positive int, or ``dp * tp * sp`` differs from the device
-            count (the message lists every valid ``(dp, tp, sp)``, for ``heads``).
+        InputError: a size is not a positive int, ``dp * tp * sp`` differs from the device
+            count, or ``tp * sp`` does not divide ``heads`` (the message lists every valid
+            ``(dp, tp, sp)``, for ``heads``).
     """
     sizes = (dp, tp, sp)
     for name, value in zip(SIZE_NAMES, sizes):
@@ -102,11 +135,7 @@ def make_mesh(
             raise InputError(f"make_mesh: {name}={value!r} must be a positive int.")
     sizes = tuple(int(s) for s in sizes)
     n = len(devices) if devices is not None else jax.device_count()
-    if math.prod(sizes) != n:
-        raise InputError(
-            f"mesh dp={sizes[0]} x tp={sizes[1]} x sp={sizes[2]} = {math.prod(sizes)} devices, but "
-            f"there are {n}; {_layouts_clause(n, heads)}."
-        )
+    check_layout(joined(Arg(k, v) for k, v in zip(SIZE_NAMES, sizes)) if named is None else named, sizes, n, heads)
     types = (AxisType.Auto,) * 3
     if devices is None:
         return jax.make_mesh(sizes, MESH_AXES, axis_types=types)
@@ -158,19 +187,21 @@ def resolve_mesh(mesh: Any, heads: Sequence[int] = ()) -> Mesh | None:
     an error lists (:func:`make_mesh`).
 
     Raises:
-        InputError: anything else, or sizes that do not multiply to the device count.
+        InputError: anything else, or sizes that do not multiply to the device count or do not
+            split ``heads`` (the message starts ``mesh=...``: :func:`check_layout`).
     """
     if mesh is None or isinstance(mesh, Mesh):
         return mesh
+    named = [Arg("mesh", dict(mesh) if isinstance(mesh, Mapping) else mesh)]
     if isinstance(mesh, str):
-        return make_mesh(**parse_mesh_sizes(mesh), heads=heads)
+        return make_mesh(**parse_mesh_sizes(mesh), heads=heads, named=named)
     if isinstance(mesh, Mapping):
         unknown = set(mesh) - set(SIZE_NAMES)
         if unknown:
             raise InputError(Arg("mesh", dict(mesh)), f": unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}.")
-        return make_mesh(**mesh, heads=heads)
+        return make_mesh(**mesh, heads=heads, named=named)
     if isinstance(mesh, (tuple, list)) and len(mesh) == 3:
-        return make_mesh(*mesh, heads=heads)
+        return make_mesh(*mesh, heads=heads, named=named)
     raise InputError(
         Arg("mesh", mesh), " is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
         "'dp=..,tp=..,sp=..', a dict or a (dp, tp, sp) tuple."
@@ -208,20 +239,12 @@ def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
     re-shards the TP-local heads over ``sequence``).
 
     Raises:
-        InputError: naming ``what``, the mesh sizes and the valid ``(tp, sp)`` for this device count.
+        InputError: starting from ``what``, then the mesh and the valid ``(dp, tp, sp)`` for this
+            device count (:func:`check_layout`).
     """
-    if mesh is None:
-        return
-    dp, tp, sp = mesh_sizes(mesh)
-    if heads % (tp * sp) == 0:
-        return
-    n = dp * tp * sp
-    valid = sorted({(t, s) for _, t, s in valid_layouts(n, [heads])})
-    raise InputError(
-        f"{what}: {heads} attention heads do not split over tensor x sequence = {tp} x {sp} = "
-        f"{tp * sp} (mesh: data {dp} x tensor {tp} x sequence {sp}); heads % (tp * sp) must be 0. Valid (tp, sp) "
-        f"on {n} devices: {_format_triples(valid)} (dp = {n} / (tp * sp))."
-    )
+    if mesh is not None:
+        sizes = mesh_sizes(mesh)
+        check_layout([what], sizes, math.prod(sizes), [heads])
 
 
 def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: bool = False,
@@ -247,14 +270,10 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
     n = jax.device_count()
     if dp is None and tp is None and sp is None:
         return make_mesh(n, 1, 1) if always else None
-    given = [Arg(k, v) for k, v in zip(SIZE_NAMES, (dp, tp, sp)) if v is not None]
+    # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
+    given = joined((Arg(k, v) for k, v in zip(SIZE_NAMES, (dp, tp, sp)) if v is not None), " ")
     dp, tp, sp = dp or 1, tp or 1, sp or 1
-    if dp * tp * sp != n:
-        # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
-        raise InputError(
-            *[part for i, a in enumerate(given) for part in ((" x ", a) if i else (a,))],
-            f" makes a mesh of {dp * tp * sp} device(s) (a size not given is 1: dp {dp} x tp {tp} x sp {sp}), but "
-            f"there are {n}; {_layouts_clause(n, heads)}" + ("" if heads else ", of which only those whose tp x sp "
-            "divides the model's attention heads run it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)") + "."
-        )
+    check_layout(given, (dp, tp, sp), n, heads, note=" (a size not given is 1)",
+                 tail="" if heads else ", of which only those whose tp x sp divides the model's attention heads run "
+                 "it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)")
     return make_mesh(dp, tp, sp, heads=heads)

@@ -411,8 +411,8 @@ def check_finite(what: str, x: Any, params: Any = None) -> None:
     """
     ok = np.isfinite(x).all() if isinstance(x, np.ndarray) else all_finite(x)
     if not bool(ok):
-        raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written "
-                             f"{nonfinite_advice(params)}")
+        raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written ",
+                             nonfinite_advice(params))
 
 
 #: The largest magnitude of final latents the VAE is given. The VAEs' norm layers (RMS, group,
@@ -1202,7 +1202,8 @@ class VideoPipeline:
             OutOfMemoryError: the call's memory estimate is more than there is (before any work),
                 or an allocation failed during the run (the message names the phase and the estimate).
             NumericalError: the run went NaN/Inf (see :meth:`__call__`); with LoRA adapters active
-                the message also names their scales, a likely cause.
+                the message also names those of large scale (past
+                :data:`vidax.lora.adapters.LARGE_SCALE`), a likely cause.
         """
         self.check_components()
         check_cache_call(self.cache_config, call.num_inference_steps)
@@ -1218,10 +1219,12 @@ class VideoPipeline:
         try:
             return self._generate(call, phase)
         except NumericalError as e:
-            scales = None if self._lora is None else self._lora.scales_in_use()
+            from vidax.lora.adapters import LARGE_SCALE
+
+            scales = None if self._lora is None else self._lora.scales_in_use(at_least=LARGE_SCALE)
             if scales is None:
                 raise
-            error = NumericalError(e.message, "; the LoRA scale(s) in use may be the cause (a large one makes the "
+            error = NumericalError(e.message, "; the large LoRA scale(s) in use may be the cause (they make the "
                                    "merged weights overflow): ", scales, ": try smaller ones")
             error.latents = getattr(e, "latents", None)
             raise error from None
@@ -1631,7 +1634,12 @@ class VideoPipeline:
 
     def set_adapters(self, adapter_names: Any, adapter_weights: Any = None) -> None:
         """Activate ``adapter_names`` (a name or a list) with ``adapter_weights`` (a number, or one
-        per adapter; default 1), as diffusers; the weights are re-merged from the base ones."""
+        per adapter, None in the list meaning 1; default 1), as diffusers; the weights are re-merged
+        from the base ones. diffusers' dicts of per-module scales are not supported.
+
+        Raises:
+            InputError: an unknown name, or any other ``adapter_weights`` (one line naming it).
+        """
         self.lora.set_adapters(adapter_names, adapter_weights)
 
     def get_active_adapters(self) -> list[str]:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from vidax.errors import Cancelled, InputError, NumericalError
+from vidax.errors import Arg, Cancelled, InputError, Message, NumericalError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
 from vidax.stats import RunStats
@@ -101,7 +101,7 @@ def run_denoising_loop(
             if not bool(all_finite(latents)):
                 raise NumericalError(
                     f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
-                    f"update) produced NaN/Inf latents; stopped there, nothing was written {nonfinite_advice(params)}")
+                    f"update) produced NaN/Inf latents; stopped there, nothing was written ", nonfinite_advice(params))
             if i == 0:
                 stats.sample_memory()
             bar.update()
@@ -136,23 +136,25 @@ def _on_chunk(sample: Callable[[], None] | None, cancel: Callable[[], bool] | No
     return hook
 
 
-def nonfinite_advice(params: Any) -> str:
+def nonfinite_advice(params: Any) -> Message:
     """What to try when a run went NaN/Inf, from the dtype its weights ran in (``params``: a
     pytree of them, or that dtype; None: unknown): in bfloat16, float32; in float32 precision is
     not the cause, so the weights and inputs are. A parenthesised clause for the end of a
-    :class:`NumericalError` message."""
+    :class:`NumericalError` message, naming the dtype argument as data (``dtype=float32`` in
+    Python, ``--dtype float32`` on the command line)."""
+    float32 = Arg("dtype", np.dtype(np.float32))
     if params is None:
-        return "(try other settings, or dtype=float32 if it ran in bfloat16)"
+        return Message("(try other settings, or ", float32, " if it ran in bfloat16)")
     if isinstance(params, (str, type, np.dtype)):
         dtypes = {jnp.dtype(params)}
     else:
         dtypes = {jnp.dtype(x.dtype) for x in jax.tree.leaves(params)
                   if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)}
     if jnp.dtype(jnp.bfloat16) in dtypes:
-        return "(it ran in bfloat16: try dtype=float32, or other settings)"
+        return Message("(it ran in bfloat16: try ", float32, ", or other settings)")
     names = ", ".join(sorted(d.name for d in dtypes)) or "float32"
-    return (f"(it ran in {names}, so not for lack of precision: check the checkpoint's weights and the inputs "
-            "(latents, image) for NaN/Inf, or try other settings)")
+    return Message(f"(it ran in {names}, so not for lack of precision: check the checkpoint's weights and the "
+                   "inputs (latents, image) for NaN/Inf, or try other settings)")
 
 
 @jax.jit

@@ -256,6 +256,7 @@ class JobRunner:
         pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
         fps = float(pending.fps)
+        fps = int(fps) if fps.is_integer() else fps  # 16, not 16.0, in the job's JSON
         job = {"id": job_id, "object": "video", "model": self.model, "status": QUEUED, "progress": 0,
                "created_at": int(time.time()), "completed_at": None, "expires_at": None,
                "size": f"{call.width}x{call.height}", "seconds": f"{(call.num_frames - 1) / fps:g}",

@@ -339,7 +339,7 @@ def _keep_gguf(make, reader, plan, policy, graphdef, abstract, what):
     on the host instead are logged in one line. Nothing kept with 8-bit ``weights`` (the file
     then dequantized and quantized again to that format, as asked). Also the per-layer type
     index of each kept stack mixing types: its ``kernel_gguf_index`` path -> ``(L,)`` int32."""
-    from vidax.nn.gguf import INDEX_ATTR, keep_gguf, kept_candidates, type_index
+    from vidax.nn.gguf import INDEX_ATTR, NOT_LINEAR, keep_gguf, kept_candidates, type_index
 
     if policy.weights is not None:
         return graphdef, abstract, frozenset(), {}
@@ -347,14 +347,24 @@ def _keep_gguf(make, reader, plan, policy, graphdef, abstract, what):
     if kinds:
         graphdef, abstract = abstract_params(lambda: keep_gguf(make(), kinds))
     kept = frozenset(p for p in kinds if abstract[p].get_value().dtype == np.uint8)
-    host += [key for p in kinds if p not in kept for _, key in plan[p]]
+    host.update({key: NOT_LINEAR for p in kinds if p not in kept for _, key in plan[p]})
     indices = {p[:-1] + (INDEX_ATTR,): type_index(k) for p, k in kinds.items()
                if p in kept and not isinstance(k, str)}
     if host:
-        logger.info("%s: %d GGUF block-quantized tensor(s) dequantized on the host (not a Linear weight, or kept "
-                    "float32 by the precision policy): %s", what, len(host),
-                    ", ".join(sorted(host)[:4]) + (", ..." if len(host) > 4 else ""))
+        logger.info("%s: %d GGUF block-quantized tensor(s) dequantized on the host: %s", what, len(host),
+                    host_reasons(host))
     return graphdef, abstract, kept, indices
+
+
+def host_reasons(host: dict[str, str]) -> str:
+    """``"2 kept float32 by the precision policy (a, b); 1 not a Linear weight (c)"``: the keys of
+    ``host`` (key -> why, :func:`~vidax.nn.gguf.kept_candidates`) grouped by why, the first four
+    of each named."""
+    groups: dict[str, list[str]] = {}
+    for key in sorted(host):
+        groups.setdefault(host[key], []).append(key)
+    return "; ".join(f"{len(keys)} {why} ({', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''})"
+                     for why, keys in groups.items())
 
 
 def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked,
