@@ -229,8 +229,9 @@ class Linear(nnx.Linear):
 
     Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is summed in float32, the bias
     added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16 linear;
-    :func:`vidax.cpu.onednn.linear`: oneDNN's matmul or XLA's dot, ``VIDAX_CPU_MATMUL``). Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add,
-    so CPU and GPU results differ by bf16 rounding.
+    :func:`vidax.cpu.onednn.linear`: oneDNN's matmul or XLA's dot, ``VIDAX_CPU_MATMUL``).
+    Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add, so CPU
+    and GPU results differ by bf16 rounding.
 
     With 8-bit weights (:mod:`vidax.nn.quant`) ``kernel`` is int8 / float8_e4m3fn and
     ``kernel_scale`` ``(D_out,)`` float32: ``y = (x q) s + b``, the 8-bit kernel converted to the
