@@ -160,8 +160,17 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[
     from vidax.schedulers import scheduler_from_config
     from vidax.weights.loader import DtypePolicy
 
+    from flax import nnx
+
+    from vidax.nn.stack import lay_out_kernel_stacks
+
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
     graphdef, params = fill_params(lambda: make(dtype), DtypePolicy(dtype, fp32_params))
+    # the stacked kernels in oneDNN's layout where it reads them in place, as the pipeline keeps them
+    module = nnx.merge(graphdef, params)
+    lay_out_kernel_stacks(module, getattr(module, "block_stacks", ()))
+    graphdef, params = nnx.split(module)
+    del module
     x = jax.random.normal(jax.random.PRNGKey(1), x_shape, jnp.float32)
     context = (0.1 * jax.random.normal(jax.random.PRNGKey(2), text_shape, jnp.float32)).astype(dtype)
     sched = scheduler_from_config(scheduler)

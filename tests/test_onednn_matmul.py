@@ -9,6 +9,7 @@ operands the products are rounded too, which the same bound covers (one more rou
 """
 
 import logging
+import re
 import os
 
 import jax
@@ -259,3 +260,146 @@ def test_scan_layers_reads_linear_kernels_in_place(built, monkeypatch):
     for a, b in zip(jax.tree.leaves(in_place), jax.tree.leaves(sliced)):
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
     assert float(jnp.abs(in_place[0].astype(jnp.float32) - x.astype(jnp.float32)).max()) > 0.1  # the layers act
+
+
+class _Holder(nnx.Module):
+    """A model holding one stack of _Block layers under ``blocks`` (its ``block_stacks``)."""
+
+    def __init__(self, layers):
+        self.blocks = layers
+
+
+def _random_blocks(seed: int = 3):
+    from vidax.nn.stack import stacked
+
+    layers = stacked(_Block, 4, nnx.Rngs(seed))
+    graphdef, state = nnx.split(layers)
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed + 2), len(jax.tree.leaves(state))))
+    state = jax.tree.map(lambda a: (0.3 * jax.random.normal(next(keys), a.shape)).astype(a.dtype), state)
+    return nnx.merge(graphdef, state)
+
+
+def _scan_fn():  # a new function per setting: JAX caches traces by function
+    from vidax.nn.stack import scan_layers
+
+    def run(state, graphdef, x):
+        m = nnx.merge(graphdef, state)
+        full = scan_layers(m, x, lambda layer, c: layer(c))
+        part = scan_layers(m, x, lambda layer, c: layer(c), start=1, num_layers=3)
+        batched = jax.vmap(lambda xi: scan_layers(m, xi, lambda layer, c: layer(c)))(jnp.stack([x, -x]))
+        return full, part, batched
+
+    return jax.jit(run, static_argnums=1)
+
+
+def _close_through_layers(got, want):
+    """Two runs of the blocks whose Linears differ only in oneDNN's float32 summation order
+    (its ``ab`` and ``ba`` weight layouts block the sums differently): each Linear's sum differs
+    by far less than half a bf16 ulp before its rounding, so an output differs by at most one
+    bf16 ulp (2^-8 of its magnitude's power of two) per Linear, and that through 4 blocks of
+    2 Linears with gains about 1: 2^-4 of the largest output bounds it with room."""
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.abs(b).max() > 0.1
+        np.testing.assert_allclose(a, b, rtol=0, atol=2.0**-4 * np.abs(b).max())
+
+
+def test_kernel_stacks_in_onednn_layout(built, monkeypatch):
+    """lay_out_kernel_stacks keeps each stacked bf16 Linear kernel in oneDNN's weight layout
+    (KERNEL_LAYOUT: each layer's (K, N) column-major) where oneDNN reads stacks in place: same
+    shape and values, the Linear's kernel_transposed set, other parameters untouched. The scan
+    then hands the bf16 stack itself to the custom call, which declares the layout (no copy or
+    transpose of a stack in the compiled step), with the results of the row-major stacks. Where
+    stacks are not read in place the flag goes off, the run unchanged; a stack replaced by a
+    row-major one (a LoRA merge) is laid out again on the next call."""
+    from vidax.nn.stack import lay_out_kernel_stacks
+
+    monkeypatch.setenv(onednn.ENV, "onednn")
+    monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
+    model = _Holder(_random_blocks())
+    x = jax.random.normal(jax.random.PRNGKey(4), (2, 5, 24)).astype(jnp.bfloat16)
+    before = {p: np.asarray(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model))}
+    graphdef, state = nnx.split(model.blocks)
+    row_major = _scan_fn()(state, graphdef, x)  # in place, as uint16 bits
+
+    lay_out_kernel_stacks(model, ("blocks",))
+    assert model.blocks.up.kernel_transposed and model.blocks.down.kernel_transposed
+    for p, v in nnx.to_flat_state(nnx.state(model)):
+        a = v.get_value()
+        assert onednn.has_kernel_layout(a) == (p[-1] == "kernel" and p[1] in ("up", "down")), p
+        np.testing.assert_array_equal(np.asarray(a), before[p])  # the values, as numpy reads them
+    graphdef, state = nnx.split(model.blocks)
+    run = _scan_fn()
+    laid = run(state, graphdef, x)
+    _close_through_layers(laid, row_major)
+    lowered = run.lower(state, graphdef, x)
+    calls = [ln for ln in lowered.as_text().splitlines() if onednn.TARGET in ln and "tensor<4x24x40xbf16>" in ln]
+    assert calls and all("transposed = true" in ln for ln in calls), calls
+    hlo = lowered.compile().as_text()
+    assert any("bf16[4,24,40]{1,2,0}" in ln and "parameter(" in ln for ln in hlo.splitlines())  # entered laid out
+    moved = [ln for ln in hlo.splitlines() if re.search(r"= (bf16|u16)\[4,(24,40|40,24)\]\{[0-9,]+\} (copy|transpose|fusion)", ln)]
+    assert not moved, moved  # the stacks are read where they are
+
+    # not in place (8 devices): the flag off, the stacks read by slicing, the same results
+    monkeypatch.setattr(jax, "device_count", lambda *a, **k: 8)
+    lay_out_kernel_stacks(model, ("blocks",))
+    assert not model.blocks.up.kernel_transposed and onednn.has_kernel_layout(model.blocks.up.kernel.get_value())
+    graphdef, state = nnx.split(model.blocks)
+    _close_through_layers(_scan_fn()(state, graphdef, x), row_major)
+
+    # a merge put a row-major stack in: laid out again, once
+    monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
+    model.blocks.up.kernel.set_value(jnp.asarray(before[("blocks", "up", "kernel")]))
+    lay_out_kernel_stacks(model, ("blocks",))
+    assert model.blocks.up.kernel_transposed and onednn.has_kernel_layout(model.blocks.up.kernel.get_value())
+    kept = model.blocks.up.kernel.get_value()
+    lay_out_kernel_stacks(model, ("blocks",))
+    assert model.blocks.up.kernel.get_value() is kept
+
+
+def test_lora_merges_keep_the_kernel_layout(built, monkeypatch):
+    """A LoRA merge into a kernel stack in oneDNN's layout (vidax.lora.apply, its buffer
+    donated) keeps the layout, and the merged values equal those of the same merge into the
+    row-major stack (the same float32 arithmetic per element)."""
+    from vidax.lora import apply
+
+    rng = np.random.default_rng(0)
+    stack = jnp.asarray(rng.standard_normal((3, 24, 40)), jnp.bfloat16)
+    down, up = jnp.asarray(rng.standard_normal((4, 24)), jnp.float32), jnp.asarray(rng.standard_normal((40, 4)), jnp.float32)
+    lora = [(down, up, jnp.float32(0.7))]
+    want = apply._add_layer(jnp.array(stack), jnp.int32(1), lora, [], kernel=True)
+    laid = onednn.to_kernel_layout(jnp.array(stack))
+    got = apply._add_layer(laid, jnp.int32(1), lora, [], kernel=True)
+    assert onednn.has_kernel_layout(got)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    assert not np.array_equal(np.asarray(want[1], np.float32), np.asarray(stack[1], np.float32))  # it merged
+
+
+def test_loader_reads_linear_stacks_into_the_kernel_layout(built, monkeypatch, tmp_path):
+    """Where oneDNN reads stacks in place, the loader places each stacked Linear kernel from the
+    file's (N, K) tensors straight into oneDNN's layout (no transposition, no relayout after) and
+    marks its Linear; the values equal a row-major load's bit for bit (the same bytes)."""
+    from safetensors.numpy import save_file
+
+    from vidax.weights.loader import DtypePolicy, KeyRules, load_module
+
+    model = _Holder(_random_blocks(seed=7))
+    tensors = {}
+    for p, v in nnx.to_flat_state(nnx.state(model)):  # torch's names and layouts: (N, K) weights
+        a = np.asarray(v.get_value(), np.float32)
+        for i in range(a.shape[0]):
+            name = "weight" if p[-1] == "kernel" else p[-1]
+            tensors[f"blocks.{i}.{p[1]}.{name}"] = np.ascontiguousarray(a[i].T if p[-1] == "kernel" else a[i])
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    rules = KeyRules(stacked=("blocks",))
+    make = lambda: _Holder(_random_blocks(seed=1))  # noqa: E731
+    policy = DtypePolicy(jnp.bfloat16)
+    plain = load_module(make, str(tmp_path), rules, policy)
+    assert not plain.blocks.up.kernel_transposed  # 8 devices: row-major
+    monkeypatch.setenv(onednn.ENV, "onednn")
+    monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
+    laid = load_module(make, str(tmp_path), rules, policy)
+    assert laid.blocks.up.kernel_transposed and laid.blocks.down.kernel_transposed
+    for (p, a), (_, b) in zip(nnx.to_flat_state(nnx.state(laid)), nnx.to_flat_state(nnx.state(plain))):
+        assert onednn.has_kernel_layout(a.get_value()) == (p[-1] == "kernel" and p[1] in ("up", "down")), p
+        np.testing.assert_array_equal(np.asarray(a.get_value(), np.float32), np.asarray(b.get_value(), np.float32))

@@ -99,13 +99,15 @@ def test_t2v_bf16_with_the_onednn_matmul_matches_diffusers_bf16(ltx, monkeypatch
         pytest.skip(f"the oneDNN custom call cannot be built here: {why}")
     traced = []
     call = onednn.onednn_linear
-    monkeypatch.setattr(onednn, "onednn_linear", lambda x, w, *a: traced.append(w.ndim) or call(x, w, *a))
+    monkeypatch.setattr(onednn, "onednn_linear", lambda x, w, *a: traced.append((w.ndim, a[3:] == (True,)))
+                        or call(x, w, *a))
     monkeypatch.setenv(onednn.ENV, "onednn")
     # As on a one-device machine: the layer scans hand oneDNN the stacks, read in place.
     monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
     test_t2v_bf16_matches_diffusers_bf16(ltx, 1.0)
-    # The transformer's (and T5's) linears took the custom call, the stacked ones in place.
-    assert len(traced) > 10 and traced.count(3) > 5, traced
+    # The transformer's (and T5's) linears took the custom call, the stacked ones in place, the
+    # transformer's in oneDNN's weight layout (vidax.nn.stack.lay_out_kernel_stacks).
+    assert len(traced) > 10 and traced.count((3, True)) > 5, traced
 
 
 def test_a_wrong_cpu_matmul_setting_is_one_line_before_loading(ltx, monkeypatch):

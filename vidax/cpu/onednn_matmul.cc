@@ -73,10 +73,14 @@ constexpr int kArgDst = 17;         // DNNL_ARG_DST
 constexpr int kArgWeights = 33;     // DNNL_ARG_WEIGHTS
 constexpr int kArgBias = 41;        // DNNL_ARG_BIAS
 
-// Row-major 2-D memory descriptor (rows, cols); null on failure.
-dnnl_memory_desc_t Desc2d(int64_t rows, int64_t cols, int dtype) {
+// 2-D memory descriptor (rows, cols), row-major or (`transposed`) column-major; null on failure.
+dnnl_memory_desc_t Desc2d(int64_t rows, int64_t cols, int dtype, bool transposed = false) {
   dnnl_dims_t dims = {rows, cols};
   dnnl_dims_t strides = {cols, 1};
+  if (transposed) {
+    strides[0] = 1;
+    strides[1] = rows;
+  }
   dnnl_memory_desc_t md = nullptr;
   if (dnnl_memory_desc_create_with_strides(&md, 2, dims, dtype, strides) != kSuccess) return nullptr;
   return md;
@@ -87,8 +91,8 @@ struct Matmul {
   const_dnnl_memory_desc_t src = nullptr, weights = nullptr, bias = nullptr, dst = nullptr;
 };
 
-// (operand dtype, result dtype, bias or not, M, K, N)
-using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t>;
+// (operand dtype, result dtype, bias or not, weights column-major or not, M, K, N)
+using Key = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t>;
 
 // One engine for the process; primitives by Key, created once and kept (oneDNN primitives are
 // immutable and may be executed from several threads at once).
@@ -117,8 +121,9 @@ std::string GetMatmul(const Key& key, Matmul* out, dnnl_engine_t* engine) {
     *out = it->second;
     return "";
   }
-  const auto [dtype, dst_dtype, has_bias, m, k, n] = key;
-  dnnl_memory_desc_t src = Desc2d(m, k, dtype), weights = Desc2d(k, n, dtype), dst = Desc2d(m, n, dst_dtype);
+  const auto [dtype, dst_dtype, has_bias, transposed, m, k, n] = key;
+  dnnl_memory_desc_t src = Desc2d(m, k, dtype), weights = Desc2d(k, n, dtype, transposed);
+  dnnl_memory_desc_t dst = Desc2d(m, n, dst_dtype);
   dnnl_memory_desc_t bias = has_bias ? Desc2d(1, n, kF32) : nullptr;
   dnnl_primitive_desc_t pd = nullptr;
   Matmul mm;
@@ -157,7 +162,7 @@ ffi::Error Fail(const char* what) {
 }
 
 ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> index, ffi::AnyBuffer bias,
-                      ffi::Result<ffi::AnyBuffer> y) {
+                      ffi::Result<ffi::AnyBuffer> y, bool transposed) {
   auto xd = x.dimensions();
   auto wd = w.dimensions();
   if (xd.size() < 1 || (wd.size() != 2 && wd.size() != 3)) return Fail("x (..., K), w (K, N) or (L, K, N)");
@@ -185,7 +190,7 @@ ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> 
   if (k == 0) return Fail("K must be > 0");
   Matmul mm;
   dnnl_engine_t engine = nullptr;
-  std::string err = GetMatmul(Key(dtype, dst_dtype, has_bias, m, k, n), &mm, &engine);
+  std::string err = GetMatmul(Key(dtype, dst_dtype, has_bias, transposed, m, k, n), &mm, &engine);
   if (!err.empty()) return ffi::Error::Internal(err);
   // One in-order stream per calling thread (a stream is not shared between threads).
   thread_local dnnl_stream_t stream = nullptr;
@@ -217,4 +222,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(VidaxOnednnMatmul, MatmulImpl,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<bool>("transposed"));

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.cpu.onednn import with_layout_of
 from vidax.lora.targets import Term
 from vidax.nn.gguf import dequantize_kernel
 from vidax.nn.quant import format_of, quantize
@@ -50,16 +51,39 @@ def _delta(shape, kernel: bool, lora: Sequence, diffs: Sequence) -> jax.Array:
     return d
 
 
-@functools.partial(jax.jit, static_argnames=("kernel",), donate_argnums=(0,))
-def _add_layer(buf: jax.Array, layer: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
+def _add_layer_fn(buf: jax.Array, layer: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
     w = jax.lax.dynamic_index_in_dim(buf, layer, 0, keepdims=False)
     new = (w.astype(jnp.float32) + _delta(w.shape, kernel, lora, diffs)).astype(buf.dtype)
     return jax.lax.dynamic_update_index_in_dim(buf, new, layer, 0)
 
 
-@functools.partial(jax.jit, static_argnames=("kernel",), donate_argnums=(0,))
-def _add(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
+def _add_fn(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
     return (buf.astype(jnp.float32) + _delta(buf.shape, kernel, lora, diffs)).astype(buf.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(fn: Callable, out_sharding: Any) -> Callable:
+    """``fn`` jitted with its first argument (the buffer) donated, its result placed as
+    ``out_sharding`` (None: the default): a kernel stack in oneDNN's layout keeps it, which a
+    donated buffer must (:func:`vidax.cpu.onednn.with_layout_of`)."""
+    placed = {} if out_sharding is None else {"out_shardings": out_sharding}
+    return jax.jit(fn, static_argnames=("kernel",), donate_argnums=(0,), **placed)
+
+
+def _out(buf: jax.Array) -> Any:
+    """The ``out_sharding`` of :func:`_jitted` for ``buf``: None for a row-major one."""
+    out = with_layout_of(buf, buf.sharding)
+    return None if out is buf.sharding else out
+
+
+def _add_layer(buf: jax.Array, layer: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
+    """``buf`` (L, ...) with layer ``layer`` plus its float32 delta, in ``buf``'s dtype and layout (donated)."""
+    return _jitted(_add_layer_fn, _out(buf))(buf, layer, lora, diffs, kernel=kernel)
+
+
+def _add(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
+    """``buf`` plus its float32 delta, in ``buf``'s dtype and layout (donated)."""
+    return _jitted(_add_fn, _out(buf))(buf, lora, diffs, kernel=kernel)
 
 
 class _Slab:
@@ -116,7 +140,7 @@ class ParamStore:
             on_device = isinstance(value, jax.Array) and value.sharding.memory_kind == \
                 jax.local_devices()[0].default_memory().kind
             if on_device:  # keep the base off the device
-                value = (jax.device_put(value, value.sharding.with_memory_kind(self._host_kind))
+                value = (jax.device_put(value, with_layout_of(value, value.sharding.with_memory_kind(self._host_kind)))
                          if self._host_kind is not None else np.asarray(value))
             self._base[key] = value
         return self._base[key]
@@ -151,7 +175,8 @@ class ParamStore:
                         scales[i].put(_like(self._base.pop((scale_path, i)), scales[i].get()))
                     continue
                 current = slab.get()
-                buf = jax.device_put(self._base_of((path, i), slab), slab.sharding)
+                base = self._base_of((path, i), slab)
+                buf = jax.device_put(base, with_layout_of(base, slab.sharding))
                 if gguf is not None:
                     self._gguf[path] = gguf
                     buf = _dequantize_gguf(buf, gguf, linear.param_dtype, linear.gguf_index())
@@ -201,7 +226,7 @@ def _like(value: Any, current: Any) -> Any:
         return np.asarray(value)
     if isinstance(value, jax.Array) and value.sharding == current.sharding:
         return value
-    return jax.device_put(value, current.sharding)
+    return jax.device_put(value, with_layout_of(value, current.sharding))
 
 
 _dequantize = jax.jit(lambda q, s: q.astype(jnp.float32) * s.astype(jnp.float32)[..., None, :])

@@ -248,11 +248,14 @@ class Linear(nnx.Linear):
     (:func:`vidax.cpu.onednn.reads_stacks_in_place`), ``kernel`` holds a
     :class:`~vidax.cpu.onednn.StackedKernel` (the whole bf16 stack and the layer index): the
     matmul reads the layer's weights in the stack, with the same float32 result.
+    ``kernel_transposed`` (static, False unless :func:`vidax.nn.stack.lay_out_kernel_stacks`
+    set it): the stacked kernel is kept in :data:`vidax.cpu.onednn.KERNEL_LAYOUT` for that call.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.kernel_scale = nnx.data(None)
+        self.kernel_transposed = False
         self.kernel_gguf = None
         self.kernel_gguf_index = nnx.data(None)
 

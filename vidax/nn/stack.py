@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import StackedKernel, reads_stacks_in_place
+from vidax.cpu.onednn import StackedKernel, has_kernel_layout, reads_stacks_in_place, to_kernel_layout
 from vidax.nn.layers import Linear, xla_cpu_upcasts
 
 M = TypeVar("M", bound=nnx.Module)
@@ -68,15 +68,17 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
     stacks in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`), each Linear's bf16 kernel
     is not sliced at all: ``body``'s layer holds a :class:`~vidax.cpu.onednn.StackedKernel` (the
     stack and the layer index), which the Linear's matmul reads in the stack and which gives the
-    slice when indexed.
+    slice when indexed. A kernel stack that :func:`lay_out_kernel_stacks` keeps in oneDNN's layout
+    is handed over as the bfloat16 stack itself (no uint16 view), and the call declares that
+    layout.
     """
     graphdef, state = nnx.split(layers)
     paths, treedef = jax.tree_util.tree_flatten_with_path(state)
     leaves = [leaf for _, leaf in paths]
     dtypes = [leaf.dtype for leaf in leaves]
-    as_bits = [xla_cpu_upcasts(d) for d in dtypes]
-    xs = [jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a for a, b in zip(leaves, as_bits)]
     in_place = _kernels_read_in_place(layers, [p for p, _ in paths], leaves)
+    as_bits = [xla_cpu_upcasts(d) and p != _TRANSPOSED for d, p in zip(dtypes, in_place)]
+    xs = [jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a for a, b in zip(leaves, as_bits)]
     total = leaves[0].shape[0]
     count = total if num_layers is None else num_layers
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= total:
@@ -99,7 +101,8 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
     else:
         def indexed(c, i):
             entry = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), per_layer)
-            return step(c, [StackedKernel(a, i, d) if p else jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
+            return step(c, [StackedKernel(a, i, d, p == _TRANSPOSED) if p
+                            else jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
                             for a, d, p in zip(xs, dtypes, in_place)], entry)
 
         carry, carries = jax.lax.scan(indexed, carry, jnp.arange(start, count, dtype=jnp.int32))
@@ -111,20 +114,57 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
     return ((carry, carries) if collect else carry), entries
 
 
-def _kernels_read_in_place(layers: nnx.Module, paths: Sequence[tuple], leaves: Sequence[Any]) -> list[bool]:
-    """For each state leaf of ``layers`` (its key path, the stacked array): whether it is the (L, K, N) kernel of a
-    :class:`~vidax.nn.layers.Linear` (not 8-bit, not GGUF) of a dtype whose stacks oneDNN reads
-    in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`), handed to the layer as a
-    :class:`~vidax.cpu.onednn.StackedKernel`."""
+_IN_PLACE, _TRANSPOSED = 1, 2
+
+
+def _kernels_read_in_place(layers: nnx.Module, paths: Sequence[tuple], leaves: Sequence[Any]) -> list[int]:
+    """For each state leaf of ``layers`` (its key path, the stacked array): whether it is the
+    (L, K, N) kernel of a :class:`~vidax.nn.layers.Linear` (not 8-bit, not GGUF) of a dtype whose
+    stacks oneDNN reads in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`), handed to the
+    layer as a :class:`~vidax.cpu.onednn.StackedKernel`: 0 (no), ``_IN_PLACE`` (read as its
+    uint16 bits) or ``_TRANSPOSED`` (its Linear's ``kernel_transposed``: the bfloat16 stack in
+    oneDNN's layout)."""
     if not any(reads_stacks_in_place(a.dtype) for a in leaves):
-        return [False] * len(paths)
-    kernels = {tuple(node_path) + ("kernel",) for node_path, node in nnx.iter_graph(layers)
+        return [0] * len(paths)
+    kernels = {tuple(node_path) + ("kernel",): _TRANSPOSED if node.kernel_transposed else _IN_PLACE
+               for node_path, node in nnx.iter_graph(layers)
                if isinstance(node, Linear) and node.kernel_scale is None and node.kernel_gguf is None}
 
     def keys(path: tuple) -> tuple:
         return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
 
-    return [a.ndim == 3 and keys(p) in kernels and reads_stacks_in_place(a.dtype) for p, a in zip(paths, leaves)]
+    return [kernels.get(keys(p), 0) if a.ndim == 3 and reads_stacks_in_place(a.dtype) else 0
+            for p, a in zip(paths, leaves)]
+
+
+def lay_out_kernel_stacks(module: nnx.Module, stacks: Sequence[str]) -> None:
+    """Keep the stacked Linear kernels of ``module`` under the attributes ``stacks`` (dotted
+    names, as :func:`as_stack_bits`'s) in :data:`vidax.cpu.onednn.KERNEL_LAYOUT` where oneDNN
+    reads them in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`: bfloat16, the CPU, one
+    device), in place on ``module``; each such Linear's static ``kernel_transposed`` says so
+    (:func:`scan_layers` then hands the stack to the call as it is). Elsewhere, and for kernels
+    that are not resident arrays in the device's memory (streamed blocks, staged components,
+    8-bit and GGUF kernels), ``kernel_transposed`` is False.
+
+    Meant to run before every jitted call of ``module``'s layers (:meth:`vidax.pipelines.experts.Experts.params`
+    does): a stack already in the layout is left as it is; one replaced since (a LoRA merge, a
+    move between memory kinds) is laid out again, once (a transposing copy of that stack). The
+    values, shapes and dtypes are unchanged, so the results are those of the row-major stack.
+    """
+    names = [tuple(s.split(".")) for s in stacks]
+    for path, node in nnx.iter_graph(module):
+        if not isinstance(node, Linear) or not any(tuple(map(str, path[:len(n)])) == n for n in names):
+            continue
+        a = node.kernel.get_value()
+        want = (node.kernel_scale is None and node.kernel_gguf is None and isinstance(a, jax.Array)
+                and a.ndim == 3 and reads_stacks_in_place(a.dtype) and len(a.sharding.device_set) == 1
+                and a.sharding.memory_kind in (None, next(iter(a.sharding.device_set)).default_memory().kind))
+        if want and not has_kernel_layout(a):
+            laid = to_kernel_layout(a)
+            want = laid is not None
+            if want:
+                node.kernel.set_value(laid)
+        node.kernel_transposed = bool(want)
 
 
 def num_layers(layers: nnx.Module) -> int:
@@ -192,7 +232,8 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
     stacked layers, e.g. ``DiffusionTransformer.block_stacks``) replaced by a :class:`StackBits`
     view of it, where :func:`vidax.nn.layers.xla_cpu_upcasts` holds (the CPU backend) and the
     array is in CPU devices' default memory; everything else (float32, int8 / fp8 weights,
-    placeholders of streamed blocks, arrays in host memory kinds, every array on GPU / TPU) as
+    placeholders of streamed blocks, arrays in host memory kinds, kernel stacks in oneDNN's layout
+    (:func:`lay_out_kernel_stacks`: read by the call as they are), every array on GPU / TPU) as
     it is.
 
     The views share the arrays' memory (nothing is copied; the arrays must stay alive meanwhile).
@@ -214,7 +255,7 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
 
     def view(path: tuple, a: Any) -> Any:
         if (names and isinstance(a, jax.Array) and path and under(path)
-                and xla_cpu_upcasts(a.dtype) and a.is_fully_addressable
+                and xla_cpu_upcasts(a.dtype) and a.is_fully_addressable and not has_kernel_layout(a)
                 and all(d.platform == "cpu" and a.sharding.memory_kind in (None, d.default_memory().kind)
                         for d in a.sharding.device_set)):
             return StackBits(_bits_view(a), a.dtype)

@@ -11,6 +11,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+from vidax.cpu.onednn import with_layout_of
+from vidax.nn.stack import lay_out_kernel_stacks
 from vidax.parallel.offload import host_memory_kind
 
 logger = logging.getLogger("vidax.pipeline")
@@ -59,10 +61,10 @@ def _host_memory_kind() -> str | None:
 
 def _move(module: nnx.Module, memory_kind: str) -> None:
     """Move every array of ``module`` to ``memory_kind`` on the same devices and sharding, in
-    place; the source buffers are released as soon as the copies exist."""
+    place, each in its own layout; the source buffers are released as soon as the copies exist."""
     state = nnx.state(module)
     # Placeholders of blocks streamed from host memory (vidax.parallel.offload) stay as they are.
-    moved = jax.tree.map(lambda a: jax.device_put(a, a.sharding.with_memory_kind(memory_kind))
+    moved = jax.tree.map(lambda a: jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(memory_kind)))
                          if isinstance(a, jax.Array) else a, state)
     jax.block_until_ready(moved)
     nnx.update(module, moved)
@@ -113,7 +115,9 @@ class Experts:
             _move(module, kind)
 
     def params(self, i: int) -> nnx.State:
-        """The device parameters of expert ``i``, swapping it onto the device if needed.
+        """The device parameters of expert ``i``, swapping it onto the device if needed, its
+        stacked Linear kernels in oneDNN's layout where oneDNN reads them in place
+        (:func:`vidax.nn.stack.lay_out_kernel_stacks`, a no-op elsewhere and once done).
 
         The returned state references the device arrays; drop it before asking for the other
         expert, or both will be alive on the device.
@@ -126,4 +130,5 @@ class Experts:
             _move(self.modules[i], self.device_kind)
             logger.info("expert swap: %s now on the device (%.2f s)", self.names[i], time.perf_counter() - t0)
         self.active = i
+        lay_out_kernel_stacks(self.modules[i], getattr(self.modules[i], "block_stacks", ()))
         return nnx.state(self.modules[i])

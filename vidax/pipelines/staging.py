@@ -31,6 +31,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from vidax.cpu.onednn import with_layout_of
 from vidax.parallel.mesh import TENSOR, axis_size
 from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
 from vidax.stats import device_memory_stats
@@ -165,7 +166,7 @@ class Staging:
             return
         host = jax.tree.map(lambda a: a, nnx.state(module))  # a snapshot: nnx.state shares the Variables
         kind = device_memory_kind()
-        device = jax.tree.map(lambda a: jax.device_put(a, a.sharding.with_memory_kind(kind)), host)
+        device = jax.tree.map(lambda a: jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(kind))), host)
         nnx.update(module, device)
         try:
             yield

@@ -329,7 +329,7 @@ def load_module(
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
     graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
     read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
-                                            place_stacked, scales, kept, indices))
+                                            place_stacked, scales, kept, indices, rules.stacked))
     return read if defer else read.read()
 
 
@@ -368,7 +368,7 @@ def host_reasons(host: dict[str, str]) -> str:
 
 
 def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked,
-                 scales=frozenset(), kept=frozenset(), indices=None) -> nnx.Module:
+                 scales=frozenset(), kept=frozenset(), indices=None, stack_names=()) -> nnx.Module:
     """Read and place every tensor of a checked plan (see :func:`load_module`); ``indices``:
     the values of parameters no tensor holds (a kept GGUF stack's per-layer type index)."""
     from vidax.nn.quant import scale_sharding
@@ -377,6 +377,7 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         device = jax.local_devices()[0]  # this process's first device (multi-host safe)
         placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731
 
+    in_place = _kernels_for_onednn(graphdef, abstract, stacks, policy)
     filled: list[tuple[Path, Any]] = []
     for path, var in abstract.items():
         target = var.get_value()
@@ -399,12 +400,62 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         if stacked and place_stacked is not None:
             keys = dict(entries)
             value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
+        if value is None and stacked and path in in_place and not quantized and _resident(sharding):
+            # read as the file holds it, (N, K) a layer: the stack's bytes are then oneDNN's layout
+            value = _place_stacked_transposed(functools.partial(read, source_layout=True), entries, sds, sharding)
         if value is None and stacked:
             value = _place_stacked(read, entries, sds, sharding)
         elif value is None:
             value = jax.device_put(read(entries[0][1]), sharding)
         filled.append((path, var.replace(value)))
-    return nnx.merge(graphdef, nnx.from_flat_state(filled))
+    module = nnx.merge(graphdef, nnx.from_flat_state(filled))
+    if in_place:
+        from vidax.nn.stack import lay_out_kernel_stacks
+
+        lay_out_kernel_stacks(module, stack_names)  # each such Linear's kernel_transposed
+    return module
+
+
+def _kernels_for_onednn(graphdef, abstract, stacks, policy) -> set:
+    """The stacked Linear kernels (paths) that oneDNN will read in place in this process
+    (:func:`vidax.nn.stack.lay_out_kernel_stacks`): loaded straight into its layout, which is the
+    file's (torch's (N, K) weights, layer after layer), so neither a transposition on the host
+    nor a relayout later is needed. Empty where oneDNN does not read stacks in place or this
+    JAX has no layout API."""
+    from vidax.cpu.onednn import has_layout_api, reads_stacks_in_place
+    from vidax.nn.layers import Linear
+
+    if not any(_is_float(v.get_value().dtype) and reads_stacks_in_place(policy.dtype_for(p))
+               for p, v in abstract.items() if p in stacks) or not has_layout_api():
+        return set()
+    module = nnx.merge(graphdef, nnx.from_flat_state(list(abstract.items())))
+    out = set()
+    for node_path, node in nnx.iter_graph(module):
+        path = tuple(node_path) + ("kernel",)
+        if (isinstance(node, Linear) and node.kernel_scale is None and node.kernel_gguf is None and path in stacks
+                and len(abstract[path].get_value().shape) == 3 and reads_stacks_in_place(policy.dtype_for(path))):
+            out.add(path)
+    return out
+
+
+def _resident(sharding: jax.sharding.Sharding) -> bool:
+    """Whether ``sharding`` is one device's default memory."""
+    devices = sharding.device_set
+    return len(devices) == 1 and sharding.memory_kind in (None, next(iter(devices)).default_memory().kind)
+
+
+def _place_stacked_transposed(read, entries, sds, sharding):
+    """A stacked Linear kernel (L, K, N) placed layer by layer from ``read(key)`` giving each
+    layer as the file holds it, (N, K): an (L, N, K) buffer, then its (L, K, N) view in
+    :data:`vidax.cpu.onednn.KERNEL_LAYOUT` (the same buffer)."""
+    from vidax.cpu.onednn import from_torch_layout
+
+    layers, k, n = sds.shape
+    buf = jnp.zeros((layers, n, k), sds.dtype, device=sharding)
+    layer_sharding = _drop_leading_axis(sharding)
+    for layer, key in sorted(entries):
+        buf = _set_layer(buf, jax.device_put(read(key), layer_sharding), layer)
+    return from_torch_layout(buf)
 
 
 _SCALE = "kernel_scale"
@@ -440,15 +491,19 @@ def _place_stacked(read, entries, sds, sharding):
     return buf
 
 
-def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: int | None = None) -> np.ndarray:
+def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: int | None = None,
+                source_layout: bool = False) -> np.ndarray:
     """One tensor (a layer of a stacked parameter, or a whole one) as a host array in the target
     layout and ``dtype`` (a copy, so the file's pages can be released at once). With ``quant``
     (an 8-bit format), ``path`` is a quantized kernel or its ``kernel_scale``: the kernel read
     from ``key`` is quantized on the host (:func:`vidax.nn.quant.quantize`) and the part asked
     for returned. With ``raw`` (a byte count), a GGUF kernel kept quantized: its bytes ``(rows,
     n_bytes)``, transposed as a kernel is, padded with zero rows to ``raw`` rows (a layer of a
-    stack mixing types, :mod:`vidax.nn.gguf`)."""
-    arr = _to_target_layout(reader.raw(key) if raw else reader.get(key), path[:-1] + ("kernel",) if quant else path)
+    stack mixing types, :mod:`vidax.nn.gguf`). ``source_layout``: the tensor as the file holds it
+    (a kernel not transposed)."""
+    arr = reader.raw(key) if raw else reader.get(key)
+    if not source_layout:
+        arr = _to_target_layout(arr, path[:-1] + ("kernel",) if quant else path)
     if raw and arr.shape[-2] < raw:
         arr = np.pad(arr, [(0, 0)] * (arr.ndim - 2) + [(0, raw - arr.shape[-2]), (0, 0)])
     if quant:
