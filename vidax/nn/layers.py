@@ -313,6 +313,16 @@ def linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs, use_bias: bo
     return Linear(din, dout, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
+def gelu(x: jax.Array, approximate: bool) -> jax.Array:
+    """torch's ``F.gelu`` (``approximate="tanh"`` or exact erf) in ``x``'s dtype: a 16-bit ``x``
+    is computed in float32 and rounded once, as torch computes it on bf16 / fp16 tensors (its
+    float "opmath"), not op by op in 16 bits (a rounding per op, and slower on XLA:CPU, which
+    emulates each 16-bit op with conversions)."""
+    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
+        return jax.nn.gelu(x.astype(_F32), approximate=approximate).astype(x.dtype)
+    return jax.nn.gelu(x, approximate=approximate)
+
+
 class GELUProj(nnx.Module):
     """diffusers ``GELU``: ``gelu(proj(x))``, tanh approximation or exact erf; ``use_bias=False``
     is its ``bias=False`` (no ``proj`` bias)."""
@@ -322,7 +332,7 @@ class GELUProj(nnx.Module):
         self.approximate = approximate
 
     def __call__(self, x):
-        return jax.nn.gelu(self.proj(x), approximate=self.approximate)
+        return gelu(self.proj(x), self.approximate)
 
 
 class FeedForward(nnx.Module):
@@ -370,7 +380,7 @@ class TextProjection(nnx.Module):
 
     def __call__(self, x):
         h = self.linear_1(x)
-        h = jax.nn.silu(h) if self.act == "silu" else jax.nn.gelu(h, approximate=True)
+        h = jax.nn.silu(h) if self.act == "silu" else gelu(h, True)
         return self.linear_2(h)
 
 

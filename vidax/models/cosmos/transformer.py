@@ -47,7 +47,7 @@ from vidax.blocks.transformer import TOKENS, DiffusionTransformer, block_inputs,
 from vidax.errors import InputError
 from vidax.models.cosmos.config import CosmosTransformerConfig
 from vidax.models.cosmos.rope import cosmos_rope
-from vidax.nn.layers import FeedForward, RMSNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify
+from vidax.nn.layers import FeedForward, RMSNorm, gelu, linear, matmul, patchify, timestep_sinusoid, unpatchify
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import constrain
 from vidax.parallel.ulysses import pad_tokens
@@ -320,7 +320,7 @@ class CosmosTransformer3DModel(DiffusionTransformer):
 
         context = encoder_hidden_states.astype(self.dtype)
         if self.crossattn_proj is not None:
-            context = jax.nn.gelu(self.crossattn_proj[0](context), approximate=False)
+            context = gelu(self.crossattn_proj[0](context), False)
 
         # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
         # sequence axis; the padded keys are masked, the padded outputs dropped in head().

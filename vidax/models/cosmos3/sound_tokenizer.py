@@ -26,7 +26,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.cosmos3.config import Cosmos3SoundTokenizerConfig
-from vidax.nn.layers import Conv, LayerNorm
+from vidax.nn.layers import Conv, LayerNorm, gelu
 
 _F32 = jnp.float32
 _DN = ("NWC", "WIO", "NWC")
@@ -211,7 +211,7 @@ class ConvNeXtBlock(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         h = self.dwconv[1](self.dwconv[0](x))
         h = self.pwconv1(self.norm(h, self.dtype))
-        h = self.act(h) if self.act is not None else jax.nn.gelu(h, approximate=False)
+        h = self.act(h) if self.act is not None else gelu(h, False)
         return x + self.pwconv2(h)
 
 

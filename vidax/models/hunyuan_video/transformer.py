@@ -68,7 +68,7 @@ from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
 from vidax.models.hunyuan_video.rope import hunyuan_rope
 from vidax.nn.attention import SegmentIds
 from vidax.nn.layers import (
-    FeedForward, Identity, LayerNorm, PatchEmbedding, TextProjection, TimestepEmbedding, linear,
+    FeedForward, Identity, LayerNorm, gelu, PatchEmbedding, TextProjection, TimestepEmbedding, linear,
     timestep_sinusoid, unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
@@ -293,7 +293,7 @@ class SingleStreamBlock(nnx.Module):
 
     def _mlp(self, h):
         y = constrain(self.proj_mlp(h), ("batch", "seq", "mlp"), self.mesh)
-        return jax.nn.gelu(y, approximate=True)
+        return gelu(y, True)
 
     def __call__(self, x, inputs: "HunyuanBlockInputs"):
         res = self.residual_dtype or self.dtype

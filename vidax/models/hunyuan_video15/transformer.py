@@ -55,7 +55,7 @@ from vidax.models.hunyuan_video.transformer import (
     DoubleStreamBlock, HunyuanBlockInputs, TokenRefiner, joint_streams, video_head,
 )
 from vidax.models.hunyuan_video15.config import BYT5_PROJECTION_DIM, HunyuanVideo15TransformerConfig
-from vidax.nn.layers import LayerNorm, PatchEmbedding, TimestepEmbedding, linear, timestep_sinusoid
+from vidax.nn.layers import LayerNorm, PatchEmbedding, gelu, TimestepEmbedding, linear, timestep_sinusoid
 from vidax.nn.stack import stacked
 
 _F32 = jnp.float32
@@ -92,8 +92,8 @@ class GlyphProjection(nnx.Module):
         self.linear_3 = linear(BYT5_PROJECTION_DIM, dout, dtype, param_dtype, rngs)
 
     def __call__(self, x):
-        h = jax.nn.gelu(self.linear_1(self.norm(x, self.dtype)), approximate=False)
-        return self.linear_3(jax.nn.gelu(self.linear_2(h), approximate=False))
+        h = gelu(self.linear_1(self.norm(x, self.dtype)), False)
+        return self.linear_3(gelu(self.linear_2(h), False))
 
 
 class ImageProjection(nnx.Module):
@@ -108,7 +108,7 @@ class ImageProjection(nnx.Module):
         self.norm_out = LayerNorm(dout, _LN_EPS, True)
 
     def __call__(self, x):
-        h = jax.nn.gelu(self.linear_1(self.norm_in(x, self.dtype)), approximate=False)
+        h = gelu(self.linear_1(self.norm_in(x, self.dtype)), False)
         return self.norm_out(self.linear_2(h), _F32)
 
 
