@@ -403,3 +403,51 @@ def test_loader_reads_linear_stacks_into_the_kernel_layout(built, monkeypatch, t
     for (p, a), (_, b) in zip(nnx.to_flat_state(nnx.state(laid)), nnx.to_flat_state(nnx.state(plain))):
         assert onednn.has_kernel_layout(a.get_value()) == (p[-1] == "kernel" and p[1] in ("up", "down")), p
         np.testing.assert_array_equal(np.asarray(a.get_value(), np.float32), np.asarray(b.get_value(), np.float32))
+
+
+@pytest.mark.parametrize("impl", ["xla", "blockwise"])
+def test_attention_products_through_onednn(built, monkeypatch, impl):
+    """bf16 attention on the CPU with oneDNN on: both products run as oneDNN's batched matmul
+    on the (B, L, N, K) tensors where they are (no transposition to heads-major), and the
+    output is XLA's dot path's within one bf16 rounding: the scores' products are exact in
+    float32 on both sides and only their float32 summation order differs (far below the scores'
+    bf16-rounded inputs' scale), so an output element may differ by its last bf16 bit,
+    2^-8 of its magnitude's power of two; atol 2^-7 of the largest output bounds that. With
+    masks, causal, a bias, padding blocks (Lk = 7, blocks of 3) and vmap; grouped queries
+    (GQA) keep XLA's dot."""
+    from vidax.nn.attention import SegmentIds, dot_product_attention
+
+    keys = jax.random.split(jax.random.PRNGKey(11), 4)
+    q = jax.random.normal(keys[0], (2, 5, 3, 8)).astype(jnp.bfloat16)
+    k = jax.random.normal(keys[1], (2, 7, 3, 8)).astype(jnp.bfloat16)
+    v = jax.random.normal(keys[2], (2, 7, 3, 8)).astype(jnp.bfloat16)
+    bias = jax.random.normal(keys[3], (1, 3, 5, 7))
+    seg = SegmentIds.for_padding(2, 5, 7, jnp.array([5, 4]), jnp.array([7, 5]))
+    cases = [dict(), dict(segment_ids=seg), dict(causal=True), dict(bias=bias)]
+
+    def make():  # a new function per setting: JAX caches traces by function
+        def run(q, k, v):
+            outs = [dot_product_attention(q, k, v, implementation=impl, block_size=3, **c) for c in cases]
+            outs.append(jax.vmap(lambda qi: dot_product_attention(qi, k, v, implementation=impl, block_size=3))(
+                jnp.stack([q, -q])))
+            outs.append(dot_product_attention(q, k[:, :, :1], v[:, :, :1], implementation=impl, block_size=3))
+            return outs
+
+        return jax.jit(run)
+
+    monkeypatch.setenv(onednn.ENV, "xla")
+    run = make()
+    want = run(q, k, v)
+    assert onednn.BATCHED_TARGET not in run.lower(q, k, v).as_text()
+    monkeypatch.setenv(onednn.ENV, "onednn")
+    run = make()
+    got = run(q, k, v)
+    text = run.lower(q, k, v).as_text()
+    assert text.count(onednn.BATCHED_TARGET) >= 2 * (len(cases) + 1), text.count(onednn.BATCHED_TARGET)
+    for a, b in zip(got, want):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.abs(b).max() > 0.3
+        np.testing.assert_allclose(a, b, rtol=0, atol=2.0**-7 * np.abs(b).max())
+    # the GQA call (one key head for three query heads) kept XLA's dot: its products are einsums
+    gqa = jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation=impl, block_size=3))
+    assert onednn.BATCHED_TARGET not in gqa.lower(q, k[:, :, :1], v[:, :, :1]).as_text()

@@ -67,6 +67,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidax.errors import SetupError
 
@@ -75,6 +76,7 @@ log = logging.getLogger(__name__)
 ENV = "VIDAX_CPU_MATMUL"
 MODES = ("auto", "onednn", "xla")
 TARGET = "vidax_onednn_matmul"
+BATCHED_TARGET = "vidax_onednn_batched_matmul"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onednn_matmul.cc")
 #: The device-local layout (major to minor) of a (L, K, N) kernel stack that oneDNN reads in
 #: place: each layer's (K, N) column-major, its bytes those of torch's (L, N, K).
@@ -199,6 +201,7 @@ def load() -> str | None:
                 log.info("vidax: the cached oneDNN CPU matmul %s does not load (%s); building it again", path, e)
                 so = ctypes.cdll.LoadLibrary(_build(lib_dir, stale=path))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(so.VidaxOnednnMatmul), platform="cpu")
+            jax.ffi.register_ffi_target(BATCHED_TARGET, jax.ffi.pycapsule(so.VidaxOnednnBatchedMatmul), platform="cpu")
             return None
         except (OSError, RuntimeError, SetupError, subprocess.SubprocessError) as e:
             why = str(e)
@@ -280,6 +283,53 @@ def _matmul(out_dtype: Any, transposed: bool = False) -> Callable[..., jax.Array
         return jax.lax.map(one, mapped), True
 
     return call
+
+
+@functools.lru_cache(maxsize=None)
+def _batched(out_shape: tuple, out_dtype: Any, dims: tuple, strides: tuple) -> Callable[..., jax.Array]:
+    """The batched custom call ``(a, b) -> y`` (``onednn_matmul.cc``: ``y = a @ b`` over (B, H)
+    through the given element strides), batched under ``vmap`` by running it once per element."""
+    attrs = {"dims": np.asarray(dims, np.int64), "a_strides": np.asarray(strides[0], np.int64),
+             "b_strides": np.asarray(strides[1], np.int64), "y_strides": np.asarray(strides[2], np.int64)}
+
+    @jax.custom_batching.custom_vmap
+    def call(a, b):
+        return jax.ffi.ffi_call(BATCHED_TARGET, jax.ShapeDtypeStruct(out_shape, out_dtype))(a, b, **attrs)
+
+    @call.def_vmap
+    def _vmap(axis_size, in_batched, a, b):
+        args = (a, b)
+        mapped = tuple(x for x, m in zip(args, in_batched) if m)
+
+        def one(items):
+            it = iter(items)
+            return call(*[next(it) if m else x for x, m in zip(args, in_batched)])
+
+        return jax.lax.map(one, mapped), True
+
+    return call
+
+
+def attention_scores(q: jax.Array, k: jax.Array) -> jax.Array:
+    """``q (B, Lq, H, D) . k (B, Lk, H, D)`` over D -> float32 scores (B, H, Lq, Lk) by oneDNN,
+    reading q and k where they are (no transposition to heads-major); both bfloat16 or both
+    float32, products summed in float32 (as XLA's ``einsum("bqhd,bkhd->bhqk",
+    preferred_element_type=float32)``). Needs :func:`available`."""
+    b, lq, h, d = q.shape
+    lk = k.shape[1]
+    strides = ((lq * h * d, d, h * d, 1), (lk * h * d, d, 1, h * d), (h * lq * lk, lq * lk, lk, 1))
+    return _batched((b, h, lq, lk), jnp.dtype(jnp.float32), (b, h, lq, d, lk), strides)(q, k)
+
+
+def attention_values(p: jax.Array, v: jax.Array, out_dtype: Any) -> jax.Array:
+    """``p (B, H, Lq, Lk) @ v (B, Lk, H, D)`` -> (B, Lq, H, D) in ``out_dtype`` (float32 or
+    bfloat16, rounded once from the float32 sums) by oneDNN, reading v and writing the result
+    in the (B, L, H, D) order directly; p and v both bfloat16 or both float32. Needs
+    :func:`available`."""
+    b, h, lq, lk = p.shape
+    d = v.shape[-1]
+    strides = ((h * lq * lk, lq * lk, lk, 1), (lk * h * d, d, h * d, 1), (lq * h * d, d, h * d, 1))
+    return _batched((b, lq, h, d), jnp.dtype(out_dtype), (b, h, lq, lk, d), strides)(p, v)
 
 
 def onednn_dot(x: jax.Array, w: jax.Array) -> jax.Array:

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -94,12 +95,14 @@ struct Matmul {
 // (operand dtype, result dtype, bias or not, weights column-major or not, M, K, N)
 using Key = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t>;
 
-// One engine for the process; primitives by Key, created once and kept (oneDNN primitives are
-// immutable and may be executed from several threads at once).
+// One engine for the process; primitives by Key (batched ones by their dims, strides and
+// dtypes), created once and kept (oneDNN primitives are immutable and may be executed from
+// several threads at once).
 struct State {
   std::mutex mu;
   dnnl_engine_t engine = nullptr;
   std::map<Key, Matmul> cache;
+  std::map<std::vector<int64_t>, Matmul> batched;
 };
 
 State& GetState() {
@@ -214,7 +217,112 @@ ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> 
   return ffi::Error::Success();
 }
 
+// 4-D memory descriptor with the given dims and strides (elements); null on failure.
+dnnl_memory_desc_t Desc4d(const int64_t* dims4, const int64_t* strides4, int dtype) {
+  dnnl_dims_t dims = {dims4[0], dims4[1], dims4[2], dims4[3]};
+  dnnl_dims_t strides = {strides4[0], strides4[1], strides4[2], strides4[3]};
+  dnnl_memory_desc_t md = nullptr;
+  if (dnnl_memory_desc_create_with_strides(&md, 4, dims, dtype, strides) != kSuccess) return nullptr;
+  return md;
+}
+
+// The batched primitive for key = {a dtype, y dtype, B, H, M, K, N, a strides (4), b strides (4),
+// y strides (4)}, created on first use; an error message otherwise.
+std::string GetBatched(const std::vector<int64_t>& key, Matmul* out, dnnl_engine_t* engine) {
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.engine == nullptr && dnnl_engine_create(&s.engine, kCpu, 0) != kSuccess) {
+    s.engine = nullptr;
+    return "oneDNN: cannot create the CPU engine";
+  }
+  *engine = s.engine;
+  auto it = s.batched.find(key);
+  if (it != s.batched.end()) {
+    *out = it->second;
+    return "";
+  }
+  const int dtype = static_cast<int>(key[0]), dst_dtype = static_cast<int>(key[1]);
+  const int64_t b = key[2], h = key[3], m = key[4], k = key[5], n = key[6];
+  const int64_t a_dims[4] = {b, h, m, k}, b_dims[4] = {b, h, k, n}, y_dims[4] = {b, h, m, n};
+  dnnl_memory_desc_t src = Desc4d(a_dims, &key[7], dtype), weights = Desc4d(b_dims, &key[11], dtype);
+  dnnl_memory_desc_t dst = Desc4d(y_dims, &key[15], dst_dtype);
+  dnnl_primitive_desc_t pd = nullptr;
+  Matmul mm;
+  std::string err;
+  if (src == nullptr || weights == nullptr || dst == nullptr) {
+    err = "oneDNN: cannot describe the batched operands";
+  } else if (dnnl_matmul_primitive_desc_create(&pd, s.engine, src, weights, nullptr, dst, nullptr) != kSuccess) {
+    err = "oneDNN: no batched matmul implementation for these operands";
+  } else if (dnnl_primitive_create(&mm.primitive, pd) != kSuccess) {
+    err = "oneDNN: cannot create the batched matmul primitive";
+  }
+  if (pd != nullptr) dnnl_primitive_desc_destroy(pd);
+  if (!err.empty()) {
+    for (auto md : {src, weights, dst})
+      if (md != nullptr) dnnl_memory_desc_destroy(md);
+    return err;
+  }
+  mm.src = src;
+  mm.weights = weights;
+  mm.dst = dst;
+  s.batched[key] = mm;
+  *out = mm;
+  return "";
+}
+
+// y = a @ b over two batch dims (B, H): a viewed as (B, H, M, K), b as (B, H, K, N) and y as
+// (B, H, M, N) through the given strides (elements) into their buffers, which may hold them in
+// any order (attention's (B, L, H, D) tensors are read and written without a transposition).
+// a and b both bfloat16 or both float32; y float32 or bfloat16 (summed in float32, rounded once).
+ffi::Error BatchedImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::Span<const int64_t> dims, ffi::Span<const int64_t> a_strides,
+                       ffi::Span<const int64_t> b_strides, ffi::Span<const int64_t> y_strides) {
+  const int dtype = OnednnType(a.element_type());
+  const int dst_dtype = OnednnType(y->element_type());
+  if (dtype < 0 || dst_dtype < 0 || b.element_type() != a.element_type())
+    return Fail("batched: a and b bfloat16 or float32 alike, y bfloat16 or float32");
+  if (dims.size() != 5 || a_strides.size() != 4 || b_strides.size() != 4 || y_strides.size() != 4)
+    return Fail("batched: dims (B, H, M, K, N) and three 4-D strides");
+  std::vector<int64_t> key = {dtype, dst_dtype};
+  for (auto span : {dims, a_strides, b_strides, y_strides}) key.insert(key.end(), span.begin(), span.end());
+  int64_t count = 1;
+  for (size_t i = 0; i < 5; ++i) count *= dims[i];
+  if (count == 0) return ffi::Error::Success();
+  Matmul mm;
+  dnnl_engine_t engine = nullptr;
+  std::string err = GetBatched(key, &mm, &engine);
+  if (!err.empty()) return ffi::Error::Internal(err);
+  thread_local dnnl_stream_t stream = nullptr;
+  if (stream == nullptr && dnnl_stream_create(&stream, engine, kInOrder) != kSuccess) {
+    stream = nullptr;
+    return ffi::Error::Internal("oneDNN: cannot create a stream");
+  }
+  dnnl_memory_t mem[3] = {nullptr, nullptr, nullptr};
+  const_dnnl_memory_desc_t mds[3] = {mm.src, mm.weights, mm.dst};
+  void* handles[3] = {a.untyped_data(), b.untyped_data(), y->untyped_data()};
+  bool ok = true;
+  for (int i = 0; i < 3 && ok; ++i) ok = dnnl_memory_create(&mem[i], mds[i], engine, handles[i]) == kSuccess;
+  if (ok) {
+    dnnl_exec_arg_t args[3] = {{kArgSrc, mem[0]}, {kArgWeights, mem[1]}, {kArgDst, mem[2]}};
+    ok = dnnl_primitive_execute(mm.primitive, stream, 3, args) == kSuccess && dnnl_stream_wait(stream) == kSuccess;
+  }
+  for (auto m_ : mem)
+    if (m_ != nullptr) dnnl_memory_destroy(m_);
+  if (!ok) return ffi::Error::Internal("oneDNN: the batched matmul failed");
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(VidaxOnednnBatchedMatmul, BatchedImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("dims")
+                                  .Attr<ffi::Span<const int64_t>>("a_strides")
+                                  .Attr<ffi::Span<const int64_t>>("b_strides")
+                                  .Attr<ffi::Span<const int64_t>>("y_strides"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(VidaxOnednnMatmul, MatmulImpl,
                               ffi::Ffi::Bind()

@@ -76,6 +76,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from vidax.cpu import onednn
 from vidax.errors import InputError
 
 logger = logging.getLogger("vidax.attention")
@@ -352,11 +353,38 @@ def _allowed(segment_ids, causal, lq, lk, kv_ids=None, k_pos=None):
     return allowed
 
 
+def _through_onednn(groups: int, *arrays: jax.Array) -> bool:
+    """Whether the two products of attention run as oneDNN's batched matmul on the (B, L, N, K)
+    tensors where they are (:func:`vidax.cpu.onednn.attention_scores`): bf16 on the CPU with
+    oneDNN on (:func:`vidax.cpu.onednn.enabled`), one query head per key head. XLA:CPU's dots
+    need the heads-major order, and the transpositions cost more than the products at the
+    sizes measured (docs/benchmarks/cpu_speed.md)."""
+    return groups == 1 and len({a.dtype for a in arrays}) == 1 and onednn.enabled(arrays[0].dtype)
+
+
+def _scores(qg: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """``qg (B, Lq, N_kv, G, K) . k (B, Lk, N_kv, K)`` -> float32 (B, N_kv, G, Lq, Lk), the
+    products summed in float32 (oneDNN's batched matmul where :func:`_through_onednn`)."""
+    if _through_onednn(qg.shape[3], qg, k, v):
+        b, lq, n_kv, _, d = qg.shape
+        return onednn.attention_scores(qg.reshape(b, lq, n_kv, d), k)[:, :, None]
+    return jnp.einsum("bqhgd,bkhd->bhgqk", qg, k, preferred_element_type=jnp.float32)
+
+
+def _values(p: jax.Array, v: jax.Array, out_dtype=jnp.float32) -> jax.Array:
+    """``p (B, N_kv, G, Lq, Lk) @ v (B, Lk, N_kv, K)`` -> (B, Lq, N_kv, G, K) in ``out_dtype``
+    (float32 sums rounded once), p in v's dtype (oneDNN's batched matmul where
+    :func:`_through_onednn`)."""
+    if _through_onednn(p.shape[2], p, v):
+        return onednn.attention_values(p[:, :, 0], v, out_dtype)[:, :, :, None]
+    return jnp.einsum("bhgqk,bkhd->bqhgd", p, v, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
 def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.Array:
     """Materialised attention: fp32 scores and softmax, fp32 accumulation of the values."""
     b, lq, n, d = q.shape
     lk, n_kv = k.shape[1], k.shape[2]
-    s = jnp.einsum("bqhgd,bkhd->bhgqk", _grouped(q, n_kv), k, preferred_element_type=jnp.float32) * scale
+    s = _scores(_grouped(q, n_kv), k, v) * scale
     if bias is not None:
         s = s + _grouped_bias(bias, n_kv)
     allowed = _allowed(segment_ids, causal, lq, lk)
@@ -369,8 +397,7 @@ def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.
         e = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0))
         total = e.sum(axis=-1, keepdims=True)
         p = e / jnp.where(total > 0, total, 1.0)  # a row that may see no key: zeros
-    out = jnp.einsum("bhgqk,bkhd->bqhgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    return out.reshape(b, lq, n, d).astype(q.dtype)
+    return _values(p.astype(v.dtype), v, q.dtype).reshape(b, lq, n, d)
 
 
 def _blockwise(q, k, v, *, scale: float, block_size: int, segment_ids, causal: bool, bias, **_) -> jax.Array:
@@ -404,7 +431,7 @@ def _blockwise(q, k, v, *, scale: float, block_size: int, segment_ids, causal: b
     def step(carry, xs):
         m, l, acc = carry  # (B, N_kv, G, Lq), (B, N_kv, G, Lq), (B, Lq, N_kv, G, K) all fp32
         kj, vj, start, ids_j, bias_j = xs
-        s = jnp.einsum("bqhgd,bkhd->bhgqk", qg, kj, preferred_element_type=jnp.float32) * scale
+        s = _scores(qg, kj, vj) * scale
         if bias_j is not None:
             s = s + bias_j
         k_pos = start + jnp.arange(bs, dtype=jnp.int32)
@@ -419,7 +446,7 @@ def _blockwise(q, k, v, *, scale: float, block_size: int, segment_ids, causal: b
         p = jnp.exp(s - m_use[..., None])
         corr = jnp.exp(m - m_use)  # exp(-inf) = 0 on the first block
         l = l * corr + p.sum(axis=-1)
-        pv = jnp.einsum("bhgqk,bkhd->bqhgd", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
+        pv = _values(p.astype(v.dtype), vj)
         acc = acc * jnp.moveaxis(corr, 3, 1)[..., None] + pv
         return (m_new, l, acc), None
 
