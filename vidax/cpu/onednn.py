@@ -262,7 +262,6 @@ def _matmul(out_dtype: Any, transposed: bool = False) -> Callable[..., jax.Array
     ``transposed``: the call takes ``w`` in :data:`KERNEL_LAYOUT` (each (K, N) matrix stored
     column-major, as torch's (N, K) weight); XLA relays ``w`` out first where it is not."""
 
-    @jax.custom_batching.custom_vmap
     def call(x, w, index, bias):
         out = jax.ShapeDtypeStruct((*x.shape[:-1], w.shape[-1]), out_dtype)
         layouts = None
@@ -270,9 +269,18 @@ def _matmul(out_dtype: Any, transposed: bool = False) -> Callable[..., jax.Array
             layouts = [None, (*range(w.ndim - 2), w.ndim - 1, w.ndim - 2), None, None]
         return jax.ffi.ffi_call(TARGET, out, input_layouts=layouts)(x, w, index, bias, transposed=transposed)
 
+    return _batched_by_map(call, rows_first=True)
+
+
+def _batched_by_map(fn: Callable[..., jax.Array], rows_first: bool) -> Callable[..., jax.Array]:
+    """``fn`` under ``vmap``: run once per element of the mapped arguments (``lax.map``);
+    ``rows_first``: a mapped first argument alone (a matmul's rows) is passed as it is, its
+    mapped axis one more leading row axis."""
+    call = jax.custom_batching.custom_vmap(fn)
+
     @call.def_vmap
     def _vmap(axis_size, in_batched, *args):
-        if not any(in_batched[1:]):
+        if rows_first and not any(in_batched[1:]):
             return call(*args), True
         mapped = tuple(a for a, b in zip(args, in_batched) if b)
 
@@ -292,22 +300,10 @@ def _batched(out_shape: tuple, out_dtype: Any, dims: tuple, strides: tuple) -> C
     attrs = {"dims": np.asarray(dims, np.int64), "a_strides": np.asarray(strides[0], np.int64),
              "b_strides": np.asarray(strides[1], np.int64), "y_strides": np.asarray(strides[2], np.int64)}
 
-    @jax.custom_batching.custom_vmap
     def call(a, b):
         return jax.ffi.ffi_call(BATCHED_TARGET, jax.ShapeDtypeStruct(out_shape, out_dtype))(a, b, **attrs)
 
-    @call.def_vmap
-    def _vmap(axis_size, in_batched, a, b):
-        args = (a, b)
-        mapped = tuple(x for x, m in zip(args, in_batched) if m)
-
-        def one(items):
-            it = iter(items)
-            return call(*[next(it) if m else x for x, m in zip(args, in_batched)])
-
-        return jax.lax.map(one, mapped), True
-
-    return call
+    return _batched_by_map(call, rows_first=False)
 
 
 def attention_scores(q: jax.Array, k: jax.Array) -> jax.Array:

@@ -18,7 +18,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -92,22 +91,50 @@ struct Matmul {
   const_dnnl_memory_desc_t src = nullptr, weights = nullptr, bias = nullptr, dst = nullptr;
 };
 
-// (operand dtype, result dtype, bias or not, weights column-major or not, M, K, N)
-using Key = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t>;
+// A problem: {kind (0: 2-D, 1: batched), operand dtype, result dtype, then the kind's numbers:
+// bias or not, weights column-major or not, M, K, N (2-D); B, H, M, K, N and the 4-D strides of
+// a, b and y (batched)}.
+using Key = std::vector<int64_t>;
 
-// One engine for the process; primitives by Key (batched ones by their dims, strides and
-// dtypes), created once and kept (oneDNN primitives are immutable and may be executed from
-// several threads at once).
+// One engine for the process; primitives by Key, created once and kept (oneDNN primitives are
+// immutable and may be executed from several threads at once).
 struct State {
   std::mutex mu;
   dnnl_engine_t engine = nullptr;
   std::map<Key, Matmul> cache;
-  std::map<std::vector<int64_t>, Matmul> batched;
 };
 
 State& GetState() {
   static State* state = new State();
   return *state;
+}
+
+// 4-D memory descriptor with the given dims and strides (elements); null on failure.
+dnnl_memory_desc_t Desc4d(const int64_t* dims4, const int64_t* strides4, int dtype) {
+  dnnl_dims_t dims = {dims4[0], dims4[1], dims4[2], dims4[3]};
+  dnnl_dims_t strides = {strides4[0], strides4[1], strides4[2], strides4[3]};
+  dnnl_memory_desc_t md = nullptr;
+  if (dnnl_memory_desc_create_with_strides(&md, 4, dims, dtype, strides) != kSuccess) return nullptr;
+  return md;
+}
+
+// The operands' descriptors of a Key's problem (bias null when it has none).
+void Describe(const Key& key, Matmul* mm) {
+  const int dtype = static_cast<int>(key[1]), dst_dtype = static_cast<int>(key[2]);
+  if (key[0] == 0) {
+    const bool has_bias = key[3] != 0, transposed = key[4] != 0;
+    const int64_t m = key[5], k = key[6], n = key[7];
+    mm->src = Desc2d(m, k, dtype);
+    mm->weights = Desc2d(k, n, dtype, transposed);
+    mm->dst = Desc2d(m, n, dst_dtype);
+    mm->bias = has_bias ? Desc2d(1, n, kF32) : nullptr;
+    return;
+  }
+  const int64_t b = key[3], h = key[4], m = key[5], k = key[6], n = key[7];
+  const int64_t a_dims[4] = {b, h, m, k}, b_dims[4] = {b, h, k, n}, y_dims[4] = {b, h, m, n};
+  mm->src = Desc4d(a_dims, &key[8], dtype);
+  mm->weights = Desc4d(b_dims, &key[12], dtype);
+  mm->dst = Desc4d(y_dims, &key[16], dst_dtype);
 }
 
 // The primitive for this problem, created on first use; an error message otherwise.
@@ -124,33 +151,55 @@ std::string GetMatmul(const Key& key, Matmul* out, dnnl_engine_t* engine) {
     *out = it->second;
     return "";
   }
-  const auto [dtype, dst_dtype, has_bias, transposed, m, k, n] = key;
-  dnnl_memory_desc_t src = Desc2d(m, k, dtype), weights = Desc2d(k, n, dtype, transposed);
-  dnnl_memory_desc_t dst = Desc2d(m, n, dst_dtype);
-  dnnl_memory_desc_t bias = has_bias ? Desc2d(1, n, kF32) : nullptr;
-  dnnl_primitive_desc_t pd = nullptr;
   Matmul mm;
+  Describe(key, &mm);
+  const bool has_bias = key[0] == 0 && key[3] != 0;
+  dnnl_primitive_desc_t pd = nullptr;
   std::string err;
-  if (src == nullptr || weights == nullptr || dst == nullptr || (has_bias && bias == nullptr)) {
+  if (mm.src == nullptr || mm.weights == nullptr || mm.dst == nullptr || (has_bias && mm.bias == nullptr)) {
     err = "oneDNN: cannot describe the operands";
-  } else if (dnnl_matmul_primitive_desc_create(&pd, s.engine, src, weights, bias, dst, nullptr) != kSuccess) {
+  } else if (dnnl_matmul_primitive_desc_create(&pd, s.engine, mm.src, mm.weights, mm.bias, mm.dst, nullptr) !=
+             kSuccess) {
     err = "oneDNN: no matmul implementation for these operands";
   } else if (dnnl_primitive_create(&mm.primitive, pd) != kSuccess) {
     err = "oneDNN: cannot create the matmul primitive";
   }
   if (pd != nullptr) dnnl_primitive_desc_destroy(pd);
   if (!err.empty()) {
-    for (auto md : {src, weights, bias, dst})
-      if (md != nullptr) dnnl_memory_desc_destroy(md);
+    for (auto md : {mm.src, mm.weights, mm.bias, mm.dst})
+      if (md != nullptr) dnnl_memory_desc_destroy(const_cast<dnnl_memory_desc_t>(md));
     return err;
   }
-  mm.src = src;
-  mm.weights = weights;
-  mm.bias = bias;
-  mm.dst = dst;
   s.cache[key] = mm;
   *out = mm;
   return "";
+}
+
+// Runs the problem `key` on the buffers {src, weights, dst, bias (or null)}.
+ffi::Error Run(const Key& key, void* const handles[4]) {
+  Matmul mm;
+  dnnl_engine_t engine = nullptr;
+  std::string err = GetMatmul(key, &mm, &engine);
+  if (!err.empty()) return ffi::Error::Internal(err);
+  // One in-order stream per calling thread (a stream is not shared between threads).
+  thread_local dnnl_stream_t stream = nullptr;
+  if (stream == nullptr && dnnl_stream_create(&stream, engine, kInOrder) != kSuccess) {
+    stream = nullptr;
+    return ffi::Error::Internal("oneDNN: cannot create a stream");
+  }
+  dnnl_memory_t mem[4] = {nullptr, nullptr, nullptr, nullptr};
+  const_dnnl_memory_desc_t mds[4] = {mm.src, mm.weights, mm.dst, mm.bias};
+  const int nargs = mm.bias != nullptr ? 4 : 3;
+  bool ok = true;
+  for (int i = 0; i < nargs && ok; ++i) ok = dnnl_memory_create(&mem[i], mds[i], engine, handles[i]) == kSuccess;
+  if (ok) {
+    dnnl_exec_arg_t args[4] = {{kArgSrc, mem[0]}, {kArgWeights, mem[1]}, {kArgDst, mem[2]}, {kArgBias, mem[3]}};
+    ok = dnnl_primitive_execute(mm.primitive, stream, nargs, args) == kSuccess && dnnl_stream_wait(stream) == kSuccess;
+  }
+  for (auto m_ : mem)
+    if (m_ != nullptr) dnnl_memory_destroy(m_);
+  if (!ok) return ffi::Error::Internal("oneDNN: the matmul failed");
+  return ffi::Error::Success();
 }
 
 // An XLA dtype as a oneDNN data type (kBf16 / kF32), or -1.
@@ -191,83 +240,8 @@ ffi::Error MatmulImpl(ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> 
   for (size_t i = 0; i + 1 < xd.size(); ++i) m *= xd[i];
   if (m == 0 || n == 0) return ffi::Error::Success();
   if (k == 0) return Fail("K must be > 0");
-  Matmul mm;
-  dnnl_engine_t engine = nullptr;
-  std::string err = GetMatmul(Key(dtype, dst_dtype, has_bias, transposed, m, k, n), &mm, &engine);
-  if (!err.empty()) return ffi::Error::Internal(err);
-  // One in-order stream per calling thread (a stream is not shared between threads).
-  thread_local dnnl_stream_t stream = nullptr;
-  if (stream == nullptr && dnnl_stream_create(&stream, engine, kInOrder) != kSuccess) {
-    stream = nullptr;
-    return ffi::Error::Internal("oneDNN: cannot create a stream");
-  }
-  dnnl_memory_t mem[4] = {nullptr, nullptr, nullptr, nullptr};
-  const_dnnl_memory_desc_t mds[4] = {mm.src, mm.weights, mm.dst, mm.bias};
-  void* handles[4] = {x.untyped_data(), weights, y->untyped_data(), bias.untyped_data()};
-  const int nargs = has_bias ? 4 : 3;
-  bool ok = true;
-  for (int i = 0; i < nargs && ok; ++i) ok = dnnl_memory_create(&mem[i], mds[i], engine, handles[i]) == kSuccess;
-  if (ok) {
-    dnnl_exec_arg_t args[4] = {{kArgSrc, mem[0]}, {kArgWeights, mem[1]}, {kArgDst, mem[2]}, {kArgBias, mem[3]}};
-    ok = dnnl_primitive_execute(mm.primitive, stream, nargs, args) == kSuccess && dnnl_stream_wait(stream) == kSuccess;
-  }
-  for (auto m_ : mem)
-    if (m_ != nullptr) dnnl_memory_destroy(m_);
-  if (!ok) return ffi::Error::Internal("oneDNN: the matmul failed");
-  return ffi::Error::Success();
-}
-
-// 4-D memory descriptor with the given dims and strides (elements); null on failure.
-dnnl_memory_desc_t Desc4d(const int64_t* dims4, const int64_t* strides4, int dtype) {
-  dnnl_dims_t dims = {dims4[0], dims4[1], dims4[2], dims4[3]};
-  dnnl_dims_t strides = {strides4[0], strides4[1], strides4[2], strides4[3]};
-  dnnl_memory_desc_t md = nullptr;
-  if (dnnl_memory_desc_create_with_strides(&md, 4, dims, dtype, strides) != kSuccess) return nullptr;
-  return md;
-}
-
-// The batched primitive for key = {a dtype, y dtype, B, H, M, K, N, a strides (4), b strides (4),
-// y strides (4)}, created on first use; an error message otherwise.
-std::string GetBatched(const std::vector<int64_t>& key, Matmul* out, dnnl_engine_t* engine) {
-  State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.engine == nullptr && dnnl_engine_create(&s.engine, kCpu, 0) != kSuccess) {
-    s.engine = nullptr;
-    return "oneDNN: cannot create the CPU engine";
-  }
-  *engine = s.engine;
-  auto it = s.batched.find(key);
-  if (it != s.batched.end()) {
-    *out = it->second;
-    return "";
-  }
-  const int dtype = static_cast<int>(key[0]), dst_dtype = static_cast<int>(key[1]);
-  const int64_t b = key[2], h = key[3], m = key[4], k = key[5], n = key[6];
-  const int64_t a_dims[4] = {b, h, m, k}, b_dims[4] = {b, h, k, n}, y_dims[4] = {b, h, m, n};
-  dnnl_memory_desc_t src = Desc4d(a_dims, &key[7], dtype), weights = Desc4d(b_dims, &key[11], dtype);
-  dnnl_memory_desc_t dst = Desc4d(y_dims, &key[15], dst_dtype);
-  dnnl_primitive_desc_t pd = nullptr;
-  Matmul mm;
-  std::string err;
-  if (src == nullptr || weights == nullptr || dst == nullptr) {
-    err = "oneDNN: cannot describe the batched operands";
-  } else if (dnnl_matmul_primitive_desc_create(&pd, s.engine, src, weights, nullptr, dst, nullptr) != kSuccess) {
-    err = "oneDNN: no batched matmul implementation for these operands";
-  } else if (dnnl_primitive_create(&mm.primitive, pd) != kSuccess) {
-    err = "oneDNN: cannot create the batched matmul primitive";
-  }
-  if (pd != nullptr) dnnl_primitive_desc_destroy(pd);
-  if (!err.empty()) {
-    for (auto md : {src, weights, dst})
-      if (md != nullptr) dnnl_memory_desc_destroy(md);
-    return err;
-  }
-  mm.src = src;
-  mm.weights = weights;
-  mm.dst = dst;
-  s.batched[key] = mm;
-  *out = mm;
-  return "";
+  void* const handles[4] = {x.untyped_data(), weights, y->untyped_data(), bias.untyped_data()};
+  return Run(Key{0, dtype, dst_dtype, has_bias, transposed, m, k, n}, handles);
 }
 
 // y = a @ b over two batch dims (B, H): a viewed as (B, H, M, K), b as (B, H, K, N) and y as
@@ -283,33 +257,13 @@ ffi::Error BatchedImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyB
     return Fail("batched: a and b bfloat16 or float32 alike, y bfloat16 or float32");
   if (dims.size() != 5 || a_strides.size() != 4 || b_strides.size() != 4 || y_strides.size() != 4)
     return Fail("batched: dims (B, H, M, K, N) and three 4-D strides");
-  std::vector<int64_t> key = {dtype, dst_dtype};
+  Key key = {1, dtype, dst_dtype};
   for (auto span : {dims, a_strides, b_strides, y_strides}) key.insert(key.end(), span.begin(), span.end());
   int64_t count = 1;
   for (size_t i = 0; i < 5; ++i) count *= dims[i];
   if (count == 0) return ffi::Error::Success();
-  Matmul mm;
-  dnnl_engine_t engine = nullptr;
-  std::string err = GetBatched(key, &mm, &engine);
-  if (!err.empty()) return ffi::Error::Internal(err);
-  thread_local dnnl_stream_t stream = nullptr;
-  if (stream == nullptr && dnnl_stream_create(&stream, engine, kInOrder) != kSuccess) {
-    stream = nullptr;
-    return ffi::Error::Internal("oneDNN: cannot create a stream");
-  }
-  dnnl_memory_t mem[3] = {nullptr, nullptr, nullptr};
-  const_dnnl_memory_desc_t mds[3] = {mm.src, mm.weights, mm.dst};
-  void* handles[3] = {a.untyped_data(), b.untyped_data(), y->untyped_data()};
-  bool ok = true;
-  for (int i = 0; i < 3 && ok; ++i) ok = dnnl_memory_create(&mem[i], mds[i], engine, handles[i]) == kSuccess;
-  if (ok) {
-    dnnl_exec_arg_t args[3] = {{kArgSrc, mem[0]}, {kArgWeights, mem[1]}, {kArgDst, mem[2]}};
-    ok = dnnl_primitive_execute(mm.primitive, stream, 3, args) == kSuccess && dnnl_stream_wait(stream) == kSuccess;
-  }
-  for (auto m_ : mem)
-    if (m_ != nullptr) dnnl_memory_destroy(m_);
-  if (!ok) return ffi::Error::Internal("oneDNN: the batched matmul failed");
-  return ffi::Error::Success();
+  void* const handles[4] = {a.untyped_data(), b.untyped_data(), y->untyped_data(), nullptr};
+  return Run(key, handles);
 }
 
 }  // namespace
