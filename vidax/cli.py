@@ -204,30 +204,24 @@ class _Spelling:
         # keywords whose flag spells a list as "28,29" (--stg-blocks): their values echoed so
         self.listed = ({o.name for o in call_options().values() if o.cli is not None}
                        if isinstance(command, GenerateCommand) else set())
-        # the text typed after each flag (``argv``: the command's arguments), by keyword
-        names = {opt: p.name for p in options for opt in p.opts}
+        # the text typed after each flag (``argv``: the command's arguments), by the flag's first spelling
+        first = {opt: p.opts[0] for p in options for opt in p.opts}
         self.typed: dict[str, str] = {}
         for i, token in enumerate(argv or []):
             flag, eq, text = token.partition("=")
-            if flag in names and (eq or i + 1 < len(argv)):
-                self.typed[names[flag]] = text if eq else argv[i + 1]
+            if flag in first and (eq or i + 1 < len(argv)):
+                self.typed[first[flag]] = text if eq else argv[i + 1]
 
     def __call__(self, arg) -> str:
+        from vidax.errors import ArgValue
+
         flag = self.flags.get(arg.name)
+        typed = self.typed.get(flag)  # a number is echoed as typed (1e30), not as Python writes it (1e+30)
+        if isinstance(arg, ArgValue):  # the value alone ("got 1e39")
+            return arg.shown_as(typed)
         if flag is not None and arg.name in self.listed and isinstance(arg.value, (list, tuple)):
             return f"{flag} {','.join(map(str, arg.value))}"
-        if flag is not None and self._as_typed(arg):  # 1e30 as typed, not as Python writes it (1e+30)
-            return f"{flag} {self.typed[arg.name]}"
-        return str(arg) if flag is None else arg.spelled(flag)
-
-    def _as_typed(self, arg) -> bool:
-        """``arg``'s value is the number the user typed after its flag (spelled otherwise)."""
-        if not isinstance(arg.value, (int, float)) or isinstance(arg.value, bool) or arg.name not in self.typed:
-            return False
-        try:
-            return float(self.typed[arg.name]) == float(arg.value)
-        except (ValueError, OverflowError):
-            return False
+        return str(arg) if flag is None else arg.spelled(flag, typed)
 
     def message(self, error: BaseException) -> str:
         """An error's message, the arguments a vidax error names spelled as flags."""
