@@ -744,13 +744,18 @@ def inspect(
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
+    transformer: Optional[str] = typer.Option(
+        None, "--transformer", help="With a checkpoint folder: also describe this single-file transformer "
+        "(.gguf / .safetensors, as vidax generate --transformer reads it; checked against the folder's transformer) "
+        "and its bytes on one device, with --mesh per device, as it loads (its own tensor types; a GGUF file mixing "
+        "types, Q4_K_M / Q5_K_M, padded to the widest type in each layer stack)."),
 ) -> None:
     """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a
     single-file transformer its format, tensor types and count, bytes and layout; for a LoRA
     file its layout, family, rank, targets and key count."""
     _setup_logging(False)
     from vidax.errors import Arg, InputError, VidaxError
-    from vidax.inspect import describe_checkpoint, describe_mesh_plan
+    from vidax.inspect import describe_checkpoint, describe_mesh_plan, describe_transformer_file
 
     try:
         if mesh is not None:  # a malformed --mesh is refused before anything is printed
@@ -758,21 +763,32 @@ def inspect(
 
             parse_mesh_sizes(mesh)
         if path.lower().endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single file
+            import shlex
+
             from vidax.inspect import describe_lora
             from vidax.weights.single_file import describe_single_file
 
             if not os.path.exists(path):
                 raise InputError(f"vidax inspect {path!r}: no such file")
+            if transformer is not None:
+                raise InputError(Arg("transformer", keyword=True), f" needs a checkpoint folder as PATH: {path} is "
+                                 f"a single file; run vidax inspect FOLDER --transformer {shlex.quote(transformer)}")
             if mesh is not None:  # a single file has no config.json to build its transformer from
-                raise InputError(Arg("mesh", mesh), f" needs a checkpoint folder: {path} is a single file (no "
-                                 "config.json); inspect the folder with --mesh (its per-device bytes include "
-                                 "GGUF Q8_0 / Q4_K)")
+                raise InputError(Arg("mesh", mesh), f" needs the transformer's config.json: {path} is a single "
+                                 f"file; for a single-file transformer run vidax inspect FOLDER --transformer "
+                                 f"{shlex.quote(path)} --mesh {shlex.quote(mesh)}, FOLDER a checkpoint folder of its "
+                                 "model (the bytes per device of this file's own tensor types, GGUF stacks mixing "
+                                 "types padded to the widest type)")
 
             typer.echo(describe_single_file(path) or describe_lora(path))
             return
-        typer.echo(describe_checkpoint(path))
+        # every part computed (a --transformer checked against the folder) before any is printed
+        parts = [describe_checkpoint(path)]
+        if transformer is not None:
+            parts.append(describe_transformer_file(path, transformer))
         if mesh is not None:
-            typer.echo(describe_mesh_plan(path, mesh))
+            parts.append(describe_mesh_plan(path, mesh, transformer))
+        typer.echo("\n".join(parts))
     except VidaxError as e:
         spelling = _Spelling(ctx.command, ctx.meta.get("argv"))
         # The folder is the command's PATH argument: named as typed, not as the Python keyword.
