@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -249,13 +249,18 @@ def run_child(cmd: list[str], what: str, env: dict | None = None) -> dict:
 
 def _read_until(proc: subprocess.Popen, prefix: str, what: str, errlog: str) -> str:
     """The rest of the next line of ``proc``'s stdout that starts with ``prefix`` (other lines
-    skipped); SystemExit with the tail of ``errlog`` (its stderr) if it ends first."""
+    skipped); :func:`_child_failed` if it ends first."""
     for line in proc.stdout:
         if line.startswith(prefix):
             return line[len(prefix):].strip()
+    _child_failed(proc, what, errlog)
+
+
+def _child_failed(proc: subprocess.Popen, what: str, errlog: str) -> NoReturn:
+    """SystemExit naming the child ``what``, its exit status and the tail of ``errlog`` (its stderr)."""
     proc.wait()
     with open(errlog) as f:
-        raise SystemExit(f"{what} failed:\n{f.read()[-3000:]}")
+        raise SystemExit(f"{what} failed (exit status {proc.returncode}):\n{f.read()[-3000:]}")
 
 
 def run_lockstep(children: list[tuple[str, list[str], dict | None]], steps: int, pause_s: float = 0.2
@@ -269,33 +274,55 @@ def run_lockstep(children: list[tuple[str, list[str], dict | None]], steps: int,
     the run then hits every side within seconds, which separate runs one after another do not.
 
     Returns each child's result dict (its ``RESULT`` line) and its per-round step seconds.
+
+    Raises:
+        SystemExit: a child ended early (naming it, its exit status and the tail of its stderr);
+            the other children are then killed. Each child's stderr goes to a temporary file,
+            removed when this returns or raises.
     """
     import tempfile
 
-    procs = []
-    for name, cmd, env in children:
-        print(f"starting {name} ...", flush=True)
-        errlog = tempfile.NamedTemporaryFile("w", suffix=".stderr", delete=False)
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, text=True,
-                                cwd=ROOT, env=dict(env or os.environ, **{LOCKSTEP_ENV: "1"}))
-        procs.append((name, proc, errlog.name))
-        _read_until(proc, "READY", name, errlog.name)
-    per_round = {name: [] for name, _, _ in procs}
-    for r in range(steps):
-        for name, proc, errlog in procs[r % len(procs):] + procs[:r % len(procs)]:
-            time.sleep(pause_s)
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            per_round[name].append(float(_read_until(proc, "TIME ", name, errlog)))
-        print(f"  round {r + 1}: " + ", ".join(f"{n} {t[-1]:.3f} s" for n, t in per_round.items())
-              + f"; load {os.getloadavg()[0]:.1f}", flush=True)
-    results = {}
-    for name, proc, errlog in procs:
-        proc.stdin.close()
-        results[name] = json.loads(_read_until(proc, "RESULT ", name, errlog))
-        proc.wait()
-        os.remove(errlog)
-    return results, per_round
+    procs, logs = [], []
+    try:
+        for name, cmd, env in children:
+            print(f"starting {name} ...", flush=True)
+            fd, errlog = tempfile.mkstemp(suffix=".stderr")
+            logs.append(errlog)
+            with os.fdopen(fd, "w") as err:
+                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                        cwd=ROOT, env=dict(env or os.environ, **{LOCKSTEP_ENV: "1"}))
+            procs.append((name, proc, errlog))
+            _read_until(proc, "READY", name, errlog)
+        per_round = {name: [] for name, _, _ in procs}
+        for r in range(steps):
+            for name, proc, errlog in procs[r % len(procs):] + procs[:r % len(procs)]:
+                time.sleep(pause_s)
+                try:
+                    proc.stdin.write("go\n")
+                    proc.stdin.flush()
+                except BrokenPipeError:  # the child has ended
+                    _child_failed(proc, name, errlog)
+                per_round[name].append(float(_read_until(proc, "TIME ", name, errlog)))
+            print(f"  round {r + 1}: " + ", ".join(f"{n} {t[-1]:.3f} s" for n, t in per_round.items())
+                  + f"; load {os.getloadavg()[0]:.1f}", flush=True)
+        results = {}
+        for name, proc, errlog in procs:
+            proc.stdin.close()
+            results[name] = json.loads(_read_until(proc, "RESULT ", name, errlog))
+            proc.wait()
+        return results, per_round
+    finally:
+        for _, proc, _ in procs:  # a failed or interrupted run leaves no child behind
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()
+                except BrokenPipeError:
+                    pass
+        for errlog in logs:
+            os.remove(errlog)
 
 
 def save_report(out: str, meta: dict, rows: list, lines: list[str]) -> None:

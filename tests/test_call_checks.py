@@ -136,7 +136,13 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
 @pytest.mark.parametrize("args, message, python_name", [
     (["--num-inference-steps", "0"], "--num-inference-steps must be a positive integer, got 0", "num_inference_steps"),
     (["--guidance-scale", "-1"],
-     "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0", "guidance_scale"),
+     "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1", "guidance_scale"),
+    # the value as typed after the flag (1e39, not Python's 1e+39; -0.5E1, not -5.0; NaN, not nan)
+    (["--guidance-scale=1e39"], "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's "
+                                "largest), got 1e39", "guidance_scale"),
+    (["--guidance-scale", "-0.5E1"], "float32's largest), got -0.5E1", "guidance_scale"),
+    (["--guidance-scale", "NaN"], "float32's largest), got NaN", "guidance_scale"),
+    (["--distributed-timeout", "-1"], "--distributed-timeout -1 must be a finite number of seconds > 0", "timeout_s"),
     (["--height", "40"], "--height and --width must be multiples of 16", "height="),
     (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
     (["--guidance-scale-2", "2"], "--guidance-scale-2 2 is only used by checkpoints with two experts",
@@ -1032,6 +1038,13 @@ def test_declared_option_checks_name_the_argument():
             option.check(value)
         assert str(e.value) == message
         assert e.value.arguments[0].startswith(option.name)
+    # numpy numbers are written as their digits, not their repr (np.float64(1e+39)); an array as
+    # its repr (its type shows: "got 5" would read as a valid number)
+    for value, kind, shown in ((np.float64(1e39), float, "1e+39"), (np.float32(-2), float, "-2.0"),
+                               (np.int64(0), int, "0"), (np.array(5), int, "array(5)")):
+        with pytest.raises(InputError) as e:
+            CallOption("s", kind, "", low=1).check(value)
+        assert str(e.value).endswith(f", got {shown}") and "np." not in str(e.value), str(e.value)
     assert CallOption("ts", float, "", per_prompt=True).check([1, 2]) == [1.0, 2.0]
     assert CallOption("n", int, "", low=1).check(np.int64(3)) == 3 and CallOption("n", int, "").check(None) is None
 
@@ -1052,7 +1065,7 @@ def test_every_float_flag_refuses_non_finite_values():
     1e39 (inf in float32, where vidax computes them) are refused in one line naming the flag,
     the value and the valid range, which says finite."""
     from vidax.cli import call_options
-    from vidax.errors import Arg
+    from vidax.errors import ArgValue
 
     floats = [o for o in call_options().values() if o.type is float]
     assert {"guidance_scale", "modality_scale", "stg_scale", "frame_rate"} <= {o.name for o in floats}
@@ -1060,7 +1073,7 @@ def test_every_float_flag_refuses_non_finite_values():
         for value in (float("inf"), float("-inf"), float("nan"), 1e39):
             with pytest.raises(InputError) as e:
                 option.check(value)
-            line = e.value.render(lambda a: a.spelled(option.flag_name) if isinstance(a, Arg) else str(a))
+            line = e.value.render(lambda a: str(a) if isinstance(a, ArgValue) else a.spelled(option.flag_name))
             assert line == f"{option.flag_name} must be {option.describe_valid()}, got {value!r}", line
             # the range: finite, or a bounded interval ("a number in [0, 1]")
             assert "a finite number" in line or (option.low is not None and option.high is not None), line

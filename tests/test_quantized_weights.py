@@ -722,6 +722,44 @@ def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):
     np.testing.assert_array_equal(lora, np.asarray(call(host, *inputs)))
 
 
+def test_inspect_counts_a_mixed_gguf_per_device_as_it_loads(gguf_wan_mixed, tmp_path):
+    """``vidax inspect FOLDER --transformer FILE.gguf [--mesh]`` gives the bytes of a GGUF file
+    whose stacks mix types as the file loads into the folder's transformer (padded to the widest
+    type in each stack), which the folder's own rows (one GGUF type throughout) cannot: those a
+    device holds once it is loaded, on one device and on a (4, 2, 1) mesh. ``vidax inspect
+    FILE.gguf --mesh`` (a single file: no config to build the transformer from) names the
+    command that does this, and that command runs."""
+    import json
+    import re
+    import shlex
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.parallel.mesh import make_mesh
+
+    folder, file = gguf_wan_mixed["folder"], gguf_wan_mixed["file"]
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(folder, ckpt / "transformer")
+    (ckpt / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline",
+                                                       "transformer": ["diffusers", "WanTransformer3DModel"]}))
+    r = CliRunner().invoke(app, ["inspect", file, "--mesh", "4x2x1"])
+    assert r.exit_code == 2, r.output
+    command = re.search(r"run (vidax inspect FOLDER .*?), FOLDER a checkpoint folder of its model", r.stderr)
+    assert command and "--transformer" in command.group(1), r.stderr
+    r = CliRunner().invoke(app, [str(ckpt) if a == "FOLDER" else a for a in shlex.split(command.group(1))[1:]])
+    assert r.exit_code == 0, r.output
+    device = jax.devices()[0]
+    for dtype, mesh, where in ((jnp.float32, None, "on one device"), (jnp.bfloat16, make_mesh(4, 2, 1), "per device")):
+        loaded = _flat(load_component("WanTransformer3DModel", folder, dtype, file=file, mesh=mesh))
+        held = sum(s.data.nbytes for a in loaded.values() for s in a.addressable_shards if s.device == device)
+        name = jnp.dtype(dtype).name
+        line = next(ln for ln in r.output.splitlines() if f"read from {file}, {where}" in ln)
+        assert f"--dtype {name} {held / 2**20:,.1f} MiB ({held:,} B)" in line, (held, line)
+    assert "padded to the widest type" in line
+
+
 def test_scales_sharded_like_their_kernels(transformers):
     """On a (data 4, tensor 2) mesh: each scale is split as its kernel's output axis (q/k/v
     column-parallel: over ``tensor``; attention-out row-parallel: replicated), same values."""

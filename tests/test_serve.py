@@ -405,6 +405,49 @@ def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, to
     runner.store.close()
 
 
+def test_bad_numbers_are_named_as_sent(toy_checkpoint, toy_registered, tmp_path):
+    """A refused number is echoed as the client sent it (the JSON text: 1e39, not Python's 1e+39;
+    2.50, not 2.5), after the field's name and what is valid, as ``vidax generate`` echoes the
+    text typed after a flag; a form field's text likewise. In-process without the worker: no
+    job runs."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.errors import Arg, NumericalError
+    from vidax.serve.app import create_app
+    from vidax.serve.fields import Fields, number_texts
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    finite = "must be a finite number >= 0 (at most 3.403e+38, float32's largest)"
+    for field, sent, message in (
+            ("guidance_scale", "1e39", f"guidance_scale {finite}, got 1e39"),
+            ("guidance_scale", "-1E0", f"guidance_scale {finite}, got -1E0"),
+            ("guidance_scale", "NaN", f"guidance_scale {finite}, got NaN"),
+            ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
+            ("num_inference_steps", "1e400", "num_inference_steps must be a positive integer, got 1e400"),
+            ("toy_repeat", "0.0", "toy_repeat must be a positive integer, got 0.0"),
+            ("seed", "7e0", "seed must be an integer or None, got 7e0"),
+            ("seconds", "-2E0", "seconds must be a number > 0, got -2E0"),
+            ("guidance_scale", '"abc"', f"guidance_scale {finite}, got 'abc'")):
+        r = client.post("/v1/videos", content=f'{{"prompt": "a toy boat", "{field}": {sent}}}',
+                        headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+        assert r.json()["error"]["message"] == message, r.text
+    r = client.post("/v1/videos", data={"prompt": "a toy boat", "guidance_scale": " 1e39"})
+    assert r.status_code == 400 and r.json()["error"]["message"] == f"guidance_scale {finite}, got 1e39", r.text
+    assert runner.list()[0] == []  # nothing was queued
+    # A failed job's message names a valid field as sent too (guidance 1e30 overflowing bfloat16).
+    body = '{"prompt": "a toy boat", "guidance_scale": 1e30}'
+    request = Fields(json.loads(body), runner.options, 16, texts=number_texts(body))
+    error = NumericalError("the latents went NaN/Inf; the likely cause is ", Arg("guidance_scale", 1e30))
+    assert request.error(error).message == "the latents went NaN/Inf; the likely cause is guidance_scale=1e30"
+    runner.store.close()
+
+
 def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

@@ -388,17 +388,26 @@ def test_diffusers_layout_file_named_with_its_class(ckpt, tmp_path):
 
 def test_inspect_single_file_refuses_mesh(tmp_path):
     """``vidax inspect FILE --mesh``: a single file has no config to build a plan from, so --mesh
-    is refused in one line (it was ignored)."""
+    is refused in one line (it was ignored), naming the command that gives the file's bytes per
+    device (the folder's own rows cannot know a GGUF file's mixed types; that command runs:
+    test_quantized_weights.py::test_inspect_counts_a_mixed_gguf_per_device_as_it_loads);
+    ``--transformer`` with a single file as PATH is refused likewise."""
     from typer.testing import CliRunner
 
     from vidax.cli import app
 
-    file = tmp_path / "x.GGUF"
+    file = tmp_path / "x y.GGUF"
     file.write_bytes(b"")
     r = CliRunner().invoke(app, ["inspect", str(file), "--mesh", "2x2x2"])
     assert r.exit_code == 2 and r.output.strip() == (
-        f"error: --mesh '2x2x2' needs a checkpoint folder: {file} is a single file (no config.json); inspect the "
-        "folder with --mesh (its per-device bytes include GGUF Q8_0 / Q4_K)"), r.output
+        f"error: --mesh '2x2x2' needs the transformer's config.json: {file} is a single file; for a single-file "
+        f"transformer run vidax inspect FOLDER --transformer '{file}' --mesh 2x2x2, FOLDER a checkpoint folder of "
+        "its model (the bytes per device of this file's own tensor types, GGUF stacks mixing types padded to the "
+        "widest type)"), r.output
+    r = CliRunner().invoke(app, ["inspect", str(file), "--transformer", str(file)])
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"error: --transformer needs a checkpoint folder as PATH: {file} is a single file; run vidax inspect FOLDER "
+        f"--transformer '{file}'"), r.output
 
 
 def test_transformer_help_names_every_layout():

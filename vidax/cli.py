@@ -204,30 +204,24 @@ class _Spelling:
         # keywords whose flag spells a list as "28,29" (--stg-blocks): their values echoed so
         self.listed = ({o.name for o in call_options().values() if o.cli is not None}
                        if isinstance(command, GenerateCommand) else set())
-        # the text typed after each flag (``argv``: the command's arguments), by keyword
-        names = {opt: p.name for p in options for opt in p.opts}
+        # the text typed after each flag (``argv``: the command's arguments), by the flag's first spelling
+        first = {opt: p.opts[0] for p in options for opt in p.opts}
         self.typed: dict[str, str] = {}
         for i, token in enumerate(argv or []):
             flag, eq, text = token.partition("=")
-            if flag in names and (eq or i + 1 < len(argv)):
-                self.typed[names[flag]] = text if eq else argv[i + 1]
+            if flag in first and (eq or i + 1 < len(argv)):
+                self.typed[first[flag]] = text if eq else argv[i + 1]
 
     def __call__(self, arg) -> str:
+        from vidax.errors import ArgValue
+
         flag = self.flags.get(arg.name)
+        typed = self.typed.get(flag)  # a number is echoed as typed (1e30), not as Python writes it (1e+30)
+        if isinstance(arg, ArgValue):  # the value alone ("got 1e39")
+            return arg.shown_as(typed)
         if flag is not None and arg.name in self.listed and isinstance(arg.value, (list, tuple)):
             return f"{flag} {','.join(map(str, arg.value))}"
-        if flag is not None and self._as_typed(arg):  # 1e30 as typed, not as Python writes it (1e+30)
-            return f"{flag} {self.typed[arg.name]}"
-        return str(arg) if flag is None else arg.spelled(flag)
-
-    def _as_typed(self, arg) -> bool:
-        """``arg``'s value is the number the user typed after its flag (spelled otherwise)."""
-        if not isinstance(arg.value, (int, float)) or isinstance(arg.value, bool) or arg.name not in self.typed:
-            return False
-        try:
-            return float(self.typed[arg.name]) == float(arg.value)
-        except (ValueError, OverflowError):
-            return False
+        return str(arg) if flag is None else arg.spelled(flag, typed)
 
     def message(self, error: BaseException) -> str:
         """An error's message, the arguments a vidax error names spelled as flags."""
@@ -750,13 +744,18 @@ def inspect(
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
+    transformer: Optional[str] = typer.Option(
+        None, "--transformer", help="With a checkpoint folder: also describe this single-file transformer "
+        "(.gguf / .safetensors, as vidax generate --transformer reads it; checked against the folder's transformer) "
+        "and its bytes on one device, with --mesh per device, as it loads (its own tensor types; a GGUF file mixing "
+        "types, Q4_K_M / Q5_K_M, padded to the widest type in each layer stack)."),
 ) -> None:
     """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a
     single-file transformer its format, tensor types and count, bytes and layout; for a LoRA
     file its layout, family, rank, targets and key count."""
     _setup_logging(False)
     from vidax.errors import Arg, InputError, VidaxError
-    from vidax.inspect import describe_checkpoint, describe_mesh_plan
+    from vidax.inspect import describe_checkpoint, describe_mesh_plan, describe_transformer_file
 
     try:
         if mesh is not None:  # a malformed --mesh is refused before anything is printed
@@ -764,21 +763,32 @@ def inspect(
 
             parse_mesh_sizes(mesh)
         if path.lower().endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single file
+            import shlex
+
             from vidax.inspect import describe_lora
             from vidax.weights.single_file import describe_single_file
 
             if not os.path.exists(path):
                 raise InputError(f"vidax inspect {path!r}: no such file")
+            if transformer is not None:
+                raise InputError(Arg("transformer", keyword=True), f" needs a checkpoint folder as PATH: {path} is "
+                                 f"a single file; run vidax inspect FOLDER --transformer {shlex.quote(transformer)}")
             if mesh is not None:  # a single file has no config.json to build its transformer from
-                raise InputError(Arg("mesh", mesh), f" needs a checkpoint folder: {path} is a single file (no "
-                                 "config.json); inspect the folder with --mesh (its per-device bytes include "
-                                 "GGUF Q8_0 / Q4_K)")
+                raise InputError(Arg("mesh", mesh), f" needs the transformer's config.json: {path} is a single "
+                                 f"file; for a single-file transformer run vidax inspect FOLDER --transformer "
+                                 f"{shlex.quote(path)} --mesh {shlex.quote(mesh)}, FOLDER a checkpoint folder of its "
+                                 "model (the bytes per device of this file's own tensor types, GGUF stacks mixing "
+                                 "types padded to the widest type)")
 
             typer.echo(describe_single_file(path) or describe_lora(path))
             return
-        typer.echo(describe_checkpoint(path))
+        # every part computed (a --transformer checked against the folder) before any is printed
+        parts = [describe_checkpoint(path)]
+        if transformer is not None:
+            parts.append(describe_transformer_file(path, transformer))
         if mesh is not None:
-            typer.echo(describe_mesh_plan(path, mesh))
+            parts.append(describe_mesh_plan(path, mesh, transformer))
+        typer.echo("\n".join(parts))
     except VidaxError as e:
         spelling = _Spelling(ctx.command, ctx.meta.get("argv"))
         # The folder is the command's PATH argument: named as typed, not as the Python keyword.

@@ -8,6 +8,8 @@ a user can fix the call without reading vidax's source. An argument is named as 
 
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Callable
 
 _NO_VALUE = object()
@@ -40,9 +42,24 @@ class Arg:
     def shown_value(self) -> str:
         return repr(self.value) if isinstance(self.value, str) else str(self.value)
 
-    def spelled(self, flag: str) -> str:
-        """The argument as the flag ``flag``: ``--flag value``, or ``--flag``."""
-        return f"{flag} {self.shown_value()}" if self.has_value else flag
+    def shown_as(self, text: str | None) -> str:
+        """The value as the user gave it: ``text`` (what was typed after the flag, a JSON number
+        as the request sent it) when it spells the value, a number (``1e30`` for 1e+30, ``2``
+        for 2.0, ``NaN`` for nan); else :meth:`shown_value`."""
+        value = self.value
+        if text is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                typed, value = float(text), float(value)
+            except (ValueError, OverflowError):  # not a number; an int past float's range
+                return self.shown_value()
+            if typed == value or math.isnan(typed) and math.isnan(value):
+                return text
+        return self.shown_value()
+
+    def spelled(self, flag: str, text: str | None = None) -> str:
+        """The argument as the flag ``flag``: ``--flag value`` (the value as :meth:`shown_as`
+        ``text``), or ``--flag``."""
+        return f"{flag} {self.shown_as(text)}" if self.has_value else flag
 
     def __str__(self) -> str:
         if self.python is not None:
@@ -50,6 +67,25 @@ class Arg:
         if self.has_value:
             return f"{self.name}={self.shown_value()}"
         return f"{self.name}=" if self.keyword else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgValue(Arg):
+    """The value an argument got, alone in a message (``"seed must be an integer, got 2.5"``):
+    each front end writes it as the user gave it (``vidax generate`` as typed after the flag,
+    ``vidax serve`` as the request sent it, :meth:`Arg.shown_as`), Python as :meth:`shown_value`.
+    Not counted among a message's ``arguments``."""
+
+    def shown_value(self) -> str:
+        """A number as its digits (a numpy number too: ``1e+39``, not ``np.float64(1e+39)``);
+        anything else as its repr, so that its type shows (``'2'``, ``array(5)``)."""
+        value = self.value
+        number = isinstance(value, numbers.Number) or (type(value).__module__ == "numpy"
+                                                       and not hasattr(value, "__len__"))  # a numpy scalar
+        return str(value) if number else repr(value)
+
+    def __str__(self) -> str:
+        return self.shown_value()
 
 
 class Message:
@@ -67,7 +103,8 @@ class Message:
 
     @property
     def arguments(self) -> tuple[str, ...]:
-        return tuple(a for p in self.parts for a in ((p.name,) if isinstance(p, Arg) else
+        named = lambda p: isinstance(p, Arg) and not isinstance(p, ArgValue)  # noqa: E731
+        return tuple(a for p in self.parts for a in ((p.name,) if named(p) else
                                                       p.arguments if isinstance(p, Message) else ()))
 
     def __str__(self) -> str:

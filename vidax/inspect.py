@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 
 from vidax.errors import VidaxError
 from vidax.checkpoint import Checkpoint
 from vidax.pipelines.loading import pipeline_class
+from vidax.pipelines.weight_formats import with_weights
 from vidax.registry import registry
 from vidax.weights.safetensors_io import CheckpointReader, has_safetensors
 
@@ -89,7 +91,7 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
+def describe_mesh_plan(path_or_hub_id: str, mesh: str, transformer: str | None = None) -> str:
     """How the components vidax shards would be laid out on a ``(dp, tp, sp)`` mesh.
 
     Computed from the configs alone (abstract shapes, no weights read, no devices needed): the
@@ -100,9 +102,14 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
     Args:
         path_or_hub_id: the checkpoint.
         mesh: ``"DPxTPxSP"`` or ``"dp=..,tp=..,sp=.."``.
+        transformer: a single-file transformer (``.gguf`` / ``.safetensors``) read instead of the
+            checkpoint's ``transformer/`` weights: also its per-device bytes as it loads
+            (:func:`single_file_lines`; its header is read).
 
     Raises:
-        InputError: a malformed ``mesh``. CheckpointError / ConfigError: as :func:`describe_checkpoint`.
+        InputError: a malformed ``mesh``; ``transformer`` not a single file of the
+            checkpoint's transformer. CheckpointError / ConfigError: as :func:`describe_checkpoint`;
+            ``transformer``'s tensors not those of the checkpoint's transformer.
     """
     import jax.numpy as jnp
     from flax import nnx
@@ -115,7 +122,7 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
 
     sizes = parse_mesh_sizes(mesh)
     abstract = AbstractMesh(tuple(sizes[k] for k in SIZE_NAMES), MESH_AXES)
-    ckpt = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
+    ckpt = with_weights(Checkpoint.open(resolve_named_checkpoint(path_or_hub_id)), transformer=transformer)
     components, notes = {}, []
     for key in ckpt.configs:
         spec = registry().find_component(ckpt.class_of(key))
@@ -132,7 +139,8 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str) -> str:
                 notes.append(f"  NOT RUNNABLE: {e}")
     if not components:
         return f"{ckpt.root}: no component vidax shards (none with logical parameter axes in the registry)"
-    return "\n".join([plan_report(components, sizes)] + weight_format_lines(ckpt, components, sizes) + notes)
+    return "\n".join([plan_report(components, sizes)] + weight_format_lines(ckpt, components, sizes)
+                     + single_file_lines(ckpt, sizes) + notes)
 
 
 def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list[str]:
@@ -156,6 +164,50 @@ def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list
         lines.append(f"  {key} per device by weight format: " + ", ".join(
             f"{name} {n / 2**20:,.1f} MiB" for name, n in counts))
     return lines
+
+
+def single_file_lines(ckpt: Checkpoint, sizes: dict) -> list[str]:
+    """Per transformer read from a single file (``ckpt.files``:
+    :func:`~vidax.pipelines.weight_formats.with_weights`), its parameter bytes per device on a
+    mesh of ``sizes`` (``{}``: one device) as that file loads into the checkpoint's transformer (the
+    loader's plan, checked 1:1 from the file's header: each tensor in its own type, GGUF Linear
+    kernels as the file's blocks, those of a stack mixing types padded to the widest type),
+    under ``--dtype`` float32 and bfloat16 (the tensors read as floats)."""
+    import jax.numpy as jnp
+
+    from vidax.parallel.placement import held_per_device
+    from vidax.weights.component import plan_component
+
+    where = "per device" if math.prod(sizes.values()) > 1 else "on one device"
+    lines = []
+    for key, file in ckpt.files.items():
+        spec = registry().find_component(ckpt.class_of(key))
+        config = ckpt.typed_config(key, spec.config_class())
+        counts = []
+        for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16)):
+            load = plan_component(spec, ckpt.folder(key), dtype, config=config, file=file)
+            n = held_per_device(load.abstract, spec.axes(), sizes, dtype, spec.fp32())
+            counts.append(f"--dtype {name} {n / 2**20:,.1f} MiB ({n:,} B)")
+        lines.append(f"  {key} read from {file}, {where} as it loads (GGUF stacks mixing types padded to the "
+                     "widest type): " + ", ".join(counts))
+    return lines
+
+
+def describe_transformer_file(path_or_hub_id: str, file: str) -> str:
+    """What the single-file transformer ``file`` is (:func:`~vidax.weights.single_file.describe_single_file`)
+    and its bytes on one device as it loads into the checkpoint's transformer
+    (:func:`single_file_lines`), checked against that transformer from the file's header first.
+
+    Raises:
+        InputError: ``file`` is not a single file of the checkpoint's transformer (named as
+            ``transformer=``). CheckpointError: its tensors are not those of that transformer.
+    """
+    from vidax.default_checkpoint import resolve_named_checkpoint
+    from vidax.weights.single_file import describe_single_file
+
+    ckpt = with_weights(Checkpoint.open(resolve_named_checkpoint(path_or_hub_id)), transformer=file)
+    lines = single_file_lines(ckpt, {})  # first: it checks the file against the transformer
+    return "\n".join([describe_single_file(ckpt.files["transformer"])] + lines)
 
 
 def describe_lora(path: str) -> str:

@@ -208,10 +208,8 @@ def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[s
     ``table`` as the loader places it; ``weights`` a GGUF type (``"Q8_0"``, ``"Q4_K"``, a
     :data:`vidax.nn.gguf.BLOCKS` name): those kernels whose inputs are whole blocks kept as
     that type's blocks (as a GGUF file of that type loads, :mod:`vidax.nn.gguf`)."""
-    from jax.sharding import AbstractMesh
-
     from vidax.nn.gguf import BLOCKS, keep_all
-    from vidax.weights.loader import DtypePolicy, abstract_params
+    from vidax.weights.loader import abstract_params
 
     if weights in BLOCKS:
         plain = make
@@ -221,11 +219,24 @@ def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[s
 
         plain = make
         make = lambda: quantize_structure(plain(), weights, keep_fp32)  # noqa: E731
+    return held_per_device(abstract_params(make)[1], table, sizes, dtype, keep_fp32)
+
+
+def held_per_device(params: Mapping[Any, Any], table: ParamAxes, sizes: Mapping[str, int], dtype: Any,
+                    keep_fp32: Sequence[str] = ()) -> int:
+    """:func:`per_device_bytes` of abstract parameters ``params`` (path -> variable of a
+    ``ShapeDtypeStruct``, as :func:`~vidax.weights.loader.abstract_params` gives them, or a
+    load's :attr:`~vidax.weights.loader.PendingLoad.abstract`): floating ones in ``dtype`` (those
+    matching ``keep_fp32`` in float32), the others (8-bit and GGUF kernels, indices) as they are."""
+    from jax.sharding import AbstractMesh
+
+    from vidax.weights.loader import DtypePolicy
+
     shape = tuple(int(sizes.get(k, 1)) for k in ("dp", "tp", "sp"))
     mesh = AbstractMesh(shape, MESH_AXES)
     policy = DtypePolicy(dtype, tuple(keep_fp32))
     total = 0
-    for path, var in abstract_params(make)[1].items():
+    for path, var in params.items():
         sds = var.get_value()
         stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
         itemsize = np.dtype(sds.dtype if stored else policy.dtype_for(path)).itemsize

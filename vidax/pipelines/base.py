@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 
 from vidax.config import read_json_object
 from vidax.encoders.tokenizer import Truncation
-from vidax.errors import Arg, Cancelled, Message, joined, ConfigError, InputError, NumericalError, OutOfMemoryError, VidaxError
+from vidax.errors import (Arg, ArgValue, Cancelled, Message, joined, ConfigError, InputError, NumericalError,
+                          OutOfMemoryError, VidaxError)
 from vidax.nn.inputs import parse_dtype
 from vidax.cpu.onednn import describe as describe_cpu_matmul
 from vidax.nn.stack import as_stack_bits, from_stack_bits
@@ -861,7 +862,7 @@ class VideoPipeline:
         num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
         _SHARED["output_type"].check(output_type)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise InputError(Arg("seed"), f" must be an integer or None, got {seed!r}")
+            raise InputError(Arg("seed"), " must be an integer or None, got ", ArgValue("seed", seed))
         if seed is not None and not 0 <= seed <= MAX_SEED:
             raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
                              "keys take 32 bits; a larger or negative seed would repeat one of these)")

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from vidax.errors import Arg, InputError
+from vidax.errors import Arg, ArgValue, InputError
 
 #: The kinds of value a call keyword takes beyond a plain int / float / str / bool (``type``):
 #: frames the CLI reads from a video file, an image it reads from an image file, or anything
@@ -130,14 +130,17 @@ class CallOption:
         number comes back as a Python int / float.
 
         Raises:
-            InputError: ``"<name> must be <valid>, got <value>"``, naming the argument as data.
+            InputError: ``"<name> must be <valid>, got <value>"``, the argument and its value as
+                data (:class:`~vidax.errors.ArgValue`: each front end writes the value as the
+                user gave it).
         """
         if value is None or self.type in (OBJECT, VIDEO_FILE, IMAGE_FILE):
             return value
         if self.per_prompt and isinstance(value, (list, tuple)):
             return [self.check(v, Arg(f"{self.name}[{i}]")) for i, v in enumerate(value)]
         if not self._valid(value):
-            raise InputError(label or Arg(self.name), f" must be {self.describe_valid()}, got {value!r}")
+            label = label or Arg(self.name)
+            raise InputError(label, f" must be {self.describe_valid()}, got ", ArgValue(label.name, value))
         return int(value) if self.type is int else float(value) if self.type is float else value
 
     def _valid(self, value: Any) -> bool:

@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from vidax.serve.fields import Fields, RequestError
+from vidax.serve.fields import Fields, RequestError, number_texts
 from vidax.serve.jobs import COMPLETED, JobRunner
 
 #: The largest request body accepted (bytes): an image and the fields, with room to spare.
@@ -118,9 +118,9 @@ def _not_found(job_id: str) -> JSONResponse:
     return _error(RequestError(404, f"no video with id {job_id!r}", "video_id", "not_found"))
 
 
-async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], str | None, str]:
-    """The request's fields, and the uploaded ``input_reference`` saved in ``upload_dir`` (path,
-    its file name) or None."""
+async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], str | None, str, dict[str, str]]:
+    """The request's fields, the uploaded ``input_reference`` saved in ``upload_dir`` (path,
+    its file name) or None, and the text of each JSON number field as sent (:func:`number_texts`)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -133,7 +133,7 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
         if "input_reference" in fields:
             raise RequestError(400, "input_reference must be sent as a file in a multipart/form-data request",
                                "input_reference")
-        return fields, None, ""
+        return fields, None, "", number_texts(await request.body())
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(415, f"content-type {kind or 'none'!r}: send application/json or multipart/form-data")
     form = await request.form()
@@ -146,7 +146,7 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
         if image_path is not None:
             os.unlink(image_path)
         raise
-    return fields, image_path, image_name
+    return fields, image_path, image_name, {}
 
 
 async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image_path: str | None,
@@ -177,8 +177,8 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
     async def create(request: Request) -> Response:
         image_path = None
         try:
-            fields, image_path, image_name = await _fields(request, runner.store.folder)
-            job = await run_in_threadpool(runner.submit, fields, image_path, image_name)
+            fields, image_path, image_name, texts = await _fields(request, runner.store.folder)
+            job = await run_in_threadpool(runner.submit, fields, image_path, image_name, texts)
         except RequestError as e:
             return _error(e)
         finally:

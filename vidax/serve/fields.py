@@ -9,17 +9,19 @@ checked by its declaration. They come as JSON, or as form fields (strings, read 
 type) with the image as the multipart file ``input_reference``.
 
 An error of the pipeline's checks names its arguments as data (:class:`vidax.errors.Arg`); the
-400 answer spells them as the request's fields (:meth:`Fields.spell`) and takes its ``param``
-from them (:meth:`Fields.field`).
+400 answer spells them as the request's fields (:meth:`Fields.spell`), a value as the request
+sent it (a JSON number's text, :func:`number_texts`; a form field's text), and takes its
+``param`` from them (:meth:`Fields.field`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-from vidax.errors import Arg, VidaxError
+from vidax.errors import Arg, ArgValue, VidaxError
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, VIDEO_FILE, CallOption
 
 
@@ -66,6 +68,22 @@ def _typed(option: CallOption, value: Any) -> Any:
     return value
 
 
+class _Number(str):
+    """A JSON number's text as sent (:func:`number_texts`' parse hook)."""
+
+
+def number_texts(body: bytes | str) -> dict[str, str]:
+    """The text of each number the JSON object ``body`` gives a field, as the request sent it
+    (``1e30``, which Python writes 1e+30; ``2.50``; ``NaN``), by field; a list's numbers as
+    ``field[i]``. Fields of other values are left out."""
+    fields = json.loads(body, parse_float=_Number, parse_int=_Number, parse_constant=_Number)
+    texts = {}
+    for key, value in fields.items() if isinstance(fields, dict) else ():
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(key, value)]
+        texts.update((name, str(v)) for name, v in items if isinstance(v, _Number))
+    return texts
+
+
 class Fields:
     """A ``POST /v1/videos`` request's fields, read against the loaded pipeline's call keywords.
 
@@ -77,12 +95,14 @@ class Fields:
         fps: frames per second that ``seconds`` counts in: ``num_frames = seconds x fps + 1``.
         image_name: the file name of the uploaded ``input_reference``, or None.
         cache: whether the pipeline takes a step cache (the ``cache`` field).
+        texts: the text of each JSON number field as sent (:func:`number_texts`), for the
+            messages (:meth:`sent`).
     """
 
     def __init__(self, fields: dict[str, Any], options: Iterable[CallOption], fps: Any,
-                 image_name: str | None = None, cache: bool = False):
+                 image_name: str | None = None, cache: bool = False, texts: Mapping[str, str] | None = None):
         self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
-        self.fps, self.image_name, self.cache = fps, image_name, cache
+        self.fps, self.image_name, self.cache, self.texts = fps, image_name, cache, dict(texts or {})
         self.given = {k: v for k, v in fields.items()
                       if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")}
         if image_name is not None:
@@ -134,7 +154,8 @@ class Fields:
             except ValueError:
                 value = math.nan
             if not math.isfinite(value) or value <= 0:
-                raise RequestError(400, f"seconds must be a number > 0, got {seconds!r}", "seconds")
+                raise RequestError(400, f"seconds must be a number > 0, got {self.as_sent(Arg('seconds', seconds))}",
+                                   "seconds")
             kw["num_frames"] = round(value * self.fps) + 1
         return kw
 
@@ -149,20 +170,34 @@ class Fields:
                 return field
         return name if name in self.options else None
 
+    def sent(self, name: str) -> str | None:
+        """The text the request gave the value of field (or list item, ``field[i]``) ``name``
+        in: a JSON number's as sent, a form field's; None for any other."""
+        value = self.given.get(name)
+        return self.texts.get(name, value.strip() if isinstance(value, str) else None)
+
+    def as_sent(self, arg: Arg) -> str:
+        """``arg``'s value as the request sent it where it sent that value (``1e30``), else as
+        Python writes it (:meth:`~vidax.errors.Arg.shown_as`)."""
+        return arg.shown_as(self.sent(arg.name))
+
     def spell(self, arg: Arg) -> str:
         """An argument named in an error, as the request gave it: a field as ``name=value`` (as
-        JSON's name and value), the keywords standing for OpenAI's fields through those
-        (``size's height 40``, ``seconds=2 (49 frames at 24 fps)``, ``input_reference 'cat.png'``)."""
+        JSON's name and the value as sent, :meth:`as_sent`), a value alone as sent, the keywords
+        standing for OpenAI's fields through those (``size's height 40``, ``seconds=2 (49
+        frames at 24 fps)``, ``input_reference 'cat.png'``)."""
+        if isinstance(arg, ArgValue):
+            return self.as_sent(arg)
         field = self.field(arg.name)
         if field == "input_reference":
             return f"input_reference {self.image_name!r}" if arg.has_value and self.image_name else field
         if field == "size":
             return f"size's {arg.name} {arg.shown_value()}" if arg.has_value else f"size's {arg.name}"
         if field == "seconds":
-            seconds = self.given["seconds"]
-            return f"seconds={seconds!r} ({arg.shown_value()} frames at {float(self.fps):g} fps)" if arg.has_value \
+            seconds = self.as_sent(Arg("seconds", self.given["seconds"]))
+            return f"seconds={seconds} ({arg.shown_value()} frames at {float(self.fps):g} fps)" if arg.has_value \
                 else "num_frames (seconds x fps + 1)"
-        return str(arg)
+        return f"{arg.name}={self.as_sent(arg)}" if arg.has_value and arg.python is None else str(arg)
 
     def error(self, e: VidaxError) -> "RequestError":
         """The 400 answer to an error of the pipeline's checks: its message with the arguments

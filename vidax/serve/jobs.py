@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Mapping
 
 from vidax.errors import Arg, Cancelled, InputError, VidaxError
 from vidax.serve.fields import Fields, RequestError
@@ -224,8 +224,10 @@ class JobRunner:
             logger.warning("marked %d job(s) of an earlier run failed (interrupted)", interrupted)
 
     # ------------------------------------------------------------------ the API's operations
-    def submit(self, fields: dict[str, Any], image_path: str | None = None, image_name: str = "") -> dict:
-        """Check a request and queue its job; returns the job.
+    def submit(self, fields: dict[str, Any], image_path: str | None = None, image_name: str = "",
+               texts: Mapping[str, str] | None = None) -> dict:
+        """Check a request and queue its job; returns the job. ``texts``: the text of each JSON
+        number field as sent (:func:`~vidax.serve.fields.number_texts`), for the messages.
 
         Raises:
             RequestError: 400 for a field the pipeline's checks refuse (the message names the
@@ -238,7 +240,7 @@ class JobRunner:
             raise RequestError(400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model",
                                "model_not_found")
         request = Fields(fields, self.options, self.info.defaults.fps, image_name if image_path else None,
-                         cache=self.cls.cache_reference)
+                         cache=self.cls.cache_reference, texts=texts)
         job_id = "video_" + uuid.uuid4().hex
         pending = _Pending(job_id, None)
         try:

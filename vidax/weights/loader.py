@@ -208,10 +208,14 @@ class PendingLoad:
 
     Args:
         read: ``() -> module``: reads the tensors.
+        abstract: the parameters the read fills, path -> variable of a ``ShapeDtypeStruct``
+            (their storage: a GGUF kernel kept as blocks is uint8, padded where its stack
+            mixes types), for sizing the module before it is read; None where not known.
     """
 
-    def __init__(self, read: Callable[[], Any]):
+    def __init__(self, read: Callable[[], Any], abstract: Mapping[Any, Any] | None = None):
         self._read = read
+        self.abstract = abstract
 
     def read(self) -> Any:
         """The loaded module (reads every tensor of the plan).
@@ -223,7 +227,7 @@ class PendingLoad:
 
     def then(self, fn: Callable[[Any], Any]) -> "PendingLoad":
         """A PendingLoad whose :meth:`read` returns ``fn(self.read())``."""
-        return PendingLoad(lambda: fn(self.read()))
+        return PendingLoad(lambda: fn(self.read()), self.abstract)
 
 
 def load_module(
@@ -329,7 +333,7 @@ def load_module(
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
     graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
     read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
-                                            place_stacked, scales, kept, indices, rules.stacked))
+                                            place_stacked, scales, kept, indices, rules.stacked), abstract)
     return read if defer else read.read()
 
 
