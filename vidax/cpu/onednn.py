@@ -401,9 +401,12 @@ def with_layout_of(a: Any, sharding: jax.sharding.Sharding) -> Any:
     return Format(Layout(major_to_minor=KERNEL_LAYOUT), sharding) if has_kernel_layout(a) else sharding
 
 
+@functools.lru_cache(maxsize=1)
 def has_layout_api() -> bool:
-    """Whether this JAX has the layout API the kernel layout needs (``jax.experimental.layout``)."""
-    return Format is not None
+    """Whether this JAX has the layout API the kernel layout needs (``jax.experimental.layout``'s
+    ``Format`` / ``Layout``, and arrays that tell their ``format``); without it the stacks stay
+    row-major."""
+    return Format is not None and hasattr(jnp.zeros(()), "format")
 
 
 def to_kernel_layout(a: jax.Array) -> jax.Array | None:
