@@ -165,6 +165,9 @@ def test_describe_says_what_the_matmuls_ran_through(built, monkeypatch):
     monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
     row = onednn.describe(jnp.bfloat16)
     assert row == "oneDNN (VIDAX_CPU_MATMUL=onednn; layer weights read in place)"
+    # kept 8-bit / GGUF Linears run XLA's dot (trial 6: the row claimed oneDNN for them too)
+    assert onednn.describe(jnp.bfloat16, ["GGUF", "int8"]) == (
+        "oneDNN (VIDAX_CPU_MATMUL=onednn; layer weights read in place); XLA's dot for the GGUF / int8 weights")
     assert [line.split(None, 2)[2] for line in RunStats(step_s=[1.0], cpu_matmul=row).summary().splitlines()
             if line.split()[:2] == ["cpu", "matmul"]] == [row]
 
@@ -451,3 +454,18 @@ def test_attention_products_through_onednn(built, monkeypatch, impl):
     # the GQA call (one key head for three query heads) kept XLA's dot: its products are einsums
     gqa = jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation=impl, block_size=3))
     assert onednn.BATCHED_TARGET not in gqa.lower(q, k[:, :, :1], v[:, :, :1]).as_text()
+
+
+def test_quantized_weight_formats_name_what_runs_xla_dot():
+    """The formats the summary row names as XLA's dot: kept 8-bit kernels as --weights names
+    them, GGUF ones as GGUF, none for plain weights."""
+    from vidax.nn.layers import quantized_weight_formats
+    from vidax.nn.quant import quantize_structure
+
+    assert quantized_weight_formats(_Holder(_random_blocks())) == []
+    for fmt, name in (("int8", "int8"), ("float8_e4m3fn", "fp8")):
+        model = nnx.eval_shape(lambda: quantize_structure(_Holder(_random_blocks()), fmt))
+        assert quantized_weight_formats(model) == [name]
+    model = _Holder(_random_blocks())
+    model.blocks.up.kernel_gguf = "Q4_K"
+    assert quantized_weight_formats(model) == ["GGUF"]

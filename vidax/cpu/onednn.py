@@ -63,7 +63,7 @@ import site
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -213,9 +213,12 @@ def load() -> str | None:
     return why
 
 
-def describe(dtype: Any) -> str | None:
+def describe(dtype: Any, kept: Sequence[str] = ()) -> str | None:
     """What a ``dtype`` matmul on this process's CPU backend runs through, in words, for the run
-    summary (None off the CPU backend or for dtypes that are not 16-bit floats)."""
+    summary (None off the CPU backend or for dtypes that are not 16-bit floats). ``kept``: the
+    formats of the transformer's Linear weights that stay quantized (``"int8"``,
+    ``"float8_e4m3fn"``, ``"GGUF"``): those Linears run XLA's dot (dequantized in it), which the
+    row says where oneDNN runs the rest."""
     dt = jnp.dtype(dtype)
     if jax.default_backend() != "cpu" or not (jnp.issubdtype(dt, jnp.floating) and dt.itemsize == 2):
         return None
@@ -231,7 +234,10 @@ def describe(dtype: Any) -> str | None:
     why = load()
     if why is not None:
         return f"XLA's dot (oneDNN unavailable: {why})"
-    return f"oneDNN ({ENV}={choice}" + ("; layer weights read in place)" if reads_stacks_in_place(dt) else ")")
+    row = f"oneDNN ({ENV}={choice}" + ("; layer weights read in place)" if reads_stacks_in_place(dt) else ")")
+    if kept:
+        row += f"; XLA's dot for the {' / '.join(kept)} weights"
+    return row
 
 
 def available() -> bool:

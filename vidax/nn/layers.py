@@ -313,6 +313,18 @@ def linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs, use_bias: bo
     return Linear(din, dout, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
+def quantized_weight_formats(module: nnx.Module) -> list[str]:
+    """The formats of ``module``'s :class:`Linear` kernels kept quantized, sorted, as
+    ``--weights`` names them (``"int8"``, ``"fp8"``), and ``"GGUF"``; empty for plain weights."""
+    kinds = set()
+    for _, node in nnx.iter_graph(module):
+        if isinstance(node, Linear) and node.kernel_gguf is not None:
+            kinds.add("GGUF")
+        elif isinstance(node, Linear) and node.kernel_scale is not None:
+            kinds.add("int8" if jnp.dtype(node.kernel.get_value().dtype) == jnp.int8 else "fp8")
+    return sorted(kinds)
+
+
 def gelu(x: jax.Array, approximate: bool) -> jax.Array:
     """torch's ``F.gelu`` (``approximate="tanh"`` or exact erf) in ``x``'s dtype: a 16-bit ``x``
     is computed in float32 and rounded once, as torch computes it on bf16 / fp16 tensors (its

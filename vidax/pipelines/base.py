@@ -34,6 +34,7 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import (Arg, ArgValue, Cancelled, Message, joined, ConfigError, InputError, NumericalError,
                           OutOfMemoryError, VidaxError)
 from vidax.nn.inputs import parse_dtype
+from vidax.nn.layers import quantized_weight_formats
 from vidax.cpu.onednn import describe as describe_cpu_matmul
 from vidax.nn.stack import as_stack_bits, from_stack_bits
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
@@ -1325,7 +1326,7 @@ class VideoPipeline:
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
         if stats.cpu_matmul is None:
-            stats.cpu_matmul = describe_cpu_matmul(self.dtype)
+            stats.cpu_matmul = describe_cpu_matmul(self.dtype, quantized_weight_formats(module))
         cache = self._step_cache(call, expert, total, stats)
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
