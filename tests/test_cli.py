@@ -693,29 +693,49 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
     check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written
 
 
-def test_fps_is_refused_naming_the_flag_value_and_range(tmp_path):
-    """--fps that is no integral number (2.5) is one error line naming --fps, the value as typed
-    and the valid range, as an --fps out of the range is (not click's usage error naming neither);
-    before any checkpoint is read (there is none here). A number of integral value in the range
-    (16.0, 1e3) is that integer."""
+def test_number_flags_are_read_by_one_rule(tmp_path):
+    """Every number flag is read by one rule (vidax.errors.typed_number): a number of integral
+    value (16.0, 1e3) is an integer; any other text (2.50, 1e99 past int64, 0x10, Python's 1_0,
+    nan, text) is one error line naming the flag, what is valid and the text as typed (not
+    typer's usage error showing no value), before any checkpoint is read (there is none here).
+    A range checked later (--fps) still echoes the text as typed."""
     from typer.testing import CliRunner
 
-    from vidax.cli import _frame_rate, app
+    from vidax.cli import app
+    from vidax.errors import MAX_TYPED_INT, typed_number
 
-    def run(value):
-        r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(tmp_path / "none"), "--fps",
-                                     value, "-o", str(tmp_path / "v.npy")])
+    def run(*flags, command="generate"):
+        base = ["-p", "a cat", "-o", str(tmp_path / "v.npy")] if command == "generate" else []
+        r = CliRunner().invoke(app, [command, "--checkpoint", str(tmp_path / "none"), *base, *flags])
         return r, [line for line in r.stderr.splitlines() if line.strip()]
 
-    for value in ("2.5", "0", "1e4", "1e30", "nan", "inf", "abc"):
-        r, lines = run(value)
-        assert r.exit_code == 2 and lines == [f"error: --fps must be an integer frame rate in [1, 1000] fps, got "
-                                              f"{value}"], r.output
-    for value, fps in (("16.0", 16), ("1e3", 1000), ("24", 24)):
-        got = _frame_rate(value)
-        assert got == fps and type(got) is int, (value, got)
-    r, lines = run("16.0")  # on to the checkpoint, which is not there
-    assert r.exit_code == 2 and "--fps" not in r.stderr and "none" in r.stderr, r.output
+    positive, fps = "a positive integer", "an integer frame rate in [1, 1000] fps"
+    guidance = "a finite number >= 0 (at most 3.403e+38, float32's largest)"
+    for flag, value, valid in (
+            ("--num-inference-steps", "2.50", positive), ("--seed", "0x10", "an integer"),
+            ("--seed", "1e99", f"an integer (at most {MAX_TYPED_INT} in magnitude)"), ("--seed", "nan", "an integer"),
+            ("--num-frames", "1e999", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
+            ("--max-sequence-length", "1e39", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
+            ("--height", "1_0", positive), ("--width", "inf", positive), ("--dp", "1.5", "an integer"),
+            ("--num-processes", "two", "an integer"), ("--fps", "2.5", fps), ("--fps", "0", fps),
+            ("--fps", "1e4", fps), ("--fps", "1e30", fps), ("--guidance-scale", "1_0", guidance),
+            ("--guidance-scale", "0x10", guidance), ("--distributed-timeout", "1_0", "a number")):
+        for flags in ([flag, value], [f"{flag}={value}"]):
+            r, lines = run(*flags)
+            assert r.exit_code == 2 and lines == [f"error: {flag} must be {valid}, got {value}"], (flags, r.output)
+    r, lines = run("--port", "80.5", command="serve")
+    assert r.exit_code == 2 and lines == ["error: --port must be an integer, got 80.5"], r.output
+    r, lines = run("--port", "7e4", command="serve")  # serve's own range check echoes the text too
+    assert r.exit_code == 2 and lines == ["error: --port must be in [0, 65535], got 7e4"], r.output
+    # Integral numbers are accepted as ints: on to the checkpoint, which is not there.
+    r, lines = run("--num-frames", "9.0", "--seed=1e3", "--fps", "16.0", "--height", "3.2e1", "--guidance-scale", "5")
+    assert r.exit_code == 2 and len(lines) == 1 and "none" in lines[0] and "must be" not in lines[0], r.output
+    for text, integer, number in (("16.0", True, 16), ("1e3", True, 1000), ("-2E0", True, -2), (" 7 ", True, 7),
+                                  ("2.50", True, None), ("1_0", True, None), ("nan", True, None), ("1e99", True, float("inf")),
+                                  ("1_0", False, None), ("0x10", False, None), ("\u0661", False, None), ("2.50", False, 2.5),
+                                  ("-Infinity", False, float("-inf")), (".5e1", False, 5.0)):
+        got = typed_number(text, integer=integer)
+        assert got == number and type(got) is type(number), (text, integer, got)
 
 
 def test_verbose_help_says_what_it_shows():

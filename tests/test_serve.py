@@ -190,7 +190,7 @@ def test_bad_fields_get_400_naming_the_field(server):
     # Form fields (the page's requests) are read as the numbers they spell, else named as given.
     r = server.http.post("/v1/videos", data={"prompt": "a cat", "num_inference_steps": "two"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "num_inference_steps"
-    assert "got 'two'" in r.json()["error"]["message"]
+    assert "got two" in r.json()["error"]["message"]  # a form's text unquoted, as sent
     # An image for a text-to-video model.
     r = server.http.post("/v1/videos", data={"prompt": "a cat"},
                          files={"input_reference": ("first.png", b"\x89PNG not really", "image/png")})
@@ -396,7 +396,7 @@ def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, to
     assert runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 2
     r = client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": "3"})
     assert r.status_code == 200 and runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 3, r.text
-    for value, shown in ((0, "0"), (1.5, "1.5"), ("two", "'two'")):
+    for value, shown in ((0, "0"), (1.5, "1.5"), ("two", "two")):
         r = (client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": value}) if isinstance(value, str)
              else client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": value}))
         assert r.status_code == 400, r.text
@@ -430,16 +430,37 @@ def test_bad_numbers_are_named_as_sent(toy_checkpoint, toy_registered, tmp_path)
             ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
             ("num_inference_steps", "1e400", "num_inference_steps must be a positive integer, got 1e400"),
             ("toy_repeat", "0.0", "toy_repeat must be a positive integer, got 0.0"),
-            ("seed", "7e0", "seed must be an integer or None, got 7e0"),
+            ("seed", "7.5e0", "seed must be an integer or null, got 7.5e0"),
             ("seconds", "-2E0", "seconds must be a number > 0, got -2E0"),
-            ("guidance_scale", '"abc"', f"guidance_scale {finite}, got 'abc'")):
+            # JSON's own values as JSON spells them; a string sent for a number said to be one
+            ("seed", "true", "seed must be an integer or null, got true"),
+            ("num_frames", "false", "num_frames must be a positive integer, got false"),
+            ("guidance_scale", '"1e39"', f'guidance_scale {finite}, got "1e39" (a string)'),
+            ("seconds", '"1_0"', 'seconds must be a number > 0, got "1_0" (a string)'),
+            ("num_inference_steps", "1e999", "num_inference_steps must be a positive integer, got 1e999"),
+            ("guidance_scale", '"abc"', f'guidance_scale {finite}, got "abc" (a string)')):
         r = client.post("/v1/videos", content=f'{{"prompt": "a toy boat", "{field}": {sent}}}',
                         headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
         assert r.json()["error"]["message"] == message, r.text
-    r = client.post("/v1/videos", data={"prompt": "a toy boat", "guidance_scale": " 1e39"})
-    assert r.status_code == 400 and r.json()["error"]["message"] == f"guidance_scale {finite}, got 1e39", r.text
+    # A form field's text is echoed unquoted as sent, whatever refused it; Python's 1_0 is no number.
+    for field, sent, message in (("guidance_scale", " 1e39", f"guidance_scale {finite}, got 1e39"),
+                                 ("guidance_scale", "1_0", f"guidance_scale {finite}, got 1_0"),
+                                 ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
+                                 ("num_inference_steps", "0x10", "num_inference_steps must be a positive integer, got 0x10"),
+                                 ("toy_repeat", "1e99", "toy_repeat must be a positive integer, got 1e99")):
+        r = client.post("/v1/videos", data={"prompt": "a toy boat", field: sent})
+        assert r.status_code == 400 and r.json()["error"]["message"] == message, r.text
     assert runner.list()[0] == []  # nothing was queued
+    # An int field takes a number of integral value, as vidax generate's flags do (9.0, 1e0, "2.0").
+    r = client.post("/v1/videos", content='{"prompt": "a toy boat", "num_inference_steps": 1e0, "toy_repeat": 2.0, '
+                    '"seed": 7E0, "num_frames": 9.0}', headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    call = runner._pending[r.json()["id"]].call
+    assert (call.num_inference_steps, call.extra["toy_repeat"], call.seed, call.num_frames) == (1, 2, 7, 9)
+    assert type(call.seed) is int and type(call.extra["toy_repeat"]) is int
+    r = client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": "3.0", "height": "3.2e1"})
+    assert r.status_code == 200 and runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 3, r.text
     # A failed job's message names a valid field as sent too (guidance 1e30 overflowing bfloat16).
     body = '{"prompt": "a toy boat", "guidance_scale": 1e30}'
     request = Fields(json.loads(body), runner.options, 16, texts=number_texts(body))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import signal
 import sys
@@ -71,26 +70,6 @@ def _frame_rate_words() -> str:
     return f"an integer frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps"
 
 
-def _frame_rate(text: str) -> int:
-    """``--fps``'s parser: a number of integral value (``16``, ``16.0``, ``1e3``) as an int; text
-    that is no such number (``2.5``, ``abc``) or out of range is refused in vidax's one error line
-    naming the flag, the value as typed and the valid range, not in click's usage error, which
-    names neither."""
-    from vidax.pipelines.options import FRAME_RATE_RANGE
-
-    try:
-        value = int(text)
-    except ValueError:
-        try:
-            number = float(text)
-        except ValueError:
-            number = math.nan
-        value = int(number) if math.isfinite(number) and number.is_integer() else None
-    if value is None or not FRAME_RATE_RANGE[0] <= value <= FRAME_RATE_RANGE[1]:
-        _fail(f"--fps must be {_frame_rate_words()}, got {text}")
-    return value
-
-
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
@@ -138,7 +117,57 @@ KEYWORD_FLAGS = {"timeout_s": "--distributed-timeout", "memory_check": "--no-mem
                  "decode_audio": "--no-audio", "weight_dtype": "--weights"}
 
 
-class GenerateCommand(TyperCommand):
+class NumberCommand(TyperCommand):
+    """A typer command whose number flags (int or float) are read by one rule,
+    :func:`vidax.errors.typed_number` (``16.0`` and ``1e3`` are integers; ``2.50``, ``1_0``,
+    ``0x10`` are refused), before typer parses them: a text that spells no number of the flag's
+    kind is one error line naming the flag, what is valid and the text as typed
+    (``--num-inference-steps must be a positive integer, got 2.50``), not typer's usage error,
+    which shows no value. The arguments as typed are ``ctx.meta["argv"]`` (the values errors echo,
+    :class:`_Spelling`)."""
+
+    def valid(self, param) -> str:
+        """What ``param``'s flag takes, in words."""
+        return "an integer" if _kind(param) is int else "a number"
+
+    def bounded(self, param) -> bool:
+        """Whether :meth:`valid` gives the largest value (then int64's is not said)."""
+        return False
+
+    def parse_args(self, ctx: typer.Context, args: list) -> list:
+        ctx.meta["argv"] = list(args)
+        numbers = {opt: p for p in self.get_params(ctx) if _kind(p) is not None for opt in p.opts}
+        return super().parse_args(ctx, [_read_number(args, i, numbers, self) for i in range(len(args))])
+
+
+def _kind(param) -> type | None:
+    """``int`` or ``float`` for an option taking one number (typer names its type), else None."""
+    if getattr(param, "param_type_name", "") != "option" or param.is_flag or param.multiple:
+        return None
+    return {"int": int, "float": float}.get(str(param.bare_type()))
+
+
+def _read_number(args: list, i: int, numbers: dict, command: NumberCommand) -> str:
+    """``args[i]``, or where it is the value of a number flag (``--seed 1e3``, ``--seed=1e3``)
+    the number it spells in Python's digits (``--seed 1000``); exits with the one error line of
+    :class:`NumberCommand` where it spells none."""
+    from vidax.errors import MAX_TYPED_INT, typed_number
+
+    flag, eq, text = args[i].partition("=")
+    if eq and flag in numbers:
+        param = numbers[flag]
+    elif i > 0 and args[i - 1] in numbers and args[i - 1] != "--":
+        param, flag, eq, text = numbers[args[i - 1]], args[i - 1], "", args[i]
+    else:
+        return args[i]
+    number = typed_number(text, integer=_kind(param) is int)
+    if number is None or _kind(param) is int and isinstance(number, float):  # a float here: an integer past int64
+        cap = "" if number is None or command.bounded(param) else f" (at most {MAX_TYPED_INT} in magnitude)"
+        _fail(f"{param.opts[0]} must be {command.valid(param)}{cap}, got {text}")
+    return f"{flag}={number!r}" if eq else repr(number)
+
+
+class GenerateCommand(NumberCommand):
     """``vidax generate``: typer's command plus one flag per call keyword of :func:`call_options`,
     added when first asked for (``--help`` or a run). Their values reach the command as
     ``ctx.meta["call"]`` (name -> value, None where not given)."""
@@ -158,9 +187,16 @@ class GenerateCommand(TyperCommand):
         ctx.meta["call"] = {p.name: ctx.params.pop(p.name) for p in self.declared()}
         return super().invoke(ctx)
 
-    def parse_args(self, ctx: typer.Context, args: list) -> list:
-        ctx.meta["argv"] = list(args)  # the text typed, for the values errors echo (:class:`_Spelling`)
-        return super().parse_args(ctx, args)
+    def valid(self, param) -> str:
+        """What a flag takes, in words: a call keyword's as its declaration says (``--fps``: the
+        frame rates of :data:`~vidax.pipelines.options.FRAME_RATE_RANGE`)."""
+        option = call_options().get(param.name)
+        return (option.describe_valid() if option is not None else _frame_rate_words() if param.name == "fps"
+                else super().valid(param))
+
+    def bounded(self, param) -> bool:
+        option = call_options().get(param.name)
+        return param.name == "fps" if option is None else option.high is not None or option.choices is not None
 
 
 def _declared_params(options) -> list:
@@ -307,8 +343,7 @@ def generate(
     audio: bool = typer.Option(
         True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
         "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
-    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples].",
-                                      parser=_frame_rate, metavar="INTEGER"),
+    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Show the INFO log lines on stderr: vidax's (the attention implementation "
@@ -440,7 +475,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     from vidax.checkpoint import TASK_NAMES
     from vidax.pipelines.options import FRAME_RATE_RANGE, IMAGE_FILE, VIDEO_FILE
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Arg, Cancelled, InputError, NumericalError, joined
+    from vidax.errors import Arg, ArgValue, Cancelled, InputError, NumericalError, joined
     from vidax.parallel.distributed import check_backend, initialize, is_main_process
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.io.video import (DISCARD, audio_path, check_image_frames, check_output_path, output_paths,
@@ -454,7 +489,7 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
     if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
-        raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got {fps}")
+        raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got ", ArgValue("fps", fps))
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
     raw = dict(given)  # the file paths, before the files are read
@@ -796,7 +831,7 @@ def inspect(
                        else spelling(a)))
 
 
-@app.command()
+@app.command(cls=NumberCommand)
 def serve(
     ctx: typer.Context,
     checkpoint: Optional[str] = load_flag("checkpoint"),
@@ -834,14 +869,14 @@ def serve(
 
     SIGINT / SIGTERM: stop accepting requests, cancel the running job at its next check (it is
     recorded as failed, code "cancelled") and every queued one, and exit 0."""
-    from vidax.errors import Arg, InputError, VidaxError
+    from vidax.errors import Arg, ArgValue, InputError, VidaxError
 
     _setup_logging(verbose)
     try:
         if queue_size < 0:
-            raise InputError(Arg("queue_size"), f" must be >= 0, got {queue_size}")
+            raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
         if not 0 <= port <= 65535:
-            raise InputError(Arg("port"), f" must be in [0, 65535], got {port}")
+            raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
         offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
         loras = _lora_files(lora or [])  # unreadable or malformed files: before any loading
         from vidax.serve.command import run
@@ -849,7 +884,7 @@ def serve(
         run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
             load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer)
     except VidaxError as e:
-        _fail(_Spelling(ctx.command).message(e))
+        _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))
 
 
 def main() -> None:

@@ -8,11 +8,42 @@ a user can fix the call without reading vidax's source. An argument is named as 
 
 
 import dataclasses
+import decimal
 import math
 import numbers
+import re
 from typing import Any, Callable
 
 _NO_VALUE = object()
+
+#: A number as vidax reads typed text: decimal digits with an optional point and exponent.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NOT_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+#: The largest magnitude of an integer read from text (int64's): what numpy and JAX hold.
+MAX_TYPED_INT = 2**63 - 1
+
+
+def typed_number(text: str, integer: bool = False) -> int | float | None:
+    """The number ``text`` spells, by the one rule of vidax's front ends (a flag of ``vidax
+    generate`` / ``serve``, a form field or a JSON number's text sent to ``vidax serve``):
+    decimal digits with an optional point and exponent (``16``, ``2.50``, ``1e3``, ``-1E0``), or
+    nan / inf / infinity in any case, spaces around them ignored, as a float. Python's other
+    spellings (``1_0``, ``0x10``, non-ASCII digits) spell no number: None.
+
+    integer: the int of an integral value (``16``, ``16.0``, ``1e3``) of magnitude at most
+    :data:`MAX_TYPED_INT`; an integral value beyond it (``1e99``) as inf with its sign; None for
+    any other (``2.50``, ``nan``, ``inf``)."""
+    text = text.strip()
+    if _NOT_FINITE.fullmatch(text):
+        return None if integer else float(text)
+    if not _DECIMAL.fullmatch(text):
+        return None
+    if not integer:
+        return float(text)
+    exact = decimal.Decimal(text)  # exact, also for 1e999999999 (float() would round, int() would be huge)
+    if exact != exact.to_integral_value():
+        return None
+    return int(exact) if abs(exact) <= MAX_TYPED_INT else math.copysign(math.inf, exact)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,12 +78,13 @@ class Arg:
         as the request sent it) when it spells the value, a number (``1e30`` for 1e+30, ``2``
         for 2.0, ``NaN`` for nan); else :meth:`shown_value`."""
         value = self.value
-        if text is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                typed, value = float(text), float(value)
-            except (ValueError, OverflowError):  # not a number; an int past float's range
-                return self.shown_value()
-            if typed == value or math.isnan(typed) and math.isnan(value):
+        if text is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and typed_number(text) is not None:
+            if isinstance(value, int):  # exactly: 1e99 spells 10**99, not the int nearest to float 1e99
+                same = decimal.Decimal(text.strip()) == value
+            else:
+                same = float(text) == value or math.isnan(float(text)) and math.isnan(value)
+            if same:
                 return text
         return self.shown_value()
 

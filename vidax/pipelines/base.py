@@ -863,7 +863,8 @@ class VideoPipeline:
         num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
         _SHARED["output_type"].check(output_type)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise InputError(Arg("seed"), " must be an integer or None, got ", ArgValue("seed", seed))
+            raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",
+                             ArgValue("seed", seed))  # None as each front end spells it (serve: null)
         if seed is not None and not 0 <= seed <= MAX_SEED:
             raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
                              "keys take 32 bits; a larger or negative seed would repeat one of these)")

@@ -118,9 +118,10 @@ def _not_found(job_id: str) -> JSONResponse:
     return _error(RequestError(404, f"no video with id {job_id!r}", "video_id", "not_found"))
 
 
-async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], str | None, str, dict[str, str]]:
+async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], str | None, str, dict[str, str] | None]:
     """The request's fields, the uploaded ``input_reference`` saved in ``upload_dir`` (path,
-    its file name) or None, and the text of each JSON number field as sent (:func:`number_texts`)."""
+    its file name) or None, and the text of each JSON number field as sent (:func:`number_texts`;
+    None for a form, whose fields are texts)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -146,7 +147,7 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
         if image_path is not None:
             os.unlink(image_path)
         raise
-    return fields, image_path, image_name, {}
+    return fields, image_path, image_name, None  # None: a form's texts
 
 
 async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image_path: str | None,

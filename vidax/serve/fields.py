@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any, Iterable, Mapping
 
-from vidax.errors import Arg, ArgValue, VidaxError
+from vidax.errors import Arg, ArgValue, VidaxError, typed_number
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, VIDEO_FILE, CallOption
 
 
@@ -44,27 +44,22 @@ class RequestError(Exception):
 STANDS_FOR = {"model": (), "size": ("height", "width"), "seconds": ("num_frames",), "input_reference": ("image",),
               "cache": ()}
 
-_INT = re.compile(r"[+-]?\d+")
 _SIZE = re.compile(r"\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*")
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
-def _typed(option: CallOption, value: Any) -> Any:
-    """A form field's text as the declared type's value it spells (JSON values pass as they
-    are); text that spells none stays text, so the declaration's check names the field and its
-    value."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if option.type is int and _INT.fullmatch(text):
-        return int(text)
-    if option.type is float:
-        try:
-            return float(text)
-        except ValueError:
-            return value
-    if option.type is bool:
-        return _BOOL.get(text.lower(), value)
+def _typed(option: CallOption, value: Any, text: str | None = None) -> Any:
+    """A field's value as the declared type's value it spells: a form's text (or a JSON string)
+    as the number or bool it spells, a JSON number of integral value (``9.0``, ``1e3``; ``text``:
+    the number as sent) as an int for an int keyword, numbers read by vidax's one rule
+    (:func:`~vidax.errors.typed_number`, as ``vidax generate`` reads its flags). Anything else
+    stays as it is, so the declaration's check names the field and its value."""
+    if option.type in (int, float) and isinstance(value, (str, float)):
+        number = typed_number(text if text is not None else value if isinstance(value, str) else repr(value),
+                              integer=option.type is int)
+        return value if number is None or option.type is int and isinstance(number, float) else number
+    if option.type is bool and isinstance(value, str):
+        return _BOOL.get(value.strip().lower(), value)
     return value
 
 
@@ -96,13 +91,14 @@ class Fields:
         image_name: the file name of the uploaded ``input_reference``, or None.
         cache: whether the pipeline takes a step cache (the ``cache`` field).
         texts: the text of each JSON number field as sent (:func:`number_texts`), for the
-            messages (:meth:`sent`).
+            messages (:meth:`sent`); None: the fields are a form's texts.
     """
 
     def __init__(self, fields: dict[str, Any], options: Iterable[CallOption], fps: Any,
                  image_name: str | None = None, cache: bool = False, texts: Mapping[str, str] | None = None):
         self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
         self.fps, self.image_name, self.cache, self.texts = fps, image_name, cache, dict(texts or {})
+        self.form = texts is None
         self.given = {k: v for k, v in fields.items()
                       if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")}
         if image_name is not None:
@@ -130,7 +126,7 @@ class Fields:
         if unknown:
             raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}",
                                unknown[0])
-        kw = {k: _typed(self.options[k], v) for k, v in given.items() if k not in STANDS_FOR}
+        kw = {k: _typed(self.options[k], v, self.texts.get(k)) for k, v in given.items() if k not in STANDS_FOR}
         if "prompt" in kw and not isinstance(kw["prompt"], str):
             raise RequestError(400, f"prompt must be a string (one video per request), got "
                                f"{type(kw['prompt']).__name__}", "prompt")
@@ -148,12 +144,9 @@ class Fields:
             if "num_frames" in given:
                 raise RequestError(400, "seconds and num_frames are both given; give one of them", "seconds")
             seconds = given["seconds"]
-            try:
-                value = float(seconds) if isinstance(seconds, (str, int, float)) and not isinstance(seconds, bool) \
-                    else math.nan
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value) or value <= 0:
+            value = typed_number(seconds) if isinstance(seconds, str) else \
+                float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+            if value is None or not math.isfinite(value) or value <= 0:
                 raise RequestError(400, f"seconds must be a number > 0, got {self.as_sent(Arg('seconds', seconds))}",
                                    "seconds")
             kw["num_frames"] = round(value * self.fps) + 1
@@ -177,8 +170,20 @@ class Fields:
         return self.texts.get(name, value.strip() if isinstance(value, str) else None)
 
     def as_sent(self, arg: Arg) -> str:
-        """``arg``'s value as the request sent it where it sent that value (``1e30``), else as
+        """``arg``'s value as the request sent it where it sent that value: a form field's text
+        as sent (``2.50``, ``two``), a JSON number's text (``1e30``), a JSON string given for a
+        number as one (``"1e39" (a string)``); true / false / null as JSON spells them; else as
         Python writes it (:meth:`~vidax.errors.Arg.shown_as`)."""
+        raw = self.given.get(arg.name)
+        option = self.options.get(arg.name)
+        if isinstance(raw, str) and (arg.value is raw or option is not None
+                                     and arg.value == _typed(option, raw)):  # the value is the field's text
+            if self.form:
+                return raw.strip()
+            if arg.name == "seconds" or option is not None and option.type in (int, float):
+                return f"{json.dumps(raw)} (a string)"
+        if not self.form and (arg.value is None or isinstance(arg.value, bool)):
+            return json.dumps(arg.value)
         return arg.shown_as(self.sent(arg.name))
 
     def spell(self, arg: Arg) -> str:
