@@ -712,8 +712,8 @@ def test_number_flags_are_read_by_one_rule(tmp_path):
     positive, fps = "a positive integer", "an integer frame rate in [1, 1000] fps"
     guidance = "a finite number >= 0 (at most 3.403e+38, float32's largest)"
     for flag, value, valid in (
-            ("--num-inference-steps", "2.50", positive), ("--seed", "0x10", "an integer"),
-            ("--seed", "1e99", f"an integer (at most {MAX_TYPED_INT} in magnitude)"), ("--seed", "nan", "an integer"),
+            ("--num-inference-steps", "2.50", positive), ("--seed", "0x10", "an integer in [0, 4294967295]"),
+            ("--seed", "1e99", "an integer in [0, 4294967295]"), ("--seed", "nan", "an integer in [0, 4294967295]"),
             ("--num-frames", "1e999", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
             ("--max-sequence-length", "1e39", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
             ("--height", "1_0", positive), ("--width", "inf", positive), ("--dp", "1.5", "an integer"),

@@ -190,13 +190,19 @@ class GenerateCommand(NumberCommand):
     def valid(self, param) -> str:
         """What a flag takes, in words: a call keyword's as its declaration says (``--fps``: the
         frame rates of :data:`~vidax.pipelines.options.FRAME_RATE_RANGE`)."""
+        from vidax.pipelines.base import MAX_SEED
+
         option = call_options().get(param.name)
+        if param.name == "seed":
+            return f"an integer in [0, {MAX_SEED}]"
         return (option.describe_valid() if option is not None else _frame_rate_words() if param.name == "fps"
                 else super().valid(param))
 
     def bounded(self, param) -> bool:
         option = call_options().get(param.name)
-        return param.name == "fps" if option is None else option.high is not None or option.choices is not None
+        if param.name in ("fps", "seed"):
+            return True
+        return option is not None and (option.high is not None or option.choices is not None)
 
 
 def _declared_params(options) -> list:

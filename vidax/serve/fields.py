@@ -172,7 +172,8 @@ class Fields:
     def as_sent(self, arg: Arg) -> str:
         """``arg``'s value as the request sent it where it sent that value: a form field's text
         as sent (``2.50``, ``two``), a JSON number's text (``1e30``), a JSON string given for a
-        number as one (``"1e39" (a string)``); true / false / null as JSON spells them; else as
+        number as one (``"1e39" (a string)``; ``seconds``, a string in OpenAI's API, quoted:
+        ``"abc"``); true / false / null as JSON spells them; else as
         Python writes it (:meth:`~vidax.errors.Arg.shown_as`)."""
         raw = self.given.get(arg.name)
         option = self.options.get(arg.name)
@@ -180,7 +181,9 @@ class Fields:
                                      and arg.value == _typed(option, raw)):  # the value is the field's text
             if self.form:
                 return raw.strip()
-            if arg.name == "seconds" or option is not None and option.type in (int, float):
+            if arg.name == "seconds":  # a string in OpenAI's API ("4"): quoted as JSON writes it
+                return json.dumps(raw)
+            if option is not None and option.type in (int, float):
                 return f"{json.dumps(raw)} (a string)"
         if not self.form and (arg.value is None or isinstance(arg.value, bool)):
             return json.dumps(arg.value)
