@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import StackedKernel, has_kernel_layout, reads_stacks_in_place, to_kernel_layout
+from vidax.cpu.onednn import (StackedKernel, has_kernel_layout, has_layout_api, reads_stacks_in_place,
+                              to_kernel_layout)
 from vidax.nn.layers import Linear, xla_cpu_upcasts
 
 M = TypeVar("M", bound=nnx.Module)
@@ -156,15 +157,22 @@ def lay_out_kernel_stacks(module: nnx.Module, stacks: Sequence[str]) -> None:
         if not isinstance(node, Linear) or not any(tuple(map(str, path[:len(n)])) == n for n in names):
             continue
         a = node.kernel.get_value()
-        want = (node.kernel_scale is None and node.kernel_gguf is None and isinstance(a, jax.Array)
-                and a.ndim == 3 and reads_stacks_in_place(a.dtype) and len(a.sharding.device_set) == 1
-                and a.sharding.memory_kind in (None, next(iter(a.sharding.device_set)).default_memory().kind))
+        want = isinstance(a, jax.Array) and keeps_kernel_layout(node, a.dtype, a.shape, a.sharding)
         if want and not has_kernel_layout(a):
-            laid = to_kernel_layout(a)
-            want = laid is not None
-            if want:
-                node.kernel.set_value(laid)
-        node.kernel_transposed = bool(want)
+            node.kernel.set_value(to_kernel_layout(a))
+        node.kernel_transposed = want
+
+
+def keeps_kernel_layout(linear: Linear, dtype: Any, shape: Sequence[int], sharding: jax.sharding.Sharding) -> bool:
+    """Whether ``linear``'s stacked kernel, of ``dtype`` and ``shape`` placed on ``sharding``, is
+    kept in :data:`vidax.cpu.onednn.KERNEL_LAYOUT` (:func:`lay_out_kernel_stacks`, and the loader,
+    which reads it so): a kernel neither 8-bit nor GGUF, (L, K, N), of a dtype whose stacks oneDNN
+    reads in place (:func:`vidax.cpu.onednn.reads_stacks_in_place`), in one device's default
+    memory, with JAX's layout API (:func:`vidax.cpu.onednn.has_layout_api`)."""
+    devices = sharding.device_set
+    return (linear.kernel_scale is None and linear.kernel_gguf is None and len(shape) == 3
+            and reads_stacks_in_place(dtype) and len(devices) == 1
+            and sharding.memory_kind in (None, next(iter(devices)).default_memory().kind) and has_layout_api())
 
 
 def num_layers(layers: nnx.Module) -> int:

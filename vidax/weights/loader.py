@@ -381,7 +381,9 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         device = jax.local_devices()[0]  # this process's first device (multi-host safe)
         placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731
 
-    in_place = _kernels_for_onednn(graphdef, abstract, stacks, policy)
+    from vidax.nn.stack import keeps_kernel_layout, lay_out_kernel_stacks
+
+    linears = _stacked_linear_kernels(graphdef, abstract, stacks, policy)
     filled: list[tuple[Path, Any]] = []
     for path, var in abstract.items():
         target = var.get_value()
@@ -404,7 +406,8 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         if stacked and place_stacked is not None:
             keys = dict(entries)
             value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
-        if value is None and stacked and path in in_place and not quantized and _resident(sharding):
+        if value is None and stacked and path in linears and keeps_kernel_layout(linears[path], sds.dtype, sds.shape,
+                                                                                   sharding):
             # read as the file holds it, (N, K) a layer: the stack's bytes are then oneDNN's layout
             value = _place_stacked_transposed(functools.partial(read, source_layout=True), entries, sds, sharding)
         if value is None and stacked:
@@ -413,39 +416,25 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
             value = jax.device_put(read(entries[0][1]), sharding)
         filled.append((path, var.replace(value)))
     module = nnx.merge(graphdef, nnx.from_flat_state(filled))
-    if in_place:
-        from vidax.nn.stack import lay_out_kernel_stacks
-
+    if linears:
         lay_out_kernel_stacks(module, stack_names)  # each such Linear's kernel_transposed
     return module
 
 
-def _kernels_for_onednn(graphdef, abstract, stacks, policy) -> set:
-    """The stacked Linear kernels (paths) that oneDNN will read in place in this process
-    (:func:`vidax.nn.stack.lay_out_kernel_stacks`): loaded straight into its layout, which is the
-    file's (torch's (N, K) weights, layer after layer), so neither a transposition on the host
-    nor a relayout later is needed. Empty where oneDNN does not read stacks in place or this
-    JAX has no layout API."""
-    from vidax.cpu.onednn import has_layout_api, reads_stacks_in_place
+def _stacked_linear_kernels(graphdef, abstract, stacks, policy) -> dict:
+    """The stacked Linear kernels (path -> the abstract Linear), where oneDNN reads stacks of
+    some stacked parameter's dtype in place in this process (else empty): those that
+    :func:`vidax.nn.stack.keeps_kernel_layout` keeps in its layout are read straight into it,
+    which is the file's (torch's (N, K) weights, layer after layer), so neither a transposition
+    on the host nor a relayout later is needed."""
+    from vidax.cpu.onednn import reads_stacks_in_place
     from vidax.nn.layers import Linear
 
-    if not any(_is_float(v.get_value().dtype) and reads_stacks_in_place(policy.dtype_for(p))
-               for p, v in abstract.items() if p in stacks) or not has_layout_api():
-        return set()
+    if not any(_is_float(abstract[p].get_value().dtype) and reads_stacks_in_place(policy.dtype_for(p)) for p in stacks):
+        return {}
     module = nnx.merge(graphdef, nnx.from_flat_state(list(abstract.items())))
-    out = set()
-    for node_path, node in nnx.iter_graph(module):
-        path = tuple(node_path) + ("kernel",)
-        if (isinstance(node, Linear) and node.kernel_scale is None and node.kernel_gguf is None and path in stacks
-                and len(abstract[path].get_value().shape) == 3 and reads_stacks_in_place(policy.dtype_for(path))):
-            out.add(path)
-    return out
-
-
-def _resident(sharding: jax.sharding.Sharding) -> bool:
-    """Whether ``sharding`` is one device's default memory."""
-    devices = sharding.device_set
-    return len(devices) == 1 and sharding.memory_kind in (None, next(iter(devices)).default_memory().kind)
+    return {tuple(p) + ("kernel",): node for p, node in nnx.iter_graph(module)
+            if isinstance(node, Linear) and tuple(p) + ("kernel",) in stacks}
 
 
 def _place_stacked_transposed(read, entries, sds, sharding):
