@@ -288,6 +288,10 @@ _LOAD_FLAGS = {
                                       "checkpoint.")),
     "dtype": (("float32",), dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled "
                                       "fp32, bf16).")),
+    "matmul_precision": (("highest", "--matmul-precision"), dict(
+        help="Float32 matmuls and convolutions: highest (in float32, as torch), high, or default (the backend's "
+        "fastest: one bfloat16 pass on TPU, TF32 on GPU; float32 runs then have bfloat16-like accuracy). "
+        "bfloat16 products are the same in all three.")),
     "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
                               "--dp x --tp x --sp must be the device count, a size not given is 1.")),
     "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1 when --dp or --sp is given].")),
@@ -334,6 +338,7 @@ def generate(
     ctx: typer.Context,
     checkpoint: Optional[str] = load_flag("checkpoint"),
     dtype: str = load_flag("dtype"),
+    matmul_precision: str = load_flag("matmul_precision"),
     output: str = typer.Option(
         "vidax-output.mp4", "--output", "-o",
         help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
@@ -472,7 +477,7 @@ class _Stop:
         raise typer.Exit(128 + sig)
 
 
-def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
+def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precision="highest",
               dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
@@ -487,10 +492,12 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
     from vidax.io.video import (DISCARD, audio_path, check_image_frames, check_output_path, output_paths,
                                 write_audio, write_video)
     from vidax.nn.inputs import parse_dtype
+    from vidax.nn.precision import parse_matmul_precision
     from vidax.stats import RunStats
 
     setup_compile_cache(enabled=compile_cache)  # before anything compiles
     parse_dtype(dtype)
+    parse_matmul_precision(matmul_precision)
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output, overwrite)
     stop = stop or _Stop()
@@ -574,7 +581,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose,
                            devices=1 if mesh is None else mesh.size, offload=offload, vae_tiling=vae_tiling)
     if stop():
         raise Cancelled("before loading")
-    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress)
+    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress,
+                               matmul_precision=matmul_precision)
     pipe.memory_check = None  # checked (or warned about) above, with the weights counted
     if vae_tiling or (est is not None and est.vae_tiling):
         pipe.vae.enable_tiled_decode()
@@ -849,6 +857,7 @@ def serve(
     queue_size: int = typer.Option(8, help="Jobs that may wait behind the running one; a request beyond them "
                                    "gets 429."),
     dtype: str = load_flag("dtype"),
+    matmul_precision: str = load_flag("matmul_precision"),
     dp: Optional[int] = load_flag("dp"),
     tp: Optional[int] = load_flag("tp"),
     sp: Optional[int] = load_flag("sp"),
@@ -888,7 +897,8 @@ def serve(
         from vidax.serve.command import run
 
         run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
-            load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer)
+            load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer,
+            matmul_precision=matmul_precision)
     except VidaxError as e:
         _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))
 

@@ -107,6 +107,7 @@ class RunStats:
             phases above and what lies between them); the summary's total adds ``load_s``.
         cpu_matmul: what the denoising step's 16-bit matmuls ran through on the CPU backend
             (:func:`vidax.cpu.onednn.describe`: oneDNN or XLA's dot, and why); None elsewhere.
+        matmul_precision: how float32 products ran (:func:`vidax.nn.precision.describe_matmul_precision`).
     """
 
     load_s: float = 0.0
@@ -125,6 +126,7 @@ class RunStats:
     call_s: float = 0.0
     cache: Any = None
     cpu_matmul: str | None = None
+    matmul_precision: str | None = None
 
     @property
     def total_s(self) -> float:
@@ -177,6 +179,8 @@ class RunStats:
             rows.append(("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s"))))
         if steps:
             rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
+        if self.matmul_precision:
+            rows.append(("matmul precision", self.matmul_precision))
         if self.cpu_matmul:
             rows.append(("cpu matmul", self.cpu_matmul))
         if self.cache is not None:

@@ -34,6 +34,8 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import (Arg, ArgValue, Cancelled, Message, joined, ConfigError, InputError, NumericalError,
                           OutOfMemoryError, VidaxError)
 from vidax.nn.inputs import parse_dtype
+from vidax.nn.precision import describe_matmul_precision, parse_matmul_precision
+from vidax.nn.precision import matmul_precision as precision_context
 from vidax.nn.layers import quantized_weight_formats
 from vidax.cpu.onednn import describe as describe_cpu_matmul
 from vidax.nn.stack import as_stack_bits, from_stack_bits
@@ -492,7 +494,7 @@ class VideoPipeline:
 
     def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
                  staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
-                 load_s: float = 0.0):
+                 load_s: float = 0.0, matmul_precision: str = "highest"):
         self.info = info
         self.checkpoint = info.checkpoint
         self.root = info.checkpoint.root
@@ -508,6 +510,23 @@ class VideoPipeline:
         self._pending_load_s = load_s
         self._step_fns: dict[Any, Any] = {}
         self._lora = None
+        self.matmul_precision = matmul_precision
+
+    @property
+    def matmul_precision(self) -> str:
+        """How float32 matrix products and convolutions run in this pipeline's calls
+        (:mod:`vidax.nn.precision`): ``"highest"`` (float32, the default), ``"high"`` or
+        ``"default"`` (the backend's fastest: one bfloat16 pass on TPU). Settable; a new value
+        compiles its own programs."""
+        return self._matmul_precision
+
+    @matmul_precision.setter
+    def matmul_precision(self, value: str) -> None:
+        self._matmul_precision = parse_matmul_precision(value)
+
+    def precision(self):
+        """A context in which the pipeline's work runs at :attr:`matmul_precision`."""
+        return precision_context(self.matmul_precision)
 
     # ================================================================== family hooks (configs)
     @classmethod
@@ -1065,7 +1084,8 @@ class VideoPipeline:
     @classmethod
     def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
                         stats: RunStats | None = None, offload_experts: bool = True, progress: bool = True,
-                        weight_dtype: Any = None, transformer: Any = None, **options: Any):
+                        weight_dtype: Any = None, transformer: Any = None, matmul_precision: str = "highest",
+                        **options: Any):
         """Load every component of a diffusers-layout folder.
 
         Args:
@@ -1085,6 +1105,9 @@ class VideoPipeline:
             transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
                 ``.safetensors`` in the original repository's layout) read instead of the
                 folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
+            matmul_precision: ``"highest"`` (default: float32 products in float32 on every
+                backend, as torch), ``"high"`` or ``"default"`` (the backend's fastest: one
+                bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -1098,6 +1121,7 @@ class VideoPipeline:
 
         t0 = time.perf_counter()
         cls.check_load_options(options)
+        matmul_precision = parse_matmul_precision(matmul_precision)
         checkpoint = with_weights(Checkpoint.open(path), weight_dtype, transformer)
         info = cls.read_checkpoint(checkpoint)
         if cls.task not in info.tasks:
@@ -1119,7 +1143,7 @@ class VideoPipeline:
         if stats is not None:
             stats.load_s += load_s
         return cls(info, modules, dtype=dtype, mesh=mesh, staging=staging, offload=offload,
-                   offload_experts=offload_experts, load_s=load_s)
+                   offload_experts=offload_experts, load_s=load_s, matmul_precision=matmul_precision)
 
     @classmethod
     def load_options(cls) -> tuple[str, ...]:
@@ -1139,6 +1163,7 @@ class VideoPipeline:
             return
         hint = "; vidax's dtype= is diffusers' torch_dtype= (float32 or bfloat16)" if "torch_dtype" in unknown else ""
         takes = ", ".join(f"{n}=" for n in ("dtype", "mesh", "offload", "stats", "offload_experts", "progress",
+                                             "matmul_precision",
                                              *cls.load_options()))
         raise InputError(f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; "
                          f"it takes {takes}")
@@ -1220,7 +1245,8 @@ class VideoPipeline:
             self.vae.enable_tiled_decode()
         phase = ["text encoding"]
         try:
-            return self._generate(call, phase)
+            with self.precision():
+                return self._generate(call, phase)
         except NumericalError as e:
             from vidax.lora.adapters import LARGE_SCALE
 
@@ -1248,7 +1274,8 @@ class VideoPipeline:
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
         t0 = time.perf_counter()
         # The load is reported by the first call that completes.
-        stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given)
+        stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given,
+                         matmul_precision=describe_matmul_precision(self.matmul_precision))
         with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
             embeds = self.encode_call(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
@@ -1581,7 +1608,7 @@ class VideoPipeline:
     def encode_with(self, name: str, fn: Callable, *args: Any) -> Any:
         """``fn(*args)`` with component ``name`` on the device (staged components are placed for
         the call only), its result complete before the weights leave."""
-        with self.staging.on_device(name):
+        with self.staging.on_device(name), self.precision():
             out = fn(*args)
             jax.block_until_ready(out)
         return out

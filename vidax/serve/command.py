@@ -31,9 +31,9 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size: int, dtype: str,
         sizes: tuple, offload: Any, compile_cache: bool, verbose: bool, load: Callable[[Any], None],
-        weight_dtype: str | None = None, transformer: str | None = None) -> None:
+        weight_dtype: str | None = None, transformer: str | None = None, matmul_precision: str = "highest") -> None:
     """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs; ``weight_dtype`` /
-    ``transformer`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
+    ``transformer`` / ``matmul_precision`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
     SIGTERM.
 
     Raises:
@@ -45,12 +45,14 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     from vidax.compile_cache import setup_compile_cache
     from vidax.default_checkpoint import PUBLIC_NAME
     from vidax.nn.inputs import parse_dtype
+    from vidax.nn.precision import parse_matmul_precision
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.serve.app import create_app
     from vidax.serve.jobs import JobRunner, JobStore
 
     setup_compile_cache(enabled=compile_cache)
     parse_dtype(dtype)
+    parse_matmul_precision(matmul_precision)
     from vidax.checkpoint import Checkpoint
     from vidax.default_checkpoint import resolve_named_checkpoint
     from vidax.pipelines.weight_formats import with_weights
@@ -71,7 +73,7 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
         cls = pipeline_class(ckpt)
         mesh = mesh_from_sizes(*sizes, heads=[h for _, h in cls.attention_heads(cls.read_checkpoint(ckpt))])
     pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh, offload=offload,
-                               weight_dtype=weight_dtype, transformer=transformer)
+                               weight_dtype=weight_dtype, transformer=transformer, matmul_precision=matmul_precision)
     load(pipe)
     runner = JobRunner(pipe, model, store, queue_size)
     bound = sock.getsockname()

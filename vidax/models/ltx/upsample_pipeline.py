@@ -30,6 +30,7 @@ from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
 from vidax.pipelines.staging import Staging
+from vidax.nn.precision import describe_matmul_precision
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
@@ -221,21 +222,23 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
             raise InputError(f"{type(self).__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
                              f"{', '.join(self.upsample_call_args)}")
         call = self.check_upsample_call(video=video, height=height, width=width, latents=latents, **kwargs)
-        stats = RunStats(load_s=self._pending_load_s)
-        if call.latents is not None:
-            z = jnp.transpose(jnp.asarray(call.latents), (0, 2, 3, 4, 1))
-        else:
-            with stats.timed("text_encode_s"):
-                z = self.encode_video(call)
-        t0 = time.perf_counter()  # the upsampler's one call, reported as one step
-        up = self._upsample(nnx.state(self.latent_upsampler), z, call.adain_factor, call.tone_map_compression_ratio,
-                            call.latents_normalized)
-        jax.block_until_ready(up)
-        stats.step_s.append(time.perf_counter() - t0)
-        stats.sample_memory()
-        self._pending_load_s = 0.0
-        if call.output_type == "latent":
-            return VideoPipelineOutput(frames=self.latents_output(up.astype(jnp.float32)), stats=stats)
-        # decode() de-normalises (LTXPipeline's _denormalize_latents): the un-normalised upsampled
-        # latents the reference decodes, to float32 rounding.
-        return VideoPipelineOutput(frames=self.decode(call, up.astype(jnp.float32), stats), stats=stats)
+        stats = RunStats(load_s=self._pending_load_s,
+                         matmul_precision=describe_matmul_precision(self.matmul_precision))
+        with self.precision():
+            if call.latents is not None:
+                z = jnp.transpose(jnp.asarray(call.latents), (0, 2, 3, 4, 1))
+            else:
+                with stats.timed("text_encode_s"):
+                    z = self.encode_video(call)
+            t0 = time.perf_counter()  # the upsampler's one call, reported as one step
+            up = self._upsample(nnx.state(self.latent_upsampler), z, call.adain_factor, call.tone_map_compression_ratio,
+                                call.latents_normalized)
+            jax.block_until_ready(up)
+            stats.step_s.append(time.perf_counter() - t0)
+            stats.sample_memory()
+            self._pending_load_s = 0.0
+            if call.output_type == "latent":
+                return VideoPipelineOutput(frames=self.latents_output(up.astype(jnp.float32)), stats=stats)
+            # decode() de-normalises (LTXPipeline's _denormalize_latents): the un-normalised upsampled
+            # latents the reference decodes, to float32 rounding.
+            return VideoPipelineOutput(frames=self.decode(call, up.astype(jnp.float32), stats), stats=stats)

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from vidax.errors import InputError
+from vidax.nn.precision import matmul_precision, parse_matmul_precision
 from vidax.weights.component import load_component
 
 _CLASS = "LTX2VideoDiffusionDecoderModel"
@@ -54,15 +55,19 @@ class LTX2VideoDiffusionDecodePipeline:
             :class:`~vidax.models.ltx2.diffusion_decoder.LTX2VideoDiffusionDecoderModel`.
     """
 
-    def __init__(self, diffusion_decoder):
+    def __init__(self, diffusion_decoder, matmul_precision: str = "highest"):
         self.diffusion_decoder = diffusion_decoder
+        #: How float32 products run (:mod:`vidax.nn.precision`), as a video pipeline's.
+        self.matmul_precision = parse_matmul_precision(matmul_precision)
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype="float32") -> "LTX2VideoDiffusionDecodePipeline":
+    def from_pretrained(cls, path: str, dtype="float32", *,
+                        matmul_precision: str = "highest") -> "LTX2VideoDiffusionDecodePipeline":
         """From a folder with ``model_index.json`` naming ``diffusion_decoder/`` (the decode
         pipeline's, or LTX-2.5's), or from the ``diffusion_decoder/`` folder itself, by the shared
-        component loader."""
-        return cls(load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype))
+        component loader; ``matmul_precision`` as :meth:`VideoPipeline.from_pretrained`'s."""
+        matmul_precision = parse_matmul_precision(matmul_precision)
+        return cls(load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype), matmul_precision)
 
     def __call__(self, latents, *, decoder_noise=None, seed: int | None = None, output_type: str = "np",
                  denormalize: bool = True, num_inference_steps: int | None = None,
@@ -113,7 +118,8 @@ class LTX2VideoDiffusionDecodePipeline:
             mean = np.asarray(model.latents_mean[...], np.float32).reshape(1, -1, 1, 1, 1)
             std = np.asarray(model.latents_std[...], np.float32).reshape(1, -1, 1, 1, 1)
             z = z * std / np.float32(cfg.scaling_factor) + mean
-        video = model.decode(z, noise, num_inference_steps=num_inference_steps, chunk_frames=chunk_frames)
+        with matmul_precision(self.matmul_precision):
+            video = model.decode(z, noise, num_inference_steps=num_inference_steps, chunk_frames=chunk_frames)
         if output_type == "np":
             video = np.clip(np.moveaxis(video, 1, -1) / 2 + 0.5, 0.0, 1.0)
         return LTX2VideoDecodeOutput(frames=video)

@@ -1,0 +1,67 @@
+"""The precision of float32 matrix products and convolutions, one setting per pipeline.
+
+JAX leaves the precision of a float32 ``dot_general`` / ``conv_general_dilated`` to the backend
+by default: the CPU computes it in float32, a TPU in one bfloat16 pass (about 8 bits of
+mantissa: a float32 Wan transformer then agrees with the CPU's float32 to ~22 dB, as bfloat16
+does), a recent NVIDIA GPU in TensorFloat-32 (10 bits). torch computes float32 matmuls in
+float32 by default (``torch.backends.cuda.matmul.allow_tf32 = False``), so vidax does too:
+
+* ``"highest"`` (the default): float32 products in full float32 on every backend (TPU: six
+  bfloat16 passes, ~3x the time of ``"default"`` for float32 work);
+* ``"high"``: bfloat16_3x on TPU (three passes, ~16 bits), TensorFloat-32 on GPU;
+* ``"default"``: the backend's fastest (one bfloat16 pass on TPU, TensorFloat-32 on GPU).
+
+Products of bfloat16 / float16 operands are exact in one pass, so the setting does not change
+them; it applies to the float32 work of a bfloat16 run too (modulation, timestep embeddings, a
+float32 VAE). The pipeline runs each call under :func:`jax.default_matmul_precision`, which is
+part of JAX's compile cache key: changing it recompiles, it never reuses the other's programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import jax
+
+from vidax.errors import Arg, InputError
+
+#: The values ``matmul_precision=`` / ``--matmul-precision`` take (JAX's names), best first.
+MATMUL_PRECISIONS = ("highest", "high", "default")
+#: What each value means, for ``--help`` and the run summary.
+_MEANING = {
+    "highest": "float32 products in float32",
+    "high": "float32 products as 3 bf16 passes on TPU, TF32 on GPU",
+    "default": "float32 products as 1 bf16 pass on TPU, TF32 on GPU",
+}
+
+
+def parse_matmul_precision(value: Any) -> str:
+    """``"highest"`` / ``"high"`` / ``"default"`` (any case, surrounding spaces ignored).
+
+    Raises:
+        InputError: any other value, naming ``matmul_precision=`` and the valid ones.
+    """
+    key = value.strip().lower() if isinstance(value, str) else None
+    if key not in MATMUL_PRECISIONS:
+        raise InputError(Arg("matmul_precision", value), " is not a matmul precision; valid: ",
+                         ", ".join(MATMUL_PRECISIONS), " (highest: float32 products in float32, the default; "
+                         "default: the backend's fastest, one bfloat16 pass on TPU)")
+    return key
+
+
+@contextlib.contextmanager
+def matmul_precision(value: str) -> Iterator[None]:
+    """Trace and run what the block calls with float32 products at ``value``
+    (:data:`MATMUL_PRECISIONS`)."""
+    with jax.default_matmul_precision(value):
+        yield
+
+
+def describe_matmul_precision(value: str, backend: str | None = None) -> str:
+    """The run summary's line: ``"highest (float32 products in float32)"``; on the CPU, where
+    every value computes float32 in float32, it says so."""
+    backend = backend or jax.default_backend()
+    if backend == "cpu" and value != "highest":
+        return f"{value} (float32 products in float32: the CPU has no faster mode)"
+    return f"{value} ({_MEANING[value]})"
