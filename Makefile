@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-tpu bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ TEST_WORKERS ?= 2
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# The TPU lane (tests/tpu), on a TPU VM: JAX's TPU build over the CPU one, then the lane in one
+# process (a TPU is held by one process at a time); its tiny checkpoints are built with torch.
+test-tpu: $(VENV)/.test
+	$(BIN)/pip install -q "jax[tpu]>=0.10,<0.12"
+	$(BIN)/python -m pytest -q -m tpu tests/tpu --durations=15
 
 bench: $(VENV)/.test
 	$(BIN)/python benchmarks/wan_step.py

@@ -30,9 +30,9 @@ def _qkv(b, lq, lk, n=3, k=12, seed=0):
     return tuple(jnp.asarray(a, jnp.float32) for a in (q, g.standard_normal((b, lk, n, k)), g.standard_normal((b, lk, n, k))))
 
 
-def _run(impl, q, k, v, seg=None):
+def _run(impl, q, k, v, seg=None, block_size=16):
     fn = jax.jit(lambda q, k, v, s: dot_product_attention(
-        q, k, v, implementation=impl, block_size=16, segment_ids=s, interpret=True))
+        q, k, v, implementation=impl, block_size=block_size, segment_ids=s, interpret=True))
     return np.asarray(fn(q, k, v, seg))
 
 
@@ -84,6 +84,16 @@ def test_pallas_bf16_close_to_fp32():
     got = _run("pallas_tpu", *(t.astype(jnp.bfloat16) for t in (q, k, v)))
     # bf16 inputs (2^-9 relative rounding) and bf16 output: ~1e-2 relative.
     assert got.dtype == jnp.bfloat16 and max_rel_err(got.astype(np.float32), want) < 2e-2
+
+
+def test_pallas_tiles_per_generation_and_dtype():
+    """pallas_tpu's tiles (benchmarks/tpu_attention.py on a v5e): the 16-bit ones by generation,
+    float32 at 512 (the 16-bit tiles do not fit the default scoped VMEM in float32), and any
+    length runs with the default tiles (clamped to it and padded)."""
+    assert attn.tpu_tiles("TPU v5 lite") == (2048, 1024, 512)
+    assert attn.tpu_tiles("TPU v5 lite", jnp.float32) == attn.TPU_TILES_FLOAT32 == (512, 512, 512)
+    q, k, v = _qkv(1, 37, 300, seed=3)
+    assert max_rel_err(_run("pallas_tpu", q, k, v, block_size=None), _run("xla", q, k, v)) < TOL
 
 
 # --------------------------------------------------------------------------- dispatch

@@ -63,11 +63,10 @@ CALL = dict(num_frames=5, num_inference_steps=2)
 MIN_PSNR = 110.0
 
 
-@pytest.fixture(scope="module")
-def t2v(tmp_path_factory):
-    """``(path, diffusers pipeline, vidax pipeline)`` of the tiny checkpoint."""
-    path = tmp_path_factory.mktemp("hv15_t2v")
-    tok_dir = tmp_path_factory.mktemp("hv15_tok")
+def build_reference(path, tok_dir):
+    """Save the tiny diffusers ``HunyuanVideo15Pipeline`` (every parameter randomised, its
+    tokenizer built in ``tok_dir``) to ``path``; return it and the length of the chat template's
+    prefix (the reference's ``prompt_template_encode_start_idx`` for this tokenizer)."""
     build_qwen_tokenizer(str(tok_dir), [hv15_text.SYSTEM_MESSAGE, GLYPH_PROMPT, PLAIN_PROMPT, NEGATIVE])
     tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
     tokenizer_2 = transformers.ByT5Tokenizer()
@@ -84,7 +83,14 @@ def t2v(tmp_path_factory):
         tokenizer_2=tokenizer_2, guider=diffusers.ClassifierFreeGuidance(guidance_scale=4.0))
     ref.save_pretrained(path, safe_serialization=True)
     prefix = f"<|im_start|>system\n{hv15_text.SYSTEM_MESSAGE}<|im_end|>\n<|im_start|>user\n"
-    crop = len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    return ref, len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+
+
+@pytest.fixture(scope="module")
+def t2v(tmp_path_factory):
+    """``(path, diffusers pipeline, vidax pipeline)`` of the tiny checkpoint."""
+    path = tmp_path_factory.mktemp("hv15_t2v")
+    ref, crop = build_reference(path, tmp_path_factory.mktemp("hv15_tok"))
     ref.prompt_template_encode_start_idx = crop
     ref.tokenizer_max_length = TEXT_LEN
     pipe = vidax.load_pipeline(str(path))

@@ -83,8 +83,18 @@ logger = logging.getLogger("vidax.attention")
 
 #: ``"auto"`` materialises the scores when ``Lq * Lk`` is at most this many (per batch and head).
 AUTO_XLA_MAX_SCORES = 1 << 22
-#: Default number of key tokens per step of the blockwise scan (and tile of ``pallas_tpu``).
+#: Default number of key tokens per step of the blockwise scan.
 DEFAULT_BLOCK_SIZE = 512
+#: ``pallas_tpu``'s tiles for 16-bit inputs by TPU generation (a substring of ``device_kind``,
+#: lower case): ``(block_q, block_k_major, block_k)``, the fastest of those measured with
+#: ``benchmarks/tpu_attention.py`` (docs/benchmarks/tpu.md: on a v5e, B=2, L=32,768 and 75,776,
+#: 12 heads x 128, bf16: 150 TFLOP/s against 125 with 512 tiles; 2048 x 2048 exceeds the
+#: default scoped VMEM). Other generations take the v5e's until measured.
+TPU_TILES = {"v5 lite": (2048, 1024, 512)}
+_DEFAULT_TPU_TILES = (2048, 1024, 512)
+#: The tiles for float32 inputs (twice the bytes a tile: the 16-bit tiles above do not compile
+#: in the default scoped VMEM on a v5e).
+TPU_TILES_FLOAT32 = (512, 512, 512)
 #: Lane width of TPU tiles: ``pallas_tpu`` key tiles are multiples of it.
 _TPU_LANES = 128
 #: Sublane width: ``pallas_tpu`` query tiles are multiples of it.
@@ -158,7 +168,7 @@ def dot_product_attention(
     v: jax.Array,
     *,
     implementation: str = "auto",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     scale: float | None = None,
     segment_ids: SegmentIds | None = None,
     interpret: bool = False,
@@ -179,8 +189,9 @@ def dot_product_attention(
         implementation: ``"auto"``, ``"xla"``, ``"blockwise"``, ``"pallas_tpu"`` or ``"cudnn"``
             (see module docstring).
         block_size: key tokens per scan step of ``"blockwise"`` (any ``Lk`` works: the last
-            block is padded and masked); tile size of ``"pallas_tpu"`` (rounded up to its
-            hardware multiples).
+            block is padded and masked; default :data:`DEFAULT_BLOCK_SIZE`); every tile of
+            ``"pallas_tpu"`` (rounded up to its hardware multiples; default: the tiles of this
+            TPU generation, :data:`TPU_TILES`).
         scale: multiplier of the scores; default ``1 / sqrt(K)``.
         segment_ids: optional :class:`SegmentIds` (``(B, Lq)`` and ``(B, Lk)``).
         interpret: run ``"pallas_tpu"`` in Pallas interpret mode (any backend; slow, for tests).
@@ -200,7 +211,7 @@ def dot_product_attention(
             f"dot_product_attention: implementation={implementation!r} is not known; valid: "
             f"{['auto'] + sorted(_IMPLEMENTATIONS)}."
         )
-    if not isinstance(block_size, int) or block_size < 1:
+    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
         raise InputError(f"dot_product_attention: block_size={block_size!r} must be a positive int.")
     if not isinstance(causal, bool):
         raise InputError(f"dot_product_attention: causal={causal!r} must be a bool.")
@@ -400,13 +411,13 @@ def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.
     return _values(p.astype(v.dtype), v, q.dtype).reshape(b, lq, n, d)
 
 
-def _blockwise(q, k, v, *, scale: float, block_size: int, segment_ids, causal: bool, bias, **_) -> jax.Array:
+def _blockwise(q, k, v, *, scale: float, block_size: int | None, segment_ids, causal: bool, bias, **_) -> jax.Array:
     """Online-softmax attention: ``lax.scan`` over key blocks with fp32 running statistics."""
     b, lq, n, d = q.shape
     lk, n_kv = k.shape[1], k.shape[2]
     g = n // n_kv
     qg = _grouped(q, n_kv)
-    bs = min(block_size, lk)
+    bs = min(block_size or DEFAULT_BLOCK_SIZE, lk)
     num_blocks = -(-lk // bs)
     pad = num_blocks * bs - lk
     kv_ids = None if segment_ids is None else segment_ids.kv
@@ -466,12 +477,22 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+def tpu_tiles(device_kind: str | None = None, dtype=jnp.bfloat16) -> tuple[int, int, int]:
+    """``pallas_tpu``'s ``(block_q, block_k_major, block_k)`` on this TPU generation for inputs
+    of ``dtype`` (:data:`TPU_TILES`, :data:`TPU_TILES_FLOAT32`; ``device_kind`` default: the
+    first device's)."""
+    if jnp.dtype(dtype).itemsize > 2:
+        return TPU_TILES_FLOAT32
+    kind = (device_kind or jax.devices()[0].device_kind).lower()
+    return next((t for key, t in TPU_TILES.items() if key in kind), _DEFAULT_TPU_TILES)
+
+
 #: Floor of the bias handed to the Pallas kernel: finite, so that a row whose first key tile is
 #: all ``-inf`` does not turn its running max into ``-inf - -inf = nan``.
 _PALLAS_BIAS_FLOOR = -1e30
 
 
-def _pallas_tpu(q, k, v, *, scale: float, block_size: int, segment_ids, interpret: bool, causal: bool,
+def _pallas_tpu(q, k, v, *, scale: float, block_size: int | None, segment_ids, interpret: bool, causal: bool,
                 bias, **_) -> jax.Array:
     """Pallas TPU flash attention; lengths padded to tile multiples, padding masked by segment ids."""
     from jax.experimental.pallas import tpu as pltpu
@@ -486,9 +507,13 @@ def _pallas_tpu(q, k, v, *, scale: float, block_size: int, segment_ids, interpre
     q_front = max(lk - lq, 0) if causal else 0
     kv_front = max(lq - lk, 0) if causal else 0
     lq_f, lk_f = lq + q_front, lk + kv_front
-    block_k = min(_round_up(block_size, _TPU_LANES), _round_up(lk_f, _TPU_LANES))
-    block_q = min(_round_up(block_size, _TPU_SUBLANES), _round_up(lq_f, _TPU_SUBLANES))
-    lq_p, lk_p = _round_up(lq_f, block_q), _round_up(lk_f, block_k)
+    tile_q, tile_k_major, tile_k = tpu_tiles(dtype=q.dtype) if block_size is None else (block_size,) * 3
+    block_k_major = min(_round_up(tile_k_major, _TPU_LANES), _round_up(lk_f, _TPU_LANES))
+    block_k = min(_round_up(tile_k, _TPU_LANES), block_k_major)
+    if block_k_major % block_k:
+        block_k = block_k_major
+    block_q = min(_round_up(tile_q, _TPU_SUBLANES), _round_up(lq_f, _TPU_SUBLANES))
+    lq_p, lk_p = _round_up(lq_f, block_q), _round_up(lk_f, block_k_major)
     q_widths, kv_widths = (q_front, lq_p - lq_f), (kv_front, lk_p - lk_f)
     ids = None
     if segment_ids is not None or lq_p != lq or lk_p != lk:
@@ -508,9 +533,13 @@ def _pallas_tpu(q, k, v, *, scale: float, block_size: int, segment_ids, interpre
     def heads_major(x, widths):  # (B, L, N, K) -> (B, N, L_padded, K)
         return jnp.pad(x, ((0, 0), widths, (0, 0), (0, 0))).transpose(0, 2, 1, 3)
 
-    sizes = fa.BlockSizes(block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1)
+    sizes = fa.BlockSizes(block_q=block_q, block_k_major=block_k_major, block_k=block_k, block_b=1)
     mode = pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext()
-    with mode:
+    # Products of 16-bit operands are exact in one pass, and Mosaic refuses a float32 contract
+    # precision on them ("Bad lhs type"): the kernel's precision follows the pipeline's only
+    # for float32 inputs.
+    half = jnp.dtype(q.dtype).itemsize == 2
+    with mode, (jax.default_matmul_precision("default") if half else contextlib.nullcontext()):
         out = fa.flash_attention(
             heads_major(q, q_widths), heads_major(k, kv_widths), heads_major(v, kv_widths), ab=ab,
             segment_ids=ids, causal=causal, sm_scale=float(scale), block_sizes=sizes,

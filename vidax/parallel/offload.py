@@ -323,9 +323,12 @@ def offloaded_blocks(module: nnx.Module) -> OffloadedBlocks | None:
     return stacks[0] if stacks else None
 
 
-def _attach(module: nnx.Module, attr: str, chunks: dict, shardings: dict, kind: str | None) -> nnx.Module:
-    """Install host chunks (``{path within attr: [chunk arrays]}``) for ``module.<attr>``:
-    its parameters become ``ShapeDtypeStruct`` placeholders and the chunks are registered."""
+def attach_chunks(module: nnx.Module, attr: str, chunks: dict, shardings: dict, kind: str | None) -> nnx.Module:
+    """Install host chunks (``{path within attr: [chunk arrays]}``, each of the layers of one
+    chunk, in host memory ``kind``; ``shardings``: each parameter's device sharding) for
+    ``module.<attr>``: its parameters become ``ShapeDtypeStruct`` placeholders and the chunks
+    are registered. :class:`HostBlockLoader` and :func:`offload_module` build the chunks; the
+    TPU benchmarks build them from host-made weights."""
     blocks = getattr(module, attr)
     graphdef, state = nnx.split(blocks)
     flat = list(nnx.to_flat_state(state))
@@ -389,7 +392,7 @@ class HostBlockLoader:
         for attr in self.attrs:
             if not self._chunks[attr]:
                 raise InputError(f"offload: the model has no stacked parameters under {attr!r}.")
-            _attach(module, attr, self._chunks[attr], self._shardings[attr], self.kind)
+            attach_chunks(module, attr, self._chunks[attr], self._shardings[attr], self.kind)
         return module
 
 
@@ -426,7 +429,7 @@ def offload_module(module: nnx.Module, offload: Any, attr: str | None = None) ->
             n = config.layers_per_chunk(arr.shape[0])
             chunks[path] = [to_host(arr[s: s + n], arr.sharding, kind) for s in range(0, arr.shape[0], n)]
             shardings[path] = arr.sharding
-        _attach(module, a, chunks, shardings, kind)
+        attach_chunks(module, a, chunks, shardings, kind)
     return module
 
 

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
 from vidax.errors import InputError
-from vidax.nn.attention import DEFAULT_BLOCK_SIZE, SegmentIds, dot_product_attention
+from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.parallel.mesh import SEQUENCE, TENSOR, axis_size
 from vidax.parallel.rules import logical_spec
 
@@ -69,7 +69,7 @@ def attention(
     segment_ids: SegmentIds | None = None,
     kv_mask: jax.Array | None = None,
     implementation: str = "auto",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of a model that may run on a mesh: the one entry point model code calls.
@@ -132,7 +132,7 @@ def ulysses_attention(
     valid_length: int | None = None,
     segment_ids: SegmentIds | None = None,
     implementation: str = "auto",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Sequence-parallel self-attention (DeepSpeed-Ulysses) of token-split q, k, v.
@@ -221,7 +221,7 @@ def two_pathway_attention(
     k1_for_2: jax.Array | None = None,
     kv_mask: jax.Array | None = None,
     implementation: str = "auto",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The two-pathway attention of a joint sequence ``[x1; x2]`` (Cosmos 3's understanding and
@@ -300,7 +300,7 @@ def local_attention(
     *,
     kv_mask: jax.Array | None = None,
     implementation: str = "auto",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Cross-attention of token-split queries to a context held whole on every device.
