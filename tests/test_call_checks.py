@@ -743,33 +743,49 @@ def test_seed_out_of_range(pipe, broken, tmp_path, seed):
     pipe.check_call(pipe.info, "a cat", seed=2**32 - 1, **SMALL)  # the largest is valid
 
 
-def test_max_sequence_length_beyond_the_text_encoder(pipe, broken, tmp_path):
-    """Issue 18 item 6: more text tokens than the tokenizer / text encoder take is one line
-    naming the largest valid value, before any weight (the broken copy cannot be read)."""
-    with pytest.raises(InputError, match=r"^max_sequence_length=513 is more than this checkpoint's text encoding "
-                                         r"takes: the largest valid max_sequence_length is 512 \(model_max_length=512 "
-                                         r"in .*tokenizer_config.json\)"):
-        pipe("a cat", **{**SMALL, "max_sequence_length": 513})
+def test_max_sequence_length_past_the_tokenizer_runs_and_memory_bounds_it(pipe, broken, tmp_path):
+    """UMT5's relative positions take any length (as diffusers runs it): past the tokenizer's
+    model_max_length (512) is taken; what cannot fit in memory is one line naming
+    max_sequence_length, before any weight (the broken copy cannot be read)."""
+    call = pipe.check_call(pipe.info, "a cat", **{**SMALL, "max_sequence_length": 513})
+    assert call.max_sequence_length == 513
     r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--max-sequence-length", "100000000",
              "-o", str(tmp_path / "v.npy"))
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
-    assert len(lines) == 1 and "--max-sequence-length 100000000 is more than" in lines[0] \
-        and "the largest valid --max-sequence-length is 512" in lines[0], r.output
+    assert len(lines) == 1 and "--max-sequence-length 100000000 (batch 1, CFG doubles it) needs" in lines[0] \
+        and "text encoding" in lines[0] and "give a smaller --max-sequence-length" in lines[0], r.output
 
 
 @pytest.mark.parametrize("name, task, top, why", [
-    ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v", 512, "text_len of the original Wan code"),  # UMT5
-    ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5
-    ("Lightricks__LTX-Video", "t2v", 512, "T5 v1.1 was pre-trained on 512-token inputs"),  # T5
-    ("hunyuanvideo-community__HunyuanVideo", "t2v", 8192 - 95,  # Llama, less the template's crop_start
-     "max_position_embeddings=8192"),
-    ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v", 8192 - 103 - 575,  # LLaVA: also the 576 image tokens
-     "max_position_embeddings=8192"),
+    ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5 into a transformer of 226 text positions
 ])
 def test_max_sequence_length_of_the_released_configs(tmp_path, name, task, top, why):
-    """Each family's text encoders on its released configs (no weights): the largest valid
-    max_sequence_length is accepted, one more refused."""
+    """CogVideoX's transformer has a position table of max_text_seq_length text tokens: its largest
+    valid max_sequence_length is accepted, one more refused (configs only, no weights)."""
+    cls, info = _released_info(tmp_path, name, task)
+    small = _released_call(task)
+    cls.check_call(info, "a cat", max_sequence_length=top, **small)
+    with pytest.raises(InputError, match=rf"^max_sequence_length={top + 1} is more .* the largest valid "
+                                         rf"max_sequence_length is {top} \(.*{re.escape(why)}"):
+        cls.check_call(info, "a cat", max_sequence_length=top + 1, **small)
+
+
+@pytest.mark.parametrize("name, task", [
+    ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v"),  # UMT5: relative positions
+    ("Lightricks__LTX-Video", "t2v"),  # T5: relative positions
+    ("hunyuanvideo-community__HunyuanVideo", "t2v"),  # Llama: rotary
+    ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v"),  # LLaVA's Llama: rotary
+])
+def test_max_sequence_length_has_no_position_bound_on_rotary_and_relative_encoders(tmp_path, name, task):
+    """Past the text encoder's max_position_embeddings / the tokenizer's model_max_length is taken,
+    as the references run it (configs only, no weights)."""
+    cls, info = _released_info(tmp_path, name, task)
+    call = cls.check_call(info, "a cat", max_sequence_length=9000, **_released_call(task))
+    assert call.max_sequence_length == 9000
+
+
+def _released_info(tmp_path, name, task):
     from tests.paths import REFERENCE_CONFIGS
 
     folder = tmp_path / name
@@ -780,13 +796,12 @@ def test_max_sequence_length_of_the_released_configs(tmp_path, name, task, top, 
     if essentials.exists():  # HunyuanVideo-I2V's LLaVA config is recorded as its text_config only
         text_config = json.loads(essentials.read_text())["text_config"]
         (folder / "text_encoder" / "config.json").write_text(json.dumps({"text_config": text_config}))
-    cls, info = _reference_info(str(folder), task)
+    return _reference_info(str(folder), task)
+
+
+def _released_call(task):
     image = dict(image=np.zeros((8, 8, 3), np.uint8)) if task == "i2v" else {}
-    small = dict(height=64, width=64, num_frames=9, num_inference_steps=2, **image)
-    cls.check_call(info, "a cat", max_sequence_length=top, **small)
-    with pytest.raises(InputError, match=rf"^max_sequence_length={top + 1} is more .* the largest valid "
-                                         rf"max_sequence_length is {top} \(.*{re.escape(why)}"):
-        cls.check_call(info, "a cat", max_sequence_length=top + 1, **small)
+    return dict(height=64, width=64, num_frames=9, num_inference_steps=2, **image)
 
 
 def test_ltx_schedule_checked_from_the_configs():

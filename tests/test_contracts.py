@@ -191,6 +191,32 @@ def test_pipeline_keeps_its_contract(spec):
     assert set(cls.unsupported_call_args) <= set(SHARED_CALL_ARGS)
 
 
+def test_every_diffusers_pipeline_class_vidax_implements_is_registered():
+    """A class in a family folder named as a diffusers pipeline (LTX2VideoDiffusionDecodePipeline,
+    LTXLatentUpsamplePipeline, ...) is registered under that name, so vidax.load_pipeline loads the
+    folders whose model_index.json names it (as DiffusionPipeline.from_pretrained does)."""
+    import inspect
+    import pkgutil
+
+    import diffusers
+    import vidax.models
+
+    found = {}
+    for info in pkgutil.walk_packages(vidax.models.__path__, "vidax.models."):
+        module = importlib.import_module(info.name)
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and name.endswith("Pipeline") and hasattr(diffusers, name):
+                found[name] = cls
+    assert {"LTX2VideoDiffusionDecodePipeline", "LTXLatentUpsamplePipeline", "WanPipeline"} <= set(found)
+    every = {p.class_name: p for p in registry().pipelines(generating_only=False)}
+    assert sorted(set(found) - set(every)) == []
+    for name, cls in found.items():
+        assert every[name].load() is cls, name
+    for spec in every.values():  # what vidax generate skips: loadable, and says how it runs
+        cls = spec.load()
+        assert spec.generates == issubclass(cls, VideoPipeline) and hasattr(cls, "for_task"), spec.class_name
+
+
 def test_cogvideox_transformer_stages_equal_the_call():
     """``head(run_blocks(*embed(...)))`` is the model call (what block streaming relies on)."""
     from vidax.models.cogvideox.config import CogVideoXTransformerConfig

@@ -247,6 +247,76 @@ def test_wan22_both_experts_match_diffusers_fused(wan_pipe, wan22):
     assert psnr(want, plain) < 40.0  # the LoRA changes the video clearly
 
 
+def test_wan22_one_adapter_name_on_both_experts_as_diffusers(wan_pipe, wan22):
+    """diffusers' documented Wan2.2 use: ``load_lora_weights(high, adapter_name="a")`` then
+    ``load_lora_weights(low, adapter_name="a", load_into_transformer_2=True)`` (adapter names are
+    per transformer), and ``set_adapters("a", 0.6)`` weights it on both: the video equals the
+    reference's. A third load of "a" into a transformer that has it is refused, as peft's."""
+    import torch
+    from tests.parity.wan_reference import initial_noise
+
+    path, ref, lora_a, lora_b = wan22
+    high, low = (write({m: (d, u, None, None) for m, (d, u, _, _) in lora.items()}, "diffusers") for lora in (lora_a, lora_b))
+    noise = initial_noise(32, 48)
+    with torch.no_grad():
+        ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in high.items()}, adapter_name="a")
+        ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in low.items()}, adapter_name="a",
+                              load_into_transformer_2=True)
+        ref.set_adapters("a", 0.6)
+        want = np.asarray(ref(latents=noise.clone(), output_type="np", **CALL).frames)
+        ref.set_adapters("a", 1.0)
+        full = np.asarray(ref(latents=noise.clone(), output_type="np", **CALL).frames)
+        ref.unload_lora_weights()
+    wan_pipe.load_lora_weights(high, adapter_name="a")
+    wan_pipe.load_lora_weights(low, adapter_name="a", load_into_transformer_2=True)
+    assert wan_pipe.get_list_adapters() == {"transformer": ["a"], "transformer_2": ["a"]}
+    with pytest.raises(InputError, match=r"adapter_name='a' is already loaded into transformer_2 \(loaded: 'a' "
+                                         r"\(transformer, transformer_2\)\)"):
+        wan_pipe.load_lora_weights(low, adapter_name="a", load_into_transformer_2=True)
+    wan_pipe.set_adapters("a", 0.6)
+    got = wan_pipe(latents=noise.numpy(), progress=False, **CALL).frames
+    wan_pipe.unload_lora_weights()
+    assert psnr(got, want) >= 60.0
+    assert psnr(want, full) < 40.0  # the weight 0.6 reaches the reference's video
+
+
+def test_lightx2v_diff_m_is_added_to_the_modulation_table(wan_pipe, wan22, caplog):
+    """LightX2V's ``blocks.N.diff_m`` is a delta of block N's modulation table: vidax adds it to
+    ``scale_shift_table`` (saying so at INFO). The reference is diffusers' fused LoRA (which
+    drops diff_m) with the delta added to each block's ``scale_shift_table`` by hand: every
+    merged weight equals it."""
+    import logging
+
+    import torch
+
+    _, ref, lora_a, _ = wan22
+    sd = write({m: (d, u, 8.0 if m.startswith("blocks.") else None, b) for m, (d, u, _, b) in lora_a.items()},
+               "lightx2v")
+    rng = np.random.default_rng(5)
+    tables = {i: ref.transformer.blocks[i].scale_shift_table for i in range(len(ref.transformer.blocks))}
+    diff_m = {i: (rng.standard_normal(t.shape) * 0.1).astype(np.float32) for i, t in tables.items()}
+    sd.update({f"diffusion_model.blocks.{i}.diff_m": d for i, d in diff_m.items()})
+    kept = {k: v.clone() for k, v in ref.transformer.state_dict().items()}
+    with torch.no_grad():
+        ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in sd.items()}, adapter_name="x")
+        ref.fuse_lora(components=["transformer"])
+        ref.unload_lora_weights()  # the fused weights stay (diffusers' way to keep a LoRA merged)
+        for i, t in tables.items():
+            t += torch.from_numpy(diff_m[i])
+        want = {k: v.numpy().copy() for k, v in ref.transformer.state_dict().items()}
+        ref.transformer.load_state_dict(kept)  # the module-scoped reference back as it was
+    base = merged(wan_pipe)
+    with caplog.at_level(logging.INFO, logger="vidax.lora"):
+        wan_pipe.load_lora_weights(sd, adapter_name="x")
+    got = merged(wan_pipe)
+    wan_pipe.unload_lora_weights()
+    assert "2 diff_m key(s)" in caplog.text and "scale_shift_table" in caplog.text
+    assert sorted(got) == sorted(want)
+    for k in got:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert not np.array_equal(got["blocks.0.scale_shift_table"], base["blocks.0.scale_shift_table"])
+
+
 def random_lora(pipe, seed: int, blocks_only: bool = False) -> dict[str, np.ndarray]:
     """A random diffusers-layout LoRA on every linear weight of ``pipe``'s transformer (its
     blocks' only with ``blocks_only``), shapes from vidax's own parameter table."""

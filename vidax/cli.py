@@ -354,7 +354,8 @@ def generate(
     audio: bool = typer.Option(
         True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
         "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
-    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]."),
+    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]. A model "
+                               "that conditions on its frame rate through fps= (Cosmos 3) gets it too."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Show the INFO log lines on stderr: vidax's (the attention implementation "
@@ -547,6 +548,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
         raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
                          "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
     given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
+    if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
+        given["fps"] = float(fps)
     info = cls.read_checkpoint(ckpt)
     call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
     silent = cls.silent_call(info, call)  # None: this call makes sound

@@ -71,9 +71,11 @@ def _variant(ckpt: Checkpoint) -> list[str]:
     configs (the pipeline's ``read_checkpoint``), or why vidax cannot run it."""
     try:
         cls = pipeline_class(ckpt)
+        if not registry().pipeline(ckpt.pipeline_class_name).generates:  # for_task says what it does
+            cls.for_task(ckpt, "t2v")
         info = cls.read_checkpoint(ckpt)
     except VidaxError as e:
-        return [f"  variant: not runnable by vidax: {e}"]
+        return [f"  variant: not runnable by vidax generate: {e}"]
     d = info.defaults
     sound = [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"
              ] if cls.makes_audio(info) else []

@@ -58,12 +58,20 @@ class PipelineSpec:
     Attributes:
         class_name: ``_class_name`` in model_index.json (diffusers' pipeline class).
         target: ``"module:Class"`` of the vidax pipeline
-            (a :class:`vidax.pipelines.base.VideoPipeline`).
+            (a :class:`vidax.pipelines.base.VideoPipeline`, or for a ``generates=False`` one any
+            class with ``from_pretrained(checkpoint, dtype=, mesh=)`` and ``for_task(checkpoint,
+            task)``).
+        generates: a pipeline that makes videos from a prompt, which ``vidax generate`` runs
+            (its call keywords are flags; the contracts of ``tests/test_contracts.py`` hold it);
+            False for one that only transforms given latents (LTX-2.5's diffusion decode),
+            which :func:`vidax.load_pipeline` loads and whose ``for_task`` tells the CLI how to
+            run it from Python.
         family: the registering family's name (filled by the registry).
     """
 
     class_name: str
     target: str
+    generates: bool = True
     family: str = ""
 
     def load(self) -> type:
@@ -267,8 +275,9 @@ class Registry:
         """The component registered for ``class_name``, or None."""
         return self._components.get(class_name)
 
-    def pipelines(self) -> Iterator[PipelineSpec]:
-        return iter(self._pipelines.values())
+    def pipelines(self, generating_only: bool = True) -> Iterator[PipelineSpec]:
+        """The registered pipelines: those ``vidax generate`` runs, or every one."""
+        return (p for p in self._pipelines.values() if p.generates or not generating_only)
 
     def components(self, kind: str | None = None) -> Iterator[ComponentSpec]:
         return (s for s in self._components.values() if kind is None or s.kind == kind)

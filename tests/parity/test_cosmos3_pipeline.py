@@ -157,8 +157,7 @@ def test_prompt_token_ids_match_diffusers(cosmos3, kw):
     _, ref, pipe, _ = cosmos3
     for prompt, negative in ((PROMPT, NEGATIVE), ("ends with dots...", None), ("short", "")):
         want = ref.tokenize_prompt(prompt, negative, **kw)
-        call_kw = {k: v for k, v in kw.items() if k != "fps"}
-        call = pipe.check_call(pipe.info, prompt, negative, frame_rate=kw["fps"], guidance_scale=2.0, **call_kw)
+        call = pipe.check_call(pipe.info, prompt, negative, guidance_scale=2.0, **kw)
         embeds = pipe.encode_call(call)
         ids, lengths = np.asarray(embeds["ids"]), np.asarray(embeds["lengths"])
         got = [list(ids[i, :lengths[i]]) for i in range(2)]
@@ -277,6 +276,27 @@ def test_sound_stream_matches_diffusers(cosmos3, with_sound):
     with_sound = _ours(pipe, latents=latents.numpy(), sound_latents=sound.numpy(), enable_sound=True,
                        output_type="latent").frames
     assert np.max(np.abs(alone - with_sound)) / np.max(np.abs(with_sound)) > 1e-2
+
+
+def test_fps_and_unbatched_sound_latents_as_diffusers_takes_them(cosmos3, with_sound):
+    """A diffusers script's call runs unchanged: ``fps=16.0`` (the duration sentence, the
+    fps-modulated positions, the sound length) and ``sound_latents`` in the reference's layout
+    ``(sound_dim, T_sound)``, no batch axis, used as given."""
+    _, ref, pipe, latents = cosmos3
+    sound = torch.randn(6, 23, generator=torch.Generator().manual_seed(11))  # int(9 / 16 s x 240 Hz) / hop 6
+    want = _reference(ref, latents=latents.clone(), sound_latents=sound.clone(), enable_sound=True, fps=16.0)
+    got = _ours(pipe, latents=latents.numpy(), sound_latents=sound.numpy(), enable_sound=True, fps=16.0)
+    want_v, want_s = np.asarray(want.video)[None], want.sound.numpy()[None]
+    assert got.audio.shape == want_s.shape
+    snr = 10 * np.log10(np.sum(want_s ** 2) / np.sum((got.audio - want_s) ** 2))
+    assert psnr(got.frames, want_v) >= PSNR_MIN and snr >= PSNR_MIN  # fp32 both sides, as above
+    # fps reaches the reference's video: at its default 24 (other sound, same video latents) it differs.
+    assert psnr(with_sound[1].frames, want_v) < 40
+    batched = pipe.check_call(pipe.info, PROMPT, sound_latents=sound.numpy()[None], enable_sound=True, fps=16.0,
+                              **CALL)
+    unbatched = pipe.check_call(pipe.info, PROMPT, sound_latents=sound, enable_sound=True, fps=16.0, **CALL)
+    np.testing.assert_array_equal(unbatched.stream_latents["sound_latents"], batched.stream_latents["sound_latents"])
+    assert pipe.video_fps(unbatched) == 16
 
 
 # ----------------------------------------------------------------------------- shared machinery

@@ -372,21 +372,29 @@ def test_cli_video2world_on_a_mesh(cosmos, tmp_path):
     assert psnr(frames, api) >= PSNR_MIN
 
 
-def test_max_sequence_length_beyond_the_text_tower(cosmos):
-    """Issue 18 item 6: the Qwen2.5-VL text tower's max_position_embeddings (in its config.json)
-    bounds max_sequence_length, checked from the configs: the largest valid value passes, one
-    more is one error naming it."""
+def test_max_sequence_length_past_the_text_towers_positions(cosmos, tmp_path):
+    """Rotary positions have no length limit: diffusers runs Cosmos-Predict2.5 at its default 512
+    on checkpoints whose text tower config says max_position_embeddings 256. Here the config says
+    48 and max_sequence_length=64 is taken, its embeddings the reference's."""
     import json
-    import os
+    import shutil
 
-    path, _, pipe, _ = cosmos
-    with open(os.path.join(path, "text_encoder", "config.json")) as f:
-        config = json.load(f)
-    n = config.get("max_position_embeddings") or config["text_config"]["max_position_embeddings"]
-    CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n})
-    with pytest.raises(InputError, match=rf"^max_sequence_length={n + 1} is more .* the largest valid "
-                                         rf"max_sequence_length is {n} \(max_position_embeddings={n} in "):
-        CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": n + 1})
+    path, ref, _, _ = cosmos
+    copy = tmp_path / "ckpt"
+    shutil.copytree(path, copy)
+    file = copy / "text_encoder" / "config.json"
+    config = json.loads(file.read_text())
+    for c in (config, config.get("text_config") or {}):
+        c["max_position_embeddings"] = 48
+    file.write_text(json.dumps(config))
+    pipe = vidax.load_pipeline(str(copy))
+    CosmosPredictPipeline.check_call(pipe.info, PROMPT, **CALL)  # 64 tokens
+    CosmosPredictPipeline.check_call(pipe.info, PROMPT, **{**CALL, "max_sequence_length": 512})
+    with torch.no_grad():
+        want, _ = ref.encode_prompt(PROMPT, None, max_sequence_length=CALL["max_sequence_length"])
+    got = np.asarray(pipe.encode_prompt([PROMPT], CALL["max_sequence_length"]))
+    assert got.shape == (1, 64, 3 * 40)
+    assert max_rel_err(got[0], want[0].numpy()) < 1e-5  # as test_prompt_embeddings_match_diffusers
 
 
 def test_text2world_lora_matches_diffusers_fused(cosmos, text2world):

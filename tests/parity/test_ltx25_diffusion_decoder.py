@@ -56,7 +56,13 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vidax_pipe(checkpoint):
-    return LTX2VideoDiffusionDecodePipeline.from_pretrained(checkpoint[1])
+    """The folder diffusers' save_pretrained wrote (model_index.json names
+    LTX2VideoDiffusionDecodePipeline), loaded as a diffusers script loads it."""
+    import vidax
+
+    pipe = vidax.load_pipeline(str(checkpoint[1]))
+    assert type(pipe) is LTX2VideoDiffusionDecodePipeline
+    return pipe
 
 
 def _window_mask(grid, kernel):
@@ -180,3 +186,18 @@ def test_inspect_and_released_config(checkpoint):
     if os.path.isfile(released):  # the reconstructed LTX-2.5 config reads, with the class defaults
         cfg = LTX2DiffusionDecoderConfig.from_json_file(released)
         assert cfg.decoder_stage_channels == (2048, 1024, 512, 512, 256) and cfg.trailing_pad == 2
+
+
+def test_generate_says_how_to_run_the_decode_pipeline(checkpoint, tmp_path):
+    """vidax generate cannot run a decode-only pipeline: one line saying what it does and how to
+    run it from Python, before any weight is read."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(checkpoint[1]),
+                                 "-o", str(tmp_path / "v.mp4")])
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "is LTX2VideoDiffusionDecodePipeline: it decodes the latents of an LTX-2 run" in lines[0]
+    assert "vidax.load_pipeline(path)(latents, denormalize=False)" in lines[0] and "not supported" not in lines[0]

@@ -220,6 +220,20 @@ def test_bwe_vocoder_matches_reference(bwe):
     assert max_rel_err(skip, want) > 0.05
 
 
+def test_bwe_with_channels_no_power_of_two_divides_matches_reference(tmp_path_factory):
+    """hidden_channels 18 and bwe_hidden_channels 13 over two upsamplers each: the reference
+    floor-divides at each one (18 -> 9 -> 4, 13 -> 6 -> 3) and runs; so does vidax. A width that
+    reaches 0 channels is refused (the reference would build empty convolutions)."""
+    config = dict(BWE, hidden_channels=18, bwe_hidden_channels=13)
+    ref, voc = _save(tmp_path_factory, LTX2VocoderWithBWE, config, 11, "ltx2_bwe_odd", "LTX2VocoderWithBWE")
+    mel = standard_normal((1, 2, 16, 20), 12)
+    want = _ref(ref, mel)
+    _close(voc(mel), want)
+    assert_input_sensitive(want, _ref(ref, standard_normal(mel.shape, 13)))
+    with pytest.raises(ConfigError, match=r"bwe_hidden_channels=3 .*expected at least 2 \*\* 2"):
+        LTX2VocoderWithBWEConfig.from_config_dict(dict(BWE, bwe_hidden_channels=3))
+
+
 def test_bwe_config_refuses_inconsistent_settings():
     with pytest.raises(ConfigError, match="bwe_in_channels"):
         LTX2VocoderWithBWEConfig.from_config_dict(dict(BWE, num_mel_channels=9))

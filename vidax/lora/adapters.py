@@ -71,9 +71,6 @@ class LoraAdapters:
             adapter_name = f"default_{n}"
         if not isinstance(adapter_name, str) or not adapter_name:
             raise InputError(f"adapter_name={adapter_name!r} must be a non-empty string")
-        if adapter_name in self.terms:
-            raise InputError(f"adapter_name={adapter_name!r} is already loaded (loaded: {list(self.terms)}); "
-                             "give another name or unload_lora_weights() first")
         tensors, metadata, src = read_state_dict(source, label)
         lora = parse(tensors, metadata, src, label)
         experts = list(experts) if experts is not None else [0]
@@ -82,22 +79,35 @@ class LoraAdapters:
                 raise InputError(f"{label}: this pipeline has no {_expert_name(e)} (it has {self.names})")
         if 1 in lora.experts and len(self.names) < 2:
             raise InputError(f"{label}: holds transformer_2 keys, but this pipeline has one transformer")
-        per_expert: list[list[Term]] = [[] for _ in self.names]
-        for e in experts if 1 not in lora.experts else sorted(set(lora.experts) & set(range(len(self.names)))):
+        into = experts if 1 not in lora.experts else sorted(set(lora.experts) & set(range(len(self.names))))
+        # Adapter names are per transformer, as diffusers' (peft's, per model): Wan2.2's documented
+        # use loads one name into transformer and again into transformer_2.
+        taken = [self.names[e] for e in into if e in self.loaded_into.get(adapter_name, ())]
+        if taken:
+            raise InputError(f"adapter_name={adapter_name!r} is already loaded into {', '.join(taken)} (loaded: "
+                             f"{self._listing()}); give another name or unload_lora_weights() first")
+        per_expert: list[list[Term]] = [list(t) for t in self.terms.get(adapter_name, [[] for _ in self.names])]
+        for e in into:
             modules = lora.experts.get(e, lora.experts.get(0, {})) if 1 in lora.experts else lora.experts[0]
             terms, problems = self._targets[e].terms(modules)
             if problems:
                 raise InputError(self._misfit(label, e, problems, modules))
             per_expert[e] = terms
         self.terms[adapter_name] = per_expert
-        self.files[adapter_name] = lora
+        self.files.setdefault(adapter_name, lora)  # the first file of the name names it in messages
         self.loaded_into[adapter_name] = [e for e, t in enumerate(per_expert) if t]
-        for e in self.loaded_into[adapter_name]:  # in each transformer it goes to, the active one, as diffusers'
-            self.active[e] = [(adapter_name, 1.0)]
+        for e in into:  # in each transformer it goes to, the active one, as diffusers'
+            if per_expert[e]:
+                self.active[e] = [(adapter_name, 1.0)]
         self._apply()
         logger.info("LoRA %s (%s layout, rank %s, %d keys) -> %s", adapter_name, lora.layout, lora.ranks,
-                    lora.num_keys, ", ".join(self.names[e] for e, t in enumerate(per_expert) if t))
+                    lora.num_keys, ", ".join(self.names[e] for e in into if per_expert[e]))
         return adapter_name
+
+    def _listing(self) -> str:
+        """The loaded adapters and the transformers each is in: ``'a' (transformer, transformer_2)``."""
+        return ", ".join(f"{n!r} ({', '.join(self.names[e] for e in into)})" for n, into in self.loaded_into.items()) \
+            or "none"
 
     def _misfit(self, label: str, expert: int, problems: list[str], modules: dict) -> str:
         targets: ModelTargets = self._targets[expert]
@@ -123,7 +133,7 @@ class LoraAdapters:
         names = [names] if isinstance(names, str) else list(names)
         unknown = [n for n in names if n not in self.terms]
         if unknown:
-            raise InputError(f"set_adapters: {unknown} not loaded (loaded: {list(self.terms)})")
+            raise InputError(f"set_adapters: {unknown} not loaded (loaded: {self._listing()})")
         weights = _adapter_weights(adapter_weights, len(names))
         self.active = [[(n, w) for n, w in zip(names, weights) if e in self.loaded_into[n]]
                        for e in range(len(self.names))]

@@ -12,7 +12,9 @@ Layouts (detected from the keys; one file holds one layout):
   the diffusers naming or the original repository's).
 * ``original`` (the original repository, ComfyUI, LightX2V): ``diffusion_model.<module>`` with
   ``lora_A``/``lora_B`` or ``lora_down``/``lora_up``, ``.alpha``, and full deltas ``.diff`` (of
-  the module's weight, or of the parameter itself) and ``.diff_b`` (of its bias).
+  the module's weight, or of the parameter itself) and ``.diff_b`` (of its bias); LightX2V's
+  ``blocks.N.diff_m`` is the delta of the block's modulation table (``blocks.N.modulation``,
+  diffusers' ``scale_shift_table``), added to it (diffusers 0.42.1 drops it; logged at INFO).
 
 Every module's low-rank delta is ``scale * up @ down`` with ``scale = alpha / rank`` where the file
 gives an ``alpha`` (kohya's convention, also diffusers' conversions), else 1. diffusers folds the
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from typing import Any, Mapping
 
@@ -30,12 +33,17 @@ import numpy as np
 
 from vidax.errors import CheckpointError, InputError
 
+logger = logging.getLogger("vidax.lora")
+
 #: Key suffixes -> what the tensor is.
 _SUFFIXES = (
     (".lora_A.weight", "down"), (".lora_B.weight", "up"), (".lora_down.weight", "down"),
     (".lora_up.weight", "up"), (".lora_B.bias", "diff_b"), (".diff_b", "diff_b"), (".diff", "diff"),
-    (".alpha", "alpha"),
+    (".alpha", "alpha"), (".diff_m", "diff_m"),
 )
+#: The module a LightX2V ``blocks.N.diff_m`` (a delta of the block's modulation table) lands on,
+#: named as the original repository names it (``scale_shift_table`` in diffusers' Wan).
+_DIFF_M_MODULE = "modulation"
 #: Key prefixes -> (layout, expert index). Checked in order.
 _PREFIXES = (
     ("transformer_2.", "diffusers", 1), ("transformer.", "diffusers", 0),
@@ -154,7 +162,7 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
         InputError: a key of no known layout, two layouts in one file, a DoRA or LoKr file, a
             module with only one of its two factors, factors whose ranks differ, a non-scalar alpha.
     """
-    layouts, stray = set(), []
+    layouts, stray, diff_m = set(), [], []
     experts: dict[int, dict[str, LoraModule]] = {}
     for key in tensors:
         layout, expert, rest = "diffusers", 0, key
@@ -172,10 +180,15 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
             stray.append(key)
             continue
         if layout == "diffusers" and any(key.endswith(s) for s in (".lora_down.weight", ".lora_up.weight",
-                                                                     ".diff", ".diff_b")):
+                                                                     ".diff", ".diff_b", ".diff_m")):
             layout = "original"  # ComfyUI writes the original names with no prefix at times
         layouts.add(layout)
+        if kind == "diff_m":  # the block's modulation table's delta: a diff of that parameter
+            module, kind = f"{module}.{_DIFF_M_MODULE}", "diff"
+            diff_m.append(key)
         m = experts.setdefault(expert, {}).setdefault(module, LoraModule())
+        if kind == "diff" and m.diff is not None:
+            raise InputError(f"{what}: {key} and {m.keys[0]} both give the delta of {module}; a LoRA gives it once")
         m.keys.append(key)
         value = tensors[key]
         if not np.all(np.isfinite(value)):  # it would merge into the weights and surface as NaN latents
@@ -191,12 +204,16 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
             raise InputError(f"{what}: a DoRA file (dora_scale keys, e.g. {stray[0]}); vidax merges plain LoRA "
                              "only (diffusers drops the DoRA magnitudes, which changes what the file does)")
         raise InputError(f"{what}: {len(stray)} key(s) of no LoRA layout vidax knows (lora_A/lora_B, "
-                         f"lora_down/lora_up, alpha, diff, diff_b): {_listed(stray)}")
+                         f"lora_down/lora_up, alpha, diff, diff_b, diff_m): {_listed(stray)}")
     if not experts:
         raise InputError(f"{what}: holds no tensor")
     if "kohya" in layouts and len(layouts) > 1:
         raise InputError(f"{what}: mixes kohya keys (lora_unet_...) with other layouts; a LoRA file holds one")
     layout = "kohya" if "kohya" in layouts else "original" if "original" in layouts else "diffusers"
+    if diff_m:
+        logger.info("%s: %d diff_m key(s) (%s) add their deltas to the blocks' modulation tables "
+                    "(scale_shift_table), as LightX2V means them; diffusers 0.42.1 drops them", what, len(diff_m),
+                    _listed(diff_m))
     scales = _peft_scales(metadata, what)
     for modules in experts.values():
         for name, m in modules.items():

@@ -257,7 +257,7 @@ class ModelTargets:
                 continue
             value = rows(value)
             t = next((self.params[module + s] for s in leafs if module + s in self.params), None)
-            key = next(k for k in m.keys if k.endswith(("diff_b", "lora_B.bias") if kind == "diff_b" else "diff"))
+            key = next(k for k in m.keys if k.endswith(("diff_b", "lora_B.bias") if kind == "diff_b" else ("diff", "diff_m")))
             if t is None:
                 problems.append(f"{key} ({module} has no {'bias' if kind == 'diff_b' else 'weight'})")
             elif t.path in self.gguf and t.path[0] in self.streamed:

@@ -205,6 +205,8 @@ class MemoryEstimate:
         overhead: :data:`RUNTIME_OVERHEAD_BYTES`.
         decode_tiled: one VAE decode chunk of one tile with tiling on (None: the VAE has no tiling).
         vae_tiling: ``decode`` counts the tiled decode (:meth:`with_tiling`).
+        text: the text encoder's activations at ``max_sequence_length`` (:func:`text_encoding_bytes`;
+            0 where it is not counted).
     """
 
     weights: int
@@ -214,6 +216,7 @@ class MemoryEstimate:
     overhead: int = RUNTIME_OVERHEAD_BYTES
     decode_tiled: int | None = None
     vae_tiling: bool = False
+    text: int = 0
 
     def with_tiling(self) -> "MemoryEstimate | None":
         """This estimate with the VAE decoding in tiles; None where the VAE has no tiling."""
@@ -223,11 +226,13 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        """Weights + the larger of the step and the decode (they do not overlap) + outputs + overhead."""
-        return self.weights + max(self.step, self.decode) + self.outputs + self.overhead
+        """Weights + the largest of the text encoding, the step and the decode (they do not
+        overlap) + outputs + overhead."""
+        return self.weights + max(self.text, self.step, self.decode) + self.outputs + self.overhead
 
     def describe(self) -> str:
         parts = [("weights", self.weights)] if self.weights else []
+        parts += [("text encoding", self.text)] if self.text else []
         parts += [("denoising step", self.step), ("VAE decode chunk" + (" (tiled)" if self.vae_tiling else ""), self.decode), ("latents and video", self.outputs)]
         return f"~{_gib(self.total)} (" + ", ".join(f"{name} {_gib(b)}" for name, b in parts) + ")"
 
@@ -269,6 +274,30 @@ def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_f
              * DECODE_BYTES_PER_ELEMENT if decoded else 0) if tile else None
     return MemoryEstimate(weights=int(weights), step=int(step), decode=int(decode),
                           outputs=int(latent_elements * 4 * 2 + video), decode_tiled=tiled)
+
+
+def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: str = "text_encoder") -> int:
+    """The activations of text encoder ``name`` on ``prompts`` prompts of ``tokens`` tokens, as
+    :func:`run_memory_estimate` counts a denoising step (float32: ``STEP_BUFFERS x prompts x
+    tokens x (4 D + ffn)`` plus the blockwise attention's accumulators), from its config
+    (``hidden_size`` / ``d_model``, ``intermediate_size`` / ``d_ff``, a multimodal model's
+    ``text_config``); 0 where the checkpoint has no such component or its config gives no width."""
+    from vidax.nn.attention import DEFAULT_BLOCK_SIZE
+
+    if not info.checkpoint.has(name):
+        return 0
+    config = info.checkpoint.config(name)
+    config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+
+    def first(*keys):
+        return next((v for v in map(config.get, keys) if isinstance(v, int) and not isinstance(v, bool) and v > 0), 0)
+
+    width, ffn, heads = first("hidden_size", "d_model"), first("intermediate_size", "d_ff"), first(
+        "num_attention_heads", "num_heads")
+    if not width:
+        return 0
+    attention = prompts * max(1, heads) * tokens * 2 * min(tokens, DEFAULT_BLOCK_SIZE) * 4
+    return STEP_BUFFERS * prompts * tokens * (4 * width + ffn) * 4 + attention
 
 
 def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
@@ -379,15 +408,6 @@ def tokenizer_token_limit(info: CheckpointInfo, fallback: int, fallback_reason: 
         limit, reason = int(n), f"model_max_length={int(n)} in {file}"
     default = info.defaults.max_sequence_length
     return (limit, reason) if limit >= default else (default, "the checkpoint's default max_sequence_length")
-
-
-def text_encoder_positions(info: CheckpointInfo, name: str = "text_encoder") -> int | None:
-    """``max_position_embeddings`` of component ``name``'s config (a language model's, or the
-    ``text_config`` of a multimodal one), or None where it gives none."""
-    config = info.checkpoint.config(name)
-    text = config.get("text_config")
-    n = config.get("max_position_embeddings", text.get("max_position_embeddings") if isinstance(text, dict) else None)
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def finite_array(name: str, value: Any) -> np.ndarray:
@@ -966,11 +986,13 @@ class VideoPipeline:
             return None
         dtype = parse_dtype(dtype)
         names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
-        return run_memory_estimate(size, call.batch * (2 if call.do_cfg else 1),
-                                   int(np.prod(cls.latent_shape(info, call))), call.num_frames, call.height, call.width,
-                                   videos=call.batch, dtype_bytes=np.dtype(dtype).itemsize,
-                                   weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
-                                   decoded=call.output_type != "latent")
+        batch = call.batch * (2 if call.do_cfg else 1)
+        est = run_memory_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
+                                  call.height, call.width, videos=call.batch, dtype_bytes=np.dtype(dtype).itemsize,
+                                  weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
+                                  decoded=call.output_type != "latent")
+        # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
+        return dataclasses.replace(est, text=text_encoding_bytes(info, batch, call.max_sequence_length))
 
     @classmethod
     def check_memory(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", loaded: bool = True,
@@ -1015,16 +1037,22 @@ class VideoPipeline:
             return est
         mh, mw = info.size_multiple
         fits = None
-        for h in range(call.height - mh, 0, -mh):
+        text_bound = est.text > max(est.step, est.decode)  # the prompts' tokens, not the video's size
+        for h in range(call.height - mh, 0, -mh) if not text_bound else ():
             w = max(mw, round(call.width * h / call.height / mw) * mw)
             if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
                 fits = Message(Arg("height", h), ", ", Arg("width", w), " fits at ", Arg("num_frames", call.num_frames))
                 break
         per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
-        msg = Message(size_words(call), f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
-                      f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
-                      fits or "no size fits at these frames", "; or try fewer ", Arg("num_frames"),
-                      ", bfloat16, offloading")
+        if text_bound:
+            msg = Message(Arg("max_sequence_length", call.max_sequence_length), f" (batch {call.batch}"
+                          f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
+                          f"{_gib(free)} of {what}; give a smaller ", Arg("max_sequence_length"))
+        else:
+            msg = Message(size_words(call), f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
+                          f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
+                          fits or "no size fits at these frames", "; or try fewer ", Arg("num_frames"),
+                          ", bfloat16, offloading")
         if refuse:
             raise OutOfMemoryError(msg, " (to run it anyway: ",
                                    Arg("memory_check", python="pipe.memory_check = False"), ")")
@@ -1805,6 +1833,6 @@ def as_list(value: Any) -> list:
 
 __all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
                           "ModelSize", "MemoryEstimate", "run_size_estimate", "run_memory_estimate", "MAX_SEED",
-                          "tokenizer_token_limit", "text_encoder_positions",
+                          "tokenizer_token_limit", "text_encoding_bytes",
                           "SHARED_CALL_ARGS", "frames_of_form", "video_latent_shape", "cfg_pair", "prompt_texts", "text_truncation", "finite_array",
                           "check_finite")

@@ -53,7 +53,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, to_rgb_image, vae_image_preprocess
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.options import VIDEO_FILE, CallOption
-from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, text_encoder_positions
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -219,13 +219,6 @@ class CosmosPredictPipeline(VideoPipeline):
     def conditioning_frames(cls, call) -> int:
         """Pixel frames video2world takes from the end of ``video``: ``4 (n - 1) + 1``."""
         return 4 * (call.extra.get("num_latent_conditional_frames", 2) - 1) + 1
-
-    @classmethod
-    def text_token_limit(cls, info: CosmosInfo) -> tuple[int, str] | None:
-        """The Qwen2.5-VL text tower's ``max_position_embeddings`` (the chat-formatted prompt is
-        padded / truncated to ``max_sequence_length`` tokens in all)."""
-        n = text_encoder_positions(info)
-        return None if n is None else (n, f"max_position_embeddings={n} in {info.checkpoint.config_file('text_encoder')}")
 
     @classmethod
     def check_family_call(cls, info: CosmosInfo, call) -> None:

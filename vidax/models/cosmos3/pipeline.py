@@ -6,8 +6,8 @@ followed step by step:
 
 * Prompting (:mod:`vidax.models.cosmos3.prompt`): no text encoder; the token ids go into the
   transformer's understanding pathway. The negative prompt defaults to ``""`` (with the inverse
-  templates). ``frame_rate`` is the reference's ``fps=`` (the duration sentence, the positions,
-  the sound length; named so because ``vidax generate --fps`` is the mp4's).
+  templates). ``fps=`` (float, default 24) is the reference's: the duration sentence, the
+  positions, the sound length and the mp4's rate (``vidax generate --fps`` sets it and the mp4's).
 * Tasks, picked as the reference picks them: ``video=`` video-to-video, ``image=``
   image-to-video, else text-to-video (text-to-image at ``num_frames=1``). Image-to-video: the
   image scaled to cover ``height x width`` (bilinear, antialiased, as torch's
@@ -73,14 +73,14 @@ class Layout:
         grid: ``(T, h', w')`` latent frames and patches per frame (``h' = ceil(h / p)``).
         noisy: the latent frames that are denoised (the others are the condition).
         sound: T_s sound latents, or None without sound.
-        frame_rate: the call's fps (positions).
+        fps: the call's ``fps=`` (positions).
     """
 
     text: int
     grid: tuple[int, int, int]
     noisy: tuple[int, ...]
     sound: int | None
-    frame_rate: float
+    fps: float
 
 
 def preprocess_conditioning_image(image: Any, height: int, width: int) -> np.ndarray:
@@ -122,7 +122,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
     :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
     Call keywords beyond the shared ones: ``video``, ``condition_frame_indexes_vision`` (default
-    ``[0, 1]``), ``condition_video_keep`` (``"first"``), ``frame_rate`` (the reference's ``fps``,
+    ``[0, 1]``), ``condition_video_keep`` (``"first"``), ``fps`` (float,
     24), ``enable_sound``, ``sound_latents``, ``use_system_prompt`` (default: the checkpoint's
     ``default_use_system_prompt``), ``add_resolution_template``, ``add_duration_template``.
     ``action`` is refused.
@@ -130,7 +130,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
 
     latent_streams = ("latents", "sound_latents")
     audio_stream = "sound_latents"
-    audio_latents_layout = "(batch, sound_dim, sound latent frames)"
+    audio_latents_layout = ("(batch, sound_dim, sound latent frames), or (sound_dim, sound latent frames) for one "
+                            "video as the reference takes them")
     audio_decoder_name = "sound_tokenizer"
     vocoder_name = None
     latents_layout = "(batch, z_dim, latent frames, height / 16, width / 16)"
@@ -153,8 +154,10 @@ class Cosmos3OmniPipeline(VideoPipeline):
                    "[0, 1]"),
         CallOption("condition_video_keep", str, "Which end of video= the conditioning frames come from (Cosmos 3).",
                    "first", choices=("first", "last")),
-        CallOption("frame_rate", float, "Frame rate of the video (Cosmos 3: the reference's fps=, in the "
-                   "duration sentence, the positions and the sound length, default 24). Also the mp4's unless --fps is given.", "24", low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
+        # The flag is vidax generate's own --fps (the mp4's rate), which the CLI passes on as fps= to a
+        # pipeline that takes it: the video is written at the rate the model conditioned on.
+        CallOption("fps", float, "Frame rate of the video (Cosmos 3: in the duration sentence, the positions and "
+                   "the sound length).", "24.0", low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1], flag=False),
         CallOption("enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound "
                    "tokenizer).", "False"),
         CallOption("use_system_prompt", bool, "Put the system turn before the prompt (Cosmos 3).",
@@ -188,7 +191,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         shapes = {"latents": tuple(cls.latent_shape(info, call))}
         if call.extra.get("enable_sound"):
             shapes["sound_latents"] = (call.batch, info.transformer_config.sound_dim,
-                                       info.sound_length(call.num_frames, call.extra.get("frame_rate", FRAME_RATE)))
+                                       info.sound_length(call.num_frames, call.extra.get("fps", FRAME_RATE)))
         return shapes
 
     @classmethod
@@ -209,6 +212,9 @@ class Cosmos3OmniPipeline(VideoPipeline):
         elif kwargs.get("sound_latents") is not None:
             raise InputError(Arg("sound_latents", keyword=True), " is given but ", Arg("enable_sound", keyword=True),
                              " is not; the reference uses sound latents only with enable_sound=True")
+        if kwargs.get("sound_latents") is not None and np.ndim(kwargs["sound_latents"]) == 2:
+            # the reference's layout (sound_dim, T_sound), which it uses as they are: one video's
+            kwargs["sound_latents"] = np.asarray(kwargs["sound_latents"])[None]
         call = super().check_call(info, prompt, "" if negative_prompt is None else negative_prompt, **kwargs)
         if negative_prompt is None:
             call = dataclasses.replace(call, given=call.given - {"negative_prompt"})
@@ -264,8 +270,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
                          **wan_vae_decode_size(info.vae_config))
 
     def video_fps(self, call) -> Any:
-        """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's 24)."""
-        rate = call.extra.get("frame_rate")
+        """The ``fps`` the model conditioned on, when given (else the checkpoint's 24)."""
+        rate = call.extra.get("fps")
         return super().video_fps(call) if rate is None else Fraction(rate).limit_denominator(1001)
 
     # ------------------------------------------------------------------ loading
@@ -293,7 +299,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         use_system = extra.get("use_system_prompt")
         use_system = self.info.default_use_system_prompt if use_system is None else use_system
         kw = dict(num_frames=call.num_frames, height=call.height, width=call.width,
-                  fps=extra.get("frame_rate", FRAME_RATE),
+                  fps=extra.get("fps", FRAME_RATE),
                   add_resolution_template=extra.get("add_resolution_template", True),
                   add_duration_template=extra.get("add_duration_template", True))
         texts = [templated_prompt(p, negative=False, **kw) for p in call.prompts]
@@ -343,7 +349,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
             sound = self.latent_shapes(self.info, call)["sound_latents"][-1]
         self._layout = Layout(text=0, grid=(t, -(-h // p), -(-w // p)),
                               noisy=tuple(i for i in range(t) if i not in idx), sound=sound,
-                              frame_rate=float(call.extra.get("frame_rate", FRAME_RATE)))
+                              fps=float(call.extra.get("fps", FRAME_RATE)))
         return {"x0": x0, "mask": jnp.zeros((t,), _F32).at[jnp.asarray(idx, jnp.int32)].set(1.0) if idx else
                 jnp.zeros((t,), _F32)}
 
@@ -379,7 +385,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         real tokens (:mod:`vidax.models.cosmos3.prompt`)."""
         cfg, lay = self.info.transformer_config, self._layout
         fps_mod = cfg.enable_fps_modulation
-        parts = [grid_positions(*lay.grid, fps=lay.frame_rate if fps_mod else None, base_fps=float(cfg.base_fps),
+        parts = [grid_positions(*lay.grid, fps=lay.fps if fps_mod else None, base_fps=float(cfg.base_fps),
                                 temporal_compression=self.info.vae_config.temporal_compression,
                                 reset_spatial_ids=cfg.unified_3d_mrope_reset_spatial_ids)]
         if lay.sound is not None:

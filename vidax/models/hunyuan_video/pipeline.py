@@ -63,7 +63,7 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.options import OBJECT, CallOption
-from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions,
+from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts,
                                   text_truncation)
 
 logger = logging.getLogger("vidax.pipeline")
@@ -291,20 +291,6 @@ class HunyuanVideoPipeline(VideoPipeline):
             logger.warning("Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
                            "both applied (as the reference warns)", Arg("true_cfg_scale"), Arg("guidance_scale"))
         return dataclasses.replace(call, extra=extra, cfg=cfg)
-
-    @classmethod
-    def text_token_limit(cls, info: HunyuanVideoInfo) -> tuple[int, str] | None:
-        """The Llama's ``max_position_embeddings`` less the prompt template's tokens around the
-        prompt (``crop_start``, and the image tokens of the I2V template); the CLIP encoder
-        always takes its own 77 tokens."""
-        ckpt = info.checkpoint
-        positions = text_encoder_positions(info)
-        if positions is None:
-            return None
-        tpl = cls.prompt_template
-        extra = tpl["crop_start"] + tpl.get("image_emb_len", 1) - 1
-        return positions - extra, (f"max_position_embeddings={positions} in {ckpt.config_file('text_encoder')}, less "
-                                   f"the prompt template's {extra} tokens")
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:

@@ -49,7 +49,7 @@ from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipe
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
 from vidax.models.hunyuan_video15.vae import HunyuanVideo15Tiling
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_encoder_positions, text_truncation
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
 logger = logging.getLogger("vidax.pipeline")
@@ -103,16 +103,6 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         return ModelSize(tokens=video + call.max_sequence_length + cls.glyph_max_length + IMAGE_TOKENS,
                          hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim, num_layers=cfg.num_layers,
                          decode_tile=HunyuanVideo15Tiling().tile_sample_min_height)
-
-    @classmethod
-    def text_token_limit(cls, info: HunyuanVideo15Info) -> tuple[int, str] | None:
-        """The Qwen2.5-VL's ``max_position_embeddings`` less the template's ``crop_start`` tokens."""
-        positions = text_encoder_positions(info)
-        if positions is None:
-            return None
-        return positions - cls.crop_start, (f"max_position_embeddings={positions} in "
-                                            f"{info.checkpoint.config_file('text_encoder')}, less the chat "
-                                            f"template's {cls.crop_start} tokens")
 
     @classmethod
     def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):

@@ -149,15 +149,6 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                          num_layers=cfg.num_layers, decode_tile=LTXTiling().tile_sample_min_height)
 
     @classmethod
-    def text_token_limit(cls, info: LTXInfo) -> tuple[int, str]:
-        """512, the input length T5 v1.1 was pre-trained with: T5 has no position table, and the
-        released tokenizers' ``model_max_length`` (128, the converter's choice) is below the 256
-        tokens LTX-Video's own inference code encodes, which diffusers also accepts."""
-        top = max(512, info.defaults.max_sequence_length)
-        return top, ("T5 v1.1 was pre-trained on 512-token inputs and has no position table; LTX-Video's own "
-                     "inference code uses 256")
-
-    @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
         if isinstance(call.image, (list, tuple)):
             raise InputError(f"image is a list of {len(call.image)}; LTXImageToVideoPipeline takes one image "

@@ -26,7 +26,9 @@ FAMILY = Family(
                PipelineSpec("LTX2ImageToVideoPipeline", "vidax.models.ltx2.pipeline_i2v:LTX2ImageToVideoPipeline"),
                PipelineSpec("LTX2ConditionPipeline", "vidax.models.ltx2.pipeline_condition:LTX2ConditionPipeline"),
                PipelineSpec("LTX2LatentUpsamplePipeline",
-                            "vidax.models.ltx2.upsample_pipeline:LTX2LatentUpsamplePipeline")),
+                            "vidax.models.ltx2.upsample_pipeline:LTX2LatentUpsamplePipeline"),
+               PipelineSpec("LTX2VideoDiffusionDecodePipeline",
+                            "vidax.models.ltx2.diffusion_decode:LTX2VideoDiffusionDecodePipeline", generates=False)),
     components=(
         family_component(_PKG, "transformer", "LTX2VideoTransformer3DModel",
                          "transformer:LTX2VideoTransformer3DModel", "LTX2TransformerConfig",

@@ -139,9 +139,9 @@ def _check_generator(cfg: Any, source: str, prefix: str) -> None:
     if any(k % 2 == 0 for k in get("resnet_kernel_sizes")):
         cfg.invalid(source, prefix + "resnet_kernel_sizes", get("resnet_kernel_sizes"),
                     "expected odd kernel sizes (torch's padding='same' pads even ones asymmetrically; not implemented)")
-    if get("hidden_channels") % 2 ** len(get("upsample_factors")):
+    if get("hidden_channels") < 2 ** len(get("upsample_factors")):  # the reference's last convolutions get 0 channels
         cfg.invalid(source, prefix + "hidden_channels", get("hidden_channels"),
-                    f"expected a multiple of 2 ** {len(get('upsample_factors'))} (each upsampler halves it)")
+                    f"expected at least 2 ** {len(get('upsample_factors'))} (each upsampler halves it, rounding down)")
     if get("act_fn") not in VOCODER_ACTIVATIONS:
         cfg.invalid(source, prefix + "act_fn", get("act_fn"), f"expected one of {VOCODER_ACTIVATIONS}")
     if get("act_fn") == "leaky_relu" and get("antialias"):

@@ -61,13 +61,29 @@ class LTX2VideoDiffusionDecodePipeline:
         self.matmul_precision = parse_matmul_precision(matmul_precision)
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype="float32", *,
+    def from_pretrained(cls, path, dtype="float32", mesh=None, *,
                         matmul_precision: str = "highest") -> "LTX2VideoDiffusionDecodePipeline":
         """From a folder with ``model_index.json`` naming ``diffusion_decoder/`` (the decode
-        pipeline's, or LTX-2.5's), or from the ``diffusion_decoder/`` folder itself, by the shared
-        component loader; ``matmul_precision`` as :meth:`VideoPipeline.from_pretrained`'s."""
+        pipeline's, as ``save_pretrained`` writes it, or LTX-2.5's), a
+        :class:`~vidax.checkpoint.Checkpoint` of one (what :func:`vidax.load_pipeline` passes), or
+        the ``diffusion_decoder/`` folder itself, by the shared component loader;
+        ``matmul_precision`` as :meth:`VideoPipeline.from_pretrained`'s.
+
+        Raises:
+            InputError: ``mesh`` given (the decoder runs on one device), or a bad ``matmul_precision``.
+        """
+        if mesh is not None:
+            raise InputError(f"mesh={mesh!r}: {cls.__name__} runs on one device; leave mesh out")
         matmul_precision = parse_matmul_precision(matmul_precision)
+        path = getattr(path, "root", path)  # a Checkpoint
         return cls(load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype), matmul_precision)
+
+    @classmethod
+    def for_task(cls, checkpoint, task: str):
+        """Never a generation task: ``vidax generate`` gets one line saying how to run it."""
+        raise InputError(f"checkpoint {checkpoint.root} is {cls.__name__}: it decodes the latents of an LTX-2 run "
+                         "(output_type=\"latent\") into video with LTX-2.5's diffusion decoder, it does not generate "
+                         "from a prompt; run it from Python: vidax.load_pipeline(path)(latents, denormalize=False)")
 
     def __call__(self, latents, *, decoder_noise=None, seed: int | None = None, output_type: str = "np",
                  denormalize: bool = True, num_inference_steps: int | None = None,

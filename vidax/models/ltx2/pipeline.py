@@ -259,11 +259,6 @@ class LTX2Pipeline(LTXPipeline):
         return dataclasses.replace(size, tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call)))
 
     @classmethod
-    def text_token_limit(cls, info: LTX2Info):
-        """No T5 bound (LTX-Video's): Gemma 3's positions go far past LTX-2's 1024 tokens."""
-        return None
-
-    @classmethod
     def schedule_sigmas(cls, call) -> np.ndarray:
         """``sigmas=`` when given, else ``linspace(1, 1/N, N)``."""
         sigmas = call.extra.get("sigmas")

@@ -32,7 +32,7 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
-from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair, tokenizer_token_limit,
+from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair,
                                   frames_of_form)
 from vidax.pipelines.common import prompt_clean
 from vidax.pipelines.experts import Experts, expert_for_steps
@@ -99,14 +99,6 @@ class WanPipeline(VideoPipeline):
         return ModelSize(tokens=(t // pt) * (h // ph) * (w // pw), hidden_size=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
                          num_layers=cfg.num_layers, num_heads=cfg.num_attention_heads,
                          **wan_vae_decode_size(info.vae_config))
-
-    @classmethod
-    def text_token_limit(cls, info: WanInfo) -> tuple[int, str]:
-        """UMT5 has no position table: the tokenizer's ``model_max_length``, else 512, the text
-        length Wan's transformer was trained with (``text_len`` of the original Wan code, which
-        pads every prompt to it)."""
-        return tokenizer_token_limit(info, 512, "Wan's transformer was trained on 512 text tokens (text_len of the "
-                                                "original Wan code); UMT5 has no position table")
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
