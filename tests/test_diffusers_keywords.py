@@ -136,3 +136,27 @@ def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     np.testing.assert_array_equal(scaled.frames, 0.0)
     frames, = pipe("a cat", "blurry", return_dict=False, **KW)
     np.testing.assert_array_equal(frames, base.frames)
+
+
+def test_cogvideox_schedulers_ignore_eta_as_vidax_does():
+    """vidax takes CogVideoX's ``eta`` and changes nothing with it: diffusers 0.42.1's two
+    CogVideoX schedulers take ``eta`` in ``step`` and do not use it (checked here on one step)."""
+    torch = pytest.importorskip("torch")
+    from diffusers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
+
+    from vidax.models.cogvideox.pipeline import CogVideoXPipeline
+
+    assert "eta" in CogVideoXPipeline.call_args()
+    g = torch.Generator().manual_seed(0)
+    x, eps = torch.randn(1, 2, 4, 3, 3, generator=g), torch.randn(1, 2, 4, 3, 3, generator=g)
+    for cls in (CogVideoXDDIMScheduler, CogVideoXDPMScheduler):
+        outs = []
+        for eta in (0.0, 1.0):
+            s = cls()
+            s.set_timesteps(4)
+            g = torch.Generator().manual_seed(1)
+            t = s.timesteps
+            out = (s.step(eps, t[0], x, eta=eta, generator=g) if cls is CogVideoXDDIMScheduler else
+                   s.step(eps, None, t[0], t[1], x, eta=eta, generator=g))  # DPM: (x_prev, x0) tuple
+            outs.append(out.prev_sample if cls is CogVideoXDDIMScheduler else out[0])
+        assert torch.equal(outs[0], outs[1]), cls.__name__
