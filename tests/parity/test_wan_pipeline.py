@@ -69,3 +69,25 @@ def test_bf16_pipeline_matches_diffusers_bf16(reference):
     # Against diffusers bf16: measured 65.5 dB (diffusers bf16 vs fp32: 66.0 dB). See
     # WAN_BF16_MIN_PSNR for the bar and what it can and cannot see.
     assert bf16 >= WAN_BF16_MIN_PSNR
+
+
+def test_callback_on_step_end_and_prompt_embeds_match_diffusers(reference):
+    """diffusers' step callback scaling the latents after step 1, and diffusers' own encode_prompt
+    embeddings passed as prompt_embeds: the same video on both sides."""
+    path, latents, _, _, ref = reference
+
+    def halve(_pipe, i, _t, kwargs):
+        return {"latents": kwargs["latents"] * 0.5} if i == 1 else {}
+
+    with torch.no_grad():
+        want = ref(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=torch.from_numpy(latents.copy()),
+                   callback_on_step_end=halve, output_type="np", **CALL).frames
+        pos, neg = ref.encode_prompt(PROMPTS, NEGATIVES, max_sequence_length=CALL["max_sequence_length"], device="cpu")
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    got = pipe(prompt_embeds=pos.numpy(), negative_prompt_embeds=neg.numpy(), latents=latents, progress=False,
+               callback_on_step_end=halve, **CALL).frames
+    # fp32 summation order only, as the plain run (140 dB); the halved latents change the video
+    # far more than the bar (the run without the callback is compared below).
+    assert psnr(got, np.asarray(want)) >= 60.0
+    plain = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, progress=False, **CALL).frames
+    assert psnr(plain, np.asarray(want)) < 40.0

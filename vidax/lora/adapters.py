@@ -14,6 +14,8 @@ parameter of its shape) before any weight changes.
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 from typing import Any, Sequence
@@ -163,6 +165,24 @@ class LoraAdapters:
     def enable(self, on: bool) -> None:
         self.enabled = on
         self._apply()
+
+    @contextlib.contextmanager
+    def call_scale(self, scale: float):
+        """Within the block, the active adapters merged at ``scale`` times their scale (a call's
+        ``attention_kwargs={"scale": scale}``: diffusers' ``scale_lora_layers`` multiplies each
+        unfused adapter layer's scale by it for the call); afterwards the weights are those of
+        before, bit for bit. No adapter active: nothing changes (as diffusers)."""
+        if not self.active_names() or scale == 1.0:
+            yield
+            return
+        saved = list(self.fuse_scale)
+        self.fuse_scale = [s * float(scale) for s in saved]
+        try:
+            self._apply()
+            yield
+        finally:
+            self.fuse_scale = saved
+            self._apply()
 
     def unload(self) -> None:
         """Remove every adapter: each touched parameter gets its base value back, bit for bit."""

@@ -16,6 +16,7 @@ a keyword that is neither is a one-line error naming what the pipeline takes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -97,6 +98,11 @@ class Call:
     was drawn at random). ``latents`` holds the first (video) stream's given latents;
     ``stream_latents`` those of the other streams, by their keyword (``audio_latents``).
     ``decode_audio``: decode the sound (the ``decode_audio`` keyword; False skips its decode).
+    ``step_end``: diffusers' ``callback_on_step_end`` (None: none). ``lora_scale``: the
+    ``attention_kwargs`` ``"scale"`` (None: not given). ``return_dict``: False returns a tuple.
+    ``prompt_parts`` / ``negative_parts``: the given ``prompt_embeds`` (and masks, pooled
+    embeddings...) as float32 / integer numpy arrays in the order of the family's
+    :attr:`VideoPipeline.prompt_embeds_args` (None: encode the texts).
     """
 
     prompts: list
@@ -121,6 +127,11 @@ class Call:
     given: frozenset = frozenset()
     stream_latents: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     decode_audio: bool = True
+    step_end: Callable | None = None
+    lora_scale: float | None = None
+    return_dict: bool = True
+    prompt_parts: tuple | None = None
+    negative_parts: tuple | None = None
 
     @property
     def batch(self) -> int:
@@ -388,6 +399,109 @@ def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
     return list(prompt)
 
 
+def _given_prompt_parts(cls: type, extra: dict, negative: bool) -> tuple | None:
+    """The call's precomputed prompt encoding (``prompt_embeds=`` and its partners, or the
+    ``negative_`` ones), taken out of ``extra``, as numpy arrays in the order of
+    ``cls.prompt_embeds_args``: floating ones float32 and finite, masks ``cls.prompt_mask_dtype``;
+    None when none is given.
+
+    Raises:
+        InputError: only some of them given (they come together, as diffusers' encode_prompt
+            makes them), a value that is not an array of real numbers, another number of axes
+            than diffusers' ((B, L, D) embeddings, (B, L) masks, (B, D) pooled embeddings), or
+            batch sizes that differ.
+    """
+    names = [("negative_" if negative else "") + n for n in cls.prompt_embeds_args]
+    values = {n: extra.pop(n) for n in names if n in extra}
+    given = [n for n in names if values.get(n) is not None]
+    if not given:
+        return None
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise InputError(Arg(given[0]), " is given without ", *joined(Arg(m) for m in missing), f": {cls.__name__} "
+                         "takes them together (as encode_prompt_embeds returns them)")
+    out = []
+    for n in names:
+        v = values[n]
+        if "mask" in n:
+            kind = np.asarray(v).dtype.kind
+            if kind not in "biuf":
+                raise InputError(Arg(n), f" must be an array of 0 / 1 (or bool), got {type(v).__name__}")
+            arr = (np.asarray(v) != 0).astype(cls.prompt_mask_dtype)
+        else:
+            arr = finite_array(n, v)
+        want = 2 if "mask" in n or "pooled" in n else 3
+        if arr.ndim != want:
+            layout = "(batch, tokens)" if "mask" in n else "(batch, width)" if want == 2 else "(batch, tokens, width)"
+            raise InputError(Arg(n), f" has shape {tuple(arr.shape)}; diffusers' layout is {layout}")
+        if out and arr.shape[0] != out[0].shape[0]:
+            raise InputError(Arg(n), f" has {arr.shape[0]} rows but ", Arg(names[0]), f" has {out[0].shape[0]}")
+        out.append(arr)
+    return tuple(out)
+
+
+def _embeds_prompts(name: str, prompt: Any, parts: tuple, batch: int | None = None) -> list[str]:
+    """Placeholder texts for a batch given as embeddings (one empty string per row).
+
+    Raises:
+        InputError: the text is given too (diffusers raises for both), or the batch is not
+            ``batch`` (the prompts').
+    """
+    arg = "prompt_embeds" if name == "prompt" else "negative_prompt_embeds"
+    if prompt is not None:
+        raise InputError("give ", Arg(name), " or ", Arg(arg), ", not both (as diffusers)")
+    rows = parts[0].shape[0]
+    if batch is not None and rows != batch:
+        raise InputError(Arg(arg), f" has {rows} rows but there are {batch} prompts; give one per prompt")
+    return [""] * rows
+
+
+def _step_end(callback: Any, tensor_inputs: Any) -> Callable | None:
+    """The call's ``callback_on_step_end`` after checking it and its tensor inputs.
+
+    Raises:
+        InputError: not callable; tensor inputs other than ``["latents"]``
+            (:data:`~vidax.pipelines.diffusers_keywords.REFUSED_VALUES` says why).
+    """
+    from vidax.pipelines.diffusers_keywords import REFUSED_VALUES
+
+    if callback is not None and not callable(callback):
+        raise InputError(Arg("callback_on_step_end"), f" must be callable or None, got {type(callback).__name__}")
+    if tensor_inputs is not None:
+        names = list(tensor_inputs) if isinstance(tensor_inputs, (list, tuple)) else None
+        if names is None or any(n != "latents" for n in names):
+            reason = next(r for k, _, r in REFUSED_VALUES if k == "callback_on_step_end_tensor_inputs")
+            raise InputError(Arg("callback_on_step_end_tensor_inputs", tensor_inputs), " must be ['latents']: "
+                             f"{reason}")
+    return callback
+
+
+def _lora_scale(attention_kwargs: Any) -> float | None:
+    """The ``"scale"`` of a call's ``attention_kwargs`` (None: not given); other keys are logged
+    as ignored, as diffusers' attention processors warn that they are not expected.
+
+    Raises:
+        InputError: not a dict, or a scale that is not a finite number.
+    """
+    if attention_kwargs is None:
+        return None
+    if not isinstance(attention_kwargs, Mapping):
+        raise InputError(Arg("attention_kwargs"), f" must be a dict such as {{'scale': 0.7}} or None, got "
+                         f"{type(attention_kwargs).__name__}")
+    other = sorted(str(k) for k in attention_kwargs if k != "scale")
+    if other:
+        logger.warning("attention_kwargs %s are not expected by vidax's attention and are ignored (as diffusers' "
+                       "attention processors ignore them)", other)
+    scale = attention_kwargs.get("scale")
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(scale):
+        raise InputError(Arg("attention_kwargs", attention_kwargs), " must give 'scale' as a finite number (the LoRA "
+                         "scale of this call)")
+    return float(scale)
+
+
 #: A tokenizer_config.json ``model_max_length`` at or above this is transformers' "no limit"
 #: placeholder (``int(1e30)``), not a length.
 _NO_TOKEN_LIMIT = 10**9
@@ -511,6 +625,12 @@ class VideoPipeline:
     #: :class:`~vidax.pipelines.contracts.Vocoder`; None where the decoder gives a waveform).
     audio_decoder_name: ClassVar[str] = "audio_vae"
     vocoder_name: ClassVar[str | None] = "vocoder"
+    #: diffusers' keywords of a prompt's precomputed encoding (``prompt_embeds``, its mask, a
+    #: pooled embedding...), in the order of :meth:`encode_prompt_parts`'s arrays; the negative
+    #: prompt's are these with ``negative_`` in front. Empty: the family takes none.
+    prompt_embeds_args: ClassVar[tuple[str, ...]] = ()
+    #: The dtype of the masks among :attr:`prompt_embeds_args` (what the family's encoding makes).
+    prompt_mask_dtype: ClassVar[Any] = np.bool_
 
     def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
                  staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
@@ -765,7 +885,28 @@ class VideoPipeline:
         streams = tuple(CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's "
                                    "diffusers layout.") for s in cls.latent_streams[1:])
         return (tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args) + streams
-                + cls.call_options)
+                + cls.call_options + cls.embeds_options())
+
+    @classmethod
+    def embeds_options(cls) -> tuple[CallOption, ...]:
+        """The declarations of :attr:`prompt_embeds_args` and their ``negative_`` twins."""
+        return tuple(CallOption(prefix + n, OBJECT, f"diffusers' {prefix + n}: the {what} prompt's precomputed "
+                                "encoding (encode_prompt_embeds makes it), instead of the text.")
+                     for prefix, what in (("", "positive"), ("negative_", "negative")) for n in cls.prompt_embeds_args)
+
+    @classmethod
+    def diffusers_classes(cls) -> tuple[str, ...]:
+        """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as this class."""
+        return tuple(p.class_name for p in registry().pipelines()
+                     if p.target == f"{cls.__module__}:{cls.__name__}") or (cls.__name__,)
+
+    @classmethod
+    def refused_keyword(cls, keyword: str) -> Any:
+        """The :class:`~vidax.pipelines.diffusers_keywords.Refused` entry of a diffusers keyword
+        this pipeline refuses (None: not a refused one)."""
+        from vidax.pipelines.diffusers_keywords import refused
+
+        return next((e for c in cls.diffusers_classes() if (e := refused(c, keyword)) is not None), None)
 
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
@@ -841,7 +982,9 @@ class VideoPipeline:
                    num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
                    num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
                    max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
-                   callback: Any = None, cancel: Any = None, decode_audio: Any = True, **extra: Any) -> Call:
+                   callback: Any = None, cancel: Any = None, decode_audio: Any = True, return_dict: Any = True,
+                   attention_kwargs: Any = None, callback_on_step_end: Any = None,
+                   callback_on_step_end_tensor_inputs: Any = None, **extra: Any) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -855,14 +998,24 @@ class VideoPipeline:
             num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
             seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
         streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
-        own = options_by_name(cls.call_options)
+        own = options_by_name(cls.call_options + cls.embeds_options())
         unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
+        for u in unknown:
+            entry = cls.refused_keyword(u)
+            if entry is not None:
+                raise InputError(f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): "
+                                 f"{entry.message()}")
         if unknown:
             raise InputError(f"{cls.__name__} takes no ", *joined(Arg(u, python=repr(u)) for u in unknown),
                              "; it takes ", *joined(Arg(a) for a in cls.call_args()))
         extra = check_options(own, extra)
         d = info.defaults
-        prompts = _prompts("prompt", prompt)
+        parts = _given_prompt_parts(cls, extra, negative=False)
+        negative_parts = _given_prompt_parts(cls, extra, negative=True)
+        prompts = _prompts("prompt", prompt) if parts is None else _embeds_prompts("prompt", prompt, parts)
+        if negative_parts is not None:
+            _embeds_prompts("negative_prompt", negative_prompt, negative_parts, len(prompts))
+            negative_prompt = None
         negatives = _prompts("negative_prompt", negative_prompt, len(prompts))
         height = d.height if height is None else height
         width = d.width if width is None else width
@@ -910,6 +1063,9 @@ class VideoPipeline:
         _SHARED["decode_audio"].check(decode_audio)
         if callback is not None and not callable(callback):
             raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
+        _SHARED["return_dict"].check(return_dict)
+        step_end = _step_end(callback_on_step_end, callback_on_step_end_tensor_inputs)
+        lora_scale = _lora_scale(attention_kwargs)
         cancel = cancel_check(cancel)
         task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
         if cls.task == "i2v" and image is None:
@@ -926,7 +1082,9 @@ class VideoPipeline:
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
                     guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
                     bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given),
-                    decode_audio=decode_audio is None or bool(decode_audio))  # None: the default
+                    decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
+                    step_end=step_end, lora_scale=lora_scale, return_dict=return_dict is None or bool(return_dict),
+                    prompt_parts=parts, negative_parts=negative_parts)
         given_streams = {cls.latent_streams[0]: latents, **streams}
         if any(v is not None for v in given_streams.values()):
             shapes = cls.latent_shapes(info, call)
@@ -1245,7 +1403,10 @@ class VideoPipeline:
             Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
-        return self.generate(call)
+        out = self.generate(call)
+        if call.return_dict:
+            return out
+        return (out.frames, out.audio) if self.makes_audio(self.info) else (out.frames,)
 
     #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run
     #: it; None: no check, e.g. where the caller already checked before loading).
@@ -1273,7 +1434,9 @@ class VideoPipeline:
             self.vae.enable_tiled_decode()
         phase = ["text encoding"]
         try:
-            with self.precision():
+            scale = (contextlib.nullcontext() if call.lora_scale is None or self._lora is None
+                     else self._lora.call_scale(call.lora_scale))
+            with self.precision(), scale:
                 return self._generate(call, phase)
         except NumericalError as e:
             from vidax.lora.adapters import LARGE_SCALE
@@ -1305,7 +1468,7 @@ class VideoPipeline:
         stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given,
                          matmul_precision=describe_matmul_precision(self.matmul_precision))
         with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
-            embeds = self.encode_call(call)
+            embeds = self.call_embeds(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
         stats.sample_memory()
@@ -1386,6 +1549,7 @@ class VideoPipeline:
         cache = self._step_cache(call, expert, total, stats)
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
+        step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
             shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
@@ -1396,8 +1560,38 @@ class VideoPipeline:
             params = as_stack_bits(params, getattr(module, "block_stacks", ()))
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
-                                      cancel=call.cancel, cache=cache)
+                                      cancel=call.cancel, cache=cache, on_step_end=step_end)
         return (x, state.sched) if cache is not None else (x, state)
+
+    def _step_end_hook(self, call: Call, state: Any, done: int) -> Callable:
+        # diffusers' callback_on_step_end(pipe, i, t, {"latents": ...}) after step done + i, its
+        # returned "latents" put back in the loop's layout, dtype and sharding.
+        timesteps = np.asarray(self.step_state(state).timesteps)
+        first = self.latent_streams[0]
+
+        def hook(i: int, latents: Any) -> Any:
+            x = latents[first] if isinstance(latents, dict) else latents
+            view = jnp.array(self.loop_latents_to_diffusers(x))  # a copy: the loop donates its buffers
+            out = call.step_end(self, done + i, jnp.asarray(timesteps[done + i]), {"latents": view})
+            if not isinstance(out, Mapping) or out.get("latents") is None:
+                return None
+            new = finite_array("callback_on_step_end's returned latents", out["latents"])
+            if new.shape != view.shape:
+                raise InputError(f"callback_on_step_end returned latents of shape {tuple(new.shape)}; they must keep "
+                                 f"the shape it was given, {tuple(view.shape)}")
+            new = jax.device_put(self.loop_latents_from_diffusers(jnp.asarray(new), x).astype(x.dtype), x.sharding)
+            return {**latents, first: new} if isinstance(latents, dict) else new
+
+        return hook
+
+    def loop_latents_to_diffusers(self, x: jax.Array) -> jax.Array:
+        """The denoising loop's (video) latents as diffusers' pipeline loop holds them, for
+        ``callback_on_step_end``: channels-last (B, T, H, W, C) -> (B, C, T, H, W) by default."""
+        return jnp.transpose(x, (0, 4, 1, 2, 3))
+
+    def loop_latents_from_diffusers(self, y: jax.Array, like: jax.Array) -> jax.Array:
+        """The inverse of :meth:`loop_latents_to_diffusers` (``like``: the loop's latents)."""
+        return jnp.transpose(y, (0, 2, 3, 4, 1))
 
     #: diffusers' pipeline runs the conditional and unconditional passes as separate transformer
     #: calls (a step cache then keeps one state per branch, :mod:`vidax.pipelines.step_cache`);
@@ -1619,6 +1813,60 @@ class VideoPipeline:
         """The audio stream's final latents -> ``output_type="latent"``'s ``out.audio`` in the
         family's diffusers layout (as diffusers' LTX2Pipeline returns ``audio_latents``)."""
         return np.asarray(latents)
+
+    def call_embeds(self, call: Call) -> Any:
+        """The call's text embeddings before the per-video repeat: :meth:`encode_call`, or, with
+        ``prompt_embeds=`` (:attr:`Call.prompt_parts`), :meth:`context_of_parts` of the given
+        arrays, the negative ones given or encoded from the negative texts when CFG runs."""
+        if call.prompt_parts is None:
+            return self.encode_call(call)
+        parts = tuple(jnp.asarray(p) for p in call.prompt_parts)
+        if call.do_cfg:
+            negatives = call.negative_parts
+            if negatives is None:
+                negatives = self.encode_prompt_parts(dataclasses.replace(
+                    call, prompts=call.negatives, cfg=False, given=call.given - {"negative_prompt"}))
+            parts = tuple(jnp.concatenate([p, jnp.asarray(n).astype(p.dtype)]) for p, n in zip(parts, negatives))
+        return self.context_of_parts(parts)
+
+    def encode_prompt_parts(self, call: Call) -> tuple:
+        """The arrays of :attr:`prompt_embeds_args` (diffusers' ``encode_prompt``'s) for
+        :func:`prompt_texts` of ``call``, batch first: :meth:`encode_call` by default."""
+        out = self.encode_call(call)
+        return out if isinstance(out, tuple) else (out,)
+
+    def context_of_parts(self, parts: tuple) -> Any:
+        """What :meth:`encode_call` returns, from :meth:`encode_prompt_parts`'s arrays (the
+        arrays themselves by default; LTX-2 runs its text connectors on them)."""
+        return parts if len(parts) > 1 else parts[0]
+
+    def encode_prompt_embeds(self, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> dict:
+        """Encode the prompts once, to pass to later calls (diffusers' ``encode_prompt``, whose
+        tuple is returned here by keyword): ``pipe(**pipe.encode_prompt_embeds(p, n, ...), ...)``
+        makes the video ``pipe(p, n, ...)`` makes, bit for bit.
+
+        Args: the call's keywords (``max_sequence_length``, ``guidance_scale``, ``image`` where
+            the image joins the text encoding...): they decide the encoding and whether the
+            negative prompt is encoded (only when CFG runs, as diffusers).
+
+        Returns:
+            ``{keyword: numpy array}``: :attr:`prompt_embeds_args` (e.g. ``prompt_embeds`` (B, L,
+            D) in the pipeline's dtype, masks (B, L)), one row per prompt (not repeated per
+            video), and their ``negative_`` twins when CFG runs.
+
+        Raises:
+            InputError: an invalid argument; a pipeline that takes no ``prompt_embeds``.
+        """
+        if not self.prompt_embeds_args:
+            raise InputError(f"{type(self).__name__} takes no ", Arg("prompt_embeds"), " (its diffusers pipeline "
+                             "takes none)")
+        call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
+        parts = self.encode_prompt_parts(call)
+        b = len(call.prompts)
+        out = {n: np.asarray(p[:b]) for n, p in zip(self.prompt_embeds_args, parts)}
+        if call.do_cfg:
+            out.update({"negative_" + n: np.asarray(p[b:]) for n, p in zip(self.prompt_embeds_args, parts)})
+        return out
 
     def encode_call(self, call: Call) -> Any:
         """The call's text embeddings before the per-video repeat: :meth:`encode_prompt` of

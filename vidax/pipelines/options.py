@@ -226,5 +226,14 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
                "accepted, changing nothing, by models without sound). The command line's --no-audio.", "True",
                flag=False),
     CallOption("callback", OBJECT, "callback(step_index, num_inference_steps), after every step."),
+    CallOption("callback_on_step_end", OBJECT, "diffusers' step callback: callback_on_step_end(pipe, i, t, "
+               "callback_kwargs) after every step, callback_kwargs = {'latents': the loop's latents, a jax.Array in "
+               "the layout of the diffusers pipeline's loop}; a returned dict's 'latents' replace them."),
+    CallOption("callback_on_step_end_tensor_inputs", OBJECT, "The keys of callback_kwargs: ['latents'] (vidax's "
+               "only one).", "['latents']"),
+    CallOption("attention_kwargs", OBJECT, "diffusers' attention_kwargs: {'scale': s} scales the loaded LoRA "
+               "adapters for this call; other keys are ignored with a warning, as diffusers' attention processors."),
+    CallOption("return_dict", bool, "False: a tuple, (frames,) or (frames, audio) for models that make sound, "
+               "as diffusers.", "True", flag=False),
     CallOption("cancel", OBJECT, "A threading.Event, or a callable returning True to stop."),
 )

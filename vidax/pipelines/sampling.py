@@ -38,6 +38,7 @@ def run_denoising_loop(
     total_steps: int | None = None,
     cancel: Callable[[], bool] | None = None,
     cache: Any = None,
+    on_step_end: Callable[[int, Any], Any] | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -65,6 +66,9 @@ def run_denoising_loop(
     With a step ``cache`` (a :class:`vidax.pipelines.step_cache.StepCache`; ``state`` is then its
     :class:`~vidax.pipelines.step_cache.CacheCarry`), ``cache.before_step`` sets the host's
     decision in the state before each step and ``cache.after_step`` records what ran.
+
+    ``on_step_end(i, latents)`` (when given) runs after step ``i`` and before ``callback``; a
+    value it returns (not None) replaces the latents.
 
     ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
     step, after every chunk of blocks is dispatched; True stops the loop there.
@@ -105,6 +109,9 @@ def run_denoising_loop(
             if i == 0:
                 stats.sample_memory()
             bar.update()
+            if on_step_end is not None:
+                new = on_step_end(i, latents)
+                latents = latents if new is None else new
             if callback is not None:
                 callback(i, num_inference_steps)
     finally:

@@ -69,8 +69,11 @@ class CogVideoXPipeline(VideoPipeline):
     call_options = (
         CallOption("use_dynamic_cfg", bool, "The reference's cosine guidance schedule (CogVideoX).", "False"),
         CallOption("step_noise", OBJECT, "The noise each CogVideoXDPMScheduler step adds, (steps, B, T, C, H/8, W/8)."),
+        CallOption("eta", float, "diffusers' DDIM eta: its CogVideoXDDIMScheduler and CogVideoXDPMScheduler steps take "
+                   "it and do not use it (0.42.1), so it changes nothing, as there.", "0.0", low=0, flag=False),
     )
     unsupported_call_args = ("guidance_scale_2",)
+    prompt_embeds_args = ("prompt_embeds",)
     guidance_dtype = jnp.float32
     latents_layout = "(batch, latent frames (CogVideoX1.5: padded to even), channels, height / 8, width / 8)"
 
@@ -286,6 +289,13 @@ class CogVideoXPipeline(VideoPipeline):
 
     def latents_output(self, latents) -> np.ndarray:
         return np.asarray(jnp.transpose(latents, (0, 1, 4, 2, 3)))
+
+    def loop_latents_to_diffusers(self, x):
+        """(B, T, C, h, w), as the reference's denoising loop holds them."""
+        return jnp.transpose(x, (0, 1, 4, 2, 3))
+
+    def loop_latents_from_diffusers(self, y, like):
+        return jnp.transpose(y, (0, 1, 3, 4, 2))
 
     def latents_to_decode(self, call, latents):
         _, pad = self.info.latent_frames(call.num_frames)

@@ -166,6 +166,7 @@ class CosmosPredictPipeline(VideoPipeline):
                    "negative: the step's sigma).", "1e-4"),
     )
     unsupported_call_args = ("guidance_scale_2",)
+    prompt_embeds_args = ("prompt_embeds",)
     scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
     guidance_dtype = jnp.float32  # the reference guides the fp32 sum gt_velocity + prediction
     latents_layout = "(batch, z_dim, latent frames, height / vae_scale, width / vae_scale)"

@@ -116,6 +116,25 @@ def _aa_weights(n_in: int, n_out: int) -> np.ndarray:
     return w.astype(np.float32)
 
 
+#: diffusers' Cosmos 3 mixed W8A8/W8A16 schedule applies to serialized ModelOpt FP8 checkpoints only and
+#: resolves to a no-op on every other checkpoint (``Cosmos3MixedPrecisionConfig.resolve``); vidax
+#: reads no ModelOpt FP8 checkpoint, so these are checked as diffusers checks them and change nothing.
+MIXED_PRECISION_OPTIONS = (
+    CallOption("mixed_precision_format", str, "diffusers' Cosmos 3 FP8 schedule: 'none' or 'fp8' (a no-op on the "
+               "checkpoints vidax reads, as in diffusers on all but ModelOpt FP8 ones).", "None (auto)",
+               choices=("none", "fp8"), flag=False),
+    CallOption("mixed_precision_first_steps", int, "First steps of the FP8 schedule (no-op, see mixed_precision_format).",
+               "None", low=0, flag=False),
+    CallOption("mixed_precision_last_steps", int, "Last steps of the FP8 schedule (no-op, see mixed_precision_format).",
+               "None", low=0, flag=False),
+    CallOption("mixed_precision_reasoner_policy", str, "The reasoner's precision in the FP8 schedule (no-op, see "
+               "mixed_precision_format).", "None", choices=("high_precision", "base_precision"), flag=False),
+    CallOption("enable_safety_check", bool, "diffusers' Cosmos guardrail: only False runs in vidax.", "False",
+               choices=(False,), flag=False,
+               valid="False (vidax runs no safety checker: Cosmos' guardrail is a torch package)"),
+)
+
+
 class Cosmos3OmniPipeline(VideoPipeline):
     """Cosmos 3 (Nano / Super / Edge) text-, image- and video-to-video with optional sound
     (reference: ``diffusers.Cosmos3OmniPipeline``; see the module docstring). Build with
@@ -147,7 +166,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
                               "(Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which its {config} "
                               "hooks do not read (they look for hidden_states / encoder_hidden_states and raise there)")
     unsupported_call_args = ("guidance_scale_2", "max_sequence_length")
-    call_options = (
+    call_options = MIXED_PRECISION_OPTIONS + (
         CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos 3 video-to-video keeps its first frames "
                    "clean). No safety checker runs.", task="v2v"),
         CallOption("condition_frame_indexes_vision", OBJECT, "Latent frames of video= kept clean (Cosmos 3).",

@@ -237,8 +237,16 @@ class HunyuanVideoPipeline(VideoPipeline):
         CallOption("true_cfg_scale", float, "True classifier-free guidance weight with the negative prompt "
                    "(HunyuanVideo).", "1, off", low=0),
         SIGMAS_OPTION,
+        CallOption("prompt_2", str, "diffusers' prompt_2 (the CLIP text encoder's prompt): diffusers 0.42.1 encodes "
+                   "prompt with CLIP whatever prompt_2 says, so it changes nothing, as there.", "prompt",
+                   per_prompt=True, flag=False),
+        CallOption("negative_prompt_2", str, "diffusers' negative_prompt_2: unused by diffusers 0.42.1 (CLIP encodes "
+                   "negative_prompt), so it changes nothing, as there.", "negative_prompt", per_prompt=True, flag=False),
     )
     unsupported_call_args = ("guidance_scale_2",)
+    #: vidax's order of encode_call's arrays (diffusers' encode_prompt returns embeds, pooled, mask).
+    prompt_embeds_args = ("prompt_embeds", "prompt_attention_mask", "pooled_prompt_embeds")
+    prompt_mask_dtype = np.int32
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
     latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 8, width / 8)"

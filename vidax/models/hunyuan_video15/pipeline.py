@@ -40,6 +40,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import ByteTokenizer, TextTokenizer, Truncation
@@ -76,6 +77,8 @@ class HunyuanVideo15Pipeline(VideoPipeline):
     cache_block_metadata = False  # diffusers' TransformerBlockRegistry lacks its blocks: TaylorSeer only
     call_options = (SIGMAS_OPTION,)
     unsupported_call_args = ("guidance_scale_2",)
+    prompt_embeds_args = ("prompt_embeds", "prompt_embeds_mask", "prompt_embeds_2", "prompt_embeds_mask_2")
+    prompt_mask_dtype = np.int32
     scheduler_classes = ("FlowMatchEulerDiscreteScheduler",)
     stageable = ("text_encoder", "text_encoder_2", "vae")
     latents_layout = "(batch, latent_channels, (num_frames - 1) // 4 + 1, height / 16, width / 16)"

@@ -118,6 +118,7 @@ class LTXPipeline(LTXDecode, VideoPipeline):
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
     call_options = LTX_OPTIONS + LTX_DECODE_OPTIONS
+    prompt_embeds_args = ("prompt_embeds", "prompt_attention_mask")
     #: diffusers casts the prediction to float32 before the CFG combination.
     guidance_dtype = jnp.float32
 
@@ -336,6 +337,13 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         if args[4] is not None:  # I2V: the Euler step leaves latent frame 0 (the image) as it is
             new = jnp.concatenate([latents[:, :1].astype(new.dtype), new[:, 1:]], axis=1)
         return new, state
+
+    def loop_latents_to_diffusers(self, x):
+        """Packed (B, N, C), as the reference's denoising loop holds them."""
+        return x.reshape(x.shape[0], -1, x.shape[-1])
+
+    def loop_latents_from_diffusers(self, y, like):
+        return y.reshape(like.shape)
 
     def latents_output(self, latents) -> np.ndarray:
         """Packed (B, N, C), as the reference's ``output_type="latent"``."""

@@ -29,6 +29,7 @@ from vidax.models.ltx.pipeline import LTXDecode, _number, _video_frames
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.options import SHARED_OPTIONS, options_by_name
 from vidax.pipelines.staging import Staging
 from vidax.nn.precision import describe_matmul_precision
 from vidax.stats import RunStats
@@ -69,6 +70,9 @@ class UpsampleCall:
     @property
     def prompts(self) -> list:  # decode_timestep / decode_noise_scale lists: one per video
         return [""] * self.batch
+
+
+SHARED = options_by_name(SHARED_OPTIONS)
 
 
 class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
@@ -122,7 +126,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
 
     @classmethod
     def call_args(cls) -> tuple[str, ...]:
-        return cls.upsample_call_args
+        return cls.upsample_call_args + ("return_dict",)
 
     @classmethod
     def capabilities_of(cls, info: LTXUpsampleInfo):
@@ -212,12 +216,23 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
 
         Returns:
             :class:`VideoPipelineOutput`: ``frames`` float32 (B, F, H, W, 3) in [0, 1], or the
-            upsampled normalised latents (B, C, F'', H'', W'') with ``output_type="latent"``.
+            upsampled normalised latents (B, C, F'', H'', W'') with ``output_type="latent"``;
+            ``return_dict=False``: the tuple ``(frames,)``, as diffusers.
 
         Raises:
             InputError: an invalid argument (before any work). NumericalError: NaN/Inf in the decode.
         """
+        return_dict = kwargs.pop("return_dict", True)
+        SHARED["return_dict"].check(return_dict)
         unknown = sorted(set(kwargs) - set(self.upsample_call_args))
+        for u in unknown:
+            entry = self.refused_keyword(u)
+            if entry is not None:
+                raise InputError(f"{type(self).__name__} takes no {u!r} (diffusers' {u}=): {entry.message()}")
+        out = self._upsample_call(video, height, width, latents, unknown, kwargs)
+        return out if return_dict is None or return_dict else (out.frames,)
+
+    def _upsample_call(self, video, height, width, latents, unknown, kwargs) -> VideoPipelineOutput:
         if unknown:  # a denoising keyword (prompt=, num_inference_steps=, ...) or a typo
             raise InputError(f"{type(self).__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
                              f"{', '.join(self.upsample_call_args)}")

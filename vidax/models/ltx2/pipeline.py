@@ -59,7 +59,24 @@ logger = logging.getLogger("vidax.pipeline")
 _F32 = jnp.float32
 
 #: The keywords of LTX2Pipeline beyond the shared ones (diffusers' names).
-LTX2_OPTIONS = (
+#: Prompt enhancement (diffusers' LTX-2 enable_prompt_enhancement) is refused; these keywords only act
+#: with it, so they are taken and checked, and change nothing, as in diffusers without it.
+PROMPT_ENHANCEMENT_OPTIONS = (
+    CallOption("enable_prompt_enhancement", bool, "diffusers' prompt enhancement: only False (the default) runs.",
+               "False", choices=(False,), flag=False,
+               valid="False (rewriting the prompt with the Gemma text encoder, a sampling loop on its decoder, is not "
+               "implemented in vidax; write the enhanced prompt yourself)"),
+    CallOption("system_prompt", str, "The prompt enhancer's system prompt (only read with "
+               "enable_prompt_enhancement).", "None", flag=False),
+    CallOption("prompt_max_new_tokens", int, "The prompt enhancer's token budget (only read with "
+               "enable_prompt_enhancement).", "None", low=1, flag=False),
+    CallOption("prompt_enhancement_kwargs", OBJECT, "The prompt enhancer's generation keywords (only read with "
+               "enable_prompt_enhancement).", "None"),
+    CallOption("prompt_enhancement_seed", int, "The prompt enhancer's seed (only read with "
+               "enable_prompt_enhancement).", "10", flag=False),
+)
+
+LTX2_OPTIONS = PROMPT_ENHANCEMENT_OPTIONS + (
     CallOption("frame_rate", float, "Frame rate of the video (LTX-2: the model conditions on it, the sound "
                "lasts num_frames / frame_rate seconds, default 24). Also the mp4's unless --fps is given.", "24",
                low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
@@ -214,6 +231,7 @@ class LTX2Pipeline(LTXPipeline):
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
     call_options = LTX2_OPTIONS
+    prompt_embeds_args = ()  # refused: vidax.pipelines.diffusers_keywords.REFUSED says why
     #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
     #: (a conditioned pipeline takes 5-D latents as they are).
     packed_latents = True

@@ -35,6 +35,7 @@ from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair,
                                   frames_of_form)
 from vidax.pipelines.common import prompt_clean
+from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.experts import Experts, expert_for_steps
 
 logger = logging.getLogger("vidax.pipeline")
@@ -44,6 +45,7 @@ class WanPipeline(VideoPipeline):
     ``diffusers.WanPipeline``). Build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
 
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
+    prompt_embeds_args = ("prompt_embeds",)
 
     latents_layout = "(batch, z_dim, latent frames, height / vae_scale, width / vae_scale)"
     scheduler_classes = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
@@ -166,7 +168,11 @@ class WanPipeline(VideoPipeline):
         cond: dict[str, jax.Array] = {}
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             if info.has_image_encoder:
-                cond["image"] = jnp.repeat(self.encode_image(rgb), batch, axis=0).astype(self.dtype)
+                given = call.extra.get("image_embeds")
+                features = self.encode_image(rgb) if given is None else jnp.asarray(given)
+                if features.shape[0] != batch:
+                    features = jnp.repeat(features, batch, axis=0)
+                cond["image"] = features.astype(self.dtype)
             pixels = vae_image_preprocess(rgb, call.height, call.width)  # (H, W, 3) in [-1, 1]
             if info.expand_timesteps:
                 video = pixels[None, None]
@@ -224,6 +230,23 @@ class WanImageToVideoPipeline(WanPipeline):
     """
 
     task = "i2v"
+    call_options = (
+        CallOption("image_embeds", OBJECT, "diffusers' image_embeds: the CLIP features (1 or B, L_img, D_img) of the "
+                   "image (Wan2.1 I2V; pipe.encode_image(image) makes them), instead of encoding it; ignored by "
+                   "checkpoints without an image encoder, as diffusers."),
+    )
+
+    @classmethod
+    def check_family_call(cls, info, call) -> None:
+        super().check_family_call(info, call)
+        given = call.extra.get("image_embeds")
+        if given is not None:
+            from vidax.pipelines.base import finite_array
+
+            features = finite_array("image_embeds", given)
+            if features.ndim != 3 or features.shape[0] not in (1, call.batch):
+                raise InputError(Arg("image_embeds"), f" has shape {tuple(features.shape)}; diffusers' layout is (1 or "
+                                 f"{call.batch}, image tokens, width)")
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)

@@ -1,0 +1,162 @@
+"""Every ``__call__`` keyword of the diffusers 0.42.1 pipeline classes vidax runs is taken by
+vidax's pipeline (its ``call_args()``) or refused in the one documented list
+(:mod:`vidax.pipelines.diffusers_keywords`), and the README's table is that list; then the
+shared keywords end to end on the embedded tiny Wan checkpoint (no torch)."""
+
+import importlib
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+import vidax
+from vidax.errors import InputError
+from vidax.pipelines.diffusers_keywords import REFUSED, REFUSED_VALUES, readme_table, refused
+from vidax.registry import registry
+
+README = os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")
+
+
+def _pairs():
+    """(diffusers class name, diffusers class, vidax class) of every registered pipeline diffusers has."""
+    diffusers = pytest.importorskip("diffusers")
+    out = []
+    for spec in registry().pipelines():
+        module, name = spec.target.split(":")
+        ref = getattr(diffusers, spec.class_name, None)
+        if ref is not None:  # Cosmos3OmniDiffusersPipeline: a second spelling of Cosmos3OmniPipeline
+            out.append((spec.class_name, ref, getattr(importlib.import_module(module), name)))
+    return out
+
+
+def _keywords(ref) -> dict:
+    return {n: p.default for n, p in inspect.signature(ref.__call__).parameters.items() if n != "self"}
+
+
+def test_every_diffusers_keyword_is_taken_or_refused_with_a_reason():
+    pairs = _pairs()
+    assert len({p[0] for p in pairs}) == 18  # the classes of the nine model lines, variants included
+    missing, stale = [], []
+    for name, ref, cls in pairs:
+        taken = set(cls.call_args())
+        for k in _keywords(ref):
+            entry = refused(name, k)
+            if k in taken and entry is not None:
+                stale.append(f"{name}.{k}: taken but listed as refused")
+            elif k not in taken and entry is None:
+                missing.append(f"{name}.{k}")
+    assert not missing, f"neither taken nor refused: {missing}"
+    assert not stale, stale
+    # Every entry of the list names a keyword some listed class's __call__ has (no dead entries).
+    for entry in REFUSED:
+        assert entry.reason and any(entry.keyword in _keywords(ref) and entry.applies(name)
+                                    for name, ref, _ in pairs), entry
+
+
+#: Numeric / bool defaults vidax documents as different from diffusers' signature, and why.
+DEFAULTS_DIFFER = {
+    "enable_safety_check": "diffusers runs its guardrail by default; vidax has none (REFUSED_VALUES)",
+}
+
+
+def test_taken_keywords_default_as_diffusers():
+    """A taken keyword whose diffusers default is a plain number or bool has that default in
+    vidax (its CallOption's documented default), unless vidax takes it from the checkpoint."""
+    checked = 0
+    for name, ref, cls in _pairs():
+        options = {o.name: o for o in cls.options()}
+        for k, default in _keywords(ref).items():
+            o = options.get(k)
+            if o is None or isinstance(default, type(inspect.Parameter.empty)) or k in DEFAULTS_DIFFER:
+                continue
+            if not isinstance(default, (bool, int, float)) or "checkpoint" in o.default or not o.default:
+                continue
+            words = o.default.split(",")[0].strip()
+            try:
+                ours = {"True": True, "False": False}.get(words, None)
+                ours = float(words) if ours is None else ours
+            except ValueError:
+                continue  # described in words (e.g. "the guidance scale")
+            assert ours == default and (type(default) is bool) == (type(ours) is bool), (name, k, o.default, default)
+            checked += 1
+    assert checked >= 20  # return_dict, eta, frame_rate, the STG / decode defaults...
+
+
+def test_readme_lists_the_refused_keywords():
+    text = open(README, encoding="utf-8").read()
+    assert readme_table() in text, "README.md's 'Coming from diffusers' table is not readme_table(); regenerate it"
+    assert len(REFUSED_VALUES) >= 3
+
+
+@pytest.fixture(scope="module")
+def pipe(ckpt):
+    return vidax.load_pipeline(ckpt)
+
+
+KW = dict(height=32, width=32, num_frames=5, num_inference_steps=2, guidance_scale=3.0, seed=3, progress=False)
+
+
+def test_refused_keyword_error_quotes_its_reason(pipe):
+    with pytest.raises(InputError, match=r"generator.*jax.random.*seed=") as e:
+        pipe("a cat", generator=object(), **KW)
+    assert str(e.value).count("\n") == 0
+    with pytest.raises(InputError, match=r"callback_on_step_end_tensor_inputs.*latents only"):
+        pipe("a cat", callback_on_step_end=lambda *a: {}, callback_on_step_end_tensor_inputs=["prompt_embeds"], **KW)
+    with pytest.raises(InputError, match="give prompt or prompt_embeds, not both"):
+        pipe("a cat", prompt_embeds=np.zeros((1, 8, 64), np.float32), **KW)
+    with pytest.raises(InputError, match=r"attention_kwargs.*finite number"):
+        pipe("a cat", attention_kwargs={"scale": float("nan")}, **KW)
+
+
+def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
+    """One run by text; the same by embeddings (bit for bit); a callback that reads and scales the
+    latents (diffusers' meaning: the next step starts from what it returns); return_dict=False."""
+    base = pipe("a cat", "blurry", **KW)
+    embeds = pipe.encode_prompt_embeds("a cat", "blurry", **KW)
+    assert set(embeds) == {"prompt_embeds", "negative_prompt_embeds"} and embeds["prompt_embeds"].shape[0] == 1
+    np.testing.assert_array_equal(pipe(**embeds, **KW).frames, base.frames)
+    # Only the positive embeddings: the negative text is encoded, as diffusers does.
+    np.testing.assert_array_equal(pipe(prompt_embeds=embeds["prompt_embeds"], negative_prompt="blurry", **KW).frames,
+                                  base.frames)
+    seen = []
+
+    def keep(p, i, t, kwargs):
+        seen.append((p, i, float(t), kwargs["latents"].shape))
+        return kwargs
+
+    same = pipe("a cat", "blurry", callback_on_step_end=keep, callback_on_step_end_tensor_inputs=["latents"], **KW)
+    np.testing.assert_array_equal(same.frames, base.frames)  # handing the latents back changes nothing
+    # (B, C, T, H, W): Wan's diffusers loop layout; t: the scheduler's timesteps (UniPC, 1000 trained).
+    assert [(i, s) for _, i, _, s in seen] == [(0, (1, 16, 2, 4, 4)), (1, (1, 16, 2, 4, 4))] and seen[0][0] is pipe
+    assert seen[0][2] > seen[1][2] > 0
+    scaled = pipe("a cat", "blurry", callback_on_step_end=lambda p, i, t, k: {"latents": k["latents"] * 0.0},
+                  output_type="latent", **KW)
+    # Zero latents after the last step stay zero (the last step's update is what the callback replaced).
+    np.testing.assert_array_equal(scaled.frames, 0.0)
+    frames, = pipe("a cat", "blurry", return_dict=False, **KW)
+    np.testing.assert_array_equal(frames, base.frames)
+
+
+def test_cogvideox_schedulers_ignore_eta_as_vidax_does():
+    """vidax takes CogVideoX's ``eta`` and changes nothing with it: diffusers 0.42.1's two
+    CogVideoX schedulers take ``eta`` in ``step`` and do not use it (checked here on one step)."""
+    torch = pytest.importorskip("torch")
+    from diffusers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
+
+    from vidax.models.cogvideox.pipeline import CogVideoXPipeline
+
+    assert "eta" in CogVideoXPipeline.call_args()
+    g = torch.Generator().manual_seed(0)
+    x, eps = torch.randn(1, 2, 4, 3, 3, generator=g), torch.randn(1, 2, 4, 3, 3, generator=g)
+    for cls in (CogVideoXDDIMScheduler, CogVideoXDPMScheduler):
+        outs = []
+        for eta in (0.0, 1.0):
+            s = cls()
+            s.set_timesteps(4)
+            g = torch.Generator().manual_seed(1)
+            t = s.timesteps
+            out = (s.step(eps, t[0], x, eta=eta, generator=g) if cls is CogVideoXDDIMScheduler else
+                   s.step(eps, None, t[0], t[1], x, eta=eta, generator=g))  # DPM: (x_prev, x0) tuple
+            outs.append(out.prev_sample if cls is CogVideoXDDIMScheduler else out[0])
+        assert torch.equal(outs[0], outs[1]), cls.__name__

@@ -1,0 +1,108 @@
+"""The keywords of diffusers' pipeline ``__call__`` that vidax refuses, each with its reason and
+what vidax takes instead: the one list the README's "Coming from diffusers" table is checked
+against (``tests/test_diffusers_keywords.py``) and the error of a call passing one quotes.
+
+Every other keyword of the ``__call__`` of the diffusers 0.42.1 pipeline classes vidax runs
+(model_index.json's ``_class_name``, :mod:`vidax.registry`) is taken by the vidax pipeline with
+diffusers' meaning (its ``call_args()``). :data:`REFUSED_VALUES` lists the values of taken
+keywords vidax refuses (a keyword taken for its default only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+#: Marks a :class:`Refused` entry that holds for every pipeline class whose ``__call__`` has it.
+EVERY = ("*",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A diffusers ``__call__`` keyword vidax does not take.
+
+    Attributes:
+        keyword: diffusers' keyword. pipelines: the diffusers pipeline classes it is refused for
+        (:data:`EVERY`: all of them). reason: why, in one sentence. instead: vidax's spelling of
+        what it does (empty: none).
+    """
+
+    keyword: str
+    pipelines: tuple[str, ...]
+    reason: str
+    instead: str = ""
+
+    def applies(self, pipeline: str) -> bool:
+        return self.pipelines == EVERY or pipeline in self.pipelines
+
+    def message(self) -> str:
+        """``"<reason>; vidax takes <instead>"``: what the error of a call passing it says."""
+        return self.reason + (f"; vidax takes {self.instead}" if self.instead else "")
+
+
+_LTX_TIMESTEPS = ("LTXPipeline", "LTXImageToVideoPipeline", "LTX2Pipeline", "LTX2ImageToVideoPipeline",
+                  "LTX2ConditionPipeline")
+
+#: The refused keywords, by diffusers' keyword.
+REFUSED: tuple[Refused, ...] = (
+    Refused("generator", EVERY, "vidax draws its noise with jax.random from an integer seed: a torch.Generator's "
+            "stream cannot be reproduced without torch", "seed=<int in [0, 2**32 - 1]>"),
+    Refused("timesteps", ("CogVideoXPipeline", "CogVideoXImageToVideoPipeline"),
+            "diffusers 0.42.1 raises for any value: its CogVideoX schedulers' set_timesteps takes no timesteps "
+            "('does not support custom timestep schedules')", "num_inference_steps="),
+    Refused("timesteps", _LTX_TIMESTEPS,
+            "diffusers 0.42.1 raises for any value: the pipeline always passes its own sigmas with it and "
+            "retrieve_timesteps allows only one of timesteps and sigmas",
+            "num_inference_steps= (the LTX-2 pipelines also sigmas=)"),
+    *(Refused(k, ("LTX2Pipeline", "LTX2ImageToVideoPipeline", "LTX2ConditionPipeline"),
+              "vidax's LTX-2 pipelines run Gemma, the text connectors and (LTX-2.5) the duration head on the prompt "
+              "text in one pass; a precomputed Gemma encoding is not implemented", "prompt= / negative_prompt=")
+      for k in ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")),
+    Refused("last_image", ("WanImageToVideoPipeline",),
+            "first-and-last-frame conditioning (Wan2.1 FLF2V: the last frame's VAE latent and its CLIP features next "
+            "to the first's) is not implemented in vidax yet", "image= (the first frame)"),
+    Refused("prompt_template", ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline"),
+            "vidax's HunyuanVideo pipelines use diffusers' default template of their class (text-to-video's, "
+            "image-to-video's with the image tokens); another template per call is not implemented"),
+    Refused("action_latents", ("Cosmos3OmniPipeline",),
+            "denoising Cosmos 3's action stream (robot actions next to the video) is not implemented in vidax"),
+    Refused("fps", ("Cosmos3OmniPipeline",), "being fixed in issue38 branch", "frame_rate="),
+)
+
+#: Values of taken keywords vidax refuses: (keyword, value in words, reason).
+REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
+    ("enable_prompt_enhancement", "True",
+     "rewriting the prompt with the Gemma text encoder (a sampling loop on its decoder) is not implemented in vidax; "
+     "write the enhanced prompt yourself"),
+    ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
+    ("callback_on_step_end_tensor_inputs", "anything but 'latents'",
+     "vidax's step callback hands over and takes back the latents only (the prompt embeddings are fixed for the "
+     "compiled denoising loop)"),
+)
+
+
+def refused(pipeline: str, keyword: str) -> Refused | None:
+    """The :class:`Refused` entry of ``keyword`` for diffusers pipeline class ``pipeline``, or None."""
+    for entry in REFUSED:
+        if entry.keyword == keyword and entry.applies(pipeline):
+            return entry
+    return None
+
+
+def refused_anywhere(keyword: str) -> Refused | None:
+    """The first :class:`Refused` entry of ``keyword`` for any pipeline, or None."""
+    return next((e for e in REFUSED if e.keyword == keyword), None)
+
+
+def readme_table() -> str:
+    """The README's table of refused keywords (markdown), one row per :data:`REFUSED` entry, then
+    one per :data:`REFUSED_VALUES` entry."""
+    rows = ["| diffusers keyword | pipelines | why vidax refuses it | vidax instead |", "|---|---|---|---|"]
+    for e in REFUSED:
+        where = "all" if e.pipelines == EVERY else ", ".join(e.pipelines)
+        rows.append(f"| `{e.keyword}` | {where} | {e.reason} | {('`' + e.instead + '`') if e.instead else '-'} |")
+    for keyword, value, reason in REFUSED_VALUES:
+        rows.append(f"| `{keyword}` = {value} | all that take it | {reason} | - |")
+    return "\n".join(rows)
+
+
+__all__ = ("Refused", "REFUSED", "REFUSED_VALUES", "EVERY", "refused", "refused_anywhere", "readme_table")
