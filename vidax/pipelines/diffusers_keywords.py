@@ -65,7 +65,6 @@ REFUSED: tuple[Refused, ...] = (
             "image-to-video's with the image tokens); another template per call is not implemented"),
     Refused("action_latents", ("Cosmos3OmniPipeline",),
             "denoising Cosmos 3's action stream (robot actions next to the video) is not implemented in vidax"),
-    Refused("fps", ("Cosmos3OmniPipeline",), "being fixed in issue38 branch", "frame_rate="),
 )
 
 #: Values of taken keywords vidax refuses: (keyword, value in words, reason).
