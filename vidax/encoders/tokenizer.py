@@ -64,11 +64,13 @@ class Truncation:
             that it is the checkpoint's default); None: ``"max_length=L"``.
         offset: tokens a prompt template puts before each text, subtracted from the counts and
             from ``max_length`` in the warning (HunyuanVideo's ``crop_start``).
+        why: whose limit it is, in the warning.
     """
 
     labels: Sequence[Any] | None = None
     limit: Any = None
     offset: int = 0
+    why: str = "as the reference pipeline does"
 
     def warn(self, counts: Sequence[int], max_length: int, how: str) -> None:
         """One WARNING per text (of ``counts`` tokens each) longer than ``max_length``: its
@@ -81,8 +83,7 @@ class Truncation:
                 continue
             seen.add(label)
             limit = self.limit if self.limit is not None else f"max_length={max_length - self.offset}"
-            logger.warning("%s has %d tokens; truncated to %s as the reference pipeline does (%s)", label,
-                           n - self.offset, limit, how)
+            logger.warning("%s has %d tokens; truncated to %s %s (%s)", label, n - self.offset, limit, self.why, how)
 
 
 class TextTokenizer:
@@ -168,6 +169,18 @@ class TextTokenizer:
         ids = np.array([e.ids for e in encodings], np.int32)
         mask = np.array([e.attention_mask for e in encodings], np.int32)
         return Tokens(ids, mask, mask.sum(axis=1))
+
+    def truncate_texts(self, texts: list[str], max_length: int, truncation: Truncation | None = None) -> list[str]:
+        """Each of ``texts`` cut to the text of its first ``max_length`` tokens (tokenized without
+        special tokens), warning for each text cut, named as ``truncation`` says: for a prompt put
+        into a template afterwards, which stays whole."""
+        tok = self._tok
+        tok.no_padding()
+        tok.no_truncation()
+        encodings = tok.encode_batch(texts, add_special_tokens=False)
+        (truncation or Truncation()).warn([len(e.ids) for e in encodings], max_length,
+                                          "the end of the text is dropped")
+        return [t if len(e.ids) <= max_length else t[:e.offsets[max_length - 1][1]] for t, e in zip(texts, encodings)]
 
     def apply_chat_template(
         self,
