@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 from dataclasses import dataclass
@@ -279,9 +280,7 @@ class TextTokenizer:
                 raise CheckpointError(
                     f"{self.path}: chat templates need the folder's tokenizer.json (it has none)."
                 )
-            from transformers import PreTrainedTokenizerFast
-
-            self._hf = PreTrainedTokenizerFast.from_pretrained(self.path)
+            self._hf = transformers_class("PreTrainedTokenizerFast").from_pretrained(self.path)
         return self._hf
 
 
@@ -300,8 +299,7 @@ class ByteTokenizer:
     """
 
     def __init__(self, path: str | os.PathLike):
-        from transformers import ByT5Tokenizer
-
+        ByT5Tokenizer = transformers_class("ByT5Tokenizer")
         self.path = os.fspath(path)
         # ByT5Tokenizer builds without any file; a folder without its config would silently
         # lose the added (glyph) tokens.
@@ -343,6 +341,28 @@ class ByteTokenizer:
         (truncation or Truncation()).warn(full, max_length, f"cut on the {tok.truncation_side} side")
         ids, mask = encoding_arrays(out, max_length)
         return Tokens(ids, mask, mask.sum(axis=1))
+
+
+class _NoTorchNotice(logging.Filter):
+    """Drops transformers' "PyTorch was not found. Models won't be available ..." (vidax uses its
+    tokenizers only, and needs no torch); passes every other record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("PyTorch was not found.")
+
+
+def transformers_class(name: str) -> Any:
+    """``transformers.<name>``, transformers imported on first use without its notice that torch
+    is missing (printed by its import in every run without torch); its other messages stay."""
+    if "transformers" not in sys.modules:
+        transformers_logger = logging.getLogger("transformers")
+        notice = _NoTorchNotice()
+        transformers_logger.addFilter(notice)
+        try:
+            import transformers  # noqa: F401
+        finally:
+            transformers_logger.removeFilter(notice)
+    return getattr(sys.modules["transformers"], name)
 
 
 def _checked_padding_side(padding_side) -> str:
