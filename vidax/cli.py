@@ -287,7 +287,8 @@ _LOAD_FLAGS = {
     "dtype": (("float32",), dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled "
                                       "fp32, bf16).")),
     "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
-                              "--dp x --tp x --sp must be the device count, a size not given is 1.")),
+                              "--dp x --tp x --sp devices are used (the first ones; at most the device count, all of them with several "
+                              "processes), a size not given is 1.")),
     "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1 when --dp or --sp is given].")),
     "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1 when --dp "
                               "or --tp is given].")),
@@ -387,9 +388,9 @@ def generate(
     the registered pipelines declare; a checkpoint whose pipeline does not take one refuses it
     before loading.
 
-    With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
-    processes (a size not given is 1; the product must be the device count); only process 0
-    writes the video.
+    With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh of dp x tp x sp devices
+    (a size not given is 1; the first devices where there are more, all devices of all processes
+    with several processes); only process 0 writes the video.
 
     SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
     between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
