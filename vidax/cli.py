@@ -864,6 +864,4 @@ def main(stop=None) -> None:
 
 
 if __name__ == "__main__":
-    from vidax.__main__ import run
-
-    run()
+    main()
