@@ -6,7 +6,13 @@ means the same on every backend.
 """
 
 import os
+import sys
 
+# This checkout's vidax (src/ layout), in the suite and in every vidax process it starts, whatever
+# else is installed.
+_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+sys.path.insert(0, _SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # vidax turns JAX's persistent compilation cache on by default, in the user's cache folder; the

@@ -182,6 +182,35 @@ def test_inspect_parses_mesh_first(ckpt):
     assert r.stdout == ""  # nothing of the description printed before the refusal
 
 
+def test_size_output_and_component_folder_errors_say_what_is_valid(ckpt, tmp_path):
+    """Wan2.2 TI2V's size rule names its multiple of 32 alone (it read "multiples of 32 (... and at
+    least 16)"); --height past what the model can represent names the largest valid one before
+    any "nearest valid" (which was 1e11 for --height 99999999999); -o naming an existing file
+    without extension (/proc/version) says so, not only that PNG frames go into folders; a
+    component folder (<ckpt>/transformer) points to the pipeline folder above it."""
+    from tests.paths import REFERENCE_CONFIGS
+    from vidax.checkpoint import Checkpoint
+    from vidax.models.wan.pipeline import WanPipeline
+
+    ti2v = WanPipeline.read_checkpoint(Checkpoint.open(os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-TI2V-5B-Diffusers")))
+    with pytest.raises(InputError) as e:
+        WanPipeline.check_call(ti2v, "a cat", height=700, width=1280)
+    assert str(e.value) == ("height and width must be multiples of 32 (the VAE's 16x spatial compression times the "
+                            "transformer's 2x2 patches), got height=700, width=1280; nearest valid: height in [672, 704]")
+    lines = _error_lines(_cli("generate", "-p", "a cat", "--checkpoint", ckpt, "--height", "99999999999"))
+    assert len(lines) == 1 and lines[0].startswith("error: --height 99999999999 is more than this checkpoint's model can "
+                                                   "represent: the largest valid --height is 16384 ("), lines
+    (tmp_path / "version").write_text("mine")
+    lines = _error_lines(_cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(tmp_path / "version")))
+    assert lines == [f"error: --output {str(tmp_path / 'version')!r} is an existing file whose name has no extension (a "
+                     "name without one is a folder for PNG frames); give *.mp4, *.npy, an image name for one frame, or "
+                     "a new or empty folder"]
+    r = _cli("inspect", os.path.join(ckpt, "transformer"))
+    assert r.exit_code == 2 and _error_lines(r) == [
+        f"error: {os.path.join(ckpt, 'transformer')} is the 'transformer' component of the pipeline folder {ckpt}; give "
+        "that folder (vidax loads diffusers-layout pipeline folders, with model_index.json)"], r.output
+
+
 # --------------------------------------------------------------------------- issue 18, item 1: no user file lost
 def _one_line(r, *words):
     lines = _error_lines(r)
@@ -307,7 +336,7 @@ def test_devices_never_replaced(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("mine")
     for name in (str(afile), str(afile) + "/"):
-        with pytest.raises(InputError, match="is an existing file; PNG frames go into a new or empty folder"):
+        with pytest.raises(InputError, match="is an existing file whose name has no extension"):
             write_video(frames, name)
     assert afile.read_text() == "mine"
 

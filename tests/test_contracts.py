@@ -292,7 +292,7 @@ def test_a_step_that_changes_a_dtype_is_named():
 
 
 def test_shared_blocks_sit_between_parallel_and_models():
-    """``vidax/blocks`` (the shared attention, modulation and transformer base) imports ``vidax.nn``,
+    """``src/vidax/blocks`` (the shared attention, modulation and transformer base) imports ``vidax.nn``,
     ``vidax.parallel``'s logical-axis / attention helpers and ``vidax.errors`` only: never a
     family, a pipeline, the loaders, offloading or the registry."""
     folder = os.path.dirname(importlib.util.find_spec("vidax.blocks").origin)
@@ -305,7 +305,7 @@ def test_shared_blocks_sit_between_parallel_and_models():
             tree = ast.parse(f.read(), name)
         bad = sorted({m for m in _imported_modules(tree) if m.startswith("vidax")
                       and not any(m == a or m.startswith(a + ".") for a in allowed)})
-        assert not bad, f"vidax/blocks/{name} imports {bad}"
+        assert not bad, f"src/vidax/blocks/{name} imports {bad}"
 
 
 def _transformer_files() -> list[str]:

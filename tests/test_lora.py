@@ -389,6 +389,29 @@ def compiled_steps(pipe) -> int:
                for fn in pipe._step_fns.values())
 
 
+def test_family_of_a_lora_whose_names_several_families_share(wan_pipe, tmp_path):
+    """An LTX-Video LoRA on the attention (finetrainers' to_q / to_k / to_v / to_out.0 of attn1
+    and attn2) has module names that CogVideoX, Cosmos and LTX-2 use too: vidax inspect and the
+    refusal on another family name every family it fits (LTX-Video among them), not the first
+    registered one (one that fits one family best names it alone: test_wan_bad_loras_refused_in_one_line)."""
+    from vidax.inspect import describe_lora
+    from vidax.weights.safetensors_io import save_safetensors
+
+    sd = {f"transformer.transformer_blocks.{i}.{a}.{m}.lora_{ab}.weight":
+          np.zeros((RANK, 2048) if ab == "A" else (2048, RANK), np.float32)
+          for i in range(28) for a in ("attn1", "attn2") for m in ("to_q", "to_k", "to_v", "to_out.0") for ab in "AB"}
+    file = str(tmp_path / "ltx.safetensors")
+    save_safetensors(sd, file)
+    family = next(line for line in describe_lora(file).splitlines() if "family:" in line)
+    assert family == ("  family: cosmos (CosmosTransformer3DModel), ltx (LTXVideoTransformer3DModel) or ltx2 "
+                      "(LTX2VideoTransformer3DModel) (its module names fit each of them alike) (224 of 224 modules "
+                      "placed)"), family
+    with pytest.raises(InputError, match=r"looks like a LoRA for cosmos \(CosmosTransformer3DModel\), ltx "
+                                         r"\(LTXVideoTransformer3DModel\) or ltx2 \(LTX2VideoTransformer3DModel\) "
+                                         r"\(its module names fit each of them alike\)$"):
+        wan_pipe.load_lora_weights(file)
+
+
 # ---------------------------------------------------------------------------------------------
 # Every family with a diffusers LoRA loader: the diffusers layout merged as diffusers fuses it.
 

@@ -3,6 +3,8 @@ and ``vidax inspect --mesh`` (8 fake CPU devices)."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -63,9 +65,9 @@ def test_huge_mesh_is_refused_at_once():
 
 def test_bad_mesh_lists_valid_factorizations():
     with pytest.raises(InputError) as e:
-        make_mesh(3, 1, 1)
+        make_mesh(3, 2, 2)
     msg = str(e.value)
-    assert msg.startswith("dp=3, tp=1, sp=1: the mesh dp 3 x tp 1 x sp 1 needs 3 devices, but there are 8; ")
+    assert msg.startswith("dp=3, tp=2, sp=2: the mesh dp 3 x tp 2 x sp 2 needs 12 devices, but there are 8; ")
     assert "valid (dp, tp, sp) for 8 devices: (1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1), (2, 1, 4)" in msg
     with pytest.raises(InputError, match="tp=0 must be a positive int"):
         make_mesh(1, 0, 8)
@@ -79,11 +81,11 @@ def test_valid_layouts_split_the_heads():
     assert valid_layouts(8, [12]) == [(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)]
     assert valid_layouts(8, [40, 5]) == [(8, 1, 1)]  # the heads of every config must split
     with pytest.raises(InputError) as e:
-        make_mesh(3, 1, 1, heads=[12])
+        make_mesh(3, 4, 1, heads=[12])
     assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), (2, 2, 2), "
                                  "(2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
     with pytest.raises(InputError) as e:
-        mesh_from_sizes(None, 3, None, heads=[12, 40])
+        mesh_from_sizes(4, 3, None, heads=[12, 40])
     assert str(e.value).endswith("there are 8; valid (dp, tp, sp) for 8 devices and 12 / 40 attention heads: "
                                  "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
 
@@ -113,23 +115,34 @@ def test_resolve_mesh_forms():
 
 
 def test_mesh_from_sizes_missing_sizes_are_one():
-    """A size not given is 1 for each of --dp / --tp / --sp alike: --dp 2 alone, --tp 2 alone and
-    --sp 2 alone on 8 devices get the same refusal (naming only what was given), --tp 8 alone
-    and --dp 8 alone run; several processes with no size: all data-parallel."""
+    """A size not given is 1 for each of --dp / --tp / --sp alike: --dp 16 alone, --tp 16 alone
+    and --sp 16 alone on 8 devices get the same refusal (naming only what was given), --tp 8
+    alone and --dp 8 alone run; several processes with no size: all data-parallel."""
     assert mesh_from_sizes(None, None, None) is None
     assert mesh_sizes(mesh_from_sizes(None, 8, None)) == (1, 8, 1)
     assert mesh_sizes(mesh_from_sizes(8, None, None)) == (8, 1, 1)
     assert mesh_sizes(mesh_from_sizes(None, 2, 4)) == (1, 2, 4)
     assert mesh_sizes(mesh_from_sizes(None, None, None, always=True)) == (8, 1, 1)
-    tail = (r": the mesh dp {} x tp {} x sp {} \(a size not given is 1\) needs 2 devices, but there are 8; "
+    tail = (r": the mesh dp {} x tp {} x sp {} \(a size not given is 1\) needs 16 devices, but there are 8; "
             r"valid \(dp, tp, sp\) for 8 devices: \(1, 1, 8\)")
-    for sizes, name in (((2, None, None), "dp=2"), ((None, 2, None), "tp=2"), ((None, None, 2), "sp=2")):
+    for sizes, name in (((16, None, None), "dp=16"), ((None, 16, None), "tp=16"), ((None, None, 16), "sp=16")):
         with pytest.raises(InputError, match="^" + name + tail.format(*(s or 1 for s in sizes))):
             mesh_from_sizes(*sizes)
-    with pytest.raises(InputError, match=r"^tp=3 sp=2: the mesh dp 1 x tp 3 x sp 2 \(a size not given is 1\) needs 6 "):
-        mesh_from_sizes(None, 3, 2)
-    with pytest.raises(InputError, match=r"^dp=2 tp=2: the mesh .* needs 4 devices, but there are 8"):
-        mesh_from_sizes(2, 2, None)
+    with pytest.raises(InputError, match=r"^tp=3 sp=4: the mesh dp 1 x tp 3 x sp 4 \(a size not given is 1\) needs 12 "):
+        mesh_from_sizes(None, 3, 4)
+
+
+def test_mesh_of_fewer_devices_takes_the_first_ones():
+    """Sizes of fewer devices than there are (--dp 2 on 8) run on the first ones, as a run
+    without a mesh runs on the first device (they were refused: the product had to be the
+    device count); --dp 1 is that single-device run."""
+    assert mesh_from_sizes(1, None, None) is None and mesh_from_sizes(None, 1, 1) is None
+    for mesh, sizes in ((mesh_from_sizes(2, None, None), (2, 1, 1)), (mesh_from_sizes(None, 3, 2), (1, 3, 2)),
+                        (make_mesh(1, 2, 2), (1, 2, 2)), (resolve_mesh("1x1x1"), (1, 1, 1))):
+        assert mesh_sizes(mesh) == sizes and list(mesh.devices.flat) == jax.devices()[:math.prod(sizes)]
+    with pytest.raises(InputError, match=r"^dp=2 tp=2: the mesh .* splits attention heads over tp x sp = 2, which does "
+                                         r"not divide the model's 3; valid \(dp, tp, sp\) for 4 devices and 3 "):
+        mesh_from_sizes(2, 2, None, heads=[3])
 
 
 def test_check_heads():

@@ -100,7 +100,7 @@ def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, to
 
 
 def test_cli_names_no_family_keyword():
-    """``vidax/cli.py`` builds the family flags from the declarations: its code names no keyword
+    """``src/vidax/cli.py`` builds the family flags from the declarations: its code names no keyword
     only a family takes (as a name, a string or a flag), the list read from the declarations."""
     import ast
 
@@ -116,7 +116,7 @@ def test_cli_names_no_family_keyword():
     own = set(inspect.signature(_generate).parameters)
     family_only = {o.name for p in registry().pipelines() for o in p.load().call_options} - set(SHARED_CALL_ARGS) - own
     assert {"frame_rate", "video", "true_cfg_scale", "decode_timestep"} <= family_only  # the list is not empty
-    path = os.path.join(REPO, "vidax", "cli.py")
+    path = os.path.join(REPO, "src", "vidax", "cli.py")
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     names = _names_in_code(path) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
@@ -178,20 +178,20 @@ def test_doc_lists_exactly_the_shared_files_a_family_edits():
     from vidax.registry import FAMILIES
 
     listed = _doc_shared_files()
-    assert "vidax/registry.py" in listed and "tests/test_contracts.py" in listed, listed
+    assert "src/vidax/registry.py" in listed and "tests/test_contracts.py" in listed, listed
     families = {m: importlib.import_module(m).FAMILY for m in FAMILIES if m.startswith("vidax.models.")}
     assert sorted(m.rsplit(".", 1)[1] for m in families) == sorted(
-        d for d in os.listdir(os.path.join(REPO, "vidax", "models")) if os.path.isfile(
-            os.path.join(REPO, "vidax", "models", d, "__init__.py")))  # every family folder is in FAMILIES
+        d for d in os.listdir(os.path.join(REPO, "src", "vidax", "models")) if os.path.isfile(
+            os.path.join(REPO, "src", "vidax", "models", d, "__init__.py")))  # every family folder is in FAMILIES
     # Shared code (vidax outside the family folders) naming a family in code must be a listed file.
-    # vidax/default_checkpoint.py is not an edit: it builds the embedded tiny checkpoint, a Wan one.
+    # src/vidax/default_checkpoint.py is not an edit: it builds the embedded tiny checkpoint, a Wan one.
     naming = {}
-    for folder, _, files in os.walk(os.path.join(REPO, "vidax")):
+    for folder, _, files in os.walk(os.path.join(REPO, "src", "vidax")):
         rel_folder = os.path.relpath(folder, REPO)
-        if rel_folder.startswith(os.path.join("vidax", "models", "")):
+        if rel_folder.startswith(os.path.join("src", "vidax", "models", "")):
             continue
         for name in files:
-            if not name.endswith(".py") or (rel := os.path.join(rel_folder, name)) == "vidax/default_checkpoint.py":
+            if not name.endswith(".py") or (rel := os.path.join(rel_folder, name)) == "src/vidax/default_checkpoint.py":
                 continue
             code = _names_in_code(os.path.join(REPO, rel))
             for module, family in families.items():
@@ -201,9 +201,9 @@ def test_doc_lists_exactly_the_shared_files_a_family_edits():
     unlisted = {f: sorted(v) for f, v in naming.items() if f not in listed}
     assert not unlisted, f"shared files that name a family but are not in {DOC}'s list: {unlisted}"
     # Each listed file names families for its reason.
-    assert naming["vidax/registry.py"] == {f.name for f in families.values()}  # FAMILIES names each package
-    if "vidax/__init__.py" in listed:
-        assert "vidax/__init__.py" in naming  # _LAZY points into a family
+    assert naming["src/vidax/registry.py"] == {f.name for f in families.values()}  # FAMILIES names each package
+    if "src/vidax/__init__.py" in listed:
+        assert "src/vidax/__init__.py" in naming  # _LAZY points into a family
     with open(os.path.join(REPO, "tests", "test_contracts.py")) as f:
         contracts = f.read()
     assert all(f'"{s.class_name}"' in contracts for f in families.values() for s in f.components if s.model)

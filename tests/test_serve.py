@@ -254,9 +254,18 @@ FILL = (37, 99, 235)  # the page's progress bar fill
 def test_page_in_headless_chromium(server, tmp_path):
     from tests.webdriver import Chromium
 
+    # An earlier job that failed (cancelled), with a long prompt: its row says why, the prompt cut.
+    failed = server.post(prompt="a very long prompt " * 50, seed=9, **dict(SHAPE, num_inference_steps=500)).json()
+    assert server.http.delete(f"/v1/videos/{failed['id']}").status_code == 200
+    failed = server.wait(failed["id"])
     browser = Chromium()
     try:
         browser.get(server.url + "/")
+        row = browser.wait_for(f"const r = document.querySelector('#jobs tr[data-id=\"{failed['id']}\"]');"
+                               "return r && [r.cells[1].textContent, r.querySelector('.reason').textContent, "
+                               "r.cells[2].textContent]", 60, "the failed job's row")
+        assert row == [f"failed: {failed['error']['message']}", failed["error"]["message"],
+                       ("a very long prompt " * 50)[:199] + "…"], row
         browser.wait_for("return document.getElementById('num_frames').placeholder", 60, "the model's defaults")
         browser.type("#prompt", "a lighthouse in a storm")
         for name, value in (("width", "64"), ("height", "32"), ("num_frames", "5"), ("num_inference_steps", "2"),
@@ -432,6 +441,9 @@ def test_bad_numbers_are_named_as_sent(toy_checkpoint, toy_registered, tmp_path)
             ("toy_repeat", "0.0", "toy_repeat must be a positive integer, got 0.0"),
             ("seed", "7.5e0", "seed must be an integer or null, got 7.5e0"),
             ("seconds", "-2E0", "seconds must be a number > 0, got -2E0"),
+            # a frame count no int64 holds is not spelled out (1e300 x 8 fps: 301 digits)
+            ("seconds", "1e300", "seconds must be a number > 0 of at most 1.153e+18 (seconds x 8 fps + 1 frames, an "
+                                 "int64), got 1e300"),
             # JSON's own values as JSON spells them; a string sent for a number said to be one
             ("seed", "true", "seed must be an integer or null, got true"),
             ("num_frames", "false", "num_frames must be a positive integer, got false"),
@@ -469,6 +481,37 @@ def test_bad_numbers_are_named_as_sent(toy_checkpoint, toy_registered, tmp_path)
     runner.store.close()
 
 
+def test_lists_cut_long_prompts_and_interrupted_jobs_keep_their_step(toy_checkpoint, toy_registered, tmp_path):
+    """A 600 KB prompt is whole in its job (``GET /v1/videos/{id}``) but cut to 200 characters in
+    lists (``?limit=1`` was 600 KB); ``after`` naming no job is 400; the step a job reached is in
+    its record as it runs, so a job whose server died keeps it (failed, ``interrupted``). In-process
+    without the worker: the call's step callback is called as the denoising loop calls it."""
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    pipe = vidax.load_pipeline(toy_checkpoint, progress=False)
+    runner = JobRunner(pipe, "toy", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    prompt = "a toy boat on a pond " * 30000
+    job = client.post("/v1/videos", json={"prompt": prompt, **SHAPE, "num_inference_steps": 3}).json()
+    r = client.get("/v1/videos", params={"limit": 1})
+    assert len(r.content) < 2000 and r.json()["data"][0]["prompt"] == prompt[:199] + "…", len(r.content)
+    assert client.get(f"/v1/videos/{job['id']}").json()["prompt"] == prompt
+    r = client.get("/v1/videos", params={"after": "video_nope"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "after", r.text
+    assert r.json()["error"]["message"] == ("after='video_nope' is no job's id; give the id of a listed job (the last "
+                                            "of a page, to get the next)")
+    runner._pending[job["id"]].call.callback(1, 3)  # denoising step 2 of 3 done; then the process dies
+    runner.store.close()
+    restarted = JobRunner(pipe, "toy", JobStore(tmp_path / "jobs"))
+    lost = restarted.get(job["id"])
+    assert (lost["status"], lost["error"]["code"], lost["step"], lost["progress"]) == ("failed", "interrupted", 2, 50)
+    restarted.store.close()
+
+
 def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -476,7 +519,8 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
     (tmp_path / "file").write_text("")
     try:
         for args, message in (
-                (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} cannot hold the job records"),
+                (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} is a file, not a folder; give "
+                 "a folder for the job records (created if missing)"),
                 (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
                 (["--weights", "int4"], "--weights 'int4' is not a weight format"),
                 (["--transformer", "x.bin"], "--transformer 'x.bin' is not a .gguf or .safetensors file"),

@@ -258,8 +258,9 @@ def test_cli_generate_on_mesh(pipeline_ckpt, pipeline_reference, tmp_path):
 
 @pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)
 def test_pipeline_bad_mesh_errors(pipeline_ckpt, tmp_path):
-    with pytest.raises(InputError, match=r"^mesh='2x2x1': the mesh dp 2 x tp 2 x sp 1 needs 4 devices, but there are 8"):
-        vidax.load_pipeline(pipeline_ckpt, mesh="2x2x1")
+    with pytest.raises(InputError, match=r"^mesh='4x2x2': the mesh dp 4 x tp 2 x sp 2 needs 16 devices, but there are "
+                                         r"8"):
+        vidax.load_pipeline(pipeline_ckpt, mesh="4x2x2")
     # Heads that do not split are refused from the config, before any weight is read.
     bad = tmp_path / "bad"
     shutil.copytree(pipeline_ckpt, bad)

@@ -95,29 +95,44 @@ def test_cli_generate_on_mesh(ckpt, reference, tmp_path):
     assert np.abs(np.load(out)[None] - reference).max() < TOL
 
 
+def test_mesh_of_fewer_devices_than_there_are(ckpt, reference, tmp_path):
+    """--dp 2 on 8 devices runs on the first 2 of them (it was refused: the product had to be the
+    device count); --dp 1 is the single-device run, as no mesh flag."""
+    for flags, mesh in ((["--dp", "2"], "mesh: data=2 x tensor=1 x sequence=1 over 2 cpu devices"),
+                        (["--dp", "1"], "mesh: none (single device)")):
+        out = tmp_path / f"video{flags[1]}.npy"
+        args = ["generate", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--checkpoint", ckpt, *flags,
+                "--verbose", "--no-progress", "-o", str(out)]
+        for k, v in CALL.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0 and mesh in r.stderr, r.output
+        assert np.abs(np.load(out)[None] - reference).max() < TOL
+
+
 def test_bad_mesh_errors(ckpt, tmp_path):
     # The valid sizes listed are those whose tp x sp splits the checkpoint's 4 heads (its config,
     # read before any weight): not (1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1).
     usable = "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)"
     with pytest.raises(InputError) as e:
-        vidax.load_pipeline(ckpt, mesh="2x2x1")
-    assert str(e.value).endswith(f"needs 4 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention "
+        vidax.load_pipeline(ckpt, mesh="4x2x2")
+    assert str(e.value).endswith(f"needs 16 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention "
                                  f"heads: {usable}.")
     with pytest.raises(InputError, match="^mesh='dp=1,sp=8': the mesh dp 1 x tp 1 x sp 8 splits attention heads over "
                                          "tp x sp = 8, which does not divide the model's 4; valid"):
         vidax.load_pipeline(ckpt, mesh="dp=1,sp=8")
-    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "3"])
-    assert r.exit_code == 2 and "--tp 3: the mesh dp 1 x tp 3 x sp 1 (a size not given is 1) needs 3 devices" \
+    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "3", "--dp", "4"])
+    assert r.exit_code == 2 and "--dp 4 --tp 3: the mesh dp 4 x tp 3 x sp 1 (a size not given is 1) needs 12 devices" \
         in r.stderr and "--sp" not in r.stderr.split(";")[0]
     assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
-    r = CliRunner().invoke(app, ["serve", "--checkpoint", ckpt, "--tp", "3", "--port", "0", "--jobs-dir",
-                                 str(tmp_path / "jobs")])
-    assert r.exit_code == 2 and "--tp 3: the mesh dp 1 x tp 3 x sp 1 (a size not given is 1) needs 3 devices" \
+    r = CliRunner().invoke(app, ["serve", "--checkpoint", ckpt, "--tp", "3", "--dp", "4", "--port", "0",
+                                 "--jobs-dir", str(tmp_path / "jobs")])
+    assert r.exit_code == 2 and "--dp 4 --tp 3: the mesh dp 4 x tp 3 x sp 1 (a size not given is 1) needs 12 devices" \
         in r.stderr, r.output
     assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
     # --dp alone is read as --tp / --sp alone are: the sizes not given are 1, the same refusal.
-    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--dp", "2"])
-    assert r.exit_code == 2 and "--dp 2: the mesh dp 2 x tp 1 x sp 1 (a size not given is 1) needs 2 devices, " \
+    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--dp", "16"])
+    assert r.exit_code == 2 and "--dp 16: the mesh dp 16 x tp 1 x sp 1 (a size not given is 1) needs 16 devices, " \
                                 "but there are 8" in r.stderr
     # sizes that fit the devices but not the heads: the same form, from the flags as typed
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "2", "--sp", "4"])

@@ -93,7 +93,7 @@ print("RESULT " + json.dumps({"growth": peak - base, "kinds": kinds, "host": hos
 
 def _load_in_subprocess(path: str, mode: str) -> dict:
     r = subprocess.run([sys.executable, "-c", _CHILD, path, mode], capture_output=True, text=True, cwd=ROOT,
-                       timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+                       timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT])))
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, r.stderr[-3000:]
     return json.loads(lines[0][len("RESULT "):])

@@ -229,3 +229,22 @@ def test_gemma_prompts_tokenized_as_ltx2(tmp_path):
     assert ours.lengths[1] == 24 and ours.lengths[2] == 1  # truncated; an empty prompt is <bos> alone
     # The strip matters: the spaces around the first prompt are tokens otherwise.
     assert not np.array_equal(tok(prompts, 24, padding_side="left").input_ids, ours.input_ids)
+
+
+def test_no_torch_notice_from_transformers(tmp_path):
+    """Without torch, importing transformers prints "PyTorch was not found. Models won't be
+    available ..." (HunyuanVideo 1.5 and Cosmos 3 runs import it for chat templates / ByT5):
+    vidax needs no torch, so its tokenizers import transformers without that line, and
+    transformers' other messages still show."""
+    import subprocess
+    import sys
+
+    build_tiny_t5_tokenizer(tmp_path)
+    code = ("import sys; sys.modules['torch'] = None  # no torch installed\n"
+            "from vidax.encoders.tokenizer import TextTokenizer\n"
+            f"print(TextTokenizer({str(tmp_path)!r}).eos_token_id)\n"
+            "from transformers.utils import logging\n"
+            "logging.get_logger('transformers').warning('another warning')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "1\n", r.stderr
+    assert "another warning" in r.stderr and "PyTorch" not in r.stderr, r.stderr

@@ -317,9 +317,9 @@ def test_inspect_and_capabilities(cosmos3):
     text = describe_checkpoint(path)
     assert "Cosmos 3 omni text/image/video-to-video with sound: 2 layers, width 40" in text
     assert "tasks: t2v, i2v, v2v" in text
-    # It takes no max_sequence_length=: the defaults line names no text length.
+    # max_sequence_length= is vidax's cut of each prompt (the reference takes any length).
     defaults = next(line for line in text.splitlines() if "defaults:" in line)
-    assert "steps, guidance" in defaults and "text tokens" not in defaults
+    assert "steps, guidance" in defaults and "1024 text tokens" in defaults
     caps = pipe.capabilities
     assert caps.image and caps.video and caps.audio and "enable_sound" in caps.call_args
 
@@ -334,12 +334,44 @@ def test_inspect_and_capabilities(cosmos3):
     (dict(video=np.zeros((5, 8, 8, 3), np.float32)), "video is a float32 array"),
     (dict(condition_video_keep="middle"), "condition_video_keep must be 'first' or 'last'"),
     (dict(image=np.zeros((8, 8, 3), np.uint8), num_frames=1), "ignores the image"),
-    (dict(max_sequence_length=64), "takes no 'max_sequence_length'"),
+    (dict(max_sequence_length=0), "max_sequence_length must be a positive integer, got 0"),
 ])
 def test_bad_input(cosmos3, kwargs, message):
     info = cosmos3[2].info
     with pytest.raises(InputError, match=message):
         Cosmos3OmniPipeline.check_call(info, PROMPT, **{**CALL, **kwargs})
+
+
+def test_long_prompt_is_cut_to_max_sequence_length(cosmos3, caplog):
+    """The reference takes a prompt of any length (its tokens join every step: ~10k made the tiny
+    model's step 25 s, silently); vidax cuts each prompt to ``max_sequence_length`` tokens (1024
+    by default) with a warning naming its token count, before the metadata sentences and the chat
+    template, which stay whole: the ids are the reference's for the cut prompt. The memory
+    estimate counts the prompt."""
+    import logging
+
+    _, ref, pipe, _ = cosmos3
+    long = " ".join([PROMPT] * 300)
+    n = len(pipe.text_tokenizer._tok.encode(long, add_special_tokens=False).ids)
+    assert n > 1024
+    with caplog.at_level(logging.WARNING, logger="vidax.tokenizer"):
+        ids = pipe.encode_call(pipe.check_call(pipe.info, long, NEGATIVE, **CALL))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"prompt has {n} tokens; truncated to 1024 tokens, this checkpoint's default (max_sequence_length= sets "
+        "another length) by vidax (Cosmos 3's reference takes any length; the metadata sentences and chat template "
+        "are kept) (the end of the text is dropped)"]
+    caplog.clear()
+    call = pipe.check_call(pipe.info, long, NEGATIVE, **CALL, max_sequence_length=7)
+    embeds = pipe.encode_call(call)
+    assert "prompt has" in caplog.text and "max_sequence_length=7" in caplog.text
+    # the text of the first 7 tokens ("over" is two of them)
+    want = ref.tokenize_prompt("a red car driving over a", NEGATIVE, num_frames=F, height=H, width=W, fps=24.0)
+    got = np.asarray(embeds["ids"])[0, :int(embeds["lengths"][0])]
+    assert list(got) == list(want[0])
+    assert int(ids["lengths"][0]) - int(embeds["lengths"][0]) == 1024 - 7
+    short = Cosmos3OmniPipeline.model_size(pipe.info, pipe.check_call(pipe.info, PROMPT, NEGATIVE, **CALL)).tokens
+    cut = Cosmos3OmniPipeline.model_size(pipe.info, pipe.check_call(pipe.info, long, NEGATIVE, **CALL)).tokens
+    assert cut - short == 1024 - len(PROMPT)  # the long prompt's 1024 tokens, the short one's at most 1 a byte
 
 
 def test_enable_sound_without_sound_tokenizer(cosmos3, tmp_path):

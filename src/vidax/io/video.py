@@ -144,8 +144,9 @@ def _check_output_path(path: str | os.PathLike, overwrite: bool) -> str:
         raise InputError(Arg("output", path), f" is a {_kind(st)}, not a file or folder; give *.mp4, *.npy, a folder "
                          f"for PNG frames, or {os.devnull} to keep nothing")
     if st is not None and fmt == "png":
-        raise InputError(Arg("output", path), " is an existing file; PNG frames go into a new or empty folder "
-                         "(or name a *.mp4 / *.npy file)")
+        raise InputError(Arg("output", path), " is an existing file whose name has no extension (a name without one "
+                         "is a folder for PNG frames); give *.mp4, *.npy, an image name for one frame, or a new or "
+                         "empty folder")
     parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
         existing = parent

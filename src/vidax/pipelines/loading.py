@@ -39,7 +39,8 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", tas
             Wan2.2 TI2V-5B, whose model_index.json names ``WanPipeline``).
         mesh: run on a device mesh (:func:`vidax.parallel.mesh.resolve_mesh`: a
             ``jax.sharding.Mesh``, ``"2x2x2"``, ``"dp=2,tp=2,sp=2"``, a dict or a ``(dp, tp, sp)``
-            tuple whose product is the device count); None: one device.
+            tuple; its product of devices, the first ones where there are more, in one process); None:
+            one device.
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
             ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;

@@ -49,6 +49,16 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
         ) from None
 
 
+def _component_names(model_index: str) -> set[str]:
+    """The components a ``model_index.json`` lists (none where it is missing or unreadable)."""
+    if not os.path.isfile(model_index):
+        return set()
+    try:
+        return {k for k in read_json_object(model_index) if not k.startswith("_")}
+    except ConfigError:
+        return set()
+
+
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
     """A checkpoint's ``model_index.json`` and component configs.
@@ -86,6 +96,11 @@ class Checkpoint:
         root = resolve_checkpoint(path_or_hub_id)
         file = os.path.join(root, "model_index.json")
         if not os.path.isfile(file):
+            parent = os.path.dirname(os.path.normpath(root))
+            name = os.path.basename(os.path.normpath(root))
+            if name in _component_names(os.path.join(parent, "model_index.json")):
+                raise CheckpointError(f"{root} is the {name!r} component of the pipeline folder {parent}; give that "
+                                      "folder (vidax loads diffusers-layout pipeline folders, with model_index.json)")
             raise CheckpointError(f"{root} has no model_index.json; vidax loads diffusers-layout pipeline folders")
         index = read_json_object(file)
         configs, files = {}, {}

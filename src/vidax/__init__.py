@@ -5,19 +5,26 @@ Typical use::
     import vidax
     pipe = vidax.load_pipeline("path/to/Wan2.1-T2V-1.3B-Diffusers", dtype="bfloat16")
     frames = pipe("a cat surfing", num_frames=33, seed=0).frames  # (B, F, H, W, 3) in [0, 1]
+
+Importing ``vidax`` imports nothing else: the ``vidax`` command installs its signal handling
+first (:mod:`vidax.__main__`); the API's names are imported on first use, after the jax / flax
+pairing check.
 """
 
-import re as _re
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
 
-from vidax.errors import (Cancelled, CheckpointError, ConfigError, InputError, NumericalError,
-                          OutOfMemoryError, SetupError, VidaxError)
+def _version(name: str) -> str:
+    """The installed version of the distribution ``name``."""
+    from importlib.metadata import version
+
+    return version(name)
 
 
 def _check_jax_flax() -> None:
     """Refuse, with the fix, the one pairing that pip can leave behind by upgrading jax alone:
     JAX >= 0.11 with flax < 0.12.9 (flax's NNX then fails deep inside its own import)."""
+    import re as _re
+    from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+
     try:
         jax_v, flax_v = _version("jax"), _version("flax")
     except _PackageNotFoundError:
@@ -34,28 +41,33 @@ def _check_jax_flax() -> None:
         )
 
 
-_check_jax_flax()
-
-from vidax.pipelines.loading import load_pipeline  # noqa: E402 (after the version check)
-
 __version__ = "0.1.0"
 __all__ = ["Cancelled", "CheckpointError", "ConfigError", "FirstBlockCacheConfig", "InputError", "LTXVideoCondition",
            "LTX2VideoCondition", "MagCacheConfig", "NumericalError", "OutOfMemoryError", "SetupError", "TaylorSeerCacheConfig", "VidaxError",
            "load_pipeline"]
 
-#: Names of the API imported on first use (their modules pull in a model family).
-_LAZY = {"LTXVideoCondition": "vidax.models.ltx.pipeline", "LTX2VideoCondition": "vidax.models.ltx2.pipeline_condition",
+#: Names of the API imported on first use, by module (``load_pipeline`` and the conditions
+#: pull in JAX, flax and a model family; the exceptions are light, but are imported on use too).
+_ERRORS = ("Cancelled", "CheckpointError", "ConfigError", "InputError", "NumericalError", "OutOfMemoryError",
+           "SetupError", "VidaxError")
+_LAZY = {"load_pipeline": "vidax.pipelines.loading", **{name: "vidax.errors" for name in _ERRORS},
+         "errors": None, "LTXVideoCondition": "vidax.models.ltx.pipeline", "LTX2VideoCondition": "vidax.models.ltx2.pipeline_condition",
          "FirstBlockCacheConfig": "vidax.pipelines.step_cache",
          "MagCacheConfig": "vidax.pipelines.step_cache", "TaylorSeerCacheConfig": "vidax.pipelines.step_cache"}
 
 
 def __getattr__(name: str):
-    """``vidax.LTXVideoCondition`` (the conditioning item of ``LTXConditionPipeline``), imported
-    from its family's module on first use."""
+    """``vidax.load_pipeline``, ``vidax.InputError``, ``vidax.LTXVideoCondition`` (the
+    conditioning item of ``LTXConditionPipeline``), ...: imported from their modules on first
+    use, those that import flax after :func:`_check_jax_flax`."""
     if name in _LAZY:
         import importlib
+        import sys
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module = _LAZY[name] or f"vidax.{name}"  # None: the submodule itself (vidax.errors)
+        if module not in sys.modules and module != "vidax.errors":
+            _check_jax_flax()
+        return importlib.import_module(module) if _LAZY[name] is None else getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'vidax' has no attribute {name!r}")
 
 

@@ -115,7 +115,9 @@ def make_mesh(
     Args:
         dp, tp, sp: axis sizes, positive ints whose product is the number of devices.
         devices: the devices to use, in mesh order; default ``jax.devices()`` (all processes),
-            laid out by ``jax.make_mesh`` (which follows the physical topology on TPU / GPU).
+            laid out by ``jax.make_mesh`` (which follows the physical topology on TPU / GPU); in
+            one process, sizes of fewer devices than there are take the first ones
+            (:func:`mesh_device_count`).
         heads: the attention head counts of the model the mesh is for: ``tp * sp`` must divide
             each, and the valid sizes an error lists are those that do (:func:`valid_layouts`).
         named: how an error names the sizes (message parts, :func:`check_layout`); default the
@@ -126,20 +128,29 @@ def make_mesh(
 
     Raises:
         InputError: a size is not a positive int, ``dp * tp * sp`` differs from the device
-            count, or ``tp * sp`` does not divide ``heads`` (the message lists every valid
-            ``(dp, tp, sp)``, for ``heads``).
+            count (is more than it, where ``devices`` is not given in one process), or ``tp * sp``
+            does not divide ``heads`` (the message lists every valid ``(dp, tp, sp)``, for ``heads``).
     """
     sizes = (dp, tp, sp)
     for name, value in zip(SIZE_NAMES, sizes):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InputError(f"make_mesh: {name}={value!r} must be a positive int.")
     sizes = tuple(int(s) for s in sizes)
-    n = len(devices) if devices is not None else jax.device_count()
+    n = len(devices) if devices is not None else mesh_device_count(sizes)
     check_layout(joined(Arg(k, v) for k, v in zip(SIZE_NAMES, sizes)) if named is None else named, sizes, n, heads)
     types = (AxisType.Auto,) * 3
-    if devices is None:
+    if devices is None and n == jax.device_count():
         return jax.make_mesh(sizes, MESH_AXES, axis_types=types)
+    devices = jax.devices()[:n] if devices is None else devices
     return Mesh(np.asarray(devices, dtype=object).reshape(sizes), MESH_AXES, axis_types=types)
+
+
+def mesh_device_count(sizes: Sequence[int]) -> int:
+    """The devices a mesh of ``sizes`` (dp, tp, sp) is made over: in one process, their product
+    where it is fewer than there are (the first devices, as a run without a mesh uses the first
+    one); else all of them (several processes: every process takes part)."""
+    n = jax.device_count()
+    return min(math.prod(sizes), n) if jax.process_count() == 1 else n
 
 
 def parse_mesh_sizes(text: str) -> dict[str, int]:
@@ -253,15 +264,18 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
 
     None when no size is given (and not ``always``): the single-device path. Otherwise a size
     not given is 1, the same for each of the three (``--dp 2`` alone is ``dp=2, tp=1, sp=1``),
-    and the product must be the device count. With ``always`` (several processes) and no size
-    given, every device is data-parallel (``dp`` = the device count). ``heads``: the attention
+    and the product is the number of devices used: at most the device count, the first devices
+    (sizes whose product is 1, ``--dp 1``: the single-device path too); with several processes
+    exactly the device count. With ``always`` (several processes) and no size given, every
+    device is data-parallel (``dp`` = the device count). ``heads``: the attention
     head counts of the model's configs, read before any weight: the valid sizes an error lists
     are those that split them (:func:`valid_layouts`).
 
     Raises:
         InputError: a given size that is not a positive integer (named ``dp=`` / ``tp=`` /
-            ``sp=``, which the CLI spells ``--dp`` ...), or sizes whose product is not the device
-            count (one message whichever sizes were given, naming them and listing the valid ones).
+            ``sp=``, which the CLI spells ``--dp`` ...), or sizes whose product is more than the
+            device count, or not it with several processes (one message whichever sizes were
+            given, naming them and listing the valid ones).
     """
     for name, value in zip(SIZE_NAMES, (dp, tp, sp)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
@@ -273,6 +287,9 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
     # Only the sizes the caller gave are named (the CLI spells them as the flags typed).
     given = joined((Arg(k, v) for k, v in zip(SIZE_NAMES, (dp, tp, sp)) if v is not None), " ")
     dp, tp, sp = dp or 1, tp or 1, sp or 1
+    if dp * tp * sp == 1 and not always:
+        return None
+    n = mesh_device_count((dp, tp, sp))
     check_layout(given, (dp, tp, sp), n, heads, note=" (a size not given is 1)",
                  tail="" if heads else ", of which only those whose tp x sp divides the model's attention heads run "
                  "it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)")

@@ -281,11 +281,12 @@ class Cosmos3SoundTokenizerConfig(ConfigBase):
 # ---------------------------------------------------------------------------------------- checkpoint
 
 #: ``Cosmos3OmniPipeline.__call__`` defaults (diffusers 0.42.1): 720 x 1280, 189 frames, 35
-#: steps, guidance 6.0, 24 fps (the ``fps`` keyword's default). The prompt is not padded to a
-#: length (``max_sequence_length`` is not a Cosmos 3 keyword; the value here only fills the shared
-#: field).
+#: steps, guidance 6.0, 24 fps (the ``fps`` keyword's default). The reference takes a prompt of
+#: any length (its tokens join every step's attention); vidax cuts each prompt and negative prompt
+#: to ``max_sequence_length`` tokens, 1024 by default, with a warning, before the metadata
+#: sentences and the chat template are added (which stay whole). The prompt is not padded to it.
 COSMOS3_DEFAULTS = CallDefaults(height=720, width=1280, num_frames=189, num_inference_steps=35, guidance_scale=6.0,
-                                max_sequence_length=512, fps=24)
+                                max_sequence_length=1024, fps=24)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -425,10 +425,12 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
                           f"text-to-video (z_dim={z}) nor image-to-video (2 * z_dim + 4 = {2 * z + 4})")
     s = vae.spatial_compression
     _, ph, pw = first.patch_size
+    multiple = (int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw)))
+    reason = f"the VAE's {s}x spatial compression times the transformer's {ph}x{pw} patches"
+    if multiple != (s * ph, s * pw):  # vidax's multiple of 16 (the product alone is smaller or other)
+        reason += ", and multiples of 16"
     return WanInfo(
         checkpoint=ckpt, tasks=tasks, variant=_variant(tasks, configs, vae, boundary, expand),
         defaults=WAN_DEFAULTS.for_checkpoint(ckpt), transformers=tuple(names),
-        size_multiple=(int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw))),
-        size_reason=f"the VAE's {s}x spatial compression times the transformer's {ph}x{pw} patches, "
-                    "and at least 16",
+        size_multiple=multiple, size_reason=reason,
         transformer_configs=configs, vae_config=vae, boundary_ratio=boundary, expand_timesteps=expand)

@@ -192,10 +192,6 @@ class NumericalError(VidaxError, FloatingPointError):
     the component (transformer step k, the VAE decode). Also a ``FloatingPointError``."""
 
 
-#: The line the ``vidax`` command prints for Ctrl-C before a run started (exit status 130).
-INTERRUPTED = "interrupted (SIGINT) before the run started; nothing was written"
-
-
 class Cancelled(VidaxError):
     """A run stopped on request: the call's ``cancel`` (a ``threading.Event`` or a callable
     returning True) was set, or ``vidax generate`` got SIGINT / SIGTERM. It is checked before

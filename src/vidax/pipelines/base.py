@@ -1021,6 +1021,11 @@ class VideoPipeline:
         width = d.width if width is None else width
         height = _SHARED["height"].check(d.height if height is None else height)
         width = _SHARED["width"].check(d.width if width is None else width)
+        limits = cls.size_limits(info)
+        for name, v, top in (("height", height, limits.height), ("width", width, limits.width)):
+            if top is not None and v > top:  # before the multiples: no "nearest valid" past what the model takes
+                raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
+                                 "valid ", Arg(name), f" is {top} ({limits.reason})")
         mh, mw = info.size_multiple
         if height % mh or width % mw:
             near = joined(Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
@@ -1031,12 +1036,9 @@ class VideoPipeline:
                 *near)
         given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
         num_frames = cls.resolve_num_frames(info, given_frames)
-        limits = cls.size_limits(info)
-        for name, v, used, top in (("height", height, height, limits.height), ("width", width, width, limits.width),
-                                   ("num_frames", given_frames, num_frames, limits.num_frames)):
-            if top is not None and used > top:
-                raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
-                                 "valid ", Arg(name), f" is {top} ({limits.reason})")
+        if limits.num_frames is not None and num_frames > limits.num_frames:
+            raise InputError(Arg("num_frames", given_frames), " is more than this checkpoint's model can represent: the "
+                             "largest valid ", Arg("num_frames"), f" is {limits.num_frames} ({limits.reason})")
         steps = _SHARED["num_inference_steps"].check(d.num_inference_steps if num_inference_steps is None
                                                      else num_inference_steps)
         guidance_scale = _SHARED["guidance_scale"].check(d.guidance_scale if guidance_scale is None else guidance_scale)

@@ -4,8 +4,9 @@
 ``POST /v1/videos``            check a request (JSON, or a form with the image as the multipart
                                file ``input_reference``) and queue its job -> the job; 400 with
                                the one-line error naming the field; 429 when the queue is full
-``GET /v1/videos``             the jobs, newest first (``limit`` 1..100, ``after`` an id,
-                               ``order`` desc / asc) -> ``{"object": "list", "data", "has_more"}``
+``GET /v1/videos``             the jobs, newest first (``limit`` 1..100, ``after`` a job's id,
+                               ``order`` desc / asc) -> ``{"object": "list", "data", "has_more"}``,
+                               each prompt cut to 200 characters
 ``GET /v1/videos/{id}``        the job: queued / in_progress (``step`` of ``num_inference_steps``,
                                ``progress`` %) / completed / failed (``error.message``)
 ``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
@@ -226,7 +227,10 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
         order = q.get("order", "desc")
         if order not in ("asc", "desc"):
             return _error(RequestError(400, f"order must be 'asc' or 'desc', got {order!r}", "order"))
-        jobs, more = runner.list(limit, q.get("after"), order == "desc")
+        try:
+            jobs, more = runner.list(limit, q.get("after"), order == "desc")
+        except RequestError as e:
+            return _error(e)
         return JSONResponse({"object": "list", "data": jobs, "has_more": more})
 
     async def models(request: Request) -> Response:

@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any, Iterable, Mapping
 
-from vidax.errors import Arg, ArgValue, VidaxError, typed_number
+from vidax.errors import MAX_TYPED_INT, Arg, ArgValue, VidaxError, typed_number
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, VIDEO_FILE, CallOption
 
 
@@ -149,6 +149,10 @@ class Fields:
             if value is None or not math.isfinite(value) or value <= 0:
                 raise RequestError(400, f"seconds must be a number > 0, got {self.as_sent(Arg('seconds', seconds))}",
                                    "seconds")
+            if value * self.fps >= MAX_TYPED_INT:  # a frame count no int64 holds (1e300: 301 digits)
+                raise RequestError(400, f"seconds must be a number > 0 of at most {(MAX_TYPED_INT - 1) / self.fps:.4g} "
+                                   f"(seconds x {float(self.fps):g} fps + 1 frames, an int64), got "
+                                   f"{self.as_sent(Arg('seconds', seconds))}", "seconds")
             kw["num_frames"] = round(value * self.fps) + 1
         return kw
 

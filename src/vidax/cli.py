@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
-import signal
 import sys
 from typing import List, Optional
 
@@ -293,7 +291,8 @@ _LOAD_FLAGS = {
         "fastest: one bfloat16 pass on TPU, TF32 on GPU; float32 runs then have bfloat16-like accuracy). "
         "bfloat16 products are the same in all three.")),
     "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
-                              "--dp x --tp x --sp must be the device count, a size not given is 1.")),
+                              "--dp x --tp x --sp devices are used (the first ones; at most the device count, all of them with several "
+                              "processes), a size not given is 1.")),
     "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1 when --dp or --sp is given].")),
     "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1 when --dp "
                               "or --tp is given].")),
@@ -395,9 +394,9 @@ def generate(
     the registered pipelines declare; a checkpoint whose pipeline does not take one refuses it
     before loading.
 
-    With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh over all devices of all
-    processes (a size not given is 1; the product must be the device count); only process 0
-    writes the video.
+    With --dp/--tp/--sp the model runs on a (data, tensor, sequence) mesh of dp x tp x sp devices
+    (a size not given is 1; the first devices where there are more, all devices of all processes
+    with several processes); only process 0 writes the video.
 
     SIGINT (Ctrl-C) and SIGTERM stop the run at the next check (before each denoising step,
     between the blocks streamed by --offload-blocks, before each VAE decode chunk, after loading
@@ -417,7 +416,9 @@ def generate(
     loggers = [logging.getLogger(name) for name in ("vidax.pipeline", "vidax.tokenizer")]
     for logger in loggers:
         logger.addFilter(spelling)
-    stop = _Stop()
+    from vidax.interrupt import Stop
+
+    stop = ctx.obj if isinstance(ctx.obj, Stop) else Stop()  # the process's, where vidax.__main__ installed one
     try:
         with stop.catching():
             _generate(ctx.meta["call"], **args, stop=stop, spelling=spelling)
@@ -428,54 +429,6 @@ def generate(
     finally:
         for logger in loggers:
             logger.removeFilter(spelling)
-
-
-class _Stop:
-    """The SIGINT / SIGTERM a run received; calling it is the run's ``cancel`` check. A second
-    signal, unless the video is being written (``writing``), ends the process at once."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self.writing = False
-
-    def __call__(self) -> bool:
-        return bool(self.received)
-
-    @contextlib.contextmanager
-    def catching(self):
-        """While the run lasts, SIGINT and SIGTERM are only recorded (no KeyboardInterrupt is
-        raised inside JAX's callbacks); the previous handlers come back afterwards. Outside the
-        main thread (where Python takes no handler) the signals stay as they are."""
-        previous = {}
-        try:
-            for sig in self.SIGNALS:
-                previous[sig] = signal.signal(sig, self._record)
-        except ValueError:  # not the main thread
-            pass
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-
-    def _record(self, signum: int, frame) -> None:
-        self.received.append(signum)
-        if len(self.received) > 1 and not self.writing:
-            # A run stuck where no check comes (a long compile, a weight file being read, a hung
-            # collective): the second signal ends it now. Nothing is being written, so nothing
-            # partial is left; os.write, as the main thread may be inside a print (a progress bar
-            # may have the line: a new one first).
-            os.write(2, f"\ninterrupted again ({signal.Signals(signum).name}): stopped at once; nothing was "
-                        "written\n".encode())
-            os._exit(128 + signum)
-
-    def exit(self, what: str) -> None:
-        """Print the one line ``interrupted (SIGINT) <what>`` and exit 128 + the signal's number."""
-        sig = self.received[0] if self.received else signal.SIGINT
-        typer.secho(f"interrupted ({signal.Signals(sig).name}) {what}", fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(128 + sig)
 
 
 def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precision="highest",
@@ -501,7 +454,10 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
     parse_matmul_precision(matmul_precision)
     offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
     fmt = check_output_path(output, overwrite)
-    stop = stop or _Stop()
+    if stop is None:
+        from vidax.interrupt import Stop
+
+        stop = Stop()
     if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
         raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got ", ArgValue("fps", fps))
     options = call_options()
@@ -906,14 +862,18 @@ def serve(
         _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))
 
 
-def main() -> None:
+def main(stop=None) -> None:
+    """The ``vidax`` command. ``stop``: the process's :class:`vidax.interrupt.Stop`, installed by
+    :mod:`vidax.__main__` before this module was imported; after the command, a signal during
+    Python's teardown ends the process at once with the command's exit status."""
     try:
-        app()
-    except KeyboardInterrupt:  # Ctrl-C before generate's own handler is in place (while Python imports)
-        from vidax.errors import INTERRUPTED
-
-        typer.secho(INTERRUPTED, fg=typer.colors.RED, err=True)
-        raise SystemExit(130) from None
+        app(obj=stop)
+        status = 0
+    except SystemExit as e:
+        status = e.code
+    if stop is not None:
+        stop.exiting(status if isinstance(status, int) else 0 if status is None else 1)
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":

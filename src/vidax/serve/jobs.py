@@ -52,6 +52,8 @@ class JobStore:
     def __init__(self, folder: str | os.PathLike):
         self.folder = os.path.abspath(os.fspath(folder))
         arg = Arg("jobs_dir", os.fspath(folder))
+        if os.path.exists(self.folder) and not os.path.isdir(self.folder):
+            raise InputError(arg, " is a file, not a folder; give a folder for the job records (created if missing)")
         try:
             os.makedirs(self.folder, exist_ok=True)
             self._lock_file = _hold(os.path.join(self.folder, self.LOCK), arg)
@@ -94,18 +96,32 @@ class JobStore:
         return None if row is None else json.loads(row[0])
 
     def list(self, limit: int, after: str | None = None, newest_first: bool = True) -> tuple[list[dict], bool]:
-        """Up to ``limit`` jobs by creation time (after the job ``after``), and whether more follow."""
+        """Up to ``limit`` jobs by creation time (after the job ``after``), and whether more follow.
+
+        Raises:
+            RequestError: 400, ``after`` is no job's id.
+        """
         order, cmp = ("DESC", "<") if newest_first else ("ASC", ">")
         query, args = "SELECT data FROM jobs", []
         with self._lock:
             if after is not None:
                 row = self._db.execute("SELECT created_at FROM jobs WHERE id = ?", (after,)).fetchone()
-                if row is not None:
-                    query += f" WHERE (created_at, id) {cmp} (?, ?)"
-                    args = [row[0], after]
+                if row is None:
+                    raise RequestError(400, f"after={after!r} is no job's id; give the id of a listed job (the last "
+                                       "of a page, to get the next)", "after")
+                query += f" WHERE (created_at, id) {cmp} (?, ?)"
+                args = [row[0], after]
             rows = self._db.execute(f"{query} ORDER BY created_at {order}, id {order} LIMIT ?",
                                     (*args, limit + 1)).fetchall()
         return [json.loads(r[0]) for r in rows[:limit]], len(rows) > limit
+
+    def update(self, job_id: str, **fields: Any) -> None:
+        """Set ``fields`` in the record of ``job_id`` (nothing for an unknown id)."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is not None:
+                self._db.execute("UPDATE jobs SET data = ? WHERE id = ?",
+                                 (json.dumps({**json.loads(row[0]), **fields}), job_id))
 
     def delete(self, job_id: str) -> None:
         """Delete the job's record, its mp4 and the frames kept when the mp4 could not be written."""
@@ -160,6 +176,29 @@ def _hold(path: str, arg: Arg) -> Any:
     f.write(f"{os.getpid()}\n")
     f.flush()
     return f
+
+
+#: Characters of a job's prompt in lists (``GET /v1/videos``, the page's table); a longer one is
+#: cut there and ends with "…".
+LISTED_PROMPT = 200
+
+
+def _listed(job: dict) -> dict:
+    prompt = job.get("prompt")
+    if isinstance(prompt, str) and len(prompt) > LISTED_PROMPT:
+        return {**job, "prompt": prompt[:LISTED_PROMPT - 1] + "…"}
+    return job
+
+
+def _progress(step: int, steps: int) -> int:
+    """The percentage of ``step`` denoising steps done of ``steps`` (decoding and writing the
+    video count as one more step)."""
+    return 100 * step // (steps + 1)
+
+
+def _reached(step: int, job: dict) -> dict:
+    """``step`` and its ``progress`` in ``job``, for a job that stopped there."""
+    return {"step": step, "progress": _progress(step, job["num_inference_steps"])}
 
 
 def _failed(job: dict, message: str, code: str) -> dict:
@@ -251,7 +290,7 @@ class JobRunner:
                                        f"image-to-video (it does {', '.join(self.info.tasks)})", "input_reference")
                 kw["image"] = load_image(image_path)
             call = self.cls.check_call(self.info, progress=False, cancel=pending.cancel,
-                                       callback=lambda i, _n: setattr(pending, "step", i + 1), **kw)
+                                       callback=lambda i, n: self._stepped(pending, i + 1, n), **kw)
         except InputError as e:
             raise request.error(e) from None
         pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps)
@@ -293,19 +332,29 @@ class JobRunner:
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "cache") from None
 
+    def _stepped(self, pending: _Pending, step: int, steps: int) -> None:
+        """The call's step callback: the job's record keeps the step reached (and its progress),
+        so a job whose server died keeps it."""
+        pending.step = step
+        self.store.update(pending.id, step=step, progress=_progress(step, steps))
+
     def get(self, job_id: str) -> dict | None:
         """The job with its live progress, or None for an unknown id."""
         job = self.store.get(job_id)
         pending = self._pending.get(job_id)
         if job is not None and pending is not None and job["status"] == IN_PROGRESS:
-            steps = job["num_inference_steps"]
-            # Decoding and writing the video count as one more step.
-            job.update(step=pending.step, progress=100 * pending.step // (steps + 1))
+            job.update(_reached(pending.step, job))
         return job
 
     def list(self, limit: int = 20, after: str | None = None, newest_first: bool = True) -> tuple[list[dict], bool]:
+        """Up to ``limit`` jobs (see :meth:`JobStore.list`), each with its live progress and its
+        prompt cut to :data:`LISTED_PROMPT` characters (``GET /v1/videos/{id}`` gives it whole).
+
+        Raises:
+            RequestError: 400, ``after`` is no job's id.
+        """
         jobs, more = self.store.list(limit, after, newest_first)
-        return [self.get(j["id"]) or j for j in jobs], more
+        return [_listed(self.get(j["id"]) or j) for j in jobs], more
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
@@ -390,15 +439,16 @@ class JobRunner:
             job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
                    "completed_at": int(time.time()), "stats": stats}
         except Cancelled as e:
-            job = _failed({**job, "step": pending.step}, str(e), "cancelled")
+            job = _failed({**job, **_reached(pending.step, job)}, str(e), "cancelled")
         except _Unwritten as e:
             job = _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         except VidaxError as e:
             message = pending.request.error(e).message if pending.request else str(e)
-            job = _failed({**job, "step": pending.step}, " ".join(message.split()), type(e).__name__)
+            job = _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), type(e).__name__)
         except Exception as e:  # a codec or disk error writing the video, a bug: the job fails, the server stays
             logger.exception("job %s failed", pending.id)
-            job = _failed({**job, "step": pending.step}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
+            job = _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()),
+                          "internal")
         with self._lock:
             self.store.put(job)
             self._pending.pop(pending.id, None)

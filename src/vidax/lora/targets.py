@@ -287,24 +287,36 @@ def transformer_targets(module: nnx.Module, spec: Any, config: Any) -> ModelTarg
 
 def guess_family(modules: dict[str, LoraModule], exclude: str = "") -> str | None:
     """The registered family whose transformer (default config, built abstractly) takes the most
-    of ``modules``' names, as ``"family (ClassName)"``, or None when none takes any (for the error
-    naming another family's LoRA)."""
+    of ``modules``' names, as ``"family (ClassName)"``; where several take as many (LTX-Video,
+    LTX-2, CogVideoX and Cosmos name their attention modules alike), all of them, saying so; None
+    when none takes any (for the error naming another family's LoRA)."""
     return best_family(modules, exclude)[0]
 
 
 def best_family(modules: dict[str, LoraModule], exclude: str = "") -> tuple[str | None, int]:
     """``(family, modules it places)`` of :func:`guess_family`."""
-    spec, score = best_transformer(modules, exclude)
-    return (None if spec is None else f"{spec.family} ({spec.class_name})"), score
+    specs, score = fitting_transformers(modules, exclude)
+    names = [f"{spec.family} ({spec.class_name})" for spec in specs]
+    if len(names) > 1:
+        return f"{', '.join(names[:-1])} or {names[-1]} (its module names fit each of them alike)", score
+    return (names[0] if names else None), score
 
 
 def best_transformer(modules: dict[str, Any], exclude: str = "") -> tuple[Any, int]:
-    """``(transformer spec, modules it places)``: the registered transformer (family ``exclude``
-    left out) whose default config's modules take the most of ``modules``' names (layer indices
-    beyond its depth folded to 0); ``(None, 0)`` when none takes any."""
+    """``(transformer spec, modules it places)``: the first of :func:`fitting_transformers`;
+    ``(None, 0)`` when none takes any."""
+    specs, score = fitting_transformers(modules, exclude)
+    return (specs[0] if specs else None), score
+
+
+def fitting_transformers(modules: dict[str, Any], exclude: str = "") -> tuple[list, int]:
+    """``(transformer specs, modules each places)``: the registered transformers (family
+    ``exclude`` left out) whose default config's modules take the most of ``modules``' names
+    (layer indices beyond its depth folded to 0), in registry order; ``([], 0)`` when none takes
+    any."""
     from vidax.registry import registry
 
-    best, score = None, 0
+    best, score = [], 0
     for spec in registry().components():
         if spec.kind != "transformer" or spec.model is None or spec.family == exclude:
             continue
@@ -317,8 +329,10 @@ def best_transformer(modules: dict[str, Any], exclude: str = "") -> tuple[Any, i
         except Exception:  # a family whose default config cannot be built abstractly is skipped
             continue
         hits = sum(_generic(targets, name) is not None for name in modules)
-        if hits > score:
-            best, score = spec, hits
+        if hits and hits == score:
+            best.append(spec)
+        elif hits > score:
+            best, score = [spec], hits
     return best, score
 
 

@@ -8,6 +8,9 @@ followed step by step:
   transformer's understanding pathway. The negative prompt defaults to ``""`` (with the inverse
   templates). ``fps=`` (float, default 24) is the reference's: the duration sentence, the
   positions, the sound length and the mp4's rate (``vidax generate --fps`` sets it and the mp4's).
+  Departure: the reference takes a prompt of any length (its tokens join every step's attention);
+  vidax cuts each prompt and negative prompt to ``max_sequence_length`` tokens (1024 by default)
+  with a warning naming its length, before the templates are added.
 * Tasks, picked as the reference picks them: ``video=`` video-to-video, ``image=``
   image-to-video, else text-to-video (text-to-image at ``num_frames=1``). Image-to-video: the
   image scaled to cover ``height x width`` (bilinear, antialiased, as torch's
@@ -56,12 +59,15 @@ from vidax.io.image import to_rgb_image, vae_image_preprocess
 from vidax.models.cosmos.pipeline import _video_frames  # Cosmos-Predict2.5's reading of video=
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
-from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 
 _F32 = jnp.float32
 #: The reference's ``fps=`` default.
 FRAME_RATE = 24.0
+#: Tokens the chat template adds to a prompt, at most (system turn, metadata sentences, markers;
+#: about 60 with the Qwen template): the memory estimate's allowance.
+TEMPLATE_TOKENS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +171,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
     cache_metadata_problem = ("diffusers 0.42.1's block metadata for {pipeline}'s decoder layers "
                               "(Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which its {config} "
                               "hooks do not read (they look for hidden_states / encoder_hidden_states and raise there)")
-    unsupported_call_args = ("guidance_scale_2", "max_sequence_length")
+    unsupported_call_args = ("guidance_scale_2",)
     call_options = MIXED_PRECISION_OPTIONS + (
         CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos 3 video-to-video keeps its first frames "
                    "clean). No safety checker runs.", task="v2v"),
@@ -281,7 +287,11 @@ class Cosmos3OmniPipeline(VideoPipeline):
         cfg = info.transformer_config
         _, _, t, h, w = cls.latent_shape(info, call)
         p = cfg.latent_patch_size
-        tokens = t * -(-h // p) * -(-w // p) + 256
+        # The longest prompt's tokens (at most one per UTF-8 byte: byte-level BPE, and at most
+        # max_sequence_length) and the chat template's, metadata sentences and system turn included.
+        texts = call.prompts + (call.negatives if call.do_cfg else [])
+        prompt = min(call.max_sequence_length, max(len(text.encode()) for text in texts))
+        tokens = t * -(-h // p) * -(-w // p) + prompt + TEMPLATE_TOKENS
         if call.extra.get("enable_sound"):  # the sound's latent frames join the sequence
             tokens += cls.latent_shapes(info, call)["sound_latents"][-1]
         return ModelSize(tokens=tokens, hidden_size=cfg.hidden_size, ffn_dim=cfg.intermediate_size,
@@ -313,7 +323,8 @@ class Cosmos3OmniPipeline(VideoPipeline):
     # ------------------------------------------------------------------ call hooks
     def encode_call(self, call) -> dict:
         """``{"ids": (n, U) int32, "lengths": (n,) int32}``: each prompt's (then each negative's,
-        with CFG) templated token ids, padded with 0 to the longest (:mod:`vidax.models.cosmos3.prompt`)."""
+        with CFG) templated token ids, padded with 0 to the longest (:mod:`vidax.models.cosmos3.prompt`);
+        a prompt of more than ``max_sequence_length`` tokens is cut to them first (warned)."""
         extra = call.extra
         use_system = extra.get("use_system_prompt")
         use_system = self.info.default_use_system_prompt if use_system is None else use_system
@@ -321,9 +332,10 @@ class Cosmos3OmniPipeline(VideoPipeline):
                   fps=extra.get("fps", FRAME_RATE),
                   add_resolution_template=extra.get("add_resolution_template", True),
                   add_duration_template=extra.get("add_duration_template", True))
-        texts = [templated_prompt(p, negative=False, **kw) for p in call.prompts]
-        if call.do_cfg:
-            texts += [templated_prompt(n, negative=True, **kw) for n in call.negatives]
+        truncation = dataclasses.replace(text_truncation(call), why="by vidax (Cosmos 3's reference takes any "
+                                         "length; the metadata sentences and chat template are kept)")
+        cut = self.text_tokenizer.truncate_texts(prompt_texts(call), call.max_sequence_length, truncation)
+        texts = [templated_prompt(p, negative=i >= len(call.prompts), **kw) for i, p in enumerate(cut)]
         ids = prompt_token_ids(self.text_tokenizer, texts, num_frames=call.num_frames, use_system_prompt=use_system)
         u = max(len(i) for i in ids)
         padded = np.zeros((len(ids), u), np.int32)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 from dataclasses import dataclass
@@ -64,11 +65,13 @@ class Truncation:
             that it is the checkpoint's default); None: ``"max_length=L"``.
         offset: tokens a prompt template puts before each text, subtracted from the counts and
             from ``max_length`` in the warning (HunyuanVideo's ``crop_start``).
+        why: whose limit it is, in the warning.
     """
 
     labels: Sequence[Any] | None = None
     limit: Any = None
     offset: int = 0
+    why: str = "as the reference pipeline does"
 
     def warn(self, counts: Sequence[int], max_length: int, how: str) -> None:
         """One WARNING per text (of ``counts`` tokens each) longer than ``max_length``: its
@@ -81,8 +84,7 @@ class Truncation:
                 continue
             seen.add(label)
             limit = self.limit if self.limit is not None else f"max_length={max_length - self.offset}"
-            logger.warning("%s has %d tokens; truncated to %s as the reference pipeline does (%s)", label,
-                           n - self.offset, limit, how)
+            logger.warning("%s has %d tokens; truncated to %s %s (%s)", label, n - self.offset, limit, self.why, how)
 
 
 class TextTokenizer:
@@ -168,6 +170,18 @@ class TextTokenizer:
         ids = np.array([e.ids for e in encodings], np.int32)
         mask = np.array([e.attention_mask for e in encodings], np.int32)
         return Tokens(ids, mask, mask.sum(axis=1))
+
+    def truncate_texts(self, texts: list[str], max_length: int, truncation: Truncation | None = None) -> list[str]:
+        """Each of ``texts`` cut to the text of its first ``max_length`` tokens (tokenized without
+        special tokens), warning for each text cut, named as ``truncation`` says: for a prompt put
+        into a template afterwards, which stays whole."""
+        tok = self._tok
+        tok.no_padding()
+        tok.no_truncation()
+        encodings = tok.encode_batch(texts, add_special_tokens=False)
+        (truncation or Truncation()).warn([len(e.ids) for e in encodings], max_length,
+                                          "the end of the text is dropped")
+        return [t if len(e.ids) <= max_length else t[:e.offsets[max_length - 1][1]] for t, e in zip(texts, encodings)]
 
     def apply_chat_template(
         self,
@@ -266,9 +280,7 @@ class TextTokenizer:
                 raise CheckpointError(
                     f"{self.path}: chat templates need the folder's tokenizer.json (it has none)."
                 )
-            from transformers import PreTrainedTokenizerFast
-
-            self._hf = PreTrainedTokenizerFast.from_pretrained(self.path)
+            self._hf = transformers_class("PreTrainedTokenizerFast").from_pretrained(self.path)
         return self._hf
 
 
@@ -287,8 +299,7 @@ class ByteTokenizer:
     """
 
     def __init__(self, path: str | os.PathLike):
-        from transformers import ByT5Tokenizer
-
+        ByT5Tokenizer = transformers_class("ByT5Tokenizer")
         self.path = os.fspath(path)
         # ByT5Tokenizer builds without any file; a folder without its config would silently
         # lose the added (glyph) tokens.
@@ -330,6 +341,28 @@ class ByteTokenizer:
         (truncation or Truncation()).warn(full, max_length, f"cut on the {tok.truncation_side} side")
         ids, mask = encoding_arrays(out, max_length)
         return Tokens(ids, mask, mask.sum(axis=1))
+
+
+class _NoTorchNotice(logging.Filter):
+    """Drops transformers' "PyTorch was not found. Models won't be available ..." (vidax uses its
+    tokenizers only, and needs no torch); passes every other record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("PyTorch was not found.")
+
+
+def transformers_class(name: str) -> Any:
+    """``transformers.<name>``, transformers imported on first use without its notice that torch
+    is missing (printed by its import in every run without torch); its other messages stay."""
+    if "transformers" not in sys.modules:
+        transformers_logger = logging.getLogger("transformers")
+        notice = _NoTorchNotice()
+        transformers_logger.addFilter(notice)
+        try:
+            import transformers  # noqa: F401
+        finally:
+            transformers_logger.removeFilter(notice)
+    return getattr(sys.modules["transformers"], name)
 
 
 def _checked_padding_side(padding_side) -> str:
