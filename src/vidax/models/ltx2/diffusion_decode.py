@@ -75,7 +75,9 @@ class LTX2VideoDiffusionDecodePipeline:
         if mesh is not None:
             raise InputError(f"mesh={mesh!r}: {cls.__name__} runs on one device; leave mesh out")
         matmul_precision = parse_matmul_precision(matmul_precision)
-        path = getattr(path, "root", path)  # a Checkpoint
+        from vidax.checkpoint import Checkpoint
+
+        path = path.root if isinstance(path, Checkpoint) else path  # (a pathlib.Path's .root is "/")
         return cls(load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype), matmul_precision)
 
     @classmethod
