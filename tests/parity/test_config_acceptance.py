@@ -17,6 +17,7 @@ Sizes are tiny and the counts small: the file runs in well under a minute on 2 C
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -30,7 +31,10 @@ diffusers = pytest.importorskip("diffusers")
 
 FP32_TOL = 1e-5
 SEED = 20260
-_FWD = nnx.jit(lambda m, *a: m(*a))
+N_CONFIGS = 5  # per component: the file's time budget (~2 min on 2 cores) over ~10 components
+#: XLA's CPU backend at optimisation level 0 compiles these tiny graphs in ~half the time (the
+#: file's budget is mostly compiles) and computes the same float32 operations.
+_FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def _save(tmp_path_factory, ref, seed: int, name: str, **randomize):
@@ -38,6 +42,34 @@ def _save(tmp_path_factory, ref, seed: int, name: str, **randomize):
     path = tmp_path_factory.mktemp(name)
     ref.save_pretrained(path, safe_serialization=True)
     return path
+
+
+def _draw(seed: int, n: int, one) -> list[dict]:
+    """``n`` configs ``one(rng, i)`` (``i`` = 0 .. n-1, to cycle structural variants) from numpy's
+    generator seeded ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [one(rng, i) for i in range(n)]
+
+
+def _ids(config: dict) -> str:
+    return "-".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in config.values())
+
+
+def _jit(model, fn):
+    """``x -> fn(model, x)`` (numpy in and out) compiled once (:data:`_FAST_COMPILE`)."""
+    graphdef, state = nnx.split(model)
+    compiled = jax.jit(lambda state, x: fn(nnx.merge(graphdef, state), x), compiler_options=_FAST_COMPILE)
+    return lambda x: np.asarray(compiled(state, jnp.asarray(x)))
+
+
+def _check(reference, ours, x, seed: int) -> None:
+    """``ours(x)`` equals ``reference(x)`` (numpy in, numpy out) to :data:`FP32_TOL`, and the
+    reference's output for another input (standard normal, ``seed``) differs from it."""
+    want = reference(x)
+    got = np.asarray(ours(x))
+    assert got.shape == want.shape
+    assert_close(got, want, FP32_TOL)
+    assert_input_sensitive(want, reference(standard_normal(x.shape, seed)))
 
 
 # ---------------------------------------------------------------------------------------- Wan DiT
@@ -49,27 +81,20 @@ def wan_configs(n: int) -> list[dict]:
     without the cross-attention norm; ``rope_max_seq_len`` and ``eps`` left out. ``qk_norm`` other
     than ``"rms_norm_across_heads"`` is a silent no-op in the reference (it applies the norms
     whatever the setting says): vidax refuses it (:func:`test_wan_qk_norm_no_op_is_refused`)."""
-    rng = np.random.default_rng(SEED)
-    out = []
-    for _ in range(n):
-        out.append(dict(
-            patch_size=tuple(int(p) for p in rng.choice([1, 2], 3)),
-            num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=int(rng.choice([4, 6, 8, 10, 12, 14])),
-            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-            text_dim=int(rng.integers(3, 20)), freq_dim=int(rng.integers(3, 12)), ffn_dim=int(rng.integers(5, 40)),
-            num_layers=int(rng.integers(1, 3)), cross_attn_norm=bool(rng.integers(2))))
-    return out
+    return _draw(SEED, n, lambda rng, i: dict(
+        patch_size=tuple(int(p) for p in rng.choice([1, 2], 3)),
+        num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=int(rng.choice([4, 6, 8, 10, 12, 14])),
+        in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
+        text_dim=int(rng.integers(3, 20)), freq_dim=int(rng.integers(3, 12)), ffn_dim=int(rng.integers(5, 40)),
+        num_layers=int(rng.integers(1, 3)), cross_attn_norm=bool(rng.integers(2))))
 
 
-@pytest.mark.parametrize("config", wan_configs(8), ids=lambda c: "-".join(str(v) for v in c.values()))
+@pytest.mark.parametrize("config", wan_configs(N_CONFIGS), ids=_ids)
 def test_wan_transformer_configs(tmp_path_factory, config):
     ref = diffusers.WanTransformer3DModel(**config)
-    path = _save(tmp_path_factory, ref, 1, "wan_config")
-    model = load_component("WanTransformer3DModel", path)
+    model = load_component("WanTransformer3DModel", _save(tmp_path_factory, ref, 1, "wan_config"))
     pt, ph, pw = config["patch_size"]
-    b, t, h, w = 2, 2 * pt, 3 * ph, 2 * pw
-    x = standard_normal((b, config["in_channels"], t, h, w), 1)
-    txt = standard_normal((b, 5, config["text_dim"]), 2)
+    txt = standard_normal((2, 5, config["text_dim"]), 2)
     ts = np.array([37.5, 912.25], np.float32)
 
     def reference(x):
@@ -77,11 +102,8 @@ def test_wan_transformer_configs(tmp_path_factory, config):
             out = ref(torch.from_numpy(x), torch.from_numpy(ts), torch.from_numpy(txt), return_dict=False)[0]
         return out.numpy().transpose(0, 2, 3, 4, 1)
 
-    want = reference(x)
-    got = np.asarray(_FWD(model, jnp.asarray(x.transpose(0, 2, 3, 4, 1)), jnp.asarray(ts), jnp.asarray(txt), None))
-    assert got.shape == want.shape
-    assert_close(got, want, FP32_TOL)
-    assert_input_sensitive(want, reference(standard_normal(x.shape, 3)))
+    ours = _jit(model, lambda m, x: m(x.transpose(0, 2, 3, 4, 1), ts, txt, None))
+    _check(reference, ours, standard_normal((2, config["in_channels"], 2 * pt, 3 * ph, 2 * pw), 1), 3)
 
 
 def test_wan_qk_norm_no_op_is_refused():
@@ -100,43 +122,110 @@ def vocoder_configs(n: int) -> list[dict]:
     width that halves (rounding down) to at least 1, 1-2 resnet kernels (odd: vidax refuses even
     ones, which torch's padding='same' pads asymmetrically) with 1-2 dilations each, leaky ReLU or
     snake / snake-beta activations."""
-    rng = np.random.default_rng(SEED + 1)
-    out = []
-    for _ in range(n):
+
+    def one(rng, i):
         ups = int(rng.integers(1, 4))
         factors = [int(f) for f in rng.integers(1, 4, ups)]
         kernels = [f + int(rng.integers(0, 4)) for f in factors]
         resnets = [int(k) for k in rng.choice([1, 3, 5], int(rng.integers(1, 3)), replace=False)]
         act = ["leaky_relu", "snake", "snakebeta"][int(rng.integers(3))]
         mel, channels = int(rng.integers(3, 9)), int(rng.integers(1, 3))
-        out.append(dict(
+        return dict(
             in_channels=mel * channels, hidden_channels=int(rng.integers(2 ** ups, 2 ** ups + 20)),
             out_channels=int(rng.integers(1, 3)), upsample_kernel_sizes=kernels, upsample_factors=factors,
             resnet_kernel_sizes=resnets,
             resnet_dilations=[[int(d) for d in rng.integers(1, 4, int(rng.integers(1, 3)))] for _ in resnets],
             act_fn=act, antialias=act != "leaky_relu" and bool(rng.integers(2)),
             final_act_fn=["tanh", "clamp", None][int(rng.integers(3))], final_bias=bool(rng.integers(2)),
-            _mel=(channels, mel)))
-    return out
+            _mel=(channels, mel))
+
+    return _draw(SEED + 1, n, one)
 
 
-@pytest.mark.parametrize("config", vocoder_configs(8), ids=lambda c: "-".join(str(v) for v in c.values()))
+@pytest.mark.parametrize("config", vocoder_configs(N_CONFIGS), ids=_ids)
 def test_ltx2_vocoder_configs(tmp_path_factory, config):
     config = dict(config)
     channels, mel = config.pop("_mel")
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
     ref = LTX2Vocoder(**config)
-    path = _save(tmp_path_factory, ref, 2, "vocoder_config", scale=0.1, gain=0.9)
-    voc = load_component("LTX2Vocoder", path)
-    x = standard_normal((1, channels, 7, mel), 4)
+    voc = load_component("LTX2Vocoder", _save(tmp_path_factory, ref, 2, "vocoder_config", scale=0.1, gain=0.9))
 
     def reference(x):
         with torch.no_grad():
             return ref(torch.from_numpy(x)).numpy()
 
-    want = reference(x)
-    got = np.asarray(voc(x))
-    assert got.shape == want.shape
-    assert_close(got, want, FP32_TOL)
-    assert_input_sensitive(want, reference(standard_normal(x.shape, 5)))
+    _check(reference, _jit(voc, lambda m, x: m(x)), standard_normal((1, channels, 7, mel), 4), 5)
+
+
+# -------------------------------------------------------------------------------- CogVideoX DiT
+
+
+def cogvideox_configs(n: int) -> list[dict]:
+    """CogVideoX transformer configs: the sincos table (``D`` a multiple of 16, the reference's
+    3-D sincos split), RoPE (head dim 16 or 32, its even (T, H, W) split) with or without the
+    learned table, or RoPE with ``patch_size_t=2`` (1.5); any channel and timestep widths, an ofs
+    embedding or not, ``flip_sin_to_cos`` / ``freq_shift`` either way, either FFN GELU, any
+    timestep activation, norms with or without affine, the patch conv with or without bias."""
+
+    def one(rng, i):
+        kind = ["sincos", "rope", "learned", "rope_t"][i % 4]
+        heads, dim = [(2, 8), (4, 12), (1, 16), (3, 16)][int(rng.integers(4))] if kind == "sincos" else (
+            int(rng.integers(1, 4)), int(rng.choice([16, 32])))
+        time_dim, compression = int(rng.integers(3, 20)), int(rng.integers(1, 5))
+        return dict(
+            num_attention_heads=heads, attention_head_dim=dim, in_channels=int(rng.integers(1, 9)),
+            out_channels=int(rng.integers(1, 9)), flip_sin_to_cos=bool(rng.integers(2)),
+            freq_shift=int(rng.integers(2)), time_embed_dim=time_dim,
+            ofs_embed_dim=time_dim if rng.integers(2) else None, text_embed_dim=int(rng.integers(3, 20)),
+            num_layers=int(rng.integers(1, 3)), attention_bias=bool(rng.integers(2)),
+            sample_width=int(rng.integers(2, 7)) * 2, sample_height=int(rng.integers(2, 5)) * 2,
+            # the learned table is for one size: sample_frames = (T - 1) * compression + 1
+            sample_frames=compression + 1 if kind == "learned" else int(rng.integers(1, 14)),
+            patch_size=int(rng.integers(1, 3)), patch_size_t=2 if kind == "rope_t" else None,
+            temporal_compression_ratio=compression,
+            max_text_seq_length=int(rng.integers(2, 7)),
+            activation_fn=["gelu-approximate", "gelu"][int(rng.integers(2))],
+            timestep_activation_fn=["silu", "swish", "gelu", "relu", "mish"][int(rng.integers(5))],
+            norm_elementwise_affine=bool(rng.integers(2)), norm_eps=float(rng.choice([1e-5, 1e-6, 1e-3])),
+            spatial_interpolation_scale=float(rng.uniform(0.5, 2)),
+            temporal_interpolation_scale=float(rng.uniform(0.5, 2)),
+            use_rotary_positional_embeddings=kind != "sincos",
+            use_learned_positional_embeddings=kind == "learned", patch_bias=bool(rng.integers(2)))
+
+    return _draw(SEED + 2, n, one)
+
+
+@pytest.mark.parametrize("config", cogvideox_configs(N_CONFIGS), ids=_ids)
+def test_cogvideox_transformer_configs(tmp_path_factory, config):
+    import types
+
+    from diffusers import CogVideoXPipeline
+
+    ref = diffusers.CogVideoXTransformer3DModel(**config).eval()
+    if config["use_learned_positional_embeddings"]:
+        with torch.no_grad():  # a persistent buffer, not a parameter
+            ref.patch_embed.pos_embedding.copy_(torch.from_numpy(standard_normal(ref.patch_embed.pos_embedding.shape, 6)))
+    model = load_component("CogVideoXTransformer3DModel", _save(tmp_path_factory, ref, 3, "cogvideox_config"))
+    p, pt = config["patch_size"], config["patch_size_t"] or 1
+    if config["use_learned_positional_embeddings"]:  # the learned table fixes the latent size
+        t = (config["sample_frames"] - 1) // config["temporal_compression_ratio"] + 1
+        h, w = config["sample_height"], config["sample_width"]
+    else:
+        t, h, w = 2 * pt, (config["sample_height"] // p - 1) * p, config["sample_width"]
+    rope = None
+    if config["use_rotary_positional_embeddings"]:
+        fake = types.SimpleNamespace(vae_scale_factor_spatial=8, transformer=ref)
+        rope = CogVideoXPipeline._prepare_rotary_positional_embeddings(fake, h * 8, w * 8, t, "cpu")
+    txt = standard_normal((2, config["max_text_seq_length"], config["text_embed_dim"]), 7)
+    ts = np.array([37.5, 912.25], np.float32)
+    ofs = np.array([2.0], np.float32) if config["ofs_embed_dim"] else None
+
+    def reference(x):
+        with torch.no_grad():
+            return ref(hidden_states=torch.from_numpy(x), encoder_hidden_states=torch.from_numpy(txt),
+                       timestep=torch.from_numpy(ts), ofs=None if ofs is None else torch.from_numpy(ofs),
+                       image_rotary_emb=rope, return_dict=False)[0].numpy()
+
+    ours = _jit(model, lambda m, x: m(x.transpose(0, 1, 3, 4, 2), ts, txt, ofs).transpose(0, 1, 4, 2, 3))
+    _check(reference, ours, standard_normal((2, t, config["in_channels"], h, w), 8), 9)
