@@ -51,6 +51,11 @@ def _draw(seed: int, n: int, one) -> list[dict]:
     return [one(rng, i) for i in range(n)]
 
 
+def _drop(rng, config: dict, keys) -> dict:
+    """``config`` with each of ``keys`` left out (the reference's default) with probability 1/2."""
+    return {k: v for k, v in config.items() if k not in keys or rng.integers(2)}
+
+
 def _ids(config: dict) -> str:
     return "-".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in config.values())
 
@@ -229,3 +234,47 @@ def test_cogvideox_transformer_configs(tmp_path_factory, config):
 
     ours = _jit(model, lambda m, x: m(x.transpose(0, 1, 3, 4, 2), ts, txt, ofs).transpose(0, 1, 4, 2, 3))
     _check(reference, ours, standard_normal((2, t, config["in_channels"], h, w), 8), 9)
+
+
+# ------------------------------------------------------------------------------ LTX-Video DiT
+
+
+def ltx_configs(n: int) -> list[dict]:
+    """LTX-Video transformer configs: 1-3 heads of any head dim with an even width (the RoPE
+    pairs span the whole width), ``cross_attention_dim`` equal to it (the reference feeds the
+    caption projection's output there), any channel counts, patch sizes 1-3 (they scale the RoPE
+    coordinates), either FFN GELU, the block RMSNorms with or without weights, any biases;
+    ``out_channels`` sometimes left to default to ``in_channels``."""
+
+    def one(rng, i):
+        heads = int(rng.integers(1, 4))
+        dim = int(rng.choice([d for d in range(3, 15) if heads * d % 2 == 0]))
+        return _drop(rng, dict(
+            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
+            patch_size=int(rng.integers(1, 4)), patch_size_t=int(rng.integers(1, 4)), num_attention_heads=heads,
+            attention_head_dim=dim, cross_attention_dim=heads * dim, num_layers=int(rng.integers(1, 3)),
+            activation_fn=["gelu-approximate", "gelu"][int(rng.integers(2))],
+            norm_elementwise_affine=i % 2 == 0, norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
+            caption_channels=int(rng.integers(3, 20)), attention_bias=bool(rng.integers(2)),
+            attention_out_bias=bool(rng.integers(2))), ("out_channels",))
+
+    return _draw(SEED + 3, n, one)
+
+
+@pytest.mark.parametrize("config", ltx_configs(N_CONFIGS), ids=_ids)
+def test_ltx_transformer_configs(tmp_path_factory, config):
+    ref = diffusers.LTXVideoTransformer3DModel(**config)
+    model = load_component("LTXVideoTransformer3DModel", _save(tmp_path_factory, ref, 4, "ltx_config"))
+    t, h, w = 2, 3, 2
+    txt = standard_normal((2, 5, config["caption_channels"]), 10)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int64)
+    ts = np.array([37.5, 912.25], np.float32)
+    scale = (8 / 25, 32, 32)
+
+    def reference(x):
+        with torch.no_grad():
+            return ref(torch.from_numpy(x), torch.from_numpy(txt), torch.from_numpy(ts), torch.from_numpy(mask),
+                       num_frames=t, height=h, width=w, rope_interpolation_scale=scale, return_dict=False)[0].numpy()
+
+    ours = _jit(model, lambda m, x: m(x, txt, ts, mask, t, h, w, scale))
+    _check(reference, ours, standard_normal((2, t * h * w, config["in_channels"]), 11), 12)
