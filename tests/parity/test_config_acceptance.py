@@ -278,3 +278,57 @@ def test_ltx_transformer_configs(tmp_path_factory, config):
 
     ours = _jit(model, lambda m, x: m(x, txt, ts, mask, t, h, w, scale))
     _check(reference, ours, standard_normal((2, t * h * w, config["in_channels"]), 11), 12)
+
+
+# --------------------------------------------------------------------------- HunyuanVideo DiT
+
+
+def _rope_axes(rng) -> list[int]:
+    """Three positive even RoPE axis widths (T, H, W); the head dim is their sum."""
+    return [2 * int(a) for a in rng.integers(1, 4, 3)]
+
+
+def hunyuan_configs(n: int) -> list[dict]:
+    """HunyuanVideo transformer configs: 1-3 heads whose dim is the sum of three random even RoPE
+    axes, 1-2 double / single / refiner blocks, any channel counts and ``mlp_ratio`` (floored
+    widths), patches 1-2 in space and time, every per-head ``qk_norm`` the reference's joint
+    attention runs (rms, layer, fp32 layer, none), guidance embedded or not, the three image
+    condition types; ``out_channels`` sometimes left to default to ``in_channels``."""
+
+    def one(rng, i):
+        axes = _rope_axes(rng)
+        return _drop(rng, dict(
+            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
+            num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=sum(axes),
+            num_layers=int(rng.integers(1, 3)), num_single_layers=int(rng.integers(1, 3)),
+            num_refiner_layers=int(rng.integers(1, 3)), mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])),
+            patch_size=int(rng.integers(1, 3)), patch_size_t=int(rng.integers(1, 3)),
+            qk_norm=["rms_norm", "layer_norm", "fp32_layer_norm", None][i % 4],
+            guidance_embeds=bool(rng.integers(2)), text_embed_dim=int(rng.integers(3, 20)),
+            pooled_projection_dim=int(rng.integers(3, 20)), rope_theta=float(rng.choice([256.0, 1000.0])),
+            rope_axes_dim=axes, image_condition_type=[None, "latent_concat", "token_replace"][int(rng.integers(3))]),
+            ("out_channels",))
+
+    return _draw(SEED + 4, n, one)
+
+
+@pytest.mark.parametrize("config", hunyuan_configs(N_CONFIGS), ids=_ids)
+def test_hunyuan_transformer_configs(tmp_path_factory, config):
+    ref = diffusers.HunyuanVideoTransformer3DModel(**config)
+    model = load_component("HunyuanVideoTransformer3DModel", _save(tmp_path_factory, ref, 5, "hunyuan_config"))
+    pt, p = config["patch_size_t"], config["patch_size"]
+    txt = standard_normal((2, 5, config["text_embed_dim"]), 13)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int64)
+    pooled = standard_normal((2, config["pooled_projection_dim"]), 14)
+    ts = np.array([37.5, 912.25], np.float32)
+    guidance = np.array([6000.0, 3500.0], np.float32) if config["guidance_embeds"] else None
+
+    def reference(x):
+        with torch.no_grad():
+            out = ref(torch.from_numpy(x), torch.from_numpy(ts), torch.from_numpy(txt), torch.from_numpy(mask),
+                      torch.from_numpy(pooled), guidance=None if guidance is None else torch.from_numpy(guidance),
+                      return_dict=False)[0]
+        return out.numpy().transpose(0, 2, 3, 4, 1)
+
+    ours = _jit(model, lambda m, x: m(x.transpose(0, 2, 3, 4, 1), ts, txt, mask, pooled, guidance))
+    _check(reference, ours, standard_normal((2, config["in_channels"], 2 * pt, 2 * p, 3 * p), 15), 16)
