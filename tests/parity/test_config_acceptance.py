@@ -332,3 +332,51 @@ def test_hunyuan_transformer_configs(tmp_path_factory, config):
 
     ours = _jit(model, lambda m, x: m(x.transpose(0, 2, 3, 4, 1), ts, txt, mask, pooled, guidance))
     _check(reference, ours, standard_normal((2, config["in_channels"], 2 * pt, 2 * p, 3 * p), 15), 16)
+
+
+# ----------------------------------------------------------------------- HunyuanVideo 1.5 DiT
+
+
+def hunyuan15_configs(n: int) -> list[dict]:
+    """HunyuanVideo 1.5 transformer configs: as :func:`hunyuan_configs` (its blocks), with the
+    byT5 and image-token widths, MeanFlow or not, either task type; ``qk_norm`` is never null
+    (the reference calls ``norm_q`` unconditionally: vidax refuses null)."""
+
+    def one(rng, i):
+        axes = _rope_axes(rng)
+        return _drop(rng, dict(
+            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
+            num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=sum(axes),
+            num_layers=int(rng.integers(1, 3)), num_refiner_layers=int(rng.integers(1, 3)),
+            mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])), patch_size=int(rng.integers(1, 3)),
+            patch_size_t=int(rng.integers(1, 3)), qk_norm=["rms_norm", "layer_norm", "fp32_layer_norm"][i % 3],
+            text_embed_dim=int(rng.integers(3, 20)), text_embed_2_dim=int(rng.integers(3, 20)),
+            image_embed_dim=int(rng.integers(3, 20)), rope_theta=float(rng.choice([256.0, 1000.0])),
+            rope_axes_dim=axes, task_type=["t2v", "i2v"][int(rng.integers(2))], use_meanflow=bool(rng.integers(2))),
+            ("out_channels", "task_type"))
+
+    return _draw(SEED + 5, n, one)
+
+
+@pytest.mark.parametrize("config", hunyuan15_configs(N_CONFIGS), ids=_ids)
+def test_hunyuan15_transformer_configs(tmp_path_factory, config):
+    ref = diffusers.HunyuanVideo15Transformer3DModel(**config)
+    model = load_component("HunyuanVideo15Transformer3DModel", _save(tmp_path_factory, ref, 6, "hunyuan15_config"))
+    pt, p = config["patch_size_t"], config["patch_size"]
+    rest = dict(  # vidax's positional order after hidden_states (the reference's keywords)
+        timestep=np.array([37.5, 912.25], np.float32),
+        encoder_hidden_states=standard_normal((2, 5, config["text_embed_dim"]), 17),
+        encoder_attention_mask=np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int64),
+        encoder_hidden_states_2=standard_normal((2, 4, config["text_embed_2_dim"]), 18),
+        encoder_attention_mask_2=np.array([[1, 1, 1, 1], [0, 0, 0, 0]], np.int64),
+        image_embeds=standard_normal((2, 3, config["image_embed_dim"]), 19))
+    if config["use_meanflow"]:
+        rest["timestep_r"] = np.array([20.0, 850.5], np.float32)
+
+    def reference(x):
+        with torch.no_grad():
+            out = ref(torch.from_numpy(x), **{k: torch.from_numpy(v) for k, v in rest.items()}, return_dict=False)[0]
+        return out.numpy().transpose(0, 2, 3, 4, 1)
+
+    ours = _jit(model, lambda m, x: m(x.transpose(0, 2, 3, 4, 1), *rest.values()))
+    _check(reference, ours, standard_normal((2, config["in_channels"], 2 * pt, 2 * p, 3 * p), 20), 21)
