@@ -61,20 +61,26 @@ def _ids(config: dict) -> str:
 
 
 def _jit(model, fn):
-    """``x -> fn(model, x)`` (numpy in and out) compiled once (:data:`_FAST_COMPILE`)."""
+    """``x -> fn(model, x)`` (numpy in and out, or tuples of them) compiled once (:data:`_FAST_COMPILE`)."""
     graphdef, state = nnx.split(model)
     compiled = jax.jit(lambda state, x: fn(nnx.merge(graphdef, state), x), compiler_options=_FAST_COMPILE)
-    return lambda x: np.asarray(compiled(state, jnp.asarray(x)))
+    return lambda x: jax.tree.map(np.asarray, compiled(state, jax.tree.map(jnp.asarray, x)))
 
 
 def _check(reference, ours, x, seed: int) -> None:
-    """``ours(x)`` equals ``reference(x)`` (numpy in, numpy out) to :data:`FP32_TOL`, and the
-    reference's output for another input (standard normal, ``seed``) differs from it."""
-    want = reference(x)
-    got = np.asarray(ours(x))
-    assert got.shape == want.shape
-    assert_close(got, want, FP32_TOL)
-    assert_input_sensitive(want, reference(standard_normal(x.shape, seed)))
+    """``ours(x)`` equals ``reference(x)`` (numpy in, numpy out; or tuples of arrays, each output
+    compared) to :data:`FP32_TOL`, and the reference's outputs for another input (standard
+    normal, ``seed``, ``seed + 1``, ... for a tuple's arrays) differ from them."""
+    want, got = reference(x), ours(x)
+    other = (tuple(standard_normal(a.shape, seed + k) for k, a in enumerate(x)) if isinstance(x, tuple)
+             else standard_normal(x.shape, seed))
+    changed = reference(other)
+    if not isinstance(want, tuple):
+        want, got, changed = (want,), (got,), (changed,)
+    assert len(got) == len(want)
+    for w, g, c in zip(want, got, changed):
+        assert_close(g, w, FP32_TOL)
+        assert_input_sensitive(w, c)
 
 
 # ---------------------------------------------------------------------------------------- Wan DiT
@@ -436,3 +442,113 @@ def test_cosmos_transformer_configs(tmp_path_factory, config):
     pad_cl = None if pad is None else pad.transpose(0, 2, 3, 1)
     ours = _jit(model, lambda m, x: m(x.transpose(0, 2, 3, 4, 1), ts, txt, None, None, pad_cl))
     _check(reference, ours, standard_normal((2, config["in_channels"], t, h, w), 24), 25)
+
+
+# ------------------------------------------------------------------------------------ LTX-2 DiT
+
+
+def ltx2_configs(n: int) -> list[dict]:
+    """LTX-2 transformer configs: 1-3 video and 1-3 audio heads of their own widths, drawn so the
+    streams fit together as the reference needs (``audio_cross_attention_dim`` = the audio width
+    D_a: it is the audio text width and the audio<->video RoPE's; even head dims; "split" RoPE: D_a
+    / 2 a multiple of the video head count, whose slices the cross-modal video table has; the
+    video text width D when a caption projection or a prompt-AdaLN table feeds it, else any),
+    either RoPE layout, every 2.3 / 2.5 switch (gates, prompt AdaLN on either stream, with or
+    without its timestep MLP, STG-capable attention, FFN biases, the keyframe embedding), patch
+    sizes 1-2 (they step the RoPE coordinates), any RoPE scales, bases, offsets and timestep
+    multipliers; ``out_channels`` sometimes left to default; the call with or without
+    ``use_cross_timestep`` and, with ``perturbed_attn``, STG on the first block. What the
+    reference builds but fails to run vidax refuses (:func:`test_ltx2_configs_the_reference_fails_are_refused`)."""
+
+    def one(rng, i):
+        rope = ["split", "interleaved"][i % 2]
+        hv, ha = (int(h) for h in rng.integers(1, 4, 2))
+        kv = int(rng.choice([k for k in (2, 4, 6, 8) if hv * k >= 6]))
+        ka = int(rng.choice([k for k in (2, 4, 6, 8, 12) if rope == "interleaved" or ha * k // 2 % hv == 0]))
+        prompt, mod, audio_mod = (bool(b) for b in rng.integers(2, size=3))
+        return _drop(rng, dict(
+            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
+            patch_size=int(rng.integers(1, 3)), patch_size_t=int(rng.integers(1, 3)), num_attention_heads=hv,
+            attention_head_dim=kv,
+            cross_attention_dim=hv * kv if prompt or mod or audio_mod else int(rng.integers(3, 20)),
+            vae_scale_factors=(int(rng.integers(1, 9)), int(rng.integers(8, 40)), int(rng.integers(8, 40))),
+            pos_embed_max_pos=int(rng.integers(5, 30)), base_height=int(rng.integers(100, 3000)),
+            base_width=int(rng.integers(100, 3000)), gated_attn=bool(rng.integers(2)), cross_attn_mod=mod,
+            audio_in_channels=int(rng.integers(1, 9)), audio_out_channels=int(rng.integers(1, 9)),
+            audio_patch_size=int(rng.integers(1, 3)), audio_patch_size_t=int(rng.integers(1, 3)),
+            audio_num_attention_heads=ha, audio_attention_head_dim=ka, audio_cross_attention_dim=ha * ka,
+            audio_scale_factor=int(rng.integers(1, 7)), audio_pos_embed_max_pos=int(rng.integers(5, 30)),
+            audio_sampling_rate=int(rng.choice([16000, 24000, 44100])), audio_hop_length=int(rng.choice([160, 256])),
+            audio_gated_attn=bool(rng.integers(2)), audio_cross_attn_mod=audio_mod, num_layers=int(rng.integers(1, 3)),
+            activation_fn=["gelu-approximate", "gelu"][int(rng.integers(2))],
+            norm_elementwise_affine=i // 2 == 0, norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
+            caption_channels=int(rng.integers(3, 20)), attention_bias=bool(rng.integers(2)),
+            attention_out_bias=bool(rng.integers(2)), rope_theta=float(rng.choice([100.0, 10000.0])),
+            rope_double_precision=bool(rng.integers(2)), causal_offset=int(rng.integers(0, 3)),
+            timestep_scale_multiplier=int(rng.choice([1000, 500])),
+            cross_attn_timestep_scale_multiplier=int(rng.choice([1000, 250])), rope_type=rope,
+            use_prompt_embeddings=prompt, perturbed_attn=bool(rng.integers(2)), ff_bias=bool(rng.integers(2)),
+            audio_ff_bias=bool(rng.integers(2)), use_prompt_adaln_single=bool(rng.integers(2)),
+            use_keyframes_abs_pos_embedding=bool(rng.integers(2)), _cross_timestep=bool(rng.integers(2))),
+            ("out_channels", "audio_out_channels"))
+
+    return _draw(SEED + 7, n, one)
+
+
+@pytest.mark.parametrize("config", ltx2_configs(N_CONFIGS), ids=_ids)
+def test_ltx2_transformer_configs(tmp_path_factory, config):
+    config = dict(config)
+    cross_timestep = config.pop("_cross_timestep")
+    ref = diffusers.LTX2VideoTransformer3DModel(**config)
+    model = load_component("LTX2VideoTransformer3DModel", _save(tmp_path_factory, ref, 8, "ltx2_config"))
+    t, h, w, m = 3, 3, 2, 5
+    pt, p, apt = config["patch_size_t"], config["patch_size"], config["audio_patch_size_t"]
+    n = -(-t // pt) * -(-h // p) * -(-w // p)  # the reference's coordinates step by the patch
+    text = config["caption_channels"] if config["use_prompt_embeddings"] else config["cross_attention_dim"]
+    audio_text = config["caption_channels"] if config["use_prompt_embeddings"] else config["audio_cross_attention_dim"]
+    mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], np.int64)
+    arrays = dict(
+        encoder_hidden_states=standard_normal((2, 5, text), 26),
+        audio_encoder_hidden_states=standard_normal((2, 5, audio_text), 27),
+        timestep=np.array([300.0, 820.0], np.float32), audio_timestep=np.array([450.0, 90.0], np.float32),
+        sigma=np.array([0.35, 0.8], np.float32), audio_sigma=np.array([0.6, 0.15], np.float32),
+        encoder_attention_mask=mask, audio_encoder_attention_mask=mask[::-1].copy())
+    if config["use_keyframes_abs_pos_embedding"]:
+        arrays["video_keyframes_mask"] = (np.arange(n) < n // 2).astype(np.float32)[None, :, None].repeat(2, 0)
+    static = dict(num_frames=t, height=h, width=w, fps=24.0, audio_num_frames=m,
+                  use_cross_timestep=cross_timestep)
+    if config["perturbed_attn"]:  # STG on the first block, the first sample perturbed
+        arrays["perturbation_mask"] = np.array([0.0, 1.0], np.float32)
+        static["spatio_temporal_guidance_blocks"] = [0]
+
+    def reference(x):
+        with torch.no_grad():
+            out = ref(torch.from_numpy(x[0]), torch.from_numpy(x[1]),
+                      **{k: torch.from_numpy(v) for k, v in arrays.items()}, **static, return_dict=False)
+        return tuple(o.numpy() for o in out)
+
+    ours = _jit(model, lambda mdl, x: mdl(x[0], x[1], **arrays, **static))
+    x = (standard_normal((2, n, config["in_channels"]), 28),
+         standard_normal((2, -(-m // apt), config["audio_in_channels"]), 29))
+    _check(reference, ours, x, 30)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(num_attention_heads=1, attention_head_dim=4, cross_attention_dim=4), r"attention_head_dim=4 .* RoPE .* < 6"),
+    (dict(rope_type="interleaved", num_attention_heads=1, attention_head_dim=7, cross_attention_dim=7),
+     r"attention_head_dim=7 .* interleaved RoPE rotates channel pairs"),
+    (dict(rope_type="split", audio_num_attention_heads=2, audio_attention_head_dim=3, audio_cross_attention_dim=6),
+     r"audio_attention_head_dim=3 .* split RoPE rotates the halves of each head"),
+    (dict(use_prompt_embeddings=False, cross_attn_mod=True, cross_attention_dim=5),
+     r"cross_attention_dim=5 .* prompt AdaLN table"),
+], ids=["narrow", "odd-pairs", "odd-head", "prompt-adaln-width"])
+def test_ltx2_configs_the_reference_fails_are_refused(change, match):
+    """Configs diffusers builds but cannot run (its RoPE tables are empty below a video width of
+    6, its rotations need channel pairs, its prompt AdaLN table is D wide) are refused with the
+    reason."""
+    from vidax.errors import ConfigError
+    from vidax.models.ltx2.config_transformer import LTX2TransformerConfig
+
+    config = {k: v for k, v in ltx2_configs(1)[0].items() if not k.startswith("_")}
+    with pytest.raises(ConfigError, match=match):
+        LTX2TransformerConfig.from_config_dict(dict(config, **change))
