@@ -83,7 +83,7 @@ def test_known_size():
 @pytest.mark.parametrize(
     "override,match",
     [
-        ({"qk_norm": "layer_norm"}, "qk_norm"),
+        ({"qk_norm": None}, "qk_norm=None .* attn.norm_q unconditionally"),
         ({"rope_axes_dim": [16, 56, 48]}, "rope_axes_dim"),
         ({"task_type": "v2v"}, "task_type"),
         ({"use_meanflow": 1}, "use_meanflow"),

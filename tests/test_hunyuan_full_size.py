@@ -78,7 +78,7 @@ def test_known_size():
 @pytest.mark.parametrize(
     "override,match",
     [
-        ({"qk_norm": "layer_norm"}, "qk_norm"),
+        ({"qk_norm": "rms_norm_across_heads"}, "qk_norm"),
         ({"rope_axes_dim": [16, 56, 48]}, "rope_axes_dim"),
         ({"rope_axes_dim": [16, 56]}, "rope_axes_dim"),
         ({"image_condition_type": "ip_adapter"}, "image_condition_type"),

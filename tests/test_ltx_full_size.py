@@ -84,7 +84,7 @@ def test_known_sizes():
 
 @pytest.mark.parametrize("key, value, match", [
     ("qk_norm", "rms_norm", "qk_norm='rms_norm'"),
-    ("norm_elementwise_affine", True, "norm_elementwise_affine=True"),
+    ("norm_elementwise_affine", "yes", "norm_elementwise_affine=.yes."),
     ("activation_fn", "geglu", "activation_fn='geglu'"),
     ("cross_attention_dim", 4096, "cross_attention_dim=4096"),
     ("use_magic", 1, "unknown setting use_magic=1"),

@@ -29,7 +29,7 @@ head dim)::
     q = to_q(x); k, v = to_k(kv), to_v(kv)            (B, L, N·K), column-parallel (``heads``)
     qk_norm "rms": RMSNorm over N·K (all heads)        rope_full_width: rotate (B, L, N·K) as one head
     split heads (B, L, N, K)
-    qk_norm "rms_head" / "layer_head": per head over K  rope: rotate per head (interleaved / rotate-half)
+    qk_norm "rms_head" / "layer_head[_plain]": per head over K rope: rotate per head (interleaved / rotate-half)
     attention (mesh mode from the token layouts, mask from :class:`AttentionMask`)
     [added="image_kv": + attention of q over add_k_proj / add_v_proj (norm_added_k) of the image]
     [gate: per head · 2·sigmoid(to_gate_logits(x))]
@@ -80,7 +80,7 @@ from vidax.parallel.ulysses import two_pathway_attention, ulysses_attention
 
 #: q / k norms: over all heads (diffusers ``rms_norm_across_heads``, weight ``(N·K,)``), RMS per
 #: head (weight ``(K,)``), affine LayerNorm per head (CogVideoX).
-QK_NORMS = (None, "rms", "rms_head", "layer_head")
+QK_NORMS = (None, "rms", "rms_head", "layer_head", "layer_head_plain")
 #: RoPE pair layouts (:func:`vidax.nn.rope.apply_rope`).
 ROPE_LAYOUTS = (None, "interleaved", "rotate_half")
 #: Extra keys / values: ``"image_kv"`` (Wan I2V: a second attention of the same queries over the
@@ -233,8 +233,8 @@ class Attention(nnx.Module):
                 return RMSNorm(width_all, c.qk_norm_eps, param_dtype=param_dtype)
             if c.qk_norm == "rms_head":
                 return RMSNorm(c.head_dim, c.qk_norm_eps, param_dtype=param_dtype)
-            if c.qk_norm == "layer_head":
-                return LayerNorm(c.head_dim, c.qk_norm_eps, True)
+            if c.qk_norm in ("layer_head", "layer_head_plain"):
+                return LayerNorm(c.head_dim, c.qk_norm_eps, c.qk_norm == "layer_head")
             return None
 
         self.to_q = proj(c.dim, inner)
@@ -280,7 +280,7 @@ class Attention(nnx.Module):
             y = apply_rope(y.reshape(b, l * chunks, 1, w // chunks),
                            *(r.reshape(*lead, l * chunks, -1) for r in rope), layout="rotate_half").reshape(b, l, w)
         y = y.reshape(*y.shape[:2], heads, c.head_dim)
-        if norm is not None and c.qk_norm == "layer_head":
+        if norm is not None and c.qk_norm in ("layer_head", "layer_head_plain"):
             y = norm(y, y.dtype)
         elif norm is not None and c.qk_norm == "rms_head":
             y = norm(y)

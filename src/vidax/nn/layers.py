@@ -433,25 +433,32 @@ def unpatchify_channels_first(x: jax.Array, grid: tuple[int, int, int], pt: int,
     return x.reshape(b, t * pt, h * p, w * p, x.shape[-1])
 
 
-def timestep_sinusoid(timestep: jax.Array, dim: int) -> jax.Array:
-    """diffusers ``Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0)``.
+def timestep_sinusoid(timestep: jax.Array, dim: int, flip_sin_to_cos: bool = True,
+                      downscale_freq_shift: float = 0.0) -> jax.Array:
+    """diffusers ``Timesteps(dim, flip_sin_to_cos, downscale_freq_shift)`` (defaults: the
+    ``True, 0`` every released model uses).
 
-    ``[cos(t·f), sin(t·f)]`` with ``f_i = exp(-ln(10000)·i/(dim//2))`` (an odd ``dim`` is padded
-    with one zero). The frequencies are rounded to float32 exactly as torch computes them
-    (float32 exponent, exp in float64 then rounded); ``t·f`` and cos / sin are float32.
+    ``[cos(t·f), sin(t·f)]`` (``[sin, cos]`` when not ``flip_sin_to_cos``) with
+    ``f_i = exp(-ln(10000)·i/(dim//2 - downscale_freq_shift))`` (an odd ``dim`` is padded with one
+    zero). The frequencies are rounded to float32 exactly as torch computes them (float32
+    exponent, exp in float64 then rounded); ``t·f`` and cos / sin are float32.
 
     Args:
         timestep: any shape ``S``, float (diffusion time in [0, 1000]).
         dim: feature width.
+        flip_sin_to_cos: cosines first.
+        downscale_freq_shift: subtracted from ``dim // 2`` in the frequencies' denominator.
 
     Returns:
         ``S + (dim,)`` float32.
     """
     half = dim // 2
-    exponent = np.float32(-math.log(10000)) * np.arange(half, dtype=np.float32) / np.float32(half)
+    exponent = np.float32(-math.log(10000)) * np.arange(half, dtype=np.float32)
+    exponent = exponent / np.float32(half - downscale_freq_shift)
     freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)
     arg = timestep.astype(_F32)[..., None] * jnp.asarray(freqs)
-    emb = jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
+    parts = [jnp.cos(arg), jnp.sin(arg)] if flip_sin_to_cos else [jnp.sin(arg), jnp.cos(arg)]
+    emb = jnp.concatenate(parts, axis=-1)
     if dim % 2:
         emb = jnp.pad(emb, [(0, 0)] * (emb.ndim - 1) + [(0, 1)])
     return emb

@@ -60,14 +60,11 @@ class CogVideoXTransformerConfig(TransformerConfig):
             reference).
         patch_bias: bias of the 1.0 patch-embedding convolution (the 1.5 linear patch
             embedding always has one, as in the reference).
+        flip_sin_to_cos, freq_shift: the timestep and ofs sinusoids' order (cosines first) and
+            frequency denominator shift (:func:`vidax.nn.layers.timestep_sinusoid`).
     """
 
     IGNORED: ClassVar[frozenset[str]] = frozenset({"dropout"})  # inference: dropout is off
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "flip_sin_to_cos": (True,),
-        "freq_shift": (0, 0.0),
-    }
-
     num_attention_heads: int = 30
     attention_head_dim: int = 64
     in_channels: int = 16
@@ -93,6 +90,13 @@ class CogVideoXTransformerConfig(TransformerConfig):
     use_rotary_positional_embeddings: bool = False
     use_learned_positional_embeddings: bool = False
     patch_bias: bool = True
+    flip_sin_to_cos: bool = True
+    freq_shift: float = 0
+
+    @property
+    def sinusoid(self) -> tuple[bool, float]:
+        """The ``(flip_sin_to_cos, downscale_freq_shift)`` of the timestep (and ofs) sinusoids."""
+        return self.flip_sin_to_cos, self.freq_shift
 
     @property
     def has_ofs(self) -> bool:
@@ -133,10 +137,17 @@ class CogVideoXTransformerConfig(TransformerConfig):
             bad("patch_size_t", 0, "expected a positive int or null")
         for key in (
             "attention_bias", "norm_elementwise_affine", "use_rotary_positional_embeddings",
-            "use_learned_positional_embeddings", "patch_bias",
+            "use_learned_positional_embeddings", "patch_bias", "flip_sin_to_cos",
         ):
             if not isinstance(getattr(self, key), bool):
                 bad(key, getattr(self, key), "expected true or false")
+        if not isinstance(self.freq_shift, (int, float)) or isinstance(self.freq_shift, bool):
+            bad("freq_shift", self.freq_shift, "expected a number")
+        for width in (self.inner_dim, self.ofs_embed_dim) if self.has_ofs else (self.inner_dim,):
+            if width // 2 == self.freq_shift:
+                bad("freq_shift", self.freq_shift,
+                    f"the reference divides by (width // 2 - freq_shift), zero for the sinusoid of "
+                    f"width {width}: its timestep embedding is NaN")
         for key in ("norm_eps", "spatial_interpolation_scale", "temporal_interpolation_scale"):
             value = getattr(self, key)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:

@@ -494,9 +494,9 @@ class CogVideoXTransformer3DModel(DiffusionTransformer):
         b = hidden_states.shape[0]
         res = self.res_dtype
 
-        temb = self.time_embedding(timestep_sinusoid(timestep.reshape(b), cfg.inner_dim))
+        temb = self.time_embedding(timestep_sinusoid(timestep.reshape(b), cfg.inner_dim, *cfg.sinusoid))
         if self.ofs_embedding is not None:
-            ofs_emb = self.ofs_embedding(timestep_sinusoid(jnp.reshape(ofs, (-1,)), cfg.ofs_embed_dim))
+            ofs_emb = self.ofs_embedding(timestep_sinusoid(jnp.reshape(ofs, (-1,)), cfg.ofs_embed_dim, *cfg.sinusoid))
             temb = temb + ofs_emb
 
         ctx = self.patch_embed.text_proj(encoder_hidden_states.astype(self.dtype))

@@ -40,7 +40,10 @@ class Cosmos3TransformerConfig(TransformerConfig):
         rms_norm_eps: epsilon of every RMS norm.
         attention_bias: q / k / v / out projection biases.
         rope_theta, rope_axes_dim: RoPE base and the (T, H, W) pairs of the interleaved mRoPE
-            (``rope_axes_dim`` null: ``rope_scaling["mrope_section"]``, else (24, 20, 20)).
+            (``rope_axes_dim`` null: ``rope_scaling["mrope_section"]``, else (24, 20, 20)); pair
+            ``j`` of the ``head_dim / 2`` is H's when ``j % 3 == 1`` and ``j < 3·H``, W's when
+            ``j % 3 == 2`` and ``j < 3·W``, else T's, so the T count is not read and the counts
+            need not sum to ``head_dim / 2`` (the reference runs any).
         rope_scaling: the transformers-style RoPE dict (only ``mrope_section`` is read).
         latent_channel, latent_patch_size, patch_latent_dim: vision latent channels C, spatial
             patch p and ``p·p·C`` (the width of ``proj_in`` / ``proj_out``).
@@ -154,9 +157,11 @@ class Cosmos3TransformerConfig(TransformerConfig):
             self.invalid(source, "patch_latent_dim", self.patch_latent_dim,
                          "expected latent_patch_size**2 * latent_channel")
         sec = self.mrope_section
-        if len(sec) != 3 or 2 * sum(sec) != self.head_dim:
-            self.invalid(source, "rope_axes_dim", sec, f"expected three pair counts summing to head_dim/2 = "
-                         f"{self.head_dim // 2}")
+        if len(sec) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sec):
+            self.invalid(source, "rope_axes_dim", sec, "expected three pair counts >= 0 (T, H, W)")
+        if self.head_dim % 2:
+            self.invalid(source, "head_dim", self.head_dim,
+                         "the reference's RoPE table is 2 x ceil(head_dim / 2) wide and fails on an odd head_dim")
         rs = self.rope_scaling_dict
         if rs.get("rope_type", "default") != "default" or not rs.get("mrope_interleaved", True):
             self.invalid(source, "rope_scaling", rs, "only the default interleaved mRoPE is implemented")

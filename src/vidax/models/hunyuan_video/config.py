@@ -20,6 +20,10 @@ from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 #: ``image_condition_type`` values of diffusers 0.42.1 (None: text-to-video).
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
 
+#: diffusers ``Attention``'s ``qk_norm`` values the HunyuanVideo blocks run (per head, eps 1e-6)
+#: -> :class:`vidax.blocks.attention.AttentionConfig`'s ``qk_norm``.
+QK_NORMS = {"rms_norm": "rms_head", "layer_norm": "layer_head", "fp32_layer_norm": "layer_head_plain", None: None}
+
 #: The token refiner's feed-forward ratio: ``HunyuanVideoTokenRefiner`` is built with its default
 #: ``mlp_ratio=4.0`` whatever the config's ``mlp_ratio`` says.
 REFINER_MLP_RATIO = 4.0
@@ -53,8 +57,10 @@ class HunyuanBlocksConfig(TransformerConfig):
 
         if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
             bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
-        if self.qk_norm != "rms_norm":
-            bad("qk_norm", self.qk_norm, "vidax implements only 'rms_norm' (the released value)")
+        if self.qk_norm not in QK_NORMS:
+            bad("qk_norm", self.qk_norm,
+                f"the reference's joint attention runs the per-head norms {list(QK_NORMS)}; with its "
+                "added (text) projections the across-heads and l2 norms do not build or run there")
         if not isinstance(self.rope_theta, (int, float)) or isinstance(self.rope_theta, bool) or self.rope_theta <= 0:
             bad("rope_theta", self.rope_theta, "expected a positive number")
         dims = self.rope_axes_dim
@@ -84,7 +90,8 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
         num_refiner_layers: blocks of the text token refiner.
         mlp_ratio: feed-forward width ``int(D · mlp_ratio)`` of both block kinds.
         patch_size, patch_size_t: spatial and temporal patch of the patch embedding.
-        qk_norm: only ``"rms_norm"`` (RMSNorm over each head's K channels, eps 1e-6).
+        qk_norm: a per-head norm of q and k (eps 1e-6, :data:`QK_NORMS`): ``"rms_norm"`` (every
+            release), ``"layer_norm"``, ``"fp32_layer_norm"`` (no affine) or null (none).
         guidance_embeds: whether the model embeds a guidance value (guidance-distilled models).
         text_embed_dim: width of the (Llama) text-encoder states.
         pooled_projection_dim: width of the pooled (CLIP) text embedding.
@@ -108,7 +115,7 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
     mlp_ratio: float = 4.0
     patch_size: int = 2
     patch_size_t: int = 1
-    qk_norm: str = "rms_norm"
+    qk_norm: str | None = "rms_norm"
     guidance_embeds: bool = True
     text_embed_dim: int = 4096
     pooled_projection_dim: int = 768

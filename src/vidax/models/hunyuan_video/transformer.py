@@ -64,7 +64,7 @@ from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
 from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
-from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig
+from vidax.models.hunyuan_video.config import QK_NORMS, HunyuanVideoTransformerConfig
 from vidax.models.hunyuan_video.rope import hunyuan_rope
 from vidax.nn.attention import SegmentIds
 from vidax.nn.layers import (
@@ -222,10 +222,10 @@ def _gate(y, gate, first=None, tr_gate=None):
 
 
 def _attention_config(cfg: HunyuanVideoTransformerConfig, **kw) -> AttentionConfig:
-    """diffusers ``Attention`` + ``HunyuanVideoAttnProcessor2_0``: per-head RMSNorm of q and k
-    (eps 1e-6), RoPE on the video stream only; one attention over the joint ``[video; text]``."""
-    return AttentionConfig(cfg.inner_dim, cfg.num_attention_heads, cfg.attention_head_dim, qk_norm="rms_head",
-                           qk_norm_eps=_EPS, rope="interleaved", **kw)
+    """diffusers ``Attention`` + ``HunyuanVideoAttnProcessor2_0``: per-head norm of q and k
+    (``qk_norm``, eps 1e-6), RoPE on the video stream only; one attention over the joint ``[video; text]``."""
+    return AttentionConfig(cfg.inner_dim, cfg.num_attention_heads, cfg.attention_head_dim,
+                           qk_norm=QK_NORMS[cfg.qk_norm], qk_norm_eps=_EPS, rope="interleaved", **kw)
 
 
 class DoubleStreamBlock(nnx.Module):

@@ -43,7 +43,8 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
         mlp_ratio: feed-forward width ``int(D · mlp_ratio)`` of the blocks (the token refiner's
             is ``4·D`` whatever it says, as HunyuanVideo 1.0's).
         patch_size, patch_size_t: spatial and temporal patch of the patch embedding.
-        qk_norm: only ``"rms_norm"`` (RMSNorm over each head's K channels, eps 1e-6).
+        qk_norm: a per-head norm of q and k, as HunyuanVideo's (not null: the reference calls
+            ``norm_q`` unconditionally).
         text_embed_dim: width of the Qwen2.5-VL hidden states.
         text_embed_2_dim: width of the byT5 glyph encoder states.
         image_embed_dim: width of the SigLIP image tokens.
@@ -67,7 +68,7 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
     mlp_ratio: float = 4.0
     patch_size: int = 1
     patch_size_t: int = 1
-    qk_norm: str = "rms_norm"
+    qk_norm: str | None = "rms_norm"
     text_embed_dim: int = 3584
     text_embed_2_dim: int = 1472
     image_embed_dim: int = 1152
@@ -85,6 +86,9 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
             nullable=("out_channels",),
         )
         self.check_blocks(source)
+        if self.qk_norm is None:
+            self.invalid(source, "qk_norm", None,
+                         "the reference calls attn.norm_q unconditionally: without a q/k norm it does not run")
         if self.task_type not in TASK_TYPES:
             self.invalid(source, "task_type", self.task_type, f"diffusers 0.42.1 knows {list(TASK_TYPES)}")
         if not isinstance(self.use_meanflow, bool):

@@ -42,8 +42,7 @@ class LTXTransformerConfig(TransformerConfig):
         num_layers: number of transformer blocks.
         activation_fn: feed-forward activation, ``"gelu-approximate"`` or ``"gelu"``.
         qk_norm: only ``"rms_norm_across_heads"`` (the reference's ``LTXAttention`` refuses others).
-        norm_elementwise_affine: weights in the blocks' RMSNorms; only ``False`` (every release)
-            is implemented.
+        norm_elementwise_affine: weights in the blocks' RMSNorms (false in every release).
         norm_eps: epsilon of the blocks' RMSNorms (the q/k RMSNorms use 1e-5, the output
             LayerNorm 1e-6, fixed in the reference).
         caption_channels: width of the text-encoder states (T5-XXL: 4096).
@@ -84,11 +83,8 @@ class LTXTransformerConfig(TransformerConfig):
             bad("activation_fn", self.activation_fn, f"vidax implements {sorted(LTX_FFN_ACTIVATIONS)}")
         if self.qk_norm != "rms_norm_across_heads":
             bad("qk_norm", self.qk_norm, "diffusers' LTXAttention implements only 'rms_norm_across_heads'")
-        if self.norm_elementwise_affine is not False:
-            bad(
-                "norm_elementwise_affine", self.norm_elementwise_affine,
-                "vidax implements the blocks' RMSNorms without weights (false, as every LTX-Video release)",
-            )
+        if not isinstance(self.norm_elementwise_affine, bool):
+            bad("norm_elementwise_affine", self.norm_elementwise_affine, "expected true or false")
         if not isinstance(self.norm_eps, (int, float)) or isinstance(self.norm_eps, bool) or self.norm_eps <= 0:
             bad("norm_eps", self.norm_eps, "expected a positive float")
         for key in ("attention_bias", "attention_out_bias"):

@@ -59,7 +59,7 @@ from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTX_FFN_ACTIVATIONS, LTXTransformerConfig
 from vidax.models.ltx.rope import grid_coords, ltx_rope, video_coords_to_grid
-from vidax.nn.layers import FeedForward, LayerNorm, TextProjection, linear, rms_norm
+from vidax.nn.layers import FeedForward, LayerNorm, RMSNorm, TextProjection, linear
 from vidax.nn.stack import stacked
 from vidax.parallel.ulysses import pad_tokens
 
@@ -76,13 +76,16 @@ OUT_NORM_EPS = 1e-6
 
 class LTXVideoTransformerBlock(nnx.Module):
     """diffusers ``LTXVideoTransformerBlock``: modulated self-attention, cross-attention to the
-    text, modulated feed-forward network (``norm1`` / ``norm2`` are weightless RMSNorms)."""
+    text, modulated feed-forward network (``norm1`` / ``norm2``: RMSNorms, weighted only with
+    ``norm_elementwise_affine``; the weight multiplies in float32)."""
 
     def __init__(self, cfg: LTXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
-        self.eps = cfg.norm_eps
+        affine = "w" if cfg.norm_elementwise_affine else None
+        self.norm1 = RMSNorm(d, cfg.norm_eps, weight=affine, dtype=_F32, param_dtype=param_dtype)
+        self.norm2 = RMSNorm(d, cfg.norm_eps, weight=affine, dtype=_F32, param_dtype=param_dtype)
         # diffusers LTXAttention + LTXVideoAttnProcessor: q and k RMS-normalised over all heads
         # (eps 1e-5), then rotated by one RoPE table over the whole width, then split into heads.
         attn = AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, bias=cfg.attention_bias,
@@ -114,13 +117,13 @@ class LTXVideoTransformerBlock(nnx.Module):
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table_modulation(
             self.scale_shift_table[...], mod)
 
-        h = modulate(rms_norm(x, self.eps, _F32), shift_msa, scale_msa, self.dtype)
+        h = modulate(self.norm1(x), shift_msa, scale_msa, self.dtype)
         x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
 
         a = self.attn2(x.astype(self.dtype), context, mask=AttentionMask(kv_mask=kv_mask))
         x = gated_add(x, a, None, res_dtype)
 
-        h = modulate(rms_norm(x, self.eps, _F32), shift_mlp, scale_mlp, self.dtype)
+        h = modulate(self.norm2(x), shift_mlp, scale_mlp, self.dtype)
         return gated_add(x, self.ff(h), gate_mlp, res_dtype)
 
 

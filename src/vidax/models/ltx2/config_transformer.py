@@ -53,14 +53,16 @@ class LTX2TransformerConfig(TransformerConfig):
     embedding added to the tokens a ``video_keyframes_mask`` marks), ``use_prompt_adaln_single=
     false`` (the text keys' / values' modulation is the blocks' static table only).
 
-    Refused: ``qk_norm`` other than ``rms_norm_across_heads`` (the reference refuses it too),
-    ``norm_elementwise_affine=true``.
+    ``norm_elementwise_affine``: weights in the blocks' RMSNorms (false in every release).
+
+    Refused: ``qk_norm`` other than ``rms_norm_across_heads`` (the reference refuses it too);
+    what the reference builds but fails to run: a video width below 6 (its RoPE is empty), odd
+    RoPE pairs (odd widths for "interleaved", odd head dims for "split").
     """
 
     IGNORED: ClassVar[frozenset[str]] = frozenset()
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "qk_norm": ("rms_norm_across_heads",),
-        "norm_elementwise_affine": (False,),
     }
 
     in_channels: int = 128
@@ -91,6 +93,7 @@ class LTX2TransformerConfig(TransformerConfig):
     audio_cross_attn_mod: bool = False
     num_layers: int = 48
     activation_fn: str = "gelu-approximate"
+    norm_elementwise_affine: bool = False
     norm_eps: float = 1e-6
     caption_channels: int = 3840
     attention_bias: bool = True
@@ -139,8 +142,8 @@ class LTX2TransformerConfig(TransformerConfig):
             nullable=("out_channels", "audio_out_channels"),
         )
         _check_bools(self, source, ("gated_attn", "cross_attn_mod", "audio_gated_attn", "audio_cross_attn_mod",
-                                    "attention_bias", "attention_out_bias", "rope_double_precision",
-                                    "use_prompt_embeddings", "perturbed_attn", "ff_bias", "audio_ff_bias",
+                                    "norm_elementwise_affine", "attention_bias", "attention_out_bias",
+                                    "rope_double_precision", "use_prompt_embeddings", "perturbed_attn", "ff_bias", "audio_ff_bias",
                                     "use_prompt_adaln_single", "use_keyframes_abs_pos_embedding"))
         _check_rope(self, source)
         if self.activation_fn not in LTX2_FFN_ACTIVATIONS:
@@ -159,6 +162,26 @@ class LTX2TransformerConfig(TransformerConfig):
         if self.use_prompt_embeddings and self.cross_attention_dim != self.inner_dim:
             self.invalid(source, "cross_attention_dim", self.cross_attention_dim,
                          f"the caption projection feeds the video cross-attention width D = {self.inner_dim}")
+        if self.prompt_modulation and self.cross_attention_dim != self.inner_dim:
+            self.invalid(source, "cross_attention_dim", self.cross_attention_dim,
+                         f"the prompt AdaLN table (2, D = {self.inner_dim}) modulates the video text (the reference "
+                         "fails on another width)")
+        if self.inner_dim < 6:
+            self.invalid(source, "attention_head_dim", self.attention_head_dim,
+                         "the reference's video RoPE has inner_dim // 6 frequencies per axis: none at "
+                         f"num_attention_heads x attention_head_dim = {self.inner_dim} < 6, where it fails")
+        if self.rope_type == "interleaved":
+            for key, width in (("attention_head_dim", self.inner_dim),
+                               ("audio_attention_head_dim", self.audio_inner_dim)):
+                if width % 2:
+                    self.invalid(source, key, getattr(self, key),
+                                 f"the interleaved RoPE rotates channel pairs of the {width} wide stream (odd: the "
+                                 "reference fails)")
+        else:
+            for key in ("attention_head_dim", "audio_attention_head_dim"):
+                if getattr(self, key) % 2:
+                    self.invalid(source, key, getattr(self, key),
+                                 "the split RoPE rotates the halves of each head (odd: the reference fails)")
         if self.rope_type == "split":
             if (self.audio_cross_attention_dim // 2) % self.num_attention_heads:
                 self.invalid(source, "audio_cross_attention_dim", self.audio_cross_attention_dim,

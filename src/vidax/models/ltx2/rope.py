@@ -33,6 +33,7 @@ rotate-half by its slice of the table).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
@@ -44,13 +45,17 @@ _F32 = np.float32
 
 def _linspace01(n: int, dtype) -> np.ndarray:
     """``torch.linspace(0, 1, n, dtype)`` on CPU: ``i·step`` for the first ``n // 2`` entries,
-    ``1 − (n − 1 − i)·step`` for the rest (each product and difference rounded in ``dtype``)."""
+    ``1 − (n − 1 − i)·step`` for the rest, that one rounded once (torch's vectorised x86 kernels
+    contract it into a fused multiply-add; rounding the product first is off by an ulp for most
+    ``n`` > 9, which the float32 power of ``rope_double_precision=false`` carries into the angles)."""
     if n <= 1:
         return np.zeros((n,), dtype)
     step = dtype(1.0) / dtype(n - 1)
-    i = np.arange(n).astype(dtype)
-    lo = i * step
-    hi = dtype(1.0) - (dtype(n - 1) - i) * step
+    lo = np.arange(n).astype(dtype) * step
+    if dtype == np.float32:  # k·step and 1 − k·step are exact in float64 (<= 48 significant bits)
+        hi = (1.0 - np.arange(n - 1, -1, -1, dtype=np.float64) * np.float64(step)).astype(dtype)
+    else:  # float64: the fused result, exactly rounded
+        hi = np.array([float(1 - Fraction(k) * Fraction(float(step))) for k in range(n - 1, -1, -1)], dtype)
     return np.where(np.arange(n) < n // 2, lo, hi).astype(dtype)
 
 

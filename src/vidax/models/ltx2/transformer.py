@@ -19,6 +19,9 @@ Two residual streams run through every block, video ``x`` (width D) and audio ``
         x += g·ff(RMS(x)·(1+s)+b)                         a += g·audio_ff(...)
     LN(x)·(1+scale)+shift ──proj_out──> (B, N, C_out)     audio alike ──audio_proj_out──> (B, M, C_a)
 
+Every RMS(·) is the block's own RMSNorm (``norm1`` .. ``audio_norm3``; weighted only with
+``norm_elementwise_affine``, the weight multiplied in float32).
+
 Every attention is :class:`vidax.blocks.attention.Attention`: q / k RMS-normalised over all heads
 (eps 1e-6, weights), RoPE over the whole width (``rope_type`` "interleaved": pairs ``(2i, 2i+1)``;
 "split": rotate-half within each head's slice; the video side of the audio<->video attention is
@@ -62,7 +65,7 @@ from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.ltx2 import rope as ltx2_rope
 from vidax.models.ltx2.config_transformer import LTX2_FFN_ACTIVATIONS, LTX2_ROPE_TYPES, LTX2TransformerConfig
-from vidax.nn.layers import FeedForward, LayerNorm, TextProjection, linear, rms_norm
+from vidax.nn.layers import FeedForward, LayerNorm, RMSNorm, TextProjection, linear
 from vidax.nn.stack import stacked
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.ulysses import pad_tokens
@@ -90,7 +93,11 @@ class LTX2VideoTransformerBlock(nnx.Module):
         d, da = cfg.inner_dim, cfg.audio_inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
-        self.eps = cfg.norm_eps
+        affine = "w" if cfg.norm_elementwise_affine else None
+        for name, width in (("norm1", d), ("audio_norm1", da), ("norm2", d), ("audio_norm2", da),
+                            ("audio_to_video_norm", d), ("video_to_audio_norm", da), ("norm3", d),
+                            ("audio_norm3", da)):
+            setattr(self, name, RMSNorm(width, cfg.norm_eps, weight=affine, dtype=_F32, param_dtype=param_dtype))
         self.video_q_adaln = cfg.cross_attn_mod
         self.audio_q_adaln = cfg.audio_cross_attn_mod
         layout = LTX2_ROPE_TYPES[cfg.rope_type]
@@ -126,7 +133,7 @@ class LTX2VideoTransformerBlock(nnx.Module):
         structure in the residual dtype (``layer``: this block's index when STG runs)."""
         i = inputs
         x, a = streams[:2]
-        res, dt, eps = self.residual_dtype or self.dtype, self.dtype, self.eps
+        res, dt = self.residual_dtype or self.dtype, self.dtype
         pv = pa = None
         if i.stg_layers is not None:  # the block's STG weights: perturbation_mask on STG blocks, else 1
             on = i.stg_layers[streams[2].reshape(())]
@@ -136,10 +143,10 @@ class LTX2VideoTransformerBlock(nnx.Module):
         v_mod = table_modulation(self.scale_shift_table[...], i.video_mod)
         a_mod = table_modulation(self.audio_scale_shift_table[...], i.audio_mod)
         shift, scale, gate = v_mod[:3]
-        h = modulate(rms_norm(x, eps, _F32), shift, scale, dt)
+        h = modulate(self.norm1(x), shift, scale, dt)
         x = gated_add(x, self.attn1(h, rope=i.video_rope, mask=AttentionMask(i.video_valid), perturb=pv), gate, res)
         shift, scale, gate = a_mod[:3]
-        h = modulate(rms_norm(a, eps, _F32), shift, scale, dt)
+        h = modulate(self.audio_norm1(a), shift, scale, dt)
         a = gated_add(a, self.audio_attn1(h, rope=i.audio_rope, mask=AttentionMask(i.audio_valid), perturb=pa),
                       gate, res)
 
@@ -155,13 +162,13 @@ class LTX2VideoTransformerBlock(nnx.Module):
                     actx = modulate(actx, b_kv, s_kv, dt)
                 else:
                     ctx = modulate(ctx, b_kv, s_kv, dt)
-        x = self._prompt_attention(self.attn2, x, ctx, i.kv_mask, v_mod[6:] if self.video_q_adaln else None)
-        a = self._prompt_attention(self.audio_attn2, a, actx, i.audio_kv_mask,
+        x = self._prompt_attention(self.attn2, self.norm2, x, ctx, i.kv_mask, v_mod[6:] if self.video_q_adaln else None)
+        a = self._prompt_attention(self.audio_attn2, self.audio_norm2, a, actx, i.audio_kv_mask,
                                    a_mod[6:] if self.audio_q_adaln else None)
 
         # 3. Audio <-> video cross-attention (skipped when the modalities are isolated).
         if not i.isolate_modalities:
-            nx, na = rms_norm(x, eps, _F32), rms_norm(a, eps, _F32)
+            nx, na = self.audio_to_video_norm(x), self.video_to_audio_norm(a)
             v_ca = table_modulation(self.video_a2v_cross_attn_scale_shift_table[...][:4], i.video_ca_mod)
             (v_gate,) = table_modulation(self.video_a2v_cross_attn_scale_shift_table[...][4:], i.video_ca_gate)
             a_ca = table_modulation(self.audio_a2v_cross_attn_scale_shift_table[...][:4], i.audio_ca_mod)
@@ -180,20 +187,20 @@ class LTX2VideoTransformerBlock(nnx.Module):
 
         # 4. Feed-forward.
         shift, scale, gate = v_mod[3:6]
-        x = gated_add(x, self.ff(modulate(rms_norm(x, eps, _F32), shift, scale, dt)), gate, res)
+        x = gated_add(x, self.ff(modulate(self.norm3(x), shift, scale, dt)), gate, res)
         shift, scale, gate = a_mod[3:6]
-        a = gated_add(a, self.audio_ff(modulate(rms_norm(a, eps, _F32), shift, scale, dt)), gate, res)
+        a = gated_add(a, self.audio_ff(modulate(self.audio_norm3(a), shift, scale, dt)), gate, res)
         return (x, a) if len(streams) == 2 else (x, a, streams[2] + 1)
 
-    def _prompt_attention(self, layer, x, context, kv_mask, q_mod):
-        """``x + [gate·] layer(RMS(x)[·(1+scale)+shift], context)``; ``q_mod`` the three
+    def _prompt_attention(self, layer, norm, x, context, kv_mask, q_mod):
+        """``x + [gate·] layer(norm(x)[·(1+scale)+shift], context)``; ``q_mod`` the three
         cross-attention AdaLN rows (shift, scale, gate) or None."""
         res = self.residual_dtype or self.dtype
         if q_mod is None:
-            h, gate = rms_norm(x, self.eps, self.dtype), None
+            h, gate = norm(x).astype(self.dtype), None
         else:
             shift, scale, gate = q_mod
-            h = modulate(rms_norm(x, self.eps, _F32), shift, scale, self.dtype)
+            h = modulate(norm(x), shift, scale, self.dtype)
         return gated_add(x, layer(h, context, mask=AttentionMask(kv_mask=kv_mask)), gate, res)
 
 
