@@ -160,3 +160,123 @@ def test_cogvideox_schedulers_ignore_eta_as_vidax_does():
                    s.step(eps, None, t[0], t[1], x, eta=eta, generator=g))  # DPM: (x_prev, x0) tuple
             outs.append(out.prev_sample if cls is CogVideoXDDIMScheduler else out[0])
         assert torch.equal(outs[0], outs[1]), cls.__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# The layouts diffusers takes images, videos, latents and embeddings in: each gives what the
+# canonical layout gives (bit for bit, two vidax runs) or is refused with a documented reason.
+
+def _image(seed, size=(37, 53)):
+    import PIL.Image
+
+    return PIL.Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8))
+
+
+@pytest.fixture(scope="module")
+def i2v_pipe(tmp_path_factory):
+    """The embedded tiny checkpoint as a 36-channel Wan image-to-video one (no image encoder,
+    as Wan2.2 I2V-A14B; one transformer)."""
+    from tests.parity.wan_reference import write_tiny_wan_variant
+
+    return vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path_factory.mktemp("i2v")), image_to_video=True))
+
+
+I2V = dict(prompt="a cat", height=32, width=32, num_frames=5, num_inference_steps=1, guidance_scale=1.0, seed=3,
+           progress=False, output_type="latent")
+
+
+def test_image_layouts_and_last_image(i2v_pipe):
+    """``image`` / ``last_image`` as a PIL image (canonical), a uint8 (H, W, 3) array or a list of
+    one image give the same latents; a float array is refused with REFUSED_VALUES' reason; the
+    last image changes the latents; its bad values are refused before any work, naming it."""
+    from vidax.io.image import FLOAT_ARRAY_REASON
+
+    pipe = i2v_pipe
+    first, last = _image(0), _image(1)
+    base = pipe(first, last_image=last, **I2V).frames
+    assert base.shape == (1, 16, 2, 4, 4)
+    for image, last_image in ((np.asarray(first), np.asarray(last)), ([first], [last])):
+        np.testing.assert_array_equal(pipe(image, last_image=last_image, **I2V).frames, base)
+    without = pipe(first, **I2V).frames
+    assert np.abs(without - base).max() > 1e-3  # the last frame is conditioned on
+    assert np.abs(without - base)[:, :, 0].max() < np.abs(without - base)[:, :, 1].max()  # mostly the last latent frame
+    reason = next(r for k, v, r in REFUSED_VALUES if k == "image")
+    assert reason.startswith(FLOAT_ARRAY_REASON)
+    for bad in (np.asarray(first) / 255.0, np.asarray(first, np.float32) / 255):
+        with pytest.raises(InputError, match=r"^image is a float.. array; .*nearest-neighbour") as e:
+            pipe(bad, **I2V)
+        assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match=r"^last_image is a float32 array"):
+        pipe(first, last_image=np.asarray(last, np.float32) / 255, **I2V)
+    with pytest.raises(InputError, match=r"^last_image is a list of 2; .*one last frame"):
+        pipe(first, last_image=[last, last], **I2V)
+    with pytest.raises(InputError, match=r"^last_image has shape \(4, 4, 2\)"):
+        pipe(first, last_image=np.zeros((4, 4, 2), np.uint8), **I2V)
+    with pytest.raises(InputError, match=r"^last_image needs a video of at least 2 frames.*num_frames=1"):
+        pipe(first, last_image=last, **{**I2V, "num_frames": 1})
+    with pytest.raises(InputError, match=r"^image is a list of 2"):
+        pipe([first, first], **I2V)
+
+
+def test_last_image_on_the_command_line(ckpt, i2v_pipe, tmp_path):
+    """--last-image FILE: read like --image (a bad file is refused naming the flag), handed to
+    the call and checked against the checkpoint before any weight is read (a generation from the
+    command line is left out: ~50 s here; the flag reaches the same check_call as Python's)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    first, last = tmp_path / "first.png", tmp_path / "last.png"
+    _image(0).save(first)
+    _image(1).save(last)
+    (tmp_path / "bad.png").write_text("not an image")
+    root = str(i2v_pipe.info.checkpoint.root)
+    flags = ["--height", "32", "--width", "32", "--num-inference-steps", "1", "--guidance-scale", "1",
+             "--seed", "3", "--no-progress"]
+    for args, message in (
+        (["--checkpoint", root, "--image", str(first), "--last-image", str(tmp_path / "bad.png")],
+         f"--last-image '{tmp_path / 'bad.png'}' could not be read as an image"),
+        (["--checkpoint", root, "--image", str(first), "--last-image", str(last), "--num-frames", "1"],
+         "--last-image needs a video of at least 2 frames (the first and the last differ), got --num-frames 1"),
+        (["--checkpoint", ckpt, "--last-image", str(last)], "does not use --last-image"),
+    ):
+        r = CliRunner().invoke(app, ["generate", "-p", "a cat", *args, *flags, "--output", str(tmp_path / "v.npy")])
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+    assert "--last-image" in CliRunner().invoke(app, ["generate", "--help"]).output
+
+
+def test_latents_and_embeds_layouts(pipe):
+    """Wan's ``latents`` and ``prompt_embeds`` have a batch axis in diffusers (its
+    ``prepare_latents`` / ``encode_prompt`` use them as given; without it the transformer
+    fails): numpy or JAX arrays of that layout give the same video; without the axis they are
+    refused naming the layout."""
+    import jax.numpy as jnp
+
+    kw = dict(KW, output_type="latent", num_inference_steps=1)
+    noise = np.random.default_rng(0).standard_normal((1, 16, 2, 4, 4)).astype(np.float32)
+    base = pipe("a cat", latents=noise, **kw).frames
+    np.testing.assert_array_equal(pipe("a cat", latents=jnp.asarray(noise), **kw).frames, base)
+    with pytest.raises(InputError, match=r"latents have shape \(16, 2, 4, 4\), expected \(1, 16, 2, 4, 4\)"):
+        pipe("a cat", latents=noise[0], **kw)
+    embeds = pipe.encode_prompt_embeds("a cat", **kw)
+    with pytest.raises(InputError, match="prompt_embeds"):
+        pipe(prompt_embeds=np.asarray(embeds["prompt_embeds"])[0], **kw)
+
+
+def test_video_layouts():
+    """A conditioning video as uint8 (F, H, W, 3), a list of uint8 frames or a list of PIL
+    images: the same frames for the LTX / LTX-2 (``_video_frames`` of ltx) and Cosmos /
+    Cosmos 3 (of cosmos) pipelines; float frames are refused with REFUSED_VALUES' reason."""
+    import PIL.Image
+
+    from vidax.models.cosmos.pipeline import _video_frames as cosmos_frames
+    from vidax.models.ltx.pipeline import _video_frames as ltx_frames
+
+    video = np.random.default_rng(0).integers(0, 256, (3, 6, 10, 3), dtype=np.uint8)
+    for frames_of in (lambda v: ltx_frames(v, "video"), cosmos_frames):
+        want = np.stack([np.asarray(f) for f in frames_of(video)])
+        np.testing.assert_array_equal(want, video)
+        for layout in (list(video), [PIL.Image.fromarray(f) for f in video], tuple(video)):
+            np.testing.assert_array_equal(np.stack([np.asarray(f) for f in frames_of(layout)]), video)
+        with pytest.raises(InputError, match="float"):
+            frames_of(video / 255.0)

@@ -93,6 +93,27 @@ def test_a14b_i2v_fp32_matches_diffusers(i2v):
     assert max_rel_err(lat, lat_ref) < 1e-4
 
 
+def test_a14b_i2v_last_image_matches_diffusers(i2v):
+    """diffusers' ``last_image`` without an image encoder: the last frame enters the VAE
+    condition (``[image, 0, ..., 0, last_image]``) and the mask (the last latent frame's last
+    channel) alone. Compared on the final latents: this tiny VAE's decoder hardly sees the last
+    latent frame (the decoded videos with and without the last image are 73 dB apart, their
+    latents 26 dB)."""
+    path, ref = i2v
+    latents, first_only = ref["portrait"]
+    want = reference_outputs(ref["torch"], [("portrait", (48, 32), "latent")], image=random_image(0),
+                             last_image=random_image(2), **CALL)["portrait"][1]
+    scale = float(np.ptp(want))
+    # The reference's last latent frame depends on the last image.
+    assert psnr(want[:, :, -1], first_only[:, :, -1], scale) < 40.0
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    lat = pipe(random_image(0), last_image=np.asarray(random_image(2)), latents=latents, progress=False,
+               output_type="latent", **PORTRAIT, **CALL).frames
+    value = psnr(lat, want, scale)
+    print(f"A14B I2V last_image fp32 final latents PSNR vs diffusers: {value:.1f} dB")
+    assert value >= 60.0 and max_rel_err(lat, want) < 1e-4
+
+
 def test_a14b_i2v_bf16_matches_diffusers_bf16(i2v):
     """Both experts in bf16 through 4 UniPC steps with CFG (guidance_scale_2 on the second expert),
     against diffusers fp32 and diffusers bf16 on the same latents."""

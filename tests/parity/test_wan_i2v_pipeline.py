@@ -93,6 +93,76 @@ def test_bf16_pipeline_matches_diffusers_bf16(reference):
     assert bf16 >= WAN_BF16_MIN_PSNR
 
 
+def test_last_image_refused_where_diffusers_fails(reference):
+    """Wan2.1 I2V's transformer takes one image's CLIP features: diffusers encodes both images
+    for ``last_image`` and its transformer fails on the doubled batch; vidax refuses the call
+    before any work, naming the keyword (and runs it with ``image_embeds`` of the first image, as
+    diffusers does)."""
+    path, ref = reference
+    with pytest.raises(RuntimeError):  # torch.cat of the (4, ...) image and (2, ...) text contexts
+        ref["torch"](image=random_image(0), last_image=random_image(2), height=32, width=48,
+                     **{**CALL, "num_inference_steps": 1})
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    with pytest.raises(InputError, match=r"^last_image is not taken by .*pos_embed_seq_len.*diffusers") as e:
+        pipe(random_image(0), last_image=random_image(2), progress=False, **LANDSCAPE, **CALL)
+    assert "\n" not in str(e.value)
+    # image_embeds without the batch axis (L_img, D_img): diffusers' repeat(batch, 1, 1) adds it;
+    # the transformer gets what (1, L_img, D_img) gives.
+    from vidax.stats import RunStats
+
+    embeds = np.asarray(pipe.encode_image(random_image(0)))
+    conds = [pipe.condition(pipe.check_call(pipe.info, image=random_image(0), image_embeds=e, **LANDSCAPE, **CALL),
+                            RunStats())["image"] for e in (embeds, embeds[0])]
+    assert conds[0].shape == (2, 17, 18)
+    np.testing.assert_array_equal(conds[0], conds[1])
+
+
+@pytest.fixture(scope="module")
+def flf2v(tmp_path_factory):
+    """Wan2.1 FLF2V (CLIP features of the first and last image, pos_embed over both) and
+    diffusers' final latents from ``random_image(0)`` to ``random_image(2)``."""
+    import torch
+
+    path = str(tmp_path_factory.mktemp("wan21_flf2v"))
+    pipe = build_reference_wan_pipeline(path, image_to_video=True, clip=True, flf2v=True)
+    images = dict(image=random_image(0), last_image=random_image(2))
+    out = reference_outputs(pipe, [("landscape", (32, 48), "latent")], **images, **CALL)
+    with torch.no_grad():
+        out["embeds"] = pipe.encode_image([random_image(0), random_image(2)], "cpu").numpy()
+    return path, out
+
+
+def test_flf2v_last_image_matches_diffusers(flf2v):
+    """diffusers' ``last_image`` on Wan2.1 FLF2V, two prompts: the last frame in the VAE
+    condition and mask, the CLIP features of both images paired per video. Compared on the
+    final latents (this tiny VAE's decoder hardly sees the last latent frame)."""
+    path, ref = flf2v
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    assert pipe.transformer.config.pos_embed_seq_len == 34
+    embeds = pipe.encode_image([random_image(0), random_image(2)])
+    assert embeds.shape == ref["embeds"].shape == (2, 17, 18)
+    assert max_rel_err(embeds, ref["embeds"]) < 1e-5
+    latents, want = ref["landscape"]
+    scale = float(np.ptp(want))
+    call = dict(latents=latents, progress=False, output_type="latent", **LANDSCAPE, **CALL)
+    lat = pipe(random_image(0), last_image=random_image(2), **call).frames
+    value = psnr(lat, want, scale)
+    print(f"Wan2.1 FLF2V fp32 final latents PSNR vs diffusers: {value:.1f} dB")
+    assert value >= 60.0 and max_rel_err(lat, want) < 1e-4
+    # The last image steers the video (through the VAE condition and the CLIP features): another
+    # one is far off. (The pos_embed, of order one here, makes the features' order matter: a
+    # pairing of the two images' features other than diffusers' would fail the match above.)
+    other = pipe(random_image(0), last_image=random_image(3), **call).frames
+    print(f"... with another last image: {psnr(other, want, scale):.1f} dB")
+    assert psnr(other, want, scale) < value - 20.0
+    # An FLF2V checkpoint needs the last image (diffusers fails without it); wrong embeds shapes
+    # are refused before any work.
+    with pytest.raises(InputError, match="first-and-last-frame checkpoint.*last_image is required"):
+        pipe(random_image(0), **call)
+    with pytest.raises(InputError, match=r"image_embeds has shape \(1, 17, 18\).*\(2 or 4, 17, 18\)"):
+        pipe(random_image(0), last_image=random_image(2), image_embeds=embeds[:1], **call)
+
+
 @pytest.mark.parametrize("size", [(32, 48), (48, 32), (720, 1280)])
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "L"])
 def test_vae_image_preprocess_matches_diffusers(size, mode):

@@ -40,6 +40,8 @@ I2V_TRANSFORMER = dict(TRANSFORMER, in_channels=2 * 12 + 4)
 CLIP_TRANSFORMER = dict(I2V_TRANSFORMER, image_dim=18, added_kv_proj_dim=3 * 14)
 CLIP_VISION = dict(hidden_size=18, intermediate_size=30, num_hidden_layers=3, num_attention_heads=3,
                    image_size=28, patch_size=7, projection_dim=10, layer_norm_eps=1e-5, hidden_act="gelu")
+#: CLIP tokens of one image: the patches of the 28 px image and the class token.
+CLIP_TOKENS = (CLIP_VISION["image_size"] // CLIP_VISION["patch_size"]) ** 2 + 1
 # CLIPImageProcessor settings of the Wan2.1 I2V checkpoints, at the tiny encoder's 28 px.
 CLIP_PROCESSOR = dict(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28},
                       image_mean=[0.48145466, 0.4578275, 0.40821073],
@@ -53,7 +55,7 @@ TEXT_ENCODER = dict(
 
 def build_reference_wan_pipeline(path: str, seed: int = 0, *, image_to_video: bool = False,
                                  boundary_ratio: float | None = None, clip: bool = False,
-                                 ti2v: bool = False):
+                                 ti2v: bool = False, flf2v: bool = False):
     """Save a tiny random diffusers Wan pipeline to ``path``; return the torch pipeline.
 
     Args:
@@ -63,6 +65,9 @@ def build_reference_wan_pipeline(path: str, seed: int = 0, *, image_to_video: bo
             this ratio, as Wan2.2 A14B; None: one transformer.
         clip: with ``image_to_video``, a CLIP vision encoder + processor and a transformer that
             takes its features (Wan2.1 I2V).
+        flf2v: with ``clip``, Wan2.1 FLF2V: the transformer's image embedder has a position
+            embedding over the CLIP tokens of two images (``pos_embed_seq_len``), given values of
+            order one so that the order of the first and last image's features matters.
         ti2v: Wan2.2 TI2V-5B: the Wan2.2 VAE, ``expand_timesteps=True`` and a transformer that
             takes the latents alone (``image_to_video`` picks the pipeline class, as a user of the
             TI2V-5B folder does).
@@ -83,10 +88,16 @@ def build_reference_wan_pipeline(path: str, seed: int = 0, *, image_to_video: bo
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(path, "_tok"))
     text_encoder = UMT5EncoderModel(UMT5Config(**TEXT_ENCODER)).eval()
     config = (CLIP_TRANSFORMER if clip else I2V_TRANSFORMER) if image_to_video and not ti2v else TRANSFORMER
+    if flf2v:
+        config = dict(config, pos_embed_seq_len=2 * CLIP_TOKENS)
     transformer = WanTransformer3DModel(**config).eval()
     vae = AutoencoderKLWan(**(VAE22 if ti2v else VAE)).eval()
     randomize_torch_module(text_encoder, seed=seed)
     randomize_torch_module(transformer, seed=seed + 1)
+    if flf2v:  # the default randomisation (fan-in scaled) makes it ~0.02, next to features of order one
+        with torch.no_grad():
+            pos = transformer.condition_embedder.image_embedder.pos_embed
+            pos.copy_(torch.randn(pos.shape, generator=torch.Generator().manual_seed(seed + 6)))
     # Small biases and unit-ish gain keep the decoded frames sensitive to the latents (with the
     # default randomisation two unrelated latents decode to frames 80 dB apart).
     randomize_torch_module(vae, seed=seed + 2, scale=0.1, gain=0.7)

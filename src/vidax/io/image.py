@@ -28,6 +28,12 @@ import numpy as np
 from vidax.errors import Arg, InputError
 
 
+#: Why a float pixel array is refused (README "Coming from diffusers", REFUSED_VALUES).
+FLOAT_ARRAY_REASON = ("diffusers takes a numpy array as a tensor, resized nearest-neighbour instead of a PIL image's "
+                      "Lanczos (and Wan2.1's CLIP processor rescales floats by 1/255 once more), so its result is not "
+                      "that of the image; vidax takes images as PIL images or uint8 arrays only")
+
+
 def load_image(path: str | os.PathLike, name: str = "image") -> Any:
     """Read an image file as an RGB ``PIL.Image.Image`` (as ``diffusers.utils.load_image``).
 
@@ -82,7 +88,7 @@ def to_rgb_image(image: Any, name: str = "image") -> Any:
         if image.dtype != np.uint8:
             raise InputError(
                 f"{name} is a {image.dtype} array; give a PIL image or a uint8 (H, W, 3) array "
-                "(pixel values 0..255)"
+                "(pixel values 0..255; (x * 255).round().astype(np.uint8) of floats in [0, 1]): " + FLOAT_ARRAY_REASON
             )
         if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[-1] not in (3, 4)) or 0 in image.shape:
             raise InputError(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from vidax.io.image import FLOAT_ARRAY_REASON
+
 #: Marks a :class:`Refused` entry that holds for every pipeline class whose ``__call__`` has it.
 EVERY = ("*",)
 
@@ -57,9 +59,6 @@ REFUSED: tuple[Refused, ...] = (
               "vidax's LTX-2 pipelines run Gemma, the text connectors and (LTX-2.5) the duration head on the prompt "
               "text in one pass; a precomputed Gemma encoding is not implemented", "prompt= / negative_prompt=")
       for k in ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")),
-    Refused("last_image", ("WanImageToVideoPipeline",),
-            "first-and-last-frame conditioning (Wan2.1 FLF2V: the last frame's VAE latent and its CLIP features next "
-            "to the first's) is not implemented in vidax yet", "image= (the first frame)"),
     Refused("prompt_template", ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline"),
             "vidax's HunyuanVideo pipelines use diffusers' default template of their class (text-to-video's, "
             "image-to-video's with the image tokens); another template per call is not implemented"),
@@ -72,6 +71,8 @@ REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
     ("enable_prompt_enhancement", "True",
      "rewriting the prompt with the Gemma text encoder (a sampling loop on its decoder) is not implemented in vidax; "
      "write the enhanced prompt yourself"),
+    ("image", "a float array (and float video frames)",
+     FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
     ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
     ("callback_on_step_end_tensor_inputs", "anything but 'latents'",
      "vidax's step callback hands over and takes back the latents only (the prompt embeddings are fixed for the "

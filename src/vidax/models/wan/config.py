@@ -360,7 +360,9 @@ def _variant(tasks, configs, vae: WanVAEConfig, boundary, expand) -> str:
     elif len(configs) == 2:
         name = f"Wan2.2 A14B {'T2V' if tasks == ('t2v',) else 'I2V'} (two experts, boundary_ratio={boundary})"
     elif tasks == ("i2v",):
-        name = "Wan2.1 I2V (CLIP image encoder)" if configs[0].image_dim is not None else "Wan I2V (no image encoder)"
+        name = ("Wan2.1 FLF2V (CLIP features of the first and last frames)" if configs[0].pos_embed_seq_len
+                else "Wan2.1 I2V (CLIP image encoder)" if configs[0].image_dim is not None
+                else "Wan I2V (no image encoder)")
     else:
         name = "Wan2.1 T2V"
     return f"{name}: {names}"
@@ -399,9 +401,19 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
     z, first = vae.z_dim, configs[0]
     for name, c in zip(names, configs):
         file = ckpt.config_file(name)
-        if c.pos_embed_seq_len is not None:
-            raise ConfigError(f"{file}: pos_embed_seq_len={c.pos_embed_seq_len} is the first-last-frame "
-                              "(FLF2V) model; vidax does not implement first-last-frame-to-video")
+        if c.pos_embed_seq_len is not None and ckpt.has("image_encoder"):
+            # FLF2V: the reference regroups the CLIP tokens of the first and last image (2 x L_img) and
+            # adds the position embedding to them, so it must span exactly two images' tokens.
+            vision = ckpt.config("image_encoder")
+            vision = vision.get("vision_config", vision)
+            size, patch = vision.get("image_size"), vision.get("patch_size")
+            if isinstance(size, int) and isinstance(patch, int) and patch > 0:
+                tokens = (size // patch) ** 2 + 1
+                if c.pos_embed_seq_len != 2 * tokens:
+                    raise ConfigError(
+                        f"{file}: pos_embed_seq_len={c.pos_embed_seq_len} must be twice the CLIP tokens of one "
+                        f"image ({tokens}: image_size={size} / patch_size={patch}, squared, + 1, in "
+                        f"{ckpt.config_file('image_encoder')}): the first and the last image's features")
         if c.out_dim != z:
             raise ConfigError(f"{file}: out_channels={c.out_dim} must equal the VAE's z_dim={z}")
         if (c.in_channels, tuple(c.patch_size)) != (first.in_channels, tuple(first.patch_size)):

@@ -11,7 +11,12 @@ Image-to-video, by checkpoint (:class:`WanInfo`):
 * Wan2.1 I2V 14B: CLIP ViT-H penultimate hidden states go to the transformer's image embedder;
   the latents are concatenated (channels) with a 4-channel first-frame mask and the VAE encoding
   of ``[image, 0, 0, ...]`` (``num_frames`` frames): 16 + 4 + 16 = 36 input channels.
-* Wan2.2 I2V A14B: the same 36-channel input, no image encoder, two experts.
+* Wan2.1 FLF2V 14B (first and last frame, ``last_image=``): the video condition is ``[image, 0,
+  ..., 0, last_image]``, the mask also marks the last frame, and the CLIP features of both images
+  go to the transformer as one sequence (its ``pos_embed_seq_len`` image position embedding
+  spans the two).
+* Wan2.2 I2V A14B: the same 36-channel input, no image encoder, two experts; ``last_image=``
+  enters the video condition and the mask alone.
 * Wan2.2 TI2V-5B (``expand_timesteps``, both tasks on one checkpoint): the VAE encoding of the
   image is the first latent frame; every step replaces the model input's first frame with it and
   gives its tokens timestep 0; it is put back once more after the last step, as the reference.
@@ -35,7 +40,7 @@ from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair,
                                   frames_of_form)
 from vidax.pipelines.common import prompt_clean
-from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.options import IMAGE_FILE, OBJECT, CallOption
 from vidax.pipelines.experts import Experts, expert_for_steps
 
 logger = logging.getLogger("vidax.pipeline")
@@ -104,9 +109,9 @@ class WanPipeline(VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
-        if isinstance(call.image, (list, tuple)):
+        if isinstance(call.image, (list, tuple)) and len(call.image) != 1:
             raise InputError(f"image is a list of {len(call.image)}; the Wan pipelines take one image for the "
-                             "whole batch, as diffusers' WanImageToVideoPipeline")
+                             "whole batch (or a list of one), as diffusers' WanImageToVideoPipeline")
         if call.image is not None and info.has_image_encoder and call.max_sequence_length != 512:
             logger.warning(
                 "%s: diffusers' WanImageToVideoPipeline assumes 512 text tokens when it "
@@ -150,28 +155,52 @@ class WanPipeline(VideoPipeline):
         return encode_tokens(self.text_encoder, tokens, zero_padding=True)
 
     def encode_image(self, image: Any) -> jax.Array:
-        """CLIP penultimate hidden states (1, L_img, D_img) float32 of one image, as
-        ``WanImageToVideoPipeline.encode_image`` (the CLIP preprocessing resizes and crops)."""
+        """CLIP penultimate hidden states float32 (N, L_img, D_img) of N images, as
+        ``WanImageToVideoPipeline.encode_image`` (the CLIP preprocessing resizes and crops each).
+
+        Args:
+            image: one image (N = 1) or a list of them (diffusers passes ``[image, last_image]``
+                for a first-and-last-frame call), each a PIL image or uint8 array (H, W, 3)
+                (:func:`~vidax.io.image.to_rgb_image`).
+
+        Raises:
+            InputError: an image :func:`~vidax.io.image.to_rgb_image` refuses, or an empty list.
+        """
         from vidax.encoders.clip import clip_preprocess
 
-        pixels = clip_preprocess(to_rgb_image(image), self.image_processor_config)
-        return self.image_encoder(jnp.asarray(pixels, jnp.float32)[None], output_layer=-2)
+        images = list(image) if isinstance(image, (list, tuple)) else [image]
+        if not images:
+            raise InputError("image is an empty list; give a PIL image or a uint8 (H, W, 3) array")
+        pixels = np.stack([clip_preprocess(to_rgb_image(im, f"image[{i}]" if len(images) > 1 else "image"),
+                                           self.image_processor_config) for i, im in enumerate(images)])
+        return self.image_encoder(jnp.asarray(pixels, jnp.float32), output_layer=-2)
 
     def condition(self, call, stats) -> dict:
         """The reference's ``encode_image`` + ``prepare_latents`` conditioning, channels last:
-        ``image`` (B, L_img, D_img) CLIP features (Wan2.1 I2V), and ``concat`` (B, T, h, w, 4 + C)
-        mask + image latents, or ``first_frame`` (B, 1, h, w, C) (``expand_timesteps``)."""
+        ``image`` (B x n, L_img, D_img) CLIP features (Wan2.1 I2V: n = 1; FLF2V: n = 2, the first
+        and the last image of each sample, the transformer's ``pos_embed_seq_len`` regrouping
+        pairs them), and ``concat`` (B, T, h, w, 4 + C) mask + image latents, or ``first_frame``
+        (B, 1, h, w, C) (``expand_timesteps``, which leaves ``last_image`` out, as the reference).
+        With ``last_image`` the VAE encodes ``[image, 0, ..., 0, last_image]`` and the mask marks
+        the last video frame too (the last of the last latent frame's 4 mask channels)."""
         if call.image is None:
             return {}
         info, batch = self.info, call.batch
-        rgb = to_rgb_image(call.image)
+        rgb = to_rgb_image(_one(call.image))
+        last = _one(call.extra.get("last_image"))
+        last_rgb = None if last is None or info.expand_timesteps else to_rgb_image(last, "last_image")
         cond: dict[str, jax.Array] = {}
         with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
             if info.has_image_encoder:
                 given = call.extra.get("image_embeds")
-                features = self.encode_image(rgb) if given is None else jnp.asarray(given)
-                if features.shape[0] != batch:
-                    features = jnp.repeat(features, batch, axis=0)
+                if given is not None:
+                    features = jnp.asarray(given, jnp.float32)
+                    features = features[None] if features.ndim == 2 else features  # diffusers' repeat adds the axis
+                else:
+                    features = self.encode_image(rgb if last_rgb is None else [rgb, last_rgb])
+                per_sample = 2 if info.transformer_configs[0].pos_embed_seq_len is not None else 1
+                if features.shape[0] != per_sample * batch:  # one sample's rows, for every sample (diffusers' repeat)
+                    features = jnp.tile(features, (batch, 1, 1))
                 cond["image"] = features.astype(self.dtype)
             pixels = vae_image_preprocess(rgb, call.height, call.width)  # (H, W, 3) in [-1, 1]
             if info.expand_timesteps:
@@ -179,6 +208,8 @@ class WanPipeline(VideoPipeline):
             else:
                 video = np.zeros((1, call.num_frames, call.height, call.width, 3), np.float32)
                 video[0, 0] = pixels
+                if last_rgb is not None:
+                    video[0, -1] = vae_image_preprocess(last_rgb, call.height, call.width, name="last_image")
             mean, _ = self.encode_with("vae", self.vae.encode, video)  # the posterior's mode ("argmax")
             z = jnp.repeat(self.vae.normalize_latents(mean), batch, axis=0)
             if info.expand_timesteps:
@@ -186,6 +217,8 @@ class WanPipeline(VideoPipeline):
             else:
                 mask = jnp.zeros(z.shape[:-1] + (info.vae_config.temporal_compression,), jnp.float32)
                 mask = mask.at[:, 0].set(1.0)  # the first latent frame holds the given image
+                if last_rgb is not None:  # the last video frame: the last channel of the last latent frame
+                    mask = mask.at[:, -1, :, :, -1].set(1.0)
                 cond["concat"] = jnp.concatenate([mask, z], axis=-1)
         stats.sample_memory()
         return cond
@@ -225,31 +258,90 @@ class WanImageToVideoPipeline(WanPipeline):
     ``image``: the first frame, a PIL image or uint8 array (H, W, 3) (see
     :func:`vidax.io.image.load_image`), resized to exactly height x width (Lanczos, no crop) for
     the VAE; the CLIP encoder (Wan2.1 I2V) sees it through its own resize and center crop.
+    ``last_image`` (same types): the last frame, for a video from the first to the last
+    (diffusers' ``last_image``): it enters the VAE condition (frame ``num_frames - 1``) and its
+    mask on every 36-channel checkpoint, and the CLIP features next to the first image's on
+    Wan2.1 FLF2V (a transformer with ``pos_embed_seq_len``, which needs it); Wan2.1 I2V (CLIP
+    features of one image) refuses it, as diffusers fails there; TI2V-5B ignores it with a
+    warning, as diffusers does.
     ``latents`` has the VAE's z_dim channels. (With CLIP features, diffusers repeats them per
     prompt only and fails for ``num_videos_per_prompt > 1``; vidax repeats them for every video.)
     """
 
     task = "i2v"
     call_options = (
-        CallOption("image_embeds", OBJECT, "diffusers' image_embeds: the CLIP features (1 or B, L_img, D_img) of the "
-                   "image (Wan2.1 I2V; pipe.encode_image(image) makes them), instead of encoding it; ignored by "
-                   "checkpoints without an image encoder, as diffusers."),
+        CallOption("last_image", IMAGE_FILE, "The last frame (diffusers' last_image): a video from --image to it "
+                   "(Wan first-and-last-frame: FLF2V, and the 36-channel I2V checkpoints without an image encoder). "
+                   "Resized to height x width like the first."),
+        CallOption("image_embeds", OBJECT, "diffusers' image_embeds: the CLIP features ((1 or B,) L_img, D_img) of the "
+                   "image (Wan2.1 I2V; pipe.encode_image(image) makes them), or (2 or 2B, L_img, D_img) of the first "
+                   "and last images (FLF2V; pipe.encode_image([image, last_image])), instead of encoding them; "
+                   "ignored by checkpoints without an image encoder, as diffusers."),
     )
 
     @classmethod
     def check_family_call(cls, info, call) -> None:
+        """The Wan checks, then ``last_image`` and ``image_embeds`` against the checkpoint.
+
+        Raises:
+            InputError: ``last_image`` not one image (PIL or uint8 (H, W[, 3|4])), with
+                ``num_frames`` 1, or on a Wan2.1 I2V checkpoint whose transformer takes one
+                image's CLIP features (no ``pos_embed_seq_len``) and no ``image_embeds``; an
+                FLF2V checkpoint without ``last_image`` or ``image_embeds``; ``image_embeds`` of
+                another shape than the checkpoint's transformer takes.
+        """
         super().check_family_call(info, call)
+        cfg = info.transformer_configs[0]
+        pairs = cfg.pos_embed_seq_len is not None  # FLF2V: CLIP features of two images per sample
+        root = info.checkpoint.root
         given = call.extra.get("image_embeds")
+        last = call.extra.get("last_image")
+        if last is not None:
+            if isinstance(last, (list, tuple)) and len(last) != 1:
+                raise InputError(Arg("last_image"), f" is a list of {len(last)}; the Wan pipelines take one last "
+                                 "frame for the whole batch (or a list of one), as diffusers' WanImageToVideoPipeline")
+            to_rgb_image(_one(last), "last_image")
+            if info.expand_timesteps:
+                logger.warning("%s is ignored by %s (TI2V-5B: the image is the first latent frame and no other is "
+                               "conditioned), as diffusers' WanImageToVideoPipeline ignores it", Arg("last_image"),
+                               root)
+            elif call.num_frames < 2:
+                raise InputError(Arg("last_image"), " needs a video of at least 2 frames (the first and the last "
+                                 "differ), got ", Arg("num_frames", call.num_frames))
+            elif info.has_image_encoder and not pairs and given is None:
+                raise InputError(
+                    Arg("last_image"), f" is not taken by {root}: its transformer takes the CLIP features of one image "
+                    f"(no pos_embed_seq_len in {info.checkpoint.config_file('transformer')}; the first-and-last-frame "
+                    "checkpoints, Wan2.1 FLF2V, have it), and diffusers' WanImageToVideoPipeline fails on this call too")
+        elif pairs and given is None:
+            raise InputError(f"{root} is a first-and-last-frame checkpoint (pos_embed_seq_len={cfg.pos_embed_seq_len} "
+                             "in its transformer: CLIP features of two images): ", Arg("last_image"),
+                             " is required (the last frame: a PIL image or a uint8 (H, W, 3) array)")
         if given is not None:
             from vidax.pipelines.base import finite_array
 
             features = finite_array("image_embeds", given)
-            if features.ndim != 3 or features.shape[0] not in (1, call.batch):
-                raise InputError(Arg("image_embeds"), f" has shape {tuple(features.shape)}; diffusers' layout is (1 or "
-                                 f"{call.batch}, image tokens, width)")
+            if features.ndim == 2 and not pairs:  # (L_img, D_img): diffusers' repeat(batch, 1, 1) adds the axis
+                features = features[None]
+            n = 2 if pairs else 1
+            rows = (n, n * call.batch)
+            tokens = cfg.pos_embed_seq_len // 2 if pairs else None
+            if (features.ndim != 3 or features.shape[0] not in rows
+                    or (info.has_image_encoder and features.shape[2] != cfg.image_dim)
+                    or (tokens is not None and features.shape[1] != tokens)):
+                width = cfg.image_dim if info.has_image_encoder else "width"
+                raise InputError(Arg("image_embeds"), f" has shape {tuple(features.shape)}; diffusers' layout is "
+                                 f"({' or '.join(map(str, dict.fromkeys(rows)))}, "
+                                 f"{tokens if tokens is not None else 'image tokens'}, {width})"
+                                 + (" (the first and the last image of each video)" if pairs else ""))
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+def _one(image: Any) -> Any:
+    """``image``, or the image of a list of one (diffusers' processors take a list of images)."""
+    return image[0] if isinstance(image, (list, tuple)) and len(image) == 1 else image
 
 
 def wan_vae_decode_size(vae) -> dict:
