@@ -170,6 +170,19 @@ def test_wan_two_adapters_weights_and_switching(wan_pipe, wan22):
                                rtol=1e-4, atol=1e-6)
     wan_pipe.unfuse_lora()
     assert all(np.array_equal(merged(wan_pipe)[k], only_a[k]) for k in base)
+    with pytest.raises(InputError, match=r"set_adapters: adapter_names=\['a', 'a'\] names 'a' more than once"):
+        wan_pipe.set_adapters(["a", "a"], [1.0, 0.25])  # trial 8: it merged 'a' twice
+    # diffusers' delete_adapters: 'b' goes, 'a' stays as it was; then none left: the base weights
+    wan_pipe.set_adapters(["a", "b"], adapter_weights=[1.0, -1.5])
+    wan_pipe.delete_adapters("b")
+    assert wan_pipe.get_active_adapters() == ["a"] and wan_pipe.get_list_adapters() == {"transformer": ["a"]}
+    assert all(np.array_equal(merged(wan_pipe)[k], only_a[k]) for k in base)
+    with pytest.raises(InputError, match=r"delete_adapters: \['b'\] not loaded"):
+        wan_pipe.delete_adapters(["b"])
+    wan_pipe.delete_adapters(["a"])
+    assert wan_pipe.get_active_adapters() == []
+    assert all(np.array_equal(merged(wan_pipe)[k], base[k]) for k in base)
+    wan_pipe.load_lora_weights(write(lora_a, "original"), adapter_name="a")
     wan_pipe.unload_lora_weights()
     assert wan_pipe.get_active_adapters() == []
     assert all(np.array_equal(merged(wan_pipe)[k], base[k]) for k in base)

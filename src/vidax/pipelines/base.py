@@ -1996,6 +1996,15 @@ class VideoPipeline:
         """
         self.lora.set_adapters(adapter_names, adapter_weights)
 
+    def delete_adapters(self, adapter_names: Any) -> None:
+        """diffusers' ``delete_adapters``: remove ``adapter_names`` (a name or a list); the other
+        adapters stay (re-merged from the base weights).
+
+        Raises:
+            InputError: a name that is not loaded.
+        """
+        self.lora.delete(adapter_names)
+
     def get_active_adapters(self) -> list[str]:
         """The names of the active adapters."""
         return [] if self._lora is None else self._lora.active_names()
