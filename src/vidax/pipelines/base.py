@@ -1453,6 +1453,17 @@ class VideoPipeline:
     #: it; None: no check, e.g. where the caller already checked before loading).
     memory_check: bool | None = True
 
+    def warn_if_data_axis_idle(self, call: Call) -> None:
+        """Warn when the mesh's data axis cannot split the denoising batch (the videos, times two
+        with CFG): the batch is then replicated over it, and its devices add no speed."""
+        dp = 1 if self.mesh is None else dict(self.mesh.shape).get("data", 1)
+        batch = call.batch * (2 if call.do_cfg else 1)
+        if dp > 1 and batch % dp:
+            logger.warning("the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
+                           "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
+                           "(--dp, mesh=) would split it", batch, call.batch, ", CFG doubles it" if call.do_cfg else "",
+                           dp, batch)
+
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call` (refused first when it cannot fit: :meth:`check_memory`).
 
@@ -1465,6 +1476,7 @@ class VideoPipeline:
         """
         self.check_components()
         check_cache_call(self.cache_config, call.num_inference_steps)
+        self.warn_if_data_axis_idle(call)
         tiling = getattr(self.vae, "use_tiling", False)
         est = None if self.memory_check is None else self.check_memory(
             self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
