@@ -201,6 +201,9 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
     other = {f"transformer.transformer_blocks.0.{m}.lora_{ab}.weight": np.zeros((4, 48) if ab == "A" else (48, 4),
                                                                                  np.float32)
              for m in ("attn1.to_q", "attn1.to_k", "norm1.linear", "ff.net.0.proj") for ab in "AB"}
+    # every module of the file at other widths (a LoRA of another Wan size): the names fit wan
+    wider = {k: np.zeros((v.shape[0] + 6, v.shape[1]) if "lora_up" in k else (v.shape[0], v.shape[1] + 6), np.float32)
+             if v.ndim == 2 else v for k, v in good.items()}
     file = str(tmp_path / "lora.safetensors")
     save_safetensors(good, file)
     with open(file, "r+b") as f:
@@ -208,6 +211,7 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
     cases = [(stray, r"2 key\(s\) fit no parameter of transformer \(wan\) \(no such module, or another shape\): diffusion_model\.blocks\.0\.self_attn\.x"),
              (rank, r"blocks\.0\.self_attn\.q: rank mismatch"),
              (other, r"looks like a LoRA for cogvideox"),
+             (wider, r"its module names fit wan as well as any family: a LoRA for another size of this model$"),
              (file, r"not a readable LoRA file .*lora\.safetensors"),
              ({**good, "diffusion_model.blocks.0.self_attn.q.lora_up.weight": np.full((42, 4), np.nan, np.float32)},
               r"diffusion_model\.blocks\.0\.self_attn\.q\.lora_up\.weight holds NaN or Inf values")]

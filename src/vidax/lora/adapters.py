@@ -25,7 +25,7 @@ import numpy as np
 from vidax.errors import Arg, InputError, Message, joined
 from vidax.lora.apply import ParamStore
 from vidax.lora.formats import LoraFile, _listed, parse, read_state_dict
-from vidax.lora.targets import ModelTargets, Term, guess_family, transformer_targets
+from vidax.lora.targets import ModelTargets, Term, fitting_transformers, guess_family, transformer_targets
 from vidax.pipelines.options import MAX_FLOAT
 
 logger = logging.getLogger("vidax.lora")
@@ -117,9 +117,14 @@ class LoraAdapters:
         msg = (f"{label}: {len(problems)} key(s) fit no parameter of {self.names[expert]} ({targets.family}) "
                f"(no such module, or another shape): {_listed(problems)}")
         if placed <= 0:
-            other = guess_family(modules, exclude=targets.family)
-            if other is not None:
-                msg += f"; the file looks like a LoRA for {other}"
+            fits, _ = fitting_transformers(modules)
+            if targets.family in {spec.family for spec in fits}:  # the names fit: only the shapes differ
+                msg += (f"; its module names fit {targets.family} as well as any family: a LoRA for another size of "
+                        "this model")
+            else:
+                other = guess_family(modules, exclude=targets.family)
+                if other is not None:
+                    msg += f"; the file looks like a LoRA for {other}"
         return msg
 
     # ------------------------------------------------------------------ choosing
