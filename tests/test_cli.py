@@ -627,6 +627,16 @@ def test_keyboard_interrupt_lost_in_a_callback_ends_the_command():
     assert scripts["project"]["scripts"]["vidax"] == "vidax.__main__:run"  # the command installs it first
 
 
+def test_signal_at_the_end_of_teardown_keeps_the_exit_status():
+    """After the last atexit function (where CPython gives the signals back to their default
+    action) a SIGINT no longer decides the exit status: a run that succeeded exits 0 (trial 8:
+    a signal 0.2-0.5 s after the summary gave -2)."""
+    code = ("import atexit, os, signal\nfrom vidax.interrupt import Stop\nstop = Stop()\nstop.install()\n"
+            "stop.exiting(0)\natexit._run_exitfuncs()\nos.kill(os.getpid(), signal.SIGINT)\nprint('exited 0')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "exited 0\n", "")
+
+
 def test_cache_flag(ckpt, tmp_path):
     """--cache first_block:THRESHOLD runs First-Block Cache and the summary says what it skipped;
     bad values are one line naming --cache, before any weight is read."""

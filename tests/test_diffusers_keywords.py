@@ -138,6 +138,41 @@ def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     np.testing.assert_array_equal(frames, base.frames)
 
 
+def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe):
+    """diffusers' early stop (a step callback setting ``pipe._interrupt``: the remaining steps are
+    skipped and the latents so far are returned / decoded; reset by the next call), torch tensors
+    where diffusers takes them (the same result as numpy), ``output_type="pil"`` (a list of PIL
+    images per video, ``(x * 255).round()``), ``generator=None`` (draw at random) and
+    ``output_type="pt"`` refused with its reason (trial 8)."""
+    import torch
+
+    seen = []
+
+    def stop(p, i, t, kwargs):
+        seen.append(i)
+        p._interrupt = True
+        return kwargs
+
+    kw = dict(KW, num_inference_steps=3, output_type="latent")
+    out = pipe("a cat", callback_on_step_end=stop, **kw)
+    assert seen == [0] and len(out.stats.step_s) == 1 and pipe.interrupt
+    one = pipe("a cat", **dict(kw, num_inference_steps=1)).frames
+    assert not pipe.interrupt  # reset when a call starts
+    assert np.abs(out.frames - pipe("a cat", **kw).frames).max() > 0  # not the 3-step result
+    np.testing.assert_array_equal(out.frames, pipe("a cat", callback_on_step_end=stop, **kw).frames)
+    assert one.shape == out.frames.shape
+    lat = np.random.default_rng(0).standard_normal(out.frames.shape).astype(np.float32)
+    np.testing.assert_array_equal(pipe("a cat", latents=torch.from_numpy(lat), **kw).frames,
+                                  pipe("a cat", latents=lat, **kw).frames)
+    frames = pipe("a cat", **KW).frames
+    pil = pipe("a cat", output_type="pil", **KW).frames
+    assert len(pil) == 1 and len(pil[0]) == frames.shape[1] and pil[0][0].size == (32, 32)
+    np.testing.assert_array_equal(np.asarray(pil[0][2]), (frames[0, 2] * 255).round().astype(np.uint8))
+    assert pipe("a cat", generator=None, **dict(KW, seed=None)).stats.seed_random
+    with pytest.raises(InputError, match=r"output_type='pt' is not taken: a torch tensor"):
+        pipe("a cat", output_type="pt", **KW)
+
+
 def test_cogvideox_schedulers_ignore_eta_as_vidax_does():
     """vidax takes CogVideoX's ``eta`` and changes nothing with it: diffusers 0.42.1's two
     CogVideoX schedulers take ``eta`` in ``step`` and do not use it (checked here on one step)."""

@@ -170,6 +170,19 @@ def test_wan_two_adapters_weights_and_switching(wan_pipe, wan22):
                                rtol=1e-4, atol=1e-6)
     wan_pipe.unfuse_lora()
     assert all(np.array_equal(merged(wan_pipe)[k], only_a[k]) for k in base)
+    with pytest.raises(InputError, match=r"set_adapters: adapter_names=\['a', 'a'\] names 'a' more than once"):
+        wan_pipe.set_adapters(["a", "a"], [1.0, 0.25])  # trial 8: it merged 'a' twice
+    # diffusers' delete_adapters: 'b' goes, 'a' stays as it was; then none left: the base weights
+    wan_pipe.set_adapters(["a", "b"], adapter_weights=[1.0, -1.5])
+    wan_pipe.delete_adapters("b")
+    assert wan_pipe.get_active_adapters() == ["a"] and wan_pipe.get_list_adapters() == {"transformer": ["a"]}
+    assert all(np.array_equal(merged(wan_pipe)[k], only_a[k]) for k in base)
+    with pytest.raises(InputError, match=r"delete_adapters: \['b'\] not loaded"):
+        wan_pipe.delete_adapters(["b"])
+    wan_pipe.delete_adapters(["a"])
+    assert wan_pipe.get_active_adapters() == []
+    assert all(np.array_equal(merged(wan_pipe)[k], base[k]) for k in base)
+    wan_pipe.load_lora_weights(write(lora_a, "original"), adapter_name="a")
     wan_pipe.unload_lora_weights()
     assert wan_pipe.get_active_adapters() == []
     assert all(np.array_equal(merged(wan_pipe)[k], base[k]) for k in base)
@@ -188,6 +201,9 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
     other = {f"transformer.transformer_blocks.0.{m}.lora_{ab}.weight": np.zeros((4, 48) if ab == "A" else (48, 4),
                                                                                  np.float32)
              for m in ("attn1.to_q", "attn1.to_k", "norm1.linear", "ff.net.0.proj") for ab in "AB"}
+    # every module of the file at other widths (a LoRA of another Wan size): the names fit wan
+    wider = {k: np.zeros((v.shape[0] + 6, v.shape[1]) if "lora_up" in k else (v.shape[0], v.shape[1] + 6), np.float32)
+             if v.ndim == 2 else v for k, v in good.items()}
     file = str(tmp_path / "lora.safetensors")
     save_safetensors(good, file)
     with open(file, "r+b") as f:
@@ -195,6 +211,7 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
     cases = [(stray, r"2 key\(s\) fit no parameter of transformer \(wan\) \(no such module, or another shape\): diffusion_model\.blocks\.0\.self_attn\.x"),
              (rank, r"blocks\.0\.self_attn\.q: rank mismatch"),
              (other, r"looks like a LoRA for cogvideox"),
+             (wider, r"its module names fit wan as well as any family: a LoRA for another size of this model$"),
              (file, r"not a readable LoRA file .*lora\.safetensors"),
              ({**good, "diffusion_model.blocks.0.self_attn.q.lora_up.weight": np.full((42, 4), np.nan, np.float32)},
               r"diffusion_model\.blocks\.0\.self_attn\.q\.lora_up\.weight holds NaN or Inf values")]

@@ -236,3 +236,22 @@ def test_shard_step_places_arguments_by_their_axes():
     assert t.sharding.spec == PartitionSpec() and n.sharding.spec == PartitionSpec(None, "data")
     with pytest.raises(ValueError):
         shard_step(step, latents, None, (context, table, noise), mesh, arg_axes=(None,))
+
+
+def test_data_axis_that_cannot_split_the_batch_is_warned_about(caplog):
+    """--dp 3 on the CFG pair of one video replicates the batch over the data axis (correct, but
+    its devices add nothing): one warning says so and what would split it (trial 8: silent)."""
+    import types
+
+    from vidax.parallel.mesh import make_mesh
+    from vidax.pipelines.base import VideoPipeline
+
+    call = types.SimpleNamespace(batch=1, do_cfg=True)
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        VideoPipeline.warn_if_data_axis_idle(types.SimpleNamespace(mesh=make_mesh(3, 1, 1)), call)
+        VideoPipeline.warn_if_data_axis_idle(types.SimpleNamespace(mesh=make_mesh(2, 1, 1)), call)
+        VideoPipeline.warn_if_data_axis_idle(types.SimpleNamespace(mesh=None), call)
+    assert [r.getMessage() for r in caplog.records] == [
+        "the denoising batch of 2 (1 video(s), CFG doubles it) does not split over the mesh's 3 data-parallel "
+        "devices: it is replicated there, which adds no speed; a data-parallel size dividing 2 (--dp, mesh=) would "
+        "split it"]

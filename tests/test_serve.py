@@ -522,6 +522,7 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
                 (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} is a file, not a folder; give "
                  "a folder for the job records (created if missing)"),
                 (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
+                (["--jobs-dir", ""], "--jobs-dir '' is empty; give a folder for the job records"),
                 (["--weights", "int4"], "--weights 'int4' is not a weight format"),
                 (["--transformer", "x.bin"], "--transformer 'x.bin' is not a .gguf or .safetensors file"),
                 (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),

@@ -849,6 +849,9 @@ def serve(
     try:
         if queue_size < 0:
             raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
+        if not jobs_dir.strip():
+            raise InputError(Arg("jobs_dir", jobs_dir), " is empty; give a folder for the job records (default "
+                             "vidax-jobs, created if missing)")
         if not 0 <= port <= 65535:
             raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
         offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)

@@ -8,6 +8,7 @@ and the command then runs on.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -29,7 +30,9 @@ class Stop:
       second one, unless the video is being written (``writing``), ends the process at once;
     - after the run, while its outcome is reported: is recorded only;
     - from :meth:`exiting` on (Python's teardown: atexit functions, JAX's among them): ends the
-      process at once with the status the command already chose.
+      process at once with the status the command already chose;
+    - after the last atexit function (where CPython gives the signals back to their default
+      action, which would end the process by the signal after a run that succeeded): ignored.
 
     Not installed (a command invoked in-process, e.g. by a test), :meth:`catching` installs the
     recording handler for the run only and gives the previous ones back.
@@ -62,7 +65,15 @@ class Stop:
                 previous(info)
 
         sys.unraisablehook = unraisable
+        # Registered before any other module is imported, so run after every other atexit function
+        # (they run last-registered first): from then on the exit status is settled.
+        atexit.register(self.ignore_signals)
         self.installed = True
+
+    def ignore_signals(self) -> None:
+        """Ignore SIGINT and SIGTERM (the end of Python's teardown: see the class docstring)."""
+        for sig in self.SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
     @contextlib.contextmanager
     def catching(self):

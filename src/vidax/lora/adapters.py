@@ -25,7 +25,7 @@ import numpy as np
 from vidax.errors import Arg, InputError, Message, joined
 from vidax.lora.apply import ParamStore
 from vidax.lora.formats import LoraFile, _listed, parse, read_state_dict
-from vidax.lora.targets import ModelTargets, Term, guess_family, transformer_targets
+from vidax.lora.targets import ModelTargets, Term, fitting_transformers, guess_family, transformer_targets
 from vidax.pipelines.options import MAX_FLOAT
 
 logger = logging.getLogger("vidax.lora")
@@ -117,9 +117,14 @@ class LoraAdapters:
         msg = (f"{label}: {len(problems)} key(s) fit no parameter of {self.names[expert]} ({targets.family}) "
                f"(no such module, or another shape): {_listed(problems)}")
         if placed <= 0:
-            other = guess_family(modules, exclude=targets.family)
-            if other is not None:
-                msg += f"; the file looks like a LoRA for {other}"
+            fits, _ = fitting_transformers(modules)
+            if targets.family in {spec.family for spec in fits}:  # the names fit: only the shapes differ
+                msg += (f"; its module names fit {targets.family} as well as any family: a LoRA for another size of "
+                        "this model")
+            else:
+                other = guess_family(modules, exclude=targets.family)
+                if other is not None:
+                    msg += f"; the file looks like a LoRA for {other}"
         return msg
 
     # ------------------------------------------------------------------ choosing
@@ -136,6 +141,10 @@ class LoraAdapters:
         unknown = [n for n in names if n not in self.terms]
         if unknown:
             raise InputError(f"set_adapters: {unknown} not loaded (loaded: {self._listing()})")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise InputError(f"set_adapters: adapter_names={names!r} names {', '.join(map(repr, twice))} more than "
+                             "once; give each adapter once, with its weight")
         weights = _adapter_weights(adapter_weights, len(names))
         self.active = [[(n, w) for n, w in zip(names, weights) if e in self.loaded_into[n]]
                        for e in range(len(self.names))]
@@ -183,6 +192,28 @@ class LoraAdapters:
         finally:
             self.fuse_scale = saved
             self._apply()
+
+    def delete(self, names: Any) -> None:
+        """diffusers' ``delete_adapters``: remove the adapters ``names`` (a name or a list) from
+        every transformer; the others stay as they were (active ones re-merged from the base
+        weights), and with none left the weights are the base ones, bit for bit.
+
+        Raises:
+            InputError: a name that is not loaded (before anything changes).
+        """
+        names = [names] if isinstance(names, str) else list(names)
+        unknown = [n for n in names if n not in self.terms]
+        if unknown:
+            raise InputError(f"delete_adapters: {unknown} not loaded (loaded: {self._listing()})")
+        for name in names:
+            del self.terms[name]
+            self.files.pop(name, None)
+            self.loaded_into.pop(name, None)
+        self.active = [[(n, w) for n, w in per if n not in names] for per in self.active]
+        if self.terms:
+            self._apply()
+        else:
+            self.unload()
 
     def unload(self) -> None:
         """Remove every adapter: each touched parameter gets its base value back, bit for bit."""

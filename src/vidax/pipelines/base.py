@@ -292,7 +292,8 @@ def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: s
     :func:`run_memory_estimate` counts a denoising step (float32: ``STEP_BUFFERS x prompts x
     tokens x (4 D + ffn)`` plus the blockwise attention's accumulators), from its config
     (``hidden_size`` / ``d_model``, ``intermediate_size`` / ``d_ff``, a multimodal model's
-    ``text_config``); 0 where the checkpoint has no such component or its config gives no width."""
+    ``text_config``; T5's relative position bias, ``L x L`` per head); 0 where the checkpoint has
+    no such component or its config gives no width."""
     from vidax.nn.attention import DEFAULT_BLOCK_SIZE
 
     if not info.checkpoint.has(name):
@@ -308,6 +309,9 @@ def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: s
     if not width:
         return 0
     attention = prompts * max(1, heads) * tokens * 2 * min(tokens, DEFAULT_BLOCK_SIZE) * 4
+    if first("relative_attention_num_buckets"):
+        # T5's relative position bias: float32 (heads, L, L), from int64 (L, L) bucket ids.
+        attention += tokens * tokens * (4 * max(1, heads) + 8)
     return STEP_BUFFERS * prompts * tokens * (4 * width + ffn) * 4 + attention
 
 
@@ -524,9 +528,29 @@ def tokenizer_token_limit(info: CheckpointInfo, fallback: int, fallback_reason: 
     return (limit, reason) if limit >= default else (default, "the checkpoint's default max_sequence_length")
 
 
+def frames_as_pil(frames: np.ndarray) -> list:
+    """float32 (B, F, H, W, 3) in [0, 1] -> B lists of F PIL images, as diffusers'
+    ``output_type="pil"`` (``numpy_to_pil``: ``(x * 255).round()`` as uint8)."""
+    from PIL import Image
+
+    pixels = (np.asarray(frames) * 255).round().astype(np.uint8)
+    return [[Image.fromarray(frame) for frame in video] for video in pixels]
+
+
+def host_array(value: Any) -> Any:
+    """A torch tensor (told by its ``detach`` / ``cpu`` / ``numpy`` methods: vidax never imports
+    torch) as a numpy array, bfloat16 as float32; anything else as it is."""
+    if all(callable(getattr(value, a, None)) for a in ("detach", "cpu", "numpy")):
+        t = value.detach().cpu()
+        return (t.float() if str(t.dtype) == "torch.bfloat16" else t).numpy()
+    return value
+
+
 def finite_array(name: str, value: Any) -> np.ndarray:
-    """``value`` as a float32 numpy array; anything but an array of real numbers (a string, a
-    complex array), or NaN / Inf anywhere, is an InputError naming ``name``."""
+    """``value`` (numpy, JAX, a torch tensor, nested lists) as a float32 numpy array; anything
+    but an array of real numbers (a string, a complex array), or NaN / Inf anywhere, is an
+    InputError naming ``name``."""
+    value = host_array(value)
     kind = np.asarray(value).dtype.kind if not hasattr(value, "dtype") else np.dtype(value.dtype).kind
     if kind not in "biuf" and np.dtype(getattr(value, "dtype", np.float32)).name != "bfloat16":
         raise InputError(Arg(name), f" must be an array of real numbers (float32), got "
@@ -650,7 +674,15 @@ class VideoPipeline:
         self._pending_load_s = load_s
         self._step_fns: dict[Any, Any] = {}
         self._lora = None
+        self._interrupt = False
         self.matmul_precision = matmul_precision
+
+    @property
+    def interrupt(self) -> bool:
+        """diffusers' ``pipe.interrupt``: a ``callback_on_step_end`` that sets
+        ``pipe._interrupt = True`` makes the call skip its remaining denoising steps and decode
+        the latents it has (reset to False when a call starts, as diffusers does)."""
+        return self._interrupt
 
     @property
     def matmul_precision(self) -> str:
@@ -998,6 +1030,8 @@ class VideoPipeline:
             num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
             seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
         streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
+        if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
+            del extra["generator"]
         own = options_by_name(cls.call_options + cls.embeds_options())
         unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
         for u in unknown:
@@ -1055,6 +1089,11 @@ class VideoPipeline:
                              "encoding takes: the largest valid ", Arg("max_sequence_length"),
                              f" is {limit[0]} ({limit[1]})")
         num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
+        if output_type == "pt":
+            from vidax.pipelines.diffusers_keywords import REFUSED_VALUES
+
+            reason = next(r for k, _, r in REFUSED_VALUES if k == "output_type")
+            raise InputError(Arg("output_type", output_type), f" is not taken: {reason}")
         _SHARED["output_type"].check(output_type)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",
@@ -1414,6 +1453,17 @@ class VideoPipeline:
     #: it; None: no check, e.g. where the caller already checked before loading).
     memory_check: bool | None = True
 
+    def warn_if_data_axis_idle(self, call: Call) -> None:
+        """Warn when the mesh's data axis cannot split the denoising batch (the videos, times two
+        with CFG): the batch is then replicated over it, and its devices add no speed."""
+        dp = 1 if self.mesh is None else dict(self.mesh.shape).get("data", 1)
+        batch = call.batch * (2 if call.do_cfg else 1)
+        if dp > 1 and batch % dp:
+            logger.warning("the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
+                           "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
+                           "(--dp, mesh=) would split it", batch, call.batch, ", CFG doubles it" if call.do_cfg else "",
+                           dp, batch)
+
     def generate(self, call: Call) -> VideoPipelineOutput:
         """Run a checked :class:`Call` (refused first when it cannot fit: :meth:`check_memory`).
 
@@ -1426,6 +1476,7 @@ class VideoPipeline:
         """
         self.check_components()
         check_cache_call(self.cache_config, call.num_inference_steps)
+        self.warn_if_data_axis_idle(call)
         tiling = getattr(self.vae, "use_tiling", False)
         est = None if self.memory_check is None else self.check_memory(
             self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
@@ -1435,6 +1486,7 @@ class VideoPipeline:
             saved_tiling = self.vae.tiling
             self.vae.enable_tiled_decode()
         phase = ["text encoding"]
+        self._interrupt = False
         try:
             scale = (contextlib.nullcontext() if call.lora_scale is None or self._lora is None
                      else self._lora.call_scale(call.lora_scale))
@@ -1456,9 +1508,12 @@ class VideoPipeline:
             what = " ".join(f"{type(e).__name__}: {e}".split())[:300] if str(e) else type(e).__name__
             estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
             free, where = available_memory()
+            advice = (("try a smaller ", Arg("max_sequence_length", call.max_sequence_length))
+                      if phase[0] == "text encoding" else
+                      ("try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading"))
             raise OutOfMemoryError(
                 f"ran out of memory during the {phase[0]} at ", size_words(call), f" ({what}); {estimate}, {where} "
-                f"now {_gib(free)}; try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading"
+                f"now {_gib(free)}; ", *advice
             ) from None
         finally:
             if auto_tiling:
@@ -1498,6 +1553,8 @@ class VideoPipeline:
                 audio, rate = self.decode_audio(call, audio, stats)
             else:
                 audio = None
+        if call.output_type == "pil":
+            frames = frames_as_pil(frames)
         stats.sample_memory()
         self._pending_load_s = 0.0
         stats.call_s = time.perf_counter() - t0
@@ -1562,7 +1619,8 @@ class VideoPipeline:
             params = as_stack_bits(params, getattr(module, "block_stacks", ()))
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
-                                      cancel=call.cancel, cache=cache, on_step_end=step_end)
+                                      cancel=call.cancel, cache=cache, on_step_end=step_end,
+                                      interrupt=lambda: self._interrupt)
         return (x, state.sched) if cache is not None else (x, state)
 
     def _step_end_hook(self, call: Call, state: Any, done: int) -> Callable:
@@ -1949,6 +2007,15 @@ class VideoPipeline:
             InputError: an unknown name, or any other ``adapter_weights`` (one line naming it).
         """
         self.lora.set_adapters(adapter_names, adapter_weights)
+
+    def delete_adapters(self, adapter_names: Any) -> None:
+        """diffusers' ``delete_adapters``: remove ``adapter_names`` (a name or a list); the other
+        adapters stay (re-merged from the base weights).
+
+        Raises:
+            InputError: a name that is not loaded.
+        """
+        self.lora.delete(adapter_names)
 
     def get_active_adapters(self) -> list[str]:
         """The names of the active adapters."""

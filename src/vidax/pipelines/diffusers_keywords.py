@@ -47,7 +47,8 @@ _LTX_TIMESTEPS = ("LTXPipeline", "LTXImageToVideoPipeline", "LTX2Pipeline", "LTX
 #: The refused keywords, by diffusers' keyword.
 REFUSED: tuple[Refused, ...] = (
     Refused("generator", EVERY, "vidax draws its noise with jax.random from an integer seed: a torch.Generator's "
-            "stream cannot be reproduced without torch", "seed=<int in [0, 2**32 - 1]>"),
+            "stream cannot be reproduced without torch (generator=None, diffusers' 'draw at random', is taken)",
+            "seed=<int in [0, 2**32 - 1]>"),
     Refused("timesteps", ("CogVideoXPipeline", "CogVideoXImageToVideoPipeline"),
             "diffusers 0.42.1 raises for any value: its CogVideoX schedulers' set_timesteps takes no timesteps "
             "('does not support custom timestep schedules')", "num_inference_steps="),
@@ -74,6 +75,8 @@ REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
     ("image", "a float array (and float video frames)",
      FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
     ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
+    ("output_type", "'pt'", "a torch tensor: vidax runs without torch; 'np' gives the same values as a numpy array "
+     "(torch.from_numpy(out.frames) makes the tensor)"),
     ("callback_on_step_end_tensor_inputs", "anything but 'latents'",
      "vidax's step callback hands over and takes back the latents only (the prompt embeddings are fixed for the "
      "compiled denoising loop)"),

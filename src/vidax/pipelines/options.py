@@ -219,8 +219,8 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
     CallOption("latents", OBJECT, "Initial noise, float32, in the family's diffusers layout."),
     CallOption("max_sequence_length", int, "Text tokens; longer prompts are truncated with a warning.",
                "the checkpoint's", low=1),
-    CallOption("output_type", str, "'np' (frames) or 'latent' (the final latents).", "'np'",
-               choices=("np", "latent"), flag=False),
+    CallOption("output_type", str, "'np' (frames), 'pil' (a list of PIL images per video) or 'latent' (the final "
+               "latents).", "'np'", choices=("np", "pil", "latent"), flag=False),
     CallOption("progress", bool, "Progress bars and status lines on stderr.", "True", flag=False),
     CallOption("decode_audio", bool, "Decode the sound of a model that makes sound (False skips its decode; "
                "accepted, changing nothing, by models without sound). The command line's --no-audio.", "True",

@@ -39,6 +39,7 @@ def run_denoising_loop(
     cancel: Callable[[], bool] | None = None,
     cache: Any = None,
     on_step_end: Callable[[int, Any], Any] | None = None,
+    interrupt: Callable[[], bool] | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -73,6 +74,10 @@ def run_denoising_loop(
     ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
     step, after every chunk of blocks is dispatched; True stops the loop there.
 
+    ``interrupt()`` (when given) is diffusers' ``pipe.interrupt``, asked before the compile and
+    before every step: True skips the remaining steps (no error); the latents of the last step
+    run are returned, as diffusers' loop ``continue``s to its end and decodes them.
+
     Raises:
         NumericalError: a step's latents hold NaN/Inf (e.g. a bfloat16 overflow in the
             transformer); the loop stops there.
@@ -80,6 +85,8 @@ def run_denoising_loop(
     """
     total_steps = num_inference_steps if total_steps is None else total_steps
     check_cancel(cancel, first_step, total_steps)
+    if interrupt is not None and interrupt():
+        return latents, state
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
     # The bar shows from before the compile, which can take a while with nothing else on screen.
@@ -91,6 +98,8 @@ def run_denoising_loop(
         bar.reset()  # the rate and the time left count the steps only
         for i in range(num_inference_steps):
             check_cancel(cancel, first_step + i, total_steps)
+            if interrupt is not None and interrupt():
+                break
             t0 = time.perf_counter()
             if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
                 compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i,
