@@ -112,7 +112,7 @@ print('IMPORTED', bad)
         (dict(num_inference_steps=-3), "num_inference_steps"),
         (dict(guidance_scale=-1.0), "guidance_scale must be a finite number >= 0"),
         (dict(num_frames=0), "num_frames must be a positive integer"),
-        (dict(output_type="pil"), "output_type must be 'np' or 'latent'"),
+        (dict(output_type="pandas"), "output_type must be 'np' or 'pil' or 'latent'"),
         (dict(latents=np.zeros((1, 16, 3, 4, 6), np.float32)), r"latents have shape \(1, 16, 3, 4, 6\), expected \(1, 16, 2, 4, 6\)"),
         (dict(negative_prompt=["a", "b"]), "negative_prompt has 2 entries but prompt has 1"),
     ],

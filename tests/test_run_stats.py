@@ -203,7 +203,8 @@ def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):
         with pytest.raises(OutOfMemoryError, match=r"^ran out of memory during the text encoding at height=32, "
                                                    rf"width=32, num_frames=5: 32x32 pixels, 5 frames \({name}.*\); "
                                                    r"the estimate was ~.* GiB "
-                                                   r"\(text encoding .*, denoising step .*; try a smaller size"):
+                                                   r"\(text encoding .*, denoising step .*; try a smaller "
+                                                   r"max_sequence_length=16"):
             pipe("a cat", **TINY)
 
 

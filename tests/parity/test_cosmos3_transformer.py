@@ -307,7 +307,7 @@ def test_full_size_param_count_matches_reference(path):
     ({"backbone_type": "cosmos3_edge_nemotron_moe"}, r"backbone_type='cosmos3_edge_nemotron_moe' is not implemented"),
     ({"hidden_act": "gelu"}, r"hidden_act='gelu' is not valid"),
     ({"rope_scaling": {"mrope_section": [24, 20, 20], "mrope_interleaved": False}}, r"rope_scaling=.* is not valid"),
-    ({"rope_axes_dim": [24, 20, 24]}, r"rope_axes_dim=\(24, 20, 24\) is not valid"),
+    ({"rope_axes_dim": [24, -1, 20]}, r"rope_axes_dim=\(24, -1, 20\) is not valid"),
     ({"num_key_value_heads": 5}, r"num_key_value_heads=5 is not valid"),
     ({"fancy": 1}, r"unknown setting fancy=1"),
 ])
