@@ -467,16 +467,15 @@ def _step_end(callback: Any, tensor_inputs: Any) -> Callable | None:
         InputError: not callable; tensor inputs other than ``["latents"]``
             (:data:`~vidax.pipelines.diffusers_keywords.REFUSED_VALUES` says why).
     """
-    from vidax.pipelines.diffusers_keywords import REFUSED_VALUES
+    from vidax.pipelines.diffusers_keywords import refused_value_reason
 
     if callback is not None and not callable(callback):
         raise InputError(Arg("callback_on_step_end"), f" must be callable or None, got {type(callback).__name__}")
     if tensor_inputs is not None:
         names = list(tensor_inputs) if isinstance(tensor_inputs, (list, tuple)) else None
         if names is None or any(n != "latents" for n in names):
-            reason = next(r for k, _, r in REFUSED_VALUES if k == "callback_on_step_end_tensor_inputs")
             raise InputError(Arg("callback_on_step_end_tensor_inputs", tensor_inputs), " must be ['latents']: "
-                             f"{reason}")
+                             f"{refused_value_reason('callback_on_step_end_tensor_inputs')}")
     return callback
 
 
@@ -1090,10 +1089,9 @@ class VideoPipeline:
                              f" is {limit[0]} ({limit[1]})")
         num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
         if output_type == "pt":
-            from vidax.pipelines.diffusers_keywords import REFUSED_VALUES
+            from vidax.pipelines.diffusers_keywords import refused_value_reason
 
-            reason = next(r for k, _, r in REFUSED_VALUES if k == "output_type")
-            raise InputError(Arg("output_type", output_type), f" is not taken: {reason}")
+            raise InputError(Arg("output_type", output_type), f" is not taken: {refused_value_reason('output_type')}")
         _SHARED["output_type"].check(output_type)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",

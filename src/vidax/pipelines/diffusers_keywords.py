@@ -91,6 +91,11 @@ def refused(pipeline: str, keyword: str) -> Refused | None:
     return None
 
 
+def refused_value_reason(keyword: str) -> str:
+    """Why vidax refuses some values of the taken keyword ``keyword`` (its :data:`REFUSED_VALUES` row)."""
+    return next(reason for k, _, reason in REFUSED_VALUES if k == keyword)
+
+
 def refused_anywhere(keyword: str) -> Refused | None:
     """The first :class:`Refused` entry of ``keyword`` for any pipeline, or None."""
     return next((e for e in REFUSED if e.keyword == keyword), None)
@@ -108,4 +113,5 @@ def readme_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ("Refused", "REFUSED", "REFUSED_VALUES", "EVERY", "refused", "refused_anywhere", "readme_table")
+__all__ = ("Refused", "REFUSED", "REFUSED_VALUES", "EVERY", "refused", "refused_anywhere", "refused_value_reason",
+           "readme_table")
