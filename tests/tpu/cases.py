@@ -40,19 +40,6 @@ def case_names(lane_dir: str) -> list[str]:
         return sorted(json.load(f)) + list(FEATURES)
 
 
-def random_lora(pipe, seed: int = 5, rank: int = 2) -> dict[str, np.ndarray]:
-    """A diffusers-layout LoRA on every 2-D kernel of ``pipe``'s transformer, values O(0.3)."""
-    rng = np.random.default_rng(seed)
-    sd = {}
-    for key, t in sorted(pipe.lora._targets[0].params.items()):
-        if t.path[-1] != "kernel" or len(t.shape) != 2:
-            continue
-        m, (i, o) = key[: -len(".weight")], t.shape
-        sd[f"transformer.{m}.lora_A.weight"] = (rng.standard_normal((rank, i)) * 0.3).astype(np.float32)
-        sd[f"transformer.{m}.lora_B.weight"] = (rng.standard_normal((o, rank)) * 0.3).astype(np.float32)
-    return sd
-
-
 def load_case(name: str, lane_dir: str, dtype: str = "float32", **load: Any):
     """``(pipeline, call keywords)`` of case ``name``, set up and ready to call."""
     import vidax
@@ -70,7 +57,9 @@ def load_case(name: str, lane_dir: str, dtype: str = "float32", **load: Any):
     for key, value in attrs.items():
         setattr(pipe, key, value)
     if name == "wan_lora":
-        pipe.load_lora_weights(random_lora(pipe), adapter_name="lane")
+        from tests.test_lora import random_lora
+
+        pipe.load_lora_weights(random_lora(pipe, seed=5), adapter_name="lane")
     if name == "wan_first_block_cache":
         pipe.enable_cache(vidax.FirstBlockCacheConfig(threshold=0.2))
     return pipe, call
