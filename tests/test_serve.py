@@ -292,7 +292,7 @@ def test_page_in_headless_chromium(server, tmp_path):
 
         # Then the video plays in the page.
         src = browser.wait_for("const v = document.getElementById('video');"
-                               "return v && v.readyState >= 2 && v.videoWidth === 64 ? v.getAttribute('src') : null",
+                               "return v && v.readyState >= 2 && v.videoWidth === 64 ? v.dataset.src : null",
                                TIMEOUT, "the video element")
         job_id = browser.script("return document.getElementById('status').dataset.id")
         assert src == f"/v1/videos/{job_id}/content"
@@ -529,7 +529,11 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
                 (["--dtype", "float16"], "--dtype 'float16' is not supported"),
                 (["--lora", str(tmp_path / "no.safetensors")], f"--lora {tmp_path / 'no.safetensors'}: no such file"),
                 (["--lora", f"{tmp_path / 'file'}:x"], "give PATH or PATH:SCALE with SCALE a number"),
-                (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there")):
+                (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there"),
+                (["--host", "0.0.0.0"], "--host '0.0.0.0' is reachable from other machines and no API key is set: "
+                 "anyone who reaches it could run jobs; set one with --api-key KEY or the VIDAX_API_KEY environment "
+                 "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth"),
+                (["--api-key", " "], "--api-key is empty")):
             r = subprocess.run([sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
                                capture_output=True, text=True, timeout=300)
             assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
@@ -635,3 +639,46 @@ def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_ch
     jobs, _ = runner.list()
     assert [j["status"] for j in jobs] == ["failed"]  # only the job accepted above was queued (then cancelled)
     runner.store.close()
+
+
+def test_api_key_is_required_on_every_request_but_the_page(toy_checkpoint, toy_registered, tmp_path):
+    """With an API key every request (reads, the API's writes, /health, the events stream) needs
+    ``Authorization: Bearer <key>``: without it, with another key or another scheme, 401 in
+    OpenAI's error shape with a ``WWW-Authenticate: Bearer`` header, before the body is read; the
+    page itself (static) loads without it. In-process without the worker: no job runs."""
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.serve.app import create_app
+    from vidax.serve.command import check_access, is_loopback
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner, api_key="s3cret-key"), base_url="http://localhost")
+    good = {"authorization": "Bearer s3cret-key"}
+    for headers, reason in (({}, "no Authorization header"),
+                            ({"authorization": "Bearer s3cret-kez"}, "the Authorization header's key is not this "
+                                                                     "server's"),
+                            ({"authorization": "Bearer s3cret-key "}, "the Authorization header's key is not this "
+                                                                      "server's"),
+                            ({"authorization": "Basic czNjcmV0LWtleQ=="}, "the Authorization header is not 'Bearer "
+                                                                          "<key>'")):
+        for method, path in (("GET", "/v1/videos"), ("GET", "/v1/models"), ("GET", "/health"),
+                             ("POST", "/v1/videos"), ("DELETE", "/v1/videos/video_x"),
+                             ("GET", "/v1/videos/video_x/events"), ("GET", "/v1/videos/video_x/content")):
+            r = client.request(method, path, headers=headers, json={"prompt": "a toy boat"})
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.headers["www-authenticate"] == 'Bearer realm="vidax"'
+            assert r.json()["error"]["code"] == "invalid_api_key" and r.json()["error"]["message"].startswith(reason)
+    assert runner.list()[0] == []  # nothing was queued
+    assert client.get("/").status_code == 200 and "<title>vidax serve</title>" in client.get("/").text
+    assert client.get("/health", headers=good).json()["status"] == "ok"
+    r = client.post("/v1/videos", headers=good, json={"prompt": "a toy boat", **SHAPE})
+    assert r.status_code == 200, r.text
+    assert client.get(f"/v1/videos/{r.json()['id']}", headers=good).json()["status"] == "queued"
+    runner.store.close()
+
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]", "0.0.0.0", "::",
+                                     "192.168.1.5", "example.com")] == [True] * 5 + [False] * 4
+    assert check_access("0.0.0.0", "k", False) == "k" and check_access("0.0.0.0", None, True) is None
+    assert check_access("127.0.0.1", None, False) is None

@@ -809,7 +809,13 @@ def serve(
     ctx: typer.Context,
     checkpoint: Optional[str] = load_flag("checkpoint"),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (only this one; 0.0.0.0 for every IPv4 "
-                             "interface)."),
+                             "interface). An address other machines reach needs --api-key (or --insecure-no-auth)."),
+    api_key: Optional[str] = typer.Option(None, envvar="VIDAX_API_KEY", show_envvar=True, help="Require "
+                                          "'Authorization: Bearer KEY' on every request (401 otherwise); the page "
+                                          "asks for the key. Prefer the environment variable: a flag's value shows "
+                                          "in the process list."),
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Serve a non-loopback --host without "
+                                          "an API key (anyone who reaches the port can run and delete jobs)."),
     port: int = typer.Option(8000, help="Port to listen on (0: a free one, printed when the server is ready)."),
     jobs_dir: str = typer.Option("vidax-jobs", help="Folder of the job records (jobs.sqlite3) and the videos "
                                  "(<id>.mp4); a restart keeps every finished video."),
@@ -839,7 +845,9 @@ def serve(
     at a time (429 when --queue-size jobs wait). The request's fields are OpenAI's (size,
     seconds, input_reference, model) and the call keywords the loaded pipeline declares. POST
     /v1/videos, GET /v1/videos[/ID[/content]], DELETE /v1/videos/ID (cancels between steps), GET
-    /v1/models, GET /health; see README "Serving".
+    /v1/models, GET /health; see README "Serving". With --api-key (or VIDAX_API_KEY) every
+    request needs 'Authorization: Bearer KEY'; a --host other machines reach is refused without
+    one unless --insecure-no-auth.
 
     SIGINT / SIGTERM: stop accepting requests, cancel the running job at its next check (it is
     recorded as failed, code "cancelled") and every queued one, and exit 0."""
@@ -860,7 +868,7 @@ def serve(
 
         run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
             load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer,
-            matmul_precision=matmul_precision)
+            matmul_precision=matmul_precision, api_key=api_key, insecure_no_auth=insecure_no_auth)
     except VidaxError as e:
         _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))
 
