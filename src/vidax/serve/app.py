@@ -10,6 +10,10 @@
 ``GET /v1/videos/{id}``        the job: queued / in_progress (``step`` of ``num_inference_steps``,
                                ``progress`` %) / completed / failed (``error.message``)
 ``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
+``GET /v1/videos/{id}/events``  server-sent events until the job ends: ``queued``
+                               (``position``, 1: next), ``progress`` (``step``, ``num_inference_steps``,
+                               ``progress`` %), ``preview`` (``step``, ``image``: a PNG data URL,
+                               :mod:`vidax.serve.preview`), then ``done`` or ``failed`` (the job)
 ``DELETE /v1/videos/{id}``     cancel a queued job, or a running one between steps; a finished
                                job is deleted with its video
 ``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request
@@ -30,9 +34,11 @@ unknown paths and methods included, are OpenAI's error object.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
+import json
 import os
 import tempfile
 from importlib.resources import files
@@ -43,11 +49,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from vidax.serve.fields import Fields, RequestError, number_texts
-from vidax.serve.jobs import COMPLETED, JobRunner
+from vidax.serve.jobs import COMPLETED, FAILED, JobRunner
+
+#: Seconds between two looks at a job whose events are streamed.
+EVENTS_POLL = 0.1
 
 #: The largest request body accepted (bytes): an image and the fields, with room to spare.
 MAX_BODY = 16 * 2**20
@@ -188,6 +197,38 @@ async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image
     return image_path, value.filename or "input_reference"
 
 
+def _event(name: str, data: dict) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _event_stream(runner: JobRunner, job_id: str):
+    """The events of one job (see the module), each sent when it changes; the stream ends with
+    the job (``done`` / ``failed``), with the job deleted (``failed``, code ``not_found``) or
+    with the server."""
+    sent: dict[str, Any] = {}
+    while not runner.stopping:
+        now = runner.events(job_id)
+        if now is None:
+            yield _event("failed", {"id": job_id, "error": {"code": "not_found", "message": "the job was deleted"}})
+            return
+        job = now["job"]
+        if job["status"] in (COMPLETED, FAILED):
+            yield _event("done" if job["status"] == COMPLETED else "failed", job)
+            return
+        news = {"queued": {"id": job_id, "position": now["position"]} if now["position"] is not None else None,
+                "progress": {"id": job_id, "status": job["status"], "step": job["step"],
+                             "num_inference_steps": job["num_inference_steps"], "progress": job["progress"]}}
+        for name, data in news.items():
+            if data is not None and sent.get(name) != data:
+                sent[name] = data
+                yield _event(name, data)
+        for preview in now["previews"]:
+            if preview["step"] > sent.get("preview", 0):
+                sent["preview"] = preview["step"]
+                yield _event("preview", {"id": job_id, **preview})
+        await asyncio.sleep(EVENTS_POLL)
+
+
 def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = None,
                api_key: str | None = None) -> Starlette:
     """The app serving ``runner``'s jobs on ``host:port`` (the address the server is bound to:
@@ -231,6 +272,13 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
                                        "video_id", "not_found"))
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4",
                             content_disposition_type="inline")
+
+    async def events(request: Request) -> Response:
+        job_id = request.path_params["id"]
+        if runner.events(job_id) is None:
+            return _not_found(job_id)
+        return StreamingResponse(_event_stream(runner, job_id), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def delete(request: Request) -> Response:
         job_id = request.path_params["id"]
@@ -292,6 +340,7 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
         Route("/v1/videos/{id}", retrieve, methods=["GET"]),
         Route("/v1/videos/{id}", delete, methods=["DELETE"]),
         Route("/v1/videos/{id}/content", content, methods=["GET"]),
+        Route("/v1/videos/{id}/events", events, methods=["GET"]),
     ], lifespan=lifespan)
     app.add_middleware(_Guard, host=host, port=port, api_key=api_key)
     return app

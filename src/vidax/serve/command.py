@@ -67,10 +67,13 @@ def check_access(host: str, api_key: str | None, insecure_no_auth: bool) -> str 
 def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size: int, dtype: str,
         sizes: tuple, offload: Any, compile_cache: bool, verbose: bool, load: Callable[[Any], None],
         weight_dtype: str | None = None, transformer: str | None = None, matmul_precision: str = "highest",
-        api_key: str | None = None, insecure_no_auth: bool = False) -> None:
+        api_key: str | None = None, insecure_no_auth: bool = False, max_batch: int = 1, batch_window_ms: float = 0,
+        save_every: int = 5, preview_every: int = 0) -> None:
     """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs; ``weight_dtype`` /
     ``transformer`` / ``matmul_precision`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
-    SIGTERM, every request needing ``api_key`` when given (:func:`check_access`).
+    SIGTERM, every request needing ``api_key`` when given (:func:`check_access`);
+    ``max_batch`` / ``batch_window_ms`` / ``save_every`` / ``preview_every`` as
+    :class:`~vidax.serve.jobs.JobRunner`'s.
 
     Raises:
         VidaxError: a bad flag (naming it as data), checked before loading where it can be.
@@ -112,7 +115,8 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh, offload=offload,
                                weight_dtype=weight_dtype, transformer=transformer, matmul_precision=matmul_precision)
     load(pipe)
-    runner = JobRunner(pipe, model, store, queue_size)
+    runner = JobRunner(pipe, model, store, queue_size, max_batch=max_batch, batch_window_ms=batch_window_ms,
+                       save_every=save_every, preview_every=preview_every)
     bound = sock.getsockname()
     config = uvicorn.Config(create_app(runner, bound[0], bound[1], api_key), log_level="info" if verbose else "warning",
                             timeout_graceful_shutdown=5)
