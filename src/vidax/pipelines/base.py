@@ -46,7 +46,8 @@ from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
-from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
+from vidax.pipelines.sampling import (all_finite, classifier_free_guidance, nonfinite_advice, restore_denoising_state,
+                                     run_denoising_loop)
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.pipelines.weight_formats import transformer_source, with_weights
 from vidax.pipelines.step_cache import (CacheCarry, CacheReport, CacheSpec, StepCache, TaylorSeerCacheConfig,
@@ -103,6 +104,12 @@ class Call:
     ``prompt_parts`` / ``negative_parts``: the given ``prompt_embeds`` (and masks, pooled
     embeddings...) as float32 / integer numpy arrays in the order of the family's
     :attr:`VideoPipeline.prompt_embeds_args` (None: encode the texts).
+    ``on_state(done, latents, state)``: called after every denoising step (not with a step
+    cache) with the steps done and the loop's latents and scheduler state (device arrays the
+    next step donates: copy them now). ``resume``: ``(done, arrays)``, the leaves of
+    ``(latents, state)`` that ``on_state`` was given after step ``done`` (as numpy arrays): the
+    loop starts there (:func:`~vidax.pipelines.sampling.restore_denoising_state`), so the call
+    ends as the one that saved them would have.
     """
 
     prompts: list
@@ -132,6 +139,8 @@ class Call:
     return_dict: bool = True
     prompt_parts: tuple | None = None
     negative_parts: tuple | None = None
+    on_state: Callable[[int, Any, Any], None] | None = None
+    resume: tuple | None = None
 
     @property
     def batch(self) -> int:
@@ -1585,12 +1594,15 @@ class VideoPipeline:
         """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
         run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
         total = int(self.step_state(state).num_inference_steps)
+        plan = self.expert_plan(state)
+        done = 0
+        if call.resume is not None:
+            done, (x, state) = call.resume[0], restore_denoising_state(call.resume[1], (x, state))
         if self.mesh is None:
             # Committed to the device like a step's outputs, so every segment's inputs match and
             # experts of one architecture reuse one compiled step.
             x, state = jax.device_put((x, state), jax.local_devices()[0])
-        done = 0
-        for expert, count in segments(self.expert_plan(state)):
+        for expert, count in segments(plan[done:]):
             args, arg_axes = self.step_args(call, embeds, cond, state, expert)
             x, state = self._run_expert(expert, call, x, state, args, arg_axes, count, done, total, stats)
             done += count
@@ -1607,6 +1619,8 @@ class VideoPipeline:
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
+        on_state = None if call.on_state is None or cache is not None else (
+            lambda i, latents, st: call.on_state(done + i + 1, latents, st))
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
             shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
@@ -1618,7 +1632,7 @@ class VideoPipeline:
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
                                       cancel=call.cancel, cache=cache, on_step_end=step_end,
-                                      interrupt=lambda: self._interrupt)
+                                      interrupt=lambda: self._interrupt, on_state=on_state)
         return (x, state.sched) if cache is not None else (x, state)
 
     def _step_end_hook(self, call: Call, state: Any, done: int) -> Callable:

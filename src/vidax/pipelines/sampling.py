@@ -40,6 +40,7 @@ def run_denoising_loop(
     cache: Any = None,
     on_step_end: Callable[[int, Any], Any] | None = None,
     interrupt: Callable[[], bool] | None = None,
+    on_state: Callable[[int, Any, Any], None] | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -69,7 +70,8 @@ def run_denoising_loop(
     decision in the state before each step and ``cache.after_step`` records what ran.
 
     ``on_step_end(i, latents)`` (when given) runs after step ``i`` and before ``callback``; a
-    value it returns (not None) replaces the latents.
+    value it returns (not None) replaces the latents. ``on_state(i, latents, state)`` (when
+    given) runs after that, with the latents and state the next step starts from.
 
     ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
     step, after every chunk of blocks is dispatched; True stops the loop there.
@@ -121,6 +123,8 @@ def run_denoising_loop(
             if on_step_end is not None:
                 new = on_step_end(i, latents)
                 latents = latents if new is None else new
+            if on_state is not None:
+                on_state(i, latents, state)
             if callback is not None:
                 callback(i, num_inference_steps)
     finally:
@@ -128,6 +132,27 @@ def run_denoising_loop(
     if mesh is not None:
         latents = jax.tree.map(to_local, latents)
     return latents, state
+
+
+def restore_denoising_state(arrays: Any, like: Any) -> Any:
+    """The pytree ``like`` (the loop's fresh ``(latents, state)``) with its leaves replaced by
+    ``arrays``, the leaves of such a pytree saved after some step (numpy arrays, in
+    ``jax.tree.leaves`` order).
+
+    Raises:
+        InputError: ``arrays`` do not match ``like``'s leaves in number, shape or dtype (saved by
+            another call or another version).
+    """
+    leaves, treedef = jax.tree.flatten(like)
+    arrays = list(arrays)
+    if len(arrays) != len(leaves) or any(np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
+                                         for a, b in zip(arrays, leaves)):
+        got = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in arrays]
+        want = [(tuple(np.shape(b)), str(b.dtype)) for b in leaves]
+        raise InputError(f"the saved denoising state does not fit this call: its arrays are {got[:4]}"
+                         f"{'...' if len(got) > 4 else ''} ({len(got)}), the call's {want[:4]}"
+                         f"{'...' if len(want) > 4 else ''} ({len(want)})")
+    return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in arrays])
 
 
 def check_cancel(cancel: Callable[[], bool] | None, done: int, total: int) -> None:
