@@ -423,7 +423,7 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
         I2V.check_call(info, "a")
     with pytest.raises(InputError, match="takes no height=48"):
         I2V.check_call(info, "a", image=_image(0), height=48)
-    with pytest.raises(InputError, match="image must be one image"):
+    with pytest.raises(InputError, match="image is a list of 2; HunyuanVideo15ImageToVideoPipeline takes one image"):
         I2V.check_call(info, "a", image=[_image(0), _image(1)])
     with pytest.raises(InputError, match="image"):
         I2V.check_call(info, "a", image=np.zeros((8, 8, 3), np.float32))
