@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-tpu bench clean
+.PHONY: demo test lint format test-tpu bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,15 @@ TEST_WORKERS ?= 2
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# ruff's lint rules and formatter (pyproject.toml [tool.ruff]); `make format` applies both.
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.test
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # The TPU lane (tests/tpu), on a TPU VM: JAX's TPU build over the CPU one, then the lane in one
 # process (a TPU is held by one process at a time); its tiny checkpoints are built with torch.
