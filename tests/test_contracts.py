@@ -131,6 +131,8 @@ TINY = {
                                       enc_n_fft=10, enc_hop_length=4, enc_latent_dim=10),
 }
 
+pytestmark = pytest.mark.fast
+
 MODELED = [s for s in registry().components() if s.model is not None]
 
 
@@ -217,6 +219,7 @@ def test_every_diffusers_pipeline_class_vidax_implements_is_registered():
         assert spec.generates == issubclass(cls, VideoPipeline) and hasattr(cls, "for_task"), spec.class_name
 
 
+@pytest.mark.slow  # a CogVideoX transformer at its tiny config run stage by stage: left out of make test-fast
 def test_cogvideox_transformer_stages_equal_the_call():
     """``head(run_blocks(*embed(...)))`` is the model call (what block streaming relies on)."""
     from vidax.models.cogvideox.config import CogVideoXTransformerConfig
@@ -446,6 +449,34 @@ def test_families_import_only_older_families():
                         assert families.index(other) < i, (
                             f"{module} imports {other}, which is listed after {family} in FAMILIES")
     assert ("vidax.models.ltx2", "vidax.models.ltx") in seen  # the graph sees the lineage imports
+
+
+def _fast_family_marks() -> dict[str, list[str]]:
+    """family folder -> the test files that mark a test ``pytest.mark.fast(family=...)`` for it."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    marks = {}
+    for folder, _, names in os.walk(tests):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.fast":
+                    for kw in node.keywords:
+                        if kw.arg == "family" and isinstance(kw.value, ast.Constant):
+                            marks.setdefault(kw.value.value, []).append(os.path.relpath(path, tests))
+    return marks
+
+
+def test_every_family_has_a_fast_end_to_end_test():
+    """``make test-fast`` runs one tiny pipeline of every family end to end: each family folder in
+    ``FAMILIES`` has a test marked ``pytest.mark.fast(family="<folder>")`` (and no mark names a
+    folder that is not a family)."""
+    families = {m.rsplit(".", 1)[1] for m in FAMILIES if m.startswith("vidax.models.")}
+    marks = _fast_family_marks()
+    assert not families - set(marks), (f"families without a test marked pytest.mark.fast(family=...) for "
+                                       f"make test-fast: {sorted(families - set(marks))}")
+    assert set(marks) <= families, f"fast marks naming no family folder: {sorted(set(marks) - families)}"
 
 
 TRANSFORMERS = [s for s in MODELED if s.kind == "transformer"]

@@ -74,6 +74,7 @@ def text2world(cosmos):
     return _reference(ref, latents), _ours(pipe, latents)  # default negative prompt on both sides
 
 
+@pytest.mark.fast(family="cosmos")
 def test_text2world_matches_diffusers(text2world):
     want, got = text2world
     assert got.shape == want.shape == (1, F, H, W, 3)

@@ -113,6 +113,7 @@ def _run_both(t2v, height, width, seed, vidax_kw=None, **kw):
     return np.asarray(want), got
 
 
+@pytest.mark.fast(family="hunyuan_video15")
 def test_t2v_glyph_prompt_landscape_matches_diffusers(t2v):
     want, got = _run_both(t2v, 32, 48, 1, prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE)
     assert got.shape == want.shape == (1, 5, 32, 48, 3)
