@@ -178,6 +178,7 @@ BAD_FIELDS = [
 ]
 
 
+@pytest.mark.fast
 def test_bad_fields_get_400_naming_the_field(server):
     before = len(server.http.get("/v1/videos", params={"limit": 100}).json()["data"])
     for change, field, message in BAD_FIELDS:
@@ -220,6 +221,7 @@ def test_cancel_stops_a_running_job_between_steps(server):
                                                  "running": None}
 
 
+@pytest.mark.fast
 def test_unknown_id_is_404(server):
     for method, path in (("GET", "/v1/videos/video_nope"), ("GET", "/v1/videos/video_nope/content"),
                          ("DELETE", "/v1/videos/video_nope")):
@@ -425,6 +427,7 @@ def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, to
     runner.store.close()
 
 
+@pytest.mark.fast
 def test_bad_numbers_are_named_as_sent(toy_checkpoint, toy_registered, tmp_path):
     """A refused number is echoed as the client sent it (the JSON text: 1e39, not Python's 1e+39;
     2.50, not 2.5), after the field's name and what is valid, as ``vidax generate`` echoes the

@@ -111,7 +111,7 @@ def test_only_the_active_expert_is_on_the_device(a14b):
         before = _device_bytes()
         seen = []
 
-        def record(i, n):
+        def record(i, n, p=p):
             on_device = sum(_params_bytes(m) for m in (p.transformer, p.transformer_2)
                             if jax.tree.leaves(nnx.state(m))[0].sharding.memory_kind != "pinned_host")
             seen.append((p.experts.active, on_device, _device_bytes() - before))

@@ -117,6 +117,7 @@ def test_wan_transformer_configs(tmp_path_factory, config):
     _check(reference, ours, standard_normal((2, config["in_channels"], 2 * pt, 3 * ph, 2 * pw), 1), 3)
 
 
+@pytest.mark.fast
 def test_wan_qk_norm_no_op_is_refused():
     from vidax.errors import ConfigError
     from vidax.models.wan.config import WanTransformerConfig
@@ -542,6 +543,7 @@ def test_ltx2_transformer_configs(tmp_path_factory, config):
     (dict(use_prompt_embeddings=False, cross_attn_mod=True, cross_attention_dim=5),
      r"cross_attention_dim=5 .* prompt AdaLN table"),
 ], ids=["narrow", "odd-pairs", "odd-head", "prompt-adaln-width"])
+@pytest.mark.fast
 def test_ltx2_configs_the_reference_fails_are_refused(change, match):
     """Configs diffusers builds but cannot run (its RoPE tables are empty below a video width of
     6, its rotations need channel pairs, its prompt AdaLN table is D wide) are refused with the
@@ -675,6 +677,7 @@ def test_cosmos3_transformer_configs(tmp_path_factory, config):
     _check(reference, _jit(model, ours), tuple(x), 35, min_err=1e-2)
 
 
+@pytest.mark.fast
 def test_cosmos3_odd_head_dim_is_refused():
     """The reference builds an odd ``head_dim`` but its RoPE table (two copies of ceil(K / 2)
     angles) does not fit the heads: refused with the reason."""

@@ -54,6 +54,7 @@ def image():
     return smooth_image(40, 56)
 
 
+@pytest.mark.fast(family="hunyuan_video")
 def test_t2v_embedded_guidance_matches_diffusers(t2v):
     path, ref, pipe = t2v
     lat = _latents(32, 48)

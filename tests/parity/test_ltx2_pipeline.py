@@ -155,6 +155,7 @@ def _snr(got, want):
     return 10 * np.log10(np.sum(want ** 2) / np.sum((got - want) ** 2))
 
 
+@pytest.mark.fast(family="ltx2")
 def test_video_and_sound_match_diffusers(checkpoint, vidax_pipe):
     pipe, _ = checkpoint
     latents, audio_latents = _noise()

@@ -45,6 +45,7 @@ def _reference(pipe, latents, **call):
     return np.asarray(out, np.float32)
 
 
+@pytest.mark.fast(family="ltx")
 def test_t2v_matches_diffusers(ltx):
     path, ref = ltx
     latents = packed_noise(2, **SIZE)

@@ -313,8 +313,7 @@ def read_cogvideox_checkpoint(checkpoint: Checkpoint) -> CogVideoXInfo:
             a scheduler that is not a CogVideoX sampler, or channels that do not fit the VAE.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
     cfg = ckpt.typed_config("transformer", CogVideoXTransformerConfig)
     vae = ckpt.typed_config("vae", CogVideoXVAEConfig)
     latent = vae.latent_channels

@@ -292,8 +292,7 @@ def read_hunyuan_video_checkpoint(checkpoint: Checkpoint) -> HunyuanVideoInfo:
             (the message names the file, the key and what is valid).
     """
     ckpt, src = checkpoint, checkpoint.source
-    for name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler")
     tr = ckpt.typed_config("transformer", HunyuanVideoTransformerConfig)
     vae = ckpt.typed_config("vae", HunyuanVideoVAEConfig)
     file, c = ckpt.config_file("transformer"), vae.latent_channels

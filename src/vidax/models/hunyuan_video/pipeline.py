@@ -59,7 +59,7 @@ from vidax.encoders.clip import clip_preprocess, encode_clip_text
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, CheckpointError, InputError
-from vidax.io.image import to_rgb_image, vae_image_preprocess
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.options import OBJECT, CallOption
@@ -302,9 +302,7 @@ class HunyuanVideoPipeline(VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
-        if isinstance(call.image, (list, tuple)):
-            raise InputError(f"image is a list of {len(call.image)}; the HunyuanVideo pipelines take one image "
-                             "for the whole batch, as diffusers' HunyuanVideoImageToVideoPipeline")
+        one_image(call.image, "the HunyuanVideo pipelines take")
         if call.image is not None:
             for name, texts in (("prompt", call.prompts), ("negative_prompt", call.negatives)):
                 if any("<image>" in t for t in texts):

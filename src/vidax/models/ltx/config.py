@@ -432,8 +432,7 @@ def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
             scheduler other than FlowMatchEulerDiscreteScheduler, channels that do not fit the VAE.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
     cfg = ckpt.typed_config("transformer", LTXTransformerConfig)
     vae = ckpt.typed_config("vae", LTXVAEConfig)
     if cfg.in_channels != vae.latent_channels or cfg.out_dim != vae.latent_channels:

@@ -10,7 +10,7 @@ frames, mel_bins)``. Inside, channels last: a spectrogram is an image ``(B, fram
 The module tree mirrors the reference (``decoder.up.1.block.0.conv1.conv.weight`` is the NNX path
 ``decoder/up/1/block/0/conv1/conv/kernel``), so the checkpoint maps by the loader's default rule.
 The latent statistics ``latents_mean`` / ``latents_std`` (``(base_channels,)``, one per packed
-latent feature ``c * M_z + m``) are checkpoint buffers (:class:`~vidax.models.ltx.vae.Buffer`).
+latent feature ``c * M_z + m``) are checkpoint buffers (:class:`~vidax.nn.buffer.Buffer`).
 
 Decode: ``L`` latent frames give ``4 L - 3`` mel frames (causal), cropped / zero-padded to that
 length and to ``mel_bins``, as the reference. Precision: float32 or bfloat16 compute, norm
@@ -26,8 +26,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.models.ltx.vae import Buffer
 from vidax.models.ltx2.config import LTX2AudioVAEConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.layers import Conv, GroupNorm, rms_norm
 
 _F32 = jnp.float32

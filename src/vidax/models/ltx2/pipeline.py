@@ -153,9 +153,7 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
             than 1.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder",
-                 "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder", "scheduler")
     cfg = ckpt.typed_config("transformer", LTX2TransformerConfig)
     vae = ckpt.typed_config("vae", LTX2VideoVAEConfig)
     audio = ckpt.typed_config("audio_vae", LTX2AudioVAEConfig)

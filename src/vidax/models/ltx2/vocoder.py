@@ -13,7 +13,7 @@ The module trees mirror the reference (``resnets.4.acts1.2.act.alpha``,
 ``ConvTranspose1d`` weight ``(C_in, C_out, K)`` is laid out ``(K, C_out, C_in)`` by the rank rule
 and :class:`ConvTranspose1d` uses it so. The anti-aliasing filters (``upsample.filter``,
 ``downsample.filter``), the STFT bases and the mel filterbank are checkpoint buffers
-(:class:`~vidax.models.ltx.vae.Buffer`); the BWE's Hann resampler filter is not in the checkpoint
+(:class:`~vidax.nn.buffer.Buffer`); the BWE's Hann resampler filter is not in the checkpoint
 (``persistent=False``) and is computed here as the reference computes it.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.models.ltx.vae import Buffer
 from vidax.models.ltx2.config import LTX2VocoderConfig, LTX2VocoderWithBWEConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.layers import Conv
 
 _F32 = jnp.float32
