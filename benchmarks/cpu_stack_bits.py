@@ -74,7 +74,7 @@ def main() -> None:
     from flax import nnx
     from step_bench import fill_params
 
-    from vidax.nn.stack import as_stack_bits, from_stack_bits
+    from vidax.nn.kernels import as_stack_bits, from_stack_bits
     from vidax.weights.loader import DtypePolicy
 
     print(f"CPU: {cpu_model()}, {args.threads} threads; bf16, {args.layers} layers, {args.tokens} tokens, "

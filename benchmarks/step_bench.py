@@ -162,7 +162,7 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[
 
     from flax import nnx
 
-    from vidax.nn.stack import lay_out_kernel_stacks
+    from vidax.nn.kernels import lay_out_kernel_stacks
 
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
     graphdef, params = fill_params(lambda: make(dtype), DtypePolicy(dtype, fp32_params))
@@ -189,7 +189,7 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     import jax
     import jax.numpy as jnp
 
-    from vidax.nn.stack import as_stack_bits, from_stack_bits
+    from vidax.nn.kernels import as_stack_bits, from_stack_bits
     from vidax.stats import device_memory_bytes
 
     params = as_stack_bits(params, stacks)

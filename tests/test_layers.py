@@ -7,7 +7,8 @@ import pytest
 import torch
 from flax import nnx
 
-from vidax.nn.layers import Linear, xla_cpu_upcasts, matmul
+from vidax.nn.kernels import xla_cpu_upcasts
+from vidax.nn.layers import Linear, matmul
 
 BF16_EPS = 2.0**-8  # one bf16 ulp, relative
 
@@ -94,12 +95,13 @@ def _whole_stack_copies(compiled, layers):
 
 
 def test_stack_bits_pass_bf16_stacks_into_the_jit_without_a_copy():
-    """vidax.nn.stack.as_stack_bits: on CPU the bf16 stacks (and only those: not the other bf16
+    """vidax.nn.kernels.stacks.as_stack_bits: on CPU the bf16 stacks (and only those: not the other bf16
     leaves, not float32 or int8 stacks) become uint16 views sharing the arrays' buffers; a jitted
     scan that takes them through from_stack_bits compiles with no whole-stack copy, where the
     same scan taking the bf16 stack copies it (as uint16) on every call; the results are
     bit-identical."""
-    from vidax.nn.stack import StackBits, as_stack_bits, from_stack_bits, scan_layers, stacked
+    from vidax.nn.kernels import StackBits, as_stack_bits, from_stack_bits
+    from vidax.nn.stack import scan_layers, stacked
 
     class Model(nnx.Module):
         def __init__(self):
@@ -312,10 +314,10 @@ def _tiny_text_encoders():
 def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
     """The text encoders' encode functions pass their bf16 stacked layers (every leaf under the
     class's stacked_paths, and no other) into their jitted forward as StackBits views
-    (vidax.nn.stack.stack_bits_state: the jitted function given the bf16 state compiles anew);
+    (vidax.nn.kernels.stacks.stack_bits_state: the jitted function given the bf16 state compiles anew);
     the hidden states are bit for bit those of that function given the bf16 state (the form
     before)."""
-    from vidax.nn.stack import StackBits, stack_bits_state
+    from vidax.nn.kernels import StackBits, stack_bits_state
 
     case = _tiny_text_encoders()[kind]
     encoder = case.make()
