@@ -32,7 +32,7 @@ file straight into the kernel layout (:func:`vidax.nn.kernels.stacks.keeps_kerne
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +70,23 @@ def _xla_linear(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, dtype: 
     return y
 
 
+class Weight(Protocol):
+    """A Linear kernel in one weight format, as :func:`weight_of` reads it in the forward pass."""
+
+    #: The format as ``--weights`` and the run summary name it.
+    name: str
+
+    def operands(self) -> tuple:
+        """What the compute dtype is promoted with (arrays or dtypes), beside the input and bias."""
+
+    def values(self) -> jax.Array:
+        """The kernel ``(D_in, D_out)`` as values."""
+
+    def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
+               out_sharding: Any = None) -> jax.Array:
+        """``x (..., D_in) W + bias`` -> ``(..., D_out)`` in the compute ``dtype``."""
+
+
 class Dense:
     """A float kernel ``(D_in, D_out)``."""
 
@@ -79,7 +96,6 @@ class Dense:
         self.kernel = kernel
 
     def operands(self) -> tuple:
-        """What the compute dtype is promoted with, beside the input and the bias."""
         return (self.kernel,)
 
     def values(self) -> jax.Array:
@@ -89,30 +105,19 @@ class Dense:
                out_sharding: Any = None) -> jax.Array:
         if out_sharding is None and xla_cpu_upcasts(dtype):
             return cpu_linear(x, self.kernel, bias, dtype, precision)
-        return _xla_linear(x, self.kernel, bias, dtype, precision, out_sharding)
+        return _xla_linear(x, self.values(), bias, dtype, precision, out_sharding)
 
 
-class InPlace:
-    """Layer ``i`` of a bf16 kernel stack, read in the stack by the CPU matmul (a
+class InPlace(Dense):
+    """Layer ``i`` of a bf16 kernel stack, read in the stack by the CPU matmul (``kernel`` a
     :class:`~vidax.nn.kernels.stacks.StackedKernel`); sliced out of it where that matmul does not
     run (another dtype, an ``out_sharding``)."""
-
-    name = "dense"
-
-    def __init__(self, kernel: StackedKernel):
-        self.kernel = kernel
 
     def operands(self) -> tuple:
         return (self.kernel.dtype,)
 
     def values(self) -> jax.Array:
         return self.kernel.layer()
-
-    def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
-               out_sharding: Any = None) -> jax.Array:
-        if out_sharding is None and xla_cpu_upcasts(dtype):
-            return cpu_linear(x, self.kernel, bias, dtype, precision)
-        return _xla_linear(x, self.kernel.layer(), bias, dtype, precision, out_sharding)
 
 
 class Quantized:
@@ -127,7 +132,7 @@ class Quantized:
         return ()
 
     def values(self) -> jax.Array:
-        """The kernel times its scales, in float32."""
+        """The kernel times its scales, in float32 (not the compute dtype)."""
         return self.kernel.astype(_F32) * self.scale.astype(_F32)[..., None, :]
 
     def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
@@ -136,7 +141,7 @@ class Quantized:
         return (y if bias is None else y + bias.astype(_F32)).astype(dtype)
 
 
-class GGUFBlocks:
+class GGUFBlocks(Dense):
     """A GGUF file's blocks ``(D_in // block * size, D_out)`` uint8 of type ``kind`` (a tuple of
     types with their per-layer ``index`` for a stack mixing them), dequantized to ``dtype`` (the
     Linear's ``param_dtype``) in the forward pass (:mod:`vidax.nn.gguf`)."""
@@ -144,13 +149,7 @@ class GGUFBlocks:
     name = "GGUF"
 
     def __init__(self, blocks: jax.Array, kind: Any, dtype: Any, index: jax.Array | None = None):
-        self.kernel = dequantize_kernel(blocks, kind, dtype, index)
-
-    def operands(self) -> tuple:
-        return (self.kernel,)
-
-    def values(self) -> jax.Array:
-        return self.kernel
+        super().__init__(dequantize_kernel(blocks, kind, dtype, index))
 
     def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
                out_sharding: Any = None) -> jax.Array:
@@ -163,9 +162,6 @@ class GGUFBlocks:
         if bias is not None:
             y = y + bias.astype(acc)
         return y.astype(dtype)
-
-
-Weight = Dense | InPlace | Quantized | GGUFBlocks
 
 
 def weight_of(linear: KernelOwner) -> Weight:
