@@ -206,16 +206,13 @@ class Linear(nnx.Linear, KernelOwner):
     int8 / fp8 with ``kernel_scale``, GGUF blocks with ``kernel_gguf``, a layer of a stack read
     in place); the call is the format's matmul, whose arithmetic that module states (bf16 / fp16
     on CPU: ``x W`` summed in float32, the bias added in float32, the sum rounded once, as
-    torch's CPU bf16 linear; elsewhere ``nnx.Linear``'s). The four slots below are the formats'
-    and are None / False for a dense kernel.
+    torch's CPU bf16 linear; elsewhere ``nnx.Linear``'s). The formats' slots are
+    :class:`~vidax.nn.kernels.formats.KernelOwner`'s.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.kernel_scale = nnx.data(None)
-        self.kernel_transposed = False
-        self.kernel_gguf = None
-        self.kernel_gguf_index = nnx.data(None)
+        self.init_kernel_slots()
 
     def dense_kernel(self) -> jax.Array:
         """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32; a

@@ -50,11 +50,20 @@ _F32 = jnp.float32
 
 class KernelOwner:
     """What a module whose ``kernel`` takes the formats of this module derives from
-    (:class:`vidax.nn.layers.Linear`): its slots ``kernel_scale`` (a parameter: 8-bit scales),
-    ``kernel_gguf`` (static: GGUF type(s)), ``kernel_gguf_index`` (a parameter: a mixed GGUF
-    stack's per-layer type) and ``kernel_transposed`` (static: a stack in the kernel layout),
-    each None / False in a dense kernel. The stack views and the quantizers find such modules by
-    this class."""
+    (:class:`vidax.nn.layers.Linear`); the stack views and the loader find such modules by this
+    class. Its slots (:meth:`init_kernel_slots`) are ``kernel_scale`` (a parameter: 8-bit
+    scales), ``kernel_gguf`` (static: GGUF type(s)), ``kernel_gguf_index`` (a parameter: a mixed
+    GGUF stack's per-layer type) and ``kernel_transposed`` (static: a stack in the kernel
+    layout)."""
+
+    def init_kernel_slots(self) -> None:
+        """Give the module a dense kernel's slots: None / False each (the loaders and
+        :func:`vidax.nn.quant.quantize_structure`, :func:`vidax.nn.gguf.keep_gguf` and
+        :func:`vidax.nn.kernels.stacks.lay_out_kernel_stacks` set them for the other formats)."""
+        self.kernel_scale = nnx.data(None)
+        self.kernel_transposed = False
+        self.kernel_gguf = None
+        self.kernel_gguf_index = nnx.data(None)
 
 
 def _xla_linear(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any,
