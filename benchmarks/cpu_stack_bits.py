@@ -2,8 +2,8 @@
 
 Text encoders: their stacked layers passed into the jitted forward as bf16
 (the whole-stack uint16 copy XLA:CPU makes in ``scan_layers``) or as uint16 views
-(:func:`vidax.nn.stack.as_stack_bits` of the encoder's ``stacked_paths``, bitcast back by
-:func:`vidax.nn.stack.from_stack_bits`: no copy).
+(:func:`vidax.nn.kernels.stacks.as_stack_bits` of the encoder's ``stacked_paths``, bitcast back by
+:func:`vidax.nn.kernels.stacks.from_stack_bits`: no copy).
 
 Each encoder (random weights: ``step_bench.fill_params``; real widths, ``--layers`` layers) is
 compiled once per form through the same jitted ``(params, ids, mask) -> hidden``; printed per

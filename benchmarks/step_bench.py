@@ -185,7 +185,7 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     :func:`time_steps` and return the vidax side's result dict (with the device's peak memory:
     the allocator's ``peak_bytes_in_use`` on GPU / TPU, live arrays on CPU). ``stacks``: the
     model's ``block_stacks``, passed in as the pipeline passes them
-    (:func:`vidax.nn.stack.as_stack_bits`: uint16 views of bf16 stacks on CPU)."""
+    (:func:`vidax.nn.kernels.stacks.as_stack_bits`: uint16 views of bf16 stacks on CPU)."""
     import jax
     import jax.numpy as jnp
 
