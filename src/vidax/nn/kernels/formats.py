@@ -1,10 +1,11 @@
 """The weight formats of a :class:`vidax.nn.layers.Linear` kernel, one type each, behind one call.
 
 A Linear asks :func:`weight_of` for its kernel as a typed weight and calls
-``weight.matmul(x, bias, dtype, precision, out_sharding)``; nothing else in vidax needs to know
-which format a kernel has. Each type says what it stores in the Linear (the slots named
-below), how the compute dtype is found (:meth:`operands`), its values (:meth:`values`) and its
-matmul:
+``weight.matmul(x, bias, dtype, precision, out_sharding)`` (the :class:`Weight` protocol); the
+models, encoders and pipelines never ask which format a kernel has (the loaders and the LoRA
+merges, which write the formats' slots, do). Each type says what it stores in the Linear (the
+slots named below), how the compute dtype is found (``operands``), its values (``values``) and
+its matmul:
 
 * :class:`Dense`: a float kernel ``(D_in, D_out)``. Where
   :func:`~vidax.nn.kernels.cpu.xla_cpu_upcasts` (bf16 / fp16 on CPU) ``x W`` is summed in
