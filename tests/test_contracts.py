@@ -520,3 +520,51 @@ def test_transformer_config_refuses_a_bad_width_by_name(spec):
         with pytest.raises(ConfigError, match=rf"^t\.json: num_attention_heads={bad!r} is not valid for "
                                               rf"{cls.__name__}; expected a positive int\.$"):
             cls.from_config_dict({**TINY[spec.class_name], "num_attention_heads": bad}, source="t.json")
+
+
+#: The weight-format and CPU-kernel seam (issue 39): the only vidax packages that may import
+#: ``vidax.cpu`` or name its kernel.
+KERNEL_SEAM = ("vidax.nn.kernels", "vidax.cpu")
+#: Files that may name the kernel in string literals only (user-facing help text).
+KERNEL_NAMED_IN_HELP = ("vidax.cli",)
+
+
+def _kernel_seam_breaches(module: str, source: str) -> list[str]:
+    """What in ``source`` (the file of vidax module ``module``) reaches past the seam: each import
+    of ``vidax.cpu``, and each line naming oneDNN (outside string literals for
+    :data:`KERNEL_NAMED_IN_HELP`)."""
+    import io
+    import tokenize
+
+    bad = sorted({f"imports {m}" for m in _imported_modules(ast.parse(source)) if m == "vidax.cpu"
+                  or m.startswith("vidax.cpu.")})
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        hit = re.search("onednn|vidax\\.cpu", tok.string, re.I)
+        if hit and not (module in KERNEL_NAMED_IN_HELP and tok.type == tokenize.STRING):
+            line = tok.string[:hit.end()].splitlines()[-1].strip()
+            bad.append(f"line {tok.start[0] + tok.string[:hit.start()].count(chr(10))}: {line[-70:]!r}")
+    return bad
+
+
+def test_cpu_kernels_and_weight_formats_are_reached_through_one_seam():
+    """No vidax module outside ``vidax.nn.kernels`` and ``vidax.cpu`` imports ``vidax.cpu`` or
+    names oneDNN (in code, comments or docstrings; ``cli.py``'s help text may): the CPU kernels
+    and the weight formats are used through the seam only, so a change to them touches no
+    layer, encoder, loader or pipeline (issue 39)."""
+    root = os.path.dirname(importlib.util.find_spec("vidax").origin)
+    breaches, seen = {}, set()
+    for folder, _, names in os.walk(root):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            module = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".").removesuffix(".__init__")
+            with open(path) as f:
+                found = _kernel_seam_breaches(module, f.read())
+            if any(module == s or module.startswith(s + ".") for s in KERNEL_SEAM):
+                seen.update([module] if found else [])
+            elif found:
+                breaches[module] = found
+    assert "vidax.nn.kernels.cpu" in seen  # the scan sees the seam's own imports
+    assert _kernel_seam_breaches("vidax.nn.layers", "from vidax.cpu import onednn\n")
+    assert _kernel_seam_breaches("vidax.cli", "x = 1  # oneDNN\n") and not _kernel_seam_breaches(
+        "vidax.cli", "help = 'the oneDNN build'\n")
+    assert not breaches, f"outside vidax.nn.kernels: {breaches}"

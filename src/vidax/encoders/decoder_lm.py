@@ -83,7 +83,8 @@ from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import TextRope, apply_rope, rope_inv_freq
-from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
+from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -650,7 +651,7 @@ class DecoderLM(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("layers",)
 
     def __init__(self, config: DecoderLMConfig, *, dtype: Any = _F32, param_dtype: Any = None,

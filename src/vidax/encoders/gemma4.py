@@ -56,7 +56,7 @@ from vidax.encoders.decoder_lm import (_META, DecoderLM, DecoderLMConfig, Decode
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.layers import Linear, RMSNorm
-from vidax.nn.layers import xla_cpu_upcasts
+from vidax.nn.kernels import xla_cpu_upcasts
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import column_parallel, row_parallel
@@ -423,7 +423,7 @@ class Gemma4TextEncoder(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
 
     def __init__(self, config: Gemma4TextConfig, *, dtype: Any = _F32, param_dtype: Any = None,

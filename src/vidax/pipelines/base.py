@@ -37,9 +37,7 @@ from vidax.errors import (Arg, ArgValue, Cancelled, Message, joined, ConfigError
 from vidax.nn.inputs import parse_dtype
 from vidax.nn.precision import describe_matmul_precision, parse_matmul_precision
 from vidax.nn.precision import matmul_precision as precision_context
-from vidax.nn.layers import quantized_weight_formats
-from vidax.cpu.onednn import describe as describe_cpu_matmul
-from vidax.nn.stack import as_stack_bits, from_stack_bits
+from vidax.nn.kernels import as_stack_bits, check_matmul_setting, describe_matmul, from_stack_bits
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.checkpoint import TASK_NAMES
@@ -1347,9 +1345,8 @@ class VideoPipeline:
         Raises:
             CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
             SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
-                is not ``auto``, ``onednn`` or ``xla``.
+                is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`).
         """
-        from vidax.cpu.onednn import mode as cpu_matmul_mode
         from vidax.parallel.distributed import check_backend
         from vidax.parallel.mesh import resolve_mesh
 
@@ -1363,7 +1360,7 @@ class VideoPipeline:
                               f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
         dtype = parse_dtype(dtype)
         check_backend()
-        cpu_matmul_mode()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
+        check_matmul_setting()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
         mesh = resolve_mesh(mesh, heads=[h for _, h in cls.attention_heads(info)])
         cls.check_checkpoint(info, mesh)
         offload = resolve_offload(offload)
@@ -1614,7 +1611,7 @@ class VideoPipeline:
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
         if stats.cpu_matmul is None:
-            stats.cpu_matmul = describe_cpu_matmul(self.dtype, quantized_weight_formats(module))
+            stats.cpu_matmul = describe_matmul(module, self.dtype)
         cache = self._step_cache(call, expert, total, stats)
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
