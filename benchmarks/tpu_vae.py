@@ -68,7 +68,7 @@ def main() -> None:
     if args.tiling:
         vae.enable_tiled_decode()
     pipe = cls(info, {"vae": vae, "scheduler": cls.load_component(info, "scheduler")}, dtype=jnp.bfloat16)
-    call = dict(preset.tiny_call if args.tiny else {}, num_inference_steps=1)
+    call = dict(preset.tiny_call if args.tiny else {}, num_inference_steps=2)  # LTX-2 refuses one step
     call.pop("max_sequence_length", None)
     call.update({k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.frames))
                  if v is not None})
