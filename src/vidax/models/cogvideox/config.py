@@ -8,13 +8,11 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
+from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.checkpoint import TASK_NAMES
 
-#: ``activation_fn`` of the feed-forward network -> tanh approximation of GELU or not.
-FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
 #: ``timestep_activation_fn`` values vidax implements (diffusers ``get_activation`` names).
 TIMESTEP_ACTIVATIONS = ("silu", "swish", "gelu", "relu", "mish")
 
@@ -47,7 +45,7 @@ class CogVideoXTransformerConfig(TransformerConfig):
         temporal_compression_ratio: the VAE's frame compression, used with ``sample_frames``.
         max_text_seq_length: text tokens the position table reserves (L_txt must equal it when
             a position table is added).
-        activation_fn: feed-forward activation, ``"gelu-approximate"`` or ``"gelu"``.
+        activation_fn: feed-forward activation, one of :data:`vidax.config.FFN_ACTIVATIONS`.
         timestep_activation_fn: activation inside the timestep MLPs.
         norm_elementwise_affine: LayerNorms carry weight and bias.
         norm_eps: epsilon of the block, final and output LayerNorms.

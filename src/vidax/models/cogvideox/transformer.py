@@ -54,7 +54,7 @@ from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
 from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
-from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
+from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.nn.layers import (
     FeedForward, LayerNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
 )
@@ -375,7 +375,7 @@ class CogVideoXBlock(nnx.Module):
             attention, dtype, param_dtype, rngs, mesh,
         )
         self.norm2 = AdaLayerNorm(cfg.time_embed_dim, d, 6, **ada)
-        self.ff = FeedForward(d, 4 * d, d, FFN_ACTIVATIONS[cfg.activation_fn], dtype, param_dtype, rngs)
+        self.ff = FeedForward(d, 4 * d, d, cfg.activation_fn, dtype, param_dtype, rngs)
 
     def __call__(self, x, temb, rope, is_text, valid_length=None):
         """One block over the joint sequence.

@@ -445,7 +445,6 @@ class LTX2LatentUpsamplerConfig(LTXLatentUpsamplerConfig):
 # Transformer and text connectors (their own file: vidax.models.ltx2.config_transformer)
 
 from vidax.models.ltx2.config_transformer import (  # noqa: E402,F401 (re-exported: the registry reads config.py)
-    LTX2_FFN_ACTIVATIONS,
     LTX2_ROPE_TYPES,
     LTX2ConnectorsConfig,
     LTX2TransformerConfig,
