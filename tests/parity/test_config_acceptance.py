@@ -131,15 +131,15 @@ def test_wan_qk_norm_no_op_is_refused():
 
 def vocoder_configs(n: int) -> list[dict]:
     """LTX-2 vocoder configs: 1-3 upsamplers with any kernel (>= the stride) and stride, a hidden
-    width that halves (rounding down) to at least 1, 1-2 resnet kernels (odd: vidax refuses even
-    ones, which torch's padding='same' pads asymmetrically) with 1-2 dilations each, leaky ReLU or
-    snake / snake-beta activations."""
+    width that halves (rounding down) to at least 1, 1-2 resnet kernels (odd or even: torch's
+    padding='same' pads an even one's odd total one more on the right) with 1-2 dilations each,
+    leaky ReLU or snake / snake-beta activations."""
 
     def one(rng, i):
         ups = int(rng.integers(1, 4))
         factors = [int(f) for f in rng.integers(1, 4, ups)]
         kernels = [f + int(rng.integers(0, 4)) for f in factors]
-        resnets = [int(k) for k in rng.choice([1, 3, 5], int(rng.integers(1, 3)), replace=False)]
+        resnets = [int(k) for k in rng.choice([1, 2, 3, 4, 5], int(rng.integers(1, 3)), replace=False)]
         act = ["leaky_relu", "snake", "snakebeta"][int(rng.integers(3))]
         mel, channels = int(rng.integers(3, 9)), int(rng.integers(1, 3))
         return dict(

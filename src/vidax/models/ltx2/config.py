@@ -136,9 +136,6 @@ def _check_generator(cfg: Any, source: str, prefix: str) -> None:
             or not all(isinstance(d, tuple) and d and all(map(is_positive_int, d)) for d in dil)):
         cfg.invalid(source, prefix + "resnet_dilations", dil,
                     f"expected one non-empty list of positive ints per {prefix}resnet_kernel_sizes entry")
-    if any(k % 2 == 0 for k in get("resnet_kernel_sizes")):
-        cfg.invalid(source, prefix + "resnet_kernel_sizes", get("resnet_kernel_sizes"),
-                    "expected odd kernel sizes (torch's padding='same' pads even ones asymmetrically; not implemented)")
     if get("hidden_channels") < 2 ** len(get("upsample_factors")):  # the reference's last convolutions get 0 channels
         cfg.invalid(source, prefix + "hidden_channels", get("hidden_channels"),
                     f"expected at least 2 ** {len(get('upsample_factors'))} (each upsampler halves it, rounding down)")
