@@ -206,6 +206,9 @@ class CogVideoXVAEConfig(ConfigBase):
             :class:`CogVideoXTiling`).
         scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
             pipelines divide by it before :meth:`CogVideoXVAE.decode`.
+        use_quant_conv, use_post_quant_conv: a 1x1x1 convolution on the encoder's output / on
+            the latents before the decoder; the reference sizes both by ``out_channels``, so they
+            need ``out_channels == latent_channels``.
         invert_scale_latents: CogVideoX 1.5 image-to-video divides the encoded image latents by
             ``scaling_factor`` instead of multiplying (read by the pipeline, not the VAE).
         shift_factor, latents_mean, latents_std: carried as read; neither this VAE nor the
@@ -216,8 +219,6 @@ class CogVideoXVAEConfig(ConfigBase):
     IGNORED: ClassVar[frozenset[str]] = frozenset({"force_upcast"})
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "act_fn": ("silu", "swish"),
-        "use_quant_conv": (False,),
-        "use_post_quant_conv": (False,),
     }
 
     in_channels: int = 3
@@ -237,6 +238,8 @@ class CogVideoXVAEConfig(ConfigBase):
     latents_mean: tuple[float, ...] | None = None
     latents_std: tuple[float, ...] | None = None
     invert_scale_latents: bool = False
+    use_quant_conv: bool = False
+    use_post_quant_conv: bool = False
 
     @property
     def spatial_compression(self) -> int:
@@ -274,6 +277,14 @@ class CogVideoXVAEConfig(ConfigBase):
             )
         if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
             raise ConfigError(f"{source}: norm_eps={self.norm_eps!r} must be a positive number")
+        for key in ("use_quant_conv", "use_post_quant_conv"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{source}: {key}={getattr(self, key)!r} must be true or false")
+            if getattr(self, key) and self.out_channels != self.latent_channels:
+                raise ConfigError(
+                    f"{source}: {key}=true needs out_channels == latent_channels (here {self.out_channels} and "
+                    f"{self.latent_channels}): the reference sizes that 1x1x1 convolution by out_channels and "
+                    "applies it to the latents")
         if not isinstance(self.scaling_factor, (int, float)) or self.scaling_factor <= 0:
             raise ConfigError(
                 f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number"

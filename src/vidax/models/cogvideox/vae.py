@@ -53,9 +53,7 @@ are float32.
 The settings are :class:`~vidax.models.cogvideox.config.CogVideoXVAEConfig`; the loader is
 :func:`vidax.weights.component.load_component`.
 
-Not implemented (refused by :class:`CogVideoXVAEConfig`): ``use_quant_conv`` /
-``use_post_quant_conv`` (the reference sizes those convs by the video channels, so they only run
-when ``latent_channels == out_channels``; no released checkpoint has them), ``act_fn`` other than
+Not implemented (refused by :class:`CogVideoXVAEConfig`): ``act_fn`` other than
 SiLU, block types other than ``CogVideoXDownBlock3D`` / ``CogVideoXUpBlock3D``. The reference's
 ``CogVideoXSafeConv3d`` splits very large convolutions along time with a halo of ``k - 1`` frames;
 that is a memory device with the same result, and is not reproduced.
@@ -600,6 +598,10 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         self.dtype = dtype
         self.encoder = CogVideoXEncoder3D(config, **kw)
         self.decoder = CogVideoXDecoder3D(config, **kw)
+        z2 = 2 * config.latent_channels
+        self.quant_conv = Conv(z2, z2, (1, 1, 1), **kw) if config.use_quant_conv else None
+        zc = config.latent_channels
+        self.post_quant_conv = Conv(zc, zc, (1, 1, 1), **kw) if config.use_post_quant_conv else None
         self._tiling_settings = TilingSettings(CogVideoXTiling.from_config(config))
 
     def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
@@ -645,12 +647,17 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         """
         feat = _ConvCache(cache)
         h = self.encoder(x.astype(self.dtype), feat)
+        if self.quant_conv is not None:
+            h = self.quant_conv(h)
         return h.astype(_F32), tuple(feat.out)
 
     def decode_chunk(self, z: jax.Array, cache: tuple | None):
         """``z (B, T', h, w, C_z)`` -> ``(frames (B, T, 8 h, 8 w, C_out) float32, new cache)``."""
         feat = _ConvCache(cache)
-        out = self.decoder(z.astype(self.dtype), feat)
+        z = z.astype(self.dtype)
+        if self.post_quant_conv is not None:
+            z = self.post_quant_conv(z)
+        out = self.decoder(z, feat)
         return out.astype(_F32), tuple(feat.out)
 
     # -- whole clips ------------------------------------------------------------------------------
