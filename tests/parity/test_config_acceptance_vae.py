@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from tests.parity.helpers import channels_first, channels_last, standard_normal
-from tests.parity.test_config_acceptance import _check, _draw, _drop, _ids, _save
+from tests.parity.test_config_acceptance import _check, _draw, _drop, _ids, _jit, _save
 from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
@@ -332,3 +332,44 @@ def test_ltx2_audio_vae_configs(tmp_path_factory, i, config):
 
         _check(reference, lambda mel: np.asarray(vae.encode(mel)),
                standard_normal((1, config["in_channels"], 4 * f + 1, config["mel_bins"]), 53), 54)
+
+
+# ------------------------------------------------------------------------- latent upsamplers
+
+
+def upsampler_configs(n: int) -> list[dict]:
+    """LTX-Video / LTX-2 latent upsampler configs (cycled): any latent channels, a middle width
+    of 32 or 96 (its GroupNorm has 32 groups), 1-2 resnets per stage, 2-D or 3-D convolutions,
+    LTX-Video's spatial / temporal / both up-sampling, LTX-2's rational spatial scale (0.75, 1.5,
+    2, 4) or its plain 2x."""
+
+    def one(rng, i):
+        config = dict(in_channels=int(rng.integers(1, 9)), mid_channels=int(rng.choice([32, 96])),
+                      num_blocks_per_stage=int(rng.integers(1, 3)), dims=int(rng.choice([2, 3])))
+        if i % 2 == 0:
+            up = [(True, False), (False, True), (True, True)][int(rng.integers(3))]
+            config.update(_cls="LTXLatentUpsamplerModel", dims=3 if up[1] else config["dims"],
+                          spatial_upsample=up[0], temporal_upsample=up[1])
+        else:
+            config.update(_cls="LTX2LatentUpsamplerModel", rational_spatial_scale=float(rng.choice([0.75, 1.5, 2.0, 4.0])),
+                          use_rational_resampler=bool(rng.integers(2)))
+        return config
+
+    return _draw(SEED + 7, n, one)
+
+
+@pytest.mark.parametrize("config", upsampler_configs(4), ids=_ids)
+def test_latent_upsampler_configs(tmp_path_factory, config):
+    from diffusers.pipelines.ltx.modeling_latent_upsampler import LTXLatentUpsamplerModel
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+    config = dict(config)
+    cls = config.pop("_cls")
+    ref = {"LTXLatentUpsamplerModel": LTXLatentUpsamplerModel, "LTX2LatentUpsamplerModel": LTX2LatentUpsamplerModel}[cls](**config)
+    model = load_component(cls, _save(tmp_path_factory, ref, 55, "upsampler_config"))
+
+    def reference(x):
+        with torch.no_grad():
+            return channels_last(ref(torch.from_numpy(channels_first(x))))
+
+    _check(reference, _jit(model, lambda m, x: m(x)), standard_normal((1, 3, 4, 6, config["in_channels"]), 56), 57)
