@@ -56,10 +56,6 @@ REFUSED: tuple[Refused, ...] = (
             "diffusers 0.42.1 raises for any value: the pipeline always passes its own sigmas with it and "
             "retrieve_timesteps allows only one of timesteps and sigmas",
             "num_inference_steps= (the LTX-2 pipelines also sigmas=)"),
-    *(Refused(k, ("LTX2Pipeline", "LTX2ImageToVideoPipeline", "LTX2ConditionPipeline"),
-              "vidax's LTX-2 pipelines run Gemma, the text connectors and (LTX-2.5) the duration head on the prompt "
-              "text in one pass; a precomputed Gemma encoding is not implemented", "prompt= / negative_prompt=")
-      for k in ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")),
     Refused("prompt_template", ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline"),
             "vidax's HunyuanVideo pipelines use diffusers' default template of their class (text-to-video's, "
             "image-to-video's with the image tokens); another template per call is not implemented"),
