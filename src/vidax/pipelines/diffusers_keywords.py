@@ -56,9 +56,6 @@ REFUSED: tuple[Refused, ...] = (
             "diffusers 0.42.1 raises for any value: the pipeline always passes its own sigmas with it and "
             "retrieve_timesteps allows only one of timesteps and sigmas",
             "num_inference_steps= (the LTX-2 pipelines also sigmas=)"),
-    Refused("prompt_template", ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline"),
-            "vidax's HunyuanVideo pipelines use diffusers' default template of their class (text-to-video's, "
-            "image-to-video's with the image tokens); another template per call is not implemented"),
     Refused("action_latents", ("Cosmos3OmniPipeline",),
             "denoising Cosmos 3's action stream (robot actions next to the video) is not implemented in vidax"),
 )
@@ -70,6 +67,10 @@ REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
      "write the enhanced prompt yourself"),
     ("image", "a float array (and float video frames)",
      FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
+    ("prompt_template", "a dict without 'crop_start', or whose 'template' has no '{}'",
+     "without crop_start diffusers measures the template padded to the tokenizer's model_max_length, which crops the "
+     "prompt away where the tokenizer has one (give the template's token count before the prompt); without '{}' it "
+     "encodes the template alone, ignoring the prompt"),
     ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
     ("output_type", "'pt'", "a torch tensor: vidax runs without torch; 'np' gives the same values as a numpy array "
      "(torch.from_numpy(out.frames) makes the tensor)"),
