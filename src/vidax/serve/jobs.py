@@ -27,7 +27,7 @@ import uuid
 from typing import Any, Mapping
 
 from vidax.errors import Arg, Cancelled, InputError, VidaxError
-from vidax.serve.fields import Fields, RequestError
+from vidax.serve.fields import Fields, RequestError, Upload
 
 logger = logging.getLogger("vidax.serve")
 
@@ -289,6 +289,9 @@ class JobRunner:
                     raise RequestError(400, f"input_reference is given but {self.model} does not do "
                                        f"image-to-video (it does {', '.join(self.info.tasks)})", "input_reference")
                 kw["image"] = load_image(image_path)
+            for key, value in kw.items():  # the pipeline's other image keywords, uploaded as files
+                if isinstance(value, Upload):
+                    kw[key] = load_image(value.path, key)
             call = self.cls.check_call(self.info, progress=False, cancel=pending.cancel,
                                        callback=lambda i, n: self._stepped(pending, i + 1, n), **kw)
         except InputError as e:
