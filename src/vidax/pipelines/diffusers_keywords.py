@@ -57,7 +57,8 @@ REFUSED: tuple[Refused, ...] = (
             "retrieve_timesteps allows only one of timesteps and sigmas",
             "num_inference_steps= (the LTX-2 pipelines also sigmas=)"),
     Refused("action_latents", ("Cosmos3OmniPipeline",),
-            "denoising Cosmos 3's action stream (robot actions next to the video) is not implemented in vidax"),
+            "diffusers 0.42.1 reads them only in an action-conditioned run (action=, not implemented in vidax): "
+            "without action= its transformer fails on them (no embodiment domain ids for the action head)"),
 )
 
 #: Values of taken keywords vidax refuses: (keyword, value in words, reason).
