@@ -29,6 +29,9 @@ from vidax.errors import ConfigError
 #: erf gelu of the second), ``geglu-approximate`` (``ApproximateGELU``: y * sigmoid(1.702 y)),
 #: ``swiglu`` (``SwiGLU``: as GEGLU with silu), ``linear-silu`` (``LinearActivation``: silu(proj x)).
 FFN_ACTIVATIONS = ("gelu", "gelu-approximate", "geglu", "geglu-approximate", "swiglu", "linear-silu")
+#: diffusers ``get_activation``'s names (its ``ACT2CLS``, matched lower-cased): the resnets' and
+#: timestep MLPs' ``act_fn`` values.
+ACTIVATIONS = ("swish", "silu", "mish", "gelu", "relu")
 
 
 @dataclasses.dataclass(frozen=True)

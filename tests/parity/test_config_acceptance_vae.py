@@ -121,7 +121,7 @@ def test_wan_vae_configs(tmp_path_factory, i, config):
 def cogvideox_vae_configs(n: int) -> list[dict]:
     """CogVideoX VAE configs: 2-3 blocks of widths that are multiples of 1-3 norm groups, 1-2
     resnets, time compressed 2 or 4 (at most once per down-sampling block), any latent and video
-    channels and norm eps, the 1x1x1 quant convolutions or not (the reference sizes them by
+    channels and norm eps, any resnet activation, the 1x1x1 quant convolutions or not (the reference sizes them by
     ``out_channels``: drawn equal to ``latent_channels`` with them)."""
 
     def one(rng, i):
@@ -132,7 +132,8 @@ def cogvideox_vae_configs(n: int) -> list[dict]:
             latent_channels=int(rng.integers(2, 6)), layers_per_block=int(rng.integers(1, 3)), norm_num_groups=groups,
             temporal_compression_ratio=int(rng.choice([2, 4][:blocks - 1])), in_channels=int(rng.integers(1, 5)),
             out_channels=int(rng.integers(1, 5)), norm_eps=float(rng.choice([1e-6, 1e-3])),
-            use_quant_conv=bool(rng.integers(2)), use_post_quant_conv=bool(rng.integers(2))), ("norm_eps",))
+            use_quant_conv=bool(rng.integers(2)), use_post_quant_conv=bool(rng.integers(2)),
+            act_fn=["mish", "gelu", "relu", "silu"][i % 4]), ("norm_eps",))
         if config["use_quant_conv"] or config["use_post_quant_conv"]:
             config["out_channels"] = config["latent_channels"]
         return config
@@ -197,7 +198,7 @@ def test_ltx_vae_configs(tmp_path_factory, i, config):
 def hunyuan_vae_configs(n: int) -> list[dict]:
     """HunyuanVideo VAE configs: 3-4 levels of widths that are multiples of 1-3 norm groups, 1-2
     resnets, space halved at every level but the last, time at two of them (the reference takes
-    no other temporal ratio than 4), the mid blocks' attention or not, any latent and video channels."""
+    no other temporal ratio than 4), any resnet activation, the mid blocks' attention or not, any latent and video channels."""
 
     def one(rng, i):
         levels, groups = int(rng.integers(3, 5)), int(rng.integers(1, 4))
@@ -207,7 +208,8 @@ def hunyuan_vae_configs(n: int) -> list[dict]:
             latent_channels=int(rng.integers(2, 6)), layers_per_block=int(rng.integers(1, 3)), norm_num_groups=groups,
             spatial_compression_ratio=2 ** (levels - 1), temporal_compression_ratio=4,
             in_channels=int(rng.integers(1, 5)), out_channels=int(rng.integers(1, 5)),
-            mid_block_add_attention=bool(rng.integers(2))), ("mid_block_add_attention",))
+            mid_block_add_attention=bool(rng.integers(2)), act_fn=["relu", "mish", "gelu", "swish"][i % 4]),
+            ("mid_block_add_attention",))
 
     return _draw(SEED + 3, n, one)
 

@@ -348,6 +348,20 @@ class GELUProj(nnx.Module):
         return gelu(self.proj(x), self.approximate)
 
 
+_ACTIVATION_FNS = {
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "gelu": lambda x: gelu(x, False),
+    "relu": jax.nn.relu,
+    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+}
+
+
+def activation(name: str):
+    """diffusers ``get_activation(name)`` (one of :data:`vidax.config.ACTIVATIONS`, any case) as a function."""
+    return _ACTIVATION_FNS[name.lower()]
+
+
 def _in_float32(fn, x):
     """``fn(x)`` computed in float32 and rounded once to a 16-bit ``x``'s dtype (torch's opmath)."""
     if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:

@@ -8,13 +8,11 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
+from vidax.config import ACTIVATIONS, FFN_ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.checkpoint import TASK_NAMES
 
-#: ``timestep_activation_fn`` values vidax implements (diffusers ``get_activation`` names).
-TIMESTEP_ACTIVATIONS = ("silu", "swish", "gelu", "relu", "mish")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +150,9 @@ class CogVideoXTransformerConfig(TransformerConfig):
                 bad(key, value, "expected a positive number")
         if self.activation_fn not in FFN_ACTIVATIONS:
             bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
-        if self.timestep_activation_fn not in TIMESTEP_ACTIVATIONS:
+        if self.timestep_activation_fn not in ACTIVATIONS:
             bad("timestep_activation_fn", self.timestep_activation_fn,
-                f"vidax implements {list(TIMESTEP_ACTIVATIONS)}")
+                f"vidax implements {list(ACTIVATIONS)}")
         if self.use_learned_positional_embeddings and not self.use_rotary_positional_embeddings:
             bad("use_learned_positional_embeddings", True,
                 "the reference refuses learned position embeddings without rotary embeddings")
@@ -206,6 +204,8 @@ class CogVideoXVAEConfig(ConfigBase):
             :class:`CogVideoXTiling`).
         scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
             pipelines divide by it before :meth:`CogVideoXVAE.decode`.
+        act_fn: the resnets' activation (diffusers ``get_activation`` names; the output
+            activation is SiLU whatever it says, as the reference).
         use_quant_conv, use_post_quant_conv: a 1x1x1 convolution on the encoder's output / on
             the latents before the decoder; the reference sizes both by ``out_channels``, so they
             need ``out_channels == latent_channels``.
@@ -217,9 +217,6 @@ class CogVideoXVAEConfig(ConfigBase):
 
     # force_upcast asks SD-style pipelines to run the VAE in fp32; no CogVideoX pipeline reads it.
     IGNORED: ClassVar[frozenset[str]] = frozenset({"force_upcast"})
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "act_fn": ("silu", "swish"),
-    }
 
     in_channels: int = 3
     out_channels: int = 3
@@ -240,6 +237,7 @@ class CogVideoXVAEConfig(ConfigBase):
     invert_scale_latents: bool = False
     use_quant_conv: bool = False
     use_post_quant_conv: bool = False
+    act_fn: str = "silu"
 
     @property
     def spatial_compression(self) -> int:
@@ -277,6 +275,8 @@ class CogVideoXVAEConfig(ConfigBase):
             )
         if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
             raise ConfigError(f"{source}: norm_eps={self.norm_eps!r} must be a positive number")
+        if not isinstance(self.act_fn, str) or self.act_fn.lower() not in ACTIVATIONS:
+            self.invalid(source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}")
         for key in ("use_quant_conv", "use_post_quant_conv"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{source}: {key}={getattr(self, key)!r} must be true or false")

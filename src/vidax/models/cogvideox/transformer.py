@@ -56,21 +56,12 @@ from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.nn.layers import (
-    FeedForward, LayerNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
+    FeedForward, LayerNorm, activation, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
 from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
-
-
-_ACT = {
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "relu": jax.nn.relu,
-    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +240,7 @@ class TimestepEmbedding(nnx.Module):
         self.act = act
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.linear_2(_ACT[self.act](self.linear_1(x.astype(_F32))))
+        return self.linear_2(activation(self.act)(self.linear_1(x.astype(_F32))))
 
 
 class PatchConv(nnx.Module):
