@@ -264,6 +264,8 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
         (dict(min_seconds=2.0), "min_seconds=2.0 bounds the clip length LTX-2.5's duration head predicts, but .* has "
                                 "no duration head; leave it out"),
         (dict(frame_rate=0.01), r"frame_rate must be a number in \[1, 1000\], got 0.01"),
+        (dict(enable_prompt_enhancement=True), r"enable_prompt_enhancement.*torch's global generator.*greedy "
+                                               r"decoding .* not implemented.*pipe.enhance_prompt"),
     ]
     for kwargs, message in cases:
         with pytest.raises(vidax.InputError, match=message):

@@ -64,8 +64,10 @@ REFUSED: tuple[Refused, ...] = (
 #: Values of taken keywords vidax refuses: (keyword, value in words, reason).
 REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
     ("enable_prompt_enhancement", "True",
-     "rewriting the prompt with the Gemma text encoder (a sampling loop on its decoder) is not implemented in vidax; "
-     "write the enhanced prompt yourself"),
+     "diffusers' default rewrites the prompt by sampling Gemma's decoder (temperature 0.7) from torch's global "
+     "generator seeded with prompt_enhancement_seed, a stream vidax cannot reproduce without torch (as generator=); "
+     "greedy decoding (prompt_enhancement_kwargs={'do_sample': False}) is not implemented in vidax either; pass the "
+     "enhanced prompt as prompt= (diffusers' pipe.enhance_prompt makes it)"),
     ("image", "a float array (and float video frames)",
      FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
     ("prompt_template", "a dict without 'crop_start', or whose 'template' has no '{}'",

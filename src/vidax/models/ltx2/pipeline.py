@@ -51,6 +51,7 @@ from vidax.models.ltx2 import guidance
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
+from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.base import (ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts,
                                   text_truncation)
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
@@ -65,8 +66,7 @@ _F32 = jnp.float32
 PROMPT_ENHANCEMENT_OPTIONS = (
     CallOption("enable_prompt_enhancement", bool, "diffusers' prompt enhancement: only False (the default) runs.",
                "False", choices=(False,), flag=False,
-               valid="False (rewriting the prompt with the Gemma text encoder, a sampling loop on its decoder, is not "
-               "implemented in vidax; write the enhanced prompt yourself)"),
+               valid="False (" + refused_value_reason("enable_prompt_enhancement") + ")"),
     CallOption("system_prompt", str, "The prompt enhancer's system prompt (only read with "
                "enable_prompt_enhancement).", "None", flag=False),
     CallOption("prompt_max_new_tokens", int, "The prompt enhancer's token budget (only read with "
