@@ -2,7 +2,8 @@
 (:mod:`tests.parity.test_config_acceptance`'s pattern): configs that transformers builds and
 runs load in vidax and compute what the reference computes on one float32 pass: T5 / UMT5 (byT5
 is a T5), CLIP text, Llama, Qwen2.5-VL's language model (HunyuanVideo 1.5's bare text model and
-Cosmos-Predict2.5's full model), Gemma 3 (LTX-2), SigLIP's vision tower (HunyuanVideo 1.5 I2V).
+Cosmos-Predict2.5's full model), Gemma 3 (LTX-2), Gemma 4 (LTX-2.5), SigLIP's vision tower
+(HunyuanVideo 1.5 I2V), and LTX-2's text connectors.
 
 Every draw has head counts and widths that are not powers of two, a head dim other than
 ``hidden / heads`` where the config has one, the optional switches on or off and optional keys
@@ -358,3 +359,56 @@ def test_ltx2_connectors_configs(tmp_path_factory, config):
     # the output mask is all ones with registers: only the two streams must change with the input
     _compare(reference, _jit(model, lambda m, x: tuple(m(x[0], x[1], padding_side=side))), inputs(79, (5, 8)),
              inputs(80, (8, 3)), sensitive=2)
+
+
+# --------------------------------------------------------------------------------------- Gemma 4
+
+
+def gemma4_configs(n: int) -> list[dict]:
+    """Gemma 4 text configs (LTX-2.5's encoder, inside ``Gemma4UnifiedForConditionalGeneration``):
+    2-5 layers of sliding / full attention in any order (the last full), GQA with its own head dim
+    and key/value heads on the full layers, keys as values there or not, the last 0-2 layers
+    reusing earlier keys / values (double-wide MLPs there or not), any window, RoPE bases and the
+    full layers' proportional RoPE fraction and factor; left padding as LTX-2's tokenizer call."""
+
+    def one(rng, i):
+        layers = int(rng.integers(2, 6))
+        types = [["sliding_attention", "full_attention"][int(b)] for b in rng.integers(0, 2, layers - 1)]
+        types.append("full_attention")
+        kv = int(rng.integers(1, 3))
+        shared = int(rng.integers(0, min(2, layers - 2) + 1)) if "sliding_attention" in types[:-2] else 0
+        return dict(
+            vocab_size=int(rng.integers(40, 80)), hidden_size=kv * 2 * int(rng.integers(2, 8)),
+            intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=layers,
+            num_attention_heads=kv * int(rng.integers(1, 3)), num_key_value_heads=kv,
+            head_dim=2 * int(rng.integers(2, 7)), global_head_dim=2 * int(rng.integers(2, 9)),
+            num_global_key_value_heads=1, attention_k_eq_v=bool(rng.integers(2)), num_kv_shared_layers=shared,
+            use_double_wide_mlp=bool(rng.integers(2)), sliding_window=int(rng.integers(2, 7)), layer_types=types,
+            rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([100.0, 1e4]))},
+                             "full_attention": {"rope_type": "proportional", "rope_theta": 1e4,
+                                                "partial_rotary_factor": float(rng.choice([0.25, 0.5, 1.0])),
+                                                "factor": float(rng.choice([1.0, 2.0]))}})
+
+    return _draw(SEED + 7, n, one)
+
+
+@pytest.mark.parametrize("config", gemma4_configs(N_CONFIGS), ids=_ids)
+def test_gemma4_configs(tmp_path_factory, config):
+    cfg = transformers.Gemma4UnifiedConfig(
+        text_config=config, vision_config=dict(patch_size=4, pooling_kernel_size=1, mm_embed_dim=16, mm_posemb_size=8,
+                                               output_proj_dims=config["hidden_size"]),
+        audio_config=dict(audio_embed_dim=8), image_token_id=30, video_token_id=31, audio_token_id=32,
+        boi_token_id=33, eoi_token_id=34, boa_token_id=35, eoa_token_index=36)
+    ref = transformers.Gemma4UnifiedForConditionalGeneration(cfg)
+    with torch.no_grad():  # a buffer, which the randomisation leaves at 1
+        for i, layer in enumerate(ref.model.language_model.layers):
+            layer.layer_scalar.fill_(0.6 + 0.1 * i)
+    model = load_component("Gemma4UnifiedForConditionalGeneration", _save(tmp_path_factory, ref, 81, "gemma4_config"))
+
+    def inputs(seed):
+        ids, mask = _ids_and_mask(config["vocab_size"], seed, left=True, low=37)  # above the special ids
+        ids[mask == 0] = 0  # Gemma's <pad>
+        return ids, mask
+
+    _compare(lambda x: _hidden_states(ref, x), _ours_hidden_states(model), inputs(82), inputs(83))
