@@ -153,7 +153,8 @@ def test_clip_text_configs(tmp_path_factory, config):
 def llama_configs(n: int) -> list[dict]:
     """Llama configs (HunyuanVideo's text encoder): 1-2 key/value heads shared by 1-3 query heads
     each, an even head dim other than ``hidden / heads`` (or left out: ``hidden / heads``; the
-    width a multiple of the heads, which transformers checks), any other widths, 1-2 layers, the attention and MLP biases or not, any RoPE base and norm eps."""
+    width a multiple of the heads, which transformers checks), any other widths, 1-2 layers, the
+    attention and MLP biases or not, any RoPE base and norm eps, MLP activations other than SiLU."""
 
     def one(rng, i):
         kv = int(rng.integers(1, 3))
@@ -164,7 +165,8 @@ def llama_configs(n: int) -> list[dict]:
             intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=int(rng.integers(1, 3)),
             num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
             attention_bias=bool(rng.integers(2)), mlp_bias=bool(rng.integers(2)),
-            rope_theta=float(rng.choice([1e3, 1e4])), rms_norm_eps=float(rng.choice([1e-6, 1e-5])))
+            rope_theta=float(rng.choice([1e3, 1e4])), rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            hidden_act=["relu", "gelu_new"][i % 2])
         return _drop(rng, config, ("head_dim", "mlp_bias") if i % 2 else ())
 
     return _draw(SEED + 2, n, one)
@@ -231,7 +233,8 @@ def gemma3_configs(n: int) -> list[dict]:
     an even head dim other than ``hidden / heads`` (a width that is a multiple of the heads, which
     transformers checks), any other widths, 1-3 layers of sliding or full
     attention in any order with a window of 2-6, any ``query_pre_attn_scalar``, the full layers'
-    RoPE linearly scaled or not, any bases and eps; left padding as LTX-2's tokenizer call."""
+    RoPE linearly scaled or not, any bases and eps, either GELU; left padding as LTX-2's tokenizer
+    call."""
 
     def one(rng, i):
         kv, q = int(rng.integers(1, 3)), int(rng.integers(1, 3))
@@ -245,6 +248,7 @@ def gemma3_configs(n: int) -> list[dict]:
             head_dim=2 * int(rng.integers(2, 7)), sliding_window=int(rng.integers(2, 7)),
             layer_types=[["sliding_attention", "full_attention"][int(b)] for b in rng.integers(0, 2, layers)],
             query_pre_attn_scalar=int(rng.integers(4, 40)), rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            hidden_activation=["gelu", "gelu_pytorch_tanh"][i % 2],
             rope_parameters={"full_attention": full,
                              "sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([10.0, 1e4]))}})
 
@@ -369,7 +373,8 @@ def gemma4_configs(n: int) -> list[dict]:
     2-5 layers of sliding / full attention in any order (the last full), GQA with its own head dim
     and key/value heads on the full layers, keys as values there or not, the last 0-2 layers
     reusing earlier keys / values (double-wide MLPs there or not), any window, RoPE bases and the
-    full layers' proportional RoPE fraction and factor; left padding as LTX-2's tokenizer call."""
+    full layers' proportional RoPE fraction and factor, SiLU or GELU-tanh; left padding as LTX-2's
+    tokenizer call."""
 
     def one(rng, i):
         layers = int(rng.integers(2, 6))
@@ -384,6 +389,7 @@ def gemma4_configs(n: int) -> list[dict]:
             head_dim=2 * int(rng.integers(2, 7)), global_head_dim=2 * int(rng.integers(2, 9)),
             num_global_key_value_heads=1, attention_k_eq_v=bool(rng.integers(2)), num_kv_shared_layers=shared,
             use_double_wide_mlp=bool(rng.integers(2)), sliding_window=int(rng.integers(2, 7)), layer_types=types,
+            hidden_activation=["silu", "gelu_pytorch_tanh"][i % 2],
             rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([100.0, 1e4]))},
                              "full_attention": {"rope_type": "proportional", "rope_theta": 1e4,
