@@ -396,6 +396,33 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
     assert [j["id"] for j in client.get("/v1/videos").json()["data"]] == [job["id"]]
     assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith(".upload-")]  # the upload is not kept
     assert client.delete(f"/v1/videos/{job['id']}").json()["error"]["code"] == "cancelled"
+    # The last frame (Wan FLF2V's last_image) is a multipart file of its own name, read as image is.
+    two = dict(fields, num_frames="5")
+    first = ("first.png", png.read_bytes(), "image/png")
+    last = tmp_path / "last.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 50, 3), dtype=np.uint8)).save(last)
+    r = client.post("/v1/videos", data=two, files={"input_reference": first, "last_image": ("last.png", b"nope", "image/png")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "last_image", r.text
+    assert r.json()["error"]["message"].startswith("last_image 'last.png' could not be read as an image"), r.text
+    r = client.post("/v1/videos", data=dict(two, last_image="last.png"), files={"input_reference": first})
+    assert r.status_code == 400 and "last_image must be sent as a file" in r.json()["error"]["message"], r.text
+    r = client.post("/v1/videos", json={"prompt": "a cat", "last_image": "last.png"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "last_image", r.text
+    r = client.post("/v1/videos", data=two, files={"input_reference": first,
+                                                   "last_image": ("last.png", last.read_bytes(), "image/png")})
+    assert r.status_code == 200, r.text
+    taken = runner._pending[r.json()["id"]].call.extra["last_image"]
+    assert np.array_equal(np.asarray(taken), np.asarray(Image.open(last)))
+    assert not [f for f in os.listdir(tmp_path / "jobs") if f.startswith(".upload-")]
+    # Kept for a restart: a new server on the same jobs folder queues the job again with its last_image.
+    job_id = r.json()["id"]
+    assert os.path.isfile(runner.store.upload_path(job_id, "last_image"))
+    runner.store.close()
+    runner = JobRunner(pipe, "tiny-i2v", JobStore(tmp_path / "jobs"), queue_size=2)
+    again = runner._pending[job_id].call.extra["last_image"]
+    assert np.array_equal(np.asarray(again), np.asarray(Image.open(last)))
+    runner.store.forget_request(job_id)
+    assert not os.path.exists(runner.store.upload_path(job_id, "last_image"))
     runner.store.close()
 
 

@@ -102,11 +102,16 @@ DECODER_LM_PARAM_AXES = (
     (r"^embed_tokens/embedding$", ("vocab", "embed")),
 )
 
-#: MLP activations (transformers' ``ACT2FN`` names). GELU-tanh is computed in float32 and rounded
-#: once, as torch's bf16 ``gelu(approximate="tanh")`` does.
+#: MLP activations (transformers' ``ACT2FN`` names). The GELUs are computed in float32 and rounded
+#: once, as torch's bf16 ``gelu`` does.
 ACTIVATIONS = {
     "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "relu": jax.nn.relu,
+    "gelu": lambda x: jax.nn.gelu(x.astype(_F32), approximate=False).astype(x.dtype),
+    "gelu_new": lambda x: jax.nn.gelu(x.astype(_F32), approximate=True).astype(x.dtype),
     "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x.astype(_F32), approximate=True).astype(x.dtype),
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
 }
 
 

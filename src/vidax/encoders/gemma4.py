@@ -278,9 +278,6 @@ class Gemma4TextConfig(DecoderLMConfig):
             object.__setattr__(self, "layer_kv_heads", (self.num_key_value_heads,) * len(self.layer_types))
 
     def validate(self, source: str) -> None:
-        if self.hidden_act != "gelu_pytorch_tanh":
-            raise ConfigError(f"{source}: hidden_activation={self.hidden_act!r} is not Gemma 4's; vidax implements "
-                              "'gelu_pytorch_tanh'.")
         super().validate(source)
         n = self.num_hidden_layers
         for name in ("layer_head_dims", "layer_kv_heads"):

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.config import FFN_ACTIVATIONS
 from vidax.nn.kernels import KernelOwner, dot_f32, weight_of, xla_cpu_upcasts
 
 _F32 = jnp.float32
@@ -257,18 +258,65 @@ class GELUProj(nnx.Module):
         return gelu(self.proj(x), self.approximate)
 
 
-class FeedForward(nnx.Module):
-    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``;
-    ``use_bias=False`` is its ``bias=False`` (neither linear has a bias, as Cosmos's)."""
+_ACTIVATION_FNS = {
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "gelu": lambda x: gelu(x, False),
+    "relu": jax.nn.relu,
+    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+}
 
-    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs, use_bias: bool = True):
-        self.net = nnx.List(
-            [
-                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs, use_bias),
-                Identity(),
-                linear(inner, dim_out, dtype, param_dtype, rngs, use_bias),
-            ]
-        )
+
+def activation(name: str):
+    """diffusers ``get_activation(name)`` (one of :data:`vidax.config.ACTIVATIONS`, any case) as a function."""
+    return _ACTIVATION_FNS[name.lower()]
+
+
+def _in_float32(fn, x):
+    """``fn(x)`` computed in float32 and rounded once to a 16-bit ``x``'s dtype (torch's opmath)."""
+    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
+        return fn(x.astype(_F32)).astype(x.dtype)
+    return fn(x)
+
+
+class ActivationProj(nnx.Module):
+    """``net[0]`` of diffusers ``FeedForward`` for the :data:`FFN_ACTIVATIONS` other than GELU:
+    ``proj`` to ``dout`` (the gated ones to ``2 * dout``, split value | gate), then the activation."""
+
+    def __init__(self, din, dout, activation: str, dtype, param_dtype, rngs, use_bias: bool = True):
+        gated = activation in ("geglu", "swiglu")
+        self.proj = linear(din, 2 * dout if gated else dout, dtype, param_dtype, rngs, use_bias)
+        self.activation = activation
+
+    def __call__(self, x):
+        h = self.proj(x)
+        if self.activation == "geglu":
+            h, gate = jnp.split(h, 2, axis=-1)
+            return h * gelu(gate, False)
+        if self.activation == "swiglu":
+            h, gate = jnp.split(h, 2, axis=-1)
+            return h * _in_float32(jax.nn.silu, gate)
+        if self.activation == "geglu-approximate":
+            return h * jax.nn.sigmoid(1.702 * h)
+        return _in_float32(jax.nn.silu, h)
+
+
+class FeedForward(nnx.Module):
+    """diffusers ``FeedForward``: ``net = [act(dim -> inner), Dropout, Linear(inner -> dim_out)]``;
+    ``activation``: True / False for its ``GELU`` with / without the tanh approximation, or one of
+    :data:`FFN_ACTIVATIONS`; ``use_bias=False`` is its ``bias=False`` (neither linear has a bias,
+    as Cosmos's)."""
+
+    def __init__(self, dim, inner, dim_out, activation: bool | str, dtype, param_dtype, rngs, use_bias: bool = True):
+        if activation in ("gelu", "gelu-approximate"):
+            activation = activation == "gelu-approximate"
+        if isinstance(activation, bool):
+            first = GELUProj(dim, inner, activation, dtype, param_dtype, rngs, use_bias)
+        elif activation in FFN_ACTIVATIONS:
+            first = ActivationProj(dim, inner, activation, dtype, param_dtype, rngs, use_bias)
+        else:
+            raise ValueError(f"FeedForward: activation={activation!r}; valid: True, False, {FFN_ACTIVATIONS}")
+        self.net = nnx.List([first, Identity(), linear(inner, dim_out, dtype, param_dtype, rngs, use_bias)])
 
     def __call__(self, x):
         for layer in self.net:

@@ -52,7 +52,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from vidax.serve.fields import Fields, RequestError, number_texts
+from vidax.serve.fields import Fields, RequestError, Upload, number_texts
 from vidax.serve.jobs import COMPLETED, FAILED, JobRunner
 
 #: Seconds between two looks at a job whose events are streamed.
@@ -160,9 +160,9 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
             raise RequestError(400, f"the body is not valid JSON ({reason})") from None
         if not isinstance(fields, dict):
             raise RequestError(400, f"the body must be a JSON object of fields, got {type(fields).__name__}")
-        if "input_reference" in fields:
-            raise RequestError(400, "input_reference must be sent as a file in a multipart/form-data request",
-                               "input_reference")
+        for key in ("input_reference", "last_image"):
+            if key in fields:
+                raise RequestError(400, f"{key} must be sent as a file in a multipart/form-data request", key)
         return fields, None, "", number_texts(await request.body())
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(415, f"content-type {kind or 'none'!r}: send application/json or multipart/form-data")
@@ -173,8 +173,9 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
         for key, value in form.multi_items():
             image_path, image_name = await _form_field(fields, key, value, upload_dir, image_path, image_name)
     except BaseException:
-        if image_path is not None:
-            os.unlink(image_path)
+        for path in [image_path] + [u.path for u in fields.values() if isinstance(u, Upload)]:
+            if path is not None:
+                os.unlink(path)
         raise
     return fields, image_path, image_name, None  # None: a form's texts
 
@@ -185,16 +186,21 @@ async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image
     if key in fields or (key == "input_reference" and image_path):
         raise RequestError(400, f"field {key!r} is given twice", key)
     if not isinstance(value, UploadFile):
+        if key == "last_image":
+            raise RequestError(400, "last_image must be sent as a file in a multipart/form-data request", key)
         fields[key] = value
         return image_path, image_name
-    if key != "input_reference":
-        raise RequestError(400, f"field {key!r} is a file; only input_reference takes one", key)
+    if key not in ("input_reference", "last_image"):
+        raise RequestError(400, f"field {key!r} is a file; only input_reference and last_image take one", key)
     if not value.filename and not value.size:  # a form's empty file input
         return image_path, image_name
-    fd, image_path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
+    fd, path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
     with os.fdopen(fd, "wb") as f:
         f.write(await value.read())
-    return image_path, value.filename or "input_reference"
+    if key != "input_reference":
+        fields[key] = Upload(path, value.filename or key)
+        return image_path, image_name
+    return path, value.filename or "input_reference"
 
 
 def _event(name: str, data: dict) -> str:
@@ -239,15 +245,16 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
     page = files("vidax.serve").joinpath("page.html").read_text()
 
     async def create(request: Request) -> Response:
-        image_path = None
+        image_path, fields = None, None
         try:
             fields, image_path, image_name, texts = await _fields(request, runner.store.folder)
             job = await run_in_threadpool(runner.submit, fields, image_path, image_name, texts)
         except RequestError as e:
             return _error(e)
         finally:
-            if image_path is not None:
-                os.unlink(image_path)
+            for path in [image_path] + [u.path for u in (fields or {}).values() if isinstance(u, Upload)]:
+                if path is not None:
+                    os.unlink(path)
         return JSONResponse(job)
 
     async def retrieve(request: Request) -> Response:

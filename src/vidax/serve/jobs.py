@@ -27,6 +27,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -36,7 +37,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from vidax.errors import Arg, Cancelled, InputError, VidaxError
-from vidax.serve.fields import Fields, RequestError
+from vidax.serve.fields import Fields, RequestError, Upload
 
 logger = logging.getLogger("vidax.serve")
 
@@ -96,6 +97,11 @@ class JobStore:
         """Where an unfinished job's ``input_reference`` is kept (PNG, lossless)."""
         return os.path.join(self.folder, f"{job_id}.input.png")
 
+    def upload_path(self, job_id: str, key: str) -> str:
+        """Where an unfinished job's uploaded image keyword ``key`` (e.g. ``last_image``) is kept,
+        the bytes as sent."""
+        return os.path.join(self.folder, f"{job_id}.{key}.upload")
+
     def state_path(self, batch_id: str) -> str:
         """Where a running batch's denoising state is saved."""
         return os.path.join(self.folder, "states", f"{batch_id}.npz")
@@ -116,8 +122,12 @@ class JobStore:
     def forget_request(self, job_id: str) -> None:
         """Drop a finished job's request and its kept image."""
         with self._lock:
+            row = self._db.execute("SELECT data FROM requests WHERE id = ?", (job_id,)).fetchone()
             self._db.execute("DELETE FROM requests WHERE id = ?", (job_id,))
         _unlink(self.image_path(job_id))
+        for key, value in ({} if row is None else json.loads(row[0])["fields"]).items():
+            if isinstance(value, dict) and "upload" in value:
+                _unlink(self.upload_path(job_id, key))
 
     def active(self) -> list[dict]:
         """The queued and running jobs, oldest first."""
@@ -354,7 +364,12 @@ class JobRunner:
                                    None, "queue_full")
             if pending.call.image is not None:
                 pending.call.image.save(self.store.image_path(pending.id), format="PNG")
-            self.store.put_request(pending.id, {"fields": {**fields, "seed": pending.call.seed},
+            kept = {}
+            for key, value in fields.items():  # uploaded image keywords: their bytes kept beside the job
+                if isinstance(value, Upload):
+                    shutil.copyfile(value.path, self.store.upload_path(pending.id, key))
+                    kept[key] = {"upload": value.name}
+            self.store.put_request(pending.id, {"fields": {**fields, **kept, "seed": pending.call.seed},
                                                 "texts": None if texts is None else dict(texts),
                                                 "image_name": image_name if image_path is not None else None})
             self.store.put(job)
@@ -384,6 +399,9 @@ class JobRunner:
                     raise RequestError(400, f"input_reference is given but {self.model} does not do "
                                        f"image-to-video (it does {', '.join(self.info.tasks)})", "input_reference")
                 kw["image"] = load_image(image_path)
+            for key, value in kw.items():  # the pipeline's other image keywords, uploaded as files
+                if isinstance(value, Upload):
+                    kw[key] = load_image(value.path, key)
             call = self.cls.check_call(self.info, progress=False, cancel=pending.cancel,
                                        callback=lambda i, n: self._stepped([pending], i + 1, n), **kw)
         except InputError as e:
@@ -437,7 +455,10 @@ class JobRunner:
                 if request is None:
                     raise RequestError(500, "its request was not kept (a server of an earlier version ran it)")
                 image = self.store.image_path(job["id"]) if request.get("image_name") else None
-                pending, _ = self._prepare(job["id"], request["fields"], image, request.get("image_name") or "",
+                fields = {key: Upload(self.store.upload_path(job["id"], key), value["upload"])
+                          if isinstance(value, dict) and "upload" in value else value
+                          for key, value in request["fields"].items()}
+                pending, _ = self._prepare(job["id"], fields, image, request.get("image_name") or "",
                                            request.get("texts"))
             except (RequestError, OSError) as e:
                 failed += 1

@@ -188,17 +188,24 @@ def _activation(cfg: LTX2VocoderConfig, channels: int, *, final: bool = False) -
     return act
 
 
+def _same(kernel: int, dilation: int) -> tuple[int, int]:
+    """torch ``padding='same'`` of a stride-1 convolution: ``(total // 2, total - total // 2)``,
+    ``total = dilation * (kernel - 1)``."""
+    total = dilation * (kernel - 1)
+    return total // 2, total - total // 2
+
+
 class ResBlock(nnx.Module):
     """``ResBlock``: per dilation, ``x += conv2(act2(conv1(act1(x))))`` (``conv1`` dilated,
-    'same' padding)."""
+    'same' padding: torch's, whose odd total ``d (k - 1)`` of an even kernel pads one more on the right)."""
 
     def __init__(self, cfg: LTX2VocoderConfig, channels: int, kernel: int, dilations: tuple[int, ...], *,
                  dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.convs1 = nnx.List([Conv(channels, channels, (kernel,), dilation=(d,),
-                                     padding=((d * (kernel - 1) // 2,) * 2,), **kw) for d in dilations])
+        self.convs1 = nnx.List([Conv(channels, channels, (kernel,), dilation=(d,), padding=(_same(kernel, d),), **kw)
+                                for d in dilations])
         self.acts1 = nnx.List([_activation(cfg, channels) for _ in dilations])
-        self.convs2 = nnx.List([Conv(channels, channels, (kernel,), padding=(((kernel - 1) // 2,) * 2,), **kw)
+        self.convs2 = nnx.List([Conv(channels, channels, (kernel,), padding=(_same(kernel, 1),), **kw)
                                 for _ in dilations])
         self.acts2 = nnx.List([_activation(cfg, channels) for _ in dilations])
 
