@@ -326,7 +326,7 @@ def test_inspect_and_capabilities(cosmos3):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(action=object()), "action= .* is not implemented"),
+    (dict(action=object()), "action=.*: action-conditioned generation .* is not implemented in vidax"),
     (dict(sound_latents=np.zeros((1, 6, 15), np.float32)), "sound_latents= is given but enable_sound= is not"),
     (dict(image=np.zeros((8, 8, 3), np.uint8), video=np.zeros((5, 8, 8, 3), np.uint8)), "are both given"),
     (dict(video=np.zeros((5, 8, 8, 3), np.uint8), condition_frame_indexes_vision=[0, 3]),

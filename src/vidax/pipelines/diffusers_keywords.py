@@ -74,6 +74,9 @@ REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
      "without crop_start diffusers measures the template padded to the tokenizer's model_max_length, which crops the "
      "prompt away where the tokenizer has one (give the template's token count before the prompt); without '{}' it "
      "encodes the template alone, ignoring the prompt"),
+    ("action", "anything but None",
+     "action-conditioned generation (Cosmos 3's CosmosActionCondition: robot actions with embodiment domain ids) is "
+     "not implemented in vidax yet; run text-, image- or video-to-video"),
     ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
     ("output_type", "'pt'", "a torch tensor: vidax runs without torch; 'np' gives the same values as a numpy array "
      "(torch.from_numpy(out.frames) makes the tensor)"),

@@ -58,6 +58,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
+from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 
@@ -224,8 +225,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
         ``enable_sound`` on a checkpoint without sound; ``sound_latents=`` without
         ``enable_sound``); CFG runs whenever ``guidance_scale != 1`` (as the reference)."""
         if kwargs.get("action") is not None:
-            raise InputError(Arg("action", keyword=True), " (action-conditioned generation) is not implemented in "
-                             "vidax yet; run text-, image- or video-to-video")
+            raise InputError(Arg("action", keyword=True), ": ", refused_value_reason("action"))
         kwargs.pop("action", None)
         sound = kwargs.get("enable_sound")
         if sound:
