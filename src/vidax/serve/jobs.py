@@ -313,18 +313,20 @@ class JobRunner:
             waits for more before it starts a batch.
         save_every: save a running batch's denoising state every this many steps (0: never).
         preview_every: make a preview image (:mod:`vidax.serve.preview`) every this many steps
-            (0: never; nothing for a family without a latent-to-RGB map).
+            (0: never).
+        preview_map: the latent-to-RGB map of the previews; None: fit now
+            (:func:`~vidax.serve.preview.fit_preview_map`) when ``preview_every`` asks for
+            previews (a pipeline whose decode the fit cannot follow makes none, with a warning).
     """
 
     def __init__(self, pipe: Any, model: str, store: JobStore, queue_size: int = 8, max_batch: int = 1,
-                 batch_window_ms: float = 0, save_every: int = 5, preview_every: int = 0):
-        from vidax.serve.preview import latent_rgb_factors
-
+                 batch_window_ms: float = 0, save_every: int = 5, preview_every: int = 0,
+                 preview_map: Any = None):
         self.pipe, self.model, self.store, self.queue_size = pipe, model, store, queue_size
         self.max_batch, self.window = max_batch, batch_window_ms / 1000
         self.save_every, self.preview_every = save_every, preview_every
         self.cls, self.info = type(pipe), pipe.info
-        self.factors = latent_rgb_factors(self.info.checkpoint) if preview_every else None
+        self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
         self._pending: dict[str, _Pending] = {}
@@ -335,6 +337,21 @@ class JobRunner:
         self._thread: threading.Thread | None = None
         self.stopping = False
         self._requeue()
+
+    def _fit_preview_map(self) -> Any:
+        """The pipeline's latent-to-RGB map (logged with its fit), or None where it cannot be fit."""
+        from vidax.serve.preview import fit_preview_map
+
+        t0 = time.perf_counter()
+        try:
+            found = fit_preview_map(self.pipe)
+        except (VidaxError, ValueError) as e:
+            logger.warning("no previews: the latent-to-RGB map of %s could not be fit (%s)", self.model,
+                           " ".join(str(e).split()))
+            return None
+        logger.info("previews: latent-to-RGB map fit to the VAE in %.1f s (held-out correlation %.2f)",
+                    time.perf_counter() - t0, found.r)
+        return found
 
     # ------------------------------------------------------------------ the API's operations
     def submit(self, fields: dict[str, Any], image_path: str | None = None, image_name: str = "",
@@ -631,15 +648,20 @@ class JobRunner:
                 resume = (int(saved["done"]), [saved[f"arr_{i}"] for i in range(int(saved["leaves"]))])
         return dataclasses.replace(call, callback=lambda i, n: self._stepped(batch, i + 1, n),
                                    cancel=lambda: self.stopping or all(p.cancel.is_set() for p in batch),
-                                   on_state=self._on_state(batch, state_path, call.num_inference_steps),
+                                   on_state=self._on_state(batch, state_path, call),
                                    resume=resume)
 
-    def _on_state(self, batch: list[_Pending], path: str, steps: int) -> Callable | None:
+    def _on_state(self, batch: list[_Pending], path: str, call: Any) -> Callable | None:
         """The call's ``on_state``: the state saved every :attr:`save_every` steps, a preview
-        made every :attr:`preview_every` steps."""
+        made every :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
+        steps = call.num_inference_steps
         save = self.save_every > 0 and self.pipe.cache_config is None and batch[0].cache is None
-        preview = self.factors is not None
-        if not (save or preview):
+        previewer = None
+        if self.preview_every and self.preview_map is not None:
+            from vidax.serve.preview import Previewer
+
+            previewer = Previewer(self.pipe, call, self.preview_map, self.preview_every)
+        if not (save or previewer):
             return None
         ids = np.asarray([p.id for p in batch])
 
@@ -651,14 +673,11 @@ class JobRunner:
                 _save_atomically(path, jobs=ids, done=done, leaves=len(arrays), arrays=arrays)
                 for pending in batch:
                     self.store.update(pending.id, saved_step=done)
-            if preview and done % self.preview_every == 0:
-                from vidax.serve.preview import preview_images
-
-                first = latents[self.cls.latent_streams[0]] if isinstance(latents, dict) else latents
-                view = np.asarray(self.pipe.loop_latents_to_diffusers(first))
-                if view.ndim == 5 and view.shape[1] == self.factors[0].shape[0]:
-                    for pending, url in zip(batch, preview_images(view, *self.factors)):
-                        pending.previews.append({"step": done, "image": url})
+            made = None if previewer is None else previewer.observe(done, latents, state)
+            if made is not None:
+                urls, of = made
+                for pending, url in zip(batch, urls):
+                    pending.previews.append({"step": done, "of": of, "image": url})
 
         return on_state
 
