@@ -290,9 +290,21 @@ class _Pending:
 
 
 #: What a batch's jobs must share besides the shape and the steps: the call's other settings
-#: (each job keeps its own prompt, negative prompt and seed).
-_SHARED_SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale", "guidance_scale_2",
-                    "max_sequence_length", "output_type", "decode_audio", "lora_scale", "cfg")
+#: (each job keeps its own prompt, negative prompt and seed; with :func:`per_video_guidance`
+#: its own guidance too, the batch sharing only whether CFG runs).
+_SHARED_SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "max_sequence_length", "output_type",
+                    "decode_audio", "lora_scale", "do_cfg")
+_GUIDANCE = ("guidance_scale", "guidance_scale_2")
+
+
+def per_video_guidance(pipe: Any) -> bool:
+    """Whether ``pipe``'s guidance is the plain CFG combination of the base pipeline (its
+    ``step_args``, ``guidance`` and ``guide``), which weighs each video of a batch by its own
+    :attr:`~vidax.pipelines.base.Call.video_guidance` (Wan2.1 / Wan2.2); the other families'
+    guidance has more to it (per-step tables, rescaling, several passes)."""
+    from vidax.pipelines.base import VideoPipeline
+
+    return all(getattr(type(pipe), name) is getattr(VideoPipeline, name) for name in ("step_args", "guidance", "guide"))
 
 
 class JobRunner:
@@ -306,9 +318,10 @@ class JobRunner:
             request cannot be read again is marked failed (``interrupted``).
         queue_size: jobs that may wait beyond a running batch; a request beyond them gets 429.
         max_batch: the most jobs one denoising batch runs (1: one at a time). Jobs share a
-            batch when their calls differ only in prompt, negative prompt and seed (a text-to-
-            video call of a family whose seed draws only the initial noise, without a step
-            cache); each job's initial noise is drawn from its own seed, as when it runs alone.
+            batch when their calls differ only in prompt, negative prompt and seed, and in
+            guidance where :func:`per_video_guidance` (CFG on for all or none) (a text-to-video
+            call of a family whose seed draws only the initial noise, without a step cache);
+            each job's initial noise is drawn from its own seed, as when it runs alone.
         batch_window_ms: how long the worker, with fewer than ``max_batch`` such jobs queued,
             waits for more before it starts a batch.
         save_every: save a running batch's denoising state every this many steps (0: never).
@@ -326,6 +339,7 @@ class JobRunner:
         self.max_batch, self.window = max_batch, batch_window_ms / 1000
         self.save_every, self.preview_every = save_every, preview_every
         self.cls, self.info = type(pipe), pipe.info
+        self.per_video_guidance = per_video_guidance(pipe)
         self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
@@ -429,7 +443,8 @@ class JobRunner:
             return None
         if ".ltx" in self.cls.__module__ or type(self.pipe.scheduler).__name__ == "CogVideoXDPMScheduler":
             return None
-        return (*(getattr(call, name) for name in _SHARED_SETTINGS), repr(sorted(call.extra.items())))
+        guidance = () if self.per_video_guidance else tuple(getattr(call, name) for name in _GUIDANCE)
+        return (*(getattr(call, name) for name in _SHARED_SETTINGS), *guidance, repr(sorted(call.extra.items())))
 
     def _enqueue(self, pending: _Pending) -> None:
         # with self._lock held
@@ -494,10 +509,16 @@ class JobRunner:
 
     def _stepped(self, batch: list[_Pending], step: int, steps: int) -> None:
         """The call's step callback: each job's record keeps the step reached (and its
-        progress), so a job whose server died keeps it."""
-        for pending in batch:
+        progress), so a job whose server died keeps it; a job cancelled while its batch runs on
+        keeps the record made then."""
+        for pending in self._live(batch):
             pending.step = step
             self.store.update(pending.id, step=step, progress=_progress(step, steps))
+
+    def _live(self, batch: list[_Pending]) -> list[_Pending]:
+        """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""
+        with self._lock:
+            return [p for p in batch if p.id in self._pending]
 
     def get(self, job_id: str) -> dict | None:
         """The job with its live progress, or None for an unknown id."""
@@ -628,7 +649,8 @@ class JobRunner:
 
     def _batched_call(self, batch: list[_Pending], state_path: str) -> Any:
         """One call running every job of ``batch``: the first's settings, each job's prompt,
-        negative prompt and initial noise (drawn from its own seed, as when it runs alone)."""
+        negative prompt, initial noise (drawn from its own seed, as when it runs alone) and
+        guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ)."""
         import jax
 
         calls = [p.call for p in batch]
@@ -639,9 +661,11 @@ class JobRunner:
             streams = self.cls.latent_streams
             first, others = (noise, {}) if not isinstance(noise, dict) else (
                 noise[streams[0]], {k: v for k, v in noise.items() if k != streams[0]})
+            guidance = tuple((c.guidance_scale, c.guidance_scale_2) for c in calls)
             call = dataclasses.replace(call, prompts=[c.prompts[0] for c in calls],
                                        negatives=[c.negatives[0] for c in calls], latents=first,
-                                       stream_latents=others, given=call.given | {"latents"})
+                                       stream_latents=others, given=call.given | {"latents"},
+                                       video_guidance=guidance if len(set(guidance)) > 1 else None)
         resume = None
         if batch[0].resume is not None:
             with np.load(batch[0].resume) as saved:
@@ -671,13 +695,15 @@ class JobRunner:
             if save and done % self.save_every == 0 and done < steps:
                 arrays = [np.asarray(a) for a in jax.tree.leaves((latents, state))]
                 _save_atomically(path, jobs=ids, done=done, leaves=len(arrays), arrays=arrays)
-                for pending in batch:
+                for pending in self._live(batch):
                     self.store.update(pending.id, saved_step=done)
             made = None if previewer is None else previewer.observe(done, latents, state)
             if made is not None:
                 urls, of = made
+                live = self._live(batch)
                 for pending, url in zip(batch, urls):
-                    pending.previews.append({"step": done, "of": of, "image": url})
+                    if pending in live:
+                        pending.previews.append({"step": done, "of": of, "image": url})
 
         return on_state
 
