@@ -340,6 +340,7 @@ class JobRunner:
         self.save_every, self.preview_every = save_every, preview_every
         self.cls, self.info = type(pipe), pipe.info
         self.per_video_guidance = per_video_guidance(pipe)
+        self.data_parallel = 1 if pipe.mesh is None else dict(pipe.mesh.shape).get("data", 1)
         self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
@@ -434,12 +435,15 @@ class JobRunner:
         return pending, job
 
     def _batch_key(self, pending: _Pending) -> tuple | None:
-        """What a job's batch-mates must share, or None when it runs alone: with a step cache
+        """What a job's batch-mates must share (on a data-parallel mesh also the key of a job that
+        runs alone but may be padded, :meth:`_padding`), or None when it runs alone as it is:
+        with a step cache
         (its state is the call's), an image, several videos, or a family that draws more than
         the initial noise from the seed (LTX-Video's decode noise, LTX-2's latent noise,
         CogVideoX's DPM step noise)."""
         call = pending.call
-        if self.max_batch < 2 or pending.cache is not None or call.task != "t2v" or call.num_videos_per_prompt != 1:
+        if (self.max_batch < 2 and self.data_parallel < 2) or pending.cache is not None or call.task != "t2v" \
+                or call.num_videos_per_prompt != 1:
             return None
         if ".ltx" in self.cls.__module__ or type(self.pipe.scheduler).__name__ == "CogVideoXDPMScheduler":
             return None
@@ -650,12 +654,15 @@ class JobRunner:
     def _batched_call(self, batch: list[_Pending], state_path: str) -> Any:
         """One call running every job of ``batch``: the first's settings, each job's prompt,
         negative prompt, initial noise (drawn from its own seed, as when it runs alone) and
-        guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ)."""
+        guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ); on a
+        data-parallel mesh the last job's call again for each row of :meth:`_padding` (their
+        videos are not kept)."""
         import jax
 
         calls = [p.call for p in batch]
         call = calls[0]
-        if len(batch) > 1:
+        calls += [calls[-1]] * self._padding(batch)
+        if len(calls) > 1:
             noise = jax.tree.map(lambda *a: np.concatenate([np.asarray(x) for x in a]),
                                  *[self.pipe.initial_noise(c) for c in calls])
             streams = self.cls.latent_streams
@@ -707,10 +714,34 @@ class JobRunner:
 
         return on_state
 
+    def _padding(self, batch: list[_Pending]) -> int:
+        """Videos added to ``batch`` so that its denoising rows (the videos, times two with CFG)
+        split evenly over the mesh's data-parallel devices: a batch that does not split is
+        replicated on every device (no faster than one); 0 off a data-parallel mesh and for a
+        job that runs alone as it is (``key`` None)."""
+        if self.data_parallel < 2 or batch[0].key is None:
+            return 0
+        per_video = 2 if batch[0].call.do_cfg else 1
+        n = len(batch)
+        while (n * per_video) % self.data_parallel:
+            n += 1
+        return n - len(batch)
+
     def _batch_report(self, batch: list[_Pending], index: int, resumed: int | None) -> dict:
         """How a job ran: ``size`` (videos in its denoising batch), ``index`` (its row), the ids
-        of the batch's jobs, and ``resumed_from_step`` (the saved step it resumed at, or None)."""
-        return {"size": len(batch), "index": index, "jobs": [p.id for p in batch], "resumed_from_step": resumed}
+        of the batch's jobs, ``resumed_from_step`` (the saved step it resumed at, or None), and
+        ``data_parallel``: None off a data-parallel mesh, else ``devices`` (the mesh's data
+        axis), ``rows`` (the denoising batch: the videos with ``padding`` copies of the last,
+        times two with CFG) and ``split`` (the rows split over the devices; False: replicated,
+        each device running them all)."""
+        dp = None
+        if self.data_parallel > 1:
+            padding = self._padding(batch)
+            rows = (len(batch) + padding) * (2 if batch[0].call.do_cfg else 1)
+            dp = {"devices": self.data_parallel, "rows": rows, "padding": padding,
+                  "split": rows % self.data_parallel == 0}
+        return {"size": len(batch), "index": index, "jobs": [p.id for p in batch], "resumed_from_step": resumed,
+                "data_parallel": dp}
 
     def _run(self, batch: list[_Pending]) -> None:
         from vidax.io.video import write_video
