@@ -719,6 +719,15 @@ def tiny_pipe(ckpt):
 BATCH_ATOL = 1e-5
 
 
+def _run_all(runner, jobs: list[dict]) -> list[dict]:
+    """Start the runner's worker, wait for every job to end, stop it; the jobs' records."""
+    runner.start()
+    try:
+        return [_wait_in_process(runner, j["id"]) for j in jobs]
+    finally:
+        runner.stop()
+
+
 def _batch_frames(pipe, runner, pendings: list) -> np.ndarray:
     """The frames of the call the runner makes of ``pendings``, run here (the same inputs and
     compiled program as the runner's run, so the same frames)."""
@@ -778,11 +787,7 @@ def test_batched_jobs_equal_each_job_alone(tiny_pipe, tmp_path):
     assert np.abs(together[0] - together[1]).max() > 0.01  # each row its own prompt and seed
     assert np.abs(together[2] - together[3]).max() > 0.01  # and its own guidance
     last = _alone(tiny_pipe, pendings[4])
-    batched.start()
-    try:
-        done = [_wait_in_process(batched, j["id"]) for j in jobs]
-    finally:
-        batched.stop()
+    done = _run_all(batched, jobs)
     assert [d["status"] for d in done] == ["completed"] * 5, done
     ids = [j["id"] for j in jobs]
     assert [d["batch"] for d in done] == [
@@ -848,11 +853,7 @@ def test_data_parallel_batches_split_over_the_mesh(ckpt, tiny_pipe, tmp_path):
     rows = [*_batch_frames(pipe, runner, pendings[:2]), _batch_frames(pipe, runner, pendings[2:])[0]]
     for frames, pending in zip(rows, pendings):
         np.testing.assert_allclose(frames, _alone(tiny_pipe, pending), atol=BATCH_ATOL, rtol=0)
-    runner.start()
-    try:
-        done = [_wait_in_process(runner, j["id"]) for j in jobs]
-    finally:
-        runner.stop()
+    done = _run_all(runner, jobs)
     assert [d["status"] for d in done] == ["completed"] * 3, done
     ids = [j["id"] for j in jobs]
     assert [d["batch"] for d in done] == [
