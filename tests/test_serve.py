@@ -951,10 +951,16 @@ class _LinearDecodePipe:
             spatial_compression, temporal_compression = 8, 4
 
     @classmethod
-    def check_call(cls, info, prompt, **kw):
+    def size_limits(cls, info):
+        from vidax.pipelines.base import SizeLimits
+
+        return SizeLimits()
+
+    @classmethod
+    def check_call(cls, info, prompts, **kw):
         from types import SimpleNamespace
 
-        return SimpleNamespace(**kw)
+        return SimpleNamespace(prompts=prompts, **kw)
 
     def precision(self):
         import contextlib
@@ -966,7 +972,7 @@ class _LinearDecodePipe:
 
     def initial_noise(self, call):
         t = (call.num_frames - 1) // 4 + 2  # one padding frame
-        shape = (call.num_videos_per_prompt, t, call.height // 8, call.width // 8, 6)
+        shape = (len(call.prompts), t, call.height // 8, call.width // 8, 6)
         return np.random.default_rng(call.seed).normal(size=shape).astype(np.float32)
 
     def prepare_latents(self, call, noise, cond):
@@ -1035,6 +1041,22 @@ def test_preview_of_the_estimate_from_the_scheduler_state():
         frame, of = gap.estimate(step + 1, new, after)
         assert of == "latents"
         np.testing.assert_array_equal(frame, np.asarray(new)[:, 1])
+
+
+def test_preview_frame_of_packed_tokens():
+    """LTX-Video's conditioned pipelines hold packed tokens (B, F' H' W', C): the middle frame is
+    cut from them by the latent grid; with appended tokens (another count) there is none."""
+    from types import SimpleNamespace
+
+    from vidax.serve.preview import middle_frame
+
+    pipe = SimpleNamespace(latent_streams=("latents",),
+                           info=SimpleNamespace(latent_grid=lambda frames, height, width: (3, 2, 4)))
+    call = SimpleNamespace(num_frames=17, height=64, width=128)
+    grid = np.arange(2 * 3 * 2 * 4 * 5, dtype=np.float32).reshape(2, 3, 2, 4, 5)
+    np.testing.assert_array_equal(middle_frame(pipe, call, grid.reshape(2, 24, 5)), grid[:, 1])
+    np.testing.assert_array_equal(middle_frame(pipe, call, {"latents": grid}), grid[:, 1])
+    assert middle_frame(pipe, call, np.zeros((2, 25, 5), np.float32)) is None
 
 
 def test_preview_of_unipc_is_its_data_prediction_nearer_the_end_than_the_latents(tiny_pipe, preview_map):

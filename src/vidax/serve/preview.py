@@ -4,7 +4,7 @@ by a linear map fit to the loaded checkpoint's own VAE (a cheap look, not a VAE 
 **The map** (:func:`fit_preview_map`, once per server process when previews are on): a few
 small random latents drawn as the denoising loop holds them (the prior N(0, 1) of the loop's
 normalised latents, :attr:`FIT_FRAMES` latent frames of :attr:`FIT_GRID` x :attr:`FIT_GRID`)
-go through the pipeline's own path to pixels (``condition``, ``initial_noise``,
+(fewer where the model's size limits are smaller) go through the pipeline's own path to pixels (``condition``, ``initial_noise``,
 ``prepare_latents``, ``final_latents``, ``decode``: the VAE's de-normalisation, LTX's decode
 noise and timestep, CogVideoX's padding frames as a job's decode has them); the decoded RGB in
 [-1, 1] is average-pooled to the latent grid (each latent frame after the first against the
@@ -94,9 +94,12 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     info = pipe.info
     vae = info.vae_config
     s, t = vae.spatial_compression, vae.temporal_compression
-    call = type(pipe).check_call(info, "preview", height=FIT_GRID * s, width=FIT_GRID * s,
-                                 num_frames=1 + t * (FIT_FRAMES - 1), num_inference_steps=1,
-                                 num_videos_per_prompt=FIT_VIDEOS, seed=seed, progress=False)
+    limits = type(pipe).size_limits(info)  # e.g. a transformer's RoPE grid, smaller than the fit's
+    height, width = (FIT_GRID * s if m is None else min(FIT_GRID * s, m) for m in (limits.height, limits.width))
+    frames = 1 + t * (FIT_FRAMES - 1)
+    frames = frames if limits.num_frames is None else min(frames, limits.num_frames)
+    call = type(pipe).check_call(info, ["preview"] * FIT_VIDEOS, height=height, width=width, num_frames=frames,
+                                 num_inference_steps=2, seed=seed, progress=False)
     stats = RunStats()
     with pipe.precision():
         cond = pipe.condition(call, stats)
@@ -109,9 +112,12 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def correlation(preview_map: "PreviewMap", latents: np.ndarray, rgb: np.ndarray) -> float:
     """The correlation over the latent pixels of ``preview_map``'s projection of ``latents``
-    with ``rgb``, per colour, averaged over the three."""
+    with ``rgb``, per colour, averaged over the colours that vary in both (0 when none does: a
+    decode saturated to one value)."""
     projected = preview_map.project(latents)
-    return float(np.mean([np.corrcoef(projected[:, k], rgb[:, k])[0, 1] for k in range(3)]))
+    found = [np.corrcoef(projected[:, k], rgb[:, k])[0, 1] for k in range(3)
+             if projected[:, k].std() > 0 and rgb[:, k].std() > 0]
+    return float(np.mean(found)) if found else 0.0
 
 
 def fit_preview_map(pipe: Any, seed: int = 0) -> PreviewMap:
