@@ -800,8 +800,8 @@ def test_batched_jobs_equal_each_job_alone(tiny_pipe, tmp_path):
 
 
 def test_cancelling_one_job_of_a_running_batch(tiny_pipe, tmp_path):
-    """A job cancelled while its batch runs is failed (``cancelled``, the step it reached)
-    at once; the batch runs on, and the other jobs complete with their rows of the batch, which
+    """A job cancelled while its batch runs is failed (``cancelled``, the step it reached, the
+    batch it ran in) at once; the batch runs on, and the other jobs complete with their rows of the batch, which
     equal their runs alone within :data:`BATCH_ATOL`."""
     from vidax.serve.jobs import JobRunner, JobStore
 
@@ -823,8 +823,8 @@ def test_cancelling_one_job_of_a_running_batch(tiny_pipe, tmp_path):
     assert done[1] == cancelled  # the batch's end does not overwrite it
     assert [d["status"] for d in (done[0], done[2])] == ["completed"] * 2, done
     ids = [j["id"] for j in jobs]
-    assert [d["batch"] for d in (done[0], done[2])] == [
-        {"size": 3, "index": i, "jobs": ids, "resumed_from_step": None, "data_parallel": None} for i in (0, 2)]
+    assert [d["batch"] for d in done] == [
+        {"size": 3, "index": i, "jobs": ids, "resumed_from_step": None, "data_parallel": None} for i in range(3)]
     assert not os.path.exists(runner.store.video_path(ids[1]))
     together = _batch_frames(tiny_pipe, runner, pendings)
     for row in (0, 2):

@@ -349,6 +349,7 @@ class JobRunner:
         self._wake = threading.Condition(self._lock)
         self._waiting: list[_Pending] = []  # in the order they run
         self._running: list[_Pending] = []
+        self._resumed: int | None = None  # the saved step the running batch resumed at
         self._thread: threading.Thread | None = None
         self.stopping = False
         self._requeue()
@@ -556,8 +557,8 @@ class JobRunner:
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
-        before each VAE decode chunk; in a batch with other jobs running on, now, the batch
-        going on without it); a finished job is deleted with its video (:meth:`JobStore.delete`).
+        before each VAE decode chunk; in a batch with other jobs running on, now, its record
+        saying the batch it ran in, the batch going on without it); a finished job is deleted with its video (:meth:`JobStore.delete`).
         Returns the job (or the OpenAI deletion object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
@@ -569,7 +570,8 @@ class JobRunner:
                         return self.get(job_id)  # the call stops at its next check
                     message = f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}" \
                         if pending.step else "cancelled before denoising step 1"
-                    job = _failed({**job, **_reached(pending.step, job)}, message, "cancelled")
+                    job = {**_failed({**job, **_reached(pending.step, job)}, message, "cancelled"),
+                           "batch": self._batch_report(self._running, self._running.index(pending), self._resumed)}
                 else:
                     self._waiting.remove(pending)
                     job = _failed(job, "cancelled before it started", "cancelled")
@@ -620,7 +622,7 @@ class JobRunner:
                     break
             for pending in batch:
                 self._waiting.remove(pending)
-            self._running = batch
+            self._running, self._resumed = batch, None
             for pending in batch:
                 self.store.put({**self.store.get(pending.id), "status": IN_PROGRESS})
             return batch
@@ -751,7 +753,7 @@ class JobRunner:
         resumed = None
         try:
             call = self._batched_call(batch, state_path)
-            resumed = None if call.resume is None else call.resume[0]
+            resumed = self._resumed = None if call.resume is None else call.resume[0]
             if batch[0].cache is not None:  # this job's step cache (it runs alone)
                 self.pipe.disable_cache()
                 self.pipe.enable_cache(batch[0].cache)
@@ -761,7 +763,7 @@ class JobRunner:
                 if call.resume is None or "saved denoising state" not in str(e):
                     raise
                 logger.warning("%s; the batch of %s starts over", e, ", ".join(jobs))
-                resumed = None
+                resumed = self._resumed = None
                 out = self.pipe.generate(dataclasses.replace(call, resume=None))
             finally:
                 if batch[0].cache is not None:

@@ -3,13 +3,13 @@ by a linear map fit to the loaded checkpoint's own VAE (a cheap look, not a VAE 
 
 **The map** (:func:`fit_preview_map`, once per server process when previews are on): a few
 small random latents drawn as the denoising loop holds them (the prior N(0, 1) of the loop's
-normalised latents, :attr:`FIT_FRAMES` latent frames of :attr:`FIT_GRID` x :attr:`FIT_GRID`)
-(fewer where the model's size limits are smaller) go through the pipeline's own path to pixels (``condition``, ``initial_noise``,
-``prepare_latents``, ``final_latents``, ``decode``: the VAE's de-normalisation, LTX's decode
-noise and timestep, CogVideoX's padding frames as a job's decode has them); the decoded RGB in
-[-1, 1] is average-pooled to the latent grid (each latent frame after the first against the
-``temporal_compression`` frames it decodes to, aligned from the end), and ``rgb ~ z @ W + b``
-is fit by least squares over every latent pixel. One latent sample is held out and its
+normalised latents, :data:`FIT_FRAMES` latent frames of :data:`FIT_GRID` x :data:`FIT_GRID`,
+fewer where the model's size limits are smaller) go through the pipeline's own path to pixels
+(``condition``, ``initial_noise``, ``prepare_latents``, ``final_latents``, ``decode``: the VAE's
+de-normalisation, LTX's decode noise and timestep, CogVideoX's padding frames as a job's decode
+has them); the decoded RGB in [-1, 1] is average-pooled to the latent grid (each latent frame
+after the first against the ``temporal_compression`` frames it decodes to, aligned from the
+end), and ``rgb ~ z @ W + b`` is fit by least squares over every latent pixel. One latent sample is held out and its
 correlation between the projection and the pooled decode is kept (:attr:`PreviewMap.r`): how
 much of the decode a linear map of one latent pixel explains for this VAE.
 
@@ -34,12 +34,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
-import logging
 from typing import Any
 
 import numpy as np
-
-logger = logging.getLogger("vidax.serve")
 
 #: Latent frames, latent rows and columns, and videos of the fit's random latents (the last
 #: video held out for :attr:`PreviewMap.r`).
