@@ -438,10 +438,9 @@ class JobRunner:
     def _batch_key(self, pending: _Pending) -> tuple | None:
         """What a job's batch-mates must share (on a data-parallel mesh also the key of a job that
         runs alone but may be padded, :meth:`_padding`), or None when it runs alone as it is:
-        with a step cache
-        (its state is the call's), an image, several videos, or a family that draws more than
-        the initial noise from the seed (LTX-Video's decode noise, LTX-2's latent noise,
-        CogVideoX's DPM step noise)."""
+        with a step cache (its state is the call's), an image, several videos, or a family that
+        draws more than the initial noise from the seed (LTX-Video's decode noise, LTX-2's
+        latent noise, CogVideoX's DPM step noise)."""
         call = pending.call
         if (self.max_batch < 2 and self.data_parallel < 2) or pending.cache is not None or call.task != "t2v" \
                 or call.num_videos_per_prompt != 1:
@@ -558,8 +557,8 @@ class JobRunner:
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
         before each VAE decode chunk; in a batch with other jobs running on, now, its record
-        saying the batch it ran in, the batch going on without it); a finished job is deleted with its video (:meth:`JobStore.delete`).
-        Returns the job (or the OpenAI deletion object), None for an unknown id."""
+        saying the batch it ran in, the batch going on without it); a finished job is deleted
+        with its video (:meth:`JobStore.delete`). Returns the job (or the OpenAI deletion object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
             if pending is not None:
