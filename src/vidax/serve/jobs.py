@@ -558,7 +558,8 @@ class JobRunner:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
         before each VAE decode chunk; in a batch with other jobs running on, now, its record
         saying the batch it ran in, the batch going on without it); a finished job is deleted
-        with its video (:meth:`JobStore.delete`). Returns the job (or the OpenAI deletion object), None for an unknown id."""
+        with its video (:meth:`JobStore.delete`). Returns the job (or the OpenAI deletion
+        object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
             if pending is not None:
