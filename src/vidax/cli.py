@@ -830,8 +830,8 @@ def serve(
                                    "--jobs-dir/states, atomically), so a restart resumes it there; 0: never (it "
                                    "starts over)."),
     preview_every: int = typer.Option(0, help="Make a preview image of a running job every this many steps "
-                                      "(a latent-to-RGB projection, for GET /v1/videos/ID/events and the page); 0: "
-                                      "never. Wan, Cosmos and HunyuanVideo 1.0 checkpoints have one."),
+                                      "(the current clean-sample estimate through a latent-to-RGB map fit to the VAE at "
+                                      "start, for GET /v1/videos/ID/events and the page); 0: never."),
     dtype: str = load_flag("dtype"),
     matmul_precision: str = load_flag("matmul_precision"),
     dp: Optional[int] = load_flag("dp"),

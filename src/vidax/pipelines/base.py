@@ -107,7 +107,11 @@ class Call:
     next step donates: copy them now). ``resume``: ``(done, arrays)``, the leaves of
     ``(latents, state)`` that ``on_state`` was given after step ``done`` (as numpy arrays): the
     loop starts there (:func:`~vidax.pipelines.sampling.restore_denoising_state`), so the call
-    ends as the one that saved them would have.
+    ends as the one that saved them would have. ``video_guidance``: one ``(guidance_scale,
+    guidance_scale_2)`` per video, each video guided by its own (jobs of other guidance in one
+    batch); None: the call's for every video. Only the default CFG step
+    (:meth:`VideoPipeline.step_args`, :meth:`~VideoPipeline.guidance`, :meth:`~VideoPipeline.guide`)
+    reads it.
     """
 
     prompts: list
@@ -139,6 +143,7 @@ class Call:
     negative_parts: tuple | None = None
     on_state: Callable[[int, Any, Any], None] | None = None
     resume: tuple | None = None
+    video_guidance: tuple | None = None
 
     @property
     def batch(self) -> int:
@@ -839,6 +844,8 @@ class VideoPipeline:
         """``(args, arg_axes)``: the extra arguments of every step of ``expert`` (see
         :func:`vidax.parallel.step.shard_step` for ``arg_axes``)."""
         gs = call.guidance_scale if expert == 0 else call.guidance_scale_2
+        if call.video_guidance is not None:  # (B,): one weight per video
+            gs = [g[expert] for g in call.video_guidance]
         return (embeds, jnp.asarray(gs, jnp.float32), cond), None
 
     def model_args(self, latents: jax.Array, state: Any, args: tuple, do_cfg: bool) -> tuple:

@@ -206,9 +206,12 @@ def all_finite(x: Any) -> jax.Array:
 
 def classifier_free_guidance(noise_pred: jax.Array, guidance_scale: jax.Array) -> jax.Array:
     """Split a (2B, ...) prediction into cond (first B) and uncond and combine them as
-    ``uncond + guidance_scale * (cond - uncond)`` (diffusers' formula, in the prediction's dtype)."""
+    ``uncond + guidance_scale * (cond - uncond)`` (diffusers' formula, in the prediction's dtype);
+    ``guidance_scale`` () or (B,), one weight per video."""
     cond, uncond = jnp.split(noise_pred, 2, axis=0)
-    return uncond + guidance_scale.astype(cond.dtype) * (cond - uncond)
+    weight = guidance_scale.astype(cond.dtype)
+    weight = weight.reshape(weight.shape + (1,) * (cond.ndim - weight.ndim)) if weight.ndim else weight
+    return uncond + weight * (cond - uncond)
 
 
 def rescale_noise_cfg(noise_cfg: jax.Array, noise_pred_text: jax.Array, guidance_rescale: Any) -> jax.Array:

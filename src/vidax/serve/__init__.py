@@ -5,7 +5,8 @@
 * :mod:`vidax.serve.jobs` keeps the job records (SQLite, standard library), the mp4 files and
   the saved denoising states in the jobs folder, and runs the jobs alone or in batches on a
   worker thread, queueing them again (and resuming a running batch) after a restart.
-* :mod:`vidax.serve.preview` makes a running job's preview images (a latent-to-RGB map).
+* :mod:`vidax.serve.preview` makes a running job's preview images (its clean-sample estimate
+  through a latent-to-RGB map fit to the checkpoint's VAE).
 * :mod:`vidax.serve.app` is the ASGI app (starlette): the API (API-key check, server-sent
   events of a job's progress) and the page (``page.html``).
 * :mod:`vidax.serve.command` runs it (uvicorn) for the ``vidax serve`` command, whose flags

@@ -12,8 +12,9 @@
 ``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
 ``GET /v1/videos/{id}/events``  server-sent events until the job ends: ``queued``
                                (``position``, 1: next), ``progress`` (``step``, ``num_inference_steps``,
-                               ``progress`` %), ``preview`` (``step``, ``image``: a PNG data URL,
-                               :mod:`vidax.serve.preview`), then ``done`` or ``failed`` (the job)
+                               ``progress`` %), ``preview`` (``step``, ``of``: ``estimate`` or
+                               ``latents``, ``image``: a PNG data URL, :mod:`vidax.serve.preview`),
+                               then ``done`` or ``failed`` (the job)
 ``DELETE /v1/videos/{id}``     cancel a queued job, or a running one between steps; a finished
                                job is deleted with its video
 ``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request

@@ -300,9 +300,21 @@ class _Pending:
 
 
 #: What a batch's jobs must share besides the shape and the steps: the call's other settings
-#: (each job keeps its own prompt, negative prompt and seed).
-_SHARED_SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale", "guidance_scale_2",
-                    "max_sequence_length", "output_type", "decode_audio", "lora_scale", "cfg")
+#: (each job keeps its own prompt, negative prompt and seed; with :func:`per_video_guidance`
+#: its own guidance too, the batch sharing only whether CFG runs).
+_SHARED_SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "max_sequence_length", "output_type",
+                    "decode_audio", "lora_scale", "do_cfg")
+_GUIDANCE = ("guidance_scale", "guidance_scale_2")
+
+
+def per_video_guidance(pipe: Any) -> bool:
+    """Whether ``pipe``'s guidance is the plain CFG combination of the base pipeline (its
+    ``step_args``, ``guidance`` and ``guide``), which weighs each video of a batch by its own
+    :attr:`~vidax.pipelines.base.Call.video_guidance` (Wan2.1 / Wan2.2); the other families'
+    guidance has more to it (per-step tables, rescaling, several passes)."""
+    from vidax.pipelines.base import VideoPipeline
+
+    return all(getattr(type(pipe), name) is getattr(VideoPipeline, name) for name in ("step_args", "guidance", "guide"))
 
 
 class JobRunner:
@@ -316,25 +328,30 @@ class JobRunner:
             request cannot be read again is marked failed (``interrupted``).
         queue_size: jobs that may wait beyond a running batch; a request beyond them gets 429.
         max_batch: the most jobs one denoising batch runs (1: one at a time). Jobs share a
-            batch when their calls differ only in prompt, negative prompt and seed (a text-to-
-            video call of a family whose seed draws only the initial noise, without a step
-            cache); each job's initial noise is drawn from its own seed, as when it runs alone.
+            batch when their calls differ only in prompt, negative prompt and seed, and in
+            guidance where :func:`per_video_guidance` (CFG on for all or none) (a text-to-video
+            call of a family whose seed draws only the initial noise, without a step cache);
+            each job's initial noise is drawn from its own seed, as when it runs alone.
         batch_window_ms: how long the worker, with fewer than ``max_batch`` such jobs queued,
             waits for more before it starts a batch.
         save_every: save a running batch's denoising state every this many steps (0: never).
         preview_every: make a preview image (:mod:`vidax.serve.preview`) every this many steps
-            (0: never; nothing for a family without a latent-to-RGB map).
+            (0: never).
+        preview_map: the latent-to-RGB map of the previews; None: fit now
+            (:func:`~vidax.serve.preview.fit_preview_map`) when ``preview_every`` asks for
+            previews (a pipeline whose decode the fit cannot follow makes none, with a warning).
     """
 
     def __init__(self, pipe: Any, model: str, store: JobStore, queue_size: int = 8, max_batch: int = 1,
-                 batch_window_ms: float = 0, save_every: int = 5, preview_every: int = 0):
-        from vidax.serve.preview import latent_rgb_factors
-
+                 batch_window_ms: float = 0, save_every: int = 5, preview_every: int = 0,
+                 preview_map: Any = None):
         self.pipe, self.model, self.store, self.queue_size = pipe, model, store, queue_size
         self.max_batch, self.window = max_batch, batch_window_ms / 1000
         self.save_every, self.preview_every = save_every, preview_every
         self.cls, self.info = type(pipe), pipe.info
-        self.factors = latent_rgb_factors(self.info.checkpoint) if preview_every else None
+        self.per_video_guidance = per_video_guidance(pipe)
+        self.data_parallel = 1 if pipe.mesh is None else dict(pipe.mesh.shape).get("data", 1)
+        self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
         self._pending: dict[str, _Pending] = {}
@@ -342,9 +359,25 @@ class JobRunner:
         self._wake = threading.Condition(self._lock)
         self._waiting: list[_Pending] = []  # in the order they run
         self._running: list[_Pending] = []
+        self._resumed: int | None = None  # the saved step the running batch resumed at
         self._thread: threading.Thread | None = None
         self.stopping = False
         self._requeue()
+
+    def _fit_preview_map(self) -> Any:
+        """The pipeline's latent-to-RGB map (logged with its fit), or None where it cannot be fit."""
+        from vidax.serve.preview import fit_preview_map
+
+        t0 = time.perf_counter()
+        try:
+            found = fit_preview_map(self.pipe)
+        except (VidaxError, ValueError) as e:
+            logger.warning("no previews: the latent-to-RGB map of %s could not be fit (%s)", self.model,
+                           " ".join(str(e).split()))
+            return None
+        logger.info("previews: latent-to-RGB map fit to the VAE in %.1f s (held-out correlation %.2f)",
+                    time.perf_counter() - t0, found.r)
+        return found
 
     # ------------------------------------------------------------------ the API's operations
     def submit(self, fields: dict[str, Any], image_path: str | None = None, image_name: str = "",
@@ -421,16 +454,19 @@ class JobRunner:
         return pending, job
 
     def _batch_key(self, pending: _Pending) -> tuple | None:
-        """What a job's batch-mates must share, or None when it runs alone: with a step cache
-        (its state is the call's), an image, several videos, or a family that draws more than
-        the initial noise from the seed (LTX-Video's decode noise, LTX-2's latent noise,
-        CogVideoX's DPM step noise)."""
+        """What a job's batch-mates must share (on a data-parallel mesh also the key of a job that
+        runs alone but may be padded, :meth:`_padding`), or None when it runs alone as it is:
+        with a step cache (its state is the call's), an image, several videos, or a family that
+        draws more than the initial noise from the seed (LTX-Video's decode noise, LTX-2's
+        latent noise, CogVideoX's DPM step noise)."""
         call = pending.call
-        if self.max_batch < 2 or pending.cache is not None or call.task != "t2v" or call.num_videos_per_prompt != 1:
+        if (self.max_batch < 2 and self.data_parallel < 2) or pending.cache is not None or call.task != "t2v" \
+                or call.num_videos_per_prompt != 1:
             return None
         if ".ltx" in self.cls.__module__ or type(self.pipe.scheduler).__name__ == "CogVideoXDPMScheduler":
             return None
-        return (*(getattr(call, name) for name in _SHARED_SETTINGS), repr(sorted(call.extra.items())))
+        guidance = () if self.per_video_guidance else tuple(getattr(call, name) for name in _GUIDANCE)
+        return (*(getattr(call, name) for name in _SHARED_SETTINGS), *guidance, repr(sorted(call.extra.items())))
 
     def _enqueue(self, pending: _Pending) -> None:
         # with self._lock held
@@ -498,10 +534,16 @@ class JobRunner:
 
     def _stepped(self, batch: list[_Pending], step: int, steps: int) -> None:
         """The call's step callback: each job's record keeps the step reached (and its
-        progress), so a job whose server died keeps it."""
-        for pending in batch:
+        progress), so a job whose server died keeps it; a job cancelled while its batch runs on
+        keeps the record made then."""
+        for pending in self._live(batch):
             pending.step = step
             self.store.update(pending.id, step=step, progress=_progress(step, steps))
+
+    def _live(self, batch: list[_Pending]) -> list[_Pending]:
+        """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""
+        with self._lock:
+            return [p for p in batch if p.id in self._pending]
 
     def get(self, job_id: str) -> dict | None:
         """The job with its live progress, or None for an unknown id."""
@@ -535,9 +577,10 @@ class JobRunner:
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
-        before each VAE decode chunk; in a batch with other jobs running on, now, the batch
-        going on without it); a finished job is deleted with its video (:meth:`JobStore.delete`).
-        Returns the job (or the OpenAI deletion object), None for an unknown id."""
+        before each VAE decode chunk; in a batch with other jobs running on, now, its record
+        saying the batch it ran in, the batch going on without it); a finished job is deleted
+        with its video (:meth:`JobStore.delete`). Returns the job (or the OpenAI deletion
+        object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
             if pending is not None:
@@ -548,7 +591,8 @@ class JobRunner:
                         return self.get(job_id)  # the call stops at its next check
                     message = f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}" \
                         if pending.step else "cancelled before denoising step 1"
-                    job = _failed({**job, **_reached(pending.step, job)}, message, "cancelled")
+                    job = {**_failed({**job, **_reached(pending.step, job)}, message, "cancelled"),
+                           "batch": self._batch_report(self._running, self._running.index(pending), self._resumed)}
                 else:
                     self._waiting.remove(pending)
                     job = _failed(job, "cancelled before it started", "cancelled")
@@ -599,7 +643,7 @@ class JobRunner:
                     break
             for pending in batch:
                 self._waiting.remove(pending)
-            self._running = batch
+            self._running, self._resumed = batch, None
             for pending in batch:
                 self.store.put({**self.store.get(pending.id), "status": IN_PROGRESS})
             return batch
@@ -632,35 +676,46 @@ class JobRunner:
 
     def _batched_call(self, batch: list[_Pending], state_path: str) -> Any:
         """One call running every job of ``batch``: the first's settings, each job's prompt,
-        negative prompt and initial noise (drawn from its own seed, as when it runs alone)."""
+        negative prompt, initial noise (drawn from its own seed, as when it runs alone) and
+        guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ); on a
+        data-parallel mesh the last job's call again for each row of :meth:`_padding` (their
+        videos are not kept)."""
         import jax
 
         calls = [p.call for p in batch]
         call = calls[0]
-        if len(batch) > 1:
+        calls += [calls[-1]] * self._padding(batch)
+        if len(calls) > 1:
             noise = jax.tree.map(lambda *a: np.concatenate([np.asarray(x) for x in a]),
                                  *[self.pipe.initial_noise(c) for c in calls])
             streams = self.cls.latent_streams
             first, others = (noise, {}) if not isinstance(noise, dict) else (
                 noise[streams[0]], {k: v for k, v in noise.items() if k != streams[0]})
+            guidance = tuple((c.guidance_scale, c.guidance_scale_2) for c in calls)
             call = dataclasses.replace(call, prompts=[c.prompts[0] for c in calls],
                                        negatives=[c.negatives[0] for c in calls], latents=first,
-                                       stream_latents=others, given=call.given | {"latents"})
+                                       stream_latents=others, given=call.given | {"latents"},
+                                       video_guidance=guidance if len(set(guidance)) > 1 else None)
         resume = None
         if batch[0].resume is not None:
             with np.load(batch[0].resume) as saved:
                 resume = (int(saved["done"]), [saved[f"arr_{i}"] for i in range(int(saved["leaves"]))])
         return dataclasses.replace(call, callback=lambda i, n: self._stepped(batch, i + 1, n),
                                    cancel=lambda: self.stopping or all(p.cancel.is_set() for p in batch),
-                                   on_state=self._on_state(batch, state_path, call.num_inference_steps),
+                                   on_state=self._on_state(batch, state_path, call),
                                    resume=resume)
 
-    def _on_state(self, batch: list[_Pending], path: str, steps: int) -> Callable | None:
+    def _on_state(self, batch: list[_Pending], path: str, call: Any) -> Callable | None:
         """The call's ``on_state``: the state saved every :attr:`save_every` steps, a preview
-        made every :attr:`preview_every` steps."""
+        made every :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
+        steps = call.num_inference_steps
         save = self.save_every > 0 and self.pipe.cache_config is None and batch[0].cache is None
-        preview = self.factors is not None
-        if not (save or preview):
+        previewer = None
+        if self.preview_every and self.preview_map is not None:
+            from vidax.serve.preview import Previewer
+
+            previewer = Previewer(self.pipe, call, self.preview_map, self.preview_every)
+        if not (save or previewer):
             return None
         ids = np.asarray([p.id for p in batch])
 
@@ -670,23 +725,46 @@ class JobRunner:
             if save and done % self.save_every == 0 and done < steps:
                 arrays = [np.asarray(a) for a in jax.tree.leaves((latents, state))]
                 _save_atomically(path, jobs=ids, done=done, leaves=len(arrays), arrays=arrays)
-                for pending in batch:
+                for pending in self._live(batch):
                     self.store.update(pending.id, saved_step=done)
-            if preview and done % self.preview_every == 0:
-                from vidax.serve.preview import preview_images
-
-                first = latents[self.cls.latent_streams[0]] if isinstance(latents, dict) else latents
-                view = np.asarray(self.pipe.loop_latents_to_diffusers(first))
-                if view.ndim == 5 and view.shape[1] == self.factors[0].shape[0]:
-                    for pending, url in zip(batch, preview_images(view, *self.factors)):
-                        pending.previews.append({"step": done, "image": url})
+            made = None if previewer is None else previewer.observe(done, latents, state)
+            if made is not None:
+                urls, of = made
+                live = self._live(batch)
+                for pending, url in zip(batch, urls):
+                    if pending in live:
+                        pending.previews.append({"step": done, "of": of, "image": url})
 
         return on_state
 
+    def _padding(self, batch: list[_Pending]) -> int:
+        """Videos added to ``batch`` so that its denoising rows (the videos, times two with CFG)
+        split evenly over the mesh's data-parallel devices: a batch that does not split is
+        replicated on every device (no faster than one); 0 off a data-parallel mesh and for a
+        job that runs alone as it is (``key`` None)."""
+        if self.data_parallel < 2 or batch[0].key is None:
+            return 0
+        per_video = 2 if batch[0].call.do_cfg else 1
+        n = len(batch)
+        while (n * per_video) % self.data_parallel:
+            n += 1
+        return n - len(batch)
+
     def _batch_report(self, batch: list[_Pending], index: int, resumed: int | None) -> dict:
         """How a job ran: ``size`` (videos in its denoising batch), ``index`` (its row), the ids
-        of the batch's jobs, and ``resumed_from_step`` (the saved step it resumed at, or None)."""
-        return {"size": len(batch), "index": index, "jobs": [p.id for p in batch], "resumed_from_step": resumed}
+        of the batch's jobs, ``resumed_from_step`` (the saved step it resumed at, or None), and
+        ``data_parallel``: None off a data-parallel mesh, else ``devices`` (the mesh's data
+        axis), ``rows`` (the denoising batch: the videos with ``padding`` copies of the last,
+        times two with CFG) and ``split`` (the rows split over the devices; False: replicated,
+        each device running them all)."""
+        dp = None
+        if self.data_parallel > 1:
+            padding = self._padding(batch)
+            rows = (len(batch) + padding) * (2 if batch[0].call.do_cfg else 1)
+            dp = {"devices": self.data_parallel, "rows": rows, "padding": padding,
+                  "split": rows % self.data_parallel == 0}
+        return {"size": len(batch), "index": index, "jobs": [p.id for p in batch], "resumed_from_step": resumed,
+                "data_parallel": dp}
 
     def _run(self, batch: list[_Pending]) -> None:
         from vidax.io.video import write_video
@@ -696,7 +774,7 @@ class JobRunner:
         resumed = None
         try:
             call = self._batched_call(batch, state_path)
-            resumed = None if call.resume is None else call.resume[0]
+            resumed = self._resumed = None if call.resume is None else call.resume[0]
             if batch[0].cache is not None:  # this job's step cache (it runs alone)
                 self.pipe.disable_cache()
                 self.pipe.enable_cache(batch[0].cache)
@@ -706,7 +784,7 @@ class JobRunner:
                 if call.resume is None or "saved denoising state" not in str(e):
                     raise
                 logger.warning("%s; the batch of %s starts over", e, ", ".join(jobs))
-                resumed = None
+                resumed = self._resumed = None
                 out = self.pipe.generate(dataclasses.replace(call, resume=None))
             finally:
                 if batch[0].cache is not None:
