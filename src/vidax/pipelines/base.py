@@ -48,6 +48,7 @@ from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
+from vidax.pipelines.step_inputs import StepInputs
 from vidax.pipelines.weight_formats import transformer_source, with_weights
 from vidax.pipelines.step_cache import (CacheCarry, CacheReport, CacheSpec, StepCache, TaylorSeerCacheConfig,
                                         check_cache_call, check_cache_config, describe_config, step_shapes, taylorseer_mode)
@@ -828,28 +829,30 @@ class VideoPipeline:
             return {k: self.set_timesteps(call, v) for k, v in latents.items()}
         return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
-    def step_args(self, call: Call, embeds: jax.Array, cond: dict, state: Any, expert: int) -> tuple[tuple, tuple | None]:
-        """``(args, arg_axes)``: the extra arguments of every step of ``expert`` (see
-        :func:`vidax.parallel.step.shard_step` for ``arg_axes``)."""
+    def step_args(self, call: Call, embeds: jax.Array, cond: dict, state: Any,
+                  expert: int) -> tuple[StepInputs, Mapping | None]:
+        """``(inputs, axes)``: the :class:`~vidax.pipelines.step_inputs.StepInputs` of every step
+        of ``expert`` and the logical axes of those of its fields that are not batch-split on their
+        leading axis (field name -> axes, see :func:`vidax.parallel.step.shard_step`), or None."""
         gs = call.guidance_scale if expert == 0 else call.guidance_scale_2
-        return (embeds, jnp.asarray(gs, jnp.float32), cond), None
+        return StepInputs(embeds, jnp.asarray(gs, jnp.float32), cond), None
 
-    def model_args(self, latents: jax.Array, state: Any, args: tuple, do_cfg: bool) -> tuple:
+    def model_args(self, latents: jax.Array, state: Any, inputs: StepInputs, do_cfg: bool) -> tuple:
         """The transformer's arguments at one step (traced), CFG pairs batched."""
         raise NotImplementedError
 
-    def guidance(self, state: Any, args: tuple) -> jax.Array:
+    def guidance(self, state: Any, inputs: StepInputs) -> jax.Array:
         """The CFG weight of this step (traced)."""
-        return args[1]
+        return inputs.guidance
 
-    def guide(self, pred: jax.Array, state: Any, args: tuple) -> jax.Array:
+    def guide(self, pred: jax.Array, state: Any, inputs: StepInputs) -> jax.Array:
         """The guided prediction from the CFG batch (2B, ...) (traced): diffusers' formula with
         the weight :meth:`guidance` gives; families with another rule (guidance rescale, a
         different formula) override it."""
-        weight = self.guidance(self.step_state(state), args)
+        weight = self.guidance(self.step_state(state), inputs)
         return jax.tree.map(lambda p: classifier_free_guidance(p, weight), pred)
 
-    def scheduler_update(self, state: Any, pred: Any, latents: Any, args: tuple) -> tuple:
+    def scheduler_update(self, state: Any, pred: Any, latents: Any, inputs: StepInputs) -> tuple:
         """``(latents, state)`` after one step (traced); with several streams each stream is
         stepped with its own state (see :meth:`set_timesteps`)."""
         if isinstance(latents, dict):
@@ -1591,8 +1594,8 @@ class VideoPipeline:
             x, state = jax.device_put((x, state), jax.local_devices()[0])
         done = 0
         for expert, count in segments(self.expert_plan(state)):
-            args, arg_axes = self.step_args(call, embeds, cond, state, expert)
-            x, state = self._run_expert(expert, call, x, state, args, arg_axes, count, done, total, stats)
+            inputs, axes = self.step_args(call, embeds, cond, state, expert)
+            x, state = self._run_expert(expert, call, x, state, (inputs,), (axes,), count, done, total, stats)
             done += count
         return x, state
 
@@ -1609,7 +1612,7 @@ class VideoPipeline:
         step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
-            shapes = step_shapes(module, params, lambda _p, lat, st, *a: self.model_args(lat, st, a, call.do_cfg),
+            shapes = step_shapes(module, params, lambda _p, lat, st, inputs: self.model_args(lat, st, inputs, call.do_cfg),
                                  x, state, args, cache.spec.taps, rows=cache.spec.kind != "taylorseer")
             state = CacheCarry(state, cache.initial(shapes))
         if not offloaded_stacks(module):
@@ -1748,7 +1751,7 @@ class VideoPipeline:
         return type(self.scheduler)
 
     def step_fn(self, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
-        """The step ``(params, latents, state, *args) -> (latents, state)`` of ``expert``: one jit
+        """The step ``(params, latents, state, inputs) -> (latents, state)`` of ``expert``: one jit
         (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
         streamed from host memory (every declared stack). Experts of one structure share one trace.
         The latents (float32) and the scheduler state come back in the dtypes they went in: the
@@ -1766,10 +1769,10 @@ class VideoPipeline:
             return fn.for_blocks(stacks) if stacks else fn
         gdtype = self.guidance_dtype
 
-        def model_args(latents, state, *args):
-            return self.model_args(latents, state, args, do_cfg)
+        def model_args(latents, state, inputs):
+            return self.model_args(latents, state, inputs, do_cfg)
 
-        def finish(pred, latents, state, *args):
+        def finish(pred, latents, state, inputs):
             if isinstance(latents, dict) and isinstance(pred, (tuple, list)):
                 # a model of several streams predicts them in the order of latent_streams (a dict
                 # through jax comes back with its keys sorted)
@@ -1777,22 +1780,22 @@ class VideoPipeline:
                 pred = {k: p for k, p in zip(self.latent_streams, pred) if k in latents}
             if do_cfg:
                 pred = self.guide(pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred),
-                                  state, args)
+                                  state, inputs)
             # The scheduler updates the latents in their own dtype (float32): a bfloat16 prediction
             # is upcast first, so the update is not rounded to bfloat16 (schedulers return the
             # prediction's dtype, as diffusers'). Several streams: each stream's own.
             pred = jax.tree.map(lambda p, x: p.astype(x.dtype), pred, latents)
-            new = self.scheduler_update(state, pred, latents, args)
+            new = self.scheduler_update(state, pred, latents, inputs)
             check_step_dtypes(type(self).__name__, (latents, state), new)
             return new
 
-        def step(params, latents, state, *args):
+        def step(params, latents, state, inputs):
             model = nnx.merge(graphdef, from_stack_bits(params))
             if cache is None:
-                return finish(model(*model_args(latents, state, *args)), latents, state, *args)
-            x, inputs = model.embed(*model_args(latents, state.sched, *args))
-            pred, cs = cache.forward(model, x, inputs, state.cache)
-            latents, sched = finish(pred, latents, state.sched, *args)
+                return finish(model(*model_args(latents, state, inputs)), latents, state, inputs)
+            x, block_inputs = model.embed(*model_args(latents, state.sched, inputs))
+            pred, cs = cache.forward(model, x, block_inputs, state.cache)
+            latents, sched = finish(pred, latents, state.sched, inputs)
             return latents, CacheCarry(sched, cs)
 
         if stacks:
