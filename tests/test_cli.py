@@ -920,3 +920,26 @@ def test_lora_on_streamed_gguf_transformer_refused_before_loading(tmp_path):
     assert "--lora" in r.stderr and "--offload-blocks" in r.stderr and "--weights int8" in r.stderr, r.stderr
     r = CliRunner().invoke(app, base)  # without streaming the combination is fine: the next error is the path's
     assert "--offload-blocks" not in r.stderr, r.stderr
+
+
+def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch):
+    """`vidax generate` builds one plan before loading: the family's read_checkpoint runs once
+    (task, call check, mesh, memory estimate and the load all use that plan's configs)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.models.wan.pipeline import WanPipeline
+
+    reads = []
+    read = WanPipeline.read_checkpoint.__func__
+
+    def counted(cls, checkpoint):
+        reads.append(cls.__name__)
+        return read(cls, checkpoint)
+
+    monkeypatch.setattr(WanPipeline, "read_checkpoint", classmethod(counted))
+    r = CliRunner().invoke(app, ["generate", "--checkpoint", ckpt, "--prompt", "a red car", "--height", "32",
+                                 "--width", "48", "--num-frames", "5", "--num-inference-steps", "1",
+                                 "--max-sequence-length", "16", "--no-progress", "--output", str(tmp_path / "v.npy")])
+    assert r.exit_code == 0, r.output
+    assert reads == ["WanPipeline"]

@@ -472,9 +472,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     stats = RunStats()
-    from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
-    from vidax.checkpoint import Checkpoint
-    from vidax.pipelines.loading import pipeline_class
+    from vidax.default_checkpoint import PUBLIC_NAME
+    from vidax.pipelines.plan import read_plan, with_call, with_memory, with_placement
 
     if checkpoint is None:
         checkpoint = PUBLIC_NAME
@@ -485,12 +484,10 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
         )
     # Configs only: the task follows --image, and every call argument is checked against the
     # checkpoint's configs before any weight is read.
-    from vidax.pipelines.weight_formats import with_weights
-
-    ckpt = with_weights(Checkpoint.open(resolve_named_checkpoint(checkpoint)), weights, transformer)
     tasks = [options[k].task for k in inputs]
     task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
-    cls = pipeline_class(ckpt, task=task)
+    plan = read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer)
+    cls, ckpt, info = plan.pipeline, plan.checkpoint, plan.info
     takes = set(cls.call_args())
     untaken = [k for k in inputs if k not in takes]
     if len(inputs) > 1 and untaken:
@@ -506,8 +503,8 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
     given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
         given["fps"] = float(fps)
-    info = cls.read_checkpoint(ckpt)
-    call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
+    plan = with_call(plan, progress=progress, cancel=stop, decode_audio=audio, **given)
+    call = plan.call
     silent = cls.silent_call(info, call)  # None: this call makes sound
     sound = audio and silent is None
     if fmt == "wav" and not sound:
@@ -515,8 +512,9 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
         raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
                          "; give *.mp4, *.npy or a folder")
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
-    mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=[h for _, h in cls.attention_heads(info)])
-    cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
+    mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=plan.heads)
+    # the scheduler, the heads against --tp / --sp, the offloading and staging
+    plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision)
     cache_config = None
     if cache is not None:
         from vidax.pipelines.step_cache import parse_cache_option
@@ -535,16 +533,10 @@ def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_p
     size = cls.model_size(info, call)
     if vae_tiling and not (size is not None and size.decode_tile):
         raise InputError(Arg("vae_tiling"), f": the VAE of {cls.__name__} ({ckpt.root}) has no tiled decode in vidax yet")
-    # before any weight is read
-    est = cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
-                           devices=1 if mesh is None else mesh.size, offload=offload, vae_tiling=vae_tiling)
+    plan = with_memory(plan, refuse=memory_check, vae_tiling=vae_tiling)  # before any weight is read
     if stop():
         raise Cancelled("before loading")
-    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress,
-                               matmul_precision=matmul_precision)
-    pipe.memory_check = None  # checked (or warned about) above, with the weights counted
-    if vae_tiling or (est is not None and est.vae_tiling):
-        pipe.vae.enable_tiled_decode()
+    pipe = cls.from_plan(plan, stats=stats, progress=progress)
     apply_loras(pipe, loras)
     if cache_config is not None:
         pipe.enable_cache(pipe.check_cache(cache_config, f"--cache {cache}"))

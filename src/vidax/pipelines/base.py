@@ -40,16 +40,16 @@ from vidax.nn.precision import matmul_precision as precision_context
 from vidax.nn.layers import quantized_weight_formats
 from vidax.cpu.onednn import describe as describe_cpu_matmul
 from vidax.nn.stack import as_stack_bits, from_stack_bits
-from vidax.parallel.offload import ChunkedStep, offloaded_stacks, resolve_offload
+from vidax.parallel.offload import ChunkedStep, offloaded_stacks
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
-from vidax.checkpoint import TASK_NAMES
 from vidax.pipelines.common import VideoPipelineOutput, check_task, status
 from vidax.pipelines.experts import Experts, segments
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.sampling import all_finite, classifier_free_guidance, nonfinite_advice, run_denoising_loop
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
+from vidax.pipelines.plan import Plan, read_plan, with_placement
 from vidax.pipelines.step_inputs import StepInputs
-from vidax.pipelines.weight_formats import transformer_source, with_weights
+from vidax.pipelines.weight_formats import transformer_source
 from vidax.pipelines.step_cache import (CacheCarry, CacheReport, CacheSpec, StepCache, TaylorSeerCacheConfig,
                                         check_cache_call, check_cache_config, describe_config, step_shapes, taylorseer_mode)
 from vidax.registry import registry
@@ -892,13 +892,14 @@ class VideoPipeline:
 
     # ================================================================== configs only
     @classmethod
-    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
-        """The class that runs ``task`` on ``checkpoint`` (:meth:`class_for_task`).
+    def for_task(cls, checkpoint: Checkpoint, task: str, info: CheckpointInfo | None = None) -> type:
+        """The class that runs ``task`` on ``checkpoint`` (:meth:`class_for_task`; ``info``: its
+        :meth:`read_checkpoint`, read here when None).
 
         Raises:
             InputError: the checkpoint does not do ``task`` (the message says what it does).
         """
-        info = cls.read_checkpoint(checkpoint)
+        info = info or cls.read_checkpoint(checkpoint)
         check_task(checkpoint.root, task, info.tasks, info.variant)
         return cls.class_for_task(task)
 
@@ -1343,35 +1344,41 @@ class VideoPipeline:
             SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
                 is not ``auto``, ``onednn`` or ``xla``.
         """
-        from vidax.cpu.onednn import mode as cpu_matmul_mode
-        from vidax.parallel.distributed import check_backend
-        from vidax.parallel.mesh import resolve_mesh
-
         t0 = time.perf_counter()
         cls.check_load_options(options)
-        matmul_precision = parse_matmul_precision(matmul_precision)
-        checkpoint = with_weights(Checkpoint.open(path), weight_dtype, transformer)
-        info = cls.read_checkpoint(checkpoint)
-        if cls.task not in info.tasks:
-            raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
-                              f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
-        dtype = parse_dtype(dtype)
-        check_backend()
-        cpu_matmul_mode()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
-        mesh = resolve_mesh(mesh, heads=[h for _, h in cls.attention_heads(info)])
-        cls.check_checkpoint(info, mesh)
-        offload = resolve_offload(offload)
-        staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
-                                   options.get("text_encoder_dtype", dtype))
-        with status(f"loading {checkpoint.root}", progress):
-            modules = cls.load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging,
-                                          offload_experts=offload_experts, **options)
-        staging.attach(**{n: modules.get(n) for n in cls.stageable})
+        parse_matmul_precision(matmul_precision)
+        plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+        plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision,
+                              offload_experts=offload_experts, **options)
+        return cls.from_plan(plan, stats=stats, progress=progress, t0=t0)
+
+    @classmethod
+    def from_plan(cls, plan: Plan, *, stats: RunStats | None = None, progress: bool = True,
+                  t0: float | None = None):
+        """Load the weights ``plan`` names (:mod:`vidax.pipelines.plan`, placed with
+        :func:`~vidax.pipelines.plan.with_placement`) into the pipeline it plans: ``cls`` or a
+        subclass of it (``plan.pipeline``); ``stats`` receives the load time (from ``t0``, default
+        now), ``progress`` shows a status line on stderr meanwhile. A plan whose memory was checked
+        (:func:`~vidax.pipelines.plan.with_memory`) gives a pipeline that does not check it again,
+        its VAE tiled where the plan says so."""
+        t0 = time.perf_counter() if t0 is None else t0
+        pipeline, info, staging = plan.pipeline, plan.info, plan.staging
+        if not issubclass(pipeline, cls):
+            raise TypeError(f"{cls.__name__}.from_plan: the plan is for {pipeline.__name__}")
+        with status(f"loading {plan.checkpoint.root}", progress):
+            modules = pipeline.load_components(info, dtype=plan.dtype, mesh=plan.mesh, offload=plan.offload,
+                                               staging=staging, offload_experts=plan.offload_experts, **plan.options)
+        staging.attach(**{n: modules.get(n) for n in pipeline.stageable})
         load_s = time.perf_counter() - t0
         if stats is not None:
             stats.load_s += load_s
-        return cls(info, modules, dtype=dtype, mesh=mesh, staging=staging, offload=offload,
-                   offload_experts=offload_experts, load_s=load_s, matmul_precision=matmul_precision)
+        pipe = pipeline(info, modules, dtype=plan.dtype, mesh=plan.mesh, staging=staging, offload=plan.offload,
+                        offload_experts=plan.offload_experts, load_s=load_s, matmul_precision=plan.matmul_precision)
+        if plan.memory_checked:
+            pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
+        if plan.vae_tiling:
+            pipe.vae.enable_tiled_decode()
+        return pipe
 
     @classmethod
     def load_options(cls) -> tuple[str, ...]:
