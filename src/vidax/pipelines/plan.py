@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from vidax.checkpoint import TASK_NAMES, Checkpoint, CheckpointInfo
 from vidax.errors import ConfigError
 from vidax.pipelines.staging import Staging
+from vidax.registry import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,17 @@ class Plan:
         return [h for _, h in self.pipeline.attention_heads(self.info)]
 
 
+def pipeline_class(checkpoint: Checkpoint, task: str | None = None) -> type:
+    """The vidax pipeline class for ``checkpoint`` (and ``task``, when given).
+
+    Raises:
+        ConfigError: a pipeline class vidax does not run. InputError: a task the checkpoint
+            does not do.
+    """
+    cls = registry().pipeline(checkpoint.pipeline_class_name, source=f"{checkpoint.source}: _class_name").load()
+    return cls if task is None else cls.for_task(checkpoint, task)
+
+
 def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = None, weight_dtype: Any = None,
               transformer: Any = None) -> Plan:
     """The plan's checkpoint, pipeline class and configs: ``path`` (a folder, a hub id, the embedded
@@ -78,7 +90,6 @@ def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = Non
             does not do; a bad ``weight_dtype`` / ``transformer``.
     """
     from vidax.default_checkpoint import resolve_named_checkpoint
-    from vidax.pipelines.loading import pipeline_class
     from vidax.pipelines.weight_formats import with_weights
 
     checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(resolve_named_checkpoint(path))
