@@ -338,93 +338,17 @@ class CallChecks:
             num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
             seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
         streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
-        if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
-            del extra["generator"]
-        own = options_by_name(cls.call_options + cls.embeds_options())
-        unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
-        for u in unknown:
-            entry = cls.refused_keyword(u)
-            if entry is not None:
-                raise InputError(f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): "
-                                 f"{entry.message()}")
-        if unknown:
-            raise InputError(f"{cls.__name__} takes no ", *joined(Arg(u, python=repr(u)) for u in unknown),
-                             "; it takes ", *joined(Arg(a) for a in cls.call_args()))
-        extra = check_options(own, extra)
-        d = info.defaults
-        parts = _given_prompt_parts(cls, extra, negative=False)
-        negative_parts = _given_prompt_parts(cls, extra, negative=True)
-        prompts = _prompts("prompt", prompt) if parts is None else _embeds_prompts("prompt", prompt, parts)
-        if negative_parts is not None:
-            _embeds_prompts("negative_prompt", negative_prompt, negative_parts, len(prompts))
-            negative_prompt = None
-        negatives = _prompts("negative_prompt", negative_prompt, len(prompts))
-        height = d.height if height is None else height
-        width = d.width if width is None else width
-        height = _SHARED["height"].check(d.height if height is None else height)
-        width = _SHARED["width"].check(d.width if width is None else width)
-        limits = cls.size_limits(info)
-        for name, v, top in (("height", height, limits.height), ("width", width, limits.width)):
-            if top is not None and v > top:  # before the multiples: no "nearest valid" past what the model takes
-                raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
-                                 "valid ", Arg(name), f" is {top} ({limits.reason})")
-        mh, mw = info.size_multiple
-        if height % mh or width % mw:
-            near = joined(Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
-                          for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m)
-            raise InputError(
-                Arg("height"), " and ", Arg("width"), f" must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
-                + f" ({info.size_reason}), got ", Arg("height", height), ", ", Arg("width", width), "; nearest valid: ",
-                *near)
-        given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
-        num_frames = cls.resolve_num_frames(info, given_frames)
-        if limits.num_frames is not None and num_frames > limits.num_frames:
-            raise InputError(Arg("num_frames", given_frames), " is more than this checkpoint's model can represent: the "
-                             "largest valid ", Arg("num_frames"), f" is {limits.num_frames} ({limits.reason})")
-        steps = _SHARED["num_inference_steps"].check(d.num_inference_steps if num_inference_steps is None
-                                                     else num_inference_steps)
-        guidance_scale = _SHARED["guidance_scale"].check(d.guidance_scale if guidance_scale is None else guidance_scale)
-        if guidance_scale_2 is not None and len(info.transformers) < 2:
-            raise InputError(Arg("guidance_scale_2", guidance_scale_2), " is only used by checkpoints with two "
-                             f"experts; {info.checkpoint.root} ({info.variant}) has one transformer")
-        guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _SHARED["guidance_scale_2"].check(
-            guidance_scale_2)
-        max_sequence_length = _SHARED["max_sequence_length"].check(d.max_sequence_length
-                                                                   if max_sequence_length is None else max_sequence_length)
-        limit = cls.text_token_limit(info)
-        if limit is not None and max_sequence_length > limit[0]:
-            raise InputError(Arg("max_sequence_length", max_sequence_length), " is more than this checkpoint's text "
-                             "encoding takes: the largest valid ", Arg("max_sequence_length"),
-                             f" is {limit[0]} ({limit[1]})")
-        num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
-        if output_type == "pt":
-            from vidax.pipelines.diffusers_keywords import refused_value_reason
-
-            raise InputError(Arg("output_type", output_type), f" is not taken: {refused_value_reason('output_type')}")
-        _SHARED["output_type"].check(output_type)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",
-                             ArgValue("seed", seed))  # None as each front end spells it (serve: null)
-        if seed is not None and not 0 <= seed <= MAX_SEED:
-            raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
-                             "keys take 32 bits; a larger or negative seed would repeat one of these)")
-        _SHARED["decode_audio"].check(decode_audio)
-        if callback is not None and not callable(callback):
-            raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
-        _SHARED["return_dict"].check(return_dict)
+        extra = _check_keywords(cls, extra, given)
+        prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
+        height, width, num_frames = _call_size(cls, info, height, width, num_frames)
+        steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
+            cls, info, num_inference_steps, guidance_scale, guidance_scale_2, max_sequence_length,
+            num_videos_per_prompt)
+        _check_output_and_seed(output_type, seed, decode_audio, callback, return_dict)
         step_end = _step_end(callback_on_step_end, callback_on_step_end_tensor_inputs)
         lora_scale = _lora_scale(attention_kwargs)
         cancel = cancel_check(cancel)
-        task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
-        if cls.task == "i2v" and image is None:
-            raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: ", Arg("image"), " is required "
-                             "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
-        check_task(info.checkpoint.root, task, info.tasks, info.variant)
-        if image is not None:
-            from vidax.io.image import to_rgb_image
-
-            for im in image if isinstance(image, (list, tuple)) else [image]:
-                to_rgb_image(im)
+        _check_task_inputs(cls, info, image, extra)
         if seed is None:
             seed = int(np.random.SeedSequence().entropy % 2**31)
         call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
@@ -433,29 +357,157 @@ class CallChecks:
                     decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
                     step_end=step_end, lora_scale=lora_scale, return_dict=return_dict is None or bool(return_dict),
                     prompt_parts=parts, negative_parts=negative_parts)
-        given_streams = {cls.latent_streams[0]: latents, **streams}
-        if any(v is not None for v in given_streams.values()):
-            shapes = cls.latent_shapes(info, call)
-            checked = {}
-            for name, value in given_streams.items():
-                if value is None:
-                    continue
-                value = finite_array(name, value)
-                if value.shape != shapes[name]:
-                    layout = (cls.latents_layout if name == cls.latent_streams[0] else cls.audio_latents_layout
-                              if name == cls.audio_stream else "this stream's layout")
-                    raise InputError(f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = "
-                                     f"{layout} for these arguments")
-                checked[name] = value
-            first = checked.pop(cls.latent_streams[0], None)
-            call = dataclasses.replace(call, latents=first, stream_latents=checked)
-        scheduler = cls.read_scheduler(info)
-        train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
-        if train is not None and call.num_inference_steps > train:  # before any schedule is computed
-            raise InputError(Arg("num_inference_steps", call.num_inference_steps), f" is more than the {train} "
-                             "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
-                             f"{info.checkpoint.config_file('scheduler')}); give at most {train}")
-        cls.check_family_call(info, call)
-        if scheduler is not None:
-            cls.check_schedule(info, scheduler, call)
+        call = _with_latents(cls, info, call, {cls.latent_streams[0]: latents, **streams})
+        _check_schedule(cls, info, call)
         return call
+
+
+def _check_keywords(cls: type, extra: dict, given: set) -> dict:
+    """The family's own keywords of a call checked (their types and ranges); a keyword the
+    pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused)."""
+    if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
+        del extra["generator"]
+    own = options_by_name(cls.call_options + cls.embeds_options())
+    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
+    for u in unknown:
+        entry = cls.refused_keyword(u)
+        if entry is not None:
+            raise InputError(f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): "
+                             f"{entry.message()}")
+    if unknown:
+        raise InputError(f"{cls.__name__} takes no ", *joined(Arg(u, python=repr(u)) for u in unknown),
+                         "; it takes ", *joined(Arg(a) for a in cls.call_args()))
+    return check_options(own, extra)
+
+
+def _call_prompts(cls: type, prompt: Any, negative_prompt: Any, extra: dict) -> tuple:
+    """``(prompts, negative prompts, prompt parts, negative prompt parts)`` of a call: the texts,
+    or the precomputed encodings given (:attr:`~vidax.pipelines.base.VideoPipeline.prompt_embeds_args`)."""
+    parts = _given_prompt_parts(cls, extra, negative=False)
+    negative_parts = _given_prompt_parts(cls, extra, negative=True)
+    prompts = _prompts("prompt", prompt) if parts is None else _embeds_prompts("prompt", prompt, parts)
+    if negative_parts is not None:
+        _embeds_prompts("negative_prompt", negative_prompt, negative_parts, len(prompts))
+        negative_prompt = None
+    return prompts, _prompts("negative_prompt", negative_prompt, len(prompts)), parts, negative_parts
+
+
+def _call_size(cls: type, info: CheckpointInfo, height: Any, width: Any, num_frames: Any) -> tuple[int, int, int]:
+    """``(height, width, num_frames)`` of a call: the defaults filled, within what the model
+    represents, multiples of the checkpoint's size multiple, the frames as the family resolves them."""
+    d = info.defaults
+    height = _SHARED["height"].check(d.height if height is None else height)
+    width = _SHARED["width"].check(d.width if width is None else width)
+    limits = cls.size_limits(info)
+    for name, v, top in (("height", height, limits.height), ("width", width, limits.width)):
+        if top is not None and v > top:  # before the multiples: no "nearest valid" past what the model takes
+            raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
+                             "valid ", Arg(name), f" is {top} ({limits.reason})")
+    mh, mw = info.size_multiple
+    if height % mh or width % mw:
+        near = joined(Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
+                      for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m)
+        raise InputError(
+            Arg("height"), " and ", Arg("width"), f" must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
+            + f" ({info.size_reason}), got ", Arg("height", height), ", ", Arg("width", width), "; nearest valid: ",
+            *near)
+    given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
+    num_frames = cls.resolve_num_frames(info, given_frames)
+    if limits.num_frames is not None and num_frames > limits.num_frames:
+        raise InputError(Arg("num_frames", given_frames), " is more than this checkpoint's model can represent: the "
+                         "largest valid ", Arg("num_frames"), f" is {limits.num_frames} ({limits.reason})")
+    return height, width, num_frames
+
+
+def _call_numbers(cls: type, info: CheckpointInfo, num_inference_steps: Any, guidance_scale: Any,
+                  guidance_scale_2: Any, max_sequence_length: Any, num_videos_per_prompt: Any) -> tuple:
+    """``(steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt)`` of
+    a call, the defaults filled and each checked."""
+    d = info.defaults
+    steps = _SHARED["num_inference_steps"].check(d.num_inference_steps if num_inference_steps is None
+                                                 else num_inference_steps)
+    guidance_scale = _SHARED["guidance_scale"].check(d.guidance_scale if guidance_scale is None else guidance_scale)
+    if guidance_scale_2 is not None and len(info.transformers) < 2:
+        raise InputError(Arg("guidance_scale_2", guidance_scale_2), " is only used by checkpoints with two "
+                         f"experts; {info.checkpoint.root} ({info.variant}) has one transformer")
+    guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _SHARED["guidance_scale_2"].check(
+        guidance_scale_2)
+    max_sequence_length = _SHARED["max_sequence_length"].check(d.max_sequence_length
+                                                               if max_sequence_length is None else max_sequence_length)
+    limit = cls.text_token_limit(info)
+    if limit is not None and max_sequence_length > limit[0]:
+        raise InputError(Arg("max_sequence_length", max_sequence_length), " is more than this checkpoint's text "
+                         "encoding takes: the largest valid ", Arg("max_sequence_length"),
+                         f" is {limit[0]} ({limit[1]})")
+    num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
+    return steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt
+
+
+def _check_output_and_seed(output_type: Any, seed: Any, decode_audio: Any, callback: Any, return_dict: Any) -> None:
+    """Raise InputError for a call's output type, seed, ``decode_audio``, callback or ``return_dict``
+    that is not valid."""
+    if output_type == "pt":
+        from vidax.pipelines.diffusers_keywords import refused_value_reason
+
+        raise InputError(Arg("output_type", output_type), f" is not taken: {refused_value_reason('output_type')}")
+    _SHARED["output_type"].check(output_type)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",
+                         ArgValue("seed", seed))  # None as each front end spells it (serve: null)
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
+                         "keys take 32 bits; a larger or negative seed would repeat one of these)")
+    _SHARED["decode_audio"].check(decode_audio)
+    if callback is not None and not callable(callback):
+        raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
+    _SHARED["return_dict"].check(return_dict)
+
+
+def _check_task_inputs(cls: type, info: CheckpointInfo, image: Any, extra: dict) -> None:
+    """Raise InputError where the call's task (from ``image`` / ``video``) is not one the checkpoint
+    does, an image-to-video checkpoint has no image, or an image is not one."""
+    task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
+    if cls.task == "i2v" and image is None:
+        raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: ", Arg("image"), " is required "
+                         "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
+    check_task(info.checkpoint.root, task, info.tasks, info.variant)
+    if image is not None:
+        from vidax.io.image import to_rgb_image
+
+        for im in image if isinstance(image, (list, tuple)) else [image]:
+            to_rgb_image(im)
+
+
+def _with_latents(cls: type, info: CheckpointInfo, call: Call, given_streams: dict) -> Call:
+    """``call`` with the initial noise given for its latent streams (``latents=``, ``audio_latents=``,
+    ...), each finite and of the shape the call's arguments give it."""
+    if all(v is None for v in given_streams.values()):
+        return call
+    shapes = cls.latent_shapes(info, call)
+    checked = {}
+    for name, value in given_streams.items():
+        if value is None:
+            continue
+        value = finite_array(name, value)
+        if value.shape != shapes[name]:
+            layout = (cls.latents_layout if name == cls.latent_streams[0] else cls.audio_latents_layout
+                      if name == cls.audio_stream else "this stream's layout")
+            raise InputError(f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = "
+                             f"{layout} for these arguments")
+        checked[name] = value
+    first = checked.pop(cls.latent_streams[0], None)
+    return dataclasses.replace(call, latents=first, stream_latents=checked)
+
+
+def _check_schedule(cls: type, info: CheckpointInfo, call: Call) -> None:
+    """Raise InputError for more steps than the checkpoint's scheduler was trained with, then the
+    family's own checks of the call and its schedule."""
+    scheduler = cls.read_scheduler(info)
+    train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
+    if train is not None and call.num_inference_steps > train:  # before any schedule is computed
+        raise InputError(Arg("num_inference_steps", call.num_inference_steps), f" is more than the {train} "
+                         "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
+                         f"{info.checkpoint.config_file('scheduler')}); give at most {train}")
+    cls.check_family_call(info, call)
+    if scheduler is not None:
+        cls.check_schedule(info, scheduler, call)
