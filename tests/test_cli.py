@@ -821,7 +821,7 @@ def test_verbose_help_says_what_it_shows():
 def test_sound_drift_warning_blames_only_a_given_fps():
     """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
     the model's own rounding, not an --fps; only an --fps the user gave is named."""
-    from vidax.cli import _drift_warning
+    from vidax.generate_command import _drift_warning
 
     assert _drift_warning(9 / 24, 0.33, 24, fps_given=False) is None
     assert _drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
