@@ -95,6 +95,8 @@ def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = Non
     checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(resolve_named_checkpoint(path))
     checkpoint = with_weights(checkpoint, weight_dtype, transformer)
     cls = pipeline or pipeline_class(checkpoint)
+    if not hasattr(cls, "read_checkpoint"):  # not a VideoPipeline (LTX-2.5's diffusion decoder): it says how to run it
+        cls.for_task(checkpoint, task or "t2v")
     info = cls.read_checkpoint(checkpoint)
     if pipeline is None and task is not None:
         chosen = cls.for_task(checkpoint, task, info)
