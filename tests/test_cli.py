@@ -924,7 +924,8 @@ def test_lora_on_streamed_gguf_transformer_refused_before_loading(tmp_path):
 
 def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch):
     """`vidax generate` builds one plan before loading: the family's read_checkpoint runs once
-    (task, call check, mesh, memory estimate and the load all use that plan's configs)."""
+    (task, call check, mesh, memory estimate and the load all use that plan's configs); so does
+    vidax.load_pipeline with a task."""
     from typer.testing import CliRunner
 
     from vidax.cli import app
@@ -942,4 +943,7 @@ def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch)
                                  "--width", "48", "--num-frames", "5", "--num-inference-steps", "1",
                                  "--max-sequence-length", "16", "--no-progress", "--output", str(tmp_path / "v.npy")])
     assert r.exit_code == 0, r.output
+    assert reads == ["WanPipeline"]
+    reads.clear()
+    vidax.load_pipeline(ckpt, task="t2v", progress=False)  # the task's class from the configs read once too
     assert reads == ["WanPipeline"]

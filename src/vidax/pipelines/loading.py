@@ -64,7 +64,13 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", tas
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
     checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
-    return pipeline_class(checkpoint, task).from_pretrained(checkpoint, dtype=dtype, mesh=mesh, **kwargs)
+    cls = pipeline_class(checkpoint)
+    if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
+        return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(checkpoint, dtype=dtype,
+                                                                                          mesh=mesh, **kwargs)
+    plan = read_plan(checkpoint, task=task, weight_dtype=kwargs.pop("weight_dtype", None),
+                     transformer=kwargs.pop("transformer", None))
+    return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, **kwargs)
 
 
 class Loading:
@@ -128,7 +134,10 @@ class Loading:
         """Load every component of a diffusers-layout folder.
 
         Args:
-            path: the folder (or hub id, or an opened :class:`Checkpoint`).
+            path: the folder (or hub id, or an opened :class:`Checkpoint`), or a
+                :class:`~vidax.pipelines.plan.Plan` of :func:`~vidax.pipelines.plan.read_plan` for
+                this class (its configs read, its weight format applied there: then
+                ``weight_dtype`` and ``transformer`` are not given).
             dtype: transformer and text-encoder dtype, ``"float32"`` or ``"bfloat16"``.
             mesh: ``(data, tensor, sequence)`` mesh (anything
                 :func:`~vidax.parallel.mesh.resolve_mesh` takes) or None (one device).
@@ -157,7 +166,13 @@ class Loading:
         t0 = time.perf_counter()
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
-        plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+        if isinstance(path, Plan):
+            if weight_dtype is not None or transformer is not None:
+                raise InputError("weight_dtype= and transformer= go to read_plan, which applies the weight format; "
+                                 "from_pretrained takes a plan as read_plan gives it")
+            plan = path
+        else:
+            plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
         plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision,
                               offload_experts=offload_experts, **options)
         return cls.from_plan(plan, stats=stats, progress=progress, t0=t0)

@@ -86,8 +86,9 @@ def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = Non
 
     Raises:
         CheckpointError, ConfigError: as the family's ``read_checkpoint``; ConfigError also where
-            ``pipeline`` runs a task the checkpoint does not do. InputError: a task the checkpoint
-            does not do; a bad ``weight_dtype`` / ``transformer``.
+            the class (``pipeline``, or the registry's without ``task``) runs a task the checkpoint
+            does not do. InputError: a task the checkpoint does not do; a bad ``weight_dtype`` /
+            ``transformer``.
     """
     from vidax.default_checkpoint import resolve_named_checkpoint
     from vidax.pipelines.weight_formats import with_weights
@@ -103,7 +104,7 @@ def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = Non
         if chosen.read_checkpoint.__func__ is not cls.read_checkpoint.__func__:  # a task class of its own configs
             info = chosen.read_checkpoint(checkpoint)
         cls = chosen
-    if pipeline is not None and cls.task not in info.tasks:
+    if task is None and cls.task not in info.tasks:
         raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
                           f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
     return Plan(checkpoint, cls, info)
