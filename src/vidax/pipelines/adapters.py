@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Sequence
 
 from vidax.errors import InputError
 from vidax.registry import registry
-
-logger = logging.getLogger("vidax.pipeline")
 
 
 class LoraMethods:

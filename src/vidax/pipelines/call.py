@@ -1,16 +1,12 @@
-"""One call's arguments after the checks (:class:`Call`), the keywords every pipeline takes.
-"""
+"""One call's arguments after the checks (:class:`Call`), the keywords every pipeline takes."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Callable, Mapping
 
 from vidax.errors import InputError
 from vidax.pipelines.options import SHARED_OPTIONS
-
-logger = logging.getLogger("vidax.pipeline")
 
 
 #: Call keywords every pipeline takes (:data:`~vidax.pipelines.options.SHARED_OPTIONS`), with

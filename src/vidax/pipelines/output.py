@@ -4,7 +4,6 @@ audio decoder's), the frames as arrays or PIL images.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 import jax
@@ -18,8 +17,6 @@ from vidax.pipelines.common import status
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
 from vidax.stats import RunStats
 from vidax.pipelines.call import Call
-
-logger = logging.getLogger("vidax.pipeline")
 
 
 def frames_as_pil(frames: np.ndarray) -> list:

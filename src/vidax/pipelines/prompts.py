@@ -5,7 +5,6 @@ the device meanwhile, and how the tokenizer cuts them.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from typing import Any, Callable, Sequence
 
@@ -18,8 +17,6 @@ from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, Message, InputError
 from vidax.checkpoint import CheckpointInfo
 from vidax.pipelines.call import Call
-
-logger = logging.getLogger("vidax.pipeline")
 
 
 #: A tokenizer_config.json ``model_max_length`` at or above this is transformers' "no limit"

@@ -5,7 +5,6 @@ segments of one expert each, one jitted step or the blocks streamed from host me
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from typing import Any, Callable, Mapping
 
@@ -28,8 +27,6 @@ from vidax.stats import RunStats
 from vidax.pipelines.call import Call
 from vidax.pipelines.memory import _gib, available_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, finite_array, frames_as_pil
-
-logger = logging.getLogger("vidax.pipeline")
 
 
 def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
