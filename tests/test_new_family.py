@@ -101,8 +101,8 @@ def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, to
 
 def test_cli_names_no_family_keyword():
     """``src/vidax/cli.py`` builds the family flags from the declarations: its code and what
-    ``vidax generate`` runs (``generate_command.py``) name no keyword only a family takes (as a
-    name, a string or a flag), the list read from the declarations."""
+    ``vidax generate`` runs (``generate_command.py``, ``cli_flags.py``) name no keyword only a
+    family takes (as a name, a string or a flag), the list read from the declarations."""
     import ast
 
     from vidax.pipelines.base import SHARED_CALL_ARGS
@@ -118,7 +118,7 @@ def test_cli_names_no_family_keyword():
     family_only = {o.name for p in registry().pipelines() for o in p.load().call_options} - set(SHARED_CALL_ARGS) - own
     assert {"frame_rate", "video", "true_cfg_scale", "decode_timestep"} <= family_only  # the list is not empty
     flags = {"--" + k.replace("_", "-") for k in family_only}
-    for name in ("cli.py", "generate_command.py"):
+    for name in ("cli.py", "cli_flags.py", "generate_command.py"):
         path = os.path.join(REPO, "src", "vidax", name)
         with open(path) as f:
             tree = ast.parse(f.read(), path)

@@ -11,8 +11,8 @@ from typing import Any
 
 import typer
 
-from vidax.cli import (_check_lora_on_streamed_gguf, _frame_rate_words, _lora_files, _offload_config, apply_loras,
-                       call_options)
+from vidax.cli_flags import (_check_lora_on_streamed_gguf, _frame_rate_words, _lora_files, _offload_config,
+                             apply_loras, call_options)
 
 
 def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precision="highest",
