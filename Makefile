@@ -1,9 +1,10 @@
 # Two entry points (see README): `make demo` and `make test`. Each creates .venv if needed.
+# For the edit-test loop: `make test-fast` (a few minutes) and `make lint`.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-tpu bench clean
+.PHONY: demo test test-fast lint format test-tpu bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,23 @@ TEST_WORKERS ?= 2
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# The fast tier: the tests marked `fast` (contracts, configs, command-line and server checks, one
+# tiny pipeline per family end to end; tests/test_contracts.py holds every family to one), run
+# from the files that mark them so that no other test file is imported.
+FAST_FILES = $(shell grep -rlE --include='*.py' 'pytest\.mark\.fast\b' tests)
+
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m 'fast and not slow' -n $(TEST_WORKERS) --dist loadfile --durations=10 $(FAST_FILES)
+
+# ruff's lint rules and formatter (pyproject.toml [tool.ruff]); `make format` applies both.
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.test
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # The TPU lane (tests/tpu), on a TPU VM: JAX's TPU build over the CPU one, then the lane in one
 # process (a TPU is held by one process at a time); its tiny checkpoints are built with torch.

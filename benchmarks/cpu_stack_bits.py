@@ -2,8 +2,8 @@
 
 Text encoders: their stacked layers passed into the jitted forward as bf16
 (the whole-stack uint16 copy XLA:CPU makes in ``scan_layers``) or as uint16 views
-(:func:`vidax.nn.stack.as_stack_bits` of the encoder's ``stacked_paths``, bitcast back by
-:func:`vidax.nn.stack.from_stack_bits`: no copy).
+(:func:`vidax.nn.kernels.stacks.as_stack_bits` of the encoder's ``stacked_paths``, bitcast back by
+:func:`vidax.nn.kernels.stacks.from_stack_bits`: no copy).
 
 Each encoder (random weights: ``step_bench.fill_params``; real widths, ``--layers`` layers) is
 compiled once per form through the same jitted ``(params, ids, mask) -> hidden``; printed per
@@ -74,7 +74,7 @@ def main() -> None:
     from flax import nnx
     from step_bench import fill_params
 
-    from vidax.nn.stack import as_stack_bits, from_stack_bits
+    from vidax.nn.kernels import as_stack_bits, from_stack_bits
     from vidax.weights.loader import DtypePolicy
 
     print(f"CPU: {cpu_model()}, {args.threads} threads; bf16, {args.layers} layers, {args.tokens} tokens, "

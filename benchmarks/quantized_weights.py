@@ -23,6 +23,10 @@ import argparse
 import json
 import os
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "reference_configs", "Wan-AI__Wan2.1-T2V-14B-Diffusers", "transformer", "config.json")
@@ -153,7 +157,7 @@ def step_speed(spec, layers: int, latent: tuple[int, int, int], steps: int) -> d
         y = fwd(state, x)
         y.block_until_ready()
         compile_s = time.perf_counter() - t0
-        _, times = time_steps(lambda v: fwd(state, v), x, steps, lambda v: v.block_until_ready())
+        _, times = time_steps(lambda v, state=state: fwd(state, v), x, steps, lambda v: v.block_until_ready())
         out[fmt or "bfloat16"] = dict(compile_s=round(compile_s, 1), step_s=round(min(times), 3))
         del model, state, params
     return out

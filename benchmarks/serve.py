@@ -6,9 +6,11 @@ server (``python -m vidax serve`` on 127.0.0.1, a free port; the shape compiled 
 not counted), 10 of each alternating (POST, poll the status every ``--poll`` s, download the mp4), then
 10 concurrent requests (all POSTed at once, queued, run one at a time): requests per minute, the
 latency of each, and the service's overhead over the direct call (HTTP, the queue, the SQLite
-records, the polling). Also the CPU model.
+records, the polling). Then the same concurrent requests against a server that batches them
+(``--max-batch``, default 4): videos per minute batched vs one at a time, at the same settings.
+Also the CPU model.
 
-    python benchmarks/serve.py [--requests 10] [--size 48x32] [--frames 5] [--steps 2] [--poll 0.01]
+    python benchmarks/serve.py [--requests 10] [--size 48x32] [--frames 5] [--steps 2] [--poll 0.01] [--max-batch 4]
 """
 
 from __future__ import annotations
@@ -52,16 +54,18 @@ class Direct:
 
 
 class Server:
-    def __init__(self, ckpt: str, folder: str, queue_size: int, poll: float):
+    def __init__(self, ckpt: str, folder: str, queue_size: int, poll: float, *args: str):
         import httpx
 
         self.poll = poll
         self.log = open(os.path.join(folder, "server.log"), "w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "vidax", "serve", "--checkpoint", ckpt, "--port", "0",
-                                      "--jobs-dir", os.path.join(folder, "jobs"), "--queue-size", str(queue_size)],
+                                      "--jobs-dir", os.path.join(folder, "jobs"), "--queue-size", str(queue_size),
+                                      *args],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
                                      # no persistent compile cache: the first request compiles
-                                     env=dict(os.environ, PYTHONPATH=ROOT, VIDAX_COMPILE_CACHE="0"))
+                                     env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT]),
+                                              VIDAX_COMPILE_CACHE="0"))
         while not (m := re.search(r"on (http://127\.0\.0\.1:\d+)/", open(self.log.name).read())):
             if self.proc.poll() is not None:
                 raise SystemExit(f"vidax serve did not start:\n{open(self.log.name).read()}")
@@ -87,6 +91,14 @@ class Server:
         self.proc.wait(120)
 
 
+def at_once(server: Server, fields: dict, n: int) -> tuple[list, float]:
+    """``n`` requests sent at once (prompt "a car i", seed i): their (seconds, job) and the wall time."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        done = list(pool.map(lambda i: server.request({"prompt": f"a car {i}", **fields, "seed": i}), range(n)))
+    return done, time.perf_counter() - t0
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--requests", type=int, default=10)
@@ -94,6 +106,7 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=5)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--poll", type=float, default=0.01, help="seconds between a client's status requests")
+    p.add_argument("--max-batch", type=int, default=4, help="the batched server's --max-batch")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
     from vidax.default_checkpoint import default_checkpoint
@@ -112,10 +125,17 @@ def main() -> None:
             for i in range(n):
                 d.append(direct.request(i))
                 seq.append(server.request(dict(fields, prompt=f"a boat {i}", seed=i)))
-            t0 = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(n) as pool:
-                conc = list(pool.map(lambda i: server.request(dict(fields, prompt=f"a car {i}", seed=i)), range(n)))
-            conc_wall = time.perf_counter() - t0
+            conc, conc_wall = at_once(server, fields, n)
+        finally:
+            server.stop()
+        batched_folder = os.path.join(folder, "batched")
+        os.makedirs(batched_folder)
+        server = Server(ckpt, batched_folder, n, args.poll, "--max-batch", str(args.max_batch), "--batch-window-ms",
+                        "200")
+        try:
+            for k in range(args.max_batch, 0, -1):  # compile every batch size first (once per size)
+                at_once(server, dict(fields, prompt="compile"), k)
+            batched, batched_wall = at_once(server, fields, n)
         finally:
             server.stop()
     seq_s = [s for s, _ in seq]
@@ -132,6 +152,9 @@ def main() -> None:
         "service_own_s_median": statistics.median(own),
         "concurrent_wall_s": conc_wall, "concurrent_per_min": 60 * n / conc_wall,
         "concurrent_latency_s_max": max(s for s, _ in conc),
+        "max_batch": args.max_batch, "batched_wall_s": batched_wall, "batched_per_min": 60 * n / batched_wall,
+        "batched_speedup": conc_wall / batched_wall,
+        "batch_sizes": sorted(j["batch"]["size"] for _, j in batched),
         "direct_per_min": 60 / statistics.median(d),
         "first_request_compile_s": first["stats"]["compile_s"],
         "later_compile_s_median": statistics.median(j["stats"]["compile_s"] for _, j in seq),
@@ -150,6 +173,9 @@ def main() -> None:
     print(f"concurrent via HTTP ({n} at once, run one at a time): {result['concurrent_wall_s']:.2f} s wall, "
           f"{result['concurrent_per_min']:.1f} requests/min; the last finished after "
           f"{result['concurrent_latency_s_max']:.2f} s")
+    print(f"concurrent via HTTP ({n} at once, batched up to {args.max_batch}): {result['batched_wall_s']:.2f} s wall, "
+          f"{result['batched_per_min']:.1f} videos/min, {result['batched_speedup']:.2f}x one at a time; batch sizes "
+          f"{result['batch_sizes']}")
     print(f"compiling in a job: {result['first_request_compile_s']:.2f} s in the first request of the shape, "
           f"median {result['later_compile_s_median']:.3f} s in the later ones (reused)")
     if args.json:

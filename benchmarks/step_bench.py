@@ -162,7 +162,7 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[
 
     from flax import nnx
 
-    from vidax.nn.stack import lay_out_kernel_stacks
+    from vidax.nn.kernels import lay_out_kernel_stacks
 
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
     graphdef, params = fill_params(lambda: make(dtype), DtypePolicy(dtype, fp32_params))
@@ -185,11 +185,11 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
     :func:`time_steps` and return the vidax side's result dict (with the device's peak memory:
     the allocator's ``peak_bytes_in_use`` on GPU / TPU, live arrays on CPU). ``stacks``: the
     model's ``block_stacks``, passed in as the pipeline passes them
-    (:func:`vidax.nn.stack.as_stack_bits`: uint16 views of bf16 stacks on CPU)."""
+    (:func:`vidax.nn.kernels.stacks.as_stack_bits`: uint16 views of bf16 stacks on CPU)."""
     import jax
     import jax.numpy as jnp
 
-    from vidax.nn.stack import as_stack_bits, from_stack_bits
+    from vidax.nn.kernels import as_stack_bits, from_stack_bits
     from vidax.stats import device_memory_bytes
 
     params = as_stack_bits(params, stacks)

@@ -92,6 +92,7 @@ def test_folders_without_weights_are_still_listed(ckpt):
 
 @pytest.mark.parametrize("text, what", [("{\"num_layers\": 2,", "not valid JSON"),
                                         ("[1, 2]", "not a JSON object")])
+@pytest.mark.fast
 def test_bad_transformer_config(copy, tmp_path, text, what):
     file = copy / "transformer" / "config.json"
     file.write_text(text)
@@ -139,6 +140,7 @@ def test_inspect_missing_path_and_folder_without_model_index(tmp_path):
     (b"not json at all!", "its 16-byte header is not valid JSON (Expecting value at offset 8)"),
     (b'["a", "list"]', "its header is a JSON list, not an object of tensors"),
 ])
+@pytest.mark.fast
 def test_garbage_header_is_one_checkpoint_error(tmp_path, header, what):
     """A file whose header is not JSON (another format saved as .safetensors, a damaged file):
     one CheckpointError naming the file and what is wrong, never a codec or JSON error."""
@@ -155,6 +157,7 @@ def test_garbage_header_is_one_checkpoint_error(tmp_path, header, what):
         CheckpointReader(file)
 
 
+@pytest.mark.fast
 def test_nan_in_a_config_is_a_config_error():
     """A config.json float that is NaN (Python's json reads it) is refused when the config is read,
     not found as NaN latents after loading that the message blames on the weights."""

@@ -117,6 +117,7 @@ print('IMPORTED', bad)
         (dict(negative_prompt=["a", "b"]), "negative_prompt has 2 entries but prompt has 1"),
     ],
 )
+@pytest.mark.fast
 def test_bad_call_arguments(pipe, kwargs, match):
     with pytest.raises(InputError, match=match):
         pipe("a cat", **{**SMALL, **kwargs})
@@ -135,6 +136,7 @@ def test_long_prompt_truncated_with_warning(pipe, caplog):
     assert "truncated to max_sequence_length=16" in caplog.text
 
 
+@pytest.mark.fast
 def test_unsupported_dtype(ckpt):
     with pytest.raises(InputError, match="dtype='float16' is not supported"):
         vidax.load_pipeline(ckpt, dtype="float16")
@@ -175,6 +177,7 @@ def _copy(ckpt, tmp_path):
     return dst
 
 
+@pytest.mark.fast
 def test_missing_component(ckpt, tmp_path):
     dst = _copy(ckpt, tmp_path)
     shutil.rmtree(dst / "vae")
@@ -184,6 +187,7 @@ def test_missing_component(ckpt, tmp_path):
     assert r.returncode == 2 and "vae/ is missing" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.fast
 def test_missing_checkpoint_folder(tmp_path):
     with pytest.raises(CheckpointError, match="no such folder"):
         vidax.load_pipeline(str(tmp_path / "nope" / "deeper"))
@@ -528,6 +532,7 @@ def test_absent_jax_platform_is_one_line(ckpt, tmp_path):
     assert r.returncode == 0 and "transformer/" in r.stdout, r.stderr
 
 
+@pytest.mark.fast
 def test_errors_name_arguments_as_data():
     """An error names its arguments as data (:class:`vidax.errors.Arg`): Python reads the keyword
     (``name=value``, a hint ``name=``), a front end spells each as its flag, with no stray space
@@ -758,6 +763,7 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
     check_inputs_kept([str(image)], [("video", str(wav))], audio=False)  # no sound: no .wav written
 
 
+@pytest.mark.fast
 def test_number_flags_are_read_by_one_rule(tmp_path):
     """Every number flag is read by one rule (vidax.errors.typed_number): a number of integral
     value (16.0, 1e3) is an integer; any other text (2.50, 1e99 past int64, 0x10, Python's 1_0,

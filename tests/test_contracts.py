@@ -131,6 +131,8 @@ TINY = {
                                       enc_n_fft=10, enc_hop_length=4, enc_latent_dim=10),
 }
 
+pytestmark = pytest.mark.fast
+
 MODELED = [s for s in registry().components() if s.model is not None]
 
 
@@ -217,6 +219,7 @@ def test_every_diffusers_pipeline_class_vidax_implements_is_registered():
         assert spec.generates == issubclass(cls, VideoPipeline) and hasattr(cls, "for_task"), spec.class_name
 
 
+@pytest.mark.slow  # a CogVideoX transformer at its tiny config run stage by stage: left out of make test-fast
 def test_cogvideox_transformer_stages_equal_the_call():
     """``head(run_blocks(*embed(...)))`` is the model call (what block streaming relies on)."""
     from vidax.models.cogvideox.config import CogVideoXTransformerConfig
@@ -375,6 +378,107 @@ def test_vidax_imports_form_no_cycle():
         visit(module)
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _foreign_private_names(path: str, module: str, own: str):
+    """``(line, what)`` for every private name the file of ``module`` takes from a module outside
+    the package ``own``: ``from x import _name``, a private module (``x._mod``), or ``alias._name``
+    of a module imported as ``alias``."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            if source == own or source.startswith(own + "."):
+                continue
+            for a in node.names:
+                if _private(a.name) or any(_private(p) for p in source.split(".")):
+                    yield node.lineno, f"from {source} import {a.name}"
+                aliases[a.asname or a.name] = f"{source}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if not (a.name == own or a.name.startswith(own + ".")):
+                    if any(_private(p) for p in a.name.split(".")):
+                        yield node.lineno, f"import {a.name}"
+                    if a.asname:
+                        aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                and _private(node.attr):
+            yield node.lineno, f"{aliases[node.value.id]}.{node.attr}"
+
+
+def _family_files(package: str):
+    folder = os.path.dirname(importlib.util.find_spec(package).origin)
+    for root, _, names in os.walk(folder):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(root, name), folder)[:-3].replace(os.sep, ".")
+                yield os.path.join(root, name), f"{package}.{rel}".removesuffix(".__init__")
+
+
+@pytest.mark.parametrize("package", FAMILY_PACKAGES)
+def test_family_imports_only_public_names_of_others(package):
+    """A family folder takes only public names from outside itself (docs/adding_a_family.md, "What
+    a family may import"): a piece two families need is public in the older one or moves to the
+    shared packages (vidax.nn, vidax.blocks, vidax.io, vidax.pipelines)."""
+    bad = [f"{os.path.relpath(path)}:{line}: {what}" for path, module in _family_files(package)
+           for line, what in _foreign_private_names(path, module, package)]
+    assert not bad, "private names of another package:\n" + "\n".join(bad)
+
+
+def test_families_import_only_older_families():
+    """The lineage rule: a family imports another family's public modules only when that family is
+    older (listed before it in ``vidax.registry.FAMILIES``), so family imports run one way (LTX-2
+    -> LTX-Video, HunyuanVideo 1.5 -> HunyuanVideo and Wan, Cosmos -> Wan) and a new family is the
+    newest."""
+    families = [m for m in FAMILIES if m.startswith("vidax.models.")]
+    graph = _vidax_import_graph()
+    seen = set()
+    for i, family in enumerate(families):
+        for module, deps in graph.items():
+            if module == family or module.startswith(family + "."):
+                for other in families:
+                    if other != family and any(d == other or d.startswith(other + ".") for d in deps):
+                        seen.add((family, other))
+                        assert families.index(other) < i, (
+                            f"{module} imports {other}, which is listed after {family} in FAMILIES")
+    assert ("vidax.models.ltx2", "vidax.models.ltx") in seen  # the graph sees the lineage imports
+
+
+def _fast_family_marks() -> dict[str, list[str]]:
+    """family folder -> the test files that mark a test ``pytest.mark.fast(family=...)`` for it."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    marks = {}
+    for folder, _, names in os.walk(tests):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.fast":
+                    for kw in node.keywords:
+                        if kw.arg == "family" and isinstance(kw.value, ast.Constant):
+                            marks.setdefault(kw.value.value, []).append(os.path.relpath(path, tests))
+    return marks
+
+
+def test_every_family_has_a_fast_end_to_end_test():
+    """``make test-fast`` runs one tiny pipeline of every family end to end: each family folder in
+    ``FAMILIES`` has a test marked ``pytest.mark.fast(family="<folder>")`` (and no mark names a
+    folder that is not a family)."""
+    families = {m.rsplit(".", 1)[1] for m in FAMILIES if m.startswith("vidax.models.")}
+    marks = _fast_family_marks()
+    assert not families - set(marks), (f"families without a test marked pytest.mark.fast(family=...) for "
+                                       f"make test-fast: {sorted(families - set(marks))}")
+    assert set(marks) <= families, f"fast marks naming no family folder: {sorted(set(marks) - families)}"
+
+
 TRANSFORMERS = [s for s in MODELED if s.kind == "transformer"]
 
 
@@ -416,3 +520,51 @@ def test_transformer_config_refuses_a_bad_width_by_name(spec):
         with pytest.raises(ConfigError, match=rf"^t\.json: num_attention_heads={bad!r} is not valid for "
                                               rf"{cls.__name__}; expected a positive int\.$"):
             cls.from_config_dict({**TINY[spec.class_name], "num_attention_heads": bad}, source="t.json")
+
+
+#: The weight-format and CPU-kernel seam (issue 39): the only vidax packages that may import
+#: ``vidax.cpu`` or name its kernel.
+KERNEL_SEAM = ("vidax.nn.kernels", "vidax.cpu")
+#: Files that may name the kernel in string literals only (user-facing help text).
+KERNEL_NAMED_IN_HELP = ("vidax.cli",)
+
+
+def _kernel_seam_breaches(module: str, source: str) -> list[str]:
+    """What in ``source`` (the file of vidax module ``module``) reaches past the seam: each import
+    of ``vidax.cpu``, and each line naming oneDNN (outside string literals for
+    :data:`KERNEL_NAMED_IN_HELP`)."""
+    import io
+    import tokenize
+
+    bad = sorted({f"imports {m}" for m in _imported_modules(ast.parse(source)) if m == "vidax.cpu"
+                  or m.startswith("vidax.cpu.")})
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        hit = re.search("onednn|vidax\\.cpu", tok.string, re.I)
+        if hit and not (module in KERNEL_NAMED_IN_HELP and tok.type == tokenize.STRING):
+            line = tok.string[:hit.end()].splitlines()[-1].strip()
+            bad.append(f"line {tok.start[0] + tok.string[:hit.start()].count(chr(10))}: {line[-70:]!r}")
+    return bad
+
+
+def test_cpu_kernels_and_weight_formats_are_reached_through_one_seam():
+    """No vidax module outside ``vidax.nn.kernels`` and ``vidax.cpu`` imports ``vidax.cpu`` or
+    names oneDNN (in code, comments or docstrings; ``cli.py``'s help text may): the CPU kernels
+    and the weight formats are used through the seam only, so a change to them touches no
+    layer, encoder, loader or pipeline (issue 39)."""
+    root = os.path.dirname(importlib.util.find_spec("vidax").origin)
+    breaches, seen = {}, set()
+    for folder, _, names in os.walk(root):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            module = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".").removesuffix(".__init__")
+            with open(path) as f:
+                found = _kernel_seam_breaches(module, f.read())
+            if any(module == s or module.startswith(s + ".") for s in KERNEL_SEAM):
+                seen.update([module] if found else [])
+            elif found:
+                breaches[module] = found
+    assert "vidax.nn.kernels.cpu" in seen  # the scan sees the seam's own imports
+    assert _kernel_seam_breaches("vidax.nn.layers", "from vidax.cpu import onednn\n")
+    assert _kernel_seam_breaches("vidax.cli", "x = 1  # oneDNN\n") and not _kernel_seam_breaches(
+        "vidax.cli", "help = 'the oneDNN build'\n")
+    assert not breaches, f"outside vidax.nn.kernels: {breaches}"

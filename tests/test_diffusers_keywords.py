@@ -300,18 +300,23 @@ def test_latents_and_embeds_layouts(pipe):
 
 def test_video_layouts():
     """A conditioning video as uint8 (F, H, W, 3), a list of uint8 frames or a list of PIL
-    images: the same frames for the LTX / LTX-2 (``_video_frames`` of ltx) and Cosmos /
-    Cosmos 3 (of cosmos) pipelines; float frames are refused with REFUSED_VALUES' reason."""
+    images gives the same frames (``vidax.io.image.video_frames``, which every pipeline with a
+    ``video`` reads it through); float frames are refused with REFUSED_VALUES' reason, an empty
+    video and other types by name."""
     import PIL.Image
 
-    from vidax.models.cosmos.pipeline import _video_frames as cosmos_frames
-    from vidax.models.ltx.pipeline import _video_frames as ltx_frames
+    from vidax.io.image import FLOAT_ARRAY_REASON, video_frames
 
     video = np.random.default_rng(0).integers(0, 256, (3, 6, 10, 3), dtype=np.uint8)
-    for frames_of in (lambda v: ltx_frames(v, "video"), cosmos_frames):
-        want = np.stack([np.asarray(f) for f in frames_of(video)])
-        np.testing.assert_array_equal(want, video)
-        for layout in (list(video), [PIL.Image.fromarray(f) for f in video], tuple(video)):
-            np.testing.assert_array_equal(np.stack([np.asarray(f) for f in frames_of(layout)]), video)
-        with pytest.raises(InputError, match="float"):
-            frames_of(video / 255.0)
+    np.testing.assert_array_equal(np.stack([np.asarray(f) for f in video_frames(video)]), video)
+    for layout in (list(video), [PIL.Image.fromarray(f) for f in video], tuple(video)):
+        np.testing.assert_array_equal(np.stack([np.asarray(f) for f in video_frames(layout)]), video)
+    with pytest.raises(InputError, match=r"^video is a float64 array") as e:
+        video_frames(video / 255.0)
+    assert FLOAT_ARRAY_REASON in str(e.value)
+    with pytest.raises(InputError, match=r"^conditions\[0\]\.video has no frames"):
+        video_frames([], "conditions[0].video")
+    with pytest.raises(InputError, match=r"^video must be .*; got ndarray of shape \(6, 10, 3\)"):
+        video_frames(video[0])
+    with pytest.raises(InputError, match=r"^video\[1\] has shape \(6, 10, 2\)"):
+        video_frames([video[0], video[0, :, :, :2]])

@@ -7,7 +7,8 @@ import pytest
 import torch
 from flax import nnx
 
-from vidax.nn.layers import Linear, xla_cpu_upcasts, matmul
+from vidax.nn.kernels import xla_cpu_upcasts
+from vidax.nn.layers import Linear, matmul
 
 BF16_EPS = 2.0**-8  # one bf16 ulp, relative
 
@@ -45,6 +46,38 @@ def test_bf16_on_cpu_xla_cpu_upcasts_and_rounds_once(use_bias, monkeypatch):
     # Summation order differs: at most one bf16 ulp apart.
     assert np.max(np.abs(y - ref) / np.maximum(np.abs(ref), 1e-2)) <= BF16_EPS
     assert np.abs(ref).max() > 0.5  # a non-trivial output
+
+
+def test_each_weight_format_is_one_type_behind_the_linear_call():
+    """vidax.nn.kernels.formats: a Linear's kernel is read as its format's type (dense, int8,
+    fp8, GGUF blocks) and the Linear's call is that type's matmul: in float32 ``x W + b`` with W
+    the type's values, to float32 rounding."""
+    from vidax.nn.gguf import keep_all
+    from vidax.nn.kernels import Dense, GGUFBlocks, Quantized, kept_formats, weight_of
+    from vidax.nn.quant import quantize_module
+
+    def make():
+        lin = Linear(64, 23, dtype=jnp.float32, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
+        lin.bias[...] = jax.random.normal(jax.random.PRNGKey(3), (23,))
+        return lin
+
+    gguf = keep_all(make(), "Q8_0")  # per output column, 2 blocks of 34 bytes: an fp16 scale, 32 int8
+    rng = np.random.default_rng(4)
+    blocks = rng.integers(0, 256, gguf.kernel.shape, dtype=np.uint8).T.reshape(23, 2, 34)
+    blocks[:, :, :2] = rng.uniform(0.001, 0.01, (23, 2, 1)).astype(np.float16).view(np.uint8)
+    gguf.kernel[...] = jnp.asarray(blocks.reshape(23, 68).T)
+    cases = [(make(), Dense, "dense"), (quantize_module(make(), "int8"), Quantized, "int8"),
+             (quantize_module(make(), "float8_e4m3fn"), Quantized, "fp8"), (gguf, GGUFBlocks, "GGUF")]
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 64))
+    for lin, kind, name in cases:
+        weight = weight_of(lin)
+        assert type(weight) is kind and weight.name == name
+        assert kept_formats(lin) == ([] if name == "dense" else [name])
+        w = np.asarray(lin.dense_kernel(), np.float64)
+        assert np.isfinite(w).all() and np.abs(w).max() > 0.1
+        want = np.asarray(x, np.float64) @ w + np.asarray(lin.bias[...], np.float64)
+        # float32 products and sums over 64 terms: within a few float32 ulps of the exact result
+        np.testing.assert_allclose(np.asarray(lin(x)), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_matmul_bf16_matches_float32_product_rounded():
@@ -94,12 +127,13 @@ def _whole_stack_copies(compiled, layers):
 
 
 def test_stack_bits_pass_bf16_stacks_into_the_jit_without_a_copy():
-    """vidax.nn.stack.as_stack_bits: on CPU the bf16 stacks (and only those: not the other bf16
+    """vidax.nn.kernels.stacks.as_stack_bits: on CPU the bf16 stacks (and only those: not the other bf16
     leaves, not float32 or int8 stacks) become uint16 views sharing the arrays' buffers; a jitted
     scan that takes them through from_stack_bits compiles with no whole-stack copy, where the
     same scan taking the bf16 stack copies it (as uint16) on every call; the results are
     bit-identical."""
-    from vidax.nn.stack import StackBits, as_stack_bits, from_stack_bits, scan_layers, stacked
+    from vidax.nn.kernels import StackBits, as_stack_bits, from_stack_bits
+    from vidax.nn.stack import scan_layers, stacked
 
     class Model(nnx.Module):
         def __init__(self):
@@ -312,10 +346,10 @@ def _tiny_text_encoders():
 def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
     """The text encoders' encode functions pass their bf16 stacked layers (every leaf under the
     class's stacked_paths, and no other) into their jitted forward as StackBits views
-    (vidax.nn.stack.stack_bits_state: the jitted function given the bf16 state compiles anew);
+    (vidax.nn.kernels.stacks.stack_bits_state: the jitted function given the bf16 state compiles anew);
     the hidden states are bit for bit those of that function given the bf16 state (the form
     before)."""
-    from vidax.nn.stack import StackBits, stack_bits_state
+    from vidax.nn.kernels import StackBits, stack_bits_state
 
     case = _tiny_text_encoders()[kind]
     encoder = case.make()

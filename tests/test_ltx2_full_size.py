@@ -21,7 +21,7 @@ from flax import nnx
 
 from tests.parity.helpers import assert_reference_parameters
 from tests.paths import REFERENCE_CONFIGS
-from vidax.models.ltx.vae import Buffer
+from vidax.nn.buffer import Buffer
 from vidax.registry import registry
 from vidax.weights.loader import KeyRules
 

@@ -20,7 +20,8 @@ from flax import nnx
 from tests.parity.helpers import assert_reference_parameters
 from tests.paths import REFERENCE_CONFIGS
 from vidax.models.ltx.config import LTXVAEConfig
-from vidax.models.ltx.vae import Buffer, LTXVideoVAE, _Noise
+from vidax.models.ltx.vae import LTXVideoVAE, _Noise
+from vidax.nn.buffer import Buffer
 from vidax.weights.loader import KeyRules
 
 # LTX-Video 0.9.x only (Lightricks__LTX-Video, -0.9.1, -0.9.5, -0.9.7-dev), not LTX-2.

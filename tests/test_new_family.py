@@ -35,6 +35,7 @@ def toy_registered(monkeypatch):
     monkeypatch.syspath_prepend(REPO)
 
 
+@pytest.mark.fast
 def test_unregistered_family_is_refused(toy_checkpoint, monkeypatch):
     monkeypatch.delenv("VIDAX_FAMILIES", raising=False)
     with pytest.raises(vidax.ConfigError, match="pipeline 'ToyVideoPipeline' is not supported"):
@@ -173,6 +174,7 @@ def _names_in_code(path: str) -> set[str]:
     return names
 
 
+@pytest.mark.fast
 def test_doc_lists_exactly_the_shared_files_a_family_edits():
     """docs/adding_a_family.md's list of shared files is the truth both ways: every shared vidax
     file whose code names a family (its package, a registered class) is listed, and every listed

@@ -258,7 +258,7 @@ def test_cancel_stops_a_streamed_step_between_chunks(ckpt):
 
 def test_bf16_chunks_enter_the_chunk_jit_as_bits_bit_identically(ckpt, monkeypatch):
     """On CPU the streamed bf16 chunks are fetched as uint16 views of their host buffers
-    (vidax.nn.stack.stack_bits_putter: no copy at the fetch, and the chunk jit holds no
+    (vidax.nn.kernels.stacks.stack_bits_putter: no copy at the fetch, and the chunk jit holds no
     whole-chunk bitcast copy, which it does when the chunks arrive as bf16); the output is bit
     for bit that of the chunks fetched as bf16 (pinned_host and numpy host chunks alike)."""
     import re
@@ -266,7 +266,7 @@ def test_bf16_chunks_enter_the_chunk_jit_as_bits_bit_identically(ckpt, monkeypat
     import jax.numpy as jnp
 
     import vidax.parallel.offload as offload
-    from vidax.nn.stack import StackBits
+    from vidax.nn.kernels import StackBits
 
     path = os.path.join(ckpt, "transformer")
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16)).astype(jnp.bfloat16)

@@ -315,7 +315,7 @@ def test_kernel_stacks_in_onednn_layout(built, monkeypatch):
     transpose of a stack in the compiled step), with the results of the row-major stacks. Where
     stacks are not read in place the flag goes off, the run unchanged; a stack replaced by a
     row-major one (a LoRA merge) is laid out again on the next call."""
-    from vidax.nn.stack import lay_out_kernel_stacks
+    from vidax.nn.kernels import lay_out_kernel_stacks
 
     monkeypatch.setenv(onednn.ENV, "onednn")
     monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
@@ -456,16 +456,16 @@ def test_attention_products_through_onednn(built, monkeypatch, impl):
     assert onednn.BATCHED_TARGET not in gqa.lower(q, k[:, :, :1], v[:, :, :1]).as_text()
 
 
-def test_quantized_weight_formats_name_what_runs_xla_dot():
+def test_kept_formats_name_what_runs_xla_dot():
     """The formats the summary row names as XLA's dot: kept 8-bit kernels as --weights names
     them, GGUF ones as GGUF, none for plain weights."""
-    from vidax.nn.layers import quantized_weight_formats
+    from vidax.nn.kernels import kept_formats
     from vidax.nn.quant import quantize_structure
 
-    assert quantized_weight_formats(_Holder(_random_blocks())) == []
+    assert kept_formats(_Holder(_random_blocks())) == []
     for fmt, name in (("int8", "int8"), ("float8_e4m3fn", "fp8")):
         model = nnx.eval_shape(lambda: quantize_structure(_Holder(_random_blocks()), fmt))
-        assert quantized_weight_formats(model) == [name]
+        assert kept_formats(model) == [name]
     model = _Holder(_random_blocks())
     model.blocks.up.kernel_gguf = "Q4_K"
-    assert quantized_weight_formats(model) == ["GGUF"]
+    assert kept_formats(model) == ["GGUF"]

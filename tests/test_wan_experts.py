@@ -111,7 +111,7 @@ def test_only_the_active_expert_is_on_the_device(a14b):
         before = _device_bytes()
         seen = []
 
-        def record(i, n):
+        def record(i, n, p=p):
             on_device = sum(_params_bytes(m) for m in (p.transformer, p.transformer_2)
                             if jax.tree.leaves(nnx.state(m))[0].sharding.memory_kind != "pinned_host")
             seen.append((p.experts.active, on_device, _device_bytes() - before))
@@ -151,3 +151,34 @@ def test_bad_expert_configs(a14b, tmp_path, pipe):
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "patch_size": [1, 1, 1]}))
     with pytest.raises(ConfigError, match="transformer_2/config.json: in_channels=16, patch_size=.1, 1, 1. differ"):
         vidax.load_pipeline(str(other))
+
+
+def test_a_call_resumed_from_a_saved_state_ends_as_the_uninterrupted_call(pipe):
+    """``on_state`` hands the loop's latents and scheduler state (UniPC's: the model outputs of
+    earlier steps, the step index) after each step; a call given them as ``resume`` at step k
+    runs steps k+1.. and ends with the same latents, bit for bit, before and after the step
+    where the second expert takes over (what ``vidax serve`` does after a restart). A state of
+    another call's shape is refused naming both."""
+    import dataclasses
+
+    call = pipe.check_call(pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False,
+                           **SMALL)
+    plan = pipe.expert_plan(pipe.set_timesteps(call, np.zeros(pipe.latent_shape(pipe.info, call), np.float32)))
+    assert 0 < plan.index(1) < 5, plan  # the switch falls inside the run: both resume points below cross it or not
+    saved = {}
+
+    def keep(done, latents, state):
+        saved[done] = [np.array(a) for a in jax.tree.leaves((latents, state))]
+
+    whole = pipe.generate(dataclasses.replace(call, on_state=keep)).frames
+    assert sorted(saved) == [1, 2, 3, 4, 5, 6]
+    for k in (1, plan.index(1) + 1):
+        resumed = pipe.generate(dataclasses.replace(call, resume=(k, saved[k]))).frames
+        np.testing.assert_array_equal(resumed, whole)
+    # Other latents with step 1's scheduler state give another result (the resume is not ignored).
+    other = pipe.generate(dataclasses.replace(call, resume=(1, saved[2][:1] + saved[1][1:]))).frames
+    assert np.abs(other - whole).max() > 0
+    small = pipe.check_call(pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False,
+                            **dict(SMALL, width=32))
+    with pytest.raises(InputError, match="the saved denoising state does not fit this call"):
+        pipe.generate(dataclasses.replace(small, resume=(1, saved[1])))

@@ -149,6 +149,15 @@ class Checkpoint:
                                   f"{self.class_of(name) or self.index[name]})")
         return path
 
+    def require(self, *names: str) -> None:
+        """Check that model_index.json names every component of ``names`` and that its folder exists.
+
+        Raises:
+            CheckpointError: for the first one missing (as :meth:`folder`).
+        """
+        for name in names:
+            self.folder(name)
+
     def config(self, name: str) -> Mapping[str, Any]:
         """The parsed config of component ``name``.
 

@@ -469,17 +469,59 @@ def inspect(
                        else spelling(a)))
 
 
+def _check_serve_flags(queue_size: int, max_batch: int, save_every: int, preview_every: int,
+                       batch_window_ms: float, jobs_dir: str, port: int) -> None:
+    """vidax serve's own flags checked before anything loads.
+
+    Raises:
+        InputError: a flag out of its range (naming it), an empty --jobs-dir.
+    """
+    from vidax.errors import Arg, ArgValue, InputError
+
+    if queue_size < 0:
+        raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
+    for name, value, least in (("max_batch", max_batch, 1), ("save_every", save_every, 0),
+                               ("preview_every", preview_every, 0)):
+        if value < least:
+            raise InputError(Arg(name), f" must be >= {least}, got ", ArgValue(name, value))
+    if not 0 <= batch_window_ms <= 60000:
+        raise InputError(Arg("batch_window_ms"), " must be in [0, 60000], got ",
+                         ArgValue("batch_window_ms", batch_window_ms))
+    if not jobs_dir.strip():
+        raise InputError(Arg("jobs_dir", jobs_dir), " is empty; give a folder for the job records (default "
+                         "vidax-jobs, created if missing)")
+    if not 0 <= port <= 65535:
+        raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
+
+
 @app.command(cls=NumberCommand)
 def serve(
     ctx: typer.Context,
     checkpoint: Optional[str] = load_flag("checkpoint"),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (only this one; 0.0.0.0 for every IPv4 "
-                             "interface)."),
+                             "interface). An address other machines reach needs --api-key (or --insecure-no-auth)."),
+    api_key: Optional[str] = typer.Option(None, envvar="VIDAX_API_KEY", show_envvar=True, help="Require "
+                                          "'Authorization: Bearer KEY' on every request (401 otherwise); the page "
+                                          "asks for the key. Prefer the environment variable: a flag's value shows "
+                                          "in the process list."),
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Serve a non-loopback --host without "
+                                          "an API key (anyone who reaches the port can run and delete jobs)."),
     port: int = typer.Option(8000, help="Port to listen on (0: a free one, printed when the server is ready)."),
     jobs_dir: str = typer.Option("vidax-jobs", help="Folder of the job records (jobs.sqlite3) and the videos "
                                  "(<id>.mp4); a restart keeps every finished video."),
-    queue_size: int = typer.Option(8, help="Jobs that may wait behind the running one; a request beyond them "
+    queue_size: int = typer.Option(8, help="Jobs that may wait behind the running batch; a request beyond them "
                                    "gets 429."),
+    max_batch: int = typer.Option(1, help="Run up to this many queued jobs as one denoising batch when they differ "
+                                  "only in prompt, negative prompt and seed (same size, frames, steps, guidance, "
+                                  "options); 1: one at a time. Each job's video equals it run alone (see README)."),
+    batch_window_ms: float = typer.Option(0.0, help="With --max-batch > 1: how long (ms) a free worker waits for "
+                                          "more jobs to join a batch that is not full."),
+    save_every: int = typer.Option(5, help="Save a running job's denoising state every this many steps (under "
+                                   "--jobs-dir/states, atomically), so a restart resumes it there; 0: never (it "
+                                   "starts over)."),
+    preview_every: int = typer.Option(0, help="Make a preview image of a running job every this many steps "
+                                      "(a latent-to-RGB projection, for GET /v1/videos/ID/events and the page); 0: "
+                                      "never. Wan, Cosmos and HunyuanVideo 1.0 checkpoints have one."),
     dtype: str = load_flag("dtype"),
     matmul_precision: str = load_flag("matmul_precision"),
     dp: Optional[int] = load_flag("dp"),
@@ -501,31 +543,31 @@ def serve(
 
     One pipeline is loaded once (with its --lora files merged) and stays resident; requests are
     checked as vidax generate checks its flags (400 naming the field), then queued and run one
-    at a time (429 when --queue-size jobs wait). The request's fields are OpenAI's (size,
+    at a time or, with --max-batch N, in batches of jobs that share their settings (429 when
+    --queue-size jobs wait). GET /v1/videos/ID/events streams a job's progress (server-sent
+    events). Nothing is lost on a restart: queued jobs are queued again and a running one
+    resumes from its last saved step. The request's fields are OpenAI's (size,
     seconds, input_reference, model) and the call keywords the loaded pipeline declares. POST
     /v1/videos, GET /v1/videos[/ID[/content]], DELETE /v1/videos/ID (cancels between steps), GET
-    /v1/models, GET /health; see README "Serving".
+    /v1/models, GET /health; see README "Serving". With --api-key (or VIDAX_API_KEY) every
+    request needs 'Authorization: Bearer KEY'; a --host other machines reach is refused without
+    one unless --insecure-no-auth.
 
-    SIGINT / SIGTERM: stop accepting requests, cancel the running job at its next check (it is
-    recorded as failed, code "cancelled") and every queued one, and exit 0."""
-    from vidax.errors import Arg, ArgValue, InputError, VidaxError
+    SIGINT / SIGTERM: stop accepting requests, stop the running job at its next check (it and
+    the queued ones wait in --jobs-dir for the next server), and exit 0."""
+    from vidax.errors import VidaxError
 
     _setup_logging(verbose)
     try:
-        if queue_size < 0:
-            raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
-        if not jobs_dir.strip():
-            raise InputError(Arg("jobs_dir", jobs_dir), " is empty; give a folder for the job records (default "
-                             "vidax-jobs, created if missing)")
-        if not 0 <= port <= 65535:
-            raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
+        _check_serve_flags(queue_size, max_batch, save_every, preview_every, batch_window_ms, jobs_dir, port)
         offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
         loras = _lora_files(lora or [])  # unreadable or malformed files: before any loading
         from vidax.serve.command import run
 
         run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
             load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer,
-            matmul_precision=matmul_precision)
+            matmul_precision=matmul_precision, api_key=api_key, insecure_no_auth=insecure_no_auth,
+            max_batch=max_batch, batch_window_ms=batch_window_ms, save_every=save_every, preview_every=preview_every)
     except VidaxError as e:
         _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))
 

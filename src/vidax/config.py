@@ -24,6 +24,15 @@ from typing import Any, ClassVar, Mapping
 
 from vidax.errors import ConfigError
 
+#: diffusers ``FeedForward``'s ``activation_fn`` values (its ``net[0]``): ``gelu`` / ``gelu-approximate``
+#: (``GELU``: gelu(proj x), erf or tanh), ``geglu`` (``GEGLU``: proj to 2 x inner, first half times the
+#: erf gelu of the second), ``geglu-approximate`` (``ApproximateGELU``: y * sigmoid(1.702 y)),
+#: ``swiglu`` (``SwiGLU``: as GEGLU with silu), ``linear-silu`` (``LinearActivation``: silu(proj x)).
+FFN_ACTIVATIONS = ("gelu", "gelu-approximate", "geglu", "geglu-approximate", "swiglu", "linear-silu")
+#: diffusers ``get_activation``'s names (its ``ACT2CLS``, matched lower-cased): the resnets' and
+#: timestep MLPs' ``act_fn`` values.
+ACTIVATIONS = ("swish", "silu", "mish", "gelu", "relu")
+
 
 @dataclasses.dataclass(frozen=True)
 class ConfigBase:

@@ -106,7 +106,7 @@ class RunStats:
         call_s: wall seconds of the call, from the argument checks' end to the frames (the
             phases above and what lies between them); the summary's total adds ``load_s``.
         cpu_matmul: what the denoising step's 16-bit matmuls ran through on the CPU backend
-            (:func:`vidax.cpu.onednn.describe`: oneDNN or XLA's dot, and why); None elsewhere.
+            (:func:`vidax.nn.kernels.cpu.describe_matmul`: which kernel, and why); None elsewhere.
         matmul_precision: how float32 products ran (:func:`vidax.nn.precision.describe_matmul_precision`).
     """
 

@@ -80,7 +80,10 @@ def _vidax_run(pipe, variant, kind, dynamic, latents, noise, **call):
                 progress=False, **noise, **extra, **call).frames
 
 
-@pytest.mark.parametrize("variant,kind,dynamic", RUNS, ids=[f"{v}-{k}{'-dyncfg' if d else ''}" for v, k, d in RUNS])
+@pytest.mark.parametrize("variant,kind,dynamic", [
+    pytest.param(*run, id=f"{run[0]}-{run[1]}{'-dyncfg' if run[2] else ''}",
+                 marks=[pytest.mark.fast(family="cogvideox")] if run == RUNS[0] else [])
+    for run in RUNS])
 def test_fp32_pipeline_matches_diffusers(checkpoints, pipelines, variant, kind, dynamic):
     path, ref = checkpoints[variant]
     t = 4 if variant.startswith("1.5") else 3  # 9 frames -> 3 latent frames, padded to 4 for 1.5

@@ -25,6 +25,7 @@ import torch
 from flax import nnx
 
 from tests.parity.helpers import assert_close, assert_input_sensitive, randomize_torch_module, standard_normal
+from vidax.config import FFN_ACTIVATIONS
 from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")
@@ -117,6 +118,7 @@ def test_wan_transformer_configs(tmp_path_factory, config):
     _check(reference, ours, standard_normal((2, config["in_channels"], 2 * pt, 3 * ph, 2 * pw), 1), 3)
 
 
+@pytest.mark.fast
 def test_wan_qk_norm_no_op_is_refused():
     from vidax.errors import ConfigError
     from vidax.models.wan.config import WanTransformerConfig
@@ -130,15 +132,15 @@ def test_wan_qk_norm_no_op_is_refused():
 
 def vocoder_configs(n: int) -> list[dict]:
     """LTX-2 vocoder configs: 1-3 upsamplers with any kernel (>= the stride) and stride, a hidden
-    width that halves (rounding down) to at least 1, 1-2 resnet kernels (odd: vidax refuses even
-    ones, which torch's padding='same' pads asymmetrically) with 1-2 dilations each, leaky ReLU or
-    snake / snake-beta activations."""
+    width that halves (rounding down) to at least 1, 1-2 resnet kernels (odd or even: torch's
+    padding='same' pads an even one's odd total one more on the right) with 1-2 dilations each,
+    leaky ReLU or snake / snake-beta activations."""
 
     def one(rng, i):
         ups = int(rng.integers(1, 4))
         factors = [int(f) for f in rng.integers(1, 4, ups)]
         kernels = [f + int(rng.integers(0, 4)) for f in factors]
-        resnets = [int(k) for k in rng.choice([1, 3, 5], int(rng.integers(1, 3)), replace=False)]
+        resnets = [int(k) for k in rng.choice([1, 2, 3, 4, 5], int(rng.integers(1, 3)), replace=False)]
         act = ["leaky_relu", "snake", "snakebeta"][int(rng.integers(3))]
         mel, channels = int(rng.integers(3, 9)), int(rng.integers(1, 3))
         return dict(
@@ -176,14 +178,14 @@ def cogvideox_configs(n: int) -> list[dict]:
     """CogVideoX transformer configs: the sincos table (``D`` a multiple of 16, the reference's
     3-D sincos split), RoPE (head dim 16 or 32, its even (T, H, W) split) with or without the
     learned table, or RoPE with ``patch_size_t=2`` (1.5); any channel and timestep widths, an ofs
-    embedding or not, ``flip_sin_to_cos`` / ``freq_shift`` either way, either FFN GELU, any
+    embedding or not, ``flip_sin_to_cos`` / ``freq_shift`` either way, every FFN activation diffusers builds (cycled over the draws of the three transformers), any
     timestep activation, norms with or without affine, the patch conv with or without bias."""
 
     def one(rng, i):
         kind = ["sincos", "rope", "learned", "rope_t"][i % 4]
         heads, dim = [(2, 8), (4, 12), (1, 16), (3, 16)][int(rng.integers(4))] if kind == "sincos" else (
             int(rng.integers(1, 4)), int(rng.choice([16, 32])))
-        time_dim, compression = int(rng.integers(3, 20)), int(rng.integers(1, 5))
+        time_dim, compression = int(rng.integers(4, 20)), int(rng.integers(1, 5))  # width 3 with freq_shift 1: refused
         return dict(
             num_attention_heads=heads, attention_head_dim=dim, in_channels=int(rng.integers(1, 9)),
             out_channels=int(rng.integers(1, 9)), flip_sin_to_cos=bool(rng.integers(2)),
@@ -196,7 +198,7 @@ def cogvideox_configs(n: int) -> list[dict]:
             patch_size=int(rng.integers(1, 3)), patch_size_t=2 if kind == "rope_t" else None,
             temporal_compression_ratio=compression,
             max_text_seq_length=int(rng.integers(2, 7)),
-            activation_fn=["gelu-approximate", "gelu"][int(rng.integers(2))],
+            activation_fn=FFN_ACTIVATIONS[(i + 4) % len(FFN_ACTIVATIONS)],
             timestep_activation_fn=["silu", "swish", "gelu", "relu", "mish"][int(rng.integers(5))],
             norm_elementwise_affine=bool(rng.integers(2)), norm_eps=float(rng.choice([1e-5, 1e-6, 1e-3])),
             spatial_interpolation_scale=float(rng.uniform(0.5, 2)),
@@ -249,7 +251,7 @@ def ltx_configs(n: int) -> list[dict]:
     """LTX-Video transformer configs: 1-3 heads of any head dim with an even width (the RoPE
     pairs span the whole width), ``cross_attention_dim`` equal to it (the reference feeds the
     caption projection's output there), any channel counts, patch sizes 1-3 (they scale the RoPE
-    coordinates), either FFN GELU, the block RMSNorms with or without weights, any biases;
+    coordinates), every FFN activation diffusers builds, the block RMSNorms with or without weights, any biases;
     ``out_channels`` sometimes left to default to ``in_channels``."""
 
     def one(rng, i):
@@ -259,7 +261,7 @@ def ltx_configs(n: int) -> list[dict]:
             in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
             patch_size=int(rng.integers(1, 4)), patch_size_t=int(rng.integers(1, 4)), num_attention_heads=heads,
             attention_head_dim=dim, cross_attention_dim=heads * dim, num_layers=int(rng.integers(1, 3)),
-            activation_fn=["gelu-approximate", "gelu"][int(rng.integers(2))],
+            activation_fn=FFN_ACTIVATIONS[i % len(FFN_ACTIVATIONS)],
             norm_elementwise_affine=i % 2 == 0, norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
             caption_channels=int(rng.integers(3, 20)), attention_bias=bool(rng.integers(2)),
             attention_out_bias=bool(rng.integers(2))), ("out_channels",))
@@ -480,7 +482,7 @@ def ltx2_configs(n: int) -> list[dict]:
             audio_scale_factor=int(rng.integers(1, 7)), audio_pos_embed_max_pos=int(rng.integers(5, 30)),
             audio_sampling_rate=int(rng.choice([16000, 24000, 44100])), audio_hop_length=int(rng.choice([160, 256])),
             audio_gated_attn=bool(rng.integers(2)), audio_cross_attn_mod=audio_mod, num_layers=int(rng.integers(1, 3)),
-            activation_fn=["gelu-approximate", "gelu"][int(rng.integers(2))],
+            activation_fn=FFN_ACTIVATIONS[(i + 2) % len(FFN_ACTIVATIONS)],
             norm_elementwise_affine=i // 2 == 0, norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
             caption_channels=int(rng.integers(3, 20)), attention_bias=bool(rng.integers(2)),
             attention_out_bias=bool(rng.integers(2)), rope_theta=float(rng.choice([100.0, 10000.0])),
@@ -542,6 +544,7 @@ def test_ltx2_transformer_configs(tmp_path_factory, config):
     (dict(use_prompt_embeddings=False, cross_attn_mod=True, cross_attention_dim=5),
      r"cross_attention_dim=5 .* prompt AdaLN table"),
 ], ids=["narrow", "odd-pairs", "odd-head", "prompt-adaln-width"])
+@pytest.mark.fast
 def test_ltx2_configs_the_reference_fails_are_refused(change, match):
     """Configs diffusers builds but cannot run (its RoPE tables are empty below a video width of
     6, its rotations need channel pairs, its prompt AdaLN table is D wide) are refused with the
@@ -675,6 +678,7 @@ def test_cosmos3_transformer_configs(tmp_path_factory, config):
     _check(reference, _jit(model, ours), tuple(x), 35, min_err=1e-2)
 
 
+@pytest.mark.fast
 def test_cosmos3_odd_head_dim_is_refused():
     """The reference builds an odd ``head_dim`` but its RoPE table (two copies of ceil(K / 2)
     angles) does not fit the heads: refused with the reason."""

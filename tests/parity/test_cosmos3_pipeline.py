@@ -180,6 +180,7 @@ def test_conditioning_image_matches_diffusers():
 # ----------------------------------------------------------------------------- tasks
 
 
+@pytest.mark.fast(family="cosmos3")
 def test_text2video_matches_diffusers(cosmos3, text2video):
     want, got = text2video
     assert got.shape == want.shape == (1, F, H, W, 3)

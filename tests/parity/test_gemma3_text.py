@@ -191,7 +191,7 @@ def test_config_forms_and_refusals():
         ("rope_scaling", {"rope_type": "yarn", "factor": 8.0}, "yarn"),
         ("rope_scaling", {"rope_type": "linear"}, "factor"),
         ("rope_scaling", {"rope_type": "linear", "factor": 8.0, "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-        ("hidden_activation", "gelu", "hidden_activation"),
+        ("hidden_activation", "not_an_activation", "hidden_act"),
         ("layer_types", ["sliding_attention", "chunked_attention", "full_attention", "full_attention"], "layer_types"),
         ("layer_types", ["full_attention"] * 3, "layer_types"),
         ("sliding_window", 0, "sliding_window"),

@@ -129,7 +129,7 @@ def test_config_forms_and_refusals(gemma):
     for key, value, match in (
         ("use_bidirectional_attention", "all", "use_bidirectional_attention"),
         ("rope_parameters", {S: {"rope_type": "yarn"}, F: {}}, "yarn"),
-        ("hidden_activation", "gelu", "hidden_activation"),
+        ("hidden_activation", "not_an_activation", "hidden_act"),
         ("num_kv_shared_layers", 7, "num_kv_shared_layers"),
         ("per_layer_config", {"1": {"intermediate_size": 3}}, "per_layer_config"),
     ):

@@ -54,6 +54,7 @@ def image():
     return smooth_image(40, 56)
 
 
+@pytest.mark.fast(family="hunyuan_video")
 def test_t2v_embedded_guidance_matches_diffusers(t2v):
     path, ref, pipe = t2v
     lat = _latents(32, 48)
@@ -161,6 +162,32 @@ def test_bad_input_names_the_argument(t2v):
         pipe(**{**base, "image_embed_interleave": 2})  # an I2V keyword on the T2V pipeline
     with pytest.raises(InputError, match="guidance_scale_2"):
         pipe(**{**base, "guidance_scale_2": 2.0})
+
+
+#: A template of the call (other words, the prompt elsewhere, its own crop).
+TEMPLATE = {"template": "<|start_header_id|>system<|end_header_id|>\n\nA short clip: {}<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n", "crop_start": 6}
+
+
+def test_t2v_prompt_template_matches_diffusers(t2v):
+    """diffusers' ``prompt_template`` (another template and ``crop_start``) changes the latents as
+    there (the tiny VAE squashes the difference in the frames; float32 on both sides: the 1e-4 of
+    the latent_concat comparison below); a template without ``crop_start`` or without ``{}`` is
+    refused with the reason."""
+    path, ref, pipe = t2v
+    lat = _latents(32, 48, seed=3)
+    want = _reference(ref, lat, 32, 48, prompt=PROMPT, prompt_template=TEMPLATE, output_type="latent").numpy()
+    default = _reference(ref, lat, 32, 48, prompt=PROMPT, output_type="latent").numpy()
+    assert np.abs(default - want).max() > 0.05 * np.abs(want).max()  # the template changes the latents
+    got = pipe(prompt=PROMPT, latents=lat, height=32, width=48, prompt_template=TEMPLATE, output_type="latent",
+               progress=False, **CALL)
+    np.testing.assert_allclose(got.frames, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    for bad, match in (({"template": TEMPLATE["template"]}, r"no 'crop_start'.*model_max_length"),
+                       ({"template": "no prompt here", "crop_start": 2}, r"one '\{\}'.*ignoring the prompt"),
+                       ({**TEMPLATE, "crop_start": -1}, r"crop_start'\]=-1 must be an integer >= 0"),
+                       ("text", r"must be a dict")):
+        with pytest.raises(InputError, match=match):
+            pipe(prompt=PROMPT, height=32, width=48, prompt_template=bad, progress=False, **CALL)
 
 
 @pytest.fixture(scope="module")

@@ -156,7 +156,7 @@ def test_config_reads_released_file_and_refuses_what_it_lacks():
     assert (cfg.head_dim, cfg.num_key_value_heads, cfg.rope_theta, cfg.qkv_bias) == (128, 8, 500000.0, False)
     for key, value, match in (
         ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}, "llama3"),
-        ("hidden_act", "gelu", "hidden_act"),
+        ("hidden_act", "not_an_activation", "hidden_act"),
         ("num_key_value_heads", 5, "multiple"),
         ("sliding_window", 8, "sliding_window"),
     ):

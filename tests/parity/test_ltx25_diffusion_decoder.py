@@ -158,7 +158,7 @@ def test_full_size_parameter_count():
 
     from tests.parity.helpers import assert_reference_parameters
     from tests.paths import REFERENCE_CONFIGS
-    from vidax.models.ltx.vae import Buffer
+    from vidax.nn.buffer import Buffer
     from vidax.models.ltx2.config import LTX2DiffusionDecoderConfig
     from vidax.models.ltx2.diffusion_decoder import LTX2VideoDiffusionDecoderModel
     from vidax.weights.loader import KeyRules

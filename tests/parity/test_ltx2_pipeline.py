@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.parity.helpers import randomize_torch_module, transformer_calls
+from tests.parity.helpers import max_rel_err, randomize_torch_module, transformer_calls
 from tests.parity.ltx2_reference import CONNECTORS_20, CONNECTORS_23, TRANSFORMER_20, TRANSFORMER_23
 from tests.parity.test_ltx2_audio import BWE, _perturb_buffers
 from tests.parity.test_ltx2_vae import RELEASED
@@ -155,6 +155,7 @@ def _snr(got, want):
     return 10 * np.log10(np.sum(want ** 2) / np.sum((got - want) ** 2))
 
 
+@pytest.mark.fast(family="ltx2")
 def test_video_and_sound_match_diffusers(checkpoint, vidax_pipe):
     pipe, _ = checkpoint
     latents, audio_latents = _noise()
@@ -185,6 +186,36 @@ def test_latents_match_diffusers_and_depend_on_the_prompt(checkpoint, vidax_pipe
     print(f"latents SNR video {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB; another prompt: {moved[0]:.1f}, {moved[1]:.1f} dB")
     assert min(snrs) >= 60 and max(moved) < 55
     _diffusion_decode_chained(out.frames, ref_video, tmp_path)
+
+
+def test_prompt_embeds_are_diffusers_encode_prompt(checkpoint, vidax_pipe):
+    """``prompt_embeds`` / ``prompt_attention_mask`` (and the negative ones) mean what diffusers'
+    ``encode_prompt`` returns (Gemma's stacked hidden states, before the connectors): vidax's
+    ``encode_prompt_embeds`` equals it (fp32, two Gemma layers: 1e-5 as test_gemma3_text.py), the
+    reference's embeddings given to vidax make the reference's latents of the texts (>= 60 dB as
+    above), and vidax's own make its latents of the texts bit for bit."""
+    pipe, _ = checkpoint
+    latents, audio_latents = _noise()
+    with torch.no_grad():
+        ref = pipe.encode_prompt(PROMPT, NEGATIVE, max_sequence_length=CALL["max_sequence_length"])
+    ref = dict(zip(("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds",
+                    "negative_prompt_attention_mask"), (t.float().numpy() for t in ref)))
+    ours = vidax_pipe.encode_prompt_embeds(PROMPT, NEGATIVE, **CALL)
+    assert set(ours) == set(ref)
+    for name, want in ref.items():
+        assert ours[name].shape == want.shape, name
+        if "mask" in name:
+            np.testing.assert_array_equal(ours[name], want)
+        else:
+            assert max_rel_err(ours[name].astype(np.float32), want) < 1e-5, name
+    kw = dict(latents=latents, audio_latents=audio_latents, output_type="latent", progress=False, **CALL)
+    ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, "latent")
+    from_ref = vidax_pipe(**ref, **kw)
+    assert min(_snr(from_ref.frames, ref_video), _snr(from_ref.audio, ref_audio)) >= 60
+    texts = vidax_pipe(PROMPT, NEGATIVE, **kw)
+    again = vidax_pipe(**ours, **kw)
+    np.testing.assert_array_equal(again.frames, texts.frames)
+    np.testing.assert_array_equal(again.audio, texts.audio)
 
 
 def _diffusion_decode_chained(latents, ref_latents, tmp_path):
@@ -234,6 +265,8 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
         (dict(min_seconds=2.0), "min_seconds=2.0 bounds the clip length LTX-2.5's duration head predicts, but .* has "
                                 "no duration head; leave it out"),
         (dict(frame_rate=0.01), r"frame_rate must be a number in \[1, 1000\], got 0.01"),
+        (dict(enable_prompt_enhancement=True), r"enable_prompt_enhancement.*torch's global generator.*greedy "
+                                               r"decoding .* not implemented.*pipe.enhance_prompt"),
     ]
     for kwargs, message in cases:
         with pytest.raises(vidax.InputError, match=message):

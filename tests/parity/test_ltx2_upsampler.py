@@ -31,10 +31,10 @@ from flax import nnx
 from tests.parity.helpers import assert_reference_parameters, max_rel_err, randomize_torch_module
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError
-from vidax.models.ltx.vae import Buffer
 from vidax.models.ltx2.config import LTX2LatentUpsamplerConfig
 from vidax.models.ltx2.convert import UPSAMPLER_KEY_RULES
 from vidax.models.ltx2.upsampler import LTX2LatentUpsamplerModel
+from vidax.nn.buffer import Buffer
 from vidax.weights.component import load_component
 
 torch = pytest.importorskip("torch")

@@ -45,6 +45,7 @@ def _reference(pipe, latents, **call):
     return np.asarray(out, np.float32)
 
 
+@pytest.mark.fast(family="ltx")
 def test_t2v_matches_diffusers(ltx):
     path, ref = ltx
     latents = packed_noise(2, **SIZE)
@@ -106,7 +107,7 @@ def test_t2v_bf16_with_the_onednn_matmul_matches_diffusers_bf16(ltx, monkeypatch
     monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
     test_t2v_bf16_matches_diffusers_bf16(ltx, 1.0)
     # The transformer's (and T5's) linears took the custom call, the stacked ones in place, the
-    # transformer's in oneDNN's weight layout (vidax.nn.stack.lay_out_kernel_stacks).
+    # transformer's in oneDNN's weight layout (vidax.nn.kernels.stacks.lay_out_kernel_stacks).
     assert len(traced) > 10 and traced.count((3, True)) > 5, traced
 
 
@@ -118,12 +119,12 @@ def test_a_wrong_cpu_matmul_setting_is_one_line_before_loading(ltx, monkeypatch)
 
 def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     """On CPU a bf16 pipeline passes its transformer's stacked blocks into the jitted step as
-    uint16 views (vidax.nn.stack.as_stack_bits: no copy of every stack per step); the latents
+    uint16 views (vidax.nn.kernels.stacks.as_stack_bits: no copy of every stack per step); the latents
     are bit-identical to the step taking the bf16 stacks as they are (the path before)."""
     import vidax.pipelines.run as run
     from flax import nnx
 
-    from vidax.nn.stack import StackBits
+    from vidax.nn.kernels import StackBits
 
     path, _ = ltx
     pipe = vidax.load_pipeline(path, dtype="bfloat16")

@@ -151,7 +151,7 @@ def test_config_forms_and_refusals():
         ("rope_scaling", {"type": "mrope", "mrope_section": [1, 1, 1]}, "mrope_section"),
         ("layer_types", ["full_attention", "sliding_attention", "full_attention"], "layer_types"),
         ("head_dim", 16, "head_dim"),
-        ("hidden_act", "gelu", "hidden_act"),
+        ("hidden_act", "not_an_activation", "hidden_act"),
     ):
         with pytest.raises(ConfigError, match=match):
             Qwen25VLTextConfig.from_config_dict({**flat, key: value})

@@ -64,7 +64,7 @@ def test_t2v_fp32_matches_diffusers(reference):
         pipe(height=48, width=96, **CALL)
 
 
-def test_i2v_fp32_matches_diffusers(reference):
+def test_i2v_fp32_matches_diffusers(reference, caplog):
     path, ref = reference
     pipe = vidax.load_pipeline(path, dtype="float32", task="i2v")
     assert type(pipe).__name__ == "WanImageToVideoPipeline" and pipe.expand_timesteps
@@ -82,6 +82,12 @@ def test_i2v_fp32_matches_diffusers(reference):
         both(image=random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL).frames, out.frames)
     with pytest.raises(InputError, match=r"WanPipeline takes no 'strength'; it takes prompt, negative_prompt, image"):
         both(image=random_image(0), strength=0.5, **LANDSCAPE, **CALL)
+    # last_image: diffusers' expand_timesteps path conditions only the first latent frame and never
+    # reads it; vidax says so and makes the same video.
+    with caplog.at_level("WARNING", logger="vidax"):
+        flf = pipe(random_image(0), last_image=random_image(1), latents=latents, progress=False, **LANDSCAPE, **CALL)
+    assert "last_image is ignored by" in caplog.text and "TI2V-5B" in caplog.text
+    np.testing.assert_array_equal(flf.frames, out.frames)
     # The first latent frame is the image's: replaced at every step and after the last one.
     lat = pipe(random_image(0), latents=latents, progress=False, output_type="latent", **LANDSCAPE, **CALL).frames
     call = pipe.check_call(pipe.info, image=random_image(0), **LANDSCAPE, **CALL)

@@ -28,6 +28,7 @@ def reference(tmp_path_factory):
     return path, latents.numpy(), np.asarray(frames), lat.float().numpy(), pipe
 
 
+@pytest.mark.fast(family="wan")
 def test_fp32_pipeline_matches_diffusers(reference):
     path, latents, ref_frames, ref_latents, _ = reference
     pipe = vidax.load_pipeline(path, dtype="float32")

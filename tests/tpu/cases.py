@@ -34,6 +34,12 @@ def tiny_wan(lane_dir: str) -> str:
     return default_checkpoint(os.path.join(lane_dir, "tiny-wan-cache"))
 
 
+#: The model lines (the checkpoints :mod:`tests.tpu.checkpoints` builds; its manifest's keys).
+MODEL_LINES = ("cogvideox", "cosmos", "cosmos3", "hunyuan", "hunyuan15", "ltx", "ltx2", "wan21", "wan22")
+#: Every case: the model lines, then :data:`FEATURES`.
+CASES = MODEL_LINES + FEATURES
+
+
 def case_names(lane_dir: str) -> list[str]:
     """The model lines of the manifest, then :data:`FEATURES`."""
     with open(os.path.join(lane_dir, "manifest.json")) as f:
@@ -79,11 +85,11 @@ def run_case(name: str, lane_dir: str, dtype: str = "float32", output_type: str 
 
 
 def main(argv: list[str]) -> None:
-    """``python -m tests.tpu.cases LANE_DIR OUT_DIR``: every case in float32 on this process's
-    backend, each case's outputs as ``OUT_DIR/<case>.npz``."""
-    lane_dir, out_dir = argv
+    """``python -m tests.tpu.cases LANE_DIR OUT_DIR [CASE ...]``: every case (or the ones named) in
+    float32 on this process's backend, each case's outputs as ``OUT_DIR/<case>.npz``."""
+    lane_dir, out_dir, *names = argv
     os.makedirs(out_dir, exist_ok=True)
-    for name in case_names(lane_dir):
+    for name in names or case_names(lane_dir):
         np.savez(os.path.join(out_dir, f"{name}.npz"), **run_case(name, lane_dir))
         print(f"{name}: done", flush=True)
 

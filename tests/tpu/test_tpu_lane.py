@@ -40,6 +40,8 @@ pytestmark = [
     pytest.mark.skipif(jax.default_backend() != "tpu", reason="the TPU lane runs on a TPU (make test-tpu)"),
 ]
 
+from tests.tpu.cases import CASES, MODEL_LINES, run_case
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_DB = 80.0
 
@@ -70,15 +72,15 @@ def lane_dir(tmp_path_factory) -> str:
 
 
 class _CpuRuns:
-    """The CPU side: every case in a CPU-only subprocess, started at once so that it runs while
-    the TPU compiles; :meth:`folder` waits for it."""
+    """The CPU side: the cases this session runs, in a CPU-only subprocess started at once so that
+    it runs while the TPU compiles; :meth:`folder` waits for it."""
 
-    def __init__(self, lane_dir: str, out: str):
+    def __init__(self, lane_dir: str, out: str, names: list[str]):
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
         env.update(JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([ROOT] + sys.path))
         self.out = out
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.tpu.cases", lane_dir, out], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.tpu.cases", lane_dir, out, *names], cwd=ROOT,
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def folder(self) -> str:
         _, err = self.proc.communicate()
@@ -86,15 +88,22 @@ class _CpuRuns:
         return self.out
 
 
+def _selected_cases(session) -> list[str]:
+    """The cases whose CPU outputs the selected tests compare with (``-k`` runs a part of the
+    lane, e.g. one device call's worth)."""
+    names = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.originalname == "test_case_float32_equals_cpu":
+            names.add(params["case"])
+        elif item.originalname == "test_fast_precision_is_what_the_highest_default_prevents":
+            names.add("wan_mesh")
+    return [n for n in CASES if n in names]
+
+
 @pytest.fixture(scope="session")
-def cpu_runs(lane_dir, tmp_path_factory) -> _CpuRuns:
-    return _CpuRuns(lane_dir, str(tmp_path_factory.mktemp("cpu_outputs")))
-
-
-def _cases(lane_dir: str) -> list[str]:
-    from tests.tpu.cases import case_names
-
-    return case_names(lane_dir)
+def cpu_runs(lane_dir, tmp_path_factory, request) -> _CpuRuns:
+    return _CpuRuns(lane_dir, str(tmp_path_factory.mktemp("cpu_outputs")), _selected_cases(request.session))
 
 
 def _compare(name: str, got: dict, cpu_outputs: str) -> dict[str, float]:
@@ -106,21 +115,14 @@ def _compare(name: str, got: dict, cpu_outputs: str) -> dict[str, float]:
     return db
 
 
-def test_every_case_float32_equals_cpu(lane_dir, cpu_runs):
-    """Every model line and feature case in float32 on the TPU equals the CPU run (>= 80 dB)."""
-    from tests.tpu.cases import run_case
-
-    got = {}
-    for name in _cases(lane_dir):
-        with jax.default_matmul_precision("bfloat16"):
-            got[name] = run_case(name, lane_dir)
-    results, low = {}, {}
-    for name in got:
-        results[name] = _compare(name, got[name], cpu_runs.folder())
-        if min(results[name].values()) < MIN_DB:
-            low[name] = results[name]
-    print("float32 TPU vs CPU (dB):", {k: {s: round(v, 1) for s, v in d.items()} for k, d in results.items()})
-    assert not low, f"below {MIN_DB} dB: {low}"
+@pytest.mark.parametrize("case", CASES)
+def test_case_float32_equals_cpu(case, lane_dir, cpu_runs):
+    """Each model line and feature case in float32 on the TPU equals the CPU run (>= 80 dB)."""
+    with jax.default_matmul_precision("bfloat16"):
+        got = run_case(case, lane_dir)
+    db = _compare(case, got, cpu_runs.folder())
+    print(f"float32 TPU vs CPU, {case}: " + ", ".join(f"{k} {v:.1f} dB" for k, v in db.items()))
+    assert min(db.values()) >= MIN_DB, f"{case}: below {MIN_DB} dB: {db}"
 
 
 def test_fast_precision_is_what_the_highest_default_prevents(lane_dir, cpu_runs):
@@ -139,19 +141,13 @@ def test_fast_precision_is_what_the_highest_default_prevents(lane_dir, cpu_runs)
     assert full >= MIN_DB and fast < full - 20
 
 
-def test_every_model_line_in_bfloat16_is_finite(lane_dir):
-    """bfloat16 runs of every model line, to the final latents (the VAEs stay float32, as in
+@pytest.mark.parametrize("case", MODEL_LINES)
+def test_model_line_in_bfloat16_is_finite(case, lane_dir):
+    """A bfloat16 run of each model line, to the final latents (the VAEs stay float32, as in
     float32 runs, and were decoded there)."""
-    from tests.tpu.cases import FEATURES, run_case
-
-    bad = {}
-    for name in _cases(lane_dir):
-        if name in FEATURES:
-            continue
-        got = run_case(name, lane_dir, dtype="bfloat16", output_type="latent")
-        if not all(np.isfinite(v).all() for v in got.values()):
-            bad[name] = {k: int((~np.isfinite(v)).sum()) for k, v in got.items()}
-    assert not bad, f"NaN/Inf in bfloat16 runs: {bad}"
+    got = run_case(case, lane_dir, dtype="bfloat16", output_type="latent")
+    bad = {k: int((~np.isfinite(v)).sum()) for k, v in got.items() if not np.isfinite(v).all()}
+    assert not bad, f"{case}: NaN/Inf in the bfloat16 run: {bad}"
 
 
 def test_streamed_and_mesh_runs_equal_the_resident_one_on_the_tpu(lane_dir):

@@ -18,7 +18,7 @@ column-major (oneDNN's ``ba``, torch's (N, K) ``nn.Linear`` weight) than row-maj
 EPYC (2 threads). So the kernel stacks that oneDNN reads in place are kept in
 :data:`KERNEL_LAYOUT` (an XLA device-local layout: the array's shape and values are unchanged):
 the loader reads them so from the file's (N, K) tensors, and
-:func:`vidax.nn.stack.lay_out_kernel_stacks` lays out any other; the call declares that layout
+:func:`vidax.nn.kernels.stacks.lay_out_kernel_stacks` lays out any other; the call declares that layout
 to XLA (``transposed``).
 
 Build. ``onednn_matmul.cc`` (next to this file) is compiled with the C++ compiler (``$CXX``, else

@@ -57,7 +57,8 @@ from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear
-from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
+from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -526,7 +527,7 @@ class CLIPTextEncoder(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("encoder.layers",)
 
     def __init__(self, config: CLIPTextConfig, *, dtype: Any = jnp.float32,

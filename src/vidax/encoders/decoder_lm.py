@@ -83,7 +83,8 @@ from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import TextRope, apply_rope, rope_inv_freq
-from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
+from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -101,11 +102,16 @@ DECODER_LM_PARAM_AXES = (
     (r"^embed_tokens/embedding$", ("vocab", "embed")),
 )
 
-#: MLP activations (transformers' ``ACT2FN`` names). GELU-tanh is computed in float32 and rounded
-#: once, as torch's bf16 ``gelu(approximate="tanh")`` does.
+#: MLP activations (transformers' ``ACT2FN`` names). The GELUs are computed in float32 and rounded
+#: once, as torch's bf16 ``gelu`` does.
 ACTIVATIONS = {
     "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "relu": jax.nn.relu,
+    "gelu": lambda x: jax.nn.gelu(x.astype(_F32), approximate=False).astype(x.dtype),
+    "gelu_new": lambda x: jax.nn.gelu(x.astype(_F32), approximate=True).astype(x.dtype),
     "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x.astype(_F32), approximate=True).astype(x.dtype),
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
 }
 
 
@@ -650,7 +656,7 @@ class DecoderLM(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("layers",)
 
     def __init__(self, config: DecoderLMConfig, *, dtype: Any = _F32, param_dtype: Any = None,

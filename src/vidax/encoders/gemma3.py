@@ -193,11 +193,6 @@ class Gemma3TextConfig(DecoderLMConfig):
         return super().from_config_dict(raw, source=source)
 
     def validate(self, source: str) -> None:
-        if self.hidden_act != "gelu_pytorch_tanh":
-            raise ConfigError(
-                f"{source}: hidden_activation={self.hidden_act!r} is not Gemma 3's; vidax implements "
-                "'gelu_pytorch_tanh'."
-            )
         super().validate(source)
         types = self.layer_types
         if not isinstance(types, Sequence) or len(types) != self.num_hidden_layers or any(

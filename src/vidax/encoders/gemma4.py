@@ -56,7 +56,7 @@ from vidax.encoders.decoder_lm import (_META, DecoderLM, DecoderLMConfig, Decode
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.layers import Linear, RMSNorm
-from vidax.nn.layers import xla_cpu_upcasts
+from vidax.nn.kernels import xla_cpu_upcasts
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import column_parallel, row_parallel
@@ -278,9 +278,6 @@ class Gemma4TextConfig(DecoderLMConfig):
             object.__setattr__(self, "layer_kv_heads", (self.num_key_value_heads,) * len(self.layer_types))
 
     def validate(self, source: str) -> None:
-        if self.hidden_act != "gelu_pytorch_tanh":
-            raise ConfigError(f"{source}: hidden_activation={self.hidden_act!r} is not Gemma 4's; vidax implements "
-                              "'gelu_pytorch_tanh'.")
         super().validate(source)
         n = self.num_hidden_layers
         for name in ("layer_head_dims", "layer_kv_heads"):
@@ -423,7 +420,7 @@ class Gemma4TextEncoder(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
 
     def __init__(self, config: Gemma4TextConfig, *, dtype: Any = _F32, param_dtype: Any = None,

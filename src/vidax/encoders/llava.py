@@ -54,7 +54,7 @@ from vidax.errors import ConfigError
 from vidax.nn.layers import Linear
 from vidax.registry import ComponentSpec
 from vidax.weights.loader import KeyRules, PendingLoad, Placement
-from vidax.nn.stack import from_stack_bits, stack_bits_state
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
 
 #: Source-key prefixes of the language model's tensors in a LLaVA file (transformers 4 and 5
 #: layouts): another loader's (the ``LlamaModel`` plan of :func:`load_llava_text_encoder`), so
@@ -312,7 +312,7 @@ class LlavaTextEncoder(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`); the vision tower's (run to a chosen layer) as they are.
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`); the vision tower's (run to a chosen layer) as they are.
     stacked_paths: ClassVar[tuple[str, ...]] = ("language_model.layers",)
 
     def __init__(self, config: LlavaTextEncoderConfig, *, dtype: Any = jnp.float32, param_dtype: Any = None,

@@ -38,7 +38,8 @@ from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import compute_dtype
 from vidax.nn.layers import Linear, RMSNorm, matmul
-from vidax.nn.stack import from_stack_bits, scan_layers, stack_bits_state, stacked
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
+from vidax.nn.stack import scan_layers, stacked
 from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -431,7 +432,7 @@ class T5Encoder(nnx.Module):
     """
 
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
-    #: on CPU (:func:`vidax.nn.stack.as_stack_bits`).
+    #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("encoder.block",)
 
     def __init__(

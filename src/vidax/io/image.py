@@ -3,7 +3,8 @@
 * :func:`load_image` follows ``diffusers.utils.load_image``: open with PIL, apply the EXIF
   orientation, convert to RGB.
 * :func:`to_rgb_image` accepts what the pipelines accept as ``image`` (a PIL image or a uint8
-  array) and returns an RGB PIL image.
+  array) and returns an RGB PIL image; :func:`video_frames` does it for each frame of a
+  conditioning video, :func:`one_image` refuses a list where a pipeline takes one image.
 * :func:`vae_image_preprocess` follows ``VideoProcessor.preprocess(image, height, width)`` (the
   ``VaeImageProcessor`` defaults every diffusers video pipeline uses): resize to exactly
   ``height x width`` with PIL's Lanczos filter (no crop, the aspect ratio is not kept; another
@@ -98,6 +99,51 @@ def to_rgb_image(image: Any, name: str = "image") -> Any:
     raise InputError(
         f"{name} must be a PIL image or a uint8 numpy array (H, W, 3); got {type(image).__name__}"
     )
+
+
+def one_image(image: Any, takes: str, name: str = "image", *, list_of_one: bool = False, what: str = "image") -> Any:
+    """``image`` (the call's ``name``) as one image for the whole batch: a list or tuple is refused
+    (``list_of_one``: a list of exactly one is taken, and its image returned).
+
+    Args:
+        takes: the subject and verb of the message (``"LTXImageToVideoPipeline takes"``).
+        what: what the one value is, in the message (``"last frame"``).
+
+    Raises:
+        InputError: ``"image is a list of 2; {takes} one {what} for the whole batch"``.
+    """
+    if not isinstance(image, (list, tuple)):
+        return image
+    if list_of_one and len(image) == 1:
+        return image[0]
+    raise InputError(Arg(name), f" is a list of {len(image)}; {takes} one {what} for the whole batch"
+                     + (" (or a list of one)" if list_of_one else ""))
+
+
+def video_frames(video: Any, name: str = "video") -> list:
+    """A conditioning video as a list of RGB ``PIL.Image.Image`` frames.
+
+    Args:
+        video: a uint8 array ``(F, H, W, 3)`` (or ``(F, H, W, 4)``: alpha is dropped), or a
+            non-empty list / tuple of frames, each what :func:`to_rgb_image` takes.
+        name: the argument that gave it, for the messages (``"conditions[0].video"``).
+
+    Raises:
+        InputError: another type, a float array (with :data:`FLOAT_ARRAY_REASON`), no frames, or
+            a frame :func:`to_rgb_image` refuses (named ``video[i]``).
+    """
+    if isinstance(video, np.ndarray) and video.ndim == 4:
+        if video.dtype != np.uint8:
+            raise InputError(f"{name} is a {video.dtype} array; give uint8 frames (F, H, W, 3) (pixel values 0..255) "
+                             "or a list of PIL images: " + FLOAT_ARRAY_REASON)
+        video = list(video)
+    if not isinstance(video, (list, tuple)):
+        shape = f" of shape {video.shape}" if isinstance(video, np.ndarray) else ""
+        raise InputError(f"{name} must be a uint8 (F, H, W, 3) array or a list of frames (PIL images / uint8 "
+                         f"(H, W, 3) arrays); got {type(video).__name__}{shape}")
+    if not video:
+        raise InputError(f"{name} has no frames")
+    return [to_rgb_image(f, f"{name}[{i}]") for i, f in enumerate(video)]
 
 
 def vae_image_preprocess(image: Any, height: int, width: int, resample: str = "lanczos",

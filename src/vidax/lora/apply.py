@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import with_layout_of
 from vidax.lora.targets import Term
+from vidax.nn.kernels import with_layout_of
 from vidax.nn.gguf import dequantize_kernel
 from vidax.nn.quant import format_of, quantize
 from vidax.parallel.offload import host_memory_kind, offloaded_stacks
@@ -64,8 +64,8 @@ def _add_fn(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
 @functools.lru_cache(maxsize=None)
 def _jitted(fn: Callable, out_sharding: Any) -> Callable:
     """``fn`` jitted with its first argument (the buffer) donated, its result placed as
-    ``out_sharding`` (None: the default): a kernel stack in oneDNN's layout keeps it, which a
-    donated buffer must (:func:`vidax.cpu.onednn.with_layout_of`)."""
+    ``out_sharding`` (None: the default): a kernel stack in the CPU kernel layout keeps it, which
+    a donated buffer must (:func:`vidax.nn.kernels.stacks.with_layout_of`)."""
     placed = {} if out_sharding is None else {"out_shardings": out_sharding}
     return jax.jit(fn, static_argnames=("kernel",), donate_argnums=(0,), **placed)
 

@@ -76,7 +76,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from vidax.cpu import onednn
+from vidax.nn import kernels
 from vidax.errors import InputError
 
 logger = logging.getLogger("vidax.attention")
@@ -364,30 +364,22 @@ def _allowed(segment_ids, causal, lq, lk, kv_ids=None, k_pos=None):
     return allowed
 
 
-def _through_onednn(groups: int, *arrays: jax.Array) -> bool:
-    """Whether the two products of attention run as oneDNN's batched matmul on the (B, L, N, K)
-    tensors where they are (:func:`vidax.cpu.onednn.attention_scores`): bf16 on the CPU with
-    oneDNN on (:func:`vidax.cpu.onednn.enabled`), one query head per key head. XLA:CPU's dots
-    need the heads-major order, and the transpositions cost more than the products at the
-    sizes measured (docs/benchmarks/cpu_speed.md)."""
-    return groups == 1 and len({a.dtype for a in arrays}) == 1 and onednn.enabled(arrays[0].dtype)
-
-
 def _scores(qg: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     """``qg (B, Lq, N_kv, G, K) . k (B, Lk, N_kv, K)`` -> float32 (B, N_kv, G, Lq, Lk), the
-    products summed in float32 (oneDNN's batched matmul where :func:`_through_onednn`)."""
-    if _through_onednn(qg.shape[3], qg, k, v):
+    products summed in float32 (the CPU kernels' batched matmul where
+    :func:`vidax.nn.kernels.cpu.fused_attention_products`)."""
+    if kernels.fused_attention_products(qg.shape[3], qg, k, v):
         b, lq, n_kv, _, d = qg.shape
-        return onednn.attention_scores(qg.reshape(b, lq, n_kv, d), k)[:, :, None]
+        return kernels.attention_scores(qg.reshape(b, lq, n_kv, d), k)[:, :, None]
     return jnp.einsum("bqhgd,bkhd->bhgqk", qg, k, preferred_element_type=jnp.float32)
 
 
 def _values(p: jax.Array, v: jax.Array, out_dtype=jnp.float32) -> jax.Array:
     """``p (B, N_kv, G, Lq, Lk) @ v (B, Lk, N_kv, K)`` -> (B, Lq, N_kv, G, K) in ``out_dtype``
-    (float32 sums rounded once), p in v's dtype (oneDNN's batched matmul where
-    :func:`_through_onednn`)."""
-    if _through_onednn(p.shape[2], p, v):
-        return onednn.attention_values(p[:, :, 0], v, out_dtype)[:, :, :, None]
+    (float32 sums rounded once), p in v's dtype (the CPU kernels' batched matmul where
+    :func:`vidax.nn.kernels.cpu.fused_attention_products`)."""
+    if kernels.fused_attention_products(p.shape[2], p, v):
+        return kernels.attention_values(p[:, :, 0], v, out_dtype)[:, :, :, None]
     return jnp.einsum("bhgqk,bkhd->bqhgd", p, v, preferred_element_type=jnp.float32).astype(out_dtype)
 
 

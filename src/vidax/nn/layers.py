@@ -20,10 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import StackedKernel, dot_f32
-from vidax.cpu.onednn import linear as cpu_linear
-from vidax.nn.quant import quantized_dot
-from vidax.nn.gguf import dequantize_kernel
+from vidax.config import FFN_ACTIVATIONS
+from vidax.nn.kernels import KernelOwner, dot_f32, weight_of, xla_cpu_upcasts
 
 _F32 = jnp.float32
 
@@ -188,32 +186,10 @@ class Conv(nnx.Module):
         return y if self.bias is None else y + self.bias[...].astype(self.dtype)
 
 
-def xla_cpu_upcasts(dtype: Any) -> bool:
-    """Whether ``dtype`` is bfloat16 / float16 on the CPU backend, where XLA computes most
-    operations on it by converting to float32 and back; vidax then shapes two things so that
-    XLA:CPU keeps them in 16 bits:
-
-    * matmuls (:class:`Linear`, :func:`matmul`) ask for a float32 *result*, rounded to ``dtype``
-      after: a bf16-result dot is computed by converting both operands (the weights included,
-      every call) to float32 and running a float32 GEMM, slower than float32 itself, while a bf16
-      dot with a float32 result runs XLA:CPU's native bf16 GEMM (AMX / AVX512-BF16), 2.9x faster
-      on this project's CI CPU. Both forms sum the products in float32 and round once, as torch's
-      bf16 matmul does.
-    * :func:`vidax.nn.stack.scan_layers` slices stacked weights as 16-bit integers: a bf16
-      dynamic-slice inside the layer loop is otherwise upcast, and XLA hoists the upcast of the
-      whole stack out of the loop, materialising a float32 copy of every stacked weight.
-
-    On GPU and TPU these operations are native in 16 bits, so nothing changes there.
-    """
-    # 2-byte floats are bf16 and fp16; other leaves (ints, PRNG keys) are never upcast.
-    return (jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 2
-            and jax.default_backend() == "cpu")
-
-
 def matmul(spec: str, x: jax.Array, w: jax.Array, dtype: Any) -> jax.Array:
     """``jnp.einsum(spec, x, w)`` with both operands cast to ``dtype``, result in ``dtype``
-    (a float32 result rounded once where :func:`xla_cpu_upcasts`; a ``"...k,kn->...n"`` spec
-    then goes through :func:`vidax.cpu.onednn.dot_f32`, oneDNN or XLA's dot)."""
+    (a float32 result rounded once where :func:`~vidax.nn.kernels.cpu.xla_cpu_upcasts`; a
+    ``"...k,kn->...n"`` spec then goes through the CPU matmul, :func:`vidax.nn.kernels.cpu.dot_f32`)."""
     x, w = x.astype(dtype), w.astype(dtype)
     if xla_cpu_upcasts(dtype):
         lhs, rhs, out = spec.replace("->", ",").split(",")
@@ -223,106 +199,41 @@ def matmul(spec: str, x: jax.Array, w: jax.Array, dtype: Any) -> jax.Array:
     return jnp.einsum(spec, x, w)
 
 
-class Linear(nnx.Linear):
+class Linear(nnx.Linear, KernelOwner):
     """``nnx.Linear``: ``y = x W + b`` over the last axis, ``kernel`` ``(D_in, D_out)``, ``bias``
     ``(D_out,)``, computed in ``dtype`` (or the inputs' and parameters' promoted dtype).
 
-    Where :func:`xla_cpu_upcasts` (bf16 / fp16 on CPU), ``x W`` is summed in float32, the bias
-    added in float32 and the sum rounded once to the compute dtype (as torch's CPU bf16 linear;
-    :func:`vidax.cpu.onednn.linear`: oneDNN's matmul or XLA's dot, ``VIDAX_CPU_MATMUL``).
-    Elsewhere this is ``nnx.Linear``, whose bf16 ``x W`` is rounded before the bias add, so CPU
-    and GPU results differ by bf16 rounding.
-
-    With 8-bit weights (:mod:`vidax.nn.quant`) ``kernel`` is int8 / float8_e4m3fn and
-    ``kernel_scale`` ``(D_out,)`` float32: ``y = (x q) s + b``, the 8-bit kernel converted to the
-    compute dtype inside the matmul, float32 result, rounded once. ``kernel_scale`` is None
-    otherwise.
-
-    With GGUF weights kept on the device (:mod:`vidax.nn.gguf`) ``kernel`` is the file's
-    blocks, uint8, and ``kernel_gguf`` (static) their type, dequantized inside the forward
-    pass; ``kernel_gguf`` is None otherwise. A stacked kernel whose layers mix types has
-    ``kernel_gguf`` the tuple of them and ``kernel_gguf_index`` each layer's (int32; None
-    otherwise).
-
-    Inside :func:`vidax.nn.stack.scan_layers` with oneDNN reading stacks in place
-    (:func:`vidax.cpu.onednn.reads_stacks_in_place`), ``kernel`` holds a
-    :class:`~vidax.cpu.onednn.StackedKernel` (the whole bf16 stack and the layer index): the
-    matmul reads the layer's weights in the stack, with the same float32 result.
-    ``kernel_transposed`` (static, False unless :func:`vidax.nn.stack.lay_out_kernel_stacks`
-    set it): the stacked kernel is kept in :data:`vidax.cpu.onednn.KERNEL_LAYOUT` for that call.
+    The kernel may be stored in any weight format of :mod:`vidax.nn.kernels.formats` (dense,
+    int8 / fp8 with ``kernel_scale``, GGUF blocks with ``kernel_gguf``, a layer of a stack read
+    in place); the call is the format's matmul, whose arithmetic that module states (bf16 / fp16
+    on CPU: ``x W`` summed in float32, the bias added in float32, the sum rounded once, as
+    torch's CPU bf16 linear; elsewhere ``nnx.Linear``'s). The formats' slots are
+    :class:`~vidax.nn.kernels.formats.KernelOwner`'s.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.kernel_scale = nnx.data(None)
-        self.kernel_transposed = False
-        self.kernel_gguf = None
-        self.kernel_gguf_index = nnx.data(None)
+        self.init_kernel_slots()
 
     def dense_kernel(self) -> jax.Array:
         """The kernel ``(D_in, D_out)`` as values: an 8-bit one times its scales, in float32; a
         GGUF one dequantized, in ``param_dtype``."""
-        if self.kernel_gguf is not None:
-            return dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype, self.gguf_index())
-        if self.kernel_scale is None:
-            return self.kernel[...]
-        return self.kernel[...].astype(_F32) * self.kernel_scale[...].astype(_F32)[..., None, :]
+        return weight_of(self).values()
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
-        if self.kernel_gguf is not None:
-            return self._gguf_call(inputs)
-        bias = () if self.bias is None else (self.bias[...],)
-        kernel = self.kernel.get_value()
-        if isinstance(kernel, StackedKernel):  # layer i of a stack, read in place by oneDNN
-            dtype = self.dtype or jnp.result_type(inputs, kernel.dtype, *bias)
-            if out_sharding is None and xla_cpu_upcasts(dtype):
-                return cpu_linear(inputs, kernel, bias[0] if bias else None, dtype, self.precision)
-        kernel = self.kernel[...]
-        if self.kernel_scale is not None:
-            dtype = self.dtype or jnp.result_type(inputs, *bias)
-            y = quantized_dot(inputs, kernel, self.kernel_scale[...], dtype, self.precision)
-            return (y if self.bias is None else y + self.bias[...].astype(_F32)).astype(dtype)
-        dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
-        if out_sharding is not None or not xla_cpu_upcasts(dtype):
-            return super().__call__(inputs, out_sharding)
-        return cpu_linear(inputs, kernel, bias[0] if bias else None, dtype, self.precision)
+        weight = weight_of(self)
+        bias = None if self.bias is None else self.bias[...]
+        dtype = self.dtype or jnp.result_type(inputs, *weight.operands(), *(() if bias is None else (bias,)))
+        return weight.matmul(inputs, bias, dtype, self.precision, out_sharding)
 
     def gguf_index(self) -> jax.Array | None:
         """``kernel_gguf_index``'s value (a stacked GGUF kernel mixing types), else None."""
         return None if self.kernel_gguf_index is None else self.kernel_gguf_index[...]
 
-    def _gguf_call(self, inputs: jax.Array) -> jax.Array:
-        """The forward pass with a kept GGUF kernel: the kernel dequantized
-        (:func:`~vidax.nn.gguf.dequantize_kernel`, in ``param_dtype``), then the Linear's own
-        arithmetic: ``x W`` in the compute dtype plus the bias, where :func:`xla_cpu_upcasts` in
-        float32 and rounded once (as torch's CPU bf16 linear), elsewhere as ``nnx.Linear``."""
-        kernel = dequantize_kernel(self.kernel[...], self.kernel_gguf, self.param_dtype, self.gguf_index())
-        bias = () if self.bias is None else (self.bias[...],)
-        dtype = self.dtype or jnp.result_type(inputs, kernel, *bias)
-        acc = _F32 if xla_cpu_upcasts(dtype) else dtype
-        x = inputs.astype(dtype)
-        y = jax.lax.dot_general(x, kernel.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),
-                                precision=self.precision, preferred_element_type=acc)
-        if bias:
-            y = y + bias[0].astype(acc)
-        return y.astype(dtype)
-
 
 def linear(din: int, dout: int, dtype, param_dtype, rngs: nnx.Rngs, use_bias: bool = True) -> Linear:
     """``nn.Linear(din, dout)``: ``kernel`` ``(din, dout)`` (+ ``bias``), compute in ``dtype``."""
     return Linear(din, dout, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-
-
-def quantized_weight_formats(module: nnx.Module) -> list[str]:
-    """The formats of ``module``'s :class:`Linear` kernels kept quantized, sorted, as
-    ``--weights`` names them (``"int8"``, ``"fp8"``), and ``"GGUF"``; empty for plain weights."""
-    kinds = set()
-    for _, node in nnx.iter_graph(module):
-        if isinstance(node, Linear) and node.kernel_gguf is not None:
-            kinds.add("GGUF")
-        elif isinstance(node, Linear) and node.kernel_scale is not None:
-            kinds.add("int8" if jnp.dtype(node.kernel.get_value().dtype) == jnp.int8 else "fp8")
-    return sorted(kinds)
 
 
 def gelu(x: jax.Array, approximate: bool) -> jax.Array:
@@ -347,18 +258,65 @@ class GELUProj(nnx.Module):
         return gelu(self.proj(x), self.approximate)
 
 
-class FeedForward(nnx.Module):
-    """diffusers ``FeedForward``: ``net = [GELU(dim -> inner), Dropout, Linear(inner -> dim_out)]``;
-    ``use_bias=False`` is its ``bias=False`` (neither linear has a bias, as Cosmos's)."""
+_ACTIVATION_FNS = {
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "gelu": lambda x: gelu(x, False),
+    "relu": jax.nn.relu,
+    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+}
 
-    def __init__(self, dim, inner, dim_out, approximate, dtype, param_dtype, rngs, use_bias: bool = True):
-        self.net = nnx.List(
-            [
-                GELUProj(dim, inner, approximate, dtype, param_dtype, rngs, use_bias),
-                Identity(),
-                linear(inner, dim_out, dtype, param_dtype, rngs, use_bias),
-            ]
-        )
+
+def activation(name: str):
+    """diffusers ``get_activation(name)`` (one of :data:`vidax.config.ACTIVATIONS`, any case) as a function."""
+    return _ACTIVATION_FNS[name.lower()]
+
+
+def _in_float32(fn, x):
+    """``fn(x)`` computed in float32 and rounded once to a 16-bit ``x``'s dtype (torch's opmath)."""
+    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
+        return fn(x.astype(_F32)).astype(x.dtype)
+    return fn(x)
+
+
+class ActivationProj(nnx.Module):
+    """``net[0]`` of diffusers ``FeedForward`` for the :data:`FFN_ACTIVATIONS` other than GELU:
+    ``proj`` to ``dout`` (the gated ones to ``2 * dout``, split value | gate), then the activation."""
+
+    def __init__(self, din, dout, activation: str, dtype, param_dtype, rngs, use_bias: bool = True):
+        gated = activation in ("geglu", "swiglu")
+        self.proj = linear(din, 2 * dout if gated else dout, dtype, param_dtype, rngs, use_bias)
+        self.activation = activation
+
+    def __call__(self, x):
+        h = self.proj(x)
+        if self.activation == "geglu":
+            h, gate = jnp.split(h, 2, axis=-1)
+            return h * gelu(gate, False)
+        if self.activation == "swiglu":
+            h, gate = jnp.split(h, 2, axis=-1)
+            return h * _in_float32(jax.nn.silu, gate)
+        if self.activation == "geglu-approximate":
+            return h * jax.nn.sigmoid(1.702 * h)
+        return _in_float32(jax.nn.silu, h)
+
+
+class FeedForward(nnx.Module):
+    """diffusers ``FeedForward``: ``net = [act(dim -> inner), Dropout, Linear(inner -> dim_out)]``;
+    ``activation``: True / False for its ``GELU`` with / without the tanh approximation, or one of
+    :data:`FFN_ACTIVATIONS`; ``use_bias=False`` is its ``bias=False`` (neither linear has a bias,
+    as Cosmos's)."""
+
+    def __init__(self, dim, inner, dim_out, activation: bool | str, dtype, param_dtype, rngs, use_bias: bool = True):
+        if activation in ("gelu", "gelu-approximate"):
+            activation = activation == "gelu-approximate"
+        if isinstance(activation, bool):
+            first = GELUProj(dim, inner, activation, dtype, param_dtype, rngs, use_bias)
+        elif activation in FFN_ACTIVATIONS:
+            first = ActivationProj(dim, inner, activation, dtype, param_dtype, rngs, use_bias)
+        else:
+            raise ValueError(f"FeedForward: activation={activation!r}; valid: True, False, {FFN_ACTIVATIONS}")
+        self.net = nnx.List([first, Identity(), linear(inner, dim_out, dtype, param_dtype, rngs, use_bias)])
 
     def __call__(self, x):
         for layer in self.net:

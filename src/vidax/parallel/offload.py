@@ -25,7 +25,7 @@ DMA; CPU, GPU and TPU backends of JAX 0.10 all list it), else ``unpinned_host``,
 arrays. Chunks keep the parameters' sharding (:mod:`vidax.parallel.placement`): each shard waits
 in the host memory of its own device and lands already sharded. On the CPU backend, where host
 and device memory are the same RAM, a chunk's bf16 / fp16 leaves are not copied at all: the fetch
-gives uint16 views of their host buffers (:func:`vidax.nn.stack.stack_bits_putter`), which the
+gives uint16 views of their host buffers (:func:`vidax.nn.kernels.stacks.stack_bits_putter`), which the
 chunk jit bitcasts back, so XLA:CPU makes no copy of the chunk either.
 
 A model that streams implements three methods with ``model(*a) == head(run_blocks(*embed(*a)))``:
@@ -52,7 +52,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.nn.stack import StackBits, from_stack_bits, stack_bits_putter
+from vidax.nn.kernels import StackBits, from_stack_bits, stack_bits_putter
 
 logger = logging.getLogger("vidax.offload")
 
@@ -240,9 +240,9 @@ class OffloadedBlocks:
 
     def fetch(self, i: int) -> nnx.State:
         """Start copying chunk ``i`` to the device (asynchronous); its device state. On the CPU
-        backend its bf16 / fp16 leaves are :class:`~vidax.nn.stack.StackBits` views of the host
-        arrays instead (no copy; :func:`~vidax.nn.stack.stack_bits_putter`): pass the state
-        through :func:`~vidax.nn.stack.from_stack_bits` inside the jit."""
+        backend its bf16 / fp16 leaves are :class:`~vidax.nn.kernels.stacks.StackBits` views of the host
+        arrays instead (no copy; :func:`~vidax.nn.kernels.stacks.stack_bits_putter`): pass the state
+        through :func:`~vidax.nn.kernels.stacks.from_stack_bits` inside the jit."""
         chunk, put = self._chunks[i], self._putters
         moved = iter(jax.device_put([a for a, p in zip(chunk, put) if p is None],
                                     [s for s, p in zip(self._shardings, put) if p is None]))

@@ -32,6 +32,12 @@ class Call:
     ``prompt_parts`` / ``negative_parts``: the given ``prompt_embeds`` (and masks, pooled
     embeddings...) as float32 / integer numpy arrays in the order of the family's
     :attr:`VideoPipeline.prompt_embeds_args` (None: encode the texts).
+    ``on_state(done, latents, state)``: called after every denoising step (not with a step
+    cache) with the steps done and the loop's latents and scheduler state (device arrays the
+    next step donates: copy them now). ``resume``: ``(done, arrays)``, the leaves of
+    ``(latents, state)`` that ``on_state`` was given after step ``done`` (as numpy arrays): the
+    loop starts there (:func:`~vidax.pipelines.sampling.restore_denoising_state`), so the call
+    ends as the one that saved them would have.
     """
 
     prompts: list
@@ -61,6 +67,8 @@ class Call:
     return_dict: bool = True
     prompt_parts: tuple | None = None
     negative_parts: tuple | None = None
+    on_state: Callable[[int, Any, Any], None] | None = None
+    resume: tuple | None = None
 
     @property
     def batch(self) -> int:

@@ -56,24 +56,24 @@ REFUSED: tuple[Refused, ...] = (
             "diffusers 0.42.1 raises for any value: the pipeline always passes its own sigmas with it and "
             "retrieve_timesteps allows only one of timesteps and sigmas",
             "num_inference_steps= (the LTX-2 pipelines also sigmas=)"),
-    *(Refused(k, ("LTX2Pipeline", "LTX2ImageToVideoPipeline", "LTX2ConditionPipeline"),
-              "vidax's LTX-2 pipelines run Gemma, the text connectors and (LTX-2.5) the duration head on the prompt "
-              "text in one pass; a precomputed Gemma encoding is not implemented", "prompt= / negative_prompt=")
-      for k in ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask")),
-    Refused("prompt_template", ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline"),
-            "vidax's HunyuanVideo pipelines use diffusers' default template of their class (text-to-video's, "
-            "image-to-video's with the image tokens); another template per call is not implemented"),
     Refused("action_latents", ("Cosmos3OmniPipeline",),
-            "denoising Cosmos 3's action stream (robot actions next to the video) is not implemented in vidax"),
+            "diffusers 0.42.1 reads them only in an action-conditioned run (action=, not implemented in vidax): "
+            "without action= its transformer fails on them (no embodiment domain ids for the action head)"),
 )
 
 #: Values of taken keywords vidax refuses: (keyword, value in words, reason).
 REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
     ("enable_prompt_enhancement", "True",
-     "rewriting the prompt with the Gemma text encoder (a sampling loop on its decoder) is not implemented in vidax; "
-     "write the enhanced prompt yourself"),
+     "diffusers' default rewrites the prompt by sampling Gemma's decoder (temperature 0.7) from torch's global "
+     "generator seeded with prompt_enhancement_seed, a stream vidax cannot reproduce without torch (as generator=); "
+     "greedy decoding (prompt_enhancement_kwargs={'do_sample': False}) is not implemented in vidax either; pass the "
+     "enhanced prompt as prompt= (diffusers' pipe.enhance_prompt makes it)"),
     ("image", "a float array (and float video frames)",
      FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
+    ("prompt_template", "a dict without 'crop_start', or whose 'template' has no '{}'",
+     "without crop_start diffusers measures the template padded to the tokenizer's model_max_length, which crops the "
+     "prompt away where the tokenizer has one (give the template's token count before the prompt); without '{}' it "
+     "encodes the template alone, ignoring the prompt"),
     ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
     ("output_type", "'pt'", "a torch tensor: vidax runs without torch; 'np' gives the same values as a numpy array "
      "(torch.from_numpy(out.frames) makes the tensor)"),

@@ -11,8 +11,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import with_layout_of
-from vidax.nn.stack import lay_out_kernel_stacks
+from vidax.nn.kernels import lay_out_kernel_stacks, with_layout_of
 from vidax.parallel.offload import host_memory_kind
 
 logger = logging.getLogger("vidax.pipeline")
@@ -116,8 +115,8 @@ class Experts:
 
     def params(self, i: int) -> nnx.State:
         """The device parameters of expert ``i``, swapping it onto the device if needed, its
-        stacked Linear kernels in oneDNN's layout where oneDNN reads them in place
-        (:func:`vidax.nn.stack.lay_out_kernel_stacks`, a no-op elsewhere and once done).
+        stacked Linear kernels in the CPU kernel layout where the CPU matmul reads them in place
+        (:func:`vidax.nn.kernels.stacks.lay_out_kernel_stacks`, a no-op elsewhere and once done).
 
         The returned state references the device arrays; drop it before asking for the other
         expert, or both will be alive on the device.

@@ -161,7 +161,7 @@ class Loading:
         Raises:
             CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
             SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
-                is not ``auto``, ``onednn`` or ``xla``.
+                is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`).
         """
         t0 = time.perf_counter()
         cls.check_load_options(options)

@@ -130,10 +130,11 @@ def with_placement(plan: Plan, *, dtype: Any = "float32", mesh: Any = None, offl
     Raises:
         InputError: a loading option the pipeline does not take, a bad dtype, precision or mesh.
         SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
-            is not ``auto``, ``onednn`` or ``xla``. ConfigError: the checkpoint's scheduler.
+            is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`). ConfigError: the
+            checkpoint's scheduler.
     """
-    from vidax.cpu.onednn import mode as cpu_matmul_mode
     from vidax.nn.inputs import parse_dtype
+    from vidax.nn.kernels import check_matmul_setting
     from vidax.nn.precision import parse_matmul_precision
     from vidax.parallel.distributed import check_backend
     from vidax.parallel.mesh import resolve_mesh
@@ -144,7 +145,7 @@ def with_placement(plan: Plan, *, dtype: Any = "float32", mesh: Any = None, offl
     matmul_precision = parse_matmul_precision(matmul_precision)
     dtype = parse_dtype(dtype)
     check_backend()
-    cpu_matmul_mode()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
+    check_matmul_setting()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
     mesh = resolve_mesh(mesh, heads=plan.heads)
     cls.check_checkpoint(info, mesh)
     offload = resolve_offload(offload)

@@ -15,13 +15,11 @@ from flax import nnx
 
 from vidax.errors import Arg, Cancelled, InputError, NumericalError, OutOfMemoryError
 from vidax.nn.precision import describe_matmul_precision
-from vidax.nn.layers import quantized_weight_formats
-from vidax.cpu.onednn import describe as describe_cpu_matmul
-from vidax.nn.stack import as_stack_bits, from_stack_bits
+from vidax.nn.kernels import as_stack_bits, describe_matmul, from_stack_bits
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks
 from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
-from vidax.pipelines.sampling import run_denoising_loop
+from vidax.pipelines.sampling import restore_denoising_state, run_denoising_loop
 from vidax.pipelines.step_cache import CacheCarry, CacheSpec, check_cache_call, step_shapes
 from vidax.stats import RunStats
 from vidax.pipelines.call import Call
@@ -175,12 +173,15 @@ class Denoising:
         """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
         run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
         total = int(self.step_state(state).num_inference_steps)
+        plan = self.expert_plan(state)
+        done = 0
+        if call.resume is not None:
+            done, (x, state) = call.resume[0], restore_denoising_state(call.resume[1], (x, state))
         if self.mesh is None:
             # Committed to the device like a step's outputs, so every segment's inputs match and
             # experts of one architecture reuse one compiled step.
             x, state = jax.device_put((x, state), jax.local_devices()[0])
-        done = 0
-        for expert, count in segments(self.expert_plan(state)):
+        for expert, count in segments(plan[done:]):
             inputs, axes = self.step_args(call, embeds, cond, state, expert)
             x, state = self._run_expert(expert, call, x, state, (inputs,), (axes,), count, done, total, stats)
             done += count
@@ -192,11 +193,13 @@ class Denoising:
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
         if stats.cpu_matmul is None:
-            stats.cpu_matmul = describe_cpu_matmul(self.dtype, quantized_weight_formats(module))
+            stats.cpu_matmul = describe_matmul(module, self.dtype)
         cache = self._step_cache(call, expert, total, stats)
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
+        on_state = None if call.on_state is None or cache is not None else (
+            lambda i, latents, st: call.on_state(done + i + 1, latents, st))
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
             shapes = step_shapes(module, params, lambda _p, lat, st, inputs: self.model_args(lat, st, inputs, call.do_cfg),
@@ -208,7 +211,7 @@ class Denoising:
         x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
                                       mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
                                       cancel=call.cancel, cache=cache, on_step_end=step_end,
-                                      interrupt=lambda: self._interrupt)
+                                      interrupt=lambda: self._interrupt, on_state=on_state)
         return (x, state.sched) if cache is not None else (x, state)
 
     def _step_end_hook(self, call: Call, state: Any, done: int) -> Callable:

@@ -28,6 +28,7 @@ def run_denoising_loop(
     arg_axes: tuple | None = None, first_step: int = 0, total_steps: int | None = None,
     cancel: Callable[[], bool] | None = None, cache: Any = None, on_step_end: Callable[[int, Any], Any] | None = None,
     interrupt: Callable[[], bool] | None = None,
+    on_state: Callable[[int, Any, Any], None] | None = None,
 ) -> tuple[jax.Array, Any]:
     """Run ``latents, state = step(params, latents, state, *args)`` for every step.
 
@@ -57,7 +58,8 @@ def run_denoising_loop(
     decision in the state before each step and ``cache.after_step`` records what ran.
 
     ``on_step_end(i, latents)`` (when given) runs after step ``i`` and before ``callback``; a
-    value it returns (not None) replaces the latents.
+    value it returns (not None) replaces the latents. ``on_state(i, latents, state)`` (when
+    given) runs after that, with the latents and state the next step starts from.
 
     ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
     step, after every chunk of blocks is dispatched; True stops the loop there.
@@ -91,16 +93,27 @@ def run_denoising_loop(
             latents, state = _run_step(compiled, params, latents, state, args, i, stats, cache, cancel, first_step,
                                        total_steps)
             bar.update()
-            if on_step_end is not None:
-                new = on_step_end(i, latents)
-                latents = latents if new is None else new
-            if callback is not None:
-                callback(i, num_inference_steps)
+            latents = _after_step(i, latents, state, num_inference_steps, on_step_end, on_state, callback)
     finally:
         bar.close()
     if mesh is not None:
         latents = jax.tree.map(to_local, latents)
     return latents, state
+
+
+def _after_step(i: int, latents: Any, state: Any, num_inference_steps: int,
+                on_step_end: Callable[[int, Any], Any] | None, on_state: Callable[[int, Any, Any], None] | None,
+                callback: Callable[[int, int], None] | None) -> Any:
+    """The hooks after step ``i`` of :func:`run_denoising_loop`, in order: ``on_step_end`` (its
+    latents, when not None, replace the loop's), ``on_state``, ``callback``; the latents."""
+    if on_step_end is not None:
+        new = on_step_end(i, latents)
+        latents = latents if new is None else new
+    if on_state is not None:
+        on_state(i, latents, state)
+    if callback is not None:
+        callback(i, num_inference_steps)
+    return latents
 
 
 def _run_step(compiled: Any, params: Any, latents: Any, state: Any, args: tuple, i: int, stats: RunStats, cache: Any,
@@ -124,6 +137,27 @@ def _run_step(compiled: Any, params: Any, latents: Any, state: Any, args: tuple,
     if i == 0:
         stats.sample_memory()
     return latents, state
+
+
+def restore_denoising_state(arrays: Any, like: Any) -> Any:
+    """The pytree ``like`` (the loop's fresh ``(latents, state)``) with its leaves replaced by
+    ``arrays``, the leaves of such a pytree saved after some step (numpy arrays, in
+    ``jax.tree.leaves`` order).
+
+    Raises:
+        InputError: ``arrays`` do not match ``like``'s leaves in number, shape or dtype (saved by
+            another call or another version).
+    """
+    leaves, treedef = jax.tree.flatten(like)
+    arrays = list(arrays)
+    if len(arrays) != len(leaves) or any(np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
+                                         for a, b in zip(arrays, leaves)):
+        got = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in arrays]
+        want = [(tuple(np.shape(b)), str(b.dtype)) for b in leaves]
+        raise InputError(f"the saved denoising state does not fit this call: its arrays are {got[:4]}"
+                         f"{'...' if len(got) > 4 else ''} ({len(got)}), the call's {want[:4]}"
+                         f"{'...' if len(want) > 4 else ''} ({len(want)})")
+    return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in arrays])
 
 
 def check_cancel(cancel: Callable[[], bool] | None, done: int, total: int) -> None:

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from vidax.cpu.onednn import with_layout_of
+from vidax.nn.kernels import with_layout_of
 from vidax.parallel.mesh import TENSOR, axis_size
 from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
 from vidax.stats import device_memory_stats

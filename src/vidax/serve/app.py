@@ -10,6 +10,10 @@
 ``GET /v1/videos/{id}``        the job: queued / in_progress (``step`` of ``num_inference_steps``,
                                ``progress`` %) / completed / failed (``error.message``)
 ``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
+``GET /v1/videos/{id}/events``  server-sent events until the job ends: ``queued``
+                               (``position``, 1: next), ``progress`` (``step``, ``num_inference_steps``,
+                               ``progress`` %), ``preview`` (``step``, ``image``: a PNG data URL,
+                               :mod:`vidax.serve.preview`), then ``done`` or ``failed`` (the job)
 ``DELETE /v1/videos/{id}``     cancel a queued job, or a running one between steps; a finished
                                job is deleted with its video
 ``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request
@@ -18,7 +22,10 @@
 ``GET /``                      the page (``page.html``)
 =============================  ===================================================================
 
-Every request is checked first (:class:`_Guard`): a ``Host`` header other than the bound address
+Every request is checked first (:class:`_Guard`): with an API key (``vidax serve --api-key`` /
+``VIDAX_API_KEY``) every request but the page itself (``GET /``, static, holding no data) needs
+``Authorization: Bearer <key>`` (401 with ``WWW-Authenticate: Bearer`` otherwise; the key
+compared in constant time, :func:`hmac.compare_digest`); a ``Host`` header other than the bound address
 or a localhost name (``127.0.0.1``, ``localhost``, ``[::1]``) with the bound port is 403 (DNS
 rebinding), as is a POST / DELETE whose ``Origin`` header is not the server's own origin (a
 cross-site form or fetch); a body over :data:`MAX_BODY` bytes is 413. Errors, 404 and 405 of
@@ -27,8 +34,11 @@ unknown paths and methods included, are OpenAI's error object.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import hmac
+import json
 import os
 import tempfile
 from importlib.resources import files
@@ -39,11 +49,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from vidax.serve.fields import Fields, RequestError, number_texts
-from vidax.serve.jobs import COMPLETED, JobRunner
+from vidax.serve.fields import Fields, RequestError, Upload, number_texts
+from vidax.serve.jobs import COMPLETED, FAILED, JobRunner
+
+#: Seconds between two looks at a job whose events are streamed.
+EVENTS_POLL = 0.1
 
 #: The largest request body accepted (bytes): an image and the fields, with room to spare.
 MAX_BODY = 16 * 2**20
@@ -56,12 +69,25 @@ class _Guard:
     ``host`` or a localhost name with port ``port`` (any name when ``host`` is a wildcard
     address; any port when ``port`` is None), a POST / DELETE / PUT / PATCH whose ``Origin`` is
     not ``http://<its Host>`` (403), and a body over ``max_body`` bytes (413; the body is read
-    here and handed on)."""
+    here and handed on). With ``api_key``, a request other than ``GET /`` without
+    ``Authorization: Bearer <api_key>`` is 401 (before the body is read)."""
 
-    def __init__(self, app: Any, host: str, port: int | None, max_body: int = MAX_BODY):
+    def __init__(self, app: Any, host: str, port: int | None, max_body: int = MAX_BODY, api_key: str | None = None):
         self.app, self.port, self.max_body = app, port, max_body
+        self.key = None if api_key is None else b"Bearer " + api_key.encode()
         host = host.strip("[]").lower()
         self.names = None if host in _WILDCARD else {host, *_LOCAL_NAMES}
+
+    def _unauthorized(self, headers: dict[str, str], method: str, path: str) -> RequestError | None:
+        if self.key is None or (method in ("GET", "HEAD") and path == "/"):
+            return None
+        given = headers.get("authorization")
+        if given is not None and hmac.compare_digest(given.encode("latin-1"), self.key):
+            return None
+        reason = "no Authorization header" if given is None else "the Authorization header's key is not this " \
+            "server's" if given.startswith("Bearer ") else "the Authorization header is not 'Bearer <key>'"
+        return RequestError(401, f"{reason}: send 'Authorization: Bearer <key>' with the server's API key "
+                            "(vidax serve --api-key / VIDAX_API_KEY)", None, "invalid_api_key")
 
     def _refusal(self, headers: dict[str, str], method: str) -> RequestError | None:
         given = headers.get("host", "")
@@ -87,7 +113,8 @@ class _Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = self._refusal(headers, scope["method"])
+        refusal = self._refusal(headers, scope["method"]) or self._unauthorized(headers, scope["method"],
+                                                                                 scope["path"])
         if refusal is None and scope["method"] in ("POST", "PUT", "PATCH"):
             body, more = bytearray(), True
             while more:
@@ -112,7 +139,8 @@ class _Guard:
 
 
 def _error(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+    headers = {"WWW-Authenticate": 'Bearer realm="vidax"'} if e.status == 401 else None
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
 
 
 def _not_found(job_id: str) -> JSONResponse:
@@ -132,9 +160,9 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
             raise RequestError(400, f"the body is not valid JSON ({reason})") from None
         if not isinstance(fields, dict):
             raise RequestError(400, f"the body must be a JSON object of fields, got {type(fields).__name__}")
-        if "input_reference" in fields:
-            raise RequestError(400, "input_reference must be sent as a file in a multipart/form-data request",
-                               "input_reference")
+        for key in ("input_reference", "last_image"):
+            if key in fields:
+                raise RequestError(400, f"{key} must be sent as a file in a multipart/form-data request", key)
         return fields, None, "", number_texts(await request.body())
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(415, f"content-type {kind or 'none'!r}: send application/json or multipart/form-data")
@@ -145,8 +173,9 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
         for key, value in form.multi_items():
             image_path, image_name = await _form_field(fields, key, value, upload_dir, image_path, image_name)
     except BaseException:
-        if image_path is not None:
-            os.unlink(image_path)
+        for path in [image_path] + [u.path for u in fields.values() if isinstance(u, Upload)]:
+            if path is not None:
+                os.unlink(path)
         raise
     return fields, image_path, image_name, None  # None: a form's texts
 
@@ -157,35 +186,75 @@ async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image
     if key in fields or (key == "input_reference" and image_path):
         raise RequestError(400, f"field {key!r} is given twice", key)
     if not isinstance(value, UploadFile):
+        if key == "last_image":
+            raise RequestError(400, "last_image must be sent as a file in a multipart/form-data request", key)
         fields[key] = value
         return image_path, image_name
-    if key != "input_reference":
-        raise RequestError(400, f"field {key!r} is a file; only input_reference takes one", key)
+    if key not in ("input_reference", "last_image"):
+        raise RequestError(400, f"field {key!r} is a file; only input_reference and last_image take one", key)
     if not value.filename and not value.size:  # a form's empty file input
         return image_path, image_name
-    fd, image_path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
+    fd, path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
     with os.fdopen(fd, "wb") as f:
         f.write(await value.read())
-    return image_path, value.filename or "input_reference"
+    if key != "input_reference":
+        fields[key] = Upload(path, value.filename or key)
+        return image_path, image_name
+    return path, value.filename or "input_reference"
 
 
-def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = None) -> Starlette:
+def _event(name: str, data: dict) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _event_stream(runner: JobRunner, job_id: str):
+    """The events of one job (see the module), each sent when it changes; the stream ends with
+    the job (``done`` / ``failed``), with the job deleted (``failed``, code ``not_found``) or
+    with the server."""
+    sent: dict[str, Any] = {}
+    while not runner.stopping:
+        now = runner.events(job_id)
+        if now is None:
+            yield _event("failed", {"id": job_id, "error": {"code": "not_found", "message": "the job was deleted"}})
+            return
+        job = now["job"]
+        if job["status"] in (COMPLETED, FAILED):
+            yield _event("done" if job["status"] == COMPLETED else "failed", job)
+            return
+        news = {"queued": {"id": job_id, "position": now["position"]} if now["position"] is not None else None,
+                "progress": {"id": job_id, "status": job["status"], "step": job["step"],
+                             "num_inference_steps": job["num_inference_steps"], "progress": job["progress"]}}
+        for name, data in news.items():
+            if data is not None and sent.get(name) != data:
+                sent[name] = data
+                yield _event(name, data)
+        for preview in now["previews"]:
+            if preview["step"] > sent.get("preview", 0):
+                sent["preview"] = preview["step"]
+                yield _event("preview", {"id": job_id, **preview})
+        await asyncio.sleep(EVENTS_POLL)
+
+
+def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = None,
+               api_key: str | None = None) -> Starlette:
     """The app serving ``runner``'s jobs on ``host:port`` (the address the server is bound to:
-    requests naming another ``Host`` are refused, :class:`_Guard`; ``port`` None: any port); it
+    requests naming another ``Host`` are refused, :class:`_Guard`; ``port`` None: any port),
+    every request but the page's ``GET /`` needing ``api_key`` when given; it
     starts the worker with the app and stops it (cancelling the running job between steps) when
     the server shuts down."""
     page = files("vidax.serve").joinpath("page.html").read_text()
 
     async def create(request: Request) -> Response:
-        image_path = None
+        image_path, fields = None, None
         try:
             fields, image_path, image_name, texts = await _fields(request, runner.store.folder)
             job = await run_in_threadpool(runner.submit, fields, image_path, image_name, texts)
         except RequestError as e:
             return _error(e)
         finally:
-            if image_path is not None:
-                os.unlink(image_path)
+            for path in [image_path] + [u.path for u in (fields or {}).values() if isinstance(u, Upload)]:
+                if path is not None:
+                    os.unlink(path)
         return JSONResponse(job)
 
     async def retrieve(request: Request) -> Response:
@@ -210,6 +279,13 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
                                        "video_id", "not_found"))
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4",
                             content_disposition_type="inline")
+
+    async def events(request: Request) -> Response:
+        job_id = request.path_params["id"]
+        if runner.events(job_id) is None:
+            return _not_found(job_id)
+        return StreamingResponse(_event_stream(runner, job_id), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def delete(request: Request) -> Response:
         job_id = request.path_params["id"]
@@ -271,6 +347,7 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
         Route("/v1/videos/{id}", retrieve, methods=["GET"]),
         Route("/v1/videos/{id}", delete, methods=["DELETE"]),
         Route("/v1/videos/{id}/content", content, methods=["GET"]),
+        Route("/v1/videos/{id}/events", events, methods=["GET"]),
     ], lifespan=lifespan)
-    app.add_middleware(_Guard, host=host, port=port)
+    app.add_middleware(_Guard, host=host, port=port, api_key=api_key)
     return app

@@ -29,12 +29,51 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only (``localhost``,
+    ``127.0.0.0/8``, ``::1``); a wildcard (``0.0.0.0``, ``::``) or any other address is not."""
+    import ipaddress
+
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_access(host: str, api_key: str | None, insecure_no_auth: bool) -> str | None:
+    """The API key the server requires (None: none), after refusing a non-loopback ``host``
+    without one.
+
+    Raises:
+        InputError: ``host`` is reachable from other machines and no key is set, nor
+            ``insecure_no_auth``; an empty key.
+    """
+    from vidax.errors import Arg, InputError
+
+    if api_key is not None and not api_key.strip():
+        raise InputError(Arg("api_key"), " is empty; give a secret of some length (or leave it unset on a loopback "
+                         "--host)")
+    if api_key is None and not insecure_no_auth and not is_loopback(host):
+        raise InputError(Arg("host", host), " is reachable from other machines and no API key is set: anyone who "
+                         "reaches it could run jobs; set one with --api-key KEY or the VIDAX_API_KEY environment "
+                         "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth to "
+                         "serve it open anyway")
+    return api_key
+
+
 def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size: int, dtype: str,
         sizes: tuple, offload: Any, compile_cache: bool, verbose: bool, load: Callable[[Any], None],
-        weight_dtype: str | None = None, transformer: str | None = None, matmul_precision: str = "highest") -> None:
+        weight_dtype: str | None = None, transformer: str | None = None, matmul_precision: str = "highest",
+        api_key: str | None = None, insecure_no_auth: bool = False, max_batch: int = 1, batch_window_ms: float = 0,
+        save_every: int = 5, preview_every: int = 0) -> None:
     """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs; ``weight_dtype`` /
     ``transformer`` / ``matmul_precision`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
-    SIGTERM.
+    SIGTERM, every request needing ``api_key`` when given (:func:`check_access`);
+    ``max_batch`` / ``batch_window_ms`` / ``save_every`` / ``preview_every`` as
+    :class:`~vidax.serve.jobs.JobRunner`'s.
 
     Raises:
         VidaxError: a bad flag (naming it as data), checked before loading where it can be.
@@ -50,6 +89,7 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     from vidax.serve.app import create_app
     from vidax.serve.jobs import JobRunner, JobStore
 
+    api_key = check_access(host, api_key, insecure_no_auth)
     setup_compile_cache(enabled=compile_cache)
     parse_dtype(dtype)
     parse_matmul_precision(matmul_precision)
@@ -67,12 +107,14 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision)
     pipe = plan.pipeline.from_plan(plan)
     load(pipe)
-    runner = JobRunner(pipe, model, store, queue_size)
+    runner = JobRunner(pipe, model, store, queue_size, max_batch=max_batch, batch_window_ms=batch_window_ms,
+                       save_every=save_every, preview_every=preview_every)
     bound = sock.getsockname()
-    config = uvicorn.Config(create_app(runner, bound[0], bound[1]), log_level="info" if verbose else "warning",
+    config = uvicorn.Config(create_app(runner, bound[0], bound[1], api_key), log_level="info" if verbose else "warning",
                             timeout_graceful_shutdown=5)
     shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
-    typer.echo(f"vidax serve: {model} on http://{shown}:{bound[1]}/ (jobs in {store.folder})", err=True)
+    access = "API key required" if api_key else "no API key"
+    typer.echo(f"vidax serve: {model} on http://{shown}:{bound[1]}/ (jobs in {store.folder}; {access})", err=True)
     received: list[int] = []
     # uvicorn handles SIGINT / SIGTERM itself (a graceful shutdown, whose lifespan end cancels the
     # jobs), then raises the signal again for the handler it found: this one, which only records it.

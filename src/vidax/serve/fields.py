@@ -6,7 +6,8 @@ pipeline declares (:class:`vidax.pipelines.options.CallOption`, those ``vidax ge
 flags): the shared ones (``negative_prompt``, ``height``, ``num_inference_steps``, ``seed``, ...)
 and the family's own (LTX-Video's ``frame_rate``, HunyuanVideo's ``true_cfg_scale``, ...), each
 checked by its declaration. They come as JSON, or as form fields (strings, read as the declared
-type) with the image as the multipart file ``input_reference``.
+type) with the image as the multipart file ``input_reference`` and the pipeline's other image
+keywords (Wan FLF2V's ``last_image``) as multipart files of their own names (:class:`Upload`).
 
 An error of the pipeline's checks names its arguments as data (:class:`vidax.errors.Arg`); the
 400 answer spells them as the request's fields (:meth:`Fields.spell`), a value as the request
@@ -63,6 +64,17 @@ def _typed(option: CallOption, value: Any, text: str | None = None) -> Any:
     return value
 
 
+class Upload:
+    """A multipart file field other than ``input_reference`` (an image keyword of the pipeline,
+    e.g. ``last_image``): where the upload was saved and its file name as sent."""
+
+    def __init__(self, path: str, name: str):
+        self.path, self.name = path, name
+
+    def __repr__(self) -> str:
+        return repr(self.name)
+
+
 class _Number(str):
     """A JSON number's text as sent (:func:`number_texts`' parse hook)."""
 
@@ -105,9 +117,10 @@ class Fields:
             self.given["input_reference"] = image_name
 
     def accepted(self) -> list[str]:
-        """The fields this pipeline accepts: its call keywords (files only as ``input_reference``)
-        and OpenAI's ``model``, ``size``, ``seconds``."""
-        names = [n for n, o in self.options.items() if o.type is not IMAGE_FILE]
+        """The fields this pipeline accepts: its call keywords (the image as ``input_reference``,
+        its other image keywords as files of their names) and OpenAI's ``model``, ``size``,
+        ``seconds``."""
+        names = [n for n, o in self.options.items() if not (o.type is IMAGE_FILE and n == "image")]
         names[1:1] = ["model", "size", "seconds"]
         return (names + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
                 + ["cache"] * self.cache)
@@ -203,6 +216,8 @@ class Fields:
         field = self.field(arg.name)
         if field == "input_reference":
             return f"input_reference {self.image_name!r}" if arg.has_value and self.image_name else field
+        if isinstance(self.given.get(field), Upload):  # an uploaded image keyword: its file name
+            return f"{field} {self.given[field].name!r}" if arg.has_value else field
         if field == "size":
             return f"size's {arg.name} {arg.shown_value()}" if arg.has_value else f"size's {arg.name}"
         if field == "seconds":

@@ -1,33 +1,43 @@
-"""The jobs of ``vidax serve``: records in SQLite, mp4 files beside them, one worker thread.
+"""The jobs of ``vidax serve``: records in SQLite, mp4 files beside them, one worker thread
+running them alone or in batches.
 
 A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``progress``,
 ``created_at``, ``completed_at``, ``size``, ``seconds``, ``error``) plus vidax's fields
 (``prompt``, ``num_frames``, ``fps``, ``num_inference_steps``, ``step``: denoising steps done,
 ``seed``: the seed used, ``input_reference``: the image's file name, and for a completed job
-``stats``: seconds of the pipeline call, of its compiles, of writing the mp4). ``status`` goes ``queued`` -> ``in_progress`` -> ``completed`` or
-``failed`` (a cancelled job is ``failed`` with the error code ``cancelled``, so a client waiting
-for one of OpenAI's final states sees one).
+``stats``: seconds of the pipeline call, of its compiles, of writing the mp4; once it ran,
+``batch``: how it was batched, :meth:`JobRunner._batch_report`). ``status`` goes ``queued`` ->
+``in_progress`` -> ``completed`` or ``failed`` (a cancelled job is ``failed`` with the error code
+``cancelled``, so a client waiting for one of OpenAI's final states sees one).
 
-Records live in ``<jobs_dir>/jobs.sqlite3``, videos in ``<jobs_dir>/<id>.mp4`` (written
-atomically by :func:`vidax.io.video.write_video`), so a restart keeps every finished video; a
-job that was queued or running when the process ended is marked failed when the store opens.
+Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
+filled in, and its image as ``<id>.input.png``), videos in ``<jobs_dir>/<id>.mp4`` (written
+atomically by :func:`vidax.io.video.write_video`), and the denoising state of a running batch,
+saved every few steps, in ``<jobs_dir>/states/<batch>.npz`` (written to a temporary file,
+fsync'd, renamed). So nothing is lost on a restart (a crash, ``kill -9``, a stop): finished
+videos stay, queued jobs are queued again in their order, and a running batch resumes from its
+last saved step and ends with the video an uninterrupted run makes.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import glob
 import json
 import logging
 import os
-import queue
+import shutil
 import sqlite3
 import threading
 import time
 import uuid
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+import numpy as np
 
 from vidax.errors import Arg, Cancelled, InputError, VidaxError
-from vidax.serve.fields import Fields, RequestError
+from vidax.serve.fields import Fields, RequestError, Upload
 
 logger = logging.getLogger("vidax.serve")
 
@@ -65,6 +75,7 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
                              "status TEXT NOT NULL, data TEXT NOT NULL)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, data TEXT NOT NULL)")
             columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
             if columns != self.COLUMNS:
                 self._db.close()
@@ -81,6 +92,49 @@ class JobStore:
 
     def video_path(self, job_id: str) -> str:
         return os.path.join(self.folder, f"{job_id}.mp4")
+
+    def image_path(self, job_id: str) -> str:
+        """Where an unfinished job's ``input_reference`` is kept (PNG, lossless)."""
+        return os.path.join(self.folder, f"{job_id}.input.png")
+
+    def upload_path(self, job_id: str, key: str) -> str:
+        """Where an unfinished job's uploaded image keyword ``key`` (e.g. ``last_image``) is kept,
+        the bytes as sent."""
+        return os.path.join(self.folder, f"{job_id}.{key}.upload")
+
+    def state_path(self, batch_id: str) -> str:
+        """Where a running batch's denoising state is saved."""
+        return os.path.join(self.folder, "states", f"{batch_id}.npz")
+
+    def state_paths(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(glob.escape(self.folder), "states", "*.npz")))
+
+    def put_request(self, job_id: str, request: dict) -> None:
+        """Keep what re-queues an unfinished job after a restart (its fields, the seed filled in)."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO requests VALUES (?, ?)", (job_id, json.dumps(request)))
+
+    def get_request(self, job_id: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM requests WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def forget_request(self, job_id: str) -> None:
+        """Drop a finished job's request and its kept image."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM requests WHERE id = ?", (job_id,)).fetchone()
+            self._db.execute("DELETE FROM requests WHERE id = ?", (job_id,))
+        _unlink(self.image_path(job_id))
+        for key, value in ({} if row is None else json.loads(row[0])["fields"]).items():
+            if isinstance(value, dict) and "upload" in value:
+                _unlink(self.upload_path(job_id, key))
+
+    def active(self) -> list[dict]:
+        """The queued and running jobs, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT data FROM jobs WHERE status IN (?, ?) ORDER BY created_at, id",
+                                    ACTIVE).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def put(self, job: dict) -> None:
         """Insert ``job``, or replace the record of its ``id`` (keeping the time it was first put,
@@ -127,26 +181,23 @@ class JobStore:
         """Delete the job's record, its mp4 and the frames kept when the mp4 could not be written."""
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        self.forget_request(job_id)
         for path in [self.video_path(job_id),
                      *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy"))]:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
-    def fail_active(self, message: str, code: str) -> int:
-        """Mark every queued or running job failed with ``message``; returns how many."""
-        with self._lock:
-            rows = self._db.execute("SELECT data FROM jobs WHERE status IN (?, ?)", ACTIVE).fetchall()
-        for (data,) in rows:
-            self.put(_failed(json.loads(data), message, code))
-        return len(rows)
+            _unlink(path)
 
     def close(self) -> None:
         """Close the database and let another server take the folder."""
         with self._lock:
             self._db.close()
             self._lock_file.close()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _hold(path: str, arg: Arg) -> Any:
@@ -227,40 +278,73 @@ class _Unwritten(Exception):
         super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
 
 
+#: Previews kept per running job for its event streams (a client polling slower than the
+#: previews come sees the latest ones).
+KEPT_PREVIEWS = 4
+
+
 class _Pending:
-    """A job accepted and not finished: its checked call, its cancel event, its live step."""
+    """A job accepted and not finished: its checked call, its cancel event, its live step, the
+    batch it may join (``key``: jobs of one key share a denoising batch; None: it runs alone),
+    its latest previews (the last :data:`KEPT_PREVIEWS`), and the saved state it resumes from
+    (``resume``: a state file)."""
 
     def __init__(self, job_id: str, call: Any):
         self.id, self.call, self.fps, self.cache = job_id, call, None, None
         self.request: Fields | None = None  # spells the run's errors as the request's fields
         self.cancel = threading.Event()
         self.step = 0
+        self.key: tuple | None = None
+        self.previews: collections.deque = collections.deque(maxlen=KEPT_PREVIEWS)
+        self.resume: str | None = None
+
+
+#: What a batch's jobs must share besides the shape and the steps: the call's other settings
+#: (each job keeps its own prompt, negative prompt and seed).
+_SHARED_SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale", "guidance_scale_2",
+                    "max_sequence_length", "output_type", "decode_audio", "lora_scale", "cfg")
 
 
 class JobRunner:
-    """Runs the jobs of one resident pipeline, one at a time, on a worker thread.
+    """Runs the jobs of one resident pipeline on a worker thread, alone or in batches.
 
     Args:
         pipe: the loaded pipeline (:func:`vidax.load_pipeline`).
         model: the model id requests may name (``model`` field).
-        store: the :class:`JobStore`; jobs it holds as queued or running are marked failed now
-            (the process that ran them ended).
-        queue_size: jobs that may wait behind the running one; a request beyond them gets 429.
+        store: the :class:`JobStore`; the jobs it holds as queued or running are queued again
+            now, in their order (a running batch to resume from its saved state); one whose
+            request cannot be read again is marked failed (``interrupted``).
+        queue_size: jobs that may wait beyond a running batch; a request beyond them gets 429.
+        max_batch: the most jobs one denoising batch runs (1: one at a time). Jobs share a
+            batch when their calls differ only in prompt, negative prompt and seed (a text-to-
+            video call of a family whose seed draws only the initial noise, without a step
+            cache); each job's initial noise is drawn from its own seed, as when it runs alone.
+        batch_window_ms: how long the worker, with fewer than ``max_batch`` such jobs queued,
+            waits for more before it starts a batch.
+        save_every: save a running batch's denoising state every this many steps (0: never).
+        preview_every: make a preview image (:mod:`vidax.serve.preview`) every this many steps
+            (0: never; nothing for a family without a latent-to-RGB map).
     """
 
-    def __init__(self, pipe: Any, model: str, store: JobStore, queue_size: int = 8):
+    def __init__(self, pipe: Any, model: str, store: JobStore, queue_size: int = 8, max_batch: int = 1,
+                 batch_window_ms: float = 0, save_every: int = 5, preview_every: int = 0):
+        from vidax.serve.preview import latent_rgb_factors
+
         self.pipe, self.model, self.store, self.queue_size = pipe, model, store, queue_size
+        self.max_batch, self.window = max_batch, batch_window_ms / 1000
+        self.save_every, self.preview_every = save_every, preview_every
         self.cls, self.info = type(pipe), pipe.info
+        self.factors = latent_rgb_factors(self.info.checkpoint) if preview_every else None
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._wake = threading.Condition(self._lock)
+        self._waiting: list[_Pending] = []  # in the order they run
+        self._running: list[_Pending] = []
         self._thread: threading.Thread | None = None
-        self._running: str | None = None
-        interrupted = store.fail_active("interrupted: the server stopped before the job finished", "interrupted")
-        if interrupted:
-            logger.warning("marked %d job(s) of an earlier run failed (interrupted)", interrupted)
+        self.stopping = False
+        self._requeue()
 
     # ------------------------------------------------------------------ the API's operations
     def submit(self, fields: dict[str, Any], image_path: str | None = None, image_name: str = "",
@@ -272,6 +356,33 @@ class JobRunner:
             RequestError: 400 for a field the pipeline's checks refuse (the message names the
                 field), 429 when the queue is full.
         """
+        pending, job = self._prepare("video_" + uuid.uuid4().hex, fields, image_path, image_name, texts)
+        with self._lock:
+            if len(self._pending) >= self.queue_size + self.max_batch:  # the running batch and queue_size waiting
+                raise RequestError(429, f"the queue is full ({self.queue_size} jobs waiting behind the running "
+                                   f"{'one' if self.max_batch == 1 else 'batch'}); retry when one has finished",
+                                   None, "queue_full")
+            if pending.call.image is not None:
+                pending.call.image.save(self.store.image_path(pending.id), format="PNG")
+            kept = {}
+            for key, value in fields.items():  # uploaded image keywords: their bytes kept beside the job
+                if isinstance(value, Upload):
+                    shutil.copyfile(value.path, self.store.upload_path(pending.id, key))
+                    kept[key] = {"upload": value.name}
+            self.store.put_request(pending.id, {"fields": {**fields, **kept, "seed": pending.call.seed},
+                                                "texts": None if texts is None else dict(texts),
+                                                "image_name": image_name if image_path is not None else None})
+            self.store.put(job)
+            self._enqueue(pending)
+        return job
+
+    def _prepare(self, job_id: str, fields: dict[str, Any], image_path: str | None, image_name: str,
+                 texts: Mapping[str, str] | None) -> tuple[_Pending, dict]:
+        """The checked job of a request (not queued yet); ``image_path``: its ``input_reference``.
+
+        Raises:
+            RequestError: 400, a field the checks refuse.
+        """
         from vidax.io.image import load_image
 
         model = fields.get("model")
@@ -280,7 +391,6 @@ class JobRunner:
                                "model_not_found")
         request = Fields(fields, self.options, self.info.defaults.fps, image_name if image_path else None,
                          cache=self.cls.cache_reference, texts=texts)
-        job_id = "video_" + uuid.uuid4().hex
         pending = _Pending(job_id, None)
         try:
             kw = request.call_keywords()
@@ -289,13 +399,17 @@ class JobRunner:
                     raise RequestError(400, f"input_reference is given but {self.model} does not do "
                                        f"image-to-video (it does {', '.join(self.info.tasks)})", "input_reference")
                 kw["image"] = load_image(image_path)
+            for key, value in kw.items():  # the pipeline's other image keywords, uploaded as files
+                if isinstance(value, Upload):
+                    kw[key] = load_image(value.path, key)
             call = self.cls.check_call(self.info, progress=False, cancel=pending.cancel,
-                                       callback=lambda i, n: self._stepped(pending, i + 1, n), **kw)
+                                       callback=lambda i, n: self._stepped([pending], i + 1, n), **kw)
         except InputError as e:
             raise request.error(e) from None
         pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps)
         pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
+        pending.key = self._batch_key(pending)
         fps = float(pending.fps)
         fps = int(fps) if fps.is_integer() else fps  # 16, not 16.0, in the job's JSON
         job = {"id": job_id, "object": "video", "model": self.model, "status": QUEUED, "progress": 0,
@@ -304,14 +418,64 @@ class JobRunner:
                "error": None, "prompt": call.prompts[0], "num_frames": call.num_frames, "fps": fps,
                "num_inference_steps": call.num_inference_steps, "step": 0, "seed": call.seed,
                "input_reference": image_name or None}
-        with self._lock:
-            if len(self._pending) > self.queue_size:  # the running job and queue_size waiting ones
-                raise RequestError(429, f"the queue is full ({self.queue_size} jobs waiting behind the running "
-                                   "one); retry when one has finished", None, "queue_full")
-            self._pending[job_id] = pending
-            self.store.put(job)
-        self._queue.put(pending)
-        return job
+        return pending, job
+
+    def _batch_key(self, pending: _Pending) -> tuple | None:
+        """What a job's batch-mates must share, or None when it runs alone: with a step cache
+        (its state is the call's), an image, several videos, or a family that draws more than
+        the initial noise from the seed (LTX-Video's decode noise, LTX-2's latent noise,
+        CogVideoX's DPM step noise)."""
+        call = pending.call
+        if self.max_batch < 2 or pending.cache is not None or call.task != "t2v" or call.num_videos_per_prompt != 1:
+            return None
+        if ".ltx" in self.cls.__module__ or type(self.pipe.scheduler).__name__ == "CogVideoXDPMScheduler":
+            return None
+        return (*(getattr(call, name) for name in _SHARED_SETTINGS), repr(sorted(call.extra.items())))
+
+    def _enqueue(self, pending: _Pending) -> None:
+        # with self._lock held
+        self._pending[pending.id] = pending
+        self._waiting.append(pending)
+        self._wake.notify_all()
+
+    def _requeue(self) -> None:
+        """Queue again the jobs the store holds as queued or running (see the class)."""
+        states = {}
+        for path in self.store.state_paths():
+            try:
+                with np.load(path) as saved:
+                    states.update((str(i), (path, int(saved["done"]))) for i in saved["jobs"])
+            except (OSError, ValueError, KeyError) as e:
+                logger.warning("ignored the saved denoising state %s (%s)", path, e)
+                os.unlink(path)
+        again = failed = 0
+        for job in self.store.active():
+            request = self.store.get_request(job["id"])
+            try:
+                if request is None:
+                    raise RequestError(500, "its request was not kept (a server of an earlier version ran it)")
+                image = self.store.image_path(job["id"]) if request.get("image_name") else None
+                fields = {key: Upload(self.store.upload_path(job["id"], key), value["upload"])
+                          if isinstance(value, dict) and "upload" in value else value
+                          for key, value in request["fields"].items()}
+                pending, _ = self._prepare(job["id"], fields, image, request.get("image_name") or "",
+                                           request.get("texts"))
+            except (RequestError, OSError) as e:
+                failed += 1
+                self.store.put(_failed(job, f"interrupted: the server stopped before the job finished, and it could "
+                                       f"not be queued again ({getattr(e, 'message', e)})", "interrupted"))
+                continue
+            pending.resume, pending.step = states.get(job["id"], (None, 0))
+            again += 1
+            with self._lock:
+                self.store.put({**job, "status": QUEUED, "step": pending.step,
+                                "progress": _progress(pending.step, job["num_inference_steps"])})
+                self._enqueue(pending)
+        for path in {path for path, _ in states.values()} - {p.resume for p in self._pending.values()}:
+            os.unlink(path)
+        if again or failed:
+            logger.warning("queued again %d job(s) of an earlier run%s", again,
+                           f"; {failed} could not be (failed, interrupted)" if failed else "")
 
     def _cache(self, value: Any, steps: int) -> Any:
         """The step cache config of a request's ``cache`` field (the CLI's ``--cache`` syntax, the
@@ -332,11 +496,12 @@ class JobRunner:
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "cache") from None
 
-    def _stepped(self, pending: _Pending, step: int, steps: int) -> None:
-        """The call's step callback: the job's record keeps the step reached (and its progress),
-        so a job whose server died keeps it."""
-        pending.step = step
-        self.store.update(pending.id, step=step, progress=_progress(step, steps))
+    def _stepped(self, batch: list[_Pending], step: int, steps: int) -> None:
+        """The call's step callback: each job's record keeps the step reached (and its
+        progress), so a job whose server died keeps it."""
+        for pending in batch:
+            pending.step = step
+            self.store.update(pending.id, step=step, progress=_progress(step, steps))
 
     def get(self, job_id: str) -> dict | None:
         """The job with its live progress, or None for an unknown id."""
@@ -345,6 +510,18 @@ class JobRunner:
         if job is not None and pending is not None and job["status"] == IN_PROGRESS:
             job.update(_reached(pending.step, job))
         return job
+
+    def events(self, job_id: str) -> dict | None:
+        """What ``GET /v1/videos/{id}/events`` streams: the job (:meth:`get`), its place in the
+        queue (``position``, 1: next to run; None once it runs) and its latest previews (oldest
+        first); None for an unknown id."""
+        job = self.get(job_id)
+        if job is None:
+            return None
+        with self._lock:
+            pending = self._pending.get(job_id)
+            position = next((i + 1 for i, p in enumerate(self._waiting) if p.id == job_id), None)
+        return {"job": job, "position": position, "previews": [] if pending is None else list(pending.previews)}
 
     def list(self, limit: int = 20, after: str | None = None, newest_first: bool = True) -> tuple[list[dict], bool]:
         """Up to ``limit`` jobs (see :meth:`JobStore.list`), each with its live progress and its
@@ -358,17 +535,26 @@ class JobRunner:
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
-        before each VAE decode chunk); a finished job is deleted with its video (:meth:`JobStore.delete`). Returns the
-        job (or the OpenAI deletion object), None for an unknown id."""
+        before each VAE decode chunk; in a batch with other jobs running on, now, the batch
+        going on without it); a finished job is deleted with its video (:meth:`JobStore.delete`).
+        Returns the job (or the OpenAI deletion object), None for an unknown id."""
         with self._lock:
             pending = self._pending.get(job_id)
             if pending is not None:
                 pending.cancel.set()
-                if job_id == self._running:
-                    return self.get(job_id)
+                job = self.store.get(job_id)
+                if pending in self._running:
+                    if all(p.cancel.is_set() for p in self._running):
+                        return self.get(job_id)  # the call stops at its next check
+                    message = f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}" \
+                        if pending.step else "cancelled before denoising step 1"
+                    job = _failed({**job, **_reached(pending.step, job)}, message, "cancelled")
+                else:
+                    self._waiting.remove(pending)
+                    job = _failed(job, "cancelled before it started", "cancelled")
                 del self._pending[job_id]
-                job = _failed(self.store.get(job_id), "cancelled before it started", "cancelled")
                 self.store.put(job)
+                self.store.forget_request(job_id)
                 return job
         job = self.store.get(job_id)
         if job is None:
@@ -377,9 +563,9 @@ class JobRunner:
         return {"id": job_id, "object": "video.deleted", "deleted": True}
 
     def counts(self) -> dict:
-        """``{"queued": jobs waiting, "running": the running job's id or None}``."""
+        """``{"queued": jobs waiting, "running": the (first) running job's id or None}``."""
         with self._lock:
-            return {"queued": len(self._pending) - (self._running is not None), "running": self._running}
+            return {"queued": len(self._waiting), "running": self._running[0].id if self._running else None}
 
     # ------------------------------------------------------------------ the worker
     def start(self) -> None:
@@ -387,69 +573,216 @@ class JobRunner:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Cancel the running job (at its next check) and every queued one, and wait for the
-        worker to end."""
+        """Stop the running batch at its next check and wait for the worker to end. The queued
+        jobs stay queued and the running ones go back to the queue (with the state saved last),
+        for the next server on the jobs folder."""
         with self._lock:
-            for pending in self._pending.values():
-                pending.cancel.set()
-        self._queue.put(None)
+            self.stopping = True
+            self._wake.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
-        self.store.fail_active("cancelled: the server stopped before the job finished", "cancelled")
 
     def _work(self) -> None:
-        while (pending := self._queue.get()) is not None:
-            with self._lock:
-                if pending.id not in self._pending:
-                    continue  # cancelled while queued
-                job = {**self.store.get(pending.id), "status": IN_PROGRESS}
-                self.store.put(job)
-                self._running = pending.id
-            self._run(pending, job)
+        while (batch := self._next_batch()) is not None:
+            self._run(batch)
 
-    def _run(self, pending: _Pending, job: dict) -> None:
+    def _next_batch(self) -> list[_Pending] | None:
+        """The next jobs to run together (marked running), or None when stopping."""
+        with self._lock:
+            while True:
+                while not self._waiting and not self.stopping:
+                    self._wake.wait()
+                if self.stopping:
+                    return None
+                batch = self._gather()
+                if batch:
+                    break
+            for pending in batch:
+                self._waiting.remove(pending)
+            self._running = batch
+            for pending in batch:
+                self.store.put({**self.store.get(pending.id), "status": IN_PROGRESS})
+            return batch
+
+    def _gather(self) -> list[_Pending]:
+        # with self._lock held: the first waiting job and those that may join it, waiting up to
+        # the batch window for more; [] when the first was cancelled meanwhile.
+        first = self._waiting[0]
+        if first.resume is not None:  # the batch whose state was saved, as it was
+            with np.load(first.resume) as saved:
+                members = [str(i) for i in saved["jobs"]]
+            batch = [self._pending.get(i) for i in members]
+            if all(p is not None and p in self._waiting for p in batch):
+                return batch
+            logger.warning("the saved state of %s does not fit the jobs queued now; they start over", first.resume)
+            for pending in (p for p in batch if p is not None):
+                pending.resume, pending.step = None, 0
+            os.unlink(first.resume)
+        if first.key is None:
+            return [first]
+        deadline = time.monotonic() + self.window
+        while True:
+            batch = [p for p in self._waiting if p.key == first.key and p.resume is None][:self.max_batch]
+            left = deadline - time.monotonic()
+            if len(batch) == self.max_batch or left <= 0 or self.stopping:
+                return batch
+            self._wake.wait(left)
+            if first not in self._waiting:
+                return []
+
+    def _batched_call(self, batch: list[_Pending], state_path: str) -> Any:
+        """One call running every job of ``batch``: the first's settings, each job's prompt,
+        negative prompt and initial noise (drawn from its own seed, as when it runs alone)."""
+        import jax
+
+        calls = [p.call for p in batch]
+        call = calls[0]
+        if len(batch) > 1:
+            noise = jax.tree.map(lambda *a: np.concatenate([np.asarray(x) for x in a]),
+                                 *[self.pipe.initial_noise(c) for c in calls])
+            streams = self.cls.latent_streams
+            first, others = (noise, {}) if not isinstance(noise, dict) else (
+                noise[streams[0]], {k: v for k, v in noise.items() if k != streams[0]})
+            call = dataclasses.replace(call, prompts=[c.prompts[0] for c in calls],
+                                       negatives=[c.negatives[0] for c in calls], latents=first,
+                                       stream_latents=others, given=call.given | {"latents"})
+        resume = None
+        if batch[0].resume is not None:
+            with np.load(batch[0].resume) as saved:
+                resume = (int(saved["done"]), [saved[f"arr_{i}"] for i in range(int(saved["leaves"]))])
+        return dataclasses.replace(call, callback=lambda i, n: self._stepped(batch, i + 1, n),
+                                   cancel=lambda: self.stopping or all(p.cancel.is_set() for p in batch),
+                                   on_state=self._on_state(batch, state_path, call.num_inference_steps),
+                                   resume=resume)
+
+    def _on_state(self, batch: list[_Pending], path: str, steps: int) -> Callable | None:
+        """The call's ``on_state``: the state saved every :attr:`save_every` steps, a preview
+        made every :attr:`preview_every` steps."""
+        save = self.save_every > 0 and self.pipe.cache_config is None and batch[0].cache is None
+        preview = self.factors is not None
+        if not (save or preview):
+            return None
+        ids = np.asarray([p.id for p in batch])
+
+        def on_state(done: int, latents: Any, state: Any) -> None:
+            import jax
+
+            if save and done % self.save_every == 0 and done < steps:
+                arrays = [np.asarray(a) for a in jax.tree.leaves((latents, state))]
+                _save_atomically(path, jobs=ids, done=done, leaves=len(arrays), arrays=arrays)
+                for pending in batch:
+                    self.store.update(pending.id, saved_step=done)
+            if preview and done % self.preview_every == 0:
+                from vidax.serve.preview import preview_images
+
+                first = latents[self.cls.latent_streams[0]] if isinstance(latents, dict) else latents
+                view = np.asarray(self.pipe.loop_latents_to_diffusers(first))
+                if view.ndim == 5 and view.shape[1] == self.factors[0].shape[0]:
+                    for pending, url in zip(batch, preview_images(view, *self.factors)):
+                        pending.previews.append({"step": done, "image": url})
+
+        return on_state
+
+    def _batch_report(self, batch: list[_Pending], index: int, resumed: int | None) -> dict:
+        """How a job ran: ``size`` (videos in its denoising batch), ``index`` (its row), the ids
+        of the batch's jobs, and ``resumed_from_step`` (the saved step it resumed at, or None)."""
+        return {"size": len(batch), "index": index, "jobs": [p.id for p in batch], "resumed_from_step": resumed}
+
+    def _run(self, batch: list[_Pending]) -> None:
         from vidax.io.video import write_video
 
+        state_path = self.store.state_path(batch[0].id)
+        jobs = {p.id: self.store.get(p.id) for p in batch}
+        resumed = None
         try:
-            if pending.cancel.is_set():
-                raise Cancelled("before it started")
-            if pending.cache is not None:  # this job's step cache (the worker runs one job at a time)
+            call = self._batched_call(batch, state_path)
+            resumed = None if call.resume is None else call.resume[0]
+            if batch[0].cache is not None:  # this job's step cache (it runs alone)
                 self.pipe.disable_cache()
-                self.pipe.enable_cache(pending.cache)
+                self.pipe.enable_cache(batch[0].cache)
             try:
-                out = self.pipe.generate(pending.call)
+                out = self.pipe.generate(call)
+            except InputError as e:
+                if call.resume is None or "saved denoising state" not in str(e):
+                    raise
+                logger.warning("%s; the batch of %s starts over", e, ", ".join(jobs))
+                resumed = None
+                out = self.pipe.generate(dataclasses.replace(call, resume=None))
             finally:
-                if pending.cache is not None:
+                if batch[0].cache is not None:
                     self.pipe.disable_cache()
+            results = {}
+            for i, pending in enumerate(batch):
+                results[pending.id] = self._finish(pending, jobs[pending.id], out, i, write_video)
+        except Exception as e:
+            if self.stopping and isinstance(e, Cancelled):  # the jobs wait for the next server
+                with self._lock:
+                    for pending in batch:
+                        if pending.id in self._pending:
+                            self.store.update(pending.id, status=QUEUED)
+                    self._running = []
+                return
+            results = {p.id: self._failure(p, jobs[p.id], e) for p in batch}
+        with self._lock:
+            for i, pending in enumerate(batch):
+                if pending.id not in self._pending:
+                    continue  # cancelled while its batch ran on: recorded then
+                job = {**results[pending.id], "batch": self._batch_report(batch, i, resumed)}
+                self.store.put(job)
+                self.store.forget_request(pending.id)
+                self._pending.pop(pending.id, None)
+            self._running = []
+            if os.path.exists(state_path):
+                os.unlink(state_path)
+            for pending in batch:
+                if pending.resume is not None and os.path.exists(pending.resume):
+                    os.unlink(pending.resume)
+
+    def _finish(self, pending: _Pending, job: dict, out: Any, index: int, write_video: Callable) -> dict:
+        """The record of a job whose call ran: its mp4 written (row ``index`` of the output)."""
+        try:
             if pending.cancel.is_set():
                 raise Cancelled(f"after the VAE decode (all {job['num_inference_steps']} denoising steps done)")
             t0 = time.perf_counter()
             try:
                 # The sound, where the model makes it, goes into the mp4 as its AAC track.
-                write_video(out.frames[0], self.store.video_path(pending.id), fps=pending.fps,
-                            audio=None if out.audio is None else out.audio[0], sample_rate=out.audio_sample_rate)
+                write_video(out.frames[index], self.store.video_path(pending.id), fps=pending.fps,
+                            audio=None if out.audio is None else out.audio[index], sample_rate=out.audio_sample_rate)
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
-                raise _Unwritten(self.store.folder, pending.id, out.frames, e) from None
-            stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s,
-                     "write_s": time.perf_counter() - t0}
-            if out.stats.cache is not None:
-                stats["cache"] = out.stats.cache.describe()
-                if out.stats.cache.calibration is not None:
-                    stats["mag_ratios"] = out.stats.cache.calibration
-            job = {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
-                   "completed_at": int(time.time()), "stats": stats}
-        except Cancelled as e:
-            job = _failed({**job, **_reached(pending.step, job)}, str(e), "cancelled")
-        except _Unwritten as e:
-            job = _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
-        except VidaxError as e:
+                raise _Unwritten(self.store.folder, pending.id, out.frames[index:index + 1], e) from None
+        except Exception as e:
+            return self._failure(pending, job, e)
+        stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s, "write_s": time.perf_counter() - t0}
+        if out.stats.cache is not None:
+            stats["cache"] = out.stats.cache.describe()
+            if out.stats.cache.calibration is not None:
+                stats["mag_ratios"] = out.stats.cache.calibration
+        return {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
+                "completed_at": int(time.time()), "stats": stats}
+
+    def _failure(self, pending: _Pending, job: dict, e: Exception) -> dict:
+        """The record of a job that failed with ``e``."""
+        if isinstance(e, Cancelled):
+            return _failed({**job, **_reached(pending.step, job)}, str(e), "cancelled")
+        if isinstance(e, _Unwritten):
+            return _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
+        if isinstance(e, VidaxError):
             message = pending.request.error(e).message if pending.request else str(e)
-            job = _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), type(e).__name__)
-        except Exception as e:  # a codec or disk error writing the video, a bug: the job fails, the server stays
-            logger.exception("job %s failed", pending.id)
-            job = _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()),
-                          "internal")
-        with self._lock:
-            self.store.put(job)
-            self._pending.pop(pending.id, None)
-            self._running = None
+            return _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), type(e).__name__)
+        # a codec or disk error writing the video, a bug: the job fails, the server stays
+        logger.error("job %s failed", pending.id, exc_info=e)
+        return _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()),
+                       "internal")
+
+
+def _save_atomically(path: str, arrays: list, **values: Any) -> None:
+    """``np.savez`` of ``arrays`` (``arr_0``, ...) and ``values`` to ``path``: written to a
+    temporary file beside it, fsync'd, then renamed over it (a crash leaves the old file or the
+    new one, never a torn one)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        np.savez(f, *arrays, **values)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

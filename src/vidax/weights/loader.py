@@ -381,7 +381,7 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         device = jax.local_devices()[0]  # this process's first device (multi-host safe)
         placement = lambda path, sds: jax.sharding.SingleDeviceSharding(device)  # noqa: E731
 
-    from vidax.nn.stack import keeps_kernel_layout, lay_out_kernel_stacks
+    from vidax.nn.kernels import keeps_kernel_layout, lay_out_kernel_stacks
 
     linears = _stacked_linear_kernels(graphdef, abstract, stacks, policy)
     filled: list[tuple[Path, Any]] = []
@@ -408,7 +408,7 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
             value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
         if value is None and stacked and path in linears and keeps_kernel_layout(linears[path], sds.dtype, sds.shape,
                                                                                    sharding):
-            # read as the file holds it, (N, K) a layer: the stack's bytes are then oneDNN's layout
+            # read as the file holds it, (N, K) a layer: the stack's bytes are then the kernel layout
             value = _place_stacked_transposed(functools.partial(read, source_layout=True), entries, sds, sharding)
         if value is None and stacked:
             value = _place_stacked(read, entries, sds, sharding)
@@ -422,26 +422,25 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
 
 
 def _stacked_linear_kernels(graphdef, abstract, stacks, policy) -> dict:
-    """The stacked Linear kernels (path -> the abstract Linear), where oneDNN reads stacks of
+    """The stacked Linear kernels (path -> the abstract Linear), where the CPU matmul reads stacks of
     some stacked parameter's dtype in place in this process (else empty): those that
-    :func:`vidax.nn.stack.keeps_kernel_layout` keeps in its layout are read straight into it,
+    :func:`vidax.nn.kernels.stacks.keeps_kernel_layout` keeps in its layout are read straight into it,
     which is the file's (torch's (N, K) weights, layer after layer), so neither a transposition
     on the host nor a relayout later is needed."""
-    from vidax.cpu.onednn import reads_stacks_in_place
-    from vidax.nn.layers import Linear
+    from vidax.nn.kernels import KernelOwner, reads_stacks_in_place
 
     if not any(_is_float(abstract[p].get_value().dtype) and reads_stacks_in_place(policy.dtype_for(p)) for p in stacks):
         return {}
     module = nnx.merge(graphdef, nnx.from_flat_state(list(abstract.items())))
     return {tuple(p) + ("kernel",): node for p, node in nnx.iter_graph(module)
-            if isinstance(node, Linear) and tuple(p) + ("kernel",) in stacks}
+            if isinstance(node, KernelOwner) and tuple(p) + ("kernel",) in stacks}
 
 
 def _place_stacked_transposed(read, entries, sds, sharding):
     """A stacked Linear kernel (L, K, N) placed layer by layer from ``read(key)`` giving each
     layer as the file holds it, (N, K): an (L, N, K) buffer, then its (L, K, N) view in
-    :data:`vidax.cpu.onednn.KERNEL_LAYOUT` (the same buffer)."""
-    from vidax.cpu.onednn import from_torch_layout
+    the kernel layout (:func:`vidax.nn.kernels.stacks.from_torch_layout`: the same buffer)."""
+    from vidax.nn.kernels import from_torch_layout
 
     layers, k, n = sds.shape
     buf = jnp.zeros((layers, n, k), sds.dtype, device=sharding)

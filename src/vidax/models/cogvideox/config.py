@@ -8,15 +8,11 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
+from vidax.config import ACTIVATIONS, FFN_ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.checkpoint import TASK_NAMES
 
-#: ``activation_fn`` of the feed-forward network -> tanh approximation of GELU or not.
-FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
-#: ``timestep_activation_fn`` values vidax implements (diffusers ``get_activation`` names).
-TIMESTEP_ACTIVATIONS = ("silu", "swish", "gelu", "relu", "mish")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +43,7 @@ class CogVideoXTransformerConfig(TransformerConfig):
         temporal_compression_ratio: the VAE's frame compression, used with ``sample_frames``.
         max_text_seq_length: text tokens the position table reserves (L_txt must equal it when
             a position table is added).
-        activation_fn: feed-forward activation, ``"gelu-approximate"`` or ``"gelu"``.
+        activation_fn: feed-forward activation, one of :data:`vidax.config.FFN_ACTIVATIONS`.
         timestep_activation_fn: activation inside the timestep MLPs.
         norm_elementwise_affine: LayerNorms carry weight and bias.
         norm_eps: epsilon of the block, final and output LayerNorms.
@@ -154,9 +150,9 @@ class CogVideoXTransformerConfig(TransformerConfig):
                 bad(key, value, "expected a positive number")
         if self.activation_fn not in FFN_ACTIVATIONS:
             bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
-        if self.timestep_activation_fn not in TIMESTEP_ACTIVATIONS:
+        if self.timestep_activation_fn not in ACTIVATIONS:
             bad("timestep_activation_fn", self.timestep_activation_fn,
-                f"vidax implements {list(TIMESTEP_ACTIVATIONS)}")
+                f"vidax implements {list(ACTIVATIONS)}")
         if self.use_learned_positional_embeddings and not self.use_rotary_positional_embeddings:
             bad("use_learned_positional_embeddings", True,
                 "the reference refuses learned position embeddings without rotary embeddings")
@@ -208,6 +204,11 @@ class CogVideoXVAEConfig(ConfigBase):
             :class:`CogVideoXTiling`).
         scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
             pipelines divide by it before :meth:`CogVideoXVAE.decode`.
+        act_fn: the resnets' activation (diffusers ``get_activation`` names; the output
+            activation is SiLU whatever it says, as the reference).
+        use_quant_conv, use_post_quant_conv: a 1x1x1 convolution on the encoder's output / on
+            the latents before the decoder; the reference sizes both by ``out_channels``, so they
+            need ``out_channels == latent_channels``.
         invert_scale_latents: CogVideoX 1.5 image-to-video divides the encoded image latents by
             ``scaling_factor`` instead of multiplying (read by the pipeline, not the VAE).
         shift_factor, latents_mean, latents_std: carried as read; neither this VAE nor the
@@ -216,11 +217,6 @@ class CogVideoXVAEConfig(ConfigBase):
 
     # force_upcast asks SD-style pipelines to run the VAE in fp32; no CogVideoX pipeline reads it.
     IGNORED: ClassVar[frozenset[str]] = frozenset({"force_upcast"})
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "act_fn": ("silu", "swish"),
-        "use_quant_conv": (False,),
-        "use_post_quant_conv": (False,),
-    }
 
     in_channels: int = 3
     out_channels: int = 3
@@ -239,6 +235,9 @@ class CogVideoXVAEConfig(ConfigBase):
     latents_mean: tuple[float, ...] | None = None
     latents_std: tuple[float, ...] | None = None
     invert_scale_latents: bool = False
+    use_quant_conv: bool = False
+    use_post_quant_conv: bool = False
+    act_fn: str = "silu"
 
     @property
     def spatial_compression(self) -> int:
@@ -276,6 +275,16 @@ class CogVideoXVAEConfig(ConfigBase):
             )
         if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
             raise ConfigError(f"{source}: norm_eps={self.norm_eps!r} must be a positive number")
+        if not isinstance(self.act_fn, str) or self.act_fn.lower() not in ACTIVATIONS:
+            self.invalid(source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}")
+        for key in ("use_quant_conv", "use_post_quant_conv"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{source}: {key}={getattr(self, key)!r} must be true or false")
+            if getattr(self, key) and self.out_channels != self.latent_channels:
+                raise ConfigError(
+                    f"{source}: {key}=true needs out_channels == latent_channels (here {self.out_channels} and "
+                    f"{self.latent_channels}): the reference sizes that 1x1x1 convolution by out_channels and "
+                    "applies it to the latents")
         if not isinstance(self.scaling_factor, (int, float)) or self.scaling_factor <= 0:
             raise ConfigError(
                 f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number"
@@ -313,8 +322,7 @@ def read_cogvideox_checkpoint(checkpoint: Checkpoint) -> CogVideoXInfo:
             a scheduler that is not a CogVideoX sampler, or channels that do not fit the VAE.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
     cfg = ckpt.typed_config("transformer", CogVideoXTransformerConfig)
     vae = ckpt.typed_config("vae", CogVideoXVAEConfig)
     latent = vae.latent_channels

@@ -54,23 +54,14 @@ from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
 from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
-from vidax.models.cogvideox.config import FFN_ACTIVATIONS, CogVideoXTransformerConfig
+from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.nn.layers import (
-    FeedForward, LayerNorm, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
+    FeedForward, LayerNorm, activation, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
 from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
-
-
-_ACT = {
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "relu": jax.nn.relu,
-    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +240,7 @@ class TimestepEmbedding(nnx.Module):
         self.act = act
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.linear_2(_ACT[self.act](self.linear_1(x.astype(_F32))))
+        return self.linear_2(activation(self.act)(self.linear_1(x.astype(_F32))))
 
 
 class PatchConv(nnx.Module):
@@ -375,7 +366,7 @@ class CogVideoXBlock(nnx.Module):
             attention, dtype, param_dtype, rngs, mesh,
         )
         self.norm2 = AdaLayerNorm(cfg.time_embed_dim, d, 6, **ada)
-        self.ff = FeedForward(d, 4 * d, d, FFN_ACTIVATIONS[cfg.activation_fn], dtype, param_dtype, rngs)
+        self.ff = FeedForward(d, 4 * d, d, cfg.activation_fn, dtype, param_dtype, rngs)
 
     def __call__(self, x, temb, rope, is_text, valid_length=None):
         """One block over the joint sequence.

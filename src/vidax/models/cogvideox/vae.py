@@ -53,10 +53,7 @@ are float32.
 The settings are :class:`~vidax.models.cogvideox.config.CogVideoXVAEConfig`; the loader is
 :func:`vidax.weights.component.load_component`.
 
-Not implemented (refused by :class:`CogVideoXVAEConfig`): ``use_quant_conv`` /
-``use_post_quant_conv`` (the reference sizes those convs by the video channels, so they only run
-when ``latent_channels == out_channels``; no released checkpoint has them), ``act_fn`` other than
-SiLU, block types other than ``CogVideoXDownBlock3D`` / ``CogVideoXUpBlock3D``. The reference's
+Not implemented (refused by :class:`CogVideoXVAEConfig`): block types other than ``CogVideoXDownBlock3D`` / ``CogVideoXUpBlock3D``. The reference's
 ``CogVideoXSafeConv3d`` splits very large convolutions along time with a halo of ``k - 1`` frames;
 that is a memory device with the same result, and is not reproduced.
 """
@@ -76,7 +73,7 @@ from flax import nnx
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.nn.inputs import check_video_array
-from vidax.nn.layers import Conv, GroupNorm
+from vidax.nn.layers import Conv, GroupNorm, activation
 from vidax.nn.tiling import TiledVAE, TilingSettings
 from vidax.nn.tiling import tiled as _tiled
 
@@ -360,9 +357,10 @@ class CogVideoXResnetBlock3D(nnx.Module):
     """
 
     def __init__(self, in_channels: int, out_channels: int, *, groups: int, eps: float,
-                 spatial_norm_dim: int | None = None, dtype, param_dtype,
+                 spatial_norm_dim: int | None = None, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.act = act
         if spatial_norm_dim is None:
             self.norm1 = GroupNorm(in_channels, groups, eps)
             self.norm2 = GroupNorm(out_channels, groups, eps)
@@ -382,8 +380,9 @@ class CogVideoXResnetBlock3D(nnx.Module):
 
     def __call__(self, x: jax.Array, zq: _LatentCondition | None, cache: _ConvCache) -> jax.Array:
         """``x (B, T, H, W, C_in)`` -> ``(B, T, H, W, C_out)``; ``zq`` for spatial norms."""
-        h = self.conv1(jax.nn.silu(self._norm(self.norm1, x, zq, cache)), cache)
-        h = self.conv2(jax.nn.silu(self._norm(self.norm2, h, zq, cache)), cache)
+        act = activation(self.act)
+        h = self.conv1(act(self._norm(self.norm1, x, zq, cache)), cache)
+        h = self.conv2(act(self._norm(self.norm2, h, zq, cache)), cache)
         shortcut = self.conv_shortcut(x) if self.conv_shortcut is not None else x
         return h + shortcut.astype(h.dtype)
 
@@ -454,12 +453,12 @@ class CogVideoXDownBlock3D(_ResnetStack):
     """``num_layers`` resnets then an optional :class:`CogVideoXDownsample3D` (downsamplers.0)."""
 
     def __init__(self, in_channels: int, out_channels: int, num_layers: int, *, groups: int,
-                 eps: float, add_downsample: bool, compress_time: bool, dtype, param_dtype,
+                 eps: float, add_downsample: bool, compress_time: bool, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.resnets = nnx.List([
             CogVideoXResnetBlock3D(in_channels if i == 0 else out_channels, out_channels,
-                                   groups=groups, eps=eps, **kw)
+                                   groups=groups, eps=eps, act=act, **kw)
             for i in range(num_layers)
         ])  # fmt: skip
         self.downsamplers = (
@@ -476,11 +475,11 @@ class CogVideoXMidBlock3D(_ResnetStack):
     """Two resnets of ``channels`` (group norms, or spatial norms with ``spatial_norm_dim``)."""
 
     def __init__(self, channels: int, *, groups: int, eps: float, spatial_norm_dim: int | None,
-                 dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 act: str = "silu", dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.resnets = nnx.List([
             CogVideoXResnetBlock3D(channels, channels, groups=groups, eps=eps,
-                                   spatial_norm_dim=spatial_norm_dim, **kw)
+                                   spatial_norm_dim=spatial_norm_dim, act=act, **kw)
             for _ in range(2)
         ])  # fmt: skip
 
@@ -492,13 +491,13 @@ class CogVideoXUpBlock3D(_ResnetStack):
     """``num_layers`` spatially-normed resnets then an optional :class:`CogVideoXUpsample3D`."""
 
     def __init__(self, in_channels: int, out_channels: int, num_layers: int, *, groups: int,
-                 spatial_norm_dim: int, add_upsample: bool, compress_time: bool, dtype,
+                 spatial_norm_dim: int, add_upsample: bool, compress_time: bool, act: str = "silu", dtype,
                  param_dtype, rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.resnets = nnx.List([
             CogVideoXResnetBlock3D(in_channels if i == 0 else out_channels, out_channels,
                                    groups=groups, eps=1e-6, spatial_norm_dim=spatial_norm_dim,
-                                   **kw)
+                                   act=act, **kw)
             for i in range(num_layers)
         ])  # fmt: skip
         self.upsamplers = (
@@ -524,11 +523,12 @@ class CogVideoXEncoder3D(nnx.Module):
         self.down_blocks = nnx.List([
             CogVideoXDownBlock3D(boc[max(i - 1, 0)], boc[i], config.layers_per_block,
                                  groups=groups, eps=config.norm_eps,
-                                 add_downsample=i < len(boc) - 1, compress_time=compress[i], **kw)
+                                 add_downsample=i < len(boc) - 1, compress_time=compress[i],
+                                 act=config.act_fn, **kw)
             for i in range(len(boc))
         ])  # fmt: skip
         self.mid_block = CogVideoXMidBlock3D(boc[-1], groups=groups, eps=config.norm_eps,
-                                             spatial_norm_dim=None, **kw)  # fmt: skip
+                                             spatial_norm_dim=None, act=config.act_fn, **kw)  # fmt: skip
         self.norm_out = GroupNorm(boc[-1], groups, eps=1e-6)
         self.conv_out = CogVideoXCausalConv3d(boc[-1], 2 * config.latent_channels, 3, **kw)
 
@@ -551,12 +551,12 @@ class CogVideoXDecoder3D(nnx.Module):
         zc = config.latent_channels
         self.conv_in = CogVideoXCausalConv3d(zc, rev[0], 3, **kw)
         self.mid_block = CogVideoXMidBlock3D(rev[0], groups=groups, eps=config.norm_eps,
-                                             spatial_norm_dim=zc, **kw)  # fmt: skip
+                                             spatial_norm_dim=zc, act=config.act_fn, **kw)  # fmt: skip
         compress = config.compress_time + (False,)
         self.up_blocks = nnx.List([
             CogVideoXUpBlock3D(rev[max(i - 1, 0)], rev[i], config.layers_per_block + 1,
                                groups=groups, spatial_norm_dim=zc, add_upsample=i < len(rev) - 1,
-                               compress_time=compress[i], **kw)
+                               compress_time=compress[i], act=config.act_fn, **kw)
             for i in range(len(rev))
         ])  # fmt: skip
         self.norm_out = CogVideoXSpatialNorm3D(rev[-1], zc, groups, **kw)
@@ -600,6 +600,10 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         self.dtype = dtype
         self.encoder = CogVideoXEncoder3D(config, **kw)
         self.decoder = CogVideoXDecoder3D(config, **kw)
+        z2 = 2 * config.latent_channels
+        self.quant_conv = Conv(z2, z2, (1, 1, 1), **kw) if config.use_quant_conv else None
+        zc = config.latent_channels
+        self.post_quant_conv = Conv(zc, zc, (1, 1, 1), **kw) if config.use_post_quant_conv else None
         self._tiling_settings = TilingSettings(CogVideoXTiling.from_config(config))
 
     def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
@@ -645,12 +649,17 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         """
         feat = _ConvCache(cache)
         h = self.encoder(x.astype(self.dtype), feat)
+        if self.quant_conv is not None:
+            h = self.quant_conv(h)
         return h.astype(_F32), tuple(feat.out)
 
     def decode_chunk(self, z: jax.Array, cache: tuple | None):
         """``z (B, T', h, w, C_z)`` -> ``(frames (B, T, 8 h, 8 w, C_out) float32, new cache)``."""
         feat = _ConvCache(cache)
-        out = self.decoder(z.astype(self.dtype), feat)
+        z = z.astype(self.dtype)
+        if self.post_quant_conv is not None:
+            z = self.post_quant_conv(z)
+        out = self.decoder(z, feat)
         return out.astype(_F32), tuple(feat.out)
 
     # -- whole clips ------------------------------------------------------------------------------

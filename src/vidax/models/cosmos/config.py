@@ -193,8 +193,7 @@ def read_cosmos_checkpoint(checkpoint: Checkpoint) -> CosmosInfo:
     from vidax.models.wan.config import WanVAEConfig
 
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
     cfg = ckpt.typed_config("transformer", CosmosTransformerConfig)
     vae = ckpt.typed_config("vae", WanVAEConfig)
     text = ckpt.typed_config("text_encoder", Qwen25VLTextConfig)

@@ -50,7 +50,7 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.decoder_lm import encode_hidden_states
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError
-from vidax.io.image import nearest_resize, to_rgb_image, vae_image_preprocess
+from vidax.io.image import nearest_resize, one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.options import VIDEO_FILE, CallOption
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
@@ -115,19 +115,6 @@ def match_num_frames(video: np.ndarray, num_frames: int, temporal_compression: i
         pad = np.repeat(video[:, -1:], num_frames - video.shape[1], axis=1)
         return np.concatenate([video, pad], axis=1)
     return video[:, :num_frames]
-
-
-def _video_frames(video: Any) -> list:
-    """``video=`` as a list of RGB PIL frames (uint8 (F, H, W, 3) array or a list of images)."""
-    if isinstance(video, np.ndarray):
-        if video.dtype != np.uint8 or video.ndim != 4 or video.shape[-1] != 3 or 0 in video.shape:
-            raise InputError(f"video is a {video.dtype} array of shape {video.shape}; give uint8 frames "
-                             "(F, H, W, 3) or a list of PIL images")
-        return [to_rgb_image(f, "video") for f in video]
-    if isinstance(video, (list, tuple)) and video:
-        return [to_rgb_image(f, f"video[{i}]") for i, f in enumerate(video)]
-    raise InputError(f"video must be uint8 frames (F, H, W, 3) or a non-empty list of PIL images; got "
-                     f"{type(video).__name__}{' (empty)' if isinstance(video, (list, tuple)) else ''}")
 
 
 class CosmosPredictPipeline(VideoPipeline):
@@ -227,8 +214,7 @@ class CosmosPredictPipeline(VideoPipeline):
         video = extra.get("video")
         # num_latent_conditional_frames and conditional_frame_timestep: checked by their declarations
         n = extra.get("num_latent_conditional_frames", 2)
-        if isinstance(call.image, (list, tuple)):
-            raise InputError(f"image is a list of {len(call.image)}; image2world takes one image for the batch")
+        one_image(call.image, "image2world takes")
         if video is None:
             return
         if call.image is not None:
@@ -238,7 +224,7 @@ class CosmosPredictPipeline(VideoPipeline):
         if len(call.prompts) != 1:
             raise InputError(Arg("video"), f" is given with {len(call.prompts)} prompts; video2world takes one prompt "
                              "(as diffusers' Cosmos2_5_PredictBasePipeline: batch_size must be 1)")
-        frames = _video_frames(video)
+        frames = video_frames(video)
         need = cls.conditioning_frames(call)
         if len(frames) < need:
             raise InputError(Arg("video", keyword=True), f" has {len(frames)} frame(s) but video2world with ",
@@ -286,7 +272,7 @@ class CosmosPredictPipeline(VideoPipeline):
         if video is None:
             return None, 0
         need = self.conditioning_frames(call)
-        frames = _video_frames(video)[-need:]
+        frames = video_frames(video)[-need:]
         pixels = np.stack([vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video")
                            for f in frames])
         return pixels[None], (need - 1) // self.info.vae_config.temporal_compression + 1

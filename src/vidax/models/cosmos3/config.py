@@ -342,8 +342,7 @@ def read_cosmos3_checkpoint(checkpoint: Checkpoint) -> Cosmos3Info:
     from vidax.models.wan.config import WanVAEConfig
 
     ckpt = checkpoint
-    for name in ("text_tokenizer", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("text_tokenizer", "transformer", "vae", "scheduler")
     cfg = ckpt.typed_config("transformer", Cosmos3TransformerConfig)
     vae = ckpt.typed_config("vae", WanVAEConfig)
     if cfg.latent_channel != vae.z_dim:

@@ -55,8 +55,7 @@ import numpy as np
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError
-from vidax.io.image import to_rgb_image, vae_image_preprocess
-from vidax.models.cosmos.pipeline import _video_frames  # Cosmos-Predict2.5's reading of video=
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
@@ -250,9 +249,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
     def check_family_call(cls, info: Cosmos3Info, call) -> None:
         extra = call.extra
         video = extra.get("video")
-        if isinstance(call.image, (list, tuple)):
-            raise InputError(Arg("image", keyword=True), f" is a list of {len(call.image)}; Cosmos 3 takes one image "
-                             "for the batch")
+        one_image(call.image, "Cosmos 3 takes")
         if call.image is not None and call.num_frames == 1:
             raise InputError(Arg("image", keyword=True), " with ", Arg("num_frames", 1), ": the reference ignores the "
                              "image when it makes one frame (text-to-image); give more frames or no image")
@@ -267,7 +264,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
                              " (video-to-video)")
         if call.num_frames == 1:
             raise InputError(Arg("video", keyword=True), " needs ", Arg("num_frames"), " > 1, got 1")
-        _video_frames(video)
+        video_frames(video)
         idx = extra.get("condition_frame_indexes_vision", (0, 1))
         if (isinstance(idx, (str, bytes)) or not isinstance(idx, (list, tuple)) or not idx
                 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0 for i in idx)):
@@ -355,7 +352,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
             return None, ()
         idx = tuple(sorted({int(i) for i in call.extra.get("condition_frame_indexes_vision", (0, 1))}))
         need = max(idx) * k + 1
-        frames = _video_frames(video)
+        frames = video_frames(video)
         frames = frames[:need] if call.extra.get("condition_video_keep", "first") == "first" else frames[-need:]
         frames = frames + [frames[-1]] * (need - len(frames))
         pixels = np.stack([vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video")

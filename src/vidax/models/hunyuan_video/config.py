@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
+from vidax.config import ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
@@ -161,7 +161,8 @@ class HunyuanVideoVAEConfig(ConfigBase):
             ``HunyuanVideoUpBlock3D`` (the only types the reference builds).
         block_out_channels: channels per encoder block (the decoder mirrors them).
         layers_per_block: resnets per encoder block (decoder blocks have one more).
-        act_fn: ``"silu"`` (``"swish"`` is the same function); others are refused.
+        act_fn: the resnets' activation (diffusers ``get_activation`` names; the output
+            activation is SiLU whatever it says, as the reference).
         norm_num_groups: groups of every group norm (eps 1e-6 everywhere, as the reference).
         scaling_factor: latents are ``z * scaling_factor`` in the transformer's space; the
             pipelines divide by it before decoding.
@@ -173,7 +174,6 @@ class HunyuanVideoVAEConfig(ConfigBase):
     """
 
     IGNORED: ClassVar[frozenset[str]] = frozenset()
-    NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"act_fn": ("silu", "swish")}
 
     in_channels: int = 3
     out_channels: int = 3
@@ -187,6 +187,7 @@ class HunyuanVideoVAEConfig(ConfigBase):
     spatial_compression_ratio: int = 8
     temporal_compression_ratio: int = 4
     mid_block_add_attention: bool = True
+    act_fn: str = "silu"
 
     @property
     def spatial_compression(self) -> int:
@@ -213,6 +214,8 @@ class HunyuanVideoVAEConfig(ConfigBase):
         check_positive_ints(source, self, ("in_channels", "out_channels", "latent_channels", "layers_per_block",
                                            "norm_num_groups", "spatial_compression_ratio",
                                            "temporal_compression_ratio"))
+        if not isinstance(self.act_fn, str) or self.act_fn.lower() not in ACTIVATIONS:
+            self.invalid(source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}")
         boc = self.block_out_channels
         check_vae_blocks(source, boc, self.norm_num_groups, {
             "down_block_types": (self.down_block_types, "HunyuanVideoDownBlock3D"),
@@ -292,8 +295,7 @@ def read_hunyuan_video_checkpoint(checkpoint: Checkpoint) -> HunyuanVideoInfo:
             (the message names the file, the key and what is valid).
     """
     ckpt, src = checkpoint, checkpoint.source
-    for name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler")
     tr = ckpt.typed_config("transformer", HunyuanVideoTransformerConfig)
     vae = ckpt.typed_config("vae", HunyuanVideoVAEConfig)
     file, c = ckpt.config_file("transformer"), vae.latent_channels

@@ -59,7 +59,7 @@ from vidax.encoders.clip import clip_preprocess, encode_clip_text
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, CheckpointError, InputError
-from vidax.io.image import to_rgb_image, vae_image_preprocess
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.options import OBJECT, CallOption
@@ -140,6 +140,44 @@ def expand_image_tokens(input_ids: np.ndarray, image_token_index: int, image_emb
     out[b, positions[b, j]] = ids[b, j]
     out[:, image_emb_start:image_emb_end] = image_token_index
     return out.astype(np.int32), (out != pad_token_id).astype(np.int32)
+
+
+def checked_prompt_template(value: Any, default: dict) -> dict:
+    """The call's ``prompt_template`` (None: ``default``, the pipeline's) as the encoders read it:
+    ``template``, ``crop_start`` and, from ``value`` or as diffusers' I2V defaults them, the
+    image-token keys of ``default`` (other keys are ignored, as diffusers ignores them).
+
+    Raises:
+        InputError: not a dict; ``template`` not a string with one ``{}`` for the prompt (other
+            braces fail diffusers' ``str.format``); ``crop_start`` missing or not an int >= 0; an
+            image-token key not an int >= 0 (a missing ``{}`` or ``crop_start``: the reason of
+            :data:`~vidax.pipelines.diffusers_keywords.REFUSED_VALUES`).
+    """
+    from vidax.pipelines.diffusers_keywords import refused_value_reason
+
+    if value is None:
+        return default
+    if not isinstance(value, dict):
+        raise InputError(Arg("prompt_template", value), " must be a dict with 'template' and 'crop_start', as "
+                         "diffusers' DEFAULT_PROMPT_TEMPLATE")
+    template = value.get("template")
+    try:
+        ok = isinstance(template, str) and template.count("{}") == 1 and template.format("") is not None
+    except (IndexError, KeyError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(Arg("prompt_template['template']", template), " must be a string with one '{}' where "
+                         "the prompt goes and no other braces; " + refused_value_reason("prompt_template"))
+    out = {"template": template}
+    for key in ("crop_start",) + tuple(k for k in default if k.startswith("image_emb")):
+        v = value.get(key, default[key] if key != "crop_start" else None)
+        if v is None and key == "crop_start":
+            raise InputError(Arg("prompt_template", value), " has no 'crop_start'; "
+                             + refused_value_reason("prompt_template"))
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise InputError(Arg(f"prompt_template['{key}']", v), " must be an integer >= 0")
+        out[key] = v
+    return out
 
 
 def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
@@ -243,6 +281,10 @@ class HunyuanVideoPipeline(VideoPipeline):
                    per_prompt=True, flag=False),
         CallOption("negative_prompt_2", str, "diffusers' negative_prompt_2: unused by diffusers 0.42.1 (CLIP encodes "
                    "negative_prompt), so it changes nothing, as there.", "negative_prompt", per_prompt=True, flag=False),
+        CallOption("prompt_template", OBJECT, "diffusers' prompt_template: a dict with 'template' (the text the "
+                   "Llama encoder sees, '{}' where the prompt goes) and 'crop_start' (template tokens dropped from "
+                   "the front of its output); I2V also 'image_emb_len' / 'image_emb_start' / 'image_emb_end'.",
+                   "the pipeline's DEFAULT_PROMPT_TEMPLATE"),
     )
     unsupported_call_args = ("guidance_scale_2",)
     #: vidax's order of encode_call's arrays (diffusers' encode_prompt returns embeds, pooled, mask).
@@ -290,6 +332,7 @@ class HunyuanVideoPipeline(VideoPipeline):
         call = check_sigmas(super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
                             cls.read_scheduler(info), cls.schedule)
         extra = dict(call.extra)
+        extra["prompt_template"] = checked_prompt_template(extra.get("prompt_template"), cls.prompt_template)
         scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
         extra["true_cfg_scale"] = float(scale)
         cfg = scale > 1.0 and negative_prompt is not None
@@ -303,9 +346,7 @@ class HunyuanVideoPipeline(VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
-        if isinstance(call.image, (list, tuple)):
-            raise InputError(f"image is a list of {len(call.image)}; the HunyuanVideo pipelines take one image "
-                             "for the whole batch, as diffusers' HunyuanVideoImageToVideoPipeline")
+        one_image(call.image, "the HunyuanVideo pipelines take")
         if call.image is not None:
             for name, texts in (("prompt", call.prompts), ("negative_prompt", call.negatives)):
                 if any("<image>" in t for t in texts):
@@ -351,22 +392,24 @@ class HunyuanVideoPipeline(VideoPipeline):
         return embeds, mask, self.clip_pooled(texts, truncation)
 
     def llama_embeds(self, call, texts: list[str]) -> tuple[jax.Array, jax.Array]:
-        """The Llama part of ``encode_prompt`` for the call's ``texts``."""
-        return self._llama_text(texts, call.max_sequence_length, text_truncation(call))
+        """The Llama part of ``encode_prompt`` for the call's ``texts`` (its ``prompt_template``)."""
+        return self._llama_text(texts, call.max_sequence_length, text_truncation(call), call.extra["prompt_template"])
 
-    def _template_truncation(self, truncation: Truncation | None) -> Truncation:
+    @staticmethod
+    def _template_truncation(truncation: Truncation | None, template: dict) -> Truncation:
         """``truncation`` with the template's ``crop_start`` tokens not counted."""
-        return dataclasses.replace(truncation or Truncation(), offset=self.prompt_template["crop_start"])
+        return dataclasses.replace(truncation or Truncation(), offset=template["crop_start"])
 
-    def _llama_text(self, texts: list[str], max_sequence_length: int,
-                    truncation: Truncation | None = None) -> tuple[jax.Array, jax.Array]:
-        """``_get_llama_prompt_embeds`` of ``HunyuanVideoPipeline``: (B, msl, D), mask (B, msl)."""
+    def _llama_text(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None,
+                    template: dict | None = None) -> tuple[jax.Array, jax.Array]:
+        """``_get_llama_prompt_embeds`` of ``HunyuanVideoPipeline``: (B, msl, D), mask (B, msl);
+        ``template``: the prompt template (None: the pipeline's default)."""
         from vidax.encoders.decoder_lm import encode_hidden_states
 
-        template = self.prompt_template
+        template = template or self.prompt_template
         crop = template["crop_start"]
         tokens = self.tokenizer([template["template"].format(t) for t in texts], max_sequence_length + crop,
-                                truncation=self._template_truncation(truncation))
+                                truncation=self._template_truncation(truncation, template))
         h = encode_hidden_states(self.text_encoder, tokens.input_ids, tokens.attention_mask,
                                  output_layer=LLAMA_OUTPUT_LAYER)
         return h[:, crop:], jnp.asarray(tokens.attention_mask[:, crop:])
@@ -498,22 +541,23 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         n = _interleave_default(self.info.image_condition_type) if n is None else int(n)
         b0 = len(call.prompts)
         names = text_truncation(call)
+        tpl = call.extra["prompt_template"]
         parts = [self._llava_text(texts[:b0], call.image, n, call.max_sequence_length,
-                                  dataclasses.replace(names, labels=names.labels[:b0]))]
+                                  dataclasses.replace(names, labels=names.labels[:b0]), tpl)]
         if len(texts) > b0:
             black = np.zeros((call.height, call.width, 3), np.uint8)
             parts.append(self._llava_text(texts[b0:], black, NEGATIVE_INTERLEAVE, call.max_sequence_length,
-                                          dataclasses.replace(names, labels=names.labels[b0:])))
+                                          dataclasses.replace(names, labels=names.labels[b0:]), tpl))
         length = max(p[0].shape[1] for p in parts)
         embeds = jnp.concatenate([jnp.pad(e, ((0, 0), (0, length - e.shape[1]), (0, 0))) for e, _ in parts])
         mask = jnp.concatenate([jnp.pad(m, ((0, 0), (0, length - m.shape[1]))) for _, m in parts])
         return embeds, mask
 
     def _llava_text(self, texts: list[str], image: Any, interleave: int, max_sequence_length: int,
-                    truncation: Truncation | None = None) -> tuple[jax.Array, jax.Array]:
+                    truncation: Truncation | None, tpl: dict) -> tuple[jax.Array, jax.Array]:
         from vidax.encoders.llava import encode_llava_text
 
-        te, tpl = self.text_encoder, self.prompt_template
+        te = self.text_encoder
         crop, e_len = tpl["crop_start"], tpl["image_emb_len"]
         start, end = tpl["image_emb_start"], tpl["image_emb_end"]
         pad = te.config.pad_token_id
@@ -525,7 +569,7 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
             raise CheckpointError(f"{self.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
                                   "reference cuts the prompt at it")
         tokens = self.tokenizer([tpl["template"].format(t) for t in texts], max_sequence_length + crop,
-                                truncation=self._template_truncation(truncation))
+                                truncation=self._template_truncation(truncation, tpl))
         ids, mask = expand_image_tokens(tokens.input_ids, te.config.vision.image_token_index, e_len, start, end, pad)
         pixels = clip_preprocess(to_rgb_image(image), self.image_processor_config)
         pixels = np.repeat(np.asarray(pixels, np.float32)[None], len(texts), axis=0)

@@ -73,7 +73,7 @@ from vidax.errors import InputError
 from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import check_video_array
-from vidax.nn.layers import Conv, GroupNorm, Identity, linear
+from vidax.nn.layers import Conv, GroupNorm, Identity, activation, linear
 from vidax.nn.tiling import TiledVAE, TilingSettings, blend, check_tiling_fields, tiled
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
@@ -172,12 +172,13 @@ class HunyuanVideoCausalConv3d(nnx.Module):
 
 
 class HunyuanVideoResnetBlockCausal3D(nnx.Module):
-    """GroupNorm-SiLU-CausalConv3d twice plus a (1x1x1 causal conv) shortcut; follows
-    ``HunyuanVideoResnetBlockCausal3D`` (dropout 0 at inference)."""
+    """GroupNorm-activation (``act``: SiLU by default)-CausalConv3d twice plus a (1x1x1 causal
+    conv) shortcut; follows ``HunyuanVideoResnetBlockCausal3D`` (dropout 0 at inference)."""
 
-    def __init__(self, in_channels: int, out_channels: int, groups: int, *, dtype, param_dtype,
+    def __init__(self, in_channels: int, out_channels: int, groups: int, *, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.act = act
         self.norm1 = GroupNorm(in_channels, groups, _EPS)
         self.conv1 = HunyuanVideoCausalConv3d(in_channels, out_channels, 3, **kw)
         self.norm2 = GroupNorm(out_channels, groups, _EPS)
@@ -188,8 +189,9 @@ class HunyuanVideoResnetBlockCausal3D(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """``x (B, T, H, W, C_in)`` -> ``(B, T, H, W, C_out)``."""
-        h = self.conv1(jax.nn.silu(self.norm1(x)))
-        h = self.conv2(jax.nn.silu(self.norm2(h)))
+        act = activation(self.act)
+        h = self.conv1(act(self.norm1(x)))
+        h = self.conv2(act(self.norm2(h)))
         shortcut = self.conv_shortcut(x) if self.conv_shortcut is not None else x
         return h + shortcut.astype(h.dtype)
 
@@ -243,10 +245,11 @@ class HunyuanVideoMidBlock3D(nnx.Module):
     """resnet, then (attention, resnet) once; follows ``HunyuanVideoMidBlock3D(num_layers=1)``.
     Without ``add_attention`` the attention slot is ``None`` (as the reference's list)."""
 
-    def __init__(self, channels: int, groups: int, add_attention: bool, *, dtype, param_dtype,
+    def __init__(self, channels: int, groups: int, add_attention: bool, *, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.resnets = nnx.List([HunyuanVideoResnetBlockCausal3D(channels, channels, groups, **kw) for _ in range(2)])
+        self.resnets = nnx.List([HunyuanVideoResnetBlockCausal3D(channels, channels, groups, act=act, **kw)
+                                 for _ in range(2)])
         self.attentions = nnx.List([HunyuanVideoAttention(channels, groups, **kw) if add_attention else None])
 
     def __call__(self, x: jax.Array, attention: str = "auto") -> jax.Array:
@@ -298,10 +301,12 @@ class HunyuanVideoDownBlock3D(nnx.Module):
     """``num_layers`` resnets then an optional down-sampler (``downsamplers.0``)."""
 
     def __init__(self, in_channels: int, out_channels: int, num_layers: int, groups: int,
-                 stride: tuple[int, int, int] | None, *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 stride: tuple[int, int, int] | None, *, act: str = "silu", dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.resnets = nnx.List([
-            HunyuanVideoResnetBlockCausal3D(in_channels if i == 0 else out_channels, out_channels, groups, **kw)
+            HunyuanVideoResnetBlockCausal3D(in_channels if i == 0 else out_channels, out_channels, groups, act=act,
+                                            **kw)
             for i in range(num_layers)
         ])  # fmt: skip
         self.downsamplers = (
@@ -318,10 +323,12 @@ class HunyuanVideoUpBlock3D(nnx.Module):
     """``num_layers`` resnets then an optional up-sampler (``upsamplers.0``)."""
 
     def __init__(self, in_channels: int, out_channels: int, num_layers: int, groups: int,
-                 factor: tuple[int, int, int] | None, *, dtype, param_dtype, rngs: nnx.Rngs):  # fmt: skip
+                 factor: tuple[int, int, int] | None, *, act: str = "silu", dtype, param_dtype,
+                 rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.resnets = nnx.List([
-            HunyuanVideoResnetBlockCausal3D(in_channels if i == 0 else out_channels, out_channels, groups, **kw)
+            HunyuanVideoResnetBlockCausal3D(in_channels if i == 0 else out_channels, out_channels, groups, act=act,
+                                            **kw)
             for i in range(num_layers)
         ])  # fmt: skip
         self.upsamplers = (
@@ -351,10 +358,11 @@ class HunyuanVideoEncoder3D(nnx.Module):
         self.conv_in = HunyuanVideoCausalConv3d(config.in_channels, boc[0], 3, **kw)
         self.down_blocks = nnx.List([
             HunyuanVideoDownBlock3D(boc[max(i - 1, 0)], boc[i], config.layers_per_block, groups,
-                                    _factors(*config.resampling()[i]), **kw)
+                                    _factors(*config.resampling()[i]), act=config.act_fn, **kw)
             for i in range(len(boc))
         ])  # fmt: skip
-        self.mid_block = HunyuanVideoMidBlock3D(boc[-1], groups, config.mid_block_add_attention, **kw)
+        self.mid_block = HunyuanVideoMidBlock3D(boc[-1], groups, config.mid_block_add_attention, act=config.act_fn,
+                                                **kw)
         self.conv_norm_out = GroupNorm(boc[-1], groups, _EPS)
         self.conv_out = HunyuanVideoCausalConv3d(boc[-1], 2 * config.latent_channels, 3, **kw)
 
@@ -374,10 +382,11 @@ class HunyuanVideoDecoder3D(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         rev, groups = tuple(reversed(config.block_out_channels)), config.norm_num_groups
         self.conv_in = HunyuanVideoCausalConv3d(config.latent_channels, rev[0], 3, **kw)
-        self.mid_block = HunyuanVideoMidBlock3D(rev[0], groups, config.mid_block_add_attention, **kw)
+        self.mid_block = HunyuanVideoMidBlock3D(rev[0], groups, config.mid_block_add_attention, act=config.act_fn,
+                                                **kw)
         self.up_blocks = nnx.List([
             HunyuanVideoUpBlock3D(rev[max(i - 1, 0)], rev[i], config.layers_per_block + 1, groups,
-                                  _factors(*config.resampling()[i]), **kw)
+                                  _factors(*config.resampling()[i]), act=config.act_fn, **kw)
             for i in range(len(rev))
         ])  # fmt: skip
         self.conv_norm_out = GroupNorm(rev[-1], groups, _EPS)

@@ -317,9 +317,8 @@ def read_hunyuan_video15_checkpoint(checkpoint: Checkpoint) -> HunyuanVideo15Inf
         ConfigError: a setting vidax does not implement or components that do not fit together.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler",
-                 "guider"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler",
+                 "guider")
     tr = ckpt.typed_config("transformer", HunyuanVideo15TransformerConfig)
     vae = ckpt.typed_config("vae", HunyuanVideo15VAEConfig)
     guider_class = ckpt.config("guider").get("_class_name")
@@ -341,8 +340,7 @@ def read_hunyuan_video15_checkpoint(checkpoint: Checkpoint) -> HunyuanVideo15Inf
                               f"{ckpt.config_files.get(name)} has {key}={got}")
     task = tr.task_type
     if task == "i2v":  # the image-to-video pipeline's SigLIP tower and its processor
-        for name in ("image_encoder", "feature_extractor"):
-            ckpt.folder(name)
+        ckpt.require("image_encoder", "feature_extractor")
         if not ckpt.config_files.get("feature_extractor", "").endswith("preprocessor_config.json"):
             raise ConfigError(f"{ckpt.folder('feature_extractor')} has no preprocessor_config.json (the SigLIP "
                               "image preprocessing of the image-to-video pipeline)")

@@ -45,6 +45,7 @@ import numpy as np
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import ByteTokenizer, TextTokenizer, Truncation
 from vidax.errors import Arg, InputError
+from vidax.io.image import one_image, to_rgb_image
 from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas,
                                                  first_frame_concat, steps_of_sigmas, two_encoder_loads)
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
@@ -238,8 +239,6 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
         Raises:
             InputError: a malformed image, or one whose bucket the model cannot take.
         """
-        from vidax.io.image import to_rgb_image
-
         rgb = to_rgb_image(image)
         tr = info.transformer_config
         height, width = default_size(tr.target_size, info.vae_config.spatial_compression, (rgb.width, rgb.height))
@@ -264,9 +263,7 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
                                  f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
                                  "ratio (as diffusers' HunyuanVideo15ImageToVideoPipeline); crop the ", Arg("image"),
                                  " to choose another")
-        if isinstance(image, (list, tuple)):
-            raise InputError(Arg("image"), f" must be one image (a PIL image or a uint8 (H, W, 3) array), got a "
-                             f"{type(image).__name__} of {len(image)}")
+        one_image(image, f"{cls.__name__} takes")
         size = {} if image is None else dict(zip(("height", "width"), cls.video_size(info, image)))
         call = super().check_call(info, prompt, negative_prompt, image=image, **size, **kwargs)
         return dataclasses.replace(call, given=call.given - {"height", "width"})

@@ -9,16 +9,12 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, TransformerConfig
+from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig
 from vidax.errors import ConfigError
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
-
-#: ``activation_fn`` of the blocks' feed-forward network -> tanh approximation of GELU or not
-#: (diffusers ``FeedForward``; other activations change its structure and are not implemented).
-LTX_FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +36,7 @@ class LTXTransformerConfig(TransformerConfig):
         cross_attention_dim: input width of the cross-attention keys / values; the reference feeds
             them the caption projection's output (width D), so it must equal D.
         num_layers: number of transformer blocks.
-        activation_fn: feed-forward activation, ``"gelu-approximate"`` or ``"gelu"``.
+        activation_fn: feed-forward activation, one of :data:`vidax.config.FFN_ACTIVATIONS`.
         qk_norm: only ``"rms_norm_across_heads"`` (the reference's ``LTXAttention`` refuses others).
         norm_elementwise_affine: weights in the blocks' RMSNorms (false in every release).
         norm_eps: epsilon of the blocks' RMSNorms (the q/k RMSNorms use 1e-5, the output
@@ -79,8 +75,8 @@ class LTXTransformerConfig(TransformerConfig):
              "cross_attention_dim", "num_layers", "caption_channels"),
             nullable=("out_channels",),
         )
-        if self.activation_fn not in LTX_FFN_ACTIVATIONS:
-            bad("activation_fn", self.activation_fn, f"vidax implements {sorted(LTX_FFN_ACTIVATIONS)}")
+        if self.activation_fn not in FFN_ACTIVATIONS:
+            bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
         if self.qk_norm != "rms_norm_across_heads":
             bad("qk_norm", self.qk_norm, "diffusers' LTXAttention implements only 'rms_norm_across_heads'")
         if not isinstance(self.norm_elementwise_affine, bool):
@@ -432,8 +428,7 @@ def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
             scheduler other than FlowMatchEulerDiscreteScheduler, channels that do not fit the VAE.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
     cfg = ckpt.typed_config("transformer", LTXTransformerConfig)
     vae = ckpt.typed_config("vae", LTXVAEConfig)
     if cfg.in_channels != vae.latent_channels or cfg.out_dim != vae.latent_channels:

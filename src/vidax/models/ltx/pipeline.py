@@ -32,7 +32,7 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError, Message, joined
-from vidax.io.image import to_rgb_image, vae_image_preprocess
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
@@ -43,7 +43,12 @@ from vidax.pipelines.step_inputs import StepInputs, step_inputs
 logger = logging.getLogger("vidax.pipeline")
 
 
-def _number(name: str, value: Any, low: float = 0.0, high: float | None = None) -> float:
+def checked_number(name: str, value: Any, low: float = 0.0, high: float | None = None) -> float:
+    """``value`` (the call's ``name``) as a float: a finite real number >= ``low`` (and <= ``high``).
+
+    Raises:
+        InputError: ``"{name} must be a number in [low, high], got {value!r}"`` (a bool is no number).
+    """
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.floating, np.integer))
     if not ok or not np.isfinite(value) or value < low or (high is not None and value > high):
         valid = f">= {low}" if high is None else f"in [{low}, {high}]"
@@ -57,9 +62,9 @@ def _per_video(name: str, value: Any, batch: int, prompts: int) -> list[float]:
     if isinstance(value, (list, tuple)):
         if len(value) != prompts:
             raise InputError(f"{name} is a list of {len(value)}; give one number or one per prompt ({prompts})")
-        values = [_number(name, v) for v in value]
+        values = [checked_number(name, v) for v in value]
         return [v for v in values for _ in range(batch // prompts)]
-    return [_number(name, value)] * batch
+    return [checked_number(name, value)] * batch
 
 
 #: The keywords every LTX-Video pipeline takes.
@@ -180,9 +185,7 @@ class LTXPipeline(LTXDecode, VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
-        if isinstance(call.image, (list, tuple)):
-            raise InputError(f"image is a list of {len(call.image)}; LTXImageToVideoPipeline takes one image "
-                             "for the whole batch")
+        one_image(call.image, "LTXImageToVideoPipeline takes")
         cls.check_ltx_args(info, call)
         if call.image is not None and call.latents is not None:
             logger.warning("latents were given: their first latent frame is the conditioning frame and image is "
@@ -443,18 +446,6 @@ class _Item:
     is_video: bool
 
 
-def _video_frames(video: Any, name: str) -> list:
-    """A condition video as a list of RGB PIL frames (uint8 (F, H, W, 3) array or a list of frames)."""
-    if isinstance(video, np.ndarray) and video.ndim == 4:
-        video = list(video)
-    if not isinstance(video, (list, tuple)):
-        raise InputError(f"{name} must be a uint8 (F, H, W, 3) array or a list of frames (PIL images / uint8 "
-                         f"(H, W, 3) arrays); got {type(video).__name__}")
-    if not video:
-        raise InputError(f"{name} has no frames")
-    return [to_rgb_image(f, f"{name}[{i}]") for i, f in enumerate(video)]
-
-
 def _listed(name: str, value: Any, n: int) -> list:
     if isinstance(value, (list, tuple)):
         if len(value) != n:
@@ -515,12 +506,12 @@ def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
         if isinstance(fi, bool) or not isinstance(fi, (int, np.integer)) or not 0 <= fi < call.num_frames:
             raise InputError(f"{prefix}frame_index={fi!r} is not a frame of the {call.num_frames}-frame clip; it must "
                              f"be an integer in [0, {call.num_frames - 1}]")
-        strength = _number(f"{prefix}strength", st, 0.0, 1.0)
+        strength = checked_number(f"{prefix}strength", st, 0.0, 1.0)
         if image is not None:
             items.append(_Item(label, (to_rgb_image(image, f"{prefix}image"),), int(fi), strength, False))
             continue
         name = f"{prefix}video" if prefix else label
-        frames = _video_frames(vid, name)
+        frames = video_frames(vid, name)
         # diffusers' trim_conditioning_sequence: the frames left after frame_index, to k*temporal + 1.
         keep = (min(len(frames), call.num_frames - int(fi)) - 1) // temporal * temporal + 1
         if keep < len(frames) and warn:

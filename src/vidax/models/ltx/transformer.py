@@ -57,7 +57,7 @@ from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNormSingle, gated_add, modulate, table_modulation
 from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
-from vidax.models.ltx.config import LTX_FFN_ACTIVATIONS, LTXTransformerConfig
+from vidax.models.ltx.config import LTXTransformerConfig
 from vidax.models.ltx.rope import grid_coords, ltx_rope, video_coords_to_grid
 from vidax.nn.layers import FeedForward, LayerNorm, RMSNorm, TextProjection, linear
 from vidax.nn.stack import stacked
@@ -94,8 +94,7 @@ class LTXVideoTransformerBlock(nnx.Module):
         self.attn1 = Attention(attn, attention, dtype, param_dtype, rngs, mesh)
         self.attn2 = Attention(dataclasses.replace(attn, kv_dim=cfg.cross_attention_dim), attention, dtype,
                                param_dtype, rngs, mesh)
-        approximate = LTX_FFN_ACTIVATIONS[cfg.activation_fn]
-        self.ff = FeedForward(d, 4 * d, d, approximate, dtype, param_dtype, rngs)
+        self.ff = FeedForward(d, 4 * d, d, cfg.activation_fn, dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (6, d), _F32) / math.sqrt(d))
 
     def __call__(self, x, context, kv_mask, mod, rope, valid_length=None):

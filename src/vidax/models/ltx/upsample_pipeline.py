@@ -23,9 +23,9 @@ from flax import nnx
 
 from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
-from vidax.io.image import vae_image_preprocess
+from vidax.io.image import vae_image_preprocess, video_frames
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
-from vidax.models.ltx.pipeline import LTXDecode, _number, _video_frames
+from vidax.models.ltx.pipeline import LTXDecode, checked_number
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
@@ -168,8 +168,8 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
                                                                          else ""))
         if output_type not in ("np", "latent"):
             raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
-        adain = _number("adain_factor", adain_factor, -10.0, 10.0)
-        tone = _number("tone_map_compression_ratio", tone_map_compression_ratio, 0.0, 1.0)
+        adain = checked_number("adain_factor", adain_factor, -10.0, 10.0)
+        tone = checked_number("tone_map_compression_ratio", tone_map_compression_ratio, 0.0, 1.0)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise InputError(f"seed must be an integer or None, got {seed!r}")
         seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
@@ -180,7 +180,7 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
                 raise InputError(f"latents have shape {tuple(latents.shape)}; expected {self.latents_layout} with "
                                  f"{v.latent_channels} channels{self.latents_hint}")
         else:
-            frames = _video_frames(video, "video")
+            frames = video_frames(video, "video")
             k = v.temporal_compression
             if len(frames) % k != 1:
                 keep = len(frames) // k * k + 1

@@ -32,7 +32,7 @@ _GROUPS = 32
 _EPS = 1e-5  # torch.nn.GroupNorm's default, as the reference builds them
 
 
-def _conv(cin: int, cout: int, dims: int, **kw) -> Conv:
+def padded_conv(cin: int, cout: int, dims: int, **kw) -> Conv:
     """A 3x3(x3) conv with padding 1 (the reference's ``ConvNd(kernel_size=3, padding=1)``)."""
     return Conv(cin, cout, (3,) * dims, padding=((1, 1),) * dims, **kw)
 
@@ -46,9 +46,9 @@ class ResBlock(nnx.Module):
 
     def __init__(self, channels: int, dims: int, *, dtype=_F32, param_dtype=_F32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.conv1 = _conv(channels, channels, dims, **kw)
+        self.conv1 = padded_conv(channels, channels, dims, **kw)
         self.norm1 = GroupNorm(channels, _GROUPS, _EPS)
-        self.conv2 = _conv(channels, channels, dims, **kw)
+        self.conv2 = padded_conv(channels, channels, dims, **kw)
         self.norm2 = GroupNorm(channels, _GROUPS, _EPS)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -73,14 +73,14 @@ class LTXLatentUpsamplerModel(nnx.Module):
         self.dtype = dtype
         c, mid, dims = config.in_channels, config.mid_channels, config.dims
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.initial_conv = _conv(c, mid, dims, **kw)
+        self.initial_conv = padded_conv(c, mid, dims, **kw)
         self.initial_norm = GroupNorm(mid, _GROUPS, _EPS)
         self.res_blocks = nnx.List([ResBlock(mid, dims, **kw) for _ in range(config.num_blocks_per_stage)])
         self.upsampler = self._make_upsampler(config, **kw)
         self.post_upsample_res_blocks = nnx.List(
             [ResBlock(mid, dims, **kw) for _ in range(config.num_blocks_per_stage)]
         )
-        self.final_conv = _conv(mid, c, dims, **kw)
+        self.final_conv = padded_conv(mid, c, dims, **kw)
 
     def _make_upsampler(self, config: LTXLatentUpsamplerConfig, **kw) -> nnx.Module:
         """The reference's ``upsampler = Sequential(ConvNd, PixelShuffleND)`` (keys ``upsampler.0.*``):
@@ -92,7 +92,7 @@ class LTXLatentUpsamplerModel(nnx.Module):
         else:
             self._factors, up_dims = (2,), 3
         mid = config.mid_channels
-        return nnx.List([_conv(mid, math.prod(self._factors) * mid, up_dims, **kw)])
+        return nnx.List([padded_conv(mid, math.prod(self._factors) * mid, up_dims, **kw)])
 
     def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """``(B, T, H, W, C)`` -> the output's ``(B, T', H', W', C)``: ``T' = 2T - 1`` with temporal

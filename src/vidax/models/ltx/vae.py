@@ -59,6 +59,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTXVAEConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, LayerNorm, PixArtTimestepEmbedding, rms_norm
 from vidax.nn import tiling as tile_loop
@@ -68,10 +69,6 @@ _RMS_EPS = 1e-8  # every RMSNorm of the reference VAE (``RMSNorm(eps=1e-8, eleme
 
 TRACE_COUNTS: collections.Counter = collections.Counter()
 """How many times the jitted tile functions were traced, keyed ``"encode"`` / ``"decode"``."""
-
-
-class Buffer(nnx.Variable):
-    """A tensor the checkpoint holds that is not a parameter (a torch ``register_buffer``)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ frames, mel_bins)``. Inside, channels last: a spectrogram is an image ``(B, fram
 The module tree mirrors the reference (``decoder.up.1.block.0.conv1.conv.weight`` is the NNX path
 ``decoder/up/1/block/0/conv1/conv/kernel``), so the checkpoint maps by the loader's default rule.
 The latent statistics ``latents_mean`` / ``latents_std`` (``(base_channels,)``, one per packed
-latent feature ``c * M_z + m``) are checkpoint buffers (:class:`~vidax.models.ltx.vae.Buffer`).
+latent feature ``c * M_z + m``) are checkpoint buffers (:class:`~vidax.nn.buffer.Buffer`).
 
 Decode: ``L`` latent frames give ``4 L - 3`` mel frames (causal), cropped / zero-padded to that
 length and to ``mel_bins``, as the reference. Precision: float32 or bfloat16 compute, norm
@@ -26,8 +26,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.models.ltx.vae import Buffer
 from vidax.models.ltx2.config import LTX2AudioVAEConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.layers import Conv, GroupNorm, rms_norm
 
 _F32 = jnp.float32
@@ -140,27 +140,68 @@ class LTX2AudioUpsample(nnx.Module):
         return x
 
 
-class _Stage(nnx.Module):
-    """One level of the encoder (``down.i``) or decoder (``up.i``): ``block`` resnets and the
-    level's resampler (``downsample`` / ``upsample``, None at the last / first level)."""
+class LTX2AudioAttnBlock(nnx.Module):
+    """``LTX2AudioAttnBlock``: ``x + proj_out(attention(q, k, v))`` of the normed input, one head
+    of all channels over every (time, mel) position (not causal), the 1x1 convs ``q k v``."""
 
-    def __init__(self, blocks: list[LTX2AudioResnetBlock], resample: nnx.Module | None, name: str):
+    def __init__(self, channels: int, cfg: LTX2AudioVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.norm = _norm(channels, cfg.norm_type)
+        self.q, self.k, self.v, self.proj_out = (Conv(channels, channels, (1, 1), **kw) for _ in range(4))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        b, h, w, c = x.shape
+        n = self.norm(x)
+        q, k, v = (f(n).reshape(b, h * w, c) for f in (self.q, self.k, self.v))
+        logits = jnp.einsum("bqc,bkc->bqk", q, k, preferred_element_type=_F32) * (c ** -0.5)
+        out = jnp.einsum("bqk,bkc->bqc", jax.nn.softmax(logits, axis=-1).astype(v.dtype), v)
+        return x + self.proj_out(out.reshape(b, h, w, c))
+
+
+class _Stage(nnx.Module):
+    """One level of the encoder (``down.i``) or decoder (``up.i``): ``block`` resnets, each
+    followed by its ``attn`` block when the level has them, and the level's resampler
+    (``downsample`` / ``upsample``, None at the last / first level)."""
+
+    def __init__(self, blocks: list[LTX2AudioResnetBlock], attn: list[LTX2AudioAttnBlock],
+                 resample: nnx.Module | None, name: str):
         self.block = nnx.List(blocks)
+        self.attn = nnx.List(attn)
         if name == "downsample":
             self.downsample = resample
         else:
             self.upsample = resample
 
+    def blocks(self, x: jax.Array) -> jax.Array:
+        for i, block in enumerate(self.block):
+            x = block(x)
+            if len(self.attn):
+                x = self.attn[i](x)
+        return x
+
+
+def _stage_attn(cfg: LTX2AudioVAEConfig, channels: int, count: int, size: int, **kw) -> list[LTX2AudioAttnBlock]:
+    """``count`` attention blocks for a level of nominal size ``size`` when ``attn_resolutions``
+    lists it, else none."""
+    if not cfg.attn_resolutions or size not in cfg.attn_resolutions:
+        return []
+    return [LTX2AudioAttnBlock(channels, cfg, **kw) for _ in range(count)]
+
 
 class _Mid(nnx.Module):
-    """``mid``: two resnets (``attn_1`` is the reference's ``nn.Identity``: no attention)."""
+    """``mid``: two resnets, with ``attn_1`` between them when ``mid_block_add_attention`` (else
+    the reference's ``nn.Identity``)."""
 
     def __init__(self, channels: int, cfg: LTX2AudioVAEConfig, **kw):
         self.block_1 = LTX2AudioResnetBlock(channels, channels, cfg, **kw)
+        self.attn_1 = LTX2AudioAttnBlock(channels, cfg, **kw) if cfg.mid_block_add_attention else None
         self.block_2 = LTX2AudioResnetBlock(channels, channels, cfg, **kw)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.block_2(self.block_1(x))
+        x = self.block_1(x)
+        if self.attn_1 is not None:
+            x = self.attn_1(x)
+        return self.block_2(x)
 
 
 class LTX2AudioEncoder(nnx.Module):
@@ -171,7 +212,7 @@ class LTX2AudioEncoder(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         axis, n = cfg.causality_axis, len(cfg.ch_mult)
         self.conv_in = LTX2AudioCausalConv2d(cfg.in_channels, cfg.base_channels, 3, axis, **kw)
-        stages, cin = [], cfg.base_channels
+        stages, cin, size = [], cfg.base_channels, cfg.resolution
         for level in range(n):
             cout = cfg.base_channels * cfg.ch_mult[level]
             blocks = []
@@ -179,7 +220,8 @@ class LTX2AudioEncoder(nnx.Module):
                 blocks.append(LTX2AudioResnetBlock(cin, cout, cfg, **kw))
                 cin = cout
             down = LTX2AudioDownsample(cin, axis, **kw) if level != n - 1 else None
-            stages.append(_Stage(blocks, down, "downsample"))
+            stages.append(_Stage(blocks, _stage_attn(cfg, cin, cfg.num_res_blocks, size, **kw), down, "downsample"))
+            size = size // 2 if level != n - 1 else size
         self.down = nnx.List(stages)
         self.mid = _Mid(cin, cfg, **kw)
         self.norm_out = _norm(cin, cfg.norm_type)
@@ -189,8 +231,7 @@ class LTX2AudioEncoder(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x = self.conv_in(x)
         for stage in self.down:
-            for block in stage.block:
-                x = block(x)
+            x = stage.blocks(x)
             if stage.downsample is not None:
                 x = stage.downsample(x)
         x = self.mid(x)
@@ -209,6 +250,7 @@ class LTX2AudioDecoder(nnx.Module):
         self.conv_in = LTX2AudioCausalConv2d(cfg.latent_channels, cin, 3, axis, **kw)
         self.mid = _Mid(cin, cfg, **kw)
         stages: list[_Stage | None] = [None] * n
+        size = cfg.resolution // 2 ** (n - 1)
         for level in reversed(range(n)):
             cout = cfg.base_channels * cfg.ch_mult[level]
             blocks = []
@@ -216,7 +258,8 @@ class LTX2AudioDecoder(nnx.Module):
                 blocks.append(LTX2AudioResnetBlock(cin, cout, cfg, **kw))
                 cin = cout
             up = LTX2AudioUpsample(cin, axis, **kw) if level != 0 else None
-            stages[level] = _Stage(blocks, up, "upsample")
+            stages[level] = _Stage(blocks, _stage_attn(cfg, cin, cfg.num_res_blocks + 1, size, **kw), up, "upsample")
+            size = size * 2 if level != 0 else size
         self.up = nnx.List(stages)
         self.norm_out = _norm(cin, cfg.norm_type)
         self.conv_out = LTX2AudioCausalConv2d(cin, cfg.output_channels, 3, axis, **kw)
@@ -228,8 +271,7 @@ class LTX2AudioDecoder(nnx.Module):
         target_m = cfg.mel_bins if cfg.mel_bins is not None else mel_bins
         x = self.mid(self.conv_in(z))
         for stage in reversed(self.up):
-            for block in stage.block:
-                x = block(x)
+            x = stage.blocks(x)
             if stage.upsample is not None:
                 x = stage.upsample(x)
         x = self.conv_out(jax.nn.silu(self.norm_out(x)))

@@ -53,9 +53,12 @@ class LTX2AudioVAEConfig(ConfigBase):
         sample_rate, mel_hop_length: of the mel spectrogram (16000 Hz, 160).
         mel_bins: mel bins of the decoded spectrogram (None: the latent's).
         double_z: the encoder predicts mean and log-variance.
-        attn_resolutions, mid_block_add_attention: attention blocks; not implemented (the released
-            configs have none), refused unless null / false.
-        resolution, dropout, is_causal: accepted, no effect on inference (as the reference).
+        attn_resolutions: a level whose nominal size (``resolution`` halved per encoder
+            down-sampling) is listed gets an attention block after each resnet (the reference's
+            ``LTX2AudioAttnBlock``: over all time x mel positions, not causal).
+        mid_block_add_attention: the mid blocks' attention between their two resnets.
+        resolution: the nominal size ``attn_resolutions`` counts from.
+        dropout, is_causal: accepted, no effect on inference (as the reference).
     """
 
     base_channels: int = 128
@@ -97,12 +100,12 @@ class LTX2AudioVAEConfig(ConfigBase):
             if any((self.base_channels * m) % 32 for m in self.ch_mult):
                 self.invalid(source, "base_channels", self.base_channels, "GroupNorm(32) needs every level's "
                              "width to be a multiple of 32")
-        if self.attn_resolutions:
-            raise ConfigError(f"{source}: attn_resolutions={list(self.attn_resolutions)!r} is not implemented by "
-                              "vidax's LTX2AudioVAEConfig; only null or [] is supported.")
-        if self.mid_block_add_attention is not False:
-            raise ConfigError(f"{source}: mid_block_add_attention={self.mid_block_add_attention!r} is not "
-                              "implemented by vidax's LTX2AudioVAEConfig; only false is supported.")
+        if self.attn_resolutions is not None and (not isinstance(self.attn_resolutions, tuple)
+                                                  or not all(map(is_positive_int, self.attn_resolutions))):
+            self.invalid(source, "attn_resolutions", self.attn_resolutions, "expected null or a list of positive ints")
+        if not isinstance(self.mid_block_add_attention, bool):
+            self.invalid(source, "mid_block_add_attention", self.mid_block_add_attention, "expected true or false")
+        self.check_positive(source, ("resolution",))
         if not isinstance(self.double_z, bool):
             self.invalid(source, "double_z", self.double_z, "expected true or false")
 
@@ -136,9 +139,6 @@ def _check_generator(cfg: Any, source: str, prefix: str) -> None:
             or not all(isinstance(d, tuple) and d and all(map(is_positive_int, d)) for d in dil)):
         cfg.invalid(source, prefix + "resnet_dilations", dil,
                     f"expected one non-empty list of positive ints per {prefix}resnet_kernel_sizes entry")
-    if any(k % 2 == 0 for k in get("resnet_kernel_sizes")):
-        cfg.invalid(source, prefix + "resnet_kernel_sizes", get("resnet_kernel_sizes"),
-                    "expected odd kernel sizes (torch's padding='same' pads even ones asymmetrically; not implemented)")
     if get("hidden_channels") < 2 ** len(get("upsample_factors")):  # the reference's last convolutions get 0 channels
         cfg.invalid(source, prefix + "hidden_channels", get("hidden_channels"),
                     f"expected at least 2 ** {len(get('upsample_factors'))} (each upsampler halves it, rounding down)")
@@ -445,7 +445,6 @@ class LTX2LatentUpsamplerConfig(LTXLatentUpsamplerConfig):
 # Transformer and text connectors (their own file: vidax.models.ltx2.config_transformer)
 
 from vidax.models.ltx2.config_transformer import (  # noqa: E402,F401 (re-exported: the registry reads config.py)
-    LTX2_FFN_ACTIVATIONS,
     LTX2_ROPE_TYPES,
     LTX2ConnectorsConfig,
     LTX2TransformerConfig,

@@ -13,10 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Mapping
 
-from vidax.config import ConfigBase, TransformerConfig
+from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig
 
-#: Feed-forward activations: name -> tanh approximation (diffusers ``FeedForward``).
-LTX2_FFN_ACTIVATIONS = {"gelu-approximate": True, "gelu": False}
 #: RoPE pair layouts: the reference's name -> :func:`vidax.nn.rope.apply_rope` layout.
 LTX2_ROPE_TYPES = {"interleaved": "interleaved", "split": "rotate_half"}
 
@@ -146,8 +144,8 @@ class LTX2TransformerConfig(TransformerConfig):
                                     "rope_double_precision", "use_prompt_embeddings", "perturbed_attn", "ff_bias", "audio_ff_bias",
                                     "use_prompt_adaln_single", "use_keyframes_abs_pos_embedding"))
         _check_rope(self, source)
-        if self.activation_fn not in LTX2_FFN_ACTIVATIONS:
-            self.invalid(source, "activation_fn", self.activation_fn, f"vidax implements {sorted(LTX2_FFN_ACTIVATIONS)}")
+        if self.activation_fn not in FFN_ACTIVATIONS:
+            self.invalid(source, "activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
         if not isinstance(self.norm_eps, (int, float)) or isinstance(self.norm_eps, bool) or self.norm_eps <= 0:
             self.invalid(source, "norm_eps", self.norm_eps, "expected a positive float")
         vsf = self.vae_scale_factors

@@ -39,8 +39,8 @@ from flax import nnx
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import modulate
 from vidax.errors import InputError
-from vidax.models.ltx.vae import Buffer
 from vidax.models.ltx2.config_diffusion_decoder import LTX2DiffusionDecoderConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.layers import PixArtTimestepEmbedding, RMSNorm, linear, pixel_shuffle
 
 _F32 = jnp.float32

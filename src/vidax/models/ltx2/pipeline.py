@@ -51,7 +51,9 @@ from vidax.models.ltx2 import guidance
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
-from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_of_form
+from vidax.pipelines.diffusers_keywords import refused_value_reason
+from vidax.pipelines.base import (ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts,
+                                  text_truncation)
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
@@ -65,8 +67,7 @@ _F32 = jnp.float32
 PROMPT_ENHANCEMENT_OPTIONS = (
     CallOption("enable_prompt_enhancement", bool, "diffusers' prompt enhancement: only False (the default) runs.",
                "False", choices=(False,), flag=False,
-               valid="False (rewriting the prompt with the Gemma text encoder, a sampling loop on its decoder, is not "
-               "implemented in vidax; write the enhanced prompt yourself)"),
+               valid="False (" + refused_value_reason("enable_prompt_enhancement") + ")"),
     CallOption("system_prompt", str, "The prompt enhancer's system prompt (only read with "
                "enable_prompt_enhancement).", "None", flag=False),
     CallOption("prompt_max_new_tokens", int, "The prompt enhancer's token budget (only read with "
@@ -154,9 +155,7 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
             than 1.
     """
     ckpt = checkpoint
-    for name in ("tokenizer", "text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder",
-                 "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "connectors", "transformer", "vae", "audio_vae", "vocoder", "scheduler")
     cfg = ckpt.typed_config("transformer", LTX2TransformerConfig)
     vae = ckpt.typed_config("vae", LTX2VideoVAEConfig)
     audio = ckpt.typed_config("audio_vae", LTX2AudioVAEConfig)
@@ -247,7 +246,10 @@ class LTX2Pipeline(LTXPipeline):
 
     latents_layout = "(batch, latent frames x height/32 x width/32, latent channels) packed tokens"
     call_options = LTX2_OPTIONS
-    prompt_embeds_args = ()  # refused: vidax.pipelines.diffusers_keywords.REFUSED says why
+    #: diffusers' ``encode_prompt`` output: Gemma's stacked hidden states ``(B, L, D (n + 1))`` and
+    #: their mask; the text connectors run on them in the call (:meth:`context_of_parts`).
+    prompt_embeds_args = ("prompt_embeds", "prompt_attention_mask")
+    prompt_mask_dtype = np.int32
     #: ``latents=`` are packed ``(B, N, C)`` tokens; 5-D ones are packed by :meth:`check_call`
     #: (a conditioned pipeline takes 5-D latents as they are).
     packed_latents = True
@@ -413,10 +415,27 @@ class LTX2Pipeline(LTXPipeline):
     def encode_text(self, texts, max_sequence_length, truncation=None):
         """``(video context (B, L, D_v), audio context (B, L, D_a), mask (B, L))``: Gemma 3's
         stacked hidden states of the left-padded prompts through the text connectors."""
+        return self.context_of_parts(self.gemma_states(texts, max_sequence_length, truncation))
+
+    def gemma_states(self, texts, max_sequence_length, truncation=None) -> tuple[jax.Array, jax.Array]:
+        """``(states (B, L, D (n + 1)), mask (B, L) int32)``: Gemma 3's stacked hidden states of
+        the left-padded prompts (diffusers' ``_get_gemma_prompt_embeds``)."""
         tokens = gemma_prompt_tokens(self.tokenizer, texts, max_sequence_length, truncation=truncation)
-        mask = jnp.asarray(tokens.attention_mask)
-        states = gemma_prompt_embeds(self.text_encoder, jnp.asarray(tokens.input_ids), mask)
-        return self.connectors(states, mask, padding_side="left")
+        mask = jnp.asarray(tokens.attention_mask, jnp.int32)
+        return gemma_prompt_embeds(self.text_encoder, jnp.asarray(tokens.input_ids), mask), mask
+
+    def encode_prompt_parts(self, call) -> tuple:
+        """``prompt_embeds`` / ``prompt_attention_mask`` as diffusers' ``encode_prompt`` makes
+        them: :meth:`gemma_states`, before the connectors."""
+        return self.encode_with("text_encoder", self.gemma_states, prompt_texts(call), call.max_sequence_length,
+                                text_truncation(call))
+
+    def context_of_parts(self, parts: tuple) -> tuple:
+        """The text connectors on ``(states, mask)`` (left padding, the tokenizer's side, as the
+        reference), the states in the pipeline's dtype (the text encoder's)."""
+        states, mask = parts
+        with self.precision():
+            return self.connectors(jnp.asarray(states, self.dtype), jnp.asarray(mask, jnp.int32), padding_side="left")
 
     def prepare_latents(self, call, noise, cond):
         """Video tokens -> channels-last ``(B, F', H', W', C)``, normalised when given 5-D;

@@ -43,8 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, InputError
-from vidax.io.image import cover_crop_bilinear, h264_recompress, to_rgb_image
-from vidax.models.ltx.pipeline import _number, _video_frames
+from vidax.io.image import cover_crop_bilinear, h264_recompress, to_rgb_image, video_frames
+from vidax.models.ltx.pipeline import checked_number
 from vidax.models.ltx2.conditioning import IMAGE_CRF, LTX2ConditionedPipeline, check_crf, default_image_crf
 from vidax.models.ltx2.pipeline import LTX2_OPTIONS, _frame_rate
 from vidax.pipelines.options import OBJECT, VIDEO_FILE, CallOption
@@ -120,11 +120,11 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not -f_lat <= index < f_lat:
             raise InputError(Arg(iname, index), f" is not a latent frame of the {call.num_frames}-frame clip "
                              f"({f_lat} latent frames): give an integer in [{-f_lat}, {f_lat - 1}]")
-        strength = _number(f"{prefix}strength" if prefix else "condition_strength", strength, 0.0, 1.0)
+        strength = checked_number(f"{prefix}strength" if prefix else "condition_strength", strength, 0.0, 1.0)
         crf_arg = Arg(f"{prefix}crf" if prefix else "image_crf", crf)
         crf = default_image_crf(info) if crf is None else check_crf(crf_arg, crf)
         if isinstance(frames, np.ndarray) and frames.ndim == 4 or isinstance(frames, (list, tuple)):
-            pil = _video_frames(frames, fname)
+            pil = video_frames(frames, fname)
         else:
             pil = [to_rgb_image(frames, fname)]
         if len({im.size for im in pil}) > 1:

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, InputError
-from vidax.io.image import h264_recompress, to_rgb_image, vae_image_preprocess
+from vidax.io.image import h264_recompress, one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.ltx2.conditioning import IMAGE_CRF, LTX2ConditionedPipeline, default_image_crf
 from vidax.models.ltx2.pipeline import LTX2_OPTIONS
 
@@ -50,10 +50,7 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
     @classmethod
     def check_family_call(cls, info, call) -> None:
         super().check_family_call(info, call)
-        if isinstance(call.image, (list, tuple)):
-            raise InputError(Arg("image", f"a list of {len(call.image)}"), "; LTX2ImageToVideoPipeline takes one "
-                             "image for the whole batch")
-        im = to_rgb_image(call.image)
+        im = to_rgb_image(one_image(call.image, "LTX2ImageToVideoPipeline takes"))
         crf = call.extra.get("image_crf")
         if call.latents is not None:
             logger.warning("latents were given: their first latent frame is the conditioning frame and image is not "

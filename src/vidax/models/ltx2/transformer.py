@@ -64,7 +64,7 @@ from vidax.blocks.modulation import AdaLayerNormSingle, gated_add, modulate, tab
 from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.ltx2 import rope as ltx2_rope
-from vidax.models.ltx2.config_transformer import LTX2_FFN_ACTIVATIONS, LTX2_ROPE_TYPES, LTX2TransformerConfig
+from vidax.models.ltx2.config_transformer import LTX2_ROPE_TYPES, LTX2TransformerConfig
 from vidax.nn.layers import FeedForward, LayerNorm, RMSNorm, TextProjection, linear
 from vidax.nn.stack import stacked
 from vidax.parallel.mesh import check_heads
@@ -116,9 +116,9 @@ class LTX2VideoTransformerBlock(nnx.Module):
         self.audio_attn2 = attn(da, ha, ka, cfg.audio_gated_attn, kv_dim=cfg.audio_cross_attention_dim)
         self.audio_to_video_attn = attn(d, ha, ka, cfg.gated_attn, kv_dim=da, context_tokens="seq")
         self.video_to_audio_attn = attn(da, ha, ka, cfg.audio_gated_attn, kv_dim=d, context_tokens="seq")
-        approximate = LTX2_FFN_ACTIVATIONS[cfg.activation_fn]
-        self.ff = FeedForward(d, 4 * d, d, approximate, dtype, param_dtype, rngs, use_bias=cfg.ff_bias)
-        self.audio_ff = FeedForward(da, 4 * da, da, approximate, dtype, param_dtype, rngs, use_bias=cfg.audio_ff_bias)
+        act = cfg.activation_fn
+        self.ff = FeedForward(d, 4 * d, d, act, dtype, param_dtype, rngs, use_bias=cfg.ff_bias)
+        self.audio_ff = FeedForward(da, 4 * da, da, act, dtype, param_dtype, rngs, use_bias=cfg.audio_ff_bias)
 
         self.scale_shift_table = _param(rngs, (9 if cfg.cross_attn_mod else 6, d), 1 / math.sqrt(d))
         self.audio_scale_shift_table = _param(rngs, (9 if cfg.audio_cross_attn_mod else 6, da), 1 / math.sqrt(da))

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.models.ltx.upsampler import LTXLatentUpsamplerModel, _conv
-from vidax.models.ltx.vae import Buffer
+from vidax.models.ltx.upsampler import LTXLatentUpsamplerModel, padded_conv
 from vidax.models.ltx2.config import LTX2LatentUpsamplerConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.layers import pixel_shuffle
 
 _F32 = jnp.float32
@@ -37,7 +37,7 @@ class BlurDownsample(nnx.Module):
     """The reference's ``BlurDownsample(dims=2, stride)``: a depthwise binomial blur with stride
     ``stride`` on ``(N, H, W, C)``, zero padded by 2; the identity with stride 1.
 
-    ``kernel``: ``(5, 5, 1, 1)`` float32 :class:`~vidax.models.ltx.vae.Buffer` (the checkpoint's
+    ``kernel``: ``(5, 5, 1, 1)`` float32 :class:`~vidax.nn.buffer.Buffer` (the checkpoint's
     ``blur_down.kernel``; built here with the reference's values).
     """
 
@@ -63,7 +63,7 @@ class SpatialRationalResampler(nnx.Module):
 
     def __init__(self, mid_channels: int, num: int, den: int, **kw):
         self.num = num
-        self.conv = _conv(mid_channels, num * num * mid_channels, 2, **kw)
+        self.conv = padded_conv(mid_channels, num * num * mid_channels, 2, **kw)
         self.blur_down = BlurDownsample(den)
 
     def __call__(self, x: jax.Array) -> jax.Array:

@@ -13,7 +13,7 @@ The module trees mirror the reference (``resnets.4.acts1.2.act.alpha``,
 ``ConvTranspose1d`` weight ``(C_in, C_out, K)`` is laid out ``(K, C_out, C_in)`` by the rank rule
 and :class:`ConvTranspose1d` uses it so. The anti-aliasing filters (``upsample.filter``,
 ``downsample.filter``), the STFT bases and the mel filterbank are checkpoint buffers
-(:class:`~vidax.models.ltx.vae.Buffer`); the BWE's Hann resampler filter is not in the checkpoint
+(:class:`~vidax.nn.buffer.Buffer`); the BWE's Hann resampler filter is not in the checkpoint
 (``persistent=False``) and is computed here as the reference computes it.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.models.ltx.vae import Buffer
 from vidax.models.ltx2.config import LTX2VocoderConfig, LTX2VocoderWithBWEConfig
+from vidax.nn.buffer import Buffer
 from vidax.nn.layers import Conv
 
 _F32 = jnp.float32
@@ -188,17 +188,24 @@ def _activation(cfg: LTX2VocoderConfig, channels: int, *, final: bool = False) -
     return act
 
 
+def _same(kernel: int, dilation: int) -> tuple[int, int]:
+    """torch ``padding='same'`` of a stride-1 convolution: ``(total // 2, total - total // 2)``,
+    ``total = dilation * (kernel - 1)``."""
+    total = dilation * (kernel - 1)
+    return total // 2, total - total // 2
+
+
 class ResBlock(nnx.Module):
     """``ResBlock``: per dilation, ``x += conv2(act2(conv1(act1(x))))`` (``conv1`` dilated,
-    'same' padding)."""
+    'same' padding: torch's, whose odd total ``d (k - 1)`` of an even kernel pads one more on the right)."""
 
     def __init__(self, cfg: LTX2VocoderConfig, channels: int, kernel: int, dilations: tuple[int, ...], *,
                  dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.convs1 = nnx.List([Conv(channels, channels, (kernel,), dilation=(d,),
-                                     padding=((d * (kernel - 1) // 2,) * 2,), **kw) for d in dilations])
+        self.convs1 = nnx.List([Conv(channels, channels, (kernel,), dilation=(d,), padding=(_same(kernel, d),), **kw)
+                                for d in dilations])
         self.acts1 = nnx.List([_activation(cfg, channels) for _ in dilations])
-        self.convs2 = nnx.List([Conv(channels, channels, (kernel,), padding=(((kernel - 1) // 2,) * 2,), **kw)
+        self.convs2 = nnx.List([Conv(channels, channels, (kernel,), padding=(_same(kernel, 1),), **kw)
                                 for _ in dilations])
         self.acts2 = nnx.List([_activation(cfg, channels) for _ in dilations])
 

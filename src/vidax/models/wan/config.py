@@ -377,8 +377,7 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
             together (the message names the file, the key and what is valid).
     """
     ckpt, src = checkpoint, checkpoint.source
-    for name in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler"):
-        ckpt.folder(name)
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
     boundary = ckpt.index.get("boundary_ratio")
     expand = ckpt.index.get("expand_timesteps", False)
     if not isinstance(expand, bool):

@@ -35,7 +35,7 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, CheckpointError, InputError
-from vidax.io.image import to_rgb_image, vae_image_preprocess
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair,
                                   frames_of_form)
@@ -109,9 +109,7 @@ class WanPipeline(VideoPipeline):
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
-        if isinstance(call.image, (list, tuple)) and len(call.image) != 1:
-            raise InputError(f"image is a list of {len(call.image)}; the Wan pipelines take one image for the "
-                             "whole batch (or a list of one), as diffusers' WanImageToVideoPipeline")
+        one_image(call.image, "the Wan pipelines take", list_of_one=True)
         if call.image is not None and info.has_image_encoder and call.max_sequence_length != 512:
             logger.warning(
                 "%s: diffusers' WanImageToVideoPipeline assumes 512 text tokens when it "
@@ -297,10 +295,8 @@ class WanImageToVideoPipeline(WanPipeline):
         given = call.extra.get("image_embeds")
         last = call.extra.get("last_image")
         if last is not None:
-            if isinstance(last, (list, tuple)) and len(last) != 1:
-                raise InputError(Arg("last_image"), f" is a list of {len(last)}; the Wan pipelines take one last "
-                                 "frame for the whole batch (or a list of one), as diffusers' WanImageToVideoPipeline")
-            to_rgb_image(_one(last), "last_image")
+            to_rgb_image(one_image(last, "the Wan pipelines take", "last_image", list_of_one=True, what="last frame"),
+                         "last_image")
             if info.expand_timesteps:
                 logger.warning("%s is ignored by %s (TI2V-5B: the image is the first latent frame and no other is "
                                "conditioned), as diffusers' WanImageToVideoPipeline ignores it", Arg("last_image"),
