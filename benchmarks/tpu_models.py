@@ -199,7 +199,7 @@ def build_step(preset: "Preset", dtype, *, blocks=None, reuse_chunks=False, atte
     import jax
     import jax.numpy as jnp
 
-    from vidax.nn.stack import as_stack_bits
+    from vidax.nn.kernels import as_stack_bits
     from vidax.parallel.offload import offloaded_stacks
     from vidax.stats import RunStats
 

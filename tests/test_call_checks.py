@@ -438,8 +438,8 @@ def _poison_step(update, k):
     """``scheduler_update`` whose latents go NaN at (1-based) step ``k``."""
     import jax.numpy as jnp
 
-    def poisoned(self, state, pred, latents, args):
-        x, new_state = update(self, state, pred, latents, args)
+    def poisoned(self, state, pred, latents, inputs):
+        x, new_state = update(self, state, pred, latents, inputs)
         return jnp.where(state.step_index == k - 1, jnp.nan, x), new_state
 
     return poisoned

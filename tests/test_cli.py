@@ -827,7 +827,7 @@ def test_verbose_help_says_what_it_shows():
 def test_sound_drift_warning_blames_only_a_given_fps():
     """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
     the model's own rounding, not an --fps; only an --fps the user gave is named."""
-    from vidax.cli import _drift_warning
+    from vidax.generate_command import _drift_warning
 
     assert _drift_warning(9 / 24, 0.33, 24, fps_given=False) is None
     assert _drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
@@ -926,3 +926,30 @@ def test_lora_on_streamed_gguf_transformer_refused_before_loading(tmp_path):
     assert "--lora" in r.stderr and "--offload-blocks" in r.stderr and "--weights int8" in r.stderr, r.stderr
     r = CliRunner().invoke(app, base)  # without streaming the combination is fine: the next error is the path's
     assert "--offload-blocks" not in r.stderr, r.stderr
+
+
+def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch):
+    """`vidax generate` builds one plan before loading: the family's read_checkpoint runs once
+    (task, call check, mesh, memory estimate and the load all use that plan's configs); so does
+    vidax.load_pipeline with a task."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.models.wan.pipeline import WanPipeline
+
+    reads = []
+    read = WanPipeline.read_checkpoint.__func__
+
+    def counted(cls, checkpoint):
+        reads.append(cls.__name__)
+        return read(cls, checkpoint)
+
+    monkeypatch.setattr(WanPipeline, "read_checkpoint", classmethod(counted))
+    r = CliRunner().invoke(app, ["generate", "--checkpoint", ckpt, "--prompt", "a red car", "--height", "32",
+                                 "--width", "48", "--num-frames", "5", "--num-inference-steps", "1",
+                                 "--max-sequence-length", "16", "--no-progress", "--output", str(tmp_path / "v.npy")])
+    assert r.exit_code == 0, r.output
+    assert reads == ["WanPipeline"]
+    reads.clear()
+    vidax.load_pipeline(ckpt, task="t2v", progress=False)  # the task's class from the configs read once too
+    assert reads == ["WanPipeline"]

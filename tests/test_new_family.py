@@ -101,8 +101,9 @@ def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, to
 
 
 def test_cli_names_no_family_keyword():
-    """``src/vidax/cli.py`` builds the family flags from the declarations: its code names no keyword
-    only a family takes (as a name, a string or a flag), the list read from the declarations."""
+    """``src/vidax/cli.py`` builds the family flags from the declarations: its code and what
+    ``vidax generate`` runs (``generate_command.py``, ``cli_flags.py``) name no keyword only a
+    family takes (as a name, a string or a flag), the list read from the declarations."""
     import ast
 
     from vidax.pipelines.base import SHARED_CALL_ARGS
@@ -110,23 +111,24 @@ def test_cli_names_no_family_keyword():
 
     import inspect
 
-    from vidax.cli import _generate
+    from vidax.generate_command import run
 
     # generate's own flags (--fps, the mp4's rate) are not family flags: a pipeline whose keyword
     # they equal (Cosmos 3's fps=) is handed their value.
-    own = set(inspect.signature(_generate).parameters)
+    own = set(inspect.signature(run).parameters)
     family_only = {o.name for p in registry().pipelines() for o in p.load().call_options} - set(SHARED_CALL_ARGS) - own
     assert {"frame_rate", "video", "true_cfg_scale", "decode_timestep"} <= family_only  # the list is not empty
-    path = os.path.join(REPO, "src", "vidax", "cli.py")
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    names = _names_in_code(path) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.arg for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.keyword)) and n.arg} | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     flags = {"--" + k.replace("_", "-") for k in family_only}
-    strings = [s for s in _names_in_code(path) if isinstance(s, str)]
-    assert not family_only & names, sorted(family_only & names)
-    assert not [(f, s) for f in flags for s in strings if f in s]
+    for name in ("cli.py", "cli_flags.py", "generate_command.py"):
+        path = os.path.join(REPO, "src", "vidax", name)
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        names = _names_in_code(path) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            n.arg for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.keyword)) and n.arg} | {
+            n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        strings = [s for s in _names_in_code(path) if isinstance(s, str)]
+        assert not family_only & names, (name, sorted(family_only & names))
+        assert not [(f, s) for f in flags for s in strings if f in s], name
 
 
 def test_toy_family_loads_through_the_one_loader_on_a_mesh(toy_checkpoint, toy_registered):

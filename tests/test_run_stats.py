@@ -165,7 +165,7 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
     """Memory between the tiled and the untiled estimate: the plan counts the tiled decode, says
     so in one WARNING line, and the call decodes in tiles (then tiling is off again); with
     memory for the untiled decode nothing changes."""
-    from vidax.pipelines import base
+    from vidax.pipelines import memory
 
     pipe = vidax.load_pipeline(ckpt)
     call = type(pipe).check_call(pipe.info, "a cat", height=288, width=288, num_frames=5)
@@ -183,7 +183,7 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
     seen = []
     decode = pipe.decode
     monkeypatch.setattr(pipe, "decode", lambda *a: seen.append(pipe.vae.use_tiling) or decode(*a))
-    monkeypatch.setattr(base, "available_memory", lambda: (free, "test memory"))
+    monkeypatch.setattr(memory, "available_memory", lambda: (free, "test memory"))
     out = pipe("a cat", **{**TINY, "height": 288, "width": 288}, seed=0)
     assert seen == [True] and not pipe.vae.use_tiling and out.frames.shape == (1, 5, 288, 288, 3)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -10,6 +9,8 @@ from typing import List, Optional
 
 import typer
 from typer.core import TyperCommand
+
+from vidax.cli_flags import _frame_rate_words, _lora_files, _offload_config, apply_loras, call_options
 
 app = typer.Typer(
     rich_markup_mode=None,
@@ -60,53 +61,9 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
-def _frame_rate_words() -> str:
-    """What ``--fps`` takes, in words: ``"an integer frame rate in [1, 1000] fps"``
-    (:data:`~vidax.pipelines.options.FRAME_RATE_RANGE`)."""
-    from vidax.pipelines.options import FRAME_RATE_RANGE
-
-    return f"an integer frame rate in [{FRAME_RATE_RANGE[0]}, {FRAME_RATE_RANGE[1]}] fps"
-
-
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
-
-
-def call_options() -> dict:
-    """The call keywords ``vidax generate`` offers as flags, by name: the shared ones, then those
-    every registered pipeline declares (:class:`vidax.pipelines.options.CallOption`; a keyword
-    several pipelines take is one flag, its help theirs joined by :func:`~vidax.pipelines.option_help.join_helps`).
-
-    Raises:
-        ConfigError: two pipelines declare one keyword with different types (one flag cannot take both).
-    """
-    from vidax.errors import ConfigError
-    from vidax.pipelines.option_help import join_helps
-    from vidax.pipelines.options import SHARED_OPTIONS
-    from vidax.registry import registry
-
-    options = {o.name: o for o in SHARED_OPTIONS if o.is_flag}
-    helps: dict[str, list[str]] = {}
-    differ: set[str] = set()  # keywords whose pipelines' defaults differ
-    for spec in registry().pipelines():
-        for o in spec.load().call_options:
-            if not o.is_flag:
-                continue
-            if o.name not in options:
-                options[o.name] = o
-            elif o.type != options[o.name].type:
-                raise ConfigError(f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
-                                  f"pipeline as {options[o.name].type}; one flag cannot take both")
-            else:
-                helps.setdefault(o.name, [options[o.name].help]).append(o.help)
-                if o.default != options[o.name].default:
-                    differ.add(o.name)
-    for name, texts in helps.items():  # one text: shared sentences once, each family's parenthetical
-        options[name] = dataclasses.replace(options[name], help=join_helps(texts))
-    for name in differ:  # one "[default: X]" would be one family's: each family's help says its own
-        options[name] = dataclasses.replace(options[name], default="")
-    return options
 
 
 #: The keywords of vidax's functions that ``generate``'s own flags set, where the flag is not
@@ -332,35 +289,63 @@ def load_flag(name: str):
     return typer.Option(*args, **kwargs)
 
 
-@app.command(cls=GenerateCommand)
-def generate(
-    ctx: typer.Context,
-    checkpoint: Optional[str] = load_flag("checkpoint"),
-    dtype: str = load_flag("dtype"),
-    matmul_precision: str = load_flag("matmul_precision"),
-    output: str = typer.Option(
-        "vidax-output.mp4", "--output", "-o",
+#: ``vidax generate``'s own flags beyond the call's and the load flags: (typer.Option's positional
+#: arguments, its keywords).
+_GENERATE_FLAGS = {
+    "output": (("vidax-output.mp4", "--output", "-o"), dict(
         help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
         "one-frame video (--num-frames 1, text-to-image; several frames are refused), or a folder for PNG frames (a new or "
         "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
         "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
         "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
         "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the image / the folder; "
-        "*.wav writes the sound alone."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
-        "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."),
-    audio: bool = typer.Option(
-        True, "--audio/--no-audio", help="Decode and write the sound of a model that makes sound; --no-audio "
-        "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."),
-    fps: Optional[int] = typer.Option(None, help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]. A model "
-                               "that conditions on its frame rate through fps= (Cosmos 3) gets it too."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
-    verbose: bool = typer.Option(
-        False, "--verbose", "-v", help="Show the INFO log lines on stderr: vidax's (the attention implementation "
+        "*.wav writes the sound alone.")),
+    "overwrite": ((False, "--overwrite"), dict(
+        help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
+        "also frames beyond the new video's length), and the .wav beside an *.npy / folder output.")),
+    "audio": ((True, "--audio/--no-audio"), dict(
+        help="Decode and write the sound of a model that makes sound; --no-audio "
+        "leaves it out and skips its decode (accepted, and nothing changes, for models without sound).")),
+    "fps": ((None,), dict(
+        help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]. A model "
+        "that conditions on its frame rate through fps= (Cosmos 3) gets it too.")),
+    "verbose": ((False, "--verbose", "-v"), dict(
+        help="Show the INFO log lines on stderr: vidax's (the attention implementation "
         "of each shape, LoRA merges and GGUF densify bytes (GGUF blocks a LoRA merges into), staging and offload "
         "decisions, expert swaps, the compile cache folder, the oneDNN CPU matmul build, ...), and after loading "
-        "where each component's weights are (with offloading, where each waits)."),
+        "where each component's weights are (with offloading, where each waits).")),
+    "vae_tiling": ((False, "--vae-tiling"), dict(
+        help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
+        "diffusers' tile sizes; LTX-Video / LTX-2 also in temporal tiles, use_framewise_decoding): device memory of "
+        "the decode bounded by one tile [default: on only when the memory estimate says an untiled decode does "
+        "not fit; every family].")),
+    "memory_check": ((True, "--memory-check/--no-memory-check"), dict(
+        help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
+        "available RAM); --no-memory-check warns and runs it anyway.")),
+    "cache": ((None,), dict(
+        help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
+        "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite).")),
+}
+
+
+def generate_flag(name: str):
+    """A new ``typer.Option`` of ``vidax generate``'s flag ``name`` (``"output"``, ``"cache"``, ...)."""
+    args, kwargs = _GENERATE_FLAGS[name]
+    return typer.Option(*args, **kwargs)
+
+
+@app.command(cls=GenerateCommand)
+def generate(
+    ctx: typer.Context,
+    checkpoint: Optional[str] = load_flag("checkpoint"),
+    dtype: str = load_flag("dtype"),
+    matmul_precision: str = load_flag("matmul_precision"),
+    output: str = generate_flag("output"),
+    overwrite: bool = generate_flag("overwrite"),
+    audio: bool = generate_flag("audio"),
+    fps: Optional[int] = generate_flag("fps"),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    verbose: bool = generate_flag("verbose"),
     dp: Optional[int] = load_flag("dp"),
     tp: Optional[int] = load_flag("tp"),
     sp: Optional[int] = load_flag("sp"),
@@ -371,19 +356,10 @@ def generate(
     offload_blocks: Optional[str] = load_flag("offload_blocks"),
     keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
     keep_vae: Optional[bool] = load_flag("keep_vae"),
-    vae_tiling: bool = typer.Option(
-        False, "--vae-tiling", help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
-        "diffusers' tile sizes; LTX-Video / LTX-2 also in temporal tiles, use_framewise_decoding): device memory of "
-        "the decode bounded by one tile [default: on only when the memory estimate says an untiled decode does "
-        "not fit; every family]."),
-    memory_check: bool = typer.Option(
-        True, "--memory-check/--no-memory-check",
-        help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
-        "available RAM); --no-memory-check warns and runs it anyway."),
+    vae_tiling: bool = generate_flag("vae_tiling"),
+    memory_check: bool = generate_flag("memory_check"),
     lora: Optional[List[str]] = load_flag("lora"),
-    cache: Optional[str] = typer.Option(
-        None, help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
-        "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite)."),
+    cache: Optional[str] = generate_flag("cache"),
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
@@ -421,7 +397,9 @@ def generate(
     stop = ctx.obj if isinstance(ctx.obj, Stop) else Stop()  # the process's, where vidax.__main__ installed one
     try:
         with stop.catching():
-            _generate(ctx.meta["call"], **args, stop=stop, spelling=spelling)
+            from vidax.generate_command import run
+
+            run(ctx.meta["call"], **args, stop=stop, spelling=spelling)
     except Cancelled as e:
         stop.exit(f"{e.done}; nothing was written")
     except VidaxError as e:
@@ -429,319 +407,6 @@ def generate(
     finally:
         for logger in loggers:
             logger.removeFilter(spelling)
-
-
-def _generate(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precision="highest",
-              dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
-              distributed_timeout=60.0, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False,
-              weights=None, transformer=None) -> None:
-    from vidax.checkpoint import TASK_NAMES
-    from vidax.pipelines.options import FRAME_RATE_RANGE, IMAGE_FILE, VIDEO_FILE
-    from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Arg, ArgValue, Cancelled, InputError, NumericalError, joined
-    from vidax.parallel.distributed import check_backend, initialize, is_main_process
-    from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.io.video import (DISCARD, audio_path, check_image_frames, check_output_path, output_paths,
-                                write_audio, write_video)
-    from vidax.nn.inputs import parse_dtype
-    from vidax.nn.precision import parse_matmul_precision
-    from vidax.stats import RunStats
-
-    setup_compile_cache(enabled=compile_cache)  # before anything compiles
-    parse_dtype(dtype)
-    parse_matmul_precision(matmul_precision)
-    offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
-    fmt = check_output_path(output, overwrite)
-    if stop is None:
-        from vidax.interrupt import Stop
-
-        stop = Stop()
-    if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
-        raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got ", ArgValue("fps", fps))
-    options = call_options()
-    given = {k: v for k, v in given.items() if v is not None}
-    raw = dict(given)  # the file paths, before the files are read
-    # The files the flags name are read first: an unreadable one fails before any loading.
-    given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
-                  if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
-    loras = _lora_files(lora or [])  # unreadable, truncated or malformed files: before any loading
-    _check_lora_on_streamed_gguf(loras, transformer, weights, offload)
-    inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
-    multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
-    check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
-    stats = RunStats()
-    from vidax.default_checkpoint import PUBLIC_NAME, resolve_named_checkpoint
-    from vidax.checkpoint import Checkpoint
-    from vidax.pipelines.loading import pipeline_class
-
-    if checkpoint is None:
-        checkpoint = PUBLIC_NAME
-        typer.secho(
-            f"Using the embedded default checkpoint ({PUBLIC_NAME}): Wan2.1 layout with tiny, RANDOM "
-            "weights, so the video is noise. Pass --checkpoint PATH for real weights.",
-            fg=typer.colors.YELLOW, err=True,
-        )
-    # Configs only: the task follows --image, and every call argument is checked against the
-    # checkpoint's configs before any weight is read.
-    from vidax.pipelines.weight_formats import with_weights
-
-    ckpt = with_weights(Checkpoint.open(resolve_named_checkpoint(checkpoint)), weights, transformer)
-    tasks = [options[k].task for k in inputs]
-    task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
-    cls = pipeline_class(ckpt, task=task)
-    takes = set(cls.call_args())
-    untaken = [k for k in inputs if k not in takes]
-    if len(inputs) > 1 and untaken:
-        chooser = next(k for k in inputs if options[k].task == task)
-        raise InputError(*joined([Arg(k) for k in inputs], " and "), " are both given: with ", Arg(chooser),
-                         f", {ckpt.root} runs {TASK_NAMES[task]} ({cls.__name__}), which takes no ",
-                         *joined(Arg(k) for k in untaken), "; give one of them")
-    unused = [k for k in given if k not in takes]
-    if unused:
-        own = [Arg(o.name) for o in cls.call_options if o.is_flag]
-        raise InputError(f"{cls.__name__} ({ckpt.root}) does not use ", *joined(Arg(k) for k in unused),
-                         "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
-    given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
-    if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
-        given["fps"] = float(fps)
-    info = cls.read_checkpoint(ckpt)
-    call = cls.check_call(info, progress=progress, cancel=stop, decode_audio=audio, **given)
-    silent = cls.silent_call(info, call)  # None: this call makes sound
-    sound = audio and silent is None
-    if fmt == "wav" and not sound:
-        why = silent or ("--no-audio leaves the sound out",)
-        raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
-                         "; give *.mp4, *.npy or a folder")
-    # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
-    mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=[h for _, h in cls.attention_heads(info)])
-    cls.check_checkpoint(info, mesh)  # the scheduler, and the heads against --tp / --sp
-    cache_config = None
-    if cache is not None:
-        from vidax.pipelines.step_cache import parse_cache_option
-
-        cache_config = parse_cache_option(cache, call.num_inference_steps)
-        cls.check_cache_kind(cache_config, f"--cache {cache}", ckpt.pipeline_class_name)
-    check_image_frames(output, call.num_frames)  # -o x.png for 17 frames: before any weight is read
-    paths = output_paths(output, call.batch)
-    for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
-        check_output_path(path, overwrite, audio=sound)
-    from vidax.io.clobber import check_inputs_kept
-
-    files = [(k, v) for k, v in raw.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)]
-    files += [("lora", path) for path, _ in loras] + ([("transformer", transformer)] if transformer else [])
-    check_inputs_kept(paths, files, audio=sound)  # -o in.mp4 with --video in.mp4: before any weight is read
-    size = cls.model_size(info, call)
-    if vae_tiling and not (size is not None and size.decode_tile):
-        raise InputError(Arg("vae_tiling"), f": the VAE of {cls.__name__} ({ckpt.root}) has no tiled decode in vidax yet")
-    # before any weight is read
-    est = cls.check_memory(info, call, dtype=dtype, loaded=False, refuse=memory_check,
-                           devices=1 if mesh is None else mesh.size, offload=offload, vae_tiling=vae_tiling)
-    if stop():
-        raise Cancelled("before loading")
-    pipe = cls.from_pretrained(ckpt, dtype=dtype, stats=stats, mesh=mesh, offload=offload, progress=progress,
-                               matmul_precision=matmul_precision)
-    pipe.memory_check = None  # checked (or warned about) above, with the weights counted
-    if vae_tiling or (est is not None and est.vae_tiling):
-        pipe.vae.enable_tiled_decode()
-    apply_loras(pipe, loras)
-    if cache_config is not None:
-        pipe.enable_cache(pipe.check_cache(cache_config, f"--cache {cache}"))
-    if stop():
-        raise Cancelled("after loading the checkpoint")
-    if verbose:
-        from vidax.parallel.placement import pipeline_report
-
-        typer.echo(pipeline_report(pipe), err=True)
-        if offload is not None:
-            from vidax.pipelines.staging import offload_report
-
-            typer.echo(offload_report(pipe), err=True)
-    try:
-        out = pipe.generate(call)
-    except NumericalError as e:  # final latents the VAE cannot decode: kept, as an output error keeps frames
-        if getattr(e, "latents", None) is None or fmt == DISCARD or not is_main_process():
-            raise
-        from vidax.io.video import save_unwritten
-
-        try:
-            kept = save_unwritten(e.latents, os.path.splitext(output.rstrip(os.sep))[0] + "-latents")
-        except OSError:
-            raise e from None
-        raise NumericalError(e.message, f"; the final latents are kept in {kept} (float32 {tuple(e.latents.shape)} "
-                             "as output_type=\"latent\" gives them, numpy.load)") from None
-    fps_given = fps is not None and fps != pipe.video_fps(call)  # an --fps other than the model's
-    fps = fps or pipe.video_fps(call)
-    if not is_main_process():
-        typer.echo("done (process 0 writes the video)", err=True)
-        return
-    if stop():
-        raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
-    written = []
-    stop.writing = True  # a second signal now waits for the file being written
-    sounds = [None] * len(paths) if out.audio is None else list(out.audio)
-    if out.audio is not None and fmt == "mp4":
-        drift = _drift_warning(out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate, fps, fps_given)
-        if drift:
-            typer.secho(drift, fg=typer.colors.YELLOW, err=True)
-    for clip, path, sound in zip(out.frames, paths, sounds):
-        if stop():  # a signal while writing: the files written are complete, the rest is not written
-            break
-        try:
-            if fmt == "wav":
-                written.append(write_audio(sound, path, out.audio_sample_rate))
-            else:
-                written.append(write_video(clip, path, fps=fps, overwrite=overwrite, audio=sound,
-                                           sample_rate=out.audio_sample_rate))
-        except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-            _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
-    n = out.frames.shape[1]
-    size = f"{n} frame{'s' * (n != 1)} of {out.frames.shape[2]}x{out.frames.shape[3]} (HxW)"  # as vidax inspect
-    if out.audio is not None:
-        size += f", sound {out.audio.shape[-1] / out.audio_sample_rate:.2f} s at {out.audio_sample_rate} Hz"
-    if fmt == DISCARD:
-        typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
-    elif fmt == "wav":  # the frames were made (the sound follows them) but not kept
-        typer.echo(f"wrote {', '.join(written)} (the sound only, {out.audio.shape[-1] / out.audio_sample_rate:.2f} s "
-                   f"at {out.audio_sample_rate} Hz; the video's {size.split(',')[0]} were not written)", err=True)
-    else:
-        typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
-    for path in written if out.audio is None else ():  # a .wav beside is a run's sound: never this one's
-        wav = audio_path(path)
-        if wav is not None and os.path.isfile(wav):
-            typer.secho(f"warning: {wav} beside {path} is from an earlier run and was not replaced (this run made "
-                        "no sound); it is not this video's sound", fg=typer.colors.YELLOW, err=True)
-    if stop():
-        rest = paths[len(written):]
-        stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
-                  + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
-    typer.echo("summary:\n" + out.stats.summary(), err=True)
-
-
-def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) -> str | None:
-    """The warning line when an mp4's video (``video_s`` seconds at ``fps``) and its sound
-    (``sound_s`` seconds) are more than a frame apart because of the ``--fps`` the user gave;
-    None otherwise. At the model's own frame rate (no ``--fps``) a gap is the model's own rounding
-    of the sound's length (LTX-2: whole audio latents), as the reference writes it: a debug log."""
-    if abs(video_s - sound_s) <= 1 / fps:
-        return None
-    if not fps_given:
-        logging.getLogger("vidax.pipeline").debug("the video lasts %.3f s, its sound %.3f s (the model's rounding)",
-                                                  video_s, sound_s)
-        return None
-    return (f"warning: at --fps {fps} the video lasts {video_s:.2f} s but its sound {sound_s:.2f} s; they drift "
-            "apart (leave --fps out for the model's frame rate)")
-
-
-def _read_file(kind: str, name: str, path: str):
-    """The value of a call keyword whose flag names a file: an image file as an RGB PIL image,
-    a video file as uint8 (F, H, W, 3) frames (decoded with PyAV).
-
-    Raises:
-        InputError: no such file, or not an image / a video with frames (naming the flag).
-    """
-    from vidax.errors import Arg, InputError
-    from vidax.io.image import load_image
-    from vidax.io.video import read_video
-    from vidax.pipelines.options import IMAGE_FILE
-
-    if kind == IMAGE_FILE:
-        return load_image(path, name)
-    if not os.path.isfile(path):
-        raise InputError(Arg(name, path), ": no such file")
-    try:
-        frames = read_video(path)
-    except Exception as e:  # PyAV's errors for files that are not videos
-        raise InputError(Arg(name, path), f" could not be read as a video ({type(e).__name__}: {e})") from None
-    if frames.shape[0] == 0:
-        raise InputError(Arg(name, path), " has no frames")
-    return frames
-
-
-def _keep_unwritten(frames, output, written, error, spelling, audio=None, sample_rate=None) -> None:
-    """Writing the video failed after generation: save the frames (and the sound, when there is
-    one) as .npy (see :func:`vidax.io.video.save_unwritten`), say where in one line and exit 1."""
-    from vidax.io.video import save_unwritten
-
-    reason = " ".join(f"{type(error).__name__}: {spelling.message(error)}".split())
-    done = f"; wrote {', '.join(written)}" if written else ""
-    try:
-        kept = save_unwritten(frames, output)
-        sound = "" if audio is None else (
-            f"; the sound in {save_unwritten(audio, os.path.splitext(output.rstrip(os.sep))[0] + '-audio')} "
-            f"(float32 {tuple(audio.shape)} = (videos, channels, samples) in [-1, 1] at {sample_rate} Hz)")
-    except OSError as e:
-        typer.secho(f"error: could not write --output {output!r} ({reason}){done}; saving the frames as .npy "
-                    f"failed too ({type(e).__name__}: {e})", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from None
-    typer.secho(f"error: could not write --output {output!r} ({reason}){done}; the frames are kept in {kept} "
-                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)"
-                + sound, fg=typer.colors.RED, err=True)
-    raise typer.Exit(1) from None
-
-
-def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
-    """``(path, scale)`` of each ``--lora PATH[:SCALE]``, each file read and its keys checked
-    for a LoRA layout (not yet against the model)."""
-    import math
-
-    from vidax.errors import InputError
-    from vidax.lora.formats import parse, read_state_dict
-    from vidax.pipelines.options import MAX_FLOAT
-
-    out = []
-    for spec in specs:
-        path, scale = spec, 1.0
-        head, sep, tail = spec.rpartition(":")
-        if sep and not os.path.exists(spec):
-            try:
-                path, scale = head, float(tail)
-            except ValueError:
-                raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
-            if not math.isfinite(scale) or abs(scale) > MAX_FLOAT:  # the merge is float32
-                raise InputError(f"--lora {spec!r}: SCALE must be a finite number (at most {MAX_FLOAT:.4g} in "
-                                 "magnitude, float32's largest)")
-        parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
-        out.append((path, scale))
-    return out
-
-
-def apply_loras(pipe, loras: list[tuple[str, float]]) -> None:
-    """Merge the LoRAs of :func:`_lora_files` into ``pipe``'s transformer(s) at their scales
-    (every key placed and checked before any step runs); nothing for an empty list."""
-    if loras:
-        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
-                 for i, (path, _) in enumerate(loras)]
-        pipe.set_adapters(names, [scale for _, scale in loras])
-
-
-def _check_lora_on_streamed_gguf(loras, transformer, weights, offload) -> None:
-    """A LoRA on a .gguf transformer (its linear weights kept as GGUF blocks) with streamed blocks
-    is refused by the merge (vidax does not merge into streamed GGUF blocks): refuse it here, before
-    any loading, instead of after the transformer is read."""
-    if loras and transformer and weights is None and offload is not None and offload.streams_blocks \
-            and str(transformer).lower().endswith(".gguf"):
-        from vidax.errors import InputError
-
-        raise InputError(f"--lora {loras[0][0]}: vidax does not merge a LoRA into the GGUF blocks of a .gguf "
-                         "--transformer whose blocks are streamed (--offload-blocks); drop --offload-blocks, or add "
-                         "--weights int8 (the file re-quantized to int8, which a LoRA merges into)")
-
-
-def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
-    """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
-    if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
-        return None
-    from vidax.errors import InputError
-    from vidax.parallel.offload import OffloadConfig
-
-    chunk = offload_blocks
-    if chunk is not None and chunk != "all":
-        if not chunk.isdigit() or int(chunk) < 1:
-            raise InputError(f"--offload-blocks must be a positive integer (blocks per chunk) or 'all', got {chunk!r}")
-        chunk = int(chunk)
-    return OffloadConfig(chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae)
 
 
 @app.command()
@@ -802,6 +467,31 @@ def inspect(
         # The folder is the command's PATH argument: named as typed, not as the Python keyword.
         _fail(e.render(lambda a: f"vidax inspect {a.shown_value()}" if a.name == "checkpoint" and a.has_value
                        else spelling(a)))
+
+
+def _check_serve_flags(queue_size: int, max_batch: int, save_every: int, preview_every: int,
+                       batch_window_ms: float, jobs_dir: str, port: int) -> None:
+    """vidax serve's own flags checked before anything loads.
+
+    Raises:
+        InputError: a flag out of its range (naming it), an empty --jobs-dir.
+    """
+    from vidax.errors import Arg, ArgValue, InputError
+
+    if queue_size < 0:
+        raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
+    for name, value, least in (("max_batch", max_batch, 1), ("save_every", save_every, 0),
+                               ("preview_every", preview_every, 0)):
+        if value < least:
+            raise InputError(Arg(name), f" must be >= {least}, got ", ArgValue(name, value))
+    if not 0 <= batch_window_ms <= 60000:
+        raise InputError(Arg("batch_window_ms"), " must be in [0, 60000], got ",
+                         ArgValue("batch_window_ms", batch_window_ms))
+    if not jobs_dir.strip():
+        raise InputError(Arg("jobs_dir", jobs_dir), " is empty; give a folder for the job records (default "
+                         "vidax-jobs, created if missing)")
+    if not 0 <= port <= 65535:
+        raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
 
 
 @app.command(cls=NumberCommand)
@@ -865,24 +555,11 @@ def serve(
 
     SIGINT / SIGTERM: stop accepting requests, stop the running job at its next check (it and
     the queued ones wait in --jobs-dir for the next server), and exit 0."""
-    from vidax.errors import Arg, ArgValue, InputError, VidaxError
+    from vidax.errors import VidaxError
 
     _setup_logging(verbose)
     try:
-        if queue_size < 0:
-            raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
-        for name, value, least in (("max_batch", max_batch, 1), ("save_every", save_every, 0),
-                                   ("preview_every", preview_every, 0)):
-            if value < least:
-                raise InputError(Arg(name), f" must be >= {least}, got ", ArgValue(name, value))
-        if not 0 <= batch_window_ms <= 60000:
-            raise InputError(Arg("batch_window_ms"), " must be in [0, 60000], got ",
-                             ArgValue("batch_window_ms", batch_window_ms))
-        if not jobs_dir.strip():
-            raise InputError(Arg("jobs_dir", jobs_dir), " is empty; give a folder for the job records (default "
-                             "vidax-jobs, created if missing)")
-        if not 0 <= port <= 65535:
-            raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
+        _check_serve_flags(queue_size, max_batch, save_every, preview_every, batch_window_ms, jobs_dir, port)
         offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
         loras = _lora_files(lora or [])  # unreadable or malformed files: before any loading
         from vidax.serve.command import run

@@ -8,7 +8,7 @@ from collections import Counter
 
 from vidax.errors import VidaxError
 from vidax.checkpoint import Checkpoint
-from vidax.pipelines.loading import pipeline_class
+from vidax.pipelines.plan import read_plan
 from vidax.pipelines.weight_formats import with_weights
 from vidax.registry import registry
 from vidax.weights.safetensors_io import CheckpointReader, has_safetensors
@@ -70,10 +70,10 @@ def _variant(ckpt: Checkpoint) -> list[str]:
     """What the checkpoint is, its tasks, whether it makes sound and its call defaults, from its
     configs (the pipeline's ``read_checkpoint``), or why vidax cannot run it."""
     try:
-        cls = pipeline_class(ckpt)
+        plan = read_plan(ckpt)
+        cls, info = plan.pipeline, plan.info
         if not registry().pipeline(ckpt.pipeline_class_name).generates:  # for_task says what it does
-            cls.for_task(ckpt, "t2v")
-        info = cls.read_checkpoint(ckpt)
+            cls.for_task(ckpt, "t2v", info)
     except VidaxError as e:
         return [f"  variant: not runnable by vidax generate: {e}"]
     d = info.defaults

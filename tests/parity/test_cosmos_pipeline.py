@@ -23,6 +23,7 @@ from tests.parity.cosmos_reference import build_reference_cosmos_pipeline, torch
 from tests.parity.helpers import bf16_reference, channels_last, max_rel_err, psnr
 from tests.parity.wan_reference import random_image
 from vidax.errors import InputError
+from vidax.pipelines.step_inputs import StepInputs
 from vidax.models.cosmos.pipeline import (
     DEFAULT_NEGATIVE_PROMPT,
     SYSTEM_PROMPT,
@@ -246,7 +247,7 @@ def test_per_frame_timesteps_and_condition_mask(cosmos):
         state = pipe.set_timesteps(call, x)
         for i in range(CALL["num_inference_steps"]):
             state = dataclasses.replace(state, step_index=jnp.int32(i))
-            x_in, timestep, _, fps, cmask, pad = pipe.model_args(x, state, (None, None, cond), True)
+            x_in, timestep, _, fps, cmask, pad = pipe.model_args(x, state, StepInputs(None, cond=cond), True)
             sigma = float(ref.scheduler.sigmas[i])
             want = [cft if (f < n and cft >= 0) else sigma for f in range(3)]
             np.testing.assert_allclose(np.asarray(timestep), [want, want], rtol=1e-6)

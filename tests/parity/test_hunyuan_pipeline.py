@@ -272,12 +272,12 @@ class RoundsLikeDiffusersBF16(HunyuanVideoPipeline):
     rounded to bf16 from the second step on (the pipeline's ``t.to(latents.dtype)`` once the
     latents are bf16)."""
 
-    def model_args(self, latents, state, args, do_cfg):
-        x, timestep, *rest = super().model_args(latents, state, args, do_cfg)
+    def model_args(self, latents, state, inputs, do_cfg):
+        x, timestep, *rest = super().model_args(latents, state, inputs, do_cfg)
         rounded = timestep.astype(jnp.bfloat16).astype(timestep.dtype)
         return (x, jnp.where(state.step_index > 0, rounded, timestep), *rest)
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         i = state.step_index
         dt = (state.sigmas[i + 1] - state.sigmas[i]).astype(jnp.bfloat16)
         new = latents + (dt * pred.astype(jnp.bfloat16)).astype(latents.dtype)

@@ -121,7 +121,7 @@ def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     """On CPU a bf16 pipeline passes its transformer's stacked blocks into the jitted step as
     uint16 views (vidax.nn.kernels.stacks.as_stack_bits: no copy of every stack per step); the latents
     are bit-identical to the step taking the bf16 stacks as they are (the path before)."""
-    import vidax.pipelines.base as base
+    import vidax.pipelines.run as run
     from flax import nnx
 
     from vidax.nn.kernels import StackBits
@@ -131,8 +131,8 @@ def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     call = dict(CALL, num_inference_steps=2, output_type="latent")
     latents = packed_noise(2, **SIZE).numpy()
     passed = []
-    as_bits = base.as_stack_bits
-    monkeypatch.setattr(base, "as_stack_bits", lambda params, stacks: passed.append(as_bits(params, stacks))
+    as_bits = run.as_stack_bits
+    monkeypatch.setattr(run, "as_stack_bits", lambda params, stacks: passed.append(as_bits(params, stacks))
                         or passed[-1])
     after = pipe(latents=latents, seed=0, progress=False, **call).frames
     # every bf16 leaf of the stack as bits (its float32 leaves, e.g. the modulation tables, as they are)
@@ -140,7 +140,7 @@ def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
                                                  else v.get_value().dtype))
              for _, v in nnx.to_flat_state(passed[0]["transformer_blocks"])}
     assert ("StackBits", "bfloat16") in kinds and ("ArrayImpl", "bfloat16") not in kinds, kinds
-    monkeypatch.setattr(base, "as_stack_bits", lambda params, stacks: params)
+    monkeypatch.setattr(run, "as_stack_bits", lambda params, stacks: params)
     before = pipe(latents=latents, seed=0, progress=False, **call).frames
     assert np.abs(np.asarray(before)).max() > 0
     np.testing.assert_array_equal(after, before)

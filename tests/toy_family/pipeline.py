@@ -55,8 +55,8 @@ class ToyVideoPipeline(VideoPipeline):
         tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
         return encode_tokens(self.text_encoder, tokens, zero_padding=True)
 
-    def model_args(self, latents, state, args, do_cfg):
-        context = args[0]
+    def model_args(self, latents, state, inputs, do_cfg):
+        context = inputs.embeds
         timestep = jnp.broadcast_to(state.timestep.astype(jnp.float32), (latents.shape[0],))
         x, timestep = cfg_pair(do_cfg, latents, timestep)
         return x, timestep, context
@@ -64,7 +64,7 @@ class ToyVideoPipeline(VideoPipeline):
     def decode(self, call, latents, stats):
         return np.repeat(super().decode(call, latents, stats), call.extra.get("toy_repeat", 1), axis=1)
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         return self.scheduler.step(state, pred.reshape(latents.shape), latents)
 
 
@@ -110,15 +110,15 @@ class ToySoundPipeline(ToyVideoPipeline):
         return {**super().load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging),
                 **cls.load_weighted(info, dict(audio_vae=sound, vocoder=sound))}
 
-    def model_args(self, latents, state, args, do_cfg):
+    def model_args(self, latents, state, inputs, do_cfg):
         video, audio = latents["latents"], latents["audio_latents"]
         timestep = jnp.broadcast_to(self.step_state(state).timestep.astype(jnp.float32), (video.shape[0],))
         video, audio, timestep = cfg_pair(do_cfg, video, audio, timestep)
-        return video, audio, timestep, args[0]
+        return video, audio, timestep, inputs.embeds
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         audio = latents["audio_latents"]
         b, c, length, m = audio.shape
         pred = {"latents": pred["latents"].reshape(latents["latents"].shape),
                 "audio_latents": jnp.transpose(pred["audio_latents"].reshape(b, length, c, m), (0, 2, 1, 3))}
-        return VideoPipeline.scheduler_update(self, state, pred, latents, args)
+        return VideoPipeline.scheduler_update(self, state, pred, latents, inputs)

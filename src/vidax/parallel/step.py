@@ -10,7 +10,8 @@ inside shards its own activations (tensor / sequence parallelism).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -43,10 +44,12 @@ def shard_step(
         args: further step arguments (pytrees); array leaves batch-split on their leading axis
             when it divides by ``data``, scalars replicated, other leaves passed through.
         mesh: the mesh.
-        arg_axes: optional, one entry per ``args`` element: ``None`` (the rule above) or the
+        arg_axes: optional, one entry per ``args`` element: ``None`` (the rule above), the
             logical axes of that array argument (:mod:`vidax.parallel.rules`), e.g.
             ``(None, "batch", None)`` for per-step noise ``(steps, B, ...)``, ``(None,)`` for a
-            per-step table that every device reads whole.
+            per-step table that every device reads whole, or for a dataclass argument (a
+            :class:`~vidax.pipelines.step_inputs.StepInputs`) a mapping from field names to such
+            entries (its other fields by the rule above).
 
     Returns:
         ``(step, latents, state, args)`` to run in its place.
@@ -60,6 +63,9 @@ def shard_step(
 
     state = jax.tree.map(place_state, state)
     def place_arg(arg, axes):
+        if isinstance(axes, Mapping):
+            return dataclasses.replace(place_arg(arg, None),
+                                       **{k: place_arg(getattr(arg, k), ax) for k, ax in axes.items()})
         if axes is not None and isinstance(arg, (jax.Array, np.ndarray)):
             return put(arg, logical_sharding(mesh, axes, arg.shape))
         return jax.tree.map(

@@ -1,27 +1,30 @@
 """``load_pipeline``: a diffusers-layout checkpoint folder (or hub id) -> a vidax pipeline.
 
 The pipeline class is the one the registry (:mod:`vidax.registry`) holds for ``_class_name`` in
-``model_index.json``; every component folder it names must exist.
+``model_index.json``; every component folder it names must exist. :class:`Loading` (a base of
+:class:`~vidax.pipelines.base.VideoPipeline`) loads a pipeline's components from a plan
+(:mod:`vidax.pipelines.plan`).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Any
+import time
+from typing import Any, Mapping
 
-from vidax.checkpoint import Checkpoint
+from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.errors import InputError
+from vidax.nn.inputs import parse_dtype
+from vidax.nn.precision import parse_matmul_precision
+from vidax.pipelines.common import status
+from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
+from vidax.pipelines.staging import Staging, plan_pipeline_staging
+from vidax.pipelines.weight_formats import transformer_source
 from vidax.registry import registry
-
-
-def pipeline_class(checkpoint: Checkpoint, task: str | None = None) -> type:
-    """The vidax pipeline class for ``checkpoint`` (and ``task``, when given).
-
-    Raises:
-        ConfigError: a pipeline class vidax does not run. InputError: a task the checkpoint
-            does not do.
-    """
-    cls = registry().pipeline(checkpoint.pipeline_class_name, source=f"{checkpoint.source}: _class_name").load()
-    return cls if task is None else cls.for_task(checkpoint, task)
+from vidax.schedulers import scheduler_from_config
+from vidax.stats import RunStats
+from vidax.weights.component import Request, load_components
 
 
 def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", task: str | None = None,
@@ -61,4 +64,180 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", tas
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
     checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
-    return pipeline_class(checkpoint, task).from_pretrained(checkpoint, dtype=dtype, mesh=mesh, **kwargs)
+    cls = pipeline_class(checkpoint)
+    if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
+        return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(checkpoint, dtype=dtype,
+                                                                                          mesh=mesh, **kwargs)
+    plan = read_plan(checkpoint, task=task, weight_dtype=kwargs.pop("weight_dtype", None),
+                     transformer=kwargs.pop("transformer", None))
+    return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, **kwargs)
+
+
+class Loading:
+    """How a pipeline loads its components; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
+
+    # ================================================================== loading
+    @staticmethod
+    def load_component(info: CheckpointInfo, name: str, *, dtype: Any = None, mesh: Any = None,
+                       offload: Any = None, staging: Staging | None = None) -> Any:
+        """Component ``name`` of the checkpoint, by the class model_index.json gives it: a
+        scheduler built from its config, any other loaded alone by :meth:`load_weighted`."""
+        ckpt = info.checkpoint
+        spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+        if spec.kind == "scheduler":
+            return scheduler_from_config(ckpt.config(name), source=ckpt.config_file(name))
+        options = dict(dtype=dtype, mesh=mesh, offload=offload, staging=staging)
+        return Loading.load_weighted(info, {name: options})[name]
+
+    @staticmethod
+    def load_weighted(info: CheckpointInfo, components: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The components with weights named in ``components``, by the classes model_index.json
+        gives them, through the one component loader (:func:`vidax.weights.component.load_components`):
+        every checkpoint is checked against its model from its config and safetensors headers
+        (heads against the mesh, file sizes, the 1:1 key plan, shapes, dtypes) before the first
+        weight of any is read; then each is read, in the order given.
+
+        Args:
+            info: the checkpoint's configs.
+            components: name -> options: ``dtype``, ``mesh``, ``offload`` (blocks streamed),
+                ``staging`` (a :class:`Staging`: in host memory when it stages the component),
+                ``then`` (called with the module once it is read); None values are left out.
+
+        Returns:
+            name -> module.
+
+        Raises:
+            ConfigError: a class vidax does not implement. CheckpointError: missing files or
+            tensors. InputError: a dtype not supported, heads that do not split over the mesh.
+        """
+        ckpt = info.checkpoint
+        requests = {}
+        for name, options in components.items():
+            options = {k: v for k, v in options.items() if v is not None}
+            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+            staging, then = options.pop("staging", None), options.pop("then", None)
+            if staging is not None and staging.is_staged(name):
+                options["memory_kind"] = staging.kind
+            if spec.kind == "transformer" and ckpt.weights is not None:
+                options["weights"] = ckpt.weights
+            if name in ckpt.files:
+                options["file"] = ckpt.files[name]
+            options["config"] = ckpt.typed_config(name, spec.config_class())
+            requests[name] = Request(spec, ckpt.folder(name), options, then)
+        return load_components(requests)
+
+    @classmethod
+    def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
+                        stats: RunStats | None = None, offload_experts: bool = True, progress: bool = True,
+                        weight_dtype: Any = None, transformer: Any = None, matmul_precision: str = "highest",
+                        **options: Any):
+        """Load every component of a diffusers-layout folder.
+
+        Args:
+            path: the folder (or hub id, or an opened :class:`Checkpoint`), or a
+                :class:`~vidax.pipelines.plan.Plan` of :func:`~vidax.pipelines.plan.read_plan` for
+                this class (its configs read, its weight format applied there: then
+                ``weight_dtype`` and ``transformer`` are not given).
+            dtype: transformer and text-encoder dtype, ``"float32"`` or ``"bfloat16"``.
+            mesh: ``(data, tensor, sequence)`` mesh (anything
+                :func:`~vidax.parallel.mesh.resolve_mesh` takes) or None (one device).
+            offload: weights in host memory (:func:`vidax.parallel.offload.resolve_offload`):
+                transformer blocks streamed each step, text encoder / VAE staged
+                (``docs/offloading.md``).
+            stats: receives the load time.
+            offload_experts: with two experts, keep the one not in use in host memory.
+            progress: show a status line on stderr while the weights load.
+            weight_dtype: None, ``"int8"`` or ``"float8_e4m3fn"`` (``"fp8"``): the transformers'
+                Linear kernels (not those kept float32) stored 8-bit with per-output-channel
+                scales, quantized as they are read (:mod:`vidax.nn.quant`).
+            transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
+                ``.safetensors`` in the original repository's layout) read instead of the
+                folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
+            matmul_precision: ``"highest"`` (default: float32 products in float32 on every
+                backend, as torch), ``"high"`` or ``"default"`` (the backend's fastest: one
+                bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
+            **options: the family's loading options (e.g. ``vae_dtype``).
+
+        Raises:
+            CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
+            SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
+                is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`).
+        """
+        t0 = time.perf_counter()
+        cls.check_load_options(options)
+        parse_matmul_precision(matmul_precision)
+        if isinstance(path, Plan):
+            if weight_dtype is not None or transformer is not None:
+                raise InputError("weight_dtype= and transformer= go to read_plan, which applies the weight format; "
+                                 "from_pretrained takes a plan as read_plan gives it")
+            plan = path
+        else:
+            plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+        plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision,
+                              offload_experts=offload_experts, **options)
+        return cls.from_plan(plan, stats=stats, progress=progress, t0=t0)
+
+    @classmethod
+    def from_plan(cls, plan: Plan, *, stats: RunStats | None = None, progress: bool = True,
+                  t0: float | None = None):
+        """Load the weights ``plan`` names (:mod:`vidax.pipelines.plan`, placed with
+        :func:`~vidax.pipelines.plan.with_placement`) into the pipeline it plans: ``cls`` or a
+        subclass of it (``plan.pipeline``); ``stats`` receives the load time (from ``t0``, default
+        now), ``progress`` shows a status line on stderr meanwhile. A plan whose memory was checked
+        (:func:`~vidax.pipelines.plan.with_memory`) gives a pipeline that does not check it again,
+        its VAE tiled where the plan says so."""
+        t0 = time.perf_counter() if t0 is None else t0
+        pipeline, info, staging = plan.pipeline, plan.info, plan.staging
+        if not issubclass(pipeline, cls):
+            raise TypeError(f"{cls.__name__}.from_plan: the plan is for {pipeline.__name__}")
+        with status(f"loading {plan.checkpoint.root}", progress):
+            modules = pipeline.load_components(info, dtype=plan.dtype, mesh=plan.mesh, offload=plan.offload,
+                                               staging=staging, offload_experts=plan.offload_experts, **plan.options)
+        staging.attach(**{n: modules.get(n) for n in pipeline.stageable})
+        load_s = time.perf_counter() - t0
+        if stats is not None:
+            stats.load_s += load_s
+        pipe = pipeline(info, modules, dtype=plan.dtype, mesh=plan.mesh, staging=staging, offload=plan.offload,
+                        offload_experts=plan.offload_experts, load_s=load_s, matmul_precision=plan.matmul_precision)
+        if plan.memory_checked:
+            pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
+        if plan.vae_tiling:
+            pipe.vae.enable_tiled_decode()
+        return pipe
+
+    @classmethod
+    def load_options(cls) -> tuple[str, ...]:
+        """The family's loading options :meth:`from_pretrained` passes on (the keywords of its
+        :meth:`load_components` beyond the shared ones, e.g. ``vae_dtype``)."""
+        shared = {"cls", "info", "dtype", "mesh", "offload", "staging", "offload_experts"}
+        params = inspect.signature(cls.load_components).parameters.values()
+        return tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in shared)
+
+    @classmethod
+    def check_load_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise InputError for a loading keyword this pipeline does not take (diffusers'
+        ``torch_dtype`` is named as vidax's ``dtype``)."""
+        params = inspect.signature(cls.load_components).parameters.values()
+        unknown = sorted(set(options) - set(cls.load_options()))
+        if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
+            return
+        hint = "; vidax's dtype= is diffusers' torch_dtype= (float32 or bfloat16)" if "torch_dtype" in unknown else ""
+        takes = ", ".join(f"{n}=" for n in ("dtype", "mesh", "offload", "stats", "offload_experts", "progress",
+                                             "matmul_precision",
+                                             *cls.load_options()))
+        raise InputError(f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; "
+                         f"it takes {takes}")
+
+    @classmethod
+    def plan_staging(cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any,
+                     text_encoder_dtype: Any = None) -> Staging:
+        """Which stageable components wait in host memory (:func:`plan_pipeline_staging`), each
+        counted at the dtype it is loaded in."""
+        ckpt = info.checkpoint
+        spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
+        paths = {"transformer": transformer_source(ckpt, info.transformers[0], spec)}
+        paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
+        return plan_pipeline_staging(paths, dtype, parse_dtype(vae_dtype), offload, mesh,
+                                     blocks_prefixes=spec.block_stacks, weights=ckpt.weights,
+                                     text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
+                                     stageable=tuple(cls.stageable))

@@ -23,22 +23,10 @@ from vidax.stats import RunStats
 
 
 def run_denoising_loop(
-    step: Any,
-    params: Any,
-    latents: jax.Array,
-    state: Any,
-    args: tuple,
-    num_inference_steps: int,
-    stats: RunStats,
-    progress: bool = True,
-    callback: Callable[[int, int], None] | None = None,
-    mesh: Any = None,
-    arg_axes: tuple | None = None,
-    first_step: int = 0,
-    total_steps: int | None = None,
-    cancel: Callable[[], bool] | None = None,
-    cache: Any = None,
-    on_step_end: Callable[[int, Any], Any] | None = None,
+    step: Any, params: Any, latents: jax.Array, state: Any, args: tuple, num_inference_steps: int, stats: RunStats,
+    progress: bool = True, callback: Callable[[int, int], None] | None = None, mesh: Any = None,
+    arg_axes: tuple | None = None, first_step: int = 0, total_steps: int | None = None,
+    cancel: Callable[[], bool] | None = None, cache: Any = None, on_step_end: Callable[[int, Any], Any] | None = None,
     interrupt: Callable[[], bool] | None = None,
     on_state: Callable[[int, Any, Any], None] | None = None,
 ) -> tuple[jax.Array, Any]:
@@ -102,35 +90,52 @@ def run_denoising_loop(
             check_cancel(cancel, first_step + i, total_steps)
             if interrupt is not None and interrupt():
                 break
-            t0 = time.perf_counter()
-            if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
-                compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i,
-                                              total_steps)
-            if cache is not None:
-                state = cache.before_step(i, state)
-            latents, state = compiled(params, latents, state, *args)
-            jax.block_until_ready(latents)
-            stats.step_s.append(time.perf_counter() - t0)
-            if cache is not None:
-                cache.after_step(i, state, stats.step_s[-1])
-            if not bool(all_finite(latents)):
-                raise NumericalError(
-                    f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
-                    f"update) produced NaN/Inf latents; stopped there, nothing was written ", nonfinite_advice(params))
-            if i == 0:
-                stats.sample_memory()
+            latents, state = _run_step(compiled, params, latents, state, args, i, stats, cache, cancel, first_step,
+                                       total_steps)
             bar.update()
-            if on_step_end is not None:
-                new = on_step_end(i, latents)
-                latents = latents if new is None else new
-            if on_state is not None:
-                on_state(i, latents, state)
-            if callback is not None:
-                callback(i, num_inference_steps)
+            latents = _after_step(i, latents, state, num_inference_steps, on_step_end, on_state, callback)
     finally:
         bar.close()
     if mesh is not None:
         latents = jax.tree.map(to_local, latents)
+    return latents, state
+
+
+def _after_step(i: int, latents: Any, state: Any, num_inference_steps: int,
+                on_step_end: Callable[[int, Any], Any] | None, on_state: Callable[[int, Any, Any], None] | None,
+                callback: Callable[[int, int], None] | None) -> Any:
+    """The hooks after step ``i`` of :func:`run_denoising_loop`, in order: ``on_step_end`` (its
+    latents, when not None, replace the loop's), ``on_state``, ``callback``; the latents."""
+    if on_step_end is not None:
+        new = on_step_end(i, latents)
+        latents = latents if new is None else new
+    if on_state is not None:
+        on_state(i, latents, state)
+    if callback is not None:
+        callback(i, num_inference_steps)
+    return latents
+
+
+def _run_step(compiled: Any, params: Any, latents: Any, state: Any, args: tuple, i: int, stats: RunStats, cache: Any,
+              cancel: Callable[[], bool] | None, first_step: int, total_steps: int) -> tuple[Any, Any]:
+    """Step ``i`` of :func:`run_denoising_loop`: run, waited for and timed, the step cache told
+    before and after, the latents checked for NaN/Inf, memory sampled after the first."""
+    t0 = time.perf_counter()
+    if hasattr(compiled, "on_chunk"):  # a streamed step: sample memory inside the first one
+        compiled.on_chunk = _on_chunk(stats.sample_memory if i == 0 else None, cancel, first_step + i, total_steps)
+    if cache is not None:
+        state = cache.before_step(i, state)
+    latents, state = compiled(params, latents, state, *args)
+    jax.block_until_ready(latents)
+    stats.step_s.append(time.perf_counter() - t0)
+    if cache is not None:
+        cache.after_step(i, state, stats.step_s[-1])
+    if not bool(all_finite(latents)):
+        raise NumericalError(
+            f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
+            f"update) produced NaN/Inf latents; stopped there, nothing was written ", nonfinite_advice(params))
+    if i == 0:
+        stats.sample_memory()
     return latents, state
 
 

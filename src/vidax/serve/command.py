@@ -80,12 +80,12 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     """
     import uvicorn
 
-    import vidax
     from vidax.compile_cache import setup_compile_cache
     from vidax.default_checkpoint import PUBLIC_NAME
     from vidax.nn.inputs import parse_dtype
     from vidax.nn.precision import parse_matmul_precision
     from vidax.parallel.mesh import mesh_from_sizes
+    from vidax.pipelines.plan import read_plan, with_placement
     from vidax.serve.app import create_app
     from vidax.serve.jobs import JobRunner, JobStore
 
@@ -93,27 +93,19 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     setup_compile_cache(enabled=compile_cache)
     parse_dtype(dtype)
     parse_matmul_precision(matmul_precision)
-    from vidax.checkpoint import Checkpoint
-    from vidax.default_checkpoint import resolve_named_checkpoint
-    from vidax.pipelines.weight_formats import with_weights
-
-    if weight_dtype is not None or transformer is not None:  # refused before the port is taken
-        with_weights(Checkpoint.open(resolve_named_checkpoint(checkpoint or PUBLIC_NAME)), weight_dtype, transformer)
+    model = checkpoint or PUBLIC_NAME
+    # the configs read once; a bad weight format is refused before the port is taken
+    plan = read_plan(model, weight_dtype=weight_dtype, transformer=transformer)
     store = JobStore(jobs_dir)  # a folder that cannot hold the records fails before loading
     sock = _listen(host, port)  # and a taken port
-    model = checkpoint or PUBLIC_NAME
     if checkpoint is None:
         typer.secho(f"Using the embedded default checkpoint ({PUBLIC_NAME}): tiny, RANDOM weights, so the videos "
                     "are noise. Pass --checkpoint PATH for real weights.", fg=typer.colors.YELLOW, err=True)
     mesh = None
     if any(size is not None for size in sizes):  # a wrong mesh lists the sizes the configs' heads split over
-        from vidax.pipelines.loading import pipeline_class
-
-        ckpt = Checkpoint.open(resolve_named_checkpoint(model))
-        cls = pipeline_class(ckpt)
-        mesh = mesh_from_sizes(*sizes, heads=[h for _, h in cls.attention_heads(cls.read_checkpoint(ckpt))])
-    pipe = vidax.load_pipeline(model, dtype=dtype, mesh=mesh, offload=offload,
-                               weight_dtype=weight_dtype, transformer=transformer, matmul_precision=matmul_precision)
+        mesh = mesh_from_sizes(*sizes, heads=plan.heads)
+    plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision)
+    pipe = plan.pipeline.from_plan(plan)
     load(pipe)
     runner = JobRunner(pipe, model, store, queue_size, max_batch=max_batch, batch_window_ms=batch_window_ms,
                        save_every=save_every, preview_every=preview_every)

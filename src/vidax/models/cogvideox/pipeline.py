@@ -34,6 +34,7 @@ from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoi
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import CogVideoXTiling, decoded_frames
 from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.step_inputs import StepInputs, step_inputs
 from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
                                   tokenizer_token_limit)
 from vidax.checkpoint import Checkpoint
@@ -53,6 +54,18 @@ def dynamic_guidance_scales(guidance_scale: float, timesteps: Sequence[int], num
         [1 + guidance_scale * ((1 - math.cos(math.pi * ((n - int(t)) / n) ** 5.0)) / 2) for t in timesteps],
         np.float32,
     )
+
+
+@step_inputs
+class CogVideoXStepInputs(StepInputs):
+    """The step inputs of CogVideoX: ``guidance`` is the CFG weight of every step (steps,)
+    (``use_dynamic_cfg``); ``ofs`` the (1,) input of the transformer's ofs embedding (None
+    where it has none, ``has_ofs``), ``image_latents`` the I2V image latents concatenated on channels, ``step_noise``
+    CogVideoXDPMScheduler's per-step noise (steps, B, T, h, w, C) when given."""
+
+    ofs: Any = None
+    image_latents: Any = None
+    step_noise: Any = None
 
 
 class CogVideoXPipeline(VideoPipeline):
@@ -249,8 +262,8 @@ class CogVideoXPipeline(VideoPipeline):
         return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
-        """``(embeds, guidance per step, ofs, image_latents, step_noise)``; guidance (steps,) is
-        read whole by every device, step_noise (steps, B, ...) splits on B."""
+        """:class:`CogVideoXStepInputs`; its guidance (steps,) is read whole by every device,
+        step_noise (steps, B, ...) splits on B."""
         steps = int(state.num_inference_steps)
         if call.extra.get("use_dynamic_cfg"):
             guidance = dynamic_guidance_scales(call.guidance_scale, np.asarray(state.timesteps), call.num_inference_steps)
@@ -260,25 +273,26 @@ class CogVideoXPipeline(VideoPipeline):
         if step_noise is not None:
             step_noise = jnp.transpose(jnp.asarray(step_noise, jnp.float32), (0, 1, 2, 4, 5, 3))
         ofs = jnp.full((1,), 2.0, jnp.float32) if self.info.transformer_config.has_ofs else None
-        args = (embeds, jnp.asarray(guidance), ofs, cond.get("image_latents"), step_noise)
-        arg_axes = (None, (None,), None, None,
-                    None if step_noise is None else (None, "batch") + (None,) * (step_noise.ndim - 2))
-        return args, arg_axes
+        inputs = CogVideoXStepInputs(embeds, jnp.asarray(guidance), ofs=ofs,
+                                     image_latents=cond.get("image_latents"), step_noise=step_noise)
+        axes = {"guidance": (None,)}
+        if step_noise is not None:
+            axes["step_noise"] = (None, "batch") + (None,) * (step_noise.ndim - 2)
+        return inputs, axes
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
-        context, _, ofs, image_latents, _ = args
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         x = latents.astype(self.dtype)
-        if image_latents is not None:
-            x = jnp.concatenate([x, image_latents.astype(self.dtype)], axis=-1)
+        if inputs.image_latents is not None:
+            x = jnp.concatenate([x, inputs.image_latents.astype(self.dtype)], axis=-1)
         x, = cfg_pair(do_cfg, x)
-        return x, jnp.broadcast_to(state.timestep, (x.shape[0],)), context, ofs
+        return x, jnp.broadcast_to(state.timestep, (x.shape[0],)), inputs.embeds, inputs.ofs
 
-    def guidance(self, state, args) -> jax.Array:
-        return args[1][jnp.minimum(state.step_index, state.num_inference_steps - 1)]
+    def guidance(self, state, inputs) -> jax.Array:
+        return inputs.guidance[jnp.minimum(state.step_index, state.num_inference_steps - 1)]
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         pred = pred.astype(jnp.float32)
-        step_noise = args[4]
+        step_noise = inputs.step_noise
         if isinstance(self.scheduler, CogVideoXDPMScheduler):
             i = jnp.minimum(state.step_index, state.num_inference_steps - 1)
             return self.scheduler.step(state, pred, latents, None if step_noise is None else step_noise[i])

@@ -314,12 +314,12 @@ class CosmosPredictPipeline(VideoPipeline):
         """The condition mask ``(B, T, 1, 1, 1)``, broadcast over h, w, C."""
         return cond["indicator"][:, :, None, None, None]
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(x, timestep, context, fps, condition_mask, padding_mask)`` of the transformer:
         ``x = mask cond + (1 - mask) latents``, per-frame timesteps ``(B, T)`` (sigma, the
         conditioning frames ``conditional_frame_timestep``), the mask channel ``(B, T, h, w, 1)``,
         no fps, a zero padding mask (None)."""
-        context, _, cond = args
+        context, cond = inputs.embeds, inputs.cond
         mask = self._mask(cond)
         x = mask * cond["latents"] + (1.0 - mask) * latents
         sigma = state.sigmas[state.step_index].astype(jnp.float32)
@@ -329,17 +329,17 @@ class CosmosPredictPipeline(VideoPipeline):
         x, timestep, cmask = cfg_pair(do_cfg, x.astype(self.dtype), timestep, cmask.astype(self.dtype))
         return x, timestep, context, None, cmask, None
 
-    def guide(self, pred, state, args) -> jax.Array:
+    def guide(self, pred, state, inputs) -> jax.Array:
         """:func:`cosmos_guidance` with ``guidance_scale`` (the reference's formula; see
         :meth:`scheduler_update` for the conditioning frames)."""
-        return cosmos_guidance(pred, self.guidance(state, args))
+        return cosmos_guidance(pred, self.guidance(state, inputs))
 
-    def scheduler_update(self, state, pred, latents, args) -> tuple:
+    def scheduler_update(self, state, pred, latents, inputs) -> tuple:
         """The velocity on the conditioning frames replaced by ``gt_velocity``, then the
         scheduler step. The reference replaces it in the cond and uncond predictions before
         guiding; ``gt_velocity`` is 0 off the conditioning frames and the mask exactly 0 / 1, so
         replacing after the guidance gives the same values."""
-        cond = args[2]
+        cond = inputs.cond
         mask = self._mask(cond)
         pred = cond["velocity"] + pred.astype(jnp.float32) * (1.0 - mask)
         return self.scheduler.step(state, pred, latents)

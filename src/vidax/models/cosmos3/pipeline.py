@@ -61,6 +61,7 @@ from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templa
 from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
+from vidax.pipelines.step_inputs import StepInputs
 
 _F32 = jnp.float32
 #: The reference's ``fps=`` default.
@@ -406,7 +407,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
 
     def step_args(self, call, embeds, cond, state, expert):
         self._layout = dataclasses.replace(self._layout, text=int(embeds["ids"].shape[1]))
-        return (embeds, jnp.asarray(call.guidance_scale, _F32), {}), None
+        return StepInputs(embeds, jnp.asarray(call.guidance_scale, _F32)), None
 
     def positions(self, lengths: jax.Array) -> jax.Array:
         """``(n, 3, L)`` float32 positions of the packed sequences whose prompts have ``lengths``
@@ -427,9 +428,9 @@ class Cosmos3OmniPipeline(VideoPipeline):
         text = jnp.broadcast_to(jnp.arange(lay.text, dtype=_F32), (lengths.shape[0], 3, lay.text))
         return jnp.concatenate([text, gen], axis=-1)
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """The transformer's packed-sequence arguments (see :meth:`Cosmos3OmniTransformer.embed`)."""
-        embeds = args[0]
+        embeds = inputs.embeds
         lay = self._layout
         t_steps = self.step_state(state)
         timestep = t_steps.timesteps[t_steps.step_index].astype(_F32)

@@ -63,6 +63,7 @@ from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.step_inputs import StepInputs
 from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts,
                                   text_truncation)
 
@@ -445,17 +446,17 @@ class HunyuanVideoPipeline(VideoPipeline):
         return self.schedule(self.scheduler, call, latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
-        """``(embeds, true_cfg_scale, cond)``: :meth:`guidance` is the true-CFG weight."""
-        return (embeds, jnp.asarray(call.extra["true_cfg_scale"], jnp.float32), cond), None
+        """The base's inputs with ``true_cfg_scale`` as the guidance (the true-CFG weight)."""
+        return StepInputs(embeds, jnp.asarray(call.extra["true_cfg_scale"], jnp.float32), cond), None
 
     def model_input(self, latents: jax.Array, cond: dict) -> jax.Array:
         """The transformer's ``hidden_states`` from the latents (T2V: the latents)."""
         return latents
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
         pooled_projections, guidance)`` of the transformer; cond / uncond batched under CFG."""
-        (text, mask, pooled), _, cond = args
+        (text, mask, pooled), cond = inputs.embeds, inputs.cond
         b = latents.shape[0]
         x = self.model_input(latents, cond).astype(self.dtype)
         timestep = jnp.broadcast_to(state.timestep.astype(latents.dtype), (b,))
@@ -607,12 +608,12 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
             return jnp.concatenate([img, latents[:, 1:]], axis=1)
         return first_frame_concat(latents, img)
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         """The Euler step; ``token_replace`` then puts the image latent back on frame 0 (the
         reference steps frames 1: only, elementwise the same)."""
         latents, state = self.scheduler.step(state, pred, latents)
         if self.info.image_condition_type == "token_replace":
-            latents = jnp.concatenate([args[2]["image"].astype(latents.dtype), latents[:, 1:]], axis=1)
+            latents = jnp.concatenate([inputs.cond["image"].astype(latents.dtype), latents[:, 1:]], axis=1)
         return latents, state
 
     def latents_output(self, latents) -> np.ndarray:

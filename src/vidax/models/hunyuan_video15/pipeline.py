@@ -178,22 +178,22 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         zeros = jnp.zeros(latents.shape[:-1] + (latents.shape[-1] + 1,), latents.dtype)
         return jnp.concatenate([latents, zeros], axis=-1)
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
         encoder_hidden_states_2, encoder_attention_mask_2, image_embeds)`` of the transformer;
         cond / uncond batched under CFG."""
-        (text, mask, glyph, glyph_mask), _, cond = args
+        text, mask, glyph, glyph_mask = inputs.embeds
         b = latents.shape[0]
-        x = self.model_input(latents, cond).astype(self.dtype)
+        x = self.model_input(latents, inputs.cond).astype(self.dtype)
         timestep = jnp.broadcast_to(state.timestep.astype(latents.dtype), (b,))
         x, timestep = cfg_pair(do_cfg, x, timestep)
         image = jnp.zeros((x.shape[0], IMAGE_TOKENS, self.info.transformer_config.image_embed_dim), self.dtype)
         return x, timestep, text, mask, glyph, glyph_mask, image
 
-    def guide(self, pred, state, args):
+    def guide(self, pred, state, inputs):
         """``ClassifierFreeGuidance.forward`` of the checkpoint's guider on the (2B, ...) batch."""
         g = self.info.guider_config
-        weight = self.guidance(self.step_state(state), args)
+        weight = self.guidance(self.step_state(state), inputs)
         cond, uncond = jnp.split(pred, 2, axis=0)
         if g.use_original_formulation:
             guided = cond + weight.astype(cond.dtype) * (cond - uncond)
@@ -290,12 +290,12 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
         """``[latents, image latents on frame 0 (zeros after), mask (1 on frame 0)]`` on channels."""
         return first_frame_concat(latents, cond["image"])
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """As :meth:`HunyuanVideo15Pipeline.model_args` with the image's SigLIP tokens (the same
         for both branches) and, with ``use_meanflow``, ``timestep_r``: the next step's timestep,
         0 at the last step."""
-        x, timestep, text, mask, glyph, glyph_mask, _ = super().model_args(latents, state, args, do_cfg)
-        tokens = args[2]["image_embeds"]
+        x, timestep, text, mask, glyph, glyph_mask, _ = super().model_args(latents, state, inputs, do_cfg)
+        tokens = inputs.cond["image_embeds"]
         image = jnp.tile(tokens, (x.shape[0] // tokens.shape[0], 1, 1))
         if not self.info.transformer_config.use_meanflow:
             return x, timestep, text, mask, glyph, glyph_mask, image

@@ -38,6 +38,7 @@ from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
+from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -79,6 +80,34 @@ LTX_DECODE_OPTIONS = (
     CallOption("decode_noise_scale", float, "Noise mixed into the latents before decoding (LTX-Video 0.9.1+); in "
                "Python also one per prompt.", "the decode timestep", low=0, per_prompt=True),
 )
+
+
+@step_inputs
+class LTXStepInputs(StepInputs):
+    """The step inputs of LTX-Video T2V / I2V: ``embeds`` is ``(context, attention mask)``;
+    ``guidance_rescale`` the float32 ``rescale_noise_cfg`` factor, ``rope_scale`` the (3,)
+    ``rope_interpolation_scale``, ``frame_mask`` the I2V conditioning mask of the latent frames
+    (1 on frame 0; None for T2V)."""
+
+    guidance_rescale: Any = None
+    rope_scale: Any = None
+    frame_mask: Any = None
+
+
+@step_inputs
+class LTXConditionStepInputs(StepInputs):
+    """The step inputs of :class:`LTXConditionPipeline`: ``embeds`` and ``guidance_rescale`` as
+    :class:`LTXStepInputs`; ``coords`` the tokens' video coordinates (B, 3, N), ``token_mask``
+    the conditioning strength of every token (B, N) (None without conditions), ``init`` the
+    prepared latents the hard-conditioned tokens start from, ``noise_scale`` the
+    ``image_cond_noise_scale``, ``key`` the PRNG key of their per-step noise."""
+
+    guidance_rescale: Any = None
+    coords: Any = None
+    token_mask: Any = None
+    init: Any = None
+    noise_scale: Any = None
+    key: Any = None
 
 
 class LTXDecode:
@@ -310,13 +339,14 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         rope_scale = jnp.asarray([v.temporal_compression / rate, v.spatial_compression, v.spatial_compression],
                                  jnp.float32)
         rescale = jnp.asarray(call.extra.get("guidance_rescale", 0.0), jnp.float32)
-        return (embeds, jnp.asarray(call.guidance_scale, jnp.float32), rope_scale, rescale,
-                cond.get("frame_mask")), None
+        return LTXStepInputs(embeds, jnp.asarray(call.guidance_scale, jnp.float32), guidance_rescale=rescale,
+                             rope_scale=rope_scale, frame_mask=cond.get("frame_mask")), None
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(hidden_states (B, N, C), encoder_hidden_states, timestep, encoder_attention_mask, F', H',
         W', rope_interpolation_scale)``; I2V: timestep (B, N), 0 on frame-0 tokens."""
-        (context, mask), _, rope_scale, _, frame_mask = args
+        context, mask = inputs.embeds
+        frame_mask = inputs.frame_mask
         b, f, h, w, c = latents.shape
         x = latents.reshape(b, f * h * w, c).astype(self.dtype)
         t = state.timestep.astype(jnp.float32)
@@ -325,19 +355,19 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         else:  # t * (1 - conditioning_mask), per token
             timestep = jnp.broadcast_to(jnp.repeat(t * (1 - frame_mask), h * w), (b, f * h * w))
         x, timestep = cfg_pair(do_cfg, x, timestep)
-        return x, context, timestep, mask, f, h, w, rope_scale
+        return x, context, timestep, mask, f, h, w, inputs.rope_scale
 
-    def guide(self, pred, state, args):
+    def guide(self, pred, state, inputs):
         """diffusers' CFG, then ``rescale_noise_cfg`` with ``guidance_rescale`` where it is > 0."""
-        guided = classifier_free_guidance(pred, args[1])
+        guided = classifier_free_guidance(pred, inputs.guidance)
         cond = jnp.split(pred, 2, axis=0)[0]
-        rescale = args[3]
+        rescale = inputs.guidance_rescale
         return jnp.where(rescale > 0, rescale_noise_cfg(guided, cond, rescale), guided)
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         pred = pred.reshape(latents.shape)
         new, state = self.scheduler.step(state, pred, latents)
-        if args[4] is not None:  # I2V: the Euler step leaves latent frame 0 (the image) as it is
+        if inputs.frame_mask is not None:  # I2V: the Euler step leaves latent frame 0 (the image) as it is
             new = jnp.concatenate([latents[:, :1].astype(new.dtype), new[:, 1:]], axis=1)
         return new, state
 
@@ -677,8 +707,9 @@ class LTXConditionPipeline(LTXPipeline):
         scale = jnp.asarray(call.extra.get("image_cond_noise_scale", 0.15), jnp.float32)
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 6)
         init = cond["init"] if cond["mask"] is not None else None
-        return (embeds, jnp.asarray(call.guidance_scale, jnp.float32), cond["coords"], rescale, cond["mask"],
-                init, scale, key), None
+        return LTXConditionStepInputs(embeds, jnp.asarray(call.guidance_scale, jnp.float32), guidance_rescale=rescale,
+                                      coords=cond["coords"], token_mask=cond["mask"], init=init, noise_scale=scale,
+                                      key=key), None
 
     @staticmethod
     def noise_hard_conditions(latents, init, mask, scale, t, noise, eps: float = 1e-6):
@@ -688,16 +719,15 @@ class LTXConditionPipeline(LTXPipeline):
         noised = init + scale * noise * (t ** 2)
         return jnp.where((mask > 1.0 - eps)[..., None], noised, latents)
 
-    def _step_latents(self, latents, state, args):
+    def _step_latents(self, latents, state, inputs):
         """The latents a step starts from: with conditions, the hard-conditioned tokens noised
         (a no-op at ``image_cond_noise_scale`` 0: those tokens never leave ``init``). The noise is
         a function of the step index, so model_args and scheduler_update see the same values."""
-        mask, init, scale, key = args[4:8]
-        if mask is None:
+        if inputs.token_mask is None:
             return latents
-        noise = jax.random.normal(jax.random.fold_in(key, state.step_index), latents.shape, jnp.float32)
+        noise = jax.random.normal(jax.random.fold_in(inputs.key, state.step_index), latents.shape, jnp.float32)
         t = state.timestep.astype(jnp.float32) / jnp.float32(1000.0)
-        return self.noise_hard_conditions(latents, init, mask, scale, t, noise)
+        return self.noise_hard_conditions(latents, inputs.init, inputs.token_mask, inputs.noise_scale, t, noise)
 
     def _token_timesteps(self, latents, state, mask):
         t = state.timestep.astype(jnp.float32)
@@ -705,20 +735,20 @@ class LTXConditionPipeline(LTXPipeline):
             return jnp.broadcast_to(t, (latents.shape[0], 1))
         return jnp.minimum(t, (1 - mask) * jnp.float32(1000.0))
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(hidden_states (B, N, C), encoder_hidden_states, timestep (B, N) or (B, 1),
         encoder_attention_mask, None, None, None, None, video_coords (B, 3, N))``."""
-        (context, text_mask), _, coords, _, mask = args[:5]
-        x = self._step_latents(latents, state, args)
-        timestep = self._token_timesteps(x, state, mask)
-        x, timestep, coords = cfg_pair(do_cfg, x.astype(self.dtype), timestep, coords)
+        context, text_mask = inputs.embeds
+        x = self._step_latents(latents, state, inputs)
+        timestep = self._token_timesteps(x, state, inputs.token_mask)
+        x, timestep, coords = cfg_pair(do_cfg, x.astype(self.dtype), timestep, inputs.coords)
         return x, context, timestep, text_mask, None, None, None, None, coords
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         """The per-token Euler step on the negated prediction; with conditions only the tokens
         whose ``t / 1000 - 1e-6 < 1 - mask`` take it."""
-        mask = args[4]
-        x = self._step_latents(latents, state, args).astype(jnp.float32)
+        mask = inputs.token_mask
+        x = self._step_latents(latents, state, inputs).astype(jnp.float32)
         ptt = self._token_timesteps(x, state, mask)
         new, state_next = self.scheduler.step(state, -pred.reshape(x.shape), x, per_token_timesteps=ptt)
         if mask is not None:

@@ -111,9 +111,9 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         return read_ltx_upsample_checkpoint(checkpoint)
 
     @classmethod
-    def for_task(cls, checkpoint: Checkpoint, task: str) -> type:
+    def for_task(cls, checkpoint: Checkpoint, task: str, info=None) -> type:
         if task != "upsample":
-            info = cls.read_checkpoint(checkpoint)
+            info = info or cls.read_checkpoint(checkpoint)
             raise InputError(f"checkpoint {checkpoint.root} is {info.variant} ({cls.__name__}): it "
                              "upsamples the latents of a first-stage run or a video, it does not generate from "
                              "a prompt; run it from Python: vidax.load_pipeline(path)(latents=...)")

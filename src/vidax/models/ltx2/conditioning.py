@@ -17,6 +17,8 @@ tokens by a per-token conditioning mask (diffusers 0.42.1 ``LTX2ImageToVideoPipe
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -59,7 +61,7 @@ class LTX2ConditionedPipeline(LTX2Pipeline):
 
     The subclass's :meth:`condition` returns ``mask`` (B, N) float32 and ``clean`` (B, N, C)
     float32 over the video stream's tokens (N may include appended condition tokens); they go
-    to every step after the base arguments.
+    to every step as :class:`~vidax.models.ltx2.pipeline.LTX2StepInputs`' ``token_mask`` and ``clean``.
     """
 
     packed_latents = False
@@ -72,20 +74,21 @@ class LTX2ConditionedPipeline(LTX2Pipeline):
         return {**shapes, "latents": (call.batch, info.transformer_config.in_channels, f, h, w)}
 
     def step_args(self, call, embeds, cond, state, expert):
-        """The base arguments, then the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
-        args, axes = super().step_args(call, embeds, cond, state, expert)
-        return (*args, jnp.asarray(cond["mask"], _F32), jnp.asarray(cond["clean"], _F32)), axes
+        """The base inputs with the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
+        inputs, axes = super().step_args(call, embeds, cond, state, expert)
+        return dataclasses.replace(inputs, token_mask=jnp.asarray(cond["mask"], _F32),
+                                   clean=jnp.asarray(cond["clean"], _F32)), axes
 
-    def video_timestep(self, t, args):
+    def video_timestep(self, t, inputs):
         """``t (1 - mask)`` per video token, ``(B, N)`` float32."""
-        return t[:, None] * (1 - args[5])
+        return t[:, None] * (1 - inputs.token_mask)
 
-    def condition_x0(self, name, x0, args):
+    def condition_x0(self, name, x0, inputs):
         """The video's ``x0 (1 - mask) + clean mask``; the audio's as it is."""
         if name != self.latent_streams[0]:
             return x0
-        m = args[5][..., None]
-        return x0 * (1 - m) + args[6] * m
+        m = inputs.token_mask[..., None]
+        return x0 * (1 - m) + inputs.clean * m
 
     def encode_condition(self, pixels: np.ndarray) -> np.ndarray:
         """Frames ``(F, H, W, 3)`` float32 in [-1, 1] -> their normalised latent ``(1, F', H',

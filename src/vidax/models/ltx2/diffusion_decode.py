@@ -81,7 +81,7 @@ class LTX2VideoDiffusionDecodePipeline:
         return cls(load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype), matmul_precision)
 
     @classmethod
-    def for_task(cls, checkpoint, task: str):
+    def for_task(cls, checkpoint, task: str, info=None):
         """Never a generation task: ``vidax generate`` gets one line saying how to run it."""
         raise InputError(f"checkpoint {checkpoint.root} is {cls.__name__}: it decodes the latents of an LTX-2 run "
                          "(output_type=\"latent\") into video with LTX-2.5's diffusion decoder, it does not generate "

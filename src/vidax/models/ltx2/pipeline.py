@@ -55,6 +55,7 @@ from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.base import (ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts,
                                   text_truncation)
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
+from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -212,6 +213,21 @@ def _frame_rate(info: LTX2Info, call) -> float:
 def _predicts_duration(info: LTX2Info, call) -> bool:
     """``num_frames`` not given on a checkpoint with a duration head."""
     return info.duration_head and "num_frames" not in call.given
+
+
+@step_inputs
+class LTX2StepInputs(StepInputs):
+    """The step inputs of LTX-2: ``embeds`` the video context and ``audio_embeds`` the audio
+    context of every pass of the batch, ``text_mask`` their attention mask, ``guidance`` the
+    call's :class:`~vidax.models.ltx2.guidance.LTX2Guidance`, ``rope`` the RoPE tables of the
+    batch; where frames are conditioned (:class:`~vidax.models.ltx2.conditioning.LTX2ConditionedPipeline`)
+    ``token_mask`` (B, N) and ``clean`` (B, N, C) float32 over the video tokens (else None)."""
+
+    audio_embeds: Any = None
+    text_mask: Any = None
+    rope: Any = None
+    token_mask: Any = None
+    clean: Any = None
 
 
 class LTX2Pipeline(LTXPipeline):
@@ -444,14 +460,15 @@ class LTX2Pipeline(LTXPipeline):
         return {"latents": state, "audio_latents": state}
 
     def step_args(self, call, embeds, cond, state, expert):
-        """``(video context, audio context, mask, guidance, RoPE tables)``: the contexts and mask
-        of every pass of the batch (:class:`~vidax.models.ltx2.guidance.LTX2Guidance`'s rows),
-        the tables of that batch."""
+        """:class:`LTX2StepInputs`: the contexts and mask of every pass of the batch
+        (:class:`~vidax.models.ltx2.guidance.LTX2Guidance`'s rows), the RoPE tables of that batch."""
         x = call.extra
         model = self.transformer
         g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
         coords = self.rope_coordinates(call, cond, call.batch * g.rows)
-        return (*(g.extend(e, call.batch) for e in embeds), g, model.rope_tables(*coords)), None
+        context, audio_context, mask = (g.extend(e, call.batch) for e in embeds)
+        return LTX2StepInputs(context, g, audio_embeds=audio_context, text_mask=mask,
+                              rope=model.rope_tables(*coords)), None
 
     def rope_coordinates(self, call, cond, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """The video ``(batch, 3, N, 2)`` and audio ``(batch, 1, M, 2)`` coordinates (numpy float32)
@@ -461,50 +478,49 @@ class LTX2Pipeline(LTXPipeline):
         return self.transformer.rope_coords(batch, f, h, w, rate / float(call.extra.get("motion_speed", 1.0)),
                                             self.info.audio_length(call.num_frames, rate))
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """The transformer's positional arguments (:meth:`LTX2VideoTransformer3DModel.embed`):
         packed video / audio tokens, both contexts, timestep (also the sigma LTX-2.3 and the
         cross timestep take), the text mask, the STG blocks and masks, the RoPE tables, the
-        cross-modal mask; each pass of the guidance a copy of the batch (a conditioned pipeline's
-        arguments follow the first five)."""
-        context, audio_context, mask, g, rope = args[:5]
+        cross-modal mask; each pass of the guidance a copy of the batch."""
+        g, mask = inputs.guidance, inputs.text_mask
         video, audio = latents["latents"], latents["audio_latents"]
         b, c = video.shape[0], video.shape[-1]
         x = video.reshape(b, -1, c).astype(self.dtype)
         a = audio.astype(self.dtype)
         t = jnp.broadcast_to(self.step_state(state).timestep.astype(_F32), (b,))
-        tv = self.video_timestep(t, args)
+        tv = self.video_timestep(t, inputs)
         # the rows: prompts, negatives (CFG), then the STG and isolated passes (guidance.py)
         x, a, t, tv = (jnp.concatenate([v] * g.rows, axis=0) for v in (x, a, t, tv))
         perturb, isolate = g.masks(b)
-        return (x, a, context, audio_context, tv, t, t, None, mask, mask, None, None, None, 24.0, None, None, None,
-                False, g.stg_blocks or None, perturb, g.use_cross_timestep, None, rope, isolate)
+        return (x, a, inputs.embeds, inputs.audio_embeds, tv, t, t, None, mask, mask, None, None, None, 24.0, None,
+                None, None, False, g.stg_blocks or None, perturb, g.use_cross_timestep, None, inputs.rope, isolate)
 
-    def video_timestep(self, t, args):
+    def video_timestep(self, t, inputs):
         """The video tokens' timestep: ``t`` (B,) here; per token where frames are conditioned."""
         return t
 
-    def condition_x0(self, name: str, x0, args):
+    def condition_x0(self, name: str, x0, inputs):
         """The guided x0 ``(B, tokens, C)`` of stream ``name`` before its Euler step: as it is here;
         blended with the clean conditions where frames are conditioned."""
         return x0
 
-    def guide(self, pred, state, args):
+    def guide(self, pred, state, inputs):
         """Guidance needs the latents (it runs on x0): :meth:`scheduler_update` does it."""
         return pred
 
-    def scheduler_update(self, state, pred, latents, args):
+    def scheduler_update(self, state, pred, latents, inputs):
         """Per stream: the reference's guidance on the x0 of the passes
         (:meth:`~vidax.models.ltx2.guidance.LTX2Guidance.guide`), the Euler step with the
         stream's state."""
-        g = args[3]
+        g = inputs.guidance
         new, states = {}, {}
         for i, name in enumerate(self.latent_streams):
             x = latents[name]
             st = state[name]
             flat = x.reshape(x.shape[0], -1, x.shape[-1]).astype(_F32)
             velocity = g.guide(i, flat, pred[name].astype(_F32), st.sigmas[st.step_index],
-                               lambda x0, name=name: self.condition_x0(name, x0, args)).reshape(x.shape)
+                               lambda x0, name=name: self.condition_x0(name, x0, inputs)).reshape(x.shape)
             new[name], states[name] = self.scheduler.step(st, velocity, x)
         return new, states
 

@@ -221,10 +221,10 @@ class WanPipeline(VideoPipeline):
         stats.sample_memory()
         return cond
 
-    def model_args(self, latents, state, args, do_cfg) -> tuple:
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(x, timestep, context, image)`` of the Wan transformer: the latents (with the I2V
         channels, or TI2V's first frame and per-token timesteps), a timestep per sample (B,)."""
-        context, _, cond = args
+        context, cond = inputs.embeds, inputs.cond
         b, t = latents.shape[0], state.timestep.astype(jnp.float32)
         if "concat" in cond:
             x, timestep = jnp.concatenate([latents, cond["concat"]], axis=-1), jnp.broadcast_to(t, (b,))

@@ -1,0 +1,112 @@
+"""Step caches on a pipeline (First-Block Cache, MagCache, TaylorSeer; :mod:`vidax.pipelines.step_cache`):
+which the diffusers reference can run on it, turning them on and off, a call's cache state.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from vidax.errors import InputError
+from vidax.pipelines.step_cache import (CacheReport, StepCache, TaylorSeerCacheConfig, check_cache_config,
+                                        describe_config, taylorseer_mode)
+from vidax.stats import RunStats
+from vidax.pipelines.call import Call
+
+logger = logging.getLogger("vidax.pipeline")
+
+
+class StepCaching:
+    """The step-cache methods of a pipeline; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
+
+    #: diffusers' pipeline runs the conditional and unconditional passes as separate transformer
+    #: calls (a step cache then keeps one state per branch, :mod:`vidax.pipelines.step_cache`);
+    #: False: one batched call, one state.
+    separate_cfg_passes: ClassVar[bool] = False
+
+    #: diffusers 0.42.1 runs this pipeline's transformer calls in cache contexts and has hook
+    #: metadata for its blocks, so its cache hooks work; False (no reference to match): step
+    #: caches are refused.
+    cache_reference: ClassVar[bool] = True
+
+    #: diffusers 0.42.1 registers this family's blocks in its ``TransformerBlockRegistry``, which
+    #: its First-Block Cache and MagCache hooks need (False: they raise there, so vidax refuses
+    #: them; TaylorSeer needs no block metadata).
+    cache_block_metadata: ClassVar[bool] = True
+
+    #: Why diffusers 0.42.1's First-Block Cache / MagCache hooks raise on this pipeline when
+    #: :attr:`cache_block_metadata` is False (``{pipeline}``: the pipeline's class as the user
+    #: loads it; ``{config}``: the config's class).
+    cache_metadata_problem: ClassVar[str] = ("diffusers 0.42.1 has no block metadata for {pipeline}'s transformer "
+                                             "blocks that its {config} hooks can use (they raise there)")
+
+    @classmethod
+    def check_cache_kind(cls, config: Any, name: str = "config", pipeline: str | None = None) -> None:
+        """Raise unless diffusers 0.42.1 runs ``config``'s kind of cache hooks on this pipeline
+        (before any weight is read; ``name``: how the config is named, ``--cache first_block:0.1``;
+        ``pipeline``: the pipeline class as the user loads it, model_index.json's ``_class_name``,
+        default this class's name).
+
+        Raises:
+            InputError: one line naming ``name``.
+        """
+        pipeline = pipeline or cls.__name__
+        if not cls.cache_reference:
+            raise InputError(f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
+                             "around its transformer calls, or no block metadata), so there is no reference to match")
+        if not cls.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
+            problem = cls.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
+            raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
+        if len(cls.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
+            # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
+            raise InputError(f"{name}: {type(config).__name__} on a pipeline with several latent streams "
+                             f"({cls.__name__}: {', '.join(cls.latent_streams)}) is not implemented in vidax; "
+                             "TaylorSeerCacheConfig runs")
+
+    def enable_cache(self, config: Any) -> None:
+        """Turn on step caching for the next calls (``config``: a
+        :class:`~vidax.pipelines.step_cache.FirstBlockCacheConfig`, ``MagCacheConfig`` or
+        ``TaylorSeerCacheConfig``; diffusers' ``pipe.transformer.enable_cache(config)``); each
+        call starts a fresh cache state, as diffusers resets its hooks after a call.
+
+        Raises:
+            InputError: not a cache config; a cache already enabled (``disable_cache()`` first,
+                as in diffusers); a cache this family's reference cannot hook.
+        """
+        config = self.check_cache(config)
+        if self.cache_config is not None:
+            raise InputError(f"a {type(self.cache_config).__name__} is already enabled; call disable_cache() before "
+                             f"enable_cache({type(config).__name__}(...))")
+        self.cache_config = config
+
+    def check_cache(self, config: Any, name: str = "config") -> Any:
+        """``config`` if this pipeline can run it (what :meth:`enable_cache` checks; reads the
+        model's structure, no weight), else an InputError naming ``name``."""
+        config = check_cache_config(config, name)
+        if name == "config":  # the Python keyword; a CLI caller passes its flag as typed
+            name = f"{name}={type(config).__name__}"
+        self.check_cache_kind(config, name, self.checkpoint.pipeline_class_name)
+        model = type(self.experts.modules[0]).__name__
+        if isinstance(config, TaylorSeerCacheConfig):
+            modes = {taylorseer_mode(config, m) for m in self.experts.modules}
+            if modes == {"none"}:
+                logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
+                               "runs are uncached", model)
+        elif min(m.num_blocks() for m in self.experts.modules) < 2:
+            raise InputError(f"{name} needs at least 2 transformer blocks; {model} has "
+                             f"{min(m.num_blocks() for m in self.experts.modules)}")
+        return config
+
+    def disable_cache(self) -> None:
+        """Turn step caching off (a no-op when it is off)."""
+        self.cache_config = None
+
+    def _step_cache(self, call: Call, expert: int, total: int, stats: RunStats) -> StepCache | None:
+        config = self.cache_config
+        module = self.experts.modules[expert]
+        if config is None or (isinstance(config, TaylorSeerCacheConfig) and taylorseer_mode(config, module) == "none"):
+            return None
+        if stats.cache is None:
+            stats.cache = CacheReport(describe_config(config), module.num_blocks())
+        branches = 2 if call.do_cfg and self.separate_cfg_passes else 1
+        return StepCache(config, module, branches, total, stats.cache)

@@ -1,0 +1,513 @@
+"""A call's arguments checked against the checkpoint's configs alone, before any weight is read
+(:meth:`CallChecks.check_call` -> :class:`Call`, the defaults filled), and what a pipeline
+declares it takes (:class:`Capabilities`, the keywords and options).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from vidax.errors import Arg, ArgValue, Message, joined, ConfigError, InputError
+from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.pipelines.common import check_task
+from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
+from vidax.registry import registry
+from vidax.schedulers import scheduler_from_config
+from vidax.pipelines.call import Call, cancel_check
+from vidax.pipelines.output import finite_array
+
+logger = logging.getLogger("vidax.pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a loaded pipeline accepts, declared (never probed from signatures).
+
+    Attributes:
+        tasks: the tasks of its checkpoint. image: takes ``image=``. video: takes ``video=``.
+        guidance_scale_2: takes ``guidance_scale_2=`` (two experts). audio: makes sound.
+        offload: streams its transformer blocks / stages components. call_args: every keyword
+        its ``__call__`` takes.
+    """
+
+    tasks: tuple[str, ...]
+    image: bool
+    video: bool
+    guidance_scale_2: bool
+    audio: bool
+    offload: bool
+    call_args: tuple[str, ...]
+
+
+_SHARED = options_by_name(SHARED_OPTIONS)
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeLimits:
+    """The largest sizes a checkpoint's model can represent (None: no limit), each already a
+    valid value (a multiple of ``size_multiple``; frames of the form the family rounds to).
+
+    Attributes:
+        height, width: pixels. num_frames: frames. reason: why (for the error message).
+    """
+
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    reason: str = ""
+
+
+#: Seeds are integers in ``[0, MAX_SEED]``: ``jax.random.PRNGKey`` keeps the low 32 bits of a
+#: seed (without ``jax_enable_x64``), so a larger or a negative seed would repeat one of these.
+MAX_SEED = 2**32 - 1
+
+
+def _prompts(name: str, prompt: Any, batch: int | None = None) -> list[str]:
+    arg = Arg(name)
+    if prompt is None and batch is not None:
+        return [""] * batch
+    if prompt is None:
+        raise InputError(arg, " is required: describe the video (a string or a list of strings)")
+    if isinstance(prompt, str):
+        prompt = [prompt] * (batch or 1)
+    if not isinstance(prompt, (list, tuple)) or not all(isinstance(p, str) for p in prompt):
+        raise InputError(arg, f" must be a string or a list of strings, got {type(prompt).__name__}")
+    if not prompt:
+        raise InputError(arg, " is an empty list")
+    if batch is not None and len(prompt) != batch:
+        raise InputError(arg, f" has {len(prompt)} entries but ", Arg("prompt"), f" has {batch}; give one per prompt")
+    if batch is None and not all(p.strip() for p in prompt):
+        raise InputError(arg, f" is empty ({(prompt[0] if len(prompt) == 1 else prompt)!r}); describe the video")
+    return list(prompt)
+
+
+def _given_prompt_parts(cls: type, extra: dict, negative: bool) -> tuple | None:
+    """The call's precomputed prompt encoding (``prompt_embeds=`` and its partners, or the
+    ``negative_`` ones), taken out of ``extra``, as numpy arrays in the order of
+    ``cls.prompt_embeds_args``: floating ones float32 and finite, masks ``cls.prompt_mask_dtype``;
+    None when none is given.
+
+    Raises:
+        InputError: only some of them given (they come together, as diffusers' encode_prompt
+            makes them), a value that is not an array of real numbers, another number of axes
+            than diffusers' ((B, L, D) embeddings, (B, L) masks, (B, D) pooled embeddings), or
+            batch sizes that differ.
+    """
+    names = [("negative_" if negative else "") + n for n in cls.prompt_embeds_args]
+    values = {n: extra.pop(n) for n in names if n in extra}
+    given = [n for n in names if values.get(n) is not None]
+    if not given:
+        return None
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise InputError(Arg(given[0]), " is given without ", *joined(Arg(m) for m in missing), f": {cls.__name__} "
+                         "takes them together (as encode_prompt_embeds returns them)")
+    out = []
+    for n in names:
+        v = values[n]
+        if "mask" in n:
+            kind = np.asarray(v).dtype.kind
+            if kind not in "biuf":
+                raise InputError(Arg(n), f" must be an array of 0 / 1 (or bool), got {type(v).__name__}")
+            arr = (np.asarray(v) != 0).astype(cls.prompt_mask_dtype)
+        else:
+            arr = finite_array(n, v)
+        want = 2 if "mask" in n or "pooled" in n else 3
+        if arr.ndim != want:
+            layout = "(batch, tokens)" if "mask" in n else "(batch, width)" if want == 2 else "(batch, tokens, width)"
+            raise InputError(Arg(n), f" has shape {tuple(arr.shape)}; diffusers' layout is {layout}")
+        if out and arr.shape[0] != out[0].shape[0]:
+            raise InputError(Arg(n), f" has {arr.shape[0]} rows but ", Arg(names[0]), f" has {out[0].shape[0]}")
+        out.append(arr)
+    return tuple(out)
+
+
+def _embeds_prompts(name: str, prompt: Any, parts: tuple, batch: int | None = None) -> list[str]:
+    """Placeholder texts for a batch given as embeddings (one empty string per row).
+
+    Raises:
+        InputError: the text is given too (diffusers raises for both), or the batch is not
+            ``batch`` (the prompts').
+    """
+    arg = "prompt_embeds" if name == "prompt" else "negative_prompt_embeds"
+    if prompt is not None:
+        raise InputError("give ", Arg(name), " or ", Arg(arg), ", not both (as diffusers)")
+    rows = parts[0].shape[0]
+    if batch is not None and rows != batch:
+        raise InputError(Arg(arg), f" has {rows} rows but there are {batch} prompts; give one per prompt")
+    return [""] * rows
+
+
+def _step_end(callback: Any, tensor_inputs: Any) -> Callable | None:
+    """The call's ``callback_on_step_end`` after checking it and its tensor inputs.
+
+    Raises:
+        InputError: not callable; tensor inputs other than ``["latents"]``
+            (:data:`~vidax.pipelines.diffusers_keywords.REFUSED_VALUES` says why).
+    """
+    from vidax.pipelines.diffusers_keywords import refused_value_reason
+
+    if callback is not None and not callable(callback):
+        raise InputError(Arg("callback_on_step_end"), f" must be callable or None, got {type(callback).__name__}")
+    if tensor_inputs is not None:
+        names = list(tensor_inputs) if isinstance(tensor_inputs, (list, tuple)) else None
+        if names is None or any(n != "latents" for n in names):
+            raise InputError(Arg("callback_on_step_end_tensor_inputs", tensor_inputs), " must be ['latents']: "
+                             f"{refused_value_reason('callback_on_step_end_tensor_inputs')}")
+    return callback
+
+
+def _lora_scale(attention_kwargs: Any) -> float | None:
+    """The ``"scale"`` of a call's ``attention_kwargs`` (None: not given); other keys are logged
+    as ignored, as diffusers' attention processors warn that they are not expected.
+
+    Raises:
+        InputError: not a dict, or a scale that is not a finite number.
+    """
+    if attention_kwargs is None:
+        return None
+    if not isinstance(attention_kwargs, Mapping):
+        raise InputError(Arg("attention_kwargs"), f" must be a dict such as {{'scale': 0.7}} or None, got "
+                         f"{type(attention_kwargs).__name__}")
+    other = sorted(str(k) for k in attention_kwargs if k != "scale")
+    if other:
+        logger.warning("attention_kwargs %s are not expected by vidax's attention and are ignored (as diffusers' "
+                       "attention processors ignore them)", other)
+    scale = attention_kwargs.get("scale")
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(scale):
+        raise InputError(Arg("attention_kwargs", attention_kwargs), " must give 'scale' as a finite number (the LoRA "
+                         "scale of this call)")
+    return float(scale)
+
+
+#: The config fields of a transformer's attention head counts (each splits over tensor x sequence).
+HEAD_FIELDS = ("num_attention_heads", "audio_num_attention_heads")
+
+
+class CallChecks:
+    """A pipeline's call checks and declared keywords; a base of
+    :class:`~vidax.pipelines.base.VideoPipeline`."""
+
+    # ================================================================== configs only
+    @classmethod
+    def for_task(cls, checkpoint: Checkpoint, task: str, info: CheckpointInfo | None = None) -> type:
+        """The class that runs ``task`` on ``checkpoint`` (:meth:`class_for_task`; ``info``: its
+        :meth:`read_checkpoint`, read here when None).
+
+        Raises:
+            InputError: the checkpoint does not do ``task`` (the message says what it does).
+        """
+        info = info or cls.read_checkpoint(checkpoint)
+        check_task(checkpoint.root, task, info.tasks, info.variant)
+        return cls.class_for_task(task)
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        """The family's class for ``task`` (``"t2v"``, ``"i2v"``, ...), a task the checkpoint does:
+        this one by default; a family with a class per task maps them."""
+        return cls
+
+    @classmethod
+    def call_args(cls) -> tuple[str, ...]:
+        """Every keyword the call takes: the shared ones it supports, the other latent streams' (``audio_latents``), then the family's."""
+        return tuple(o.name for o in cls.options())
+
+    @classmethod
+    def options(cls) -> tuple[CallOption, ...]:
+        """The declarations of :meth:`call_args`, in that order."""
+        streams = tuple(CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's "
+                                   "diffusers layout.") for s in cls.latent_streams[1:])
+        return (tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args) + streams
+                + cls.call_options + cls.embeds_options())
+
+    @classmethod
+    def embeds_options(cls) -> tuple[CallOption, ...]:
+        """The declarations of :attr:`prompt_embeds_args` and their ``negative_`` twins."""
+        return tuple(CallOption(prefix + n, OBJECT, f"diffusers' {prefix + n}: the {what} prompt's precomputed "
+                                "encoding (encode_prompt_embeds makes it), instead of the text.")
+                     for prefix, what in (("", "positive"), ("negative_", "negative")) for n in cls.prompt_embeds_args)
+
+    @classmethod
+    def diffusers_classes(cls) -> tuple[str, ...]:
+        """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as this class."""
+        return tuple(p.class_name for p in registry().pipelines()
+                     if p.target == f"{cls.__module__}:{cls.__name__}") or (cls.__name__,)
+
+    @classmethod
+    def refused_keyword(cls, keyword: str) -> Any:
+        """The :class:`~vidax.pipelines.diffusers_keywords.Refused` entry of a diffusers keyword
+        this pipeline refuses (None: not a refused one)."""
+        from vidax.pipelines.diffusers_keywords import refused
+
+        return next((e for c in cls.diffusers_classes() if (e := refused(c, keyword)) is not None), None)
+
+    @classmethod
+    def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
+        args = cls.call_args()
+        return Capabilities(tasks=info.tasks, image="i2v" in info.tasks and "image" in args,
+                            video="video" in args, guidance_scale_2=len(info.transformers) > 1,
+                            audio=cls.makes_audio(info), offload=True, call_args=args)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.capabilities_of(self.info)
+
+    def video_fps(self, call: Call) -> Any:
+        """Frames per second the call's video is meant to play at (``vidax generate``'s mp4 without
+        ``--fps``): the checkpoint's, as its reference's examples export it."""
+        return self.defaults.fps
+
+    @classmethod
+    def read_scheduler(cls, info: CheckpointInfo) -> Any:
+        """The checkpoint's scheduler built from its config (every setting checked), or None
+        when the checkpoint has no ``scheduler`` component.
+
+        Raises:
+            ConfigError: a scheduler class vidax does not implement or the family does not run
+                (:attr:`scheduler_classes`), or a setting it does not implement (e.g. a
+                ``prediction_type``).
+        """
+        ckpt = info.checkpoint
+        if not ckpt.has("scheduler"):
+            return None
+        config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
+        name = config.get("_class_name")
+        if cls.scheduler_classes is not None and name in {s.class_name for s in registry().components("scheduler")} \
+                and name not in cls.scheduler_classes:
+            raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs "
+                              f"{' or '.join(cls.scheduler_classes)}")
+        return scheduler_from_config(config, source=file)
+
+    @classmethod
+    def check_checkpoint(cls, info: CheckpointInfo, mesh: Any = None) -> None:
+        """The checks of a checkpoint that need no call and no weights: its scheduler
+        (:meth:`read_scheduler`) and, on ``mesh``, that each transformer's attention heads split
+        over ``tensor x sequence``. :meth:`from_pretrained` runs it first; ``vidax generate``
+        runs it with the mesh of ``--dp/--tp/--sp`` before loading.
+
+        Raises:
+            ConfigError: see :meth:`read_scheduler`. InputError: heads that do not split (the
+                message lists the valid ``(tp, sp)``).
+        """
+        from vidax.parallel.mesh import check_heads
+
+        cls.read_scheduler(info)
+        for what, heads in cls.attention_heads(info):
+            check_heads(mesh, heads, what)
+
+    @classmethod
+    def attention_heads(cls, info: CheckpointInfo) -> list[tuple[str, int]]:
+        """``(config file, heads)`` of each attention head count the transformers' configs declare
+        (``num_attention_heads``; LTX-2's ``audio_num_attention_heads`` too): what ``tensor x
+        sequence`` must divide. From the configs only: the mesh errors list the valid sizes for them."""
+        ckpt = info.checkpoint
+        out = []
+        for name in info.transformers:
+            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+            config = ckpt.typed_config(name, spec.config_class())
+            out += [(ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
+                    for field in HEAD_FIELDS if getattr(config, field, None) is not None]
+        return out
+
+    @classmethod
+    def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, *,
+                   image: Any = None, height: Any = None, width: Any = None, num_frames: Any = None,
+                   num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
+                   num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
+                   max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
+                   callback: Any = None, cancel: Any = None, decode_audio: Any = True, return_dict: Any = True,
+                   attention_kwargs: Any = None, callback_on_step_end: Any = None,
+                   callback_on_step_end_tensor_inputs: Any = None, **extra: Any) -> Call:
+        """Check a call's arguments against the checkpoint's configs and fill in the defaults.
+
+        Needs no weights: ``vidax generate`` runs it before loading.
+
+        Raises:
+            InputError: an unknown keyword, or an argument that is not valid (the message names
+                it, its value and what is valid).
+        """
+        given = {k for k, v in dict(
+            negative_prompt=negative_prompt, image=image, height=height, width=width, num_frames=num_frames,
+            num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
+            seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
+        streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
+        extra = _check_keywords(cls, extra, given)
+        prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
+        height, width, num_frames = _call_size(cls, info, height, width, num_frames)
+        steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
+            cls, info, num_inference_steps, guidance_scale, guidance_scale_2, max_sequence_length,
+            num_videos_per_prompt)
+        _check_output_and_seed(output_type, seed, decode_audio, callback, return_dict)
+        step_end = _step_end(callback_on_step_end, callback_on_step_end_tensor_inputs)
+        lora_scale = _lora_scale(attention_kwargs)
+        cancel = cancel_check(cancel)
+        _check_task_inputs(cls, info, image, extra)
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2**31)
+        call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
+                    guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
+                    bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given),
+                    decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
+                    step_end=step_end, lora_scale=lora_scale, return_dict=return_dict is None or bool(return_dict),
+                    prompt_parts=parts, negative_parts=negative_parts)
+        call = _with_latents(cls, info, call, {cls.latent_streams[0]: latents, **streams})
+        _check_schedule(cls, info, call)
+        return call
+
+
+def _check_keywords(cls: type, extra: dict, given: set) -> dict:
+    """The family's own keywords of a call checked (their types and ranges); a keyword the
+    pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused)."""
+    if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
+        del extra["generator"]
+    own = options_by_name(cls.call_options + cls.embeds_options())
+    unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
+    for u in unknown:
+        entry = cls.refused_keyword(u)
+        if entry is not None:
+            raise InputError(f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): "
+                             f"{entry.message()}")
+    if unknown:
+        raise InputError(f"{cls.__name__} takes no ", *joined(Arg(u, python=repr(u)) for u in unknown),
+                         "; it takes ", *joined(Arg(a) for a in cls.call_args()))
+    return check_options(own, extra)
+
+
+def _call_prompts(cls: type, prompt: Any, negative_prompt: Any, extra: dict) -> tuple:
+    """``(prompts, negative prompts, prompt parts, negative prompt parts)`` of a call: the texts,
+    or the precomputed encodings given (:attr:`~vidax.pipelines.base.VideoPipeline.prompt_embeds_args`)."""
+    parts = _given_prompt_parts(cls, extra, negative=False)
+    negative_parts = _given_prompt_parts(cls, extra, negative=True)
+    prompts = _prompts("prompt", prompt) if parts is None else _embeds_prompts("prompt", prompt, parts)
+    if negative_parts is not None:
+        _embeds_prompts("negative_prompt", negative_prompt, negative_parts, len(prompts))
+        negative_prompt = None
+    return prompts, _prompts("negative_prompt", negative_prompt, len(prompts)), parts, negative_parts
+
+
+def _call_size(cls: type, info: CheckpointInfo, height: Any, width: Any, num_frames: Any) -> tuple[int, int, int]:
+    """``(height, width, num_frames)`` of a call: the defaults filled, within what the model
+    represents, multiples of the checkpoint's size multiple, the frames as the family resolves them."""
+    d = info.defaults
+    height = _SHARED["height"].check(d.height if height is None else height)
+    width = _SHARED["width"].check(d.width if width is None else width)
+    limits = cls.size_limits(info)
+    for name, v, top in (("height", height, limits.height), ("width", width, limits.width)):
+        if top is not None and v > top:  # before the multiples: no "nearest valid" past what the model takes
+            raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
+                             "valid ", Arg(name), f" is {top} ({limits.reason})")
+    mh, mw = info.size_multiple
+    if height % mh or width % mw:
+        near = joined(Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
+                      for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m)
+        raise InputError(
+            Arg("height"), " and ", Arg("width"), f" must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
+            + f" ({info.size_reason}), got ", Arg("height", height), ", ", Arg("width", width), "; nearest valid: ",
+            *near)
+    given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
+    num_frames = cls.resolve_num_frames(info, given_frames)
+    if limits.num_frames is not None and num_frames > limits.num_frames:
+        raise InputError(Arg("num_frames", given_frames), " is more than this checkpoint's model can represent: the "
+                         "largest valid ", Arg("num_frames"), f" is {limits.num_frames} ({limits.reason})")
+    return height, width, num_frames
+
+
+def _call_numbers(cls: type, info: CheckpointInfo, num_inference_steps: Any, guidance_scale: Any,
+                  guidance_scale_2: Any, max_sequence_length: Any, num_videos_per_prompt: Any) -> tuple:
+    """``(steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt)`` of
+    a call, the defaults filled and each checked."""
+    d = info.defaults
+    steps = _SHARED["num_inference_steps"].check(d.num_inference_steps if num_inference_steps is None
+                                                 else num_inference_steps)
+    guidance_scale = _SHARED["guidance_scale"].check(d.guidance_scale if guidance_scale is None else guidance_scale)
+    if guidance_scale_2 is not None and len(info.transformers) < 2:
+        raise InputError(Arg("guidance_scale_2", guidance_scale_2), " is only used by checkpoints with two "
+                         f"experts; {info.checkpoint.root} ({info.variant}) has one transformer")
+    guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _SHARED["guidance_scale_2"].check(
+        guidance_scale_2)
+    max_sequence_length = _SHARED["max_sequence_length"].check(d.max_sequence_length
+                                                               if max_sequence_length is None else max_sequence_length)
+    limit = cls.text_token_limit(info)
+    if limit is not None and max_sequence_length > limit[0]:
+        raise InputError(Arg("max_sequence_length", max_sequence_length), " is more than this checkpoint's text "
+                         "encoding takes: the largest valid ", Arg("max_sequence_length"),
+                         f" is {limit[0]} ({limit[1]})")
+    num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
+    return steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt
+
+
+def _check_output_and_seed(output_type: Any, seed: Any, decode_audio: Any, callback: Any, return_dict: Any) -> None:
+    """Raise InputError for a call's output type, seed, ``decode_audio``, callback or ``return_dict``
+    that is not valid."""
+    if output_type == "pt":
+        from vidax.pipelines.diffusers_keywords import refused_value_reason
+
+        raise InputError(Arg("output_type", output_type), f" is not taken: {refused_value_reason('output_type')}")
+    _SHARED["output_type"].check(output_type)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",
+                         ArgValue("seed", seed))  # None as each front end spells it (serve: null)
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
+                         "keys take 32 bits; a larger or negative seed would repeat one of these)")
+    _SHARED["decode_audio"].check(decode_audio)
+    if callback is not None and not callable(callback):
+        raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
+    _SHARED["return_dict"].check(return_dict)
+
+
+def _check_task_inputs(cls: type, info: CheckpointInfo, image: Any, extra: dict) -> None:
+    """Raise InputError where the call's task (from ``image`` / ``video``) is not one the checkpoint
+    does, an image-to-video checkpoint has no image, or an image is not one."""
+    task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
+    if cls.task == "i2v" and image is None:
+        raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: ", Arg("image"), " is required "
+                         "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
+    check_task(info.checkpoint.root, task, info.tasks, info.variant)
+    if image is not None:
+        from vidax.io.image import to_rgb_image
+
+        for im in image if isinstance(image, (list, tuple)) else [image]:
+            to_rgb_image(im)
+
+
+def _with_latents(cls: type, info: CheckpointInfo, call: Call, given_streams: dict) -> Call:
+    """``call`` with the initial noise given for its latent streams (``latents=``, ``audio_latents=``,
+    ...), each finite and of the shape the call's arguments give it."""
+    if all(v is None for v in given_streams.values()):
+        return call
+    shapes = cls.latent_shapes(info, call)
+    checked = {}
+    for name, value in given_streams.items():
+        if value is None:
+            continue
+        value = finite_array(name, value)
+        if value.shape != shapes[name]:
+            layout = (cls.latents_layout if name == cls.latent_streams[0] else cls.audio_latents_layout
+                      if name == cls.audio_stream else "this stream's layout")
+            raise InputError(f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = "
+                             f"{layout} for these arguments")
+        checked[name] = value
+    first = checked.pop(cls.latent_streams[0], None)
+    return dataclasses.replace(call, latents=first, stream_latents=checked)
+
+
+def _check_schedule(cls: type, info: CheckpointInfo, call: Call) -> None:
+    """Raise InputError for more steps than the checkpoint's scheduler was trained with, then the
+    family's own checks of the call and its schedule."""
+    scheduler = cls.read_scheduler(info)
+    train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
+    if train is not None and call.num_inference_steps > train:  # before any schedule is computed
+        raise InputError(Arg("num_inference_steps", call.num_inference_steps), f" is more than the {train} "
+                         "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
+                         f"{info.checkpoint.config_file('scheduler')}); give at most {train}")
+    cls.check_family_call(info, call)
+    if scheduler is not None:
+        cls.check_schedule(info, scheduler, call)

@@ -1,0 +1,351 @@
+"""A call's peak memory estimated from configs and safetensors headers (:class:`MemoryEstimate`),
+checked against the memory there is before any weight is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.errors import Arg, Message, joined, OutOfMemoryError, VidaxError
+from vidax.nn.inputs import parse_dtype
+from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.pipelines.weight_formats import transformer_source
+from vidax.registry import registry
+from vidax.pipelines.call import Call
+
+logger = logging.getLogger("vidax.pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSize:
+    """What the run-size estimate of :func:`run_size_estimate` reads about the transformer and VAE.
+
+    Attributes:
+        tokens: tokens one sample's transformer sequence has for the call (video patches, plus
+            text tokens where they join the sequence). hidden_size: model width D.
+        ffn_dim: the feed-forward hidden width. num_layers: transformer blocks.
+        num_heads: attention heads (0: ``hidden_size // 64``).
+        decode_frames: video frames one VAE decode chunk makes (Wan: 4, one latent frame).
+        decode_channels: the VAE decoder's channel width at full resolution.
+        decode_tile: pixels per side of the VAE's default decode tile (its ``enable_tiling()``,
+            the longer side where tiles are not square); 0 where the VAE has no tiled decode.
+    """
+
+    tokens: int
+    hidden_size: int
+    ffn_dim: int
+    num_layers: int
+    num_heads: int = 0
+    decode_frames: int = 4
+    decode_channels: int = 128
+    decode_tile: int = 0
+
+
+#: A call whose transformer sequence has more than this many times the tokens of the
+#: checkpoint's default size (what it was made for) logs the run-size estimate as a WARNING.
+LARGE_RUN_FACTOR = 4
+
+
+# Calibration of :func:`run_size_estimate`, measured as the peak RSS growth of one call on CPU
+# (tests/test_run_stats.py::test_memory_estimate_within_2x_of_measured_peak lists the ratios):
+#: bytes per element of a decode chunk's full-resolution activations (frames x H x W x channels):
+#: XLA's CPU convolutions unfold their 3x3x3 input (27 taps) for part of the network.
+DECODE_BYTES_PER_ELEMENT = 80
+
+
+#: bytes per token and per unit of (4 D + ffn_dim) in the denoising step, per dtype byte: q, k,
+#: v, attention output, FFN hidden and the residual stream alive at once, inputs and outputs.
+STEP_BUFFERS = 2
+
+
+#: what every call needs beyond the model's arrays (XLA's compiles and runtime, thread stacks).
+RUNTIME_OVERHEAD_BYTES = 160 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak memory of one call, in bytes, by part (see :func:`run_size_estimate`).
+
+    Attributes:
+        weights: parameters that must be in memory (0 when they are already loaded).
+        step: the largest denoising step's activations (attention temporaries included).
+        decode: one VAE decode chunk. outputs: latents and the decoded video (float32, host).
+        overhead: :data:`RUNTIME_OVERHEAD_BYTES`.
+        decode_tiled: one VAE decode chunk of one tile with tiling on (None: the VAE has no tiling).
+        vae_tiling: ``decode`` counts the tiled decode (:meth:`with_tiling`).
+        text: the text encoder's activations at ``max_sequence_length`` (:func:`text_encoding_bytes`;
+            0 where it is not counted).
+    """
+
+    weights: int
+    step: int
+    decode: int
+    outputs: int
+    overhead: int = RUNTIME_OVERHEAD_BYTES
+    decode_tiled: int | None = None
+    vae_tiling: bool = False
+    text: int = 0
+
+    def with_tiling(self) -> "MemoryEstimate | None":
+        """This estimate with the VAE decoding in tiles; None where the VAE has no tiling."""
+        if self.decode_tiled is None:
+            return None
+        return dataclasses.replace(self, decode=min(self.decode, self.decode_tiled), vae_tiling=True)
+
+    @property
+    def total(self) -> int:
+        """Weights + the largest of the text encoding, the step and the decode (they do not
+        overlap) + outputs + overhead."""
+        return self.weights + max(self.text, self.step, self.decode) + self.outputs + self.overhead
+
+    def describe(self) -> str:
+        parts = [("weights", self.weights)] if self.weights else []
+        parts += [("text encoding", self.text)] if self.text else []
+        parts += [("denoising step", self.step), ("VAE decode chunk" + (" (tiled)" if self.vae_tiling else ""), self.decode), ("latents and video", self.outputs)]
+        return f"~{_gib(self.total)} (" + ", ".join(f"{name} {_gib(b)}" for name, b in parts) + ")"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
+                        width: int, *, videos: int | None = None, dtype_bytes: int = 4,
+                        weights: int = 0, decoded: bool = True) -> MemoryEstimate:
+    """Peak memory of one call (:class:`MemoryEstimate`), from the sizes alone.
+
+    * step: ``STEP_BUFFERS x batch x tokens x (4 D + ffn_dim) x dtype_bytes`` (blocks run one
+      after another), plus attention's temporary: the ``(batch, heads, tokens, tokens)`` float32
+      scores and probabilities where the ``"xla"`` implementation runs (up to 2**22 scores per
+      head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators.
+    * decode: ``decode_frames x height x width x decode_channels x DECODE_BYTES_PER_ELEMENT``;
+      tiled (``size.decode_tile``): the same with height and width at most one tile.
+    * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
+
+    Args:
+        size: the model's numbers (:class:`ModelSize`). batch: samples per transformer call (CFG
+            doubles it). latent_elements: elements of the initial latents. num_frames, height,
+            width: the decoded video. videos: videos decoded (default ``batch``).
+        dtype_bytes: bytes of the transformer's dtype. weights: parameter bytes to count.
+        decoded: False when the latents are returned (``output_type="latent"``): no decode, no video.
+    """
+    from vidax.nn.attention import AUTO_XLA_MAX_SCORES, DEFAULT_BLOCK_SIZE
+
+    heads = size.num_heads or max(1, size.hidden_size // 64)
+    t = size.tokens
+    attention = batch * heads * t * 2 * (t if t * t <= AUTO_XLA_MAX_SCORES else DEFAULT_BLOCK_SIZE) * 4
+    step = STEP_BUFFERS * batch * t * (4 * size.hidden_size + size.ffn_dim) * dtype_bytes + attention
+    decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
+    video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
+    tile = size.decode_tile
+    tiled = (size.decode_frames * min(tile, height) * min(tile, width) * size.decode_channels
+             * DECODE_BYTES_PER_ELEMENT if decoded else 0) if tile else None
+    return MemoryEstimate(weights=int(weights), step=int(step), decode=int(decode),
+                          outputs=int(latent_elements * 4 * 2 + video), decode_tiled=tiled)
+
+
+def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: str = "text_encoder") -> int:
+    """The activations of text encoder ``name`` on ``prompts`` prompts of ``tokens`` tokens, as
+    :func:`run_memory_estimate` counts a denoising step (float32: ``STEP_BUFFERS x prompts x
+    tokens x (4 D + ffn)`` plus the blockwise attention's accumulators), from its config
+    (``hidden_size`` / ``d_model``, ``intermediate_size`` / ``d_ff``, a multimodal model's
+    ``text_config``; T5's relative position bias, ``L x L`` per head); 0 where the checkpoint has
+    no such component or its config gives no width."""
+    from vidax.nn.attention import DEFAULT_BLOCK_SIZE
+
+    if not info.checkpoint.has(name):
+        return 0
+    config = info.checkpoint.config(name)
+    config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+
+    def first(*keys):
+        return next((v for v in map(config.get, keys) if isinstance(v, int) and not isinstance(v, bool) and v > 0), 0)
+
+    width, ffn, heads = first("hidden_size", "d_model"), first("intermediate_size", "d_ff"), first(
+        "num_attention_heads", "num_heads")
+    if not width:
+        return 0
+    attention = prompts * max(1, heads) * tokens * 2 * min(tokens, DEFAULT_BLOCK_SIZE) * 4
+    if first("relative_attention_num_buckets"):
+        # T5's relative position bias: float32 (heads, L, L), from int64 (L, L) bucket ids.
+        attention += tokens * tokens * (4 * max(1, heads) + 8)
+    return STEP_BUFFERS * prompts * tokens * (4 * width + ffn) * 4 + attention
+
+
+def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
+                      width: int, videos: int | None = None) -> str:
+    """One line of rough float32 numbers of a run, for the warning of a very large call: the
+    peak memory of :func:`run_memory_estimate` by part, and ``4 x batch x tokens^2 x D x
+    num_layers`` FLOPs of attention per step (QK^T and PV).
+
+    Args: as :func:`run_memory_estimate`.
+    """
+    flops = 4 * batch * size.tokens ** 2 * size.hidden_size * size.num_layers
+    est = run_memory_estimate(size, batch, latent_elements, num_frames, height, width, videos=videos)
+    return (f"{size.tokens} tokens per sample x batch {batch}: peak memory {est.describe()}, "
+            f"~{flops / 1e12:.0f} TFLOP of attention per step")
+
+
+def available_memory() -> tuple[int, str]:
+    """(bytes a call can still use, what they are): the least free ``bytes_limit -
+    bytes_in_use`` over this process's devices where the backend reports it (GPU, TPU), else the
+    host's available RAM (``psutil``; CPU, where device arrays live in host memory)."""
+    from vidax.stats import device_memory_stats
+
+    free = [int(s["bytes_limit"]) - int(s.get("bytes_in_use", 0)) for s in device_memory_stats() if s.get("bytes_limit")]
+    if free:
+        return min(free), "free device memory"
+    import psutil
+
+    return int(psutil.virtual_memory().available), "available host RAM"
+
+
+def size_words(call: Call) -> Message:
+    """``"height=H, width=W: HxW pixels, F frames"``, the size arguments the caller gave named as
+    arguments (:class:`~vidax.errors.Arg`: the CLI names its flags), the others only as numbers."""
+    named = joined(Arg(k, getattr(call, k)) for k in ("height", "width", "num_frames") if k in call.given)
+    return Message(*named, ": " * bool(named), f"{call.height}x{call.width} pixels, {call.num_frames} frames")
+
+
+def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[str] | None = None) -> int:
+    """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
+    headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors;
+    the transformers' linear weights in the checkpoint's 8-bit ``weights`` format when it has one;
+    a single-file transformer, ``transformer=FILE``, counted from its file as it loads).
+    A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
+    from vidax.pipelines.staging import component_bytes
+
+    total = 0
+    for name in checkpoint.index if names is None else names:
+        if name.startswith("_") or not checkpoint.has(name):
+            continue
+        folder = os.path.join(checkpoint.root, name)
+        if name in checkpoint.files:
+            try:
+                source = transformer_source(checkpoint, name, registry().find_component(checkpoint.class_of(name)))
+                total += component_bytes(source, dtype, weights=checkpoint.weights)["total"]
+            except VidaxError:
+                pass
+            continue
+        if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
+            try:
+                weights = checkpoint.weights if name.startswith("transformer") else None  # 8-bit kernels
+                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype, weights=weights)["total"]
+            except VidaxError:
+                pass
+    return total
+
+
+class MemoryChecks:
+    """A pipeline's memory estimate and check; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
+
+    @classmethod
+    def warn_if_large(cls, info: CheckpointInfo, call: Call) -> None:
+        """Log a WARNING with :func:`run_size_estimate` when the call's transformer sequence has
+        more than :data:`LARGE_RUN_FACTOR` times the tokens of the checkpoint's default size."""
+        size = cls.model_size(info, call)
+        d = info.defaults
+        base = cls.model_size(info, dataclasses.replace(call, height=d.height, width=d.width,
+                                                        num_frames=cls.resolve_num_frames(info, d.num_frames)))
+        if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
+            return
+        batch = call.batch * (2 if call.do_cfg else 1)
+        logger.warning(
+            "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s", size_words(call),
+            d.height, d.width, d.num_frames, size.tokens / base.tokens,
+            run_size_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
+                              call.height, call.width, videos=call.batch))
+
+    @classmethod
+    def memory_estimate(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32",
+                        weights: str = "loaded") -> MemoryEstimate | None:
+        """Peak memory of ``call`` (:func:`run_memory_estimate`; None where the family gives no
+        :meth:`model_size`), from configs and safetensors headers only.
+
+        Args:
+            weights: which parameters to count: ``"loaded"`` none (already in memory), ``"all"``
+                every component's, ``"transformers"`` the denoising transformers' only.
+        """
+        size = cls.model_size(info, call)
+        if size is None:
+            return None
+        dtype = parse_dtype(dtype)
+        names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
+        batch = call.batch * (2 if call.do_cfg else 1)
+        est = run_memory_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
+                                  call.height, call.width, videos=call.batch, dtype_bytes=np.dtype(dtype).itemsize,
+                                  weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
+                                  decoded=call.output_type != "latent")
+        # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
+        return dataclasses.replace(est, text=text_encoding_bytes(info, batch, call.max_sequence_length))
+
+    @classmethod
+    def check_memory(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", loaded: bool = True,
+                     refuse: bool = True, devices: int = 1, offload: Any = None,
+                     available: tuple[int, str] | None = None, vae_tiling: bool = False) -> MemoryEstimate | None:
+        """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
+        (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
+        estimate and the largest height x width that fits; with ``refuse=False`` log that as a
+        WARNING and go on. A call that fits but is far beyond the checkpoint's default size gets
+        :meth:`warn_if_large`'s WARNING.
+
+        Where the VAE can decode in tiles and the untiled decode does not fit, the tiled decode
+        is counted: the estimate returned then has ``vae_tiling`` set (the caller turns tiling
+        on) and a WARNING line says so.
+
+        Args:
+            loaded: the weights are in memory already (else they are counted: all of them in host
+                RAM; on a device with its own memory the transformers', none with ``offload``).
+            devices: devices of the mesh; a device with its own memory holds 1/devices of it.
+            vae_tiling: tiling is on already (the tiled decode is counted from the start).
+
+        Raises:
+            OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
+        """
+        free, what = available or available_memory()
+        host = what != "free device memory"
+        weights = "loaded" if loaded else "all" if host else "loaded" if offload is not None else "transformers"
+        share = 1 if host else max(1, devices)
+
+        def need(c: Call) -> MemoryEstimate | None:
+            est = cls.memory_estimate(info, c, dtype=dtype, weights=weights)
+            if est is None or (est.total / share <= free and not vae_tiling):
+                return est
+            return est.with_tiling() or est
+
+        est = need(call)
+        if est is None or est.total / share <= free:
+            if est is not None and est.vae_tiling and not vae_tiling:
+                logger.warning("%s: an untiled VAE decode would not fit in the %s of %s; decoding in tiles "
+                            "(peak %s)", size_words(call), _gib(free), what, est.describe())
+            cls.warn_if_large(info, call)
+            return est
+        mh, mw = info.size_multiple
+        fits = None
+        text_bound = est.text > max(est.step, est.decode)  # the prompts' tokens, not the video's size
+        for h in range(call.height - mh, 0, -mh) if not text_bound else ():
+            w = max(mw, round(call.width * h / call.height / mw) * mw)
+            if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
+                fits = Message(Arg("height", h), ", ", Arg("width", w), " fits at ", Arg("num_frames", call.num_frames))
+                break
+        per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
+        if text_bound:
+            msg = Message(Arg("max_sequence_length", call.max_sequence_length), f" (batch {call.batch}"
+                          f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
+                          f"{_gib(free)} of {what}; give a smaller ", Arg("max_sequence_length"))
+        else:
+            msg = Message(size_words(call), f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
+                          f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
+                          fits or "no size fits at these frames", "; or try fewer ", Arg("num_frames"),
+                          ", bfloat16, offloading")
+        if refuse:
+            raise OutOfMemoryError(msg, " (to run it anyway: ",
+                                   Arg("memory_check", python="pipe.memory_check = False"), ")")
+        logger.warning("%s; running it anyway", msg)
+        return est

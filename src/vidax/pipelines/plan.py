@@ -1,0 +1,172 @@
+"""The plan of a load (and of a call): everything decided before any weight is read.
+
+:func:`read_plan` opens the checkpoint, picks the pipeline class for the task and reads the
+checkpoint's configs once (the family's ``read_checkpoint``); :func:`with_call` checks a call
+against those configs and fills its defaults; :func:`with_placement` checks the loading options
+and decides the mesh, the offloading and which components are staged; :func:`with_memory`
+estimates the call's peak memory and refuses (or warns about) a call that does not fit.
+:meth:`VideoPipeline.from_plan <vidax.pipelines.base.VideoPipeline.from_plan>` then loads the
+weights the plan names. ``from_pretrained``, ``vidax generate``, ``vidax serve`` and
+``vidax inspect`` build their plans with these functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+
+from vidax.checkpoint import TASK_NAMES, Checkpoint, CheckpointInfo
+from vidax.errors import ConfigError
+from vidax.pipelines.staging import Staging
+from vidax.registry import registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a load (and a call) will do, decided from the configs alone.
+
+    Attributes:
+        checkpoint: the opened checkpoint (with its weight format, :func:`with_weights`).
+        pipeline: the pipeline class that runs it.
+        info: what the checkpoint is (``pipeline.read_checkpoint``, read once).
+        dtype: the transformer / text encoder dtype (a jnp dtype).
+        matmul_precision: ``"highest"``, ``"high"`` or ``"default"``.
+        mesh: the device mesh or None (one device).
+        offload: the :class:`~vidax.parallel.offload.OffloadConfig` or None.
+        staging: which components wait in host memory (None before :func:`with_placement`).
+        offload_experts: with two experts, the one not in use waits in host memory.
+        options: the family's loading options (``vae_dtype``, ...).
+        call: the checked call (:class:`~vidax.pipelines.base.Call`), None for a load alone.
+        memory: the call's :class:`~vidax.pipelines.base.MemoryEstimate` (None: not estimated, or
+            the family gives none); with ``memory_checked`` the loaded pipeline does not check it again.
+        memory_checked: :func:`with_memory` ran.
+        vae_tiling: the VAE decodes in tiles (asked for, or needed to fit).
+    """
+
+    checkpoint: Checkpoint
+    pipeline: type
+    info: CheckpointInfo
+    dtype: Any = jnp.float32
+    matmul_precision: str = "highest"
+    mesh: Any = None
+    offload: Any = None
+    staging: Staging | None = None
+    offload_experts: bool = True
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    call: Any = None
+    memory: Any = None
+    memory_checked: bool = False
+    vae_tiling: bool = False
+
+    @property
+    def heads(self) -> list[int]:
+        """The attention head counts of the checkpoint's transformers (what a mesh must split)."""
+        return [h for _, h in self.pipeline.attention_heads(self.info)]
+
+
+def pipeline_class(checkpoint: Checkpoint, task: str | None = None) -> type:
+    """The vidax pipeline class for ``checkpoint`` (and ``task``, when given).
+
+    Raises:
+        ConfigError: a pipeline class vidax does not run. InputError: a task the checkpoint
+            does not do.
+    """
+    cls = registry().pipeline(checkpoint.pipeline_class_name, source=f"{checkpoint.source}: _class_name").load()
+    return cls if task is None else cls.for_task(checkpoint, task)
+
+
+def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = None, weight_dtype: Any = None,
+              transformer: Any = None) -> Plan:
+    """The plan's checkpoint, pipeline class and configs: ``path`` (a folder, a hub id, the embedded
+    checkpoint's name or an opened :class:`Checkpoint`) opened with its weight format
+    (``weight_dtype``, a single-file ``transformer``), the class the registry holds for it (that
+    of ``task`` where given, or ``pipeline`` itself), its configs read once.
+
+    Raises:
+        CheckpointError, ConfigError: as the family's ``read_checkpoint``; ConfigError also where
+            the class (``pipeline``, or the registry's without ``task``) runs a task the checkpoint
+            does not do. InputError: a task the checkpoint does not do; a bad ``weight_dtype`` /
+            ``transformer``.
+    """
+    from vidax.default_checkpoint import resolve_named_checkpoint
+    from vidax.pipelines.weight_formats import with_weights
+
+    checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(resolve_named_checkpoint(path))
+    checkpoint = with_weights(checkpoint, weight_dtype, transformer)
+    cls = pipeline or pipeline_class(checkpoint)
+    if not hasattr(cls, "read_checkpoint"):  # not a VideoPipeline (LTX-2.5's diffusion decoder): it says how to run it
+        cls.for_task(checkpoint, task or "t2v")
+    info = cls.read_checkpoint(checkpoint)
+    if pipeline is None and task is not None:
+        chosen = cls.for_task(checkpoint, task, info)
+        if chosen.read_checkpoint.__func__ is not cls.read_checkpoint.__func__:  # a task class of its own configs
+            info = chosen.read_checkpoint(checkpoint)
+        cls = chosen
+    if task is None and cls.task not in info.tasks:
+        raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
+                          f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
+    return Plan(checkpoint, cls, info)
+
+
+def with_call(plan: Plan, **kwargs: Any) -> Plan:
+    """``plan`` with its call: ``kwargs`` checked against the configs and the defaults filled
+    (the pipeline's ``check_call``).
+
+    Raises:
+        InputError: a bad call argument (naming it).
+    """
+    return dataclasses.replace(plan, call=plan.pipeline.check_call(plan.info, **kwargs))
+
+
+def with_placement(plan: Plan, *, dtype: Any = "float32", mesh: Any = None, offload: Any = None,
+                   matmul_precision: str = "highest", offload_experts: bool = True, **options: Any) -> Plan:
+    """``plan`` with where its weights go: the loading options checked, the dtype and matmul
+    precision parsed, the backend checked, the mesh resolved (anything
+    :func:`~vidax.parallel.mesh.resolve_mesh` takes) and checked against the configs' heads,
+    the offloading resolved and the staging of the text encoder / VAE decided.
+
+    Raises:
+        InputError: a loading option the pipeline does not take, a bad dtype, precision or mesh.
+        SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
+            is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`). ConfigError: the
+            checkpoint's scheduler.
+    """
+    from vidax.nn.inputs import parse_dtype
+    from vidax.nn.kernels import check_matmul_setting
+    from vidax.nn.precision import parse_matmul_precision
+    from vidax.parallel.distributed import check_backend
+    from vidax.parallel.mesh import resolve_mesh
+    from vidax.parallel.offload import resolve_offload
+
+    cls, info = plan.pipeline, plan.info
+    cls.check_load_options(options)
+    matmul_precision = parse_matmul_precision(matmul_precision)
+    dtype = parse_dtype(dtype)
+    check_backend()
+    check_matmul_setting()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
+    mesh = resolve_mesh(mesh, heads=plan.heads)
+    cls.check_checkpoint(info, mesh)
+    offload = resolve_offload(offload)
+    staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
+                               options.get("text_encoder_dtype", dtype))
+    return dataclasses.replace(plan, dtype=dtype, matmul_precision=matmul_precision, mesh=mesh, offload=offload,
+                               staging=staging, offload_experts=offload_experts, options=dict(options))
+
+
+def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) -> Plan:
+    """``plan`` with its call's peak memory estimated before loading (every weight counted that
+    the load puts in memory; the pipeline's ``check_memory``): refused (``refuse``) or warned
+    about when it does not fit; the VAE decodes in tiles where asked (``vae_tiling``) or where
+    only that fits.
+
+    Raises:
+        OutOfMemoryError: the call does not fit (and ``refuse``).
+    """
+    mesh = plan.mesh
+    est = plan.pipeline.check_memory(plan.info, plan.call, dtype=plan.dtype, loaded=False, refuse=refuse,
+                                     devices=1 if mesh is None else mesh.size, offload=plan.offload,
+                                     vae_tiling=vae_tiling)
+    return dataclasses.replace(plan, memory=est, memory_checked=True,
+                               vae_tiling=vae_tiling or (est is not None and est.vae_tiling))
