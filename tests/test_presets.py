@@ -104,3 +104,51 @@ def test_cli_preset_runs_its_steps_and_says_so(tmp_path):
     assert "loading" not in r.output
     r = CliRunner().invoke(app, ["generate", "--help"], terminal_width=400)
     assert all(p.name in r.output for p in presets.PRESETS)
+
+
+@pytest.mark.parametrize("keys,metadata,name,want", [
+    (["diffusion_model.blocks.0.diff_m", "diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {}, "a.safetensors",
+     "lightx2v"),
+    (["diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {"source": "lightx2v 4step distill"}, "b.safetensors",
+     "lightx2v"),
+    (["diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {}, "Wan21_CausVid_14B_T2V_lora_rank32.safetensors",
+     "causvid"),
+    (["diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {"ss_network_dim": "32"}, "style.safetensors", None),
+])
+def test_lora_recognised_by_its_markers(wan_plan, tmp_path, keys, metadata, name, want):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = tmp_path / name
+    save_file({k: np.zeros((2, 2), np.float32) for k in keys}, str(path), metadata=metadata or None)
+    found = presets.recognise(wan_plan, [str(path)])
+    assert (found and found[0].name) == want
+    if want:
+        assert found[1].startswith(f"--lora {path}")
+
+
+def test_distilled_run_with_many_steps_and_cfg_is_warned(wan_plan):
+    p = presets.find_preset("lightx2v", wan_plan.pipeline)
+    many = presets.with_preset_call(wan_plan, {"prompt": "a", "num_inference_steps": 50, "guidance_scale": 5.0})
+    line = presets.distilled_warning(p, "--lora x", many.call)
+    assert line.startswith("--lora x is distilled, yet this call runs 50 steps with classifier-free guidance "
+                           "(guidance_scale=5): --preset lightx2v sets num_inference_steps=4") and "\n" not in line
+    few = presets.with_preset_call(wan_plan, {"prompt": "a", "num_inference_steps": 50, "guidance_scale": 1.0})
+    assert presets.distilled_warning(p, "--lora x", few.call) is None
+
+
+def test_hunyuan15_checkpoint_markers(tmp_path):
+    """The guider at 1.0 (CFG-distilled) and use_meanflow (step-distilled) pick their presets; a
+    plain checkpoint (its guider's CFG on) none."""
+    import types
+
+    from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline
+
+    def plan(meanflow, scale):
+        info = types.SimpleNamespace(transformer_config=types.SimpleNamespace(use_meanflow=meanflow),
+                                     guider_config=types.SimpleNamespace(guidance_scale=scale))
+        return types.SimpleNamespace(pipeline=HunyuanVideo15Pipeline, info=info)
+
+    assert presets.recognise(plan(True, 1.0))[0].name == "step-distilled"
+    assert presets.recognise(plan(False, 1.0))[0].name == "cfg-distilled"
+    assert presets.recognise(plan(False, 6.0)) is None

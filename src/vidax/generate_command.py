@@ -50,7 +50,7 @@ def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precisi
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     stats = RunStats()
     plan = _plan_call(_checkpoint_or_default(checkpoint), given, fps, weights, transformer, progress=progress,
-                      cancel=stop, decode_audio=audio, preset=preset)
+                      cancel=stop, decode_audio=audio, preset=preset, loras=[p for p, _ in loras])
     preset_line = _preset_line(plan, given, loras)
     sound = _makes_sound(plan, audio, fmt, output)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
@@ -123,7 +123,7 @@ def _checkpoint_or_default(checkpoint: str | None) -> str:
     return PUBLIC_NAME
 
 
-def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=None, **call: Any):
+def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=None, loras=(), **call: Any):
     """The plan of the call the flags ``given`` make (:func:`~vidax.pipelines.plan.read_plan`, then
     :func:`~vidax.pipelines.plan.with_call`), from the configs alone: the task follows --image (or
     another input that asks for one), the flags are those the task's pipeline takes, --fps is the
@@ -131,7 +131,7 @@ def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=N
     from vidax.checkpoint import TASK_NAMES
     from vidax.errors import Arg, InputError, joined
     from vidax.pipelines.plan import read_plan
-    from vidax.pipelines.presets import with_preset, with_preset_call
+    from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
 
     options = call_options()
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
@@ -155,7 +155,15 @@ def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=N
     given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
         given["fps"] = float(fps)
-    return with_preset_call(plan, {**call, **given})
+    recognised = None if preset is not None else recognise(plan, loras)
+    if recognised is not None:  # the checkpoint / a LoRA says which recipe it needs: its preset, said in one line
+        typer.echo(f"{recognised[1]}: --preset {recognised[0].name}", err=True)
+        plan = with_preset(plan, recognised[0].name, "--preset")
+    plan = with_preset_call(plan, {**call, **given})
+    warning = None if recognised is None else distilled_warning(*recognised, plan.call)
+    if warning:
+        typer.secho(warning, fg=typer.colors.YELLOW, err=True)
+    return plan
 
 
 def _makes_sound(plan, audio: bool, fmt: str, output: str) -> bool:

@@ -193,3 +193,55 @@ def preset_summary(plan: Any, given: Mapping[str, Any]) -> str | None:
     if plan.preset is None:
         return None
     return describe(plan.preset, preset_call(plan.preset, given)[1])
+
+
+def recognise(plan: Any, lora_paths: Any = ()) -> tuple[Preset, str] | None:
+    """``(preset, why)`` where the checkpoint's configs or a LoRA file say which recipe they need:
+    a LoRA with LightX2V's ``diff_m`` keys, or metadata / a file name naming LightX2V or CausVid;
+    a HunyuanVideo 1.5 transformer with ``use_meanflow`` (step-distilled) or a guider at
+    guidance 1.0 (CFG-distilled). None: nothing says so (nothing changes)."""
+    family = family_of(plan.pipeline)
+    own = {p.name: p for p in presets_for(family)}
+    if family == "hunyuan_video15":
+        info = plan.info
+        if getattr(info.transformer_config, "use_meanflow", False):
+            return own["step-distilled"], "transformer/config.json use_meanflow=true (step-distilled)"
+        if getattr(info.guider_config, "guidance_scale", None) == 1.0:
+            return own["cfg-distilled"], "guider/guider_config.json guidance_scale=1.0 (CFG-distilled)"
+    for path in lora_paths:
+        found = _lora_marker(str(path))
+        if found in own:
+            return own[found], f"--lora {path} ({_LORA_WHY[found]})"
+    return None
+
+
+_LORA_WHY = {"lightx2v": "LightX2V step/CFG-distilled LoRA", "causvid": "CausVid LoRA"}
+
+
+def _lora_marker(path: str) -> str | None:
+    """``"lightx2v"`` / ``"causvid"`` where the LoRA file says so: LightX2V's ``diff_m`` keys or
+    its name in the safetensors metadata or the file name; None otherwise."""
+    import os
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, "np") as f:
+            keys, metadata = list(f.keys()), f.metadata() or {}
+    except Exception:  # not a safetensors file: the LoRA reader says why
+        return None
+    text = (" ".join(f"{k} {v}" for k, v in metadata.items()) + " " + os.path.basename(path)).lower()
+    if any(k.endswith(".diff_m") for k in keys) or "lightx2v" in text:
+        return "lightx2v"
+    if "causvid" in text:
+        return "causvid"
+    return None
+
+
+def distilled_warning(preset: Preset, why: str, call: Any) -> str | None:
+    """One line when a recognised distilled recipe runs with >= 20 steps and CFG on (None: not so)."""
+    if call.num_inference_steps >= 20 and call.do_cfg:
+        return (f"{why} is distilled, yet this call runs {call.num_inference_steps} steps with classifier-free "
+                f"guidance (guidance_scale={call.guidance_scale:g}): --preset {preset.name} sets "
+                + ", ".join(f"{k}={_short(v)}" for k, v in preset.settings().items()))
+    return None
