@@ -491,19 +491,21 @@ def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
 
 
 def test_guidance_one_runs_no_unconditional_pass(checkpoint):
-    """guidance_scale and audio_guidance_scale 1 (diffusers: either > 1 runs CFG): one call per
-    step of batch 1 on both sides, and the same video and sound."""
+    """guidance_scale and audio_guidance_scale 1 (diffusers: either > 1 runs CFG), with STG and
+    modality isolation off too (their passes are not CFG's; on, diffusers runs them as calls of
+    their own): one call per step of batch 1 on both sides, and the same video and sound."""
     import vidax
 
     pipe, path = checkpoint
     ours_pipe = vidax.load_pipeline(path)
     latents, audio_latents = _noise()
-    off = dict(guidance_scale=1.0, audio_guidance_scale=1.0)
+    off = dict(guidance_scale=1.0, audio_guidance_scale=1.0, stg_scale=0.0, audio_stg_scale=0.0,
+               modality_scale=1.0, audio_modality_scale=1.0)
     with model_batches(ours_pipe, pipe.transformer) as (ours, theirs):
         ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, **off)
         out = ours_pipe(PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, progress=False, **CALL, **off)
     assert theirs == [1] * CALL["num_inference_steps"] and ours and set(ours) == {1}, (theirs, ours)
     psnr, snr = _psnr(out.frames, ref_video), _snr(out.audio, ref_audio)
     print(f"LTX-2 guidance 1: video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB")
-    cfg_video, _ = _reference(pipe, PROMPT, latents, audio_latents, guidance_scale=4.0, audio_guidance_scale=1.0)
+    cfg_video, _ = _reference(pipe, PROMPT, latents, audio_latents, **{**off, "guidance_scale": 4.0})
     assert psnr >= 60 and snr >= 60 and _psnr(cfg_video, ref_video) < psnr - 30
