@@ -328,6 +328,14 @@ _GENERATE_FLAGS = {
 }
 
 
+def _preset_help() -> str:
+    from vidax.pipelines.presets import PRESETS
+
+    return ("A named settings bundle of the checkpoint's family (steps, guidance, sampler, shift, sigmas as its "
+            "model card / diffusers documents them), applied before loading; every flag given still wins. "
+            "Presets: " + "; ".join(f"{p.name} ({p.family}): {p.doc}" for p in PRESETS) + ".")
+
+
 def generate_flag(name: str):
     """A new ``typer.Option`` of ``vidax generate``'s flag ``name`` (``"output"``, ``"cache"``, ...)."""
     args, kwargs = _GENERATE_FLAGS[name]
@@ -363,6 +371,7 @@ def generate(
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
+    preset: Optional[str] = typer.Option(None, "--preset", help=_preset_help()),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
 

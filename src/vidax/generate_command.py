@@ -20,7 +20,7 @@ def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precisi
               distributed_timeout=60.0, offload_blocks=None,
               keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
               memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False,
-              weights=None, transformer=None) -> None:
+              weights=None, transformer=None, preset=None) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Arg, ArgValue, Cancelled, InputError
     from vidax.io.video import check_output_path
@@ -50,7 +50,8 @@ def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precisi
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     stats = RunStats()
     plan = _plan_call(_checkpoint_or_default(checkpoint), given, fps, weights, transformer, progress=progress,
-                      cancel=stop, decode_audio=audio)
+                      cancel=stop, decode_audio=audio, preset=preset, loras=[p for p, _ in loras])
+    preset_line = _preset_line(plan, given, loras)
     sound = _makes_sound(plan, audio, fmt, output)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
     mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=plan.heads)
@@ -82,7 +83,17 @@ def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precisi
         rest = paths[len(written):]
         stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
                   + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
-    typer.echo("summary:\n" + out.stats.summary(), err=True)
+    typer.echo("summary:\n" + out.stats.summary() + (f"\n{preset_line}" if preset_line else ""), err=True)
+
+
+def _preset_line(plan, given: dict, loras: list) -> str | None:
+    """Say which preset runs and the values it sets (one line, before loading); None: no preset."""
+    from vidax.pipelines.presets import preset_summary
+
+    line = preset_summary(plan, given)
+    if line:
+        typer.echo(line, err=True)
+    return line
 
 
 def _read_input_files(given: dict) -> tuple[dict, dict]:
@@ -112,20 +123,22 @@ def _checkpoint_or_default(checkpoint: str | None) -> str:
     return PUBLIC_NAME
 
 
-def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, **call: Any):
+def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=None, loras=(), **call: Any):
     """The plan of the call the flags ``given`` make (:func:`~vidax.pipelines.plan.read_plan`, then
     :func:`~vidax.pipelines.plan.with_call`), from the configs alone: the task follows --image (or
     another input that asks for one), the flags are those the task's pipeline takes, --fps is the
-    call's ``fps`` where the model is conditioned on its frame rate."""
+    call's ``fps`` where the model is conditioned on its frame rate; --preset's values under the flags given."""
     from vidax.checkpoint import TASK_NAMES
     from vidax.errors import Arg, InputError, joined
-    from vidax.pipelines.plan import read_plan, with_call
+    from vidax.pipelines.plan import read_plan
+    from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
 
     options = call_options()
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     tasks = [options[k].task for k in inputs]
     task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
-    plan = read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer)
+    plan = with_preset(read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer), preset,
+                       "--preset")
     cls, root = plan.pipeline, plan.checkpoint.root
     takes = set(cls.call_args())
     untaken = [k for k in inputs if k not in takes]
@@ -142,7 +155,15 @@ def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, **call: 
     given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
         given["fps"] = float(fps)
-    return with_call(plan, **call, **given)
+    recognised = None if preset is not None else recognise(plan, loras)
+    if recognised is not None:  # the checkpoint / a LoRA says which recipe it needs: its preset, said in one line
+        typer.echo(f"{recognised[1]}: --preset {recognised[0].name}", err=True)
+        plan = with_preset(plan, recognised[0].name, "--preset")
+    plan = with_preset_call(plan, {**call, **given})
+    warning = None if recognised is None else distilled_warning(*recognised, plan.call)
+    if warning:
+        typer.secho(warning, fg=typer.colors.YELLOW, err=True)
+    return plan
 
 
 def _makes_sound(plan, audio: bool, fmt: str, output: str) -> bool:

@@ -401,3 +401,38 @@ def transformer_calls(transformer, probe):
         yield letters
     finally:
         del transformer.forward, probe.forward
+
+
+@contextlib.contextmanager
+def model_batches(pipe, ref_transformer=None):
+    """The batch of every transformer input while open: ``(vidax, reference)`` lists yielded.
+    vidax's is read where the step builds the model's arguments (its trace, so load a fresh
+    pipeline: a step traced before is not traced again); the reference's per call of the torch
+    ``ref_transformer`` (its ``hidden_states``' batch; None where it takes a packed sequence), so
+that one call per step with batch B is what the reference runs without CFG. At guidance 1 both must be the prompt batch B,
+    never the 2B of a cond/uncond pair (issue 41: no wasted passes)."""
+    import jax
+
+    ours, theirs = [], []
+    model_args = pipe.model_args
+
+    def recorded(*args, **kwargs):
+        out = model_args(*args, **kwargs)
+        ours.append(jax.tree.leaves(out[0])[0].shape[0])
+        return out
+
+    pipe.model_args = recorded
+    forward = None if ref_transformer is None else ref_transformer.forward
+    if forward is not None:
+        def counted(*args, **kwargs):
+            x = kwargs.get("hidden_states", args[0] if args else None)
+            theirs.append(None if x is None else int(x.shape[0]))  # None: a packed input (Cosmos 3)
+            return forward(*args, **kwargs)
+
+        ref_transformer.forward = counted
+    try:
+        yield ours, theirs
+    finally:
+        del pipe.model_args
+        if forward is not None:
+            del ref_transformer.forward

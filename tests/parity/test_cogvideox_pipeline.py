@@ -34,7 +34,7 @@ from tests.parity.cogvideox_reference import (
     condition_images,
     run_reference,
 )
-from tests.parity.helpers import bf16_reference, max_rel_err, psnr
+from tests.parity.helpers import bf16_reference, max_rel_err, model_batches, psnr
 from vidax.errors import InputError
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
@@ -263,3 +263,20 @@ def test_lora_matches_diffusers_fused(checkpoints, pipelines):
     assert value >= 60.0
     assert psnr(want, plain) < 40.0  # the LoRA changes the video clearly
     np.testing.assert_array_equal(_vidax_run(pipe, "2b", "ddim", False, latents, noise, **CALL), before)
+
+
+def test_guidance_one_runs_no_unconditional_pass(checkpoints):
+    """guidance_scale 1 (diffusers: ``do_classifier_free_guidance = guidance_scale > 1``): one
+    transformer call per step with the 2 prompts alone on both sides, and the same video."""
+    path, ref = checkpoints["2b"]
+    latents = _latents(3)
+    call = dict(CALL, guidance_scale=1.0)
+    pipe = vidax.load_pipeline(path, dtype="float32")
+    with model_batches(pipe, ref.transformer) as (ours, theirs):
+        want, noise = run_reference(ref, "2b", "ddim", False, latents, **call)
+        got = _vidax_run(pipe, "2b", "ddim", False, latents, noise, **call)
+    assert theirs == [2] * CALL["num_inference_steps"] and ours and set(ours) == {2}, (theirs, ours)
+    value = psnr(got, want)
+    print(f"CogVideoX guidance 1: {value:.1f} dB")
+    cfg, _ = run_reference(ref, "2b", "ddim", False, latents, **CALL)
+    assert value >= 60.0 and psnr(cfg, want) < value - 30  # CFG on is another video

@@ -26,7 +26,7 @@ import torch
 
 import vidax
 from tests.parity.cosmos_reference import build_qwen_tokenizer
-from tests.parity.helpers import psnr, randomize_torch_module, transformer_calls
+from tests.parity.helpers import model_batches, psnr, randomize_torch_module, transformer_calls
 from tests.parity.wan_reference import VAE22, random_image
 from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import InputError, VidaxError
@@ -539,3 +539,26 @@ def test_taylorseer_matches_diffusers_on_both_streams(cosmos3, with_sound):
                                              r"\(Cosmos3VLTextMoTDecoderLayer\) names their inputs gen_seq / und_seq"):
             pipe.enable_cache(config)
         assert pipe.cache_config is None
+
+
+def test_guidance_one_runs_no_unconditional_pass(cosmos3, text2video):
+    """guidance_scale 1 (diffusers' Cosmos 3: ``guidance_scale != 1``): the reference calls its
+    transformer once per step (its packed conditional sequence alone), vidax with batch 1, and
+    the videos agree."""
+    path, ref, _, _ = cosmos3
+    call = dict(CALL, guidance_scale=1.0)
+    pipe = vidax.load_pipeline(path)
+    queue = _seed_noise(pipe)
+
+    def randn(shape, generator=None, device=None, dtype=None):
+        return queue.pop(0).to(dtype)
+
+    with model_batches(pipe, ref.transformer) as (ours, theirs), torch.no_grad(), \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reference_module, "randn_tensor", randn)
+        want = np.asarray(ref(prompt=PROMPT, negative_prompt=NEGATIVE, output_type="np", **call).video)[None]
+        got = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, progress=False, **call).frames
+    assert theirs == [None] * CALL["num_inference_steps"] and ours and set(ours) == {1}, (theirs, ours)
+    value = psnr(got, want)
+    print(f"Cosmos 3 guidance 1: {value:.1f} dB")
+    assert value >= PSNR_MIN and psnr(text2video[0], want) < value - 30  # CFG 3 is another video

@@ -20,7 +20,7 @@ import torch
 
 import vidax
 from tests.parity.cosmos_reference import build_reference_cosmos_pipeline, torchvision_stand_ins
-from tests.parity.helpers import bf16_reference, channels_last, max_rel_err, psnr
+from tests.parity.helpers import bf16_reference, channels_last, max_rel_err, model_batches, psnr
 from tests.parity.wan_reference import random_image
 from vidax.errors import InputError
 from vidax.pipelines.step_inputs import StepInputs
@@ -429,3 +429,18 @@ def test_text2world_lora_matches_diffusers_fused(cosmos, text2world):
     assert value >= PSNR_MIN
     assert psnr(want, text2world[0]) < 40  # the LoRA changes the video clearly
     np.testing.assert_array_equal(_ours(pipe, latents), text2world[1])
+
+
+def test_guidance_one_runs_no_unconditional_pass(cosmos, text2world):
+    """guidance_scale 1 (diffusers' Cosmos 2.5: ``guidance_scale > 1``): one call per step of
+    batch 1 on both sides, and the same video."""
+    path, ref, _, latents = cosmos
+    call = dict(CALL, guidance_scale=1.0)
+    pipe = vidax.load_pipeline(path)
+    with model_batches(pipe, ref.transformer) as (ours, theirs), torch.no_grad(), torchvision_stand_ins():
+        want = np.asarray(ref(prompt=PROMPT, latents=latents.clone(), output_type="np", **call).frames)
+        got = pipe(prompt=PROMPT, latents=latents.numpy(), progress=False, **call).frames
+    assert theirs == [1] * CALL["num_inference_steps"] and ours and set(ours) == {1}, (theirs, ours)
+    value = psnr(got, want)
+    print(f"Cosmos 2.5 guidance 1: {value:.1f} dB")
+    assert value >= PSNR_MIN and psnr(text2world[0], want) < value - 30  # CFG 3 is another video

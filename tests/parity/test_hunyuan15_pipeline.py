@@ -37,7 +37,7 @@ diffusers = pytest.importorskip("diffusers")
 
 import vidax  # noqa: E402
 from tests.parity.cosmos_reference import TEXT, build_qwen_tokenizer  # noqa: E402
-from tests.parity.helpers import psnr, randomize_torch_module  # noqa: E402
+from tests.parity.helpers import model_batches, psnr, randomize_torch_module  # noqa: E402
 from vidax.errors import InputError  # noqa: E402
 from vidax.models.hunyuan_video15 import text as hv15_text  # noqa: E402
 from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline  # noqa: E402
@@ -501,3 +501,29 @@ def test_taylorseer_default_identifiers_predict_the_attention_like_diffusers(t2v
         ref.transformer.enable_cache(RefFBC(threshold=0.1))
     with pytest.raises(InputError, match="no block metadata for HunyuanVideo15Pipeline's transformer blocks"):
         pipe.enable_cache(vidax.FirstBlockCacheConfig(threshold=0.1))
+
+
+def test_guidance_one_runs_no_unconditional_pass(t2v):
+    """guidance_scale 1 (the guider's ``_is_cfg_enabled``: off when the scale is close to 1, the
+    CFG-distilled checkpoints' setting): one call per step of batch 1 on both sides, and the
+    same video as diffusers'."""
+    path, ref, pipe0 = t2v
+    pipe = vidax.load_pipeline(path)
+    pipe.crop_start = pipe0.crop_start
+    lat = _latents(32, 48, 3)
+    kw = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, **CALL)
+    guider = ref.guider
+    ref.guider = diffusers.ClassifierFreeGuidance(guidance_scale=1.0)
+    try:
+        with model_batches(pipe, ref.transformer) as (ours, theirs), torch.no_grad():
+            want = np.asarray(ref(latents=torch.from_numpy(lat), output_type="np", **kw).frames)
+            got = pipe(latents=lat, max_sequence_length=TEXT_LEN, progress=False, guidance_scale=1.0, **kw).frames
+    finally:
+        ref.guider = guider
+    steps = CALL["num_inference_steps"]
+    assert theirs == [1] * steps and ours and set(ours) == {1}, (theirs, ours)
+    value = psnr(got, want)
+    print(f"HunyuanVideo 1.5 guidance 1: {value:.1f} dB")
+    with torch.no_grad():
+        cfg = np.asarray(ref(latents=torch.from_numpy(lat), output_type="np", **kw).frames)
+    assert value >= MIN_PSNR and psnr(cfg, want) < value - 30  # the checkpoint's CFG is another video

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import vidax
-from tests.parity.helpers import bf16_reference, psnr
+from tests.parity.helpers import bf16_reference, model_batches, psnr
 from tests.parity.hunyuan_reference import build_reference_hunyuan_pipeline, smooth_image
 from vidax.errors import InputError
 from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline
@@ -409,3 +409,27 @@ def test_t2v_lora_matches_diffusers_fused(t2v):
     assert psnr(want, plain) < 40  # the LoRA changes the video clearly
     after = pipe(latents=lat, height=32, width=48, progress=False, **call, **CALL).frames
     np.testing.assert_array_equal(after, before)
+
+
+def test_true_cfg_one_runs_one_pass_with_the_embedded_guidance_of_the_flag(t2v):
+    """HunyuanVideo's CFG is ``true_cfg_scale > 1`` with a negative prompt: at 1.0 one call per
+    step of batch 1 on both sides, however a negative prompt is given, and the embedded guidance
+    is ``guidance_scale`` x 1000 as diffusers passes it (the video depends on it)."""
+    path, ref, _ = t2v
+    lat = _latents(32, 48)
+    kw = dict(prompt=PROMPT, negative_prompt=NEGATIVE, true_cfg_scale=1.0, guidance_scale=2.5)
+    pipe = vidax.load_pipeline(path)
+    embedded = []
+    forward = ref.transformer.forward
+    with model_batches(pipe, ref.transformer) as (ours, theirs):
+        counted = ref.transformer.forward
+        ref.transformer.forward = lambda *a, **k: (embedded.append(float(k["guidance"][0])), counted(*a, **k))[1]
+        want = _reference(ref, lat, 32, 48, **kw)
+        got = pipe(latents=lat, height=32, width=48, progress=False, **CALL, **kw).frames
+    assert ref.transformer.forward == forward
+    assert theirs == [1] * CALL["num_inference_steps"] and ours and set(ours) == {1}, (theirs, ours)
+    assert embedded == [2500.0] * CALL["num_inference_steps"]
+    value = psnr(got, want)
+    print(f"HunyuanVideo true_cfg 1, embedded guidance 2.5: {value:.1f} dB")
+    other = _reference(ref, lat, 32, 48, **{**kw, "guidance_scale": 6.0})
+    assert value >= MIN_PSNR and psnr(other, want) < value - 30

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.parity.helpers import max_rel_err, randomize_torch_module, transformer_calls
+from tests.parity.helpers import max_rel_err, model_batches, randomize_torch_module, transformer_calls
 from tests.parity.ltx2_reference import CONNECTORS_20, CONNECTORS_23, TRANSFORMER_20, TRANSFORMER_23
 from tests.parity.test_ltx2_audio import BWE, _perturb_buffers
 from tests.parity.test_ltx2_vae import RELEASED
@@ -521,3 +521,24 @@ def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
         assert r.exit_code == 2 and len(lines) == 1, r.output
         assert lines[0] == f"error: {message}" or ("safetensors" in message and message in lines[0]), r.output
     assert not out.exists()
+
+
+def test_guidance_one_runs_no_unconditional_pass(checkpoint):
+    """guidance_scale and audio_guidance_scale 1 (diffusers: either > 1 runs CFG), with STG and
+    modality isolation off too (their passes are not CFG's; on, diffusers runs them as calls of
+    their own): one call per step of batch 1 on both sides, and the same video and sound."""
+    import vidax
+
+    pipe, path = checkpoint
+    ours_pipe = vidax.load_pipeline(path)
+    latents, audio_latents = _noise()
+    off = dict(guidance_scale=1.0, audio_guidance_scale=1.0, stg_scale=0.0, audio_stg_scale=0.0,
+               modality_scale=1.0, audio_modality_scale=1.0)
+    with model_batches(ours_pipe, pipe.transformer) as (ours, theirs):
+        ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, **off)
+        out = ours_pipe(PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, progress=False, **CALL, **off)
+    assert theirs == [1] * CALL["num_inference_steps"] and ours and set(ours) == {1}, (theirs, ours)
+    psnr, snr = _psnr(out.frames, ref_video), _snr(out.audio, ref_audio)
+    print(f"LTX-2 guidance 1: video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB")
+    cfg_video, _ = _reference(pipe, PROMPT, latents, audio_latents, **{**off, "guidance_scale": 4.0})
+    assert psnr >= 60 and snr >= 60 and _psnr(cfg_video, ref_video) < psnr - 30

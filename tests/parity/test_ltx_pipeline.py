@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.parity.helpers import bf16_reference, channels_first, max_rel_err, psnr
+from tests.parity.helpers import bf16_reference, channels_first, max_rel_err, model_batches, psnr
 from tests.parity.ltx_reference import build_reference_ltx_pipeline, packed_noise
 from tests.parity.wan_reference import random_image
 
@@ -263,3 +263,18 @@ def test_lora_original_layout_matches_diffusers_fused(ltx):
     pipe.unload_lora_weights()
     base = pipe(latents=latents.numpy(), seed=0, progress=False, **{**CALL, **call}).frames
     assert psnr(base, plain) >= 60
+
+
+def test_guidance_one_runs_no_unconditional_pass(ltx):
+    """guidance_scale 1 (diffusers: ``guidance_scale > 1``): one transformer call per step with the
+    2 prompts alone on both sides, and the same video."""
+    path, ref = ltx
+    latents = packed_noise(2, **SIZE)
+    pipe = vidax.load_pipeline(path)
+    with model_batches(pipe, ref.transformer) as (ours, theirs):
+        want = _reference(ref, latents, guidance_scale=1.0)
+        got = pipe(latents=latents.numpy(), seed=0, progress=False, **{**CALL, "guidance_scale": 1.0}).frames
+    assert theirs == [2] * CALL["num_inference_steps"] and ours and set(ours) == {2}, (theirs, ours)
+    value = psnr(got, want)
+    print(f"LTX guidance 1: {value:.1f} dB")
+    assert value >= 60 and psnr(_reference(ref, latents), want) < value - 30  # CFG 3 is another video

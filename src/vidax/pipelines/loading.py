@@ -203,6 +203,8 @@ class Loading:
             pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
         if plan.vae_tiling:
             pipe.vae.enable_tiled_decode()
+        if plan.scheduler is not None:  # the preset's sampler / shift (vidax.pipelines.presets)
+            pipe.scheduler = plan.scheduler
         return pipe
 
     @classmethod

@@ -43,6 +43,9 @@ class Plan:
             the family gives none); with ``memory_checked`` the loaded pipeline does not check it again.
         memory_checked: :func:`with_memory` ran.
         vae_tiling: the VAE decodes in tiles (asked for, or needed to fit).
+        preset: the :class:`~vidax.pipelines.presets.Preset` the call runs (None: none).
+        scheduler: the scheduler the preset asks for, built from the checkpoint's config (None:
+            the checkpoint's).
     """
 
     checkpoint: Checkpoint
@@ -59,6 +62,8 @@ class Plan:
     memory: Any = None
     memory_checked: bool = False
     vae_tiling: bool = False
+    preset: Any = None
+    scheduler: Any = None
 
     @property
     def heads(self) -> list[int]:

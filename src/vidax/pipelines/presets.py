@@ -1,0 +1,247 @@
+"""Named settings bundles (``--preset NAME`` / ``preset=``): the recipes users copy from model
+cards, one frozen :class:`Preset` per recipe, with the family it applies to, a one-line doc and
+where its numbers come from.
+
+A preset sets call keywords (``num_inference_steps``, ``guidance_scale``, ``sigmas``...) and
+scheduler settings (``flow_shift`` / ``shift``, the sampler class); every keyword the caller gives
+still wins (:func:`preset_call`). It is applied in the plan, before any weight is read.
+
+Only recipes with a source are here. Where a source gives no number for a setting, the preset
+leaves it to the checkpoint and its doc says so; no ``fast`` / ``quality`` bundles are defined
+for families whose model cards and diffusers docs give none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from vidax.errors import InputError
+
+#: diffusers 0.42.1 ``diffusers.pipelines.ltx2.utils.DISTILLED_SIGMA_VALUES`` (the LTX-2 distilled
+#: checkpoints' fixed sigmas; a test compares them with diffusers' constant).
+LTX2_DISTILLED_SIGMAS = (1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One recipe.
+
+    Attributes:
+        name: what ``--preset`` takes.
+        family: the pipeline package it applies to (``"wan"``, ``"ltx2"``, ``"hunyuan_video15"``...).
+        doc: one line: what it is for, and what its source leaves open.
+        source: where the numbers come from (model card, diffusers docs or source, URL).
+        call: call keywords it sets (under the caller's).
+        scheduler: scheduler config settings it sets (``_class_name`` picks the sampler).
+    """
+
+    name: str
+    family: str
+    doc: str
+    source: str
+    call: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def settings(self) -> dict[str, Any]:
+        """Every value it sets: the call keywords, then the scheduler's (``scheduler`` for the class)."""
+        sched = {("scheduler" if k == "_class_name" else k): v for k, v in self.scheduler.items()}
+        return {**dict(self.call), **sched}
+
+
+_LIGHTX2V = ("https://github.com/ModelTC/LightX2V configs/distill/wan21/wan_t2v_distill_lora_4step_cfg.json "
+             "(infer_steps 4, enable_cfg false, sample_shift 5, denoising_step_list [1000, 750, 500, 250])")
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("lightx2v", "wan",
+           "LightX2V step+CFG-distilled Wan2.1/2.2 (LoRA or merged): 4 Euler flow-matching steps, no CFG, shift 5. "
+           "LightX2V's own sampler steps at sigmas [1, .75, .5, .25] before the shift; diffusers' Euler "
+           "steps at linspace(1, 1/1000, 4) (the same shift and steps, not the same 4 points)",
+           _LIGHTX2V, call={"num_inference_steps": 4, "guidance_scale": 1.0},
+           scheduler={"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 5.0}),
+    Preset("causvid", "wan",
+           "Kijai's CausVid LoRA on Wan2.1 (LoRA weight 0.3: give it with --lora FILE:0.3): CFG 1, about 12 "
+           "UniPC steps; the card gives no flow shift (the checkpoint's stays)",
+           "https://civitai.com/models/1585622 (CausVid LoRA, made by Kijai): CFG 1; weight 0.3 with UniPC, "
+           "about 12 steps", call={"num_inference_steps": 12, "guidance_scale": 1.0},
+           scheduler={"_class_name": "UniPCMultistepScheduler"}),
+    Preset("distilled", "ltx2",
+           "LTX-2 distilled checkpoints: their 8 fixed sigmas, CFG off on both streams",
+           "diffusers 0.42.1 diffusers/pipelines/ltx2/utils.py DISTILLED_SIGMA_VALUES; "
+           "https://huggingface.co/docs/diffusers/api/pipelines/ltx2 (distilled: guidance_scale=1.0)",
+           call={"sigmas": list(LTX2_DISTILLED_SIGMAS), "num_inference_steps": len(LTX2_DISTILLED_SIGMAS),
+                 "guidance_scale": 1.0, "audio_guidance_scale": 1.0}),
+    Preset("step-distilled", "hunyuan_video15",
+           "HunyuanVideo 1.5 480p step-distilled: 8 steps (the card: 8 or 12 recommended, 4 faster), the "
+           "guider's guidance 1.0, shift 7 (diffusers' conversion of 480p_i2v_step_distilled)",
+           "https://huggingface.co/tencent/HunyuanVideo-1.5 (step_distillation_comparison.md: 8 or 12 steps); "
+           "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py (huggingface/diffusers#12802: "
+           "guidance_scale 1.0, shift 7.0)",
+           call={"num_inference_steps": 8, "guidance_scale": 1.0}, scheduler={"shift": 7.0}),
+    Preset("cfg-distilled", "hunyuan_video15",
+           "HunyuanVideo 1.5 CFG-distilled checkpoints: guidance 1.0 (one pass per step); the steps stay the "
+           "checkpoint's 50, their shift the checkpoint's scheduler's",
+           "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py GUIDANCE_CONFIGS (*_distilled: "
+           "guidance_scale 1.0)", call={"guidance_scale": 1.0}),
+)
+
+
+def family_of(pipeline: type) -> str:
+    """The family a pipeline class belongs to: its package under ``vidax.models`` (``"wan"``)."""
+    parts = pipeline.__module__.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "models" else parts[-1]
+
+
+def presets_for(family: str) -> tuple[Preset, ...]:
+    return tuple(p for p in PRESETS if p.family == family)
+
+
+def find_preset(name: str, pipeline: type, spelling: str = "preset") -> Preset:
+    """The preset ``name`` of ``pipeline``'s family.
+
+    Raises:
+        InputError: no such preset for this family (naming ``spelling`` and the choices).
+    """
+    family = family_of(pipeline)
+    for p in presets_for(family):
+        if p.name == name:
+            return p
+    others = [p for p in PRESETS if p.name == name]
+    own = ", ".join(p.name for p in presets_for(family)) or "none"
+    where = f" (it is {', '.join(p.family for p in others)}'s)" if others else ""
+    raise InputError(f"{spelling} {name!r} is not a preset of {pipeline.__name__}{where}; its presets: {own}")
+
+
+def preset_call(preset: Preset | None, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(kwargs, applied)``: the call keywords ``given`` over the preset's; ``applied`` the
+    preset's values that ran (those the caller did not give)."""
+    if preset is None:
+        return dict(given), {}
+    applied = {k: v for k, v in preset.call.items() if given.get(k) is None}
+    return {**applied, **{k: v for k, v in given.items() if v is not None or k not in applied}}, applied
+
+
+def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> Any:
+    """The scheduler the preset asks for, built from the checkpoint's scheduler config with the
+    preset's settings over it (None: the preset sets none). Checked against the family's samplers.
+
+    Raises:
+        InputError: the family does not run the preset's sampler. ConfigError: a setting the
+            scheduler does not take.
+    """
+    from vidax.schedulers import scheduler_from_config
+
+    if preset is None or not preset.scheduler:
+        return None
+    config = {**dict(checkpoint.config("scheduler")), **preset.scheduler}
+    allowed = getattr(pipeline, "scheduler_classes", None)
+    if allowed is not None and config["_class_name"] not in allowed:
+        raise InputError(f"preset {preset.name!r} samples with {config['_class_name']}; {pipeline.__name__} runs "
+                         f"{' or '.join(allowed)}")
+    if config["_class_name"] != checkpoint.config("scheduler").get("_class_name"):
+        # settings of another sampler class do not carry over: keep the ones the new class shares
+        config = {k: v for k, v in config.items() if k in _SHARED or k in preset.scheduler}
+    return scheduler_from_config(config, source=f"preset {preset.name!r}")
+
+
+#: Scheduler settings every flow-matching sampler here shares.
+_SHARED = ("_class_name", "num_train_timesteps")
+
+
+def describe(preset: Preset, applied: Mapping[str, Any]) -> str:
+    """One line: which preset ran and the values it set."""
+    values = {**applied, **{("scheduler" if k == "_class_name" else k): v for k, v in preset.scheduler.items()}}
+    return f"preset {preset.name}: " + ", ".join(f"{k}={_short(v)}" for k, v in values.items())
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) + "]"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def listing(family: str | None = None) -> str:
+    """The presets (of ``family``), one line each: name, family and doc."""
+    rows = [p for p in PRESETS if family is None or p.family == family]
+    return "\n".join(f"  {p.name} ({p.family}): {p.doc}" for p in rows)
+
+
+def with_preset(plan: Any, name: str | None, spelling: str = "preset") -> Any:
+    """``plan`` (:class:`~vidax.pipelines.plan.Plan`) with the preset ``name`` of its family and the
+    scheduler it asks for, before any weight is read (None: ``plan`` as it is).
+
+    Raises:
+        InputError: not a preset of the plan's family (naming ``spelling``).
+    """
+    if name is None:
+        return plan
+    preset = find_preset(name, plan.pipeline, spelling)
+    return dataclasses.replace(plan, preset=preset, scheduler=preset_scheduler(preset, plan.pipeline, plan.checkpoint))
+
+
+def with_preset_call(plan: Any, given: Mapping[str, Any]) -> Any:
+    """``plan`` with its call (:func:`~vidax.pipelines.plan.with_call`): ``given`` over the plan's
+    preset's keywords, checked against the preset's scheduler where it sets one."""
+    from vidax.pipelines.plan import with_call
+
+    kwargs, _ = preset_call(plan.preset, given)
+    return with_call(plan, **kwargs)
+
+
+def preset_summary(plan: Any, given: Mapping[str, Any]) -> str | None:
+    """The run summary's line for ``plan``'s preset (None: no preset)."""
+    if plan.preset is None:
+        return None
+    return describe(plan.preset, preset_call(plan.preset, given)[1])
+
+
+def recognise(plan: Any, lora_paths: Any = ()) -> tuple[Preset, str] | None:
+    """``(preset, why)`` where the checkpoint's configs or a LoRA file say which recipe they need:
+    a LoRA with LightX2V's ``diff_m`` keys, or metadata / a file name naming LightX2V or CausVid;
+    a HunyuanVideo 1.5 transformer with ``use_meanflow`` (step-distilled) or a guider at
+    guidance 1.0 (CFG-distilled). None: nothing says so (nothing changes)."""
+    family = family_of(plan.pipeline)
+    own = {p.name: p for p in presets_for(family)}
+    if family == "hunyuan_video15":
+        info = plan.info
+        if getattr(info.transformer_config, "use_meanflow", False):
+            return own["step-distilled"], "transformer/config.json use_meanflow=true (step-distilled)"
+        if getattr(info.guider_config, "guidance_scale", None) == 1.0:
+            return own["cfg-distilled"], "guider/guider_config.json guidance_scale=1.0 (CFG-distilled)"
+    for path in lora_paths:
+        found = _lora_marker(str(path))
+        if found in own:
+            return own[found], f"--lora {path} ({_LORA_WHY[found]})"
+    return None
+
+
+_LORA_WHY = {"lightx2v": "LightX2V step/CFG-distilled LoRA", "causvid": "CausVid LoRA"}
+
+
+def _lora_marker(path: str) -> str | None:
+    """``"lightx2v"`` / ``"causvid"`` where the LoRA file says so: LightX2V's ``diff_m`` keys or
+    its name in the safetensors metadata or the file name; None otherwise."""
+    import os
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, "np") as f:
+            keys, metadata = list(f.keys()), f.metadata() or {}
+    except Exception:  # not a safetensors file: the LoRA reader says why
+        return None
+    text = (" ".join(f"{k} {v}" for k, v in metadata.items()) + " " + os.path.basename(path)).lower()
+    if any(k.endswith(".diff_m") for k in keys) or "lightx2v" in text:
+        return "lightx2v"
+    if "causvid" in text:
+        return "causvid"
+    return None
+
+
+def distilled_warning(preset: Preset, why: str, call: Any) -> str | None:
+    """One line when a recognised distilled recipe runs with >= 20 steps and CFG on (None: not so)."""
+    if call.num_inference_steps >= 20 and call.do_cfg:
+        return (f"{why} is distilled, yet this call runs {call.num_inference_steps} steps with classifier-free "
+                f"guidance (guidance_scale={call.guidance_scale:g}): --preset {preset.name} sets "
+                + ", ".join(f"{k}={_short(v)}" for k, v in preset.settings().items()))
+    return None
