@@ -83,8 +83,10 @@ def main(argv=None) -> list[dict]:
 
     import jax
 
-    print(f"attention on {jax.default_backend()} ({os.cpu_count()} CPUs): B={args.batch} N={args.heads} "
-          f"K={args.head_dim} {args.dtype}, block {args.block_size}")
+    print(
+        f"attention on {jax.default_backend()} ({os.cpu_count()} CPUs): B={args.batch} N={args.heads} "
+        f"K={args.head_dim} {args.dtype}, block {args.block_size}"
+    )
     print(f"{'L':>7} {'impl':>10} {'temp GiB':>10} {'q/k/v/out GiB':>14} {'compile s':>10} {'time s':>10}")
     rows = []
     for length in args.lengths:
@@ -92,8 +94,11 @@ def main(argv=None) -> list[dict]:
             row = measure(impl, length, args)
             rows.append(row)
             step = "skipped" if row["step_s"] is None else f"{row['step_s']:.4f}"
-            print(f"{length:>7} {impl:>10} {row['temp_gib']:>10.3f} {row['args_out_gib']:>14.3f} "
-                  f"{row['compile_s']:>10.2f} {step:>10}", flush=True)
+            print(
+                f"{length:>7} {impl:>10} {row['temp_gib']:>10.3f} {row['args_out_gib']:>14.3f} "
+                f"{row['compile_s']:>10.2f} {step:>10}",
+                flush=True,
+            )
     save_json(args.json, args, rows)
     return rows
 

@@ -21,19 +21,46 @@ from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_
 
 # THUDM/CogVideoX-5b transformer/config.json (see reference_configs/).
 CONFIG_5B = {
-    "activation_fn": "gelu-approximate", "attention_bias": True, "attention_head_dim": 64, "dropout": 0.0,
-    "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 16, "max_text_seq_length": 226,
-    "norm_elementwise_affine": True, "norm_eps": 1e-05, "num_attention_heads": 48, "num_layers": 42,
-    "out_channels": 16, "patch_size": 2, "sample_frames": 49, "sample_height": 60, "sample_width": 90,
-    "spatial_interpolation_scale": 1.875, "temporal_compression_ratio": 4, "temporal_interpolation_scale": 1.0,
-    "text_embed_dim": 4096, "time_embed_dim": 512, "timestep_activation_fn": "silu",
+    "activation_fn": "gelu-approximate",
+    "attention_bias": True,
+    "attention_head_dim": 64,
+    "dropout": 0.0,
+    "flip_sin_to_cos": True,
+    "freq_shift": 0,
+    "in_channels": 16,
+    "max_text_seq_length": 226,
+    "norm_elementwise_affine": True,
+    "norm_eps": 1e-05,
+    "num_attention_heads": 48,
+    "num_layers": 42,
+    "out_channels": 16,
+    "patch_size": 2,
+    "sample_frames": 49,
+    "sample_height": 60,
+    "sample_width": 90,
+    "spatial_interpolation_scale": 1.875,
+    "temporal_compression_ratio": 4,
+    "temporal_interpolation_scale": 1.0,
+    "text_embed_dim": 4096,
+    "time_embed_dim": 512,
+    "timestep_activation_fn": "silu",
     "use_rotary_positional_embeddings": True,
 }
 SCHEDULER = {
-    "_class_name": "CogVideoXDDIMScheduler", "beta_end": 0.012, "beta_schedule": "scaled_linear",
-    "beta_start": 0.00085, "clip_sample": False, "clip_sample_range": 1.0, "num_train_timesteps": 1000,
-    "prediction_type": "v_prediction", "rescale_betas_zero_snr": True, "sample_max_value": 1.0,
-    "set_alpha_to_one": True, "snr_shift_scale": 1.0, "steps_offset": 0, "timestep_spacing": "trailing",
+    "_class_name": "CogVideoXDDIMScheduler",
+    "beta_end": 0.012,
+    "beta_schedule": "scaled_linear",
+    "beta_start": 0.00085,
+    "clip_sample": False,
+    "clip_sample_range": 1.0,
+    "num_train_timesteps": 1000,
+    "prediction_type": "v_prediction",
+    "rescale_betas_zero_snr": True,
+    "sample_max_value": 1.0,
+    "set_alpha_to_one": True,
+    "snr_shift_scale": 1.0,
+    "steps_offset": 0,
+    "timestep_spacing": "trailing",
     "trained_betas": None,
 }
 TEXT_LEN = 226
@@ -56,9 +83,15 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = CogVideoXTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: CogVideoXTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_embed_dim),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: CogVideoXTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t, h, w, cfg.in_channels),
+        (2, TEXT_LEN, cfg.text_embed_dim),
+        SCHEDULER,
+        steps,
+    )
     guidance = jnp.asarray(GUIDANCE, jnp.float32)
 
     def step(params, latents, state, context):
@@ -98,8 +131,13 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
         x, i = c
         ts = sched.timesteps[i]
         xin = torch.cat([x] * 2).to(dtype)
-        out = model(hidden_states=xin, encoder_hidden_states=embeds, timestep=ts.expand(2),
-                    image_rotary_emb=rope, return_dict=False)[0].float()
+        out = model(
+            hidden_states=xin,
+            encoder_hidden_states=embeds,
+            timestep=ts.expand(2),
+            image_rotary_emb=rope,
+            return_dict=False,
+        )[0].float()
         uncond, cond = out.chunk(2)
         return sched.step(uncond + GUIDANCE * (cond - uncond), ts, x, return_dict=False)[0], i + 1
 
@@ -111,7 +149,7 @@ BENCH = StepBench(
     title="CogVideoX-5B denoising step",
     model="CogVideoX-5B transformer (random weights)",
     step="the transformer on cond and uncond as one batch of 2 (both sides, as CogVideoXPipeline), "
-         "guidance in float32 and one CogVideoXDDIMScheduler update.",
+    "guidance in float32 and one CogVideoXDDIMScheduler update.",
     default_latent=(3, 16, 16),
     default_out="cogvideox_step",
     tokens=lambda thw: thw[0] * (thw[1] // 2) * (thw[2] // 2),

@@ -74,14 +74,29 @@ def main(argv=None) -> dict:
     vidax_s = median_seconds(lambda: ours.decode(z).block_until_ready(), args.repeats)
     with torch.no_grad():
         diffusers_s = median_seconds(lambda: ref.decode(torch.from_numpy(z)), args.repeats)
-    out = dict(cpu=cpu_model(), threads=args.threads, seconds=args.seconds, dec_dim=args.dec_dim,
-               decoder_params=n_params, latent_frames=frames, waveform=tuple(wave.shape), sample_rate=ours.sample_rate,
-               vidax_first_call_s=compile_s, vidax_s=vidax_s, diffusers_s=diffusers_s, wave_rel_err=err)
-    print(f"CPU: {out['cpu']} ({args.threads} threads), fp32, Cosmos 3 sound decoder at dec_dim {args.dec_dim} "
-          f"({n_params / 1e6:.1f} M parameters): {args.seconds:g} s of sound = {frames} latent frames -> waveform "
-          f"{out['waveform']} at {ours.sample_rate} Hz")
-    print(f"vidax {vidax_s:.3f} s, diffusers {diffusers_s:.3f} s (median of {args.repeats}); vidax first call "
-          f"(compile + run) {compile_s:.1f} s; max rel. difference {err:.1e}")
+    out = dict(
+        cpu=cpu_model(),
+        threads=args.threads,
+        seconds=args.seconds,
+        dec_dim=args.dec_dim,
+        decoder_params=n_params,
+        latent_frames=frames,
+        waveform=tuple(wave.shape),
+        sample_rate=ours.sample_rate,
+        vidax_first_call_s=compile_s,
+        vidax_s=vidax_s,
+        diffusers_s=diffusers_s,
+        wave_rel_err=err,
+    )
+    print(
+        f"CPU: {out['cpu']} ({args.threads} threads), fp32, Cosmos 3 sound decoder at dec_dim {args.dec_dim} "
+        f"({n_params / 1e6:.1f} M parameters): {args.seconds:g} s of sound = {frames} latent frames -> waveform "
+        f"{out['waveform']} at {ours.sample_rate} Hz"
+    )
+    print(
+        f"vidax {vidax_s:.3f} s, diffusers {diffusers_s:.3f} s (median of {args.repeats}); vidax first call "
+        f"(compile + run) {compile_s:.1f} s; max rel. difference {err:.1e}"
+    )
     return out
 
 

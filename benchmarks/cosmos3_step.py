@@ -17,20 +17,40 @@ Each side runs in its own subprocess so its peak RSS is its own. Results go to
 from __future__ import annotations
 
 import numpy as np
-
 from step_bench import StepBench, configure_xla_threads, fill_params, main, run_jax_steps, run_torch_steps
 
 # nvidia/Cosmos3-Edge transformer/config.json (reconstructed, see reference_configs/SOURCES.md);
 # vocab_size cut to 4096 (see the module docstring).
 CONFIG_EDGE = {
-    "action_dim": 64, "action_gen": True, "attention_bias": False, "base_fps": 24, "enable_fps_modulation": True,
-    "head_dim": 128, "hidden_act": "relu2", "hidden_size": 2048, "intermediate_size": 9216, "latent_channel": 48,
-    "latent_patch_size": 2, "num_attention_heads": 16, "num_embodiment_domains": 32, "num_hidden_layers": 28,
-    "num_key_value_heads": 8, "patch_latent_dim": 192, "qk_norm_for_text": False, "rms_norm_eps": 1e-05,
-    "rope_axes_dim": [24, 20, 20], "rope_scaling": {"mrope_section": [24, 20, 20]}, "rope_theta": 100000000,
-    "sound_dim": None, "sound_gen": False, "sound_latent_fps": 25, "timestep_scale": 0.001,
-    "unified_3d_mrope_reset_spatial_ids": True, "unified_3d_mrope_temporal_modality_margin": 15000,
-    "use_und_k_norm_for_gen": True, "vocab_size": 4096,
+    "action_dim": 64,
+    "action_gen": True,
+    "attention_bias": False,
+    "base_fps": 24,
+    "enable_fps_modulation": True,
+    "head_dim": 128,
+    "hidden_act": "relu2",
+    "hidden_size": 2048,
+    "intermediate_size": 9216,
+    "latent_channel": 48,
+    "latent_patch_size": 2,
+    "num_attention_heads": 16,
+    "num_embodiment_domains": 32,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "patch_latent_dim": 192,
+    "qk_norm_for_text": False,
+    "rms_norm_eps": 1e-05,
+    "rope_axes_dim": [24, 20, 20],
+    "rope_scaling": {"mrope_section": [24, 20, 20]},
+    "rope_theta": 100000000,
+    "sound_dim": None,
+    "sound_gen": False,
+    "sound_latent_fps": 25,
+    "timestep_scale": 0.001,
+    "unified_3d_mrope_reset_spatial_ids": True,
+    "unified_3d_mrope_temporal_modality_margin": 15000,
+    "use_und_k_norm_for_gen": True,
+    "vocab_size": 4096,
 }
 TEXT_LEN = 256
 C = 48
@@ -72,9 +92,11 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     cfg = Cosmos3TransformerConfig.from_config_dict(_config(num_layers))
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
     graphdef, params = fill_params(
-        lambda: Cosmos3OmniTransformer(cfg, dtype=dtype, param_dtype=dtype, residual_dtype=None,
-                                       attention=attention, rngs=nnx.Rngs(0)),
-        DtypePolicy(dtype, TRANSFORMER_FP32_PARAMS))
+        lambda: Cosmos3OmniTransformer(
+            cfg, dtype=dtype, param_dtype=dtype, residual_dtype=None, attention=attention, rngs=nnx.Rngs(0)
+        ),
+        DtypePolicy(dtype, TRANSFORMER_FP32_PARAMS),
+    )
     t, h, w = latent
     text_idx, vis_idx, mse_idx, pos, noisy, hw = _layout(latent)
     x = jax.random.normal(jax.random.PRNGKey(1), (1, t, h, w, C), jnp.float32)
@@ -106,11 +128,19 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     t, h, w = latent
     text_idx, vis_idx, mse_idx, pos, noisy, hw = _layout(latent)
     tt = lambda a: torch.as_tensor(a, device=dev)  # noqa: E731
-    kw = dict(input_ids=tt(np.arange(TEXT_LEN) % CONFIG_EDGE["vocab_size"]), text_indexes=tt(text_idx),
-              position_ids=tt(pos), und_len=TEXT_LEN, sequence_length=pos.shape[1],
-              vision_token_shapes=[(t, h // 2, w // 2)], vision_sequence_indexes=tt(vis_idx),
-              vision_mse_loss_indexes=tt(mse_idx), vision_timesteps=torch.full((len(noisy) * hw,), 500.0, device=dev),
-              vision_noisy_frame_indexes=[tt(np.asarray(noisy))], return_dict=False)
+    kw = dict(
+        input_ids=tt(np.arange(TEXT_LEN) % CONFIG_EDGE["vocab_size"]),
+        text_indexes=tt(text_idx),
+        position_ids=tt(pos),
+        und_len=TEXT_LEN,
+        sequence_length=pos.shape[1],
+        vision_token_shapes=[(t, h // 2, w // 2)],
+        vision_sequence_indexes=tt(vis_idx),
+        vision_mse_loss_indexes=tt(mse_idx),
+        vision_timesteps=torch.full((len(noisy) * hw,), 500.0, device=dev),
+        vision_noisy_frame_indexes=[tt(np.asarray(noisy))],
+        return_dict=False,
+    )
     x = torch.randn(1, C, t, h, w, device=dev)
 
     def step(c):
@@ -126,7 +156,7 @@ BENCH = StepBench(
     title="Cosmos 3 Edge transformer step",
     model="Cosmos3-Edge transformer (random weights, vocab cut to 4096)",
     step="one Cosmos3OmniTransformer call on the packed sequence (256 text tokens + the latent's patch tokens, "
-         "frame 0 a clean condition frame) and an Euler update of the latents.",
+    "frame 0 a clean condition frame) and an Euler update of the latents.",
     default_latent=(3, 16, 16),
     default_out="cosmos3_step",
     tokens=lambda thw: thw[0] * (thw[1] // 2) * (thw[2] // 2),

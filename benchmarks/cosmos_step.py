@@ -23,15 +23,36 @@ from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_
 
 # nvidia/Cosmos-Predict2.5-2B transformer/config.json (see reference_configs/).
 CONFIG_2B = {
-    "adaln_lora_dim": 256, "attention_head_dim": 128, "concat_padding_mask": True, "controlnet_block_every_n": None,
-    "crossattn_proj_in_channels": 100352, "encoder_hidden_states_channels": 1024, "extra_pos_embed_type": None,
-    "img_context_dim_in": None, "img_context_dim_out": 2048, "img_context_num_tokens": 256, "in_channels": 17,
-    "max_size": [128, 240, 240], "mlp_ratio": 4.0, "num_attention_heads": 16, "num_layers": 28, "out_channels": 16,
-    "patch_size": [1, 2, 2], "rope_scale": [1.0, 3.0, 3.0], "text_embed_dim": 1024, "use_crossattn_projection": True,
+    "adaln_lora_dim": 256,
+    "attention_head_dim": 128,
+    "concat_padding_mask": True,
+    "controlnet_block_every_n": None,
+    "crossattn_proj_in_channels": 100352,
+    "encoder_hidden_states_channels": 1024,
+    "extra_pos_embed_type": None,
+    "img_context_dim_in": None,
+    "img_context_dim_out": 2048,
+    "img_context_num_tokens": 256,
+    "in_channels": 17,
+    "max_size": [128, 240, 240],
+    "mlp_ratio": 4.0,
+    "num_attention_heads": 16,
+    "num_layers": 28,
+    "out_channels": 16,
+    "patch_size": [1, 2, 2],
+    "rope_scale": [1.0, 3.0, 3.0],
+    "text_embed_dim": 1024,
+    "use_crossattn_projection": True,
 }
 # nvidia/Cosmos-Predict2.5-2B scheduler_config.json (UniPC, Karras sigmas as flow sigmas).
-SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction",
-             "use_flow_sigmas": True, "use_karras_sigmas": True, "sigma_min": 0.01, "sigma_max": 200.0}
+SCHEDULER = {
+    "_class_name": "UniPCMultistepScheduler",
+    "prediction_type": "flow_prediction",
+    "use_flow_sigmas": True,
+    "use_karras_sigmas": True,
+    "sigma_min": 0.01,
+    "sigma_max": 200.0,
+}
 TEXT_LEN = 512
 GUIDANCE = 7.0
 
@@ -53,10 +74,15 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = CosmosTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: CosmosTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
-                                                                    rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, 16), (2, TEXT_LEN, cfg.crossattn_proj_in_channels),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: CosmosTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t, h, w, 16),
+        (2, TEXT_LEN, cfg.crossattn_proj_in_channels),
+        SCHEDULER,
+        steps,
+    )
     cond_mask = jnp.zeros((2, t, h, w, 1), b.dtype)
 
     def step(params, latents, state, context):
@@ -99,8 +125,9 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
         ts = sched.timesteps[i]
         sigma = sched.sigmas[i].to(dtype).view(1, 1, 1, 1, 1).expand(1, 1, t, 1, 1)
         xin = x.to(dtype)
-        kw = dict(hidden_states=xin, condition_mask=cond_mask, timestep=sigma, padding_mask=padding_mask,
-                  return_dict=False)
+        kw = dict(
+            hidden_states=xin, condition_mask=cond_mask, timestep=sigma, padding_mask=padding_mask, return_dict=False
+        )
         with torchvision_stand_ins():
             cond = model(encoder_hidden_states=context[:1], **kw)[0].float()
             uncond = model(encoder_hidden_states=context[1:], **kw)[0].float()
@@ -114,7 +141,7 @@ BENCH = StepBench(
     title="Cosmos-Predict2.5-2B denoising step",
     model="Cosmos-Predict2.5-2B transformer (random weights)",
     step="the transformer on the prompt and the negative prompt (vidax: one batch of 2; diffusers: two calls, "
-         "as Cosmos2_5_PredictBasePipeline), Cosmos guidance and one UniPC update.",
+    "as Cosmos2_5_PredictBasePipeline), Cosmos guidance and one UniPC update.",
     default_latent=(3, 16, 16),
     default_out="cosmos_step",
     tokens=lambda thw: thw[0] * (thw[1] // 2) * (thw[2] // 2),

@@ -106,19 +106,28 @@ def _child(args) -> None:
                 for _ in range(reps):
                     torch.matmul(ta, tb)
             ts.append(flop * reps / (time.perf_counter() - t0) / 1e9)
-        rows.append({"shape": name, "m": m, "k": k, "n": n, "xla_gflops": statistics.median(xs),
-                     "torch_gflops": statistics.median(ts),
-                     "ratio": statistics.median(x / t for x, t in zip(xs, ts)),
-                     "onednn_gflops": statistics.median(ds) if ds else None,
-                     "onednn_ratio": statistics.median(d / t for d, t in zip(ds, ts)) if ds else None,
-                     "onednn_xla": statistics.median(d / x for d, x in zip(ds, xs)) if ds else None})
+        rows.append(
+            {
+                "shape": name,
+                "m": m,
+                "k": k,
+                "n": n,
+                "xla_gflops": statistics.median(xs),
+                "torch_gflops": statistics.median(ts),
+                "ratio": statistics.median(x / t for x, t in zip(xs, ts)),
+                "onednn_gflops": statistics.median(ds) if ds else None,
+                "onednn_ratio": statistics.median(d / t for d, t in zip(ds, ts)) if ds else None,
+                "onednn_xla": statistics.median(d / x for d, x in zip(ds, xs)) if ds else None,
+            }
+        )
     print("RESULT " + json.dumps(rows))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--variant", action="append", default=None,
-                   help="extra XLA_FLAGS for one run (repeatable; '' = default flags)")
+    p.add_argument(
+        "--variant", action="append", default=None, help="extra XLA_FLAGS for one run (repeatable; '' = default flags)"
+    )
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--bf16-form", choices=["f32acc", "bf16", "upcast"], default="f32acc")
     p.add_argument("--shapes", nargs="*", default=None, help="shape names or prefixes (square, ltx, wan)")
@@ -139,8 +148,19 @@ def main() -> None:
     print(f"CPU flags: {' '.join(sorted(flags))}", flush=True)
     for variant in args.variant if args.variant is not None else [""]:
         for dtype in args.dtypes:
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", "--dtype", dtype, "--bf16-form",
-                   args.bf16_form, "--pairs", str(args.pairs), "--threads", str(args.threads)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--child",
+                "--dtype",
+                dtype,
+                "--bf16-form",
+                args.bf16_form,
+                "--pairs",
+                str(args.pairs),
+                "--threads",
+                str(args.threads),
+            ]
             if args.shapes:
                 cmd += ["--shapes", *args.shapes]
             env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + variant).strip())
@@ -149,23 +169,40 @@ def main() -> None:
             if r.returncode != 0 or not line:
                 print(f"variant {variant!r} {dtype}: failed\n{r.stderr[-2000:]}")
                 continue
-            rows = json.loads(line[0][len("RESULT "):])
+            rows = json.loads(line[0][len("RESULT ") :])
             form = "" if dtype == "float32" else f" ({args.bf16_form})"
             print(f"\n[{variant or 'default flags'}] {dtype}{form}; load {os.getloadavg()}")
             if rows and rows[0]["onednn_gflops"] is None:
                 print("  (oneDNN: not available here, see vidax.cpu.onednn; its columns read -)")
-            print(f"  {'shape':32s} {'XLA':>7s} {'oneDNN':>7s} {'torch':>7s} (GFLOP/s) {'XLA/torch':>9s} "
-                  f"{'oneDNN/torch':>12s} {'oneDNN/XLA':>10s}")
+            print(
+                f"  {'shape':32s} {'XLA':>7s} {'oneDNN':>7s} {'torch':>7s} (GFLOP/s) {'XLA/torch':>9s} "
+                f"{'oneDNN/torch':>12s} {'oneDNN/XLA':>10s}"
+            )
             for row in rows:
-                d = ["-" if row[c] is None else f"{row[c]:.{p}f}"
-                     for c, p in (("onednn_gflops", 1), ("onednn_ratio", 2), ("onednn_xla", 2))]
-                print(f"  {row['shape']:32s} {row['xla_gflops']:7.1f} {d[0]:>7s} {row['torch_gflops']:7.1f}"
-                      f"           {row['ratio']:9.2f} {d[1]:>12s} {d[2]:>10s}")
+                d = [
+                    "-" if row[c] is None else f"{row[c]:.{p}f}"
+                    for c, p in (("onednn_gflops", 1), ("onednn_ratio", 2), ("onednn_xla", 2))
+                ]
+                print(
+                    f"  {row['shape']:32s} {row['xla_gflops']:7.1f} {d[0]:>7s} {row['torch_gflops']:7.1f}"
+                    f"           {row['ratio']:9.2f} {d[1]:>12s} {d[2]:>10s}"
+                )
             if args.json:
                 with open(args.json, "a") as f:
-                    f.write(json.dumps({"cpu": cpu_model(), "variant": variant, "dtype": dtype,
-                                        "bf16_form": args.bf16_form, "threads": args.threads,
-                                        "load": os.getloadavg(), "rows": rows}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "cpu": cpu_model(),
+                                "variant": variant,
+                                "dtype": dtype,
+                                "bf16_form": args.bf16_form,
+                                "threads": args.threads,
+                                "load": os.getloadavg(),
+                                "rows": rows,
+                            }
+                        )
+                        + "\n"
+                    )
             sys.stdout.flush()
 
 

@@ -41,9 +41,29 @@ from step_bench import ROOT, cpu_model  # noqa: E402
 
 CLASSES = ("matmul", "attention", "norms", "elementwise", "copies")
 CONTAINERS = {"while", "call", "conditional"}
-COPY_OPS = {"copy", "transpose", "concatenate", "slice", "dynamic-slice", "dynamic-update-slice", "pad", "gather",
-            "scatter", "broadcast", "reshape", "bitcast", "tuple", "get-tuple-element", "parameter", "constant",
-            "copy-start", "copy-done", "iota", "reverse", "bitcast-convert"}
+COPY_OPS = {
+    "copy",
+    "transpose",
+    "concatenate",
+    "slice",
+    "dynamic-slice",
+    "dynamic-update-slice",
+    "pad",
+    "gather",
+    "scatter",
+    "broadcast",
+    "reshape",
+    "bitcast",
+    "tuple",
+    "get-tuple-element",
+    "parameter",
+    "constant",
+    "copy-start",
+    "copy-done",
+    "iota",
+    "reverse",
+    "bitcast-convert",
+}
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*?\b([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
 _FRAME = re.compile(r"stack_frame_id=(\d+)")
@@ -95,8 +115,12 @@ def parse_hlo(text: str) -> dict[str, dict]:
             continue
         name, op = m.groups()
         sf, target = _FRAME.search(line), _TARGET.search(line)
-        instrs[name] = {"op": op, "calls": _CALLS.findall(line), "target": target.group(1) if target else None,
-                        "frames": frames.get(int(sf.group(1)), []) if sf else []}
+        instrs[name] = {
+            "op": op,
+            "calls": _CALLS.findall(line),
+            "target": target.group(1) if target else None,
+            "frames": frames.get(int(sf.group(1)), []) if sf else [],
+        }
     return instrs
 
 
@@ -153,8 +177,10 @@ def summarise(profile_dir: str, calls: int) -> dict:
             continue
         per_class[cls] += e["dur"] / 1e3 / calls
         per_op[(cls, args["hlo_op"])] += e["dur"] / 1e3 / calls
-    return {"ms_per_step": {c: per_class[c] for c in CLASSES},
-            "top_ops": [[c, n, ms] for (c, n), ms in per_op.most_common(8)]}
+    return {
+        "ms_per_step": {c: per_class[c] for c in CLASSES},
+        "top_ops": [[c, n, ms] for (c, n), ms in per_op.most_common(8)],
+    }
 
 
 def main() -> None:
@@ -174,48 +200,84 @@ def main() -> None:
     for family in args.families:
         for dtype in args.dtypes:
             with tempfile.TemporaryDirectory() as d:
-                cmd = [sys.executable, os.path.join(ROOT, "benchmarks", f"{family}_step.py"), "--side", "vidax",
-                       "--dtype", dtype, "--latent", *map(str, args.latent), "--steps", str(args.steps),
-                       "--threads", str(args.threads), "--num-layers", str(args.num_layers)]
-                env = dict(os.environ, VIDAX_BENCH_PROFILE=d,
-                           XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + args.extra_xla_flags).strip())
+                cmd = [
+                    sys.executable,
+                    os.path.join(ROOT, "benchmarks", f"{family}_step.py"),
+                    "--side",
+                    "vidax",
+                    "--dtype",
+                    dtype,
+                    "--latent",
+                    *map(str, args.latent),
+                    "--steps",
+                    str(args.steps),
+                    "--threads",
+                    str(args.threads),
+                    "--num-layers",
+                    str(args.num_layers),
+                ]
+                env = dict(
+                    os.environ,
+                    VIDAX_BENCH_PROFILE=d,
+                    XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + args.extra_xla_flags).strip(),
+                )
                 print(f"profiling {family} {dtype} ...", flush=True)
                 r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
                 line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
                 if r.returncode != 0 or not line:
                     raise SystemExit(f"{family} {dtype} failed:\n{r.stderr[-3000:]}")
-                result = json.loads(line[0][len("RESULT "):])
-                row = {"family": family, "dtype": dtype, "step_s": result["step_s"], "load": os.getloadavg()[0],
-                       **summarise(d, args.steps + 1)}
+                result = json.loads(line[0][len("RESULT ") :])
+                row = {
+                    "family": family,
+                    "dtype": dtype,
+                    "step_s": result["step_s"],
+                    "load": os.getloadavg()[0],
+                    **summarise(d, args.steps + 1),
+                }
             rows.append(row)
             total = sum(row["ms_per_step"].values())
-            print(f"  step {row['step_s'] * 1e3:.0f} ms; thunks " +
-                  ", ".join(f"{c} {row['ms_per_step'][c]:.0f} ms ({row['ms_per_step'][c] / total:.0%})"
-                            for c in CLASSES), flush=True)
+            print(
+                f"  step {row['step_s'] * 1e3:.0f} ms; thunks "
+                + ", ".join(
+                    f"{c} {row['ms_per_step'][c]:.0f} ms ({row['ms_per_step'][c] / total:.0%})" for c in CLASSES
+                ),
+                flush=True,
+            )
 
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = ["# Where the CPU step's time goes (vidax, XLA:CPU)", "",
-             f"CPU: {cpu}, {args.threads} threads; {date}; XLA_FLAGS extra: `{args.extra_xla_flags or '(none)'}`.", "",
-             f"Step benchmarks' vidax side (`benchmarks/<family>_step.py --latent {' '.join(map(str, args.latent))} "
-             f"--num-layers {args.num_layers}`), {args.steps + 1} steps under `jax.profiler`; one trace event per "
-             "XLA thunk, classed by HLO op and vidax source function (see `benchmarks/cpu_profile.py`). "
-             "ms = thunk milliseconds per step (threads may overlap, so the sum can exceed the step); "
-             "load = 1-minute load average when the row finished (the machine is shared).", "",
-             "| family | dtype | step ms | " + " | ".join(f"{c} ms (%)" for c in CLASSES) + " | load |",
-             "|---|---|---|" + "---|" * len(CLASSES) + "---|"]
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Where the CPU step's time goes (vidax, XLA:CPU)",
+        "",
+        f"CPU: {cpu}, {args.threads} threads; {date}; XLA_FLAGS extra: `{args.extra_xla_flags or '(none)'}`.",
+        "",
+        f"Step benchmarks' vidax side (`benchmarks/<family>_step.py --latent {' '.join(map(str, args.latent))} "
+        f"--num-layers {args.num_layers}`), {args.steps + 1} steps under `jax.profiler`; one trace event per "
+        "XLA thunk, classed by HLO op and vidax source function (see `benchmarks/cpu_profile.py`). "
+        "ms = thunk milliseconds per step (threads may overlap, so the sum can exceed the step); "
+        "load = 1-minute load average when the row finished (the machine is shared).",
+        "",
+        "| family | dtype | step ms | " + " | ".join(f"{c} ms (%)" for c in CLASSES) + " | load |",
+        "|---|---|---|" + "---|" * len(CLASSES) + "---|",
+    ]
     for row in rows:
         total = sum(row["ms_per_step"].values())
-        lines.append(f"| {row['family']} | {row['dtype']} | {row['step_s'] * 1e3:.0f} | " +
-                     " | ".join(f"{row['ms_per_step'][c]:.0f} ({row['ms_per_step'][c] / total:.0%})" for c in CLASSES)
-                     + f" | {row['load']:.1f} |")
+        lines.append(
+            f"| {row['family']} | {row['dtype']} | {row['step_s'] * 1e3:.0f} | "
+            + " | ".join(f"{row['ms_per_step'][c]:.0f} ({row['ms_per_step'][c] / total:.0%})" for c in CLASSES)
+            + f" | {row['load']:.1f} |"
+        )
     lines += ["", "Largest thunks per row (class, HLO instruction, ms per step):", ""]
     for row in rows:
-        lines.append(f"- {row['family']} {row['dtype']}: " +
-                     "; ".join(f"{c} `{n}` {ms:.0f}" for c, n, ms in row["top_ops"][:5]))
+        lines.append(
+            f"- {row['family']} {row['dtype']}: " + "; ".join(f"{c} `{n}` {ms:.0f}" for c, n, ms in row["top_ops"][:5])
+        )
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:
-        json.dump({"cpu": cpu, "date": date, "threads": args.threads, "extra_xla_flags": args.extra_xla_flags,
-                   "rows": rows}, f, indent=2)
+        json.dump(
+            {"cpu": cpu, "date": date, "threads": args.threads, "extra_xla_flags": args.extra_xla_flags, "rows": rows},
+            f,
+            indent=2,
+        )
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

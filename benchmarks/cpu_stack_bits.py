@@ -37,21 +37,70 @@ from step_bench import configure_xla_threads, cpu_model  # noqa: E402
 # Widths of the released checkpoints' text encoders (layer counts set by --layers).
 ENCODERS = {
     # Wan / LTX-Video / CogVideoX: UMT5-XXL / T5-XXL encoder (4096 wide, 10240 FFN)
-    "umt5": ("vidax.encoders.t5", "T5EncoderConfig", "vidax.encoders.t5", "T5Encoder",
-             dict(model_type="umt5", vocab_size=1000, d_model=4096, d_kv=64, num_heads=64, d_ff=10240,
-                  num_layers=None, feed_forward_proj="gated-gelu")),
+    "umt5": (
+        "vidax.encoders.t5",
+        "T5EncoderConfig",
+        "vidax.encoders.t5",
+        "T5Encoder",
+        dict(
+            model_type="umt5",
+            vocab_size=1000,
+            d_model=4096,
+            d_kv=64,
+            num_heads=64,
+            d_ff=10240,
+            num_layers=None,
+            feed_forward_proj="gated-gelu",
+        ),
+    ),
     # HunyuanVideo: Llama 3 8B (llava-llama-3) text part
-    "llama": ("vidax.encoders.decoder_lm", "LlamaTextConfig", "vidax.encoders.decoder_lm", "DecoderLM",
-              dict(model_type="llama", vocab_size=1000, hidden_size=4096, intermediate_size=14336,
-                   num_hidden_layers=None, num_attention_heads=32, num_key_value_heads=8)),
+    "llama": (
+        "vidax.encoders.decoder_lm",
+        "LlamaTextConfig",
+        "vidax.encoders.decoder_lm",
+        "DecoderLM",
+        dict(
+            model_type="llama",
+            vocab_size=1000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=None,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+        ),
+    ),
     # LTX-2: Gemma 3 12B text part
-    "gemma3": ("vidax.encoders.gemma3", "Gemma3TextConfig", "vidax.encoders.decoder_lm", "DecoderLM",
-               dict(model_type="gemma3_text", vocab_size=1000, hidden_size=3840, intermediate_size=15360,
-                    num_hidden_layers=None, num_attention_heads=16, num_key_value_heads=8, head_dim=256)),
+    "gemma3": (
+        "vidax.encoders.gemma3",
+        "Gemma3TextConfig",
+        "vidax.encoders.decoder_lm",
+        "DecoderLM",
+        dict(
+            model_type="gemma3_text",
+            vocab_size=1000,
+            hidden_size=3840,
+            intermediate_size=15360,
+            num_hidden_layers=None,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=256,
+        ),
+    ),
     # HunyuanVideo's second encoder: CLIP ViT-L/14 text
-    "clip": ("vidax.encoders.clip", "CLIPTextConfig", "vidax.encoders.clip", "CLIPTextEncoder",
-             dict(vocab_size=1000, hidden_size=768, intermediate_size=3072, num_hidden_layers=None,
-                  num_attention_heads=12, max_position_embeddings=77)),
+    "clip": (
+        "vidax.encoders.clip",
+        "CLIPTextConfig",
+        "vidax.encoders.clip",
+        "CLIPTextEncoder",
+        dict(
+            vocab_size=1000,
+            hidden_size=768,
+            intermediate_size=3072,
+            num_hidden_layers=None,
+            num_attention_heads=12,
+            max_position_embeddings=77,
+        ),
+    ),
 }
 
 
@@ -77,15 +126,18 @@ def main() -> None:
     from vidax.nn.kernels import as_stack_bits, from_stack_bits
     from vidax.weights.loader import DtypePolicy
 
-    print(f"CPU: {cpu_model()}, {args.threads} threads; bf16, {args.layers} layers, {args.tokens} tokens, "
-          f"median of {args.repeats}")
+    print(
+        f"CPU: {cpu_model()}, {args.threads} threads; bf16, {args.layers} layers, {args.tokens} tokens, "
+        f"median of {args.repeats}"
+    )
     for name in args.encoders:
         config_module, config_cls, model_module, model_cls, raw = ENCODERS[name]
         key = "num_layers" if "num_layers" in raw else "num_hidden_layers"
         cfg = getattr(importlib.import_module(config_module), config_cls).from_config_dict({**raw, key: args.layers})
         model_type = getattr(importlib.import_module(model_module), model_cls)
-        graphdef, state = fill_params(lambda: model_type(cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16),
-                                      DtypePolicy(jnp.bfloat16))
+        graphdef, state = fill_params(
+            lambda: model_type(cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16), DtypePolicy(jnp.bfloat16)
+        )
         load0 = os.getloadavg()[0]
         tokens = min(args.tokens, raw.get("max_position_embeddings", args.tokens))  # CLIP: 77 at most
         ids = jnp.asarray(np.random.default_rng(0).integers(1, 1000, (1, tokens)), jnp.int32)
@@ -95,8 +147,11 @@ def main() -> None:
         compiled, times, outs = {}, {f: [] for f in forms}, {}
         for form, params in forms.items():
             c = fn.lower(params, ids, mask).compile()
-            copies = [ln for ln in c.as_text().splitlines()
-                      if re.search(rf"wrapped_bitcast-convert\S* = u16\[{args.layers},", ln)]
+            copies = [
+                ln
+                for ln in c.as_text().splitlines()
+                if re.search(rf"wrapped_bitcast-convert\S* = u16\[{args.layers},", ln)
+            ]
             compiled[form] = c
             outs[form] = np.asarray(jax.tree.leaves(c(params, ids, mask))[0], np.float32)
             print(f"  {name} {form}: {len(copies)} whole-stack copies in the HLO")
@@ -107,9 +162,13 @@ def main() -> None:
                 times[form].append(time.perf_counter() - t0)
         same = np.array_equal(outs["bf16_in"], outs["bits_in"])
         medians = ", ".join(f"{f} {statistics.median(t) * 1e3:.0f} ms" for f, t in times.items())
-        print(f"{name} ({tokens} tokens): " + medians
-              + f" ({statistics.median(times['bits_in']) / statistics.median(times['bf16_in']):.2f}x), "
-              f"bit-identical {same}; load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"{name} ({tokens} tokens): "
+            + medians
+            + f" ({statistics.median(times['bits_in']) / statistics.median(times['bf16_in']):.2f}x), "
+            f"bit-identical {same}; load {load0:.1f} -> {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
         del state, forms, compiled
     if args.streamed:
         streamed(args)
@@ -133,9 +192,10 @@ def streamed(args) -> None:
     cfg = WanTransformerConfig.from_config_dict(dict(CONFIG_1_3B, num_layers=args.layers))
     models = {}
     for form in ("bf16_in", "bits_in"):
-        graphdef, params = fill_params(lambda: WanTransformer3DModel(cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16,
-                                                                     rngs=nnx.Rngs(0)),
-                                       DtypePolicy(jnp.bfloat16, TRANSFORMER_FP32_PARAMS))
+        graphdef, params = fill_params(
+            lambda: WanTransformer3DModel(cfg, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0)),
+            DtypePolicy(jnp.bfloat16, TRANSFORMER_FP32_PARAMS),
+        )
         model = offload_module(nnx.merge(graphdef, params), args.chunk)
         if form == "bf16_in":  # the fetch as it was: every leaf device_put as it is
             blocks = offloaded_blocks(model)
@@ -148,10 +208,15 @@ def streamed(args) -> None:
     outs = {f: np.asarray(streamed_call(m, x, t, ctx), np.float32) for f, m in models.items()}
     for form, model in models.items():
         blocks = offloaded_blocks(model)
-        (_, (chunks,), _), = [v for k, v in _CALL_CACHES[nnx.graphdef(model)]["compiled"].items()
-                              if k[2] == (blocks.signature,)]
-        copies = [ln for fn in chunks.values() for ln in fn.as_text().splitlines()
-                  if re.search(rf"wrapped_bitcast-convert\S* = u16\[{args.chunk},", ln)]
+        ((_, (chunks,), _),) = [
+            v for k, v in _CALL_CACHES[nnx.graphdef(model)]["compiled"].items() if k[2] == (blocks.signature,)
+        ]
+        copies = [
+            ln
+            for fn in chunks.values()
+            for ln in fn.as_text().splitlines()
+            if re.search(rf"wrapped_bitcast-convert\S* = u16\[{args.chunk},", ln)
+        ]
         print(f"  streamed {form}: {len(copies)} whole-chunk copies in the chunk jit's HLO")
     times = {f: [] for f in models}
     for _ in range(args.repeats):
@@ -160,10 +225,13 @@ def streamed(args) -> None:
             jax.block_until_ready(streamed_call(model, x, t, ctx))
             times[form].append(time.perf_counter() - t0)
     med = {f: statistics.median(v) for f, v in times.items()}
-    print(f"streamed Wan 1.3B, {args.layers} layers in chunks of {args.chunk}: "
-          + ", ".join(f"{f} {m * 1e3:.0f} ms" for f, m in med.items())
-          + f" ({med['bits_in'] / med['bf16_in']:.2f}x), bit-identical {np.array_equal(*outs.values())}; "
-          f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"streamed Wan 1.3B, {args.layers} layers in chunks of {args.chunk}: "
+        + ", ".join(f"{f} {m * 1e3:.0f} ms" for f, m in med.items())
+        + f" ({med['bits_in'] / med['bf16_in']:.2f}x), bit-identical {np.array_equal(*outs.values())}; "
+        f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

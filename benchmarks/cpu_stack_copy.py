@@ -53,8 +53,10 @@ def main() -> None:
             if form == "plain":
                 return jax.lax.scan(lambda c, ws: (layer(c, *ws), None), x, (w1, w2))[0]
             bits = tuple(jax.lax.bitcast_convert_type(w, jnp.uint16) for w in (w1, w2))
-            return jax.lax.scan(lambda c, ws: (layer(c, *(jax.lax.bitcast_convert_type(w, jnp.bfloat16)
-                                                          for w in ws)), None), x, bits)[0]
+            return jax.lax.scan(
+                lambda c, ws: (layer(c, *(jax.lax.bitcast_convert_type(w, jnp.bfloat16) for w in ws)), None), x, bits
+            )[0]
+
         return f
 
     w1 = jnp.full((args.layers, args.dim, args.ffn), 0.01, jnp.bfloat16)
@@ -64,9 +66,14 @@ def main() -> None:
     for form in ("bf16_in", "bits_in", "plain"):
         ws = tuple(jax.lax.bitcast_convert_type(w, jnp.uint16) for w in (w1, w2)) if form == "bits_in" else (w1, w2)
         compiled = jax.jit(run(form)).lower(x, *ws).compile()
-        stack = [ln.strip().split(",")[0] for ln in compiled.as_text().splitlines()
-                 if re.search(rf"= \w+\[{args.layers},", ln) and "parameter(" not in ln
-                 and "get-tuple-element(" not in ln and " tuple(" not in ln]
+        stack = [
+            ln.strip().split(",")[0]
+            for ln in compiled.as_text().splitlines()
+            if re.search(rf"= \w+\[{args.layers},", ln)
+            and "parameter(" not in ln
+            and "get-tuple-element(" not in ln
+            and " tuple(" not in ln
+        ]
         forms[form] = (compiled, ws, stack, [])
         print(f"{form}: whole-stack instructions: {stack or 'none'}")
     out = {f: c(x, *ws).block_until_ready() for f, (c, ws, _, _) in forms.items()}
@@ -76,8 +83,10 @@ def main() -> None:
             t0 = time.perf_counter()
             compiled(x, *ws).block_until_ready()
             times.append(time.perf_counter() - t0)
-    print(f"CPU: {cpu_model()}, {args.threads} threads, load {os.getloadavg()[0]:.1f}; {args.layers} layers "
-          f"{args.dim}x{args.ffn} bf16, {args.tokens} tokens")
+    print(
+        f"CPU: {cpu_model()}, {args.threads} threads, load {os.getloadavg()[0]:.1f}; {args.layers} layers "
+        f"{args.dim}x{args.ffn} bf16, {args.tokens} tokens"
+    )
     for form, (_, _, _, times) in forms.items():
         print(f"  {form:8s} median {statistics.median(times) * 1e3:8.1f} ms")
 

@@ -47,9 +47,15 @@ def one(impl: str, length: int, padded: bool, args) -> dict:
     valid = length - 17 if padded else length
     diff = np.abs(np.asarray(out[:, :valid], np.float32) - np.asarray(ref[:, :valid]))
     stats = jax.local_devices()[0].memory_stats() or {}
-    return dict(impl=impl, length=length, padded=padded, temp_gib=temp / 2**30,
-                peak_gib=stats.get("peak_bytes_in_use", 0) / 2**30, step_s=step_s,
-                max_abs_err_vs_fp32=float(diff.max()))
+    return dict(
+        impl=impl,
+        length=length,
+        padded=padded,
+        temp_gib=temp / 2**30,
+        peak_gib=stats.get("peak_bytes_in_use", 0) / 2**30,
+        step_s=step_s,
+        max_abs_err_vs_fp32=float(diff.max()),
+    )
 
 
 def main(argv=None):
@@ -78,8 +84,18 @@ def main(argv=None):
     print(f"{jax.devices()[0].device_kind}: B={args.batch} N={args.heads} K={args.head_dim} bfloat16")
     print(f"{'L':>7} {'impl':>10} {'pad':>4} {'temp GiB':>9} {'peak GiB':>9} {'time ms':>9} {'err vs fp32':>12}")
     rows = []
-    base = [sys.executable, os.path.abspath(__file__), "--batch", str(args.batch), "--heads", str(args.heads),
-            "--head-dim", str(args.head_dim), "--repeats", str(args.repeats)]
+    base = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--batch",
+        str(args.batch),
+        "--heads",
+        str(args.heads),
+        "--head-dim",
+        str(args.head_dim),
+        "--repeats",
+        str(args.repeats),
+    ]
     for length in args.lengths:
         for impl in args.impls:
             scores_gib = args.batch * args.heads * length * length * 4 / 2**30
@@ -87,16 +103,20 @@ def main(argv=None):
                 if impl == "xla" and scores_gib > args.max_xla_gib:
                     print(f"{length:>7} {impl:>10} {int(padded):>4}   skipped ({scores_gib:.0f} GiB of scores)")
                     continue
-                r = subprocess.run(base + ["--child", impl, str(length), str(int(padded))],
-                                   capture_output=True, text=True, cwd=ROOT)
+                r = subprocess.run(
+                    base + ["--child", impl, str(length), str(int(padded))], capture_output=True, text=True, cwd=ROOT
+                )
                 line = next((ln for ln in r.stdout.splitlines() if ln.startswith("ROW ")), None)
                 if line is None:
                     print(f"{length:>7} {impl:>10} {int(padded):>4}   failed: {r.stderr.strip().splitlines()[-1:]}")
                     continue
                 row = json.loads(line[4:])
                 rows.append(row)
-                print(f"{length:>7} {impl:>10} {int(padded):>4} {row['temp_gib']:>9.3f} {row['peak_gib']:>9.3f} "
-                      f"{1e3 * row['step_s']:>9.2f} {row['max_abs_err_vs_fp32']:>12.2e}", flush=True)
+                print(
+                    f"{length:>7} {impl:>10} {int(padded):>4} {row['temp_gib']:>9.3f} {row['peak_gib']:>9.3f} "
+                    f"{1e3 * row['step_s']:>9.2f} {row['max_abs_err_vs_fp32']:>12.2e}",
+                    flush=True,
+                )
     save_json(args.json, args, rows)
     return rows
 

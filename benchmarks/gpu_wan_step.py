@@ -44,14 +44,20 @@ def run_side(side: str, latent, steps: int, num_layers, allow_cpu: bool) -> dict
 
     if not (torch.cuda.is_available() or allow_cpu):
         raise SystemExit("torch sees no CUDA device")
-    return wan_step.run_diffusers("bfloat16", latent, steps, 0, num_layers,
-                                  device="cuda" if torch.cuda.is_available() else "cpu")
+    return wan_step.run_diffusers(
+        "bfloat16", latent, steps, 0, num_layers, device="cuda" if torch.cuda.is_available() else "cpu"
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--latents", nargs="+", type=int, default=[21, 60, 104, 9, 60, 104],
-                   help="latent sizes T H W, several as a flat list")
+    p.add_argument(
+        "--latents",
+        nargs="+",
+        type=int,
+        default=[21, 60, 104, 9, 60, 104],
+        help="latent sizes T H W, several as a flat list",
+    )
     p.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
     p.add_argument("--steps", type=int, default=2, help="timed steps per side (after one warm-up)")
     p.add_argument("--num-layers", type=int, default=None, help="override the layer count (smoke tests; reported)")
@@ -61,7 +67,7 @@ def main() -> None:
     args = p.parse_args()
     if len(args.latents) % 3:
         p.error(f"--latents takes T H W triples; got {len(args.latents)} numbers")
-    latents = [tuple(args.latents[i:i + 3]) for i in range(0, len(args.latents), 3)]
+    latents = [tuple(args.latents[i : i + 3]) for i in range(0, len(args.latents), 3)]
 
     if args.side:  # child process: one side, one latent size
         print("RESULT " + json.dumps(run_side(args.side, latents[0], args.steps, args.num_layers, args.allow_cpu)))
@@ -77,8 +83,18 @@ def main() -> None:
         t, h, w = latent
         row = {"latent_THW": list(latent), "tokens": t * (h // 2) * (w // 2)}
         for side in args.sides:
-            cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--latents", str(t), str(h), str(w),
-                   "--steps", str(args.steps)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--side",
+                side,
+                "--latents",
+                str(t),
+                str(h),
+                str(w),
+                "--steps",
+                str(args.steps),
+            ]
             cmd += ["--num-layers", str(args.num_layers)] if args.num_layers is not None else []
             cmd += ["--allow-cpu"] if args.allow_cpu else []
             try:
@@ -101,22 +117,32 @@ def main() -> None:
 
     first = next((r[s] for r in rows for s in args.sides if "device" in r.get(s, {})), {})
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
-    meta = {"model": "Wan2.1-T2V-1.3B transformer (random weights)" + layers, "dtype": "bfloat16",
-            "device": first.get("device"), "text_tokens": TEXT_LEN, "cfg_batch": 2, "timed_steps": args.steps}
+    meta = {
+        "model": "Wan2.1-T2V-1.3B transformer (random weights)" + layers,
+        "dtype": "bfloat16",
+        "device": first.get("device"),
+        "text_tokens": TEXT_LEN,
+        "cfg_batch": 2,
+        "timed_steps": args.steps,
+    }
     lines = [
-        f"# Wan2.1-T2V-1.3B denoising step on {meta['device']}: vidax cudnn / xla vs diffusers (bf16)", "",
+        f"# Wan2.1-T2V-1.3B denoising step on {meta['device']}: vidax cudnn / xla vs diffusers (bf16)",
+        "",
         f"Random weights{layers}, {TEXT_LEN} text tokens, CFG (vidax: batch 2; diffusers: two calls), one UniPC "
         f"update; best of {args.steps} timed steps after one warm-up, each side in its own process. Peak: the "
-        "device allocator's peak bytes in use.", "",
+        "device allocator's peak bytes in use.",
+        "",
         "| latent T×H×W | video tokens | diffusers s/step | vidax cudnn s/step | vidax xla s/step | cudnn / diffusers "
         "| xla / cudnn | peak GiB diffusers / cudnn / xla |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         peaks = " / ".join(cell(r, s, "peak_device_gib", ".1f") for s in ("diffusers", "vidax-cudnn", "vidax-xla"))
-        lines.append(f"| {'×'.join(map(str, r['latent_THW']))} | {r['tokens']:,} | {cell(r, 'diffusers', 'step_s', '.3f')} "
-                     f"| {cell(r, 'vidax-cudnn', 'step_s', '.3f')} | {cell(r, 'vidax-xla', 'step_s', '.3f')} "
-                     f"| {ratio(r, 'vidax-cudnn', 'diffusers')} | {ratio(r, 'vidax-xla', 'vidax-cudnn')} | {peaks} |")
+        lines.append(
+            f"| {'×'.join(map(str, r['latent_THW']))} | {r['tokens']:,} | {cell(r, 'diffusers', 'step_s', '.3f')} "
+            f"| {cell(r, 'vidax-cudnn', 'step_s', '.3f')} | {cell(r, 'vidax-xla', 'step_s', '.3f')} "
+            f"| {ratio(r, 'vidax-cudnn', 'diffusers')} | {ratio(r, 'vidax-xla', 'vidax-cudnn')} | {peaks} |"
+        )
     save_report(args.out, meta, rows, lines)
 
 

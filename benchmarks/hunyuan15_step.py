@@ -30,10 +30,24 @@ from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_
 
 # hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v transformer/config.json (see reference_configs/).
 CONFIG = {
-    "attention_head_dim": 128, "image_embed_dim": 1152, "in_channels": 65, "mlp_ratio": 4.0,
-    "num_attention_heads": 16, "num_layers": 54, "num_refiner_layers": 2, "out_channels": 32, "patch_size": 1,
-    "patch_size_t": 1, "qk_norm": "rms_norm", "rope_axes_dim": [16, 56, 56], "rope_theta": 256.0,
-    "target_size": 640, "task_type": "t2v", "text_embed_2_dim": 1472, "text_embed_dim": 3584, "use_meanflow": False,
+    "attention_head_dim": 128,
+    "image_embed_dim": 1152,
+    "in_channels": 65,
+    "mlp_ratio": 4.0,
+    "num_attention_heads": 16,
+    "num_layers": 54,
+    "num_refiner_layers": 2,
+    "out_channels": 32,
+    "patch_size": 1,
+    "patch_size_t": 1,
+    "qk_norm": "rms_norm",
+    "rope_axes_dim": [16, 56, 56],
+    "rope_theta": 256.0,
+    "target_size": 640,
+    "task_type": "t2v",
+    "text_embed_2_dim": 1472,
+    "text_embed_dim": 3584,
+    "use_meanflow": False,
 }
 SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 5.0}
 TEXT_LEN, TEXT_REAL = 1000, 120  # the pipeline's tokenizer_max_length (after the template's crop)
@@ -43,8 +57,9 @@ DEFAULT_LAYERS = 2
 
 
 def _config(num_layers, i2v=False):
-    return dict(CONFIG, num_layers=DEFAULT_LAYERS if num_layers is None else num_layers,
-                task_type="i2v" if i2v else "t2v")
+    return dict(
+        CONFIG, num_layers=DEFAULT_LAYERS if num_layers is None else num_layers, task_type="i2v" if i2v else "t2v"
+    )
 
 
 def _mask(n, real):
@@ -53,8 +68,9 @@ def _mask(n, real):
     return (np.arange(n)[None] < real).astype(np.int64)
 
 
-def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None, attention: str = "auto",
-              i2v: bool = False) -> dict:
+def run_vidax(
+    dtype_name: str, latent, steps: int, threads: int, num_layers=None, attention: str = "auto", i2v: bool = False
+) -> dict:
     """The vidax side; ``threads`` 0 leaves XLA's thread settings alone (GPU); ``i2v``: the I2V
     config with non-zero image tokens."""
     if threads > 0:
@@ -69,15 +85,23 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = HunyuanVideo15TransformerConfig.from_config_dict(_config(num_layers, i2v))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: HunyuanVideo15Transformer3DModel(cfg, dtype=d, param_dtype=d,
-                                                                            attention=attention, rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (1, TEXT_LEN, cfg.text_embed_dim),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: HunyuanVideo15Transformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t, h, w, cfg.in_channels),
+        (1, TEXT_LEN, cfg.text_embed_dim),
+        SCHEDULER,
+        steps,
+    )
     mask = jnp.asarray(_mask(TEXT_LEN, TEXT_REAL), jnp.int32)
     glyph = (0.1 * jax.random.normal(jax.random.PRNGKey(3), (1, GLYPH_LEN, cfg.text_embed_2_dim))).astype(b.dtype)
     glyph_mask = jnp.asarray(_mask(GLYPH_LEN, GLYPH_REAL), jnp.int32)
-    image = ((0.1 * jax.random.normal(jax.random.PRNGKey(4), (1, IMAGE_LEN, cfg.image_embed_dim))) if i2v
-             else jnp.zeros((1, IMAGE_LEN, cfg.image_embed_dim))).astype(b.dtype)
+    image = (
+        (0.1 * jax.random.normal(jax.random.PRNGKey(4), (1, IMAGE_LEN, cfg.image_embed_dim)))
+        if i2v
+        else jnp.zeros((1, IMAGE_LEN, cfg.image_embed_dim))
+    ).astype(b.dtype)
 
     def step(params, latents, state, context):
         model = nnx.merge(b.graphdef, params)
@@ -95,8 +119,9 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     return run_jax_steps(full_step, b.params, x, b.state, b.context, steps)
 
 
-def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu",
-                  i2v: bool = False) -> dict:
+def run_diffusers(
+    dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu", i2v: bool = False
+) -> dict:
     """The diffusers side, on ``device`` ("cpu" or "cuda"; ``threads`` 0 leaves torch's); ``i2v`` as
     :func:`run_vidax`."""
     import torch
@@ -119,15 +144,25 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     mask = torch.from_numpy(_mask(TEXT_LEN, TEXT_REAL)).to(dev)
     glyph = (0.1 * torch.randn(1, GLYPH_LEN, CONFIG["text_embed_2_dim"], device=dev)).to(dtype)
     glyph_mask = torch.from_numpy(_mask(GLYPH_LEN, GLYPH_REAL)).to(dev)
-    image = ((0.1 * torch.randn(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev)) if i2v
-             else torch.zeros(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev)).to(dtype)
+    image = (
+        (0.1 * torch.randn(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev))
+        if i2v
+        else torch.zeros(1, IMAGE_LEN, CONFIG["image_embed_dim"], device=dev)
+    ).to(dtype)
 
     def step(c):
         x, i = c
         ts = sched.timesteps[i]
-        out = model(hidden_states=torch.cat([x, cond], dim=1).to(dtype), timestep=ts.expand(1).to(dtype),
-                    encoder_hidden_states=context, encoder_attention_mask=mask, encoder_hidden_states_2=glyph,
-                    encoder_attention_mask_2=glyph_mask, image_embeds=image, return_dict=False)[0].float()
+        out = model(
+            hidden_states=torch.cat([x, cond], dim=1).to(dtype),
+            timestep=ts.expand(1).to(dtype),
+            encoder_hidden_states=context,
+            encoder_attention_mask=mask,
+            encoder_hidden_states_2=glyph,
+            encoder_attention_mask_2=glyph_mask,
+            image_embeds=image,
+            return_dict=False,
+        )[0].float()
         return sched.step(out, ts, x, return_dict=False)[0], i + 1
 
     return run_torch_steps(step, x, steps)
@@ -143,7 +178,7 @@ def make_bench(script: str, i2v: bool = False) -> StepBench:
         script=script,
         title=f"HunyuanVideo 1.5 {kind} denoising step (real widths, reduced depth)",
         model=f"HunyuanVideo 1.5 480p {kind} transformer (random weights), {DEFAULT_LAYERS} of 54 double-stream "
-              "blocks unless --num-layers" + (", 729 non-zero SigLIP tokens" if i2v else ""),
+        "blocks unless --num-layers" + (", 729 non-zero SigLIP tokens" if i2v else ""),
         step="one transformer call (one guidance branch) and one flow-match Euler update.",
         default_latent=(2, 16, 16),
         default_out="hunyuan15_i2v_step" if i2v else "hunyuan15_step",

@@ -21,10 +21,22 @@ from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_
 
 # hunyuanvideo-community/HunyuanVideo transformer/config.json (see reference_configs/).
 CONFIG = {
-    "attention_head_dim": 128, "guidance_embeds": True, "in_channels": 16, "mlp_ratio": 4.0,
-    "num_attention_heads": 24, "num_layers": 20, "num_refiner_layers": 2, "num_single_layers": 40,
-    "out_channels": 16, "patch_size": 2, "patch_size_t": 1, "pooled_projection_dim": 768, "qk_norm": "rms_norm",
-    "rope_axes_dim": [16, 56, 56], "rope_theta": 256.0, "text_embed_dim": 4096,
+    "attention_head_dim": 128,
+    "guidance_embeds": True,
+    "in_channels": 16,
+    "mlp_ratio": 4.0,
+    "num_attention_heads": 24,
+    "num_layers": 20,
+    "num_refiner_layers": 2,
+    "num_single_layers": 40,
+    "out_channels": 16,
+    "patch_size": 2,
+    "patch_size_t": 1,
+    "pooled_projection_dim": 768,
+    "qk_norm": "rms_norm",
+    "rope_axes_dim": [16, 56, 56],
+    "rope_theta": 256.0,
+    "text_embed_dim": 4096,
 }
 SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 7.0}
 TEXT_LEN = 256  # the pipeline's max_sequence_length (after the template's crop)
@@ -51,10 +63,15 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = HunyuanVideoTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: HunyuanVideoTransformer3DModel(cfg, dtype=d, param_dtype=d,
-                                                                          attention=attention, rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (1, TEXT_LEN, cfg.text_embed_dim),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: HunyuanVideoTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t, h, w, cfg.in_channels),
+        (1, TEXT_LEN, cfg.text_embed_dim),
+        SCHEDULER,
+        steps,
+    )
     mask = jnp.ones((1, TEXT_LEN), jnp.int32)
     pooled = (0.1 * jax.random.normal(jax.random.PRNGKey(3), (1, cfg.pooled_projection_dim))).astype(b.dtype)
     guidance = jnp.full((1,), GUIDANCE, jnp.float32)
@@ -93,9 +110,15 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     def step(c):
         x, i = c
         ts = sched.timesteps[i]
-        out = model(hidden_states=x.to(dtype), timestep=ts.expand(1).to(dtype), encoder_hidden_states=context,
-                    encoder_attention_mask=mask, pooled_projections=pooled, guidance=guidance,
-                    return_dict=False)[0].float()
+        out = model(
+            hidden_states=x.to(dtype),
+            timestep=ts.expand(1).to(dtype),
+            encoder_hidden_states=context,
+            encoder_attention_mask=mask,
+            pooled_projections=pooled,
+            guidance=guidance,
+            return_dict=False,
+        )[0].float()
         return sched.step(out, ts, x, return_dict=False)[0], i + 1
 
     return run_torch_steps(step, x, steps)
@@ -105,9 +128,9 @@ BENCH = StepBench(
     script=__file__,
     title="HunyuanVideo denoising step (real widths, reduced depth)",
     model=f"HunyuanVideo T2V transformer (random weights), {DEFAULT_LAYERS} double + {2 * DEFAULT_LAYERS} single "
-          "blocks unless --num-layers",
+    "blocks unless --num-layers",
     step="one transformer call with embedded guidance (as HunyuanVideoPipeline without true CFG) and one "
-         "flow-match Euler update.",
+    "flow-match Euler update.",
     default_latent=(3, 16, 16),
     default_out="hunyuan_step",
     tokens=lambda thw: thw[0] * (thw[1] // 2) * (thw[2] // 2),

@@ -27,21 +27,32 @@ import jax.numpy as jnp
 import numpy as np
 import psutil
 from flax import nnx
+from step_bench import cpu_model
 
 from vidax.lora.adapters import LoraAdapters
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.registry import registry
 from vidax.weights.safetensors_io import save_safetensors
-from step_bench import cpu_model
 
-WAN_14B = dict(patch_size=[1, 2, 2], num_attention_heads=40, attention_head_dim=128, in_channels=16,
-               out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40,
-               cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None,
-               added_kv_proj_dim=None, rope_max_seq_len=1024)
+WAN_14B = dict(
+    patch_size=[1, 2, 2],
+    num_attention_heads=40,
+    attention_head_dim=128,
+    in_channels=16,
+    out_channels=16,
+    text_dim=4096,
+    freq_dim=256,
+    ffn_dim=13824,
+    num_layers=40,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    image_dim=None,
+    added_kv_proj_dim=None,
+    rope_max_seq_len=1024,
+)
 MODULES = {f"{a}.{o}": (5120, 5120) for a in ("self_attn", "cross_attn") for o in "qkvo"}
 MODULES.update({"ffn.0": (13824, 5120), "ffn.2": (5120, 13824)})
-
-
 
 
 def main() -> None:
@@ -97,16 +108,23 @@ def main() -> None:
         sampler.join()
         kept = adapters._stores[0].base_bytes()
     per_block = load_merge / args.layers
-    print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); CPU: {cpu_model()}, "
-          f"{os.cpu_count()} cores")
+    print(
+        f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); CPU: {cpu_model()}, {os.cpu_count()} cores"
+    )
     print(f"LoRA rank {args.rank}, {len(MODULES) * args.layers} modules, {size / 2**20:,.0f} MiB (bf16)")
-    print(f"load + check + merge: {load_merge:.2f} s ({per_block:.2f} s per block; ~{per_block * 40:.0f} s "
-          f"for the 40 blocks of Wan2.1-14B)")
+    print(
+        f"load + check + merge: {load_merge:.2f} s ({per_block:.2f} s per block; ~{per_block * 40:.0f} s "
+        f"for the 40 blocks of Wan2.1-14B)"
+    )
     print(f"re-merge at another weight (set_adapters): {remerge:.2f} s")
-    print(f"base weights kept to undo the merge: {kept / 2**30:.2f} GiB ({kept / args.layers / 2**20:,.0f} MiB per "
-          f"block, ~{kept / args.layers * 40 / 2**30:.1f} GiB for 40) in host memory")
-    print(f"peak RSS growth during load + merge: {(peak[0] - rss0) / 2**30:.2f} GiB "
-          "(on CPU the device arrays are host memory too)")
+    print(
+        f"base weights kept to undo the merge: {kept / 2**30:.2f} GiB ({kept / args.layers / 2**20:,.0f} MiB per "
+        f"block, ~{kept / args.layers * 40 / 2**30:.1f} GiB for 40) in host memory"
+    )
+    print(
+        f"peak RSS growth during load + merge: {(peak[0] - rss0) / 2**30:.2f} GiB "
+        "(on CPU the device arrays are host memory too)"
+    )
 
 
 if __name__ == "__main__":

@@ -43,11 +43,18 @@ from step_bench import configure_xla_threads, cpu_model, peak_rss_gib, run_child
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-CONFIG = dict(out_channels=3, latent_channels=128, patch_size=4, decoder_head_dim=32,
-              decoder_stage_channels=[256, 128, 64, 64, 32], decoder_stage_depths=[4, 6, 4, 2, 8],
-              decoder_stage_kernels=[[3, 3, 3]] * 4,
-              decoder_upsample_strides=[[1, 2, 2], [2, 1, 1], [2, 2, 2], [2, 2, 2]],
-              decoder_upsample_channel_reductions=[2, 2, 1, 2], decoder_stage5_kernel=[5, 5, 5])
+CONFIG = dict(
+    out_channels=3,
+    latent_channels=128,
+    patch_size=4,
+    decoder_head_dim=32,
+    decoder_stage_channels=[256, 128, 64, 64, 32],
+    decoder_stage_depths=[4, 6, 4, 2, 8],
+    decoder_stage_kernels=[[3, 3, 3]] * 4,
+    decoder_upsample_strides=[[1, 2, 2], [2, 1, 1], [2, 2, 2], [2, 2, 2]],
+    decoder_upsample_channel_reductions=[2, 2, 1, 2],
+    decoder_stage5_kernel=[5, 5, 5],
+)
 LATENTS = (1, 128, 4, 3, 4)
 
 
@@ -94,9 +101,14 @@ def side(name: str, threads: int, repeats: int, ref_out: str) -> dict:
             want = np.load(ref_out)
             if want.shape != out.shape:
                 raise SystemExit(f"{ref_out}: shape {want.shape}, expected {out.shape}")
-            return dict(first_s=first, s=seconds, peak_rss_gib=peak_rss_gib(),
-                        rel_err=float(np.abs(out - want).max() / np.abs(want).max()),
-                        xla_bytes=model.window_memory(LATENTS, None), halo=model.halo())
+            return dict(
+                first_s=first,
+                s=seconds,
+                peak_rss_gib=peak_rss_gib(),
+                rel_err=float(np.abs(out - want).max() / np.abs(want).max()),
+                xla_bytes=model.window_memory(LATENTS, None),
+                halo=model.halo(),
+            )
     import diffusers  # the conv VAE: LTX-2's released decoder
 
     from vidax.models.ltx2.video_vae import AutoencoderKLLTX2Video  # noqa: F401 (registered class)
@@ -127,19 +139,41 @@ def main(argv=None) -> None:
         print("RESULT " + json.dumps(side(args.side, args.threads, args.repeats, args.ref_out)), flush=True)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {s: run_child([sys.executable, os.path.abspath(__file__), "--side", s, "--threads", str(args.threads),
-                              "--repeats", str(args.repeats), "--ref-out", os.path.join(tmp, "reference.npy")], s)
-                for s in ("diffusers", "vidax", "vidax_conv_vae")}
-    print(f"CPU: {cpu_model()} ({args.threads} threads), fp32; latents {LATENTS} -> 25 x 96 x 128 video; "
-          f"diffusion decoder widths {CONFIG['decoder_stage_channels']}")
+        rows = {
+            s: run_child(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--side",
+                    s,
+                    "--threads",
+                    str(args.threads),
+                    "--repeats",
+                    str(args.repeats),
+                    "--ref-out",
+                    os.path.join(tmp, "reference.npy"),
+                ],
+                s,
+            )
+            for s in ("diffusers", "vidax", "vidax_conv_vae")
+        }
+    print(
+        f"CPU: {cpu_model()} ({args.threads} threads), fp32; latents {LATENTS} -> 25 x 96 x 128 video; "
+        f"diffusion decoder widths {CONFIG['decoder_stage_channels']}"
+    )
     print(f"{'':28s} {'decode s':>9s} {'first call s':>13s} {'peak RSS GiB':>13s}")
-    for name, label in (("diffusers", "diffusers diffusion decoder"), ("vidax", "vidax diffusion decoder"),
-                        ("vidax_conv_vae", "vidax LTX-2 conv VAE decoder")):
+    for name, label in (
+        ("diffusers", "diffusers diffusion decoder"),
+        ("vidax", "vidax diffusion decoder"),
+        ("vidax_conv_vae", "vidax LTX-2 conv VAE decoder"),
+    ):
         r = rows[name]
         print(f"{label:28s} {r['s']:9.2f} {r['first_s']:13.1f} {r['peak_rss_gib']:13.2f}")
     v = rows["vidax"]
-    print(f"vidax vs diffusers max rel. difference {v['rel_err']:.1e}; XLA decode memory besides weights "
-          f"{v['xla_bytes'] / 2**20:.1f} MiB (a chunk's window spans {v['halo']} latent frames each side)")
+    print(
+        f"vidax vs diffusers max rel. difference {v['rel_err']:.1e}; XLA decode memory besides weights "
+        f"{v['xla_bytes'] / 2**20:.1f} MiB (a chunk's window spans {v['halo']} latent frames each side)"
+    )
 
 
 if __name__ == "__main__":

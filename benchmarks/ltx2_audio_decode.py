@@ -30,8 +30,6 @@ sys.path.insert(0, ROOT)
 REPOS = {"ltx2": "Lightricks__LTX-2", "ltx2.3": "diffusers__LTX-2.3-Diffusers"}
 
 
-
-
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=sorted(REPOS), default="ltx2")
@@ -58,7 +56,8 @@ def main(argv=None) -> dict:
         voc_cls = getattr(ref_vocoders, json.load(f)["_class_name"])
     torch.manual_seed(0)
     ref_vae = diffusers.AutoencoderKLLTX2Audio.from_config(
-        diffusers.AutoencoderKLLTX2Audio.load_config(os.path.join(folder, "audio_vae"))).eval()
+        diffusers.AutoencoderKLLTX2Audio.load_config(os.path.join(folder, "audio_vae"))
+    ).eval()
     ref_voc = voc_cls.from_config(voc_cls.load_config(os.path.join(folder, "vocoder"))).eval()
     with torch.no_grad():  # the released STFT bases and mel filterbank are not zeros
         if hasattr(ref_voc, "mel_stft"):
@@ -72,8 +71,11 @@ def main(argv=None) -> dict:
 
     cfg = vae.config
     length = round(args.seconds * cfg.sample_rate / cfg.mel_hop_length / cfg.latent_downsample)
-    z = np.random.default_rng(0).standard_normal(
-        (1, cfg.latent_channels, length, cfg.mel_bins // cfg.latent_downsample)).astype(np.float32)
+    z = (
+        np.random.default_rng(0)
+        .standard_normal((1, cfg.latent_channels, length, cfg.mel_bins // cfg.latent_downsample))
+        .astype(np.float32)
+    )
 
     def ours():
         mel = vae.decode(z)
@@ -90,22 +92,39 @@ def main(argv=None) -> dict:
     want, want_mel = theirs()
     err = float(np.abs(wave - want).max() / max(np.abs(want).max(), 1e-12))
     mel_err = float(np.abs(np.asarray(mel) - want_mel.numpy()).max() / np.abs(want_mel.numpy()).max())
-    rows = dict(vidax_vae_s=median_seconds(lambda: vae.decode(z).block_until_ready(), args.repeats),
-                vidax_vocoder_s=median_seconds(lambda: voc(mel).block_until_ready(), args.repeats))
+    rows = dict(
+        vidax_vae_s=median_seconds(lambda: vae.decode(z).block_until_ready(), args.repeats),
+        vidax_vocoder_s=median_seconds(lambda: voc(mel).block_until_ready(), args.repeats),
+    )
     with torch.no_grad():
         rows["diffusers_vae_s"] = median_seconds(lambda: ref_vae.decode(torch.from_numpy(z)), args.repeats)
         rows["diffusers_vocoder_s"] = median_seconds(lambda: ref_voc(want_mel), args.repeats)
-    out = dict(model=args.model, cpu=cpu_model(), threads=args.threads, seconds=args.seconds, latent_frames=length,
-               mel=tuple(mel.shape), waveform=tuple(wave.shape), sample_rate=voc.sample_rate,
-               vidax_first_call_s=compile_s, mel_rel_err=mel_err, wave_rel_err=err, **rows)
-    print(f"CPU: {out['cpu']} ({args.threads} threads), fp32, {args.model}: {args.seconds:g} s of audio = "
-          f"{length} latent frames -> mel {out['mel']} -> waveform {out['waveform']} at {voc.sample_rate} Hz")
+    out = dict(
+        model=args.model,
+        cpu=cpu_model(),
+        threads=args.threads,
+        seconds=args.seconds,
+        latent_frames=length,
+        mel=tuple(mel.shape),
+        waveform=tuple(wave.shape),
+        sample_rate=voc.sample_rate,
+        vidax_first_call_s=compile_s,
+        mel_rel_err=mel_err,
+        wave_rel_err=err,
+        **rows,
+    )
+    print(
+        f"CPU: {out['cpu']} ({args.threads} threads), fp32, {args.model}: {args.seconds:g} s of audio = "
+        f"{length} latent frames -> mel {out['mel']} -> waveform {out['waveform']} at {voc.sample_rate} Hz"
+    )
     print(f"{'':10s} {'audio VAE':>10s} {'vocoder':>10s} {'total':>10s}")
     for side in ("vidax", "diffusers"):
         a, b = rows[f"{side}_vae_s"], rows[f"{side}_vocoder_s"]
         print(f"{side:10s} {a:9.3f}s {b:9.3f}s {a + b:9.3f}s")
-    print(f"vidax first call (compile + run): {compile_s:.1f} s; max rel. difference mel {mel_err:.1e}, "
-          f"waveform {err:.1e}")
+    print(
+        f"vidax first call (compile + run): {compile_s:.1f} s; max rel. difference mel {mel_err:.1e}, "
+        f"waveform {err:.1e}"
+    )
     return out
 
 

@@ -27,8 +27,12 @@ with open(os.path.join(ROOT, "reference_configs", "Lightricks__LTX-2", "transfor
     CONFIG = {k: v for k, v in json.load(_f).items() if not k.startswith("_")}
 # Lightricks/LTX-2's scheduler (FlowMatchEulerDiscreteScheduler; the dynamic shift is a per-call
 # sigma grid, not a per-step cost).
-SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 1.0,
-             "use_dynamic_shifting": False}
+SCHEDULER = {
+    "_class_name": "FlowMatchEulerDiscreteScheduler",
+    "num_train_timesteps": 1000,
+    "shift": 1.0,
+    "use_dynamic_shifting": False,
+}
 TEXT_LEN = 256
 FPS = 24.0
 
@@ -39,8 +43,9 @@ def _config(num_layers):
 
 def _audio_frames(t: int) -> int:
     frames = (t - 1) * 8 + 1
-    return round(frames / FPS * CONFIG["audio_sampling_rate"] / CONFIG["audio_hop_length"]
-                 / CONFIG["audio_scale_factor"])
+    return round(
+        frames / FPS * CONFIG["audio_sampling_rate"] / CONFIG["audio_hop_length"] / CONFIG["audio_scale_factor"]
+    )
 
 
 def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None, attention: str = "auto") -> dict:
@@ -60,10 +65,15 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     cfg = LTX2TransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
     m = _audio_frames(t)
-    b = prepare_jax(dtype_name, lambda d: LTX2VideoTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
-                                                                       rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t * h * w, cfg.in_channels), (2, TEXT_LEN, cfg.caption_channels),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: LTX2VideoTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t * h * w, cfg.in_channels),
+        (2, TEXT_LEN, cfg.caption_channels),
+        SCHEDULER,
+        steps,
+    )
     xa = jax.random.normal(jax.random.PRNGKey(3), (1, m, cfg.audio_in_channels), jnp.float32)
     mask = jnp.ones((2, TEXT_LEN), jnp.int32)
     static = dict(num_frames=t, height=h, width=w, fps=FPS, audio_num_frames=m)
@@ -72,8 +82,16 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
         model = nnx.merge(b.graphdef, params)
         xv, xa = latents
         ts = jnp.broadcast_to(state.timestep.astype(jnp.float32), (2,))
-        v, a = model(jnp.concatenate([xv, xv]).astype(b.dtype), jnp.concatenate([xa, xa]).astype(b.dtype), context,
-                     context, ts, encoder_attention_mask=mask, audio_encoder_attention_mask=mask, **static)
+        v, a = model(
+            jnp.concatenate([xv, xv]).astype(b.dtype),
+            jnp.concatenate([xa, xa]).astype(b.dtype),
+            context,
+            context,
+            ts,
+            encoder_attention_mask=mask,
+            audio_encoder_attention_mask=mask,
+            **static,
+        )
         guided = []
         for out in (v, a):
             cond, uncond = jnp.split(out.astype(jnp.float32), 2)
@@ -85,11 +103,22 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
     t0 = time.perf_counter()
     compiled = jax.jit(step, donate_argnums=(1,)).lower(b.params, (b.x, xa), b.state, b.context).compile()
     compile_s = time.perf_counter() - t0
-    (latents, _), times = time_steps(lambda c: compiled(b.params, c[0], c[1], b.context), ((b.x, xa), b.state), steps,
-                                     lambda c: c[0][0].block_until_ready())
+    (latents, _), times = time_steps(
+        lambda c: compiled(b.params, c[0], c[1], b.context),
+        ((b.x, xa), b.state),
+        steps,
+        lambda c: c[0][0].block_until_ready(),
+    )
     assert all(bool(jnp.isfinite(x).all()) for x in latents)
-    return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
-            "device": jax.devices()[0].device_kind, "jax": jax.__version__, "audio_tokens": m}
+    return {
+        "compile_s": compile_s,
+        "step_s": min(times),
+        "step_s_all": times,
+        "peak_rss_gib": peak_rss_gib(),
+        "device": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "audio_tokens": m,
+    }
 
 
 def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=None, device: str = "cpu") -> dict:
@@ -122,10 +151,21 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
     def step(c):
         (xv, xa), i = c
         ts = sched.timesteps[i]
-        v, a = model(hidden_states=torch.cat([xv, xv]).to(dtype), audio_hidden_states=torch.cat([xa, xa]).to(dtype),
-                     encoder_hidden_states=context, audio_encoder_hidden_states=context, timestep=ts.expand(2),
-                     encoder_attention_mask=mask, audio_encoder_attention_mask=mask, num_frames=t, height=h, width=w,
-                     fps=FPS, audio_num_frames=m, return_dict=False)
+        v, a = model(
+            hidden_states=torch.cat([xv, xv]).to(dtype),
+            audio_hidden_states=torch.cat([xa, xa]).to(dtype),
+            encoder_hidden_states=context,
+            audio_encoder_hidden_states=context,
+            timestep=ts.expand(2),
+            encoder_attention_mask=mask,
+            audio_encoder_attention_mask=mask,
+            num_frames=t,
+            height=h,
+            width=w,
+            fps=FPS,
+            audio_num_frames=m,
+            return_dict=False,
+        )
         out = []
         for o, x, s in ((v, xv, sched), (a, xa, audio_sched)):
             uncond, cond = o.float().chunk(2)
@@ -133,12 +173,20 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
         return tuple(out), i + 1
 
     with torch.inference_mode():
-        ((xv, xa), _), times = time_steps(step, ((xv, xa), 0), steps,
-                                          lambda c: torch.cuda.synchronize() if cuda else None)
+        ((xv, xa), _), times = time_steps(
+            step, ((xv, xa), 0), steps, lambda c: torch.cuda.synchronize() if cuda else None
+        )
     assert torch.isfinite(xv).all() and torch.isfinite(xa).all()
-    return {"compile_s": 0.0, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
-            "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-            "diffusers": diffusers.__version__, "audio_tokens": m}
+    return {
+        "compile_s": 0.0,
+        "step_s": min(times),
+        "step_s_all": times,
+        "peak_rss_gib": peak_rss_gib(),
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "diffusers": diffusers.__version__,
+        "audio_tokens": m,
+    }
 
 
 BENCH = StepBench(
@@ -146,7 +194,7 @@ BENCH = StepBench(
     title="LTX-2 audio-video denoising step",
     model="LTX-2 (2.0) transformer (random weights)",
     step="the transformer on the cond + uncond batch of 2 (video and audio; one call on both sides, as "
-         "LTX2Pipeline), CFG of both outputs and one flow-match Euler update of each.",
+    "LTX2Pipeline), CFG of both outputs and one flow-match Euler update of each.",
     default_latent=(3, 8, 12),
     default_out="ltx2_step",
     tokens=lambda thw: thw[0] * thw[1] * thw[2],

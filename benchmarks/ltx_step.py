@@ -19,14 +19,29 @@ from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_
 
 # Lightricks/LTX-Video-0.9.5 transformer/config.json (see reference_configs/).
 CONFIG_2B = {
-    "activation_fn": "gelu-approximate", "attention_bias": True, "attention_head_dim": 64,
-    "attention_out_bias": True, "caption_channels": 4096, "cross_attention_dim": 2048, "in_channels": 128,
-    "norm_elementwise_affine": False, "norm_eps": 1e-06, "num_attention_heads": 32, "num_layers": 28,
-    "out_channels": 128, "patch_size": 1, "patch_size_t": 1, "qk_norm": "rms_norm_across_heads",
+    "activation_fn": "gelu-approximate",
+    "attention_bias": True,
+    "attention_head_dim": 64,
+    "attention_out_bias": True,
+    "caption_channels": 4096,
+    "cross_attention_dim": 2048,
+    "in_channels": 128,
+    "norm_elementwise_affine": False,
+    "norm_eps": 1e-06,
+    "num_attention_heads": 32,
+    "num_layers": 28,
+    "out_channels": 128,
+    "patch_size": 1,
+    "patch_size_t": 1,
+    "qk_norm": "rms_norm_across_heads",
 }
 # Lightricks/LTX-Video-0.9.5 scheduler_config.json (no dynamic shifting).
-SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 1.0,
-             "use_dynamic_shifting": False}
+SCHEDULER = {
+    "_class_name": "FlowMatchEulerDiscreteScheduler",
+    "num_train_timesteps": 1000,
+    "shift": 1.0,
+    "use_dynamic_shifting": False,
+}
 TEXT_LEN = 128
 # LTXPipeline's RoPE scale at its default frame rate (25) and the 8 x 32 x 32 VAE.
 ROPE_SCALE = (8 / 25, 32, 32)
@@ -49,10 +64,15 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = LTXTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: LTXVideoTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
-                                                                      rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t * h * w, cfg.in_channels), (2, TEXT_LEN, cfg.caption_channels),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: LTXVideoTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t * h * w, cfg.in_channels),
+        (2, TEXT_LEN, cfg.caption_channels),
+        SCHEDULER,
+        steps,
+    )
     mask = jnp.ones((2, TEXT_LEN), bool)
     scale = jnp.asarray(ROPE_SCALE, jnp.float32)
 
@@ -90,9 +110,17 @@ def run_diffusers(dtype_name: str, latent, steps: int, threads: int, num_layers=
         x, i = c
         ts = sched.timesteps[i]
         xin = torch.cat([x, x]).to(dtype)
-        out = model(hidden_states=xin, encoder_hidden_states=context, timestep=ts.expand(2),
-                    encoder_attention_mask=mask, num_frames=t, height=h, width=w,
-                    rope_interpolation_scale=ROPE_SCALE, return_dict=False)[0].float()
+        out = model(
+            hidden_states=xin,
+            encoder_hidden_states=context,
+            timestep=ts.expand(2),
+            encoder_attention_mask=mask,
+            num_frames=t,
+            height=h,
+            width=w,
+            rope_interpolation_scale=ROPE_SCALE,
+            return_dict=False,
+        )[0].float()
         uncond, cond = out.chunk(2)
         return sched.step(uncond + 3.0 * (cond - uncond), ts, x, return_dict=False)[0], i + 1
 
@@ -104,7 +132,7 @@ BENCH = StepBench(
     title="LTX-Video 2B (0.9.5) denoising step",
     model="LTX-Video 0.9.5 transformer (random weights)",
     step="the transformer on the cond + uncond batch of 2 (one call on both sides, as LTXPipeline), "
-         "CFG and one flow-match Euler update.",
+    "CFG and one flow-match Euler update.",
     default_latent=(3, 16, 16),
     default_out="ltx_step",
     tokens=lambda thw: thw[0] * thw[1] * thw[2],

@@ -34,14 +34,24 @@ import os
 import sys
 import time
 
-from step_bench import ROOT, configure_xla_threads, cpu_model, peak_rss_gib, prepare_jax, run_child, save_report, time_steps
+from step_bench import (
+    ROOT,
+    configure_xla_threads,
+    cpu_model,
+    peak_rss_gib,
+    prepare_jax,
+    run_child,
+    save_report,
+    time_steps,
+)
 from wan_step import CONFIG_1_3B, CONFIG_14B, SCHEDULER, TEXT_LEN
 
 CONFIGS = {"1.3B": CONFIG_1_3B, "14B": CONFIG_14B}
 
 
-def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, num_layers,
-               model_name: str = "1.3B") -> dict:
+def run_config(
+    chunk: str, dtype_name: str, latent, steps: int, threads: int, num_layers, model_name: str = "1.3B"
+) -> dict:
     """One configuration in this process: ``chunk`` is "resident", an int or "all"."""
     if threads > 0:
         configure_xla_threads(threads)
@@ -58,9 +68,15 @@ def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, nu
     config = CONFIGS[model_name] if num_layers is None else dict(CONFIGS[model_name], num_layers=num_layers)
     cfg = WanTransformerConfig.from_config_dict(config)
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t, h, w, cfg.in_channels),
+        (2, TEXT_LEN, cfg.text_dim),
+        SCHEDULER,
+        steps,
+    )
     graphdef, context, sched, dtype = b.graphdef, b.context, b.sched, b.dtype
     model = nnx.merge(graphdef, b.params)
     del b  # the model holds the only reference to the weights
@@ -82,6 +98,7 @@ def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, nu
     state = sched.set_timesteps(steps + 1, sample_shape=x.shape)
     t0 = time.perf_counter()
     if chunk == "resident":
+
         def step(params, latents, state, context):
             m = nnx.merge(graphdef, params)
             return finish(m(*model_args(latents, state, context)), latents, state, context)
@@ -94,8 +111,9 @@ def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, nu
         blocks = offloaded_blocks(model)
         sizes = blocks.sizes
         params = nnx.state(model)
-        compiled = ChunkedStep(nnx.graphdef(model), blocks, model_args, finish).lower(
-            params, x, state, context).compile()
+        compiled = (
+            ChunkedStep(nnx.graphdef(model), blocks, model_args, finish).lower(params, x, state, context).compile()
+        )
         compiled.on_chunk = sample
     compile_s = time.perf_counter() - t0
     sample()
@@ -108,10 +126,18 @@ def run_config(chunk: str, dtype_name: str, latent, steps: int, threads: int, nu
     (x, state), times = time_steps(one, (x, state), steps, lambda c: c[0].block_until_ready())
     assert bool(jnp.isfinite(x).all())
     allocator_peak = max((s.get("peak_bytes_in_use", 0) for s in device_memory_stats()), default=0)
-    return {"chunk": chunk, "chunk_sizes": sizes, "compile_s": compile_s, "step_s": min(times),
-            "step_s_all": times, "peak_device_bytes": peak[0], "peak_allocator_bytes": allocator_peak,
-            "peak_rss_gib": peak_rss_gib(), "device": jax.devices()[0].device_kind,
-            "host_memory_kind": None if chunk == "resident" else blocks.memory_kind}
+    return {
+        "chunk": chunk,
+        "chunk_sizes": sizes,
+        "compile_s": compile_s,
+        "step_s": min(times),
+        "step_s_all": times,
+        "peak_device_bytes": peak[0],
+        "peak_allocator_bytes": allocator_peak,
+        "peak_rss_gib": peak_rss_gib(),
+        "device": jax.devices()[0].device_kind,
+        "host_memory_kind": None if chunk == "resident" else blocks.memory_kind,
+    }
 
 
 def main() -> None:
@@ -121,24 +147,42 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--latent", nargs=3, type=int, default=[5, 32, 32], metavar=("T", "H", "W"))
     p.add_argument("--steps", type=int, default=2, help="timed steps per configuration (after one warm-up)")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                   help="XLA CPU threads; 0: leave XLA's defaults (GPU)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="XLA CPU threads; 0: leave XLA's defaults (GPU)",
+    )
     p.add_argument("--num-layers", type=int, default=None, help="override the layer count (smoke tests; reported)")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", "offload_sweep"))
     p.add_argument("--config", help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args.config:  # child process: one configuration
-        result = run_config(args.config, args.dtype, tuple(args.latent), args.steps, args.threads, args.num_layers,
-                            args.model)
+        result = run_config(
+            args.config, args.dtype, tuple(args.latent), args.steps, args.threads, args.num_layers, args.model
+        )
         print("RESULT " + json.dumps(result))
         return
 
     rows = []
     for chunk in ["resident"] + args.chunks:
-        cmd = [sys.executable, os.path.abspath(__file__), "--config", chunk, "--dtype", args.dtype,
-               "--latent", *map(str, args.latent), "--steps", str(args.steps), "--threads", str(args.threads),
-               "--model", args.model]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--config",
+            chunk,
+            "--dtype",
+            args.dtype,
+            "--latent",
+            *map(str, args.latent),
+            "--steps",
+            str(args.steps),
+            "--threads",
+            str(args.threads),
+            "--model",
+            args.model,
+        ]
         if args.num_layers is not None:
             cmd += ["--num-layers", str(args.num_layers)]
         try:
@@ -148,8 +192,11 @@ def main() -> None:
             print(f"  failed: {rows[-1]['failed']}", flush=True)
             continue
         rows.append(row)
-        print(f"  {row['step_s']:.3f} s/step, peak device-resident {row['peak_device_bytes'] / 2**20:,.1f} MiB, "
-              f"chunks {row['chunk_sizes']}", flush=True)
+        print(
+            f"  {row['step_s']:.3f} s/step, peak device-resident {row['peak_device_bytes'] / 2**20:,.1f} MiB, "
+            f"chunks {row['chunk_sizes']}",
+            flush=True,
+        )
     done = [r for r in rows if "failed" not in r]
     base = next((r["step_s"] for r in done if r["chunk"] == "resident"), None)
     for row in done:
@@ -159,16 +206,26 @@ def main() -> None:
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
     device = done[0]["device"] if done else "?"
     where = f"CPU, {args.threads} threads" if device.lower() == "cpu" else device
-    meta = {"model": f"Wan2.1-T2V-{args.model} transformer (random weights){layers}", "dtype": args.dtype,
-            "latent_THW": [t, h, w], "tokens": t * (h // 2) * (w // 2), "text_tokens": TEXT_LEN, "cfg_batch": 2,
-            "threads": args.threads, "device": device, "cpu": cpu_model(),
-            "timed_steps": args.steps}
+    meta = {
+        "model": f"Wan2.1-T2V-{args.model} transformer (random weights){layers}",
+        "dtype": args.dtype,
+        "latent_THW": [t, h, w],
+        "tokens": t * (h // 2) * (w // 2),
+        "text_tokens": TEXT_LEN,
+        "cfg_batch": 2,
+        "threads": args.threads,
+        "device": device,
+        "cpu": cpu_model(),
+        "timed_steps": args.steps,
+    }
     lines = [
-        f"# Wan2.1-T2V-{args.model} block offloading: chunk sweep ({where}, {args.dtype})", "",
+        f"# Wan2.1-T2V-{args.model} block offloading: chunk sweep ({where}, {args.dtype})",
+        "",
         f"Latent {t}x{h}x{w} = {meta['tokens']} video tokens, {TEXT_LEN} text tokens, CFG batch 2, random "
         f"weights{layers}; best of {args.steps} timed steps after one warm-up; one process per row. Peak "
         "device-resident: live arrays in device memory, sampled after every chunk and step; allocator peak: "
-        "the device's `peak_bytes_in_use` (0 where the backend has none, as on CPU).", "",
+        "the device's `peak_bytes_in_use` (0 where the backend has none, as on CPU).",
+        "",
         "| blocks per chunk | chunks | s/step | offloaded / resident | peak device-resident MiB | allocator peak MiB "
         "| compile s |",
         "|---|---|---|---|---|---|---|",
@@ -178,9 +235,11 @@ def main() -> None:
             lines.append(f"| {r['chunk']} | failed: {r['failed']} | | | | | |")
             continue
         ratio = "n/a" if r["ratio_vs_resident"] is None else f"{r['ratio_vs_resident']:.2f}"
-        lines.append(f"| {r['chunk']} | {len(r['chunk_sizes'])} | {r['step_s']:.3f} | {ratio} | "
-                     f"{r['peak_device_bytes'] / 2**20:,.1f} | {r['peak_allocator_bytes'] / 2**20:,.1f} "
-                     f"| {r['compile_s']:.1f} |")
+        lines.append(
+            f"| {r['chunk']} | {len(r['chunk_sizes'])} | {r['step_s']:.3f} | {ratio} | "
+            f"{r['peak_device_bytes'] / 2**20:,.1f} | {r['peak_allocator_bytes'] / 2**20:,.1f} "
+            f"| {r['compile_s']:.1f} |"
+        )
     save_report(args.out, meta, rows, lines)
 
 

@@ -43,7 +43,7 @@ def wan_config(**overrides):
     return WanTransformerConfig.from_config_dict(cfg, source=CONFIG)
 
 
-def random_blocks(shape: tuple[int, ...], kind: str, rng) -> "np.ndarray":
+def random_blocks(shape: tuple[int, ...], kind: str, rng) -> np.ndarray:
     """Kept GGUF kernel bytes ``shape`` (``(..., n_bytes, D_out)``, :mod:`vidax.nn.gguf`) of
     ``kind``: random codes, every float16 field 1e-3 (finite values of a realistic size)."""
     import numpy as np
@@ -55,14 +55,17 @@ def random_blocks(shape: tuple[int, ...], kind: str, rng) -> "np.ndarray":
     field = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
     for off in GGUF_F16_FIELDS[kind]:
         for j in range(2):
-            out[..., off + j::size, :] = field[j]
+            out[..., off + j :: size, :] = field[j]
     return out
 
 
 #: The stacked Linears a Q4_K_M-style file gives Q6_K on some layers (llama.cpp's Q4_K_M rule for
 #: ``attn_v`` / ``ffn_down``, on Wan's value projections and FFN-down).
-Q6_K_STACKS = (("blocks", "attn1", "to_v", "kernel"), ("blocks", "attn2", "to_v", "kernel"),
-               ("blocks", "ffn", "net", 2, "kernel"))
+Q6_K_STACKS = (
+    ("blocks", "attn1", "to_v", "kernel"),
+    ("blocks", "attn2", "to_v", "kernel"),
+    ("blocks", "ffn", "net", 2, "kernel"),
+)
 
 
 def more_bits(i: int, n: int) -> bool:
@@ -92,8 +95,13 @@ def sizes(spec) -> list[str]:
     cfg = wan_config()
     make = lambda: spec.model_class()(cfg, rngs=nnx.Rngs(0))  # noqa: E731
     lines = ["| weights | 1 device | tp=2 | tp=4 | tp=8 |", "|---|---|---|---|---|"]
-    for name, fmt in (("bfloat16", None), ("int8", "int8"), ("fp8 (float8_e4m3fn)", "float8_e4m3fn"),
-                      ("GGUF Q8_0 (blocks on the device)", "Q8_0"), ("GGUF Q4_K (blocks on the device)", "Q4_K")):
+    for name, fmt in (
+        ("bfloat16", None),
+        ("int8", "int8"),
+        ("fp8 (float8_e4m3fn)", "float8_e4m3fn"),
+        ("GGUF Q8_0 (blocks on the device)", "Q8_0"),
+        ("GGUF Q4_K (blocks on the device)", "Q4_K"),
+    ):
         row = [per_device_bytes(make, spec.axes(), {"tp": tp}, jnp.bfloat16, spec.fp32(), fmt) for tp in (1, 2, 4, 8)]
         lines.append(f"| {name} | " + " | ".join(f"{b / 2**30:.2f} GiB" for b in row) + " |")
     # The Q4_K_M-style file: its mixed stacks kept (padded to Q6_K), and as before (dequantized
@@ -101,10 +109,14 @@ def sizes(spec) -> list[str]:
     abstract = nnx.eval_shape(make)
     kinds = q4_k_m_kinds(abstract, spec.fp32())
     before = {p: k for p, k in kinds.items() if isinstance(k, str)}
-    for name, ks in (("GGUF Q4_K_M-style mix, mixed stacks kept (padded to Q6_K)", kinds),
-                     ("GGUF Q4_K_M-style mix, before (mixed stacks dequantized on the host)", before)):
-        row = [per_device_bytes(lambda k=ks: keep_gguf(make(), k), spec.axes(), {"tp": tp}, jnp.bfloat16, spec.fp32())
-               for tp in (1, 2, 4, 8)]
+    for name, ks in (
+        ("GGUF Q4_K_M-style mix, mixed stacks kept (padded to Q6_K)", kinds),
+        ("GGUF Q4_K_M-style mix, before (mixed stacks dequantized on the host)", before),
+    ):
+        row = [
+            per_device_bytes(lambda k=ks: keep_gguf(make(), k), spec.axes(), {"tp": tp}, jnp.bfloat16, spec.fp32())
+            for tp in (1, 2, 4, 8)
+        ]
         lines.append(f"| {name} | " + " | ".join(f"{b / 2**30:.2f} GiB" for b in row) + " |")
     # the mixed stacks alone: bytes on one device kept (padded), in the file, dequantized to bfloat16
     d_in = {p: v.get_value().shape[-2:] for p, v in nnx.to_flat_state(nnx.state(abstract)) if p in Q6_K_STACKS}
@@ -113,9 +125,11 @@ def sizes(spec) -> list[str]:
     own = sum(sum(d * o * per_value(k) for k in kinds[p]) for p, (d, o) in d_in.items())
     dense = sum(len(kinds[p]) * d * o * 2 for p, (d, o) in d_in.items())
     n6 = sum(k == "Q6_K" for k in kinds[Q6_K_STACKS[0]])
-    lines.append(f"\nThe {len(d_in)} mixed stacks ({n6} of {cfg.num_layers} layers Q6_K): kept {padded / 2**30:.2f} "
-                 f"GiB (padded to Q6_K), their bytes in the file {own / 2**30:.2f} GiB, dequantized to bfloat16 "
-                 f"{dense / 2**30:.2f} GiB")
+    lines.append(
+        f"\nThe {len(d_in)} mixed stacks ({n6} of {cfg.num_layers} layers Q6_K): kept {padded / 2**30:.2f} "
+        f"GiB (padded to Q6_K), their bytes in the file {own / 2**30:.2f} GiB, dequantized to bfloat16 "
+        f"{dense / 2**30:.2f} GiB"
+    )
     return lines
 
 
@@ -124,8 +138,8 @@ def step_speed(spec, layers: int, latent: tuple[int, int, int], steps: int) -> d
     import jax.numpy as jnp
     import numpy as np
     from flax import nnx
-
     from step_bench import fill_params, time_steps
+
     from vidax.nn.gguf import BLOCKS, keep_all
     from vidax.nn.quant import _at, quantizable_kernels, quantize_module
     from vidax.weights.loader import DtypePolicy
@@ -170,6 +184,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     from step_bench import cpu_model
+
     from vidax.registry import registry
 
     spec = registry().component("WanTransformer3DModel")
@@ -177,9 +192,11 @@ def main() -> None:
     print("\n".join(sizes(spec)))
     import jax
 
-    print(f"\nOne transformer call, CFG batch 2, 14B width, {args.layers} of 40 layers, latent "
-          f"{tuple(args.latent)}, 512 text tokens, {jax.devices()[0].platform} ({cpu_model()}, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start):")
+    print(
+        f"\nOne transformer call, CFG batch 2, 14B width, {args.layers} of 40 layers, latent "
+        f"{tuple(args.latent)}, 512 text tokens, {jax.devices()[0].platform} ({cpu_model()}, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start):"
+    )
     for name, r in step_speed(spec, args.layers, tuple(args.latent), args.steps).items():
         print(f"  {name}: {r['step_s']} s per call (compile {r['compile_s']} s)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")

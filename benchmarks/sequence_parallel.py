@@ -38,12 +38,25 @@ def build(args, mesh):
     from vidax.models.wan.transformer import WanTransformer3DModel
     from vidax.parallel.placement import logical_placement
 
-    cfg = WanTransformerConfig.from_config_dict(dict(
-        patch_size=[1, 2, 2], num_attention_heads=args.heads, attention_head_dim=args.dim // args.heads,
-        in_channels=16, out_channels=16, text_dim=64, freq_dim=64, ffn_dim=3 * args.dim,
-        num_layers=args.layers, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
-        image_dim=None, added_kv_proj_dim=None, rope_max_seq_len=1024,
-    ))
+    cfg = WanTransformerConfig.from_config_dict(
+        dict(
+            patch_size=[1, 2, 2],
+            num_attention_heads=args.heads,
+            attention_head_dim=args.dim // args.heads,
+            in_channels=16,
+            out_channels=16,
+            text_dim=64,
+            freq_dim=64,
+            ffn_dim=3 * args.dim,
+            num_layers=args.layers,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=1e-6,
+            image_dim=None,
+            added_kv_proj_dim=None,
+            rope_max_seq_len=1024,
+        )
+    )
     make = lambda: WanTransformer3DModel(cfg, attention=args.attention, mesh=mesh, rngs=nnx.Rngs(0))  # noqa: E731
     host = random_module(make, np.random.default_rng(0))
     place = logical_placement(mesh, TRANSFORMER_PARAM_AXES)
@@ -51,7 +64,9 @@ def build(args, mesh):
     flat = []
     for path, var in nnx.to_flat_state(state):
         value = var.get_value()
-        flat.append((path, var.replace(jax.device_put(value, place(path, jax.ShapeDtypeStruct(value.shape, value.dtype))))))
+        flat.append(
+            (path, var.replace(jax.device_put(value, place(path, jax.ShapeDtypeStruct(value.shape, value.dtype)))))
+        )
     return cfg, graphdef, nnx.from_flat_state(flat)
 
 
@@ -79,9 +94,12 @@ def measure(sp: int, args) -> dict:
 
     step()  # warm-up
     return dict(
-        sp=sp, tokens=t * (h // 2) * (w // 2),
-        temp_mib=mem.temp_size_in_bytes / 2**20, args_mib=mem.argument_size_in_bytes / 2**20,
-        out_mib=mem.output_size_in_bytes / 2**20, compile_s=compile_s,
+        sp=sp,
+        tokens=t * (h // 2) * (w // 2),
+        temp_mib=mem.temp_size_in_bytes / 2**20,
+        args_mib=mem.argument_size_in_bytes / 2**20,
+        out_mib=mem.output_size_in_bytes / 2**20,
+        compile_s=compile_s,
         step_s=median_seconds(step, args.repeats),
     )
 
@@ -101,15 +119,20 @@ def main(argv=None) -> list[dict]:
     import jax
 
     t, h, w = args.latent
-    print(f"Wan-shaped DiT D={args.dim} N={args.heads} layers={args.layers}, L={t * (h // 2) * (w // 2)} tokens, "
-          f"attention={args.attention}, {jax.device_count()} {jax.default_backend()} devices")
+    print(
+        f"Wan-shaped DiT D={args.dim} N={args.heads} layers={args.layers}, L={t * (h // 2) * (w // 2)} tokens, "
+        f"attention={args.attention}, {jax.device_count()} {jax.default_backend()} devices"
+    )
     print(f"{'sp':>3} {'temp MiB/dev':>13} {'args MiB/dev':>13} {'out MiB/dev':>12} {'compile s':>10} {'step s':>8}")
     rows = []
     for sp in args.sp:
         row = measure(sp, args)
         rows.append(row)
-        print(f"{sp:>3} {row['temp_mib']:>13.1f} {row['args_mib']:>13.1f} {row['out_mib']:>12.2f} "
-              f"{row['compile_s']:>10.2f} {row['step_s']:>8.3f}", flush=True)
+        print(
+            f"{sp:>3} {row['temp_mib']:>13.1f} {row['args_mib']:>13.1f} {row['out_mib']:>12.2f} "
+            f"{row['compile_s']:>10.2f} {row['step_s']:>8.3f}",
+            flush=True,
+        )
     save_json(args.json, args, rows)
     return rows
 

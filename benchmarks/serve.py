@@ -25,12 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+
 from step_bench import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-
-
 
 
 class Direct:
@@ -41,8 +40,13 @@ class Direct:
 
         self.pipe, self.folder = vidax.load_pipeline(ckpt, progress=False), folder
         width, height = map(int, fields["size"].split("x"))
-        self.kw = dict(height=height, width=width, num_frames=fields["num_frames"],
-                       num_inference_steps=fields["num_inference_steps"], progress=False)
+        self.kw = dict(
+            height=height,
+            width=width,
+            num_frames=fields["num_frames"],
+            num_inference_steps=fields["num_inference_steps"],
+            progress=False,
+        )
 
     def request(self, i: int) -> float:
         from vidax.io.video import write_video
@@ -59,13 +63,30 @@ class Server:
 
         self.poll = poll
         self.log = open(os.path.join(folder, "server.log"), "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "vidax", "serve", "--checkpoint", ckpt, "--port", "0",
-                                      "--jobs-dir", os.path.join(folder, "jobs"), "--queue-size", str(queue_size),
-                                      *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     # no persistent compile cache: the first request compiles
-                                     env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT]),
-                                              VIDAX_COMPILE_CACHE="0"))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vidax",
+                "serve",
+                "--checkpoint",
+                ckpt,
+                "--port",
+                "0",
+                "--jobs-dir",
+                os.path.join(folder, "jobs"),
+                "--queue-size",
+                str(queue_size),
+                *args,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            # no persistent compile cache: the first request compiles
+            env=dict(
+                os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT]), VIDAX_COMPILE_CACHE="0"
+            ),
+        )
         while not (m := re.search(r"on (http://127\.0\.0\.1:\d+)/", open(self.log.name).read())):
             if self.proc.poll() is not None:
                 raise SystemExit(f"vidax serve did not start:\n{open(self.log.name).read()}")
@@ -130,8 +151,9 @@ def main() -> None:
             server.stop()
         batched_folder = os.path.join(folder, "batched")
         os.makedirs(batched_folder)
-        server = Server(ckpt, batched_folder, n, args.poll, "--max-batch", str(args.max_batch), "--batch-window-ms",
-                        "200")
+        server = Server(
+            ckpt, batched_folder, n, args.poll, "--max-batch", str(args.max_batch), "--batch-window-ms", "200"
+        )
         try:
             for k in range(args.max_batch, 0, -1):  # compile every batch size first (once per size)
                 at_once(server, dict(fields, prompt="compile"), k)
@@ -143,41 +165,62 @@ def main() -> None:
     # The service's own time in each request: its latency less the job's pipeline call and mp4 write.
     own = [s - j["stats"]["call_s"] - j["stats"]["write_s"] for s, j in seq]
     result = {
-        "cpu": cpu_model(), "cores": os.cpu_count(), "requests": n, **fields,
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "requests": n,
+        **fields,
         "direct_s_median": statistics.median(d),
-        "sequential_s_median": statistics.median(seq_s), "sequential_wall_s": sum(seq_s),
+        "sequential_s_median": statistics.median(seq_s),
+        "sequential_wall_s": sum(seq_s),
         "sequential_per_min": 60 * n / sum(seq_s),
         "job_call_and_write_s_median": statistics.median(job_s),
         "overhead_s_median": statistics.median(s - t for s, t in zip(seq_s, d)),
         "service_own_s_median": statistics.median(own),
-        "concurrent_wall_s": conc_wall, "concurrent_per_min": 60 * n / conc_wall,
+        "concurrent_wall_s": conc_wall,
+        "concurrent_per_min": 60 * n / conc_wall,
         "concurrent_latency_s_max": max(s for s, _ in conc),
-        "max_batch": args.max_batch, "batched_wall_s": batched_wall, "batched_per_min": 60 * n / batched_wall,
+        "max_batch": args.max_batch,
+        "batched_wall_s": batched_wall,
+        "batched_per_min": 60 * n / batched_wall,
         "batched_speedup": conc_wall / batched_wall,
         "batch_sizes": sorted(j["batch"]["size"] for _, j in batched),
         "direct_per_min": 60 / statistics.median(d),
         "first_request_compile_s": first["stats"]["compile_s"],
         "later_compile_s_median": statistics.median(j["stats"]["compile_s"] for _, j in seq),
     }
-    print(f"CPU: {result['cpu']} ({result['cores']} cores visible); tiny checkpoint, {args.size}, {args.frames} frames, "
-          f"{args.steps} steps; {n} requests each")
-    print(f"direct pipeline call + mp4 write: median {result['direct_s_median']:.3f} s "
-          f"({result['direct_per_min']:.1f} per minute)")
-    print(f"sequential via HTTP: median {result['sequential_s_median']:.3f} s per request "
-          f"({result['sequential_per_min']:.1f} requests/min); the pipeline call + mp4 write inside the job: "
-          f"median {result['job_call_and_write_s_median']:.3f} s")
-    print(f"service overhead: {result['overhead_s_median'] * 1000:.0f} ms per request over the direct call before it "
-          f"({100 * result['overhead_s_median'] / result['direct_s_median']:.1f} %); the request's latency less its "
-          f"job's call and write: median {result['service_own_s_median'] * 1000:.0f} ms (HTTP, queue, records, "
-          f"polling every {args.poll * 1000:g} ms)")
-    print(f"concurrent via HTTP ({n} at once, run one at a time): {result['concurrent_wall_s']:.2f} s wall, "
-          f"{result['concurrent_per_min']:.1f} requests/min; the last finished after "
-          f"{result['concurrent_latency_s_max']:.2f} s")
-    print(f"concurrent via HTTP ({n} at once, batched up to {args.max_batch}): {result['batched_wall_s']:.2f} s wall, "
-          f"{result['batched_per_min']:.1f} videos/min, {result['batched_speedup']:.2f}x one at a time; batch sizes "
-          f"{result['batch_sizes']}")
-    print(f"compiling in a job: {result['first_request_compile_s']:.2f} s in the first request of the shape, "
-          f"median {result['later_compile_s_median']:.3f} s in the later ones (reused)")
+    print(
+        f"CPU: {result['cpu']} ({result['cores']} cores visible); tiny checkpoint, {args.size}, {args.frames} frames, "
+        f"{args.steps} steps; {n} requests each"
+    )
+    print(
+        f"direct pipeline call + mp4 write: median {result['direct_s_median']:.3f} s "
+        f"({result['direct_per_min']:.1f} per minute)"
+    )
+    print(
+        f"sequential via HTTP: median {result['sequential_s_median']:.3f} s per request "
+        f"({result['sequential_per_min']:.1f} requests/min); the pipeline call + mp4 write inside the job: "
+        f"median {result['job_call_and_write_s_median']:.3f} s"
+    )
+    print(
+        f"service overhead: {result['overhead_s_median'] * 1000:.0f} ms per request over the direct call before it "
+        f"({100 * result['overhead_s_median'] / result['direct_s_median']:.1f} %); the request's latency less its "
+        f"job's call and write: median {result['service_own_s_median'] * 1000:.0f} ms (HTTP, queue, records, "
+        f"polling every {args.poll * 1000:g} ms)"
+    )
+    print(
+        f"concurrent via HTTP ({n} at once, run one at a time): {result['concurrent_wall_s']:.2f} s wall, "
+        f"{result['concurrent_per_min']:.1f} requests/min; the last finished after "
+        f"{result['concurrent_latency_s_max']:.2f} s"
+    )
+    print(
+        f"concurrent via HTTP ({n} at once, batched up to {args.max_batch}): {result['batched_wall_s']:.2f} s wall, "
+        f"{result['batched_per_min']:.1f} videos/min, {result['batched_speedup']:.2f}x one at a time; batch sizes "
+        f"{result['batch_sizes']}"
+    )
+    print(
+        f"compiling in a job: {result['first_request_compile_s']:.2f} s in the first request of the shape, "
+        f"median {result['later_compile_s_median']:.3f} s in the later ones (reused)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -22,7 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,8 +107,11 @@ def fill_params(make: Callable[[], Any], policy: Any) -> tuple[Any, Any]:
     filled = []
     for i, (path, var) in enumerate(flat.items()):
         shape = var.get_value().shape
-        fn = jax.jit(lambda s=shape, d=policy.dtype_for(path), i=i: (0.02 * jnp.sin(
-            jax.lax.iota(jnp.float32, int(np.prod(s))) * 12.9898 + 78.233 * i)).astype(d).reshape(s))
+        fn = jax.jit(
+            lambda s=shape, d=policy.dtype_for(path), i=i: (
+                (0.02 * jnp.sin(jax.lax.iota(jnp.float32, int(np.prod(s))) * 12.9898 + 78.233 * i)).astype(d).reshape(s)
+            )
+        )
         filled.append((path, var.replace(fn())))
     return graphdef, nnx.from_flat_state(filled)
 
@@ -115,8 +119,9 @@ def fill_params(make: Callable[[], Any], policy: Any) -> tuple[Any, Any]:
 LOCKSTEP_ENV = "VIDAX_BENCH_LOCKSTEP"
 
 
-def time_steps(step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[Any], None],
-               lockstep: bool = False) -> tuple[Any, list[float]]:
+def time_steps(
+    step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[Any], None], lockstep: bool = False
+) -> tuple[Any, list[float]]:
     """One warm-up call of ``x = step(x)``, then ``steps`` timed calls (``block(x)`` waits for the
     result). Returns the final ``x`` and the per-step seconds.
 
@@ -142,8 +147,15 @@ def time_steps(step: Callable[[Any], Any], x: Any, steps: int, block: Callable[[
     return x, times
 
 
-def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[str, ...],
-                x_shape: tuple, text_shape: tuple, scheduler: dict, steps: int) -> Any:
+def prepare_jax(
+    dtype_name: str,
+    make: Callable[[Any], Any],
+    fp32_params: tuple[str, ...],
+    x_shape: tuple,
+    text_shape: tuple,
+    scheduler: dict,
+    steps: int,
+) -> Any:
     """The vidax side's inputs: the model ``make(dtype)`` with :func:`fill_params` values under
     ``DtypePolicy(dtype, fp32_params)`` (the registry entry's ``fp32_params`` table), float32
     latents ``x_shape``, text states ``text_shape`` in ``dtype``, and the scheduler of
@@ -156,13 +168,11 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[
 
     import jax
     import jax.numpy as jnp
-
-    from vidax.schedulers import scheduler_from_config
-    from vidax.weights.loader import DtypePolicy
-
     from flax import nnx
 
     from vidax.nn.kernels import lay_out_kernel_stacks
+    from vidax.schedulers import scheduler_from_config
+    from vidax.weights.loader import DtypePolicy
 
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
     graphdef, params = fill_params(lambda: make(dtype), DtypePolicy(dtype, fp32_params))
@@ -175,12 +185,14 @@ def prepare_jax(dtype_name: str, make: Callable[[Any], Any], fp32_params: tuple[
     context = (0.1 * jax.random.normal(jax.random.PRNGKey(2), text_shape, jnp.float32)).astype(dtype)
     sched = scheduler_from_config(scheduler)
     state = sched.set_timesteps(steps + 1, sample_shape=x.shape)
-    return types.SimpleNamespace(dtype=dtype, graphdef=graphdef, params=params, x=x, context=context,
-                                 sched=sched, state=state)
+    return types.SimpleNamespace(
+        dtype=dtype, graphdef=graphdef, params=params, x=x, context=context, sched=sched, state=state
+    )
 
 
-def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any, steps: int,
-                  stacks: tuple[str, ...] = ()) -> dict:
+def run_jax_steps(
+    step: Callable, params: Any, x: Any, state: Any, context: Any, steps: int, stacks: tuple[str, ...] = ()
+) -> dict:
     """Compile ``x, state = step(params, x, state, context)`` (latents donated), time it with
     :func:`time_steps` and return the vidax side's result dict (with the device's peak memory:
     the allocator's ``peak_bytes_in_use`` on GPU / TPU, live arrays on CPU). ``stacks``: the
@@ -194,11 +206,19 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
 
     params = as_stack_bits(params, stacks)
     t0 = time.perf_counter()
-    compiled = jax.jit(lambda p, *a: step(from_stack_bits(p), *a),
-                       donate_argnums=(1,)).lower(params, x, state, context).compile()
+    compiled = (
+        jax.jit(lambda p, *a: step(from_stack_bits(p), *a), donate_argnums=(1,))
+        .lower(params, x, state, context)
+        .compile()
+    )
     compile_s = time.perf_counter() - t0
-    (x, state), times = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
-                                   lambda c: c[0].block_until_ready(), os.environ.get(LOCKSTEP_ENV) == "1")
+    (x, state), times = time_steps(
+        lambda c: compiled(params, c[0], c[1], context),
+        (x, state),
+        steps,
+        lambda c: c[0].block_until_ready(),
+        os.environ.get(LOCKSTEP_ENV) == "1",
+    )
     assert bool(jnp.isfinite(x).all())
     profile_dir = os.environ.get("VIDAX_BENCH_PROFILE")
     if profile_dir:  # benchmarks/cpu_profile.py: the compiled HLO and a trace of `steps` + 1 more steps
@@ -206,12 +226,21 @@ def run_jax_steps(step: Callable, params: Any, x: Any, state: Any, context: Any,
         with open(os.path.join(profile_dir, "step.hlo.txt"), "w") as f:
             f.write(compiled.as_text())
         with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
-            (x, state), _ = time_steps(lambda c: compiled(params, c[0], c[1], context), (x, state), steps,
-                                       lambda c: c[0].block_until_ready())
+            (x, state), _ = time_steps(
+                lambda c: compiled(params, c[0], c[1], context), (x, state), steps, lambda c: c[0].block_until_ready()
+            )
     peak, how = device_memory_bytes()
-    return {"compile_s": compile_s, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
-            "peak_device_gib": peak / 2**30, "peak_measured_by": how, "device": jax.devices()[0].device_kind,
-            "jax": jax.__version__, "onednn_calls": compiled.as_text().count('"vidax_onednn_matmul"')}
+    return {
+        "compile_s": compile_s,
+        "step_s": min(times),
+        "step_s_all": times,
+        "peak_rss_gib": peak_rss_gib(),
+        "peak_device_gib": peak / 2**30,
+        "peak_measured_by": how,
+        "device": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "onednn_calls": compiled.as_text().count('"vidax_onednn_matmul"'),
+    }
 
 
 def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
@@ -225,14 +254,25 @@ def run_torch_steps(step: Callable[[Any], Any], x: Any, steps: int) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     with torch.inference_mode():
-        (x, _), times = time_steps(step, (x, 0), steps, lambda c: torch.cuda.synchronize() if cuda else None,
-                                   os.environ.get(LOCKSTEP_ENV) == "1")
+        (x, _), times = time_steps(
+            step,
+            (x, 0),
+            steps,
+            lambda c: torch.cuda.synchronize() if cuda else None,
+            os.environ.get(LOCKSTEP_ENV) == "1",
+        )
     assert torch.isfinite(x).all()
-    return {"compile_s": 0.0, "step_s": min(times), "step_s_all": times, "peak_rss_gib": peak_rss_gib(),
-            "peak_device_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
-            "peak_measured_by": "torch.cuda.max_memory_allocated",
-            "device": torch.cuda.get_device_name() if cuda else "cpu",
-            "torch": torch.__version__, "diffusers": diffusers.__version__}
+    return {
+        "compile_s": 0.0,
+        "step_s": min(times),
+        "step_s_all": times,
+        "peak_rss_gib": peak_rss_gib(),
+        "peak_device_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+        "peak_measured_by": "torch.cuda.max_memory_allocated",
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "diffusers": diffusers.__version__,
+    }
 
 
 def run_child(cmd: list[str], what: str, env: dict | None = None) -> dict:
@@ -244,7 +284,7 @@ def run_child(cmd: list[str], what: str, env: dict | None = None) -> dict:
     if r.returncode != 0 or not line:
         errors = [ln for ln in r.stderr.splitlines() if "Error" in ln or "error:" in ln]
         raise SystemExit(f"{what} failed:\n{r.stderr[-3000:]}\n{errors[-1] if errors else ''}")
-    return json.loads(line[0][len("RESULT "):])
+    return json.loads(line[0][len("RESULT ") :])
 
 
 def _read_until(proc: subprocess.Popen, prefix: str, what: str, errlog: str) -> str:
@@ -252,7 +292,7 @@ def _read_until(proc: subprocess.Popen, prefix: str, what: str, errlog: str) -> 
     skipped); :func:`_child_failed` if it ends first."""
     for line in proc.stdout:
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     _child_failed(proc, what, errlog)
 
 
@@ -263,8 +303,9 @@ def _child_failed(proc: subprocess.Popen, what: str, errlog: str) -> NoReturn:
         raise SystemExit(f"{what} failed (exit status {proc.returncode}):\n{f.read()[-3000:]}")
 
 
-def run_lockstep(children: list[tuple[str, list[str], dict | None]], steps: int, pause_s: float = 0.2
-                 ) -> tuple[dict[str, dict], dict[str, list[float]]]:
+def run_lockstep(
+    children: list[tuple[str, list[str], dict | None]], steps: int, pause_s: float = 0.2
+) -> tuple[dict[str, dict], dict[str, list[float]]]:
     """Run the benchmark children ``(name, cmd, env)`` side by side, taking turns step by step.
 
     Each child is started with ``VIDAX_BENCH_LOCKSTEP=1`` once the previous one has compiled and
@@ -289,13 +330,20 @@ def run_lockstep(children: list[tuple[str, list[str], dict | None]], steps: int,
             fd, errlog = tempfile.mkstemp(suffix=".stderr")
             logs.append(errlog)
             with os.fdopen(fd, "w") as err:
-                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                        cwd=ROOT, env=dict(env or os.environ, **{LOCKSTEP_ENV: "1"}))
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    cwd=ROOT,
+                    env=dict(env or os.environ, **{LOCKSTEP_ENV: "1"}),
+                )
             procs.append((name, proc, errlog))
             _read_until(proc, "READY", name, errlog)
         per_round = {name: [] for name, _, _ in procs}
         for r in range(steps):
-            for name, proc, errlog in procs[r % len(procs):] + procs[:r % len(procs)]:
+            for name, proc, errlog in procs[r % len(procs) :] + procs[: r % len(procs)]:
                 time.sleep(pause_s)
                 try:
                     proc.stdin.write("go\n")
@@ -303,8 +351,12 @@ def run_lockstep(children: list[tuple[str, list[str], dict | None]], steps: int,
                 except BrokenPipeError:  # the child has ended
                     _child_failed(proc, name, errlog)
                 per_round[name].append(float(_read_until(proc, "TIME ", name, errlog)))
-            print(f"  round {r + 1}: " + ", ".join(f"{n} {t[-1]:.3f} s" for n, t in per_round.items())
-                  + f"; load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"  round {r + 1}: "
+                + ", ".join(f"{n} {t[-1]:.3f} s" for n, t in per_round.items())
+                + f"; load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         results = {}
         for name, proc, errlog in procs:
             proc.stdin.close()
@@ -342,14 +394,26 @@ def main(bench: StepBench) -> None:
     p.add_argument("--latent", nargs=3, type=int, default=list(bench.default_latent), metavar=("T", "H", "W"))
     p.add_argument("--steps", type=int, default=2, help="timed steps per side (after one warm-up)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--num-layers", type=int, default=None,
-                   help="override the config's layer count (smoke tests on small machines; reported)")
+    p.add_argument(
+        "--num-layers",
+        type=int,
+        default=None,
+        help="override the config's layer count (smoke tests on small machines; reported)",
+    )
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks", bench.default_out))
-    p.add_argument("--cpu-matmul", nargs="+", choices=["auto", "xla", "onednn"], default=None,
-                   help="one vidax run per value of VIDAX_CPU_MATMUL (vidax.cpu.onednn), after diffusers' run")
-    p.add_argument("--lockstep", action="store_true",
-                   help="all sides resident at once, taking turns step by step (order rotated each round); "
-                        "vidax / diffusers is then the median of the per-round ratios (for a loaded machine)")
+    p.add_argument(
+        "--cpu-matmul",
+        nargs="+",
+        choices=["auto", "xla", "onednn"],
+        default=None,
+        help="one vidax run per value of VIDAX_CPU_MATMUL (vidax.cpu.onednn), after diffusers' run",
+    )
+    p.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="all sides resident at once, taking turns step by step (order rotated each round); "
+        "vidax / diffusers is then the median of the per-round ratios (for a loaded machine)",
+    )
     p.add_argument("--side", choices=["vidax", "diffusers"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -371,14 +435,33 @@ def main(bench: StepBench) -> None:
     for dtype in args.dtypes:
         row = {"dtype": dtype}
         modes = args.cpu_matmul or []  # a value given twice runs twice (alternating runs on a loaded machine)
-        vidax_runs = [("vidax", None)] if not modes else [
-            (f"vidax[{m}]" + (f" #{modes[:i + 1].count(m)}" if modes.count(m) > 1 else ""), m)
-            for i, m in enumerate(modes)]
+        vidax_runs = (
+            [("vidax", None)]
+            if not modes
+            else [
+                (f"vidax[{m}]" + (f" #{modes[: i + 1].count(m)}" if modes.count(m) > 1 else ""), m)
+                for i, m in enumerate(modes)
+            ]
+        )
         children = []
         for side, matmul in [("diffusers", None), *vidax_runs]:
             steps = 2 * args.steps if args.lockstep else args.steps  # lockstep: two steps a turn, the second timed
-            cmd = [sys.executable, os.path.abspath(bench.script), "--side", side.split("[")[0], "--dtype", dtype,
-                   "--latent", str(t), str(h), str(w), "--steps", str(steps), "--threads", str(args.threads)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(bench.script),
+                "--side",
+                side.split("[")[0],
+                "--dtype",
+                dtype,
+                "--latent",
+                str(t),
+                str(h),
+                str(w),
+                "--steps",
+                str(steps),
+                "--threads",
+                str(args.threads),
+            ]
             if args.num_layers is not None:
                 cmd += ["--num-layers", str(args.num_layers)]
             children.append((side, cmd, None if matmul is None else dict(os.environ, VIDAX_CPU_MATMUL=matmul)))
@@ -388,36 +471,66 @@ def main(bench: StepBench) -> None:
             row, per_round = {side: run_child(cmd, f"{side} {dtype}", env) for side, cmd, env in children}, None
         for side, _, _ in children:
             dnn = f", {row[side]['onednn_calls']} oneDNN matmuls in the step" if row[side].get("onednn_calls") else ""
-            print(f"  {side}: {row[side]['step_s']:.2f} s/step, compile {row[side]['compile_s']:.1f} s, "
-                  f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB{dnn}; load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"  {side}: {row[side]['step_s']:.2f} s/step, compile {row[side]['compile_s']:.1f} s, "
+                f"peak RSS {row[side]['peak_rss_gib']:.2f} GiB{dnn}; load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         for side, _ in vidax_runs:
-            rows.append({"dtype": dtype if side == "vidax" else f"{dtype} {side}", "diffusers": row["diffusers"],
-                         "vidax": row[side], "ratio_vidax_over_diffusers": row[side]["step_s"] / row["diffusers"]["step_s"],
-                         "lockstep_rounds_s": None if per_round is None else
-                         {"diffusers": per_round["diffusers"], "vidax": per_round[side]},
-                         "lockstep_median_round_ratio": None if per_round is None else
-                         statistics.median(v / d for v, d in zip(per_round[side], per_round["diffusers"]))})
+            rows.append(
+                {
+                    "dtype": dtype if side == "vidax" else f"{dtype} {side}",
+                    "diffusers": row["diffusers"],
+                    "vidax": row[side],
+                    "ratio_vidax_over_diffusers": row[side]["step_s"] / row["diffusers"]["step_s"],
+                    "lockstep_rounds_s": None
+                    if per_round is None
+                    else {"diffusers": per_round["diffusers"], "vidax": per_round[side]},
+                    "lockstep_median_round_ratio": None
+                    if per_round is None
+                    else statistics.median(v / d for v, d in zip(per_round[side], per_round["diffusers"])),
+                }
+            )
 
     layers = "" if args.num_layers is None else f", num_layers overridden to {args.num_layers}"
-    meta = {"model": bench.model + layers, "latent_THW": [t, h, w], "tokens": tokens,
-            "text_tokens": bench.text_tokens, "cfg_batch": bench.batch, "threads": args.threads,
-            "cpu": cpu_model(), "timed_steps": args.steps, "lockstep": args.lockstep}
+    meta = {
+        "model": bench.model + layers,
+        "latent_THW": [t, h, w],
+        "tokens": tokens,
+        "text_tokens": bench.text_tokens,
+        "cfg_batch": bench.batch,
+        "threads": args.threads,
+        "cpu": cpu_model(),
+        "timed_steps": args.steps,
+        "lockstep": args.lockstep,
+    }
     lines = [
-        f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)", "", f"CPU: {meta['cpu']}.", "",
+        f"# {bench.title}: vidax vs diffusers (CPU, {args.threads} threads)",
+        "",
+        f"CPU: {meta['cpu']}.",
+        "",
         f"Latent {t}x{h}x{w} (T x H x W) = {tokens} video tokens, {bench.text_tokens} text tokens, "
         f"{'CFG (batch 2)' if bench.batch == 2 else f'batch {bench.batch}'}, "
         f"random weights{layers}; best of {args.steps} timed steps after one warm-up; each side in its own "
-        f"process" + (" (all resident at once, taking turns step by step, the order rotated each round; "
-                      "each turn two steps, the second timed; the last column: the median of the per-round "
-                      "vidax / diffusers ratios)" if args.lockstep else "")
-        + f". A step: {bench.step}", "",
+        f"process"
+        + (
+            " (all resident at once, taking turns step by step, the order rotated each round; "
+            "each turn two steps, the second timed; the last column: the median of the per-round "
+            "vidax / diffusers ratios)"
+            if args.lockstep
+            else ""
+        )
+        + f". A step: {bench.step}",
+        "",
         "| dtype | diffusers s/step | vidax s/step | vidax / diffusers | vidax compile s | diffusers peak RSS GiB | "
         "vidax peak RSS GiB |" + (" median per-round ratio |" if args.lockstep else ""),
         "|---|---|---|---|---|---|---|" + ("---|" if args.lockstep else ""),
     ]
     for r in rows:
-        lines.append(f"| {r['dtype']} | {r['diffusers']['step_s']:.2f} | {r['vidax']['step_s']:.2f} | "
-                     f"{r['ratio_vidax_over_diffusers']:.2f} | {r['vidax']['compile_s']:.1f} | "
-                     f"{r['diffusers']['peak_rss_gib']:.2f} | {r['vidax']['peak_rss_gib']:.2f} |"
-                     + (f" {r['lockstep_median_round_ratio']:.2f} |" if args.lockstep else ""))
+        lines.append(
+            f"| {r['dtype']} | {r['diffusers']['step_s']:.2f} | {r['vidax']['step_s']:.2f} | "
+            f"{r['ratio_vidax_over_diffusers']:.2f} | {r['vidax']['compile_s']:.1f} | "
+            f"{r['diffusers']['peak_rss_gib']:.2f} | {r['vidax']['peak_rss_gib']:.2f} |"
+            + (f" {r['lockstep_median_round_ratio']:.2f} |" if args.lockstep else "")
+        )
     save_report(args.out, meta, rows, lines)

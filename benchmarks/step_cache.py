@@ -23,10 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wan_step import CONFIG_1_3B  # noqa: E402
 from step_bench import cpu_model
-
-
+from wan_step import CONFIG_1_3B  # noqa: E402
 
 
 def build(path: str, layers: int) -> None:
@@ -42,15 +40,22 @@ def build(path: str, layers: int) -> None:
     _stub_ftfy()
     torch.manual_seed(0)
     build_tiny_t5_tokenizer(os.path.join(path, "_tok"), vocab_size=TEXT_ENCODER["vocab_size"])
-    text_encoder = UMT5EncoderModel(UMT5Config(**dict(TEXT_ENCODER, d_model=CONFIG_1_3B["text_dim"], num_layers=1))).eval()
+    text_encoder = UMT5EncoderModel(
+        UMT5Config(**dict(TEXT_ENCODER, d_model=CONFIG_1_3B["text_dim"], num_layers=1))
+    ).eval()
     randomize_torch_module(text_encoder, seed=1)
     z = CONFIG_1_3B["in_channels"]
     vae = AutoencoderKLWan(**dict(VAE, z_dim=z, latents_mean=[0.0] * z, latents_std=[1.0] * z)).eval()
     randomize_torch_module(vae, seed=2, scale=0.1, gain=0.7)
     transformer = WanTransformer3DModel.from_config(dict(CONFIG_1_3B, num_layers=layers)).eval()
     scheduler = UniPCMultistepScheduler.from_config({k: v for k, v in SCHEDULER.items() if not k.startswith("_")})
-    WanPipeline(tokenizer=AutoTokenizer.from_pretrained(os.path.join(path, "_tok")), text_encoder=text_encoder,
-                vae=vae, scheduler=scheduler, transformer=transformer).save_pretrained(path, safe_serialization=True)
+    WanPipeline(
+        tokenizer=AutoTokenizer.from_pretrained(os.path.join(path, "_tok")),
+        text_encoder=text_encoder,
+        vae=vae,
+        scheduler=scheduler,
+        transformer=transformer,
+    ).save_pretrained(path, safe_serialization=True)
 
 
 def main() -> None:
@@ -79,14 +84,23 @@ def main() -> None:
     torch.set_flush_denormal(True)
     torch.set_num_threads(os.cpu_count() or 1)
     h, w, f = a.size
-    call = dict(prompt="a red car on a bridge", negative_prompt="blurry", height=h, width=w, num_frames=f,
-                num_inference_steps=a.steps, guidance_scale=5.0, max_sequence_length=32)
+    call = dict(
+        prompt="a red car on a bridge",
+        negative_prompt="blurry",
+        height=h,
+        width=w,
+        num_frames=f,
+        num_inference_steps=a.steps,
+        guidance_scale=5.0,
+        max_sequence_length=32,
+    )
     with tempfile.TemporaryDirectory() as path:
         build(path, a.layers)
         ref = WanPipeline.from_pretrained(path)
         pipe = vidax.load_pipeline(path, dtype="float32")
-        latents = torch.randn(1, CONFIG_1_3B["in_channels"], (f - 1) // 4 + 1, h // 8, w // 8,
-                              generator=torch.Generator().manual_seed(7))
+        latents = torch.randn(
+            1, CONFIG_1_3B["in_channels"], (f - 1) // 4 + 1, h // 8, w // 8, generator=torch.Generator().manual_seed(7)
+        )
         calls, spent = [], []
         for block in ref.transformer.blocks:
             block.ffn.register_forward_hook(lambda *x: calls.append(1))
@@ -124,8 +138,13 @@ def main() -> None:
                 pipe.disable_cache()
             rep = out.stats.cache
             total = 2 * a.steps * a.layers
-            return dict(s=sum(out.stats.step_s), skipped=rep.blocks_skipped if rep else 0, total=total,
-                        frames=out.frames, pattern=rep and rep.patterns)
+            return dict(
+                s=sum(out.stats.step_s),
+                skipped=rep.blocks_skipped if rep else 0,
+                total=total,
+                frames=out.frames,
+                pattern=rep and rep.patterns,
+            )
 
         import io
         from contextlib import redirect_stdout
@@ -134,16 +153,26 @@ def main() -> None:
             run_vidax(vidax.MagCacheConfig(calibrate=True, num_inference_steps=a.steps))
         cond_ratios = json.loads(printed.getvalue().strip().splitlines()[-1])  # the conditional pass's
         runs = [("uncached", None, None)]
-        runs += [(f"first_block {t:g}", RefFBC(threshold=t), vidax.FirstBlockCacheConfig(threshold=t))
-                 for t in a.thresholds]
+        runs += [
+            (f"first_block {t:g}", RefFBC(threshold=t), vidax.FirstBlockCacheConfig(threshold=t)) for t in a.thresholds
+        ]
         mag = dict(num_inference_steps=a.steps, mag_ratios=cond_ratios, threshold=0.12, max_skip_steps=2)
         runs.append(("mag 0.12", RefMag(**mag), vidax.MagCacheConfig(**mag)))
-        runs.append(("taylorseer lite", RefTS(use_lite_mode=True, taylor_factors_dtype=torch.float32),
-                     vidax.TaylorSeerCacheConfig(use_lite_mode=True, taylor_factors_dtype="float32")))
-        print(f"\nWan2.1-T2V-1.3B transformer config, {a.layers} of 30 layers, random weights; {h}x{w}x{f}, "
-              f"{a.steps} UniPC steps, CFG; CPU: {cpu_model()} ({os.cpu_count()} cores), float32\n")
-        print("| run | diffusers s | speed-up | blocks skipped | PSNR vs uncached | vidax s | speed-up | "
-              "blocks skipped | PSNR vs uncached | vidax vs diffusers | vidax pattern |")
+        runs.append(
+            (
+                "taylorseer lite",
+                RefTS(use_lite_mode=True, taylor_factors_dtype=torch.float32),
+                vidax.TaylorSeerCacheConfig(use_lite_mode=True, taylor_factors_dtype="float32"),
+            )
+        )
+        print(
+            f"\nWan2.1-T2V-1.3B transformer config, {a.layers} of 30 layers, random weights; {h}x{w}x{f}, "
+            f"{a.steps} UniPC steps, CFG; CPU: {cpu_model()} ({os.cpu_count()} cores), float32\n"
+        )
+        print(
+            "| run | diffusers s | speed-up | blocks skipped | PSNR vs uncached | vidax s | speed-up | "
+            "blocks skipped | PSNR vs uncached | vidax vs diffusers | vidax pattern |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
         ref0 = v0 = None
         for name, ref_config, config in runs:
@@ -151,9 +180,12 @@ def main() -> None:
             ref0, v0 = ref0 or r, v0 or v
             pr = psnr(r["frames"], ref0["frames"])
             pv = psnr(v["frames"], v0["frames"])
-            print(f"| {name} | {r['s']:.2f} | {ref0['s'] / r['s']:.2f}x | {r['skipped']}/{r['total']} | {pr:.1f} dB "
-                  f"| {v['s']:.2f} | {v0['s'] / v['s']:.2f}x | {v['skipped']}/{v['total']} | {pv:.1f} dB | "
-                  f"{psnr(v['frames'], r['frames']):.1f} dB | {v['pattern'] or ''} |", flush=True)
+            print(
+                f"| {name} | {r['s']:.2f} | {ref0['s'] / r['s']:.2f}x | {r['skipped']}/{r['total']} | {pr:.1f} dB "
+                f"| {v['s']:.2f} | {v0['s'] / v['s']:.2f}x | {v['skipped']}/{v['total']} | {pv:.1f} dB | "
+                f"{psnr(v['frames'], r['frames']):.1f} dB | {v['pattern'] or ''} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

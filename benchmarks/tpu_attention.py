@@ -25,9 +25,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tpu_common import device_summary, matmul_peak, time_fn  # noqa: E402
 
-DEFAULT_SETTINGS = ("flash:512,512,512", "flash:1024,1024,512", "flash:1024,1024,1024", "flash:2048,1024,512",
-                    "splash:512,512,512", "splash:1024,1024,512", "splash:1024,1024,1024", "splash:2048,1024,512",
-                    "splash:2048,2048,512", "vidax")
+DEFAULT_SETTINGS = (
+    "flash:512,512,512",
+    "flash:1024,1024,512",
+    "flash:1024,1024,1024",
+    "flash:2048,1024,512",
+    "splash:512,512,512",
+    "splash:1024,1024,512",
+    "splash:1024,1024,1024",
+    "splash:2048,1024,512",
+    "splash:2048,2048,512",
+    "vidax",
+)
 
 
 def run_setting(setting: str, q, k, v):
@@ -50,26 +59,34 @@ def run_setting(setting: str, q, k, v):
         def f(q, k, v):
             t = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
             return t(fa.flash_attention(t(q), t(k), t(v), sm_scale=scale, block_sizes=bs))
+
         return jax.jit(f)
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     n, lq, lk = q.shape[2], q.shape[1], k.shape[1]
     mask = sm.MultiHeadMask([sm.FullMask((lq, lk)) for _ in range(n)])
-    kernel = sk.make_splash_mha_single_device(mask, block_sizes=sk.BlockSizes(block_q=a, block_kv=b,
-                                                                              block_kv_compute=c))
+    kernel = sk.make_splash_mha_single_device(
+        mask, block_sizes=sk.BlockSizes(block_q=a, block_kv=b, block_kv_compute=c)
+    )
 
     def g(q, k, v):
         t = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
         out = jax.vmap(kernel)(t(q * jnp.asarray(scale, q.dtype)), t(k), t(v))
         return t(out)
+
     return jax.jit(g)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", nargs="+", type=int, default=[2, 32768, 12, 128, 2, 75776, 12, 128],
-                   help="B L N K quadruples, a flat list (L a multiple of 2048 for the largest tiles)")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        type=int,
+        default=[2, 32768, 12, 128, 2, 75776, 12, 128],
+        help="B L N K quadruples, a flat list (L a multiple of 2048 for the largest tiles)",
+    )
     p.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=None, help="write JSON here")
@@ -82,7 +99,7 @@ def main() -> None:
     print(json.dumps({"device": dev, "matmul_8192_tflops": peak}), flush=True)
     rows = []
     for i in range(0, len(args.shapes), 4):
-        b, l, n, d = args.shapes[i:i + 4]
+        b, l, n, d = args.shapes[i : i + 4]
         keys = jax.random.split(jax.random.PRNGKey(0), 3)
         q, k, v = (jax.random.normal(key, (b, l, n, d), jnp.bfloat16) for key in keys)
         flops = 4 * b * n * l * l * d
@@ -95,9 +112,12 @@ def main() -> None:
                 out = jax.block_until_ready(fn(q, k, v))
                 row["compile_s"] = round(time.perf_counter() - t0, 2)
                 best = time_fn(lambda: fn(q, k, v), args.repeats)
-                row.update(ms=round(best * 1e3, 2), tflops=round(flops / best / 1e12, 1),
-                           of_datasheet=round(flops / best / dev["peak_flops"], 3),
-                           of_matmul=round(flops / best / 1e12 / peak, 3))
+                row.update(
+                    ms=round(best * 1e3, 2),
+                    tflops=round(flops / best / 1e12, 1),
+                    of_datasheet=round(flops / best / dev["peak_flops"], 3),
+                    of_matmul=round(flops / best / 1e12 / peak, 3),
+                )
                 if ref is None:
                     ref = out
                 else:  # the same attention: agree to bf16 rounding

@@ -9,26 +9,40 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: Dense bfloat16 TFLOP/s per chip (Google Cloud's TPU datasheets), by a substring of
 #: ``jax.devices()[0].device_kind``, most specific first.
-PEAK_BF16_TFLOPS = (("v6 lite", 918.0), ("v6e", 918.0), ("v5 lite", 197.0), ("v5e", 197.0), ("v5p", 459.0),
-                    ("v5", 459.0), ("v4", 275.0), ("v3", 123.0), ("v2", 45.0))
+PEAK_BF16_TFLOPS = (
+    ("v6 lite", 918.0),
+    ("v6e", 918.0),
+    ("v5 lite", 197.0),
+    ("v5e", 197.0),
+    ("v5p", 459.0),
+    ("v5", 459.0),
+    ("v4", 275.0),
+    ("v3", 123.0),
+    ("v2", 45.0),
+)
 
 
 def device_summary() -> dict:
     """The first device, its datasheet peak FLOP/s (None off TPU), JAX's version, the date."""
     import jax
-
     from step_bench import cpu_model
 
     d = jax.devices()[0]
     kind = d.device_kind
     peak = next((t for key, t in PEAK_BF16_TFLOPS if key in kind.lower()), None) if d.platform == "tpu" else None
-    return {"platform": d.platform, "device_kind": kind, "devices": jax.device_count(),
-            "peak_flops": None if peak is None else peak * 1e12, "jax": jax.__version__,
-            "host_cpu": cpu_model(), "date": datetime.date.today().isoformat()}
+    return {
+        "platform": d.platform,
+        "device_kind": kind,
+        "devices": jax.device_count(),
+        "peak_flops": None if peak is None else peak * 1e12,
+        "jax": jax.__version__,
+        "host_cpu": cpu_model(),
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def time_fn(fn: Callable, repeats: int) -> float:
@@ -52,7 +66,7 @@ def matmul_peak(n: int = 8192, repeats: int = 5) -> float:
     a = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.bfloat16)
     b = jax.random.normal(jax.random.PRNGKey(2), (n, n), jnp.bfloat16)
     f = jax.jit(lambda a, b: a @ b)
-    return round(2 * n ** 3 / time_fn(lambda: f(a, b), repeats) / 1e12, 1)
+    return round(2 * n**3 / time_fn(lambda: f(a, b), repeats) / 1e12, 1)
 
 
 def peak_hbm_gib() -> float | None:

@@ -40,7 +40,8 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = os.path.join(ROOT, "reference_configs")
@@ -107,8 +108,14 @@ def host_values(shape, dtype, seed: int):
     return np.resize(base, size).reshape(shape)
 
 
-def build_transformer(info, dtype, blocks: int | None = None, reuse_chunks: bool = False, attention: str = "auto",
-                      name: str = "transformer"):
+def build_transformer(
+    info,
+    dtype,
+    blocks: int | None = None,
+    reuse_chunks: bool = False,
+    attention: str = "auto",
+    name: str = "transformer",
+):
     """The checkpoint's transformer ``name`` (its registry entry: config class, model, the
     parameters kept float32, the block stacks) with host-made weights on this process's first
     device; ``blocks``: every block stack in host-memory chunks of N blocks, streamed each step
@@ -127,8 +134,9 @@ def build_transformer(info, dtype, blocks: int | None = None, reuse_chunks: bool
     cfg = spec.config_class().from_config_dict(ckpt.config(name), source=ckpt.config_file(name))
     model_cls = spec.model_class()
     policy = DtypePolicy(dtype, spec.fp32())
-    graphdef, flat = abstract_params(lambda: model_cls(cfg, dtype=dtype, param_dtype=dtype, attention=attention,
-                                                       rngs=nnx.Rngs(0), mesh=None))
+    graphdef, flat = abstract_params(
+        lambda: model_cls(cfg, dtype=dtype, param_dtype=dtype, attention=attention, rngs=nnx.Rngs(0), mesh=None)
+    )
     sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     kind = host_memory_kind()
     stacks = spec.block_stacks if blocks is not None else ()
@@ -191,8 +199,18 @@ class Step:
     shapes: dict  # what the FLOP formula reads: batch, tokens, text lengths...
 
 
-def build_step(preset: "Preset", dtype, *, blocks=None, reuse_chunks=False, attention="auto", tiny=False,
-               num_layers=None, call: dict | None = None, steps: int = 4) -> Step:
+def build_step(
+    preset: Preset,
+    dtype,
+    *,
+    blocks=None,
+    reuse_chunks=False,
+    attention="auto",
+    tiny=False,
+    num_layers=None,
+    call: dict | None = None,
+    steps: int = 4,
+) -> Step:
     """The preset's pipeline with host-made transformer weights and the step of a call at the
     checkpoint's default size (``call``: keywords that replace it, e.g. ``height``), its
     schedule set for ``steps`` steps."""
@@ -246,9 +264,10 @@ def build_vae(info, dtype, name: str = "vae"):
     cfg = spec.config_class().from_config_dict(ckpt.config(name), source=ckpt.config_file(name))
     policy = DtypePolicy(dtype, spec.fp32())
     graphdef, flat = abstract_params(lambda: spec.model_class()(cfg, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
-    filled = [(path, var.replace(jax.device_put(host_values(var.get_value().shape, np.dtype(policy.dtype_for(path)),
-                                                            i))))
-              for i, (path, var) in enumerate(flat.items())]
+    filled = [
+        (path, var.replace(jax.device_put(host_values(var.get_value().shape, np.dtype(policy.dtype_for(path)), i))))
+        for i, (path, var) in enumerate(flat.items())
+    ]
     return nnx.merge(graphdef, nnx.from_flat_state(filled))
 
 
@@ -282,11 +301,23 @@ def wan_flops(cfg, s: dict) -> int:
     attention ``4·L²·d + 4·L·S·d``; the patch embedding, the output projection, the text
     embedder (``text_dim -> d -> d``) and the time embedder with its 6-fold projection."""
     L, S, d, f = s["tokens"], s["text"], cfg.inner_dim, cfg.ffn_dim
-    block = (4 * linear(L, d, d) + 2 * linear(L, d, d) + 2 * linear(S, d, d) + 2 * linear(L, d, f)
-             + attention(L, L, d) + attention(L, S, d))
+    block = (
+        4 * linear(L, d, d)
+        + 2 * linear(L, d, d)
+        + 2 * linear(S, d, d)
+        + 2 * linear(L, d, f)
+        + attention(L, L, d)
+        + attention(L, S, d)
+    )
     patch = s["patch_in"]
-    ends = (linear(L, patch, d) + linear(L, d, s["patch_out"]) + linear(S, cfg.text_dim, d) + linear(S, d, d)
-            + timestep_mlp(d, cfg.freq_dim) + linear(1, d, 6 * d))
+    ends = (
+        linear(L, patch, d)
+        + linear(L, d, s["patch_out"])
+        + linear(S, cfg.text_dim, d)
+        + linear(S, d, d)
+        + timestep_mlp(d, cfg.freq_dim)
+        + linear(1, d, 6 * d)
+    )
     return s["batch"] * (cfg.num_layers * block + ends)
 
 
@@ -303,16 +334,34 @@ def hunyuan15_flops(cfg, s: dict) -> int:
     L, d, m = s["tokens"], cfg.inner_dim, cfg.mlp_dim
     l1, l2, l3 = s["text"], s["glyph"], s["image"]
     c = l1 + l2 + l3
-    block = (4 * linear(L, d, d) + 4 * linear(c, d, d) + attention(L + c, L + c, d) + 2 * linear(L, d, m)
-             + 2 * linear(c, d, m) + 2 * linear(1, d, 6 * d))
+    block = (
+        4 * linear(L, d, d)
+        + 4 * linear(c, d, d)
+        + attention(L + c, L + c, d)
+        + 2 * linear(L, d, m)
+        + 2 * linear(c, d, m)
+        + 2 * linear(1, d, 6 * d)
+    )
     rm = cfg.refiner_mlp_dim
     refiner_block = 4 * linear(l1, d, d) + attention(l1, l1, d) + 2 * linear(l1, d, rm) + linear(1, d, 2 * d)
-    refiner = (linear(l1, cfg.text_embed_dim, d) + cfg.num_refiner_layers * refiner_block + timestep_mlp(d)
-               + linear(1, cfg.text_embed_dim, d) + linear(1, d, d))
+    refiner = (
+        linear(l1, cfg.text_embed_dim, d)
+        + cfg.num_refiner_layers * refiner_block
+        + timestep_mlp(d)
+        + linear(1, cfg.text_embed_dim, d)
+        + linear(1, d, d)
+    )
     glyph = linear(l2, cfg.text_embed_2_dim, 2048) + linear(l2, 2048, 2048) + linear(l2, 2048, d)
     image = linear(l3, cfg.image_embed_dim, cfg.image_embed_dim) + linear(l3, cfg.image_embed_dim, d)
-    ends = (linear(L, s["patch_in"], d) + linear(L, d, s["patch_out"]) + linear(1, d, 2 * d) + timestep_mlp(d)
-            + refiner + glyph + image)
+    ends = (
+        linear(L, s["patch_in"], d)
+        + linear(L, d, s["patch_out"])
+        + linear(1, d, 2 * d)
+        + timestep_mlp(d)
+        + refiner
+        + glyph
+        + image
+    )
     return s["batch"] * (cfg.num_layers * block + ends)
 
 
@@ -330,17 +379,37 @@ def ltx2_flops(cfg, s: dict) -> int:
     n, m, t = s["tokens"], s["audio_tokens"], s["text"]
     d, da, i = cfg.inner_dim, cfg.audio_inner_dim, cfg.audio_num_attention_heads * cfg.audio_attention_head_dim
     dc, dac = cfg.cross_attention_dim, cfg.audio_cross_attention_dim
-    block = (4 * linear(n, d, d) + attention(n, n, d) + 4 * linear(m, da, da) + attention(m, m, da)
-             + 2 * linear(n, d, d) + 2 * linear(t, dc, d) + attention(n, t, d)
-             + 2 * linear(m, da, da) + 2 * linear(t, dac, da) + attention(m, t, da)
-             + 2 * (2 * linear(n, d, i) + 2 * linear(m, da, i)) + 2 * attention(n, m, i)
-             + 2 * linear(n, d, 4 * d) + 2 * linear(m, da, 4 * da))
+    block = (
+        4 * linear(n, d, d)
+        + attention(n, n, d)
+        + 4 * linear(m, da, da)
+        + attention(m, m, da)
+        + 2 * linear(n, d, d)
+        + 2 * linear(t, dc, d)
+        + attention(n, t, d)
+        + 2 * linear(m, da, da)
+        + 2 * linear(t, dac, da)
+        + attention(m, t, da)
+        + 2 * (2 * linear(n, d, i) + 2 * linear(m, da, i))
+        + 2 * attention(n, m, i)
+        + 2 * linear(n, d, 4 * d)
+        + 2 * linear(m, da, 4 * da)
+    )
     cc = cfg.caption_channels
-    modulation = sum(timestep_mlp(w) + linear(1, w, k * w) for w, k in ((d, 6), (da, 6), (d, 4), (da, 4), (d, 1),
-                                                                          (da, 1)))
-    ends = (linear(n, cfg.in_channels, d) + linear(n, d, cfg.out_dim) + linear(m, cfg.audio_in_channels, da)
-            + linear(m, da, cfg.audio_out_dim) + linear(t, cc, d) + linear(t, d, d) + linear(t, cc, da)
-            + linear(t, da, da) + modulation)
+    modulation = sum(
+        timestep_mlp(w) + linear(1, w, k * w) for w, k in ((d, 6), (da, 6), (d, 4), (da, 4), (d, 1), (da, 1))
+    )
+    ends = (
+        linear(n, cfg.in_channels, d)
+        + linear(n, d, cfg.out_dim)
+        + linear(m, cfg.audio_in_channels, da)
+        + linear(m, da, cfg.audio_out_dim)
+        + linear(t, cc, d)
+        + linear(t, d, d)
+        + linear(t, cc, da)
+        + linear(t, da, da)
+        + modulation
+    )
     return s["batch"] * (cfg.num_layers * block + ends)
 
 
@@ -354,8 +423,12 @@ def cosmos3_flops(cfg, s: dict) -> int:
     Once per call: ``proj_in`` and ``proj_out`` of the patches (``p²·C <-> d``) and the
     time embedder, which runs per noisy token (``256 -> d -> d`` on each)."""
     u, g, gn = s["text"], s["tokens"], s["noisy_tokens"]
-    d, qk, kv, f = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, \
-        cfg.intermediate_size
+    d, qk, kv, f = (
+        cfg.hidden_size,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.num_key_value_heads * cfg.head_dim,
+        cfg.intermediate_size,
+    )
     mlp = 3 if cfg.hidden_act == "silu" else 2
 
     def pathway(n):
@@ -417,17 +490,25 @@ def _wan_shapes(pipe, call, x, embeds, args):
     cfg = pipe.transformer.config
     b, t, h, w, c = x.shape
     pt, ph, pw = cfg.patch_size
-    return {"batch": b * (2 if call.do_cfg else 1), "tokens": (t // pt) * (h // ph) * (w // pw),
-            "text": embeds.shape[1], "patch_in": pt * ph * pw * cfg.in_channels,
-            "patch_out": pt * ph * pw * cfg.out_channels}
+    return {
+        "batch": b * (2 if call.do_cfg else 1),
+        "tokens": (t // pt) * (h // ph) * (w // pw),
+        "text": embeds.shape[1],
+        "patch_in": pt * ph * pw * cfg.in_channels,
+        "patch_out": pt * ph * pw * cfg.out_channels,
+    }
 
 
 def _hunyuan15_embeds(cfg, call):
     from vidax.models.hunyuan_video15.text import GLYPH_MAX_LENGTH
 
     l1 = call.max_sequence_length
-    return (_f((1, l1, cfg.text_embed_dim)), _mask(l1, max(1, l1 // 8)),
-            _f((1, GLYPH_MAX_LENGTH, cfg.text_embed_2_dim), seed=1), _mask(GLYPH_MAX_LENGTH, 12))
+    return (
+        _f((1, l1, cfg.text_embed_dim)),
+        _mask(l1, max(1, l1 // 8)),
+        _f((1, GLYPH_MAX_LENGTH, cfg.text_embed_2_dim), seed=1),
+        _mask(GLYPH_MAX_LENGTH, 12),
+    )
 
 
 def _hunyuan15_shapes(pipe, call, x, embeds, args):
@@ -436,9 +517,15 @@ def _hunyuan15_shapes(pipe, call, x, embeds, args):
     cfg = pipe.transformer.config
     b, t, h, w, _ = x.shape
     pt, p, _ = cfg.patch
-    return {"batch": b * (2 if call.do_cfg else 1), "tokens": (t // pt) * (h // p) * (w // p),
-            "text": embeds[0].shape[1], "glyph": embeds[2].shape[1], "image": IMAGE_TOKENS,
-            "patch_in": pt * p * p * cfg.in_channels, "patch_out": pt * p * p * cfg.out_dim}
+    return {
+        "batch": b * (2 if call.do_cfg else 1),
+        "tokens": (t // pt) * (h // p) * (w // p),
+        "text": embeds[0].shape[1],
+        "glyph": embeds[2].shape[1],
+        "image": IMAGE_TOKENS,
+        "patch_in": pt * p * p * cfg.in_channels,
+        "patch_out": pt * p * p * cfg.out_dim,
+    }
 
 
 def _ltx2_embeds(cfg, call):
@@ -450,8 +537,12 @@ def _ltx2_shapes(pipe, call, x, embeds, args):
     v, a = x["latents"], x["audio_latents"]
     # the guidance's passes (LTX2Guidance.rows): prompt, negative, and the STG / modality-isolated
     # ones the call's scales turn on, all in one batch
-    return {"batch": v.shape[0] * args[3].rows, "tokens": int(np_prod(v.shape[1:-1])),
-            "audio_tokens": int(a.shape[1]), "text": embeds[0].shape[1]}
+    return {
+        "batch": v.shape[0] * args[3].rows,
+        "tokens": int(np_prod(v.shape[1:-1])),
+        "audio_tokens": int(a.shape[1]),
+        "text": embeds[0].shape[1],
+    }
 
 
 def _cosmos3_embeds(cfg, call):
@@ -465,8 +556,12 @@ def _cosmos3_shapes(pipe, call, x, embeds, args):
     lay = pipe._layout
     t, hp, wp = lay.grid
     sound = lay.sound or 0
-    return {"batch": x["latents"].shape[0] * (2 if call.do_cfg else 1), "text": embeds["ids"].shape[1],
-            "tokens": t * hp * wp + sound, "noisy_tokens": len(lay.noisy) * hp * wp + sound}
+    return {
+        "batch": x["latents"].shape[0] * (2 if call.do_cfg else 1),
+        "text": embeds["ids"].shape[1],
+        "tokens": t * hp * wp + sound,
+        "noisy_tokens": len(lay.noisy) * hp * wp + sound,
+    }
 
 
 def np_prod(shape) -> int:
@@ -486,40 +581,121 @@ TINY_CALL = {"height": 64, "width": 96, "num_frames": 9, "max_sequence_length": 
 LTX2_TINY_CALL = {"height": 256, "width": 384, "num_frames": 17, "max_sequence_length": 32}
 
 
-WAN_TINY = {"num_attention_heads": 2, "attention_head_dim": 64, "ffn_dim": 512, "num_layers": 1, "text_dim": 96,
-            "freq_dim": 64}
+WAN_TINY = {
+    "num_attention_heads": 2,
+    "attention_head_dim": 64,
+    "ffn_dim": 512,
+    "num_layers": 1,
+    "text_dim": 96,
+    "freq_dim": 64,
+}
 WAN_TINY_CALL = {"height": 64, "width": 96, "num_frames": 9, "max_sequence_length": 32}
 #: LTX-2's VAE compresses 32x in space and 8x in time: a larger tiny video for enough tokens.
 LTX2_TINY_CALL = {"height": 256, "width": 384, "num_frames": 17, "max_sequence_length": 32}
 
 PRESETS: dict[str, Preset] = {
-    "wan-1.3b": Preset("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", _wan_embeds, _wan_shapes, wan_flops, WAN_TINY,
-                       WAN_TINY_CALL, note="Wan2.1-T2V-1.3B, 480x832x81, CFG batch 2, UniPC"),
-    "wan-14b": Preset("Wan-AI__Wan2.1-T2V-14B-Diffusers", _wan_embeds, _wan_shapes, wan_flops, WAN_TINY,
-                      WAN_TINY_CALL, note="Wan2.1-T2V-14B, 480x832x81, CFG batch 2, UniPC"),
-    "hunyuan15-480p": Preset("hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-480p_t2v", _hunyuan15_embeds,
-                             _hunyuan15_shapes, hunyuan15_flops,
-                             {"num_attention_heads": 2, "num_layers": 1, "num_refiner_layers": 1,
-                              "text_embed_dim": 64, "text_embed_2_dim": 48, "image_embed_dim": 32}, TINY_CALL,
-                             note="HunyuanVideo 1.5 480p T2V (8.3B), CFG batch 2, flow-match Euler"),
-    "hunyuan15-720p": Preset("hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-720p_t2v", _hunyuan15_embeds,
-                             _hunyuan15_shapes, hunyuan15_flops,
-                             {"num_attention_heads": 2, "num_layers": 1, "num_refiner_layers": 1,
-                              "text_embed_dim": 64, "text_embed_2_dim": 48, "image_embed_dim": 32}, TINY_CALL,
-                             note="HunyuanVideo 1.5 720p T2V (8.3B), CFG batch 2, flow-match Euler"),
-    "ltx2": Preset("Lightricks__LTX-2", _ltx2_embeds, _ltx2_shapes, ltx2_flops,
-                   {"num_attention_heads": 2, "attention_head_dim": 64, "audio_num_attention_heads": 2,
-                    "audio_attention_head_dim": 32, "cross_attention_dim": 128, "audio_cross_attention_dim": 64,
-                    "caption_channels": 96, "num_layers": 1}, LTX2_TINY_CALL,
-                   note="LTX-2 (19B) video + audio, the default guidance passes in one batch, flow-match Euler"),
-    "cosmos3-nano": Preset("nvidia__Cosmos3-Nano", _cosmos3_embeds, _cosmos3_shapes, cosmos3_flops,
-                           {"hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1,
-                            "intermediate_size": 512, "num_hidden_layers": 1, "vocab_size": 1024}, TINY_CALL,
-                           text_len=256, layers_key="num_hidden_layers",
-                           note="Cosmos3-Nano, 256 prompt tokens, CFG batch 2, UniPC"),
-    "cosmos3-edge": Preset("nvidia__Cosmos3-Edge", _cosmos3_embeds, _cosmos3_shapes, cosmos3_flops,
-                           {"hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1,
-                            "intermediate_size": 512, "num_hidden_layers": 1, "vocab_size": 1024}, TINY_CALL,
-                           text_len=256, layers_key="num_hidden_layers",
-                           note="Cosmos3-Edge, 256 prompt tokens, CFG batch 2, UniPC"),
+    "wan-1.3b": Preset(
+        "Wan-AI__Wan2.1-T2V-1.3B-Diffusers",
+        _wan_embeds,
+        _wan_shapes,
+        wan_flops,
+        WAN_TINY,
+        WAN_TINY_CALL,
+        note="Wan2.1-T2V-1.3B, 480x832x81, CFG batch 2, UniPC",
+    ),
+    "wan-14b": Preset(
+        "Wan-AI__Wan2.1-T2V-14B-Diffusers",
+        _wan_embeds,
+        _wan_shapes,
+        wan_flops,
+        WAN_TINY,
+        WAN_TINY_CALL,
+        note="Wan2.1-T2V-14B, 480x832x81, CFG batch 2, UniPC",
+    ),
+    "hunyuan15-480p": Preset(
+        "hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-480p_t2v",
+        _hunyuan15_embeds,
+        _hunyuan15_shapes,
+        hunyuan15_flops,
+        {
+            "num_attention_heads": 2,
+            "num_layers": 1,
+            "num_refiner_layers": 1,
+            "text_embed_dim": 64,
+            "text_embed_2_dim": 48,
+            "image_embed_dim": 32,
+        },
+        TINY_CALL,
+        note="HunyuanVideo 1.5 480p T2V (8.3B), CFG batch 2, flow-match Euler",
+    ),
+    "hunyuan15-720p": Preset(
+        "hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-720p_t2v",
+        _hunyuan15_embeds,
+        _hunyuan15_shapes,
+        hunyuan15_flops,
+        {
+            "num_attention_heads": 2,
+            "num_layers": 1,
+            "num_refiner_layers": 1,
+            "text_embed_dim": 64,
+            "text_embed_2_dim": 48,
+            "image_embed_dim": 32,
+        },
+        TINY_CALL,
+        note="HunyuanVideo 1.5 720p T2V (8.3B), CFG batch 2, flow-match Euler",
+    ),
+    "ltx2": Preset(
+        "Lightricks__LTX-2",
+        _ltx2_embeds,
+        _ltx2_shapes,
+        ltx2_flops,
+        {
+            "num_attention_heads": 2,
+            "attention_head_dim": 64,
+            "audio_num_attention_heads": 2,
+            "audio_attention_head_dim": 32,
+            "cross_attention_dim": 128,
+            "audio_cross_attention_dim": 64,
+            "caption_channels": 96,
+            "num_layers": 1,
+        },
+        LTX2_TINY_CALL,
+        note="LTX-2 (19B) video + audio, the default guidance passes in one batch, flow-match Euler",
+    ),
+    "cosmos3-nano": Preset(
+        "nvidia__Cosmos3-Nano",
+        _cosmos3_embeds,
+        _cosmos3_shapes,
+        cosmos3_flops,
+        {
+            "hidden_size": 256,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 512,
+            "num_hidden_layers": 1,
+            "vocab_size": 1024,
+        },
+        TINY_CALL,
+        text_len=256,
+        layers_key="num_hidden_layers",
+        note="Cosmos3-Nano, 256 prompt tokens, CFG batch 2, UniPC",
+    ),
+    "cosmos3-edge": Preset(
+        "nvidia__Cosmos3-Edge",
+        _cosmos3_embeds,
+        _cosmos3_shapes,
+        cosmos3_flops,
+        {
+            "hidden_size": 256,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 512,
+            "num_hidden_layers": 1,
+            "vocab_size": 1024,
+        },
+        TINY_CALL,
+        text_len=256,
+        layers_key="num_hidden_layers",
+        note="Cosmos3-Edge, 256 prompt tokens, CFG batch 2, UniPC",
+    ),
 }

@@ -46,9 +46,18 @@ def wan_step_flops(config: dict, latent: tuple[int, int, int], text_len: int = 5
     cfg = WanTransformerConfig.from_config_dict(config)
     t, h, w = latent
     pt, ph, pw = cfg.patch_size
-    return float(wan_flops(cfg, {"batch": batch, "tokens": (t // pt) * (h // ph) * (w // pw), "text": text_len,
-                                 "patch_in": pt * ph * pw * cfg.in_channels,
-                                 "patch_out": pt * ph * pw * cfg.out_channels}))
+    return float(
+        wan_flops(
+            cfg,
+            {
+                "batch": batch,
+                "tokens": (t // pt) * (h // ph) * (w // pw),
+                "text": text_len,
+                "patch_in": pt * ph * pw * cfg.in_channels,
+                "patch_out": pt * ph * pw * cfg.out_channels,
+            },
+        )
+    )
 
 
 def check_flops(model: str, tiny: bool, num_layers, call: dict) -> dict:
@@ -61,12 +70,17 @@ def check_flops(model: str, tiny: bool, num_layers, call: dict) -> dict:
     lowered = s.fn.lower(s.params, s.x, s.state, *s.args)
     xla = float(lowered.cost_analysis()["flops"])
     formula = float(preset.flops(s.cfg, s.shapes))
-    return {"model": model, "tiny": tiny, "shapes": s.shapes, "xla_flops": xla, "formula_flops": formula,
-            "formula_over_xla": round(formula / xla, 4)}
+    return {
+        "model": model,
+        "tiny": tiny,
+        "shapes": s.shapes,
+        "xla_flops": xla,
+        "formula_flops": formula,
+        "formula_over_xla": round(formula / xla, 4),
+    }
 
 
-def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attention: str, tiny: bool,
-        call: dict) -> dict:
+def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attention: str, tiny: bool, call: dict) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -74,8 +88,17 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
 
     preset = PRESETS[model]
     t_build = time.perf_counter()
-    s = build_step(preset, jnp.bfloat16, blocks=blocks, reuse_chunks=reuse_chunks, attention=attention, tiny=tiny,
-                   num_layers=num_layers, call=call, steps=steps + 2)
+    s = build_step(
+        preset,
+        jnp.bfloat16,
+        blocks=blocks,
+        reuse_chunks=reuse_chunks,
+        attention=attention,
+        tiny=tiny,
+        num_layers=num_layers,
+        call=call,
+        steps=steps + 2,
+    )
     build_s = time.perf_counter() - t_build
     t0 = time.perf_counter()
     compiled = s.fn.lower(s.params, s.x, s.state, *s.args).compile()
@@ -97,13 +120,29 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
     layers = getattr(s.cfg, preset.layers_key)
     flops = preset.flops(s.cfg, s.shapes)
     c = s.call
-    return {"model": model, "what": preset.note, "tiny": tiny, "num_layers": layers,
-            "size_HxWxF": [c.height, c.width, c.num_frames], "latent": [list(leaf.shape) for leaf in jax.tree.leaves(x)],
-            "shapes": s.shapes, "blocks_per_chunk": blocks, "streamed": bool(offloaded_stacks(s.pipe.transformer)),
-            "reuse_chunks": reuse_chunks, "attention": attention, "build_s": round(build_s, 1),
-            "compile_s": round(compile_s, 1), "step_s": round(min(times), 3), "step_s_all": [round(t, 3) for t in times],
-            "per_block_s": round(min(times) / layers, 4), "step_flops": float(flops), "step_tflop": round(flops / 1e12, 3),
-            "peak_hbm_gib": peak_hbm_gib(), "finite": finite, "first_latent": float(jnp.abs(first_leaf(x)).mean())}
+    return {
+        "model": model,
+        "what": preset.note,
+        "tiny": tiny,
+        "num_layers": layers,
+        "size_HxWxF": [c.height, c.width, c.num_frames],
+        "latent": [list(leaf.shape) for leaf in jax.tree.leaves(x)],
+        "shapes": s.shapes,
+        "blocks_per_chunk": blocks,
+        "streamed": bool(offloaded_stacks(s.pipe.transformer)),
+        "reuse_chunks": reuse_chunks,
+        "attention": attention,
+        "build_s": round(build_s, 1),
+        "compile_s": round(compile_s, 1),
+        "step_s": round(min(times), 3),
+        "step_s_all": [round(t, 3) for t in times],
+        "per_block_s": round(min(times) / layers, 4),
+        "step_flops": float(flops),
+        "step_tflop": round(flops / 1e12, 3),
+        "peak_hbm_gib": peak_hbm_gib(),
+        "finite": finite,
+        "first_latent": float(jnp.abs(first_leaf(x)).mean()),
+    }
 
 
 def main() -> None:
@@ -114,18 +153,25 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=None, help="video frames (default: the checkpoint's)")
     p.add_argument("--tiny", action="store_true", help="the tiny config and a small video (CPU smoke runs)")
     p.add_argument("--check-flops", action="store_true", help="formula vs XLA's FLOPs of the lowered step; no run")
-    p.add_argument("--blocks", type=int, default=None, help="stream N blocks a chunk from pinned_host (default: resident)")
+    p.add_argument(
+        "--blocks", type=int, default=None, help="stream N blocks a chunk from pinned_host (default: resident)"
+    )
     p.add_argument("--reuse-chunks", action="store_true", help="every chunk streams the same host buffers")
     p.add_argument("--num-layers", type=int, default=None, help="a subset of the blocks (reported)")
     p.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
     p.add_argument("--attention", default="auto")
-    p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "default"],
-                   help="as the pipeline's matmul_precision (bf16 products are the same in all three)")
+    p.add_argument(
+        "--matmul-precision",
+        default="highest",
+        choices=["highest", "high", "default"],
+        help="as the pipeline's matmul_precision (bf16 products are the same in all three)",
+    )
     p.add_argument("--no-matmul-peak", action="store_true", help="skip the 8192³ matmul (saves ~10 s)")
     p.add_argument("--out", default=None, help="append the JSON row to this file")
     args = p.parse_args()
-    call = {k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.frames))
-            if v is not None}
+    call = {
+        k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.frames)) if v is not None
+    }
     import jax
 
     if args.check_flops:
@@ -138,8 +184,11 @@ def main() -> None:
     if not args.no_matmul_peak:
         row["matmul_8192_tflops"] = matmul_peak()
     with jax.default_matmul_precision(args.matmul_precision):
-        row.update(run(args.model, args.blocks, args.steps, args.num_layers, args.reuse_chunks, args.attention,
-                       args.tiny, call))
+        row.update(
+            run(
+                args.model, args.blocks, args.steps, args.num_layers, args.reuse_chunks, args.attention, args.tiny, call
+            )
+        )
     row["matmul_precision"] = args.matmul_precision
     rate = row["step_flops"] / row["step_s"]
     row["tflops"] = round(rate / 1e12, 3)

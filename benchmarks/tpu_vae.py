@@ -70,30 +70,51 @@ def main() -> None:
     pipe = cls(info, {"vae": vae, "scheduler": cls.load_component(info, "scheduler")}, dtype=jnp.bfloat16)
     call = dict(preset.tiny_call if args.tiny else {}, num_inference_steps=2)  # LTX-2 refuses one step
     call.pop("max_sequence_length", None)
-    call.update({k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.frames))
-                 if v is not None})
+    call.update(
+        {
+            k: v
+            for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.frames))
+            if v is not None
+        }
+    )
     c = cls.check_call(info, PROMPT, **call)
     stats = RunStats()
     cond = pipe.condition(c, stats)
     x = pipe.final_latents(c, pipe.prepare_latents(c, pipe.initial_noise(c), cond), cond)
     z = x[cls.latent_streams[0]] if isinstance(x, dict) else x
-    row = {"device": device_summary(), "model": args.model, "vae": info.checkpoint.class_of("vae"),
-           "size_HxWxF": [c.height, c.width, c.num_frames], "latent": list(z.shape), "dtype": args.dtype,
-           "tiling": args.tiling, "matmul_precision": args.matmul_precision, "compile_cache": args.cache_dir}
+    row = {
+        "device": device_summary(),
+        "model": args.model,
+        "vae": info.checkpoint.class_of("vae"),
+        "size_HxWxF": [c.height, c.width, c.num_frames],
+        "latent": list(z.shape),
+        "dtype": args.dtype,
+        "tiling": args.tiling,
+        "matmul_precision": args.matmul_precision,
+        "compile_cache": args.cache_dir,
+    }
     c = dataclasses.replace(c, progress=False)
     with jax.default_matmul_precision(args.matmul_precision):
         t0 = time.perf_counter()
         with count_compiles() as counts:
             out = pipe.decode(c, z, stats)
-        row.update(cold_s=round(time.perf_counter() - t0, 1), compiles=counts.compiled, from_cache=counts.from_cache,
-                   chunks=int(vae.decode_chunks(vae.denormalize_latents(z))))
+        row.update(
+            cold_s=round(time.perf_counter() - t0, 1),
+            compiles=counts.compiled,
+            from_cache=counts.from_cache,
+            chunks=int(vae.decode_chunks(vae.denormalize_latents(z))),
+        )
         best = float("inf")
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             out = pipe.decode(c, z, stats)
             best = min(best, time.perf_counter() - t0)
-        row.update(warm_s=round(best, 2), frames=list(out.shape), peak_hbm_gib=peak_hbm_gib(),
-                   finite=bool(np.isfinite(out).all()))
+        row.update(
+            warm_s=round(best, 2),
+            frames=list(out.shape),
+            peak_hbm_gib=peak_hbm_gib(),
+            finite=bool(np.isfinite(out).all()),
+        )
     print("RESULT " + json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "a") as f:

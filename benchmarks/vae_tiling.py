@@ -112,10 +112,17 @@ def run_case(family: str, height: int, width: int, frames: int, base_dim: int, t
     video = vae.decode(z)
     seconds = time.perf_counter() - t0
     allocator, source = device_memory_bytes()
-    return dict(height=height, width=width, latent_frames=frames, frames=int(video.shape[1]), tiled=tiled,
-                peak_bytes=peak[0] if on_cpu else allocator,
-                source="live arrays + XLA memory_analysis per chunk" if on_cpu else source,
-                decode_s=round(seconds, 1), backend=jax.default_backend())
+    return dict(
+        height=height,
+        width=width,
+        latent_frames=frames,
+        frames=int(video.shape[1]),
+        tiled=tiled,
+        peak_bytes=peak[0] if on_cpu else allocator,
+        source="live arrays + XLA memory_analysis per chunk" if on_cpu else source,
+        decode_s=round(seconds, 1),
+        backend=jax.default_backend(),
+    )
 
 
 def main(argv=None) -> None:
@@ -123,8 +130,12 @@ def main(argv=None) -> None:
     p.add_argument("--height", type=int, default=720)
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--frames", type=int, default=2, help="latent frames of the short clip (the long one has 4x)")
-    p.add_argument("--base-dim", type=int, default=12,
-                   help="decoder width at full resolution (released: Wan 96, CogVideoX / HunyuanVideo 128)")
+    p.add_argument(
+        "--base-dim",
+        type=int,
+        default=12,
+        help="decoder width at full resolution (released: Wan 96, CogVideoX / HunyuanVideo 128)",
+    )
     p.add_argument("--family", default="wan", help="wan (also Cosmos-Predict2.5's VAE), cogvideox or hunyuan")
     p.add_argument("--case", help=argparse.SUPPRESS)  # one case, in its own process
     args = p.parse_args(argv)
@@ -132,17 +143,33 @@ def main(argv=None) -> None:
         frames, tiled = args.case.split(",")
         print(json.dumps(run_case(args.family, args.height, args.width, int(frames), args.base_dim, tiled == "1")))
         return
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; {args.family} VAE base_dim={args.base_dim}, "
-          f"{args.width} x {args.height}")
+    print(
+        f"CPU: {cpu_model()}, {os.cpu_count()} cores; {args.family} VAE base_dim={args.base_dim}, "
+        f"{args.width} x {args.height}"
+    )
     print(f"{'decode':>8} {'latent frames':>14} {'frames':>7} {'peak device MiB':>16} {'time s':>7}  measured by")
     for tiled in (False, True):
         for frames in (args.frames, 4 * args.frames):
-            cmd = [sys.executable, __file__, "--height", str(args.height), "--width", str(args.width),
-                   "--base-dim", str(args.base_dim), "--family", args.family, "--case", f"{frames},{int(tiled)}"]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--height",
+                str(args.height),
+                "--width",
+                str(args.width),
+                "--base-dim",
+                str(args.base_dim),
+                "--family",
+                args.family,
+                "--case",
+                f"{frames},{int(tiled)}",
+            ]
             r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=ROOT))
             row = json.loads(r.stdout.strip().splitlines()[-1])
-            print(f"{'tiled' if tiled else 'untiled':>8} {frames:>14} {row['frames']:>7} "
-                  f"{row['peak_bytes'] / 2**20:>16.1f} {row['decode_s']:>7}  {row['source']} ({row['backend']})")
+            print(
+                f"{'tiled' if tiled else 'untiled':>8} {frames:>14} {row['frames']:>7} "
+                f"{row['peak_bytes'] / 2**20:>16.1f} {row['decode_s']:>7}  {row['source']} ({row['backend']})"
+            )
 
 
 if __name__ == "__main__":

@@ -18,17 +18,34 @@ from step_bench import StepBench, configure_xla_threads, main, prepare_jax, run_
 
 # Wan-AI/Wan2.1-T2V-1.3B-Diffusers transformer/config.json (see reference_configs/).
 CONFIG_1_3B = {
-    "added_kv_proj_dim": None, "attention_head_dim": 128, "cross_attn_norm": True, "eps": 1e-06,
-    "ffn_dim": 8960, "freq_dim": 256, "image_dim": None, "in_channels": 16, "num_attention_heads": 12,
-    "num_layers": 30, "out_channels": 16, "patch_size": [1, 2, 2], "qk_norm": "rms_norm_across_heads",
-    "rope_max_seq_len": 1024, "text_dim": 4096,
+    "added_kv_proj_dim": None,
+    "attention_head_dim": 128,
+    "cross_attn_norm": True,
+    "eps": 1e-06,
+    "ffn_dim": 8960,
+    "freq_dim": 256,
+    "image_dim": None,
+    "in_channels": 16,
+    "num_attention_heads": 12,
+    "num_layers": 30,
+    "out_channels": 16,
+    "patch_size": [1, 2, 2],
+    "qk_norm": "rms_norm_across_heads",
+    "rope_max_seq_len": 1024,
+    "text_dim": 4096,
 }
 # Wan-AI/Wan2.1-T2V-14B-Diffusers transformer/config.json: the 1.3B keys with these values.
 CONFIG_14B = dict(CONFIG_1_3B, ffn_dim=13824, num_attention_heads=40, num_layers=40)
 SCHEDULER = {
-    "_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction", "use_flow_sigmas": True,
-    "num_train_timesteps": 1000, "flow_shift": 3.0, "solver_order": 2, "solver_type": "bh2",
-    "lower_order_final": True, "final_sigmas_type": "zero",
+    "_class_name": "UniPCMultistepScheduler",
+    "prediction_type": "flow_prediction",
+    "use_flow_sigmas": True,
+    "num_train_timesteps": 1000,
+    "flow_shift": 3.0,
+    "solver_order": 2,
+    "solver_type": "bh2",
+    "lower_order_final": True,
+    "final_sigmas_type": "zero",
 }
 TEXT_LEN = 512
 
@@ -50,10 +67,15 @@ def run_vidax(dtype_name: str, latent, steps: int, threads: int, num_layers=None
 
     cfg = WanTransformerConfig.from_config_dict(_config(num_layers))
     t, h, w = latent
-    b = prepare_jax(dtype_name, lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention,
-                                                                 rngs=nnx.Rngs(0)),
-                    TRANSFORMER_FP32_PARAMS, (1, t, h, w, cfg.in_channels), (2, TEXT_LEN, cfg.text_dim),
-                    SCHEDULER, steps)
+    b = prepare_jax(
+        dtype_name,
+        lambda d: WanTransformer3DModel(cfg, dtype=d, param_dtype=d, attention=attention, rngs=nnx.Rngs(0)),
+        TRANSFORMER_FP32_PARAMS,
+        (1, t, h, w, cfg.in_channels),
+        (2, TEXT_LEN, cfg.text_dim),
+        SCHEDULER,
+        steps,
+    )
 
     def step(params, latents, state, context):
         model = nnx.merge(b.graphdef, params)
@@ -102,7 +124,7 @@ BENCH = StepBench(
     title="Wan2.1-T2V-1.3B denoising step",
     model="Wan2.1-T2V-1.3B transformer (random weights)",
     step="the transformer on cond and uncond (vidax: one batch of 2; diffusers: two calls, as "
-         "WanPipeline) plus one UniPC update.",
+    "WanPipeline) plus one UniPC update.",
     default_latent=(5, 32, 32),
     default_out="wan_step",
     tokens=lambda thw: thw[0] * (thw[1] // 2) * (thw[2] // 2),

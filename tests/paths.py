@@ -26,6 +26,10 @@ REFERENCE_CONFIGS = _reference_configs()
 def project_files() -> list[str]:
     """Tracked files and untracked ones git does not ignore, relative to :data:`REPO` (what a
     clone of this work holds)."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=REPO, capture_output=True, check=True)
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
     return [f for f in out.stdout.decode().split("\0") if f and os.path.isfile(REPO / f)]

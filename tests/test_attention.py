@@ -45,9 +45,13 @@ def test_blockwise_equals_xla_odd_lengths(lq, lk, block):
 def test_xla_matches_torch_sdpa():
     torch = pytest.importorskip("torch")
     q, k, v = _qkv(2, 19, 23, 3, 12, seed=3)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(np.array(t)).permute(0, 2, 1, 3) for t in (q, k, v))
-    ).permute(0, 2, 1, 3).numpy()
+    want = (
+        torch.nn.functional.scaled_dot_product_attention(
+            *(torch.from_numpy(np.array(t)).permute(0, 2, 1, 3) for t in (q, k, v))
+        )
+        .permute(0, 2, 1, 3)
+        .numpy()
+    )
     for impl in ("xla", "blockwise"):
         got = dot_product_attention(q, k, v, implementation=impl, block_size=8)
         assert max_rel_err(got, want) < FP32_TOL, impl
@@ -66,8 +70,11 @@ def test_bf16_blockwise_close_to_fp32():
     q, k, v = _qkv(2, 33, 45, 3, 16, seed=5)
     want = dot_product_attention(q, k, v, implementation="xla")
     got = dot_product_attention(
-        q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16),
-        implementation="blockwise", block_size=8,
+        q.astype(jnp.bfloat16),
+        k.astype(jnp.bfloat16),
+        v.astype(jnp.bfloat16),
+        implementation="blockwise",
+        block_size=8,
     )
     assert got.dtype == jnp.bfloat16
     # bf16 inputs (2^-9 relative rounding) and bf16 output rounding: ~1e-2 relative.

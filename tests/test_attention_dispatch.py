@@ -27,12 +27,17 @@ TOL = 2e-6
 def _qkv(b, lq, lk, n=3, k=12, seed=0):
     g = np.random.default_rng(seed)
     q = 3.0 * g.standard_normal((b, lq, n, k))  # large scores: the online max / rescale matters
-    return tuple(jnp.asarray(a, jnp.float32) for a in (q, g.standard_normal((b, lk, n, k)), g.standard_normal((b, lk, n, k))))
+    return tuple(
+        jnp.asarray(a, jnp.float32) for a in (q, g.standard_normal((b, lk, n, k)), g.standard_normal((b, lk, n, k)))
+    )
 
 
 def _run(impl, q, k, v, seg=None, block_size=16):
-    fn = jax.jit(lambda q, k, v, s: dot_product_attention(
-        q, k, v, implementation=impl, block_size=block_size, segment_ids=s, interpret=True))
+    fn = jax.jit(
+        lambda q, k, v, s: dot_product_attention(
+            q, k, v, implementation=impl, block_size=block_size, segment_ids=s, interpret=True
+        )
+    )
     return np.asarray(fn(q, k, v, seg))
 
 
@@ -103,9 +108,12 @@ def test_auto_per_backend(monkeypatch):
     big = jnp.zeros((1, 4096, 2, 64), jnp.float32)  # 4096^2 = 2^24 scores > AUTO_XLA_MAX_SCORES
     small = jnp.zeros((1, 64, 2, 64), jnp.float32)
     for name, dtype, want in [
-        ("cpu", jnp.float32, "blockwise"), ("cpu", jnp.bfloat16, "blockwise"),
-        ("tpu", jnp.float32, "pallas_tpu"), ("tpu", jnp.bfloat16, "pallas_tpu"),
-        ("gpu", jnp.bfloat16, "cudnn"), ("gpu", jnp.float32, "blockwise"),
+        ("cpu", jnp.float32, "blockwise"),
+        ("cpu", jnp.bfloat16, "blockwise"),
+        ("tpu", jnp.float32, "pallas_tpu"),
+        ("tpu", jnp.bfloat16, "pallas_tpu"),
+        ("gpu", jnp.bfloat16, "cudnn"),
+        ("gpu", jnp.float32, "blockwise"),
     ]:
         monkeypatch.setattr(attn, "backend", lambda name=name: name)
         q = big.astype(dtype)
@@ -178,8 +186,11 @@ def test_ulysses_equals_unsharded(sizes, impl):
     mesh = make_mesh(*sizes)
     q, k, v = _qkv(2, 16, 16, n=8, seed=3)
     want = _run("xla", q[:, :13], k[:, :13], v[:, :13])
-    fn = jax.jit(lambda q, k, v: ulysses_attention(q, k, v, mesh, valid_length=13, implementation=impl,
-                                                   block_size=8, interpret=True))
+    fn = jax.jit(
+        lambda q, k, v: ulysses_attention(
+            q, k, v, mesh, valid_length=13, implementation=impl, block_size=8, interpret=True
+        )
+    )
     got = np.asarray(fn(q, k, v))
     err = max_rel_err(got[:, :13], want)
     assert err < TOL, err

@@ -35,8 +35,11 @@ def _qkv(lq, lk, seed, n_kv=N_KV):
 
 def _ours(impl, q, k, v, causal=False, **kw):
     """vidax's attention, jitted; ``kw`` (segment_ids, bias) are traced arguments."""
-    fn = jax.jit(lambda q, k, v, kw: dot_product_attention(
-        q, k, v, implementation=impl, block_size=5, interpret=True, causal=causal, **kw))
+    fn = jax.jit(
+        lambda q, k, v, kw: dot_product_attention(
+            q, k, v, implementation=impl, block_size=5, interpret=True, causal=causal, **kw
+        )
+    )
     return np.asarray(fn(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), kw))
 
 
@@ -101,8 +104,8 @@ def test_key_padding_segments_with_causal(impl, lk):
     q, k, v = _qkv(lq, lk, seed=4 + lk)
     kv_mask = np.ones((B, lk), bool)
     kv_mask[0, :3] = False  # left padding
-    kv_mask[1, lk - 5:] = False  # right padding
-    q_mask = kv_mask[:, lk - lq:]
+    kv_mask[1, lk - 5 :] = False  # right padding
+    q_mask = kv_mask[:, lk - lq :]
     bool_mask = _lower_right(lq, lk)[None, None] & kv_mask[:, None, None, :]
     want = _torch(q, k, v, attn_mask=bool_mask)
     seg = SegmentIds.for_mask(q_mask, kv_mask)
@@ -155,7 +158,11 @@ def test_fully_masked_rows_give_zeros(impl):
 def test_gqa_does_not_repeat_kv(impl):
     """The lowered program holds no (B, Lk, N, K) (or heads-major) copy of K or V."""
     q, k, v = (jnp.asarray(a) for a in _qkv(13, 17, seed=10))
-    text = jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation=impl, block_size=5)).lower(q, k, v).as_text()
+    text = (
+        jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation=impl, block_size=5))
+        .lower(q, k, v)
+        .as_text()
+    )
     for shape in ("2x17x6x16", "2x6x17x16", "4x2x5x6x16"):
         assert shape not in text, shape
     want = _torch(*(np.asarray(t) for t in (q, k, v)))
@@ -238,9 +245,14 @@ def test_context_key_mask_on_and_off_the_mesh():
     q, k, v = _qkv(12, 7, seed=11, n_kv=N)
     mask = (np.arange(7)[None] < np.array([5, 2])[:, None]).astype(np.int32)
     with torch.no_grad():
-        want = F.scaled_dot_product_attention(
-            *(torch.from_numpy(a).transpose(1, 2) for a in (q, k, v)),
-            attn_mask=torch.from_numpy(mask.astype(bool))[:, None, None, :]).transpose(1, 2).numpy()
+        want = (
+            F.scaled_dot_product_attention(
+                *(torch.from_numpy(a).transpose(1, 2) for a in (q, k, v)),
+                attn_mask=torch.from_numpy(mask.astype(bool))[:, None, None, :],
+            )
+            .transpose(1, 2)
+            .numpy()
+        )
     mesh = make_mesh(2, 2, 2, devices=jax.devices()[:8])
     for m in (None, mesh):
         fn = jax.jit(lambda q, k, v, km: mesh_attention(q, k, v, m, self_attention=False, kv_mask=km))
@@ -249,5 +261,11 @@ def test_context_key_mask_on_and_off_the_mesh():
     unmasked = np.asarray(mesh_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), None, self_attention=False))
     assert max_rel_err(unmasked, want) > 1e-2  # the mask matters
     with pytest.raises(InputError, match="kv_mask"):
-        mesh_attention(jnp.asarray(q), jnp.asarray(q), jnp.asarray(q), None, self_attention=True,
-                       kv_mask=jnp.ones((B, 12), jnp.int32))
+        mesh_attention(
+            jnp.asarray(q),
+            jnp.asarray(q),
+            jnp.asarray(q),
+            None,
+            self_attention=True,
+            kv_mask=jnp.ones((B, 12), jnp.int32),
+        )

@@ -18,8 +18,19 @@ from vidax.errors import CheckpointError, ConfigError, InputError, NumericalErro
 SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
 #: A frame file of an "earlier run": a PNG by its signature (vidax replaces nothing else).
 OLD_FRAME = b"\x89PNG\r\n\x1a\nold"
-SMALL_FLAGS = ["--height", "32", "--width", "48", "--num-frames", "5", "--num-inference-steps", "2",
-               "--max-sequence-length", "16", "--no-progress"]
+SMALL_FLAGS = [
+    "--height",
+    "32",
+    "--width",
+    "48",
+    "--num-frames",
+    "5",
+    "--num-inference-steps",
+    "2",
+    "--max-sequence-length",
+    "16",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +95,11 @@ def test_check_call_reads_no_weights(broken):
 def test_unusable_output_refused_up_front(ckpt, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for output, message in (("", "is empty"), (str(afile / "v.mp4"), f"{str(afile)!r} is a file, not a folder"),
-                            (str(afile / "sub" / "v.mp4"), f"{str(afile)!r} is a file, not a folder")):
+    for output, message in (
+        ("", "is empty"),
+        (str(afile / "v.mp4"), f"{str(afile)!r} is a file, not a folder"),
+        (str(afile / "sub" / "v.mp4"), f"{str(afile)!r} is a file, not a folder"),
+    ):
         r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", output, *SMALL_FLAGS)
         assert r.exit_code == 2, r.output
         lines = _error_lines(r)
@@ -133,28 +147,48 @@ def test_unwritten_frames_go_elsewhere_when_the_folder_is_gone(tmp_path, monkeyp
 
 
 # --------------------------------------------------------------------------- item 11: wording
-@pytest.mark.parametrize("args, message, python_name", [
-    (["--num-inference-steps", "0"], "--num-inference-steps must be a positive integer, got 0", "num_inference_steps"),
-    (["--guidance-scale", "-1"],
-     "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1", "guidance_scale"),
-    # the value as typed after the flag (1e39, not Python's 1e+39; -0.5E1, not -5.0; NaN, not nan)
-    (["--guidance-scale=1e39"], "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's "
-                                "largest), got 1e39", "guidance_scale"),
-    (["--guidance-scale", "-0.5E1"], "float32's largest), got -0.5E1", "guidance_scale"),
-    (["--guidance-scale", "NaN"], "float32's largest), got NaN", "guidance_scale"),
-    (["--distributed-timeout", "-1"], "--distributed-timeout -1 must be a finite number of seconds > 0", "timeout_s"),
-    (["--height", "40"], "--height and --width must be multiples of 16", "height="),
-    (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
-    (["--guidance-scale-2", "2"], "--guidance-scale-2 2 is only used by checkpoints with two experts",
-     "guidance_scale_2"),
-    (["--max-sequence-length", "0"], "--max-sequence-length must be a positive integer", "max_sequence"),
-    (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
-    (["-p", ""], "--prompt is empty ('')", "prompt is"),
-    (["-p", "  "], "--prompt is empty ('  ')", "prompt is"),
-    (["--tp", "-1"], "--tp -1 is not valid: each mesh axis size must be a positive integer", "tp="),
-    (["--dp", "0"], "--dp 0 is not valid: each mesh axis size must be a positive integer", "dp="),
-    (["--dtype", "int8"], "--dtype 'int8' is not supported; use float32 or bfloat16 (or fp32, bf16)", "dtype="),
-])
+@pytest.mark.parametrize(
+    "args, message, python_name",
+    [
+        (
+            ["--num-inference-steps", "0"],
+            "--num-inference-steps must be a positive integer, got 0",
+            "num_inference_steps",
+        ),
+        (
+            ["--guidance-scale", "-1"],
+            "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1",
+            "guidance_scale",
+        ),
+        # the value as typed after the flag (1e39, not Python's 1e+39; -0.5E1, not -5.0; NaN, not nan)
+        (
+            ["--guidance-scale=1e39"],
+            "--guidance-scale must be a finite number >= 0 (at most 3.403e+38, float32's largest), got 1e39",
+            "guidance_scale",
+        ),
+        (["--guidance-scale", "-0.5E1"], "float32's largest), got -0.5E1", "guidance_scale"),
+        (["--guidance-scale", "NaN"], "float32's largest), got NaN", "guidance_scale"),
+        (
+            ["--distributed-timeout", "-1"],
+            "--distributed-timeout -1 must be a finite number of seconds > 0",
+            "timeout_s",
+        ),
+        (["--height", "40"], "--height and --width must be multiples of 16", "height="),
+        (["--width", "50"], "got --height 96, --width 50; nearest valid: --width in [48, 64]", "width="),
+        (
+            ["--guidance-scale-2", "2"],
+            "--guidance-scale-2 2 is only used by checkpoints with two experts",
+            "guidance_scale_2",
+        ),
+        (["--max-sequence-length", "0"], "--max-sequence-length must be a positive integer", "max_sequence"),
+        (["--dtype", "float16"], "--dtype 'float16' is not supported", "dtype="),
+        (["-p", ""], "--prompt is empty ('')", "prompt is"),
+        (["-p", "  "], "--prompt is empty ('  ')", "prompt is"),
+        (["--tp", "-1"], "--tp -1 is not valid: each mesh axis size must be a positive integer", "tp="),
+        (["--dp", "0"], "--dp 0 is not valid: each mesh axis size must be a positive integer", "dp="),
+        (["--dtype", "int8"], "--dtype 'int8' is not supported; use float32 or bfloat16 (or fp32, bf16)", "dtype="),
+    ],
+)
 def test_cli_errors_name_flags(ckpt, tmp_path, args, message, python_name):
     r = _cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(tmp_path / "v.npy"), "--no-progress", *args)
     assert r.exit_code == 2, r.output
@@ -164,13 +198,16 @@ def test_cli_errors_name_flags(ckpt, tmp_path, args, message, python_name):
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(prompt=""), r"^prompt is empty \(''\); describe the video$"),
-    (dict(prompt=None), "^prompt is required"),
-    (dict(prompt=["a cat", " "]), r"^prompt is empty \(\['a cat', ' '\]\)"),
-    (dict(prompt="a cat", num_inference_steps=0), "^num_inference_steps must be a positive integer, got 0"),
-    (dict(prompt="a cat", height=40), "^height and width must be multiples of 16 .* got height=40, width=48"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(prompt=""), r"^prompt is empty \(''\); describe the video$"),
+        (dict(prompt=None), "^prompt is required"),
+        (dict(prompt=["a cat", " "]), r"^prompt is empty \(\['a cat', ' '\]\)"),
+        (dict(prompt="a cat", num_inference_steps=0), "^num_inference_steps must be a positive integer, got 0"),
+        (dict(prompt="a cat", height=40), "^height and width must be multiples of 16 .* got height=40, width=48"),
+    ],
+)
 def test_api_errors_name_keywords(pipe, kwargs, message):
     with pytest.raises(InputError, match=message):
         pipe(**{**SMALL, **kwargs})
@@ -192,23 +229,32 @@ def test_size_output_and_component_folder_errors_say_what_is_valid(ckpt, tmp_pat
     from vidax.checkpoint import Checkpoint
     from vidax.models.wan.pipeline import WanPipeline
 
-    ti2v = WanPipeline.read_checkpoint(Checkpoint.open(os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-TI2V-5B-Diffusers")))
+    ti2v = WanPipeline.read_checkpoint(
+        Checkpoint.open(os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-TI2V-5B-Diffusers"))
+    )
     with pytest.raises(InputError) as e:
         WanPipeline.check_call(ti2v, "a cat", height=700, width=1280)
-    assert str(e.value) == ("height and width must be multiples of 32 (the VAE's 16x spatial compression times the "
-                            "transformer's 2x2 patches), got height=700, width=1280; nearest valid: height in [672, 704]")
+    assert str(e.value) == (
+        "height and width must be multiples of 32 (the VAE's 16x spatial compression times the "
+        "transformer's 2x2 patches), got height=700, width=1280; nearest valid: height in [672, 704]"
+    )
     lines = _error_lines(_cli("generate", "-p", "a cat", "--checkpoint", ckpt, "--height", "99999999999"))
-    assert len(lines) == 1 and lines[0].startswith("error: --height 99999999999 is more than this checkpoint's model can "
-                                                   "represent: the largest valid --height is 16384 ("), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: --height 99999999999 is more than this checkpoint's model can "
+        "represent: the largest valid --height is 16384 ("
+    ), lines
     (tmp_path / "version").write_text("mine")
     lines = _error_lines(_cli("generate", "-p", "a cat", "--checkpoint", ckpt, "-o", str(tmp_path / "version")))
-    assert lines == [f"error: --output {str(tmp_path / 'version')!r} is an existing file whose name has no extension (a "
-                     "name without one is a folder for PNG frames); give *.mp4, *.npy, an image name for one frame, or "
-                     "a new or empty folder"]
+    assert lines == [
+        f"error: --output {str(tmp_path / 'version')!r} is an existing file whose name has no extension (a "
+        "name without one is a folder for PNG frames); give *.mp4, *.npy, an image name for one frame, or "
+        "a new or empty folder"
+    ]
     r = _cli("inspect", os.path.join(ckpt, "transformer"))
     assert r.exit_code == 2 and _error_lines(r) == [
         f"error: {os.path.join(ckpt, 'transformer')} is the 'transformer' component of the pipeline folder {ckpt}; give "
-        "that folder (vidax loads diffusers-layout pipeline folders, with model_index.json)"], r.output
+        "that folder (vidax loads diffusers-layout pipeline folders, with model_index.json)"
+    ], r.output
 
 
 # --------------------------------------------------------------------------- issue 18, item 1: no user file lost
@@ -229,21 +275,36 @@ def test_output_folder_of_other_files_refused_before_loading(broken, tmp_path, m
     d = tmp_path / "d"
     d.mkdir()
     (d / "keep.txt").write_text("mine")
-    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d), *SMALL_FLAGS),
-              "--output", "keep.txt", "did not write")
-    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d) + "/", *SMALL_FLAGS),
-              "--output", "keep.txt")
+    _one_line(
+        _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d), *SMALL_FLAGS),
+        "--output",
+        "keep.txt",
+        "did not write",
+    )
+    _one_line(
+        _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(d) + "/", *SMALL_FLAGS),
+        "--output",
+        "keep.txt",
+    )
     monkeypatch.chdir(d)
-    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", ".", *SMALL_FLAGS),
-              "--output '.'", "keep.txt")
+    _one_line(
+        _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", ".", *SMALL_FLAGS), "--output '.'", "keep.txt"
+    )
     frames = tmp_path / "frames"
     frames.mkdir()
     (frames / "frame_00000.png").write_bytes(OLD_FRAME)
-    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), *SMALL_FLAGS),
-              "--output", "1 frame file(s) of an earlier run", "pass --overwrite")
+    _one_line(
+        _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), *SMALL_FLAGS),
+        "--output",
+        "1 frame file(s) of an earlier run",
+        "pass --overwrite",
+    )
     (frames / ".hidden").write_text("mine")
-    _one_line(_cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), "--overwrite",
-                   *SMALL_FLAGS), "--output", ".hidden")
+    _one_line(
+        _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(frames), "--overwrite", *SMALL_FLAGS),
+        "--output",
+        ".hidden",
+    )
     assert sorted(os.listdir(tmp_path)) == ["d", "frames"]
     assert os.listdir(d) == ["keep.txt"] and (d / "keep.txt").read_text() == "mine"
     assert sorted(os.listdir(frames)) == [".hidden", "frame_00000.png"]
@@ -305,9 +366,7 @@ def test_devices_never_replaced(tmp_path):
     device, or a file named as a frame folder is refused."""
     import stat
 
-    from vidax.io.video import check_output_path, write_video
-
-    from vidax.io.video import output_paths
+    from vidax.io.video import check_output_path, output_paths, write_video
 
     frames = np.zeros((1, 2, 2, 3), np.float32)
     assert output_paths(os.devnull, 2) == [os.devnull] * 2  # several videos: each discarded, none in /dev
@@ -391,8 +450,13 @@ def test_cancel_stops_between_steps(pipe):
     assert steps == [0] and e.value.done == "after denoising step 1 of 3" and isinstance(e.value, VidaxError)
     flag = []
     with pytest.raises(Cancelled, match=r"^cancelled before the VAE decode \(all 2 denoising steps done\)$"):
-        pipe("a cat", **SMALL, progress=False, callback=lambda i, n: flag.append(i) if i == n - 1 else None,
-             cancel=lambda: bool(flag))
+        pipe(
+            "a cat",
+            **SMALL,
+            progress=False,
+            callback=lambda i, n: flag.append(i) if i == n - 1 else None,
+            cancel=lambda: bool(flag),
+        )
     with pytest.raises(InputError, match="cancel must be a threading.Event, a callable returning True"):
         pipe("a cat", **SMALL, cancel=True)
 
@@ -409,9 +473,32 @@ def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sigs, code):
 
     steps = 1000  # never reached: the run stops at the step after the signal
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vidax", "generate", "-p", "a cat", "--checkpoint", ckpt, "--height", "32",
-         "--width", "48", "--num-frames", "5", "--num-inference-steps", str(steps), "--max-sequence-length", "16",
-         "-o", str(tmp_path / "v.mp4")], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "-p",
+            "a cat",
+            "--checkpoint",
+            ckpt,
+            "--height",
+            "32",
+            "--width",
+            "48",
+            "--num-frames",
+            "5",
+            "--num-inference-steps",
+            str(steps),
+            "--max-sequence-length",
+            "16",
+            "-o",
+            str(tmp_path / "v.mp4"),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
     try:
         seen = b""
         while not re.search(rb"[1-9]\d*/%d" % steps, seen):  # the progress bar after the first step
@@ -427,8 +514,11 @@ def test_signal_stops_the_cli_at_the_next_step(ckpt, tmp_path, sigs, code):
     assert proc.returncode == code, err
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("interrupted")]
     assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    expected = (rf"interrupted \({sigs[0]}\) after denoising step \d+ of {steps}; nothing was written"
-                if len(sigs) == 1 else rf"interrupted again \({sigs[1]}\): stopped at once; nothing was written")
+    expected = (
+        rf"interrupted \({sigs[0]}\) after denoising step \d+ of {steps}; nothing was written"
+        if len(sigs) == 1
+        else rf"interrupted again \({sigs[1]}\): stopped at once; nothing was written"
+    )
     assert re.fullmatch(expected, lines[0]), lines
     assert not os.listdir(tmp_path)
 
@@ -451,12 +541,14 @@ def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     monkeypatch.setattr(pipe, "_step_fns", {})  # the poisoned step compiles afresh
     monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
     steps = []
-    with pytest.raises(NumericalError, match=r"^denoising step 2 of 3 \(the transformer and the scheduler update\) "
-                                             r"produced NaN/Inf latents; stopped there, nothing was written "
-                                             r"\(it ran in float32, so not for lack of precision: check the "
-                                             r"checkpoint's weights"):
-        pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False,
-             callback=lambda i, n: steps.append(i))
+    with pytest.raises(
+        NumericalError,
+        match=r"^denoising step 2 of 3 \(the transformer and the scheduler update\) "
+        r"produced NaN/Inf latents; stopped there, nothing was written "
+        r"\(it ran in float32, so not for lack of precision: check the "
+        r"checkpoint's weights",
+    ):
+        pipe("a cat", **{**SMALL, "num_inference_steps": 3}, progress=False, callback=lambda i, n: steps.append(i))
     assert steps == [0]  # stopped at the step that went NaN
     assert issubclass(NumericalError, FloatingPointError)
 
@@ -470,8 +562,11 @@ def test_nan_in_the_vae_decode_is_named(pipe, monkeypatch):
             yield chunk * np.float32("nan") if i == 1 else chunk
 
     monkeypatch.setattr(vae_cls, "iter_decode", poisoned)
-    with pytest.raises(NumericalError, match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values; .*"
-                                             r"\(it ran in float32, so not for lack of precision"):
+    with pytest.raises(
+        NumericalError,
+        match=r"^the VAE decode \(chunk 2 of 2\) produced NaN/Inf values; .*"
+        r"\(it ran in float32, so not for lack of precision",
+    ):
         pipe("a cat", **SMALL, progress=False)
 
 
@@ -523,8 +618,9 @@ def test_cogvideox_noise_arguments_checked_before_loading():
 
 
 # --------------------------------------------------------------------------- item 8: sizes
-@pytest.mark.parametrize("flag, value, top", [("--height", "100000", 16384), ("--width", "16400", 16384),
-                                              ("--num-frames", "4097", 4093)])
+@pytest.mark.parametrize(
+    "flag, value, top", [("--height", "100000", 16384), ("--width", "16400", 16384), ("--num-frames", "4097", 4093)]
+)
 def test_cli_size_beyond_the_model(ckpt, tmp_path, flag, value, top):
     """Past the Wan RoPE tables (rope_max_seq_len=1024 patches per axis): refused before loading,
     naming the flag, its value and the largest valid one."""
@@ -532,8 +628,10 @@ def test_cli_size_beyond_the_model(ckpt, tmp_path, flag, value, top):
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
     assert len(lines) == 1, r.output
-    assert f"{flag} {value} is more than this checkpoint's model can represent: the largest valid {flag} is {top} " \
-           "(rope_max_seq_len=1024 patches per axis" in lines[0], lines[0]
+    assert (
+        f"{flag} {value} is more than this checkpoint's model can represent: the largest valid {flag} is {top} "
+        "(rope_max_seq_len=1024 patches per axis" in lines[0]
+    ), lines[0]
     assert not os.listdir(tmp_path)
 
 
@@ -541,8 +639,11 @@ def test_api_size_beyond_the_model(pipe):
     with pytest.raises(InputError, match=r"^height=100000 is more than .* the largest valid height is 16384 "):
         pipe("a cat", height=100000)
     cls, info = _reference_info("THUDM__CogVideoX1.5-5B", "t2v")
-    with pytest.raises(InputError, match=r"^width=2416 is more than .* the largest valid width is 2400 \(the RoPE "
-                                         r"position grid of 150x150 patches"):
+    with pytest.raises(
+        InputError,
+        match=r"^width=2416 is more than .* the largest valid width is 2400 \(the RoPE "
+        r"position grid of 150x150 patches",
+    ):
         cls.check_call(info, "a cat", height=768, width=2416)
     cls.check_call(info, "a cat", height=768, width=2400)
     cls, info = _reference_info("THUDM__CogVideoX-5b", "t2v")  # 1.0: any grid maps onto its base grid
@@ -562,25 +663,41 @@ def test_large_size_warns_with_an_estimate(caplog):
     message = caplog.records[0].getMessage()
     # 81 frames -> 21 latent frames; 4096 / 8 / 2 = 256 patches per side; CFG doubles the batch.
     # Only the arguments given are named as such (num_frames is the checkpoint's default here).
-    assert message.startswith("height=4096, width=4096: 4096x4096 pixels, 81 frames is far beyond this checkpoint's "
-                              "default 480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: "
-                              "peak memory ~"), message
+    assert message.startswith(
+        "height=4096, width=4096: 4096x4096 pixels, 81 frames is far beyond this checkpoint's "
+        "default 480x832, 81 frames (42x its tokens): 1376256 tokens per sample x batch 2: "
+        "peak memory ~"
+    ), message
     # The peak of run_memory_estimate by part: the decode chunk (4 frames x 4096 x 4096 x 96
     # channels x 80 bytes) is the largest phase; latents (x2) and the video (3 float32 copies).
-    assert message.endswith(": peak memory ~526.38 GiB (denoising step 435.75 GiB, VAE decode chunk 480.00 GiB, "
-                            "latents and video 46.22 GiB), ~698234 TFLOP of attention per step"), message
+    assert message.endswith(
+        ": peak memory ~526.38 GiB (denoising step 435.75 GiB, VAE decode chunk 480.00 GiB, "
+        "latents and video 46.22 GiB), ~698234 TFLOP of attention per step"
+    ), message
 
 
 def test_cli_large_size_warning_names_flags(broken, tmp_path, caplog):
     """The warning comes before any weight is read (the broken copy fails to load after it),
     and names flags on the command line."""
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--height", "384", "--width", "640",
-                 "-o", str(tmp_path / "v.npy"))
+        r = _cli(
+            "generate",
+            "-p",
+            "a cat",
+            "--checkpoint",
+            broken,
+            "--height",
+            "384",
+            "--width",
+            "640",
+            "-o",
+            str(tmp_path / "v.npy"),
+        )
     assert r.exit_code == 2 and "safetensors" in r.stderr, r.output
     warnings = [rec.getMessage() for rec in caplog.records if "far beyond" in rec.getMessage()]
-    assert len(warnings) == 1 and warnings[0].startswith("--height 384, --width 640: 384x640 pixels, 17 frames is far "
-                                                         "beyond this checkpoint's default 96x160"), warnings
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "--height 384, --width 640: 384x640 pixels, 17 frames is far beyond this checkpoint's default 96x160"
+    ), warnings
     assert "--num-frames" not in warnings[0]  # not given, so not named
 
 
@@ -591,9 +708,9 @@ def test_configs_only_checks_of_the_review(broken, tmp_path, monkeypatch):
     transformer weights), never a traceback."""
     import json
 
+    from vidax.checkpoint import Checkpoint
     from vidax.errors import ConfigError
     from vidax.models.wan.pipeline import WanPipeline
-    from vidax.checkpoint import Checkpoint
 
     img = np.zeros((32, 48, 3), np.uint8)
     import dataclasses
@@ -691,20 +808,45 @@ def _set_scheduler(folder, **config):
 # (what is broken, mesh, the error, the words it holds). The transformer is read after the text
 # encoder, the scheduler after every weight: each breakage used to show only after weights were read.
 _BREAKAGES = {
-    "bad shape": (lambda d: _rewrite_transformer(d, _bad_shape), None, CheckpointError,
-                  ["proj_out.bias", "shape (65,)", "expected (64,)"]),
-    "missing key": (lambda d: _rewrite_transformer(d, lambda t: t.pop("proj_out.bias")), None, CheckpointError,
-                    ["missing tensors", "proj_out.bias"]),
-    "truncated": (lambda d: open(os.path.join(d, "transformer", "diffusion_pytorch_model.safetensors"),
-                                 "r+b").truncate(3000), None, CheckpointError, ["is truncated"]),
-    "prediction_type": (lambda d: _set_scheduler(d, prediction_type="epsilon"), None, ConfigError,
-                        ["scheduler_config.json", "prediction_type"]),
-    "scheduler class": (lambda d: _set_scheduler(d, _class_name="CogVideoXDDIMScheduler"), None, ConfigError,
-                        ["_class_name='CogVideoXDDIMScheduler'", "WanPipeline runs UniPCMultistepScheduler or "
-                         "FlowMatchEulerDiscreteScheduler"]),
-    "tp vs heads": (lambda d: None, "1x8x1", InputError,
-                    ["the mesh dp 1 x tp 8 x sp 1", "splits attention heads over tp x sp = 8, which does not divide the "
-                     "model's 4"]),
+    "bad shape": (
+        lambda d: _rewrite_transformer(d, _bad_shape),
+        None,
+        CheckpointError,
+        ["proj_out.bias", "shape (65,)", "expected (64,)"],
+    ),
+    "missing key": (
+        lambda d: _rewrite_transformer(d, lambda t: t.pop("proj_out.bias")),
+        None,
+        CheckpointError,
+        ["missing tensors", "proj_out.bias"],
+    ),
+    "truncated": (
+        lambda d: open(os.path.join(d, "transformer", "diffusion_pytorch_model.safetensors"), "r+b").truncate(3000),
+        None,
+        CheckpointError,
+        ["is truncated"],
+    ),
+    "prediction_type": (
+        lambda d: _set_scheduler(d, prediction_type="epsilon"),
+        None,
+        ConfigError,
+        ["scheduler_config.json", "prediction_type"],
+    ),
+    "scheduler class": (
+        lambda d: _set_scheduler(d, _class_name="CogVideoXDDIMScheduler"),
+        None,
+        ConfigError,
+        [
+            "_class_name='CogVideoXDDIMScheduler'",
+            "WanPipeline runs UniPCMultistepScheduler or FlowMatchEulerDiscreteScheduler",
+        ],
+    ),
+    "tp vs heads": (
+        lambda d: None,
+        "1x8x1",
+        InputError,
+        ["the mesh dp 1 x tp 8 x sp 1", "splits attention heads over tp x sp = 8, which does not divide the model's 4"],
+    ),
 }
 
 
@@ -732,12 +874,15 @@ def test_no_weight_is_read_before_a_checkpoint_error(_wan_copy, tmp_path, weight
         assert word in str(e.value), (word, str(e.value))
     assert weight_reads["data"] == [], weight_reads
     if breakage in ("bad shape", "missing key"):  # the text encoder's plan was checked before the transformer's
-        assert weight_reads["headers"][-2:] == [os.path.join("text_encoder", "model.safetensors"),
-                                                os.path.join("transformer", "diffusion_pytorch_model.safetensors")]
+        assert weight_reads["headers"][-2:] == [
+            os.path.join("text_encoder", "model.safetensors"),
+            os.path.join("transformer", "diffusion_pytorch_model.safetensors"),
+        ]
 
 
-@pytest.mark.parametrize("breakage, flags", [("tp vs heads", ["--tp", "8"]), ("prediction_type", []),
-                                             ("scheduler class", [])])
+@pytest.mark.parametrize(
+    "breakage, flags", [("tp vs heads", ["--tp", "8"]), ("prediction_type", []), ("scheduler class", [])]
+)
 def test_cli_config_errors_before_any_weight(_wan_copy, tmp_path, weight_reads, breakage, flags):
     """vidax generate: the scheduler and the heads against --tp are config-only checks; one line,
     no weight read, nothing written."""
@@ -766,8 +911,11 @@ def test_seed_out_of_range(pipe, broken, tmp_path, seed):
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
     # past int64 the number is refused as it is read, with the same range
-    want = (f"--seed {seed} is out of range: seeds are integers in [0, 4294967295]" if abs(seed) < 2**63
-            else f"--seed must be an integer in [0, 4294967295], got {seed}")
+    want = (
+        f"--seed {seed} is out of range: seeds are integers in [0, 4294967295]"
+        if abs(seed) < 2**63
+        else f"--seed must be an integer in [0, 4294967295], got {seed}"
+    )
     assert len(lines) == 1 and want in lines[0], r.output
     pipe.check_call(pipe.info, "a cat", seed=2**32 - 1, **SMALL)  # the largest is valid
 
@@ -781,34 +929,56 @@ def test_max_sequence_length_past_the_tokenizer_runs_and_memory_bounds_it(pipe, 
     # 100000: UMT5's (heads, L, L) position bias (~150 GiB) alone does not fit (trial 8: it was not
     # counted, the run was let through and failed inside the text encoder)
     for length in ("100000000", "100000"):
-        r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "--max-sequence-length", length,
-                 "-o", str(tmp_path / "v.npy"))
+        r = _cli(
+            "generate",
+            "-p",
+            "a cat",
+            "--checkpoint",
+            broken,
+            "--max-sequence-length",
+            length,
+            "-o",
+            str(tmp_path / "v.npy"),
+        )
         assert r.exit_code == 2, r.output
         lines = _error_lines(r)
-        assert len(lines) == 1 and f"--max-sequence-length {length} (batch 1, CFG doubles it) needs" in lines[0] \
-            and "text encoding" in lines[0] and "give a smaller --max-sequence-length" in lines[0], r.output
+        assert (
+            len(lines) == 1
+            and f"--max-sequence-length {length} (batch 1, CFG doubles it) needs" in lines[0]
+            and "text encoding" in lines[0]
+            and "give a smaller --max-sequence-length" in lines[0]
+        ), r.output
 
 
-@pytest.mark.parametrize("name, task, top, why", [
-    ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5 into a transformer of 226 text positions
-])
+@pytest.mark.parametrize(
+    "name, task, top, why",
+    [
+        ("THUDM__CogVideoX-5b", "t2v", 226, "model_max_length=226"),  # T5 into a transformer of 226 text positions
+    ],
+)
 def test_max_sequence_length_of_the_released_configs(tmp_path, name, task, top, why):
     """CogVideoX's transformer has a position table of max_text_seq_length text tokens: its largest
     valid max_sequence_length is accepted, one more refused (configs only, no weights)."""
     cls, info = _released_info(tmp_path, name, task)
     small = _released_call(task)
     cls.check_call(info, "a cat", max_sequence_length=top, **small)
-    with pytest.raises(InputError, match=rf"^max_sequence_length={top + 1} is more .* the largest valid "
-                                         rf"max_sequence_length is {top} \(.*{re.escape(why)}"):
+    with pytest.raises(
+        InputError,
+        match=rf"^max_sequence_length={top + 1} is more .* the largest valid "
+        rf"max_sequence_length is {top} \(.*{re.escape(why)}",
+    ):
         cls.check_call(info, "a cat", max_sequence_length=top + 1, **small)
 
 
-@pytest.mark.parametrize("name, task", [
-    ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v"),  # UMT5: relative positions
-    ("Lightricks__LTX-Video", "t2v"),  # T5: relative positions
-    ("hunyuanvideo-community__HunyuanVideo", "t2v"),  # Llama: rotary
-    ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v"),  # LLaVA's Llama: rotary
-])
+@pytest.mark.parametrize(
+    "name, task",
+    [
+        ("Wan-AI__Wan2.1-T2V-1.3B-Diffusers", "t2v"),  # UMT5: relative positions
+        ("Lightricks__LTX-Video", "t2v"),  # T5: relative positions
+        ("hunyuanvideo-community__HunyuanVideo", "t2v"),  # Llama: rotary
+        ("hunyuanvideo-community__HunyuanVideo-I2V", "i2v"),  # LLaVA's Llama: rotary
+    ],
+)
 def test_max_sequence_length_has_no_position_bound_on_rotary_and_relative_encoders(tmp_path, name, task):
     """Past the text encoder's max_position_embeddings / the tokenizer's model_max_length is taken,
     as the references run it (configs only, no weights)."""
@@ -865,8 +1035,12 @@ def test_dtype_names_and_aliases():
 def test_mesh_sizes_are_positive_integers():
     from vidax.parallel.mesh import mesh_from_sizes
 
-    for dp, tp, sp, name in ((None, -1, None, "tp=-1"), (None, 0, None, "tp=0"), (None, None, 0, "sp=0"),
-                             (-2, None, None, "dp=-2")):
+    for dp, tp, sp, name in (
+        (None, -1, None, "tp=-1"),
+        (None, 0, None, "tp=0"),
+        (None, None, 0, "sp=0"),
+        (-2, None, None, "dp=-2"),
+    ):
         with pytest.raises(InputError, match=f"^{name} is not valid: each mesh axis size must be a positive integer"):
             mesh_from_sizes(dp, tp, sp)
 
@@ -887,8 +1061,9 @@ def test_nan_advice_follows_the_dtype():
     # the command line names the flag: --dtype float32
     flags = _Spelling(typer.main.get_command(app).commands["generate"])
     error = NumericalError("step 1 produced NaN/Inf latents ", nonfinite_advice(None))
-    assert flags.message(error) == ("step 1 produced NaN/Inf latents (try other settings, or --dtype float32 if it "
-                                    "ran in bfloat16)")
+    assert flags.message(error) == (
+        "step 1 produced NaN/Inf latents (try other settings, or --dtype float32 if it ran in bfloat16)"
+    )
 
 
 def test_api_errors_name_keywords_not_flags(ckpt):
@@ -915,9 +1090,11 @@ def test_ltx_large_size_names_the_size_limit():
     with pytest.raises(InputError) as e:
         cls.check_call(info, "a cat", height=1088, width=1920, num_frames=257)
     msg = str(e.value)
-    assert msg.startswith("height=1088, width=1920, num_frames=257 make 67320 latent tokens (33 x 34 x 60), more "
-                          "than this scheduler config's dynamic shift allows with num_inference_steps=50: its "
-                          "largest valid size is 56444 latent tokens"), msg
+    assert msg.startswith(
+        "height=1088, width=1920, num_frames=257 make 67320 latent tokens (33 x 34 x 60), more "
+        "than this scheduler config's dynamic shift allows with num_inference_steps=50: its "
+        "largest valid size is 56444 latent tokens"
+    ), msg
     assert "max_image_seq_len=4096" in msg and "num_inference_steps >= 2" not in msg
     # The sizes it proposes are valid, and the limit is exact.
     cls.check_call(info, "a cat", height=1088, width=1920, num_frames=209)  # 27 x 34 x 60 = 55080 tokens
@@ -940,19 +1117,41 @@ def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
     the denoising bar; the summary gives the seed and the total time."""
     long_prompt, long_negative = "a cat " * 300, "a dog " * 300
     with caplog.at_level("WARNING", logger="vidax.tokenizer"):
-        r = _cli("generate", "-p", long_prompt, "--negative-prompt", long_negative, "--guidance-scale", "5",
-                 "--checkpoint", ckpt, "--height", "32", "--width", "48", "--num-frames", "5",
-                 "--num-inference-steps", "2", "-o", str(tmp_path / "v.npy"))
+        r = _cli(
+            "generate",
+            "-p",
+            long_prompt,
+            "--negative-prompt",
+            long_negative,
+            "--guidance-scale",
+            "5",
+            "--checkpoint",
+            ckpt,
+            "--height",
+            "32",
+            "--width",
+            "48",
+            "--num-frames",
+            "5",
+            "--num-inference-steps",
+            "2",
+            "-o",
+            str(tmp_path / "v.npy"),
+        )
     assert r.exit_code == 0, r.output
     warnings = [rec.getMessage() for rec in caplog.records if "truncated" in rec.getMessage()]
     assert len(warnings) == 2, warnings
-    assert warnings[0].startswith("--prompt has 601 tokens; truncated to 512 tokens, this checkpoint's default "
-                                  "(--max-sequence-length sets another length)"), warnings
+    assert warnings[0].startswith(
+        "--prompt has 601 tokens; truncated to 512 tokens, this checkpoint's default "
+        "(--max-sequence-length sets another length)"
+    ), warnings
     assert warnings[1].startswith("--negative-prompt has 601 tokens; truncated to 512 tokens"), warnings
     assert not any("--max-sequence-length 512" in w for w in warnings)  # never given
     err = r.stderr
-    starts = [err.find(s) for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)",
-                                    "vae decode")]
+    starts = [
+        err.find(s)
+        for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)", "vae decode")
+    ]
     assert -1 not in starts and starts == sorted(starts), err
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())
     assert rows["seed"] == "0" and rows["total"].endswith("s  (load included)"), rows
@@ -970,12 +1169,25 @@ def test_steps_beyond_the_training_timesteps_refused_before_loading(pipe, broken
     """More steps than the scheduler's num_train_timesteps (2**31 took 14 GB before any
     message; CogVideoX's DDIM refused only after loading): one line before any weight, and before
     any schedule is computed."""
-    with pytest.raises(InputError, match=r"^num_inference_steps=1001 is more than the 1000 timesteps this checkpoint's "
-                                         r"scheduler was trained with .*; give at most 1000$"):
+    with pytest.raises(
+        InputError,
+        match=r"^num_inference_steps=1001 is more than the 1000 timesteps this checkpoint's "
+        r"scheduler was trained with .*; give at most 1000$",
+    ):
         pipe("a cat", **{**SMALL, "num_inference_steps": 1001})
     weight_reads["headers"].clear(), weight_reads["data"].clear()
-    r = _cli("generate", "-p", "a cat", "--checkpoint", broken, *SMALL_FLAGS, "--num-inference-steps", "2147483648",
-             "-o", str(tmp_path / "v.npy"))
+    r = _cli(
+        "generate",
+        "-p",
+        "a cat",
+        "--checkpoint",
+        broken,
+        *SMALL_FLAGS,
+        "--num-inference-steps",
+        "2147483648",
+        "-o",
+        str(tmp_path / "v.npy"),
+    )
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
     assert len(lines) == 1 and lines[0].startswith("error: --num-inference-steps 2147483648 is more than"), r.output
@@ -989,16 +1201,22 @@ def test_ltx_beyond_float64_shift_is_the_size_limit():
     """At 2048 x 2048 x 257 LTX-Video 0.9.1's mu makes math.exp overflow (diffusers raises
     OverflowError there): the same one-line size limit as a smaller oversize, not a traceback."""
     cls, info = _reference_info("Lightricks__LTX-Video-0.9.1", "t2v")
-    with pytest.raises(InputError, match=r"^height=2048, width=2048, num_frames=257 make .* more than this scheduler "
-                                         r"config's dynamic shift allows"):
+    with pytest.raises(
+        InputError,
+        match=r"^height=2048, width=2048, num_frames=257 make .* more than this scheduler "
+        r"config's dynamic shift allows",
+    ):
         cls.check_call(info, "a cat", height=2048, width=2048, num_frames=257)
 
 
 def test_diffusers_loading_keywords_named(ckpt):
     """load_pipeline(path, torch_dtype=...) (diffusers' spelling) is an InputError naming dtype=,
     not a TypeError from inside the family."""
-    with pytest.raises(InputError, match=r"^WanPipeline takes no torch_dtype= when loading; vidax's dtype= is "
-                                         r"diffusers' torch_dtype= .*; it takes dtype=, .*vae_dtype="):
+    with pytest.raises(
+        InputError,
+        match=r"^WanPipeline takes no torch_dtype= when loading; vidax's dtype= is "
+        r"diffusers' torch_dtype= .*; it takes dtype=, .*vae_dtype=",
+    ):
         vidax.load_pipeline(ckpt, torch_dtype="bf16")
     with pytest.raises(InputError, match="takes no colour=, size= when loading"):
         vidax.load_pipeline(ckpt, size=3, colour="red")
@@ -1020,12 +1238,23 @@ def test_hub_error_is_one_line(monkeypatch):
 def test_tp_not_dividing_heads_names_no_unasked_flag(_wan_copy, tmp_path):
     """The heads check starts from the flag as typed and names the mesh as axes, not as --dp/--sp
     flags the user never gave."""
-    r = _cli("generate", "-p", "a cat", "--checkpoint", str(_wan_copy), *SMALL_FLAGS, "--tp", "8",
-             "-o", str(tmp_path / "v.npy"))
+    r = _cli(
+        "generate",
+        "-p",
+        "a cat",
+        "--checkpoint",
+        str(_wan_copy),
+        *SMALL_FLAGS,
+        "--tp",
+        "8",
+        "-o",
+        str(tmp_path / "v.npy"),
+    )
     assert r.exit_code == 2, r.output
     lines = _error_lines(r)
-    assert len(lines) == 1 and lines[0].startswith("error: --tp 8: the mesh dp 1 x tp 8 x sp 1 (a size not given "
-                                                   "is 1) splits attention heads"), r.output
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: --tp 8: the mesh dp 1 x tp 8 x sp 1 (a size not given is 1) splits attention heads"
+    ), r.output
     assert "--dp" not in lines[0] and "--sp" not in lines[0], lines[0]
 
 
@@ -1055,8 +1284,11 @@ def test_latents_of_no_real_numbers_refused(pipe):
     keyword's None."""
     with pytest.raises(InputError, match=r"^latents must be an array of real numbers \(float32\), got str"):
         pipe.check_call(pipe.info, "a cat", latents="x", **SMALL)
-    with pytest.raises(InputError, match=r"^latents must be an array of real numbers \(float32\), got ndarray of "
-                                         r"dtype complex128"):
+    with pytest.raises(
+        InputError,
+        match=r"^latents must be an array of real numbers \(float32\), got ndarray of "
+        r"dtype complex128",
+    ):
         pipe.check_call(pipe.info, "a cat", latents=np.ones((1, 16, 2, 4, 4)) * 1j, **SMALL)
     assert pipe.check_call(pipe.info, "a cat", decode_audio=None, **SMALL).decode_audio is True
 
@@ -1070,18 +1302,38 @@ def test_declared_option_checks_name_the_argument():
         (CallOption("n", int, "", low=1), 0, "n must be a positive integer, got 0"),
         (CallOption("n", int, "", low=1), 2.0, "n must be a positive integer, got 2.0"),
         (CallOption("phi", float, "", low=0, high=1), 1.5, "phi must be a number in [0, 1], got 1.5"),
-        (CallOption("rate", float, "", low=0, low_open=True), 0, "rate must be a finite number > 0 (at most 3.403e+38, float32's largest), got 0"),
-        (CallOption("t", float, ""), float("nan"), "t must be a finite number (at most 3.403e+38 in magnitude, float32's "
-                                                   "largest), got nan"),
+        (
+            CallOption("rate", float, "", low=0, low_open=True),
+            0,
+            "rate must be a finite number > 0 (at most 3.403e+38, float32's largest), got 0",
+        ),
+        (
+            CallOption("t", float, ""),
+            float("nan"),
+            "t must be a finite number (at most 3.403e+38 in magnitude, float32's largest), got nan",
+        ),
         (CallOption("k", int, "", choices=(1, 2)), 3, "k must be 1 or 2, got 3"),
         (CallOption("on", bool, ""), 1, "on must be True or False, got 1"),
-        (CallOption("ts", float, "", low=0, per_prompt=True), [0.1, -1.0], "ts[1] must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0"),
-        (CallOption("s", float, "", low=0), 1e39, "s must be a finite number >= 0 (at most 3.403e+38, float32's largest), "
-                                                  "got 1e+39"),
-        (CallOption("s", float, "", low=0), float("inf"), "s must be a finite number >= 0 (at most 3.403e+38, "
-                                                          "float32's largest), got inf"),
-        (CallOption("t", float, ""), -1e39, "t must be a finite number (at most 3.403e+38 in magnitude, float32's "
-                                            "largest), got -1e+39"),
+        (
+            CallOption("ts", float, "", low=0, per_prompt=True),
+            [0.1, -1.0],
+            "ts[1] must be a finite number >= 0 (at most 3.403e+38, float32's largest), got -1.0",
+        ),
+        (
+            CallOption("s", float, "", low=0),
+            1e39,
+            "s must be a finite number >= 0 (at most 3.403e+38, float32's largest), got 1e+39",
+        ),
+        (
+            CallOption("s", float, "", low=0),
+            float("inf"),
+            "s must be a finite number >= 0 (at most 3.403e+38, float32's largest), got inf",
+        ),
+        (
+            CallOption("t", float, ""),
+            -1e39,
+            "t must be a finite number (at most 3.403e+38 in magnitude, float32's largest), got -1e+39",
+        ),
     ]
     for option, value, message in cases:
         with pytest.raises(InputError) as e:
@@ -1090,8 +1342,12 @@ def test_declared_option_checks_name_the_argument():
         assert e.value.arguments[0].startswith(option.name)
     # numpy numbers are written as their digits, not their repr (np.float64(1e+39)); an array as
     # its repr (its type shows: "got 5" would read as a valid number)
-    for value, kind, shown in ((np.float64(1e39), float, "1e+39"), (np.float32(-2), float, "-2.0"),
-                               (np.int64(0), int, "0"), (np.array(5), int, "array(5)")):
+    for value, kind, shown in (
+        (np.float64(1e39), float, "1e+39"),
+        (np.float32(-2), float, "-2.0"),
+        (np.int64(0), int, "0"),
+        (np.array(5), int, "array(5)"),
+    ):
         with pytest.raises(InputError) as e:
             CallOption("s", kind, "", low=1).check(value)
         assert str(e.value).endswith(f", got {shown}") and "np." not in str(e.value), str(e.value)
@@ -1104,8 +1360,11 @@ def test_lora_scale_is_finite_in_float32(tmp_path):
 
     for scale in ("inf", "nan", "1e39"):
         spec = f"{tmp_path / 'style.safetensors'}:{scale}"
-        with pytest.raises(InputError, match=r"^--lora '.*:" + scale + r"': SCALE must be a finite number \(at most "
-                                             r"3.403e\+38 in magnitude, float32's largest\)$"):
+        with pytest.raises(
+            InputError,
+            match=r"^--lora '.*:" + scale + r"': SCALE must be a finite number \(at most "
+            r"3.403e\+38 in magnitude, float32's largest\)$",
+        ):
             _lora_files([spec])
 
 
@@ -1149,12 +1408,17 @@ def test_one_frame_written_as_an_image(broken, tmp_path):
     write_video(frames, tmp_path / "one.mp4")
     assert read_video(tmp_path / "one.mp4").shape == (1, 8, 10, 3)
     assert sorted(os.listdir(tmp_path)) == ["one.mp4", "y.jpeg", "y.jpg", "y.png", "y.webp"]
-    with pytest.raises(InputError, match=r"^output='.*z.webp' is an image: it holds one frame, but the video has 2 "
-                                         r"frames; give \*.mp4, \*.npy or a folder for PNG frames, or one frame "
-                                         r"\(num_frames=1\)$"):
+    with pytest.raises(
+        InputError,
+        match=r"^output='.*z.webp' is an image: it holds one frame, but the video has 2 "
+        r"frames; give \*.mp4, \*.npy or a folder for PNG frames, or one frame "
+        r"\(num_frames=1\)$",
+    ):
         write_video(np.concatenate([frames, frames]), tmp_path / "z.webp")
     bad = tmp_path / "bad.jpg"
     r = _cli("generate", "-p", "a cat", "--checkpoint", broken, "-o", str(bad), *SMALL_FLAGS)
-    assert _one_line(r) == (f"error: --output '{bad}' is an image: it holds one frame, but the video has 5 frames; "
-                            "give *.mp4, *.npy or a folder for PNG frames, or one frame (--num-frames 1)")
+    assert _one_line(r) == (
+        f"error: --output '{bad}' is an image: it holds one frame, but the video has 5 frames; "
+        "give *.mp4, *.npy or a folder for PNG frames, or one frame (--num-frames 1)"
+    )
     assert not bad.exists() and not (tmp_path / "z.webp").exists()

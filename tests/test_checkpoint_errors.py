@@ -13,8 +13,19 @@ import pytest
 from vidax.errors import CheckpointError
 from vidax.weights import CheckpointReader, save_safetensors
 
-TINY = ("--height", "32", "--width", "32", "--num-frames", "5", "--num-inference-steps", "1",
-        "--max-sequence-length", "16", "--no-progress")
+TINY = (
+    "--height",
+    "32",
+    "--width",
+    "32",
+    "--num-frames",
+    "5",
+    "--num-inference-steps",
+    "1",
+    "--max-sequence-length",
+    "16",
+    "--no-progress",
+)
 WEIGHTS = os.path.join("transformer", "diffusion_pytorch_model.safetensors")
 
 
@@ -90,8 +101,7 @@ def test_folders_without_weights_are_still_listed(ckpt):
     assert r.stdout.count("parameters in") == 3  # text encoder, transformer, VAE
 
 
-@pytest.mark.parametrize("text, what", [("{\"num_layers\": 2,", "not valid JSON"),
-                                        ("[1, 2]", "not a JSON object")])
+@pytest.mark.parametrize("text, what", [('{"num_layers": 2,', "not valid JSON"), ("[1, 2]", "not a JSON object")])
 @pytest.mark.fast
 def test_bad_transformer_config(copy, tmp_path, text, what):
     file = copy / "transformer" / "config.json"
@@ -100,9 +110,10 @@ def test_bad_transformer_config(copy, tmp_path, text, what):
         _one_error_line(r, str(file), what)
 
 
-@pytest.mark.parametrize("component, name", [("scheduler", "scheduler_config.json"),
-                                             ("tokenizer", "tokenizer_config.json"),
-                                             ("vae", "config.json")])
+@pytest.mark.parametrize(
+    "component, name",
+    [("scheduler", "scheduler_config.json"), ("tokenizer", "tokenizer_config.json"), ("vae", "config.json")],
+)
 def test_other_bad_configs(copy, tmp_path, component, name):
     file = copy / component / name
     file.write_text("{oops")
@@ -116,7 +127,7 @@ def test_bad_model_index_and_shard_index(copy, tmp_path):
         _one_error_line(r, str(copy / "model_index.json"), "not a JSON object")
     index = tmp_path / "w" / "m.safetensors.index.json"
     index.parent.mkdir()
-    index.write_text("{\"weight_map\": ")
+    index.write_text('{"weight_map": ')
     with pytest.raises(CheckpointError, match="m.safetensors.index.json is not valid JSON"):
         CheckpointReader(index.parent)
     index.write_text("{}")
@@ -130,16 +141,21 @@ def test_inspect_missing_path_and_folder_without_model_index(tmp_path):
     _one_error_line(_vidax("inspect", nope), f"error: vidax inspect {nope!r}: no such folder")
     (tmp_path / "x.wav").write_text("")
     _one_error_line(_vidax("inspect", str(tmp_path / "x.wav")), f"vidax inspect {str(tmp_path / 'x.wav')!r} is a file")
-    _one_error_line(_vidax("inspect", str(tmp_path / "lora.safetensors")),
-                    f"error: vidax inspect {str(tmp_path / 'lora.safetensors')!r}: no such file")
+    _one_error_line(
+        _vidax("inspect", str(tmp_path / "lora.safetensors")),
+        f"error: vidax inspect {str(tmp_path / 'lora.safetensors')!r}: no such file",
+    )
     _one_error_line(_vidax("inspect", str(tmp_path)), str(tmp_path), "no model_index.json")
 
 
-@pytest.mark.parametrize("header, what", [
-    (bytes(range(128, 160)), "its 32-byte header is not UTF-8 JSON text (byte 0x80 at offset 8)"),
-    (b"not json at all!", "its 16-byte header is not valid JSON (Expecting value at offset 8)"),
-    (b'["a", "list"]', "its header is a JSON list, not an object of tensors"),
-])
+@pytest.mark.parametrize(
+    "header, what",
+    [
+        (bytes(range(128, 160)), "its 32-byte header is not UTF-8 JSON text (byte 0x80 at offset 8)"),
+        (b"not json at all!", "its 16-byte header is not valid JSON (Expecting value at offset 8)"),
+        (b'["a", "list"]', "its header is a JSON list, not an object of tensors"),
+    ],
+)
 @pytest.mark.fast
 def test_garbage_header_is_one_checkpoint_error(tmp_path, header, what):
     """A file whose header is not JSON (another format saved as .safetensors, a damaged file):
@@ -152,8 +168,11 @@ def test_garbage_header_is_one_checkpoint_error(tmp_path, header, what):
         CheckpointReader(file)
     assert str(e.value) == f"{file} is not a safetensors file (or is damaged): {what}"
     file.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))  # a PNG: its first 8 bytes as a header length
-    with pytest.raises(CheckpointError, match=r"m\.safetensors is not a safetensors file: its first 8 bytes give a "
-                                              r"header length of \d+ bytes .*; the file is 72 bytes\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"m\.safetensors is not a safetensors file: its first 8 bytes give a "
+        r"header length of \d+ bytes .*; the file is 72 bytes\)",
+    ):
         CheckpointReader(file)
 
 

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.paths import REFERENCE_CONFIGS
 import vidax
+from tests.paths import REFERENCE_CONFIGS
 from vidax.default_checkpoint import NAME
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.io.video import read_video
@@ -27,15 +27,26 @@ def pipe(ckpt):
 
 def _vidax(*args, env_extra=None, cwd=None):
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "vidax", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
 
 
 def test_generate_on_embedded_default(tmp_path):
     out = tmp_path / "video.mp4"
     # --no-audio is accepted by a model without sound (and changes nothing).
-    r = _vidax("generate", "--prompt", "a red car", "--num-inference-steps", "2", "--output", str(out),
-               "--no-progress", "--no-audio", env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")})
+    r = _vidax(
+        "generate",
+        "--prompt",
+        "a red car",
+        "--num-inference-steps",
+        "2",
+        "--output",
+        str(out),
+        "--no-progress",
+        "--no-audio",
+        env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert r.returncode == 0, r.stderr
     assert "RANDOM" in r.stderr and "--checkpoint" in r.stderr
     for phase in ("load", "compile", "text encode", "s/step", "vae decode", "peak device memory", "peak host RSS"):
@@ -72,8 +83,17 @@ def test_a_seed_draws_the_video_noise_from_its_own_key(pipe):
 @pytest.mark.parametrize("flag", ["--num-inference-steps", "--num-frames", "--height"])
 def test_zero_on_embedded_default_is_an_error(flag, tmp_path):
     """The embedded default fills in only what was left out: a given 0 is refused, not replaced."""
-    r = _vidax("generate", "--prompt", "x", flag, "0", "--output", str(tmp_path / "v.npy"), "--no-progress",
-               env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")})
+    r = _vidax(
+        "generate",
+        "--prompt",
+        "x",
+        flag,
+        "0",
+        "--output",
+        str(tmp_path / "v.npy"),
+        "--no-progress",
+        env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"{flag} must be a positive integer, got 0" in r.stderr  # the flag, not the Python keyword
     assert not (tmp_path / "v.npy").exists()
@@ -82,8 +102,15 @@ def test_zero_on_embedded_default_is_an_error(flag, tmp_path):
 def test_inspect_lists_components(ckpt):
     r = _vidax("inspect", ckpt)
     assert r.returncode == 0, r.stderr
-    for word in ("WanPipeline", "WanTransformer3DModel", "AutoencoderKLWan", "UMT5EncoderModel",
-                 "UniPCMultistepScheduler", "parameters", "float32"):
+    for word in (
+        "WanPipeline",
+        "WanTransformer3DModel",
+        "AutoencoderKLWan",
+        "UMT5EncoderModel",
+        "UniPCMultistepScheduler",
+        "parameters",
+        "float32",
+    ):
         assert word in r.stdout
     assert "sound:" not in r.stdout  # only models that make sound say so
 
@@ -94,7 +121,7 @@ import sys, vidax
 pipe = vidax.load_pipeline({ckpt!r})
 out = pipe("a cat", height=32, width=48, num_frames=5, num_inference_steps=1, progress=False)
 from vidax.io.video import write_video
-write_video(out.frames[0], {str(tmp_path / 'v.mp4')!r})
+write_video(out.frames[0], {str(tmp_path / "v.mp4")!r})
 bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'diffusers', 'transformers', 'accelerate'))
 print('IMPORTED', bad)
 """
@@ -113,7 +140,10 @@ print('IMPORTED', bad)
         (dict(guidance_scale=-1.0), "guidance_scale must be a finite number >= 0"),
         (dict(num_frames=0), "num_frames must be a positive integer"),
         (dict(output_type="pandas"), "output_type must be 'np' or 'pil' or 'latent'"),
-        (dict(latents=np.zeros((1, 16, 3, 4, 6), np.float32)), r"latents have shape \(1, 16, 3, 4, 6\), expected \(1, 16, 2, 4, 6\)"),
+        (
+            dict(latents=np.zeros((1, 16, 3, 4, 6), np.float32)),
+            r"latents have shape \(1, 16, 3, 4, 6\), expected \(1, 16, 2, 4, 6\)",
+        ),
         (dict(negative_prompt=["a", "b"]), "negative_prompt has 2 entries but prompt has 1"),
     ],
 )
@@ -226,8 +256,11 @@ def test_embedded_default_loads_in_diffusers(ckpt):
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
     from transformers import UMT5EncoderModel
 
-    for cls, sub in ((WanTransformer3DModel, "transformer"), (AutoencoderKLWan, "vae"),
-                     (UMT5EncoderModel, "text_encoder")):
+    for cls, sub in (
+        (WanTransformer3DModel, "transformer"),
+        (AutoencoderKLWan, "vae"),
+        (UMT5EncoderModel, "text_encoder"),
+    ):
         _, info = cls.from_pretrained(ckpt, subfolder=sub, output_loading_info=True)
         assert not info["missing_keys"] and not info["unexpected_keys"], (sub, info)
 
@@ -236,8 +269,19 @@ def test_embedded_default_loads_in_diffusers(ckpt):
 # Image-to-video checkpoints: --image, the task from the checkpoint's configs, bad images.
 
 # One frame keeps the image-to-video run quick: one VAE chunk to compile for encode and decode.
-I2V_ARGS = ("--height", "32", "--width", "48", "--num-frames", "1", "--num-inference-steps", "2",
-            "--max-sequence-length", "16", "--no-progress")
+I2V_ARGS = (
+    "--height",
+    "32",
+    "--width",
+    "48",
+    "--num-frames",
+    "1",
+    "--num-inference-steps",
+    "2",
+    "--max-sequence-length",
+    "16",
+    "--no-progress",
+)
 
 
 @pytest.fixture(scope="module")
@@ -267,8 +311,21 @@ def test_generate_image_to_video(variants, image_file, tmp_path):
     from PIL import Image
 
     out = tmp_path / "i2v.png"
-    r = _vidax("generate", "--prompt", "a cat", "--checkpoint", variants["i2v_a14b"], "--image", image_file,
-               "--guidance-scale-2", "3", "--output", str(out), *I2V_ARGS, "-v")
+    r = _vidax(
+        "generate",
+        "--prompt",
+        "a cat",
+        "--checkpoint",
+        variants["i2v_a14b"],
+        "--image",
+        image_file,
+        "--guidance-scale-2",
+        "3",
+        "--output",
+        str(out),
+        *I2V_ARGS,
+        "-v",
+    )
     assert r.returncode == 0, r.stderr
     assert "expert swap: transformer_2 now on the device" in r.stderr
     assert f"wrote {out} (1 frame of 32x48 (HxW), image)" in r.stderr
@@ -289,8 +346,12 @@ def _wan_lora_file(checkpoint: str, path, seed: int = 0) -> str:
         module = rest.removesuffix(".weight")
         if block and module in names:
             o, n = reader.info(key).shape
-            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_down.weight"] = rng.standard_normal((4, n)).astype(np.float32)
-            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_up.weight"] = rng.standard_normal((o, 4)).astype(np.float32)
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_down.weight"] = rng.standard_normal((4, n)).astype(
+                np.float32
+            )
+            sd[f"diffusion_model.blocks.{i}.{names[module]}.lora_up.weight"] = rng.standard_normal((o, 4)).astype(
+                np.float32
+            )
             sd[f"diffusion_model.blocks.{i}.{names[module]}.alpha"] = np.float32(8.0)
     save_safetensors(sd, str(path))
     return str(path)
@@ -311,23 +372,35 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
     pipe.load_lora_weights(lora, "style")
     try:
         for bad in (float("inf"), float("nan"), 1e39, np.float32("-inf")):
-            with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.* is not a finite number \(at "
-                                                 r"most 3\.403e\+38 in magnitude, float32's largest"):
+            with pytest.raises(
+                InputError,
+                match=r"^set_adapters: adapter_weights=.* is not a finite number \(at "
+                r"most 3\.403e\+38 in magnitude, float32's largest",
+            ):
                 pipe.set_adapters("style", bad)
         with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=1e\+39 must be a finite number \(at most"):
             pipe.fuse_lora(1e39)
         # each other kind of bad weight: one line naming the keyword, the value and what is valid
-        valid = (r"give a finite number \(at most .*\), or a list of one per adapter \(1; None in it counts as 1\); vidax "
-                 r"does not take diffusers' dicts of per-module scales$")
-        for bad, shown in ((True, "True"), (1 + 0j, r"\(1\+0j\)"), ({"style": 0.5}, r"\{'style': 0\.5\}"),
-                           ([0.5, 1], r"\[0\.5, 1\]")):
+        valid = (
+            r"give a finite number \(at most .*\), or a list of one per adapter \(1; None in it counts as 1\); vidax "
+            r"does not take diffusers' dicts of per-module scales$"
+        )
+        for bad, shown in (
+            (True, "True"),
+            (1 + 0j, r"\(1\+0j\)"),
+            ({"style": 0.5}, r"\{'style': 0\.5\}"),
+            ([0.5, 1], r"\[0\.5, 1\]"),
+        ):
             with pytest.raises(InputError, match=rf"^set_adapters: adapter_weights={shown} is not valid: {valid}"):
                 pipe.set_adapters("style", bad)
         for bad in (10**400, [10**400], [1 + 0j]):
             with pytest.raises(InputError, match=r"^set_adapters: adapter_weights=.* is not a finite number \(at most"):
                 pipe.set_adapters("style", bad)
-        with pytest.raises(InputError, match=r"^fuse_lora: lora_scale=10000000000000000000\.\.\. \(401 characters\) "
-                                             r"must be a finite number \(at most"):
+        with pytest.raises(
+            InputError,
+            match=r"^fuse_lora: lora_scale=10000000000000000000\.\.\. \(401 characters\) "
+            r"must be a finite number \(at most",
+        ):
             pipe.fuse_lora(lora_scale=10**400)
         pipe.set_adapters(["style"], [None])  # diffusers' None: weight 1
         assert pipe._lora.active[0] == [("style", 1.0)]
@@ -336,7 +409,8 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
             pipe("a cat", progress=False, **SMALL)
         assert "NaN/Inf" in str(e.value) and str(e.value).endswith(
             "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): adapter "
-            "'style' at 1e+38: try smaller ones"), str(e.value)
+            "'style' at 1e+38: try smaller ones"
+        ), str(e.value)
         flags = _Spelling(typer.main.get_command(app).commands["generate"])
         assert f"overflow): --lora '{lora}:1e+38': try smaller ones" in flags.message(e.value)
         # a usual scale is not blamed for a run that a huge guidance scale overflowed
@@ -360,8 +434,13 @@ def test_lora_flag_and_inspect(variants, tmp_path):
     lora = _wan_lora_file(variants["a14b"], tmp_path / "style.safetensors")
     r = _vidax("inspect", lora)
     assert r.returncode == 0, r.stderr
-    for line in ("layout: original (lora)", "family: wan (WanTransformer3DModel)", "rank: 4; alpha 8",
-                 "tensors: 18 keys, 6 modules", "blocks.*.self_attn.q"):
+    for line in (
+        "layout: original (lora)",
+        "family: wan (WanTransformer3DModel)",
+        "rank: 4; alpha 8",
+        "tensors: 18 keys, 6 modules",
+        "blocks.*.self_attn.q",
+    ):
         assert line in r.stdout, r.stdout
     args = ("generate", "--prompt", "a cat", "--checkpoint", variants["a14b"], *I2V_ARGS)
     styled = tmp_path / "styled.npy"
@@ -370,14 +449,22 @@ def test_lora_flag_and_inspect(variants, tmp_path):
     assert "LoRA lora_0 (original layout, rank [4], 18 keys) -> transformer, transformer_2" in r.stderr
     assert np.load(styled).shape == (1, 32, 48, 3)  # (what a LoRA does to the video: tests/test_lora.py)
     stray = tmp_path / "stray.safetensors"
-    save_safetensors({"diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 8), np.float32),
-                      "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((8, 4), np.float32)}, str(stray))
+    save_safetensors(
+        {
+            "diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 8), np.float32),
+            "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((8, 4), np.float32),
+        },
+        str(stray),
+    )
     truncated = tmp_path / "truncated.safetensors"
     shutil.copy(lora, truncated)
     with open(truncated, "r+b") as f:
         f.truncate(os.path.getsize(truncated) - 64)
-    for bad, message in ((stray, "fit no parameter of transformer (wan)"), (truncated, "not a readable LoRA file"),
-                         (f"{lora}:x", "give PATH or PATH:SCALE")):
+    for bad, message in (
+        (stray, "fit no parameter of transformer (wan)"),
+        (truncated, "not a readable LoRA file"),
+        (f"{lora}:x", "give PATH or PATH:SCALE"),
+    ):
         r = _vidax(*args, "--lora", str(bad), "--output", str(tmp_path / "v.npy"))
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()[-1]) and r.stderr.count("error:") == 1
@@ -388,7 +475,10 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
     # An image-to-video checkpoint without --image; an image for a text-to-video-only one.
     for args, message in (
         (("--checkpoint", variants["i2v"]), "it does not do text-to-video: it needs an image (give --image)"),
-        (("--checkpoint", ckpt, "--image", image_file), "it does not do image-to-video: it takes no image (drop --image"),
+        (
+            ("--checkpoint", ckpt, "--image", image_file),
+            "it does not do image-to-video: it takes no image (drop --image",
+        ),
         (("--checkpoint", variants["a14b"], "--image", image_file), "Wan2.2 A14B T2V"),
         (("--checkpoint", ckpt, "--guidance-scale-2", "2"), "only used by checkpoints with two experts"),
     ):
@@ -398,24 +488,53 @@ def test_image_arguments_refused_with_the_valid_choice(ckpt, variants, image_fil
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     for path, message in ((bad, "could not be read as an image"), (tmp_path / "none.png", "no such file")):
-        r = _vidax("generate", "--prompt", "x", "--checkpoint", variants["i2v"], "--image", str(path),
-                   *I2V_ARGS, "--output", str(tmp_path / "v.mp4"))
+        r = _vidax(
+            "generate",
+            "--prompt",
+            "x",
+            "--checkpoint",
+            variants["i2v"],
+            "--image",
+            str(path),
+            *I2V_ARGS,
+            "--output",
+            str(tmp_path / "v.mp4"),
+        )
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     # TI2V-5B (16x VAE, 2x2 patches): sizes must be multiples of 32, the message names them.
-    r = _vidax("generate", "--prompt", "x", "--checkpoint", variants["ti2v"], "--image", image_file,
-               "--height", "48", "--width", "96", "--num-frames", "5", "--num-inference-steps", "1",
-               "--output", str(tmp_path / "v.mp4"))
+    r = _vidax(
+        "generate",
+        "--prompt",
+        "x",
+        "--checkpoint",
+        variants["ti2v"],
+        "--image",
+        image_file,
+        "--height",
+        "48",
+        "--width",
+        "96",
+        "--num-frames",
+        "5",
+        "--num-inference-steps",
+        "1",
+        "--output",
+        str(tmp_path / "v.mp4"),
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--height and --width must be multiples of 32" in r.stderr and "--height in [32, 64]" in r.stderr
     assert not (tmp_path / "v.mp4").exists()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (("--true-cfg-scale", "2"), "--true-cfg-scale"),
-    (("--frame-rate", "24"), "--frame-rate"),
-    (("--decode-timestep", "0.05"), "--decode-timestep"),
-    (("--stg-blocks", "abc"), "--stg-blocks"),  # not used here: said before its format
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (("--true-cfg-scale", "2"), "--true-cfg-scale"),
+        (("--frame-rate", "24"), "--frame-rate"),
+        (("--decode-timestep", "0.05"), "--decode-timestep"),
+        (("--stg-blocks", "abc"), "--stg-blocks"),  # not used here: said before its format
+    ],
+)
 def test_family_flags_refused_by_a_pipeline_without_them(ckpt, args, flag, tmp_path):
     """A family's flag given to a checkpoint whose pipeline does not take it: one line naming the
     flag, before any weight is read."""
@@ -428,15 +547,15 @@ def test_family_flags_refused_by_a_pipeline_without_them(ckpt, args, flag, tmp_p
 def test_unreadable_video_is_refused(ckpt, tmp_path):
     bad = tmp_path / "bad.mp4"
     bad.write_text("not a video")
-    r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--video", str(bad), "--output",
-               str(tmp_path / "v.mp4"))
+    r = _vidax(
+        "generate", "--prompt", "x", "--checkpoint", ckpt, "--video", str(bad), "--output", str(tmp_path / "v.mp4")
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "--video" in r.stderr and "could not be read as a video" in r.stderr
 
 
 def test_task_selection_in_the_api(ckpt, variants):
-    from vidax.models.wan.pipeline import WanPipeline
-    from vidax.models.wan.pipeline import WanImageToVideoPipeline
+    from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 
     with pytest.raises(InputError, match="it takes no image"):
         vidax.load_pipeline(ckpt, task="i2v")
@@ -462,11 +581,12 @@ def test_inspect_names_task_and_variant(ckpt, variants):
 
     assert "variant: Wan2.1 T2V: text-to-video" in describe_checkpoint(ckpt)
     assert "variant: Wan I2V (no image encoder): image-to-video" in describe_checkpoint(variants["i2v"])
-    assert ("variant: Wan2.2 A14B T2V (two experts, boundary_ratio=0.875): text-to-video"
-            in describe_checkpoint(variants["a14b"]))
-    assert ("variant: Wan2.2 TI2V (per-token timesteps, 16x VAE): text-to-video + image-to-video"
-            in describe_checkpoint(variants["ti2v"]))
-
+    assert "variant: Wan2.2 A14B T2V (two experts, boundary_ratio=0.875): text-to-video" in describe_checkpoint(
+        variants["a14b"]
+    )
+    assert "variant: Wan2.2 TI2V (per-token timesteps, 16x VAE): text-to-video + image-to-video" in describe_checkpoint(
+        variants["ti2v"]
+    )
 
 
 WAN_VARIANTS = {
@@ -480,8 +600,8 @@ WAN_VARIANTS = {
 
 
 def _wan_info(folder):
-    from vidax.models.wan.pipeline import WanPipeline
     from vidax.checkpoint import Checkpoint
+    from vidax.models.wan.pipeline import WanPipeline
 
     return WanPipeline.read_checkpoint(Checkpoint.open(folder))
 
@@ -517,16 +637,25 @@ def test_absent_jax_platform_is_one_line(ckpt, tmp_path):
     """JAX_PLATFORMS naming a backend this CPU machine lacks (hardware, plugin, or a typo): one
     line naming it, its value and the backends there are, exit 2, for --version and generate;
     the Python API raises SetupError; inspect needs no backend and works."""
-    for value, cmd in (("tpu", ("--version",)), ("cpux", ("generate", "-p", "x", "--checkpoint", ckpt,
-                                                          "-o", str(tmp_path / "v.npy")))):
+    for value, cmd in (
+        ("tpu", ("--version",)),
+        ("cpux", ("generate", "-p", "x", "--checkpoint", ckpt, "-o", str(tmp_path / "v.npy"))),
+    ):
         r = _vidax(*cmd, env_extra=dict(JAX_PLATFORMS=value))
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert r.stderr.startswith(f"error: JAX_PLATFORMS='{value}' names a backend JAX cannot start here ("), r.stderr
         assert "this machine has: cpu; set JAX_PLATFORMS to one of them" in r.stderr, r.stderr
-    code = ("import vidax\ntry:\n    vidax.load_pipeline(%r)\nexcept vidax.errors.SetupError as e:\n"
-            "    print('SetupError', e)" % ckpt)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, JAX_PLATFORMS="cuda"))
+    code = (
+        "import vidax\ntry:\n    vidax.load_pipeline(%r)\nexcept vidax.errors.SetupError as e:\n"
+        "    print('SetupError', e)" % ckpt
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, JAX_PLATFORMS="cuda"),
+    )
     assert r.stdout.startswith("SetupError JAX_PLATFORMS='cuda' names a backend"), r.stdout + r.stderr
     r = _vidax("inspect", ckpt, env_extra=dict(JAX_PLATFORMS="cuda"))
     assert r.returncode == 0 and "transformer/" in r.stdout, r.stderr
@@ -539,17 +668,34 @@ def test_errors_name_arguments_as_data():
     after a hint without a value."""
     from vidax.errors import Arg, InputError
 
-    e = InputError(Arg("image", keyword=True), " and ", Arg("video", keyword=True), " are both given; give ",
-                   Arg("image", keyword=True), " (image2world); ", Arg("num_inference_steps", 0), " is bad; ",
-                   Arg("dtype", "int8"), ", ", Arg("memory_check", python="pipe.memory_check = False"))
-    assert str(e) == ("image= and video= are both given; give image= (image2world); num_inference_steps=0 is bad; "
-                      "dtype='int8', pipe.memory_check = False")
+    e = InputError(
+        Arg("image", keyword=True),
+        " and ",
+        Arg("video", keyword=True),
+        " are both given; give ",
+        Arg("image", keyword=True),
+        " (image2world); ",
+        Arg("num_inference_steps", 0),
+        " is bad; ",
+        Arg("dtype", "int8"),
+        ", ",
+        Arg("memory_check", python="pipe.memory_check = False"),
+    )
+    assert str(e) == (
+        "image= and video= are both given; give image= (image2world); num_inference_steps=0 is bad; "
+        "dtype='int8', pipe.memory_check = False"
+    )
     assert e.arguments == ("image", "video", "image", "num_inference_steps", "dtype", "memory_check")
-    flags = {"image": "--image", "video": "--video", "num_inference_steps": "--num-inference-steps",
-             "memory_check": "--no-memory-check"}
+    flags = {
+        "image": "--image",
+        "video": "--video",
+        "num_inference_steps": "--num-inference-steps",
+        "memory_check": "--no-memory-check",
+    }
     assert e.render(lambda a: a.spelled(flags[a.name]) if a.name in flags else str(a)) == (
         "--image and --video are both given; give --image (image2world); --num-inference-steps 0 is bad; "
-        "dtype='int8', --no-memory-check")
+        "dtype='int8', --no-memory-check"
+    )
 
 
 #: SIGINT moments (seconds after the start; two: twice in a row) from vidax's first instruction
@@ -560,9 +706,24 @@ SIGINT_AT = [(0.1,), (0.15, 0.2), (0.25,), (0.4,), (0.6,), (0.9,), (1.3,), (1.0,
 
 
 def _generate_process(ckpt, out):
-    return subprocess.Popen([sys.executable, "-m", "vidax", "generate", "-p", "a cat", "--checkpoint", ckpt,
-                             *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()), "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=os.path.dirname(out))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "-p",
+            "a cat",
+            "--checkpoint",
+            ckpt,
+            *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()),
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=os.path.dirname(out),
+    )
 
 
 def _one_interrupted_line(err: str, code: int):
@@ -599,9 +760,24 @@ def test_ctrl_c_during_exit_is_one_line(ckpt, tmp_path):
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "vidax", "generate", "-p", "a cat", "--checkpoint", ckpt,
-                             *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()), "-o", str(tmp_path / "v.npy")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "-p",
+            "a cat",
+            "--checkpoint",
+            ckpt,
+            *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()),
+            "-o",
+            str(tmp_path / "v.npy"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     seen, sent = b"", 0
     while b"loading " not in seen:  # the status line while the weights load
         chunk = proc.stderr.read1(4096)
@@ -622,12 +798,17 @@ def test_ctrl_c_during_exit_is_one_line(ckpt, tmp_path):
 def test_keyboard_interrupt_lost_in_a_callback_ends_the_command():
     """A KeyboardInterrupt raised inside a callback, which Python reports as unraisable and
     ignores (as JAX's gc callback did), ends the ``vidax`` command as a SIGINT does."""
-    code = ("from vidax.interrupt import Stop\nStop().install()\nimport gc\n"
-            "class Lost:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
-            "Lost()\ngc.collect()\nprint('ran on')")
+    code = (
+        "from vidax.interrupt import Stop\nStop().install()\nimport gc\n"
+        "class Lost:\n    def __del__(self):\n        raise KeyboardInterrupt\n"
+        "Lost()\ngc.collect()\nprint('ran on')"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stdout, r.stderr) == (130, "", "interrupted (SIGINT) before the run started; nothing "
-                                                               "was written\n")
+    assert (r.returncode, r.stdout, r.stderr) == (
+        130,
+        "",
+        "interrupted (SIGINT) before the run started; nothing was written\n",
+    )
     scripts = __import__("tomllib").loads(open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")).read())
     assert scripts["project"]["scripts"]["vidax"] == "vidax.__main__:run"  # the command installs it first
 
@@ -636,8 +817,10 @@ def test_signal_at_the_end_of_teardown_keeps_the_exit_status():
     """After the last atexit function (where CPython gives the signals back to their default
     action) a SIGINT no longer decides the exit status: a run that succeeded exits 0 (trial 8:
     a signal 0.2-0.5 s after the summary gave -2)."""
-    code = ("import atexit, os, signal\nfrom vidax.interrupt import Stop\nstop = Stop()\nstop.install()\n"
-            "stop.exiting(0)\natexit._run_exitfuncs()\nos.kill(os.getpid(), signal.SIGINT)\nprint('exited 0')")
+    code = (
+        "import atexit, os, signal\nfrom vidax.interrupt import Stop\nstop = Stop()\nstop.install()\n"
+        "stop.exiting(0)\natexit._run_exitfuncs()\nos.kill(os.getpid(), signal.SIGINT)\nprint('exited 0')"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout, r.stderr) == (0, "exited 0\n", "")
 
@@ -649,8 +832,24 @@ def test_cache_flag(ckpt, tmp_path):
 
     from vidax.cli import app
 
-    base = ["generate", "--checkpoint", ckpt, "--prompt", "a red car", "--height", "48", "--width", "48",
-            "--num-frames", "9", "--num-inference-steps", "6", "--max-sequence-length", "16", "--no-progress"]
+    base = [
+        "generate",
+        "--checkpoint",
+        ckpt,
+        "--prompt",
+        "a red car",
+        "--height",
+        "48",
+        "--width",
+        "48",
+        "--num-frames",
+        "9",
+        "--num-inference-steps",
+        "6",
+        "--max-sequence-length",
+        "16",
+        "--no-progress",
+    ]
     out = tmp_path / "v.npy"
     r = CliRunner().invoke(app, base + ["--cache", "first_block:2.0", "--output", str(out)])
     assert r.exit_code == 0, r.output
@@ -671,7 +870,11 @@ def test_cache_flag(ckpt, tmp_path):
     ratios = tmp_path / "ratios.txt"
     ratios.write_text("1.0 0.9, 1.1\n1.0 0.9 1.1")
     (tmp_path / "ratios.json").write_text("[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]")
-    for value in (f"mag:{tmp_path / 'ratios.txt'}", f"mag:{tmp_path / 'ratios.json'}", "mag:[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]"):
+    for value in (
+        f"mag:{tmp_path / 'ratios.txt'}",
+        f"mag:{tmp_path / 'ratios.json'}",
+        "mag:[1.0, 0.9, 1.1, 1.0, 0.9, 1.1]",
+    ):
         config = parse_cache_option(value, 6)
         assert config == MagCacheConfig(num_inference_steps=6, mag_ratios=[1.0, 0.9, 1.1] * 2)
     (tmp_path / "short.txt").write_text("1.0 0.9 1.1")
@@ -679,20 +882,30 @@ def test_cache_flag(ckpt, tmp_path):
     (tmp_path / "nested.json").write_text("[[1.0, 0.9]" + ", [1.1, 1.0]" * 5 + "]")
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
-    for value, message in (("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
-                           ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
-                           ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"),
-                           # ratios for another number of steps: refused before any weight is read
-                           ("mag:" + str(tmp_path / "short.txt"), "holds 3 ratios, the call has 6 steps; give one per "
-                            "step (calibrate with --cache mag at 6 steps)"),
-                           ("mag:" + str(tmp_path / "negative.txt"), f"--cache mag:{tmp_path / 'negative.txt'}: "
-                            f"{tmp_path / 'negative.txt'} must hold a flat list of finite numbers >= 0 (ratios of "
-                            "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, "
-                            "as --cache mag prints them; entry 4 is -0.9, below 0"),
-                           # a nested list (of the right length): the file and what it must hold, not mag_ratios=
-                           ("mag:" + str(tmp_path / "nested.json"), f"--cache mag:{tmp_path / 'nested.json'}: "
-                            f"{tmp_path / 'nested.json'} must hold a flat list of finite numbers >= 0"),
-                           ("mag:" + str(tmp_path / "nested.json"), "; entry 0 is [1.0, 0.9], not a number")):
+    for value, message in (
+        ("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
+        ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
+        ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"),
+        # ratios for another number of steps: refused before any weight is read
+        (
+            "mag:" + str(tmp_path / "short.txt"),
+            "holds 3 ratios, the call has 6 steps; give one per step (calibrate with --cache mag at 6 steps)",
+        ),
+        (
+            "mag:" + str(tmp_path / "negative.txt"),
+            f"--cache mag:{tmp_path / 'negative.txt'}: "
+            f"{tmp_path / 'negative.txt'} must hold a flat list of finite numbers >= 0 (ratios of "
+            "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, "
+            "as --cache mag prints them; entry 4 is -0.9, below 0",
+        ),
+        # a nested list (of the right length): the file and what it must hold, not mag_ratios=
+        (
+            "mag:" + str(tmp_path / "nested.json"),
+            f"--cache mag:{tmp_path / 'nested.json'}: "
+            f"{tmp_path / 'nested.json'} must hold a flat list of finite numbers >= 0",
+        ),
+        ("mag:" + str(tmp_path / "nested.json"), "; entry 0 is [1.0, 0.9], not a number"),
+    ):
         r = CliRunner().invoke(app, base + ["--cache", value, "--output", str(tmp_path / "w.npy")])
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
         assert not (tmp_path / "w.npy").exists()
@@ -712,15 +925,23 @@ def test_cache_mag_file_is_read_as_text_or_refused_in_one_line(tmp_path):
     binary.write_bytes(bytes(range(128, 256)))
     with pytest.raises(InputError) as e:
         parse_cache_option(f"mag:{binary}", 3)
-    assert str(e.value) == (f"--cache mag:{binary}: the ratios file '{binary}' is not UTF-8 text; it must hold a flat "
-                            "list of finite numbers >= 0 (ratios of residual norms, one per step) as a JSON list or "
-                            "numbers separated by spaces or commas")
+    assert str(e.value) == (
+        f"--cache mag:{binary}: the ratios file '{binary}' is not UTF-8 text; it must hold a flat "
+        "list of finite numbers >= 0 (ratios of residual norms, one per step) as a JSON list or "
+        "numbers separated by spaces or commas"
+    )
     for value in ("mag:", "mag: "):
-        with pytest.raises(InputError, match=r"^--cache mag: ?: nothing after 'mag:'; give the ratios "
-                                             r"\(mag:\[r1, r2, \.\.\.\] or mag:FILE\), or 'mag' alone to calibrate$"):
+        with pytest.raises(
+            InputError,
+            match=r"^--cache mag: ?: nothing after 'mag:'; give the ratios "
+            r"\(mag:\[r1, r2, \.\.\.\] or mag:FILE\), or 'mag' alone to calibrate$",
+        ):
             parse_cache_option(value, 3)
-    with pytest.raises(InputError, match=r"^cache='mag:': nothing after 'mag:'; give the ratios \(mag:\[r1, r2, "
-                                         r"\.\.\.\]\), or 'mag' alone"):
+    with pytest.raises(
+        InputError,
+        match=r"^cache='mag:': nothing after 'mag:'; give the ratios \(mag:\[r1, r2, "
+        r"\.\.\.\]\), or 'mag' alone",
+    ):
         parse_cache_option("mag:", 3, name="cache", files=False)
 
 
@@ -736,20 +957,38 @@ def test_output_never_replaces_an_input_file(variants, image_file, tmp_path):
     shutil.copy(image_file, image)
     before = image.read_bytes()
     for extra in ([], ["--overwrite"]):
-        r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(image),
-                                     "-o", str(image), *I2V_ARGS, *extra])
+        r = CliRunner().invoke(
+            app,
+            [
+                "generate",
+                "-p",
+                "x",
+                "--checkpoint",
+                variants["i2v"],
+                "--image",
+                str(image),
+                "-o",
+                str(image),
+                *I2V_ARGS,
+                *extra,
+            ],
+        )
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-        assert r.output.strip() == (f"error: --output '{image}' is the same file as --image '{image}'; writing it would "
-                                    "destroy that input (with or without --overwrite); give another output name")
+        assert r.output.strip() == (
+            f"error: --output '{image}' is the same file as --image '{image}'; writing it would "
+            "destroy that input (with or without --overwrite); give another output name"
+        )
         assert image.read_bytes() == before
     # The same for an image output of one frame (-o in.png with --image in.png).
     png = tmp_path / "in.png"
     shutil.copy(image_file, png)
     before = png.read_bytes()
-    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(png),
-                                 "-o", str(png), *I2V_ARGS])
-    assert r.exit_code == 2 and r.output.strip().startswith(f"error: --output '{png}' is the same file as --image"), \
+    r = CliRunner().invoke(
+        app, ["generate", "-p", "x", "--checkpoint", variants["i2v"], "--image", str(png), "-o", str(png), *I2V_ARGS]
+    )
+    assert r.exit_code == 2 and r.output.strip().startswith(f"error: --output '{png}' is the same file as --image"), (
         r.output
+    )
     assert png.read_bytes() == before
     # A link to the input, and the .wav a sounding .npy output writes beside it.
     link = tmp_path / "link.npy"
@@ -783,14 +1022,24 @@ def test_number_flags_are_read_by_one_rule(tmp_path):
     positive, fps = "a positive integer", "an integer frame rate in [1, 1000] fps"
     guidance = "a finite number >= 0 (at most 3.403e+38, float32's largest)"
     for flag, value, valid in (
-            ("--num-inference-steps", "2.50", positive), ("--seed", "0x10", "an integer in [0, 4294967295]"),
-            ("--seed", "1e99", "an integer in [0, 4294967295]"), ("--seed", "nan", "an integer in [0, 4294967295]"),
-            ("--num-frames", "1e999", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
-            ("--max-sequence-length", "1e39", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
-            ("--height", "1_0", positive), ("--width", "inf", positive), ("--dp", "1.5", "an integer"),
-            ("--num-processes", "two", "an integer"), ("--fps", "2.5", fps), ("--fps", "0", fps),
-            ("--fps", "1e4", fps), ("--fps", "1e30", fps), ("--guidance-scale", "1_0", guidance),
-            ("--guidance-scale", "0x10", guidance), ("--distributed-timeout", "1_0", "a number")):
+        ("--num-inference-steps", "2.50", positive),
+        ("--seed", "0x10", "an integer in [0, 4294967295]"),
+        ("--seed", "1e99", "an integer in [0, 4294967295]"),
+        ("--seed", "nan", "an integer in [0, 4294967295]"),
+        ("--num-frames", "1e999", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
+        ("--max-sequence-length", "1e39", f"{positive} (at most {MAX_TYPED_INT} in magnitude)"),
+        ("--height", "1_0", positive),
+        ("--width", "inf", positive),
+        ("--dp", "1.5", "an integer"),
+        ("--num-processes", "two", "an integer"),
+        ("--fps", "2.5", fps),
+        ("--fps", "0", fps),
+        ("--fps", "1e4", fps),
+        ("--fps", "1e30", fps),
+        ("--guidance-scale", "1_0", guidance),
+        ("--guidance-scale", "0x10", guidance),
+        ("--distributed-timeout", "1_0", "a number"),
+    ):
         for flags in ([flag, value], [f"{flag}={value}"]):
             r, lines = run(*flags)
             assert r.exit_code == 2 and lines == [f"error: {flag} must be {valid}, got {value}"], (flags, r.output)
@@ -801,10 +1050,22 @@ def test_number_flags_are_read_by_one_rule(tmp_path):
     # Integral numbers are accepted as ints: on to the checkpoint, which is not there.
     r, lines = run("--num-frames", "9.0", "--seed=1e3", "--fps", "16.0", "--height", "3.2e1", "--guidance-scale", "5")
     assert r.exit_code == 2 and len(lines) == 1 and "none" in lines[0] and "must be" not in lines[0], r.output
-    for text, integer, number in (("16.0", True, 16), ("1e3", True, 1000), ("-2E0", True, -2), (" 7 ", True, 7),
-                                  ("2.50", True, None), ("1_0", True, None), ("nan", True, None), ("1e99", True, float("inf")),
-                                  ("1_0", False, None), ("0x10", False, None), ("\u0661", False, None), ("2.50", False, 2.5),
-                                  ("-Infinity", False, float("-inf")), (".5e1", False, 5.0)):
+    for text, integer, number in (
+        ("16.0", True, 16),
+        ("1e3", True, 1000),
+        ("-2E0", True, -2),
+        (" 7 ", True, 7),
+        ("2.50", True, None),
+        ("1_0", True, None),
+        ("nan", True, None),
+        ("1e99", True, float("inf")),
+        ("1_0", False, None),
+        ("0x10", False, None),
+        ("\u0661", False, None),
+        ("2.50", False, 2.5),
+        ("-Infinity", False, float("-inf")),
+        (".5e1", False, 5.0),
+    ):
         got = typed_number(text, integer=integer)
         assert got == number and type(got) is type(number), (text, integer, got)
 
@@ -833,7 +1094,8 @@ def test_sound_drift_warning_blames_only_a_given_fps():
     assert _drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
     assert _drift_warning(5 / 16, 0.625, 16, fps_given=True) == (
         "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s; they drift apart (leave --fps out for "
-        "the model's frame rate)")
+        "the model's frame rate)"
+    )
 
 
 def test_joined_flag_helps_read_as_one_text():
@@ -843,11 +1105,17 @@ def test_joined_flag_helps_read_as_one_text():
     from vidax.cli import call_options
     from vidax.pipelines.option_help import join_helps
 
-    assert join_helps(["Video to condition on (A continues its last frames). No safety checker runs (A's "
-                       "reference requires a guardrail).", "Video to condition on (B keeps its first frames). No "
-                       "safety checker runs.", "Video to condition on (C: from frame_index on)."]) == (
+    assert join_helps(
+        [
+            "Video to condition on (A continues its last frames). No safety checker runs (A's "
+            "reference requires a guardrail).",
+            "Video to condition on (B keeps its first frames). No safety checker runs.",
+            "Video to condition on (C: from frame_index on).",
+        ]
+    ) == (
         "Video to condition on (A continues its last frames; B keeps its first frames; C: from frame_index on). "
-        "No safety checker runs (A's reference requires a guardrail).")
+        "No safety checker runs (A's reference requires a guardrail)."
+    )
     options = call_options()
     for name in ("video", "frame_rate", "image"):
         text = options[name].help
@@ -875,9 +1143,16 @@ def test_a_flag_whose_families_differ_in_default_says_each_default():
         assert options[name].default == "", name
         assert all(f"default {d}" in options[name].help for d in defaults[name]), options[name].help
     help_of = {p.name: p.help for p in _declared_params(options.values())}
-    assert "[default:" not in help_of["guidance_rescale"] and "LTX-2: of the video, default 0.7" in help_of["guidance_rescale"]
-    for name, fallback in (("audio_guidance_scale", "guidance_scale"), ("audio_stg_scale", "stg_scale"),
-                           ("audio_modality_scale", "modality_scale"), ("audio_guidance_rescale", "guidance_rescale")):
+    assert (
+        "[default:" not in help_of["guidance_rescale"]
+        and "LTX-2: of the video, default 0.7" in help_of["guidance_rescale"]
+    )
+    for name, fallback in (
+        ("audio_guidance_scale", "guidance_scale"),
+        ("audio_stg_scale", "stg_scale"),
+        ("audio_modality_scale", "modality_scale"),
+        ("audio_guidance_rescale", "guidance_rescale"),
+    ):
         assert f"(LTX-2); 0: {fallback}." in help_of[name] and "unset" not in help_of[name], help_of[name]
 
 
@@ -897,9 +1172,24 @@ def test_latents_past_what_the_vae_decodes_are_an_error_and_kept(pipe, ckpt, tmp
     np.testing.assert_array_equal(e.value.latents, latent)
     assert np.abs(latent).max() > MAX_DECODE_LATENT
     out = tmp_path / "v.mp4"
-    r = CliRunner().invoke(app, ["generate", "-p", "a red car", "--checkpoint", ckpt, "-o", str(out), "--no-progress",
-                                 "--guidance-scale", "1e30", "--seed", "0", *(f"--{k.replace('_', '-')}={v}"
-                                                                              for k, v in SMALL.items())])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a red car",
+            "--checkpoint",
+            ckpt,
+            "-o",
+            str(out),
+            "--no-progress",
+            "--guidance-scale",
+            "1e30",
+            "--seed",
+            "0",
+            *(f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()),
+        ],
+    )
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.exit_code == 2 and len(lines) == 1, r.output
     kept = tmp_path / "v-latents.unwritten.npy"
@@ -917,10 +1207,26 @@ def test_lora_on_streamed_gguf_transformer_refused_before_loading(tmp_path):
     from vidax.cli import app
 
     lora = tmp_path / "l.safetensors"
-    save_safetensors({"transformer.blocks.0.attn1.to_q.lora_A.weight": np.ones((2, 8), np.float32),
-                      "transformer.blocks.0.attn1.to_q.lora_B.weight": np.ones((8, 2), np.float32)}, str(lora))
-    base = ["generate", "-p", "x", "--checkpoint", str(tmp_path / "missing"), "--transformer",
-            str(tmp_path / "missing.gguf"), "--lora", f"{lora}:0.5", "-o", str(tmp_path / "o.npy")]
+    save_safetensors(
+        {
+            "transformer.blocks.0.attn1.to_q.lora_A.weight": np.ones((2, 8), np.float32),
+            "transformer.blocks.0.attn1.to_q.lora_B.weight": np.ones((8, 2), np.float32),
+        },
+        str(lora),
+    )
+    base = [
+        "generate",
+        "-p",
+        "x",
+        "--checkpoint",
+        str(tmp_path / "missing"),
+        "--transformer",
+        str(tmp_path / "missing.gguf"),
+        "--lora",
+        f"{lora}:0.5",
+        "-o",
+        str(tmp_path / "o.npy"),
+    ]
     r = CliRunner().invoke(app, base + ["--offload-blocks", "1"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
     assert "--lora" in r.stderr and "--offload-blocks" in r.stderr and "--weights int8" in r.stderr, r.stderr
@@ -945,9 +1251,29 @@ def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch)
         return read(cls, checkpoint)
 
     monkeypatch.setattr(WanPipeline, "read_checkpoint", classmethod(counted))
-    r = CliRunner().invoke(app, ["generate", "--checkpoint", ckpt, "--prompt", "a red car", "--height", "32",
-                                 "--width", "48", "--num-frames", "5", "--num-inference-steps", "1",
-                                 "--max-sequence-length", "16", "--no-progress", "--output", str(tmp_path / "v.npy")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--checkpoint",
+            ckpt,
+            "--prompt",
+            "a red car",
+            "--height",
+            "32",
+            "--width",
+            "48",
+            "--num-frames",
+            "5",
+            "--num-inference-steps",
+            "1",
+            "--max-sequence-length",
+            "16",
+            "--no-progress",
+            "--output",
+            str(tmp_path / "v.npy"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert reads == ["WanPipeline"]
     reads.clear()

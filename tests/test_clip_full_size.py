@@ -45,9 +45,7 @@ def test_full_size_matches_transformers(path):
     transformers = pytest.importorskip("transformers")
 
     cfg = CLIPVisionConfig.from_json_file(path)
-    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.patch_size, cfg.hidden_act) == (
-        1280, 32, 14, "gelu"
-    )
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.patch_size, cfg.hidden_act) == (1280, 32, 14, "gelu")
     with open(path) as f:
         raw = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
     with torch.device("meta"):
@@ -76,7 +74,7 @@ def test_full_size_matches_transformers(path):
             name = path_str(target)
             assert name in ours, key
             want = ours[name].shape[1:] if layer is not None else ours[name].shape
-            assert _target_shape_of(ref_shapes[key[len(prefix):]], target) == tuple(want), key
+            assert _target_shape_of(ref_shapes[key[len(prefix) :]], target) == tuple(want), key
             covered.setdefault(name, set()).add(layer)
             assert rules.join(target, layer) == key
         assert set(covered) == set(ours)

@@ -27,9 +27,10 @@ from vidax.registry import registry
 from vidax.schedulers import CogVideoXDDIMScheduler, scheduler_from_config
 from vidax.weights.loader import DtypePolicy
 
-
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "THUDM__CogVideoX*", "transformer", "config.json")))
-SCHEDULERS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "THUDM__CogVideoX*", "scheduler", "scheduler_config.json")))
+SCHEDULERS = sorted(
+    glob.glob(os.path.join(REFERENCE_CONFIGS, "THUDM__CogVideoX*", "scheduler", "scheduler_config.json"))
+)
 
 
 def _id(path: str) -> str:

@@ -45,8 +45,10 @@ def test_cogvideox_offloaded_equals_resident(ckpt, resident, chunk, monkeypatch)
     np.testing.assert_array_equal(out, ref)
     per_chunk = max(meter.chunk_bytes)
     peak = max(meter.seen)
-    print(f"CogVideoX chunk={chunk}: resident transformer {resident_bytes} B, streamed peak {peak} B "
-          f"(non-block {meter.rest_bytes} B + chunks of {per_chunk} B)")
+    print(
+        f"CogVideoX chunk={chunk}: resident transformer {resident_bytes} B, streamed peak {peak} B "
+        f"(non-block {meter.rest_bytes} B + chunks of {per_chunk} B)"
+    )
     assert peak <= meter.rest_bytes + 2 * per_chunk
     if chunk == 1:  # 2 of 3 layers at a time (chunks of 2 hold all 3: [2, 1])
         assert peak < resident_bytes

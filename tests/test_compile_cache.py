@@ -62,21 +62,44 @@ def test_default_folder_off_switch_and_users_own_setting(tmp_path):
         assert out["folder"] is None and out["written"] == 0 and out["compiled"] > 0
         assert not (tmp_path / off).exists()
     # The user's own jax_compilation_cache_dir wins over VIDAX_COMPILE_CACHE.
-    out = _probe(_env(tmp_path, VIDAX_COMPILE_CACHE=str(tmp_path / "ours"),
-                      JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users")))
+    out = _probe(
+        _env(tmp_path, VIDAX_COMPILE_CACHE=str(tmp_path / "ours"), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users"))
+    )
     assert out["folder"] == str(tmp_path / "users") and not (tmp_path / "ours").exists()
 
 
 @pytest.mark.slow
 def test_generate_reports_cache_hits_and_no_compile_cache_flag(tmp_path):
     ckpt = default_checkpoint(str(tmp_path / "ckpt"))
-    args = ("generate", "-p", "x", "--checkpoint", ckpt, "--height", "32", "--width", "32", "--num-frames", "5",
-            "--num-inference-steps", "1", "--max-sequence-length", "16", "--no-progress",
-            "-o", str(tmp_path / "v.npy"))
+    args = (
+        "generate",
+        "-p",
+        "x",
+        "--checkpoint",
+        ckpt,
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--num-frames",
+        "5",
+        "--num-inference-steps",
+        "1",
+        "--max-sequence-length",
+        "16",
+        "--no-progress",
+        "-o",
+        str(tmp_path / "v.npy"),
+    )
 
     def run(*extra, **env):
-        r = subprocess.run([sys.executable, "-m", "vidax", *args, *extra], capture_output=True, text=True,
-                           env=_env(tmp_path, **env), timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-m", "vidax", *args, *extra],
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path, **env),
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr
         return summary_rows(r.stderr.split("summary:\n")[1])
 
@@ -106,16 +129,17 @@ def test_unusable_cache_folder_is_one_line(tmp_path, monkeypatch):
     cases = [  # (env, what the line names)
         (dict(VIDAX_CACHE_DIR=str(afile)), f"VIDAX_CACHE_DIR='{afile}' cannot be used"),
         (dict(VIDAX_CACHE_DIR="/proc/vidax-cache"), "VIDAX_CACHE_DIR='/proc/vidax-cache' cannot be used"),
-        (dict(VIDAX_COMPILE_CACHE=str(afile)), f"VIDAX_COMPILE_CACHE='{afile}' cannot be used: cannot write into "
-                                               f"'{afile}' (it is a file, not a folder)"),
+        (
+            dict(VIDAX_COMPILE_CACHE=str(afile)),
+            f"VIDAX_COMPILE_CACHE='{afile}' cannot be used: cannot write into '{afile}' (it is a file, not a folder)",
+        ),
         # Compile cache off: the embedded checkpoint's build names the variable.
         (dict(VIDAX_CACHE_DIR=str(afile), VIDAX_COMPILE_CACHE="0"), f"cannot write into '{afile}' (it is a file"),
     ]
     for extra, want in cases:
         env = _env(tmp_path)
         env.update(extra)
-        r = subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True, env=env,
-                           timeout=300)
+        r = subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True, env=env, timeout=300)
         lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("Using the embedded default")]
         assert r.returncode == 2 and len(lines) == 1 and want in lines[0], (extra, r.stderr)
     monkeypatch.setenv("VIDAX_CACHE_DIR", str(afile / "sub"))

@@ -21,8 +21,8 @@ from tests.parity.cogvideox_reference import VAE as COG_VAE
 from tests.parity.ltx2_reference import CONNECTORS_23 as LTX2_CONNECTORS
 from tests.parity.ltx2_reference import TRANSFORMER_23 as LTX2_TRANSFORMER
 from vidax import default_checkpoint as dc
-from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.checkpoint import TASK_NAMES
+from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.pipelines.contracts import PROTOCOLS, PooledTextEncoder
 from vidax.registry import FAMILIES, KINDS, registry
 
@@ -32,103 +32,301 @@ TINY = {
     "AutoencoderKLWan": dc.VAE,
     "UMT5EncoderModel": dc.TEXT_ENCODER,
     "T5EncoderModel": {**dc.TEXT_ENCODER, "model_type": "t5", "architectures": ["T5EncoderModel"]},
-    "CLIPVisionModel": dict(hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3,
-                            image_size=28, patch_size=14, projection_dim=12),
-    "CLIPTextModel": dict(vocab_size=50, hidden_size=36, intermediate_size=50, num_hidden_layers=2,
-                          num_attention_heads=3, max_position_embeddings=16),
-    "SiglipVisionModel": dict(hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3,
-                              image_size=28, patch_size=14),
+    "CLIPVisionModel": dict(
+        hidden_size=36,
+        intermediate_size=50,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        image_size=28,
+        patch_size=14,
+        projection_dim=12,
+    ),
+    "CLIPTextModel": dict(
+        vocab_size=50,
+        hidden_size=36,
+        intermediate_size=50,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        max_position_embeddings=16,
+    ),
+    "SiglipVisionModel": dict(
+        hidden_size=36, intermediate_size=50, num_hidden_layers=2, num_attention_heads=3, image_size=28, patch_size=14
+    ),
     "Qwen2_5_VLTextModel": dict(
-        model_type="qwen2_5_vl_text", vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3,
-        num_attention_heads=5, num_key_value_heads=1, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]}),
-    "LlamaModel": dict(vocab_size=97, hidden_size=36, intermediate_size=52, num_hidden_layers=3,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, model_type="llama"),
+        model_type="qwen2_5_vl_text",
+        vocab_size=89,
+        hidden_size=40,
+        intermediate_size=44,
+        num_hidden_layers=3,
+        num_attention_heads=5,
+        num_key_value_heads=1,
+        rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]},
+    ),
+    "LlamaModel": dict(
+        vocab_size=97,
+        hidden_size=36,
+        intermediate_size=52,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        model_type="llama",
+    ),
     "LlavaForConditionalGeneration": dict(
-        model_type="llava", image_token_index=5, pad_token_id=6,
-        text_config=dict(model_type="llama", vocab_size=40, hidden_size=24, intermediate_size=30, num_hidden_layers=2,
-                         num_attention_heads=3, num_key_value_heads=1, head_dim=8),
-        vision_config=dict(model_type="clip_vision_model", hidden_size=12, intermediate_size=20, num_hidden_layers=2,
-                           num_attention_heads=2, image_size=28, patch_size=14)),
+        model_type="llava",
+        image_token_index=5,
+        pad_token_id=6,
+        text_config=dict(
+            model_type="llama",
+            vocab_size=40,
+            hidden_size=24,
+            intermediate_size=30,
+            num_hidden_layers=2,
+            num_attention_heads=3,
+            num_key_value_heads=1,
+            head_dim=8,
+        ),
+        vision_config=dict(
+            model_type="clip_vision_model",
+            hidden_size=12,
+            intermediate_size=20,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+    ),
     "Qwen2_5_VLForConditionalGeneration": dict(
-        model_type="qwen2_5_vl", vision_config={"depth": 1}, text_config=dict(
-            vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
-            num_key_value_heads=1, rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]})),
+        model_type="qwen2_5_vl",
+        vision_config={"depth": 1},
+        text_config=dict(
+            vocab_size=89,
+            hidden_size=40,
+            intermediate_size=44,
+            num_hidden_layers=3,
+            num_attention_heads=5,
+            num_key_value_heads=1,
+            rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2]},
+        ),
+    ),
     "Gemma3ForConditionalGeneration": dict(
-        model_type="gemma3", vision_config=dict(model_type="siglip_vision_model"), text_config=dict(
-            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
-            num_key_value_heads=2, head_dim=16, sliding_window=5, sliding_window_pattern=2)),
+        model_type="gemma3",
+        vision_config=dict(model_type="siglip_vision_model"),
+        text_config=dict(
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=80,
+            num_hidden_layers=4,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=5,
+            sliding_window_pattern=2,
+        ),
+    ),
     "Gemma4UnifiedForConditionalGeneration": dict(
-        model_type="gemma4_unified", text_config=dict(
-            vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
-            num_key_value_heads=2, head_dim=16, global_head_dim=24, sliding_window=5, attention_k_eq_v=True,
-            num_global_key_value_heads=1, num_kv_shared_layers=2, layer_types=["sliding_attention",
-                                                                              "full_attention"] * 2)),
-    **{name: dict(video_cross_attention_dim=40, audio_cross_attention_dim=16, pooler_hidden_dim=8,
-                  num_pooler_heads=2, mlp_hidden_dim=6) for name in ("LTX2DurationHead", "LTX2DurationHeadModel")},
+        model_type="gemma4_unified",
+        text_config=dict(
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=80,
+            num_hidden_layers=4,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            head_dim=16,
+            global_head_dim=24,
+            sliding_window=5,
+            attention_k_eq_v=True,
+            num_global_key_value_heads=1,
+            num_kv_shared_layers=2,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+        ),
+    ),
+    **{
+        name: dict(
+            video_cross_attention_dim=40,
+            audio_cross_attention_dim=16,
+            pooler_hidden_dim=8,
+            num_pooler_heads=2,
+            mlp_hidden_dim=6,
+        )
+        for name in ("LTX2DurationHead", "LTX2DurationHeadModel")
+    },
     "CogVideoXTransformer3DModel": {**COG_TRANSFORMER, "in_channels": 4, "use_rotary_positional_embeddings": True},
     "AutoencoderKLCogVideoX": COG_VAE,
-    "CosmosTransformer3DModel": dict(in_channels=5, out_channels=4, num_attention_heads=3, attention_head_dim=16,
-                                     num_layers=2, text_embed_dim=20, adaln_lora_dim=10, max_size=(8, 16, 16),
-                                     extra_pos_embed_type=None, use_crossattn_projection=True,
-                                     crossattn_proj_in_channels=28, encoder_hidden_states_channels=20),
+    "CosmosTransformer3DModel": dict(
+        in_channels=5,
+        out_channels=4,
+        num_attention_heads=3,
+        attention_head_dim=16,
+        num_layers=2,
+        text_embed_dim=20,
+        adaln_lora_dim=10,
+        max_size=(8, 16, 16),
+        extra_pos_embed_type=None,
+        use_crossattn_projection=True,
+        crossattn_proj_in_channels=28,
+        encoder_hidden_states_channels=20,
+    ),
     "HunyuanVideoTransformer3DModel": dict(
-        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
-        num_single_layers=3, num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, pooled_projection_dim=12,
-        rope_axes_dim=[4, 6, 8], image_condition_type="token_replace"),
+        in_channels=5,
+        out_channels=7,
+        num_attention_heads=3,
+        attention_head_dim=18,
+        num_layers=2,
+        num_single_layers=3,
+        num_refiner_layers=1,
+        mlp_ratio=2.5,
+        text_embed_dim=20,
+        pooled_projection_dim=12,
+        rope_axes_dim=[4, 6, 8],
+        image_condition_type="token_replace",
+    ),
     "HunyuanVideo15Transformer3DModel": dict(
-        in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
-        num_refiner_layers=1, mlp_ratio=2.5, text_embed_dim=20, text_embed_2_dim=14, image_embed_dim=12,
-        rope_axes_dim=[4, 6, 8], use_meanflow=True),
-    "LTXVideoTransformer3DModel": dict(in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=7,
-                                       cross_attention_dim=28, num_layers=2, caption_channels=20),
-    "AutoencoderKLLTXVideo": dict(block_out_channels=[6, 12, 12, 24], down_block_types=["LTXVideo095DownBlock3D"] * 3,
-                                  downsample_type=["spatial", "temporal", "spatiotemporal"],
-                                  spatio_temporal_scaling=[True, True, True], layers_per_block=[1, 1, 1, 1],
-                                  decoder_block_out_channels=[16, 32], decoder_layers_per_block=[1, 1, 1],
-                                  decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[True, False, False],
-                                  upsample_residual=[True, True], upsample_factor=[2, 2], timestep_conditioning=True,
-                                  latent_channels=6, patch_size=2, spatial_compression_ratio=8,
-                                  temporal_compression_ratio=4),
+        in_channels=5,
+        out_channels=7,
+        num_attention_heads=3,
+        attention_head_dim=18,
+        num_layers=2,
+        num_refiner_layers=1,
+        mlp_ratio=2.5,
+        text_embed_dim=20,
+        text_embed_2_dim=14,
+        image_embed_dim=12,
+        rope_axes_dim=[4, 6, 8],
+        use_meanflow=True,
+    ),
+    "LTXVideoTransformer3DModel": dict(
+        in_channels=6,
+        out_channels=9,
+        num_attention_heads=4,
+        attention_head_dim=7,
+        cross_attention_dim=28,
+        num_layers=2,
+        caption_channels=20,
+    ),
+    "AutoencoderKLLTXVideo": dict(
+        block_out_channels=[6, 12, 12, 24],
+        down_block_types=["LTXVideo095DownBlock3D"] * 3,
+        downsample_type=["spatial", "temporal", "spatiotemporal"],
+        spatio_temporal_scaling=[True, True, True],
+        layers_per_block=[1, 1, 1, 1],
+        decoder_block_out_channels=[16, 32],
+        decoder_layers_per_block=[1, 1, 1],
+        decoder_spatio_temporal_scaling=[True, True],
+        decoder_inject_noise=[True, False, False],
+        upsample_residual=[True, True],
+        upsample_factor=[2, 2],
+        timestep_conditioning=True,
+        latent_channels=6,
+        patch_size=2,
+        spatial_compression_ratio=8,
+        temporal_compression_ratio=4,
+    ),
     "AutoencoderKLHunyuanVideo15": dict(block_out_channels=[6, 8, 16, 32, 32], latent_channels=4, layers_per_block=1),
-    "AutoencoderKLHunyuanVideo": dict(block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1,
-                                      norm_num_groups=2),
-    "LTXLatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3,
-                                    spatial_upsample=True, temporal_upsample=True),
-    "AutoencoderKLLTX2Video": dict(latent_channels=6, block_out_channels=[8, 16, 16],
-                                   downsample_type=["spatial", "temporal", "spatiotemporal"],
-                                   down_block_types=["LTX2VideoDownBlock3D"] * 3, layers_per_block=[1, 1, 1, 1],
-                                   spatio_temporal_scaling=[True, True, True], decoder_block_out_channels=[16, 16, 16],
-                                   decoder_layers_per_block=[1, 1, 1, 1], decoder_spatio_temporal_scaling=[True] * 3,
-                                   decoder_inject_noise=[False] * 4, upsample_residual=[True, False, True],
-                                   upsample_type=["spatiotemporal", "temporal", "spatial"], upsample_factor=[2, 1, 2],
-                                   patch_size=2, spatial_compression_ratio=8, temporal_compression_ratio=4),
-    "LTX2VideoDiffusionDecoderModel": dict(out_channels=3, latent_channels=8, patch_size=2, decoder_head_dim=8,
-                                           decoder_stage_channels=[32, 16, 16, 16, 16],
-                                           decoder_stage_depths=[1, 1, 1, 1, 1], decoder_stage_kernels=[[3, 3, 3]] * 4,
-                                           decoder_upsample_strides=[[1, 2, 1], [2, 1, 1], [2, 1, 2], [2, 1, 1]],
-                                           decoder_upsample_channel_reductions=[2, 1, 1, 1],
-                                           decoder_stage5_kernel=[5, 5, 5], decoder_t_emb_dim=24),
-    "LTX2LatentUpsamplerModel": dict(in_channels=12, mid_channels=64, num_blocks_per_stage=1,
-                                     rational_spatial_scale=1.5),
-    "AutoencoderKLLTX2Audio": dict(base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3,
-                                   mel_bins=20),
-    "LTX2Vocoder": dict(in_channels=40, hidden_channels=24, upsample_kernel_sizes=[6, 4], upsample_factors=[3, 2],
-                        resnet_kernel_sizes=[3, 5], resnet_dilations=[[1, 2], [1, 3]]),
-    "LTX2VocoderWithBWE": dict(in_channels=40, hidden_channels=16, upsample_kernel_sizes=[4, 4],
-                               upsample_factors=[2, 2], resnet_kernel_sizes=[3], resnet_dilations=[[1, 2]],
-                               bwe_in_channels=16, bwe_hidden_channels=12, bwe_upsample_kernel_sizes=[5, 4],
-                               bwe_upsample_factors=[3, 2], bwe_resnet_kernel_sizes=[3], bwe_resnet_dilations=[[1]],
-                               filter_length=12, hop_length=3, window_length=12, num_mel_channels=8,
-                               input_sampling_rate=8000, output_sampling_rate=16000),
+    "AutoencoderKLHunyuanVideo": dict(
+        block_out_channels=[6, 8, 10, 10], latent_channels=4, layers_per_block=1, norm_num_groups=2
+    ),
+    "LTXLatentUpsamplerModel": dict(
+        in_channels=12, mid_channels=64, num_blocks_per_stage=2, dims=3, spatial_upsample=True, temporal_upsample=True
+    ),
+    "AutoencoderKLLTX2Video": dict(
+        latent_channels=6,
+        block_out_channels=[8, 16, 16],
+        downsample_type=["spatial", "temporal", "spatiotemporal"],
+        down_block_types=["LTX2VideoDownBlock3D"] * 3,
+        layers_per_block=[1, 1, 1, 1],
+        spatio_temporal_scaling=[True, True, True],
+        decoder_block_out_channels=[16, 16, 16],
+        decoder_layers_per_block=[1, 1, 1, 1],
+        decoder_spatio_temporal_scaling=[True] * 3,
+        decoder_inject_noise=[False] * 4,
+        upsample_residual=[True, False, True],
+        upsample_type=["spatiotemporal", "temporal", "spatial"],
+        upsample_factor=[2, 1, 2],
+        patch_size=2,
+        spatial_compression_ratio=8,
+        temporal_compression_ratio=4,
+    ),
+    "LTX2VideoDiffusionDecoderModel": dict(
+        out_channels=3,
+        latent_channels=8,
+        patch_size=2,
+        decoder_head_dim=8,
+        decoder_stage_channels=[32, 16, 16, 16, 16],
+        decoder_stage_depths=[1, 1, 1, 1, 1],
+        decoder_stage_kernels=[[3, 3, 3]] * 4,
+        decoder_upsample_strides=[[1, 2, 1], [2, 1, 1], [2, 1, 2], [2, 1, 1]],
+        decoder_upsample_channel_reductions=[2, 1, 1, 1],
+        decoder_stage5_kernel=[5, 5, 5],
+        decoder_t_emb_dim=24,
+    ),
+    "LTX2LatentUpsamplerModel": dict(
+        in_channels=12, mid_channels=64, num_blocks_per_stage=1, rational_spatial_scale=1.5
+    ),
+    "AutoencoderKLLTX2Audio": dict(
+        base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3, mel_bins=20
+    ),
+    "LTX2Vocoder": dict(
+        in_channels=40,
+        hidden_channels=24,
+        upsample_kernel_sizes=[6, 4],
+        upsample_factors=[3, 2],
+        resnet_kernel_sizes=[3, 5],
+        resnet_dilations=[[1, 2], [1, 3]],
+    ),
+    "LTX2VocoderWithBWE": dict(
+        in_channels=40,
+        hidden_channels=16,
+        upsample_kernel_sizes=[4, 4],
+        upsample_factors=[2, 2],
+        resnet_kernel_sizes=[3],
+        resnet_dilations=[[1, 2]],
+        bwe_in_channels=16,
+        bwe_hidden_channels=12,
+        bwe_upsample_kernel_sizes=[5, 4],
+        bwe_upsample_factors=[3, 2],
+        bwe_resnet_kernel_sizes=[3],
+        bwe_resnet_dilations=[[1]],
+        filter_length=12,
+        hop_length=3,
+        window_length=12,
+        num_mel_channels=8,
+        input_sampling_rate=8000,
+        output_sampling_rate=16000,
+    ),
     "LTX2VideoTransformer3DModel": LTX2_TRANSFORMER,
     "LTX2TextConnectors": LTX2_CONNECTORS,
-    "Cosmos3OmniTransformer": dict(hidden_size=40, head_dim=12, num_attention_heads=4, num_key_value_heads=2,
-                                   intermediate_size=36, num_hidden_layers=2, rope_axes_dim=[2, 2, 2], latent_channel=5,
-                                   patch_latent_dim=20, vocab_size=50, sound_gen=True, sound_dim=6, action_gen=True,
-                                   action_dim=7, num_embodiment_domains=3),
-    "Cosmos3AVAEAudioTokenizer": dict(vocoder_input_dim=5, dec_dim=6, dec_c_mults=[1, 2], dec_strides=[2, 3],
-                                      enc_dim=7, enc_c_mults=[1, 2], enc_strides=[3, 2], enc_num_blocks=1,
-                                      enc_n_fft=10, enc_hop_length=4, enc_latent_dim=10),
+    "Cosmos3OmniTransformer": dict(
+        hidden_size=40,
+        head_dim=12,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=36,
+        num_hidden_layers=2,
+        rope_axes_dim=[2, 2, 2],
+        latent_channel=5,
+        patch_latent_dim=20,
+        vocab_size=50,
+        sound_gen=True,
+        sound_dim=6,
+        action_gen=True,
+        action_dim=7,
+        num_embodiment_domains=3,
+    ),
+    "Cosmos3AVAEAudioTokenizer": dict(
+        vocoder_input_dim=5,
+        dec_dim=6,
+        dec_c_mults=[1, 2],
+        dec_strides=[2, 3],
+        enc_dim=7,
+        enc_c_mults=[1, 2],
+        enc_strides=[3, 2],
+        enc_num_blocks=1,
+        enc_n_fft=10,
+        enc_hop_length=4,
+        enc_latent_dim=10,
+    ),
 }
 
 pytestmark = pytest.mark.fast
@@ -201,6 +399,7 @@ def test_every_diffusers_pipeline_class_vidax_implements_is_registered():
     import pkgutil
 
     import diffusers
+
     import vidax.models
 
     found = {}
@@ -244,10 +443,22 @@ def test_cogvideox_transformer_stages_equal_the_call():
 #: not import: the
 #: checkpoint reading (loaders, placement), block offloading, the pipelines and the registry all
 #: belong in the family's ``convert.py`` / ``pipeline.py`` / ``__init__.py``.
-FORBIDDEN_IN_MODELS = ("vidax.weights", "vidax.parallel.offload", "vidax.parallel.placement", "vidax.pipelines",
-                       "vidax.registry")
-MODEL_FILES = ("config.py", "config_transformer.py", "transformer.py", "connectors.py", "vae.py", "rope.py",
-               "upsampler.py")
+FORBIDDEN_IN_MODELS = (
+    "vidax.weights",
+    "vidax.parallel.offload",
+    "vidax.parallel.placement",
+    "vidax.pipelines",
+    "vidax.registry",
+)
+MODEL_FILES = (
+    "config.py",
+    "config_transformer.py",
+    "transformer.py",
+    "connectors.py",
+    "vae.py",
+    "rope.py",
+    "upsampler.py",
+)
 FAMILY_PACKAGES = [m for m in FAMILIES if m.startswith("vidax.models.")] + ["tests.toy_family"]
 
 
@@ -272,8 +483,9 @@ def test_model_files_import_no_loader_offload_or_pipeline(package):
     for path in files:
         with open(path) as f:
             tree = ast.parse(f.read(), path)
-        bad = sorted({m for m in _imported_modules(tree)
-                      if any(m == b or m.startswith(b + ".") for b in FORBIDDEN_IN_MODELS)})
+        bad = sorted(
+            {m for m in _imported_modules(tree) if any(m == b or m.startswith(b + ".") for b in FORBIDDEN_IN_MODELS)}
+        )
         assert not bad, f"{package}/{os.path.basename(path)} imports {bad}; move that code to convert.py"
 
 
@@ -287,8 +499,11 @@ def test_a_step_that_changes_a_dtype_is_named():
     state = sched.set_timesteps(2)
     x = jnp.zeros((1, 2, 2, 2, 4), jnp.float32)
     check_step_dtypes("P", (x, state), sched.step(state, x, x))  # float32 in, float32 out
-    with pytest.raises(TypeError, match=r"P's denoising step .*\[0\]: \(1, 2, 2, 2, 4\) float32 -> \(1, 2, 2, 2, 4\) "
-                                        r"bfloat16"):
+    with pytest.raises(
+        TypeError,
+        match=r"P's denoising step .*\[0\]: \(1, 2, 2, 2, 4\) float32 -> \(1, 2, 2, 2, 4\) "
+        r"bfloat16",
+    ):
         check_step_dtypes("P", (x, state), sched.step(state, x.astype(jnp.bfloat16), x))
     with pytest.raises(TypeError, match=r"step_index: \(\) int32 -> \(\) float32"):
         check_step_dtypes("P", (x, state), (x, dataclasses.replace(state, step_index=jnp.float32(1))))
@@ -299,15 +514,26 @@ def test_shared_blocks_sit_between_parallel_and_models():
     ``vidax.parallel``'s logical-axis / attention helpers and ``vidax.errors`` only: never a
     family, a pipeline, the loaders, offloading or the registry."""
     folder = os.path.dirname(importlib.util.find_spec("vidax.blocks").origin)
-    allowed = ("vidax.blocks", "vidax.nn", "vidax.parallel.rules", "vidax.parallel.ulysses", "vidax.parallel.mesh",
-               "vidax.errors")
+    allowed = (
+        "vidax.blocks",
+        "vidax.nn",
+        "vidax.parallel.rules",
+        "vidax.parallel.ulysses",
+        "vidax.parallel.mesh",
+        "vidax.errors",
+    )
     files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
     assert {"attention.py", "modulation.py", "transformer.py"} <= set(files)
     for name in files:
         with open(os.path.join(folder, name)) as f:
             tree = ast.parse(f.read(), name)
-        bad = sorted({m for m in _imported_modules(tree) if m.startswith("vidax")
-                      and not any(m == a or m.startswith(a + ".") for a in allowed)})
+        bad = sorted(
+            {
+                m
+                for m in _imported_modules(tree)
+                if m.startswith("vidax") and not any(m == a or m.startswith(a + ".") for a in allowed)
+            }
+        )
         assert not bad, f"src/vidax/blocks/{name} imports {bad}"
 
 
@@ -327,8 +553,11 @@ def test_family_transformers_define_no_attention_or_adaln_class(path):
     package = os.path.basename(os.path.dirname(path))
     with open(path) as f:
         tree = ast.parse(f.read(), path)
-    own = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
-           and re.search(r"Attention|Attn|AdaNorm|AdaLayerNorm|LayerNormZero|AdaLN", n.name)]
+    own = [
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ClassDef) and re.search(r"Attention|Attn|AdaNorm|AdaLayerNorm|LayerNormZero|AdaLN", n.name)
+    ]
     assert not own, f"{package}/transformer.py defines {own}; use vidax.blocks.attention / modulation"
 
 
@@ -366,7 +595,7 @@ def test_vidax_imports_form_no_cycle():
 
     def visit(m):
         if m in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(m):] + [m]))
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(m) :] + [m]))
         if m not in done:
             path.append(m)
             for d in sorted(graph[m]):
@@ -392,7 +621,7 @@ def _foreign_private_names(path: str, module: str, own: str):
     aliases = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             source = ".".join(base + ([node.module] if node.module else []))
             if source == own or source.startswith(own + "."):
                 continue
@@ -408,8 +637,12 @@ def _foreign_private_names(path: str, module: str, own: str):
                     if a.asname:
                         aliases[a.asname] = a.name
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
-                and _private(node.attr):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and _private(node.attr)
+        ):
             yield node.lineno, f"{aliases[node.value.id]}.{node.attr}"
 
 
@@ -427,8 +660,11 @@ def test_family_imports_only_public_names_of_others(package):
     """A family folder takes only public names from outside itself (docs/adding_a_family.md, "What
     a family may import"): a piece two families need is public in the older one or moves to the
     shared packages (vidax.nn, vidax.blocks, vidax.io, vidax.pipelines)."""
-    bad = [f"{os.path.relpath(path)}:{line}: {what}" for path, module in _family_files(package)
-           for line, what in _foreign_private_names(path, module, package)]
+    bad = [
+        f"{os.path.relpath(path)}:{line}: {what}"
+        for path, module in _family_files(package)
+        for line, what in _foreign_private_names(path, module, package)
+    ]
     assert not bad, "private names of another package:\n" + "\n".join(bad)
 
 
@@ -447,7 +683,8 @@ def test_families_import_only_older_families():
                     if other != family and any(d == other or d.startswith(other + ".") for d in deps):
                         seen.add((family, other))
                         assert families.index(other) < i, (
-                            f"{module} imports {other}, which is listed after {family} in FAMILIES")
+                            f"{module} imports {other}, which is listed after {family} in FAMILIES"
+                        )
     assert ("vidax.models.ltx2", "vidax.models.ltx") in seen  # the graph sees the lineage imports
 
 
@@ -474,8 +711,10 @@ def test_every_family_has_a_fast_end_to_end_test():
     folder that is not a family)."""
     families = {m.rsplit(".", 1)[1] for m in FAMILIES if m.startswith("vidax.models.")}
     marks = _fast_family_marks()
-    assert not families - set(marks), (f"families without a test marked pytest.mark.fast(family=...) for "
-                                       f"make test-fast: {sorted(families - set(marks))}")
+    assert not families - set(marks), (
+        f"families without a test marked pytest.mark.fast(family=...) for "
+        f"make test-fast: {sorted(families - set(marks))}"
+    )
     assert set(marks) <= families, f"fast marks naming no family folder: {sorted(set(marks) - families)}"
 
 
@@ -517,8 +756,11 @@ def test_transformer_config_refuses_a_bad_width_by_name(spec):
     assert cfg.inner_dim == cfg.num_attention_heads * cfg.attention_head_dim
     assert cfg.out_dim == (cfg.out_channels or cfg.in_channels)
     for bad in (0, True):
-        with pytest.raises(ConfigError, match=rf"^t\.json: num_attention_heads={bad!r} is not valid for "
-                                              rf"{cls.__name__}; expected a positive int\.$"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^t\.json: num_attention_heads={bad!r} is not valid for "
+            rf"{cls.__name__}; expected a positive int\.$",
+        ):
             cls.from_config_dict({**TINY[spec.class_name], "num_attention_heads": bad}, source="t.json")
 
 
@@ -536,13 +778,14 @@ def _kernel_seam_breaches(module: str, source: str) -> list[str]:
     import io
     import tokenize
 
-    bad = sorted({f"imports {m}" for m in _imported_modules(ast.parse(source)) if m == "vidax.cpu"
-                  or m.startswith("vidax.cpu.")})
+    bad = sorted(
+        {f"imports {m}" for m in _imported_modules(ast.parse(source)) if m == "vidax.cpu" or m.startswith("vidax.cpu.")}
+    )
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         hit = re.search("onednn|vidax\\.cpu", tok.string, re.I)
         if hit and not (module in KERNEL_NAMED_IN_HELP and tok.type == tokenize.STRING):
-            line = tok.string[:hit.end()].splitlines()[-1].strip()
-            bad.append(f"line {tok.start[0] + tok.string[:hit.start()].count(chr(10))}: {line[-70:]!r}")
+            line = tok.string[: hit.end()].splitlines()[-1].strip()
+            bad.append(f"line {tok.start[0] + tok.string[: hit.start()].count(chr(10))}: {line[-70:]!r}")
     return bad
 
 
@@ -566,5 +809,6 @@ def test_cpu_kernels_and_weight_formats_are_reached_through_one_seam():
     assert "vidax.nn.kernels.cpu" in seen  # the scan sees the seam's own imports
     assert _kernel_seam_breaches("vidax.nn.layers", "from vidax.cpu import onednn\n")
     assert _kernel_seam_breaches("vidax.cli", "x = 1  # oneDNN\n") and not _kernel_seam_breaches(
-        "vidax.cli", "help = 'the oneDNN build'\n")
+        "vidax.cli", "help = 'the oneDNN build'\n"
+    )
     assert not breaches, f"outside vidax.nn.kernels: {breaches}"

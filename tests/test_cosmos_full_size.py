@@ -26,7 +26,9 @@ from vidax.models.cosmos.transformer import CosmosTransformer3DModel
 from vidax.registry import registry
 from vidax.weights.loader import DtypePolicy
 
-CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos-Predict2.5-*", "transformer", "config.json")))
+CONFIGS = sorted(
+    glob.glob(os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos-Predict2.5-*", "transformer", "config.json"))
+)
 
 
 def _id(path: str) -> str:
@@ -71,7 +73,8 @@ def test_known_sizes():
         cfg = CosmosTransformerConfig.from_json_file(path)
         model = nnx.eval_shape(lambda: CosmosTransformer3DModel(cfg, rngs=nnx.Rngs(0)))
         sizes[_id(path).split("/")[0]] = sum(
-            math.prod(v.get_value().shape) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
+            math.prod(v.get_value().shape) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+        )
     assert round(sizes["nvidia__Cosmos-Predict2.5-2B"] / 1e9) == 2
     assert round(sizes["nvidia__Cosmos-Predict2.5-14B"] / 1e9) == 14
 
@@ -99,8 +102,9 @@ def test_config_refuses(override, match):
 
 
 def test_config_accepts_unused_image_context_sizes():
-    cfg = CosmosTransformerConfig.from_config_dict({**BASE, "img_context_dim_in": None, "img_context_num_tokens": 7,
-                                                    "img_context_dim_out": 3})
+    cfg = CosmosTransformerConfig.from_config_dict(
+        {**BASE, "img_context_dim_in": None, "img_context_num_tokens": 7, "img_context_dim_out": 3}
+    )
     assert cfg.inner_dim == 128
 
 

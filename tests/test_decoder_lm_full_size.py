@@ -31,8 +31,13 @@ import pytest
 
 from tests.parity.helpers import source_key_shapes
 from tests.paths import REFERENCE_CONFIGS
-from vidax.encoders.decoder_lm import DECODER_LM_PARAM_AXES, DecoderLM, LlamaTextConfig, Qwen25VLTextConfig
-from vidax.encoders.decoder_lm import AttentionKind
+from vidax.encoders.decoder_lm import (
+    DECODER_LM_PARAM_AXES,
+    AttentionKind,
+    DecoderLM,
+    LlamaTextConfig,
+    Qwen25VLTextConfig,
+)
 from vidax.encoders.gemma3 import Gemma3TextConfig
 from vidax.parallel.placement import param_axes
 from vidax.weights.loader import KeyRules, abstract_params
@@ -54,22 +59,56 @@ def _hunyuan_i2v(repo):
 
 def _cosmos(repo):
     e = _read(repo, "text_encoder", "arch_essentials.json")
-    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
-            "rms_norm_eps", "rope_theta", "vocab_size")
-    return {"model_type": "qwen2_5_vl", **{k: e[k] for k in keys},
-            "rope_scaling": {"type": "mrope", "mrope_section": e["mrope_section"]}}
+    keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "num_key_value_heads",
+        "rms_norm_eps",
+        "rope_theta",
+        "vocab_size",
+    )
+    return {
+        "model_type": "qwen2_5_vl",
+        **{k: e[k] for k in keys},
+        "rope_scaling": {"type": "mrope", "mrope_section": e["mrope_section"]},
+    }
 
 
 def _ltx2(repo):
     e = _read(repo, "text_encoder", "arch_essentials.json")["text_config"]
     (factor, local_factor), (theta, local_theta) = e["rope_scaling_factor_global_local"], e["rope_theta_global_local"]
     assert local_factor == 1.0  # the sliding layers' RoPE is unscaled
-    keys = ("head_dim", "hidden_size", "intermediate_size", "max_position_embeddings", "num_attention_heads",
-            "num_hidden_layers", "num_key_value_heads", "rms_norm_eps", "sliding_window", "vocab_size")
-    text = {"model_type": "gemma3_text", **{k: e[k] for k in keys}, "rope_theta": theta,
-            "rope_local_base_freq": local_theta, "rope_scaling": {"rope_type": "linear", "factor": factor}}
-    vision = dict(model_type="siglip_vision_model", hidden_size=1152, image_size=896, intermediate_size=4304,
-                  num_attention_heads=16, num_hidden_layers=27, patch_size=14, vision_use_head=False)
+    keys = (
+        "head_dim",
+        "hidden_size",
+        "intermediate_size",
+        "max_position_embeddings",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "num_key_value_heads",
+        "rms_norm_eps",
+        "sliding_window",
+        "vocab_size",
+    )
+    text = {
+        "model_type": "gemma3_text",
+        **{k: e[k] for k in keys},
+        "rope_theta": theta,
+        "rope_local_base_freq": local_theta,
+        "rope_scaling": {"rope_type": "linear", "factor": factor},
+    }
+    vision = dict(
+        model_type="siglip_vision_model",
+        hidden_size=1152,
+        image_size=896,
+        intermediate_size=4304,
+        num_attention_heads=16,
+        num_hidden_layers=27,
+        patch_size=14,
+        vision_use_head=False,
+    )
     return {"model_type": "gemma3", "text_config": text, "vision_config": vision, "mm_tokens_per_image": 256}
 
 
@@ -80,9 +119,13 @@ CASES = {
     "Cosmos-Predict2.5-2B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-2B")),
     "Cosmos-Predict2.5-14B": (Qwen25VLTextConfig, lambda: _cosmos("nvidia__Cosmos-Predict2.5-14B")),
     # HunyuanVideo 1.5 (Qwen2.5-VL-7B-Instruct's text tower, saved alone as Qwen2_5_VLTextModel)
-    **{f"HunyuanVideo-1.5-{v}": (Qwen25VLTextConfig,
-                                 lambda v=v: _cosmos(f"hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-{v}"))
-       for v in ("480p_t2v", "720p_i2v_distilled")},
+    **{
+        f"HunyuanVideo-1.5-{v}": (
+            Qwen25VLTextConfig,
+            lambda v=v: _cosmos(f"hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-{v}"),
+        )
+        for v in ("480p_t2v", "720p_i2v_distilled")
+    },
     "LTX-2": (Gemma3TextConfig, lambda: _ltx2("Lightricks__LTX-2")),
     "LTX-2.3": (Gemma3TextConfig, lambda: _ltx2("diffusers__LTX-2.3-Diffusers")),
 }
@@ -91,9 +134,16 @@ CASES = {
 def _reference(raw):
     """(language-model torch module, its in-memory key prefix in the whole model, whole model)."""
     import torch
-    from transformers import LlamaConfig, LlamaModel, LlavaConfig, LlavaForConditionalGeneration
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        LlamaConfig,
+        LlamaModel,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+    )
 
     clean = {k: v for k, v in raw.items() if not k.startswith("_")}
     with torch.device("meta"):
@@ -152,7 +202,7 @@ def test_full_size_matches_transformers(name):
         # ones (window 1024, RoPE 1e4); the same kinds as the transformers model's layers.
         assert cfg.layer_types == tuple(lm.config.layer_types) and cfg.layer_types.count("full_attention") == 8
         assert cfg.attention_kinds == (AttentionKind(1e4, 1.0, 1024), AttentionKind(1e6, 8.0))
-        assert (cfg.num_key_value_heads, cfg.head_dim, cfg.attention_scale) == (8, 256, 256 ** -0.5)
+        assert (cfg.num_key_value_heads, cfg.head_dim, cfg.attention_scale) == (8, 256, 256**-0.5)
         assert 11.7e9 < count < 11.8e9  # gemma-3-12b's language model without lm_head (tied) and vision
     else:
         assert (cfg.num_key_value_heads, cfg.head_dim, cfg.mrope_section) == (4, 128, (16, 24, 24))
@@ -176,7 +226,9 @@ def test_ltx25_gemma4_full_size_matches_transformers():
     cfg = Gemma4TextConfig.from_config_dict(raw, source=repo)
     connectors = _read(repo, "connectors", "config.json")
     assert (connectors["caption_channels"], connectors["text_proj_in_factor"]) == (
-        cfg.hidden_size, cfg.num_hidden_layers + 1)
+        cfg.hidden_size,
+        cfg.num_hidden_layers + 1,
+    )
     with torch.device("meta"):
         whole = Gemma4UnifiedForConditionalGeneration(Gemma4UnifiedConfig(text_config=raw["text_config"]))
     lm = whole.model.language_model
@@ -189,8 +241,9 @@ def test_ltx25_gemma4_full_size_matches_transformers():
     assert cfg.layer_types == tuple(lm.config.layer_types) and cfg.layer_types.count("full_attention") == 8
     assert set(cfg.layer_head_dims) == {256, 512}
     others = {k for k in whole.state_dict() if not k.startswith("model.language_model.")}
-    assert all(any(k.startswith(u) for u in Gemma4TextConfig.LAYOUTS["model.language_model."])
-               for k in others), sorted(others)[:5]
+    assert all(any(k.startswith(u) for u in Gemma4TextConfig.LAYOUTS["model.language_model."]) for k in others), sorted(
+        others
+    )[:5]
     for p, var in abstract.items():  # every matrix has a tensor-parallel rule splitting by 8
         shape = var.get_value().shape
         axes = param_axes(p, len(shape), GEMMA4_PARAM_AXES)

@@ -50,8 +50,9 @@ def test_every_diffusers_keyword_is_taken_or_refused_with_a_reason():
     assert not stale, stale
     # Every entry of the list names a keyword some listed class's __call__ has (no dead entries).
     for entry in REFUSED:
-        assert entry.reason and any(entry.keyword in _keywords(ref) and entry.applies(name)
-                                    for name, ref, _ in pairs), entry
+        assert entry.reason and any(
+            entry.keyword in _keywords(ref) and entry.applies(name) for name, ref, _ in pairs
+        ), entry
 
 
 #: Numeric / bool defaults vidax documents as different from diffusers' signature, and why.
@@ -117,8 +118,9 @@ def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     assert set(embeds) == {"prompt_embeds", "negative_prompt_embeds"} and embeds["prompt_embeds"].shape[0] == 1
     np.testing.assert_array_equal(pipe(**embeds, **KW).frames, base.frames)
     # Only the positive embeddings: the negative text is encoded, as diffusers does.
-    np.testing.assert_array_equal(pipe(prompt_embeds=embeds["prompt_embeds"], negative_prompt="blurry", **KW).frames,
-                                  base.frames)
+    np.testing.assert_array_equal(
+        pipe(prompt_embeds=embeds["prompt_embeds"], negative_prompt="blurry", **KW).frames, base.frames
+    )
     seen = []
 
     def keep(p, i, t, kwargs):
@@ -130,11 +132,16 @@ def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     # (B, C, T, H, W): Wan's diffusers loop layout; t: the scheduler's timesteps (UniPC, 1000 trained).
     assert [(i, s) for _, i, _, s in seen] == [(0, (1, 16, 2, 4, 4)), (1, (1, 16, 2, 4, 4))] and seen[0][0] is pipe
     assert seen[0][2] > seen[1][2] > 0
-    scaled = pipe("a cat", "blurry", callback_on_step_end=lambda p, i, t, k: {"latents": k["latents"] * 0.0},
-                  output_type="latent", **KW)
+    scaled = pipe(
+        "a cat",
+        "blurry",
+        callback_on_step_end=lambda p, i, t, k: {"latents": k["latents"] * 0.0},
+        output_type="latent",
+        **KW,
+    )
     # Zero latents after the last step stay zero (the last step's update is what the callback replaced).
     np.testing.assert_array_equal(scaled.frames, 0.0)
-    frames, = pipe("a cat", "blurry", return_dict=False, **KW)
+    (frames,) = pipe("a cat", "blurry", return_dict=False, **KW)
     np.testing.assert_array_equal(frames, base.frames)
 
 
@@ -162,8 +169,9 @@ def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe)
     np.testing.assert_array_equal(out.frames, pipe("a cat", callback_on_step_end=stop, **kw).frames)
     assert one.shape == out.frames.shape
     lat = np.random.default_rng(0).standard_normal(out.frames.shape).astype(np.float32)
-    np.testing.assert_array_equal(pipe("a cat", latents=torch.from_numpy(lat), **kw).frames,
-                                  pipe("a cat", latents=lat, **kw).frames)
+    np.testing.assert_array_equal(
+        pipe("a cat", latents=torch.from_numpy(lat), **kw).frames, pipe("a cat", latents=lat, **kw).frames
+    )
     frames = pipe("a cat", **KW).frames
     pil = pipe("a cat", output_type="pil", **KW).frames
     assert len(pil) == 1 and len(pil[0]) == frames.shape[1] and pil[0][0].size == (32, 32)
@@ -191,8 +199,11 @@ def test_cogvideox_schedulers_ignore_eta_as_vidax_does():
             s.set_timesteps(4)
             g = torch.Generator().manual_seed(1)
             t = s.timesteps
-            out = (s.step(eps, t[0], x, eta=eta, generator=g) if cls is CogVideoXDDIMScheduler else
-                   s.step(eps, None, t[0], t[1], x, eta=eta, generator=g))  # DPM: (x_prev, x0) tuple
+            out = (
+                s.step(eps, t[0], x, eta=eta, generator=g)
+                if cls is CogVideoXDDIMScheduler
+                else s.step(eps, None, t[0], t[1], x, eta=eta, generator=g)
+            )  # DPM: (x_prev, x0) tuple
             outs.append(out.prev_sample if cls is CogVideoXDDIMScheduler else out[0])
         assert torch.equal(outs[0], outs[1]), cls.__name__
 
@@ -200,6 +211,7 @@ def test_cogvideox_schedulers_ignore_eta_as_vidax_does():
 # ---------------------------------------------------------------------------------------------
 # The layouts diffusers takes images, videos, latents and embeddings in: each gives what the
 # canonical layout gives (bit for bit, two vidax runs) or is refused with a documented reason.
+
 
 def _image(seed, size=(37, 53)):
     import PIL.Image
@@ -216,8 +228,17 @@ def i2v_pipe(tmp_path_factory):
     return vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path_factory.mktemp("i2v")), image_to_video=True))
 
 
-I2V = dict(prompt="a cat", height=32, width=32, num_frames=5, num_inference_steps=1, guidance_scale=1.0, seed=3,
-           progress=False, output_type="latent")
+I2V = dict(
+    prompt="a cat",
+    height=32,
+    width=32,
+    num_frames=5,
+    num_inference_steps=1,
+    guidance_scale=1.0,
+    seed=3,
+    progress=False,
+    output_type="latent",
+)
 
 
 def test_image_layouts_and_last_image(i2v_pipe):
@@ -266,13 +287,28 @@ def test_last_image_on_the_command_line(ckpt, i2v_pipe, tmp_path):
     _image(1).save(last)
     (tmp_path / "bad.png").write_text("not an image")
     root = str(i2v_pipe.info.checkpoint.root)
-    flags = ["--height", "32", "--width", "32", "--num-inference-steps", "1", "--guidance-scale", "1",
-             "--seed", "3", "--no-progress"]
+    flags = [
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--num-inference-steps",
+        "1",
+        "--guidance-scale",
+        "1",
+        "--seed",
+        "3",
+        "--no-progress",
+    ]
     for args, message in (
-        (["--checkpoint", root, "--image", str(first), "--last-image", str(tmp_path / "bad.png")],
-         f"--last-image '{tmp_path / 'bad.png'}' could not be read as an image"),
-        (["--checkpoint", root, "--image", str(first), "--last-image", str(last), "--num-frames", "1"],
-         "--last-image needs a video of at least 2 frames (the first and the last differ), got --num-frames 1"),
+        (
+            ["--checkpoint", root, "--image", str(first), "--last-image", str(tmp_path / "bad.png")],
+            f"--last-image '{tmp_path / 'bad.png'}' could not be read as an image",
+        ),
+        (
+            ["--checkpoint", root, "--image", str(first), "--last-image", str(last), "--num-frames", "1"],
+            "--last-image needs a video of at least 2 frames (the first and the last differ), got --num-frames 1",
+        ),
         (["--checkpoint", ckpt, "--last-image", str(last)], "does not use --last-image"),
     ):
         r = CliRunner().invoke(app, ["generate", "-p", "a cat", *args, *flags, "--output", str(tmp_path / "v.npy")])

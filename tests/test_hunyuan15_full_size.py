@@ -27,8 +27,11 @@ from vidax.models.hunyuan_video15.transformer import HunyuanVideo15Transformer3D
 from vidax.registry import registry
 from vidax.weights.loader import DtypePolicy
 
-CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo-1.5-*",
-                                        "transformer", "config.json")))
+CONFIGS = sorted(
+    glob.glob(
+        os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo-1.5-*", "transformer", "config.json")
+    )
+)
 IDS = [p.split(os.sep)[-3].split("Diffusers-")[-1] for p in CONFIGS]
 
 
@@ -60,8 +63,9 @@ def test_param_count_matches_reference(path):
     rules = registry().component("HunyuanVideo15Transformer3DModel").rules(cfg)
     ours_keys = set()
     for p, _ in flat:
-        ours_keys |= ({rules.join(p, i) for i in range(cfg.num_layers)} if p[0] == "transformer_blocks"
-                      else {rules.join(p, None)})
+        ours_keys |= (
+            {rules.join(p, i) for i in range(cfg.num_layers)} if p[0] == "transformer_blocks" else {rules.join(p, None)}
+        )
     assert ours_keys == ref_keys
     policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
@@ -93,8 +97,9 @@ def test_known_size():
 )
 def test_config_refuses(override, match):
     with pytest.raises(ConfigError, match=match):
-        HunyuanVideo15TransformerConfig.from_config_dict({"_class_name": "HunyuanVideo15Transformer3DModel",
-                                                          **override})
+        HunyuanVideo15TransformerConfig.from_config_dict(
+            {"_class_name": "HunyuanVideo15Transformer3DModel", **override}
+        )
 
 
 def test_config_defaults_are_diffusers():
@@ -109,8 +114,9 @@ def test_config_defaults_are_diffusers():
 
 # -- the VAE (``vae/config.json``) -------------------------------------------------------------
 
-VAE_CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo-1.5-*",
-                                            "vae", "config.json")))
+VAE_CONFIGS = sorted(
+    glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo-1.5-*", "vae", "config.json"))
+)
 VAE_IDS = [p.split(os.sep)[-3].split("Diffusers-")[-1] for p in VAE_CONFIGS]
 
 
@@ -185,8 +191,11 @@ def test_released_checkpoints_read(repo, tmp_path):
     index_file = os.path.join(folder, "model_index.json")
     with open(index_file) as f:
         index = json.load(f)
-    for name, cls in (("text_encoder", "Qwen2_5_VLTextModel"), ("tokenizer", "Qwen2Tokenizer"),
-                      ("tokenizer_2", "ByT5Tokenizer")):
+    for name, cls in (
+        ("text_encoder", "Qwen2_5_VLTextModel"),
+        ("tokenizer", "Qwen2Tokenizer"),
+        ("tokenizer_2", "ByT5Tokenizer"),
+    ):
         index.setdefault(name, ["transformers", cls])
         os.makedirs(os.path.join(folder, name), exist_ok=True)
     with open(index_file, "w") as f:

@@ -26,8 +26,11 @@ from vidax.models.hunyuan_video.transformer import HunyuanVideoTransformer3DMode
 from vidax.registry import registry
 from vidax.weights.loader import DtypePolicy
 
-REPOS = ("hunyuanvideo-community__HunyuanVideo", "hunyuanvideo-community__HunyuanVideo-I2V",
-         "hunyuanvideo-community__HunyuanVideo-I2V-33ch")
+REPOS = (
+    "hunyuanvideo-community__HunyuanVideo",
+    "hunyuanvideo-community__HunyuanVideo-I2V",
+    "hunyuanvideo-community__HunyuanVideo-I2V-33ch",
+)
 CONFIGS = [os.path.join(REFERENCE_CONFIGS, r, "transformer", "config.json") for r in REPOS]
 STACKS = HunyuanVideoTransformer3DModel.block_stacks
 

@@ -14,14 +14,16 @@ import pytest
 from flax import nnx
 
 from tests.paths import REFERENCE_CONFIGS
+from vidax.checkpoint import Checkpoint
 from vidax.errors import ConfigError, InputError
 from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline, HunyuanVideoPipeline
-from vidax.checkpoint import Checkpoint
 from vidax.pipelines.staging import RESIDENT_FRACTION, plan_staging
 
-REPOS = {"hunyuanvideo-community__HunyuanVideo": (HunyuanVideoPipeline, None),
-         "hunyuanvideo-community__HunyuanVideo-I2V": (HunyuanVideoImageToVideoPipeline, "token_replace"),
-         "hunyuanvideo-community__HunyuanVideo-I2V-33ch": (HunyuanVideoImageToVideoPipeline, "latent_concat")}
+REPOS = {
+    "hunyuanvideo-community__HunyuanVideo": (HunyuanVideoPipeline, None),
+    "hunyuanvideo-community__HunyuanVideo-I2V": (HunyuanVideoImageToVideoPipeline, "token_replace"),
+    "hunyuanvideo-community__HunyuanVideo-I2V-33ch": (HunyuanVideoImageToVideoPipeline, "latent_concat"),
+}
 
 
 def _folder(repo: str, tmp_path) -> str:
@@ -54,8 +56,14 @@ def test_released_checkpoints_read(repo, tmp_path):
     assert (d.height, d.width, d.num_frames, d.num_inference_steps, d.max_sequence_length) == (720, 1280, 129, 50, 256)
     assert d.guidance_scale == (6.0 if kind is None else 1.0)
     assert info.size_multiple == (16, 16)
-    call = cls.check_call(info, "a cat", height=720, width=1280, num_frames=129, **({} if kind is None else
-                                                                                      {"image": np.zeros((8, 8, 3), np.uint8)}))
+    call = cls.check_call(
+        info,
+        "a cat",
+        height=720,
+        width=1280,
+        num_frames=129,
+        **({} if kind is None else {"image": np.zeros((8, 8, 3), np.uint8)}),
+    )
     assert cls.latent_shape(info, call) == (1, 16, 33, 90, 160)
 
 
@@ -129,9 +137,11 @@ def test_latent_concat_says_it_returns_fewer_frames(tmp_path, caplog):
         cls.check_call(info, "a cat", image=image, height=64, width=64)
         cls.check_call(info, "a cat", image=image, height=64, width=64, num_frames=33, output_type="latent")
     messages = [r.getMessage() for r in caplog.records if "latent_concat" in r.getMessage()]
-    assert messages[0].startswith("num_frames=33 returns 29 frames, not 33: the reference drops the first 4 decoded "
-                                  "frames (latent_concat, as diffusers' HunyuanVideoImageToVideoPipeline); ask for "
-                                  "37 frames to get 33"), messages
+    assert messages[0].startswith(
+        "num_frames=33 returns 29 frames, not 33: the reference drops the first 4 decoded "
+        "frames (latent_concat, as diffusers' HunyuanVideoImageToVideoPipeline); ask for "
+        "37 frames to get 33"
+    ), messages
     d = info.defaults.num_frames
     assert messages[1].startswith(f"this checkpoint's default of {d} frames returns {d - 4} frames"), messages
     assert messages[2].startswith("num_frames=33 returns 8 latent frames, not 9"), messages

@@ -24,7 +24,8 @@ from vidax.models.hunyuan_video.vae import HunyuanVideoVAE
 from vidax.weights.loader import DtypePolicy, KeyRules
 
 CONFIGS = sorted(
-    p for p in glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo*", "vae", "config.json"))
+    p
+    for p in glob.glob(os.path.join(REFERENCE_CONFIGS, "hunyuanvideo-community__HunyuanVideo*", "vae", "config.json"))
     if "HunyuanVideo-1.5" not in p
 )
 

@@ -66,8 +66,12 @@ def test_each_weight_format_is_one_type_behind_the_linear_call():
     blocks = rng.integers(0, 256, gguf.kernel.shape, dtype=np.uint8).T.reshape(23, 2, 34)
     blocks[:, :, :2] = rng.uniform(0.001, 0.01, (23, 2, 1)).astype(np.float16).view(np.uint8)
     gguf.kernel[...] = jnp.asarray(blocks.reshape(23, 68).T)
-    cases = [(make(), Dense, "dense"), (quantize_module(make(), "int8"), Quantized, "int8"),
-             (quantize_module(make(), "float8_e4m3fn"), Quantized, "fp8"), (gguf, GGUFBlocks, "GGUF")]
+    cases = [
+        (make(), Dense, "dense"),
+        (quantize_module(make(), "int8"), Quantized, "int8"),
+        (quantize_module(make(), "float8_e4m3fn"), Quantized, "fp8"),
+        (gguf, GGUFBlocks, "GGUF"),
+    ]
     x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 64))
     for lin, kind, name in cases:
         weight = weight_of(lin)
@@ -85,7 +89,7 @@ def test_matmul_bf16_matches_float32_product_rounded():
     b = jax.random.normal(jax.random.PRNGKey(2), (40, 24)).astype(jnp.bfloat16)
     got = matmul("blc,cd->bld", a, b, jnp.bfloat16)
     assert got.dtype == jnp.bfloat16
-    want = (np.asarray(a, np.float32) @ np.asarray(b, np.float32))
+    want = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
     assert np.max(np.abs(np.asarray(got, np.float32) - want) / np.maximum(np.abs(want), 1e-2)) <= BF16_EPS
     got32 = matmul("blc,cd->bld", a.astype(jnp.float32), b.astype(jnp.float32), jnp.float32)
     np.testing.assert_allclose(np.asarray(got32), want, rtol=1e-5, atol=1e-5)
@@ -107,7 +111,7 @@ def test_scan_layers_keeps_bf16_stack_out_of_float32():
         return scan_layers(nnx.merge(graphdef, state), x, lambda layer, h: jax.nn.gelu(layer(h)))
 
     compiled = jax.jit(run).lower(state, x).compile()
-    entry = compiled.as_text()[compiled.as_text().index("ENTRY"):]
+    entry = compiled.as_text()[compiled.as_text().index("ENTRY") :]
     assert not re.search(r"= f32\[5,24,24\]", entry), "a float32 copy of the stacked kernels"
     got = np.asarray(compiled(state, x), np.float32)
     want = x
@@ -122,8 +126,11 @@ def _whole_stack_copies(compiled, layers):
     array other than by passing one in (parameters, tuple plumbing)."""
     import re
 
-    return [ln.strip() for ln in compiled.as_text().splitlines()
-            if re.search(rf"= \w+\[{layers},", ln) and not re.search(r" (parameter|get-tuple-element|tuple)\(", ln)]
+    return [
+        ln.strip()
+        for ln in compiled.as_text().splitlines()
+        if re.search(rf"= \w+\[{layers},", ln) and not re.search(r" (parameter|get-tuple-element|tuple)\(", ln)
+    ]
 
 
 def test_stack_bits_pass_bf16_stacks_into_the_jit_without_a_copy():
@@ -137,10 +144,12 @@ def test_stack_bits_pass_bf16_stacks_into_the_jit_without_a_copy():
 
     class Model(nnx.Module):
         def __init__(self):
-            self.blocks = stacked(lambda r: Linear(24, 24, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=r),
-                                  5, nnx.Rngs(0))
-            self.wide = stacked(lambda r: Linear(24, 24, dtype=jnp.float32, param_dtype=jnp.float32, rngs=r),
-                                5, nnx.Rngs(1))
+            self.blocks = stacked(
+                lambda r: Linear(24, 24, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=r), 5, nnx.Rngs(0)
+            )
+            self.wide = stacked(
+                lambda r: Linear(24, 24, dtype=jnp.float32, param_dtype=jnp.float32, rngs=r), 5, nnx.Rngs(1)
+            )
             self.codes = nnx.Param(jnp.ones((5, 24), jnp.int8))
             self.out = Linear(24, 8, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(2))
 
@@ -152,9 +161,15 @@ def test_stack_bits_pass_bf16_stacks_into_the_jit_without_a_copy():
     graphdef, state = nnx.split(Model())
     bits = as_stack_bits(state, ("blocks", "wide", "codes"))
     kinds = {k: type(v.get_value()).__name__ for k, v in nnx.to_flat_state(bits)}
-    assert kinds == {("blocks", "kernel"): "StackBits", ("blocks", "bias"): "StackBits",
-                     ("wide", "kernel"): "ArrayImpl", ("wide", "bias"): "ArrayImpl", ("codes",): "ArrayImpl",
-                     ("out", "kernel"): "ArrayImpl", ("out", "bias"): "ArrayImpl"}, kinds
+    assert kinds == {
+        ("blocks", "kernel"): "StackBits",
+        ("blocks", "bias"): "StackBits",
+        ("wide", "kernel"): "ArrayImpl",
+        ("wide", "bias"): "ArrayImpl",
+        ("codes",): "ArrayImpl",
+        ("out", "kernel"): "ArrayImpl",
+        ("out", "bias"): "ArrayImpl",
+    }, kinds
     view, kernel = bits["blocks"]["kernel"].get_value(), state["blocks"]["kernel"].get_value()
     assert isinstance(view, StackBits) and view.bits.dtype == jnp.uint16 and view.float_dtype == jnp.bfloat16
     assert view.bits.unsafe_buffer_pointer() == kernel.unsafe_buffer_pointer(), "the view copied the stack"
@@ -293,52 +308,98 @@ def _tiny_text_encoders():
     ``encode_*`` function, and the jitted function behind it (taking any parameter state)."""
     import types
 
+    from vidax.default_checkpoint import random_module
     from vidax.encoders import clip, decoder_lm, gemma4, t5
     from vidax.encoders.tokenizer import Tokens
 
-    from vidax.default_checkpoint import random_module
-
     def bf16(cls, config):
         # numpy-random parameters (no op-by-op init on the device), as bf16 jax arrays
-        module = random_module(lambda: cls(config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16),
-                               np.random.default_rng(3))
+        module = random_module(
+            lambda: cls(config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16), np.random.default_rng(3)
+        )
         graphdef, state = nnx.split(module)
         return nnx.merge(graphdef, jax.tree.map(lambda a: jnp.asarray(a, jnp.bfloat16), state))
 
     tokens = lambda ids, mask: Tokens(np.asarray(ids), np.asarray(mask), np.asarray(mask).sum(1))  # noqa: E731
-    umt5 = t5.T5EncoderConfig.from_config_dict(dict(model_type="umt5", vocab_size=97, d_model=40, d_kv=12, num_heads=3,
-                                                    d_ff=56, num_layers=3, relative_attention_num_buckets=8))
-    llama = decoder_lm.LlamaTextConfig.from_config_dict(dict(model_type="llama", vocab_size=97, hidden_size=48,
-                                                             intermediate_size=40, num_hidden_layers=3,
-                                                             num_attention_heads=4, num_key_value_heads=2))
+    umt5 = t5.T5EncoderConfig.from_config_dict(
+        dict(
+            model_type="umt5",
+            vocab_size=97,
+            d_model=40,
+            d_kv=12,
+            num_heads=3,
+            d_ff=56,
+            num_layers=3,
+            relative_attention_num_buckets=8,
+        )
+    )
+    llama = decoder_lm.LlamaTextConfig.from_config_dict(
+        dict(
+            model_type="llama",
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=40,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
     sliding, full = "sliding_attention", "full_attention"  # tests/parity/test_gemma4_text.py's TEXT, 4 layers
-    g4 = gemma4.Gemma4TextConfig.from_config_dict(dict(
-        model_type="gemma4_unified_text", vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=12, global_head_dim=16, num_global_key_value_heads=1,
-        attention_k_eq_v=True, num_kv_shared_layers=1, use_double_wide_mlp=True, sliding_window=5,
-        layer_types=[sliding, full, sliding, full], rms_norm_eps=1e-6,
-        rope_parameters={sliding: {"rope_type": "default", "rope_theta": 100.0},
-                         full: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e4,
-                                "factor": 2.0}}))
-    ctext = clip.CLIPTextConfig.from_config_dict(dict(vocab_size=97, hidden_size=36, intermediate_size=50,
-                                                      num_hidden_layers=3, num_attention_heads=3,
-                                                      max_position_embeddings=16))
+    g4 = gemma4.Gemma4TextConfig.from_config_dict(
+        dict(
+            model_type="gemma4_unified_text",
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=40,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            global_head_dim=16,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            num_kv_shared_layers=1,
+            use_double_wide_mlp=True,
+            sliding_window=5,
+            layer_types=[sliding, full, sliding, full],
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                sliding: {"rope_type": "default", "rope_theta": 100.0},
+                full: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e4, "factor": 2.0},
+            },
+        )
+    )
+    ctext = clip.CLIPTextConfig.from_config_dict(
+        dict(
+            vocab_size=97,
+            hidden_size=36,
+            intermediate_size=50,
+            num_hidden_layers=3,
+            num_attention_heads=3,
+            max_position_embeddings=16,
+        )
+    )
     return {
         "umt5": types.SimpleNamespace(
-            make=lambda: bf16(t5.T5Encoder, umt5), public=lambda e, i, m: t5.encode_tokens(e, tokens(i, m)),
-            jitted=lambda g: t5._encode_fn(g, False, False)),
+            make=lambda: bf16(t5.T5Encoder, umt5),
+            public=lambda e, i, m: t5.encode_tokens(e, tokens(i, m)),
+            jitted=lambda g: t5._encode_fn(g, False, False),
+        ),
         "llama": types.SimpleNamespace(
             make=lambda: bf16(decoder_lm.DecoderLM, llama),
             public=lambda e, i, m: decoder_lm.encode_hidden_states(e, i, m, output_layer=None),
-            jitted=lambda g: decoder_lm._hidden_fn(g, None, True)),
+            jitted=lambda g: decoder_lm._hidden_fn(g, None, True),
+        ),
         "gemma4": types.SimpleNamespace(
             make=lambda: bf16(gemma4.Gemma4TextEncoder, g4),
             public=lambda e, i, m: decoder_lm.encode_hidden_states(e, i, m, output_layer=None),
-            jitted=lambda g: decoder_lm._hidden_fn(g, None, True)),
+            jitted=lambda g: decoder_lm._hidden_fn(g, None, True),
+        ),
         "clip": types.SimpleNamespace(
             make=lambda: bf16(clip.CLIPTextEncoder, ctext),
             public=lambda e, i, m: clip.encode_clip_text(e, tokens(i, m)),
-            jitted=lambda g: clip._clip_text_fn(g, False)),
+            jitted=lambda g: clip._clip_text_fn(g, False),
+        ),
     }
 
 
@@ -355,7 +416,7 @@ def test_text_encoders_pass_bf16_stacks_as_bits_bit_identically(kind):
     encoder = case.make()
     prefixes = [tuple(p.split(".")) for p in type(encoder).stacked_paths]
     kinds = {tuple(map(str, k)): type(v.get_value()).__name__ for k, v in nnx.to_flat_state(stack_bits_state(encoder))}
-    under = {k: any(k[:len(p)] == p for p in prefixes) for k in kinds}
+    under = {k: any(k[: len(p)] == p for p in prefixes) for k in kinds}
     assert any(under.values()) and not any(v == "StackBits" for k, v in kinds.items() if not under[k]), kinds
     dtypes = {tuple(map(str, k)): v.get_value().dtype for k, v in nnx.to_flat_state(nnx.state(encoder))}
     assert all(kinds[k] == "StackBits" for k, u in under.items() if u and dtypes[k] == jnp.bfloat16), kinds

@@ -158,7 +158,9 @@ def test_scan_layers_runs_each_layer_in_order():
     ref = x
     flat = _flat(m)
     for i in range(3):
-        ref = np.tanh(np.asarray(ref) @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[:, :4]
+        ref = np.tanh(np.asarray(ref) @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[
+            :, :4
+        ]
     np.testing.assert_allclose(got, ref, rtol=1e-6)
 
 
@@ -172,7 +174,9 @@ def test_scan_layers_first_layers_and_collected_carries():
 
     refs = [np.asarray(x)]
     for i in range(3):
-        refs.append(np.tanh(refs[-1] @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[:, :4])
+        refs.append(
+            np.tanh(refs[-1] @ flat[("blocks", "to_q", "kernel")][i] + flat[("blocks", "to_q", "bias")][i])[:, :4]
+        )
     for n in (0, 2, 3):
         got, carries = scan_layers(m.blocks, x, body, num_layers=n, collect=True)
         np.testing.assert_allclose(got, refs[n], rtol=1e-6)

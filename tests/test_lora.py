@@ -20,21 +20,46 @@ from vidax.errors import InputError
 from vidax.weights.loader import export_state_dict
 
 RANK = 4
-WAN_BLOCK_MODULES = ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k",
-                     "attn2.to_v", "attn2.to_out.0", "ffn.net.0.proj", "ffn.net.2")
+WAN_BLOCK_MODULES = (
+    "attn1.to_q",
+    "attn1.to_k",
+    "attn1.to_v",
+    "attn1.to_out.0",
+    "attn2.to_q",
+    "attn2.to_k",
+    "attn2.to_v",
+    "attn2.to_out.0",
+    "ffn.net.0.proj",
+    "ffn.net.2",
+)
 WAN_TOP_MODULES = ("proj_out", "condition_embedder.time_proj", "condition_embedder.text_embedder.linear_1")
-CALL = dict(prompt=["a cat", "a dog on a boat"], negative_prompt=["blurry", ""], num_frames=9,
-            num_inference_steps=2, guidance_scale=4.5, guidance_scale_2=2.5, max_sequence_length=16,
-            height=32, width=48)
+CALL = dict(
+    prompt=["a cat", "a dog on a boat"],
+    negative_prompt=["blurry", ""],
+    num_frames=9,
+    num_inference_steps=2,
+    guidance_scale=4.5,
+    guidance_scale_2=2.5,
+    max_sequence_length=16,
+    height=32,
+    width=48,
+)
 
 
 #: The Wan repository's names of the diffusers modules the LoRAs here touch (as diffusers'
 #: _convert_non_diffusers_wan_lora_to_diffusers renames them).
-WAN_ORIGINAL = {**{f"{b}.{c}": f"{a}.{o}" for a, b in (("self_attn", "attn1"), ("cross_attn", "attn2"))
-                   for o, c in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"))},
-                "ffn.net.0.proj": "ffn.0", "ffn.net.2": "ffn.2", "proj_out": "head.head",
-                "condition_embedder.time_proj": "time_projection.1",
-                "condition_embedder.text_embedder.linear_1": "text_embedding.0"}
+WAN_ORIGINAL = {
+    **{
+        f"{b}.{c}": f"{a}.{o}"
+        for a, b in (("self_attn", "attn1"), ("cross_attn", "attn2"))
+        for o, c in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"))
+    },
+    "ffn.net.0.proj": "ffn.0",
+    "ffn.net.2": "ffn.2",
+    "proj_out": "head.head",
+    "condition_embedder.time_proj": "time_projection.1",
+    "condition_embedder.text_embedder.linear_1": "text_embedding.0",
+}
 
 
 def _original(name: str) -> str:
@@ -95,8 +120,11 @@ def wan_shapes(transformer) -> dict[str, tuple[int, int]]:
     import torch
 
     names = [f"blocks.{i}.{m}" for i in range(2) for m in WAN_BLOCK_MODULES] + list(WAN_TOP_MODULES)
-    return {n: tuple(transformer.get_submodule(n).weight.shape) for n in names
-            if isinstance(transformer.get_submodule(n), torch.nn.Linear)}
+    return {
+        n: tuple(transformer.get_submodule(n).weight.shape)
+        for n in names
+        if isinstance(transformer.get_submodule(n), torch.nn.Linear)
+    }
 
 
 def merged(pipe, expert: int = 0) -> dict[str, np.ndarray]:
@@ -166,8 +194,9 @@ def test_wan_two_adapters_weights_and_switching(wan_pipe, wan22):
     wan_pipe.set_adapters("a")
     assert all(np.array_equal(merged(wan_pipe)[k], only_a[k]) for k in base)  # switching back: exact
     wan_pipe.fuse_lora(lora_scale=0.25)
-    np.testing.assert_allclose(merged(wan_pipe)[key] - base[key], 0.25 * (only_a[key] - base[key]),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        merged(wan_pipe)[key] - base[key], 0.25 * (only_a[key] - base[key]), rtol=1e-4, atol=1e-6
+    )
     wan_pipe.unfuse_lora()
     assert all(np.array_equal(merged(wan_pipe)[k], only_a[k]) for k in base)
     with pytest.raises(InputError, match=r"set_adapters: adapter_names=\['a', 'a'\] names 'a' more than once"):
@@ -194,27 +223,47 @@ def test_wan_bad_loras_refused_in_one_line(wan_pipe, wan22, tmp_path):
     _, _, lora, _ = wan22
     base = merged(wan_pipe)
     good = write(lora, "original")
-    stray = dict(good, **{"diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 42), np.float32),
-                          "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((42, 4), np.float32)})
+    stray = dict(
+        good,
+        **{
+            "diffusion_model.blocks.0.self_attn.x.lora_down.weight": np.zeros((4, 42), np.float32),
+            "diffusion_model.blocks.0.self_attn.x.lora_up.weight": np.zeros((42, 4), np.float32),
+        },
+    )
     rank = dict(good)
     rank["diffusion_model.blocks.0.self_attn.q.lora_up.weight"] = np.zeros((42, 5), np.float32)
-    other = {f"transformer.transformer_blocks.0.{m}.lora_{ab}.weight": np.zeros((4, 48) if ab == "A" else (48, 4),
-                                                                                 np.float32)
-             for m in ("attn1.to_q", "attn1.to_k", "norm1.linear", "ff.net.0.proj") for ab in "AB"}
+    other = {
+        f"transformer.transformer_blocks.0.{m}.lora_{ab}.weight": np.zeros(
+            (4, 48) if ab == "A" else (48, 4), np.float32
+        )
+        for m in ("attn1.to_q", "attn1.to_k", "norm1.linear", "ff.net.0.proj")
+        for ab in "AB"
+    }
     # every module of the file at other widths (a LoRA of another Wan size): the names fit wan
-    wider = {k: np.zeros((v.shape[0] + 6, v.shape[1]) if "lora_up" in k else (v.shape[0], v.shape[1] + 6), np.float32)
-             if v.ndim == 2 else v for k, v in good.items()}
+    wider = {
+        k: np.zeros((v.shape[0] + 6, v.shape[1]) if "lora_up" in k else (v.shape[0], v.shape[1] + 6), np.float32)
+        if v.ndim == 2
+        else v
+        for k, v in good.items()
+    }
     file = str(tmp_path / "lora.safetensors")
     save_safetensors(good, file)
     with open(file, "r+b") as f:
         f.truncate(os.path.getsize(file) - 100)
-    cases = [(stray, r"2 key\(s\) fit no parameter of transformer \(wan\) \(no such module, or another shape\): diffusion_model\.blocks\.0\.self_attn\.x"),
-             (rank, r"blocks\.0\.self_attn\.q: rank mismatch"),
-             (other, r"looks like a LoRA for cogvideox"),
-             (wider, r"its module names fit wan as well as any family: a LoRA for another size of this model$"),
-             (file, r"not a readable LoRA file .*lora\.safetensors"),
-             ({**good, "diffusion_model.blocks.0.self_attn.q.lora_up.weight": np.full((42, 4), np.nan, np.float32)},
-              r"diffusion_model\.blocks\.0\.self_attn\.q\.lora_up\.weight holds NaN or Inf values")]
+    cases = [
+        (
+            stray,
+            r"2 key\(s\) fit no parameter of transformer \(wan\) \(no such module, or another shape\): diffusion_model\.blocks\.0\.self_attn\.x",
+        ),
+        (rank, r"blocks\.0\.self_attn\.q: rank mismatch"),
+        (other, r"looks like a LoRA for cogvideox"),
+        (wider, r"its module names fit wan as well as any family: a LoRA for another size of this model$"),
+        (file, r"not a readable LoRA file .*lora\.safetensors"),
+        (
+            {**good, "diffusion_model.blocks.0.self_attn.q.lora_up.weight": np.full((42, 4), np.nan, np.float32)},
+            r"diffusion_model\.blocks\.0\.self_attn\.q\.lora_up\.weight holds NaN or Inf values",
+        ),
+    ]
     for bad, match in cases:
         with pytest.raises(InputError, match=match) as e:
             wan_pipe.load_lora_weights(bad)
@@ -234,9 +283,11 @@ def test_wan22_both_experts_match_diffusers_fused(wan_pipe, wan22):
     """Wan2.2 A14B: a LightX2V-style LoRA on each expert (two files) at lora_scale 0.8: the video
     equals diffusers' load_lora_weights(..., load_into_transformer_2=True) + fuse_lora."""
     import torch
+
     from tests.parity.wan_reference import initial_noise
 
     path, ref, lora_a, lora_b = wan22
+
     # diffusers' converter takes an alpha on the blocks' layers only
     def blocks_alpha(lora, alpha):
         return {m: (d, u, alpha if m.startswith("blocks.") else None, b) for m, (d, u, _, b) in lora.items()}
@@ -247,8 +298,11 @@ def test_wan22_both_experts_match_diffusers_fused(wan_pipe, wan22):
     with torch.no_grad():
         plain = np.asarray(ref(latents=noise.clone(), output_type="np", **CALL).frames)
         ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in first.items()}, adapter_name="a")
-        ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in second.items()}, adapter_name="b",
-                              load_into_transformer_2=True)
+        ref.load_lora_weights(
+            {k: torch.from_numpy(np.array(v)) for k, v in second.items()},
+            adapter_name="b",
+            load_into_transformer_2=True,
+        )
         ref.fuse_lora(lora_scale=0.8, components=["transformer", "transformer_2"])
         want = np.asarray(ref(latents=noise.clone(), output_type="np", **CALL).frames)
         ref.unfuse_lora(components=["transformer", "transformer_2"])
@@ -270,15 +324,19 @@ def test_wan22_one_adapter_name_on_both_experts_as_diffusers(wan_pipe, wan22):
     per transformer), and ``set_adapters("a", 0.6)`` weights it on both: the video equals the
     reference's. A third load of "a" into a transformer that has it is refused, as peft's."""
     import torch
+
     from tests.parity.wan_reference import initial_noise
 
     path, ref, lora_a, lora_b = wan22
-    high, low = (write({m: (d, u, None, None) for m, (d, u, _, _) in lora.items()}, "diffusers") for lora in (lora_a, lora_b))
+    high, low = (
+        write({m: (d, u, None, None) for m, (d, u, _, _) in lora.items()}, "diffusers") for lora in (lora_a, lora_b)
+    )
     noise = initial_noise(32, 48)
     with torch.no_grad():
         ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in high.items()}, adapter_name="a")
-        ref.load_lora_weights({k: torch.from_numpy(np.array(v)) for k, v in low.items()}, adapter_name="a",
-                              load_into_transformer_2=True)
+        ref.load_lora_weights(
+            {k: torch.from_numpy(np.array(v)) for k, v in low.items()}, adapter_name="a", load_into_transformer_2=True
+        )
         ref.set_adapters("a", 0.6)
         want = np.asarray(ref(latents=noise.clone(), output_type="np", **CALL).frames)
         ref.set_adapters("a", 1.0)
@@ -287,8 +345,11 @@ def test_wan22_one_adapter_name_on_both_experts_as_diffusers(wan_pipe, wan22):
     wan_pipe.load_lora_weights(high, adapter_name="a")
     wan_pipe.load_lora_weights(low, adapter_name="a", load_into_transformer_2=True)
     assert wan_pipe.get_list_adapters() == {"transformer": ["a"], "transformer_2": ["a"]}
-    with pytest.raises(InputError, match=r"adapter_name='a' is already loaded into transformer_2 \(loaded: 'a' "
-                                         r"\(transformer, transformer_2\)\)"):
+    with pytest.raises(
+        InputError,
+        match=r"adapter_name='a' is already loaded into transformer_2 \(loaded: 'a' "
+        r"\(transformer, transformer_2\)\)",
+    ):
         wan_pipe.load_lora_weights(low, adapter_name="a", load_into_transformer_2=True)
     wan_pipe.set_adapters("a", 0.6)
     got = wan_pipe(latents=noise.numpy(), progress=False, **CALL).frames
@@ -307,8 +368,9 @@ def test_lightx2v_diff_m_is_added_to_the_modulation_table(wan_pipe, wan22, caplo
     import torch
 
     _, ref, lora_a, _ = wan22
-    sd = write({m: (d, u, 8.0 if m.startswith("blocks.") else None, b) for m, (d, u, _, b) in lora_a.items()},
-               "lightx2v")
+    sd = write(
+        {m: (d, u, 8.0 if m.startswith("blocks.") else None, b) for m, (d, u, _, b) in lora_a.items()}, "lightx2v"
+    )
     rng = np.random.default_rng(5)
     tables = {i: ref.transformer.blocks[i].scale_shift_table for i in range(len(ref.transformer.blocks))}
     diff_m = {i: (rng.standard_normal(t.shape) * 0.1).astype(np.float32) for i, t in tables.items()}
@@ -348,8 +410,16 @@ def random_lora(pipe, seed: int, blocks_only: bool = False) -> dict[str, np.ndar
     return sd
 
 
-MESH_CALL = dict(prompt="a cat", num_frames=5, num_inference_steps=2, height=32, width=32, seed=3,
-                 output_type="latent", progress=False)
+MESH_CALL = dict(
+    prompt="a cat",
+    num_frames=5,
+    num_inference_steps=2,
+    height=32,
+    width=32,
+    seed=3,
+    output_type="latent",
+    progress=False,
+)
 
 
 def with_loras(pipe, first, second):
@@ -402,8 +472,10 @@ def test_lora_on_mesh_and_streamed_equals_single_device(ckpt, single_device_lora
 
 def compiled_steps(pipe) -> int:
     """Executables the pipeline's denoising steps hold (jit caches; a streamed step's pieces)."""
-    return sum(fn._cache_size() if hasattr(fn, "_cache_size") else len(fn._shared["compiled"])
-               for fn in pipe._step_fns.values())
+    return sum(
+        fn._cache_size() if hasattr(fn, "_cache_size") else len(fn._shared["compiled"])
+        for fn in pipe._step_fns.values()
+    )
 
 
 def test_family_of_a_lora_whose_names_several_families_share(wan_pipe, tmp_path):
@@ -414,18 +486,29 @@ def test_family_of_a_lora_whose_names_several_families_share(wan_pipe, tmp_path)
     from vidax.inspect import describe_lora
     from vidax.weights.safetensors_io import save_safetensors
 
-    sd = {f"transformer.transformer_blocks.{i}.{a}.{m}.lora_{ab}.weight":
-          np.zeros((RANK, 2048) if ab == "A" else (2048, RANK), np.float32)
-          for i in range(28) for a in ("attn1", "attn2") for m in ("to_q", "to_k", "to_v", "to_out.0") for ab in "AB"}
+    sd = {
+        f"transformer.transformer_blocks.{i}.{a}.{m}.lora_{ab}.weight": np.zeros(
+            (RANK, 2048) if ab == "A" else (2048, RANK), np.float32
+        )
+        for i in range(28)
+        for a in ("attn1", "attn2")
+        for m in ("to_q", "to_k", "to_v", "to_out.0")
+        for ab in "AB"
+    }
     file = str(tmp_path / "ltx.safetensors")
     save_safetensors(sd, file)
     family = next(line for line in describe_lora(file).splitlines() if "family:" in line)
-    assert family == ("  family: cosmos (CosmosTransformer3DModel), ltx (LTXVideoTransformer3DModel) or ltx2 "
-                      "(LTX2VideoTransformer3DModel) (its module names fit each of them alike) (224 of 224 modules "
-                      "placed)"), family
-    with pytest.raises(InputError, match=r"looks like a LoRA for cosmos \(CosmosTransformer3DModel\), ltx "
-                                         r"\(LTXVideoTransformer3DModel\) or ltx2 \(LTX2VideoTransformer3DModel\) "
-                                         r"\(its module names fit each of them alike\)$"):
+    assert family == (
+        "  family: cosmos (CosmosTransformer3DModel), ltx (LTXVideoTransformer3DModel) or ltx2 "
+        "(LTX2VideoTransformer3DModel) (its module names fit each of them alike) (224 of 224 modules "
+        "placed)"
+    ), family
+    with pytest.raises(
+        InputError,
+        match=r"looks like a LoRA for cosmos \(CosmosTransformer3DModel\), ltx "
+        r"\(LTXVideoTransformer3DModel\) or ltx2 \(LTX2VideoTransformer3DModel\) "
+        r"\(its module names fit each of them alike\)$",
+    ):
         wan_pipe.load_lora_weights(file)
 
 
@@ -438,17 +521,22 @@ def _family_transformer(family: str):
 
     if family == "wan":
         from tests.parity.wan_reference import TRANSFORMER
+
         return diffusers.WanTransformer3DModel(**TRANSFORMER)
     if family == "cogvideox":
         from tests.parity.cogvideox_reference import TRANSFORMER, VARIANTS
+
         return diffusers.CogVideoXTransformer3DModel(**{**TRANSFORMER, **next(iter(VARIANTS.values()))["transformer"]})
     if family == "ltx":
         from tests.parity.ltx_reference import TRANSFORMER
+
         return diffusers.LTXVideoTransformer3DModel(**TRANSFORMER)
     if family == "hunyuan_video":
         from tests.parity.hunyuan_reference import TRANSFORMER
+
         return diffusers.HunyuanVideoTransformer3DModel(**TRANSFORMER, in_channels=4, out_channels=4)
     from tests.parity.cosmos_reference import TRANSFORMER
+
     return diffusers.CosmosTransformer3DModel(**TRANSFORMER)
 
 
@@ -456,6 +544,7 @@ def _load_family(family: str, folder):
     """(torch transformer with random weights, the vidax module loaded from its save, its
     LoraAdapters)."""
     import torch
+
     from vidax.lora.adapters import LoraAdapters
     from vidax.registry import registry
     from vidax.weights.component import load_component
@@ -478,8 +567,7 @@ def test_diffusers_layout_merges_as_diffusers_fuses(family, tmp_path):
     import torch
 
     model, module, adapters = _load_family(family, tmp_path)
-    linears = {n: tuple(m.weight.shape) for n, m in model.named_modules()
-               if isinstance(m, torch.nn.Linear)}
+    linears = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     rng = np.random.default_rng(5)
     # peft gives every layer a bias delta once one has it, and refuses to fuse it into a layer
     # without a bias: bias deltas only where every linear has a bias
@@ -496,11 +584,9 @@ def test_diffusers_layout_merges_as_diffusers_fuses(family, tmp_path):
     adapters.fuse(0.7)
     got = export_state_dict(module, rules)
     with torch.no_grad():
-        model.load_lora_adapter({k: torch.from_numpy(v) for k, v in sd.items()}, prefix="transformer",
-                                adapter_name="x")
+        model.load_lora_adapter({k: torch.from_numpy(v) for k, v in sd.items()}, prefix="transformer", adapter_name="x")
         model.fuse_lora(lora_scale=0.7)
-        fused = {k.replace(".base_layer", ""): v.numpy() for k, v in model.state_dict().items()
-                 if "lora_" not in k}
+        fused = {k.replace(".base_layer", ""): v.numpy() for k, v in model.state_dict().items() if "lora_" not in k}
     assert set(fused) == set(got)
     changed = 0
     for k, want in fused.items():
@@ -513,8 +599,10 @@ def test_diffusers_layout_merges_as_diffusers_fuses(family, tmp_path):
     # The original-repository / ComfyUI prefix with diffusers' module names (LTX-Video's original
     # layout, as diffusers' _convert_non_diffusers_ltxv_lora_to_diffusers reads it) and kohya's
     # underscores: the same weights, bit for bit.
-    for prefixed in ({k.replace("transformer.", "diffusion_model.", 1): v for k, v in sd.items()},
-                     {_kohya(k): v for k, v in sd.items()}):
+    for prefixed in (
+        {k.replace("transformer.", "diffusion_model.", 1): v for k, v in sd.items()},
+        {_kohya(k): v for k, v in sd.items()},
+    ):
         adapters.load(prefixed, "y")
         adapters.fuse(0.7)
         again = export_state_dict(module, rules)
@@ -550,8 +638,9 @@ def test_hunyuan_original_layout(tmp_path):
         "double_blocks.0.img_mod.linear": ["transformer_blocks.0.norm1.linear"],
         "double_blocks.0.txt_mlp.fc1": ["transformer_blocks.0.ff_context.net.0.proj"],
         "double_blocks.0.img_attn_proj": ["transformer_blocks.0.attn.to_out.0"],
-        "txt_in.individual_token_refiner.blocks.0.self_attn_qkv":
-            [f"context_embedder.token_refiner.refiner_blocks.0.{n}" for n in qkv],
+        "txt_in.individual_token_refiner.blocks.0.self_attn_qkv": [
+            f"context_embedder.token_refiner.refiner_blocks.0.{n}" for n in qkv
+        ],
         "final_layer.adaLN_modulation.1": ["swap", "norm_out.linear"],
         "single_blocks.0.linear1": [f"single_transformer_blocks.0.{n}" for n in qkv + ["proj_mlp"]],
     }
@@ -569,9 +658,14 @@ def test_hunyuan_original_layout(tmp_path):
             diffusers_layout[f"transformer.{t}.lora_A.weight"] = down
             diffusers_layout[f"transformer.{t}.lora_B.weight"] = np.ascontiguousarray(part)
     results = []
-    for sd in (original, diffusers_layout, {k.replace(".", "_", k.count(".") - 2).replace("diffusion_model_",
-                                                                                            "lora_unet_"): v
-                                            for k, v in original.items()}):
+    for sd in (
+        original,
+        diffusers_layout,
+        {
+            k.replace(".", "_", k.count(".") - 2).replace("diffusion_model_", "lora_unet_"): v
+            for k, v in original.items()
+        },
+    ):
         adapters.load(sd, "x")
         results.append(export_state_dict(module, rules))
         adapters.unload()
@@ -585,8 +679,9 @@ def test_hunyuan_original_layout(tmp_path):
     # it, as diffusers does for img_attn_qkv) and final_layer.adaLN_modulation.1's lora_A (its rank
     # halves swapped with the output halves of lora_B, which changes the product; vidax swaps the
     # output rows only, as the diffusers-layout LoRA above)
-    double_only = {k: v for k, v in original.items()
-                   if not any(s in k for s in ("single_blocks", "refiner", "final_layer"))}
+    double_only = {
+        k: v for k, v in original.items() if not any(s in k for s in ("single_blocks", "refiner", "final_layer"))
+    }
     adapters.load(double_only, "x")
     got = export_state_dict(module, rules)
     with torch.no_grad():
@@ -619,7 +714,7 @@ def test_bfloat16_weights_merge_in_float32_and_restore_exactly(ckpt):
         want = (base[layer].astype(np.float64) + delta).astype(np.float32).astype(ml_dtypes.bfloat16)
         # one rounding to bfloat16 of the float32 sum: at most one bfloat16 step apart where the
         # float32 delta's last bit tips the rounding
-        np.testing.assert_allclose(got[layer].astype(np.float32), want.astype(np.float32), rtol=2 ** -7, atol=1e-6)
+        np.testing.assert_allclose(got[layer].astype(np.float32), want.astype(np.float32), rtol=2**-7, atol=1e-6)
         assert np.mean(got[layer] == want) > 0.99
     pipe.unload_lora_weights()
     assert np.array_equal(np.asarray(kernel.get_value()).view(np.uint16), base.view(np.uint16))

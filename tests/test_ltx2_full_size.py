@@ -53,8 +53,10 @@ def _abstract(path: str):
 
 def test_configs_found():
     assert {_name(p) for p in CONFIGS} == {
-        f"{repo}/{c}" for repo in ("Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers", "Lightricks__LTX-2.5-Diffusers")
-        for c in ("vae", "audio_vae", "vocoder")}
+        f"{repo}/{c}"
+        for repo in ("Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers", "Lightricks__LTX-2.5-Diffusers")
+        for c in ("vae", "audio_vae", "vocoder")
+    }
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=_name)
@@ -72,8 +74,11 @@ def test_builds_with_reference_parameters(path):
     n = assert_reference_parameters(abstract, ref, KeyRules(), buffers=Buffer)
     assert n > 50e6, n
     if raw["_class_name"] == "AutoencoderKLLTX2Video":
-        assert (config.spatial_compression, config.temporal_compression) == (
-            ref.spatial_compression_ratio, ref.temporal_compression_ratio) == (32, 8)
+        assert (
+            (config.spatial_compression, config.temporal_compression)
+            == (ref.spatial_compression_ratio, ref.temporal_compression_ratio)
+            == (32, 8)
+        )
     if "Vocoder" in raw["_class_name"]:
         assert abstract.sample_rate == raw["output_sampling_rate"]
 
@@ -86,19 +91,24 @@ def test_decoders_trace_at_released_size(repo):
 
     _, vae = _abstract(f"{REFERENCE_CONFIGS}/{repo}/vae/config.json")
     graphdef, state = nnx.split(vae.decoder)
-    out = jax.eval_shape(lambda s, z: nnx.merge(graphdef, s)(z, None, _Noise(None)), state,
-                         jax.ShapeDtypeStruct((1, 3, 16, 24, 128), jnp.float32))
+    out = jax.eval_shape(
+        lambda s, z: nnx.merge(graphdef, s)(z, None, _Noise(None)),
+        state,
+        jax.ShapeDtypeStruct((1, 3, 16, 24, 128), jnp.float32),
+    )
     assert out.shape == (1, 17, 512, 768, 3)
 
     _, audio = _abstract(f"{REFERENCE_CONFIGS}/{repo}/audio_vae/config.json")
     graphdef, state = nnx.split(audio.decoder)
-    mel = jax.eval_shape(lambda s, z: nnx.merge(graphdef, s)(z), state,
-                         jax.ShapeDtypeStruct((1, 25, 16, 8), jnp.float32))
+    mel = jax.eval_shape(
+        lambda s, z: nnx.merge(graphdef, s)(z), state, jax.ShapeDtypeStruct((1, 25, 16, 8), jnp.float32)
+    )
     assert mel.shape == (1, 97, 64, 2)
 
     _, vocoder = _abstract(f"{REFERENCE_CONFIGS}/{repo}/vocoder/config.json")
     graphdef, state = nnx.split(vocoder)
-    wave = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s).forward(x), state,
-                          jax.ShapeDtypeStruct((1, 97, 128), jnp.float32))
+    wave = jax.eval_shape(
+        lambda s, x: nnx.merge(graphdef, s).forward(x), state, jax.ShapeDtypeStruct((1, 97, 128), jnp.float32)
+    )
     # 97 mel frames of 10 ms -> 0.97 s: 23280 samples at 24 kHz, 46560 at 48 kHz.
     assert wave.shape == (1, 97 * vocoder.sample_rate // 100, 2), wave.shape

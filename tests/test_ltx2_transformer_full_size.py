@@ -26,18 +26,28 @@ from vidax.weights.loader import DtypePolicy
 REPOS = ("Lightricks__LTX-2", "diffusers__LTX-2.3-Diffusers", "Lightricks__LTX-2.5-Diffusers")
 #: (component folder, vidax config, vidax model, registry class, stacked module paths)
 COMPONENTS = {
-    "transformer": (LTX2TransformerConfig, LTX2VideoTransformer3DModel, "LTX2VideoTransformer3DModel",
-                    ("transformer_blocks",)),
-    "connectors": (LTX2ConnectorsConfig, LTX2TextConnectors, "LTX2TextConnectors",
-                   ("video_connector/transformer_blocks", "audio_connector/transformer_blocks")),
+    "transformer": (
+        LTX2TransformerConfig,
+        LTX2VideoTransformer3DModel,
+        "LTX2VideoTransformer3DModel",
+        ("transformer_blocks",),
+    ),
+    "connectors": (
+        LTX2ConnectorsConfig,
+        LTX2TextConnectors,
+        "LTX2TextConnectors",
+        ("video_connector/transformer_blocks", "audio_connector/transformer_blocks"),
+    ),
 }
 CASES = [(repo, comp) for repo in REPOS for comp in COMPONENTS]
 
 
 def test_every_ltx2_config_is_covered():
-    found = {os.path.relpath(p, REFERENCE_CONFIGS).split(os.sep)[0]
-             for p in glob.glob(os.path.join(REFERENCE_CONFIGS, "*", "transformer", "config.json"))
-             if json.load(open(p)).get("_class_name") == "LTX2VideoTransformer3DModel"}
+    found = {
+        os.path.relpath(p, REFERENCE_CONFIGS).split(os.sep)[0]
+        for p in glob.glob(os.path.join(REFERENCE_CONFIGS, "*", "transformer", "config.json"))
+        if json.load(open(p)).get("_class_name") == "LTX2VideoTransformer3DModel"
+    }
     assert found == set(REPOS)
 
 
@@ -76,6 +86,6 @@ def test_param_count_and_keys_match_reference(repo, comp):
         policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
         kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
         assert kept and all("timestep_embedder" in k or k.endswith("scale_shift_table") for k in kept)
-        assert sum("scale_shift_table" in k for k in kept) == sum("scale_shift_table" in k for k in ref.state_dict()
-                                                                  if k.startswith("transformer_blocks.0.")
-                                                                  or "." not in k)
+        assert sum("scale_shift_table" in k for k in kept) == sum(
+            "scale_shift_table" in k for k in ref.state_dict() if k.startswith("transformer_blocks.0.") or "." not in k
+        )

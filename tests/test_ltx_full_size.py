@@ -34,7 +34,9 @@ def _id(path: str) -> str:
 
 def test_all_ltx_video_configs_found():
     assert sorted(_id(p).split(os.sep)[0] for p in CONFIGS) == [
-        "Lightricks__LTX-Video", "Lightricks__LTX-Video-0.9.1", "Lightricks__LTX-Video-0.9.5",
+        "Lightricks__LTX-Video",
+        "Lightricks__LTX-Video-0.9.1",
+        "Lightricks__LTX-Video-0.9.5",
         "Lightricks__LTX-Video-0.9.7-dev",
     ]
 
@@ -65,9 +67,12 @@ def test_param_count_matches_reference(path):
     policy = DtypePolicy(jax.numpy.bfloat16, TRANSFORMER_FP32_PARAMS)
     kept = {".".join(map(str, p)) for p, _ in flat if policy.dtype_for(p) == "float32"}
     assert kept == {
-        "scale_shift_table", "transformer_blocks.scale_shift_table",
-        "time_embed.emb.timestep_embedder.linear_1.kernel", "time_embed.emb.timestep_embedder.linear_1.bias",
-        "time_embed.emb.timestep_embedder.linear_2.kernel", "time_embed.emb.timestep_embedder.linear_2.bias",
+        "scale_shift_table",
+        "transformer_blocks.scale_shift_table",
+        "time_embed.emb.timestep_embedder.linear_1.kernel",
+        "time_embed.emb.timestep_embedder.linear_1.bias",
+        "time_embed.emb.timestep_embedder.linear_2.kernel",
+        "time_embed.emb.timestep_embedder.linear_2.bias",
     }
 
 
@@ -78,17 +83,24 @@ def test_known_sizes():
         model = nnx.eval_shape(lambda: LTXVideoTransformer3DModel(cfg, rngs=nnx.Rngs(0)))
         n = sum(math.prod(v.get_value().shape) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
         sizes[_id(path).split(os.sep)[0]] = round(n / 1e9, 2)
-    assert sizes == {"Lightricks__LTX-Video": 1.92, "Lightricks__LTX-Video-0.9.1": 1.92,
-                     "Lightricks__LTX-Video-0.9.5": 1.92, "Lightricks__LTX-Video-0.9.7-dev": 13.04}, sizes
+    assert sizes == {
+        "Lightricks__LTX-Video": 1.92,
+        "Lightricks__LTX-Video-0.9.1": 1.92,
+        "Lightricks__LTX-Video-0.9.5": 1.92,
+        "Lightricks__LTX-Video-0.9.7-dev": 13.04,
+    }, sizes
 
 
-@pytest.mark.parametrize("key, value, match", [
-    ("qk_norm", "rms_norm", "qk_norm='rms_norm'"),
-    ("norm_elementwise_affine", "yes", "norm_elementwise_affine=.yes."),
-    ("activation_fn", "geglu", "activation_fn='geglu'"),
-    ("cross_attention_dim", 4096, "cross_attention_dim=4096"),
-    ("use_magic", 1, "unknown setting use_magic=1"),
-])
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("qk_norm", "rms_norm", "qk_norm='rms_norm'"),
+        ("norm_elementwise_affine", "yes", "norm_elementwise_affine=.yes."),
+        ("activation_fn", "geglu", "activation_fn='geglu'"),
+        ("cross_attention_dim", 4096, "cross_attention_dim=4096"),
+        ("use_magic", 1, "unknown setting use_magic=1"),
+    ],
+)
 def test_unimplemented_settings_are_refused(key, value, match):
     with open(CONFIGS[0]) as f:
         raw = json.load(f)

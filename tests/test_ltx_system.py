@@ -17,8 +17,16 @@ from vidax.io.video import read_video
 from vidax.parallel.offload import OffloadConfig, offloaded_blocks
 
 SIZE = dict(height=32, width=64, num_frames=9)
-RUN = dict(num_inference_steps=2, guidance_scale=3.0, guidance_rescale=0.5, max_sequence_length=16,
-           output_type="latent", seed=0, progress=False, **SIZE)
+RUN = dict(
+    num_inference_steps=2,
+    guidance_scale=3.0,
+    guidance_rescale=0.5,
+    max_sequence_length=16,
+    output_type="latent",
+    seed=0,
+    progress=False,
+    **SIZE,
+)
 PROMPTS, NEGATIVES = ["a red fox", "waves at night"], ["blurry", "dark"]
 
 
@@ -60,10 +68,38 @@ def test_cli_generate_and_inspect(ckpt, tmp_path):
     image = tmp_path / "first.png"
     random_image(2, (40, 56)).save(image)
     out = tmp_path / "video.mp4"
-    r = CliRunner().invoke(app, ["generate", "-p", "a red fox", "--checkpoint", ckpt, "--image", str(image),
-                                 "--height", "32", "--width", "64", "--num-frames", "9", "--num-inference-steps", "2",
-                                 "--frame-rate", "24", "--decode-timestep", "0.05", "--guidance-rescale", "0.3",
-                                 "--max-sequence-length", "16", "--no-progress", "--vae-tiling", "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a red fox",
+            "--checkpoint",
+            ckpt,
+            "--image",
+            str(image),
+            "--height",
+            "32",
+            "--width",
+            "64",
+            "--num-frames",
+            "9",
+            "--num-inference-steps",
+            "2",
+            "--frame-rate",
+            "24",
+            "--decode-timestep",
+            "0.05",
+            "--guidance-rescale",
+            "0.3",
+            "--max-sequence-length",
+            "16",
+            "--no-progress",
+            "--vae-tiling",
+            "-o",
+            str(out),
+        ],
+    )
     # --vae-tiling is taken for LTX (enable_tiling() + use_framewise_decoding: 512 px tiles, 16-frame
     # windows, so this small video decodes in one piece, as diffusers' would with those switches).
     assert r.exit_code == 0, r.output
@@ -75,6 +111,7 @@ def test_cli_generate_and_inspect(ckpt, tmp_path):
     r = CliRunner().invoke(app, ["inspect", ckpt])
     assert r.exit_code == 0, r.output
     assert "pipeline: LTXPipeline" in r.output and "LTX-Video 0.9.1" in r.output and "tasks: t2v, i2v" in r.output
-    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--height", "48", "-o",
-                                 str(tmp_path / "v.mp4")])
+    r = CliRunner().invoke(
+        app, ["generate", "-p", "x", "--checkpoint", ckpt, "--height", "48", "-o", str(tmp_path / "v.mp4")]
+    )
     assert r.exit_code == 2 and "--height and --width must be multiples of 32" in r.output

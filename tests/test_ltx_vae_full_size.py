@@ -34,8 +34,11 @@ def _name(path: str) -> str:
 
 def test_configs_found():
     assert {_name(p) for p in CONFIGS} == {
-        "Lightricks__LTX-Video", "Lightricks__LTX-Video-0.9.1", "Lightricks__LTX-Video-0.9.5",
-        "Lightricks__LTX-Video-0.9.7-dev"}
+        "Lightricks__LTX-Video",
+        "Lightricks__LTX-Video-0.9.1",
+        "Lightricks__LTX-Video-0.9.5",
+        "Lightricks__LTX-Video-0.9.7-dev",
+    }
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=_name)
@@ -48,8 +51,11 @@ def test_vae_builds_with_reference_parameters(path):
         raw = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
     with torch.device("meta"):
         ref = diffusers.AutoencoderKLLTXVideo.from_config(raw)
-    assert (config.spatial_compression, config.temporal_compression) == (
-        ref.spatial_compression_ratio, ref.temporal_compression_ratio) == (32, 8)
+    assert (
+        (config.spatial_compression, config.temporal_compression)
+        == (ref.spatial_compression_ratio, ref.temporal_compression_ratio)
+        == (32, 8)
+    )
     abstract = nnx.eval_shape(lambda: LTXVideoVAE(config, rngs=nnx.Rngs(0)))
     n = assert_reference_parameters(abstract, ref, KeyRules(), buffers=Buffer)
     assert n > 400e6, n
@@ -64,6 +70,7 @@ def test_decoder_tile_traces_at_released_size():
     def decode(state, z, t):
         return nnx.merge(graphdef, state)(z, t, _Noise(None))
 
-    out = jax.eval_shape(decode, state, jax.ShapeDtypeStruct((1, 3, 16, 24, 128), jnp.float32),
-                         jax.ShapeDtypeStruct((1,), jnp.float32))
+    out = jax.eval_shape(
+        decode, state, jax.ShapeDtypeStruct((1, 3, 16, 24, 128), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.float32)
+    )
     assert out.shape == (1, 17, 512, 768, 3)

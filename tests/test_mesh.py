@@ -50,14 +50,19 @@ def test_valid_factorizations():
     assert valid_factorizations(1) == [(1, 1, 1)]
     # Every triple of a larger n, against the definition, and in the order the errors list them.
     n = 360
-    brute = [(d, t, n // d // t) for d in range(1, n + 1) if n % d == 0 for t in range(1, n // d + 1) if (n // d) % t == 0]
+    brute = [
+        (d, t, n // d // t) for d in range(1, n + 1) if n % d == 0 for t in range(1, n // d + 1) if (n // d) % t == 0
+    ]
     assert valid_factorizations(n) == brute
 
 
 def test_huge_mesh_is_refused_at_once():
     # "1x1x100000000000000" hung enumerating 1e14 candidate divisors (vidax inspect --mesh).
-    with pytest.raises(InputError, match=r"mesh='1x1x100000000000000' asks for 100000000000000 devices; a mesh has at "
-                                         r"most 1048576 \(dp \* tp \* sp\)\."):
+    with pytest.raises(
+        InputError,
+        match=r"mesh='1x1x100000000000000' asks for 100000000000000 devices; a mesh has at "
+        r"most 1048576 \(dp \* tp \* sp\)\.",
+    ):
         parse_mesh_sizes("1x1x100000000000000")
     assert parse_mesh_sizes("1024x1024x1") == {"dp": 1024, "tp": 1024, "sp": 1}
     assert len(valid_factorizations(2**20)) == 231
@@ -82,12 +87,16 @@ def test_valid_layouts_split_the_heads():
     assert valid_layouts(8, [40, 5]) == [(8, 1, 1)]  # the heads of every config must split
     with pytest.raises(InputError) as e:
         make_mesh(3, 4, 1, heads=[12])
-    assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), (2, 2, 2), "
-                                 "(2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
+    assert str(e.value).endswith(
+        "valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), (2, 2, 2), "
+        "(2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)."
+    )
     with pytest.raises(InputError) as e:
         mesh_from_sizes(4, 3, None, heads=[12, 40])
-    assert str(e.value).endswith("there are 8; valid (dp, tp, sp) for 8 devices and 12 / 40 attention heads: "
-                                 "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
+    assert str(e.value).endswith(
+        "there are 8; valid (dp, tp, sp) for 8 devices and 12 / 40 attention heads: "
+        "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)."
+    )
 
 
 def test_resolve_mesh_forms():
@@ -103,8 +112,10 @@ def test_resolve_mesh_forms():
     # The message says which form may leave sizes out (it once said "missing sizes are 1" of both).
     with pytest.raises(InputError) as e:
         parse_mesh_sizes("2x2")
-    assert str(e.value) == ("mesh='2x2' is not a mesh description; use 'DPxTPxSP' with all three sizes (e.g. '2x2x1'), "
-                            "or keys, where a size left out is 1 (e.g. 'dp=2,tp=2').")
+    assert str(e.value) == (
+        "mesh='2x2' is not a mesh description; use 'DPxTPxSP' with all three sizes (e.g. '2x2x1'), "
+        "or keys, where a size left out is 1 (e.g. 'dp=2,tp=2')."
+    )
     for zero in ("0x1x1", "dp=2,tp=0"):
         with pytest.raises(InputError, match=r"sizes must be >= 1, got \{'(dp|tp)': 0\}"):
             parse_mesh_sizes(zero)
@@ -123,12 +134,16 @@ def test_mesh_from_sizes_missing_sizes_are_one():
     assert mesh_sizes(mesh_from_sizes(8, None, None)) == (8, 1, 1)
     assert mesh_sizes(mesh_from_sizes(None, 2, 4)) == (1, 2, 4)
     assert mesh_sizes(mesh_from_sizes(None, None, None, always=True)) == (8, 1, 1)
-    tail = (r": the mesh dp {} x tp {} x sp {} \(a size not given is 1\) needs 16 devices, but there are 8; "
-            r"valid \(dp, tp, sp\) for 8 devices: \(1, 1, 8\)")
+    tail = (
+        r": the mesh dp {} x tp {} x sp {} \(a size not given is 1\) needs 16 devices, but there are 8; "
+        r"valid \(dp, tp, sp\) for 8 devices: \(1, 1, 8\)"
+    )
     for sizes, name in (((16, None, None), "dp=16"), ((None, 16, None), "tp=16"), ((None, None, 16), "sp=16")):
         with pytest.raises(InputError, match="^" + name + tail.format(*(s or 1 for s in sizes))):
             mesh_from_sizes(*sizes)
-    with pytest.raises(InputError, match=r"^tp=3 sp=4: the mesh dp 1 x tp 3 x sp 4 \(a size not given is 1\) needs 12 "):
+    with pytest.raises(
+        InputError, match=r"^tp=3 sp=4: the mesh dp 1 x tp 3 x sp 4 \(a size not given is 1\) needs 12 "
+    ):
         mesh_from_sizes(None, 3, 4)
 
 
@@ -137,11 +152,18 @@ def test_mesh_of_fewer_devices_takes_the_first_ones():
     without a mesh runs on the first device (they were refused: the product had to be the
     device count); --dp 1 is that single-device run."""
     assert mesh_from_sizes(1, None, None) is None and mesh_from_sizes(None, 1, 1) is None
-    for mesh, sizes in ((mesh_from_sizes(2, None, None), (2, 1, 1)), (mesh_from_sizes(None, 3, 2), (1, 3, 2)),
-                        (make_mesh(1, 2, 2), (1, 2, 2)), (resolve_mesh("1x1x1"), (1, 1, 1))):
-        assert mesh_sizes(mesh) == sizes and list(mesh.devices.flat) == jax.devices()[:math.prod(sizes)]
-    with pytest.raises(InputError, match=r"^dp=2 tp=2: the mesh .* splits attention heads over tp x sp = 2, which does "
-                                         r"not divide the model's 3; valid \(dp, tp, sp\) for 4 devices and 3 "):
+    for mesh, sizes in (
+        (mesh_from_sizes(2, None, None), (2, 1, 1)),
+        (mesh_from_sizes(None, 3, 2), (1, 3, 2)),
+        (make_mesh(1, 2, 2), (1, 2, 2)),
+        (resolve_mesh("1x1x1"), (1, 1, 1)),
+    ):
+        assert mesh_sizes(mesh) == sizes and list(mesh.devices.flat) == jax.devices()[: math.prod(sizes)]
+    with pytest.raises(
+        InputError,
+        match=r"^dp=2 tp=2: the mesh .* splits attention heads over tp x sp = 2, which does "
+        r"not divide the model's 3; valid \(dp, tp, sp\) for 4 devices and 3 ",
+    ):
         mesh_from_sizes(2, 2, None, heads=[3])
 
 
@@ -151,17 +173,25 @@ def test_check_heads():
         check_heads(make_mesh(1, 2, 4), 12, "WanTransformer3DModel")
     msg = str(e.value)
     # it reads as the device-count refusal does: what was given, the mesh, the valid (dp, tp, sp)
-    assert msg == ("WanTransformer3DModel: the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, which "
-                   "does not divide the model's 12; valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), "
-                   "(2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1).")
+    assert msg == (
+        "WanTransformer3DModel: the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, which "
+        "does not divide the model's 12; valid (dp, tp, sp) for 8 devices and 12 attention heads: (2, 1, 4), "
+        "(2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)."
+    )
     # sizes that fit the devices but not the heads are refused from the sizes as given
-    with pytest.raises(InputError, match=r"^tp=2 sp=4: the mesh dp 1 x tp 2 x sp 4 \(a size not given is 1\) splits "
-                                         r"attention heads over tp x sp = 8, which does not divide the model's 12; "
-                                         r"valid \(dp, tp, sp\) for 8 devices and 12 attention heads: \(2, 1, 4\)"):
+    with pytest.raises(
+        InputError,
+        match=r"^tp=2 sp=4: the mesh dp 1 x tp 2 x sp 4 \(a size not given is 1\) splits "
+        r"attention heads over tp x sp = 8, which does not divide the model's 12; "
+        r"valid \(dp, tp, sp\) for 8 devices and 12 attention heads: \(2, 1, 4\)",
+    ):
         mesh_from_sizes(None, 2, 4, heads=[12])
     # one device: "1 device"
-    with pytest.raises(InputError, match=r"needs 2 devices, but there are 1; valid \(dp, tp, sp\) for 1 device: "
-                                         r"\(1, 1, 1\)\.$"):
+    with pytest.raises(
+        InputError,
+        match=r"needs 2 devices, but there are 1; valid \(dp, tp, sp\) for 1 device: "
+        r"\(1, 1, 1\)\.$",
+    ):
         make_mesh(2, 1, 1, devices=jax.devices()[:1])
 
 
@@ -211,7 +241,10 @@ def test_inspect_mesh_plan(tmp_path_factory):
     assert "largest replicated: condition_embedder/time_proj/kernel (64, 384)" in out
     assert "NOT RUNNABLE" not in out
     r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "dp=1,tp=1,sp=8"])
-    assert "NOT RUNNABLE: transformer/config.json: the mesh dp 1 x tp 1 x sp 8 splits attention heads over tp x sp = 8, which does not divide the model's 4; " in r.stdout
+    assert (
+        "NOT RUNNABLE: transformer/config.json: the mesh dp 1 x tp 1 x sp 8 splits attention heads over tp x sp = 8, which does not divide the model's 4; "
+        in r.stdout
+    )
     r = CliRunner().invoke(app, ["inspect", ckpt, "--mesh", "2by2"])
     assert r.exit_code == 2 and "is not a mesh description" in r.stderr
 
@@ -224,14 +257,15 @@ def test_shard_step_places_arguments_by_their_axes():
     mesh = make_mesh(2, 2, 2)
     latents = np.zeros((2, 3, 4), np.float32)
     context = np.ones((2, 5), np.float32)
-    table = np.arange(4, dtype=np.float32)          # (steps,)
-    noise = np.zeros((4, 2, 3, 4), np.float32)       # (steps, B, ...)
+    table = np.arange(4, dtype=np.float32)  # (steps,)
+    noise = np.zeros((4, 2, 3, 4), np.float32)  # (steps, B, ...)
     step = lambda p, x, s, *a: (x, s)  # noqa: E731
     _, _, _, (c, t, n) = shard_step(step, latents, None, (context, table, noise), mesh)
     assert c.sharding.spec == PartitionSpec("data") and t.sharding.spec == PartitionSpec("data")
     assert n.sharding.spec == PartitionSpec("data")  # the steps axis: what arg_axes corrects
-    _, _, _, (c, t, n) = shard_step(step, latents, None, (context, table, noise), mesh,
-                                    arg_axes=(None, (None,), (None, "batch", None, None)))
+    _, _, _, (c, t, n) = shard_step(
+        step, latents, None, (context, table, noise), mesh, arg_axes=(None, (None,), (None, "batch", None, None))
+    )
     assert c.sharding.spec == PartitionSpec("data")
     assert t.sharding.spec == PartitionSpec() and n.sharding.spec == PartitionSpec(None, "data")
     with pytest.raises(ValueError):
@@ -254,4 +288,5 @@ def test_data_axis_that_cannot_split_the_batch_is_warned_about(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "the denoising batch of 2 (1 video(s), CFG doubles it) does not split over the mesh's 3 data-parallel "
         "devices: it is replicated there, which adds no speed; a data-parallel size dividing 2 (--dp, mesh=) would "
-        "split it"]
+        "split it"
+    ]

@@ -33,8 +33,24 @@ def ckpt(tmp_path_factory):
 
 
 def _generate_args(ckpt, out):
-    args = ["generate", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--checkpoint", ckpt,
-            "--dp", "2", "--tp", "2", "--sp", "2", "--no-progress", "-o", str(out)]
+    args = [
+        "generate",
+        "--prompt",
+        PROMPT,
+        "--negative-prompt",
+        NEGATIVE,
+        "--checkpoint",
+        ckpt,
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--sp",
+        "2",
+        "--no-progress",
+        "-o",
+        str(out),
+    ]
     for k, v in CALL.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     return args
@@ -48,10 +64,24 @@ def test_two_processes_equal_one_process(ckpt, tmp_path):
     procs = {}
     for i in (1, 0):  # the non-coordinator first: it waits for process 0's port
         procs[i] = subprocess.Popen(
-            [sys.executable, "-m", "vidax", *_generate_args(ckpt, outs[i]), "--coordinator",
-             f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i),
-             "--distributed-timeout", "120"],
-            env=env, stdout=logs[i], stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "vidax",
+                *_generate_args(ckpt, outs[i]),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--distributed-timeout",
+                "120",
+            ],
+            env=env,
+            stdout=logs[i],
+            stderr=subprocess.STDOUT,
+            text=True,
         )
     for i in (0, 1):
         code = procs[i].wait(timeout=600)
@@ -74,9 +104,24 @@ def _generate_as(tmp_path, port, *, num_processes, process_id):
     """``vidax generate`` as one process of a multi-host run at 127.0.0.1:``port`` with a 1.5 s
     --distributed-timeout: (the CLI result, seconds it took)."""
     t0 = time.monotonic()
-    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--coordinator", f"127.0.0.1:{port}",
-                                 "--num-processes", str(num_processes), "--process-id", str(process_id),
-                                 "--distributed-timeout", "1.5", "-o", str(tmp_path / "v.npy")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--prompt",
+            "x",
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            str(num_processes),
+            "--process-id",
+            str(process_id),
+            "--distributed-timeout",
+            "1.5",
+            "-o",
+            str(tmp_path / "v.npy"),
+        ],
+    )
     return r, time.monotonic() - t0
 
 
@@ -95,14 +140,31 @@ def test_coordinator_without_the_other_processes_fails_in_one_line(tmp_path):
     port = _free_port()
     r, elapsed = _generate_as(tmp_path, port, num_processes=3, process_id=0)
     assert r.exit_code == 2, r.output
-    assert r.stderr == (f"error: process 0 of 3: --coordinator '127.0.0.1:{port}': process(es) 1, 2 did not reach "
-                        "it within 1.5 s; start every process 1..2 with the same --coordinator and --num-processes 3 "
-                        "(or give them more time with --distributed-timeout)\n"), r.stderr
+    assert r.stderr == (
+        f"error: process 0 of 3: --coordinator '127.0.0.1:{port}': process(es) 1, 2 did not reach "
+        "it within 1.5 s; start every process 1..2 with the same --coordinator and --num-processes 3 "
+        "(or give them more time with --distributed-timeout)\n"
+    ), r.stderr
     assert elapsed < 15, elapsed
-    r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--coordinator", "192.0.2.1:1234", "--num-processes",
-                                 "2", "--process-id", "0", "-o", str(tmp_path / "v.npy")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "--prompt",
+            "x",
+            "--coordinator",
+            "192.0.2.1:1234",
+            "--num-processes",
+            "2",
+            "--process-id",
+            "0",
+            "-o",
+            str(tmp_path / "v.npy"),
+        ],
+    )
     assert r.exit_code == 2 and r.stderr.startswith(
-        "error: process 0 of 2: --coordinator '192.0.2.1:1234' is not an address of this machine ("), r.stderr
+        "error: process 0 of 2: --coordinator '192.0.2.1:1234' is not an address of this machine ("
+    ), r.stderr
 
 
 def test_rendezvous_counts_processes_and_refuses_mismatches():
@@ -131,8 +193,10 @@ def test_rendezvous_counts_processes_and_refuses_mismatches():
     for t, box in [host] + joiners:
         t.join(30)
         assert box == {"ok": True}, box
-    for pids, counts, problem in (((1,), (4,), "it has --num-processes 4, process 0 has 3"),
-                                  ((1, 1), (3, 3), "process id 1 came twice")):
+    for pids, counts, problem in (
+        ((1,), (4,), "it has --num-processes 4, process 0 has 3"),
+        ((1, 1), (3, 3), "process id 1 came twice"),
+    ):
         address = f"127.0.0.1:{_free_port()}"
         host = run(distributed.host_rendezvous, address, 20, 3)
         joiners = []

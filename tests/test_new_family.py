@@ -16,8 +16,14 @@ from vidax.io.video import read_video
 from vidax.parallel.offload import OffloadConfig, offloaded_stacks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOY = {"_class_name": "ToyTransformer3DModel", "in_channels": 16, "dim": 32, "text_dim": 64, "num_layers": 3,
-       "num_single_layers": 2}
+TOY = {
+    "_class_name": "ToyTransformer3DModel",
+    "in_channels": 16,
+    "dim": 32,
+    "text_dim": 64,
+    "num_layers": 3,
+    "num_single_layers": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +31,12 @@ def toy_checkpoint(tmp_path_factory):
     """The embedded Wan checkpoint's tokenizer, UMT5, VAE and scheduler, plus a random toy transformer."""
     from tests.toy_family.checkpoint import write_toy_checkpoint
 
-    return write_toy_checkpoint(tmp_path_factory.mktemp("toy") / "ckpt", str(tmp_path_factory.mktemp("cache")),
-                                "ToyVideoPipeline", {"transformer": TOY})
+    return write_toy_checkpoint(
+        tmp_path_factory.mktemp("toy") / "ckpt",
+        str(tmp_path_factory.mktemp("cache")),
+        "ToyVideoPipeline",
+        {"transformer": TOY},
+    )
 
 
 @pytest.fixture
@@ -51,8 +61,9 @@ def test_toy_family_runs_through_load_pipeline(toy_checkpoint, toy_registered):
     assert np.abs(other - out.frames).max() > 1e-3  # the video depends on the noise
     # The shared block streaming (both of its stacks) and staging run the new family unchanged,
     # and equal resident bit for bit.
-    streamed = vidax.load_pipeline(toy_checkpoint, offload=OffloadConfig(chunk=2, keep_text_encoder=False,
-                                                                         keep_vae=False))
+    streamed = vidax.load_pipeline(
+        toy_checkpoint, offload=OffloadConfig(chunk=2, keep_text_encoder=False, keep_vae=False)
+    )
     stacks = offloaded_stacks(streamed.transformer)
     assert [(b.attr, b.sizes) for b in stacks] == [("blocks", [2, 1]), ("single_blocks", [2])]
     np.testing.assert_array_equal(streamed("a toy boat", seed=0, progress=False).frames, out.frames)
@@ -64,16 +75,44 @@ def test_toy_family_runs_through_load_pipeline(toy_checkpoint, toy_registered):
 
 
 def test_toy_family_runs_through_the_cli_and_inspect(toy_checkpoint, tmp_path):
-    env = {**os.environ, "VIDAX_FAMILIES": "tests.toy_family",
-           "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "VIDAX_FAMILIES": "tests.toy_family",
+        "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
+    }
     out = tmp_path / "toy.mp4"
-    r = subprocess.run([sys.executable, "-m", "vidax", "generate", "-p", "a toy boat", "--checkpoint", toy_checkpoint,
-                        "-o", str(out), "--no-progress", "--offload-blocks", "1", "--toy-repeat", "2"],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "-p",
+            "a toy boat",
+            "--checkpoint",
+            toy_checkpoint,
+            "-o",
+            str(out),
+            "--no-progress",
+            "--offload-blocks",
+            "1",
+            "--toy-repeat",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert read_video(out).shape == (10, 32, 48, 3)  # --toy-repeat reached the toy's call: each frame twice
-    r = subprocess.run([sys.executable, "-m", "vidax", "inspect", toy_checkpoint, "--mesh", "1x1x1"],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "vidax", "inspect", toy_checkpoint, "--mesh", "1x1x1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "variant: Toy T2V: 3 layers" in r.stdout and "num_layers=3, num_single_layers=2, dim=32" in r.stdout
 
@@ -87,16 +126,29 @@ def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, to
 
     r = CliRunner().invoke(app, ["generate", "--help"])
     assert r.exit_code == 0 and "--toy-repeat" in r.stdout and "Show each decoded frame" in r.stdout, r.output
-    r = CliRunner().invoke(app, ["generate", "-p", "a toy boat", "--checkpoint", toy_checkpoint, "--toy-repeat", "0",
-                                 "-o", str(tmp_path / "v.npy")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a toy boat",
+            "--checkpoint",
+            toy_checkpoint,
+            "--toy-repeat",
+            "0",
+            "-o",
+            str(tmp_path / "v.npy"),
+        ],
+    )
     assert r.exit_code == 2, r.output
     assert r.stderr.strip().splitlines() == ["error: --toy-repeat must be a positive integer, got 0"], r.stderr
     # Another family's pipeline does not take it: named as the flag, with the flags it has.
     r = CliRunner().invoke(app, ["generate", "-p", "x", "--toy-repeat", "2", "-o", str(tmp_path / "v.npy")])
     assert r.exit_code == 2 and "does not use --toy-repeat; its own flags: none beyond the common ones" in r.stderr
     # A VAE without a tiled decode (the toy's): --vae-tiling refused before loading, in one line.
-    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", toy_checkpoint, "--vae-tiling", "-o",
-                                 str(tmp_path / "v.npy")])
+    r = CliRunner().invoke(
+        app, ["generate", "-p", "x", "--checkpoint", toy_checkpoint, "--vae-tiling", "-o", str(tmp_path / "v.npy")]
+    )
     assert r.exit_code == 2 and "--vae-tiling: the VAE of" in r.stderr and "has no tiled decode" in r.stderr, r.output
 
 
@@ -105,13 +157,11 @@ def test_cli_names_no_family_keyword():
     ``vidax generate`` runs (``generate_command.py``, ``cli_flags.py``) name no keyword only a
     family takes (as a name, a string or a flag), the list read from the declarations."""
     import ast
-
-    from vidax.pipelines.base import SHARED_CALL_ARGS
-    from vidax.registry import registry
-
     import inspect
 
     from vidax.generate_command import run
+    from vidax.pipelines.base import SHARED_CALL_ARGS
+    from vidax.registry import registry
 
     # generate's own flags (--fps, the mp4's rate) are not family flags: a pipeline whose keyword
     # they equal (Cosmos 3's fps=) is handed their value.
@@ -123,9 +173,12 @@ def test_cli_names_no_family_keyword():
         path = os.path.join(REPO, "src", "vidax", name)
         with open(path) as f:
             tree = ast.parse(f.read(), path)
-        names = _names_in_code(path) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-            n.arg for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.keyword)) and n.arg} | {
-            n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        names = (
+            _names_in_code(path)
+            | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            | {n.arg for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.keyword)) and n.arg}
+            | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        )
         strings = [s for s in _names_in_code(path) if isinstance(s, str)]
         assert not family_only & names, (name, sorted(family_only & names))
         assert not [(f, s) for f in flags for s in strings if f in s], name
@@ -185,8 +238,10 @@ def test_doc_lists_exactly_the_shared_files_a_family_edits():
     assert "src/vidax/registry.py" in listed and "tests/test_contracts.py" in listed, listed
     families = {m: importlib.import_module(m).FAMILY for m in FAMILIES if m.startswith("vidax.models.")}
     assert sorted(m.rsplit(".", 1)[1] for m in families) == sorted(
-        d for d in os.listdir(os.path.join(REPO, "src", "vidax", "models")) if os.path.isfile(
-            os.path.join(REPO, "src", "vidax", "models", d, "__init__.py")))  # every family folder is in FAMILIES
+        d
+        for d in os.listdir(os.path.join(REPO, "src", "vidax", "models"))
+        if os.path.isfile(os.path.join(REPO, "src", "vidax", "models", d, "__init__.py"))
+    )  # every family folder is in FAMILIES
     # Shared code (vidax outside the family folders) naming a family in code must be a listed file.
     # src/vidax/default_checkpoint.py is not an edit: it builds the embedded tiny checkpoint, a Wan one.
     naming = {}

@@ -36,8 +36,17 @@ from vidax.weights.component import load_component
 LAYERS = 5  # chunks of 2 leave a final chunk of 1
 PROMPT, NEGATIVE = "a red car on a bridge", "blurry"
 # 48x48 pixels, 9 frames -> latents (3, 6, 6) -> 27 tokens: the sequence axis (2) pads them to 28.
-CALL = dict(height=48, width=48, num_frames=9, num_inference_steps=2, guidance_scale=4.0,
-            max_sequence_length=16, seed=3, output_type="latent", progress=False)
+CALL = dict(
+    height=48,
+    width=48,
+    num_frames=9,
+    num_inference_steps=2,
+    guidance_scale=4.0,
+    max_sequence_length=16,
+    seed=3,
+    output_type="latent",
+    progress=False,
+)
 MESHES = [None, (2, 2, 2)]
 
 
@@ -166,9 +175,11 @@ def test_offloaded_equals_resident(ckpt, reference, mesh, chunk, monkeypatch):
 
     assert len(meter.seen) == CALL["num_inference_steps"] * len(expected)
     bound = meter.rest_bytes + 2 * max(meter.chunk_bytes)
-    print(f"mesh {mesh}, chunk {chunk}: per device non-block {meter.rest_bytes} B, chunks "
-          f"{sorted(set(meter.chunk_bytes))} B, weights on the device after each chunk {meter.seen}, "
-          f"resident model {resident_bytes} B")
+    print(
+        f"mesh {mesh}, chunk {chunk}: per device non-block {meter.rest_bytes} B, chunks "
+        f"{sorted(set(meter.chunk_bytes))} B, weights on the device after each chunk {meter.seen}, "
+        f"resident model {resident_bytes} B"
+    )
     assert max(meter.seen) <= bound
     if len(expected) > 1:
         assert max(meter.seen) == bound  # double buffering
@@ -203,13 +214,25 @@ def test_two_experts_streamed(tmp_path):
     from tests.parity.wan_reference import write_tiny_wan_variant
 
     path = write_tiny_wan_variant(str(tmp_path / "a14b"), boundary_ratio=0.875)
-    small = dict(height=32, width=48, num_frames=5, max_sequence_length=16, guidance_scale=3.0,
-                 num_inference_steps=4, seed=0, output_type="latent", progress=False)
+    small = dict(
+        height=32,
+        width=48,
+        num_frames=5,
+        max_sequence_length=16,
+        guidance_scale=3.0,
+        num_inference_steps=4,
+        seed=0,
+        output_type="latent",
+        progress=False,
+    )
     ref = vidax.load_pipeline(path)("a cat", **small).frames
     pipe = vidax.load_pipeline(path, offload=1)
     seen = []
-    out = pipe("a cat", callback=lambda i, n: seen.append((pipe.experts.active, pipe.experts.memory_kind(1 - pipe.experts.active))),
-               **small).frames
+    out = pipe(
+        "a cat",
+        callback=lambda i, n: seen.append((pipe.experts.active, pipe.experts.memory_kind(1 - pipe.experts.active))),
+        **small,
+    ).frames
     np.testing.assert_array_equal(out, ref)
     assert [s[0] for s in seen] == [0, 0, 1, 1] and {s[1] for s in seen} == {"pinned_host"}
     assert all(offloaded_blocks(m) is not None for m in (pipe.transformer, pipe.transformer_2))
@@ -251,8 +274,9 @@ def test_cancel_stops_a_streamed_step_between_chunks(ckpt):
         return len(asked) >= 3
 
     with pytest.raises(Cancelled, match=r"^cancelled after denoising step 1 of 3$"):
-        pipe(PROMPT, NEGATIVE, **{**CALL, "num_inference_steps": 3}, callback=lambda i, n: steps.append(i),
-             cancel=cancel)
+        pipe(
+            PROMPT, NEGATIVE, **{**CALL, "num_inference_steps": 3}, callback=lambda i, n: steps.append(i), cancel=cancel
+        )
     assert steps == [0] and len(asked) == 3
 
 
@@ -278,12 +302,17 @@ def test_bf16_chunks_enter_the_chunk_jit_as_bits_bit_identically(ckpt, monkeypat
         model = load_component("WanTransformer3DModel", path, dtype=jnp.bfloat16, offload=offload_to)
         blocks = offloaded_blocks(model)
         out = np.asarray(streamed_call(model, x, t, ctx), np.float32)
-        (_, (chunks,), _), = [v for k, v in offload._CALL_CACHES[nnx.graphdef(model)]["compiled"].items()
-                              if k[2] == (blocks.signature,)]
+        ((_, (chunks,), _),) = [
+            v for k, v in offload._CALL_CACHES[nnx.graphdef(model)]["compiled"].items() if k[2] == (blocks.signature,)
+        ]
         # XLA:CPU's whole-chunk copies: a bitcast to uint16 of a (5, ...) chunk parameter (one
         # chunk of all the layers: one chunk executable to compile per run)
-        copies = [ln for fn in chunks.values() for ln in fn.as_text().splitlines()
-                  if re.search(r"wrapped_bitcast-convert\S* = u16\[5,", ln)]
+        copies = [
+            ln
+            for fn in chunks.values()
+            for ln in fn.as_text().splitlines()
+            if re.search(r"wrapped_bitcast-convert\S* = u16\[5,", ln)
+        ]
         return blocks, out, copies
 
     blocks, bits_out, bits_copies = run()
@@ -293,8 +322,11 @@ def test_bf16_chunks_enter_the_chunk_jit_as_bits_bit_identically(ckpt, monkeypat
     # every bf16 leaf (float32 ones, e.g. the modulation table, stay arrays), on its host buffer
     assert [isinstance(a, StackBits) for a in leaves] == [a.dtype == jnp.bfloat16 for a in host]
     assert any(isinstance(a, StackBits) for a in leaves)
-    assert all(a.bits.unsafe_buffer_pointer() == h.unsafe_buffer_pointer()
-               for a, h in zip(leaves, host) if isinstance(a, StackBits))
+    assert all(
+        a.bits.unsafe_buffer_pointer() == h.unsafe_buffer_pointer()
+        for a, h in zip(leaves, host)
+        if isinstance(a, StackBits)
+    )
     _, numpy_out, _ = run(memory_kind="numpy")
     monkeypatch.setattr(offload, "stack_bits_putter", lambda dtype, sharding: None)
     _, bf16_out, bf16_copies = run()

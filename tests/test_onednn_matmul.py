@@ -9,8 +9,8 @@ operands the products are rounded too, which the same bound covers (one more rou
 """
 
 import logging
-import re
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +32,11 @@ def built():
 
 def _close_to_xla_dot(got, x, w):
     x32, w32 = np.asarray(x, np.float32), np.asarray(w, np.float32)
-    want = np.asarray(jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision="highest",
-                                          preferred_element_type=jnp.float32))
+    want = np.asarray(
+        jax.lax.dot_general(
+            x, w, (((x.ndim - 1,), (0,)), ((), ())), precision="highest", preferred_element_type=jnp.float32
+        )
+    )
     got = np.asarray(got)
     assert got.dtype == np.float32 and got.shape == want.shape
     bound = w.shape[0] * 2.0**-23 * (np.abs(x32) @ np.abs(w32))
@@ -134,8 +137,11 @@ def test_fallback_is_a_warning_where_onednn_would_be_used(monkeypatch, caplog):
     there, hidden by default); INFO elsewhere (auto with 8 host devices, as in the tests)."""
     monkeypatch.setattr(onednn, "library_dir", lambda: None)
     try:
-        for setting, one_device, level in (("onednn", False, logging.WARNING), ("auto", False, logging.INFO),
-                                           ("auto", True, logging.WARNING)):
+        for setting, one_device, level in (
+            ("onednn", False, logging.WARNING),
+            ("auto", False, logging.INFO),
+            ("auto", True, logging.WARNING),
+        ):
             monkeypatch.setenv(onednn.ENV, setting)
             if one_device:
                 monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
@@ -167,9 +173,13 @@ def test_describe_says_what_the_matmuls_ran_through(built, monkeypatch):
     assert row == "oneDNN (VIDAX_CPU_MATMUL=onednn; layer weights read in place)"
     # kept 8-bit / GGUF Linears run XLA's dot (trial 6: the row claimed oneDNN for them too)
     assert onednn.describe(jnp.bfloat16, ["GGUF", "int8"]) == (
-        "oneDNN (VIDAX_CPU_MATMUL=onednn; layer weights read in place); XLA's dot for the GGUF / int8 weights")
-    assert [line.split(None, 2)[2] for line in RunStats(step_s=[1.0], cpu_matmul=row).summary().splitlines()
-            if line.split()[:2] == ["cpu", "matmul"]] == [row]
+        "oneDNN (VIDAX_CPU_MATMUL=onednn; layer weights read in place); XLA's dot for the GGUF / int8 weights"
+    )
+    assert [
+        line.split(None, 2)[2]
+        for line in RunStats(step_s=[1.0], cpu_matmul=row).summary().splitlines()
+        if line.split()[:2] == ["cpu", "matmul"]
+    ] == [row]
 
 
 def test_bias_and_rounding_inside_the_call(built):
@@ -183,8 +193,11 @@ def test_bias_and_rounding_inside_the_call(built):
         stack = jnp.asarray(rng.standard_normal((3, xs[-1], n)), jnp.bfloat16)
         b = jnp.asarray(rng.standard_normal((n,)), jnp.bfloat16)
         w = stack[1]
-        want = np.asarray(jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision="highest",
-                                              preferred_element_type=jnp.float32)) + np.asarray(b, np.float32)
+        want = np.asarray(
+            jax.lax.dot_general(
+                x, w, (((x.ndim - 1,), (0,)), ((), ())), precision="highest", preferred_element_type=jnp.float32
+            )
+        ) + np.asarray(b, np.float32)
         bound = w.shape[0] * 2.0**-23 * (np.abs(np.asarray(x, np.float32)) @ np.abs(np.asarray(w, np.float32)))
         y32 = np.asarray(jax.jit(onednn.onednn_linear, static_argnums=3)(x, w, b, jnp.float32))
         assert y32.dtype == np.float32 and np.all(np.abs(y32 - want) <= bound + 1e-30)
@@ -241,16 +254,20 @@ def test_scan_layers_reads_linear_kernels_in_place(built, monkeypatch):
             m = nnx.merge(graphdef, state)
             full = scan_layers(m, x, lambda layer, c: layer(c))
             part = scan_layers(m, x, lambda layer, c: layer(c), start=1, num_layers=3)
-            with_entries = scan_layers(m, x, lambda layer, c, e: (layer(c) * e.astype(c.dtype), e + 1),
-                                       per_layer=entries)
+            with_entries = scan_layers(
+                m, x, lambda layer, c, e: (layer(c) * e.astype(c.dtype), e + 1), per_layer=entries
+            )
             batched = jax.vmap(lambda xi: scan_layers(m, xi, lambda layer, c: layer(c)))(jnp.stack([x, -x]))
             return full, part, with_entries, batched
 
         return jax.jit(run)
 
     def stack_operands(run):
-        return [ln for ln in run.lower(state, x).as_text().splitlines()
-                if onednn.TARGET in ln and "tensor<4x24x40xui16>" in ln]
+        return [
+            ln
+            for ln in run.lower(state, x).as_text().splitlines()
+            if onednn.TARGET in ln and "tensor<4x24x40xui16>" in ln
+        ]
 
     run = make_run()  # 8 host devices in the tests: kernels sliced, oneDNN on the copies
     sliced = run(state, x)
@@ -340,7 +357,11 @@ def test_kernel_stacks_in_onednn_layout(built, monkeypatch):
     assert calls and all("transposed = true" in ln for ln in calls), calls
     hlo = lowered.compile().as_text()
     assert any("bf16[4,24,40]{1,2,0}" in ln and "parameter(" in ln for ln in hlo.splitlines())  # entered laid out
-    moved = [ln for ln in hlo.splitlines() if re.search(r"= (bf16|u16)\[4,(24,40|40,24)\]\{[0-9,]+\} (copy|transpose|fusion)", ln)]
+    moved = [
+        ln
+        for ln in hlo.splitlines()
+        if re.search(r"= (bf16|u16)\[4,(24,40|40,24)\]\{[0-9,]+\} (copy|transpose|fusion)", ln)
+    ]
     assert not moved, moved  # the stacks are read where they are
 
     # not in place (8 devices): the flag off, the stacks read by slicing, the same results
@@ -368,7 +389,10 @@ def test_lora_merges_keep_the_kernel_layout(built, monkeypatch):
 
     rng = np.random.default_rng(0)
     stack = jnp.asarray(rng.standard_normal((3, 24, 40)), jnp.bfloat16)
-    down, up = jnp.asarray(rng.standard_normal((4, 24)), jnp.float32), jnp.asarray(rng.standard_normal((40, 4)), jnp.float32)
+    down, up = (
+        jnp.asarray(rng.standard_normal((4, 24)), jnp.float32),
+        jnp.asarray(rng.standard_normal((40, 4)), jnp.float32),
+    )
     lora = [(down, up, jnp.float32(0.7))]
     want = apply._add_layer(jnp.array(stack), jnp.int32(1), lora, [], kernel=True)
     laid = onednn.to_kernel_layout(jnp.array(stack))
@@ -431,8 +455,11 @@ def test_attention_products_through_onednn(built, monkeypatch, impl):
     def make():  # a new function per setting: JAX caches traces by function
         def run(q, k, v):
             outs = [dot_product_attention(q, k, v, implementation=impl, block_size=3, **c) for c in cases]
-            outs.append(jax.vmap(lambda qi: dot_product_attention(qi, k, v, implementation=impl, block_size=3))(
-                jnp.stack([q, -q])))
+            outs.append(
+                jax.vmap(lambda qi: dot_product_attention(qi, k, v, implementation=impl, block_size=3))(
+                    jnp.stack([q, -q])
+                )
+            )
             outs.append(dot_product_attention(q, k[:, :, :1], v[:, :, :1], implementation=impl, block_size=3))
             return outs
 

@@ -64,13 +64,17 @@ def test_encode_prompt_runs_at_the_pipeline_precision(pipe, monkeypatch):
 
 @pytest.mark.parametrize("bad", ["fast", "float32", None, 3])
 def test_bad_precision_is_one_error_naming_the_keyword(ckpt, bad):
-    with pytest.raises(InputError, match=r"matmul_precision=.* is not a matmul precision; valid: highest, high, default"):
+    with pytest.raises(
+        InputError, match=r"matmul_precision=.* is not a matmul precision; valid: highest, high, default"
+    ):
         vidax.load_pipeline(ckpt, matmul_precision=bad)
 
 
 def test_names_and_descriptions():
     assert [parse_matmul_precision(f" {p.upper()} ") for p in MATMUL_PRECISIONS] == list(MATMUL_PRECISIONS)
-    assert describe_matmul_precision("default", "tpu") == "default (float32 products as 1 bf16 pass on TPU, TF32 on GPU)"
+    assert (
+        describe_matmul_precision("default", "tpu") == "default (float32 products as 1 bf16 pass on TPU, TF32 on GPU)"
+    )
     assert "the CPU has no faster mode" in describe_matmul_precision("default", "cpu")
 
 
@@ -79,8 +83,22 @@ def test_cli_flag_reaches_the_pipeline_and_is_checked_before_loading(ckpt, tmp_p
 
     from vidax.cli import app
 
-    base = ["generate", "--checkpoint", ckpt, "-p", "a cat", "--height", "32", "--width", "32", "--num-frames", "5",
-            "--num-inference-steps", "1", "--no-progress"]
+    base = [
+        "generate",
+        "--checkpoint",
+        ckpt,
+        "-p",
+        "a cat",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--num-frames",
+        "5",
+        "--num-inference-steps",
+        "1",
+        "--no-progress",
+    ]
     r = CliRunner().invoke(app, base + ["--matmul-precision", "high", "--output", str(tmp_path / "a.npy")])
     assert r.exit_code == 0, r.output
     assert "matmul precision    high" in r.output

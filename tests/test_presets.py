@@ -30,14 +30,21 @@ def test_lightx2v_is_its_config_recipe():
     # LightX2V configs/distill/wan21/wan_t2v_distill_lora_4step_cfg.json: infer_steps 4,
     # enable_cfg false, sample_shift 5 (its Euler flow-matching step scheduler).
     p = by_name("wan", "lightx2v")
-    assert p.settings() == {"num_inference_steps": 4, "guidance_scale": 1.0,
-                            "scheduler": "FlowMatchEulerDiscreteScheduler", "shift": 5.0}
+    assert p.settings() == {
+        "num_inference_steps": 4,
+        "guidance_scale": 1.0,
+        "scheduler": "FlowMatchEulerDiscreteScheduler",
+        "shift": 5.0,
+    }
 
 
 def test_causvid_is_its_card_recipe():
     # The CausVid LoRA card (Kijai): CFG 1; LoRA weight 0.3 with UniPC, about 12 steps.
-    assert by_name("wan", "causvid").settings() == {"num_inference_steps": 12, "guidance_scale": 1.0,
-                                                    "scheduler": "UniPCMultistepScheduler"}
+    assert by_name("wan", "causvid").settings() == {
+        "num_inference_steps": 12,
+        "guidance_scale": 1.0,
+        "scheduler": "UniPCMultistepScheduler",
+    }
     assert "0.3" in by_name("wan", "causvid").doc
 
 
@@ -45,7 +52,10 @@ def test_hunyuan15_distilled_recipes():
     # The HV1.5 card: 8 or 12 steps (8 here); diffusers' conversion script: distilled and
     # step-distilled guiders at guidance_scale 1.0, step-distilled shift 7.0.
     assert by_name("hunyuan_video15", "step-distilled").settings() == {
-        "num_inference_steps": 8, "guidance_scale": 1.0, "shift": 7.0}
+        "num_inference_steps": 8,
+        "guidance_scale": 1.0,
+        "shift": 7.0,
+    }
     assert by_name("hunyuan_video15", "cfg-distilled").settings() == {"guidance_scale": 1.0}
 
 
@@ -63,13 +73,17 @@ def test_explicit_keywords_win():
     kwargs, applied = presets.preset_call(p, {"num_inference_steps": 6, "prompt": "a cat"})
     assert kwargs == {"num_inference_steps": 6, "guidance_scale": 1.0, "prompt": "a cat"}
     assert applied == {"guidance_scale": 1.0}
-    assert presets.describe(p, applied) == ("preset lightx2v: guidance_scale=1, "
-                                            "scheduler=FlowMatchEulerDiscreteScheduler, shift=5")
+    assert presets.describe(p, applied) == (
+        "preset lightx2v: guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, shift=5"
+    )
 
 
 def test_preset_of_another_family_is_refused_naming_the_argument(wan_plan):
-    with pytest.raises(InputError, match=r"--preset 'distilled' is not a preset of WanPipeline \(it is ltx2's\); "
-                                         r"its presets: lightx2v, causvid"):
+    with pytest.raises(
+        InputError,
+        match=r"--preset 'distilled' is not a preset of WanPipeline \(it is ltx2's\); "
+        r"its presets: lightx2v, causvid",
+    ):
         presets.find_preset("distilled", wan_plan.pipeline, "--preset")
 
 
@@ -90,12 +104,27 @@ def test_cli_preset_runs_its_steps_and_says_so(tmp_path):
 
     from vidax.cli import app
 
-    base = ["generate", "--prompt", "a red car", "--height", "32", "--width", "32", "--num-frames", "5",
-            "--max-sequence-length", "8", "--no-progress", "--preset", "lightx2v"]
+    base = [
+        "generate",
+        "--prompt",
+        "a red car",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--num-frames",
+        "5",
+        "--max-sequence-length",
+        "8",
+        "--no-progress",
+        "--preset",
+        "lightx2v",
+    ]
     r = CliRunner().invoke(app, base + ["--output", str(tmp_path / "a.npy")])
     assert r.exit_code == 0, r.output
-    line = ("preset lightx2v: num_inference_steps=4, guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, "
-            "shift=5")
+    line = (
+        "preset lightx2v: num_inference_steps=4, guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, shift=5"
+    )
     assert r.output.count(line) == 2 and "(4 steps," in r.output, r.output
     r = CliRunner().invoke(app, base + ["--num-inference-steps", "2", "--output", str(tmp_path / "b.npy")])
     assert r.exit_code == 0 and "(2 steps," in r.output and "num_inference_steps=4" not in r.output, r.output
@@ -106,15 +135,35 @@ def test_cli_preset_runs_its_steps_and_says_so(tmp_path):
     assert all(p.name in r.output for p in presets.PRESETS)
 
 
-@pytest.mark.parametrize("keys,metadata,name,want", [
-    (["diffusion_model.blocks.0.diff_m", "diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {}, "a.safetensors",
-     "lightx2v"),
-    (["diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {"source": "lightx2v 4step distill"}, "b.safetensors",
-     "lightx2v"),
-    (["diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {}, "Wan21_CausVid_14B_T2V_lora_rank32.safetensors",
-     "causvid"),
-    (["diffusion_model.blocks.0.self_attn.q.lora_down.weight"], {"ss_network_dim": "32"}, "style.safetensors", None),
-])
+@pytest.mark.parametrize(
+    "keys,metadata,name,want",
+    [
+        (
+            ["diffusion_model.blocks.0.diff_m", "diffusion_model.blocks.0.self_attn.q.lora_down.weight"],
+            {},
+            "a.safetensors",
+            "lightx2v",
+        ),
+        (
+            ["diffusion_model.blocks.0.self_attn.q.lora_down.weight"],
+            {"source": "lightx2v 4step distill"},
+            "b.safetensors",
+            "lightx2v",
+        ),
+        (
+            ["diffusion_model.blocks.0.self_attn.q.lora_down.weight"],
+            {},
+            "Wan21_CausVid_14B_T2V_lora_rank32.safetensors",
+            "causvid",
+        ),
+        (
+            ["diffusion_model.blocks.0.self_attn.q.lora_down.weight"],
+            {"ss_network_dim": "32"},
+            "style.safetensors",
+            None,
+        ),
+    ],
+)
 def test_lora_recognised_by_its_markers(wan_plan, tmp_path, keys, metadata, name, want):
     import numpy as np
     from safetensors.numpy import save_file
@@ -131,8 +180,13 @@ def test_distilled_run_with_many_steps_and_cfg_is_warned(wan_plan):
     p = presets.find_preset("lightx2v", wan_plan.pipeline)
     many = presets.with_preset_call(wan_plan, {"prompt": "a", "num_inference_steps": 50, "guidance_scale": 5.0})
     line = presets.distilled_warning(p, "--lora x", many.call)
-    assert line.startswith("--lora x is distilled, yet this call runs 50 steps with classifier-free guidance "
-                           "(guidance_scale=5): --preset lightx2v sets num_inference_steps=4") and "\n" not in line
+    assert (
+        line.startswith(
+            "--lora x is distilled, yet this call runs 50 steps with classifier-free guidance "
+            "(guidance_scale=5): --preset lightx2v sets num_inference_steps=4"
+        )
+        and "\n" not in line
+    )
     few = presets.with_preset_call(wan_plan, {"prompt": "a", "num_inference_steps": 50, "guidance_scale": 1.0})
     assert presets.distilled_warning(p, "--lora x", few.call) is None
 
@@ -145,8 +199,10 @@ def test_hunyuan15_checkpoint_markers(tmp_path):
     from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline
 
     def plan(meanflow, scale):
-        info = types.SimpleNamespace(transformer_config=types.SimpleNamespace(use_meanflow=meanflow),
-                                     guider_config=types.SimpleNamespace(guidance_scale=scale))
+        info = types.SimpleNamespace(
+            transformer_config=types.SimpleNamespace(use_meanflow=meanflow),
+            guider_config=types.SimpleNamespace(guidance_scale=scale),
+        )
         return types.SimpleNamespace(pipeline=HunyuanVideo15Pipeline, info=info)
 
     assert presets.recognise(plan(True, 1.0))[0].name == "step-distilled"

@@ -15,8 +15,8 @@ from tests.parity.helpers import psnr
 from vidax.errors import CheckpointError, InputError
 from vidax.nn.layers import Linear
 from vidax.nn.quant import quantizable_kernels
-from vidax.weights.component import load_component
 from vidax.registry import registry
+from vidax.weights.component import load_component
 from vidax.weights.loader import KeyRules
 from vidax.weights.safetensors_io import CheckpointReader, save_safetensors
 
@@ -37,8 +37,10 @@ def _at(module, path):
 def transformers(ckpt):
     """The embedded tiny Wan transformer in bfloat16 and with int8 / fp8 kernels."""
     folder = os.path.join(ckpt, "transformer")
-    return {w: load_component("WanTransformer3DModel", folder, jnp.bfloat16, weights=w)
-            for w in (None, "int8", "float8_e4m3fn")}, folder
+    return {
+        w: load_component("WanTransformer3DModel", folder, jnp.bfloat16, weights=w)
+        for w in (None, "int8", "float8_e4m3fn")
+    }, folder
 
 
 @pytest.mark.parametrize("fmt", ["int8", "float8_e4m3fn"])
@@ -60,8 +62,11 @@ def test_per_layer_error_within_the_format_bound(transformers, fmt):
     x = np.random.default_rng(3).standard_normal((5, 1024)).astype(np.float32)
     worst = 0.0
     for path in paths:
-        kq, s, w = (np.asarray(fq[path]), np.asarray(fq[path[:-1] + ("kernel_scale",)]),
-                    np.asarray(fr[path], np.float32))
+        kq, s, w = (
+            np.asarray(fq[path]),
+            np.asarray(fq[path[:-1] + ("kernel_scale",)]),
+            np.asarray(fr[path], np.float32),
+        )
         assert kq.dtype == np.dtype(fmt)
         layer_r, layer_q = _at(ref, path[:-1]), _at(q, path[:-1])
         if kq.ndim == 3:  # a stacked layer: its first one, as a plain Linear
@@ -113,8 +118,9 @@ def test_weight_format_refused_in_one_line(ckpt):
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, weight_dtype="int4")
     assert str(e.value).startswith("weight_dtype='int4' is not a weight format") and "\n" not in str(e.value)
-    with pytest.raises(InputError, match="weight_dtype='bf16' is a dtype, not a weight format .* the weights' dtype "
-                                         "is dtype="):  # it was taken as none: a flag that did nothing
+    with pytest.raises(
+        InputError, match="weight_dtype='bf16' is a dtype, not a weight format .* the weights' dtype is dtype="
+    ):  # it was taken as none: a flag that did nothing
         vidax.load_pipeline(ckpt, weight_dtype="bf16")
     with pytest.raises(InputError, match="transformer='nope.bin' is not a .gguf or .safetensors file"):
         vidax.load_pipeline(ckpt, transformer="nope.bin")
@@ -128,13 +134,19 @@ def test_transformer_path_checked_in_one_line(ckpt, tmp_path, monkeypatch):
     from vidax.pipelines.weight_formats import with_weights
 
     for value, message in (
-            ("nope.gguf", "transformer='nope.gguf': no such file"),
-            (str(tmp_path), f"transformer={str(tmp_path)!r} is a folder; give one .gguf or .safetensors file (a "
-                            "transformer folder in diffusers' layout belongs in a checkpoint's transformer/)"),
-            (123, "transformer=123 is not a path (int); give one .gguf or .safetensors file's path (str or "
-                  "os.PathLike)"),
-            (["a.gguf"], "transformer=['a.gguf'] is not a path (list); give one .gguf or .safetensors file's path "
-                         "(str or os.PathLike)")):
+        ("nope.gguf", "transformer='nope.gguf': no such file"),
+        (
+            str(tmp_path),
+            f"transformer={str(tmp_path)!r} is a folder; give one .gguf or .safetensors file (a "
+            "transformer folder in diffusers' layout belongs in a checkpoint's transformer/)",
+        ),
+        (123, "transformer=123 is not a path (int); give one .gguf or .safetensors file's path (str or os.PathLike)"),
+        (
+            ["a.gguf"],
+            "transformer=['a.gguf'] is not a path (list); give one .gguf or .safetensors file's path "
+            "(str or os.PathLike)",
+        ),
+    ):
         with pytest.raises(InputError) as e:
             vidax.load_pipeline(ckpt, transformer=value)
         assert str(e.value) == message
@@ -143,8 +155,9 @@ def test_transformer_path_checked_in_one_line(ckpt, tmp_path, monkeypatch):
     (tmp_path / "y.SafeTensors").write_bytes(b"")
     opened = Checkpoint.open(ckpt)
     assert with_weights(opened, transformer="~/x.GGUF").files["transformer"] == str(tmp_path / "x.GGUF")
-    assert with_weights(opened, transformer=tmp_path / "y.SafeTensors").files["transformer"] == \
-        str(tmp_path / "y.SafeTensors")
+    assert with_weights(opened, transformer=tmp_path / "y.SafeTensors").files["transformer"] == str(
+        tmp_path / "y.SafeTensors"
+    )
 
 
 # ------------------------------------------------------------------------------ fp8 scaled
@@ -164,15 +177,19 @@ def _fp8_folder(src, dst, drop_scale=None, nan_at=None):
             continue
         stem = key[: -len("weight")]
         # scale >= max |w| / 448 (float8_e4m3fn's largest value): w / scale never overflows to NaN
-        scale = (np.float32(rng.uniform(1.0, 2.0) * np.abs(w).max() / 448) if i % 2 else
-                 (rng.uniform(1.0, 2.0, (w.shape[0], 1)) * np.abs(w).max(1, keepdims=True) / 448).astype(np.float32))
+        scale = (
+            np.float32(rng.uniform(1.0, 2.0) * np.abs(w).max() / 448)
+            if i % 2
+            else (rng.uniform(1.0, 2.0, (w.shape[0], 1)) * np.abs(w).max(1, keepdims=True) / 448).astype(np.float32)
+        )
         v = (w / scale).astype(ml_dtypes.float8_e4m3fn)
         if key == nan_at:
             v.reshape(-1)[1] = np.nan
         out[key] = v
         if key != drop_scale:
             out[stem + ("scale_weight" if i % 2 else "weight_scale")] = np.asarray(scale, np.float32).reshape(
-                () if i % 2 else (-1,))
+                () if i % 2 else (-1,)
+            )
         out[stem + "input_scale"] = np.float32(1.0)
         expect[key] = v.astype(np.float32) * scale
     os.makedirs(dst, exist_ok=True)
@@ -216,11 +233,35 @@ def test_fp8_weight_with_nan_refused(transformers, tmp_path):
 # ------------------------------------------------------------------------------ GGUF
 
 #: Byte offsets of the float16 fields (scales, minimums) in one block of each GGUF type.
-_F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q2_K": (80, 82),
-               "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,)}
+_F16_FIELDS = {
+    "Q8_0": (0,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q2_K": (80, 82),
+    "Q3_K": (108,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+    "IQ4_NL": (0,),
+    "IQ4_XS": (0,),
+}
 #: Their magnitude: the largest code product of the type times it stays O(0.1).
-_F16_SIZE = {"Q8_0": 1e-3, "Q4_0": 1e-2, "Q4_1": 1e-2, "Q5_0": 5e-3, "Q5_1": 5e-3, "Q2_K": 1e-3, "Q3_K": 1e-3,
-             "Q4_K": 2e-4, "Q5_K": 1e-4, "Q6_K": 5e-5, "IQ4_NL": 1e-3, "IQ4_XS": 5e-5}
+_F16_SIZE = {
+    "Q8_0": 1e-3,
+    "Q4_0": 1e-2,
+    "Q4_1": 1e-2,
+    "Q5_0": 5e-3,
+    "Q5_1": 5e-3,
+    "Q2_K": 1e-3,
+    "Q3_K": 1e-3,
+    "Q4_K": 2e-4,
+    "Q5_K": 1e-4,
+    "Q6_K": 5e-5,
+    "IQ4_NL": 1e-3,
+    "IQ4_XS": 5e-5,
+}
 GGUF_TYPES = ("BF16", *_F16_FIELDS)
 
 
@@ -236,8 +277,9 @@ def _gguf_bytes(kind, w, rng):
     rows, cols = w.shape
     raw = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
     for off in _F16_FIELDS[kind]:
-        raw[:, off:off + 2] = (rng.uniform(0.5, 1.0, (raw.shape[0], 1)) * _F16_SIZE[kind]).astype(np.float16).view(
-            np.uint8)
+        raw[:, off : off + 2] = (
+            (rng.uniform(0.5, 1.0, (raw.shape[0], 1)) * _F16_SIZE[kind]).astype(np.float16).view(np.uint8)
+        )
     return raw.reshape(rows, -1)
 
 
@@ -332,9 +374,21 @@ def test_gguf_blocks_kept_on_device_dequantize_bit_for_bit(gguf_types):
 #: A Wan transformer whose linears take 256 (or 512) features, so the K-quant types (blocks of
 #: 256) apply; one block; the text width is the reference text encoder's.
 GG_TRANSFORMER = dict(
-    patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=128, in_channels=12, out_channels=12,
-    text_dim=20, freq_dim=256, ffn_dim=512, num_layers=1, cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None, rope_max_seq_len=1024,
+    patch_size=(1, 2, 2),
+    num_attention_heads=2,
+    attention_head_dim=128,
+    in_channels=12,
+    out_channels=12,
+    text_dim=20,
+    freq_dim=256,
+    ffn_dim=512,
+    num_layers=1,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    image_dim=None,
+    added_kv_proj_dim=None,
+    rope_max_seq_len=1024,
 )
 
 
@@ -384,25 +438,47 @@ def gguf_wan(tmp_path_factory):
     _write_gguf(file, tensors)
 
     gguf_model = WanTransformer3DModel.from_single_file(
-        file, quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32), config=path,
-        subfolder="transformer", torch_dtype=torch.float32)
+        file,
+        quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32),
+        config=path,
+        subfolder="transformer",
+        torch_dtype=torch.float32,
+    )
     ref = WanPipeline.from_pretrained(path, transformer=gguf_model, torch_dtype=torch.float32)
     latents = torch.randn(1, 12, 2, 4, 4, generator=torch.Generator().manual_seed(5))
-    call = dict(prompt="a red fox", negative_prompt="blur", height=32, width=32, num_frames=5,
-                num_inference_steps=2, guidance_scale=4.0, max_sequence_length=16)
+    call = dict(
+        prompt="a red fox",
+        negative_prompt="blur",
+        height=32,
+        width=32,
+        num_frames=5,
+        num_inference_steps=2,
+        guidance_scale=4.0,
+        max_sequence_length=16,
+    )
     with torch.no_grad():
         want = ref(latents=latents.clone(), output_type="np", **call).frames
     pipe = vidax.load_pipeline(path, dtype="float32", transformer=file)
-    return dict(file=file, state=state, names=names, tensors=tensors, ref=ref, latents=latents, call=call,
-                want=np.asarray(want), pipe=pipe)
+    return dict(
+        file=file,
+        state=state,
+        names=names,
+        tensors=tensors,
+        ref=ref,
+        latents=latents,
+        call=call,
+        want=np.asarray(want),
+        pipe=pipe,
+    )
 
 
 def test_gguf_wan_pipeline_matches_diffusers(gguf_wan):
     """A Wan GGUF transformer (original layout, a type per linear: every type diffusers reads)
     through vidax.load_pipeline(folder, transformer=FILE) and through diffusers'
     from_single_file + GGUFQuantizationConfig: the same video (fp32)."""
-    file, state, names, tensors, want, pipe = (gguf_wan[k] for k in ("file", "state", "names", "tensors", "want",
-                                                                       "pipe"))
+    file, state, names, tensors, want, pipe = (
+        gguf_wan[k] for k in ("file", "state", "names", "tensors", "want", "pipe")
+    )
     got = pipe(latents=gguf_wan["latents"].numpy(), progress=False, **gguf_wan["call"]).frames
     value = psnr(got, want)
     print(f"GGUF Wan pipeline vs diffusers: {value:.1f} dB")
@@ -459,8 +535,11 @@ def test_gguf_wan_with_loras_matches_diffusers(gguf_wan, caplog):
     # every kept kernel was densified (the first LoRA touches every Linear), once, with its bytes said
     q = ("blocks", "attn1", "to_q", "kernel")
     assert _at(pipe.transformer, q[:-1]).kernel_gguf is None and _flat(pipe.transformer)[q].dtype == jnp.float32
-    said = {r.getMessage().split(" kernel ")[1].split(" densified")[0] for r in caplog.records
-            if "densified to float32 on the device: +" in r.getMessage()}
+    said = {
+        r.getMessage().split(" kernel ")[1].split(" densified")[0]
+        for r in caplog.records
+        if "densified to float32 on the device: +" in r.getMessage()
+    }
     assert said == {"/".join(map(str, p)) for p in kinds}
     pipe.unload_lora_weights()
     after = _flat(pipe.transformer)
@@ -486,15 +565,22 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     names = _original_keys(state)
     q8 = {k for k, v in state.items() if v.ndim == 2 and v.shape[1] % 32 == 0}
     file = str(tmp_path / "wan-q8_0.gguf")
-    _write_gguf(file, {names[k]: (gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0), "Q8_0") if k in q8
-                       else (v, None) for k, v in state.items()})
+    _write_gguf(
+        file,
+        {
+            names[k]: (gguf.quants.quantize(v, gguf.GGMLQuantizationType.Q8_0), "Q8_0") if k in q8 else (v, None)
+            for k, v in state.items()
+        },
+    )
     load = lambda **kw: load_component("WanTransformer3DModel", folder, jnp.float32, file=file, **kw)  # noqa: E731
     with caplog.at_level("INFO", logger="vidax.weights.loader"):
         one = load()
     # the two the precision policy keeps float32 dequantized on the host, in one log line
-    assert "2 GGUF block-quantized tensor(s) dequantized on the host: 2 kept float32 by the precision policy " \
-           "(condition_embedder.time_embedder.linear_1.weight, condition_embedder.time_embedder.linear_2.weight)" \
-           in caplog.text
+    assert (
+        "2 GGUF block-quantized tensor(s) dequantized on the host: 2 kept float32 by the precision policy "
+        "(condition_embedder.time_embedder.linear_1.weight, condition_embedder.time_embedder.linear_2.weight)"
+        in caplog.text
+    )
     kept = {p for p, v in _flat(one).items() if v.dtype == jnp.uint8}
     # each of the 10 block Linears once (a stack of 2 layers), less the float32 timestep MLP
     assert len(kept) == len(q8) - 10 - 2 and ("blocks", "ffn", "net", 2, "kernel") in kept
@@ -514,8 +600,11 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     infos = [gguf_reader(file).info(names[k]) for k in mlp]
     file_bytes = sum(i.end - i.start for i in infos)
     planned = component_bytes(open_single_file(file, spec), jnp.float32)["total"]
-    assert planned == held - sum(state[k].size * 4 for k in mlp) + file_bytes < 0.4 * component_bytes(
-        folder, jnp.float32)["total"]
+    assert (
+        planned
+        == held - sum(state[k].size * 4 for k in mlp) + file_bytes
+        < 0.4 * component_bytes(folder, jnp.float32)["total"]
+    )
     # and the memory check before loading a pipeline with transformer=FILE counts the file so
     from vidax.checkpoint import Checkpoint
     from vidax.pipelines.base import checkpoint_weight_bytes
@@ -528,16 +617,23 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     from vidax.lora.formats import LoraModule
     from vidax.lora.targets import transformer_targets
 
-    lora = {"blocks.0.attn1.to_q": LoraModule(down=np.ones((4, 64), np.float32), up=np.ones((64, 4), np.float32),
-                                              keys=["blocks.0.attn1.to_q.lora_A.weight"])}
+    lora = {
+        "blocks.0.attn1.to_q": LoraModule(
+            down=np.ones((4, 64), np.float32),
+            up=np.ones((64, 4), np.float32),
+            keys=["blocks.0.attn1.to_q.lora_A.weight"],
+        )
+    }
     terms, problems = transformer_targets(one, spec, cfg).terms(lora)
     assert not problems and [t.target.shape for t in terms] == [(64, 64)]
     streamed = load(offload=1)
     terms, problems = transformer_targets(streamed, spec, cfg).terms(lora)
-    assert not terms and problems == ["blocks.0.attn1.to_q.lora_A.weight: blocks.0.attn1.to_q.weight is kept as "
-                                      "GGUF Q8_0 blocks in streamed blocks, which vidax does not merge a LoRA into "
-                                      "(load without offload=/--offload-blocks, with weight_dtype='int8' / --weights "
-                                      "int8, or from safetensors)"]
+    assert not terms and problems == [
+        "blocks.0.attn1.to_q.lora_A.weight: blocks.0.attn1.to_q.weight is kept as "
+        "GGUF Q8_0 blocks in streamed blocks, which vidax does not merge a LoRA into "
+        "(load without offload=/--offload-blocks, with weight_dtype='int8' / --weights "
+        "int8, or from safetensors)"
+    ]
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 6, 8, 16))
     t = np.array([500.0, 300.0], np.float32)
     ctx = jax.random.normal(jax.random.PRNGKey(1), (2, 7, 64))
@@ -554,8 +650,12 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     from vidax.lora.adapters import LoraAdapters
 
     rng = np.random.default_rng(3)
-    sd = {f"transformer.blocks.{i}.{m}.lora_{ab}.weight": rng.standard_normal(shape).astype(np.float32) * 0.3
-          for i in range(2) for m in ("attn1.to_q", "attn1.to_out.0") for ab, shape in (("A", (4, 64)), ("B", (64, 4)))}
+    sd = {
+        f"transformer.blocks.{i}.{m}.lora_{ab}.weight": rng.standard_normal(shape).astype(np.float32) * 0.3
+        for i in range(2)
+        for m in ("attn1.to_q", "attn1.to_out.0")
+        for ab, shape in (("A", (4, 64)), ("B", (64, 4)))
+    }
     for module in (one, sharded):
         LoraAdapters([("transformer", module, spec, cfg)]).load(sd)
     q = _flat(sharded)[("blocks", "attn1", "to_q", "kernel")]
@@ -568,10 +668,18 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
 #: The GGUF types of each block Linear of the 2-layer GGUF Wan below, (layer 0, layer 1): stacks
 #: mixing types as Q4_K_M / Q5_K_M files do (Q4_K with Q6_K), blocks of 32 with blocks of 256,
 #: BF16 (the widest) with a K-quant; one stack of a single type (kept as before: no index).
-MIXED = {"attn1.to_q": ("Q4_K", "Q6_K"), "attn1.to_k": ("Q6_K", "Q4_K"), "attn1.to_v": ("Q8_0", "Q5_K"),
-         "attn1.to_out.0": ("Q4_K", "Q4_K"), "attn2.to_q": ("Q5_0", "Q2_K"), "attn2.to_k": ("BF16", "Q3_K"),
-         "attn2.to_v": ("IQ4_XS", "Q4_1"), "attn2.to_out.0": ("Q5_1", "IQ4_NL"), "ffn.net.0.proj": ("Q4_K", "Q6_K"),
-         "ffn.net.2": ("Q6_K", "Q4_0")}
+MIXED = {
+    "attn1.to_q": ("Q4_K", "Q6_K"),
+    "attn1.to_k": ("Q6_K", "Q4_K"),
+    "attn1.to_v": ("Q8_0", "Q5_K"),
+    "attn1.to_out.0": ("Q4_K", "Q4_K"),
+    "attn2.to_q": ("Q5_0", "Q2_K"),
+    "attn2.to_k": ("BF16", "Q3_K"),
+    "attn2.to_v": ("IQ4_XS", "Q4_1"),
+    "attn2.to_out.0": ("Q5_1", "IQ4_NL"),
+    "ffn.net.0.proj": ("Q4_K", "Q6_K"),
+    "ffn.net.2": ("Q6_K", "Q4_0"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -602,16 +710,26 @@ def gguf_wan_mixed(tmp_path_factory):
     file = str(tmp_path / "wan-mixed-stacks.gguf")
     _write_gguf(file, tensors)
     ref = WanTransformer3DModel.from_single_file(
-        file, quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32), config=str(tmp_path),
-        subfolder="transformer", torch_dtype=torch.float32)
+        file,
+        quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32),
+        config=str(tmp_path),
+        subfolder="transformer",
+        torch_dtype=torch.float32,
+    )
     g = np.random.default_rng(4)
     x = g.standard_normal((2, 12, 2, 4, 4), dtype=np.float32)
     t = np.array([37.5, 912.25], np.float32)
     ctx = g.standard_normal((2, 7, 20), dtype=np.float32)
     with torch.no_grad():
         want = ref(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(ctx), return_dict=False)[0]
-    return dict(folder=folder, file=file, names=names, state=state, want=want.numpy().transpose(0, 2, 3, 4, 1),
-                inputs=(x.transpose(0, 2, 3, 4, 1), t, ctx))
+    return dict(
+        folder=folder,
+        file=file,
+        names=names,
+        state=state,
+        want=want.numpy().transpose(0, 2, 3, 4, 1),
+        inputs=(x.transpose(0, 2, 3, 4, 1), t, ctx),
+    )
 
 
 def test_gguf_host_dequantization_says_why():
@@ -624,17 +742,33 @@ def test_gguf_host_dequantization_says_why():
     from vidax.nn.gguf import kept_candidates
     from vidax.weights.loader import host_reasons
 
-    infos = {"q.0": ("Q4_K", 2), "q.1": ("F16", 2), "k.0": ("Q8_0", 2), "k.1": ("Q8_0", 2), "t": ("Q8_0", 2),
-             "b.0": ("Q8_0", 1), "b.1": ("Q8_0", 1), "o.0": ("Q4_K", 2), "o.1": ("Q6_K", 2)}
-    reader = SimpleNamespace(info=lambda key: SimpleNamespace(stored=infos[key][0], shape=(32,) * infos[key][1]),
-                             raw=None)
-    plan = {("blocks", "q", "kernel"): [(1, "q.1"), (0, "q.0")], ("blocks", "k", "kernel"): [(0, "k.0"), (1, "k.1")],
-            ("time", "kernel"): [(None, "t")], ("blocks", "b", "bias"): [(0, "b.0"), (1, "b.1")],
-            ("blocks", "o", "kernel"): [(0, "o.0"), (1, "o.1")]}
+    infos = {
+        "q.0": ("Q4_K", 2),
+        "q.1": ("F16", 2),
+        "k.0": ("Q8_0", 2),
+        "k.1": ("Q8_0", 2),
+        "t": ("Q8_0", 2),
+        "b.0": ("Q8_0", 1),
+        "b.1": ("Q8_0", 1),
+        "o.0": ("Q4_K", 2),
+        "o.1": ("Q6_K", 2),
+    }
+    reader = SimpleNamespace(
+        info=lambda key: SimpleNamespace(stored=infos[key][0], shape=(32,) * infos[key][1]), raw=None
+    )
+    plan = {
+        ("blocks", "q", "kernel"): [(1, "q.1"), (0, "q.0")],
+        ("blocks", "k", "kernel"): [(0, "k.0"), (1, "k.1")],
+        ("time", "kernel"): [(None, "t")],
+        ("blocks", "b", "bias"): [(0, "b.0"), (1, "b.1")],
+        ("blocks", "o", "kernel"): [(0, "o.0"), (1, "o.1")],
+    }
     kinds, host = kept_candidates(reader, plan, keep_fp32=["^time"])
     assert kinds == {("blocks", "k", "kernel"): "Q8_0", ("blocks", "o", "kernel"): ("Q4_K", "Q6_K")}
-    assert host_reasons(host) == ("2 not a Linear weight (b.0, b.1); 1 in stacks whose layers mix F16 with block types "
-                                  "(q.0); 1 kept float32 by the precision policy (t)")
+    assert host_reasons(host) == (
+        "2 not a Linear weight (b.0, b.1); 1 in stacks whose layers mix F16 with block types "
+        "(q.0); 1 kept float32 by the precision policy (t)"
+    )
 
 
 def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):
@@ -696,11 +830,21 @@ def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):
     from vidax.weights.single_file import describe_single_file
 
     own = lambda k, d_in: d_in // BLOCKS[k][0] * BLOCKS[k][1]  # noqa: E731
-    extra = sum((flat[("blocks", *(int(p) if p.isdigit() else p for p in name.split(".")), "kernel")].shape[1]
-                 - own(k, state[f"blocks.0.{name}.weight"].shape[1])) * state[f"blocks.0.{name}.weight"].shape[0] + 4
-                for name, types in MIXED.items() if types[0] != types[1] for k in types)
-    assert (f"mixed-type stacks: 18 tensors in layer stacks whose layers mix types, kept padded to the widest type's "
-            f"bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file") in describe_single_file(file)
+    extra = sum(
+        (
+            flat[("blocks", *(int(p) if p.isdigit() else p for p in name.split(".")), "kernel")].shape[1]
+            - own(k, state[f"blocks.0.{name}.weight"].shape[1])
+        )
+        * state[f"blocks.0.{name}.weight"].shape[0]
+        + 4
+        for name, types in MIXED.items()
+        if types[0] != types[1]
+        for k in types
+    )
+    assert (
+        f"mixed-type stacks: 18 tensors in layer stacks whose layers mix types, kept padded to the widest type's "
+        f"bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file"
+    ) in describe_single_file(file)
     # streamed blocks: the same bits; on a (data 4, tensor 2) mesh, split along the output
     # channels: float32 rounding only (the sharded matmuls sum in another order)
     np.testing.assert_array_equal(np.asarray(streamed_call(load(offload=1), *inputs)), got)
@@ -711,9 +855,12 @@ def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):
     # A LoRA densifies a mixed stack's kernels to the host's values plus its deltas.
     cfg = spec.config_class().from_json_file(os.path.join(folder, "config.json"))
     rng = np.random.default_rng(3)
-    sd = {f"transformer.blocks.{i}.{m}.lora_{ab}.weight": rng.standard_normal(shape).astype(np.float32) * 0.3
-          for i in range(2) for m in ("attn1.to_q", "ffn.net.2") for ab, shape in
-          (("A", (4, 256 if m == "attn1.to_q" else 512)), ("B", (256, 4)))}
+    sd = {
+        f"transformer.blocks.{i}.{m}.lora_{ab}.weight": rng.standard_normal(shape).astype(np.float32) * 0.3
+        for i in range(2)
+        for m in ("attn1.to_q", "ffn.net.2")
+        for ab, shape in (("A", (4, 256 if m == "attn1.to_q" else 512)), ("B", (256, 4)))
+    }
     for module in (kept, host):
         LoraAdapters([("transformer", module, spec, cfg)]).load(sd)
     assert _at(kept, ("blocks", "attn1", "to_q")).kernel_gguf is None
@@ -742,8 +889,9 @@ def test_inspect_counts_a_mixed_gguf_per_device_as_it_loads(gguf_wan_mixed, tmp_
     folder, file = gguf_wan_mixed["folder"], gguf_wan_mixed["file"]
     ckpt = tmp_path / "ckpt"
     shutil.copytree(folder, ckpt / "transformer")
-    (ckpt / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline",
-                                                       "transformer": ["diffusers", "WanTransformer3DModel"]}))
+    (ckpt / "model_index.json").write_text(
+        json.dumps({"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"]})
+    )
     r = CliRunner().invoke(app, ["inspect", file, "--mesh", "4x2x1"])
     assert r.exit_code == 2, r.output
     command = re.search(r"run (vidax inspect FOLDER .*?), FOLDER a checkpoint folder of its model", r.stderr)
@@ -766,8 +914,9 @@ def test_scales_sharded_like_their_kernels(transformers):
     from vidax.parallel.mesh import make_mesh
 
     models, folder = transformers
-    sharded = _flat(load_component("WanTransformer3DModel", folder, jnp.bfloat16, weights="int8",
-                                   mesh=make_mesh(4, 2, 1)))
+    sharded = _flat(
+        load_component("WanTransformer3DModel", folder, jnp.bfloat16, weights="int8", mesh=make_mesh(4, 2, 1))
+    )
     single = _flat(models["int8"])
     q = ("blocks", "attn1", "to_q")
     assert tuple(sharded[q + ("kernel",)].sharding.spec) == (None, None, "tensor")
@@ -780,10 +929,10 @@ def test_scales_sharded_like_their_kernels(transformers):
 def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     """Before loading: the staging plan's header count and ``vidax inspect --mesh``'s abstract
     count of int8 weights against what the loaded int8 transformer holds."""
+    from vidax.checkpoint import Checkpoint
     from vidax.inspect import describe_mesh_plan
     from vidax.parallel.placement import per_device_bytes
     from vidax.pipelines.staging import component_bytes
-    from vidax.checkpoint import Checkpoint
 
     models, folder = transformers
     held = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in _flat(models["int8"]).values())
@@ -799,7 +948,9 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     from vidax.pipelines.base import checkpoint_weight_bytes
     from vidax.pipelines.weight_formats import with_weights
 
-    assert checkpoint_weight_bytes(with_weights(Checkpoint.open(ckpt), "int8"), jnp.bfloat16, ["transformer"]) == planned
+    assert (
+        checkpoint_weight_bytes(with_weights(Checkpoint.open(ckpt), "int8"), jnp.bfloat16, ["transformer"]) == planned
+    )
     ckpt_ = Checkpoint.open(ckpt)
     spec = registry().component("WanTransformer3DModel")
     cfg = ckpt_.typed_config("transformer", spec.config_class())
@@ -812,20 +963,52 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     assert f"GGUF Q8_0 {q8 / 2**20:,.1f} MiB" in text and held < q8 < 0.6 * bf16  # Q8_0: 34 bytes per 32 values
 
 
-WAN_ORIGINAL = [f"model.diffusion_model.{k}" for k in (
-    "patch_embedding.weight", "patch_embedding.bias", "text_embedding.0.weight", "text_embedding.2.bias",
-    "time_embedding.0.weight", "time_embedding.2.weight", "time_projection.1.weight", "head.head.weight",
-    "head.modulation", "img_emb.proj.0.weight", "img_emb.proj.1.weight", "img_emb.proj.3.bias",
-    "img_emb.proj.4.weight", "blocks.0.modulation", "blocks.0.norm3.weight", "blocks.0.self_attn.q.weight",
-    "blocks.0.self_attn.o.bias", "blocks.0.self_attn.norm_k.weight", "blocks.0.cross_attn.k_img.weight",
-    "blocks.0.cross_attn.v_img.bias", "blocks.0.cross_attn.norm_k_img.weight", "blocks.0.cross_attn.v.weight",
-    "blocks.0.ffn.0.weight", "blocks.0.ffn.2.bias", "blocks.11.norm3.bias")]
-LTX_ORIGINAL = [f"model.diffusion_model.{k}" for k in (
-    "patchify_proj.weight", "adaln_single.emb.timestep_embedder.linear_1.weight", "adaln_single.linear.bias",
-    "caption_projection.linear_1.weight", "scale_shift_table", "proj_out.weight",
-    "transformer_blocks.0.attn1.q_norm.weight", "transformer_blocks.0.attn2.k_norm.weight",
-    "transformer_blocks.0.attn1.to_out.0.weight", "transformer_blocks.0.ff.net.0.proj.weight",
-    "transformer_blocks.3.scale_shift_table")] + ["vae.decoder.conv_in.conv.weight"]
+WAN_ORIGINAL = [
+    f"model.diffusion_model.{k}"
+    for k in (
+        "patch_embedding.weight",
+        "patch_embedding.bias",
+        "text_embedding.0.weight",
+        "text_embedding.2.bias",
+        "time_embedding.0.weight",
+        "time_embedding.2.weight",
+        "time_projection.1.weight",
+        "head.head.weight",
+        "head.modulation",
+        "img_emb.proj.0.weight",
+        "img_emb.proj.1.weight",
+        "img_emb.proj.3.bias",
+        "img_emb.proj.4.weight",
+        "blocks.0.modulation",
+        "blocks.0.norm3.weight",
+        "blocks.0.self_attn.q.weight",
+        "blocks.0.self_attn.o.bias",
+        "blocks.0.self_attn.norm_k.weight",
+        "blocks.0.cross_attn.k_img.weight",
+        "blocks.0.cross_attn.v_img.bias",
+        "blocks.0.cross_attn.norm_k_img.weight",
+        "blocks.0.cross_attn.v.weight",
+        "blocks.0.ffn.0.weight",
+        "blocks.0.ffn.2.bias",
+        "blocks.11.norm3.bias",
+    )
+]
+LTX_ORIGINAL = [
+    f"model.diffusion_model.{k}"
+    for k in (
+        "patchify_proj.weight",
+        "adaln_single.emb.timestep_embedder.linear_1.weight",
+        "adaln_single.linear.bias",
+        "caption_projection.linear_1.weight",
+        "scale_shift_table",
+        "proj_out.weight",
+        "transformer_blocks.0.attn1.q_norm.weight",
+        "transformer_blocks.0.attn2.k_norm.weight",
+        "transformer_blocks.0.attn1.to_out.0.weight",
+        "transformer_blocks.0.ff.net.0.proj.weight",
+        "transformer_blocks.3.scale_shift_table",
+    )
+] + ["vae.decoder.conv_in.conv.weight"]
 
 
 @pytest.mark.parametrize("family,keys", [("wan", WAN_ORIGINAL), ("ltx", LTX_ORIGINAL)])
@@ -837,8 +1020,10 @@ def test_single_file_keys_convert_as_diffusers(family, keys):
     import torch
     from diffusers.loaders import single_file_utils as sfu
 
-    convert = {"wan": sfu.convert_wan_transformer_to_diffusers,
-               "ltx": sfu.convert_ltx_transformer_checkpoint_to_diffusers}[family]
+    convert = {
+        "wan": sfu.convert_wan_transformer_to_diffusers,
+        "ltx": sfu.convert_ltx_transformer_checkpoint_to_diffusers,
+    }[family]
     theirs = set(convert({k: torch.zeros(1) for k in keys}))
     ours = importlib.import_module(f"vidax.models.{family}.convert").single_file_keys(keys)
     assert {v for v in ours.values() if v is not None} == theirs

@@ -58,8 +58,10 @@ def test_per_axis_theta_and_fractional_positions_match_get_1d_rotary_pos_embed(f
     assert cos.shape == (2, 19, 16)
     tdt = torch.float32 if freqs_dtype == "float32" else torch.float64
     flat = pos.reshape(-1, 3)
-    parts = [get_1d_rotary_pos_embed(d, torch.from_numpy(flat[:, a].astype(freqs_dtype)), t, use_real=True,
-                                     freqs_dtype=tdt) for a, (d, t) in enumerate(zip(dims, thetas))]
+    parts = [
+        get_1d_rotary_pos_embed(d, torch.from_numpy(flat[:, a].astype(freqs_dtype)), t, use_real=True, freqs_dtype=tdt)
+        for a, (d, t) in enumerate(zip(dims, thetas))
+    ]
     cos_ref = torch.cat([p[0] for p in parts], dim=1).numpy()[:, 0::2].reshape(2, 19, 16)
     sin_ref = torch.cat([p[1] for p in parts], dim=1).numpy()[:, 0::2].reshape(2, 19, 16)
     # float64 angles rounded once: agree to float32 rounding; float32: see TABLE_ATOL.
@@ -86,13 +88,23 @@ def test_rotation_matches_diffusers_apply_rotary_emb(unbind_dim, layout):
     ang = _rng(3).uniform(-7, 7, (l, k // 2)).astype(np.float32)
     cos, sin = np.cos(ang), np.sin(ang)
     rep = (lambda t: np.repeat(t, 2, axis=-1)) if unbind_dim == -1 else (lambda t: np.concatenate([t, t], -1))
-    ref = apply_rotary_emb(torch.from_numpy(x).permute(0, 2, 1, 3),
-                           (torch.from_numpy(rep(cos)), torch.from_numpy(rep(sin))),
-                           use_real=True, use_real_unbind_dim=unbind_dim).permute(0, 2, 1, 3).numpy()
+    ref = (
+        apply_rotary_emb(
+            torch.from_numpy(x).permute(0, 2, 1, 3),
+            (torch.from_numpy(rep(cos)), torch.from_numpy(rep(sin))),
+            use_real=True,
+            use_real_unbind_dim=unbind_dim,
+        )
+        .permute(0, 2, 1, 3)
+        .numpy()
+    )
     got = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(cos), jnp.asarray(sin), layout=layout))
     np.testing.assert_allclose(got, ref, rtol=0, atol=ROT_ATOL)
     other = "rotate_half" if layout == "interleaved" else "interleaved"
-    assert np.abs(np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(cos), jnp.asarray(sin), layout=other)) - ref).max() > 0.1
+    assert (
+        np.abs(np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(cos), jnp.asarray(sin), layout=other)) - ref).max()
+        > 0.1
+    )
 
 
 def test_text_rope_and_rotate_half_match_llama():
@@ -101,8 +113,14 @@ def test_text_rope_and_rotate_half_match_llama():
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    config = LlamaConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                         rope_theta=500000.0, max_position_embeddings=128)
+    config = LlamaConfig(
+        hidden_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rope_theta=500000.0,
+        max_position_embeddings=128,
+    )
     rope = TextRope.from_config_dict(config.to_dict())
     assert rope == TextRope(head_dim=16, theta=500000.0)
     b, l = 2, 11
@@ -118,8 +136,7 @@ def test_text_rope_and_rotate_half_match_llama():
     q_ref, k_ref = apply_rotary_pos_emb(torch.from_numpy(q), torch.from_numpy(k), cos_ref, sin_ref)
     for x, ref in ((q, q_ref), (k, k_ref)):
         got = apply_rope(jnp.asarray(x).transpose(0, 2, 1, 3), cos, sin, layout="rotate_half")
-        np.testing.assert_allclose(np.asarray(got).transpose(0, 2, 1, 3), ref.numpy(), rtol=0,
-                                   atol=ROT_OWN_TABLES_ATOL)
+        np.testing.assert_allclose(np.asarray(got).transpose(0, 2, 1, 3), ref.numpy(), rtol=0, atol=ROT_OWN_TABLES_ATOL)
 
 
 def test_text_rope_config_keys():

@@ -56,8 +56,9 @@ def test_repeated_calls_report_what_each_call_did(ckpt):
 
 def test_summary_of_fields_set_by_the_caller():
     """A RunStats filled in by hand (no timed phases) still gives its table."""
-    rows = summary_rows(RunStats(load_s=1.5, compile_s=2.0, text_encode_s=0.5, step_s=[0.25, 0.75],
-                                 decode_s=3.0).summary())
+    rows = summary_rows(
+        RunStats(load_s=1.5, compile_s=2.0, text_encode_s=0.5, step_s=[0.25, 0.75], decode_s=3.0).summary()
+    )
     assert rows["load"] == "1.50 s" and rows["compile"] == "2.00 s  (denoising step)"
     assert rows["denoise"] == "1.00 s  (2 steps, 0.500 s/step)" and rows["vae decode"] == "3.00 s"
     assert rows["total"] == "8.00 s  (load included)" and "seed" not in rows  # no call_s: the phases
@@ -112,12 +113,15 @@ def test_memory_estimate_within_2x_of_measured_peak(ckpt):
     import sys
 
     for size in ([96, 160, 17],):  # a process each: a later call reuses what the first freed
-        r = subprocess.run([sys.executable, "-c", MEASURE, ckpt, json.dumps([size])], capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", MEASURE, ckpt, json.dumps([size])], capture_output=True, text=True, timeout=600
+        )
         assert r.returncode == 0, r.stderr
         h, w, f, measured, estimate = json.loads(r.stdout.strip().splitlines()[-1])
-        print(f"{h}x{w}, {f} frames: measured {measured / 2**20:.0f} MiB, estimate {estimate / 2**20:.0f} MiB, "
-              f"ratio {measured / estimate:.2f}")
+        print(
+            f"{h}x{w}, {f} frames: measured {measured / 2**20:.0f} MiB, estimate {estimate / 2**20:.0f} MiB, "
+            f"ratio {measured / estimate:.2f}"
+        )
         assert 0.5 <= measured / estimate <= 2.0, (h, w, f, measured, estimate)
 
 
@@ -126,17 +130,35 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     largest size that fits, exit 2, before any weight is read; warned and run with the override."""
     from typer.testing import CliRunner
 
+    from vidax.checkpoint import Checkpoint
     from vidax.cli import app
     from vidax.errors import OutOfMemoryError
-    from vidax.checkpoint import Checkpoint
     from vidax.pipelines.loading import pipeline_class
 
     # 2048 x 2048 x 4093 frames: ~600 GiB of decoded video alone, more than any host here.
-    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--height", "2048", "--width", "2048",
-                                 "--num-frames", "4093", "-o", str(tmp_path / "v.npy")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "x",
+            "--checkpoint",
+            ckpt,
+            "--height",
+            "2048",
+            "--width",
+            "2048",
+            "--num-frames",
+            "4093",
+            "-o",
+            str(tmp_path / "v.npy"),
+        ],
+    )
     assert r.exit_code == 2, r.output
-    assert r.stderr.startswith("error: --height 2048, --width 2048, --num-frames 4093: 2048x2048 pixels, 4093 frames "
-                               "(batch 1, CFG doubles it) needs ~"), r.stderr
+    assert r.stderr.startswith(
+        "error: --height 2048, --width 2048, --num-frames 4093: 2048x2048 pixels, 4093 frames "
+        "(batch 1, CFG doubles it) needs ~"
+    ), r.stderr
     assert re.search("GiB of (available host RAM|free device memory): ", r.stderr), r.stderr
     assert "(to run it anyway: --no-memory-check)" in r.stderr and "pipe.memory_check" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "v.npy").exists()
@@ -146,9 +168,12 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     call = cls.check_call(info, "a cat", height=480, width=800, num_frames=17)
     need = cls.memory_estimate(info, call).with_tiling().total  # the least: the VAE decoding in tiles
     free = need // 2
-    with pytest.raises(OutOfMemoryError, match=r"^height=480, width=800, num_frames=17: 480x800 pixels, 17 frames "
-                                               r"\(batch 1, CFG doubles it\) needs .* more than the .* of test "
-                                               r"memory: height=(\d+), width=(\d+) fits at num_frames=17") as e:
+    with pytest.raises(
+        OutOfMemoryError,
+        match=r"^height=480, width=800, num_frames=17: 480x800 pixels, 17 frames "
+        r"\(batch 1, CFG doubles it\) needs .* more than the .* of test "
+        r"memory: height=(\d+), width=(\d+) fits at num_frames=17",
+    ) as e:
         cls.check_memory(info, call, available=(free, "test memory"))
     assert str(e.value).endswith("(to run it anyway: pipe.memory_check = False)")  # Python's words, not a flag
     h, w = map(int, re.search(r"height=(\d+), width=(\d+) fits", str(e.value)).groups())
@@ -177,8 +202,11 @@ def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, mo
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         got = pipe.check_memory(pipe.info, call, available=(free, "test memory"))
     assert got == tiled
-    assert re.search(r"an untiled VAE decode would not fit in the .* of test memory; decoding in tiles \(peak .*"
-                     r"VAE decode chunk \(tiled\)", caplog.records[-1].getMessage())
+    assert re.search(
+        r"an untiled VAE decode would not fit in the .* of test memory; decoding in tiles \(peak .*"
+        r"VAE decode chunk \(tiled\)",
+        caplog.records[-1].getMessage(),
+    )
     # The pipeline call: it decodes in tiles (the VAE's state seen at decode time), for this call only.
     seen = []
     decode = pipe.decode
@@ -194,17 +222,26 @@ def test_out_of_memory_during_the_run_is_one_line(ckpt, monkeypatch):
     from vidax.errors import OutOfMemoryError
 
     pipe = vidax.load_pipeline(ckpt)
-    for error, name in ((RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123456789 bytes."),
-                         "RuntimeError: RESOURCE_EXHAUSTED: Out of memory "), (MemoryError(), "MemoryError")):
+    for error, name in (
+        (
+            RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123456789 bytes."),
+            "RuntimeError: RESOURCE_EXHAUSTED: Out of memory ",
+        ),
+        (MemoryError(), "MemoryError"),
+    ):
+
         def fail(*_, error=error, **__):
             raise error
 
         monkeypatch.setattr(pipe, "encode_text", fail)
-        with pytest.raises(OutOfMemoryError, match=r"^ran out of memory during the text encoding at height=32, "
-                                                   rf"width=32, num_frames=5: 32x32 pixels, 5 frames \({name}.*\); "
-                                                   r"the estimate was ~.* GiB "
-                                                   r"\(text encoding .*, denoising step .*; try a smaller "
-                                                   r"max_sequence_length=16"):
+        with pytest.raises(
+            OutOfMemoryError,
+            match=r"^ran out of memory during the text encoding at height=32, "
+            rf"width=32, num_frames=5: 32x32 pixels, 5 frames \({name}.*\); "
+            r"the estimate was ~.* GiB "
+            r"\(text encoding .*, denoising step .*; try a smaller "
+            r"max_sequence_length=16",
+        ):
             pipe("a cat", **TINY)
 
 
@@ -224,8 +261,10 @@ def test_cache_summary_says_predicted_when_only_hooked_modules_are_skipped():
     assert "8 of 16 hooked module evaluations run, 8 predicted instead" in modules.describe()
     # Hooked modules may be whole blocks (cache_identifiers=[r'^transformer_blocks\.\d+$']): only the
     # modules not hooked are sure to run on every step.
-    assert "predicted instead (per step: all CSCS, S = predicted); the modules not hooked ran on every step, " \
-           "~1.00 s saved" in modules.describe()
+    assert (
+        "predicted instead (per step: all CSCS, S = predicted); the modules not hooked ran on every step, "
+        "~1.00 s saved" in modules.describe()
+    )
     assert "every block ran" not in modules.describe()
     assert "skipped the blocks" not in modules.describe()
     assert "8 of 16 block evaluations run, 8 skipped" in blocks.describe()
@@ -254,8 +293,10 @@ def test_cache_summary_leaves_warm_up_steps_out_of_time_saved():
     kinds = ["full", "full", "full", "skipped", "full", "skipped"]
     trial = report([0.44, 0.154, 0.029, 0.032, 0.0315, 0.0288], kinds, [True] + [False] * 5)
     assert trial.saved_s is None
-    assert trial.describe().endswith("2 of 6 steps skipped the blocks, time saved not measurable (first steps "
-                                     "left out, the skipped steps were not all faster)")
+    assert trial.describe().endswith(
+        "2 of 6 steps skipped the blocks, time saved not measurable (first steps "
+        "left out, the skipped steps were not all faster)"
+    )
     # Two segments (experts), each with a slow first step; the skipped steps clearly faster: the
     # figure is (median computed - median skipped) x skipped steps from the other steps.
     two = report([5.0, 1.0, 0.25, 4.0, 1.0, 0.25], kinds, [True, False, False, True, False, False])

@@ -56,18 +56,33 @@ def runtime_bin(tmp_path_factory):
     ]
     for cmd in steps:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=root, env=_clean_env(root))
-        assert r.returncode == 0, (f"building the runtime-only environment failed: {' '.join(cmd)}\n"
-                                   f"{_tail(r.stdout + r.stderr)}")
+        assert r.returncode == 0, (
+            f"building the runtime-only environment failed: {' '.join(cmd)}\n{_tail(r.stdout + r.stderr)}"
+        )
     python = str(venv / "bin" / "python")
     for module in ("torch", "diffusers"):  # the test extras must not leak into it
-        r = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, cwd=root,
-                           env=_clean_env(root), timeout=300)
+        r = subprocess.run(
+            [python, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env=_clean_env(root),
+            timeout=300,
+        )
         assert r.returncode != 0 and f"No module named '{module}'" in r.stderr, (
-            f"`import {module}` works in the runtime-only environment; it must not:\n{_tail(r.stderr)}")
-    r = subprocess.run([python, "-c", "import vidax; print(vidax.__file__)"], capture_output=True, text=True,
-                       cwd=root, env=_clean_env(root), timeout=300)
+            f"`import {module}` works in the runtime-only environment; it must not:\n{_tail(r.stderr)}"
+        )
+    r = subprocess.run(
+        [python, "-c", "import vidax; print(vidax.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=_clean_env(root),
+        timeout=300,
+    )
     assert r.returncode == 0 and r.stdout.strip().startswith(str(venv)), (
-        f"vidax does not import from the runtime-only environment:\n{_tail(r.stdout + r.stderr)}")
+        f"vidax does not import from the runtime-only environment:\n{_tail(r.stdout + r.stderr)}"
+    )
     return venv / "bin"
 
 
@@ -75,8 +90,11 @@ def _clean_env(tmp) -> dict[str, str]:
     """The environment of a user's shell: no PYTHONPATH (this checkout's vidax), no test settings
     (XLA_FLAGS' 8 host devices), a cache folder of its own; the compile cache stays off as in the
     rest of the suite."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "XLA_FLAGS", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith("PYTEST_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "XLA_FLAGS", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith("PYTEST_")
+    }
     env.update(VIDAX_CACHE_DIR=str(tmp / "vidax-cache"), VIDAX_COMPILE_CACHE="0", JAX_PLATFORMS="cpu")
     return env
 
@@ -128,19 +146,43 @@ def _cosmos(path):
 # arguments, output file name, whether it takes --image)
 FAMILIES = {
     "embedded-default": (None, ("--height", "32", "--width", "48", "--num-frames", "5"), "video.mp4", False),
-    "wan2.1-i2v-clip": (lambda p: _wan(p, image_to_video=True, clip=True),
-                        ("--height", "32", "--width", "48", "--num-frames", "5"), "frames", True),
-    "wan2.2-t2v-a14b": (lambda p: _wan(p, boundary_ratio=0.875),
-                        ("--height", "32", "--width", "48", "--num-frames", "5"), "video.npy", False),
-    "wan2.2-ti2v-5b": (lambda p: _wan(p, image_to_video=True, ti2v=True),
-                       ("--height", "64", "--width", "96", "--num-frames", "5"), "video.mp4", True),
-    "cogvideox-5b": (_cogvideox, ("--height", "32", "--width", "48", "--num-frames", "9",
-                                  "--max-sequence-length", "16"), "video.mp4", False),
+    "wan2.1-i2v-clip": (
+        lambda p: _wan(p, image_to_video=True, clip=True),
+        ("--height", "32", "--width", "48", "--num-frames", "5"),
+        "frames",
+        True,
+    ),
+    "wan2.2-t2v-a14b": (
+        lambda p: _wan(p, boundary_ratio=0.875),
+        ("--height", "32", "--width", "48", "--num-frames", "5"),
+        "video.npy",
+        False,
+    ),
+    "wan2.2-ti2v-5b": (
+        lambda p: _wan(p, image_to_video=True, ti2v=True),
+        ("--height", "64", "--width", "96", "--num-frames", "5"),
+        "video.mp4",
+        True,
+    ),
+    "cogvideox-5b": (
+        _cogvideox,
+        ("--height", "32", "--width", "48", "--num-frames", "9", "--max-sequence-length", "16"),
+        "video.mp4",
+        False,
+    ),
     "ltx-video": (_ltx, ("--height", "32", "--width", "64", "--num-frames", "9"), "video.mp4", False),
-    "hunyuanvideo-t2v": (_hunyuan, ("--height", "32", "--width", "48", "--num-frames", "5",
-                                    "--max-sequence-length", "24"), "video.mp4", False),
-    "cosmos-predict2.5": (_cosmos, ("--height", "32", "--width", "48", "--num-frames", "9",
-                                    "--max-sequence-length", "64"), "video.mp4", False),
+    "hunyuanvideo-t2v": (
+        _hunyuan,
+        ("--height", "32", "--width", "48", "--num-frames", "5", "--max-sequence-length", "24"),
+        "video.mp4",
+        False,
+    ),
+    "cosmos-predict2.5": (
+        _cosmos,
+        ("--height", "32", "--width", "48", "--num-frames", "9", "--max-sequence-length", "64"),
+        "video.mp4",
+        False,
+    ),
 }
 
 
@@ -159,7 +201,8 @@ def test_generate_without_test_extras(runtime_bin, family, tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=_clean_env(tmp_path), timeout=900)
     assert r.returncode == 0, (
         f"{family}: `vidax generate` failed in the environment that has vidax's declared run-time "
-        f"dependencies only (is an import missing from pyproject.toml's dependencies?):\n{_tail(r.stderr)}")
+        f"dependencies only (is an import missing from pyproject.toml's dependencies?):\n{_tail(r.stderr)}"
+    )
     frames = int(args[args.index("--num-frames") + 1])
     if output.endswith(".npy"):
         assert np.load(out).shape[0] == frames
@@ -178,23 +221,43 @@ def test_version_and_inspect_without_test_extras(runtime_bin, tmp_path):
     from vidax.default_checkpoint import NAME
 
     def vidax(*args, expect, **env_extra):
-        r = subprocess.run([str(runtime_bin / "vidax"), *args], capture_output=True, text=True, cwd=tmp_path,
-                           env=dict(_clean_env(tmp_path), **env_extra), timeout=600)
+        r = subprocess.run(
+            [str(runtime_bin / "vidax"), *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(_clean_env(tmp_path), **env_extra),
+            timeout=600,
+        )
         assert r.returncode == 0 and expect in r.stdout.lower(), (
-            f"`vidax {' '.join(args)}` failed in the runtime-only environment:\n{_tail(r.stdout + r.stderr)}")
+            f"`vidax {' '.join(args)}` failed in the runtime-only environment:\n{_tail(r.stdout + r.stderr)}"
+        )
 
     vidax("--version", expect="backend cpu")
     vidax("serve", "--help", expect="/v1/videos")
     # vidax serve's server, app and multipart reader are run-time dependencies, and its page is packaged.
-    code = ("import uvicorn, multipart, vidax.serve.app; from importlib.resources import files; "
-            "print(files('vidax.serve').joinpath('page.html').read_text()[:15])")
-    r = subprocess.run([str(runtime_bin / "python"), "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                       env=_clean_env(tmp_path), timeout=300)
+    code = (
+        "import uvicorn, multipart, vidax.serve.app; from importlib.resources import files; "
+        "print(files('vidax.serve').joinpath('page.html').read_text()[:15])"
+    )
+    r = subprocess.run(
+        [str(runtime_bin / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_clean_env(tmp_path),
+        timeout=300,
+    )
     assert r.returncode == 0 and "<!doctype html>" in r.stdout, _tail(r.stdout + r.stderr)
     vidax("inspect", "vidax/tiny-random-wan", expect="wanpipeline")
     repo = tmp_path / "hub" / "models--vidax-test--tiny"
     shutil.copytree(tmp_path / "vidax-cache" / NAME, repo / "snapshots" / ("0" * 40))
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
-    vidax("inspect", "vidax-test/tiny", expect=str(repo / "snapshots").lower(), HF_HUB_OFFLINE="1",
-          HF_HUB_CACHE=str(tmp_path / "hub"))
+    vidax(
+        "inspect",
+        "vidax-test/tiny",
+        expect=str(repo / "snapshots").lower(),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(tmp_path / "hub"),
+    )

@@ -40,8 +40,23 @@ class Server:
         env = dict(os.environ, VIDAX_COMPILE_CACHE=str(compile_cache))
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vidax", "serve", "--checkpoint", ckpt, "--port", "0", "--jobs-dir",
-                 str(jobs_dir), *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "vidax",
+                    "serve",
+                    "--checkpoint",
+                    ckpt,
+                    "--port",
+                    "0",
+                    "--jobs-dir",
+                    str(jobs_dir),
+                    *args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + TIMEOUT
         while not (m := re.search(r"on (http://127\.0\.0\.1:\d+)/", self.output())):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -111,11 +126,35 @@ def test_job_runs_to_completion_and_equals_vidax_generate(server, ckpt, compile_
     assert served.shape == (5, 32, 48, 3)
 
     out = tmp_path / "cli.mp4"
-    r = subprocess.run([sys.executable, "-m", "vidax", "generate", "--checkpoint", ckpt, "--prompt",
-                        "a red car at night", "--seed", "7", "--width", "48", "--height", "32", "--num-frames", "5",
-                        "--num-inference-steps", "2", "--output", str(out), "--no-progress"],
-                       capture_output=True, text=True, timeout=TIMEOUT,
-                       env=dict(os.environ, VIDAX_COMPILE_CACHE=str(compile_cache)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "--checkpoint",
+            ckpt,
+            "--prompt",
+            "a red car at night",
+            "--seed",
+            "7",
+            "--width",
+            "48",
+            "--height",
+            "32",
+            "--num-frames",
+            "5",
+            "--num-inference-steps",
+            "2",
+            "--output",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=dict(os.environ, VIDAX_COMPILE_CACHE=str(compile_cache)),
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(served, read_video(out))  # the same video, through the same writer
     # Another prompt gives another video (the comparison above is not between two constant videos).
@@ -165,13 +204,21 @@ BAD_FIELDS = [
     (dict(guidance_scale=-1), "guidance_scale", "guidance_scale must be a finite number >= 0"),
     (dict(model="someone/else"), "model", "model='someone/else' is not loaded"),
     (dict(frame_rate=24), "frame_rate", "unknown field 'frame_rate'"),
-    (dict(guidance_scale_2=2.0), "guidance_scale_2", "guidance_scale_2=2.0 is only used by checkpoints with two experts"),
+    (
+        dict(guidance_scale_2=2.0),
+        "guidance_scale_2",
+        "guidance_scale_2=2.0 is only used by checkpoints with two experts",
+    ),
     # The step cache: the CLI's --cache syntax, checked as it is (SHAPE has 2 steps).
     (dict(cache="first_block:-0.1"), "cache", "threshold= must be a finite number >= 0, got -0.1"),
     (dict(cache="mag:[1.0, 0.9, 0.8]"), "cache", "the list holds 3 ratios, the call has 2 steps"),
-    (dict(cache="mag:[1.0, -0.9]"), "cache", "the list must hold a flat list of finite numbers >= 0 (ratios of "
-     "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, as cache='mag' prints "
-     "them; entry 1 is -0.9, below 0"),
+    (
+        dict(cache="mag:[1.0, -0.9]"),
+        "cache",
+        "the list must hold a flat list of finite numbers >= 0 (ratios of "
+        "residual norms, one per step): a JSON list, or numbers separated by spaces or commas, as cache='mag' prints "
+        "them; entry 1 is -0.9, below 0",
+    ),
     (dict(cache="mag:/etc/hostname"), "cache", "give the ratios inline"),
     (dict(cache="fast"), "cache", "cache='fast': valid values are first_block:THRESHOLD"),
     (dict(cache=0.05), "cache", "cache=0.05 must be a string"),
@@ -193,8 +240,11 @@ def test_bad_fields_get_400_naming_the_field(server):
     assert r.status_code == 400 and r.json()["error"]["param"] == "num_inference_steps"
     assert "got two" in r.json()["error"]["message"]  # a form's text unquoted, as sent
     # An image for a text-to-video model.
-    r = server.http.post("/v1/videos", data={"prompt": "a cat"},
-                         files={"input_reference": ("first.png", b"\x89PNG not really", "image/png")})
+    r = server.http.post(
+        "/v1/videos",
+        data={"prompt": "a cat"},
+        files={"input_reference": ("first.png", b"\x89PNG not really", "image/png")},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "input_reference", r.text
     assert "does not do image-to-video" in r.json()["error"]["message"]
     r = server.http.post("/v1/videos", content=b"{", headers={"content-type": "application/json"})
@@ -209,31 +259,45 @@ def test_cancel_stops_a_running_job_between_steps(server):
     server.wait(running["id"], until=lambda job: job["step"] >= 1)
     # The queued job is cancelled at once.
     cancelled = server.http.delete(f"/v1/videos/{queued['id']}").json()
-    assert cancelled["status"] == "failed" and cancelled["error"] == {"code": "cancelled",
-                                                                      "message": "cancelled before it started"}
+    assert cancelled["status"] == "failed" and cancelled["error"] == {
+        "code": "cancelled",
+        "message": "cancelled before it started",
+    }
     assert server.http.delete(f"/v1/videos/{running['id']}").status_code == 200
     job = server.wait(running["id"])
     assert job["status"] == "failed" and job["error"]["code"] == "cancelled", job
     m = re.fullmatch(r"cancelled after denoising step (\d+) of 500", job["error"]["message"])
     assert m and 1 <= int(m.group(1)) < 500 and job["step"] == int(m.group(1)), job
     assert server.http.get(f"/v1/videos/{running['id']}/content").status_code == 409
-    assert server.http.get("/health").json() == {"status": "ok", "model": running["model"], "queued": 0,
-                                                 "running": None}
+    assert server.http.get("/health").json() == {
+        "status": "ok",
+        "model": running["model"],
+        "queued": 0,
+        "running": None,
+    }
 
 
 @pytest.mark.fast
 def test_unknown_id_is_404(server):
-    for method, path in (("GET", "/v1/videos/video_nope"), ("GET", "/v1/videos/video_nope/content"),
-                         ("DELETE", "/v1/videos/video_nope")):
+    for method, path in (
+        ("GET", "/v1/videos/video_nope"),
+        ("GET", "/v1/videos/video_nope/content"),
+        ("DELETE", "/v1/videos/video_nope"),
+    ):
         r = server.http.request(method, path)
         assert r.status_code == 404, (method, path, r.text)
-        assert r.json()["error"] == {"message": "no video with id 'video_nope'", "type": "invalid_request_error",
-                                     "param": "video_id", "code": "not_found"}
+        assert r.json()["error"] == {
+            "message": "no video with id 'video_nope'",
+            "type": "invalid_request_error",
+            "param": "video_id",
+            "code": "not_found",
+        }
 
 
 def test_listens_only_on_the_given_host(server):
-    listening = [c.laddr for c in psutil.Process(server.proc.pid).net_connections("inet")
-                 if c.status == psutil.CONN_LISTEN]
+    listening = [
+        c.laddr for c in psutil.Process(server.proc.pid).net_connections("inet") if c.status == psutil.CONN_LISTEN
+    ]
     assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
 
 
@@ -263,39 +327,59 @@ def test_page_in_headless_chromium(server, tmp_path):
     browser = Chromium()
     try:
         browser.get(server.url + "/")
-        row = browser.wait_for(f"const r = document.querySelector('#jobs tr[data-id=\"{failed['id']}\"]');"
-                               "return r && [r.cells[1].textContent, r.querySelector('.reason').textContent, "
-                               "r.cells[2].textContent]", 60, "the failed job's row")
-        assert row == [f"failed: {failed['error']['message']}", failed["error"]["message"],
-                       ("a very long prompt " * 50)[:199] + "…"], row
+        row = browser.wait_for(
+            f"const r = document.querySelector('#jobs tr[data-id=\"{failed['id']}\"]');"
+            "return r && [r.cells[1].textContent, r.querySelector('.reason').textContent, "
+            "r.cells[2].textContent]",
+            60,
+            "the failed job's row",
+        )
+        assert row == [
+            f"failed: {failed['error']['message']}",
+            failed["error"]["message"],
+            ("a very long prompt " * 50)[:199] + "…",
+        ], row
         browser.wait_for("return document.getElementById('num_frames').placeholder", 60, "the model's defaults")
         browser.type("#prompt", "a lighthouse in a storm")
-        for name, value in (("width", "64"), ("height", "32"), ("num_frames", "5"), ("num_inference_steps", "2"),
-                            ("seed", "11")):
+        for name, value in (
+            ("width", "64"),
+            ("height", "32"),
+            ("num_frames", "5"),
+            ("num_inference_steps", "2"),
+            ("seed", "11"),
+        ):
             browser.type(f"#{name}", value)
         browser.click("#submit")
-        accepted = browser.wait_for("return document.getElementById('status').dataset.status", 60,
-                                    "the page to send the request")
+        accepted = browser.wait_for(
+            "return document.getElementById('status').dataset.status", 60, "the page to send the request"
+        )
         assert accepted in ("queued", "in_progress"), browser.script("return document.body.innerText")
         # A new shape: the job compiles while the page shows it running; take the screenshot when
         # the bar shows progress, and the same progress before and after it.
-        read = ("const s = document.getElementById('status'), b = document.getElementById('bar');"
-                "return s.dataset.status === 'in_progress' && +b.dataset.progress > 0 ? "
-                "[+b.dataset.progress, s.textContent] : null")
+        read = (
+            "const s = document.getElementById('status'), b = document.getElementById('bar');"
+            "return s.dataset.status === 'in_progress' && +b.dataset.progress > 0 ? "
+            "[+b.dataset.progress, s.textContent] : null"
+        )
         progress, words = browser.wait_for(read, TIMEOUT, "the progress bar")
         shot = browser.screenshot()
         assert browser.script(read) == [progress, words], "the page changed while the screenshot was taken"
         shot.save(tmp_path / "progress.png")
-        box = browser.script("const r = document.getElementById('bar').getBoundingClientRect();"
-                             "return [r.left + 1, r.top + 1, r.right - 1, r.bottom - 1]")
+        box = browser.script(
+            "const r = document.getElementById('bar').getBoundingClientRect();"
+            "return [r.left + 1, r.top + 1, r.right - 1, r.bottom - 1]"
+        )
         filled, width = _columns_of_color(shot, box, FILL)
         assert abs(filled / width - progress / 100) < 0.03, (filled, width, progress)
         assert re.search(r"in_progress — (denoising step \d of 2|decoding the video)", words), words
 
         # Then the video plays in the page.
-        src = browser.wait_for("const v = document.getElementById('video');"
-                               "return v && v.readyState >= 2 && v.videoWidth === 64 ? v.dataset.src : null",
-                               TIMEOUT, "the video element")
+        src = browser.wait_for(
+            "const v = document.getElementById('video');"
+            "return v && v.readyState >= 2 && v.videoWidth === 64 ? v.dataset.src : null",
+            TIMEOUT,
+            "the video element",
+        )
         job_id = browser.script("return document.getElementById('status').dataset.id")
         assert src == f"/v1/videos/{job_id}/content"
         assert browser.script("return document.getElementById('status').dataset.status") == "completed"
@@ -305,10 +389,11 @@ def test_page_in_headless_chromium(server, tmp_path):
         shot.save(tmp_path / "video.png")
         left, top, right, bottom = browser.script(
             "const r = document.getElementById('video').getBoundingClientRect();"
-            "return [r.left, r.top, r.right, r.bottom]")
+            "return [r.left, r.top, r.right, r.bottom]"
+        )
         # The tiny random checkpoint's video is coloured noise: many colours where the video is
         # (a blank or black element has one or two).
-        region = np.asarray(shot)[round(top) + 4:round(bottom) - 40, round(left) + 4:round(right) - 4]
+        region = np.asarray(shot)[round(top) + 4 : round(bottom) - 40, round(left) + 4 : round(right) - 4]
         assert region.size and len(np.unique(region.reshape(-1, 3), axis=0)) > 50
         rows = browser.script("return [...document.querySelectorAll('#jobs tr')].map(r => r.dataset.id)")
         assert job_id in rows
@@ -355,8 +440,10 @@ def test_restart_loses_nothing_and_a_killed_job_resumes_to_the_same_video(ckpt, 
         assert third.wait(behind["id"])["status"] == "completed"
         again = third.wait(third.post(prompt="cut short", seed=5, **slow).json()["id"])
         assert again["batch"]["resumed_from_step"] is None
-        assert third.http.get(f"/v1/videos/{killed['id']}/content").content == \
-            third.http.get(f"/v1/videos/{again['id']}/content").content
+        assert (
+            third.http.get(f"/v1/videos/{killed['id']}/content").content
+            == third.http.get(f"/v1/videos/{again['id']}/content").content
+        )
         listed = [j["id"] for j in third.http.get("/v1/videos").json()["data"]]
         assert listed == [again["id"], behind["id"], killed["id"], stopped["id"], done["id"]]
         assert not list((jobs_dir / "states").glob("*")) and not list(jobs_dir.glob("*.input.png"))
@@ -401,15 +488,20 @@ def test_image_to_video_requests_checked_before_queueing(tmp_path):
     first = ("first.png", png.read_bytes(), "image/png")
     last = tmp_path / "last.png"
     Image.fromarray(np.random.default_rng(1).integers(0, 256, (30, 50, 3), dtype=np.uint8)).save(last)
-    r = client.post("/v1/videos", data=two, files={"input_reference": first, "last_image": ("last.png", b"nope", "image/png")})
+    r = client.post(
+        "/v1/videos", data=two, files={"input_reference": first, "last_image": ("last.png", b"nope", "image/png")}
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "last_image", r.text
     assert r.json()["error"]["message"].startswith("last_image 'last.png' could not be read as an image"), r.text
     r = client.post("/v1/videos", data=dict(two, last_image="last.png"), files={"input_reference": first})
     assert r.status_code == 400 and "last_image must be sent as a file" in r.json()["error"]["message"], r.text
     r = client.post("/v1/videos", json={"prompt": "a cat", "last_image": "last.png"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "last_image", r.text
-    r = client.post("/v1/videos", data=two, files={"input_reference": first,
-                                                   "last_image": ("last.png", last.read_bytes(), "image/png")})
+    r = client.post(
+        "/v1/videos",
+        data=two,
+        files={"input_reference": first, "last_image": ("last.png", last.read_bytes(), "image/png")},
+    )
     assert r.status_code == 200, r.text
     taken = runner._pending[r.json()["id"]].call.extra["last_image"]
     assert np.array_equal(np.asarray(taken), np.asarray(Image.open(last)))
@@ -446,8 +538,11 @@ def test_family_keyword_is_a_field_checked_by_its_declaration(toy_checkpoint, to
     r = client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": "3"})
     assert r.status_code == 200 and runner._pending[r.json()["id"]].call.extra["toy_repeat"] == 3, r.text
     for value, shown in ((0, "0"), (1.5, "1.5"), ("two", "two")):
-        r = (client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": value}) if isinstance(value, str)
-             else client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": value}))
+        r = (
+            client.post("/v1/videos", data={"prompt": "a toy boat", "toy_repeat": value})
+            if isinstance(value, str)
+            else client.post("/v1/videos", json={"prompt": "a toy boat", "toy_repeat": value})
+        )
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == "toy_repeat", r.text
         assert r.json()["error"]["message"] == f"toy_repeat must be a positive integer, got {shown}", r.text
@@ -474,40 +569,53 @@ def test_bad_numbers_are_named_as_sent(toy_checkpoint, toy_registered, tmp_path)
     client = TestClient(create_app(runner), base_url="http://localhost")
     finite = "must be a finite number >= 0 (at most 3.403e+38, float32's largest)"
     for field, sent, message in (
-            ("guidance_scale", "1e39", f"guidance_scale {finite}, got 1e39"),
-            ("guidance_scale", "-1E0", f"guidance_scale {finite}, got -1E0"),
-            ("guidance_scale", "NaN", f"guidance_scale {finite}, got NaN"),
-            ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
-            ("num_inference_steps", "1e400", "num_inference_steps must be a positive integer, got 1e400"),
-            ("toy_repeat", "0.0", "toy_repeat must be a positive integer, got 0.0"),
-            ("seed", "7.5e0", "seed must be an integer or null, got 7.5e0"),
-            ("seconds", "-2E0", "seconds must be a number > 0, got -2E0"),
-            # a frame count no int64 holds is not spelled out (1e300 x 8 fps: 301 digits)
-            ("seconds", "1e300", "seconds must be a number > 0 of at most 1.153e+18 (seconds x 8 fps + 1 frames, an "
-                                 "int64), got 1e300"),
-            # JSON's own values as JSON spells them; a string sent for a number said to be one
-            ("seed", "true", "seed must be an integer or null, got true"),
-            ("num_frames", "false", "num_frames must be a positive integer, got false"),
-            ("guidance_scale", '"1e39"', f'guidance_scale {finite}, got "1e39" (a string)'),
-            ("seconds", '"1_0"', 'seconds must be a number > 0, got "1_0"'),
-            ("num_inference_steps", "1e999", "num_inference_steps must be a positive integer, got 1e999"),
-            ("guidance_scale", '"abc"', f'guidance_scale {finite}, got "abc" (a string)')):
-        r = client.post("/v1/videos", content=f'{{"prompt": "a toy boat", "{field}": {sent}}}',
-                        headers={"content-type": "application/json"})
+        ("guidance_scale", "1e39", f"guidance_scale {finite}, got 1e39"),
+        ("guidance_scale", "-1E0", f"guidance_scale {finite}, got -1E0"),
+        ("guidance_scale", "NaN", f"guidance_scale {finite}, got NaN"),
+        ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
+        ("num_inference_steps", "1e400", "num_inference_steps must be a positive integer, got 1e400"),
+        ("toy_repeat", "0.0", "toy_repeat must be a positive integer, got 0.0"),
+        ("seed", "7.5e0", "seed must be an integer or null, got 7.5e0"),
+        ("seconds", "-2E0", "seconds must be a number > 0, got -2E0"),
+        # a frame count no int64 holds is not spelled out (1e300 x 8 fps: 301 digits)
+        (
+            "seconds",
+            "1e300",
+            "seconds must be a number > 0 of at most 1.153e+18 (seconds x 8 fps + 1 frames, an int64), got 1e300",
+        ),
+        # JSON's own values as JSON spells them; a string sent for a number said to be one
+        ("seed", "true", "seed must be an integer or null, got true"),
+        ("num_frames", "false", "num_frames must be a positive integer, got false"),
+        ("guidance_scale", '"1e39"', f'guidance_scale {finite}, got "1e39" (a string)'),
+        ("seconds", '"1_0"', 'seconds must be a number > 0, got "1_0"'),
+        ("num_inference_steps", "1e999", "num_inference_steps must be a positive integer, got 1e999"),
+        ("guidance_scale", '"abc"', f'guidance_scale {finite}, got "abc" (a string)'),
+    ):
+        r = client.post(
+            "/v1/videos",
+            content=f'{{"prompt": "a toy boat", "{field}": {sent}}}',
+            headers={"content-type": "application/json"},
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
         assert r.json()["error"]["message"] == message, r.text
     # A form field's text is echoed unquoted as sent, whatever refused it; Python's 1_0 is no number.
-    for field, sent, message in (("guidance_scale", " 1e39", f"guidance_scale {finite}, got 1e39"),
-                                 ("guidance_scale", "1_0", f"guidance_scale {finite}, got 1_0"),
-                                 ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
-                                 ("num_inference_steps", "0x10", "num_inference_steps must be a positive integer, got 0x10"),
-                                 ("toy_repeat", "1e99", "toy_repeat must be a positive integer, got 1e99")):
+    for field, sent, message in (
+        ("guidance_scale", " 1e39", f"guidance_scale {finite}, got 1e39"),
+        ("guidance_scale", "1_0", f"guidance_scale {finite}, got 1_0"),
+        ("num_frames", "2.50", "num_frames must be a positive integer, got 2.50"),
+        ("num_inference_steps", "0x10", "num_inference_steps must be a positive integer, got 0x10"),
+        ("toy_repeat", "1e99", "toy_repeat must be a positive integer, got 1e99"),
+    ):
         r = client.post("/v1/videos", data={"prompt": "a toy boat", field: sent})
         assert r.status_code == 400 and r.json()["error"]["message"] == message, r.text
     assert runner.list()[0] == []  # nothing was queued
     # An int field takes a number of integral value, as vidax generate's flags do (9.0, 1e0, "2.0").
-    r = client.post("/v1/videos", content='{"prompt": "a toy boat", "num_inference_steps": 1e0, "toy_repeat": 2.0, '
-                    '"seed": 7E0, "num_frames": 9.0}', headers={"content-type": "application/json"})
+    r = client.post(
+        "/v1/videos",
+        content='{"prompt": "a toy boat", "num_inference_steps": 1e0, "toy_repeat": 2.0, '
+        '"seed": 7E0, "num_frames": 9.0}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 200, r.text
     call = runner._pending[r.json()["id"]].call
     assert (call.num_inference_steps, call.extra["toy_repeat"], call.seed, call.num_frames) == (1, 2, 7, 9)
@@ -543,8 +651,9 @@ def test_lists_cut_long_prompts_and_interrupted_jobs_are_queued_again(toy_checkp
     assert client.get(f"/v1/videos/{job['id']}").json()["prompt"] == prompt
     r = client.get("/v1/videos", params={"after": "video_nope"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "after", r.text
-    assert r.json()["error"]["message"] == ("after='video_nope' is no job's id; give the id of a listed job (the last "
-                                            "of a page, to get the next)")
+    assert r.json()["error"]["message"] == (
+        "after='video_nope' is no job's id; give the id of a listed job (the last of a page, to get the next)"
+    )
     runner._pending[job["id"]].call.callback(1, 3)  # denoising step 2 of 3 done; then the process dies
     assert client.get(f"/v1/videos/{job['id']}").json()["step"] == 2
     runner.store.close()
@@ -563,23 +672,34 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
     (tmp_path / "file").write_text("")
     try:
         for args, message in (
-                (["--jobs-dir", str(tmp_path / "file")], f"--jobs-dir {str(tmp_path / 'file')!r} is a file, not a folder; give "
-                 "a folder for the job records (created if missing)"),
-                (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
-                (["--jobs-dir", ""], "--jobs-dir '' is empty; give a folder for the job records"),
-                (["--weights", "int4"], "--weights 'int4' is not a weight format"),
-                (["--transformer", "x.bin"], "--transformer 'x.bin' is not a .gguf or .safetensors file"),
-                (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),
-                (["--dtype", "float16"], "--dtype 'float16' is not supported"),
-                (["--lora", str(tmp_path / "no.safetensors")], f"--lora {tmp_path / 'no.safetensors'}: no such file"),
-                (["--lora", f"{tmp_path / 'file'}:x"], "give PATH or PATH:SCALE with SCALE a number"),
-                (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there"),
-                (["--host", "0.0.0.0"], "--host '0.0.0.0' is reachable from other machines and no API key is set: "
-                 "anyone who reaches it could run jobs; set one with --api-key KEY or the VIDAX_API_KEY environment "
-                 "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth"),
-                (["--api-key", " "], "--api-key is empty")):
-            r = subprocess.run([sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
-                               capture_output=True, text=True, timeout=300)
+            (
+                ["--jobs-dir", str(tmp_path / "file")],
+                f"--jobs-dir {str(tmp_path / 'file')!r} is a file, not a folder; give "
+                "a folder for the job records (created if missing)",
+            ),
+            (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
+            (["--jobs-dir", ""], "--jobs-dir '' is empty; give a folder for the job records"),
+            (["--weights", "int4"], "--weights 'int4' is not a weight format"),
+            (["--transformer", "x.bin"], "--transformer 'x.bin' is not a .gguf or .safetensors file"),
+            (["--queue-size", "-1"], "--queue-size must be >= 0, got -1"),
+            (["--dtype", "float16"], "--dtype 'float16' is not supported"),
+            (["--lora", str(tmp_path / "no.safetensors")], f"--lora {tmp_path / 'no.safetensors'}: no such file"),
+            (["--lora", f"{tmp_path / 'file'}:x"], "give PATH or PATH:SCALE with SCALE a number"),
+            (["--port", str(taken.getsockname()[1])], f"--port {taken.getsockname()[1]}: cannot listen there"),
+            (
+                ["--host", "0.0.0.0"],
+                "--host '0.0.0.0' is reachable from other machines and no API key is set: "
+                "anyone who reaches it could run jobs; set one with --api-key KEY or the VIDAX_API_KEY environment "
+                "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth",
+            ),
+            (["--api-key", " "], "--api-key is empty"),
+        ):
+            r = subprocess.run(
+                [sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
             assert "loading" not in r.stderr, r.stderr  # refused before any weight is read
     finally:
@@ -597,9 +717,11 @@ def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypat
     frames = np.random.default_rng(0).random((1, 5, 32, 48, 3), dtype=np.float32)
     error = PermissionError(13, "Permission denied", store.folder + "/.vidax-x.mp4")
     message = str(_Unwritten(store.folder, "video_x", frames, error))
-    assert message == ("could not write video_x.mp4 (PermissionError: [Errno 13] Permission denied: '.vidax-x.mp4'); "
-                       "the frames are kept in video_x.unwritten.npy in the jobs folder (float32 (videos, frames, "
-                       "height, width, RGB) in [0, 1], numpy.load)")
+    assert message == (
+        "could not write video_x.mp4 (PermissionError: [Errno 13] Permission denied: '.vidax-x.mp4'); "
+        "the frames are kept in video_x.unwritten.npy in the jobs folder (float32 (videos, frames, "
+        "height, width, RGB) in [0, 1], numpy.load)"
+    )
     np.testing.assert_array_equal(np.load(tmp_path / "jobs" / "video_x.unwritten.npy"), frames)
     # A jobs folder that cannot take the file (here: gone): nothing is written elsewhere.
     gone = str(tmp_path / "gone")
@@ -624,8 +746,10 @@ def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
     first = JobStore(tmp_path / "jobs")
     with pytest.raises(InputError) as e:
         JobStore(tmp_path / "jobs")
-    assert str(e.value) == (f"jobs_dir={str(tmp_path / 'jobs')!r} is in use by another vidax serve, pid {os.getpid()}; "
-                            "stop it or give another --jobs-dir")
+    assert str(e.value) == (
+        f"jobs_dir={str(tmp_path / 'jobs')!r} is in use by another vidax serve, pid {os.getpid()}; "
+        "stop it or give another --jobs-dir"
+    )
     first.close()
     JobStore(tmp_path / "jobs").close()  # free once the first has closed
 
@@ -636,8 +760,10 @@ def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
     db.close()
     with pytest.raises(InputError) as e:
         JobStore(tmp_path / "other")
-    assert str(e.value).startswith(f"jobs_dir={str(tmp_path / 'other')!r}: jobs.sqlite3 there is not vidax serve's "
-                                   "(its table jobs has the columns name, payload;"), e.value
+    assert str(e.value).startswith(
+        f"jobs_dir={str(tmp_path / 'other')!r}: jobs.sqlite3 there is not vidax serve's "
+        "(its table jobs has the columns name, payload;"
+    ), e.value
 
 
 def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_checkpoint, toy_registered, tmp_path):
@@ -659,7 +785,9 @@ def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_ch
     def refused(r, status, code):
         assert r.status_code == status, r.text
         error = r.json()["error"]
-        assert error["code"] == code and error["type"] == "invalid_request_error" and "\n" not in error["message"], error
+        assert error["code"] == code and error["type"] == "invalid_request_error" and "\n" not in error["message"], (
+            error
+        )
 
     for host in ("127.0.0.1:8123", "localhost:8123", "[::1]:8123"):
         assert client.get("/health", headers={"host": host}).status_code == 200, host
@@ -676,8 +804,11 @@ def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_ch
     refused(r, 400, None)
     assert r.json()["error"]["message"] == "the body is not valid JSON (nested too deeply)"
     refused(client.post("/v1/videos", content=b"\xff\xfe{", headers={"content-type": "application/json"}), 400, None)
-    refused(client.post("/v1/videos", content=b" " * (MAX_BODY + 1), headers={"content-type": "application/json"}),
-            413, "too_large")
+    refused(
+        client.post("/v1/videos", content=b" " * (MAX_BODY + 1), headers={"content-type": "application/json"}),
+        413,
+        "too_large",
+    )
     refused(client.get("/v1/nothing"), 404, "not_found")
     refused(client.put("/v1/videos"), 405, "method_not_allowed")
     jobs, _ = runner.list()
@@ -700,16 +831,21 @@ def test_api_key_is_required_on_every_request_but_the_page(toy_checkpoint, toy_r
     runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
     client = TestClient(create_app(runner, api_key="s3cret-key"), base_url="http://localhost")
     good = {"authorization": "Bearer s3cret-key"}
-    for headers, reason in (({}, "no Authorization header"),
-                            ({"authorization": "Bearer s3cret-kez"}, "the Authorization header's key is not this "
-                                                                     "server's"),
-                            ({"authorization": "Bearer s3cret-key "}, "the Authorization header's key is not this "
-                                                                      "server's"),
-                            ({"authorization": "Basic czNjcmV0LWtleQ=="}, "the Authorization header is not 'Bearer "
-                                                                          "<key>'")):
-        for method, path in (("GET", "/v1/videos"), ("GET", "/v1/models"), ("GET", "/health"),
-                             ("POST", "/v1/videos"), ("DELETE", "/v1/videos/video_x"),
-                             ("GET", "/v1/videos/video_x/events"), ("GET", "/v1/videos/video_x/content")):
+    for headers, reason in (
+        ({}, "no Authorization header"),
+        ({"authorization": "Bearer s3cret-kez"}, "the Authorization header's key is not this server's"),
+        ({"authorization": "Bearer s3cret-key "}, "the Authorization header's key is not this server's"),
+        ({"authorization": "Basic czNjcmV0LWtleQ=="}, "the Authorization header is not 'Bearer <key>'"),
+    ):
+        for method, path in (
+            ("GET", "/v1/videos"),
+            ("GET", "/v1/models"),
+            ("GET", "/health"),
+            ("POST", "/v1/videos"),
+            ("DELETE", "/v1/videos/video_x"),
+            ("GET", "/v1/videos/video_x/events"),
+            ("GET", "/v1/videos/video_x/content"),
+        ):
             r = client.request(method, path, headers=headers, json={"prompt": "a toy boat"})
             assert r.status_code == 401, (method, path, r.text)
             assert r.headers["www-authenticate"] == 'Bearer realm="vidax"'
@@ -722,8 +858,10 @@ def test_api_key_is_required_on_every_request_but_the_page(toy_checkpoint, toy_r
     assert client.get(f"/v1/videos/{r.json()['id']}", headers=good).json()["status"] == "queued"
     runner.store.close()
 
-    assert [is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]", "0.0.0.0", "::",
-                                     "192.168.1.5", "example.com")] == [True] * 5 + [False] * 4
+    assert [
+        is_loopback(h)
+        for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]", "0.0.0.0", "::", "192.168.1.5", "example.com")
+    ] == [True] * 5 + [False] * 4
     assert check_access("0.0.0.0", "k", False) == "k" and check_access("0.0.0.0", None, True) is None
     assert check_access("127.0.0.1", None, False) is None
 
@@ -798,11 +936,13 @@ def test_batched_jobs_equal_each_job_alone(tiny_pipe, tmp_path):
     from vidax.serve.jobs import JobRunner, JobStore, per_video_guidance
 
     assert per_video_guidance(tiny_pipe)
-    requests = [dict(prompt="a red car", negative_prompt="blurry", seed=1),
-                dict(prompt="a boat on a lake at dawn", seed=2),
-                dict(prompt="a fox", negative_prompt="low quality, noise", seed=3, guidance_scale=3.0),
-                dict(prompt="a fox", negative_prompt="low quality, noise", seed=3),
-                dict(prompt="a fox", seed=5, guidance_scale=1.0)]
+    requests = [
+        dict(prompt="a red car", negative_prompt="blurry", seed=1),
+        dict(prompt="a boat on a lake at dawn", seed=2),
+        dict(prompt="a fox", negative_prompt="low quality, noise", seed=3, guidance_scale=3.0),
+        dict(prompt="a fox", negative_prompt="low quality, noise", seed=3),
+        dict(prompt="a fox", seed=5, guidance_scale=1.0),
+    ]
     batched = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "batched"), max_batch=4, batch_window_ms=3000)
     jobs = [batched.submit({**r, **SHAPE, "num_inference_steps": 3}) for r in requests]
     pendings = [batched._pending[j["id"]] for j in jobs]
@@ -821,9 +961,9 @@ def test_batched_jobs_equal_each_job_alone(tiny_pipe, tmp_path):
     assert [d["status"] for d in done] == ["completed"] * 5, done
     ids = [j["id"] for j in jobs]
     assert [d["batch"] for d in done] == [
-        *({"size": 4, "index": i, "jobs": ids[:4], "resumed_from_step": None, "data_parallel": None}
-          for i in range(4)),
-        {"size": 1, "index": 0, "jobs": [ids[4]], "resumed_from_step": None, "data_parallel": None}]
+        *({"size": 4, "index": i, "jobs": ids[:4], "resumed_from_step": None, "data_parallel": None} for i in range(4)),
+        {"size": 1, "index": 0, "jobs": [ids[4]], "resumed_from_step": None, "data_parallel": None},
+    ]
     for d, frames in zip(done, [*together, last]):
         _assert_mp4_of(batched, d, frames, tmp_path)
     batched.store.close()
@@ -837,8 +977,10 @@ def test_cancelling_one_job_of_a_running_batch(tiny_pipe, tmp_path):
 
     steps = 30  # the cancel comes after step 1, well before the end
     runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "batched"), max_batch=3, batch_window_ms=3000)
-    jobs = [runner.submit({"prompt": p, "seed": i, **SHAPE, "num_inference_steps": steps})
-            for i, p in enumerate(("a red car", "a boat", "a fox"))]
+    jobs = [
+        runner.submit({"prompt": p, "seed": i, **SHAPE, "num_inference_steps": steps})
+        for i, p in enumerate(("a red car", "a boat", "a fox"))
+    ]
     pendings = [runner._pending[j["id"]] for j in jobs]
     runner.start()
     try:
@@ -854,7 +996,8 @@ def test_cancelling_one_job_of_a_running_batch(tiny_pipe, tmp_path):
     assert [d["status"] for d in (done[0], done[2])] == ["completed"] * 2, done
     ids = [j["id"] for j in jobs]
     assert [d["batch"] for d in done] == [
-        {"size": 3, "index": i, "jobs": ids, "resumed_from_step": None, "data_parallel": None} for i in range(3)]
+        {"size": 3, "index": i, "jobs": ids, "resumed_from_step": None, "data_parallel": None} for i in range(3)
+    ]
     assert not os.path.exists(runner.store.video_path(ids[1]))
     together = _batch_frames(tiny_pipe, runner, pendings)
     for row in (0, 2):
@@ -873,8 +1016,11 @@ def test_data_parallel_batches_split_over_the_mesh(ckpt, tiny_pipe, tmp_path):
     from vidax.serve.jobs import JobRunner, JobStore
 
     pipe = vidax.load_pipeline(ckpt, mesh=(2, 1, 1), progress=False)
-    requests = [dict(prompt="a red car", seed=1), dict(prompt="a boat", seed=2),
-                dict(prompt="a fox", seed=3, guidance_scale=1.0)]
+    requests = [
+        dict(prompt="a red car", seed=1),
+        dict(prompt="a boat", seed=2),
+        dict(prompt="a fox", seed=3, guidance_scale=1.0),
+    ]
     runner = JobRunner(pipe, "tiny", JobStore(tmp_path / "dp"), max_batch=2, batch_window_ms=3000)
     jobs = [runner.submit({**r, **SHAPE}) for r in requests]
     pendings = [runner._pending[j["id"]] for j in jobs]
@@ -887,10 +1033,24 @@ def test_data_parallel_batches_split_over_the_mesh(ckpt, tiny_pipe, tmp_path):
     assert [d["status"] for d in done] == ["completed"] * 3, done
     ids = [j["id"] for j in jobs]
     assert [d["batch"] for d in done] == [
-        *({"size": 2, "index": i, "jobs": ids[:2], "resumed_from_step": None,
-           "data_parallel": {"devices": 2, "rows": 4, "padding": 0, "split": True}} for i in range(2)),
-        {"size": 1, "index": 0, "jobs": ids[2:], "resumed_from_step": None,
-         "data_parallel": {"devices": 2, "rows": 2, "padding": 1, "split": True}}]
+        *(
+            {
+                "size": 2,
+                "index": i,
+                "jobs": ids[:2],
+                "resumed_from_step": None,
+                "data_parallel": {"devices": 2, "rows": 4, "padding": 0, "split": True},
+            }
+            for i in range(2)
+        ),
+        {
+            "size": 1,
+            "index": 0,
+            "jobs": ids[2:],
+            "resumed_from_step": None,
+            "data_parallel": {"devices": 2, "rows": 2, "padding": 1, "split": True},
+        },
+    ]
     for d, frames in zip(done, rows):
         _assert_mp4_of(runner, d, frames, tmp_path)
     runner.store.close()
@@ -914,8 +1074,9 @@ def test_events_stream_progress_previews_and_the_end(tiny_pipe, preview_map, tmp
     runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), preview_every=2, preview_map=preview_map)
     with TestClient(create_app(runner), base_url="http://localhost") as client:
         assert client.get("/v1/videos/video_nope/events").status_code == 404
-        job = client.post("/v1/videos", json={"prompt": "a lighthouse", "seed": 4,
-                                              **dict(SHAPE, num_inference_steps=4)}).json()
+        job = client.post(
+            "/v1/videos", json={"prompt": "a lighthouse", "seed": 4, **dict(SHAPE, num_inference_steps=4)}
+        ).json()
         events = []
         with client.stream("GET", f"/v1/videos/{job['id']}/events") as r:
             assert r.headers["content-type"].startswith("text/event-stream")
@@ -1050,8 +1211,9 @@ def test_preview_of_the_estimate_from_the_scheduler_state():
     rng = np.random.default_rng(0)
     x, model_output = (jnp.asarray(rng.normal(size=(2, 3, 4, 5, 6)), jnp.float32) for _ in range(2))
     euler = FlowMatchEulerDiscreteScheduler.from_config({"shift": 3.0})
-    ddim = CogVideoXDDIMScheduler.from_config({"prediction_type": "v_prediction", "timestep_spacing": "trailing",
-                                               "rescale_betas_zero_snr": True})
+    ddim = CogVideoXDDIMScheduler.from_config(
+        {"prediction_type": "v_prediction", "timestep_spacing": "trailing", "rescale_betas_zero_snr": True}
+    )
     for sched, step in ((euler, 1), (ddim, 2)):
         state = sched.set_timesteps(4, sample_shape=x.shape)
         for _ in range(step):
@@ -1080,8 +1242,9 @@ def test_preview_frame_of_packed_tokens():
 
     from vidax.serve.preview import middle_frame
 
-    pipe = SimpleNamespace(latent_streams=("latents",),
-                           info=SimpleNamespace(latent_grid=lambda frames, height, width: (3, 2, 4)))
+    pipe = SimpleNamespace(
+        latent_streams=("latents",), info=SimpleNamespace(latent_grid=lambda frames, height, width: (3, 2, 4))
+    )
     call = SimpleNamespace(num_frames=17, height=64, width=128)
     grid = np.arange(2 * 3 * 2 * 4 * 5, dtype=np.float32).reshape(2, 3, 2, 4, 5)
     np.testing.assert_array_equal(middle_frame(pipe, call, grid.reshape(2, 24, 5)), grid[:, 1])
@@ -1098,8 +1261,17 @@ def test_preview_of_unipc_is_its_data_prediction_nearer_the_end_than_the_latents
 
     from vidax.serve.preview import Previewer, middle_frame
 
-    call = tiny_pipe.check_call(tiny_pipe.info, "a lighthouse", seed=4, height=32, width=48, num_frames=5,
-                                num_inference_steps=4, output_type="latent", progress=False)
+    call = tiny_pipe.check_call(
+        tiny_pipe.info,
+        "a lighthouse",
+        seed=4,
+        height=32,
+        width=48,
+        num_frames=5,
+        num_inference_steps=4,
+        output_type="latent",
+        progress=False,
+    )
     previewer = Previewer(tiny_pipe, call, preview_map, every=2)
     seen = {}
 
@@ -1122,21 +1294,36 @@ def test_load_200_requests_from_20_clients(ckpt, tmp_path, compile_cache):
     other job appears; the server's resident memory over the second half of the load stays
     within 64 MB of the first half's (the first compiles the batch sizes). One denoising step
     at 48x32: about a minute on 2 busy cores."""
-    server = Server(ckpt, tmp_path / "jobs", compile_cache, "--queue-size", "16", "--max-batch", "4",
-                    "--batch-window-ms", "50", "--save-every", "0")
+    server = Server(
+        ckpt,
+        tmp_path / "jobs",
+        compile_cache,
+        "--queue-size",
+        "16",
+        "--max-batch",
+        "4",
+        "--batch-window-ms",
+        "50",
+        "--save-every",
+        "0",
+    )
     fields = dict(SHAPE, num_inference_steps=1)
     proc = psutil.Process(server.proc.pid)
     try:
+
         def client(c, half):
             with httpx.Client(base_url=server.url, timeout=120) as http:
-                return [http.post("/v1/videos", json={"prompt": f"client {c} request {i}", "seed": 100 * c + i,
-                                                      **fields}) for i in range(5 * half, 5 * half + 5)]
+                return [
+                    http.post("/v1/videos", json={"prompt": f"client {c} request {i}", "seed": 100 * c + i, **fields})
+                    for i in range(5 * half, 5 * half + 5)
+                ]
 
         warmed = []
         for k in range(1, 5):  # compile the batch sizes first
             with concurrent.futures.ThreadPoolExecutor(k) as pool:
-                warm = list(pool.map(lambda i: server.post(prompt=f"warm {i}", seed=i, **fields).json()["id"],
-                                     range(k)))
+                warm = list(
+                    pool.map(lambda i: server.post(prompt=f"warm {i}", seed=i, **fields).json()["id"], range(k))
+                )
             assert [server.wait(i)["status"] for i in warm] == ["completed"] * k
             warmed += warm
         answers, rss = [], [proc.memory_info().rss]
@@ -1147,11 +1334,16 @@ def test_load_200_requests_from_20_clients(ckpt, tmp_path, compile_cache):
             for job_id in accepted:
                 assert server.wait(job_id)["status"] == "completed", server.http.get(f"/v1/videos/{job_id}").json()
             rss.append(proc.memory_info().rss)
-        assert len(answers) == 200 and {a.status_code for a in answers} <= {200, 429}, \
-            {a.status_code: a.text for a in answers}
+        assert len(answers) == 200 and {a.status_code for a in answers} <= {200, 429}, {
+            a.status_code: a.text for a in answers
+        }
         refused = [a.json()["error"] for a in answers if a.status_code == 429]
-        assert refused and all(e["code"] == "queue_full" and e["type"] == "invalid_request_error"
-                               and e["message"].startswith("the queue is full") for e in refused), refused[:3]
+        assert refused and all(
+            e["code"] == "queue_full"
+            and e["type"] == "invalid_request_error"
+            and e["message"].startswith("the queue is full")
+            for e in refused
+        ), refused[:3]
         assert len(accepted) == len(set(accepted)) == 200 - len(refused) and len(accepted) >= 40
         listed, after = [], None
         while True:

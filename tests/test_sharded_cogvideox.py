@@ -43,14 +43,25 @@ diffusers = pytest.importorskip("diffusers")
 import torch  # noqa: E402
 
 BASE = dict(
-    num_attention_heads=8, attention_head_dim=16, in_channels=6, out_channels=5, time_embed_dim=24,
-    text_embed_dim=20, num_layers=2, sample_width=10, sample_height=6, sample_frames=9, patch_size=2,
-    max_text_seq_length=7, use_rotary_positional_embeddings=True,
+    num_attention_heads=8,
+    attention_head_dim=16,
+    in_channels=6,
+    out_channels=5,
+    time_embed_dim=24,
+    text_embed_dim=20,
+    num_layers=2,
+    sample_width=10,
+    sample_height=6,
+    sample_frames=9,
+    patch_size=2,
+    max_text_seq_length=7,
+    use_rotary_positional_embeddings=True,
 )
 VARIANTS = {
     "5b_rope": dict(),
-    "1.5_ofs": dict(patch_size_t=2, patch_bias=False, sample_height=12, sample_width=14, sample_frames=13,
-                    ofs_embed_dim=24),
+    "1.5_ofs": dict(
+        patch_size_t=2, patch_bias=False, sample_height=12, sample_width=14, sample_frames=13, ofs_embed_dim=24
+    ),
 }
 L_TXT = 7
 # Latent (T, H, W) per variant, and the joint token count 7 + L: "odd" divides by neither sp=2
@@ -178,11 +189,15 @@ def test_bf16_on_mesh_close_to_fp32(variant):
 
 def test_heads_not_divisible_by_tp_sp():
     cfg = CogVideoXTransformerConfig.from_config_dict(dict(BASE, num_attention_heads=6))
-    with pytest.raises(InputError, match=r": the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, "
-                                         r"which does not divide the model's 6; ") as e:
+    with pytest.raises(
+        InputError,
+        match=r": the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, "
+        r"which does not divide the model's 6; ",
+    ) as e:
         nnx.eval_shape(lambda: CogVideoXTransformer3DModel(cfg, mesh=mesh_of((1, 2, 4)), rngs=nnx.Rngs(0)))
-    assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 6 attention heads: (4, 1, 2), (4, 2, 1), "
-                                 "(8, 1, 1).")
+    assert str(e.value).endswith(
+        "valid (dp, tp, sp) for 8 devices and 6 attention heads: (4, 1, 2), (4, 2, 1), (8, 1, 1)."
+    )
 
 
 # ----------------------------------------------------------------------------- pipeline
@@ -191,8 +206,9 @@ PROMPT, NEGATIVE = "a red car walking over the sea", "blue sky"
 # 32x48 pixels, 9 frames -> latents (3, 4, 6) -> 5B: 3 x 2 x 3 = 18 video tokens + 15 text tokens
 # = 33, 1.5 (3 frames padded to 4, p_t = 2): 12 + 15 = 27; sequence=2 pads to 34 / 28. CFG batch
 # 2 over data=2.
-CALL = dict(height=32, width=48, num_frames=9, num_inference_steps=2, guidance_scale=4.5,
-            max_sequence_length=15, seed=3)
+CALL = dict(
+    height=32, width=48, num_frames=9, num_inference_steps=2, guidance_scale=4.5, max_sequence_length=15, seed=3
+)
 # fp32 everywhere; measured 2.4e-6 (5B T2V) and 5.6e-6 (1.5 I2V) absolute on frames in [0, 1]
 # (sums in another order through T5, two steps, the VAE). A sharding bug moves frames by > 1e-2.
 PIPE_TOL = 1e-4
@@ -246,8 +262,25 @@ def test_pipeline_on_mesh_equals_single_device(pipeline_ckpt, pipeline_reference
 @pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)
 def test_cli_generate_on_mesh(pipeline_ckpt, pipeline_reference, tmp_path):
     out = tmp_path / "video.npy"
-    args = ["generate", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--checkpoint", pipeline_ckpt,
-            "--dp", "2", "--tp", "2", "--sp", "2", "--verbose", "--no-progress", "-o", str(out)]
+    args = [
+        "generate",
+        "--prompt",
+        PROMPT,
+        "--negative-prompt",
+        NEGATIVE,
+        "--checkpoint",
+        pipeline_ckpt,
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--sp",
+        "2",
+        "--verbose",
+        "--no-progress",
+        "-o",
+        str(out),
+    ]
     for k, v in CALL.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     r = CliRunner().invoke(app, args)
@@ -258,16 +291,22 @@ def test_cli_generate_on_mesh(pipeline_ckpt, pipeline_reference, tmp_path):
 
 @pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)
 def test_pipeline_bad_mesh_errors(pipeline_ckpt, tmp_path):
-    with pytest.raises(InputError, match=r"^mesh='4x2x2': the mesh dp 4 x tp 2 x sp 2 needs 16 devices, but there are "
-                                         r"8"):
+    with pytest.raises(
+        InputError,
+        match=r"^mesh='4x2x2': the mesh dp 4 x tp 2 x sp 2 needs 16 devices, but there are "
+        r"8",
+    ):
         vidax.load_pipeline(pipeline_ckpt, mesh="4x2x2")
     # Heads that do not split are refused from the config, before any weight is read.
     bad = tmp_path / "bad"
     shutil.copytree(pipeline_ckpt, bad)
     file = bad / "transformer" / "config.json"
     file.write_text(json.dumps(dict(json.loads(file.read_text()), num_attention_heads=6)))
-    with pytest.raises(InputError, match=r"^mesh='dp=1,tp=2,sp=4': the mesh dp 1 x tp 2 x sp 4 splits attention heads "
-                                         r"over tp x sp = 8, which does not divide the model's 6"):
+    with pytest.raises(
+        InputError,
+        match=r"^mesh='dp=1,tp=2,sp=4': the mesh dp 1 x tp 2 x sp 4 splits attention heads "
+        r"over tp x sp = 8, which does not divide the model's 6",
+    ):
         vidax.load_pipeline(str(bad), mesh="dp=1,tp=2,sp=4")
 
 
@@ -282,7 +321,10 @@ def test_inspect_mesh_plan(pipeline_ckpt):
     r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x1x8"])  # 8 heads: fine
     assert "NOT RUNNABLE" not in r.stdout
     r = CliRunner().invoke(app, ["inspect", pipeline_ckpt, "--mesh", "1x2x8"])  # 8 heads on 16
-    assert "NOT RUNNABLE: transformer/config.json: the mesh dp 1 x tp 2 x sp 8 splits attention heads over tp x sp = 16, which does not divide the model's 8; " in r.stdout
+    assert (
+        "NOT RUNNABLE: transformer/config.json: the mesh dp 1 x tp 2 x sp 8 splits attention heads over tp x sp = 16, which does not divide the model's 8; "
+        in r.stdout
+    )
 
 
 @pytest.mark.parametrize("pipeline_ckpt", ["5b"], indirect=True)
@@ -296,8 +338,9 @@ def test_dpm_step_noise_on_mesh(pipeline_ckpt):
         pipe.scheduler = CogVideoXDPMScheduler(pipe.scheduler.config)
         shape = (CALL["num_inference_steps"], 1, 3, pipe.info.vae_config.latent_channels, 4, 6)
         noise = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-        return pipe(prompt=PROMPT, negative_prompt=NEGATIVE, progress=False, step_noise=noise,
-                    output_type="latent", **CALL).frames
+        return pipe(
+            prompt=PROMPT, negative_prompt=NEGATIVE, progress=False, step_noise=noise, output_type="latent", **CALL
+        ).frames
 
     ref = run(None, 0)
     got = run((2, 2, 2), 0)

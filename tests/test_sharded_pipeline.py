@@ -22,8 +22,9 @@ from vidax.weights import CheckpointReader, save_safetensors
 
 PROMPT, NEGATIVE = "a red car on a bridge", "blurry"
 # 48x48 pixels, 9 frames -> latents (3, 6, 6) -> 3 x 3 x 3 = 27 tokens: sequence=2 pads to 28.
-CALL = dict(height=48, width=48, num_frames=9, num_inference_steps=2, guidance_scale=4.0,
-            max_sequence_length=16, seed=3)
+CALL = dict(
+    height=48, width=48, num_frames=9, num_inference_steps=2, guidance_scale=4.0, max_sequence_length=16, seed=3
+)
 # fp32 everywhere; the sharded run sums partial products in another order: measured ~2e-6
 # absolute on frames in [0, 1] (PSNR > 110 dB). 1e-4 still fails on any real sharding bug
 # (e.g. a bias added per tensor shard, an unmasked padded token), which moves frames by > 1e-2.
@@ -44,8 +45,9 @@ def build_pipeline_checkpoint(path: str, seed: int = 0) -> str:
     for key in reader.keys():
         value = np.array(reader.get(key), np.float32)
         if value.ndim == 1 or "scale_shift_table" in key:
-            value = (1.0 if key.endswith("norm_q.weight") or key.endswith("norm_k.weight") else 0.0) + \
-                0.3 * rng.standard_normal(value.shape).astype(np.float32)
+            value = (
+                1.0 if key.endswith("norm_q.weight") or key.endswith("norm_k.weight") else 0.0
+            ) + 0.3 * rng.standard_normal(value.shape).astype(np.float32)
         tensors[key] = value
     del reader
     file = os.path.join(folder, "diffusion_pytorch_model.safetensors")
@@ -84,8 +86,25 @@ def test_pipeline_on_mesh_equals_single_device(ckpt, reference):
 
 def test_cli_generate_on_mesh(ckpt, reference, tmp_path):
     out = tmp_path / "video.npy"
-    args = ["generate", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--checkpoint", ckpt,
-            "--dp", "2", "--tp", "2", "--sp", "2", "--verbose", "--no-progress", "-o", str(out)]
+    args = [
+        "generate",
+        "--prompt",
+        PROMPT,
+        "--negative-prompt",
+        NEGATIVE,
+        "--checkpoint",
+        ckpt,
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--sp",
+        "2",
+        "--verbose",
+        "--no-progress",
+        "-o",
+        str(out),
+    ]
     for k, v in CALL.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     r = CliRunner().invoke(app, args)
@@ -98,11 +117,25 @@ def test_cli_generate_on_mesh(ckpt, reference, tmp_path):
 def test_mesh_of_fewer_devices_than_there_are(ckpt, reference, tmp_path):
     """--dp 2 on 8 devices runs on the first 2 of them (it was refused: the product had to be the
     device count); --dp 1 is the single-device run, as no mesh flag."""
-    for flags, mesh in ((["--dp", "2"], "mesh: data=2 x tensor=1 x sequence=1 over 2 cpu devices"),
-                        (["--dp", "1"], "mesh: none (single device)")):
+    for flags, mesh in (
+        (["--dp", "2"], "mesh: data=2 x tensor=1 x sequence=1 over 2 cpu devices"),
+        (["--dp", "1"], "mesh: none (single device)"),
+    ):
         out = tmp_path / f"video{flags[1]}.npy"
-        args = ["generate", "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--checkpoint", ckpt, *flags,
-                "--verbose", "--no-progress", "-o", str(out)]
+        args = [
+            "generate",
+            "--prompt",
+            PROMPT,
+            "--negative-prompt",
+            NEGATIVE,
+            "--checkpoint",
+            ckpt,
+            *flags,
+            "--verbose",
+            "--no-progress",
+            "-o",
+            str(out),
+        ]
         for k, v in CALL.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
         r = CliRunner().invoke(app, args)
@@ -116,26 +149,44 @@ def test_bad_mesh_errors(ckpt, tmp_path):
     usable = "(2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1), (8, 1, 1)"
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, mesh="4x2x2")
-    assert str(e.value).endswith(f"needs 16 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention "
-                                 f"heads: {usable}.")
-    with pytest.raises(InputError, match="^mesh='dp=1,sp=8': the mesh dp 1 x tp 1 x sp 8 splits attention heads over "
-                                         "tp x sp = 8, which does not divide the model's 4; valid"):
+    assert str(e.value).endswith(
+        f"needs 16 devices, but there are 8; valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}."
+    )
+    with pytest.raises(
+        InputError,
+        match="^mesh='dp=1,sp=8': the mesh dp 1 x tp 1 x sp 8 splits attention heads over "
+        "tp x sp = 8, which does not divide the model's 4; valid",
+    ):
         vidax.load_pipeline(ckpt, mesh="dp=1,sp=8")
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "3", "--dp", "4"])
-    assert r.exit_code == 2 and "--dp 4 --tp 3: the mesh dp 4 x tp 3 x sp 1 (a size not given is 1) needs 12 devices" \
-        in r.stderr and "--sp" not in r.stderr.split(";")[0]
+    assert (
+        r.exit_code == 2
+        and "--dp 4 --tp 3: the mesh dp 4 x tp 3 x sp 1 (a size not given is 1) needs 12 devices" in r.stderr
+        and "--sp" not in r.stderr.split(";")[0]
+    )
     assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
-    r = CliRunner().invoke(app, ["serve", "--checkpoint", ckpt, "--tp", "3", "--dp", "4", "--port", "0",
-                                 "--jobs-dir", str(tmp_path / "jobs")])
-    assert r.exit_code == 2 and "--dp 4 --tp 3: the mesh dp 4 x tp 3 x sp 1 (a size not given is 1) needs 12 devices" \
-        in r.stderr, r.output
+    r = CliRunner().invoke(
+        app,
+        ["serve", "--checkpoint", ckpt, "--tp", "3", "--dp", "4", "--port", "0", "--jobs-dir", str(tmp_path / "jobs")],
+    )
+    assert (
+        r.exit_code == 2
+        and "--dp 4 --tp 3: the mesh dp 4 x tp 3 x sp 1 (a size not given is 1) needs 12 devices" in r.stderr
+    ), r.output
     assert f"valid (dp, tp, sp) for 8 devices and 4 attention heads: {usable}.\n" in r.stderr, r.stderr
     # --dp alone is read as --tp / --sp alone are: the sizes not given are 1, the same refusal.
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--dp", "16"])
-    assert r.exit_code == 2 and "--dp 16: the mesh dp 16 x tp 1 x sp 1 (a size not given is 1) needs 16 devices, " \
-                                "but there are 8" in r.stderr
+    assert (
+        r.exit_code == 2
+        and "--dp 16: the mesh dp 16 x tp 1 x sp 1 (a size not given is 1) needs 16 devices, but there are 8"
+        in r.stderr
+    )
     # sizes that fit the devices but not the heads: the same form, from the flags as typed
     r = CliRunner().invoke(app, ["generate", "--prompt", "x", "--checkpoint", ckpt, "--tp", "2", "--sp", "4"])
-    assert r.exit_code == 2 and "--tp 2 --sp 4: the mesh dp 1 x tp 2 x sp 4 (a size not given is 1) splits attention " \
-        "heads over tp x sp = 8, which does not divide the model's 4; valid (dp, tp, sp) for 8 devices and 4 " \
-        f"attention heads: {usable}.\n" in r.stderr, r.stderr
+    assert (
+        r.exit_code == 2
+        and "--tp 2 --sp 4: the mesh dp 1 x tp 2 x sp 4 (a size not given is 1) splits attention "
+        "heads over tp x sp = 8, which does not divide the model's 4; valid (dp, tp, sp) for 8 devices and 4 "
+        f"attention heads: {usable}.\n"
+        in r.stderr
+    ), r.stderr

@@ -28,9 +28,20 @@ from vidax.weights.loader import abstract_params
 
 # 8 heads so that tp * sp up to 8 splits them; the other sizes distinct and small.
 CONFIG = dict(
-    patch_size=(1, 2, 2), num_attention_heads=8, attention_head_dim=12, in_channels=6,
-    out_channels=6, text_dim=20, freq_dim=10, ffn_dim=44, num_layers=2, cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None,
+    patch_size=(1, 2, 2),
+    num_attention_heads=8,
+    attention_head_dim=12,
+    in_channels=6,
+    out_channels=6,
+    text_dim=20,
+    freq_dim=10,
+    ffn_dim=44,
+    num_layers=2,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    image_dim=None,
+    added_kv_proj_dim=None,
     rope_max_seq_len=1024,
 )
 MESHES = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2), (1, 1, 8), (1, 2, 4), (2, 2, 2)]
@@ -158,11 +169,15 @@ def test_token_counts_not_divisible_by_sp(ckpt, reference, sp4_model, grid):
 def test_heads_not_divisible_by_tp_sp():
     cfg = WanTransformerConfig.from_config_dict(dict(CONFIG, num_attention_heads=6, attention_head_dim=16))
     mesh = mesh_of((1, 2, 4))
-    with pytest.raises(InputError, match=r": the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, "
-                                         r"which does not divide the model's 6; ") as e:
+    with pytest.raises(
+        InputError,
+        match=r": the mesh dp 1 x tp 2 x sp 4 splits attention heads over tp x sp = 8, "
+        r"which does not divide the model's 6; ",
+    ) as e:
         nnx.eval_shape(lambda: WanTransformer3DModel(cfg, mesh=mesh, rngs=nnx.Rngs(0)))
-    assert str(e.value).endswith("valid (dp, tp, sp) for 8 devices and 6 attention heads: (4, 1, 2), (4, 2, 1), "
-                                 "(8, 1, 1).")
+    assert str(e.value).endswith(
+        "valid (dp, tp, sp) for 8 devices and 6 attention heads: (4, 1, 2), (4, 2, 1), (8, 1, 1)."
+    )
 
 
 def test_image_to_video_model_on_mesh(tmp_path):

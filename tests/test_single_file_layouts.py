@@ -50,34 +50,57 @@ def _renamed_back(key, renames):
 #: diffusers suffix (after the block prefix) -> original, per HunyuanVideo block kind; a tuple of
 #: diffusers suffixes is one fused original tensor (concatenated in that order along rows).
 _HY_DOUBLE = {
-    "attn.norm_q": "img_attn_q_norm", "attn.norm_k": "img_attn_k_norm", "attn.to_out.0": "img_attn_proj",
-    "attn.norm_added_q": "txt_attn_q_norm", "attn.norm_added_k": "txt_attn_k_norm",
-    "attn.to_add_out": "txt_attn_proj", "norm1.linear": "img_mod.linear", "norm1_context.linear": "txt_mod.linear",
-    "ff.net.0.proj": "img_mlp.fc1", "ff.net.2": "img_mlp.fc2", "ff_context.net.0.proj": "txt_mlp.fc1",
-    "ff_context.net.2": "txt_mlp.fc2", ("attn.to_q", "attn.to_k", "attn.to_v"): "img_attn_qkv",
+    "attn.norm_q": "img_attn_q_norm",
+    "attn.norm_k": "img_attn_k_norm",
+    "attn.to_out.0": "img_attn_proj",
+    "attn.norm_added_q": "txt_attn_q_norm",
+    "attn.norm_added_k": "txt_attn_k_norm",
+    "attn.to_add_out": "txt_attn_proj",
+    "norm1.linear": "img_mod.linear",
+    "norm1_context.linear": "txt_mod.linear",
+    "ff.net.0.proj": "img_mlp.fc1",
+    "ff.net.2": "img_mlp.fc2",
+    "ff_context.net.0.proj": "txt_mlp.fc1",
+    "ff_context.net.2": "txt_mlp.fc2",
+    ("attn.to_q", "attn.to_k", "attn.to_v"): "img_attn_qkv",
     ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"): "txt_attn_qkv",
 }
-_HY_SINGLE = {"attn.norm_q": "q_norm", "attn.norm_k": "k_norm", "norm.linear": "modulation.linear",
-              "proj_out": "linear2", ("attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"): "linear1"}
-_HY_REFINER = {"norm1": "norm1", "norm2": "norm2", "attn.to_out.0": "self_attn_proj", "ff.net.0.proj": "mlp.fc1",
-               "ff.net.2": "mlp.fc2", "norm_out.linear": "adaLN_modulation.1",
-               ("attn.to_q", "attn.to_k", "attn.to_v"): "self_attn_qkv"}
+_HY_SINGLE = {
+    "attn.norm_q": "q_norm",
+    "attn.norm_k": "k_norm",
+    "norm.linear": "modulation.linear",
+    "proj_out": "linear2",
+    ("attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"): "linear1",
+}
+_HY_REFINER = {
+    "norm1": "norm1",
+    "norm2": "norm2",
+    "attn.to_out.0": "self_attn_proj",
+    "ff.net.0.proj": "mlp.fc1",
+    "ff.net.2": "mlp.fc2",
+    "norm_out.linear": "adaLN_modulation.1",
+    ("attn.to_q", "attn.to_k", "attn.to_v"): "self_attn_qkv",
+}
 _HY_TOP = {
-    "x_embedder.proj": "img_in.proj", "time_text_embed.timestep_embedder.linear_1": "time_in.mlp.0",
+    "x_embedder.proj": "img_in.proj",
+    "time_text_embed.timestep_embedder.linear_1": "time_in.mlp.0",
     "time_text_embed.timestep_embedder.linear_2": "time_in.mlp.2",
     "time_text_embed.guidance_embedder.linear_1": "guidance_in.mlp.0",
     "time_text_embed.guidance_embedder.linear_2": "guidance_in.mlp.2",
     "time_text_embed.text_embedder.linear_1": "vector_in.in_layer",
-    "time_text_embed.text_embedder.linear_2": "vector_in.out_layer", "proj_out": "final_layer.linear",
+    "time_text_embed.text_embedder.linear_2": "vector_in.out_layer",
+    "proj_out": "final_layer.linear",
     "context_embedder.proj_in": "txt_in.input_embedder",
     "context_embedder.time_text_embed.timestep_embedder.linear_1": "txt_in.t_embedder.mlp.0",
     "context_embedder.time_text_embed.timestep_embedder.linear_2": "txt_in.t_embedder.mlp.2",
     "context_embedder.time_text_embed.text_embedder.linear_1": "txt_in.c_embedder.linear_1",
     "context_embedder.time_text_embed.text_embedder.linear_2": "txt_in.c_embedder.linear_2",
 }
-_HY_BLOCKS = (("transformer_blocks", "double_blocks", _HY_DOUBLE),
-              ("single_transformer_blocks", "single_blocks", _HY_SINGLE),
-              ("context_embedder.token_refiner.refiner_blocks", "txt_in.individual_token_refiner.blocks", _HY_REFINER))
+_HY_BLOCKS = (
+    ("transformer_blocks", "double_blocks", _HY_DOUBLE),
+    ("single_transformer_blocks", "single_blocks", _HY_SINGLE),
+    ("context_embedder.token_refiner.refiner_blocks", "txt_in.individual_token_refiner.blocks", _HY_REFINER),
+)
 
 
 def hunyuan_original(state):
@@ -145,15 +168,16 @@ def _fp8(tensors):
 def _gguf(path, tensors):
     """``tensors`` written as GGUF: 2-D weights of a width divisible by 32 as Q8_0, others F32;
     the values they stand for (as diffusers' GGUF loader dequantizes them)."""
+    import gguf
     from diffusers.models.model_loading_utils import load_gguf_checkpoint
     from diffusers.quantizers.gguf.utils import dequantize_gguf_tensor
-    import gguf
 
     writer = gguf.GGUFWriter(path, arch="hyvid")
     for key, w in tensors.items():
         if w.ndim == 2 and w.shape[1] % 32 == 0:
-            writer.add_tensor(key, gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0),
-                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(
+                key, gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0
+            )
         else:
             writer.add_tensor(key, np.ascontiguousarray(w, np.float32))
     writer.write_header_to_file()
@@ -164,9 +188,22 @@ def _gguf(path, tensors):
 
 
 #: HunyuanVideo with widths of 32 (Q8_0 blocks) and a single block.
-HUNYUAN = dict(num_attention_heads=2, attention_head_dim=16, num_layers=1, num_single_layers=1, num_refiner_layers=1,
-               mlp_ratio=2.0, patch_size=2, patch_size_t=1, text_embed_dim=32, pooled_projection_dim=12,
-               rope_axes_dim=(4, 6, 6), rope_theta=256.0, in_channels=4, out_channels=4)
+HUNYUAN = dict(
+    num_attention_heads=2,
+    attention_head_dim=16,
+    num_layers=1,
+    num_single_layers=1,
+    num_refiner_layers=1,
+    mlp_ratio=2.0,
+    patch_size=2,
+    patch_size_t=1,
+    text_embed_dim=32,
+    pooled_projection_dim=12,
+    rope_axes_dim=(4, 6, 6),
+    rope_theta=256.0,
+    in_channels=4,
+    out_channels=4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -186,10 +223,12 @@ def hunyuan_gguf(tmp_path_factory):
     want = {k: v.numpy() for k, v in convert_hunyuan_video_transformer_to_diffusers(values).items()}
     width = HUNYUAN["num_attention_heads"] * HUNYUAN["attention_head_dim"]
     for key, value in linear1.items():
-        stem, leaf = key.removesuffix(".linear1." + key.rsplit(".", 1)[1]).replace(
-            "single_blocks", "single_transformer_blocks"), key.rsplit(".", 1)[1]
+        stem, leaf = (
+            key.removesuffix(".linear1." + key.rsplit(".", 1)[1]).replace("single_blocks", "single_transformer_blocks"),
+            key.rsplit(".", 1)[1],
+        )
         for i, name in enumerate(("attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp")):
-            want[f"{stem}.{name}.{leaf}"] = value[i * width:(i + 1) * width if i < 3 else None].numpy()
+            want[f"{stem}.{name}.{leaf}"] = value[i * width : (i + 1) * width if i < 3 else None].numpy()
     assert set(want) == set(state)
     return folder, file, want, state
 
@@ -288,8 +327,9 @@ def test_layouts_told_apart_by_their_keys():
     ltx = LTX_ORIGINAL + ["model.diffusion_model.adaln_single.linear.weight"]
     assert detect_layout(WAN_ORIGINAL) == "Wan" and detect_layout(ltx) == "LTX-Video"
     assert detect_layout(ltx + ["model.diffusion_model.audio_patchify_proj.weight"]) == "LTX-2"
-    assert detect_layout(["net.x_embedder.proj.1.weight", "net.blocks.0.self_attn.q_proj.weight"]) == \
-        "Cosmos-Predict2/2.5"
+    assert (
+        detect_layout(["net.x_embedder.proj.1.weight", "net.blocks.0.self_attn.q_proj.weight"]) == "Cosmos-Predict2/2.5"
+    )
     assert detect_layout(["img_in.proj.weight", "double_blocks.0.img_attn_qkv.weight"]) == "HunyuanVideo"
     assert detect_layout(["blocks.0.attn1.to_q.weight"]) is None  # diffusers' own layout: none of these
 
@@ -301,8 +341,10 @@ def test_file_of_another_family_refused_in_one_line(hunyuan_gguf, tmp_path):
     with pytest.raises(InputError) as e:
         open_single_file(file, registry().component("LTXVideoTransformer3DModel"))
     msg = str(e.value)
-    assert msg == (f"transformer={file!r} holds a HunyuanVideo transformer (original layout); this folder's "
-                   "transformer (LTXVideoTransformer3DModel) takes a file in the original LTX-Video layout")
+    assert msg == (
+        f"transformer={file!r} holds a HunyuanVideo transformer (original layout); this folder's "
+        "transformer (LTXVideoTransformer3DModel) takes a file in the original LTX-Video layout"
+    )
     other = str(tmp_path / "other.safetensors")
     save_safetensors({"foo.weight": np.zeros((2, 2), np.float32)}, other)
     with pytest.raises(InputError, match="holds no transformer layout vidax reads") as e:
@@ -325,8 +367,10 @@ def test_inspect_describes_a_single_file(hunyuan_gguf):
     assert result.exit_code == 0, result.output
     text = result.output
     assert text == describe_single_file(file) + "\n"
-    assert "format: GGUF" in text and "layout: HunyuanVideo (original repository's keys), read by " \
-        "HunyuanVideoTransformer3DModel" in text
+    assert (
+        "format: GGUF" in text
+        and "layout: HunyuanVideo (original repository's keys), read by HunyuanVideoTransformer3DModel" in text
+    )
     import gguf
 
     tensors = gguf.GGUFReader(file).tensors
@@ -351,13 +395,27 @@ def test_wrong_family_refused_before_any_weight_is_read(hunyuan_gguf, ckpt, monk
 
     monkeypatch.setattr(CheckpointReader, "get", no_read)
     _, file, _, _ = hunyuan_gguf
-    tail = (" holds a HunyuanVideo transformer (original layout); this folder's transformer "
-            "(WanTransformer3DModel) takes a file in the original Wan layout")
+    tail = (
+        " holds a HunyuanVideo transformer (original layout); this folder's transformer "
+        "(WanTransformer3DModel) takes a file in the original Wan layout"
+    )
     with pytest.raises(InputError) as e:
         vidax.load_pipeline(ckpt, transformer=file)
     assert str(e.value) == f"transformer={file!r}{tail}"
-    r = CliRunner().invoke(app, ["generate", "-p", "x", "--checkpoint", ckpt, "--transformer", file,
-                                 "--output", os.path.join(os.path.dirname(file), "x.npy")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "x",
+            "--checkpoint",
+            ckpt,
+            "--transformer",
+            file,
+            "--output",
+            os.path.join(os.path.dirname(file), "x.npy"),
+        ],
+    )
     assert r.exit_code != 0 and f"--transformer {file!r}{tail}" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
 
@@ -375,15 +433,19 @@ def test_diffusers_layout_file_named_with_its_class(ckpt, tmp_path):
     src = os.path.join(ckpt, "transformer")
     file = str(tmp_path / "wan_diffusers.safetensors")
     shutil.copy(os.path.join(src, next(f for f in sorted(os.listdir(src)) if f.endswith(".safetensors"))), file)
-    advice = "a transformer in diffusers' layout (WanTransformer3DModel): put it in a checkpoint's transformer/ " \
+    advice = (
+        "a transformer in diffusers' layout (WanTransformer3DModel): put it in a checkpoint's transformer/ "
         "folder with its config.json"
+    )
     r = CliRunner().invoke(app, ["inspect", file])
     assert r.exit_code == 0 and r.output == f"{file}: {advice}\n", r.output
     with pytest.raises(InputError) as e:
         open_single_file(file, registry().component("WanTransformer3DModel"))
-    assert str(e.value) == (f"transformer={file!r} holds a transformer in diffusers' layout (WanTransformer3DModel), "
-                            "not an original repository's layout: put it in a checkpoint's transformer/ folder "
-                            "with its config.json")
+    assert str(e.value) == (
+        f"transformer={file!r} holds a transformer in diffusers' layout (WanTransformer3DModel), "
+        "not an original repository's layout: put it in a checkpoint's transformer/ folder "
+        "with its config.json"
+    )
 
 
 def test_inspect_single_file_refuses_mesh(tmp_path):
@@ -403,11 +465,13 @@ def test_inspect_single_file_refuses_mesh(tmp_path):
         f"error: --mesh '2x2x2' needs the transformer's config.json: {file} is a single file; for a single-file "
         f"transformer run vidax inspect FOLDER --transformer '{file}' --mesh 2x2x2, FOLDER a checkpoint folder of "
         "its model (the bytes per device of this file's own tensor types, GGUF stacks mixing types padded to the "
-        "widest type)"), r.output
+        "widest type)"
+    ), r.output
     r = CliRunner().invoke(app, ["inspect", str(file), "--transformer", str(file)])
     assert r.exit_code == 2 and r.output.strip() == (
         f"error: --transformer needs a checkpoint folder as PATH: {file} is a single file; run vidax inspect FOLDER "
-        f"--transformer '{file}'"), r.output
+        f"--transformer '{file}'"
+    ), r.output
 
 
 def test_transformer_help_names_every_layout():
@@ -433,10 +497,11 @@ def test_truncated_gguf_said_to_be_truncated(hunyuan_gguf, tmp_path):
     _, file, _, _ = hunyuan_gguf
     last = max(gguf.GGUFReader(file).tensors, key=lambda t: t.data_offset)
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(open(file, "rb").read()[:int(last.data_offset) + 10])
+    cut.write_bytes(open(file, "rb").read()[: int(last.data_offset) + 10])
     with pytest.raises(CheckpointError) as e:
         gguf_reader(str(cut))
     assert str(e.value) == (
         f"{cut} is truncated: it is {int(last.data_offset) + 10:,} bytes, but its tensor table puts tensor "
         f"{last.name!r} at bytes {int(last.data_offset):,} to {int(last.data_offset) + int(last.n_bytes):,} "
-        f"({int(last.n_bytes):,} bytes); the file is partly written (an interrupted download or copy): fetch it again")
+        f"({int(last.n_bytes):,} bytes); the file is partly written (an interrupted download or copy): fetch it again"
+    )

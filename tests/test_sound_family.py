@@ -18,12 +18,29 @@ from vidax.io.video import read_audio, read_video, write_video
 from vidax.parallel.offload import OffloadConfig, offloaded_stacks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRANSFORMER = {"_class_name": "ToySoundTransformer3DModel", "in_channels": 16, "audio_in_channels": 32, "dim": 32,
-               "text_dim": 64, "num_attention_heads": 4, "num_layers": 2}
-AUDIO_VAE = {"_class_name": "ToyAudioVAE", "latent_channels": 4, "latent_mel_bins": 8, "mel_bins": 16,
-             "temporal_compression": 4}
-VOCODER = {"_class_name": "ToyVocoder", "mel_bins": 16, "hop_length": 375, "out_channels": 2,
-           "output_sampling_rate": 24000}
+TRANSFORMER = {
+    "_class_name": "ToySoundTransformer3DModel",
+    "in_channels": 16,
+    "audio_in_channels": 32,
+    "dim": 32,
+    "text_dim": 64,
+    "num_attention_heads": 4,
+    "num_layers": 2,
+}
+AUDIO_VAE = {
+    "_class_name": "ToyAudioVAE",
+    "latent_channels": 4,
+    "latent_mel_bins": 8,
+    "mel_bins": 16,
+    "temporal_compression": 4,
+}
+VOCODER = {
+    "_class_name": "ToyVocoder",
+    "mel_bins": 16,
+    "hop_length": 375,
+    "out_channels": 2,
+    "output_sampling_rate": 24000,
+}
 #: The toy's default video: 5 frames at 8 fps (0.625 s) -> 0.625 s x 24000 / (375 x 4) = 10
 #: audio latents -> 40 mel frames -> 15000 samples (0.625 s).
 SAMPLES = 15000
@@ -41,9 +58,12 @@ def registered():
 def sound_checkpoint(tmp_path_factory, registered):
     from tests.toy_family.checkpoint import write_toy_checkpoint
 
-    return write_toy_checkpoint(tmp_path_factory.mktemp("sound") / "ckpt", str(tmp_path_factory.mktemp("cache")),
-                                "ToySoundPipeline",
-                                {"transformer": TRANSFORMER, "audio_vae": AUDIO_VAE, "vocoder": VOCODER})
+    return write_toy_checkpoint(
+        tmp_path_factory.mktemp("sound") / "ckpt",
+        str(tmp_path_factory.mktemp("cache")),
+        "ToySoundPipeline",
+        {"transformer": TRANSFORMER, "audio_vae": AUDIO_VAE, "vocoder": VOCODER},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +103,11 @@ def test_each_stream_gets_its_own_key_the_video_the_seed_itself(pipe, out):
     np.testing.assert_array_equal(given.audio, out.audio)
     other = pipe("a toy drum", latents=video, audio_latents=-audio, progress=False)
     assert np.abs(other.audio - out.audio).max() > 1e-3  # the second stream is denoised and decoded
-    with pytest.raises(vidax.InputError, match=r"audio_latents have shape \(1, 4, 9, 8\), expected "
-                                               r"\(1, 4, 10, 8\) = \(batch, channels, audio latent length"):
+    with pytest.raises(
+        vidax.InputError,
+        match=r"audio_latents have shape \(1, 4, 9, 8\), expected "
+        r"\(1, 4, 10, 8\) = \(batch, channels, audio latent length",
+    ):
         pipe("a toy drum", audio_latents=audio[:, :, :9])
     bad = audio.copy()
     bad[0, 1, 2, 3] = np.nan
@@ -130,8 +153,9 @@ def test_writers_put_the_sound_beside_npy_and_frames(out, tmp_path):
     write_video(out.frames[0], tmp_path / "frames", audio=out.audio[0], sample_rate=out.audio_sample_rate)
     assert read_audio(tmp_path / "frames.wav")[1] == 24000 and len(os.listdir(tmp_path / "frames")) == 5
     (tmp_path / "w.wav").write_text("mine")
-    with pytest.raises(vidax.InputError, match="its sound goes to .*w.wav' beside it, which exists; pass "
-                                               "overwrite=True"):
+    with pytest.raises(
+        vidax.InputError, match="its sound goes to .*w.wav' beside it, which exists; pass overwrite=True"
+    ):
         write_video(out.frames[0], tmp_path / "w.npy", audio=out.audio[0], sample_rate=24000)
     assert (tmp_path / "w.wav").read_text() == "mine" and not (tmp_path / "w.npy").exists()
 
@@ -154,16 +178,28 @@ def test_mp4_sound_at_a_rate_aac_does_not_encode_is_resampled(tmp_path, caplog):
 
 
 def _vidax(*args):
-    env = {**os.environ, "VIDAX_FAMILIES": "tests.toy_family",
-           "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    env = {
+        **os.environ,
+        "VIDAX_FAMILIES": "tests.toy_family",
+        "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run([sys.executable, "-m", "vidax", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_cli_mp4_has_video_and_sound_in_sync(sound_checkpoint, tmp_path):
     mp4 = tmp_path / "toy.mp4"
-    r = _vidax("generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(mp4), "--no-progress",
-               "--offload-blocks", "1")
+    r = _vidax(
+        "generate",
+        "-p",
+        "a toy drum",
+        "--checkpoint",
+        sound_checkpoint,
+        "-o",
+        str(mp4),
+        "--no-progress",
+        "--offload-blocks",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     assert "audio decode" in r.stderr and "sound 0.62 s at 24000 Hz" in r.stderr
     assert read_video(mp4).shape == (5, 32, 48, 3)
@@ -183,16 +219,21 @@ def test_cli_wav_alone_and_no_audio(sound_checkpoint, tmp_path):
     assert rate == 24000 and wave.shape == (2, SAMPLES)
     assert sorted(os.listdir(tmp_path)) == ["toy.wav"]
     # The line says only the sound was written (the frames were made, not kept).
-    assert f"wrote {wav} (the sound only, 0.62 s at 24000 Hz; the video's 5 frames of 32x48 (HxW) were not " \
-           "written)" in r.stderr, r.stderr
+    assert (
+        f"wrote {wav} (the sound only, 0.62 s at 24000 Hz; the video's 5 frames of 32x48 (HxW) were not "
+        "written)" in r.stderr
+    ), r.stderr
     npy = tmp_path / "toy.npy"
-    r = _vidax("generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(npy), "--no-progress",
-               "--no-audio")
+    r = _vidax(
+        "generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint, "-o", str(npy), "--no-progress", "--no-audio"
+    )
     assert r.returncode == 0, r.stderr
     # toy.wav beside toy.npy is the first run's sound: kept (never removed), and said to be stale.
     warned = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
-    assert warned == [f"warning: {wav} beside {npy} is from an earlier run and was not replaced (this run made no "
-                      "sound); it is not this video's sound"], r.stderr
+    assert warned == [
+        f"warning: {wav} beside {npy} is from an earlier run and was not replaced (this run made no "
+        "sound); it is not this video's sound"
+    ], r.stderr
     assert "vae decode" in r.stderr and "audio decode" not in r.stderr  # its decode skipped
     assert sorted(os.listdir(tmp_path)) == ["toy.npy", "toy.wav"]  # no .wav written beside the .npy
     r = _vidax("generate", "-p", "x", "--checkpoint", sound_checkpoint, "-o", str(wav), "--no-audio")
@@ -219,8 +260,21 @@ def test_failed_write_keeps_the_frames_and_the_sound(sound_checkpoint, tmp_path,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(video, "_write_mp4", full_disk)
-    r = CliRunner().invoke(app, ["generate", "-p", "a toy drum", "--checkpoint", sound_checkpoint,
-                                 "-o", str(tmp_path / "v.mp4"), "--no-progress", "--fps", "16"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a toy drum",
+            "--checkpoint",
+            sound_checkpoint,
+            "-o",
+            str(tmp_path / "v.mp4"),
+            "--no-progress",
+            "--fps",
+            "16",
+        ],
+    )
     assert r.exit_code == 1, r.output
     # --fps 16 is not the 8 fps the sound was made for: said before writing.
     assert "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s" in r.stderr

@@ -21,8 +21,16 @@ from vidax.pipelines import staging as staging_mod
 from vidax.pipelines.staging import Staging, component_bytes, plan_pipeline_staging, plan_staging
 
 # The CLI's defaults (negative prompt "", guidance 5.0, seed 0) at a small size.
-SMALL = dict(height=32, width=48, num_frames=5, num_inference_steps=2, guidance_scale=5.0,
-             max_sequence_length=16, seed=0, progress=False)
+SMALL = dict(
+    height=32,
+    width=48,
+    num_frames=5,
+    num_inference_steps=2,
+    guidance_scale=5.0,
+    max_sequence_length=16,
+    seed=0,
+    progress=False,
+)
 STAGED = OffloadConfig(keep_text_encoder=False, keep_vae=False)
 
 
@@ -77,8 +85,10 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     new = {k: v for k, v in after.items() if k not in before}
     gone = [k for k in before if k not in after]
     embeds_bytes = sum(s.data.nbytes for s in embeds.addressable_shards)  # replicated: per device
-    print(f"mesh {mesh}: text encoder {te_bytes} B; device buffers +{sum(new.values())} B "
-          f"(embeddings {embeds_bytes} B over all devices), {len(gone)} gone")
+    print(
+        f"mesh {mesh}: text encoder {te_bytes} B; device buffers +{sum(new.values())} B "
+        f"(embeddings {embeds_bytes} B over all devices), {len(gone)} gone"
+    )
     assert seen_kinds == [{"device"}]
     assert sum(new.values()) == embeds_bytes and not gone
     assert _kinds(pipe.text_encoder) == {"pinned_host"}
@@ -108,8 +118,11 @@ def test_staged_vae_decode(ckpt, frames):
     assert during == [{"device"}] and _kinds(pipe.vae) == {"pinned_host"}
     gc.collect()
     kind = jax.local_devices()[0].default_memory().kind
-    left = [a for a in jax.live_arrays() if a.sharding.memory_kind == kind and (a.shape, a.dtype) in vae_shapes
-            and a.ndim >= 4]
+    left = [
+        a
+        for a in jax.live_arrays()
+        if a.sharding.memory_kind == kind and (a.shape, a.dtype) in vae_shapes and a.ndim >= 4
+    ]
     assert not left  # no VAE kernel left on the device
     assert out.stats.device_peak_bytes > 0 and out.stats.host_peak_rss_bytes > 0
 
@@ -163,11 +176,15 @@ def test_plan_pipeline_staging_from_headers(ckpt, monkeypatch):
     per_layer = blocks / 5
     limit = int((tr["total"] - 3 * per_layer + te + vae) / 0.6) + 1
     monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: limit)
-    assert plan_pipeline_staging(paths, np.float32, np.float32, OffloadConfig(chunk=1), None).staged == \
-        {"text_encoder": False, "vae": False}
+    assert plan_pipeline_staging(paths, np.float32, np.float32, OffloadConfig(chunk=1), None).staged == {
+        "text_encoder": False,
+        "vae": False,
+    }
     monkeypatch.setattr(staging_mod, "device_memory_limit", lambda: None)
-    assert plan_pipeline_staging(paths, np.float32, np.float32, None, None).staged == \
-        {"text_encoder": False, "vae": False}
+    assert plan_pipeline_staging(paths, np.float32, np.float32, None, None).staged == {
+        "text_encoder": False,
+        "vae": False,
+    }
 
 
 def test_no_host_memory_keeps_resident(caplog):
@@ -180,10 +197,37 @@ def test_no_host_memory_keeps_resident(caplog):
 
 def test_cli_offload_flags(ckpt, frames, tmp_path):
     runner = CliRunner()
-    base = ["generate", "-p", PROMPT, "--checkpoint", ckpt, "--height", "32", "--width", "48",
-            "--num-frames", "5", "--num-inference-steps", "2", "--max-sequence-length", "16", "--no-progress"]
-    r = runner.invoke(app, base + ["-o", str(tmp_path / "off.npy"), "--offload-blocks", "2",
-                                   "--offload-text-encoder", "--offload-vae", "--verbose"])
+    base = [
+        "generate",
+        "-p",
+        PROMPT,
+        "--checkpoint",
+        ckpt,
+        "--height",
+        "32",
+        "--width",
+        "48",
+        "--num-frames",
+        "5",
+        "--num-inference-steps",
+        "2",
+        "--max-sequence-length",
+        "16",
+        "--no-progress",
+    ]
+    r = runner.invoke(
+        app,
+        base
+        + [
+            "-o",
+            str(tmp_path / "off.npy"),
+            "--offload-blocks",
+            "2",
+            "--offload-text-encoder",
+            "--offload-vae",
+            "--verbose",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "5 blocks streamed from pinned_host in 3 chunk(s) of 2" in r.output
     assert "staging: text_encoder, vae in pinned_host memory" in r.output

@@ -24,8 +24,9 @@ from vidax.weights.loader import _KERNEL_PERM, abstract_params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 14 layers of width 1024 (FFN 4096): 935 MiB of float32 parameters.
-CONFIG = dict(TRANSFORMER, num_attention_heads=8, attention_head_dim=128, ffn_dim=4096, num_layers=14,
-              text_dim=1024, freq_dim=256)
+CONFIG = dict(
+    TRANSFORMER, num_attention_heads=8, attention_head_dim=128, ffn_dim=4096, num_layers=14, text_dim=1024, freq_dim=256
+)
 SHARDS = 4
 BOUND = 1.3
 
@@ -92,11 +93,17 @@ print("RESULT " + json.dumps({"growth": peak - base, "kinds": kinds, "host": hos
 
 
 def _load_in_subprocess(path: str, mode: str) -> dict:
-    r = subprocess.run([sys.executable, "-c", _CHILD, path, mode], capture_output=True, text=True, cwd=ROOT,
-                       timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT])))
+    r = subprocess.run(
+        [sys.executable, "-c", _CHILD, path, mode],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT])),
+    )
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, r.stderr[-3000:]
-    return json.loads(lines[0][len("RESULT "):])
+    return json.loads(lines[0][len("RESULT ") :])
 
 
 @pytest.mark.parametrize("mode", ["resident", "offload"])
@@ -104,8 +111,9 @@ def test_load_rss_stays_near_the_component(big_checkpoint, mode):
     path, total = big_checkpoint
     result = _load_in_subprocess(path, mode)
     ratio = result["growth"] / total
-    print(f"{mode}: checkpoint {total / 2**20:.0f} MiB, peak RSS growth {result['growth'] / 2**20:.0f} MiB "
-          f"({ratio:.2f}x)")
+    print(
+        f"{mode}: checkpoint {total / 2**20:.0f} MiB, peak RSS growth {result['growth'] / 2**20:.0f} MiB ({ratio:.2f}x)"
+    )
     assert ratio < BOUND
     assert result["kinds"] == ["device"]  # the resident parameters are on the device
     assert result["host"] == (["pinned_host"] if mode == "offload" else [])  # blocks straight to host memory

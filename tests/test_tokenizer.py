@@ -12,8 +12,14 @@ def _reference(path, max_length):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    out = tok(PROMPTS, padding="max_length", max_length=max_length, truncation=True,
-              add_special_tokens=True, return_attention_mask=True)
+    out = tok(
+        PROMPTS,
+        padding="max_length",
+        max_length=max_length,
+        truncation=True,
+        add_special_tokens=True,
+        return_attention_mask=True,
+    )
     return np.array(out.input_ids), np.array(out.attention_mask)
 
 
@@ -74,10 +80,12 @@ def _build_chat_tokenizer(path, template_in: str, config_padding_side: str):
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=320, special_tokens=specials, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+        vocab_size=320, special_tokens=specials, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([m["content"] for c in CHATS for m in c] + PROMPTS + ["system user assistant"], trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                            padding_side=config_padding_side).save_pretrained(path)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>", padding_side=config_padding_side
+    ).save_pretrained(path)
     config_file = path / "tokenizer_config.json"
     config = json.loads(config_file.read_text())
     (path / "chat_template.jinja").unlink(missing_ok=True)
@@ -94,8 +102,16 @@ def _reference_chat(path, chats, max_length, side, **kw):
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(path))
     tok.padding_side = side
-    out = tok.apply_chat_template(chats, tokenize=True, return_dict=True, padding="max_length",
-                                  max_length=max_length, truncation=True, return_tensors="np", **kw)
+    out = tok.apply_chat_template(
+        chats,
+        tokenize=True,
+        return_dict=True,
+        padding="max_length",
+        max_length=max_length,
+        truncation=True,
+        return_tensors="np",
+        **kw,
+    )
     return np.asarray(out["input_ids"]), np.asarray(out["attention_mask"])
 
 
@@ -129,9 +145,8 @@ def test_chat_template_single_conversation_and_template_kwargs(tmp_path):
     without = tok.apply_chat_template(CHATS[1], 24, padding_side="left")
     assert without.lengths[0] < ours.lengths[0]
     # a template passed in replaces the folder's
-    plain = tok.apply_chat_template(CHATS[1], 24, padding_side="left",
-                                    chat_template="{{ messages[0]['content'] }}")
-    np.testing.assert_array_equal(plain.input_ids[0, -plain.lengths[0]:], tok._tok.encode("night city light").ids)
+    plain = tok.apply_chat_template(CHATS[1], 24, padding_side="left", chat_template="{{ messages[0]['content'] }}")
+    np.testing.assert_array_equal(plain.input_ids[0, -plain.lengths[0] :], tok._tok.encode("night city light").ids)
 
 
 def test_plain_prompts_forced_padding_side(tmp_path):
@@ -140,7 +155,8 @@ def test_plain_prompts_forced_padding_side(tmp_path):
     build_tiny_t5_tokenizer(tmp_path)  # its config says right
     ours = TextTokenizer(tmp_path)(PROMPTS, 12, padding_side="left")
     ref = AutoTokenizer.from_pretrained(str(tmp_path))(
-        PROMPTS, padding="max_length", max_length=12, truncation=True, padding_side="left")
+        PROMPTS, padding="max_length", max_length=12, truncation=True, padding_side="left"
+    )
     np.testing.assert_array_equal(ours.input_ids, np.array(ref.input_ids))
     np.testing.assert_array_equal(ours.attention_mask, np.array(ref.attention_mask))
     assert ours.attention_mask[2, 0] == 0 and ours.attention_mask[2, -1] == 1
@@ -186,7 +202,8 @@ def test_truncation_warning_names_what_was_cut(caplog):
         names.warn([5, 20, 20], 11, "the end of the text is dropped")
     assert [r.getMessage() for r in caplog.records] == [
         "negative_prompt has 17 tokens; truncated to max_sequence_length=8 as the reference pipeline does (the end "
-        "of the text is dropped)"]
+        "of the text is dropped)"
+    ]
 
 
 # --------------------------------------------------------------------------- Gemma (LTX-2)
@@ -218,8 +235,14 @@ def test_gemma_prompts_tokenized_as_ltx2(tmp_path):
     ref = AutoTokenizer.from_pretrained(str(tmp_path))
     assert ref.padding_side == "right"
     ref.padding_side = "left"
-    want = ref([p.strip() for p in prompts], padding="max_length", max_length=24, truncation=True,
-               add_special_tokens=True, return_tensors="np")
+    want = ref(
+        [p.strip() for p in prompts],
+        padding="max_length",
+        max_length=24,
+        truncation=True,
+        add_special_tokens=True,
+        return_tensors="np",
+    )
     tok = TextTokenizer(tmp_path)
     ours = gemma_prompt_tokens(tok, prompts, 24)
     np.testing.assert_array_equal(ours.input_ids, want.input_ids)
@@ -240,11 +263,13 @@ def test_no_torch_notice_from_transformers(tmp_path):
     import sys
 
     build_tiny_t5_tokenizer(tmp_path)
-    code = ("import sys; sys.modules['torch'] = None  # no torch installed\n"
-            "from vidax.encoders.tokenizer import TextTokenizer\n"
-            f"print(TextTokenizer({str(tmp_path)!r}).eos_token_id)\n"
-            "from transformers.utils import logging\n"
-            "logging.get_logger('transformers').warning('another warning')\n")
+    code = (
+        "import sys; sys.modules['torch'] = None  # no torch installed\n"
+        "from vidax.encoders.tokenizer import TextTokenizer\n"
+        f"print(TextTokenizer({str(tmp_path)!r}).eos_token_id)\n"
+        "from transformers.utils import logging\n"
+        "logging.get_logger('transformers').warning('another warning')\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "1\n", r.stderr
     assert "another warning" in r.stderr and "PyTorch" not in r.stderr, r.stderr

@@ -10,17 +10,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.paths import REFERENCE_CONFIGS
 import vidax
 from tests.parity.wan_reference import write_tiny_wan_variant
+from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError, InputError
 from vidax.pipelines.experts import expert_for_steps
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import live_array_bytes
 
-
 # The released A14B scheduler (the embedded default's UniPC settings when it is not available).
-SCHEDULER_FILE = os.path.join(REFERENCE_CONFIGS, "Wan-AI__Wan2.2-T2V-A14B-Diffusers", "scheduler", "scheduler_config.json")
+SCHEDULER_FILE = os.path.join(
+    REFERENCE_CONFIGS, "Wan-AI__Wan2.2-T2V-A14B-Diffusers", "scheduler", "scheduler_config.json"
+)
 SMALL = dict(height=32, width=48, num_frames=5, max_sequence_length=16, guidance_scale=3.0)
 
 
@@ -72,9 +73,17 @@ def test_switch_step_matches_diffusers(pipe, steps, flow_shift, boundary):
 
     pipe.scheduler, pipe.boundary_ratio = scheduler, boundary
     seen = []
-    pipe("a cat", num_inference_steps=steps, seed=0, output_type="latent", progress=False,
-         callback=lambda i, n: seen.append((i, n, pipe.experts.active, pipe.experts.memory_kind(1 - pipe.experts.active))),
-         **SMALL)
+    pipe(
+        "a cat",
+        num_inference_steps=steps,
+        seed=0,
+        output_type="latent",
+        progress=False,
+        callback=lambda i, n: seen.append(
+            (i, n, pipe.experts.active, pipe.experts.memory_kind(1 - pipe.experts.active))
+        ),
+        **SMALL,
+    )
     assert [s[0] for s in seen] == list(range(steps)) and {s[1] for s in seen} == {steps}
     assert [s[2] for s in seen] == ref
     assert {s[3] for s in seen} == {"pinned_host"}  # the other expert waits in host memory
@@ -112,8 +121,11 @@ def test_only_the_active_expert_is_on_the_device(a14b):
         seen = []
 
         def record(i, n, p=p):
-            on_device = sum(_params_bytes(m) for m in (p.transformer, p.transformer_2)
-                            if jax.tree.leaves(nnx.state(m))[0].sharding.memory_kind != "pinned_host")
+            on_device = sum(
+                _params_bytes(m)
+                for m in (p.transformer, p.transformer_2)
+                if jax.tree.leaves(nnx.state(m))[0].sharding.memory_kind != "pinned_host"
+            )
             seen.append((p.experts.active, on_device, _device_bytes() - before))
 
         out = p("a cat", num_inference_steps=4, seed=0, output_type="latent", progress=False, callback=record, **SMALL)
@@ -161,8 +173,9 @@ def test_a_call_resumed_from_a_saved_state_ends_as_the_uninterrupted_call(pipe):
     another call's shape is refused naming both."""
     import dataclasses
 
-    call = pipe.check_call(pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False,
-                           **SMALL)
+    call = pipe.check_call(
+        pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False, **SMALL
+    )
     plan = pipe.expert_plan(pipe.set_timesteps(call, np.zeros(pipe.latent_shape(pipe.info, call), np.float32)))
     assert 0 < plan.index(1) < 5, plan  # the switch falls inside the run: both resume points below cross it or not
     saved = {}
@@ -178,7 +191,8 @@ def test_a_call_resumed_from_a_saved_state_ends_as_the_uninterrupted_call(pipe):
     # Other latents with step 1's scheduler state give another result (the resume is not ignored).
     other = pipe.generate(dataclasses.replace(call, resume=(1, saved[2][:1] + saved[1][1:]))).frames
     assert np.abs(other - whole).max() > 0
-    small = pipe.check_call(pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False,
-                            **dict(SMALL, width=32))
+    small = pipe.check_call(
+        pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False, **dict(SMALL, width=32)
+    )
     with pytest.raises(InputError, match="the saved denoising state does not fit this call"):
         pipe.generate(dataclasses.replace(small, resume=(1, saved[1])))

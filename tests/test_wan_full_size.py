@@ -25,7 +25,6 @@ from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS, transformer_key_ru
 from vidax.models.wan.transformer import WanTransformer3DModel
 from vidax.weights.loader import DtypePolicy
 
-
 CONFIGS = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "Wan-AI__*", "transformer*", "config*.json")))
 
 
@@ -81,7 +80,9 @@ def test_known_sizes():
     for path in CONFIGS:
         cfg = WanTransformerConfig.from_json_file(path)
         model = nnx.eval_shape(lambda: WanTransformer3DModel(cfg, rngs=nnx.Rngs(0)))
-        sizes[_id(path)] = sum(math.prod(v.get_value().shape) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
+        sizes[_id(path)] = sum(
+            math.prod(v.get_value().shape) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+        )
     # Published sizes: 1.3B, 14B, 5B (rounded).
     assert round(sizes["Wan-AI__Wan2.1-T2V-1.3B-Diffusers/transformer/config.json"] / 1e9, 1) == 1.4
     assert round(sizes["Wan-AI__Wan2.1-T2V-14B-Diffusers/transformer/config.json"] / 1e9) == 14

@@ -42,11 +42,14 @@ class Chromium:
         browser, driver = _find("chromium", "chromium-browser"), _find("chromedriver")
         if browser is None or driver is None:
             missing = " and ".join(n for n, p in (("chromium", browser), ("chromedriver", driver)) if p is None)
-            pytest.fail(f"{missing} not found: the page test needs headless Chromium; install them with `{INSTALL}` "
-                        "(.ci/run does this when it runs as root)")
+            pytest.fail(
+                f"{missing} not found: the page test needs headless Chromium; install them with `{INSTALL}` "
+                "(.ci/run does this when it runs as root)"
+            )
         port = _free_port()
-        self._driver = subprocess.Popen([driver, f"--port={port}"], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+        self._driver = subprocess.Popen(
+            [driver, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self._http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
         deadline = time.monotonic() + 60
         while True:
@@ -59,10 +62,19 @@ class Chromium:
                 self._driver.kill()
                 pytest.fail(f"chromedriver ({driver}) did not start")
             time.sleep(0.1)
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}", "--autoplay-policy=no-user-gesture-required"]
-        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome",
-                                                 "goog:chromeOptions": {"binary": browser, "args": args}}}}
+        args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--window-size={width},{height}",
+            "--autoplay-policy=no-user-gesture-required",
+        ]
+        caps = {
+            "capabilities": {
+                "alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {"binary": browser, "args": args}}
+            }
+        }
         try:
             self.session = self._command("POST", "/session", caps)["sessionId"]
         except BaseException:
@@ -104,8 +116,10 @@ class Chromium:
         deadline = time.monotonic() + timeout
         while not (value := self.script(js)):
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}; page status: "
-                                     f"{self.script('return document.body.innerText')[:2000]}")
+                raise AssertionError(
+                    f"timed out after {timeout} s waiting for {what}; page status: "
+                    f"{self.script('return document.body.innerText')[:2000]}"
+                )
             time.sleep(poll)
         return value
 

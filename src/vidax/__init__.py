@@ -42,18 +42,45 @@ def _check_jax_flax() -> None:
 
 
 __version__ = "0.1.0"
-__all__ = ["Cancelled", "CheckpointError", "ConfigError", "FirstBlockCacheConfig", "InputError", "LTXVideoCondition",
-           "LTX2VideoCondition", "MagCacheConfig", "NumericalError", "OutOfMemoryError", "SetupError", "TaylorSeerCacheConfig", "VidaxError",
-           "load_pipeline"]
+__all__ = [
+    "Cancelled",
+    "CheckpointError",
+    "ConfigError",
+    "FirstBlockCacheConfig",
+    "InputError",
+    "LTXVideoCondition",
+    "LTX2VideoCondition",
+    "MagCacheConfig",
+    "NumericalError",
+    "OutOfMemoryError",
+    "SetupError",
+    "TaylorSeerCacheConfig",
+    "VidaxError",
+    "load_pipeline",
+]
 
 #: Names of the API imported on first use, by module (``load_pipeline`` and the conditions
 #: pull in JAX, flax and a model family; the exceptions are light, but are imported on use too).
-_ERRORS = ("Cancelled", "CheckpointError", "ConfigError", "InputError", "NumericalError", "OutOfMemoryError",
-           "SetupError", "VidaxError")
-_LAZY = {"load_pipeline": "vidax.pipelines.loading", **{name: "vidax.errors" for name in _ERRORS},
-         "errors": None, "LTXVideoCondition": "vidax.models.ltx.pipeline", "LTX2VideoCondition": "vidax.models.ltx2.pipeline_condition",
-         "FirstBlockCacheConfig": "vidax.pipelines.step_cache",
-         "MagCacheConfig": "vidax.pipelines.step_cache", "TaylorSeerCacheConfig": "vidax.pipelines.step_cache"}
+_ERRORS = (
+    "Cancelled",
+    "CheckpointError",
+    "ConfigError",
+    "InputError",
+    "NumericalError",
+    "OutOfMemoryError",
+    "SetupError",
+    "VidaxError",
+)
+_LAZY = {
+    "load_pipeline": "vidax.pipelines.loading",
+    **{name: "vidax.errors" for name in _ERRORS},
+    "errors": None,
+    "LTXVideoCondition": "vidax.models.ltx.pipeline",
+    "LTX2VideoCondition": "vidax.models.ltx2.pipeline_condition",
+    "FirstBlockCacheConfig": "vidax.pipelines.step_cache",
+    "MagCacheConfig": "vidax.pipelines.step_cache",
+    "TaylorSeerCacheConfig": "vidax.pipelines.step_cache",
+}
 
 
 def __getattr__(name: str):
@@ -67,7 +94,9 @@ def __getattr__(name: str):
         module = _LAZY[name] or f"vidax.{name}"  # None: the submodule itself (vidax.errors)
         if module not in sys.modules and module != "vidax.errors":
             _check_jax_flax()
-        return importlib.import_module(module) if _LAZY[name] is None else getattr(importlib.import_module(module), name)
+        return (
+            importlib.import_module(module) if _LAZY[name] is None else getattr(importlib.import_module(module), name)
+        )
     raise AttributeError(f"module 'vidax' has no attribute {name!r}")
 
 

@@ -12,9 +12,15 @@ from vidax.errors import SetupError
 
 ENV = "VIDAX_CACHE_DIR"
 
-_REASONS = {errno.EEXIST: "it is a file, not a folder", errno.ENOTDIR: "a folder on its path is a file",
-            errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-            errno.EROFS: "read-only file system", errno.ENOENT: "it cannot be created there", errno.ENOSPC: "no space left on the device"}
+_REASONS = {
+    errno.EEXIST: "it is a file, not a folder",
+    errno.ENOTDIR: "a folder on its path is a file",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only file system",
+    errno.ENOENT: "it cannot be created there",
+    errno.ENOSPC: "no space left on the device",
+}
 
 
 def cache_dir() -> str:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from vidax.config import read_json_object
 from vidax.errors import Arg, CheckpointError, ConfigError
 
 #: ``task`` values of :func:`vidax.load_pipeline` and what they mean.
-TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-video",
-              "upsample": "latent upsampling"}
+TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-video", "upsample": "latent upsampling"}
 
 #: The config file of a component folder, by preference.
 CONFIG_FILES = ("config.json", "scheduler_config.json", "guider_config.json", "preprocessor_config.json")
@@ -44,8 +44,9 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
     except Exception as e:
         reason = " ".join(f"{type(e).__name__}: {e}".split())  # huggingface_hub's messages span lines
         raise CheckpointError(
-            Arg("checkpoint", path), ": no such local folder, and downloading it from the Hugging Face hub "
-            f"failed ({reason}). Pass a local diffusers-format folder."
+            Arg("checkpoint", path),
+            ": no such local folder, and downloading it from the Hugging Face hub "
+            f"failed ({reason}). Pass a local diffusers-format folder.",
         ) from None
 
 
@@ -84,7 +85,7 @@ class Checkpoint:
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def open(cls, path_or_hub_id: str | os.PathLike) -> "Checkpoint":
+    def open(cls, path_or_hub_id: str | os.PathLike) -> Checkpoint:
         """Read ``model_index.json`` and every component config of a folder (or hub id).
 
         Raises:
@@ -99,8 +100,10 @@ class Checkpoint:
             parent = os.path.dirname(os.path.normpath(root))
             name = os.path.basename(os.path.normpath(root))
             if name in _component_names(os.path.join(parent, "model_index.json")):
-                raise CheckpointError(f"{root} is the {name!r} component of the pipeline folder {parent}; give that "
-                                      "folder (vidax loads diffusers-layout pipeline folders, with model_index.json)")
+                raise CheckpointError(
+                    f"{root} is the {name!r} component of the pipeline folder {parent}; give that "
+                    "folder (vidax loads diffusers-layout pipeline folders, with model_index.json)"
+                )
             raise CheckpointError(f"{root} has no model_index.json; vidax loads diffusers-layout pipeline folders")
         index = read_json_object(file)
         configs, files = {}, {}
@@ -145,8 +148,10 @@ class Checkpoint:
             raise CheckpointError(f"{self.source} names no {name!r} component")
         path = os.path.join(self.root, name)
         if not os.path.isdir(path):
-            raise CheckpointError(f"component folder {name}/ is missing in {self.root} (model_index.json lists "
-                                  f"{self.class_of(name) or self.index[name]})")
+            raise CheckpointError(
+                f"component folder {name}/ is missing in {self.root} (model_index.json lists "
+                f"{self.class_of(name) or self.index[name]})"
+            )
         return path
 
     def require(self, *names: str) -> None:
@@ -200,7 +205,7 @@ class CallDefaults:
     #: ``model_index.json`` key whose object overrides these (vidax's own checkpoints use it).
     INDEX_KEY: ClassVar[str] = "_vidax_call_defaults"
 
-    def for_checkpoint(self, checkpoint: Checkpoint) -> "CallDefaults":
+    def for_checkpoint(self, checkpoint: Checkpoint) -> CallDefaults:
         """These defaults with the checkpoint's ``_vidax_call_defaults`` applied.
 
         Raises:
@@ -213,8 +218,10 @@ class CallDefaults:
         for key, value in given.items():
             ok = key in kinds and not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
             if not ok or (kinds[key] is int and not isinstance(value, int)):
-                raise ConfigError(f"{checkpoint.source}: {self.INDEX_KEY}.{key}={value!r}; keys are "
-                                  f"{sorted(kinds)}, values positive numbers (integers but guidance_scale)")
+                raise ConfigError(
+                    f"{checkpoint.source}: {self.INDEX_KEY}.{key}={value!r}; keys are "
+                    f"{sorted(kinds)}, values positive numbers (integers but guidance_scale)"
+                )
         return dataclasses.replace(self, **given)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import List, Optional
+from typing import Optional
 
 import typer
 from typer.core import TyperCommand
@@ -39,10 +39,16 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the versions of vidax, JAX and flax, and the JAX backend."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the versions of vidax, JAX and flax, and the JAX backend.",
+    ),
 ) -> None:
     """vidax: open video-generation models (diffusers checkpoints) in JAX."""
+
 
 DTYPE_CHOICES = ("float32", "bfloat16")
 #: The original layouts ``--transformer`` reads, as :func:`vidax.weights.single_file.single_file_layouts`
@@ -68,8 +74,12 @@ def _fail(message: str) -> None:
 
 #: The keywords of vidax's functions that ``generate``'s own flags set, where the flag is not
 #: the keyword's name (the others are: ``dtype`` is ``--dtype``).
-KEYWORD_FLAGS = {"timeout_s": "--distributed-timeout", "memory_check": "--no-memory-check",
-                 "decode_audio": "--no-audio", "weight_dtype": "--weights"}
+KEYWORD_FLAGS = {
+    "timeout_s": "--distributed-timeout",
+    "memory_check": "--no-memory-check",
+    "decode_audio": "--no-audio",
+    "weight_dtype": "--weights",
+}
 
 
 class NumberCommand(TyperCommand):
@@ -150,8 +160,13 @@ class GenerateCommand(NumberCommand):
         option = call_options().get(param.name)
         if param.name == "seed":
             return f"an integer in [0, {MAX_SEED}]"
-        return (option.describe_valid() if option is not None else _frame_rate_words() if param.name == "fps"
-                else super().valid(param))
+        return (
+            option.describe_valid()
+            if option is not None
+            else _frame_rate_words()
+            if param.name == "fps"
+            else super().valid(param)
+        )
 
     def bounded(self, param) -> bool:
         option = call_options().get(param.name)
@@ -173,11 +188,21 @@ def _declared_params(options) -> list:
         names = [f"{o.flag_name}/--no-{o.flag_name[2:]}" if o.type is bool else o.flag_name, *o.short]
         default = f" [default: {o.default}]" if o.default and o.cli_default is None else ""
         kind = str if o.type in (IMAGE_FILE, VIDEO_FILE) or o.cli is not None else o.type
-        option = typer.Option(... if o.required else o.cli_default, *names, help=o.help + default,
-                              show_default=o.cli_default is not None,
-                              metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else "LIST" if o.cli else None)
-        params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=kind if o.required else Optional[kind]))
+        option = typer.Option(
+            ... if o.required else o.cli_default,
+            *names,
+            help=o.help + default,
+            show_default=o.cli_default is not None,
+            metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else "LIST" if o.cli else None,
+        )
+        params.append(
+            inspect.Parameter(
+                o.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=option,
+                annotation=kind if o.required else Optional[kind],
+            )
+        )
 
     def flags(**values):
         return values
@@ -199,8 +224,11 @@ class _Spelling:
         self.flags = {p.name: p.opts[0] for p in options if p.opts[0].startswith("--")}
         self.flags.update(KEYWORD_FLAGS)
         # keywords whose flag spells a list as "28,29" (--stg-blocks): their values echoed so
-        self.listed = ({o.name for o in call_options().values() if o.cli is not None}
-                       if isinstance(command, GenerateCommand) else set())
+        self.listed = (
+            {o.name for o in call_options().values() if o.cli is not None}
+            if isinstance(command, GenerateCommand)
+            else set()
+        )
         # the text typed after each flag (``argv``: the command's arguments), by the flag's first spelling
         first = {opt: p.opts[0] for p in options for opt in p.opts}
         self.typed: dict[str, str] = {}
@@ -232,53 +260,102 @@ class _Spelling:
         from vidax.errors import Arg, Message
 
         if isinstance(record.args, tuple):
-            record.args = tuple(self(a) if isinstance(a, Arg) else a.render(self) if isinstance(a, Message) else a
-                                for a in record.args)
+            record.args = tuple(
+                self(a) if isinstance(a, Arg) else a.render(self) if isinstance(a, Message) else a for a in record.args
+            )
         return True
 
 
 #: The flags that load the pipeline, shared by ``generate`` and ``serve`` (:func:`load_flag`).
 _LOAD_FLAGS = {
-    "checkpoint": ((None,), dict(help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random "
-                                      "checkpoint.")),
-    "dtype": (("float32",), dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled "
-                                      "fp32, bf16).")),
-    "matmul_precision": (("highest", "--matmul-precision"), dict(
-        help="Float32 matmuls and convolutions: highest (in float32, as torch), high, or default (the backend's "
-        "fastest: one bfloat16 pass on TPU, TF32 on GPU; float32 runs then have bfloat16-like accuracy). "
-        "bfloat16 products are the same in all three.")),
-    "dp": ((None,), dict(help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
-                              "--dp x --tp x --sp devices are used (the first ones; at most the device count, all of them with several "
-                              "processes), a size not given is 1.")),
+    "checkpoint": (
+        (None,),
+        dict(help="Diffusers-format pipeline folder or hub id. Default: the embedded tiny random checkpoint."),
+    ),
+    "dtype": (
+        ("float32",),
+        dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled fp32, bf16)."),
+    ),
+    "matmul_precision": (
+        ("highest", "--matmul-precision"),
+        dict(
+            help="Float32 matmuls and convolutions: highest (in float32, as torch), high, or default (the backend's "
+            "fastest: one bfloat16 pass on TPU, TF32 on GPU; float32 runs then have bfloat16-like accuracy). "
+            "bfloat16 products are the same in all three."
+        ),
+    ),
+    "dp": (
+        (None,),
+        dict(
+            help="Data-parallel size (batch, CFG pair) [default: 1 when --tp or --sp is given]; "
+            "--dp x --tp x --sp devices are used (the first ones; at most the device count, all of them with several "
+            "processes), a size not given is 1."
+        ),
+    ),
     "tp": ((None,), dict(help="Tensor-parallel size (heads, FFN) [default: 1 when --dp or --sp is given].")),
-    "sp": ((None,), dict(help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1 when --dp "
-                              "or --tp is given].")),
-    "offload_blocks": ((None,), dict(
-        help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
-        "('all': the whole stack), transfers overlapped with compute: models larger than device memory.")),
-    "keep_text_encoder": ((None, "--keep-text-encoder/--offload-text-encoder"), dict(
-        help="Keep the text encoder on the device, or keep it in host memory and place it only to encode "
-        "[default: decided from device memory, see docs/offloading.md].")),
-    "keep_vae": ((None, "--keep-vae/--offload-vae"), dict(
-        help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device "
-        "memory].")),
-    "lora": ((None, "--lora"), dict(
-        help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or LightX2V layout), "
-        "merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). On two-expert "
-        "checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each part on its "
-        "expert).")),
-    "weights": ((None, "--weights"), dict(
-        help="Store the transformer's linear weights 8-bit: int8 or fp8 (float8_e4m3fn), a scale per output "
-        "channel, quantized as they are read, computed in --dtype (half the bytes of bfloat16) [default: "
-        "--dtype's].")),
-    "transformer": ((None, "--transformer"), dict(
-        help="A single-file transformer checkpoint read instead of the checkpoint's transformer/ weights: "
-        ".gguf (Q8_0, Q5_K, Q4_K, ...) or .safetensors (fp8 scaled or not) in the original repository's "
-        "layout (" + ", ".join(SINGLE_FILE_LAYOUTS) + "); a .gguf file's linear weights stay quantized on the device (dequantized "
-        "inside each matmul).")),
-    "compile_cache": ((True, "--compile-cache/--no-compile-cache"), dict(
-        help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; env "
-        "VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it).")),
+    "sp": (
+        (None,),
+        dict(
+            help="Sequence-parallel size (Ulysses over the transformer's tokens) [default: 1 when --dp "
+            "or --tp is given]."
+        ),
+    ),
+    "offload_blocks": (
+        (None,),
+        dict(
+            help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
+            "('all': the whole stack), transfers overlapped with compute: models larger than device memory."
+        ),
+    ),
+    "keep_text_encoder": (
+        (None, "--keep-text-encoder/--offload-text-encoder"),
+        dict(
+            help="Keep the text encoder on the device, or keep it in host memory and place it only to encode "
+            "[default: decided from device memory, see docs/offloading.md]."
+        ),
+    ),
+    "keep_vae": (
+        (None, "--keep-vae/--offload-vae"),
+        dict(
+            help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device "
+            "memory]."
+        ),
+    ),
+    "lora": (
+        (None, "--lora"),
+        dict(
+            help="LoRA file PATH[:SCALE] (.safetensors: diffusers/PEFT, kohya, original/ComfyUI or LightX2V layout), "
+            "merged into the transformer at SCALE [default: 1]; repeatable (the LoRAs add up). On two-expert "
+            "checkpoints (Wan2.2 A14B) it goes on both experts (a file with transformer_2 keys: each part on its "
+            "expert)."
+        ),
+    ),
+    "weights": (
+        (None, "--weights"),
+        dict(
+            help="Store the transformer's linear weights 8-bit: int8 or fp8 (float8_e4m3fn), a scale per output "
+            "channel, quantized as they are read, computed in --dtype (half the bytes of bfloat16) [default: "
+            "--dtype's]."
+        ),
+    ),
+    "transformer": (
+        (None, "--transformer"),
+        dict(
+            help="A single-file transformer checkpoint read instead of the checkpoint's transformer/ weights: "
+            ".gguf (Q8_0, Q5_K, Q4_K, ...) or .safetensors (fp8 scaled or not) in the original repository's "
+            "layout ("
+            + ", ".join(SINGLE_FILE_LAYOUTS)
+            + "); a .gguf file's linear weights stay quantized on the device (dequantized "
+            "inside each matmul)."
+        ),
+    ),
+    "compile_cache": (
+        (True, "--compile-cache/--no-compile-cache"),
+        dict(
+            help="Reuse compiled functions across runs (JAX's persistent cache in the user cache folder; env "
+            "VIDAX_COMPILE_CACHE: 0 turns it off, a path moves it)."
+        ),
+    ),
 }
 
 
@@ -292,48 +369,82 @@ def load_flag(name: str):
 #: ``vidax generate``'s own flags beyond the call's and the load flags: (typer.Option's positional
 #: arguments, its keywords).
 _GENERATE_FLAGS = {
-    "output": (("vidax-output.mp4", "--output", "-o"), dict(
-        help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
-        "one-frame video (--num-frames 1, text-to-image; several frames are refused), or a folder for PNG frames (a new or "
-        "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
-        "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
-        "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
-        "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the image / the folder; "
-        "*.wav writes the sound alone.")),
-    "overwrite": ((False, "--overwrite"), dict(
-        help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
-        "also frames beyond the new video's length), and the .wav beside an *.npy / folder output.")),
-    "audio": ((True, "--audio/--no-audio"), dict(
-        help="Decode and write the sound of a model that makes sound; --no-audio "
-        "leaves it out and skips its decode (accepted, and nothing changes, for models without sound).")),
-    "fps": ((None,), dict(
-        help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]. A model "
-        "that conditions on its frame rate through fps= (Cosmos 3) gets it too.")),
-    "verbose": ((False, "--verbose", "-v"), dict(
-        help="Show the INFO log lines on stderr: vidax's (the attention implementation "
-        "of each shape, LoRA merges and GGUF densify bytes (GGUF blocks a LoRA merges into), staging and offload "
-        "decisions, expert swaps, the compile cache folder, the oneDNN CPU matmul build, ...), and after loading "
-        "where each component's weights are (with offloading, where each waits).")),
-    "vae_tiling": ((False, "--vae-tiling"), dict(
-        help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
-        "diffusers' tile sizes; LTX-Video / LTX-2 also in temporal tiles, use_framewise_decoding): device memory of "
-        "the decode bounded by one tile [default: on only when the memory estimate says an untiled decode does "
-        "not fit; every family].")),
-    "memory_check": ((True, "--memory-check/--no-memory-check"), dict(
-        help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
-        "available RAM); --no-memory-check warns and runs it anyway.")),
-    "cache": ((None,), dict(
-        help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
-        "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite).")),
+    "output": (
+        ("vidax-output.mp4", "--output", "-o"),
+        dict(
+            help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
+            "one-frame video (--num-frames 1, text-to-image; several frames are refused), or a folder for PNG frames (a new or "
+            "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
+            "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
+            "through; other devices, FIFOs and sockets are refused. A model that makes sound (vidax inspect: audio) "
+            "puts it in the mp4 as an AAC track, or in a 16-bit PCM .wav beside *.npy / the image / the folder; "
+            "*.wav writes the sound alone."
+        ),
+    ),
+    "overwrite": (
+        (False, "--overwrite"),
+        dict(
+            help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
+            "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."
+        ),
+    ),
+    "audio": (
+        (True, "--audio/--no-audio"),
+        dict(
+            help="Decode and write the sound of a model that makes sound; --no-audio "
+            "leaves it out and skips its decode (accepted, and nothing changes, for models without sound)."
+        ),
+    ),
+    "fps": (
+        (None,),
+        dict(
+            help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]. A model "
+            "that conditions on its frame rate through fps= (Cosmos 3) gets it too."
+        ),
+    ),
+    "verbose": (
+        (False, "--verbose", "-v"),
+        dict(
+            help="Show the INFO log lines on stderr: vidax's (the attention implementation "
+            "of each shape, LoRA merges and GGUF densify bytes (GGUF blocks a LoRA merges into), staging and offload "
+            "decisions, expert swaps, the compile cache folder, the oneDNN CPU matmul build, ...), and after loading "
+            "where each component's weights are (with offloading, where each waits)."
+        ),
+    ),
+    "vae_tiling": (
+        (False, "--vae-tiling"),
+        dict(
+            help="Decode the video in overlapping spatial tiles (the VAE's enable_tiling(), "
+            "diffusers' tile sizes; LTX-Video / LTX-2 also in temporal tiles, use_framewise_decoding): device memory of "
+            "the decode bounded by one tile [default: on only when the memory estimate says an untiled decode does "
+            "not fit; every family]."
+        ),
+    ),
+    "memory_check": (
+        (True, "--memory-check/--no-memory-check"),
+        dict(
+            help="Refuse (before loading) a run whose memory estimate exceeds the device's memory (on CPU the "
+            "available RAM); --no-memory-check warns and runs it anyway."
+        ),
+    ),
+    "cache": (
+        (None,),
+        dict(
+            help="Step caching [default: off]: first_block:THRESHOLD (First-Block Cache), mag:RATIOS_FILE "
+            "(MagCache; a bare 'mag' calibrates: skips nothing and prints the ratios), taylorseer (TaylorSeer lite)."
+        ),
+    ),
 }
 
 
 def _preset_help() -> str:
     from vidax.pipelines.presets import PRESETS
 
-    return ("A named settings bundle of the checkpoint's family (steps, guidance, sampler, shift, sigmas as its "
-            "model card / diffusers documents them), applied before loading; every flag given still wins. "
-            "Presets: " + "; ".join(f"{p.name} ({p.family}): {p.doc}" for p in PRESETS) + ".")
+    return (
+        "A named settings bundle of the checkpoint's family (steps, guidance, sampler, shift, sigmas as its "
+        "model card / diffusers documents them), applied before loading; every flag given still wins. "
+        "Presets: " + "; ".join(f"{p.name} ({p.family}): {p.doc}" for p in PRESETS) + "."
+    )
 
 
 def generate_flag(name: str):
@@ -357,16 +468,20 @@ def generate(
     dp: Optional[int] = load_flag("dp"),
     tp: Optional[int] = load_flag("tp"),
     sp: Optional[int] = load_flag("sp"),
-    coordinator: Optional[str] = typer.Option(None, help="Multi-host: HOST:PORT of process 0 [env JAX_COORDINATOR_ADDRESS]."),
+    coordinator: Optional[str] = typer.Option(
+        None, help="Multi-host: HOST:PORT of process 0 [env JAX_COORDINATOR_ADDRESS]."
+    ),
     num_processes: Optional[int] = typer.Option(None, help="Multi-host: number of processes [env JAX_NUM_PROCESSES]."),
     process_id: Optional[int] = typer.Option(None, help="Multi-host: this process, 0..N-1 [env JAX_PROCESS_ID]."),
-    distributed_timeout: float = typer.Option(60.0, help="Multi-host: seconds to wait for the coordinator and the other processes."),
+    distributed_timeout: float = typer.Option(
+        60.0, help="Multi-host: seconds to wait for the coordinator and the other processes."
+    ),
     offload_blocks: Optional[str] = load_flag("offload_blocks"),
     keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
     keep_vae: Optional[bool] = load_flag("keep_vae"),
     vae_tiling: bool = generate_flag("vae_tiling"),
     memory_check: bool = generate_flag("memory_check"),
-    lora: Optional[List[str]] = load_flag("lora"),
+    lora: Optional[list[str]] = load_flag("lora"),
     cache: Optional[str] = generate_flag("cache"),
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
@@ -421,16 +536,22 @@ def generate(
 @app.command()
 def inspect(
     ctx: typer.Context,
-    path: str = typer.Argument(..., help="Diffusers-format pipeline folder or hub id, a single-file transformer "
-                              "(.gguf / .safetensors) or a LoRA .safetensors file."),
+    path: str = typer.Argument(
+        ...,
+        help="Diffusers-format pipeline folder or hub id, a single-file transformer "
+        "(.gguf / .safetensors) or a LoRA .safetensors file.",
+    ),
     mesh: Optional[str] = typer.Option(
         None, help="Also show the sharding plan on a mesh, 'DPxTPxSP' or 'dp=..,tp=..,sp=..' (no devices needed)."
     ),
     transformer: Optional[str] = typer.Option(
-        None, "--transformer", help="With a checkpoint folder: also describe this single-file transformer "
+        None,
+        "--transformer",
+        help="With a checkpoint folder: also describe this single-file transformer "
         "(.gguf / .safetensors, as vidax generate --transformer reads it; checked against the folder's transformer) "
         "and its bytes on one device, with --mesh per device, as it loads (its own tensor types; a GGUF file mixing "
-        "types, Q4_K_M / Q5_K_M, padded to the widest type in each layer stack)."),
+        "types, Q4_K_M / Q5_K_M, padded to the widest type in each layer stack).",
+    ),
 ) -> None:
     """Print a checkpoint's components, classes, key configs, parameter counts and dtypes; for a
     single-file transformer its format, tensor types and count, bytes and layout; for a LoRA
@@ -453,14 +574,20 @@ def inspect(
             if not os.path.exists(path):
                 raise InputError(f"vidax inspect {path!r}: no such file")
             if transformer is not None:
-                raise InputError(Arg("transformer", keyword=True), f" needs a checkpoint folder as PATH: {path} is "
-                                 f"a single file; run vidax inspect FOLDER --transformer {shlex.quote(transformer)}")
+                raise InputError(
+                    Arg("transformer", keyword=True),
+                    f" needs a checkpoint folder as PATH: {path} is "
+                    f"a single file; run vidax inspect FOLDER --transformer {shlex.quote(transformer)}",
+                )
             if mesh is not None:  # a single file has no config.json to build its transformer from
-                raise InputError(Arg("mesh", mesh), f" needs the transformer's config.json: {path} is a single "
-                                 f"file; for a single-file transformer run vidax inspect FOLDER --transformer "
-                                 f"{shlex.quote(path)} --mesh {shlex.quote(mesh)}, FOLDER a checkpoint folder of its "
-                                 "model (the bytes per device of this file's own tensor types, GGUF stacks mixing "
-                                 "types padded to the widest type)")
+                raise InputError(
+                    Arg("mesh", mesh),
+                    f" needs the transformer's config.json: {path} is a single "
+                    f"file; for a single-file transformer run vidax inspect FOLDER --transformer "
+                    f"{shlex.quote(path)} --mesh {shlex.quote(mesh)}, FOLDER a checkpoint folder of its "
+                    "model (the bytes per device of this file's own tensor types, GGUF stacks mixing "
+                    "types padded to the widest type)",
+                )
 
             typer.echo(describe_single_file(path) or describe_lora(path))
             return
@@ -474,12 +601,22 @@ def inspect(
     except VidaxError as e:
         spelling = _Spelling(ctx.command, ctx.meta.get("argv"))
         # The folder is the command's PATH argument: named as typed, not as the Python keyword.
-        _fail(e.render(lambda a: f"vidax inspect {a.shown_value()}" if a.name == "checkpoint" and a.has_value
-                       else spelling(a)))
+        _fail(
+            e.render(
+                lambda a: f"vidax inspect {a.shown_value()}" if a.name == "checkpoint" and a.has_value else spelling(a)
+            )
+        )
 
 
-def _check_serve_flags(queue_size: int, max_batch: int, save_every: int, preview_every: int,
-                       batch_window_ms: float, jobs_dir: str, port: int) -> None:
+def _check_serve_flags(
+    queue_size: int,
+    max_batch: int,
+    save_every: int,
+    preview_every: int,
+    batch_window_ms: float,
+    jobs_dir: str,
+    port: int,
+) -> None:
     """vidax serve's own flags checked before anything loads.
 
     Raises:
@@ -489,16 +626,22 @@ def _check_serve_flags(queue_size: int, max_batch: int, save_every: int, preview
 
     if queue_size < 0:
         raise InputError(Arg("queue_size"), " must be >= 0, got ", ArgValue("queue_size", queue_size))
-    for name, value, least in (("max_batch", max_batch, 1), ("save_every", save_every, 0),
-                               ("preview_every", preview_every, 0)):
+    for name, value, least in (
+        ("max_batch", max_batch, 1),
+        ("save_every", save_every, 0),
+        ("preview_every", preview_every, 0),
+    ):
         if value < least:
             raise InputError(Arg(name), f" must be >= {least}, got ", ArgValue(name, value))
     if not 0 <= batch_window_ms <= 60000:
-        raise InputError(Arg("batch_window_ms"), " must be in [0, 60000], got ",
-                         ArgValue("batch_window_ms", batch_window_ms))
+        raise InputError(
+            Arg("batch_window_ms"), " must be in [0, 60000], got ", ArgValue("batch_window_ms", batch_window_ms)
+        )
     if not jobs_dir.strip():
-        raise InputError(Arg("jobs_dir", jobs_dir), " is empty; give a folder for the job records (default "
-                         "vidax-jobs, created if missing)")
+        raise InputError(
+            Arg("jobs_dir", jobs_dir),
+            " is empty; give a folder for the job records (default vidax-jobs, created if missing)",
+        )
     if not 0 <= port <= 65535:
         raise InputError(Arg("port"), " must be in [0, 65535], got ", ArgValue("port", port))
 
@@ -507,30 +650,56 @@ def _check_serve_flags(queue_size: int, max_batch: int, save_every: int, preview
 def serve(
     ctx: typer.Context,
     checkpoint: Optional[str] = load_flag("checkpoint"),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (only this one; 0.0.0.0 for every IPv4 "
-                             "interface). An address other machines reach needs --api-key (or --insecure-no-auth)."),
-    api_key: Optional[str] = typer.Option(None, envvar="VIDAX_API_KEY", show_envvar=True, help="Require "
-                                          "'Authorization: Bearer KEY' on every request (401 otherwise); the page "
-                                          "asks for the key. Prefer the environment variable: a flag's value shows "
-                                          "in the process list."),
-    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Serve a non-loopback --host without "
-                                          "an API key (anyone who reaches the port can run and delete jobs)."),
+    host: str = typer.Option(
+        "127.0.0.1",
+        help="Address to listen on (only this one; 0.0.0.0 for every IPv4 "
+        "interface). An address other machines reach needs --api-key (or --insecure-no-auth).",
+    ),
+    api_key: Optional[str] = typer.Option(
+        None,
+        envvar="VIDAX_API_KEY",
+        show_envvar=True,
+        help="Require "
+        "'Authorization: Bearer KEY' on every request (401 otherwise); the page "
+        "asks for the key. Prefer the environment variable: a flag's value shows "
+        "in the process list.",
+    ),
+    insecure_no_auth: bool = typer.Option(
+        False,
+        "--insecure-no-auth",
+        help="Serve a non-loopback --host without an API key (anyone who reaches the port can run and delete jobs).",
+    ),
     port: int = typer.Option(8000, help="Port to listen on (0: a free one, printed when the server is ready)."),
-    jobs_dir: str = typer.Option("vidax-jobs", help="Folder of the job records (jobs.sqlite3) and the videos "
-                                 "(<id>.mp4); a restart keeps every finished video."),
-    queue_size: int = typer.Option(8, help="Jobs that may wait behind the running batch; a request beyond them "
-                                   "gets 429."),
-    max_batch: int = typer.Option(1, help="Run up to this many queued jobs as one denoising batch when they differ "
-                                  "only in prompt, negative prompt and seed (same size, frames, steps, guidance, "
-                                  "options); 1: one at a time. Each job's video equals it run alone (see README)."),
-    batch_window_ms: float = typer.Option(0.0, help="With --max-batch > 1: how long (ms) a free worker waits for "
-                                          "more jobs to join a batch that is not full."),
-    save_every: int = typer.Option(5, help="Save a running job's denoising state every this many steps (under "
-                                   "--jobs-dir/states, atomically), so a restart resumes it there; 0: never (it "
-                                   "starts over)."),
-    preview_every: int = typer.Option(0, help="Make a preview image of a running job every this many steps "
-                                      "(the current clean-sample estimate through a latent-to-RGB map fit to the VAE at "
-                                      "start, for GET /v1/videos/ID/events and the page); 0: never."),
+    jobs_dir: str = typer.Option(
+        "vidax-jobs",
+        help="Folder of the job records (jobs.sqlite3) and the videos "
+        "(<id>.mp4); a restart keeps every finished video.",
+    ),
+    queue_size: int = typer.Option(
+        8, help="Jobs that may wait behind the running batch; a request beyond them gets 429."
+    ),
+    max_batch: int = typer.Option(
+        1,
+        help="Run up to this many queued jobs as one denoising batch when they differ "
+        "only in prompt, negative prompt and seed (same size, frames, steps, guidance, "
+        "options); 1: one at a time. Each job's video equals it run alone (see README).",
+    ),
+    batch_window_ms: float = typer.Option(
+        0.0,
+        help="With --max-batch > 1: how long (ms) a free worker waits for more jobs to join a batch that is not full.",
+    ),
+    save_every: int = typer.Option(
+        5,
+        help="Save a running job's denoising state every this many steps (under "
+        "--jobs-dir/states, atomically), so a restart resumes it there; 0: never (it "
+        "starts over).",
+    ),
+    preview_every: int = typer.Option(
+        0,
+        help="Make a preview image of a running job every this many steps "
+        "(the current clean-sample estimate through a latent-to-RGB map fit to the VAE at "
+        "start, for GET /v1/videos/ID/events and the page); 0: never.",
+    ),
     dtype: str = load_flag("dtype"),
     matmul_precision: str = load_flag("matmul_precision"),
     dp: Optional[int] = load_flag("dp"),
@@ -539,14 +708,18 @@ def serve(
     offload_blocks: Optional[str] = load_flag("offload_blocks"),
     keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
     keep_vae: Optional[bool] = load_flag("keep_vae"),
-    lora: Optional[List[str]] = load_flag("lora"),
+    lora: Optional[list[str]] = load_flag("lora"),
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
     verbose: bool = typer.Option(
-        False, "--verbose", "-v", help="Show the INFO log lines on stderr: uvicorn's (every request) and vidax's "
+        False,
+        "--verbose",
+        "-v",
+        help="Show the INFO log lines on stderr: uvicorn's (every request) and vidax's "
         "(as vidax generate --verbose: the attention implementation, LoRA merges and GGUF densify bytes, staging "
-        "and offload decisions, the compile cache folder, the oneDNN CPU matmul build, ...)."),
+        "and offload decisions, the compile cache folder, the oneDNN CPU matmul build, ...).",
+    ),
 ) -> None:
     """Serve video generation over HTTP: OpenAI's /v1/videos API and a page at /.
 
@@ -573,10 +746,28 @@ def serve(
         loras = _lora_files(lora or [])  # unreadable or malformed files: before any loading
         from vidax.serve.command import run
 
-        run(checkpoint, host, port, jobs_dir, queue_size, dtype, (dp, tp, sp), offload, compile_cache, verbose,
-            load=lambda pipe: apply_loras(pipe, loras), weight_dtype=weights, transformer=transformer,
-            matmul_precision=matmul_precision, api_key=api_key, insecure_no_auth=insecure_no_auth,
-            max_batch=max_batch, batch_window_ms=batch_window_ms, save_every=save_every, preview_every=preview_every)
+        run(
+            checkpoint,
+            host,
+            port,
+            jobs_dir,
+            queue_size,
+            dtype,
+            (dp, tp, sp),
+            offload,
+            compile_cache,
+            verbose,
+            load=lambda pipe: apply_loras(pipe, loras),
+            weight_dtype=weights,
+            transformer=transformer,
+            matmul_precision=matmul_precision,
+            api_key=api_key,
+            insecure_no_auth=insecure_no_auth,
+            max_batch=max_batch,
+            batch_window_ms=batch_window_ms,
+            save_every=save_every,
+            preview_every=preview_every,
+        )
     except VidaxError as e:
         _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))
 

@@ -39,8 +39,10 @@ def call_options() -> dict:
             if o.name not in options:
                 options[o.name] = o
             elif o.type != options[o.name].type:
-                raise ConfigError(f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
-                                  f"pipeline as {options[o.name].type}; one flag cannot take both")
+                raise ConfigError(
+                    f"{spec.class_name} declares the call keyword {o.name!r} as {o.type}, another "
+                    f"pipeline as {options[o.name].type}; one flag cannot take both"
+                )
             else:
                 helps.setdefault(o.name, [options[o.name].help]).append(o.help)
                 if o.default != options[o.name].default:
@@ -71,8 +73,10 @@ def _lora_files(specs: list[str]) -> list[tuple[str, float]]:
             except ValueError:
                 raise InputError(f"--lora {spec!r}: give PATH or PATH:SCALE with SCALE a number") from None
             if not math.isfinite(scale) or abs(scale) > MAX_FLOAT:  # the merge is float32
-                raise InputError(f"--lora {spec!r}: SCALE must be a finite number (at most {MAX_FLOAT:.4g} in "
-                                 "magnitude, float32's largest)")
+                raise InputError(
+                    f"--lora {spec!r}: SCALE must be a finite number (at most {MAX_FLOAT:.4g} in "
+                    "magnitude, float32's largest)"
+                )
         parse(*read_state_dict(path, f"--lora {path}"), what=f"--lora {path}")
         out.append((path, scale))
     return out
@@ -82,8 +86,10 @@ def apply_loras(pipe, loras: list[tuple[str, float]]) -> None:
     """Merge the LoRAs of :func:`_lora_files` into ``pipe``'s transformer(s) at their scales
     (every key placed and checked before any step runs); nothing for an empty list."""
     if loras:
-        names = [pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
-                 for i, (path, _) in enumerate(loras)]
+        names = [
+            pipe.lora.load(path, f"lora_{i}", experts=range(len(pipe.experts.modules)), what=f"--lora {path}")
+            for i, (path, _) in enumerate(loras)
+        ]
         pipe.set_adapters(names, [scale for _, scale in loras])
 
 
@@ -91,13 +97,21 @@ def _check_lora_on_streamed_gguf(loras, transformer, weights, offload) -> None:
     """A LoRA on a .gguf transformer (its linear weights kept as GGUF blocks) with streamed blocks
     is refused by the merge (vidax does not merge into streamed GGUF blocks): refuse it here, before
     any loading, instead of after the transformer is read."""
-    if loras and transformer and weights is None and offload is not None and offload.streams_blocks \
-            and str(transformer).lower().endswith(".gguf"):
+    if (
+        loras
+        and transformer
+        and weights is None
+        and offload is not None
+        and offload.streams_blocks
+        and str(transformer).lower().endswith(".gguf")
+    ):
         from vidax.errors import InputError
 
-        raise InputError(f"--lora {loras[0][0]}: vidax does not merge a LoRA into the GGUF blocks of a .gguf "
-                         "--transformer whose blocks are streamed (--offload-blocks); drop --offload-blocks, or add "
-                         "--weights int8 (the file re-quantized to int8, which a LoRA merges into)")
+        raise InputError(
+            f"--lora {loras[0][0]}: vidax does not merge a LoRA into the GGUF blocks of a .gguf "
+            "--transformer whose blocks are streamed (--offload-blocks); drop --offload-blocks, or add "
+            "--weights int8 (the file re-quantized to int8, which a LoRA merges into)"
+        )
 
 
 def _offload_config(offload_blocks, keep_text_encoder, keep_vae):

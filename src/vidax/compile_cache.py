@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 
@@ -87,11 +87,15 @@ def setup_compile_cache(enabled: bool = True) -> str | None:
     setting = os.environ.get(ENV, "").strip()
     if setting.lower() in _OFF:
         return None
-    from vidax.cache import ENV as CACHE_ENV, cache_subdir, usable_folder
+    from vidax.cache import ENV as CACHE_ENV
+    from vidax.cache import cache_subdir, usable_folder
 
     if setting:
-        path = usable_folder(os.path.abspath(os.path.expanduser(setting)), f"{ENV}={setting!r}",
-                             f"set {ENV} to a writable folder, or to 0 to compile without a cache")
+        path = usable_folder(
+            os.path.abspath(os.path.expanduser(setting)),
+            f"{ENV}={setting!r}",
+            f"set {ENV} to a writable folder, or to 0 to compile without a cache",
+        )
     elif os.environ.get(CACHE_ENV):
         path = cache_subdir("jax_compile_cache")
     else:
@@ -131,7 +135,7 @@ class CompileCounts:
     from_cache: int = 0
     written: int = 0
 
-    def add(self, other: "CompileCounts") -> None:
+    def add(self, other: CompileCounts) -> None:
         """Add ``other``'s counts to these."""
         self.compiled += other.compiled
         self.from_cache += other.from_cache

@@ -20,7 +20,8 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from vidax.errors import ConfigError
 
@@ -139,8 +140,9 @@ def check_positive_ints(source: str, config: Any, names: tuple[str, ...]) -> Non
             raise ConfigError(f"{source}: {name}={value!r} must be a positive integer")
 
 
-def check_vae_blocks(source: str, block_out_channels: Any, norm_num_groups: int,
-                     block_types: Mapping[str, tuple[Any, str]]) -> None:
+def check_vae_blocks(
+    source: str, block_out_channels: Any, norm_num_groups: int, block_types: Mapping[str, tuple[Any, str]]
+) -> None:
     """The checks a diffusers VAE config's block lists share: ``block_out_channels`` a non-empty
     list of positive integers each divisible by ``norm_num_groups``, and each entry of
     ``block_types`` (``key -> (value, the one type implemented)``) that type once per block.
@@ -178,8 +180,14 @@ def _finite(value: Any) -> bool:
     return True
 
 
-_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
-               type(None): "null"}
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def read_json_object(path: str | os.PathLike, error: type[Exception] = ConfigError) -> dict[str, Any]:

@@ -101,10 +101,42 @@ VAE = {
     "dim_mult": [1, 2, 4, 4],
     "dropout": 0.0,
     # The real Wan2.1 VAE statistics (reference_configs), so latents are scaled as in the release.
-    "latents_mean": [-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
-                     0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921],
-    "latents_std": [2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
-                    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.916],
+    "latents_mean": [
+        -0.7571,
+        -0.7089,
+        -0.9113,
+        0.1075,
+        -0.1745,
+        0.9653,
+        -0.1517,
+        1.5508,
+        0.4134,
+        -0.0715,
+        0.5517,
+        -0.3632,
+        -0.1922,
+        -0.9497,
+        0.2503,
+        -0.2921,
+    ],
+    "latents_std": [
+        2.8184,
+        1.4541,
+        2.3275,
+        2.6558,
+        1.2196,
+        1.7708,
+        2.6052,
+        2.0743,
+        3.2687,
+        2.1526,
+        2.8652,
+        1.5579,
+        1.6382,
+        1.1253,
+        2.8251,
+        1.916,
+    ],
     "num_res_blocks": 2,
     "temperal_downsample": [False, True, True],
     "z_dim": 16,
@@ -235,13 +267,19 @@ def write_tiny_wan_checkpoint(path: str, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     te_cfg = T5EncoderConfig.from_config_dict(TEXT_ENCODER)
     te = random_module(lambda: T5Encoder(te_cfg, rngs=nnx.Rngs(0)), rng)
-    component("text_encoder", TEXT_ENCODER, "config.json", export_state_dict(te, t5_key_rules(te_cfg)),
-              "model.safetensors")
+    component(
+        "text_encoder", TEXT_ENCODER, "config.json", export_state_dict(te, t5_key_rules(te_cfg)), "model.safetensors"
+    )
     tr_cfg = WanTransformerConfig.from_config_dict(TRANSFORMER)
     tr = random_module(lambda: WanTransformer3DModel(tr_cfg, rngs=nnx.Rngs(0)), rng)
     tr_rules = registry().component("WanTransformer3DModel").rules(tr_cfg)
-    component("transformer", TRANSFORMER, "config.json", export_state_dict(tr, tr_rules),
-              "diffusion_pytorch_model.safetensors")
+    component(
+        "transformer",
+        TRANSFORMER,
+        "config.json",
+        export_state_dict(tr, tr_rules),
+        "diffusion_pytorch_model.safetensors",
+    )
     vae_cfg = WanVAEConfig.from_config_dict(VAE)
     vae = random_module(lambda: WanVAE(vae_cfg, rngs=nnx.Rngs(0)), rng)
     vae_rules = registry().component("AutoencoderKLWan").rules(vae_cfg)

@@ -6,13 +6,13 @@ a user can fix the call without reading vidax's source. An argument is named as 
 ``vidax generate`` as the flag the user typed (``--num-frames 3``).
 """
 
-
 import dataclasses
 import decimal
 import math
 import numbers
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _NO_VALUE = object()
 
@@ -78,8 +78,12 @@ class Arg:
         as the request sent it) when it spells the value, a number (``1e30`` for 1e+30, ``2``
         for 2.0, ``NaN`` for nan); else :meth:`shown_value`."""
         value = self.value
-        if text is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and typed_number(text) is not None:
+        if (
+            text is not None
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and typed_number(text) is not None
+        ):
             if isinstance(value, int):  # exactly: 1e99 spells 10**99, not the int nearest to float 1e99
                 same = decimal.Decimal(text.strip()) == value
             else:
@@ -112,8 +116,9 @@ class ArgValue(Arg):
         """A number as its digits (a numpy number too: ``1e+39``, not ``np.float64(1e+39)``);
         anything else as its repr, so that its type shows (``'2'``, ``array(5)``)."""
         value = self.value
-        number = isinstance(value, numbers.Number) or (type(value).__module__ == "numpy"
-                                                       and not hasattr(value, "__len__"))  # a numpy scalar
+        number = isinstance(value, numbers.Number) or (
+            type(value).__module__ == "numpy" and not hasattr(value, "__len__")
+        )  # a numpy scalar
         return str(value) if number else repr(value)
 
     def __str__(self) -> str:
@@ -130,14 +135,17 @@ class Message:
 
     def render(self, spell: Callable[[Arg], str]) -> str:
         """The text with each :class:`Arg` written as ``spell(arg)``."""
-        return "".join(spell(p) if isinstance(p, Arg) else p.render(spell) if isinstance(p, Message) else str(p)
-                       for p in self.parts)
+        return "".join(
+            spell(p) if isinstance(p, Arg) else p.render(spell) if isinstance(p, Message) else str(p)
+            for p in self.parts
+        )
 
     @property
     def arguments(self) -> tuple[str, ...]:
         named = lambda p: isinstance(p, Arg) and not isinstance(p, ArgValue)  # noqa: E731
-        return tuple(a for p in self.parts for a in ((p.name,) if named(p) else
-                                                      p.arguments if isinstance(p, Message) else ()))
+        return tuple(
+            a for p in self.parts for a in ((p.name,) if named(p) else p.arguments if isinstance(p, Message) else ())
+        )
 
     def __str__(self) -> str:
         return self.render(str)

@@ -11,16 +11,48 @@ from typing import Any
 
 import typer
 
-from vidax.cli_flags import (_check_lora_on_streamed_gguf, _frame_rate_words, _lora_files, _offload_config,
-                             apply_loras, call_options)
+from vidax.cli_flags import (
+    _check_lora_on_streamed_gguf,
+    _frame_rate_words,
+    _lora_files,
+    _offload_config,
+    apply_loras,
+    call_options,
+)
 
 
-def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precision="highest",
-              dp=None, tp=None, sp=None, coordinator=None, num_processes=None, process_id=None,
-              distributed_timeout=60.0, offload_blocks=None,
-              keep_text_encoder=None, keep_vae=None, compile_cache=True, overwrite=False, stop=None,
-              memory_check=True, lora=None, audio=True, cache=None, spelling=None, vae_tiling=False,
-              weights=None, transformer=None, preset=None) -> None:
+def run(
+    given,
+    checkpoint,
+    dtype,
+    output,
+    fps,
+    progress,
+    verbose,
+    matmul_precision="highest",
+    dp=None,
+    tp=None,
+    sp=None,
+    coordinator=None,
+    num_processes=None,
+    process_id=None,
+    distributed_timeout=60.0,
+    offload_blocks=None,
+    keep_text_encoder=None,
+    keep_vae=None,
+    compile_cache=True,
+    overwrite=False,
+    stop=None,
+    memory_check=True,
+    lora=None,
+    audio=True,
+    cache=None,
+    spelling=None,
+    vae_tiling=False,
+    weights=None,
+    transformer=None,
+    preset=None,
+) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Arg, ArgValue, Cancelled, InputError
     from vidax.io.video import check_output_path
@@ -49,8 +81,18 @@ def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precisi
     multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     stats = RunStats()
-    plan = _plan_call(_checkpoint_or_default(checkpoint), given, fps, weights, transformer, progress=progress,
-                      cancel=stop, decode_audio=audio, preset=preset, loras=[p for p, _ in loras])
+    plan = _plan_call(
+        _checkpoint_or_default(checkpoint),
+        given,
+        fps,
+        weights,
+        transformer,
+        progress=progress,
+        cancel=stop,
+        decode_audio=audio,
+        preset=preset,
+        loras=[p for p, _ in loras],
+    )
     preset_line = _preset_line(plan, given, loras)
     sound = _makes_sound(plan, audio, fmt, output)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
@@ -80,9 +122,11 @@ def run(given, checkpoint, dtype, output, fps, progress, verbose, matmul_precisi
     written = _write_outputs(out, paths, fmt, output, fps, fps_given, overwrite, stop, spelling)
     _report_written(out, written, fmt, output)
     if stop():
-        rest = paths[len(written):]
-        stop.exit(f"while writing --output: wrote {', '.join(written) or 'nothing'}"
-                  + (f"; not written: {', '.join(rest)}" if rest else " (complete)"))
+        rest = paths[len(written) :]
+        stop.exit(
+            f"while writing --output: wrote {', '.join(written) or 'nothing'}"
+            + (f"; not written: {', '.join(rest)}" if rest else " (complete)")
+        )
     typer.echo("summary:\n" + out.stats.summary() + (f"\n{preset_line}" if preset_line else ""), err=True)
 
 
@@ -104,8 +148,9 @@ def _read_input_files(given: dict) -> tuple[dict, dict]:
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
     raw = dict(given)
-    given.update({k: _read_file(options[k].type, k, v) for k, v in given.items()
-                  if options[k].type in (IMAGE_FILE, VIDEO_FILE)})
+    given.update(
+        {k: _read_file(options[k].type, k, v) for k, v in given.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)}
+    )
     return given, raw
 
 
@@ -118,7 +163,8 @@ def _checkpoint_or_default(checkpoint: str | None) -> str:
     typer.secho(
         f"Using the embedded default checkpoint ({PUBLIC_NAME}): Wan2.1 layout with tiny, RANDOM "
         "weights, so the video is noise. Pass --checkpoint PATH for real weights.",
-        fg=typer.colors.YELLOW, err=True,
+        fg=typer.colors.YELLOW,
+        err=True,
     )
     return PUBLIC_NAME
 
@@ -137,21 +183,31 @@ def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=N
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     tasks = [options[k].task for k in inputs]
     task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
-    plan = with_preset(read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer), preset,
-                       "--preset")
+    plan = with_preset(
+        read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer), preset, "--preset"
+    )
     cls, root = plan.pipeline, plan.checkpoint.root
     takes = set(cls.call_args())
     untaken = [k for k in inputs if k not in takes]
     if len(inputs) > 1 and untaken:
         chooser = next(k for k in inputs if options[k].task == task)
-        raise InputError(*joined([Arg(k) for k in inputs], " and "), " are both given: with ", Arg(chooser),
-                         f", {root} runs {TASK_NAMES[task]} ({cls.__name__}), which takes no ",
-                         *joined(Arg(k) for k in untaken), "; give one of them")
+        raise InputError(
+            *joined([Arg(k) for k in inputs], " and "),
+            " are both given: with ",
+            Arg(chooser),
+            f", {root} runs {TASK_NAMES[task]} ({cls.__name__}), which takes no ",
+            *joined(Arg(k) for k in untaken),
+            "; give one of them",
+        )
     unused = [k for k in given if k not in takes]
     if unused:
         own = [Arg(o.name) for o in cls.call_options if o.is_flag]
-        raise InputError(f"{cls.__name__} ({root}) does not use ", *joined(Arg(k) for k in unused),
-                         "; its own flags: ", *(joined(own) or ["none beyond the common ones"]))
+        raise InputError(
+            f"{cls.__name__} ({root}) does not use ",
+            *joined(Arg(k) for k in unused),
+            "; its own flags: ",
+            *(joined(own) or ["none beyond the common ones"]),
+        )
     given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
         given["fps"] = float(fps)
@@ -174,8 +230,9 @@ def _makes_sound(plan, audio: bool, fmt: str, output: str) -> bool:
     sound = audio and silent is None
     if fmt == "wav" and not sound:
         why = silent or ("--no-audio leaves the sound out",)
-        raise InputError(Arg("output", output), " writes the sound alone, but ", *why,
-                         "; give *.mp4, *.npy or a folder")
+        raise InputError(
+            Arg("output", output), " writes the sound alone, but ", *why, "; give *.mp4, *.npy or a folder"
+        )
     return sound
 
 
@@ -214,8 +271,10 @@ def _check_vae_tiling(plan, vae_tiling: bool) -> None:
 
     size = plan.pipeline.model_size(plan.info, plan.call)
     if vae_tiling and not (size is not None and size.decode_tile):
-        raise InputError(Arg("vae_tiling"), f": the VAE of {plan.pipeline.__name__} ({plan.checkpoint.root}) has no "
-                         "tiled decode in vidax yet")
+        raise InputError(
+            Arg("vae_tiling"),
+            f": the VAE of {plan.pipeline.__name__} ({plan.checkpoint.root}) has no tiled decode in vidax yet",
+        )
 
 
 def _load(plan, stats, progress: bool, loras: list, cache_config, cache_flag: str):
@@ -256,12 +315,16 @@ def _run(pipe, call, fmt: str, output: str):
             kept = save_unwritten(e.latents, os.path.splitext(output.rstrip(os.sep))[0] + "-latents")
         except OSError:
             raise e from None
-        raise NumericalError(e.message, f"; the final latents are kept in {kept} (float32 {tuple(e.latents.shape)} "
-                             "as output_type=\"latent\" gives them, numpy.load)") from None
+        raise NumericalError(
+            e.message,
+            f"; the final latents are kept in {kept} (float32 {tuple(e.latents.shape)} "
+            'as output_type="latent" gives them, numpy.load)',
+        ) from None
 
 
-def _write_outputs(out, paths: list, fmt: str, output: str, fps, fps_given: bool, overwrite: bool, stop,
-                   spelling) -> list:
+def _write_outputs(
+    out, paths: list, fmt: str, output: str, fps, fps_given: bool, overwrite: bool, stop, spelling
+) -> list:
     """Write each video (or its sound alone) to its path; the paths written. A signal meanwhile
     lets the file being written complete and writes no more; a failed write keeps the frames."""
     from vidax.io.video import write_audio, write_video
@@ -280,8 +343,11 @@ def _write_outputs(out, paths: list, fmt: str, output: str, fps, fps_given: bool
             if fmt == "wav":
                 written.append(write_audio(sound, path, out.audio_sample_rate))
             else:
-                written.append(write_video(clip, path, fps=fps, overwrite=overwrite, audio=sound,
-                                           sample_rate=out.audio_sample_rate))
+                written.append(
+                    write_video(
+                        clip, path, fps=fps, overwrite=overwrite, audio=sound, sample_rate=out.audio_sample_rate
+                    )
+                )
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
             _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
     return written
@@ -299,15 +365,22 @@ def _report_written(out, written: list, fmt: str, output: str) -> None:
     if fmt == DISCARD:
         typer.echo(f"wrote nothing: --output {output} keeps nothing ({size})", err=True)
     elif fmt == "wav":  # the frames were made (the sound follows them) but not kept
-        typer.echo(f"wrote {', '.join(written)} (the sound only, {out.audio.shape[-1] / out.audio_sample_rate:.2f} s "
-                   f"at {out.audio_sample_rate} Hz; the video's {size.split(',')[0]} were not written)", err=True)
+        typer.echo(
+            f"wrote {', '.join(written)} (the sound only, {out.audio.shape[-1] / out.audio_sample_rate:.2f} s "
+            f"at {out.audio_sample_rate} Hz; the video's {size.split(',')[0]} were not written)",
+            err=True,
+        )
     else:
         typer.echo(f"wrote {', '.join(written)} ({size}, {fmt})", err=True)
     for path in written if out.audio is None else ():  # a .wav beside is a run's sound: never this one's
         wav = audio_path(path)
         if wav is not None and os.path.isfile(wav):
-            typer.secho(f"warning: {wav} beside {path} is from an earlier run and was not replaced (this run made "
-                        "no sound); it is not this video's sound", fg=typer.colors.YELLOW, err=True)
+            typer.secho(
+                f"warning: {wav} beside {path} is from an earlier run and was not replaced (this run made "
+                "no sound); it is not this video's sound",
+                fg=typer.colors.YELLOW,
+                err=True,
+            )
 
 
 def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) -> str | None:
@@ -318,11 +391,14 @@ def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) 
     if abs(video_s - sound_s) <= 1 / fps:
         return None
     if not fps_given:
-        logging.getLogger("vidax.pipeline").debug("the video lasts %.3f s, its sound %.3f s (the model's rounding)",
-                                                  video_s, sound_s)
+        logging.getLogger("vidax.pipeline").debug(
+            "the video lasts %.3f s, its sound %.3f s (the model's rounding)", video_s, sound_s
+        )
         return None
-    return (f"warning: at --fps {fps} the video lasts {video_s:.2f} s but its sound {sound_s:.2f} s; they drift "
-            "apart (leave --fps out for the model's frame rate)")
+    return (
+        f"warning: at --fps {fps} the video lasts {video_s:.2f} s but its sound {sound_s:.2f} s; they drift "
+        "apart (leave --fps out for the model's frame rate)"
+    )
 
 
 def _read_file(kind: str, name: str, path: str):
@@ -359,14 +435,26 @@ def _keep_unwritten(frames, output, written, error, spelling, audio=None, sample
     done = f"; wrote {', '.join(written)}" if written else ""
     try:
         kept = save_unwritten(frames, output)
-        sound = "" if audio is None else (
-            f"; the sound in {save_unwritten(audio, os.path.splitext(output.rstrip(os.sep))[0] + '-audio')} "
-            f"(float32 {tuple(audio.shape)} = (videos, channels, samples) in [-1, 1] at {sample_rate} Hz)")
+        sound = (
+            ""
+            if audio is None
+            else (
+                f"; the sound in {save_unwritten(audio, os.path.splitext(output.rstrip(os.sep))[0] + '-audio')} "
+                f"(float32 {tuple(audio.shape)} = (videos, channels, samples) in [-1, 1] at {sample_rate} Hz)"
+            )
+        )
     except OSError as e:
-        typer.secho(f"error: could not write --output {output!r} ({reason}){done}; saving the frames as .npy "
-                    f"failed too ({type(e).__name__}: {e})", fg=typer.colors.RED, err=True)
+        typer.secho(
+            f"error: could not write --output {output!r} ({reason}){done}; saving the frames as .npy "
+            f"failed too ({type(e).__name__}: {e})",
+            fg=typer.colors.RED,
+            err=True,
+        )
         raise typer.Exit(1) from None
-    typer.secho(f"error: could not write --output {output!r} ({reason}){done}; the frames are kept in {kept} "
-                f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)"
-                + sound, fg=typer.colors.RED, err=True)
+    typer.secho(
+        f"error: could not write --output {output!r} ({reason}){done}; the frames are kept in {kept} "
+        f"(float32 {tuple(frames.shape)} = (videos, frames, height, width, RGB) in [0, 1], numpy.load)" + sound,
+        fg=typer.colors.RED,
+        err=True,
+    )
     raise typer.Exit(1) from None

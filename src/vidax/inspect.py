@@ -6,8 +6,8 @@ import math
 import os
 from collections import Counter
 
-from vidax.errors import VidaxError
 from vidax.checkpoint import Checkpoint
+from vidax.errors import VidaxError
 from vidax.pipelines.plan import read_plan
 from vidax.pipelines.weight_formats import with_weights
 from vidax.registry import registry
@@ -77,13 +77,20 @@ def _variant(ckpt: Checkpoint) -> list[str]:
     except VidaxError as e:
         return [f"  variant: not runnable by vidax generate: {e}"]
     d = info.defaults
-    sound = [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"
-             ] if cls.makes_audio(info) else []
+    sound = (
+        [f"  sound: yes (latent streams {', '.join(cls.latent_streams)}; --no-audio leaves it out)"]
+        if cls.makes_audio(info)
+        else []
+    )
     # A pipeline that takes no max_sequence_length= (Cosmos 3: the prompt is as long as it is) has no text length.
     text = "" if "max_sequence_length" in cls.unsupported_call_args else f"{d.max_sequence_length} text tokens, "
-    return [f"  variant: {info.variant}", f"  tasks: {', '.join(info.tasks)}", *sound,
-            f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} steps, "
-            f"guidance {d.guidance_scale}, {text}{d.fps} fps"]
+    return [
+        f"  variant: {info.variant}",
+        f"  tasks: {', '.join(info.tasks)}",
+        *sound,
+        f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} steps, "
+        f"guidance {d.guidance_scale}, {text}{d.fps} fps",
+    ]
 
 
 def _human(n: int) -> str:
@@ -141,8 +148,12 @@ def describe_mesh_plan(path_or_hub_id: str, mesh: str, transformer: str | None =
                 notes.append(f"  NOT RUNNABLE: {e}")
     if not components:
         return f"{ckpt.root}: no component vidax shards (none with logical parameter axes in the registry)"
-    return "\n".join([plan_report(components, sizes)] + weight_format_lines(ckpt, components, sizes)
-                     + single_file_lines(ckpt, sizes) + notes)
+    return "\n".join(
+        [plan_report(components, sizes)]
+        + weight_format_lines(ckpt, components, sizes)
+        + single_file_lines(ckpt, sizes)
+        + notes
+    )
 
 
 def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list[str]:
@@ -159,12 +170,20 @@ def weight_format_lines(ckpt: Checkpoint, components: dict, sizes: dict) -> list
         spec = registry().find_component(ckpt.class_of(key))
         if spec.kind != "transformer":
             continue
-        counts = [(name, per_device_bytes(make, table, sizes, dtype, spec.fp32(), fmt)) for name, dtype, fmt in
-                  (("float32", jnp.float32, None), ("bfloat16", jnp.bfloat16, None),
-                   ("int8", jnp.bfloat16, "int8"), ("fp8", jnp.bfloat16, "float8_e4m3fn"),
-                   ("GGUF Q8_0", jnp.bfloat16, "Q8_0"), ("GGUF Q4_K", jnp.bfloat16, "Q4_K"))]
-        lines.append(f"  {key} per device by weight format: " + ", ".join(
-            f"{name} {n / 2**20:,.1f} MiB" for name, n in counts))
+        counts = [
+            (name, per_device_bytes(make, table, sizes, dtype, spec.fp32(), fmt))
+            for name, dtype, fmt in (
+                ("float32", jnp.float32, None),
+                ("bfloat16", jnp.bfloat16, None),
+                ("int8", jnp.bfloat16, "int8"),
+                ("fp8", jnp.bfloat16, "float8_e4m3fn"),
+                ("GGUF Q8_0", jnp.bfloat16, "Q8_0"),
+                ("GGUF Q4_K", jnp.bfloat16, "Q4_K"),
+            )
+        ]
+        lines.append(
+            f"  {key} per device by weight format: " + ", ".join(f"{name} {n / 2**20:,.1f} MiB" for name, n in counts)
+        )
     return lines
 
 
@@ -190,8 +209,10 @@ def single_file_lines(ckpt: Checkpoint, sizes: dict) -> list[str]:
             load = plan_component(spec, ckpt.folder(key), dtype, config=config, file=file)
             n = held_per_device(load.abstract, spec.axes(), sizes, dtype, spec.fp32())
             counts.append(f"--dtype {name} {n / 2**20:,.1f} MiB ({n:,} B)")
-        lines.append(f"  {key} read from {file}, {where} as it loads (GGUF stacks mixing types padded to the "
-                     "widest type): " + ", ".join(counts))
+        lines.append(
+            f"  {key} read from {file}, {where} as it loads (GGUF stacks mixing types padded to the "
+            "widest type): " + ", ".join(counts)
+        )
     return lines
 
 
@@ -238,10 +259,11 @@ def describe_lora(path: str) -> str:
         f"  family: {family or 'none registered takes its modules'}"
         + (f" ({placed} of {len(modules)} modules placed)" if family else ""),
         f"  for: {experts}",
-        f"  rank: {', '.join(map(str, lora.ranks)) or '-'}" + (f"; alpha {', '.join(f'{a:g}' for a in alphas)}"
-                                                                 if alphas else ""),
+        f"  rank: {', '.join(map(str, lora.ranks)) or '-'}"
+        + (f"; alpha {', '.join(f'{a:g}' for a in alphas)}" if alphas else ""),
         f"  tensors: {lora.num_keys} keys, {len(modules)} modules",
-        f"  targets ({len(folded)}): " + ", ".join(folded[:24]) + (f" ... and {len(folded) - 24} more"
-                                                                    if len(folded) > 24 else ""),
+        f"  targets ({len(folded)}): "
+        + ", ".join(folded[:24])
+        + (f" ... and {len(folded) - 24} more" if len(folded) > 24 else ""),
     ]
     return "\n".join(lines)

@@ -20,7 +20,8 @@ import dataclasses
 import functools
 import importlib
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from vidax.errors import ConfigError
 
@@ -39,9 +40,21 @@ FAMILIES: tuple[str, ...] = (
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).
-KINDS = ("transformer", "vae", "text_encoder", "image_encoder", "scheduler", "tokenizer", "image_processor",
-         "latent_upsampler", "audio_decoder", "vocoder", "connectors",
-         "duration_head", "diffusion_decoder")
+KINDS = (
+    "transformer",
+    "vae",
+    "text_encoder",
+    "image_encoder",
+    "scheduler",
+    "tokenizer",
+    "image_processor",
+    "latent_upsampler",
+    "audio_decoder",
+    "vocoder",
+    "connectors",
+    "duration_head",
+    "diffusion_decoder",
+)
 
 ENV_VAR = "VIDAX_FAMILIES"
 
@@ -157,9 +170,15 @@ class ComponentSpec:
 
 
 #: The prefix of a family's ``convert.py`` tables for each kind of component it may own.
-_TABLES = {"transformer": "TRANSFORMER", "vae": "VAE", "latent_upsampler": "UPSAMPLER",
-           "audio_decoder": "AUDIO_DECODER", "vocoder": "VOCODER", "connectors": "CONNECTORS",
-           "diffusion_decoder": "DIFFUSION_DECODER"}
+_TABLES = {
+    "transformer": "TRANSFORMER",
+    "vae": "VAE",
+    "latent_upsampler": "UPSAMPLER",
+    "audio_decoder": "AUDIO_DECODER",
+    "vocoder": "VOCODER",
+    "connectors": "CONNECTORS",
+    "diffusion_decoder": "DIFFUSION_DECODER",
+}
 
 
 def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...]:
@@ -169,9 +188,17 @@ def family_pipelines(package: str, *class_names: str) -> tuple[PipelineSpec, ...
     return tuple(PipelineSpec(name, f"{package}.pipeline:{name}") for name in class_names)
 
 
-def family_component(package: str, kind: str, class_name: str, model: str, config: str, *,
-                     key_configs: tuple[str, ...] = (), block_stacks: tuple[str, ...] = (),
-                     key_rules: str | None = None) -> ComponentSpec:
+def family_component(
+    package: str,
+    kind: str,
+    class_name: str,
+    model: str,
+    config: str,
+    *,
+    key_configs: tuple[str, ...] = (),
+    block_stacks: tuple[str, ...] = (),
+    key_rules: str | None = None,
+) -> ComponentSpec:
     """The :class:`ComponentSpec` of a model a family folder owns, its code found by the layout of
     ``docs/adding_a_family.md``: the config class ``config`` in ``<package>.config``, the model
     ``model`` (``"transformer:WanTransformer3DModel"``) in ``<package>``, and in
@@ -186,11 +213,17 @@ def family_component(package: str, kind: str, class_name: str, model: str, confi
     if kind not in _TABLES:
         raise ValueError(f"family_component {class_name}: kind={kind!r} is not one of {tuple(_TABLES)}")
     convert = f"{package}.convert:"
-    return ComponentSpec(class_name, kind, config=f"{package}.config:{config}", model=f"{package}.{model}",
-                         key_rules=key_rules and convert + key_rules,
-                         fp32_params=f"{convert}{_TABLES[kind]}_FP32_PARAMS",
-                         param_axes=convert + "TRANSFORMER_PARAM_AXES" if kind == "transformer" else None,
-                         key_configs=key_configs, block_stacks=block_stacks)
+    return ComponentSpec(
+        class_name,
+        kind,
+        config=f"{package}.config:{config}",
+        model=f"{package}.{model}",
+        key_rules=key_rules and convert + key_rules,
+        fp32_params=f"{convert}{_TABLES[kind]}_FP32_PARAMS",
+        param_axes=convert + "TRANSFORMER_PARAM_AXES" if kind == "transformer" else None,
+        key_configs=key_configs,
+        block_stacks=block_stacks,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +260,9 @@ class Registry:
             try:
                 module = importlib.import_module(name)
             except ImportError as e:
-                raise ConfigError(f"family module {name!r} (from vidax.registry.FAMILIES or ${ENV_VAR}) does not "
-                                  f"import: {e}") from None
+                raise ConfigError(
+                    f"family module {name!r} (from vidax.registry.FAMILIES or ${ENV_VAR}) does not import: {e}"
+                ) from None
             family = getattr(module, "FAMILY", None)
             if not isinstance(family, Family):
                 raise ConfigError(f"{name} registers no vidax family (no FAMILY = vidax.registry.Family(...))")
@@ -254,8 +288,9 @@ class Registry:
             ConfigError: none is (the message lists those that are).
         """
         if class_name not in self._pipelines:
-            raise ConfigError(f"{source}: pipeline {class_name!r} is not supported; vidax runs "
-                              f"{sorted(self._pipelines)}")
+            raise ConfigError(
+                f"{source}: pipeline {class_name!r} is not supported; vidax runs {sorted(self._pipelines)}"
+            )
         return self._pipelines[class_name]
 
     def component(self, class_name: Any, kind: str | None = None, source: str = "model_index.json") -> ComponentSpec:
@@ -267,8 +302,9 @@ class Registry:
         spec = self._components.get(class_name)
         if spec is None or (kind is not None and spec.kind != kind):
             valid = sorted(n for n, s in self._components.items() if kind is None or s.kind == kind)
-            raise ConfigError(f"{source}: {kind or 'component'} class {class_name!r} is not supported; "
-                              f"vidax implements {valid}")
+            raise ConfigError(
+                f"{source}: {kind or 'component'} class {class_name!r} is not supported; vidax implements {valid}"
+            )
         return spec
 
     def find_component(self, class_name: Any) -> ComponentSpec | None:

@@ -7,7 +7,8 @@ import dataclasses
 import os
 import resource
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 
@@ -132,8 +133,9 @@ class RunStats:
     def total_s(self) -> float:
         """Seconds of the load (on the call that paid for it) plus the call's wall time
         (:attr:`call_s`; where no one set it, the sum of the phases)."""
-        call = self.call_s or (self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s
-                               + self.audio_decode_s)
+        call = self.call_s or (
+            self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s + self.audio_decode_s
+        )
         return self.load_s + call
 
     @contextlib.contextmanager
@@ -169,14 +171,21 @@ class RunStats:
         per_step = sum(steps) / len(steps) if steps else 0.0
         rows = []
         if self.seed is not None:
-            rows.append(("seed", f"{self.seed}" + (f" (drawn at random: seed={self.seed} repeats this run)"
-                                                   if self.seed_random else "")))
+            rows.append(
+                (
+                    "seed",
+                    f"{self.seed}"
+                    + (f" (drawn at random: seed={self.seed} repeats this run)" if self.seed_random else ""),
+                )
+            )
         if self.load_s:
             rows.append(("load", f"{self.load_s:8.2f} s"))
         if self.ran("compile_s"):
             rows.append(("compile", f"{self.compile_s:8.2f} s  ({_step_compile_note(self.compiles.get('compile_s'))})"))
         if self.ran("text_encode_s"):
-            rows.append(("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s"))))
+            rows.append(
+                ("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s")))
+            )
         if steps:
             rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
         if self.matmul_precision:
@@ -188,8 +197,9 @@ class RunStats:
         if self.ran("decode_s"):
             rows.append(("vae decode", f"{self.decode_s:8.2f} s" + _compile_note(self.compiles.get("decode_s"))))
         if self.ran("audio_decode_s"):
-            rows.append(("audio decode", f"{self.audio_decode_s:8.2f} s"
-                         + _compile_note(self.compiles.get("audio_decode_s"))))
+            rows.append(
+                ("audio decode", f"{self.audio_decode_s:8.2f} s" + _compile_note(self.compiles.get("audio_decode_s")))
+            )
         if self.compiles:
             rows.append(("compile cache", _cache_note(self.compiles.values())))
         if self.total_s:
@@ -228,8 +238,9 @@ def _cache_note(counts) -> str:
     folder = compile_cache_dir()
     if folder is None:
         return "off"
-    return (f"{folder}: {total.from_cache} of {total.compiled} compiles in this call read from it, "
-            f"{total.written} written")
+    return (
+        f"{folder}: {total.from_cache} of {total.compiled} compiles in this call read from it, {total.written} written"
+    )
 
 
 def _fmt_bytes(n: int) -> str:

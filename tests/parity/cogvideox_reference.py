@@ -25,38 +25,80 @@ import diffusers.schedulers.scheduling_dpm_cogvideox as dpm_module  # noqa: E402
 PROMPTS = ["a red car walking over the sea", "the dog"]
 NEGATIVES = ["blue sky", "city at night with a cat"]
 L_TXT = 16
-CALL = dict(height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=4.5,
-            max_sequence_length=L_TXT)
+CALL = dict(height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=4.5, max_sequence_length=L_TXT)
 TEXT_ENCODER = dict(
-    vocab_size=256, d_model=20, d_kv=6, d_ff=28, num_layers=2, num_heads=3,
-    relative_attention_num_buckets=8, relative_attention_max_distance=20, feed_forward_proj="gated-gelu",
-    layer_norm_epsilon=1e-6, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    vocab_size=256,
+    d_model=20,
+    d_kv=6,
+    d_ff=28,
+    num_layers=2,
+    num_heads=3,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+    feed_forward_proj="gated-gelu",
+    layer_norm_epsilon=1e-6,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
 )
-VAE = dict(block_out_channels=[8, 16, 16, 24], latent_channels=4, layers_per_block=1, norm_num_groups=4,
-           sample_height=32, sample_width=48)
-TRANSFORMER = dict(num_attention_heads=3, attention_head_dim=16, out_channels=4, time_embed_dim=24,
-                   text_embed_dim=20, num_layers=1, sample_height=4, sample_width=6, sample_frames=9,
-                   patch_size=2, max_text_seq_length=L_TXT)
+VAE = dict(
+    block_out_channels=[8, 16, 16, 24],
+    latent_channels=4,
+    layers_per_block=1,
+    norm_num_groups=4,
+    sample_height=32,
+    sample_width=48,
+)
+TRANSFORMER = dict(
+    num_attention_heads=3,
+    attention_head_dim=16,
+    out_channels=4,
+    time_embed_dim=24,
+    text_embed_dim=20,
+    num_layers=1,
+    sample_height=4,
+    sample_width=6,
+    sample_frames=9,
+    patch_size=2,
+    max_text_seq_length=L_TXT,
+)
 # released scheduler settings (5B: snr_shift_scale 1.0)
-SCHEDULER = dict(beta_end=0.012, beta_schedule="scaled_linear", beta_start=0.00085, clip_sample=False,
-                 num_train_timesteps=1000, prediction_type="v_prediction", rescale_betas_zero_snr=True,
-                 set_alpha_to_one=True, snr_shift_scale=1.0, steps_offset=0, timestep_spacing="trailing")
+SCHEDULER = dict(
+    beta_end=0.012,
+    beta_schedule="scaled_linear",
+    beta_start=0.00085,
+    clip_sample=False,
+    num_train_timesteps=1000,
+    prediction_type="v_prediction",
+    rescale_betas_zero_snr=True,
+    set_alpha_to_one=True,
+    snr_shift_scale=1.0,
+    steps_offset=0,
+    timestep_spacing="trailing",
+)
 # The 1.5 VAE settings; the T2V variants share them (only I2V reads invert_scale_latents), so
 # their VAEs have one config and share one compiled decoder.
 VAE_15 = dict(scaling_factor=0.7, invert_scale_latents=True)
 VARIANTS = {
-    "2b": dict(task="t2v", transformer=dict(in_channels=4), vae=VAE_15,
-               scheduler=dict(snr_shift_scale=3.0)),
+    "2b": dict(task="t2v", transformer=dict(in_channels=4), vae=VAE_15, scheduler=dict(snr_shift_scale=3.0)),
     "5b": dict(task="t2v", transformer=dict(in_channels=4, use_rotary_positional_embeddings=True), vae=VAE_15),
-    "1.5": dict(task="t2v", transformer=dict(in_channels=4, use_rotary_positional_embeddings=True, patch_size_t=2,
-                                             patch_bias=False),
-                vae=VAE_15),
-    "5b_i2v": dict(task="i2v", transformer=dict(in_channels=8, use_rotary_positional_embeddings=True,
-                                                use_learned_positional_embeddings=True),
-                   vae=dict(scaling_factor=1.15258426, invert_scale_latents=False)),
-    "1.5_i2v": dict(task="i2v", transformer=dict(in_channels=8, use_rotary_positional_embeddings=True,
-                                                 patch_size_t=2, patch_bias=False, ofs_embed_dim=24),
-                    vae=VAE_15),
+    "1.5": dict(
+        task="t2v",
+        transformer=dict(in_channels=4, use_rotary_positional_embeddings=True, patch_size_t=2, patch_bias=False),
+        vae=VAE_15,
+    ),
+    "5b_i2v": dict(
+        task="i2v",
+        transformer=dict(in_channels=8, use_rotary_positional_embeddings=True, use_learned_positional_embeddings=True),
+        vae=dict(scaling_factor=1.15258426, invert_scale_latents=False),
+    ),
+    "1.5_i2v": dict(
+        task="i2v",
+        transformer=dict(
+            in_channels=8, use_rotary_positional_embeddings=True, patch_size_t=2, patch_bias=False, ofs_embed_dim=24
+        ),
+        vae=VAE_15,
+    ),
 }
 
 
@@ -71,7 +113,8 @@ def build_reference(path: str, variant: str, seed: int = 0, **transformer_overri
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(path, "_tok"))
     text_encoder = T5EncoderModel(T5Config(**TEXT_ENCODER)).eval()
     transformer = diffusers.CogVideoXTransformer3DModel(
-        **{**TRANSFORMER, **spec["transformer"], **transformer_overrides}).eval()
+        **{**TRANSFORMER, **spec["transformer"], **transformer_overrides}
+    ).eval()
     vae = diffusers.AutoencoderKLCogVideoX(**VAE, **spec["vae"]).eval()
     randomize_torch_module(text_encoder, seed=seed)
     randomize_torch_module(transformer, seed=seed + 1)
@@ -86,8 +129,7 @@ def build_reference(path: str, variant: str, seed: int = 0, **transformer_overri
         vae.decoder.conv_out.conv.weight.mul_(0.4)
     scheduler = diffusers.CogVideoXDDIMScheduler(**dict(SCHEDULER, **spec.get("scheduler", {})))
     cls = diffusers.CogVideoXImageToVideoPipeline if spec["task"] == "i2v" else diffusers.CogVideoXPipeline
-    pipe = cls(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
-               scheduler=scheduler)
+    pipe = cls(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer, scheduler=scheduler)
     pipe.save_pretrained(path, safe_serialization=True)
     return pipe
 
@@ -108,8 +150,9 @@ def condition_image(seed: int = 4, size=(32, 48)):
     return image if size == (32, 48) else image.resize(size[::-1])
 
 
-def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negatives=NEGATIVES, latents_dtype=None,
-                  **call):
+def run_reference(
+    pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negatives=NEGATIVES, latents_dtype=None, **call
+):
     """Run the reference with ``kind`` ("ddim" / "dpm") on the given initial latents (I2V: the
     images of :func:`condition_images`); return its frames and the noise its generator gave the
     posterior sample (``image_noise`` (B, C, 1, h, w)) and each step (``step_noise``).
@@ -129,6 +172,7 @@ def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negati
             out = (original_randn if store is image_noise else original_dpm_randn)(*args, **kwargs)
             store.append(out.clone())
             return out
+
         return fn
 
     original_step = pipe.scheduler.step
@@ -146,10 +190,16 @@ def run_reference(pipe, variant, kind, dynamic, latents, prompts=PROMPTS, negati
     try:
         extra = dict(image=condition_images(len(prompts))) if spec["task"] == "i2v" else {}
         with torch.no_grad():
-            frames = pipe(prompt=prompts, negative_prompt=negatives,
-                          latents=torch.from_numpy(latents).to(latents_dtype),
-                          generator=torch.Generator().manual_seed(1), use_dynamic_cfg=dynamic,
-                          output_type="np", **extra, **call).frames
+            frames = pipe(
+                prompt=prompts,
+                negative_prompt=negatives,
+                latents=torch.from_numpy(latents).to(latents_dtype),
+                generator=torch.Generator().manual_seed(1),
+                use_dynamic_cfg=dynamic,
+                output_type="np",
+                **extra,
+                **call,
+            ).frames
     finally:
         vae_module.randn_tensor = original_randn
         dpm_module.randn_tensor = original_dpm_randn

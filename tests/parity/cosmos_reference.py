@@ -46,19 +46,44 @@ QWEN_CHAT_TEMPLATE = (
     "{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
     "<|im_start|>assistant\n{% endif %}"
 )
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-            "<|video_pad|>"]
+SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 VOCAB = 400
-TEXT = dict(vocab_size=VOCAB, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
-            num_key_value_heads=1, rms_norm_eps=1e-6,
-            rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [1, 1, 2]})
-VISION = dict(depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=40,
-              fullatt_block_indexes=[0])
+TEXT = dict(
+    vocab_size=VOCAB,
+    hidden_size=40,
+    intermediate_size=44,
+    num_hidden_layers=3,
+    num_attention_heads=5,
+    num_key_value_heads=1,
+    rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [1, 1, 2]},
+)
+VISION = dict(depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=40, fullatt_block_indexes=[0])
 TRANSFORMER = dict(
-    in_channels=VAE["z_dim"] + 1, out_channels=VAE["z_dim"], num_attention_heads=4, attention_head_dim=12,
-    num_layers=2, mlp_ratio=2.5, text_embed_dim=20, adaln_lora_dim=10, max_size=(8, 16, 24), patch_size=(1, 2, 2),
-    rope_scale=(1.0, 3.0, 3.0), concat_padding_mask=True, extra_pos_embed_type=None, use_crossattn_projection=True,
-    crossattn_proj_in_channels=3 * 40, encoder_hidden_states_channels=20,
+    in_channels=VAE["z_dim"] + 1,
+    out_channels=VAE["z_dim"],
+    num_attention_heads=4,
+    attention_head_dim=12,
+    num_layers=2,
+    mlp_ratio=2.5,
+    text_embed_dim=20,
+    adaln_lora_dim=10,
+    max_size=(8, 16, 24),
+    patch_size=(1, 2, 2),
+    rope_scale=(1.0, 3.0, 3.0),
+    concat_padding_mask=True,
+    extra_pos_embed_type=None,
+    use_crossattn_projection=True,
+    crossattn_proj_in_channels=3 * 40,
+    encoder_hidden_states_channels=20,
 )
 
 
@@ -71,11 +96,13 @@ def build_qwen_tokenizer(path: str, corpus: list[str]) -> None:
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS,
-                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(corpus + ["system user assistant"], trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                            padding_side="right").save_pretrained(path)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>", padding_side="right"
+    ).save_pretrained(path)
     file = os.path.join(path, "tokenizer_config.json")
     with open(file) as f:
         config = json.load(f)
@@ -116,12 +143,16 @@ def torchvision_stand_ins():
 
     functional = types.SimpleNamespace(
         to_tensor=to_tensor,
-        resize=lambda img, size, interpolation: torch.nn.functional.interpolate(img, size=size, mode=interpolation))
-    transforms = types.SimpleNamespace(functional=functional, InterpolationMode=types.SimpleNamespace(NEAREST="nearest"))
+        resize=lambda img, size, interpolation: torch.nn.functional.interpolate(img, size=size, mode=interpolation),
+    )
+    transforms = types.SimpleNamespace(
+        functional=functional, InterpolationMode=types.SimpleNamespace(NEAREST="nearest")
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(transformer_cosmos, "transforms", transforms, raising=False)
-        mp.setattr(pipeline_cosmos2_5_predict, "torchvision", types.SimpleNamespace(transforms=transforms),
-                   raising=False)
+        mp.setattr(
+            pipeline_cosmos2_5_predict, "torchvision", types.SimpleNamespace(transforms=transforms), raising=False
+        )
         yield
 
 
@@ -130,8 +161,12 @@ def build_reference_cosmos_pipeline(path: str, corpus: list[str], seed: int = 0)
     (with :class:`NoSafetyChecker`). ``model_index.json`` is written as the diffusers converter
     writes it (``safety_checker`` left out: vidax reads none)."""
     import torch
-    from diffusers import AutoencoderKLWan, Cosmos2_5_PredictBasePipeline, CosmosTransformer3DModel
-    from diffusers import UniPCMultistepScheduler
+    from diffusers import (
+        AutoencoderKLWan,
+        Cosmos2_5_PredictBasePipeline,
+        CosmosTransformer3DModel,
+        UniPCMultistepScheduler,
+    )
     from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     from tests.paths import REFERENCE_CONFIGS
@@ -139,11 +174,18 @@ def build_reference_cosmos_pipeline(path: str, corpus: list[str], seed: int = 0)
     torch.manual_seed(seed)
     build_qwen_tokenizer(os.path.join(path, "tokenizer"), corpus)
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(path, "tokenizer"))
-    ids = {k: tokenizer.convert_tokens_to_ids(t) for k, t in (
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    ids = {
+        k: tokenizer.convert_tokens_to_ids(t)
+        for k, t in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
     text_encoder = Qwen2_5_VLForConditionalGeneration(
-        Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, **ids)).eval()
+        Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, **ids)
+    ).eval()
     transformer = CosmosTransformer3DModel(**TRANSFORMER).eval()
     vae = AutoencoderKLWan(**VAE).eval()
     randomize_torch_module(text_encoder, seed=seed)
@@ -154,21 +196,31 @@ def build_reference_cosmos_pipeline(path: str, corpus: list[str], seed: int = 0)
     # larger encoder gain gives conditioning latents of order one.
     randomize_torch_module(vae, seed=seed + 2, scale=0.1, gain=0.7)
     randomize_torch_module(vae.encoder, seed=seed + 5, scale=0.1, gain=1.5)
-    with open(os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos-Predict2.5-2B", "scheduler",
-                           "scheduler_config.json")) as f:
-        scheduler = UniPCMultistepScheduler.from_config({k: v for k, v in json.load(f).items()
-                                                         if not k.startswith("_")})
+    with open(
+        os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos-Predict2.5-2B", "scheduler", "scheduler_config.json")
+    ) as f:
+        scheduler = UniPCMultistepScheduler.from_config(
+            {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        )
     text_encoder.save_pretrained(os.path.join(path, "text_encoder"))
     transformer.save_pretrained(os.path.join(path, "transformer"), safe_serialization=True)
     vae.save_pretrained(os.path.join(path, "vae"), safe_serialization=True)
     scheduler.save_pretrained(os.path.join(path, "scheduler"))
-    index = {"_class_name": "Cosmos2_5_PredictBasePipeline",
-             "scheduler": ["diffusers", "UniPCMultistepScheduler"],
-             "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
-             "tokenizer": ["transformers", "Qwen2TokenizerFast"],
-             "transformer": ["diffusers", "CosmosTransformer3DModel"],
-             "vae": ["diffusers", "AutoencoderKLWan"]}
+    index = {
+        "_class_name": "Cosmos2_5_PredictBasePipeline",
+        "scheduler": ["diffusers", "UniPCMultistepScheduler"],
+        "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
+        "tokenizer": ["transformers", "Qwen2TokenizerFast"],
+        "transformer": ["diffusers", "CosmosTransformer3DModel"],
+        "vae": ["diffusers", "AutoencoderKLWan"],
+    }
     with open(os.path.join(path, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
-    return Cosmos2_5_PredictBasePipeline(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
-                                         vae=vae, scheduler=scheduler, safety_checker=_no_safety_checker_class()())
+    return Cosmos2_5_PredictBasePipeline(
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+        vae=vae,
+        scheduler=scheduler,
+        safety_checker=_no_safety_checker_class()(),
+    )

@@ -206,15 +206,34 @@ def build_sentencepiece_tokenizer(folder) -> None:
     os.makedirs(folder, exist_ok=True)
     corpus = os.path.join(folder, "corpus.txt")
     with open(corpus, "w") as f:
-        f.write("\n".join(["a cat walking over the sea at night", "the red car in the city light",
-                           "a dog running under the blue sky", "zebra and camera scene video"] * 50))
-    spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(folder, "spiece"), vocab_size=30,
-                                   model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+        f.write(
+            "\n".join(
+                [
+                    "a cat walking over the sea at night",
+                    "the red car in the city light",
+                    "a dog running under the blue sky",
+                    "zebra and camera scene video",
+                ]
+                * 50
+            )
+        )
+    spm.SentencePieceTrainer.train(
+        input=corpus,
+        model_prefix=os.path.join(folder, "spiece"),
+        vocab_size=30,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+    )
     os.remove(corpus)
     os.remove(os.path.join(folder, "spiece.vocab"))
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        f.write('{"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "pad_token": "<pad>", "eos_token": "</s>", '
-                '"unk_token": "<unk>"}')
+        f.write(
+            '{"tokenizer_class": "T5Tokenizer", "extra_ids": 0, "pad_token": "<pad>", "eos_token": "</s>", '
+            '"unk_token": "<unk>"}'
+        )
 
 
 @contextlib.contextmanager
@@ -229,8 +248,9 @@ def reference_tiling(ref, tiling, methods: tuple[str, ...]):
     saved = {name: getattr(ref, name) for name in fields}
     calls = {}
     with contextlib.ExitStack() as stack:
-        mocks = {name: stack.enter_context(mock.patch.object(ref, name, side_effect=getattr(ref, name)))
-                 for name in methods}
+        mocks = {
+            name: stack.enter_context(mock.patch.object(ref, name, side_effect=getattr(ref, name))) for name in methods
+        }
         for name in fields:
             setattr(ref, name, getattr(tiling, name))
         try:
@@ -261,7 +281,6 @@ def reference_vae_encode(ref, x, tiling, methods: tuple[str, ...]):
     return (channels_last(dist.mean), channels_last(dist.logvar)), calls
 
 
-
 # ----------------------------------------------------------------------------- tiled VAE decode
 
 
@@ -274,8 +293,13 @@ def tiling_state(vae) -> dict:
         state["use_framewise_decoding"] = vae.use_framewise_decoding
     tiling = vae.tiling if vae.tiling is not None else vae.TILING()
     switches = {vae.TILING_SWITCH, vae.TILING_FRAMEWISE}
-    state.update({f.name: getattr(tiling, f.name) for f in dataclasses.fields(tiling)
-                  if f.name not in switches and f.name.startswith("tile_")})
+    state.update(
+        {
+            f.name: getattr(tiling, f.name)
+            for f in dataclasses.fields(tiling)
+            if f.name not in switches and f.name.startswith("tile_")
+        }
+    )
     return state
 
 
@@ -359,8 +383,9 @@ def decode_device_growth(module, name: str, decode) -> int:
     return peak[0]
 
 
-def check_tiled_decode_memory_flat(vae, module, name: str, decode, short, long, tiling: dict | None = None,
-                                   framewise: bool = False) -> tuple[int, int]:
+def check_tiled_decode_memory_flat(
+    vae, module, name: str, decode, short, long, tiling: dict | None = None, framewise: bool = False
+) -> tuple[int, int]:
     """With ``vae.enable_tiling(**tiling)`` (and ``use_framewise_decoding`` when ``framewise``),
     the device bytes of ``decode(long)`` (latents of at least 4x the frames of ``short``) grow by
     at most 1.3x those of ``decode(short)`` (:func:`decode_device_growth` around the jitted
@@ -406,11 +431,11 @@ def transformer_calls(transformer, probe):
 @contextlib.contextmanager
 def model_batches(pipe, ref_transformer=None):
     """The batch of every transformer input while open: ``(vidax, reference)`` lists yielded.
-    vidax's is read where the step builds the model's arguments (its trace, so load a fresh
-    pipeline: a step traced before is not traced again); the reference's per call of the torch
-    ``ref_transformer`` (its ``hidden_states``' batch; None where it takes a packed sequence), so
-that one call per step with batch B is what the reference runs without CFG. At guidance 1 both must be the prompt batch B,
-    never the 2B of a cond/uncond pair (issue 41: no wasted passes)."""
+        vidax's is read where the step builds the model's arguments (its trace, so load a fresh
+        pipeline: a step traced before is not traced again); the reference's per call of the torch
+        ``ref_transformer`` (its ``hidden_states``' batch; None where it takes a packed sequence), so
+    that one call per step with batch B is what the reference runs without CFG. At guidance 1 both must be the prompt batch B,
+        never the 2B of a cond/uncond pair (issue 41: no wasted passes)."""
     import jax
 
     ours, theirs = [], []
@@ -424,6 +449,7 @@ that one call per step with batch B is what the reference runs without CFG. At g
     pipe.model_args = recorded
     forward = None if ref_transformer is None else ref_transformer.forward
     if forward is not None:
+
         def counted(*args, **kwargs):
             x = kwargs.get("hidden_states", args[0] if args else None)
             theirs.append(None if x is None else int(x.shape[0]))  # None: a packed input (Cosmos 3)

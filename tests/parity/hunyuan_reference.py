@@ -24,20 +24,51 @@ import numpy as np
 
 from tests.parity.helpers import build_clip_tokenizer, randomize_torch_module
 
-SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-           "<image>", "<pad>", "<unk>"]
+SPECIAL = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<image>",
+    "<pad>",
+    "<unk>",
+]
 #: Llama 3's pre-tokenizer split (tokenizer.json of meta-llama/Meta-Llama-3-8B).
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-WORDS = ("a cat walks on the grass red sky over city at night slowly dog runs blurry low quality video of and "
-         "in with blue sea")
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+WORDS = (
+    "a cat walks on the grass red sky over city at night slowly dog runs blurry low quality video of and "
+    "in with blue sea"
+)
 
-TRANSFORMER = dict(num_attention_heads=2, attention_head_dim=10, num_layers=1, num_single_layers=1,
-                   num_refiner_layers=1, mlp_ratio=2.0, patch_size=2, patch_size_t=1, text_embed_dim=32,
-                   pooled_projection_dim=12, rope_axes_dim=(2, 4, 4), rope_theta=256.0)
+TRANSFORMER = dict(
+    num_attention_heads=2,
+    attention_head_dim=10,
+    num_layers=1,
+    num_single_layers=1,
+    num_refiner_layers=1,
+    mlp_ratio=2.0,
+    patch_size=2,
+    patch_size_t=1,
+    text_embed_dim=32,
+    pooled_projection_dim=12,
+    rope_axes_dim=(2, 4, 4),
+    rope_theta=256.0,
+)
 VAE = dict(block_out_channels=(6, 8, 10, 10), latent_channels=4, layers_per_block=1, norm_num_groups=2)
-LLAMA = dict(hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=8, rms_norm_eps=1e-5, rope_theta=500000.0)
+LLAMA = dict(
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+)
 
 
 def build_llama_tokenizer(path: str):
@@ -59,11 +90,17 @@ def build_llama_tokenizer(path: str):
     tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre
     tok.add_special_tokens([tokenizers.AddedToken(s, special=True, normalized=False) for s in SPECIAL])
-    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
-                                                       special_tokens=[("<|begin_of_text|>", 0)])
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
-                                                eos_token="<|end_of_text|>", pad_token="<pad>", unk_token="<unk>",
-                                                padding_side="right")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)]
+    )
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|end_of_text|>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="right",
+    )
     fast.save_pretrained(path)
     return fast
 
@@ -77,8 +114,13 @@ def build_reference_hunyuan_pipeline(path: str, kind: str | None, seed: int = 0)
     """
     import torch
     import transformers
-    from diffusers import (AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler, HunyuanVideoImageToVideoPipeline,
-                           HunyuanVideoPipeline, HunyuanVideoTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoImageToVideoPipeline,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
 
     torch.manual_seed(seed)
     os.makedirs(path, exist_ok=True)
@@ -90,23 +132,48 @@ def build_reference_hunyuan_pipeline(path: str, kind: str | None, seed: int = 0)
     else:
         cfg = transformers.LlavaConfig(
             text_config=transformers.LlamaConfig(**llama_cfg),
-            vision_config=transformers.CLIPVisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                                                        num_attention_heads=2, image_size=48, patch_size=2,
-                                                        projection_dim=16),
-            image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
-            vision_feature_select_strategy="default", projector_hidden_act="gelu",
+            vision_config=transformers.CLIPVisionConfig(
+                hidden_size=16,
+                intermediate_size=24,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=48,
+                patch_size=2,
+                projection_dim=16,
+            ),
+            image_token_index=tok.convert_tokens_to_ids("<image>"),
+            vision_feature_layer=-2,
+            vision_feature_select_strategy="default",
+            projector_hidden_act="gelu",
         )
         cfg.pad_token_id = tok.pad_token_id
         text_encoder = transformers.LlavaForConditionalGeneration(cfg)
-    text_encoder_2 = transformers.CLIPTextModel(transformers.CLIPTextConfig(
-        vocab_size=len(tok2), hidden_size=12, intermediate_size=20, num_hidden_layers=2, num_attention_heads=2,
-        max_position_embeddings=77, eos_token_id=2, bos_token_id=0, pad_token_id=1, hidden_act="quick_gelu"))
+    text_encoder_2 = transformers.CLIPTextModel(
+        transformers.CLIPTextConfig(
+            vocab_size=len(tok2),
+            hidden_size=12,
+            intermediate_size=20,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            eos_token_id=2,
+            bos_token_id=0,
+            pad_token_id=1,
+            hidden_act="quick_gelu",
+        )
+    )
     latent = VAE["latent_channels"]
     in_channels = 2 * latent + 1 if kind == "latent_concat" else latent
-    transformer = HunyuanVideoTransformer3DModel(**TRANSFORMER, in_channels=in_channels, out_channels=latent,
-                                                 guidance_embeds=kind != "latent_concat", image_condition_type=kind)
-    vae = AutoencoderKLHunyuanVideo(**VAE, down_block_types=("HunyuanVideoDownBlock3D",) * 4,
-                                    up_block_types=("HunyuanVideoUpBlock3D",) * 4)
+    transformer = HunyuanVideoTransformer3DModel(
+        **TRANSFORMER,
+        in_channels=in_channels,
+        out_channels=latent,
+        guidance_embeds=kind != "latent_concat",
+        image_condition_type=kind,
+    )
+    vae = AutoencoderKLHunyuanVideo(
+        **VAE, down_block_types=("HunyuanVideoDownBlock3D",) * 4, up_block_types=("HunyuanVideoUpBlock3D",) * 4
+    )
     # The transformer's weights at 1.5x the default scale and the VAE at gain 1 (not saturating):
     # at the default scale the tiny model's video barely depends on the prompt (2 % in the latents,
     # 57 dB between two prompts' videos), which would leave the parity check little to see.
@@ -117,13 +184,19 @@ def build_reference_hunyuan_pipeline(path: str, kind: str | None, seed: int = 0)
     for m in (text_encoder, text_encoder_2, transformer, vae):
         m.eval()
     scheduler = FlowMatchEulerDiscreteScheduler(shift=7.0)
-    parts = dict(text_encoder=text_encoder, tokenizer=tok, transformer=transformer, vae=vae, scheduler=scheduler,
-                 text_encoder_2=text_encoder_2, tokenizer_2=tok2)
+    parts = dict(
+        text_encoder=text_encoder,
+        tokenizer=tok,
+        transformer=transformer,
+        vae=vae,
+        scheduler=scheduler,
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=tok2,
+    )
     if kind is None:
         pipe = HunyuanVideoPipeline(**parts)
     else:
-        processor = transformers.CLIPImageProcessor(size={"shortest_edge": 48},
-                                                    crop_size={"height": 48, "width": 48})
+        processor = transformers.CLIPImageProcessor(size={"shortest_edge": 48}, crop_size={"height": 48, "width": 48})
         pipe = HunyuanVideoImageToVideoPipeline(**parts, image_processor=processor)
     pipe.save_pretrained(path)
     # The released folders name the Llama tokenizer LlamaTokenizerFast (a fast tokenizer with this
@@ -144,6 +217,10 @@ def smooth_image(height: int, width: int, seed: int = 0) -> np.ndarray:
     ys, xs = np.linspace(0, 3, height), np.linspace(0, 4, width)
     y0, x0 = np.floor(ys).astype(int).clip(0, 2), np.floor(xs).astype(int).clip(0, 3)
     fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
-    img = (small[y0][:, x0] * (1 - fy) * (1 - fx) + small[y0 + 1][:, x0] * fy * (1 - fx)
-           + small[y0][:, x0 + 1] * (1 - fy) * fx + small[y0 + 1][:, x0 + 1] * fy * fx)
+    img = (
+        small[y0][:, x0] * (1 - fy) * (1 - fx)
+        + small[y0 + 1][:, x0] * fy * (1 - fx)
+        + small[y0][:, x0 + 1] * (1 - fy) * fx
+        + small[y0 + 1][:, x0 + 1] * fy * fx
+    )
     return img.astype(np.uint8)

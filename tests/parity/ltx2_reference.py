@@ -15,29 +15,61 @@ Connectors: Gemma width 12 x 3 hidden states; 2.0: video 3 heads of 4, audio 2 h
 from __future__ import annotations
 
 TRANSFORMER_20 = dict(
-    in_channels=6, out_channels=9, num_attention_heads=4, attention_head_dim=10, cross_attention_dim=40,
-    audio_in_channels=5, audio_out_channels=7, audio_num_attention_heads=8, audio_attention_head_dim=2,
-    audio_cross_attention_dim=16, num_layers=3, caption_channels=20, rope_type="split",
+    in_channels=6,
+    out_channels=9,
+    num_attention_heads=4,
+    attention_head_dim=10,
+    cross_attention_dim=40,
+    audio_in_channels=5,
+    audio_out_channels=7,
+    audio_num_attention_heads=8,
+    audio_attention_head_dim=2,
+    audio_cross_attention_dim=16,
+    num_layers=3,
+    caption_channels=20,
+    rope_type="split",
 )
 #: LTX-2.3's layers: gated attention, cross-attention AdaLN (prompt AdaLN), perturbed attention,
 #: the connectors' widths as text input.
-TRANSFORMER_23 = dict(TRANSFORMER_20, gated_attn=True, audio_gated_attn=True, cross_attn_mod=True,
-                      audio_cross_attn_mod=True, perturbed_attn=True, use_prompt_embeddings=False)
+TRANSFORMER_23 = dict(
+    TRANSFORMER_20,
+    gated_attn=True,
+    audio_gated_attn=True,
+    cross_attn_mod=True,
+    audio_cross_attn_mod=True,
+    perturbed_attn=True,
+    use_prompt_embeddings=False,
+)
 #: LTX-2.5's on top: no video FFN bias, the keyframe embedding, a static prompt table.
-TRANSFORMER_25 = dict(TRANSFORMER_23, ff_bias=False, use_keyframes_abs_pos_embedding=True,
-                      use_prompt_adaln_single=False)
+TRANSFORMER_25 = dict(
+    TRANSFORMER_23, ff_bias=False, use_keyframes_abs_pos_embedding=True, use_prompt_adaln_single=False
+)
 #: The "split" RoPE of every release; the "interleaved" layout's tables are checked at full width
 #: (tests/parity/test_ltx2_transformer.py) and its rotation by the shared attention's tests.
 TRANSFORMERS = {"2.0": TRANSFORMER_20, "2.3": TRANSFORMER_23, "2.5": TRANSFORMER_25}
 
 CONNECTORS_20 = dict(
-    caption_channels=12, text_proj_in_factor=3, video_connector_num_attention_heads=3,
-    video_connector_attention_head_dim=4, video_connector_num_layers=2, video_connector_num_learnable_registers=4,
-    audio_connector_num_attention_heads=2, audio_connector_attention_head_dim=6, audio_connector_num_layers=1,
-    audio_connector_num_learnable_registers=4, rope_type="split",
+    caption_channels=12,
+    text_proj_in_factor=3,
+    video_connector_num_attention_heads=3,
+    video_connector_attention_head_dim=4,
+    video_connector_num_layers=2,
+    video_connector_num_learnable_registers=4,
+    audio_connector_num_attention_heads=2,
+    audio_connector_attention_head_dim=6,
+    audio_connector_num_layers=1,
+    audio_connector_num_learnable_registers=4,
+    rope_type="split",
 )
 CONNECTORS_23 = dict(
-    CONNECTORS_20, per_modality_projections=True, video_hidden_dim=20, audio_hidden_dim=14, proj_bias=True,
-    video_gated_attn=True, audio_gated_attn=True, video_connector_num_attention_heads=5,
-    audio_connector_num_attention_heads=7, audio_connector_attention_head_dim=2,
+    CONNECTORS_20,
+    per_modality_projections=True,
+    video_hidden_dim=20,
+    audio_hidden_dim=14,
+    proj_bias=True,
+    video_gated_attn=True,
+    audio_gated_attn=True,
+    video_connector_num_attention_heads=5,
+    audio_connector_num_attention_heads=7,
+    audio_connector_attention_head_dim=2,
 )

@@ -11,25 +11,39 @@ import json
 import os
 
 from tests.parity.helpers import randomize_torch_module
-from tests.paths import REFERENCE_CONFIGS
 from tests.parity.wan_reference import TEXT_ENCODER
+from tests.paths import REFERENCE_CONFIGS
 from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
 
 LATENT_CHANNELS = 8
 # Distinct sizes: 4 heads of 7 (width 28: 4 RoPE frequencies per axis and 2 padded channels in
 # front), caption 20 (the tiny T5's d_model), 2 layers.
-TRANSFORMER = dict(in_channels=LATENT_CHANNELS, out_channels=LATENT_CHANNELS, num_attention_heads=4,
-                   attention_head_dim=7, cross_attention_dim=28, num_layers=2,
-                   caption_channels=TEXT_ENCODER["d_model"])
+TRANSFORMER = dict(
+    in_channels=LATENT_CHANNELS,
+    out_channels=LATENT_CHANNELS,
+    num_attention_heads=4,
+    attention_head_dim=7,
+    cross_attention_dim=28,
+    num_layers=2,
+    caption_channels=TEXT_ENCODER["d_model"],
+)
 # 0.9.1 structure (old down blocks, timestep-conditioned decoder, residual up-samplers) at small
 # widths: 8x spatial (patch 2, two 2x steps), 4x temporal compression.
 VAE = dict(
-    block_out_channels=[8, 12, 16], down_block_types=["LTXVideoDownBlock3D"] * 3,
-    spatio_temporal_scaling=[True, True, False], layers_per_block=[1, 1, 1, 1],
-    decoder_block_out_channels=[8, 16], decoder_layers_per_block=[1, 1, 1],
-    decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[False, False, False],
-    upsample_residual=[True, False], upsample_factor=[2, 2], timestep_conditioning=True,
-    latent_channels=LATENT_CHANNELS, patch_size=2, scaling_factor=0.9,
+    block_out_channels=[8, 12, 16],
+    down_block_types=["LTXVideoDownBlock3D"] * 3,
+    spatio_temporal_scaling=[True, True, False],
+    layers_per_block=[1, 1, 1, 1],
+    decoder_block_out_channels=[8, 16],
+    decoder_layers_per_block=[1, 1, 1],
+    decoder_spatio_temporal_scaling=[True, True],
+    decoder_inject_noise=[False, False, False],
+    upsample_residual=[True, False],
+    upsample_factor=[2, 2],
+    timestep_conditioning=True,
+    latent_channels=LATENT_CHANNELS,
+    patch_size=2,
+    scaling_factor=0.9,
 )
 SCALE, TEMPORAL = 8, 4
 T5 = dict(TEXT_ENCODER, feed_forward_proj="gated-gelu")
@@ -44,8 +58,12 @@ def scheduler_config(release: str = "Lightricks__LTX-Video-0.9.1") -> dict:
 def build_reference_ltx_pipeline(path: str, seed: int = 0, release: str = "Lightricks__LTX-Video-0.9.1"):
     """Save a tiny random diffusers ``LTXPipeline`` to ``path``; return the torch pipeline."""
     import torch
-    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline
-    from diffusers import LTXVideoTransformer3DModel
+    from diffusers import (
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXPipeline,
+        LTXVideoTransformer3DModel,
+    )
     from transformers import AutoTokenizer, T5Config, T5EncoderModel
 
     torch.manual_seed(seed)
@@ -65,8 +83,9 @@ def build_reference_ltx_pipeline(path: str, seed: int = 0, release: str = "Light
         vae.latents_mean.copy_(0.2 * torch.randn(LATENT_CHANNELS, generator=g))
         vae.latents_std.copy_(0.6 + 0.5 * torch.rand(LATENT_CHANNELS, generator=g))
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(scheduler_config(release))
-    pipe = LTXPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
-                       scheduler=scheduler)
+    pipe = LTXPipeline(
+        tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae, scheduler=scheduler
+    )
     pipe.save_pretrained(path, safe_serialization=True)
     return pipe
 

@@ -57,8 +57,15 @@ def test_ltx2_cross_modal_gated_attention(rope_type):
     from diffusers.models.transformers.transformer_ltx2 import LTX2Attention
 
     b, lq, lk, dq, dkv, heads, k = 2, 5, 11, 12, 10, 3, 4
-    ref = LTX2Attention(dq, heads=heads, kv_heads=heads, dim_head=k, cross_attention_dim=dkv, rope_type=rope_type,
-                        apply_gated_attention=True).eval()
+    ref = LTX2Attention(
+        dq,
+        heads=heads,
+        kv_heads=heads,
+        dim_head=k,
+        cross_attention_dim=dkv,
+        rope_type=rope_type,
+        apply_gated_attention=True,
+    ).eval()
     randomize_torch_module(ref, seed=1)
     x, ctx = _rand(b, lq, dq, seed=2), _rand(b, lk, dkv, seed=3)
     ang_q, ang_k = _rand(b, lq, heads * k // 2, seed=4), _rand(b, lk, heads * k // 2, seed=5)
@@ -67,20 +74,40 @@ def test_ltx2_cross_modal_gated_attention(rope_type):
     else:  # (B, N, L, K/2) per head
         full = lambda a: a.reshape(b, a.shape[1], heads, k // 2).transpose(0, 2, 1, 3)  # noqa: E731
     with torch.no_grad():
-        want = ref(torch.from_numpy(x), torch.from_numpy(ctx),
-                   query_rotary_emb=tuple(torch.from_numpy(full(f(ang_q))) for f in (np.cos, np.sin)),
-                   key_rotary_emb=tuple(torch.from_numpy(full(f(ang_k))) for f in (np.cos, np.sin))).numpy()
-    cfg = AttentionConfig(dq, heads, k, kv_dim=dkv, qk_norm="rms", qk_norm_eps=1e-6,
-                          rope="interleaved" if rope_type == "interleaved" else "rotate_half", rope_full_width=True,
-                          gate=True, context_tokens="seq")
+        want = ref(
+            torch.from_numpy(x),
+            torch.from_numpy(ctx),
+            query_rotary_emb=tuple(torch.from_numpy(full(f(ang_q))) for f in (np.cos, np.sin)),
+            key_rotary_emb=tuple(torch.from_numpy(full(f(ang_k))) for f in (np.cos, np.sin)),
+        ).numpy()
+    cfg = AttentionConfig(
+        dq,
+        heads,
+        k,
+        kv_dim=dkv,
+        qk_norm="rms",
+        qk_norm_eps=1e-6,
+        rope="interleaved" if rope_type == "interleaved" else "rotate_half",
+        rope_full_width=True,
+        gate=True,
+        context_tokens="seq",
+    )
     ours = Attention(cfg, "xla", jnp.float32, jnp.float32, nnx.Rngs(0))
     _copy_weights(ref, ours)
-    got = ours(jnp.asarray(x), jnp.asarray(ctx), rope=(jnp.cos(ang_q), jnp.sin(ang_q)),
-               key_rope=(jnp.cos(ang_k), jnp.sin(ang_k)))
+    got = ours(
+        jnp.asarray(x),
+        jnp.asarray(ctx),
+        rope=(jnp.cos(ang_q), jnp.sin(ang_q)),
+        key_rope=(jnp.cos(ang_k), jnp.sin(ang_k)),
+    )
     assert max_rel_err(got, want) < FP32_TOL
     # The key table is used (another one gives another result).
-    other = ours(jnp.asarray(x), jnp.asarray(ctx), rope=(jnp.cos(ang_q), jnp.sin(ang_q)),
-                 key_rope=(jnp.cos(2 * ang_k), jnp.sin(2 * ang_k)))
+    other = ours(
+        jnp.asarray(x),
+        jnp.asarray(ctx),
+        rope=(jnp.cos(ang_q), jnp.sin(ang_q)),
+        key_rope=(jnp.cos(2 * ang_k), jnp.sin(2 * ang_k)),
+    )
     assert max_rel_err(other, want) > 1e-3
 
 
@@ -94,19 +121,38 @@ def test_cosmos3_two_pathway_gqa_attention():
     ang_und, ang_gen = _rand(l_und, k // 2, seed=10), _rand(l_gen, k // 2, seed=11)
     half = lambda f, a: torch.from_numpy(np.concatenate([f(a), f(a)], axis=-1))  # noqa: E731 (rotate-half tables)
     with torch.no_grad():
-        want = ref(torch.from_numpy(und), torch.from_numpy(gen),
-                   (half(np.cos, ang_und), half(np.sin, ang_und), half(np.cos, ang_gen), half(np.sin, ang_gen)))
-    cfg = AttentionConfig(d, heads, k, kv_heads=kv_heads, out="linear", qk_norm="rms_head", qk_norm_eps=1e-6,
-                          rope="rotate_half", added="joint")
+        want = ref(
+            torch.from_numpy(und),
+            torch.from_numpy(gen),
+            (half(np.cos, ang_und), half(np.sin, ang_und), half(np.cos, ang_gen), half(np.sin, ang_gen)),
+        )
+    cfg = AttentionConfig(
+        d,
+        heads,
+        k,
+        kv_heads=kv_heads,
+        out="linear",
+        qk_norm="rms_head",
+        qk_norm_eps=1e-6,
+        rope="rotate_half",
+        added="joint",
+    )
     ours = Attention(cfg, "xla", jnp.float32, jnp.float32, nnx.Rngs(0))
     _copy_weights(ref, ours)
-    got = ours((jnp.asarray(und)[None], jnp.asarray(gen)[None]), rope=(jnp.cos(ang_und), jnp.sin(ang_und)),
-               added_rope=(jnp.cos(ang_gen), jnp.sin(ang_gen)), mask=AttentionMask(first_stream_causal=True))
+    got = ours(
+        (jnp.asarray(und)[None], jnp.asarray(gen)[None]),
+        rope=(jnp.cos(ang_und), jnp.sin(ang_und)),
+        added_rope=(jnp.cos(ang_gen), jnp.sin(ang_gen)),
+        mask=AttentionMask(first_stream_causal=True),
+    )
     for g, w in zip(got, want):
         assert max_rel_err(g[0], w.numpy()) < FP32_TOL
     # Without the two-pathway mask the understanding tokens would see the generation tokens.
-    full = ours((jnp.asarray(und)[None], jnp.asarray(gen)[None]), rope=(jnp.cos(ang_und), jnp.sin(ang_und)),
-                added_rope=(jnp.cos(ang_gen), jnp.sin(ang_gen)))
+    full = ours(
+        (jnp.asarray(und)[None], jnp.asarray(gen)[None]),
+        rope=(jnp.cos(ang_und), jnp.sin(ang_und)),
+        added_rope=(jnp.cos(ang_gen), jnp.sin(ang_gen)),
+    )
     assert max_rel_err(full[0][0], want[0].numpy()) > 1e-3
 
 
@@ -126,13 +172,16 @@ def test_windowed_mask_matches_dense_reference():
     assert max_rel_err(ours(x), want) > 1e-3
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(qk_norm="rms_per_token"), "qk_norm"),
-    (dict(rope="half"), "rope"),
-    (dict(kv_heads=3), "kv_heads"),
-    (dict(qk_norm="rms_head", rope="interleaved", rope_full_width=True), "rope_full_width"),
-    (dict(qk_norm="rms", added="joint", first_key_norm_for_second=True), "first_key_norm_for_second"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(qk_norm="rms_per_token"), "qk_norm"),
+        (dict(rope="half"), "rope"),
+        (dict(kv_heads=3), "kv_heads"),
+        (dict(qk_norm="rms_head", rope="interleaved", rope_full_width=True), "rope_full_width"),
+        (dict(qk_norm="rms", added="joint", first_key_norm_for_second=True), "first_key_norm_for_second"),
+    ],
+)
 def test_config_refuses(kw, match):
     with pytest.raises(InputError, match=match):
         AttentionConfig(8, 2, 4, **kw)

@@ -204,9 +204,7 @@ def test_preprocess_matches_clip_image_processor(shape):
     np.testing.assert_array_equal(clip_preprocess(Image.fromarray(image), WAN_PREPROCESSOR), want)
     alpha = rng.integers(0, 256, shape + (1,), dtype=np.uint8)
     rgba = Image.fromarray(np.concatenate([image, alpha], axis=-1), mode="RGBA")
-    np.testing.assert_array_equal(
-        clip_preprocess(rgba, WAN_PREPROCESSOR), _reference_pixels(rgba, WAN_PREPROCESSOR)
-    )
+    np.testing.assert_array_equal(clip_preprocess(rgba, WAN_PREPROCESSOR), _reference_pixels(rgba, WAN_PREPROCESSOR))
 
 
 def test_preprocess_other_settings():
@@ -242,8 +240,6 @@ def test_preprocess_bad_inputs():
     with pytest.raises(ConfigError, match="do_pad"):
         clip_preprocess(np.zeros((40, 40, 3), np.uint8), {**WAN_PREPROCESSOR, "do_pad": True})
     with pytest.raises(ConfigError, match="longest_edge"):
-        clip_preprocess(
-            np.zeros((40, 40, 3), np.uint8), {"size": {"shortest_edge": 9, "longest_edge": 20}}
-        )
+        clip_preprocess(np.zeros((40, 40, 3), np.uint8), {"size": {"shortest_edge": 9, "longest_edge": 20}})
     with pytest.raises(ConfigError, match="unknown setting"):
         clip_preprocess(np.zeros((40, 40, 3), np.uint8), {"do_flip": True})

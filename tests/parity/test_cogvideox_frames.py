@@ -33,8 +33,9 @@ def test_frame_counts_behave_as_reference(tmp_path, variant, caplog):
         unpadded = (n - 1) // 4 + 1
         assert pad == (unpadded % 2 if variant == "1.5" else 0) and t == unpadded + pad
         latents = torch.randn(1, t, 4, 2, 2, generator=torch.Generator().manual_seed(n)).numpy()
-        ref_frames, _ = run_reference(ref, variant, "ddim", False, latents, prompts=PROMPTS[:1],
-                                      **dict(call, num_frames=n))
+        ref_frames, _ = run_reference(
+            ref, variant, "ddim", False, latents, prompts=PROMPTS[:1], **dict(call, num_frames=n)
+        )
         caplog.clear()
         frames = pipe(prompt=PROMPTS[:1], latents=latents, progress=False, **dict(call, num_frames=n)).frames
         assert frames.shape == ref_frames.shape, n
@@ -46,7 +47,14 @@ def test_frame_counts_behave_as_reference(tmp_path, variant, caplog):
 
 def test_decoded_frame_rule():
     assert [decoded_frames((n - 1) // 4 + 1, 4) for n in (1, 16, 17, 18, 40, 41, 49, 81)] == [
-        1, 16, 17, 17, 40, 41, 49, 81,
+        1,
+        16,
+        17,
+        17,
+        40,
+        41,
+        49,
+        81,
     ]
 
 

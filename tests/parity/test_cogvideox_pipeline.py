@@ -21,7 +21,6 @@ import pytest
 import torch
 
 import vidax
-from vidax.pipelines.base import CallDefaults
 from tests.parity.cogvideox_reference import (
     CALL,
     L_TXT,
@@ -36,14 +35,20 @@ from tests.parity.cogvideox_reference import (
 )
 from tests.parity.helpers import bf16_reference, max_rel_err, model_batches, psnr
 from vidax.errors import InputError
+from vidax.pipelines.base import CallDefaults
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
 diffusers = pytest.importorskip("diffusers")
 
 # (variant, scheduler, use_dynamic_cfg) end-to-end runs: each pipeline with each sampler, every
 # transformer variant, dynamic guidance with both samplers.
-RUNS = [("2b", "ddim", False), ("5b", "dpm", True), ("1.5", "ddim", False), ("5b_i2v", "ddim", True),
-        ("1.5_i2v", "dpm", False)]
+RUNS = [
+    ("2b", "ddim", False),
+    ("5b", "dpm", True),
+    ("1.5", "ddim", False),
+    ("5b_i2v", "ddim", True),
+    ("1.5_i2v", "dpm", False),
+]
 
 
 def _latents(t):
@@ -76,14 +81,29 @@ def pipelines(checkpoints):
 def _vidax_run(pipe, variant, kind, dynamic, latents, noise, **call):
     pipe.scheduler = (CogVideoXDPMScheduler if kind == "dpm" else CogVideoXDDIMScheduler)(pipe.scheduler.config)
     extra = dict(image=condition_images(2)) if VARIANTS[variant]["task"] == "i2v" else {}
-    return pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, use_dynamic_cfg=dynamic,
-                progress=False, **noise, **extra, **call).frames
+    return pipe(
+        prompt=PROMPTS,
+        negative_prompt=NEGATIVES,
+        latents=latents,
+        use_dynamic_cfg=dynamic,
+        progress=False,
+        **noise,
+        **extra,
+        **call,
+    ).frames
 
 
-@pytest.mark.parametrize("variant,kind,dynamic", [
-    pytest.param(*run, id=f"{run[0]}-{run[1]}{'-dyncfg' if run[2] else ''}",
-                 marks=[pytest.mark.fast(family="cogvideox")] if run == RUNS[0] else [])
-    for run in RUNS])
+@pytest.mark.parametrize(
+    "variant,kind,dynamic",
+    [
+        pytest.param(
+            *run,
+            id=f"{run[0]}-{run[1]}{'-dyncfg' if run[2] else ''}",
+            marks=[pytest.mark.fast(family="cogvideox")] if run == RUNS[0] else [],
+        )
+        for run in RUNS
+    ],
+)
 def test_fp32_pipeline_matches_diffusers(checkpoints, pipelines, variant, kind, dynamic):
     path, ref = checkpoints[variant]
     t = 4 if variant.startswith("1.5") else 3  # 9 frames -> 3 latent frames, padded to 4 for 1.5
@@ -100,8 +120,9 @@ def test_fp32_pipeline_matches_diffusers(checkpoints, pipelines, variant, kind, 
     assert psnr(ref_frames[0], ref_frames[1]) < 30.0
     assert np.mean((ref_frames <= 0.0) | (ref_frames >= 1.0)) < 0.05
     if kind == "dpm":  # the recorded noise matters: vidax's own noise gives another video
-        other = _vidax_run(pipe, variant, kind, dynamic, latents,
-                           {k: v for k, v in noise.items() if k != "step_noise"}, **CALL)
+        other = _vidax_run(
+            pipe, variant, kind, dynamic, latents, {k: v for k, v in noise.items() if k != "step_noise"}, **CALL
+        )
         assert psnr(other, ref_frames) < 50.0
 
 
@@ -115,14 +136,17 @@ def test_bf16_pipeline_matches_diffusers_bf16(checkpoints):
     path, ref = checkpoints["5b"]
     latents = torch.from_numpy(_latents(3)).bfloat16().float().numpy()  # bf16 values: the reference takes bf16
     ref_frames, _ = run_reference(ref, "5b", "ddim", False, latents, **CALL)
-    want16, _ = run_reference(bf16_reference(ref, float32=()), "5b", "ddim", False, latents,
-                              latents_dtype=torch.bfloat16, **CALL)
+    want16, _ = run_reference(
+        bf16_reference(ref, float32=()), "5b", "ddim", False, latents, latents_dtype=torch.bfloat16, **CALL
+    )
     pipe = vidax.load_pipeline(path, dtype="bfloat16", text_encoder_dtype="bfloat16", vae_dtype="bfloat16")
     assert pipe.transformer.proj_out.kernel[...].dtype == jnp.bfloat16
     frames = _vidax_run(pipe, "5b", "ddim", False, latents, {}, **CALL)
     value, bf16, theirs = psnr(frames, ref_frames), psnr(frames, want16), psnr(want16, ref_frames)
-    print(f"CogVideoX-5B bf16 video PSNR: vidax vs diffusers fp32 {value:.1f} dB, vs diffusers bf16 {bf16:.1f} dB, "
-          f"diffusers bf16 vs fp32 {theirs:.1f} dB")
+    print(
+        f"CogVideoX-5B bf16 video PSNR: vidax vs diffusers fp32 {value:.1f} dB, vs diffusers bf16 {bf16:.1f} dB, "
+        f"diffusers bf16 vs fp32 {theirs:.1f} dB"
+    )
     # bf16 transformer, T5 and VAE (8-bit mantissa, ~4e-3 per op) through 4 steps with CFG 4.5,
     # which amplifies cond - uncond differences: measured 45.1 dB; unrelated videos of this model
     # are < 30 dB apart.
@@ -160,10 +184,12 @@ def test_latent_output_and_padding(checkpoints, pipelines):
     ref.scheduler = diffusers.CogVideoXDDIMScheduler.from_config(ref.scheduler.config)
     assert pipe.latent_frames(9) == (4, 1)
     with torch.no_grad():
-        want = ref(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=torch.from_numpy(latents),
-                   output_type="latent", **CALL).frames.numpy()
-    got = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, output_type="latent",
-               progress=False, **CALL).frames
+        want = ref(
+            prompt=PROMPTS, negative_prompt=NEGATIVES, latents=torch.from_numpy(latents), output_type="latent", **CALL
+        ).frames.numpy()
+    got = pipe(
+        prompt=PROMPTS, negative_prompt=NEGATIVES, latents=latents, output_type="latent", progress=False, **CALL
+    ).frames
     assert got.shape == want.shape == (2, 4, 4, 4, 6)
     assert max_rel_err(got, want) < 1e-4  # 4 DDIM steps with CFG: fp32 rounding only
 
@@ -171,8 +197,9 @@ def test_latent_output_and_padding(checkpoints, pipelines):
 def test_call_defaults(pipelines):
     """The reference's defaults: size and frames from the transformer config (I2V: 49 frames)."""
     t2v, i2v = pipelines("1.5").defaults, pipelines("5b_i2v").defaults
-    assert t2v == CallDefaults(height=32, width=48, num_frames=9, num_inference_steps=50, guidance_scale=6.0,
-                               max_sequence_length=226, fps=16)
+    assert t2v == CallDefaults(
+        height=32, width=48, num_frames=9, num_inference_steps=50, guidance_scale=6.0, max_sequence_length=226, fps=16
+    )
     assert i2v.num_frames == 49 and (i2v.height, i2v.width) == (32, 48) and i2v.fps == 8
 
 
@@ -206,21 +233,49 @@ def test_cli_generate_and_inspect(checkpoints, tmp_path):
     runner = CliRunner()
     common = ["--num-inference-steps", "2", "--max-sequence-length", str(L_TXT), "--no-progress"]
     out = tmp_path / "t2v.npy"
-    r = runner.invoke(app, ["generate", "-p", "a red car", "--checkpoint", checkpoints["1.5"][0],
-                            "-o", str(out), *common])
+    r = runner.invoke(
+        app, ["generate", "-p", "a red car", "--checkpoint", checkpoints["1.5"][0], "-o", str(out), *common]
+    )
     assert r.exit_code == 0, r.output
     frames = np.load(out)
     assert frames.shape == (9, 32, 48, 3) and np.isfinite(frames).all()
 
     condition_image().save(tmp_path / "first.png")
     out = tmp_path / "i2v.npy"
-    r = runner.invoke(app, ["generate", "-p", "a red car", "--checkpoint", checkpoints["5b_i2v"][0],
-                            "--image", str(tmp_path / "first.png"), "--num-frames", "9", "-o", str(out), *common])
+    r = runner.invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a red car",
+            "--checkpoint",
+            checkpoints["5b_i2v"][0],
+            "--image",
+            str(tmp_path / "first.png"),
+            "--num-frames",
+            "9",
+            "-o",
+            str(out),
+            *common,
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert np.load(out).shape == (9, 32, 48, 3)
 
-    r = runner.invoke(app, ["generate", "-p", "a red car", "--checkpoint", checkpoints["5b"][0],
-                            "--image", str(tmp_path / "first.png"), "-o", str(tmp_path / "x.npy")])
+    r = runner.invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a red car",
+            "--checkpoint",
+            checkpoints["5b"][0],
+            "--image",
+            str(tmp_path / "first.png"),
+            "-o",
+            str(tmp_path / "x.npy"),
+        ],
+    )
     assert r.exit_code == 2 and "does not do image-to-video" in r.output
 
     r = runner.invoke(app, ["inspect", checkpoints["1.5_i2v"][0]])

@@ -30,15 +30,27 @@ import diffusers.schedulers.scheduling_dpm_cogvideox as dpm_module  # noqa: E402
 
 # THUDM/CogVideoX-2b scheduler/scheduler_config.json (snr_shift_scale 3.0; 5B uses 1.0).
 RELEASED = {
-    "beta_end": 0.012, "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False,
-    "clip_sample_range": 1.0, "num_train_timesteps": 1000, "prediction_type": "v_prediction",
-    "rescale_betas_zero_snr": True, "sample_max_value": 1.0, "set_alpha_to_one": True,
-    "snr_shift_scale": 3.0, "steps_offset": 0, "timestep_spacing": "trailing", "trained_betas": None,
+    "beta_end": 0.012,
+    "beta_schedule": "scaled_linear",
+    "beta_start": 0.00085,
+    "clip_sample": False,
+    "clip_sample_range": 1.0,
+    "num_train_timesteps": 1000,
+    "prediction_type": "v_prediction",
+    "rescale_betas_zero_snr": True,
+    "sample_max_value": 1.0,
+    "set_alpha_to_one": True,
+    "snr_shift_scale": 3.0,
+    "steps_offset": 0,
+    "timestep_spacing": "trailing",
+    "trained_betas": None,
 }
 SHAPE = (2, 3, 4, 5, 6)
 TOL = 1e-5
-CLASSES = {"ddim": (diffusers.CogVideoXDDIMScheduler, CogVideoXDDIMScheduler),
-           "dpm": (diffusers.CogVideoXDPMScheduler, CogVideoXDPMScheduler)}
+CLASSES = {
+    "ddim": (diffusers.CogVideoXDDIMScheduler, CogVideoXDDIMScheduler),
+    "dpm": (diffusers.CogVideoXDPMScheduler, CogVideoXDPMScheduler),
+}
 
 
 def _model(x, t, lib):
@@ -142,8 +154,12 @@ def test_noise_schedule_matches_reference(override):
 @pytest.mark.parametrize(
     "override",
     [
-        {"prediction_type": "epsilon", "rescale_betas_zero_snr": False, "timestep_spacing": "leading",
-         "steps_offset": 1},
+        {
+            "prediction_type": "epsilon",
+            "rescale_betas_zero_snr": False,
+            "timestep_spacing": "leading",
+            "steps_offset": 1,
+        },
         {"prediction_type": "sample", "timestep_spacing": "linspace"},
     ],
 )

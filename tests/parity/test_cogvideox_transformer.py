@@ -30,20 +30,44 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers.pipelines.cogvideo.pipeline_cogvideox import CogVideoXPipeline  # noqa: E402
 
 BASE = dict(
-    num_attention_heads=3, attention_head_dim=16, in_channels=6, out_channels=5, time_embed_dim=24,
-    text_embed_dim=20, num_layers=2, sample_width=10, sample_height=6, sample_frames=9, patch_size=2,
-    max_text_seq_length=7, temporal_compression_ratio=4,
+    num_attention_heads=3,
+    attention_head_dim=16,
+    in_channels=6,
+    out_channels=5,
+    time_embed_dim=24,
+    text_embed_dim=20,
+    num_layers=2,
+    sample_width=10,
+    sample_height=6,
+    sample_frames=9,
+    patch_size=2,
+    max_text_seq_length=7,
+    temporal_compression_ratio=4,
 )
 VARIANTS = {
     "2b_sincos": dict(),
     "5b_rope": dict(use_rotary_positional_embeddings=True),
-    "5b_i2v_learned": dict(use_rotary_positional_embeddings=True, use_learned_positional_embeddings=True,
-                           in_channels=10),
-    "1.5_patch_t": dict(use_rotary_positional_embeddings=True, patch_size_t=2, patch_bias=False,
-                        sample_height=12, sample_width=14, sample_frames=13),
-    "1.5_i2v_ofs": dict(use_rotary_positional_embeddings=True, patch_size_t=2, patch_bias=False,
-                        sample_height=12, sample_width=14, sample_frames=13, in_channels=10,
-                        ofs_embed_dim=24),
+    "5b_i2v_learned": dict(
+        use_rotary_positional_embeddings=True, use_learned_positional_embeddings=True, in_channels=10
+    ),
+    "1.5_patch_t": dict(
+        use_rotary_positional_embeddings=True,
+        patch_size_t=2,
+        patch_bias=False,
+        sample_height=12,
+        sample_width=14,
+        sample_frames=13,
+    ),
+    "1.5_i2v_ofs": dict(
+        use_rotary_positional_embeddings=True,
+        patch_size_t=2,
+        patch_bias=False,
+        sample_height=12,
+        sample_width=14,
+        sample_frames=13,
+        in_channels=10,
+        ofs_embed_dim=24,
+    ),
 }
 # (T, H, W) latent sizes per variant: the training size and another one (position tables
 # recomputed, RoPE crop region not the identity).
@@ -85,9 +109,12 @@ def _run_reference(ref, cfg, x, ts, txt, ofs):
     rope = _rope(ref, t, h, w) if cfg.get("use_rotary_positional_embeddings") else None
     with torch.no_grad():
         out = ref(
-            hidden_states=torch.from_numpy(x), encoder_hidden_states=torch.from_numpy(txt),
-            timestep=torch.from_numpy(ts), ofs=None if ofs is None else torch.from_numpy(ofs),
-            image_rotary_emb=rope, return_dict=False,
+            hidden_states=torch.from_numpy(x),
+            encoder_hidden_states=torch.from_numpy(txt),
+            timestep=torch.from_numpy(ts),
+            ofs=None if ofs is None else torch.from_numpy(ofs),
+            image_rotary_emb=rope,
+            return_dict=False,
         )[0]
     return out.numpy()  # (B, T, C, H, W)
 
@@ -104,7 +131,9 @@ def _inputs(cfg, size, seed):
 
 def _run_vidax(model, x, ts, txt, ofs):
     out = model(
-        jnp.asarray(x.transpose(0, 1, 3, 4, 2)), jnp.asarray(ts), jnp.asarray(txt),
+        jnp.asarray(x.transpose(0, 1, 3, 4, 2)),
+        jnp.asarray(ts),
+        jnp.asarray(txt),
         None if ofs is None else jnp.asarray(ofs),
     )
     return np.asarray(out.astype(jnp.float32)).transpose(0, 1, 4, 2, 3)
@@ -176,8 +205,16 @@ def test_bad_inputs(variant):
         (dict(attention_head_dim=64, use_rotary_positional_embeddings=True), (13, 480, 720)),  # 5B default
         (dict(attention_head_dim=64, use_rotary_positional_embeddings=True), (7, 768, 1360)),  # crop region
         (dict(attention_head_dim=64, use_rotary_positional_embeddings=True), (4, 320, 240)),  # portrait
-        (dict(attention_head_dim=64, use_rotary_positional_embeddings=True, patch_size_t=2, sample_height=96,
-              sample_width=170), (22, 768, 1360)),  # 1.5, 81 frames padded to 22 latent frames
+        (
+            dict(
+                attention_head_dim=64,
+                use_rotary_positional_embeddings=True,
+                patch_size_t=2,
+                sample_height=96,
+                sample_width=170,
+            ),
+            (22, 768, 1360),
+        ),  # 1.5, 81 frames padded to 22 latent frames
     ],
 )
 def test_rope_tables_match_pipeline_at_released_sizes(config, size):

@@ -224,8 +224,12 @@ def test_enable_tiling_decode_matches_reference(tile_model, big_reference):
     5 x 4), then ``decode`` with ``tiled`` left to the switch."""
     ref, _, vae = tile_model
     z = big_reference[0]
-    kw = dict(tile_sample_min_height=12, tile_sample_min_width=10, tile_overlap_factor_height=1 / 6,
-              tile_overlap_factor_width=1 / 5)
+    kw = dict(
+        tile_sample_min_height=12,
+        tile_sample_min_width=10,
+        tile_overlap_factor_height=1 / 6,
+        tile_overlap_factor_width=1 / 5,
+    )
     check_enable_tiling_decode(ref, vae, z, kw, reference_decoder(ref), vae.decode, FP32_TOL)
 
 
@@ -234,8 +238,14 @@ def test_tiled_decode_device_memory_flat_in_frames(tile_model):
     bytes right after each chunk call (weights, the chunk's output, the cache handed on) grow by
     < 1.3x: each chunk goes to host as it ends, one tile's cache lives at a time."""
     _, _, vae = tile_model
-    check_tiled_decode_memory_flat(vae, cvx_vae, "_decode_chunk", vae.decode, _latents((1, 3, 8, 7, 4), seed=21),
-                                   _latents((1, 13, 8, 7, 4), seed=22))
+    check_tiled_decode_memory_flat(
+        vae,
+        cvx_vae,
+        "_decode_chunk",
+        vae.decode,
+        _latents((1, 3, 8, 7, 4), seed=21),
+        _latents((1, 13, 8, 7, 4), seed=22),
+    )
 
 
 def test_tiled_decode_blends_from_neighbours_as_blended_in_place(tile_model, big_reference):
@@ -311,8 +321,15 @@ def test_tiling_arguments_match_enable_tiling(tiny):
     # The VAE's switches: sizes kept across calls and across disable_tiling, as the reference's.
     fresh = cls.from_config(cls.load_config(path))
     try:
-        check_tiling_switches(fresh, vae, [("enable", dict(tile_sample_min_width=40)), ("disable", {}),
-                                           ("enable", dict(tile_overlap_factor_height=0.3))])
+        check_tiling_switches(
+            fresh,
+            vae,
+            [
+                ("enable", dict(tile_sample_min_width=40)),
+                ("disable", {}),
+                ("enable", dict(tile_overlap_factor_height=0.3)),
+            ],
+        )
         with pytest.raises(InputError, match=r"^tile_overlap_factor_width=1.5 must be a number in \(0, 1\)"):
             vae.enable_tiling(tile_overlap_factor_width=1.5)
     finally:  # the defaults again, off
@@ -374,15 +391,21 @@ def test_bad_inputs(tiny):
         CogVideoXTiling.from_config(vae.config, tile_sample_min_height=8)
     # Tiles that advance 48 px but keep 54 (72 px, factor 1/4): the reference's video comes out
     # the wrong size (trial: 24 x 16 latents -> 330 x 156 pixels), so vidax refuses the setting.
-    with pytest.raises(InputError, match=r"^tile_sample_min_height=72: its tiles advance 48 pixels but each keeps "
-                                         r"54, .* wrong size .*: 32, 64, 96$"):
+    with pytest.raises(
+        InputError,
+        match=r"^tile_sample_min_height=72: its tiles advance 48 pixels but each keeps "
+        r"54, .* wrong size .*: 32, 64, 96$",
+    ):
         vae.enable_tiling(tile_sample_min_height=72, tile_overlap_factor_height=0.25)
     with pytest.raises(InputError, match=r"no size up to 224 tiles exactly with tile_overlap_factor_width=0.34"):
         vae.enable_tiling(tile_sample_min_width=40, tile_overlap_factor_width=0.34)
     # A VAE whose own default tiles do not tile exactly (sample_height 32 -> 16 px tiles; trial 4:
     # enable_tiling() then gave a 50x56 video for 32x48): the sizes not given are checked too.
-    with pytest.raises(InputError, match=r"^tile_sample_min_height=16 \(the VAE's current size, not given here\): "
-                                         r"its tiles advance 8 pixels but each keeps 14"):
+    with pytest.raises(
+        InputError,
+        match=r"^tile_sample_min_height=16 \(the VAE's current size, not given here\): "
+        r"its tiles advance 8 pixels but each keeps 14",
+    ):
         CogVideoXTiling(16, 40, spatial_compression=8).check_exact(given=["tile_sample_min_width"])
     CogVideoXTiling(48, 40, spatial_compression=8).check_exact()
     with pytest.raises(InputError, match="dtype"):

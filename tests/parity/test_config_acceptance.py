@@ -73,8 +73,11 @@ def _check(reference, ours, x, seed: int, min_err: float = 0.05) -> None:
     compared) to :data:`FP32_TOL`, and the reference's outputs for another input (standard
     normal, ``seed``, ``seed + 1``, ... for a tuple's arrays) differ from them by ``min_err``."""
     want, got = reference(x), ours(x)
-    other = (tuple(standard_normal(a.shape, seed + k) for k, a in enumerate(x)) if isinstance(x, tuple)
-             else standard_normal(x.shape, seed))
+    other = (
+        tuple(standard_normal(a.shape, seed + k) for k, a in enumerate(x))
+        if isinstance(x, tuple)
+        else standard_normal(x.shape, seed)
+    )
     changed = reference(other)
     if not isinstance(want, tuple):
         want, got, changed = (want,), (got,), (changed,)
@@ -93,12 +96,22 @@ def wan_configs(n: int) -> list[dict]:
     without the cross-attention norm; ``rope_max_seq_len`` and ``eps`` left out. ``qk_norm`` other
     than ``"rms_norm_across_heads"`` is a silent no-op in the reference (it applies the norms
     whatever the setting says): vidax refuses it (:func:`test_wan_qk_norm_no_op_is_refused`)."""
-    return _draw(SEED, n, lambda rng, i: dict(
-        patch_size=tuple(int(p) for p in rng.choice([1, 2], 3)),
-        num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=int(rng.choice([4, 6, 8, 10, 12, 14])),
-        in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-        text_dim=int(rng.integers(3, 20)), freq_dim=int(rng.integers(3, 12)), ffn_dim=int(rng.integers(5, 40)),
-        num_layers=int(rng.integers(1, 3)), cross_attn_norm=bool(rng.integers(2))))
+    return _draw(
+        SEED,
+        n,
+        lambda rng, i: dict(
+            patch_size=tuple(int(p) for p in rng.choice([1, 2], 3)),
+            num_attention_heads=int(rng.integers(1, 4)),
+            attention_head_dim=int(rng.choice([4, 6, 8, 10, 12, 14])),
+            in_channels=int(rng.integers(1, 9)),
+            out_channels=int(rng.integers(1, 9)),
+            text_dim=int(rng.integers(3, 20)),
+            freq_dim=int(rng.integers(3, 12)),
+            ffn_dim=int(rng.integers(5, 40)),
+            num_layers=int(rng.integers(1, 3)),
+            cross_attn_norm=bool(rng.integers(2)),
+        ),
+    )
 
 
 @pytest.mark.parametrize("config", wan_configs(N_CONFIGS), ids=_ids)
@@ -144,13 +157,19 @@ def vocoder_configs(n: int) -> list[dict]:
         act = ["leaky_relu", "snake", "snakebeta"][int(rng.integers(3))]
         mel, channels = int(rng.integers(3, 9)), int(rng.integers(1, 3))
         return dict(
-            in_channels=mel * channels, hidden_channels=int(rng.integers(2 ** ups, 2 ** ups + 20)),
-            out_channels=int(rng.integers(1, 3)), upsample_kernel_sizes=kernels, upsample_factors=factors,
+            in_channels=mel * channels,
+            hidden_channels=int(rng.integers(2**ups, 2**ups + 20)),
+            out_channels=int(rng.integers(1, 3)),
+            upsample_kernel_sizes=kernels,
+            upsample_factors=factors,
             resnet_kernel_sizes=resnets,
             resnet_dilations=[[int(d) for d in rng.integers(1, 4, int(rng.integers(1, 3)))] for _ in resnets],
-            act_fn=act, antialias=act != "leaky_relu" and bool(rng.integers(2)),
-            final_act_fn=["tanh", "clamp", None][int(rng.integers(3))], final_bias=bool(rng.integers(2)),
-            _mel=(channels, mel))
+            act_fn=act,
+            antialias=act != "leaky_relu" and bool(rng.integers(2)),
+            final_act_fn=["tanh", "clamp", None][int(rng.integers(3))],
+            final_bias=bool(rng.integers(2)),
+            _mel=(channels, mel),
+        )
 
     return _draw(SEED + 1, n, one)
 
@@ -183,28 +202,42 @@ def cogvideox_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         kind = ["sincos", "rope", "learned", "rope_t"][i % 4]
-        heads, dim = [(2, 8), (4, 12), (1, 16), (3, 16)][int(rng.integers(4))] if kind == "sincos" else (
-            int(rng.integers(1, 4)), int(rng.choice([16, 32])))
+        heads, dim = (
+            [(2, 8), (4, 12), (1, 16), (3, 16)][int(rng.integers(4))]
+            if kind == "sincos"
+            else (int(rng.integers(1, 4)), int(rng.choice([16, 32])))
+        )
         time_dim, compression = int(rng.integers(4, 20)), int(rng.integers(1, 5))  # width 3 with freq_shift 1: refused
         return dict(
-            num_attention_heads=heads, attention_head_dim=dim, in_channels=int(rng.integers(1, 9)),
-            out_channels=int(rng.integers(1, 9)), flip_sin_to_cos=bool(rng.integers(2)),
-            freq_shift=int(rng.integers(2)), time_embed_dim=time_dim,
-            ofs_embed_dim=time_dim if rng.integers(2) else None, text_embed_dim=int(rng.integers(3, 20)),
-            num_layers=int(rng.integers(1, 3)), attention_bias=bool(rng.integers(2)),
-            sample_width=int(rng.integers(2, 7)) * 2, sample_height=int(rng.integers(2, 5)) * 2,
+            num_attention_heads=heads,
+            attention_head_dim=dim,
+            in_channels=int(rng.integers(1, 9)),
+            out_channels=int(rng.integers(1, 9)),
+            flip_sin_to_cos=bool(rng.integers(2)),
+            freq_shift=int(rng.integers(2)),
+            time_embed_dim=time_dim,
+            ofs_embed_dim=time_dim if rng.integers(2) else None,
+            text_embed_dim=int(rng.integers(3, 20)),
+            num_layers=int(rng.integers(1, 3)),
+            attention_bias=bool(rng.integers(2)),
+            sample_width=int(rng.integers(2, 7)) * 2,
+            sample_height=int(rng.integers(2, 5)) * 2,
             # the learned table is for one size: sample_frames = (T - 1) * compression + 1
             sample_frames=compression + 1 if kind == "learned" else int(rng.integers(1, 14)),
-            patch_size=int(rng.integers(1, 3)), patch_size_t=2 if kind == "rope_t" else None,
+            patch_size=int(rng.integers(1, 3)),
+            patch_size_t=2 if kind == "rope_t" else None,
             temporal_compression_ratio=compression,
             max_text_seq_length=int(rng.integers(2, 7)),
             activation_fn=FFN_ACTIVATIONS[(i + 4) % len(FFN_ACTIVATIONS)],
             timestep_activation_fn=["silu", "swish", "gelu", "relu", "mish"][int(rng.integers(5))],
-            norm_elementwise_affine=bool(rng.integers(2)), norm_eps=float(rng.choice([1e-5, 1e-6, 1e-3])),
+            norm_elementwise_affine=bool(rng.integers(2)),
+            norm_eps=float(rng.choice([1e-5, 1e-6, 1e-3])),
             spatial_interpolation_scale=float(rng.uniform(0.5, 2)),
             temporal_interpolation_scale=float(rng.uniform(0.5, 2)),
             use_rotary_positional_embeddings=kind != "sincos",
-            use_learned_positional_embeddings=kind == "learned", patch_bias=bool(rng.integers(2)))
+            use_learned_positional_embeddings=kind == "learned",
+            patch_bias=bool(rng.integers(2)),
+        )
 
     return _draw(SEED + 2, n, one)
 
@@ -218,7 +251,9 @@ def test_cogvideox_transformer_configs(tmp_path_factory, config):
     ref = diffusers.CogVideoXTransformer3DModel(**config).eval()
     if config["use_learned_positional_embeddings"]:
         with torch.no_grad():  # a persistent buffer, not a parameter
-            ref.patch_embed.pos_embedding.copy_(torch.from_numpy(standard_normal(ref.patch_embed.pos_embedding.shape, 6)))
+            ref.patch_embed.pos_embedding.copy_(
+                torch.from_numpy(standard_normal(ref.patch_embed.pos_embedding.shape, 6))
+            )
     model = load_component("CogVideoXTransformer3DModel", _save(tmp_path_factory, ref, 3, "cogvideox_config"))
     p, pt = config["patch_size"], config["patch_size_t"] or 1
     if config["use_learned_positional_embeddings"]:  # the learned table fixes the latent size
@@ -236,9 +271,14 @@ def test_cogvideox_transformer_configs(tmp_path_factory, config):
 
     def reference(x):
         with torch.no_grad():
-            return ref(hidden_states=torch.from_numpy(x), encoder_hidden_states=torch.from_numpy(txt),
-                       timestep=torch.from_numpy(ts), ofs=None if ofs is None else torch.from_numpy(ofs),
-                       image_rotary_emb=rope, return_dict=False)[0].numpy()
+            return ref(
+                hidden_states=torch.from_numpy(x),
+                encoder_hidden_states=torch.from_numpy(txt),
+                timestep=torch.from_numpy(ts),
+                ofs=None if ofs is None else torch.from_numpy(ofs),
+                image_rotary_emb=rope,
+                return_dict=False,
+            )[0].numpy()
 
     ours = _jit(model, lambda m, x: m(x.transpose(0, 1, 3, 4, 2), ts, txt, ofs).transpose(0, 1, 4, 2, 3))
     _check(reference, ours, standard_normal((2, t, config["in_channels"], h, w), 8), 9)
@@ -257,14 +297,26 @@ def ltx_configs(n: int) -> list[dict]:
     def one(rng, i):
         heads = int(rng.integers(1, 4))
         dim = int(rng.choice([d for d in range(3, 15) if heads * d % 2 == 0]))
-        return _drop(rng, dict(
-            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-            patch_size=int(rng.integers(1, 4)), patch_size_t=int(rng.integers(1, 4)), num_attention_heads=heads,
-            attention_head_dim=dim, cross_attention_dim=heads * dim, num_layers=int(rng.integers(1, 3)),
-            activation_fn=FFN_ACTIVATIONS[i % len(FFN_ACTIVATIONS)],
-            norm_elementwise_affine=i % 2 == 0, norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
-            caption_channels=int(rng.integers(3, 20)), attention_bias=bool(rng.integers(2)),
-            attention_out_bias=bool(rng.integers(2))), ("out_channels",))
+        return _drop(
+            rng,
+            dict(
+                in_channels=int(rng.integers(1, 9)),
+                out_channels=int(rng.integers(1, 9)),
+                patch_size=int(rng.integers(1, 4)),
+                patch_size_t=int(rng.integers(1, 4)),
+                num_attention_heads=heads,
+                attention_head_dim=dim,
+                cross_attention_dim=heads * dim,
+                num_layers=int(rng.integers(1, 3)),
+                activation_fn=FFN_ACTIVATIONS[i % len(FFN_ACTIVATIONS)],
+                norm_elementwise_affine=i % 2 == 0,
+                norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
+                caption_channels=int(rng.integers(3, 20)),
+                attention_bias=bool(rng.integers(2)),
+                attention_out_bias=bool(rng.integers(2)),
+            ),
+            ("out_channels",),
+        )
 
     return _draw(SEED + 3, n, one)
 
@@ -281,8 +333,17 @@ def test_ltx_transformer_configs(tmp_path_factory, config):
 
     def reference(x):
         with torch.no_grad():
-            return ref(torch.from_numpy(x), torch.from_numpy(txt), torch.from_numpy(ts), torch.from_numpy(mask),
-                       num_frames=t, height=h, width=w, rope_interpolation_scale=scale, return_dict=False)[0].numpy()
+            return ref(
+                torch.from_numpy(x),
+                torch.from_numpy(txt),
+                torch.from_numpy(ts),
+                torch.from_numpy(mask),
+                num_frames=t,
+                height=h,
+                width=w,
+                rope_interpolation_scale=scale,
+                return_dict=False,
+            )[0].numpy()
 
     ours = _jit(model, lambda m, x: m(x, txt, ts, mask, t, h, w, scale))
     _check(reference, ours, standard_normal((2, t * h * w, config["in_channels"]), 11), 12)
@@ -305,17 +366,29 @@ def hunyuan_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         axes = _rope_axes(rng)
-        return _drop(rng, dict(
-            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-            num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=sum(axes),
-            num_layers=int(rng.integers(1, 3)), num_single_layers=int(rng.integers(1, 3)),
-            num_refiner_layers=int(rng.integers(1, 3)), mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])),
-            patch_size=int(rng.integers(1, 3)), patch_size_t=int(rng.integers(1, 3)),
-            qk_norm=["rms_norm", "layer_norm", "fp32_layer_norm", None][i % 4],
-            guidance_embeds=bool(rng.integers(2)), text_embed_dim=int(rng.integers(3, 20)),
-            pooled_projection_dim=int(rng.integers(3, 20)), rope_theta=float(rng.choice([256.0, 1000.0])),
-            rope_axes_dim=axes, image_condition_type=[None, "latent_concat", "token_replace"][int(rng.integers(3))]),
-            ("out_channels",))
+        return _drop(
+            rng,
+            dict(
+                in_channels=int(rng.integers(1, 9)),
+                out_channels=int(rng.integers(1, 9)),
+                num_attention_heads=int(rng.integers(1, 4)),
+                attention_head_dim=sum(axes),
+                num_layers=int(rng.integers(1, 3)),
+                num_single_layers=int(rng.integers(1, 3)),
+                num_refiner_layers=int(rng.integers(1, 3)),
+                mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])),
+                patch_size=int(rng.integers(1, 3)),
+                patch_size_t=int(rng.integers(1, 3)),
+                qk_norm=["rms_norm", "layer_norm", "fp32_layer_norm", None][i % 4],
+                guidance_embeds=bool(rng.integers(2)),
+                text_embed_dim=int(rng.integers(3, 20)),
+                pooled_projection_dim=int(rng.integers(3, 20)),
+                rope_theta=float(rng.choice([256.0, 1000.0])),
+                rope_axes_dim=axes,
+                image_condition_type=[None, "latent_concat", "token_replace"][int(rng.integers(3))],
+            ),
+            ("out_channels",),
+        )
 
     return _draw(SEED + 4, n, one)
 
@@ -333,9 +406,15 @@ def test_hunyuan_transformer_configs(tmp_path_factory, config):
 
     def reference(x):
         with torch.no_grad():
-            out = ref(torch.from_numpy(x), torch.from_numpy(ts), torch.from_numpy(txt), torch.from_numpy(mask),
-                      torch.from_numpy(pooled), guidance=None if guidance is None else torch.from_numpy(guidance),
-                      return_dict=False)[0]
+            out = ref(
+                torch.from_numpy(x),
+                torch.from_numpy(ts),
+                torch.from_numpy(txt),
+                torch.from_numpy(mask),
+                torch.from_numpy(pooled),
+                guidance=None if guidance is None else torch.from_numpy(guidance),
+                return_dict=False,
+            )[0]
         return out.numpy().transpose(0, 2, 3, 4, 1)
 
     ours = _jit(model, lambda m, x: m(x.transpose(0, 2, 3, 4, 1), ts, txt, mask, pooled, guidance))
@@ -352,16 +431,29 @@ def hunyuan15_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         axes = _rope_axes(rng)
-        return _drop(rng, dict(
-            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-            num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=sum(axes),
-            num_layers=int(rng.integers(1, 3)), num_refiner_layers=int(rng.integers(1, 3)),
-            mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])), patch_size=int(rng.integers(1, 3)),
-            patch_size_t=int(rng.integers(1, 3)), qk_norm=["rms_norm", "layer_norm", "fp32_layer_norm"][i % 3],
-            text_embed_dim=int(rng.integers(3, 20)), text_embed_2_dim=int(rng.integers(3, 20)),
-            image_embed_dim=int(rng.integers(3, 20)), rope_theta=float(rng.choice([256.0, 1000.0])),
-            rope_axes_dim=axes, task_type=["t2v", "i2v"][int(rng.integers(2))], use_meanflow=bool(rng.integers(2))),
-            ("out_channels", "task_type"))
+        return _drop(
+            rng,
+            dict(
+                in_channels=int(rng.integers(1, 9)),
+                out_channels=int(rng.integers(1, 9)),
+                num_attention_heads=int(rng.integers(1, 4)),
+                attention_head_dim=sum(axes),
+                num_layers=int(rng.integers(1, 3)),
+                num_refiner_layers=int(rng.integers(1, 3)),
+                mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])),
+                patch_size=int(rng.integers(1, 3)),
+                patch_size_t=int(rng.integers(1, 3)),
+                qk_norm=["rms_norm", "layer_norm", "fp32_layer_norm"][i % 3],
+                text_embed_dim=int(rng.integers(3, 20)),
+                text_embed_2_dim=int(rng.integers(3, 20)),
+                image_embed_dim=int(rng.integers(3, 20)),
+                rope_theta=float(rng.choice([256.0, 1000.0])),
+                rope_axes_dim=axes,
+                task_type=["t2v", "i2v"][int(rng.integers(2))],
+                use_meanflow=bool(rng.integers(2)),
+            ),
+            ("out_channels", "task_type"),
+        )
 
     return _draw(SEED + 5, n, one)
 
@@ -377,7 +469,8 @@ def test_hunyuan15_transformer_configs(tmp_path_factory, config):
         encoder_attention_mask=np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int64),
         encoder_hidden_states_2=standard_normal((2, 4, config["text_embed_2_dim"]), 18),
         encoder_attention_mask_2=np.array([[1, 1, 1, 1], [0, 0, 0, 0]], np.int64),
-        image_embeds=standard_normal((2, 3, config["image_embed_dim"]), 19))
+        image_embeds=standard_normal((2, 3, config["image_embed_dim"]), 19),
+    )
     if config["use_meanflow"]:
         rest["timestep_r"] = np.array([20.0, 850.5], np.float32)
 
@@ -402,17 +495,28 @@ def cosmos_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         text, project = int(rng.integers(3, 20)), bool(rng.integers(2))
-        return _drop(rng, dict(
-            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-            num_attention_heads=int(rng.integers(1, 4)), attention_head_dim=int(rng.choice([12, 14, 16, 18, 20])),
-            num_layers=int(rng.integers(1, 3)), mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])), text_embed_dim=text,
-            adaln_lora_dim=int(rng.integers(3, 13)), max_size=(4, 8, 12),
-            patch_size=tuple(int(p) for p in rng.integers(1, 3, 3)),
-            rope_scale=tuple(float(s) for s in rng.choice([1.0, 2.0, 3.0], 3)),
-            concat_padding_mask=bool(rng.integers(2)), extra_pos_embed_type=[None, "learnable"][i % 2],
-            use_crossattn_projection=project, crossattn_proj_in_channels=int(rng.integers(3, 20)),
-            encoder_hidden_states_channels=text),
-            () if project else ("crossattn_proj_in_channels", "encoder_hidden_states_channels"))
+        return _drop(
+            rng,
+            dict(
+                in_channels=int(rng.integers(1, 9)),
+                out_channels=int(rng.integers(1, 9)),
+                num_attention_heads=int(rng.integers(1, 4)),
+                attention_head_dim=int(rng.choice([12, 14, 16, 18, 20])),
+                num_layers=int(rng.integers(1, 3)),
+                mlp_ratio=float(rng.choice([1.3, 2.5, 4.0])),
+                text_embed_dim=text,
+                adaln_lora_dim=int(rng.integers(3, 13)),
+                max_size=(4, 8, 12),
+                patch_size=tuple(int(p) for p in rng.integers(1, 3, 3)),
+                rope_scale=tuple(float(s) for s in rng.choice([1.0, 2.0, 3.0], 3)),
+                concat_padding_mask=bool(rng.integers(2)),
+                extra_pos_embed_type=[None, "learnable"][i % 2],
+                use_crossattn_projection=project,
+                crossattn_proj_in_channels=int(rng.integers(3, 20)),
+                encoder_hidden_states_channels=text,
+            ),
+            () if project else ("crossattn_proj_in_channels", "encoder_hidden_states_channels"),
+        )
 
     return _draw(SEED + 6, n, one)
 
@@ -437,8 +541,13 @@ def test_cosmos_transformer_configs(tmp_path_factory, config):
 
     def reference(x):
         with torch.no_grad(), torchvision_stand_ins():
-            out = ref(torch.from_numpy(x), torch.from_numpy(ts), torch.from_numpy(txt),
-                      padding_mask=None if pad is None else torch.from_numpy(pad), return_dict=False)[0]
+            out = ref(
+                torch.from_numpy(x),
+                torch.from_numpy(ts),
+                torch.from_numpy(txt),
+                padding_mask=None if pad is None else torch.from_numpy(pad),
+                return_dict=False,
+            )[0]
         return out.numpy().transpose(0, 2, 3, 4, 1)
 
     pad_cl = None if pad is None else pad.transpose(0, 2, 3, 1)
@@ -468,31 +577,58 @@ def ltx2_configs(n: int) -> list[dict]:
         kv = int(rng.choice([k for k in (2, 4, 6, 8) if hv * k >= 6]))
         ka = int(rng.choice([k for k in (2, 4, 6, 8, 12) if rope == "interleaved" or ha * k // 2 % hv == 0]))
         prompt, mod, audio_mod = (bool(b) for b in rng.integers(2, size=3))
-        return _drop(rng, dict(
-            in_channels=int(rng.integers(1, 9)), out_channels=int(rng.integers(1, 9)),
-            patch_size=int(rng.integers(1, 3)), patch_size_t=int(rng.integers(1, 3)), num_attention_heads=hv,
-            attention_head_dim=kv,
-            cross_attention_dim=hv * kv if prompt or mod or audio_mod else int(rng.integers(3, 20)),
-            vae_scale_factors=(int(rng.integers(1, 9)), int(rng.integers(8, 40)), int(rng.integers(8, 40))),
-            pos_embed_max_pos=int(rng.integers(5, 30)), base_height=int(rng.integers(100, 3000)),
-            base_width=int(rng.integers(100, 3000)), gated_attn=bool(rng.integers(2)), cross_attn_mod=mod,
-            audio_in_channels=int(rng.integers(1, 9)), audio_out_channels=int(rng.integers(1, 9)),
-            audio_patch_size=int(rng.integers(1, 3)), audio_patch_size_t=int(rng.integers(1, 3)),
-            audio_num_attention_heads=ha, audio_attention_head_dim=ka, audio_cross_attention_dim=ha * ka,
-            audio_scale_factor=int(rng.integers(1, 7)), audio_pos_embed_max_pos=int(rng.integers(5, 30)),
-            audio_sampling_rate=int(rng.choice([16000, 24000, 44100])), audio_hop_length=int(rng.choice([160, 256])),
-            audio_gated_attn=bool(rng.integers(2)), audio_cross_attn_mod=audio_mod, num_layers=int(rng.integers(1, 3)),
-            activation_fn=FFN_ACTIVATIONS[(i + 2) % len(FFN_ACTIVATIONS)],
-            norm_elementwise_affine=i // 2 == 0, norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
-            caption_channels=int(rng.integers(3, 20)), attention_bias=bool(rng.integers(2)),
-            attention_out_bias=bool(rng.integers(2)), rope_theta=float(rng.choice([100.0, 10000.0])),
-            rope_double_precision=bool(rng.integers(2)), causal_offset=int(rng.integers(0, 3)),
-            timestep_scale_multiplier=int(rng.choice([1000, 500])),
-            cross_attn_timestep_scale_multiplier=int(rng.choice([1000, 250])), rope_type=rope,
-            use_prompt_embeddings=prompt, perturbed_attn=bool(rng.integers(2)), ff_bias=bool(rng.integers(2)),
-            audio_ff_bias=bool(rng.integers(2)), use_prompt_adaln_single=bool(rng.integers(2)),
-            use_keyframes_abs_pos_embedding=bool(rng.integers(2)), _cross_timestep=bool(rng.integers(2))),
-            ("out_channels", "audio_out_channels"))
+        return _drop(
+            rng,
+            dict(
+                in_channels=int(rng.integers(1, 9)),
+                out_channels=int(rng.integers(1, 9)),
+                patch_size=int(rng.integers(1, 3)),
+                patch_size_t=int(rng.integers(1, 3)),
+                num_attention_heads=hv,
+                attention_head_dim=kv,
+                cross_attention_dim=hv * kv if prompt or mod or audio_mod else int(rng.integers(3, 20)),
+                vae_scale_factors=(int(rng.integers(1, 9)), int(rng.integers(8, 40)), int(rng.integers(8, 40))),
+                pos_embed_max_pos=int(rng.integers(5, 30)),
+                base_height=int(rng.integers(100, 3000)),
+                base_width=int(rng.integers(100, 3000)),
+                gated_attn=bool(rng.integers(2)),
+                cross_attn_mod=mod,
+                audio_in_channels=int(rng.integers(1, 9)),
+                audio_out_channels=int(rng.integers(1, 9)),
+                audio_patch_size=int(rng.integers(1, 3)),
+                audio_patch_size_t=int(rng.integers(1, 3)),
+                audio_num_attention_heads=ha,
+                audio_attention_head_dim=ka,
+                audio_cross_attention_dim=ha * ka,
+                audio_scale_factor=int(rng.integers(1, 7)),
+                audio_pos_embed_max_pos=int(rng.integers(5, 30)),
+                audio_sampling_rate=int(rng.choice([16000, 24000, 44100])),
+                audio_hop_length=int(rng.choice([160, 256])),
+                audio_gated_attn=bool(rng.integers(2)),
+                audio_cross_attn_mod=audio_mod,
+                num_layers=int(rng.integers(1, 3)),
+                activation_fn=FFN_ACTIVATIONS[(i + 2) % len(FFN_ACTIVATIONS)],
+                norm_elementwise_affine=i // 2 == 0,
+                norm_eps=float(rng.choice([1e-6, 1e-5, 1e-3])),
+                caption_channels=int(rng.integers(3, 20)),
+                attention_bias=bool(rng.integers(2)),
+                attention_out_bias=bool(rng.integers(2)),
+                rope_theta=float(rng.choice([100.0, 10000.0])),
+                rope_double_precision=bool(rng.integers(2)),
+                causal_offset=int(rng.integers(0, 3)),
+                timestep_scale_multiplier=int(rng.choice([1000, 500])),
+                cross_attn_timestep_scale_multiplier=int(rng.choice([1000, 250])),
+                rope_type=rope,
+                use_prompt_embeddings=prompt,
+                perturbed_attn=bool(rng.integers(2)),
+                ff_bias=bool(rng.integers(2)),
+                audio_ff_bias=bool(rng.integers(2)),
+                use_prompt_adaln_single=bool(rng.integers(2)),
+                use_keyframes_abs_pos_embedding=bool(rng.integers(2)),
+                _cross_timestep=bool(rng.integers(2)),
+            ),
+            ("out_channels", "audio_out_channels"),
+        )
 
     return _draw(SEED + 7, n, one)
 
@@ -512,38 +648,63 @@ def test_ltx2_transformer_configs(tmp_path_factory, config):
     arrays = dict(
         encoder_hidden_states=standard_normal((2, 5, text), 26),
         audio_encoder_hidden_states=standard_normal((2, 5, audio_text), 27),
-        timestep=np.array([300.0, 820.0], np.float32), audio_timestep=np.array([450.0, 90.0], np.float32),
-        sigma=np.array([0.35, 0.8], np.float32), audio_sigma=np.array([0.6, 0.15], np.float32),
-        encoder_attention_mask=mask, audio_encoder_attention_mask=mask[::-1].copy())
+        timestep=np.array([300.0, 820.0], np.float32),
+        audio_timestep=np.array([450.0, 90.0], np.float32),
+        sigma=np.array([0.35, 0.8], np.float32),
+        audio_sigma=np.array([0.6, 0.15], np.float32),
+        encoder_attention_mask=mask,
+        audio_encoder_attention_mask=mask[::-1].copy(),
+    )
     if config["use_keyframes_abs_pos_embedding"]:
         arrays["video_keyframes_mask"] = (np.arange(n) < n // 2).astype(np.float32)[None, :, None].repeat(2, 0)
-    static = dict(num_frames=t, height=h, width=w, fps=24.0, audio_num_frames=m,
-                  use_cross_timestep=cross_timestep)
+    static = dict(num_frames=t, height=h, width=w, fps=24.0, audio_num_frames=m, use_cross_timestep=cross_timestep)
     if config["perturbed_attn"]:  # STG on the first block, the first sample perturbed
         arrays["perturbation_mask"] = np.array([0.0, 1.0], np.float32)
         static["spatio_temporal_guidance_blocks"] = [0]
 
     def reference(x):
         with torch.no_grad():
-            out = ref(torch.from_numpy(x[0]), torch.from_numpy(x[1]),
-                      **{k: torch.from_numpy(v) for k, v in arrays.items()}, **static, return_dict=False)
+            out = ref(
+                torch.from_numpy(x[0]),
+                torch.from_numpy(x[1]),
+                **{k: torch.from_numpy(v) for k, v in arrays.items()},
+                **static,
+                return_dict=False,
+            )
         return tuple(o.numpy() for o in out)
 
     ours = _jit(model, lambda mdl, x: mdl(x[0], x[1], **arrays, **static))
-    x = (standard_normal((2, n, config["in_channels"]), 28),
-         standard_normal((2, -(-m // apt), config["audio_in_channels"]), 29))
+    x = (
+        standard_normal((2, n, config["in_channels"]), 28),
+        standard_normal((2, -(-m // apt), config["audio_in_channels"]), 29),
+    )
     _check(reference, ours, x, 30)
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(num_attention_heads=1, attention_head_dim=4, cross_attention_dim=4), r"attention_head_dim=4 .* RoPE .* < 6"),
-    (dict(rope_type="interleaved", num_attention_heads=1, attention_head_dim=7, cross_attention_dim=7),
-     r"attention_head_dim=7 .* interleaved RoPE rotates channel pairs"),
-    (dict(rope_type="split", audio_num_attention_heads=2, audio_attention_head_dim=3, audio_cross_attention_dim=6),
-     r"audio_attention_head_dim=3 .* split RoPE rotates the halves of each head"),
-    (dict(use_prompt_embeddings=False, cross_attn_mod=True, cross_attention_dim=5),
-     r"cross_attention_dim=5 .* prompt AdaLN table"),
-], ids=["narrow", "odd-pairs", "odd-head", "prompt-adaln-width"])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            dict(num_attention_heads=1, attention_head_dim=4, cross_attention_dim=4),
+            r"attention_head_dim=4 .* RoPE .* < 6",
+        ),
+        (
+            dict(rope_type="interleaved", num_attention_heads=1, attention_head_dim=7, cross_attention_dim=7),
+            r"attention_head_dim=7 .* interleaved RoPE rotates channel pairs",
+        ),
+        (
+            dict(
+                rope_type="split", audio_num_attention_heads=2, audio_attention_head_dim=3, audio_cross_attention_dim=6
+            ),
+            r"audio_attention_head_dim=3 .* split RoPE rotates the halves of each head",
+        ),
+        (
+            dict(use_prompt_embeddings=False, cross_attn_mod=True, cross_attention_dim=5),
+            r"cross_attention_dim=5 .* prompt AdaLN table",
+        ),
+    ],
+    ids=["narrow", "odd-pairs", "odd-head", "prompt-adaln-width"],
+)
 @pytest.mark.fast
 def test_ltx2_configs_the_reference_fails_are_refused(change, match):
     """Configs diffusers builds but cannot run (its RoPE tables are empty below a video width of
@@ -577,14 +738,26 @@ def cosmos3_configs(n: int) -> list[dict]:
         c, p = int(rng.integers(1, 6)), int(rng.integers(1, 3))
         sound, action = bool(rng.integers(2)), bool(rng.integers(2))
         config = dict(
-            attention_bias=bool(rng.integers(2)), head_dim=k, hidden_size=int(rng.integers(4, 24)),
-            intermediate_size=int(rng.integers(3, 30)), latent_channel=c, latent_patch_size=p,
-            num_attention_heads=kv_heads * int(rng.integers(1, 3)), num_hidden_layers=int(rng.integers(1, 3)),
-            num_key_value_heads=kv_heads, patch_latent_dim=p * p * c, rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
-            rope_theta=float(rng.choice([1e4, 5e6])), action_gen=action, sound_gen=sound,
-            timestep_scale=float(rng.choice([0.001, 0.01])), vocab_size=int(rng.integers(20, 60)),
-            hidden_act=["silu", "relu2"][i % 2], qk_norm_for_text=bool(rng.integers(2)),
-            use_und_k_norm_for_gen=bool(rng.integers(2)))
+            attention_bias=bool(rng.integers(2)),
+            head_dim=k,
+            hidden_size=int(rng.integers(4, 24)),
+            intermediate_size=int(rng.integers(3, 30)),
+            latent_channel=c,
+            latent_patch_size=p,
+            num_attention_heads=kv_heads * int(rng.integers(1, 3)),
+            num_hidden_layers=int(rng.integers(1, 3)),
+            num_key_value_heads=kv_heads,
+            patch_latent_dim=p * p * c,
+            rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            rope_theta=float(rng.choice([1e4, 5e6])),
+            action_gen=action,
+            sound_gen=sound,
+            timestep_scale=float(rng.choice([0.001, 0.01])),
+            vocab_size=int(rng.integers(20, 60)),
+            hidden_act=["silu", "relu2"][i % 2],
+            qk_norm_for_text=bool(rng.integers(2)),
+            use_und_k_norm_for_gen=bool(rng.integers(2)),
+        )
         if rng.integers(2):
             config["rope_axes_dim"] = section
         else:
@@ -616,21 +789,31 @@ def test_cosmos3_transformer_configs(tmp_path_factory, config):
     length = vis[-1] + 3 + len(snd) + len(act)
     text_idx = np.r_[0:und, vis[-1] + 1]
     g = np.random.default_rng(31)
-    arrays = dict(input_ids=g.integers(0, config["vocab_size"], (1, und + 1)).astype(np.int32),
-                  text_indexes=text_idx.astype(np.int32),
-                  position_ids=np.stack([np.sort(g.integers(0, 16000, length)), g.integers(0, 40, length),
-                                         g.integers(0, 40, length)]).astype(np.int32),
-                  vision_sequence_indexes=vis.astype(np.int32), vision_mse_loss_indexes=vis[hw:].astype(np.int32),
-                  vision_timesteps=g.uniform(0, 1000, (1, len(noisy) * hw)).astype(np.float32))
+    arrays = dict(
+        input_ids=g.integers(0, config["vocab_size"], (1, und + 1)).astype(np.int32),
+        text_indexes=text_idx.astype(np.int32),
+        position_ids=np.stack(
+            [np.sort(g.integers(0, 16000, length)), g.integers(0, 40, length), g.integers(0, 40, length)]
+        ).astype(np.int32),
+        vision_sequence_indexes=vis.astype(np.int32),
+        vision_mse_loss_indexes=vis[hw:].astype(np.int32),
+        vision_timesteps=g.uniform(0, 1000, (1, len(noisy) * hw)).astype(np.float32),
+    )
     static = dict(und_len=und, vision_noisy_frames=noisy)
     if config["sound_gen"]:
-        arrays.update(sound_sequence_indexes=snd.astype(np.int32), sound_mse_loss_indexes=snd.astype(np.int32),
-                      sound_timesteps=g.uniform(0, 1000, (1, 3)).astype(np.float32))
+        arrays.update(
+            sound_sequence_indexes=snd.astype(np.int32),
+            sound_mse_loss_indexes=snd.astype(np.int32),
+            sound_timesteps=g.uniform(0, 1000, (1, 3)).astype(np.float32),
+        )
         static["sound_noisy_frames"] = (0, 1, 2)
     if config["action_gen"]:
-        arrays.update(action_sequence_indexes=act.astype(np.int32), action_mse_loss_indexes=act.astype(np.int32),
-                      action_timesteps=g.uniform(0, 1000, (1, 2)).astype(np.float32),
-                      action_domain_ids=np.array([config["num_embodiment_domains"] - 1], np.int32))
+        arrays.update(
+            action_sequence_indexes=act.astype(np.int32),
+            action_mse_loss_indexes=act.astype(np.int32),
+            action_timesteps=g.uniform(0, 1000, (1, 2)).astype(np.float32),
+            action_domain_ids=np.array([config["num_embodiment_domains"] - 1], np.int32),
+        )
         static["action_noisy_frames"] = (0, 1)
     x = [standard_normal((1, t, h, w, c), 32)]
     if config["sound_gen"]:
@@ -640,27 +823,39 @@ def test_cosmos3_transformer_configs(tmp_path_factory, config):
 
     def reference(x):
         a = {k: torch.from_numpy(v).long() for k, v in arrays.items() if v.dtype.kind == "i"}
-        kw = dict(input_ids=a["input_ids"][0], text_indexes=a["text_indexes"], position_ids=a["position_ids"],
-                  und_len=und, sequence_length=int(length),
-                  vision_tokens=[torch.from_numpy(x[0]).permute(0, 4, 1, 2, 3)],
-                  vision_token_shapes=[(t, -(-h // p), -(-w // p))],
-                  vision_sequence_indexes=a["vision_sequence_indexes"],
-                  vision_mse_loss_indexes=a["vision_mse_loss_indexes"],
-                  vision_timesteps=torch.from_numpy(arrays["vision_timesteps"])[0],
-                  vision_noisy_frame_indexes=[torch.tensor(noisy)])
+        kw = dict(
+            input_ids=a["input_ids"][0],
+            text_indexes=a["text_indexes"],
+            position_ids=a["position_ids"],
+            und_len=und,
+            sequence_length=int(length),
+            vision_tokens=[torch.from_numpy(x[0]).permute(0, 4, 1, 2, 3)],
+            vision_token_shapes=[(t, -(-h // p), -(-w // p))],
+            vision_sequence_indexes=a["vision_sequence_indexes"],
+            vision_mse_loss_indexes=a["vision_mse_loss_indexes"],
+            vision_timesteps=torch.from_numpy(arrays["vision_timesteps"])[0],
+            vision_noisy_frame_indexes=[torch.tensor(noisy)],
+        )
         rest = list(x[1:])
         if config["sound_gen"]:
-            kw.update(sound_tokens=[torch.from_numpy(rest.pop(0))[0]], sound_token_shapes=[(3, 1, 1)],
-                      sound_sequence_indexes=a["sound_sequence_indexes"],
-                      sound_mse_loss_indexes=a["sound_mse_loss_indexes"],
-                      sound_timesteps=torch.from_numpy(arrays["sound_timesteps"])[0],
-                      sound_noisy_frame_indexes=[torch.arange(3)])
+            kw.update(
+                sound_tokens=[torch.from_numpy(rest.pop(0))[0]],
+                sound_token_shapes=[(3, 1, 1)],
+                sound_sequence_indexes=a["sound_sequence_indexes"],
+                sound_mse_loss_indexes=a["sound_mse_loss_indexes"],
+                sound_timesteps=torch.from_numpy(arrays["sound_timesteps"])[0],
+                sound_noisy_frame_indexes=[torch.arange(3)],
+            )
         if config["action_gen"]:
-            kw.update(action_tokens=[torch.from_numpy(rest.pop(0))[0]], action_token_shapes=[(2, 1, 1)],
-                      action_sequence_indexes=a["action_sequence_indexes"],
-                      action_mse_loss_indexes=a["action_mse_loss_indexes"],
-                      action_timesteps=torch.from_numpy(arrays["action_timesteps"])[0],
-                      action_noisy_frame_indexes=[torch.arange(2)], action_domain_ids=[a["action_domain_ids"][0]])
+            kw.update(
+                action_tokens=[torch.from_numpy(rest.pop(0))[0]],
+                action_token_shapes=[(2, 1, 1)],
+                action_sequence_indexes=a["action_sequence_indexes"],
+                action_mse_loss_indexes=a["action_mse_loss_indexes"],
+                action_timesteps=torch.from_numpy(arrays["action_timesteps"])[0],
+                action_noisy_frame_indexes=[torch.arange(2)],
+                action_domain_ids=[a["action_domain_ids"][0]],
+            )
         with torch.no_grad():
             out = ref(**kw)
         outs = [out.sample[0].numpy().transpose(0, 2, 3, 4, 1)]

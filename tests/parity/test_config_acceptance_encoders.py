@@ -39,7 +39,7 @@ def _ids_and_mask(vocab: int, seed: int, left: bool = False, low: int = 0) -> tu
     mask = np.zeros((B, L), np.int64)
     for b, n in enumerate(LENGTHS):
         if left:
-            mask[b, L - n:] = 1
+            mask[b, L - n :] = 1
         else:
             mask[b, :n] = 1
     return ids, mask
@@ -58,8 +58,9 @@ def _compare(reference, ours, inputs: tuple, other: tuple, sensitive: int | None
 
 def _hidden_states(ref, inputs) -> tuple:
     with torch.no_grad():
-        out = ref(input_ids=torch.from_numpy(inputs[0]), attention_mask=torch.from_numpy(inputs[1]),
-                  output_hidden_states=True)
+        out = ref(
+            input_ids=torch.from_numpy(inputs[0]), attention_mask=torch.from_numpy(inputs[1]), output_hidden_states=True
+        )
     return tuple(h.numpy() for h in out.hidden_states)
 
 
@@ -79,13 +80,18 @@ def t5_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         return dict(
-            _cls=["T5EncoderModel", "UMT5EncoderModel"][i % 2], vocab_size=int(rng.integers(30, 80)),
-            d_model=int(rng.integers(5, 30)), d_kv=int(rng.integers(3, 13)), num_heads=int(rng.integers(1, 4)),
-            d_ff=int(rng.integers(5, 40)), num_layers=int(rng.integers(1, 3)),
+            _cls=["T5EncoderModel", "UMT5EncoderModel"][i % 2],
+            vocab_size=int(rng.integers(30, 80)),
+            d_model=int(rng.integers(5, 30)),
+            d_kv=int(rng.integers(3, 13)),
+            num_heads=int(rng.integers(1, 4)),
+            d_ff=int(rng.integers(5, 40)),
+            num_layers=int(rng.integers(1, 3)),
             relative_attention_num_buckets=int(rng.integers(4, 12)),
             relative_attention_max_distance=int(rng.integers(6, 30)),
             feed_forward_proj=["gated-gelu", "gated-silu", "relu"][i % 3],
-            layer_norm_epsilon=float(rng.choice([1e-6, 1e-3])))
+            layer_norm_epsilon=float(rng.choice([1e-6, 1e-3])),
+        )
 
     return _draw(SEED, n, one)
 
@@ -100,7 +106,9 @@ def test_t5_configs(tmp_path_factory, config):
 
     def reference(x):
         with torch.no_grad():
-            return (ref(input_ids=torch.from_numpy(x[0]), attention_mask=torch.from_numpy(x[1])).last_hidden_state.numpy(),)
+            return (
+                ref(input_ids=torch.from_numpy(x[0]), attention_mask=torch.from_numpy(x[1])).last_hidden_state.numpy(),
+            )
 
     ours = _jit(model, lambda m, x: (m(x[0].astype(np.int32), x[1].astype(np.int32)),))
     _compare(reference, ours, _ids_and_mask(config["vocab_size"], 61), _ids_and_mask(config["vocab_size"], 62))
@@ -115,13 +123,22 @@ def clip_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         heads = int(rng.integers(1, 4))
-        return _drop(rng, dict(
-            vocab_size=int(rng.integers(30, 80)), hidden_size=heads * int(rng.integers(3, 11)),
-            intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=int(rng.integers(1, 3)),
-            num_attention_heads=heads, max_position_embeddings=int(rng.integers(L, 20)),
-            hidden_act=["quick_gelu", "gelu"][int(rng.integers(2))], eos_token_id=[2, 7][i % 2],
-            layer_norm_eps=float(rng.choice([1e-5, 1e-3])), projection_dim=int(rng.integers(3, 20))),
-            ("layer_norm_eps", "projection_dim"))
+        return _drop(
+            rng,
+            dict(
+                vocab_size=int(rng.integers(30, 80)),
+                hidden_size=heads * int(rng.integers(3, 11)),
+                intermediate_size=int(rng.integers(5, 40)),
+                num_hidden_layers=int(rng.integers(1, 3)),
+                num_attention_heads=heads,
+                max_position_embeddings=int(rng.integers(L, 20)),
+                hidden_act=["quick_gelu", "gelu"][int(rng.integers(2))],
+                eos_token_id=[2, 7][i % 2],
+                layer_norm_eps=float(rng.choice([1e-5, 1e-3])),
+                projection_dim=int(rng.integers(3, 20)),
+            ),
+            ("layer_norm_eps", "projection_dim"),
+        )
 
     return _draw(SEED + 1, n, one)
 
@@ -143,8 +160,12 @@ def test_clip_text_configs(tmp_path_factory, config):
             out = ref(torch.from_numpy(x[0]), attention_mask=torch.from_numpy(x[1]))
         return out.last_hidden_state.numpy(), out.pooler_output.numpy()
 
-    _compare(reference, _jit(model, lambda m, x: m.encode(x[0].astype(np.int32), x[1].astype(np.int32))),
-             inputs(64), inputs(65))
+    _compare(
+        reference,
+        _jit(model, lambda m, x: m.encode(x[0].astype(np.int32), x[1].astype(np.int32))),
+        inputs(64),
+        inputs(65),
+    )
 
 
 # ----------------------------------------------------------------------------------------- Llama
@@ -161,12 +182,19 @@ def llama_configs(n: int) -> list[dict]:
         heads = kv * int(rng.integers(1, 4))
         head_dim = 2 * int(rng.integers(2, 7))
         config = dict(
-            vocab_size=int(rng.integers(30, 80)), hidden_size=heads * (head_dim if i % 2 else int(rng.integers(2, 11))),
-            intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=int(rng.integers(1, 3)),
-            num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
-            attention_bias=bool(rng.integers(2)), mlp_bias=bool(rng.integers(2)),
-            rope_theta=float(rng.choice([1e3, 1e4])), rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
-            hidden_act=["relu", "gelu_new"][i % 2])
+            vocab_size=int(rng.integers(30, 80)),
+            hidden_size=heads * (head_dim if i % 2 else int(rng.integers(2, 11))),
+            intermediate_size=int(rng.integers(5, 40)),
+            num_hidden_layers=int(rng.integers(1, 3)),
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            head_dim=head_dim,
+            attention_bias=bool(rng.integers(2)),
+            mlp_bias=bool(rng.integers(2)),
+            rope_theta=float(rng.choice([1e3, 1e4])),
+            rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            hidden_act=["relu", "gelu_new"][i % 2],
+        )
         return _drop(rng, config, ("head_dim", "mlp_bias") if i % 2 else ())
 
     return _draw(SEED + 2, n, one)
@@ -176,8 +204,12 @@ def llama_configs(n: int) -> list[dict]:
 def test_llama_configs(tmp_path_factory, config):
     ref = transformers.LlamaModel(transformers.LlamaConfig(**config))
     model = load_component("LlamaModel", _save(tmp_path_factory, ref, 66, "llama_config"))
-    _compare(lambda x: _hidden_states(ref, x), _ours_hidden_states(model), _ids_and_mask(config["vocab_size"], 67),
-             _ids_and_mask(config["vocab_size"], 68))
+    _compare(
+        lambda x: _hidden_states(ref, x),
+        _ours_hidden_states(model),
+        _ids_and_mask(config["vocab_size"], 67),
+        _ids_and_mask(config["vocab_size"], 68),
+    )
 
 
 # ----------------------------------------------------------------------------------- Qwen2.5-VL
@@ -196,11 +228,20 @@ def qwen_configs(n: int) -> list[dict]:
         t, h = int(rng.integers(0, half)), int(rng.integers(0, half))
         section = [t, min(h, half - t), half - t - min(h, half - t)]
         return dict(
-            _full=i % 2 == 1, vocab_size=int(rng.integers(30, 80)), hidden_size=heads * 2 * half,
-            intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=int(rng.integers(1, 3)),
-            num_attention_heads=heads, num_key_value_heads=kv, rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
-            rope_parameters={"rope_type": "default", "rope_theta": float(rng.choice([1e3, 1e6])),
-                             "mrope_section": section})
+            _full=i % 2 == 1,
+            vocab_size=int(rng.integers(30, 80)),
+            hidden_size=heads * 2 * half,
+            intermediate_size=int(rng.integers(5, 40)),
+            num_hidden_layers=int(rng.integers(1, 3)),
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": float(rng.choice([1e3, 1e6])),
+                "mrope_section": section,
+            },
+        )
 
     return _draw(SEED + 3, n, one)
 
@@ -211,18 +252,31 @@ def test_qwen25vl_configs(tmp_path_factory, config):
     full = config.pop("_full")
     vocab = config["vocab_size"]
     if full:
-        ref = transformers.Qwen2_5_VLForConditionalGeneration(transformers.Qwen2_5_VLConfig(
-            text_config=config, vision_config=dict(depth=1, hidden_size=16, intermediate_size=20, num_heads=2,
-                                                   out_hidden_size=config["hidden_size"], fullatt_block_indexes=[0]),
-            image_token_id=vocab - 1, video_token_id=vocab - 2, vision_start_token_id=vocab - 3,
-            vision_end_token_id=vocab - 4))
+        ref = transformers.Qwen2_5_VLForConditionalGeneration(
+            transformers.Qwen2_5_VLConfig(
+                text_config=config,
+                vision_config=dict(
+                    depth=1,
+                    hidden_size=16,
+                    intermediate_size=20,
+                    num_heads=2,
+                    out_hidden_size=config["hidden_size"],
+                    fullatt_block_indexes=[0],
+                ),
+                image_token_id=vocab - 1,
+                video_token_id=vocab - 2,
+                vision_start_token_id=vocab - 3,
+                vision_end_token_id=vocab - 4,
+            )
+        )
         cls, vocab = "Qwen2_5_VLForConditionalGeneration", vocab - 4  # text only: below the vision tokens
     else:
         ref = transformers.Qwen2_5_VLTextModel(transformers.Qwen2_5_VLTextConfig(**config))
         cls = "Qwen2_5_VLTextModel"
     model = load_component(cls, _save(tmp_path_factory, ref, 69, "qwen_config"))
-    _compare(lambda x: _hidden_states(ref, x), _ours_hidden_states(model), _ids_and_mask(vocab, 70),
-             _ids_and_mask(vocab, 71))
+    _compare(
+        lambda x: _hidden_states(ref, x), _ours_hidden_states(model), _ids_and_mask(vocab, 70), _ids_and_mask(vocab, 71)
+    )
 
 
 # --------------------------------------------------------------------------------------- Gemma 3
@@ -239,28 +293,49 @@ def gemma3_configs(n: int) -> list[dict]:
     def one(rng, i):
         kv, q = int(rng.integers(1, 3)), int(rng.integers(1, 3))
         layers = int(rng.integers(1, 4))
-        full = {"rope_type": "linear", "factor": float(rng.choice([2.0, 8.0])), "rope_theta": 1e4} if i % 2 else \
-            {"rope_type": "default", "rope_theta": float(rng.choice([1e3, 1e4]))}
+        full = (
+            {"rope_type": "linear", "factor": float(rng.choice([2.0, 8.0])), "rope_theta": 1e4}
+            if i % 2
+            else {"rope_type": "default", "rope_theta": float(rng.choice([1e3, 1e4]))}
+        )
         return dict(
-            vocab_size=int(rng.integers(30, 80)), hidden_size=kv * q * int(rng.integers(2, 11)),
-            intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=layers,
-            num_attention_heads=kv * q, num_key_value_heads=kv,
-            head_dim=2 * int(rng.integers(2, 7)), sliding_window=int(rng.integers(2, 7)),
+            vocab_size=int(rng.integers(30, 80)),
+            hidden_size=kv * q * int(rng.integers(2, 11)),
+            intermediate_size=int(rng.integers(5, 40)),
+            num_hidden_layers=layers,
+            num_attention_heads=kv * q,
+            num_key_value_heads=kv,
+            head_dim=2 * int(rng.integers(2, 7)),
+            sliding_window=int(rng.integers(2, 7)),
             layer_types=[["sliding_attention", "full_attention"][int(b)] for b in rng.integers(0, 2, layers)],
-            query_pre_attn_scalar=int(rng.integers(4, 40)), rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
+            query_pre_attn_scalar=int(rng.integers(4, 40)),
+            rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
             hidden_activation=["gelu", "gelu_pytorch_tanh"][i % 2],
-            rope_parameters={"full_attention": full,
-                             "sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([10.0, 1e4]))}})
+            rope_parameters={
+                "full_attention": full,
+                "sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([10.0, 1e4]))},
+            },
+        )
 
     return _draw(SEED + 4, n, one)
 
 
 @pytest.mark.parametrize("config", gemma3_configs(N_CONFIGS), ids=_ids)
 def test_gemma3_configs(tmp_path_factory, config):
-    ref = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(
-        text_config=config, vision_config=dict(hidden_size=16, intermediate_size=20, num_hidden_layers=1,
-                                               num_attention_heads=2, image_size=28, patch_size=14),
-        mm_tokens_per_image=4))
+    ref = transformers.Gemma3ForConditionalGeneration(
+        transformers.Gemma3Config(
+            text_config=config,
+            vision_config=dict(
+                hidden_size=16,
+                intermediate_size=20,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                image_size=28,
+                patch_size=14,
+            ),
+            mm_tokens_per_image=4,
+        )
+    )
     model = load_component("Gemma3ForConditionalGeneration", _save(tmp_path_factory, ref, 72, "gemma3_config"))
 
     def inputs(seed):
@@ -281,12 +356,22 @@ def siglip_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         heads, patch = int(rng.integers(1, 4)), int(rng.integers(2, 6))
-        return _drop(rng, dict(
-            hidden_size=heads * int(rng.integers(3, 11)), intermediate_size=int(rng.integers(5, 40)),
-            num_hidden_layers=int(rng.integers(1, 3)), num_attention_heads=heads,
-            patch_size=patch, image_size=patch * int(rng.integers(2, 5)), num_channels=int(rng.integers(1, 4)),
-            vision_use_head=i % 2 == 0, hidden_act=["gelu_pytorch_tanh", "gelu"][int(rng.integers(2))],
-            layer_norm_eps=float(rng.choice([1e-6, 1e-3]))), ("hidden_act", "layer_norm_eps"))
+        return _drop(
+            rng,
+            dict(
+                hidden_size=heads * int(rng.integers(3, 11)),
+                intermediate_size=int(rng.integers(5, 40)),
+                num_hidden_layers=int(rng.integers(1, 3)),
+                num_attention_heads=heads,
+                patch_size=patch,
+                image_size=patch * int(rng.integers(2, 5)),
+                num_channels=int(rng.integers(1, 4)),
+                vision_use_head=i % 2 == 0,
+                hidden_act=["gelu_pytorch_tanh", "gelu"][int(rng.integers(2))],
+                layer_norm_eps=float(rng.choice([1e-6, 1e-3])),
+            ),
+            ("hidden_act", "layer_norm_eps"),
+        )
 
     return _draw(SEED + 5, n, one)
 
@@ -327,17 +412,30 @@ def connectors_configs(n: int) -> list[dict]:
         registers = lambda: [None, 2, 4, 8][int(rng.integers(4))]  # noqa: E731
         config = dict(
             caption_channels=caption + (int(rng.integers(1, 5)) if per_modality else 0),
-            text_proj_in_factor=int(rng.integers(1, 4)), video_connector_num_attention_heads=hv,
-            video_connector_attention_head_dim=kv, video_connector_num_layers=int(rng.integers(1, 3)),
-            video_connector_num_learnable_registers=registers(), audio_connector_num_attention_heads=ha,
-            audio_connector_attention_head_dim=ka, audio_connector_num_layers=int(rng.integers(1, 3)),
-            audio_connector_num_learnable_registers=registers(), connector_rope_base_seq_len=int(rng.integers(4, 64)),
-            rope_theta=float(rng.choice([1e3, 1e4])), rope_double_precision=bool(rng.integers(2)),
-            causal_temporal_positioning=bool(rng.integers(2)), rope_type=rope)
+            text_proj_in_factor=int(rng.integers(1, 4)),
+            video_connector_num_attention_heads=hv,
+            video_connector_attention_head_dim=kv,
+            video_connector_num_layers=int(rng.integers(1, 3)),
+            video_connector_num_learnable_registers=registers(),
+            audio_connector_num_attention_heads=ha,
+            audio_connector_attention_head_dim=ka,
+            audio_connector_num_layers=int(rng.integers(1, 3)),
+            audio_connector_num_learnable_registers=registers(),
+            connector_rope_base_seq_len=int(rng.integers(4, 64)),
+            rope_theta=float(rng.choice([1e3, 1e4])),
+            rope_double_precision=bool(rng.integers(2)),
+            causal_temporal_positioning=bool(rng.integers(2)),
+            rope_type=rope,
+        )
         if per_modality:
-            config.update(per_modality_projections=True, video_hidden_dim=hv * kv, audio_hidden_dim=ha * ka,
-                          proj_bias=bool(rng.integers(2)), video_gated_attn=bool(rng.integers(2)),
-                          audio_gated_attn=bool(rng.integers(2)))
+            config.update(
+                per_modality_projections=True,
+                video_hidden_dim=hv * kv,
+                audio_hidden_dim=ha * ka,
+                proj_bias=bool(rng.integers(2)),
+                video_gated_attn=bool(rng.integers(2)),
+                audio_gated_attn=bool(rng.integers(2)),
+            )
         return _drop(rng, config, ("rope_double_precision", "causal_temporal_positioning"))
 
     return _draw(SEED + 6, n, one)
@@ -361,8 +459,13 @@ def test_ltx2_connectors_configs(tmp_path_factory, config):
         return tuple(o.numpy().astype(np.float32) for o in out)
 
     # the output mask is all ones with registers: only the two streams must change with the input
-    _compare(reference, _jit(model, lambda m, x: tuple(m(x[0], x[1], padding_side=side))), inputs(79, (5, 8)),
-             inputs(80, (8, 3)), sensitive=2)
+    _compare(
+        reference,
+        _jit(model, lambda m, x: tuple(m(x[0], x[1], padding_side=side))),
+        inputs(79, (5, 8)),
+        inputs(80, (8, 3)),
+        sensitive=2,
+    )
 
 
 # --------------------------------------------------------------------------------------- Gemma 4
@@ -383,18 +486,32 @@ def gemma4_configs(n: int) -> list[dict]:
         kv = int(rng.integers(1, 3))
         shared = int(rng.integers(0, min(2, layers - 2) + 1)) if "sliding_attention" in types[:-2] else 0
         return dict(
-            vocab_size=int(rng.integers(40, 80)), hidden_size=kv * 2 * int(rng.integers(2, 8)),
-            intermediate_size=int(rng.integers(5, 40)), num_hidden_layers=layers,
-            num_attention_heads=kv * int(rng.integers(1, 3)), num_key_value_heads=kv,
-            head_dim=2 * int(rng.integers(2, 7)), global_head_dim=2 * int(rng.integers(2, 9)),
-            num_global_key_value_heads=1, attention_k_eq_v=bool(rng.integers(2)), num_kv_shared_layers=shared,
-            use_double_wide_mlp=bool(rng.integers(2)), sliding_window=int(rng.integers(2, 7)), layer_types=types,
+            vocab_size=int(rng.integers(40, 80)),
+            hidden_size=kv * 2 * int(rng.integers(2, 8)),
+            intermediate_size=int(rng.integers(5, 40)),
+            num_hidden_layers=layers,
+            num_attention_heads=kv * int(rng.integers(1, 3)),
+            num_key_value_heads=kv,
+            head_dim=2 * int(rng.integers(2, 7)),
+            global_head_dim=2 * int(rng.integers(2, 9)),
+            num_global_key_value_heads=1,
+            attention_k_eq_v=bool(rng.integers(2)),
+            num_kv_shared_layers=shared,
+            use_double_wide_mlp=bool(rng.integers(2)),
+            sliding_window=int(rng.integers(2, 7)),
+            layer_types=types,
             hidden_activation=["silu", "gelu_pytorch_tanh"][i % 2],
             rms_norm_eps=float(rng.choice([1e-6, 1e-5])),
-            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([100.0, 1e4]))},
-                             "full_attention": {"rope_type": "proportional", "rope_theta": 1e4,
-                                                "partial_rotary_factor": float(rng.choice([0.25, 0.5, 1.0])),
-                                                "factor": float(rng.choice([1.0, 2.0]))}})
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": float(rng.choice([100.0, 1e4]))},
+                "full_attention": {
+                    "rope_type": "proportional",
+                    "rope_theta": 1e4,
+                    "partial_rotary_factor": float(rng.choice([0.25, 0.5, 1.0])),
+                    "factor": float(rng.choice([1.0, 2.0])),
+                },
+            },
+        )
 
     return _draw(SEED + 7, n, one)
 
@@ -402,10 +519,23 @@ def gemma4_configs(n: int) -> list[dict]:
 @pytest.mark.parametrize("config", gemma4_configs(N_CONFIGS), ids=_ids)
 def test_gemma4_configs(tmp_path_factory, config):
     cfg = transformers.Gemma4UnifiedConfig(
-        text_config=config, vision_config=dict(patch_size=4, pooling_kernel_size=1, mm_embed_dim=16, mm_posemb_size=8,
-                                               output_proj_dims=config["hidden_size"]),
-        audio_config=dict(audio_embed_dim=8), image_token_id=30, video_token_id=31, audio_token_id=32,
-        boi_token_id=33, eoi_token_id=34, boa_token_id=35, eoa_token_index=36)
+        text_config=config,
+        vision_config=dict(
+            patch_size=4,
+            pooling_kernel_size=1,
+            mm_embed_dim=16,
+            mm_posemb_size=8,
+            output_proj_dims=config["hidden_size"],
+        ),
+        audio_config=dict(audio_embed_dim=8),
+        image_token_id=30,
+        video_token_id=31,
+        audio_token_id=32,
+        boi_token_id=33,
+        eoi_token_id=34,
+        boa_token_id=35,
+        eoa_token_index=36,
+    )
     ref = transformers.Gemma4UnifiedForConditionalGeneration(cfg)
     with torch.no_grad():  # a buffer, which the randomisation leaves at 1
         for i, layer in enumerate(ref.model.language_model.layers):

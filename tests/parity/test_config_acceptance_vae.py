@@ -58,14 +58,19 @@ def _vae_case(tmp_path_factory, cls: str, i: int, config: dict, seed: int, gain:
     s, t = vae.config.spatial_compression, vae.config.temporal_compression
     ts = (TIMESTEP,) if timestep else ()
     if i % 2 == 0:
+
         def reference(z):
             with torch.no_grad():
-                return channels_last(ref.decode(torch.from_numpy(channels_first(z)),
-                                                *(torch.from_numpy(a) for a in ts)).sample)
+                return channels_last(
+                    ref.decode(torch.from_numpy(channels_first(z)), *(torch.from_numpy(a) for a in ts)).sample
+                )
 
         z_dim = config.get("latent_channels") or config["z_dim"]
-        _check(reference, lambda z: np.asarray(vae.decode(z, *ts)), standard_normal((1, 2, 2, 3, z_dim), seed), seed + 1)
+        _check(
+            reference, lambda z: np.asarray(vae.decode(z, *ts)), standard_normal((1, 2, 2, 3, z_dim), seed), seed + 1
+        )
     else:
+
         def reference(x):
             with torch.no_grad():
                 dist = ref.encode(torch.from_numpy(channels_first(x))).latent_dist
@@ -73,8 +78,12 @@ def _vae_case(tmp_path_factory, cls: str, i: int, config: dict, seed: int, gain:
 
         # Wan's VAE encodes 1 + 4 k frames in chunks of 4 (the reference drops the rest silently; vidax refuses).
         channels = 3 if config.get("is_residual") else config.get("in_channels", 3)
-        _check(reference, lambda x: tuple(np.asarray(a) for a in vae.encode(x)),
-               _uniform((1, 1 + max(4, t), 2 * s, 3 * s, channels), seed), seed + 1)
+        _check(
+            reference,
+            lambda x: tuple(np.asarray(a) for a in vae.encode(x)),
+            _uniform((1, 1 + max(4, t), 2 * s, 3 * s, channels), seed),
+            seed + 1,
+        )
 
 
 TIMESTEP = np.array([0.05], np.float32)  # the decoder's timestep where it is conditioned
@@ -95,16 +104,22 @@ def wan_vae_configs(n: int) -> list[dict]:
         z = int(rng.integers(2, 6))
         residual = i % 2 == 1
         config = dict(
-            base_dim=int(rng.integers(3, 8)), decoder_base_dim=int(rng.integers(3, 8)), z_dim=z,
-            dim_mult=[int(m) for m in rng.integers(1, 4, levels)], num_res_blocks=int(rng.integers(1, 3)),
+            base_dim=int(rng.integers(3, 8)),
+            decoder_base_dim=int(rng.integers(3, 8)),
+            z_dim=z,
+            dim_mult=[int(m) for m in rng.integers(1, 4, levels)],
+            num_res_blocks=int(rng.integers(1, 3)),
             temperal_downsample=[bool(b) for b in rng.integers(0, 2, levels - 1)],
-            latents_mean=[float(m) for m in rng.normal(0, 1, z)], latents_std=[float(s) for s in rng.uniform(0.5, 2, z)])
+            latents_mean=[float(m) for m in rng.normal(0, 1, z)],
+            latents_std=[float(s) for s in rng.uniform(0.5, 2, z)],
+        )
         if residual:  # its shortcuts average channel groups: each width divides the one before it x the down factor
             mults = sorted(int(m) for m in rng.choice([1, 2, 4], levels - 1))
-            config.update(is_residual=True, patch_size=2, in_channels=12, out_channels=12,
-                          dim_mult=mults + mults[-1:])
-        config.update(scale_factor_temporal=2 ** sum(config["temperal_downsample"]),
-                      scale_factor_spatial=2 ** (levels - 1) * (2 if residual else 1))
+            config.update(is_residual=True, patch_size=2, in_channels=12, out_channels=12, dim_mult=mults + mults[-1:])
+        config.update(
+            scale_factor_temporal=2 ** sum(config["temperal_downsample"]),
+            scale_factor_spatial=2 ** (levels - 1) * (2 if residual else 1),
+        )
         return _drop(rng, config, ("decoder_base_dim",))
 
     return _draw(SEED, n, one)
@@ -126,14 +141,25 @@ def cogvideox_vae_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         blocks, groups = int(rng.integers(2, 4)), int(rng.integers(1, 4))
-        config = _drop(rng, dict(
-            block_out_channels=[groups * int(c) for c in rng.integers(2, 5, blocks)],
-            down_block_types=["CogVideoXDownBlock3D"] * blocks, up_block_types=["CogVideoXUpBlock3D"] * blocks,
-            latent_channels=int(rng.integers(2, 6)), layers_per_block=int(rng.integers(1, 3)), norm_num_groups=groups,
-            temporal_compression_ratio=int(rng.choice([2, 4][:blocks - 1])), in_channels=int(rng.integers(1, 5)),
-            out_channels=int(rng.integers(1, 5)), norm_eps=float(rng.choice([1e-6, 1e-3])),
-            use_quant_conv=bool(rng.integers(2)), use_post_quant_conv=bool(rng.integers(2)),
-            act_fn=["mish", "gelu", "relu", "silu"][i % 4]), ("norm_eps",))
+        config = _drop(
+            rng,
+            dict(
+                block_out_channels=[groups * int(c) for c in rng.integers(2, 5, blocks)],
+                down_block_types=["CogVideoXDownBlock3D"] * blocks,
+                up_block_types=["CogVideoXUpBlock3D"] * blocks,
+                latent_channels=int(rng.integers(2, 6)),
+                layers_per_block=int(rng.integers(1, 3)),
+                norm_num_groups=groups,
+                temporal_compression_ratio=int(rng.choice([2, 4][: blocks - 1])),
+                in_channels=int(rng.integers(1, 5)),
+                out_channels=int(rng.integers(1, 5)),
+                norm_eps=float(rng.choice([1e-6, 1e-3])),
+                use_quant_conv=bool(rng.integers(2)),
+                use_post_quant_conv=bool(rng.integers(2)),
+                act_fn=["mish", "gelu", "relu", "silu"][i % 4],
+            ),
+            ("norm_eps",),
+        )
         if config["use_quant_conv"] or config["use_post_quant_conv"]:
             config["out_channels"] = config["latent_channels"]
         return config
@@ -165,21 +191,29 @@ def ltx_vae_configs(n: int) -> list[dict]:
         else:
             widths = [int(c) for c in rng.integers(3, 13, 3)]
         config = dict(
-            block_out_channels=widths, layers_per_block=[int(c) for c in rng.integers(1, 3, 4)],
+            block_out_channels=widths,
+            layers_per_block=[int(c) for c in rng.integers(1, 3, 4)],
             # a residual up-sampler folds 8 channels (2 x 2 x 2) and, with factor 2, each block's
             # input is half its width (the depth-to-space): widths 16 k, 32 k
             decoder_block_out_channels=[16 * k, 32 * k] if v095 else [int(rng.integers(3, 13))] * 2,
             decoder_layers_per_block=[int(c) for c in rng.integers(1, 3, 3)],
-            decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[False] * 3,
+            decoder_spatio_temporal_scaling=[True, True],
+            decoder_inject_noise=[False] * 3,
             upsample_residual=[bool(b) for b in rng.integers(0, 2, 2)] if v095 else [False, False],
             upsample_factor=[2, 2] if v095 else [1, 1],
-            timestep_conditioning=bool(rng.integers(2)), latent_channels=int(rng.integers(2, 7)),
-            patch_size=int(rng.integers(1, 3)), resnet_norm_eps=float(rng.choice([1e-6, 1e-4])),
-            scaling_factor=float(rng.uniform(0.5, 1.5)))
+            timestep_conditioning=bool(rng.integers(2)),
+            latent_channels=int(rng.integers(2, 7)),
+            patch_size=int(rng.integers(1, 3)),
+            resnet_norm_eps=float(rng.choice([1e-6, 1e-4])),
+            scaling_factor=float(rng.uniform(0.5, 1.5)),
+        )
         if v095:
             kinds = ["spatial", "temporal", "spatiotemporal"]
-            config.update(down_block_types=["LTXVideo095DownBlock3D"] * 3, spatio_temporal_scaling=[True] * 3,
-                          downsample_type=[kinds[int(k)] for k in rng.permutation(3)])
+            config.update(
+                down_block_types=["LTXVideo095DownBlock3D"] * 3,
+                spatio_temporal_scaling=[True] * 3,
+                downsample_type=[kinds[int(k)] for k in rng.permutation(3)],
+            )
         else:
             config.update(down_block_types=["LTXVideoDownBlock3D"] * 3, spatio_temporal_scaling=[True, True, False])
         return config
@@ -189,7 +223,9 @@ def ltx_vae_configs(n: int) -> list[dict]:
 
 @pytest.mark.parametrize("i, config", list(enumerate(ltx_vae_configs(N_CONFIGS))), ids=_vae_ids)
 def test_ltx_vae_configs(tmp_path_factory, i, config):
-    _vae_case(tmp_path_factory, "AutoencoderKLLTXVideo", i, config, 44, gain=0.9, timestep=config["timestep_conditioning"])
+    _vae_case(
+        tmp_path_factory, "AutoencoderKLLTXVideo", i, config, 44, gain=0.9, timestep=config["timestep_conditioning"]
+    )
 
 
 # -------------------------------------------------------------------------------- HunyuanVideo VAE
@@ -202,14 +238,24 @@ def hunyuan_vae_configs(n: int) -> list[dict]:
 
     def one(rng, i):
         levels, groups = int(rng.integers(3, 5)), int(rng.integers(1, 4))
-        return _drop(rng, dict(
-            block_out_channels=[groups * int(c) for c in rng.integers(2, 5, levels)],
-            down_block_types=["HunyuanVideoDownBlock3D"] * levels, up_block_types=["HunyuanVideoUpBlock3D"] * levels,
-            latent_channels=int(rng.integers(2, 6)), layers_per_block=int(rng.integers(1, 3)), norm_num_groups=groups,
-            spatial_compression_ratio=2 ** (levels - 1), temporal_compression_ratio=4,
-            in_channels=int(rng.integers(1, 5)), out_channels=int(rng.integers(1, 5)),
-            mid_block_add_attention=bool(rng.integers(2)), act_fn=["relu", "mish", "gelu", "swish"][i % 4]),
-            ("mid_block_add_attention",))
+        return _drop(
+            rng,
+            dict(
+                block_out_channels=[groups * int(c) for c in rng.integers(2, 5, levels)],
+                down_block_types=["HunyuanVideoDownBlock3D"] * levels,
+                up_block_types=["HunyuanVideoUpBlock3D"] * levels,
+                latent_channels=int(rng.integers(2, 6)),
+                layers_per_block=int(rng.integers(1, 3)),
+                norm_num_groups=groups,
+                spatial_compression_ratio=2 ** (levels - 1),
+                temporal_compression_ratio=4,
+                in_channels=int(rng.integers(1, 5)),
+                out_channels=int(rng.integers(1, 5)),
+                mid_block_add_attention=bool(rng.integers(2)),
+                act_fn=["relu", "mish", "gelu", "swish"][i % 4],
+            ),
+            ("mid_block_add_attention",),
+        )
 
     return _draw(SEED + 3, n, one)
 
@@ -231,12 +277,21 @@ def hunyuan15_vae_configs(n: int) -> list[dict]:
         levels = int(rng.integers(3, 6))
         widths = _doubling(rng, levels)
         latent = int(rng.choice([z for z in (2, 3, 4, 6) if widths[-1] % (2 * z) == 0]))
-        return _drop(rng, dict(
-            block_out_channels=widths, latent_channels=latent, layers_per_block=int(rng.integers(1, 3)),
-            spatial_compression_ratio=2 ** (levels - 1), temporal_compression_ratio=2 ** int(rng.integers(0, 3)),
-            in_channels=int(rng.integers(1, 5)), out_channels=int(rng.integers(1, 5)),
-            downsample_match_channel=bool(rng.integers(2)), upsample_match_channel=bool(rng.integers(2))),
-            ("downsample_match_channel", "upsample_match_channel"))
+        return _drop(
+            rng,
+            dict(
+                block_out_channels=widths,
+                latent_channels=latent,
+                layers_per_block=int(rng.integers(1, 3)),
+                spatial_compression_ratio=2 ** (levels - 1),
+                temporal_compression_ratio=2 ** int(rng.integers(0, 3)),
+                in_channels=int(rng.integers(1, 5)),
+                out_channels=int(rng.integers(1, 5)),
+                downsample_match_channel=bool(rng.integers(2)),
+                upsample_match_channel=bool(rng.integers(2)),
+            ),
+            ("downsample_match_channel", "upsample_match_channel"),
+        )
 
     return _draw(SEED + 4, n, one)
 
@@ -267,25 +322,42 @@ def ltx2_vae_configs(n: int) -> list[dict]:
             latent, widths = 2 * k * int(rng.integers(1, 4)), [8 * k, 16 * k, 16 * k]
         else:
             widths = [latent, 2 * latent, 2 * latent]
-        return _drop(rng, dict(
-            latent_channels=latent, block_out_channels=widths,
-            downsample_type=["spatial", "temporal", "spatiotemporal"] if i % 2 == 0 else ["conv", "spatial", "temporal"],
-            down_block_types=["LTX2VideoDownBlock3D"] * 3, spatio_temporal_scaling=[True, True, True],
-            layers_per_block=lay(4), decoder_block_out_channels=[8 * k, 8 * k, 16 * k],
-            decoder_layers_per_block=lay(4), decoder_spatio_temporal_scaling=[True, True, True],
-            decoder_inject_noise=[False] * 4, upsample_type=["spatiotemporal", "temporal", "spatial"],
-            upsample_residual=[bool(b) for b in rng.integers(0, 2, 3)], upsample_factor=[2, 1, 2],
-            timestep_conditioning=bool(rng.integers(2)), patch_size=int(rng.integers(1, 3)),
-            decoder_causal=bool(rng.integers(2)), encoder_spatial_padding_mode=pads[int(rng.integers(2))],
-            decoder_spatial_padding_mode=pads[int(rng.integers(2))], scaling_factor=float(rng.uniform(0.5, 1.5))),
-            ("encoder_spatial_padding_mode", "decoder_spatial_padding_mode"))
+        return _drop(
+            rng,
+            dict(
+                latent_channels=latent,
+                block_out_channels=widths,
+                downsample_type=["spatial", "temporal", "spatiotemporal"]
+                if i % 2 == 0
+                else ["conv", "spatial", "temporal"],
+                down_block_types=["LTX2VideoDownBlock3D"] * 3,
+                spatio_temporal_scaling=[True, True, True],
+                layers_per_block=lay(4),
+                decoder_block_out_channels=[8 * k, 8 * k, 16 * k],
+                decoder_layers_per_block=lay(4),
+                decoder_spatio_temporal_scaling=[True, True, True],
+                decoder_inject_noise=[False] * 4,
+                upsample_type=["spatiotemporal", "temporal", "spatial"],
+                upsample_residual=[bool(b) for b in rng.integers(0, 2, 3)],
+                upsample_factor=[2, 1, 2],
+                timestep_conditioning=bool(rng.integers(2)),
+                patch_size=int(rng.integers(1, 3)),
+                decoder_causal=bool(rng.integers(2)),
+                encoder_spatial_padding_mode=pads[int(rng.integers(2))],
+                decoder_spatial_padding_mode=pads[int(rng.integers(2))],
+                scaling_factor=float(rng.uniform(0.5, 1.5)),
+            ),
+            ("encoder_spatial_padding_mode", "decoder_spatial_padding_mode"),
+        )
 
     return _draw(SEED + 5, n, one)
 
 
 @pytest.mark.parametrize("i, config", list(enumerate(ltx2_vae_configs(N_CONFIGS))), ids=_vae_ids)
 def test_ltx2_vae_configs(tmp_path_factory, i, config):
-    _vae_case(tmp_path_factory, "AutoencoderKLLTX2Video", i, config, 50, gain=0.9, timestep=config["timestep_conditioning"])
+    _vae_case(
+        tmp_path_factory, "AutoencoderKLLTX2Video", i, config, 50, gain=0.9, timestep=config["timestep_conditioning"]
+    )
 
 
 # ------------------------------------------------------------------------------ LTX-2 audio VAE
@@ -303,13 +375,19 @@ def ltx2_audio_vae_configs(n: int) -> list[dict]:
         levels = int(rng.integers(2, 4))
         resolution = int(rng.integers(3, 10)) * 2 ** (levels - 1)  # halves evenly: encoder and decoder levels agree
         return dict(
-            resolution=resolution, attn_resolutions=[resolution // 2 ** int(rng.integers(0, levels))],
+            resolution=resolution,
+            attn_resolutions=[resolution // 2 ** int(rng.integers(0, levels))],
             mid_block_add_attention=i % 2 == 0,
-            base_channels=32 if group else int(rng.integers(3, 12)), ch_mult=[int(m) for m in rng.integers(1, 4, levels)],
-            num_res_blocks=int(rng.integers(1, 3)), latent_channels=int(rng.integers(2, 6)),
-            mel_bins=int(rng.integers(3, 9)) * 2 ** (levels - 1), in_channels=int(rng.integers(1, 4)),
-            output_channels=int(rng.integers(1, 4)), norm_type="group" if group else "pixel",
-            causality_axis="none" if group else "height")
+            base_channels=32 if group else int(rng.integers(3, 12)),
+            ch_mult=[int(m) for m in rng.integers(1, 4, levels)],
+            num_res_blocks=int(rng.integers(1, 3)),
+            latent_channels=int(rng.integers(2, 6)),
+            mel_bins=int(rng.integers(3, 9)) * 2 ** (levels - 1),
+            in_channels=int(rng.integers(1, 4)),
+            output_channels=int(rng.integers(1, 4)),
+            norm_type="group" if group else "pixel",
+            causality_axis="none" if group else "height",
+        )
 
     return _draw(SEED + 6, n, one)
 
@@ -317,23 +395,34 @@ def ltx2_audio_vae_configs(n: int) -> list[dict]:
 @pytest.mark.parametrize("i, config", list(enumerate(ltx2_audio_vae_configs(N_CONFIGS))), ids=_vae_ids)
 def test_ltx2_audio_vae_configs(tmp_path_factory, i, config):
     ref = diffusers.AutoencoderKLLTX2Audio(**config)
-    vae = load_component("AutoencoderKLLTX2Audio", _save(tmp_path_factory, ref, 52, "ltx2_audio_vae_config",
-                                                         scale=0.1, gain=0.9))
+    vae = load_component(
+        "AutoencoderKLLTX2Audio", _save(tmp_path_factory, ref, 52, "ltx2_audio_vae_config", scale=0.1, gain=0.9)
+    )
     f = 2 ** (len(config["ch_mult"]) - 1)
     if i % 2 == 0:
+
         def reference(z):
             with torch.no_grad():
                 return ref.decode(torch.from_numpy(z)).sample.numpy()
 
-        _check(reference, lambda z: np.asarray(vae.decode(z)),
-               standard_normal((1, config["latent_channels"], 5, config["mel_bins"] // f), 53), 54)
+        _check(
+            reference,
+            lambda z: np.asarray(vae.decode(z)),
+            standard_normal((1, config["latent_channels"], 5, config["mel_bins"] // f), 53),
+            54,
+        )
     else:
+
         def reference(mel):
             with torch.no_grad():
                 return ref.encoder(torch.from_numpy(mel)).numpy()  # the posterior's parameters
 
-        _check(reference, lambda mel: np.asarray(vae.encode(mel)),
-               standard_normal((1, config["in_channels"], 4 * f + 1, config["mel_bins"]), 53), 54)
+        _check(
+            reference,
+            lambda mel: np.asarray(vae.encode(mel)),
+            standard_normal((1, config["in_channels"], 4 * f + 1, config["mel_bins"]), 53),
+            54,
+        )
 
 
 # ------------------------------------------------------------------------- latent upsamplers
@@ -346,15 +435,26 @@ def upsampler_configs(n: int) -> list[dict]:
     2, 4) or its plain 2x."""
 
     def one(rng, i):
-        config = dict(in_channels=int(rng.integers(1, 9)), mid_channels=int(rng.choice([32, 96])),
-                      num_blocks_per_stage=int(rng.integers(1, 3)), dims=int(rng.choice([2, 3])))
+        config = dict(
+            in_channels=int(rng.integers(1, 9)),
+            mid_channels=int(rng.choice([32, 96])),
+            num_blocks_per_stage=int(rng.integers(1, 3)),
+            dims=int(rng.choice([2, 3])),
+        )
         if i % 2 == 0:
             up = [(True, False), (False, True), (True, True)][int(rng.integers(3))]
-            config.update(_cls="LTXLatentUpsamplerModel", dims=3 if up[1] else config["dims"],
-                          spatial_upsample=up[0], temporal_upsample=up[1])
+            config.update(
+                _cls="LTXLatentUpsamplerModel",
+                dims=3 if up[1] else config["dims"],
+                spatial_upsample=up[0],
+                temporal_upsample=up[1],
+            )
         else:
-            config.update(_cls="LTX2LatentUpsamplerModel", rational_spatial_scale=float(rng.choice([0.75, 1.5, 2.0, 4.0])),
-                          use_rational_resampler=bool(rng.integers(2)))
+            config.update(
+                _cls="LTX2LatentUpsamplerModel",
+                rational_spatial_scale=float(rng.choice([0.75, 1.5, 2.0, 4.0])),
+                use_rational_resampler=bool(rng.integers(2)),
+            )
         return config
 
     return _draw(SEED + 7, n, one)
@@ -367,7 +467,9 @@ def test_latent_upsampler_configs(tmp_path_factory, config):
 
     config = dict(config)
     cls = config.pop("_cls")
-    ref = {"LTXLatentUpsamplerModel": LTXLatentUpsamplerModel, "LTX2LatentUpsamplerModel": LTX2LatentUpsamplerModel}[cls](**config)
+    ref = {"LTXLatentUpsamplerModel": LTXLatentUpsamplerModel, "LTX2LatentUpsamplerModel": LTX2LatentUpsamplerModel}[
+        cls
+    ](**config)
     model = load_component(cls, _save(tmp_path_factory, ref, 55, "upsampler_config"))
 
     def reference(x):

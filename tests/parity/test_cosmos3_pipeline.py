@@ -42,28 +42,56 @@ NEGATIVE = "blurry static frames"
 H, W, F = 32, 48, 9
 CALL = dict(height=H, width=W, num_frames=F, num_inference_steps=2, guidance_scale=3.0)
 LATENT = (1, 12, 3, 2, 3)
-TRANSFORMER = dict(hidden_size=40, head_dim=12, num_attention_heads=4, num_key_value_heads=2, intermediate_size=36,
-                   num_hidden_layers=2, rms_norm_eps=1e-6, rope_theta=5000000.0,
-                   rope_scaling={"mrope_section": [2, 2, 2], "mrope_interleaved": True, "rope_type": "default"},
-                   latent_channel=12, latent_patch_size=2, patch_latent_dim=48, vocab_size=400, sound_gen=True,
-                   sound_dim=6, timestep_scale=0.001)
-SOUND = dict(sampling_rate=240, vocoder_input_dim=6, dec_dim=4, dec_c_mults=(1, 2), dec_strides=(2, 3),
-             dec_out_channels=2, encoder_enabled=False)
+TRANSFORMER = dict(
+    hidden_size=40,
+    head_dim=12,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=36,
+    num_hidden_layers=2,
+    rms_norm_eps=1e-6,
+    rope_theta=5000000.0,
+    rope_scaling={"mrope_section": [2, 2, 2], "mrope_interleaved": True, "rope_type": "default"},
+    latent_channel=12,
+    latent_patch_size=2,
+    patch_latent_dim=48,
+    vocab_size=400,
+    sound_gen=True,
+    sound_dim=6,
+    timestep_scale=0.001,
+)
+SOUND = dict(
+    sampling_rate=240,
+    vocoder_input_dim=6,
+    dec_dim=4,
+    dec_c_mults=(1, 2),
+    dec_strides=(2, 3),
+    dec_out_channels=2,
+    encoder_enabled=False,
+)
 PSNR_MIN = 60.0
 SEED = 11
 
 
 def build_reference(path: str):
     """Save the tiny checkpoint (module docstring) to ``path``; return the torch pipeline."""
-    from diffusers import AutoencoderKLWan, Cosmos3OmniPipeline as Ref, Cosmos3OmniTransformer
-    from diffusers import UniPCMultistepScheduler
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
+    from diffusers import Cosmos3OmniPipeline as Ref
     from diffusers.models.autoencoders.autoencoder_cosmos3_audio import Cosmos3AVAEAudioTokenizer
     from transformers import AutoTokenizer
 
     torch.manual_seed(0)
-    build_qwen_tokenizer(os.path.join(path, "text_tokenizer"),
-                         [PROMPT, OTHER, NEGATIVE, SYSTEM_PROMPT_IMAGE, SYSTEM_PROMPT_VIDEO,
-                          "The video is 0.4 seconds long and is of 24 FPS. This video is not of 32x48 resolution."])
+    build_qwen_tokenizer(
+        os.path.join(path, "text_tokenizer"),
+        [
+            PROMPT,
+            OTHER,
+            NEGATIVE,
+            SYSTEM_PROMPT_IMAGE,
+            SYSTEM_PROMPT_VIDEO,
+            "The video is 0.4 seconds long and is of 24 FPS. This video is not of 32x48 resolution.",
+        ],
+    )
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(path, "text_tokenizer"))
     transformer = Cosmos3OmniTransformer(**TRANSFORMER).eval()
     # Matrix gain 1 so the prompt reaches the frames past the parity bar (as the Predict2.5 tests).
@@ -74,23 +102,33 @@ def build_reference(path: str):
     sound = Cosmos3AVAEAudioTokenizer(**SOUND).eval()
     randomize_torch_module(sound, seed=3, gain=1.0)
     with open(os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos3-Nano", "scheduler", "scheduler_config.json")) as f:
-        scheduler = UniPCMultistepScheduler.from_config({k: v for k, v in json.load(f).items()
-                                                         if not k.startswith("_")})
+        scheduler = UniPCMultistepScheduler.from_config(
+            {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        )
     transformer.save_pretrained(os.path.join(path, "transformer"), safe_serialization=True)
     vae.save_pretrained(os.path.join(path, "vae"), safe_serialization=True)
     sound.save_pretrained(os.path.join(path, "sound_tokenizer"), safe_serialization=True)
     scheduler.save_pretrained(os.path.join(path, "scheduler"))
-    index = {"_class_name": "Cosmos3OmniPipeline", "default_use_system_prompt": True,
-             "use_native_flow_schedule": False,
-             "scheduler": ["diffusers", "UniPCMultistepScheduler"],
-             "sound_tokenizer": ["diffusers", "Cosmos3AVAEAudioTokenizer"],
-             "text_tokenizer": ["transformers", "Qwen2TokenizerFast"],
-             "transformer": ["diffusers", "Cosmos3OmniTransformer"],
-             "vae": ["diffusers", "AutoencoderKLWan"]}
+    index = {
+        "_class_name": "Cosmos3OmniPipeline",
+        "default_use_system_prompt": True,
+        "use_native_flow_schedule": False,
+        "scheduler": ["diffusers", "UniPCMultistepScheduler"],
+        "sound_tokenizer": ["diffusers", "Cosmos3AVAEAudioTokenizer"],
+        "text_tokenizer": ["transformers", "Qwen2TokenizerFast"],
+        "transformer": ["diffusers", "Cosmos3OmniTransformer"],
+        "vae": ["diffusers", "AutoencoderKLWan"],
+    }
     with open(os.path.join(path, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
-    return Ref(transformer=transformer, text_tokenizer=tokenizer, vae=vae, scheduler=scheduler,
-               sound_tokenizer=sound, enable_safety_checker=False)
+    return Ref(
+        transformer=transformer,
+        text_tokenizer=tokenizer,
+        vae=vae,
+        scheduler=scheduler,
+        sound_tokenizer=sound,
+        enable_safety_checker=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -144,13 +182,16 @@ def text2video(cosmos3):
 # ----------------------------------------------------------------------------- prompting
 
 
-@pytest.mark.parametrize("kw", [
-    dict(num_frames=9, height=32, width=48, fps=24.0),
-    dict(num_frames=121, height=480, width=832, fps=16.0, use_system_prompt=False),
-    dict(num_frames=1, height=640, width=640, fps=24.0),
-    dict(num_frames=33, height=32, width=48, fps=30.0, add_resolution_template=False),
-    dict(num_frames=57, height=720, width=1280, fps=10.0, add_duration_template=False),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(num_frames=9, height=32, width=48, fps=24.0),
+        dict(num_frames=121, height=480, width=832, fps=16.0, use_system_prompt=False),
+        dict(num_frames=1, height=640, width=640, fps=24.0),
+        dict(num_frames=33, height=32, width=48, fps=30.0, add_resolution_template=False),
+        dict(num_frames=57, height=720, width=1280, fps=10.0, add_duration_template=False),
+    ],
+)
 def test_prompt_token_ids_match_diffusers(cosmos3, kw):
     """Templates (duration / resolution, their inverses), system turns (video / image / none),
     chat template, eos and <|vision_start|>: the ids equal the reference's ``tokenize_prompt``."""
@@ -160,7 +201,7 @@ def test_prompt_token_ids_match_diffusers(cosmos3, kw):
         call = pipe.check_call(pipe.info, prompt, negative, guidance_scale=2.0, **kw)
         embeds = pipe.encode_call(call)
         ids, lengths = np.asarray(embeds["ids"]), np.asarray(embeds["lengths"])
-        got = [list(ids[i, :lengths[i]]) for i in range(2)]
+        got = [list(ids[i, : lengths[i]]) for i in range(2)]
         assert got == [list(want[0]), list(want[1])]
         assert len(want[0]) != len(want[1])  # the batch really pads one of them
 
@@ -204,8 +245,9 @@ def test_image2video_matches_diffusers(cosmos3, text2video):
     other level (see test_conditioning_image_matches_diffusers)."""
     _, ref, pipe, _ = cosmos3
     image = random_image(3, (53, 37))
-    want = np.asarray(_reference(ref, _seed_noise(pipe, image=np.asarray(image)), image=image,
-                                 negative_prompt=NEGATIVE).video)[None]
+    want = np.asarray(
+        _reference(ref, _seed_noise(pipe, image=np.asarray(image)), image=image, negative_prompt=NEGATIVE).video
+    )[None]
     got = _ours(pipe, image=np.asarray(image), seed=SEED, negative_prompt=NEGATIVE).frames
     value = psnr(got, want)
     print(f"Cosmos 3 image-to-video fp32 PSNR {value:.1f} dB")
@@ -264,18 +306,20 @@ def test_sound_stream_matches_diffusers(cosmos3, with_sound):
     want = _reference(ref, latents=latents.clone(), sound_latents=sound[0].clone(), enable_sound=True)
     want_v, want_s = np.asarray(want.video)[None], want.sound.numpy()[None]
     assert got.audio.shape == want_s.shape and got.audio_sample_rate == 240
-    snr = 10 * np.log10(np.sum(want_s ** 2) / np.sum((got.audio - want_s) ** 2))
+    snr = 10 * np.log10(np.sum(want_s**2) / np.sum((got.audio - want_s) ** 2))
     print(f"Cosmos 3 with sound: video {psnr(got.frames, want_v):.1f} dB, sound SNR {snr:.1f} dB")
     # fp32 both sides; summation order only (module docstring): the issue's 60 dB bars.
     assert psnr(got.frames, want_v) >= PSNR_MIN and snr >= PSNR_MIN
     # The reference's sound depends on its prompt (the joint attention reaches the sound tokens).
-    other = _reference(ref, prompt=OTHER, latents=latents.clone(), sound_latents=sound[0].clone(),
-                       enable_sound=True).sound.numpy()[None]
-    assert 10 * np.log10(np.sum(want_s ** 2) / np.sum((other - want_s) ** 2)) < 40
+    other = _reference(
+        ref, prompt=OTHER, latents=latents.clone(), sound_latents=sound[0].clone(), enable_sound=True
+    ).sound.numpy()[None]
+    assert 10 * np.log10(np.sum(want_s**2) / np.sum((other - want_s) ** 2)) < 40
     # The sound stream changes the video (joint attention): without it the latents move.
     alone = _ours(pipe, latents=latents.numpy(), output_type="latent").frames
-    with_sound = _ours(pipe, latents=latents.numpy(), sound_latents=sound.numpy(), enable_sound=True,
-                       output_type="latent").frames
+    with_sound = _ours(
+        pipe, latents=latents.numpy(), sound_latents=sound.numpy(), enable_sound=True, output_type="latent"
+    ).frames
     assert np.max(np.abs(alone - with_sound)) / np.max(np.abs(with_sound)) > 1e-2
 
 
@@ -289,12 +333,11 @@ def test_fps_and_unbatched_sound_latents_as_diffusers_takes_them(cosmos3, with_s
     got = _ours(pipe, latents=latents.numpy(), sound_latents=sound.numpy(), enable_sound=True, fps=16.0)
     want_v, want_s = np.asarray(want.video)[None], want.sound.numpy()[None]
     assert got.audio.shape == want_s.shape
-    snr = 10 * np.log10(np.sum(want_s ** 2) / np.sum((got.audio - want_s) ** 2))
+    snr = 10 * np.log10(np.sum(want_s**2) / np.sum((got.audio - want_s) ** 2))
     assert psnr(got.frames, want_v) >= PSNR_MIN and snr >= PSNR_MIN  # fp32 both sides, as above
     # fps reaches the reference's video: at its default 24 (other sound, same video latents) it differs.
     assert psnr(with_sound[1].frames, want_v) < 40
-    batched = pipe.check_call(pipe.info, PROMPT, sound_latents=sound.numpy()[None], enable_sound=True, fps=16.0,
-                              **CALL)
+    batched = pipe.check_call(pipe.info, PROMPT, sound_latents=sound.numpy()[None], enable_sound=True, fps=16.0, **CALL)
     unbatched = pipe.check_call(pipe.info, PROMPT, sound_latents=sound, enable_sound=True, fps=16.0, **CALL)
     np.testing.assert_array_equal(unbatched.stream_latents["sound_latents"], batched.stream_latents["sound_latents"])
     assert pipe.video_fps(unbatched) == 16
@@ -325,18 +368,23 @@ def test_inspect_and_capabilities(cosmos3):
     assert caps.image and caps.video and caps.audio and "enable_sound" in caps.call_args
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(action=object()), "action=.*: action-conditioned generation .* is not implemented in vidax"),
-    (dict(sound_latents=np.zeros((1, 6, 15), np.float32)), "sound_latents= is given but enable_sound= is not"),
-    (dict(image=np.zeros((8, 8, 3), np.uint8), video=np.zeros((5, 8, 8, 3), np.uint8)), "are both given"),
-    (dict(video=np.zeros((5, 8, 8, 3), np.uint8), condition_frame_indexes_vision=[0, 3]),
-     r"condition_frame_indexes_vision=\[0, 3\] reaches past the 3 latent frames"),
-    (dict(video=np.zeros((5, 8, 8, 3), np.uint8), condition_frame_indexes_vision=[0, 1, 2]), "leave at least one"),
-    (dict(video=np.zeros((5, 8, 8, 3), np.float32)), "video is a float32 array"),
-    (dict(condition_video_keep="middle"), "condition_video_keep must be 'first' or 'last'"),
-    (dict(image=np.zeros((8, 8, 3), np.uint8), num_frames=1), "ignores the image"),
-    (dict(max_sequence_length=0), "max_sequence_length must be a positive integer, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(action=object()), "action=.*: action-conditioned generation .* is not implemented in vidax"),
+        (dict(sound_latents=np.zeros((1, 6, 15), np.float32)), "sound_latents= is given but enable_sound= is not"),
+        (dict(image=np.zeros((8, 8, 3), np.uint8), video=np.zeros((5, 8, 8, 3), np.uint8)), "are both given"),
+        (
+            dict(video=np.zeros((5, 8, 8, 3), np.uint8), condition_frame_indexes_vision=[0, 3]),
+            r"condition_frame_indexes_vision=\[0, 3\] reaches past the 3 latent frames",
+        ),
+        (dict(video=np.zeros((5, 8, 8, 3), np.uint8), condition_frame_indexes_vision=[0, 1, 2]), "leave at least one"),
+        (dict(video=np.zeros((5, 8, 8, 3), np.float32)), "video is a float32 array"),
+        (dict(condition_video_keep="middle"), "condition_video_keep must be 'first' or 'last'"),
+        (dict(image=np.zeros((8, 8, 3), np.uint8), num_frames=1), "ignores the image"),
+        (dict(max_sequence_length=0), "max_sequence_length must be a positive integer, got 0"),
+    ],
+)
 def test_bad_input(cosmos3, kwargs, message):
     info = cosmos3[2].info
     with pytest.raises(InputError, match=message):
@@ -360,14 +408,15 @@ def test_long_prompt_is_cut_to_max_sequence_length(cosmos3, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         f"prompt has {n} tokens; truncated to 1024 tokens, this checkpoint's default (max_sequence_length= sets "
         "another length) by vidax (Cosmos 3's reference takes any length; the metadata sentences and chat template "
-        "are kept) (the end of the text is dropped)"]
+        "are kept) (the end of the text is dropped)"
+    ]
     caplog.clear()
     call = pipe.check_call(pipe.info, long, NEGATIVE, **CALL, max_sequence_length=7)
     embeds = pipe.encode_call(call)
     assert "prompt has" in caplog.text and "max_sequence_length=7" in caplog.text
     # the text of the first 7 tokens ("over" is two of them)
     want = ref.tokenize_prompt("a red car driving over a", NEGATIVE, num_frames=F, height=H, width=W, fps=24.0)
-    got = np.asarray(embeds["ids"])[0, :int(embeds["lengths"][0])]
+    got = np.asarray(embeds["ids"])[0, : int(embeds["lengths"][0])]
     assert list(got) == list(want[0])
     assert int(ids["lengths"][0]) - int(embeds["lengths"][0]) == 1024 - 7
     short = Cosmos3OmniPipeline.model_size(pipe.info, pipe.check_call(pipe.info, PROMPT, NEGATIVE, **CALL)).tokens
@@ -404,8 +453,11 @@ def test_edge_converter_scheduler_is_refused_in_one_line(cosmos3, tmp_path):
         config = json.load(f)
     config.update(_class_name="Cosmos3EdgeUniPCMultistepScheduler", use_karras_sigmas=False, flow_shift=3.0)
     (tmp_path / "scheduler" / "scheduler_config.json").write_text(json.dumps(config))
-    with pytest.raises(VidaxError, match=r"_class_name='Cosmos3EdgeUniPCMultistepScheduler' is not a "
-                                                      r"scheduler vidax implements") as e:
+    with pytest.raises(
+        VidaxError,
+        match=r"_class_name='Cosmos3EdgeUniPCMultistepScheduler' is not a "
+        r"scheduler vidax implements",
+    ) as e:
         vidax.load_pipeline(str(tmp_path))
     assert "\n" not in str(e.value)
 
@@ -418,18 +470,37 @@ def test_wav_output_needs_enable_sound(cosmos3, tmp_path):
     from vidax.cli import app
 
     path, _, pipe, _ = cosmos3
-    base = ["generate", "-p", PROMPT, "--checkpoint", path, "--height", str(H), "--width", str(W), "--num-frames",
-            str(F), "--num-inference-steps", "1", "--no-progress"]
+    base = [
+        "generate",
+        "-p",
+        PROMPT,
+        "--checkpoint",
+        path,
+        "--height",
+        str(H),
+        "--width",
+        str(W),
+        "--num-frames",
+        str(F),
+        "--num-inference-steps",
+        "1",
+        "--no-progress",
+    ]
     r = CliRunner().invoke(app, base + ["-o", str(tmp_path / "x.wav")])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-    assert r.output.strip() == (f"error: --output '{tmp_path / 'x.wav'}' writes the sound alone, but Cosmos3OmniPipeline "
-                                "makes sound only when asked: add --enable-sound; give *.mp4, *.npy or a folder")
+    assert r.output.strip() == (
+        f"error: --output '{tmp_path / 'x.wav'}' writes the sound alone, but Cosmos3OmniPipeline "
+        "makes sound only when asked: add --enable-sound; give *.mp4, *.npy or a folder"
+    )
     assert not (tmp_path / "x.wav").exists()
     info = pipe.info
-    assert Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, enable_sound=True,
-                                                                              **CALL)) is None
-    assert "enable_sound=True" in str(Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(
-        info, PROMPT, **CALL))[1])
+    assert (
+        Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, enable_sound=True, **CALL))
+        is None
+    )
+    assert "enable_sound=True" in str(
+        Cosmos3OmniPipeline.silent_call(info, Cosmos3OmniPipeline.check_call(info, PROMPT, **CALL))[1]
+    )
 
 
 def test_native_flow_schedule_matches_diffusers():
@@ -447,7 +518,8 @@ def test_native_flow_schedule_matches_diffusers():
         base = np.linspace(1.0 - 1.0 / 1000, 0.0, 8 + 1)[:-1]
         ref.set_timesteps(8, sigmas=base)
         ours = scheduler_from_config(dict(cfg, _class_name="UniPCMultistepScheduler")).set_timesteps(
-            8, sample_shape=(1, 2), base_sigmas=base)
+            8, sample_shape=(1, 2), base_sigmas=base
+        )
         np.testing.assert_array_equal(np.asarray(ours.timesteps), ref.timesteps.numpy())
         np.testing.assert_allclose(np.asarray(ours.sigmas), ref.sigmas.numpy(), rtol=1e-6)
 
@@ -463,8 +535,8 @@ def test_mesh_equals_single_device(cosmos3, with_sound):
     frames in [0, 1] (measured 1.4e-6) and a sound SNR of 80 dB (measured 95 dB: the vocoder's
     gain turns the latents' ~1e-6 into ~1e-4 at a peak of 1); a wrong mask or head group moves the
     frames by > 1e-2 and the sound below 40 dB."""
-    from vidax.parallel.placement import check_sharded
     from vidax.models.cosmos3.convert import TRANSFORMER_PARAM_AXES
+    from vidax.parallel.placement import check_sharded
 
     path, _, pipe, latents = cosmos3
     sound, single = with_sound
@@ -475,9 +547,11 @@ def test_mesh_equals_single_device(cosmos3, with_sound):
     got = _ours(sharded, **_sound_call(latents, sound))
     assert got.frames.shape == single.frames.shape and got.audio.shape == single.audio.shape
     err_v = np.abs(got.frames - single.frames).max()
-    snr = 10 * np.log10(np.sum(single.audio ** 2) / np.sum((got.audio - single.audio) ** 2))
-    print(f"Cosmos 3 T2V + sound on (2, 2, 2): frames max abs err {err_v:.2e} ({psnr(got.frames, single.frames):.1f} dB), "
-          f"sound SNR {snr:.1f} dB (peak {np.abs(single.audio).max():.2f})")
+    snr = 10 * np.log10(np.sum(single.audio**2) / np.sum((got.audio - single.audio) ** 2))
+    print(
+        f"Cosmos 3 T2V + sound on (2, 2, 2): frames max abs err {err_v:.2e} ({psnr(got.frames, single.frames):.1f} dB), "
+        f"sound SNR {snr:.1f} dB (peak {np.abs(single.audio).max():.2f})"
+    )
     assert err_v < 1e-4 and snr >= 80.0
     assert float(np.abs(single.audio).max()) > 1e-3 and np.std(single.frames) > 1e-2
 
@@ -505,8 +579,9 @@ def test_taylorseer_matches_diffusers_on_both_streams(cosmos3, with_sound):
             ref.transformer.enable_cache(config)
         try:
             with torch.no_grad():
-                out = ref(output_type="np", latents=latents.clone(), sound_latents=sound[0].clone(), enable_sound=True,
-                          **call)
+                out = ref(
+                    output_type="np", latents=latents.clone(), sound_latents=sound[0].clone(), enable_sound=True, **call
+                )
         finally:
             if config is not None:
                 ref.transformer.disable_cache()
@@ -525,18 +600,23 @@ def test_taylorseer_matches_diffusers_on_both_streams(cosmos3, with_sound):
     assert got.stats.cache.patterns == {"cond": "CSCS", "uncond": "CSCS"}
 
     def snr(a, b):
-        return 10 * np.log10(np.sum(b ** 2) / np.sum((a - b) ** 2))
+        return 10 * np.log10(np.sum(b**2) / np.sum((a - b) ** 2))
 
     moved = psnr(uncached[0], want[0]), snr(uncached[1], want[1])
-    print(f"Cosmos 3 TaylorSeer lite: video {psnr(got.frames, want[0]):.1f} dB, sound SNR {snr(got.audio, want[1]):.1f} "
-          f"dB; the reference's cached vs uncached {moved[0]:.1f} / {moved[1]:.1f} dB")
+    print(
+        f"Cosmos 3 TaylorSeer lite: video {psnr(got.frames, want[0]):.1f} dB, sound SNR {snr(got.audio, want[1]):.1f} "
+        f"dB; the reference's cached vs uncached {moved[0]:.1f} / {moved[1]:.1f} dB"
+    )
     agree = psnr(got.frames, want[0]), snr(got.audio, want[1])
     assert min(agree) >= PSNR_MIN
     # An uncached vidax run would sit at ``moved``: vidax's cached run must be far closer.
     assert all(a > m + 30 for a, m in zip(agree, moved)), (agree, moved)
     for config in (vidax.FirstBlockCacheConfig(), vidax.MagCacheConfig(calibrate=True)):
-        with pytest.raises(InputError, match="block metadata for Cosmos3OmniPipeline's decoder layers "
-                                             r"\(Cosmos3VLTextMoTDecoderLayer\) names their inputs gen_seq / und_seq"):
+        with pytest.raises(
+            InputError,
+            match="block metadata for Cosmos3OmniPipeline's decoder layers "
+            r"\(Cosmos3VLTextMoTDecoderLayer\) names their inputs gen_seq / und_seq",
+        ):
             pipe.enable_cache(config)
         assert pipe.cache_config is None
 
@@ -553,8 +633,7 @@ def test_guidance_one_runs_no_unconditional_pass(cosmos3, text2video):
     def randn(shape, generator=None, device=None, dtype=None):
         return queue.pop(0).to(dtype)
 
-    with model_batches(pipe, ref.transformer) as (ours, theirs), torch.no_grad(), \
-            pytest.MonkeyPatch.context() as mp:
+    with model_batches(pipe, ref.transformer) as (ours, theirs), torch.no_grad(), pytest.MonkeyPatch.context() as mp:
         mp.setattr(reference_module, "randn_tensor", randn)
         want = np.asarray(ref(prompt=PROMPT, negative_prompt=NEGATIVE, output_type="np", **call).video)[None]
         got = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, progress=False, **call).frames

@@ -35,7 +35,10 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers import Cosmos3AVAEAudioTokenizer as Ref  # noqa: E402
 
 from tests.parity.helpers import (  # noqa: E402
-    assert_close, assert_input_sensitive, max_rel_err, randomize_torch_module, standard_normal,
+    assert_close,
+    assert_input_sensitive,
+    randomize_torch_module,
+    standard_normal,
 )
 from tests.paths import REFERENCE_CONFIGS  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
@@ -47,9 +50,23 @@ DECODE_TOL = 1e-5
 ENCODE_TOL = 1e-5
 MIN_SNR_DB = 60.0
 
-TINY = dict(sampling_rate=8000, vocoder_input_dim=5, dec_dim=6, dec_c_mults=[1, 2, 3], dec_strides=[2, 3, 4],
-            dec_out_channels=2, enc_dim=7, enc_c_mults=[1, 2], enc_strides=[3, 2], enc_num_blocks=1,
-            enc_n_fft=10, enc_hop_length=4, enc_latent_dim=10, stereo=True, input_channels=1)
+TINY = dict(
+    sampling_rate=8000,
+    vocoder_input_dim=5,
+    dec_dim=6,
+    dec_c_mults=[1, 2, 3],
+    dec_strides=[2, 3, 4],
+    dec_out_channels=2,
+    enc_dim=7,
+    enc_c_mults=[1, 2],
+    enc_strides=[3, 2],
+    enc_num_blocks=1,
+    enc_n_fft=10,
+    enc_hop_length=4,
+    enc_latent_dim=10,
+    stereo=True,
+    input_channels=1,
+)
 RELEASED = os.path.join(REFERENCE_CONFIGS, "nvidia__Cosmos3-Nano", "sound_tokenizer", "config.json")
 
 
@@ -121,13 +138,20 @@ def test_decoder_only_folder_loads(tmp_path):
         ours.encode(np.zeros((1, 2, 24), np.float32))
 
 
-@pytest.mark.parametrize("call, arg, match", [
-    ("decode", np.zeros((1, 4, 3), np.float32), r"z must be floating point sound latents \(batch, 5, frames\); "
-                                                 r"got shape \(1, 4, 3\)"),
-    ("decode", np.zeros((5, 3), np.float32), r"got shape \(5, 3\)"),
-    ("denormalize_latents", np.zeros((1, 5, 3), np.int32), r"got shape \(1, 5, 3\) dtype int32"),
-    ("encode", np.zeros((1, 1, 48), np.float32), r"waveform must be floating point \(batch, 2, samples\)"),
-])
+@pytest.mark.parametrize(
+    "call, arg, match",
+    [
+        (
+            "decode",
+            np.zeros((1, 4, 3), np.float32),
+            r"z must be floating point sound latents \(batch, 5, frames\); "
+            r"got shape \(1, 4, 3\)",
+        ),
+        ("decode", np.zeros((5, 3), np.float32), r"got shape \(5, 3\)"),
+        ("denormalize_latents", np.zeros((1, 5, 3), np.int32), r"got shape \(1, 5, 3\) dtype int32"),
+        ("encode", np.zeros((1, 1, 48), np.float32), r"waveform must be floating point \(batch, 2, samples\)"),
+    ],
+)
 def test_bad_input_is_refused_in_one_line(call, arg, match):
     cfg = Cosmos3SoundTokenizerConfig.from_config_dict(TINY)
     model = nnx.eval_shape(lambda: Cosmos3AVAEAudioTokenizer(cfg, rngs=nnx.Rngs(0)))
@@ -157,23 +181,27 @@ def test_released_config_builds_with_reference_parameters():
     wave = jax.eval_shape(lambda s, z: nnx.merge(graphdef, s)(z), state, jax.ShapeDtypeStruct((1, 10, 64), jnp.float32))
     assert wave.shape == (1, 10 * 1920, 2)
     graphdef, state = nnx.split(model.encoder)
-    moments = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state,
-                             jax.ShapeDtypeStruct((1, 10 * 1920, 2), jnp.float32))
+    moments = jax.eval_shape(
+        lambda s, x: nnx.merge(graphdef, s)(x), state, jax.ShapeDtypeStruct((1, 10 * 1920, 2), jnp.float32)
+    )
     assert moments.shape == (1, 10, 128)
     assert math.prod(cfg.enc_strides) * cfg.enc_hop_length == cfg.hop
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"latent_mean": 0.5}, r"latent_mean=0.5 is not implemented"),
-    ({"dec_type": "dac"}, r"dec_type='dac' is not implemented"),
-    ({"padding_mode": "reflect"}, r"padding_mode='reflect' is not implemented"),
-    ({"causal": True}, r"causal=True is not implemented"),
-    ({"dec_final_tanh": True}, r"dec_final_tanh=True is not implemented"),
-    ({"bottleneck": {"type": "rvq"}}, r"bottleneck=\{'type': 'rvq'\} is not valid"),
-    ({"dec_c_mults": [1, 2, 4]}, r"dec_c_mults=\(1, 2, 4\) is not valid .* one multiplier per stride"),
-    ({"enc_latent_dim": 127}, r"enc_latent_dim=127 is not valid"),
-    ({"fancy": 1}, r"unknown setting fancy=1"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"latent_mean": 0.5}, r"latent_mean=0.5 is not implemented"),
+        ({"dec_type": "dac"}, r"dec_type='dac' is not implemented"),
+        ({"padding_mode": "reflect"}, r"padding_mode='reflect' is not implemented"),
+        ({"causal": True}, r"causal=True is not implemented"),
+        ({"dec_final_tanh": True}, r"dec_final_tanh=True is not implemented"),
+        ({"bottleneck": {"type": "rvq"}}, r"bottleneck=\{'type': 'rvq'\} is not valid"),
+        ({"dec_c_mults": [1, 2, 4]}, r"dec_c_mults=\(1, 2, 4\) is not valid .* one multiplier per stride"),
+        ({"enc_latent_dim": 127}, r"enc_latent_dim=127 is not valid"),
+        ({"fancy": 1}, r"unknown setting fancy=1"),
+    ],
+)
 def test_config_refuses_what_is_not_implemented(change, match):
     """The released config with one setting changed is refused in one line naming it."""
     with open(RELEASED) as f:

@@ -37,7 +37,6 @@ from flax import nnx
 
 from tests.parity.helpers import assert_input_sensitive, max_rel_err, randomize_torch_module
 from tests.paths import REFERENCE_CONFIGS
-from vidax.errors import InputError
 from vidax.models.cosmos3.config import Cosmos3TransformerConfig
 from vidax.models.cosmos3.transformer import Cosmos3OmniTransformer
 from vidax.parallel.mesh import make_mesh
@@ -48,13 +47,39 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers.models.transformers.transformer_cosmos3 import Cosmos3OmniTransformer as Ref  # noqa: E402
 
 NAME = "Cosmos3OmniTransformer"
-NANO = dict(hidden_size=40, head_dim=12, num_attention_heads=4, num_key_value_heads=2, intermediate_size=36,
-            num_hidden_layers=2, rms_norm_eps=1e-6, attention_bias=False, rope_theta=5000000.0,
-            rope_scaling={"mrope_section": [2, 2, 2], "mrope_interleaved": True, "rope_type": "default"},
-            latent_channel=5, latent_patch_size=2, patch_latent_dim=20, vocab_size=50, sound_gen=True, sound_dim=6,
-            action_gen=True, action_dim=7, num_embodiment_domains=3, timestep_scale=0.001)
-EDGE = dict(NANO, hidden_act="relu2", qk_norm_for_text=False, use_und_k_norm_for_gen=True, rms_norm_eps=1e-5,
-            rope_theta=1e8, sound_gen=False, sound_dim=None, attention_bias=True)
+NANO = dict(
+    hidden_size=40,
+    head_dim=12,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=36,
+    num_hidden_layers=2,
+    rms_norm_eps=1e-6,
+    attention_bias=False,
+    rope_theta=5000000.0,
+    rope_scaling={"mrope_section": [2, 2, 2], "mrope_interleaved": True, "rope_type": "default"},
+    latent_channel=5,
+    latent_patch_size=2,
+    patch_latent_dim=20,
+    vocab_size=50,
+    sound_gen=True,
+    sound_dim=6,
+    action_gen=True,
+    action_dim=7,
+    num_embodiment_domains=3,
+    timestep_scale=0.001,
+)
+EDGE = dict(
+    NANO,
+    hidden_act="relu2",
+    qk_norm_for_text=False,
+    use_und_k_norm_for_gen=True,
+    rms_norm_eps=1e-5,
+    rope_theta=1e8,
+    sound_gen=False,
+    sound_dim=None,
+    attention_bias=True,
+)
 FP32_TOL = 1e-5
 
 # The packed layout (positions in the sequence of L tokens).
@@ -93,45 +118,79 @@ def refs(tmp_path_factory):
 def _inputs(seed, sound=True, action=True):
     g = np.random.default_rng(seed)
     pos = np.stack([np.sort(g.integers(0, 16000, L)), g.integers(0, 40, L), g.integers(0, 40, L)])
-    a = dict(input_ids=g.integers(0, 50, (1, N_TXT)), text_indexes=TEXT_IDX, position_ids=pos,
-             vision=g.standard_normal((1, T, H, W, C)).astype(np.float32), vision_sequence_indexes=VIS_IDX,
-             vision_mse_loss_indexes=VIS_IDX[HW:], vision_timesteps=g.uniform(0, 1000, (1, len(NOISY) * HW)))
+    a = dict(
+        input_ids=g.integers(0, 50, (1, N_TXT)),
+        text_indexes=TEXT_IDX,
+        position_ids=pos,
+        vision=g.standard_normal((1, T, H, W, C)).astype(np.float32),
+        vision_sequence_indexes=VIS_IDX,
+        vision_mse_loss_indexes=VIS_IDX[HW:],
+        vision_timesteps=g.uniform(0, 1000, (1, len(NOISY) * HW)),
+    )
     if sound:
-        a.update(sound=g.standard_normal((1, 6, 4)).astype(np.float32), sound_sequence_indexes=SND_IDX,
-                 sound_mse_loss_indexes=SND_IDX, sound_timesteps=g.uniform(0, 1000, (1, 4)))
+        a.update(
+            sound=g.standard_normal((1, 6, 4)).astype(np.float32),
+            sound_sequence_indexes=SND_IDX,
+            sound_mse_loss_indexes=SND_IDX,
+            sound_timesteps=g.uniform(0, 1000, (1, 4)),
+        )
     if action:
-        a.update(action=g.standard_normal((1, 2, 7)).astype(np.float32), action_sequence_indexes=ACT_IDX,
-                 action_mse_loss_indexes=ACT_IDX, action_timesteps=g.uniform(0, 1000, (1, 2)),
-                 action_domain_ids=np.array([2]))
-    return {k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v, np.int32)
-            for k, v in a.items()}
+        a.update(
+            action=g.standard_normal((1, 2, 7)).astype(np.float32),
+            action_sequence_indexes=ACT_IDX,
+            action_mse_loss_indexes=ACT_IDX,
+            action_timesteps=g.uniform(0, 1000, (1, 2)),
+            action_domain_ids=np.array([2]),
+        )
+    return {
+        k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v, np.int32)
+        for k, v in a.items()
+    }
 
 
 def _static(a):
-    return dict(und_len=UND, vision_noisy_frames=NOISY,
-                **({"sound_noisy_frames": (0, 1, 2, 3)} if "sound" in a else {}),
-                **({"action_noisy_frames": (0, 1)} if "action" in a else {}))
+    return dict(
+        und_len=UND,
+        vision_noisy_frames=NOISY,
+        **({"sound_noisy_frames": (0, 1, 2, 3)} if "sound" in a else {}),
+        **({"action_noisy_frames": (0, 1)} if "action" in a else {}),
+    )
 
 
 def _ref(ref, a):
     t = lambda k: torch.from_numpy(np.asarray(a[k]))  # noqa: E731
-    kw = dict(input_ids=t("input_ids")[0].long(), text_indexes=t("text_indexes").long(),
-              position_ids=t("position_ids").long(), und_len=UND, sequence_length=L,
-              vision_tokens=[t("vision").permute(0, 4, 1, 2, 3)], vision_token_shapes=[(T, 2, 3)],
-              vision_sequence_indexes=t("vision_sequence_indexes").long(),
-              vision_mse_loss_indexes=t("vision_mse_loss_indexes").long(), vision_timesteps=t("vision_timesteps")[0],
-              vision_noisy_frame_indexes=[torch.tensor(NOISY)])
+    kw = dict(
+        input_ids=t("input_ids")[0].long(),
+        text_indexes=t("text_indexes").long(),
+        position_ids=t("position_ids").long(),
+        und_len=UND,
+        sequence_length=L,
+        vision_tokens=[t("vision").permute(0, 4, 1, 2, 3)],
+        vision_token_shapes=[(T, 2, 3)],
+        vision_sequence_indexes=t("vision_sequence_indexes").long(),
+        vision_mse_loss_indexes=t("vision_mse_loss_indexes").long(),
+        vision_timesteps=t("vision_timesteps")[0],
+        vision_noisy_frame_indexes=[torch.tensor(NOISY)],
+    )
     if "sound" in a:
-        kw.update(sound_tokens=[t("sound")[0]], sound_token_shapes=[(4, 1, 1)],
-                  sound_sequence_indexes=t("sound_sequence_indexes").long(),
-                  sound_mse_loss_indexes=t("sound_mse_loss_indexes").long(), sound_timesteps=t("sound_timesteps")[0],
-                  sound_noisy_frame_indexes=[torch.arange(4)])
+        kw.update(
+            sound_tokens=[t("sound")[0]],
+            sound_token_shapes=[(4, 1, 1)],
+            sound_sequence_indexes=t("sound_sequence_indexes").long(),
+            sound_mse_loss_indexes=t("sound_mse_loss_indexes").long(),
+            sound_timesteps=t("sound_timesteps")[0],
+            sound_noisy_frame_indexes=[torch.arange(4)],
+        )
     if "action" in a:
-        kw.update(action_tokens=[t("action")[0]], action_token_shapes=[(2, 1, 1)],
-                  action_sequence_indexes=t("action_sequence_indexes").long(),
-                  action_mse_loss_indexes=t("action_mse_loss_indexes").long(),
-                  action_timesteps=t("action_timesteps")[0], action_noisy_frame_indexes=[torch.arange(2)],
-                  action_domain_ids=[t("action_domain_ids")[0].long()])
+        kw.update(
+            action_tokens=[t("action")[0]],
+            action_token_shapes=[(2, 1, 1)],
+            action_sequence_indexes=t("action_sequence_indexes").long(),
+            action_mse_loss_indexes=t("action_mse_loss_indexes").long(),
+            action_timesteps=t("action_timesteps")[0],
+            action_noisy_frame_indexes=[torch.arange(2)],
+            action_domain_ids=[t("action_domain_ids")[0].long()],
+        )
     with torch.no_grad():
         out = ref(**kw)
     vision = out.sample[0].numpy().transpose(0, 2, 3, 4, 1)
@@ -257,9 +316,23 @@ def test_mesh_equals_single_device(refs, name):
     wrong head group, mask or padding is off by > 1e-2."""
     _, path = refs(name)
     a = _inputs(5, sound=name == "nano")
-    a = {k: np.concatenate([v, v[::-1]]) if v.ndim and k in ("input_ids", "vision", "vision_timesteps", "sound",
-                                                              "sound_timesteps", "action", "action_timesteps",
-                                                              "action_domain_ids") else v for k, v in a.items()}
+    a = {
+        k: np.concatenate([v, v[::-1]])
+        if v.ndim
+        and k
+        in (
+            "input_ids",
+            "vision",
+            "vision_timesteps",
+            "sound",
+            "sound_timesteps",
+            "action",
+            "action_timesteps",
+            "action_domain_ids",
+        )
+        else v
+        for k, v in a.items()
+    }
     a["vision"][1] += 0.5  # the two rows differ
     a["text_lengths"] = np.array([5, 3], np.int32)
     single = _ours(load_component(NAME, path), a)
@@ -301,16 +374,25 @@ def test_full_size_param_count_matches_reference(path):
     assert ours == theirs
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"joint_attn_implementation": "full"}, r"joint_attn_implementation='full' is not implemented"),
-    ({"video_temporal_causal": True}, r"video_temporal_causal=True is not implemented"),
-    ({"backbone_type": "cosmos3_edge_nemotron_moe"}, r"backbone_type='cosmos3_edge_nemotron_moe' is not implemented"),
-    ({"hidden_act": "gelu"}, r"hidden_act='gelu' is not valid"),
-    ({"rope_scaling": {"mrope_section": [24, 20, 20], "mrope_interleaved": False}}, r"rope_scaling=.* is not valid"),
-    ({"rope_axes_dim": [24, -1, 20]}, r"rope_axes_dim=\(24, -1, 20\) is not valid"),
-    ({"num_key_value_heads": 5}, r"num_key_value_heads=5 is not valid"),
-    ({"fancy": 1}, r"unknown setting fancy=1"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"joint_attn_implementation": "full"}, r"joint_attn_implementation='full' is not implemented"),
+        ({"video_temporal_causal": True}, r"video_temporal_causal=True is not implemented"),
+        (
+            {"backbone_type": "cosmos3_edge_nemotron_moe"},
+            r"backbone_type='cosmos3_edge_nemotron_moe' is not implemented",
+        ),
+        ({"hidden_act": "gelu"}, r"hidden_act='gelu' is not valid"),
+        (
+            {"rope_scaling": {"mrope_section": [24, 20, 20], "mrope_interleaved": False}},
+            r"rope_scaling=.* is not valid",
+        ),
+        ({"rope_axes_dim": [24, -1, 20]}, r"rope_axes_dim=\(24, -1, 20\) is not valid"),
+        ({"num_key_value_heads": 5}, r"num_key_value_heads=5 is not valid"),
+        ({"fancy": 1}, r"unknown setting fancy=1"),
+    ],
+)
 def test_config_refuses_what_is_not_implemented(change, match):
     """The released Nano config with one setting changed is refused in one line naming it."""
     from vidax.errors import ConfigError

@@ -17,13 +17,13 @@ import numpy as np
 import PIL.Image
 import pytest
 import torch
+from diffusers.pipelines.cosmos import pipeline_cosmos2_5_predict as reference_module  # noqa: E402
 
 import vidax
 from tests.parity.cosmos_reference import build_reference_cosmos_pipeline, torchvision_stand_ins
 from tests.parity.helpers import bf16_reference, channels_last, max_rel_err, model_batches, psnr
 from tests.parity.wan_reference import random_image
 from vidax.errors import InputError
-from vidax.pipelines.step_inputs import StepInputs
 from vidax.models.cosmos.pipeline import (
     DEFAULT_NEGATIVE_PROMPT,
     SYSTEM_PROMPT,
@@ -32,8 +32,7 @@ from vidax.models.cosmos.pipeline import (
     match_num_frames,
     normalized_layers,
 )
-
-from diffusers.pipelines.cosmos import pipeline_cosmos2_5_predict as reference_module  # noqa: E402
+from vidax.pipelines.step_inputs import StepInputs
 
 PROMPT = "a red car driving over a bridge at night"
 NEGATIVE = "blurry static frames"
@@ -100,10 +99,17 @@ def test_single_file_transformer_matches_diffusers(cosmos, text2world, tmp_path)
     randomize_torch_module(other, seed=9, gain=1.0)
     file = str(tmp_path / "cosmos-predict2.5.safetensors")
     save_safetensors(cosmos_original({k: v.detach().numpy() for k, v in other.state_dict().items()}), file)
-    theirs = CosmosTransformer3DModel.from_single_file(file, config=path, subfolder="transformer",
-                                                       torch_dtype=torch.float32)
-    single = type(ref)(text_encoder=ref.text_encoder, tokenizer=ref.tokenizer, transformer=theirs, vae=ref.vae,
-                       scheduler=ref.scheduler, safety_checker=ref.safety_checker)
+    theirs = CosmosTransformer3DModel.from_single_file(
+        file, config=path, subfolder="transformer", torch_dtype=torch.float32
+    )
+    single = type(ref)(
+        text_encoder=ref.text_encoder,
+        tokenizer=ref.tokenizer,
+        transformer=theirs,
+        vae=ref.vae,
+        scheduler=ref.scheduler,
+        safety_checker=ref.safety_checker,
+    )
     want = _reference(single, latents)
     got = _ours(vidax.load_pipeline(path, transformer=file), latents)
     value = psnr(got, want)
@@ -122,8 +128,10 @@ def test_text2world_bf16_matches_diffusers_bf16(cosmos, text2world):
     assert pipe.transformer.proj_out.kernel[...].dtype == jnp.bfloat16
     got = _ours(pipe, latents)
     value, bf16, theirs = psnr(got, want32), psnr(got, want16), psnr(want16, want32)
-    print(f"Cosmos text2world bf16 video PSNR: vidax vs diffusers fp32 {value:.1f} dB, vs diffusers bf16 {bf16:.1f} "
-          f"dB, diffusers bf16 vs fp32 {theirs:.1f} dB")
+    print(
+        f"Cosmos text2world bf16 video PSNR: vidax vs diffusers fp32 {value:.1f} dB, vs diffusers bf16 {bf16:.1f} "
+        f"dB, diffusers bf16 vs fp32 {theirs:.1f} dB"
+    )
     # Both sides bf16 (see tests.parity.helpers.bf16_reference for what the bar sees): measured
     # 55.8 dB (diffusers bf16 vs fp32 56.7 dB, vidax bf16 vs fp32 57.5 dB).
     assert bf16 >= 51.0
@@ -154,8 +162,7 @@ def test_video2world_matches_diffusers(cosmos, text2world, n):
     """An 11-frame video: the reference conditions on its last 4 (n - 1) + 1 frames."""
     _, ref, pipe, latents = cosmos
     video = _input_video()
-    want = _reference(ref, latents, video=[PIL.Image.fromarray(f) for f in video],
-                      num_latent_conditional_frames=n)
+    want = _reference(ref, latents, video=[PIL.Image.fromarray(f) for f in video], num_latent_conditional_frames=n)
     got = _ours(pipe, latents, video=video, num_latent_conditional_frames=n)
     value = psnr(got, want)
     print(f"video2world n={n} fp32 PSNR {value:.1f} dB")
@@ -240,8 +247,15 @@ def test_per_frame_timesteps_and_condition_mask(cosmos):
     _, ref, pipe, latents = cosmos
     ref.scheduler.set_timesteps(CALL["num_inference_steps"])
     for cft, n in ((1e-4, 2), (0.3, 1), (-1.0, 2)):
-        call = pipe.check_call(pipe.info, PROMPT, video=_input_video(), num_latent_conditional_frames=n,
-                               conditional_frame_timestep=cft, latents=latents.numpy(), **CALL)
+        call = pipe.check_call(
+            pipe.info,
+            PROMPT,
+            video=_input_video(),
+            num_latent_conditional_frames=n,
+            conditional_frame_timestep=cft,
+            latents=latents.numpy(),
+            **CALL,
+        )
         cond = pipe.condition(call, RunStats())
         x = pipe.prepare_latents(call, jnp.asarray(latents.numpy()), cond)
         state = pipe.set_timesteps(call, x)
@@ -288,27 +302,34 @@ def test_match_num_frames_as_reference():
     video = np.random.default_rng(2).random((1, 9, 2, 3, 3)).astype(np.float32)
     for target in (9, 10, 7, 40):
         want = reference_module.Cosmos2_5_PredictBasePipeline._match_num_frames(
-            type("P", (), {"vae_scale_factor_temporal": 4})(), torch.from_numpy(video).permute(0, 4, 1, 2, 3), target)
+            type("P", (), {"vae_scale_factor_temporal": 4})(), torch.from_numpy(video).permute(0, 4, 1, 2, 3), target
+        )
         np.testing.assert_array_equal(match_num_frames(video, target, 4), want.permute(0, 2, 3, 4, 1).numpy())
 
 
 # ----------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(video=_input_video(4)), r"video= has 4 frame\(s\) but video2world with num_latent_conditional_frames=2 "
-                                  r"conditions on its last 5; give a video of at least 5"),
-    (dict(video=_input_video(1), num_latent_conditional_frames=1, num_frames=1), None),
-    (dict(video=_input_video(), image=np.zeros((8, 8, 3), np.uint8)), "image= and video= are both given"),
-    (dict(video=_input_video(), num_latent_conditional_frames=3), "num_latent_conditional_frames must be 1 or 2"),
-    (dict(video=_input_video().astype(np.float32)), "video is a float32 array"),
-    (dict(video=[]), "video has no frames"),
-    (dict(video=_input_video(), num_frames=3), "num_frames=3 is fewer than the 5 conditioning frames"),
-    (dict(conditional_frame_timestep=float("nan")), "conditional_frame_timestep must be a finite number"),
-    (dict(image=[np.zeros((8, 8, 3), np.uint8)] * 2), "image is a list of 2"),
-    (dict(guidance_scale_2=2.0), "takes no 'guidance_scale_2'"),
-    (dict(fps=24), "takes no 'fps'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(video=_input_video(4)),
+            r"video= has 4 frame\(s\) but video2world with num_latent_conditional_frames=2 "
+            r"conditions on its last 5; give a video of at least 5",
+        ),
+        (dict(video=_input_video(1), num_latent_conditional_frames=1, num_frames=1), None),
+        (dict(video=_input_video(), image=np.zeros((8, 8, 3), np.uint8)), "image= and video= are both given"),
+        (dict(video=_input_video(), num_latent_conditional_frames=3), "num_latent_conditional_frames must be 1 or 2"),
+        (dict(video=_input_video().astype(np.float32)), "video is a float32 array"),
+        (dict(video=[]), "video has no frames"),
+        (dict(video=_input_video(), num_frames=3), "num_frames=3 is fewer than the 5 conditioning frames"),
+        (dict(conditional_frame_timestep=float("nan")), "conditional_frame_timestep must be a finite number"),
+        (dict(image=[np.zeros((8, 8, 3), np.uint8)] * 2), "image is a list of 2"),
+        (dict(guidance_scale_2=2.0), "takes no 'guidance_scale_2'"),
+        (dict(fps=24), "takes no 'fps'"),
+    ],
+)
 def test_bad_input(cosmos, kwargs, message):
     info = cosmos[2].info
     kw = {**CALL, **kwargs}
@@ -358,8 +379,26 @@ def test_cli_video2world_on_a_mesh(cosmos, tmp_path):
     mp4 = str(tmp_path / "in.mp4")
     write_video(_input_video(7).astype(np.float32) / 255.0, mp4, fps=8)
     out = tmp_path / "out.npy"
-    args = ["generate", "--prompt", PROMPT, "--checkpoint", path, "--video", mp4, "--dp", "2", "--tp", "1",
-            "--sp", "4", "--no-progress", "--seed", "3", "-o", str(out)]
+    args = [
+        "generate",
+        "--prompt",
+        PROMPT,
+        "--checkpoint",
+        path,
+        "--video",
+        mp4,
+        "--dp",
+        "2",
+        "--tp",
+        "1",
+        "--sp",
+        "4",
+        "--no-progress",
+        "--seed",
+        "3",
+        "-o",
+        str(out),
+    ]
     for k, v in CALL.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     r = CliRunner().invoke(app, args)

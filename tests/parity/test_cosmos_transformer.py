@@ -39,20 +39,40 @@ diffusers = pytest.importorskip("diffusers")
 from diffusers.models.transformers import transformer_cosmos  # noqa: E402
 
 PREDICT = dict(
-    in_channels=5, out_channels=6, num_attention_heads=3, attention_head_dim=16, num_layers=2, mlp_ratio=2.5,
-    text_embed_dim=20, adaln_lora_dim=10, max_size=(8, 16, 24), patch_size=(1, 2, 2), rope_scale=(1.0, 3.0, 2.0),
-    concat_padding_mask=True, extra_pos_embed_type=None, use_crossattn_projection=True,
-    crossattn_proj_in_channels=28, encoder_hidden_states_channels=20,
+    in_channels=5,
+    out_channels=6,
+    num_attention_heads=3,
+    attention_head_dim=16,
+    num_layers=2,
+    mlp_ratio=2.5,
+    text_embed_dim=20,
+    adaln_lora_dim=10,
+    max_size=(8, 16, 24),
+    patch_size=(1, 2, 2),
+    rope_scale=(1.0, 3.0, 2.0),
+    concat_padding_mask=True,
+    extra_pos_embed_type=None,
+    use_crossattn_projection=True,
+    crossattn_proj_in_channels=28,
+    encoder_hidden_states_channels=20,
 )
-LEARNABLE = dict(PREDICT, in_channels=4, patch_size=(2, 2, 1), concat_padding_mask=False,
-                 extra_pos_embed_type="learnable", use_crossattn_projection=False, rope_scale=(2.0, 1.0, 1.5))
+LEARNABLE = dict(
+    PREDICT,
+    in_channels=4,
+    patch_size=(2, 2, 1),
+    concat_padding_mask=False,
+    extra_pos_embed_type="learnable",
+    use_crossattn_projection=False,
+    rope_scale=(2.0, 1.0, 1.5),
+)
 B, T, H, W = 2, 3, 6, 10
 L_TXT = 7
 FP32_TOL = 1e-5
 
 _TORCHVISION_NEAREST = types.SimpleNamespace(
     functional=types.SimpleNamespace(
-        resize=lambda img, size, interpolation: torch.nn.functional.interpolate(img, size=size, mode=interpolation)),
+        resize=lambda img, size, interpolation: torch.nn.functional.interpolate(img, size=size, mode=interpolation)
+    ),
     InterpolationMode=types.SimpleNamespace(NEAREST="nearest"),
 )
 
@@ -100,7 +120,7 @@ def _predict_inputs(seed):
 
 
 def _ref(ref, x, ts, txt, cond=None, pad=None, fps=None):
-    t = (lambda a: None if a is None else torch.from_numpy(a))
+    t = lambda a: None if a is None else torch.from_numpy(a)
     with torch.no_grad():
         out = ref(t(x), t(ts), t(txt), fps=fps, condition_mask=t(cond), padding_mask=t(pad), return_dict=False)[0]
     return out.numpy().transpose(0, 2, 3, 4, 1)  # channels-last
@@ -110,7 +130,7 @@ _FWD = nnx.jit(lambda m, x, ts, txt, cond, pad, fps: m(x, ts, txt, fps, cond, pa
 
 
 def _run(model, x, ts, txt, cond=None, pad=None, fps=None):
-    cl = (lambda a: None if a is None else jnp.asarray(a.transpose(0, 2, 3, 4, 1)))
+    cl = lambda a: None if a is None else jnp.asarray(a.transpose(0, 2, 3, 4, 1))
     pad_cl = None if pad is None else jnp.asarray(pad.transpose(0, 2, 3, 1))
     return np.asarray(_FWD(model, cl(x), jnp.asarray(ts), jnp.asarray(txt), cl(cond), pad_cl, fps))
 
@@ -129,8 +149,11 @@ def test_predict_fp32_per_frame_timesteps_masks(predict):
     ts2 = ts.copy()
     ts2[:, :, 0] = ts[:, :, 1]  # the conditioning frame at the noisy frames' sigma
     for name, args in {
-        "latents": (x2, ts, txt, cond, pad), "text": (x, ts, txt2, cond, pad), "timestep": (x, ts2, txt, cond, pad),
-        "condition_mask": (x, ts, txt, 1.0 - cond, pad), "padding_mask": (x, ts, txt, cond, 1.0 - pad),
+        "latents": (x2, ts, txt, cond, pad),
+        "text": (x, ts, txt2, cond, pad),
+        "timestep": (x, ts2, txt, cond, pad),
+        "condition_mask": (x, ts, txt, 1.0 - cond, pad),
+        "padding_mask": (x, ts, txt, cond, 1.0 - pad),
     }.items():
         assert max_rel_err(_ref(ref, *args), want) > 1e-2, name
     assert max_rel_err(_run(model, x, ts2, txt, cond, pad), want) > 1e-2
@@ -157,10 +180,16 @@ def test_predict_stages_equal_the_call(predict):
     """``head(run_blocks(*embed(...)))`` is the model call (what block streaming relies on)."""
     _, model, _ = predict
     x, ts, txt, cond, pad = _predict_inputs(4)
-    cl = (lambda a: jnp.asarray(a.transpose(0, 2, 3, 4, 1)))
+    cl = lambda a: jnp.asarray(a.transpose(0, 2, 3, 4, 1))
     # Per-frame timesteps in the (B, T) layout here, the reference's (B, 1, T, 1, 1) in the call.
-    args = (cl(x), jnp.asarray(ts.reshape(B, T)), jnp.asarray(txt), None, cl(cond),
-            jnp.asarray(pad.transpose(0, 2, 3, 1)))
+    args = (
+        cl(x),
+        jnp.asarray(ts.reshape(B, T)),
+        jnp.asarray(txt),
+        None,
+        cl(cond),
+        jnp.asarray(pad.transpose(0, 2, 3, 1)),
+    )
 
     @nnx.jit
     def staged_fn(m, *a):

@@ -17,10 +17,9 @@ operation). ``rescale_noise_cfg`` and ``calculate_shift`` are checked against di
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jax.numpy as jnp
 
 from tests.parity.test_schedulers import (
     JIT_TOL,
@@ -154,8 +153,10 @@ VARIANTS = {
     "dynamic_sigmas_and_timesteps": ({}, {"mu": 0.9, "sigmas": "linspace", "timesteps": "linear_quadratic"}),
     "static_shift_terminal": ({"use_dynamic_shifting": False, "shift": 3.0}, {}),
     "static_shift_terminal_sigmas": ({"use_dynamic_shifting": False, "shift": 2.5}, {"sigmas": "linspace"}),
-    "static_shift_timesteps": ({"use_dynamic_shifting": False, "shift": 4.0, "shift_terminal": None},
-                               {"timesteps": "linear_quadratic"}),
+    "static_shift_timesteps": (
+        {"use_dynamic_shifting": False, "shift": 4.0, "shift_terminal": None},
+        {"timesteps": "linear_quadratic"},
+    ),
 }
 
 
@@ -222,8 +223,7 @@ def test_rescale_noise_cfg(guidance_rescale):
     cfg = cfg * np.array([1.0, 2.5, 0.4], np.float32)[:, None, None, None, None]
     ref = ltx.rescale_noise_cfg(torch.from_numpy(cfg), torch.from_numpy(text), guidance_rescale).numpy()
     to_cl = (0, 2, 3, 4, 1)
-    ours = rescale_noise_cfg(jnp.asarray(cfg.transpose(to_cl)), jnp.asarray(text.transpose(to_cl)),
-                             guidance_rescale)
+    ours = rescale_noise_cfg(jnp.asarray(cfg.transpose(to_cl)), jnp.asarray(text.transpose(to_cl)), guidance_rescale)
     assert ours.dtype == jnp.float32
     ours = np.moveaxis(np.asarray(ours), -1, 1)
     scale = np.abs(ref).max()
@@ -231,8 +231,9 @@ def test_rescale_noise_cfg(guidance_rescale):
     if guidance_rescale > 0:  # the reference really rescales (not the identity)
         assert np.abs(ref - cfg).max() / scale > 1e-2
     # Packed (B, L, D) layout and a traced scale give the same result.
-    packed = rescale_noise_cfg(jnp.asarray(cfg.reshape(3, -1, 4)), jnp.asarray(text.reshape(3, -1, 4)),
-                               jnp.float32(guidance_rescale))
+    packed = rescale_noise_cfg(
+        jnp.asarray(cfg.reshape(3, -1, 4)), jnp.asarray(text.reshape(3, -1, 4)), jnp.float32(guidance_rescale)
+    )
     assert np.abs(np.asarray(packed).reshape(shape) - ref).max() / scale < 2e-6
     with pytest.raises(InputError, match="same shape"):
         rescale_noise_cfg(jnp.zeros((2, 3)), jnp.zeros((2, 4)), guidance_rescale)

@@ -33,13 +33,26 @@ from vidax.weights import CheckpointReader, save_safetensors
 from vidax.weights.component import load_component
 
 TYPES = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"]
-TEXT = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=4, num_attention_heads=6,
-            num_key_value_heads=2, head_dim=16, sliding_window=5, layer_types=TYPES, query_pre_attn_scalar=24,
-            rms_norm_eps=1e-6,
-            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
-VISION = dict(hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-              patch_size=14)
+TEXT = dict(
+    vocab_size=97,
+    hidden_size=48,
+    intermediate_size=80,
+    num_hidden_layers=4,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=16,
+    sliding_window=5,
+    layer_types=TYPES,
+    query_pre_attn_scalar=24,
+    rms_norm_eps=1e-6,
+    rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+    },
+)
+VISION = dict(
+    hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+)
 B, L, LENGTHS = 2, 13, (13, 7)
 # fp32 on both sides; only summation order and the cos / sin / exp / tanh kernels differ
 # (measured max_rel_err 1.6e-6 over the hidden states, padded rows included).
@@ -49,8 +62,9 @@ FP32_TOL = 1e-5
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
     torch.manual_seed(0)
-    ref = Gemma3ForConditionalGeneration(Gemma3Config(text_config=TEXT, vision_config=VISION,
-                                                      mm_tokens_per_image=4)).eval()
+    ref = Gemma3ForConditionalGeneration(
+        Gemma3Config(text_config=TEXT, vision_config=VISION, mm_tokens_per_image=4)
+    ).eval()
     randomize_torch_module(ref, seed=5)
     path = tmp_path_factory.mktemp("gemma3")
     ref.save_pretrained(path)
@@ -62,7 +76,7 @@ def _inputs(seed=0):
     ids = torch.randint(0, TEXT["vocab_size"], (B, L), generator=g)
     mask = torch.zeros(B, L, dtype=torch.long)
     for b, n in enumerate(LENGTHS):
-        mask[b, L - n:] = 1  # left padding, as LTX-2's tokenizer call
+        mask[b, L - n :] = 1  # left padding, as LTX-2's tokenizer call
     ids[mask == 0] = 0  # Gemma's <pad>
     return ids, mask
 
@@ -76,7 +90,9 @@ def _ref_states(ref, ids, mask):
 def test_every_hidden_state_matches(gemma):
     ref, path, enc = gemma
     keys = CheckpointReader(path).keys()
-    assert any(k.startswith("vision_tower.") for k in keys) and any(k.startswith("multi_modal_projector.") for k in keys)
+    assert any(k.startswith("vision_tower.") for k in keys) and any(
+        k.startswith("multi_modal_projector.") for k in keys
+    )
     ids, mask = _inputs()
     states = _ref_states(ref, ids, mask)
     want = np.stack([h.numpy() for h in states])
@@ -132,8 +148,9 @@ def test_tensor_parallel_equals_single_device(gemma):
 
     _, path, enc = gemma
     mesh = make_mesh(2, 2, 1, devices=jax.devices()[:4])
-    sharded = load_component("Gemma3ForConditionalGeneration", path,
-                             placement=logical_placement(mesh, DECODER_LM_PARAM_AXES), mesh=mesh)
+    sharded = load_component(
+        "Gemma3ForConditionalGeneration", path, placement=logical_placement(mesh, DECODER_LM_PARAM_AXES), mesh=mesh
+    )
     check_sharded(sharded, DECODER_LM_PARAM_AXES, mesh, "text_encoder")
     assert len(sharded.layers.self_attn.q_proj.kernel[...].sharding.device_set) == 4
     ids, mask = _inputs()
@@ -155,8 +172,13 @@ def test_other_layouts_and_strictness(gemma, tmp_path):
         save_safetensors({rename(k): np.asarray(reader.get(k)) for k in reader.keys()}, tmp_path / "model.safetensors")
         (tmp_path / "config.json").write_text(config)
 
-    write(lambda k: "model.language_model." + k[len("language_model.model."):]
-          if k.startswith("language_model.model.") else "model." + k)
+    write(
+        lambda k: (
+            "model.language_model." + k[len("language_model.model.") :]
+            if k.startswith("language_model.model.")
+            else "model." + k
+        )
+    )
     again = load_component("Gemma3ForConditionalGeneration", tmp_path)
     for (p, a), (_, b) in zip(nnx.to_flat_state(nnx.state(enc)), nnx.to_flat_state(nnx.state(again))):
         np.testing.assert_array_equal(np.asarray(a.get_value()), np.asarray(b.get_value()), err_msg=str(p))
@@ -169,22 +191,41 @@ def test_config_forms_and_refusals():
     """transformers 5's nested ``rope_parameters`` and the older flat keys (``rope_theta``,
     ``rope_local_base_freq``, ``rope_scaling``, ``sliding_window_pattern``) give the same config;
     what vidax does not implement is refused."""
-    nested = dict(model_type="gemma3", text_config=dict(TEXT, model_type="gemma3_text"), vision_config=VISION,
-                  mm_tokens_per_image=4, image_token_index=96, boi_token_index=94, eoi_token_index=95)
-    flat = dict(model_type="gemma3_text", **{k: v for k, v in TEXT.items() if k not in ("rope_parameters", "layer_types")},
-                rope_theta=1e4, rope_local_base_freq=100.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
-                sliding_window_pattern=2, hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=30.0,
-                attn_logit_softcapping=None, use_bidirectional_attention=False, cache_implementation="hybrid")
+    nested = dict(
+        model_type="gemma3",
+        text_config=dict(TEXT, model_type="gemma3_text"),
+        vision_config=VISION,
+        mm_tokens_per_image=4,
+        image_token_index=96,
+        boi_token_index=94,
+        eoi_token_index=95,
+    )
+    flat = dict(
+        model_type="gemma3_text",
+        **{k: v for k, v in TEXT.items() if k not in ("rope_parameters", "layer_types")},
+        rope_theta=1e4,
+        rope_local_base_freq=100.0,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+        sliding_window_pattern=2,
+        hidden_activation="gelu_pytorch_tanh",
+        final_logit_softcapping=30.0,
+        attn_logit_softcapping=None,
+        use_bidirectional_attention=False,
+        cache_implementation="hybrid",
+    )
     a, b = Gemma3TextConfig.from_config_dict(nested), Gemma3TextConfig.from_config_dict(flat)
     assert a.attention_kinds == b.attention_kinds
     assert (a.rope_theta, a.rope_scaling_factor, a.rope_local_base_freq, a.sliding_window) == (1e4, 8.0, 100.0, 5)
     assert a.layer_types == tuple(TYPES) and a.layer_kinds == (0, 1, 0, 0)
     assert b.layer_types == ("sliding_attention", "full_attention") * 2  # every 2nd global
     # transformers' defaults: pattern 6, head_dim 256 (not D / N), global 1e6 / local 1e4.
-    c = Gemma3TextConfig.from_config_dict(dict(model_type="gemma3_text", num_hidden_layers=7, hidden_size=64,
-                                               num_attention_heads=2, num_key_value_heads=1))
+    c = Gemma3TextConfig.from_config_dict(
+        dict(
+            model_type="gemma3_text", num_hidden_layers=7, hidden_size=64, num_attention_heads=2, num_key_value_heads=1
+        )
+    )
     assert c.layer_types.count("full_attention") == 1 and c.layer_types[5] == "full_attention"
-    assert (c.head_dim, c.rope_theta, c.rope_local_base_freq, c.attention_scale) == (256, 1e6, 1e4, 256 ** -0.5)
+    assert (c.head_dim, c.rope_theta, c.rope_local_base_freq, c.attention_scale) == (256, 1e6, 1e4, 256**-0.5)
     for key, value, match in (
         ("use_bidirectional_attention", True, "use_bidirectional_attention"),
         ("attn_logit_softcapping", 50.0, "attn_logit_softcapping"),

@@ -34,13 +34,27 @@ from vidax.weights.component import load_component
 
 S, F = "sliding_attention", "full_attention"
 TYPES = [S, F, S, S, F, S, F]
-TEXT = dict(vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_layers=7, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=12, global_head_dim=16, num_global_key_value_heads=1,
-            attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True, sliding_window=5,
-            layer_types=TYPES, rms_norm_eps=1e-6,
-            rope_parameters={S: {"rope_type": "default", "rope_theta": 100.0},
-                             F: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e4,
-                                 "factor": 2.0}})
+TEXT = dict(
+    vocab_size=97,
+    hidden_size=48,
+    intermediate_size=40,
+    num_hidden_layers=7,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=12,
+    global_head_dim=16,
+    num_global_key_value_heads=1,
+    attention_k_eq_v=True,
+    num_kv_shared_layers=2,
+    use_double_wide_mlp=True,
+    sliding_window=5,
+    layer_types=TYPES,
+    rms_norm_eps=1e-6,
+    rope_parameters={
+        S: {"rope_type": "default", "rope_theta": 100.0},
+        F: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e4, "factor": 2.0},
+    },
+)
 VISION = dict(patch_size=4, pooling_kernel_size=1, mm_embed_dim=16, mm_posemb_size=8, output_proj_dims=48)
 IMAGE_TOKEN = 90
 B, L, LENGTHS = 2, 13, (13, 7)
@@ -54,9 +68,18 @@ FP32_TOL = 2e-5
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = Gemma4UnifiedConfig(text_config=TEXT, vision_config=VISION, audio_config=dict(audio_embed_dim=8),
-                              image_token_id=IMAGE_TOKEN, video_token_id=91, audio_token_id=92, boi_token_id=93,
-                              eoi_token_id=94, boa_token_id=95, eoa_token_index=96)
+    cfg = Gemma4UnifiedConfig(
+        text_config=TEXT,
+        vision_config=VISION,
+        audio_config=dict(audio_embed_dim=8),
+        image_token_id=IMAGE_TOKEN,
+        video_token_id=91,
+        audio_token_id=92,
+        boi_token_id=93,
+        eoi_token_id=94,
+        boa_token_id=95,
+        eoa_token_index=96,
+    )
     ref = Gemma4UnifiedForConditionalGeneration(cfg).eval()
     randomize_torch_module(ref, seed=5)
     with torch.no_grad():
@@ -72,7 +95,7 @@ def _inputs(seed=0):
     ids = torch.randint(1, 89, (B, L), generator=g)
     mask = torch.zeros(B, L, dtype=torch.long)
     for b, n in enumerate(LENGTHS):
-        mask[b, L - n:] = 1  # left padding, as LTX-2's tokenizer call
+        mask[b, L - n :] = 1  # left padding, as LTX-2's tokenizer call
     ids[mask == 0] = 0  # Gemma's <pad>
     ids[0, 4] = IMAGE_TOKEN
     return ids, mask
@@ -121,7 +144,10 @@ def test_config_forms_and_refusals(gemma):
     assert c.kv_sharing_modes == (None, None, None, "store", "store", "reuse", "reuse")
     direct = Gemma4TextConfig.from_config_dict(dict(TEXT, model_type="gemma4_unified_text"))
     assert (direct.layer_head_dims, direct.layer_kv_heads, direct.rope_full) == (
-        c.layer_head_dims, c.layer_kv_heads, c.rope_full)
+        c.layer_head_dims,
+        c.layer_kv_heads,
+        c.rope_full,
+    )
     # transformers' defaults: every 6th layer global and the last forced global, 512-wide globals.
     d = Gemma4TextConfig.from_config_dict(dict(model_type="gemma4_unified_text", num_hidden_layers=8))
     assert d.layer_types == (S,) * 5 + (F, S, F) and d.layer_head_dims[5] == 512

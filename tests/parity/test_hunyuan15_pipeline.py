@@ -78,9 +78,15 @@ def build_reference(path, tok_dir):
     for i, m in enumerate((text_encoder, text_encoder_2, transformer, vae)):
         randomize_torch_module(m, seed=20 + i)
     ref = diffusers.HunyuanVideo15Pipeline(
-        text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer, vae=vae,
-        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0), text_encoder_2=text_encoder_2,
-        tokenizer_2=tokenizer_2, guider=diffusers.ClassifierFreeGuidance(guidance_scale=4.0))
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+        vae=vae,
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0),
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=tokenizer_2,
+        guider=diffusers.ClassifierFreeGuidance(guidance_scale=4.0),
+    )
     ref.save_pretrained(path, safe_serialization=True)
     prefix = f"<|im_start|>system\n{hv15_text.SYSTEM_MESSAGE}<|im_end|>\n<|im_start|>user\n"
     return ref, len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
@@ -108,8 +114,17 @@ def _run_both(t2v, height, width, seed, vidax_kw=None, **kw):
     lat = _latents(height, width, seed)
     with torch.no_grad():
         want = ref(latents=torch.from_numpy(lat), height=height, width=width, output_type="np", **CALL, **kw).frames
-    got = pipe(latents=lat, height=height, width=width, max_sequence_length=TEXT_LEN, seed=0, progress=False,
-               **CALL, **kw, **(vidax_kw or {})).frames
+    got = pipe(
+        latents=lat,
+        height=height,
+        width=width,
+        max_sequence_length=TEXT_LEN,
+        seed=0,
+        progress=False,
+        **CALL,
+        **kw,
+        **(vidax_kw or {}),
+    ).frames
     return np.asarray(want), got
 
 
@@ -123,8 +138,15 @@ def test_t2v_glyph_prompt_landscape_matches_diffusers(t2v):
     # The reference's video depends on the quoted text (the glyph path is not vacuous): another
     # quote moves it far more than vidax's error (measured 74.7 dB against 141.7 dB; the tiny
     # random glyph projection is a small part of the conditioning).
-    other = t2v[1](latents=torch.from_numpy(_latents(32, 48, 1)), height=32, width=48, output_type="np",
-                   prompt=GLYPH_PROMPT.replace("OPEN 24h", "CLOSED"), negative_prompt=NEGATIVE, **CALL).frames
+    other = t2v[1](
+        latents=torch.from_numpy(_latents(32, 48, 1)),
+        height=32,
+        width=48,
+        output_type="np",
+        prompt=GLYPH_PROMPT.replace("OPEN 24h", "CLOSED"),
+        negative_prompt=NEGATIVE,
+        **CALL,
+    ).frames
     assert psnr(other, want) < value - 40
 
 
@@ -143,8 +165,7 @@ def test_t2v_cfg_distilled_guider_and_sigmas_match_diffusers(t2v):
     guider = ref.guider
     ref.guider = diffusers.ClassifierFreeGuidance(guidance_scale=1.0)
     try:
-        want, got = _run_both(t2v, 32, 48, 3, prompt=GLYPH_PROMPT, sigmas=[1.0, 0.4],
-                              vidax_kw=dict(guidance_scale=1.0))
+        want, got = _run_both(t2v, 32, 48, 3, prompt=GLYPH_PROMPT, sigmas=[1.0, 0.4], vidax_kw=dict(guidance_scale=1.0))
     finally:
         ref.guider = guider
     value = psnr(got, want)
@@ -188,7 +209,8 @@ def test_defaults_come_from_the_checkpoint(t2v):
     info = t2v[2].info
     assert info.defaults.guidance_scale == 4.0  # the guider's
     assert (info.defaults.height, info.defaults.width) == t2v[1].video_processor.calculate_default_height_width(
-        9, 16, TRANSFORMER["target_size"])
+        9, 16, TRANSFORMER["target_size"]
+    )
 
 
 def test_bad_input_names_the_argument(t2v):
@@ -220,8 +242,17 @@ def test_mesh_and_block_streaming_equal_single_device(t2v):
     """The pipeline on a mesh (CFG batch over data, Ulysses over sequence) and with its blocks
     streamed from host memory gives the single-device latents (float32 summation order only)."""
     path, _, pipe = t2v
-    kw = dict(prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE, latents=_latents(32, 48, 5), height=32, width=48,
-              max_sequence_length=TEXT_LEN, output_type="latent", progress=False, **CALL)
+    kw = dict(
+        prompt=GLYPH_PROMPT,
+        negative_prompt=NEGATIVE,
+        latents=_latents(32, 48, 5),
+        height=32,
+        width=48,
+        max_sequence_length=TEXT_LEN,
+        output_type="latent",
+        progress=False,
+        **CALL,
+    )
     _streamed_and_mesh_equal_single_device(path, pipe, kw)
 
 
@@ -245,9 +276,31 @@ def test_cli_generate_writes_an_mp4(t2v, tmp_path):
     inspect`` names the pipeline and its encoders; a bad size is one line naming the flag."""
     pytest.importorskip("av")
     out = tmp_path / "video.mp4"
-    args = ["--checkpoint", t2v[0], "--prompt", GLYPH_PROMPT, "--height", "32", "--width", "48", "--num-frames", "5",
-            "--num-inference-steps", "2", "--max-sequence-length", "16", "--seed", "3",
-            "--offload-blocks", "1", "--offload-text-encoder", "--no-progress", "--verbose", "-o", str(out)]
+    args = [
+        "--checkpoint",
+        t2v[0],
+        "--prompt",
+        GLYPH_PROMPT,
+        "--height",
+        "32",
+        "--width",
+        "48",
+        "--num-frames",
+        "5",
+        "--num-inference-steps",
+        "2",
+        "--max-sequence-length",
+        "16",
+        "--seed",
+        "3",
+        "--offload-blocks",
+        "1",
+        "--offload-text-encoder",
+        "--no-progress",
+        "--verbose",
+        "-o",
+        str(out),
+    ]
     r = subprocess.run([sys.executable, "-m", "vidax", "generate", *args], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert "transformer.transformer_blocks" in r.stderr  # streamed
@@ -255,8 +308,12 @@ def test_cli_generate_writes_an_mp4(t2v, tmp_path):
     r = subprocess.run([sys.executable, "-m", "vidax", "inspect", t2v[0]], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "HunyuanVideo15Pipeline" in r.stdout and "Qwen2_5_VLTextModel" in r.stdout and "T5EncoderModel" in r.stdout
-    bad = subprocess.run([sys.executable, "-m", "vidax", "generate", *args[:4], "--height", "40", "-o", str(out)],
-                         capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        [sys.executable, "-m", "vidax", "generate", *args[:4], "--height", "40", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode != 0 and "--height" in bad.stderr and "Traceback" not in bad.stderr
     assert out.stat().st_size > 0
 
@@ -266,8 +323,14 @@ def test_cli_generate_writes_an_mp4(t2v, tmp_path):
 # text encoders, tokenizers and VAE, with an I2V transformer (``task_type="i2v"``) and a tiny
 # SigLIP tower (every parameter randomised) and its processor (30 px, 25 image tokens).
 
-SIGLIP = dict(hidden_size=TRANSFORMER["image_embed_dim"], intermediate_size=20, num_hidden_layers=1,
-              num_attention_heads=2, image_size=30, patch_size=6)
+SIGLIP = dict(
+    hidden_size=TRANSFORMER["image_embed_dim"],
+    intermediate_size=20,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=30,
+    patch_size=6,
+)
 #: A 40 x 70 (w x h) image: the target_size=64 bucket nearest its aspect (1.75) is 48 x 80, a
 #: portrait video of another size and aspect (1.67); the crop cuts rows.
 IMAGE_SIZE = (40, 70)
@@ -283,16 +346,24 @@ def _i2v_reference(t2v, folder, seed, guider, scheduler, **transformer_kw):
     """A diffusers I2V pipeline saved to ``folder``: the T2V fixture's encoders and VAE, a new
     randomised I2V transformer (``transformer_kw`` over :data:`TRANSFORMER`) and SigLIP tower."""
     ref = t2v[1]
-    transformer = diffusers.HunyuanVideo15Transformer3DModel(**{**TRANSFORMER, "task_type": "i2v",
-                                                                **transformer_kw}).eval()
+    transformer = diffusers.HunyuanVideo15Transformer3DModel(
+        **{**TRANSFORMER, "task_type": "i2v", **transformer_kw}
+    ).eval()
     image_encoder = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**SIGLIP)).eval()
     randomize_torch_module(transformer, seed=seed)
     randomize_torch_module(image_encoder, seed=seed + 1)
     pipe = diffusers.HunyuanVideo15ImageToVideoPipeline(
-        text_encoder=ref.text_encoder, tokenizer=ref.tokenizer, transformer=transformer, vae=ref.vae,
-        scheduler=scheduler, text_encoder_2=ref.text_encoder_2, tokenizer_2=ref.tokenizer_2, guider=guider,
+        text_encoder=ref.text_encoder,
+        tokenizer=ref.tokenizer,
+        transformer=transformer,
+        vae=ref.vae,
+        scheduler=scheduler,
+        text_encoder_2=ref.text_encoder_2,
+        tokenizer_2=ref.tokenizer_2,
+        guider=guider,
         image_encoder=image_encoder,
-        feature_extractor=transformers.SiglipImageProcessor(size={"height": 30, "width": 30}))
+        feature_extractor=transformers.SiglipImageProcessor(size={"height": 30, "width": 30}),
+    )
     pipe.save_pretrained(folder, safe_serialization=True)
     pipe.prompt_template_encode_start_idx = ref.prompt_template_encode_start_idx
     pipe.tokenizer_max_length = TEXT_LEN
@@ -303,8 +374,13 @@ def _i2v_reference(t2v, folder, seed, guider, scheduler, **transformer_kw):
 def i2v(t2v, tmp_path_factory):
     """``(path, diffusers I2V pipeline, vidax pipeline)``: CFG 4 (the released I2V guider's kind)."""
     path = tmp_path_factory.mktemp("hv15_i2v")
-    ref = _i2v_reference(t2v, path, 40, diffusers.ClassifierFreeGuidance(guidance_scale=4.0),
-                         diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0))
+    ref = _i2v_reference(
+        t2v,
+        path,
+        40,
+        diffusers.ClassifierFreeGuidance(guidance_scale=4.0),
+        diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0),
+    )
     pipe = vidax.load_pipeline(str(path))
     pipe.crop_start = t2v[2].crop_start
     return str(path), ref, pipe
@@ -317,8 +393,11 @@ def _i2v_reference_frames(ref, image, lat, **kw):
     from PIL import Image
 
     with torch.no_grad():
-        return np.asarray(ref(image=Image.fromarray(image), latents=torch.from_numpy(lat), output_type="np",
-                              **{**I2V_CALL, **kw}).frames)
+        return np.asarray(
+            ref(
+                image=Image.fromarray(image), latents=torch.from_numpy(lat), output_type="np", **{**I2V_CALL, **kw}
+            ).frames
+        )
 
 
 @pytest.fixture(scope="module")
@@ -383,8 +462,10 @@ def test_i2v_bf16_matches_diffusers_bf16(i2v, i2v_fp32):
     assert pipe.transformer.proj_out.kernel[...].dtype == jnp.bfloat16
     got16 = pipe(image=image, latents=lat, max_sequence_length=TEXT_LEN, progress=False, **I2V_CALL).frames
     values = psnr(got16, want16), psnr(want16, want32), psnr(got16, want32)
-    print("HunyuanVideo 1.5 I2V bf16: vidax vs diffusers bf16 %.1f dB, diffusers bf16 vs fp32 %.1f dB, vidax bf16 "
-          "vs diffusers fp32 %.1f dB" % values)
+    print(
+        "HunyuanVideo 1.5 I2V bf16: vidax vs diffusers bf16 %.1f dB, diffusers bf16 vs fp32 %.1f dB, vidax bf16 "
+        "vs diffusers fp32 %.1f dB" % values
+    )
     assert values[0] >= BF16_MIN_PSNR
     assert values[2] >= values[1] - 3.0  # vidax's bf16 video is no further from fp32 than diffusers'
 
@@ -393,8 +474,14 @@ def test_i2v_step_distilled_matches_diffusers(t2v, tmp_path):
     """The step-distilled I2V config (``use_meanflow``: ``timestep_r`` = the next timestep, 0 at
     the last; guider 1.0: no negative branch; shift 7), one run, 2 steps (both kinds of
     ``timestep_r``: a next step's, then the last's 0)."""
-    ref = _i2v_reference(t2v, tmp_path, 50, diffusers.ClassifierFreeGuidance(guidance_scale=1.0),
-                         diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0), use_meanflow=True)
+    ref = _i2v_reference(
+        t2v,
+        tmp_path,
+        50,
+        diffusers.ClassifierFreeGuidance(guidance_scale=1.0),
+        diffusers.FlowMatchEulerDiscreteScheduler(shift=7.0),
+        use_meanflow=True,
+    )
     pipe = vidax.load_pipeline(str(tmp_path))
     pipe.crop_start = t2v[2].crop_start
     assert not pipe.check_call(pipe.info, "a", image=_image(1)).do_cfg
@@ -431,8 +518,9 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
     with pytest.raises(InputError, match="image"):
         pipeline_class(Checkpoint.open(t2v[0]), task="i2v")
     with pytest.raises(InputError, match="image"):
-        HunyuanVideo15Pipeline.check_call(HunyuanVideo15Pipeline.read_checkpoint(Checkpoint.open(t2v[0])), "a",
-                                          image=_image(0))
+        HunyuanVideo15Pipeline.check_call(
+            HunyuanVideo15Pipeline.read_checkpoint(Checkpoint.open(t2v[0])), "a", image=_image(0)
+        )
     # An I2V checkpoint whose SigLIP tower does not fit the transformer, or without its processor
     # settings: refused from the configs (the weights are left out of the copy).
     import json
@@ -452,9 +540,27 @@ def test_i2v_bad_input_names_the_argument(t2v, i2v, tmp_path):
     from PIL import Image
 
     Image.fromarray(_image(0)).save(tmp_path / "first.png")
-    r = subprocess.run([sys.executable, "-m", "vidax", "generate", "--checkpoint", i2v[0], "--prompt", "a",
-                        "--image", str(tmp_path / "first.png"), "--height", "48", "-o", str(tmp_path / "x.npy")],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "--checkpoint",
+            i2v[0],
+            "--prompt",
+            "a",
+            "--image",
+            str(tmp_path / "first.png"),
+            "--height",
+            "48",
+            "-o",
+            str(tmp_path / "x.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert "HunyuanVideo15ImageToVideoPipeline takes no --height" in r.stderr, r.stderr
 
@@ -471,8 +577,9 @@ def test_taylorseer_default_identifiers_predict_the_attention_like_diffusers(t2v
     _, ref, pipe = t2v
     steps = 6  # computes 0, 1, 3, 5; predicts 2, 4
     kw = dict(cache_interval=2, disable_cache_before_step=2, max_order=2)
-    call = dict(prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, num_frames=5,
-                num_inference_steps=steps)
+    call = dict(
+        prompt=PLAIN_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, num_frames=5, num_inference_steps=steps
+    )
     lat = _latents(32, 48, 3)
 
     def run_ref(config):
@@ -493,8 +600,10 @@ def test_taylorseer_default_identifiers_predict_the_attention_like_diffusers(t2v
         pipe.disable_cache()
     assert out.stats.cache.patterns == {"cond": "CCSCSC", "uncond": "CCSCSC"}, out.stats.cache.patterns
     value, effect = psnr(out.frames, want), psnr(uncached, want)
-    print(f"HunyuanVideo 1.5 TaylorSeer (attention modules): {value:.1f} dB vs diffusers; diffusers cached vs "
-          f"uncached {effect:.1f} dB")
+    print(
+        f"HunyuanVideo 1.5 TaylorSeer (attention modules): {value:.1f} dB vs diffusers; diffusers cached vs "
+        f"uncached {effect:.1f} dB"
+    )
     # fp32 on both sides (MIN_PSNR's reasoning); the cache's own effect is far larger than the error.
     assert value >= MIN_PSNR and effect < value - 30
     with pytest.raises(IndexError):  # diffusers finds no registered block to hook

@@ -29,9 +29,22 @@ from vidax.weights.component import load_component
 diffusers = pytest.importorskip("diffusers")
 
 TINY = dict(
-    in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
-    num_refiner_layers=1, mlp_ratio=2.5, patch_size=2, patch_size_t=1, qk_norm="rms_norm", text_embed_dim=20,
-    text_embed_2_dim=14, image_embed_dim=12, rope_theta=256.0, rope_axes_dim=(4, 6, 8), task_type="i2v",
+    in_channels=5,
+    out_channels=7,
+    num_attention_heads=3,
+    attention_head_dim=18,
+    num_layers=2,
+    num_refiner_layers=1,
+    mlp_ratio=2.5,
+    patch_size=2,
+    patch_size_t=1,
+    qk_norm="rms_norm",
+    text_embed_dim=20,
+    text_embed_2_dim=14,
+    image_embed_dim=12,
+    rope_theta=256.0,
+    rope_axes_dim=(4, 6, 8),
+    task_type="i2v",
 )
 TINY_MF = dict(TINY, patch_size=1, use_meanflow=True)  # the step-distilled I2V config, tiny
 B, T, L1, L2, L3 = 2, 3, 7, 6, 4
@@ -70,8 +83,11 @@ def _inputs(seed, hw=(6, 10), image=True, meanflow=False):
         encoder_attention_mask=(np.arange(L1)[None] < np.array(LENGTHS)[:, None]).astype(np.int64),
         encoder_hidden_states_2=g.standard_normal((B, L2, TINY["text_embed_2_dim"]), dtype=np.float32),
         encoder_attention_mask_2=(np.arange(L2)[None] < np.array(LENGTHS_2)[:, None]).astype(np.int64),
-        image_embeds=(g.standard_normal((B, L3, TINY["image_embed_dim"]), dtype=np.float32) if image
-                      else np.zeros((B, L3, TINY["image_embed_dim"]), np.float32)),
+        image_embeds=(
+            g.standard_normal((B, L3, TINY["image_embed_dim"]), dtype=np.float32)
+            if image
+            else np.zeros((B, L3, TINY["image_embed_dim"]), np.float32)
+        ),
     )
     if meanflow:
         out["timestep_r"] = np.array([20.0, 850.5], np.float32)
@@ -86,8 +102,16 @@ def _ref(ref, inputs):
 
 _FWD = nnx.jit(lambda m, *a: m(*a))
 #: vidax's positional order (the reference's keywords; ``timestep_r`` last, optional).
-ORDER = ("hidden_states", "timestep", "encoder_hidden_states", "encoder_attention_mask", "encoder_hidden_states_2",
-         "encoder_attention_mask_2", "image_embeds", "timestep_r")
+ORDER = (
+    "hidden_states",
+    "timestep",
+    "encoder_hidden_states",
+    "encoder_attention_mask",
+    "encoder_hidden_states_2",
+    "encoder_attention_mask_2",
+    "image_embeds",
+    "timestep_r",
+)
 
 
 def _args(inputs):
@@ -124,12 +148,16 @@ def test_t2v_landscape_batch_of_two_prompts(patch2):
     want, got = _check(ref, model, inputs, "t2v landscape")
     # The reference depends on the latents, the timestep, a real text token and a real glyph
     # token (so the comparison is not vacuous), and not on a padded text or glyph token.
-    for changed in (_changed(inputs, "hidden_states", np.s_[:]), {**inputs, "timestep": inputs["timestep"][::-1].copy()},
-                    _changed(inputs, "encoder_hidden_states", np.s_[1, 0]),
-                    _changed(inputs, "encoder_hidden_states_2", np.s_[0, 1])):
+    for changed in (
+        _changed(inputs, "hidden_states", np.s_[:]),
+        {**inputs, "timestep": inputs["timestep"][::-1].copy()},
+        _changed(inputs, "encoder_hidden_states", np.s_[1, 0]),
+        _changed(inputs, "encoder_hidden_states_2", np.s_[0, 1]),
+    ):
         assert max_rel_err(_ref(ref, changed), want) > 1e-3
-    padded = _changed(_changed(inputs, "encoder_hidden_states", np.s_[1, LENGTHS[1]:]), "encoder_hidden_states_2",
-                      np.s_[1])
+    padded = _changed(
+        _changed(inputs, "encoder_hidden_states", np.s_[1, LENGTHS[1] :]), "encoder_hidden_states_2", np.s_[1]
+    )
     assert max_rel_err(_ref(ref, padded), want) < 1e-6
     np.testing.assert_allclose(_run(model, padded), got, rtol=0, atol=1e-5 * np.abs(got).max())
 
@@ -162,7 +190,7 @@ def test_batch_equals_each_prompt_alone(patch2):
     inputs = _inputs(4)
     got = _run(model, inputs)
     for i in range(B):
-        one = {k: v[i:i + 1] for k, v in inputs.items()}
+        one = {k: v[i : i + 1] for k, v in inputs.items()}
         alone = _run(model, one)
         assert max_rel_err(alone[0], got[i]) < FP32_TOL
         assert max_rel_err(alone[0], _ref(ref, one)[0]) < FP32_TOL
@@ -188,15 +216,27 @@ def test_stages_and_streamed_blocks_equal_the_call(patch2):
     np.testing.assert_allclose(got, whole, rtol=0, atol=1e-6 * np.abs(whole).max())
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("image_embeds", np.zeros((B, L3, 5), np.float32),
-     r"image_embeds must be \(B=2, L3, image_embed_dim=12\); got \(2, 4, 5\)\."),
-    ("encoder_attention_mask_2", np.ones((B, L2 + 1), np.int64),
-     r"encoder_attention_mask_2 must be \(B, L\) of encoder_hidden_states_2=\(2, 6\); got \(2, 7\)\."),
-    ("encoder_hidden_states", np.zeros((B, L1, 19), np.float32),
-     r"encoder_hidden_states must be \(B=2, L1, text_embed_dim=20\)"),
-    ("timestep_r", np.zeros((B,), np.float32), r"timestep_r was given but .*\(use_meanflow=false\)\."),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        (
+            "image_embeds",
+            np.zeros((B, L3, 5), np.float32),
+            r"image_embeds must be \(B=2, L3, image_embed_dim=12\); got \(2, 4, 5\)\.",
+        ),
+        (
+            "encoder_attention_mask_2",
+            np.ones((B, L2 + 1), np.int64),
+            r"encoder_attention_mask_2 must be \(B, L\) of encoder_hidden_states_2=\(2, 6\); got \(2, 7\)\.",
+        ),
+        (
+            "encoder_hidden_states",
+            np.zeros((B, L1, 19), np.float32),
+            r"encoder_hidden_states must be \(B=2, L1, text_embed_dim=20\)",
+        ),
+        ("timestep_r", np.zeros((B,), np.float32), r"timestep_r was given but .*\(use_meanflow=false\)\."),
+    ],
+)
 def test_bad_input_is_named(patch2, key, value, match):
     """A wrong shape is one line naming the argument, its shape and the valid one, raised before
     any computation (the patch-2 model has no MeanFlow embedder)."""

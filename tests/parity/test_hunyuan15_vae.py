@@ -59,8 +59,9 @@ X_SHAPE = (1, 9, 48, 80, 3)
 # Sample tiles of 64 every 48 pixels, latent tiles of 4 every 3 (overlap 0.25): 6 x 6 latents
 # decode as 2 x 2 tiles (blends of 16 pixels, 48 kept); 96 x 96 pixels encode as 2 x 2 tiles
 # (blends of 1 latent row / column, 3 kept).
-TILED = HunyuanVideo15Tiling.enabled(tile_sample_min_height=64, tile_sample_min_width=64,
-                                     tile_latent_min_height=4, tile_latent_min_width=4)
+TILED = HunyuanVideo15Tiling.enabled(
+    tile_sample_min_height=64, tile_sample_min_width=64, tile_latent_min_height=4, tile_latent_min_width=4
+)
 
 
 @pytest.fixture(scope="module")
@@ -168,10 +169,16 @@ def test_tiled_decode_matches_reference(model):
 def test_enable_tiling_decode_matches_reference(model):
     """``enable_tiling`` with TILED's keywords on both sides (its shapes: no new compile)."""
     ref, vae = model
-    kw = dict(tile_sample_min_height=64, tile_sample_min_width=64, tile_latent_min_height=4, tile_latent_min_width=4,
-              tile_overlap_factor=0.25)
-    check_enable_tiling_decode(ref, vae, _latents((1, 2, 6, 6, 4), seed=11), kw, reference_decoder(ref), vae.decode,
-                               FP32_TOL)
+    kw = dict(
+        tile_sample_min_height=64,
+        tile_sample_min_width=64,
+        tile_latent_min_height=4,
+        tile_latent_min_width=4,
+        tile_overlap_factor=0.25,
+    )
+    check_enable_tiling_decode(
+        ref, vae, _latents((1, 2, 6, 6, 4), seed=11), kw, reference_decoder(ref), vae.decode, FP32_TOL
+    )
 
 
 def test_tiled_encode_matches_reference(model):
@@ -211,9 +218,15 @@ def test_default_tiling_is_the_references(model):
     # The VAE's switches leave the reference's sizes, call after call.
     saved = vae.tiling
     try:
-        check_tiling_switches(diffusers.AutoencoderKLHunyuanVideo15(**TINY), vae, [
-            ("enable", dict(tile_sample_min_height=128, tile_sample_min_width=96)), ("disable", {}),
-            ("enable", dict(tile_latent_min_width=6, tile_overlap_factor=0.5))])
+        check_tiling_switches(
+            diffusers.AutoencoderKLHunyuanVideo15(**TINY),
+            vae,
+            [
+                ("enable", dict(tile_sample_min_height=128, tile_sample_min_width=96)),
+                ("disable", {}),
+                ("enable", dict(tile_latent_min_width=6, tile_overlap_factor=0.5)),
+            ],
+        )
         with pytest.raises(InputError, match="tile_overlap_factor"):
             vae.enable_tiling(tile_overlap_factor=1.5)
         assert not hasattr(vae, "use_framewise_decoding")  # no temporal tiles in the reference
@@ -221,14 +234,17 @@ def test_default_tiling_is_the_references(model):
         vae.tiling = saved
 
 
-@pytest.mark.parametrize("override,match", [
-    ({"block_out_channels": [6, 8, 12, 32, 32]}, "block_out_channels"),
-    ({"block_out_channels": [8, 16, 32, 32]}, "block_out_channels"),
-    ({"spatial_compression_ratio": 12}, "spatial_compression_ratio"),
-    ({"temporal_compression_ratio": 32}, "temporal_compression_ratio"),
-    ({"upsample_match_channel": "yes"}, "upsample_match_channel"),
-    ({"norm_num_groups": 32}, "unknown setting norm_num_groups"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ({"block_out_channels": [6, 8, 12, 32, 32]}, "block_out_channels"),
+        ({"block_out_channels": [8, 16, 32, 32]}, "block_out_channels"),
+        ({"spatial_compression_ratio": 12}, "spatial_compression_ratio"),
+        ({"temporal_compression_ratio": 32}, "temporal_compression_ratio"),
+        ({"upsample_match_channel": "yes"}, "upsample_match_channel"),
+        ({"norm_num_groups": 32}, "unknown setting norm_num_groups"),
+    ],
+)
 def test_config_refusals(override, match):
     with pytest.raises(ConfigError, match=match):
         HunyuanVideo15VAEConfig.from_config_dict({"_class_name": "AutoencoderKLHunyuanVideo15", **TINY, **override})

@@ -9,9 +9,9 @@ and landscape sizes; batch invariance with prompts of different token lengths; t
 output depends on the prompt and the image (else the comparisons would be vacuous); bad input.
 """
 
-import jax.numpy as jnp
 import dataclasses
 
+import jax.numpy as jnp
 import numpy as np
 import PIL.Image
 import pytest
@@ -39,8 +39,9 @@ def _latents(height, width, batch=1, seed=0):
 
 def _reference(pipe, latents, height, width, **kw):
     with torch.no_grad():
-        return pipe(latents=torch.from_numpy(latents), height=height, width=width, **{"output_type": "np", **CALL,
-                                                                                   **kw}).frames
+        return pipe(
+            latents=torch.from_numpy(latents), height=height, width=width, **{"output_type": "np", **CALL, **kw}
+        ).frames
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +108,14 @@ def test_t2v_batch_of_prompts_of_different_lengths(t2v):
     masks through the crop, the refiner and the joint attention)."""
     _, _, pipe = t2v
     lat = _latents(32, 48, batch=2, seed=2)
-    both = pipe(prompt=[PROMPT, LONG], latents=lat, height=32, width=48, guidance_scale=4.0, progress=False,
-                **CALL).frames
+    both = pipe(
+        prompt=[PROMPT, LONG], latents=lat, height=32, width=48, guidance_scale=4.0, progress=False, **CALL
+    ).frames
     for i, p in enumerate((PROMPT, LONG)):
-        alone = pipe(prompt=p, latents=lat[i:i + 1], height=32, width=48, guidance_scale=4.0, progress=False,
-                     **CALL).frames
-        assert psnr(both[i:i + 1], alone) >= 100  # float32 summation order only
+        alone = pipe(
+            prompt=p, latents=lat[i : i + 1], height=32, width=48, guidance_scale=4.0, progress=False, **CALL
+        ).frames
+        assert psnr(both[i : i + 1], alone) >= 100  # float32 summation order only
 
 
 def test_t2v_custom_sigmas_match_diffusers(t2v):
@@ -138,15 +141,21 @@ def test_truncation_warnings_name_the_limit_that_applies(t2v, caplog):
             pipe.encode_call(pipe.check_call(pipe.info, words, max_sequence_length=msl, **size))
         messages = [r.getMessage() for r in caplog.records]
         clip = [m for m in messages if "CLIP" in m]
-        assert len(clip) == 1 and clip[0].startswith("prompt has ") and "truncated to the 77 tokens of the CLIP " \
-            "text encoder (text_encoder_2, fixed" in clip[0] and "max_sequence_length" not in clip[0], messages
+        assert (
+            len(clip) == 1
+            and clip[0].startswith("prompt has ")
+            and "truncated to the 77 tokens of the CLIP text encoder (text_encoder_2, fixed" in clip[0]
+            and "max_sequence_length" not in clip[0]
+        ), messages
         llama = [m for m in messages if "CLIP" not in m]
         if msl == 400:
             assert not llama, messages
         else:
             full = len(pipe.tokenizer._tok.encode(pipe.prompt_template["template"].format(words)).ids)
-            assert llama == [f"prompt has {full - crop} tokens; truncated to max_sequence_length=8 as the reference "
-                             "pipeline does (the end of the text is dropped)"], messages
+            assert llama == [
+                f"prompt has {full - crop} tokens; truncated to max_sequence_length=8 as the reference "
+                "pipeline does (the end of the text is dropped)"
+            ], messages
 
 
 def test_bad_input_names_the_argument(t2v):
@@ -165,8 +174,11 @@ def test_bad_input_names_the_argument(t2v):
 
 
 #: A template of the call (other words, the prompt elsewhere, its own crop).
-TEMPLATE = {"template": "<|start_header_id|>system<|end_header_id|>\n\nA short clip: {}<|eot_id|>"
-                        "<|start_header_id|>assistant<|end_header_id|>\n\n", "crop_start": 6}
+TEMPLATE = {
+    "template": "<|start_header_id|>system<|end_header_id|>\n\nA short clip: {}<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "crop_start": 6,
+}
 
 
 def test_t2v_prompt_template_matches_diffusers(t2v):
@@ -179,13 +191,23 @@ def test_t2v_prompt_template_matches_diffusers(t2v):
     want = _reference(ref, lat, 32, 48, prompt=PROMPT, prompt_template=TEMPLATE, output_type="latent").numpy()
     default = _reference(ref, lat, 32, 48, prompt=PROMPT, output_type="latent").numpy()
     assert np.abs(default - want).max() > 0.05 * np.abs(want).max()  # the template changes the latents
-    got = pipe(prompt=PROMPT, latents=lat, height=32, width=48, prompt_template=TEMPLATE, output_type="latent",
-               progress=False, **CALL)
+    got = pipe(
+        prompt=PROMPT,
+        latents=lat,
+        height=32,
+        width=48,
+        prompt_template=TEMPLATE,
+        output_type="latent",
+        progress=False,
+        **CALL,
+    )
     np.testing.assert_allclose(got.frames, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    for bad, match in (({"template": TEMPLATE["template"]}, r"no 'crop_start'.*model_max_length"),
-                       ({"template": "no prompt here", "crop_start": 2}, r"one '\{\}'.*ignoring the prompt"),
-                       ({**TEMPLATE, "crop_start": -1}, r"crop_start'\]=-1 must be an integer >= 0"),
-                       ("text", r"must be a dict")):
+    for bad, match in (
+        ({"template": TEMPLATE["template"]}, r"no 'crop_start'.*model_max_length"),
+        ({"template": "no prompt here", "crop_start": 2}, r"one '\{\}'.*ignoring the prompt"),
+        ({**TEMPLATE, "crop_start": -1}, r"crop_start'\]=-1 must be an integer >= 0"),
+        ("text", r"must be a dict"),
+    ):
         with pytest.raises(InputError, match=match):
             pipe(prompt=PROMPT, height=32, width=48, prompt_template=bad, progress=False, **CALL)
 
@@ -218,8 +240,9 @@ def test_i2v_matches_diffusers(kind, i2v_checkpoints, image):
         kw = dict(prompt=PROMPT)
     want = _reference(ref, lat, h, w, image=pil, **kw)
     ref_lat = _reference(ref, lat, h, w, image=pil, **{**kw, "output_type": "latent"}).numpy()
-    other = _reference(ref, lat, h, w, image=PIL.Image.fromarray(smooth_image(40, 56, seed=5)),
-                       **{**kw, "output_type": "latent"}).numpy()
+    other = _reference(
+        ref, lat, h, w, image=PIL.Image.fromarray(smooth_image(40, 56, seed=5)), **{**kw, "output_type": "latent"}
+    ).numpy()
     # the reference's result depends on the image (on the latents: measured 4 % of their largest
     # value for token_replace; float32 noise is ~1e-6 of it)
     assert np.abs(other - ref_lat).max() > 0.01 * np.abs(ref_lat).max()
@@ -229,8 +252,9 @@ def test_i2v_matches_diffusers(kind, i2v_checkpoints, image):
     assert got.frames.shape == want.shape and value >= MIN_PSNR
     if kind == "latent_concat":
         assert want.shape[1] == CALL["num_frames"] - 4  # the reference drops the first 4 frames
-        out_lat = pipe(image=image, latents=lat, height=h, width=w, output_type="latent", progress=False,
-                       **CALL, **kw).frames
+        out_lat = pipe(
+            image=image, latents=lat, height=h, width=w, output_type="latent", progress=False, **CALL, **kw
+        ).frames
         assert out_lat.shape == ref_lat.shape  # the first latent frame dropped, as the reference
         np.testing.assert_allclose(out_lat, ref_lat, rtol=1e-4, atol=1e-4)
     with pytest.raises(InputError, match="image is required"):
@@ -309,12 +333,15 @@ def test_t2v_bf16_matches_diffusers_bf16(t2v_bf16_run):
     below (57.6 dB): the two roundings account for the difference."""
     lat, pipe, got, want16, want32 = t2v_bf16_run
     kw = {k: v for k, v in CFG_CALL.items() if k not in ("height", "width")}
-    mimic = RoundsLikeDiffusersBF16(pipe.info, {n: getattr(pipe, n) for n in MODULES}, dtype=pipe.dtype,
-                                    staging=pipe.staging)
+    mimic = RoundsLikeDiffusersBF16(
+        pipe.info, {n: getattr(pipe, n) for n in MODULES}, dtype=pipe.dtype, staging=pipe.staging
+    )
     rounded = mimic(latents=lat, height=48, width=32, progress=False, **kw, **BF16_CALL).frames
     values = psnr(got, want16), psnr(want16, want32), psnr(got, want32), psnr(rounded, want16)
-    print("T2V true CFG bf16: vidax vs diffusers bf16 %.1f dB, diffusers bf16 vs fp32 %.1f dB, vidax bf16 vs "
-          "diffusers fp32 %.1f dB, vidax with diffusers' roundings vs diffusers bf16 %.1f dB" % values)
+    print(
+        "T2V true CFG bf16: vidax vs diffusers bf16 %.1f dB, diffusers bf16 vs fp32 %.1f dB, vidax bf16 vs "
+        "diffusers fp32 %.1f dB, vidax with diffusers' roundings vs diffusers bf16 %.1f dB" % values
+    )
     ours, theirs, ours_fp32, same_rounding = values
     assert same_rounding >= BF16_MIN_PSNR
     assert ours >= 42.0  # measured 47.4: the two roundings on one side (see above)
@@ -331,8 +358,10 @@ def test_i2v_token_replace_bf16_matches_diffusers_bf16(i2v_checkpoints, image):
     kw = dict(image=image, prompt=PROMPT, negative_prompt=NEGATIVE, true_cfg_scale=2.5, guidance_scale=3.0)
     _, got, want16, want32 = _bf16_runs(path, ref, _latents(32, 48, seed=4), 32, 48, **kw)
     values = psnr(got, want16), psnr(want16, want32), psnr(got, want32)
-    print("I2V token_replace bf16: vidax vs diffusers bf16 %.1f dB, diffusers bf16 vs fp32 %.1f dB, vidax bf16 "
-          "vs diffusers fp32 %.1f dB" % values)
+    print(
+        "I2V token_replace bf16: vidax vs diffusers bf16 %.1f dB, diffusers bf16 vs fp32 %.1f dB, vidax bf16 "
+        "vs diffusers fp32 %.1f dB" % values
+    )
     assert values[0] >= BF16_MIN_PSNR
 
 
@@ -348,13 +377,40 @@ def test_cli_generate_and_inspect(t2v, dtype, tmp_path, request):
     path = t2v[0]
     out = tmp_path / "video.npy"
     steps = "2" if dtype == "float32" else str(BF16_CALL["num_inference_steps"])
-    args = ["--checkpoint", path, "--prompt", PROMPT, "--negative-prompt", NEGATIVE, "--true-cfg-scale", "3.0",
-            "--guidance-scale", "2.0", "--height", "48", "--width", "32", "--num-frames", "9",
-            "--num-inference-steps", steps, "--max-sequence-length", "24", "--seed", str(CFG_SEED),
-            "--dtype", dtype, "--offload-blocks", "1", "--offload-text-encoder", "--no-progress", "--verbose",
-            "-o", str(out)]
-    r = subprocess.run([sys.executable, "-m", "vidax", "generate", *args], capture_output=True, text=True,
-                       timeout=600)
+    args = [
+        "--checkpoint",
+        path,
+        "--prompt",
+        PROMPT,
+        "--negative-prompt",
+        NEGATIVE,
+        "--true-cfg-scale",
+        "3.0",
+        "--guidance-scale",
+        "2.0",
+        "--height",
+        "48",
+        "--width",
+        "32",
+        "--num-frames",
+        "9",
+        "--num-inference-steps",
+        steps,
+        "--max-sequence-length",
+        "24",
+        "--seed",
+        str(CFG_SEED),
+        "--dtype",
+        dtype,
+        "--offload-blocks",
+        "1",
+        "--offload-text-encoder",
+        "--no-progress",
+        "--verbose",
+        "-o",
+        str(out),
+    ]
+    r = subprocess.run([sys.executable, "-m", "vidax", "generate", *args], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "transformer.transformer_blocks" in r.stderr and "single_transformer_blocks" in r.stderr  # both streamed
     assert "staging: text_encoder, text_encoder_2" in r.stderr
@@ -382,7 +438,9 @@ def test_t2v_lora_matches_diffusers_fused(t2v):
     rng = np.random.default_rng(12)
     sd = {}
     for name, module in ref.transformer.named_modules():
-        if name.startswith(("transformer_blocks.", "single_transformer_blocks.")) and isinstance(module, torch.nn.Linear):
+        if name.startswith(("transformer_blocks.", "single_transformer_blocks.")) and isinstance(
+            module, torch.nn.Linear
+        ):
             out, inp = module.weight.shape
             sd[f"transformer.{name}.lora_A.weight"] = (rng.standard_normal((4, inp)) * 0.3).astype(np.float32)
             sd[f"transformer.{name}.lora_B.weight"] = (rng.standard_normal((out, 4)) * 0.3).astype(np.float32)

@@ -26,10 +26,22 @@ from vidax.weights.component import load_component
 diffusers = pytest.importorskip("diffusers")
 
 TINY = dict(
-    in_channels=5, out_channels=7, num_attention_heads=3, attention_head_dim=18, num_layers=2,
-    num_single_layers=2, num_refiner_layers=1, mlp_ratio=2.5, patch_size=2, patch_size_t=1,
-    qk_norm="rms_norm", guidance_embeds=True, text_embed_dim=20, pooled_projection_dim=12,
-    rope_theta=256.0, rope_axes_dim=(4, 6, 8),
+    in_channels=5,
+    out_channels=7,
+    num_attention_heads=3,
+    attention_head_dim=18,
+    num_layers=2,
+    num_single_layers=2,
+    num_refiner_layers=1,
+    mlp_ratio=2.5,
+    patch_size=2,
+    patch_size_t=1,
+    qk_norm="rms_norm",
+    guidance_embeds=True,
+    text_embed_dim=20,
+    pooled_projection_dim=12,
+    rope_theta=256.0,
+    rope_axes_dim=(4, 6, 8),
 )
 # token_replace I2V (guidance embedded, as HunyuanVideo-I2V); temporal patch 2 checks the
 # (C, p_t, p, p) unpatchify order along time too.
@@ -71,8 +83,15 @@ def _inputs(seed, t=T):
 
 def _ref(ref, x, ts, txt, mask, pooled, guidance):
     with torch.no_grad():
-        out = ref(torch.from_numpy(x), torch.from_numpy(ts), torch.from_numpy(txt), torch.from_numpy(mask),
-                  torch.from_numpy(pooled), guidance=torch.from_numpy(guidance), return_dict=False)[0]
+        out = ref(
+            torch.from_numpy(x),
+            torch.from_numpy(ts),
+            torch.from_numpy(txt),
+            torch.from_numpy(mask),
+            torch.from_numpy(pooled),
+            guidance=torch.from_numpy(guidance),
+            return_dict=False,
+        )[0]
     return out.numpy().transpose(0, 2, 3, 4, 1)
 
 
@@ -80,8 +99,14 @@ _FWD = nnx.jit(lambda m, *a: m(*a))
 
 
 def _args(x, ts, txt, mask, pooled, guidance):
-    return (jnp.asarray(x.transpose(0, 2, 3, 4, 1)), jnp.asarray(ts), jnp.asarray(txt), jnp.asarray(mask),
-            jnp.asarray(pooled), jnp.asarray(guidance))
+    return (
+        jnp.asarray(x.transpose(0, 2, 3, 4, 1)),
+        jnp.asarray(ts),
+        jnp.asarray(txt),
+        jnp.asarray(mask),
+        jnp.asarray(pooled),
+        jnp.asarray(guidance),
+    )
 
 
 def _run(model, *a):
@@ -101,15 +126,21 @@ def test_t2v_guidance_batch_of_two_prompts(t2v):
     # timestep, the guidance, a real text token, the pooled text; and not on a padded text token.
     x, ts, txt, mask, pooled, guidance = inputs
     txt_pad = txt.copy()
-    txt_pad[1, LENGTHS[1]:] += 5.0
+    txt_pad[1, LENGTHS[1] :] += 5.0
     txt_real = txt.copy()
     txt_real[1, 0] += 1.0
-    for changed in ((x + 0.5, ts, txt, mask, pooled, guidance), (x, ts[::-1].copy(), txt, mask, pooled, guidance),
-                    (x, ts, txt, mask, pooled, guidance * 0.5), (x, ts, txt_real, mask, pooled, guidance),
-                    (x, ts, txt, mask, pooled[::-1].copy(), guidance)):
+    for changed in (
+        (x + 0.5, ts, txt, mask, pooled, guidance),
+        (x, ts[::-1].copy(), txt, mask, pooled, guidance),
+        (x, ts, txt, mask, pooled, guidance * 0.5),
+        (x, ts, txt_real, mask, pooled, guidance),
+        (x, ts, txt, mask, pooled[::-1].copy(), guidance),
+    ):
         assert max_rel_err(_ref(ref, *changed), want) > 1e-3
     assert max_rel_err(_ref(ref, x, ts, txt_pad, mask, pooled, guidance), want) < 1e-6
-    np.testing.assert_allclose(_run(model, x, ts, txt_pad, mask, pooled, guidance), got, rtol=0, atol=1e-5 * np.abs(got).max())
+    np.testing.assert_allclose(
+        _run(model, x, ts, txt_pad, mask, pooled, guidance), got, rtol=0, atol=1e-5 * np.abs(got).max()
+    )
 
 
 def test_batch_equals_each_prompt_alone(t2v):
@@ -119,7 +150,7 @@ def test_batch_equals_each_prompt_alone(t2v):
     inputs = _inputs(2)
     got = _run(model, *inputs)
     for i in range(B):
-        one = tuple(a[i:i + 1] for a in inputs)
+        one = tuple(a[i : i + 1] for a in inputs)
         alone = _run(model, *one)
         assert max_rel_err(alone[0], got[i]) < FP32_TOL
         assert max_rel_err(alone[0], _ref(ref, *one)[0]) < FP32_TOL

@@ -42,8 +42,8 @@ from tests.parity.helpers import (  # noqa: E402
     save_random_vae,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
-from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig  # noqa: E402
 from vidax.models.hunyuan_video import vae as hv_vae  # noqa: E402
+from vidax.models.hunyuan_video.config import HunyuanVideoVAEConfig  # noqa: E402
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling  # noqa: E402
 from vidax.weights.component import load_component  # noqa: E402
 
@@ -206,8 +206,9 @@ def test_spatial_tiled_decode_matches_reference(model):
     """Latent 5 x 8 in tiles of 3 x 5 every 2 x 3 (pixels 24 x 40 every 16 x 24; blends of 8 rows
     and 16 columns): a 3 x 3 layout, so both blends and the corners where they meet run."""
     ref, vae = model
-    tiling = HunyuanVideoTiling.enabled(tile_sample_min_height=24, tile_sample_min_width=40,
-                                        tile_sample_stride_height=16, tile_sample_stride_width=24)
+    tiling = HunyuanVideoTiling.enabled(
+        tile_sample_min_height=24, tile_sample_min_width=40, tile_sample_stride_height=16, tile_sample_stride_width=24
+    )
     z = _latents((1, 3, 5, 8, 4), seed=8)
     want, calls = _ref_decode(ref, z, tiling)
     assert calls["tiled_decode"] == 1 and calls["_temporal_tiled_decode"] == 0, calls
@@ -221,10 +222,12 @@ def test_spatial_tiled_decode_matches_reference(model):
 def test_enable_tiling_decode_matches_reference(model):
     """``enable_tiling`` with the tiles above on both sides (no new compile), plain ``decode``."""
     ref, vae = model
-    kw = dict(tile_sample_min_height=24, tile_sample_min_width=40, tile_sample_stride_height=16,
-              tile_sample_stride_width=24)
-    check_enable_tiling_decode(ref, vae, _latents((1, 3, 5, 8, 4), seed=12), kw, reference_decoder(ref), vae.decode,
-                               FP32_TOL)
+    kw = dict(
+        tile_sample_min_height=24, tile_sample_min_width=40, tile_sample_stride_height=16, tile_sample_stride_width=24
+    )
+    check_enable_tiling_decode(
+        ref, vae, _latents((1, 3, 5, 8, 4), seed=12), kw, reference_decoder(ref), vae.decode, FP32_TOL
+    )
 
 
 def test_framewise_decode_device_memory_flat_in_frames(model):
@@ -234,9 +237,15 @@ def test_framewise_decode_device_memory_flat_in_frames(model):
     _, vae = model
     saved = vae.tiling
     try:
-        check_tiled_decode_memory_flat(vae, hv_vae, "_decode_tile", vae.decode, _latents((1, 4, 3, 5, 4), seed=13),
-                                       _latents((1, 16, 3, 5, 4), seed=14),
-                                       dict(tile_sample_min_num_frames=8, tile_sample_stride_num_frames=4))
+        check_tiled_decode_memory_flat(
+            vae,
+            hv_vae,
+            "_decode_tile",
+            vae.decode,
+            _latents((1, 4, 3, 5, 4), seed=13),
+            _latents((1, 16, 3, 5, 4), seed=14),
+            dict(tile_sample_min_num_frames=8, tile_sample_stride_num_frames=4),
+        )
     finally:
         vae.tiling = saved
 
@@ -249,8 +258,17 @@ def test_tiling_switches_match_reference(model):
     saved = vae.tiling
     vae.tiling = HunyuanVideoTiling()
     try:
-        check_tiling_switches(ref, vae, [("enable", dict(tile_sample_min_height=320, tile_sample_stride_num_frames=8)),
-                                         ("framewise", False), ("disable", {}), ("enable", {}), ("framewise", True)])
+        check_tiling_switches(
+            ref,
+            vae,
+            [
+                ("enable", dict(tile_sample_min_height=320, tile_sample_stride_num_frames=8)),
+                ("framewise", False),
+                ("disable", {}),
+                ("enable", {}),
+                ("framewise", True),
+            ],
+        )
         with pytest.raises(InputError, match=r"tile_sample_stride_width=300 must be at most tile_sample_min_width=256"):
             vae.enable_tiling(tile_sample_stride_width=300)
     finally:
@@ -261,8 +279,9 @@ def test_spatial_tiled_encode_matches_reference(model):
     """One frame of 24 x 64 in tiles of 24 x 40 every 24 x 24: three columns (latent blends of
     2 columns), the first two of the untiled image-to-video shape."""
     ref, vae = model
-    tiling = HunyuanVideoTiling.enabled(tile_sample_min_height=24, tile_sample_min_width=40,
-                                        tile_sample_stride_height=24, tile_sample_stride_width=24)
+    tiling = HunyuanVideoTiling.enabled(
+        tile_sample_min_height=24, tile_sample_min_width=40, tile_sample_stride_height=24, tile_sample_stride_width=24
+    )
     x = _video((1, 1, 24, 64, 3), seed=10)
     (want_mean, want_logvar), calls = _ref_encode(ref, x, tiling)
     assert calls["tiled_encode"] == 1 and calls["_temporal_tiled_encode"] == 0, calls

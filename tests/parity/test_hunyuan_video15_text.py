@@ -64,8 +64,14 @@ GLYPH_PROMPTS = [
     "",
 ]
 GLYPH_CASES = GLYPH_PROMPTS + [
-    'an empty "" pair', '"a" then "a"', '“x”"y"“x”', '"two\nlines"', 'nested "a “b” c"', 'odd " quote',
-    '""“z”', "「直角」“弯引号”",
+    'an empty "" pair',
+    '"a" then "a"',
+    '“x”"y"“x”',
+    '"two\nlines"',
+    'nested "a “b” c"',
+    'odd " quote',
+    '""“z”',
+    "「直角」“弯引号”",
 ]
 
 
@@ -79,7 +85,7 @@ def mllm(tmp_path_factory):
     build_qwen_tokenizer(str(path / "tokenizer"), [hv15_text.SYSTEM_MESSAGE] + PROMPTS)
     ref_tok = transformers.AutoTokenizer.from_pretrained(path / "tokenizer")
     assert ref_tok.padding_side == "right"
-    prefix = (f"<|im_start|>system\n{hv15_text.SYSTEM_MESSAGE}<|im_end|>\n<|im_start|>user\n")
+    prefix = f"<|im_start|>system\n{hv15_text.SYSTEM_MESSAGE}<|im_end|>\n<|im_start|>user\n"
     crop = len(ref_tok(prefix, add_special_tokens=False)["input_ids"])
     enc = load_component("Qwen2_5_VLTextModel", path / "text_encoder")
     return ref, ref_tok, enc, TextTokenizer(path / "tokenizer"), crop
@@ -113,6 +119,7 @@ def test_constants_are_the_reference_defaults():
 def test_image_to_video_pipeline_runs_the_same_functions():
     """The I2V pipeline's prompt functions are copies of the T2V ones tested here."""
     i2v = pytest.importorskip("diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5_image2video")
+
     def code(fn):
         return [line for line in inspect.getsource(fn).splitlines() if not line.strip().startswith("# Copied from")]
 
@@ -135,9 +142,15 @@ def test_text_states_match_diffusers(mllm, caplog):
     assert max_rel_err(np.asarray(got), want.numpy()) < FP32_TOL
     assert "has" in caplog.text and "truncated" in caplog.text  # the long prompt is named
     # the crop is exactly the template prefix: every prompt's tokens before it are the same
-    full = ref_tok.apply_chat_template(hv15.format_text_input(PROMPTS, hv15_text.SYSTEM_MESSAGE),
-                                       add_generation_prompt=True, tokenize=True, return_dict=True,
-                                       padding="max_length", max_length=TEXT_LEN + crop, truncation=True)
+    full = ref_tok.apply_chat_template(
+        hv15.format_text_input(PROMPTS, hv15_text.SYSTEM_MESSAGE),
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        padding="max_length",
+        max_length=TEXT_LEN + crop,
+        truncation=True,
+    )
     ids = np.asarray(full["input_ids"])
     assert (ids[:, :crop] == ids[:1, :crop]).all() and not (ids[:, crop] == ids[0, crop]).all()
     # the layer matters: the last hidden state differs
@@ -196,21 +209,37 @@ def test_glyph_states_match_diffusers(byt5):
 
 def test_byt5_full_size_matches_transformers():
     """byT5-small with the glyph vocabulary, as every HunyuanVideo 1.5 reference config gives it."""
-    paths = sorted(p for p in (os.path.join(REFERENCE_CONFIGS, d, "text_encoder_2", "arch_essentials.json")
-                               for d in os.listdir(REFERENCE_CONFIGS) if "HunyuanVideo-1.5" in d) if os.path.isfile(p))
+    paths = sorted(
+        p
+        for p in (
+            os.path.join(REFERENCE_CONFIGS, d, "text_encoder_2", "arch_essentials.json")
+            for d in os.listdir(REFERENCE_CONFIGS)
+            if "HunyuanVideo-1.5" in d
+        )
+        if os.path.isfile(p)
+    )
     assert len(paths) == 8, paths
     with open(paths[0]) as f:
         arch = json.load(f)
     for p in paths[1:]:
         with open(p) as f:
             assert {k: v for k, v in json.load(f).items() if not k.startswith("_")} == {
-                k: v for k, v in arch.items() if not k.startswith("_")}
+                k: v for k, v in arch.items() if not k.startswith("_")
+            }
     # google/byt5-small's config.json with these numbers (vocab resized for the glyph tokens)
-    raw = {"model_type": "t5", "feed_forward_proj": "gated-gelu", "is_encoder_decoder": True,
-           "tie_word_embeddings": False, "layer_norm_epsilon": 1e-6, "relative_attention_num_buckets": 32,
-           "relative_attention_max_distance": 128,
-           **{k: arch[k] for k in ("d_ff", "d_kv", "d_model", "num_heads", "num_layers", "num_decoder_layers",
-                                   "vocab_size")}}
+    raw = {
+        "model_type": "t5",
+        "feed_forward_proj": "gated-gelu",
+        "is_encoder_decoder": True,
+        "tie_word_embeddings": False,
+        "layer_norm_epsilon": 1e-6,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        **{
+            k: arch[k]
+            for k in ("d_ff", "d_kv", "d_model", "num_heads", "num_layers", "num_decoder_layers", "vocab_size")
+        },
+    }
     cfg = T5EncoderConfig.from_config_dict(raw)
     assert cfg.is_gated_act is arch["is_gated_act"] is True and cfg.d_model == 1472
     with torch.device("meta"):

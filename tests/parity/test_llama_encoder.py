@@ -27,8 +27,17 @@ from vidax.errors import ConfigError
 from vidax.weights import CheckpointReader, save_safetensors
 from vidax.weights.component import load_component
 
-TEXT = dict(vocab_size=97, hidden_size=36, intermediate_size=52, num_hidden_layers=3, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5, rope_theta=1000.0)
+TEXT = dict(
+    vocab_size=97,
+    hidden_size=36,
+    intermediate_size=52,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    rms_norm_eps=1e-5,
+    rope_theta=1000.0,
+)
 B, L, LENGTHS = 2, 23, (23, 9)
 # fp32 on both sides; only summation order and the cos / sin / exp kernels differ (measured
 # max_rel_err 1.9e-7 over the hidden states).
@@ -108,8 +117,15 @@ def llava(tmp_path_factory):
     torch.manual_seed(0)
     cfg = LlavaConfig(
         text_config=dict(TEXT, model_type="llama"),
-        vision_config=dict(model_type="clip_vision_model", hidden_size=16, intermediate_size=20,
-                           num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14),
+        vision_config=dict(
+            model_type="clip_vision_model",
+            hidden_size=16,
+            intermediate_size=20,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
         image_token_index=TEXT["vocab_size"] - 1,
     )
     ref = LlavaForConditionalGeneration(cfg).eval()
@@ -138,7 +154,7 @@ def test_llava_language_model(llava, tmp_path):
         if k.startswith("language_model.lm_head."):
             new = k.replace("language_model.lm_head.", "lm_head.")
         elif k.startswith("language_model.model."):
-            new = "model.language_model." + k[len("language_model.model."):]
+            new = "model.language_model." + k[len("language_model.model.") :]
         else:
             new = "model." + k
         renamed[new] = np.asarray(reader.get(k))

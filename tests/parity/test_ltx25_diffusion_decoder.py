@@ -30,12 +30,22 @@ from vidax.models.ltx2.diffusion_decode import LTX2VideoDiffusionDecodePipeline 
 from vidax.nn.attention_neighbourhood import neighbourhood_attention  # noqa: E402
 
 FP32_TOL = 1e-5
-CONFIG = dict(out_channels=3, latent_channels=8, patch_size=2, scaling_factor=0.8, decoder_head_dim=8,
-              decoder_stage_channels=[32, 16, 16, 16, 16], decoder_stage_depths=[1, 1, 1, 1, 1],
-              decoder_stage_kernels=[[3, 3, 3]] * 4, decoder_upsample_strides=[[1, 2, 1], [2, 1, 1], [2, 1, 2],
-                                                                                 [2, 1, 1]],
-              decoder_upsample_channel_reductions=[2, 1, 1, 1], decoder_stage5_kernel=[5, 5, 5],
-              decoder_t_emb_dim=24, spatial_compression_ratio=8, temporal_compression_ratio=8)
+CONFIG = dict(
+    out_channels=3,
+    latent_channels=8,
+    patch_size=2,
+    scaling_factor=0.8,
+    decoder_head_dim=8,
+    decoder_stage_channels=[32, 16, 16, 16, 16],
+    decoder_stage_depths=[1, 1, 1, 1, 1],
+    decoder_stage_kernels=[[3, 3, 3]] * 4,
+    decoder_upsample_strides=[[1, 2, 1], [2, 1, 1], [2, 1, 2], [2, 1, 1]],
+    decoder_upsample_channel_reductions=[2, 1, 1, 1],
+    decoder_stage5_kernel=[5, 5, 5],
+    decoder_t_emb_dim=24,
+    spatial_compression_ratio=8,
+    temporal_compression_ratio=8,
+)
 LATENTS = (1, 8, 8, 3, 4)  # 8 latent frames -> 57 frames of 12 x 16 (stage 5: 57 x 6 x 8 tokens)
 
 
@@ -47,8 +57,9 @@ def checkpoint(tmp_path_factory):
     with torch.no_grad():
         ref.latents_mean.copy_(torch.randn(ref.latents_mean.shape, generator=g))
         ref.latents_std.copy_(torch.rand(ref.latents_std.shape, generator=g) + 0.5)
-    pipe = diffusers.LTX2VideoDiffusionDecodePipeline(diffusion_decoder=ref,
-                                                       scheduler=diffusers.FlowMatchEulerDiscreteScheduler())
+    pipe = diffusers.LTX2VideoDiffusionDecodePipeline(
+        diffusion_decoder=ref, scheduler=diffusers.FlowMatchEulerDiscreteScheduler()
+    )
     path = tmp_path_factory.mktemp("ltx25_decode")
     pipe.save_pretrained(path)
     return pipe, path
@@ -72,8 +83,14 @@ def _window_mask(grid, kernel):
     idx = np.arange(t * h * w)
     qt, qh, qw = idx // (h * w), idx % (h * w) // w, idx % w
     st, sh, sw = (np.clip(q - k // 2, 0, s - k)[:, None] for q, k, s in ((qt, kt, t), (qh, kh, h), (qw, kw, w)))
-    return ((qt[None] >= st) & (qt[None] < st + kt) & (qh[None] >= sh) & (qh[None] < sh + kh)
-            & (qw[None] >= sw) & (qw[None] < sw + kw))
+    return (
+        (qt[None] >= st)
+        & (qt[None] < st + kt)
+        & (qh[None] >= sh)
+        & (qh[None] < sh + kh)
+        & (qw[None] >= sw)
+        & (qw[None] < sw + kw)
+    )
 
 
 @pytest.mark.parametrize("block", [None, (2, 4, 3)])
@@ -111,8 +128,9 @@ def test_chunked_decode_matches_diffusers(checkpoint, vidax_pipe):
     noise = _noise(model.pixel_shape(LATENTS))
     with torch.no_grad():
         want = pipe.diffusion_decoder.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(0)).sample
-        want_video = pipe(torch.from_numpy(z), generator=torch.Generator().manual_seed(0), output_type="np",
-                          denormalize=False).frames
+        want_video = pipe(
+            torch.from_numpy(z), generator=torch.Generator().manual_seed(0), output_type="np", denormalize=False
+        ).frames
     got = vidax_pipe(z, decoder_noise=noise, output_type="raw", denormalize=False, chunk_frames=1).frames
     assert got.shape == (1, 3, 57, 12, 16)
     assert_close(got, want.numpy(), FP32_TOL)
@@ -132,17 +150,26 @@ def test_decode_memory_stays_flat_over_time(vidax_pipe):
     model = vidax_pipe.diffusion_decoder
     one, four = LATENTS, (1, 8, 32, 3, 4)  # chunks of 1 in windows of 7: the clip's start and end, then also interior
     base = model.window_memory(one, 1)
-    print("decode memory besides weights (bytes): 1x", base, "4x chunked", model.window_memory(four, 1),
-          "4x one piece", model.window_memory(four, None))
+    print(
+        "decode memory besides weights (bytes): 1x",
+        base,
+        "4x chunked",
+        model.window_memory(four, 1),
+        "4x one piece",
+        model.window_memory(four, None),
+    )
     assert model.window_memory(four, 1) <= 1.3 * base
     assert model.window_memory(four, None) > 1.3 * base  # measured 1.6x: the check catches a one-piece decode
 
 
 def test_bad_input_is_refused_with_its_keyword(vidax_pipe):
     z = np.zeros(LATENTS, np.float32)
-    for kwargs, match in ((dict(decoder_noise=np.zeros((1, 3, 56, 12, 16), np.float32)), "decoder_noise="),
-                          (dict(decoder_noise=np.zeros((1, 3, 57, 12, 16), np.float64)), "decoder_noise="),
-                          (dict(chunk_frames=0), "chunk_frames=0"), (dict(output_type="pil"), "output_type=")):
+    for kwargs, match in (
+        (dict(decoder_noise=np.zeros((1, 3, 56, 12, 16), np.float32)), "decoder_noise="),
+        (dict(decoder_noise=np.zeros((1, 3, 57, 12, 16), np.float64)), "decoder_noise="),
+        (dict(chunk_frames=0), "chunk_frames=0"),
+        (dict(output_type="pil"), "output_type="),
+    ):
         with pytest.raises(InputError, match=match):
             vidax_pipe(z, **kwargs)
     with pytest.raises(InputError, match="latents="):
@@ -158,9 +185,9 @@ def test_full_size_parameter_count():
 
     from tests.parity.helpers import assert_reference_parameters
     from tests.paths import REFERENCE_CONFIGS
-    from vidax.nn.buffer import Buffer
     from vidax.models.ltx2.config import LTX2DiffusionDecoderConfig
     from vidax.models.ltx2.diffusion_decoder import LTX2VideoDiffusionDecoderModel
+    from vidax.nn.buffer import Buffer
     from vidax.weights.loader import KeyRules
 
     path = os.path.join(REFERENCE_CONFIGS, "Lightricks__LTX-2.5-Diffusers", "diffusion_decoder", "config.json")
@@ -168,16 +195,17 @@ def test_full_size_parameter_count():
     abstract = nnx.eval_shape(lambda: LTX2VideoDiffusionDecoderModel(cfg, rngs=nnx.Rngs(0)))
     with torch.device("meta"):
         ref = diffusers.LTX2VideoDiffusionDecoderModel.from_config(
-            diffusers.LTX2VideoDiffusionDecoderModel.load_config(os.path.dirname(path)))
+            diffusers.LTX2VideoDiffusionDecoderModel.load_config(os.path.dirname(path))
+        )
     n = assert_reference_parameters(abstract, ref, KeyRules(), buffers=Buffer)
     print(f"LTX-2.5 diffusion decoder: {n} parameters")
     assert n == sum(p.numel() for p in ref.parameters()) == 417_133_616  # diffusers 0.42.1 on meta
 
 
 def test_inspect_and_released_config(checkpoint):
+    from tests.paths import REFERENCE_CONFIGS
     from vidax.inspect import describe_checkpoint
     from vidax.models.ltx2.config import LTX2DiffusionDecoderConfig
-    from tests.paths import REFERENCE_CONFIGS
 
     text = describe_checkpoint(str(checkpoint[1]))
     assert "diffusion_decoder/  LTX2VideoDiffusionDecoderModel" in text and "parameters in" in text
@@ -195,8 +223,9 @@ def test_generate_says_how_to_run_the_decode_pipeline(checkpoint, tmp_path):
 
     from vidax.cli import app
 
-    r = CliRunner().invoke(app, ["generate", "-p", "a cat", "--checkpoint", str(checkpoint[1]),
-                                 "-o", str(tmp_path / "v.mp4")])
+    r = CliRunner().invoke(
+        app, ["generate", "-p", "a cat", "--checkpoint", str(checkpoint[1]), "-o", str(tmp_path / "v.mp4")]
+    )
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert "is LTX2VideoDiffusionDecodePipeline: it decodes the latents of an LTX-2 run" in lines[0]

@@ -26,7 +26,11 @@ from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline  # noqa: E402
 from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE  # noqa: E402
 
 from tests.parity.helpers import (  # noqa: E402
-    assert_close, assert_input_sensitive, max_rel_err, randomize_torch_module, standard_normal,
+    assert_close,
+    assert_input_sensitive,
+    max_rel_err,
+    randomize_torch_module,
+    standard_normal,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents  # noqa: E402
@@ -36,24 +40,74 @@ from vidax.weights.component import load_component  # noqa: E402
 FP32_TOL = 1e-5
 
 # Pixel norm, causal along time (the released setting); F = 3 x 5 = 15 latent statistics.
-AUDIO = dict(base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3, mel_bins=20,
-             in_channels=2, output_channels=2, norm_type="pixel", causality_axis="height")
+AUDIO = dict(
+    base_channels=15,
+    ch_mult=[1, 2, 3],
+    num_res_blocks=1,
+    latent_channels=3,
+    mel_bins=20,
+    in_channels=2,
+    output_channels=2,
+    norm_type="pixel",
+    causality_axis="height",
+)
 # GroupNorm(32), no causality (crops 24 -> 21 frames); F = 4 x 8 = 32.
-AUDIO_GROUP = dict(base_channels=32, ch_mult=[1, 1, 2], num_res_blocks=1, latent_channels=4, mel_bins=32,
-                   in_channels=3, output_channels=1, norm_type="group", causality_axis="none")
-VOCODER = dict(in_channels=40, hidden_channels=24, out_channels=2, upsample_kernel_sizes=[6, 4],
-               upsample_factors=[3, 2], resnet_kernel_sizes=[3, 5], resnet_dilations=[[1, 2], [1, 3]],
-               leaky_relu_negative_slope=0.2, output_sampling_rate=12000)
-VOCODER_SNAKE = dict(VOCODER, act_fn="snakebeta", antialias=True, antialias_kernel_size=8, final_act_fn="clamp",
-                     final_bias=False)
-BWE = dict(in_channels=40, hidden_channels=16, out_channels=2, upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2],
-           resnet_kernel_sizes=[3], resnet_dilations=[[1, 2]], act_fn="snakebeta", antialias=True,
-           antialias_kernel_size=12, final_act_fn=None, final_bias=False,
-           bwe_in_channels=16, bwe_hidden_channels=12, bwe_out_channels=2, bwe_upsample_kernel_sizes=[5, 4],
-           bwe_upsample_factors=[3, 2], bwe_resnet_kernel_sizes=[3, 5], bwe_resnet_dilations=[[1], [1, 2]],
-           bwe_act_fn="snake", bwe_antialias=False, bwe_final_act_fn="tanh", bwe_final_bias=True,
-           filter_length=12, hop_length=3, window_length=12, num_mel_channels=8,
-           input_sampling_rate=8000, output_sampling_rate=16000)
+AUDIO_GROUP = dict(
+    base_channels=32,
+    ch_mult=[1, 1, 2],
+    num_res_blocks=1,
+    latent_channels=4,
+    mel_bins=32,
+    in_channels=3,
+    output_channels=1,
+    norm_type="group",
+    causality_axis="none",
+)
+VOCODER = dict(
+    in_channels=40,
+    hidden_channels=24,
+    out_channels=2,
+    upsample_kernel_sizes=[6, 4],
+    upsample_factors=[3, 2],
+    resnet_kernel_sizes=[3, 5],
+    resnet_dilations=[[1, 2], [1, 3]],
+    leaky_relu_negative_slope=0.2,
+    output_sampling_rate=12000,
+)
+VOCODER_SNAKE = dict(
+    VOCODER, act_fn="snakebeta", antialias=True, antialias_kernel_size=8, final_act_fn="clamp", final_bias=False
+)
+BWE = dict(
+    in_channels=40,
+    hidden_channels=16,
+    out_channels=2,
+    upsample_kernel_sizes=[4, 4],
+    upsample_factors=[2, 2],
+    resnet_kernel_sizes=[3],
+    resnet_dilations=[[1, 2]],
+    act_fn="snakebeta",
+    antialias=True,
+    antialias_kernel_size=12,
+    final_act_fn=None,
+    final_bias=False,
+    bwe_in_channels=16,
+    bwe_hidden_channels=12,
+    bwe_out_channels=2,
+    bwe_upsample_kernel_sizes=[5, 4],
+    bwe_upsample_factors=[3, 2],
+    bwe_resnet_kernel_sizes=[3, 5],
+    bwe_resnet_dilations=[[1], [1, 2]],
+    bwe_act_fn="snake",
+    bwe_antialias=False,
+    bwe_final_act_fn="tanh",
+    bwe_final_bias=True,
+    filter_length=12,
+    hop_length=3,
+    window_length=12,
+    num_mel_channels=8,
+    input_sampling_rate=8000,
+    output_sampling_rate=16000,
+)
 
 
 def _perturb_buffers(ref, seed: int) -> None:
@@ -129,11 +183,14 @@ def test_audio_latent_statistics_match_pipeline(audio_vae):
     ref, vae = audio_vae
     z = standard_normal((2, 6, 15), 0)
     want = LTX2Pipeline._unpack_audio_latents(
-        LTX2Pipeline._denormalize_audio_latents(torch.from_numpy(z), ref.latents_mean, ref.latents_std), 6, 5)
+        LTX2Pipeline._denormalize_audio_latents(torch.from_numpy(z), ref.latents_mean, ref.latents_std), 6, 5
+    )
     _close(unpack_latents(vae.denormalize_latents(z), 5), want.numpy())
     _close(vae.denormalize_latents(unpack_latents(z, 5)), want.numpy())
     np.testing.assert_array_equal(np.asarray(pack_latents(unpack_latents(z, 5))), z)
-    np.testing.assert_array_equal(LTX2Pipeline._pack_audio_latents(want).numpy(), np.asarray(pack_latents(want.numpy())))
+    np.testing.assert_array_equal(
+        LTX2Pipeline._pack_audio_latents(want).numpy(), np.asarray(pack_latents(want.numpy()))
+    )
     _close(vae.normalize_latents(vae.denormalize_latents(z)), z)
     with pytest.raises(InputError, match="z must be packed"):
         vae.denormalize_latents(np.zeros((2, 6, 14), np.float32))
@@ -163,8 +220,9 @@ def test_audio_encode_matches_reference(audio_vae):
 def test_audio_group_norm_uncausal_decode_matches_reference(tmp_path_factory):
     """GroupNorm(32) and ``causality_axis="none"`` (24 decoded frames cropped to 21); 7 latent mel
     bins decode to 28, zero padded to ``mel_bins=32`` as the reference pads them."""
-    ref, vae = _save(tmp_path_factory, diffusers.AutoencoderKLLTX2Audio, AUDIO_GROUP, 1, "ltx2_audio_group",
-                     "AutoencoderKLLTX2Audio")
+    ref, vae = _save(
+        tmp_path_factory, diffusers.AutoencoderKLLTX2Audio, AUDIO_GROUP, 1, "ltx2_audio_group", "AutoencoderKLLTX2Audio"
+    )
     z = standard_normal((1, 4, 6, 7), 4)
     want = _ref(ref.decode, z)
     assert want.shape == (1, 1, 21, 32) and not want[..., 28:].any()
@@ -186,7 +244,7 @@ def test_audio_config_refuses_bad_values():
 def test_vocoder_matches_reference(vocoder):
     ref, voc = vocoder
     mel = standard_normal((2, 2, 7, 20), 5)  # 2 x 20 = 40 features; 7 frames -> 22 -> 44 samples (kernel 6,
-    want = _ref(ref, mel)            # stride 3 gives 3 L + 1: not frames x hop, as the reference)
+    want = _ref(ref, mel)  # stride 3 gives 3 L + 1: not frames x hop, as the reference)
     got = voc(mel)
     assert got.shape == (2, 2, 44) and got.dtype == np.float32 and voc.sample_rate == 12000
     _close(got, want)

@@ -28,7 +28,6 @@ import torch
 
 from tests.parity.helpers import max_rel_err
 from tests.parity.test_ltx2_pipeline import CALL, NEGATIVE, OFF, PROMPT, _noise, _psnr, _snr, checkpoint  # noqa: F401
-
 from vidax.errors import InputError
 
 diffusers = pytest.importorskip("diffusers")
@@ -110,8 +109,16 @@ def test_i2v_matches_diffusers(checkpoint, pipes, monkeypatch):  # noqa: F811
     # encoded) and stays as it is; the reference returns them de-normalised (same compiled step).
     lat = np.random.default_rng(13).standard_normal(noise.shape, dtype=np.float32)
     with torch.no_grad():
-        ref_z = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, latents=torch.from_numpy(lat),
-                    audio_latents=a, output_type="latent", **CALL, **OFF).frames.numpy()
+        ref_z = ref(
+            image=_pil(image),
+            prompt=PROMPT,
+            negative_prompt=NEGATIVE,
+            latents=torch.from_numpy(lat),
+            audio_latents=a,
+            output_type="latent",
+            **CALL,
+            **OFF,
+        ).frames.numpy()
     z = vx(image, PROMPT, NEGATIVE, latents=lat, output_type="latent", progress=False, **kw).frames
     print(f"given latents: SNR {_snr(z, ref_z):.1f} dB")
     assert _snr(z, ref_z) >= 60
@@ -126,9 +133,11 @@ def _pil(a):
 
 def _conditions(cls):
     video = [_pil(_image(10 + i, 20, 30)) for i in range(6)]
-    return [cls(frames=_pil(_image(3, 40, 24)), index=0, strength=1.0),
-            cls(frames=video, index=2, strength=0.6),
-            cls(frames=_pil(_image(4, 30, 30)), index=-1, strength=0.8, crf=0)]
+    return [
+        cls(frames=_pil(_image(3, 40, 24)), index=0, strength=1.0),
+        cls(frames=video, index=2, strength=0.6),
+        cls(frames=_pil(_image(4, 30, 30)), index=-1, strength=0.8, crf=0),
+    ]
 
 
 def test_conditions_match_diffusers(checkpoint, pipes):  # noqa: F811
@@ -149,8 +158,17 @@ def test_conditions_match_diffusers(checkpoint, pipes):  # noqa: F811
     t = dict(latents=torch.from_numpy(latents), audio_latents=torch.from_numpy(audio_latents), **kw)
     want = _reference(ref, conditions=_conditions(ref_condition.LTX2VideoCondition), **t)
     moved = _reference(ref, conditions=_conditions(ref_condition.LTX2VideoCondition)[::2], **t)  # no video
-    got = vx(PROMPT, NEGATIVE, conditions=_conditions(LTX2VideoCondition), latents=latents,
-             audio_latents=audio_latents, progress=False, **kw, **CALL, **OFF)
+    got = vx(
+        PROMPT,
+        NEGATIVE,
+        conditions=_conditions(LTX2VideoCondition),
+        latents=latents,
+        audio_latents=audio_latents,
+        progress=False,
+        **kw,
+        **CALL,
+        **OFF,
+    )
     _match(got, *want, moved)
 
 
@@ -179,8 +197,10 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):  # noqa: F811
         (dict(conditions=[LTX2VideoCondition(image, index=5)]), r"conditions\[0\].index=5 is not a latent frame"),
         (dict(conditions=LTX2VideoCondition(image, index=-6)), r"conditions\[0\].index=-6"),
         (dict(video=np.stack([image] * 5), condition_index=7), "condition_index=7"),
-        (dict(conditions=[LTX2VideoCondition(image), LTX2VideoCondition(video, index=2)]),
-         r"conditions\[1\].frames.*must have one size"),
+        (
+            dict(conditions=[LTX2VideoCondition(image), LTX2VideoCondition(video, index=2)]),
+            r"conditions\[1\].frames.*must have one size",
+        ),
         (dict(conditions=[LTX2VideoCondition(image, strength=1.5)]), r"conditions\[0\].strength"),
         (dict(conditions=[LTX2VideoCondition(image, crf=-1)]), r"conditions\[0\].crf"),
         (dict(conditions=[LTX2VideoCondition(image)], image=image), "conditions.* was given with"),
@@ -225,10 +245,10 @@ def upsample(checkpoint, tmp_path_factory):  # noqa: F811
     """(reference, vidax) ``LTX2LatentUpsamplePipeline`` of the tiny LTX-2's VAE and a random
     upsampler in LTX-2.0's released layout (rational resampler at 2x), saved as the reference's
     folder (model_index + vae/ + latent_upsampler/)."""
-    import vidax
     from diffusers.pipelines.ltx2 import LTX2LatentUpsamplePipeline
     from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
 
+    import vidax
     from tests.parity.helpers import randomize_torch_module
 
     up = LTX2LatentUpsamplerModel(in_channels=6, mid_channels=32, num_blocks_per_stage=1).eval()
@@ -266,19 +286,28 @@ def test_upsample_pipeline_matches_diffusers(upsample):
     # Packed normalised tokens (B, F' H' W', C), de-normalised first (the reference's latents_normalized).
     tokens = g.standard_normal((1, 80, 6), dtype=np.float32)
     with torch.no_grad():
-        want_p = ref(latents=torch.from_numpy(tokens), latents_normalized=True, num_frames=17, output_type="latent",
-                     height=32, width=32).frames.numpy()
-    got_p = vx(latents=tokens, latents_normalized=True, num_frames=17, output_type="latent", height=32,
-               width=32).frames
+        want_p = ref(
+            latents=torch.from_numpy(tokens),
+            latents_normalized=True,
+            num_frames=17,
+            output_type="latent",
+            height=32,
+            width=32,
+        ).frames.numpy()
+    got_p = vx(latents=tokens, latents_normalized=True, num_frames=17, output_type="latent", height=32, width=32).frames
     assert max_rel_err(got_p, want_p) < 1e-5, max_rel_err(got_p, want_p)
 
-    for kwargs, match in ((dict(latents=tokens[:, :79], num_frames=17, height=32, width=32),
-                           r"latents have shape \(1, 79, 6\); packed latents of num_frames=17, height=32, width=32 "
-                           r"are \(batch, 80 tokens"),
-                          (dict(latents=z, latents_normalized="yes"), "latents_normalized='yes'"),
-                          (dict(latents=tokens, num_frames=0), "num_frames=0"),
-                          (dict(latents=z, prompt="a fox"), r"takes no 'prompt'"),
-                          (dict(video=[_image(1, 32, 32)], latents=z), "exactly one of video")):
+    for kwargs, match in (
+        (
+            dict(latents=tokens[:, :79], num_frames=17, height=32, width=32),
+            r"latents have shape \(1, 79, 6\); packed latents of num_frames=17, height=32, width=32 "
+            r"are \(batch, 80 tokens",
+        ),
+        (dict(latents=z, latents_normalized="yes"), "latents_normalized='yes'"),
+        (dict(latents=tokens, num_frames=0), "num_frames=0"),
+        (dict(latents=z, prompt="a fox"), r"takes no 'prompt'"),
+        (dict(video=[_image(1, 32, 32)], latents=z), "exactly one of video"),
+    ):
         with pytest.raises(InputError, match=match):
             vx(**kwargs)
 
@@ -306,7 +335,6 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     mixed into the given latents, drawn as vidax's I2V pipeline draws it), every other draw zeros
     (scaled by 0). Latent SNR >= 60 dB for both streams (float32 through both chains)."""
     import jax
-
     from diffusers.pipelines.ltx2.utils import STAGE_2_DISTILLED_SIGMA_VALUES as SIGMAS
 
     from vidax.schedulers import scheduler_from_config
@@ -320,8 +348,17 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     _, audio_latents = _noise()
     one = dict(image=image, audio_latents=audio_latents, seed=5, **CALL, **OFF)
     noise1 = np.asarray(vx.initial_noise(vx.check_call(vx.info, PROMPT, **one))["latents"])
-    two = dict(height=64, width=64, num_frames=17, frame_rate=24.0, max_sequence_length=8, num_inference_steps=3,
-               sigmas=list(SIGMAS), noise_scale=SIGMAS[0], guidance_scale=1.0)
+    two = dict(
+        height=64,
+        width=64,
+        num_frames=17,
+        frame_rate=24.0,
+        max_sequence_length=8,
+        num_inference_steps=3,
+        sigmas=list(SIGMAS),
+        noise_scale=SIGMAS[0],
+        guidance_scale=1.0,
+    )
     # vidax's stage-2 noise (LTX2ImageToVideoPipeline.prepare_latents / LTX2Pipeline.prepare_latents):
     # key fold_in(seed, 3); the video's fold_in(key, 0) channels last, the packed audio's fold_in(key, 1).
     key = jax.random.fold_in(jax.random.PRNGKey(6), 3)
@@ -338,13 +375,28 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
 
     # The reference's chain.
     with torch.no_grad():
-        z1, a1 = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, audio_latents=torch.from_numpy(
-            audio_latents), output_type="latent", return_dict=False, **{**CALL, **OFF})
+        z1, a1 = ref(
+            image=_pil(image),
+            prompt=PROMPT,
+            negative_prompt=NEGATIVE,
+            audio_latents=torch.from_numpy(audio_latents),
+            output_type="latent",
+            return_dict=False,
+            **{**CALL, **OFF},
+        )
         up = ref_up(latents=z1, output_type="latent", return_dict=False)[0]
         scheduler = pipe.scheduler
         ref.scheduler = diffusers.FlowMatchEulerDiscreteScheduler.from_config(scheduler.config, **stage2_scheduler)
-        out = ref(image=_pil(image), prompt=PROMPT, negative_prompt=NEGATIVE, latents=up, audio_latents=a1,
-                  output_type="latent", **two, **OFF)
+        out = ref(
+            image=_pil(image),
+            prompt=PROMPT,
+            negative_prompt=NEGATIVE,
+            latents=up,
+            audio_latents=a1,
+            output_type="latent",
+            **two,
+            **OFF,
+        )
     want_video, want_audio = out.frames.numpy(), out.audio.float().numpy()
 
     # vidax's chain.
@@ -355,13 +407,25 @@ def test_two_stage_matches_diffusers(checkpoint, pipes, upsample, monkeypatch): 
     checkpoint_scheduler = vx.scheduler
     vx.scheduler = scheduler_from_config({**vx.info.scheduler_config, **stage2_scheduler})
     try:
-        got = vx(image, PROMPT, NEGATIVE, latents=vx_z, audio_latents=s1.audio, seed=6, progress=False,
-                 output_type="latent", **two, **OFF)
+        got = vx(
+            image,
+            PROMPT,
+            NEGATIVE,
+            latents=vx_z,
+            audio_latents=s1.audio,
+            seed=6,
+            progress=False,
+            output_type="latent",
+            **two,
+            **OFF,
+        )
     finally:
         vx.scheduler = checkpoint_scheduler
     assert got.frames.shape == want_video.shape == UPSAMPLED and got.audio.shape == want_audio.shape == (1, 3, 18, 5)
     snrs = _snr(got.frames, want_video), _snr(got.audio, want_audio)
     # The reference's refined latents depend on stage 2 (they are not the upsampled ones).
     moved = _snr(up.numpy(), want_video)
-    print(f"two-stage latents: video SNR {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB (upsampled vs refined {moved:.1f} dB)")
+    print(
+        f"two-stage latents: video SNR {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB (upsampled vs refined {moved:.1f} dB)"
+    )
     assert min(snrs) >= 60 and moved < min(snrs) - 20

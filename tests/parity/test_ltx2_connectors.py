@@ -30,8 +30,14 @@ FP32_TOL = 1e-5
 
 CASES = {
     "2.0-registers-left": (CONNECTORS_20, "left"),
-    "2.0-no-registers-right": ({**CONNECTORS_20, "video_connector_num_learnable_registers": None,
-                                "audio_connector_num_learnable_registers": None}, "right"),
+    "2.0-no-registers-right": (
+        {
+            **CONNECTORS_20,
+            "video_connector_num_learnable_registers": None,
+            "audio_connector_num_learnable_registers": None,
+        },
+        "right",
+    ),
     "2.3-registers-left": (CONNECTORS_23, "left"),
 }
 

@@ -17,8 +17,14 @@ from tests.parity.helpers import max_rel_err, randomize_torch_module
 from vidax.models.ltx2.duration_head import duration_num_frames
 from vidax.weights.component import load_component
 
-HEAD = dict(video_cross_attention_dim=24, audio_cross_attention_dim=20, pooler_hidden_dim=16, num_queries=2,
-            num_pooler_heads=4, mlp_hidden_dim=12)
+HEAD = dict(
+    video_cross_attention_dim=24,
+    audio_cross_attention_dim=20,
+    pooler_hidden_dim=16,
+    num_queries=2,
+    num_pooler_heads=4,
+    mlp_hidden_dim=12,
+)
 # fp32 on both sides; the exp of the log-duration carries the small summation-order differences.
 FP32_TOL = 1e-5
 
@@ -44,8 +50,11 @@ def test_seconds_match(head):
     video, audio = _tokens(0)
     with torch.no_grad():
         want = {"both": ref(video, audio), "video": ref(video, None), "audio": ref(None, audio)}
-    got = {"both": ours(video.numpy(), audio.numpy()), "video": ours(video.numpy(), None),
-           "audio": ours(None, audio.numpy())}
+    got = {
+        "both": ours(video.numpy(), audio.numpy()),
+        "video": ours(video.numpy(), None),
+        "audio": ours(None, audio.numpy()),
+    }
     for name in want:
         assert max_rel_err(np.asarray(got[name]), want[name].numpy()) < FP32_TOL, name
     # The reference depends on its input (each prompt, each modality).
@@ -63,8 +72,12 @@ def test_frame_counts_match_predict_num_frames(head):
     seconds = float(np.asarray(ours(video[:1].numpy(), audio[:1].numpy()))[0])
     seen = set()
     for rate in (24.0, 25.0):
-        for lo, hi, clamp in ((seconds / 3, seconds * 3, None), (seconds * 2, seconds * 4, "min"),
-                              (seconds / 4, seconds / 2, "max"), (1.0, 1.02, "window")):
+        for lo, hi, clamp in (
+            (seconds / 3, seconds * 3, None),
+            (seconds * 2, seconds * 4, "min"),
+            (seconds / 4, seconds / 2, "max"),
+            (1.0, 1.02, "window"),
+        ):
             kw = dict(frame_rate=rate, temporal_compression_ratio=8, min_seconds=lo, max_seconds=hi)
             with torch.no_grad():
                 want = ref.predict_num_frames(video[:1], audio[:1], **kw)

@@ -46,23 +46,63 @@ from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline  # noqa: E402
 from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GEMMA = dict(vocab_size=97, hidden_size=12, intermediate_size=20, num_hidden_layers=2, num_attention_heads=2,
-             num_key_value_heads=1, head_dim=6, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
-             query_pre_attn_scalar=6, rms_norm_eps=1e-6,
-             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4},
-                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
-VISION = dict(hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-              patch_size=14)
-TRANSFORMER = dict(TRANSFORMER_20, in_channels=6, out_channels=6, audio_in_channels=15, audio_out_channels=15,
-                   caption_channels=12)
+GEMMA = dict(
+    vocab_size=97,
+    hidden_size=12,
+    intermediate_size=20,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=6,
+    sliding_window=5,
+    layer_types=["sliding_attention", "full_attention"],
+    query_pre_attn_scalar=6,
+    rms_norm_eps=1e-6,
+    rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+    },
+)
+VISION = dict(
+    hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+)
+TRANSFORMER = dict(
+    TRANSFORMER_20, in_channels=6, out_channels=6, audio_in_channels=15, audio_out_channels=15, caption_channels=12
+)
 # 16 kHz mel with hop 160: 100 mel frames / s, 25 audio latents / s; 3 latent channels x 5 mel bins.
-AUDIO = dict(base_channels=15, ch_mult=[1, 2, 3], num_res_blocks=1, latent_channels=3, mel_bins=20, in_channels=2,
-             output_channels=2, norm_type="pixel", causality_axis="height", sample_rate=16000, mel_hop_length=160)
-VOCODER = dict(in_channels=40, hidden_channels=16, out_channels=2, upsample_kernel_sizes=[20, 16],
-               upsample_factors=[10, 8], resnet_kernel_sizes=[3], resnet_dilations=[[1, 2]],
-               leaky_relu_negative_slope=0.1, output_sampling_rate=8000)
-SCHEDULER = dict(base_image_seq_len=1024, base_shift=0.95, max_image_seq_len=4096, max_shift=2.05, shift_terminal=0.1,
-                 use_dynamic_shifting=True, time_shift_type="exponential")
+AUDIO = dict(
+    base_channels=15,
+    ch_mult=[1, 2, 3],
+    num_res_blocks=1,
+    latent_channels=3,
+    mel_bins=20,
+    in_channels=2,
+    output_channels=2,
+    norm_type="pixel",
+    causality_axis="height",
+    sample_rate=16000,
+    mel_hop_length=160,
+)
+VOCODER = dict(
+    in_channels=40,
+    hidden_channels=16,
+    out_channels=2,
+    upsample_kernel_sizes=[20, 16],
+    upsample_factors=[10, 8],
+    resnet_kernel_sizes=[3],
+    resnet_dilations=[[1, 2]],
+    leaky_relu_negative_slope=0.1,
+    output_sampling_rate=8000,
+)
+SCHEDULER = dict(
+    base_image_seq_len=1024,
+    base_shift=0.95,
+    max_image_seq_len=4096,
+    max_shift=2.05,
+    shift_terminal=0.1,
+    use_dynamic_shifting=True,
+    time_shift_type="exponential",
+)
 # 17 frames of 32 x 32 at 24 fps (0.708 s): 5 x 4 x 4 video tokens, round(0.708 x 25) = 18 audio latents.
 # The extra guidance passes off: the runs of the other tests that do not test guidance are
 # cheaper (2 rows, not 4); test_ltx23_every_guidance_branch_matches_diffusers runs them all.
@@ -72,8 +112,13 @@ PROMPT, NEGATIVE = "a red car on the sea", "blue"
 # LTX-2.3: the connectors' per-modality widths are the streams' (40 video = 10 heads of 4, 16 audio
 # = 8 heads of 2), as 2.3's transformer takes them without a caption projection.
 TRANSFORMER_2_3 = dict(TRANSFORMER_23, in_channels=6, out_channels=6, audio_in_channels=15, audio_out_channels=15)
-CONNECTORS_2_3 = dict(CONNECTORS_23, video_hidden_dim=40, video_connector_num_attention_heads=10, audio_hidden_dim=16,
-                      audio_connector_num_attention_heads=8)
+CONNECTORS_2_3 = dict(
+    CONNECTORS_23,
+    video_hidden_dim=40,
+    video_connector_num_attention_heads=10,
+    audio_hidden_dim=16,
+    audio_connector_num_attention_heads=8,
+)
 STG_BLOCKS = dict(spatio_temporal_guidance_blocks=[1])  # the tiny transformer's 3 blocks (the default 28 is past them)
 
 
@@ -108,8 +153,9 @@ def checkpoint_23(tmp_path_factory):
 def _build(root, transformer_config, connectors_config, vocoder_class, vocoder_config):
     build_tiny_t5_tokenizer(root / "tok", vocab_size=97)
     torch.manual_seed(0)
-    gemma = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(
-        text_config=GEMMA, vision_config=VISION, mm_tokens_per_image=4)).eval()
+    gemma = transformers.Gemma3ForConditionalGeneration(
+        transformers.Gemma3Config(text_config=GEMMA, vision_config=VISION, mm_tokens_per_image=4)
+    ).eval()
     randomize_torch_module(gemma, seed=1)
     connectors = LTX2TextConnectors(**connectors_config).eval()
     randomize_torch_module(connectors, seed=2, scale=1.0)
@@ -117,9 +163,15 @@ def _build(root, transformer_config, connectors_config, vocoder_class, vocoder_c
     randomize_torch_module(transformer, seed=3)
     vae, audio_vae, vocoder = vae_and_sound(vocoder_class, vocoder_config)
     pipe = LTX2Pipeline(
-        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, audio_vae=audio_vae,
-        text_encoder=gemma, tokenizer=transformers.AutoTokenizer.from_pretrained(root / "tok"),
-        connectors=connectors, transformer=transformer, vocoder=vocoder)
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=vae,
+        audio_vae=audio_vae,
+        text_encoder=gemma,
+        tokenizer=transformers.AutoTokenizer.from_pretrained(root / "tok"),
+        connectors=connectors,
+        transformer=transformer,
+        vocoder=vocoder,
+    )
     pipe.set_progress_bar_config(disable=True)
     path = root / "ckpt"
     pipe.save_pretrained(path)
@@ -128,14 +180,23 @@ def _build(root, transformer_config, connectors_config, vocoder_class, vocoder_c
 
 def _noise():
     g = np.random.default_rng(11)
-    return (g.standard_normal((1, 80, 6), dtype=np.float32),  # (B, 5 x 4 x 4 tokens, C)
-            g.standard_normal((1, 3, 18, 5), dtype=np.float32))  # (B, C_a, L, M)
+    return (
+        g.standard_normal((1, 80, 6), dtype=np.float32),  # (B, 5 x 4 x 4 tokens, C)
+        g.standard_normal((1, 3, 18, 5), dtype=np.float32),
+    )  # (B, C_a, L, M)
 
 
 def _reference(pipe, prompt, latents, audio_latents, output_type="np", **kwargs):
     with torch.no_grad():
-        out = pipe(prompt, NEGATIVE, latents=torch.from_numpy(latents), audio_latents=torch.from_numpy(audio_latents),
-                   output_type=output_type, **CALL, **kwargs)
+        out = pipe(
+            prompt,
+            NEGATIVE,
+            latents=torch.from_numpy(latents),
+            audio_latents=torch.from_numpy(audio_latents),
+            output_type=output_type,
+            **CALL,
+            **kwargs,
+        )
     video = out.frames.numpy() if output_type == "latent" else np.asarray(out.frames, np.float32)
     return video, out.audio.float().numpy()
 
@@ -152,7 +213,7 @@ def _psnr(got, want):
 
 
 def _snr(got, want):
-    return 10 * np.log10(np.sum(want ** 2) / np.sum((got - want) ** 2))
+    return 10 * np.log10(np.sum(want**2) / np.sum((got - want) ** 2))
 
 
 @pytest.mark.fast(family="ltx2")
@@ -177,13 +238,21 @@ def test_latents_match_diffusers_and_depend_on_the_prompt(checkpoint, vidax_pipe
     pipe, _ = checkpoint
     latents, audio_latents = _noise()
     ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, "latent")
-    out = vidax_pipe(PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, output_type="latent",
-                     progress=False, **CALL)
-    assert out.frames.shape == ref_video.shape == (1, 6, 5, 4, 4) and out.audio.shape == ref_audio.shape == (1, 3, 18, 5)
+    out = vidax_pipe(
+        PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, output_type="latent", progress=False, **CALL
+    )
+    assert out.frames.shape == ref_video.shape == (1, 6, 5, 4, 4) and out.audio.shape == ref_audio.shape == (
+        1,
+        3,
+        18,
+        5,
+    )
     snrs = _snr(out.frames, ref_video), _snr(out.audio, ref_audio)
     other = _reference(pipe, "a dog walking in the city", latents, audio_latents, "latent")
     moved = _snr(other[0], ref_video), _snr(other[1], ref_audio)
-    print(f"latents SNR video {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB; another prompt: {moved[0]:.1f}, {moved[1]:.1f} dB")
+    print(
+        f"latents SNR video {snrs[0]:.1f} dB, audio {snrs[1]:.1f} dB; another prompt: {moved[0]:.1f}, {moved[1]:.1f} dB"
+    )
     assert min(snrs) >= 60 and max(moved) < 55
     _diffusion_decode_chained(out.frames, ref_video, tmp_path)
 
@@ -198,8 +267,12 @@ def test_prompt_embeds_are_diffusers_encode_prompt(checkpoint, vidax_pipe):
     latents, audio_latents = _noise()
     with torch.no_grad():
         ref = pipe.encode_prompt(PROMPT, NEGATIVE, max_sequence_length=CALL["max_sequence_length"])
-    ref = dict(zip(("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds",
-                    "negative_prompt_attention_mask"), (t.float().numpy() for t in ref)))
+    ref = dict(
+        zip(
+            ("prompt_embeds", "prompt_attention_mask", "negative_prompt_embeds", "negative_prompt_attention_mask"),
+            (t.float().numpy() for t in ref),
+        )
+    )
     ours = vidax_pipe.encode_prompt_embeds(PROMPT, NEGATIVE, **CALL)
     assert set(ours) == set(ref)
     for name, want in ref.items():
@@ -228,12 +301,17 @@ def _diffusion_decode_chained(latents, ref_latents, tmp_path):
 
     ref = diffusers.LTX2VideoDiffusionDecoderModel(**dict(DECODER, latent_channels=6)).eval()
     randomize_torch_module(ref, 5, scale=0.5)
-    ref_pipe = diffusers.LTX2VideoDiffusionDecodePipeline(diffusion_decoder=ref,
-                                                           scheduler=diffusers.FlowMatchEulerDiscreteScheduler())
+    ref_pipe = diffusers.LTX2VideoDiffusionDecodePipeline(
+        diffusion_decoder=ref, scheduler=diffusers.FlowMatchEulerDiscreteScheduler()
+    )
     ref_pipe.save_pretrained(tmp_path / "decode")
     with torch.no_grad():
-        want = ref_pipe(torch.from_numpy(ref_latents), generator=torch.Generator().manual_seed(0), output_type="np",
-                        denormalize=False).frames
+        want = ref_pipe(
+            torch.from_numpy(ref_latents),
+            generator=torch.Generator().manual_seed(0),
+            output_type="np",
+            denormalize=False,
+        ).frames
     pipe = LTX2VideoDiffusionDecodePipeline.from_pretrained(tmp_path / "decode")
     noise = torch.randn(pipe.diffusion_decoder.pixel_shape(latents.shape), generator=torch.Generator().manual_seed(0))
     got = pipe(latents, decoder_noise=noise.numpy(), denormalize=False).frames
@@ -255,26 +333,40 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
         (dict(spatio_temporal_guidance_blocks=[]), r"spatio_temporal_guidance_blocks=\[\] is empty while STG runs"),
         (dict(spatio_temporal_guidance_blocks="1"), "spatio_temporal_guidance_blocks='1' must be a list"),
         (dict(use_cross_timestep=1), "use_cross_timestep"),
-        (dict(latents=latents.reshape(1, 5, 4, 4, 6)), r"latents have shape \(1, 5, 4, 4, 6\), expected "
-                                                          r"\(1, 6, 5, 4, 4\)"),
+        (
+            dict(latents=latents.reshape(1, 5, 4, 4, 6)),
+            r"latents have shape \(1, 5, 4, 4, 6\), expected "
+            r"\(1, 6, 5, 4, 4\)",
+        ),
         (dict(height=48), "height"),
         (dict(sigmas=[0.5, 0.9]), "sigmas"),
-        (dict(audio_latents=audio_latents[:, :, :17]), r"audio_latents have shape \(1, 3, 17, 5\), expected "
-                                                        r"\(1, 3, 18, 5\)"),
+        (
+            dict(audio_latents=audio_latents[:, :, :17]),
+            r"audio_latents have shape \(1, 3, 17, 5\), expected "
+            r"\(1, 3, 18, 5\)",
+        ),
         (dict(latents=latents[:, :79]), "latents have shape"),
-        (dict(min_seconds=2.0), "min_seconds=2.0 bounds the clip length LTX-2.5's duration head predicts, but .* has "
-                                "no duration head; leave it out"),
+        (
+            dict(min_seconds=2.0),
+            "min_seconds=2.0 bounds the clip length LTX-2.5's duration head predicts, but .* has "
+            "no duration head; leave it out",
+        ),
         (dict(frame_rate=0.01), r"frame_rate must be a number in \[1, 1000\], got 0.01"),
-        (dict(enable_prompt_enhancement=True), r"enable_prompt_enhancement.*torch's global generator.*greedy "
-                                               r"decoding .* not implemented.*pipe.enhance_prompt"),
+        (
+            dict(enable_prompt_enhancement=True),
+            r"enable_prompt_enhancement.*torch's global generator.*greedy "
+            r"decoding .* not implemented.*pipe.enhance_prompt",
+        ),
     ]
     for kwargs, message in cases:
         with pytest.raises(vidax.InputError, match=message):
             LTX2Pipeline.check_call(info, PROMPT, **{**CALL, **kwargs})
     # The memory estimate counts the sound's tokens: one per audio latent frame, num_frames /
     # frame_rate seconds of it (0.01 fps once made 900 s of sound unnoticed before loading).
-    sizes = {rate: LTX2Pipeline.model_size(info, LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "frame_rate": rate}))
-             for rate in (1.0, 24.0)}
+    sizes = {
+        rate: LTX2Pipeline.model_size(info, LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "frame_rate": rate}))
+        for rate in (1.0, 24.0)
+    }
     n = CALL["num_frames"]
     assert sizes[1.0].tokens - sizes[24.0].tokens == info.audio_length(n, 1.0) - info.audio_length(n, 24.0) > 0
 
@@ -292,17 +384,46 @@ def test_stg_blocks_on_ltx20_are_unused_with_a_warning(checkpoint, caplog):
         assert not [r for r in caplog.records if "not used" in r.getMessage()]
         LTX2Pipeline.check_call(info, PROMPT, **{**CALL, "spatio_temporal_guidance_blocks": [5, 6]})
     warned = [r.getMessage() for r in caplog.records if "not used" in r.getMessage()]
-    assert warned == ["spatio_temporal_guidance_blocks=[5, 6] is not used: this transformer has no perturbed "
-                      "attention (perturbed_attn, LTX-2.3's), so its STG pass is the prompt's pass and vidax skips it"]
+    assert warned == [
+        "spatio_temporal_guidance_blocks=[5, 6] is not used: this transformer has no perturbed "
+        "attention (perturbed_attn, LTX-2.3's), so its STG pass is the prompt's pass and vidax skips it"
+    ]
 
 
 def test_cli_writes_an_mp4_with_both_streams_in_sync(checkpoint, tmp_path):
     mp4 = tmp_path / "ltx2.mp4"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "vidax", "generate", "-p", PROMPT, "--checkpoint", checkpoint[1],
-                        "-o", str(mp4), "--no-progress", "--height", "32", "--width", "32", "--num-frames", "17",
-                        "--num-inference-steps", "2", "--max-sequence-length", "16", "--audio-guidance-scale", "5"],
-                       capture_output=True, text=True, env=env, timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vidax",
+            "generate",
+            "-p",
+            PROMPT,
+            "--checkpoint",
+            checkpoint[1],
+            "-o",
+            str(mp4),
+            "--no-progress",
+            "--height",
+            "32",
+            "--width",
+            "32",
+            "--num-frames",
+            "17",
+            "--num-inference-steps",
+            "2",
+            "--max-sequence-length",
+            "16",
+            "--audio-guidance-scale",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr
     with av.open(str(mp4)) as c:
         video, sound = c.streams.video[0], c.streams.audio[0]
@@ -328,8 +449,9 @@ def test_taylorseer_matches_diffusers_on_both_streams(checkpoint, vidax_pipe, li
     test), far closer than the reference's uncached run is to its cached one. First-Block Cache and MagCache
     raise in the reference (no block metadata for LTX2VideoTransformerBlock): refused in one
     line."""
-    import vidax
     from diffusers.hooks import TaylorSeerCacheConfig as RefTS
+
+    import vidax
 
     pipe, _ = checkpoint
     latents, audio_latents = _noise()
@@ -342,8 +464,14 @@ def test_taylorseer_matches_diffusers_on_both_streams(checkpoint, vidax_pipe, li
             pipe.transformer.enable_cache(config)
         try:
             with torch.no_grad():
-                out = pipe(PROMPT, NEGATIVE, latents=torch.from_numpy(latents),
-                           audio_latents=torch.from_numpy(audio_latents), output_type="np", **call)
+                out = pipe(
+                    PROMPT,
+                    NEGATIVE,
+                    latents=torch.from_numpy(latents),
+                    audio_latents=torch.from_numpy(audio_latents),
+                    output_type="np",
+                    **call,
+                )
         finally:
             if config is not None:
                 pipe.transformer.disable_cache()
@@ -361,8 +489,10 @@ def test_taylorseer_matches_diffusers_on_both_streams(checkpoint, vidax_pipe, li
         vidax_pipe.disable_cache()
     assert got.stats.cache.patterns == {"all": "CSCS"}
     moved = _psnr(uncached[0], want[0]), _snr(uncached[1], want[1])
-    print(f"LTX-2 TaylorSeer {'lite' if lite else 'attention'}: video {_psnr(got.frames, want[0]):.1f} dB, audio SNR "
-          f"{_snr(got.audio, want[1]):.1f} dB; the reference's cached vs uncached {moved[0]:.1f} / {moved[1]:.1f} dB")
+    print(
+        f"LTX-2 TaylorSeer {'lite' if lite else 'attention'}: video {_psnr(got.frames, want[0]):.1f} dB, audio SNR "
+        f"{_snr(got.audio, want[1]):.1f} dB; the reference's cached vs uncached {moved[0]:.1f} / {moved[1]:.1f} dB"
+    )
     agree = _psnr(got.frames, want[0]), _snr(got.audio, want[1])
     assert min(agree) >= 60
     # An uncached vidax run would sit at ``moved`` (measured 42 / 32 dB lite, 64 / 67 dB on the
@@ -436,14 +566,18 @@ def test_ltx23_every_guidance_branch_matches_diffusers(checkpoint_23, vidax_pipe
     got = vidax_pipe_23(PROMPT, NEGATIVE, output_type="latent", **kw)
     snrs = _snr(got.frames, ref[0]), _snr(got.audio, ref[1])
     moved = {}
-    for branch, off in {"cfg": dict(guidance_scale=1.0, audio_guidance_scale=1.0),
-                        "stg": dict(stg_scale=0.0, audio_stg_scale=0.0),
-                        "modality": dict(modality_scale=1.0, audio_modality_scale=1.0),
-                        "rescale": dict(guidance_rescale=0.0, audio_guidance_rescale=0.0)}.items():
+    for branch, off in {
+        "cfg": dict(guidance_scale=1.0, audio_guidance_scale=1.0),
+        "stg": dict(stg_scale=0.0, audio_stg_scale=0.0),
+        "modality": dict(modality_scale=1.0, audio_modality_scale=1.0),
+        "rescale": dict(guidance_rescale=0.0, audio_guidance_rescale=0.0),
+    }.items():
         other = _reference(pipe, PROMPT, latents5, audio_latents, "latent", **STG_BLOCKS, **off)
         moved[branch] = (_snr(other[0], ref[0]), _snr(other[1], ref[1]))
-    print(f"LTX-2.3 video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB, latents {snrs[0]:.1f} / {snrs[1]:.1f} dB; "
-          f"each branch off: {moved}")
+    print(
+        f"LTX-2.3 video PSNR {psnr:.1f} dB, audio SNR {snr:.1f} dB, latents {snrs[0]:.1f} / {snrs[1]:.1f} dB; "
+        f"each branch off: {moved}"
+    )
     assert psnr >= 60 and snr >= 60 and min(snrs) >= 60
     assert all(max(m) < 50 for m in moved.values()), moved
 
@@ -466,13 +600,19 @@ def test_schedule_matches_diffusers(name, sigmas):
     folder = os.path.join(REFERENCE_CONFIGS, name)
     info = LTX2Pipeline.read_checkpoint(Checkpoint.open(folder))
     given = None if sigmas is None else list(DISTILLED_SIGMA_VALUES)
-    call = LTX2Pipeline.check_call(info, "a cat", num_inference_steps=30 if given is None else len(given),
-                                   sigmas=given, guidance_scale=1.0)
+    call = LTX2Pipeline.check_call(
+        info, "a cat", num_inference_steps=30 if given is None else len(given), sigmas=given, guidance_scale=1.0
+    )
     state = LTX2Pipeline.schedule(info, LTX2Pipeline.read_scheduler(info), call)
     ref = diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(folder, "scheduler"))
     c = ref.config
-    mu = calculate_shift(6144, c.get("base_image_seq_len", 1024), c.get("max_image_seq_len", 4096),
-                         c.get("base_shift", 0.95), c.get("max_shift", 2.05))
+    mu = calculate_shift(
+        6144,
+        c.get("base_image_seq_len", 1024),
+        c.get("max_image_seq_len", 4096),
+        c.get("base_shift", 0.95),
+        c.get("max_shift", 2.05),
+    )
     ref.set_timesteps(sigmas=np.linspace(1.0, 1 / 30, 30) if given is None else given, mu=mu)
     np.testing.assert_allclose(np.asarray(state.sigmas), ref.sigmas.numpy(), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(np.asarray(state.timesteps), ref.timesteps.numpy(), rtol=1e-6)
@@ -497,25 +637,44 @@ def test_cli_guidance_flags_checked_before_any_weight(checkpoint_23, tmp_path):
     for f in (copy / "transformer").glob("*.safetensors"):
         f.unlink()
     out = tmp_path / "v.mp4"
-    base = ["generate", "-p", PROMPT, "--checkpoint", str(copy), "-o", str(out), "--no-progress", "--height", "32",
-            "--width", "32", "--num-frames", "17", "--num-inference-steps", "2"]
+    base = [
+        "generate",
+        "-p",
+        PROMPT,
+        "--checkpoint",
+        str(copy),
+        "-o",
+        str(out),
+        "--no-progress",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--num-frames",
+        "17",
+        "--num-inference-steps",
+        "2",
+    ]
     guidance = "must be a finite number >= 0 (at most 3.403e+38, float32's largest)"
     for flags, message in (
-            (["--stg-blocks", "3"], "--stg-blocks 3 must be a list of transformer block indices in [0, 3)"),
-            ([], "STG (stg_scale, audio_stg_scale > 0) perturbs the reference's default spatio_temporal_guidance_blocks "
-                 "[28], past this transformer's 3 blocks [0, 3); give --stg-blocks within them, or --stg-scale 0 and "
-                 "--audio-stg-scale 0 to turn STG off"),
-            (["--frame-rate", "0.01"], "--frame-rate must be a number in [1, 1000], got 0.01"),
-            (["--frame-rate", "1e-30"], "--frame-rate must be a number in [1, 1000], got 1e-30"),
-            (["--fps", "100000000"], "--fps must be an integer frame rate in [1, 1000] fps, got 100000000"),
-            (["--distributed-timeout", "nan"], "--distributed-timeout nan must be a finite number of seconds > 0."),
-            (["--distributed-timeout", "-1"], "--distributed-timeout -1 must be a finite number of seconds > 0."),
-            (["--stg-blocks", "1,x"], "--stg-blocks '1,x' must be transformer block indices separated by commas "
-                                      "(28,29)"),
-            (["--modality-scale", "inf"], f"--modality-scale {guidance}, got inf"),
-            (["--audio-stg-scale", "nan"], f"--audio-stg-scale {guidance}, got nan"),
-            (["--stg-scale", "1e39"], f"--stg-scale {guidance}, got 1e39"),  # as typed
-            (["--stg-blocks", "0,2"], f"{copy / 'transformer'}: no *.safetensors file")):  # valid: on to the weights
+        (["--stg-blocks", "3"], "--stg-blocks 3 must be a list of transformer block indices in [0, 3)"),
+        (
+            [],
+            "STG (stg_scale, audio_stg_scale > 0) perturbs the reference's default spatio_temporal_guidance_blocks "
+            "[28], past this transformer's 3 blocks [0, 3); give --stg-blocks within them, or --stg-scale 0 and "
+            "--audio-stg-scale 0 to turn STG off",
+        ),
+        (["--frame-rate", "0.01"], "--frame-rate must be a number in [1, 1000], got 0.01"),
+        (["--frame-rate", "1e-30"], "--frame-rate must be a number in [1, 1000], got 1e-30"),
+        (["--fps", "100000000"], "--fps must be an integer frame rate in [1, 1000] fps, got 100000000"),
+        (["--distributed-timeout", "nan"], "--distributed-timeout nan must be a finite number of seconds > 0."),
+        (["--distributed-timeout", "-1"], "--distributed-timeout -1 must be a finite number of seconds > 0."),
+        (["--stg-blocks", "1,x"], "--stg-blocks '1,x' must be transformer block indices separated by commas (28,29)"),
+        (["--modality-scale", "inf"], f"--modality-scale {guidance}, got inf"),
+        (["--audio-stg-scale", "nan"], f"--audio-stg-scale {guidance}, got nan"),
+        (["--stg-scale", "1e39"], f"--stg-scale {guidance}, got 1e39"),  # as typed
+        (["--stg-blocks", "0,2"], f"{copy / 'transformer'}: no *.safetensors file"),
+    ):  # valid: on to the weights
         r = CliRunner().invoke(app, base + flags)
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.exit_code == 2 and len(lines) == 1, r.output
@@ -532,8 +691,14 @@ def test_guidance_one_runs_no_unconditional_pass(checkpoint):
     pipe, path = checkpoint
     ours_pipe = vidax.load_pipeline(path)
     latents, audio_latents = _noise()
-    off = dict(guidance_scale=1.0, audio_guidance_scale=1.0, stg_scale=0.0, audio_stg_scale=0.0,
-               modality_scale=1.0, audio_modality_scale=1.0)
+    off = dict(
+        guidance_scale=1.0,
+        audio_guidance_scale=1.0,
+        stg_scale=0.0,
+        audio_stg_scale=0.0,
+        modality_scale=1.0,
+        audio_modality_scale=1.0,
+    )
     with model_batches(ours_pipe, pipe.transformer) as (ours, theirs):
         ref_video, ref_audio = _reference(pipe, PROMPT, latents, audio_latents, **off)
         out = ours_pipe(PROMPT, NEGATIVE, latents=latents, audio_latents=audio_latents, progress=False, **CALL, **off)

@@ -70,15 +70,25 @@ def _inputs(variant, seed, grid=(T, H, W), m=M):
     n = math.prod(grid)
     x = g.standard_normal((B, n, cfg["in_channels"]), dtype=np.float32)
     a = g.standard_normal((B, m, cfg["audio_in_channels"]), dtype=np.float32)
-    txt = g.standard_normal((B, L_TXT, cfg["caption_channels"] if prompt else cfg["cross_attention_dim"]),
-                            dtype=np.float32)
-    atxt = g.standard_normal((B, L_TXT, cfg["caption_channels"] if prompt else cfg["audio_cross_attention_dim"]),
-                             dtype=np.float32)
+    txt = g.standard_normal(
+        (B, L_TXT, cfg["caption_channels"] if prompt else cfg["cross_attention_dim"]), dtype=np.float32
+    )
+    atxt = g.standard_normal(
+        (B, L_TXT, cfg["caption_channels"] if prompt else cfg["audio_cross_attention_dim"]), dtype=np.float32
+    )
     mask = (np.arange(L_TXT)[None] >= np.array([3, 0])[:, None]).astype(np.int64)  # left padding
-    return dict(hidden_states=x, audio_hidden_states=a, encoder_hidden_states=txt, audio_encoder_hidden_states=atxt,
-                timestep=np.array([300.0, 820.0], np.float32), audio_timestep=np.array([450.0, 90.0], np.float32),
-                sigma=np.array([0.35, 0.8], np.float32), audio_sigma=np.array([0.6, 0.15], np.float32),
-                encoder_attention_mask=mask, audio_encoder_attention_mask=mask[::-1].copy())
+    return dict(
+        hidden_states=x,
+        audio_hidden_states=a,
+        encoder_hidden_states=txt,
+        audio_encoder_hidden_states=atxt,
+        timestep=np.array([300.0, 820.0], np.float32),
+        audio_timestep=np.array([450.0, 90.0], np.float32),
+        sigma=np.array([0.35, 0.8], np.float32),
+        audio_sigma=np.array([0.6, 0.15], np.float32),
+        encoder_attention_mask=mask,
+        audio_encoder_attention_mask=mask[::-1].copy(),
+    )
 
 
 def _static(grid=(T, H, W), m=M, **kw):
@@ -87,8 +97,11 @@ def _static(grid=(T, H, W), m=M, **kw):
 
 def _ref(ref, arrays, **static):
     with torch.no_grad():
-        out = ref(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()},
-                  **static, return_dict=False)
+        out = ref(
+            **{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()},
+            **static,
+            return_dict=False,
+        )
     return tuple(o.numpy() for o in out)
 
 
@@ -108,8 +121,11 @@ def _check(got, want, what):
 
 def _variant_static(variant):
     if variant in ("2.3", "2.5"):  # STG on block 1, the first sample perturbed; 2.3's cross timestep
-        return dict(spatio_temporal_guidance_blocks=[1], perturbation_mask=np.array([0.0, 1.0], np.float32),
-                    use_cross_timestep=True)
+        return dict(
+            spatio_temporal_guidance_blocks=[1],
+            perturbation_mask=np.array([0.0, 1.0], np.float32),
+            use_cross_timestep=True,
+        )
     return {}
 
 
@@ -134,8 +150,9 @@ def test_transformer_matches_reference(refs, variant):
         assert all(max_rel_err(c, w) > 1e-3 for c, w in zip(changed, want)), key
     if variant == "2.3":
         # STG perturbs only the sample whose perturbation_mask is 0.
-        plain = _ref(ref, {k: v for k, v in arrays.items() if k != "perturbation_mask"}, **_static(
-            use_cross_timestep=True))
+        plain = _ref(
+            ref, {k: v for k, v in arrays.items() if k != "perturbation_mask"}, **_static(use_cross_timestep=True)
+        )
         for p, w in zip(plain, want):
             assert max_rel_err(p[0], w[0]) > 1e-2 and max_rel_err(p[1], w[1]) < 1e-6
         # Modality isolation (no audio<->video attention) as the reference.
@@ -169,8 +186,11 @@ def test_per_token_timesteps_and_explicit_coords(refs):
     step = nnx.jit(lambda mdl, kw, r: mdl(**kw, rope=r))
     passed = step(model, {k: jnp.asarray(v) for k, v in arrays.items()}, tables)
     assert all(max_rel_err(np.asarray(p), g) < 1e-6 for p, g in zip(passed, got))
-    flat = _ref(ref, {**arrays, "timestep": np.array([700.0, 250.0], np.float32)},
-                **{k: torch.from_numpy(v) for k, v in coords.items()})
+    flat = _ref(
+        ref,
+        {**arrays, "timestep": np.array([700.0, 250.0], np.float32)},
+        **{k: torch.from_numpy(v) for k, v in coords.items()},
+    )
     assert max_rel_err(flat[0], want[0]) > 1e-2
     # The coordinates are the reference's prepare_video_coords / prepare_audio_coords.
     with torch.no_grad():

@@ -99,19 +99,22 @@ def test_full_size_parameter_count(name):
     assert buffers == (25 if cfg.rational else 0)
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("rational_spatial_scale", 3.0, r"rational_spatial_scale=3\.0.*0\.75, 1\.5, 2\.0, 4\.0"),
-    ("use_rational_resampler", "yes", "use_rational_resampler"),
-    ("mid_channels", 48, "multiple of 32"),
-    ("some_new_key", 1, "some_new_key"),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("rational_spatial_scale", 3.0, r"rational_spatial_scale=3\.0.*0\.75, 1\.5, 2\.0, 4\.0"),
+        ("use_rational_resampler", "yes", "use_rational_resampler"),
+        ("mid_channels", 48, "multiple of 32"),
+        ("some_new_key", 1, "some_new_key"),
+    ],
+)
 def test_config_refused(key, value, match):
     base = {"_class_name": "LTX2LatentUpsamplerModel", **TINY}
     with pytest.raises(ConfigError, match=match):
         LTX2LatentUpsamplerConfig.from_config_dict({**base, key: value})
     # The scale is read only where the rational resampler is built (LTX-2.3's temporal upsampler
     # ships rational_spatial_scale 1.0), as the reference.
-    cfg = LTX2LatentUpsamplerConfig.from_config_dict({**base, "spatial_upsample": False, "temporal_upsample": True,
-                                                      "rational_spatial_scale": 1.0})
+    cfg = LTX2LatentUpsamplerConfig.from_config_dict(
+        {**base, "spatial_upsample": False, "temporal_upsample": True, "rational_spatial_scale": 1.0}
+    )
     assert cfg.rational is None and cfg.scale == (2, 1)
-

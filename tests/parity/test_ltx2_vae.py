@@ -23,7 +23,12 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
 from tests.parity.helpers import (  # noqa: E402
-    assert_close, assert_input_sensitive, channels_first, channels_last, max_rel_err, randomize_torch_module,
+    assert_close,
+    assert_input_sensitive,
+    channels_first,
+    channels_last,
+    max_rel_err,
+    randomize_torch_module,
     standard_normal,
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
@@ -37,28 +42,58 @@ FP32_TOL = 1e-5
 # Decoder (its order): spatiotemporal x2 (factor 2, residual), temporal (factor 1, conv_in 8 -> 16,
 # plain), spatial (factor 2, residual): 8x spatial (patch 2), 4x temporal.
 RELEASED = dict(
-    latent_channels=6, block_out_channels=[8, 16, 16], downsample_type=["spatial", "temporal", "spatiotemporal"],
-    down_block_types=["LTX2VideoDownBlock3D"] * 3, spatio_temporal_scaling=[True, True, True],
-    layers_per_block=[1, 2, 1, 1], decoder_block_out_channels=[16, 16, 16], decoder_layers_per_block=[1, 2, 1, 1],
-    decoder_spatio_temporal_scaling=[True, True, True], decoder_inject_noise=[False] * 4,
-    upsample_type=["spatiotemporal", "temporal", "spatial"], upsample_residual=[True, False, True],
-    upsample_factor=[2, 1, 2], patch_size=2, decoder_causal=False, decoder_spatial_padding_mode="reflect",
-    spatial_compression_ratio=8, temporal_compression_ratio=4, scaling_factor=0.7,
+    latent_channels=6,
+    block_out_channels=[8, 16, 16],
+    downsample_type=["spatial", "temporal", "spatiotemporal"],
+    down_block_types=["LTX2VideoDownBlock3D"] * 3,
+    spatio_temporal_scaling=[True, True, True],
+    layers_per_block=[1, 2, 1, 1],
+    decoder_block_out_channels=[16, 16, 16],
+    decoder_layers_per_block=[1, 2, 1, 1],
+    decoder_spatio_temporal_scaling=[True, True, True],
+    decoder_inject_noise=[False] * 4,
+    upsample_type=["spatiotemporal", "temporal", "spatial"],
+    upsample_residual=[True, False, True],
+    upsample_factor=[2, 1, 2],
+    patch_size=2,
+    decoder_causal=False,
+    decoder_spatial_padding_mode="reflect",
+    spatial_compression_ratio=8,
+    temporal_compression_ratio=4,
+    scaling_factor=0.7,
 )
 # Timestep conditioning, a 'conv' (stride 2) encoder down-sampler, causal zero-padded decoder.
 TIMESTEP_VAE = dict(
-    latent_channels=4, block_out_channels=[4, 8, 8], downsample_type=["conv", "spatial", "temporal"],
-    down_block_types=["LTX2VideoDownBlock3D"] * 3, spatio_temporal_scaling=[True, True, True],
-    layers_per_block=[1, 1, 1, 2], decoder_block_out_channels=[8, 8, 16], decoder_layers_per_block=[1, 1, 1, 2],
-    decoder_spatio_temporal_scaling=[True, True, True], decoder_inject_noise=[False] * 4,
-    upsample_type=["spatiotemporal", "temporal", "spatial"], upsample_residual=[False, True, True],
-    upsample_factor=[2, 1, 2], timestep_conditioning=True, patch_size=2, decoder_causal=True,
-    decoder_spatial_padding_mode="zeros", spatial_compression_ratio=8, temporal_compression_ratio=4,
+    latent_channels=4,
+    block_out_channels=[4, 8, 8],
+    downsample_type=["conv", "spatial", "temporal"],
+    down_block_types=["LTX2VideoDownBlock3D"] * 3,
+    spatio_temporal_scaling=[True, True, True],
+    layers_per_block=[1, 1, 1, 2],
+    decoder_block_out_channels=[8, 8, 16],
+    decoder_layers_per_block=[1, 1, 1, 2],
+    decoder_spatio_temporal_scaling=[True, True, True],
+    decoder_inject_noise=[False] * 4,
+    upsample_type=["spatiotemporal", "temporal", "spatial"],
+    upsample_residual=[False, True, True],
+    upsample_factor=[2, 1, 2],
+    timestep_conditioning=True,
+    patch_size=2,
+    decoder_causal=True,
+    decoder_spatial_padding_mode="zeros",
+    spatial_compression_ratio=8,
+    temporal_compression_ratio=4,
 )
 # Temporal tiles of 2 latent frames every 1 (the spatial tiling is LTX-Video's code, parity-tested
 # in test_ltx_vae.py); spatial tiles of 3 latents every 2 for the reflection-padding guard.
-TILES = dict(tile_sample_min_height=24, tile_sample_min_width=24, tile_sample_stride_height=16,
-             tile_sample_stride_width=16, tile_sample_min_num_frames=8, tile_sample_stride_num_frames=4)
+TILES = dict(
+    tile_sample_min_height=24,
+    tile_sample_min_width=24,
+    tile_sample_stride_height=16,
+    tile_sample_stride_width=16,
+    tile_sample_min_num_frames=8,
+    tile_sample_stride_num_frames=4,
+)
 TIMESTEP = np.array([0.05, 0.3], np.float32)
 
 
@@ -145,8 +180,9 @@ def test_latent_statistics_match_pipeline(released):
 
     ref, vae = released
     z = standard_normal((2, 3, 2, 3, 6), 4)
-    want = LTX2Pipeline._denormalize_latents(torch.from_numpy(channels_first(z)), ref.latents_mean,
-                                             ref.latents_std, ref.config.scaling_factor)
+    want = LTX2Pipeline._denormalize_latents(
+        torch.from_numpy(channels_first(z)), ref.latents_mean, ref.latents_std, ref.config.scaling_factor
+    )
     _close(np.asarray(vae.denormalize_latents(z)), channels_last(want))
 
 

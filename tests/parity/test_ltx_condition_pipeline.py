@@ -43,9 +43,19 @@ from vidax.models.ltx.pipeline import LTXConditionPipeline, LTXVideoCondition  #
 
 SIZE = dict(height=32, width=64, num_frames=17)
 LATENT = (1, LATENT_CHANNELS, 5, 4, 8)  # (B, C, F', H', W') of SIZE
-CALL = dict(prompt="a red fox in the snow", negative_prompt="blurry", num_inference_steps=3, guidance_scale=3.0,
-            guidance_rescale=0.7, frame_rate=24, max_sequence_length=16, image_cond_noise_scale=0.0,
-            decode_timestep=0.05, decode_noise_scale=0.0, **SIZE)
+CALL = dict(
+    prompt="a red fox in the snow",
+    negative_prompt="blurry",
+    num_inference_steps=3,
+    guidance_scale=3.0,
+    guidance_rescale=0.7,
+    frame_rate=24,
+    max_sequence_length=16,
+    image_cond_noise_scale=0.0,
+    decode_timestep=0.05,
+    decode_noise_scale=0.0,
+    **SIZE,
+)
 
 
 def _video(seed: int, n: int, size=(32, 64)):
@@ -62,8 +72,14 @@ def folders(tmp_path_factory):
     ref = diffusers.LTXConditionPipeline(**base.components)
     cond_path = str(tmp_path_factory.mktemp("ltx_condition"))
     ref.save_pretrained(cond_path, safe_serialization=True)
-    up = ref_upsample.LTXLatentUpsamplerModel(in_channels=LATENT_CHANNELS, mid_channels=32, num_blocks_per_stage=1,
-                                              dims=3, spatial_upsample=True, temporal_upsample=False).eval()
+    up = ref_upsample.LTXLatentUpsamplerModel(
+        in_channels=LATENT_CHANNELS,
+        mid_channels=32,
+        num_blocks_per_stage=1,
+        dims=3,
+        spatial_upsample=True,
+        temporal_upsample=False,
+    ).eval()
     randomize_torch_module(up, seed=21)
     ref_up = ref_upsample.LTXLatentUpsamplePipeline(vae=base.vae, latent_upsampler=up)
     up_path = str(tmp_path_factory.mktemp("ltx_upsample"))
@@ -78,6 +94,7 @@ def pipe(folders):
 
 def _patched(monkeypatch, initial):
     """The reference module's randn_tensor: ``initial`` for the initial-noise shape, zeros otherwise."""
+
     def randn(shape, generator=None, device=None, dtype=None, layout=None):
         if tuple(shape) == tuple(initial.shape):
             return initial.clone().to(dtype or torch.float32)
@@ -96,8 +113,10 @@ def _two_conditions(cls):
     # An image of another size at frame 0 (strength 0.8: its tokens' timesteps are min(t, 200)),
     # a 13-frame video at frame 4: latent frames 0-1 become extra tokens, 2-3 are lerped into
     # latent frames 3-4.
-    return [cls(image=random_image(3, (40, 50)), frame_index=0, strength=0.8),
-            cls(video=_video(10, 13), frame_index=4, strength=1.0)]
+    return [
+        cls(image=random_image(3, (40, 50)), frame_index=0, strength=0.8),
+        cls(video=_video(10, 13), frame_index=4, strength=1.0),
+    ]
 
 
 def test_two_conditions_match_diffusers(folders, pipe, monkeypatch):
@@ -109,14 +128,21 @@ def test_two_conditions_match_diffusers(folders, pipe, monkeypatch):
     assert psnr(plain, want) < 40  # the conditions change the reference's video
 
     assert type(pipe).__name__ == "LTXConditionPipeline"
-    got = pipe(conditions=_two_conditions(LTXVideoCondition), latents=noise.numpy(), seed=0, progress=False,
-               **CALL).frames
+    got = pipe(
+        conditions=_two_conditions(LTXVideoCondition), latents=noise.numpy(), seed=0, progress=False, **CALL
+    ).frames
     assert got.shape == want.shape == (1, 17, 32, 64, 3)
     assert psnr(got, want) >= 60, psnr(got, want)
     # diffusers' own condition objects are taken too; the final latents (B, C, F', H', W').
     want_z = _reference(ref, conditions=_two_conditions(ref_condition.LTXVideoCondition), output_type="latent")
-    got_z = pipe(conditions=_two_conditions(ref_condition.LTXVideoCondition), latents=noise.numpy(), seed=0,
-                 progress=False, output_type="latent", **CALL).frames
+    got_z = pipe(
+        conditions=_two_conditions(ref_condition.LTXVideoCondition),
+        latents=noise.numpy(),
+        seed=0,
+        progress=False,
+        output_type="latent",
+        **CALL,
+    ).frames
     assert got_z.shape == want_z.shape == LATENT and max_rel_err(got_z, want_z) < 1e-5, max_rel_err(got_z, want_z)
 
 
@@ -144,9 +170,16 @@ def test_hard_condition_noise_matches_diffusers(monkeypatch):
     monkeypatch.setattr(ref_condition, "randn_tensor", lambda shape, **_: torch.from_numpy(noise))
     t = np.float32(0.7)
     want = ref_condition.LTXConditionPipeline.add_noise_to_image_conditioning_latents(
-        t, torch.from_numpy(init), torch.from_numpy(latents), 0.15, torch.from_numpy(mask), None).numpy()
-    got = LTXConditionPipeline.noise_hard_conditions(jnp.asarray(latents), jnp.asarray(init), jnp.asarray(mask),
-                                                     jnp.float32(0.15), jnp.float32(t), jnp.asarray(noise))
+        t, torch.from_numpy(init), torch.from_numpy(latents), 0.15, torch.from_numpy(mask), None
+    ).numpy()
+    got = LTXConditionPipeline.noise_hard_conditions(
+        jnp.asarray(latents),
+        jnp.asarray(init),
+        jnp.asarray(mask),
+        jnp.float32(0.15),
+        jnp.float32(t),
+        jnp.asarray(noise),
+    )
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)
     assert not np.allclose(want, latents)
 
@@ -166,8 +199,13 @@ def test_per_token_euler_step_matches_diffusers():
     x, v = (rng.standard_normal((2, 5, 3)).astype(np.float32) for _ in range(2))
     ptt = np.minimum(ts[1], np.asarray([[0, 1000, 200, 500, 1000]] * 2, np.float32))
     ref._step_index = 1
-    want = ref.step(torch.from_numpy(v), ref.timesteps[1], torch.from_numpy(x),
-                    per_token_timesteps=torch.from_numpy(ptt), return_dict=False)[0].numpy()
+    want = ref.step(
+        torch.from_numpy(v),
+        ref.timesteps[1],
+        torch.from_numpy(x),
+        per_token_timesteps=torch.from_numpy(ptt),
+        return_dict=False,
+    )[0].numpy()
     state = jax.tree.map(lambda a: a, state)
     got, _ = jax.jit(ours.step)(state, jnp.asarray(v), jnp.asarray(x), jnp.asarray(ptt))
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
@@ -192,8 +230,11 @@ def test_upsample_pipeline_matches_diffusers(folders):
     assert psnr(got, want) >= 60, psnr(got, want)
     got_z = up(latents=z, seed=0, output_type="latent", **call).frames
     assert got_z.shape == want_z.shape and max_rel_err(got_z, want_z) < 1e-5, max_rel_err(got_z, want_z)
-    for kwargs, match in ((dict(latents=z.reshape(1, 8, -1)), "expected"), (dict(), "exactly one of video"),
-                          (dict(latents=z, tone_map_compression_ratio=2.0), "tone_map_compression_ratio")):
+    for kwargs, match in (
+        (dict(latents=z.reshape(1, 8, -1)), "expected"),
+        (dict(), "exactly one of video"),
+        (dict(latents=z, tone_map_compression_ratio=2.0), "tone_map_compression_ratio"),
+    ):
         with pytest.raises(InputError, match=match):
             up.check_upsample_call(**kwargs)
 
@@ -221,20 +262,29 @@ def test_bad_input_is_refused_before_work(folders, pipe):
             pipe.check_call(info, "a", **{**SIZE, **kwargs})
 
     # A frame past the 17-frame clip (the reference makes meaningless coordinates of an image there).
-    refused(r"frame_index=17 is not a frame of the 17-frame clip",
-            conditions=[LTXVideoCondition(image=random_image(1), frame_index=17)])
+    refused(
+        r"frame_index=17 is not a frame of the 17-frame clip",
+        conditions=[LTXVideoCondition(image=random_image(1), frame_index=17)],
+    )
     # A video the reference's trim leaves with a frame count it rejects (frame_index at the clip's end).
     with pytest.raises(ValueError, match="Number of frames in the video must be of the form"), torch.no_grad():
-        ref(conditions=[ref_condition.LTXVideoCondition(video=video, frame_index=17)], output_type="latent",
-            **{**CALL, "num_inference_steps": 1})
+        ref(
+            conditions=[ref_condition.LTXVideoCondition(video=video, frame_index=17)],
+            output_type="latent",
+            **{**CALL, "num_inference_steps": 1},
+        )
     refused(r"conditions\[0\]\.frame_index=17", conditions=[LTXVideoCondition(video=video, frame_index=17)])
     refused("video has no frames", video=[])
     refused(r"expected \(1, 8, 5, 4, 8\)", latents=np.zeros((1, 160, 8), np.float32))
     with pytest.raises(ValueError, match="must not be provided"):
-        ref.check_inputs("a", [ref_condition.LTXVideoCondition(image=random_image(1))], random_image(1), None, 0,
-                         1.0, 1.0, 32, 64)
-    refused("conditions was given together with image", image=random_image(1),
-            conditions=[LTXVideoCondition(image=random_image(1))])
+        ref.check_inputs(
+            "a", [ref_condition.LTXVideoCondition(image=random_image(1))], random_image(1), None, 0, 1.0, 1.0, 32, 64
+        )
+    refused(
+        "conditions was given together with image",
+        image=random_image(1),
+        conditions=[LTXVideoCondition(image=random_image(1))],
+    )
     refused("image and video were both given", image=random_image(1), video=video)
     refused("exactly one of image and video", conditions=[LTXVideoCondition(frame_index=0)])
     refused("strength must be a number in", image=random_image(1), strength=1.5)
@@ -257,26 +307,71 @@ def test_cli_generate_with_image(folders, tmp_path):
     image = tmp_path / "first.png"
     random_image(4, (40, 50)).save(image)
     out = tmp_path / "out.npy"
-    result = CliRunner().invoke(app, ["generate", "-p", "a fox", "--checkpoint", folders[0], "--image", str(image),
-                                      "--height", "32", "--width", "64", "--num-frames", "9",
-                                      "--num-inference-steps", "1", "--max-sequence-length", "16", "--no-progress",
-                                      "-o", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a fox",
+            "--checkpoint",
+            folders[0],
+            "--image",
+            str(image),
+            "--height",
+            "32",
+            "--width",
+            "64",
+            "--num-frames",
+            "9",
+            "--num-inference-steps",
+            "1",
+            "--max-sequence-length",
+            "16",
+            "--no-progress",
+            "-o",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     frames = np.load(out)
     assert frames.shape[-4:] == (9, 32, 64, 3) and np.isfinite(frames).all()
     # --video: the video (decoded with PyAV) conditions from frame 0.
     from vidax.io.video import write_video
 
-    clip = write_video(np.random.default_rng(5).random((9, 40, 56, 3)).astype(np.float32), str(tmp_path / "c.mp4"),
-                       fps=8)
-    result = CliRunner().invoke(app, ["generate", "-p", "a fox", "--checkpoint", folders[0], "--video", clip,
-                                      "--height", "32", "--width", "64", "--num-frames", "9",
-                                      "--num-inference-steps", "1", "--max-sequence-length", "16", "--no-progress",
-                                      "-o", str(out)])
+    clip = write_video(
+        np.random.default_rng(5).random((9, 40, 56, 3)).astype(np.float32), str(tmp_path / "c.mp4"), fps=8
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "generate",
+            "-p",
+            "a fox",
+            "--checkpoint",
+            folders[0],
+            "--video",
+            clip,
+            "--height",
+            "32",
+            "--width",
+            "64",
+            "--num-frames",
+            "9",
+            "--num-inference-steps",
+            "1",
+            "--max-sequence-length",
+            "16",
+            "--no-progress",
+            "-o",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert np.load(out).shape[-4:] == (9, 32, 64, 3)
     # inspect on both folder kinds (the upsample one has no transformer).
-    for folder, words in ((folders[0], ("LTXConditionPipeline", "tasks: t2v, i2v, v2v")),
-                          (folders[1], ("LTXLatentUpsamplePipeline", "tasks: upsample"))):
+    for folder, words in (
+        (folders[0], ("LTXConditionPipeline", "tasks: t2v, i2v, v2v")),
+        (folders[1], ("LTXLatentUpsamplePipeline", "tasks: upsample")),
+    ):
         result = CliRunner().invoke(app, ["inspect", folder])
         assert result.exit_code == 0 and all(w in result.output for w in words), result.output

@@ -27,9 +27,18 @@ diffusers = pytest.importorskip("diffusers")
 import vidax  # noqa: E402
 
 SIZE = dict(height=32, width=64, num_frames=9)
-CALL = dict(prompt=["a red fox in the snow", "waves"], negative_prompt=["blurry", ""], num_inference_steps=3,
-            guidance_scale=3.0, guidance_rescale=0.7, frame_rate=24, max_sequence_length=16,
-            decode_timestep=0.05, decode_noise_scale=0.0, **SIZE)
+CALL = dict(
+    prompt=["a red fox in the snow", "waves"],
+    negative_prompt=["blurry", ""],
+    num_inference_steps=3,
+    guidance_scale=3.0,
+    guidance_rescale=0.7,
+    frame_rate=24,
+    max_sequence_length=16,
+    decode_timestep=0.05,
+    decode_noise_scale=0.0,
+    **SIZE,
+)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +90,10 @@ def test_t2v_bf16_matches_diffusers_bf16(ltx, guidance_scale):
     assert pipe.transformer.proj_out.kernel[...].dtype == jnp.bfloat16
     got = pipe(latents=latents.numpy(), seed=0, progress=False, **{**CALL, **call}).frames
     value, bf16, theirs = psnr(got, want32), psnr(got, want16), psnr(want16, want32)
-    print(f"LTX T2V bf16 (guidance_scale={guidance_scale}) video PSNR: vidax vs diffusers fp32 {value:.1f} dB, "
-          f"vs diffusers bf16 {bf16:.1f} dB, diffusers bf16 vs fp32 {theirs:.1f} dB")
+    print(
+        f"LTX T2V bf16 (guidance_scale={guidance_scale}) video PSNR: vidax vs diffusers fp32 {value:.1f} dB, "
+        f"vs diffusers bf16 {bf16:.1f} dB, diffusers bf16 vs fp32 {theirs:.1f} dB"
+    )
     # Both sides bf16 (see tests.parity.helpers.bf16_reference for what the bar sees): measured
     # 52.6 dB with CFG (diffusers bf16 vs fp32 53.2 dB, vidax 56.6 dB) and 60.4 dB without (59.6,
     # 64.4 dB): CFG 3 with guidance rescale amplifies the rounding.
@@ -100,8 +111,9 @@ def test_t2v_bf16_with_the_onednn_matmul_matches_diffusers_bf16(ltx, monkeypatch
         pytest.skip(f"the oneDNN custom call cannot be built here: {why}")
     traced = []
     call = onednn.onednn_linear
-    monkeypatch.setattr(onednn, "onednn_linear", lambda x, w, *a: traced.append((w.ndim, a[3:] == (True,)))
-                        or call(x, w, *a))
+    monkeypatch.setattr(
+        onednn, "onednn_linear", lambda x, w, *a: traced.append((w.ndim, a[3:] == (True,))) or call(x, w, *a)
+    )
     monkeypatch.setenv(onednn.ENV, "onednn")
     # As on a one-device machine: the layer scans hand oneDNN the stacks, read in place.
     monkeypatch.setattr(jax, "device_count", lambda *a, **k: 1)
@@ -113,7 +125,9 @@ def test_t2v_bf16_with_the_onednn_matmul_matches_diffusers_bf16(ltx, monkeypatch
 
 def test_a_wrong_cpu_matmul_setting_is_one_line_before_loading(ltx, monkeypatch):
     monkeypatch.setenv("VIDAX_CPU_MATMUL", "mkl")
-    with pytest.raises(vidax.SetupError, match=r"^VIDAX_CPU_MATMUL='mkl' is not a CPU matmul; valid: auto, onednn, xla$"):
+    with pytest.raises(
+        vidax.SetupError, match=r"^VIDAX_CPU_MATMUL='mkl' is not a CPU matmul; valid: auto, onednn, xla$"
+    ):
         vidax.load_pipeline(ltx[0], dtype="bfloat16")
 
 
@@ -121,9 +135,9 @@ def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     """On CPU a bf16 pipeline passes its transformer's stacked blocks into the jitted step as
     uint16 views (vidax.nn.kernels.stacks.as_stack_bits: no copy of every stack per step); the latents
     are bit-identical to the step taking the bf16 stacks as they are (the path before)."""
-    import vidax.pipelines.run as run
     from flax import nnx
 
+    import vidax.pipelines.run as run
     from vidax.nn.kernels import StackBits
 
     path, _ = ltx
@@ -132,13 +146,18 @@ def test_bf16_stacks_enter_the_step_as_bits_bit_identically(ltx, monkeypatch):
     latents = packed_noise(2, **SIZE).numpy()
     passed = []
     as_bits = run.as_stack_bits
-    monkeypatch.setattr(run, "as_stack_bits", lambda params, stacks: passed.append(as_bits(params, stacks))
-                        or passed[-1])
+    monkeypatch.setattr(
+        run, "as_stack_bits", lambda params, stacks: passed.append(as_bits(params, stacks)) or passed[-1]
+    )
     after = pipe(latents=latents, seed=0, progress=False, **call).frames
     # every bf16 leaf of the stack as bits (its float32 leaves, e.g. the modulation tables, as they are)
-    kinds = {(type(v.get_value()).__name__, str(v.get_value().float_dtype if isinstance(v.get_value(), StackBits)
-                                                 else v.get_value().dtype))
-             for _, v in nnx.to_flat_state(passed[0]["transformer_blocks"])}
+    kinds = {
+        (
+            type(v.get_value()).__name__,
+            str(v.get_value().float_dtype if isinstance(v.get_value(), StackBits) else v.get_value().dtype),
+        )
+        for _, v in nnx.to_flat_state(passed[0]["transformer_blocks"])
+    }
     assert ("StackBits", "bfloat16") in kinds and ("ArrayImpl", "bfloat16") not in kinds, kinds
     monkeypatch.setattr(run, "as_stack_bits", lambda params, stacks: params)
     before = pipe(latents=latents, seed=0, progress=False, **call).frames
@@ -181,8 +200,9 @@ def test_i2v_image_latent_is_the_first_frame(ltx):
     mean, std = dist.mean.numpy(), dist.std.numpy()
     # Un-normalised with the reference's own statistics, vidax's latent is mean + std * noise:
     # (z - mean) / std is a standard normal sample (the reference's is another one, torch's RNG).
-    z = ref._denormalize_latents(torch.from_numpy(channels_first(np.asarray(cond["first_frame"]))),
-                                 ref.vae.latents_mean, ref.vae.latents_std).numpy()
+    z = ref._denormalize_latents(
+        torch.from_numpy(channels_first(np.asarray(cond["first_frame"]))), ref.vae.latents_mean, ref.vae.latents_std
+    ).numpy()
     eps = (z - mean) / std
     assert 0.7 < eps.std() < 1.3 and abs(eps.mean()) < 0.3, (eps.mean(), eps.std())
     assert np.asarray(cond["frame_mask"]).tolist() == [1.0, 0.0, 0.0]

@@ -36,9 +36,20 @@ from vidax.weights.component import load_component
 diffusers = pytest.importorskip("diffusers")
 
 TINY = dict(
-    in_channels=6, out_channels=9, patch_size=1, patch_size_t=1, num_attention_heads=4, attention_head_dim=7,
-    cross_attention_dim=28, num_layers=2, activation_fn="gelu-approximate", qk_norm="rms_norm_across_heads",
-    norm_elementwise_affine=False, norm_eps=1e-6, caption_channels=20, attention_bias=True,
+    in_channels=6,
+    out_channels=9,
+    patch_size=1,
+    patch_size_t=1,
+    num_attention_heads=4,
+    attention_head_dim=7,
+    cross_attention_dim=28,
+    num_layers=2,
+    activation_fn="gelu-approximate",
+    qk_norm="rms_norm_across_heads",
+    norm_elementwise_affine=False,
+    norm_eps=1e-6,
+    caption_channels=20,
+    attention_bias=True,
     attention_out_bias=True,
 )
 B, T, H, W = 2, 3, 3, 5
@@ -83,11 +94,20 @@ def _condition_coords():
 
 
 def _ref_forward(ref, x, txt, ts, mask, coords=None):
-    kw = dict(video_coords=torch.from_numpy(coords)) if coords is not None else dict(
-        num_frames=T, height=H, width=W, rope_interpolation_scale=SCALE)
+    kw = (
+        dict(video_coords=torch.from_numpy(coords))
+        if coords is not None
+        else dict(num_frames=T, height=H, width=W, rope_interpolation_scale=SCALE)
+    )
     with torch.no_grad():
-        out = ref(torch.from_numpy(x), torch.from_numpy(txt), torch.from_numpy(ts), torch.from_numpy(mask),
-                  return_dict=False, **kw)[0]
+        out = ref(
+            torch.from_numpy(x),
+            torch.from_numpy(txt),
+            torch.from_numpy(ts),
+            torch.from_numpy(mask),
+            return_dict=False,
+            **kw,
+        )[0]
     return out.numpy()
 
 
@@ -121,7 +141,7 @@ def test_interpolation_scale_padded_mask_per_sample_timestep(ref_and_path, model
         assert max_rel_err(changed, want) > 1e-2
     # Padded text tokens are not attended: changing them changes nothing.
     txt2 = txt.copy()
-    txt2[1, VALID[1]:] += 3.0
+    txt2[1, VALID[1] :] += 3.0
     assert max_rel_err(_run(model, x, txt2, ts, mask), got) < 1e-6
 
 
@@ -155,8 +175,9 @@ def test_streamed_stages_equal_the_call(ref_and_path, model):
     stacks = offloaded_stacks(streamed)
     assert [s.attr for s in stacks] == ["transformer_blocks"] and stacks[0].sizes == [1, 1]
     graphdef, params = nnx.split(streamed)
-    step = ChunkedStep(graphdef, stacks, lambda latents, state, *a: (*a, T, H, W, SCALE),
-                       lambda out, latents, state, *a: (out, None))
+    step = ChunkedStep(
+        graphdef, stacks, lambda latents, state, *a: (*a, T, H, W, SCALE), lambda out, latents, state, *a: (out, None)
+    )
     args = tuple(jnp.asarray(a) for a in (x, txt, ts, mask))
     out, _ = step.compile_for(params, None, None, *args)(params, None, None, *args)
     err = max_rel_err(np.asarray(out), resident)

@@ -132,8 +132,14 @@ def test_upsample_pipeline_latent_flow(models):
 
     ref, ours = models["3d_spatial"]
     ours = _Jitted(ours)
-    vae = AutoencoderKLLTXVideo(latent_channels=12, block_out_channels=(8,) * 4, decoder_block_out_channels=(8,) * 4,
-                                layers_per_block=(1,) * 5, decoder_layers_per_block=(1,) * 5, scaling_factor=0.7)
+    vae = AutoencoderKLLTXVideo(
+        latent_channels=12,
+        block_out_channels=(8,) * 4,
+        decoder_block_out_channels=(8,) * 4,
+        layers_per_block=(1,) * 5,
+        decoder_layers_per_block=(1,) * 5,
+        scaling_factor=0.7,
+    )
     g = torch.Generator().manual_seed(3)
     vae.latents_mean.copy_(torch.randn(12, generator=g))
     vae.latents_std.copy_(torch.rand(12, generator=g) + 0.5)
@@ -141,16 +147,22 @@ def test_upsample_pipeline_latent_flow(models):
     x = _latents(4)
     mean, std = vae.latents_mean.numpy(), vae.latents_std.numpy()
     for adain, tone in ((0.0, 0.0), (0.6, 0.0), (1.0, 0.4), (0.3, 1.0)):
-        want = pipe(latents=torch.from_numpy(x), output_type="latent", adain_factor=adain,
-                    tone_map_compression_ratio=tone).frames.numpy()
-        got = upsample_latents(ours, jnp.asarray(_cl(x)), mean, std, 0.7, adain_factor=adain,
-                               tone_map_compression_ratio=tone)
+        want = pipe(
+            latents=torch.from_numpy(x), output_type="latent", adain_factor=adain, tone_map_compression_ratio=tone
+        ).frames.numpy()
+        got = upsample_latents(
+            ours, jnp.asarray(_cl(x)), mean, std, 0.7, adain_factor=adain, tone_map_compression_ratio=tone
+        )
         err = max_rel_err(got, _cl(want))
         assert err < TOL, (adain, tone, err)
     # Without the final normalisation: what the pipeline decodes (un-normalised).
     raw = upsample_latents(ours, jnp.asarray(_cl(x)), mean, std, 0.7, normalize_output=False)
-    np.testing.assert_allclose(np.asarray(normalize_latents(raw, mean, std, 0.7)),
-                               np.asarray(upsample_latents(ours, jnp.asarray(_cl(x)), mean, std, 0.7)), rtol=0, atol=0)
+    np.testing.assert_allclose(
+        np.asarray(normalize_latents(raw, mean, std, 0.7)),
+        np.asarray(upsample_latents(ours, jnp.asarray(_cl(x)), mean, std, 0.7)),
+        rtol=0,
+        atol=0,
+    )
     with pytest.raises(InputError, match="tone_map_compression_ratio"):
         upsample_latents(ours, jnp.asarray(_cl(x)), mean, std, tone_map_compression_ratio=1.5)
 
@@ -162,8 +174,9 @@ def test_adain_tone_map_normalize_match_diffusers(factor):
     rng = np.random.default_rng(7)
     lat = (2.0 * rng.standard_normal((2, 5, 3, 8, 10)) + 0.5).astype(np.float32)
     ref_lat = (0.5 * rng.standard_normal((2, 5, 3, 4, 5)) - 1.0).astype(np.float32)
-    want = LTXLatentUpsamplePipeline.adain_filter_latent(None, torch.from_numpy(lat), torch.from_numpy(ref_lat),
-                                                         factor).numpy()
+    want = LTXLatentUpsamplePipeline.adain_filter_latent(
+        None, torch.from_numpy(lat), torch.from_numpy(ref_lat), factor
+    ).numpy()
     assert max_rel_err(want, lat) > 0.1  # really changes the latents
     got = adain_filter_latent(jnp.asarray(_cl(lat)), jnp.asarray(_cl(ref_lat)), factor)
     assert max_rel_err(got, _cl(want)) < 1e-6
@@ -172,8 +185,10 @@ def test_adain_tone_map_normalize_match_diffusers(factor):
         got = tone_map_latents(jnp.asarray(_cl(lat)), compression)
         assert max_rel_err(got, _cl(want)) < 1e-6
     mean, std = rng.standard_normal(5).astype(np.float32), (rng.random(5) + 0.5).astype(np.float32)
-    for ours, theirs in ((normalize_latents, LTXLatentUpsamplePipeline._normalize_latents),
-                         (denormalize_latents, LTXLatentUpsamplePipeline._denormalize_latents)):
+    for ours, theirs in (
+        (normalize_latents, LTXLatentUpsamplePipeline._normalize_latents),
+        (denormalize_latents, LTXLatentUpsamplePipeline._denormalize_latents),
+    ):
         want = theirs(torch.from_numpy(lat), torch.from_numpy(mean), torch.from_numpy(std), 0.9).numpy()
         assert max_rel_err(ours(jnp.asarray(_cl(lat)), mean, std, 0.9), _cl(want)) < 1e-6
     with pytest.raises(InputError, match="same B and C"):
@@ -195,14 +210,17 @@ def test_full_size_parameter_count():
     assert n == sum(p.numel() for p in ref.parameters()) and n > 50_000_000
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("dims", 1, "dims=1"),
-    ("mid_channels", 48, "multiple of 32"),
-    ("spatial_upsample", False, "at least one must be true"),
-    ("temporal_upsample", True, "needs dims=3"),
-    ("num_blocks_per_stage", 0, "num_blocks_per_stage=0"),
-    ("some_new_key", 1, "some_new_key"),
-])
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("dims", 1, "dims=1"),
+        ("mid_channels", 48, "multiple of 32"),
+        ("spatial_upsample", False, "at least one must be true"),
+        ("temporal_upsample", True, "needs dims=3"),
+        ("num_blocks_per_stage", 0, "num_blocks_per_stage=0"),
+        ("some_new_key", 1, "some_new_key"),
+    ],
+)
 def test_config_refused(key, value, match):
     base = {"_class_name": "LTXLatentUpsamplerModel", **TINY, "dims": 2, "spatial_upsample": True}
     if key == "spatial_upsample":

@@ -49,8 +49,8 @@ from tests.parity.helpers import (  # noqa: E402
     randomize_torch_module,
     reference_decoder,
 )
-from vidax.models.ltx import vae as ltx_vae  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
+from vidax.models.ltx import vae as ltx_vae  # noqa: E402
 from vidax.models.ltx.config import LTXVAEConfig  # noqa: E402
 from vidax.models.ltx.vae import LTXTiling  # noqa: E402
 from vidax.weights.component import load_component  # noqa: E402
@@ -58,23 +58,48 @@ from vidax.weights.component import load_component  # noqa: E402
 FP32_TOL = 1e-5
 
 V091 = dict(
-    block_out_channels=[8, 12, 16], down_block_types=["LTXVideoDownBlock3D"] * 3,
-    spatio_temporal_scaling=[True, True, False], layers_per_block=[1, 2, 1, 1],
-    decoder_block_out_channels=[8, 16], decoder_layers_per_block=[1, 2, 1],
-    decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[True, False, True],
-    upsample_residual=[True, False], upsample_factor=[2, 2], timestep_conditioning=True,
-    latent_channels=5, patch_size=2, scaling_factor=0.8, resnet_norm_eps=1e-4,
+    block_out_channels=[8, 12, 16],
+    down_block_types=["LTXVideoDownBlock3D"] * 3,
+    spatio_temporal_scaling=[True, True, False],
+    layers_per_block=[1, 2, 1, 1],
+    decoder_block_out_channels=[8, 16],
+    decoder_layers_per_block=[1, 2, 1],
+    decoder_spatio_temporal_scaling=[True, True],
+    decoder_inject_noise=[True, False, True],
+    upsample_residual=[True, False],
+    upsample_factor=[2, 2],
+    timestep_conditioning=True,
+    latent_channels=5,
+    patch_size=2,
+    scaling_factor=0.8,
+    resnet_norm_eps=1e-4,
 )
 V095 = dict(
-    block_out_channels=[6, 12, 12, 24], down_block_types=["LTXVideo095DownBlock3D"] * 3,
-    downsample_type=["spatial", "temporal", "spatiotemporal"], spatio_temporal_scaling=[True, True, True],
-    layers_per_block=[1, 1, 2, 1], decoder_block_out_channels=[16, 32], decoder_layers_per_block=[1, 1, 2],
-    decoder_spatio_temporal_scaling=[True, True], decoder_inject_noise=[False, False, False],
-    upsample_residual=[True, True], upsample_factor=[2, 2], timestep_conditioning=True,
-    latent_channels=6, patch_size=2, spatial_compression_ratio=8, temporal_compression_ratio=4,
+    block_out_channels=[6, 12, 12, 24],
+    down_block_types=["LTXVideo095DownBlock3D"] * 3,
+    downsample_type=["spatial", "temporal", "spatiotemporal"],
+    spatio_temporal_scaling=[True, True, True],
+    layers_per_block=[1, 1, 2, 1],
+    decoder_block_out_channels=[16, 32],
+    decoder_layers_per_block=[1, 1, 2],
+    decoder_spatio_temporal_scaling=[True, True],
+    decoder_inject_noise=[False, False, False],
+    upsample_residual=[True, True],
+    upsample_factor=[2, 2],
+    timestep_conditioning=True,
+    latent_channels=6,
+    patch_size=2,
+    spatial_compression_ratio=8,
+    temporal_compression_ratio=4,
 )
-TILES = dict(tile_sample_min_height=16, tile_sample_min_width=16, tile_sample_stride_height=8,
-             tile_sample_stride_width=8, tile_sample_min_num_frames=8, tile_sample_stride_num_frames=4)
+TILES = dict(
+    tile_sample_min_height=16,
+    tile_sample_min_width=16,
+    tile_sample_stride_height=8,
+    tile_sample_stride_width=8,
+    tile_sample_min_num_frames=8,
+    tile_sample_stride_num_frames=4,
+)
 TIMESTEP = np.array([0.05, 0.4], np.float32)  # one decode timestep per batch entry
 
 
@@ -204,8 +229,15 @@ def test_v091_enable_tiling_decode_matches_reference(v091):
     ref, _, vae = v091
     z = _latents((2, 2, 3, 3, 5), 6)
     ref.use_framewise_decoding = False
-    check_enable_tiling_decode(ref, vae, z, TILES, reference_decoder(ref, torch.from_numpy(TIMESTEP)),
-                               lambda x: vae.decode(x, TIMESTEP), FP32_TOL)
+    check_enable_tiling_decode(
+        ref,
+        vae,
+        z,
+        TILES,
+        reference_decoder(ref, torch.from_numpy(TIMESTEP)),
+        lambda x: vae.decode(x, TIMESTEP),
+        FP32_TOL,
+    )
 
 
 def test_tiling_switches_match_reference(v095):
@@ -213,9 +245,18 @@ def test_tiling_switches_match_reference(v095):
     sizes and switches; ``enable_tiled_decode`` (``--vae-tiling``) turns both tilings on."""
     ref, _, vae = v095
     try:
-        check_tiling_switches(ref, vae, [("enable", TILES), ("framewise", True), ("disable", {}),
-                                         ("enable", dict(tile_sample_stride_num_frames=8)), ("framewise", False),
-                                         ("enable", TILES)])
+        check_tiling_switches(
+            ref,
+            vae,
+            [
+                ("enable", TILES),
+                ("framewise", True),
+                ("disable", {}),
+                ("enable", dict(tile_sample_stride_num_frames=8)),
+                ("framewise", False),
+                ("enable", TILES),
+            ],
+        )
         vae.disable_tiling()
         vae.enable_tiled_decode()
         assert vae.use_tiling and vae.use_framewise_decoding
@@ -233,9 +274,16 @@ def test_temporal_tiled_decode_device_memory_flat_in_frames(v095):
     the test above): each tile goes to host as it ends, so the live device bytes right after each
     tile call grow by < 1.3x."""
     _, _, vae = v095
-    check_tiled_decode_memory_flat(vae, ltx_vae, "_decode_fn", lambda x: vae.decode(x, TIMESTEP),
-                                   _latents((2, 3, 2, 2, 6), 12), _latents((2, 12, 2, 2, 6), 13), TILES,
-                                   framewise=True)
+    check_tiled_decode_memory_flat(
+        vae,
+        ltx_vae,
+        "_decode_fn",
+        lambda x: vae.decode(x, TIMESTEP),
+        _latents((2, 3, 2, 2, 6), 12),
+        _latents((2, 12, 2, 2, 6), 13),
+        TILES,
+        framewise=True,
+    )
 
 
 def test_noise_injection_uses_the_key(v091):

@@ -26,11 +26,17 @@ from vidax.errors import CheckpointError, ConfigError
 from vidax.weights import CheckpointReader, save_safetensors
 from vidax.weights.component import load_component
 
-TEXT = dict(vocab_size=89, hidden_size=40, intermediate_size=44, num_hidden_layers=3, num_attention_heads=5,
-            num_key_value_heads=1, rms_norm_eps=1e-6,
-            rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [1, 1, 2]})
-VISION = dict(depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=40,
-              fullatt_block_indexes=[0])
+TEXT = dict(
+    vocab_size=89,
+    hidden_size=40,
+    intermediate_size=44,
+    num_hidden_layers=3,
+    num_attention_heads=5,
+    num_key_value_heads=1,
+    rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [1, 1, 2]},
+)
+VISION = dict(depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=40, fullatt_block_indexes=[0])
 B, L, LENGTHS = 2, 21, (21, 7)
 # fp32 on both sides; only summation order and the cos / sin / exp kernels differ (measured
 # max_rel_err 4.0e-7 over the hidden states, with and without the mask).
@@ -40,9 +46,16 @@ FP32_TOL = 1e-5
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
     torch.manual_seed(0)
-    ref = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
-        text_config=TEXT, vision_config=VISION, image_token_id=88, video_token_id=87,
-        vision_start_token_id=86, vision_end_token_id=85)).eval()
+    ref = Qwen2_5_VLForConditionalGeneration(
+        Qwen2_5_VLConfig(
+            text_config=TEXT,
+            vision_config=VISION,
+            image_token_id=88,
+            video_token_id=87,
+            vision_start_token_id=86,
+            vision_end_token_id=85,
+        )
+    ).eval()
     randomize_torch_module(ref, seed=4)
     path = tmp_path_factory.mktemp("qwen25vl")
     ref.save_pretrained(path)
@@ -118,8 +131,13 @@ def test_other_layouts_and_strictness(qwen, tmp_path):
         save_safetensors({rename(k): np.asarray(reader.get(k)) for k in reader.keys()}, tmp_path / "model.safetensors")
         (tmp_path / "config.json").write_text(config)
 
-    write(lambda k: k.replace("model.", "model.language_model.", 1).replace("visual.", "model.visual.", 1)
-          if not k.startswith("lm_head") else k)
+    write(
+        lambda k: (
+            k.replace("model.", "model.language_model.", 1).replace("visual.", "model.visual.", 1)
+            if not k.startswith("lm_head")
+            else k
+        )
+    )
     again = load_component("Qwen2_5_VLForConditionalGeneration", tmp_path)
     for (p, a), (_, b) in zip(nnx.to_flat_state(nnx.state(enc)), nnx.to_flat_state(nnx.state(again))):
         np.testing.assert_array_equal(np.asarray(a.get_value()), np.asarray(b.get_value()), err_msg=str(p))
@@ -131,14 +149,31 @@ def test_other_layouts_and_strictness(qwen, tmp_path):
 def test_config_forms_and_refusals():
     """Flat (transformers 4) and nested (transformers 5) Qwen2.5-VL config.json forms give the
     same config; unimplemented settings are refused."""
-    flat = dict(model_type="qwen2_5_vl", vocab_size=89, hidden_size=40, intermediate_size=44,
-                num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1, rms_norm_eps=1e-6,
-                rope_theta=1000.0, rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]},
-                use_sliding_window=False, sliding_window=32768, max_window_layers=3,
-                vision_config=VISION, image_token_id=88, tie_word_embeddings=False,
-                architectures=["Qwen2_5_VLForConditionalGeneration"])
-    nested = dict(model_type="qwen2_5_vl", text_config=dict(TEXT, model_type="qwen2_5_vl_text"),
-                  vision_config=VISION, image_token_id=88)
+    flat = dict(
+        model_type="qwen2_5_vl",
+        vocab_size=89,
+        hidden_size=40,
+        intermediate_size=44,
+        num_hidden_layers=3,
+        num_attention_heads=5,
+        num_key_value_heads=1,
+        rms_norm_eps=1e-6,
+        rope_theta=1000.0,
+        rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]},
+        use_sliding_window=False,
+        sliding_window=32768,
+        max_window_layers=3,
+        vision_config=VISION,
+        image_token_id=88,
+        tie_word_embeddings=False,
+        architectures=["Qwen2_5_VLForConditionalGeneration"],
+    )
+    nested = dict(
+        model_type="qwen2_5_vl",
+        text_config=dict(TEXT, model_type="qwen2_5_vl_text"),
+        vision_config=VISION,
+        image_token_id=88,
+    )
     a, b = Qwen25VLTextConfig.from_config_dict(flat), Qwen25VLTextConfig.from_config_dict(nested)
     assert a == b and a.head_dim == 8 and a.mrope_section == (1, 1, 2) and a.rope_theta == 1000.0
     assert (a.qkv_bias, a.o_bias, a.mlp_bias) == (True, False, False)

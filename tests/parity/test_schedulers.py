@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.paths import REFERENCE_CONFIGS
 from tests.parity.helpers import max_rel_err
+from tests.paths import REFERENCE_CONFIGS
 from vidax.errors import ConfigError, InputError
 from vidax.registry import registry
 from vidax.schedulers import (
@@ -393,9 +393,7 @@ def test_unipc_rho_solve_matches_torch():
 @pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 (fake) devices")
 def test_unipc_sharded_state_traces_once():
     """Latents sharded over batch: buffers follow the sharding, result equals the unsharded run."""
-    mesh = jax.make_mesh(
-        (2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:2]
-    )
+    mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:2])
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
     sched = scheduler_from_config(_load(WAN_UNIPC[3.0]))
     x0 = _x0(4)
@@ -521,9 +519,7 @@ def test_euler_bf16():
         assert x.dtype == torch.bfloat16
         ref.append(x.float().numpy())
     sched = scheduler_from_config(config)
-    ours, traces, x, _ = _run_vidax(
-        sched, sched.set_timesteps(n), x0, mo_dtype=jnp.bfloat16, sample_dtype=jnp.bfloat16
-    )
+    ours, traces, x, _ = _run_vidax(sched, sched.set_timesteps(n), x0, mo_dtype=jnp.bfloat16, sample_dtype=jnp.bfloat16)
     assert traces == 1 and x.dtype == jnp.bfloat16
     _assert_trajectory(ours, ref, 2e-2)
 
@@ -542,8 +538,12 @@ def test_euler_step_past_end_is_nan():
 
 
 def test_registry_and_reference_configs():
-    assert {s.class_name for s in registry().components("scheduler")} == {"UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler",
-                               "CogVideoXDDIMScheduler", "CogVideoXDPMScheduler"}
+    assert {s.class_name for s in registry().components("scheduler")} == {
+        "UniPCMultistepScheduler",
+        "FlowMatchEulerDiscreteScheduler",
+        "CogVideoXDDIMScheduler",
+        "CogVideoXDPMScheduler",
+    }
     seen = {}
     for path in sorted(glob.glob(os.path.join(REF_DIR, "*", "scheduler", "scheduler_config.json"))):
         repo = path.split(os.sep)[-3]
@@ -603,9 +603,7 @@ def test_unipc_config_refused_combinations():
         scheduler_from_config({**base, "lower_order_final": False})
     # Missing keys take diffusers' defaults (epsilon, no flow sigmas), which vidax refuses.
     with pytest.raises(ConfigError, match="use_flow_sigmas=False"):
-        scheduler_from_config(
-            {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction"}
-        )
+        scheduler_from_config({"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction"})
     with pytest.raises(ConfigError, match="_class_name=None"):
         scheduler_from_config({"flow_shift": 3.0})
 

@@ -198,7 +198,9 @@ def test_preprocess_matches_siglip_image_processor(shape):
 
 def test_full_size_matches_transformers():
     """so400m-patch14-384 as HunyuanVideo 1.5 loads it: eval_shape count and keys vs meta-device."""
-    configs = sorted(glob.glob(os.path.join(REFERENCE_CONFIGS, "*HunyuanVideo-1.5*i2v*", "image_encoder", "source.json")))
+    configs = sorted(
+        glob.glob(os.path.join(REFERENCE_CONFIGS, "*HunyuanVideo-1.5*i2v*", "image_encoder", "source.json"))
+    )
     assert len(configs) >= 4, configs
     for path in configs:
         with open(path) as f:

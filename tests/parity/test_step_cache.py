@@ -38,13 +38,21 @@ class Family:
     per-call block evaluation counter."""
 
     def __init__(self, name, path, ref, call, latents, separate, dtype="float32"):
-        self.name, self.path, self.ref, self.call, self.latents, self.separate = name, path, ref, call, latents, separate
+        self.name, self.path, self.ref, self.call, self.latents, self.separate = (
+            name,
+            path,
+            ref,
+            call,
+            latents,
+            separate,
+        )
         # Wan2.2: two experts, each with its own hooks (diffusers: enable_cache on each).
         self.transformers = [t for t in (ref.transformer, getattr(ref, "transformer_2", None)) if t is not None]
         self._count = []
         for t in self.transformers:
-            stacks = [getattr(t, n) for n in ("blocks", "transformer_blocks", "single_transformer_blocks")
-                      if hasattr(t, n)]
+            stacks = [
+                getattr(t, n) for n in ("blocks", "transformer_blocks", "single_transformer_blocks") if hasattr(t, n)
+            ]
             tail = stacks[-1][-1]
             # The attention's query projection: it runs only when the attention module's own
             # forward does (a TaylorSeer hook on the attention module still fires its forward hooks).
@@ -62,6 +70,7 @@ class Family:
                 out = orig(*a, **k)
                 per_call.append(len(self._count) - n0)
                 return out
+
             return forward
 
         for t in self.transformers:
@@ -93,8 +102,17 @@ class Family:
 def wan_family(tmp_path_factory, name, boundary_ratio=None, **call):
     path = str(tmp_path_factory.mktemp(f"{name}_cache"))
     ref = build_reference_wan_pipeline(path, boundary_ratio=boundary_ratio)
-    call = dict(prompt=["a red car walking over the sea"], negative_prompt=["blue sky"], height=32, width=48,
-                num_frames=9, num_inference_steps=STEPS, guidance_scale=4.5, max_sequence_length=16, **call)
+    call = dict(
+        prompt=["a red car walking over the sea"],
+        negative_prompt=["blue sky"],
+        height=32,
+        width=48,
+        num_frames=9,
+        num_inference_steps=STEPS,
+        guidance_scale=4.5,
+        max_sequence_length=16,
+        **call,
+    )
     latents = torch.randn(1, 12, 3, 4, 6, generator=torch.Generator().manual_seed(7))
     return Family(name, path, ref, call, latents, separate=True)
 
@@ -109,9 +127,17 @@ def ltx(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("ltx_cache"))
     ref = build_reference_ltx_pipeline(path)
     size = dict(height=32, width=64, num_frames=9)
-    call = dict(prompt=["a red fox in the snow"], negative_prompt=["blurry"], num_inference_steps=STEPS,
-                guidance_scale=3.0, frame_rate=24, max_sequence_length=16, decode_timestep=0.05,
-                decode_noise_scale=0.0, **size)
+    call = dict(
+        prompt=["a red fox in the snow"],
+        negative_prompt=["blurry"],
+        num_inference_steps=STEPS,
+        guidance_scale=3.0,
+        frame_rate=24,
+        max_sequence_length=16,
+        decode_timestep=0.05,
+        decode_noise_scale=0.0,
+        **size,
+    )
     return Family("ltx", path, ref, call, packed_noise(1, **size), separate=False)
 
 
@@ -119,9 +145,17 @@ def ltx(tmp_path_factory):
 def hunyuan(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("hunyuan_cache"))
     ref = build_reference_hunyuan_pipeline(path, None)
-    call = dict(prompt="a cat walks on the grass", negative_prompt="blurry low quality video", true_cfg_scale=3.0,
-                guidance_scale=2.0, height=48, width=32, num_frames=9, num_inference_steps=STEPS,
-                max_sequence_length=24)
+    call = dict(
+        prompt="a cat walks on the grass",
+        negative_prompt="blurry low quality video",
+        true_cfg_scale=3.0,
+        guidance_scale=2.0,
+        height=48,
+        width=32,
+        num_frames=9,
+        num_inference_steps=STEPS,
+        max_sequence_length=24,
+    )
     latents = torch.from_numpy(np.random.default_rng(0).standard_normal((1, 4, 3, 6, 4)).astype(np.float32))
     return Family("hunyuan", path, ref, call, latents, separate=True)
 
@@ -134,8 +168,16 @@ def cogvideox(tmp_path_factory):
 
     path = str(tmp_path_factory.mktemp("cogvideox_cache"))
     ref = build_reference(path, "5b", num_layers=2)
-    call = dict(prompt=["a red car walking over the sea"], negative_prompt=["blue sky"], height=32, width=48,
-                num_frames=9, num_inference_steps=STEPS, guidance_scale=6.0, max_sequence_length=16)
+    call = dict(
+        prompt=["a red car walking over the sea"],
+        negative_prompt=["blue sky"],
+        height=32,
+        width=48,
+        num_frames=9,
+        num_inference_steps=STEPS,
+        guidance_scale=6.0,
+        max_sequence_length=16,
+    )
     latents = torch.randn(1, 3, 4, 4, 6, generator=torch.Generator().manual_seed(7))
     return Family("cogvideox", path, ref, call, latents, separate=False)
 
@@ -160,8 +202,10 @@ def check_parity(fam, ref_config, config, *, min_db=60.0):
     assert any("S" in p for p in pats.values()), f"the reference skipped nothing: {pats}"
     value = psnr(got, want)
     cache_effect = psnr(want, fam.uncached)
-    print(f"{fam.name} {type(config).__name__}: {pats}; vidax vs diffusers {value:.1f} dB, diffusers cached vs "
-          f"uncached {cache_effect:.1f} dB")
+    print(
+        f"{fam.name} {type(config).__name__}: {pats}; vidax vs diffusers {value:.1f} dB, diffusers cached vs "
+        f"uncached {cache_effect:.1f} dB"
+    )
     # Measured ~140 dB (fp32 summation order); the cache's own effect is 30+ dB larger than that
     # error, so the comparison sees the cache.
     assert value >= min_db
@@ -192,8 +236,13 @@ def test_two_streams_and_two_stacks_hunyuan(hunyuan, threshold):
     """HunyuanVideo: the cached residual covers both streams and both stacks (First-Block
     Cache); MagCache's skip adds the video residual and passes the text stream on."""
     check_parity(hunyuan, RefFBC(threshold=threshold), vidax.FirstBlockCacheConfig(threshold=threshold))
-    kw = dict(threshold=0.2, max_skip_steps=3, retention_ratio=0.25, num_inference_steps=STEPS,
-              mag_ratios=[1.0, 1.05, 0.98, 1.02, 0.99, 1.01, 1.04, 0.97])
+    kw = dict(
+        threshold=0.2,
+        max_skip_steps=3,
+        retention_ratio=0.25,
+        num_inference_steps=STEPS,
+        mag_ratios=[1.0, 1.05, 0.98, 1.02, 0.99, 1.01, 1.04, 0.97],
+    )
     check_parity(hunyuan, RefMag(**kw), vidax.MagCacheConfig(**kw))
 
 
@@ -208,21 +257,30 @@ def test_cache_refusals_say_the_reason_and_the_loaded_pipeline_class():
     from vidax.models.ltx2.pipeline import LTX2Pipeline
 
     with pytest.raises(InputError) as e:
-        Cosmos3OmniPipeline.check_cache_kind(vidax.MagCacheConfig(calibrate=True), "--cache mag",
-                                             "Cosmos3OmniDiffusersPipeline")
-    assert str(e.value) == ("--cache mag: diffusers 0.42.1's block metadata for Cosmos3OmniDiffusersPipeline's "
-                            "decoder layers (Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which "
-                            "its MagCacheConfig hooks do not read (they look for hidden_states / encoder_hidden_states "
-                            "and raise there), so there is no reference to match; TaylorSeerCacheConfig runs")
-    with pytest.raises(InputError, match="^--cache first_block:0.1: diffusers 0.42.1 has no block metadata for "
-                                         "LTX2ConditionPipeline's transformer blocks that its FirstBlockCacheConfig "
-                                         "hooks can use"):
-        LTX2Pipeline.check_cache_kind(vidax.FirstBlockCacheConfig(threshold=0.1), "--cache first_block:0.1",
-                                      "LTX2ConditionPipeline")
-    with pytest.raises(InputError, match="^--cache taylorseer: diffusers 0.42.1's Cosmos2_5_PredictBasePipeline "
-                                         "cannot run cache hooks"):
-        CosmosPredictPipeline.check_cache_kind(vidax.TaylorSeerCacheConfig(), "--cache taylorseer",
-                                               "Cosmos2_5_PredictBasePipeline")
+        Cosmos3OmniPipeline.check_cache_kind(
+            vidax.MagCacheConfig(calibrate=True), "--cache mag", "Cosmos3OmniDiffusersPipeline"
+        )
+    assert str(e.value) == (
+        "--cache mag: diffusers 0.42.1's block metadata for Cosmos3OmniDiffusersPipeline's "
+        "decoder layers (Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which "
+        "its MagCacheConfig hooks do not read (they look for hidden_states / encoder_hidden_states "
+        "and raise there), so there is no reference to match; TaylorSeerCacheConfig runs"
+    )
+    with pytest.raises(
+        InputError,
+        match="^--cache first_block:0.1: diffusers 0.42.1 has no block metadata for "
+        "LTX2ConditionPipeline's transformer blocks that its FirstBlockCacheConfig "
+        "hooks can use",
+    ):
+        LTX2Pipeline.check_cache_kind(
+            vidax.FirstBlockCacheConfig(threshold=0.1), "--cache first_block:0.1", "LTX2ConditionPipeline"
+        )
+    with pytest.raises(
+        InputError, match="^--cache taylorseer: diffusers 0.42.1's Cosmos2_5_PredictBasePipeline cannot run cache hooks"
+    ):
+        CosmosPredictPipeline.check_cache_kind(
+            vidax.TaylorSeerCacheConfig(), "--cache taylorseer", "Cosmos2_5_PredictBasePipeline"
+        )
 
 
 def test_mag_cache_calibration_prints_the_reference_ratios(wan, capsys, tmp_path):
@@ -250,13 +308,18 @@ def test_mag_cache_calibration_prints_the_reference_ratios(wan, capsys, tmp_path
 @pytest.mark.parametrize("name, dtype", [("wan", "float32"), ("ltx", "float32"), ("wan", "bfloat16")])
 def test_taylorseer_lite_matches_diffusers(request, name, dtype):
     family = request.getfixturevalue(name)
-    kw = dict(cache_interval=2, disable_cache_before_step=2, disable_cache_after_step=7, max_order=2,
-              use_lite_mode=True)
+    kw = dict(
+        cache_interval=2, disable_cache_before_step=2, disable_cache_after_step=7, max_order=2, use_lite_mode=True
+    )
     ref = RefTS(taylor_factors_dtype=getattr(torch, dtype), **kw)
     # bfloat16 factors: a prediction that differs by fp32 rounding may round to the neighbouring
     # bfloat16 value (one ulp, 2**-8 relative) in a few elements; measured ~75 dB.
-    check_parity(family, ref, vidax.TaylorSeerCacheConfig(taylor_factors_dtype=dtype, **kw),
-                 min_db=60.0 if dtype == "float32" else 50.0)
+    check_parity(
+        family,
+        ref,
+        vidax.TaylorSeerCacheConfig(taylor_factors_dtype=dtype, **kw),
+        min_db=60.0 if dtype == "float32" else 50.0,
+    )
 
 
 def test_wan22_experts_keep_a_state_each(wan22):
@@ -264,13 +327,18 @@ def test_wan22_experts_keep_a_state_each(wan22):
     previous residual start afresh when transformer_2 takes over (its first steps compute; one
     shared state would skip there). First-Block Cache keeps its residual per expert by the same
     fresh state per expert segment (measured: cond/uncond CSSCSSSS at 0.3, 140.3 dB)."""
-    kw = dict(threshold=0.3, max_skip_steps=2, retention_ratio=0.25, num_inference_steps=STEPS,
-              mag_ratios=[1.0, 1.02, 0.97, 1.01, 0.99, 1.0, 1.03, 0.98])
+    kw = dict(
+        threshold=0.3,
+        max_skip_steps=2,
+        retention_ratio=0.25,
+        num_inference_steps=STEPS,
+        mag_ratios=[1.0, 1.02, 0.97, 1.01, 0.99, 1.0, 1.03, 0.98],
+    )
     pats = check_parity(wan22, RefMag(**kw), vidax.MagCacheConfig(**kw))
     wan22.ref.scheduler.set_timesteps(STEPS)
     switch = int(sum(t >= 0.875 * 1000 for t in wan22.ref.scheduler.timesteps))  # transformer_2's first step
     assert 2 <= switch <= STEPS - 2
-    assert pats["cond"][switch:switch + 2] == "CC", pats  # transformer_2's retention steps
+    assert pats["cond"][switch : switch + 2] == "CC", pats  # transformer_2's retention steps
 
 
 def test_cogvideox_text_and_video_residuals(cogvideox):
@@ -280,8 +348,13 @@ def test_cogvideox_text_and_video_residuals(cogvideox):
     # This random model changes much from step to step (first-block ratios ~0.6 to 2.4): 0.8 skips
     # some steps (measured CCSCCCCS).
     check_parity(cogvideox, RefFBC(threshold=0.8), vidax.FirstBlockCacheConfig(threshold=0.8))
-    kw = dict(threshold=0.2, max_skip_steps=2, retention_ratio=0.25, num_inference_steps=STEPS,
-              mag_ratios=[1.0, 1.05, 0.98, 1.02, 0.99, 1.01, 1.04, 0.97])
+    kw = dict(
+        threshold=0.2,
+        max_skip_steps=2,
+        retention_ratio=0.25,
+        num_inference_steps=STEPS,
+        mag_ratios=[1.0, 1.05, 0.98, 1.02, 0.99, 1.01, 1.04, 0.97],
+    )
     check_parity(cogvideox, RefMag(**kw), vidax.MagCacheConfig(**kw))
 
 
@@ -293,10 +366,17 @@ def test_taylorseer_default_config_predicts_hunyuan_attention(hunyuan):
     # bf16 factors: a prediction may round to the neighbouring bf16 value where the fp32 inputs
     # differ by rounding (see the lite test); measured 101.6 dB here (float32 factors: 132.5 dB).
     check_parity(hunyuan, RefTS(), vidax.TaylorSeerCacheConfig())
-    kw = dict(cache_interval=2, disable_cache_before_step=2, max_order=2,
-              skip_predict_identifiers=["^single_transformer_blocks.0.attn"])
-    check_parity(hunyuan, RefTS(taylor_factors_dtype=torch.float32, **kw),
-                 vidax.TaylorSeerCacheConfig(taylor_factors_dtype="float32", **kw))
+    kw = dict(
+        cache_interval=2,
+        disable_cache_before_step=2,
+        max_order=2,
+        skip_predict_identifiers=["^single_transformer_blocks.0.attn"],
+    )
+    check_parity(
+        hunyuan,
+        RefTS(taylor_factors_dtype=torch.float32, **kw),
+        vidax.TaylorSeerCacheConfig(taylor_factors_dtype="float32", **kw),
+    )
 
 
 def test_bf16_cached_run_matches_diffusers_bf16(wan):
@@ -305,14 +385,23 @@ def test_bf16_cached_run_matches_diffusers_bf16(wan):
     the same step by step; the video is compared with diffusers' cached bf16 run."""
     from tests.parity.helpers import bf16_reference
 
-    fam = Family("wan bf16", wan.path, bf16_reference(wan.ref), wan.call, wan.latents.bfloat16().float(),
-                 separate=True, dtype="bfloat16")
+    fam = Family(
+        "wan bf16",
+        wan.path,
+        bf16_reference(wan.ref),
+        wan.call,
+        wan.latents.bfloat16().float(),
+        separate=True,
+        dtype="bfloat16",
+    )
     want, pats = fam.run_ref(RefFBC(threshold=0.03))
     got, stats = fam.run(vidax.FirstBlockCacheConfig(threshold=0.03))
     assert stats.cache.patterns == pats and any("S" in p for p in pats.values()), (stats.cache.patterns, pats)
     value, cache_effect = psnr(got, want), psnr(want, fam.uncached)
-    print(f"bf16 first_block 0.03: {pats}; vidax vs diffusers bf16 {value:.1f} dB; diffusers bf16 cached vs "
-          f"uncached {cache_effect:.1f} dB")
+    print(
+        f"bf16 first_block 0.03: {pats}; vidax vs diffusers bf16 {value:.1f} dB; diffusers bf16 cached vs "
+        f"uncached {cache_effect:.1f} dB"
+    )
     # Two bf16 implementations round in different places (tests.parity.helpers.bf16_reference):
     # measured 63.3 dB, about as far as diffusers' cached bf16 run is from its uncached one
     # (67.2 dB), so the video alone cannot see the cache here; the decisions above can (a ratio
@@ -339,15 +428,36 @@ def test_mesh_and_block_streaming_equal_the_single_device_cached_run(ckpt):
     on every step): every chunk streamed on every step, each with its layers' Taylor factors."""
     from vidax.parallel.offload import OffloadedBlocks
 
-    call = dict(prompt="a red car on a bridge", negative_prompt="blurry", height=48, width=48, num_frames=9,
-                num_inference_steps=STEPS, guidance_scale=4.0, max_sequence_length=16, seed=3, progress=False,
-                output_type="latent")
-    configs = dict(fbc=vidax.FirstBlockCacheConfig(threshold=0.5), mag=vidax.MagCacheConfig(
-        threshold=0.2, max_skip_steps=2, retention_ratio=0.3, num_inference_steps=STEPS,
-        mag_ratios=[1.0, 1.02, 0.97, 1.01, 0.99, 1.0, 1.03, 0.98]),
+    call = dict(
+        prompt="a red car on a bridge",
+        negative_prompt="blurry",
+        height=48,
+        width=48,
+        num_frames=9,
+        num_inference_steps=STEPS,
+        guidance_scale=4.0,
+        max_sequence_length=16,
+        seed=3,
+        progress=False,
+        output_type="latent",
+    )
+    configs = dict(
+        fbc=vidax.FirstBlockCacheConfig(threshold=0.5),
+        mag=vidax.MagCacheConfig(
+            threshold=0.2,
+            max_skip_steps=2,
+            retention_ratio=0.3,
+            num_inference_steps=STEPS,
+            mag_ratios=[1.0, 1.02, 0.97, 1.01, 0.99, 1.0, 1.03, 0.98],
+        ),
         # TaylorSeer on the attention modules (factors carried through the scan, per layer)
-        ts=vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.*attn1"], disable_cache_before_step=1,
-                                       cache_interval=2, taylor_factors_dtype="float32"))
+        ts=vidax.TaylorSeerCacheConfig(
+            cache_identifiers=["^blocks.*attn1"],
+            disable_cache_before_step=1,
+            cache_interval=2,
+            taylor_factors_dtype="float32",
+        ),
+    )
 
     def run(pipe, config):
         pipe.enable_cache(config)
@@ -399,18 +509,34 @@ def test_bad_configs_are_refused_in_one_line(wan):
         (lambda: vidax.TaylorSeerCacheConfig(taylor_factors_dtype="int8"), "taylor_factors_dtype="),
         (lambda: vidax.TaylorSeerCacheConfig(disable_cache_before_step=0), "disable_cache_before_step="),
         (lambda: wan.pipe.enable_cache("first_block"), "config="),
-        (lambda: vidax.MagCacheConfig(mag_ratios=[1.0, -0.5, 1.0]), "MagCacheConfig: mag_ratios= must be a flat list "
-         "of finite numbers >= 0 (ratios of residual norms, one per step); entry 1 is -0.5, below 0"),
-        (lambda: vidax.MagCacheConfig(mag_ratios=[[1.0], [0.5]]), "mag_ratios= must be a flat list of finite numbers "
-         ">= 0 (ratios of residual norms, one per step); entry 0 is [1.0], not a number"),
+        (
+            lambda: vidax.MagCacheConfig(mag_ratios=[1.0, -0.5, 1.0]),
+            "MagCacheConfig: mag_ratios= must be a flat list "
+            "of finite numbers >= 0 (ratios of residual norms, one per step); entry 1 is -0.5, below 0",
+        ),
+        (
+            lambda: vidax.MagCacheConfig(mag_ratios=[[1.0], [0.5]]),
+            "mag_ratios= must be a flat list of finite numbers "
+            ">= 0 (ratios of residual norms, one per step); entry 0 is [1.0], not a number",
+        ),
         (lambda: vidax.MagCacheConfig(mag_ratios=[1.0, True]), "; entry 1 is True, not a number"),
         # TaylorSeer hooks vidax does not place as the reference does.
-        (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^proj_out$", "^patch_embedding$"])),
-         "hooks 'patch_embedding' of WanTransformer3DModel: vidax hooks modules inside the block stacks"),
-        (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.0.ffn"])),
-         "hooks 'blocks.0.ffn' of WanTransformer3DModel (a "),
-        (lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.1", "^blocks.1.attn1"])),
-         "hooks 'blocks.1.attn1' inside 'blocks.1'"),
+        (
+            lambda: wan.pipe.enable_cache(
+                vidax.TaylorSeerCacheConfig(cache_identifiers=["^proj_out$", "^patch_embedding$"])
+            ),
+            "hooks 'patch_embedding' of WanTransformer3DModel: vidax hooks modules inside the block stacks",
+        ),
+        (
+            lambda: wan.pipe.enable_cache(vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.0.ffn"])),
+            "hooks 'blocks.0.ffn' of WanTransformer3DModel (a ",
+        ),
+        (
+            lambda: wan.pipe.enable_cache(
+                vidax.TaylorSeerCacheConfig(cache_identifiers=["^blocks.1", "^blocks.1.attn1"])
+            ),
+            "hooks 'blocks.1.attn1' inside 'blocks.1'",
+        ),
     ]
     for make, name in cases:
         with pytest.raises(InputError) as e:
@@ -423,12 +549,15 @@ def test_bad_configs_are_refused_in_one_line(wan):
     from vidax.models.cosmos.pipeline import CosmosPredictPipeline
     from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline
 
-    for cls, loaded in ((CosmosPredictPipeline, "Cosmos2_5_PredictBasePipeline"),
-                        (HunyuanVideoImageToVideoPipeline, "HunyuanVideoImageToVideoPipeline")):
+    for cls, loaded in (
+        (CosmosPredictPipeline, "Cosmos2_5_PredictBasePipeline"),
+        (HunyuanVideoImageToVideoPipeline, "HunyuanVideoImageToVideoPipeline"),
+    ):
         pipe = object.__new__(cls)
         pipe.checkpoint = SimpleNamespace(pipeline_class_name=loaded)
-        with pytest.raises(InputError, match=f"^config=TaylorSeerCacheConfig: diffusers 0.42.1's {loaded} cannot run "
-                                             "cache hooks"):
+        with pytest.raises(
+            InputError, match=f"^config=TaylorSeerCacheConfig: diffusers 0.42.1's {loaded} cannot run cache hooks"
+        ):
             pipe.enable_cache(vidax.TaylorSeerCacheConfig(use_lite_mode=True))
     # Ratios for another number of steps than the call's.
     wan.pipe.enable_cache(vidax.MagCacheConfig(num_inference_steps=STEPS + 1, mag_ratios=[1.0] * (STEPS + 1)))

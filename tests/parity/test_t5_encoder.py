@@ -28,8 +28,14 @@ from vidax.weights import CheckpointReader, save_safetensors
 from vidax.weights.component import load_component
 
 TINY = dict(
-    vocab_size=101, d_model=40, d_kv=12, num_heads=3, d_ff=56, num_layers=3,
-    relative_attention_num_buckets=8, relative_attention_max_distance=20,
+    vocab_size=101,
+    d_model=40,
+    d_kv=12,
+    num_heads=3,
+    d_ff=56,
+    num_layers=3,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
 )
 MODELS = {"umt5": (UMT5Config, UMT5EncoderModel), "t5": (T5Config, T5EncoderModel)}
 B, L, LENGTHS = 2, 29, (29, 13)
@@ -109,7 +115,7 @@ def test_padding_changes_real_tokens_only_through_mask(saved):
     positions unchanged (and the reference agrees on the padded positions)."""
     kind, model, path, ids, mask, ref = saved
     ids2 = ids.clone()
-    ids2[1, LENGTHS[1]:] = (ids2[1, LENGTHS[1]:] + 7) % TINY["vocab_size"]
+    ids2[1, LENGTHS[1] :] = (ids2[1, LENGTHS[1] :] + 7) % TINY["vocab_size"]
     encoder = load_component("UMT5EncoderModel", path)
     out2 = _run(encoder, ids2, mask)
     n = LENGTHS[1]
@@ -134,9 +140,7 @@ def test_all_padding_row_and_no_mask(saved):
     assert max_rel_err(out_none, ref_none) < FP32_TOL
 
 
-@pytest.mark.parametrize(
-    "kind,proj", [("t5", "relu"), ("t5", "gated-silu"), ("umt5", "gelu"), ("umt5", "gated-relu")]
-)
+@pytest.mark.parametrize("kind,proj", [("t5", "relu"), ("t5", "gated-silu"), ("umt5", "gelu"), ("umt5", "gated-relu")])
 def test_other_feed_forward_variants(tmp_path_factory, kind, proj):
     model, path = _build(tmp_path_factory, kind, seed=21, feed_forward_proj=proj)
     ids, mask = _inputs(seed=4)
@@ -150,7 +154,9 @@ def test_other_feed_forward_variants(tmp_path_factory, kind, proj):
 def test_relative_position_bucket_matches_reference(num_buckets, max_distance):
     rel = np.arange(-4096, 4097)
     ref = T5Attention._relative_position_bucket(
-        torch.from_numpy(rel), bidirectional=True, num_buckets=num_buckets,
+        torch.from_numpy(rel),
+        bidirectional=True,
+        num_buckets=num_buckets,
         max_distance=max_distance,
     ).numpy()
     np.testing.assert_array_equal(relative_position_bucket(rel, num_buckets, max_distance), ref)

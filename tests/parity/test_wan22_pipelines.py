@@ -24,8 +24,15 @@ from tests.parity.wan_reference import (
     reference_outputs,
 )
 
-CALL = dict(prompt=PROMPTS, negative_prompt=NEGATIVES, num_frames=9, num_inference_steps=4,
-            guidance_scale=4.5, guidance_scale_2=2.5, max_sequence_length=16)
+CALL = dict(
+    prompt=PROMPTS,
+    negative_prompt=NEGATIVES,
+    num_frames=9,
+    num_inference_steps=4,
+    guidance_scale=4.5,
+    guidance_scale_2=2.5,
+    max_sequence_length=16,
+)
 LANDSCAPE = dict(height=32, width=48)
 PORTRAIT = dict(height=48, width=32)
 
@@ -51,8 +58,9 @@ def test_a14b_t2v_fp32_matches_diffusers(t2v):
     pipe = vidax.load_pipeline(path, dtype="float32")
     assert type(pipe).__name__ == "WanPipeline" and pipe.transformer_2 is not None
     experts = []
-    out = pipe(latents=latents, progress=False, callback=lambda i, n: experts.append(pipe.experts.active),
-               **LANDSCAPE, **CALL)
+    out = pipe(
+        latents=latents, progress=False, callback=lambda i, n: experts.append(pipe.experts.active), **LANDSCAPE, **CALL
+    )
     assert experts == [0, 0, 1, 1]
     value = psnr(out.frames, frames)
     print(f"A14B T2V fp32 video PSNR vs diffusers: {value:.1f} dB")
@@ -101,14 +109,22 @@ def test_a14b_i2v_last_image_matches_diffusers(i2v):
     latents 26 dB)."""
     path, ref = i2v
     latents, first_only = ref["portrait"]
-    want = reference_outputs(ref["torch"], [("portrait", (48, 32), "latent")], image=random_image(0),
-                             last_image=random_image(2), **CALL)["portrait"][1]
+    want = reference_outputs(
+        ref["torch"], [("portrait", (48, 32), "latent")], image=random_image(0), last_image=random_image(2), **CALL
+    )["portrait"][1]
     scale = float(np.ptp(want))
     # The reference's last latent frame depends on the last image.
     assert psnr(want[:, :, -1], first_only[:, :, -1], scale) < 40.0
     pipe = vidax.load_pipeline(path, dtype="float32")
-    lat = pipe(random_image(0), last_image=np.asarray(random_image(2)), latents=latents, progress=False,
-               output_type="latent", **PORTRAIT, **CALL).frames
+    lat = pipe(
+        random_image(0),
+        last_image=np.asarray(random_image(2)),
+        latents=latents,
+        progress=False,
+        output_type="latent",
+        **PORTRAIT,
+        **CALL,
+    ).frames
     value = psnr(lat, want, scale)
     print(f"A14B I2V last_image fp32 final latents PSNR vs diffusers: {value:.1f} dB")
     assert value >= 60.0 and max_rel_err(lat, want) < 1e-4
@@ -119,8 +135,9 @@ def test_a14b_i2v_bf16_matches_diffusers_bf16(i2v):
     against diffusers fp32 and diffusers bf16 on the same latents."""
     path, ref = i2v
     latents, frames = ref["landscape"]
-    value, bf16 = bf16_psnr(path, frames, latents, "A14B I2V", reference=ref["torch"], image=random_image(0),
-                            **LANDSCAPE, **CALL)
+    value, bf16 = bf16_psnr(
+        path, frames, latents, "A14B I2V", reference=ref["torch"], image=random_image(0), **LANDSCAPE, **CALL
+    )
     # bf16 transformers / text encoder (8-bit mantissa) through 4 steps, fp32 VAE: measured
     # 72 dB; unrelated videos of this model are < 35 dB apart, so 50 dB still catches real bugs.
     # (The text-to-video bf16 path is the same code without the condition channels.)

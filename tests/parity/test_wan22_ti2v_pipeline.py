@@ -25,8 +25,14 @@ from tests.parity.wan_reference import (
 from vidax.errors import InputError
 from vidax.stats import RunStats
 
-CALL = dict(prompt=PROMPTS, negative_prompt=NEGATIVES, num_frames=9, num_inference_steps=4,
-            guidance_scale=4.5, max_sequence_length=16)
+CALL = dict(
+    prompt=PROMPTS,
+    negative_prompt=NEGATIVES,
+    num_frames=9,
+    num_inference_steps=4,
+    guidance_scale=4.5,
+    max_sequence_length=16,
+)
 LANDSCAPE = dict(height=64, width=96)
 PORTRAIT = dict(height=96, width=64)
 
@@ -59,8 +65,11 @@ def test_t2v_fp32_matches_diffusers(reference):
     assert value >= 60.0
     assert psnr(frames[0], frames[1]) < 30.0  # the frames depend on their inputs
     assert np.mean((frames <= 0.0) | (frames >= 1.0)) < 0.05  # and are not clipped
-    with pytest.raises(InputError, match=r"multiples of 32 \(the VAE's 16x spatial compression times the "
-                                         r"transformer's 2x2 patches.*height=48, width=96.*height in \[32, 64\]"):
+    with pytest.raises(
+        InputError,
+        match=r"multiples of 32 \(the VAE's 16x spatial compression times the "
+        r"transformer's 2x2 patches.*height=48, width=96.*height in \[32, 64\]",
+    ):
         pipe(height=48, width=96, **CALL)
 
 
@@ -79,7 +88,8 @@ def test_i2v_fp32_matches_diffusers(reference, caplog):
     both = vidax.load_pipeline(path, dtype="float32")
     assert type(both).__name__ == "WanPipeline"
     np.testing.assert_array_equal(
-        both(image=random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL).frames, out.frames)
+        both(image=random_image(0), latents=latents, progress=False, **LANDSCAPE, **CALL).frames, out.frames
+    )
     with pytest.raises(InputError, match=r"WanPipeline takes no 'strength'; it takes prompt, negative_prompt, image"):
         both(image=random_image(0), strength=0.5, **LANDSCAPE, **CALL)
     # last_image: diffusers' expand_timesteps path conditions only the first latent frame and never
@@ -103,8 +113,17 @@ def test_i2v_fp32_matches_diffusers(reference, caplog):
 def test_i2v_bf16_matches_diffusers_bf16(reference):
     path, ref = reference
     latents, frames = ref["i2v"]
-    value, bf16 = bf16_psnr(path, frames, latents, "TI2V I2V", task="i2v", reference=ref["torch_i2v"],
-                            image=random_image(0), **LANDSCAPE, **CALL)
+    value, bf16 = bf16_psnr(
+        path,
+        frames,
+        latents,
+        "TI2V I2V",
+        task="i2v",
+        reference=ref["torch_i2v"],
+        image=random_image(0),
+        **LANDSCAPE,
+        **CALL,
+    )
     # bf16 transformer / text encoder (8-bit mantissa) through 4 steps, fp32 VAE: measured 65 dB;
     # unrelated videos of this model are < 30 dB apart, so 50 dB still catches real bugs.
     assert value >= 50.0

@@ -120,9 +120,7 @@ def test_patchify_channel_order_brute_force():
     np.testing.assert_array_equal(back, ref_back)
 
 
-@pytest.mark.parametrize(
-    "cin,cout,ft,fs,t", [(6, 12, 2, 2, 4), (6, 12, 2, 2, 1), (6, 6, 1, 2, 3), (8, 8, 1, 1, 2)]
-)
+@pytest.mark.parametrize("cin,cout,ft,fs,t", [(6, 12, 2, 2, 4), (6, 12, 2, 2, 1), (6, 6, 1, 2, 3), (8, 8, 1, 1, 2)])
 def test_avg_down_matches_reference(cin, cout, ft, fs, t):
     x = _latents((2, t, 4, 6, cin), seed=t)
     want = _to_nthwc(ref_wan.AvgDown3D(cin, cout, ft, fs)(torch.from_numpy(_to_ncthw(x))).numpy())
@@ -256,6 +254,7 @@ def test_tiled_decode_matches_reference_tiled(tiny):
     from tests.parity.test_wan_vae import check_tiled_decode
 
     ref, _, vae = tiny
-    tiling = dict(tile_sample_min_height=48, tile_sample_min_width=48, tile_sample_stride_height=32,
-                  tile_sample_stride_width=32)
+    tiling = dict(
+        tile_sample_min_height=48, tile_sample_min_width=48, tile_sample_stride_height=32, tile_sample_stride_width=32
+    )
     check_tiled_decode(ref, vae, _latents((1, 2, 4, 5, 7), seed=40), tiling, seed=40)

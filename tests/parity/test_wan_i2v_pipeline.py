@@ -24,8 +24,14 @@ from tests.parity.wan_reference import (
 from vidax.errors import InputError
 from vidax.io.image import load_image, to_rgb_image, vae_image_preprocess
 
-CALL = dict(prompt=PROMPTS, negative_prompt=NEGATIVES, num_frames=9, num_inference_steps=4,
-            guidance_scale=4.5, max_sequence_length=512)
+CALL = dict(
+    prompt=PROMPTS,
+    negative_prompt=NEGATIVES,
+    num_frames=9,
+    num_inference_steps=4,
+    guidance_scale=4.5,
+    max_sequence_length=512,
+)
 LANDSCAPE = dict(height=32, width=48)
 PORTRAIT = dict(height=48, width=32)
 
@@ -83,8 +89,9 @@ def test_fp32_pipeline_matches_diffusers(reference):
 def test_bf16_pipeline_matches_diffusers_bf16(reference):
     path, ref = reference
     latents, frames = ref["landscape"]
-    value, bf16 = bf16_psnr(path, frames, latents, "Wan2.1 I2V", reference=ref["torch"], image=random_image(0),
-                            **LANDSCAPE, **CALL)
+    value, bf16 = bf16_psnr(
+        path, frames, latents, "Wan2.1 I2V", reference=ref["torch"], image=random_image(0), **LANDSCAPE, **CALL
+    )
     # bf16 transformer / text encoder (8-bit mantissa) through 4 steps; CLIP and VAE in fp32:
     # measured 71 dB. Unrelated videos of this model are < 35 dB apart, so 50 dB still catches
     # real bugs.
@@ -100,8 +107,9 @@ def test_last_image_refused_where_diffusers_fails(reference):
     diffusers does)."""
     path, ref = reference
     with pytest.raises(RuntimeError):  # torch.cat of the (4, ...) image and (2, ...) text contexts
-        ref["torch"](image=random_image(0), last_image=random_image(2), height=32, width=48,
-                     **{**CALL, "num_inference_steps": 1})
+        ref["torch"](
+            image=random_image(0), last_image=random_image(2), height=32, width=48, **{**CALL, "num_inference_steps": 1}
+        )
     pipe = vidax.load_pipeline(path, dtype="float32")
     with pytest.raises(InputError, match=r"^last_image is not taken by .*pos_embed_seq_len.*diffusers") as e:
         pipe(random_image(0), last_image=random_image(2), progress=False, **LANDSCAPE, **CALL)
@@ -111,8 +119,12 @@ def test_last_image_refused_where_diffusers_fails(reference):
     from vidax.stats import RunStats
 
     embeds = np.asarray(pipe.encode_image(random_image(0)))
-    conds = [pipe.condition(pipe.check_call(pipe.info, image=random_image(0), image_embeds=e, **LANDSCAPE, **CALL),
-                            RunStats())["image"] for e in (embeds, embeds[0])]
+    conds = [
+        pipe.condition(
+            pipe.check_call(pipe.info, image=random_image(0), image_embeds=e, **LANDSCAPE, **CALL), RunStats()
+        )["image"]
+        for e in (embeds, embeds[0])
+    ]
     assert conds[0].shape == (2, 17, 18)
     np.testing.assert_array_equal(conds[0], conds[1])
 

@@ -82,7 +82,9 @@ def _inputs(seed, c_in=TINY["in_channels"], l_txt=L_TXT, h=H, w=W):
 def _ref_forward(ref, x, ts, txt, img=None):
     with torch.no_grad():
         out = ref(
-            torch.from_numpy(x), torch.from_numpy(ts), torch.from_numpy(txt),
+            torch.from_numpy(x),
+            torch.from_numpy(ts),
+            torch.from_numpy(txt),
             encoder_hidden_states_image=None if img is None else torch.from_numpy(img),
             return_dict=False,
         )[0]
@@ -93,8 +95,13 @@ _FWD = nnx.jit(lambda m, *a: m(*a))
 
 
 def _run(model, x, ts, txt, img=None):
-    out = _FWD(model, jnp.asarray(x.transpose(0, 2, 3, 4, 1)), jnp.asarray(ts), jnp.asarray(txt),
-             None if img is None else jnp.asarray(img))
+    out = _FWD(
+        model,
+        jnp.asarray(x.transpose(0, 2, 3, 4, 1)),
+        jnp.asarray(ts),
+        jnp.asarray(txt),
+        None if img is None else jnp.asarray(img),
+    )
     return np.asarray(out.astype(jnp.float32))
 
 
@@ -202,10 +209,17 @@ def test_bf16_against_fp32_reference(t2v, residual_dtype):
     err = max_rel_err(got, want)
     with torch.no_grad():
         ref16 = diffusers.WanTransformer3DModel.from_pretrained(path, torch_dtype=torch.bfloat16)
-        theirs = ref16(
-            torch.from_numpy(x).bfloat16(), torch.from_numpy(ts), torch.from_numpy(txt).bfloat16(),
-            return_dict=False,
-        )[0].float().numpy().transpose(0, 2, 3, 4, 1)
+        theirs = (
+            ref16(
+                torch.from_numpy(x).bfloat16(),
+                torch.from_numpy(ts),
+                torch.from_numpy(txt).bfloat16(),
+                return_dict=False,
+            )[0]
+            .float()
+            .numpy()
+            .transpose(0, 2, 3, 4, 1)
+        )
     rms = _rms_rel(got, want)
     rms_theirs = _rms_rel(theirs, want)
     print(
@@ -265,8 +279,9 @@ def test_image_conditioning(tmp_path_factory, variant):
         assert max_rel_err(got_noimg, want) > 1e-3
         # And no image tokens at all equals the reference with 512 text tokens only (its
         # image split is then empty, contributing zeros).
-        np.testing.assert_allclose(got_noimg, _ref_forward(ref, x, ts, txt), rtol=0,
-                                   atol=FP32_TOL * np.abs(got_noimg).max())
+        np.testing.assert_allclose(
+            got_noimg, _ref_forward(ref, x, ts, txt), rtol=0, atol=FP32_TOL * np.abs(got_noimg).max()
+        )
 
 
 def test_patchify_matches_reference_conv_order():

@@ -282,8 +282,9 @@ def check_tiled_decode(ref, vae, z, tiling: dict, seed: int):
 
 
 # 48 x 40 pixels: latent 6 x 5 in tiles of 4 latent pixels every 3 -> 2 x 2 tiles of 4 sizes.
-TILING = dict(tile_sample_min_height=32, tile_sample_min_width=32, tile_sample_stride_height=24,
-              tile_sample_stride_width=24)
+TILING = dict(
+    tile_sample_min_height=32, tile_sample_min_width=32, tile_sample_stride_height=24, tile_sample_stride_width=24
+)
 
 
 def test_tiled_decode_matches_reference_tiled(tiny):
@@ -298,8 +299,15 @@ def test_tiled_decode_device_memory_flat_in_frames(tiny):
     """4x the latent frames: the live device bytes during the decode grow by < 1.3x (chunks go
     to host as they finish; one tile's cache and chunk live at a time)."""
     _, _, vae = tiny
-    check_tiled_decode_memory_flat(vae, wan_vae, "_decode_chunk", vae.decode, _latents((1, 2, 6, 5, 4), seed=31),
-                                   _latents((1, 8, 6, 5, 4), seed=32), TILING)
+    check_tiled_decode_memory_flat(
+        vae,
+        wan_vae,
+        "_decode_chunk",
+        vae.decode,
+        _latents((1, 2, 6, 5, 4), seed=31),
+        _latents((1, 8, 6, 5, 4), seed=32),
+        TILING,
+    )
 
 
 def test_enable_tiling_checks_and_keeps_values(tiny):
@@ -308,12 +316,22 @@ def test_enable_tiling_checks_and_keeps_values(tiny):
     ref, _, vae = tiny
     defaults = {k: v for k, v in dataclasses.asdict(wan_vae.WanTiling()).items() if k != "use_tiling"}
     try:
-        check_tiling_switches(ref, vae, [("enable", defaults), ("enable", dict(tile_sample_min_height=320)), ("disable", {}),
-                                         ("enable", dict(tile_sample_min_width=128, tile_sample_stride_width=96))])
+        check_tiling_switches(
+            ref,
+            vae,
+            [
+                ("enable", defaults),
+                ("enable", dict(tile_sample_min_height=320)),
+                ("disable", {}),
+                ("enable", dict(tile_sample_min_width=128, tile_sample_stride_width=96)),
+            ],
+        )
         before = vae.tiling
         with pytest.raises(InputError, match=r"^tile_sample_stride_width=12 must be a multiple of 8"):
             vae.enable_tiling(tile_sample_stride_width=12)
-        with pytest.raises(InputError, match=r"^tile_sample_stride_height=400 must be at most tile_sample_min_height=320"):
+        with pytest.raises(
+            InputError, match=r"^tile_sample_stride_height=400 must be at most tile_sample_min_height=320"
+        ):
             vae.enable_tiling(tile_sample_stride_height=400)
         with pytest.raises(InputError, match=r"^tile_sample_min_width=0 must be a positive integer"):
             vae.enable_tiling(tile_sample_min_width=0)

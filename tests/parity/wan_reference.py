@@ -16,46 +16,104 @@ from vidax.weights.loader import KeyRules
 
 # Distinct sizes everywhere, so a swapped axis cannot pass unnoticed.
 TRANSFORMER = dict(
-    patch_size=(1, 2, 2), num_attention_heads=3, attention_head_dim=14, in_channels=12,
-    out_channels=12, text_dim=20, freq_dim=10, ffn_dim=44, num_layers=2, cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None,
+    patch_size=(1, 2, 2),
+    num_attention_heads=3,
+    attention_head_dim=14,
+    in_channels=12,
+    out_channels=12,
+    text_dim=20,
+    freq_dim=10,
+    ffn_dim=44,
+    num_layers=2,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    image_dim=None,
+    added_kv_proj_dim=None,
     rope_max_seq_len=1024,
 )
 VAE = dict(
-    base_dim=8, z_dim=12, dim_mult=[1, 2, 2, 2], num_res_blocks=1, attn_scales=[],
-    temperal_downsample=[False, True, True], dropout=0.0,
-    latents_mean=[0.1 * i - 0.5 for i in range(12)], latents_std=[0.5 + 0.15 * i for i in range(12)],
+    base_dim=8,
+    z_dim=12,
+    dim_mult=[1, 2, 2, 2],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[False, True, True],
+    dropout=0.0,
+    latents_mean=[0.1 * i - 0.5 for i in range(12)],
+    latents_std=[0.5 + 0.15 * i for i in range(12)],
 )
 # Wan2.2 TI2V-5B VAE structure (residual blocks, 2x2 patchify, 16x spatial compression) at
 # small distinct widths; z_dim 12 so the same transformer fits.
 VAE22 = dict(
-    base_dim=6, decoder_base_dim=5, z_dim=12, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
-    temperal_downsample=[False, True, True], is_residual=True, patch_size=2, in_channels=12,
-    out_channels=12, scale_factor_temporal=4, scale_factor_spatial=16, dropout=0.0,
-    latents_mean=[0.05 * i - 0.3 for i in range(12)], latents_std=[0.6 + 0.1 * i for i in range(12)],
+    base_dim=6,
+    decoder_base_dim=5,
+    z_dim=12,
+    dim_mult=[1, 2, 4, 4],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[False, True, True],
+    is_residual=True,
+    patch_size=2,
+    in_channels=12,
+    out_channels=12,
+    scale_factor_temporal=4,
+    scale_factor_spatial=16,
+    dropout=0.0,
+    latents_mean=[0.05 * i - 0.3 for i in range(12)],
+    latents_std=[0.6 + 0.1 * i for i in range(12)],
 )
 # Image-to-video transformers take latents + 4 mask channels + image latents.
 I2V_TRANSFORMER = dict(TRANSFORMER, in_channels=2 * 12 + 4)
 # Wan2.1 I2V: CLIP features (width 18) through the image embedder and added k/v projections.
 CLIP_TRANSFORMER = dict(I2V_TRANSFORMER, image_dim=18, added_kv_proj_dim=3 * 14)
-CLIP_VISION = dict(hidden_size=18, intermediate_size=30, num_hidden_layers=3, num_attention_heads=3,
-                   image_size=28, patch_size=7, projection_dim=10, layer_norm_eps=1e-5, hidden_act="gelu")
+CLIP_VISION = dict(
+    hidden_size=18,
+    intermediate_size=30,
+    num_hidden_layers=3,
+    num_attention_heads=3,
+    image_size=28,
+    patch_size=7,
+    projection_dim=10,
+    layer_norm_eps=1e-5,
+    hidden_act="gelu",
+)
 #: CLIP tokens of one image: the patches of the 28 px image and the class token.
 CLIP_TOKENS = (CLIP_VISION["image_size"] // CLIP_VISION["patch_size"]) ** 2 + 1
 # CLIPImageProcessor settings of the Wan2.1 I2V checkpoints, at the tiny encoder's 28 px.
-CLIP_PROCESSOR = dict(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28},
-                      image_mean=[0.48145466, 0.4578275, 0.40821073],
-                      image_std=[0.26862954, 0.26130258, 0.27577711])
+CLIP_PROCESSOR = dict(
+    size={"shortest_edge": 28},
+    crop_size={"height": 28, "width": 28},
+    image_mean=[0.48145466, 0.4578275, 0.40821073],
+    image_std=[0.26862954, 0.26130258, 0.27577711],
+)
 TEXT_ENCODER = dict(
-    vocab_size=256, d_model=20, d_kv=6, d_ff=28, num_layers=2, num_heads=3,
-    relative_attention_num_buckets=8, relative_attention_max_distance=20, feed_forward_proj="gated-gelu",
-    layer_norm_epsilon=1e-6, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    vocab_size=256,
+    d_model=20,
+    d_kv=6,
+    d_ff=28,
+    num_layers=2,
+    num_heads=3,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+    feed_forward_proj="gated-gelu",
+    layer_norm_epsilon=1e-6,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
 )
 
 
-def build_reference_wan_pipeline(path: str, seed: int = 0, *, image_to_video: bool = False,
-                                 boundary_ratio: float | None = None, clip: bool = False,
-                                 ti2v: bool = False, flf2v: bool = False):
+def build_reference_wan_pipeline(
+    path: str,
+    seed: int = 0,
+    *,
+    image_to_video: bool = False,
+    boundary_ratio: float | None = None,
+    clip: bool = False,
+    ti2v: bool = False,
+    flf2v: bool = False,
+):
     """Save a tiny random diffusers Wan pipeline to ``path``; return the torch pipeline.
 
     Args:
@@ -106,8 +164,7 @@ def build_reference_wan_pipeline(path: str, seed: int = 0, *, image_to_video: bo
         # conditioning image visibly steers the video and the parity tests can see it.
         randomize_torch_module(vae.encoder, seed=seed + 5, scale=0.1, gain=1.5)
     scheduler = UniPCMultistepScheduler.from_config({k: v for k, v in SCHEDULER.items() if not k.startswith("_")})
-    parts = dict(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler,
-                 transformer=transformer)
+    parts = dict(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler, transformer=transformer)
     if ti2v:
         parts["expand_timesteps"] = True
     if boundary_ratio is not None:
@@ -140,8 +197,9 @@ def _stub_ftfy() -> None:
         pipeline_wan_i2v.ftfy = types.SimpleNamespace(fix_text=lambda text: text)
 
 
-def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, image_to_video: bool = False,
-                           ti2v: bool = False, seed: int = 0) -> str:
+def write_tiny_wan_variant(
+    path: str, *, boundary_ratio: float | None = None, image_to_video: bool = False, ti2v: bool = False, seed: int = 0
+) -> str:
     """The embedded tiny random Wan2.1 T2V checkpoint (written by vidax, no torch) turned into
     Wan2.2 A14B (``boundary_ratio``: a ``transformer_2`` with other random weights), an
     image-to-video checkpoint (``WanImageToVideoPipeline``, 2 * 16 + 4 input channels, no image
@@ -174,21 +232,30 @@ def write_tiny_wan_variant(path: str, *, boundary_ratio: float | None = None, im
         os.makedirs(os.path.join(path, name), exist_ok=True)
         with open(os.path.join(path, name, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
-        save_safetensors(export_state_dict(module, transformer_key_rules(cfg)),
-                         os.path.join(path, name, "diffusion_pytorch_model.safetensors"))
+        save_safetensors(
+            export_state_dict(module, transformer_key_rules(cfg)),
+            os.path.join(path, name, "diffusion_pytorch_model.safetensors"),
+        )
     if ti2v:
         from vidax.models.wan.config import WanVAEConfig
         from vidax.models.wan.vae import WanVAE
 
         index["expand_timesteps"] = True
-        vae_config = {**VAE22, "z_dim": 16, "base_dim": 8, "decoder_base_dim": 8,
-                      "latents_mean": [0.0] * 16, "latents_std": [1.0] * 16}
+        vae_config = {
+            **VAE22,
+            "z_dim": 16,
+            "base_dim": 8,
+            "decoder_base_dim": 8,
+            "latents_mean": [0.0] * 16,
+            "latents_std": [1.0] * 16,
+        }
         vcfg = WanVAEConfig.from_config_dict(vae_config)
         vae = random_module(lambda: WanVAE(vcfg, rngs=nnx.Rngs(0)), rng)
         with open(os.path.join(path, "vae", "config.json"), "w") as f:
             json.dump({"_class_name": "AutoencoderKLWan", **vae_config}, f, indent=2)
-        save_safetensors(export_state_dict(vae, KeyRules()),
-                         os.path.join(path, "vae", "diffusion_pytorch_model.safetensors"))
+        save_safetensors(
+            export_state_dict(vae, KeyRules()), os.path.join(path, "vae", "diffusion_pytorch_model.safetensors")
+        )
     with open(os.path.join(path, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
     return path
@@ -227,8 +294,7 @@ def reference_outputs(pipe, runs, scale: int = 8, **call) -> dict:
     with torch.no_grad():
         for name, (height, width), output_type in runs:
             latents = initial_noise(height, width, scale)
-            result = pipe(latents=latents.clone(), output_type=output_type, height=height, width=width,
-                          **call).frames
+            result = pipe(latents=latents.clone(), output_type=output_type, height=height, width=width, **call).frames
             result = result.float().numpy() if output_type == "latent" else np.asarray(result)
             out[name] = (latents.numpy(), result)
     return out
@@ -246,8 +312,9 @@ def reference_outputs(pipe, runs, scale: int = 8, **call) -> dict:
 WAN_BF16_MIN_PSNR = 58.0
 
 
-def bf16_psnr(path: str, frames, latents, label: str, task: str | None = None, reference=None,
-              **call) -> tuple[float, float | None]:
+def bf16_psnr(
+    path: str, frames, latents, label: str, task: str | None = None, reference=None, **call
+) -> tuple[float, float | None]:
     """PSNRs (dB) of the vidax bf16 pipeline at ``path`` against the fp32 reference ``frames``
     and, given the torch pipeline ``reference``, against it run in bf16 on the same ``latents``
     (:func:`tests.parity.helpers.bf16_reference`: transformers and UMT5 in bf16 with the
@@ -271,6 +338,8 @@ def bf16_psnr(path: str, frames, latents, label: str, task: str | None = None, r
     with torch.no_grad():
         want16 = np.asarray(ref16(latents=torch.from_numpy(np.asarray(latents)), output_type="np", **call).frames)
     bf16 = psnr(got, want16)
-    print(f"{label} bf16 video PSNR vs diffusers bf16: {bf16:.1f} dB (diffusers bf16 vs fp32: "
-          f"{psnr(want16, frames):.1f} dB)")
+    print(
+        f"{label} bf16 video PSNR vs diffusers bf16: {bf16:.1f} dB (diffusers bf16 vs fp32: "
+        f"{psnr(want16, frames):.1f} dB)"
+    )
     return value, bf16

@@ -19,17 +19,39 @@ _PKG = "tests.toy_family"
 
 FAMILY = Family(
     name="toy",
-    pipelines=(PipelineSpec("ToyVideoPipeline", "tests.toy_family.pipeline:ToyVideoPipeline"),
-               PipelineSpec("ToySoundPipeline", "tests.toy_family.pipeline:ToySoundPipeline")),
+    pipelines=(
+        PipelineSpec("ToyVideoPipeline", "tests.toy_family.pipeline:ToyVideoPipeline"),
+        PipelineSpec("ToySoundPipeline", "tests.toy_family.pipeline:ToySoundPipeline"),
+    ),
     components=(
-        family_component(_PKG, "transformer", "ToyTransformer3DModel", "transformer:ToyTransformer3DModel", "ToyConfig",
-                         block_stacks=("blocks", "single_blocks"),
-                         key_configs=("num_layers", "num_single_layers", "dim", "in_channels")),
-        family_component(_PKG, "transformer", "ToySoundTransformer3DModel", "sound_transformer:ToySoundTransformer3DModel",
-                         "ToySoundConfig", block_stacks=("blocks",), key_configs=("num_layers", "dim")),
-        family_component(_PKG, "audio_decoder", "ToyAudioVAE", "audio:ToyAudioVAE", "ToyAudioVAEConfig",
-                         key_configs=("latent_channels", "mel_bins")),
-        family_component(_PKG, "vocoder", "ToyVocoder", "audio:ToyVocoder", "ToyVocoderConfig",
-                         key_configs=("output_sampling_rate",)),
+        family_component(
+            _PKG,
+            "transformer",
+            "ToyTransformer3DModel",
+            "transformer:ToyTransformer3DModel",
+            "ToyConfig",
+            block_stacks=("blocks", "single_blocks"),
+            key_configs=("num_layers", "num_single_layers", "dim", "in_channels"),
+        ),
+        family_component(
+            _PKG,
+            "transformer",
+            "ToySoundTransformer3DModel",
+            "sound_transformer:ToySoundTransformer3DModel",
+            "ToySoundConfig",
+            block_stacks=("blocks",),
+            key_configs=("num_layers", "dim"),
+        ),
+        family_component(
+            _PKG,
+            "audio_decoder",
+            "ToyAudioVAE",
+            "audio:ToyAudioVAE",
+            "ToyAudioVAEConfig",
+            key_configs=("latent_channels", "mel_bins"),
+        ),
+        family_component(
+            _PKG, "vocoder", "ToyVocoder", "audio:ToyVocoder", "ToyVocoderConfig", key_configs=("output_sampling_rate",)
+        ),
     ),
 )

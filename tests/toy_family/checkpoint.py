@@ -39,8 +39,10 @@ def write_toy_checkpoint(root, cache: str, pipeline: str, components: dict[str, 
         cfg = spec.config_class().from_config_dict(config)
         model = random_module(lambda: spec.model_class()(cfg, rngs=nnx.Rngs(0)), np.random.default_rng(i + 1))
         state = export_state_dict(model, spec.rules(cfg))
-        save_safetensors({k: np.asarray(v, np.float32) for k, v in state.items()},
-                         os.path.join(folder, "diffusion_pytorch_model.safetensors"))
+        save_safetensors(
+            {k: np.asarray(v, np.float32) for k, v in state.items()},
+            os.path.join(folder, "diffusion_pytorch_model.safetensors"),
+        )
     with open(os.path.join(root, "model_index.json"), "w") as f:
         json.dump(index, f)
     return str(root)

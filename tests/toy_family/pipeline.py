@@ -26,8 +26,7 @@ class ToyInfo(CheckpointInfo):
 class ToyVideoPipeline(VideoPipeline):
     #: The toy's own call keyword: declared here only, it is checked with the shared keywords and
     #: offered by ``vidax generate`` as ``--toy-repeat``.
-    call_options = (CallOption("toy_repeat", int, "Show each decoded frame this many times (toy family).", "1",
-                               low=1),)
+    call_options = (CallOption("toy_repeat", int, "Show each decoded frame this many times (toy family).", "1", low=1),)
 
     @classmethod
     def transformer_config(cls, checkpoint):
@@ -38,18 +37,32 @@ class ToyVideoPipeline(VideoPipeline):
         cfg = cls.transformer_config(checkpoint)
         vae = checkpoint.typed_config("vae", WanVAEConfig)
         s = vae.spatial_compression
-        return ToyInfo(checkpoint=checkpoint, tasks=("t2v",), variant=f"Toy T2V: {cfg.num_layers} layers",
-                       defaults=CallDefaults(32, 48, 5, 3, 4.0, 16, 8).for_checkpoint(checkpoint),
-                       transformers=("transformer",), size_multiple=(s, s), size_reason=f"the VAE's {s}x",
-                       transformer_config=cfg, vae_config=vae)
+        return ToyInfo(
+            checkpoint=checkpoint,
+            tasks=("t2v",),
+            variant=f"Toy T2V: {cfg.num_layers} layers",
+            defaults=CallDefaults(32, 48, 5, 3, 4.0, 16, 8).for_checkpoint(checkpoint),
+            transformers=("transformer",),
+            size_multiple=(s, s),
+            size_reason=f"the VAE's {s}x",
+            transformer_config=cfg,
+            vae_config=vae,
+        )
 
     @classmethod
     def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
-        return dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
-                    scheduler=cls.load_component(info, "scheduler"),
-                    **cls.load_weighted(info, dict(text_encoder=dict(dtype=dtype, mesh=mesh, staging=staging),
-                                                   transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
-                                                   vae=dict(dtype=jnp.float32, staging=staging))))
+        return dict(
+            tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
+            scheduler=cls.load_component(info, "scheduler"),
+            **cls.load_weighted(
+                info,
+                dict(
+                    text_encoder=dict(dtype=dtype, mesh=mesh, staging=staging),
+                    transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
+                    vae=dict(dtype=jnp.float32, staging=staging),
+                ),
+            ),
+        )
 
     def encode_text(self, texts, max_sequence_length, truncation=None):
         tokens = self.tokenizer(texts, max_sequence_length, truncation=truncation)
@@ -86,9 +99,11 @@ class ToySoundPipeline(ToyVideoPipeline):
     @classmethod
     def read_checkpoint(cls, checkpoint):
         info = super().read_checkpoint(checkpoint)
-        return ToySoundInfo(**{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
-                            audio_vae_config=checkpoint.typed_config("audio_vae", ToyAudioVAEConfig),
-                            vocoder_config=checkpoint.typed_config("vocoder", ToyVocoderConfig))
+        return ToySoundInfo(
+            **{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
+            audio_vae_config=checkpoint.typed_config("audio_vae", ToyAudioVAEConfig),
+            vocoder_config=checkpoint.typed_config("vocoder", ToyVocoderConfig),
+        )
 
     @classmethod
     def transformer_config(cls, checkpoint):
@@ -101,14 +116,18 @@ class ToySoundPipeline(ToyVideoPipeline):
         a, v = info.audio_vae_config, info.vocoder_config
         seconds = call.num_frames / info.defaults.fps
         length = math.ceil(seconds * v.output_sampling_rate / (v.hop_length * a.temporal_compression))
-        return {**super().latent_shapes(info, call),
-                "audio_latents": (call.batch, a.latent_channels, length, a.latent_mel_bins)}
+        return {
+            **super().latent_shapes(info, call),
+            "audio_latents": (call.batch, a.latent_channels, length, a.latent_mel_bins),
+        }
 
     @classmethod
     def load_components(cls, info, *, dtype, mesh, offload, staging, **options):
         sound = dict(dtype=jnp.float32, staging=staging)
-        return {**super().load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging),
-                **cls.load_weighted(info, dict(audio_vae=sound, vocoder=sound))}
+        return {
+            **super().load_components(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging),
+            **cls.load_weighted(info, dict(audio_vae=sound, vocoder=sound)),
+        }
 
     def model_args(self, latents, state, inputs, do_cfg):
         video, audio = latents["latents"], latents["audio_latents"]
@@ -119,6 +138,8 @@ class ToySoundPipeline(ToyVideoPipeline):
     def scheduler_update(self, state, pred, latents, inputs):
         audio = latents["audio_latents"]
         b, c, length, m = audio.shape
-        pred = {"latents": pred["latents"].reshape(latents["latents"].shape),
-                "audio_latents": jnp.transpose(pred["audio_latents"].reshape(b, length, c, m), (0, 2, 1, 3))}
+        pred = {
+            "latents": pred["latents"].reshape(latents["latents"].shape),
+            "audio_latents": jnp.transpose(pred["audio_latents"].reshape(b, length, c, m), (0, 2, 1, 3)),
+        }
         return VideoPipeline.scheduler_update(self, state, pred, latents, inputs)

@@ -18,8 +18,14 @@ from vidax.nn.stack import stacked
 class ToySoundBlock(nnx.Module):
     def __init__(self, cfg: ToySoundConfig, attention: str, rngs: nnx.Rngs, mesh=None):
         heads = cfg.num_attention_heads
-        self.attn = Attention(AttentionConfig(cfg.dim, heads, cfg.dim // heads, added="joint"), attention,
-                              jnp.float32, jnp.float32, rngs, mesh)
+        self.attn = Attention(
+            AttentionConfig(cfg.dim, heads, cfg.dim // heads, added="joint"),
+            attention,
+            jnp.float32,
+            jnp.float32,
+            rngs,
+            mesh,
+        )
         self.fc1 = linear(cfg.dim, 2 * cfg.dim, jnp.float32, jnp.float32, rngs)
         self.fc2 = linear(2 * cfg.dim, cfg.dim, jnp.float32, jnp.float32, rngs)
         self.audio_fc1 = linear(cfg.dim, 2 * cfg.dim, jnp.float32, jnp.float32, rngs)
@@ -29,8 +35,10 @@ class ToySoundBlock(nnx.Module):
         video, audio = streams
         dv, da = self.attn((video + inputs.cond, audio + inputs.cond))
         video, audio = video + dv, audio + da
-        return (video + self.fc2(jax.nn.gelu(self.fc1(video))),
-                audio + self.audio_fc2(jax.nn.gelu(self.audio_fc1(audio))))
+        return (
+            video + self.fc2(jax.nn.gelu(self.fc1(video))),
+            audio + self.audio_fc2(jax.nn.gelu(self.audio_fc1(audio))),
+        )
 
 
 @block_inputs
@@ -56,8 +64,10 @@ class ToySoundTransformer3DModel(DiffusionTransformer):
         b = video.shape[0]
         cond = self.text(context.mean(axis=1)) + timestep_sinusoid(timestep.reshape(b), self.config.dim)
         audio_tokens = jnp.transpose(audio, (0, 2, 1, 3)).reshape(b, audio.shape[2], -1)  # (B, L, C·M)
-        streams = (self.stream(self.proj_in(video.reshape(b, -1, video.shape[-1]))),
-                   self.stream(self.audio_proj_in(audio_tokens)))
+        streams = (
+            self.stream(self.proj_in(video.reshape(b, -1, video.shape[-1]))),
+            self.stream(self.audio_proj_in(audio_tokens)),
+        )
         return streams, ToySoundInputs(cond[:, None])
 
     def head(self, streams, inputs):

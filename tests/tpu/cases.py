@@ -21,8 +21,15 @@ from typing import Any
 import numpy as np
 
 #: The call of the feature cases on the embedded tiny Wan checkpoint.
-WAN_CALL = dict(prompt="a red car at night", height=32, width=48, num_frames=5, num_inference_steps=3, seed=0,
-                max_sequence_length=16)
+WAN_CALL = dict(
+    prompt="a red car at night",
+    height=32,
+    width=48,
+    num_frames=5,
+    num_inference_steps=3,
+    seed=0,
+    max_sequence_length=16,
+)
 #: Feature cases: the load keywords and what is done to the pipeline before the call.
 FEATURES = ("wan_streamed", "wan_mesh", "wan_lora", "wan_first_block_cache", "wan_int8")
 
@@ -53,8 +60,13 @@ def load_case(name: str, lane_dir: str, dtype: str = "float32", **load: Any):
 
     if name in FEATURES:
         path, call, attrs = tiny_wan(lane_dir), dict(WAN_CALL), {}
-        load.update({"wan_streamed": dict(offload=OffloadConfig(chunk=1)), "wan_mesh": dict(mesh=(1, 1, 1)),
-                     "wan_int8": dict(weight_dtype="int8")}.get(name, {}))
+        load.update(
+            {
+                "wan_streamed": dict(offload=OffloadConfig(chunk=1)),
+                "wan_mesh": dict(mesh=(1, 1, 1)),
+                "wan_int8": dict(weight_dtype="int8"),
+            }.get(name, {})
+        )
     else:
         with open(os.path.join(lane_dir, "manifest.json")) as f:
             entry = json.load(f)[name]
@@ -71,8 +83,9 @@ def load_case(name: str, lane_dir: str, dtype: str = "float32", **load: Any):
     return pipe, call
 
 
-def run_case(name: str, lane_dir: str, dtype: str = "float32", output_type: str = "np",
-             **load: Any) -> dict[str, np.ndarray]:
+def run_case(
+    name: str, lane_dir: str, dtype: str = "float32", output_type: str = "np", **load: Any
+) -> dict[str, np.ndarray]:
     """Case ``name``'s outputs: ``frames`` float32 (B, F, H, W, 3) in [0, 1] and, for a model
     that makes sound, ``audio`` float32 (B, channels, samples) (their final latents with
     ``output_type="latent"``)."""

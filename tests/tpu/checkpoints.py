@@ -28,8 +28,15 @@ def _wan(path, scratch, boundary_ratio=None):
 
     build_reference_wan_pipeline(path, boundary_ratio=boundary_ratio)
     shutil.rmtree(os.path.join(path, "_tok"))
-    call = dict(prompt="a red car walking over the sea", negative_prompt="blue sky", height=32, width=48,
-                num_frames=9, guidance_scale=4.5, max_sequence_length=16)
+    call = dict(
+        prompt="a red car walking over the sea",
+        negative_prompt="blue sky",
+        height=32,
+        width=48,
+        num_frames=9,
+        guidance_scale=4.5,
+        max_sequence_length=16,
+    )
     return call if boundary_ratio is None else dict(call, guidance_scale_2=2.5), {}
 
 
@@ -46,8 +53,15 @@ def _ltx(path, scratch):
 
     build_reference_ltx_pipeline(path)
     shutil.rmtree(os.path.join(path, "_tok"))
-    return dict(prompt="a red fox in the snow", negative_prompt="blurry", height=32, width=64, num_frames=9,
-                guidance_scale=3.0, max_sequence_length=16), {}
+    return dict(
+        prompt="a red fox in the snow",
+        negative_prompt="blurry",
+        height=32,
+        width=64,
+        num_frames=9,
+        guidance_scale=3.0,
+        max_sequence_length=16,
+    ), {}
 
 
 def _ltx2(path, scratch):
@@ -73,8 +87,9 @@ def _hunyuan15(path, scratch):
     from tests.parity.test_hunyuan15_pipeline import CALL, GLYPH_PROMPT, NEGATIVE, TEXT_LEN, build_reference
 
     _, crop = build_reference(path, scratch)
-    call = dict(prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, max_sequence_length=TEXT_LEN,
-                **CALL)
+    call = dict(
+        prompt=GLYPH_PROMPT, negative_prompt=NEGATIVE, height=32, width=48, max_sequence_length=TEXT_LEN, **CALL
+    )
     return call, {"crop_start": crop}
 
 
@@ -145,8 +160,9 @@ def store_bfloat16(root: str) -> None:
         for name in files:
             if name.endswith(".safetensors"):
                 path = os.path.join(folder, name)
-                tensors = {k: v.astype(ml_dtypes.bfloat16) if v.dtype == np.float32 else v
-                           for k, v in load_file(path).items()}
+                tensors = {
+                    k: v.astype(ml_dtypes.bfloat16) if v.dtype == np.float32 else v for k, v in load_file(path).items()
+                }
                 save_file(tensors, path, metadata={"format": "pt"})
 
 

@@ -35,12 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.tpu.cases import CASES, MODEL_LINES, run_case
+
 pytestmark = [
     pytest.mark.tpu,
     pytest.mark.skipif(jax.default_backend() != "tpu", reason="the TPU lane runs on a TPU (make test-tpu)"),
 ]
-
-from tests.tpu.cases import CASES, MODEL_LINES, run_case
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_DB = 80.0
@@ -61,8 +61,9 @@ def lane_dir(tmp_path_factory) -> str:
     given = os.environ.get("VIDAX_TPU_LANE")
     if given:
         if not os.path.isfile(os.path.join(given, "manifest.json")):
-            pytest.fail(f"VIDAX_TPU_LANE={given}: no manifest.json there; build it with "
-                        f"python -m tests.tpu.checkpoints {given}")
+            pytest.fail(
+                f"VIDAX_TPU_LANE={given}: no manifest.json there; build it with python -m tests.tpu.checkpoints {given}"
+            )
         return given
     from tests.tpu.checkpoints import build_all  # needs torch and diffusers (the test extras)
 
@@ -79,8 +80,14 @@ class _CpuRuns:
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
         env.update(JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([ROOT] + sys.path))
         self.out = out
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.tpu.cases", lane_dir, out, *names], cwd=ROOT,
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.tpu.cases", lane_dir, out, *names],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def folder(self) -> str:
         _, err = self.proc.communicate()
@@ -153,8 +160,8 @@ def test_model_line_in_bfloat16_is_finite(case, lane_dir):
 def test_streamed_and_mesh_runs_equal_the_resident_one_on_the_tpu(lane_dir):
     """Blocks streamed from pinned_host and the (1, 1, 1) mesh compute what the resident,
     mesh-free pipeline computes on the TPU (the same programs but for the block loop's split)."""
-    from tests.tpu.cases import WAN_CALL, tiny_wan, run_case
     import vidax
+    from tests.tpu.cases import WAN_CALL, run_case, tiny_wan
 
     plain = vidax.load_pipeline(tiny_wan(lane_dir), progress=False)(**WAN_CALL, progress=False).frames
     for name in ("wan_streamed", "wan_mesh"):

@@ -148,19 +148,27 @@ class AttentionConfig:
     first_key_norm_for_second: bool = False
 
     def __post_init__(self):
-        for name, value, valid in (("qk_norm", self.qk_norm, QK_NORMS), ("rope", self.rope, ROPE_LAYOUTS),
-                                   ("added", self.added, ADDED), ("out", self.out, OUTS),
-                                   ("context_tokens", self.context_tokens, CONTEXT_TOKENS)):
+        for name, value, valid in (
+            ("qk_norm", self.qk_norm, QK_NORMS),
+            ("rope", self.rope, ROPE_LAYOUTS),
+            ("added", self.added, ADDED),
+            ("out", self.out, OUTS),
+            ("context_tokens", self.context_tokens, CONTEXT_TOKENS),
+        ):
             if value not in valid:
                 raise InputError(f"AttentionConfig: {name}={value!r} is not known; valid: {list(valid)}.")
         if self.heads % self.n_kv:
             raise InputError(f"AttentionConfig: heads={self.heads} must divide by kv_heads={self.kv_heads}.")
         if self.rope_full_width and self.qk_norm not in (None, "rms"):
-            raise InputError("AttentionConfig: rope_full_width rotates before the head split; it needs "
-                             f"qk_norm None or 'rms', got {self.qk_norm!r}.")
+            raise InputError(
+                "AttentionConfig: rope_full_width rotates before the head split; it needs "
+                f"qk_norm None or 'rms', got {self.qk_norm!r}."
+            )
         if self.first_key_norm_for_second and (self.added != "joint" or self.qk_norm != "rms_head"):
-            raise InputError("AttentionConfig: first_key_norm_for_second needs added='joint' and qk_norm='rms_head'; "
-                             f"got added={self.added!r}, qk_norm={self.qk_norm!r}.")
+            raise InputError(
+                "AttentionConfig: first_key_norm_for_second needs added='joint' and qk_norm='rms_head'; "
+                f"got added={self.added!r}, qk_norm={self.qk_norm!r}."
+            )
 
     @property
     def n_kv(self) -> int:
@@ -277,8 +285,11 @@ class Attention(nnx.Module):
             b, l, w = y.shape
             chunks = rope[0].shape[-2] if rope[0].ndim == 4 else heads
             lead = rope[0].shape[:-3] if rope[0].ndim == 4 else rope[0].shape[:-2]
-            y = apply_rope(y.reshape(b, l * chunks, 1, w // chunks),
-                           *(r.reshape(*lead, l * chunks, -1) for r in rope), layout="rotate_half").reshape(b, l, w)
+            y = apply_rope(
+                y.reshape(b, l * chunks, 1, w // chunks),
+                *(r.reshape(*lead, l * chunks, -1) for r in rope),
+                layout="rotate_half",
+            ).reshape(b, l, w)
         y = y.reshape(*y.shape[:2], heads, c.head_dim)
         if norm is not None and c.qk_norm in ("layer_head", "layer_head_plain"):
             y = norm(y, y.dtype)
@@ -297,7 +308,9 @@ class Attention(nnx.Module):
             nq, nk = self.norm_added_q, self.norm_added_k
         use_rope = c.rope is not None
         q = self._project(q_proj, nq, x, "seq", c.heads, rope if use_rope else None)
-        k = self._project(k_proj, nk, kv, kv_axis, c.n_kv, (rope if key_rope is None else key_rope) if use_rope else None)
+        k = self._project(
+            k_proj, nk, kv, kv_axis, c.n_kv, (rope if key_rope is None else key_rope) if use_rope else None
+        )
         v = self._project(v_proj, None, kv, kv_axis, c.n_kv, None)
         return q, k, v
 
@@ -312,8 +325,9 @@ class Attention(nnx.Module):
             return neighbourhood_attention(q, k, v, *mask.neighbourhood)
         if causal or mask.window is not None or mask.bias is not None:
             if self.mesh is not None:
-                raise InputError("Attention: causal, windowed and dense-bias masks run on a single device only "
-                                 "(mesh=None).")
+                raise InputError(
+                    "Attention: causal, windowed and dense-bias masks run on a single device only (mesh=None)."
+                )
             seg = mask.segment_ids
             if seg is None and own_tokens and mask.valid_length is not None and mask.valid_length < k.shape[1]:
                 seg = SegmentIds.for_padding(q.shape[0], q.shape[1], k.shape[1], mask.valid_length, mask.valid_length)
@@ -324,15 +338,25 @@ class Attention(nnx.Module):
                 i = jnp.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])
                 window = jnp.where(jnp.abs(i - jnp.arange(k.shape[1])[None]) <= mask.window, 0.0, -jnp.inf)[None, None]
                 bias = window if bias is None else bias + window
-            return dot_product_attention(q, k, v, implementation=self.attention, segment_ids=seg, causal=causal,
-                                         bias=bias)
+            return dot_product_attention(
+                q, k, v, implementation=self.attention, segment_ids=seg, causal=causal, bias=bias
+            )
         if not own_tokens and self.config.context_tokens == "seq" and self.mesh is not None and mask.kv_mask is None:
             return ulysses_attention(q, k, v, self.mesh, implementation=self.attention)
         if own_tokens:
-            return mesh_attention(q, k, v, self.mesh, self_attention=True, valid_length=mask.valid_length,
-                                  segment_ids=mask.segment_ids, implementation=self.attention)
-        return mesh_attention(q, k, v, self.mesh, self_attention=False, kv_mask=mask.kv_mask,
-                              implementation=self.attention)
+            return mesh_attention(
+                q,
+                k,
+                v,
+                self.mesh,
+                self_attention=True,
+                valid_length=mask.valid_length,
+                segment_ids=mask.segment_ids,
+                implementation=self.attention,
+            )
+        return mesh_attention(
+            q, k, v, self.mesh, self_attention=False, kv_mask=mask.kv_mask, implementation=self.attention
+        )
 
     def _out(self, out, x, layer):
         """Gate, merge heads, output projection (``layer``; None: none)."""
@@ -349,8 +373,18 @@ class Attention(nnx.Module):
             return self.to_add_out
         return self.to_out[0] if self.config.out == "list" else self.to_out
 
-    def __call__(self, x, context=None, *, rope=None, key_rope=None, added_rope=None,
-                 mask: AttentionMask | None = None, image=None, perturb=None):
+    def __call__(
+        self,
+        x,
+        context=None,
+        *,
+        rope=None,
+        key_rope=None,
+        added_rope=None,
+        mask: AttentionMask | None = None,
+        image=None,
+        perturb=None,
+    ):
         """One attention.
 
         Args:
@@ -391,7 +425,9 @@ class Attention(nnx.Module):
         out = self._attend(q, k, v, own_tokens=own, mask=mask)
         if perturb is not None:
             if not own or self.config.n_kv != self.config.heads:
-                raise InputError("Attention: perturb= mixes a self-attention's output with its values (kv_heads = heads).")
+                raise InputError(
+                    "Attention: perturb= mixes a self-attention's output with its values (kv_heads = heads)."
+                )
             out = _lerp(v, out, perturb)
         if image is not None and self.config.added == "image_kv":
             k_img = self._project(self.add_k_proj, self.norm_added_k, image, "text_seq", self.config.n_kv, None)
@@ -410,12 +446,29 @@ class Attention(nnx.Module):
             if c.rope is not None and rope is not None:
                 q1, k1, k1_for_2 = (apply_rope(t, *rope, layout=c.rope) for t in (q1, k1, k1_for_2))
         if mask.first_stream_causal:
-            if (mask.valid_length is not None or mask.segment_ids is not None or mask.causal or mask.window is not None
-                    or mask.bias is not None):
-                raise InputError("Attention: first_stream_causal combines with kv_mask only (the second stream's "
-                                 "key mask); got other masks too.")
-            o1, o2 = two_pathway_attention(q1, k1, v1, q2, k2, v2, self.mesh, k1_for_2=k1_for_2,
-                                           kv_mask=mask.kv_mask, implementation=self.attention)
+            if (
+                mask.valid_length is not None
+                or mask.segment_ids is not None
+                or mask.causal
+                or mask.window is not None
+                or mask.bias is not None
+            ):
+                raise InputError(
+                    "Attention: first_stream_causal combines with kv_mask only (the second stream's "
+                    "key mask); got other masks too."
+                )
+            o1, o2 = two_pathway_attention(
+                q1,
+                k1,
+                v1,
+                q2,
+                k2,
+                v2,
+                self.mesh,
+                k1_for_2=k1_for_2,
+                kv_mask=mask.kv_mask,
+                implementation=self.attention,
+            )
         else:
             cat = (jnp.concatenate(p, axis=1) for p in ((q1, q2), (k1, k2), (v1, v2)))
             out = self._attend(*cat, own_tokens=True, mask=mask)

@@ -78,9 +78,21 @@ class AdaLayerNorm(nnx.Module):
         mesh: given, the modulation (small; its layer is split by output column) is gathered on it.
     """
 
-    def __init__(self, emb_dim: int, dim: int, chunks: int, *, dtype, param_dtype, rngs: nnx.Rngs,
-                 norm_eps: float | None = None, norm_affine: bool = False, lora_dim: int | None = None,
-                 bias: bool = True, mesh=None):
+    def __init__(
+        self,
+        emb_dim: int,
+        dim: int,
+        chunks: int,
+        *,
+        dtype,
+        param_dtype,
+        rngs: nnx.Rngs,
+        norm_eps: float | None = None,
+        norm_affine: bool = False,
+        lora_dim: int | None = None,
+        bias: bool = True,
+        mesh=None,
+    ):
         self.chunks = chunks
         self.dtype = dtype
         self.mesh = mesh

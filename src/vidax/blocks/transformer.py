@@ -123,8 +123,15 @@ class DiffusionTransformer(nnx.Module):
         """One layer of a stack over the streams ``x``; the streams in the residual dtype."""
         return block(x, inputs)
 
-    def run_blocks(self, x: Any, inputs: Any, blocks: nnx.Module | None = None, stack: str | None = None,
-                   layers: tuple[int, int] | None = None, hooks: dict | None = None) -> Any:
+    def run_blocks(
+        self,
+        x: Any,
+        inputs: Any,
+        blocks: nnx.Module | None = None,
+        stack: str | None = None,
+        layers: tuple[int, int] | None = None,
+        hooks: dict | None = None,
+    ) -> Any:
         """The block stacks in order over the streams ``x`` (a ``(B, L', D)`` array or a tuple of
         them), one scan per stack, each layer's streams constrained to ``(batch, seq, embed)``.
 
@@ -173,8 +180,9 @@ class DiffusionTransformer(nnx.Module):
                 x = scan_layers(layer_stack, x, body, **span)
                 continue
             state, hook = hooks[attr]
-            x, new_states[attr] = scan_layers(layer_stack, x, lambda b, h, e, hook=hook: hook(b, h, e, body),
-                                              per_layer=state, **span)
+            x, new_states[attr] = scan_layers(
+                layer_stack, x, lambda b, h, e, hook=hook: hook(b, h, e, body), per_layer=state, **span
+            )
         return x if hooks is None else (x, {**{a: hooks[a][0] for a in hooks}, **new_states})
 
     def num_blocks(self) -> int:
@@ -188,8 +196,15 @@ class DiffusionTransformer(nnx.Module):
         family whose first stream holds other rows overrides it."""
         return 0, inputs.n_tok
 
-    def check_latents(self, x: jax.Array, channels: int, patch: tuple[int, int, int], note: str = "",
-                      patch_name: str = "patch_size", hint: str = "") -> tuple[int, int, int]:
+    def check_latents(
+        self,
+        x: jax.Array,
+        channels: int,
+        patch: tuple[int, int, int],
+        note: str = "",
+        patch_name: str = "patch_size",
+        hint: str = "",
+    ) -> tuple[int, int, int]:
         """Raise unless ``hidden_states`` ``x`` is ``(B, T, H, W, channels)`` channels-last with
         ``(T, H, W)`` divisible by ``patch`` ``(p_t, p_h, p_w)``; returns the token grid
         ``(T/p_t, H/p_h, W/p_w)``. ``note`` ends the channel message, ``patch_name`` names the

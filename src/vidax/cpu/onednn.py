@@ -63,7 +63,8 @@ import site
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -161,8 +162,22 @@ def _build(lib_dir: str, stale: str | None = None) -> str:
             raise RuntimeError(f"no C++ compiler ({os.environ.get('CXX', 'g++')!r} not found) to build it")
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
         os.close(fd)
-        cmd = [cxx, *words[1:], "-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-I", jax.ffi.include_dir(), SOURCE,
-               "-o", tmp, lib, f"-Wl,-rpath,{os.path.dirname(lib)}"]
+        cmd = [
+            cxx,
+            *words[1:],
+            "-O2",
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-w",
+            "-I",
+            jax.ffi.include_dir(),
+            SOURCE,
+            "-o",
+            tmp,
+            lib,
+            f"-Wl,-rpath,{os.path.dirname(lib)}",
+        ]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
@@ -206,8 +221,12 @@ def load() -> str | None:
         except (OSError, RuntimeError, SetupError, subprocess.SubprocessError) as e:
             why = str(e)
     if _would_use():
-        log.warning("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used (slower for bfloat16 here; "
-                    "%s=xla chooses it and silences this line)", why, ENV)
+        log.warning(
+            "vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used (slower for bfloat16 here; "
+            "%s=xla chooses it and silences this line)",
+            why,
+            ENV,
+        )
     else:
         log.info("vidax: oneDNN CPU matmul unavailable: %s; XLA's dot is used", why)
     return why
@@ -228,8 +247,11 @@ def describe(dtype: Any, kept: Sequence[str] = ()) -> str | None:
     if choice == "xla":
         return f"XLA's dot ({ENV}=xla)"
     if not _would_use():
-        why = (f"{jax.device_count()} CPU devices" if jax.device_count() > 1
-               else "this CPU has neither AMX-BF16 nor AVX512-BF16")
+        why = (
+            f"{jax.device_count()} CPU devices"
+            if jax.device_count() > 1
+            else "this CPU has neither AMX-BF16 nor AVX512-BF16"
+        )
         return f"XLA's dot ({ENV}=auto: {why})"
     why = load()
     if why is not None:
@@ -260,7 +282,7 @@ def enabled(dtype: Any) -> bool:
     return available()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _matmul(out_dtype: Any, transposed: bool = False) -> Callable[..., jax.Array]:
     """The custom call ``(x, w, index, bias) -> y`` (see ``onednn_matmul.cc``) with a result of
     ``out_dtype``, batched under ``vmap``: a mapped axis of ``x`` alone is one more leading (row)
@@ -299,12 +321,16 @@ def _batched_by_map(fn: Callable[..., jax.Array], rows_first: bool) -> Callable[
     return call
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _batched(out_shape: tuple, out_dtype: Any, dims: tuple, strides: tuple) -> Callable[..., jax.Array]:
     """The batched custom call ``(a, b) -> y`` (``onednn_matmul.cc``: ``y = a @ b`` over (B, H)
     through the given element strides), batched under ``vmap`` by running it once per element."""
-    attrs = {"dims": np.asarray(dims, np.int64), "a_strides": np.asarray(strides[0], np.int64),
-             "b_strides": np.asarray(strides[1], np.int64), "y_strides": np.asarray(strides[2], np.int64)}
+    attrs = {
+        "dims": np.asarray(dims, np.int64),
+        "a_strides": np.asarray(strides[0], np.int64),
+        "b_strides": np.asarray(strides[1], np.int64),
+        "y_strides": np.asarray(strides[2], np.int64),
+    }
 
     def call(a, b):
         return jax.ffi.ffi_call(BATCHED_TARGET, jax.ShapeDtypeStruct(out_shape, out_dtype))(a, b, **attrs)
@@ -340,8 +366,14 @@ def onednn_dot(x: jax.Array, w: jax.Array) -> jax.Array:
     return _matmul(jnp.dtype(jnp.float32))(x, w, jnp.zeros((), jnp.int32), jnp.zeros((0,), jnp.float32))
 
 
-def onednn_linear(x: jax.Array, w: jax.Array, bias: jax.Array | None, out_dtype: Any,
-                  index: jax.Array | None = None, transposed: bool = False) -> jax.Array:
+def onednn_linear(
+    x: jax.Array,
+    w: jax.Array,
+    bias: jax.Array | None,
+    out_dtype: Any,
+    index: jax.Array | None = None,
+    transposed: bool = False,
+) -> jax.Array:
     """oneDNN's ``x (..., K) @ w + bias`` -> ``(..., N)`` in ``out_dtype`` (float32 or
     bfloat16): the products summed in float32, ``bias`` (N,) added in float32 and the sum rounded
     once. ``w`` is (K, N), or a stack (L, K, N) read in place at layer ``index`` (int32 scalar);
@@ -426,10 +458,13 @@ def to_kernel_layout(a: jax.Array) -> jax.Array | None:
     return jax.device_put(a, Format(Layout(major_to_minor=KERNEL_LAYOUT), a.sharding))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _swap_into_kernel_layout(sharding: jax.sharding.Sharding) -> Callable[[jax.Array], jax.Array]:
-    return jax.jit(lambda a: jnp.swapaxes(a, 1, 2), donate_argnums=0,
-                   out_shardings=Format(Layout(major_to_minor=KERNEL_LAYOUT), sharding))
+    return jax.jit(
+        lambda a: jnp.swapaxes(a, 1, 2),
+        donate_argnums=0,
+        out_shardings=Format(Layout(major_to_minor=KERNEL_LAYOUT), sharding),
+    )
 
 
 def from_torch_layout(a: jax.Array) -> jax.Array:
@@ -439,8 +474,9 @@ def from_torch_layout(a: jax.Array) -> jax.Array:
     return _swap_into_kernel_layout(a.sharding)(a)
 
 
-def linear(x: jax.Array, w: jax.Array | StackedKernel, bias: jax.Array | None, dtype: Any,
-           precision: Any = None) -> jax.Array:
+def linear(
+    x: jax.Array, w: jax.Array | StackedKernel, bias: jax.Array | None, dtype: Any, precision: Any = None
+) -> jax.Array:
     """``x (..., K) @ w (K, N) + bias (N,)`` in ``dtype`` (bfloat16 / float16 on CPU): the
     products summed in float32, the bias added in float32, the sum rounded once (torch's CPU
     bf16 linear). oneDNN (bias and rounding inside the call) where :func:`enabled` for
@@ -452,8 +488,9 @@ def linear(x: jax.Array, w: jax.Array | StackedKernel, bias: jax.Array | None, d
             return onednn_linear(x, w.stack, bias, dtype, w.index, w.transposed)
         return onednn_linear(x, w.astype(dtype), bias, dtype)
     w = w.layer() if isinstance(w, StackedKernel) else w
-    y = jax.lax.dot_general(x, w.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())), precision=precision,
-                            preferred_element_type=jnp.float32)
+    y = jax.lax.dot_general(
+        x, w.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
+    )
     return (y if bias is None else y + bias.astype(jnp.float32)).astype(dtype)
 
 
@@ -462,5 +499,6 @@ def dot_f32(x: jax.Array, w: jax.Array, precision: Any = None) -> jax.Array:
     where :func:`enabled` for their dtype, else XLA's dot (``precision`` is passed to it)."""
     if w.ndim == 2 and x.ndim >= 1 and x.dtype == w.dtype and x.shape[-1] > 0 and enabled(x.dtype):
         return onednn_dot(x, w)
-    return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=precision,
-                               preferred_element_type=jnp.float32)
+    return jax.lax.dot_general(
+        x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
+    )

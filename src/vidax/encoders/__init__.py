@@ -20,57 +20,129 @@ _LM_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_
 FAMILY = Family(
     name="encoders",
     components=tuple(
-        ComponentSpec(name, "text_encoder", config=_T5 + "T5EncoderConfig", model=_T5 + "T5Encoder",
-                      key_rules=_T5 + "t5_key_rules", param_axes=_T5 + "T5_PARAM_AXES", key_configs=_T5_KEYS)
+        ComponentSpec(
+            name,
+            "text_encoder",
+            config=_T5 + "T5EncoderConfig",
+            model=_T5 + "T5Encoder",
+            key_rules=_T5 + "t5_key_rules",
+            param_axes=_T5 + "T5_PARAM_AXES",
+            key_configs=_T5_KEYS,
+        )
         for name in ("UMT5EncoderModel", "T5EncoderModel")
-    ) + (
-        ComponentSpec("CLIPVisionModel", "image_encoder", config=_CLIP + "CLIPVisionConfig",
-                      model=_CLIP + "CLIPVisionEncoder", key_rules=_CLIP + "clip_vision_key_rules",
-                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size",
-                                   "patch_size")),
-        ComponentSpec("CLIPTextModel", "text_encoder", config=_CLIP + "CLIPTextConfig",
-                      model=_CLIP + "CLIPTextEncoder", key_rules=_CLIP + "clip_text_key_rules",
-                      param_axes=_CLIP + "CLIP_PARAM_AXES",
-                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
-                                   "max_position_embeddings", "eos_token_id")),
+    )
+    + (
+        ComponentSpec(
+            "CLIPVisionModel",
+            "image_encoder",
+            config=_CLIP + "CLIPVisionConfig",
+            model=_CLIP + "CLIPVisionEncoder",
+            key_rules=_CLIP + "clip_vision_key_rules",
+            key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size"),
+        ),
+        ComponentSpec(
+            "CLIPTextModel",
+            "text_encoder",
+            config=_CLIP + "CLIPTextConfig",
+            model=_CLIP + "CLIPTextEncoder",
+            key_rules=_CLIP + "clip_text_key_rules",
+            param_axes=_CLIP + "CLIP_PARAM_AXES",
+            key_configs=(
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "vocab_size",
+                "max_position_embeddings",
+                "eos_token_id",
+            ),
+        ),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
         # HunyuanVideo 1.5's image_encoder (FLUX.1-Redux-dev's so400m tower) and its processor.
-        ComponentSpec("SiglipVisionModel", "image_encoder", config=_SIGLIP + "SiglipVisionConfig",
-                      model=_SIGLIP + "SiglipVisionEncoder", key_rules=_SIGLIP + "siglip_vision_key_rules",
-                      param_axes=_SIGLIP + "SIGLIP_PARAM_AXES",
-                      key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size",
-                                   "patch_size")),
+        ComponentSpec(
+            "SiglipVisionModel",
+            "image_encoder",
+            config=_SIGLIP + "SiglipVisionConfig",
+            model=_SIGLIP + "SiglipVisionEncoder",
+            key_rules=_SIGLIP + "siglip_vision_key_rules",
+            param_axes=_SIGLIP + "SIGLIP_PARAM_AXES",
+            key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size"),
+        ),
         ComponentSpec("SiglipImageProcessor", "image_processor"),
         # Decoder-only LMs run as text encoders (hidden states, no LM head).
-        ComponentSpec("LlamaModel", "text_encoder", config=_LM + "LlamaTextConfig", model=_LM + "DecoderLM",
-                      key_rules=_LM + "decoder_lm_key_rules", param_axes=_LM + "DECODER_LM_PARAM_AXES",
-                      key_configs=_LM_KEYS),
+        ComponentSpec(
+            "LlamaModel",
+            "text_encoder",
+            config=_LM + "LlamaTextConfig",
+            model=_LM + "DecoderLM",
+            key_rules=_LM + "decoder_lm_key_rules",
+            param_axes=_LM + "DECODER_LM_PARAM_AXES",
+            key_configs=_LM_KEYS,
+        ),
         # The whole LLaVA (HunyuanVideo-I2V's text_encoder): its Llama language model and its
         # vision tower + projector, two plans of the one loader on the one folder.
-        ComponentSpec("LlavaForConditionalGeneration", "text_encoder", config=_LLAVA + "LlavaTextEncoderConfig",
-                      model=_LLAVA + "LlavaTextEncoder", loader=_LLAVA + "load_llava_text_encoder",
-                      param_axes=_LLAVA + "LLAVA_TEXT_PARAM_AXES",
-                      key_configs=("image_token_index", "vision_feature_layer", "vision_feature_select_strategy")),
+        ComponentSpec(
+            "LlavaForConditionalGeneration",
+            "text_encoder",
+            config=_LLAVA + "LlavaTextEncoderConfig",
+            model=_LLAVA + "LlavaTextEncoder",
+            loader=_LLAVA + "load_llava_text_encoder",
+            param_axes=_LLAVA + "LLAVA_TEXT_PARAM_AXES",
+            key_configs=("image_token_index", "vision_feature_layer", "vision_feature_select_strategy"),
+        ),
         # Its text tower only (the vision tower's tensors are declared unused by the key rules).
-        ComponentSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", config=_LM + "Qwen25VLTextConfig",
-                      model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
-                      param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        ComponentSpec(
+            "Qwen2_5_VLForConditionalGeneration",
+            "text_encoder",
+            config=_LM + "Qwen25VLTextConfig",
+            model=_LM + "DecoderLM",
+            key_rules=_LM + "decoder_lm_key_rules",
+            param_axes=_LM + "DECODER_LM_PARAM_AXES",
+            key_configs=_LM_KEYS,
+        ),
         # HunyuanVideo 1.5's text_encoder: the text tower saved on its own.
-        ComponentSpec("Qwen2_5_VLTextModel", "text_encoder", config=_LM + "Qwen25VLTextConfig",
-                      model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
-                      param_axes=_LM + "DECODER_LM_PARAM_AXES", key_configs=_LM_KEYS),
+        ComponentSpec(
+            "Qwen2_5_VLTextModel",
+            "text_encoder",
+            config=_LM + "Qwen25VLTextConfig",
+            model=_LM + "DecoderLM",
+            key_rules=_LM + "decoder_lm_key_rules",
+            param_axes=_LM + "DECODER_LM_PARAM_AXES",
+            key_configs=_LM_KEYS,
+        ),
         # LTX-2's Gemma 3: its language model only (vision tower and projector declared unused).
-        ComponentSpec("Gemma3ForConditionalGeneration", "text_encoder", config=_GEMMA3 + "Gemma3TextConfig",
-                      model=_LM + "DecoderLM", key_rules=_LM + "decoder_lm_key_rules",
-                      param_axes=_LM + "DECODER_LM_PARAM_AXES",
-                      key_configs=_LM_KEYS),
+        ComponentSpec(
+            "Gemma3ForConditionalGeneration",
+            "text_encoder",
+            config=_GEMMA3 + "Gemma3TextConfig",
+            model=_LM + "DecoderLM",
+            key_rules=_LM + "decoder_lm_key_rules",
+            param_axes=_LM + "DECODER_LM_PARAM_AXES",
+            key_configs=_LM_KEYS,
+        ),
         # LTX-2.5's Gemma 4 (unified): its language model only (the image / audio embedders unused).
-        ComponentSpec("Gemma4UnifiedForConditionalGeneration", "text_encoder",
-                      config=_GEMMA4 + "Gemma4TextConfig", model=_GEMMA4 + "Gemma4TextEncoder",
-                      key_rules=_GEMMA4 + "gemma4_key_rules", param_axes=_GEMMA4 + "GEMMA4_PARAM_AXES",
-                      key_configs=_LM_KEYS),
-    ) + tuple(ComponentSpec(name, "tokenizer")
-              for name in ("T5TokenizerFast", "T5Tokenizer", "CLIPTokenizer", "CLIPTokenizerFast",
-                           "LlamaTokenizerFast", "GemmaTokenizerFast", "GemmaTokenizer",
-                           "Qwen2Tokenizer", "Qwen2TokenizerFast", "ByT5Tokenizer")),
+        ComponentSpec(
+            "Gemma4UnifiedForConditionalGeneration",
+            "text_encoder",
+            config=_GEMMA4 + "Gemma4TextConfig",
+            model=_GEMMA4 + "Gemma4TextEncoder",
+            key_rules=_GEMMA4 + "gemma4_key_rules",
+            param_axes=_GEMMA4 + "GEMMA4_PARAM_AXES",
+            key_configs=_LM_KEYS,
+        ),
+    )
+    + tuple(
+        ComponentSpec(name, "tokenizer")
+        for name in (
+            "T5TokenizerFast",
+            "T5Tokenizer",
+            "CLIPTokenizer",
+            "CLIPTokenizerFast",
+            "LlamaTokenizerFast",
+            "GemmaTokenizerFast",
+            "GemmaTokenizer",
+            "Qwen2Tokenizer",
+            "Qwen2TokenizerFast",
+            "ByT5Tokenizer",
+        )
+    ),
 )

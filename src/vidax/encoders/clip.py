@@ -44,8 +44,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -56,8 +57,8 @@ from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import dot_product_attention
 from vidax.nn.inputs import compute_dtype
-from vidax.nn.layers import Linear
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
+from vidax.nn.layers import Linear
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
@@ -150,8 +151,7 @@ class _CLIPTowerConfig(ConfigBase):
             sub = config.get(cls._SUB_CONFIG)
             if not isinstance(sub, Mapping):
                 raise ConfigError(
-                    f"{source}: a CLIPConfig (model_type 'clip') needs a {cls._SUB_CONFIG!r} dict; "
-                    f"got {sub!r}"
+                    f"{source}: a CLIPConfig (model_type 'clip') needs a {cls._SUB_CONFIG!r} dict; got {sub!r}"
                 )
             return super().from_config_dict(sub, source=f"{source} ({cls._SUB_CONFIG})")
         return super().from_config_dict(config, source=source)
@@ -317,9 +317,7 @@ class CLIPVisionEmbeddings(nnx.Module):
             strides=(cfg.patch_size, cfg.patch_size), padding="VALID", use_bias=False,
             dtype=dtype, param_dtype=param_dtype, rngs=rngs,
         )  # fmt: skip
-        self.position_embedding = nnx.Embed(
-            cfg.num_patches + 1, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-        )
+        self.position_embedding = nnx.Embed(cfg.num_patches + 1, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, pixel_values: jax.Array) -> jax.Array:
         """(B, H, W, C) -> (B, 1 + P, D) float32 (P patches in row-major order, as torch)."""
@@ -481,9 +479,7 @@ class CLIPVisionEncoder(nnx.Module):
         cfg = self.config
         x = checked_pixel_values(pixel_values, cfg, "clip_preprocess")
         n = cfg.num_hidden_layers
-        if not isinstance(output_layer, int) or isinstance(output_layer, bool) or not (
-            -(n + 1) <= output_layer <= n
-        ):
+        if not isinstance(output_layer, int) or isinstance(output_layer, bool) or not (-(n + 1) <= output_layer <= n):
             raise InputError(
                 f"output_layer={output_layer!r} must be an int in [{-(n + 1)}, {n}] (an index "
                 f"into the {n + 1} hidden states: embeddings, then {n} blocks)."
@@ -565,8 +561,7 @@ class CLIPTextEncoder(nnx.Module):
         ids = jnp.asarray(input_ids)
         if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer) or ids.shape[1] < 1:
             raise InputError(
-                f"input_ids must be a (B, L) integer array with L >= 1; got shape {ids.shape}, "
-                f"dtype {ids.dtype}."
+                f"input_ids must be a (B, L) integer array with L >= 1; got shape {ids.shape}, dtype {ids.dtype}."
             )
         if ids.shape[1] > cfg.max_position_embeddings:
             raise InputError(
@@ -578,9 +573,7 @@ class CLIPTextEncoder(nnx.Module):
         if attention_mask is not None:
             mask = jnp.asarray(attention_mask)
             if mask.shape != ids.shape:
-                raise InputError(
-                    f"attention_mask must have the shape of input_ids {ids.shape}; got {mask.shape}."
-                )
+                raise InputError(f"attention_mask must have the shape of input_ids {ids.shape}; got {mask.shape}.")
             # (B, 1, 1, L) key padding broadcast over the queries: dense but L <= 77.
             keys = jnp.where(mask != 0, 0.0, -jnp.inf).astype(jnp.float32)[:, None, None, :]
             bias = jnp.broadcast_to(keys, (ids.shape[0], 1, ids.shape[1], ids.shape[1]))
@@ -656,9 +649,7 @@ def tower_key_rules(keys: Any, prefix: str, top_level: tuple[str, ...]) -> KeyRu
     return KeyRules(stacked=("encoder.layers",), renames=renames)
 
 
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _clip_text_fn(graphdef, use_mask: bool):
     """The jitted ``(params, ids, mask) -> (hidden, pooled)`` of one text-tower structure;
     parameters are an argument (no closure holds them), so equal structures share it."""
@@ -720,18 +711,20 @@ def _size_dict(value: Any, key: str, shortest_ok: bool) -> dict[str, int]:
         keys = {k for k, v in value.items() if v is not None}
         if keys == {"height", "width"} or (shortest_ok and keys == {"shortest_edge"}):
             return {k: int(value[k]) for k in keys}
-    valid = "{'shortest_edge': n}, {'height': h, 'width': w} or an int" if shortest_ok else (
-        "{'height': h, 'width': w} or an int"
+    valid = (
+        "{'shortest_edge': n}, {'height': h, 'width': w} or an int"
+        if shortest_ok
+        else ("{'height': h, 'width': w} or an int")
     )
     raise ConfigError(f"preprocessor config: {key}={value!r} is not supported; use {valid}.")
 
 
-def _preprocess_settings(config: Mapping[str, Any], defaults: Mapping[str, Any] = _PREPROCESS_DEFAULTS,
-                         what: str = "clip_preprocess") -> dict[str, Any]:
+def _preprocess_settings(
+    config: Mapping[str, Any], defaults: Mapping[str, Any] = _PREPROCESS_DEFAULTS, what: str = "clip_preprocess"
+) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise InputError(
-            f"preprocessor_config must be a dict (the parsed preprocessor_config.json); got "
-            f"{type(config).__name__}"
+            f"preprocessor_config must be a dict (the parsed preprocessor_config.json); got {type(config).__name__}"
         )
     s = dict(defaults)
     for key, value in config.items():
@@ -785,15 +778,13 @@ def _to_uint8_for_pil(image: np.ndarray) -> tuple[np.ndarray, bool]:
         if np.all(image >= 0) and np.all(image <= 255):
             return image.astype(np.uint8), False
         raise InputError(
-            f"image values outside [0, 255] cannot be resized as uint8: range "
-            f"[{image.min()}, {image.max()}]"
+            f"image values outside [0, 255] cannot be resized as uint8: range [{image.min()}, {image.max()}]"
         )
     if np.all(image >= 0) and np.all(image <= 1):
         # rescale(image, 255) (float64 product stored as float32), then a truncating cast.
         return (image.astype(np.float64) * 255).astype(np.float32).astype(np.uint8), True
     raise InputError(
-        f"float image values must be in [0, 1] or integers in [0, 255]; got range "
-        f"[{image.min()}, {image.max()}]"
+        f"float image values must be in [0, 1] or integers in [0, 255]; got range [{image.min()}, {image.max()}]"
     )
 
 

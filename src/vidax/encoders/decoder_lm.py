@@ -69,8 +69,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -81,9 +82,9 @@ from vidax.config import ConfigBase
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.inputs import compute_dtype
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import TextRope, apply_rope, rope_inv_freq
-from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.stack import scan_layers, stacked
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
@@ -142,18 +143,35 @@ class AttentionKind:
 
 
 #: Keys of a transformers config.json that do not change a text encoder's hidden states.
-_META = frozenset({
-    "architectures", "dtype", "torch_dtype", "transformers_version", "model_type",
-    "pad_token_id", "bos_token_id", "eos_token_id", "use_cache", "output_attentions",
-    "output_hidden_states", "return_dict", "id2label", "label2id", "problem_type",
-    "tokenizer_class", "chunk_size_feed_forward",
-    # training only (dropout is off at inference; init is overwritten by the checkpoint)
-    "initializer_range", "attention_dropout", "gradient_checkpointing",
-    # the LM head is not run (hidden states only), tied or not
-    "tie_word_embeddings",
-    # default RoPE does not depend on the context length it was trained for
-    "max_position_embeddings",
-})
+_META = frozenset(
+    {
+        "architectures",
+        "dtype",
+        "torch_dtype",
+        "transformers_version",
+        "model_type",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "tokenizer_class",
+        "chunk_size_feed_forward",
+        # training only (dropout is off at inference; init is overwritten by the checkpoint)
+        "initializer_range",
+        "attention_dropout",
+        "gradient_checkpointing",
+        # the LM head is not run (hidden states only), tied or not
+        "tie_word_embeddings",
+        # default RoPE does not depend on the context length it was trained for
+        "max_position_embeddings",
+    }
+)
 
 
 # ----------------------------------------------------------------------------- config
@@ -173,8 +191,9 @@ def _pop_rope(raw: dict[str, Any], source: str, mrope: bool = False) -> dict[str
     ``"default"``, as transformers' ``Qwen2_5_VLTextConfig`` does. The rest is checked by
     :meth:`vidax.nn.rope.TextRope.from_config_dict`, which refuses RoPE scaling types.
     """
-    rope_keys = {k: raw.pop(k) for k in ("rope_scaling", "rope_parameters", "rope_theta",
-                                         "partial_rotary_factor") if k in raw}
+    rope_keys = {
+        k: raw.pop(k) for k in ("rope_scaling", "rope_parameters", "rope_theta", "partial_rotary_factor") if k in raw
+    }
     out: dict[str, Any] = {}
     for key in ("rope_scaling", "rope_parameters"):
         params = rope_keys.get(key)
@@ -193,7 +212,9 @@ def _pop_rope(raw: dict[str, Any], source: str, mrope: bool = False) -> dict[str
     except ConfigError as e:
         raise ConfigError(f"{source}: {str(e).removeprefix('config.json: ')}") from None
     given = "rope_theta" in rope_keys or any(
-        isinstance(rope_keys.get(k), Mapping) and "rope_theta" in rope_keys[k] for k in ("rope_scaling", "rope_parameters"))
+        isinstance(rope_keys.get(k), Mapping) and "rope_theta" in rope_keys[k]
+        for k in ("rope_scaling", "rope_parameters")
+    )
     if given:  # else the config class's default (the reference's: Llama 1e4, Qwen2.5-VL 1e6)
         out["rope_theta"] = rope.theta
     return out
@@ -243,13 +264,24 @@ class DecoderLMConfig(ConfigBase):
     def __post_init__(self):
         if self.num_key_value_heads is None:
             object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
-        if self.head_dim is None and isinstance(self.hidden_size, int) and isinstance(self.num_attention_heads, int) \
-                and self.num_attention_heads > 0:
+        if (
+            self.head_dim is None
+            and isinstance(self.hidden_size, int)
+            and isinstance(self.num_attention_heads, int)
+            and self.num_attention_heads > 0
+        ):
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
     def validate(self, source: str) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+        ):
             _positive_int(source, name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
@@ -387,10 +419,15 @@ class Qwen25VLTextConfig(DecoderLMConfig):
 
     IGNORED: ClassVar[frozenset[str]] = _META | {
         # used by the reference only when use_sliding_window is true (refused below)
-        "sliding_window", "max_window_layers",
+        "sliding_window",
+        "max_window_layers",
         # multimodal settings of the outer config: the vision tower is not run (text only)
-        "vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
-        "vision_end_token_id", "vision_token_id",
+        "vision_config",
+        "image_token_id",
+        "video_token_id",
+        "vision_start_token_id",
+        "vision_end_token_id",
+        "vision_token_id",
     }
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"use_sliding_window": (False, None)}
     LAYOUTS: ClassVar[Mapping[str, tuple[str, ...]]] = {
@@ -424,8 +461,7 @@ class Qwen25VLTextConfig(DecoderLMConfig):
             unknown = sorted(k for k in outer if not k.startswith("_") and k not in cls.IGNORED)
             if unknown:
                 raise ConfigError(
-                    f"{source}: unknown top-level settings {unknown} beside text_config for "
-                    f"{cls.__name__}."
+                    f"{source}: unknown top-level settings {unknown} beside text_config for {cls.__name__}."
                 )
             raw = dict(text)
             source = f"{source} (text_config)"
@@ -437,8 +473,9 @@ class Qwen25VLTextConfig(DecoderLMConfig):
         raw.pop("model_type", None)
         hidden, heads = raw.get("hidden_size", cls.hidden_size), raw.get("num_attention_heads", cls.num_attention_heads)
         head_dim = raw.pop("head_dim", None)
-        if head_dim is not None and (not isinstance(hidden, int) or not isinstance(heads, int)
-                                     or head_dim != hidden // heads):
+        if head_dim is not None and (
+            not isinstance(hidden, int) or not isinstance(heads, int) or head_dim != hidden // heads
+        ):
             raise ConfigError(
                 f"{source}: head_dim={head_dim!r} differs from hidden_size // num_attention_heads "
                 f"= {hidden!r} // {heads!r}; Qwen2.5-VL's attention always uses the latter and its "
@@ -481,12 +518,18 @@ class Qwen25VLTextConfig(DecoderLMConfig):
 # ----------------------------------------------------------------------------- modules
 
 
-def _rms_norm(cfg: "DecoderLMConfig", dtype: Any, param_dtype: Any, dim: int | None = None) -> RMSNorm:
+def _rms_norm(cfg: DecoderLMConfig, dtype: Any, param_dtype: Any, dim: int | None = None) -> RMSNorm:
     """``LlamaRMSNorm`` / ``Qwen2RMSNorm`` (fp32 statistics, rounded to ``dtype``, then times the
     weight: ``weight * x̂.to(dtype)``, as T5's) or ``Gemma3RMSNorm`` (``(x̂ · (1 + w)).to(dtype)``,
     all in fp32), over ``dim`` (default the hidden size)."""
-    return RMSNorm(cfg.hidden_size if dim is None else dim, cfg.rms_norm_eps, weight=cfg.norm_weight, dtype=dtype,
-                   weight_after_cast=cfg.norm_weight_after_cast, param_dtype=param_dtype)
+    return RMSNorm(
+        cfg.hidden_size if dim is None else dim,
+        cfg.rms_norm_eps,
+        weight=cfg.norm_weight,
+        dtype=dtype,
+        weight_after_cast=cfg.norm_weight_after_cast,
+        param_dtype=param_dtype,
+    )
 
 
 class DecoderAttention(nnx.Module):
@@ -526,8 +569,9 @@ class DecoderAttention(nnx.Module):
         q = apply_rope(q, cos, sin, layout="rotate_half")
         key = apply_rope(key, cos, sin, layout="rotate_half")
         v = self.v_proj(x).reshape(b, length, nkv, k)
-        out = dot_product_attention(q, key, v, causal=True, segment_ids=segment_ids, bias=bias, scale=self.scale,
-                                    implementation=self.attention)
+        out = dot_product_attention(
+            q, key, v, causal=True, segment_ids=segment_ids, bias=bias, scale=self.scale, implementation=self.attention
+        )
         return self.o_proj(out.reshape(b, length, n * k))
 
 
@@ -587,13 +631,18 @@ class _Positions:
     windowed: bool = dataclasses.field(metadata=dict(static=True))
 
     @classmethod
-    def build(cls, config: DecoderLMConfig, length: int, segments: SegmentIds | None) -> "_Positions":
+    def build(cls, config: DecoderLMConfig, length: int, segments: SegmentIds | None) -> _Positions:
         kinds = config.attention_kinds
         tables = [kind.tables(length, config.head_dim) for kind in kinds]
         windows = [length if kind.window is None else kind.window for kind in kinds]
-        return cls(jnp.stack([c for c, _ in tables]), jnp.stack([s for _, s in tables]),
-                   jnp.asarray(windows, jnp.int32), jnp.asarray(config.layer_kinds, jnp.int32), segments,
-                   any(kind.window is not None for kind in kinds))
+        return cls(
+            jnp.stack([c for c, _ in tables]),
+            jnp.stack([s for _, s in tables]),
+            jnp.asarray(windows, jnp.int32),
+            jnp.asarray(config.layer_kinds, jnp.int32),
+            segments,
+            any(kind.window is not None for kind in kinds),
+        )
 
     def of_layer(self, i: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
         """(cos, sin, bias) of layer ``i`` (traced): bias (1, 1, L, L) f32, 0 where ``q - k <
@@ -608,8 +657,15 @@ class _Positions:
         return self.cos[kind], self.sin[kind], bias
 
 
-def init_decoder(module: nnx.Module, config: Any, what: str, dtype: Any, param_dtype: Any, rngs: nnx.Rngs | None,
-                 layers: Callable[[dict], dict]) -> None:
+def init_decoder(
+    module: nnx.Module,
+    config: Any,
+    what: str,
+    dtype: Any,
+    param_dtype: Any,
+    rngs: nnx.Rngs | None,
+    layers: Callable[[dict], dict],
+) -> None:
     """The constructor every decoder-LM text encoder shares (:class:`DecoderLM`, Gemma 4's):
     ``module.embed_tokens`` (V, D), then the attributes ``layers(kw)`` returns (``kw``: the
     ``dtype`` / ``param_dtype`` / ``rngs`` keywords of a layer), then ``module.norm`` (D,),
@@ -659,10 +715,28 @@ class DecoderLM(nnx.Module):
     #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("layers",)
 
-    def __init__(self, config: DecoderLMConfig, *, dtype: Any = _F32, param_dtype: Any = None,
-                 rngs: nnx.Rngs | None = None, attention: str = "auto"):
-        init_decoder(self, config, "decoder text encoder", dtype, param_dtype, rngs, lambda kw: dict(layers=stacked(
-            lambda r: DecoderLayer(config, attention, **{**kw, "rngs": r}), config.num_hidden_layers, kw["rngs"])))
+    def __init__(
+        self,
+        config: DecoderLMConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = None,
+        rngs: nnx.Rngs | None = None,
+        attention: str = "auto",
+    ):
+        init_decoder(
+            self,
+            config,
+            "decoder text encoder",
+            dtype,
+            param_dtype,
+            rngs,
+            lambda kw: dict(
+                layers=stacked(
+                    lambda r: DecoderLayer(config, attention, **{**kw, "rngs": r}), config.num_hidden_layers, kw["rngs"]
+                )
+            ),
+        )
 
     def embed(self, input_ids: jax.Array) -> jax.Array:
         """``embed_tokens(input_ids)``: (B, L) int ids -> (B, L, D) in the compute dtype.
@@ -672,9 +746,7 @@ class DecoderLM(nnx.Module):
         """
         ids = jnp.asarray(input_ids)
         if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
-            raise InputError(
-                f"input_ids must be a (B, L) integer array; got shape {ids.shape}, dtype {ids.dtype}."
-            )
+            raise InputError(f"input_ids must be a (B, L) integer array; got shape {ids.shape}, dtype {ids.dtype}.")
         table = self.embed_tokens.embedding[...]
         h = jnp.take(table, ids, axis=0)
         if self.config.embed_scale is not None:
@@ -701,14 +773,12 @@ class DecoderLM(nnx.Module):
         if attention_mask is not None:
             mask = jnp.asarray(attention_mask)
             if mask.shape != (b, length):
-                raise InputError(
-                    f"attention_mask must have shape (B, L) = {(b, length)}; got {mask.shape}."
-                )
+                raise InputError(f"attention_mask must have shape (B, L) = {(b, length)}; got {mask.shape}.")
             # Every query may attend every real key (and causality limits it to earlier ones).
             segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
         return h.astype(_F32), _Positions.build(self.config, length, segments)
 
-    def _run(self, h, pos: "_Positions", num_layers: int, collect: bool):
+    def _run(self, h, pos: _Positions, num_layers: int, collect: bool):
         """The first ``num_layers`` layers on ``h``; with ``collect`` also every layer's output
         stacked (n, B, L, D). Each layer picks its kind's RoPE tables and window mask by its index
         (carried beside ``h``)."""
@@ -724,8 +794,14 @@ class DecoderLM(nnx.Module):
             return last, states
         return out[0]
 
-    def __call__(self, input_ids: jax.Array | None = None, attention_mask: jax.Array | None = None, *,
-                 inputs_embeds: jax.Array | None = None, output_layer: int = -1) -> jax.Array:
+    def __call__(
+        self,
+        input_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        inputs_embeds: jax.Array | None = None,
+        output_layer: int = -1,
+    ) -> jax.Array:
         """One entry of the reference's ``output_hidden_states=True`` tuple.
 
         Args:
@@ -761,8 +837,13 @@ class DecoderLM(nnx.Module):
             return self.norm(h).astype(self.dtype)
         return h.astype(self.dtype)
 
-    def all_hidden_states(self, input_ids: jax.Array | None = None, attention_mask: jax.Array | None = None,
-                          *, inputs_embeds: jax.Array | None = None) -> jax.Array:
+    def all_hidden_states(
+        self,
+        input_ids: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        *,
+        inputs_embeds: jax.Array | None = None,
+    ) -> jax.Array:
         """All of the reference's ``output_hidden_states=True`` tuple, stacked.
 
         Args: as :meth:`__call__` (without ``output_layer``).
@@ -811,9 +892,7 @@ def decoder_lm_key_rules(config: DecoderLMConfig, keys: Any) -> KeyRules:
     return KeyRules(stacked=("layers",), prefix=prefix, unused=layouts[prefix])
 
 
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hidden_fn(graphdef, output_layer: int | None, masked: bool, stack_axis: int = 0):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure; parameters are an
     argument (no closure holds them), so pipelines of one structure share the compiled function."""
@@ -829,8 +908,14 @@ def _hidden_fn(graphdef, output_layer: int | None, masked: bool, stack_axis: int
     return run
 
 
-def encode_hidden_states(encoder: DecoderLM, input_ids: Any, attention_mask: Any = None, *,
-                         output_layer: int | None = -1, stack_axis: int = 0) -> jax.Array:
+def encode_hidden_states(
+    encoder: DecoderLM,
+    input_ids: Any,
+    attention_mask: Any = None,
+    *,
+    output_layer: int | None = -1,
+    stack_axis: int = 0,
+) -> jax.Array:
     """Jitted :meth:`DecoderLM.__call__` (``output_layer`` an int: (B, L, D)) or
     :meth:`DecoderLM.all_hidden_states` (``output_layer=None``: (n + 1, B, L, D), the layer axis
     moved to ``stack_axis``: -1 gives (B, L, D, n + 1), ``torch.stack(hidden_states, dim=-1)``)

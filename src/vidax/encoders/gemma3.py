@@ -41,7 +41,8 @@ an error of the strict loader.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import jax
 
@@ -115,7 +116,8 @@ class Gemma3TextConfig(DecoderLMConfig):
         # applied to the LM head's logits only (not run here)
         "final_logit_softcapping",
         # generation settings
-        "cache_implementation", "attn_implementation",
+        "cache_implementation",
+        "attn_implementation",
     }
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "use_bidirectional_attention": (False, None),
@@ -124,8 +126,15 @@ class Gemma3TextConfig(DecoderLMConfig):
     #: Top-level keys of a Gemma3ForConditionalGeneration config.json beside text_config: the
     #: image part's, not read (text only).
     OUTER: ClassVar[frozenset[str]] = _META | {
-        "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index",
-        "boi_token_id", "eoi_token_id", "image_token_id", "processor_class",
+        "vision_config",
+        "mm_tokens_per_image",
+        "boi_token_index",
+        "eoi_token_index",
+        "image_token_index",
+        "boi_token_id",
+        "eoi_token_id",
+        "image_token_id",
+        "processor_class",
     }
     LAYOUTS: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "": (),  # Gemma3TextModel.save_pretrained
@@ -195,18 +204,29 @@ class Gemma3TextConfig(DecoderLMConfig):
     def validate(self, source: str) -> None:
         super().validate(source)
         types = self.layer_types
-        if not isinstance(types, Sequence) or len(types) != self.num_hidden_layers or any(
-                t not in LAYER_TYPES for t in types):
+        if (
+            not isinstance(types, Sequence)
+            or len(types) != self.num_hidden_layers
+            or any(t not in LAYER_TYPES for t in types)
+        ):
             raise ConfigError(
                 f"{source}: layer_types={types!r} must list one of {list(LAYER_TYPES)} for each of the "
                 f"num_hidden_layers={self.num_hidden_layers} layers."
             )
         if "sliding_attention" in types:
-            if isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) \
-                    or self.sliding_window < 1:
+            if (
+                isinstance(self.sliding_window, bool)
+                or not isinstance(self.sliding_window, int)
+                or self.sliding_window < 1
+            ):
                 raise ConfigError(f"{source}: sliding_window={self.sliding_window!r} must be a positive integer.")
-        for name in ("query_pre_attn_scalar", "rope_theta", "rope_local_base_freq", "rope_scaling_factor",
-                     "rope_local_scaling_factor"):
+        for name in (
+            "query_pre_attn_scalar",
+            "rope_theta",
+            "rope_local_base_freq",
+            "rope_scaling_factor",
+            "rope_local_scaling_factor",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{source}: {name}={value!r} must be a number > 0.")
@@ -215,8 +235,10 @@ class Gemma3TextConfig(DecoderLMConfig):
     @property
     def attention_kinds(self) -> tuple[AttentionKind, ...]:
         """``(sliding, global)`` (:data:`LAYER_TYPES` order)."""
-        return (AttentionKind(self.rope_local_base_freq, self.rope_local_scaling_factor, self.sliding_window),
-                AttentionKind(self.rope_theta, self.rope_scaling_factor))
+        return (
+            AttentionKind(self.rope_local_base_freq, self.rope_local_scaling_factor, self.sliding_window),
+            AttentionKind(self.rope_theta, self.rope_scaling_factor),
+        )
 
     @property
     def layer_kinds(self) -> tuple[int, ...]:
@@ -233,7 +255,7 @@ class Gemma3TextConfig(DecoderLMConfig):
 
     @property
     def embed_scale(self) -> float:
-        return self.hidden_size ** 0.5
+        return self.hidden_size**0.5
 
 
 def _pattern_layer_types(num_layers: int, pattern: int) -> tuple[str, ...]:
@@ -278,8 +300,13 @@ def _pop_gemma_rope(raw: dict[str, Any], source: str) -> dict[str, Any]:
 MAX_SEQUENCE_LENGTH = 1024
 
 
-def gemma_prompt_tokens(tokenizer: TextTokenizer, prompts: Sequence[str], max_length: int = MAX_SEQUENCE_LENGTH,
-                        *, truncation: Truncation | None = None) -> Tokens:
+def gemma_prompt_tokens(
+    tokenizer: TextTokenizer,
+    prompts: Sequence[str],
+    max_length: int = MAX_SEQUENCE_LENGTH,
+    *,
+    truncation: Truncation | None = None,
+) -> Tokens:
     """Token ids and mask as ``LTX2Pipeline._get_gemma_prompt_embeds`` makes them: each prompt
     stripped of surrounding whitespace, then ``padding="max_length"``, ``max_length``,
     ``truncation=True``, ``add_special_tokens=True`` (Gemma's ``<bos>`` first) and padding on the
@@ -311,4 +338,3 @@ def gemma_prompt_embeds(encoder: DecoderLM, input_ids: Any, attention_mask: Any)
     states = encode_hidden_states(encoder, input_ids, attention_mask, output_layer=None, stack_axis=-1)
     b, length = states.shape[:2]
     return states.reshape(b, length, -1)
-

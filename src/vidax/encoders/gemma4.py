@@ -43,20 +43,28 @@ there by renames (:func:`gemma4_key_rules`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.encoders.decoder_lm import (_META, DecoderLM, DecoderLMConfig, DecoderMLP, _rms_norm, decoder_lm_key_rules,
-                                      init_decoder)
+from vidax.encoders.decoder_lm import (
+    _META,
+    DecoderLM,
+    DecoderLMConfig,
+    DecoderMLP,
+    _rms_norm,
+    decoder_lm_key_rules,
+    init_decoder,
+)
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
-from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.kernels import xla_cpu_upcasts
+from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import column_parallel, row_parallel
@@ -75,11 +83,11 @@ _LAYER_AXES = (
 #: Parameter axes (:mod:`vidax.parallel.rules`): as
 #: :data:`~vidax.encoders.decoder_lm.DECODER_LM_PARAM_AXES` for the stacked groups, and without
 #: the layer axis for the KV-sharing tail's per-layer modules.
-GEMMA4_PARAM_AXES = tuple(
-    (pattern.replace("^layers/", r"^groups/\d+/"), axes) for pattern, axes in _LAYER_AXES
-) + tuple(
-    (pattern.replace("^layers/", r"^shared/\d+/"), axes[1:]) for pattern, axes in _LAYER_AXES
-) + ((r"^embed_tokens/embedding$", ("vocab", "embed")),)
+GEMMA4_PARAM_AXES = (
+    tuple((pattern.replace("^layers/", r"^groups/\d+/"), axes) for pattern, axes in _LAYER_AXES)
+    + tuple((pattern.replace("^layers/", r"^shared/\d+/"), axes[1:]) for pattern, axes in _LAYER_AXES)
+    + ((r"^embed_tokens/embedding$", ("vocab", "embed")),)
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +125,17 @@ def _rope_kind(source: str, name: str, params: Any) -> RopeKind:
     unknown = sorted(set(params) - {"rope_type", "rope_theta", "factor", "partial_rotary_factor"})
     if unknown:
         raise ConfigError(f"{source}: {name} has settings vidax's Gemma 4 does not implement: {unknown}.")
-    kind = RopeKind(params.get("rope_type", "default"), params.get("rope_theta", 10000.0),
-                    params.get("partial_rotary_factor", 1.0), params.get("factor", 1.0))
+    kind = RopeKind(
+        params.get("rope_type", "default"),
+        params.get("rope_theta", 10000.0),
+        params.get("partial_rotary_factor", 1.0),
+        params.get("factor", 1.0),
+    )
     if kind.rope_type not in _ROPE_TYPES:
-        raise ConfigError(f"{source}: {name}.rope_type={kind.rope_type!r} is not implemented by vidax's Gemma 4; "
-                          f"valid: {list(_ROPE_TYPES)}.")
+        raise ConfigError(
+            f"{source}: {name}.rope_type={kind.rope_type!r} is not implemented by vidax's Gemma 4; "
+            f"valid: {list(_ROPE_TYPES)}."
+        )
     for key, value in (("rope_theta", kind.theta), ("factor", kind.factor)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ConfigError(f"{source}: {name}.{key}={value!r} must be a number > 0.")
@@ -157,13 +171,22 @@ class Gemma4TextConfig(DecoderLMConfig):
         # applied to the LM head's logits only (not run here)
         "final_logit_softcapping",
         # generation settings
-        "cache_implementation", "attn_implementation",
+        "cache_implementation",
+        "attn_implementation",
     }
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {"use_bidirectional_attention": ("vision", None)}
     #: Top-level keys of a Gemma4UnifiedForConditionalGeneration config.json beside text_config.
     OUTER: ClassVar[frozenset[str]] = _META | {
-        "vision_config", "audio_config", "boi_token_id", "eoi_token_id", "boa_token_id", "eoa_token_index",
-        "image_token_id", "video_token_id", "audio_token_id", "processor_class",
+        "vision_config",
+        "audio_config",
+        "boi_token_id",
+        "eoi_token_id",
+        "boa_token_id",
+        "eoa_token_index",
+        "image_token_id",
+        "video_token_id",
+        "audio_token_id",
+        "processor_class",
     }
     LAYOUTS: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "": (),  # Gemma4UnifiedTextModel.save_pretrained
@@ -204,8 +227,9 @@ class Gemma4TextConfig(DecoderLMConfig):
                 raise ConfigError(f"{source}: text_config={text!r} must be a JSON object.")
             unknown = sorted(k for k in raw if k != "text_config" and not k.startswith("_") and k not in cls.OUTER)
             if unknown:
-                raise ConfigError(f"{source}: unknown top-level settings {unknown} beside text_config for "
-                                  f"{cls.__name__}.")
+                raise ConfigError(
+                    f"{source}: unknown top-level settings {unknown} beside text_config for {cls.__name__}."
+                )
             # Gemma4UnifiedConfig's defaults for the placeholder ids.
             ids = {"image_token_id": 258_880, "video_token_id": 258_884, "audio_token_id": 258_881}
             placeholders = tuple(int(raw.get(k, v)) for k, v in ids.items() if raw.get(k, v) is not None)
@@ -225,16 +249,27 @@ class Gemma4TextConfig(DecoderLMConfig):
         types = raw.pop("layer_types", None)
         if types is None:
             types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
-        if not isinstance(types, Sequence) or isinstance(types, str) or len(types) != n \
-                or any(t not in LAYER_TYPES for t in types):
-            raise ConfigError(f"{source}: layer_types={types!r} must list one of {list(LAYER_TYPES)} for each of the "
-                              f"num_hidden_layers={n} layers.")
+        if (
+            not isinstance(types, Sequence)
+            or isinstance(types, str)
+            or len(types) != n
+            or any(t not in LAYER_TYPES for t in types)
+        ):
+            raise ConfigError(
+                f"{source}: layer_types={types!r} must list one of {list(LAYER_TYPES)} for each of the "
+                f"num_hidden_layers={n} layers."
+            )
         types = (*types[:-1], "full_attention")  # transformers forces the last layer global
         rope = raw.pop("rope_parameters", None)
         if rope is None:
-            rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                                       "rope_theta": 1_000_000.0}}
+            rope = {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1_000_000.0,
+                },
+            }
         if not isinstance(rope, Mapping) or set(rope) - set(LAYER_TYPES):
             raise ConfigError(f"{source}: rope_parameters={rope!r} must be nested per layer type {list(LAYER_TYPES)}.")
         head_dim = raw.get("head_dim", cls.head_dim)
@@ -252,28 +287,45 @@ class Gemma4TextConfig(DecoderLMConfig):
         dims, heads = [head_dim] * n, [kv] * n
         for index, override in per_layer.items():
             i = int(index) if str(index).isdigit() else -1
-            if not 0 <= i < n or not isinstance(override, Mapping) or set(override) - {"head_dim", "num_key_value_heads"}:
-                raise ConfigError(f"{source}: per_layer_config[{index!r}]={override!r}: vidax's Gemma 4 reads layer "
-                                  f"indices 0..{n - 1} overriding head_dim / num_key_value_heads only.")
+            if (
+                not 0 <= i < n
+                or not isinstance(override, Mapping)
+                or set(override) - {"head_dim", "num_key_value_heads"}
+            ):
+                raise ConfigError(
+                    f"{source}: per_layer_config[{index!r}]={override!r}: vidax's Gemma 4 reads layer "
+                    f"indices 0..{n - 1} overriding head_dim / num_key_value_heads only."
+                )
             dims[i] = override.get("head_dim", dims[i])
             heads[i] = override.get("num_key_value_heads", heads[i])
         return super().from_config_dict(
-            dict(raw, layer_types=tuple(types), layer_head_dims=tuple(dims), layer_kv_heads=tuple(heads),
-                 rope_sliding=_rope_kind(source, "rope_parameters.sliding_attention",
-                                         rope.get("sliding_attention", {})),
-                 rope_full=_rope_kind(source, "rope_parameters.full_attention", rope.get("full_attention", {})),
-                 placeholder_token_ids=placeholders),
-            source=source)
+            dict(
+                raw,
+                layer_types=tuple(types),
+                layer_head_dims=tuple(dims),
+                layer_kv_heads=tuple(heads),
+                rope_sliding=_rope_kind(source, "rope_parameters.sliding_attention", rope.get("sliding_attention", {})),
+                rope_full=_rope_kind(source, "rope_parameters.full_attention", rope.get("full_attention", {})),
+                placeholder_token_ids=placeholders,
+            ),
+            source=source,
+        )
 
     def __post_init__(self):
         super().__post_init__()
         n = self.num_hidden_layers
         if self.layer_types is None and isinstance(n, int):
-            object.__setattr__(self, "layer_types", tuple(
-                "sliding_attention" if (i + 1) % 6 and i < n - 1 else "full_attention" for i in range(n)))
+            object.__setattr__(
+                self,
+                "layer_types",
+                tuple("sliding_attention" if (i + 1) % 6 and i < n - 1 else "full_attention" for i in range(n)),
+            )
         if self.layer_head_dims is None and self.layer_types is not None:
-            object.__setattr__(self, "layer_head_dims", tuple(
-                self.head_dim if t == "sliding_attention" else 512 for t in self.layer_types))
+            object.__setattr__(
+                self,
+                "layer_head_dims",
+                tuple(self.head_dim if t == "sliding_attention" else 512 for t in self.layer_types),
+            )
         if self.layer_kv_heads is None and self.layer_types is not None:
             object.__setattr__(self, "layer_kv_heads", (self.num_key_value_heads,) * len(self.layer_types))
 
@@ -286,16 +338,20 @@ class Gemma4TextConfig(DecoderLMConfig):
                 raise ConfigError(f"{source}: per-layer {name}={values!r} must be {n} positive integers.")
         for i, (k, nkv) in enumerate(zip(self.layer_head_dims, self.layer_kv_heads)):
             if k % 2 or self.num_attention_heads % nkv:
-                raise ConfigError(f"{source}: layer {i}: head_dim={k} must be even and num_key_value_heads={nkv} "
-                                  f"divide num_attention_heads={self.num_attention_heads}.")
+                raise ConfigError(
+                    f"{source}: layer {i}: head_dim={k} must be even and num_key_value_heads={nkv} "
+                    f"divide num_attention_heads={self.num_attention_heads}."
+                )
         if isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) or self.sliding_window < 1:
             raise ConfigError(f"{source}: sliding_window={self.sliding_window!r} must be a positive integer.")
         s = self.num_kv_shared_layers
         if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= n:
             raise ConfigError(f"{source}: num_kv_shared_layers={s!r} must be an integer in [0, {n}].")
-        if 0 < s < n and set(self.layer_types[n - s:]) - set(self.layer_types[:n - s]):
-            raise ConfigError(f"{source}: num_kv_shared_layers={s}: the shared layers' types "
-                              f"{sorted(set(self.layer_types[n - s:]))} need an earlier layer of each type.")
+        if 0 < s < n and set(self.layer_types[n - s :]) - set(self.layer_types[: n - s]):
+            raise ConfigError(
+                f"{source}: num_kv_shared_layers={s}: the shared layers' types "
+                f"{sorted(set(self.layer_types[n - s :]))} need an earlier layer of each type."
+            )
         if s == n:
             raise ConfigError(f"{source}: num_kv_shared_layers={s} shares every layer's keys; no layer computes them.")
         for name in ("attention_k_eq_v", "use_double_wide_mlp"):
@@ -334,7 +390,7 @@ class Gemma4TextConfig(DecoderLMConfig):
 
     @property
     def embed_scale(self) -> float:
-        return self.hidden_size ** 0.5
+        return self.hidden_size**0.5
 
 
 # ----------------------------------------------------------------------------- modules
@@ -375,8 +431,9 @@ class Gemma4Attention(nnx.Module):
             v = self.v_proj(x).reshape(b, length, nkv, k) if hasattr(self, "v_proj") else key
             key = apply_rope(self.k_norm(key), cos, sin, layout="rotate_half")
             v = self.v_norm(v)
-        out = dot_product_attention(q, key, v, causal=True, segment_ids=segment_ids, bias=bias, scale=1.0,
-                                    implementation=self.attention)
+        out = dot_product_attention(
+            q, key, v, causal=True, segment_ids=segment_ids, bias=bias, scale=1.0, implementation=self.attention
+        )
         return self.o_proj(out.reshape(b, length, n * k)), (key, v)
 
 
@@ -423,13 +480,24 @@ class Gemma4TextEncoder(nnx.Module):
     #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
 
-    def __init__(self, config: Gemma4TextConfig, *, dtype: Any = _F32, param_dtype: Any = None,
-                 rngs: nnx.Rngs | None = None, attention: str = "auto"):
+    def __init__(
+        self,
+        config: Gemma4TextConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = None,
+        rngs: nnx.Rngs | None = None,
+        attention: str = "auto",
+    ):
         n = config.num_hidden_layers
 
         def layers(kw):
-            groups = [stacked(lambda r, i=group[0]: Gemma4Layer(config, i, attention, **{**kw, "rngs": r}),
-                              len(group), kw["rngs"]) for group in config.layer_groups]
+            groups = [
+                stacked(
+                    lambda r, i=group[0]: Gemma4Layer(config, i, attention, **{**kw, "rngs": r}), len(group), kw["rngs"]
+                )
+                for group in config.layer_groups
+            ]
             shared = [Gemma4Layer(config, i, attention, **kw) for i in range(n - config.num_kv_shared_layers, n)]
             return dict(groups=nnx.List(groups), shared=nnx.List(shared))
 
@@ -473,8 +541,7 @@ class Gemma4TextEncoder(nnx.Module):
             segments = SegmentIds(jnp.ones((b, length), jnp.int32), (mask != 0).astype(jnp.int32))
         q = jnp.arange(length, dtype=jnp.int32)
         window = jnp.where((q[:, None] - q[None, :]) < cfg.sliding_window, 0.0, -jnp.inf).astype(_F32)[None, None]
-        tables = {(t, k): cfg.rope_of(t).tables(length, k)
-                  for t, k in set(zip(cfg.layer_types, cfg.layer_head_dims))}
+        tables = {(t, k): cfg.rope_of(t).tables(length, k) for t, k in set(zip(cfg.layer_types, cfg.layer_head_dims))}
 
         def inputs(i):
             kind = cfg.layer_types[i]
@@ -495,12 +562,15 @@ class Gemma4TextEncoder(nnx.Module):
 
             def run(operand):
                 x, kvs, j = operand
-                layer = [jax.lax.dynamic_index_in_dim(
-                    jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a, j, 0, keepdims=False) for a, b in
-                    zip(leaves, bits)]
+                layer = [
+                    jax.lax.dynamic_index_in_dim(
+                        jax.lax.bitcast_convert_type(a, jnp.uint16) if b else a, j, 0, keepdims=False
+                    )
+                    for a, b in zip(leaves, bits)
+                ]
                 layer = [jax.lax.bitcast_convert_type(a, d.dtype) if b else a for a, d, b in zip(layer, leaves, bits)]
                 x, kv = nnx.merge(graphdef, jax.tree.unflatten(treedef, layer))(x, *args, None)
-                return x, (kvs[:g] + (kv,) + kvs[g + 1:]) if tail else kvs
+                return x, (kvs[:g] + (kv,) + kvs[g + 1 :]) if tail else kvs
 
             return run
 
@@ -517,8 +587,10 @@ class Gemma4TextEncoder(nnx.Module):
         order = sorted((i, g, j) for g, group in enumerate(groups) for j, i in enumerate(group))
         kvs0 = ()
         if tail:  # the last keys / values of each group, for the KV-sharing layers
-            kvs0 = tuple((jnp.zeros((b, length, cfg.layer_kv_heads[gr[0]], cfg.layer_head_dims[gr[0]]), self.dtype),)
-                         * 2 for gr in groups)
+            kvs0 = tuple(
+                (jnp.zeros((b, length, cfg.layer_kv_heads[gr[0]], cfg.layer_head_dims[gr[0]]), self.dtype),) * 2
+                for gr in groups
+            )
         h0 = h
         xs = (jnp.asarray([g for _, g, _ in order], jnp.int32), jnp.asarray([j for _, _, j in order], jnp.int32))
         (h, kvs), main = jax.lax.scan(body, (h, kvs0), xs)
@@ -526,8 +598,11 @@ class Gemma4TextEncoder(nnx.Module):
         # The KV-sharing tail: each reuses the keys / values of the last non-sharing layer of its
         # type (that layer is the last of its group).
         modes = cfg.kv_sharing_modes
-        store = {cfg.layer_types[i]: next(g for g, gr in enumerate(groups) if i in gr)
-                 for i in range(cfg.num_hidden_layers) if modes[i] == "store"}
+        store = {
+            cfg.layer_types[i]: next(g for g, gr in enumerate(groups) if i in gr)
+            for i in range(cfg.num_hidden_layers)
+            if modes[i] == "store"
+        }
         first = cfg.num_hidden_layers - len(self.shared)
         for j, layer in enumerate(self.shared):
             i = first + j
@@ -536,8 +611,9 @@ class Gemma4TextEncoder(nnx.Module):
         out = jnp.concatenate(states)
         return out.at[-1].set(self.norm(h).astype(out.dtype)).astype(self.dtype)
 
-    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
-                 output_layer: int = -1) -> jax.Array:
+    def __call__(
+        self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *, output_layer: int = -1
+    ) -> jax.Array:
         """One entry of :meth:`all_hidden_states` (``output_layer`` a static int in
         ``[-(n + 1), n]``): (B, L, D)."""
         n = self.config.num_hidden_layers
@@ -555,9 +631,13 @@ def gemma4_key_rules(config: Gemma4TextConfig, keys: Any) -> KeyRules:
     Raises:
         CheckpointError: no ``embed_tokens.weight`` key under a known prefix.
     """
-    renames = [(f"layers.{i}.", f"groups.{g}.{j}.")
-               for g, group in enumerate(config.layer_groups) for j, i in enumerate(group)]
+    renames = [
+        (f"layers.{i}.", f"groups.{g}.{j}.") for g, group in enumerate(config.layer_groups) for j, i in enumerate(group)
+    ]
     first = config.num_hidden_layers - config.num_kv_shared_layers
     renames += [(f"layers.{i}.", f"shared.{i - first}.") for i in range(first, config.num_hidden_layers)]
-    return dataclasses.replace(decoder_lm_key_rules(config, keys), renames=tuple(renames),
-                               stacked=tuple(f"groups.{g}" for g in range(len(config.layer_groups))))
+    return dataclasses.replace(
+        decoder_lm_key_rules(config, keys),
+        renames=tuple(renames),
+        stacked=tuple(f"groups.{g}" for g in range(len(config.layer_groups))),
+    )

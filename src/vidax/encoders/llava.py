@@ -35,7 +35,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -45,16 +46,16 @@ from vidax.config import ConfigBase
 from vidax.encoders.clip import (
     _ACTIVATIONS,
     _TOWER_IGNORED,
-    _module_kwargs,
     CLIP_PARAM_AXES,
     CLIPVisionConfig,
     CLIPVisionEncoder,
+    _module_kwargs,
 )
 from vidax.errors import ConfigError
+from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear
 from vidax.registry import ComponentSpec
 from vidax.weights.loader import KeyRules, PendingLoad, Placement
-from vidax.nn.kernels import from_stack_bits, stack_bits_state
 
 #: Source-key prefixes of the language model's tensors in a LLaVA file (transformers 4 and 5
 #: layouts): another loader's (the ``LlamaModel`` plan of :func:`load_llava_text_encoder`), so
@@ -158,8 +159,7 @@ class LlavaVisionConfig(ConfigBase):
             )
         if not isinstance(self.multimodal_projector_bias, bool):
             raise ConfigError(
-                f"{source}: multimodal_projector_bias={self.multimodal_projector_bias!r} must be "
-                "true or false."
+                f"{source}: multimodal_projector_bias={self.multimodal_projector_bias!r} must be true or false."
             )
 
     @property
@@ -240,12 +240,17 @@ def llava_vision_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
 #: LLaVA's vision tower + projector as a component of the one loader
 #: (:func:`vidax.weights.component.plan_component`); not registered: it is a part of
 #: ``LlavaForConditionalGeneration``, read with the language model by :func:`load_llava_text_encoder`.
-LLAVA_VISION = ComponentSpec("LlavaVisionTower", "image_encoder", config=f"{__name__}:LlavaVisionConfig",
-                             model=f"{__name__}:LlavaVisionEncoder", key_rules=f"{__name__}:llava_vision_key_rules",
-                             param_axes=f"{__name__}:LLAVA_VISION_PARAM_AXES")
+LLAVA_VISION = ComponentSpec(
+    "LlavaVisionTower",
+    "image_encoder",
+    config=f"{__name__}:LlavaVisionConfig",
+    model=f"{__name__}:LlavaVisionEncoder",
+    key_rules=f"{__name__}:llava_vision_key_rules",
+    param_axes=f"{__name__}:LLAVA_VISION_PARAM_AXES",
+)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _features_fn(graphdef):
     @jax.jit
     def features(params, pixels):
@@ -281,7 +286,7 @@ class LlavaTextEncoderConfig:
     pad_token_id: int | None = None
 
     @classmethod
-    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json") -> "LlavaTextEncoderConfig":
+    def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json") -> LlavaTextEncoderConfig:
         """Raises: ConfigError: as :class:`LlavaVisionConfig` and ``LlamaTextConfig`` refuse."""
         from vidax.encoders.decoder_lm import LlamaTextConfig
 
@@ -289,11 +294,14 @@ class LlavaTextEncoderConfig:
         pad = config.pop("pad_token_id", None)
         if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool) or pad < 0):
             raise ConfigError(f"{source}: pad_token_id={pad!r} must be a non-negative integer or null.")
-        return cls(text=LlamaTextConfig.from_config_dict(config, source=source),
-                   vision=LlavaVisionConfig.from_config_dict(config, source=source), pad_token_id=pad)
+        return cls(
+            text=LlamaTextConfig.from_config_dict(config, source=source),
+            vision=LlavaVisionConfig.from_config_dict(config, source=source),
+            pad_token_id=pad,
+        )
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "LlavaTextEncoderConfig":
+    def from_json_file(cls, path: str | os.PathLike) -> LlavaTextEncoderConfig:
         from vidax.config import read_json_object
 
         path = os.fspath(path)
@@ -325,8 +333,14 @@ class LlavaTextEncoder(nnx.Module):
         self.config = config
         self.dtype = dtype
 
-    def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
-                 pixel_values: jax.Array | None = None, output_layer: int = -1) -> jax.Array:
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        attention_mask: jax.Array | None = None,
+        *,
+        pixel_values: jax.Array | None = None,
+        output_layer: int = -1,
+    ) -> jax.Array:
         """One hidden state of ``LlavaForConditionalGeneration(input_ids, pixel_values,
         attention_mask, output_hidden_states=True).hidden_states[output_layer]``.
 
@@ -366,8 +380,9 @@ def _llava_text_axes():
 LLAVA_TEXT_PARAM_AXES = _llava_text_axes()
 
 
-def load_llava_text_encoder(folder: str, *, dtype: Any, placement: Placement | None, mesh: Any,
-                            config: LlavaTextEncoderConfig) -> PendingLoad:
+def load_llava_text_encoder(
+    folder: str, *, dtype: Any, placement: Placement | None, mesh: Any, config: LlavaTextEncoderConfig
+) -> PendingLoad:
     """The registered loader of ``LlavaForConditionalGeneration`` (:class:`LlavaTextEncoder`): two
     plans of the one loader on the same folder, the language model as ``LlamaModel`` (the LM head
     not read) and the vision tower and projector as :data:`LLAVA_VISION`; each tensor of the file
@@ -390,18 +405,20 @@ def load_llava_text_encoder(folder: str, *, dtype: Any, placement: Placement | N
     return PendingLoad(read)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _llava_text_fn(graphdef, output_layer: int, with_image: bool):
     @jax.jit
     def run(params, ids, mask, pixels):
-        return nnx.merge(graphdef, from_stack_bits(params))(ids, mask, pixel_values=pixels if with_image else None,
-                                           output_layer=output_layer)
+        return nnx.merge(graphdef, from_stack_bits(params))(
+            ids, mask, pixel_values=pixels if with_image else None, output_layer=output_layer
+        )
 
     return run
 
 
-def encode_llava_text(encoder: LlavaTextEncoder, input_ids: Any, attention_mask: Any,
-                      pixel_values: Any = None, *, output_layer: int = -1) -> jax.Array:
+def encode_llava_text(
+    encoder: LlavaTextEncoder, input_ids: Any, attention_mask: Any, pixel_values: Any = None, *, output_layer: int = -1
+) -> jax.Array:
     """Jitted :meth:`LlavaTextEncoder.__call__` (one compile per encoder structure, layer and
     whether an image is given; the parameters are an argument, not captured)."""
     fn = _llava_text_fn(nnx.graphdef(encoder), output_layer, pixel_values is not None)

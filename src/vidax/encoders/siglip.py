@@ -34,7 +34,8 @@ no crop. It shares CLIP's implementation of those steps (:func:`vidax.encoders.c
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +45,8 @@ from flax import nnx
 from vidax.encoders.clip import (
     _TOWER_IGNORED,
     CLIP_PARAM_AXES,
-    CLIPEncoder,
     CLIPMLP,
+    CLIPEncoder,
     _CLIPTowerConfig,
     _layer_norm,
     _module_kwargs,

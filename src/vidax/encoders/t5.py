@@ -26,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +38,8 @@ from flax import nnx
 from vidax.config import ConfigBase
 from vidax.errors import ConfigError, InputError
 from vidax.nn.inputs import compute_dtype
-from vidax.nn.layers import Linear, RMSNorm, matmul
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
+from vidax.nn.layers import Linear, RMSNorm, matmul
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights.loader import KeyRules
 
@@ -55,9 +56,7 @@ _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 _MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     # transformers T5Config / UMT5Config defaults of the fields whose defaults differ.
     "t5": dict(vocab_size=32128, d_ff=2048, num_layers=6, num_heads=8, feed_forward_proj="relu"),
-    "umt5": dict(
-        vocab_size=250112, d_ff=1024, num_layers=8, num_heads=6, feed_forward_proj="gated-gelu"
-    ),
+    "umt5": dict(vocab_size=250112, d_ff=1024, num_layers=8, num_heads=6, feed_forward_proj="gated-gelu"),
 }
 
 
@@ -106,15 +105,34 @@ class T5EncoderConfig(ConfigBase):
     IGNORED: ClassVar[frozenset[str]] = frozenset(
         {
             # metadata, tokenizer and generation settings
-            "architectures", "dtype", "torch_dtype", "transformers_version", "tokenizer_class",
-            "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id",
-            "use_cache", "output_past", "task_specific_params", "n_positions",
-            "output_attentions", "output_hidden_states", "return_dict",
-            "id2label", "label2id", "problem_type",
+            "architectures",
+            "dtype",
+            "torch_dtype",
+            "transformers_version",
+            "tokenizer_class",
+            "pad_token_id",
+            "eos_token_id",
+            "bos_token_id",
+            "decoder_start_token_id",
+            "use_cache",
+            "output_past",
+            "task_specific_params",
+            "n_positions",
+            "output_attentions",
+            "output_hidden_states",
+            "return_dict",
+            "id2label",
+            "label2id",
+            "problem_type",
             # training only (dropout is off at inference; init is overwritten by the checkpoint)
-            "dropout_rate", "classifier_dropout", "initializer_factor", "gradient_checkpointing",
+            "dropout_rate",
+            "classifier_dropout",
+            "initializer_factor",
+            "gradient_checkpointing",
             # decoder / seq2seq settings: the encoder does not read them
-            "is_encoder_decoder", "num_decoder_layers", "tie_word_embeddings",
+            "is_encoder_decoder",
+            "num_decoder_layers",
+            "tie_word_embeddings",
             "scale_decoder_outputs",
             # stored by UMT5 configs, read by no transformers code path
             "scalable_attention",
@@ -173,9 +191,7 @@ class T5EncoderConfig(ConfigBase):
                 "is not implemented by vidax's T5 encoder; supported: {sorted(_ACTIVATIONS)}."
             )
         if not isinstance(self.is_gated_act, bool):
-            raise ConfigError(
-                f"{source}: is_gated_act={self.is_gated_act!r} must be true or false."
-            )
+            raise ConfigError(f"{source}: is_gated_act={self.is_gated_act!r} must be true or false.")
         for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -193,9 +209,7 @@ class T5EncoderConfig(ConfigBase):
                 "divide by log(1) = 0)."
             )
         if not isinstance(self.layer_norm_epsilon, (int, float)) or self.layer_norm_epsilon < 0:
-            raise ConfigError(
-                f"{source}: layer_norm_epsilon={self.layer_norm_epsilon!r} must be a number >= 0."
-            )
+            raise ConfigError(f"{source}: layer_norm_epsilon={self.layer_norm_epsilon!r} must be a number >= 0.")
 
     @property
     def bias_per_layer(self) -> bool:
@@ -216,9 +230,7 @@ def _split_proj(proj: Any) -> list[str] | None:
 # ----------------------------------------------------------------------------- position bias
 
 
-def relative_position_bucket(
-    relative_position: np.ndarray, num_buckets: int, max_distance: int
-) -> np.ndarray:
+def relative_position_bucket(relative_position: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:
     """Bidirectional T5 bucket of each relative position (key index - query index).
 
     Follows ``T5Attention._relative_position_bucket(bidirectional=True)``: half the buckets per
@@ -286,8 +298,11 @@ class T5Attention(nnx.Module):
         self.o = lin(inner, cfg.d_model)
         if has_bias:
             self.relative_attention_bias = nnx.Embed(
-                cfg.relative_attention_num_buckets, cfg.num_heads,
-                dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+                cfg.relative_attention_num_buckets,
+                cfg.num_heads,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
             )
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.d_kv
@@ -299,9 +314,7 @@ class T5Attention(nnx.Module):
         split = lambda t: t.reshape(b, length, self.num_heads, self.head_dim)  # noqa: E731
         q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
         scores = jnp.einsum("bqnk,bsnk->bnqs", q, k, preferred_element_type=jnp.float32)
-        scores = jnp.where(
-            key_valid[:, None, None, :], scores + position_bias, jnp.finfo(jnp.float32).min
-        )
+        scores = jnp.where(key_valid[:, None, None, :], scores + position_bias, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = matmul("bnqs,bsnk->bqnk", probs, v, v.dtype)
         out = out.reshape(b, length, self.num_heads * self.head_dim)
@@ -312,9 +325,7 @@ class T5LayerSelfAttention(nnx.Module):
     """Pre-norm self-attention sub-layer; returns the attention output (caller adds residual)."""
 
     def __init__(self, cfg: T5EncoderConfig, has_bias: bool, *, dtype, param_dtype, rngs):
-        self.SelfAttention = T5Attention(
-            cfg, has_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-        )
+        self.SelfAttention = T5Attention(cfg, has_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.layer_norm = t5_layer_norm(cfg, dtype, param_dtype)
 
     def __call__(self, x, key_valid, position_bias):
@@ -368,9 +379,7 @@ class T5Block(nnx.Module):
     def __init__(self, cfg: T5EncoderConfig, *, dtype, param_dtype, rngs):
         self.layer = nnx.List(
             [
-                T5LayerSelfAttention(
-                    cfg, cfg.bias_per_layer, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-                ),
+                T5LayerSelfAttention(cfg, cfg.bias_per_layer, dtype=dtype, param_dtype=param_dtype, rngs=rngs),
                 T5LayerFF(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs),
             ]
         )
@@ -392,16 +401,17 @@ class T5Stack(nnx.Module):
         self.final_layer_norm = t5_layer_norm(cfg, dtype, param_dtype)
         if not cfg.bias_per_layer:
             self.relative_attention_bias = nnx.Embed(
-                cfg.relative_attention_num_buckets, cfg.num_heads,
-                dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+                cfg.relative_attention_num_buckets,
+                cfg.num_heads,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                rngs=rngs,
             )
         self.cfg = cfg
 
     def __call__(self, h: jax.Array, key_valid: jax.Array) -> jax.Array:
         cfg = self.cfg
-        buckets = _bucket_matrix(
-            h.shape[1], cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
-        )
+        buckets = _bucket_matrix(h.shape[1], cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
         if cfg.bias_per_layer:
 
             def body(block, h):
@@ -446,9 +456,7 @@ class T5Encoder(nnx.Module):
         dtype = compute_dtype(dtype, "T5 encoder")
         param_dtype = dtype if param_dtype is None else param_dtype
         rngs = nnx.Rngs(0) if rngs is None else rngs
-        self.shared = nnx.Embed(
-            config.vocab_size, config.d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs
-        )
+        self.shared = nnx.Embed(config.vocab_size, config.d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.encoder = T5Stack(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.config = config
         self.dtype = dtype
@@ -472,19 +480,13 @@ class T5Encoder(nnx.Module):
         """
         ids = jnp.asarray(input_ids)
         if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
-            raise InputError(
-                f"input_ids must be a (B, L) integer array; got shape {ids.shape}, "
-                f"dtype {ids.dtype}."
-            )
+            raise InputError(f"input_ids must be a (B, L) integer array; got shape {ids.shape}, dtype {ids.dtype}.")
         if attention_mask is None:
             key_valid = jnp.ones(ids.shape, bool)
         else:
             mask = jnp.asarray(attention_mask)
             if mask.shape != ids.shape:
-                raise InputError(
-                    f"attention_mask must have the shape of input_ids {ids.shape}; "
-                    f"got {mask.shape}."
-                )
+                raise InputError(f"attention_mask must have the shape of input_ids {ids.shape}; got {mask.shape}.")
             key_valid = mask != 0
         h = jnp.take(self.shared.embedding[...], ids, axis=0).astype(jnp.float32)
         return self.encoder(h, key_valid).astype(self.dtype)
@@ -518,9 +520,7 @@ def t5_key_rules(config: T5EncoderConfig, keys: Any = ()) -> KeyRules:
     return KeyRules(stacked=("encoder.block",), renames=tuple(renames), aliases=aliases)
 
 
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
     """The jitted ``(params, ids, mask) -> hidden`` of one encoder structure. Parameters are an
     argument (no closure holds them, so a staged encoder leaves the device); pipelines of one
@@ -536,8 +536,9 @@ def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
     return encode
 
 
-def encode_tokens(encoder: T5Encoder, tokens: Any, *, attend_padding: bool = False,
-                  zero_padding: bool = False) -> jax.Array:
+def encode_tokens(
+    encoder: T5Encoder, tokens: Any, *, attend_padding: bool = False, zero_padding: bool = False
+) -> jax.Array:
     """Encoder hidden states (B, L, D) of tokenized prompts, in the encoder's dtype.
 
     Args:

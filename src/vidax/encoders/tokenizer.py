@@ -24,8 +24,8 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tokenizers
@@ -129,8 +129,14 @@ class TextTokenizer:
         """The id of ``token`` (a special token or a vocabulary entry), or None."""
         return self._tok.token_to_id(token)
 
-    def __call__(self, prompts: list[str], max_length: int, *, padding_side: str | None = None,
-                 truncation: Truncation | None = None) -> Tokens:
+    def __call__(
+        self,
+        prompts: list[str],
+        max_length: int,
+        *,
+        padding_side: str | None = None,
+        truncation: Truncation | None = None,
+    ) -> Tokens:
         """Tokenize like ``tokenizer(prompts, padding="max_length", max_length=max_length,
         truncation=True, add_special_tokens=True, padding_side=padding_side)``; warns when a
         prompt is truncated, naming it and the limit as ``truncation`` says.
@@ -179,9 +185,8 @@ class TextTokenizer:
         tok.no_padding()
         tok.no_truncation()
         encodings = tok.encode_batch(texts, add_special_tokens=False)
-        (truncation or Truncation()).warn([len(e.ids) for e in encodings], max_length,
-                                          "the end of the text is dropped")
-        return [t if len(e.ids) <= max_length else t[:e.offsets[max_length - 1][1]] for t, e in zip(texts, encodings)]
+        (truncation or Truncation()).warn([len(e.ids) for e in encodings], max_length, "the end of the text is dropped")
+        return [t if len(e.ids) <= max_length else t[: e.offsets[max_length - 1][1]] for t, e in zip(texts, encodings)]
 
     def apply_chat_template(
         self,
@@ -237,20 +242,32 @@ class TextTokenizer:
                 f"{self.path}: the tokenizer has no chat template (no 'chat_template' in "
                 "tokenizer_config.json and no chat_template.jinja); pass chat_template="
             )
-        kw = dict(chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=True,
-                  return_dict=True, **template_kwargs)
+        kw = dict(
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=True,
+            **template_kwargs,
+        )
         full = encoding_arrays(tok.apply_chat_template(batch, **kw), None)[0]
         out = tok.apply_chat_template(
-            batch, padding="max_length", max_length=max_length, truncation=True, return_tensors="np",
-            tokenizer_kwargs=dict(padding_side=padding_side), **kw,
+            batch,
+            padding="max_length",
+            max_length=max_length,
+            truncation=True,
+            return_tensors="np",
+            tokenizer_kwargs=dict(padding_side=padding_side),
+            **kw,
         )
         ids, mask = encoding_arrays(out, max_length)
-        (truncation or Truncation()).warn([len(n) for n in full], max_length,
-                                          f"in its chat template; cut on the {tok.truncation_side} side")
+        (truncation or Truncation()).warn(
+            [len(n) for n in full], max_length, f"in its chat template; cut on the {tok.truncation_side} side"
+        )
         return Tokens(ids, mask, mask.sum(axis=1))
 
-    def chat_token_ids(self, conversations: Sequence, *, add_generation_prompt: bool = False,
-                       **template_kwargs) -> list[list[int]]:
+    def chat_token_ids(
+        self, conversations: Sequence, *, add_generation_prompt: bool = False, **template_kwargs
+    ) -> list[list[int]]:
         """The unpadded, untruncated token ids of conversations rendered with the folder's chat
         template: ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True,
         add_generation_prompt=add_generation_prompt, **template_kwargs)["input_ids"]`` (as
@@ -262,10 +279,13 @@ class TextTokenizer:
         batch = _conversation_batch(conversations)
         tok = self._transformers_tokenizer()
         if not tok.chat_template:
-            raise CheckpointError(f"{self.path}: the tokenizer has no chat template (no 'chat_template' in "
-                                  "tokenizer_config.json and no chat_template.jinja)")
-        out = tok.apply_chat_template(batch, add_generation_prompt=add_generation_prompt, tokenize=True,
-                                      return_dict=True, **template_kwargs)
+            raise CheckpointError(
+                f"{self.path}: the tokenizer has no chat template (no 'chat_template' in "
+                "tokenizer_config.json and no chat_template.jinja)"
+            )
+        out = tok.apply_chat_template(
+            batch, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True, **template_kwargs
+        )
         return [[int(i) for i in ids] for ids in encoding_arrays(out, None)[0]]
 
     @property
@@ -277,9 +297,7 @@ class TextTokenizer:
         """``PreTrainedTokenizerFast`` of this folder (imported and loaded on first use, kept)."""
         if self._hf is None:
             if not os.path.isfile(os.path.join(self.path, "tokenizer.json")):
-                raise CheckpointError(
-                    f"{self.path}: chat templates need the folder's tokenizer.json (it has none)."
-                )
+                raise CheckpointError(f"{self.path}: chat templates need the folder's tokenizer.json (it has none).")
             self._hf = transformers_class("PreTrainedTokenizerFast").from_pretrained(self.path)
         return self._hf
 
@@ -373,14 +391,17 @@ def _checked_padding_side(padding_side) -> str:
 
 def _conversation_batch(conversations) -> list[list[dict]]:
     """A list of conversations (lists of message dicts): one conversation is wrapped."""
+
     def is_message(m):
         return isinstance(m, Mapping) and "role" in m
 
     if isinstance(conversations, Sequence) and not isinstance(conversations, str) and conversations:
         if all(is_message(m) for m in conversations):
             return [list(conversations)]
-        if all(isinstance(c, Sequence) and not isinstance(c, str) and c and all(is_message(m) for m in c)
-               for c in conversations):
+        if all(
+            isinstance(c, Sequence) and not isinstance(c, str) and c and all(is_message(m) for m in c)
+            for c in conversations
+        ):
             return [list(c) for c in conversations]
     raise InputError(
         "apply_chat_template: conversations must be a list of {'role': ..., 'content': ...} message "
@@ -490,9 +511,7 @@ def build_tiny_t5_tokenizer(path: str | os.PathLike, vocab_size: int = 256) -> N
     pieces = pieces[:vocab_size]
     model = tokenizers.models.Unigram(pieces, unk_id=2, byte_fallback=False)
     tok = tokenizers.Tokenizer(model)
-    tok.normalizer = tokenizers.normalizers.Sequence(
-        [tokenizers.normalizers.Replace(tokenizers.Regex(" {2,}"), " ")]
-    )
+    tok.normalizer = tokenizers.normalizers.Sequence([tokenizers.normalizers.Replace(tokenizers.Regex(" {2,}"), " ")])
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
     tok.decoder = tokenizers.decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
     tok.post_processor = tokenizers.processors.TemplateProcessing(

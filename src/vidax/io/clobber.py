@@ -45,8 +45,18 @@ def check_inputs_kept(outputs: Iterable[str], inputs: Iterable[tuple[str, str]],
             folder = os.path.isdir(written)  # a PNG frame folder: its frames are written inside
             for name, path in inputs:
                 if _same(written, path) or (folder and _same(written, os.path.dirname(os.path.abspath(path)))):
-                    what = (" is the frame folder holding " if folder else " is the same file as "
-                            if written == os.fspath(out) else f" writes {written!r} beside it, the same file as ")
-                    raise InputError(Arg("output", os.fspath(out)), what, Arg(name, path),
-                                     "; writing it would destroy that input (with or without ",
-                                     Arg("overwrite", python="overwrite=True"), "); give another output name")
+                    what = (
+                        " is the frame folder holding "
+                        if folder
+                        else " is the same file as "
+                        if written == os.fspath(out)
+                        else f" writes {written!r} beside it, the same file as "
+                    )
+                    raise InputError(
+                        Arg("output", os.fspath(out)),
+                        what,
+                        Arg(name, path),
+                        "; writing it would destroy that input (with or without ",
+                        Arg("overwrite", python="overwrite=True"),
+                        "); give another output name",
+                    )

@@ -28,11 +28,12 @@ import numpy as np
 
 from vidax.errors import Arg, InputError
 
-
 #: Why a float pixel array is refused (README "Coming from diffusers", REFUSED_VALUES).
-FLOAT_ARRAY_REASON = ("diffusers takes a numpy array as a tensor, resized nearest-neighbour instead of a PIL image's "
-                      "Lanczos (and Wan2.1's CLIP processor rescales floats by 1/255 once more), so its result is not "
-                      "that of the image; vidax takes images as PIL images or uint8 arrays only")
+FLOAT_ARRAY_REASON = (
+    "diffusers takes a numpy array as a tensor, resized nearest-neighbour instead of a PIL image's "
+    "Lanczos (and Wan2.1's CLIP processor rescales floats by 1/255 once more), so its result is not "
+    "that of the image; vidax takes images as PIL images or uint8 arrays only"
+)
 
 
 def load_image(path: str | os.PathLike, name: str = "image") -> Any:
@@ -62,8 +63,9 @@ def load_image(path: str | os.PathLike, name: str = "image") -> Any:
             image = image.convert("RGB")  # decodes every pixel, so a truncated file fails here
     except (PIL.UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise InputError(
-            Arg(name, path), f" could not be read as an image ({type(e).__name__}: {e}); give a "
-            "PNG, JPEG, WebP or another format PIL reads"
+            Arg(name, path),
+            f" could not be read as an image ({type(e).__name__}: {e}); give a "
+            "PNG, JPEG, WebP or another format PIL reads",
         ) from None
     return image
 
@@ -92,13 +94,9 @@ def to_rgb_image(image: Any, name: str = "image") -> Any:
                 "(pixel values 0..255; (x * 255).round().astype(np.uint8) of floats in [0, 1]): " + FLOAT_ARRAY_REASON
             )
         if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[-1] not in (3, 4)) or 0 in image.shape:
-            raise InputError(
-                f"{name} has shape {image.shape}; give a uint8 array (H, W, 3), (H, W, 4) or (H, W)"
-            )
+            raise InputError(f"{name} has shape {image.shape}; give a uint8 array (H, W, 3), (H, W, 4) or (H, W)")
         return PIL.Image.fromarray(image).convert("RGB")
-    raise InputError(
-        f"{name} must be a PIL image or a uint8 numpy array (H, W, 3); got {type(image).__name__}"
-    )
+    raise InputError(f"{name} must be a PIL image or a uint8 numpy array (H, W, 3); got {type(image).__name__}")
 
 
 def one_image(image: Any, takes: str, name: str = "image", *, list_of_one: bool = False, what: str = "image") -> Any:
@@ -116,8 +114,11 @@ def one_image(image: Any, takes: str, name: str = "image", *, list_of_one: bool 
         return image
     if list_of_one and len(image) == 1:
         return image[0]
-    raise InputError(Arg(name), f" is a list of {len(image)}; {takes} one {what} for the whole batch"
-                     + (" (or a list of one)" if list_of_one else ""))
+    raise InputError(
+        Arg(name),
+        f" is a list of {len(image)}; {takes} one {what} for the whole batch"
+        + (" (or a list of one)" if list_of_one else ""),
+    )
 
 
 def video_frames(video: Any, name: str = "video") -> list:
@@ -134,20 +135,25 @@ def video_frames(video: Any, name: str = "video") -> list:
     """
     if isinstance(video, np.ndarray) and video.ndim == 4:
         if video.dtype != np.uint8:
-            raise InputError(f"{name} is a {video.dtype} array; give uint8 frames (F, H, W, 3) (pixel values 0..255) "
-                             "or a list of PIL images: " + FLOAT_ARRAY_REASON)
+            raise InputError(
+                f"{name} is a {video.dtype} array; give uint8 frames (F, H, W, 3) (pixel values 0..255) "
+                "or a list of PIL images: " + FLOAT_ARRAY_REASON
+            )
         video = list(video)
     if not isinstance(video, (list, tuple)):
         shape = f" of shape {video.shape}" if isinstance(video, np.ndarray) else ""
-        raise InputError(f"{name} must be a uint8 (F, H, W, 3) array or a list of frames (PIL images / uint8 "
-                         f"(H, W, 3) arrays); got {type(video).__name__}{shape}")
+        raise InputError(
+            f"{name} must be a uint8 (F, H, W, 3) array or a list of frames (PIL images / uint8 "
+            f"(H, W, 3) arrays); got {type(video).__name__}{shape}"
+        )
     if not video:
         raise InputError(f"{name} has no frames")
     return [to_rgb_image(f, f"{name}[{i}]") for i, f in enumerate(video)]
 
 
-def vae_image_preprocess(image: Any, height: int, width: int, resample: str = "lanczos",
-                         name: str = "image") -> np.ndarray:
+def vae_image_preprocess(
+    image: Any, height: int, width: int, resample: str = "lanczos", name: str = "image"
+) -> np.ndarray:
     """``VideoProcessor.preprocess(image, height, width)`` of diffusers, for one image.
 
     Args:
@@ -210,6 +216,7 @@ def nearest_resize(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
     ``(min(floor(i * s_h), H - 1), min(floor(j * s_w), W - 1))`` with the float32 scales
     ``s_h = H / height``, ``s_w = W / width`` (PyTorch's ``nearest_idx``). Returns
     ``(height, width, C)``."""
+
     def index(n_in: int, n_out: int) -> np.ndarray:
         scale = np.float32(n_in) / np.float32(n_out)
         return np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1)
@@ -278,4 +285,4 @@ def cover_crop_bilinear(frames: np.ndarray, height: int, width: int) -> np.ndarr
     new_h, new_w = math.ceil(h * scale), math.ceil(w * scale)
     x = _bilinear_axis(_bilinear_axis(np.asarray(frames, np.float32), new_h, 1), new_w, 2)
     top, left = (new_h - height) // 2, (new_w - width) // 2
-    return np.ascontiguousarray(x[:, top:top + height, left:left + width])
+    return np.ascontiguousarray(x[:, top : top + height, left : left + width])

@@ -30,8 +30,16 @@ from vidax.io.atomic import publish
 
 logger = logging.getLogger("vidax.io")
 
-FORMATS = {".mp4": "mp4", ".npy": "npy", ".wav": "wav", "": "png", ".png": "image", ".jpg": "image",
-           ".jpeg": "image", ".webp": "image"}
+FORMATS = {
+    ".mp4": "mp4",
+    ".npy": "npy",
+    ".wav": "wav",
+    "": "png",
+    ".png": "image",
+    ".jpg": "image",
+    ".jpeg": "image",
+    ".webp": "image",
+}
 #: PIL's format of each image suffix (the ``"image"`` format: one frame).
 IMAGE_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 #: The names of the files a PNG frame folder holds (``frame_00000.png`` ...).
@@ -48,8 +56,9 @@ def output_format(path: str | os.PathLike) -> str:
     ext = "" if path.endswith(os.sep) else os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise InputError(
-            Arg("output", path), f": unknown extension {ext!r}; use .mp4, .npy, .wav (the sound alone), .png / .jpg / "
-            ".webp (one frame), or a folder path (no extension) for PNG frames"
+            Arg("output", path),
+            f": unknown extension {ext!r}; use .mp4, .npy, .wav (the sound alone), .png / .jpg / "
+            ".webp (one frame), or a folder path (no extension) for PNG frames",
         )
     return FORMATS[ext]
 
@@ -106,12 +115,19 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = False, audio: b
     wav = audio_path(path) if audio else None
     if wav is not None and os.path.lexists(wav):
         if os.path.isdir(wav) or (os.path.exists(wav) and not os.path.isfile(wav)):
-            raise InputError(Arg("output", os.fspath(path)), f": its sound goes to {wav!r} beside it, which is not a "
-                             "regular file; give another output name, or ", _NO_AUDIO)
+            raise InputError(
+                Arg("output", os.fspath(path)),
+                f": its sound goes to {wav!r} beside it, which is not a regular file; give another output name, or ",
+                _NO_AUDIO,
+            )
         if not overwrite:
-            raise InputError(Arg("output", os.fspath(path)), f": its sound goes to {wav!r} beside it, which exists; "
-                             "pass ", Arg("overwrite", python="overwrite=True"), " to replace it, give another output "
-                             "name, or ", _NO_AUDIO)
+            raise InputError(
+                Arg("output", os.fspath(path)),
+                f": its sound goes to {wav!r} beside it, which exists; pass ",
+                Arg("overwrite", python="overwrite=True"),
+                " to replace it, give another output name, or ",
+                _NO_AUDIO,
+            )
     return fmt
 
 
@@ -141,12 +157,18 @@ def _check_output_path(path: str | os.PathLike, overwrite: bool) -> str:
         _probe(path, target)  # the frames are written inside it
         return fmt
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise InputError(Arg("output", path), f" is a {_kind(st)}, not a file or folder; give *.mp4, *.npy, a folder "
-                         f"for PNG frames, or {os.devnull} to keep nothing")
+        raise InputError(
+            Arg("output", path),
+            f" is a {_kind(st)}, not a file or folder; give *.mp4, *.npy, a folder "
+            f"for PNG frames, or {os.devnull} to keep nothing",
+        )
     if st is not None and fmt == "png":
-        raise InputError(Arg("output", path), " is an existing file whose name has no extension (a name without one "
-                         "is a folder for PNG frames); give *.mp4, *.npy, an image name for one frame, or a new or "
-                         "empty folder")
+        raise InputError(
+            Arg("output", path),
+            " is an existing file whose name has no extension (a name without one "
+            "is a folder for PNG frames); give *.mp4, *.npy, an image name for one frame, or a new or "
+            "empty folder",
+        )
     parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
         existing = parent
@@ -213,8 +235,7 @@ def _frame_files(folder: str) -> tuple[list[str], list[str]]:
     frames, others = [], []
     for name in sorted(os.listdir(folder)):
         full = os.path.join(folder, name)
-        mine = (FRAME_FILE.fullmatch(name) and os.path.isfile(full) and not os.path.islink(full)
-                and _is_png(full))
+        mine = FRAME_FILE.fullmatch(name) and os.path.isfile(full) and not os.path.islink(full) and _is_png(full)
         (frames if mine else others).append(name)
     return frames, others
 
@@ -228,13 +249,18 @@ def _check_frame_folder(path: str, folder: str, overwrite: bool) -> None:
         shown = [n + ("/" if os.path.isdir(os.path.join(folder, n)) else "") for n in others[:3]]
         more = f" and {len(others) - 3} more" if len(others) > 3 else ""
         raise InputError(
-            Arg("output", path), f" is a folder holding files vidax did not write ({', '.join(shown)}{more}); PNG frames "
+            Arg("output", path),
+            f" is a folder holding files vidax did not write ({', '.join(shown)}{more}); PNG frames "
             "go only into a new or empty folder, or one holding only vidax's frame_NNNNN.png files: give another "
-            "folder, or a *.mp4 / *.npy file")
+            "folder, or a *.mp4 / *.npy file",
+        )
     if frames and not overwrite:
         raise InputError(
-            Arg("output", path), f" already holds {len(frames)} frame file(s) of an earlier run ({frames[0]} ...); "
-            "pass ", Arg("overwrite", python="overwrite=True"), " to replace them, or give another folder")
+            Arg("output", path),
+            f" already holds {len(frames)} frame file(s) of an earlier run ({frames[0]} ...); pass ",
+            Arg("overwrite", python="overwrite=True"),
+            " to replace them, or give another folder",
+        )
 
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:
@@ -258,12 +284,24 @@ def check_image_frames(path: str | os.PathLike, frames: int | None, what: str = 
     path = os.fspath(path)
     if frames != 1 and not _is_devnull_path(path) and output_format(path) == "image":
         count = "a length the model predicts" if frames is None else f"{frames} frames"
-        raise InputError(Arg("output", path), f" is an image: it holds one frame, but {what} has {count}; give "
-                         "*.mp4, *.npy or a folder for PNG frames, or one frame (", Arg("num_frames", 1), ")")
+        raise InputError(
+            Arg("output", path),
+            f" is an image: it holds one frame, but {what} has {count}; give "
+            "*.mp4, *.npy or a folder for PNG frames, or one frame (",
+            Arg("num_frames", 1),
+            ")",
+        )
 
 
-def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, *, overwrite: bool = False,
-                audio: np.ndarray | None = None, sample_rate: int | None = None) -> str:
+def write_video(
+    frames: np.ndarray,
+    path: str | os.PathLike,
+    fps: int = 16,
+    *,
+    overwrite: bool = False,
+    audio: np.ndarray | None = None,
+    sample_rate: int | None = None,
+) -> str:
     """Write one video atomically and return the path written.
 
     Args:
@@ -430,8 +468,9 @@ def _write_image(frame: np.ndarray, path: str, suffix: str) -> None:
     Image.fromarray(frame).save(path, format=IMAGE_FORMATS[suffix])
 
 
-def _write_mp4(frames: np.ndarray, path: str, fps: int, audio: np.ndarray | None = None,
-               sample_rate: int | None = None) -> None:
+def _write_mp4(
+    frames: np.ndarray, path: str, fps: int, audio: np.ndarray | None = None, sample_rate: int | None = None
+) -> None:
     import av
 
     _, h, w, _ = frames.shape
@@ -466,8 +505,13 @@ def aac_sample_rate(sample_rate: int) -> int:
     if sample_rate in AAC_SAMPLE_RATES:
         return sample_rate
     rate = min(AAC_SAMPLE_RATES, key=lambda r: abs(r - sample_rate))
-    logger.warning("the sound's %d Hz is not a rate AAC encodes: the mp4's sound track is resampled to %d Hz "
-                   "(.npy / .wav outputs keep %d Hz)", sample_rate, rate, sample_rate)
+    logger.warning(
+        "the sound's %d Hz is not a rate AAC encodes: the mp4's sound track is resampled to %d Hz "
+        "(.npy / .wav outputs keep %d Hz)",
+        sample_rate,
+        rate,
+        sample_rate,
+    )
     return rate
 
 
@@ -489,8 +533,7 @@ def _encode_audio(container, stream, audio: np.ndarray, sample_rate: int) -> Non
     import av
 
     layout = stream.codec_context.layout.name
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(_pcm16(audio)).reshape(1, -1), format="s16",
-                                       layout=layout)
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(_pcm16(audio)).reshape(1, -1), format="s16", layout=layout)
     frame.sample_rate = int(sample_rate)
     frame.pts = 0
     frames = [frame]

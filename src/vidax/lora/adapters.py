@@ -15,10 +15,10 @@ parameter of its shape) before any weight changes.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,16 +43,22 @@ class LoraAdapters:
         self.names = [t[0] for t in transformers]
         self._targets = [transformer_targets(m, spec, cfg) for _, m, spec, cfg in transformers]
         self._stores = [ParamStore(m) for _, m, _, _ in transformers]
-        self.terms: dict[str, list[list[Term]]] = {}   # adapter -> per expert, at weight 1
+        self.terms: dict[str, list[list[Term]]] = {}  # adapter -> per expert, at weight 1
         self.files: dict[str, LoraFile] = {}
-        self.loaded_into: dict[str, list[int]] = {}    # adapter -> experts it was loaded into
+        self.loaded_into: dict[str, list[int]] = {}  # adapter -> experts it was loaded into
         self.active: list[list[tuple[str, float]]] = [[] for _ in transformers]  # per expert
         self.fuse_scale = [1.0] * len(transformers)
         self.enabled = True
 
     # ------------------------------------------------------------------ loading
-    def load(self, source: Any, adapter_name: str | None = None, *, experts: Sequence[int] | None = None,
-             what: str | None = None) -> str:
+    def load(
+        self,
+        source: Any,
+        adapter_name: str | None = None,
+        *,
+        experts: Sequence[int] | None = None,
+        what: str | None = None,
+    ) -> str:
         """Read, check and merge a LoRA; returns its adapter name (``default_<n>`` when None).
 
         Args:
@@ -86,8 +92,10 @@ class LoraAdapters:
         # use loads one name into transformer and again into transformer_2.
         taken = [self.names[e] for e in into if e in self.loaded_into.get(adapter_name, ())]
         if taken:
-            raise InputError(f"adapter_name={adapter_name!r} is already loaded into {', '.join(taken)} (loaded: "
-                             f"{self._listing()}); give another name or unload_lora_weights() first")
+            raise InputError(
+                f"adapter_name={adapter_name!r} is already loaded into {', '.join(taken)} (loaded: "
+                f"{self._listing()}); give another name or unload_lora_weights() first"
+            )
         per_expert: list[list[Term]] = [list(t) for t in self.terms.get(adapter_name, [[] for _ in self.names])]
         for e in into:
             modules = lora.experts.get(e, lora.experts.get(0, {})) if 1 in lora.experts else lora.experts[0]
@@ -102,25 +110,37 @@ class LoraAdapters:
             if per_expert[e]:
                 self.active[e] = [(adapter_name, 1.0)]
         self._apply()
-        logger.info("LoRA %s (%s layout, rank %s, %d keys) -> %s", adapter_name, lora.layout, lora.ranks,
-                    lora.num_keys, ", ".join(self.names[e] for e in into if per_expert[e]))
+        logger.info(
+            "LoRA %s (%s layout, rank %s, %d keys) -> %s",
+            adapter_name,
+            lora.layout,
+            lora.ranks,
+            lora.num_keys,
+            ", ".join(self.names[e] for e in into if per_expert[e]),
+        )
         return adapter_name
 
     def _listing(self) -> str:
         """The loaded adapters and the transformers each is in: ``'a' (transformer, transformer_2)``."""
-        return ", ".join(f"{n!r} ({', '.join(self.names[e] for e in into)})" for n, into in self.loaded_into.items()) \
+        return (
+            ", ".join(f"{n!r} ({', '.join(self.names[e] for e in into)})" for n, into in self.loaded_into.items())
             or "none"
+        )
 
     def _misfit(self, label: str, expert: int, problems: list[str], modules: dict) -> str:
         targets: ModelTargets = self._targets[expert]
         placed = len(modules) - len({p.split(" ", 1)[0] for p in problems})
-        msg = (f"{label}: {len(problems)} key(s) fit no parameter of {self.names[expert]} ({targets.family}) "
-               f"(no such module, or another shape): {_listed(problems)}")
+        msg = (
+            f"{label}: {len(problems)} key(s) fit no parameter of {self.names[expert]} ({targets.family}) "
+            f"(no such module, or another shape): {_listed(problems)}"
+        )
         if placed <= 0:
             fits, _ = fitting_transformers(modules)
             if targets.family in {spec.family for spec in fits}:  # the names fit: only the shapes differ
-                msg += (f"; its module names fit {targets.family} as well as any family: a LoRA for another size of "
-                        "this model")
+                msg += (
+                    f"; its module names fit {targets.family} as well as any family: a LoRA for another size of "
+                    "this model"
+                )
             else:
                 other = guess_family(modules, exclude=targets.family)
                 if other is not None:
@@ -143,16 +163,23 @@ class LoraAdapters:
             raise InputError(f"set_adapters: {unknown} not loaded (loaded: {self._listing()})")
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise InputError(f"set_adapters: adapter_names={names!r} names {', '.join(map(repr, twice))} more than "
-                             "once; give each adapter once, with its weight")
+            raise InputError(
+                f"set_adapters: adapter_names={names!r} names {', '.join(map(repr, twice))} more than "
+                "once; give each adapter once, with its weight"
+            )
         weights = _adapter_weights(adapter_weights, len(names))
-        self.active = [[(n, w) for n, w in zip(names, weights) if e in self.loaded_into[n]]
-                       for e in range(len(self.names))]
+        self.active = [
+            [(n, w) for n, w in zip(names, weights) if e in self.loaded_into[n]] for e in range(len(self.names))
+        ]
         self.enabled = True
         self._apply()
 
-    def fuse(self, lora_scale: float = 1.0, components: Sequence[str] | None = None,
-             adapter_names: Sequence[str] | None = None) -> None:
+    def fuse(
+        self,
+        lora_scale: float = 1.0,
+        components: Sequence[str] | None = None,
+        adapter_names: Sequence[str] | None = None,
+    ) -> None:
         """diffusers' ``fuse_lora``: the active adapters (or ``adapter_names``) scaled by
         ``lora_scale`` in ``components`` (default ``["transformer"]``)."""
         if not _finite(lora_scale):
@@ -226,8 +253,9 @@ class LoraAdapters:
             store.restore()
 
     def _components(self, components, where: str) -> list[int]:
-        components = ["transformer"] if components is None else [components] if isinstance(components, str) \
-            else list(components)
+        components = (
+            ["transformer"] if components is None else [components] if isinstance(components, str) else list(components)
+        )
         bad = [c for c in components if c not in self.names]
         if bad:
             raise InputError(f"{where}: components={components!r}: {bad} not among this pipeline's {self.names}")
@@ -254,8 +282,12 @@ class LoraAdapters:
         scales = {n: w for n, w in scales.items() if abs(w) > at_least}
         if not scales:
             return None
-        return Message(*joined(Arg("lora", f"{self.files[n].source}:{w:g}", python=f"adapter {n!r} at {w:g}")
-                               for n, w in scales.items()))
+        return Message(
+            *joined(
+                Arg("lora", f"{self.files[n].source}:{w:g}", python=f"adapter {n!r} at {w:g}")
+                for n, w in scales.items()
+            )
+        )
 
     # ------------------------------------------------------------------ merging
     def _apply(self) -> None:
@@ -311,8 +343,10 @@ def _adapter_weights(adapter_weights: Any, count: int) -> list[float]:
         return [float(adapter_weights)] * count
     if isinstance(adapter_weights, (int, float, np.integer, np.floating)) and not isinstance(adapter_weights, bool):
         raise InputError(f"set_adapters: adapter_weights={_shown(adapter_weights)} is not {FINITE}")
-    valid = (f"give {FINITE}, or a list of one per adapter ({count}; None in it counts as 1); vidax does not "
-             "take diffusers' dicts of per-module scales")
+    valid = (
+        f"give {FINITE}, or a list of one per adapter ({count}; None in it counts as 1); vidax does not "
+        "take diffusers' dicts of per-module scales"
+    )
     if isinstance(adapter_weights, (list, tuple)) and len(adapter_weights) == count:
         bad = [w for w in adapter_weights if w is not None and not _finite(w)]
         if not bad:

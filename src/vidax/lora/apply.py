@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +32,8 @@ import numpy as np
 from flax import nnx
 
 from vidax.lora.targets import Term
-from vidax.nn.kernels import with_layout_of
 from vidax.nn.gguf import dequantize_kernel
+from vidax.nn.kernels import with_layout_of
 from vidax.nn.quant import format_of, quantize
 from vidax.parallel.offload import host_memory_kind, offloaded_stacks
 
@@ -43,8 +44,7 @@ def _delta(shape, kernel: bool, lora: Sequence, diffs: Sequence) -> jax.Array:
     """Float32 delta of one layer: ``sum c * up @ down`` (transposed for a ``kernel``) ``+ sum c * diff``."""
     d = jnp.zeros(shape, jnp.float32)
     for down, up, c in lora:
-        prod = jnp.einsum("ri,or->io" if kernel else "ri,or->oi", down, up,
-                          precision=jax.lax.Precision.HIGHEST)
+        prod = jnp.einsum("ri,or->io" if kernel else "ri,or->oi", down, up, precision=jax.lax.Precision.HIGHEST)
         d = d + c * prod
     for diff, c in diffs:
         d = d + c * diff
@@ -61,7 +61,7 @@ def _add_fn(buf: jax.Array, lora, diffs, kernel: bool) -> jax.Array:
     return (buf.astype(jnp.float32) + _delta(buf.shape, kernel, lora, diffs)).astype(buf.dtype)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(fn: Callable, out_sharding: Any) -> Callable:
     """``fn`` jitted with its first argument (the buffer) donated, its result placed as
     ``out_sharding`` (None: the default): a kernel stack in the CPU kernel layout keeps it, which
@@ -94,8 +94,14 @@ class _Slab:
         not stacked). get / put: read and replace it. sharding: its device sharding.
     """
 
-    def __init__(self, first: int, layers: int | None, get: Callable[[], Any], put: Callable[[Any], None],
-                 sharding: jax.sharding.Sharding):
+    def __init__(
+        self,
+        first: int,
+        layers: int | None,
+        get: Callable[[], Any],
+        put: Callable[[Any], None],
+        sharding: jax.sharding.Sharding,
+    ):
         self.first, self.layers, self.get, self.put, self.sharding = first, layers, get, put, sharding
 
 
@@ -112,9 +118,9 @@ class ParamStore:
 
     def __init__(self, module: nnx.Module):
         self.module = module
-        self._base: dict[tuple, Any] = {}   # (path, slab index) -> base array
+        self._base: dict[tuple, Any] = {}  # (path, slab index) -> base array
         self._stacked: dict[tuple, bool] = {}
-        self._gguf: dict[tuple, str] = {}   # densified GGUF kernel path -> its blocks' type
+        self._gguf: dict[tuple, str] = {}  # densified GGUF kernel path -> its blocks' type
         self._host_kind = host_memory_kind("auto")
 
     def _slabs(self, path: tuple, stacked: bool) -> list[_Slab]:
@@ -123,9 +129,16 @@ class ParamStore:
         if stacked and path[0] in stacks:
             blocks, leaf = stacks[path[0]], path[1:]
             starts = np.cumsum([0] + list(blocks.sizes))
-            return [_Slab(int(starts[i]), n, functools.partial(blocks.chunk_leaf, i, leaf),
-                          functools.partial(blocks.set_chunk_leaf, i, leaf), blocks.leaf_sharding(leaf))
-                    for i, n in enumerate(blocks.sizes)]
+            return [
+                _Slab(
+                    int(starts[i]),
+                    n,
+                    functools.partial(blocks.chunk_leaf, i, leaf),
+                    functools.partial(blocks.set_chunk_leaf, i, leaf),
+                    blocks.leaf_sharding(leaf),
+                )
+                for i, n in enumerate(blocks.sizes)
+            ]
         var = _variable(self.module, path)
 
         def put(value, var=var):
@@ -137,11 +150,16 @@ class ParamStore:
     def _base_of(self, key: tuple, slab: _Slab) -> Any:
         if key not in self._base:
             value = slab.get()
-            on_device = isinstance(value, jax.Array) and value.sharding.memory_kind == \
-                jax.local_devices()[0].default_memory().kind
+            on_device = (
+                isinstance(value, jax.Array)
+                and value.sharding.memory_kind == jax.local_devices()[0].default_memory().kind
+            )
             if on_device:  # keep the base off the device
-                value = (jax.device_put(value, with_layout_of(value, value.sharding.with_memory_kind(self._host_kind)))
-                         if self._host_kind is not None else np.asarray(value))
+                value = (
+                    jax.device_put(value, with_layout_of(value, value.sharding.with_memory_kind(self._host_kind)))
+                    if self._host_kind is not None
+                    else np.asarray(value)
+                )
             self._base[key] = value
         return self._base[key]
 
@@ -182,7 +200,9 @@ class ParamStore:
                     buf = _dequantize_gguf(buf, gguf, linear.param_dtype, linear.gguf_index())
                 if scales is not None:
                     fmt = format_of(buf.dtype)
-                    buf = _dequantize(buf, jax.device_put(self._base_of((scale_path, i), scales[i]), scales[i].sharding))
+                    buf = _dequantize(
+                        buf, jax.device_put(self._base_of((scale_path, i), scales[i]), scales[i].sharding)
+                    )
                 kernel = path[-1] == "kernel" and len(ts[0].target.shape) == 2
                 for layer, lt in sorted(layer_terms.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
                     lora = [(jnp.asarray(t.a), jnp.asarray(t.b), jnp.float32(t.scale)) for t in lt if t.kind == "lora"]
@@ -195,8 +215,13 @@ class ParamStore:
                     buf, scale = _requantize(buf, fmt)
                     scales[i].put(_like(scale, scales[i].get()))
                 if gguf is not None and linear.kernel_gguf is not None:
-                    logger.info("LoRA: GGUF %s kernel %s densified to %s on the device: +%s bytes", gguf,
-                                "/".join(map(str, path)), np.dtype(buf.dtype).name, f"{buf.nbytes - current.nbytes:,}")
+                    logger.info(
+                        "LoRA: GGUF %s kernel %s densified to %s on the device: +%s bytes",
+                        gguf,
+                        "/".join(map(str, path)),
+                        np.dtype(buf.dtype).name,
+                        f"{buf.nbytes - current.nbytes:,}",
+                    )
                     linear.kernel_gguf = None
                 slab.put(_like(buf, current))
 

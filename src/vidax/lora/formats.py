@@ -27,7 +27,8 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -37,18 +38,27 @@ logger = logging.getLogger("vidax.lora")
 
 #: Key suffixes -> what the tensor is.
 _SUFFIXES = (
-    (".lora_A.weight", "down"), (".lora_B.weight", "up"), (".lora_down.weight", "down"),
-    (".lora_up.weight", "up"), (".lora_B.bias", "diff_b"), (".diff_b", "diff_b"), (".diff", "diff"),
-    (".alpha", "alpha"), (".diff_m", "diff_m"),
+    (".lora_A.weight", "down"),
+    (".lora_B.weight", "up"),
+    (".lora_down.weight", "down"),
+    (".lora_up.weight", "up"),
+    (".lora_B.bias", "diff_b"),
+    (".diff_b", "diff_b"),
+    (".diff", "diff"),
+    (".alpha", "alpha"),
+    (".diff_m", "diff_m"),
 )
 #: The module a LightX2V ``blocks.N.diff_m`` (a delta of the block's modulation table) lands on,
 #: named as the original repository names it (``scale_shift_table`` in diffusers' Wan).
 _DIFF_M_MODULE = "modulation"
 #: Key prefixes -> (layout, expert index). Checked in order.
 _PREFIXES = (
-    ("transformer_2.", "diffusers", 1), ("transformer.", "diffusers", 0),
-    ("base_model.model.", "diffusers", 0), ("model.diffusion_model.", "original", 0),
-    ("diffusion_model.", "original", 0), ("lora_unet_", "kohya", 0),
+    ("transformer_2.", "diffusers", 1),
+    ("transformer.", "diffusers", 0),
+    ("base_model.model.", "diffusers", 0),
+    ("model.diffusion_model.", "original", 0),
+    ("diffusion_model.", "original", 0),
+    ("lora_unet_", "kohya", 0),
 )
 _MAX_LISTED = 5
 
@@ -168,7 +178,7 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
         layout, expert, rest = "diffusers", 0, key
         for prefix, lay, exp in _PREFIXES:
             if key.startswith(prefix):
-                layout, expert, rest = lay, exp, key[len(prefix):]
+                layout, expert, rest = lay, exp, key[len(prefix) :]
                 break
         if layout == "kohya":
             module, dot, suffix = rest.partition(".")
@@ -179,8 +189,9 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
         if kind is None:
             stray.append(key)
             continue
-        if layout == "diffusers" and any(key.endswith(s) for s in (".lora_down.weight", ".lora_up.weight",
-                                                                     ".diff", ".diff_b", ".diff_m")):
+        if layout == "diffusers" and any(
+            key.endswith(s) for s in (".lora_down.weight", ".lora_up.weight", ".diff", ".diff_b", ".diff_m")
+        ):
             layout = "original"  # ComfyUI writes the original names with no prefix at times
         layouts.add(layout)
         if kind == "diff_m":  # the block's modulation table's delta: a diff of that parameter
@@ -201,19 +212,27 @@ def parse(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], source
             setattr(m, kind, value)
     if stray:
         if any("dora_scale" in k for k in stray):
-            raise InputError(f"{what}: a DoRA file (dora_scale keys, e.g. {stray[0]}); vidax merges plain LoRA "
-                             "only (diffusers drops the DoRA magnitudes, which changes what the file does)")
-        raise InputError(f"{what}: {len(stray)} key(s) of no LoRA layout vidax knows (lora_A/lora_B, "
-                         f"lora_down/lora_up, alpha, diff, diff_b, diff_m): {_listed(stray)}")
+            raise InputError(
+                f"{what}: a DoRA file (dora_scale keys, e.g. {stray[0]}); vidax merges plain LoRA "
+                "only (diffusers drops the DoRA magnitudes, which changes what the file does)"
+            )
+        raise InputError(
+            f"{what}: {len(stray)} key(s) of no LoRA layout vidax knows (lora_A/lora_B, "
+            f"lora_down/lora_up, alpha, diff, diff_b, diff_m): {_listed(stray)}"
+        )
     if not experts:
         raise InputError(f"{what}: holds no tensor")
     if "kohya" in layouts and len(layouts) > 1:
         raise InputError(f"{what}: mixes kohya keys (lora_unet_...) with other layouts; a LoRA file holds one")
     layout = "kohya" if "kohya" in layouts else "original" if "original" in layouts else "diffusers"
     if diff_m:
-        logger.info("%s: %d diff_m key(s) (%s) add their deltas to the blocks' modulation tables "
-                    "(scale_shift_table), as LightX2V means them; diffusers 0.42.1 drops them", what, len(diff_m),
-                    _listed(diff_m))
+        logger.info(
+            "%s: %d diff_m key(s) (%s) add their deltas to the blocks' modulation tables "
+            "(scale_shift_table), as LightX2V means them; diffusers 0.42.1 drops them",
+            what,
+            len(diff_m),
+            _listed(diff_m),
+        )
     scales = _peft_scales(metadata, what)
     for modules in experts.values():
         for name, m in modules.items():
@@ -230,11 +249,15 @@ def _check_module(name: str, m: LoraModule, what: str) -> None:
         raise InputError(f"{what}: {name} has {have} but not its other factor ({m.keys[0]})")
     if m.down is not None:
         if m.down.ndim != 2 or m.up.ndim != 2:
-            raise InputError(f"{what}: {name}: factors of shapes {m.down.shape} and {m.up.shape}; vidax merges "
-                             "LoRA factors of linear layers (2-D)")
+            raise InputError(
+                f"{what}: {name}: factors of shapes {m.down.shape} and {m.up.shape}; vidax merges "
+                "LoRA factors of linear layers (2-D)"
+            )
         if m.up.shape[1] != m.down.shape[0]:
-            raise InputError(f"{what}: {name}: rank mismatch, down/lora_A {m.down.shape} has rank {m.down.shape[0]} "
-                             f"but up/lora_B {m.up.shape} has rank {m.up.shape[1]}")
+            raise InputError(
+                f"{what}: {name}: rank mismatch, down/lora_A {m.down.shape} has rank {m.down.shape[0]} "
+                f"but up/lora_B {m.up.shape} has rank {m.up.shape[1]}"
+            )
     if m.alpha is not None and m.down is None:
         raise InputError(f"{what}: {name} has an alpha but no lora_A/lora_B factors")
 
@@ -255,8 +278,10 @@ def _peft_scales(metadata: Mapping[str, str], what: str) -> dict | None:
     except ValueError:
         meta = None
     if not isinstance(meta, dict):
-        raise InputError(f"{what}: its lora_adapter_metadata is not a JSON object ({raw[:60]!r}), so its lora_alpha "
-                         "(the scale of the merge) cannot be read")
+        raise InputError(
+            f"{what}: its lora_adapter_metadata is not a JSON object ({raw[:60]!r}), so its lora_alpha "
+            "(the scale of the merge) cannot be read"
+        )
     meta = {k.removeprefix("transformer."): v for k, v in meta.items()}
     return {"alpha": meta.get("lora_alpha"), "patterns": dict(meta.get("alpha_pattern") or {})}
 

@@ -25,6 +25,7 @@ from vidax.nn.quant import _at, quantizable_kernels
 from vidax.parallel.offload import offloaded_stacks
 from vidax.weights.loader import KeyRules, _target_shape_of, _to_target_layout
 
+
 @dataclasses.dataclass(frozen=True)
 class Split:
     """An original module fused from several diffusers modules (HunyuanVideo's ``img_attn_qkv``):
@@ -43,12 +44,29 @@ class Halves:
 
 
 def _wan_names() -> tuple:
-    block = {f"{a}.{o}": f"{b}.{c}" for a, b in (("self_attn", "attn1"), ("cross_attn", "attn2"))
-             for o, c in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"),
-                          ("norm_q", "norm_q"), ("norm_k", "norm_k"))}
-    block.update({"cross_attn.k_img": "attn2.add_k_proj", "cross_attn.v_img": "attn2.add_v_proj",
-                  "cross_attn.norm_k_img": "attn2.norm_added_k", "ffn.0": "ffn.net.0.proj", "ffn.2": "ffn.net.2",
-                  "norm3": "norm2", "modulation": "scale_shift_table"})
+    block = {
+        f"{a}.{o}": f"{b}.{c}"
+        for a, b in (("self_attn", "attn1"), ("cross_attn", "attn2"))
+        for o, c in (
+            ("q", "to_q"),
+            ("k", "to_k"),
+            ("v", "to_v"),
+            ("o", "to_out.0"),
+            ("norm_q", "norm_q"),
+            ("norm_k", "norm_k"),
+        )
+    }
+    block.update(
+        {
+            "cross_attn.k_img": "attn2.add_k_proj",
+            "cross_attn.v_img": "attn2.add_v_proj",
+            "cross_attn.norm_k_img": "attn2.norm_added_k",
+            "ffn.0": "ffn.net.0.proj",
+            "ffn.2": "ffn.net.2",
+            "norm3": "norm2",
+            "modulation": "scale_shift_table",
+        }
+    )
     top = {
         "text_embedding.0": "condition_embedder.text_embedder.linear_1",
         "text_embedding.2": "condition_embedder.text_embedder.linear_2",
@@ -59,48 +77,85 @@ def _wan_names() -> tuple:
         "img_emb.proj.1": "condition_embedder.image_embedder.ff.net.0.proj",
         "img_emb.proj.3": "condition_embedder.image_embedder.ff.net.2",
         "img_emb.proj.4": "condition_embedder.image_embedder.norm2",
-        "head.head": "proj_out", "head.modulation": "scale_shift_table",
+        "head.head": "proj_out",
+        "head.modulation": "scale_shift_table",
     }
-    return (tuple((rf"blocks\.(\d+)\.{re.escape(k)}", rf"blocks.\1.{v}") for k, v in block.items())
-            + tuple((re.escape(k), v) for k, v in top.items()))
+    return tuple((rf"blocks\.(\d+)\.{re.escape(k)}", rf"blocks.\1.{v}") for k, v in block.items()) + tuple(
+        (re.escape(k), v) for k, v in top.items()
+    )
 
 
 def _hunyuan_names() -> tuple:
     qkv, add = ("attn.to_q", "attn.to_k", "attn.to_v"), ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj")
-    double = {"img_attn_qkv": qkv, "txt_attn_qkv": add, "img_attn_proj": "attn.to_out.0",
-              "txt_attn_proj": "attn.to_add_out", "img_attn_q_norm": "attn.norm_q", "img_attn_k_norm": "attn.norm_k",
-              "txt_attn_q_norm": "attn.norm_added_q", "txt_attn_k_norm": "attn.norm_added_k",
-              "img_mod.linear": "norm1.linear", "txt_mod.linear": "norm1_context.linear",
-              "img_mlp.fc1": "ff.net.0.proj", "img_mlp.fc2": "ff.net.2", "txt_mlp.fc1": "ff_context.net.0.proj",
-              "txt_mlp.fc2": "ff_context.net.2"}
-    single = {"linear1": qkv + ("proj_mlp",), "linear2": "proj_out", "modulation.linear": "norm.linear",
-              "q_norm": "attn.norm_q", "k_norm": "attn.norm_k"}
-    refiner = {"self_attn_qkv": qkv, "self_attn_proj": "attn.to_out.0", "mlp.fc1": "ff.net.0.proj",
-               "mlp.fc2": "ff.net.2", "adaLN_modulation.1": "norm_out.linear", "norm1": "norm1", "norm2": "norm2"}
-    top = {"time_in.mlp.0": "time_text_embed.timestep_embedder.linear_1",
-           "time_in.mlp.2": "time_text_embed.timestep_embedder.linear_2",
-           "guidance_in.mlp.0": "time_text_embed.guidance_embedder.linear_1",
-           "guidance_in.mlp.2": "time_text_embed.guidance_embedder.linear_2",
-           "vector_in.in_layer": "time_text_embed.text_embedder.linear_1",
-           "vector_in.out_layer": "time_text_embed.text_embedder.linear_2",
-           "final_layer.linear": "proj_out", "final_layer.adaLN_modulation.1": Halves("norm_out.linear"),
-           "img_in.proj": "x_embedder.proj", "txt_in.input_embedder": "context_embedder.proj_in",
-           "txt_in.t_embedder.mlp.0": "context_embedder.time_text_embed.timestep_embedder.linear_1",
-           "txt_in.t_embedder.mlp.2": "context_embedder.time_text_embed.timestep_embedder.linear_2",
-           "txt_in.c_embedder.linear_1": "context_embedder.time_text_embed.text_embedder.linear_1",
-           "txt_in.c_embedder.linear_2": "context_embedder.time_text_embed.text_embedder.linear_2"}
+    double = {
+        "img_attn_qkv": qkv,
+        "txt_attn_qkv": add,
+        "img_attn_proj": "attn.to_out.0",
+        "txt_attn_proj": "attn.to_add_out",
+        "img_attn_q_norm": "attn.norm_q",
+        "img_attn_k_norm": "attn.norm_k",
+        "txt_attn_q_norm": "attn.norm_added_q",
+        "txt_attn_k_norm": "attn.norm_added_k",
+        "img_mod.linear": "norm1.linear",
+        "txt_mod.linear": "norm1_context.linear",
+        "img_mlp.fc1": "ff.net.0.proj",
+        "img_mlp.fc2": "ff.net.2",
+        "txt_mlp.fc1": "ff_context.net.0.proj",
+        "txt_mlp.fc2": "ff_context.net.2",
+    }
+    single = {
+        "linear1": qkv + ("proj_mlp",),
+        "linear2": "proj_out",
+        "modulation.linear": "norm.linear",
+        "q_norm": "attn.norm_q",
+        "k_norm": "attn.norm_k",
+    }
+    refiner = {
+        "self_attn_qkv": qkv,
+        "self_attn_proj": "attn.to_out.0",
+        "mlp.fc1": "ff.net.0.proj",
+        "mlp.fc2": "ff.net.2",
+        "adaLN_modulation.1": "norm_out.linear",
+        "norm1": "norm1",
+        "norm2": "norm2",
+    }
+    top = {
+        "time_in.mlp.0": "time_text_embed.timestep_embedder.linear_1",
+        "time_in.mlp.2": "time_text_embed.timestep_embedder.linear_2",
+        "guidance_in.mlp.0": "time_text_embed.guidance_embedder.linear_1",
+        "guidance_in.mlp.2": "time_text_embed.guidance_embedder.linear_2",
+        "vector_in.in_layer": "time_text_embed.text_embedder.linear_1",
+        "vector_in.out_layer": "time_text_embed.text_embedder.linear_2",
+        "final_layer.linear": "proj_out",
+        "final_layer.adaLN_modulation.1": Halves("norm_out.linear"),
+        "img_in.proj": "x_embedder.proj",
+        "txt_in.input_embedder": "context_embedder.proj_in",
+        "txt_in.t_embedder.mlp.0": "context_embedder.time_text_embed.timestep_embedder.linear_1",
+        "txt_in.t_embedder.mlp.2": "context_embedder.time_text_embed.timestep_embedder.linear_2",
+        "txt_in.c_embedder.linear_1": "context_embedder.time_text_embed.text_embedder.linear_1",
+        "txt_in.c_embedder.linear_2": "context_embedder.time_text_embed.text_embedder.linear_2",
+    }
 
     def to(prefix: str, v):
         if isinstance(v, tuple):
             return Split(tuple(prefix + n for n in v))
         return Halves(prefix + v.name) if isinstance(v, Halves) else prefix + v
 
-    return (tuple((rf"double_blocks\.(\d+)\.{re.escape(k)}", to("transformer_blocks.\\1.", v)) for k, v in double.items())
-            + tuple((rf"single_blocks\.(\d+)\.{re.escape(k)}", to("single_transformer_blocks.\\1.", v))
-                    for k, v in single.items())
-            + tuple((rf"txt_in\.individual_token_refiner\.blocks\.(\d+)\.{re.escape(k)}",
-                     to("context_embedder.token_refiner.refiner_blocks.\\1.", v)) for k, v in refiner.items())
-            + tuple((re.escape(k), to("", v)) for k, v in top.items()))
+    return (
+        tuple((rf"double_blocks\.(\d+)\.{re.escape(k)}", to("transformer_blocks.\\1.", v)) for k, v in double.items())
+        + tuple(
+            (rf"single_blocks\.(\d+)\.{re.escape(k)}", to("single_transformer_blocks.\\1.", v))
+            for k, v in single.items()
+        )
+        + tuple(
+            (
+                rf"txt_in\.individual_token_refiner\.blocks\.(\d+)\.{re.escape(k)}",
+                to("context_embedder.token_refiner.refiner_blocks.\\1.", v),
+            )
+            for k, v in refiner.items()
+        )
+        + tuple((re.escape(k), to("", v)) for k, v in top.items())
+    )
 
 
 #: The original repositories' module names that diffusers' LoRA converters rename, per family
@@ -162,8 +217,11 @@ class ModelTargets:
         self.params: dict[str, Target] = {}
         stacked = tuple(rules.stacked)
         #: kernels kept as GGUF blocks on the device (vidax.nn.gguf): path -> type
-        self.gguf = {tuple(p): _at(module, p[:-1]).kernel_gguf for p in quantizable_kernels(module)
-                     if getattr(_at(module, p[:-1]), "kernel_gguf", None) is not None}
+        self.gguf = {
+            tuple(p): _at(module, p[:-1]).kernel_gguf
+            for p in quantizable_kernels(module)
+            if getattr(_at(module, p[:-1]), "kernel_gguf", None) is not None
+        }
         #: the stack attributes whose blocks are streamed from host memory
         self.streamed = {s.attr for s in offloaded_stacks(module)}
         for path, var in nnx.to_flat_state(nnx.state(module, nnx.Param)):
@@ -180,8 +238,9 @@ class ModelTargets:
                 self.params[key] = Target(tuple(path), None, shape, key)
         self.modules = {k.rsplit(".", 1)[0] for k in self.params if k.endswith((".weight", ".bias"))}
         self.modules |= set(self.params)
-        self._renames = [(re.compile(pattern.replace(r"\.", "[._]")), new)
-                         for pattern, new in ORIGINAL_NAMES.get(family, ())]
+        self._renames = [
+            (re.compile(pattern.replace(r"\.", "[._]")), new) for pattern, new in ORIGINAL_NAMES.get(family, ())
+        ]
         self._underscored = {}
         for name in self.modules:
             self._underscored.setdefault(name.replace(".", "_"), name)
@@ -222,9 +281,11 @@ class ModelTargets:
         if isinstance(found, str):
             return [(found, lambda x: x)]
         if isinstance(found, Halves):
+
             def swap(x):
                 h = x.shape[0] // 2
                 return np.concatenate([x[h:], x[:h]])
+
             return [(found.name, swap)]
         sizes = []
         for n in found.names:
@@ -234,8 +295,10 @@ class ModelTargets:
             sizes.append(_torch_shape(t)[0])
         rows = next(x.shape[0] for x in (m.up, m.diff, m.diff_b) if x is not None)
         if rows != sum(sizes):
-            return (f"{m.keys[0]}: {rows} output rows, but {', '.join(found.names)} have {sum(sizes)} "
-                    f"({' + '.join(map(str, sizes))})")
+            return (
+                f"{m.keys[0]}: {rows} output rows, but {', '.join(found.names)} have {sum(sizes)} "
+                f"({' + '.join(map(str, sizes))})"
+            )
         starts = np.cumsum([0] + sizes)
         return [(n, lambda x, a=int(a), b=int(b): x[a:b]) for n, a, b in zip(found.names, starts[:-1], starts[1:])]
 
@@ -257,7 +320,9 @@ class ModelTargets:
                 continue
             value = rows(value)
             t = next((self.params[module + s] for s in leafs if module + s in self.params), None)
-            key = next(k for k in m.keys if k.endswith(("diff_b", "lora_B.bias") if kind == "diff_b" else ("diff", "diff_m")))
+            key = next(
+                k for k in m.keys if k.endswith(("diff_b", "lora_B.bias") if kind == "diff_b" else ("diff", "diff_m"))
+            )
             if t is None:
                 problems.append(f"{key} ({module} has no {'bias' if kind == 'diff_b' else 'weight'})")
             elif t.path in self.gguf and t.path[0] in self.streamed:
@@ -269,9 +334,11 @@ class ModelTargets:
                 terms.append(Term(t, "diff", np.ascontiguousarray(_to_target_layout(value, t.path)), None, scale))
 
     def _gguf_problem(self, key: str, t: Target) -> str:
-        return (f"{key}: {t.key} is kept as GGUF {self.gguf[t.path]} blocks in streamed blocks, which vidax does "
-                "not merge a LoRA into (load without offload=/--offload-blocks, with weight_dtype='int8' / "
-                "--weights int8, or from safetensors)")
+        return (
+            f"{key}: {t.key} is kept as GGUF {self.gguf[t.path]} blocks in streamed blocks, which vidax does "
+            "not merge a LoRA into (load without offload=/--offload-blocks, with weight_dtype='int8' / "
+            "--weights int8, or from safetensors)"
+        )
 
 
 def _torch_shape(t: Target) -> tuple:

@@ -71,13 +71,13 @@ import contextlib
 import dataclasses
 import logging
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-from vidax.nn import kernels
 from vidax.errors import InputError
+from vidax.nn import kernels
 
 logger = logging.getLogger("vidax.attention")
 
@@ -118,7 +118,7 @@ class SegmentIds:
     padding: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     @classmethod
-    def for_padding(cls, batch: int, q_len: int, kv_len: int, q_valid, kv_valid) -> "SegmentIds":
+    def for_padding(cls, batch: int, q_len: int, kv_len: int, q_valid, kv_valid) -> SegmentIds:
         """Ids of right-padded sequences: tokens before ``*_valid`` are real (id 1), the rest
         padding (id 0; padded queries attend to padded keys only, their output is meant to be
         dropped).
@@ -128,14 +128,17 @@ class SegmentIds:
             q_len, kv_len: padded lengths Lq, Lk.
             q_valid, kv_valid: real lengths, ints or int ``(B,)`` arrays.
         """
+
         def ids(length, valid):
             valid = jnp.asarray(valid, jnp.int32).reshape(-1, 1)
-            return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32)[None] < valid, (batch, length)).astype(jnp.int32)
+            return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32)[None] < valid, (batch, length)).astype(
+                jnp.int32
+            )
 
         return cls(ids(q_len, q_valid), ids(kv_len, kv_valid), padding=True)
 
     @classmethod
-    def for_mask(cls, q_mask, kv_mask=None) -> "SegmentIds":
+    def for_mask(cls, q_mask, kv_mask=None) -> SegmentIds:
         """Ids of a tokenizer-style attention mask, any pattern (left or right padding): real
         tokens (mask 1 / True) get id 1, padding id 0.
 
@@ -233,8 +236,13 @@ def dot_product_attention(
             )
     logger.info(
         "dot_product_attention: %s (requested %s) q=%s kv=%s %s%s%s%s",
-        impl, implementation, tuple(q.shape), tuple(k.shape), jnp.dtype(q.dtype).name,
-        " segments" if segment_ids is not None else "", " causal" if causal else "",
+        impl,
+        implementation,
+        tuple(q.shape),
+        tuple(k.shape),
+        jnp.dtype(q.dtype).name,
+        " segments" if segment_ids is not None else "",
+        " causal" if causal else "",
         f" bias{tuple(bias.shape)}" if bias is not None else "",
     )
     if impl == "xla" and lq * lk > AUTO_XLA_MAX_SCORES:
@@ -242,19 +250,37 @@ def dot_product_attention(
         logger.warning(
             "dot_product_attention: implementation='xla' materialises %d x %d scores per head "
             "(%.2f GiB float32 for B=%d, N=%d); 'blockwise' needs O(Lq·block) memory",
-            lq, lk, gib, b, n,
+            lq,
+            lk,
+            gib,
+            b,
+            n,
         )
     if lk == 0:
         return jnp.zeros(q.shape, q.dtype)
     return _IMPLEMENTATIONS[impl](
-        q, k, v, scale=scale, block_size=block_size, segment_ids=segment_ids, interpret=interpret,
-        causal=causal, bias=bias,
+        q,
+        k,
+        v,
+        scale=scale,
+        block_size=block_size,
+        segment_ids=segment_ids,
+        interpret=interpret,
+        causal=causal,
+        bias=bias,
     )
 
 
-def unavailable_reason(impl: str, q: jax.Array, segment_ids: SegmentIds | None = None,
-                       interpret: bool = False, *, k: jax.Array | None = None, causal: bool = False,
-                       bias: jax.Array | None = None) -> str | None:
+def unavailable_reason(
+    impl: str,
+    q: jax.Array,
+    segment_ids: SegmentIds | None = None,
+    interpret: bool = False,
+    *,
+    k: jax.Array | None = None,
+    causal: bool = False,
+    bias: jax.Array | None = None,
+) -> str | None:
     """Why ``impl`` cannot run on this backend with queries like ``q`` (None when it can).
 
     ``k`` (keys ``(B, Lk, N_kv, K)``), ``causal`` and ``bias`` describe the rest of the call;
@@ -279,21 +305,37 @@ def unavailable_reason(impl: str, q: jax.Array, segment_ids: SegmentIds | None =
         if segment_ids is not None and not segment_ids.padding:
             return "cuDNN masks only trailing padding (SegmentIds.for_padding), not general segments"
         if causal and k is not None and k.shape[1] != q.shape[1]:
-            return (f"cuDNN's causal mask is top-left aligned and vidax's bottom-right (Llama's); they "
-                    f"agree only for Lq == Lk, got Lq={q.shape[1]}, Lk={k.shape[1]}")
+            return (
+                f"cuDNN's causal mask is top-left aligned and vidax's bottom-right (Llama's); they "
+                f"agree only for Lq == Lk, got Lq={q.shape[1]}, Lk={k.shape[1]}"
+            )
     return None
 
 
-def available_implementations(q: jax.Array, segment_ids: SegmentIds | None = None, *,
-                              k: jax.Array | None = None, causal: bool = False,
-                              bias: jax.Array | None = None) -> list[str]:
+def available_implementations(
+    q: jax.Array,
+    segment_ids: SegmentIds | None = None,
+    *,
+    k: jax.Array | None = None,
+    causal: bool = False,
+    bias: jax.Array | None = None,
+) -> list[str]:
     """The implementations that can run here for queries like ``q`` (interpret mode excluded)."""
-    return [name for name in sorted(_IMPLEMENTATIONS)
-            if unavailable_reason(name, q, segment_ids, k=k, causal=causal, bias=bias) is None]
+    return [
+        name
+        for name in sorted(_IMPLEMENTATIONS)
+        if unavailable_reason(name, q, segment_ids, k=k, causal=causal, bias=bias) is None
+    ]
 
 
-def choose_implementation(q: jax.Array, k: jax.Array, segment_ids: SegmentIds | None = None, *,
-                          causal: bool = False, bias: jax.Array | None = None) -> str:
+def choose_implementation(
+    q: jax.Array,
+    k: jax.Array,
+    segment_ids: SegmentIds | None = None,
+    *,
+    causal: bool = False,
+    bias: jax.Array | None = None,
+) -> str:
     """What ``implementation="auto"`` runs for these inputs on this backend (module docstring)."""
     if q.shape[1] * k.shape[1] <= AUTO_XLA_MAX_SCORES:
         return "xla"
@@ -309,8 +351,13 @@ def _check_shapes(q, k, v, segment_ids, bias) -> None:
             "dot_product_attention: q, k, v must be 4-D (B, L, N, K); got shapes "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
         )
-    if (k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]
-            or k.shape[2] < 1 or q.shape[2] % k.shape[2]):
+    if (
+        k.shape != v.shape
+        or q.shape[0] != k.shape[0]
+        or q.shape[3] != k.shape[3]
+        or k.shape[2] < 1
+        or q.shape[2] % k.shape[2]
+    ):
         raise InputError(
             "dot_product_attention: expected q (B, Lq, N, K) and k, v (B, Lk, N_kv, K) with N a "
             f"multiple of N_kv; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
@@ -325,8 +372,13 @@ def _check_shapes(q, k, v, segment_ids, bias) -> None:
     if bias is not None:
         b, lq, n, _ = q.shape
         shape = tuple(bias.shape)
-        if (len(shape) != 4 or shape[0] not in (1, b) or shape[1] not in (1, n)
-                or shape[2:] != (lq, k.shape[1]) or not jnp.issubdtype(bias.dtype, jnp.floating)):
+        if (
+            len(shape) != 4
+            or shape[0] not in (1, b)
+            or shape[1] not in (1, n)
+            or shape[2:] != (lq, k.shape[1])
+            or not jnp.issubdtype(bias.dtype, jnp.floating)
+        ):
             raise InputError(
                 f"dot_product_attention: bias must be float ({b} or 1, {n} or 1, {lq}, {k.shape[1]}) "
                 f"(B or 1, N or 1, Lq, Lk); got {jnp.dtype(bias.dtype).name} {shape}."
@@ -484,8 +536,9 @@ def tpu_tiles(device_kind: str | None = None, dtype=jnp.bfloat16) -> tuple[int, 
 _PALLAS_BIAS_FLOOR = -1e30
 
 
-def _pallas_tpu(q, k, v, *, scale: float, block_size: int | None, segment_ids, interpret: bool, causal: bool,
-                bias, **_) -> jax.Array:
+def _pallas_tpu(
+    q, k, v, *, scale: float, block_size: int | None, segment_ids, interpret: bool, causal: bool, bias, **_
+) -> jax.Array:
     """Pallas TPU flash attention; lengths padded to tile multiples, padding masked by segment ids."""
     from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
@@ -531,12 +584,18 @@ def _pallas_tpu(q, k, v, *, scale: float, block_size: int | None, segment_ids, i
     # precision on them ("Bad lhs type"): the kernel's precision follows the pipeline's only
     # for float32 inputs.
     half = jnp.dtype(q.dtype).itemsize == 2
-    with mode, (jax.default_matmul_precision("default") if half else contextlib.nullcontext()):
+    with mode, jax.default_matmul_precision("default") if half else contextlib.nullcontext():
         out = fa.flash_attention(
-            heads_major(q, q_widths), heads_major(k, kv_widths), heads_major(v, kv_widths), ab=ab,
-            segment_ids=ids, causal=causal, sm_scale=float(scale), block_sizes=sizes,
+            heads_major(q, q_widths),
+            heads_major(k, kv_widths),
+            heads_major(v, kv_widths),
+            ab=ab,
+            segment_ids=ids,
+            causal=causal,
+            sm_scale=float(scale),
+            block_sizes=sizes,
         )
-    return out.transpose(0, 2, 1, 3)[:, q_front:q_front + lq].astype(q.dtype)
+    return out.transpose(0, 2, 1, 3)[:, q_front : q_front + lq].astype(q.dtype)
 
 
 def _cudnn_mask_value(dtype) -> float:
@@ -556,8 +615,7 @@ def _cudnn(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> ja
         )
     if bias is not None:  # cuDNN takes the bias in the input dtype
         extra["bias"] = jnp.maximum(bias.astype(jnp.float32), _cudnn_mask_value(q.dtype)).astype(q.dtype)
-    out = jax.nn.dot_product_attention(q, k, v, scale=float(scale), is_causal=causal,
-                                       implementation="cudnn", **extra)
+    out = jax.nn.dot_product_attention(q, k, v, scale=float(scale), is_causal=causal, implementation="cudnn", **extra)
     return out.astype(q.dtype)
 
 

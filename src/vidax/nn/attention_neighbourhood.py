@@ -37,15 +37,26 @@ def neighbourhood_mask(grid: tuple[int, int, int], kernel: tuple[int, int, int])
     tests on small grids only."""
     kernel = tuple(min(k, s) for k, s in zip(kernel, grid))
     parts = [_window_axis(jnp.arange(s), jnp.arange(s), s, k) for s, k in zip(grid, kernel)]
-    mask = parts[0][:, None, None, :, None, None] & parts[1][None, :, None, None, :, None] \
+    mask = (
+        parts[0][:, None, None, :, None, None]
+        & parts[1][None, :, None, None, :, None]
         & parts[2][None, None, :, None, None, :]
+    )
     n = math.prod(grid)
     return mask.reshape(n, n)
 
 
-def neighbourhood_attention(q: jax.Array, k: jax.Array, v: jax.Array, grid: tuple[int, int, int],
-                            kernel: tuple[int, int, int], *, scale: float | None = None,
-                            block: tuple[int, int, int] | None = None, tiles_per_step: int = 8) -> jax.Array:
+def neighbourhood_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    grid: tuple[int, int, int],
+    kernel: tuple[int, int, int],
+    *,
+    scale: float | None = None,
+    block: tuple[int, int, int] | None = None,
+    tiles_per_step: int = 8,
+) -> jax.Array:
     """Neighbourhood attention of tokens on a 3D grid (module docstring).
 
     Args:
@@ -77,8 +88,9 @@ def neighbourhood_attention(q: jax.Array, k: jax.Array, v: jax.Array, grid: tupl
     q5 = q.reshape(b, *grid, n, d)
     q5 = jnp.pad(q5, ((0, 0), *((0, p - s) for p, s in zip(padded, grid)), (0, 0), (0, 0)))
     k5, v5 = k.reshape(b, *grid, n, k.shape[-1]), v.reshape(b, *grid, n, v.shape[-1])
-    starts = jnp.stack(jnp.meshgrid(*(jnp.arange(t, dtype=jnp.int32) * bb for t, bb in zip(tiles, block)),
-                                    indexing="ij"), axis=-1).reshape(-1, 3)
+    starts = jnp.stack(
+        jnp.meshgrid(*(jnp.arange(t, dtype=jnp.int32) * bb for t, bb in zip(tiles, block)), indexing="ij"), axis=-1
+    ).reshape(-1, 3)
     lq, lk = math.prod(block), math.prod(slab)
     zero = jnp.int32(0)
 
@@ -87,13 +99,24 @@ def neighbourhood_attention(q: jax.Array, k: jax.Array, v: jax.Array, grid: tupl
         qt = jax.lax.dynamic_slice(q5, (zero, *(start[i] for i in range(3)), zero, zero), (b, *block, n, d))
         kt = jax.lax.dynamic_slice(k5, (zero, *key_start, zero, zero), (b, *slab, n, k5.shape[-1]))
         vt = jax.lax.dynamic_slice(v5, (zero, *key_start, zero, zero), (b, *slab, n, v5.shape[-1]))
-        parts = [_window_axis(start[i] + jnp.arange(block[i]), key_start[i] + jnp.arange(slab[i]), grid[i], kernel[i])
-                 for i in range(3)]
-        allowed = (parts[0][:, None, None, :, None, None] & parts[1][None, :, None, None, :, None]
-                   & parts[2][None, None, :, None, None, :]).reshape(lq, lk)
+        parts = [
+            _window_axis(start[i] + jnp.arange(block[i]), key_start[i] + jnp.arange(slab[i]), grid[i], kernel[i])
+            for i in range(3)
+        ]
+        allowed = (
+            parts[0][:, None, None, :, None, None]
+            & parts[1][None, :, None, None, :, None]
+            & parts[2][None, None, :, None, None, :]
+        ).reshape(lq, lk)
         bias = jnp.where(allowed, 0.0, -jnp.inf).astype(jnp.float32)[None, None]
-        return dot_product_attention(qt.reshape(b, lq, n, d), kt.reshape(b, lk, n, -1), vt.reshape(b, lk, n, -1),
-                                     implementation="xla", scale=scale, bias=bias)
+        return dot_product_attention(
+            qt.reshape(b, lq, n, d),
+            kt.reshape(b, lk, n, -1),
+            vt.reshape(b, lk, n, -1),
+            implementation="xla",
+            scale=scale,
+            bias=bias,
+        )
 
     # Whole steps only (a remainder would compile the tile a second time): the last tile repeats.
     step = min(tiles_per_step, starts.shape[0])

@@ -26,7 +26,8 @@ padding).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +38,21 @@ from vidax.nn.gguf_dequant import DEQUANTIZE
 
 #: GGML type name -> (values per block, bytes per block): the types dequantized on the device
 #: (every type diffusers' GGUF loader reads; the ``gguf`` package's ``GGML_QUANT_SIZES``).
-BLOCKS = {"Q8_0": (32, 34), "Q5_1": (32, 24), "Q5_0": (32, 22), "Q4_1": (32, 20), "Q4_0": (32, 18),
-          "Q6_K": (256, 210), "Q5_K": (256, 176), "Q4_K": (256, 144), "Q3_K": (256, 110), "Q2_K": (256, 84),
-          "BF16": (1, 2), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
+BLOCKS = {
+    "Q8_0": (32, 34),
+    "Q5_1": (32, 24),
+    "Q5_0": (32, 22),
+    "Q4_1": (32, 20),
+    "Q4_0": (32, 18),
+    "Q6_K": (256, 210),
+    "Q5_K": (256, 176),
+    "Q4_K": (256, 144),
+    "Q3_K": (256, 110),
+    "Q2_K": (256, 84),
+    "BF16": (1, 2),
+    "IQ4_NL": (32, 18),
+    "IQ4_XS": (256, 136),
+}
 assert set(BLOCKS) == set(DEQUANTIZE)
 GGUF_ATTR = "kernel_gguf"
 #: The per-layer type index of a stacked kernel mixing types (see the module doc).
@@ -62,8 +75,9 @@ def stored_shape(shape: tuple[int, ...], kind: Any) -> tuple[int, ...]:
     """
     for k in (kind,) if isinstance(kind, str) else kind:
         if shape[-2] % BLOCKS[k][0]:
-            raise ValueError(f"{k} blocks hold {BLOCKS[k][0]} values; a kernel of {shape[-2]} inputs is not whole "
-                             "blocks")
+            raise ValueError(
+                f"{k} blocks hold {BLOCKS[k][0]} values; a kernel of {shape[-2]} inputs is not whole blocks"
+            )
     block, size = BLOCKS[widest(kind)]
     return (*shape[:-2], shape[-2] // block * size, shape[-1])
 
@@ -105,8 +119,7 @@ def _dequantize_mixed(blocks: jax.Array, kinds: tuple[str, ...], dtype: Any, ind
     if index is None:
         raise ValueError(f"a GGUF kernel mixing types {kinds} needs its per-layer index")
     d_in = value_shape(blocks.shape, kinds)[-2]
-    branches = [lambda b, k=k: dequantize_kernel(b[..., :stored_shape((d_in, 1), k)[0], :], k, dtype)
-                for k in kinds]
+    branches = [lambda b, k=k: dequantize_kernel(b[..., : stored_shape((d_in, 1), k)[0], :], k, dtype) for k in kinds]
     one = lambda b, i: jax.lax.switch(i, branches, b)  # noqa: E731
     if blocks.ndim == 2:
         return one(blocks, index)
@@ -165,8 +178,11 @@ def keepable(module: nnx.Module, kind: str, keep_fp32: Iterable[str] = ()) -> di
     from vidax.nn.quant import _at, quantizable_kernels
 
     block = BLOCKS[kind][0]
-    return {p: kind for p in quantizable_kernels(module, keep_fp32)
-            if _at(module, p[:-1]).kernel.get_value().shape[-2] % block == 0}
+    return {
+        p: kind
+        for p in quantizable_kernels(module, keep_fp32)
+        if _at(module, p[:-1]).kernel.get_value().shape[-2] % block == 0
+    }
 
 
 def keep_all(module: nnx.Module, kind: str, keep_fp32: Iterable[str] = ()) -> nnx.Module:
@@ -186,7 +202,8 @@ def padded_stack_bytes(reader: Any) -> dict[str, int]:
         info = reader.info(key)
         if len(info.shape) == 2 and getattr(info, "stored", "") in BLOCKS:
             groups.setdefault((re.sub(r"\.\d+\.", ".#.", key, count=1), tuple(info.shape)), []).append(
-                (key, info.stored))
+                (key, info.stored)
+            )
     out = {}
     for (_, (rows, cols)), members in groups.items():
         types = mixed_types(t for _, t in members)
@@ -201,8 +218,9 @@ KEPT_FP32 = "kept float32 by the precision policy"
 NO_RAW = "the file is read dequantized"
 
 
-def kept_candidates(reader: Any, plan: Mapping[tuple[Any, ...], list], keep_fp32: Iterable[str] = ()
-                    ) -> tuple[dict[tuple[Any, ...], Any], dict[str, str]]:
+def kept_candidates(
+    reader: Any, plan: Mapping[tuple[Any, ...], list], keep_fp32: Iterable[str] = ()
+) -> tuple[dict[tuple[Any, ...], Any], dict[str, str]]:
     """Which kernels of a load plan (path -> ``[(layer, key)]``, ``layer`` None for an unstacked
     one) a GGUF ``reader`` keeps on the device: path -> type for each ``kernel`` whose tensors
     are all 2-D (a Linear's weight) in :data:`BLOCKS` types and not kept float32 by the

@@ -200,9 +200,21 @@ def iq4_xs(blocks, block_size, xp=np):
 
 #: GGML type name -> dequantization (the types diffusers' GGUF loader reads; F32 / F16 are
 #: plain arrays).
-DEQUANTIZE = {"Q8_0": q8_0, "Q5_1": q5_1, "Q5_0": q5_0, "Q4_1": q4_1, "Q4_0": q4_0, "Q6_K": q6_k,
-              "Q5_K": q5_k, "Q4_K": q4_k, "Q3_K": q3_k, "Q2_K": q2_k, "BF16": bf16, "IQ4_NL": iq4_nl,
-              "IQ4_XS": iq4_xs}
+DEQUANTIZE = {
+    "Q8_0": q8_0,
+    "Q5_1": q5_1,
+    "Q5_0": q5_0,
+    "Q4_1": q4_1,
+    "Q4_0": q4_0,
+    "Q6_K": q6_k,
+    "Q5_K": q5_k,
+    "Q4_K": q4_k,
+    "Q3_K": q3_k,
+    "Q2_K": q2_k,
+    "BF16": bf16,
+    "IQ4_NL": iq4_nl,
+    "IQ4_XS": iq4_xs,
+}
 
 
 def dequantize(data: np.ndarray, type_name: str, block_size: int, type_size: int) -> np.ndarray:

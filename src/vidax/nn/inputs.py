@@ -34,8 +34,11 @@ def parse_dtype(dtype: Any) -> Any:
     if key not in DTYPES:
         valid = "use float32 or bfloat16 (or fp32, bf16)"
         if key in _HALF:
-            raise InputError(Arg("dtype", dtype), f" is not supported; {valid}: float16 overflows in these models' "
-                             "fp32-kept paths and is not implemented")
+            raise InputError(
+                Arg("dtype", dtype),
+                f" is not supported; {valid}: float16 overflows in these models' "
+                "fp32-kept paths and is not implemented",
+            )
         raise InputError(Arg("dtype", dtype), f" is not supported; {valid}")
     return DTYPES[key]
 
@@ -45,9 +48,7 @@ def compute_dtype(dtype: Any, what: str) -> jnp.dtype:
     try:
         return jnp.dtype(parse_dtype(dtype))
     except InputError:
-        raise InputError(
-            f"dtype={dtype!r} is not supported by the {what}; use float32 or bfloat16"
-        ) from None
+        raise InputError(f"dtype={dtype!r} is not supported by the {what}; use float32 or bfloat16") from None
 
 
 def check_video_array(name: str, x: Any, channels: int, what: str) -> tuple[int, ...]:

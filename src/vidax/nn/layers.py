@@ -13,7 +13,8 @@ are computed in float32. The rotary embedding lives in :mod:`vidax.nn.rope`.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,8 +64,15 @@ class LayerNorm(nnx.Module):
 RMS_WEIGHTS = ("w", "1+w", None)
 
 
-def rms_norm(x: jax.Array, eps: float, out_dtype, weight: jax.Array | None = None, *, one_plus: bool = False,
-             weight_after_cast: bool = False) -> jax.Array:
+def rms_norm(
+    x: jax.Array,
+    eps: float,
+    out_dtype,
+    weight: jax.Array | None = None,
+    *,
+    one_plus: bool = False,
+    weight_after_cast: bool = False,
+) -> jax.Array:
     """``x̂ = x / sqrt(mean(x²) + eps)`` over the last axis, statistics and ``x̂`` in float32,
     optionally times ``weight`` (or ``1 + weight`` with ``one_plus``); result in ``out_dtype``.
 
@@ -97,8 +105,16 @@ class RMSNorm(nnx.Module):
         param_dtype: the parameter's initial dtype.
     """
 
-    def __init__(self, dim: int, eps: float, *, weight: str | None = "w", dtype=None, weight_after_cast: bool = False,
-                 param_dtype=_F32):
+    def __init__(
+        self,
+        dim: int,
+        eps: float,
+        *,
+        weight: str | None = "w",
+        dtype=None,
+        weight_after_cast: bool = False,
+        param_dtype=_F32,
+    ):
         if weight not in RMS_WEIGHTS:
             raise ValueError(f"RMSNorm: weight={weight!r}; valid: {RMS_WEIGHTS}.")
         self.eps = eps
@@ -111,8 +127,9 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         """``(..., D)`` any float dtype -> ``(..., D)`` in ``dtype`` (or the input's)."""
         w = None if self.scale is None else self.scale[...]
-        return rms_norm(x, self.eps, self.dtype or x.dtype, w, one_plus=self.one_plus,
-                        weight_after_cast=self.weight_after_cast)
+        return rms_norm(
+            x, self.eps, self.dtype or x.dtype, w, one_plus=self.one_plus, weight_after_cast=self.weight_after_cast
+        )
 
 
 class GroupNorm(nnx.Module):
@@ -162,8 +179,8 @@ class Conv(nnx.Module):
         self.padding = tuple(padding) if padding is not None else ((0, 0),) * n
         self.dilation = tuple(dilation) if dilation is not None else (1,) * n
         self.dtype = dtype
-        self.pointwise = all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(
-            p == (0, 0) for p in self.padding
+        self.pointwise = (
+            all(k == 1 for k in kernel_size) and set(self.stride) == {1} and all(p == (0, 0) for p in self.padding)
         )
         shape = (*kernel_size, in_channels, out_channels)
         self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), shape, param_dtype))
@@ -391,8 +408,9 @@ def unpatchify_channels_first(x: jax.Array, grid: tuple[int, int, int], pt: int,
     return x.reshape(b, t * pt, h * p, w * p, x.shape[-1])
 
 
-def timestep_sinusoid(timestep: jax.Array, dim: int, flip_sin_to_cos: bool = True,
-                      downscale_freq_shift: float = 0.0) -> jax.Array:
+def timestep_sinusoid(
+    timestep: jax.Array, dim: int, flip_sin_to_cos: bool = True, downscale_freq_shift: float = 0.0
+) -> jax.Array:
     """diffusers ``Timesteps(dim, flip_sin_to_cos, downscale_freq_shift)`` (defaults: the
     ``True, 0`` every released model uses).
 
@@ -434,9 +452,7 @@ class PatchEmbedding(nnx.Module):
         self.patch = tuple(patch)
         self.dtype = dtype
         fan_in = cin * math.prod(patch)
-        self.kernel = nnx.Param(
-            jax.random.normal(rngs.params(), (*patch, cin, dim), param_dtype) / math.sqrt(fan_in)
-        )
+        self.kernel = nnx.Param(jax.random.normal(rngs.params(), (*patch, cin, dim), param_dtype) / math.sqrt(fan_in))
         self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
 
     def __call__(self, x: jax.Array) -> jax.Array:

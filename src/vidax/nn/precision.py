@@ -20,7 +20,8 @@ part of JAX's compile cache key: changing it recompiles, it never reuses the oth
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 
@@ -44,9 +45,13 @@ def parse_matmul_precision(value: Any) -> str:
     """
     key = value.strip().lower() if isinstance(value, str) else None
     if key not in MATMUL_PRECISIONS:
-        raise InputError(Arg("matmul_precision", value), " is not a matmul precision; valid: ",
-                         ", ".join(MATMUL_PRECISIONS), " (highest: float32 products in float32, the default; "
-                         "default: the backend's fastest, one bfloat16 pass on TPU)")
+        raise InputError(
+            Arg("matmul_precision", value),
+            " is not a matmul precision; valid: ",
+            ", ".join(MATMUL_PRECISIONS),
+            " (highest: float32 products in float32, the default; "
+            "default: the backend's fastest, one bfloat16 pass on TPU)",
+        )
     return key
 
 

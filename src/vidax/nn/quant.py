@@ -18,7 +18,8 @@ and every other parameter keep the component's dtype.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +32,7 @@ from vidax.errors import Arg, InputError
 #: Storage format name -> numpy dtype of the quantized kernel.
 WEIGHT_FORMATS = {"int8": np.dtype(np.int8), "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn)}
 #: Names accepted for each format (the CLI's ``--weights int8|fp8``).
-FORMAT_ALIASES = {"int8": "int8", "fp8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn",
-                  "float8": "float8_e4m3fn"}
+FORMAT_ALIASES = {"int8": "int8", "fp8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn", "float8": "float8_e4m3fn"}
 _QMAX = {"int8": 127.0, "float8_e4m3fn": 448.0}
 SCALE = "kernel_scale"
 
@@ -51,11 +51,16 @@ def parse_weight_format(value: Any, arg: str = "weight_dtype") -> str | None:
     if name == "none":
         return None
     if name in ("bfloat16", "float32", "bf16", "fp32", "float16", "fp16"):
-        raise InputError(Arg(arg, value), " is a dtype, not a weight format (it would change nothing); the weights' "
-                         "dtype is ", Arg("dtype", keyword=True), "; valid formats: int8, fp8 (float8_e4m3fn), or none")
+        raise InputError(
+            Arg(arg, value),
+            " is a dtype, not a weight format (it would change nothing); the weights' dtype is ",
+            Arg("dtype", keyword=True),
+            "; valid formats: int8, fp8 (float8_e4m3fn), or none",
+        )
     if name not in FORMAT_ALIASES:
-        raise InputError(Arg(arg, value), " is not a weight format; valid: int8, fp8 (float8_e4m3fn), "
-                         "or none (the dtype's)")
+        raise InputError(
+            Arg(arg, value), " is not a weight format; valid: int8, fp8 (float8_e4m3fn), or none (the dtype's)"
+        )
     return FORMAT_ALIASES[name]
 
 
@@ -94,8 +99,9 @@ def quantized_dot(x: jax.Array, q: jax.Array, scale: jax.Array, dtype: Any, prec
     """``(x @ q) * scale`` over the last axis of ``x``: ``q`` ``(D_in, D_out)`` 8-bit converted to
     ``dtype`` inside the dot, float32 result, times ``scale`` ``(D_out,)``; float32 out."""
     x = x.astype(dtype)
-    y = jax.lax.dot_general(x, q.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())), precision=precision,
-                            preferred_element_type=jnp.float32)
+    y = jax.lax.dot_general(
+        x, q.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
+    )
     return y * scale.astype(jnp.float32)
 
 
@@ -148,8 +154,9 @@ def scale_sharding(kernel_sharding: Any, kernel_ndim: int) -> Any:
     if isinstance(kernel_sharding, jax.sharding.NamedSharding):
         spec = tuple(kernel_sharding.spec) + (None,) * (kernel_ndim - len(kernel_sharding.spec))
         spec = spec[:-2] + spec[-1:]
-        return jax.sharding.NamedSharding(kernel_sharding.mesh, jax.sharding.PartitionSpec(*spec),
-                                          memory_kind=kernel_sharding.memory_kind)
+        return jax.sharding.NamedSharding(
+            kernel_sharding.mesh, jax.sharding.PartitionSpec(*spec), memory_kind=kernel_sharding.memory_kind
+        )
     return kernel_sharding
 
 

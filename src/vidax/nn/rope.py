@@ -114,9 +114,7 @@ def rope_tables(
     dims = tuple(axes_dims)
     thetas = tuple(theta) if isinstance(theta, Sequence) else (theta,) * len(dims)
     if not dims or len(thetas) != len(dims):
-        raise InputError(
-            f"rope_tables: theta={theta!r} must be one number or one per axis of axes_dims={dims!r}."
-        )
+        raise InputError(f"rope_tables: theta={theta!r} must be one number or one per axis of axes_dims={dims!r}.")
     if freqs_dtype not in ("float32", "float64"):
         raise InputError(f"rope_tables: freqs_dtype={freqs_dtype!r}; valid: 'float32', 'float64'.")
     shape = tuple(np.shape(position_ids))
@@ -135,8 +133,12 @@ def rope_tables(
                 "position_ids, not traced ones; build the tables outside jit (or use 'float32')."
             ) from None
         ang = np.concatenate(
-            [pos[..., a, None] * (1.0 / np.float64(t) ** (np.arange(0, d, 2, dtype=np.float64) / d))
-             for a, (d, t) in enumerate(zip(dims, thetas))], axis=-1)
+            [
+                pos[..., a, None] * (1.0 / np.float64(t) ** (np.arange(0, d, 2, dtype=np.float64) / d))
+                for a, (d, t) in enumerate(zip(dims, thetas))
+            ],
+            axis=-1,
+        )
         return jnp.asarray(np.cos(ang).astype(np.float32)), jnp.asarray(np.sin(ang).astype(np.float32))
     pos = jnp.asarray(position_ids).astype(_F32)
     ang = jnp.concatenate([pos[..., a, None] * jnp.asarray(f) for a, f in enumerate(inv)], axis=-1)
@@ -157,7 +159,7 @@ class TextRope:
     theta: float = 10000.0
 
     @classmethod
-    def from_config_dict(cls, config: Mapping) -> "TextRope":
+    def from_config_dict(cls, config: Mapping) -> TextRope:
         """Read a transformers ``config.json`` dict: ``rope_scaling`` (older files) or
         ``rope_parameters`` (transformers >= 5), ``rope_theta`` there or at the top level
         (default 10000), ``head_dim`` or ``hidden_size // num_attention_heads``.
@@ -263,6 +265,6 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "i
         x1, x2 = pairs[..., 0], pairs[..., 1]
         out = jnp.stack([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1).reshape(b, l, n, k)
     else:
-        x1, x2 = x32[..., : k // 2], x32[..., k // 2:]
+        x1, x2 = x32[..., : k // 2], x32[..., k // 2 :]
         out = jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
     return out.astype(x.dtype)

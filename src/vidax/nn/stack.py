@@ -6,7 +6,8 @@ by layer, and what offloading streams and sharding rules see.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +29,16 @@ def stacked(make: Callable[[nnx.Rngs], M], num_layers: int, rngs: nnx.Rngs) -> M
     return create(rngs)
 
 
-def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
-                num_layers: int | None = None, collect: bool = False, start: int = 0, per_layer: Any = None) -> Any:
+def scan_layers(
+    layers: nnx.Module,
+    carry: Any,
+    body: Callable[..., Any],
+    *,
+    num_layers: int | None = None,
+    collect: bool = False,
+    start: int = 0,
+    per_layer: Any = None,
+) -> Any:
     """Run ``carry = body(layer_i, carry)`` for each layer of a :func:`stacked` module.
 
     ``body`` sees one layer as an ordinary module (params without the L axis). Implemented with
@@ -87,6 +96,7 @@ def scan_layers(layers: nnx.Module, carry: Any, body: Callable[..., Any], *,
     if count == total and start == 0 and not views.reads_in_place:
         carry, carries = jax.lax.scan(lambda c, xe: step(c, *xe), carry, (xs, per_layer))
     else:
+
         def indexed(c, i):
             entry = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), per_layer)
             return step(c, views.at(xs, i), entry)

@@ -13,7 +13,8 @@ layout ``(B, T, H, W, C)`` (axis 1 frames, 2 rows, 3 columns).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +53,14 @@ def blend(a: np.ndarray, b: np.ndarray, extent: int, axis: int) -> None:
     b[tuple(index)] = mixed
 
 
-def tiled(run: Callable[[Any], np.ndarray], x, tile: Sequence[int], step: Sequence[int],
-          extent: Sequence[int], limit: Sequence[int]) -> np.ndarray:
+def tiled(
+    run: Callable[[Any], np.ndarray],
+    x,
+    tile: Sequence[int],
+    step: Sequence[int],
+    extent: Sequence[int],
+    limit: Sequence[int],
+) -> np.ndarray:
     """The reference's spatial tile loop over ``x (B, T, H, W, C)``.
 
     ``run`` maps each tile ``x[:, :, i : i + tile[0], j : j + tile[1]]`` (``i`` every ``step[0]``
@@ -143,8 +150,9 @@ class TiledVAE:
         """The reference's ``enable_tiling(**given)``: the switch on; each size given (not None)
         replaces the current one, the others stay (the reference's ``x or self.x``). Checked
         before anything changes (InputError naming the keyword)."""
-        state = dataclasses.replace(self._state(), **{k: v for k, v in given.items() if v is not None},
-                                    **{self.TILING_SWITCH: True})
+        state = dataclasses.replace(
+            self._state(), **{k: v for k, v in given.items() if v is not None}, **{self.TILING_SWITCH: True}
+        )
         self._tiling_settings.state = self._checked_tiling(state)
 
     def disable_tiling(self) -> None:

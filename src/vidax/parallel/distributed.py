@@ -81,16 +81,20 @@ def wait_for_coordinator(address: str, timeout_s: float, process_id: int, num_pr
                     reply = b""
                 if not reply.startswith(b"refused"):
                     return
-                raise InputError(f"process {process_id} of {num_processes}: process 0 at ", Arg("coordinator", address),
-                                 f" refused it: {reply[8:].decode(errors='replace').strip()}")
+                raise InputError(
+                    f"process {process_id} of {num_processes}: process 0 at ",
+                    Arg("coordinator", address),
+                    f" refused it: {reply[8:].decode(errors='replace').strip()}",
+                )
         except OSError as e:
             last = e
         if time.monotonic() >= deadline:
             raise InputError(
                 f"process {process_id} of {num_processes}: no coordinator answered at ",
-                Arg("coordinator", address), f" within {timeout_s:g} s ({type(last).__name__}: {last}). "
+                Arg("coordinator", address),
+                f" within {timeout_s:g} s ({type(last).__name__}: {last}). "
                 "Start process 0 (which hosts the coordinator) with the same --coordinator, and "
-                "check the host name, port and firewall."
+                "check the host name, port and firewall.",
             )
         time.sleep(0.25)
 
@@ -113,14 +117,21 @@ def host_rendezvous(address: str, timeout_s: float, num_processes: int) -> None:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.bind((host, 0))
     except OSError as e:
-        raise InputError(head, f" is not an address of this machine ({e.strerror or e}); process 0 runs the "
-                         "coordinator, so start it on that host (or give one of this machine's addresses)") from None
+        raise InputError(
+            head,
+            f" is not an address of this machine ({e.strerror or e}); process 0 runs the "
+            "coordinator, so start it on that host (or give one of this machine's addresses)",
+        ) from None
     try:  # every interface, as JAX's service listens
-        listener = (socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-                    if socket.has_dualstack_ipv6() else socket.create_server(("", port)))
+        listener = (
+            socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+            if socket.has_dualstack_ipv6()
+            else socket.create_server(("", port))
+        )
     except OSError as e:
-        raise InputError(head, f": port {port} cannot be listened on here ({e.strerror or e}); give a free "
-                         "port") from None
+        raise InputError(
+            head, f": port {port} cannot be listened on here ({e.strerror or e}); give a free port"
+        ) from None
     joined: dict[int, socket.socket] = {}
     try:
         try:
@@ -128,7 +139,7 @@ def host_rendezvous(address: str, timeout_s: float, num_processes: int) -> None:
         except InputError as e:  # the processes that came stop too, told why
             for conn in joined.values():
                 with contextlib.suppress(OSError):
-                    conn.sendall(f"refused {str(e)[len(str(head)) + 2:]}".encode())
+                    conn.sendall(f"refused {str(e)[len(str(head)) + 2 :]}".encode())
             raise
         for conn in joined.values():
             conn.sendall(b"ok")
@@ -150,13 +161,15 @@ def _gather(listener: socket.socket, joined: dict, head: str, timeout_s: float, 
         if left <= 0:
             missing = [i for i in range(1, num_processes) if i not in joined]
             raise InputError(
-                head, f": process(es) {', '.join(map(str, missing))} did not reach it within {timeout_s:g} s; "
+                head,
+                f": process(es) {', '.join(map(str, missing))} did not reach it within {timeout_s:g} s; "
                 f"start every process 1..{num_processes - 1} with the same --coordinator and --num-processes "
-                f"{num_processes} (or give them more time with --distributed-timeout)")
+                f"{num_processes} (or give them more time with --distributed-timeout)",
+            )
         listener.settimeout(left)
         try:
             conn, _ = listener.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         conn.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
         try:
@@ -167,14 +180,23 @@ def _gather(listener: socket.socket, joined: dict, head: str, timeout_s: float, 
             conn.close()  # not a vidax process: ignored
             continue
         pid, n = int(words[1]), int(words[2])
-        problem = (f"it has --num-processes {n}, process 0 has {num_processes}" if n != num_processes else
-                   f"process id {pid} came twice" if pid in joined else
-                   f"process id {pid} is not in 1..{num_processes - 1}" if not 0 < pid < num_processes else None)
+        problem = (
+            f"it has --num-processes {n}, process 0 has {num_processes}"
+            if n != num_processes
+            else f"process id {pid} came twice"
+            if pid in joined
+            else f"process id {pid} is not in 1..{num_processes - 1}"
+            if not 0 < pid < num_processes
+            else None
+        )
         if problem:
             conn.sendall(f"refused {problem}".encode())
             conn.close()
-            raise InputError(head, f": {problem}; give each process its own --process-id in "
-                             f"0..{num_processes - 1} and the same --num-processes")
+            raise InputError(
+                head,
+                f": {problem}; give each process its own --process-id in "
+                f"0..{num_processes - 1} and the same --num-processes",
+            )
         joined[pid] = conn
 
 
@@ -218,11 +240,15 @@ def initialize(
     given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     if all(v is None for v in given.values()):
         return False
-    if num_processes is not None and (isinstance(num_processes, bool) or not isinstance(num_processes, int)
-                                      or num_processes < 1):
+    if num_processes is not None and (
+        isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1
+    ):
         raise InputError(Arg("num_processes", num_processes), " must be an int >= 1.")
-    if process_id is not None and (isinstance(process_id, bool) or not isinstance(process_id, int)
-                                   or not 0 <= process_id < (num_processes or 2**31)):
+    if process_id is not None and (
+        isinstance(process_id, bool)
+        or not isinstance(process_id, int)
+        or not 0 <= process_id < (num_processes or 2**31)
+    ):
         valid = ("in [0, ", Arg("num_processes", num_processes), ")") if num_processes else (">= 0",)
         raise InputError(Arg("process_id", process_id), " must be an int ", *valid, ".")
     if num_processes == 1 and coordinator is None:
@@ -230,10 +256,13 @@ def initialize(
     missing = [k for k, v in given.items() if v is None]
     if missing:
         raise InputError(
-            "multi-process run: ", *joined([Arg(k) for k in missing]), " not given (got ",
-            *joined([Arg(k, v) for k, v in given.items()]), "); pass --coordinator "
+            "multi-process run: ",
+            *joined([Arg(k) for k in missing]),
+            " not given (got ",
+            *joined([Arg(k, v) for k, v in given.items()]),
+            "); pass --coordinator "
             f"HOST:PORT --num-processes N --process-id I, or set {ENV_COORDINATOR}, "
-            f"{ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}."
+            f"{ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}.",
         )
     _split_address(coordinator)
     if process_id != 0:
@@ -242,7 +271,10 @@ def initialize(
         host_rendezvous(coordinator, timeout_s, num_processes)
     logger.info(
         "jax.distributed: process %d of %d, coordinator %s (waiting up to %g s for all processes)",
-        process_id, num_processes, coordinator, timeout_s,
+        process_id,
+        num_processes,
+        coordinator,
+        timeout_s,
     )
     jax.distributed.initialize(
         coordinator, num_processes, process_id, initialization_timeout=max(1, int(round(timeout_s)))

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -71,8 +72,9 @@ def _devices(n: int) -> str:
     return f"{n} device" if n == 1 else f"{n} devices"
 
 
-def check_layout(named: Sequence[Any], sizes: tuple[int, int, int], n: int, heads: Sequence[int] = (),
-                 note: str = "", tail: str = "") -> None:
+def check_layout(
+    named: Sequence[Any], sizes: tuple[int, int, int], n: int, heads: Sequence[int] = (), note: str = "", tail: str = ""
+) -> None:
     """Refuse mesh sizes ``(dp, tp, sp)`` that do not multiply to the device count ``n``, or whose
     ``tp * sp`` does not divide each of ``heads`` (TP shards the heads, Ulysses re-shards the
     TP-local ones). Both messages read alike: they start from ``named`` (message parts naming the
@@ -88,12 +90,15 @@ def check_layout(named: Sequence[Any], sizes: tuple[int, int, int], n: int, head
     if dp * tp * sp != n:
         problem = f"needs {_devices(dp * tp * sp)}, but there are {n}"
     elif bad_heads:
-        problem = (f"splits attention heads over tp x sp = {tp * sp}, which does not divide the model's "
-                   f"{' / '.join(map(str, bad_heads))}")
+        problem = (
+            f"splits attention heads over tp x sp = {tp * sp}, which does not divide the model's "
+            f"{' / '.join(map(str, bad_heads))}"
+        )
     else:
         return
-    raise InputError(*named, f": the mesh dp {dp} x tp {tp} x sp {sp}{note} {problem}; "
-                     f"{_layouts_clause(n, heads)}{tail}.")
+    raise InputError(
+        *named, f": the mesh dp {dp} x tp {tp} x sp {sp}{note} {problem}; {_layouts_clause(n, heads)}{tail}."
+    )
 
 
 def _format_triples(triples: Sequence[tuple[int, ...]]) -> str:
@@ -173,8 +178,9 @@ def parse_mesh_sizes(text: str) -> dict[str, int]:
         out[m.group(1)] = int(m.group(2))
     if not parts or out is None:
         raise InputError(
-            Arg("mesh", text), " is not a mesh description; use 'DPxTPxSP' with all three sizes (e.g. '2x2x1'), "
-            "or keys, where a size left out is 1 (e.g. 'dp=2,tp=2')."
+            Arg("mesh", text),
+            " is not a mesh description; use 'DPxTPxSP' with all three sizes (e.g. '2x2x1'), "
+            "or keys, where a size left out is 1 (e.g. 'dp=2,tp=2').",
         )
     return _check_sizes(out, text)
 
@@ -184,8 +190,10 @@ def _check_sizes(sizes: dict[str, int], text: str) -> dict[str, int]:
     if bad:
         raise InputError(Arg("mesh", text), f": sizes must be >= 1, got {bad}.")
     if math.prod(sizes.values()) > MAX_DEVICES:
-        raise InputError(Arg("mesh", text), f" asks for {math.prod(sizes.values())} devices; a mesh has at most "
-                         f"{MAX_DEVICES} (dp * tp * sp).")
+        raise InputError(
+            Arg("mesh", text),
+            f" asks for {math.prod(sizes.values())} devices; a mesh has at most {MAX_DEVICES} (dp * tp * sp).",
+        )
     return sizes
 
 
@@ -209,13 +217,16 @@ def resolve_mesh(mesh: Any, heads: Sequence[int] = ()) -> Mesh | None:
     if isinstance(mesh, Mapping):
         unknown = set(mesh) - set(SIZE_NAMES)
         if unknown:
-            raise InputError(Arg("mesh", dict(mesh)), f": unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}.")
+            raise InputError(
+                Arg("mesh", dict(mesh)), f": unknown keys {sorted(unknown)}; valid keys {list(SIZE_NAMES)}."
+            )
         return make_mesh(**mesh, heads=heads, named=named)
     if isinstance(mesh, (tuple, list)) and len(mesh) == 3:
         return make_mesh(*mesh, heads=heads, named=named)
     raise InputError(
-        Arg("mesh", mesh), " is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
-        "'dp=..,tp=..,sp=..', a dict or a (dp, tp, sp) tuple."
+        Arg("mesh", mesh),
+        " is not valid; pass None, a jax.sharding.Mesh, 'DPxTPxSP', "
+        "'dp=..,tp=..,sp=..', a dict or a (dp, tp, sp) tuple.",
     )
 
 
@@ -258,8 +269,9 @@ def check_heads(mesh: Mesh | None, heads: int, what: str) -> None:
         check_layout([what], sizes, math.prod(sizes), [heads])
 
 
-def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: bool = False,
-                    heads: Sequence[int] = ()) -> Mesh | None:
+def mesh_from_sizes(
+    dp: int | None, tp: int | None, sp: int | None, *, always: bool = False, heads: Sequence[int] = ()
+) -> Mesh | None:
     """The mesh of the CLI flags ``--dp --tp --sp``.
 
     None when no size is given (and not ``always``): the single-device path. Otherwise a size
@@ -279,8 +291,10 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
     """
     for name, value in zip(SIZE_NAMES, (dp, tp, sp)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-            raise InputError(Arg(name, value), " is not valid: each mesh axis size must be a positive integer "
-                             "(the number of devices along that axis)")
+            raise InputError(
+                Arg(name, value),
+                " is not valid: each mesh axis size must be a positive integer (the number of devices along that axis)",
+            )
     n = jax.device_count()
     if dp is None and tp is None and sp is None:
         return make_mesh(n, 1, 1) if always else None
@@ -290,7 +304,15 @@ def mesh_from_sizes(dp: int | None, tp: int | None, sp: int | None, *, always: b
     if dp * tp * sp == 1 and not always:
         return None
     n = mesh_device_count((dp, tp, sp))
-    check_layout(given, (dp, tp, sp), n, heads, note=" (a size not given is 1)",
-                 tail="" if heads else ", of which only those whose tp x sp divides the model's attention heads run "
-                 "it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)")
+    check_layout(
+        given,
+        (dp, tp, sp),
+        n,
+        heads,
+        note=" (a size not given is 1)",
+        tail=""
+        if heads
+        else ", of which only those whose tp x sp divides the model's attention heads run "
+        "it (vidax inspect PATH --mesh DPxTPxSP checks a mesh)",
+    )
     return make_mesh(dp, tp, sp, heads=heads)

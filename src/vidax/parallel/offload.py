@@ -44,7 +44,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -207,8 +208,15 @@ class OffloadedBlocks:
         attr: the owning model's attribute that holds the stack.
     """
 
-    def __init__(self, graphdef, abstract: nnx.State, chunks: Sequence[nnx.State],
-                 shardings: nnx.State, memory_kind: str | None, attr: str = "blocks"):
+    def __init__(
+        self,
+        graphdef,
+        abstract: nnx.State,
+        chunks: Sequence[nnx.State],
+        shardings: nnx.State,
+        memory_kind: str | None,
+        attr: str = "blocks",
+    ):
         self.attr = attr
         self.graphdef = graphdef
         self.abstract = abstract
@@ -244,13 +252,17 @@ class OffloadedBlocks:
         arrays instead (no copy; :func:`~vidax.nn.kernels.stacks.stack_bits_putter`): pass the state
         through :func:`~vidax.nn.kernels.stacks.from_stack_bits` inside the jit."""
         chunk, put = self._chunks[i], self._putters
-        moved = iter(jax.device_put([a for a, p in zip(chunk, put) if p is None],
-                                    [s for s, p in zip(self._shardings, put) if p is None]))
+        moved = iter(
+            jax.device_put(
+                [a for a, p in zip(chunk, put) if p is None], [s for s, p in zip(self._shardings, put) if p is None]
+            )
+        )
         return jax.tree.unflatten(self._treedef, [next(moved) if p is None else p(a) for a, p in zip(chunk, put)])
 
     def chunk_spec(self, size: int) -> nnx.State:
         """``ShapeDtypeStruct`` state (device shardings) of a chunk of ``size`` layers, as
         :meth:`fetch` gives it."""
+
         def spec(a, s, put):
             shape = (size,) + tuple(a.shape[1:])
             if put is None:
@@ -272,12 +284,22 @@ class OffloadedBlocks:
     @property
     def signature(self) -> tuple:
         """What compiled code depends on: chunk sizes, leaf shapes, dtypes and shardings."""
-        return (tuple(self.sizes), self._treedef,
-                tuple((a.shape[1:], str(a.dtype), s, p is None) for a, s, p in zip(self._chunks[0], self._shardings,
-                                                                                     self._putters)))
+        return (
+            tuple(self.sizes),
+            self._treedef,
+            tuple(
+                (a.shape[1:], str(a.dtype), s, p is None)
+                for a, s, p in zip(self._chunks[0], self._shardings, self._putters)
+            ),
+        )
 
-    def run(self, compute: Callable[[int, nnx.State, Any], Any], x: Any,
-            on_chunk: Callable[[], None] | None = None, first: nnx.State | None = None) -> Any:
+    def run(
+        self,
+        compute: Callable[[int, nnx.State, Any], Any],
+        x: Any,
+        on_chunk: Callable[[], None] | None = None,
+        first: nnx.State | None = None,
+    ) -> Any:
         """``x = compute(i, chunk_i, x)`` for every chunk, double buffered.
 
         The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap;
@@ -300,19 +322,23 @@ class OffloadedBlocks:
 
     def describe(self) -> str:
         where = self.memory_kind or "numpy host arrays"
-        return (f"{self.num_layers} blocks streamed from {where} in {len(self.sizes)} chunk(s) of "
-                f"{self.sizes[0]}, {self.chunk_bytes(0) / 2**20:,.1f} MiB per chunk, "
-                f"{self.nbytes / 2**20:,.1f} MiB per step")
+        return (
+            f"{self.num_layers} blocks streamed from {where} in {len(self.sizes)} chunk(s) of "
+            f"{self.sizes[0]}, {self.chunk_bytes(0) / 2**20:,.1f} MiB per chunk, "
+            f"{self.nbytes / 2**20:,.1f} MiB per step"
+        )
 
 
-_OFFLOADED: "weakref.WeakKeyDictionary[nnx.Module, dict[str, OffloadedBlocks]]" = weakref.WeakKeyDictionary()
+_OFFLOADED: weakref.WeakKeyDictionary[nnx.Module, dict[str, OffloadedBlocks]] = weakref.WeakKeyDictionary()
 
 
 def offloaded_stacks(module: nnx.Module) -> tuple[OffloadedBlocks, ...]:
     """Every streamed block stack of ``module``, in the order its ``block_stacks`` run (empty
     when its blocks are resident)."""
     stacks = _OFFLOADED.get(module, {})
-    order = list(getattr(module, "block_stacks", ())) + [a for a in stacks if a not in getattr(module, "block_stacks", ())]
+    order = list(getattr(module, "block_stacks", ())) + [
+        a for a in stacks if a not in getattr(module, "block_stacks", ())
+    ]
     return tuple(stacks[a] for a in order if a in stacks)
 
 
@@ -335,10 +361,12 @@ def attach_chunks(module: nnx.Module, attr: str, chunks: dict, shardings: dict, 
     n = len(next(iter(chunks.values())))
     per_chunk = [nnx.from_flat_state([(p, v.replace(chunks[p][i])) for p, v in flat]) for i in range(n)]
     sh = nnx.from_flat_state([(p, v.replace(shardings[p])) for p, v in flat])
-    abstract = nnx.from_flat_state([
-        (p, v.replace(_abstract(v.get_value(), None if kind is None else shardings[p].with_memory_kind(kind))))
-        for p, v in flat
-    ])
+    abstract = nnx.from_flat_state(
+        [
+            (p, v.replace(_abstract(v.get_value(), None if kind is None else shardings[p].with_memory_kind(kind))))
+            for p, v in flat
+        ]
+    )
     nnx.update(blocks, abstract)
     stacks = _OFFLOADED.setdefault(module, {})
     stacks[attr] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
@@ -427,7 +455,7 @@ def offload_module(module: nnx.Module, offload: Any, attr: str | None = None) ->
         for path, var in nnx.to_flat_state(nnx.state(getattr(module, a))):
             arr = var.get_value()
             n = config.layers_per_chunk(arr.shape[0])
-            chunks[path] = [to_host(arr[s: s + n], arr.sharding, kind) for s in range(0, arr.shape[0], n)]
+            chunks[path] = [to_host(arr[s : s + n], arr.sharding, kind) for s in range(0, arr.shape[0], n)]
             shardings[path] = arr.sharding
         attach_chunks(module, a, chunks, shardings, kind)
     return module
@@ -470,8 +498,17 @@ class ChunkedStep:
     placeholders are ignored).
     """
 
-    def __init__(self, graphdef, blocks: OffloadedBlocks | Sequence[OffloadedBlocks], model_args: Callable,
-                 finish: Callable, *, out_shardings: Any = None, cache: Any = None, _shared: dict | None = None):
+    def __init__(
+        self,
+        graphdef,
+        blocks: OffloadedBlocks | Sequence[OffloadedBlocks],
+        model_args: Callable,
+        finish: Callable,
+        *,
+        out_shardings: Any = None,
+        cache: Any = None,
+        _shared: dict | None = None,
+    ):
         self.graphdef = graphdef
         self.cache = cache
         self.stacks = (blocks,) if isinstance(blocks, OffloadedBlocks) else tuple(blocks)
@@ -489,19 +526,19 @@ class ChunkedStep:
 
     # -- variants sharing one compile cache --------------------------------------------------
 
-    def _variant(self, **changes) -> "ChunkedStep":
+    def _variant(self, **changes) -> ChunkedStep:
         kw = dict(out_shardings=self.out_shardings, cache=self.cache)
         blocks = changes.pop("blocks", self.stacks)
         kw.update(changes)
         return ChunkedStep(self.graphdef, blocks, self.model_args, self.finish, _shared=self._shared, **kw)
 
-    def for_blocks(self, blocks: OffloadedBlocks | Sequence[OffloadedBlocks]) -> "ChunkedStep":
+    def for_blocks(self, blocks: OffloadedBlocks | Sequence[OffloadedBlocks]) -> ChunkedStep:
         """The same step streaming other blocks of the same structure (a second expert): the
         compiled executables are shared."""
         stacks = (blocks,) if isinstance(blocks, OffloadedBlocks) else tuple(blocks)
         return self if all(a is b for a, b in zip(stacks, self.stacks, strict=True)) else self._variant(blocks=stacks)
 
-    def with_out_shardings(self, out_shardings: Any) -> "ChunkedStep":
+    def with_out_shardings(self, out_shardings: Any) -> ChunkedStep:
         """The same step with ``(latents, state)`` pinned to ``out_shardings`` (see
         :func:`vidax.parallel.step.shard_step`)."""
         return self._variant(out_shardings=out_shardings)
@@ -572,8 +609,9 @@ class ChunkedStep:
         def run_chunk(chunk, x, inputs, cs, entries):
             model = model_of(abstract_rest)
             blocks = nnx.merge(blocks_graphdef, chunk)
-            x, states = model.run_blocks(x, inputs, blocks, stack=stack.attr if named else None,
-                                         hooks=spec.tap_hooks(cs, stack.attr, entries))
+            x, states = model.run_blocks(
+                x, inputs, blocks, stack=stack.attr if named else None, hooks=spec.tap_hooks(cs, stack.attr, entries)
+            )
             return x, states[stack.attr]
 
         return jax.jit(run_chunk)
@@ -586,24 +624,33 @@ class ChunkedStep:
         def first(chunk, x, inputs, cs):
             model = model_of(abstract_rest)
             blocks = nnx.merge(blocks_graphdef, from_stack_bits(chunk))
-            run = lambda h: model.run_blocks(h, inputs, blocks, stack=stack.attr if named else None,  # noqa: E731
-                                             layers=(0, 1))
+            run = lambda h: model.run_blocks(
+                h,
+                inputs,
+                blocks,
+                stack=stack.attr if named else None,  # noqa: E731
+                layers=(0, 1),
+            )
             y, aux = spec.begin(run, model.hidden_rows(inputs), x, cs)
             return y, aux, spec.need_blocks(cs, aux)
 
         return jax.jit(first)
 
-    def lower(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> "_Lowered":
+    def lower(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> _Lowered:
         """Stage for compilation (mirrors ``jax.jit(...).lower``); ``.compile()`` on the result."""
         return _Lowered(self, params, latents, state, args)
 
-    def compile_for(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> "CompiledChunkedStep":
+    def compile_for(self, params: nnx.State, latents: jax.Array, state: Any, *args: Any) -> CompiledChunkedStep:
         """Compile ``pre``, one ``run_layers`` per stack and distinct chunk size, and ``post``
         for these arguments' shapes and shardings (cached)."""
         rest = self._rest(params)
         leaves, treedef = jax.tree.flatten((rest, latents, state, args))
-        key = (treedef, tuple((np.shape(a), str(getattr(a, "dtype", type(a))), getattr(a, "sharding", None))
-                              for a in leaves), tuple(b.signature for b in self.stacks), self.out_shardings)
+        key = (
+            treedef,
+            tuple((np.shape(a), str(getattr(a, "dtype", type(a))), getattr(a, "sharding", None)) for a in leaves),
+            tuple(b.signature for b in self.stacks),
+            self.out_shardings,
+        )
         cache = self._shared["compiled"]
         if key not in cache:
             pre_fn, post_fn = self._jits()
@@ -616,13 +663,26 @@ class ChunkedStep:
             for stack in self.stacks:
                 if cs is not None and stack.attr in cs.get("taps", {}):
                     taps_fn, small = self._taps_jit(abstract_rest, stack), _tap_scalars(cs)
-                    chunks.append({size: taps_fn.lower(stack.chunk_spec(size), x_info, inputs_info, small,
-                                                       _layer_slice(cs["taps"][stack.attr], 0, size, True)).compile()
-                                   for size in sorted(set(stack.sizes))})
+                    chunks.append(
+                        {
+                            size: taps_fn.lower(
+                                stack.chunk_spec(size),
+                                x_info,
+                                inputs_info,
+                                small,
+                                _layer_slice(cs["taps"][stack.attr], 0, size, True),
+                            ).compile()
+                            for size in sorted(set(stack.sizes))
+                        }
+                    )
                     continue
                 chunk_fn = self._chunk_jit(abstract_rest, x_sharding, stack)
-                chunks.append({size: chunk_fn.lower(stack.chunk_spec(size), x_info, inputs_info).compile()
-                               for size in sorted(set(stack.sizes))})
+                chunks.append(
+                    {
+                        size: chunk_fn.lower(stack.chunk_spec(size), x_info, inputs_info).compile()
+                        for size in sorted(set(stack.sizes))
+                    }
+                )
             first = None
             if self.cache is None:
                 post = post_fn.lower(rest, x_info, inputs_info, latents, state, *args).compile()
@@ -631,14 +691,21 @@ class ChunkedStep:
                 aux_info = {}
                 if self.cache.first_layer_alone:
                     head, size = self.stacks[0], self.stacks[0].sizes[0]
-                    first_fn = self._first_jit(abstract_rest, x_sharding, head).lower(
-                        head.chunk_spec(size), x_info, inputs_info, cs).compile()
+                    first_fn = (
+                        self._first_jit(abstract_rest, x_sharding, head)
+                        .lower(head.chunk_spec(size), x_info, inputs_info, cs)
+                        .compile()
+                    )
                     aux_info = jax.tree.map(lambda i: _abstract(i, i.sharding), first_fn.out_info[1])
-                    rest0 = self._chunk_jit(abstract_rest, x_sharding, head, layers=(1, size)).lower(
-                        head.chunk_spec(size), x_info, inputs_info).compile()
+                    rest0 = (
+                        self._chunk_jit(abstract_rest, x_sharding, head, layers=(1, size))
+                        .lower(head.chunk_spec(size), x_info, inputs_info)
+                        .compile()
+                    )
                     first = (first_fn, rest0)
-                post = post_fn.lower(rest, x_info, x_info, x_info, inputs_info, aux_info, latents, state,
-                                     *args).compile()
+                post = post_fn.lower(
+                    rest, x_info, x_info, x_info, inputs_info, aux_info, latents, state, *args
+                ).compile()
             cache[key] = (pre, chunks, post)
             self._shared.setdefault("first", {})[key] = first
             logger.info("offload: compiled the streamed step (chunk sizes %s)", [sorted(c) for c in chunks])
@@ -656,7 +723,7 @@ class _Lowered:
     state: Any
     args: tuple
 
-    def compile(self) -> "CompiledChunkedStep":
+    def compile(self) -> CompiledChunkedStep:
         return self.step.compile_for(self.params, self.latents, self.state, *self.args)
 
 
@@ -706,8 +773,9 @@ class CompiledChunkedStep:
             small, taps = _tap_scalars(cs), dict(cs["taps"])
             for stack, compiled in zip(self.step.stacks, self._chunks):
                 if stack.attr not in taps:
-                    z = stack.run(lambda i, chunk, h, c=compiled, n=stack.sizes: c[n[i]](chunk, h, inputs), z,
-                                  self.on_chunk)
+                    z = stack.run(
+                        lambda i, chunk, h, c=compiled, n=stack.sizes: c[n[i]](chunk, h, inputs), z, self.on_chunk
+                    )
                     continue
                 starts, parts = np.cumsum([0, *stack.sizes]), []
 
@@ -721,6 +789,7 @@ class CompiledChunkedStep:
             state = spec.with_cache(state, dict(cs, taps=taps))
         elif bool(need):
             for k, (stack, compiled) in enumerate(zip(self.step.stacks, self._chunks)):
+
                 def run(i, chunk, h, c=compiled, n=stack.sizes, head=k == 0 and self._first is not None):
                     return (self._first[1] if head and i == 0 else c[n[i]])(chunk, h, inputs)
 
@@ -738,7 +807,7 @@ def _layer_slice(entries: Any, start: int, size: int, abstract: bool = False) ->
     """Layers ``[start, start + size)`` of per-layer arrays (ShapeDtypeStructs with ``abstract``)."""
     if abstract:
         return jax.tree.map(lambda a: jax.ShapeDtypeStruct((size, *a.shape[1:]), a.dtype), entries)
-    return jax.tree.map(lambda a: a[start:start + size], entries)
+    return jax.tree.map(lambda a: a[start : start + size], entries)
 
 
 def streamed_call(module: nnx.Module, *args: Any) -> Any:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -41,8 +42,7 @@ def param_axes(path: Any, ndim: int, table: ParamAxes) -> tuple[str | None, ...]
         if re.search(pattern, s):
             if len(axes) != ndim:
                 raise InputError(
-                    f"parameter {s} has rank {ndim} but its placement rule {pattern!r} names "
-                    f"{len(axes)} axes {axes}."
+                    f"parameter {s} has rank {ndim} but its placement rule {pattern!r} names {len(axes)} axes {axes}."
                 )
             return tuple(axes)
     return None
@@ -96,8 +96,9 @@ def _report(name: str, rows: list[tuple[str, tuple, int, PartitionSpec]], mesh_s
         f"({len(rows) - len(repl)} of {len(rows)} tensors sharded)"
     ]
     if repl:
-        lines.append("    largest replicated: " + "; ".join(
-            f"{p} {tuple(s)} {b / 2**20:,.2f} MiB" for b, p, s in repl[:top]))
+        lines.append(
+            "    largest replicated: " + "; ".join(f"{p} {tuple(s)} {b / 2**20:,.2f} MiB" for b, p, s in repl[:top])
+        )
     return lines
 
 
@@ -159,10 +160,7 @@ def plan_report(
     shape = tuple(int(sizes.get(k, 1)) for k in ("dp", "tp", "sp"))
     mesh = AbstractMesh(shape, MESH_AXES)
     mesh_shape = dict(zip(MESH_AXES, shape))
-    lines = [
-        f"mesh (planned): data={shape[0]} x tensor={shape[1]} x sequence={shape[2]} = "
-        f"{math.prod(shape)} devices"
-    ]
+    lines = [f"mesh (planned): data={shape[0]} x tensor={shape[1]} x sequence={shape[2]} = {math.prod(shape)} devices"]
     for name, (make, table, dtype) in components.items():
         _, flat = abstract_params(make)
         rows = []
@@ -189,18 +187,20 @@ def check_sharded(module: Any, table: ParamAxes, mesh: Mesh | None, what: str = 
         want = param_spec(path, arr.shape, table, mesh)
         sharding = getattr(arr, "sharding", None)
         got = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
-        if any(e is not None for e in want) and not sharding.is_equivalent_to(
-            NamedSharding(mesh, want), arr.ndim
-        ):
+        if any(e is not None for e in want) and not sharding.is_equivalent_to(NamedSharding(mesh, want), arr.ndim):
             wrong.append(f"{path} {tuple(arr.shape)}: {got} instead of {want}")
     if wrong:
-        raise InputError(
-            f"{what}: {len(wrong)} parameter(s) meant to be sharded are not: " + "; ".join(wrong[:8])
-        )
+        raise InputError(f"{what}: {len(wrong)} parameter(s) meant to be sharded are not: " + "; ".join(wrong[:8]))
 
 
-def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[str, int], dtype: Any,
-                     keep_fp32: Sequence[str] = (), weights: str | None = None) -> int:
+def per_device_bytes(
+    make: Callable[[], Any],
+    table: ParamAxes,
+    sizes: Mapping[str, int],
+    dtype: Any,
+    keep_fp32: Sequence[str] = (),
+    weights: str | None = None,
+) -> int:
     """Parameter bytes one device holds of the module ``make()`` on a ``(dp, tp, sp)`` mesh of
     ``sizes``, computed from shapes only: floating parameters in ``dtype``, those matching
     ``keep_fp32`` in float32, and with ``weights`` (an 8-bit format, :mod:`vidax.nn.quant`) the
@@ -222,8 +222,9 @@ def per_device_bytes(make: Callable[[], Any], table: ParamAxes, sizes: Mapping[s
     return held_per_device(abstract_params(make)[1], table, sizes, dtype, keep_fp32)
 
 
-def held_per_device(params: Mapping[Any, Any], table: ParamAxes, sizes: Mapping[str, int], dtype: Any,
-                    keep_fp32: Sequence[str] = ()) -> int:
+def held_per_device(
+    params: Mapping[Any, Any], table: ParamAxes, sizes: Mapping[str, int], dtype: Any, keep_fp32: Sequence[str] = ()
+) -> int:
     """:func:`per_device_bytes` of abstract parameters ``params`` (path -> variable of a
     ``ShapeDtypeStruct``, as :func:`~vidax.weights.loader.abstract_params` gives them, or a
     load's :attr:`~vidax.weights.loader.PendingLoad.abstract`): floating ones in ``dtype`` (those
@@ -240,6 +241,7 @@ def held_per_device(params: Mapping[Any, Any], table: ParamAxes, sizes: Mapping[
         sds = var.get_value()
         stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
         itemsize = np.dtype(sds.dtype if stored else policy.dtype_for(path)).itemsize
-        total += _shard_bytes(tuple(sds.shape), itemsize, param_spec(path, sds.shape, table, mesh),
-                              dict(zip(MESH_AXES, shape)))
+        total += _shard_bytes(
+            tuple(sds.shape), itemsize, param_spec(path, sds.shape, table, mesh), dict(zip(MESH_AXES, shape))
+        )
     return total

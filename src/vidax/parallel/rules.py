@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -75,15 +75,11 @@ def mesh_axis(logical: str | None) -> str | None:
     if logical is None:
         return None
     if logical not in LOGICAL_AXIS_RULES:
-        raise InputError(
-            f"logical axis {logical!r} is not in the rule table; known: {sorted(LOGICAL_AXIS_RULES)}."
-        )
+        raise InputError(f"logical axis {logical!r} is not in the rule table; known: {sorted(LOGICAL_AXIS_RULES)}.")
     return LOGICAL_AXIS_RULES[logical]
 
 
-def logical_spec(
-    axes: LogicalAxes, mesh: Mesh | None = None, shape: Sequence[int] | None = None
-) -> PartitionSpec:
+def logical_spec(axes: LogicalAxes, mesh: Mesh | None = None, shape: Sequence[int] | None = None) -> PartitionSpec:
     """``PartitionSpec`` of a tensor with logical ``axes``.
 
     With ``mesh`` and ``shape``, mesh axes absent from ``mesh`` or of size 1, and dimensions not
@@ -103,8 +99,13 @@ def logical_spec(
                 axis = None
             elif shape is not None and shape[i] % size:
                 logger.info(
-                    "dimension %d (%s, size %d) of shape %s does not divide by mesh axis %s=%d: "
-                    "replicated", i, name, shape[i], tuple(shape), axis, size,
+                    "dimension %d (%s, size %d) of shape %s does not divide by mesh axis %s=%d: replicated",
+                    i,
+                    name,
+                    shape[i],
+                    tuple(shape),
+                    axis,
+                    size,
                 )
                 axis = None
         out.append(axis)

@@ -11,7 +11,8 @@ inside shards its own activations (tensor / sequence parallelism).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -29,7 +30,11 @@ def batch_sharding(mesh: Mesh, shape: tuple[int, ...]) -> jax.sharding.NamedShar
 
 
 def shard_step(
-    step: Callable, latents: jax.Array, state: Any, args: tuple, mesh: Mesh,
+    step: Callable,
+    latents: jax.Array,
+    state: Any,
+    args: tuple,
+    mesh: Mesh,
     arg_axes: tuple | None = None,
 ) -> tuple[Callable, jax.Array, Any, tuple]:
     """Place ``step(params, latents, state, *args)``'s inputs on ``mesh`` and pin its outputs.
@@ -62,14 +67,17 @@ def shard_step(
         return put(a, by_shape.get(tuple(getattr(a, "shape", ())), replicated(mesh)))
 
     state = jax.tree.map(place_state, state)
+
     def place_arg(arg, axes):
         if isinstance(axes, Mapping):
-            return dataclasses.replace(place_arg(arg, None),
-                                       **{k: place_arg(getattr(arg, k), ax) for k, ax in axes.items()})
+            return dataclasses.replace(
+                place_arg(arg, None), **{k: place_arg(getattr(arg, k), ax) for k, ax in axes.items()}
+            )
         if axes is not None and isinstance(arg, (jax.Array, np.ndarray)):
             return put(arg, logical_sharding(mesh, axes, arg.shape))
         return jax.tree.map(
-            lambda a: put(a, batch_sharding(mesh, a.shape)) if isinstance(a, (jax.Array, np.ndarray)) else a, arg)
+            lambda a: put(a, batch_sharding(mesh, a.shape)) if isinstance(a, (jax.Array, np.ndarray)) else a, arg
+        )
 
     args = tuple(place_arg(a, ax) for a, ax in zip(args, arg_axes or (None,) * len(args), strict=True))
     state_sh = jax.tree.map(lambda a: a.sharding, state)

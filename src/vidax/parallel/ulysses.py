@@ -174,7 +174,12 @@ def ulysses_attention(
         if mask:
             seg = SegmentIds.for_padding(q.shape[0], length, length, valid_length, valid_length)
         out = dot_product_attention(
-            q, k, v, segment_ids=seg, implementation=implementation, block_size=block_size,
+            q,
+            k,
+            v,
+            segment_ids=seg,
+            implementation=implementation,
+            block_size=block_size,
             interpret=interpret,
         )
         if sp > 1:  # back to (b, L/sp, n, K)
@@ -253,14 +258,16 @@ def two_pathway_attention(
     k1_for_2 = k1 if k1_for_2 is None else k1_for_2
     b, l1, l2 = q1.shape[0], q1.shape[1], q2.shape[1]
     if kv_mask is not None and tuple(kv_mask.shape) != (b, l1 + l2):
-        raise InputError(f"two_pathway_attention: kv_mask must be (B, L1 + L2)={(b, l1 + l2)}; "
-                         f"got {tuple(kv_mask.shape)}.")
+        raise InputError(
+            f"two_pathway_attention: kv_mask must be (B, L1 + L2)={(b, l1 + l2)}; got {tuple(kv_mask.shape)}."
+        )
 
     def local(q1, k1, v1, q2, k2, v2, k1b, *mask):
         o1 = dot_product_attention(q1, k1, v1, causal=True, **kw)
         seg = _context_segments(q2, mask[0]) if mask else None
-        o2 = dot_product_attention(q2, jnp.concatenate([k1b, k2], axis=1), jnp.concatenate([v1, v2], axis=1),
-                                   segment_ids=seg, **kw)
+        o2 = dot_product_attention(
+            q2, jnp.concatenate([k1b, k2], axis=1), jnp.concatenate([v1, v2], axis=1), segment_ids=seg, **kw
+        )
         return o1, o2
 
     masks = () if kv_mask is None else (jnp.asarray(kv_mask),)
@@ -268,8 +275,10 @@ def two_pathway_attention(
         return local(q1, k1, v1, q2, k2, v2, k1_for_2, *masks)
     sp = axis_size(mesh, SEQUENCE)
     if l1 % sp or l2 % sp:
-        raise InputError(f"two_pathway_attention: the streams' {l1} and {l2} tokens must each split over "
-                         f"sequence={sp}; pad them (vidax.parallel.ulysses.pad_tokens) and mask the padding.")
+        raise InputError(
+            f"two_pathway_attention: the streams' {l1} and {l2} tokens must each split over "
+            f"sequence={sp}; pad them (vidax.parallel.ulysses.pad_tokens) and mask the padding."
+        )
     kv_heads = mesh_kv_heads(mesh, q1.shape[2], k1.shape[2])
     k1, v1, k2, v2, k1_for_2 = (repeat_kv_heads(t, kv_heads) for t in (k1, v1, k2, v2, k1_for_2))
     tensors = (q1, k1, v1, q2, k2, v2, k1_for_2)
@@ -287,8 +296,7 @@ def two_pathway_attention(
         return o1, o2
 
     mask_specs = (PartitionSpec(batch),) * len(masks)
-    fn = jax.shard_map(body, mesh=mesh, in_specs=(*specs, *mask_specs), out_specs=(specs[0], specs[3]),
-                       check_vma=False)
+    fn = jax.shard_map(body, mesh=mesh, in_specs=(*specs, *mask_specs), out_specs=(specs[0], specs[3]), check_vma=False)
     return fn(*tensors, *masks)
 
 
@@ -331,6 +339,7 @@ def local_attention(
     masks, mask_specs = (), ()
     if kv_mask is not None:
         masks, mask_specs = (kv_mask,), (PartitionSpec(*tuple(kv_spec)[:1]),)
-    fn = jax.shard_map(body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, *mask_specs), out_specs=q_spec,
-                       check_vma=False)
+    fn = jax.shard_map(
+        body, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, *mask_specs), out_specs=q_spec, check_vma=False
+    )
     return fn(q, k, v, *masks)

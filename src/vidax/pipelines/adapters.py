@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from vidax.errors import InputError
 from vidax.registry import registry
@@ -28,8 +29,15 @@ class LoraMethods:
             self._lora = LoraAdapters(parts)
         return self._lora
 
-    def load_lora_weights(self, pretrained_model_name_or_path_or_dict: Any, adapter_name: str | None = None, *,
-                          load_into_transformer_2: bool = False, weight_name: str | None = None, **kwargs: Any) -> str:
+    def load_lora_weights(
+        self,
+        pretrained_model_name_or_path_or_dict: Any,
+        adapter_name: str | None = None,
+        *,
+        load_into_transformer_2: bool = False,
+        weight_name: str | None = None,
+        **kwargs: Any,
+    ) -> str:
         """Load a LoRA into the denoising transformer and merge it (diffusers' API; every layout of
         :mod:`vidax.lora.formats`). The adapter loaded last is the active one, at weight 1
         (:meth:`set_adapters` combines several). Switching or unloading restores the base weights
@@ -52,14 +60,18 @@ class LoraMethods:
                 ``load_into_transformer_2`` without a second expert. Nothing changes then.
         """
         if kwargs:
-            raise InputError(f"load_lora_weights takes no {', '.join(f'{k}=' for k in sorted(kwargs))} (vidax reads "
-                             "local files: it takes adapter_name=, load_into_transformer_2=, weight_name=)")
+            raise InputError(
+                f"load_lora_weights takes no {', '.join(f'{k}=' for k in sorted(kwargs))} (vidax reads "
+                "local files: it takes adapter_name=, load_into_transformer_2=, weight_name=)"
+            )
         source = pretrained_model_name_or_path_or_dict
         if weight_name is not None:
             source = os.path.join(os.fspath(source), weight_name)
         if load_into_transformer_2 and len(self.experts.modules) < 2:
-            raise InputError(f"load_into_transformer_2=True: {type(self).__name__} ({self.root}) has no "
-                             "transformer_2 (Wan2.1 and the other families have one transformer)")
+            raise InputError(
+                f"load_into_transformer_2=True: {type(self).__name__} ({self.root}) has no "
+                "transformer_2 (Wan2.1 and the other families have one transformer)"
+            )
         return self.lora.load(source, adapter_name, experts=[1] if load_into_transformer_2 else [0])
 
     def set_adapters(self, adapter_names: Any, adapter_weights: Any = None) -> None:
@@ -96,8 +108,12 @@ class LoraMethods:
                     out.setdefault(self._lora.names[e], []).append(name)
         return out
 
-    def fuse_lora(self, lora_scale: float = 1.0, components: Sequence[str] | None = None,
-                  adapter_names: Sequence[str] | None = None) -> None:
+    def fuse_lora(
+        self,
+        lora_scale: float = 1.0,
+        components: Sequence[str] | None = None,
+        adapter_names: Sequence[str] | None = None,
+    ) -> None:
         """diffusers' ``fuse_lora``: the active adapters (or ``adapter_names``) at ``lora_scale``
         in ``components`` (default ``["transformer"]``). vidax merges adapters as soon as they are
         loaded, so this only sets the scale."""

@@ -25,7 +25,8 @@ a keyword that is neither is a one-line error naming what the pipeline takes.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -36,13 +37,20 @@ from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.adapters import LoraMethods
 from vidax.pipelines.caching import StepCaching
 from vidax.pipelines.call import SHARED_CALL_ARGS, Call
-from vidax.pipelines.call_checks import MAX_SEED, Capabilities, CallChecks, SizeLimits
+from vidax.pipelines.call_checks import MAX_SEED, CallChecks, Capabilities, SizeLimits
 from vidax.pipelines.common import VideoPipelineOutput
 from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
 from vidax.pipelines.loading import Loading
-from vidax.pipelines.memory import (MemoryChecks, MemoryEstimate, ModelSize, checkpoint_weight_bytes,
-                                    run_memory_estimate, run_size_estimate, text_encoding_bytes)
+from vidax.pipelines.memory import (
+    MemoryChecks,
+    MemoryEstimate,
+    ModelSize,
+    checkpoint_weight_bytes,
+    run_memory_estimate,
+    run_size_estimate,
+    text_encoding_bytes,
+)
 from vidax.pipelines.options import CallOption
 from vidax.pipelines.output import MAX_DECODE_LATENT, Decoding, check_finite, finite_array
 from vidax.pipelines.prompts import PromptEncoding, prompt_texts, text_truncation, tokenizer_token_limit
@@ -52,8 +60,9 @@ from vidax.pipelines.staging import Staging
 logger = logging.getLogger("vidax.pipeline")
 
 
-class VideoPipeline(FamilyHooks, CallChecks, MemoryChecks, Loading, Denoising, StepCaching, Decoding, PromptEncoding,
-                    LoraMethods):
+class VideoPipeline(
+    FamilyHooks, CallChecks, MemoryChecks, Loading, Denoising, StepCaching, Decoding, PromptEncoding, LoraMethods
+):
     """Base of the family pipelines; build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
     Attributes:
@@ -102,9 +111,19 @@ class VideoPipeline(FamilyHooks, CallChecks, MemoryChecks, Loading, Denoising, S
     #: The dtype of the masks among :attr:`prompt_embeds_args` (what the family's encoding makes).
     prompt_mask_dtype: ClassVar[Any] = np.bool_
 
-    def __init__(self, info: CheckpointInfo, modules: Mapping[str, Any], *, dtype: Any, mesh: Any = None,
-                 staging: Staging | None = None, offload: Any = None, offload_experts: bool = True,
-                 load_s: float = 0.0, matmul_precision: str = "highest"):
+    def __init__(
+        self,
+        info: CheckpointInfo,
+        modules: Mapping[str, Any],
+        *,
+        dtype: Any,
+        mesh: Any = None,
+        staging: Staging | None = None,
+        offload: Any = None,
+        offload_experts: bool = True,
+        load_s: float = 0.0,
+        matmul_precision: str = "highest",
+    ):
         self.info = info
         self.checkpoint = info.checkpoint
         self.root = info.checkpoint.root
@@ -196,10 +215,16 @@ class VideoPipeline(FamilyHooks, CallChecks, MemoryChecks, Loading, Denoising, S
         dp = 1 if self.mesh is None else dict(self.mesh.shape).get("data", 1)
         batch = call.batch * (2 if call.do_cfg else 1)
         if dp > 1 and batch % dp:
-            logger.warning("the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
-                           "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
-                           "(--dp, mesh=) would split it", batch, call.batch, ", CFG doubles it" if call.do_cfg else "",
-                           dp, batch)
+            logger.warning(
+                "the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
+                "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
+                "(--dp, mesh=) would split it",
+                batch,
+                call.batch,
+                ", CFG doubles it" if call.do_cfg else "",
+                dp,
+                batch,
+            )
 
     #: The step cache's config (None: off, the default); see :meth:`enable_cache`.
     cache_config: Any = None
@@ -216,9 +241,30 @@ def as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-__all__: Sequence[str] = ("CallDefaults", "CheckpointInfo", "Capabilities", "Call", "VideoPipeline", "SizeLimits",
-                          "ModelSize", "MemoryEstimate", "run_size_estimate", "run_memory_estimate", "MAX_SEED",
-                          "tokenizer_token_limit", "text_encoding_bytes", "checkpoint_weight_bytes",
-                          "SHARED_CALL_ARGS", "frames_of_form", "video_latent_shape", "cfg_pair", "prompt_texts",
-                          "text_truncation", "finite_array", "check_finite", "MAX_DECODE_LATENT", "check_step_dtypes",
-                          "as_list")
+__all__: Sequence[str] = (
+    "CallDefaults",
+    "CheckpointInfo",
+    "Capabilities",
+    "Call",
+    "VideoPipeline",
+    "SizeLimits",
+    "ModelSize",
+    "MemoryEstimate",
+    "run_size_estimate",
+    "run_memory_estimate",
+    "MAX_SEED",
+    "tokenizer_token_limit",
+    "text_encoding_bytes",
+    "checkpoint_weight_bytes",
+    "SHARED_CALL_ARGS",
+    "frames_of_form",
+    "video_latent_shape",
+    "cfg_pair",
+    "prompt_texts",
+    "text_truncation",
+    "finite_array",
+    "check_finite",
+    "MAX_DECODE_LATENT",
+    "check_step_dtypes",
+    "as_list",
+)

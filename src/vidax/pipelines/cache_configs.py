@@ -22,11 +22,14 @@ from vidax.errors import InputError
 logger = logging.getLogger("vidax.pipeline")
 
 
-def _number(owner: str, name: str, value: Any, *, minimum: float = 0.0, integer: bool = False,
-            open_min: bool = False) -> Any:
+def _number(
+    owner: str, name: str, value: Any, *, minimum: float = 0.0, integer: bool = False, open_min: bool = False
+) -> Any:
     # The cache's decisions compare in float32: beyond its range a number is not finite there.
     kind = "an integer" if integer else "a finite number"
-    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer) if integer else (int, float, np.integer, np.floating))
+    ok = not isinstance(value, bool) and isinstance(
+        value, (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    )
     f32 = ""
     if ok and not integer:
         ok = bool(np.isfinite(value))
@@ -117,22 +120,28 @@ class MagCacheConfig:
         self.retention_ratio = _number(owner, "retention_ratio", self.retention_ratio)
         if self.retention_ratio > 1:
             raise InputError(f"{owner}: retention_ratio= must be in [0, 1], got {self.retention_ratio!r}")
-        self.num_inference_steps = _number(owner, "num_inference_steps", self.num_inference_steps, minimum=1,
-                                           integer=True)
+        self.num_inference_steps = _number(
+            owner, "num_inference_steps", self.num_inference_steps, minimum=1, integer=True
+        )
         if not isinstance(self.calibrate, bool):
             raise InputError(f"{owner}: calibrate= must be True or False, got {self.calibrate!r}")
         if self.mag_ratios is None:
             if not self.calibrate:
-                raise InputError(f"{owner}: mag_ratios= is required (one ratio per step, model-dependent); run once "
-                                 "with calibrate=True to print them")
+                raise InputError(
+                    f"{owner}: mag_ratios= is required (one ratio per step, model-dependent); run once "
+                    "with calibrate=True to print them"
+                )
             return
         problem = mag_ratios_problem(self.mag_ratios)
         if problem:
             raise InputError(f"{owner}: mag_ratios= must be {MAG_RATIOS_VALID}; {problem}")
         ratios = np.asarray(self.mag_ratios, np.float32)
         if ratios.size != self.num_inference_steps:
-            logger.warning("MagCacheConfig: interpolating mag_ratios from length %d to num_inference_steps=%d (as "
-                           "diffusers does)", ratios.size, self.num_inference_steps)
+            logger.warning(
+                "MagCacheConfig: interpolating mag_ratios from length %d to num_inference_steps=%d (as diffusers does)",
+                ratios.size,
+                self.num_inference_steps,
+            )
         self.mag_ratios = [float(r) for r in ratios]
 
     def ratios(self) -> np.ndarray:
@@ -184,11 +193,13 @@ class TaylorSeerCacheConfig:
     def __post_init__(self):
         owner = "TaylorSeerCacheConfig"
         self.cache_interval = _number(owner, "cache_interval", self.cache_interval, minimum=1, integer=True)
-        self.disable_cache_before_step = _number(owner, "disable_cache_before_step", self.disable_cache_before_step,
-                                                 integer=True)
+        self.disable_cache_before_step = _number(
+            owner, "disable_cache_before_step", self.disable_cache_before_step, integer=True
+        )
         if self.disable_cache_after_step is not None:
-            self.disable_cache_after_step = _number(owner, "disable_cache_after_step", self.disable_cache_after_step,
-                                                    integer=True)
+            self.disable_cache_after_step = _number(
+                owner, "disable_cache_after_step", self.disable_cache_after_step, integer=True
+            )
         self.max_order = _number(owner, "max_order", self.max_order, integer=True)
         d = self.taylor_factors_dtype
         if d is not None:
@@ -210,12 +221,17 @@ class TaylorSeerCacheConfig:
             setattr(self, field, list(pats))
         if not isinstance(self.use_lite_mode, bool):
             raise InputError(f"{owner}: use_lite_mode= must be True or False, got {self.use_lite_mode!r}")
-        first = (0 < self.disable_cache_before_step or (-self.disable_cache_before_step - 1) % self.cache_interval == 0
-                 or self.disable_cache_after_step == 0)
+        first = (
+            0 < self.disable_cache_before_step
+            or (-self.disable_cache_before_step - 1) % self.cache_interval == 0
+            or self.disable_cache_after_step == 0
+        )
         if not first:
-            raise InputError(f"{owner}: disable_cache_before_step={self.disable_cache_before_step} with cache_interval="
-                             f"{self.cache_interval} predicts step 0 with nothing computed yet (diffusers raises "
-                             "there); use disable_cache_before_step >= 1")
+            raise InputError(
+                f"{owner}: disable_cache_before_step={self.disable_cache_before_step} with cache_interval="
+                f"{self.cache_interval} predicts step 0 with nothing computed yet (diffusers raises "
+                "there); use disable_cache_before_step >= 1"
+            )
 
     def patterns(self) -> tuple[list[str], list[str]]:
         """``(inactive, active)`` patterns as diffusers resolves them (``apply_taylorseer_cache``)."""
@@ -225,8 +241,12 @@ class TaylorSeerCacheConfig:
 
 
 # diffusers/hooks/taylorseer_cache.py's module name patterns.
-_TRANSFORMER_BLOCK_IDENTIFIERS = ("^blocks.*attn", "^transformer_blocks.*attn", "^single_transformer_blocks.*attn",
-                                  "^temporal_transformer_blocks.*attn")
+_TRANSFORMER_BLOCK_IDENTIFIERS = (
+    "^blocks.*attn",
+    "^transformer_blocks.*attn",
+    "^single_transformer_blocks.*attn",
+    "^temporal_transformer_blocks.*attn",
+)
 
 
 _BLOCK_IDENTIFIERS = ("^[^.]*block[^.]*\\.[^.]+$",)
@@ -241,13 +261,16 @@ CacheConfig = FirstBlockCacheConfig | MagCacheConfig | TaylorSeerCacheConfig
 def check_cache_config(config: Any, name: str = "config") -> CacheConfig:
     """``config`` if it is one of the three cache configs, else an InputError naming ``name``."""
     if not isinstance(config, (FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig)):
-        raise InputError(f"{name}= must be a vidax.FirstBlockCacheConfig, MagCacheConfig or TaylorSeerCacheConfig, "
-                         f"got {type(config).__name__}")
+        raise InputError(
+            f"{name}= must be a vidax.FirstBlockCacheConfig, MagCacheConfig or TaylorSeerCacheConfig, "
+            f"got {type(config).__name__}"
+        )
     return config
 
 
-def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--cache",
-                       files: bool = True) -> CacheConfig:
+def parse_cache_option(
+    value: str, num_inference_steps: int, *, name: str = "--cache", files: bool = True
+) -> CacheConfig:
     """A ``--cache`` value (the CLI's flag, ``vidax serve``'s ``cache`` field): ``first_block:THRESHOLD``,
     ``mag:RATIOS`` (MagCache; ``RATIOS`` a file holding the ratios as a JSON list or numbers separated
     by spaces / commas, or the JSON list itself, ``mag:[1.0, 0.98, ...]``), ``mag`` (calibration:
@@ -283,13 +306,16 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
         if not colon:
             return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
         if not arg:
-            raise InputError(f"{shown}: nothing after 'mag:'; give the ratios (mag:[r1, r2, ...]"
-                             f"{' or mag:FILE' if files else ''}), or 'mag' alone to calibrate")
+            raise InputError(
+                f"{shown}: nothing after 'mag:'; give the ratios (mag:[r1, r2, ...]"
+                f"{' or mag:FILE' if files else ''}), or 'mag' alone to calibrate"
+            )
         if arg.startswith("["):
             text, where = arg, "the list"
         elif not files:
-            raise InputError(f"{shown}: give the ratios inline, mag:[r1, r2, ...] (one per step); no file is read "
-                             "for a request")
+            raise InputError(
+                f"{shown}: give the ratios inline, mag:[r1, r2, ...] (one per step); no file is read for a request"
+            )
         else:
             try:
                 with open(arg, encoding="utf-8-sig") as f:  # a byte-order mark is read past
@@ -297,14 +323,22 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
             except OSError as e:
                 raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
             except UnicodeDecodeError:
-                raise InputError(f"{shown}: the ratios file {arg!r} is not UTF-8 text; it must hold "
-                                 f"{MAG_RATIOS_VALID} as a JSON list or numbers separated by spaces or commas") from None
+                raise InputError(
+                    f"{shown}: the ratios file {arg!r} is not UTF-8 text; it must hold "
+                    f"{MAG_RATIOS_VALID} as a JSON list or numbers separated by spaces or commas"
+                ) from None
             where = arg
         calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
-        expected = (f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
-                    f"as {calibrate} prints them")
+        expected = (
+            f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
+            f"as {calibrate} prints them"
+        )
         try:
-            ratios = json.loads(text) if text.lstrip().startswith("[") else [float(t) for t in re.split(r"[\s,]+", text.strip())]
+            ratios = (
+                json.loads(text)
+                if text.lstrip().startswith("[")
+                else [float(t) for t in re.split(r"[\s,]+", text.strip())]
+            )
         except ValueError:
             raise InputError(f"{shown}: {expected}") from None
         problem = mag_ratios_problem(ratios)
@@ -312,8 +346,10 @@ def parse_cache_option(value: str, num_inference_steps: int, *, name: str = "--c
             raise InputError(f"{shown}: {expected}; {problem}")
         if len(ratios) != num_inference_steps:
             count = f"{len(ratios)} ratios"
-            raise InputError(f"{shown}: {where} holds {count}, the call has {num_inference_steps} steps; give one "
-                             f"per step (calibrate with {calibrate} at {num_inference_steps} steps)")
+            raise InputError(
+                f"{shown}: {where} holds {count}, the call has {num_inference_steps} steps; give one "
+                f"per step (calibrate with {calibrate} at {num_inference_steps} steps)"
+            )
         try:
             return MagCacheConfig(num_inference_steps=num_inference_steps, mag_ratios=ratios)
         except InputError as e:
@@ -329,8 +365,9 @@ def describe_config(config: CacheConfig) -> str:
         return f"first_block threshold={config.threshold:g}"
     if isinstance(config, MagCacheConfig):
         return "mag calibration" if config.calibrate else f"mag threshold={config.threshold:g}"
-    return (f"taylorseer interval={config.cache_interval} order={config.max_order}"
-            f"{' lite' if config.use_lite_mode else ''}")
+    return (
+        f"taylorseer interval={config.cache_interval} order={config.max_order}{' lite' if config.use_lite_mode else ''}"
+    )
 
 
 def check_cache_call(config: CacheConfig | None, num_inference_steps: int) -> None:
@@ -341,6 +378,8 @@ def check_cache_call(config: CacheConfig | None, num_inference_steps: int) -> No
             reference's step counter would wrap around mid-run and its ratios be misaligned).
     """
     if isinstance(config, MagCacheConfig) and config.num_inference_steps != num_inference_steps:
-        raise InputError(f"num_inference_steps={num_inference_steps} differs from the enabled "
-                         f"MagCacheConfig(num_inference_steps={config.num_inference_steps}); make them equal (the "
-                         "ratios are interpolated to the config's steps)")
+        raise InputError(
+            f"num_inference_steps={num_inference_steps} differs from the enabled "
+            f"MagCacheConfig(num_inference_steps={config.num_inference_steps}); make them equal (the "
+            "ratios are interpolated to the config's steps)"
+        )

@@ -8,10 +8,16 @@ import logging
 from typing import Any, ClassVar
 
 from vidax.errors import InputError
-from vidax.pipelines.step_cache import (CacheReport, StepCache, TaylorSeerCacheConfig, check_cache_config,
-                                        describe_config, taylorseer_mode)
-from vidax.stats import RunStats
 from vidax.pipelines.call import Call
+from vidax.pipelines.step_cache import (
+    CacheReport,
+    StepCache,
+    TaylorSeerCacheConfig,
+    check_cache_config,
+    describe_config,
+    taylorseer_mode,
+)
+from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -37,8 +43,10 @@ class StepCaching:
     #: Why diffusers 0.42.1's First-Block Cache / MagCache hooks raise on this pipeline when
     #: :attr:`cache_block_metadata` is False (``{pipeline}``: the pipeline's class as the user
     #: loads it; ``{config}``: the config's class).
-    cache_metadata_problem: ClassVar[str] = ("diffusers 0.42.1 has no block metadata for {pipeline}'s transformer "
-                                             "blocks that its {config} hooks can use (they raise there)")
+    cache_metadata_problem: ClassVar[str] = (
+        "diffusers 0.42.1 has no block metadata for {pipeline}'s transformer "
+        "blocks that its {config} hooks can use (they raise there)"
+    )
 
     @classmethod
     def check_cache_kind(cls, config: Any, name: str = "config", pipeline: str | None = None) -> None:
@@ -52,16 +60,20 @@ class StepCaching:
         """
         pipeline = pipeline or cls.__name__
         if not cls.cache_reference:
-            raise InputError(f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
-                             "around its transformer calls, or no block metadata), so there is no reference to match")
+            raise InputError(
+                f"{name}: diffusers 0.42.1's {pipeline} cannot run cache hooks (no cache context "
+                "around its transformer calls, or no block metadata), so there is no reference to match"
+            )
         if not cls.cache_block_metadata and not isinstance(config, TaylorSeerCacheConfig):
             problem = cls.cache_metadata_problem.format(pipeline=pipeline, config=type(config).__name__)
             raise InputError(f"{name}: {problem}, so there is no reference to match; TaylorSeerCacheConfig runs")
         if len(cls.latent_streams) > 1 and not isinstance(config, TaylorSeerCacheConfig):
             # vidax's First-Block Cache / MagCache measure and keep one stream's rows.
-            raise InputError(f"{name}: {type(config).__name__} on a pipeline with several latent streams "
-                             f"({cls.__name__}: {', '.join(cls.latent_streams)}) is not implemented in vidax; "
-                             "TaylorSeerCacheConfig runs")
+            raise InputError(
+                f"{name}: {type(config).__name__} on a pipeline with several latent streams "
+                f"({cls.__name__}: {', '.join(cls.latent_streams)}) is not implemented in vidax; "
+                "TaylorSeerCacheConfig runs"
+            )
 
     def enable_cache(self, config: Any) -> None:
         """Turn on step caching for the next calls (``config``: a
@@ -75,8 +87,10 @@ class StepCaching:
         """
         config = self.check_cache(config)
         if self.cache_config is not None:
-            raise InputError(f"a {type(self.cache_config).__name__} is already enabled; call disable_cache() before "
-                             f"enable_cache({type(config).__name__}(...))")
+            raise InputError(
+                f"a {type(self.cache_config).__name__} is already enabled; call disable_cache() before "
+                f"enable_cache({type(config).__name__}(...))"
+            )
         self.cache_config = config
 
     def check_cache(self, config: Any, name: str = "config") -> Any:
@@ -90,11 +104,16 @@ class StepCaching:
         if isinstance(config, TaylorSeerCacheConfig):
             modes = {taylorseer_mode(config, m) for m in self.experts.modules}
             if modes == {"none"}:
-                logger.warning("TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
-                               "runs are uncached", model)
+                logger.warning(
+                    "TaylorSeerCacheConfig's identifiers match no module of %s (as in diffusers): the "
+                    "runs are uncached",
+                    model,
+                )
         elif min(m.num_blocks() for m in self.experts.modules) < 2:
-            raise InputError(f"{name} needs at least 2 transformer blocks; {model} has "
-                             f"{min(m.num_blocks() for m in self.experts.modules)}")
+            raise InputError(
+                f"{name} needs at least 2 transformer blocks; {model} has "
+                f"{min(m.num_blocks() for m in self.experts.modules)}"
+            )
         return config
 
     def disable_cache(self) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from vidax.errors import InputError
 from vidax.pipelines.options import SHARED_OPTIONS
-
 
 #: Call keywords every pipeline takes (:data:`~vidax.pipelines.options.SHARED_OPTIONS`), with
 #: their meaning in :meth:`VideoPipeline.__call__`.
@@ -104,5 +104,6 @@ def cancel_check(cancel: Any) -> Callable[[], bool] | None:
         return cancel.is_set
     if callable(cancel):
         return cancel
-    raise InputError(f"cancel must be a threading.Event, a callable returning True to stop, or None, "
-                     f"got {type(cancel).__name__}")
+    raise InputError(
+        f"cancel must be a threading.Event, a callable returning True to stop, or None, got {type(cancel).__name__}"
+    )

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from vidax.errors import Arg, ArgValue, Message, joined, ConfigError, InputError
 from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.errors import Arg, ArgValue, ConfigError, InputError, Message, joined
+from vidax.pipelines.call import Call, cancel_check
 from vidax.pipelines.common import check_task
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
+from vidax.pipelines.output import finite_array
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
-from vidax.pipelines.call import Call, cancel_check
-from vidax.pipelines.output import finite_array
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -104,8 +105,12 @@ def _given_prompt_parts(cls: type, extra: dict, negative: bool) -> tuple | None:
         return None
     missing = [n for n in names if n not in given]
     if missing:
-        raise InputError(Arg(given[0]), " is given without ", *joined(Arg(m) for m in missing), f": {cls.__name__} "
-                         "takes them together (as encode_prompt_embeds returns them)")
+        raise InputError(
+            Arg(given[0]),
+            " is given without ",
+            *joined(Arg(m) for m in missing),
+            f": {cls.__name__} takes them together (as encode_prompt_embeds returns them)",
+        )
     out = []
     for n in names:
         v = values[n]
@@ -156,8 +161,10 @@ def _step_end(callback: Any, tensor_inputs: Any) -> Callable | None:
     if tensor_inputs is not None:
         names = list(tensor_inputs) if isinstance(tensor_inputs, (list, tuple)) else None
         if names is None or any(n != "latents" for n in names):
-            raise InputError(Arg("callback_on_step_end_tensor_inputs", tensor_inputs), " must be ['latents']: "
-                             f"{refused_value_reason('callback_on_step_end_tensor_inputs')}")
+            raise InputError(
+                Arg("callback_on_step_end_tensor_inputs", tensor_inputs),
+                f" must be ['latents']: {refused_value_reason('callback_on_step_end_tensor_inputs')}",
+            )
     return callback
 
 
@@ -171,19 +178,29 @@ def _lora_scale(attention_kwargs: Any) -> float | None:
     if attention_kwargs is None:
         return None
     if not isinstance(attention_kwargs, Mapping):
-        raise InputError(Arg("attention_kwargs"), f" must be a dict such as {{'scale': 0.7}} or None, got "
-                         f"{type(attention_kwargs).__name__}")
+        raise InputError(
+            Arg("attention_kwargs"),
+            f" must be a dict such as {{'scale': 0.7}} or None, got {type(attention_kwargs).__name__}",
+        )
     other = sorted(str(k) for k in attention_kwargs if k != "scale")
     if other:
-        logger.warning("attention_kwargs %s are not expected by vidax's attention and are ignored (as diffusers' "
-                       "attention processors ignore them)", other)
+        logger.warning(
+            "attention_kwargs %s are not expected by vidax's attention and are ignored (as diffusers' "
+            "attention processors ignore them)",
+            other,
+        )
     scale = attention_kwargs.get("scale")
     if scale is None:
         return None
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(scale):
-        raise InputError(Arg("attention_kwargs", attention_kwargs), " must give 'scale' as a finite number (the LoRA "
-                         "scale of this call)")
+    if (
+        isinstance(scale, (bool, np.bool_))
+        or not isinstance(scale, (int, float, np.integer, np.floating))
+        or not np.isfinite(scale)
+    ):
+        raise InputError(
+            Arg("attention_kwargs", attention_kwargs),
+            " must give 'scale' as a finite number (the LoRA scale of this call)",
+        )
     return float(scale)
 
 
@@ -222,23 +239,37 @@ class CallChecks:
     @classmethod
     def options(cls) -> tuple[CallOption, ...]:
         """The declarations of :meth:`call_args`, in that order."""
-        streams = tuple(CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's "
-                                   "diffusers layout.") for s in cls.latent_streams[1:])
-        return (tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args) + streams
-                + cls.call_options + cls.embeds_options())
+        streams = tuple(
+            CallOption(s, OBJECT, f"Initial noise of the {s} stream, float32, in the family's diffusers layout.")
+            for s in cls.latent_streams[1:]
+        )
+        return (
+            tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args)
+            + streams
+            + cls.call_options
+            + cls.embeds_options()
+        )
 
     @classmethod
     def embeds_options(cls) -> tuple[CallOption, ...]:
         """The declarations of :attr:`prompt_embeds_args` and their ``negative_`` twins."""
-        return tuple(CallOption(prefix + n, OBJECT, f"diffusers' {prefix + n}: the {what} prompt's precomputed "
-                                "encoding (encode_prompt_embeds makes it), instead of the text.")
-                     for prefix, what in (("", "positive"), ("negative_", "negative")) for n in cls.prompt_embeds_args)
+        return tuple(
+            CallOption(
+                prefix + n,
+                OBJECT,
+                f"diffusers' {prefix + n}: the {what} prompt's precomputed "
+                "encoding (encode_prompt_embeds makes it), instead of the text.",
+            )
+            for prefix, what in (("", "positive"), ("negative_", "negative"))
+            for n in cls.prompt_embeds_args
+        )
 
     @classmethod
     def diffusers_classes(cls) -> tuple[str, ...]:
         """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as this class."""
-        return tuple(p.class_name for p in registry().pipelines()
-                     if p.target == f"{cls.__module__}:{cls.__name__}") or (cls.__name__,)
+        return tuple(
+            p.class_name for p in registry().pipelines() if p.target == f"{cls.__module__}:{cls.__name__}"
+        ) or (cls.__name__,)
 
     @classmethod
     def refused_keyword(cls, keyword: str) -> Any:
@@ -251,9 +282,15 @@ class CallChecks:
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
         args = cls.call_args()
-        return Capabilities(tasks=info.tasks, image="i2v" in info.tasks and "image" in args,
-                            video="video" in args, guidance_scale_2=len(info.transformers) > 1,
-                            audio=cls.makes_audio(info), offload=True, call_args=args)
+        return Capabilities(
+            tasks=info.tasks,
+            image="i2v" in info.tasks and "image" in args,
+            video="video" in args,
+            guidance_scale_2=len(info.transformers) > 1,
+            audio=cls.makes_audio(info),
+            offload=True,
+            call_args=args,
+        )
 
     @property
     def capabilities(self) -> Capabilities:
@@ -279,10 +316,12 @@ class CallChecks:
             return None
         config, file = ckpt.config("scheduler"), ckpt.config_file("scheduler")
         name = config.get("_class_name")
-        if cls.scheduler_classes is not None and name in {s.class_name for s in registry().components("scheduler")} \
-                and name not in cls.scheduler_classes:
-            raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs "
-                              f"{' or '.join(cls.scheduler_classes)}")
+        if (
+            cls.scheduler_classes is not None
+            and name in {s.class_name for s in registry().components("scheduler")}
+            and name not in cls.scheduler_classes
+        ):
+            raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs {' or '.join(cls.scheduler_classes)}")
         return scheduler_from_config(config, source=file)
 
     @classmethod
@@ -312,19 +351,42 @@ class CallChecks:
         for name in info.transformers:
             spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
             config = ckpt.typed_config(name, spec.config_class())
-            out += [(ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
-                    for field in HEAD_FIELDS if getattr(config, field, None) is not None]
+            out += [
+                (ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
+                for field in HEAD_FIELDS
+                if getattr(config, field, None) is not None
+            ]
         return out
 
     @classmethod
-    def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, *,
-                   image: Any = None, height: Any = None, width: Any = None, num_frames: Any = None,
-                   num_inference_steps: Any = None, guidance_scale: Any = None, guidance_scale_2: Any = None,
-                   num_videos_per_prompt: Any = 1, seed: Any = None, latents: Any = None,
-                   max_sequence_length: Any = None, output_type: str = "np", progress: bool = True,
-                   callback: Any = None, cancel: Any = None, decode_audio: Any = True, return_dict: Any = True,
-                   attention_kwargs: Any = None, callback_on_step_end: Any = None,
-                   callback_on_step_end_tensor_inputs: Any = None, **extra: Any) -> Call:
+    def check_call(
+        cls,
+        info: CheckpointInfo,
+        prompt: Any = None,
+        negative_prompt: Any = None,
+        *,
+        image: Any = None,
+        height: Any = None,
+        width: Any = None,
+        num_frames: Any = None,
+        num_inference_steps: Any = None,
+        guidance_scale: Any = None,
+        guidance_scale_2: Any = None,
+        num_videos_per_prompt: Any = 1,
+        seed: Any = None,
+        latents: Any = None,
+        max_sequence_length: Any = None,
+        output_type: str = "np",
+        progress: bool = True,
+        callback: Any = None,
+        cancel: Any = None,
+        decode_audio: Any = True,
+        return_dict: Any = True,
+        attention_kwargs: Any = None,
+        callback_on_step_end: Any = None,
+        callback_on_step_end_tensor_inputs: Any = None,
+        **extra: Any,
+    ) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
         Needs no weights: ``vidax generate`` runs it before loading.
@@ -333,17 +395,31 @@ class CallChecks:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        given = {k for k, v in dict(
-            negative_prompt=negative_prompt, image=image, height=height, width=width, num_frames=num_frames,
-            num_inference_steps=num_inference_steps, guidance_scale=guidance_scale, guidance_scale_2=guidance_scale_2,
-            seed=seed, latents=latents, max_sequence_length=max_sequence_length, **extra).items() if v is not None}
+        given = {
+            k
+            for k, v in dict(
+                negative_prompt=negative_prompt,
+                image=image,
+                height=height,
+                width=width,
+                num_frames=num_frames,
+                num_inference_steps=num_inference_steps,
+                guidance_scale=guidance_scale,
+                guidance_scale_2=guidance_scale_2,
+                seed=seed,
+                latents=latents,
+                max_sequence_length=max_sequence_length,
+                **extra,
+            ).items()
+            if v is not None
+        }
         streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
         extra = _check_keywords(cls, extra, given)
         prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
         height, width, num_frames = _call_size(cls, info, height, width, num_frames)
         steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
-            cls, info, num_inference_steps, guidance_scale, guidance_scale_2, max_sequence_length,
-            num_videos_per_prompt)
+            cls, info, num_inference_steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt
+        )
         _check_output_and_seed(output_type, seed, decode_audio, callback, return_dict)
         step_end = _step_end(callback_on_step_end, callback_on_step_end_tensor_inputs)
         lora_scale = _lora_scale(attention_kwargs)
@@ -351,12 +427,33 @@ class CallChecks:
         _check_task_inputs(cls, info, image, extra)
         if seed is None:
             seed = int(np.random.SeedSequence().entropy % 2**31)
-        call = Call(prompts, negatives, image, int(height), int(width), num_frames, steps, guidance_scale,
-                    guidance_scale_2, num_videos_per_prompt, int(seed), None, max_sequence_length, output_type,
-                    bool(progress), callback, dict(extra), cancel=cancel, given=frozenset(given),
-                    decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
-                    step_end=step_end, lora_scale=lora_scale, return_dict=return_dict is None or bool(return_dict),
-                    prompt_parts=parts, negative_parts=negative_parts)
+        call = Call(
+            prompts,
+            negatives,
+            image,
+            int(height),
+            int(width),
+            num_frames,
+            steps,
+            guidance_scale,
+            guidance_scale_2,
+            num_videos_per_prompt,
+            int(seed),
+            None,
+            max_sequence_length,
+            output_type,
+            bool(progress),
+            callback,
+            dict(extra),
+            cancel=cancel,
+            given=frozenset(given),
+            decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
+            step_end=step_end,
+            lora_scale=lora_scale,
+            return_dict=return_dict is None or bool(return_dict),
+            prompt_parts=parts,
+            negative_parts=negative_parts,
+        )
         call = _with_latents(cls, info, call, {cls.latent_streams[0]: latents, **streams})
         _check_schedule(cls, info, call)
         return call
@@ -372,11 +469,16 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
     for u in unknown:
         entry = cls.refused_keyword(u)
         if entry is not None:
-            raise InputError(f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): "
-                             f"{entry.message()}")
+            raise InputError(
+                f"{cls.__name__} takes no ", Arg(u, python=repr(u)), f" (diffusers' {u}=): {entry.message()}"
+            )
     if unknown:
-        raise InputError(f"{cls.__name__} takes no ", *joined(Arg(u, python=repr(u)) for u in unknown),
-                         "; it takes ", *joined(Arg(a) for a in cls.call_args()))
+        raise InputError(
+            f"{cls.__name__} takes no ",
+            *joined(Arg(u, python=repr(u)) for u in unknown),
+            "; it takes ",
+            *joined(Arg(a) for a in cls.call_args()),
+        )
     return check_options(own, extra)
 
 
@@ -401,44 +503,78 @@ def _call_size(cls: type, info: CheckpointInfo, height: Any, width: Any, num_fra
     limits = cls.size_limits(info)
     for name, v, top in (("height", height, limits.height), ("width", width, limits.width)):
         if top is not None and v > top:  # before the multiples: no "nearest valid" past what the model takes
-            raise InputError(Arg(name, v), " is more than this checkpoint's model can represent: the largest "
-                             "valid ", Arg(name), f" is {top} ({limits.reason})")
+            raise InputError(
+                Arg(name, v),
+                " is more than this checkpoint's model can represent: the largest valid ",
+                Arg(name),
+                f" is {top} ({limits.reason})",
+            )
     mh, mw = info.size_multiple
     if height % mh or width % mw:
-        near = joined(Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
-                      for name, v, m in (("height", height, mh), ("width", width, mw)) if v % m)
+        near = joined(
+            Message(Arg(name), f" in {sorted({max(m, v // m * m), (v // m + 1) * m})}")
+            for name, v, m in (("height", height, mh), ("width", width, mw))
+            if v % m
+        )
         raise InputError(
-            Arg("height"), " and ", Arg("width"), f" must be multiples of {mh}" + ("" if mh == mw else f" and {mw}")
-            + f" ({info.size_reason}), got ", Arg("height", height), ", ", Arg("width", width), "; nearest valid: ",
-            *near)
+            Arg("height"),
+            " and ",
+            Arg("width"),
+            f" must be multiples of {mh}" + ("" if mh == mw else f" and {mw}") + f" ({info.size_reason}), got ",
+            Arg("height", height),
+            ", ",
+            Arg("width", width),
+            "; nearest valid: ",
+            *near,
+        )
     given_frames = _SHARED["num_frames"].check(d.num_frames if num_frames is None else num_frames)
     num_frames = cls.resolve_num_frames(info, given_frames)
     if limits.num_frames is not None and num_frames > limits.num_frames:
-        raise InputError(Arg("num_frames", given_frames), " is more than this checkpoint's model can represent: the "
-                         "largest valid ", Arg("num_frames"), f" is {limits.num_frames} ({limits.reason})")
+        raise InputError(
+            Arg("num_frames", given_frames),
+            " is more than this checkpoint's model can represent: the largest valid ",
+            Arg("num_frames"),
+            f" is {limits.num_frames} ({limits.reason})",
+        )
     return height, width, num_frames
 
 
-def _call_numbers(cls: type, info: CheckpointInfo, num_inference_steps: Any, guidance_scale: Any,
-                  guidance_scale_2: Any, max_sequence_length: Any, num_videos_per_prompt: Any) -> tuple:
+def _call_numbers(
+    cls: type,
+    info: CheckpointInfo,
+    num_inference_steps: Any,
+    guidance_scale: Any,
+    guidance_scale_2: Any,
+    max_sequence_length: Any,
+    num_videos_per_prompt: Any,
+) -> tuple:
     """``(steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt)`` of
     a call, the defaults filled and each checked."""
     d = info.defaults
-    steps = _SHARED["num_inference_steps"].check(d.num_inference_steps if num_inference_steps is None
-                                                 else num_inference_steps)
+    steps = _SHARED["num_inference_steps"].check(
+        d.num_inference_steps if num_inference_steps is None else num_inference_steps
+    )
     guidance_scale = _SHARED["guidance_scale"].check(d.guidance_scale if guidance_scale is None else guidance_scale)
     if guidance_scale_2 is not None and len(info.transformers) < 2:
-        raise InputError(Arg("guidance_scale_2", guidance_scale_2), " is only used by checkpoints with two "
-                         f"experts; {info.checkpoint.root} ({info.variant}) has one transformer")
-    guidance_scale_2 = guidance_scale if guidance_scale_2 is None else _SHARED["guidance_scale_2"].check(
-        guidance_scale_2)
-    max_sequence_length = _SHARED["max_sequence_length"].check(d.max_sequence_length
-                                                               if max_sequence_length is None else max_sequence_length)
+        raise InputError(
+            Arg("guidance_scale_2", guidance_scale_2),
+            " is only used by checkpoints with two "
+            f"experts; {info.checkpoint.root} ({info.variant}) has one transformer",
+        )
+    guidance_scale_2 = (
+        guidance_scale if guidance_scale_2 is None else _SHARED["guidance_scale_2"].check(guidance_scale_2)
+    )
+    max_sequence_length = _SHARED["max_sequence_length"].check(
+        d.max_sequence_length if max_sequence_length is None else max_sequence_length
+    )
     limit = cls.text_token_limit(info)
     if limit is not None and max_sequence_length > limit[0]:
-        raise InputError(Arg("max_sequence_length", max_sequence_length), " is more than this checkpoint's text "
-                         "encoding takes: the largest valid ", Arg("max_sequence_length"),
-                         f" is {limit[0]} ({limit[1]})")
+        raise InputError(
+            Arg("max_sequence_length", max_sequence_length),
+            " is more than this checkpoint's text encoding takes: the largest valid ",
+            Arg("max_sequence_length"),
+            f" is {limit[0]} ({limit[1]})",
+        )
     num_videos_per_prompt = _SHARED["num_videos_per_prompt"].check(num_videos_per_prompt)
     return steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt
 
@@ -452,11 +588,15 @@ def _check_output_and_seed(output_type: Any, seed: Any, decode_audio: Any, callb
         raise InputError(Arg("output_type", output_type), f" is not taken: {refused_value_reason('output_type')}")
     _SHARED["output_type"].check(output_type)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise InputError(Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ",
-                         ArgValue("seed", seed))  # None as each front end spells it (serve: null)
+        raise InputError(
+            Arg("seed"), " must be an integer or ", ArgValue("seed", None), ", got ", ArgValue("seed", seed)
+        )  # None as each front end spells it (serve: null)
     if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise InputError(Arg("seed", seed), f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
-                         "keys take 32 bits; a larger or negative seed would repeat one of these)")
+        raise InputError(
+            Arg("seed", seed),
+            f" is out of range: seeds are integers in [0, {MAX_SEED}] (jax.random "
+            "keys take 32 bits; a larger or negative seed would repeat one of these)",
+        )
     _SHARED["decode_audio"].check(decode_audio)
     if callback is not None and not callable(callback):
         raise InputError(Arg("callback"), f" must be callable or None, got {type(callback).__name__}")
@@ -468,8 +608,11 @@ def _check_task_inputs(cls: type, info: CheckpointInfo, image: Any, extra: dict)
     does, an image-to-video checkpoint has no image, or an image is not one."""
     task = "i2v" if image is not None else ("v2v" if extra.get("video") is not None else "t2v")
     if cls.task == "i2v" and image is None:
-        raise InputError(f"{info.checkpoint.root} is an image-to-video checkpoint: ", Arg("image"), " is required "
-                         "(the first frame: a PIL image or a uint8 (H, W, 3) array)")
+        raise InputError(
+            f"{info.checkpoint.root} is an image-to-video checkpoint: ",
+            Arg("image"),
+            " is required (the first frame: a PIL image or a uint8 (H, W, 3) array)",
+        )
     check_task(info.checkpoint.root, task, info.tasks, info.variant)
     if image is not None:
         from vidax.io.image import to_rgb_image
@@ -490,10 +633,16 @@ def _with_latents(cls: type, info: CheckpointInfo, call: Call, given_streams: di
             continue
         value = finite_array(name, value)
         if value.shape != shapes[name]:
-            layout = (cls.latents_layout if name == cls.latent_streams[0] else cls.audio_latents_layout
-                      if name == cls.audio_stream else "this stream's layout")
-            raise InputError(f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = "
-                             f"{layout} for these arguments")
+            layout = (
+                cls.latents_layout
+                if name == cls.latent_streams[0]
+                else cls.audio_latents_layout
+                if name == cls.audio_stream
+                else "this stream's layout"
+            )
+            raise InputError(
+                f"{name} have shape {tuple(value.shape)}, expected {shapes[name]} = {layout} for these arguments"
+            )
         checked[name] = value
     first = checked.pop(cls.latent_streams[0], None)
     return dataclasses.replace(call, latents=first, stream_latents=checked)
@@ -505,9 +654,12 @@ def _check_schedule(cls: type, info: CheckpointInfo, call: Call) -> None:
     scheduler = cls.read_scheduler(info)
     train = getattr(getattr(scheduler, "config", None), "num_train_timesteps", None)
     if train is not None and call.num_inference_steps > train:  # before any schedule is computed
-        raise InputError(Arg("num_inference_steps", call.num_inference_steps), f" is more than the {train} "
-                         "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
-                         f"{info.checkpoint.config_file('scheduler')}); give at most {train}")
+        raise InputError(
+            Arg("num_inference_steps", call.num_inference_steps),
+            f" is more than the {train} "
+            "timesteps this checkpoint's scheduler was trained with (num_train_timesteps in "
+            f"{info.checkpoint.config_file('scheduler')}); give at most {train}",
+        )
     cls.check_family_call(info, call)
     if scheduler is not None:
         cls.check_schedule(info, scheduler, call)

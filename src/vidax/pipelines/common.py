@@ -8,7 +8,7 @@ import dataclasses
 import html
 import logging
 import re
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -18,8 +18,6 @@ from vidax.errors import Arg, InputError
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
-
-
 
 
 def check_task(root: str, task: str, supported: Sequence[str], variant: str, t2v_hint: str = "") -> None:

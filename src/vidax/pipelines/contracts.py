@@ -6,7 +6,8 @@ Layouts are channels-last inside vidax: latents (B, T, H, W, C), tokens (B, L, D
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np

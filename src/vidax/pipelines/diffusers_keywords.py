@@ -41,48 +41,82 @@ class Refused:
         return self.reason + (f"; vidax takes {self.instead}" if self.instead else "")
 
 
-_LTX_TIMESTEPS = ("LTXPipeline", "LTXImageToVideoPipeline", "LTX2Pipeline", "LTX2ImageToVideoPipeline",
-                  "LTX2ConditionPipeline")
+_LTX_TIMESTEPS = (
+    "LTXPipeline",
+    "LTXImageToVideoPipeline",
+    "LTX2Pipeline",
+    "LTX2ImageToVideoPipeline",
+    "LTX2ConditionPipeline",
+)
 
 #: The refused keywords, by diffusers' keyword.
 REFUSED: tuple[Refused, ...] = (
-    Refused("generator", EVERY, "vidax draws its noise with jax.random from an integer seed: a torch.Generator's "
-            "stream cannot be reproduced without torch (generator=None, diffusers' 'draw at random', is taken)",
-            "seed=<int in [0, 2**32 - 1]>"),
-    Refused("timesteps", ("CogVideoXPipeline", "CogVideoXImageToVideoPipeline"),
-            "diffusers 0.42.1 raises for any value: its CogVideoX schedulers' set_timesteps takes no timesteps "
-            "('does not support custom timestep schedules')", "num_inference_steps="),
-    Refused("timesteps", _LTX_TIMESTEPS,
-            "diffusers 0.42.1 raises for any value: the pipeline always passes its own sigmas with it and "
-            "retrieve_timesteps allows only one of timesteps and sigmas",
-            "num_inference_steps= (the LTX-2 pipelines also sigmas=)"),
-    Refused("action_latents", ("Cosmos3OmniPipeline",),
-            "diffusers 0.42.1 reads them only in an action-conditioned run (action=, not implemented in vidax): "
-            "without action= its transformer fails on them (no embodiment domain ids for the action head)"),
+    Refused(
+        "generator",
+        EVERY,
+        "vidax draws its noise with jax.random from an integer seed: a torch.Generator's "
+        "stream cannot be reproduced without torch (generator=None, diffusers' 'draw at random', is taken)",
+        "seed=<int in [0, 2**32 - 1]>",
+    ),
+    Refused(
+        "timesteps",
+        ("CogVideoXPipeline", "CogVideoXImageToVideoPipeline"),
+        "diffusers 0.42.1 raises for any value: its CogVideoX schedulers' set_timesteps takes no timesteps "
+        "('does not support custom timestep schedules')",
+        "num_inference_steps=",
+    ),
+    Refused(
+        "timesteps",
+        _LTX_TIMESTEPS,
+        "diffusers 0.42.1 raises for any value: the pipeline always passes its own sigmas with it and "
+        "retrieve_timesteps allows only one of timesteps and sigmas",
+        "num_inference_steps= (the LTX-2 pipelines also sigmas=)",
+    ),
+    Refused(
+        "action_latents",
+        ("Cosmos3OmniPipeline",),
+        "diffusers 0.42.1 reads them only in an action-conditioned run (action=, not implemented in vidax): "
+        "without action= its transformer fails on them (no embodiment domain ids for the action head)",
+    ),
 )
 
 #: Values of taken keywords vidax refuses: (keyword, value in words, reason).
 REFUSED_VALUES: tuple[tuple[str, str, str], ...] = (
-    ("enable_prompt_enhancement", "True",
-     "diffusers' default rewrites the prompt by sampling Gemma's decoder (temperature 0.7) from torch's global "
-     "generator seeded with prompt_enhancement_seed, a stream vidax cannot reproduce without torch (as generator=); "
-     "greedy decoding (prompt_enhancement_kwargs={'do_sample': False}) is not implemented in vidax either; pass the "
-     "enhanced prompt as prompt= (diffusers' pipe.enhance_prompt makes it)"),
-    ("image", "a float array (and float video frames)",
-     FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
-    ("prompt_template", "a dict without 'crop_start', or whose 'template' has no '{}'",
-     "without crop_start diffusers measures the template padded to the tokenizer's model_max_length, which crops the "
-     "prompt away where the tokenizer has one (give the template's token count before the prompt); without '{}' it "
-     "encodes the template alone, ignoring the prompt"),
-    ("action", "anything but None",
-     "action-conditioned generation (Cosmos 3's CosmosActionCondition: robot actions with embodiment domain ids) is "
-     "not implemented in vidax yet; run text-, image- or video-to-video"),
+    (
+        "enable_prompt_enhancement",
+        "True",
+        "diffusers' default rewrites the prompt by sampling Gemma's decoder (temperature 0.7) from torch's global "
+        "generator seeded with prompt_enhancement_seed, a stream vidax cannot reproduce without torch (as generator=); "
+        "greedy decoding (prompt_enhancement_kwargs={'do_sample': False}) is not implemented in vidax either; pass the "
+        "enhanced prompt as prompt= (diffusers' pipe.enhance_prompt makes it)",
+    ),
+    ("image", "a float array (and float video frames)", FLOAT_ARRAY_REASON + ": (x * 255).round().astype(np.uint8)"),
+    (
+        "prompt_template",
+        "a dict without 'crop_start', or whose 'template' has no '{}'",
+        "without crop_start diffusers measures the template padded to the tokenizer's model_max_length, which crops the "
+        "prompt away where the tokenizer has one (give the template's token count before the prompt); without '{}' it "
+        "encodes the template alone, ignoring the prompt",
+    ),
+    (
+        "action",
+        "anything but None",
+        "action-conditioned generation (Cosmos 3's CosmosActionCondition: robot actions with embodiment domain ids) is "
+        "not implemented in vidax yet; run text-, image- or video-to-video",
+    ),
     ("enable_safety_check", "True", "vidax runs no safety checker (Cosmos' guardrail is a torch package)"),
-    ("output_type", "'pt'", "a torch tensor: vidax runs without torch; 'np' gives the same values as a numpy array "
-     "(torch.from_numpy(out.frames) makes the tensor)"),
-    ("callback_on_step_end_tensor_inputs", "anything but 'latents'",
-     "vidax's step callback hands over and takes back the latents only (the prompt embeddings are fixed for the "
-     "compiled denoising loop)"),
+    (
+        "output_type",
+        "'pt'",
+        "a torch tensor: vidax runs without torch; 'np' gives the same values as a numpy array "
+        "(torch.from_numpy(out.frames) makes the tensor)",
+    ),
+    (
+        "callback_on_step_end_tensor_inputs",
+        "anything but 'latents'",
+        "vidax's step callback hands over and takes back the latents only (the prompt embeddings are fixed for the "
+        "compiled denoising loop)",
+    ),
 )
 
 
@@ -116,5 +150,13 @@ def readme_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ("Refused", "REFUSED", "REFUSED_VALUES", "EVERY", "refused", "refused_anywhere", "refused_value_reason",
-           "readme_table")
+__all__ = (
+    "Refused",
+    "REFUSED",
+    "REFUSED_VALUES",
+    "EVERY",
+    "refused",
+    "refused_anywhere",
+    "refused_value_reason",
+    "readme_table",
+)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -63,8 +64,14 @@ def _move(module: nnx.Module, memory_kind: str) -> None:
     place, each in its own layout; the source buffers are released as soon as the copies exist."""
     state = nnx.state(module)
     # Placeholders of blocks streamed from host memory (vidax.parallel.offload) stay as they are.
-    moved = jax.tree.map(lambda a: jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(memory_kind)))
-                         if isinstance(a, jax.Array) else a, state)
+    moved = jax.tree.map(
+        lambda a: (
+            jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(memory_kind)))
+            if isinstance(a, jax.Array)
+            else a
+        ),
+        state,
+    )
     jax.block_until_ready(moved)
     nnx.update(module, moved)
 

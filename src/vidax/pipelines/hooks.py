@@ -7,22 +7,23 @@ transformer's inputs of one step and the scheduler update, what is decoded. :cla
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import Checkpoint, CheckpointInfo
 from vidax.encoders.tokenizer import Truncation
 from vidax.errors import Arg, ConfigError
-from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.pipelines.call import Call
+from vidax.pipelines.call_checks import SizeLimits
+from vidax.pipelines.memory import ModelSize
 from vidax.pipelines.sampling import classifier_free_guidance
 from vidax.pipelines.staging import Staging
 from vidax.pipelines.step_inputs import StepInputs
 from vidax.stats import RunStats
-from vidax.pipelines.call import Call
-from vidax.pipelines.call_checks import SizeLimits
-from vidax.pipelines.memory import ModelSize
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -33,16 +34,20 @@ def frames_of_form(num_frames: int, k: int, reference: str) -> int:
     if num_frames % k == 1:
         return num_frames
     rounded = num_frames // k * k + 1
-    logger.warning("%s is not of the form %dk+1; using %d, as diffusers' %s does",
-                   Arg("num_frames", num_frames), k, rounded, reference)
+    logger.warning(
+        "%s is not of the form %dk+1; using %d, as diffusers' %s does",
+        Arg("num_frames", num_frames),
+        k,
+        rounded,
+        reference,
+    )
     return rounded
 
 
 def video_latent_shape(call: Call, channels: int, temporal: int, spatial: int) -> tuple[int, ...]:
     """The initial noise of a causal video VAE's latents in the diffusers layout
     ``(B, C, (F - 1) // temporal + 1, H // spatial, W // spatial)`` (Wan, Cosmos, HunyuanVideo)."""
-    return (call.batch, channels, (call.num_frames - 1) // temporal + 1, call.height // spatial,
-            call.width // spatial)
+    return (call.batch, channels, (call.num_frames - 1) // temporal + 1, call.height // spatial, call.width // spatial)
 
 
 class FamilyHooks:
@@ -133,14 +138,17 @@ class FamilyHooks:
             ConfigError, InputError: the schedule cannot be made (the message says why).
         """
         if getattr(getattr(scheduler, "config", None), "use_dynamic_shifting", False):
-            raise ConfigError(f"{info.checkpoint.config_file('scheduler')}: use_dynamic_shifting=true needs mu (a shift "
-                              f"from the token count), which {cls.__name__} does not compute (nor does its diffusers "
-                              "reference); set use_dynamic_shifting to false")
+            raise ConfigError(
+                f"{info.checkpoint.config_file('scheduler')}: use_dynamic_shifting=true needs mu (a shift "
+                f"from the token count), which {cls.__name__} does not compute (nor does its diffusers "
+                "reference); set use_dynamic_shifting to false"
+            )
 
     # ================================================================== family hooks (loading)
     @classmethod
-    def load_components(cls, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any,
-                        staging: Staging, **options: Any) -> dict[str, Any]:
+    def load_components(
+        cls, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any, staging: Staging, **options: Any
+    ) -> dict[str, Any]:
         """Load the modules the family runs (name -> module); see :meth:`load_component`."""
         raise NotImplementedError
 
@@ -166,8 +174,9 @@ class FamilyHooks:
         layout); with several streams (a dict, see :attr:`latent_streams`) the video's is made
         channels-last and the others are kept as they are."""
         if isinstance(noise, dict):
-            return {k: self.prepare_latents(call, v, cond) if k == self.latent_streams[0] else v
-                    for k, v in noise.items()}
+            return {
+                k: self.prepare_latents(call, v, cond) if k == self.latent_streams[0] else v for k, v in noise.items()
+            }
         return jnp.transpose(noise, (0, 2, 3, 4, 1))
 
     def set_timesteps(self, call: Call, latents: Any) -> Any:
@@ -178,8 +187,9 @@ class FamilyHooks:
             return {k: self.set_timesteps(call, v) for k, v in latents.items()}
         return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
-    def step_args(self, call: Call, embeds: jax.Array, cond: dict, state: Any,
-                  expert: int) -> tuple[StepInputs, Mapping | None]:
+    def step_args(
+        self, call: Call, embeds: jax.Array, cond: dict, state: Any, expert: int
+    ) -> tuple[StepInputs, Mapping | None]:
         """``(inputs, axes)``: the :class:`~vidax.pipelines.step_inputs.StepInputs` of every step
         of ``expert`` and the logical axes of those of its fields that are not batch-split on their
         leading axis (field name -> axes, see :func:`vidax.parallel.step.shard_step`), or None."""

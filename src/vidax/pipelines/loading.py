@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from vidax.checkpoint import Checkpoint, CheckpointInfo
 from vidax.errors import InputError
@@ -27,8 +28,9 @@ from vidax.stats import RunStats
 from vidax.weights.component import Request, load_components
 
 
-def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", task: str | None = None,
-                  mesh: Any = None, **kwargs):
+def load_pipeline(
+    path_or_hub_id: str | os.PathLike, dtype: Any = "float32", task: str | None = None, mesh: Any = None, **kwargs
+):
     """Load a pipeline from a diffusers-format folder or hub id.
 
     Args:
@@ -66,10 +68,15 @@ def load_pipeline(path_or_hub_id: str | os.PathLike, dtype: Any = "float32", tas
     checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
     cls = pipeline_class(checkpoint)
     if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
-        return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(checkpoint, dtype=dtype,
-                                                                                          mesh=mesh, **kwargs)
-    plan = read_plan(checkpoint, task=task, weight_dtype=kwargs.pop("weight_dtype", None),
-                     transformer=kwargs.pop("transformer", None))
+        return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(
+            checkpoint, dtype=dtype, mesh=mesh, **kwargs
+        )
+    plan = read_plan(
+        checkpoint,
+        task=task,
+        weight_dtype=kwargs.pop("weight_dtype", None),
+        transformer=kwargs.pop("transformer", None),
+    )
     return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, **kwargs)
 
 
@@ -78,8 +85,15 @@ class Loading:
 
     # ================================================================== loading
     @staticmethod
-    def load_component(info: CheckpointInfo, name: str, *, dtype: Any = None, mesh: Any = None,
-                       offload: Any = None, staging: Staging | None = None) -> Any:
+    def load_component(
+        info: CheckpointInfo,
+        name: str,
+        *,
+        dtype: Any = None,
+        mesh: Any = None,
+        offload: Any = None,
+        staging: Staging | None = None,
+    ) -> Any:
         """Component ``name`` of the checkpoint, by the class model_index.json gives it: a
         scheduler built from its config, any other loaded alone by :meth:`load_weighted`."""
         ckpt = info.checkpoint
@@ -127,10 +141,21 @@ class Loading:
         return load_components(requests)
 
     @classmethod
-    def from_pretrained(cls, path: Any, dtype: Any = "float32", *, mesh: Any = None, offload: Any = None,
-                        stats: RunStats | None = None, offload_experts: bool = True, progress: bool = True,
-                        weight_dtype: Any = None, transformer: Any = None, matmul_precision: str = "highest",
-                        **options: Any):
+    def from_pretrained(
+        cls,
+        path: Any,
+        dtype: Any = "float32",
+        *,
+        mesh: Any = None,
+        offload: Any = None,
+        stats: RunStats | None = None,
+        offload_experts: bool = True,
+        progress: bool = True,
+        weight_dtype: Any = None,
+        transformer: Any = None,
+        matmul_precision: str = "highest",
+        **options: Any,
+    ):
         """Load every component of a diffusers-layout folder.
 
         Args:
@@ -168,18 +193,26 @@ class Loading:
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
             if weight_dtype is not None or transformer is not None:
-                raise InputError("weight_dtype= and transformer= go to read_plan, which applies the weight format; "
-                                 "from_pretrained takes a plan as read_plan gives it")
+                raise InputError(
+                    "weight_dtype= and transformer= go to read_plan, which applies the weight format; "
+                    "from_pretrained takes a plan as read_plan gives it"
+                )
             plan = path
         else:
             plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
-        plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision,
-                              offload_experts=offload_experts, **options)
+        plan = with_placement(
+            plan,
+            dtype=dtype,
+            mesh=mesh,
+            offload=offload,
+            matmul_precision=matmul_precision,
+            offload_experts=offload_experts,
+            **options,
+        )
         return cls.from_plan(plan, stats=stats, progress=progress, t0=t0)
 
     @classmethod
-    def from_plan(cls, plan: Plan, *, stats: RunStats | None = None, progress: bool = True,
-                  t0: float | None = None):
+    def from_plan(cls, plan: Plan, *, stats: RunStats | None = None, progress: bool = True, t0: float | None = None):
         """Load the weights ``plan`` names (:mod:`vidax.pipelines.plan`, placed with
         :func:`~vidax.pipelines.plan.with_placement`) into the pipeline it plans: ``cls`` or a
         subclass of it (``plan.pipeline``); ``stats`` receives the load time (from ``t0``, default
@@ -191,14 +224,30 @@ class Loading:
         if not issubclass(pipeline, cls):
             raise TypeError(f"{cls.__name__}.from_plan: the plan is for {pipeline.__name__}")
         with status(f"loading {plan.checkpoint.root}", progress):
-            modules = pipeline.load_components(info, dtype=plan.dtype, mesh=plan.mesh, offload=plan.offload,
-                                               staging=staging, offload_experts=plan.offload_experts, **plan.options)
+            modules = pipeline.load_components(
+                info,
+                dtype=plan.dtype,
+                mesh=plan.mesh,
+                offload=plan.offload,
+                staging=staging,
+                offload_experts=plan.offload_experts,
+                **plan.options,
+            )
         staging.attach(**{n: modules.get(n) for n in pipeline.stageable})
         load_s = time.perf_counter() - t0
         if stats is not None:
             stats.load_s += load_s
-        pipe = pipeline(info, modules, dtype=plan.dtype, mesh=plan.mesh, staging=staging, offload=plan.offload,
-                        offload_experts=plan.offload_experts, load_s=load_s, matmul_precision=plan.matmul_precision)
+        pipe = pipeline(
+            info,
+            modules,
+            dtype=plan.dtype,
+            mesh=plan.mesh,
+            staging=staging,
+            offload=plan.offload,
+            offload_experts=plan.offload_experts,
+            load_s=load_s,
+            matmul_precision=plan.matmul_precision,
+        )
         if plan.memory_checked:
             pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
         if plan.vae_tiling:
@@ -224,22 +273,41 @@ class Loading:
         if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
             return
         hint = "; vidax's dtype= is diffusers' torch_dtype= (float32 or bfloat16)" if "torch_dtype" in unknown else ""
-        takes = ", ".join(f"{n}=" for n in ("dtype", "mesh", "offload", "stats", "offload_experts", "progress",
-                                             "matmul_precision",
-                                             *cls.load_options()))
-        raise InputError(f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; "
-                         f"it takes {takes}")
+        takes = ", ".join(
+            f"{n}="
+            for n in (
+                "dtype",
+                "mesh",
+                "offload",
+                "stats",
+                "offload_experts",
+                "progress",
+                "matmul_precision",
+                *cls.load_options(),
+            )
+        )
+        raise InputError(
+            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; it takes {takes}"
+        )
 
     @classmethod
-    def plan_staging(cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any,
-                     text_encoder_dtype: Any = None) -> Staging:
+    def plan_staging(
+        cls, info: CheckpointInfo, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None
+    ) -> Staging:
         """Which stageable components wait in host memory (:func:`plan_pipeline_staging`), each
         counted at the dtype it is loaded in."""
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
         paths = {"transformer": transformer_source(ckpt, info.transformers[0], spec)}
         paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
-        return plan_pipeline_staging(paths, dtype, parse_dtype(vae_dtype), offload, mesh,
-                                     blocks_prefixes=spec.block_stacks, weights=ckpt.weights,
-                                     text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
-                                     stageable=tuple(cls.stageable))
+        return plan_pipeline_staging(
+            paths,
+            dtype,
+            parse_dtype(vae_dtype),
+            offload,
+            mesh,
+            blocks_prefixes=spec.block_stacks,
+            weights=ckpt.weights,
+            text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
+            stageable=tuple(cls.stageable),
+        )

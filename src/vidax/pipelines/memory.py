@@ -7,17 +7,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.errors import Arg, Message, joined, OutOfMemoryError, VidaxError
-from vidax.nn.inputs import parse_dtype
 from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.errors import Arg, Message, OutOfMemoryError, VidaxError, joined
+from vidax.nn.inputs import parse_dtype
+from vidax.pipelines.call import Call
 from vidax.pipelines.weight_formats import transformer_source
 from vidax.registry import registry
-from vidax.pipelines.call import Call
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -92,7 +93,7 @@ class MemoryEstimate:
     vae_tiling: bool = False
     text: int = 0
 
-    def with_tiling(self) -> "MemoryEstimate | None":
+    def with_tiling(self) -> MemoryEstimate | None:
         """This estimate with the VAE decoding in tiles; None where the VAE has no tiling."""
         if self.decode_tiled is None:
             return None
@@ -107,7 +108,11 @@ class MemoryEstimate:
     def describe(self) -> str:
         parts = [("weights", self.weights)] if self.weights else []
         parts += [("text encoding", self.text)] if self.text else []
-        parts += [("denoising step", self.step), ("VAE decode chunk" + (" (tiled)" if self.vae_tiling else ""), self.decode), ("latents and video", self.outputs)]
+        parts += [
+            ("denoising step", self.step),
+            ("VAE decode chunk" + (" (tiled)" if self.vae_tiling else ""), self.decode),
+            ("latents and video", self.outputs),
+        ]
         return f"~{_gib(self.total)} (" + ", ".join(f"{name} {_gib(b)}" for name, b in parts) + ")"
 
 
@@ -115,9 +120,19 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
-                        width: int, *, videos: int | None = None, dtype_bytes: int = 4,
-                        weights: int = 0, decoded: bool = True) -> MemoryEstimate:
+def run_memory_estimate(
+    size: ModelSize,
+    batch: int,
+    latent_elements: int,
+    num_frames: int,
+    height: int,
+    width: int,
+    *,
+    videos: int | None = None,
+    dtype_bytes: int = 4,
+    weights: int = 0,
+    decoded: bool = True,
+) -> MemoryEstimate:
     """Peak memory of one call (:class:`MemoryEstimate`), from the sizes alone.
 
     * step: ``STEP_BUFFERS x batch x tokens x (4 D + ffn_dim) x dtype_bytes`` (blocks run one
@@ -144,10 +159,22 @@ def run_memory_estimate(size: ModelSize, batch: int, latent_elements: int, num_f
     decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
     video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
     tile = size.decode_tile
-    tiled = (size.decode_frames * min(tile, height) * min(tile, width) * size.decode_channels
-             * DECODE_BYTES_PER_ELEMENT if decoded else 0) if tile else None
-    return MemoryEstimate(weights=int(weights), step=int(step), decode=int(decode),
-                          outputs=int(latent_elements * 4 * 2 + video), decode_tiled=tiled)
+    tiled = (
+        (
+            size.decode_frames * min(tile, height) * min(tile, width) * size.decode_channels * DECODE_BYTES_PER_ELEMENT
+            if decoded
+            else 0
+        )
+        if tile
+        else None
+    )
+    return MemoryEstimate(
+        weights=int(weights),
+        step=int(step),
+        decode=int(decode),
+        outputs=int(latent_elements * 4 * 2 + video),
+        decode_tiled=tiled,
+    )
 
 
 def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: str = "text_encoder") -> int:
@@ -167,8 +194,11 @@ def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: s
     def first(*keys):
         return next((v for v in map(config.get, keys) if isinstance(v, int) and not isinstance(v, bool) and v > 0), 0)
 
-    width, ffn, heads = first("hidden_size", "d_model"), first("intermediate_size", "d_ff"), first(
-        "num_attention_heads", "num_heads")
+    width, ffn, heads = (
+        first("hidden_size", "d_model"),
+        first("intermediate_size", "d_ff"),
+        first("num_attention_heads", "num_heads"),
+    )
     if not width:
         return 0
     attention = prompts * max(1, heads) * tokens * 2 * min(tokens, DEFAULT_BLOCK_SIZE) * 4
@@ -178,18 +208,27 @@ def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: s
     return STEP_BUFFERS * prompts * tokens * (4 * width + ffn) * 4 + attention
 
 
-def run_size_estimate(size: ModelSize, batch: int, latent_elements: int, num_frames: int, height: int,
-                      width: int, videos: int | None = None) -> str:
+def run_size_estimate(
+    size: ModelSize,
+    batch: int,
+    latent_elements: int,
+    num_frames: int,
+    height: int,
+    width: int,
+    videos: int | None = None,
+) -> str:
     """One line of rough float32 numbers of a run, for the warning of a very large call: the
     peak memory of :func:`run_memory_estimate` by part, and ``4 x batch x tokens^2 x D x
     num_layers`` FLOPs of attention per step (QK^T and PV).
 
     Args: as :func:`run_memory_estimate`.
     """
-    flops = 4 * batch * size.tokens ** 2 * size.hidden_size * size.num_layers
+    flops = 4 * batch * size.tokens**2 * size.hidden_size * size.num_layers
     est = run_memory_estimate(size, batch, latent_elements, num_frames, height, width, videos=videos)
-    return (f"{size.tokens} tokens per sample x batch {batch}: peak memory {est.describe()}, "
-            f"~{flops / 1e12:.0f} TFLOP of attention per step")
+    return (
+        f"{size.tokens} tokens per sample x batch {batch}: peak memory {est.describe()}, "
+        f"~{flops / 1e12:.0f} TFLOP of attention per step"
+    )
 
 
 def available_memory() -> tuple[int, str]:
@@ -198,7 +237,9 @@ def available_memory() -> tuple[int, str]:
     host's available RAM (``psutil``; CPU, where device arrays live in host memory)."""
     from vidax.stats import device_memory_stats
 
-    free = [int(s["bytes_limit"]) - int(s.get("bytes_in_use", 0)) for s in device_memory_stats() if s.get("bytes_limit")]
+    free = [
+        int(s["bytes_limit"]) - int(s.get("bytes_in_use", 0)) for s in device_memory_stats() if s.get("bytes_limit")
+    ]
     if free:
         return min(free), "free device memory"
     import psutil
@@ -251,20 +292,37 @@ class MemoryChecks:
         more than :data:`LARGE_RUN_FACTOR` times the tokens of the checkpoint's default size."""
         size = cls.model_size(info, call)
         d = info.defaults
-        base = cls.model_size(info, dataclasses.replace(call, height=d.height, width=d.width,
-                                                        num_frames=cls.resolve_num_frames(info, d.num_frames)))
+        base = cls.model_size(
+            info,
+            dataclasses.replace(
+                call, height=d.height, width=d.width, num_frames=cls.resolve_num_frames(info, d.num_frames)
+            ),
+        )
         if size is None or base is None or size.tokens <= LARGE_RUN_FACTOR * base.tokens:
             return
         batch = call.batch * (2 if call.do_cfg else 1)
         logger.warning(
-            "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s", size_words(call),
-            d.height, d.width, d.num_frames, size.tokens / base.tokens,
-            run_size_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
-                              call.height, call.width, videos=call.batch))
+            "%s is far beyond this checkpoint's default %dx%d, %d frames (%.0fx its tokens): %s",
+            size_words(call),
+            d.height,
+            d.width,
+            d.num_frames,
+            size.tokens / base.tokens,
+            run_size_estimate(
+                size,
+                batch,
+                int(np.prod(cls.latent_shape(info, call))),
+                call.num_frames,
+                call.height,
+                call.width,
+                videos=call.batch,
+            ),
+        )
 
     @classmethod
-    def memory_estimate(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32",
-                        weights: str = "loaded") -> MemoryEstimate | None:
+    def memory_estimate(
+        cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", weights: str = "loaded"
+    ) -> MemoryEstimate | None:
         """Peak memory of ``call`` (:func:`run_memory_estimate`; None where the family gives no
         :meth:`model_size`), from configs and safetensors headers only.
 
@@ -278,17 +336,35 @@ class MemoryChecks:
         dtype = parse_dtype(dtype)
         names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
         batch = call.batch * (2 if call.do_cfg else 1)
-        est = run_memory_estimate(size, batch, int(np.prod(cls.latent_shape(info, call))), call.num_frames,
-                                  call.height, call.width, videos=call.batch, dtype_bytes=np.dtype(dtype).itemsize,
-                                  weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
-                                  decoded=call.output_type != "latent")
+        est = run_memory_estimate(
+            size,
+            batch,
+            int(np.prod(cls.latent_shape(info, call))),
+            call.num_frames,
+            call.height,
+            call.width,
+            videos=call.batch,
+            dtype_bytes=np.dtype(dtype).itemsize,
+            weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
+            decoded=call.output_type != "latent",
+        )
         # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
         return dataclasses.replace(est, text=text_encoding_bytes(info, batch, call.max_sequence_length))
 
     @classmethod
-    def check_memory(cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", loaded: bool = True,
-                     refuse: bool = True, devices: int = 1, offload: Any = None,
-                     available: tuple[int, str] | None = None, vae_tiling: bool = False) -> MemoryEstimate | None:
+    def check_memory(
+        cls,
+        info: CheckpointInfo,
+        call: Call,
+        *,
+        dtype: Any = "float32",
+        loaded: bool = True,
+        refuse: bool = True,
+        devices: int = 1,
+        offload: Any = None,
+        available: tuple[int, str] | None = None,
+        vae_tiling: bool = False,
+    ) -> MemoryEstimate | None:
         """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
         (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
         estimate and the largest height x width that fits; with ``refuse=False`` log that as a
@@ -322,8 +398,13 @@ class MemoryChecks:
         est = need(call)
         if est is None or est.total / share <= free:
             if est is not None and est.vae_tiling and not vae_tiling:
-                logger.warning("%s: an untiled VAE decode would not fit in the %s of %s; decoding in tiles "
-                            "(peak %s)", size_words(call), _gib(free), what, est.describe())
+                logger.warning(
+                    "%s: an untiled VAE decode would not fit in the %s of %s; decoding in tiles (peak %s)",
+                    size_words(call),
+                    _gib(free),
+                    what,
+                    est.describe(),
+                )
             cls.warn_if_large(info, call)
             return est
         mh, mw = info.size_multiple
@@ -336,16 +417,26 @@ class MemoryChecks:
                 break
         per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
         if text_bound:
-            msg = Message(Arg("max_sequence_length", call.max_sequence_length), f" (batch {call.batch}"
-                          f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
-                          f"{_gib(free)} of {what}; give a smaller ", Arg("max_sequence_length"))
+            msg = Message(
+                Arg("max_sequence_length", call.max_sequence_length),
+                f" (batch {call.batch}"
+                f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
+                f"{_gib(free)} of {what}; give a smaller ",
+                Arg("max_sequence_length"),
+            )
         else:
-            msg = Message(size_words(call), f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
-                          f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
-                          fits or "no size fits at these frames", "; or try fewer ", Arg("num_frames"),
-                          ", bfloat16, offloading")
+            msg = Message(
+                size_words(call),
+                f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
+                f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
+                fits or "no size fits at these frames",
+                "; or try fewer ",
+                Arg("num_frames"),
+                ", bfloat16, offloading",
+            )
         if refuse:
-            raise OutOfMemoryError(msg, " (to run it anyway: ",
-                                   Arg("memory_check", python="pipe.memory_check = False"), ")")
+            raise OutOfMemoryError(
+                msg, " (to run it anyway: ", Arg("memory_check", python="pipe.memory_check = False"), ")"
+            )
         logger.warning("%s; running it anyway", msg)
         return est

@@ -13,7 +13,7 @@ def _sentences(text: str) -> list[str]:
         depth += ch == "("
         depth -= ch == ")"
         if ch == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
-            out.append(text[start:i + 1].strip())
+            out.append(text[start : i + 1].strip())
             start = i + 1
     rest = text[start:].strip()
     return out + ([rest] if rest else [])

@@ -11,7 +11,8 @@ class's ``call_options``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,9 @@ class CallOption:
             return ""
         cap = f" (at most {MAX_FLOAT:.4g}, float32's largest)" if self.type is float else ""
         if self.low is not None and self.high is not None:  # a bounded range says finite already
-            return f"{'a number' if cap else what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
+            return (
+                f"{'a number' if cap else what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
+            )
         if self.low is not None:
             return f"{what} {'>' if self.low_open else '>='} {_num(self.low)}{cap}"
         if self.high is not None:
@@ -196,44 +199,103 @@ MAX_GUIDANCE = MAX_FLOAT
 #: The keywords every pipeline takes (a family may leave out some: ``unsupported_call_args``);
 #: their checks against the checkpoint are :meth:`vidax.pipelines.base.VideoPipeline.check_call`'s.
 SHARED_OPTIONS: tuple[CallOption, ...] = (
-    CallOption("prompt", str, "What the video shows (a string, or in Python a list of strings).", required=True,
-               short=("-p",), per_prompt=True),
-    CallOption("negative_prompt", str, "What to steer away from (used when the guidance scale is > 1).",
-               "the pipeline's: empty, or the reference's built-in negative prompt (Cosmos)", per_prompt=True),
-    CallOption("image", IMAGE_FILE, "The first frame, for checkpoints that do image-to-video (vidax inspect lists "
-               "a checkpoint's tasks); resized to height x width (HunyuanVideo 1.5 instead sizes the video from the image's "
-               "aspect ratio and takes no height / width with it). No safety checker runs (Cosmos' reference "
-               "requires one).", task="i2v"),
-    CallOption("height", int, "Pixels (a multiple of what the checkpoint needs, e.g. 16).",
-               "the checkpoint's, see vidax inspect", low=1),
+    CallOption(
+        "prompt",
+        str,
+        "What the video shows (a string, or in Python a list of strings).",
+        required=True,
+        short=("-p",),
+        per_prompt=True,
+    ),
+    CallOption(
+        "negative_prompt",
+        str,
+        "What to steer away from (used when the guidance scale is > 1).",
+        "the pipeline's: empty, or the reference's built-in negative prompt (Cosmos)",
+        per_prompt=True,
+    ),
+    CallOption(
+        "image",
+        IMAGE_FILE,
+        "The first frame, for checkpoints that do image-to-video (vidax inspect lists "
+        "a checkpoint's tasks); resized to height x width (HunyuanVideo 1.5 instead sizes the video from the image's "
+        "aspect ratio and takes no height / width with it). No safety checker runs (Cosmos' reference "
+        "requires one).",
+        task="i2v",
+    ),
+    CallOption(
+        "height",
+        int,
+        "Pixels (a multiple of what the checkpoint needs, e.g. 16).",
+        "the checkpoint's, see vidax inspect",
+        low=1,
+    ),
     CallOption("width", int, "Pixels.", "the checkpoint's", low=1),
     CallOption("num_frames", int, "Frames, 4k+1 for the released models.", "the checkpoint's", low=1),
     CallOption("num_inference_steps", int, "Denoising steps.", "the checkpoint's", low=1),
-    CallOption("guidance_scale", float, "Classifier-free guidance weight (>= 0; > 1 enables CFG).",
-               "the checkpoint's", low=0),
-    CallOption("guidance_scale_2", float, "Guidance weight of the second expert of two-expert checkpoints.",
-               "the guidance scale", low=0),
+    CallOption(
+        "guidance_scale", float, "Classifier-free guidance weight (>= 0; > 1 enables CFG).", "the checkpoint's", low=0
+    ),
+    CallOption(
+        "guidance_scale_2",
+        float,
+        "Guidance weight of the second expert of two-expert checkpoints.",
+        "the guidance scale",
+        low=0,
+    ),
     CallOption("num_videos_per_prompt", int, "Videos per prompt.", "1", low=1, flag=False),
-    CallOption("seed", int, "Seed of the initial noise.", "random in Python, 0 on the command line",
-               cli_default=0),
+    CallOption("seed", int, "Seed of the initial noise.", "random in Python, 0 on the command line", cli_default=0),
     CallOption("latents", OBJECT, "Initial noise, float32, in the family's diffusers layout."),
-    CallOption("max_sequence_length", int, "Text tokens; longer prompts are truncated with a warning.",
-               "the checkpoint's", low=1),
-    CallOption("output_type", str, "'np' (frames), 'pil' (a list of PIL images per video) or 'latent' (the final "
-               "latents).", "'np'", choices=("np", "pil", "latent"), flag=False),
+    CallOption(
+        "max_sequence_length",
+        int,
+        "Text tokens; longer prompts are truncated with a warning.",
+        "the checkpoint's",
+        low=1,
+    ),
+    CallOption(
+        "output_type",
+        str,
+        "'np' (frames), 'pil' (a list of PIL images per video) or 'latent' (the final latents).",
+        "'np'",
+        choices=("np", "pil", "latent"),
+        flag=False,
+    ),
     CallOption("progress", bool, "Progress bars and status lines on stderr.", "True", flag=False),
-    CallOption("decode_audio", bool, "Decode the sound of a model that makes sound (False skips its decode; "
-               "accepted, changing nothing, by models without sound). The command line's --no-audio.", "True",
-               flag=False),
+    CallOption(
+        "decode_audio",
+        bool,
+        "Decode the sound of a model that makes sound (False skips its decode; "
+        "accepted, changing nothing, by models without sound). The command line's --no-audio.",
+        "True",
+        flag=False,
+    ),
     CallOption("callback", OBJECT, "callback(step_index, num_inference_steps), after every step."),
-    CallOption("callback_on_step_end", OBJECT, "diffusers' step callback: callback_on_step_end(pipe, i, t, "
-               "callback_kwargs) after every step, callback_kwargs = {'latents': the loop's latents, a jax.Array in "
-               "the layout of the diffusers pipeline's loop}; a returned dict's 'latents' replace them."),
-    CallOption("callback_on_step_end_tensor_inputs", OBJECT, "The keys of callback_kwargs: ['latents'] (vidax's "
-               "only one).", "['latents']"),
-    CallOption("attention_kwargs", OBJECT, "diffusers' attention_kwargs: {'scale': s} scales the loaded LoRA "
-               "adapters for this call; other keys are ignored with a warning, as diffusers' attention processors."),
-    CallOption("return_dict", bool, "False: a tuple, (frames,) or (frames, audio) for models that make sound, "
-               "as diffusers.", "True", flag=False),
+    CallOption(
+        "callback_on_step_end",
+        OBJECT,
+        "diffusers' step callback: callback_on_step_end(pipe, i, t, "
+        "callback_kwargs) after every step, callback_kwargs = {'latents': the loop's latents, a jax.Array in "
+        "the layout of the diffusers pipeline's loop}; a returned dict's 'latents' replace them.",
+    ),
+    CallOption(
+        "callback_on_step_end_tensor_inputs",
+        OBJECT,
+        "The keys of callback_kwargs: ['latents'] (vidax's only one).",
+        "['latents']",
+    ),
+    CallOption(
+        "attention_kwargs",
+        OBJECT,
+        "diffusers' attention_kwargs: {'scale': s} scales the loaded LoRA "
+        "adapters for this call; other keys are ignored with a warning, as diffusers' attention processors.",
+    ),
+    CallOption(
+        "return_dict",
+        bool,
+        "False: a tuple, (frames,) or (frames, audio) for models that make sound, as diffusers.",
+        "True",
+        flag=False,
+    ),
     CallOption("cancel", OBJECT, "A threading.Event, or a callable returning True to stop."),
 )

@@ -4,7 +4,8 @@ audio decoder's), the frames as arrays or PIL images.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,10 +14,10 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from vidax.errors import Arg, Cancelled, InputError, NumericalError
+from vidax.pipelines.call import Call
 from vidax.pipelines.common import status
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
 from vidax.stats import RunStats
-from vidax.pipelines.call import Call
 
 
 def frames_as_pil(frames: np.ndarray) -> list:
@@ -44,8 +45,11 @@ def finite_array(name: str, value: Any) -> np.ndarray:
     value = host_array(value)
     kind = np.asarray(value).dtype.kind if not hasattr(value, "dtype") else np.dtype(value.dtype).kind
     if kind not in "biuf" and np.dtype(getattr(value, "dtype", np.float32)).name != "bfloat16":
-        raise InputError(Arg(name), f" must be an array of real numbers (float32), got "
-                         f"{type(value).__name__} of dtype {np.asarray(value).dtype}")
+        raise InputError(
+            Arg(name),
+            f" must be an array of real numbers (float32), got "
+            f"{type(value).__name__} of dtype {np.asarray(value).dtype}",
+        )
     arr = np.asarray(value, np.float32)
     if not np.isfinite(arr).all():
         bad = int(arr.size - np.isfinite(arr).sum())
@@ -64,8 +68,9 @@ def check_finite(what: str, x: Any, params: Any = None) -> None:
     """
     ok = np.isfinite(x).all() if isinstance(x, np.ndarray) else all_finite(x)
     if not bool(ok):
-        raise NumericalError(f"{what} produced NaN/Inf values; stopped there, nothing was written ",
-                             nonfinite_advice(params))
+        raise NumericalError(
+            f"{what} produced NaN/Inf values; stopped there, nothing was written ", nonfinite_advice(params)
+        )
 
 
 #: The largest magnitude of final latents the VAE is given. The VAEs' norm layers (RMS, group,
@@ -89,7 +94,10 @@ def check_decodable(call: Call, latents: jax.Array, kept: Callable[[], np.ndarra
         error = NumericalError(
             f"the final latents reach |x| = {peak:.3g}, past the {MAX_DECODE_LATENT:.0e} the VAE can decode (its norm "
             "layers' float32 sums of squares would overflow to Inf and the video come out flat grey); the likely cause "
-            "is ", Arg("guidance_scale", call.guidance_scale), ": give a smaller one; no video was decoded")
+            "is ",
+            Arg("guidance_scale", call.guidance_scale),
+            ": give a smaller one; no video was decoded",
+        )
         error.latents = kept()
         raise error
 
@@ -117,8 +125,11 @@ class Decoding:
                     while True:
                         if call.cancel is not None and len(chunks) < n and call.cancel():
                             steps = f"all {call.num_inference_steps} denoising steps done"
-                            raise Cancelled(f"after VAE decode chunk {len(chunks)} of {n} ({steps})" if chunks
-                                            else f"before the VAE decode ({steps})")
+                            raise Cancelled(
+                                f"after VAE decode chunk {len(chunks)} of {n} ({steps})"
+                                if chunks
+                                else f"before the VAE decode ({steps})"
+                            )
                         chunk = next(decoded, None)
                         if chunk is None:
                             break
@@ -145,8 +156,11 @@ class Decoding:
             if call.cancel is not None and call.cancel():
                 raise Cancelled(f"before the audio decode (all {call.num_inference_steps} denoising steps done)")
             # De-normalised with the decoder on the device: its statistics may be checkpoint tensors.
-            out = self.encode_with(self.audio_decoder_name, lambda z: decoder.decode(decoder.denormalize_latents(z)),
-                                   self.audio_latents_to_decode(call, latents))
+            out = self.encode_with(
+                self.audio_decoder_name,
+                lambda z: decoder.decode(decoder.denormalize_latents(z)),
+                self.audio_latents_to_decode(call, latents),
+            )
             check_finite("the audio decode", out, nnx.state(decoder, nnx.Param))
             if vocoder is not None:
                 out = self.encode_with(self.vocoder_name, vocoder, out)

@@ -13,7 +13,8 @@ weights the plan names. ``from_pretrained``, ``vidax generate``, ``vidax serve``
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
 
@@ -82,8 +83,14 @@ def pipeline_class(checkpoint: Checkpoint, task: str | None = None) -> type:
     return cls if task is None else cls.for_task(checkpoint, task)
 
 
-def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = None, weight_dtype: Any = None,
-              transformer: Any = None) -> Plan:
+def read_plan(
+    path: Any,
+    *,
+    task: str | None = None,
+    pipeline: type | None = None,
+    weight_dtype: Any = None,
+    transformer: Any = None,
+) -> Plan:
     """The plan's checkpoint, pipeline class and configs: ``path`` (a folder, a hub id, the embedded
     checkpoint's name or an opened :class:`Checkpoint`) opened with its weight format
     (``weight_dtype``, a single-file ``transformer``), the class the registry holds for it (that
@@ -110,8 +117,10 @@ def read_plan(path: Any, *, task: str | None = None, pipeline: type | None = Non
             info = chosen.read_checkpoint(checkpoint)
         cls = chosen
     if task is None and cls.task not in info.tasks:
-        raise ConfigError(f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
-                          f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))")
+        raise ConfigError(
+            f"{checkpoint.root} is {info.variant}; {cls.__name__} runs {TASK_NAMES[cls.task]} "
+            f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))"
+        )
     return Plan(checkpoint, cls, info)
 
 
@@ -125,8 +134,16 @@ def with_call(plan: Plan, **kwargs: Any) -> Plan:
     return dataclasses.replace(plan, call=plan.pipeline.check_call(plan.info, **kwargs))
 
 
-def with_placement(plan: Plan, *, dtype: Any = "float32", mesh: Any = None, offload: Any = None,
-                   matmul_precision: str = "highest", offload_experts: bool = True, **options: Any) -> Plan:
+def with_placement(
+    plan: Plan,
+    *,
+    dtype: Any = "float32",
+    mesh: Any = None,
+    offload: Any = None,
+    matmul_precision: str = "highest",
+    offload_experts: bool = True,
+    **options: Any,
+) -> Plan:
     """``plan`` with where its weights go: the loading options checked, the dtype and matmul
     precision parsed, the backend checked, the mesh resolved (anything
     :func:`~vidax.parallel.mesh.resolve_mesh` takes) and checked against the configs' heads,
@@ -154,10 +171,19 @@ def with_placement(plan: Plan, *, dtype: Any = "float32", mesh: Any = None, offl
     mesh = resolve_mesh(mesh, heads=plan.heads)
     cls.check_checkpoint(info, mesh)
     offload = resolve_offload(offload)
-    staging = cls.plan_staging(info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh,
-                               options.get("text_encoder_dtype", dtype))
-    return dataclasses.replace(plan, dtype=dtype, matmul_precision=matmul_precision, mesh=mesh, offload=offload,
-                               staging=staging, offload_experts=offload_experts, options=dict(options))
+    staging = cls.plan_staging(
+        info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh, options.get("text_encoder_dtype", dtype)
+    )
+    return dataclasses.replace(
+        plan,
+        dtype=dtype,
+        matmul_precision=matmul_precision,
+        mesh=mesh,
+        offload=offload,
+        staging=staging,
+        offload_experts=offload_experts,
+        options=dict(options),
+    )
 
 
 def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) -> Plan:
@@ -170,8 +196,16 @@ def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) ->
         OutOfMemoryError: the call does not fit (and ``refuse``).
     """
     mesh = plan.mesh
-    est = plan.pipeline.check_memory(plan.info, plan.call, dtype=plan.dtype, loaded=False, refuse=refuse,
-                                     devices=1 if mesh is None else mesh.size, offload=plan.offload,
-                                     vae_tiling=vae_tiling)
-    return dataclasses.replace(plan, memory=est, memory_checked=True,
-                               vae_tiling=vae_tiling or (est is not None and est.vae_tiling))
+    est = plan.pipeline.check_memory(
+        plan.info,
+        plan.call,
+        dtype=plan.dtype,
+        loaded=False,
+        refuse=refuse,
+        devices=1 if mesh is None else mesh.size,
+        offload=plan.offload,
+        vae_tiling=vae_tiling,
+    )
+    return dataclasses.replace(
+        plan, memory=est, memory_checked=True, vae_tiling=vae_tiling or (est is not None and est.vae_tiling)
+    )

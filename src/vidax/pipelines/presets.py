@@ -14,7 +14,8 @@ for families whose model cards and diffusers docs give none.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from vidax.errors import InputError
 
@@ -49,40 +50,64 @@ class Preset:
         return {**dict(self.call), **sched}
 
 
-_LIGHTX2V = ("https://github.com/ModelTC/LightX2V configs/distill/wan21/wan_t2v_distill_lora_4step_cfg.json "
-             "(infer_steps 4, enable_cfg false, sample_shift 5, denoising_step_list [1000, 750, 500, 250])")
+_LIGHTX2V = (
+    "https://github.com/ModelTC/LightX2V configs/distill/wan21/wan_t2v_distill_lora_4step_cfg.json "
+    "(infer_steps 4, enable_cfg false, sample_shift 5, denoising_step_list [1000, 750, 500, 250])"
+)
 
 PRESETS: tuple[Preset, ...] = (
-    Preset("lightx2v", "wan",
-           "LightX2V step+CFG-distilled Wan2.1/2.2 (LoRA or merged): 4 Euler flow-matching steps, no CFG, shift 5. "
-           "LightX2V's own sampler steps at sigmas [1, .75, .5, .25] before the shift; diffusers' Euler "
-           "steps at linspace(1, 1/1000, 4) (the same shift and steps, not the same 4 points)",
-           _LIGHTX2V, call={"num_inference_steps": 4, "guidance_scale": 1.0},
-           scheduler={"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 5.0}),
-    Preset("causvid", "wan",
-           "Kijai's CausVid LoRA on Wan2.1 (LoRA weight 0.3: give it with --lora FILE:0.3): CFG 1, about 12 "
-           "UniPC steps; the card gives no flow shift (the checkpoint's stays)",
-           "https://civitai.com/models/1585622 (CausVid LoRA, made by Kijai): CFG 1; weight 0.3 with UniPC, "
-           "about 12 steps", call={"num_inference_steps": 12, "guidance_scale": 1.0},
-           scheduler={"_class_name": "UniPCMultistepScheduler"}),
-    Preset("distilled", "ltx2",
-           "LTX-2 distilled checkpoints: their 8 fixed sigmas, CFG off on both streams",
-           "diffusers 0.42.1 diffusers/pipelines/ltx2/utils.py DISTILLED_SIGMA_VALUES; "
-           "https://huggingface.co/docs/diffusers/api/pipelines/ltx2 (distilled: guidance_scale=1.0)",
-           call={"sigmas": list(LTX2_DISTILLED_SIGMAS), "num_inference_steps": len(LTX2_DISTILLED_SIGMAS),
-                 "guidance_scale": 1.0, "audio_guidance_scale": 1.0}),
-    Preset("step-distilled", "hunyuan_video15",
-           "HunyuanVideo 1.5 480p step-distilled: 8 steps (the card: 8 or 12 recommended, 4 faster), the "
-           "guider's guidance 1.0, shift 7 (diffusers' conversion of 480p_i2v_step_distilled)",
-           "https://huggingface.co/tencent/HunyuanVideo-1.5 (step_distillation_comparison.md: 8 or 12 steps); "
-           "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py (huggingface/diffusers#12802: "
-           "guidance_scale 1.0, shift 7.0)",
-           call={"num_inference_steps": 8, "guidance_scale": 1.0}, scheduler={"shift": 7.0}),
-    Preset("cfg-distilled", "hunyuan_video15",
-           "HunyuanVideo 1.5 CFG-distilled checkpoints: guidance 1.0 (one pass per step); the steps stay the "
-           "checkpoint's 50, their shift the checkpoint's scheduler's",
-           "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py GUIDANCE_CONFIGS (*_distilled: "
-           "guidance_scale 1.0)", call={"guidance_scale": 1.0}),
+    Preset(
+        "lightx2v",
+        "wan",
+        "LightX2V step+CFG-distilled Wan2.1/2.2 (LoRA or merged): 4 Euler flow-matching steps, no CFG, shift 5. "
+        "LightX2V's own sampler steps at sigmas [1, .75, .5, .25] before the shift; diffusers' Euler "
+        "steps at linspace(1, 1/1000, 4) (the same shift and steps, not the same 4 points)",
+        _LIGHTX2V,
+        call={"num_inference_steps": 4, "guidance_scale": 1.0},
+        scheduler={"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 5.0},
+    ),
+    Preset(
+        "causvid",
+        "wan",
+        "Kijai's CausVid LoRA on Wan2.1 (LoRA weight 0.3: give it with --lora FILE:0.3): CFG 1, about 12 "
+        "UniPC steps; the card gives no flow shift (the checkpoint's stays)",
+        "https://civitai.com/models/1585622 (CausVid LoRA, made by Kijai): CFG 1; weight 0.3 with UniPC, "
+        "about 12 steps",
+        call={"num_inference_steps": 12, "guidance_scale": 1.0},
+        scheduler={"_class_name": "UniPCMultistepScheduler"},
+    ),
+    Preset(
+        "distilled",
+        "ltx2",
+        "LTX-2 distilled checkpoints: their 8 fixed sigmas, CFG off on both streams",
+        "diffusers 0.42.1 diffusers/pipelines/ltx2/utils.py DISTILLED_SIGMA_VALUES; "
+        "https://huggingface.co/docs/diffusers/api/pipelines/ltx2 (distilled: guidance_scale=1.0)",
+        call={
+            "sigmas": list(LTX2_DISTILLED_SIGMAS),
+            "num_inference_steps": len(LTX2_DISTILLED_SIGMAS),
+            "guidance_scale": 1.0,
+            "audio_guidance_scale": 1.0,
+        },
+    ),
+    Preset(
+        "step-distilled",
+        "hunyuan_video15",
+        "HunyuanVideo 1.5 480p step-distilled: 8 steps (the card: 8 or 12 recommended, 4 faster), the "
+        "guider's guidance 1.0, shift 7 (diffusers' conversion of 480p_i2v_step_distilled)",
+        "https://huggingface.co/tencent/HunyuanVideo-1.5 (step_distillation_comparison.md: 8 or 12 steps); "
+        "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py (huggingface/diffusers#12802: "
+        "guidance_scale 1.0, shift 7.0)",
+        call={"num_inference_steps": 8, "guidance_scale": 1.0},
+        scheduler={"shift": 7.0},
+    ),
+    Preset(
+        "cfg-distilled",
+        "hunyuan_video15",
+        "HunyuanVideo 1.5 CFG-distilled checkpoints: guidance 1.0 (one pass per step); the steps stay the "
+        "checkpoint's 50, their shift the checkpoint's scheduler's",
+        "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py GUIDANCE_CONFIGS (*_distilled: guidance_scale 1.0)",
+        call={"guidance_scale": 1.0},
+    ),
 )
 
 
@@ -136,8 +161,10 @@ def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> 
     config = {**dict(checkpoint.config("scheduler")), **preset.scheduler}
     allowed = getattr(pipeline, "scheduler_classes", None)
     if allowed is not None and config["_class_name"] not in allowed:
-        raise InputError(f"preset {preset.name!r} samples with {config['_class_name']}; {pipeline.__name__} runs "
-                         f"{' or '.join(allowed)}")
+        raise InputError(
+            f"preset {preset.name!r} samples with {config['_class_name']}; {pipeline.__name__} runs "
+            f"{' or '.join(allowed)}"
+        )
     if config["_class_name"] != checkpoint.config("scheduler").get("_class_name"):
         # settings of another sampler class do not carry over: keep the ones the new class shares
         config = {k: v for k, v in config.items() if k in _SHARED or k in preset.scheduler}
@@ -241,7 +268,9 @@ def _lora_marker(path: str) -> str | None:
 def distilled_warning(preset: Preset, why: str, call: Any) -> str | None:
     """One line when a recognised distilled recipe runs with >= 20 steps and CFG on (None: not so)."""
     if call.num_inference_steps >= 20 and call.do_cfg:
-        return (f"{why} is distilled, yet this call runs {call.num_inference_steps} steps with classifier-free "
-                f"guidance (guidance_scale={call.guidance_scale:g}): --preset {preset.name} sets "
-                + ", ".join(f"{k}={_short(v)}" for k, v in preset.settings().items()))
+        return (
+            f"{why} is distilled, yet this call runs {call.num_inference_steps} steps with classifier-free "
+            f"guidance (guidance_scale={call.guidance_scale:g}): --preset {preset.name} sets "
+            + ", ".join(f"{k}={_short(v)}" for k, v in preset.settings().items())
+        )
     return None

@@ -6,26 +6,27 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import CheckpointInfo
 from vidax.config import read_json_object
 from vidax.encoders.tokenizer import Truncation
-from vidax.errors import Arg, Message, InputError
-from vidax.checkpoint import CheckpointInfo
+from vidax.errors import Arg, InputError, Message
 from vidax.pipelines.call import Call
-
 
 #: A tokenizer_config.json ``model_max_length`` at or above this is transformers' "no limit"
 #: placeholder (``int(1e30)``), not a length.
 _NO_TOKEN_LIMIT = 10**9
 
 
-def tokenizer_token_limit(info: CheckpointInfo, fallback: int, fallback_reason: str,
-                          name: str = "tokenizer") -> tuple[int, str]:
+def tokenizer_token_limit(
+    info: CheckpointInfo, fallback: int, fallback_reason: str, name: str = "tokenizer"
+) -> tuple[int, str]:
     """``(largest max_sequence_length, why)`` for a text encoder without a position table
     (T5 / UMT5: relative positions): the tokenizer's ``model_max_length`` in
     ``<name>/tokenizer_config.json``, or ``fallback`` (the family's reference bound) where the
@@ -52,17 +53,27 @@ def text_truncation(call: Call, offset: int = 0) -> Truncation:
     pipeline's default negative prompt when the caller gave none; ``max_sequence_length=L`` when
     the caller gave it, else that L is the checkpoint's default. ``offset``: template tokens
     before each text (:class:`~vidax.encoders.tokenizer.Truncation`)."""
+
     def names(name: str, texts: list[str]) -> list[Arg]:
         return [Arg(name)] * len(texts) if len(set(texts)) == 1 else [Arg(f"{name}[{i}]") for i in range(len(texts))]
 
     labels = names("prompt", call.prompts)
     if call.do_cfg:
-        labels += (names("negative_prompt", call.negatives) if "negative_prompt" in call.given
-                   else ["the pipeline's default negative prompt text"] * len(call.negatives))
+        labels += (
+            names("negative_prompt", call.negatives)
+            if "negative_prompt" in call.given
+            else ["the pipeline's default negative prompt text"] * len(call.negatives)
+        )
     n = call.max_sequence_length
-    limit = (Message(Arg("max_sequence_length", n)) if "max_sequence_length" in call.given else
-             Message(f"{n} tokens, this checkpoint's default (", Arg("max_sequence_length", keyword=True),
-                     " sets another length)"))
+    limit = (
+        Message(Arg("max_sequence_length", n))
+        if "max_sequence_length" in call.given
+        else Message(
+            f"{n} tokens, this checkpoint's default (",
+            Arg("max_sequence_length", keyword=True),
+            " sets another length)",
+        )
+    )
     return Truncation(labels, limit, offset)
 
 
@@ -79,8 +90,9 @@ class PromptEncoding:
         if call.do_cfg:
             negatives = call.negative_parts
             if negatives is None:
-                negatives = self.encode_prompt_parts(dataclasses.replace(
-                    call, prompts=call.negatives, cfg=False, given=call.given - {"negative_prompt"}))
+                negatives = self.encode_prompt_parts(
+                    dataclasses.replace(call, prompts=call.negatives, cfg=False, given=call.given - {"negative_prompt"})
+                )
             parts = tuple(jnp.concatenate([p, jnp.asarray(n).astype(p.dtype)]) for p, n in zip(parts, negatives))
         return self.context_of_parts(parts)
 
@@ -113,8 +125,9 @@ class PromptEncoding:
             InputError: an invalid argument; a pipeline that takes no ``prompt_embeds``.
         """
         if not self.prompt_embeds_args:
-            raise InputError(f"{type(self).__name__} takes no ", Arg("prompt_embeds"), " (its diffusers pipeline "
-                             "takes none)")
+            raise InputError(
+                f"{type(self).__name__} takes no ", Arg("prompt_embeds"), " (its diffusers pipeline takes none)"
+            )
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         parts = self.encode_prompt_parts(call)
         b = len(call.prompts)
@@ -129,8 +142,9 @@ class PromptEncoding:
         spliced into the text encoder's sequence) overrides it."""
         return self.encode_prompt(prompt_texts(call), call.max_sequence_length, text_truncation(call))
 
-    def encode_prompt(self, prompts: Sequence[str], max_sequence_length: int,
-                      truncation: Truncation | None = None) -> jax.Array:
+    def encode_prompt(
+        self, prompts: Sequence[str], max_sequence_length: int, truncation: Truncation | None = None
+    ) -> jax.Array:
         """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's
         :meth:`encode_text`), a staged text encoder placed on the device for the call only;
         ``truncation``: how a too-long prompt is named in the warning (:func:`text_truncation`)."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,17 +15,17 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import Arg, Cancelled, InputError, NumericalError, OutOfMemoryError
-from vidax.nn.precision import describe_matmul_precision
 from vidax.nn.kernels import as_stack_bits, describe_matmul, from_stack_bits
+from vidax.nn.precision import describe_matmul_precision
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks
+from vidax.pipelines.call import Call
 from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
+from vidax.pipelines.memory import _gib, available_memory, size_words
+from vidax.pipelines.output import check_decodable, check_finite, finite_array, frames_as_pil
 from vidax.pipelines.sampling import restore_denoising_state, run_denoising_loop
 from vidax.pipelines.step_cache import CacheCarry, CacheSpec, check_cache_call, step_shapes
 from vidax.stats import RunStats
-from vidax.pipelines.call import Call
-from vidax.pipelines.memory import _gib, available_memory, size_words
-from vidax.pipelines.output import check_decodable, check_finite, finite_array, frames_as_pil
 
 
 def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
@@ -36,15 +37,21 @@ def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
     Raises:
         TypeError: a leaf whose dtype or shape changed (a bug of ``owner``'s step hooks).
     """
+
     def sig(tree):
         return [(jax.tree_util.keystr(p), x.shape, x.dtype) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
     before, after = sig(taken), sig(returned)
     if before != after:
-        diff = [f"{name}: {s0} {d0} -> {s1} {d1}" for (name, s0, d0), (_, s1, d1) in zip(before, after)
-                if (s0, d0) != (s1, d1)] or [f"{len(before)} leaves -> {len(after)}"]
-        raise TypeError(f"{owner}'s denoising step returns (latents, state) in other shapes/dtypes than it takes "
-                        f"({'; '.join(diff)}); every step must keep them")
+        diff = [
+            f"{name}: {s0} {d0} -> {s1} {d1}"
+            for (name, s0, d0), (_, s1, d1) in zip(before, after)
+            if (s0, d0) != (s1, d1)
+        ] or [f"{len(before)} leaves -> {len(after)}"]
+        raise TypeError(
+            f"{owner}'s denoising step returns (latents, state) in other shapes/dtypes than it takes "
+            f"({'; '.join(diff)}); every step must keep them"
+        )
 
 
 class Denoising:
@@ -64,9 +71,19 @@ class Denoising:
         check_cache_call(self.cache_config, call.num_inference_steps)
         self.warn_if_data_axis_idle(call)
         tiling = getattr(self.vae, "use_tiling", False)
-        est = None if self.memory_check is None else self.check_memory(
-            self.info, call, dtype=self.dtype, loaded=True, refuse=self.memory_check,
-            devices=1 if self.mesh is None else self.mesh.size, vae_tiling=tiling)
+        est = (
+            None
+            if self.memory_check is None
+            else self.check_memory(
+                self.info,
+                call,
+                dtype=self.dtype,
+                loaded=True,
+                refuse=self.memory_check,
+                devices=1 if self.mesh is None else self.mesh.size,
+                vae_tiling=tiling,
+            )
+        )
         auto_tiling = est is not None and est.vae_tiling and not tiling
         if auto_tiling:  # for this call only
             saved_tiling = self.vae.tiling
@@ -74,8 +91,11 @@ class Denoising:
         phase = ["text encoding"]
         self._interrupt = False
         try:
-            scale = (contextlib.nullcontext() if call.lora_scale is None or self._lora is None
-                     else self._lora.call_scale(call.lora_scale))
+            scale = (
+                contextlib.nullcontext()
+                if call.lora_scale is None or self._lora is None
+                else self._lora.call_scale(call.lora_scale)
+            )
             with self.precision(), scale:
                 return self._generate(call, phase)
         except NumericalError as e:
@@ -84,8 +104,12 @@ class Denoising:
             scales = None if self._lora is None else self._lora.scales_in_use(at_least=LARGE_SCALE)
             if scales is None:
                 raise
-            error = NumericalError(e.message, "; the large LoRA scale(s) in use may be the cause (they make the "
-                                   "merged weights overflow): ", scales, ": try smaller ones")
+            error = NumericalError(
+                e.message,
+                "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): ",
+                scales,
+                ": try smaller ones",
+            )
             error.latents = getattr(e, "latents", None)
             raise error from None
         except Exception as e:
@@ -94,12 +118,16 @@ class Denoising:
             what = " ".join(f"{type(e).__name__}: {e}".split())[:300] if str(e) else type(e).__name__
             estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
             free, where = available_memory()
-            advice = (("try a smaller ", Arg("max_sequence_length", call.max_sequence_length))
-                      if phase[0] == "text encoding" else
-                      ("try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading"))
+            advice = (
+                ("try a smaller ", Arg("max_sequence_length", call.max_sequence_length))
+                if phase[0] == "text encoding"
+                else ("try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading")
+            )
             raise OutOfMemoryError(
-                f"ran out of memory during the {phase[0]} at ", size_words(call), f" ({what}); {estimate}, {where} "
-                f"now {_gib(free)}; ", *advice
+                f"ran out of memory during the {phase[0]} at ",
+                size_words(call),
+                f" ({what}); {estimate}, {where} now {_gib(free)}; ",
+                *advice,
             ) from None
         finally:
             if auto_tiling:
@@ -108,8 +136,12 @@ class Denoising:
     def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
         t0 = time.perf_counter()
         # The load is reported by the first call that completes.
-        stats = RunStats(load_s=self._pending_load_s, seed=call.seed, seed_random="seed" not in call.given,
-                         matmul_precision=describe_matmul_precision(self.matmul_precision))
+        stats = RunStats(
+            load_s=self._pending_load_s,
+            seed=call.seed,
+            seed_random="seed" not in call.given,
+            matmul_precision=describe_matmul_precision(self.matmul_precision),
+        )
         with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
             embeds = self.call_embeds(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
@@ -158,8 +190,11 @@ class Denoising:
         noise = {}
         for i, (name, shape) in enumerate(self.latent_shapes(self.info, call).items()):
             value = given.get(name)
-            noise[name] = (jnp.asarray(value) if value is not None else
-                           jax.random.normal(key if i == 0 else jax.random.fold_in(key, i), shape, jnp.float32))
+            noise[name] = (
+                jnp.asarray(value)
+                if value is not None
+                else jax.random.normal(key if i == 0 else jax.random.fold_in(key, i), shape, jnp.float32)
+            )
         return noise[self.latent_streams[0]] if len(noise) == 1 else noise
 
     def _repeat_embeds(self, e: jax.Array, n: int) -> jax.Array:
@@ -168,8 +203,9 @@ class Denoising:
         e = jnp.repeat(e, n, axis=0)
         return e.astype(self.dtype) if jnp.issubdtype(e.dtype, jnp.floating) else e
 
-    def denoise(self, call: Call, x: jax.Array, state: Any, embeds: Any, cond: dict,
-                stats: RunStats) -> tuple[jax.Array, Any]:
+    def denoise(
+        self, call: Call, x: jax.Array, state: Any, embeds: Any, cond: dict, stats: RunStats
+    ) -> tuple[jax.Array, Any]:
         """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
         run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
         total = int(self.step_state(state).num_inference_steps)
@@ -198,20 +234,47 @@ class Denoising:
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
-        on_state = None if call.on_state is None or cache is not None else (
-            lambda i, latents, st: call.on_state(done + i + 1, latents, st))
+        on_state = (
+            None
+            if call.on_state is None or cache is not None
+            else (lambda i, latents, st: call.on_state(done + i + 1, latents, st))
+        )
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
-            shapes = step_shapes(module, params, lambda _p, lat, st, inputs: self.model_args(lat, st, inputs, call.do_cfg),
-                                 x, state, args, cache.spec.taps, rows=cache.spec.kind != "taylorseer")
+            shapes = step_shapes(
+                module,
+                params,
+                lambda _p, lat, st, inputs: self.model_args(lat, st, inputs, call.do_cfg),
+                x,
+                state,
+                args,
+                cache.spec.taps,
+                rows=cache.spec.kind != "taylorseer",
+            )
             state = CacheCarry(state, cache.initial(shapes))
         if not offloaded_stacks(module):
             # bf16 stacks on CPU enter the jitted step as uint16 views (no copy of them per step).
             params = as_stack_bits(params, getattr(module, "block_stacks", ()))
-        x, state = run_denoising_loop(step, params, x, state, args, count, stats, call.progress, cb,
-                                      mesh=self.mesh, arg_axes=arg_axes, first_step=done, total_steps=total,
-                                      cancel=call.cancel, cache=cache, on_step_end=step_end,
-                                      interrupt=lambda: self._interrupt, on_state=on_state)
+        x, state = run_denoising_loop(
+            step,
+            params,
+            x,
+            state,
+            args,
+            count,
+            stats,
+            call.progress,
+            cb,
+            mesh=self.mesh,
+            arg_axes=arg_axes,
+            first_step=done,
+            total_steps=total,
+            cancel=call.cancel,
+            cache=cache,
+            on_step_end=step_end,
+            interrupt=lambda: self._interrupt,
+            on_state=on_state,
+        )
         return (x, state.sched) if cache is not None else (x, state)
 
     def _step_end_hook(self, call: Call, state: Any, done: int) -> Callable:
@@ -228,8 +291,10 @@ class Denoising:
                 return None
             new = finite_array("callback_on_step_end's returned latents", out["latents"])
             if new.shape != view.shape:
-                raise InputError(f"callback_on_step_end returned latents of shape {tuple(new.shape)}; they must keep "
-                                 f"the shape it was given, {tuple(view.shape)}")
+                raise InputError(
+                    f"callback_on_step_end returned latents of shape {tuple(new.shape)}; they must keep "
+                    f"the shape it was given, {tuple(view.shape)}"
+                )
             new = jax.device_put(self.loop_latents_from_diffusers(jnp.asarray(new), x).astype(x.dtype), x.sharding)
             return {**latents, first: new} if isinstance(latents, dict) else new
 
@@ -264,8 +329,9 @@ class Denoising:
                 # (streams the call does not run, e.g. Cosmos 3's sound without enable_sound, left out)
                 pred = {k: p for k, p in zip(self.latent_streams, pred) if k in latents}
             if do_cfg:
-                pred = self.guide(pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred),
-                                  state, inputs)
+                pred = self.guide(
+                    pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred), state, inputs
+                )
             # The scheduler updates the latents in their own dtype (float32): a bfloat16 prediction
             # is upcast first, so the update is not rounded to bfloat16 (schedulers return the
             # prediction's dtype, as diffusers'). Several streams: each stream's own.

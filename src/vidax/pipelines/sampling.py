@@ -9,7 +9,8 @@ times with the latents buffer donated, recording compile time and per-step times
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,10 +24,22 @@ from vidax.stats import RunStats
 
 
 def run_denoising_loop(
-    step: Any, params: Any, latents: jax.Array, state: Any, args: tuple, num_inference_steps: int, stats: RunStats,
-    progress: bool = True, callback: Callable[[int, int], None] | None = None, mesh: Any = None,
-    arg_axes: tuple | None = None, first_step: int = 0, total_steps: int | None = None,
-    cancel: Callable[[], bool] | None = None, cache: Any = None, on_step_end: Callable[[int, Any], Any] | None = None,
+    step: Any,
+    params: Any,
+    latents: jax.Array,
+    state: Any,
+    args: tuple,
+    num_inference_steps: int,
+    stats: RunStats,
+    progress: bool = True,
+    callback: Callable[[int, int], None] | None = None,
+    mesh: Any = None,
+    arg_axes: tuple | None = None,
+    first_step: int = 0,
+    total_steps: int | None = None,
+    cancel: Callable[[], bool] | None = None,
+    cache: Any = None,
+    on_step_end: Callable[[int, Any], Any] | None = None,
     interrupt: Callable[[], bool] | None = None,
     on_state: Callable[[int, Any, Any], None] | None = None,
 ) -> tuple[jax.Array, Any]:
@@ -90,8 +103,9 @@ def run_denoising_loop(
             check_cancel(cancel, first_step + i, total_steps)
             if interrupt is not None and interrupt():
                 break
-            latents, state = _run_step(compiled, params, latents, state, args, i, stats, cache, cancel, first_step,
-                                       total_steps)
+            latents, state = _run_step(
+                compiled, params, latents, state, args, i, stats, cache, cancel, first_step, total_steps
+            )
             bar.update()
             latents = _after_step(i, latents, state, num_inference_steps, on_step_end, on_state, callback)
     finally:
@@ -101,9 +115,15 @@ def run_denoising_loop(
     return latents, state
 
 
-def _after_step(i: int, latents: Any, state: Any, num_inference_steps: int,
-                on_step_end: Callable[[int, Any], Any] | None, on_state: Callable[[int, Any, Any], None] | None,
-                callback: Callable[[int, int], None] | None) -> Any:
+def _after_step(
+    i: int,
+    latents: Any,
+    state: Any,
+    num_inference_steps: int,
+    on_step_end: Callable[[int, Any], Any] | None,
+    on_state: Callable[[int, Any, Any], None] | None,
+    callback: Callable[[int, int], None] | None,
+) -> Any:
     """The hooks after step ``i`` of :func:`run_denoising_loop`, in order: ``on_step_end`` (its
     latents, when not None, replace the loop's), ``on_state``, ``callback``; the latents."""
     if on_step_end is not None:
@@ -116,8 +136,19 @@ def _after_step(i: int, latents: Any, state: Any, num_inference_steps: int,
     return latents
 
 
-def _run_step(compiled: Any, params: Any, latents: Any, state: Any, args: tuple, i: int, stats: RunStats, cache: Any,
-              cancel: Callable[[], bool] | None, first_step: int, total_steps: int) -> tuple[Any, Any]:
+def _run_step(
+    compiled: Any,
+    params: Any,
+    latents: Any,
+    state: Any,
+    args: tuple,
+    i: int,
+    stats: RunStats,
+    cache: Any,
+    cancel: Callable[[], bool] | None,
+    first_step: int,
+    total_steps: int,
+) -> tuple[Any, Any]:
     """Step ``i`` of :func:`run_denoising_loop`: run, waited for and timed, the step cache told
     before and after, the latents checked for NaN/Inf, memory sampled after the first."""
     t0 = time.perf_counter()
@@ -133,7 +164,9 @@ def _run_step(compiled: Any, params: Any, latents: Any, state: Any, args: tuple,
     if not bool(all_finite(latents)):
         raise NumericalError(
             f"denoising step {first_step + i + 1} of {total_steps} (the transformer and the scheduler "
-            f"update) produced NaN/Inf latents; stopped there, nothing was written ", nonfinite_advice(params))
+            f"update) produced NaN/Inf latents; stopped there, nothing was written ",
+            nonfinite_advice(params),
+        )
     if i == 0:
         stats.sample_memory()
     return latents, state
@@ -150,13 +183,16 @@ def restore_denoising_state(arrays: Any, like: Any) -> Any:
     """
     leaves, treedef = jax.tree.flatten(like)
     arrays = list(arrays)
-    if len(arrays) != len(leaves) or any(np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
-                                         for a, b in zip(arrays, leaves)):
+    if len(arrays) != len(leaves) or any(
+        np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype for a, b in zip(arrays, leaves)
+    ):
         got = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in arrays]
         want = [(tuple(np.shape(b)), str(b.dtype)) for b in leaves]
-        raise InputError(f"the saved denoising state does not fit this call: its arrays are {got[:4]}"
-                         f"{'...' if len(got) > 4 else ''} ({len(got)}), the call's {want[:4]}"
-                         f"{'...' if len(want) > 4 else ''} ({len(want)})")
+        raise InputError(
+            f"the saved denoising state does not fit this call: its arrays are {got[:4]}"
+            f"{'...' if len(got) > 4 else ''} ({len(got)}), the call's {want[:4]}"
+            f"{'...' if len(want) > 4 else ''} ({len(want)})"
+        )
     return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in arrays])
 
 
@@ -164,12 +200,12 @@ def check_cancel(cancel: Callable[[], bool] | None, done: int, total: int) -> No
     """Raise :class:`~vidax.errors.Cancelled` when ``cancel()`` says so, ``done`` of ``total``
     denoising steps completed."""
     if cancel is not None and cancel():
-        raise Cancelled(f"after denoising step {done} of {total}" if done else
-                        f"before denoising step 1 of {total}")
+        raise Cancelled(f"after denoising step {done} of {total}" if done else f"before denoising step 1 of {total}")
 
 
-def _on_chunk(sample: Callable[[], None] | None, cancel: Callable[[], bool] | None, done: int,
-              total: int) -> Callable[[], None] | None:
+def _on_chunk(
+    sample: Callable[[], None] | None, cancel: Callable[[], bool] | None, done: int, total: int
+) -> Callable[[], None] | None:
     """The hook a streamed step runs after each chunk: memory sampling, the cancel check."""
     if cancel is None:
         return sample
@@ -194,13 +230,18 @@ def nonfinite_advice(params: Any) -> Message:
     if isinstance(params, (str, type, np.dtype)):
         dtypes = {jnp.dtype(params)}
     else:
-        dtypes = {jnp.dtype(x.dtype) for x in jax.tree.leaves(params)
-                  if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)}
+        dtypes = {
+            jnp.dtype(x.dtype)
+            for x in jax.tree.leaves(params)
+            if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+        }
     if jnp.dtype(jnp.bfloat16) in dtypes:
         return Message("(it ran in bfloat16: try ", float32, ", or other settings)")
     names = ", ".join(sorted(d.name for d in dtypes)) or "float32"
-    return Message(f"(it ran in {names}, so not for lack of precision: check the checkpoint's weights and the "
-                   "inputs (latents, image) for NaN/Inf, or try other settings)")
+    return Message(
+        f"(it ran in {names}, so not for lack of precision: check the checkpoint's weights and the "
+        "inputs (latents, image) for NaN/Inf, or try other settings)"
+    )
 
 
 @jax.jit

@@ -25,17 +25,19 @@ import contextlib
 import logging
 import os
 import re
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 
+from vidax.nn.gguf import BLOCKS as GGUF_BLOCKS
+from vidax.nn.gguf import padded_stack_bytes
 from vidax.nn.kernels import with_layout_of
 from vidax.parallel.mesh import TENSOR, axis_size
 from vidax.parallel.offload import OffloadConfig, device_memory_kind, host_memory_kind
 from vidax.stats import device_memory_stats
-from vidax.nn.gguf import BLOCKS as GGUF_BLOCKS, padded_stack_bytes
 from vidax.weights.safetensors_io import CheckpointReader
 
 logger = logging.getLogger("vidax.pipeline")
@@ -56,8 +58,9 @@ def device_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = (),
-                    weights: str | None = None) -> dict[str, Any]:
+def component_bytes(
+    folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = (), weights: str | None = None
+) -> dict[str, Any]:
     """Parameter bytes of a component read from its safetensors headers (no tensor is read),
     floating tensors counted at ``dtype``; ``folder`` may also be a reader of a single-file
     checkpoint (:func:`vidax.weights.single_file.open_single_file`: its tensors as loaded).
@@ -81,8 +84,12 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
     for key in reader.keys():
         info = reader.info(key)
         size = int(np.prod(info.shape)) * (itemsize if np.issubdtype(info.dtype, np.floating) else info.dtype.itemsize)
-        if weights is not None and len(info.shape) == 2 and key.endswith(".weight") \
-                and np.issubdtype(info.dtype, np.floating):
+        if (
+            weights is not None
+            and len(info.shape) == 2
+            and key.endswith(".weight")
+            and np.issubdtype(info.dtype, np.floating)
+        ):
             size = int(np.prod(info.shape)) + 4 * info.shape[0]
         elif len(info.shape) == 2 and getattr(info, "stored", "") in GGUF_BLOCKS:
             size = padded.get(key, int(info.end - info.start))  # a GGUF Linear weight kept as the file's blocks
@@ -99,8 +106,13 @@ def component_bytes(folder: Any, dtype: Any, blocks_prefixes: tuple[str, ...] = 
     return out
 
 
-def plan_staging(keep: Mapping[str, bool | None], resident_bytes: Mapping[str, int], limit: int | None,
-                 fraction: float = RESIDENT_FRACTION, stageable: tuple[str, ...] = STAGEABLE) -> dict[str, bool]:
+def plan_staging(
+    keep: Mapping[str, bool | None],
+    resident_bytes: Mapping[str, int],
+    limit: int | None,
+    fraction: float = RESIDENT_FRACTION,
+    stageable: tuple[str, ...] = STAGEABLE,
+) -> dict[str, bool]:
     """Which of ``stageable`` (default :data:`STAGEABLE`) to stage, in that order (see the
     module docstring).
 
@@ -140,8 +152,11 @@ class Staging:
         staged = dict(staged or {})
         self.kind = host_memory_kind(memory_kind) if any(staged.values()) else None
         if any(staged.values()) and self.kind is None:
-            logger.warning("no host memory kind to stage components in (memory_kind=%r); %s stay on the device",
-                           memory_kind, ", ".join(n for n, s in staged.items() if s))
+            logger.warning(
+                "no host memory kind to stage components in (memory_kind=%r); %s stay on the device",
+                memory_kind,
+                ", ".join(n for n, s in staged.items() if s),
+            )
             staged = {n: False for n in staged}
         self.staged = staged
         self._modules: dict[str, nnx.Module] = {}
@@ -149,7 +164,7 @@ class Staging:
     def is_staged(self, name: str) -> bool:
         return bool(self.staged.get(name))
 
-    def attach(self, **modules: nnx.Module) -> "Staging":
+    def attach(self, **modules: nnx.Module) -> Staging:
         """Register the loaded modules (name=module); returns self."""
         self._modules.update({k: v for k, v in modules.items() if v is not None})
         return self
@@ -183,10 +198,17 @@ class Staging:
         return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used"
 
 
-def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, offload: OffloadConfig | None,
-                          mesh: Any = None, blocks_prefixes: tuple[str, ...] = ("blocks",),
-                          text_encoder_dtype: Any = None, stageable: tuple[str, ...] = STAGEABLE,
-                          weights: str | None = None) -> Staging:
+def plan_pipeline_staging(
+    paths: Mapping[str, str],
+    dtype: Any,
+    vae_dtype: Any,
+    offload: OffloadConfig | None,
+    mesh: Any = None,
+    blocks_prefixes: tuple[str, ...] = ("blocks",),
+    text_encoder_dtype: Any = None,
+    stageable: tuple[str, ...] = STAGEABLE,
+    weights: str | None = None,
+) -> Staging:
     """The :class:`Staging` of a pipeline whose component folders are ``paths`` (keys
     ``transformer``, the text encoders of ``stageable`` (``text_encoder``, ``text_encoder_2``,
     ...), ``vae``), decided by :func:`plan_staging` from the checkpoint headers: the transformer
@@ -216,8 +238,12 @@ def plan_pipeline_staging(paths: Mapping[str, str], dtype: Any, vae_dtype: Any, 
         elif name in paths:
             sizes[name] = component_bytes(paths[name], vae_dtype)["total"]
     staged = plan_staging(keep, sizes, limit, stageable=stageable)
-    logger.info("staging: device limit %.2f GiB, resident parameters %s GiB -> staged %s", limit / 2**30,
-                {k: round(v / 2**30, 2) for k, v in sizes.items()}, [n for n, s in staged.items() if s] or "none")
+    logger.info(
+        "staging: device limit %.2f GiB, resident parameters %s GiB -> staged %s",
+        limit / 2**30,
+        {k: round(v / 2**30, 2) for k, v in sizes.items()},
+        [n for n, s in staged.items() if s] or "none",
+    )
     return Staging(staged, offload.memory_kind)
 
 

@@ -44,7 +44,8 @@ import json
 import math
 import re
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,9 +53,17 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import InputError
-from vidax.pipelines.cache_configs import (_DTYPES, CacheConfig, FirstBlockCacheConfig, MagCacheConfig,
-                                           TaylorSeerCacheConfig, check_cache_call, check_cache_config, describe_config,
-                                           parse_cache_option)
+from vidax.pipelines.cache_configs import (
+    _DTYPES,
+    CacheConfig,
+    FirstBlockCacheConfig,
+    MagCacheConfig,
+    TaylorSeerCacheConfig,
+    check_cache_call,
+    check_cache_config,
+    describe_config,
+    parse_cache_option,
+)
 
 _F32 = jnp.float32
 
@@ -168,22 +177,28 @@ def taylorseer_taps(config: TaylorSeerCacheConfig, model: nnx.Module) -> tuple[T
         hooked.append(n)
         parts = n.split(".")
         if parts[0] not in model.block_stacks or len(parts) < 2:
-            raise InputError(owner.format(repr(n)) + ": vidax hooks modules inside the block stacks "
-                             f"({', '.join(model.block_stacks)}) only, or use_lite_mode=True")
+            raise InputError(
+                owner.format(repr(n)) + ": vidax hooks modules inside the block stacks "
+                f"({', '.join(model.block_stacks)}) only, or use_lite_mode=True"
+            )
         path = tuple(parts[2:])
         module = getattr(model, parts[0])
         for p in path:
             module = getattr(module, p, None)
         if path and not isinstance(module, Attention):
-            raise InputError(owner.format(repr(n)) + f" (a {type(module).__name__}): vidax hooks attention modules "
-                             "and whole layers only")
+            raise InputError(
+                owner.format(repr(n)) + f" (a {type(module).__name__}): vidax hooks attention modules "
+                "and whole layers only"
+            )
         key = (parts[0], path, bool(is_inactive))
         taps.setdefault(key, [False] * _stack_len(model, parts[0]))[int(parts[1])] = True
     for n in hooked:
         inner = [m for m in hooked if m.startswith(n + ".")]
         if inner:
-            raise InputError(owner.format(f"{inner[0]!r} inside {n!r}") + ": a hooked module inside another "
-                             "is not implemented in vidax")
+            raise InputError(
+                owner.format(f"{inner[0]!r} inside {n!r}") + ": a hooked module inside another "
+                "is not implemented in vidax"
+            )
     return tuple(TapSpec(stack, path, inact, tuple(layers)) for (stack, path, inact), layers in sorted(taps.items()))
 
 
@@ -205,7 +220,7 @@ class _Tap:
         return self.fn(*args, **kwargs)
 
 
-def _tapped(fn: Any, spec: "CacheSpec", tap: TapSpec, cs: dict, entry: dict, new: dict) -> Any:
+def _tapped(fn: Any, spec: CacheSpec, tap: TapSpec, cs: dict, entry: dict, new: dict) -> Any:
     """``fn`` (a module's call, or a layer's ``run``) as TaylorSeerCacheHook.new_forward runs it in
     a hooked layer: on a compute step it runs and (active) its outputs update the factors; on the
     others it does not run and returns the prediction (active) or zeros of its outputs' shapes
@@ -215,8 +230,12 @@ def _tapped(fn: Any, spec: "CacheSpec", tap: TapSpec, cs: dict, entry: dict, new
         like = jax.eval_shape(lambda: fn(*args, **kwargs))
         use_cache = entry["hooked"] & jnp.logical_not(cs["compute"])
         if tap.inactive:
-            return jax.lax.cond(use_cache, lambda _: jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), like),
-                                lambda _: fn(*args, **kwargs), 0)
+            return jax.lax.cond(
+                use_cache,
+                lambda _: jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), like),
+                lambda _: fn(*args, **kwargs),
+                0,
+            )
         factors = entry["factors"]
 
         def compute(_):
@@ -294,7 +313,7 @@ class CacheSpec:
     blocks_always: bool = False
 
     @staticmethod
-    def split(carry: "CacheCarry") -> tuple[Any, dict]:
+    def split(carry: CacheCarry) -> tuple[Any, dict]:
         """``(scheduler state, cache arrays)`` of a carry."""
         return carry.sched, carry.cache
 
@@ -318,8 +337,9 @@ class CacheSpec:
         n = model.num_blocks()
         rows = None if self.kind == "taylorseer" else model.hidden_rows(inputs)  # TaylorSeer keeps no residual
         y, aux = self.begin(lambda h: model.run_blocks(h, inputs, layers=(0, 1)), rows, x, cs)
-        z = jax.lax.cond(self.need_blocks(cs, aux), lambda h: model.run_blocks(h, inputs, layers=(start, n)),
-                         lambda h: h, y)
+        z = jax.lax.cond(
+            self.need_blocks(cs, aux), lambda h: model.run_blocks(h, inputs, layers=(start, n)), lambda h: h, y
+        )
         return self.end(model, x, y, z, inputs, cs, aux)
 
     def _forward_taps(self, model: Any, x: Any, inputs: Any, cs: dict) -> tuple[jax.Array, dict]:
@@ -340,7 +360,7 @@ class CacheSpec:
         return {stack: (entries, functools.partial(self._layer_hook, taps, cs))}
 
     @staticmethod
-    def with_cache(carry: "CacheCarry", cs: dict) -> "CacheCarry":
+    def with_cache(carry: CacheCarry, cs: dict) -> CacheCarry:
         """``carry`` with the cache arrays ``cs``."""
         return CacheCarry(carry.sched, cs)
 
@@ -361,6 +381,7 @@ class CacheSpec:
         the previous ``factors`` (``(orders, ...)`` per output): order 0 the output, order
         ``j + 1`` the divided difference of order ``j`` by the steps since the last update,
         for the orders held before; stored in the factors' dtype."""
+
         def one(o, f):
             new = [o]
             for j in range(self.max_order):
@@ -374,6 +395,7 @@ class CacheSpec:
         """TaylorSeerState.predict: ``sum_k factor_k x offset**k / k!`` over the orders held, each
         factor cast to the output's dtype and multiplied by the coefficient (a Python float in
         the reference: float32 arithmetic, rounded to the output's dtype), summed in that dtype."""
+
         def one(f, o):
             out = jnp.zeros(o.shape, o.dtype)
             for k in range(self.max_order + 1):
@@ -418,8 +440,13 @@ class CacheSpec:
             tail = jax.tree.map(lambda zz, yy: zz - yy, z, y)
             cached = jax.tree.map(lambda t, yy: t + yy, cs["tail_res"], y)
             out = jax.tree.map(sel, z, cached)
-            new = dict(cs, head_res=sel(r, prev), has_prev=cs["has_prev"] | compute,
-                       tail_res=jax.tree.map(sel, tail, cs["tail_res"]), computed=compute)
+            new = dict(
+                cs,
+                head_res=sel(r, prev),
+                has_prev=cs["has_prev"] | compute,
+                tail_res=jax.tree.map(sel, tail, cs["tail_res"]),
+                computed=compute,
+            )
             return model.head(out, inputs), new
         if self.kind == "mag":
             s, e = model.hidden_rows(inputs)
@@ -549,12 +576,16 @@ class CacheReport:
         pats = ", ".join(f"{k} {v}" for k, v in self.patterns.items())
         n_skip = sum(k == "skipped" for k in self.step_kind)
         if self.unit == "block":
-            return (f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
-                    f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
-                    f"{self._saved_text()}")
+            return (
+                f"{self.method}: {self.blocks_run} of {total} block evaluations run, {self.blocks_skipped} skipped "
+                f"(per step: {pats}); {n_skip} of {len(self.step_kind)} steps skipped the blocks, "
+                f"{self._saved_text()}"
+            )
         ran = "every block ran on every step" if self.blocks_always else "the modules not hooked ran on every step"
-        return (f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} "
-                f"predicted instead (per step: {pats}, S = predicted); {ran}, {self._saved_text()}")
+        return (
+            f"{self.method}: {self.blocks_run} of {total} {self.unit} evaluations run, {self.blocks_skipped} "
+            f"predicted instead (per step: {pats}, S = predicted); {ran}, {self._saved_text()}"
+        )
 
 
 class StepCache:
@@ -583,9 +614,14 @@ class StepCache:
         else:
             mode = taylorseer_mode(config, model)
             taps = taylorseer_taps(config, model) if mode == "modules" else ()
-            self.spec = CacheSpec("taylorseer", 1, max_order=config.max_order,
-                                  factors_dtype=config.taylor_factors_dtype, taps=taps,
-                                  blocks_always=mode != "lite")
+            self.spec = CacheSpec(
+                "taylorseer",
+                1,
+                max_order=config.max_order,
+                factors_dtype=config.taylor_factors_dtype,
+                taps=taps,
+                blocks_always=mode != "lite",
+            )
             if taps or mode == "proj_out":  # the blocks all run; the hooked modules are what is skipped
                 report.num_blocks = self.num_blocks = sum(sum(t.layers) for t in taps) if taps else 1
                 report.unit = "hooked module"
@@ -601,9 +637,13 @@ class StepCache:
         nb = self.branches
         zeros = lambda s: jnp.zeros(s.shape, s.dtype)  # noqa: E731
         if self.spec.kind == "first_block":
-            return dict(threshold=jnp.asarray(_threshold_f32(self.config.threshold)),
-                        head_res=zeros(shapes["hidden"]), has_prev=jnp.zeros((nb,), bool),
-                        tail_res=jax.tree.map(zeros, shapes["streams"]), computed=jnp.ones((nb,), bool))
+            return dict(
+                threshold=jnp.asarray(_threshold_f32(self.config.threshold)),
+                head_res=zeros(shapes["hidden"]),
+                has_prev=jnp.zeros((nb,), bool),
+                tail_res=jax.tree.map(zeros, shapes["streams"]),
+                computed=jnp.ones((nb,), bool),
+            )
         if self.spec.kind == "mag":
             return dict(skip=jnp.asarray(False), prev_res=zeros(shapes["hidden"]), ratio=jnp.ones((nb,), _F32))
         pred = _first(shapes["pred"])  # several outputs: the first (proj_out's) is predicted
@@ -613,9 +653,14 @@ class StepCache:
             fdt = _DTYPES[self.spec.factors_dtype] if self.spec.factors_dtype else o.dtype
             return jnp.zeros(n + (orders,) + tuple(o.shape), fdt)
 
-        cs = dict(compute=jnp.asarray(True), delta=jnp.asarray(1.0, _F32), n_prev=jnp.asarray(0, jnp.int32),
-                  coeff=jnp.zeros((orders,), _F32), out=jnp.zeros((), pred.dtype),
-                  factors=factors(pred) if not self.spec.taps else jnp.zeros((0,), _F32))
+        cs = dict(
+            compute=jnp.asarray(True),
+            delta=jnp.asarray(1.0, _F32),
+            n_prev=jnp.asarray(0, jnp.int32),
+            coeff=jnp.zeros((orders,), _F32),
+            out=jnp.zeros((), pred.dtype),
+            factors=factors(pred) if not self.spec.taps else jnp.zeros((0,), _F32),
+        )
         if self.spec.taps:
             cs["taps"] = {}
             for t in self.spec.taps:
@@ -638,8 +683,13 @@ class StepCache:
         elif self.spec.kind == "taylorseer":
             compute, delta, n_prev, coeff = self._ts_decide()
             self._pending = dict(compute=compute)
-            cs = dict(cs, compute=_like(compute, cs["compute"]), delta=_like(np.float32(delta), cs["delta"]),
-                      n_prev=_like(np.int32(n_prev), cs["n_prev"]), coeff=_like(coeff, cs["coeff"]))
+            cs = dict(
+                cs,
+                compute=_like(compute, cs["compute"]),
+                delta=_like(np.float32(delta), cs["delta"]),
+                n_prev=_like(np.int32(n_prev), cs["n_prev"]),
+                coeff=_like(coeff, cs["coeff"]),
+            )
         return CacheCarry(carry.sched, cs)
 
     def after_step(self, i: int, carry: CacheCarry, seconds: float) -> None:
@@ -720,7 +770,7 @@ class StepCache:
         if not compute:
             offset = step - st["last"]
             for o in range(held):
-                coeff[o] = np.float32((offset ** o) / math.factorial(o))
+                coeff[o] = np.float32((offset**o) / math.factorial(o))
         delta = 1 if st["last"] is None else step - st["last"]
         return compute, delta, held, coeff
 
@@ -732,9 +782,11 @@ def calibration_text(ratios: Sequence[float], label: str) -> tuple[str, str]:
     branch's ratios (the reference prints one list per branch; one config's ratios serve both,
     and the conditional pass is the one the guidance scales up)."""
     which = "" if label == "all" else f", the {'conditional' if label == 'cond' else label} pass"
-    heading = (f"MagCache calibration ({len(ratios)} steps{which}): the ratios are printed as one list on stdout; "
-               f"save them (e.g. --cache mag > ratios.txt) for --cache mag:FILE, or pass them as "
-               f"MagCacheConfig(mag_ratios=...)")
+    heading = (
+        f"MagCache calibration ({len(ratios)} steps{which}): the ratios are printed as one list on stdout; "
+        f"save them (e.g. --cache mag > ratios.txt) for --cache mag:FILE, or pass them as "
+        f"MagCacheConfig(mag_ratios=...)"
+    )
     return heading, json.dumps([float(r) for r in ratios])
 
 
@@ -744,8 +796,16 @@ def _like(value: Any, old: jax.Array) -> jax.Array:
     return jax.device_put(np.asarray(value, old.dtype), old.sharding)
 
 
-def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: Any, args: tuple,
-                taps: Sequence[TapSpec] = (), rows: bool = True) -> dict:
+def step_shapes(
+    model: Any,
+    params: Any,
+    model_args: Any,
+    latents: Any,
+    state: Any,
+    args: tuple,
+    taps: Sequence[TapSpec] = (),
+    rows: bool = True,
+) -> dict:
     """The shapes the cache arrays take from (ShapeDtypeStructs; nothing is computed):
     ``streams`` and ``hidden`` (the rows of
     :meth:`~vidax.blocks.transformer.DiffusionTransformer.hidden_rows`; None without ``rows``,
@@ -769,6 +829,17 @@ def step_shapes(model: Any, params: Any, model_args: Any, latents: Any, state: A
     return dict(streams=streams, hidden=hidden, pred=pred, taps=recorded)
 
 
-__all__: Sequence[str] = ("FirstBlockCacheConfig", "MagCacheConfig", "TaylorSeerCacheConfig", "CacheCarry",
-                          "CacheReport", "StepCache", "CacheSpec", "parse_cache_option", "check_cache_config",
-                          "check_cache_call", "describe_config", "CacheConfig")
+__all__: Sequence[str] = (
+    "FirstBlockCacheConfig",
+    "MagCacheConfig",
+    "TaylorSeerCacheConfig",
+    "CacheCarry",
+    "CacheReport",
+    "StepCache",
+    "CacheSpec",
+    "parse_cache_option",
+    "check_cache_config",
+    "check_cache_call",
+    "describe_config",
+    "CacheConfig",
+)

@@ -7,7 +7,8 @@ see :mod:`vidax.schedulers.base` for the ``set_timesteps`` / ``step`` contract.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from vidax.errors import ConfigError
 from vidax.registry import ComponentSpec, Family
@@ -35,15 +36,30 @@ _SAMPLING_KEYS = ("prediction_type", "snr_shift_scale", "timestep_spacing", "res
 FAMILY = Family(
     name="schedulers",
     components=(
-        ComponentSpec("UniPCMultistepScheduler", "scheduler", config="vidax.schedulers.unipc:UniPCMultistepScheduler",
-                      key_configs=("prediction_type", "flow_shift", "solver_order", "solver_type")),
-        ComponentSpec("FlowMatchEulerDiscreteScheduler", "scheduler",
-                      config="vidax.schedulers.flow_match_euler:FlowMatchEulerDiscreteScheduler",
-                      key_configs=("shift", "num_train_timesteps", "use_dynamic_shifting")),
-        ComponentSpec("CogVideoXDDIMScheduler", "scheduler",
-                      config="vidax.schedulers.ddim_cogvideox:CogVideoXDDIMScheduler", key_configs=_SAMPLING_KEYS),
-        ComponentSpec("CogVideoXDPMScheduler", "scheduler",
-                      config="vidax.schedulers.dpm_cogvideox:CogVideoXDPMScheduler", key_configs=_SAMPLING_KEYS),
+        ComponentSpec(
+            "UniPCMultistepScheduler",
+            "scheduler",
+            config="vidax.schedulers.unipc:UniPCMultistepScheduler",
+            key_configs=("prediction_type", "flow_shift", "solver_order", "solver_type"),
+        ),
+        ComponentSpec(
+            "FlowMatchEulerDiscreteScheduler",
+            "scheduler",
+            config="vidax.schedulers.flow_match_euler:FlowMatchEulerDiscreteScheduler",
+            key_configs=("shift", "num_train_timesteps", "use_dynamic_shifting"),
+        ),
+        ComponentSpec(
+            "CogVideoXDDIMScheduler",
+            "scheduler",
+            config="vidax.schedulers.ddim_cogvideox:CogVideoXDDIMScheduler",
+            key_configs=_SAMPLING_KEYS,
+        ),
+        ComponentSpec(
+            "CogVideoXDPMScheduler",
+            "scheduler",
+            config="vidax.schedulers.dpm_cogvideox:CogVideoXDPMScheduler",
+            key_configs=_SAMPLING_KEYS,
+        ),
     ),
 )
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, ClassVar, Mapping, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -55,9 +56,7 @@ def check_num_inference_steps(num_inference_steps: Any) -> int:
     except TypeError:
         n = None
     if n is None or isinstance(num_inference_steps, bool) or n < 1:
-        raise InputError(
-            Arg("num_inference_steps", num_inference_steps), " is not valid; it must be an int >= 1."
-        )
+        raise InputError(Arg("num_inference_steps", num_inference_steps), " is not valid; it must be an int >= 1.")
     return n
 
 
@@ -104,15 +103,15 @@ def shift_override(name: str, value: Any, config_value: Any, dynamic: bool) -> A
     if value is None:
         return config_value
     if dynamic:
-        raise InputError(f"{name}={value!r} was given but the config uses dynamic shifting (mu); "
-                         "pass one or the other.")
+        raise InputError(
+            f"{name}={value!r} was given but the config uses dynamic shifting (mu); pass one or the other."
+        )
     if not (is_number(value) and value > 0):
         raise InputError(f"{name}={value!r} is not valid; it must be a number > 0.")
     return float(value)
 
 
-def shift_sigmas(sigmas: np.ndarray, shift: float, mu: float | None, time_shift_type: str,
-                 dynamic: bool) -> np.ndarray:
+def shift_sigmas(sigmas: np.ndarray, shift: float, mu: float | None, time_shift_type: str, dynamic: bool) -> np.ndarray:
     """diffusers' shift of flow sigmas: :func:`time_shift` with ``mu`` when the config uses
     dynamic shifting, else ``shift · s / (1 + (shift - 1) · s)``; the dtype of ``sigmas`` kept."""
     if dynamic:
@@ -206,13 +205,11 @@ class Scheduler(Protocol):
     init_noise_sigma: float
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, source: str = ...) -> "Scheduler": ...
+    def from_config(cls, config: Mapping[str, Any], *, source: str = ...) -> Scheduler: ...
 
     def set_timesteps(self, num_inference_steps: int, **kwargs: Any) -> Any: ...
 
-    def step(
-        self, state: Any, model_output: jax.Array, sample: jax.Array
-    ) -> tuple[jax.Array, Any]: ...
+    def step(self, state: Any, model_output: jax.Array, sample: jax.Array) -> tuple[jax.Array, Any]: ...
 
 
 @dataclasses.dataclass(frozen=True)

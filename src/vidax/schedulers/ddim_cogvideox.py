@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +32,15 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
-    SchedulerBase, StepIndexed, check_num_inference_steps, check_sample_shape, check_step_inputs,
-    is_int_at_least, is_number, register_state, replicated_sharding,
+    SchedulerBase,
+    StepIndexed,
+    check_num_inference_steps,
+    check_sample_shape,
+    check_step_inputs,
+    is_int_at_least,
+    is_number,
+    register_state,
+    replicated_sharding,
 )
 
 _BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2")
@@ -154,10 +162,11 @@ def schedule_timesteps(config: CogVideoXSchedulerConfig, n: int) -> np.ndarray:
         ts -= 1
     if ts.min() < 0 or ts.max() >= num_train or len(ts) != n:
         raise InputError(
-            Arg("num_inference_steps", n), f": the reference's {c.timestep_spacing!r} grid for this count is "
+            Arg("num_inference_steps", n),
+            f": the reference's {c.timestep_spacing!r} grid for this count is "
             f"{ts.tolist()[:3]}...{ts.tolist()[-3:]} ({len(ts)} entries), which indexes outside the "
             f"training schedule [0, {num_train}); the reference silently runs a wrong schedule. "
-            "Pick a neighbouring step count."
+            "Pick a neighbouring step count.",
         )
     return ts
 
@@ -185,14 +194,18 @@ class Schedule:
     sqrt_beta: np.ndarray
 
     @classmethod
-    def build(cls, config: CogVideoXSchedulerConfig, n: int) -> "Schedule":
+    def build(cls, config: CogVideoXSchedulerConfig, n: int) -> Schedule:
         ac, final = alphas_cumprod(config)
         ts = schedule_timesteps(config, n)
         prev = ts - config.num_train_timesteps // n
         a = ac[ts]
         return cls(
-            alphas_cumprod=ac, timesteps=ts, alpha=list(a), alpha_prev=[ac[p] if p >= 0 else final for p in prev],
-            prev_timesteps=prev, sqrt_alpha=np.sqrt(a).astype(np.float32),
+            alphas_cumprod=ac,
+            timesteps=ts,
+            alpha=list(a),
+            alpha_prev=[ac[p] if p >= 0 else final for p in prev],
+            prev_timesteps=prev,
+            sqrt_alpha=np.sqrt(a).astype(np.float32),
             sqrt_beta=np.sqrt(1 - a).astype(np.float32),
         )
 

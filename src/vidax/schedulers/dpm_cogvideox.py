@@ -26,7 +26,7 @@ dtypes and rounded to float32.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,11 @@ import numpy as np
 
 from vidax.errors import Arg, InputError
 from vidax.schedulers.base import (
-    check_num_inference_steps, check_sample_shape, check_step_inputs, register_state, replicated_sharding,
+    check_num_inference_steps,
+    check_sample_shape,
+    check_step_inputs,
+    register_state,
+    replicated_sharding,
 )
 from vidax.schedulers.ddim_cogvideox import CogVideoXSchedulerBase, Schedule, StepIndexed, pred_original_sample
 
@@ -128,8 +132,9 @@ class CogVideoXDPMScheduler(CogVideoXSchedulerBase):
                 mult[i] = [np.float32(v) for v in (m1, m2, m3, m4, m_noise)]
         if not np.all(np.isfinite(mult)):
             raise InputError(
-                Arg("num_inference_steps", n), ": this scheduler config gives non-finite step multipliers "
-                f"{mult.tolist()}; the reference would produce NaN."
+                Arg("num_inference_steps", n),
+                ": this scheduler config gives non-finite step multipliers "
+                f"{mult.tolist()}; the reference would produce NaN.",
             )
         tables = dict(
             timesteps=jnp.asarray(ts.astype(np.int32)),

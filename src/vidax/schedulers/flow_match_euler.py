@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +24,20 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
-    SchedulerBase, StepIndexed, calculate_shift, check_mu, check_num_inference_steps, check_sample_shape,
-    check_step_inputs, is_int_at_least, is_number, register_state, replicated_sharding, shift_override,
-    shift_sigmas, stretch_shift_to_terminal,
+    SchedulerBase,
+    StepIndexed,
+    calculate_shift,
+    check_mu,
+    check_num_inference_steps,
+    check_sample_shape,
+    check_step_inputs,
+    is_int_at_least,
+    is_number,
+    register_state,
+    replicated_sharding,
+    shift_override,
+    shift_sigmas,
+    stretch_shift_to_terminal,
 )
 
 
@@ -65,17 +77,9 @@ class FlowMatchEulerDiscreteSchedulerConfig(ConfigBase):
         if not (is_number(self.shift) and self.shift > 0):
             raise ConfigError(f"{source}: shift={self.shift!r}; it must be a number > 0.")
         if self.time_shift_type not in ("exponential", "linear"):
-            raise ConfigError(
-                f"{source}: time_shift_type={self.time_shift_type!r}; "
-                "valid: 'exponential', 'linear'."
-            )
-        if self.shift_terminal is not None and not (
-            is_number(self.shift_terminal) and self.shift_terminal != 1
-        ):
-            raise ConfigError(
-                f"{source}: shift_terminal={self.shift_terminal!r}; "
-                "it must be null or a number != 1."
-            )
+            raise ConfigError(f"{source}: time_shift_type={self.time_shift_type!r}; valid: 'exponential', 'linear'.")
+        if self.shift_terminal is not None and not (is_number(self.shift_terminal) and self.shift_terminal != 1):
+            raise ConfigError(f"{source}: shift_terminal={self.shift_terminal!r}; it must be null or a number != 1.")
 
 
 @register_state
@@ -141,9 +145,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
                 f"calculate_shift needs base_shift and max_shift in the scheduler config; it has "
                 f"base_shift={c.base_shift!r}, max_shift={c.max_shift!r} (pass mu yourself)."
             )
-        return calculate_shift(
-            image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift
-        )
+        return calculate_shift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift)
 
     def largest_seq_len(self, num_inference_steps: int, sigmas: Any = None) -> int | None:
         """The largest ``image_seq_len`` whose dynamic shift (:meth:`calculate_shift`, which
@@ -158,8 +160,12 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
             below 2**40 tokens.
         """
         c = self.config
-        if not c.use_dynamic_shifting or c.base_shift is None or c.max_shift is None \
-                or (c.max_shift - c.base_shift) * (c.max_image_seq_len - c.base_image_seq_len) <= 0:
+        if (
+            not c.use_dynamic_shifting
+            or c.base_shift is None
+            or c.max_shift is None
+            or (c.max_shift - c.base_shift) * (c.max_image_seq_len - c.base_image_seq_len) <= 0
+        ):
             return None
 
         def valid(seq_len: int) -> bool:
@@ -289,9 +295,11 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         sigmas = np.concatenate([sigmas, np.zeros(1, np.float32)])
         if not np.all(np.isfinite(sigmas)):
             raise InputError(
-                "the schedule for ", Arg("num_inference_steps", n), f", mu={mu!r}, shift={shift!r}"
+                "the schedule for ",
+                Arg("num_inference_steps", n),
+                f", mu={mu!r}, shift={shift!r}"
                 f"{', custom ' + '/'.join(custom) if custom else ''} has non-finite sigmas "
-                f"{sigmas.tolist()}; sigmas are noise levels, custom ones belong in [0, 1]."
+                f"{sigmas.tolist()}; sigmas are noise levels, custom ones belong in [0, 1].",
             )
 
         state = FlowMatchEulerState(
@@ -304,7 +312,10 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         return state
 
     def step(
-        self, state: FlowMatchEulerState, model_output: jax.Array, sample: jax.Array,
+        self,
+        state: FlowMatchEulerState,
+        model_output: jax.Array,
+        sample: jax.Array,
         per_token_timesteps: jax.Array | None = None,
     ) -> tuple[jax.Array, FlowMatchEulerState]:
         """One Euler step ``x + (sigmas[i + 1] - sigmas[i]) * model_output``, i = step_index.
@@ -345,8 +356,10 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         else:
             t = jnp.asarray(per_token_timesteps, jnp.float32)
             if t.ndim > sample.ndim - 1:
-                raise InputError(f"per_token_timesteps has shape {tuple(t.shape)}; it needs one timestep per token "
-                                 f"of sample {tuple(sample.shape)} (its leading dimensions, channels last)")
+                raise InputError(
+                    f"per_token_timesteps has shape {tuple(t.shape)}; it needs one timestep per token "
+                    f"of sample {tuple(sample.shape)} (its leading dimensions, channels last)"
+                )
             sigma = t / jnp.float32(self.config.num_train_timesteps)
             sigmas = state.sigmas.reshape((-1,) + (1,) * t.ndim)
             lower = jnp.where(sigmas < sigma[None] - jnp.float32(1e-6), sigmas, jnp.float32(0.0))
@@ -363,7 +376,5 @@ def _check_values(name: str, values: Any) -> list[float]:
     except (TypeError, ValueError):
         out = None
     if not out or not all(math.isfinite(v) for v in out):
-        raise InputError(
-            f"{name}={values!r} is not valid; it must be a non-empty 1-D sequence of finite numbers."
-        )
+        raise InputError(f"{name}={values!r} is not valid; it must be a non-empty 1-D sequence of finite numbers.")
     return out

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -41,8 +42,18 @@ import numpy as np
 from vidax.config import ConfigBase
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
-    SchedulerBase, StepIndexed, check_mu, check_num_inference_steps, check_sample_shape, check_step_inputs,
-    is_int_at_least, is_number, register_state, replicated_sharding, shift_override, shift_sigmas,
+    SchedulerBase,
+    StepIndexed,
+    check_mu,
+    check_num_inference_steps,
+    check_sample_shape,
+    check_step_inputs,
+    is_int_at_least,
+    is_number,
+    register_state,
+    replicated_sharding,
+    shift_override,
+    shift_sigmas,
     stretch_shift_to_terminal,
 )
 
@@ -121,7 +132,8 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
                 raise ConfigError(
                     f"{source}: use_karras_sigmas=True with sigma_min={self.sigma_min!r}, "
                     f"sigma_max={self.sigma_max!r} is not supported: vidax builds Karras sigmas from "
-                    "both given values (diffusers otherwise derives them from the beta schedule).")
+                    "both given values (diffusers otherwise derives them from the beta schedule)."
+                )
             if not self.sigma_max > self.sigma_min:
                 raise bad("sigma_max", f"it must be greater than sigma_min={self.sigma_min!r}")
         if not is_int_at_least(self.num_train_timesteps, 1):
@@ -129,9 +141,7 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
         if not is_int_at_least(self.solver_order, 1):
             raise bad("solver_order", "it must be an int >= 1")
         if self.solver_type not in ("bh1", "bh2") + _SOLVER_TYPE_ALIASES:
-            raise bad(
-                "solver_type", "valid: 'bh1', 'bh2' (and 'midpoint'/'heun'/'logrho', read as 'bh2')"
-            )
+            raise bad("solver_type", "valid: 'bh1', 'bh2' (and 'midpoint'/'heun'/'logrho', read as 'bh2')")
         if not (is_number(self.flow_shift) and self.flow_shift > 0):
             raise bad("flow_shift", "it must be a number > 0")
         if self.final_sigmas_type not in ("zero", "sigma_min"):
@@ -139,13 +149,9 @@ class UniPCMultistepSchedulerConfig(ConfigBase):
         if self.time_shift_type not in ("exponential", "linear"):
             raise bad("time_shift_type", "valid: 'exponential', 'linear'")
         steps = self.disable_corrector
-        if not isinstance(steps, tuple) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in steps
-        ):
+        if not isinstance(steps, tuple) or not all(isinstance(i, int) and not isinstance(i, bool) for i in steps):
             raise bad("disable_corrector", "it must be a list of step indices (ints)")
-        if self.shift_terminal is not None and not (
-            is_number(self.shift_terminal) and self.shift_terminal != 1
-        ):
+        if self.shift_terminal is not None and not (is_number(self.shift_terminal) and self.shift_terminal != 1):
             raise bad("shift_terminal", "it must be null or a number != 1")
         if self.final_sigmas_type == "zero" and self.solver_type == "bh1":
             raise ConfigError(
@@ -247,7 +253,11 @@ class UniPCMultistepScheduler(SchedulerBase):
     config_class: ClassVar[type] = UniPCMultistepSchedulerConfig
 
     def flow_sigmas(
-        self, num_inference_steps: int, *, flow_shift: float | None = None, mu: float | None = None,
+        self,
+        num_inference_steps: int,
+        *,
+        flow_shift: float | None = None,
+        mu: float | None = None,
         base_sigmas: Sequence[float] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Host schedule: ``(timesteps (N,) int64, sigmas (N+1,) float32)``, equal to diffusers'.
@@ -260,16 +270,19 @@ class UniPCMultistepScheduler(SchedulerBase):
         if base_sigmas is not None:
             base_sigmas = np.asarray(base_sigmas, np.float64)
             if base_sigmas.shape != (n,):
-                raise InputError(f"base_sigmas has shape {base_sigmas.shape}; expected ({n},) for "
-                                 f"num_inference_steps={n}")
+                raise InputError(
+                    f"base_sigmas has shape {base_sigmas.shape}; expected ({n},) for num_inference_steps={n}"
+                )
         given_shift = flow_shift is not None
         flow_shift = shift_override("flow_shift", flow_shift, c.flow_shift, c.use_dynamic_shifting)
 
         num_train = c.num_train_timesteps
         if c.use_karras_sigmas:
             if given_shift:
-                raise InputError(f"flow_shift={flow_shift!r} was given but the config uses Karras sigmas, "
-                                 "which no shift changes (diffusers ignores it there too)")
+                raise InputError(
+                    f"flow_shift={flow_shift!r} was given but the config uses Karras sigmas, "
+                    "which no shift changes (diffusers ignores it there too)"
+                )
             # diffusers set_timesteps, Karras branch (_convert_to_karras, rho 7) with use_flow_sigmas.
             rho = 7.0
             ramp = np.linspace(0, 1, n)
@@ -295,8 +308,9 @@ class UniPCMultistepScheduler(SchedulerBase):
         inner = sigmas[:-1]
         if not (np.all(np.isfinite(sigmas)) and np.all(inner > 0) and np.all(inner < 1)):
             raise InputError(
-                Arg("num_inference_steps", n), f", flow_shift={flow_shift!r}, mu={mu!r} give sigmas "
-                f"{sigmas.tolist()} outside (0, 1); UniPC needs 0 < sigma < 1 before the last step."
+                Arg("num_inference_steps", n),
+                f", flow_shift={flow_shift!r}, mu={mu!r} give sigmas "
+                f"{sigmas.tolist()} outside (0, 1); UniPC needs 0 < sigma < 1 before the last step.",
             )
         return timesteps, sigmas
 
@@ -343,8 +357,7 @@ class UniPCMultistepScheduler(SchedulerBase):
                 "to size its multistep history, e.g. set_timesteps(n, sample_shape=latents.shape)."
             )
         shape = check_sample_shape(sample_shape)
-        timesteps, sigmas = self.flow_sigmas(num_inference_steps, flow_shift=flow_shift, mu=mu,
-                                             base_sigmas=base_sigmas)
+        timesteps, sigmas = self.flow_sigmas(num_inference_steps, flow_shift=flow_shift, mu=mu, base_sigmas=base_sigmas)
         predictor, corrector = _coefficient_tables(sigmas, self.config)
 
         def zeros() -> jax.Array:
@@ -367,9 +380,7 @@ class UniPCMultistepScheduler(SchedulerBase):
             **tables,
         )
 
-    def step(
-        self, state: UniPCState, model_output: jax.Array, sample: jax.Array
-    ) -> tuple[jax.Array, UniPCState]:
+    def step(self, state: UniPCState, model_output: jax.Array, sample: jax.Array) -> tuple[jax.Array, UniPCState]:
         """One UniPC step at ``state.step_index``: UniC corrects ``sample``, then UniP predicts.
 
         Pure and jittable; the step index is traced and only indexes the precomputed tables, so

@@ -85,23 +85,44 @@ class _Guard:
         given = headers.get("authorization")
         if given is not None and hmac.compare_digest(given.encode("latin-1"), self.key):
             return None
-        reason = "no Authorization header" if given is None else "the Authorization header's key is not this " \
-            "server's" if given.startswith("Bearer ") else "the Authorization header is not 'Bearer <key>'"
-        return RequestError(401, f"{reason}: send 'Authorization: Bearer <key>' with the server's API key "
-                            "(vidax serve --api-key / VIDAX_API_KEY)", None, "invalid_api_key")
+        reason = (
+            "no Authorization header"
+            if given is None
+            else "the Authorization header's key is not this server's"
+            if given.startswith("Bearer ")
+            else "the Authorization header is not 'Bearer <key>'"
+        )
+        return RequestError(
+            401,
+            f"{reason}: send 'Authorization: Bearer <key>' with the server's API key "
+            "(vidax serve --api-key / VIDAX_API_KEY)",
+            None,
+            "invalid_api_key",
+        )
 
     def _refusal(self, headers: dict[str, str], method: str) -> RequestError | None:
         given = headers.get("host", "")
         name, _, port = given.rpartition(":") if given.rpartition(":")[2].isdigit() else (given, "", "")
         name = name.strip("[]").lower()
         if (self.names is not None and name not in self.names) or (self.port is not None and port != str(self.port)):
-            return RequestError(403, f"Host {given!r} is not this server's address; use the address it listens on",
-                                None, "forbidden_host")
+            return RequestError(
+                403,
+                f"Host {given!r} is not this server's address; use the address it listens on",
+                None,
+                "forbidden_host",
+            )
         origin = headers.get("origin")
-        if method in ("POST", "DELETE", "PUT", "PATCH") and origin is not None \
-                and origin.lower() != f"http://{given}".lower():
-            return RequestError(403, f"Origin {origin!r} is another site: only this server's own page may change "
-                                "its jobs", None, "forbidden_origin")
+        if (
+            method in ("POST", "DELETE", "PUT", "PATCH")
+            and origin is not None
+            and origin.lower() != f"http://{given}".lower()
+        ):
+            return RequestError(
+                403,
+                f"Origin {origin!r} is another site: only this server's own page may change its jobs",
+                None,
+                "forbidden_origin",
+            )
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body:
             return self._too_large()
@@ -114,8 +135,7 @@ class _Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = self._refusal(headers, scope["method"]) or self._unauthorized(headers, scope["method"],
-                                                                                 scope["path"])
+        refusal = self._refusal(headers, scope["method"]) or self._unauthorized(headers, scope["method"], scope["path"])
         if refusal is None and scope["method"] in ("POST", "PUT", "PATCH"):
             body, more = bytearray(), True
             while more:
@@ -181,8 +201,9 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
     return fields, image_path, image_name, None  # None: a form's texts
 
 
-async def _form_field(fields: dict, key: str, value: Any, upload_dir: str, image_path: str | None,
-                      image_name: str) -> tuple[str | None, str]:
+async def _form_field(
+    fields: dict, key: str, value: Any, upload_dir: str, image_path: str | None, image_name: str
+) -> tuple[str | None, str]:
     """Add one form field to ``fields``; the upload's (path, name)."""
     if key in fields or (key == "input_reference" and image_path):
         raise RequestError(400, f"field {key!r} is given twice", key)
@@ -222,9 +243,16 @@ async def _event_stream(runner: JobRunner, job_id: str):
         if job["status"] in (COMPLETED, FAILED):
             yield _event("done" if job["status"] == COMPLETED else "failed", job)
             return
-        news = {"queued": {"id": job_id, "position": now["position"]} if now["position"] is not None else None,
-                "progress": {"id": job_id, "status": job["status"], "step": job["step"],
-                             "num_inference_steps": job["num_inference_steps"], "progress": job["progress"]}}
+        news = {
+            "queued": {"id": job_id, "position": now["position"]} if now["position"] is not None else None,
+            "progress": {
+                "id": job_id,
+                "status": job["status"],
+                "step": job["step"],
+                "num_inference_steps": job["num_inference_steps"],
+                "progress": job["progress"],
+            },
+        }
         for name, data in news.items():
             if data is not None and sent.get(name) != data:
                 sent[name] = data
@@ -236,8 +264,9 @@ async def _event_stream(runner: JobRunner, job_id: str):
         await asyncio.sleep(EVENTS_POLL)
 
 
-def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = None,
-               api_key: str | None = None) -> Starlette:
+def create_app(
+    runner: JobRunner, host: str = "127.0.0.1", port: int | None = None, api_key: str | None = None
+) -> Starlette:
     """The app serving ``runner``'s jobs on ``host:port`` (the address the server is bound to:
     requests naming another ``Host`` are refused, :class:`_Guard`; ``port`` None: any port),
     every request but the page's ``GET /`` needing ``api_key`` when given; it
@@ -272,21 +301,30 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
         if variant != "video":
             return _error(RequestError(400, f"variant={variant!r}: this server has only 'video'", "variant"))
         if job["status"] != COMPLETED:
-            return _error(RequestError(409, f"{job_id} is {job['status']}; its video is there once it is completed",
-                                       "video_id", "not_ready"))
+            return _error(
+                RequestError(
+                    409,
+                    f"{job_id} is {job['status']}; its video is there once it is completed",
+                    "video_id",
+                    "not_ready",
+                )
+            )
         path = runner.store.video_path(job_id)
         if not os.path.isfile(path):
-            return _error(RequestError(404, f"the video of {job_id} is no longer in the jobs folder",
-                                       "video_id", "not_found"))
-        return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4",
-                            content_disposition_type="inline")
+            return _error(
+                RequestError(404, f"the video of {job_id} is no longer in the jobs folder", "video_id", "not_found")
+            )
+        return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4", content_disposition_type="inline")
 
     async def events(request: Request) -> Response:
         job_id = request.path_params["id"]
         if runner.events(job_id) is None:
             return _not_found(job_id)
-        return StreamingResponse(_event_stream(runner, job_id), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _event_stream(runner, job_id),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     async def delete(request: Request) -> Response:
         job_id = request.path_params["id"]
@@ -312,12 +350,26 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
 
     async def models(request: Request) -> Response:
         info = runner.info
-        return JSONResponse({"object": "list", "data": [{
-            "id": runner.model, "object": "model", "owned_by": "vidax", "pipeline": runner.cls.__name__,
-            "tasks": list(info.tasks), "image": "i2v" in info.tasks and "image" in runner.call_args,
-            "defaults": dataclasses.asdict(info.defaults), "size_multiple": list(info.size_multiple),
-            "fields": Fields({}, runner.options, info.defaults.fps, cache=runner.cls.cache_reference).accepted(),
-        }]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": runner.model,
+                        "object": "model",
+                        "owned_by": "vidax",
+                        "pipeline": runner.cls.__name__,
+                        "tasks": list(info.tasks),
+                        "image": "i2v" in info.tasks and "image" in runner.call_args,
+                        "defaults": dataclasses.asdict(info.defaults),
+                        "size_multiple": list(info.size_multiple),
+                        "fields": Fields(
+                            {}, runner.options, info.defaults.fps, cache=runner.cls.cache_reference
+                        ).accepted(),
+                    }
+                ],
+            }
+        )
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": runner.model, **runner.counts()})
@@ -334,21 +386,27 @@ def create_app(runner: JobRunner, host: str = "127.0.0.1", port: int | None = No
             await run_in_threadpool(runner.stop)
 
     async def http_error(request: Request, e: HTTPException) -> Response:
-        reason = {404: f"no such path {request.url.path!r}",
-                  405: f"{request.method} is not allowed on {request.url.path!r}"}.get(e.status_code, str(e.detail))
+        reason = {
+            404: f"no such path {request.url.path!r}",
+            405: f"{request.method} is not allowed on {request.url.path!r}",
+        }.get(e.status_code, str(e.detail))
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
         return _error(RequestError(e.status_code, reason, None, code))
 
-    app = Starlette(exception_handlers={HTTPException: http_error}, routes=[
-        Route("/", index),
-        Route("/health", health),
-        Route("/v1/models", models),
-        Route("/v1/videos", create, methods=["POST"]),
-        Route("/v1/videos", listing, methods=["GET"]),
-        Route("/v1/videos/{id}", retrieve, methods=["GET"]),
-        Route("/v1/videos/{id}", delete, methods=["DELETE"]),
-        Route("/v1/videos/{id}/content", content, methods=["GET"]),
-        Route("/v1/videos/{id}/events", events, methods=["GET"]),
-    ], lifespan=lifespan)
+    app = Starlette(
+        exception_handlers={HTTPException: http_error},
+        routes=[
+            Route("/", index),
+            Route("/health", health),
+            Route("/v1/models", models),
+            Route("/v1/videos", create, methods=["POST"]),
+            Route("/v1/videos", listing, methods=["GET"]),
+            Route("/v1/videos/{id}", retrieve, methods=["GET"]),
+            Route("/v1/videos/{id}", delete, methods=["DELETE"]),
+            Route("/v1/videos/{id}/content", content, methods=["GET"]),
+            Route("/v1/videos/{id}/events", events, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
     app.add_middleware(_Guard, host=host, port=port, api_key=api_key)
     return app

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -24,8 +25,9 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind(address)
         sock.listen(128)
     except OSError as e:
-        raise InputError(Arg("host", host), " ", Arg("port", port), f": cannot listen there ({e.strerror or e})") \
-            from None
+        raise InputError(
+            Arg("host", host), " ", Arg("port", port), f": cannot listen there ({e.strerror or e})"
+        ) from None
     return sock
 
 
@@ -54,21 +56,42 @@ def check_access(host: str, api_key: str | None, insecure_no_auth: bool) -> str 
     from vidax.errors import Arg, InputError
 
     if api_key is not None and not api_key.strip():
-        raise InputError(Arg("api_key"), " is empty; give a secret of some length (or leave it unset on a loopback "
-                         "--host)")
+        raise InputError(
+            Arg("api_key"), " is empty; give a secret of some length (or leave it unset on a loopback --host)"
+        )
     if api_key is None and not insecure_no_auth and not is_loopback(host):
-        raise InputError(Arg("host", host), " is reachable from other machines and no API key is set: anyone who "
-                         "reaches it could run jobs; set one with --api-key KEY or the VIDAX_API_KEY environment "
-                         "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth to "
-                         "serve it open anyway")
+        raise InputError(
+            Arg("host", host),
+            " is reachable from other machines and no API key is set: anyone who "
+            "reaches it could run jobs; set one with --api-key KEY or the VIDAX_API_KEY environment "
+            "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth to "
+            "serve it open anyway",
+        )
     return api_key
 
 
-def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size: int, dtype: str,
-        sizes: tuple, offload: Any, compile_cache: bool, verbose: bool, load: Callable[[Any], None],
-        weight_dtype: str | None = None, transformer: str | None = None, matmul_precision: str = "highest",
-        api_key: str | None = None, insecure_no_auth: bool = False, max_batch: int = 1, batch_window_ms: float = 0,
-        save_every: int = 5, preview_every: int = 0) -> None:
+def run(
+    checkpoint: str | None,
+    host: str,
+    port: int,
+    jobs_dir: str,
+    queue_size: int,
+    dtype: str,
+    sizes: tuple,
+    offload: Any,
+    compile_cache: bool,
+    verbose: bool,
+    load: Callable[[Any], None],
+    weight_dtype: str | None = None,
+    transformer: str | None = None,
+    matmul_precision: str = "highest",
+    api_key: str | None = None,
+    insecure_no_auth: bool = False,
+    max_batch: int = 1,
+    batch_window_ms: float = 0,
+    save_every: int = 5,
+    preview_every: int = 0,
+) -> None:
     """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs; ``weight_dtype`` /
     ``transformer`` / ``matmul_precision`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
     SIGTERM, every request needing ``api_key`` when given (:func:`check_access`);
@@ -99,27 +122,44 @@ def run(checkpoint: str | None, host: str, port: int, jobs_dir: str, queue_size:
     store = JobStore(jobs_dir)  # a folder that cannot hold the records fails before loading
     sock = _listen(host, port)  # and a taken port
     if checkpoint is None:
-        typer.secho(f"Using the embedded default checkpoint ({PUBLIC_NAME}): tiny, RANDOM weights, so the videos "
-                    "are noise. Pass --checkpoint PATH for real weights.", fg=typer.colors.YELLOW, err=True)
+        typer.secho(
+            f"Using the embedded default checkpoint ({PUBLIC_NAME}): tiny, RANDOM weights, so the videos "
+            "are noise. Pass --checkpoint PATH for real weights.",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
     mesh = None
     if any(size is not None for size in sizes):  # a wrong mesh lists the sizes the configs' heads split over
         mesh = mesh_from_sizes(*sizes, heads=plan.heads)
     plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision)
     pipe = plan.pipeline.from_plan(plan)
     load(pipe)
-    runner = JobRunner(pipe, model, store, queue_size, max_batch=max_batch, batch_window_ms=batch_window_ms,
-                       save_every=save_every, preview_every=preview_every)
+    runner = JobRunner(
+        pipe,
+        model,
+        store,
+        queue_size,
+        max_batch=max_batch,
+        batch_window_ms=batch_window_ms,
+        save_every=save_every,
+        preview_every=preview_every,
+    )
     bound = sock.getsockname()
-    config = uvicorn.Config(create_app(runner, bound[0], bound[1], api_key), log_level="info" if verbose else "warning",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        create_app(runner, bound[0], bound[1], api_key),
+        log_level="info" if verbose else "warning",
+        timeout_graceful_shutdown=5,
+    )
     shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
     access = "API key required" if api_key else "no API key"
     typer.echo(f"vidax serve: {model} on http://{shown}:{bound[1]}/ (jobs in {store.folder}; {access})", err=True)
     received: list[int] = []
     # uvicorn handles SIGINT / SIGTERM itself (a graceful shutdown, whose lifespan end cancels the
     # jobs), then raises the signal again for the handler it found: this one, which only records it.
-    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

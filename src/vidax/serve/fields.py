@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from vidax.errors import MAX_TYPED_INT, Arg, ArgValue, VidaxError, typed_number
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, VIDEO_FILE, CallOption
@@ -42,8 +43,13 @@ class RequestError(Exception):
 
 #: OpenAI's fields that are no call keyword, by the keywords they stand for (``model`` for none;
 #: ``cache``, vidax's step cache with the CLI's ``--cache`` syntax, is read by the job runner).
-STANDS_FOR = {"model": (), "size": ("height", "width"), "seconds": ("num_frames",), "input_reference": ("image",),
-              "cache": ()}
+STANDS_FOR = {
+    "model": (),
+    "size": ("height", "width"),
+    "seconds": ("num_frames",),
+    "input_reference": ("image",),
+    "cache": (),
+}
 
 _SIZE = re.compile(r"\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*")
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -56,8 +62,9 @@ def _typed(option: CallOption, value: Any, text: str | None = None) -> Any:
     (:func:`~vidax.errors.typed_number`, as ``vidax generate`` reads its flags). Anything else
     stays as it is, so the declaration's check names the field and its value."""
     if option.type in (int, float) and isinstance(value, (str, float)):
-        number = typed_number(text if text is not None else value if isinstance(value, str) else repr(value),
-                              integer=option.type is int)
+        number = typed_number(
+            text if text is not None else value if isinstance(value, str) else repr(value), integer=option.type is int
+        )
         return value if number is None or option.type is int and isinstance(number, float) else number
     if option.type is bool and isinstance(value, str):
         return _BOOL.get(value.strip().lower(), value)
@@ -106,13 +113,23 @@ class Fields:
             messages (:meth:`sent`); None: the fields are a form's texts.
     """
 
-    def __init__(self, fields: dict[str, Any], options: Iterable[CallOption], fps: Any,
-                 image_name: str | None = None, cache: bool = False, texts: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        fields: dict[str, Any],
+        options: Iterable[CallOption],
+        fps: Any,
+        image_name: str | None = None,
+        cache: bool = False,
+        texts: Mapping[str, str] | None = None,
+    ):
         self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
         self.fps, self.image_name, self.cache, self.texts = fps, image_name, cache, dict(texts or {})
         self.form = texts is None
-        self.given = {k: v for k, v in fields.items()
-                      if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")}
+        self.given = {
+            k: v
+            for k, v in fields.items()
+            if v is not None and not (isinstance(v, str) and not v.strip() and k != "prompt")
+        }
         if image_name is not None:
             self.given["input_reference"] = image_name
 
@@ -122,8 +139,11 @@ class Fields:
         ``seconds``."""
         names = [n for n, o in self.options.items() if not (o.type is IMAGE_FILE and n == "image")]
         names[1:1] = ["model", "size", "seconds"]
-        return (names + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
-                + ["cache"] * self.cache)
+        return (
+            names
+            + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
+            + ["cache"] * self.cache
+        )
 
     def call_keywords(self) -> dict[str, Any]:
         """The call keywords of the fields, typed as declared (``model`` and ``input_reference``
@@ -137,35 +157,47 @@ class Fields:
         given, accepted = self.given, self.accepted()
         unknown = sorted(set(given) - set(accepted) - {"input_reference"})  # the caller's
         if unknown:
-            raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}",
-                               unknown[0])
+            raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}", unknown[0])
         kw = {k: _typed(self.options[k], v, self.texts.get(k)) for k, v in given.items() if k not in STANDS_FOR}
         if "prompt" in kw and not isinstance(kw["prompt"], str):
-            raise RequestError(400, f"prompt must be a string (one video per request), got "
-                               f"{type(kw['prompt']).__name__}", "prompt")
+            raise RequestError(
+                400, f"prompt must be a string (one video per request), got {type(kw['prompt']).__name__}", "prompt"
+            )
         if "size" in given:
             both = [k for k in ("height", "width") if k in given]
             if both:
-                raise RequestError(400, f"size and {both[0]} are both given; give size 'WIDTHxHEIGHT' or height "
-                                   "and width", "size")
+                raise RequestError(
+                    400, f"size and {both[0]} are both given; give size 'WIDTHxHEIGHT' or height and width", "size"
+                )
             m = _SIZE.fullmatch(str(given["size"]))
             if m is None:
-                raise RequestError(400, f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '160x96'), got "
-                                   f"{given['size']!r}", "size")
+                raise RequestError(
+                    400, f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '160x96'), got {given['size']!r}", "size"
+                )
             kw["width"], kw["height"] = int(m.group(1)), int(m.group(2))
         if "seconds" in given:
             if "num_frames" in given:
                 raise RequestError(400, "seconds and num_frames are both given; give one of them", "seconds")
             seconds = given["seconds"]
-            value = typed_number(seconds) if isinstance(seconds, str) else \
-                float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+            value = (
+                typed_number(seconds)
+                if isinstance(seconds, str)
+                else float(seconds)
+                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                else None
+            )
             if value is None or not math.isfinite(value) or value <= 0:
-                raise RequestError(400, f"seconds must be a number > 0, got {self.as_sent(Arg('seconds', seconds))}",
-                                   "seconds")
+                raise RequestError(
+                    400, f"seconds must be a number > 0, got {self.as_sent(Arg('seconds', seconds))}", "seconds"
+                )
             if value * self.fps >= MAX_TYPED_INT:  # a frame count no int64 holds (1e300: 301 digits)
-                raise RequestError(400, f"seconds must be a number > 0 of at most {(MAX_TYPED_INT - 1) / self.fps:.4g} "
-                                   f"(seconds x {float(self.fps):g} fps + 1 frames, an int64), got "
-                                   f"{self.as_sent(Arg('seconds', seconds))}", "seconds")
+                raise RequestError(
+                    400,
+                    f"seconds must be a number > 0 of at most {(MAX_TYPED_INT - 1) / self.fps:.4g} "
+                    f"(seconds x {float(self.fps):g} fps + 1 frames, an int64), got "
+                    f"{self.as_sent(Arg('seconds', seconds))}",
+                    "seconds",
+                )
             kw["num_frames"] = round(value * self.fps) + 1
         return kw
 
@@ -194,8 +226,9 @@ class Fields:
         Python writes it (:meth:`~vidax.errors.Arg.shown_as`)."""
         raw = self.given.get(arg.name)
         option = self.options.get(arg.name)
-        if isinstance(raw, str) and (arg.value is raw or option is not None
-                                     and arg.value == _typed(option, raw)):  # the value is the field's text
+        if isinstance(raw, str) and (
+            arg.value is raw or option is not None and arg.value == _typed(option, raw)
+        ):  # the value is the field's text
             if self.form:
                 return raw.strip()
             if arg.name == "seconds":  # a string in OpenAI's API ("4"): quoted as JSON writes it
@@ -222,11 +255,14 @@ class Fields:
             return f"size's {arg.name} {arg.shown_value()}" if arg.has_value else f"size's {arg.name}"
         if field == "seconds":
             seconds = self.as_sent(Arg("seconds", self.given["seconds"]))
-            return f"seconds={seconds} ({arg.shown_value()} frames at {float(self.fps):g} fps)" if arg.has_value \
+            return (
+                f"seconds={seconds} ({arg.shown_value()} frames at {float(self.fps):g} fps)"
+                if arg.has_value
                 else "num_frames (seconds x fps + 1)"
+            )
         return f"{arg.name}={self.as_sent(arg)}" if arg.has_value and arg.python is None else str(arg)
 
-    def error(self, e: VidaxError) -> "RequestError":
+    def error(self, e: VidaxError) -> RequestError:
         """The 400 answer to an error of the pipeline's checks: its message with the arguments
         spelled as the request's fields, ``param`` the field of the first argument it names
         that is one."""

@@ -32,7 +32,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -70,18 +71,24 @@ class JobStore:
         except OSError as e:
             raise InputError(arg, f" cannot hold the job records ({e})") from None
         try:
-            self._db = sqlite3.connect(os.path.join(self.folder, self.FILE), check_same_thread=False,
-                                       isolation_level=None)
+            self._db = sqlite3.connect(
+                os.path.join(self.folder, self.FILE), check_same_thread=False, isolation_level=None
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
-                             "status TEXT NOT NULL, data TEXT NOT NULL)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
+                "status TEXT NOT NULL, data TEXT NOT NULL)"
+            )
             self._db.execute("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, data TEXT NOT NULL)")
             columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
             if columns != self.COLUMNS:
                 self._db.close()
-                raise InputError(arg, f": {self.FILE} there is not vidax serve's (its table jobs has the columns "
-                                 f"{', '.join(columns)}; expected {', '.join(self.COLUMNS)}); give another "
-                                 "folder or move that file away")
+                raise InputError(
+                    arg,
+                    f": {self.FILE} there is not vidax serve's (its table jobs has the columns "
+                    f"{', '.join(columns)}; expected {', '.join(self.COLUMNS)}); give another "
+                    "folder or move that file away",
+                )
         except (OSError, sqlite3.Error) as e:
             self._lock_file.close()
             raise InputError(arg, f" cannot hold the job records ({e})") from None
@@ -132,17 +139,20 @@ class JobStore:
     def active(self) -> list[dict]:
         """The queued and running jobs, oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT data FROM jobs WHERE status IN (?, ?) ORDER BY created_at, id",
-                                    ACTIVE).fetchall()
+            rows = self._db.execute(
+                "SELECT data FROM jobs WHERE status IN (?, ?) ORDER BY created_at, id", ACTIVE
+            ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def put(self, job: dict) -> None:
         """Insert ``job``, or replace the record of its ``id`` (keeping the time it was first put,
         which orders the list: ``created_at`` counts whole seconds, as OpenAI's)."""
         with self._lock:
-            self._db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                             "status = excluded.status, data = excluded.data",
-                             (job["id"], time.time(), job["status"], json.dumps(job)))
+            self._db.execute(
+                "INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                "status = excluded.status, data = excluded.data",
+                (job["id"], time.time(), job["status"], json.dumps(job)),
+            )
 
     def get(self, job_id: str) -> dict | None:
         with self._lock:
@@ -161,12 +171,17 @@ class JobStore:
             if after is not None:
                 row = self._db.execute("SELECT created_at FROM jobs WHERE id = ?", (after,)).fetchone()
                 if row is None:
-                    raise RequestError(400, f"after={after!r} is no job's id; give the id of a listed job (the last "
-                                       "of a page, to get the next)", "after")
+                    raise RequestError(
+                        400,
+                        f"after={after!r} is no job's id; give the id of a listed job (the last "
+                        "of a page, to get the next)",
+                        "after",
+                    )
                 query += f" WHERE (created_at, id) {cmp} (?, ?)"
                 args = [row[0], after]
-            rows = self._db.execute(f"{query} ORDER BY created_at {order}, id {order} LIMIT ?",
-                                    (*args, limit + 1)).fetchall()
+            rows = self._db.execute(
+                f"{query} ORDER BY created_at {order}, id {order} LIMIT ?", (*args, limit + 1)
+            ).fetchall()
         return [json.loads(r[0]) for r in rows[:limit]], len(rows) > limit
 
     def update(self, job_id: str, **fields: Any) -> None:
@@ -174,16 +189,19 @@ class JobStore:
         with self._lock:
             row = self._db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is not None:
-                self._db.execute("UPDATE jobs SET data = ? WHERE id = ?",
-                                 (json.dumps({**json.loads(row[0]), **fields}), job_id))
+                self._db.execute(
+                    "UPDATE jobs SET data = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **fields}), job_id)
+                )
 
     def delete(self, job_id: str) -> None:
         """Delete the job's record, its mp4 and the frames kept when the mp4 could not be written."""
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
         self.forget_request(job_id)
-        for path in [self.video_path(job_id),
-                     *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy"))]:
+        for path in [
+            self.video_path(job_id),
+            *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy")),
+        ]:
             _unlink(path)
 
     def close(self) -> None:
@@ -217,8 +235,9 @@ def _hold(path: str, arg: Arg) -> Any:
         f.seek(0)
         holder = f.read().strip() or "unknown"
         f.close()
-        raise InputError(arg, f" is in use by another vidax serve, pid {holder}; stop it or give another "
-                         "--jobs-dir") from None
+        raise InputError(
+            arg, f" is in use by another vidax serve, pid {holder}; stop it or give another --jobs-dir"
+        ) from None
     except OSError:
         f.close()
         raise
@@ -237,7 +256,7 @@ LISTED_PROMPT = 200
 def _listed(job: dict) -> dict:
     prompt = job.get("prompt")
     if isinstance(prompt, str) and len(prompt) > LISTED_PROMPT:
-        return {**job, "prompt": prompt[:LISTED_PROMPT - 1] + "…"}
+        return {**job, "prompt": prompt[: LISTED_PROMPT - 1] + "…"}
     return job
 
 
@@ -269,10 +288,13 @@ class _Unwritten(Exception):
             return " ".join(text.replace(folder + os.sep, "").split())
 
         try:
-            kept = os.path.relpath(save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False),
-                                   folder)
-            kept = f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, " \
-                   "RGB) in [0, 1], numpy.load)"
+            kept = os.path.relpath(
+                save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False), folder
+            )
+            kept = (
+                f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, "
+                "RGB) in [0, 1], numpy.load)"
+            )
         except OSError as e:
             kept = local(f"saving the frames as .npy failed too ({type(e).__name__}: {e})")
         super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
@@ -302,8 +324,17 @@ class _Pending:
 #: What a batch's jobs must share besides the shape and the steps: the call's other settings
 #: (each job keeps its own prompt, negative prompt and seed; with :func:`per_video_guidance`
 #: its own guidance too, the batch sharing only whether CFG runs).
-_SHARED_SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "max_sequence_length", "output_type",
-                    "decode_audio", "lora_scale", "do_cfg")
+_SHARED_SETTINGS = (
+    "height",
+    "width",
+    "num_frames",
+    "num_inference_steps",
+    "max_sequence_length",
+    "output_type",
+    "decode_audio",
+    "lora_scale",
+    "do_cfg",
+)
 _GUIDANCE = ("guidance_scale", "guidance_scale_2")
 
 
@@ -342,9 +373,18 @@ class JobRunner:
             previews (a pipeline whose decode the fit cannot follow makes none, with a warning).
     """
 
-    def __init__(self, pipe: Any, model: str, store: JobStore, queue_size: int = 8, max_batch: int = 1,
-                 batch_window_ms: float = 0, save_every: int = 5, preview_every: int = 0,
-                 preview_map: Any = None):
+    def __init__(
+        self,
+        pipe: Any,
+        model: str,
+        store: JobStore,
+        queue_size: int = 8,
+        max_batch: int = 1,
+        batch_window_ms: float = 0,
+        save_every: int = 5,
+        preview_every: int = 0,
+        preview_map: Any = None,
+    ):
         self.pipe, self.model, self.store, self.queue_size = pipe, model, store, queue_size
         self.max_batch, self.window = max_batch, batch_window_ms / 1000
         self.save_every, self.preview_every = save_every, preview_every
@@ -372,16 +412,25 @@ class JobRunner:
         try:
             found = fit_preview_map(self.pipe)
         except (VidaxError, ValueError) as e:
-            logger.warning("no previews: the latent-to-RGB map of %s could not be fit (%s)", self.model,
-                           " ".join(str(e).split()))
+            logger.warning(
+                "no previews: the latent-to-RGB map of %s could not be fit (%s)", self.model, " ".join(str(e).split())
+            )
             return None
-        logger.info("previews: latent-to-RGB map fit to the VAE in %.1f s (held-out correlation %.2f)",
-                    time.perf_counter() - t0, found.r)
+        logger.info(
+            "previews: latent-to-RGB map fit to the VAE in %.1f s (held-out correlation %.2f)",
+            time.perf_counter() - t0,
+            found.r,
+        )
         return found
 
     # ------------------------------------------------------------------ the API's operations
-    def submit(self, fields: dict[str, Any], image_path: str | None = None, image_name: str = "",
-               texts: Mapping[str, str] | None = None) -> dict:
+    def submit(
+        self,
+        fields: dict[str, Any],
+        image_path: str | None = None,
+        image_name: str = "",
+        texts: Mapping[str, str] | None = None,
+    ) -> dict:
         """Check a request and queue its job; returns the job. ``texts``: the text of each JSON
         number field as sent (:func:`~vidax.serve.fields.number_texts`), for the messages.
 
@@ -392,9 +441,13 @@ class JobRunner:
         pending, job = self._prepare("video_" + uuid.uuid4().hex, fields, image_path, image_name, texts)
         with self._lock:
             if len(self._pending) >= self.queue_size + self.max_batch:  # the running batch and queue_size waiting
-                raise RequestError(429, f"the queue is full ({self.queue_size} jobs waiting behind the running "
-                                   f"{'one' if self.max_batch == 1 else 'batch'}); retry when one has finished",
-                                   None, "queue_full")
+                raise RequestError(
+                    429,
+                    f"the queue is full ({self.queue_size} jobs waiting behind the running "
+                    f"{'one' if self.max_batch == 1 else 'batch'}); retry when one has finished",
+                    None,
+                    "queue_full",
+                )
             if pending.call.image is not None:
                 pending.call.image.save(self.store.image_path(pending.id), format="PNG")
             kept = {}
@@ -402,15 +455,26 @@ class JobRunner:
                 if isinstance(value, Upload):
                     shutil.copyfile(value.path, self.store.upload_path(pending.id, key))
                     kept[key] = {"upload": value.name}
-            self.store.put_request(pending.id, {"fields": {**fields, **kept, "seed": pending.call.seed},
-                                                "texts": None if texts is None else dict(texts),
-                                                "image_name": image_name if image_path is not None else None})
+            self.store.put_request(
+                pending.id,
+                {
+                    "fields": {**fields, **kept, "seed": pending.call.seed},
+                    "texts": None if texts is None else dict(texts),
+                    "image_name": image_name if image_path is not None else None,
+                },
+            )
             self.store.put(job)
             self._enqueue(pending)
         return job
 
-    def _prepare(self, job_id: str, fields: dict[str, Any], image_path: str | None, image_name: str,
-                 texts: Mapping[str, str] | None) -> tuple[_Pending, dict]:
+    def _prepare(
+        self,
+        job_id: str,
+        fields: dict[str, Any],
+        image_path: str | None,
+        image_name: str,
+        texts: Mapping[str, str] | None,
+    ) -> tuple[_Pending, dict]:
         """The checked job of a request (not queued yet); ``image_path``: its ``input_reference``.
 
         Raises:
@@ -420,23 +484,39 @@ class JobRunner:
 
         model = fields.get("model")
         if model not in (None, "", self.model):
-            raise RequestError(400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model",
-                               "model_not_found")
-        request = Fields(fields, self.options, self.info.defaults.fps, image_name if image_path else None,
-                         cache=self.cls.cache_reference, texts=texts)
+            raise RequestError(
+                400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model", "model_not_found"
+            )
+        request = Fields(
+            fields,
+            self.options,
+            self.info.defaults.fps,
+            image_name if image_path else None,
+            cache=self.cls.cache_reference,
+            texts=texts,
+        )
         pending = _Pending(job_id, None)
         try:
             kw = request.call_keywords()
             if image_path is not None:
                 if "image" not in self.call_args or "i2v" not in self.info.tasks:
-                    raise RequestError(400, f"input_reference is given but {self.model} does not do "
-                                       f"image-to-video (it does {', '.join(self.info.tasks)})", "input_reference")
+                    raise RequestError(
+                        400,
+                        f"input_reference is given but {self.model} does not do "
+                        f"image-to-video (it does {', '.join(self.info.tasks)})",
+                        "input_reference",
+                    )
                 kw["image"] = load_image(image_path)
             for key, value in kw.items():  # the pipeline's other image keywords, uploaded as files
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
-            call = self.cls.check_call(self.info, progress=False, cancel=pending.cancel,
-                                       callback=lambda i, n: self._stepped([pending], i + 1, n), **kw)
+            call = self.cls.check_call(
+                self.info,
+                progress=False,
+                cancel=pending.cancel,
+                callback=lambda i, n: self._stepped([pending], i + 1, n),
+                **kw,
+            )
         except InputError as e:
             raise request.error(e) from None
         pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps)
@@ -445,12 +525,26 @@ class JobRunner:
         pending.key = self._batch_key(pending)
         fps = float(pending.fps)
         fps = int(fps) if fps.is_integer() else fps  # 16, not 16.0, in the job's JSON
-        job = {"id": job_id, "object": "video", "model": self.model, "status": QUEUED, "progress": 0,
-               "created_at": int(time.time()), "completed_at": None, "expires_at": None,
-               "size": f"{call.width}x{call.height}", "seconds": f"{(call.num_frames - 1) / fps:g}",
-               "error": None, "prompt": call.prompts[0], "num_frames": call.num_frames, "fps": fps,
-               "num_inference_steps": call.num_inference_steps, "step": 0, "seed": call.seed,
-               "input_reference": image_name or None}
+        job = {
+            "id": job_id,
+            "object": "video",
+            "model": self.model,
+            "status": QUEUED,
+            "progress": 0,
+            "created_at": int(time.time()),
+            "completed_at": None,
+            "expires_at": None,
+            "size": f"{call.width}x{call.height}",
+            "seconds": f"{(call.num_frames - 1) / fps:g}",
+            "error": None,
+            "prompt": call.prompts[0],
+            "num_frames": call.num_frames,
+            "fps": fps,
+            "num_inference_steps": call.num_inference_steps,
+            "step": 0,
+            "seed": call.seed,
+            "input_reference": image_name or None,
+        }
         return pending, job
 
     def _batch_key(self, pending: _Pending) -> tuple | None:
@@ -460,8 +554,12 @@ class JobRunner:
         draws more than the initial noise from the seed (LTX-Video's decode noise, LTX-2's
         latent noise, CogVideoX's DPM step noise)."""
         call = pending.call
-        if (self.max_batch < 2 and self.data_parallel < 2) or pending.cache is not None or call.task != "t2v" \
-                or call.num_videos_per_prompt != 1:
+        if (
+            (self.max_batch < 2 and self.data_parallel < 2)
+            or pending.cache is not None
+            or call.task != "t2v"
+            or call.num_videos_per_prompt != 1
+        ):
             return None
         if ".ltx" in self.cls.__module__ or type(self.pipe.scheduler).__name__ == "CogVideoXDPMScheduler":
             return None
@@ -491,27 +589,46 @@ class JobRunner:
                 if request is None:
                     raise RequestError(500, "its request was not kept (a server of an earlier version ran it)")
                 image = self.store.image_path(job["id"]) if request.get("image_name") else None
-                fields = {key: Upload(self.store.upload_path(job["id"], key), value["upload"])
-                          if isinstance(value, dict) and "upload" in value else value
-                          for key, value in request["fields"].items()}
-                pending, _ = self._prepare(job["id"], fields, image, request.get("image_name") or "",
-                                           request.get("texts"))
+                fields = {
+                    key: Upload(self.store.upload_path(job["id"], key), value["upload"])
+                    if isinstance(value, dict) and "upload" in value
+                    else value
+                    for key, value in request["fields"].items()
+                }
+                pending, _ = self._prepare(
+                    job["id"], fields, image, request.get("image_name") or "", request.get("texts")
+                )
             except (RequestError, OSError) as e:
                 failed += 1
-                self.store.put(_failed(job, f"interrupted: the server stopped before the job finished, and it could "
-                                       f"not be queued again ({getattr(e, 'message', e)})", "interrupted"))
+                self.store.put(
+                    _failed(
+                        job,
+                        f"interrupted: the server stopped before the job finished, and it could "
+                        f"not be queued again ({getattr(e, 'message', e)})",
+                        "interrupted",
+                    )
+                )
                 continue
             pending.resume, pending.step = states.get(job["id"], (None, 0))
             again += 1
             with self._lock:
-                self.store.put({**job, "status": QUEUED, "step": pending.step,
-                                "progress": _progress(pending.step, job["num_inference_steps"])})
+                self.store.put(
+                    {
+                        **job,
+                        "status": QUEUED,
+                        "step": pending.step,
+                        "progress": _progress(pending.step, job["num_inference_steps"]),
+                    }
+                )
                 self._enqueue(pending)
         for path in {path for path, _ in states.values()} - {p.resume for p in self._pending.values()}:
             os.unlink(path)
         if again or failed:
-            logger.warning("queued again %d job(s) of an earlier run%s", again,
-                           f"; {failed} could not be (failed, interrupted)" if failed else "")
+            logger.warning(
+                "queued again %d job(s) of an earlier run%s",
+                again,
+                f"; {failed} could not be (failed, interrupted)" if failed else "",
+            )
 
     def _cache(self, value: Any, steps: int) -> Any:
         """The step cache config of a request's ``cache`` field (the CLI's ``--cache`` syntax, the
@@ -526,8 +643,9 @@ class JobRunner:
 
         try:
             if not isinstance(value, str):
-                raise InputError(f"cache={value!r} must be a string: first_block:THRESHOLD, mag[:[r1, r2, ...]] or "
-                                 "taylorseer")
+                raise InputError(
+                    f"cache={value!r} must be a string: first_block:THRESHOLD, mag[:[r1, r2, ...]] or taylorseer"
+                )
             return self.pipe.check_cache(parse_cache_option(value, steps, name="cache", files=False), "cache")
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "cache") from None
@@ -589,10 +707,15 @@ class JobRunner:
                 if pending in self._running:
                     if all(p.cancel.is_set() for p in self._running):
                         return self.get(job_id)  # the call stops at its next check
-                    message = f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}" \
-                        if pending.step else "cancelled before denoising step 1"
-                    job = {**_failed({**job, **_reached(pending.step, job)}, message, "cancelled"),
-                           "batch": self._batch_report(self._running, self._running.index(pending), self._resumed)}
+                    message = (
+                        f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}"
+                        if pending.step
+                        else "cancelled before denoising step 1"
+                    )
+                    job = {
+                        **_failed({**job, **_reached(pending.step, job)}, message, "cancelled"),
+                        "batch": self._batch_report(self._running, self._running.index(pending), self._resumed),
+                    }
                 else:
                     self._waiting.remove(pending)
                     job = _failed(job, "cancelled before it started", "cancelled")
@@ -666,7 +789,7 @@ class JobRunner:
             return [first]
         deadline = time.monotonic() + self.window
         while True:
-            batch = [p for p in self._waiting if p.key == first.key and p.resume is None][:self.max_batch]
+            batch = [p for p in self._waiting if p.key == first.key and p.resume is None][: self.max_batch]
             left = deadline - time.monotonic()
             if len(batch) == self.max_batch or left <= 0 or self.stopping:
                 return batch
@@ -686,24 +809,36 @@ class JobRunner:
         call = calls[0]
         calls += [calls[-1]] * self._padding(batch)
         if len(calls) > 1:
-            noise = jax.tree.map(lambda *a: np.concatenate([np.asarray(x) for x in a]),
-                                 *[self.pipe.initial_noise(c) for c in calls])
+            noise = jax.tree.map(
+                lambda *a: np.concatenate([np.asarray(x) for x in a]), *[self.pipe.initial_noise(c) for c in calls]
+            )
             streams = self.cls.latent_streams
-            first, others = (noise, {}) if not isinstance(noise, dict) else (
-                noise[streams[0]], {k: v for k, v in noise.items() if k != streams[0]})
+            first, others = (
+                (noise, {})
+                if not isinstance(noise, dict)
+                else (noise[streams[0]], {k: v for k, v in noise.items() if k != streams[0]})
+            )
             guidance = tuple((c.guidance_scale, c.guidance_scale_2) for c in calls)
-            call = dataclasses.replace(call, prompts=[c.prompts[0] for c in calls],
-                                       negatives=[c.negatives[0] for c in calls], latents=first,
-                                       stream_latents=others, given=call.given | {"latents"},
-                                       video_guidance=guidance if len(set(guidance)) > 1 else None)
+            call = dataclasses.replace(
+                call,
+                prompts=[c.prompts[0] for c in calls],
+                negatives=[c.negatives[0] for c in calls],
+                latents=first,
+                stream_latents=others,
+                given=call.given | {"latents"},
+                video_guidance=guidance if len(set(guidance)) > 1 else None,
+            )
         resume = None
         if batch[0].resume is not None:
             with np.load(batch[0].resume) as saved:
                 resume = (int(saved["done"]), [saved[f"arr_{i}"] for i in range(int(saved["leaves"]))])
-        return dataclasses.replace(call, callback=lambda i, n: self._stepped(batch, i + 1, n),
-                                   cancel=lambda: self.stopping or all(p.cancel.is_set() for p in batch),
-                                   on_state=self._on_state(batch, state_path, call),
-                                   resume=resume)
+        return dataclasses.replace(
+            call,
+            callback=lambda i, n: self._stepped(batch, i + 1, n),
+            cancel=lambda: self.stopping or all(p.cancel.is_set() for p in batch),
+            on_state=self._on_state(batch, state_path, call),
+            resume=resume,
+        )
 
     def _on_state(self, batch: list[_Pending], path: str, call: Any) -> Callable | None:
         """The call's ``on_state``: the state saved every :attr:`save_every` steps, a preview
@@ -761,10 +896,19 @@ class JobRunner:
         if self.data_parallel > 1:
             padding = self._padding(batch)
             rows = (len(batch) + padding) * (2 if batch[0].call.do_cfg else 1)
-            dp = {"devices": self.data_parallel, "rows": rows, "padding": padding,
-                  "split": rows % self.data_parallel == 0}
-        return {"size": len(batch), "index": index, "jobs": [p.id for p in batch], "resumed_from_step": resumed,
-                "data_parallel": dp}
+            dp = {
+                "devices": self.data_parallel,
+                "rows": rows,
+                "padding": padding,
+                "split": rows % self.data_parallel == 0,
+            }
+        return {
+            "size": len(batch),
+            "index": index,
+            "jobs": [p.id for p in batch],
+            "resumed_from_step": resumed,
+            "data_parallel": dp,
+        }
 
     def _run(self, batch: list[_Pending]) -> None:
         from vidax.io.video import write_video
@@ -824,10 +968,15 @@ class JobRunner:
             t0 = time.perf_counter()
             try:
                 # The sound, where the model makes it, goes into the mp4 as its AAC track.
-                write_video(out.frames[index], self.store.video_path(pending.id), fps=pending.fps,
-                            audio=None if out.audio is None else out.audio[index], sample_rate=out.audio_sample_rate)
+                write_video(
+                    out.frames[index],
+                    self.store.video_path(pending.id),
+                    fps=pending.fps,
+                    audio=None if out.audio is None else out.audio[index],
+                    sample_rate=out.audio_sample_rate,
+                )
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
-                raise _Unwritten(self.store.folder, pending.id, out.frames[index:index + 1], e) from None
+                raise _Unwritten(self.store.folder, pending.id, out.frames[index : index + 1], e) from None
         except Exception as e:
             return self._failure(pending, job, e)
         stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s, "write_s": time.perf_counter() - t0}
@@ -835,8 +984,14 @@ class JobRunner:
             stats["cache"] = out.stats.cache.describe()
             if out.stats.cache.calibration is not None:
                 stats["mag_ratios"] = out.stats.cache.calibration
-        return {**job, "status": COMPLETED, "progress": 100, "step": job["num_inference_steps"],
-                "completed_at": int(time.time()), "stats": stats}
+        return {
+            **job,
+            "status": COMPLETED,
+            "progress": 100,
+            "step": job["num_inference_steps"],
+            "completed_at": int(time.time()),
+            "stats": stats,
+        }
 
     def _failure(self, pending: _Pending, job: dict, e: Exception) -> dict:
         """The record of a job that failed with ``e``."""
@@ -849,8 +1004,7 @@ class JobRunner:
             return _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), type(e).__name__)
         # a codec or disk error writing the video, a bug: the job fails, the server stays
         logger.error("job %s failed", pending.id, exc_info=e)
-        return _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()),
-                       "internal")
+        return _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
 
 
 def _save_atomically(path: str, arrays: list, **values: Any) -> None:

@@ -70,11 +70,13 @@ def _pooled_pairs(z: np.ndarray, frames: np.ndarray, decoded_t: int, temporal: i
     b, _, h, w, c = z.shape
     used = decoded_t - 1
     if used < 1 or frames.shape[1] < used * temporal or frames.shape[2:4] != (h * spatial, w * spatial):
-        raise ValueError(f"{frames.shape[1:4]} decoded frames / pixels do not follow the latent grid {z.shape[1:4]} "
-                         f"at compression {temporal} x {spatial}")
-    rgb = frames[:, frames.shape[1] - used * temporal:] * 2.0 - 1.0
+        raise ValueError(
+            f"{frames.shape[1:4]} decoded frames / pixels do not follow the latent grid {z.shape[1:4]} "
+            f"at compression {temporal} x {spatial}"
+        )
+    rgb = frames[:, frames.shape[1] - used * temporal :] * 2.0 - 1.0
     rgb = rgb.reshape(b, used, temporal, h, spatial, w, spatial, 3).mean(axis=(2, 4, 6))
-    return z[:, z.shape[1] - used:].reshape(-1, c), rgb.reshape(-1, 3)
+    return z[:, z.shape[1] - used :].reshape(-1, c), rgb.reshape(-1, 3)
 
 
 def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -95,8 +97,16 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     height, width = (FIT_GRID * s if m is None else min(FIT_GRID * s, m) for m in (limits.height, limits.width))
     frames = 1 + t * (FIT_FRAMES - 1)
     frames = frames if limits.num_frames is None else min(frames, limits.num_frames)
-    call = type(pipe).check_call(info, ["preview"] * FIT_VIDEOS, height=height, width=width, num_frames=frames,
-                                 num_inference_steps=2, seed=seed, progress=False)
+    call = type(pipe).check_call(
+        info,
+        ["preview"] * FIT_VIDEOS,
+        height=height,
+        width=width,
+        num_frames=frames,
+        num_inference_steps=2,
+        seed=seed,
+        progress=False,
+    )
     stats = RunStats()
     with pipe.precision():
         cond = pipe.condition(call, stats)
@@ -107,13 +117,16 @@ def decoded_samples(pipe: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return _pooled_pairs(np.asarray(z, np.float32), np.asarray(frames, np.float32), decoded_t, t, s)
 
 
-def correlation(preview_map: "PreviewMap", latents: np.ndarray, rgb: np.ndarray) -> float:
+def correlation(preview_map: PreviewMap, latents: np.ndarray, rgb: np.ndarray) -> float:
     """The correlation over the latent pixels of ``preview_map``'s projection of ``latents``
     with ``rgb``, per colour, averaged over the colours that vary in both (0 when none does: a
     decode saturated to one value)."""
     projected = preview_map.project(latents)
-    found = [np.corrcoef(projected[:, k], rgb[:, k])[0, 1] for k in range(3)
-             if projected[:, k].std() > 0 and rgb[:, k].std() > 0]
+    found = [
+        np.corrcoef(projected[:, k], rgb[:, k])[0, 1]
+        for k in range(3)
+        if projected[:, k].std() > 0 and rgb[:, k].std() > 0
+    ]
     return float(np.mean(found)) if found else 0.0
 
 

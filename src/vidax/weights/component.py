@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,10 +36,20 @@ from vidax.weights.loader import DtypePolicy, PendingLoad, Placement, load_modul
 from vidax.weights.safetensors_io import CheckpointReader
 
 
-def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: Any = jnp.float32,
-                   placement: Placement | None = None, *, mesh: Any = None, offload: Any = None,
-                   memory_kind: str | None = None, config: Any = None, weights: str | None = None,
-                   file: str | os.PathLike | None = None, **model_kwargs: Any) -> PendingLoad:
+def plan_component(
+    spec: ComponentSpec | str,
+    folder: str | os.PathLike,
+    dtype: Any = jnp.float32,
+    placement: Placement | None = None,
+    *,
+    mesh: Any = None,
+    offload: Any = None,
+    memory_kind: str | None = None,
+    config: Any = None,
+    weights: str | None = None,
+    file: str | os.PathLike | None = None,
+    **model_kwargs: Any,
+) -> PendingLoad:
     """Check the checkpoint in ``folder`` against the model of ``spec`` and return the load.
 
     Args:
@@ -83,8 +94,9 @@ def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: 
     what = f"{spec.kind} ({spec.class_name})"
     dtype = compute_dtype(dtype, what)
     if not os.path.isdir(folder):
-        raise InputError(f"path={folder!r} is not a folder; pass the {spec.class_name} folder "
-                         "(config.json and safetensors).")
+        raise InputError(
+            f"path={folder!r} is not a folder; pass the {spec.class_name} folder (config.json and safetensors)."
+        )
     config = config or spec.config_class().from_json_file(os.path.join(folder, "config.json"))
     placement = _in_memory(placement or logical_placement(mesh, spec.axes()), memory_kind)
     if spec.loader is not None:
@@ -105,8 +117,16 @@ def plan_component(spec: ComponentSpec | str, folder: str | os.PathLike, dtype: 
 
         reader = fp8_scaled(CheckpointReader(folder))
     stream = offload_loader(offload, attr=spec.block_stacks) if spec.block_stacks else None
-    pending = load_module(make, reader, spec.rules(config, reader.keys()), DtypePolicy(dtype, spec.fp32(), weights),
-                          placement, what=what, place_stacked=stream, defer=True)
+    pending = load_module(
+        make,
+        reader,
+        spec.rules(config, reader.keys()),
+        DtypePolicy(dtype, spec.fp32(), weights),
+        placement,
+        what=what,
+        place_stacked=stream,
+        defer=True,
+    )
     return pending.then(stream.attach) if stream is not None else pending
 
 

@@ -39,7 +39,8 @@ import logging
 import os
 import re
 from collections import defaultdict
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -97,7 +98,7 @@ class KeyRules:
         """
         if not key.startswith(self.prefix):
             return ("<outside the prefix>", key), None
-        key = key[len(self.prefix):]
+        key = key[len(self.prefix) :]
         for src, dst in self.renames:
             key = key.replace(src, dst)
         for prefix in self.stacked:
@@ -116,7 +117,7 @@ class KeyRules:
         if layer is not None:
             for prefix in self.stacked:
                 if key.startswith(prefix + "."):
-                    key = f"{prefix}.{layer}.{key[len(prefix) + 1:]}"
+                    key = f"{prefix}.{layer}.{key[len(prefix) + 1 :]}"
                     break
             else:
                 raise ValueError(f"{path} is stacked but matches no stacked prefix {self.stacked}")
@@ -225,7 +226,7 @@ class PendingLoad:
         """
         return self._read()
 
-    def then(self, fn: Callable[[Any], Any]) -> "PendingLoad":
+    def then(self, fn: Callable[[Any], Any]) -> PendingLoad:
         """A PendingLoad whose :meth:`read` returns ``fn(self.read())``."""
         return PendingLoad(lambda: fn(self.read()), self.abstract)
 
@@ -332,8 +333,23 @@ def load_module(
     if missing or unexpected or misshaped or duplicated:
         raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
     graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
-    read = PendingLoad(lambda: _read_module(reader, graphdef, abstract, stacks, plan, policy, placement,
-                                            place_stacked, scales, kept, indices, rules.stacked), abstract)
+    read = PendingLoad(
+        lambda: _read_module(
+            reader,
+            graphdef,
+            abstract,
+            stacks,
+            plan,
+            policy,
+            placement,
+            place_stacked,
+            scales,
+            kept,
+            indices,
+            rules.stacked,
+        ),
+        abstract,
+    )
     return read if defer else read.read()
 
 
@@ -352,11 +368,11 @@ def _keep_gguf(make, reader, plan, policy, graphdef, abstract, what):
         graphdef, abstract = abstract_params(lambda: keep_gguf(make(), kinds))
     kept = frozenset(p for p in kinds if abstract[p].get_value().dtype == np.uint8)
     host.update({key: NOT_LINEAR for p in kinds if p not in kept for _, key in plan[p]})
-    indices = {p[:-1] + (INDEX_ATTR,): type_index(k) for p, k in kinds.items()
-               if p in kept and not isinstance(k, str)}
+    indices = {p[:-1] + (INDEX_ATTR,): type_index(k) for p, k in kinds.items() if p in kept and not isinstance(k, str)}
     if host:
-        logger.info("%s: %d GGUF block-quantized tensor(s) dequantized on the host: %s", what, len(host),
-                    host_reasons(host))
+        logger.info(
+            "%s: %d GGUF block-quantized tensor(s) dequantized on the host: %s", what, len(host), host_reasons(host)
+        )
     return graphdef, abstract, kept, indices
 
 
@@ -367,12 +383,25 @@ def host_reasons(host: dict[str, str]) -> str:
     groups: dict[str, list[str]] = {}
     for key in sorted(host):
         groups.setdefault(host[key], []).append(key)
-    return "; ".join(f"{len(keys)} {why} ({', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''})"
-                     for why, keys in groups.items())
+    return "; ".join(
+        f"{len(keys)} {why} ({', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''})" for why, keys in groups.items()
+    )
 
 
-def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, place_stacked,
-                 scales=frozenset(), kept=frozenset(), indices=None, stack_names=()) -> nnx.Module:
+def _read_module(
+    reader,
+    graphdef,
+    abstract,
+    stacks,
+    plan,
+    policy,
+    placement,
+    place_stacked,
+    scales=frozenset(),
+    kept=frozenset(),
+    indices=None,
+    stack_names=(),
+) -> nnx.Module:
     """Read and place every tensor of a checked plan (see :func:`load_module`); ``indices``:
     the values of parameters no tensor holds (a kept GGUF stack's per-layer type index)."""
     from vidax.nn.quant import scale_sharding
@@ -396,9 +425,14 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
             sharding = scale_sharding(placement(path[:-1] + ("kernel",), kernel), kernel.ndim)
         else:
             sharding = placement(path, sds)
-        read = functools.partial(_read_layer, reader, path, dtype=sds.dtype,
-                                 quant=policy.weights if quantized else None,
-                                 raw=target.shape[-2] if path in kept else None)
+        read = functools.partial(
+            _read_layer,
+            reader,
+            path,
+            dtype=sds.dtype,
+            quant=policy.weights if quantized else None,
+            raw=target.shape[-2] if path in kept else None,
+        )
         stacked = path in stacks
         if indices and path in indices:  # each "key" is the layer's index itself
             read, stacked = functools.partial(np.asarray, dtype=sds.dtype), True
@@ -406,8 +440,12 @@ def _read_module(reader, graphdef, abstract, stacks, plan, policy, placement, pl
         if stacked and place_stacked is not None:
             keys = dict(entries)
             value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
-        if value is None and stacked and path in linears and keeps_kernel_layout(linears[path], sds.dtype, sds.shape,
-                                                                                   sharding):
+        if (
+            value is None
+            and stacked
+            and path in linears
+            and keeps_kernel_layout(linears[path], sds.dtype, sds.shape, sharding)
+        ):
             # read as the file holds it, (N, K) a layer: the stack's bytes are then the kernel layout
             value = _place_stacked_transposed(functools.partial(read, source_layout=True), entries, sds, sharding)
         if value is None and stacked:
@@ -432,8 +470,11 @@ def _stacked_linear_kernels(graphdef, abstract, stacks, policy) -> dict:
     if not any(_is_float(abstract[p].get_value().dtype) and reads_stacks_in_place(policy.dtype_for(p)) for p in stacks):
         return {}
     module = nnx.merge(graphdef, nnx.from_flat_state(list(abstract.items())))
-    return {tuple(p) + ("kernel",): node for p, node in nnx.iter_graph(module)
-            if isinstance(node, KernelOwner) and tuple(p) + ("kernel",) in stacks}
+    return {
+        tuple(p) + ("kernel",): node
+        for p, node in nnx.iter_graph(module)
+        if isinstance(node, KernelOwner) and tuple(p) + ("kernel",) in stacks
+    }
 
 
 def _place_stacked_transposed(read, entries, sds, sharding):
@@ -483,8 +524,9 @@ def _place_stacked(read, entries, sds, sharding):
     return buf
 
 
-def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: int | None = None,
-                source_layout: bool = False) -> np.ndarray:
+def _read_layer(
+    reader, path, key, dtype, quant: str | None = None, raw: int | None = None, source_layout: bool = False
+) -> np.ndarray:
     """One tensor (a layer of a stacked parameter, or a whole one) as a host array in the target
     layout and ``dtype`` (a copy, so the file's pages can be released at once). With ``quant``
     (an 8-bit format), ``path`` is a quantized kernel or its ``kernel_scale``: the kernel read
@@ -508,9 +550,7 @@ def _read_layer(reader, path, key, dtype, quant: str | None = None, raw: int | N
     return arr
 
 
-_set_layer = jax.jit(
-    lambda buf, x, i: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), donate_argnums=0
-)
+_set_layer = jax.jit(lambda buf, x, i: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), donate_argnums=0)
 
 
 def _drop_leading_axis(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:

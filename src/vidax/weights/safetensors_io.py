@@ -13,8 +13,8 @@ import mmap
 import os
 import struct
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -70,7 +70,8 @@ def _read_header(path: str) -> tuple[dict, int]:
                 raise CheckpointError(
                     f"{path} is not a safetensors file: its first 8 bytes give a header length of {n} bytes "
                     f"(a safetensors header is a JSON object of 2 bytes to 100 MiB; the file is "
-                    f"{os.path.getsize(path)} bytes)")
+                    f"{os.path.getsize(path)} bytes)"
+                )
             text = f.read(n)
         if len(text) < n:
             raise CheckpointError(
@@ -85,14 +86,18 @@ def _read_header(path: str) -> tuple[dict, int]:
     except UnicodeDecodeError as e:
         raise CheckpointError(
             f"{path} is not a safetensors file (or is damaged): its {n}-byte header is not UTF-8 JSON text "
-            f"(byte 0x{e.object[e.start]:02x} at offset {8 + e.start})") from None
+            f"(byte 0x{e.object[e.start]:02x} at offset {8 + e.start})"
+        ) from None
     except json.JSONDecodeError as e:
         raise CheckpointError(
             f"{path} is not a safetensors file (or is damaged): its {n}-byte header is not valid JSON "
-            f"({e.msg} at offset {8 + e.pos})") from None
+            f"({e.msg} at offset {8 + e.pos})"
+        ) from None
     if not isinstance(header, dict):
-        raise CheckpointError(f"{path} is not a safetensors file (or is damaged): its header is a JSON "
-                              f"{type(header).__name__}, not an object of tensors")
+        raise CheckpointError(
+            f"{path} is not a safetensors file (or is damaged): its header is a JSON "
+            f"{type(header).__name__}, not an object of tensors"
+        )
     return header, 8 + n
 
 
@@ -183,9 +188,7 @@ class CheckpointReader:
                 if name == "__metadata__":
                     continue
                 if name in self._infos:
-                    raise CheckpointError(
-                        f"tensor {name!r} is in both {self._infos[name].file} and {file}"
-                    )
+                    raise CheckpointError(f"tensor {name!r} is in both {self._infos[name].file} and {file}")
                 info = self._infos[name] = _tensor_info(file, name, meta, data_start)
                 data_end = max(data_end, info.end - data_start)
             _check_file_size(file, data_start, data_end)
@@ -217,9 +220,7 @@ class CheckpointReader:
             return files
         files = [os.path.join(path, e) for e in entries if e.endswith(".safetensors")]
         if not files:
-            raise CheckpointError(
-                f"{path}: no *.safetensors file (vidax reads safetensors only; found {entries[:8]})"
-            )
+            raise CheckpointError(f"{path}: no *.safetensors file (vidax reads safetensors only; found {entries[:8]})")
         if len(files) > 1:
             raise CheckpointError(
                 f"{path}: several safetensors files {[os.path.basename(f) for f in files]} but no "

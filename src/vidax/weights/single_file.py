@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,13 @@ class _Reader(CheckpointReader):
     """Tensors by name, each read by a function (the reader interface of
     :class:`~vidax.weights.safetensors_io.CheckpointReader`, whose ``keys`` / ``info`` it keeps)."""
 
-    def __init__(self, path: str, infos: Mapping[str, VirtualInfo], reads: Mapping[str, Callable[[], np.ndarray]],
-                 raws: Mapping[str, Callable[[], np.ndarray]] | None = None):
+    def __init__(
+        self,
+        path: str,
+        infos: Mapping[str, VirtualInfo],
+        reads: Mapping[str, Callable[[], np.ndarray]],
+        raws: Mapping[str, Callable[[], np.ndarray]] | None = None,
+    ):
         self.path = path
         self._infos, self._reads, self._maps = dict(infos), dict(reads), {}
         self._raws = dict(raws or {})
@@ -77,7 +83,7 @@ class _Reader(CheckpointReader):
     def release(self, key: str) -> None:
         pass
 
-    def renamed(self, names: Mapping[str, Any]) -> "_Reader":
+    def renamed(self, names: Mapping[str, Any]) -> _Reader:
         """The same tensors under new names (``names``: old -> new; a name absent keeps its own,
         a name mapped to None is left out, one mapped to a tuple of :class:`Part` gives a tensor
         per part).
@@ -112,14 +118,14 @@ class Part:
     def info(self, info: Any) -> VirtualInfo:
         """``info`` (the file's tensor) as this part: its shape, and its share of the bytes."""
         rows = info.shape[0] if info.shape else 1
-        n = len(range(rows)[self.start:self.stop])
+        n = len(range(rows)[self.start : self.stop])
         shape = (n, *info.shape[1:]) if info.shape else ()
         size = (info.end - info.start) * n // max(rows, 1)
         return VirtualInfo(info.file, info.dtype, shape, info.start, info.start + size, getattr(info, "stored", ""))
 
     def read(self, read: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
         def part() -> np.ndarray:
-            value = read()[self.start:self.stop]
+            value = read()[self.start : self.stop]
             if self.swap:
                 half = value.shape[0] // 2
                 value = np.concatenate([value[half:], value[:half]])
@@ -153,14 +159,18 @@ def fp8_scaled(reader: CheckpointReader) -> _Reader | CheckpointReader:
         if scale is None:
             raise CheckpointError(
                 f"{info.file}: float8 tensor {key!r} has no scale ({stem}scale_weight or {stem}weight_scale); "
-                "an fp8 file without its scales cannot be dequantized")
+                "an fp8 file without its scales cannot be dequantized"
+            )
         sshape = reader.info(scale).shape
         if int(np.prod(sshape)) not in (1, info.shape[0]):
-            raise CheckpointError(f"{info.file}: scale {scale!r} of shape {sshape} fits neither the whole "
-                                  f"tensor nor each of the {info.shape[0]} rows of {key!r} {info.shape}")
+            raise CheckpointError(
+                f"{info.file}: scale {scale!r} of shape {sshape} fits neither the whole "
+                f"tensor nor each of the {info.shape[0]} rows of {key!r} {info.shape}"
+            )
         infos[key] = dataclasses.replace(_virtual(info), dtype=np.dtype(np.float32), stored=info.dtype.name)
         reads[key] = lambda k=key, s=scale, n=len(info.shape), f=info.file: _finite(
-            _times_scale(reader.get(k), reader.get(s), n), k, f)
+            _times_scale(reader.get(k), reader.get(s), n), k, f
+        )
     return _Reader(reader.path, infos, reads)
 
 
@@ -173,8 +183,10 @@ def _finite(value: np.ndarray, key: str, file: str) -> np.ndarray:
     """
     if not np.all(np.isfinite(value)):
         bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
-        raise CheckpointError(f"{file}: tensor {key!r} holds {bad} NaN or Inf value(s) once dequantized; "
-                              "the file is broken (re-export it)")
+        raise CheckpointError(
+            f"{file}: tensor {key!r} holds {bad} NaN or Inf value(s) once dequantized; "
+            "the file is broken (re-export it)"
+        )
     return value
 
 
@@ -200,8 +212,9 @@ def gguf_reader(path: str) -> _Reader:
     try:
         import gguf
     except ImportError:
-        raise InputError(f"{path} is a GGUF file; reading it needs the gguf package: pip install 'vidax[gguf]'") \
-            from None
+        raise InputError(
+            f"{path} is a GGUF file; reading it needs the gguf package: pip install 'vidax[gguf]'"
+        ) from None
     from vidax.nn.gguf_dequant import DEQUANTIZE, dequantize
 
     try:
@@ -213,18 +226,27 @@ def gguf_reader(path: str) -> _Reader:
         kind = t.tensor_type.name
         data = t.data
         if kind in ("F32", "F16"):
-            infos[t.name] = VirtualInfo(path, np.dtype(data.dtype), tuple(data.shape), int(t.data_offset),
-                                        int(t.data_offset) + int(t.n_bytes), kind)
+            infos[t.name] = VirtualInfo(
+                path,
+                np.dtype(data.dtype),
+                tuple(data.shape),
+                int(t.data_offset),
+                int(t.data_offset) + int(t.n_bytes),
+                kind,
+            )
             reads[t.name] = lambda d=data: np.asarray(d)
             continue
         if kind not in DEQUANTIZE:
-            raise CheckpointError(f"{path}: tensor {t.name!r} is {kind}; vidax reads the GGUF types diffusers "
-                                  f"reads: F32, F16, {', '.join(DEQUANTIZE)}")
+            raise CheckpointError(
+                f"{path}: tensor {t.name!r} is {kind}; vidax reads the GGUF types diffusers "
+                f"reads: F32, F16, {', '.join(DEQUANTIZE)}"
+            )
         block, size = gguf.GGML_QUANT_SIZES[t.tensor_type]
         shape = (*data.shape[:-1], data.shape[-1] // size * block)
         dtype = np.float32 if kind in ("BF16", "IQ4_NL", "IQ4_XS") else np.float16
-        infos[t.name] = VirtualInfo(path, np.dtype(dtype), shape, int(t.data_offset),
-                                    int(t.data_offset) + int(t.n_bytes), kind)
+        infos[t.name] = VirtualInfo(
+            path, np.dtype(dtype), shape, int(t.data_offset), int(t.data_offset) + int(t.n_bytes), kind
+        )
         reads[t.name] = lambda d=data, k=kind, b=block, s=size, n=t.name: _finite(dequantize(d, k, b, s), n, path)
         raws[t.name] = lambda d=data, r=reads[t.name]: _raw_bytes(d, r)
     return _Reader(path, infos, reads, raws)
@@ -250,9 +272,11 @@ def _gguf_truncated(path: str, gguf: Any) -> str | None:
             begin = start + int(offset[0])
             end = begin + int(np.prod(dims)) * type_size // block
             if end > size:
-                return (f"{path} is truncated: it is {size:,} bytes, but its tensor table puts tensor "
-                        f"{bytes(name).decode('utf-8', 'replace')!r} at bytes {begin:,} to {end:,} "
-                        f"({end - begin:,} bytes); {_PARTLY_WRITTEN}")
+                return (
+                    f"{path} is truncated: it is {size:,} bytes, but its tensor table puts tensor "
+                    f"{bytes(name).decode('utf-8', 'replace')!r} at bytes {begin:,} to {end:,} "
+                    f"({end - begin:,} bytes); {_PARTLY_WRITTEN}"
+                )
     except Exception:  # a table the gguf package cannot read either: its own message says why
         return None
     return None
@@ -280,25 +304,38 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
     path = check_single_file(path, arg)
     module = _convert_module(spec)
     if module is None:
-        raise InputError(Arg(arg, path), ": vidax reads single-file checkpoints of "
-                         f"{', '.join(single_file_classes())}, not of {spec.class_name}")
+        raise InputError(
+            Arg(arg, path),
+            f": vidax reads single-file checkpoints of {', '.join(single_file_classes())}, not of {spec.class_name}",
+        )
     raw = _file_reader(path)
     found, want = detect_layout(raw.keys()), module.SINGLE_FILE_LAYOUT[0]
     if found != want:
         diffusers = None if found else diffusers_class(raw.keys())
         if diffusers:
-            raise InputError(Arg(arg, path), f" holds a transformer in diffusers' layout ({diffusers}), not an "
-                             f"original repository's layout: {DIFFUSERS_ADVICE}")
+            raise InputError(
+                Arg(arg, path),
+                f" holds a transformer in diffusers' layout ({diffusers}), not an "
+                f"original repository's layout: {DIFFUSERS_ADVICE}",
+            )
         if not found and any(t in k for k in raw.keys() for t in _LORA_KEY_MARKS):
-            raise InputError(Arg(arg, path), " holds a LoRA (its keys name lora_A / lora_B / lora_down / "
-                             "lora_up), not a transformer: give it with --lora (Python: pipe.load_lora_weights)")
+            raise InputError(
+                Arg(arg, path),
+                " holds a LoRA (its keys name lora_A / lora_B / lora_down / "
+                "lora_up), not a transformer: give it with --lora (Python: pipe.load_lora_weights)",
+            )
         held = f"a {found} transformer (original layout)" if found else "no transformer layout vidax reads"
-        raise InputError(Arg(arg, path), f" holds {held}; this folder's transformer ({spec.class_name}) takes "
-                         f"a file in the original {want} layout")
+        raise InputError(
+            Arg(arg, path),
+            f" holds {held}; this folder's transformer ({spec.class_name}) takes a file in the original {want} layout",
+        )
     reader = fp8_scaled(raw)
     if not isinstance(reader, _Reader):
-        reader = _Reader(path, {k: reader.info(k) for k in reader.keys()},
-                         {k: (lambda k=k, r=reader: r.get(k)) for k in reader.keys()})
+        reader = _Reader(
+            path,
+            {k: reader.info(k) for k in reader.keys()},
+            {k: (lambda k=k, r=reader: r.get(k)) for k in reader.keys()},
+        )
     return reader.renamed(module.single_file_keys({k: tuple(reader.info(k).shape) for k in reader.keys()}))
 
 
@@ -315,16 +352,20 @@ def check_single_file(path: Any, arg: str = "transformer") -> str:
             (one line naming ``arg`` and the value given).
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
-        raise InputError(Arg(arg, path), f" is not a path ({type(path).__name__}); give one .gguf or .safetensors "
-                         "file's path (str or os.PathLike)")
+        raise InputError(
+            Arg(arg, path),
+            f" is not a path ({type(path).__name__}); give one .gguf or .safetensors file's path (str or os.PathLike)",
+        )
     given = os.fspath(path)
     file = os.path.expanduser(given)
     if os.path.isdir(file):
-        raise InputError(Arg(arg, given), " is a folder; give one .gguf or .safetensors file (a transformer folder "
-                         "in diffusers' layout belongs in a checkpoint's transformer/)")
+        raise InputError(
+            Arg(arg, given),
+            " is a folder; give one .gguf or .safetensors file (a transformer folder "
+            "in diffusers' layout belongs in a checkpoint's transformer/)",
+        )
     if not file.lower().endswith((".gguf", ".safetensors")):
-        raise InputError(Arg(arg, given), " is not a .gguf or .safetensors file (a single-file transformer "
-                         "checkpoint)")
+        raise InputError(Arg(arg, given), " is not a .gguf or .safetensors file (a single-file transformer checkpoint)")
     if not os.path.isfile(file):
         raise InputError(Arg(arg, given), ": no such file")
     return file
@@ -376,7 +417,7 @@ def detect_layout(keys: Any) -> str | None:
     """The original layout ``keys`` (a file's tensor names) are in: of the layouts whose telling
     keys are all there (prefixes of :data:`_PREFIXES` stripped), the one with the most; None when
     there is none."""
-    names = {next((k[len(p):] for p in _PREFIXES if k.startswith(p)), k) for k in keys}
+    names = {next((k[len(p) :] for p in _PREFIXES if k.startswith(p)), k) for k in keys}
     found = [(len(m), name) for name, (m, _) in single_file_layouts().items() if set(m) <= names]
     return max(found)[1] if found else None
 
@@ -398,7 +439,7 @@ def diffusers_class(keys: Any) -> str | None:
     model abstractly (no weights)."""
     from vidax.lora.targets import best_transformer
 
-    modules = {k[:-len(".weight")]: None for k in keys if k.endswith(".weight")}
+    modules = {k[: -len(".weight")]: None for k in keys if k.endswith(".weight")}
     if not modules or any("lora" in k.lower() for k in keys):  # a LoRA file: its own description
         return None
     spec, placed = best_transformer(modules)
@@ -430,29 +471,45 @@ def describe_single_file(path: str) -> str | None:
         kind = getattr(info, "stored", "") or info.dtype.name
         types[kind] = types.get(kind, 0) + 1
     fp8 = any(t in _FP8 for t in types)
-    fmt = "GGUF (Linear weights kept as blocks on the device, dequantized in each matmul as diffusers' " \
-        "GGUFLinear does)" if is_gguf(path) else \
-        "safetensors, fp8 scaled (float8 weights times their scales)" if fp8 else "safetensors"
+    fmt = (
+        "GGUF (Linear weights kept as blocks on the device, dequantized in each matmul as diffusers' GGUFLinear does)"
+        if is_gguf(path)
+        else "safetensors, fp8 scaled (float8 weights times their scales)"
+        if fp8
+        else "safetensors"
+    )
     nbytes = sum(i.end - i.start for i in infos)
     classes = single_file_layouts()[layout][1] if layout else []
     from vidax.nn.gguf import padded_stack_bytes
 
     padded = padded_stack_bytes(reader) if is_gguf(path) else {}
     extra = sum(padded[k] - (reader.info(k).end - reader.info(k).start) for k in padded)
-    mixed = [f"  mixed-type stacks: {len(padded)} tensors in layer stacks whose layers mix types, kept padded to the "
-             f"widest type's bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file"
-             ] if padded else []
-    return "\n".join([
-        f"single-file transformer {path}",
-        f"  format: {fmt}",
-        "  layout: " + (f"{layout} (original repository's keys), read by {', '.join(classes)} "
-                         "(load_pipeline(folder, transformer=FILE) / --transformer FILE)" if layout
-                         else "none vidax reads (" + ", ".join(single_file_layouts()) + " are)"),
-        f"  tensors: {len(infos)} (" + ", ".join(f"{k} {n}" for k, n in sorted(types.items(), key=lambda x: -x[1]))
-        + ")",
-        f"  bytes: {nbytes / 2**20:,.1f} MiB of tensors ({nbytes:,} B; file {os.path.getsize(path):,} B)",
-        *mixed,
-    ])
+    mixed = (
+        [
+            f"  mixed-type stacks: {len(padded)} tensors in layer stacks whose layers mix types, kept padded to the "
+            f"widest type's bytes: +{extra / 2**20:,.1f} MiB ({extra:,} B) on the device over the file"
+        ]
+        if padded
+        else []
+    )
+    return "\n".join(
+        [
+            f"single-file transformer {path}",
+            f"  format: {fmt}",
+            "  layout: "
+            + (
+                f"{layout} (original repository's keys), read by {', '.join(classes)} "
+                "(load_pipeline(folder, transformer=FILE) / --transformer FILE)"
+                if layout
+                else "none vidax reads (" + ", ".join(single_file_layouts()) + " are)"
+            ),
+            f"  tensors: {len(infos)} ("
+            + ", ".join(f"{k} {n}" for k, n in sorted(types.items(), key=lambda x: -x[1]))
+            + ")",
+            f"  bytes: {nbytes / 2**20:,.1f} MiB of tensors ({nbytes:,} B; file {os.path.getsize(path):,} B)",
+            *mixed,
+        ]
+    )
 
 
 def rename_keys(keys: Any, renames: Mapping[str, str], strip: str = "model.diffusion_model.") -> dict[str, str]:

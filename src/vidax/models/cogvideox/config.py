@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar
 
-from vidax.config import ACTIVATIONS, FFN_ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
+from vidax.checkpoint import TASK_NAMES, CallDefaults, Checkpoint, CheckpointInfo
+from vidax.config import (
+    ACTIVATIONS,
+    FFN_ACTIVATIONS,
+    ConfigBase,
+    TransformerConfig,
+    check_positive_ints,
+    check_vae_blocks,
+)
 from vidax.errors import ConfigError
-from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
-from vidax.checkpoint import TASK_NAMES
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,11 +125,24 @@ class CogVideoXTransformerConfig(TransformerConfig):
         def bad(key, value, want):
             self.invalid(source, key, value, want)
 
-        self.check_positive(source, (
-            "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
-            "time_embed_dim", "text_embed_dim", "num_layers", "sample_width", "sample_height",
-            "sample_frames", "patch_size", "temporal_compression_ratio", "max_text_seq_length",
-        ))
+        self.check_positive(
+            source,
+            (
+                "num_attention_heads",
+                "attention_head_dim",
+                "in_channels",
+                "out_channels",
+                "time_embed_dim",
+                "text_embed_dim",
+                "num_layers",
+                "sample_width",
+                "sample_height",
+                "sample_frames",
+                "patch_size",
+                "temporal_compression_ratio",
+                "max_text_seq_length",
+            ),
+        )
         for key in ("patch_size_t", "ofs_embed_dim"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -132,8 +150,12 @@ class CogVideoXTransformerConfig(TransformerConfig):
         if self.patch_size_t == 0:
             bad("patch_size_t", 0, "expected a positive int or null")
         for key in (
-            "attention_bias", "norm_elementwise_affine", "use_rotary_positional_embeddings",
-            "use_learned_positional_embeddings", "patch_bias", "flip_sin_to_cos",
+            "attention_bias",
+            "norm_elementwise_affine",
+            "use_rotary_positional_embeddings",
+            "use_learned_positional_embeddings",
+            "patch_bias",
+            "flip_sin_to_cos",
         ):
             if not isinstance(getattr(self, key), bool):
                 bad(key, getattr(self, key), "expected true or false")
@@ -141,9 +163,12 @@ class CogVideoXTransformerConfig(TransformerConfig):
             bad("freq_shift", self.freq_shift, "expected a number")
         for width in (self.inner_dim, self.ofs_embed_dim) if self.has_ofs else (self.inner_dim,):
             if width // 2 == self.freq_shift:
-                bad("freq_shift", self.freq_shift,
+                bad(
+                    "freq_shift",
+                    self.freq_shift,
                     f"the reference divides by (width // 2 - freq_shift), zero for the sinusoid of "
-                    f"width {width}: its timestep embedding is NaN")
+                    f"width {width}: its timestep embedding is NaN",
+                )
         for key in ("norm_eps", "spatial_interpolation_scale", "temporal_interpolation_scale"):
             value = getattr(self, key)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
@@ -151,32 +176,49 @@ class CogVideoXTransformerConfig(TransformerConfig):
         if self.activation_fn not in FFN_ACTIVATIONS:
             bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
         if self.timestep_activation_fn not in ACTIVATIONS:
-            bad("timestep_activation_fn", self.timestep_activation_fn,
-                f"vidax implements {list(ACTIVATIONS)}")
+            bad("timestep_activation_fn", self.timestep_activation_fn, f"vidax implements {list(ACTIVATIONS)}")
         if self.use_learned_positional_embeddings and not self.use_rotary_positional_embeddings:
-            bad("use_learned_positional_embeddings", True,
-                "the reference refuses learned position embeddings without rotary embeddings")
+            bad(
+                "use_learned_positional_embeddings",
+                True,
+                "the reference refuses learned position embeddings without rotary embeddings",
+            )
         if self.has_ofs and self.ofs_embed_dim != self.time_embed_dim:
-            bad("ofs_embed_dim", self.ofs_embed_dim,
+            bad(
+                "ofs_embed_dim",
+                self.ofs_embed_dim,
                 f"the reference adds the ofs embedding to the timestep embedding, so it must equal "
-                f"time_embed_dim={self.time_embed_dim}")
+                f"time_embed_dim={self.time_embed_dim}",
+            )
         if self.use_rotary_positional_embeddings:
             t, h, w = self.rope_split
             if t % 2 or h % 2 or t + h + w != self.attention_head_dim:
-                bad("attention_head_dim", self.attention_head_dim,
+                bad(
+                    "attention_head_dim",
+                    self.attention_head_dim,
                     f"3-D RoPE splits it into (T, H, W) parts {(t, h, w)} that must be even and "
-                    "sum to it (a multiple of 16)")
+                    "sum to it (a multiple of 16)",
+                )
             if self.sample_height < self.patch_size or self.sample_width < self.patch_size:
-                bad("sample_height/sample_width", (self.sample_height, self.sample_width),
-                    f"the RoPE grid needs at least one patch of {self.patch_size}")
+                bad(
+                    "sample_height/sample_width",
+                    (self.sample_height, self.sample_width),
+                    f"the RoPE grid needs at least one patch of {self.patch_size}",
+                )
         if self.uses_position_table:
             if self.inner_dim % 16:
-                bad("num_attention_heads*attention_head_dim", self.inner_dim,
-                    "the 3-D sincos table needs a multiple of 16 (even parts of D/4 and 3D/8)")
+                bad(
+                    "num_attention_heads*attention_head_dim",
+                    self.inner_dim,
+                    "the 3-D sincos table needs a multiple of 16 (even parts of D/4 and 3D/8)",
+                )
             if self.patch_size_t is not None:
-                bad("patch_size_t", self.patch_size_t,
+                bad(
+                    "patch_size_t",
+                    self.patch_size_t,
                     "the reference's position table does not account for temporal patches; "
-                    "patch_size_t needs RoPE without a position table (as CogVideoX1.5)")
+                    "patch_size_t needs RoPE without a position table (as CogVideoX1.5)",
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,12 +298,28 @@ class CogVideoXVAEConfig(ConfigBase):
         return 2 ** sum(self.compress_time)
 
     def validate(self, source: str) -> None:
-        check_positive_ints(source, self, ("in_channels", "out_channels", "latent_channels", "layers_per_block",
-                                           "norm_num_groups", "sample_height", "sample_width"))
-        check_vae_blocks(source, self.block_out_channels, self.norm_num_groups, {
-            "down_block_types": (self.down_block_types, "CogVideoXDownBlock3D"),
-            "up_block_types": (self.up_block_types, "CogVideoXUpBlock3D"),
-        })
+        check_positive_ints(
+            source,
+            self,
+            (
+                "in_channels",
+                "out_channels",
+                "latent_channels",
+                "layers_per_block",
+                "norm_num_groups",
+                "sample_height",
+                "sample_width",
+            ),
+        )
+        check_vae_blocks(
+            source,
+            self.block_out_channels,
+            self.norm_num_groups,
+            {
+                "down_block_types": (self.down_block_types, "CogVideoXDownBlock3D"),
+                "up_block_types": (self.up_block_types, "CogVideoXUpBlock3D"),
+            },
+        )
         ratio = self.temporal_compression_ratio
         if (
             isinstance(ratio, bool)
@@ -269,14 +327,13 @@ class CogVideoXVAEConfig(ConfigBase):
             or ratio < 1
             or 2 ** round(math.log2(ratio)) != ratio
         ):
-            raise ConfigError(
-                f"{source}: temporal_compression_ratio={ratio!r} must be a power of two "
-                "(1, 2, 4, ...)"
-            )
+            raise ConfigError(f"{source}: temporal_compression_ratio={ratio!r} must be a power of two (1, 2, 4, ...)")
         if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
             raise ConfigError(f"{source}: norm_eps={self.norm_eps!r} must be a positive number")
         if not isinstance(self.act_fn, str) or self.act_fn.lower() not in ACTIVATIONS:
-            self.invalid(source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}")
+            self.invalid(
+                source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}"
+            )
         for key in ("use_quant_conv", "use_post_quant_conv"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{source}: {key}={getattr(self, key)!r} must be true or false")
@@ -284,11 +341,10 @@ class CogVideoXVAEConfig(ConfigBase):
                 raise ConfigError(
                     f"{source}: {key}=true needs out_channels == latent_channels (here {self.out_channels} and "
                     f"{self.latent_channels}): the reference sizes that 1x1x1 convolution by out_channels and "
-                    "applies it to the latents")
+                    "applies it to the latents"
+                )
         if not isinstance(self.scaling_factor, (int, float)) or self.scaling_factor <= 0:
-            raise ConfigError(
-                f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number"
-            )
+            raise ConfigError(f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,25 +384,46 @@ def read_cogvideox_checkpoint(checkpoint: Checkpoint) -> CogVideoXInfo:
     latent = vae.latent_channels
     tasks = {latent: ("t2v",), 2 * latent: ("i2v",)}.get(cfg.in_channels)
     if tasks is None:
-        raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels} fits neither "
-                          f"text-to-video (latent_channels={latent}) nor image-to-video ({2 * latent})")
+        raise ConfigError(
+            f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels} fits neither "
+            f"text-to-video (latent_channels={latent}) nor image-to-video ({2 * latent})"
+        )
     sched = ckpt.config("scheduler").get("_class_name")
     if sched not in SAMPLERS:
-        raise ConfigError(f"{ckpt.config_file('scheduler')}: {sched} is not a CogVideoX sampler; the CogVideoX "
-                          "pipelines run CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
+        raise ConfigError(
+            f"{ckpt.config_file('scheduler')}: {sched} is not a CogVideoX sampler; the CogVideoX "
+            "pipelines run CogVideoXDDIMScheduler or CogVideoXDPMScheduler"
+        )
     s = vae.spatial_compression
     version = "CogVideoX1.5" if cfg.patch_size_t else "CogVideoX"
-    pos = ("3-D RoPE" + (" + learned position table" if cfg.use_learned_positional_embeddings else "")
-           if cfg.use_rotary_positional_embeddings else "sincos position table")
-    variant = (f"{version} {TASK_NAMES[tasks[0]]}: {cfg.num_layers} layers, width {cfg.inner_dim}, {pos}"
-               f"{', ofs embedding' if cfg.has_ofs else ''}; default {cfg.sample_height * s}x"
-               f"{cfg.sample_width * s}, {cfg.sample_frames} frames")
-    defaults = CallDefaults(height=cfg.sample_height * s, width=cfg.sample_width * s,
-                            num_frames=cfg.sample_frames if tasks == ("t2v",) else 49,
-                            num_inference_steps=50, guidance_scale=6.0, max_sequence_length=226,
-                            fps=16 if cfg.patch_size_t else 8)
+    pos = (
+        "3-D RoPE" + (" + learned position table" if cfg.use_learned_positional_embeddings else "")
+        if cfg.use_rotary_positional_embeddings
+        else "sincos position table"
+    )
+    variant = (
+        f"{version} {TASK_NAMES[tasks[0]]}: {cfg.num_layers} layers, width {cfg.inner_dim}, {pos}"
+        f"{', ofs embedding' if cfg.has_ofs else ''}; default {cfg.sample_height * s}x"
+        f"{cfg.sample_width * s}, {cfg.sample_frames} frames"
+    )
+    defaults = CallDefaults(
+        height=cfg.sample_height * s,
+        width=cfg.sample_width * s,
+        num_frames=cfg.sample_frames if tasks == ("t2v",) else 49,
+        num_inference_steps=50,
+        guidance_scale=6.0,
+        max_sequence_length=226,
+        fps=16 if cfg.patch_size_t else 8,
+    )
     mult = s * cfg.patch_size
-    return CogVideoXInfo(checkpoint=ckpt, tasks=tasks, variant=variant, defaults=defaults.for_checkpoint(ckpt),
-                         transformers=("transformer",), size_multiple=(mult, mult),
-                         size_reason=f"VAE x{s} times patch_size {cfg.patch_size}",
-                         transformer_config=cfg, vae_config=vae)
+    return CogVideoXInfo(
+        checkpoint=ckpt,
+        tasks=tasks,
+        variant=variant,
+        defaults=defaults.for_checkpoint(ckpt),
+        transformers=("transformer",),
+        size_multiple=(mult, mult),
+        size_reason=f"VAE x{s} times patch_size {cfg.patch_size}",
+        transformer_config=cfg,
+        vae_config=vae,
+    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from vidax.parallel.rules import column_parallel, row_parallel
 
-
 # ---------------------------------------------------------------------------------------------
 # Transformer
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint import Checkpoint
 from vidax.encoders.t5 import encode_tokens
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError
@@ -33,11 +35,17 @@ from vidax.io.image import vae_image_preprocess
 from vidax.models.cogvideox.config import CogVideoXInfo, read_cogvideox_checkpoint
 from vidax.models.cogvideox.transformer import rope_axis_tables
 from vidax.models.cogvideox.vae import CogVideoXTiling, decoded_frames
+from vidax.pipelines.base import (
+    ModelSize,
+    SizeLimits,
+    VideoPipeline,
+    as_list,
+    cfg_pair,
+    finite_array,
+    tokenizer_token_limit,
+)
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
-from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, as_list, cfg_pair, finite_array,
-                                  tokenizer_token_limit)
-from vidax.checkpoint import Checkpoint
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
 logger = logging.getLogger("vidax.pipeline")
@@ -82,8 +90,15 @@ class CogVideoXPipeline(VideoPipeline):
     call_options = (
         CallOption("use_dynamic_cfg", bool, "The reference's cosine guidance schedule (CogVideoX).", "False"),
         CallOption("step_noise", OBJECT, "The noise each CogVideoXDPMScheduler step adds, (steps, B, T, C, H/8, W/8)."),
-        CallOption("eta", float, "diffusers' DDIM eta: its CogVideoXDDIMScheduler and CogVideoXDPMScheduler steps take "
-                   "it and do not use it (0.42.1), so it changes nothing, as there.", "0.0", low=0, flag=False),
+        CallOption(
+            "eta",
+            float,
+            "diffusers' DDIM eta: its CogVideoXDDIMScheduler and CogVideoXDPMScheduler steps take "
+            "it and do not use it (0.42.1), so it changes nothing, as there.",
+            "0.0",
+            low=0,
+            flag=False,
+        ),
     )
     unsupported_call_args = ("guidance_scale_2",)
     prompt_embeds_args = ("prompt_embeds",)
@@ -117,10 +132,13 @@ class CogVideoXPipeline(VideoPipeline):
             return SizeLimits()
         mh, mw = info.size_multiple
         p = cfg.patch_size
-        return SizeLimits(height=cfg.sample_height // p * p * s // mh * mh, width=cfg.sample_width // p * p * s // mw * mw,
-                          reason=f"the RoPE position grid of {cfg.sample_height // p}x{cfg.sample_width // p} patches: "
-                                 f"sample_height={cfg.sample_height}, sample_width={cfg.sample_width} in "
-                                 f"{info.checkpoint.config_file('transformer')}, patch_size {p}, VAE {s}x")
+        return SizeLimits(
+            height=cfg.sample_height // p * p * s // mh * mh,
+            width=cfg.sample_width // p * p * s // mw * mw,
+            reason=f"the RoPE position grid of {cfg.sample_height // p}x{cfg.sample_width // p} patches: "
+            f"sample_height={cfg.sample_height}, sample_width={cfg.sample_width} in "
+            f"{info.checkpoint.config_file('transformer')}, patch_size {p}, VAE {s}x",
+        )
 
     @classmethod
     def model_size(cls, info: CogVideoXInfo, call) -> ModelSize:
@@ -130,48 +148,74 @@ class CogVideoXPipeline(VideoPipeline):
         mult = s * cfg.patch_size
         video = (t // cfg.patch_t) * (call.height // mult) * (call.width // mult)
         tile = CogVideoXTiling.from_config(info.vae_config)  # the VAE's enable_tiling() defaults
-        return ModelSize(tokens=video + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=4 * cfg.inner_dim,
-                         num_layers=cfg.num_layers,
-                         decode_tile=max(tile.tile_sample_min_height, tile.tile_sample_min_width))
+        return ModelSize(
+            tokens=video + call.max_sequence_length,
+            hidden_size=cfg.inner_dim,
+            ffn_dim=4 * cfg.inner_dim,
+            num_layers=cfg.num_layers,
+            decode_tile=max(tile.tile_sample_min_height, tile.tile_sample_min_width),
+        )
 
     @classmethod
     def text_token_limit(cls, info: CogVideoXInfo) -> tuple[int, str]:
         """T5 has no position table: the tokenizer's ``model_max_length`` (226 in the
         releases), else the transformer's ``max_text_seq_length``."""
         cfg = info.transformer_config
-        return tokenizer_token_limit(info, cfg.max_text_seq_length, f"max_text_seq_length={cfg.max_text_seq_length} in "
-                                     f"{info.checkpoint.config_file('transformer')}; T5 has no position table")
+        return tokenizer_token_limit(
+            info,
+            cfg.max_text_seq_length,
+            f"max_text_seq_length={cfg.max_text_seq_length} in "
+            f"{info.checkpoint.config_file('transformer')}; T5 has no position table",
+        )
 
     @classmethod
     def check_family_call(cls, info: CogVideoXInfo, call) -> None:
         cfg, s = info.transformer_config, info.vae_config.spatial_compression
         if call.num_videos_per_prompt != 1:
-            raise InputError(Arg("num_videos_per_prompt", call.num_videos_per_prompt), ": the CogVideoX pipelines "
-                             "make one video per prompt (repeat the prompt instead)")
+            raise InputError(
+                Arg("num_videos_per_prompt", call.num_videos_per_prompt),
+                ": the CogVideoX pipelines make one video per prompt (repeat the prompt instead)",
+            )
         if cfg.use_learned_positional_embeddings and (call.height // s, call.width // s) != (
-                cfg.sample_height, cfg.sample_width):
-            raise InputError(Arg("height", call.height), ", ", Arg("width", call.width), ": this checkpoint's learned "
-                             "position embedding "
-                             f"only works at {cfg.sample_height * s}x{cfg.sample_width * s} (the reference refuses "
-                             "other sizes)")
+            cfg.sample_height,
+            cfg.sample_width,
+        ):
+            raise InputError(
+                Arg("height", call.height),
+                ", ",
+                Arg("width", call.width),
+                ": this checkpoint's learned "
+                "position embedding "
+                f"only works at {cfg.sample_height * s}x{cfg.sample_width * s} (the reference refuses "
+                "other sizes)",
+            )
         if cfg.uses_position_table and call.max_sequence_length != cfg.max_text_seq_length:
-            raise InputError(Arg("max_sequence_length", call.max_sequence_length), ": this checkpoint adds a position "
-                             f"table made for {cfg.max_text_seq_length} text tokens; use ",
-                             Arg("max_sequence_length", cfg.max_text_seq_length))
+            raise InputError(
+                Arg("max_sequence_length", call.max_sequence_length),
+                f": this checkpoint adds a position table made for {cfg.max_text_seq_length} text tokens; use ",
+                Arg("max_sequence_length", cfg.max_text_seq_length),
+            )
         t, pad = info.latent_frames(call.num_frames)
         if cfg.use_rotary_positional_embeddings:  # a 1.5 grid past the model's RoPE grid is refused
             mult = s * cfg.patch_size
             rope_axis_tables(cfg, (t // cfg.patch_t, call.height // mult, call.width // mult))
         if call.image is not None and len(as_list(call.image)) not in (1, call.batch):
-            raise InputError(f"image has {len(as_list(call.image))} entries but there are {call.batch} prompts; "
-                             "give one image or one per prompt")
+            raise InputError(
+                f"image has {len(as_list(call.image))} entries but there are {call.batch} prompts; "
+                "give one image or one per prompt"
+            )
         cls.check_noise(info, call)
         out = decoded_frames(t - pad, info.vae_config.temporal_compression)
         if out != call.num_frames:
             logger.warning(
                 "%s gives %d latent frames, which the VAE decodes to %d frames; returning %d frames, "
                 "as diffusers' %s does (use 4k+1 frames, e.g. 49 or 81, to get exactly what you ask)",
-                Arg("num_frames", call.num_frames), t - pad, out, out, cls.__name__)
+                Arg("num_frames", call.num_frames),
+                t - pad,
+                out,
+                out,
+                cls.__name__,
+            )
 
     @classmethod
     def check_noise(cls, info: CogVideoXInfo, call) -> None:
@@ -187,37 +231,59 @@ class CogVideoXPipeline(VideoPipeline):
             want = (call.batch, info.vae_config.latent_channels, 1, call.height // s, call.width // s)
             eps = finite_array("image_noise", noise)
             if eps.shape != want:
-                raise InputError(f"image_noise has shape {eps.shape}, expected {want} = (batch, latent channels, "
-                                 "1, height / 8, width / 8) (the VAE posterior's layout)")
+                raise InputError(
+                    f"image_noise has shape {eps.shape}, expected {want} = (batch, latent channels, "
+                    "1, height / 8, width / 8) (the VAE posterior's layout)"
+                )
         step_noise = call.extra.get("step_noise")
         if step_noise is not None:
             step_noise = finite_array("step_noise", step_noise)
             want = (call.num_inference_steps,) + cls.latent_shape(info, call)
             if step_noise.shape != want:
-                raise InputError(f"step_noise has shape {tuple(step_noise.shape)}, expected {want} = (steps, batch, "
-                                 "latent frames, channels, height / 8, width / 8)")
+                raise InputError(
+                    f"step_noise has shape {tuple(step_noise.shape)}, expected {want} = (steps, batch, "
+                    "latent frames, channels, height / 8, width / 8)"
+                )
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: CogVideoXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
-                        text_encoder_dtype: Any = "float32", vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls,
+        info: CogVideoXInfo,
+        *,
+        dtype,
+        mesh,
+        offload,
+        staging,
+        offload_experts=True,
+        text_encoder_dtype: Any = "float32",
+        vae_dtype: Any = "float32",
+    ) -> dict[str, Any]:
         """Tokenizer, T5 (``text_encoder_dtype``: float32 by default, because the reference
         attends the padded positions, where a bf16 T5 drifts), transformer, VAE, scheduler;
         every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        modules = dict(tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
-                       scheduler=cls.load_component(info, "scheduler"))
-        return modules | cls.load_weighted(info, dict(
-            text_encoder=dict(dtype=parse_dtype(text_encoder_dtype), mesh=mesh, staging=staging),
-            transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
-            vae=dict(dtype=parse_dtype(vae_dtype), staging=staging)))
+        modules = dict(
+            tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
+            scheduler=cls.load_component(info, "scheduler"),
+        )
+        return modules | cls.load_weighted(
+            info,
+            dict(
+                text_encoder=dict(dtype=parse_dtype(text_encoder_dtype), mesh=mesh, staging=staging),
+                transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
+                vae=dict(dtype=parse_dtype(vae_dtype), staging=staging),
+            ),
+        )
 
     # ------------------------------------------------------------------ call hooks
     def check_components(self) -> None:
         if not isinstance(self.scheduler, _SCHEDULERS):
-            raise InputError(f"pipe.scheduler is a {type(self.scheduler).__name__}; the CogVideoX pipelines run "
-                             "CogVideoXDDIMScheduler or CogVideoXDPMScheduler")
+            raise InputError(
+                f"pipe.scheduler is a {type(self.scheduler).__name__}; the CogVideoX pipelines run "
+                "CogVideoXDDIMScheduler or CogVideoXDPMScheduler"
+            )
 
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """T5 states (B, L, D), L = max_sequence_length, as ``_get_t5_prompt_embeds``: the prompts
@@ -254,11 +320,13 @@ class CogVideoXPipeline(VideoPipeline):
 
     def set_timesteps(self, call, latents):
         if isinstance(self.scheduler, CogVideoXDPMScheduler):
-            return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape,
-                                                seed=call.seed + 1)
+            return self.scheduler.set_timesteps(
+                call.num_inference_steps, sample_shape=latents.shape, seed=call.seed + 1
+            )
         if call.extra.get("step_noise") is not None:
-            raise InputError("step_noise is only used by CogVideoXDPMScheduler; this pipeline runs "
-                             f"{type(self.scheduler).__name__}")
+            raise InputError(
+                f"step_noise is only used by CogVideoXDPMScheduler; this pipeline runs {type(self.scheduler).__name__}"
+            )
         return self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=latents.shape)
 
     def step_args(self, call, embeds, cond, state, expert):
@@ -266,15 +334,18 @@ class CogVideoXPipeline(VideoPipeline):
         step_noise (steps, B, ...) splits on B."""
         steps = int(state.num_inference_steps)
         if call.extra.get("use_dynamic_cfg"):
-            guidance = dynamic_guidance_scales(call.guidance_scale, np.asarray(state.timesteps), call.num_inference_steps)
+            guidance = dynamic_guidance_scales(
+                call.guidance_scale, np.asarray(state.timesteps), call.num_inference_steps
+            )
         else:
             guidance = np.full((steps,), call.guidance_scale, np.float32)
         step_noise = call.extra.get("step_noise")  # its shape and values checked by check_noise
         if step_noise is not None:
             step_noise = jnp.transpose(jnp.asarray(step_noise, jnp.float32), (0, 1, 2, 4, 5, 3))
         ofs = jnp.full((1,), 2.0, jnp.float32) if self.info.transformer_config.has_ofs else None
-        inputs = CogVideoXStepInputs(embeds, jnp.asarray(guidance), ofs=ofs,
-                                     image_latents=cond.get("image_latents"), step_noise=step_noise)
+        inputs = CogVideoXStepInputs(
+            embeds, jnp.asarray(guidance), ofs=ofs, image_latents=cond.get("image_latents"), step_noise=step_noise
+        )
         axes = {"guidance": (None,)}
         if step_noise is not None:
             axes["step_noise"] = (None, "batch") + (None,) * (step_noise.ndim - 2)
@@ -284,7 +355,7 @@ class CogVideoXPipeline(VideoPipeline):
         x = latents.astype(self.dtype)
         if inputs.image_latents is not None:
             x = jnp.concatenate([x, inputs.image_latents.astype(self.dtype)], axis=-1)
-        x, = cfg_pair(do_cfg, x)
+        (x,) = cfg_pair(do_cfg, x)
         return x, jnp.broadcast_to(state.timestep, (x.shape[0],)), inputs.embeds, inputs.ofs
 
     def guidance(self, state, inputs) -> jax.Array:

@@ -56,7 +56,14 @@ from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.nn.layers import (
-    FeedForward, LayerNorm, activation, linear, matmul, patchify, timestep_sinusoid, unpatchify_channels_first,
+    FeedForward,
+    LayerNorm,
+    activation,
+    linear,
+    matmul,
+    patchify,
+    timestep_sinusoid,
+    unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
 from vidax.parallel.ulysses import pad_tokens
@@ -168,8 +175,7 @@ def cogvideox_rope(config: CogVideoXTransformerConfig, grid: tuple[int, int, int
     Raises:
         InputError: see :func:`rope_axis_tables`.
     """
-    return tuple(_broadcast_axes(grid, [jnp.asarray(tab[k]) for tab in rope_axis_tables(config, grid)])
-                 for k in (0, 1))
+    return tuple(_broadcast_axes(grid, [jnp.asarray(tab[k]) for tab in rope_axis_tables(config, grid)]) for k in (0, 1))
 
 
 def _broadcast_axes(grid: tuple[int, int, int], parts: list) -> jax.Array:
@@ -218,17 +224,17 @@ def sincos_position_table(config: CogVideoXTransformerConfig, grid: tuple[int, i
     temporal, column, row = (jnp.asarray(a) for a in sincos_axis_tables(config, grid))
     t, h, w = grid
     spatial = jnp.concatenate(
-        [jnp.broadcast_to(column[None], (h, w, column.shape[-1])),
-         jnp.broadcast_to(row[:, None], (h, w, row.shape[-1]))], axis=-1,
+        [
+            jnp.broadcast_to(column[None], (h, w, column.shape[-1])),
+            jnp.broadcast_to(row[:, None], (h, w, row.shape[-1])),
+        ],
+        axis=-1,
     )
-    return _broadcast_axes((t, 1, h * w), [temporal, jnp.zeros((1, 0), jnp.float32),
-                                           spatial.reshape(h * w, -1)])
+    return _broadcast_axes((t, 1, h * w), [temporal, jnp.zeros((1, 0), jnp.float32), spatial.reshape(h * w, -1)])
 
 
 # ---------------------------------------------------------------------------------------------
 # Layers
-
-
 
 
 class TimestepEmbedding(nnx.Module):
@@ -348,22 +354,38 @@ def _sample_num_patches(cfg: CogVideoXTransformerConfig) -> int:
 class CogVideoXBlock(nnx.Module):
     """diffusers ``CogVideoXBlock``: adaptive-norm joint attention, then adaptive-norm FFN."""
 
-    def __init__(self, cfg: CogVideoXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs,
-                 mesh=None):
+    def __init__(self, cfg: CogVideoXTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         # diffusers CogVideoXLayerNormZero: linear(silu(temb)) -> 6 modulations (the e_* ones on
         # the text tokens), one LayerNorm for the joint sequence.
-        ada = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=cfg.norm_eps,
-                   norm_affine=cfg.norm_elementwise_affine, mesh=mesh)
+        ada = dict(
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+            norm_eps=cfg.norm_eps,
+            norm_affine=cfg.norm_elementwise_affine,
+            mesh=mesh,
+        )
         self.norm1 = AdaLayerNorm(cfg.time_embed_dim, d, 6, **ada)
         # diffusers Attention + CogVideoXAttnProcessor2_0: per-head LayerNorm on q and k (eps 1e-6),
         # RoPE on the video q and k (identity rows elsewhere).
         self.attn1 = Attention(
-            AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, bias=cfg.attention_bias,
-                            qk_norm="layer_head", qk_norm_eps=1e-6, rope="interleaved"),
-            attention, dtype, param_dtype, rngs, mesh,
+            AttentionConfig(
+                d,
+                cfg.num_attention_heads,
+                cfg.attention_head_dim,
+                bias=cfg.attention_bias,
+                qk_norm="layer_head",
+                qk_norm_eps=1e-6,
+                rope="interleaved",
+            ),
+            attention,
+            dtype,
+            param_dtype,
+            rngs,
+            mesh,
         )
         self.norm2 = AdaLayerNorm(cfg.time_embed_dim, d, 6, **ada)
         self.ff = FeedForward(d, 4 * d, d, cfg.activation_fn, dtype, param_dtype, rngs)
@@ -453,12 +475,20 @@ class CogVideoXTransformer3DModel(DiffusionTransformer):
         )
         self.norm_final = LayerNorm(d, cfg.norm_eps, cfg.norm_elementwise_affine)
         # diffusers AdaLayerNorm(chunk_dim=1): shift, scale = linear(silu(temb)).
-        self.norm_out = AdaLayerNorm(cfg.time_embed_dim, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-                                     norm_eps=cfg.norm_eps, norm_affine=cfg.norm_elementwise_affine)
+        self.norm_out = AdaLayerNorm(
+            cfg.time_embed_dim,
+            d,
+            2,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+            norm_eps=cfg.norm_eps,
+            norm_affine=cfg.norm_elementwise_affine,
+        )
         p, pt = cfg.patch_size, cfg.patch_t
         self.proj_out = linear(d, p * p * pt * cfg.out_channels, dtype, param_dtype, rngs)
 
-    def embed(self, hidden_states, timestep, encoder_hidden_states, ofs=None) -> tuple[jax.Array, "CogVideoXBlockInputs"]:
+    def embed(self, hidden_states, timestep, encoder_hidden_states, ofs=None) -> tuple[jax.Array, CogVideoXBlockInputs]:
         """Everything before the blocks: time / ofs embedding, text projection, patch embedding,
         position table, the joint ``[text; video]`` sequence (padded to a multiple of the mesh's
         ``sequence`` axis) and RoPE.
@@ -513,19 +543,19 @@ class CogVideoXTransformer3DModel(DiffusionTransformer):
             rope = (jnp.pad(cos, extra, constant_values=1.0), jnp.pad(sin, extra))
         return x, CogVideoXBlockInputs(temb, rope, is_text, valid_length, n_txt, n_tok, grid)
 
-    def run_block(self, block: CogVideoXBlock, x: jax.Array, inputs: "CogVideoXBlockInputs") -> jax.Array:
+    def run_block(self, block: CogVideoXBlock, x: jax.Array, inputs: CogVideoXBlockInputs) -> jax.Array:
         i = inputs
         return block(x, i.temb, i.rope, i.is_text, i.valid_length)
 
-    def hidden_rows(self, inputs: "CogVideoXBlockInputs") -> tuple[int, int]:
+    def hidden_rows(self, inputs: CogVideoXBlockInputs) -> tuple[int, int]:
         """The video rows of the joint ``[text; video]`` stream (the reference's ``hidden_states``)."""
         return inputs.n_txt, inputs.n_tok
 
-    def head(self, x: jax.Array, inputs: "CogVideoXBlockInputs") -> jax.Array:
+    def head(self, x: jax.Array, inputs: CogVideoXBlockInputs) -> jax.Array:
         """Everything after the blocks: the video rows, final norm, modulated output norm,
         ``proj_out``, unpatchify -> ``(B, T, H, W, C_out)`` in the compute dtype."""
         cfg, i = self.config, inputs
-        x = self.norm_final(x[:, i.n_txt:i.n_tok], self.res_dtype)
+        x = self.norm_final(x[:, i.n_txt : i.n_tok], self.res_dtype)
         shift, scale = self.norm_out.modulation(i.temb)
         x = self.proj_out(self.norm_out(x, shift, scale, self.dtype))
         return unpatchify_channels_first(x, i.grid, cfg.patch_t, cfg.patch_size)
@@ -534,15 +564,21 @@ class CogVideoXTransformer3DModel(DiffusionTransformer):
         cfg = self.config
         name = type(self).__name__
         p, pt = cfg.patch_size, cfg.patch_t
-        grid = self.check_latents(x, cfg.in_channels, (pt, p, p),
-                                  patch_name="(patch_size_t, patch_size, patch_size)",
-                                  hint=" (pipelines pad T for CogVideoX1.5)")
+        grid = self.check_latents(
+            x,
+            cfg.in_channels,
+            (pt, p, p),
+            patch_name="(patch_size_t, patch_size, patch_size)",
+            hint=" (pipelines pad T for CogVideoX1.5)",
+        )
         b = x.shape[0]
         if tuple(jnp.shape(timestep)) not in ((b,), ()):
             raise InputError(f"{name}: timestep must have shape (B,)=({b},); got {tuple(jnp.shape(timestep))}.")
         self.check_text(text, b, cfg.text_embed_dim, "text_embed_dim=")
         if cfg.has_ofs and ofs is None:
-            raise InputError(f"{name}: this model has an ofs embedding (ofs_embed_dim={cfg.ofs_embed_dim}); pass ofs (the pipelines use 2.0).")
+            raise InputError(
+                f"{name}: this model has an ofs embedding (ofs_embed_dim={cfg.ofs_embed_dim}); pass ofs (the pipelines use 2.0)."
+            )
         if not cfg.has_ofs and ofs is not None:
             raise InputError(f"{name}: ofs was given but this model has no ofs embedding (ofs_embed_dim is null).")
         if ofs is not None and jnp.size(ofs) not in (1, b):

@@ -63,7 +63,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -121,7 +121,7 @@ class CogVideoXTiling:
         tile_sample_min_width: int | None = None,
         tile_overlap_factor_height: float | None = None,
         tile_overlap_factor_width: float | None = None,
-    ) -> "CogVideoXTiling":
+    ) -> CogVideoXTiling:
         """Defaults as ``AutoencoderKLCogVideoX.__init__``; arguments as ``enable_tiling(...)``.
 
         A ``None`` (or zero) argument keeps the default, as the reference's ``x or default``.
@@ -165,18 +165,24 @@ class CogVideoXTiling:
             name = ("tile_sample_min_height", "tile_sample_min_width")[axis]
             if not out._keeps_its_step(axis):
                 v = getattr(out, name)
-                near = sorted((w for w in range(8, 4 * v + 64) if dataclasses.replace(out, **{name: w})
-                               ._keeps_its_step(axis)), key=lambda w: (abs(w - v), w))[:3]
+                near = sorted(
+                    (w for w in range(8, 4 * v + 64) if dataclasses.replace(out, **{name: w})._keeps_its_step(axis)),
+                    key=lambda w: (abs(w - v), w),
+                )[:3]
                 factor = ("tile_overlap_factor_height", "tile_overlap_factor_width")[axis]
-                fix = (f"sizes that tile exactly with {factor}={getattr(out, factor):g}: "
-                       f"{', '.join(map(str, sorted(near)))}" if near else
-                       f"no size up to {4 * v + 64} tiles exactly with {factor}={getattr(out, factor):g}: "
-                       "change the factor (e.g. the default)")
+                fix = (
+                    f"sizes that tile exactly with {factor}={getattr(out, factor):g}: "
+                    f"{', '.join(map(str, sorted(near)))}"
+                    if near
+                    else f"no size up to {4 * v + 64} tiles exactly with {factor}={getattr(out, factor):g}: "
+                    "change the factor (e.g. the default)"
+                )
                 shown = f"{name}={v!r}" if name in given else f"{name}={v!r} (the VAE's current size, not given here)"
                 raise InputError(
                     f"{shown}: its tiles advance {out.decode_params[1][axis] * out.spatial_compression} "
                     f"pixels but each keeps {out.decode_params[3][axis]}, so the decoded video would come out "
-                    f"the wrong size (diffusers' AutoencoderKLCogVideoX returns that wrong size); {fix}")
+                    f"the wrong size (diffusers' AutoencoderKLCogVideoX returns that wrong size); {fix}"
+                )
 
     def _keeps_its_step(self, axis: int) -> bool:
         """Whether the reference's tile loops along ``axis`` (0 height, 1 width) keep exactly the
@@ -221,6 +227,7 @@ class CogVideoXTiling:
 # Layers
 # --------------------------------------------------------------------------------------------
 
+
 class _ConvCache:
     """One chunk's view of the functional conv cache: read in call order, collect new entries.
 
@@ -240,9 +247,7 @@ class _ConvCache:
         entry = self._in[len(self.out)]
         want = (like.shape[0], frames) + like.shape[2:]
         if entry.shape != want:
-            raise ValueError(
-                f"conv cache entry {len(self.out)} has shape {entry.shape}, need {want}"
-            )
+            raise ValueError(f"conv cache entry {len(self.out)} has shape {entry.shape}, need {want}")
         return entry.astype(like.dtype)
 
     def put(self, value: jax.Array) -> None:
@@ -369,11 +374,7 @@ class CogVideoXResnetBlock3D(nnx.Module):
             self.norm2 = CogVideoXSpatialNorm3D(out_channels, spatial_norm_dim, groups, **kw)
         self.conv1 = CogVideoXCausalConv3d(in_channels, out_channels, 3, **kw)
         self.conv2 = CogVideoXCausalConv3d(out_channels, out_channels, 3, **kw)
-        self.conv_shortcut = (
-            Conv(in_channels, out_channels, (1, 1, 1), **kw)
-            if in_channels != out_channels
-            else None
-        )
+        self.conv_shortcut = Conv(in_channels, out_channels, (1, 1, 1), **kw) if in_channels != out_channels else None
 
     def _norm(self, norm, x, zq, cache):
         return norm(x) if zq is None else norm(x, zq, cache)
@@ -606,9 +607,13 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         self.post_quant_conv = Conv(zc, zc, (1, 1, 1), **kw) if config.use_post_quant_conv else None
         self._tiling_settings = TilingSettings(CogVideoXTiling.from_config(config))
 
-    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                      tile_overlap_factor_height: float | None = None,
-                      tile_overlap_factor_width: float | None = None) -> None:
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_overlap_factor_height: float | None = None,
+        tile_overlap_factor_width: float | None = None,
+    ) -> None:
         """Encode / decode large inputs in spatial tiles, as ``AutoencoderKLCogVideoX.enable_tiling``
         (a size left None keeps its current value; the defaults are :meth:`CogVideoXTiling.from_config`'s).
 
@@ -618,20 +623,31 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
                 than they advance (diffusers' video would come out the wrong size); checked here,
                 before any decode.
         """
-        given = dict(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                     tile_overlap_factor_height=tile_overlap_factor_height,
-                     tile_overlap_factor_width=tile_overlap_factor_width)
+        given = dict(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_overlap_factor_height=tile_overlap_factor_height,
+            tile_overlap_factor_width=tile_overlap_factor_width,
+        )
         now = self.tiling
-        CogVideoXTiling.from_config(self.config, **{k: v if v is not None else getattr(now, k)
-                                                    for k, v in given.items()}).check_exact(
-            given=[k for k, v in given.items() if v is not None])
-        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                            tile_overlap_factor_height=tile_overlap_factor_height,
-                            tile_overlap_factor_width=tile_overlap_factor_width)
+        CogVideoXTiling.from_config(
+            self.config, **{k: v if v is not None else getattr(now, k) for k, v in given.items()}
+        ).check_exact(given=[k for k, v in given.items() if v is not None])
+        self._enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_overlap_factor_height=tile_overlap_factor_height,
+            tile_overlap_factor_width=tile_overlap_factor_width,
+        )
 
     def _checked_tiling(self, state: CogVideoXTiling) -> CogVideoXTiling:
-        checked = CogVideoXTiling.from_config(self.config, state.tile_sample_min_height, state.tile_sample_min_width,
-                                              state.tile_overlap_factor_height, state.tile_overlap_factor_width)
+        checked = CogVideoXTiling.from_config(
+            self.config,
+            state.tile_sample_min_height,
+            state.tile_sample_min_width,
+            state.tile_overlap_factor_height,
+            state.tile_overlap_factor_width,
+        )
         return dataclasses.replace(checked, use_tiling=state.use_tiling)
 
     @property
@@ -702,9 +718,7 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         tiling = tiling or self.tiling
         tiled = True if tiled is None and tiling.use_tiling else tiled
         tile = tiling.encode_params[0]
-        run = functools.partial(
-            self._temporal, _encode_chunk, batch=NUM_SAMPLE_FRAMES_BATCH_SIZE
-        )
+        run = functools.partial(self._temporal, _encode_chunk, batch=NUM_SAMPLE_FRAMES_BATCH_SIZE)
         if self._use_tiles(tiled, shape[2:4], tile, shape[2:4]):
             h = _tiled(run, video, *tiling.encode_params)
         else:
@@ -731,9 +745,7 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
     def decode_chunks(self, z) -> int:
         return 1
 
-    def decode(
-        self, z, *, tiled: bool | None = None, tiling: CogVideoXTiling | None = None
-    ) -> np.ndarray:
+    def decode(self, z, *, tiled: bool | None = None, tiling: CogVideoXTiling | None = None) -> np.ndarray:
         """Decode latents to video, following ``AutoencoderKLCogVideoX.decode(z).sample``.
 
         Args:
@@ -764,9 +776,7 @@ class CogVideoXVAE(TiledVAE, nnx.Module):
         tiled = True if tiled is None and tiling.use_tiling else tiled
         tile = tiling.decode_params[0]
         out_hw = (shape[2] * cfg.spatial_compression, shape[3] * cfg.spatial_compression)
-        run = functools.partial(
-            self._temporal, _decode_chunk, batch=NUM_LATENT_FRAMES_BATCH_SIZE
-        )
+        run = functools.partial(self._temporal, _decode_chunk, batch=NUM_LATENT_FRAMES_BATCH_SIZE)
         if self._use_tiles(tiled, shape[2:4], tile, out_hw):
             return _tiled(run, z, *tiling.decode_params)
         return run(z)
@@ -808,10 +818,7 @@ def temporal_chunks(num_frames: int, batch: int) -> list[tuple[int, int]]:
     """
     rem = num_frames % batch
     n = max(num_frames // batch, 1)
-    return [
-        (batch * i + (0 if i == 0 else rem), min(batch * (i + 1) + rem, num_frames))
-        for i in range(n)
-    ]
+    return [(batch * i + (0 if i == 0 else rem), min(batch * (i + 1) + rem, num_frames)) for i in range(n)]
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))

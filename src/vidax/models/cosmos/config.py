@@ -5,13 +5,14 @@ diffusers ``CosmosTransformer3DModel`` export) and of a whole Cosmos-Predict2.5 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import TransformerConfig, is_positive_int
 from vidax.errors import ConfigError
-from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +124,20 @@ class CosmosTransformerConfig(TransformerConfig):
         def bad(key, value, want):
             self.invalid(source, key, value, want)
 
-        self.check_positive(source, ("in_channels", "out_channels", "num_attention_heads", "attention_head_dim",
-                                     "num_layers", "text_embed_dim", "adaln_lora_dim", "crossattn_proj_in_channels",
-                                     "encoder_hidden_states_channels"))
+        self.check_positive(
+            source,
+            (
+                "in_channels",
+                "out_channels",
+                "num_attention_heads",
+                "attention_head_dim",
+                "num_layers",
+                "text_embed_dim",
+                "adaln_lora_dim",
+                "crossattn_proj_in_channels",
+                "encoder_hidden_states_channels",
+            ),
+        )
         for key in ("max_size", "patch_size"):
             value = getattr(self, key)
             if not (isinstance(value, tuple) and len(value) == 3 and all(is_positive_int(v) for v in value)):
@@ -133,31 +145,41 @@ class CosmosTransformerConfig(TransformerConfig):
         if any(m < p for m, p in zip(self.max_size, self.patch_size)):
             bad("max_size", self.max_size, f"each axis must hold at least one patch of {self.patch_size}")
         rs = self.rope_scale
-        if not (isinstance(rs, tuple) and len(rs) == 3
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in rs)):
+        if not (
+            isinstance(rs, tuple)
+            and len(rs) == 3
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in rs)
+        ):
             bad("rope_scale", rs, "expected three positive numbers (t, h, w)")
-        if not (isinstance(self.mlp_ratio, (int, float)) and not isinstance(self.mlp_ratio, bool)
-                and self.ffn_dim > 0):
+        if not (isinstance(self.mlp_ratio, (int, float)) and not isinstance(self.mlp_ratio, bool) and self.ffn_dim > 0):
             bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
         k = self.attention_head_dim
         if k % 2 or k < 12:
-            bad("attention_head_dim", k, "the reference splits it into rotary (T, H, W) parts "
-                f"{self.rope_split} that must be even and above 2 (an even K >= 12)")
+            bad(
+                "attention_head_dim",
+                k,
+                "the reference splits it into rotary (T, H, W) parts "
+                f"{self.rope_split} that must be even and above 2 (an even K >= 12)",
+            )
         for key in ("concat_padding_mask", "use_crossattn_projection"):
             if not isinstance(getattr(self, key), bool):
                 bad(key, getattr(self, key), "expected true or false")
         if self.extra_pos_embed_type not in (None, "learnable"):
             bad("extra_pos_embed_type", self.extra_pos_embed_type, "expected null or 'learnable'")
         if self.use_crossattn_projection and self.encoder_hidden_states_channels != self.text_embed_dim:
-            bad("encoder_hidden_states_channels", self.encoder_hidden_states_channels,
+            bad(
+                "encoder_hidden_states_channels",
+                self.encoder_hidden_states_channels,
                 f"crossattn_proj's output feeds the cross-attention, whose input is text_embed_dim="
-                f"{self.text_embed_dim}; they must be equal")
+                f"{self.text_embed_dim}; they must be equal",
+            )
 
 
 #: ``Cosmos2_5_PredictBasePipeline.__call__`` defaults (diffusers 0.42.1): 704 x 1280, 93 frames,
 #: 36 steps, guidance 7.0, 512 text tokens; 16 fps as the reference's examples export the videos.
-COSMOS_DEFAULTS = CallDefaults(height=704, width=1280, num_frames=93, num_inference_steps=36, guidance_scale=7.0,
-                               max_sequence_length=512, fps=16)
+COSMOS_DEFAULTS = CallDefaults(
+    height=704, width=1280, num_frames=93, num_inference_steps=36, guidance_scale=7.0, max_sequence_length=512, fps=16
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,31 +221,46 @@ def read_cosmos_checkpoint(checkpoint: Checkpoint) -> CosmosInfo:
     text = ckpt.typed_config("text_encoder", Qwen25VLTextConfig)
     file, z = ckpt.config_file("transformer"), vae.z_dim
     if cfg.in_channels != z + 1:
-        raise ConfigError(f"{file}: in_channels={cfg.in_channels} must be the VAE's z_dim + 1 = {z + 1} (the "
-                          "latents and the condition-mask channel, as Cosmos2_5_PredictBasePipeline feeds them)")
+        raise ConfigError(
+            f"{file}: in_channels={cfg.in_channels} must be the VAE's z_dim + 1 = {z + 1} (the "
+            "latents and the condition-mask channel, as Cosmos2_5_PredictBasePipeline feeds them)"
+        )
     if cfg.out_channels != z:
         raise ConfigError(f"{file}: out_channels={cfg.out_channels} must equal the VAE's z_dim={z}")
     if not cfg.concat_padding_mask:
-        raise ConfigError(f"{file}: concat_padding_mask={cfg.concat_padding_mask!r}; the Predict2.5 pipeline "
-                          "always passes a padding mask, which the reference transformer reads only with true")
+        raise ConfigError(
+            f"{file}: concat_padding_mask={cfg.concat_padding_mask!r}; the Predict2.5 pipeline "
+            "always passes a padding mask, which the reference transformer reads only with true"
+        )
     if cfg.patch_size[0] != 1:
-        raise ConfigError(f"{file}: patch_size={list(cfg.patch_size)}; the pipeline gives one timestep per "
-                          "latent frame, which needs p_t = 1")
+        raise ConfigError(
+            f"{file}: patch_size={list(cfg.patch_size)}; the pipeline gives one timestep per "
+            "latent frame, which needs p_t = 1"
+        )
     width = text.num_hidden_layers * text.hidden_size
     if cfg.context_dim != width:
         raise ConfigError(
             f"{file}: crossattn_proj_in_channels={cfg.crossattn_proj_in_channels} (use_crossattn_projection="
             f"{cfg.use_crossattn_projection}) must be {text.num_hidden_layers} text-encoder layers x hidden_size "
             f"{text.hidden_size} = {width} ({ckpt.config_file('text_encoder')}): the pipeline concatenates "
-            "every layer's hidden states")
+            "every layer's hidden states"
+        )
     s = vae.spatial_compression
     _, ph, pw = cfg.patch_size
-    variant = (f"Cosmos-Predict2.5 text/image/video-to-world: {cfg.num_layers} layers, width {cfg.inner_dim}, "
-               f"Qwen2.5-VL text ({text.num_hidden_layers} layers x {text.hidden_size}), Wan2.1 VAE")
+    variant = (
+        f"Cosmos-Predict2.5 text/image/video-to-world: {cfg.num_layers} layers, width {cfg.inner_dim}, "
+        f"Qwen2.5-VL text ({text.num_hidden_layers} layers x {text.hidden_size}), Wan2.1 VAE"
+    )
     return CosmosInfo(
-        checkpoint=ckpt, tasks=("t2v", "i2v", "v2v"), variant=variant,
-        defaults=COSMOS_DEFAULTS.for_checkpoint(ckpt), transformers=("transformer",),
+        checkpoint=ckpt,
+        tasks=("t2v", "i2v", "v2v"),
+        variant=variant,
+        defaults=COSMOS_DEFAULTS.for_checkpoint(ckpt),
+        transformers=("transformer",),
         size_multiple=(int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw))),
         size_reason=f"the reference requires multiples of 16; the VAE's {s}x spatial compression times the "
-                    f"transformer's {ph}x{pw} patches",
-        transformer_config=cfg, vae_config=vae, text_config=text)
+        f"transformer's {ph}x{pw} patches",
+        transformer_config=cfg,
+        vae_config=vae,
+        text_config=text,
+    )

@@ -9,7 +9,6 @@ the Wan family (:mod:`vidax.models.wan`), so there are no ``VAE_*`` names here.
 
 from __future__ import annotations
 
-
 #: Regexes of the parameter paths kept float32: diffusers' ``_keep_in_fp32_modules``
 #: (``learnable_pos_embed``), matched against whole path segments.
 TRANSFORMER_FP32_PARAMS = (r"(^|/)learnable_pos_embed(/|$)",)
@@ -64,9 +63,16 @@ SINGLE_FILE_RENAMES = {
 }
 
 #: Tensors of the training state diffusers leaves out (a converted key holding one of these).
-SINGLE_FILE_DROPPED = ("accum_video_sample_counter", "accum_image_sample_counter", "accum_iteration",
-                       "accum_train_in_hours", "pos_embedder.seq", "pos_embedder.dim_spatial_range",
-                       "pos_embedder.dim_temporal_range", "_extra_state")
+SINGLE_FILE_DROPPED = (
+    "accum_video_sample_counter",
+    "accum_image_sample_counter",
+    "accum_iteration",
+    "accum_train_in_hours",
+    "pos_embedder.seq",
+    "pos_embedder.dim_spatial_range",
+    "pos_embedder.dim_temporal_range",
+    "_extra_state",
+)
 
 
 def single_file_keys(keys) -> dict:
@@ -74,5 +80,7 @@ def single_file_keys(keys) -> dict:
     ``from_single_file`` converts a Cosmos-Predict2 / 2.5 file (``net.`` stripped)."""
     from vidax.weights.single_file import rename_keys
 
-    return {k: None if any(d in v for d in SINGLE_FILE_DROPPED) else v
-            for k, v in rename_keys(keys, SINGLE_FILE_RENAMES, strip="net.").items()}
+    return {
+        k: None if any(d in v for d in SINGLE_FILE_DROPPED) else v
+        for k, v in rename_keys(keys, SINGLE_FILE_RENAMES, strip="net.").items()
+    }

@@ -52,8 +52,8 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
-from vidax.pipelines.options import VIDEO_FILE, CallOption
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.options import VIDEO_FILE, CallOption
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -72,8 +72,10 @@ SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an imag
 
 def prompt_conversation(prompt: str) -> list[dict]:
     """The chat ``_get_prompt_embeds`` builds for one prompt (system turn, then the prompt)."""
-    return [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-            {"role": "user", "content": [{"type": "text", "text": prompt}]}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "user", "content": [{"type": "text", "text": prompt}]},
+    ]
 
 
 @jax.jit
@@ -144,13 +146,26 @@ class CosmosPredictPipeline(VideoPipeline):
     cache_reference = False
 
     call_options = (
-        CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos-Predict2.5 video2world continues its last "
-                   "frames). No safety checker runs (Cosmos' reference requires NVIDIA's cosmos_guardrail).",
-                   task="v2v"),
-        CallOption("num_latent_conditional_frames", int, "Latent frames of the video that condition "
-                   "(Cosmos-Predict2.5 video2world).", "2", choices=(1, 2)),
-        CallOption("conditional_frame_timestep", float, "Timestep of the conditioning frames (Cosmos-Predict2.5; "
-                   "negative: the step's sigma).", "1e-4"),
+        CallOption(
+            "video",
+            VIDEO_FILE,
+            "Video to condition on (Cosmos-Predict2.5 video2world continues its last "
+            "frames). No safety checker runs (Cosmos' reference requires NVIDIA's cosmos_guardrail).",
+            task="v2v",
+        ),
+        CallOption(
+            "num_latent_conditional_frames",
+            int,
+            "Latent frames of the video that condition (Cosmos-Predict2.5 video2world).",
+            "2",
+            choices=(1, 2),
+        ),
+        CallOption(
+            "conditional_frame_timestep",
+            float,
+            "Timestep of the conditioning frames (Cosmos-Predict2.5; negative: the step's sigma).",
+            "1e-4",
+        ),
     )
     unsupported_call_args = ("guidance_scale_2",)
     prompt_embeds_args = ("prompt_embeds",)
@@ -176,9 +191,15 @@ class CosmosPredictPipeline(VideoPipeline):
     def resolve_num_frames(cls, info: CosmosInfo, num_frames: int) -> int:
         k = info.vae_config.temporal_compression
         if num_frames % k != 1:
-            logger.warning("%s is not of the form %dk+1: the %d decoded frames are each repeated %d "
-                           "times and cut to %d, as diffusers' Cosmos2_5_PredictBasePipeline does",
-                           Arg("num_frames", num_frames), k, (num_frames - 1) // k * k + 1, k, num_frames)
+            logger.warning(
+                "%s is not of the form %dk+1: the %d decoded frames are each repeated %d "
+                "times and cut to %d, as diffusers' Cosmos2_5_PredictBasePipeline does",
+                Arg("num_frames", num_frames),
+                k,
+                (num_frames - 1) // k * k + 1,
+                k,
+                num_frames,
+            )
         return num_frames
 
     @classmethod
@@ -187,11 +208,14 @@ class CosmosPredictPipeline(VideoPipeline):
         cfg, vae = info.transformer_config, info.vae_config
         m, (pt, ph, pw), s = max(cfg.patch_grid_max), cfg.patch_size, vae.spatial_compression
         mh, mw = info.size_multiple
-        return SizeLimits(height=m * s * ph // mh * mh, width=m * s * pw // mw * mw,
-                          num_frames=(m * pt - 1) * vae.temporal_compression + 1,
-                          reason=f"max(max_size // patch_size) = {m} patches per axis in "
-                                 f"{info.checkpoint.config_file('transformer')}, VAE "
-                                 f"{vae.temporal_compression}x{s}x{s}")
+        return SizeLimits(
+            height=m * s * ph // mh * mh,
+            width=m * s * pw // mw * mw,
+            num_frames=(m * pt - 1) * vae.temporal_compression + 1,
+            reason=f"max(max_size // patch_size) = {m} patches per axis in "
+            f"{info.checkpoint.config_file('transformer')}, VAE "
+            f"{vae.temporal_compression}x{s}x{s}",
+        )
 
     @classmethod
     def model_size(cls, info: CosmosInfo, call) -> ModelSize:
@@ -200,8 +224,13 @@ class CosmosPredictPipeline(VideoPipeline):
         cfg = info.transformer_config
         _, _, t, h, w = cls.latent_shape(info, call)
         pt, ph, pw = cfg.patch_size
-        return ModelSize(tokens=(t // pt) * (h // ph) * (w // pw), hidden_size=cfg.inner_dim,
-                         ffn_dim=cfg.ffn_dim, num_layers=cfg.num_layers, **wan_vae_decode_size(info.vae_config))
+        return ModelSize(
+            tokens=(t // pt) * (h // ph) * (w // pw),
+            hidden_size=cfg.inner_dim,
+            ffn_dim=cfg.ffn_dim,
+            num_layers=cfg.num_layers,
+            **wan_vae_decode_size(info.vae_config),
+        )
 
     @classmethod
     def conditioning_frames(cls, call) -> int:
@@ -218,46 +247,78 @@ class CosmosPredictPipeline(VideoPipeline):
         if video is None:
             return
         if call.image is not None:
-            raise InputError(Arg("image", keyword=True), " and ", Arg("video", keyword=True), " are both given; give ",
-                             Arg("image", keyword=True), " (image2world) or ", Arg("video", keyword=True),
-                             " (video2world)")
+            raise InputError(
+                Arg("image", keyword=True),
+                " and ",
+                Arg("video", keyword=True),
+                " are both given; give ",
+                Arg("image", keyword=True),
+                " (image2world) or ",
+                Arg("video", keyword=True),
+                " (video2world)",
+            )
         if len(call.prompts) != 1:
-            raise InputError(Arg("video"), f" is given with {len(call.prompts)} prompts; video2world takes one prompt "
-                             "(as diffusers' Cosmos2_5_PredictBasePipeline: batch_size must be 1)")
+            raise InputError(
+                Arg("video"),
+                f" is given with {len(call.prompts)} prompts; video2world takes one prompt "
+                "(as diffusers' Cosmos2_5_PredictBasePipeline: batch_size must be 1)",
+            )
         frames = video_frames(video)
         need = cls.conditioning_frames(call)
         if len(frames) < need:
-            raise InputError(Arg("video", keyword=True), f" has {len(frames)} frame(s) but video2world with ",
-                             Arg("num_latent_conditional_frames", n), f" conditions on its last {need}; give a video "
-                             f"of at least {need} frames (or ", Arg("num_latent_conditional_frames", 1), ")")
+            raise InputError(
+                Arg("video", keyword=True),
+                f" has {len(frames)} frame(s) but video2world with ",
+                Arg("num_latent_conditional_frames", n),
+                f" conditions on its last {need}; give a video of at least {need} frames (or ",
+                Arg("num_latent_conditional_frames", 1),
+                ")",
+            )
         if call.num_frames < need:
-            raise InputError(Arg("num_frames", call.num_frames), f" is fewer than the {need} conditioning frames "
-                             "video2world takes (", Arg("num_latent_conditional_frames", n), "); give ",
-                             Arg("num_frames"), f" >= {need}")
+            raise InputError(
+                Arg("num_frames", call.num_frames),
+                f" is fewer than the {need} conditioning frames video2world takes (",
+                Arg("num_latent_conditional_frames", n),
+                "); give ",
+                Arg("num_frames"),
+                f" >= {need}",
+            )
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: CosmosInfo, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls, info: CosmosInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
         """Tokenizer (with its chat template), the Qwen2.5-VL text tower, the transformer, the
         Wan VAE (``vae_dtype``, float32 by default) and the scheduler; every checkpoint checked
         against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        modules = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-                   "scheduler": cls.load_component(info, "scheduler")}
-        return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                                                  "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                                                  "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)})
+        modules = {
+            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+            "scheduler": cls.load_component(info, "scheduler"),
+        }
+        return modules | cls.load_weighted(
+            info,
+            {
+                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
+                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
+            },
+        )
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
         """``(B, L, n D)`` float32: the chat-formatted prompts through the text tower without a
         mask, every layer standardised (:func:`normalized_layers`), as ``_get_prompt_embeds``."""
         tokens = self.tokenizer.apply_chat_template(
-            [prompt_conversation(t) for t in texts], max_sequence_length,
-            padding_side=self.tokenizer.padding_side, add_generation_prompt=False, truncation=truncation,
-            add_vision_id=False)
+            [prompt_conversation(t) for t in texts],
+            max_sequence_length,
+            padding_side=self.tokenizer.padding_side,
+            add_generation_prompt=False,
+            truncation=truncation,
+            add_vision_id=False,
+        )
         states = encode_hidden_states(self.text_encoder, tokens.input_ids, None, output_layer=None)
         return normalized_layers(states)
 
@@ -273,8 +334,9 @@ class CosmosPredictPipeline(VideoPipeline):
             return None, 0
         need = self.conditioning_frames(call)
         frames = video_frames(video)[-need:]
-        pixels = np.stack([vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video")
-                           for f in frames])
+        pixels = np.stack(
+            [vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video") for f in frames]
+        )
         return pixels[None], (need - 1) // self.info.vae_config.temporal_compression + 1
 
     def condition(self, call, stats) -> dict:
@@ -305,8 +367,10 @@ class CosmosPredictPipeline(VideoPipeline):
     def set_timesteps(self, call, latents):
         state = super().set_timesteps(call, latents)
         if not hasattr(state, "sigmas") or not hasattr(state, "step_index"):
-            raise InputError(f"{type(self.scheduler).__name__} has no flow sigmas; Cosmos-Predict2.5 feeds the "
-                             "transformer scheduler.sigmas[i] (use the checkpoint's UniPCMultistepScheduler)")
+            raise InputError(
+                f"{type(self.scheduler).__name__} has no flow sigmas; Cosmos-Predict2.5 feeds the "
+                "transformer scheduler.sigmas[i] (use the checkpoint's UniPCMultistepScheduler)"
+            )
         return state
 
     @staticmethod

@@ -121,9 +121,11 @@ class CosmosLearnablePositionalEmbed(nnx.Module):
     def __call__(self, grid: tuple[int, int, int]) -> jax.Array:
         """``(L, D)`` float32 for the patch grid ``(t, h, w)`` (each within the tables)."""
         t, h, w = grid
-        e = (self.pos_emb_t[:t].astype(_F32)[:, None, None]
-             + self.pos_emb_h[:h].astype(_F32)[None, :, None]
-             + self.pos_emb_w[:w].astype(_F32)[None, None, :]).reshape(t * h * w, -1)
+        e = (
+            self.pos_emb_t[:t].astype(_F32)[:, None, None]
+            + self.pos_emb_h[:h].astype(_F32)[None, :, None]
+            + self.pos_emb_w[:w].astype(_F32)[None, None, :]
+        ).reshape(t * h * w, -1)
         norm = jnp.sqrt(jnp.square(e).sum(axis=-1, keepdims=True))
         return e / (_EPS + norm * np.float32(math.sqrt(1.0 / e.shape[-1])))
 
@@ -180,13 +182,15 @@ class CosmosTransformerBlock(nnx.Module):
         ada = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS, lora_dim=r)
         # diffusers Attention(qk_norm="rms_norm", bias=False, out_bias=False) + CosmosAttnProcessor2_0:
         # per-head RMSNorm of q and k (eps 1e-5), rotate-half RoPE (self-attention only).
-        attn = AttentionConfig(d, n, k, bias=False, out_bias=False, qk_norm="rms_head", qk_norm_eps=_QK_EPS,
-                               rope="rotate_half")
+        attn = AttentionConfig(
+            d, n, k, bias=False, out_bias=False, qk_norm="rms_head", qk_norm_eps=_QK_EPS, rope="rotate_half"
+        )
         self.norm1 = AdaLayerNorm(d, d, 3, **ada)
         self.attn1 = Attention(attn, attention, dtype, param_dtype, rngs, mesh)
         self.norm2 = AdaLayerNorm(d, d, 3, **ada)
-        self.attn2 = Attention(dataclasses.replace(attn, kv_dim=cfg.text_embed_dim), attention, dtype, param_dtype,
-                               rngs, mesh)
+        self.attn2 = Attention(
+            dataclasses.replace(attn, kv_dim=cfg.text_embed_dim), attention, dtype, param_dtype, rngs, mesh
+        )
         self.norm3 = AdaLayerNorm(d, d, 3, **ada)
         self.ff = FeedForward(d, cfg.ffn_dim, d, False, dtype, param_dtype, rngs, use_bias=False)
 
@@ -201,8 +205,11 @@ class CosmosTransformerBlock(nnx.Module):
             return constrain(gated_add(x, y, gate, res_dtype), TOKENS, self.mesh)
 
         shift, scale, gate = (i.per_token(e) for e in self.norm1.modulation(i.emb, i.temb))
-        x = add(x, self.attn1(self.norm1(x, shift, scale, self.dtype), rope=i.rope, mask=AttentionMask(i.valid_length)),
-                gate)
+        x = add(
+            x,
+            self.attn1(self.norm1(x, shift, scale, self.dtype), rope=i.rope, mask=AttentionMask(i.valid_length)),
+            gate,
+        )
         shift, scale, gate = (i.per_token(e) for e in self.norm2.modulation(i.emb, i.temb))
         x = add(x, self.attn2(self.norm2(x, shift, scale, self.dtype), i.context), gate)
         shift, scale, gate = (i.per_token(e) for e in self.norm3.modulation(i.emb, i.temb))
@@ -240,7 +247,8 @@ class CosmosTransformer3DModel(DiffusionTransformer):
         self.patch_embed = CosmosPatchEmbed(p, cfg.patch_in_channels, d, dtype, param_dtype, rngs)
         self.learnable_pos_embed = (
             CosmosLearnablePositionalEmbed(d, cfg.patch_grid_max, rngs)
-            if cfg.extra_pos_embed_type == "learnable" else None
+            if cfg.extra_pos_embed_type == "learnable"
+            else None
         )
         self.time_embed = CosmosEmbedding(d, dtype, param_dtype, rngs)
         self.transformer_blocks = stacked(
@@ -249,13 +257,16 @@ class CosmosTransformer3DModel(DiffusionTransformer):
             rngs,
         )
         # diffusers CosmosAdaLayerNorm: AdaLN-LoRA with two chunks (shift, scale) and temb[..., :2D].
-        self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS,
-                                     lora_dim=cfg.adaln_lora_dim)
+        self.norm_out = AdaLayerNorm(
+            d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS, lora_dim=cfg.adaln_lora_dim
+        )
         self.proj_out = linear(d, math.prod(p) * cfg.out_channels, dtype, param_dtype, rngs, use_bias=False)
         self.crossattn_proj = (
-            nnx.List([linear(cfg.crossattn_proj_in_channels, cfg.encoder_hidden_states_channels, dtype,
-                             param_dtype, rngs)])
-            if cfg.use_crossattn_projection else None
+            nnx.List(
+                [linear(cfg.crossattn_proj_in_channels, cfg.encoder_hidden_states_channels, dtype, param_dtype, rngs)]
+            )
+            if cfg.use_crossattn_projection
+            else None
         )
 
     def embed(

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,14 +60,24 @@ class Cosmos3TransformerConfig(TransformerConfig):
         unified_3d_mrope_temporal_modality_margin: read by the pipeline (position ids), not here.
     """
 
-    IGNORED: ClassVar[frozenset[str]] = frozenset({
-        # Loader hints and training settings of the exporter; diffusers' __init__ ignores them.
-        "dtype", "freeze_und", "initializer_range", "model_type", "max_position_embeddings", "use_cache",
-        "attention_dropout", "max_action_dim", "temporal_compression_factor_sound", "temporal_compression_factor",
-        # diffusers 0.42.1 reads qk_norm_for_text (the released Nano carries qk_norm False next to
-        # qk_norm_for_text True: the text q / k norms exist in its checkpoint).
-        "qk_norm",
-    })
+    IGNORED: ClassVar[frozenset[str]] = frozenset(
+        {
+            # Loader hints and training settings of the exporter; diffusers' __init__ ignores them.
+            "dtype",
+            "freeze_und",
+            "initializer_range",
+            "model_type",
+            "max_position_embeddings",
+            "use_cache",
+            "attention_dropout",
+            "max_action_dim",
+            "temporal_compression_factor_sound",
+            "temporal_compression_factor",
+            # diffusers 0.42.1 reads qk_norm_for_text (the released Nano carries qk_norm False next to
+            # qk_norm_for_text True: the text q / k norms exist in its checkpoint).
+            "qk_norm",
+        }
+    )
     NEUTRAL: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "joint_attn_implementation": ("two_way",),
         "qk_norm_for_diffusion": (True,),
@@ -144,24 +155,46 @@ class Cosmos3TransformerConfig(TransformerConfig):
         return self.use_und_k_norm_for_gen and not self.qk_norm_for_text
 
     def validate(self, source: str) -> None:
-        self.check_positive(source, ("head_dim", "hidden_size", "intermediate_size", "num_attention_heads",
-                                     "num_hidden_layers", "num_key_value_heads", "latent_channel",
-                                     "latent_patch_size", "patch_latent_dim", "vocab_size", "num_embodiment_domains"),
-                            nullable=("action_dim", "sound_dim"))
+        self.check_positive(
+            source,
+            (
+                "head_dim",
+                "hidden_size",
+                "intermediate_size",
+                "num_attention_heads",
+                "num_hidden_layers",
+                "num_key_value_heads",
+                "latent_channel",
+                "latent_patch_size",
+                "patch_latent_dim",
+                "vocab_size",
+                "num_embodiment_domains",
+            ),
+            nullable=("action_dim", "sound_dim"),
+        )
         if self.hidden_act not in HIDDEN_ACTS:
             self.invalid(source, "hidden_act", self.hidden_act, f"valid: {list(HIDDEN_ACTS)}")
         if self.num_attention_heads % self.num_key_value_heads:
-            self.invalid(source, "num_key_value_heads", self.num_key_value_heads,
-                         f"num_attention_heads={self.num_attention_heads} must divide by it")
-        if self.patch_latent_dim != self.latent_patch_size ** 2 * self.latent_channel:
-            self.invalid(source, "patch_latent_dim", self.patch_latent_dim,
-                         "expected latent_patch_size**2 * latent_channel")
+            self.invalid(
+                source,
+                "num_key_value_heads",
+                self.num_key_value_heads,
+                f"num_attention_heads={self.num_attention_heads} must divide by it",
+            )
+        if self.patch_latent_dim != self.latent_patch_size**2 * self.latent_channel:
+            self.invalid(
+                source, "patch_latent_dim", self.patch_latent_dim, "expected latent_patch_size**2 * latent_channel"
+            )
         sec = self.mrope_section
         if len(sec) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sec):
             self.invalid(source, "rope_axes_dim", sec, "expected three pair counts >= 0 (T, H, W)")
         if self.head_dim % 2:
-            self.invalid(source, "head_dim", self.head_dim,
-                         "the reference's RoPE table is 2 x ceil(head_dim / 2) wide and fails on an odd head_dim")
+            self.invalid(
+                source,
+                "head_dim",
+                self.head_dim,
+                "the reference's RoPE table is 2 x ceil(head_dim / 2) wide and fails on an odd head_dim",
+            )
         rs = self.rope_scaling_dict
         if rs.get("rope_type", "default") != "default" or not rs.get("mrope_interleaved", True):
             self.invalid(source, "rope_scaling", rs, "only the default interleaved mRoPE is implemented")
@@ -261,24 +294,49 @@ class Cosmos3SoundTokenizerConfig(ConfigBase):
         return self.input_channels * (2 if self.stereo else 1)
 
     def validate(self, source: str) -> None:
-        self.check_positive(source, ("sampling_rate", "vocoder_input_dim", "dec_dim", "dec_out_channels",
-                                     "input_channels", "enc_dim", "enc_num_blocks", "enc_n_fft", "enc_hop_length",
-                                     "enc_latent_dim"), nullable=("hop_size",))
+        self.check_positive(
+            source,
+            (
+                "sampling_rate",
+                "vocoder_input_dim",
+                "dec_dim",
+                "dec_out_channels",
+                "input_channels",
+                "enc_dim",
+                "enc_num_blocks",
+                "enc_n_fft",
+                "enc_hop_length",
+                "enc_latent_dim",
+            ),
+            nullable=("hop_size",),
+        )
         for key in ("dec_c_mults", "dec_strides", "enc_c_mults", "enc_strides"):
             value = getattr(self, key)
             if not isinstance(value, tuple) or not value or not all(map(is_positive_int, value)):
                 self.invalid(source, key, value, "expected a non-empty list of positive ints")
         if len(self.dec_c_mults) != len(self.dec_strides):
-            self.invalid(source, "dec_c_mults", self.dec_c_mults,
-                         f"expected one multiplier per stride of dec_strides={list(self.dec_strides)}")
+            self.invalid(
+                source,
+                "dec_c_mults",
+                self.dec_c_mults,
+                f"expected one multiplier per stride of dec_strides={list(self.dec_strides)}",
+            )
         if len(self.enc_c_mults) != len(self.enc_strides):
-            self.invalid(source, "enc_c_mults", self.enc_c_mults,
-                         f"expected one multiplier per stride of enc_strides={list(self.enc_strides)}")
+            self.invalid(
+                source,
+                "enc_c_mults",
+                self.enc_c_mults,
+                f"expected one multiplier per stride of enc_strides={list(self.enc_strides)}",
+            )
         if dict(self.bottleneck or ()).get("type", "vae") != "vae":
             self.invalid(source, "bottleneck", dict(self.bottleneck), "only the 'vae' bottleneck is implemented")
         if self.enc_latent_dim % 2:
-            self.invalid(source, "enc_latent_dim", self.enc_latent_dim,
-                         "expected an even number (the VAE bottleneck's mean and scale halves)")
+            self.invalid(
+                source,
+                "enc_latent_dim",
+                self.enc_latent_dim,
+                "expected an even number (the VAE bottleneck's mean and scale halves)",
+            )
         if self.enc_n_fft < self.enc_hop_length:
             self.invalid(source, "enc_n_fft", self.enc_n_fft, f"expected at least enc_hop_length={self.enc_hop_length}")
 
@@ -290,8 +348,9 @@ class Cosmos3SoundTokenizerConfig(ConfigBase):
 #: any length (its tokens join every step's attention); vidax cuts each prompt and negative prompt
 #: to ``max_sequence_length`` tokens, 1024 by default, with a warning, before the metadata
 #: sentences and the chat template are added (which stay whole). The prompt is not padded to it.
-COSMOS3_DEFAULTS = CallDefaults(height=720, width=1280, num_frames=189, num_inference_steps=35, guidance_scale=6.0,
-                                max_sequence_length=1024, fps=24)
+COSMOS3_DEFAULTS = CallDefaults(
+    height=720, width=1280, num_frames=189, num_inference_steps=35, guidance_scale=6.0, max_sequence_length=1024, fps=24
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,8 +405,10 @@ def read_cosmos3_checkpoint(checkpoint: Checkpoint) -> Cosmos3Info:
     cfg = ckpt.typed_config("transformer", Cosmos3TransformerConfig)
     vae = ckpt.typed_config("vae", WanVAEConfig)
     if cfg.latent_channel != vae.z_dim:
-        raise ConfigError(f"{ckpt.config_file('transformer')}: latent_channel={cfg.latent_channel} must equal the "
-                          f"VAE's z_dim={vae.z_dim} ({ckpt.config_file('vae')})")
+        raise ConfigError(
+            f"{ckpt.config_file('transformer')}: latent_channel={cfg.latent_channel} must equal the "
+            f"VAE's z_dim={vae.z_dim} ({ckpt.config_file('vae')})"
+        )
     flags = {}
     for key, default in (("default_use_system_prompt", True), ("use_native_flow_schedule", False)):
         value = ckpt.index.get(key, default)
@@ -357,11 +418,21 @@ def read_cosmos3_checkpoint(checkpoint: Checkpoint) -> Cosmos3Info:
     sound = dict(ckpt.config("sound_tokenizer")) if ckpt.has("sound_tokenizer") else None
     s, p = vae.spatial_compression, cfg.latent_patch_size
     tasks = ("t2v", "i2v", "v2v")
-    variant = (f"Cosmos 3 omni text/image/video-to-video{' with sound' if sound and cfg.sound_gen else ''}: "
-               f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size} ({cfg.hidden_act}), Wan2.2 VAE")
+    variant = (
+        f"Cosmos 3 omni text/image/video-to-video{' with sound' if sound and cfg.sound_gen else ''}: "
+        f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size} ({cfg.hidden_act}), Wan2.2 VAE"
+    )
     return Cosmos3Info(
-        checkpoint=ckpt, tasks=tasks, variant=variant, defaults=COSMOS3_DEFAULTS.for_checkpoint(ckpt),
-        transformers=("transformer",), size_multiple=(s, s),
+        checkpoint=ckpt,
+        tasks=tasks,
+        variant=variant,
+        defaults=COSMOS3_DEFAULTS.for_checkpoint(ckpt),
+        transformers=("transformer",),
+        size_multiple=(s, s),
         size_reason=f"the reference requires multiples of the VAE's {s}x spatial compression (the transformer pads "
-                    f"latents to its {p}x{p} patches)",
-        transformer_config=cfg, vae_config=vae, sound_config=sound, **flags)
+        f"latents to its {p}x{p} patches)",
+        transformer_config=cfg,
+        vae_config=vae,
+        sound_config=sound,
+        **flags,
+    )

@@ -58,8 +58,8 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
-from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.diffusers_keywords import refused_value_reason
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.step_inputs import StepInputs
 
@@ -103,7 +103,7 @@ def preprocess_conditioning_image(image: Any, height: int, width: int) -> np.nda
     out = np.einsum("oh,hwc->owc", _aa_weights(sh, rh), rgb)
     out = np.einsum("pw,owc->opc", _aa_weights(sw, rw), out.astype(np.float32)).astype(np.float32)
     top, left = round((rh - height) / 2), round((rw - width) / 2)
-    out = out[top:top + height, left:left + width]
+    out = out[top : top + height, left : left + width]
     return (np.clip(np.round(out), 0, 255) / np.float32(127.5) - np.float32(1.0)).astype(np.float32)
 
 
@@ -127,18 +127,48 @@ def _aa_weights(n_in: int, n_out: int) -> np.ndarray:
 #: resolves to a no-op on every other checkpoint (``Cosmos3MixedPrecisionConfig.resolve``); vidax
 #: reads no ModelOpt FP8 checkpoint, so these are checked as diffusers checks them and change nothing.
 MIXED_PRECISION_OPTIONS = (
-    CallOption("mixed_precision_format", str, "diffusers' Cosmos 3 FP8 schedule: 'none' or 'fp8' (a no-op on the "
-               "checkpoints vidax reads, as in diffusers on all but ModelOpt FP8 ones).", "None (auto)",
-               choices=("none", "fp8"), flag=False),
-    CallOption("mixed_precision_first_steps", int, "First steps of the FP8 schedule (no-op, see mixed_precision_format).",
-               "None", low=0, flag=False),
-    CallOption("mixed_precision_last_steps", int, "Last steps of the FP8 schedule (no-op, see mixed_precision_format).",
-               "None", low=0, flag=False),
-    CallOption("mixed_precision_reasoner_policy", str, "The reasoner's precision in the FP8 schedule (no-op, see "
-               "mixed_precision_format).", "None", choices=("high_precision", "base_precision"), flag=False),
-    CallOption("enable_safety_check", bool, "diffusers' Cosmos guardrail: only False runs in vidax.", "False",
-               choices=(False,), flag=False,
-               valid="False (vidax runs no safety checker: Cosmos' guardrail is a torch package)"),
+    CallOption(
+        "mixed_precision_format",
+        str,
+        "diffusers' Cosmos 3 FP8 schedule: 'none' or 'fp8' (a no-op on the "
+        "checkpoints vidax reads, as in diffusers on all but ModelOpt FP8 ones).",
+        "None (auto)",
+        choices=("none", "fp8"),
+        flag=False,
+    ),
+    CallOption(
+        "mixed_precision_first_steps",
+        int,
+        "First steps of the FP8 schedule (no-op, see mixed_precision_format).",
+        "None",
+        low=0,
+        flag=False,
+    ),
+    CallOption(
+        "mixed_precision_last_steps",
+        int,
+        "Last steps of the FP8 schedule (no-op, see mixed_precision_format).",
+        "None",
+        low=0,
+        flag=False,
+    ),
+    CallOption(
+        "mixed_precision_reasoner_policy",
+        str,
+        "The reasoner's precision in the FP8 schedule (no-op, see mixed_precision_format).",
+        "None",
+        choices=("high_precision", "base_precision"),
+        flag=False,
+    ),
+    CallOption(
+        "enable_safety_check",
+        bool,
+        "diffusers' Cosmos guardrail: only False runs in vidax.",
+        "False",
+        choices=(False,),
+        flag=False,
+        valid="False (vidax runs no safety checker: Cosmos' guardrail is a torch package)",
+    ),
 )
 
 
@@ -156,8 +186,10 @@ class Cosmos3OmniPipeline(VideoPipeline):
 
     latent_streams = ("latents", "sound_latents")
     audio_stream = "sound_latents"
-    audio_latents_layout = ("(batch, sound_dim, sound latent frames), or (sound_dim, sound latent frames) for one "
-                            "video as the reference takes them")
+    audio_latents_layout = (
+        "(batch, sound_dim, sound latent frames), or (sound_dim, sound latent frames) for one "
+        "video as the reference takes them"
+    )
     audio_decoder_name = "sound_tokenizer"
     vocoder_name = None
     latents_layout = "(batch, z_dim, latent frames, height / 16, width / 16)"
@@ -169,29 +201,53 @@ class Cosmos3OmniPipeline(VideoPipeline):
     # while its First-Block Cache asks for hidden_states and MagCache (on a skip) for
     # encoder_hidden_states: both raise there. TaylorSeer runs.
     cache_block_metadata = False
-    cache_metadata_problem = ("diffusers 0.42.1's block metadata for {pipeline}'s decoder layers "
-                              "(Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which its {config} "
-                              "hooks do not read (they look for hidden_states / encoder_hidden_states and raise there)")
+    cache_metadata_problem = (
+        "diffusers 0.42.1's block metadata for {pipeline}'s decoder layers "
+        "(Cosmos3VLTextMoTDecoderLayer) names their inputs gen_seq / und_seq, which its {config} "
+        "hooks do not read (they look for hidden_states / encoder_hidden_states and raise there)"
+    )
     unsupported_call_args = ("guidance_scale_2",)
     call_options = MIXED_PRECISION_OPTIONS + (
-        CallOption("video", VIDEO_FILE, "Video to condition on (Cosmos 3 video-to-video keeps its first frames "
-                   "clean). No safety checker runs.", task="v2v"),
-        CallOption("condition_frame_indexes_vision", OBJECT, "Latent frames of video= kept clean (Cosmos 3).",
-                   "[0, 1]"),
-        CallOption("condition_video_keep", str, "Which end of video= the conditioning frames come from (Cosmos 3).",
-                   "first", choices=("first", "last")),
+        CallOption(
+            "video",
+            VIDEO_FILE,
+            "Video to condition on (Cosmos 3 video-to-video keeps its first frames clean). No safety checker runs.",
+            task="v2v",
+        ),
+        CallOption(
+            "condition_frame_indexes_vision", OBJECT, "Latent frames of video= kept clean (Cosmos 3).", "[0, 1]"
+        ),
+        CallOption(
+            "condition_video_keep",
+            str,
+            "Which end of video= the conditioning frames come from (Cosmos 3).",
+            "first",
+            choices=("first", "last"),
+        ),
         # The flag is vidax generate's own --fps (the mp4's rate), which the CLI passes on as fps= to a
         # pipeline that takes it: the video is written at the rate the model conditioned on.
-        CallOption("fps", float, "Frame rate of the video (Cosmos 3: in the duration sentence, the positions and "
-                   "the sound length).", "24.0", low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1], flag=False),
-        CallOption("enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound "
-                   "tokenizer).", "False"),
-        CallOption("use_system_prompt", bool, "Put the system turn before the prompt (Cosmos 3).",
-                   "the checkpoint's default_use_system_prompt"),
-        CallOption("add_resolution_template", bool, "Append the resolution sentence to the prompts (Cosmos 3).",
-                   "True"),
-        CallOption("add_duration_template", bool, "Append the duration sentence to the prompts (Cosmos 3).",
-                   "True"),
+        CallOption(
+            "fps",
+            float,
+            "Frame rate of the video (Cosmos 3: in the duration sentence, the positions and the sound length).",
+            "24.0",
+            low=FRAME_RATE_RANGE[0],
+            high=FRAME_RATE_RANGE[1],
+            flag=False,
+        ),
+        CallOption(
+            "enable_sound", bool, "Generate the soundtrack too (Cosmos 3 checkpoints with a sound tokenizer).", "False"
+        ),
+        CallOption(
+            "use_system_prompt",
+            bool,
+            "Put the system turn before the prompt (Cosmos 3).",
+            "the checkpoint's default_use_system_prompt",
+        ),
+        CallOption(
+            "add_resolution_template", bool, "Append the resolution sentence to the prompts (Cosmos 3).", "True"
+        ),
+        CallOption("add_duration_template", bool, "Append the duration sentence to the prompts (Cosmos 3).", "True"),
         CallOption("action", OBJECT, "Action-conditioned generation (Cosmos 3): not implemented, refused."),
     )
 
@@ -216,8 +272,11 @@ class Cosmos3OmniPipeline(VideoPipeline):
     def latent_shapes(cls, info: Cosmos3Info, call) -> dict[str, tuple[int, ...]]:
         shapes = {"latents": tuple(cls.latent_shape(info, call))}
         if call.extra.get("enable_sound"):
-            shapes["sound_latents"] = (call.batch, info.transformer_config.sound_dim,
-                                       info.sound_length(call.num_frames, call.extra.get("fps", FRAME_RATE)))
+            shapes["sound_latents"] = (
+                call.batch,
+                info.transformer_config.sound_dim,
+                info.sound_length(call.num_frames, call.extra.get("fps", FRAME_RATE)),
+            )
         return shapes
 
     @classmethod
@@ -231,12 +290,19 @@ class Cosmos3OmniPipeline(VideoPipeline):
         sound = kwargs.get("enable_sound")
         if sound:
             if info.sound_config is None or not info.transformer_config.sound_gen:
-                raise InputError(Arg("enable_sound", sound), f": {info.checkpoint.root} has no sound "
-                                 f"{'tokenizer (sound_tokenizer)' if info.sound_config is None else 'head (sound_gen false in its transformer config)'}; "
-                                 "leave it off")
+                raise InputError(
+                    Arg("enable_sound", sound),
+                    f": {info.checkpoint.root} has no sound "
+                    f"{'tokenizer (sound_tokenizer)' if info.sound_config is None else 'head (sound_gen false in its transformer config)'}; "
+                    "leave it off",
+                )
         elif kwargs.get("sound_latents") is not None:
-            raise InputError(Arg("sound_latents", keyword=True), " is given but ", Arg("enable_sound", keyword=True),
-                             " is not; the reference uses sound latents only with enable_sound=True")
+            raise InputError(
+                Arg("sound_latents", keyword=True),
+                " is given but ",
+                Arg("enable_sound", keyword=True),
+                " is not; the reference uses sound latents only with enable_sound=True",
+            )
         if kwargs.get("sound_latents") is not None and np.ndim(kwargs["sound_latents"]) == 2:
             # the reference's layout (sound_dim, T_sound), which it uses as they are: one video's
             kwargs["sound_latents"] = np.asarray(kwargs["sound_latents"])[None]
@@ -251,32 +317,57 @@ class Cosmos3OmniPipeline(VideoPipeline):
         video = extra.get("video")
         one_image(call.image, "Cosmos 3 takes")
         if call.image is not None and call.num_frames == 1:
-            raise InputError(Arg("image", keyword=True), " with ", Arg("num_frames", 1), ": the reference ignores the "
-                             "image when it makes one frame (text-to-image); give more frames or no image")
+            raise InputError(
+                Arg("image", keyword=True),
+                " with ",
+                Arg("num_frames", 1),
+                ": the reference ignores the "
+                "image when it makes one frame (text-to-image); give more frames or no image",
+            )
         if "condition_frame_indexes_vision" in extra and video is None:
-            raise InputError(Arg("condition_frame_indexes_vision", keyword=True), " is only used with ",
-                             Arg("video", keyword=True))
+            raise InputError(
+                Arg("condition_frame_indexes_vision", keyword=True), " is only used with ", Arg("video", keyword=True)
+            )
         if video is None:
             return
         if call.image is not None:
-            raise InputError(Arg("image", keyword=True), " and ", Arg("video", keyword=True), " are both given; give ",
-                             Arg("image", keyword=True), " (image-to-video) or ", Arg("video", keyword=True),
-                             " (video-to-video)")
+            raise InputError(
+                Arg("image", keyword=True),
+                " and ",
+                Arg("video", keyword=True),
+                " are both given; give ",
+                Arg("image", keyword=True),
+                " (image-to-video) or ",
+                Arg("video", keyword=True),
+                " (video-to-video)",
+            )
         if call.num_frames == 1:
             raise InputError(Arg("video", keyword=True), " needs ", Arg("num_frames"), " > 1, got 1")
         video_frames(video)
         idx = extra.get("condition_frame_indexes_vision", (0, 1))
-        if (isinstance(idx, (str, bytes)) or not isinstance(idx, (list, tuple)) or not idx
-                or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0 for i in idx)):
-            raise InputError(Arg("condition_frame_indexes_vision", idx), " must be a non-empty list of non-negative "
-                             "ints, e.g. [0, 1]")
+        if (
+            isinstance(idx, (str, bytes))
+            or not isinstance(idx, (list, tuple))
+            or not idx
+            or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0 for i in idx)
+        ):
+            raise InputError(
+                Arg("condition_frame_indexes_vision", idx),
+                " must be a non-empty list of non-negative ints, e.g. [0, 1]",
+            )
         t = cls.latent_shape(info, call)[2]
         if max(idx) >= t:
-            raise InputError(Arg("condition_frame_indexes_vision", list(idx)), f" reaches past the {t} latent frames "
-                             "of ", Arg("num_frames", call.num_frames), f"; valid indexes are 0..{t - 1}")
+            raise InputError(
+                Arg("condition_frame_indexes_vision", list(idx)),
+                f" reaches past the {t} latent frames of ",
+                Arg("num_frames", call.num_frames),
+                f"; valid indexes are 0..{t - 1}",
+            )
         if set(range(t)) <= set(int(i) for i in idx):
-            raise InputError(Arg("condition_frame_indexes_vision", list(idx)), f" keeps all {t} latent frames clean; "
-                             "leave at least one to generate")
+            raise InputError(
+                Arg("condition_frame_indexes_vision", list(idx)),
+                f" keeps all {t} latent frames clean; leave at least one to generate",
+            )
 
     @classmethod
     def model_size(cls, info: Cosmos3Info, call) -> ModelSize:
@@ -292,9 +383,14 @@ class Cosmos3OmniPipeline(VideoPipeline):
         tokens = t * -(-h // p) * -(-w // p) + prompt + TEMPLATE_TOKENS
         if call.extra.get("enable_sound"):  # the sound's latent frames join the sequence
             tokens += cls.latent_shapes(info, call)["sound_latents"][-1]
-        return ModelSize(tokens=tokens, hidden_size=cfg.hidden_size, ffn_dim=cfg.intermediate_size,
-                         num_layers=cfg.num_hidden_layers, num_heads=cfg.num_attention_heads,
-                         **wan_vae_decode_size(info.vae_config))
+        return ModelSize(
+            tokens=tokens,
+            hidden_size=cfg.hidden_size,
+            ffn_dim=cfg.intermediate_size,
+            num_layers=cfg.num_hidden_layers,
+            num_heads=cfg.num_attention_heads,
+            **wan_vae_decode_size(info.vae_config),
+        )
 
     def video_fps(self, call) -> Any:
         """The ``fps`` the model conditioned on, when given (else the checkpoint's 24)."""
@@ -303,17 +399,23 @@ class Cosmos3OmniPipeline(VideoPipeline):
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: Cosmos3Info, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls, info: Cosmos3Info, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
         """The tokenizer, the transformer, the Wan2.2 VAE (``vae_dtype``, float32 by default),
         the scheduler and, where the checkpoint has one that vidax implements, the sound
         tokenizer; every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        modules = {"text_tokenizer": TextTokenizer(info.checkpoint.folder("text_tokenizer")),
-                   "scheduler": cls.load_component(info, "scheduler"), "sound_tokenizer": None}
-        weighted = {"transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                    "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
+        modules = {
+            "text_tokenizer": TextTokenizer(info.checkpoint.folder("text_tokenizer")),
+            "scheduler": cls.load_component(info, "scheduler"),
+            "sound_tokenizer": None,
+        }
+        weighted = {
+            "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+            "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
+        }
         if info.sound_config is not None:
             weighted["sound_tokenizer"] = dict(staging=staging)
         return modules | cls.load_weighted(info, weighted)
@@ -326,19 +428,25 @@ class Cosmos3OmniPipeline(VideoPipeline):
         extra = call.extra
         use_system = extra.get("use_system_prompt")
         use_system = self.info.default_use_system_prompt if use_system is None else use_system
-        kw = dict(num_frames=call.num_frames, height=call.height, width=call.width,
-                  fps=extra.get("fps", FRAME_RATE),
-                  add_resolution_template=extra.get("add_resolution_template", True),
-                  add_duration_template=extra.get("add_duration_template", True))
-        truncation = dataclasses.replace(text_truncation(call), why="by vidax (Cosmos 3's reference takes any "
-                                         "length; the metadata sentences and chat template are kept)")
+        kw = dict(
+            num_frames=call.num_frames,
+            height=call.height,
+            width=call.width,
+            fps=extra.get("fps", FRAME_RATE),
+            add_resolution_template=extra.get("add_resolution_template", True),
+            add_duration_template=extra.get("add_duration_template", True),
+        )
+        truncation = dataclasses.replace(
+            text_truncation(call),
+            why="by vidax (Cosmos 3's reference takes any length; the metadata sentences and chat template are kept)",
+        )
         cut = self.text_tokenizer.truncate_texts(prompt_texts(call), call.max_sequence_length, truncation)
         texts = [templated_prompt(p, negative=i >= len(call.prompts), **kw) for i, p in enumerate(cut)]
         ids = prompt_token_ids(self.text_tokenizer, texts, num_frames=call.num_frames, use_system_prompt=use_system)
         u = max(len(i) for i in ids)
         padded = np.zeros((len(ids), u), np.int32)
         for row, i in zip(padded, ids):
-            row[:len(i)] = i
+            row[: len(i)] = i
         return {"ids": jnp.asarray(padded), "lengths": jnp.asarray([len(i) for i in ids], jnp.int32)}
 
     def condition_frames(self, call) -> tuple[np.ndarray | None, tuple[int, ...]]:
@@ -355,8 +463,9 @@ class Cosmos3OmniPipeline(VideoPipeline):
         frames = video_frames(video)
         frames = frames[:need] if call.extra.get("condition_video_keep", "first") == "first" else frames[-need:]
         frames = frames + [frames[-1]] * (need - len(frames))
-        pixels = np.stack([vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video")
-                           for f in frames])
+        pixels = np.stack(
+            [vae_image_preprocess(f, call.height, call.width, resample="bilinear", name="video") for f in frames]
+        )
         return pixels[None], idx
 
     def condition(self, call, stats) -> dict:
@@ -376,11 +485,17 @@ class Cosmos3OmniPipeline(VideoPipeline):
         sound = None
         if call.extra.get("enable_sound"):
             sound = self.latent_shapes(self.info, call)["sound_latents"][-1]
-        self._layout = Layout(text=0, grid=(t, -(-h // p), -(-w // p)),
-                              noisy=tuple(i for i in range(t) if i not in idx), sound=sound,
-                              fps=float(call.extra.get("fps", FRAME_RATE)))
-        return {"x0": x0, "mask": jnp.zeros((t,), _F32).at[jnp.asarray(idx, jnp.int32)].set(1.0) if idx else
-                jnp.zeros((t,), _F32)}
+        self._layout = Layout(
+            text=0,
+            grid=(t, -(-h // p), -(-w // p)),
+            noisy=tuple(i for i in range(t) if i not in idx),
+            sound=sound,
+            fps=float(call.extra.get("fps", FRAME_RATE)),
+        )
+        return {
+            "x0": x0,
+            "mask": jnp.zeros((t,), _F32).at[jnp.asarray(idx, jnp.int32)].set(1.0) if idx else jnp.zeros((t,), _F32),
+        }
 
     def prepare_latents(self, call, noise, cond) -> dict:
         """``{"latents": (B, T, h, w, C) channels-last[, "sound_latents": (B, C_s, T_s)]}``: drawn
@@ -399,8 +514,10 @@ class Cosmos3OmniPipeline(VideoPipeline):
         base = None
         if self.info.use_native_flow_schedule:
             base = np.linspace(1.0 - 1.0 / sched.config.num_train_timesteps, 0.0, call.num_inference_steps + 1)[:-1]
-        return {k: sched.set_timesteps(call.num_inference_steps, sample_shape=v.shape, base_sigmas=base)
-                for k, v in latents.items()}
+        return {
+            k: sched.set_timesteps(call.num_inference_steps, sample_shape=v.shape, base_sigmas=base)
+            for k, v in latents.items()
+        }
 
     def step_key(self) -> Any:
         return type(self.scheduler), self._layout
@@ -414,13 +531,27 @@ class Cosmos3OmniPipeline(VideoPipeline):
         real tokens (:mod:`vidax.models.cosmos3.prompt`)."""
         cfg, lay = self.info.transformer_config, self._layout
         fps_mod = cfg.enable_fps_modulation
-        parts = [grid_positions(*lay.grid, fps=lay.fps if fps_mod else None, base_fps=float(cfg.base_fps),
-                                temporal_compression=self.info.vae_config.temporal_compression,
-                                reset_spatial_ids=cfg.unified_3d_mrope_reset_spatial_ids)]
+        parts = [
+            grid_positions(
+                *lay.grid,
+                fps=lay.fps if fps_mod else None,
+                base_fps=float(cfg.base_fps),
+                temporal_compression=self.info.vae_config.temporal_compression,
+                reset_spatial_ids=cfg.unified_3d_mrope_reset_spatial_ids,
+            )
+        ]
         if lay.sound is not None:
-            parts.append(grid_positions(lay.sound, 1, 1, fps=float(cfg.sound_latent_fps) if fps_mod else None,
-                                        base_fps=float(cfg.base_fps), temporal_compression=1,
-                                        reset_spatial_ids=cfg.unified_3d_mrope_reset_spatial_ids))
+            parts.append(
+                grid_positions(
+                    lay.sound,
+                    1,
+                    1,
+                    fps=float(cfg.sound_latent_fps) if fps_mod else None,
+                    base_fps=float(cfg.base_fps),
+                    temporal_compression=1,
+                    reset_spatial_ids=cfg.unified_3d_mrope_reset_spatial_ids,
+                )
+            )
         gen = np.concatenate([p for p, _ in parts], axis=1)
         axes = parts[0][1]
         start = (lengths + cfg.unified_3d_mrope_temporal_modality_margin).astype(_F32)
@@ -445,10 +576,26 @@ class Cosmos3OmniPipeline(VideoPipeline):
         snd = [None] * 5
         if sound is not None:
             s_idx = np.arange(u + t * per, u + t * per + lay.sound)
-            snd = [sound.astype(self.dtype), s_idx, s_idx, jnp.full((n, lay.sound), timestep),
-                   tuple(range(lay.sound))]
-        return (embeds["ids"], np.arange(u), self.positions(embeds["lengths"]), u, x.astype(self.dtype), vis_idx,
-                vis_mse, vis_ts, lay.noisy, *snd, None, None, None, None, None, None, embeds["lengths"])
+            snd = [sound.astype(self.dtype), s_idx, s_idx, jnp.full((n, lay.sound), timestep), tuple(range(lay.sound))]
+        return (
+            embeds["ids"],
+            np.arange(u),
+            self.positions(embeds["lengths"]),
+            u,
+            x.astype(self.dtype),
+            vis_idx,
+            vis_mse,
+            vis_ts,
+            lay.noisy,
+            *snd,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            embeds["lengths"],
+        )
 
     def latents_output(self, latents) -> np.ndarray:
         return np.asarray(jnp.transpose(latents, (0, 4, 1, 2, 3)))

@@ -32,8 +32,17 @@ INVERSE_VIDEO_RESOLUTION_TEMPLATE = "This video is not of {height}x{width} resol
 START_OF_GENERATION = "<|vision_start|>"
 
 
-def templated_prompt(text: str, *, negative: bool, num_frames: int, height: int, width: int, fps: float,
-                     add_resolution_template: bool = True, add_duration_template: bool = True) -> str:
+def templated_prompt(
+    text: str,
+    *,
+    negative: bool,
+    num_frames: int,
+    height: int,
+    width: int,
+    fps: float,
+    add_resolution_template: bool = True,
+    add_duration_template: bool = True,
+) -> str:
     """``text`` with the reference's metadata sentences (the inverse ones for a negative prompt)."""
     is_image = num_frames == 1
 
@@ -75,15 +84,28 @@ def prompt_token_ids(tokenizer: Any, texts: list[str], *, num_frames: int, use_s
 
     eos, start = tokenizer.eos_token_id, tokenizer.token_to_id(START_OF_GENERATION)
     if eos is None or start is None:
-        raise CheckpointError(f"{tokenizer.path}: Cosmos 3 needs the tokenizer's eos token and {START_OF_GENERATION} "
-                              f"(eos id {eos}, {START_OF_GENERATION} id {start})")
-    ids = tokenizer.chat_token_ids([conversation(t, num_frames=num_frames, use_system_prompt=use_system_prompt)
-                                    for t in texts], add_generation_prompt=True, add_vision_id=False)
+        raise CheckpointError(
+            f"{tokenizer.path}: Cosmos 3 needs the tokenizer's eos token and {START_OF_GENERATION} "
+            f"(eos id {eos}, {START_OF_GENERATION} id {start})"
+        )
+    ids = tokenizer.chat_token_ids(
+        [conversation(t, num_frames=num_frames, use_system_prompt=use_system_prompt) for t in texts],
+        add_generation_prompt=True,
+        add_vision_id=False,
+    )
     return [list(i) + [eos, start] for i in ids]
 
 
-def grid_positions(grid_t: int, grid_h: int, grid_w: int, *, fps: float | None, base_fps: float,
-                   temporal_compression: int, reset_spatial_ids: bool) -> tuple[np.ndarray, np.ndarray]:
+def grid_positions(
+    grid_t: int,
+    grid_h: int,
+    grid_w: int,
+    *,
+    fps: float | None,
+    base_fps: float,
+    temporal_compression: int,
+    reset_spatial_ids: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """``get_3d_mrope_ids_vae_tokens`` at temporal offset 0, split so the offset can be added per
     sequence: ``(positions (3, t·h·w) float32, offset_axes (3,) float32)``; the reference's
     positions at offset ``T0`` are ``positions + T0 · offset_axes`` (one float32 add, as there).

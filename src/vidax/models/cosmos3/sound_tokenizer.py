@@ -57,9 +57,22 @@ class WNConv1d(nnx.Module):
         use_bias: torch ``bias=``.
     """
 
-    def __init__(self, cin: int, cout: int, kernel: int, *, stride: int = 1, padding: int = 0, dilation: int = 1,
-                 output_padding: int = 0, use_bias: bool = True, transpose: bool = False, dtype, param_dtype,
-                 rngs: nnx.Rngs):
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        *,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        output_padding: int = 0,
+        use_bias: bool = True,
+        transpose: bool = False,
+        dtype,
+        param_dtype,
+        rngs: nnx.Rngs,
+    ):
         self.stride, self.padding, self.dilation, self.output_padding = stride, padding, dilation, output_padding
         self.transpose, self.dtype = transpose, dtype
         first = cin if transpose else cout
@@ -83,9 +96,14 @@ class WNConv1d(nnx.Module):
         elif k == 1 and self.stride == 1 and self.padding == 0:
             y = jnp.einsum("bti,oi->bto", x, w[:, :, 0])
         else:
-            y = jax.lax.conv_general_dilated(x, jnp.transpose(w, (2, 1, 0)), (self.stride,),
-                                             [(self.padding, self.padding)], rhs_dilation=(self.dilation,),
-                                             dimension_numbers=_DN)
+            y = jax.lax.conv_general_dilated(
+                x,
+                jnp.transpose(w, (2, 1, 0)),
+                (self.stride,),
+                [(self.padding, self.padding)],
+                rhs_dilation=(self.dilation,),
+                dimension_numbers=_DN,
+            )
         return y if self.bias is None else y + self.bias[...].astype(self.dtype)
 
 
@@ -132,8 +150,16 @@ class DecoderBlock(nnx.Module):
 
     def __init__(self, cin: int, cout: int, stride: int, **kw):
         self.snake1 = Snake1d(cin)
-        self.conv_t1 = WNConv1d(cin, cout, 2 * stride, stride=stride, padding=math.ceil(stride / 2),
-                                output_padding=stride % 2, transpose=True, **kw)
+        self.conv_t1 = WNConv1d(
+            cin,
+            cout,
+            2 * stride,
+            stride=stride,
+            padding=math.ceil(stride / 2),
+            output_padding=stride % 2,
+            transpose=True,
+            **kw,
+        )
         self.res_unit1 = ResidualUnit(cout, 1, **kw)
         self.res_unit2 = ResidualUnit(cout, 3, **kw)
         self.res_unit3 = ResidualUnit(cout, 9, **kw)
@@ -152,8 +178,9 @@ class Decoder(nnx.Module):
         mults = (1, *cfg.dec_c_mults)
         n, c = len(strides), cfg.dec_dim
         self.conv1 = WNConv1d(cfg.vocoder_input_dim, c * mults[-1], 7, padding=3, **kw)
-        self.block = nnx.List([DecoderBlock(c * mults[n - i], c * mults[n - i - 1], s, **kw)
-                               for i, s in enumerate(strides)])
+        self.block = nnx.List(
+            [DecoderBlock(c * mults[n - i], c * mults[n - i - 1], s, **kw) for i, s in enumerate(strides)]
+        )
         self.snake1 = Snake1d(c)
         self.conv2 = WNConv1d(c, cfg.dec_out_channels, 7, padding=3, use_bias=False, **kw)
 
@@ -189,8 +216,9 @@ class DepthwiseConv1d(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         w = self.kernel[...].astype(self.dtype)
-        y = jax.lax.conv_general_dilated(x.astype(self.dtype), w, (1,), "VALID", dimension_numbers=_DN,
-                                         feature_group_count=w.shape[-1])
+        y = jax.lax.conv_general_dilated(
+            x.astype(self.dtype), w, (1,), "VALID", dimension_numbers=_DN, feature_group_count=w.shape[-1]
+        )
         return y + self.bias[...].astype(self.dtype)
 
 
@@ -223,8 +251,9 @@ class Encoder(nnx.Module):
         self.n_fft, self.hop = cfg.enc_n_fft, cfg.enc_hop_length
         self.dtype = kw["dtype"]
         c, mults = cfg.enc_dim, cfg.enc_c_mults
-        layers: list[nnx.Module] = [WNConv1d((cfg.enc_n_fft + 2) * cfg.encoder_channels, mults[0] * c, 1,
-                                             use_bias=False, **kw)]
+        layers: list[nnx.Module] = [
+            WNConv1d((cfg.enc_n_fft + 2) * cfg.encoder_channels, mults[0] * c, 1, use_bias=False, **kw)
+        ]
         for i, stride in enumerate(cfg.enc_strides):
             cin, cout = mults[i] * c, mults[min(i + 1, len(mults) - 1)] * c
             layers += [ConvNeXtBlock(cin, 4 * cin, cfg.enc_use_snake, **kw) for _ in range(cfg.enc_num_blocks)]
@@ -297,8 +326,10 @@ class Cosmos3AVAEAudioTokenizer(nnx.Module):
         z = jnp.asarray(z)
         c = self.config.vocoder_input_dim
         if z.ndim != 3 or z.shape[1] != c or min(z.shape) < 1 or not jnp.issubdtype(z.dtype, jnp.floating):
-            raise InputError(f"{name} must be floating point sound latents (batch, {c}, frames); got shape "
-                             f"{tuple(z.shape)} dtype {z.dtype}")
+            raise InputError(
+                f"{name} must be floating point sound latents (batch, {c}, frames); got shape "
+                f"{tuple(z.shape)} dtype {z.dtype}"
+            )
         return z
 
     def denormalize_latents(self, z) -> jax.Array:
@@ -334,13 +365,16 @@ class Cosmos3AVAEAudioTokenizer(nnx.Module):
         """
         cfg = self.config
         if self.encoder is None:
-            raise InputError("this sound tokenizer has no encoder (encoder_enabled is false: decoder-only weights); "
-                             "it cannot encode a waveform")
+            raise InputError(
+                "this sound tokenizer has no encoder (encoder_enabled is false: decoder-only weights); "
+                "it cannot encode a waveform"
+            )
         x = jnp.asarray(waveform)
         c = cfg.encoder_channels
         if x.ndim != 3 or x.shape[1] != c or min(x.shape) < 1 or not jnp.issubdtype(x.dtype, jnp.floating):
-            raise InputError(f"waveform must be floating point (batch, {c}, samples); got shape {tuple(x.shape)} "
-                             f"dtype {x.dtype}")
+            raise InputError(
+                f"waveform must be floating point (batch, {c}, samples); got shape {tuple(x.shape)} dtype {x.dtype}"
+            )
         graphdef, state = nnx.split(self.encoder)
         return _encode_fn(graphdef, state, jnp.transpose(x, (0, 2, 1)), cfg.normalize_volume, cfg.hop)
 

@@ -60,8 +60,9 @@ _F32 = jnp.float32
 _TWO_PATHWAYS = AttentionMask(first_stream_causal=True)
 
 
-def mrope_tables(position_ids: jax.Array, head_dim: int, theta: float,
-                 section: tuple[int, int, int]) -> tuple[jax.Array, jax.Array]:
+def mrope_tables(
+    position_ids: jax.Array, head_dim: int, theta: float, section: tuple[int, int, int]
+) -> tuple[jax.Array, jax.Array]:
     """diffusers ``Cosmos3VLTextRotaryEmbedding``: the interleaved 3-axis mRoPE.
 
     Pair ``j`` of the head takes its position from axis H when ``j % 3 == 1 and j < 3·section[1]``,
@@ -128,24 +129,50 @@ class Cosmos3MoTLayer(nnx.Module):
     def __init__(self, cfg: Cosmos3TransformerConfig, attention, dtype, param_dtype, rngs, mesh=None):
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.self_attn = Attention(
-            AttentionConfig(d, cfg.num_attention_heads, cfg.head_dim, kv_heads=cfg.num_key_value_heads,
-                            bias=cfg.attention_bias, out_bias=cfg.attention_bias, out="linear", qk_norm="rms_head",
-                            qk_norm_eps=eps, rope="rotate_half", added="joint",
-                            first_stream_qk_norm=cfg.qk_norm_for_text,
-                            first_key_norm_for_second=cfg.has_und_k_norm_for_gen),
-            attention, dtype, param_dtype, rngs, mesh=mesh)
+            AttentionConfig(
+                d,
+                cfg.num_attention_heads,
+                cfg.head_dim,
+                kv_heads=cfg.num_key_value_heads,
+                bias=cfg.attention_bias,
+                out_bias=cfg.attention_bias,
+                out="linear",
+                qk_norm="rms_head",
+                qk_norm_eps=eps,
+                rope="rotate_half",
+                added="joint",
+                first_stream_qk_norm=cfg.qk_norm_for_text,
+                first_key_norm_for_second=cfg.has_und_k_norm_for_gen,
+            ),
+            attention,
+            dtype,
+            param_dtype,
+            rngs,
+            mesh=mesh,
+        )
         self.mlp = Cosmos3MLP(d, cfg.intermediate_size, cfg.hidden_act, dtype, param_dtype, rngs)
         self.mlp_moe_gen = Cosmos3MLP(d, cfg.intermediate_size, cfg.hidden_act, dtype, param_dtype, rngs)
-        for name in ("input_layernorm", "input_layernorm_moe_gen", "post_attention_layernorm",
-                     "post_attention_layernorm_moe_gen"):
+        for name in (
+            "input_layernorm",
+            "input_layernorm_moe_gen",
+            "post_attention_layernorm",
+            "post_attention_layernorm_moe_gen",
+        ):
             setattr(self, name, RMSNorm(d, eps, param_dtype=param_dtype))
 
-    def __call__(self, streams, inputs: "Cosmos3Inputs"):
+    def __call__(self, streams, inputs: Cosmos3Inputs):
         und, gen = streams
-        mask = _TWO_PATHWAYS if inputs.key_mask is None else AttentionMask(first_stream_causal=True,
-                                                                             kv_mask=inputs.key_mask)
-        a_und, a_gen = self.self_attn((self.input_layernorm(und), self.input_layernorm_moe_gen(gen)),
-                                      rope=inputs.rope_und, added_rope=inputs.rope_gen, mask=mask)
+        mask = (
+            _TWO_PATHWAYS
+            if inputs.key_mask is None
+            else AttentionMask(first_stream_causal=True, kv_mask=inputs.key_mask)
+        )
+        a_und, a_gen = self.self_attn(
+            (self.input_layernorm(und), self.input_layernorm_moe_gen(gen)),
+            rope=inputs.rope_und,
+            added_rope=inputs.rope_gen,
+            mask=mask,
+        )
         und, gen = und + a_und.astype(und.dtype), gen + a_gen.astype(gen.dtype)
         und = und + self.mlp(self.post_attention_layernorm(und)).astype(und.dtype)
         gen = gen + self.mlp_moe_gen(self.post_attention_layernorm_moe_gen(gen)).astype(gen.dtype)
@@ -191,8 +218,9 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
     def build(self, cfg: Cosmos3TransformerConfig, param_dtype, attention, rngs):
         d, dtype = cfg.hidden_size, self.dtype
         self.embed_tokens = nnx.Embed(cfg.vocab_size, d, param_dtype=param_dtype, rngs=rngs)
-        self.layers = stacked(lambda r: Cosmos3MoTLayer(cfg, attention, dtype, param_dtype, r, self.mesh),
-                              cfg.num_hidden_layers, rngs)
+        self.layers = stacked(
+            lambda r: Cosmos3MoTLayer(cfg, attention, dtype, param_dtype, r, self.mesh), cfg.num_hidden_layers, rngs
+        )
         self.norm = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype)
         self.norm_moe_gen = RMSNorm(d, cfg.rms_norm_eps, param_dtype=param_dtype)
         self.lm_head = linear(d, cfg.vocab_size, dtype, param_dtype, rngs, use_bias=False)
@@ -200,10 +228,12 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
         self.proj_out = linear(d, cfg.patch_latent_dim, dtype, param_dtype, rngs)
         self.time_embedder = TimestepEmbedding(256, d, rngs)
         act = cfg.action_gen
-        self.action_proj_in = DomainAwareLinear(cfg.action_dim, d, cfg.num_embodiment_domains, param_dtype,
-                                                dtype) if act else None
-        self.action_proj_out = DomainAwareLinear(d, cfg.action_dim, cfg.num_embodiment_domains, param_dtype,
-                                                 dtype) if act else None
+        self.action_proj_in = (
+            DomainAwareLinear(cfg.action_dim, d, cfg.num_embodiment_domains, param_dtype, dtype) if act else None
+        )
+        self.action_proj_out = (
+            DomainAwareLinear(d, cfg.action_dim, cfg.num_embodiment_domains, param_dtype, dtype) if act else None
+        )
         self.action_modality_embed = nnx.Param(jnp.zeros((d,), param_dtype)) if act else None
         snd = cfg.sound_gen
         self.audio_proj_in = linear(cfg.sound_dim, d, dtype, param_dtype, rngs) if snd else None
@@ -219,16 +249,36 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
         emb = self.time_embedder(timestep_sinusoid(t, 256)).astype(tokens.dtype)
         rows = _noisy_rows(noisy_frames, per_frame)
         if emb.shape[1] != rows.size:
-            raise InputError(f"Cosmos3OmniTransformer: timesteps have {emb.shape[1]} entries per sequence; the noisy "
-                             f"frames {tuple(noisy_frames)} have {rows.size} tokens.")
+            raise InputError(
+                f"Cosmos3OmniTransformer: timesteps have {emb.shape[1]} entries per sequence; the noisy "
+                f"frames {tuple(noisy_frames)} have {rows.size} tokens."
+            )
         return tokens.at[:, rows].add(emb)
 
-    def embed(self, input_ids, text_indexes, position_ids, und_len: int, vision, vision_sequence_indexes,
-              vision_mse_loss_indexes, vision_timesteps, vision_noisy_frames: tuple[int, ...], sound=None,
-              sound_sequence_indexes=None, sound_mse_loss_indexes=None, sound_timesteps=None,
-              sound_noisy_frames: tuple[int, ...] | None = None, action=None, action_sequence_indexes=None,
-              action_mse_loss_indexes=None, action_timesteps=None, action_noisy_frames: tuple[int, ...] | None = None,
-              action_domain_ids=None, text_lengths=None):
+    def embed(
+        self,
+        input_ids,
+        text_indexes,
+        position_ids,
+        und_len: int,
+        vision,
+        vision_sequence_indexes,
+        vision_mse_loss_indexes,
+        vision_timesteps,
+        vision_noisy_frames: tuple[int, ...],
+        sound=None,
+        sound_sequence_indexes=None,
+        sound_mse_loss_indexes=None,
+        sound_timesteps=None,
+        sound_noisy_frames: tuple[int, ...] | None = None,
+        action=None,
+        action_sequence_indexes=None,
+        action_mse_loss_indexes=None,
+        action_timesteps=None,
+        action_noisy_frames: tuple[int, ...] | None = None,
+        action_domain_ids=None,
+        text_lengths=None,
+    ):
         """The packed sequence, split into the two pathways.
 
         Args (``B`` sequences packed alike; indexes are positions in the packed sequence of
@@ -263,8 +313,9 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
         cfg, name = self.config, type(self).__name__
         vision = jnp.asarray(vision)
         if vision.ndim != 5 or vision.shape[-1] != cfg.latent_channel:
-            raise InputError(f"{name}: vision must be (B, T, H, W, C={cfg.latent_channel}) channels-last; "
-                             f"got {tuple(vision.shape)}.")
+            raise InputError(
+                f"{name}: vision must be (B, T, H, W, C={cfg.latent_channel}) channels-last; got {tuple(vision.shape)}."
+            )
         if sound is not None and not cfg.sound_gen:
             raise InputError(f"{name}: sound= given but the checkpoint has sound_gen=False.")
         if action is not None and not cfg.action_gen:
@@ -311,25 +362,33 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
         key_mask = None
         if text_lengths is not None or (l_und, l_gen) != (und_len, gen_len):  # prompt or mesh padding
             real = und_len if text_lengths is None else jnp.asarray(text_lengths, jnp.int32).reshape(-1, 1)
-            key_mask = jnp.concatenate([jnp.broadcast_to(jnp.arange(l_und)[None] < real, (b, l_und)),
-                                        jnp.broadcast_to(jnp.arange(l_gen)[None] < gen_len, (b, l_gen))],
-                                       axis=1).astype(jnp.int32)
+            key_mask = jnp.concatenate(
+                [
+                    jnp.broadcast_to(jnp.arange(l_und)[None] < real, (b, l_und)),
+                    jnp.broadcast_to(jnp.arange(l_gen)[None] < gen_len, (b, l_gen)),
+                ],
+                axis=1,
+            ).astype(jnp.int32)
 
         def rope(start, stop, n):
             return tuple(pad_tokens(r[..., start:stop, :], n, axis=r.ndim - 2) for r in (cos, sin))
 
         inputs = Cosmos3Inputs(
-            rope_und=rope(0, und_len, l_und), rope_gen=rope(und_len, length, l_gen),
+            rope_und=rope(0, und_len, l_und),
+            rope_gen=rope(und_len, length, l_gen),
             vision_mse_loss_indexes=jnp.asarray(vision_mse_loss_indexes),
             sound_mse_loss_indexes=None if sound is None else jnp.asarray(sound_mse_loss_indexes),
             action_mse_loss_indexes=None if action is None else jnp.asarray(action_mse_loss_indexes),
-            action_domain_ids=None if action is None else jnp.asarray(action_domain_ids), key_mask=key_mask,
-            vision_shape=(t, hh, ww, c), vision_noisy_frames=tuple(int(i) for i in vision_noisy_frames),
+            action_domain_ids=None if action is None else jnp.asarray(action_domain_ids),
+            key_mask=key_mask,
+            vision_shape=(t, hh, ww, c),
+            vision_noisy_frames=tuple(int(i) for i in vision_noisy_frames),
             sound_shape=sound_shape,
             sound_noisy_frames=None if sound is None else tuple(int(i) for i in sound_noisy_frames),
             action_shape=action_shape,
             action_noisy_frames=None if action is None else tuple(int(i) for i in action_noisy_frames),
-            stream_lengths=(und_len, gen_len))
+            stream_lengths=(und_len, gen_len),
+        )
         return (self.stream(pad_tokens(h[:, :und_len], l_und)), self.stream(pad_tokens(h[:, und_len:], l_gen))), inputs
 
     # -- head --------------------------------------------------------------------------------------

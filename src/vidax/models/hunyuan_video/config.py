@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import ACTIVATIONS, ConfigBase, TransformerConfig, check_positive_ints, check_vae_blocks
 from vidax.errors import ConfigError
-from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -52,24 +53,34 @@ class HunyuanBlocksConfig(TransformerConfig):
     def check_blocks(self, source: str) -> None:
         """Raise ConfigError (:meth:`invalid`) on a bad ``mlp_ratio``, ``qk_norm``, ``rope_theta``
         or ``rope_axes_dim``."""
+
         def bad(key, value, want):
             self.invalid(source, key, value, want)
 
         if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
             bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
         if self.qk_norm not in QK_NORMS:
-            bad("qk_norm", self.qk_norm,
+            bad(
+                "qk_norm",
+                self.qk_norm,
                 f"the reference's joint attention runs the per-head norms {list(QK_NORMS)}; with its "
-                "added (text) projections the across-heads and l2 norms do not build or run there")
+                "added (text) projections the across-heads and l2 norms do not build or run there",
+            )
         if not isinstance(self.rope_theta, (int, float)) or isinstance(self.rope_theta, bool) or self.rope_theta <= 0:
             bad("rope_theta", self.rope_theta, "expected a positive number")
         dims = self.rope_axes_dim
-        if not (isinstance(dims, tuple) and len(dims) == 3
-                and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 and d % 2 == 0 for d in dims)):
+        if not (
+            isinstance(dims, tuple)
+            and len(dims) == 3
+            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 and d % 2 == 0 for d in dims)
+        ):
             bad("rope_axes_dim", dims, "expected three positive even ints (T, H, W channels)")
         if sum(dims) != self.attention_head_dim:
-            bad("rope_axes_dim", dims,
-                f"the (T, H, W) RoPE channels must sum to attention_head_dim={self.attention_head_dim}")
+            bad(
+                "rope_axes_dim",
+                dims,
+                f"the (T, H, W) RoPE channels must sum to attention_head_dim={self.attention_head_dim}",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,16 +145,29 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
 
         self.check_positive(
             source,
-            ("in_channels", "num_attention_heads", "attention_head_dim", "num_layers", "num_single_layers",
-             "num_refiner_layers", "patch_size", "patch_size_t", "text_embed_dim", "pooled_projection_dim"),
+            (
+                "in_channels",
+                "num_attention_heads",
+                "attention_head_dim",
+                "num_layers",
+                "num_single_layers",
+                "num_refiner_layers",
+                "patch_size",
+                "patch_size_t",
+                "text_embed_dim",
+                "pooled_projection_dim",
+            ),
             nullable=("out_channels",),
         )
         self.check_blocks(source)
         if not isinstance(self.guidance_embeds, bool):
             bad("guidance_embeds", self.guidance_embeds, "expected true or false")
         if self.image_condition_type not in IMAGE_CONDITION_TYPES:
-            bad("image_condition_type", self.image_condition_type,
-                f"diffusers 0.42.1 knows {list(IMAGE_CONDITION_TYPES)}")
+            bad(
+                "image_condition_type",
+                self.image_condition_type,
+                f"diffusers 0.42.1 knows {list(IMAGE_CONDITION_TYPES)}",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,16 +235,33 @@ class HunyuanVideoVAEConfig(ConfigBase):
         return tuple((i < spatial, n - 1 - time <= i < n - 1) for i in range(n))
 
     def validate(self, source: str) -> None:
-        check_positive_ints(source, self, ("in_channels", "out_channels", "latent_channels", "layers_per_block",
-                                           "norm_num_groups", "spatial_compression_ratio",
-                                           "temporal_compression_ratio"))
+        check_positive_ints(
+            source,
+            self,
+            (
+                "in_channels",
+                "out_channels",
+                "latent_channels",
+                "layers_per_block",
+                "norm_num_groups",
+                "spatial_compression_ratio",
+                "temporal_compression_ratio",
+            ),
+        )
         if not isinstance(self.act_fn, str) or self.act_fn.lower() not in ACTIVATIONS:
-            self.invalid(source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}")
+            self.invalid(
+                source, "act_fn", self.act_fn, f"expected one of diffusers' get_activation names {list(ACTIVATIONS)}"
+            )
         boc = self.block_out_channels
-        check_vae_blocks(source, boc, self.norm_num_groups, {
-            "down_block_types": (self.down_block_types, "HunyuanVideoDownBlock3D"),
-            "up_block_types": (self.up_block_types, "HunyuanVideoUpBlock3D"),
-        })
+        check_vae_blocks(
+            source,
+            boc,
+            self.norm_num_groups,
+            {
+                "down_block_types": (self.down_block_types, "HunyuanVideoDownBlock3D"),
+                "up_block_types": (self.up_block_types, "HunyuanVideoUpBlock3D"),
+            },
+        )
         if self.temporal_compression_ratio != 4:
             raise ConfigError(
                 f"{source}: temporal_compression_ratio={self.temporal_compression_ratio!r} is not "
@@ -239,11 +280,12 @@ class HunyuanVideoVAEConfig(ConfigBase):
                 f"temporal_compression_ratio={self.temporal_compression_ratio}"
             )
         if not isinstance(self.mid_block_add_attention, bool):
-            raise ConfigError(
-                f"{source}: mid_block_add_attention={self.mid_block_add_attention!r} must be a boolean"
-            )
-        if not isinstance(self.scaling_factor, (int, float)) or isinstance(self.scaling_factor, bool) \
-                or not self.scaling_factor > 0:
+            raise ConfigError(f"{source}: mid_block_add_attention={self.mid_block_add_attention!r} must be a boolean")
+        if (
+            not isinstance(self.scaling_factor, (int, float))
+            or isinstance(self.scaling_factor, bool)
+            or not self.scaling_factor > 0
+        ):
             raise ConfigError(f"{source}: scaling_factor={self.scaling_factor!r} must be a positive number")
 
 
@@ -252,8 +294,9 @@ class HunyuanVideoVAEConfig(ConfigBase):
 
 #: ``HunyuanVideoPipeline.__call__``'s defaults (diffusers 0.42.1); fps 15 as its docstring
 #: example writes the video.
-T2V_DEFAULTS = CallDefaults(height=720, width=1280, num_frames=129, num_inference_steps=50, guidance_scale=6.0,
-                            max_sequence_length=256, fps=15)
+T2V_DEFAULTS = CallDefaults(
+    height=720, width=1280, num_frames=129, num_inference_steps=50, guidance_scale=6.0, max_sequence_length=256, fps=15
+)
 #: ``HunyuanVideoImageToVideoPipeline.__call__``'s: the same, with ``guidance_scale=1.0``.
 I2V_DEFAULTS = dataclasses.replace(T2V_DEFAULTS, guidance_scale=1.0)
 
@@ -302,35 +345,51 @@ def read_hunyuan_video_checkpoint(checkpoint: Checkpoint) -> HunyuanVideoInfo:
     kind = tr.image_condition_type
     want_in = {None: c, "token_replace": c, "latent_concat": 2 * c + 1}[kind]
     if tr.in_channels != want_in:
-        raise ConfigError(f"{file}: in_channels={tr.in_channels} with image_condition_type={kind!r} must be "
-                          f"{want_in} (the VAE's latent_channels={c}"
-                          + (")" if kind != "latent_concat" else " x 2 + 1: latents, image latents, mask)"))
+        raise ConfigError(
+            f"{file}: in_channels={tr.in_channels} with image_condition_type={kind!r} must be "
+            f"{want_in} (the VAE's latent_channels={c}"
+            + (")" if kind != "latent_concat" else " x 2 + 1: latents, image latents, mask)")
+        )
     if tr.out_dim != c:
         raise ConfigError(f"{file}: out_channels={tr.out_dim} must equal the VAE's latent_channels={c}")
     task = "t2v" if kind is None else "i2v"
     te_class = ckpt.class_of("text_encoder")
     if te_class != TEXT_ENCODERS[task]:
-        raise ConfigError(f"{src}: text_encoder is {te_class!r}, but a {'text' if task == 't2v' else 'image'}-to-video "
-                          f"HunyuanVideo (image_condition_type={kind!r}) runs {TEXT_ENCODERS[task]!r} as the reference")
+        raise ConfigError(
+            f"{src}: text_encoder is {te_class!r}, but a {'text' if task == 't2v' else 'image'}-to-video "
+            f"HunyuanVideo (image_condition_type={kind!r}) runs {TEXT_ENCODERS[task]!r} as the reference"
+        )
     if task == "i2v":
         ckpt.folder("image_processor")
     te = ckpt.configs.get("text_encoder") or {}
     hidden = (te.get("text_config") or {}).get("hidden_size") if task == "i2v" else te.get("hidden_size")
     if hidden is not None and hidden != tr.text_embed_dim:
-        raise ConfigError(f"{file}: text_embed_dim={tr.text_embed_dim} must equal the text encoder's hidden_size="
-                          f"{hidden} ({ckpt.config_files.get('text_encoder')})")
+        raise ConfigError(
+            f"{file}: text_embed_dim={tr.text_embed_dim} must equal the text encoder's hidden_size="
+            f"{hidden} ({ckpt.config_files.get('text_encoder')})"
+        )
     clip = ckpt.configs.get("text_encoder_2") or {}
     if clip.get("hidden_size") is not None and clip["hidden_size"] != tr.pooled_projection_dim:
-        raise ConfigError(f"{file}: pooled_projection_dim={tr.pooled_projection_dim} must equal text_encoder_2's "
-                          f"hidden_size={clip['hidden_size']} (CLIP's pooled output)")
+        raise ConfigError(
+            f"{file}: pooled_projection_dim={tr.pooled_projection_dim} must equal text_encoder_2's "
+            f"hidden_size={clip['hidden_size']} (CLIP's pooled output)"
+        )
     s, p = vae.spatial_compression, tr.patch_size
-    variant = {None: "HunyuanVideo 1.0 T2V (embedded guidance)" if tr.guidance_embeds else "HunyuanVideo 1.0 T2V",
-               "token_replace": "HunyuanVideo 1.0 I2V (first-frame token replace, 16 channels)",
-               "latent_concat": "HunyuanVideo 1.0 I2V (image latents concatenated, 33 channels)"}[kind]
+    variant = {
+        None: "HunyuanVideo 1.0 T2V (embedded guidance)" if tr.guidance_embeds else "HunyuanVideo 1.0 T2V",
+        "token_replace": "HunyuanVideo 1.0 I2V (first-frame token replace, 16 channels)",
+        "latent_concat": "HunyuanVideo 1.0 I2V (image latents concatenated, 33 channels)",
+    }[kind]
     return HunyuanVideoInfo(
-        checkpoint=ckpt, tasks=(task,), variant=variant,
-        defaults=(T2V_DEFAULTS if task == "t2v" else I2V_DEFAULTS).for_checkpoint(ckpt), transformers=("transformer",),
+        checkpoint=ckpt,
+        tasks=(task,),
+        variant=variant,
+        defaults=(T2V_DEFAULTS if task == "t2v" else I2V_DEFAULTS).for_checkpoint(ckpt),
+        transformers=("transformer",),
         size_multiple=(math.lcm(16, s * p), math.lcm(16, s * p)),
         size_reason=f"the reference pipeline's multiple of 16, the VAE's {s}x spatial compression times the "
-                    f"transformer's {p}x{p} patches",
-        transformer_config=tr, vae_config=vae, image_condition_type=kind)
+        f"transformer's {p}x{p} patches",
+        transformer_config=tr,
+        vae_config=vae,
+        image_condition_type=kind,
+    )

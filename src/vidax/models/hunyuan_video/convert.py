@@ -12,7 +12,6 @@ VAE: :data:`VAE_FP32_PARAMS` (the keys map by the default rule: ``...conv1.conv.
 
 from __future__ import annotations
 
-
 # ---------------------------------------------------------------------------------------------
 # Transformer
 
@@ -33,10 +32,14 @@ TRANSFORMER_FP32_PARAMS = (
 #: head over K and are replicated. The modulation layers are split by output column. Everything
 #: else (embedders, token refiner, head) is replicated.
 TRANSFORMER_PARAM_AXES = (
-    (r"^(transformer_blocks|single_transformer_blocks)/attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/kernel$",
-     ("layers", "embed", "heads")),
-    (r"^(transformer_blocks|single_transformer_blocks)/attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/bias$",
-     ("layers", "heads")),
+    (
+        r"^(transformer_blocks|single_transformer_blocks)/attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/kernel$",
+        ("layers", "embed", "heads"),
+    ),
+    (
+        r"^(transformer_blocks|single_transformer_blocks)/attn/(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj)/bias$",
+        ("layers", "heads"),
+    ),
     (r"^transformer_blocks/attn/(to_out/0|to_add_out)/kernel$", ("layers", "heads", "embed")),
     (r"^transformer_blocks/(ff|ff_context)/net/0/proj/kernel$", ("layers", "embed", "mlp")),
     (r"^transformer_blocks/(ff|ff_context)/net/0/proj/bias$", ("layers", "mlp")),
@@ -44,10 +47,14 @@ TRANSFORMER_PARAM_AXES = (
     (r"^single_transformer_blocks/proj_mlp/kernel$", ("layers", "embed", "mlp")),
     (r"^single_transformer_blocks/proj_mlp/bias$", ("layers", "mlp")),
     (r"^single_transformer_blocks/proj_out/kernel$", ("layers", "mlp", "embed")),
-    (r"^(transformer_blocks/(norm1|norm1_context)|single_transformer_blocks/norm)/linear/kernel$",
-     ("layers", None, "modulation")),
-    (r"^(transformer_blocks/(norm1|norm1_context)|single_transformer_blocks/norm)/linear/bias$",
-     ("layers", "modulation")),
+    (
+        r"^(transformer_blocks/(norm1|norm1_context)|single_transformer_blocks/norm)/linear/kernel$",
+        ("layers", None, "modulation"),
+    ),
+    (
+        r"^(transformer_blocks/(norm1|norm1_context)|single_transformer_blocks/norm)/linear/bias$",
+        ("layers", "modulation"),
+    ),
 )
 
 
@@ -111,8 +118,12 @@ _TXT_IN_RENAMES = {
     "mlp": "ff",
 }
 #: The single blocks' renames (diffusers' ``remap_single_transformer_blocks_``), in order.
-_SINGLE_RENAMES = {"single_blocks": "single_transformer_blocks", "linear2": "proj_out", "q_norm": "attn.norm_q",
-                   "k_norm": "attn.norm_k"}
+_SINGLE_RENAMES = {
+    "single_blocks": "single_transformer_blocks",
+    "linear2": "proj_out",
+    "q_norm": "attn.norm_q",
+    "k_norm": "attn.norm_k",
+}
 
 
 def single_file_keys(shapes) -> dict:

@@ -56,16 +56,14 @@ import numpy as np
 
 from vidax.checkpoint import Checkpoint
 from vidax.encoders.clip import clip_preprocess, encode_clip_text
-from vidax.encoders.tokenizer import TextTokenizer
-from vidax.encoders.tokenizer import Truncation
+from vidax.encoders.tokenizer import TextTokenizer, Truncation
 from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
+from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.step_inputs import StepInputs
-from vidax.pipelines.base import (ModelSize, VideoPipeline, cfg_pair, prompt_texts,
-                                  text_truncation)
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -119,8 +117,14 @@ def _interleave_default(image_condition_type: str | None) -> int:
     return {"latent_concat": 2, "token_replace": 4}.get(image_condition_type, 1)
 
 
-def expand_image_tokens(input_ids: np.ndarray, image_token_index: int, image_emb_len: int, image_emb_start: int,
-                        image_emb_end: int, pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+def expand_image_tokens(
+    input_ids: np.ndarray,
+    image_token_index: int,
+    image_emb_len: int,
+    image_emb_start: int,
+    image_emb_end: int,
+    pad_token_id: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """``_expand_input_ids_with_image_tokens`` of the I2V reference, in numpy: each image token
     becomes ``image_emb_len`` tokens; positions ``[image_emb_start, image_emb_end)`` are set to the
     image token; the mask is ``expanded != pad_token_id``.
@@ -158,30 +162,37 @@ def checked_prompt_template(value: Any, default: dict) -> dict:
     if value is None:
         return default
     if not isinstance(value, dict):
-        raise InputError(Arg("prompt_template", value), " must be a dict with 'template' and 'crop_start', as "
-                         "diffusers' DEFAULT_PROMPT_TEMPLATE")
+        raise InputError(
+            Arg("prompt_template", value),
+            " must be a dict with 'template' and 'crop_start', as diffusers' DEFAULT_PROMPT_TEMPLATE",
+        )
     template = value.get("template")
     try:
         ok = isinstance(template, str) and template.count("{}") == 1 and template.format("") is not None
     except (IndexError, KeyError, ValueError):
         ok = False
     if not ok:
-        raise InputError(Arg("prompt_template['template']", template), " must be a string with one '{}' where "
-                         "the prompt goes and no other braces; " + refused_value_reason("prompt_template"))
+        raise InputError(
+            Arg("prompt_template['template']", template),
+            " must be a string with one '{}' where "
+            "the prompt goes and no other braces; " + refused_value_reason("prompt_template"),
+        )
     out = {"template": template}
     for key in ("crop_start",) + tuple(k for k in default if k.startswith("image_emb")):
         v = value.get(key, default[key] if key != "crop_start" else None)
         if v is None and key == "crop_start":
-            raise InputError(Arg("prompt_template", value), " has no 'crop_start'; "
-                             + refused_value_reason("prompt_template"))
+            raise InputError(
+                Arg("prompt_template", value), " has no 'crop_start'; " + refused_value_reason("prompt_template")
+            )
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise InputError(Arg(f"prompt_template['{key}']", v), " must be an integer >= 0")
         out[key] = v
     return out
 
 
-def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
-                     image_emb_len: int) -> tuple[np.ndarray, np.ndarray]:
+def i2v_crop_indices(
+    input_ids: np.ndarray, end_header_id: int, crop_start: int, image_emb_len: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The I2V reference's cut of the text part, as gather indices per prompt.
 
     For prompt ``b`` with its last ``<|end_header_id|>`` at ``e`` (the assistant header; where the
@@ -203,8 +214,11 @@ def i2v_crop_indices(input_ids: np.ndarray, end_header_id: int, crop_start: int,
     for row in ids:
         heads = np.nonzero(row == end_header_id)[0]
         if len(heads) < 2:
-            raise InputError("the prompt template's headers were cut off by truncation; ", Arg("max_sequence_length"),
-                             " is too small for HunyuanVideo's I2V template")
+            raise InputError(
+                "the prompt template's headers were cut off by truncation; ",
+                Arg("max_sequence_length"),
+                " is too small for HunyuanVideo's I2V template",
+            )
         a = (n_tok - 1 if len(heads) == 2 else int(heads[-1])) + 1
         e = image_emb_len
         hid.append(np.concatenate([np.arange(crop_start - 1 + e, a - 5 + e), np.arange(a - 1 + e, n_tok - 1 + e)]))
@@ -219,8 +233,11 @@ SIGMAS_OPTION = CallOption("sigmas", OBJECT, "Custom, unshifted noise levels, on
 def steps_of_sigmas(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call keywords with ``num_inference_steps = len(sigmas)`` where ``sigmas`` is given
     without it (``retrieve_timesteps``: ``len(sigmas)`` steps)."""
-    if kwargs.get("sigmas") is not None and kwargs.get("num_inference_steps") is None \
-            and np.ndim(kwargs["sigmas"]) == 1:
+    if (
+        kwargs.get("sigmas") is not None
+        and kwargs.get("num_inference_steps") is None
+        and np.ndim(kwargs["sigmas"]) == 1
+    ):
         return {**kwargs, "num_inference_steps": len(kwargs["sigmas"])}
     return kwargs
 
@@ -238,16 +255,19 @@ def check_sigmas(call: Any, scheduler: Any, schedule: Any) -> Any:
     if sigmas is not None:
         arr = np.asarray(sigmas, np.float64)
         if arr.ndim != 1 or len(arr) != call.num_inference_steps or not np.isfinite(arr).all():
-            raise InputError(f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
-                             f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}")
+            raise InputError(
+                f"sigmas must be {call.num_inference_steps} finite numbers (one per step, "
+                f"num_inference_steps={call.num_inference_steps}), got {sigmas!r:.200}"
+            )
         extra["sigmas"] = tuple(float(x) for x in arr)
     call = dataclasses.replace(call, extra=extra)
     schedule(scheduler, call)
     return call
 
 
-def two_encoder_loads(*, dtype, mesh, offload, staging, vae_dtype: Any = "float32",
-                      text_encoder_dtype: Any = None) -> dict[str, dict[str, Any]]:
+def two_encoder_loads(
+    *, dtype, mesh, offload, staging, vae_dtype: Any = "float32", text_encoder_dtype: Any = None
+) -> dict[str, dict[str, Any]]:
     """The :meth:`~vidax.pipelines.base.VideoPipeline.load_weighted` requests of the HunyuanVideo
     pipelines (1.0 and 1.5): ``text_encoder`` and ``text_encoder_2`` in ``text_encoder_dtype``
     (default ``dtype``; staged), the transformer in ``dtype`` (on ``mesh``, its blocks streamed
@@ -255,10 +275,12 @@ def two_encoder_loads(*, dtype, mesh, offload, staging, vae_dtype: Any = "float3
     from vidax.nn.inputs import parse_dtype
 
     ted = parse_dtype(text_encoder_dtype or dtype)
-    return {"text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
-            "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
-            "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-            "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)}
+    return {
+        "text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
+        "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
+        "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+        "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
+    }
 
 
 class HunyuanVideoPipeline(VideoPipeline):
@@ -273,18 +295,40 @@ class HunyuanVideoPipeline(VideoPipeline):
     separate_cfg_passes = True  # diffusers calls the transformer for cond and uncond separately
 
     call_options = (
-        CallOption("true_cfg_scale", float, "True classifier-free guidance weight with the negative prompt "
-                   "(HunyuanVideo).", "1, off", low=0),
+        CallOption(
+            "true_cfg_scale",
+            float,
+            "True classifier-free guidance weight with the negative prompt (HunyuanVideo).",
+            "1, off",
+            low=0,
+        ),
         SIGMAS_OPTION,
-        CallOption("prompt_2", str, "diffusers' prompt_2 (the CLIP text encoder's prompt): diffusers 0.42.1 encodes "
-                   "prompt with CLIP whatever prompt_2 says, so it changes nothing, as there.", "prompt",
-                   per_prompt=True, flag=False),
-        CallOption("negative_prompt_2", str, "diffusers' negative_prompt_2: unused by diffusers 0.42.1 (CLIP encodes "
-                   "negative_prompt), so it changes nothing, as there.", "negative_prompt", per_prompt=True, flag=False),
-        CallOption("prompt_template", OBJECT, "diffusers' prompt_template: a dict with 'template' (the text the "
-                   "Llama encoder sees, '{}' where the prompt goes) and 'crop_start' (template tokens dropped from "
-                   "the front of its output); I2V also 'image_emb_len' / 'image_emb_start' / 'image_emb_end'.",
-                   "the pipeline's DEFAULT_PROMPT_TEMPLATE"),
+        CallOption(
+            "prompt_2",
+            str,
+            "diffusers' prompt_2 (the CLIP text encoder's prompt): diffusers 0.42.1 encodes "
+            "prompt with CLIP whatever prompt_2 says, so it changes nothing, as there.",
+            "prompt",
+            per_prompt=True,
+            flag=False,
+        ),
+        CallOption(
+            "negative_prompt_2",
+            str,
+            "diffusers' negative_prompt_2: unused by diffusers 0.42.1 (CLIP encodes "
+            "negative_prompt), so it changes nothing, as there.",
+            "negative_prompt",
+            per_prompt=True,
+            flag=False,
+        ),
+        CallOption(
+            "prompt_template",
+            OBJECT,
+            "diffusers' prompt_template: a dict with 'template' (the text the "
+            "Llama encoder sees, '{}' where the prompt goes) and 'crop_start' (template tokens dropped from "
+            "the front of its output); I2V also 'image_emb_len' / 'image_emb_start' / 'image_emb_end'.",
+            "the pipeline's DEFAULT_PROMPT_TEMPLATE",
+        ),
     )
     unsupported_call_args = ("guidance_scale_2",)
     #: vidax's order of encode_call's arrays (diffusers' encode_prompt returns embeds, pooled, mask).
@@ -306,8 +350,16 @@ class HunyuanVideoPipeline(VideoPipeline):
         k = info.vae_config.temporal_compression
         if num_frames % k != 1:
             rounded = (num_frames - 1) // k * k + 1
-            logger.warning("%s is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
-                           "frames, i.e. %d frames; using %d", Arg("num_frames", num_frames), k, num_frames, k, rounded, rounded)
+            logger.warning(
+                "%s is not of the form %dk+1; the reference makes (%d - 1) // %d + 1 latent "
+                "frames, i.e. %d frames; using %d",
+                Arg("num_frames", num_frames),
+                k,
+                num_frames,
+                k,
+                rounded,
+                rounded,
+            )
             return rounded
         return num_frames
 
@@ -316,10 +368,13 @@ class HunyuanVideoPipeline(VideoPipeline):
         """Video patches of one sample plus its text tokens (one joint sequence)."""
         cfg = info.transformer_config
         _, _, t, h, w = cls.latent_shape(info, call)
-        return ModelSize(tokens=(t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
-                         + call.max_sequence_length, hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim,
-                         num_layers=cfg.num_layers + cfg.num_single_layers,
-                         decode_tile=HunyuanVideoTiling().tile_sample_min_height)
+        return ModelSize(
+            tokens=(t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size) + call.max_sequence_length,
+            hidden_size=cfg.inner_dim,
+            ffn_dim=cfg.mlp_dim,
+            num_layers=cfg.num_layers + cfg.num_single_layers,
+            decode_tile=HunyuanVideoTiling().tile_sample_min_height,
+        )
 
     @classmethod
     def check_call(cls, info: HunyuanVideoInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
@@ -329,19 +384,27 @@ class HunyuanVideoPipeline(VideoPipeline):
         Raises:
             InputError: as the base, or a ``true_cfg_scale`` / ``sigmas`` that is not valid.
         """
-        call = check_sigmas(super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-                            cls.read_scheduler(info), cls.schedule)
+        call = check_sigmas(
+            super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+            cls.read_scheduler(info),
+            cls.schedule,
+        )
         extra = dict(call.extra)
         extra["prompt_template"] = checked_prompt_template(extra.get("prompt_template"), cls.prompt_template)
         scale = extra.get("true_cfg_scale", 1.0)  # a number >= 0 by its declaration
         extra["true_cfg_scale"] = float(scale)
         cfg = scale > 1.0 and negative_prompt is not None
         if scale > 1.0 and negative_prompt is None:
-            logger.warning("%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale),
-                           Arg("negative_prompt"))
+            logger.warning(
+                "%s has no effect without %s (as in diffusers)", Arg("true_cfg_scale", scale), Arg("negative_prompt")
+            )
         if cfg and call.guidance_scale > 1.0 and info.transformer_config.guidance_embeds and call.task == "i2v":
-            logger.warning("Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
-                           "both applied (as the reference warns)", Arg("true_cfg_scale"), Arg("guidance_scale"))
+            logger.warning(
+                "Both %s and %s are greater than 1.0: classifier-free guidance and embedded guidance are "
+                "both applied (as the reference warns)",
+                Arg("true_cfg_scale"),
+                Arg("guidance_scale"),
+            )
         return dataclasses.replace(call, extra=extra, cfg=cfg)
 
     @classmethod
@@ -350,27 +413,49 @@ class HunyuanVideoPipeline(VideoPipeline):
         if call.image is not None:
             for name, texts in (("prompt", call.prompts), ("negative_prompt", call.negatives)):
                 if any("<image>" in t for t in texts):
-                    raise InputError(f"{name} contains '<image>', the LLaVA image placeholder the I2V template "
-                                     "already holds once; remove it from the text")
+                    raise InputError(
+                        f"{name} contains '<image>', the LLaVA image placeholder the I2V template "
+                        "already holds once; remove it from the text"
+                    )
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: HunyuanVideoInfo, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
+    def load_components(
+        cls,
+        info: HunyuanVideoInfo,
+        *,
+        dtype,
+        mesh,
+        offload,
+        staging,
+        offload_experts=True,
+        vae_dtype: Any = "float32",
+        text_encoder_dtype: Any = None,
+    ) -> dict[str, Any]:
         """Both tokenizers, the Llama (or LLaVA) and CLIP text encoders (``text_encoder_dtype``,
         default ``dtype``), the transformer, the VAE (``vae_dtype``, float32 by default),
         the scheduler; I2V also the CLIP image preprocessing config. Every checkpoint is checked
         against its model before the first weight is read."""
         ckpt = info.checkpoint
-        weighted = two_encoder_loads(dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype,
-                                     text_encoder_dtype=text_encoder_dtype)
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-                                   "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
-                                   "scheduler": cls.load_component(info, "scheduler")}
+        weighted = two_encoder_loads(
+            dtype=dtype,
+            mesh=mesh,
+            offload=offload,
+            staging=staging,
+            vae_dtype=vae_dtype,
+            text_encoder_dtype=text_encoder_dtype,
+        )
+        modules: dict[str, Any] = {
+            "tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
+            "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
+            "scheduler": cls.load_component(info, "scheduler"),
+        }
         if "i2v" in info.tasks:
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
-                raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
-                                      "(the CLIP image preprocessing of the LLaVA text encoder)")
+                raise CheckpointError(
+                    f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
+                    "(the CLIP image preprocessing of the LLaVA text encoder)"
+                )
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
         return modules | cls.load_weighted(info, weighted)
 
@@ -400,28 +485,41 @@ class HunyuanVideoPipeline(VideoPipeline):
         """``truncation`` with the template's ``crop_start`` tokens not counted."""
         return dataclasses.replace(truncation or Truncation(), offset=template["crop_start"])
 
-    def _llama_text(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None,
-                    template: dict | None = None) -> tuple[jax.Array, jax.Array]:
+    def _llama_text(
+        self,
+        texts: list[str],
+        max_sequence_length: int,
+        truncation: Truncation | None = None,
+        template: dict | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
         """``_get_llama_prompt_embeds`` of ``HunyuanVideoPipeline``: (B, msl, D), mask (B, msl);
         ``template``: the prompt template (None: the pipeline's default)."""
         from vidax.encoders.decoder_lm import encode_hidden_states
 
         template = template or self.prompt_template
         crop = template["crop_start"]
-        tokens = self.tokenizer([template["template"].format(t) for t in texts], max_sequence_length + crop,
-                                truncation=self._template_truncation(truncation, template))
-        h = encode_hidden_states(self.text_encoder, tokens.input_ids, tokens.attention_mask,
-                                 output_layer=LLAMA_OUTPUT_LAYER)
+        tokens = self.tokenizer(
+            [template["template"].format(t) for t in texts],
+            max_sequence_length + crop,
+            truncation=self._template_truncation(truncation, template),
+        )
+        h = encode_hidden_states(
+            self.text_encoder, tokens.input_ids, tokens.attention_mask, output_layer=LLAMA_OUTPUT_LAYER
+        )
         return h[:, crop:], jnp.asarray(tokens.attention_mask[:, crop:])
 
     def clip_pooled(self, texts: list[str], truncation: Truncation | None = None) -> jax.Array:
         """``_get_clip_prompt_embeds``: CLIP's pooled output (B, D_clip) of 77 tokens, no mask
         (the reference encodes ``prompt``, not ``prompt_2``); a longer text is warned about with
         ``truncation``'s labels and CLIP's fixed limit, which no argument changes."""
-        limit = (f"the {CLIP_MAX_LENGTH} tokens of the CLIP text encoder (text_encoder_2, fixed for its pooled "
-                 "embedding)")
-        tokens = self.tokenizer_2(list(texts), CLIP_MAX_LENGTH, truncation=dataclasses.replace(
-            truncation or Truncation(), limit=limit, offset=0))
+        limit = (
+            f"the {CLIP_MAX_LENGTH} tokens of the CLIP text encoder (text_encoder_2, fixed for its pooled embedding)"
+        )
+        tokens = self.tokenizer_2(
+            list(texts),
+            CLIP_MAX_LENGTH,
+            truncation=dataclasses.replace(truncation or Truncation(), limit=limit, offset=0),
+        )
         return encode_clip_text(self.text_encoder_2, tokens)[1]
 
     # ------------------------------------------------------------------ steps
@@ -499,9 +597,14 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
 
     task = "i2v"
     call_options = HunyuanVideoPipeline.call_options + (
-        CallOption("image_embed_interleave", int, "Keep every n-th image token in the text encoder's sequence "
-                   "(HunyuanVideo I2V).", "the checkpoint's", low=0,
-                   valid="an integer >= 0 (1..5 keep every n-th image token, others keep all)"),
+        CallOption(
+            "image_embed_interleave",
+            int,
+            "Keep every n-th image token in the text encoder's sequence (HunyuanVideo I2V).",
+            "the checkpoint's",
+            low=0,
+            valid="an integer >= 0 (1..5 keep every n-th image token, others keep all)",
+        ),
     )
     prompt_template = I2V_PROMPT_TEMPLATE
 
@@ -512,24 +615,39 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
     def check_family_call(cls, info: HunyuanVideoInfo, call) -> None:
         super().check_family_call(info, call)
         if info.image_condition_type == "latent_concat":
-            asked = (Arg("num_frames", call.num_frames) if "num_frames" in call.given
-                     else f"this checkpoint's default of {call.num_frames} frames")
+            asked = (
+                Arg("num_frames", call.num_frames)
+                if "num_frames" in call.given
+                else f"this checkpoint's default of {call.num_frames} frames"
+            )
             k = info.vae_config.temporal_compression
             least = LATENT_CONCAT_DROPPED + 1 if call.output_type != "latent" else k + 1
             if call.num_frames < least:  # the reference's output would be empty
-                raise InputError(asked, " leaves no frame: latent_concat (as diffusers' "
-                                 "HunyuanVideoImageToVideoPipeline) drops the first "
-                                 + (f"{LATENT_CONCAT_DROPPED} decoded frames" if call.output_type != "latent"
-                                    else "latent frame") + "; give ", Arg("num_frames"), f" >= {least}")
+                raise InputError(
+                    asked,
+                    " leaves no frame: latent_concat (as diffusers' "
+                    "HunyuanVideoImageToVideoPipeline) drops the first "
+                    + (f"{LATENT_CONCAT_DROPPED} decoded frames" if call.output_type != "latent" else "latent frame")
+                    + "; give ",
+                    Arg("num_frames"),
+                    f" >= {least}",
+                )
             if call.output_type == "latent":
                 t = cls.latent_shape(info, call)[2]
                 got = f"{t - 1} latent frames, not {t}: the reference drops the first latent frame"
             else:
-                got = (f"{call.num_frames - LATENT_CONCAT_DROPPED} frames, not {call.num_frames}: the reference "
-                       f"drops the first {LATENT_CONCAT_DROPPED} decoded frames")
-            logger.warning("%s returns %s (latent_concat, as diffusers' HunyuanVideoImageToVideoPipeline); "
-                           "ask for %d frames to get %d", asked, got, call.num_frames + LATENT_CONCAT_DROPPED,
-                           call.num_frames)
+                got = (
+                    f"{call.num_frames - LATENT_CONCAT_DROPPED} frames, not {call.num_frames}: the reference "
+                    f"drops the first {LATENT_CONCAT_DROPPED} decoded frames"
+                )
+            logger.warning(
+                "%s returns %s (latent_concat, as diffusers' HunyuanVideoImageToVideoPipeline); "
+                "ask for %d frames to get %d",
+                asked,
+                got,
+                call.num_frames + LATENT_CONCAT_DROPPED,
+                call.num_frames,
+            )
 
     # ------------------------------------------------------------------ text
     def llama_embeds(self, call, texts: list[str]) -> tuple[jax.Array, jax.Array]:
@@ -542,19 +660,42 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         b0 = len(call.prompts)
         names = text_truncation(call)
         tpl = call.extra["prompt_template"]
-        parts = [self._llava_text(texts[:b0], call.image, n, call.max_sequence_length,
-                                  dataclasses.replace(names, labels=names.labels[:b0]), tpl)]
+        parts = [
+            self._llava_text(
+                texts[:b0],
+                call.image,
+                n,
+                call.max_sequence_length,
+                dataclasses.replace(names, labels=names.labels[:b0]),
+                tpl,
+            )
+        ]
         if len(texts) > b0:
             black = np.zeros((call.height, call.width, 3), np.uint8)
-            parts.append(self._llava_text(texts[b0:], black, NEGATIVE_INTERLEAVE, call.max_sequence_length,
-                                          dataclasses.replace(names, labels=names.labels[b0:]), tpl))
+            parts.append(
+                self._llava_text(
+                    texts[b0:],
+                    black,
+                    NEGATIVE_INTERLEAVE,
+                    call.max_sequence_length,
+                    dataclasses.replace(names, labels=names.labels[b0:]),
+                    tpl,
+                )
+            )
         length = max(p[0].shape[1] for p in parts)
         embeds = jnp.concatenate([jnp.pad(e, ((0, 0), (0, length - e.shape[1]), (0, 0))) for e, _ in parts])
         mask = jnp.concatenate([jnp.pad(m, ((0, 0), (0, length - m.shape[1]))) for _, m in parts])
         return embeds, mask
 
-    def _llava_text(self, texts: list[str], image: Any, interleave: int, max_sequence_length: int,
-                    truncation: Truncation | None, tpl: dict) -> tuple[jax.Array, jax.Array]:
+    def _llava_text(
+        self,
+        texts: list[str],
+        image: Any,
+        interleave: int,
+        max_sequence_length: int,
+        truncation: Truncation | None,
+        tpl: dict,
+    ) -> tuple[jax.Array, jax.Array]:
         from vidax.encoders.llava import encode_llava_text
 
         te = self.text_encoder
@@ -562,14 +703,21 @@ class HunyuanVideoImageToVideoPipeline(HunyuanVideoPipeline):
         start, end = tpl["image_emb_start"], tpl["image_emb_end"]
         pad = te.config.pad_token_id
         if pad is None:
-            raise CheckpointError(f"{self.checkpoint.config_file('text_encoder')} has no pad_token_id; the I2V "
-                                  "reference masks the image-expanded sequence with it")
+            raise CheckpointError(
+                f"{self.checkpoint.config_file('text_encoder')} has no pad_token_id; the I2V "
+                "reference masks the image-expanded sequence with it"
+            )
         end_header = self.tokenizer.token_to_id("<|end_header_id|>")
         if end_header is None:
-            raise CheckpointError(f"{self.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
-                                  "reference cuts the prompt at it")
-        tokens = self.tokenizer([tpl["template"].format(t) for t in texts], max_sequence_length + crop,
-                                truncation=self._template_truncation(truncation, tpl))
+            raise CheckpointError(
+                f"{self.tokenizer.path}: '<|end_header_id|>' is not in the vocabulary; the I2V "
+                "reference cuts the prompt at it"
+            )
+        tokens = self.tokenizer(
+            [tpl["template"].format(t) for t in texts],
+            max_sequence_length + crop,
+            truncation=self._template_truncation(truncation, tpl),
+        )
         ids, mask = expand_image_tokens(tokens.input_ids, te.config.vision.image_token_index, e_len, start, end, pad)
         pixels = clip_preprocess(to_rgb_image(image), self.image_processor_config)
         pixels = np.repeat(np.asarray(pixels, np.float32)[None], len(texts), axis=0)

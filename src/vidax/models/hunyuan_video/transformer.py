@@ -55,7 +55,6 @@ and loader are in :mod:`vidax.models.hunyuan_video.convert`.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -68,8 +67,16 @@ from vidax.models.hunyuan_video.config import QK_NORMS, HunyuanVideoTransformerC
 from vidax.models.hunyuan_video.rope import hunyuan_rope
 from vidax.nn.attention import SegmentIds
 from vidax.nn.layers import (
-    FeedForward, Identity, LayerNorm, gelu, PatchEmbedding, TextProjection, TimestepEmbedding, linear,
-    timestep_sinusoid, unpatchify_channels_first,
+    FeedForward,
+    Identity,
+    LayerNorm,
+    PatchEmbedding,
+    TextProjection,
+    TimestepEmbedding,
+    gelu,
+    linear,
+    timestep_sinusoid,
+    unpatchify_channels_first,
 )
 from vidax.nn.stack import stacked
 from vidax.parallel.rules import constrain
@@ -127,8 +134,9 @@ class RefinerFeedForward(nnx.Module):
     """diffusers ``FeedForward(activation_fn="linear-silu")``: ``net = [LinearSiLU, Dropout, Linear]``."""
 
     def __init__(self, dim, inner, dtype, param_dtype, rngs):
-        self.net = nnx.List([LinearSiLU(dim, inner, dtype, param_dtype, rngs), Identity(),
-                             linear(inner, dim, dtype, param_dtype, rngs)])
+        self.net = nnx.List(
+            [LinearSiLU(dim, inner, dtype, param_dtype, rngs), Identity(), linear(inner, dim, dtype, param_dtype, rngs)]
+        )
 
     def __call__(self, x):
         for layer in self.net:
@@ -147,8 +155,9 @@ class RefinerBlock(nnx.Module):
         self.norm1 = LayerNorm(d, _EPS, True)
         # diffusers Attention(bias=True) + AttnProcessor2_0: plain self-attention of the text under a
         # dense mask, L_txt x L_txt: small, materialised ("xla") on every backend and mesh.
-        self.attn = Attention(AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim), "xla", dtype,
-                              param_dtype, rngs)
+        self.attn = Attention(
+            AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim), "xla", dtype, param_dtype, rngs
+        )
         self.norm2 = LayerNorm(d, _EPS, True)
         self.ff = RefinerFeedForward(d, cfg.refiner_mlp_dim, dtype, param_dtype, rngs)
         # diffusers HunyuanVideoAdaNorm: the two gates linear(silu(temb)).
@@ -171,8 +180,9 @@ class TokenRefiner(nnx.Module):
     the padded queries, whose rows the reference leaves at zero attention and the model drops,
     attend to the padded keys here so that they stay finite."""
 
-    def __init__(self, cfg: HunyuanVideoTransformerConfig, dtype, residual_dtype, param_dtype, rngs,
-                 first_key: bool = True):
+    def __init__(
+        self, cfg: HunyuanVideoTransformerConfig, dtype, residual_dtype, param_dtype, rngs, first_key: bool = True
+    ):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
@@ -224,16 +234,24 @@ def _gate(y, gate, first=None, tr_gate=None):
 def _attention_config(cfg: HunyuanVideoTransformerConfig, **kw) -> AttentionConfig:
     """diffusers ``Attention`` + ``HunyuanVideoAttnProcessor2_0``: per-head norm of q and k
     (``qk_norm``, eps 1e-6), RoPE on the video stream only; one attention over the joint ``[video; text]``."""
-    return AttentionConfig(cfg.inner_dim, cfg.num_attention_heads, cfg.attention_head_dim,
-                           qk_norm=QK_NORMS[cfg.qk_norm], qk_norm_eps=_EPS, rope="interleaved", **kw)
+    return AttentionConfig(
+        cfg.inner_dim,
+        cfg.num_attention_heads,
+        cfg.attention_head_dim,
+        qk_norm=QK_NORMS[cfg.qk_norm],
+        qk_norm_eps=_EPS,
+        rope="interleaved",
+        **kw,
+    )
 
 
 class DoubleStreamBlock(nnx.Module):
     """diffusers ``HunyuanVideoTransformerBlock`` (``HunyuanVideoTokenReplaceTransformerBlock`` when
     the inputs carry a token-replace embedding: same parameters)."""
 
-    def __init__(self, cfg: HunyuanVideoTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs,
-                 mesh=None):
+    def __init__(
+        self, cfg: HunyuanVideoTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None
+    ):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
@@ -247,20 +265,25 @@ class DoubleStreamBlock(nnx.Module):
         self.ff_context = FeedForward(d, cfg.mlp_dim, d, True, dtype, param_dtype, rngs)
         self.ln = LayerNorm(d, _EPS, False)  # norm1.norm, norm2, norm2_context: no parameters
 
-    def __call__(self, x, inputs: "HunyuanBlockInputs"):
+    def __call__(self, x, inputs: HunyuanBlockInputs):
         res = self.residual_dtype or self.dtype
         vid, txt = x
         f = inputs.first
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.norm1.modulation(inputs.temb)
         tr_shift_msa, tr_scale_msa, tr_gate_msa, tr_shift_mlp, tr_scale_mlp, tr_gate_mlp = self.norm1.modulation(
-            inputs.tr_emb)
+            inputs.tr_emb
+        )
         c_shift_msa, c_scale_msa, c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp = self.norm1_context.modulation(
-            inputs.temb)
+            inputs.temb
+        )
 
         hv = _modulate(self.ln(vid, _F32), scale_msa, shift_msa, f, tr_scale_msa, tr_shift_msa)
         ht = _modulate(self.ln(txt, _F32), c_scale_msa, c_shift_msa)
-        a_vid, a_txt = self.attn((hv.astype(self.dtype), ht.astype(self.dtype)), rope=inputs.rope,
-                                 mask=AttentionMask(segment_ids=inputs.segments))
+        a_vid, a_txt = self.attn(
+            (hv.astype(self.dtype), ht.astype(self.dtype)),
+            rope=inputs.rope,
+            mask=AttentionMask(segment_ids=inputs.segments),
+        )
         vid = (vid.astype(_F32) + _gate(a_vid.astype(_F32), gate_msa, f, tr_gate_msa)).astype(res)
         txt = (txt.astype(_F32) + _gate(a_txt.astype(_F32), c_gate_msa)).astype(res)
 
@@ -277,8 +300,9 @@ class SingleStreamBlock(nnx.Module):
     """diffusers ``HunyuanVideoSingleTransformerBlock`` (``HunyuanVideoTokenReplaceSingleTransformerBlock``
     with a token-replace embedding: same parameters)."""
 
-    def __init__(self, cfg: HunyuanVideoTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs,
-                 mesh=None):
+    def __init__(
+        self, cfg: HunyuanVideoTransformerConfig, attention, dtype, residual_dtype, param_dtype, rngs, mesh=None
+    ):
         d = cfg.inner_dim
         self.dtype = dtype
         self.residual_dtype = residual_dtype
@@ -295,7 +319,7 @@ class SingleStreamBlock(nnx.Module):
         y = constrain(self.proj_mlp(h), ("batch", "seq", "mlp"), self.mesh)
         return gelu(y, True)
 
-    def __call__(self, x, inputs: "HunyuanBlockInputs"):
+    def __call__(self, x, inputs: HunyuanBlockInputs):
         res = self.residual_dtype or self.dtype
         vid, txt = x
         f = inputs.first
@@ -339,8 +363,9 @@ class HunyuanBlockInputs:
     grid: tuple = static()
 
 
-def joint_streams(model: DiffusionTransformer, vid: jax.Array, txt: jax.Array, text_len: jax.Array,
-                  grid: tuple[int, int, int]) -> tuple[tuple[jax.Array, jax.Array], tuple, SegmentIds]:
+def joint_streams(
+    model: DiffusionTransformer, vid: jax.Array, txt: jax.Array, text_len: jax.Array, grid: tuple[int, int, int]
+) -> tuple[tuple[jax.Array, jax.Array], tuple, SegmentIds]:
     """The streams, RoPE and segment ids of the joint ``[video; text]`` attention of ``model``.
 
     Args:
@@ -363,10 +388,13 @@ def joint_streams(model: DiffusionTransformer, vid: jax.Array, txt: jax.Array, t
     b = text_len.shape[0]
     if lv == n_vid:
         return (vid, txt), rope, SegmentIds.for_padding(b, lv + lt, lv + lt, n_vid + text_len, n_vid + text_len)
-    ids = jnp.concatenate([
-        jnp.broadcast_to(jnp.arange(lv) < n_vid, (b, lv)),
-        jnp.arange(lt)[None] < text_len[:, None],
-    ], axis=1).astype(jnp.int32)
+    ids = jnp.concatenate(
+        [
+            jnp.broadcast_to(jnp.arange(lv) < n_vid, (b, lv)),
+            jnp.arange(lt)[None] < text_len[:, None],
+        ],
+        axis=1,
+    ).astype(jnp.int32)
     return (vid, txt), rope, SegmentIds(ids, ids)
 
 
@@ -405,18 +433,21 @@ class HunyuanVideoTransformer3DModel(DiffusionTransformer):
         )
         self.transformer_blocks = stacked(
             lambda r: DoubleStreamBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
-            cfg.num_layers, rngs,
+            cfg.num_layers,
+            rngs,
         )
         self.single_transformer_blocks = stacked(
             lambda r: SingleStreamBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
-            cfg.num_single_layers, rngs,
+            cfg.num_single_layers,
+            rngs,
         )
         # diffusers AdaLayerNormContinuous(elementwise_affine=False, eps=1e-6): scale, shift (scale first).
         self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS)
         self.proj_out = linear(d, cfg.out_dim * cfg.patch_size_t * cfg.patch_size**2, dtype, param_dtype, rngs)
 
-    def embed(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, pooled_projections,
-              guidance=None) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
+    def embed(
+        self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, pooled_projections, guidance=None
+    ) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
         """Everything before the blocks: RoPE, conditioning, patch embedding, token refiner, the
         joint-attention segment ids.
 
@@ -443,13 +474,15 @@ class HunyuanVideoTransformer3DModel(DiffusionTransformer):
             InputError: shapes that do not fit the config, a missing or unexpected ``guidance``.
         """
         cfg = self.config
-        grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
-                                  pooled_projections, guidance)
+        grid = self._check_inputs(
+            hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, pooled_projections, guidance
+        )
         b = hidden_states.shape[0]
         res = self.res_dtype
         timestep = jnp.reshape(timestep, (b,))
-        temb, tr_emb = self.time_text_embed(timestep, pooled_projections,
-                                            None if guidance is None else jnp.reshape(guidance, (b,)))
+        temb, tr_emb = self.time_text_embed(
+            timestep, pooled_projections, None if guidance is None else jnp.reshape(guidance, (b,))
+        )
         vid = self.x_embedder["proj"](hidden_states.astype(self.dtype)).astype(res)
         txt = self.context_embedder(encoder_hidden_states, timestep, encoder_attention_mask)
 
@@ -494,7 +527,9 @@ class HunyuanVideoTransformer3DModel(DiffusionTransformer):
                 "1000 * guidance_scale, as the reference pipeline does."
             )
         if not cfg.guidance_embeds and guidance is not None:
-            raise InputError(f"{name}: guidance was given but this model has no guidance embedder (guidance_embeds=false).")
+            raise InputError(
+                f"{name}: guidance was given but this model has no guidance embedder (guidance_embeds=false)."
+            )
         if guidance is not None and tuple(jnp.shape(guidance)) not in ((b,), ()):
             raise InputError(f"{name}: guidance must have shape (B,)=({b},); got {tuple(jnp.shape(guidance))}.")
         return grid

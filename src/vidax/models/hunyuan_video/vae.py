@@ -62,7 +62,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -110,16 +110,23 @@ class HunyuanVideoTiling:
     tile_sample_stride_num_frames: int = 12
 
     @classmethod
-    def enabled(cls, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                tile_sample_min_num_frames: int | None = None, tile_sample_stride_height: int | None = None,
-                tile_sample_stride_width: int | None = None, tile_sample_stride_num_frames: int | None = None,
-                **switches: bool) -> "HunyuanVideoTiling":
+    def enabled(
+        cls,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_sample_min_num_frames: int | None = None,
+        tile_sample_stride_height: int | None = None,
+        tile_sample_stride_width: int | None = None,
+        tile_sample_stride_num_frames: int | None = None,
+        **switches: bool,
+    ) -> HunyuanVideoTiling:
         """The state after the reference's ``vae.enable_tiling(...)`` with these arguments: spatial
         tiling on, a ``None`` (or 0) size keeps the default (the reference's ``x or default``).
         ``switches``: ``use_framewise_encoding`` / ``use_framewise_decoding`` overrides."""
         base = cls()
         sizes = dict(
-            tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
             tile_sample_min_num_frames=tile_sample_min_num_frames,
             tile_sample_stride_height=tile_sample_stride_height,
             tile_sample_stride_width=tile_sample_stride_width,
@@ -196,8 +203,9 @@ class HunyuanVideoResnetBlockCausal3D(nnx.Module):
         return h + shortcut.astype(h.dtype)
 
 
-def frame_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, frames: int,
-                           implementation: str = "auto") -> jax.Array:
+def frame_causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, frames: int, implementation: str = "auto"
+) -> jax.Array:
     """Attention of ``frames`` equal-sized frames of tokens where a token of frame ``t`` attends
     every token of frames ``0 .. t`` (the HunyuanVideo VAEs' ``prepare_causal_attention_mask``:
     ``mask[i, j] = 0`` iff ``frame(j) <= frame(i)``, ``-inf`` otherwise).
@@ -248,8 +256,9 @@ class HunyuanVideoMidBlock3D(nnx.Module):
     def __init__(self, channels: int, groups: int, add_attention: bool, *, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.resnets = nnx.List([HunyuanVideoResnetBlockCausal3D(channels, channels, groups, act=act, **kw)
-                                 for _ in range(2)])
+        self.resnets = nnx.List(
+            [HunyuanVideoResnetBlockCausal3D(channels, channels, groups, act=act, **kw) for _ in range(2)]
+        )
         self.attentions = nnx.List([HunyuanVideoAttention(channels, groups, **kw) if add_attention else None])
 
     def __call__(self, x: jax.Array, attention: str = "auto") -> jax.Array:
@@ -361,8 +370,9 @@ class HunyuanVideoEncoder3D(nnx.Module):
                                     _factors(*config.resampling()[i]), act=config.act_fn, **kw)
             for i in range(len(boc))
         ])  # fmt: skip
-        self.mid_block = HunyuanVideoMidBlock3D(boc[-1], groups, config.mid_block_add_attention, act=config.act_fn,
-                                                **kw)
+        self.mid_block = HunyuanVideoMidBlock3D(
+            boc[-1], groups, config.mid_block_add_attention, act=config.act_fn, **kw
+        )
         self.conv_norm_out = GroupNorm(boc[-1], groups, _EPS)
         self.conv_out = HunyuanVideoCausalConv3d(boc[-1], 2 * config.latent_channels, 3, **kw)
 
@@ -382,8 +392,7 @@ class HunyuanVideoDecoder3D(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         rev, groups = tuple(reversed(config.block_out_channels)), config.norm_num_groups
         self.conv_in = HunyuanVideoCausalConv3d(config.latent_channels, rev[0], 3, **kw)
-        self.mid_block = HunyuanVideoMidBlock3D(rev[0], groups, config.mid_block_add_attention, act=config.act_fn,
-                                                **kw)
+        self.mid_block = HunyuanVideoMidBlock3D(rev[0], groups, config.mid_block_add_attention, act=config.act_fn, **kw)
         self.up_blocks = nnx.List([
             HunyuanVideoUpBlock3D(rev[max(i - 1, 0)], rev[i], config.layers_per_block + 1, groups,
                                   _factors(*config.resampling()[i]), act=config.act_fn, **kw)
@@ -486,10 +495,15 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         self.post_quant_conv = Conv(lc, lc, (1, 1, 1), **kw)
         self._tiling_settings = TilingSettings(HunyuanVideoTiling())
 
-    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                      tile_sample_min_num_frames: int | None = None, tile_sample_stride_height: int | None = None,
-                      tile_sample_stride_width: int | None = None,
-                      tile_sample_stride_num_frames: int | None = None) -> None:
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_sample_min_num_frames: int | None = None,
+        tile_sample_stride_height: int | None = None,
+        tile_sample_stride_width: int | None = None,
+        tile_sample_stride_num_frames: int | None = None,
+    ) -> None:
         """Spatial tiles, as ``AutoencoderKLHunyuanVideo.enable_tiling`` (a size left None keeps
         its current value; temporal windows are ``use_framewise_decoding``'s, on by default).
 
@@ -497,11 +511,14 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
             InputError: a size that is not a positive integer, a stride above its tile or below
                 the compression.
         """
-        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                            tile_sample_min_num_frames=tile_sample_min_num_frames,
-                            tile_sample_stride_height=tile_sample_stride_height,
-                            tile_sample_stride_width=tile_sample_stride_width,
-                            tile_sample_stride_num_frames=tile_sample_stride_num_frames)
+        self._enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_sample_min_num_frames=tile_sample_min_num_frames,
+            tile_sample_stride_height=tile_sample_stride_height,
+            tile_sample_stride_width=tile_sample_stride_width,
+            tile_sample_stride_num_frames=tile_sample_stride_num_frames,
+        )
 
     # -- one tile (traced inside jit) ---------------------------------------------------------
 
@@ -552,8 +569,9 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
 
     def _decode_window(self, z, tl: HunyuanVideoTiling) -> np.ndarray:
         s = self.config.spatial_compression
-        if tl.use_tiling and (z.shape[2] > tl.tile_sample_min_height // s
-                              or z.shape[3] > tl.tile_sample_min_width // s):
+        if tl.use_tiling and (
+            z.shape[2] > tl.tile_sample_min_height // s or z.shape[3] > tl.tile_sample_min_width // s
+        ):
             return self._tiled_decode(z, tl)
         return self._run_decode(z)
 
@@ -591,7 +609,9 @@ class HunyuanVideoVAE(ScaledLatentsVAE):
         t = num_latent_frames
         if not (tl.use_framewise_decoding and t > lat_min):
             return [(0, t)]
-        return [(i, min(i + lat_min + 1, t)) for i in range(0, t, lat_stride) if i == 0 or min(i + lat_min + 1, t) - i > 1]
+        return [
+            (i, min(i + lat_min + 1, t)) for i in range(0, t, lat_stride) if i == 0 or min(i + lat_min + 1, t) - i > 1
+        ]
 
     # -- the public API --------------------------------------------------------------------------
 

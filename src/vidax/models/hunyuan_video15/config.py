@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import ConfigBase, is_positive_int
@@ -81,14 +82,29 @@ class HunyuanVideo15TransformerConfig(HunyuanBlocksConfig):
     def validate(self, source: str) -> None:
         self.check_positive(
             source,
-            ("in_channels", "num_attention_heads", "attention_head_dim", "num_layers", "num_refiner_layers",
-             "patch_size", "patch_size_t", "text_embed_dim", "text_embed_2_dim", "image_embed_dim", "target_size"),
+            (
+                "in_channels",
+                "num_attention_heads",
+                "attention_head_dim",
+                "num_layers",
+                "num_refiner_layers",
+                "patch_size",
+                "patch_size_t",
+                "text_embed_dim",
+                "text_embed_2_dim",
+                "image_embed_dim",
+                "target_size",
+            ),
             nullable=("out_channels",),
         )
         self.check_blocks(source)
         if self.qk_norm is None:
-            self.invalid(source, "qk_norm", None,
-                         "the reference calls attn.norm_q unconditionally: without a q/k norm it does not run")
+            self.invalid(
+                source,
+                "qk_norm",
+                None,
+                "the reference calls attn.norm_q unconditionally: without a q/k norm it does not run",
+            )
         if self.task_type not in TASK_TYPES:
             self.invalid(source, "task_type", self.task_type, f"diffusers 0.42.1 knows {list(TASK_TYPES)}")
         if not isinstance(self.use_meanflow, bool):
@@ -182,8 +198,17 @@ class HunyuanVideo15VAEConfig(ConfigBase):
         return tuple(blocks)
 
     def validate(self, source: str) -> None:
-        self.check_positive(source, ("in_channels", "out_channels", "latent_channels", "layers_per_block",
-                                     "spatial_compression_ratio", "temporal_compression_ratio"))
+        self.check_positive(
+            source,
+            (
+                "in_channels",
+                "out_channels",
+                "latent_channels",
+                "layers_per_block",
+                "spatial_compression_ratio",
+                "temporal_compression_ratio",
+            ),
+        )
         boc = self.block_out_channels
         if not isinstance(boc, tuple) or not boc or not all(is_positive_int(c) for c in boc):
             self.invalid(source, "block_out_channels", boc, "expected a non-empty list of positive ints")
@@ -195,12 +220,20 @@ class HunyuanVideo15VAEConfig(ConfigBase):
             if v & (v - 1):
                 self.invalid(source, key, v, "expected a power of two")
         if self.temporal_compression_ratio > self.spatial_compression_ratio:
-            self.invalid(source, "temporal_compression_ratio", self.temporal_compression_ratio,
-                         f"at most spatial_compression_ratio={self.spatial_compression_ratio}")
+            self.invalid(
+                source,
+                "temporal_compression_ratio",
+                self.temporal_compression_ratio,
+                f"at most spatial_compression_ratio={self.spatial_compression_ratio}",
+            )
         if len(boc) <= _log2(self.spatial_compression_ratio):
-            self.invalid(source, "block_out_channels", list(boc),
-                         f"expected more than log2(spatial_compression_ratio)={_log2(self.spatial_compression_ratio)} "
-                         "blocks (the reference indexes the next block's channels)")
+            self.invalid(
+                source,
+                "block_out_channels",
+                list(boc),
+                f"expected more than log2(spatial_compression_ratio)={_log2(self.spatial_compression_ratio)} "
+                "blocks (the reference indexes the next block's channels)",
+            )
         # The channel folds of the resamplers and the encoder / decoder shortcuts divide exactly.
         folds = [(boc[-1], 2 * self.latent_channels), (boc[-1], self.latent_channels)]
         for cin, cout, down, t in self.down_blocks():
@@ -213,11 +246,18 @@ class HunyuanVideo15VAEConfig(ConfigBase):
                 folds += [(4 * up, cout), (cout, f)]
         for num, den in folds:
             if num % den:
-                self.invalid(source, "block_out_channels", list(boc),
-                             f"the reference folds {num} channels into groups of {den} (latent_channels="
-                             f"{self.latent_channels}); pick channels that divide")
-        if not isinstance(self.scaling_factor, (int, float)) or isinstance(self.scaling_factor, bool) \
-                or not self.scaling_factor > 0:
+                self.invalid(
+                    source,
+                    "block_out_channels",
+                    list(boc),
+                    f"the reference folds {num} channels into groups of {den} (latent_channels="
+                    f"{self.latent_channels}); pick channels that divide",
+                )
+        if (
+            not isinstance(self.scaling_factor, (int, float))
+            or isinstance(self.scaling_factor, bool)
+            or not self.scaling_factor > 0
+        ):
             self.invalid(source, "scaling_factor", self.scaling_factor, "expected a positive number")
 
 
@@ -264,15 +304,21 @@ class ClassifierFreeGuidanceConfig(ConfigBase):
                 self.invalid(source, key, getattr(self, key), "expected true or false")
         for key, whole in (("start", 0.0), ("stop", 1.0)):
             if getattr(self, key) != whole:
-                self.invalid(source, key, getattr(self, key), f"vidax runs guidance over every step ({key}={whole:g}); "
-                             "a guider active for part of the steps is not implemented")
+                self.invalid(
+                    source,
+                    key,
+                    getattr(self, key),
+                    f"vidax runs guidance over every step ({key}={whole:g}); "
+                    "a guider active for part of the steps is not implemented",
+                )
 
 
 #: ``HunyuanVideo15Pipeline.__call__``'s defaults (``num_frames=121``, ``num_inference_steps=50``,
 #: ``tokenizer_max_length=1000``; the guidance scale is the guider's, the size the 16:9 bucket
 #: of ``target_size``, both filled in per checkpoint; fps 24 as the released examples).
-T2V_DEFAULTS = CallDefaults(height=480, width=848, num_frames=121, num_inference_steps=50, guidance_scale=6.0,
-                            max_sequence_length=1000, fps=24)
+T2V_DEFAULTS = CallDefaults(
+    height=480, width=848, num_frames=121, num_inference_steps=50, guidance_scale=6.0, max_sequence_length=1000, fps=24
+)
 
 
 def default_size(target_size: int, spatial: int, aspect: tuple[int, int] = (16, 9)) -> tuple[int, int]:
@@ -317,46 +363,68 @@ def read_hunyuan_video15_checkpoint(checkpoint: Checkpoint) -> HunyuanVideo15Inf
         ConfigError: a setting vidax does not implement or components that do not fit together.
     """
     ckpt = checkpoint
-    ckpt.require("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler",
-                 "guider")
+    ckpt.require(
+        "tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae", "scheduler", "guider"
+    )
     tr = ckpt.typed_config("transformer", HunyuanVideo15TransformerConfig)
     vae = ckpt.typed_config("vae", HunyuanVideo15VAEConfig)
     guider_class = ckpt.config("guider").get("_class_name")
     if guider_class != "ClassifierFreeGuidance":
-        raise ConfigError(f"{ckpt.config_file('guider')}: _class_name={guider_class!r}; HunyuanVideo 1.5 runs "
-                          "'ClassifierFreeGuidance' (its released guider)")
+        raise ConfigError(
+            f"{ckpt.config_file('guider')}: _class_name={guider_class!r}; HunyuanVideo 1.5 runs "
+            "'ClassifierFreeGuidance' (its released guider)"
+        )
     guider = ckpt.typed_config("guider", ClassifierFreeGuidanceConfig)
     file, c = ckpt.config_file("transformer"), vae.latent_channels
     if tr.in_channels != 2 * c + 1:
-        raise ConfigError(f"{file}: in_channels={tr.in_channels} must be {2 * c + 1} (the VAE's latent_channels={c} "
-                          "x 2 + 1: latents, condition latents, mask)")
+        raise ConfigError(
+            f"{file}: in_channels={tr.in_channels} must be {2 * c + 1} (the VAE's latent_channels={c} "
+            "x 2 + 1: latents, condition latents, mask)"
+        )
     if tr.out_dim != c:
         raise ConfigError(f"{file}: out_channels={tr.out_dim} must equal the VAE's latent_channels={c}")
-    for name, key, want in (("text_encoder", "hidden_size", tr.text_embed_dim),
-                            ("text_encoder_2", "d_model", tr.text_embed_2_dim)):
+    for name, key, want in (
+        ("text_encoder", "hidden_size", tr.text_embed_dim),
+        ("text_encoder_2", "d_model", tr.text_embed_2_dim),
+    ):
         got = (ckpt.configs.get(name) or {}).get(key)
         if got is not None and got != want:
-            raise ConfigError(f"{file}: the transformer takes {want}-wide {name} states but "
-                              f"{ckpt.config_files.get(name)} has {key}={got}")
+            raise ConfigError(
+                f"{file}: the transformer takes {want}-wide {name} states but "
+                f"{ckpt.config_files.get(name)} has {key}={got}"
+            )
     task = tr.task_type
     if task == "i2v":  # the image-to-video pipeline's SigLIP tower and its processor
         ckpt.require("image_encoder", "feature_extractor")
         if not ckpt.config_files.get("feature_extractor", "").endswith("preprocessor_config.json"):
-            raise ConfigError(f"{ckpt.folder('feature_extractor')} has no preprocessor_config.json (the SigLIP "
-                              "image preprocessing of the image-to-video pipeline)")
+            raise ConfigError(
+                f"{ckpt.folder('feature_extractor')} has no preprocessor_config.json (the SigLIP "
+                "image preprocessing of the image-to-video pipeline)"
+            )
         from vidax.encoders.siglip import SiglipVisionConfig
 
         got = ckpt.typed_config("image_encoder", SiglipVisionConfig).hidden_size
         if got != tr.image_embed_dim:
-            raise ConfigError(f"{file}: the transformer takes {tr.image_embed_dim}-wide image tokens but "
-                              f"{ckpt.config_files.get('image_encoder')} has hidden_size={got}")
+            raise ConfigError(
+                f"{file}: the transformer takes {tr.image_embed_dim}-wide image tokens but "
+                f"{ckpt.config_files.get('image_encoder')} has hidden_size={got}"
+            )
     s, p = vae.spatial_compression, tr.patch_size
     height, width = default_size(tr.target_size, s)
-    kind = ("step-distilled" if tr.use_meanflow else "CFG-distilled" if guider.guidance_scale == 1.0 else "")
+    kind = "step-distilled" if tr.use_meanflow else "CFG-distilled" if guider.guidance_scale == 1.0 else ""
     variant = f"HunyuanVideo 1.5 {task.upper()} ({tr.target_size}px bucket{', ' + kind if kind else ''})"
-    defaults = dataclasses.replace(T2V_DEFAULTS, height=height, width=width, guidance_scale=float(guider.guidance_scale))
+    defaults = dataclasses.replace(
+        T2V_DEFAULTS, height=height, width=width, guidance_scale=float(guider.guidance_scale)
+    )
     return HunyuanVideo15Info(
-        checkpoint=ckpt, tasks=(task,), variant=variant, defaults=defaults.for_checkpoint(ckpt),
-        transformers=("transformer",), size_multiple=(s * p, s * p),
+        checkpoint=ckpt,
+        tasks=(task,),
+        variant=variant,
+        defaults=defaults.for_checkpoint(ckpt),
+        transformers=("transformer",),
+        size_multiple=(s * p, s * p),
         size_reason=f"the VAE's {s}x spatial compression times the transformer's {p}x{p} patches",
-        transformer_config=tr, vae_config=vae, guider_config=guider)
+        transformer_config=tr,
+        vae_config=vae,
+        guider_config=guider,
+    )

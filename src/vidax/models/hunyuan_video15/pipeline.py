@@ -46,11 +46,17 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import ByteTokenizer, TextTokenizer, Truncation
 from vidax.errors import Arg, InputError
 from vidax.io.image import one_image, to_rgb_image
-from vidax.models.hunyuan_video.pipeline import (SIGMAS_OPTION, HunyuanVideoPipeline, check_sigmas,
-                                                 first_frame_concat, steps_of_sigmas, two_encoder_loads)
+from vidax.models.hunyuan_video.pipeline import (
+    SIGMAS_OPTION,
+    HunyuanVideoPipeline,
+    check_sigmas,
+    first_frame_concat,
+    steps_of_sigmas,
+    two_encoder_loads,
+)
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
-from vidax.models.hunyuan_video15.vae import HunyuanVideo15Tiling
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
+from vidax.models.hunyuan_video15.vae import HunyuanVideo15Tiling
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
@@ -104,9 +110,13 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         cfg = info.transformer_config
         _, _, t, h, w = cls.latent_shape(info, call)
         video = (t // cfg.patch_size_t) * (h // cfg.patch_size) * (w // cfg.patch_size)
-        return ModelSize(tokens=video + call.max_sequence_length + cls.glyph_max_length + IMAGE_TOKENS,
-                         hidden_size=cfg.inner_dim, ffn_dim=cfg.mlp_dim, num_layers=cfg.num_layers,
-                         decode_tile=HunyuanVideo15Tiling().tile_sample_min_height)
+        return ModelSize(
+            tokens=video + call.max_sequence_length + cls.glyph_max_length + IMAGE_TOKENS,
+            hidden_size=cfg.inner_dim,
+            ffn_dim=cfg.mlp_dim,
+            num_layers=cfg.num_layers,
+            decode_tile=HunyuanVideo15Tiling().tile_sample_min_height,
+        )
 
     @classmethod
     def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
@@ -116,29 +126,53 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         Raises:
             InputError: as :meth:`VideoPipeline.check_call`, or ``sigmas`` that are not valid.
         """
-        call = check_sigmas(super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
-                            cls.read_scheduler(info), HunyuanVideoPipeline.schedule)
+        call = check_sigmas(
+            super().check_call(info, prompt, negative_prompt, **steps_of_sigmas(kwargs)),
+            cls.read_scheduler(info),
+            HunyuanVideoPipeline.schedule,
+        )
         g = info.guider_config
         off = 0.0 if g.use_original_formulation else 1.0
         cfg = bool(g.enabled) and not math.isclose(call.guidance_scale, off)
         if not cfg and "negative_prompt" in call.given:
-            logger.warning("%s has no effect: classifier-free guidance is off (%s, as the checkpoint's guider "
-                           "decides)", Arg("negative_prompt"), Arg("guidance_scale", call.guidance_scale))
+            logger.warning(
+                "%s has no effect: classifier-free guidance is off (%s, as the checkpoint's guider decides)",
+                Arg("negative_prompt"),
+                Arg("guidance_scale", call.guidance_scale),
+            )
         return dataclasses.replace(call, cfg=cfg)
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: HunyuanVideo15Info, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32", text_encoder_dtype: Any = None) -> dict[str, Any]:
+    def load_components(
+        cls,
+        info: HunyuanVideo15Info,
+        *,
+        dtype,
+        mesh,
+        offload,
+        staging,
+        offload_experts=True,
+        vae_dtype: Any = "float32",
+        text_encoder_dtype: Any = None,
+    ) -> dict[str, Any]:
         """Both tokenizers, the Qwen2.5-VL and byT5 encoders (``text_encoder_dtype``, default
         ``dtype``; image-to-video also the SigLIP ``image_encoder``), the transformer, the VAE (``vae_dtype``, float32 by default), the scheduler.
         Every checkpoint is checked against its model before the first weight is read."""
         ckpt = info.checkpoint
-        weighted = two_encoder_loads(dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype,
-                                     text_encoder_dtype=text_encoder_dtype)
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-                                   "tokenizer_2": ByteTokenizer(ckpt.folder("tokenizer_2")),
-                                   "scheduler": cls.load_component(info, "scheduler")}
+        weighted = two_encoder_loads(
+            dtype=dtype,
+            mesh=mesh,
+            offload=offload,
+            staging=staging,
+            vae_dtype=vae_dtype,
+            text_encoder_dtype=text_encoder_dtype,
+        )
+        modules: dict[str, Any] = {
+            "tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
+            "tokenizer_2": ByteTokenizer(ckpt.folder("tokenizer_2")),
+            "scheduler": cls.load_component(info, "scheduler"),
+        }
         if cls.task == "i2v":  # the SigLIP tower in the text encoders' dtype, and its processor's settings
             weighted["image_encoder"] = dict(weighted["text_encoder"])
             modules["feature_extractor_config"] = dict(ckpt.config("feature_extractor"))
@@ -149,8 +183,9 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         """``(text (B', L1, D), mask (B', L1), glyph (B', L2, D2), glyph mask (B', L2))`` of the
         prompts, then the negatives when CFG runs; each encoder on the device only while it runs."""
         texts = prompt_texts(call)
-        text, mask = self.encode_with("text_encoder", self.text_states, texts, call.max_sequence_length,
-                                      text_truncation(call))
+        text, mask = self.encode_with(
+            "text_encoder", self.text_states, texts, call.max_sequence_length, text_truncation(call)
+        )
         glyph, glyph_mask = self.encode_with("text_encoder_2", self.glyph_states, texts)
         return text, jnp.asarray(mask), glyph, jnp.asarray(glyph_mask)
 
@@ -162,8 +197,14 @@ class HunyuanVideo15Pipeline(VideoPipeline):
 
     def text_states(self, texts: list[str], max_sequence_length: int, truncation: Truncation | None = None):
         """``_get_mllm_prompt_embeds`` (:func:`~vidax.models.hunyuan_video15.text.encode_text_prompts`)."""
-        return encode_text_prompts(self.text_encoder, self.tokenizer, texts, max_length=max_sequence_length,
-                                   crop_start=self.crop_start, truncation=truncation)
+        return encode_text_prompts(
+            self.text_encoder,
+            self.tokenizer,
+            texts,
+            max_length=max_sequence_length,
+            crop_start=self.crop_start,
+            truncation=truncation,
+        )
 
     def glyph_states(self, texts: list[str]):
         """``_get_byt5_prompt_embeds`` (:func:`~vidax.models.hunyuan_video15.text.encode_glyph_prompts`)."""
@@ -244,13 +285,23 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
         height, width = default_size(tr.target_size, info.vae_config.spatial_compression, (rgb.width, rgb.height))
         mh, mw = info.size_multiple
         if height % mh or width % mw:
-            raise InputError(Arg("image"), f" ({rgb.width}x{rgb.height}) maps to the {width}x{height} bucket of "
-                             f"target_size={tr.target_size}, which is not a multiple of {mh}x{mw} ({info.size_reason})")
+            raise InputError(
+                Arg("image"),
+                f" ({rgb.width}x{rgb.height}) maps to the {width}x{height} bucket of "
+                f"target_size={tr.target_size}, which is not a multiple of {mh}x{mw} ({info.size_reason})",
+            )
         return height, width
 
     @classmethod
-    def check_call(cls, info: HunyuanVideo15Info, prompt: Any = None, negative_prompt: Any = None, *,
-                   image: Any = None, **kwargs: Any):
+    def check_call(
+        cls,
+        info: HunyuanVideo15Info,
+        prompt: Any = None,
+        negative_prompt: Any = None,
+        *,
+        image: Any = None,
+        **kwargs: Any,
+    ):
         """The text-to-video checks with ``image`` required (one image) and the size taken from it.
 
         Raises:
@@ -259,10 +310,15 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
         """
         for name in ("height", "width"):
             if kwargs.get(name) is not None:
-                raise InputError(f"{cls.__name__} takes no ", Arg(name, kwargs[name]), ": the video's size is the "
-                                 f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
-                                 "ratio (as diffusers' HunyuanVideo15ImageToVideoPipeline); crop the ", Arg("image"),
-                                 " to choose another")
+                raise InputError(
+                    f"{cls.__name__} takes no ",
+                    Arg(name, kwargs[name]),
+                    ": the video's size is the "
+                    f"target_size={info.transformer_config.target_size} bucket nearest the image's aspect "
+                    "ratio (as diffusers' HunyuanVideo15ImageToVideoPipeline); crop the ",
+                    Arg("image"),
+                    " to choose another",
+                )
         one_image(image, f"{cls.__name__} takes")
         size = {} if image is None else dict(zip(("height", "width"), cls.video_size(info, image)))
         call = super().check_call(info, prompt, negative_prompt, image=image, **size, **kwargs)

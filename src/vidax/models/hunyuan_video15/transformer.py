@@ -52,10 +52,14 @@ from vidax.blocks.modulation import AdaLayerNorm
 from vidax.blocks.transformer import DiffusionTransformer
 from vidax.errors import InputError
 from vidax.models.hunyuan_video.transformer import (
-    DoubleStreamBlock, HunyuanBlockInputs, TokenRefiner, joint_streams, video_head,
+    DoubleStreamBlock,
+    HunyuanBlockInputs,
+    TokenRefiner,
+    joint_streams,
+    video_head,
 )
 from vidax.models.hunyuan_video15.config import BYT5_PROJECTION_DIM, HunyuanVideo15TransformerConfig
-from vidax.nn.layers import LayerNorm, PatchEmbedding, gelu, TimestepEmbedding, linear, timestep_sinusoid
+from vidax.nn.layers import LayerNorm, PatchEmbedding, TimestepEmbedding, gelu, linear, timestep_sinusoid
 from vidax.nn.stack import stacked
 
 _F32 = jnp.float32
@@ -138,15 +142,24 @@ class HunyuanVideo15Transformer3DModel(DiffusionTransformer):
         self.cond_type_embed = nnx.Embed(3, d, param_dtype=param_dtype, rngs=rngs)
         self.transformer_blocks = stacked(
             lambda r: DoubleStreamBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
-            cfg.num_layers, rngs,
+            cfg.num_layers,
+            rngs,
         )
         # diffusers AdaLayerNormContinuous(elementwise_affine=False, eps=1e-6): scale, shift (scale first).
         self.norm_out = AdaLayerNorm(d, d, 2, dtype=dtype, param_dtype=param_dtype, rngs=rngs, norm_eps=_EPS)
         self.proj_out = linear(d, cfg.out_dim * cfg.patch_size_t * cfg.patch_size**2, dtype, param_dtype, rngs)
 
-    def embed(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask, encoder_hidden_states_2,
-              encoder_attention_mask_2, image_embeds, timestep_r=None
-              ) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
+    def embed(
+        self,
+        hidden_states,
+        timestep,
+        encoder_hidden_states,
+        encoder_attention_mask,
+        encoder_hidden_states_2,
+        encoder_attention_mask_2,
+        image_embeds,
+        timestep_r=None,
+    ) -> tuple[tuple[jax.Array, jax.Array], HunyuanBlockInputs]:
         """Everything before the blocks: RoPE, time embedding, patch embedding, the token refiner,
         the glyph and image projections, the reordered conditioning tokens and their segment ids.
 
@@ -174,8 +187,16 @@ class HunyuanVideo15Transformer3DModel(DiffusionTransformer):
         Raises:
             InputError: shapes that do not fit the config, ``timestep_r`` without ``use_meanflow``.
         """
-        grid = self._check_inputs(hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
-                                  encoder_hidden_states_2, encoder_attention_mask_2, image_embeds, timestep_r)
+        grid = self._check_inputs(
+            hidden_states,
+            timestep,
+            encoder_hidden_states,
+            encoder_attention_mask,
+            encoder_hidden_states_2,
+            encoder_attention_mask_2,
+            image_embeds,
+            timestep_r,
+        )
         b = hidden_states.shape[0]
         res = self.res_dtype
         timestep = jnp.reshape(timestep, (b,))
@@ -193,8 +214,9 @@ class HunyuanVideo15Transformer3DModel(DiffusionTransformer):
         m_img = jnp.broadcast_to(has_image[:, None], img.shape[:2])
         # [valid image, valid glyph, valid text, invalid image, invalid glyph, invalid text] per
         # item (a stable sort on "invalid"), the invalid glyph and text rows zeroed.
-        tokens = jnp.concatenate([img, jnp.where(m_glyph[..., None], glyph, 0.0),
-                                  jnp.where(m_txt[..., None], txt, 0.0)], axis=1)
+        tokens = jnp.concatenate(
+            [img, jnp.where(m_glyph[..., None], glyph, 0.0), jnp.where(m_txt[..., None], txt, 0.0)], axis=1
+        )
         valid = jnp.concatenate([m_img, m_glyph, m_txt], axis=1)
         order = jnp.argsort(~valid, axis=1, stable=True)
         ctx = jnp.take_along_axis(tokens, order[..., None], axis=1)
@@ -218,7 +240,9 @@ class HunyuanVideo15Transformer3DModel(DiffusionTransformer):
             if value is not None and tuple(jnp.shape(value)) not in ((b,), ()):
                 raise InputError(f"{name}: {arg} must have shape (B,)=({b},); got {tuple(jnp.shape(value))}.")
         if timestep_r is not None and not cfg.use_meanflow:
-            raise InputError(f"{name}: timestep_r was given but this model has no MeanFlow embedder (use_meanflow=false).")
+            raise InputError(
+                f"{name}: timestep_r was given but this model has no MeanFlow embedder (use_meanflow=false)."
+            )
         self.check_text(text, b, cfg.text_embed_dim, "text_embed_dim=", "L1")
         for arg, states, dim_name, dim, length in (
             ("encoder_hidden_states_2", text_2, "text_embed_2_dim", cfg.text_embed_2_dim, "L2"),
@@ -228,8 +252,10 @@ class HunyuanVideo15Transformer3DModel(DiffusionTransformer):
                 raise InputError(
                     f"{name}: {arg} must be (B={b}, {length}, {dim_name}={dim}); got {tuple(states.shape)}."
                 )
-        for arg, m, states, text_arg in (("encoder_attention_mask", mask, text, "encoder_hidden_states"),
-                                         ("encoder_attention_mask_2", mask_2, text_2, "encoder_hidden_states_2")):
+        for arg, m, states, text_arg in (
+            ("encoder_attention_mask", mask, text, "encoder_hidden_states"),
+            ("encoder_attention_mask_2", mask_2, text_2, "encoder_hidden_states_2"),
+        ):
             if tuple(m.shape) != tuple(states.shape[:2]):
                 raise InputError(
                     f"{name}: {arg} must be (B, L) of {text_arg}={tuple(states.shape[:2])}; got {tuple(m.shape)}."

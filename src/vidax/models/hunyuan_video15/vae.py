@@ -52,7 +52,7 @@ The loader is :func:`vidax.weights.component.load_component` (``"AutoencoderKLHu
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -98,9 +98,14 @@ class HunyuanVideo15Tiling:
     tile_overlap_factor: float = 0.25
 
     @classmethod
-    def enabled(cls, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                tile_latent_min_height: int | None = None, tile_latent_min_width: int | None = None,
-                tile_overlap_factor: float | None = None) -> "HunyuanVideo15Tiling":
+    def enabled(
+        cls,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_latent_min_height: int | None = None,
+        tile_latent_min_width: int | None = None,
+        tile_overlap_factor: float | None = None,
+    ) -> HunyuanVideo15Tiling:
         """The state after the reference's ``vae.enable_tiling(...)`` with these arguments: tiling
         on, a ``None`` (or 0) keeps the default (the reference's ``x or default``)."""
         base = cls()
@@ -111,7 +116,7 @@ class HunyuanVideo15Tiling:
                    tile_latent_min_width=tile_latent_min_width or base.tile_latent_min_width,
                    tile_overlap_factor=tile_overlap_factor or base.tile_overlap_factor)  # fmt: skip
 
-    def resolved(self, spatial: int) -> "HunyuanVideo15Tiling":
+    def resolved(self, spatial: int) -> HunyuanVideo15Tiling:
         """Checked, with the latent tile sizes filled in for a VAE of ``spatial`` compression.
 
         Raises:
@@ -119,8 +124,11 @@ class HunyuanVideo15Tiling:
                 tile step (``int(tile * (1 - overlap))``) is below 1 (the reference's loop
                 would not advance).
         """
-        if not isinstance(self.tile_overlap_factor, (int, float)) or isinstance(self.tile_overlap_factor, bool) \
-                or not 0 <= self.tile_overlap_factor < 1:
+        if (
+            not isinstance(self.tile_overlap_factor, (int, float))
+            or isinstance(self.tile_overlap_factor, bool)
+            or not 0 <= self.tile_overlap_factor < 1
+        ):
             raise InputError(f"tiling: tile_overlap_factor={self.tile_overlap_factor!r} must be a number in [0, 1)")
         if not isinstance(self.use_tiling, bool):
             raise InputError(f"tiling: use_tiling={self.use_tiling!r} must be True or False")
@@ -399,9 +407,14 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
         self.decoder = HunyuanVideo15Decoder3D(config, **kw)
         self._tiling_settings = TilingSettings(HunyuanVideo15Tiling().resolved(config.spatial_compression))
 
-    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                      tile_latent_min_height: int | None = None, tile_latent_min_width: int | None = None,
-                      tile_overlap_factor: float | None = None) -> None:
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_latent_min_height: int | None = None,
+        tile_latent_min_width: int | None = None,
+        tile_overlap_factor: float | None = None,
+    ) -> None:
         """Spatial tiles, as ``AutoencoderKLHunyuanVideo15.enable_tiling`` (a size left None keeps
         its current value: the latent tile does not follow a new sample tile, as the reference).
 
@@ -409,9 +422,13 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             InputError: a size that is not a positive integer, an overlap outside ``[0, 1)``, or
                 a tile step below 1.
         """
-        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                            tile_latent_min_height=tile_latent_min_height, tile_latent_min_width=tile_latent_min_width,
-                            tile_overlap_factor=tile_overlap_factor)
+        self._enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_latent_min_height=tile_latent_min_height,
+            tile_latent_min_width=tile_latent_min_width,
+            tile_overlap_factor=tile_overlap_factor,
+        )
 
     # -- one tile (traced inside jit) ---------------------------------------------------------
 
@@ -439,8 +456,14 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             return self._run_encode(x)
         lh, lw = tl.tile_latent_min_height, tl.tile_latent_min_width
         blend_h, blend_w = int(lh * f), int(lw * f)
-        return tiled(self._run_encode, x, (sh, sw),
-                     (int(sh * (1 - f)), int(sw * (1 - f))), (blend_h, blend_w), (lh - blend_h, lw - blend_w))
+        return tiled(
+            self._run_encode,
+            x,
+            (sh, sw),
+            (int(sh * (1 - f)), int(sw * (1 - f))),
+            (blend_h, blend_w),
+            (lh - blend_h, lw - blend_w),
+        )
 
     def _decode(self, z, tl: HunyuanVideo15Tiling) -> np.ndarray:
         """The reference's ``_decode`` (``tiled_decode`` when on and larger than a latent tile)."""
@@ -449,8 +472,14 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             return self._run_decode(z)
         sh, sw = tl.tile_sample_min_height, tl.tile_sample_min_width
         blend_h, blend_w = int(sh * f), int(sw * f)
-        return tiled(self._run_decode, z, (lh, lw),
-                     (int(lh * (1 - f)), int(lw * (1 - f))), (blend_h, blend_w), (sh - blend_h, sw - blend_w))
+        return tiled(
+            self._run_decode,
+            z,
+            (lh, lw),
+            (int(lh * (1 - f)), int(lw * (1 - f))),
+            (blend_h, blend_w),
+            (sh - blend_h, sw - blend_w),
+        )
 
     # -- the public API --------------------------------------------------------------------------
 
@@ -512,4 +541,3 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
     def decode_chunks(self, z, tiling: HunyuanVideo15Tiling | None = None) -> int:
         """How many chunks :meth:`iter_decode` yields: always 1 (no temporal tiling)."""
         return 1
-

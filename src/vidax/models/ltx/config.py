@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
+from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig
 from vidax.errors import ConfigError
-from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
 
 # ---------------------------------------------------------------------------------------------
 # The transformer (``transformer/config.json``)
@@ -71,8 +72,16 @@ class LTXTransformerConfig(TransformerConfig):
 
         self.check_positive(
             source,
-            ("in_channels", "patch_size", "patch_size_t", "num_attention_heads", "attention_head_dim",
-             "cross_attention_dim", "num_layers", "caption_channels"),
+            (
+                "in_channels",
+                "patch_size",
+                "patch_size_t",
+                "num_attention_heads",
+                "attention_head_dim",
+                "cross_attention_dim",
+                "num_layers",
+                "caption_channels",
+            ),
             nullable=("out_channels",),
         )
         if self.activation_fn not in FFN_ACTIVATIONS:
@@ -88,13 +97,15 @@ class LTXTransformerConfig(TransformerConfig):
                 bad(key, getattr(self, key), "expected true or false")
         if self.cross_attention_dim != self.inner_dim:
             bad(
-                "cross_attention_dim", self.cross_attention_dim,
+                "cross_attention_dim",
+                self.cross_attention_dim,
                 f"the reference feeds the cross-attention the caption projection's output, of width "
                 f"num_attention_heads*attention_head_dim={self.inner_dim}",
             )
         if self.inner_dim % 2:
             bad(
-                "attention_head_dim", self.attention_head_dim,
+                "attention_head_dim",
+                self.attention_head_dim,
                 f"the rotary embedding rotates pairs of the whole width D={self.inner_dim}, which must be even",
             )
 
@@ -229,8 +240,16 @@ class LTXVAEConfig(ConfigBase):
                 out = boc[i + 1] if i + 1 < n else boc[i]
             kind = self.down_block_types[i]
             stride = LTX_DOWNSAMPLE_STRIDES[self.downsample_type[i]] if kind == "LTXVideo095DownBlock3D" else None
-            blocks.append(dict(type=kind, cin=cin, cout=out, layers=self.layers_per_block[i],
-                               scale=bool(self.spatio_temporal_scaling[i]), stride=stride))
+            blocks.append(
+                dict(
+                    type=kind,
+                    cin=cin,
+                    cout=out,
+                    layers=self.layers_per_block[i],
+                    scale=bool(self.spatio_temporal_scaling[i]),
+                    stride=stride,
+                )
+            )
         return blocks
 
     @property
@@ -253,9 +272,18 @@ class LTXVAEConfig(ConfigBase):
         for i in range(len(boc)):
             cin = out // fac[i]
             out = boc[i] // fac[i]
-            blocks.append(dict(cin=cin, cout=out, layers=layers[i + 1], scale=bool(sts[i]),
-                               inject_noise=bool(noise[i + 1]), residual=bool(res[i]), factor=fac[i],
-                               stride=(2, 2, 2)))
+            blocks.append(
+                dict(
+                    cin=cin,
+                    cout=out,
+                    layers=layers[i + 1],
+                    scale=bool(sts[i]),
+                    inject_noise=bool(noise[i + 1]),
+                    residual=bool(res[i]),
+                    factor=fac[i],
+                    stride=(2, 2, 2),
+                )
+            )
         return blocks
 
     def validate(self, source: str) -> None:
@@ -269,10 +297,18 @@ class LTXVAEConfig(ConfigBase):
             if not positive_int(name, getattr(self, name)):
                 bad(name, "must be a positive integer")
         if self.patch_size_t != 1:
-            bad("patch_size_t", "is not implemented by vidax's LTXVAEConfig (the reference's encoder input conv "
-                "is sized for patch_size_t=1); only 1 is supported")
-        for name in ("block_out_channels", "decoder_block_out_channels", "layers_per_block",
-                     "decoder_layers_per_block", "upsample_factor"):
+            bad(
+                "patch_size_t",
+                "is not implemented by vidax's LTXVAEConfig (the reference's encoder input conv "
+                "is sized for patch_size_t=1); only 1 is supported",
+            )
+        for name in (
+            "block_out_channels",
+            "decoder_block_out_channels",
+            "layers_per_block",
+            "decoder_layers_per_block",
+            "upsample_factor",
+        ):
             v = getattr(self, name)
             if not isinstance(v, tuple) or not v or not all(positive_int(name, c) for c in v):
                 bad(name, "must be a non-empty list of positive integers")
@@ -286,20 +322,33 @@ class LTXVAEConfig(ConfigBase):
         n_enc = len(self.block_out_channels) - (1 if self.is_ltx_095 else 0)
         if n_enc < 1:
             bad("block_out_channels", "needs at least 2 entries for LTXVideo095DownBlock3D encoders")
-        for name, need in (("down_block_types", n_enc), ("spatio_temporal_scaling", n_enc),
-                           ("layers_per_block", n_enc)):
+        for name, need in (
+            ("down_block_types", n_enc),
+            ("spatio_temporal_scaling", n_enc),
+            ("layers_per_block", n_enc),
+        ):
             if len(getattr(self, name)) < need:
                 bad(name, f"needs at least {need} entries (one per encoder block)")
         if any(t == "LTXVideo095DownBlock3D" for t in self.down_block_types[:n_enc]):
             dt = self.downsample_type
-            if not isinstance(dt, tuple) or len(dt) < n_enc or any(
-                    dt[i] not in LTX_DOWNSAMPLE_STRIDES for i in range(n_enc)
-                    if self.down_block_types[i] == "LTXVideo095DownBlock3D"):
+            if (
+                not isinstance(dt, tuple)
+                or len(dt) < n_enc
+                or any(
+                    dt[i] not in LTX_DOWNSAMPLE_STRIDES
+                    for i in range(n_enc)
+                    if self.down_block_types[i] == "LTXVideo095DownBlock3D"
+                )
+            ):
                 bad("downsample_type", f"must give one of {sorted(LTX_DOWNSAMPLE_STRIDES)} per encoder block")
         n_dec = len(self.decoder_block_out_channels)
-        for name, need in (("decoder_spatio_temporal_scaling", n_dec), ("decoder_layers_per_block", n_dec + 1),
-                           ("decoder_inject_noise", n_dec + 1), ("upsample_residual", n_dec),
-                           ("upsample_factor", n_dec)):
+        for name, need in (
+            ("decoder_spatio_temporal_scaling", n_dec),
+            ("decoder_layers_per_block", n_dec + 1),
+            ("decoder_inject_noise", n_dec + 1),
+            ("upsample_residual", n_dec),
+            ("upsample_factor", n_dec),
+        ):
             if not isinstance(getattr(self, name), tuple) or len(getattr(self, name)) < need:
                 bad(name, f"needs at least {need} entries for {n_dec} decoder blocks")
         for block in self.encoder_blocks():
@@ -307,22 +356,31 @@ class LTXVAEConfig(ConfigBase):
             if block["scale"] and s is not None:
                 k = math.prod(s)
                 if block["cout"] % k or (block["cin"] * k) % block["cout"]:
-                    bad("block_out_channels", f"gives a {s} LTXVideoDownsampler3d {block['cin']} -> "
+                    bad(
+                        "block_out_channels",
+                        f"gives a {s} LTXVideoDownsampler3d {block['cin']} -> "
                         f"{block['cout']} channels that the reference cannot group (needs cout % {k} == 0 "
-                        f"and cin * {k} % cout == 0)")
+                        f"and cin * {k} % cout == 0)",
+                    )
         for i, block in enumerate(self.decoder_blocks()):
             if block["cin"] != block["cout"]:
                 # The reference's up block runs conv_in on the un-embedded timestep and before
                 # the channel-reducing up-sampler: it only runs without those features.
                 if self.timestep_conditioning or block["factor"] > 1 or block["inject_noise"]:
-                    bad("decoder_block_out_channels", f"gives up block {i} a conv_in ({block['cin']} -> "
+                    bad(
+                        "decoder_block_out_channels",
+                        f"gives up block {i} a conv_in ({block['cin']} -> "
                         f"{block['cout']} channels) together with timestep_conditioning, upsample_factor > 1 "
-                        "or inject_noise, which the reference cannot run")
+                        "or inject_noise, which the reference cannot run",
+                    )
             k = math.prod(block["stride"])
             if block["scale"] and block["residual"] and (block["cout"] * block["factor"]) % k:
-                bad("decoder_block_out_channels", f"gives up block {i} a residual up-sampler of "
+                bad(
+                    "decoder_block_out_channels",
+                    f"gives up block {i} a residual up-sampler of "
                     f"{block['cout'] * block['factor']} channels, not a multiple of {k} (the reference folds "
-                    f"them into {' x '.join(map(str, block['stride']))} blocks)")
+                    f"them into {' x '.join(map(str, block['stride']))} blocks)",
+                )
         if self.spatial_compression < 1 or self.temporal_compression < 1:
             bad("spatial_compression_ratio", "and temporal_compression_ratio must be positive")
 
@@ -416,8 +474,11 @@ class LTXInfo(CheckpointInfo):
         """``(F', H', W')`` latent frames, rows and columns of a video (the reference's
         ``(num_frames - 1) // temporal + 1``, ``height // spatial``, ``width // spatial``)."""
         v = self.vae_config
-        return ((num_frames - 1) // v.temporal_compression + 1, height // v.spatial_compression,
-                width // v.spatial_compression)
+        return (
+            (num_frames - 1) // v.temporal_compression + 1,
+            height // v.spatial_compression,
+            width // v.spatial_compression,
+        )
 
 
 def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
@@ -432,30 +493,58 @@ def read_ltx_checkpoint(checkpoint: Checkpoint) -> LTXInfo:
     cfg = ckpt.typed_config("transformer", LTXTransformerConfig)
     vae = ckpt.typed_config("vae", LTXVAEConfig)
     if cfg.in_channels != vae.latent_channels or cfg.out_dim != vae.latent_channels:
-        raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels}, out_channels="
-                          f"{cfg.out_dim} do not fit the VAE's latent_channels={vae.latent_channels}")
+        raise ConfigError(
+            f"{ckpt.config_file('transformer')}: in_channels={cfg.in_channels}, out_channels="
+            f"{cfg.out_dim} do not fit the VAE's latent_channels={vae.latent_channels}"
+        )
     if (cfg.patch_size, cfg.patch_size_t) != (1, 1):
-        raise ConfigError(f"{ckpt.config_file('transformer')}: patch_size={cfg.patch_size}, patch_size_t="
-                          f"{cfg.patch_size_t}; the LTX-Video pipelines pack latents with patch size 1")
+        raise ConfigError(
+            f"{ckpt.config_file('transformer')}: patch_size={cfg.patch_size}, patch_size_t="
+            f"{cfg.patch_size_t}; the LTX-Video pipelines pack latents with patch size 1"
+        )
     sched = ckpt.config("scheduler")
     if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
-        raise ConfigError(f"{ckpt.config_file('scheduler')}: _class_name={sched.get('_class_name')!r}; the "
-                          "LTX-Video pipelines run FlowMatchEulerDiscreteScheduler")
+        raise ConfigError(
+            f"{ckpt.config_file('scheduler')}: _class_name={sched.get('_class_name')!r}; the "
+            "LTX-Video pipelines run FlowMatchEulerDiscreteScheduler"
+        )
     condition = ckpt.pipeline_class_name == "LTXConditionPipeline"
     s, k = vae.spatial_compression, vae.temporal_compression
-    version = "LTX-Video 0.9.5+" if vae.is_ltx_095 else ("LTX-Video 0.9.1" if vae.timestep_conditioning else "LTX-Video 0.9.0")
-    variant = (f"{version} {'condition' if condition else 'T2V/I2V'}: {cfg.num_layers} layers, width "
-               f"{cfg.inner_dim}, VAE {k}x{s}x{s}{', decode timestep' if vae.timestep_conditioning else ''}")
+    version = (
+        "LTX-Video 0.9.5+"
+        if vae.is_ltx_095
+        else ("LTX-Video 0.9.1" if vae.timestep_conditioning else "LTX-Video 0.9.0")
+    )
+    variant = (
+        f"{version} {'condition' if condition else 'T2V/I2V'}: {cfg.num_layers} layers, width "
+        f"{cfg.inner_dim}, VAE {k}x{s}x{s}{', decode timestep' if vae.timestep_conditioning else ''}"
+    )
     # LTXPipeline.__call__'s defaults: 512x704, 161 frames, 50 steps, guidance 3, 128 tokens,
     # frame_rate 25 (also the fps of its examples' export_to_video).
-    defaults = CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=50, guidance_scale=3.0,
-                            max_sequence_length=128, fps=25)
+    defaults = CallDefaults(
+        height=512,
+        width=704,
+        num_frames=161,
+        num_inference_steps=50,
+        guidance_scale=3.0,
+        max_sequence_length=128,
+        fps=25,
+    )
     # The condition pipeline also takes a video as its condition (video-to-video).
     tasks = ("t2v", "i2v", "v2v") if condition else ("t2v", "i2v")
-    return LTXInfo(checkpoint=ckpt, tasks=tasks, variant=variant, defaults=defaults.for_checkpoint(ckpt),
-                   transformers=("transformer",), size_multiple=(32, 32),
-                   size_reason="the LTX-Video pipelines' check_inputs", transformer_config=cfg, vae_config=vae,
-                   scheduler_config=dict(sched), condition=condition)
+    return LTXInfo(
+        checkpoint=ckpt,
+        tasks=tasks,
+        variant=variant,
+        defaults=defaults.for_checkpoint(ckpt),
+        transformers=("transformer",),
+        size_multiple=(32, 32),
+        size_reason="the LTX-Video pipelines' check_inputs",
+        transformer_config=cfg,
+        vae_config=vae,
+        scheduler_config=dict(sched),
+        condition=condition,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,10 +559,15 @@ class LTXUpsampleInfo(CheckpointInfo):
     upsampler_config: LTXLatentUpsamplerConfig = None
 
 
-def read_ltx_upsample_checkpoint(checkpoint: Checkpoint, *, vae_config: type = LTXVAEConfig,
-                                 upsampler_config: type = LTXLatentUpsamplerConfig, name: str = "LTX-Video",
-                                 pipeline: str = "LTXLatentUpsamplePipeline",
-                                 defaults: CallDefaults | None = None) -> LTXUpsampleInfo:
+def read_ltx_upsample_checkpoint(
+    checkpoint: Checkpoint,
+    *,
+    vae_config: type = LTXVAEConfig,
+    upsampler_config: type = LTXLatentUpsamplerConfig,
+    name: str = "LTX-Video",
+    pipeline: str = "LTXLatentUpsamplePipeline",
+    defaults: CallDefaults | None = None,
+) -> LTXUpsampleInfo:
     """Read an LTX-Video latent-upsampler folder's configs (diffusers' ``LTXLatentUpsamplePipeline``;
     LTX-2's ``LTX2LatentUpsamplePipeline`` with its config classes, ``name``, ``pipeline`` and call
     ``defaults``).
@@ -486,14 +580,25 @@ def read_ltx_upsample_checkpoint(checkpoint: Checkpoint, *, vae_config: type = L
     vae = ckpt.typed_config("vae", vae_config)
     up = ckpt.typed_config("latent_upsampler", upsampler_config)
     if up.in_channels != vae.latent_channels:
-        raise ConfigError(f"{ckpt.config_file('latent_upsampler')}: in_channels={up.in_channels} does not fit the "
-                          f"VAE's latent_channels={vae.latent_channels}")
+        raise ConfigError(
+            f"{ckpt.config_file('latent_upsampler')}: in_channels={up.in_channels} does not fit the "
+            f"VAE's latent_channels={vae.latent_channels}"
+        )
     st, ss = up.scale
     variant = f"{name} latent upsampler ({ss:g}x spatial, {st}x temporal)"
     # LTXLatentUpsamplePipeline.__call__'s defaults: 512x704; the rest is unused.
-    defaults = defaults or CallDefaults(height=512, width=704, num_frames=161, num_inference_steps=1,
-                                        guidance_scale=1.0, max_sequence_length=1, fps=25)
+    defaults = defaults or CallDefaults(
+        height=512, width=704, num_frames=161, num_inference_steps=1, guidance_scale=1.0, max_sequence_length=1, fps=25
+    )
     s = vae.spatial_compression
-    return LTXUpsampleInfo(checkpoint=ckpt, tasks=("upsample",), variant=variant,
-                           defaults=defaults.for_checkpoint(ckpt), transformers=(), size_multiple=(s, s),
-                           size_reason=f"{pipeline}.check_inputs", vae_config=vae, upsampler_config=up)
+    return LTXUpsampleInfo(
+        checkpoint=ckpt,
+        tasks=("upsample",),
+        variant=variant,
+        defaults=defaults.for_checkpoint(ckpt),
+        transformers=(),
+        size_multiple=(s, s),
+        size_reason=f"{pipeline}.check_inputs",
+        vae_config=vae,
+        upsampler_config=up,
+    )

@@ -10,7 +10,6 @@ Latent upsampler: :data:`UPSAMPLER_FP32_PARAMS`.
 
 from __future__ import annotations
 
-
 # ---------------------------------------------------------------------------------------------
 # Transformer
 

@@ -69,16 +69,35 @@ def _per_video(name: str, value: Any, batch: int, prompts: int) -> list[float]:
 
 #: The keywords every LTX-Video pipeline takes.
 LTX_OPTIONS = (
-    CallOption("frame_rate", float, "Frame rate of the video (LTX-Video: the model conditions on it, default the checkpoint's). Also the "
-               "mp4's unless --fps is given.", "the checkpoint's", low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
+    CallOption(
+        "frame_rate",
+        float,
+        "Frame rate of the video (LTX-Video: the model conditions on it, default the checkpoint's). Also the "
+        "mp4's unless --fps is given.",
+        "the checkpoint's",
+        low=FRAME_RATE_RANGE[0],
+        high=FRAME_RATE_RANGE[1],
+    ),
     CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-Video, default 0).", "0", low=0, high=1),
 )
 #: The decode keywords of LTX-Video 0.9.1+ (a timestep-conditioned VAE).
 LTX_DECODE_OPTIONS = (
-    CallOption("decode_timestep", float, "Timestep the VAE decodes at (LTX-Video 0.9.1+); in Python also one "
-               "per prompt.", "the checkpoint's", low=0, per_prompt=True),
-    CallOption("decode_noise_scale", float, "Noise mixed into the latents before decoding (LTX-Video 0.9.1+); in "
-               "Python also one per prompt.", "the decode timestep", low=0, per_prompt=True),
+    CallOption(
+        "decode_timestep",
+        float,
+        "Timestep the VAE decodes at (LTX-Video 0.9.1+); in Python also one per prompt.",
+        "the checkpoint's",
+        low=0,
+        per_prompt=True,
+    ),
+    CallOption(
+        "decode_noise_scale",
+        float,
+        "Noise mixed into the latents before decoding (LTX-Video 0.9.1+); in Python also one per prompt.",
+        "the decode timestep",
+        low=0,
+        per_prompt=True,
+    ),
 )
 
 
@@ -180,16 +199,23 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
         from vidax.models.ltx.vae import LTXTiling
 
-        return ModelSize(tokens=f * h * w, hidden_size=cfg.inner_dim, ffn_dim=4 * cfg.inner_dim,
-                         num_layers=cfg.num_layers, decode_tile=LTXTiling().tile_sample_min_height)
+        return ModelSize(
+            tokens=f * h * w,
+            hidden_size=cfg.inner_dim,
+            ffn_dim=4 * cfg.inner_dim,
+            num_layers=cfg.num_layers,
+            decode_tile=LTXTiling().tile_sample_min_height,
+        )
 
     @classmethod
     def check_family_call(cls, info: LTXInfo, call) -> None:
         one_image(call.image, "LTXImageToVideoPipeline takes")
         cls.check_ltx_args(info, call)
         if call.image is not None and call.latents is not None:
-            logger.warning("latents were given: their first latent frame is the conditioning frame and image is "
-                           "not encoded, as in diffusers' LTXImageToVideoPipeline")
+            logger.warning(
+                "latents were given: their first latent frame is the conditioning frame and image is "
+                "not encoded, as in diffusers' LTXImageToVideoPipeline"
+            )
 
     def video_fps(self, call):
         """The ``frame_rate`` the model conditioned on, when given (else the checkpoint's)."""
@@ -207,10 +233,17 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         if x.get("timesteps") is not None:
             t = np.asarray(x["timesteps"], np.float64)
             n = info.scheduler_config.get("num_train_timesteps", 1000)
-            if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)) or np.any(np.diff(t) >= 0) \
-                    or t[0] > n or t[-1] <= 0:
-                raise InputError(f"timesteps must be a strictly descending list of numbers in (0, {n}], got "
-                                 f"{x['timesteps']!r}")
+            if (
+                t.ndim != 1
+                or t.size == 0
+                or not np.all(np.isfinite(t))
+                or np.any(np.diff(t) >= 0)
+                or t[0] > n
+                or t[-1] <= 0
+            ):
+                raise InputError(
+                    f"timesteps must be a strictly descending list of numbers in (0, {n}], got {x['timesteps']!r}"
+                )
 
     @classmethod
     def check_schedule(cls, info: LTXInfo, scheduler: Any, call) -> None:
@@ -237,8 +270,11 @@ class LTXPipeline(LTXDecode, VideoPipeline):
                 raise  # not the size (e.g. one step, which shift_terminal cannot stretch)
         c, v = scheduler.config, info.vae_config
         s, k = v.spatial_compression, v.temporal_compression
-        fit = [Message(Arg("num_frames", (top // (h * w) - 1) * k + 1), " at this height and width")
-               ] if top // (h * w) >= 1 else []
+        fit = (
+            [Message(Arg("num_frames", (top // (h * w) - 1) * k + 1), " at this height and width")]
+            if top // (h * w) >= 1
+            else []
+        )
         scale = (top / tokens) ** 0.5
         hs, ws = int(h * scale), int(w * scale)
         while hs >= 1 and ws >= 1 and f * hs * ws > top:
@@ -246,28 +282,43 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         if hs >= 1 and ws >= 1:
             fit.append(Message(Arg("height", hs * s), ", ", Arg("width", ws * s), " at this ", Arg("num_frames")))
         raise InputError(
-            Arg("height", call.height), ", ", Arg("width", call.width), ", ", Arg("num_frames", call.num_frames),
+            Arg("height", call.height),
+            ", ",
+            Arg("width", call.width),
+            ", ",
+            Arg("num_frames", call.num_frames),
             f" make {tokens} latent tokens ({f} x {h} x {w}), more than this scheduler config's dynamic shift allows "
-            "with ", Arg("num_inference_steps", n), ": "
+            "with ",
+            Arg("num_inference_steps", n),
+            ": "
             f"its largest valid size is {top} latent tokens. mu grows with the token count along the line from "
             f"base_shift={c.base_shift} at base_image_seq_len={c.base_image_seq_len} to max_shift={c.max_shift} at "
             f"max_image_seq_len={c.max_image_seq_len}, extended without a limit as in diffusers; at mu={mu:.1f} every "
             "float32 sigma of the schedule is 1.0, so nothing would be denoised. Within the limit: ",
-            *(joined(fit, " or ") or ["a smaller ", Arg("height"), ", ", Arg("width"), " or ", Arg("num_frames")]))
+            *(joined(fit, " or ") or ["a smaller ", Arg("height"), ", ", Arg("width"), " or ", Arg("num_frames")]),
+        )
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls, info: LTXInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
         """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler;
         every checkpoint checked against its model before the first weight is read."""
         from vidax.nn.inputs import parse_dtype
 
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-                                   "scheduler": cls.load_component(info, "scheduler")}
-        return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                                                  "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                                                  "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging)})
+        modules: dict[str, Any] = {
+            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+            "scheduler": cls.load_component(info, "scheduler"),
+        }
+        return modules | cls.load_weighted(
+            info,
+            {
+                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
+                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
+            },
+        )
 
     # ------------------------------------------------------------------ call hooks
     #: The T5 sees the attention mask (LTXConditionPipeline) or not (LTXPipeline, I2V).
@@ -336,11 +387,17 @@ class LTXPipeline(LTXDecode, VideoPipeline):
     def step_args(self, call, embeds, cond, state, expert):
         v = self.info.vae_config
         rate = float(call.extra.get("frame_rate", 25))
-        rope_scale = jnp.asarray([v.temporal_compression / rate, v.spatial_compression, v.spatial_compression],
-                                 jnp.float32)
+        rope_scale = jnp.asarray(
+            [v.temporal_compression / rate, v.spatial_compression, v.spatial_compression], jnp.float32
+        )
         rescale = jnp.asarray(call.extra.get("guidance_rescale", 0.0), jnp.float32)
-        return LTXStepInputs(embeds, jnp.asarray(call.guidance_scale, jnp.float32), guidance_rescale=rescale,
-                             rope_scale=rope_scale, frame_mask=cond.get("frame_mask")), None
+        return LTXStepInputs(
+            embeds,
+            jnp.asarray(call.guidance_scale, jnp.float32),
+            guidance_rescale=rescale,
+            rope_scale=rope_scale,
+            frame_mask=cond.get("frame_mask"),
+        ), None
 
     def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """``(hidden_states (B, N, C), encoder_hidden_states, timestep, encoder_attention_mask, F', H',
@@ -426,10 +483,10 @@ def linear_quadratic_schedule(num_steps: int, threshold_noise: float = 0.025, li
     linear = [i * threshold_noise / linear_steps for i in range(linear_steps)]
     step_diff = linear_steps - threshold_noise * num_steps
     quadratic_steps = num_steps - linear_steps
-    quadratic_coef = step_diff / (linear_steps * quadratic_steps ** 2)
-    linear_coef = threshold_noise / linear_steps - 2 * step_diff / (quadratic_steps ** 2)
-    const = quadratic_coef * (linear_steps ** 2)
-    quadratic = [quadratic_coef * (i ** 2) + linear_coef * i + const for i in range(linear_steps, num_steps)]
+    quadratic_coef = step_diff / (linear_steps * quadratic_steps**2)
+    linear_coef = threshold_noise / linear_steps - 2 * step_diff / (quadratic_steps**2)
+    const = quadratic_coef * (linear_steps**2)
+    quadratic = [quadratic_coef * (i**2) + linear_coef * i + const for i in range(linear_steps, num_steps)]
     schedule = [1.0 - x for x in linear + quadratic + [1.0]]
     return np.asarray(schedule[:-1], np.float32)
 
@@ -468,24 +525,44 @@ def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
     conditions, video = x.get("conditions"), x.get("video")
     raw = []
     if conditions is not None:
-        given = [n for n, v in (("image", call.image), ("video", video), ("frame_index", x.get("frame_index")),
-                                ("strength", x.get("strength"))) if v is not None]
+        given = [
+            n
+            for n, v in (
+                ("image", call.image),
+                ("video", video),
+                ("frame_index", x.get("frame_index")),
+                ("strength", x.get("strength")),
+            )
+            if v is not None
+        ]
         if given:
-            raise InputError(f"conditions was given together with {', '.join(given)}; give each condition's image "
-                             "or video, frame_index and strength in its LTXVideoCondition, or use the flat "
-                             "arguments without conditions")
+            raise InputError(
+                f"conditions was given together with {', '.join(given)}; give each condition's image "
+                "or video, frame_index and strength in its LTXVideoCondition, or use the flat "
+                "arguments without conditions"
+            )
         items = list(conditions) if isinstance(conditions, (list, tuple)) else [conditions]
         for i, c in enumerate(items):
             if not all(hasattr(c, a) for a in ("image", "video", "frame_index", "strength")):
-                raise InputError(f"conditions[{i}] is a {type(c).__name__}; give LTXVideoCondition(image= or "
-                                 "video=, frame_index=, strength=) objects")
+                raise InputError(
+                    f"conditions[{i}] is a {type(c).__name__}; give LTXVideoCondition(image= or "
+                    "video=, frame_index=, strength=) objects"
+                )
             raw.append((f"conditions[{i}]", c.image, c.video, c.frame_index, c.strength))
     elif call.image is not None and video is not None:
-        raise InputError(Arg("image"), " and ", Arg("video"), " were both given; give one, or several conditions as "
-                         "conditions=[LTXVideoCondition(image=...), LTXVideoCondition(video=...)]")
+        raise InputError(
+            Arg("image"),
+            " and ",
+            Arg("video"),
+            " were both given; give one, or several conditions as "
+            "conditions=[LTXVideoCondition(image=...), LTXVideoCondition(video=...)]",
+        )
     elif call.image is not None or video is not None:
-        media = (list(call.image) if isinstance(call.image, (list, tuple)) else [call.image]) \
-            if call.image is not None else [video]
+        media = (
+            (list(call.image) if isinstance(call.image, (list, tuple)) else [call.image])
+            if call.image is not None
+            else [video]
+        )
         n = len(media)
         fis = _listed("frame_index", x.get("frame_index", 0), n)
         sts = _listed("strength", x.get("strength", 1.0), n)
@@ -501,11 +578,14 @@ def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
     for label, image, vid, fi, st in raw:
         prefix = "" if label in ("image", "video") or label.startswith(("image[", "video[")) else label + "."
         if (image is None) == (vid is None):
-            raise InputError(f"{label} needs exactly one of image and video (it has "
-                             f"{'both' if image is not None else 'neither'})")
+            raise InputError(
+                f"{label} needs exactly one of image and video (it has {'both' if image is not None else 'neither'})"
+            )
         if isinstance(fi, bool) or not isinstance(fi, (int, np.integer)) or not 0 <= fi < call.num_frames:
-            raise InputError(f"{prefix}frame_index={fi!r} is not a frame of the {call.num_frames}-frame clip; it must "
-                             f"be an integer in [0, {call.num_frames - 1}]")
+            raise InputError(
+                f"{prefix}frame_index={fi!r} is not a frame of the {call.num_frames}-frame clip; it must "
+                f"be an integer in [0, {call.num_frames - 1}]"
+            )
         strength = checked_number(f"{prefix}strength", st, 0.0, 1.0)
         if image is not None:
             items.append(_Item(label, (to_rgb_image(image, f"{prefix}image"),), int(fi), strength, False))
@@ -515,9 +595,16 @@ def condition_items(call, temporal: int, warn: bool = True) -> list[_Item]:
         # diffusers' trim_conditioning_sequence: the frames left after frame_index, to k*temporal + 1.
         keep = (min(len(frames), call.num_frames - int(fi)) - 1) // temporal * temporal + 1
         if keep < len(frames) and warn:
-            logger.warning("%s has %d frames; at frame_index=%d of %d frames the first %d are used (the frames "
-                           "left in the clip, %dk+1, as diffusers' trim_conditioning_sequence)", name, len(frames),
-                           fi, call.num_frames, keep, temporal)
+            logger.warning(
+                "%s has %d frames; at frame_index=%d of %d frames the first %d are used (the frames "
+                "left in the clip, %dk+1, as diffusers' trim_conditioning_sequence)",
+                name,
+                len(frames),
+                fi,
+                call.num_frames,
+                keep,
+                temporal,
+            )
         items.append(_Item(name, tuple(frames[:keep]), int(fi), strength, True))
     return items
 
@@ -562,18 +649,38 @@ class LTXConditionPipeline(LTXPipeline):
     task = "t2v"
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32)"
     call_options = (
-        CallOption("conditions", OBJECT, "LTXVideoCondition objects (image or video, frame_index, strength)."),
-        CallOption("video", VIDEO_FILE, "Video to condition on (LTX-Video condition pipeline: its frames from "
-                   "frame_index on).", task="v2v"),
-        CallOption("frame_index", OBJECT, "The frame each image / video conditions (one, or one per image)."),
-        CallOption("strength", OBJECT, "How strongly each condition holds, in [0, 1] (one, or one per image)."),
-        CallOption("denoise_strength", float, "The fraction of the steps that run, from latents= (LTX-Video "
-                   "condition pipeline).", "1", low=0, high=1),
-        CallOption("timesteps", OBJECT, "Custom timesteps, strictly descending."),
-    ) + LTX_OPTIONS + (
-        CallOption("image_cond_noise_scale", float, "Noise added to the conditioning latents each step (LTX-Video "
-                   "condition pipeline).", "0.15", low=0),
-    ) + LTX_DECODE_OPTIONS
+        (
+            CallOption("conditions", OBJECT, "LTXVideoCondition objects (image or video, frame_index, strength)."),
+            CallOption(
+                "video",
+                VIDEO_FILE,
+                "Video to condition on (LTX-Video condition pipeline: its frames from frame_index on).",
+                task="v2v",
+            ),
+            CallOption("frame_index", OBJECT, "The frame each image / video conditions (one, or one per image)."),
+            CallOption("strength", OBJECT, "How strongly each condition holds, in [0, 1] (one, or one per image)."),
+            CallOption(
+                "denoise_strength",
+                float,
+                "The fraction of the steps that run, from latents= (LTX-Video condition pipeline).",
+                "1",
+                low=0,
+                high=1,
+            ),
+            CallOption("timesteps", OBJECT, "Custom timesteps, strictly descending."),
+        )
+        + LTX_OPTIONS
+        + (
+            CallOption(
+                "image_cond_noise_scale",
+                float,
+                "Noise added to the conditioning latents each step (LTX-Video condition pipeline).",
+                "0.15",
+                low=0,
+            ),
+        )
+        + LTX_DECODE_OPTIONS
+    )
     text_attention_mask = True
     #: torch's ``prepare_latents(num_prefix_latent_frames=2)``: a later-frame video's first two
     #: latent frames become extra tokens.
@@ -593,16 +700,23 @@ class LTXConditionPipeline(LTXPipeline):
         cls.check_ltx_args(info, call)
         x = call.extra
         if info.scheduler_config.get("use_dynamic_shifting"):
-            raise InputError(f"{info.checkpoint.config_file('scheduler')} uses dynamic shifting, which needs mu; "
-                             "LTXConditionPipeline passes timesteps alone (diffusers refuses this scheduler too)")
+            raise InputError(
+                f"{info.checkpoint.config_file('scheduler')} uses dynamic shifting, which needs mu; "
+                "LTXConditionPipeline passes timesteps alone (diffusers refuses this scheduler too)"
+            )
         ds = x.get("denoise_strength", 1.0)  # in [0, 1] by its declaration
         n = len(x["timesteps"]) if x.get("timesteps") is not None else call.num_inference_steps
         if min(int(n * ds), n) < 1:
-            raise InputError(Arg("denoise_strength", ds), f" runs int({n} x {ds}) = 0 of the {n} steps; give a "
-                             "larger one")
+            raise InputError(
+                Arg("denoise_strength", ds), f" runs int({n} x {ds}) = 0 of the {n} steps; give a larger one"
+            )
         if ds < 1 and call.latents is None:
-            logger.warning("%s without latents: the run starts from noise and only the last "
-                           "%d of %d steps run (as diffusers)", Arg("denoise_strength", ds), int(n * ds), n)
+            logger.warning(
+                "%s without latents: the run starts from noise and only the last %d of %d steps run (as diffusers)",
+                Arg("denoise_strength", ds),
+                int(n * ds),
+                n,
+            )
         condition_items(call, info.vae_config.temporal_compression)
 
     # ------------------------------------------------------------------ schedule
@@ -662,7 +776,7 @@ class LTXConditionPipeline(LTXPipeline):
                 if item.is_video and n > p:
                     start = item.frame_index // k + p
                     frames.append((start, start + n - p, z[:, p:], item.strength))
-                    frame_mask[start:start + n - p] = item.strength
+                    frame_mask[start : start + n - p] = item.strength
                     z = z[:, :p]
                 extras.append((z, item.strength))
                 extra_mask.append(np.full((z.shape[1] * h * w,), item.strength, np.float32))
@@ -675,8 +789,13 @@ class LTXConditionPipeline(LTXPipeline):
         if items:
             mask = np.concatenate(extra_mask + [np.repeat(frame_mask, h * w)])
             mask = jnp.asarray(np.broadcast_to(mask, (b,) + mask.shape))
-        return {"frames": frames, "extras": extras, "mask": mask, "n_extra": sum(m.size for m in extra_mask),
-                "coords": jnp.asarray(np.broadcast_to(coords, (b,) + coords.shape))}
+        return {
+            "frames": frames,
+            "extras": extras,
+            "mask": mask,
+            "n_extra": sum(m.size for m in extra_mask),
+            "coords": jnp.asarray(np.broadcast_to(coords, (b,) + coords.shape)),
+        }
 
     def prepare_latents(self, call, noise, cond) -> jax.Array:
         """(B, C, F', H', W') noise (or given latents) -> packed tokens (B, N_extra + F' H' W', C):
@@ -707,16 +826,23 @@ class LTXConditionPipeline(LTXPipeline):
         scale = jnp.asarray(call.extra.get("image_cond_noise_scale", 0.15), jnp.float32)
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 6)
         init = cond["init"] if cond["mask"] is not None else None
-        return LTXConditionStepInputs(embeds, jnp.asarray(call.guidance_scale, jnp.float32), guidance_rescale=rescale,
-                                      coords=cond["coords"], token_mask=cond["mask"], init=init, noise_scale=scale,
-                                      key=key), None
+        return LTXConditionStepInputs(
+            embeds,
+            jnp.asarray(call.guidance_scale, jnp.float32),
+            guidance_rescale=rescale,
+            coords=cond["coords"],
+            token_mask=cond["mask"],
+            init=init,
+            noise_scale=scale,
+            key=key,
+        ), None
 
     @staticmethod
     def noise_hard_conditions(latents, init, mask, scale, t, noise, eps: float = 1e-6):
         """``add_noise_to_image_conditioning_latents``: tokens with ``mask > 1 - eps`` become
         ``init + scale noise t^2`` (``t`` = timestep / 1000), the others stay. ``latents``,
         ``init``, ``noise`` (B, N, C); ``mask`` (B, N)."""
-        noised = init + scale * noise * (t ** 2)
+        noised = init + scale * noise * (t**2)
         return jnp.where((mask > 1.0 - eps)[..., None], noised, latents)
 
     def _step_latents(self, latents, state, inputs):
@@ -759,7 +885,7 @@ class LTXConditionPipeline(LTXPipeline):
     def final_latents(self, call, latents, cond) -> jax.Array:
         """Drop the extra tokens; (B, F', H', W', C)."""
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        x = latents[:, cond["n_extra"]:]
+        x = latents[:, cond["n_extra"] :]
         return x.reshape(x.shape[0], f, h, w, x.shape[-1])
 
     def latents_output(self, latents) -> np.ndarray:

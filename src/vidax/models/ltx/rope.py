@@ -28,7 +28,7 @@ the full-size frequencies (none at the test sizes).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -106,8 +106,7 @@ def grid_coords(
     if rope_interpolation_scale is not None:
         if len(rope_interpolation_scale) != 3:
             raise InputError(
-                "rope_interpolation_scale must hold 3 numbers (time, height, width); got "
-                f"{rope_interpolation_scale!r}."
+                f"rope_interpolation_scale must hold 3 numbers (time, height, width); got {rope_interpolation_scale!r}."
             )
         s = [jnp.asarray(v, _F32).reshape(()) for v in rope_interpolation_scale]
         coords = jnp.stack(

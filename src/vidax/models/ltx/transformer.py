@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -88,12 +88,21 @@ class LTXVideoTransformerBlock(nnx.Module):
         self.norm2 = RMSNorm(d, cfg.norm_eps, weight=affine, dtype=_F32, param_dtype=param_dtype)
         # diffusers LTXAttention + LTXVideoAttnProcessor: q and k RMS-normalised over all heads
         # (eps 1e-5), then rotated by one RoPE table over the whole width, then split into heads.
-        attn = AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, bias=cfg.attention_bias,
-                               out_bias=cfg.attention_out_bias, qk_norm="rms", qk_norm_eps=QK_NORM_EPS,
-                               rope="interleaved", rope_full_width=True)
+        attn = AttentionConfig(
+            d,
+            cfg.num_attention_heads,
+            cfg.attention_head_dim,
+            bias=cfg.attention_bias,
+            out_bias=cfg.attention_out_bias,
+            qk_norm="rms",
+            qk_norm_eps=QK_NORM_EPS,
+            rope="interleaved",
+            rope_full_width=True,
+        )
         self.attn1 = Attention(attn, attention, dtype, param_dtype, rngs, mesh)
-        self.attn2 = Attention(dataclasses.replace(attn, kv_dim=cfg.cross_attention_dim), attention, dtype,
-                               param_dtype, rngs, mesh)
+        self.attn2 = Attention(
+            dataclasses.replace(attn, kv_dim=cfg.cross_attention_dim), attention, dtype, param_dtype, rngs, mesh
+        )
         self.ff = FeedForward(d, 4 * d, d, cfg.activation_fn, dtype, param_dtype, rngs)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (6, d), _F32) / math.sqrt(d))
 
@@ -114,7 +123,8 @@ class LTXVideoTransformerBlock(nnx.Module):
         """
         res_dtype = self.residual_dtype or self.dtype
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table_modulation(
-            self.scale_shift_table[...], mod)
+            self.scale_shift_table[...], mod
+        )
 
         h = modulate(self.norm1(x), shift_msa, scale_msa, self.dtype)
         x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
@@ -220,13 +230,22 @@ class LTXVideoTransformer3DModel(DiffusionTransformer):
             InputError: shapes that do not fit the config or each other.
         """
         cfg = self.config
-        self._check_inputs(hidden_states, encoder_hidden_states, timestep, encoder_attention_mask,
-                           num_frames, height, width, video_coords)
+        self._check_inputs(
+            hidden_states,
+            encoder_hidden_states,
+            timestep,
+            encoder_attention_mask,
+            num_frames,
+            height,
+            width,
+            video_coords,
+        )
         b, n_tok = hidden_states.shape[:2]
 
         if video_coords is None:
-            coords = grid_coords(b, (num_frames, height, width), rope_interpolation_scale,
-                                 cfg.patch_size, cfg.patch_size_t)
+            coords = grid_coords(
+                b, (num_frames, height, width), rope_interpolation_scale, cfg.patch_size, cfg.patch_size_t
+            )
         else:
             coords = video_coords_to_grid(video_coords)
         rope = ltx_rope(coords, cfg.inner_dim)  # (B, N, D/2) each
@@ -267,8 +286,7 @@ class LTXVideoTransformer3DModel(DiffusionTransformer):
         name = type(self).__name__
         if x.ndim != 3 or x.shape[-1] != cfg.in_channels:
             raise InputError(
-                f"{name}: hidden_states must be packed tokens (B, N, C={cfg.in_channels}); got shape "
-                f"{tuple(x.shape)}."
+                f"{name}: hidden_states must be packed tokens (B, N, C={cfg.in_channels}); got shape {tuple(x.shape)}."
             )
         b, n_tok, _ = x.shape
         if tuple(timestep.shape) not in ((b,), (b, 1), (b, n_tok)):

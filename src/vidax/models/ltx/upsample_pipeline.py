@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,11 +28,11 @@ from vidax.io.image import vae_image_preprocess, video_frames
 from vidax.models.ltx.config import LTXUpsampleInfo, read_ltx_upsample_checkpoint
 from vidax.models.ltx.pipeline import LTXDecode, checked_number
 from vidax.models.ltx.upsampler import normalize_latents, upsample_latents
+from vidax.nn.precision import describe_matmul_precision
 from vidax.pipelines.base import VideoPipeline, finite_array
 from vidax.pipelines.common import VideoPipelineOutput
 from vidax.pipelines.options import SHARED_OPTIONS, options_by_name
 from vidax.pipelines.staging import Staging
-from vidax.nn.precision import describe_matmul_precision
 from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
@@ -101,10 +102,18 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         graphdef = nnx.graphdef(self.latent_upsampler)
         self._upsample = jax.jit(
             lambda state, z, adain, tone, denormalize: upsample_latents(
-                nnx.merge(graphdef, state), z, self.vae.latents_mean[...], self.vae.latents_std[...],
-                self.info.vae_config.scaling_factor, adain_factor=adain, tone_map_compression_ratio=tone,
-                normalize_output=self.normalize_output, denormalize_input=denormalize),
-            static_argnums=(2, 3, 4))
+                nnx.merge(graphdef, state),
+                z,
+                self.vae.latents_mean[...],
+                self.vae.latents_std[...],
+                self.info.vae_config.scaling_factor,
+                adain_factor=adain,
+                tone_map_compression_ratio=tone,
+                normalize_output=self.normalize_output,
+                denormalize_input=denormalize,
+            ),
+            static_argnums=(2, 3, 4),
+        )
 
     @classmethod
     def read_checkpoint(cls, checkpoint: Checkpoint) -> LTXUpsampleInfo:
@@ -114,15 +123,28 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
     def for_task(cls, checkpoint: Checkpoint, task: str, info=None) -> type:
         if task != "upsample":
             info = info or cls.read_checkpoint(checkpoint)
-            raise InputError(f"checkpoint {checkpoint.root} is {info.variant} ({cls.__name__}): it "
-                             "upsamples the latents of a first-stage run or a video, it does not generate from "
-                             "a prompt; run it from Python: vidax.load_pipeline(path)(latents=...)")
+            raise InputError(
+                f"checkpoint {checkpoint.root} is {info.variant} ({cls.__name__}): it "
+                "upsamples the latents of a first-stage run or a video, it does not generate from "
+                "a prompt; run it from Python: vidax.load_pipeline(path)(latents=...)"
+            )
         return cls
 
     #: The keywords ``__call__`` takes (those of :meth:`check_upsample_call`): not the shared
     #: denoising ones (prompt, steps, guidance, ...), which this pipeline has no use for.
-    upsample_call_args = ("video", "height", "width", "latents", "decode_timestep", "decode_noise_scale",
-                          "adain_factor", "tone_map_compression_ratio", "seed", "output_type", "progress")
+    upsample_call_args = (
+        "video",
+        "height",
+        "width",
+        "latents",
+        "decode_timestep",
+        "decode_noise_scale",
+        "adain_factor",
+        "tone_map_compression_ratio",
+        "seed",
+        "output_type",
+        "progress",
+    )
 
     @classmethod
     def call_args(cls) -> tuple[str, ...]:
@@ -135,8 +157,11 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
     @classmethod
     def latent_shape(cls, info: LTXUpsampleInfo, call: Any) -> tuple[int, ...]:
         """The input latents' shape for a video of ``num_frames`` x ``height`` x ``width``."""
-        f, h, w = (call.num_frames - 1) // info.vae_config.temporal_compression + 1, \
-            call.height // info.vae_config.spatial_compression, call.width // info.vae_config.spatial_compression
+        f, h, w = (
+            (call.num_frames - 1) // info.vae_config.temporal_compression + 1,
+            call.height // info.vae_config.spatial_compression,
+            call.width // info.vae_config.spatial_compression,
+        )
         return (call.batch, info.vae_config.latent_channels, f, h, w)
 
     @classmethod
@@ -144,28 +169,45 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         return Staging()  # two small modules, both on the device
 
     @classmethod
-    def load_components(cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls, info: LTXUpsampleInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
         """The VAE (``vae_dtype``, float32 by default) and the latent upsampler (``dtype``), both
         checked against their models before either is read."""
         from vidax.nn.inputs import parse_dtype
 
-        return cls.load_weighted(info, {"vae": dict(dtype=parse_dtype(vae_dtype)),
-                                        "latent_upsampler": dict(dtype=dtype)})
+        return cls.load_weighted(
+            info, {"vae": dict(dtype=parse_dtype(vae_dtype)), "latent_upsampler": dict(dtype=dtype)}
+        )
 
-    def check_upsample_call(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
-                            decode_timestep: Any = 0.0, decode_noise_scale: Any = None, adain_factor: float = 0.0,
-                            tone_map_compression_ratio: float = 0.0, seed: int | None = None,
-                            output_type: str = "np", progress: bool = True) -> UpsampleCall:
+    def check_upsample_call(
+        self,
+        video: Any = None,
+        height: int = 512,
+        width: int = 704,
+        latents: Any = None,
+        decode_timestep: Any = 0.0,
+        decode_noise_scale: Any = None,
+        adain_factor: float = 0.0,
+        tone_map_compression_ratio: float = 0.0,
+        seed: int | None = None,
+        output_type: str = "np",
+        progress: bool = True,
+    ) -> UpsampleCall:
         """Check the arguments (InputError) as the reference's ``check_inputs``, and more."""
         v = self.info.vae_config
         for name, value in (("height", height), ("width", width)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0 \
-                    or value % v.spatial_compression:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, np.integer))
+                or value <= 0
+                or value % v.spatial_compression
+            ):
                 raise InputError(f"{name} must be a positive multiple of {v.spatial_compression}, got {value!r}")
         if (video is None) == (latents is None):
-            raise InputError("give exactly one of video and latents" + (" (both were given)" if video is not None
-                                                                         else ""))
+            raise InputError(
+                "give exactly one of video and latents" + (" (both were given)" if video is not None else "")
+            )
         if output_type not in ("np", "latent"):
             raise InputError(f"output_type must be 'np' or 'latent', got {output_type!r}")
         adain = checked_number("adain_factor", adain_factor, -10.0, 10.0)
@@ -177,8 +219,10 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         if latents is not None:
             latents = finite_array("latents", latents)
             if latents.ndim != 5 or latents.shape[1] != v.latent_channels:
-                raise InputError(f"latents have shape {tuple(latents.shape)}; expected {self.latents_layout} with "
-                                 f"{v.latent_channels} channels{self.latents_hint}")
+                raise InputError(
+                    f"latents have shape {tuple(latents.shape)}; expected {self.latents_layout} with "
+                    f"{v.latent_channels} channels{self.latents_hint}"
+                )
         else:
             frames = video_frames(video, "video")
             k = v.temporal_compression
@@ -186,11 +230,25 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
                 keep = len(frames) // k * k + 1
                 if keep > len(frames):
                     raise InputError(f"video has {len(frames)} frames; it needs {k}k+1 (at least 1)")
-                logger.warning("video has %d frames, not of the form %dk+1; using the first %d (as diffusers)",
-                               len(frames), k, keep)
+                logger.warning(
+                    "video has %d frames, not of the form %dk+1; using the first %d (as diffusers)",
+                    len(frames),
+                    k,
+                    keep,
+                )
                 frames = frames[:keep]
-        call = UpsampleCall(latents, frames, int(height), int(width), seed, output_type, bool(progress), adain,
-                            tone, {"decode_timestep": decode_timestep, "decode_noise_scale": decode_noise_scale})
+        call = UpsampleCall(
+            latents,
+            frames,
+            int(height),
+            int(width),
+            seed,
+            output_type,
+            bool(progress),
+            adain,
+            tone,
+            {"decode_timestep": decode_timestep, "decode_noise_scale": decode_noise_scale},
+        )
         self._decode_values(call)  # the decode lists' lengths
         return call
 
@@ -210,8 +268,9 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
         z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
         return z.astype(jnp.float32)
 
-    def __call__(self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None,
-                 **kwargs: Any) -> VideoPipelineOutput:
+    def __call__(
+        self, video: Any = None, height: int = 512, width: int = 704, latents: Any = None, **kwargs: Any
+    ) -> VideoPipelineOutput:
         """Upsample (see the class docstring; keywords of :meth:`check_upsample_call`).
 
         Returns:
@@ -234,11 +293,12 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
 
     def _upsample_call(self, video, height, width, latents, unknown, kwargs) -> VideoPipelineOutput:
         if unknown:  # a denoising keyword (prompt=, num_inference_steps=, ...) or a typo
-            raise InputError(f"{type(self).__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
-                             f"{', '.join(self.upsample_call_args)}")
+            raise InputError(
+                f"{type(self).__name__} takes no {', '.join(repr(u) for u in unknown)}; it takes "
+                f"{', '.join(self.upsample_call_args)}"
+            )
         call = self.check_upsample_call(video=video, height=height, width=width, latents=latents, **kwargs)
-        stats = RunStats(load_s=self._pending_load_s,
-                         matmul_precision=describe_matmul_precision(self.matmul_precision))
+        stats = RunStats(load_s=self._pending_load_s, matmul_precision=describe_matmul_precision(self.matmul_precision))
         with self.precision():
             if call.latents is not None:
                 z = jnp.transpose(jnp.asarray(call.latents), (0, 2, 3, 4, 1))
@@ -246,8 +306,13 @@ class LTXLatentUpsamplePipeline(LTXDecode, VideoPipeline):
                 with stats.timed("text_encode_s"):
                     z = self.encode_video(call)
             t0 = time.perf_counter()  # the upsampler's one call, reported as one step
-            up = self._upsample(nnx.state(self.latent_upsampler), z, call.adain_factor, call.tone_map_compression_ratio,
-                                call.latents_normalized)
+            up = self._upsample(
+                nnx.state(self.latent_upsampler),
+                z,
+                call.adain_factor,
+                call.tone_map_compression_ratio,
+                call.latents_normalized,
+            )
             jax.block_until_ready(up)
             stats.step_s.append(time.perf_counter() - t0)
             stats.sample_memory()

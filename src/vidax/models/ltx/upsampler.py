@@ -156,8 +156,9 @@ def _channel_stats(latents: jax.Array, mean: Any, std: Any) -> tuple[jax.Array, 
     return mean, std
 
 
-def normalize_latents(latents: jax.Array, latents_mean: Any, latents_std: Any,
-                      scaling_factor: float = 1.0) -> jax.Array:
+def normalize_latents(
+    latents: jax.Array, latents_mean: Any, latents_std: Any, scaling_factor: float = 1.0
+) -> jax.Array:
     """``(z - mean) * scaling_factor / std`` per channel: VAE latents -> the transformer's.
 
     As diffusers' ``LTXPipeline._normalize_latents`` (same operation order, ``latents``' dtype).
@@ -168,8 +169,9 @@ def normalize_latents(latents: jax.Array, latents_mean: Any, latents_std: Any,
     return (latents - mean) * scaling_factor / std
 
 
-def denormalize_latents(latents: jax.Array, latents_mean: Any, latents_std: Any,
-                        scaling_factor: float = 1.0) -> jax.Array:
+def denormalize_latents(
+    latents: jax.Array, latents_mean: Any, latents_std: Any, scaling_factor: float = 1.0
+) -> jax.Array:
     """``z * std / scaling_factor + mean`` per channel: the inverse of :func:`normalize_latents`
     (diffusers' ``LTXPipeline._denormalize_latents``, same operation order)."""
     mean, std = _channel_stats(latents, latents_mean, latents_std)
@@ -202,8 +204,11 @@ def adain_filter_latent(latents: jax.Array, reference_latents: jax.Array, factor
     Raises:
         InputError: ranks, batch or channel counts differ.
     """
-    if latents.ndim != reference_latents.ndim or latents.ndim < 3 or (
-        latents.shape[0], latents.shape[-1]) != (reference_latents.shape[0], reference_latents.shape[-1]):
+    if (
+        latents.ndim != reference_latents.ndim
+        or latents.ndim < 3
+        or (latents.shape[0], latents.shape[-1]) != (reference_latents.shape[0], reference_latents.shape[-1])
+    ):
         raise InputError(
             f"adain_filter_latent: latents {latents.shape} and reference_latents {reference_latents.shape} "
             "must both be (B, ..., C) with the same B and C."
@@ -228,10 +233,18 @@ def tone_map_latents(latents: jax.Array, compression: float) -> jax.Array:
     return latents * (1.0 - 0.8 * scale_factor * sigmoid_term)
 
 
-def upsample_latents(model: LTXLatentUpsamplerModel, latents: jax.Array, latents_mean: Any, latents_std: Any,
-                     scaling_factor: float = 1.0, *, adain_factor: float = 0.0,
-                     tone_map_compression_ratio: float = 0.0, normalize_output: bool = True,
-                     denormalize_input: bool = True) -> jax.Array:
+def upsample_latents(
+    model: LTXLatentUpsamplerModel,
+    latents: jax.Array,
+    latents_mean: Any,
+    latents_std: Any,
+    scaling_factor: float = 1.0,
+    *,
+    adain_factor: float = 0.0,
+    tone_map_compression_ratio: float = 0.0,
+    normalize_output: bool = True,
+    denormalize_input: bool = True,
+) -> jax.Array:
     """The latent path of ``LTXLatentUpsamplePipeline.__call__(latents=...)``.
 
     Un-normalise with the VAE's statistics (float32, :func:`denormalize_latents`), cast to the
@@ -259,9 +272,7 @@ def upsample_latents(model: LTXLatentUpsamplerModel, latents: jax.Array, latents
         InputError: ``tone_map_compression_ratio`` outside [0, 1], or bad shapes.
     """
     if not 0 <= tone_map_compression_ratio <= 1:
-        raise InputError(
-            f"tone_map_compression_ratio={tone_map_compression_ratio!r}; it must lie in [0, 1]."
-        )
+        raise InputError(f"tone_map_compression_ratio={tone_map_compression_ratio!r}; it must lie in [0, 1].")
     x = jnp.asarray(latents, _F32)
     if denormalize_input:
         x = denormalize_latents(x, latents_mean, latents_std, scaling_factor)

@@ -50,7 +50,7 @@ import collections
 import dataclasses
 import functools
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -59,10 +59,10 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.models.ltx.config import LTXVAEConfig
+from vidax.nn import tiling as tile_loop
 from vidax.nn.buffer import Buffer
 from vidax.nn.inputs import check_video_array
 from vidax.nn.layers import Conv, LayerNorm, PixArtTimestepEmbedding, rms_norm
-from vidax.nn import tiling as tile_loop
 
 _F32 = jnp.float32
 _RMS_EPS = 1e-8  # every RMSNorm of the reference VAE (``RMSNorm(eps=1e-8, elementwise_affine=False)``)
@@ -103,15 +103,19 @@ class LTXTiling:
         """Raises InputError when a size is not a positive integer or a latent stride is 0."""
         tile_loop.check_tiling_fields(self, "LTXTiling.")
         s, t = config.spatial_compression, config.temporal_compression
-        for name, v, k in (("tile_sample_stride_height", self.tile_sample_stride_height, s),
-                           ("tile_sample_stride_width", self.tile_sample_stride_width, s),
-                           ("tile_sample_stride_num_frames", self.tile_sample_stride_num_frames, t),
-                           ("tile_sample_min_height", self.tile_sample_min_height, s),
-                           ("tile_sample_min_width", self.tile_sample_min_width, s),
-                           ("tile_sample_min_num_frames", self.tile_sample_min_num_frames, t)):
+        for name, v, k in (
+            ("tile_sample_stride_height", self.tile_sample_stride_height, s),
+            ("tile_sample_stride_width", self.tile_sample_stride_width, s),
+            ("tile_sample_stride_num_frames", self.tile_sample_stride_num_frames, t),
+            ("tile_sample_min_height", self.tile_sample_min_height, s),
+            ("tile_sample_min_width", self.tile_sample_min_width, s),
+            ("tile_sample_min_num_frames", self.tile_sample_min_num_frames, t),
+        ):
             if v // k < 1:
-                raise InputError(f"LTXTiling.{name}={v} is smaller than the VAE's compression {k}; the "
-                                 "latent tile / stride would be 0")
+                raise InputError(
+                    f"LTXTiling.{name}={v} is smaller than the VAE's compression {k}; the "
+                    "latent tile / stride would be 0"
+                )
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,8 +289,16 @@ class LTXVideoUpsampler3d(nnx.Module):
         self.stride = tuple(stride)
         self.residual = residual
         self.repeats = math.prod(stride) // upscale_factor
-        self.conv = LTXVideoCausalConv3d(cin, cin * math.prod(stride) // upscale_factor, 3, is_causal=is_causal,
-                                         padding=padding, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.conv = LTXVideoCausalConv3d(
+            cin,
+            cin * math.prod(stride) // upscale_factor,
+            3,
+            is_causal=is_causal,
+            padding=padding,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+        )
 
     def __call__(self, x: jax.Array) -> jax.Array:
         drop = self.stride[0] - 1
@@ -315,8 +327,11 @@ class LTXVideoDownBlock3D(nnx.Module):
             down = LTXVideoDownsampler3d(cin, cout, block["stride"], is_causal, **kw)
         self.downsamplers = nnx.List([down]) if down is not None else None
         old = block["type"] == "LTXVideoDownBlock3D"
-        self.conv_out = (LTXVideoResnetBlock3d(cin, cout, eps, is_causal, plain_shortcut=plain_shortcut, **kw)
-                         if old and cin != cout else None)
+        self.conv_out = (
+            LTXVideoResnetBlock3d(cin, cout, eps, is_causal, plain_shortcut=plain_shortcut, **kw)
+            if old and cin != cout
+            else None
+        )
 
     def __call__(self, x: jax.Array, noise: _Noise) -> jax.Array:
         for resnet in self.resnets:
@@ -359,8 +374,11 @@ class LTXVideoUpBlock3d(nnx.Module):
         cin, cout, noise = block["cin"], block["cout"], block["inject_noise"]
         tc = timestep_conditioning
         self.time_embedder = PixArtTimestepEmbedding(cin * 4, rngs) if tc else None
-        self.conv_in = (LTXVideoResnetBlock3d(cin, cout, eps, is_causal, noise, tc, plain_shortcut=plain_shortcut, **kw)
-                        if cin != cout else None)
+        self.conv_in = (
+            LTXVideoResnetBlock3d(cin, cout, eps, is_causal, noise, tc, plain_shortcut=plain_shortcut, **kw)
+            if cin != cout
+            else None
+        )
         self.upsamplers = nnx.List([
             LTXVideoUpsampler3d(cout * block["factor"], block["stride"], is_causal, block["residual"],
                                 block["factor"], **kw)
@@ -397,8 +415,9 @@ class LTXVideoEncoder3d(nnx.Module):
         self.conv_in = LTXVideoCausalConv3d(c.in_channels * c.patch_size**2,
                                             blocks[0]["cin"] if blocks else c.block_out_channels[0], 3,
                                             is_causal=causal, **kw)  # fmt: skip
-        self.down_blocks = nnx.List([LTXVideoDownBlock3D(b, eps, causal, plain_shortcut=c.plain_conv_shortcut, **kw)
-                                     for b in blocks])
+        self.down_blocks = nnx.List(
+            [LTXVideoDownBlock3D(b, eps, causal, plain_shortcut=c.plain_conv_shortcut, **kw) for b in blocks]
+        )
         width = c.encoder_out_width
         self.mid_block = LTXVideoMidBlock3d(width, c.layers_per_block[-1], eps, causal, False, False, **kw)
         self.conv_out = LTXVideoCausalConv3d(width, c.latent_channels + 1, 3, is_causal=causal, **kw)
@@ -431,8 +450,9 @@ class LTXVideoDecoder3d(nnx.Module):
         self.mid_block = LTXVideoMidBlock3d(width, c.decoder_layers_per_block[-1], eps, causal,
                                             bool(c.decoder_inject_noise[-1]), tc, **kw)  # fmt: skip
         blocks = c.decoder_blocks()
-        self.up_blocks = nnx.List([LTXVideoUpBlock3d(b, eps, causal, tc, plain_shortcut=c.plain_conv_shortcut, **kw)
-                                   for b in blocks])
+        self.up_blocks = nnx.List(
+            [LTXVideoUpBlock3d(b, eps, causal, tc, plain_shortcut=c.plain_conv_shortcut, **kw) for b in blocks]
+        )
         out = blocks[-1]["cout"]
         self.conv_out = LTXVideoCausalConv3d(out, c.out_channels * c.patch_size**2, 3, is_causal=causal, **kw)
         self.timestep_scale_multiplier = nnx.Param(jnp.asarray(1000.0, _F32)) if tc else None
@@ -511,10 +531,15 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         self.latents_mean = Buffer(jnp.zeros((config.latent_channels,), _F32))
         self.latents_std = Buffer(jnp.ones((config.latent_channels,), _F32))
 
-    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                      tile_sample_min_num_frames: int | None = None, tile_sample_stride_height: int | None = None,
-                      tile_sample_stride_width: int | None = None,
-                      tile_sample_stride_num_frames: int | None = None) -> None:
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_sample_min_num_frames: int | None = None,
+        tile_sample_stride_height: int | None = None,
+        tile_sample_stride_width: int | None = None,
+        tile_sample_stride_num_frames: int | None = None,
+    ) -> None:
         """Spatial tiles, as ``AutoencoderKLLTXVideo.enable_tiling`` (a size left None keeps its
         current value, the :class:`LTXTiling` defaults at first; the frame sizes serve the
         temporal tiles of ``use_framewise_decoding``).
@@ -522,11 +547,14 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         Raises:
             InputError: a size that is not a positive integer or below the compression.
         """
-        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                            tile_sample_min_num_frames=tile_sample_min_num_frames,
-                            tile_sample_stride_height=tile_sample_stride_height,
-                            tile_sample_stride_width=tile_sample_stride_width,
-                            tile_sample_stride_num_frames=tile_sample_stride_num_frames)
+        self._enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_sample_min_num_frames=tile_sample_min_num_frames,
+            tile_sample_stride_height=tile_sample_stride_height,
+            tile_sample_stride_width=tile_sample_stride_width,
+            tile_sample_stride_num_frames=tile_sample_stride_num_frames,
+        )
 
     def _checked_tiling(self, state: LTXTiling) -> LTXTiling:
         state.check(self.config)
@@ -613,8 +641,11 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         """``_encode`` without the temporal branch: ``tiled_encode`` when tiling applies."""
         cfg = self.config
         height, width = x.shape[2:4]
-        if tiling is None or not tiling.spatial or not (
-                width > tiling.tile_sample_min_width or height > tiling.tile_sample_min_height):
+        if (
+            tiling is None
+            or not tiling.spatial
+            or not (width > tiling.tile_sample_min_width or height > tiling.tile_sample_min_height)
+        ):
             return run(x)
         s = cfg.spatial_compression
         tile = (tiling.tile_sample_min_height, tiling.tile_sample_min_width)
@@ -672,8 +703,10 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
     def _stats(self, z: jax.Array):
         c = self.config.latent_channels
         if z.ndim < 1 or z.shape[-1] != c or not jnp.issubdtype(z.dtype, jnp.floating):
-            raise InputError(f"latents must be floating point, channels last with {c} channels; got "
-                             f"shape {tuple(z.shape)} dtype {z.dtype}")
+            raise InputError(
+                f"latents must be floating point, channels last with {c} channels; got "
+                f"shape {tuple(z.shape)} dtype {z.dtype}"
+            )
         return self.latents_mean[...].astype(z.dtype), self.latents_std[...].astype(z.dtype)
 
     def decode_chunks(self, z, *, tiling: LTXTiling | None = None) -> int:
@@ -683,8 +716,9 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         plan = self._temporal_decode_plan(int(z.shape[1]), tiling)
         return len(plan) if plan is not None else 1
 
-    def iter_decode(self, z, timestep=None, *, noise_key: jax.Array | None = None,
-                    tiling: LTXTiling | None = None) -> Iterator[np.ndarray]:
+    def iter_decode(
+        self, z, timestep=None, *, noise_key: jax.Array | None = None, tiling: LTXTiling | None = None
+    ) -> Iterator[np.ndarray]:
         """Decode latents chunk by chunk (``AutoencoderKLLTXVideo.decode(z, temb).sample``).
 
         Args:
@@ -736,8 +770,9 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
 
         return chunks()
 
-    def decode(self, z, timestep=None, *, noise_key: jax.Array | None = None,
-               tiling: LTXTiling | None = None) -> np.ndarray:
+    def decode(
+        self, z, timestep=None, *, noise_key: jax.Array | None = None, tiling: LTXTiling | None = None
+    ) -> np.ndarray:
         """:meth:`iter_decode` concatenated: ``(B, F, H, W, C_out)`` float32 numpy."""
         return np.concatenate(list(self.iter_decode(z, timestep, noise_key=noise_key, tiling=tiling)), axis=1)
 
@@ -745,8 +780,10 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         if not self.config.timestep_conditioning:
             return None
         if timestep is None:
-            raise InputError("this LTX VAE is timestep-conditioned (timestep_conditioning=true): pass the "
-                             "decode timestep (e.g. timestep=0.05)")
+            raise InputError(
+                "this LTX VAE is timestep-conditioned (timestep_conditioning=true): pass the "
+                "decode timestep (e.g. timestep=0.05)"
+            )
         t = np.asarray(timestep, np.float32).reshape(-1)
         if t.size == 1:
             t = np.full((batch,), t[0], np.float32)
@@ -794,17 +831,23 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
             return
         s = self.config.spatial_compression
         sizes = [(h, w)]
-        if tiling is not None and tiling.spatial and (
-                w > tiling.tile_sample_min_width // s or h > tiling.tile_sample_min_height // s):
+        if (
+            tiling is not None
+            and tiling.spatial
+            and (w > tiling.tile_sample_min_width // s or h > tiling.tile_sample_min_height // s)
+        ):
             tile = (tiling.tile_sample_min_height // s, tiling.tile_sample_min_width // s)
             step = (tiling.tile_sample_stride_height // s, tiling.tile_sample_stride_width // s)
-            sizes = [(min(tile[0], h - i), min(tile[1], w - j)) for i in range(0, h, step[0])
-                     for j in range(0, w, step[1])]
+            sizes = [
+                (min(tile[0], h - i), min(tile[1], w - j)) for i in range(0, h, step[0]) for j in range(0, w, step[1])
+            ]
         for th, tw in sizes:
             if min(th, tw) < 2:
-                raise InputError(f"latents of {h} x {w} decode in a tile of {th} x {tw} latents: this VAE's decoder "
-                                 "pads by reflection, which needs at least 2 x 2 latents per tile (the reference "
-                                 "fails there); use other sizes or tile sizes")
+                raise InputError(
+                    f"latents of {h} x {w} decode in a tile of {th} x {tw} latents: this VAE's decoder "
+                    "pads by reflection, which needs at least 2 x 2 latents per tile (the reference "
+                    "fails there); use other sizes or tile sizes"
+                )
 
     def _spatial_decode(self, z: np.ndarray, run, tiling: LTXTiling | None) -> np.ndarray:
         """``_decode`` without the temporal branch: ``tiled_decode`` when tiling applies."""
@@ -817,8 +860,10 @@ class LTXVideoVAE(tile_loop.TiledVAE, nnx.Module):
         if not (w > lat_tile[1] or h > lat_tile[0]):
             return run(z)
         lat_step = (tiling.tile_sample_stride_height // s, tiling.tile_sample_stride_width // s)
-        blend = (tiling.tile_sample_min_height - tiling.tile_sample_stride_height,
-                 tiling.tile_sample_min_width - tiling.tile_sample_stride_width)
+        blend = (
+            tiling.tile_sample_min_height - tiling.tile_sample_stride_height,
+            tiling.tile_sample_min_width - tiling.tile_sample_stride_width,
+        )
         limit = (tiling.tile_sample_stride_height, tiling.tile_sample_stride_width)
         out = tile_loop.tiled(run, z, lat_tile, lat_step, blend, limit)
         return out[:, :, : h * s, : w * s]

@@ -61,8 +61,12 @@ def _conv_padding(kernel: int, axis: str) -> tuple[tuple[int, int], tuple[int, i
 
 
 #: ``LTX2AudioDownsample``'s zero padding ``((top, bottom), (left, right))`` before its stride-2 conv.
-_DOWN_PADDING = {"none": ((0, 1), (0, 1)), "width": ((0, 1), (2, 0)), "height": ((2, 0), (0, 1)),
-                 "width-compatibility": ((0, 1), (1, 0))}
+_DOWN_PADDING = {
+    "none": ((0, 1), (0, 1)),
+    "width": ((0, 1), (2, 0)),
+    "height": ((2, 0), (0, 1)),
+    "width-compatibility": ((0, 1), (1, 0)),
+}
 
 
 class LTX2AudioCausalConv2d(nnx.Module):
@@ -70,8 +74,15 @@ class LTX2AudioCausalConv2d(nnx.Module):
     ``(B, H, W, C_in)`` -> ``(B, H, W, C_out)``."""
 
     def __init__(self, cin: int, cout: int, kernel: int, axis: str, *, dtype, param_dtype, rngs: nnx.Rngs):
-        self.conv = Conv(cin, cout, (kernel, kernel), padding=_conv_padding(kernel, axis), dtype=dtype,
-                         param_dtype=param_dtype, rngs=rngs)
+        self.conv = Conv(
+            cin,
+            cout,
+            (kernel, kernel),
+            padding=_conv_padding(kernel, axis),
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+        )
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.conv(x)
@@ -114,8 +125,16 @@ class LTX2AudioDownsample(nnx.Module):
     """``LTX2AudioDownsample`` (``with_conv``): zero padding by causality, a 3x3 stride-2 conv."""
 
     def __init__(self, channels: int, axis: str, *, dtype, param_dtype, rngs: nnx.Rngs):
-        self.conv = Conv(channels, channels, (3, 3), stride=(2, 2), padding=_DOWN_PADDING[axis], dtype=dtype,
-                         param_dtype=param_dtype, rngs=rngs)
+        self.conv = Conv(
+            channels,
+            channels,
+            (3, 3),
+            stride=(2, 2),
+            padding=_DOWN_PADDING[axis],
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+        )
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.conv(x)
@@ -127,8 +146,7 @@ class LTX2AudioUpsample(nnx.Module):
 
     def __init__(self, channels: int, axis: str, *, dtype, param_dtype, rngs: nnx.Rngs):
         self.axis = axis
-        self.conv = LTX2AudioCausalConv2d(channels, channels, 3, axis, dtype=dtype, param_dtype=param_dtype,
-                                          rngs=rngs)
+        self.conv = LTX2AudioCausalConv2d(channels, channels, 3, axis, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)
@@ -153,7 +171,7 @@ class LTX2AudioAttnBlock(nnx.Module):
         b, h, w, c = x.shape
         n = self.norm(x)
         q, k, v = (f(n).reshape(b, h * w, c) for f in (self.q, self.k, self.v))
-        logits = jnp.einsum("bqc,bkc->bqk", q, k, preferred_element_type=_F32) * (c ** -0.5)
+        logits = jnp.einsum("bqc,bkc->bqk", q, k, preferred_element_type=_F32) * (c**-0.5)
         out = jnp.einsum("bqk,bkc->bqc", jax.nn.softmax(logits, axis=-1).astype(v.dtype), v)
         return x + self.proj_out(out.reshape(b, h, w, c))
 
@@ -163,8 +181,9 @@ class _Stage(nnx.Module):
     followed by its ``attn`` block when the level has them, and the level's resampler
     (``downsample`` / ``upsample``, None at the last / first level)."""
 
-    def __init__(self, blocks: list[LTX2AudioResnetBlock], attn: list[LTX2AudioAttnBlock],
-                 resample: nnx.Module | None, name: str):
+    def __init__(
+        self, blocks: list[LTX2AudioResnetBlock], attn: list[LTX2AudioAttnBlock], resample: nnx.Module | None, name: str
+    ):
         self.block = nnx.List(blocks)
         self.attn = nnx.List(attn)
         if name == "downsample":
@@ -337,8 +356,10 @@ class AutoencoderKLLTX2Audio(nnx.Module):
         if z.ndim == 4 and z.shape[1] == cfg.latent_channels and z.shape[1] * z.shape[3] == f:
             m = z.shape[3]
             return z, mean.reshape(1, -1, 1, m), std.reshape(1, -1, 1, m)
-        raise InputError(f"{name} must be packed (batch, length, {f}) or (batch, {cfg.latent_channels}, length, "
-                         f"{f // cfg.latent_channels}) audio latents; got shape {tuple(z.shape)}")
+        raise InputError(
+            f"{name} must be packed (batch, length, {f}) or (batch, {cfg.latent_channels}, length, "
+            f"{f // cfg.latent_channels}) audio latents; got shape {tuple(z.shape)}"
+        )
 
     def normalize_latents(self, z) -> jax.Array:
         """Encoder latents -> the transformer's: ``(z - latents_mean) / latents_std`` per packed
@@ -382,11 +403,17 @@ class AutoencoderKLLTX2Audio(nnx.Module):
         cfg = self.config
         if z.ndim == 3 and self.latent_mel_bins and z.shape[-1] == cfg.latent_channels * self.latent_mel_bins:
             z = unpack_latents(z, self.latent_mel_bins)
-        if z.ndim != 4 or z.shape[1] != cfg.latent_channels or min(z.shape) < 1 or not jnp.issubdtype(
-                z.dtype, jnp.floating):
-            raise InputError(f"z must be floating point audio latents (batch, {cfg.latent_channels}, length, "
-                             f"mel_bins) or packed (batch, length, {cfg.latent_channels} * mel_bins); got shape "
-                             f"{tuple(z.shape)} dtype {z.dtype}")
+        if (
+            z.ndim != 4
+            or z.shape[1] != cfg.latent_channels
+            or min(z.shape) < 1
+            or not jnp.issubdtype(z.dtype, jnp.floating)
+        ):
+            raise InputError(
+                f"z must be floating point audio latents (batch, {cfg.latent_channels}, length, "
+                f"mel_bins) or packed (batch, length, {cfg.latent_channels} * mel_bins); got shape "
+                f"{tuple(z.shape)} dtype {z.dtype}"
+            )
         graphdef, state = nnx.split(self.decoder)
         mel = _decode_fn(graphdef, state, jnp.transpose(z, (0, 2, 3, 1)).astype(self.dtype))
         return jnp.transpose(mel, (0, 3, 1, 2))
@@ -402,8 +429,10 @@ class AutoencoderKLLTX2Audio(nnx.Module):
         mel = jnp.asarray(mel)
         cfg = self.config
         if mel.ndim != 4 or mel.shape[1] != cfg.in_channels or not jnp.issubdtype(mel.dtype, jnp.floating):
-            raise InputError(f"mel must be floating point (batch, {cfg.in_channels}, frames, mel_bins); got shape "
-                             f"{tuple(mel.shape)} dtype {mel.dtype}")
+            raise InputError(
+                f"mel must be floating point (batch, {cfg.in_channels}, frames, mel_bins); got shape "
+                f"{tuple(mel.shape)} dtype {mel.dtype}"
+            )
         graphdef, state = nnx.split(self.encoder)
         h = _encode_fn(graphdef, state, jnp.transpose(mel, (0, 2, 3, 1)).astype(self.dtype))
         return jnp.transpose(h, (0, 3, 1, 2))
@@ -417,4 +446,3 @@ def _decode_fn(graphdef, state, z):
 @functools.partial(jax.jit, static_argnums=(0,))
 def _encode_fn(graphdef, state, x):
     return nnx.merge(graphdef, state)(x).astype(_F32)
-

@@ -42,11 +42,18 @@ def default_image_crf(info) -> int:
     kind = ckpt.config("text_encoder").get("model_type") if ckpt.config_files.get("text_encoder") else None
     return LTX2_5_IMAGE_CRF if kind in ("gemma4_unified", "gemma4") else DEFAULT_IMAGE_CRF
 
+
 #: The call keyword of the re-compression of a condition image (the flat image's, in the
 #: condition pipeline).
-IMAGE_CRF = CallOption("image_crf", int, "H.264 CRF the conditioning image is re-compressed at before it is "
-                       "encoded, as LTX-2 was trained (LTX-2); 0: not re-compressed.", "33 (LTX-2.5: 18)",
-                       low=0, high=51)
+IMAGE_CRF = CallOption(
+    "image_crf",
+    int,
+    "H.264 CRF the conditioning image is re-compressed at before it is "
+    "encoded, as LTX-2 was trained (LTX-2); 0: not re-compressed.",
+    "33 (LTX-2.5: 18)",
+    low=0,
+    high=51,
+)
 
 
 def check_crf(arg: Arg, value) -> int:
@@ -76,8 +83,9 @@ class LTX2ConditionedPipeline(LTX2Pipeline):
     def step_args(self, call, embeds, cond, state, expert):
         """The base inputs with the mask ``(B, N)`` and clean latents ``(B, N, C)``."""
         inputs, axes = super().step_args(call, embeds, cond, state, expert)
-        return dataclasses.replace(inputs, token_mask=jnp.asarray(cond["mask"], _F32),
-                                   clean=jnp.asarray(cond["clean"], _F32)), axes
+        return dataclasses.replace(
+            inputs, token_mask=jnp.asarray(cond["mask"], _F32), clean=jnp.asarray(cond["clean"], _F32)
+        ), axes
 
     def video_timestep(self, t, inputs):
         """``t (1 - mask)`` per video token, ``(B, N)`` float32."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from vidax.config import ConfigBase, is_positive_int
 from vidax.errors import ConfigError
@@ -85,8 +86,19 @@ class LTX2AudioVAEConfig(ConfigBase):
         return AUDIO_LATENT_DOWNSAMPLE_FACTOR
 
     def validate(self, source: str) -> None:
-        self.check_positive(source, ("base_channels", "output_channels", "num_res_blocks", "in_channels",
-                                     "latent_channels", "sample_rate", "mel_hop_length"), ("mel_bins",))
+        self.check_positive(
+            source,
+            (
+                "base_channels",
+                "output_channels",
+                "num_res_blocks",
+                "in_channels",
+                "latent_channels",
+                "sample_rate",
+                "mel_hop_length",
+            ),
+            ("mel_bins",),
+        )
         if not isinstance(self.ch_mult, tuple) or not self.ch_mult or not all(map(is_positive_int, self.ch_mult)):
             self.invalid(source, "ch_mult", self.ch_mult, "expected a non-empty list of positive ints")
         if self.causality_axis not in AUDIO_CAUSALITY_AXES:
@@ -95,13 +107,22 @@ class LTX2AudioVAEConfig(ConfigBase):
             self.invalid(source, "norm_type", self.norm_type, "expected 'pixel' or 'group'")
         if self.norm_type == "group":
             if self.causality_axis != "none":
-                self.invalid(source, "norm_type", self.norm_type, "the reference refuses GroupNorm in causal "
-                             "resnets; use causality_axis='none' with it")
+                self.invalid(
+                    source,
+                    "norm_type",
+                    self.norm_type,
+                    "the reference refuses GroupNorm in causal resnets; use causality_axis='none' with it",
+                )
             if any((self.base_channels * m) % 32 for m in self.ch_mult):
-                self.invalid(source, "base_channels", self.base_channels, "GroupNorm(32) needs every level's "
-                             "width to be a multiple of 32")
-        if self.attn_resolutions is not None and (not isinstance(self.attn_resolutions, tuple)
-                                                  or not all(map(is_positive_int, self.attn_resolutions))):
+                self.invalid(
+                    source,
+                    "base_channels",
+                    self.base_channels,
+                    "GroupNorm(32) needs every level's width to be a multiple of 32",
+                )
+        if self.attn_resolutions is not None and (
+            not isinstance(self.attn_resolutions, tuple) or not all(map(is_positive_int, self.attn_resolutions))
+        ):
             self.invalid(source, "attn_resolutions", self.attn_resolutions, "expected null or a list of positive ints")
         if not isinstance(self.mid_block_add_attention, bool):
             self.invalid(source, "mid_block_add_attention", self.mid_block_add_attention, "expected true or false")
@@ -125,31 +146,54 @@ def _check_generator(cfg: Any, source: str, prefix: str) -> None:
     def get(name):
         return getattr(cfg, prefix + name)
 
-    cfg.check_positive(source, tuple(prefix + n for n in ("in_channels", "hidden_channels", "out_channels",
-                                                          "antialias_ratio", "antialias_kernel_size")))
+    cfg.check_positive(
+        source,
+        tuple(
+            prefix + n
+            for n in ("in_channels", "hidden_channels", "out_channels", "antialias_ratio", "antialias_kernel_size")
+        ),
+    )
     for name in ("upsample_kernel_sizes", "upsample_factors", "resnet_kernel_sizes"):
         v = get(name)
         if not isinstance(v, tuple) or not v or not all(map(is_positive_int, v)):
             cfg.invalid(source, prefix + name, v, "expected a non-empty list of positive ints")
     if len(get("upsample_kernel_sizes")) != len(get("upsample_factors")):
-        cfg.invalid(source, prefix + "upsample_kernel_sizes", get("upsample_kernel_sizes"),
-                    f"expected one per {prefix}upsample_factors entry")
+        cfg.invalid(
+            source,
+            prefix + "upsample_kernel_sizes",
+            get("upsample_kernel_sizes"),
+            f"expected one per {prefix}upsample_factors entry",
+        )
     dil = get("resnet_dilations")
-    if (not isinstance(dil, tuple) or len(dil) != len(get("resnet_kernel_sizes"))
-            or not all(isinstance(d, tuple) and d and all(map(is_positive_int, d)) for d in dil)):
-        cfg.invalid(source, prefix + "resnet_dilations", dil,
-                    f"expected one non-empty list of positive ints per {prefix}resnet_kernel_sizes entry")
+    if (
+        not isinstance(dil, tuple)
+        or len(dil) != len(get("resnet_kernel_sizes"))
+        or not all(isinstance(d, tuple) and d and all(map(is_positive_int, d)) for d in dil)
+    ):
+        cfg.invalid(
+            source,
+            prefix + "resnet_dilations",
+            dil,
+            f"expected one non-empty list of positive ints per {prefix}resnet_kernel_sizes entry",
+        )
     if get("hidden_channels") < 2 ** len(get("upsample_factors")):  # the reference's last convolutions get 0 channels
-        cfg.invalid(source, prefix + "hidden_channels", get("hidden_channels"),
-                    f"expected at least 2 ** {len(get('upsample_factors'))} (each upsampler halves it, rounding down)")
+        cfg.invalid(
+            source,
+            prefix + "hidden_channels",
+            get("hidden_channels"),
+            f"expected at least 2 ** {len(get('upsample_factors'))} (each upsampler halves it, rounding down)",
+        )
     if get("act_fn") not in VOCODER_ACTIVATIONS:
         cfg.invalid(source, prefix + "act_fn", get("act_fn"), f"expected one of {VOCODER_ACTIVATIONS}")
     if get("act_fn") == "leaky_relu" and get("antialias"):
-        raise ConfigError(f"{source}: {prefix}antialias=true with {prefix}act_fn='leaky_relu' is not implemented "
-                          "by vidax (the reference nests its anti-aliasing there); only false is supported.")
+        raise ConfigError(
+            f"{source}: {prefix}antialias=true with {prefix}act_fn='leaky_relu' is not implemented "
+            "by vidax (the reference nests its anti-aliasing there); only false is supported."
+        )
     if get("final_act_fn") not in VOCODER_FINAL_ACTIVATIONS:
-        cfg.invalid(source, prefix + "final_act_fn", get("final_act_fn"),
-                    f"expected one of {VOCODER_FINAL_ACTIVATIONS}")
+        cfg.invalid(
+            source, prefix + "final_act_fn", get("final_act_fn"), f"expected one of {VOCODER_FINAL_ACTIVATIONS}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,34 +287,65 @@ class LTX2VocoderWithBWEConfig(ConfigBase):
     def generator(self, prefix: str, sampling_rate: int) -> LTX2VocoderConfig:
         """The :class:`LTX2VocoderConfig` of the vocoder (``prefix=""``) or the bandwidth
         extender (``"bwe_"``), as the reference builds its two ``LTX2Vocoder`` s."""
-        return LTX2VocoderConfig(**{f: getattr(self, prefix + f) for f in GENERATOR_FIELDS},
-                                 output_sampling_rate=sampling_rate)
+        return LTX2VocoderConfig(
+            **{f: getattr(self, prefix + f) for f in GENERATOR_FIELDS}, output_sampling_rate=sampling_rate
+        )
 
     def validate(self, source: str) -> None:
         _check_generator(self, source, "")
         _check_generator(self, source, "bwe_")
-        self.check_positive(source, ("filter_length", "hop_length", "window_length", "num_mel_channels",
-                                     "input_sampling_rate", "output_sampling_rate"))
+        self.check_positive(
+            source,
+            (
+                "filter_length",
+                "hop_length",
+                "window_length",
+                "num_mel_channels",
+                "input_sampling_rate",
+                "output_sampling_rate",
+            ),
+        )
         if self.window_length != self.filter_length or self.window_length < self.hop_length:
-            self.invalid(source, "window_length", self.window_length,
-                         f"expected filter_length={self.filter_length} (and at least hop_length={self.hop_length}): "
-                         "otherwise the reference's bandwidth-extension residual and resampled waveform differ in "
-                         "length")
+            self.invalid(
+                source,
+                "window_length",
+                self.window_length,
+                f"expected filter_length={self.filter_length} (and at least hop_length={self.hop_length}): "
+                "otherwise the reference's bandwidth-extension residual and resampled waveform differ in "
+                "length",
+            )
         if self.output_sampling_rate % self.input_sampling_rate:
-            self.invalid(source, "output_sampling_rate", self.output_sampling_rate,
-                         f"expected a multiple of input_sampling_rate={self.input_sampling_rate}")
+            self.invalid(
+                source,
+                "output_sampling_rate",
+                self.output_sampling_rate,
+                f"expected a multiple of input_sampling_rate={self.input_sampling_rate}",
+            )
         if self.bwe_in_channels != self.out_channels * self.num_mel_channels:
-            self.invalid(source, "bwe_in_channels", self.bwe_in_channels, "expected out_channels * "
-                         f"num_mel_channels = {self.out_channels * self.num_mel_channels} (the BWE reads the "
-                         "vocoder output's mel)")
+            self.invalid(
+                source,
+                "bwe_in_channels",
+                self.bwe_in_channels,
+                "expected out_channels * "
+                f"num_mel_channels = {self.out_channels * self.num_mel_channels} (the BWE reads the "
+                "vocoder output's mel)",
+            )
         if any((k - s) % 2 for k, s in zip(self.bwe_upsample_kernel_sizes, self.bwe_upsample_factors)):
-            self.invalid(source, "bwe_upsample_kernel_sizes", self.bwe_upsample_kernel_sizes,
-                         "expected kernel - factor even at every stage (otherwise the reference's bandwidth-extension "
-                         "residual is longer than the resampled waveform)")
+            self.invalid(
+                source,
+                "bwe_upsample_kernel_sizes",
+                self.bwe_upsample_kernel_sizes,
+                "expected kernel - factor even at every stage (otherwise the reference's bandwidth-extension "
+                "residual is longer than the resampled waveform)",
+            )
         ratio = self.output_sampling_rate // self.input_sampling_rate
         if math.prod(self.bwe_upsample_factors) != self.hop_length * ratio:
-            self.invalid(source, "bwe_upsample_factors", self.bwe_upsample_factors,
-                         f"expected a product of hop_length * {ratio} = {self.hop_length * ratio}")
+            self.invalid(
+                source,
+                "bwe_upsample_factors",
+                self.bwe_upsample_factors,
+                f"expected a product of hop_length * {ratio} = {self.hop_length * ratio}",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,8 +397,12 @@ class LTX2VideoVAEConfig(LTXVAEConfig):
         config = dict(config)
         enc = len(config.get("layers_per_block", cls.layers_per_block))
         dec = len(config.get("decoder_layers_per_block", cls.decoder_layers_per_block))
-        for key, n in (("spatio_temporal_scaling", enc - 1), ("decoder_spatio_temporal_scaling", dec - 1),
-                       ("decoder_inject_noise", dec), ("upsample_residual", dec - 1)):
+        for key, n in (
+            ("spatio_temporal_scaling", enc - 1),
+            ("decoder_spatio_temporal_scaling", dec - 1),
+            ("decoder_inject_noise", dec),
+            ("upsample_residual", dec - 1),
+        ):
             if isinstance(config.get(key), bool):
                 config[key] = [config[key]] * n
         return super().from_config_dict(config, source=source)
@@ -350,9 +429,16 @@ class LTX2VideoVAEConfig(LTXVAEConfig):
         out, blocks = self.latent_channels, []
         for i, cout in enumerate(self.block_out_channels):
             kind = self.downsample_type[i]
-            blocks.append(dict(type="LTXVideo095DownBlock3D", cin=out, cout=cout, layers=self.layers_per_block[i],
-                               scale=bool(self.spatio_temporal_scaling[i]),
-                               stride=LTX_DOWNSAMPLE_STRIDES[kind]))
+            blocks.append(
+                dict(
+                    type="LTXVideo095DownBlock3D",
+                    cin=out,
+                    cout=cout,
+                    layers=self.layers_per_block[i],
+                    scale=bool(self.spatio_temporal_scaling[i]),
+                    stride=LTX_DOWNSAMPLE_STRIDES[kind],
+                )
+            )
             out = cout
         return blocks
 
@@ -382,8 +468,11 @@ class LTX2VideoVAEConfig(LTXVAEConfig):
         super().validate(source)
         for block in self.encoder_blocks():
             if block["scale"] and block["stride"] is None and block["cin"] != block["cout"]:
-                bad("block_out_channels", f"changes the width {block['cin']} -> {block['cout']} in a 'conv' down "
-                    "block, whose output the reference's next block cannot take")
+                bad(
+                    "block_out_channels",
+                    f"changes the width {block['cin']} -> {block['cout']} in a 'conv' down "
+                    "block, whose output the reference's next block cannot take",
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,18 +524,26 @@ class LTX2LatentUpsamplerConfig(LTXLatentUpsamplerConfig):
         if not isinstance(self.use_rational_resampler, bool):
             self.invalid(source, "use_rational_resampler", self.use_rational_resampler, "it must be true or false")
         scale = self.rational_spatial_scale
-        if self.spatial_upsample and not self.temporal_upsample and self.use_rational_resampler and (
-                isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale not in LTX2_RATIONAL_SCALES):
-            self.invalid(source, "rational_spatial_scale", scale,
-                         f"the rational resampler takes one of {sorted(LTX2_RATIONAL_SCALES)}")
+        if (
+            self.spatial_upsample
+            and not self.temporal_upsample
+            and self.use_rational_resampler
+            and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale not in LTX2_RATIONAL_SCALES)
+        ):
+            self.invalid(
+                source,
+                "rational_spatial_scale",
+                scale,
+                f"the rational resampler takes one of {sorted(LTX2_RATIONAL_SCALES)}",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
 # Transformer and text connectors (their own file: vidax.models.ltx2.config_transformer)
 
+from vidax.models.ltx2.config_diffusion_decoder import LTX2DiffusionDecoderConfig  # noqa: E402,F401
 from vidax.models.ltx2.config_transformer import (  # noqa: E402,F401 (re-exported: the registry reads config.py)
     LTX2_ROPE_TYPES,
     LTX2ConnectorsConfig,
     LTX2TransformerConfig,
 )
-from vidax.models.ltx2.config_diffusion_decoder import LTX2DiffusionDecoderConfig  # noqa: E402,F401

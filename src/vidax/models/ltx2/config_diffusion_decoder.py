@@ -57,20 +57,39 @@ class LTX2DiffusionDecoderConfig(ConfigBase):
     temporal_compression_ratio: int = 8
 
     def validate(self, source: str) -> None:
-        self.check_positive(source, ("out_channels", "latent_channels", "patch_size", "decoder_head_dim",
-                                     "decoder_t_emb_dim", "decoder_num_inference_steps",
-                                     "spatial_compression_ratio", "temporal_compression_ratio"))
+        self.check_positive(
+            source,
+            (
+                "out_channels",
+                "latent_channels",
+                "patch_size",
+                "decoder_head_dim",
+                "decoder_t_emb_dim",
+                "decoder_num_inference_steps",
+                "spatial_compression_ratio",
+                "temporal_compression_ratio",
+            ),
+        )
         if self.decoder_head_dim % 8:
             self.invalid(source, "decoder_head_dim", self.decoder_head_dim, "a multiple of 8 (the 3D rotary split)")
         if self.decoder_model_output_type not in MODEL_OUTPUT_TYPES:
-            self.invalid(source, "decoder_model_output_type", self.decoder_model_output_type,
-                         f"one of {MODEL_OUTPUT_TYPES}")
+            self.invalid(
+                source, "decoder_model_output_type", self.decoder_model_output_type, f"one of {MODEL_OUTPUT_TYPES}"
+            )
         n = len(self.decoder_upsample_strides)
-        for key, want in (("decoder_stage_channels", n + 1), ("decoder_stage_depths", n + 1),
-                          ("decoder_stage_kernels", n), ("decoder_upsample_channel_reductions", n)):
+        for key, want in (
+            ("decoder_stage_channels", n + 1),
+            ("decoder_stage_depths", n + 1),
+            ("decoder_stage_kernels", n),
+            ("decoder_upsample_channel_reductions", n),
+        ):
             if len(getattr(self, key)) != want:
-                self.invalid(source, key, getattr(self, key), f"{want} entries (one per upsample stride, "
-                             f"{'plus stage 5' if want == n + 1 else 'stages 1-4'})")
+                self.invalid(
+                    source,
+                    key,
+                    getattr(self, key),
+                    f"{want} entries (one per upsample stride, {'plus stage 5' if want == n + 1 else 'stages 1-4'})",
+                )
         for key in ("decoder_stage_kernels", "decoder_upsample_strides"):
             for entry in getattr(self, key):
                 if len(entry) != 3 or min(entry) < 1:
@@ -79,15 +98,27 @@ class LTX2DiffusionDecoderConfig(ConfigBase):
             self.invalid(source, "decoder_stage5_kernel", self.decoder_stage5_kernel, "(t, h, w) positive ints")
         for i, reduction in enumerate(self.decoder_upsample_channel_reductions):
             if self.decoder_stage_channels[i + 1] != self.decoder_stage_channels[i] // reduction:
-                self.invalid(source, "decoder_stage_channels", self.decoder_stage_channels,
-                             f"stage {i + 2} = stage {i + 1} // decoder_upsample_channel_reductions[{i}]")
+                self.invalid(
+                    source,
+                    "decoder_stage_channels",
+                    self.decoder_stage_channels,
+                    f"stage {i + 2} = stage {i + 1} // decoder_upsample_channel_reductions[{i}]",
+                )
         for c in self.decoder_stage_channels:
             if c % self.decoder_head_dim:
-                self.invalid(source, "decoder_stage_channels", self.decoder_stage_channels,
-                             f"multiples of decoder_head_dim={self.decoder_head_dim}")
+                self.invalid(
+                    source,
+                    "decoder_stage_channels",
+                    self.decoder_stage_channels,
+                    f"multiples of decoder_head_dim={self.decoder_head_dim}",
+                )
         if math.prod(s[0] for s in self.decoder_upsample_strides) != self.temporal_compression_ratio:
-            self.invalid(source, "temporal_compression_ratio", self.temporal_compression_ratio,
-                         "the product of the upsample strides' t entries")
+            self.invalid(
+                source,
+                "temporal_compression_ratio",
+                self.temporal_compression_ratio,
+                "the product of the upsample strides' t entries",
+            )
 
     @property
     def trailing_pad(self) -> int:

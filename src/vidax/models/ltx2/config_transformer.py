@@ -11,7 +11,8 @@ refused (``NEUTRAL``) with one line naming the key.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from vidax.config import FFN_ACTIVATIONS, ConfigBase, TransformerConfig
 
@@ -131,18 +132,53 @@ class LTX2TransformerConfig(TransformerConfig):
     def validate(self, source: str) -> None:
         self.check_positive(
             source,
-            ("in_channels", "patch_size", "patch_size_t", "num_attention_heads", "attention_head_dim",
-             "cross_attention_dim", "pos_embed_max_pos", "base_height", "base_width", "audio_in_channels",
-             "audio_patch_size", "audio_patch_size_t", "audio_num_attention_heads", "audio_attention_head_dim",
-             "audio_cross_attention_dim", "audio_scale_factor", "audio_pos_embed_max_pos", "audio_sampling_rate",
-             "audio_hop_length", "num_layers", "caption_channels", "timestep_scale_multiplier",
-             "cross_attn_timestep_scale_multiplier"),
+            (
+                "in_channels",
+                "patch_size",
+                "patch_size_t",
+                "num_attention_heads",
+                "attention_head_dim",
+                "cross_attention_dim",
+                "pos_embed_max_pos",
+                "base_height",
+                "base_width",
+                "audio_in_channels",
+                "audio_patch_size",
+                "audio_patch_size_t",
+                "audio_num_attention_heads",
+                "audio_attention_head_dim",
+                "audio_cross_attention_dim",
+                "audio_scale_factor",
+                "audio_pos_embed_max_pos",
+                "audio_sampling_rate",
+                "audio_hop_length",
+                "num_layers",
+                "caption_channels",
+                "timestep_scale_multiplier",
+                "cross_attn_timestep_scale_multiplier",
+            ),
             nullable=("out_channels", "audio_out_channels"),
         )
-        _check_bools(self, source, ("gated_attn", "cross_attn_mod", "audio_gated_attn", "audio_cross_attn_mod",
-                                    "norm_elementwise_affine", "attention_bias", "attention_out_bias",
-                                    "rope_double_precision", "use_prompt_embeddings", "perturbed_attn", "ff_bias", "audio_ff_bias",
-                                    "use_prompt_adaln_single", "use_keyframes_abs_pos_embedding"))
+        _check_bools(
+            self,
+            source,
+            (
+                "gated_attn",
+                "cross_attn_mod",
+                "audio_gated_attn",
+                "audio_cross_attn_mod",
+                "norm_elementwise_affine",
+                "attention_bias",
+                "attention_out_bias",
+                "rope_double_precision",
+                "use_prompt_embeddings",
+                "perturbed_attn",
+                "ff_bias",
+                "audio_ff_bias",
+                "use_prompt_adaln_single",
+                "use_keyframes_abs_pos_embedding",
+            ),
+        )
         _check_rope(self, source)
         if self.activation_fn not in FFN_ACTIVATIONS:
             self.invalid(source, "activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
@@ -154,37 +190,67 @@ class LTX2TransformerConfig(TransformerConfig):
         if not isinstance(self.causal_offset, int) or isinstance(self.causal_offset, bool) or self.causal_offset < 0:
             self.invalid(source, "causal_offset", self.causal_offset, "expected an int >= 0")
         if self.audio_cross_attention_dim != self.audio_inner_dim:
-            self.invalid(source, "audio_cross_attention_dim", self.audio_cross_attention_dim,
-                         "the audio<->video attention's RoPE is that wide and rotates its "
-                         f"audio_num_attention_heads x audio_attention_head_dim = {self.audio_inner_dim} queries")
+            self.invalid(
+                source,
+                "audio_cross_attention_dim",
+                self.audio_cross_attention_dim,
+                "the audio<->video attention's RoPE is that wide and rotates its "
+                f"audio_num_attention_heads x audio_attention_head_dim = {self.audio_inner_dim} queries",
+            )
         if self.use_prompt_embeddings and self.cross_attention_dim != self.inner_dim:
-            self.invalid(source, "cross_attention_dim", self.cross_attention_dim,
-                         f"the caption projection feeds the video cross-attention width D = {self.inner_dim}")
+            self.invalid(
+                source,
+                "cross_attention_dim",
+                self.cross_attention_dim,
+                f"the caption projection feeds the video cross-attention width D = {self.inner_dim}",
+            )
         if self.prompt_modulation and self.cross_attention_dim != self.inner_dim:
-            self.invalid(source, "cross_attention_dim", self.cross_attention_dim,
-                         f"the prompt AdaLN table (2, D = {self.inner_dim}) modulates the video text (the reference "
-                         "fails on another width)")
+            self.invalid(
+                source,
+                "cross_attention_dim",
+                self.cross_attention_dim,
+                f"the prompt AdaLN table (2, D = {self.inner_dim}) modulates the video text (the reference "
+                "fails on another width)",
+            )
         if self.inner_dim < 6:
-            self.invalid(source, "attention_head_dim", self.attention_head_dim,
-                         "the reference's video RoPE has inner_dim // 6 frequencies per axis: none at "
-                         f"num_attention_heads x attention_head_dim = {self.inner_dim} < 6, where it fails")
+            self.invalid(
+                source,
+                "attention_head_dim",
+                self.attention_head_dim,
+                "the reference's video RoPE has inner_dim // 6 frequencies per axis: none at "
+                f"num_attention_heads x attention_head_dim = {self.inner_dim} < 6, where it fails",
+            )
         if self.rope_type == "interleaved":
-            for key, width in (("attention_head_dim", self.inner_dim),
-                               ("audio_attention_head_dim", self.audio_inner_dim)):
+            for key, width in (
+                ("attention_head_dim", self.inner_dim),
+                ("audio_attention_head_dim", self.audio_inner_dim),
+            ):
                 if width % 2:
-                    self.invalid(source, key, getattr(self, key),
-                                 f"the interleaved RoPE rotates channel pairs of the {width} wide stream (odd: the "
-                                 "reference fails)")
+                    self.invalid(
+                        source,
+                        key,
+                        getattr(self, key),
+                        f"the interleaved RoPE rotates channel pairs of the {width} wide stream (odd: the "
+                        "reference fails)",
+                    )
         else:
             for key in ("attention_head_dim", "audio_attention_head_dim"):
                 if getattr(self, key) % 2:
-                    self.invalid(source, key, getattr(self, key),
-                                 "the split RoPE rotates the halves of each head (odd: the reference fails)")
+                    self.invalid(
+                        source,
+                        key,
+                        getattr(self, key),
+                        "the split RoPE rotates the halves of each head (odd: the reference fails)",
+                    )
         if self.rope_type == "split":
             if (self.audio_cross_attention_dim // 2) % self.num_attention_heads:
-                self.invalid(source, "audio_cross_attention_dim", self.audio_cross_attention_dim,
-                             "the split video cross-modal RoPE cuts its half width into num_attention_heads "
-                             f"= {self.num_attention_heads} chunks")
+                self.invalid(
+                    source,
+                    "audio_cross_attention_dim",
+                    self.audio_cross_attention_dim,
+                    "the split video cross-modal RoPE cuts its half width into num_attention_heads "
+                    f"= {self.num_attention_heads} chunks",
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,8 +295,13 @@ class LTX2ConnectorsConfig(ConfigBase):
     def connector(self, modality: str) -> tuple[int, int, int, int | None, bool]:
         """``(heads, head_dim, layers, registers, gated)`` of the ``"video"`` / ``"audio"`` connector."""
         g = lambda k: getattr(self, f"{modality}_connector_{k}")  # noqa: E731
-        return (g("num_attention_heads"), g("attention_head_dim"), g("num_layers"), g("num_learnable_registers"),
-                getattr(self, f"{modality}_gated_attn"))
+        return (
+            g("num_attention_heads"),
+            g("attention_head_dim"),
+            g("num_layers"),
+            g("num_learnable_registers"),
+            getattr(self, f"{modality}_gated_attn"),
+        )
 
     def input_width(self, modality: str) -> int:
         """Width of the features the ``modality`` connector takes (its projection's output)."""
@@ -241,19 +312,35 @@ class LTX2ConnectorsConfig(ConfigBase):
     def validate(self, source: str) -> None:
         self.check_positive(
             source,
-            ("caption_channels", "text_proj_in_factor", "video_connector_num_attention_heads",
-             "video_connector_attention_head_dim", "video_connector_num_layers", "audio_connector_num_attention_heads",
-             "audio_connector_attention_head_dim", "audio_connector_num_layers", "connector_rope_base_seq_len",
-             "video_hidden_dim", "audio_hidden_dim"),
+            (
+                "caption_channels",
+                "text_proj_in_factor",
+                "video_connector_num_attention_heads",
+                "video_connector_attention_head_dim",
+                "video_connector_num_layers",
+                "audio_connector_num_attention_heads",
+                "audio_connector_attention_head_dim",
+                "audio_connector_num_layers",
+                "connector_rope_base_seq_len",
+                "video_hidden_dim",
+                "audio_hidden_dim",
+            ),
             nullable=("video_connector_num_learnable_registers", "audio_connector_num_learnable_registers"),
         )
-        _check_bools(self, source, ("video_gated_attn", "audio_gated_attn", "rope_double_precision",
-                                    "per_modality_projections", "proj_bias"))
+        _check_bools(
+            self,
+            source,
+            ("video_gated_attn", "audio_gated_attn", "rope_double_precision", "per_modality_projections", "proj_bias"),
+        )
         _check_rope(self, source)
         for m in ("video", "audio"):
             heads, head_dim, *_ = self.connector(m)
             if heads * head_dim != self.input_width(m):
                 key = f"{m}_connector_num_attention_heads"
-                self.invalid(source, key, heads,
-                             f"{key} x {m}_connector_attention_head_dim must equal the {m} connector's input width "
-                             f"{self.input_width(m)} (the reference adds the attention to its input)")
+                self.invalid(
+                    source,
+                    key,
+                    heads,
+                    f"{key} x {m}_connector_attention_head_dim must equal the {m} connector's input width "
+                    f"{self.input_width(m)} (the reference adds the attention to its input)",
+                )

@@ -57,8 +57,9 @@ class LTX2TransformerBlock1d(nnx.Module):
 
     def __init__(self, dim, heads, head_dim, rope_layout, gated, attention, dtype, param_dtype, rngs):
         self.dtype = dtype
-        cfg = AttentionConfig(dim, heads, head_dim, qk_norm="rms", qk_norm_eps=EPS, rope=rope_layout,
-                              rope_full_width=True, gate=gated)
+        cfg = AttentionConfig(
+            dim, heads, head_dim, qk_norm="rms", qk_norm_eps=EPS, rope=rope_layout, rope_full_width=True, gate=gated
+        )
         self.attn1 = Attention(cfg, attention, dtype, param_dtype, rngs)
         self.ff = FeedForward(dim, 4 * dim, dim, True, dtype, param_dtype, rngs)
 
@@ -76,12 +77,19 @@ class LTX2ConnectorTransformer1d(nnx.Module):
         self.dtype = dtype
         self.dim = heads * head_dim
         self.num_registers = registers
-        self.learnable_registers = (nnx.Param(jax.random.uniform(rngs.params(), (registers, self.dim), _F32, -1, 1))
-                                    if registers is not None else None)
+        self.learnable_registers = (
+            nnx.Param(jax.random.uniform(rngs.params(), (registers, self.dim), _F32, -1, 1))
+            if registers is not None
+            else None
+        )
         layout = LTX2_ROPE_TYPES[cfg.rope_type]
         self.transformer_blocks = stacked(
-            lambda r: LTX2TransformerBlock1d(self.dim, heads, head_dim, layout, gated, attention, dtype, param_dtype, r),
-            layers, rngs)
+            lambda r: LTX2TransformerBlock1d(
+                self.dim, heads, head_dim, layout, gated, attention, dtype, param_dtype, r
+            ),
+            layers,
+            rngs,
+        )
 
     def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
         """``x`` ``(B, L, dim)``, ``mask`` ``(B, L)`` int32 1 = real -> the embedding
@@ -90,8 +98,10 @@ class LTX2ConnectorTransformer1d(nnx.Module):
         if self.learnable_registers is not None:
             r = self.num_registers
             if length % r:
-                raise InputError(f"LTX2TextConnectors: the text length {length} must be a multiple of the "
-                                 f"{r} learnable registers (pad the prompt to it, as the reference's tokenizer call).")
+                raise InputError(
+                    f"LTX2TextConnectors: the text length {length} must be a multiple of the "
+                    f"{r} learnable registers (pad the prompt to it, as the reference's tokenizer call)."
+                )
             registers = jnp.tile(self.learnable_registers[...], (length // r, 1)).astype(x.dtype)  # (L, dim)
             # Stable order: real tokens first (in order), then the padding.
             order = jnp.argsort(1 - mask, axis=1, stable=True)
@@ -99,8 +109,9 @@ class LTX2ConnectorTransformer1d(nnx.Module):
             n_real = mask.sum(axis=1, keepdims=True)
             x = jnp.where((jnp.arange(length)[None] < n_real)[:, :, None], front, registers[None])
             mask = jnp.ones_like(mask)
-        cos, sin = text_rope_table(length, self.dim, self.cfg.connector_rope_base_seq_len, self.cfg.rope_theta,
-                                   self.cfg.rope_double_precision)
+        cos, sin = text_rope_table(
+            length, self.dim, self.cfg.connector_rope_base_seq_len, self.cfg.rope_theta, self.cfg.rope_double_precision
+        )
         rope = (jnp.asarray(cos), jnp.asarray(sin))
         attn_mask = AttentionMask(segment_ids=SegmentIds.for_mask(jnp.ones_like(mask), mask))
 
@@ -123,8 +134,16 @@ class LTX2TextConnectors(nnx.Module):
     scale_factor=8)`` -> ``(video (B, L, D_v), audio (B, L, D_a), mask (B, L) int32)``.
     """
 
-    def __init__(self, config: LTX2ConnectorsConfig, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 attention: str = "auto", rngs: nnx.Rngs, mesh=None):
+    def __init__(
+        self,
+        config: LTX2ConnectorsConfig,
+        *,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        attention: str = "auto",
+        rngs: nnx.Rngs,
+        mesh=None,
+    ):
         c = self.config = config
         self.dtype = dtype
         width = c.caption_channels * c.text_proj_in_factor
@@ -138,8 +157,13 @@ class LTX2TextConnectors(nnx.Module):
         self.video_connector = LTX2ConnectorTransformer1d(c, "video", attention, dtype, param_dtype, rngs)
         self.audio_connector = LTX2ConnectorTransformer1d(c, "audio", attention, dtype, param_dtype, rngs)
 
-    def __call__(self, text_encoder_hidden_states: jax.Array, attention_mask: jax.Array, padding_side: str = "left",
-                 scale_factor: float = 8) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def __call__(
+        self,
+        text_encoder_hidden_states: jax.Array,
+        attention_mask: jax.Array,
+        padding_side: str = "left",
+        scale_factor: float = 8,
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The reference's ``forward``.
 
         Args:
@@ -165,12 +189,15 @@ class LTX2TextConnectors(nnx.Module):
         if h.ndim == 3 and h.shape[-1] == width:
             h = h.reshape(*h.shape[:2], c.caption_channels, c.text_proj_in_factor)
         if h.ndim != 4 or h.shape[2:] != (c.caption_channels, c.text_proj_in_factor):
-            raise InputError(f"LTX2TextConnectors: text_encoder_hidden_states must be (B, L, {c.caption_channels}, "
-                             f"{c.text_proj_in_factor}) or (B, L, {width}); got {tuple(text_encoder_hidden_states.shape)}.")
+            raise InputError(
+                f"LTX2TextConnectors: text_encoder_hidden_states must be (B, L, {c.caption_channels}, "
+                f"{c.text_proj_in_factor}) or (B, L, {width}); got {tuple(text_encoder_hidden_states.shape)}."
+            )
         b, length = h.shape[:2]
         if tuple(attention_mask.shape) != (b, length):
-            raise InputError(f"LTX2TextConnectors: attention_mask must be (B, L)=({b}, {length}); "
-                             f"got {tuple(attention_mask.shape)}.")
+            raise InputError(
+                f"LTX2TextConnectors: attention_mask must be (B, L)=({b}, {length}); got {tuple(attention_mask.shape)}."
+            )
         if padding_side not in PADDING_SIDES:
             raise InputError(f"LTX2TextConnectors: padding_side={padding_side!r}; valid: {list(PADDING_SIDES)}.")
         mask = (jnp.asarray(attention_mask) != 0).astype(jnp.int32)

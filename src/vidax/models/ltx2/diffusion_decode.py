@@ -41,8 +41,10 @@ def _decoder_folder(path: str) -> str:
         with open(index) as f:
             entry = json.load(f).get("diffusion_decoder")
         if not entry:
-            raise InputError(f"{index} has no diffusion_decoder component; give the decode pipeline's folder or "
-                             "a diffusion_decoder/ folder")
+            raise InputError(
+                f"{index} has no diffusion_decoder component; give the decode pipeline's folder or "
+                "a diffusion_decoder/ folder"
+            )
         return os.path.join(path, "diffusion_decoder")
     return path
 
@@ -61,8 +63,9 @@ class LTX2VideoDiffusionDecodePipeline:
         self.matmul_precision = parse_matmul_precision(matmul_precision)
 
     @classmethod
-    def from_pretrained(cls, path, dtype="float32", mesh=None, *,
-                        matmul_precision: str = "highest") -> "LTX2VideoDiffusionDecodePipeline":
+    def from_pretrained(
+        cls, path, dtype="float32", mesh=None, *, matmul_precision: str = "highest"
+    ) -> LTX2VideoDiffusionDecodePipeline:
         """From a folder with ``model_index.json`` naming ``diffusion_decoder/`` (the decode
         pipeline's, as ``save_pretrained`` writes it, or LTX-2.5's), a
         :class:`~vidax.checkpoint.Checkpoint` of one (what :func:`vidax.load_pipeline` passes), or
@@ -83,13 +86,23 @@ class LTX2VideoDiffusionDecodePipeline:
     @classmethod
     def for_task(cls, checkpoint, task: str, info=None):
         """Never a generation task: ``vidax generate`` gets one line saying how to run it."""
-        raise InputError(f"checkpoint {checkpoint.root} is {cls.__name__}: it decodes the latents of an LTX-2 run "
-                         "(output_type=\"latent\") into video with LTX-2.5's diffusion decoder, it does not generate "
-                         "from a prompt; run it from Python: vidax.load_pipeline(path)(latents, denormalize=False)")
+        raise InputError(
+            f"checkpoint {checkpoint.root} is {cls.__name__}: it decodes the latents of an LTX-2 run "
+            '(output_type="latent") into video with LTX-2.5\'s diffusion decoder, it does not generate '
+            "from a prompt; run it from Python: vidax.load_pipeline(path)(latents, denormalize=False)"
+        )
 
-    def __call__(self, latents, *, decoder_noise=None, seed: int | None = None, output_type: str = "np",
-                 denormalize: bool = True, num_inference_steps: int | None = None,
-                 chunk_frames: int | None = 16) -> LTX2VideoDecodeOutput:
+    def __call__(
+        self,
+        latents,
+        *,
+        decoder_noise=None,
+        seed: int | None = None,
+        output_type: str = "np",
+        denormalize: bool = True,
+        num_inference_steps: int | None = None,
+        chunk_frames: int | None = 16,
+    ) -> LTX2VideoDecodeOutput:
         """Decode.
 
         Args:
@@ -111,14 +124,18 @@ class LTX2VideoDiffusionDecodePipeline:
         cfg = model.config
         z = np.asarray(latents)
         if z.ndim != 5 or z.shape[1] != cfg.latent_channels or not np.issubdtype(z.dtype, np.floating):
-            raise InputError(f"latents=: shape {z.shape} {z.dtype}; expected float (B, {cfg.latent_channels}, F', H', W').")
+            raise InputError(
+                f"latents=: shape {z.shape} {z.dtype}; expected float (B, {cfg.latent_channels}, F', H', W')."
+            )
         if output_type not in ("np", "raw"):
             raise InputError(f"output_type={output_type!r}; valid: 'np', 'raw'.")
-        if num_inference_steps is not None and (isinstance(num_inference_steps, bool)
-                                                or not isinstance(num_inference_steps, int) or num_inference_steps < 1):
+        if num_inference_steps is not None and (
+            isinstance(num_inference_steps, bool) or not isinstance(num_inference_steps, int) or num_inference_steps < 1
+        ):
             raise InputError(f"num_inference_steps={num_inference_steps!r}; expected a positive int or None.")
-        if chunk_frames is not None and (isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int)
-                                         or chunk_frames < 1):
+        if chunk_frames is not None and (
+            isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1
+        ):
             raise InputError(f"chunk_frames={chunk_frames!r}; expected a positive int or None.")
         shape = model.pixel_shape(z.shape)
         if decoder_noise is None:
@@ -128,8 +145,10 @@ class LTX2VideoDiffusionDecodePipeline:
         else:
             noise = np.asarray(decoder_noise)
             if noise.shape != shape or noise.dtype != np.float32:
-                raise InputError(f"decoder_noise=: shape {noise.shape} {noise.dtype}; expected float32 {shape} "
-                                 f"for latents of shape {z.shape}.")
+                raise InputError(
+                    f"decoder_noise=: shape {noise.shape} {noise.dtype}; expected float32 {shape} "
+                    f"for latents of shape {z.shape}."
+                )
         model.check_grid(z.shape, chunk_frames, name="latents=")
         z = z.astype(np.float32)
         if denormalize:

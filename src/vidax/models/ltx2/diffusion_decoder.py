@@ -89,8 +89,9 @@ def _attention(dim: int, head_dim: int, dtype, param_dtype, rngs) -> Attention:
     """``LTX2VideoVaeNeighborhoodAttention``'s projections: q / k / v / out with biases, per-head
     RMS norms of q and k, interleaved rotary pairs (the reference scales q before rotating it; the
     rotation is linear, so the shared order norm-rotate-scale differs by float rounding only)."""
-    cfg = AttentionConfig(dim=dim, heads=dim // head_dim, head_dim=head_dim, qk_norm="rms_head",
-                          qk_norm_eps=_EPS, rope="interleaved")
+    cfg = AttentionConfig(
+        dim=dim, heads=dim // head_dim, head_dim=head_dim, qk_norm="rms_head", qk_norm_eps=_EPS, rope="interleaved"
+    )
     return Attention(cfg, "xla", dtype, param_dtype, rngs)
 
 
@@ -180,20 +181,33 @@ class LTX2VideoDiffusionDecoder3d(nnx.Module):
         self.cfg = cfg
         ch, hd = cfg.decoder_stage_channels, cfg.decoder_head_dim
         self.conv_in = linear(cfg.latent_channels, ch[0], dtype, param_dtype, rngs)
-        self.det_stages = nnx.List([
-            nnx.List([NABlock(ch[i], cfg.decoder_stage_kernels[i], hd, dtype, param_dtype, rngs)
-                      for _ in range(cfg.decoder_stage_depths[i])])
-            for i in range(len(cfg.decoder_upsample_strides))])
-        self.upsamples = nnx.List([
-            PixelShuffleUpsampler(ch[i], s, cfg.decoder_upsample_channel_reductions[i], dtype, param_dtype, rngs)
-            for i, s in enumerate(cfg.decoder_upsample_strides)])
+        self.det_stages = nnx.List(
+            [
+                nnx.List(
+                    [
+                        NABlock(ch[i], cfg.decoder_stage_kernels[i], hd, dtype, param_dtype, rngs)
+                        for _ in range(cfg.decoder_stage_depths[i])
+                    ]
+                )
+                for i in range(len(cfg.decoder_upsample_strides))
+            ]
+        )
+        self.upsamples = nnx.List(
+            [
+                PixelShuffleUpsampler(ch[i], s, cfg.decoder_upsample_channel_reductions[i], dtype, param_dtype, rngs)
+                for i, s in enumerate(cfg.decoder_upsample_strides)
+            ]
+        )
         self.t_embedder = PixArtTimestepEmbedding(cfg.decoder_t_emb_dim, rngs)
-        pixel_ch = cfg.out_channels * cfg.patch_size ** 2
+        pixel_ch = cfg.out_channels * cfg.patch_size**2
         self.conv_in_x_t = linear(pixel_ch, ch[-1], dtype, param_dtype, rngs)
         self.shared_adaln = SharedAdaLN(ch[-1], cfg.decoder_t_emb_dim, 7, dtype, param_dtype, rngs)
-        self.diff_blocks = nnx.List([
-            DiffusionNABlock(ch[-1], cfg.decoder_stage5_kernel, ch[-1], hd, 7, dtype, param_dtype, rngs)
-            for _ in range(cfg.decoder_stage_depths[-1])])
+        self.diff_blocks = nnx.List(
+            [
+                DiffusionNABlock(ch[-1], cfg.decoder_stage5_kernel, ch[-1], hd, 7, dtype, param_dtype, rngs)
+                for _ in range(cfg.decoder_stage_depths[-1])
+            ]
+        )
         self.norm_out = RMSNorm(ch[-1], _EPS, param_dtype=param_dtype)
         self.conv_out = linear(ch[-1], pixel_ch, dtype, param_dtype, rngs)
 
@@ -324,9 +338,18 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
             e = min(s + chunk_frames, n)
             start = min(max(s - self.halo(), 0), n - length)
             origin, end = start == 0, start + length == n
-            out.append(Window(start, start + length, origin, end, self._pixel_offset(start),
-                              self._frames(length, origin, end),
-                              self._pixel_offset(s), self._pixel_offset(e) if e < n else self.pixel_frames(n)))
+            out.append(
+                Window(
+                    start,
+                    start + length,
+                    origin,
+                    end,
+                    self._pixel_offset(start),
+                    self._frames(length, origin, end),
+                    self._pixel_offset(s),
+                    self._pixel_offset(e) if e < n else self.pixel_frames(n),
+                )
+            )
         return out
 
     def check_grid(self, latent_shape: tuple[int, ...], chunk_frames: int | None, name: str = "latents") -> None:
@@ -342,9 +365,11 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
                 if i == len(kernels) - 1 and win.end:
                     n -= cfg.trailing_pad * cfg.temporal_compression_ratio
                 if n < k[0] or hh < k[1] or ww < k[2]:
-                    raise InputError(f"{name}: shape {tuple(latent_shape)} is too small for the diffusion decoder: "
-                                     f"stage {i + 1} sees a {n} x {hh} x {ww} grid, its neighbourhood is "
-                                     f"{tuple(k)}; give at least that many frames / rows / columns at that stage.")
+                    raise InputError(
+                        f"{name}: shape {tuple(latent_shape)} is too small for the diffusion decoder: "
+                        f"stage {i + 1} sees a {n} x {hh} x {ww} grid, its neighbourhood is "
+                        f"{tuple(k)}; give at least that many frames / rows / columns at that stage."
+                    )
                 if i < len(cfg.decoder_upsample_strides):
                     s = cfg.decoder_upsample_strides[i]
                     n, hh, ww = n * s[0] - (1 if s[0] == 2 and win.origin else 0), hh * s[1], ww * s[2]
@@ -364,8 +389,16 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
         graphdef, state = nnx.split(self)
         leaves, treedef = jax.tree.flatten(state)
         abstract = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves)
-        return _compile(graphdef, win.origin, win.end, steps, treedef, abstract,
-                        jax.ShapeDtypeStruct(z.shape, z.dtype), jax.ShapeDtypeStruct(noise.shape, noise.dtype))
+        return _compile(
+            graphdef,
+            win.origin,
+            win.end,
+            steps,
+            treedef,
+            abstract,
+            jax.ShapeDtypeStruct(z.shape, z.dtype),
+            jax.ShapeDtypeStruct(noise.shape, noise.dtype),
+        )
 
     def decode(self, z, noise, *, num_inference_steps: int | None = None, chunk_frames: int | None = 16) -> np.ndarray:
         """Decode de-normalised latents.
@@ -387,8 +420,10 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
         z = np.asarray(z)
         noise = np.asarray(noise)
         if noise.shape != self.pixel_shape(z.shape):
-            raise InputError(f"decoder_noise: shape {noise.shape} does not fit latents {z.shape}; "
-                             f"expected {self.pixel_shape(z.shape)}.")
+            raise InputError(
+                f"decoder_noise: shape {noise.shape} does not fit latents {z.shape}; "
+                f"expected {self.pixel_shape(z.shape)}."
+            )
         self.check_grid(z.shape, chunk_frames)
         _, state = nnx.split(self)
         out = np.empty(noise.shape, np.float32)
@@ -396,15 +431,16 @@ class LTX2VideoDiffusionDecoderModel(nnx.Module):
         nl = np.moveaxis(noise, 1, -1)
         for win in self.windows(z.shape[2], chunk_frames):
             frames = self._frames(win.stop - win.start, win.origin, win.end)
-            zw = jnp.asarray(zl[:, win.start:win.stop], self.dtype)
-            nw = jnp.asarray(nl[:, win.pixel_start:win.pixel_start + frames], self.dtype)
+            zw = jnp.asarray(zl[:, win.start : win.stop], self.dtype)
+            nw = jnp.asarray(nl[:, win.pixel_start : win.pixel_start + frames], self.dtype)
             video = np.asarray(self._compiled(win, steps, zw, nw)(state, zw, nw))
             a, b = win.keep_start - win.pixel_start, win.keep_stop - win.pixel_start
-            out[:, :, win.keep_start:win.keep_stop] = np.moveaxis(video[:, a:b], -1, 1)
+            out[:, :, win.keep_start : win.keep_stop] = np.moveaxis(video[:, a:b], -1, 1)
         return out
 
-    def window_memory(self, latent_shape: tuple[int, ...], chunk_frames: int | None,
-                      num_inference_steps: int | None = None) -> int:
+    def window_memory(
+        self, latent_shape: tuple[int, ...], chunk_frames: int | None, num_inference_steps: int | None = None
+    ) -> int:
         """Device bytes of a chunked decode besides the weights, from XLA's compiled memory
         analysis: the largest over the decode's windows of its latents, noise, output and
         temporaries (the weights are the same for any clip; the host assembly is not on device)."""

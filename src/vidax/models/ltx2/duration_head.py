@@ -48,8 +48,12 @@ class LTX2DurationHeadConfig(ConfigBase):
     def validate(self, source: str) -> None:
         check_positive_ints(source, self, tuple(f.name for f in dataclasses.fields(self)))
         if self.pooler_hidden_dim % self.num_pooler_heads:
-            self.invalid(source, "num_pooler_heads", self.num_pooler_heads,
-                         f"must divide pooler_hidden_dim={self.pooler_hidden_dim}")
+            self.invalid(
+                source,
+                "num_pooler_heads",
+                self.num_pooler_heads,
+                f"must divide pooler_hidden_dim={self.pooler_hidden_dim}",
+            )
 
 
 class LTX2DurationAttentionPooler(nnx.Module):
@@ -83,8 +87,14 @@ class LTX2DurationHead(nnx.Module):
         InputError: ``dtype`` is not float32 or bfloat16.
     """
 
-    def __init__(self, config: LTX2DurationHeadConfig, *, dtype: Any = _F32, param_dtype: Any = None,
-                 rngs: nnx.Rngs | None = None):
+    def __init__(
+        self,
+        config: LTX2DurationHeadConfig,
+        *,
+        dtype: Any = _F32,
+        param_dtype: Any = None,
+        rngs: nnx.Rngs | None = None,
+    ):
         dtype = compute_dtype(dtype, "LTX-2 duration head")
         param_dtype = dtype if param_dtype is None else param_dtype
         rngs = nnx.Rngs(0) if rngs is None else rngs
@@ -94,8 +104,9 @@ class LTX2DurationHead(nnx.Module):
         self.video_modality_emb = nnx.Param(jnp.zeros((c.pooler_hidden_dim,), param_dtype))
         self.audio_input_proj = Linear(c.audio_cross_attention_dim, c.pooler_hidden_dim, **kw)
         self.audio_modality_emb = nnx.Param(jnp.zeros((c.pooler_hidden_dim,), param_dtype))
-        self.attention_pooler = LTX2DurationAttentionPooler(c.pooler_hidden_dim, c.num_queries, c.num_pooler_heads,
-                                                            **kw)
+        self.attention_pooler = LTX2DurationAttentionPooler(
+            c.pooler_hidden_dim, c.num_queries, c.num_pooler_heads, **kw
+        )
         self.mlp_hidden = Linear(c.pooler_hidden_dim * c.num_queries, c.mlp_hidden_dim, **kw)
         self.mlp_out = Linear(c.mlp_hidden_dim, 1, **kw)
         self.config = config
@@ -129,8 +140,14 @@ class LTX2DurationHead(nnx.Module):
         return jnp.exp(self.mlp_out(hidden)[..., 0].astype(_F32))
 
 
-def duration_num_frames(seconds: float, *, frame_rate: float, temporal_compression_ratio: int,
-                        min_seconds: float = 1.0, max_seconds: float = 20.0) -> int:
+def duration_num_frames(
+    seconds: float,
+    *,
+    frame_rate: float,
+    temporal_compression_ratio: int,
+    min_seconds: float = 1.0,
+    max_seconds: float = 20.0,
+) -> int:
     """``LTX2DurationHead.predict_num_frames`` after the head: a frame count on the VAE's grid
     (``k · temporal_compression_ratio + 1``) for ``seconds`` clamped to ``[min_seconds,
     max_seconds]``. Python's ``round`` (half to even) as the reference's.
@@ -151,9 +168,17 @@ def duration_num_frames(seconds: float, *, frame_rate: float, temporal_compressi
         else:
             if abs(up - clamped) < abs(frames - clamped):
                 frames = up
-            log.warning("duration bounds [%.2fs, %.2fs] at %.2f fps admit no frame count of the form k * %d + 1; "
-                        "using the nearest: %d frames", min_seconds, max_seconds, frame_rate, k, frames)
+            log.warning(
+                "duration bounds [%.2fs, %.2fs] at %.2f fps admit no frame count of the form k * %d + 1; "
+                "using the nearest: %d frames",
+                min_seconds,
+                max_seconds,
+                frame_rate,
+                k,
+                frames,
+            )
     if seconds < min_seconds or seconds > max_seconds:
-        log.warning("predicted duration %.2fs outside [%.2fs, %.2fs]: %d frames", seconds, min_seconds, max_seconds,
-                    frames)
+        log.warning(
+            "predicted duration %.2fs outside [%.2fs, %.2fs]: %d frames", seconds, min_seconds, max_seconds, frames
+        )
     return frames

@@ -29,7 +29,8 @@ them as three transformer calls. Same arithmetic per sample.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -42,9 +43,17 @@ _F32 = jnp.float32
 logger = logging.getLogger("vidax.pipeline")
 
 #: diffusers' LTX2Pipeline.__call__ defaults of the guidance keywords.
-GUIDANCE_DEFAULTS = dict(audio_guidance_scale=7.0, stg_scale=1.0, audio_stg_scale=1.0, modality_scale=3.0,
-                         audio_modality_scale=3.0, guidance_rescale=0.7, audio_guidance_rescale=0.7,
-                         spatio_temporal_guidance_blocks=(28,), use_cross_timestep=True)
+GUIDANCE_DEFAULTS = dict(
+    audio_guidance_scale=7.0,
+    stg_scale=1.0,
+    audio_stg_scale=1.0,
+    modality_scale=3.0,
+    audio_modality_scale=3.0,
+    guidance_rescale=0.7,
+    audio_guidance_rescale=0.7,
+    spatio_temporal_guidance_blocks=(28,),
+    use_cross_timestep=True,
+)
 
 
 def _or(value: Any, default: float) -> float:
@@ -79,6 +88,7 @@ class LTX2Guidance:
     def masks(self, batch: int) -> tuple[jax.Array | None, jax.Array | None]:
         """``(perturbation_mask, cross_modal_mask)`` ``(rows x batch,)`` float32 of the batch: 0
         on the STG rows / on the isolated rows, 1 elsewhere; None where that pass does not run."""
+
         def rows_off(row):
             return jnp.ones((self.rows, batch), _F32).at[row].set(0.0).reshape(-1)
 
@@ -92,8 +102,14 @@ class LTX2Guidance:
         extra = self.stg + self.modality
         return jnp.concatenate([x] + [x[:batch]] * extra, axis=0) if extra else x
 
-    def guide(self, stream: int, x: jax.Array, pred: jax.Array, sigma: jax.Array,
-              condition: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+    def guide(
+        self,
+        stream: int,
+        x: jax.Array,
+        pred: jax.Array,
+        sigma: jax.Array,
+        condition: Callable[[jax.Array], jax.Array] | None = None,
+    ) -> jax.Array:
         """The guided velocity of one stream.
 
         Args:
@@ -134,12 +150,16 @@ def call_scales(extra: Mapping[str, Any], guidance_scale: float) -> dict[str, fl
 
     stg, modality = float(get("stg_scale")), float(get("modality_scale"))
     rescale = float(get("guidance_rescale"))
-    return dict(guidance_scale=float(guidance_scale), stg_scale=stg, modality_scale=modality,
-                guidance_rescale=rescale,
-                audio_guidance_scale=_or(get("audio_guidance_scale"), guidance_scale),
-                audio_stg_scale=_or(get("audio_stg_scale"), stg),
-                audio_modality_scale=_or(get("audio_modality_scale"), modality),
-                audio_guidance_rescale=_or(get("audio_guidance_rescale"), rescale))
+    return dict(
+        guidance_scale=float(guidance_scale),
+        stg_scale=stg,
+        modality_scale=modality,
+        guidance_rescale=rescale,
+        audio_guidance_scale=_or(get("audio_guidance_scale"), guidance_scale),
+        audio_stg_scale=_or(get("audio_stg_scale"), stg),
+        audio_modality_scale=_or(get("audio_modality_scale"), modality),
+        audio_guidance_rescale=_or(get("audio_guidance_rescale"), rescale),
+    )
 
 
 def does_cfg(extra: Mapping[str, Any], guidance_scale: float) -> bool:
@@ -170,22 +190,37 @@ def check_guidance(extra: Mapping[str, Any], guidance_scale: float, num_layers: 
     s = call_scales(extra, guidance_scale)
     stg = s["stg_scale"] > 0 or s["audio_stg_scale"] > 0
     if given is not None:
-        ok = isinstance(given, Sequence) and not isinstance(given, str) and all(
-            isinstance(i, int) and not isinstance(i, bool) for i in given)
+        ok = (
+            isinstance(given, Sequence)
+            and not isinstance(given, str)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in given)
+        )
         if ok and not typed and stg and perturbed_attn and any(not 0 <= i < num_layers for i in given):
-            raise InputError(f"STG (stg_scale, audio_stg_scale > 0) perturbs the reference's default "
-                             f"spatio_temporal_guidance_blocks {list(default)}, past this transformer's {num_layers} "
-                             f"blocks [0, {num_layers}); give ", Arg("spatio_temporal_guidance_blocks", keyword=True),
-                             " within them, or ", Arg("stg_scale", 0), " and ", Arg("audio_stg_scale", 0),
-                             " to turn STG off")
+            raise InputError(
+                f"STG (stg_scale, audio_stg_scale > 0) perturbs the reference's default "
+                f"spatio_temporal_guidance_blocks {list(default)}, past this transformer's {num_layers} "
+                f"blocks [0, {num_layers}); give ",
+                Arg("spatio_temporal_guidance_blocks", keyword=True),
+                " within them, or ",
+                Arg("stg_scale", 0),
+                " and ",
+                Arg("audio_stg_scale", 0),
+                " to turn STG off",
+            )
         if not ok or (stg and perturbed_attn and any(not 0 <= i < num_layers for i in given)):
             raise InputError(arg, f" must be a list of transformer block indices in [0, {num_layers})")
     if typed and given and not perturbed_attn:  # the reference takes them and reads them nowhere
-        logger.warning("%s is not used: this transformer has no perturbed attention (perturbed_attn, LTX-2.3's), so "
-                       "its STG pass is the prompt's pass and vidax skips it", arg)
+        logger.warning(
+            "%s is not used: this transformer has no perturbed attention (perturbed_attn, LTX-2.3's), so "
+            "its STG pass is the prompt's pass and vidax skips it",
+            arg,
+        )
     if stg and not given:
-        raise InputError(arg, " is empty while STG runs (stg_scale or audio_stg_scale > 0); give the blocks STG "
-                         "perturbs, or stg_scale=0 and audio_stg_scale=0")
+        raise InputError(
+            arg,
+            " is empty while STG runs (stg_scale or audio_stg_scale > 0); give the blocks STG "
+            "perturbs, or stg_scale=0 and audio_stg_scale=0",
+        )
     flag = extra.get("use_cross_timestep", True)
     if not isinstance(flag, bool):
         raise InputError(Arg("use_cross_timestep", flag), " must be True or False")
@@ -196,8 +231,18 @@ def call_guidance(extra: Mapping[str, Any], guidance_scale: float, do_cfg: bool,
     s = call_scales(extra, guidance_scale)
     stg = (s["stg_scale"] > 0 or s["audio_stg_scale"] > 0) and perturbed_attn
     modality = s["modality_scale"] > 1 or s["audio_modality_scale"] > 1
-    scales = jnp.asarray([[s["guidance_scale"], s["stg_scale"], s["modality_scale"], s["guidance_rescale"]],
-                          [s["audio_guidance_scale"], s["audio_stg_scale"], s["audio_modality_scale"],
-                           s["audio_guidance_rescale"]]], _F32)
-    return LTX2Guidance(scales, bool(do_cfg), bool(stg), bool(modality), stg_blocks(extra) if stg else (),
-                        bool(extra.get("use_cross_timestep", True)))
+    scales = jnp.asarray(
+        [
+            [s["guidance_scale"], s["stg_scale"], s["modality_scale"], s["guidance_rescale"]],
+            [s["audio_guidance_scale"], s["audio_stg_scale"], s["audio_modality_scale"], s["audio_guidance_rescale"]],
+        ],
+        _F32,
+    )
+    return LTX2Guidance(
+        scales,
+        bool(do_cfg),
+        bool(stg),
+        bool(modality),
+        stg_blocks(extra) if stg else (),
+        bool(extra.get("use_cross_timestep", True)),
+    )

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,9 +52,8 @@ from vidax.models.ltx2 import guidance
 from vidax.models.ltx2.audio_vae import pack_latents, unpack_latents
 from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
+from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts, text_truncation
 from vidax.pipelines.diffusers_keywords import refused_value_reason
-from vidax.pipelines.base import (ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts,
-                                  text_truncation)
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
@@ -65,51 +65,154 @@ _F32 = jnp.float32
 #: Prompt enhancement (diffusers' LTX-2 enable_prompt_enhancement) is refused; these keywords only act
 #: with it, so they are taken and checked, and change nothing, as in diffusers without it.
 PROMPT_ENHANCEMENT_OPTIONS = (
-    CallOption("enable_prompt_enhancement", bool, "diffusers' prompt enhancement: only False (the default) runs.",
-               "False", choices=(False,), flag=False,
-               valid="False (" + refused_value_reason("enable_prompt_enhancement") + ")"),
-    CallOption("system_prompt", str, "The prompt enhancer's system prompt (only read with "
-               "enable_prompt_enhancement).", "None", flag=False),
-    CallOption("prompt_max_new_tokens", int, "The prompt enhancer's token budget (only read with "
-               "enable_prompt_enhancement).", "None", low=1, flag=False),
-    CallOption("prompt_enhancement_kwargs", OBJECT, "The prompt enhancer's generation keywords (only read with "
-               "enable_prompt_enhancement).", "None"),
-    CallOption("prompt_enhancement_seed", int, "The prompt enhancer's seed (only read with "
-               "enable_prompt_enhancement).", "10", flag=False),
+    CallOption(
+        "enable_prompt_enhancement",
+        bool,
+        "diffusers' prompt enhancement: only False (the default) runs.",
+        "False",
+        choices=(False,),
+        flag=False,
+        valid="False (" + refused_value_reason("enable_prompt_enhancement") + ")",
+    ),
+    CallOption(
+        "system_prompt",
+        str,
+        "The prompt enhancer's system prompt (only read with enable_prompt_enhancement).",
+        "None",
+        flag=False,
+    ),
+    CallOption(
+        "prompt_max_new_tokens",
+        int,
+        "The prompt enhancer's token budget (only read with enable_prompt_enhancement).",
+        "None",
+        low=1,
+        flag=False,
+    ),
+    CallOption(
+        "prompt_enhancement_kwargs",
+        OBJECT,
+        "The prompt enhancer's generation keywords (only read with enable_prompt_enhancement).",
+        "None",
+    ),
+    CallOption(
+        "prompt_enhancement_seed",
+        int,
+        "The prompt enhancer's seed (only read with enable_prompt_enhancement).",
+        "10",
+        flag=False,
+    ),
 )
 
-LTX2_OPTIONS = PROMPT_ENHANCEMENT_OPTIONS + (
-    CallOption("frame_rate", float, "Frame rate of the video (LTX-2: the model conditions on it, the sound "
-               "lasts num_frames / frame_rate seconds, default 24). Also the mp4's unless --fps is given.", "24",
-               low=FRAME_RATE_RANGE[0], high=FRAME_RATE_RANGE[1]),
-    CallOption("motion_speed", float, "Speed of the motion relative to real time (LTX-2): the positions are "
-               "conditioned on frame_rate / motion_speed.", "1", low=0, low_open=True),
-    CallOption("guidance_rescale", float, "Guidance rescale factor phi (LTX-2: of the video, default 0.7).", "0.7", low=0, high=1),
-    CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0: guidance_scale.", "7", low=0),
-    CallOption("audio_guidance_rescale", float, "Guidance rescale factor of the sound (LTX-2); 0: "
-               "guidance_rescale.", "0.7", low=0, high=1),
-    CallOption("stg_scale", float, "Spatio-temporal guidance scale of the video (LTX-2): away from the pass "
-               "whose spatio_temporal_guidance_blocks' self-attention is perturbed; 0: off.", "1", low=0),
-    CallOption("audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); 0: "
-               "stg_scale.", "1", low=0),
-    CallOption("modality_scale", float, "Modality-isolation guidance scale of the video (LTX-2): away from the "
-               "pass without audio<->video attention; 1: off.", "3", low=0),
-    CallOption("audio_modality_scale", float, "Modality-isolation guidance scale of the sound (LTX-2); 0: "
-               "modality_scale.", "3", low=0),
-    CallOption("spatio_temporal_guidance_blocks", OBJECT, "Transformer blocks STG perturbs (LTX-2: diffusers' "
-               "spatio_temporal_guidance_blocks; --stg-blocks 28,29 on the command line, each in [0, the "
-               "transformer's num_layers)).", "[28]", cli=int_list, flag_spelling="--stg-blocks",
-               valid="transformer block indices separated by commas (28,29)"),
-    CallOption("use_cross_timestep", bool, "Modulate the audio<->video attention with the other modality's "
-               "sigma (LTX-2).", "True"),
-    CallOption("noise_scale", float, "Noise mixed into the given latents / audio_latents, s noise + (1 - s) "
-               "latents (LTX-2, default 0).", "0", low=0, high=1),
-    CallOption("sigmas", OBJECT, "Custom sigmas before the shift, strictly descending in (0, 1] (LTX-2)."),
-    CallOption("min_seconds", float, "Lower bound of the clip length the duration head predicts when num_frames "
-               "is not given (LTX-2.5).", "1", low=0, low_open=True),
-    CallOption("max_seconds", float, "Upper bound of the clip length the duration head predicts when num_frames "
-               "is not given (LTX-2.5).", "20", low=0, low_open=True),
-) + LTX_DECODE_OPTIONS
+LTX2_OPTIONS = (
+    PROMPT_ENHANCEMENT_OPTIONS
+    + (
+        CallOption(
+            "frame_rate",
+            float,
+            "Frame rate of the video (LTX-2: the model conditions on it, the sound "
+            "lasts num_frames / frame_rate seconds, default 24). Also the mp4's unless --fps is given.",
+            "24",
+            low=FRAME_RATE_RANGE[0],
+            high=FRAME_RATE_RANGE[1],
+        ),
+        CallOption(
+            "motion_speed",
+            float,
+            "Speed of the motion relative to real time (LTX-2): the positions are "
+            "conditioned on frame_rate / motion_speed.",
+            "1",
+            low=0,
+            low_open=True,
+        ),
+        CallOption(
+            "guidance_rescale",
+            float,
+            "Guidance rescale factor phi (LTX-2: of the video, default 0.7).",
+            "0.7",
+            low=0,
+            high=1,
+        ),
+        CallOption("audio_guidance_scale", float, "CFG scale of the sound (LTX-2); 0: guidance_scale.", "7", low=0),
+        CallOption(
+            "audio_guidance_rescale",
+            float,
+            "Guidance rescale factor of the sound (LTX-2); 0: guidance_rescale.",
+            "0.7",
+            low=0,
+            high=1,
+        ),
+        CallOption(
+            "stg_scale",
+            float,
+            "Spatio-temporal guidance scale of the video (LTX-2): away from the pass "
+            "whose spatio_temporal_guidance_blocks' self-attention is perturbed; 0: off.",
+            "1",
+            low=0,
+        ),
+        CallOption(
+            "audio_stg_scale", float, "Spatio-temporal guidance scale of the sound (LTX-2); 0: stg_scale.", "1", low=0
+        ),
+        CallOption(
+            "modality_scale",
+            float,
+            "Modality-isolation guidance scale of the video (LTX-2): away from the "
+            "pass without audio<->video attention; 1: off.",
+            "3",
+            low=0,
+        ),
+        CallOption(
+            "audio_modality_scale",
+            float,
+            "Modality-isolation guidance scale of the sound (LTX-2); 0: modality_scale.",
+            "3",
+            low=0,
+        ),
+        CallOption(
+            "spatio_temporal_guidance_blocks",
+            OBJECT,
+            "Transformer blocks STG perturbs (LTX-2: diffusers' "
+            "spatio_temporal_guidance_blocks; --stg-blocks 28,29 on the command line, each in [0, the "
+            "transformer's num_layers)).",
+            "[28]",
+            cli=int_list,
+            flag_spelling="--stg-blocks",
+            valid="transformer block indices separated by commas (28,29)",
+        ),
+        CallOption(
+            "use_cross_timestep",
+            bool,
+            "Modulate the audio<->video attention with the other modality's sigma (LTX-2).",
+            "True",
+        ),
+        CallOption(
+            "noise_scale",
+            float,
+            "Noise mixed into the given latents / audio_latents, s noise + (1 - s) latents (LTX-2, default 0).",
+            "0",
+            low=0,
+            high=1,
+        ),
+        CallOption("sigmas", OBJECT, "Custom sigmas before the shift, strictly descending in (0, 1] (LTX-2)."),
+        CallOption(
+            "min_seconds",
+            float,
+            "Lower bound of the clip length the duration head predicts when num_frames is not given (LTX-2.5).",
+            "1",
+            low=0,
+            low_open=True,
+        ),
+        CallOption(
+            "max_seconds",
+            float,
+            "Upper bound of the clip length the duration head predicts when num_frames is not given (LTX-2.5).",
+            "20",
+            low=0,
+            low_open=True,
+        ),
+    )
+    + LTX_DECODE_OPTIONS
+)
 
 #: LTX2Pipeline.__call__'s duration bounds (seconds) for the duration head.
 MIN_SECONDS, MAX_SECONDS = 1.0, 20.0
@@ -161,36 +264,61 @@ def read_ltx2_checkpoint(checkpoint: Checkpoint) -> LTX2Info:
     audio = ckpt.typed_config("audio_vae", LTX2AudioVAEConfig)
     where = ckpt.config_file("transformer")
     if cfg.in_channels != vae.latent_channels or cfg.out_dim != vae.latent_channels:
-        raise ConfigError(f"{where}: in_channels={cfg.in_channels}, out_channels={cfg.out_dim} do not fit the VAE's "
-                          f"latent_channels={vae.latent_channels}")
+        raise ConfigError(
+            f"{where}: in_channels={cfg.in_channels}, out_channels={cfg.out_dim} do not fit the VAE's "
+            f"latent_channels={vae.latent_channels}"
+        )
     if (cfg.patch_size, cfg.patch_size_t) != (1, 1):
-        raise ConfigError(f"{where}: patch_size={cfg.patch_size}, patch_size_t={cfg.patch_size_t}; LTX2Pipeline "
-                          "packs latents with patch size 1")
+        raise ConfigError(
+            f"{where}: patch_size={cfg.patch_size}, patch_size_t={cfg.patch_size_t}; LTX2Pipeline "
+            "packs latents with patch size 1"
+        )
     if audio.mel_bins is None:
         raise ConfigError(f"{ckpt.config_file('audio_vae')}: mel_bins is null; LTX2Pipeline needs the mel bins")
     features = audio.latent_channels * (audio.mel_bins // audio.latent_downsample)
     if cfg.audio_in_channels != features or cfg.audio_out_dim != features:
-        raise ConfigError(f"{where}: audio_in_channels={cfg.audio_in_channels}, audio_out_channels="
-                          f"{cfg.audio_out_dim} do not fit the audio VAE's latent_channels x mel_bins / 4 = {features}")
+        raise ConfigError(
+            f"{where}: audio_in_channels={cfg.audio_in_channels}, audio_out_channels="
+            f"{cfg.audio_out_dim} do not fit the audio VAE's latent_channels x mel_bins / 4 = {features}"
+        )
     sched = ckpt.config("scheduler")
     if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
-        raise ConfigError(f"{ckpt.config_file('scheduler')}: _class_name={sched.get('_class_name')!r}; LTX2Pipeline "
-                          "runs FlowMatchEulerDiscreteScheduler")
+        raise ConfigError(
+            f"{ckpt.config_file('scheduler')}: _class_name={sched.get('_class_name')!r}; LTX2Pipeline "
+            "runs FlowMatchEulerDiscreteScheduler"
+        )
     s, k = vae.spatial_compression, vae.temporal_compression
-    variant = (f"LTX-2 T2V with sound: {cfg.num_layers} layers, width {cfg.inner_dim} (audio "
-               f"{cfg.audio_inner_dim}), VAE {k}x{s}x{s}" + (", duration head" if ckpt.has("duration_head") else ""))
+    variant = (
+        f"LTX-2 T2V with sound: {cfg.num_layers} layers, width {cfg.inner_dim} (audio "
+        f"{cfg.audio_inner_dim}), VAE {k}x{s}x{s}" + (", duration head" if ckpt.has("duration_head") else "")
+    )
     # LTX2Pipeline.__call__'s defaults: 512x768, 121 frames at 24 fps, 30 steps, guidance 3, 1024 tokens.
-    defaults = CallDefaults(height=512, width=768, num_frames=121, num_inference_steps=30, guidance_scale=3.0,
-                            max_sequence_length=1024, fps=24)
+    defaults = CallDefaults(
+        height=512,
+        width=768,
+        num_frames=121,
+        num_inference_steps=30,
+        guidance_scale=3.0,
+        max_sequence_length=1024,
+        fps=24,
+    )
     m = max(32, s)
-    return LTX2Info(checkpoint=ckpt, tasks=("t2v", "i2v", "v2v"), variant=variant,
-                    defaults=defaults.for_checkpoint(ckpt),
-                    transformers=("transformer",), size_multiple=(m, m),
-                    size_reason="LTX2Pipeline's check_inputs" if m == 32 else f"the VAE's {s}x",
-                    transformer_config=cfg, vae_config=vae, scheduler_config=dict(sched),
-                    connectors_config=ckpt.typed_config("connectors", LTX2ConnectorsConfig),
-                    audio_vae_config=audio, vocoder_config=dict(ckpt.config("vocoder")),
-                    duration_head=ckpt.has("duration_head"))
+    return LTX2Info(
+        checkpoint=ckpt,
+        tasks=("t2v", "i2v", "v2v"),
+        variant=variant,
+        defaults=defaults.for_checkpoint(ckpt),
+        transformers=("transformer",),
+        size_multiple=(m, m),
+        size_reason="LTX2Pipeline's check_inputs" if m == 32 else f"the VAE's {s}x",
+        transformer_config=cfg,
+        vae_config=vae,
+        scheduler_config=dict(sched),
+        connectors_config=ckpt.typed_config("connectors", LTX2ConnectorsConfig),
+        audio_vae_config=audio,
+        vocoder_config=dict(ckpt.config("vocoder")),
+        duration_head=ckpt.has("duration_head"),
+    )
 
 
 #: The distilled checkpoints' schedule (diffusers' ``pipelines/ltx2/utils.py``), given as
@@ -284,15 +412,19 @@ class LTX2Pipeline(LTXPipeline):
         """Video tokens ``(B, F' H' W', C)`` and audio latents ``(B, C_a, L, M)``."""
         a = info.audio_vae_config
         length = info.audio_length(call.num_frames, _frame_rate(info, call))
-        return {"latents": cls.latent_shape(info, call),
-                "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins)}
+        return {
+            "latents": cls.latent_shape(info, call),
+            "audio_latents": (call.batch, a.latent_channels, length, info.audio_mel_bins),
+        }
 
     @classmethod
     def model_size(cls, info: LTX2Info, call) -> ModelSize:
         """LTX-Video's, plus the sound's tokens: every step attends over one token per audio
         latent frame (``num_frames / frame_rate`` seconds of sound, :meth:`LTX2Info.audio_length`)."""
         size = super().model_size(info, call)
-        return dataclasses.replace(size, tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call)))
+        return dataclasses.replace(
+            size, tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call))
+        )
 
     @classmethod
     def schedule_sigmas(cls, call) -> np.ndarray:
@@ -316,25 +448,35 @@ class LTX2Pipeline(LTXPipeline):
         given = [n for n in ("latents", "audio_latents") if kwargs.get(n) is not None]
         if info.duration_head and kwargs.get("num_frames") is None and given:
             # (their shapes are checked against the frame count before a prediction could run)
-            raise InputError(Arg(given[0]), " fixes the clip length: give ", Arg("num_frames"), " with it (the "
-                             "duration head predicts one only when neither is given)")
+            raise InputError(
+                Arg(given[0]),
+                " fixes the clip length: give ",
+                Arg("num_frames"),
+                " with it (the duration head predicts one only when neither is given)",
+            )
         latents = kwargs.get("latents")
         five = cls.packed_latents and latents is not None and np.ndim(latents) == 5
         call = super().check_call(info, prompt, negative_prompt, **{**kwargs, "latents": None} if five else kwargs)
         if _predicts_duration(info, call) and len(call.prompts) > 1:
-            raise InputError(Arg("num_frames"), f" not given asks the duration head for one clip length, but "
-                             f"{len(call.prompts)} prompts were given; give num_frames= or one prompt (as "
-                             "LTX2Pipeline)")
+            raise InputError(
+                Arg("num_frames"),
+                f" not given asks the duration head for one clip length, but "
+                f"{len(call.prompts)} prompts were given; give num_frames= or one prompt (as "
+                "LTX2Pipeline)",
+            )
         if five:
             value = finite_array("latents", latents)
             b, n, c = cls.latent_shape(info, call)
             shape = (b, c, *info.latent_grid(call.num_frames, call.height, call.width))
             if value.shape != shape:
-                raise InputError(f"latents have shape {value.shape}, expected {shape} = (batch, latent channels, "
-                                 f"latent frames, height/{info.vae_config.spatial_compression}, width/"
-                                 f"{info.vae_config.spatial_compression}) or packed {(b, n, c)} for these arguments")
-            call = dataclasses.replace(call, latents=value.transpose(0, 2, 3, 4, 1).reshape(b, n, c),
-                                       extra={**call.extra, UNNORMALIZED: True})
+                raise InputError(
+                    f"latents have shape {value.shape}, expected {shape} = (batch, latent channels, "
+                    f"latent frames, height/{info.vae_config.spatial_compression}, width/"
+                    f"{info.vae_config.spatial_compression}) or packed {(b, n, c)} for these arguments"
+                )
+            call = dataclasses.replace(
+                call, latents=value.transpose(0, 2, 3, 4, 1).reshape(b, n, c), extra={**call.extra, UNNORMALIZED: True}
+            )
         return dataclasses.replace(call, cfg=guidance.does_cfg(call.extra, call.guidance_scale))
 
     @classmethod
@@ -349,25 +491,47 @@ class LTX2Pipeline(LTXPipeline):
                 s = np.asarray(x["sigmas"], np.float64)
             except (TypeError, ValueError):
                 s = np.asarray([np.nan])
-            if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or np.any(np.diff(s) >= 0) or s[0] > 1 \
-                    or s[-1] <= 0:
+            if (
+                s.ndim != 1
+                or s.size == 0
+                or not np.all(np.isfinite(s))
+                or np.any(np.diff(s) >= 0)
+                or s[0] > 1
+                or s[-1] <= 0
+            ):
                 raise InputError(Arg("sigmas", x["sigmas"]), " must be a strictly descending list of numbers in (0, 1]")
         for bound in (b for b in ("min_seconds", "max_seconds") if b in call.given):
             if not info.duration_head:
-                raise InputError(Arg(bound, x[bound]), f" bounds the clip length LTX-2.5's duration head predicts, but "
-                                 f"{info.checkpoint.root} has no duration head; leave it out (the length is ",
-                                 Arg("num_frames"), ")")
+                raise InputError(
+                    Arg(bound, x[bound]),
+                    f" bounds the clip length LTX-2.5's duration head predicts, but "
+                    f"{info.checkpoint.root} has no duration head; leave it out (the length is ",
+                    Arg("num_frames"),
+                    ")",
+                )
             if "num_frames" in call.given:
-                raise InputError(Arg(bound, x[bound]), " bounds the length the duration head predicts, which it "
-                                 "predicts only without ", Arg("num_frames"), "; give one of them")
+                raise InputError(
+                    Arg(bound, x[bound]),
+                    " bounds the length the duration head predicts, which it predicts only without ",
+                    Arg("num_frames"),
+                    "; give one of them",
+                )
         lo, hi = float(x.get("min_seconds", MIN_SECONDS)), float(x.get("max_seconds", MAX_SECONDS))
         if lo >= hi:
-            raise InputError(Arg("min_seconds", lo), " must be less than ", Arg("max_seconds", hi), " (the range "
-                             "the duration head's prediction is clamped to)")
+            raise InputError(
+                Arg("min_seconds", lo),
+                " must be less than ",
+                Arg("max_seconds", hi),
+                " (the range the duration head's prediction is clamped to)",
+            )
         cls.check_ltx_args(info, call)
         if info.audio_length(call.num_frames, _frame_rate(info, call)) < 1:
-            raise InputError(Arg("num_frames", call.num_frames), " at ", Arg("frame_rate", _frame_rate(info, call)),
-                             " makes a sound shorter than one audio latent; give more frames or a lower frame rate")
+            raise InputError(
+                Arg("num_frames", call.num_frames),
+                " at ",
+                Arg("frame_rate", _frame_rate(info, call)),
+                " makes a sound shorter than one audio latent; give more frames or a lower frame rate",
+            )
 
     def generate(self, call):
         """As the reference with ``num_frames=None`` on a checkpoint with a duration head: the
@@ -386,30 +550,43 @@ class LTX2Pipeline(LTXPipeline):
         video, audio, _ = self.encode_prompt(call.prompts[:1], call.max_sequence_length)
         seconds = float(np.asarray(self.duration_head(video, audio))[0])
         x = call.extra
-        frames = duration_num_frames(seconds, frame_rate=_frame_rate(self.info, call),
-                                     temporal_compression_ratio=self.info.vae_config.temporal_compression,
-                                     min_seconds=float(x.get("min_seconds", MIN_SECONDS)),
-                                     max_seconds=float(x.get("max_seconds", MAX_SECONDS)))
+        frames = duration_num_frames(
+            seconds,
+            frame_rate=_frame_rate(self.info, call),
+            temporal_compression_ratio=self.info.vae_config.temporal_compression,
+            min_seconds=float(x.get("min_seconds", MIN_SECONDS)),
+            max_seconds=float(x.get("max_seconds", MAX_SECONDS)),
+        )
         logger.info("duration head: %.2f s -> %d frames", seconds, frames)
         return frames
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: LTX2Info, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls, info: LTX2Info, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
         """Tokenizer, Gemma 3 / 4, the connectors, the duration head (LTX-2.5), the transformer, the VAE (``vae_dtype``), the audio
         VAE and vocoder (float32), scheduler; every checkpoint checked before the first weight."""
         from vidax.nn.inputs import parse_dtype
 
         sound = dict(dtype=_F32, staging=staging)
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-                                   "scheduler": cls.load_component(info, "scheduler")}
+        modules: dict[str, Any] = {
+            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
+            "scheduler": cls.load_component(info, "scheduler"),
+        }
         head = {"duration_head": dict(dtype=dtype)} if info.duration_head else {}
-        return modules | cls.load_weighted(info, {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                                                  "connectors": dict(dtype=dtype, mesh=mesh), **head,
-                                                  "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                                                  "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-                                                  "audio_vae": sound, "vocoder": sound})
+        return modules | cls.load_weighted(
+            info,
+            {
+                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
+                "connectors": dict(dtype=dtype, mesh=mesh),
+                **head,
+                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
+                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
+                "audio_vae": sound,
+                "vocoder": sound,
+            },
+        )
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None):
@@ -427,8 +604,9 @@ class LTX2Pipeline(LTXPipeline):
     def encode_prompt_parts(self, call) -> tuple:
         """``prompt_embeds`` / ``prompt_attention_mask`` as diffusers' ``encode_prompt`` makes
         them: :meth:`gemma_states`, before the connectors."""
-        return self.encode_with("text_encoder", self.gemma_states, prompt_texts(call), call.max_sequence_length,
-                                text_truncation(call))
+        return self.encode_with(
+            "text_encoder", self.gemma_states, prompt_texts(call), call.max_sequence_length, text_truncation(call)
+        )
 
     def context_of_parts(self, parts: tuple) -> tuple:
         """The text connectors on ``(states, mask)`` (left padding, the tokenizer's side, as the
@@ -467,16 +645,23 @@ class LTX2Pipeline(LTXPipeline):
         g = guidance.call_guidance(x, call.guidance_scale, call.do_cfg, model.config.perturbed_attn)
         coords = self.rope_coordinates(call, cond, call.batch * g.rows)
         context, audio_context, mask = (g.extend(e, call.batch) for e in embeds)
-        return LTX2StepInputs(context, g, audio_embeds=audio_context, text_mask=mask,
-                              rope=model.rope_tables(*coords)), None
+        return LTX2StepInputs(
+            context, g, audio_embeds=audio_context, text_mask=mask, rope=model.rope_tables(*coords)
+        ), None
 
     def rope_coordinates(self, call, cond, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """The video ``(batch, 3, N, 2)`` and audio ``(batch, 1, M, 2)`` coordinates (numpy float32)
         at ``frame_rate / motion_speed`` fps (a conditioned pipeline appends its extra tokens')."""
         rate = _frame_rate(self.info, call)
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        return self.transformer.rope_coords(batch, f, h, w, rate / float(call.extra.get("motion_speed", 1.0)),
-                                            self.info.audio_length(call.num_frames, rate))
+        return self.transformer.rope_coords(
+            batch,
+            f,
+            h,
+            w,
+            rate / float(call.extra.get("motion_speed", 1.0)),
+            self.info.audio_length(call.num_frames, rate),
+        )
 
     def model_args(self, latents, state, inputs, do_cfg) -> tuple:
         """The transformer's positional arguments (:meth:`LTX2VideoTransformer3DModel.embed`):
@@ -493,8 +678,32 @@ class LTX2Pipeline(LTXPipeline):
         # the rows: prompts, negatives (CFG), then the STG and isolated passes (guidance.py)
         x, a, t, tv = (jnp.concatenate([v] * g.rows, axis=0) for v in (x, a, t, tv))
         perturb, isolate = g.masks(b)
-        return (x, a, inputs.embeds, inputs.audio_embeds, tv, t, t, None, mask, mask, None, None, None, 24.0, None,
-                None, None, False, g.stg_blocks or None, perturb, g.use_cross_timestep, None, inputs.rope, isolate)
+        return (
+            x,
+            a,
+            inputs.embeds,
+            inputs.audio_embeds,
+            tv,
+            t,
+            t,
+            None,
+            mask,
+            mask,
+            None,
+            None,
+            None,
+            24.0,
+            None,
+            None,
+            None,
+            False,
+            g.stg_blocks or None,
+            perturb,
+            g.use_cross_timestep,
+            None,
+            inputs.rope,
+            isolate,
+        )
 
     def video_timestep(self, t, inputs):
         """The video tokens' timestep: ``t`` (B,) here; per token where frames are conditioned."""
@@ -519,8 +728,13 @@ class LTX2Pipeline(LTXPipeline):
             x = latents[name]
             st = state[name]
             flat = x.reshape(x.shape[0], -1, x.shape[-1]).astype(_F32)
-            velocity = g.guide(i, flat, pred[name].astype(_F32), st.sigmas[st.step_index],
-                               lambda x0, name=name: self.condition_x0(name, x0, inputs)).reshape(x.shape)
+            velocity = g.guide(
+                i,
+                flat,
+                pred[name].astype(_F32),
+                st.sigmas[st.step_index],
+                lambda x0, name=name: self.condition_x0(name, x0, inputs),
+            ).reshape(x.shape)
             new[name], states[name] = self.scheduler.step(st, velocity, x)
         return new, states
 

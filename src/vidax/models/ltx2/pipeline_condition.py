@@ -96,19 +96,25 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
     if conditions is not None:
         extra = flat + [(n, x[n]) for n in ("condition_index", "condition_strength") if x.get(n) is not None]
         if extra:
-            raise InputError(Arg("conditions"), " was given with ", Arg(extra[0][0]), "; give every condition in "
-                             "conditions=[LTX2VideoCondition(frames=, index=, strength=)], or the flat arguments alone")
+            raise InputError(
+                Arg("conditions"),
+                " was given with ",
+                Arg(extra[0][0]),
+                "; give every condition in "
+                "conditions=[LTX2VideoCondition(frames=, index=, strength=)], or the flat arguments alone",
+            )
         items = list(conditions) if isinstance(conditions, (list, tuple)) else [conditions]
         for i, c in enumerate(items):
             if not all(hasattr(c, a) for a in ("frames", "index", "strength")):
-                raise InputError(Arg(f"conditions[{i}]", type(c).__name__), "; give LTX2VideoCondition(frames=, "
-                                 "index=, strength=) objects")
+                raise InputError(
+                    Arg(f"conditions[{i}]", type(c).__name__),
+                    "; give LTX2VideoCondition(frames=, index=, strength=) objects",
+                )
             raw.append((f"conditions[{i}].", c.frames, c.index, c.strength, getattr(c, "crf", None)))
     elif len(flat) == 2:
         raise InputError(Arg("image"), " and ", Arg("video"), " were both given; give one, or both as conditions=[...]")
     elif flat:
-        raw.append(("", flat[0][1], x.get("condition_index", 0), x.get("condition_strength", 1.0),
-                    x.get("image_crf")))
+        raw.append(("", flat[0][1], x.get("condition_index", 0), x.get("condition_strength", 1.0), x.get("image_crf")))
     else:
         for name in ("condition_index", "condition_strength"):
             if x.get(name) is not None:
@@ -118,8 +124,11 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
         fname = f"{prefix}frames" if prefix else flat[0][0]
         iname = f"{prefix}index" if prefix else "condition_index"
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not -f_lat <= index < f_lat:
-            raise InputError(Arg(iname, index), f" is not a latent frame of the {call.num_frames}-frame clip "
-                             f"({f_lat} latent frames): give an integer in [{-f_lat}, {f_lat - 1}]")
+            raise InputError(
+                Arg(iname, index),
+                f" is not a latent frame of the {call.num_frames}-frame clip "
+                f"({f_lat} latent frames): give an integer in [{-f_lat}, {f_lat - 1}]",
+            )
         strength = checked_number(f"{prefix}strength" if prefix else "condition_strength", strength, 0.0, 1.0)
         crf_arg = Arg(f"{prefix}crf" if prefix else "image_crf", crf)
         crf = default_image_crf(info) if crf is None else check_crf(crf_arg, crf)
@@ -129,17 +138,28 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
             pil = [to_rgb_image(frames, fname)]
         if len({im.size for im in pil}) > 1:
             sizes = sorted({im.size for im in pil})
-            raise InputError(Arg(fname, f"{len(pil)} frames of sizes {sizes}"), "; the frames of one condition must "
-                             "have one size")
+            raise InputError(
+                Arg(fname, f"{len(pil)} frames of sizes {sizes}"), "; the frames of one condition must have one size"
+            )
         if len(pil) == 1 and crf and min(pil[0].size) < 2:
-            raise InputError(Arg(fname, "{}x{}".format(*pil[0].size)), " is too small for the H.264 "
-                             "re-compression (at least 2x2); give a larger image or crf 0")
+            raise InputError(
+                Arg(fname, "{}x{}".format(*pil[0].size)),
+                " is too small for the H.264 re-compression (at least 2x2); give a larger image or crf 0",
+            )
         index = int(index) % f_lat
         start = max((index - 1) * k + 1, 0)
         keep = (min(len(pil), call.num_frames - start) - 1) // k * k + 1
         if keep < len(pil) and warn:
-            logger.warning("%s has %d frames; from pixel frame %d of %d the first %d are used (%dk+1, as diffusers' "
-                           "trim_conditioning_sequence)", Arg(fname), len(pil), start, call.num_frames, keep, k)
+            logger.warning(
+                "%s has %d frames; from pixel frame %d of %d the first %d are used (%dk+1, as diffusers' "
+                "trim_conditioning_sequence)",
+                Arg(fname),
+                len(pil),
+                start,
+                call.num_frames,
+                keep,
+                k,
+            )
         arr = np.stack([np.asarray(im) for im in pil[:keep]])
         if keep == 1:
             arr = h264_recompress(arr[0], crf)[None]
@@ -147,8 +167,9 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
     return out
 
 
-def keyframe_coords(frames: int, height: int, width: int, pixel_frame: int, pixel_frames: int,
-                    scale: tuple[int, int, int], fps: float) -> np.ndarray:
+def keyframe_coords(
+    frames: int, height: int, width: int, pixel_frame: int, pixel_frames: int, scale: tuple[int, int, int], fps: float
+) -> np.ndarray:
     """The reference's ``_prepare_keyframe_coords`` of one condition: ``(3, n, 2)`` float32
     ``[start, end)`` bounds (seconds, pixels, pixels): latent positions times ``scale``, time
     shifted by ``pixel_frame`` (no causal shift), one pixel frame long for a single frame."""
@@ -173,16 +194,36 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
     latents_layout = "(batch, latent channels, latent frames, height/32, width/32), de-normalised clean latents"
     call_options = tuple(o for o in LTX2_OPTIONS if o.name != "noise_scale") + (
         CallOption("conditions", OBJECT, "LTX2VideoCondition objects (frames, index, strength, crf) (LTX-2)."),
-        CallOption("video", VIDEO_FILE, "Video to condition on (LTX-2 condition pipeline: its latent frames from "
-                   "condition_index on).", task="v2v"),
-        CallOption("condition_index", int, "Latent frame the image / video conditions (LTX-2 condition pipeline; "
-                   "negative: from the end).", "0"),
-        CallOption("condition_strength", float, "How strongly the image / video condition holds (LTX-2 condition "
-                   "pipeline).", "1", low=0, high=1),
+        CallOption(
+            "video",
+            VIDEO_FILE,
+            "Video to condition on (LTX-2 condition pipeline: its latent frames from condition_index on).",
+            task="v2v",
+        ),
+        CallOption(
+            "condition_index",
+            int,
+            "Latent frame the image / video conditions (LTX-2 condition pipeline; negative: from the end).",
+            "0",
+        ),
+        CallOption(
+            "condition_strength",
+            float,
+            "How strongly the image / video condition holds (LTX-2 condition pipeline).",
+            "1",
+            low=0,
+            high=1,
+        ),
         IMAGE_CRF,
-        CallOption("noise_scale", float, "Noise mixed into the latents (the given ones, else zeros) and "
-                   "audio_latents, by 1 - mask per token (LTX-2 condition pipeline, default the first sigma).", "the first sigma", low=0,
-                   high=1),
+        CallOption(
+            "noise_scale",
+            float,
+            "Noise mixed into the latents (the given ones, else zeros) and "
+            "audio_latents, by 1 - mask per token (LTX-2 condition pipeline, default the first sigma).",
+            "the first sigma",
+            low=0,
+            high=1,
+        ),
     )
 
     @classmethod
@@ -244,15 +285,21 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
                     continue
                 extras.append(z)
                 extra_mask.append(np.full((z.shape[1],), it.strength, np.float32))
-                coords.append(keyframe_coords(it.latent_frames, h, w, (it.index - 1) * k + 1, len(it.frames),
-                                              (k, s, s), fps))
+                coords.append(
+                    keyframe_coords(it.latent_frames, h, w, (it.index - 1) * k + 1, len(it.frames), (k, s, s), fps)
+                )
         stats.sample_memory()
         if extras:
             mask = np.concatenate([mask] + extra_mask)
             clean = jnp.concatenate([clean] + extras, axis=1)
-        return {"mask": np.broadcast_to(mask, (b, mask.size)), "clean": jnp.broadcast_to(clean, (b,) + clean.shape[1:]),
-                "first": first, "extras": jnp.concatenate(extras, axis=1) if extras else None,
-                "coords": np.concatenate(coords, axis=1) if coords else None, "n_extra": mask.size - n}
+        return {
+            "mask": np.broadcast_to(mask, (b, mask.size)),
+            "clean": jnp.broadcast_to(clean, (b,) + clean.shape[1:]),
+            "first": first,
+            "extras": jnp.concatenate(extras, axis=1) if extras else None,
+            "coords": np.concatenate(coords, axis=1) if coords else None,
+            "n_extra": mask.size - n,
+        }
 
     def prepare_latents(self, call, noise, cond):
         """Packed ``(B, N + K, C)`` video tokens: the given latents normalised (else zeros), the
@@ -278,19 +325,22 @@ class LTX2ConditionPipeline(LTX2ConditionedPipeline):
         video = eps * scaled + video * (1 - scaled)
         out = super().prepare_latents(
             dataclasses.replace(call, latents=None, extra={**call.extra, "noise_scale": s}),
-            {**noise, "latents": jnp.zeros((b, video.shape[1] - cond["n_extra"], c), _F32)}, {})
+            {**noise, "latents": jnp.zeros((b, video.shape[1] - cond["n_extra"], c), _F32)},
+            {},
+        )
         return {**out, "latents": video}
 
     def rope_coordinates(self, call, cond, batch: int):
         """The video's coordinates, then the appended tokens'."""
         video, audio = super().rope_coordinates(call, cond, batch)
         if cond["coords"] is not None:
-            video = np.concatenate([video, np.broadcast_to(cond["coords"][None], (batch,) + cond["coords"].shape)],
-                                   axis=2)
+            video = np.concatenate(
+                [video, np.broadcast_to(cond["coords"][None], (batch,) + cond["coords"].shape)], axis=2
+            )
         return video, audio
 
     def final_latents(self, call, latents, cond):
         """Drop the appended tokens; video ``(B, F', H', W', C)``."""
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
-        x = latents["latents"][:, :f * h * w]
+        x = latents["latents"][:, : f * h * w]
         return {**latents, "latents": x.reshape(x.shape[0], f, h, w, x.shape[-1])}

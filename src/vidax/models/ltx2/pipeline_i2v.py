@@ -35,13 +35,15 @@ logger = logging.getLogger("vidax.pipeline")
 
 _F32 = jnp.float32
 
+
 class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
     """LTX-2 image-to-video with its soundtrack: ``pipe(image, prompt, ...)``; keywords as
     :class:`~vidax.models.ltx2.pipeline.LTX2Pipeline`'s plus ``image_crf`` (33, LTX-2.5: 18)."""
 
     task = "i2v"
-    latents_layout = ("(batch, latent channels, latent frames, height/32, width/32), de-normalised (frame 0 is "
-                      "the condition)")
+    latents_layout = (
+        "(batch, latent channels, latent frames, height/32, width/32), de-normalised (frame 0 is the condition)"
+    )
     call_options = LTX2_OPTIONS + (IMAGE_CRF,)
 
     def __call__(self, image=None, prompt=None, negative_prompt=None, **kwargs):
@@ -53,11 +55,16 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
         im = to_rgb_image(one_image(call.image, "LTX2ImageToVideoPipeline takes"))
         crf = call.extra.get("image_crf")
         if call.latents is not None:
-            logger.warning("latents were given: their first latent frame is the conditioning frame and image is not "
-                           "encoded, as in diffusers' LTX2ImageToVideoPipeline")
+            logger.warning(
+                "latents were given: their first latent frame is the conditioning frame and image is not "
+                "encoded, as in diffusers' LTX2ImageToVideoPipeline"
+            )
         elif min(im.size) < 2 and (crf is None or crf):
-            raise InputError(Arg("image", f"{im.width}x{im.height}"), " is too small for the H.264 re-compression "
-                             "(at least 2x2); give a larger image or ", Arg("image_crf", 0))
+            raise InputError(
+                Arg("image", f"{im.width}x{im.height}"),
+                " is too small for the H.264 re-compression (at least 2x2); give a larger image or ",
+                Arg("image_crf", 0),
+            )
 
     def condition(self, call, stats) -> dict:
         """``frame_mask`` (F',) 1 on frame 0, ``mask`` (1, N) and ``clean`` (B or 1, N, C): the
@@ -65,7 +72,7 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
         f, h, w = self.info.latent_grid(call.num_frames, call.height, call.width)
         c = self.info.transformer_config.in_channels
         mask = np.zeros((1, f * h * w), np.float32)
-        mask[:, :h * w] = 1.0
+        mask[:, : h * w] = 1.0
         if call.latents is not None:
             first = self.vae.normalize_latents(jnp.transpose(jnp.asarray(call.latents[:, :, :1]), (0, 2, 3, 4, 1)))
         else:
@@ -82,8 +89,11 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
 
     def step_args(self, call, embeds, cond, state, expert):
         b = call.batch
-        cond = {**cond, "mask": np.broadcast_to(cond["mask"], (b, cond["mask"].shape[1])),
-                "clean": jnp.broadcast_to(cond["clean"], (b,) + cond["clean"].shape[1:])}
+        cond = {
+            **cond,
+            "mask": np.broadcast_to(cond["mask"], (b, cond["mask"].shape[1])),
+            "clean": jnp.broadcast_to(cond["clean"], (b,) + cond["clean"].shape[1:]),
+        }
         return super().step_args(call, embeds, cond, state, expert)
 
     def prepare_latents(self, call, noise, cond):
@@ -95,8 +105,9 @@ class LTX2ImageToVideoPipeline(LTX2ConditionedPipeline):
         given = call.latents is not None
         if given:
             video = self.vae.normalize_latents(video)
-        out = super().prepare_latents(dataclasses.replace(call, latents=None),
-                                      {**noise, "latents": video.reshape(b, f * h * w, c)}, {})
+        out = super().prepare_latents(
+            dataclasses.replace(call, latents=None), {**noise, "latents": video.reshape(b, f * h * w, c)}, {}
+        )
         video = out["latents"]
         s = float(call.extra.get("noise_scale") or 0.0)
         if given and s > 0:

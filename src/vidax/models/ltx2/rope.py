@@ -33,8 +33,8 @@ rotate-half by its slice of the table).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 
@@ -74,9 +74,18 @@ def rope_frequencies(n: int, theta: float, double_precision: bool = True) -> np.
     return (power * _F32(math.pi)) / _F32(2.0)
 
 
-def video_coords(batch: int, num_frames: int, height: int, width: int, fps: float, *,
-                 patch_size: int = 1, patch_size_t: int = 1, scale_factors: Sequence[int] = (8, 32, 32),
-                 causal_offset: int = 1) -> np.ndarray:
+def video_coords(
+    batch: int,
+    num_frames: int,
+    height: int,
+    width: int,
+    fps: float,
+    *,
+    patch_size: int = 1,
+    patch_size_t: int = 1,
+    scale_factors: Sequence[int] = (8, 32, 32),
+    causal_offset: int = 1,
+) -> np.ndarray:
     """The reference's ``prepare_video_coords``: ``(B, 3, N, 2)`` float32 ``[start, end)`` per
     patch (frame bound in seconds, row / column in pixels), patches frame-major.
 
@@ -84,8 +93,10 @@ def video_coords(batch: int, num_frames: int, height: int, width: int, fps: floa
         batch: B; num_frames, height, width: the latent grid; fps: frames per second (> 0).
         patch_size, patch_size_t, scale_factors, causal_offset: the transformer config's.
     """
-    axes = [np.arange(0, n, p, dtype=_F32) for n, p in
-            ((num_frames, patch_size_t), (height, patch_size), (width, patch_size))]
+    axes = [
+        np.arange(0, n, p, dtype=_F32)
+        for n, p in ((num_frames, patch_size_t), (height, patch_size), (width, patch_size))
+    ]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=0)  # (3, F, H, W)
     ends = grid + np.asarray((patch_size_t, patch_size, patch_size), _F32).reshape(3, 1, 1, 1)
     coords = np.stack([grid, ends], axis=-1).reshape(3, -1, 2)
@@ -95,9 +106,17 @@ def video_coords(batch: int, num_frames: int, height: int, width: int, fps: floa
     return np.broadcast_to(pixel[None], (batch, *pixel.shape)).copy()
 
 
-def audio_coords(batch: int, num_frames: int, *, patch_size_t: int = 1, scale_factor: int = 4,
-                 hop_length: int = 160, sampling_rate: int = 16000, causal_offset: int = 1,
-                 shift: int = 0) -> np.ndarray:
+def audio_coords(
+    batch: int,
+    num_frames: int,
+    *,
+    patch_size_t: int = 1,
+    scale_factor: int = 4,
+    hop_length: int = 160,
+    sampling_rate: int = 16000,
+    causal_offset: int = 1,
+    shift: int = 0,
+) -> np.ndarray:
     """The reference's ``prepare_audio_coords``: ``(B, 1, N, 2)`` float32 ``[start, end)`` of
     each latent audio frame in seconds.
 
@@ -117,8 +136,9 @@ def audio_coords(batch: int, num_frames: int, *, patch_size_t: int = 1, scale_fa
     return np.broadcast_to(c[None, None], (batch, 1, *c.shape)).copy()
 
 
-def rope_table(coords: np.ndarray, dim: int, max_positions: Sequence[float], theta: float,
-               double_precision: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def rope_table(
+    coords: np.ndarray, dim: int, max_positions: Sequence[float], theta: float, double_precision: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Half tables of ``LTX2AudioVideoRotaryPosEmbed.forward``.
 
     Args:
@@ -146,8 +166,9 @@ def rope_table(coords: np.ndarray, dim: int, max_positions: Sequence[float], the
     return _cos_sin(ang, dim // 2)
 
 
-def text_rope_table(length: int, dim: int, base_seq_len: int, theta: float,
-                    double_precision: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def text_rope_table(
+    length: int, dim: int, base_seq_len: int, theta: float, double_precision: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Half tables of the connectors' ``LTX2RotaryPosEmbed1d``: position ``i / base_seq_len``.
 
     Returns:

@@ -52,7 +52,7 @@ reference's arithmetic.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -94,22 +94,44 @@ class LTX2VideoTransformerBlock(nnx.Module):
         self.dtype = dtype
         self.residual_dtype = residual_dtype
         affine = "w" if cfg.norm_elementwise_affine else None
-        for name, width in (("norm1", d), ("audio_norm1", da), ("norm2", d), ("audio_norm2", da),
-                            ("audio_to_video_norm", d), ("video_to_audio_norm", da), ("norm3", d),
-                            ("audio_norm3", da)):
+        for name, width in (
+            ("norm1", d),
+            ("audio_norm1", da),
+            ("norm2", d),
+            ("audio_norm2", da),
+            ("audio_to_video_norm", d),
+            ("video_to_audio_norm", da),
+            ("norm3", d),
+            ("audio_norm3", da),
+        ):
             setattr(self, name, RMSNorm(width, cfg.norm_eps, weight=affine, dtype=_F32, param_dtype=param_dtype))
         self.video_q_adaln = cfg.cross_attn_mod
         self.audio_q_adaln = cfg.audio_cross_attn_mod
         layout = LTX2_ROPE_TYPES[cfg.rope_type]
 
         def attn(dim, heads, head_dim, gate, kv_dim=None, context_tokens="replicated"):
-            c = AttentionConfig(dim, heads, head_dim, kv_dim=kv_dim, bias=cfg.attention_bias,
-                                out_bias=cfg.attention_out_bias, qk_norm="rms", qk_norm_eps=QK_NORM_EPS, rope=layout,
-                                rope_full_width=True, gate=gate, context_tokens=context_tokens)
+            c = AttentionConfig(
+                dim,
+                heads,
+                head_dim,
+                kv_dim=kv_dim,
+                bias=cfg.attention_bias,
+                out_bias=cfg.attention_out_bias,
+                qk_norm="rms",
+                qk_norm_eps=QK_NORM_EPS,
+                rope=layout,
+                rope_full_width=True,
+                gate=gate,
+                context_tokens=context_tokens,
+            )
             return Attention(c, attention, dtype, param_dtype, rngs, mesh)
 
-        hv, kv, ha, ka = cfg.num_attention_heads, cfg.attention_head_dim, cfg.audio_num_attention_heads, \
-            cfg.audio_attention_head_dim
+        hv, kv, ha, ka = (
+            cfg.num_attention_heads,
+            cfg.attention_head_dim,
+            cfg.audio_num_attention_heads,
+            cfg.audio_attention_head_dim,
+        )
         self.attn1 = attn(d, hv, kv, cfg.gated_attn)
         self.audio_attn1 = attn(da, ha, ka, cfg.audio_gated_attn)
         self.attn2 = attn(d, hv, kv, cfg.gated_attn, kv_dim=cfg.cross_attention_dim)
@@ -128,7 +150,7 @@ class LTX2VideoTransformerBlock(nnx.Module):
         self.video_a2v_cross_attn_scale_shift_table = _param(rngs, (5, d), 1.0)
         self.audio_a2v_cross_attn_scale_shift_table = _param(rngs, (5, da), 1.0)
 
-    def __call__(self, streams, inputs: "LTX2BlockInputs"):
+    def __call__(self, streams, inputs: LTX2BlockInputs):
         """One block over the streams ``(x (B, N', D), a (B, M', D_a)[, layer])`` -> the same
         structure in the residual dtype (``layer``: this block's index when STG runs)."""
         i = inputs
@@ -147,24 +169,28 @@ class LTX2VideoTransformerBlock(nnx.Module):
         x = gated_add(x, self.attn1(h, rope=i.video_rope, mask=AttentionMask(i.video_valid), perturb=pv), gate, res)
         shift, scale, gate = a_mod[:3]
         h = modulate(self.audio_norm1(a), shift, scale, dt)
-        a = gated_add(a, self.audio_attn1(h, rope=i.audio_rope, mask=AttentionMask(i.audio_valid), perturb=pa),
-                      gate, res)
+        a = gated_add(
+            a, self.audio_attn1(h, rope=i.audio_rope, mask=AttentionMask(i.audio_valid), perturb=pa), gate, res
+        )
 
         # 2. Prompt cross-attention (LTX-2.3: AdaLN of the queries and of the text keys / values).
         ctx, actx = i.context, i.audio_context
         if self.prompt_scale_shift_table is not None:
             # Without prompt_adaln (LTX-2.5's use_prompt_adaln_single=false) the static table alone.
             no_emb = jnp.zeros((1, 1, 1, 1), _F32)
-            for table, emb, is_audio in ((self.prompt_scale_shift_table, i.prompt_mod, False),
-                                         (self.audio_prompt_scale_shift_table, i.audio_prompt_mod, True)):
+            for table, emb, is_audio in (
+                (self.prompt_scale_shift_table, i.prompt_mod, False),
+                (self.audio_prompt_scale_shift_table, i.audio_prompt_mod, True),
+            ):
                 b_kv, s_kv = table_modulation(table[...], no_emb if emb is None else emb)
                 if is_audio:
                     actx = modulate(actx, b_kv, s_kv, dt)
                 else:
                     ctx = modulate(ctx, b_kv, s_kv, dt)
         x = self._prompt_attention(self.attn2, self.norm2, x, ctx, i.kv_mask, v_mod[6:] if self.video_q_adaln else None)
-        a = self._prompt_attention(self.audio_attn2, self.audio_norm2, a, actx, i.audio_kv_mask,
-                                   a_mod[6:] if self.audio_q_adaln else None)
+        a = self._prompt_attention(
+            self.audio_attn2, self.audio_norm2, a, actx, i.audio_kv_mask, a_mod[6:] if self.audio_q_adaln else None
+        )
 
         # 3. Audio <-> video cross-attention (skipped when the modalities are isolated).
         if not i.isolate_modalities:
@@ -176,13 +202,15 @@ class LTX2VideoTransformerBlock(nnx.Module):
             # Rows: a2v scale, a2v shift, v2a scale, v2a shift.
             q = modulate(nx, v_ca[1], v_ca[0], dt)
             kv = modulate(na, a_ca[1], a_ca[0], dt)
-            out = self.audio_to_video_attn(q, kv, rope=i.video_ca_rope, key_rope=i.audio_ca_rope,
-                                           mask=AttentionMask(kv_mask=i.audio_keys))
+            out = self.audio_to_video_attn(
+                q, kv, rope=i.video_ca_rope, key_rope=i.audio_ca_rope, mask=AttentionMask(kv_mask=i.audio_keys)
+            )
             x = gated_add(x, out, v_gate if i.cross_modal_mask is None else v_gate * i.cross_modal_mask, res)
             q = modulate(na, a_ca[3], a_ca[2], dt)
             kv = modulate(nx, v_ca[3], v_ca[2], dt)
-            out = self.video_to_audio_attn(q, kv, rope=i.audio_ca_rope, key_rope=i.video_ca_rope,
-                                           mask=AttentionMask(kv_mask=i.video_keys))
+            out = self.video_to_audio_attn(
+                q, kv, rope=i.audio_ca_rope, key_rope=i.video_ca_rope, mask=AttentionMask(kv_mask=i.video_keys)
+            )
             a = gated_add(a, out, a_gate if i.cross_modal_mask is None else a_gate * i.cross_modal_mask, res)
 
         # 4. Feed-forward.
@@ -280,8 +308,9 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         self.audio_proj_in = linear(cfg.audio_in_channels, da, dtype, param_dtype, rngs)
         prompt = cfg.use_prompt_embeddings
         self.caption_projection = TextProjection(cfg.caption_channels, d, dtype, param_dtype, rngs) if prompt else None
-        self.audio_caption_projection = (TextProjection(cfg.caption_channels, da, dtype, param_dtype, rngs)
-                                         if prompt else None)
+        self.audio_caption_projection = (
+            TextProjection(cfg.caption_channels, da, dtype, param_dtype, rngs) if prompt else None
+        )
         n_v, n_a = (9 if cfg.cross_attn_mod else 6), (9 if cfg.audio_cross_attn_mod else 6)
         self.time_embed = AdaLayerNormSingle(d, n_v, dtype, param_dtype, rngs)
         self.audio_time_embed = AdaLayerNormSingle(da, n_a, dtype, param_dtype, rngs)
@@ -294,8 +323,9 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         pm = cfg.prompt_adaln
         self.prompt_adaln = AdaLayerNormSingle(d, 2, dtype, param_dtype, rngs) if pm else None
         self.audio_prompt_adaln = AdaLayerNormSingle(da, 2, dtype, param_dtype, rngs) if pm else None
-        self.keyframes_abs_pos_embedding = (nnx.Param(jnp.zeros((1, d), _F32))
-                                            if cfg.use_keyframes_abs_pos_embedding else None)
+        self.keyframes_abs_pos_embedding = (
+            nnx.Param(jnp.zeros((1, d), _F32)) if cfg.use_keyframes_abs_pos_embedding else None
+        )
         self.transformer_blocks = stacked(
             lambda r: LTX2VideoTransformerBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
             cfg.num_layers,
@@ -308,18 +338,33 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
 
     # -- RoPE (host) ---------------------------------------------------------------------------
 
-    def rope_coords(self, batch: int, num_frames: int, height: int, width: int, fps: float,
-                    audio_num_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    def rope_coords(
+        self, batch: int, num_frames: int, height: int, width: int, fps: float, audio_num_frames: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The reference's ``rope.prepare_video_coords`` and ``audio_rope.prepare_audio_coords``
         (numpy float32): ``(B, 3, N, 2)`` and ``(B, 1, M, 2)`` (what the pipelines pass as
         ``video_coords`` / ``audio_coords``)."""
         c = self.config
-        v = ltx2_rope.video_coords(batch, num_frames, height, width, fps, patch_size=c.patch_size,
-                                   patch_size_t=c.patch_size_t, scale_factors=c.vae_scale_factors,
-                                   causal_offset=c.causal_offset)
-        a = ltx2_rope.audio_coords(batch, audio_num_frames, patch_size_t=c.audio_patch_size_t,
-                                   scale_factor=c.audio_scale_factor, hop_length=c.audio_hop_length,
-                                   sampling_rate=c.audio_sampling_rate, causal_offset=c.causal_offset)
+        v = ltx2_rope.video_coords(
+            batch,
+            num_frames,
+            height,
+            width,
+            fps,
+            patch_size=c.patch_size,
+            patch_size_t=c.patch_size_t,
+            scale_factors=c.vae_scale_factors,
+            causal_offset=c.causal_offset,
+        )
+        a = ltx2_rope.audio_coords(
+            batch,
+            audio_num_frames,
+            patch_size_t=c.audio_patch_size_t,
+            scale_factor=c.audio_scale_factor,
+            hop_length=c.audio_hop_length,
+            sampling_rate=c.audio_sampling_rate,
+            causal_offset=c.causal_offset,
+        )
         return v, a
 
     def rope_tables(self, video_coords: np.ndarray, audio_coords: np.ndarray) -> tuple[tuple, tuple, tuple, tuple]:
@@ -342,8 +387,9 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         audio_length = self.sequence_length(audio_coords.shape[2])[0]
         theta, dp = c.rope_theta, c.rope_double_precision
         cross_base = max(c.pos_embed_max_pos, c.audio_pos_embed_max_pos)
-        vid = ltx2_rope.rope_table(video_coords, c.inner_dim, (c.pos_embed_max_pos, c.base_height, c.base_width),
-                                   theta, dp)
+        vid = ltx2_rope.rope_table(
+            video_coords, c.inner_dim, (c.pos_embed_max_pos, c.base_height, c.base_width), theta, dp
+        )
         aud = ltx2_rope.rope_table(audio_coords, c.audio_inner_dim, (c.audio_pos_embed_max_pos,), theta, dp)
         vca = ltx2_rope.rope_table(video_coords[:, :1], c.audio_cross_attention_dim, (cross_base,), theta, dp)
         aca = ltx2_rope.rope_table(audio_coords[:, :1], c.audio_cross_attention_dim, (cross_base,), theta, dp)
@@ -362,8 +408,12 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                 out.append(jnp.asarray(t))
             return tuple(out)
 
-        return (finish(vid, video_length), finish(aud, audio_length),
-                finish(vca, video_length, c.num_attention_heads if chunked else None), finish(aca, audio_length))
+        return (
+            finish(vid, video_length),
+            finish(aud, audio_length),
+            finish(vca, video_length, c.num_attention_heads if chunked else None),
+            finish(aca, audio_length),
+        )
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -438,50 +488,71 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         cfg = self.config
         name = type(self).__name__
         b, n_v = self._check_tokens(hidden_states, cfg.in_channels, "hidden_states", "in_channels")
-        b_a, n_a = self._check_tokens(audio_hidden_states, cfg.audio_in_channels, "audio_hidden_states",
-                                      "audio_in_channels")
+        b_a, n_a = self._check_tokens(
+            audio_hidden_states, cfg.audio_in_channels, "audio_hidden_states", "audio_in_channels"
+        )
         if b_a != b:
             raise InputError(f"{name}: audio_hidden_states batch {b_a} must equal hidden_states batch {b}.")
         audio_timestep = timestep if audio_timestep is None else audio_timestep
         audio_sigma = sigma if audio_sigma is None else audio_sigma
         for key, t, n in (("timestep", timestep, n_v), ("audio_timestep", audio_timestep, n_a)):
             if tuple(jnp.shape(t)) not in ((b,), (b, 1), (b, n)):
-                raise InputError(f"{name}: {key} must be (B,)=({b},), (B, 1) or (B, tokens)=({b}, {n}); "
-                                 f"got {tuple(jnp.shape(t))}.")
+                raise InputError(
+                    f"{name}: {key} must be (B,)=({b},), (B, 1) or (B, tokens)=({b}, {n}); got {tuple(jnp.shape(t))}."
+                )
         if cfg.prompt_adaln or use_cross_timestep:
             for key, s in (("sigma", sigma), ("audio_sigma", audio_sigma)):
                 if s is None or tuple(jnp.shape(s)) not in ((b,), (b, 1)):
-                    raise InputError(f"{name}: {key} must be (B,)=({b},) for the prompt AdaLN / use_cross_timestep; "
-                                     f"got {None if s is None else tuple(jnp.shape(s))}.")
+                    raise InputError(
+                        f"{name}: {key} must be (B,)=({b},) for the prompt AdaLN / use_cross_timestep; "
+                        f"got {None if s is None else tuple(jnp.shape(s))}."
+                    )
         text_w = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.cross_attention_dim
         audio_text_w = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.audio_cross_attention_dim
         self.check_text(encoder_hidden_states, b, text_w, "")
-        if (audio_encoder_hidden_states.ndim != 3 or audio_encoder_hidden_states.shape[0] != b
-                or audio_encoder_hidden_states.shape[-1] != audio_text_w):
-            raise InputError(f"{name}: audio_encoder_hidden_states must be (B={b}, L, {audio_text_w}); "
-                             f"got {tuple(audio_encoder_hidden_states.shape)}.")
+        if (
+            audio_encoder_hidden_states.ndim != 3
+            or audio_encoder_hidden_states.shape[0] != b
+            or audio_encoder_hidden_states.shape[-1] != audio_text_w
+        ):
+            raise InputError(
+                f"{name}: audio_encoder_hidden_states must be (B={b}, L, {audio_text_w}); "
+                f"got {tuple(audio_encoder_hidden_states.shape)}."
+            )
         stg = tuple(spatio_temporal_guidance_blocks or ())
         if stg and not cfg.perturbed_attn:
-            raise InputError(f"{name}: spatio_temporal_guidance_blocks={list(stg)} needs a perturbed_attn=true "
-                             "checkpoint (the reference's other attention ignores it).")
+            raise InputError(
+                f"{name}: spatio_temporal_guidance_blocks={list(stg)} needs a perturbed_attn=true "
+                "checkpoint (the reference's other attention ignores it)."
+            )
         if any(not isinstance(i, int) or not 0 <= i < cfg.num_layers for i in stg):
-            raise InputError(f"{name}: spatio_temporal_guidance_blocks={list(stg)} must be block indices in "
-                             f"[0, {cfg.num_layers}).")
+            raise InputError(
+                f"{name}: spatio_temporal_guidance_blocks={list(stg)} must be block indices in [0, {cfg.num_layers})."
+            )
 
         # RoPE tables on the host (float64 frequencies), rows padded to the mesh lengths.
         len_v, valid_v = self.sequence_length(n_v)
         len_a, valid_a = self.sequence_length(n_a)
         if rope is not None:
-            if not (isinstance(rope, (tuple, list)) and len(rope) == 4 and all(len(r) == 2 for r in rope)
-                    and rope[0][0].shape[-2] == len_v and rope[1][0].shape[-2] == len_a):
-                raise InputError(f"{name}: rope must be the four (cos, sin) pairs of rope_tables() for {n_v} video "
-                                 f"and {n_a} audio tokens.")
+            if not (
+                isinstance(rope, (tuple, list))
+                and len(rope) == 4
+                and all(len(r) == 2 for r in rope)
+                and rope[0][0].shape[-2] == len_v
+                and rope[1][0].shape[-2] == len_a
+            ):
+                raise InputError(
+                    f"{name}: rope must be the four (cos, sin) pairs of rope_tables() for {n_v} video "
+                    f"and {n_a} audio tokens."
+                )
             video_rope, audio_rope, video_ca_rope, audio_ca_rope = (tuple(p) for p in rope)
         elif video_coords is None or audio_coords is None:
             grid = (num_frames, height, width, audio_num_frames)
             if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in grid):
-                raise InputError(f"{name}: without video_coords / audio_coords, num_frames, height, width and "
-                                 f"audio_num_frames must be positive Python ints; got {grid!r}.")
+                raise InputError(
+                    f"{name}: without video_coords / audio_coords, num_frames, height, width and "
+                    f"audio_num_frames must be positive Python ints; got {grid!r}."
+                )
             if not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0):
                 raise InputError(f"{name}: fps={fps!r} must be a positive number (frames per second).")
             vc, ac = self.rope_coords(b, num_frames, height, width, float(fps), audio_num_frames)
@@ -496,8 +567,10 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         x = self.proj_in(hidden_states.astype(dt))
         if self.keyframes_abs_pos_embedding is not None and video_keyframes_mask is not None:
             if tuple(jnp.shape(video_keyframes_mask)) != (b, n_v, 1):
-                raise InputError(f"{name}: video_keyframes_mask must be (B, N, 1)=({b}, {n_v}, 1); "
-                                 f"got {tuple(jnp.shape(video_keyframes_mask))}.")
+                raise InputError(
+                    f"{name}: video_keyframes_mask must be (B, N, 1)=({b}, {n_v}, 1); "
+                    f"got {tuple(jnp.shape(video_keyframes_mask))}."
+                )
             marker = (jnp.asarray(video_keyframes_mask) > 0).astype(dt)
             x = x + marker * self.keyframes_abs_pos_embedding[...].astype(dt)
         x = pad_tokens(x, len_v)
@@ -538,18 +611,42 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         stg_layers = pmask = None
         if stg:
             stg_layers = jnp.zeros((cfg.num_layers,), bool).at[jnp.asarray(stg)].set(True)
-            pmask = (jnp.zeros((b,), _F32) if perturbation_mask is None
-                     else jnp.asarray(perturbation_mask, _F32).reshape(b))
+            pmask = (
+                jnp.zeros((b,), _F32) if perturbation_mask is None else jnp.asarray(perturbation_mask, _F32).reshape(b)
+            )
         streams = (self.stream(x), self.stream(a))
         if stg:
             streams = (*streams, jnp.zeros((1, 1, 1), jnp.int32))
         inputs = LTX2BlockInputs(
-            context, audio_context, _text_mask(encoder_attention_mask), _text_mask(audio_encoder_attention_mask),
-            video_mod, audio_mod, prompt_mod, audio_prompt_mod, video_ca_mod, video_ca_gate, audio_ca_mod,
-            audio_ca_gate, video_rope, audio_rope, video_ca_rope, audio_ca_rope, video_temb, audio_temb,
-            key_mask(n_v, len_v), key_mask(n_a, len_a), stg_layers, pmask,
+            context,
+            audio_context,
+            _text_mask(encoder_attention_mask),
+            _text_mask(audio_encoder_attention_mask),
+            video_mod,
+            audio_mod,
+            prompt_mod,
+            audio_prompt_mod,
+            video_ca_mod,
+            video_ca_gate,
+            audio_ca_mod,
+            audio_ca_gate,
+            video_rope,
+            audio_rope,
+            video_ca_rope,
+            audio_ca_rope,
+            video_temb,
+            audio_temb,
+            key_mask(n_v, len_v),
+            key_mask(n_a, len_a),
+            stg_layers,
+            pmask,
             None if cross_modal_mask is None else jnp.asarray(cross_modal_mask, _F32).reshape(b, 1, 1),
-            valid_v, valid_a, n_v, n_a, bool(isolate_modalities))
+            valid_v,
+            valid_a,
+            n_v,
+            n_a,
+            bool(isolate_modalities),
+        )
         return streams, inputs
 
     def head(self, x: tuple, inputs: LTX2BlockInputs) -> tuple[jax.Array, jax.Array]:
@@ -566,14 +663,18 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
 
     def _check_tokens(self, x, channels, key, field):
         if x.ndim != 3 or x.shape[-1] != channels:
-            raise InputError(f"{type(self).__name__}: {key} must be packed tokens (B, tokens, {field}={channels}); "
-                             f"got shape {tuple(x.shape)}.")
+            raise InputError(
+                f"{type(self).__name__}: {key} must be packed tokens (B, tokens, {field}={channels}); "
+                f"got shape {tuple(x.shape)}."
+            )
         return x.shape[:2]
 
     def _host_coords(self, coords, key, shape):
         if isinstance(coords, jax.core.Tracer):
-            raise InputError(f"{type(self).__name__}: {key} must be a concrete (host) array: the RoPE tables are "
-                             "computed in numpy float64; pass it outside jit.")
+            raise InputError(
+                f"{type(self).__name__}: {key} must be a concrete (host) array: the RoPE tables are "
+                "computed in numpy float64; pass it outside jit."
+            )
         c = np.asarray(coords, np.float32)
         if c.shape != shape:
             raise InputError(f"{type(self).__name__}: {key} must have shape {shape}; got {c.shape}.")

@@ -41,8 +41,9 @@ from vidax.pipelines.base import finite_array
 from vidax.pipelines.common import VideoPipelineOutput
 
 
-def unpack_video_latents(latents: np.ndarray, grid: tuple[int, int, int], patch_size: int,
-                         patch_size_t: int) -> np.ndarray:
+def unpack_video_latents(
+    latents: np.ndarray, grid: tuple[int, int, int], patch_size: int, patch_size_t: int
+) -> np.ndarray:
     """Packed ``(B, F H W, C pt p p)`` -> ``(B, C, F pt, H p, W p)``: ``LTX2Pipeline._unpack_latents``
     (the inverse of its packing; ``grid`` = ``(F, H, W)``, the token count ``F H W``)."""
     f, h, w = grid
@@ -62,31 +63,71 @@ class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
     (False): the given latents are normalised (de-normalised before the upsampler).
     """
 
-    latents_layout = ("(batch, latent channels, latent frames, height/32, width/32) un-normalised, or packed "
-                      "(batch, latent frames x height/32 x width/32, latent channels)")
+    latents_layout = (
+        "(batch, latent channels, latent frames, height/32, width/32) un-normalised, or packed "
+        "(batch, latent frames x height/32 x width/32, latent channels)"
+    )
     latents_hint = ""
     normalize_output = False
-    upsample_call_args = ("video", "height", "width", "num_frames", "spatial_patch_size", "temporal_patch_size",
-                          "latents", "latents_normalized", "decode_timestep", "decode_noise_scale", "adain_factor",
-                          "tone_map_compression_ratio", "seed", "output_type", "progress")
+    upsample_call_args = (
+        "video",
+        "height",
+        "width",
+        "num_frames",
+        "spatial_patch_size",
+        "temporal_patch_size",
+        "latents",
+        "latents_normalized",
+        "decode_timestep",
+        "decode_noise_scale",
+        "adain_factor",
+        "tone_map_compression_ratio",
+        "seed",
+        "output_type",
+        "progress",
+    )
 
     @classmethod
     def read_checkpoint(cls, checkpoint: Checkpoint) -> LTXUpsampleInfo:
         # LTX2LatentUpsamplePipeline.__call__'s defaults: 512x768, 121 frames; LTX-2's 24 fps.
-        defaults = CallDefaults(height=512, width=768, num_frames=121, num_inference_steps=1, guidance_scale=1.0,
-                                max_sequence_length=1, fps=24)
-        return read_ltx_upsample_checkpoint(checkpoint, vae_config=LTX2VideoVAEConfig,
-                                            upsampler_config=LTX2LatentUpsamplerConfig, name="LTX-2",
-                                            pipeline=cls.__name__, defaults=defaults)
+        defaults = CallDefaults(
+            height=512,
+            width=768,
+            num_frames=121,
+            num_inference_steps=1,
+            guidance_scale=1.0,
+            max_sequence_length=1,
+            fps=24,
+        )
+        return read_ltx_upsample_checkpoint(
+            checkpoint,
+            vae_config=LTX2VideoVAEConfig,
+            upsampler_config=LTX2LatentUpsamplerConfig,
+            name="LTX-2",
+            pipeline=cls.__name__,
+            defaults=defaults,
+        )
 
-    def check_upsample_call(self, video: Any = None, height: int = 512, width: int = 768, num_frames: int = 121,
-                            spatial_patch_size: int = 1, temporal_patch_size: int = 1, latents: Any = None,
-                            latents_normalized: bool = False, **kwargs: Any) -> UpsampleCall:
+    def check_upsample_call(
+        self,
+        video: Any = None,
+        height: int = 512,
+        width: int = 768,
+        num_frames: int = 121,
+        spatial_patch_size: int = 1,
+        temporal_patch_size: int = 1,
+        latents: Any = None,
+        latents_normalized: bool = False,
+        **kwargs: Any,
+    ) -> UpsampleCall:
         """LTX-Video's checks (InputError) with packed ``latents`` unpacked first, and the LTX-2
         keywords: ``num_frames`` and the patch sizes positive integers, ``latents_normalized`` a
         bool (read only with ``latents``, as the reference)."""
-        for name, value in (("num_frames", num_frames), ("spatial_patch_size", spatial_patch_size),
-                            ("temporal_patch_size", temporal_patch_size)):
+        for name, value in (
+            ("num_frames", num_frames),
+            ("spatial_patch_size", spatial_patch_size),
+            ("temporal_patch_size", temporal_patch_size),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise InputError(Arg(name, value), " must be a positive integer")
         if not isinstance(latents_normalized, (bool, np.bool_)):
@@ -95,17 +136,25 @@ class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
         if latents is not None and np.ndim(latents) == 3:
             latents = finite_array("latents", latents)
             s = v.spatial_compression
-            sizes_ok = all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x > 0 and x % s == 0
-                           for x in (height, width))
+            sizes_ok = all(
+                isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x > 0 and x % s == 0
+                for x in (height, width)
+            )
             if sizes_ok:  # (else the shared check names the size)
                 grid = ((num_frames - 1) // v.temporal_compression + 1, height // s, width // s)
                 volume = int(temporal_patch_size) * int(spatial_patch_size) ** 2
                 if latents.shape[1] != math.prod(grid) or latents.shape[2] % volume:
                     raise InputError(
-                        Arg("latents"), f" have shape {tuple(latents.shape)}; packed latents of ",
-                        Arg("num_frames", num_frames), ", ", Arg("height", height), ", ", Arg("width", width),
+                        Arg("latents"),
+                        f" have shape {tuple(latents.shape)}; packed latents of ",
+                        Arg("num_frames", num_frames),
+                        ", ",
+                        Arg("height", height),
+                        ", ",
+                        Arg("width", width),
                         f" are (batch, {math.prod(grid)} tokens ({' x '.join(map(str, grid))}), latent channels x "
-                        f"{volume} (temporal_patch_size x spatial_patch_size**2))")
+                        f"{volume} (temporal_patch_size x spatial_patch_size**2))",
+                    )
                 latents = unpack_video_latents(latents, grid, int(spatial_patch_size), int(temporal_patch_size))
         call = super().check_upsample_call(video=video, height=height, width=width, latents=latents, **kwargs)
         return dataclasses.replace(call, latents_normalized=latents is not None and bool(latents_normalized))
@@ -119,9 +168,17 @@ class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
         are, so they are normalised here and come back to float32 rounding (~1e-7 relative)."""
         return self.vae.normalize_latents(latents)
 
-    def __call__(self, video: Any = None, height: int = 512, width: int = 768, num_frames: int = 121,
-                 spatial_patch_size: int = 1, temporal_patch_size: int = 1, latents: Any = None,
-                 **kwargs: Any) -> VideoPipelineOutput:
+    def __call__(
+        self,
+        video: Any = None,
+        height: int = 512,
+        width: int = 768,
+        num_frames: int = 121,
+        spatial_patch_size: int = 1,
+        temporal_patch_size: int = 1,
+        latents: Any = None,
+        **kwargs: Any,
+    ) -> VideoPipelineOutput:
         """Upsample (see the class docstring; keywords of :meth:`check_upsample_call`).
 
         Returns:
@@ -131,6 +188,13 @@ class LTX2LatentUpsamplePipeline(LTXLatentUpsamplePipeline):
         Raises:
             InputError: an invalid argument (before any work). NumericalError: NaN/Inf in the decode.
         """
-        return super().__call__(video, height, width, latents, num_frames=num_frames,
-                                spatial_patch_size=spatial_patch_size, temporal_patch_size=temporal_patch_size,
-                                **kwargs)
+        return super().__call__(
+            video,
+            height,
+            width,
+            latents,
+            num_frames=num_frames,
+            spatial_patch_size=spatial_patch_size,
+            temporal_patch_size=temporal_patch_size,
+            **kwargs,
+        )

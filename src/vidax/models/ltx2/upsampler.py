@@ -53,8 +53,14 @@ class BlurDownsample(nnx.Module):
         c = x.shape[-1]
         kernel = jnp.broadcast_to(self.kernel[...].astype(x.dtype), (_BLUR, _BLUR, 1, c))
         pad = _BLUR // 2
-        return jax.lax.conv_general_dilated(x, kernel, (self.stride, self.stride), ((pad, pad), (pad, pad)),
-                                            dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=c)
+        return jax.lax.conv_general_dilated(
+            x,
+            kernel,
+            (self.stride, self.stride),
+            ((pad, pad), (pad, pad)),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=c,
+        )
 
 
 class SpatialRationalResampler(nnx.Module):

@@ -108,8 +108,9 @@ class ConvTranspose1d(nnx.Module):
     """torch ``nn.ConvTranspose1d`` on ``(B, T, C_in)`` -> ``(B, (T - 1) s - 2 p + K, C_out)``;
     ``kernel (K, C_out, C_in)`` (the torch weight ``(C_in, C_out, K)`` reversed), ``bias (C_out,)``."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, padding: int, *, dtype, param_dtype,
-                 rngs: nnx.Rngs):
+    def __init__(
+        self, cin: int, cout: int, kernel: int, stride: int, padding: int, *, dtype, param_dtype, rngs: nnx.Rngs
+    ):
         self.stride, self.pad, self.dtype = stride, padding, dtype
         self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), (kernel, cout, cin), param_dtype))
         self.bias = nnx.Param(jnp.zeros((cout,), param_dtype))
@@ -117,9 +118,14 @@ class ConvTranspose1d(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         w = self.kernel[...].astype(self.dtype)
         k = w.shape[0]
-        y = jax.lax.conv_general_dilated(x.astype(self.dtype), jnp.transpose(w[::-1], (0, 2, 1)), (1,),
-                                         [(k - 1 - self.pad, k - 1 - self.pad)], lhs_dilation=(self.stride,),
-                                         dimension_numbers=_DN)
+        y = jax.lax.conv_general_dilated(
+            x.astype(self.dtype),
+            jnp.transpose(w[::-1], (0, 2, 1)),
+            (1,),
+            [(k - 1 - self.pad, k - 1 - self.pad)],
+            lhs_dilation=(self.stride,),
+            dimension_numbers=_DN,
+        )
         return y + self.bias[...].astype(self.dtype)
 
 
@@ -199,14 +205,25 @@ class ResBlock(nnx.Module):
     """``ResBlock``: per dilation, ``x += conv2(act2(conv1(act1(x))))`` (``conv1`` dilated,
     'same' padding: torch's, whose odd total ``d (k - 1)`` of an even kernel pads one more on the right)."""
 
-    def __init__(self, cfg: LTX2VocoderConfig, channels: int, kernel: int, dilations: tuple[int, ...], *,
-                 dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        cfg: LTX2VocoderConfig,
+        channels: int,
+        kernel: int,
+        dilations: tuple[int, ...],
+        *,
+        dtype,
+        param_dtype,
+        rngs: nnx.Rngs,
+    ):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.convs1 = nnx.List([Conv(channels, channels, (kernel,), dilation=(d,), padding=(_same(kernel, d),), **kw)
-                                for d in dilations])
+        self.convs1 = nnx.List(
+            [Conv(channels, channels, (kernel,), dilation=(d,), padding=(_same(kernel, d),), **kw) for d in dilations]
+        )
         self.acts1 = nnx.List([_activation(cfg, channels) for _ in dilations])
-        self.convs2 = nnx.List([Conv(channels, channels, (kernel,), padding=(_same(kernel, 1),), **kw)
-                                for _ in dilations])
+        self.convs2 = nnx.List(
+            [Conv(channels, channels, (kernel,), padding=(_same(kernel, 1),), **kw) for _ in dilations]
+        )
         self.acts2 = nnx.List([_activation(cfg, channels) for _ in dilations])
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -222,10 +239,16 @@ def _mel_features(mel, features: int, name: str) -> jax.Array:
         InputError: another shape, or not floating point.
     """
     mel = jnp.asarray(mel)
-    if (mel.ndim != 4 or mel.shape[1] * mel.shape[3] != features or min(mel.shape) < 1
-            or not jnp.issubdtype(mel.dtype, jnp.floating)):
-        raise InputError(f"{name} must be a floating point mel spectrogram (batch, channels, frames, mel_bins) with "
-                         f"channels * mel_bins = {features}; got shape {tuple(mel.shape)} dtype {mel.dtype}")
+    if (
+        mel.ndim != 4
+        or mel.shape[1] * mel.shape[3] != features
+        or min(mel.shape) < 1
+        or not jnp.issubdtype(mel.dtype, jnp.floating)
+    ):
+        raise InputError(
+            f"{name} must be a floating point mel spectrogram (batch, channels, frames, mel_bins) with "
+            f"channels * mel_bins = {features}; got shape {tuple(mel.shape)} dtype {mel.dtype}"
+        )
     b, c, t, m = mel.shape
     return jnp.transpose(mel, (0, 2, 1, 3)).reshape(b, t, c * m)
 
@@ -256,7 +279,9 @@ class LTX2Vocoder(nnx.Module):
         for stride, k in zip(cfg.upsample_factors, cfg.upsample_kernel_sizes):
             ups.append(ConvTranspose1d(width, width // 2, k, stride, (k - stride) // 2, **kw))
             width //= 2
-            resnets += [ResBlock(cfg, width, rk, d, **kw) for rk, d in zip(cfg.resnet_kernel_sizes, cfg.resnet_dilations)]
+            resnets += [
+                ResBlock(cfg, width, rk, d, **kw) for rk, d in zip(cfg.resnet_kernel_sizes, cfg.resnet_dilations)
+            ]
         self.upsamplers = nnx.List(ups)
         self.resnets = nnx.List(resnets)
         self.act_out = _activation(cfg, width, final=True)
@@ -364,8 +389,14 @@ class LTX2VocoderWithBWE(nnx.Module):
         frames, m = mel.shape[1], mel.shape[2]
         mel = jnp.transpose(mel.reshape(b, c, frames, m), (0, 2, 1, 3)).reshape(b, frames, c * m)
         residual = self.bwe_generator.forward(mel.astype(self.dtype))
-        skip = _upsample(wave.astype(_F32), jnp.asarray(self.resampler_filter, _F32), self.ratio, self.pad,
-                         self.pad_left, self.pad_right)
+        skip = _upsample(
+            wave.astype(_F32),
+            jnp.asarray(self.resampler_filter, _F32),
+            self.ratio,
+            self.pad,
+            self.pad_left,
+            self.pad_right,
+        )
         out = jnp.clip(residual.astype(_F32) + skip, -1, 1)
         return out[:, : n * cfg.output_sampling_rate // cfg.input_sampling_rate]
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, ClassVar, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
+from vidax.checkpoint import TASK_NAMES, CallDefaults, Checkpoint, CheckpointInfo
 from vidax.config import ConfigBase, TransformerConfig
 from vidax.errors import ConfigError
-from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo
-from vidax.checkpoint import TASK_NAMES
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -84,8 +84,16 @@ class WanTransformerConfig(TransformerConfig):
             bad("patch_size", p, "expected three positive ints (p_t, p_h, p_w)")
         self.check_positive(
             source,
-            ("num_attention_heads", "attention_head_dim", "in_channels", "text_dim", "freq_dim", "ffn_dim",
-             "num_layers", "rope_max_seq_len"),
+            (
+                "num_attention_heads",
+                "attention_head_dim",
+                "in_channels",
+                "text_dim",
+                "freq_dim",
+                "ffn_dim",
+                "num_layers",
+                "rope_max_seq_len",
+            ),
             nullable=("out_channels", "image_dim", "added_kv_proj_dim", "pos_embed_seq_len"),
         )
         if self.freq_dim < 2:
@@ -93,12 +101,14 @@ class WanTransformerConfig(TransformerConfig):
         t, h, w = self.rope_split
         if self.attention_head_dim % 2:
             bad(
-                "attention_head_dim", self.attention_head_dim,
+                "attention_head_dim",
+                self.attention_head_dim,
                 f"the reference splits it into rotary (T, H, W) parts {(t, h, w)} that must all be even",
             )
         if self.qk_norm != "rms_norm_across_heads":
             bad(
-                "qk_norm", self.qk_norm,
+                "qk_norm",
+                self.qk_norm,
                 "diffusers' WanTransformer3DModel always applies RMSNorm across heads; only "
                 "'rms_norm_across_heads' is accepted",
             )
@@ -114,7 +124,8 @@ class WanTransformerConfig(TransformerConfig):
             and self.added_kv_proj_dim != self.inner_dim
         ):
             bad(
-                "added_kv_proj_dim", self.added_kv_proj_dim,
+                "added_kv_proj_dim",
+                self.added_kv_proj_dim,
                 f"the image embedder outputs num_attention_heads*attention_head_dim={self.inner_dim} "
                 "features, which the image key/value projections take",
             )
@@ -242,9 +253,11 @@ class WanVAEConfig(ConfigBase):
             raise ConfigError(f"{source}: dim_mult={self.dim_mult!r} must be a non-empty list")
         for m in self.dim_mult:
             positive_int("dim_mult entry", m)
-        if not isinstance(self.temperal_downsample, tuple) or len(self.temperal_downsample) != len(
-            self.dim_mult
-        ) - 1 or not all(isinstance(t, bool) for t in self.temperal_downsample):
+        if (
+            not isinstance(self.temperal_downsample, tuple)
+            or len(self.temperal_downsample) != len(self.dim_mult) - 1
+            or not all(isinstance(t, bool) for t in self.temperal_downsample)
+        ):
             raise ConfigError(
                 f"{source}: temperal_downsample={self.temperal_downsample!r} must be a list of "
                 f"{len(self.dim_mult) - 1} booleans (len(dim_mult) - 1)"
@@ -327,8 +340,9 @@ def _residual_shortcuts(config: WanVAEConfig) -> Iterator[tuple[str, int, int, i
 
 
 #: ``WanPipeline.__call__``'s defaults in diffusers, and the fps of its examples.
-WAN_DEFAULTS = CallDefaults(height=480, width=832, num_frames=81, num_inference_steps=50, guidance_scale=5.0,
-                            max_sequence_length=512, fps=16)
+WAN_DEFAULTS = CallDefaults(
+    height=480, width=832, num_frames=81, num_inference_steps=50, guidance_scale=5.0, max_sequence_length=512, fps=16
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,9 +374,13 @@ def _variant(tasks, configs, vae: WanVAEConfig, boundary, expand) -> str:
     elif len(configs) == 2:
         name = f"Wan2.2 A14B {'T2V' if tasks == ('t2v',) else 'I2V'} (two experts, boundary_ratio={boundary})"
     elif tasks == ("i2v",):
-        name = ("Wan2.1 FLF2V (CLIP features of the first and last frames)" if configs[0].pos_embed_seq_len
-                else "Wan2.1 I2V (CLIP image encoder)" if configs[0].image_dim is not None
-                else "Wan I2V (no image encoder)")
+        name = (
+            "Wan2.1 FLF2V (CLIP features of the first and last frames)"
+            if configs[0].pos_embed_seq_len
+            else "Wan2.1 I2V (CLIP image encoder)"
+            if configs[0].image_dim is not None
+            else "Wan I2V (no image encoder)"
+        )
     else:
         name = "Wan2.1 T2V"
     return f"{name}: {names}"
@@ -382,16 +400,20 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
     expand = ckpt.index.get("expand_timesteps", False)
     if not isinstance(expand, bool):
         raise ConfigError(f"{src}: expand_timesteps={expand!r} must be true or false")
-    if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, (int, float))
-                                 or not 0.0 <= boundary <= 1.0):
+    if boundary is not None and (
+        isinstance(boundary, bool) or not isinstance(boundary, (int, float)) or not 0.0 <= boundary <= 1.0
+    ):
         raise ConfigError(f"{src}: boundary_ratio={boundary!r} must be null or a number in [0, 1]")
     names = ["transformer"]
     if boundary is not None and not ckpt.has("transformer_2"):
-        raise ConfigError(f"{src}: boundary_ratio={boundary!r} hands the low-noise steps to transformer_2, "
-                          "but the checkpoint has no transformer_2; set boundary_ratio to null or add it")
+        raise ConfigError(
+            f"{src}: boundary_ratio={boundary!r} hands the low-noise steps to transformer_2, "
+            "but the checkpoint has no transformer_2; set boundary_ratio to null or add it"
+        )
     if ckpt.has("transformer_2") and boundary is None:
-        logger.warning("%s: transformer_2 is never used without a boundary_ratio (as in diffusers); "
-                       "not loading it", src)
+        logger.warning(
+            "%s: transformer_2 is never used without a boundary_ratio (as in diffusers); not loading it", src
+        )
     elif ckpt.has("transformer_2"):
         ckpt.folder("transformer_2")
         names.append("transformer_2")
@@ -412,28 +434,36 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
                     raise ConfigError(
                         f"{file}: pos_embed_seq_len={c.pos_embed_seq_len} must be twice the CLIP tokens of one "
                         f"image ({tokens}: image_size={size} / patch_size={patch}, squared, + 1, in "
-                        f"{ckpt.config_file('image_encoder')}): the first and the last image's features")
+                        f"{ckpt.config_file('image_encoder')}): the first and the last image's features"
+                    )
         if c.out_dim != z:
             raise ConfigError(f"{file}: out_channels={c.out_dim} must equal the VAE's z_dim={z}")
         if (c.in_channels, tuple(c.patch_size)) != (first.in_channels, tuple(first.patch_size)):
             raise ConfigError(
                 f"{file}: in_channels={c.in_channels}, patch_size={list(c.patch_size)} differ from "
                 f"transformer/config.json ({first.in_channels}, {list(first.patch_size)}); both "
-                "experts denoise the same latents")
+                "experts denoise the same latents"
+            )
         if c.image_dim is not None and not ckpt.has("image_encoder"):
-            raise ConfigError(f"{file}: image_dim={c.image_dim} takes CLIP image features, but {src} names "
-                              "no image_encoder (the reference pipeline cannot run this combination either)")
+            raise ConfigError(
+                f"{file}: image_dim={c.image_dim} takes CLIP image features, but {src} names "
+                "no image_encoder (the reference pipeline cannot run this combination either)"
+            )
     want = {z: ("t2v",), 2 * z + 4: ("i2v",)}
     if expand:
         if first.in_channels != z:
-            raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={first.in_channels}; with "
-                              f"expand_timesteps the latents go in as they are, so it must be z_dim={z}")
+            raise ConfigError(
+                f"{ckpt.config_file('transformer')}: in_channels={first.in_channels}; with "
+                f"expand_timesteps the latents go in as they are, so it must be z_dim={z}"
+            )
         tasks = ("t2v", "i2v")
     elif first.in_channels in want:
         tasks = want[first.in_channels]
     else:
-        raise ConfigError(f"{ckpt.config_file('transformer')}: in_channels={first.in_channels} fits neither "
-                          f"text-to-video (z_dim={z}) nor image-to-video (2 * z_dim + 4 = {2 * z + 4})")
+        raise ConfigError(
+            f"{ckpt.config_file('transformer')}: in_channels={first.in_channels} fits neither "
+            f"text-to-video (z_dim={z}) nor image-to-video (2 * z_dim + 4 = {2 * z + 4})"
+        )
     s = vae.spatial_compression
     _, ph, pw = first.patch_size
     multiple = (int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw)))
@@ -441,7 +471,15 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
     if multiple != (s * ph, s * pw):  # vidax's multiple of 16 (the product alone is smaller or other)
         reason += ", and multiples of 16"
     return WanInfo(
-        checkpoint=ckpt, tasks=tasks, variant=_variant(tasks, configs, vae, boundary, expand),
-        defaults=WAN_DEFAULTS.for_checkpoint(ckpt), transformers=tuple(names),
-        size_multiple=multiple, size_reason=reason,
-        transformer_configs=configs, vae_config=vae, boundary_ratio=boundary, expand_timesteps=expand)
+        checkpoint=ckpt,
+        tasks=tasks,
+        variant=_variant(tasks, configs, vae, boundary, expand),
+        defaults=WAN_DEFAULTS.for_checkpoint(ckpt),
+        transformers=tuple(names),
+        size_multiple=multiple,
+        size_reason=reason,
+        transformer_configs=configs,
+        vae_config=vae,
+        boundary_ratio=boundary,
+        expand_timesteps=expand,
+    )

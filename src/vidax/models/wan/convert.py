@@ -12,7 +12,6 @@ from __future__ import annotations
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.weights.loader import KeyRules
 
-
 # ---------------------------------------------------------------------------------------------
 # Transformer
 

@@ -37,13 +37,13 @@ from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, CheckpointError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
-from vidax.pipelines.base import (ModelSize, SizeLimits, VideoPipeline, cfg_pair,
-                                  frames_of_form)
+from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, frames_of_form
 from vidax.pipelines.common import prompt_clean
-from vidax.pipelines.options import IMAGE_FILE, OBJECT, CallOption
 from vidax.pipelines.experts import Experts, expert_for_steps
+from vidax.pipelines.options import IMAGE_FILE, OBJECT, CallOption
 
 logger = logging.getLogger("vidax.pipeline")
+
 
 class WanPipeline(VideoPipeline):
     """Wan text-to-video, and image-to-video on TI2V-5B (``image=``) (reference:
@@ -92,10 +92,13 @@ class WanPipeline(VideoPipeline):
         cfg, vae = info.transformer_configs[0], info.vae_config
         m, (pt, ph, pw), s = cfg.rope_max_seq_len, cfg.patch_size, vae.spatial_compression
         mh, mw = info.size_multiple
-        return SizeLimits(height=m * s * ph // mh * mh, width=m * s * pw // mw * mw,
-                          num_frames=(m * pt - 1) * vae.temporal_compression + 1,
-                          reason=f"rope_max_seq_len={m} patches per axis in {info.checkpoint.config_file('transformer')}, "
-                                 f"patches {pt}x{ph}x{pw}, VAE {vae.temporal_compression}x{s}x{s}")
+        return SizeLimits(
+            height=m * s * ph // mh * mh,
+            width=m * s * pw // mw * mw,
+            num_frames=(m * pt - 1) * vae.temporal_compression + 1,
+            reason=f"rope_max_seq_len={m} patches per axis in {info.checkpoint.config_file('transformer')}, "
+            f"patches {pt}x{ph}x{pw}, VAE {vae.temporal_compression}x{s}x{s}",
+        )
 
     @classmethod
     def model_size(cls, info: WanInfo, call) -> ModelSize:
@@ -103,9 +106,14 @@ class WanPipeline(VideoPipeline):
         cfg = info.transformer_configs[0]
         _, _, t, h, w = cls.latent_shape(info, call)
         pt, ph, pw = cfg.patch_size
-        return ModelSize(tokens=(t // pt) * (h // ph) * (w // pw), hidden_size=cfg.inner_dim, ffn_dim=cfg.ffn_dim,
-                         num_layers=cfg.num_layers, num_heads=cfg.num_attention_heads,
-                         **wan_vae_decode_size(info.vae_config))
+        return ModelSize(
+            tokens=(t // pt) * (h // ph) * (w // pw),
+            hidden_size=cfg.inner_dim,
+            ffn_dim=cfg.ffn_dim,
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_attention_heads,
+            **wan_vae_decode_size(info.vae_config),
+        )
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
@@ -114,13 +122,16 @@ class WanPipeline(VideoPipeline):
             logger.warning(
                 "%s: diffusers' WanImageToVideoPipeline assumes 512 text tokens when it "
                 "separates the image tokens, so its output differs from vidax's (which keeps them apart at "
-                "any length) unless %s", Arg("max_sequence_length", call.max_sequence_length),
-                Arg("max_sequence_length", 512))
+                "any length) unless %s",
+                Arg("max_sequence_length", call.max_sequence_length),
+                Arg("max_sequence_length", 512),
+            )
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load_components(cls, info: WanInfo, *, dtype, mesh, offload, staging, offload_experts=True,
-                        vae_dtype: Any = "float32") -> dict[str, Any]:
+    def load_components(
+        cls, info: WanInfo, *, dtype, mesh, offload, staging, offload_experts=True, vae_dtype: Any = "float32"
+    ) -> dict[str, Any]:
         """Tokenizer, UMT5, the transformer(s), VAE (``vae_dtype``, float32 by default as the
         diffusers Wan examples load it), scheduler; Wan2.1 I2V also the CLIP image encoder
         (float32) and its preprocessing config. Every component's checkpoint is checked against
@@ -128,20 +139,24 @@ class WanPipeline(VideoPipeline):
         from vidax.nn.inputs import parse_dtype
 
         ckpt = info.checkpoint
-        modules: dict[str, Any] = {"tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-                                   "scheduler": cls.load_component(info, "scheduler")}
+        modules: dict[str, Any] = {
+            "tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
+            "scheduler": cls.load_component(info, "scheduler"),
+        }
         weighted: dict[str, Any] = {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging)}
         if "transformer_2" in info.transformers:
             # Read first and moved to host memory at once, so the device never holds both.
-            weighted["transformer_2"] = dict(dtype=dtype, mesh=mesh, offload=offload,
-                                             then=Experts.move_to_host if offload_experts else None)
+            weighted["transformer_2"] = dict(
+                dtype=dtype, mesh=mesh, offload=offload, then=Experts.move_to_host if offload_experts else None
+            )
         weighted["transformer"] = dict(dtype=dtype, mesh=mesh, offload=offload)
         weighted["vae"] = dict(dtype=parse_dtype(vae_dtype), staging=staging)
         if info.has_image_encoder:
             weighted["image_encoder"] = dict(dtype=jnp.float32)
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
-                raise CheckpointError(f"{ckpt.folder('image_processor')} has no preprocessor_config.json "
-                                      "(the CLIP image preprocessing)")
+                raise CheckpointError(
+                    f"{ckpt.folder('image_processor')} has no preprocessor_config.json (the CLIP image preprocessing)"
+                )
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
         return modules | cls.load_weighted(info, weighted)
 
@@ -169,8 +184,14 @@ class WanPipeline(VideoPipeline):
         images = list(image) if isinstance(image, (list, tuple)) else [image]
         if not images:
             raise InputError("image is an empty list; give a PIL image or a uint8 (H, W, 3) array")
-        pixels = np.stack([clip_preprocess(to_rgb_image(im, f"image[{i}]" if len(images) > 1 else "image"),
-                                           self.image_processor_config) for i, im in enumerate(images)])
+        pixels = np.stack(
+            [
+                clip_preprocess(
+                    to_rgb_image(im, f"image[{i}]" if len(images) > 1 else "image"), self.image_processor_config
+                )
+                for i, im in enumerate(images)
+            ]
+        )
         return self.image_encoder(jnp.asarray(pixels, jnp.float32), output_layer=-2)
 
     def condition(self, call, stats) -> dict:
@@ -241,8 +262,9 @@ class WanPipeline(VideoPipeline):
         return x, timestep, context, image
 
     def expert_plan(self, state) -> list[int]:
-        return expert_for_steps(np.asarray(state.timesteps), self.boundary_ratio,
-                                self.scheduler.config.num_train_timesteps)
+        return expert_for_steps(
+            np.asarray(state.timesteps), self.boundary_ratio, self.scheduler.config.num_train_timesteps
+        )
 
     def final_latents(self, call, latents, cond) -> jax.Array:
         if "first_frame" not in cond:
@@ -268,13 +290,21 @@ class WanImageToVideoPipeline(WanPipeline):
 
     task = "i2v"
     call_options = (
-        CallOption("last_image", IMAGE_FILE, "The last frame (diffusers' last_image): a video from --image to it "
-                   "(Wan first-and-last-frame: FLF2V, and the 36-channel I2V checkpoints without an image encoder). "
-                   "Resized to height x width like the first."),
-        CallOption("image_embeds", OBJECT, "diffusers' image_embeds: the CLIP features ((1 or B,) L_img, D_img) of the "
-                   "image (Wan2.1 I2V; pipe.encode_image(image) makes them), or (2 or 2B, L_img, D_img) of the first "
-                   "and last images (FLF2V; pipe.encode_image([image, last_image])), instead of encoding them; "
-                   "ignored by checkpoints without an image encoder, as diffusers."),
+        CallOption(
+            "last_image",
+            IMAGE_FILE,
+            "The last frame (diffusers' last_image): a video from --image to it "
+            "(Wan first-and-last-frame: FLF2V, and the 36-channel I2V checkpoints without an image encoder). "
+            "Resized to height x width like the first.",
+        ),
+        CallOption(
+            "image_embeds",
+            OBJECT,
+            "diffusers' image_embeds: the CLIP features ((1 or B,) L_img, D_img) of the "
+            "image (Wan2.1 I2V; pipe.encode_image(image) makes them), or (2 or 2B, L_img, D_img) of the first "
+            "and last images (FLF2V; pipe.encode_image([image, last_image])), instead of encoding them; "
+            "ignored by checkpoints without an image encoder, as diffusers.",
+        ),
     )
 
     @classmethod
@@ -295,24 +325,37 @@ class WanImageToVideoPipeline(WanPipeline):
         given = call.extra.get("image_embeds")
         last = call.extra.get("last_image")
         if last is not None:
-            to_rgb_image(one_image(last, "the Wan pipelines take", "last_image", list_of_one=True, what="last frame"),
-                         "last_image")
+            to_rgb_image(
+                one_image(last, "the Wan pipelines take", "last_image", list_of_one=True, what="last frame"),
+                "last_image",
+            )
             if info.expand_timesteps:
-                logger.warning("%s is ignored by %s (TI2V-5B: the image is the first latent frame and no other is "
-                               "conditioned), as diffusers' WanImageToVideoPipeline ignores it", Arg("last_image"),
-                               root)
+                logger.warning(
+                    "%s is ignored by %s (TI2V-5B: the image is the first latent frame and no other is "
+                    "conditioned), as diffusers' WanImageToVideoPipeline ignores it",
+                    Arg("last_image"),
+                    root,
+                )
             elif call.num_frames < 2:
-                raise InputError(Arg("last_image"), " needs a video of at least 2 frames (the first and the last "
-                                 "differ), got ", Arg("num_frames", call.num_frames))
+                raise InputError(
+                    Arg("last_image"),
+                    " needs a video of at least 2 frames (the first and the last differ), got ",
+                    Arg("num_frames", call.num_frames),
+                )
             elif info.has_image_encoder and not pairs and given is None:
                 raise InputError(
-                    Arg("last_image"), f" is not taken by {root}: its transformer takes the CLIP features of one image "
+                    Arg("last_image"),
+                    f" is not taken by {root}: its transformer takes the CLIP features of one image "
                     f"(no pos_embed_seq_len in {info.checkpoint.config_file('transformer')}; the first-and-last-frame "
-                    "checkpoints, Wan2.1 FLF2V, have it), and diffusers' WanImageToVideoPipeline fails on this call too")
+                    "checkpoints, Wan2.1 FLF2V, have it), and diffusers' WanImageToVideoPipeline fails on this call too",
+                )
         elif pairs and given is None:
-            raise InputError(f"{root} is a first-and-last-frame checkpoint (pos_embed_seq_len={cfg.pos_embed_seq_len} "
-                             "in its transformer: CLIP features of two images): ", Arg("last_image"),
-                             " is required (the last frame: a PIL image or a uint8 (H, W, 3) array)")
+            raise InputError(
+                f"{root} is a first-and-last-frame checkpoint (pos_embed_seq_len={cfg.pos_embed_seq_len} "
+                "in its transformer: CLIP features of two images): ",
+                Arg("last_image"),
+                " is required (the last frame: a PIL image or a uint8 (H, W, 3) array)",
+            )
         if given is not None:
             from vidax.pipelines.base import finite_array
 
@@ -322,14 +365,20 @@ class WanImageToVideoPipeline(WanPipeline):
             n = 2 if pairs else 1
             rows = (n, n * call.batch)
             tokens = cfg.pos_embed_seq_len // 2 if pairs else None
-            if (features.ndim != 3 or features.shape[0] not in rows
-                    or (info.has_image_encoder and features.shape[2] != cfg.image_dim)
-                    or (tokens is not None and features.shape[1] != tokens)):
+            if (
+                features.ndim != 3
+                or features.shape[0] not in rows
+                or (info.has_image_encoder and features.shape[2] != cfg.image_dim)
+                or (tokens is not None and features.shape[1] != tokens)
+            ):
                 width = cfg.image_dim if info.has_image_encoder else "width"
-                raise InputError(Arg("image_embeds"), f" has shape {tuple(features.shape)}; diffusers' layout is "
-                                 f"({' or '.join(map(str, dict.fromkeys(rows)))}, "
-                                 f"{tokens if tokens is not None else 'image tokens'}, {width})"
-                                 + (" (the first and the last image of each video)" if pairs else ""))
+                raise InputError(
+                    Arg("image_embeds"),
+                    f" has shape {tuple(features.shape)}; diffusers' layout is "
+                    f"({' or '.join(map(str, dict.fromkeys(rows)))}, "
+                    f"{tokens if tokens is not None else 'image tokens'}, {width})"
+                    + (" (the first and the last image of each video)" if pairs else ""),
+                )
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
@@ -346,6 +395,8 @@ def wan_vae_decode_size(vae) -> dict:
     default decode tile (:class:`~vidax.models.wan.vae.WanTiling`)."""
     from vidax.models.wan.vae import WanTiling
 
-    return dict(decode_frames=vae.temporal_compression,
-                decode_channels=(vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0],
-                decode_tile=WanTiling().tile_sample_min_height)
+    return dict(
+        decode_frames=vae.temporal_compression,
+        decode_channels=(vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0],
+        decode_tile=WanTiling().tile_sample_min_height,
+    )

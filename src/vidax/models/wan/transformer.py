@@ -43,7 +43,13 @@ from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.rope import wan_rope
 from vidax.nn.layers import (
-    FeedForward, LayerNorm, PatchEmbedding, TextProjection, TimestepEmbedding, linear, timestep_sinusoid,
+    FeedForward,
+    LayerNorm,
+    PatchEmbedding,
+    TextProjection,
+    TimestepEmbedding,
+    linear,
+    timestep_sinusoid,
     unpatchify,
 )
 from vidax.nn.stack import stacked
@@ -54,8 +60,6 @@ _F32 = jnp.float32
 
 # ---------------------------------------------------------------------------------------------
 # Embeddings
-
-
 
 
 class WanImageEmbedding(nnx.Module):
@@ -72,9 +76,7 @@ class WanImageEmbedding(nnx.Module):
         self.ff = FeedForward(cin, cin, dim, False, dtype, param_dtype, rngs)
         self.norm2 = LayerNorm(dim, 1e-5, True)
         self.pos_embed = (
-            nnx.Param(jnp.zeros((1, pos_embed_seq_len, cin), param_dtype))
-            if pos_embed_seq_len is not None
-            else None
+            nnx.Param(jnp.zeros((1, pos_embed_seq_len, cin), param_dtype)) if pos_embed_seq_len is not None else None
         )
 
     def __call__(self, x):
@@ -122,16 +124,13 @@ class WanTransformerBlock(nnx.Module):
         # diffusers WanAttention: q and k RMS-normalised over all heads together; the I2V image
         # keys / values (add_k_proj, add_v_proj, norm_added_k) attended separately and summed.
         attn = AttentionConfig(d, cfg.num_attention_heads, cfg.attention_head_dim, qk_norm="rms", qk_norm_eps=cfg.eps)
-        self.attn1 = Attention(dataclasses.replace(attn, rope="interleaved"), attention, dtype, param_dtype, rngs,
-                               mesh)
+        self.attn1 = Attention(dataclasses.replace(attn, rope="interleaved"), attention, dtype, param_dtype, rngs, mesh)
         added = dict(added="image_kv", added_kv_dim=cfg.added_kv_proj_dim) if cfg.added_kv_proj_dim else {}
         self.attn2 = Attention(dataclasses.replace(attn, **added), attention, dtype, param_dtype, rngs, mesh)
         self.norm2 = LayerNorm(d, cfg.eps, True) if cfg.cross_attn_norm else None
         self.ffn = FeedForward(d, cfg.ffn_dim, d, True, dtype, param_dtype, rngs)
         self.norm3 = LayerNorm(d, cfg.eps, False)
-        self.scale_shift_table = nnx.Param(
-            jax.random.normal(rngs.params(), (1, 6, d), _F32) / math.sqrt(d)
-        )
+        self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 6, d), _F32) / math.sqrt(d))
 
     def __call__(self, x, context, mod, rope, context_img=None, valid_length=None):
         """One block.
@@ -159,7 +158,6 @@ class WanTransformerBlock(nnx.Module):
 
         h = modulate(self.norm3(x, _F32), c_shift, c_scale, self.dtype)
         return gated_add(x, self.ffn(h), c_gate, res_dtype)
-
 
 
 @block_inputs
@@ -221,7 +219,7 @@ class WanTransformer3DModel(DiffusionTransformer):
         timestep: jax.Array,
         encoder_hidden_states: jax.Array,
         encoder_hidden_states_image: jax.Array | None = None,
-    ) -> tuple[jax.Array, "WanBlockInputs"]:
+    ) -> tuple[jax.Array, WanBlockInputs]:
         """Everything before the blocks: patch embedding, time / text / image embeddings, RoPE.
 
         Args:
@@ -273,11 +271,11 @@ class WanTransformer3DModel(DiffusionTransformer):
 
         return self.stream(x), WanBlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid)
 
-    def run_block(self, block: WanTransformerBlock, x: jax.Array, inputs: "WanBlockInputs") -> jax.Array:
+    def run_block(self, block: WanTransformerBlock, x: jax.Array, inputs: WanBlockInputs) -> jax.Array:
         i = inputs
         return block(x, i.context, i.mod, i.rope, i.context_img, i.valid_length)
 
-    def head(self, x: jax.Array, inputs: "WanBlockInputs") -> jax.Array:
+    def head(self, x: jax.Array, inputs: WanBlockInputs) -> jax.Array:
         """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``,
         unpatchify. ``x`` ``(B, L', D)`` -> ``(B, T, H, W, C_out)`` in the compute dtype."""
         x = x[:, : inputs.n_tok]
@@ -317,7 +315,5 @@ class WanTransformer3DModel(DiffusionTransformer):
                     if per == 2
                     else f"({b}, L_img, {cfg.image_dim})"
                 )
-                raise InputError(
-                    f"{name}: encoder_hidden_states_image must be {want}; got {tuple(image.shape)}."
-                )
+                raise InputError(f"{name}: encoder_hidden_states_image must be {want}; got {tuple(image.shape)}.")
         return grid

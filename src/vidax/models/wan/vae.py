@@ -52,7 +52,7 @@ import collections
 import dataclasses
 import functools
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -104,8 +104,10 @@ class WanTiling:
         for axis in ("height", "width"):
             tile, stride = getattr(self, f"tile_sample_min_{axis}"), getattr(self, f"tile_sample_stride_{axis}")
             if stride > tile:
-                raise InputError(f"{what}tile_sample_stride_{axis}={stride} must be at most "
-                                 f"tile_sample_min_{axis}={tile} (tiles must overlap or touch)")
+                raise InputError(
+                    f"{what}tile_sample_stride_{axis}={stride} must be at most "
+                    f"tile_sample_min_{axis}={tile} (tiles must overlap or touch)"
+                )
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,9 +253,7 @@ class WanResidualBlock(nnx.Module):
         self.conv1 = WanCausalConv3d(in_dim, out_dim, 3, padding=1, **kw)
         self.norm2 = WanRMS_norm(out_dim, images=False)
         self.conv2 = WanCausalConv3d(out_dim, out_dim, 3, padding=1, **kw)
-        self.conv_shortcut = (
-            WanCausalConv3d(in_dim, out_dim, 1, **kw) if in_dim != out_dim else None
-        )
+        self.conv_shortcut = WanCausalConv3d(in_dim, out_dim, 1, **kw) if in_dim != out_dim else None
 
     def __call__(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
         """``x (B, T, H, W, C_in)`` -> ``(B, T, H, W, C_out)``."""
@@ -487,9 +487,7 @@ class WanResidualUpBlock(nnx.Module):
         dims = [in_dim] + [out_dim] * (num_res_blocks + 1)
         self.resnets = nnx.List([WanResidualBlock(a, b, **kw) for a, b in zip(dims[:-1], dims[1:])])
         mode = "upsample3d" if temporal else "upsample2d"
-        self.upsampler = (
-            WanResample(out_dim, mode, upsample_out_dim=out_dim, **kw) if spatial else None
-        )
+        self.upsampler = WanResample(out_dim, mode, upsample_out_dim=out_dim, **kw) if spatial else None
         self.out_dim = out_dim
         self.factor_t = 2 if temporal else 1
 
@@ -616,9 +614,13 @@ class WanVAE(TiledVAE, nnx.Module):
 
     # -- tiling (diffusers' switches: vidax.nn.tiling.TiledVAE) ---------------------------------
 
-    def enable_tiling(self, tile_sample_min_height: int | None = None, tile_sample_min_width: int | None = None,
-                      tile_sample_stride_height: int | None = None,
-                      tile_sample_stride_width: int | None = None) -> None:
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_sample_stride_height: int | None = None,
+        tile_sample_stride_width: int | None = None,
+    ) -> None:
         """Decode large latents in spatial tiles, as ``AutoencoderKLWan.enable_tiling``: a size
         left None keeps its current value (the :class:`WanTiling` defaults at first).
 
@@ -626,9 +628,12 @@ class WanVAE(TiledVAE, nnx.Module):
             InputError: a size is not a positive multiple of the spatial compression, or a stride
                 is larger than its tile (checked here, before any decode).
         """
-        self._enable_tiling(tile_sample_min_height=tile_sample_min_height, tile_sample_min_width=tile_sample_min_width,
-                            tile_sample_stride_height=tile_sample_stride_height,
-                            tile_sample_stride_width=tile_sample_stride_width)
+        self._enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_sample_stride_height=tile_sample_stride_height,
+            tile_sample_stride_width=tile_sample_stride_width,
+        )
 
     def _checked_tiling(self, state: WanTiling) -> WanTiling:
         state.check(self.config)
@@ -824,8 +829,7 @@ def _stats(z, config: WanVAEConfig) -> tuple[jax.Array, jax.Array]:
     shape = tuple(getattr(z, "shape", ()))
     if not shape or shape[-1] != config.z_dim:
         raise InputError(
-            f"z must be channels-last with z_dim={config.z_dim} channels on the last axis; got "
-            f"shape {shape}"
+            f"z must be channels-last with z_dim={config.z_dim} channels on the last axis; got shape {shape}"
         )
     dtype = jnp.asarray(z).dtype
     mean = jnp.asarray(np.asarray(config.latents_mean, np.float32)).astype(dtype)

@@ -17,17 +17,70 @@ is XLA's own operation and every stack view leaves the arrays as they are.
   (:func:`lay_out_kernel_stacks`, :func:`with_layout_of`).
 """
 
-from vidax.nn.kernels.cpu import (attention_scores, attention_values, check_matmul_setting, dot_f32,
-                                  fused_attention_products, xla_cpu_upcasts)
-from vidax.nn.kernels.formats import (Dense, GGUFBlocks, InPlace, KernelOwner, Quantized, Weight, describe_matmul,
-                                      format_name, kept_formats, weight_of)
-from vidax.nn.kernels.stacks import (ScanLeaves, StackBits, StackedKernel, as_stack_bits, from_stack_bits,
-                                     from_torch_layout, has_kernel_layout, keeps_kernel_layout, lay_out_kernel_stacks,
-                                     reads_stacks_in_place, stack_bits_putter, stack_bits_state, with_layout_of)
+from vidax.nn.kernels.cpu import (
+    attention_scores,
+    attention_values,
+    check_matmul_setting,
+    dot_f32,
+    fused_attention_products,
+    xla_cpu_upcasts,
+)
+from vidax.nn.kernels.formats import (
+    Dense,
+    GGUFBlocks,
+    InPlace,
+    KernelOwner,
+    Quantized,
+    Weight,
+    describe_matmul,
+    format_name,
+    kept_formats,
+    weight_of,
+)
+from vidax.nn.kernels.stacks import (
+    ScanLeaves,
+    StackBits,
+    StackedKernel,
+    as_stack_bits,
+    from_stack_bits,
+    from_torch_layout,
+    has_kernel_layout,
+    keeps_kernel_layout,
+    lay_out_kernel_stacks,
+    reads_stacks_in_place,
+    stack_bits_putter,
+    stack_bits_state,
+    with_layout_of,
+)
 
-__all__ = ["attention_scores", "attention_values", "check_matmul_setting", "dot_f32", "fused_attention_products",
-           "xla_cpu_upcasts", "Dense", "GGUFBlocks", "InPlace", "KernelOwner", "Quantized", "Weight",
-           "describe_matmul", "format_name", "kept_formats", "weight_of", "ScanLeaves", "StackBits", "StackedKernel",
-           "as_stack_bits", "from_stack_bits", "from_torch_layout", "has_kernel_layout", "keeps_kernel_layout",
-           "lay_out_kernel_stacks", "reads_stacks_in_place", "stack_bits_putter", "stack_bits_state",
-           "with_layout_of"]
+__all__ = [
+    "attention_scores",
+    "attention_values",
+    "check_matmul_setting",
+    "dot_f32",
+    "fused_attention_products",
+    "xla_cpu_upcasts",
+    "Dense",
+    "GGUFBlocks",
+    "InPlace",
+    "KernelOwner",
+    "Quantized",
+    "Weight",
+    "describe_matmul",
+    "format_name",
+    "kept_formats",
+    "weight_of",
+    "ScanLeaves",
+    "StackBits",
+    "StackedKernel",
+    "as_stack_bits",
+    "from_stack_bits",
+    "from_torch_layout",
+    "has_kernel_layout",
+    "keeps_kernel_layout",
+    "lay_out_kernel_stacks",
+    "reads_stacks_in_place",
+    "stack_bits_putter",
+    "stack_bits_state",
+    "with_layout_of",
+]

@@ -7,7 +7,8 @@ which kernel runs is decided here, from ``VIDAX_CPU_MATMUL``, the CPU and the de
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +34,7 @@ def xla_cpu_upcasts(dtype: Any) -> bool:
     On GPU and TPU these operations are native in 16 bits, so nothing changes there.
     """
     # 2-byte floats are bf16 and fp16; other leaves (ints, PRNG keys) are never upcast.
-    return (jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 2
-            and jax.default_backend() == "cpu")
+    return jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 2 and jax.default_backend() == "cpu"
 
 
 def linear(x: jax.Array, w: Any, bias: jax.Array | None, dtype: Any, precision: Any = None) -> jax.Array:

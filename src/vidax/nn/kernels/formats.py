@@ -41,9 +41,8 @@ from flax import nnx
 
 from vidax.cpu.onednn import StackedKernel
 from vidax.nn.gguf import dequantize_kernel
-from vidax.nn.kernels.cpu import describe
+from vidax.nn.kernels.cpu import describe, xla_cpu_upcasts
 from vidax.nn.kernels.cpu import linear as cpu_linear
-from vidax.nn.kernels.cpu import xla_cpu_upcasts
 from vidax.nn.quant import quantized_dot
 
 _F32 = jnp.float32
@@ -67,14 +66,16 @@ class KernelOwner:
         self.kernel_gguf_index = nnx.data(None)
 
 
-def _xla_linear(x: jax.Array, kernel: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any,
-                out_sharding: Any) -> jax.Array:
+def _xla_linear(
+    x: jax.Array, kernel: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any, out_sharding: Any
+) -> jax.Array:
     """``nnx.Linear``'s arithmetic: ``x``, ``kernel`` and ``bias`` cast to ``dtype``, the dot
     in ``dtype`` (placed as ``out_sharding``), then the bias added."""
     x, kernel = jnp.asarray(x, dtype), jnp.asarray(kernel, dtype)
     bias = None if bias is None else jnp.asarray(bias, dtype)
-    y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision,
-                            out_sharding=out_sharding)
+    y = jax.lax.dot_general(
+        x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=precision, out_sharding=out_sharding
+    )
     if bias is not None:
         y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
     return y
@@ -92,8 +93,9 @@ class Weight(Protocol):
     def values(self) -> jax.Array:
         """The kernel ``(D_in, D_out)`` as values."""
 
-    def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
-               out_sharding: Any = None) -> jax.Array:
+    def matmul(
+        self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None, out_sharding: Any = None
+    ) -> jax.Array:
         """``x (..., D_in) W + bias`` -> ``(..., D_out)`` in the compute ``dtype``."""
 
 
@@ -111,8 +113,9 @@ class Dense:
     def values(self) -> jax.Array:
         return self.kernel
 
-    def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
-               out_sharding: Any = None) -> jax.Array:
+    def matmul(
+        self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None, out_sharding: Any = None
+    ) -> jax.Array:
         if out_sharding is None and xla_cpu_upcasts(dtype):
             return cpu_linear(x, self.kernel, bias, dtype, precision)
         return _xla_linear(x, self.values(), bias, dtype, precision, out_sharding)
@@ -145,8 +148,9 @@ class Quantized:
         """The kernel times its scales, in float32 (not the compute dtype)."""
         return self.kernel.astype(_F32) * self.scale.astype(_F32)[..., None, :]
 
-    def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
-               out_sharding: Any = None) -> jax.Array:
+    def matmul(
+        self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None, out_sharding: Any = None
+    ) -> jax.Array:
         y = quantized_dot(x, self.kernel, self.scale, dtype, precision)
         return (y if bias is None else y + bias.astype(_F32)).astype(dtype)
 
@@ -161,14 +165,20 @@ class GGUFBlocks(Dense):
     def __init__(self, blocks: jax.Array, kind: Any, dtype: Any, index: jax.Array | None = None):
         super().__init__(dequantize_kernel(blocks, kind, dtype, index))
 
-    def matmul(self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None,
-               out_sharding: Any = None) -> jax.Array:
+    def matmul(
+        self, x: jax.Array, bias: jax.Array | None, dtype: Any, precision: Any = None, out_sharding: Any = None
+    ) -> jax.Array:
         """``x W`` in the compute dtype plus the bias; where :func:`xla_cpu_upcasts` in float32
         and rounded once (as torch's CPU bf16 linear), elsewhere as ``nnx.Linear``."""
         acc = _F32 if xla_cpu_upcasts(dtype) else dtype
         x = x.astype(dtype)
-        y = jax.lax.dot_general(x, self.kernel.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),
-                                precision=precision, preferred_element_type=acc)
+        y = jax.lax.dot_general(
+            x,
+            self.kernel.astype(dtype),
+            (((x.ndim - 1,), (0,)), ((), ())),
+            precision=precision,
+            preferred_element_type=acc,
+        )
         if bias is not None:
             y = y + bias.astype(acc)
         return y.astype(dtype)
@@ -199,8 +209,9 @@ def format_name(linear: KernelOwner) -> str:
 def kept_formats(module: nnx.Module) -> list[str]:
     """The formats of ``module``'s Linear kernels kept quantized, sorted, as ``--weights`` names
     them (``"int8"``, ``"fp8"``), and ``"GGUF"``; empty for plain weights."""
-    return sorted({format_name(node) for _, node in nnx.iter_graph(module) if isinstance(node, KernelOwner)}
-                  - {"dense"})
+    return sorted(
+        {format_name(node) for _, node in nnx.iter_graph(module) if isinstance(node, KernelOwner)} - {"dense"}
+    )
 
 
 def describe_matmul(module: nnx.Module, dtype: Any) -> str | None:

@@ -14,7 +14,8 @@ arrays as they are.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,9 +27,21 @@ from vidax.cpu.onednn import StackedKernel
 from vidax.nn.kernels.cpu import xla_cpu_upcasts
 from vidax.nn.kernels.formats import KernelOwner
 
-__all__ = ["StackedKernel", "StackBits", "ScanLeaves", "reads_stacks_in_place", "has_kernel_layout",
-           "with_layout_of", "from_torch_layout", "lay_out_kernel_stacks", "keeps_kernel_layout",
-           "stack_bits_putter", "as_stack_bits", "stack_bits_state", "from_stack_bits"]
+__all__ = [
+    "StackedKernel",
+    "StackBits",
+    "ScanLeaves",
+    "reads_stacks_in_place",
+    "has_kernel_layout",
+    "with_layout_of",
+    "from_torch_layout",
+    "lay_out_kernel_stacks",
+    "keeps_kernel_layout",
+    "stack_bits_putter",
+    "as_stack_bits",
+    "stack_bits_state",
+    "from_stack_bits",
+]
 
 
 def reads_stacks_in_place(dtype: Any) -> bool:
@@ -72,14 +85,18 @@ def _kernels_read_in_place(layers: nnx.Module, paths: Sequence[tuple], leaves: S
     ``kernel_transposed``: the bfloat16 stack in the kernel layout)."""
     if not any(reads_stacks_in_place(a.dtype) for a in leaves):
         return [0] * len(paths)
-    kernels = {tuple(node_path) + ("kernel",): _TRANSPOSED if node.kernel_transposed else _IN_PLACE
-               for node_path, node in nnx.iter_graph(layers) if _dense_linear(node)}
+    kernels = {
+        tuple(node_path) + ("kernel",): _TRANSPOSED if node.kernel_transposed else _IN_PLACE
+        for node_path, node in nnx.iter_graph(layers)
+        if _dense_linear(node)
+    }
 
     def keys(path: tuple) -> tuple:
         return tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
 
-    return [kernels.get(keys(p), 0) if a.ndim == 3 and reads_stacks_in_place(a.dtype) else 0
-            for p, a in zip(paths, leaves)]
+    return [
+        kernels.get(keys(p), 0) if a.ndim == 3 and reads_stacks_in_place(a.dtype) else 0 for p, a in zip(paths, leaves)
+    ]
 
 
 class ScanLeaves:
@@ -112,13 +129,17 @@ class ScanLeaves:
 
     def at(self, carried: Sequence[Any], i: jax.Array) -> list[Any]:
         """Layer ``i`` of each carried array (a :class:`StackedKernel` for a kernel read in place)."""
-        return [StackedKernel(a, i, d, p == _TRANSPOSED) if p else jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
-                for a, d, p in zip(carried, self.dtypes, self.in_place)]
+        return [
+            StackedKernel(a, i, d, p == _TRANSPOSED) if p else jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
+            for a, d, p in zip(carried, self.dtypes, self.in_place)
+        ]
 
     def layer(self, layer_leaves: Sequence[Any]) -> list[Any]:
         """One layer's leaves, as carried, in their own dtypes."""
-        return [jax.lax.bitcast_convert_type(a, d) if b and not isinstance(a, StackedKernel) else a
-                for a, d, b in zip(layer_leaves, self.dtypes, self.as_bits)]
+        return [
+            jax.lax.bitcast_convert_type(a, d) if b and not isinstance(a, StackedKernel) else a
+            for a, d, b in zip(layer_leaves, self.dtypes, self.as_bits)
+        ]
 
 
 def lay_out_kernel_stacks(module: nnx.Module, stacks: Sequence[str]) -> None:
@@ -137,7 +158,7 @@ def lay_out_kernel_stacks(module: nnx.Module, stacks: Sequence[str]) -> None:
     """
     names = [tuple(s.split(".")) for s in stacks]
     for path, node in nnx.iter_graph(module):
-        if not isinstance(node, KernelOwner) or not any(tuple(map(str, path[:len(n)])) == n for n in names):
+        if not isinstance(node, KernelOwner) or not any(tuple(map(str, path[: len(n)])) == n for n in names):
             continue
         a = node.kernel.get_value()
         want = isinstance(a, jax.Array) and keeps_kernel_layout(node, a.dtype, a.shape, a.sharding)
@@ -146,17 +167,20 @@ def lay_out_kernel_stacks(module: nnx.Module, stacks: Sequence[str]) -> None:
         node.kernel_transposed = want
 
 
-def keeps_kernel_layout(linear: KernelOwner, dtype: Any, shape: Sequence[int], sharding: jax.sharding.Sharding
-                        ) -> bool:
+def keeps_kernel_layout(linear: KernelOwner, dtype: Any, shape: Sequence[int], sharding: jax.sharding.Sharding) -> bool:
     """Whether ``linear``'s stacked kernel, of ``dtype`` and ``shape`` placed on ``sharding``, is
     kept in the kernel layout (:func:`lay_out_kernel_stacks`, and the loader, which reads it so):
     a kernel neither 8-bit nor GGUF, (L, K, N), of a dtype whose stacks are read in place
     (:func:`reads_stacks_in_place`), in one device's default memory, with JAX's layout API."""
     devices = sharding.device_set
-    return (_dense_linear(linear) and len(shape) == 3
-            and reads_stacks_in_place(dtype) and len(devices) == 1
-            and sharding.memory_kind in (None, next(iter(devices)).default_memory().kind)
-            and onednn.has_layout_api())
+    return (
+        _dense_linear(linear)
+        and len(shape) == 3
+        and reads_stacks_in_place(dtype)
+        and len(devices) == 1
+        and sharding.memory_kind in (None, next(iter(devices)).default_memory().kind)
+        and onednn.has_layout_api()
+    )
 
 
 @jax.tree_util.register_pytree_node_class
@@ -176,7 +200,7 @@ class StackBits:
         return (self.bits,), self.float_dtype
 
     @classmethod
-    def tree_unflatten(cls, float_dtype: Any, children: Sequence[Any]) -> "StackBits":
+    def tree_unflatten(cls, float_dtype: Any, children: Sequence[Any]) -> StackBits:
         return cls(children[0], float_dtype)
 
 
@@ -237,13 +261,22 @@ def as_stack_bits(params: nnx.State, stacks: Sequence[str]) -> nnx.State:
 
     def under(path: tuple) -> bool:
         keys = tuple(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
-        return any(keys[:len(n)] == n for n in names)
+        return any(keys[: len(n)] == n for n in names)
 
     def view(path: tuple, a: Any) -> Any:
-        if (names and isinstance(a, jax.Array) and path and under(path)
-                and xla_cpu_upcasts(a.dtype) and a.is_fully_addressable and not has_kernel_layout(a)
-                and all(d.platform == "cpu" and a.sharding.memory_kind in (None, d.default_memory().kind)
-                        for d in a.sharding.device_set)):
+        if (
+            names
+            and isinstance(a, jax.Array)
+            and path
+            and under(path)
+            and xla_cpu_upcasts(a.dtype)
+            and a.is_fully_addressable
+            and not has_kernel_layout(a)
+            and all(
+                d.platform == "cpu" and a.sharding.memory_kind in (None, d.default_memory().kind)
+                for d in a.sharding.device_set
+            )
+        ):
             return StackBits(_bits_view(a), a.dtype)
         return a
 
@@ -261,5 +294,8 @@ def stack_bits_state(module: nnx.Module) -> nnx.State:
 def from_stack_bits(params: Any) -> Any:
     """``params`` with every :class:`StackBits` bitcast back to its float dtype (inside a jit:
     the inverse of :func:`as_stack_bits`; anything else is returned as it is)."""
-    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a.bits, a.float_dtype) if isinstance(a, StackBits)
-                        else a, params, is_leaf=lambda a: isinstance(a, StackBits))
+    return jax.tree.map(
+        lambda a: jax.lax.bitcast_convert_type(a.bits, a.float_dtype) if isinstance(a, StackBits) else a,
+        params,
+        is_leaf=lambda a: isinstance(a, StackBits),
+    )
