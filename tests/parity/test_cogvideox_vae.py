@@ -417,7 +417,7 @@ def test_bad_inputs(tiny):
     [
         ("use_quant_conv", True),
         ("use_post_quant_conv", True),
-        ("act_fn", "gelu"),
+        ("act_fn", "gelux"),  # not one of diffusers' get_activation names (gelu, mish, relu... are taken)
         ("down_block_types", ["DownEncoderBlock2D"] * 4),
         ("norm_num_groups", 3),
         ("temporal_compression_ratio", 3),

@@ -328,7 +328,7 @@ def test_config_refusals():
     ok = HunyuanVideoVAEConfig.from_config_dict(TINY)
     assert ok.resampling() == ((True, False), (True, True), (True, True), (False, False))
     for bad, key in ((dict(TINY, temporal_compression_ratio=8), "temporal_compression_ratio"),
-                     (dict(TINY, act_fn="gelu"), "act_fn"),
+                     (dict(TINY, act_fn="gelux"), "act_fn"),  # not a get_activation name
                      (dict(TINY, down_block_types=["DownEncoderBlock2D"] * 4), "down_block_types"),
                      (dict(TINY, spatial_compression_ratio=12), "spatial_compression_ratio"),
                      (dict(TINY, norm_num_groups=4), "norm_num_groups"),
