@@ -593,6 +593,17 @@ WAN_TINY_CALL = {"height": 64, "width": 96, "num_frames": 9, "max_sequence_lengt
 #: LTX-2's VAE compresses 32x in space and 8x in time: a larger tiny video for enough tokens.
 LTX2_TINY_CALL = {"height": 256, "width": 384, "num_frames": 17, "max_sequence_length": 32}
 
+
+#: The tiny Cosmos 3 transformer both Cosmos 3 presets run with --tiny.
+COSMOS3_TINY = {
+    "hidden_size": 256,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "intermediate_size": 512,
+    "num_hidden_layers": 1,
+    "vocab_size": 1024,
+}
+
 PRESETS: dict[str, Preset] = {
     "wan-1.3b": Preset(
         "Wan-AI__Wan2.1-T2V-1.3B-Diffusers",
@@ -667,14 +678,7 @@ PRESETS: dict[str, Preset] = {
         _cosmos3_embeds,
         _cosmos3_shapes,
         cosmos3_flops,
-        {
-            "hidden_size": 256,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "intermediate_size": 512,
-            "num_hidden_layers": 1,
-            "vocab_size": 1024,
-        },
+        COSMOS3_TINY,
         TINY_CALL,
         text_len=256,
         layers_key="num_hidden_layers",
@@ -685,14 +689,7 @@ PRESETS: dict[str, Preset] = {
         _cosmos3_embeds,
         _cosmos3_shapes,
         cosmos3_flops,
-        {
-            "hidden_size": 256,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "intermediate_size": 512,
-            "num_hidden_layers": 1,
-            "vocab_size": 1024,
-        },
+        COSMOS3_TINY,
         TINY_CALL,
         text_len=256,
         layers_key="num_hidden_layers",
