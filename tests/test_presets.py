@@ -2,6 +2,8 @@
 a preset of another family is refused naming the argument, and the scheduler it asks for is
 built from the checkpoint's config before any weight is read."""
 
+import re
+
 import pytest
 
 from vidax.errors import InputError
@@ -122,10 +124,9 @@ def test_cli_preset_runs_its_steps_and_says_so(tmp_path):
     ]
     r = CliRunner().invoke(app, base + ["--output", str(tmp_path / "a.npy")])
     assert r.exit_code == 0, r.output
-    line = (
-        "preset lightx2v: num_inference_steps=4, guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, shift=5"
-    )
-    assert r.output.count(line) == 2 and "(4 steps," in r.output, r.output
+    values = "num_inference_steps=4, guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, shift=5"
+    assert f"\npreset lightx2v: {values}\n" in r.output and "(4 steps," in r.output, r.output
+    assert re.search(rf"\n  preset +lightx2v: {values}\n", r.output.split("summary:")[1]), r.output
     r = CliRunner().invoke(app, base + ["--num-inference-steps", "2", "--output", str(tmp_path / "b.npy")])
     assert r.exit_code == 0 and "(2 steps," in r.output and "num_inference_steps=4" not in r.output, r.output
     r = CliRunner().invoke(app, base[:-1] + ["distilled", "--output", str(tmp_path / "c.npy")])
@@ -208,3 +209,187 @@ def test_hunyuan15_checkpoint_markers(tmp_path):
     assert presets.recognise(plan(True, 1.0))[0].name == "step-distilled"
     assert presets.recognise(plan(False, 1.0))[0].name == "cfg-distilled"
     assert presets.recognise(plan(False, 6.0)) is None
+
+
+SMALL = dict(prompt="a cat", height=32, width=32, num_frames=5, max_sequence_length=8, progress=False, seed=0)
+LIGHTX2V_VALUES = "num_inference_steps=4, guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, shift=5"
+
+
+@pytest.fixture(scope="module")
+def lightx2v_pipe():
+    import vidax
+
+    return vidax.load_pipeline("vidax/tiny-random-wan", preset="lightx2v", progress=False)
+
+
+def test_load_pipeline_preset_sets_the_scheduler_and_each_calls_defaults(lightx2v_pipe):
+    """load_pipeline(preset=) applies the preset in the plan: its sampler is the pipeline's, its
+    keywords every call's defaults under the keywords given; out.stats says what ran."""
+    pipe = lightx2v_pipe
+    assert pipe.preset.name == "lightx2v"
+    assert type(pipe.scheduler).__name__ == "FlowMatchEulerDiscreteScheduler" and pipe.scheduler.config.shift == 5.0
+    out = pipe(**SMALL, output_type="latent")
+    assert len(out.stats.step_s) == 4 and out.stats.preset == f"preset lightx2v: {LIGHTX2V_VALUES}"
+    assert re.search(rf"\n  preset +lightx2v: {LIGHTX2V_VALUES}\n", out.stats.summary())
+    out = pipe(**SMALL, num_inference_steps=2, output_type="latent")
+    assert len(out.stats.step_s) == 2
+    assert out.stats.preset == "preset lightx2v: guidance_scale=1, scheduler=FlowMatchEulerDiscreteScheduler, shift=5"
+
+
+def test_call_preset_samples_with_its_scheduler_for_that_call_only(lightx2v_pipe):
+    """pipe(preset="causvid") on a pipeline loaded with lightx2v: the call runs the checkpoint's
+    UniPC (the causvid preset's sampler), the same latents as the pipeline with that scheduler set
+    by hand at the causvid keywords; the loaded scheduler is back afterwards."""
+    import numpy as np
+
+    from vidax.schedulers import scheduler_from_config
+
+    seen = []
+    pipe, loaded = lightx2v_pipe, lightx2v_pipe.scheduler
+    out = pipe(
+        **SMALL,
+        preset="causvid",
+        num_inference_steps=3,
+        output_type="latent",
+        callback=lambda i, n: seen.append(type(pipe.scheduler)),
+    )
+    assert [c.__name__ for c in seen] == ["UniPCMultistepScheduler"] * 3
+    assert pipe.scheduler is loaded
+    assert out.stats.preset == "preset causvid: guidance_scale=1, scheduler=UniPCMultistepScheduler"
+    pipe.scheduler = scheduler_from_config(pipe.checkpoint.config("scheduler"))
+    try:
+        want = pipe(**SMALL, num_inference_steps=3, guidance_scale=1.0, output_type="latent").frames
+    finally:
+        pipe.scheduler = loaded
+    np.testing.assert_array_equal(out.frames, want)
+
+
+def test_bad_preset_name_is_refused_before_any_weight(lightx2v_pipe, tmp_path):
+    """A preset not of the family: InputError naming preset=, the value and the family's presets,
+    from load_pipeline before any weight is read (the checkpoint has no transformer weights) and
+    from a call before any work."""
+    import glob
+    import os
+    import shutil
+
+    import vidax
+    from vidax.default_checkpoint import default_checkpoint
+
+    folder = str(tmp_path / "no_weights")
+    shutil.copytree(default_checkpoint(), folder)
+    for f in glob.glob(os.path.join(folder, "transformer", "*.safetensors")):
+        os.remove(f)
+    valid = ", ".join(p.name for p in presets.presets_for("wan"))
+    msg = rf"^preset='distilled' is not a preset of WanPipeline \(it is ltx2's\); its presets: {valid}$"
+    with pytest.raises(InputError, match=msg):
+        vidax.load_pipeline(folder, preset="distilled")
+    with pytest.raises(vidax.CheckpointError):  # what the load would have met
+        vidax.load_pipeline(folder, progress=False)
+    with pytest.raises(InputError, match=rf"^preset='nope' is not a preset of WanPipeline; its presets: {valid}$"):
+        lightx2v_pipe(**SMALL, preset="nope")
+
+
+@pytest.mark.parametrize("extra", [{}, {"shift_terminal": 0.1}])
+def test_sampler_switch_keeps_what_diffusers_from_config_keeps(extra):
+    """A preset that changes the sampler class builds it as diffusers'
+    ``NewScheduler.from_config(old.config, **settings)``: the config and the sigmas / timesteps
+    equal diffusers' (with a checkpoint setting the new class shares, shift_terminal, carried over)."""
+    import dataclasses
+    import types
+
+    import numpy as np
+
+    diffusers = pytest.importorskip("diffusers")
+    from vidax.default_checkpoint import SCHEDULER
+    from vidax.models.wan.pipeline import WanPipeline
+
+    config = {**SCHEDULER, **extra}
+    old = diffusers.UniPCMultistepScheduler.from_config(config)
+    ref = diffusers.FlowMatchEulerDiscreteScheduler.from_config(old.config, shift=5.0)
+    checkpoint = types.SimpleNamespace(config=lambda name: config)
+    got = presets.preset_scheduler(by_name("wan", "lightx2v"), WanPipeline, checkpoint)
+    assert {f.name: getattr(got.config, f.name) for f in dataclasses.fields(got.config)} == {
+        f.name: ref.config[f.name] for f in dataclasses.fields(got.config)
+    }
+    ref.set_timesteps(4)
+    state = got.set_timesteps(4)
+    np.testing.assert_allclose(np.asarray(state.sigmas), ref.sigmas.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(state.timesteps), ref.timesteps.numpy(), rtol=1e-6)
+
+
+def _tiny_wan_lora(path, metadata=None):
+    """A one-module LoRA for the tiny Wan transformer (blocks.0 self-attention q, original layout)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    save_file(
+        {
+            "diffusion_model.blocks.0.self_attn.q.lora_down.weight": (rng.standard_normal((2, 64)) * 0.01).astype(
+                np.float32
+            ),
+            "diffusion_model.blocks.0.self_attn.q.lora_up.weight": (rng.standard_normal((64, 2)) * 0.01).astype(
+                np.float32
+            ),
+        },
+        str(path),
+        metadata=metadata,
+    )
+    return str(path)
+
+
+def _generate(tmp_path, *flags):
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    args = ["generate", "--prompt", "a red car", "--height", "32", "--width", "32", "--num-frames", "1"]
+    args += ["--max-sequence-length", "8", "--no-progress", "--output", str(tmp_path / "out.npy"), *flags]
+    return CliRunner().invoke(app, args, terminal_width=400)
+
+
+def test_cli_recognises_a_lora_that_says_what_it_is(tmp_path):
+    """vidax generate --lora with Kijai's LightX2V file name: one line saying what was recognised
+    and which preset, 4 steps, the summary naming the preset; a LoRA that says nothing: nothing
+    changes (the checkpoint's 10 steps, no preset line)."""
+    lora = _tiny_wan_lora(tmp_path / "Wan21_T2V_14B_lightx2v_cfg_step_distill_lora_rank32.safetensors")
+    r = _generate(tmp_path, "--lora", lora)
+    assert r.exit_code == 0, r.output
+    assert r.output.count("--preset lightx2v") == 1, r.output
+    assert f"--lora {lora} (LightX2V step/CFG-distilled LoRA): --preset lightx2v\n" in r.output
+    assert "(4 steps," in r.output and re.search(rf"\n  preset +lightx2v: {LIGHTX2V_VALUES}\n", r.output)
+    r = _generate(tmp_path, "--lora", _tiny_wan_lora(tmp_path / "style.safetensors"), "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert "preset" not in r.output and "(10 steps," in r.output, r.output
+
+
+@pytest.fixture(scope="module")
+def a14b(tmp_path_factory):
+    from tests.parity.wan_reference import write_tiny_wan_variant
+
+    return write_tiny_wan_variant(str(tmp_path_factory.mktemp("a14b_presets")), boundary_ratio=0.875)
+
+
+def test_wan22_two_experts_lightx2v(a14b, tmp_path):
+    """Wan2.2 A14B (transformer + transformer_2) with the lightx2v preset: no CFG on either expert
+    (guidance_scale_2 follows guidance_scale 1, as diffusers), the 4 Euler steps at shift 5 split
+    between the experts at boundary_ratio as diffusers' WanPipeline splits them; a LightX2V
+    LoRA on the command line is recognised and merged into both experts."""
+    diffusers = pytest.importorskip("diffusers")
+    import vidax
+
+    pipe = vidax.load_pipeline(a14b, preset="lightx2v", progress=False)
+    call = pipe.check_call(pipe.info, **presets.preset_call(pipe.preset, {"prompt": "a cat"})[0])
+    assert (call.num_inference_steps, call.guidance_scale, call.guidance_scale_2, call.do_cfg) == (4, 1.0, 1.0, False)
+    ref = diffusers.FlowMatchEulerDiscreteScheduler.from_config(
+        diffusers.UniPCMultistepScheduler.from_config(pipe.checkpoint.config("scheduler")).config, shift=5.0
+    )
+    ref.set_timesteps(4)
+    want = [0 if t >= 0.875 * 1000 else 1 for t in ref.timesteps]
+    got = pipe.expert_plan(pipe.scheduler.set_timesteps(4))
+    assert got == want and set(got) == {0, 1}
+    lora = _tiny_wan_lora(tmp_path / "wan22_lightx2v_4step.safetensors")
+    r = _generate(tmp_path, "--checkpoint", a14b, "--lora", lora)
+    assert r.exit_code == 0, r.output
+    assert f"--lora {lora} (LightX2V step/CFG-distilled LoRA): --preset lightx2v\n" in r.output
+    assert "(4 steps," in r.output and re.search(rf"\n  preset +lightx2v: {LIGHTX2V_VALUES}\n", r.output)

@@ -88,6 +88,12 @@ class ConfigBase:
         path = os.fspath(path)
         return cls.from_config_dict(read_json_object(path), source=path)
 
+    @classmethod
+    def init_keys(cls) -> frozenset[str]:
+        """Every setting the config takes: its fields, :attr:`IGNORED` and :attr:`NEUTRAL` (for a
+        diffusers class: the parameters of its ``__init__``, what diffusers' ``from_config`` keeps)."""
+        return frozenset(f.name for f in dataclasses.fields(cls)) | cls.IGNORED | frozenset(cls.NEUTRAL)
+
     def validate(self, source: str) -> None:
         """Hook for cross-field checks; raise ConfigError on a bad combination."""
 

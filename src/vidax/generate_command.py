@@ -127,7 +127,8 @@ def run(
             f"while writing --output: wrote {', '.join(written) or 'nothing'}"
             + (f"; not written: {', '.join(rest)}" if rest else " (complete)")
         )
-    typer.echo("summary:\n" + out.stats.summary() + (f"\n{preset_line}" if preset_line else ""), err=True)
+    out.stats.preset = preset_line
+    typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
 def _preset_line(plan, given: dict, loras: list) -> str | None:

@@ -109,6 +109,8 @@ class RunStats:
         cpu_matmul: what the denoising step's 16-bit matmuls ran through on the CPU backend
             (:func:`vidax.nn.kernels.cpu.describe_matmul`: which kernel, and why); None elsewhere.
         matmul_precision: how float32 products ran (:func:`vidax.nn.precision.describe_matmul_precision`).
+        preset: which preset ran and the values it set (:func:`vidax.pipelines.presets.describe`:
+            ``"preset lightx2v: num_inference_steps=4, ..."``); None: none.
     """
 
     load_s: float = 0.0
@@ -128,6 +130,7 @@ class RunStats:
     cache: Any = None
     cpu_matmul: str | None = None
     matmul_precision: str | None = None
+    preset: str | None = None
 
     @property
     def total_s(self) -> float:
@@ -194,6 +197,8 @@ class RunStats:
             rows.append(("cpu matmul", self.cpu_matmul))
         if self.cache is not None:
             rows.append(("step cache", self.cache.describe()))
+        if self.preset is not None:
+            rows.append(("preset", self.preset.removeprefix("preset ")))
         if self.ran("decode_s"):
             rows.append(("vae decode", f"{self.decode_s:8.2f} s" + _compile_note(self.compiles.get("decode_s"))))
         if self.ran("audio_decode_s"):

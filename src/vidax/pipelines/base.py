@@ -166,8 +166,19 @@ class VideoPipeline(
         return precision_context(self.matmul_precision)
 
     # ================================================================== the call
-    def __call__(self, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> VideoPipelineOutput:
+    #: The :class:`~vidax.pipelines.presets.Preset` given to :func:`vidax.load_pipeline` (``preset=``):
+    #: its call keywords are every call's defaults, its scheduler is :attr:`scheduler`. None: none.
+    preset: Any = None
+
+    def __call__(
+        self, prompt: Any = None, negative_prompt: Any = None, *, preset: str | None = None, **kwargs: Any
+    ) -> VideoPipelineOutput:
         """Generate videos (the keywords of the family's diffusers pipeline; see ``call_args()``).
+
+        ``preset``: a preset of the family (:mod:`vidax.pipelines.presets`) for this call: its
+        steps, guidance, sigmas... under the keywords given, its sampler / shift for this call
+        only; None: the preset given to :func:`vidax.load_pipeline`, if any. ``out.stats.preset``
+        (and ``out.stats.summary()``) says which preset ran and the values it set.
 
         Shared keywords: ``image`` (PIL image or uint8 (H, W, 3), image-to-video checkpoints),
         ``height``, ``width`` (pixels), ``num_frames``, ``num_inference_steps``,
@@ -193,14 +204,28 @@ class VideoPipeline(
             ``audio_sample_rate``.
 
         Raises:
-            InputError: an invalid argument (checked before any work).
+            InputError: an invalid argument (checked before any work); ``preset`` not a preset of
+                the family (naming it, its value and the family's presets).
             NumericalError: the latents or the video went NaN/Inf (the message names the denoising
                 step or the VAE decode chunk), or the final latents are too large to decode
                 (:func:`check_decodable`; the error's ``latents`` holds them).
             Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
+        from vidax.pipelines.presets import call_scheduler, describe, find_preset, preset_call
+
+        chosen = self.preset if preset is None else find_preset(preset, type(self))
+        scheduler = call_scheduler(chosen, self)
+        kwargs, applied = preset_call(chosen, kwargs)
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
-        out = self.generate(call)
+        loaded = self.scheduler
+        try:
+            if scheduler is not None:  # this call's preset's sampler / shift, for this call only
+                self.scheduler = scheduler
+            out = self.generate(call)
+        finally:
+            self.scheduler = loaded
+        if chosen is not None:
+            out.stats.preset = describe(chosen, applied)
         if call.return_dict:
             return out
         return (out.frames, out.audio) if self.makes_audio(self.info) else (out.frames,)

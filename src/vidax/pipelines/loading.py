@@ -20,6 +20,7 @@ from vidax.nn.inputs import parse_dtype
 from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import status
 from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
+from vidax.pipelines.presets import with_preset
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.pipelines.weight_formats import transformer_source
 from vidax.registry import registry
@@ -29,7 +30,12 @@ from vidax.weights.component import Request, load_components
 
 
 def load_pipeline(
-    path_or_hub_id: str | os.PathLike, dtype: Any = "float32", task: str | None = None, mesh: Any = None, **kwargs
+    path_or_hub_id: str | os.PathLike,
+    dtype: Any = "float32",
+    task: str | None = None,
+    mesh: Any = None,
+    preset: str | None = None,
+    **kwargs,
 ):
     """Load a pipeline from a diffusers-format folder or hub id.
 
@@ -46,6 +52,10 @@ def load_pipeline(
             ``jax.sharding.Mesh``, ``"2x2x2"``, ``"dp=2,tp=2,sp=2"``, a dict or a ``(dp, tp, sp)``
             tuple; its product of devices, the first ones where there are more, in one process); None:
             one device.
+        preset: a preset of the checkpoint's family (:mod:`vidax.pipelines.presets`, listed by
+            ``vidax inspect``), applied in the plan before any weight is read: its sampler / shift
+            is the pipeline's scheduler, its call keywords (steps, guidance, sigmas...) the defaults
+            of every call, under the keywords a call gives; None: none.
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
             ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;
@@ -53,8 +63,9 @@ def load_pipeline(
 
     Raises:
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
-            setting vidax does not implement. InputError: unsupported dtype, or a task the
-            checkpoint does not do.
+            setting vidax does not implement. InputError: unsupported dtype, a task the
+            checkpoint does not do, or ``preset`` not a preset of the checkpoint's family (before
+            any weight is read).
 
     JAX's persistent compilation cache is turned on for the process unless configured
     otherwise (:func:`vidax.compile_cache.setup_compile_cache`; ``VIDAX_COMPILE_CACHE=0`` turns
@@ -68,6 +79,8 @@ def load_pipeline(
     checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
     cls = pipeline_class(checkpoint)
     if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
+        if preset is not None:
+            raise InputError(f"preset={preset!r}: {cls.__name__} does not generate, it takes no preset; leave it out")
         return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(
             checkpoint, dtype=dtype, mesh=mesh, **kwargs
         )
@@ -77,7 +90,7 @@ def load_pipeline(
         weight_dtype=kwargs.pop("weight_dtype", None),
         transformer=kwargs.pop("transformer", None),
     )
-    return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, **kwargs)
+    return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, preset=preset, **kwargs)
 
 
 class Loading:
@@ -154,6 +167,7 @@ class Loading:
         weight_dtype: Any = None,
         transformer: Any = None,
         matmul_precision: str = "highest",
+        preset: str | None = None,
         **options: Any,
     ):
         """Load every component of a diffusers-layout folder.
@@ -181,6 +195,8 @@ class Loading:
             matmul_precision: ``"highest"`` (default: float32 products in float32 on every
                 backend, as torch), ``"high"`` or ``"default"`` (the backend's fastest: one
                 bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
+            preset: a preset of the family (:func:`vidax.load_pipeline`), applied to the plan
+                before any weight is read.
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -200,6 +216,7 @@ class Loading:
             plan = path
         else:
             plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+        plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
         plan = with_placement(
             plan,
             dtype=dtype,
@@ -254,6 +271,7 @@ class Loading:
             pipe.vae.enable_tiled_decode()
         if plan.scheduler is not None:  # the preset's sampler / shift (vidax.pipelines.presets)
             pipe.scheduler = plan.scheduler
+        pipe.preset = plan.preset
         return pipe
 
     @classmethod
@@ -283,6 +301,7 @@ class Loading:
                 "offload_experts",
                 "progress",
                 "matmul_precision",
+                "preset",
                 *cls.load_options(),
             )
         )

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vidax.errors import InputError
+from vidax.schedulers import scheduler_from_config
 
 #: diffusers 0.42.1 ``diffusers.pipelines.ltx2.utils.DISTILLED_SIGMA_VALUES`` (the LTX-2 distilled
 #: checkpoints' fixed sigmas; a test compares them with diffusers' constant).
@@ -121,11 +122,12 @@ def presets_for(family: str) -> tuple[Preset, ...]:
     return tuple(p for p in PRESETS if p.family == family)
 
 
-def find_preset(name: str, pipeline: type, spelling: str = "preset") -> Preset:
+def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
     """The preset ``name`` of ``pipeline``'s family.
 
     Raises:
-        InputError: no such preset for this family (naming ``spelling`` and the choices).
+        InputError: no such preset for this family, naming ``spelling`` (``"preset="`` in Python,
+            ``"--preset"`` on the command line), the value and the family's presets.
     """
     family = family_of(pipeline)
     for p in presets_for(family):
@@ -134,7 +136,8 @@ def find_preset(name: str, pipeline: type, spelling: str = "preset") -> Preset:
     others = [p for p in PRESETS if p.name == name]
     own = ", ".join(p.name for p in presets_for(family)) or "none"
     where = f" (it is {', '.join(p.family for p in others)}'s)" if others else ""
-    raise InputError(f"{spelling} {name!r} is not a preset of {pipeline.__name__}{where}; its presets: {own}")
+    given = f"{spelling}{name!r}" if spelling.endswith("=") else f"{spelling} {name!r}"
+    raise InputError(f"{given} is not a preset of {pipeline.__name__}{where}; its presets: {own}")
 
 
 def preset_call(preset: Preset | None, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -148,31 +151,45 @@ def preset_call(preset: Preset | None, given: Mapping[str, Any]) -> tuple[dict[s
 
 def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> Any:
     """The scheduler the preset asks for, built from the checkpoint's scheduler config with the
-    preset's settings over it (None: the preset sets none). Checked against the family's samplers.
+    preset's settings over it (None: the preset sets none). Where the preset changes the sampler
+    class, as diffusers' ``NewScheduler.from_config(old.config, **settings)``: every key of the
+    checkpoint's config the new class takes is kept (:func:`~vidax.schedulers.scheduler_from_config_of`).
+    Checked against the family's samplers.
 
     Raises:
         InputError: the family does not run the preset's sampler. ConfigError: a setting the
             scheduler does not take.
     """
-    from vidax.schedulers import scheduler_from_config
+    from vidax.schedulers import scheduler_from_config_of
 
     if preset is None or not preset.scheduler:
         return None
-    config = {**dict(checkpoint.config("scheduler")), **preset.scheduler}
+    config = dict(checkpoint.config("scheduler"))
+    settings = {k: v for k, v in preset.scheduler.items() if k != "_class_name"}
+    name = preset.scheduler.get("_class_name", config.get("_class_name"))
     allowed = getattr(pipeline, "scheduler_classes", None)
-    if allowed is not None and config["_class_name"] not in allowed:
-        raise InputError(
-            f"preset {preset.name!r} samples with {config['_class_name']}; {pipeline.__name__} runs "
-            f"{' or '.join(allowed)}"
-        )
-    if config["_class_name"] != checkpoint.config("scheduler").get("_class_name"):
-        # settings of another sampler class do not carry over: keep the ones the new class shares
-        config = {k: v for k, v in config.items() if k in _SHARED or k in preset.scheduler}
-    return scheduler_from_config(config, source=f"preset {preset.name!r}")
+    if allowed is not None and name not in allowed:
+        raise InputError(f"preset {preset.name!r} samples with {name}; {pipeline.__name__} runs {' or '.join(allowed)}")
+    if name == config.get("_class_name"):
+        return scheduler_from_config(config, source=f"preset {preset.name!r}", **settings)
+    return scheduler_from_config_of(name, config, source=f"preset {preset.name!r}", **settings)
 
 
-#: Scheduler settings every flow-matching sampler here shares.
-_SHARED = ("_class_name", "num_train_timesteps")
+def call_scheduler(preset: Preset | None, pipe: Any) -> Any:
+    """The scheduler a call with ``preset`` runs on the loaded ``pipe`` where it is not
+    ``pipe.scheduler`` (None: ``pipe.scheduler``): the preset's (:func:`preset_scheduler`), or,
+    where a preset of the load set one that this call's preset does not, the checkpoint's.
+
+    Raises:
+        InputError, ConfigError: as :func:`preset_scheduler`.
+    """
+    if preset is None or preset is pipe.preset:
+        return None
+    built = preset_scheduler(preset, type(pipe), pipe.checkpoint)
+    if built is None and pipe.preset is not None and pipe.preset.scheduler:
+        ckpt = pipe.checkpoint
+        return scheduler_from_config(ckpt.config("scheduler"), source=ckpt.config_file("scheduler"))
+    return built
 
 
 def describe(preset: Preset, applied: Mapping[str, Any]) -> str:
@@ -193,7 +210,7 @@ def listing(family: str | None = None) -> str:
     return "\n".join(f"  {p.name} ({p.family}): {p.doc}" for p in rows)
 
 
-def with_preset(plan: Any, name: str | None, spelling: str = "preset") -> Any:
+def with_preset(plan: Any, name: str | None, spelling: str = "preset=") -> Any:
     """``plan`` (:class:`~vidax.pipelines.plan.Plan`) with the preset ``name`` of its family and the
     scheduler it asks for, before any weight is read (None: ``plan`` as it is).
 

@@ -89,6 +89,28 @@ def scheduler_from_config(
     return spec.config_class().from_config({**config, **overrides}, source=source)
 
 
+def scheduler_from_config_of(
+    class_name: str, config: Mapping[str, Any], *, source: str = "scheduler_config.json", **overrides: Any
+) -> Scheduler:
+    """diffusers' ``NewScheduler.from_config(old.config, **overrides)``: the scheduler ``class_name``
+    built from another scheduler's config, keeping every key of ``config`` that ``class_name`` takes
+    (diffusers' ``ConfigMixin.extract_init_dict``: the keys of the new class's ``__init__``; the
+    others are left out), ``overrides`` over them.
+
+    Raises:
+        ConfigError: ``class_name`` is not a scheduler vidax implements, or a kept setting it
+            does not implement.
+    """
+    from vidax.registry import registry
+
+    spec = registry().find_component(class_name)
+    if spec is None or spec.kind != "scheduler":
+        return scheduler_from_config({"_class_name": class_name}, source=source)  # its ConfigError
+    takes = spec.config_class().config_class.init_keys()
+    kept = {k: v for k, v in config.items() if k in takes}
+    return scheduler_from_config({**kept, "_class_name": class_name}, source=source, **overrides)
+
+
 __all__ = [
     "FAMILY",
     "CogVideoXDDIMScheduler",
@@ -106,4 +128,5 @@ __all__ = [
     "UniPCState",
     "calculate_shift",
     "scheduler_from_config",
+    "scheduler_from_config_of",
 ]
