@@ -175,15 +175,11 @@ REPOS = sorted(os.path.basename(os.path.dirname(os.path.dirname(p))) for p in CO
 RELEASED = {"480p": ((480, 848), 640), "720p": ((720, 1280), 960)}
 
 
-@pytest.mark.parametrize("repo", REPOS, ids=IDS)
-def test_released_checkpoints_read(repo, tmp_path):
-    """Each released folder's configs read (no weights): task, defaults from the guider and the
-    target_size bucket; a T2V call's latents at the default size; an I2V folder is refused by
-    the T2V pipeline, naming what it does."""
+def released_folder(repo: str, tmp_path) -> str:
+    """The reference configs of the released HunyuanVideo 1.5 ``repo`` as a pipeline folder
+    (:func:`tests.test_hunyuan_pipeline_full_size._folder`) whose model_index.json names every
+    component the released repo has."""
     from tests.test_hunyuan_pipeline_full_size import _folder
-    from vidax.checkpoint import Checkpoint
-    from vidax.errors import InputError
-    from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline
 
     folder = _folder(repo, tmp_path)
     # The recorded model_index.json omits the components whose class names were not seen
@@ -200,7 +196,20 @@ def test_released_checkpoints_read(repo, tmp_path):
         os.makedirs(os.path.join(folder, name), exist_ok=True)
     with open(index_file, "w") as f:
         json.dump(index, f)
-    if "feature_extractor" in index:
+    return folder
+
+
+@pytest.mark.parametrize("repo", REPOS, ids=IDS)
+def test_released_checkpoints_read(repo, tmp_path):
+    """Each released folder's configs read (no weights): task, defaults from the guider and the
+    target_size bucket; a T2V call's latents at the default size; an I2V folder is refused by
+    the T2V pipeline, naming what it does."""
+    from vidax.checkpoint import Checkpoint
+    from vidax.errors import InputError
+    from vidax.models.hunyuan_video15.pipeline import HunyuanVideo15Pipeline
+
+    folder = released_folder(repo, tmp_path)
+    if os.path.isdir(os.path.join(folder, "feature_extractor")):
         # The I2V repos' SigLIP configs were not seen (SOURCES.md, image_encoder/source.json):
         # reading the checkpoint needs the processor file to exist and the tower's width, which
         # the recorded note gives (1152 = the transformer's image_embed_dim, SigLIP-so400m).

@@ -393,3 +393,27 @@ def test_wan22_two_experts_lightx2v(a14b, tmp_path):
     assert r.exit_code == 0, r.output
     assert f"--lora {lora} (LightX2V step/CFG-distilled LoRA): --preset lightx2v\n" in r.output
     assert "(4 steps," in r.output and re.search(rf"\n  preset +lightx2v: {LIGHTX2V_VALUES}\n", r.output)
+
+
+@pytest.mark.parametrize(
+    "repo,picked",
+    [
+        ("hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-480p_t2v_distilled", "cfg-distilled (guider/"),
+        ("hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-480p_t2v", "none"),
+    ],
+)
+def test_inspect_lists_the_family_presets_and_the_recognised_one(repo, picked, tmp_path):
+    """vidax inspect: the presets of the checkpoint's family with the values each sets, and the one
+    recognition picks from the configs (the released CFG-distilled HV1.5 folder: cfg-distilled; the
+    plain one: none); the embedded Wan: Wan's presets."""
+    from tests.test_hunyuan15_full_size import released_folder
+    from vidax.inspect import describe_checkpoint
+
+    folder = released_folder(repo, tmp_path)
+    text = describe_checkpoint(folder)
+    own = presets.presets_for("hunyuan_video15")
+    assert f"\n  presets (--preset / preset=): {', '.join(p.name for p in own)}\n" in text, text
+    assert "\n    step-distilled: num_inference_steps=8, guidance_scale=1, shift=7\n" in text, text
+    assert f"\n  recognised: {picked}" in text, text
+    text = describe_checkpoint("vidax/tiny-random-wan")
+    assert f"\n    lightx2v: {LIGHTX2V_VALUES}\n" in text and "\n  recognised: none" in text, text

@@ -90,6 +90,24 @@ def _variant(ckpt: Checkpoint) -> list[str]:
         *sound,
         f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} steps, "
         f"guidance {d.guidance_scale}, {text}{d.fps} fps",
+        *_presets(plan),
+    ]
+
+
+def _presets(plan) -> list[str]:
+    """The presets of the checkpoint's family (``--preset`` / ``preset=``), one line each with the
+    values it sets, and the one recognition picks from the checkpoint's configs (if any)."""
+    from vidax.pipelines.presets import describe, family_of, presets_for, recognise
+
+    own = presets_for(family_of(plan.pipeline))
+    if not own:
+        return ["  presets: none for this family (no source gives a recipe)"]
+    found = recognise(plan)
+    picked = f"{found[0].name} ({found[1]})" if found else "none (nothing in the configs names a recipe)"
+    return [
+        f"  presets (--preset / preset=): {', '.join(p.name for p in own)}",
+        *(f"    {describe(p, p.call).removeprefix('preset ')}" for p in own),
+        f"  recognised: {picked}",
     ]
 
 
