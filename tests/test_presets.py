@@ -417,3 +417,53 @@ def test_inspect_lists_the_family_presets_and_the_recognised_one(repo, picked, t
     assert f"\n  recognised: {picked}" in text, text
     text = describe_checkpoint("vidax/tiny-random-wan")
     assert f"\n    lightx2v: {LIGHTX2V_VALUES}\n" in text and "\n  recognised: none" in text, text
+
+
+def test_hunyuan_video_quality_is_its_readme_recipe():
+    # Tencent/HunyuanVideo README: sample_video.py --infer-steps 50 --embedded-cfg-scale 6.0 --flow-shift 7.0
+    assert by_name("hunyuan_video", "quality").settings() == {
+        "num_inference_steps": 50,
+        "guidance_scale": 6.0,
+        "shift": 7.0,
+    }
+
+
+def test_hunyuan_video_fast_is_paraattentions_first_block_cache():
+    """ParaAttention's HunyuanVideo recipe: First Block Cache at residual_diff_threshold=0.035, 30
+    steps; it is diffusers' FirstBlockCacheConfig(threshold=0.035), which HunyuanVideo text-to-video
+    runs (checked from the class alone)."""
+    from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline
+    from vidax.pipelines.step_cache import FirstBlockCacheConfig
+
+    p = by_name("hunyuan_video", "fast")
+    assert p.settings() == {"num_inference_steps": 30, "cache": "first_block:0.035"}
+    assert p.cache_config(HunyuanVideoPipeline, 30) == FirstBlockCacheConfig(threshold=0.035)
+
+
+def test_cogvideox_quality_is_its_card_recipe():
+    # THUDM/CogVideoX-5b model card: pipe(..., num_inference_steps=50, guidance_scale=6)
+    assert by_name("cogvideox", "quality").settings() == {"num_inference_steps": 50, "guidance_scale": 6.0}
+
+
+def test_a_presets_step_cache_is_on_unless_the_caller_chose_one(monkeypatch):
+    """A preset with a step cache (a Wan one made for this test) turns it on at load and for the
+    calls it runs; another preset's call runs without it; the caller's disable_cache() wins."""
+    import vidax
+    from vidax.pipelines.step_cache import FirstBlockCacheConfig
+
+    cached = presets.Preset(
+        "cached", "wan", "a test preset", "this test", call={"num_inference_steps": 3}, cache="first_block:0.05"
+    )
+    monkeypatch.setattr(presets, "PRESETS", presets.PRESETS + (cached,))
+    pipe = vidax.load_pipeline("vidax/tiny-random-wan", preset="cached", progress=False)
+    assert pipe.cache_config == FirstBlockCacheConfig(threshold=0.05)
+    out = pipe(**SMALL, output_type="latent")
+    assert (
+        out.stats.cache is not None
+        and out.stats.preset == "preset cached: num_inference_steps=3, cache=first_block:0.05"
+    )
+    out = pipe(**SMALL, preset="lightx2v", output_type="latent")
+    assert out.stats.cache is None and pipe.cache_config == FirstBlockCacheConfig(threshold=0.05)
+    pipe.disable_cache()
+    out = pipe(**SMALL, output_type="latent")
+    assert out.stats.cache is None and out.stats.preset == "preset cached: num_inference_steps=3"

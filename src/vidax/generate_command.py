@@ -93,7 +93,7 @@ def run(
         preset=preset,
         loras=[p for p, _ in loras],
     )
-    preset_line = _preset_line(plan, given, loras)
+    preset_line = _preset_line(plan, given, cache is not None)
     sound = _makes_sound(plan, audio, fmt, output)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
     mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=plan.heads)
@@ -131,11 +131,11 @@ def run(
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
-def _preset_line(plan, given: dict, loras: list) -> str | None:
+def _preset_line(plan, given: dict, cache_given: bool) -> str | None:
     """Say which preset runs and the values it sets (one line, before loading); None: no preset."""
     from vidax.pipelines.presets import preset_summary
 
-    line = preset_summary(plan, given)
+    line = preset_summary(plan, given, cache_given)
     if line:
         typer.echo(line, err=True)
     return line
@@ -238,9 +238,9 @@ def _makes_sound(plan, audio: bool, fmt: str, output: str) -> bool:
 
 
 def _cache_config(plan, cache: str | None):
-    """The step cache --cache asks for (None: off), checked against the planned pipeline."""
+    """The step cache --cache asks for (else the preset's; None: off), checked against the planned pipeline."""
     if cache is None:
-        return None
+        return None if plan.preset is None else plan.preset.cache_config(plan.pipeline, plan.call.num_inference_steps)
     from vidax.pipelines.step_cache import parse_cache_option
 
     config = parse_cache_option(cache, plan.call.num_inference_steps)

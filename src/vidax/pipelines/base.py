@@ -169,6 +169,8 @@ class VideoPipeline(
     #: The :class:`~vidax.pipelines.presets.Preset` given to :func:`vidax.load_pipeline` (``preset=``):
     #: its call keywords are every call's defaults, its scheduler is :attr:`scheduler`. None: none.
     preset: Any = None
+    #: The step cache config :attr:`preset` turned on at load (None: none).
+    _preset_cache: Any = None
 
     def __call__(
         self, prompt: Any = None, negative_prompt: Any = None, *, preset: str | None = None, **kwargs: Any
@@ -211,19 +213,18 @@ class VideoPipeline(
                 (:func:`check_decodable`; the error's ``latents`` holds them).
             Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
-        from vidax.pipelines.presets import call_scheduler, describe, find_preset, preset_call
+        from vidax.pipelines.presets import call_preset, describe
 
-        chosen = self.preset if preset is None else find_preset(preset, type(self))
-        scheduler = call_scheduler(chosen, self)
-        kwargs, applied = preset_call(chosen, kwargs)
+        chosen, kwargs, applied, scheduler, cache = call_preset(self, preset, kwargs)
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
-        loaded = self.scheduler
+        loaded, loaded_cache = self.scheduler, self.cache_config
         try:
             if scheduler is not None:  # this call's preset's sampler / shift, for this call only
                 self.scheduler = scheduler
+            self.cache_config = cache  # the caller's step cache, else this call's preset's (or none)
             out = self.generate(call)
         finally:
-            self.scheduler = loaded
+            self.scheduler, self.cache_config = loaded, loaded_cache
         if chosen is not None:
             out.stats.preset = describe(chosen, applied)
         if call.return_dict:

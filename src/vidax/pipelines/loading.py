@@ -272,6 +272,9 @@ class Loading:
         if plan.scheduler is not None:  # the preset's sampler / shift (vidax.pipelines.presets)
             pipe.scheduler = plan.scheduler
         pipe.preset = plan.preset
+        if plan.preset is not None and plan.preset.cache is not None:  # the preset's step cache
+            pipe.enable_cache(plan.preset.cache_config(pipeline, info.defaults.num_inference_steps))
+            pipe._preset_cache = pipe.cache_config
         return pipe
 
     @classmethod

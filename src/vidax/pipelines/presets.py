@@ -6,9 +6,17 @@ A preset sets call keywords (``num_inference_steps``, ``guidance_scale``, ``sigm
 scheduler settings (``flow_shift`` / ``shift``, the sampler class); every keyword the caller gives
 still wins (:func:`preset_call`). It is applied in the plan, before any weight is read.
 
+A preset may also turn on a step cache (``cache``, in ``--cache``'s spelling), unless the caller
+turned one on. ``vidax inspect CHECKPOINT`` lists the presets of the checkpoint's family.
+
 Only recipes with a source are here. Where a source gives no number for a setting, the preset
-leaves it to the checkpoint and its doc says so; no ``fast`` / ``quality`` bundles are defined
-for families whose model cards and diffusers docs give none.
+leaves it to the checkpoint and its doc says so. ``quality`` (the model card's / README's
+recommended steps, guidance, shift) and ``fast`` (a documented speed recipe) exist where a source
+gives the numbers: ``quality`` for HunyuanVideo and CogVideoX, ``fast`` (First-Block Cache) for
+HunyuanVideo. None are defined for Wan (its cards' recommended shift and guidance differ per
+checkpoint and resolution, not per family; its few-step recipes are ``lightx2v`` / ``causvid``),
+LTX-Video, LTX-2, HunyuanVideo 1.5, Cosmos-Predict2.5 and Cosmos 3: the sources found give no
+family-wide quality settings or step-cache threshold for them.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ class Preset:
         source: where the numbers come from (model card, diffusers docs or source, URL).
         call: call keywords it sets (under the caller's).
         scheduler: scheduler config settings it sets (``_class_name`` picks the sampler).
+        cache: the step cache it turns on, in ``--cache``'s spelling (``"first_block:0.035"``;
+            None: none); a step cache the caller turned on (``--cache``, ``pipe.enable_cache``) wins.
     """
 
     name: str
@@ -44,11 +54,28 @@ class Preset:
     source: str
     call: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    cache: str | None = None
 
     def settings(self) -> dict[str, Any]:
-        """Every value it sets: the call keywords, then the scheduler's (``scheduler`` for the class)."""
+        """Every value it sets: the call keywords, the step cache, then the scheduler's
+        (``scheduler`` for the class)."""
         sched = {("scheduler" if k == "_class_name" else k): v for k, v in self.scheduler.items()}
-        return {**dict(self.call), **sched}
+        return {**dict(self.call), **({"cache": self.cache} if self.cache else {}), **sched}
+
+    def cache_config(self, pipeline: type, num_inference_steps: int) -> Any:
+        """The step cache config of :attr:`cache` (None: none), checked against ``pipeline``
+        (:meth:`~vidax.pipelines.caching.StepCaching.check_cache_kind`, configs only).
+
+        Raises:
+            InputError: the family's reference cannot hook this cache (naming the preset).
+        """
+        from vidax.pipelines.step_cache import parse_cache_option
+
+        if self.cache is None:
+            return None
+        config = parse_cache_option(self.cache, num_inference_steps, name=f"preset {self.name}: cache")
+        pipeline.check_cache_kind(config, f"preset {self.name!r} (cache {self.cache})")
+        return config
 
 
 _LIGHTX2V = (
@@ -109,6 +136,34 @@ PRESETS: tuple[Preset, ...] = (
         "diffusers scripts/convert_hunyuan_video1_5_to_diffusers.py GUIDANCE_CONFIGS (*_distilled: guidance_scale 1.0)",
         call={"guidance_scale": 1.0},
     ),
+    Preset(
+        "quality",
+        "hunyuan_video",
+        "HunyuanVideo as its README samples it: 50 steps, embedded guidance 6.0, flow shift 7.0",
+        "https://github.com/Tencent/HunyuanVideo README (sample_video.py --infer-steps 50 --embedded-cfg-scale 6.0 "
+        "--flow-shift 7.0 --flow-reverse; diffusers' guidance_scale is the embedded guidance)",
+        call={"num_inference_steps": 50, "guidance_scale": 6.0},
+        scheduler={"shift": 7.0},
+    ),
+    Preset(
+        "fast",
+        "hunyuan_video",
+        "HunyuanVideo with First-Block Cache at threshold 0.035 and 30 steps, as ParaAttention's HunyuanVideo "
+        "recipe runs it (text-to-video; diffusers runs no step cache on its image-to-video)",
+        "https://github.com/chengzeyi/ParaAttention doc/fastest_hunyuan_video.md (apply_cache_on_pipe("
+        "residual_diff_threshold=0.035, 'the default value for HunyuanVideo'; runs of 30 inference steps); "
+        "diffusers' FirstBlockCacheConfig threshold is the same relative mean-absolute residual difference, "
+        "ported from ParaAttention",
+        call={"num_inference_steps": 30},
+        cache="first_block:0.035",
+    ),
+    Preset(
+        "quality",
+        "cogvideox",
+        "CogVideoX as its model card runs it: 50 steps, guidance 6",
+        "https://huggingface.co/THUDM/CogVideoX-5b model card (pipe(..., num_inference_steps=50, guidance_scale=6))",
+        call={"num_inference_steps": 50, "guidance_scale": 6.0},
+    ),
 )
 
 
@@ -140,13 +195,19 @@ def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
     raise InputError(f"{given} is not a preset of {pipeline.__name__}{where}; its presets: {own}")
 
 
-def preset_call(preset: Preset | None, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def preset_call(
+    preset: Preset | None, given: Mapping[str, Any], cache_given: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(kwargs, applied)``: the call keywords ``given`` over the preset's; ``applied`` the
-    preset's values that ran (those the caller did not give)."""
+    preset's values that ran (those the caller did not give; its ``cache`` unless the caller
+    turned a step cache on, ``cache_given``)."""
     if preset is None:
         return dict(given), {}
     applied = {k: v for k, v in preset.call.items() if given.get(k) is None}
-    return {**applied, **{k: v for k, v in given.items() if v is not None or k not in applied}}, applied
+    kwargs = {**applied, **{k: v for k, v in given.items() if v is not None or k not in applied}}
+    if preset.cache is not None and not cache_given:
+        applied["cache"] = preset.cache
+    return kwargs, applied
 
 
 def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> Any:
@@ -192,6 +253,28 @@ def call_scheduler(preset: Preset | None, pipe: Any) -> Any:
     return built
 
 
+def call_preset(pipe: Any, name: str | None, kwargs: Mapping[str, Any]) -> tuple:
+    """``(preset, kwargs, applied, scheduler, cache)`` of a call ``pipe(..., preset=name, **kwargs)``:
+    the preset (``name``'s, else the load's ``pipe.preset``; None: none), the call keywords over its
+    (:func:`preset_call`), the values it set, the scheduler of the call where it is not
+    ``pipe.scheduler`` (:func:`call_scheduler`) and the step cache the call runs: the caller's
+    (``pipe.enable_cache``, or ``pipe.disable_cache()`` after a load preset's), else the preset's.
+
+    Raises:
+        InputError: ``name`` not a preset of the family (naming ``preset=``, the value and the
+            family's presets); the family cannot run the preset's sampler or step cache.
+    """
+    chosen = pipe.preset if name is None else find_preset(name, type(pipe))
+    scheduler = call_scheduler(chosen, pipe)
+    changed = pipe.cache_config is not pipe._preset_cache
+    own = changed if chosen is pipe.preset else changed and pipe.cache_config is not None
+    kwargs, applied = preset_call(chosen, kwargs, cache_given=own)
+    if own or "cache" not in applied:
+        return chosen, kwargs, applied, scheduler, pipe.cache_config if own else None
+    steps = kwargs.get("num_inference_steps") or pipe.defaults.num_inference_steps
+    return chosen, kwargs, applied, scheduler, chosen.cache_config(type(pipe), steps)
+
+
 def describe(preset: Preset, applied: Mapping[str, Any]) -> str:
     """One line: which preset ran and the values it set."""
     values = {**applied, **{("scheduler" if k == "_class_name" else k): v for k, v in preset.scheduler.items()}}
@@ -220,6 +303,7 @@ def with_preset(plan: Any, name: str | None, spelling: str = "preset=") -> Any:
     if name is None:
         return plan
     preset = find_preset(name, plan.pipeline, spelling)
+    preset.cache_config(plan.pipeline, plan.info.defaults.num_inference_steps)  # refused here, before any weight
     return dataclasses.replace(plan, preset=preset, scheduler=preset_scheduler(preset, plan.pipeline, plan.checkpoint))
 
 
@@ -232,11 +316,11 @@ def with_preset_call(plan: Any, given: Mapping[str, Any]) -> Any:
     return with_call(plan, **kwargs)
 
 
-def preset_summary(plan: Any, given: Mapping[str, Any]) -> str | None:
+def preset_summary(plan: Any, given: Mapping[str, Any], cache_given: bool = False) -> str | None:
     """The run summary's line for ``plan``'s preset (None: no preset)."""
     if plan.preset is None:
         return None
-    return describe(plan.preset, preset_call(plan.preset, given)[1])
+    return describe(plan.preset, preset_call(plan.preset, given, cache_given)[1])
 
 
 def recognise(plan: Any, lora_paths: Any = ()) -> tuple[Preset, str] | None:
