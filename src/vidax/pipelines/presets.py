@@ -4,7 +4,11 @@ where its numbers come from.
 
 A preset sets call keywords (``num_inference_steps``, ``guidance_scale``, ``sigmas``...) and
 scheduler settings (``flow_shift`` / ``shift``, the sampler class); every keyword the caller gives
-still wins (:func:`preset_call`). It is applied in the plan, before any weight is read.
+still wins (:func:`preset_call`). ``vidax generate --preset NAME`` and
+``vidax.load_pipeline(path, preset=NAME)`` apply it in the plan, before any weight is read
+(:func:`with_preset`); ``pipe(..., preset=NAME)`` for one call (:func:`call_preset`: its sampler and
+step cache for that call only). The run summary's ``preset`` row (``out.stats.preset``) says which
+values it set (:func:`describe`).
 
 A preset may also turn on a step cache (``cache``, in ``--cache``'s spelling), unless the caller
 turned one on. ``vidax inspect CHECKPOINT`` lists the presets of the checkpoint's family.
