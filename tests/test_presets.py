@@ -477,3 +477,21 @@ def test_readme_lists_every_preset():
     table = text[text.index("| preset | family |") :].split("\n\n")[0]  # the presets table
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert sorted(row.split("`")[1] for row in rows) == sorted(p.name for p in presets.PRESETS)
+
+
+def test_cli_preset_step_cache_and_cache_flag_wins(monkeypatch, tmp_path):
+    """vidax generate --preset with a step cache (a Wan one made for this test): the cache runs
+    and the summary names it; --cache given replaces it (the summary's preset row without it)."""
+    cached = presets.Preset("cached", "wan", "a test preset", "this test", cache="first_block:0.05")
+    monkeypatch.setattr(presets, "PRESETS", presets.PRESETS + (cached,))
+    r = _generate(tmp_path, "--preset", "cached", "--num-inference-steps", "3")
+    assert r.exit_code == 0, r.output
+    assert re.search(r"\n  preset +cached: cache=first_block:0.05\n", r.output), r.output
+    assert re.search(r"\n  step cache +first_block", r.output), r.output
+    r = _generate(
+        tmp_path, "--preset", "cached", "--num-inference-steps", "3", "--cache", "first_block:0.1", "--overwrite"
+    )
+    assert r.exit_code == 0, r.output
+    assert "cache=first_block:0.05" not in r.output and re.search(r"\n  step cache +first_block.*0\.1", r.output), (
+        r.output
+    )

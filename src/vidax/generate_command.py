@@ -105,7 +105,14 @@ def run(
     plan = with_memory(plan, refuse=memory_check, vae_tiling=vae_tiling)  # before any weight is read
     if stop():
         raise Cancelled("before loading")
-    pipe = _load(plan, stats, progress, loras, cache_config, f"--cache {cache}")
+    pipe = _load(
+        plan,
+        stats,
+        progress,
+        loras,
+        cache_config,
+        f"--cache {cache}" if cache else f"--preset {plan.preset and plan.preset.name}",
+    )
     if stop():
         raise Cancelled("after loading the checkpoint")
     if verbose:
@@ -279,10 +286,12 @@ def _check_vae_tiling(plan, vae_tiling: bool) -> None:
 
 
 def _load(plan, stats, progress: bool, loras: list, cache_config, cache_flag: str):
-    """The planned pipeline loaded, its LoRAs merged and its step cache on."""
+    """The planned pipeline loaded, its LoRAs merged and its step cache on (--cache's, which
+    replaces the one a preset turned on at load)."""
     pipe = plan.pipeline.from_plan(plan, stats=stats, progress=progress)
     apply_loras(pipe, loras)
     if cache_config is not None:
+        pipe.disable_cache()
         pipe.enable_cache(pipe.check_cache(cache_config, cache_flag))
     return pipe
 
