@@ -431,13 +431,16 @@ def test_hunyuan_video_quality_is_its_readme_recipe():
 def test_hunyuan_video_fast_is_paraattentions_first_block_cache():
     """ParaAttention's HunyuanVideo recipe: First Block Cache at residual_diff_threshold=0.035, 30
     steps; it is diffusers' FirstBlockCacheConfig(threshold=0.035), which HunyuanVideo text-to-video
-    runs (checked from the class alone)."""
-    from vidax.models.hunyuan_video.pipeline import HunyuanVideoPipeline
+    runs and its image-to-video does not (checked from the class alone)."""
+    from vidax.models.hunyuan_video.pipeline import HunyuanVideoImageToVideoPipeline, HunyuanVideoPipeline
     from vidax.pipelines.step_cache import FirstBlockCacheConfig
 
     p = by_name("hunyuan_video", "fast")
     assert p.settings() == {"num_inference_steps": 30, "cache": "first_block:0.035"}
     assert p.cache_config(HunyuanVideoPipeline, 30) == FirstBlockCacheConfig(threshold=0.035)
+    # image-to-video: diffusers runs no step cache there; refused naming the preset, from the class alone
+    with pytest.raises(InputError, match=r"^preset 'fast' \(cache first_block:0.035\): diffusers 0.42.1's "):
+        p.cache_config(HunyuanVideoImageToVideoPipeline, 30)
 
 
 def test_cogvideox_quality_is_its_card_recipe():
