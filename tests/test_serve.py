@@ -23,11 +23,13 @@ import psutil
 import pytest
 
 from tests.test_new_family import toy_checkpoint, toy_registered  # noqa: F401 (fixtures)
+from vidax.errors import InputError
 from vidax.io.video import read_video
 
 # The shape most tests use (compiled once); the page test uses another so that its job compiles
 # while the page shows it running.
 SHAPE = dict(size="48x32", num_frames=5, num_inference_steps=2)
+SMALL_CALL = dict(height=32, width=48, num_frames=5)  # SHAPE as pipeline call keywords
 TIMEOUT = 600  # seconds a job of the tiny checkpoint may take on a loaded 2-core machine
 FINAL = ("completed", "failed")
 
@@ -740,7 +742,6 @@ def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
     refused when the store opens (before the server loads weights), both in one line."""
     import sqlite3
 
-    from vidax.errors import InputError
     from vidax.serve.jobs import JobStore
 
     first = JobStore(tmp_path / "jobs")
@@ -1359,3 +1360,53 @@ def test_load_200_requests_from_20_clients(ckpt, tmp_path, compile_cache):
         assert rss[2] - rss[1] < 64 * 2**20, [r / 2**20 for r in rss]
     finally:
         assert server.stop() == 0, server.output()
+
+
+#: The step caches a job may ask for, as its ``cache`` field, at 8 steps of the tiny Wan:
+#: First-Block Cache skipping every step after the first (its cached residual carried), MagCache
+#: with flat ratios (steps 3-5 and 7-8 skipped: its host-side accumulators decide) and
+#: TaylorSeer's lite mode (steps 4 and 6-8 predicted from its bfloat16 factors).
+CACHES = ("first_block:1e9", "mag:" + str([1.0] * 8), "taylorseer")
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_cached_call_resumed_from_its_saved_state_ends_as_the_uninterrupted_call(tiny_pipe, cache):
+    """With a step cache, ``on_state`` also hands the cache's state (its arrays and the host's
+    counters); a call resumed from step k with it ends with the latents of the uninterrupted
+    call, bit for bit on CPU (the same compiled step on the same inputs), and its cache report
+    counts every step as the uninterrupted one's. The cache state is what makes it so: resumed
+    with it zeroed and step 1's counters the latents differ, and without one the resume is
+    refused (the server then starts the job over)."""
+    import dataclasses
+
+    import jax
+
+    from vidax.pipelines.step_cache import CacheState, parse_cache_option
+
+    call = tiny_pipe.check_call(
+        tiny_pipe.info, "a fox", seed=3, num_inference_steps=8, output_type="latent", progress=False, **SMALL_CALL
+    )
+    saved = {}
+
+    def keep(done, latents, state, cache=None):
+        arrays = [np.array(a) for a in jax.tree.leaves((latents, state))]
+        saved[done] = (arrays, CacheState([np.array(a) for a in cache.arrays], cache.host))
+
+    tiny_pipe.enable_cache(parse_cache_option(cache, 8))
+    try:
+        whole = tiny_pipe.generate(dataclasses.replace(call, on_state=keep))
+        assert sorted(saved) == list(range(1, 9))
+        for k in (3, 5):
+            resumed = tiny_pipe.generate(dataclasses.replace(call, resume=(k, *saved[k])))
+            np.testing.assert_array_equal(resumed.frames, whole.frames)
+            assert resumed.stats.cache.describe().split(",")[0] == whole.stats.cache.describe().split(",")[0]
+            assert resumed.stats.cache.step_kind == whole.stats.cache.step_kind
+        fresh = CacheState([np.zeros_like(a) for a in saved[3][1].arrays], saved[1][1].host)
+        other = tiny_pipe.generate(dataclasses.replace(call, resume=(3, saved[3][0], fresh)))
+        assert np.abs(other.frames - whole.frames).max() > 0
+        with pytest.raises(InputError, match="holds no step cache state"):
+            tiny_pipe.generate(dataclasses.replace(call, resume=(5, saved[5][0])))
+    finally:
+        tiny_pipe.disable_cache()
+    with pytest.raises(InputError, match="holds a step cache's state and the call runs without one"):
+        tiny_pipe.generate(dataclasses.replace(call, resume=(5, *saved[5])))
