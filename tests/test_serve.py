@@ -1410,3 +1410,53 @@ def test_a_cached_call_resumed_from_its_saved_state_ends_as_the_uninterrupted_ca
         tiny_pipe.disable_cache()
     with pytest.raises(InputError, match="holds a step cache's state and the call runs without one"):
         tiny_pipe.generate(dataclasses.replace(call, resume=(5, *saved[5])))
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_job_with_a_step_cache_resumes_after_a_restart_to_the_same_video(tiny_pipe, cache, tmp_path, monkeypatch):
+    """A job with a step cache, its server stopped after step 5 (``--save-every 2``: step 4
+    saved, with the cache's state beside the latents), is queued again by the next server on
+    the folder and resumes at step 4; its frames equal those of the same request run through,
+    bit for bit (CPU: the same compiled steps on the same inputs), and its cache report counts
+    all 8 steps as that run's. In-process: the worker stops itself at the step, as a SIGTERM
+    stops it (the kill -9 test above covers losing the process)."""
+    import vidax.io.video
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    written = {}
+    write = vidax.io.video.write_video
+
+    def keep(frames, path, **kw):  # the frames each job's mp4 is written from
+        written[os.path.basename(path).split(".")[0]] = np.array(frames)
+        return write(frames, path, **kw)
+
+    monkeypatch.setattr(vidax.io.video, "write_video", keep)
+    request = {"prompt": "a fox", "seed": 3, **SHAPE, "num_inference_steps": 8, "cache": cache}
+    first = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), save_every=2)
+    job = first.submit(request)
+    stepped = first._stepped
+
+    def stop_after_5(batch, step, steps):
+        stepped(batch, step, steps)
+        first.stopping = first.stopping or step == 5  # the worker's next check stops the batch
+
+    first._stepped = stop_after_5
+    first.start()
+    deadline = time.monotonic() + TIMEOUT
+    while first._thread.is_alive():  # the worker ends once stopped
+        assert first.get(job["id"])["status"] not in FINAL, f"the job ended before step 5: {first.get(job['id'])}"
+        assert time.monotonic() < deadline, f"the worker did not stop after step 5: {first.get(job['id'])}"
+        first._thread.join(0.05)
+    first.store.close()
+    assert job["id"] not in written  # it did not finish
+    second = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), save_every=2)
+    queued = second.get(job["id"])
+    assert queued["status"] == "queued" and queued["step"] == queued["saved_step"] == 4, queued
+    again = second.submit(request)
+    resumed, through = _run_all(second, [job, again])
+    assert resumed["status"] == through["status"] == "completed", (resumed, through)
+    assert resumed["batch"]["resumed_from_step"] == 4 and through["batch"]["resumed_from_step"] is None
+    np.testing.assert_array_equal(written[job["id"]], written[again["id"]])
+    assert resumed["stats"]["cache"].split(",")[0] == through["stats"]["cache"].split(",")[0]
+    assert not list((tmp_path / "jobs" / "states").glob("*"))
+    second.store.close()
