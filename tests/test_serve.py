@@ -767,6 +767,28 @@ def test_jobs_dir_is_held_by_one_server_and_its_schema_checked(tmp_path):
     ), e.value
 
 
+def test_temporary_files_of_a_killed_server_are_deleted_at_start(tmp_path):
+    """A server killed while it saved a denoising state or wrote a video leaves its temporary
+    file (``states/<id>.npz.<pid>.tmp``, ``.vidax-*.mp4``); the next store on the folder
+    deletes them once it holds the folder's lock (not while another server holds it, whose
+    writes they may be), and keeps the finished files."""
+    from vidax.serve.jobs import JobStore
+
+    jobs = tmp_path / "jobs"
+    first = JobStore(jobs)
+    (jobs / "states").mkdir()
+    kept = [jobs / "states" / "video_a.npz", jobs / "video_b.mp4", jobs / "video_c.input.png"]
+    stale = [jobs / "states" / "video_a.npz.4242.tmp", jobs / ".vidax-x1y2.mp4", jobs / ".vidax-z3.npy"]
+    for path in kept + stale:
+        path.write_bytes(b"partial")
+    with pytest.raises(InputError, match="in use by another vidax serve"):
+        JobStore(jobs)
+    assert all(p.exists() for p in stale)  # the holder's, maybe being written
+    first.close()
+    JobStore(jobs).close()
+    assert [p.exists() for p in kept + stale] == [True] * 3 + [False] * 3
+
+
 def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_checkpoint, toy_registered, tmp_path):
     """A Host other than the bound address / localhost names (DNS rebinding) and a POST / DELETE
     from another Origin (a cross-site form) are 403; JSON nested deeper than Python's stack is

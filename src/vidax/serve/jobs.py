@@ -97,6 +97,19 @@ class JobStore:
             self._lock_file.close()
             raise
         self._lock = threading.Lock()
+        self._clear_stale()
+
+    def _clear_stale(self) -> None:
+        """Delete the temporary files a server killed mid-write left in the folder (held now, so
+        no other writer is there): a state save's ``states/*.tmp`` (:func:`_save_atomically`)
+        and a video write's ``.vidax-*`` (:func:`vidax.io.video.write_video`)."""
+        folder = glob.escape(self.folder)
+        stale = glob.glob(os.path.join(folder, "states", "*.tmp")) + glob.glob(os.path.join(folder, ".vidax-*"))
+        stale = [path for path in stale if os.path.isfile(path)]
+        for path in stale:
+            _unlink(path)
+        if stale:
+            logger.warning("deleted %d temporary file(s) a stopped server left in %s", len(stale), self.folder)
 
     def video_path(self, job_id: str) -> str:
         return os.path.join(self.folder, f"{job_id}.mp4")
