@@ -1546,3 +1546,39 @@ def test_a_job_with_a_step_cache_resumes_after_a_restart_to_the_same_video(tiny_
     assert resumed["stats"]["cache"].split(",")[0] == through["stats"]["cache"].split(",")[0]
     assert not list((tmp_path / "jobs" / "states").glob("*"))
     second.store.close()
+
+
+def test_a_cached_call_of_two_experts_resumes_in_either_experts_run(tmp_path):
+    """Wan2.2's two experts each start a fresh cache state (their hooks are their own): a cached
+    call resumed inside the first expert's run, at the step where the second takes over, or
+    inside the second's ends with the uninterrupted call's latents, bit for bit on CPU, and the
+    same skip record (First-Block Cache at a threshold that skips every step after each
+    expert's first: a state carried into the wrong expert, or lost inside one, changes both)."""
+    import dataclasses
+
+    import jax
+
+    import vidax
+    from tests.parity.wan_reference import write_tiny_wan_variant
+    from vidax.pipelines.step_cache import CacheState, parse_cache_option
+
+    pipe = vidax.load_pipeline(write_tiny_wan_variant(str(tmp_path / "a14b"), boundary_ratio=0.875), progress=False)
+    call = pipe.check_call(
+        pipe.info, "a fox", seed=3, num_inference_steps=6, output_type="latent", progress=False, **SMALL_CALL
+    )
+    plan = pipe.expert_plan(pipe.set_timesteps(call, np.zeros(pipe.latent_shape(pipe.info, call), np.float32)))
+    switch = plan.index(1)
+    assert 1 < switch < 5, plan  # steps of each expert before and after every resume point below
+    saved = {}
+
+    def keep(done, latents, state, cache=None):
+        arrays = [np.array(a) for a in jax.tree.leaves((latents, state))]
+        saved[done] = (arrays, CacheState([np.array(a) for a in cache.arrays], cache.host))
+
+    pipe.enable_cache(parse_cache_option("first_block:1e9", 6))
+    whole = pipe.generate(dataclasses.replace(call, on_state=keep))
+    assert whole.stats.cache.step_kind == ["full"] + ["skipped"] * (switch - 1) + ["full"] + ["skipped"] * (5 - switch)
+    for k in (switch - 1, switch, switch + 1):
+        resumed = pipe.generate(dataclasses.replace(call, resume=(k, *saved[k])))
+        np.testing.assert_array_equal(resumed.frames, whole.frames)
+        assert resumed.stats.cache.step_kind == whole.stats.cache.step_kind, k
