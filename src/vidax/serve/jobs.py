@@ -1044,9 +1044,8 @@ def _load_state(path: str) -> tuple:
 
     with np.load(path) as saved:
         leaves = int(saved["leaves"])
-        names = (
-            [str(n) for n in saved["dtypes"]] if "dtypes" in saved else [None] * leaves
-        )  # an earlier version's: no cache
+        # a state of an earlier version names no dtypes (and holds no cache state)
+        names = [str(n) for n in saved["dtypes"]] if "dtypes" in saved else [None] * leaves
         arrays = [saved[f"arr_{i}"] for i in range(len(names))]
         host = json.loads(str(saved["cache_host"])) if "cache_host" in saved else None
         done = int(saved["done"])
