@@ -690,8 +690,8 @@ def serve(
     ),
     save_every: int = typer.Option(
         5,
-        help="Save a running job's denoising state every this many steps (under "
-        "--jobs-dir/states, atomically), so a restart resumes it there; 0: never (it "
+        help="Save a running job's denoising state (with its step cache's) every this many steps "
+        "(under --jobs-dir/states, atomically), so a restart resumes it there; 0: never (it "
         "starts over).",
     ),
     preview_every: int = typer.Option(

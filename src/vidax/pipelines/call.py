@@ -32,12 +32,15 @@ class Call:
     ``prompt_parts`` / ``negative_parts``: the given ``prompt_embeds`` (and masks, pooled
     embeddings...) as float32 / integer numpy arrays in the order of the family's
     :attr:`VideoPipeline.prompt_embeds_args` (None: encode the texts).
-    ``on_state(done, latents, state)``: called after every denoising step (not with a step
-    cache) with the steps done and the loop's latents and scheduler state (device arrays the
-    next step donates: copy them now). ``resume``: ``(done, arrays)``, the leaves of
-    ``(latents, state)`` that ``on_state`` was given after step ``done`` (as numpy arrays): the
-    loop starts there (:func:`~vidax.pipelines.sampling.restore_denoising_state`), so the call
-    ends as the one that saved them would have. ``video_guidance``: one ``(guidance_scale,
+    ``on_state(done, latents, state)``: called after every denoising step with the steps done
+    and the loop's latents and scheduler state (device arrays the next step donates: copy them
+    now); with a step cache also ``cache=``, its
+    :class:`~vidax.pipelines.step_cache.CacheState`. ``resume``: ``(done, arrays)``, the leaves
+    of ``(latents, state)`` that ``on_state`` was given after step ``done`` (as numpy arrays),
+    with a step cache ``(done, arrays, cache)`` (its ``CacheState``, arrays as numpy): the loop
+    starts there (:func:`~vidax.pipelines.sampling.restore_denoising_state`,
+    :meth:`~vidax.pipelines.step_cache.StepCache.restore`), so the call ends as the one that
+    saved them would have. ``video_guidance``: one ``(guidance_scale,
     guidance_scale_2)`` per video, each video guided by its own (jobs of other guidance in one
     batch); None: the call's for every video. Only the default CFG step
     (:meth:`VideoPipeline.step_args`, :meth:`~VideoPipeline.guidance`, :meth:`~VideoPipeline.guide`)

@@ -210,22 +210,29 @@ class Denoising:
         run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
         total = int(self.step_state(state).num_inference_steps)
         plan = self.expert_plan(state)
-        done = 0
+        done, resume_cache = 0, None
         if call.resume is not None:
             done, (x, state) = call.resume[0], restore_denoising_state(call.resume[1], (x, state))
+            # the step cache's saved state (or None), and whether the resumed step's transformer
+            # is the one whose run was saved (its cache state goes on; another expert's starts afresh)
+            saved = call.resume[2] if len(call.resume) > 2 else None
+            resume_cache = (saved, 0 < done < total and plan[done - 1] == plan[done])
         if self.mesh is None:
             # Committed to the device like a step's outputs, so every segment's inputs match and
             # experts of one architecture reuse one compiled step.
             x, state = jax.device_put((x, state), jax.local_devices()[0])
         for expert, count in segments(plan[done:]):
             inputs, axes = self.step_args(call, embeds, cond, state, expert)
-            x, state = self._run_expert(expert, call, x, state, (inputs,), (axes,), count, done, total, stats)
-            done += count
+            x, state = self._run_expert(
+                expert, call, x, state, (inputs,), (axes,), count, done, total, stats, resume_cache
+            )
+            done, resume_cache = done + count, None
         return x, state
 
-    def _run_expert(self, expert, call, x, state, args, arg_axes, count, done, total, stats):
+    def _run_expert(self, expert, call, x, state, args, arg_axes, count, done, total, stats, resume_cache=None):
         # The expert's device parameters live only in this frame, so they are released before
-        # the next segment asks for the other expert.
+        # the next segment asks for the other expert. resume_cache: (the step cache's saved
+        # CacheState or None, whether it goes on here) for the first segment of a resumed call.
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
         if stats.cpu_matmul is None:
@@ -234,11 +241,16 @@ class Denoising:
         step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
         step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
-        on_state = (
-            None
-            if call.on_state is None or cache is not None
-            else (lambda i, latents, st: call.on_state(done + i + 1, latents, st))
-        )
+        on_state = None
+        if call.on_state is not None and cache is None:
+            on_state = lambda i, latents, st: call.on_state(done + i + 1, latents, st)  # noqa: E731
+        elif call.on_state is not None:  # the scheduler state, and the cache's beside it
+            on_state = lambda i, latents, st: call.on_state(done + i + 1, latents, st.sched, cache=cache.state(st))  # noqa: E731
+        if cache is None and resume_cache is not None and resume_cache[0] is not None:
+            raise InputError(
+                "the saved denoising state does not fit this call: it holds a step cache's state "
+                "and the call runs without one"
+            )
         if cache is not None:
             # A fresh state for every expert segment: each of the reference's experts has its own hooks.
             shapes = step_shapes(
@@ -252,6 +264,8 @@ class Denoising:
                 rows=cache.spec.kind != "taylorseer",
             )
             state = CacheCarry(state, cache.initial(shapes))
+            if resume_cache is not None:
+                state = CacheCarry(state.sched, cache.restore(*resume_cache, state.cache))
         if not offloaded_stacks(module):
             # bf16 stacks on CPU enter the jitted step as uint16 views (no copy of them per step).
             params = as_stack_bits(params, getattr(module, "block_stacks", ()))

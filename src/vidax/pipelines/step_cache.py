@@ -82,6 +82,23 @@ class CacheCarry:
     cache: dict
 
 
+@dataclasses.dataclass
+class CacheState:
+    """A step cache's state after a step: what a call's ``on_state`` is handed (``cache=``) and
+    its ``resume`` takes back to continue the run exactly (:meth:`StepCache.restore`).
+
+    Attributes:
+        arrays: the leaves of the cache arrays the step carries (``jax.tree.leaves`` order;
+            device arrays as handed, numpy arrays to resume from).
+        host: what the host keeps between steps, in JSON types: ``kind`` (the method),
+            ``segment`` (MagCache's accumulators and calibration, TaylorSeer's schedule
+            counters) and ``report`` (the call's :class:`CacheReport` records so far).
+    """
+
+    arrays: list
+    host: dict
+
+
 def reference_module_names(model: nnx.Module) -> list[str]:
     """The module names the reference model has (``blocks.3.attn1``), from the parameter paths
     (vidax mirrors the reference's module tree; stacked layers expanded by index)."""
@@ -537,6 +554,13 @@ class CacheReport:
     unit: str = "block"
     blocks_always: bool = False
 
+    #: The records :meth:`StepCache.restore` puts back (the rest is set when the report is made).
+    RECORDS = ("patterns", "blocks_run", "blocks_skipped", "step_kind", "step_s", "step_warm", "calibration")
+
+    def records(self) -> dict:
+        """A copy of the records so far, in JSON types."""
+        return json.loads(json.dumps({name: getattr(self, name) for name in self.RECORDS}))
+
     def record(self, label: str, computed: bool, head_only: bool) -> None:
         self.patterns[label] = self.patterns.get(label, "") + ("C" if computed else "S")
         if computed:
@@ -669,6 +693,60 @@ class StepCache:
                     n = (len(t.layers),)
                     entry["factors"] = jax.tree.map(lambda o: factors(o, n), shapes["taps"][(t.stack, t.key)])
                 cs["taps"].setdefault(t.stack, {})[t.key] = entry
+        return cs
+
+    # -- saving and resuming --------------------------------------------------------------------
+
+    def state(self, carry: CacheCarry) -> CacheState:
+        """The cache's state after a step (``carry``: the step's output): its arrays (the device
+        arrays, not copied) and the host's counters, in JSON types."""
+        segment: dict = {}
+        if self.spec.kind == "mag":
+            mag = {k: float(v) if isinstance(v, np.floating) else v for k, v in self._mag.items()}
+            segment = dict(mag=mag, calibration=self.calibration)
+        elif self.spec.kind == "taylorseer":
+            segment = dict(ts=self._ts)
+        host = dict(kind=self.spec.kind, segment=segment, report=self.report.records())
+        return CacheState(jax.tree.leaves(carry.cache), json.loads(json.dumps(host)))
+
+    def restore(self, saved: CacheState | None, continues: bool, initial: dict) -> dict:
+        """The cache arrays a resumed run starts from, the host's counters and the report's
+        records put back as :meth:`state` took them. ``continues``: the resumed step is run by
+        the transformer whose run was saved (the cache state goes on; else this run starts
+        afresh, ``initial``, as each expert's hooks are their own, and only the report's records
+        are put back). ``initial``: this run's fresh arrays (their shapes and dtypes are what the
+        saved ones must have).
+
+        Raises:
+            InputError: ``saved`` is None while ``continues``, of another method, or its arrays
+                do not fit ``initial`` (saved by another call or another version).
+        """
+        from vidax.pipelines.sampling import restore_denoising_state
+
+        if saved is None:
+            if continues:
+                raise InputError(
+                    f"the saved denoising state does not fit this call: it holds no step cache state "
+                    f"and the call's {self.spec.kind} cache continues from it"
+                )
+            return initial
+        if saved.host.get("kind") != self.spec.kind:
+            raise InputError(
+                f"the saved denoising state does not fit this call: its step cache is "
+                f"{saved.host.get('kind')!r}, the call's {self.spec.kind!r}"
+            )
+        for name in CacheReport.RECORDS:
+            setattr(self.report, name, saved.host["report"][name])
+        if not continues:
+            return initial
+        cs = restore_denoising_state(saved.arrays, initial)
+        segment = saved.host["segment"]
+        if self.spec.kind == "mag":
+            mag = dict(segment["mag"])
+            mag["acc_ratio"], mag["acc_err"] = np.float32(mag["acc_ratio"]), np.float32(mag["acc_err"])
+            self._mag, self.calibration = mag, segment["calibration"]
+        elif self.spec.kind == "taylorseer":
+            self._ts = dict(segment["ts"])
         return cs
 
     # -- host decisions ------------------------------------------------------------------------
@@ -834,6 +912,7 @@ __all__: Sequence[str] = (
     "MagCacheConfig",
     "TaylorSeerCacheConfig",
     "CacheCarry",
+    "CacheState",
     "CacheReport",
     "StepCache",
     "CacheSpec",

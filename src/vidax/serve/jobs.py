@@ -12,8 +12,9 @@ A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``p
 
 Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
 filled in, and its image as ``<id>.input.png``), videos in ``<jobs_dir>/<id>.mp4`` (written
-atomically by :func:`vidax.io.video.write_video`), and the denoising state of a running batch,
-saved every few steps, in ``<jobs_dir>/states/<batch>.npz`` (written to a temporary file,
+atomically by :func:`vidax.io.video.write_video`), and the denoising state of a running batch
+(with a job's step cache, the cache's state too), saved every few steps, in
+``<jobs_dir>/states/<batch>.npz`` (written to a temporary file,
 fsync'd, renamed). So nothing is lost on a restart (a crash, ``kill -9``, a stop): finished
 videos stay, queued jobs are queued again in their order, and a running batch resumes from its
 last saved step and ends with the video an uninterrupted run makes.
@@ -96,6 +97,19 @@ class JobStore:
             self._lock_file.close()
             raise
         self._lock = threading.Lock()
+        self._clear_stale()
+
+    def _clear_stale(self) -> None:
+        """Delete the temporary files a server killed mid-write left in the folder (held now, so
+        no other writer is there): a state save's ``states/*.tmp`` (:func:`_save_atomically`)
+        and a video write's ``.vidax-*`` (:func:`vidax.io.video.write_video`)."""
+        folder = glob.escape(self.folder)
+        stale = glob.glob(os.path.join(folder, "states", "*.tmp")) + glob.glob(os.path.join(folder, ".vidax-*"))
+        stale = [path for path in stale if os.path.isfile(path)]
+        for path in stale:
+            _unlink(path)
+        if stale:
+            logger.warning("deleted %d temporary file(s) a stopped server left in %s", len(stale), self.folder)
 
     def video_path(self, job_id: str) -> str:
         return os.path.join(self.folder, f"{job_id}.mp4")
@@ -828,10 +842,7 @@ class JobRunner:
                 given=call.given | {"latents"},
                 video_guidance=guidance if len(set(guidance)) > 1 else None,
             )
-        resume = None
-        if batch[0].resume is not None:
-            with np.load(batch[0].resume) as saved:
-                resume = (int(saved["done"]), [saved[f"arr_{i}"] for i in range(int(saved["leaves"]))])
+        resume = None if batch[0].resume is None else _load_state(batch[0].resume)
         return dataclasses.replace(
             call,
             callback=lambda i, n: self._stepped(batch, i + 1, n),
@@ -841,10 +852,11 @@ class JobRunner:
         )
 
     def _on_state(self, batch: list[_Pending], path: str, call: Any) -> Callable | None:
-        """The call's ``on_state``: the state saved every :attr:`save_every` steps, a preview
-        made every :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
+        """The call's ``on_state``: the state saved every :attr:`save_every` steps (with a step
+        cache, its state beside the loop's, :func:`_save_state`), a preview made every
+        :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
         steps = call.num_inference_steps
-        save = self.save_every > 0 and self.pipe.cache_config is None and batch[0].cache is None
+        save = self.save_every > 0
         previewer = None
         if self.preview_every and self.preview_map is not None:
             from vidax.serve.preview import Previewer
@@ -854,12 +866,9 @@ class JobRunner:
             return None
         ids = np.asarray([p.id for p in batch])
 
-        def on_state(done: int, latents: Any, state: Any) -> None:
-            import jax
-
+        def on_state(done: int, latents: Any, state: Any, cache: Any = None) -> None:
             if save and done % self.save_every == 0 and done < steps:
-                arrays = [np.asarray(a) for a in jax.tree.leaves((latents, state))]
-                _save_atomically(path, jobs=ids, done=done, leaves=len(arrays), arrays=arrays)
+                _save_state(path, ids, done, latents, state, cache)
                 for pending in self._live(batch):
                     self.store.update(pending.id, saved_step=done)
             made = None if previewer is None else previewer.observe(done, latents, state)
@@ -1005,6 +1014,43 @@ class JobRunner:
         # a codec or disk error writing the video, a bug: the job fails, the server stays
         logger.error("job %s failed", pending.id, exc_info=e)
         return _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
+
+
+def _save_state(path: str, ids: np.ndarray, done: int, latents: Any, state: Any, cache: Any) -> None:
+    """Save a batch's denoising state after step ``done`` to ``path`` (:func:`_save_atomically`):
+    the ids of its jobs, ``done``, the leaves of ``(latents, state)`` (``leaves`` of them) and,
+    with a step cache (``cache``: its :class:`~vidax.pipelines.step_cache.CacheState`), the
+    cache's arrays after them and its host state as JSON (``cache_host``). Each array's dtype is
+    named in ``dtypes``: one numpy cannot store (bfloat16, TaylorSeer's factors) is saved as
+    its bits (unsigned integers of its size)."""
+    import jax
+
+    arrays = [np.asarray(a) for a in jax.tree.leaves((latents, state))]
+    values: dict[str, Any] = dict(jobs=ids, done=done, leaves=len(arrays))
+    if cache is not None:
+        arrays += [np.asarray(a) for a in cache.arrays]
+        values["cache_host"] = json.dumps(cache.host)
+    values["dtypes"] = np.asarray([a.dtype.name for a in arrays])
+    arrays = [a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "V" else a for a in arrays]
+    _save_atomically(path, arrays, **values)
+
+
+def _load_state(path: str) -> tuple:
+    """What :func:`_save_state` saved: ``(done, arrays, cache)``, the call's ``resume`` (``cache``:
+    the step cache's :class:`~vidax.pipelines.step_cache.CacheState`, None without one)."""
+    import jax.numpy as jnp
+
+    from vidax.pipelines.step_cache import CacheState
+
+    with np.load(path) as saved:
+        leaves = int(saved["leaves"])
+        # a state of an earlier version names no dtypes (and holds no cache state)
+        names = [str(n) for n in saved["dtypes"]] if "dtypes" in saved else [None] * leaves
+        arrays = [saved[f"arr_{i}"] for i in range(len(names))]
+        host = json.loads(str(saved["cache_host"])) if "cache_host" in saved else None
+        done = int(saved["done"])
+    arrays = [a if name is None or a.dtype.name == name else a.view(jnp.dtype(name)) for a, name in zip(arrays, names)]
+    return done, arrays[:leaves], None if host is None else CacheState(arrays[leaves:], host)
 
 
 def _save_atomically(path: str, arrays: list, **values: Any) -> None:
