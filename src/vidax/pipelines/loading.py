@@ -29,7 +29,7 @@ from vidax.weights.component import Request, load_components
 
 
 def load_pipeline(
-    path_or_hub_id: str | os.PathLike, dtype: Any = "float32", task: str | None = None, mesh: Any = None, **kwargs
+    path_or_hub_id: str | os.PathLike, dtype: Any = None, task: str | None = None, mesh: Any = None, **kwargs
 ):
     """Load a pipeline from a diffusers-format folder or hub id.
 
@@ -37,8 +37,9 @@ def load_pipeline(
         path_or_hub_id: folder holding ``model_index.json`` and component folders, a hub id, or
             ``"vidax/tiny-random-wan"`` (the embedded tiny checkpoint, built on first use; see
             :mod:`vidax.default_checkpoint`).
-        dtype: ``"float32"`` or ``"bfloat16"`` (or the jnp dtype): storage and compute dtype of
-            the transformer and text encoder; the reference's fp32 modules stay fp32.
+        dtype: ``"float32"`` (None: the default) or ``"bfloat16"`` (or the jnp or torch dtype):
+            storage and compute dtype of the transformer and text encoder; the reference's fp32
+            modules stay fp32. diffusers' spelling ``torch_dtype=`` is taken too.
         task: ``None``: the pipeline named in model_index.json (as diffusers); ``"t2v"`` or
             ``"i2v"``: the pipeline that does this task on the checkpoint (e.g. image-to-video on
             Wan2.2 TI2V-5B, whose model_index.json names ``WanPipeline``).
@@ -65,6 +66,7 @@ def load_pipeline(
 
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
+    dtype = dtype_option(dtype, kwargs)
     checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
     cls = pipeline_class(checkpoint)
     if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
@@ -78,6 +80,24 @@ def load_pipeline(
         transformer=kwargs.pop("transformer", None),
     )
     return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, **kwargs)
+
+
+def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
+    """The load's dtype: ``dtype=``, or diffusers' ``torch_dtype=`` (popped from ``options``; a
+    torch dtype or a name), or float32 when neither is given.
+
+    Raises:
+        InputError: both are given.
+    """
+    if "torch_dtype" in options:
+        torch_dtype = options.pop("torch_dtype")
+        if dtype is not None:
+            raise InputError(
+                f"dtype={dtype!r} and torch_dtype={torch_dtype!r} are the same setting "
+                "(torch_dtype= is diffusers' spelling); give one"
+            )
+        dtype = torch_dtype
+    return "float32" if dtype is None else dtype
 
 
 class Loading:
@@ -144,7 +164,7 @@ class Loading:
     def from_pretrained(
         cls,
         path: Any,
-        dtype: Any = "float32",
+        dtype: Any = None,
         *,
         mesh: Any = None,
         offload: Any = None,
@@ -163,7 +183,8 @@ class Loading:
                 :class:`~vidax.pipelines.plan.Plan` of :func:`~vidax.pipelines.plan.read_plan` for
                 this class (its configs read, its weight format applied there: then
                 ``weight_dtype`` and ``transformer`` are not given).
-            dtype: transformer and text-encoder dtype, ``"float32"`` or ``"bfloat16"``.
+            dtype: transformer and text-encoder dtype, ``"float32"`` (None: the default) or
+                ``"bfloat16"``; diffusers' ``torch_dtype=`` is taken too (:func:`dtype_option`).
             mesh: ``(data, tensor, sequence)`` mesh (anything
                 :func:`~vidax.parallel.mesh.resolve_mesh` takes) or None (one device).
             offload: weights in host memory (:func:`vidax.parallel.offload.resolve_offload`):
@@ -189,6 +210,7 @@ class Loading:
                 is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`).
         """
         t0 = time.perf_counter()
+        dtype = dtype_option(dtype, options)
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
@@ -266,13 +288,11 @@ class Loading:
 
     @classmethod
     def check_load_options(cls, options: Mapping[str, Any]) -> None:
-        """Raise InputError for a loading keyword this pipeline does not take (diffusers'
-        ``torch_dtype`` is named as vidax's ``dtype``)."""
+        """Raise InputError for a loading keyword this pipeline does not take."""
         params = inspect.signature(cls.load_components).parameters.values()
         unknown = sorted(set(options) - set(cls.load_options()))
         if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
             return
-        hint = "; vidax's dtype= is diffusers' torch_dtype= (float32 or bfloat16)" if "torch_dtype" in unknown else ""
         takes = ", ".join(
             f"{n}="
             for n in (
@@ -287,7 +307,7 @@ class Loading:
             )
         )
         raise InputError(
-            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; it takes {takes}"
+            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading; it takes {takes}"
         )
 
     @classmethod
