@@ -145,6 +145,37 @@ def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     np.testing.assert_array_equal(frames, base.frames)
 
 
+def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
+    """What the diffusers docs' scripts call beside ``__call__``: ``pipe.to("cuda")`` (the
+    pipeline back, nothing moved: vidax's weights are on JAX's backend since the load; a dtype is
+    refused), ``enable_model_cpu_offload()`` (a warning naming the load-time ``offload=``),
+    ``vae.enable_slicing()``, ``set_progress_bar_config(disable=True)`` and
+    ``vae_scale_factor_spatial`` (the Wan I2V example's ``mod_value``): the same video."""
+    base = pipe("a cat", **KW).frames
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        assert pipe.to("cuda") is pipe and pipe.to(device="cpu") is pipe
+        pipe.enable_model_cpu_offload()
+        pipe.enable_sequential_cpu_offload()
+    assert sum("offload=" in r.getMessage() for r in caplog.records) == 2
+    with pytest.raises(InputError, match=r"^pipe.to\('bfloat16'\): vidax reads the weights in the dtype"):
+        pipe.to("bfloat16")
+    assert (pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal) == (8, 4)
+    assert pipe.vae_spatial_compression_ratio == 8
+    assert pipe.vae_scale_factor_spatial * pipe.transformer.config.patch_size[1] == 16
+    pipe.vae.enable_slicing()
+    assert pipe.vae.use_slicing
+    capsys.readouterr()
+    pipe.set_progress_bar_config(disable=True)
+    try:
+        frames = pipe("a cat", **{k: v for k, v in KW.items() if k != "progress"}).frames
+        assert "denoising" not in capsys.readouterr().err  # no progress bar without progress=
+    finally:
+        pipe.set_progress_bar_config(disable=False)
+        pipe.vae.disable_slicing()
+    np.testing.assert_array_equal(frames, base)
+    assert not pipe.vae.use_slicing
+
+
 def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe):
     """diffusers' early stop (a step callback setting ``pipe._interrupt``: the remaining steps are
     skipped and the latents so far are returned / decoded; reset by the next call), torch tensors

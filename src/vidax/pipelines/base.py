@@ -39,6 +39,7 @@ from vidax.pipelines.caching import StepCaching
 from vidax.pipelines.call import SHARED_CALL_ARGS, Call
 from vidax.pipelines.call_checks import MAX_SEED, CallChecks, Capabilities, SizeLimits
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.diffusers_compat import DiffusersPipelineMethods
 from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
 from vidax.pipelines.loading import Loading
@@ -61,7 +62,16 @@ logger = logging.getLogger("vidax.pipeline")
 
 
 class VideoPipeline(
-    FamilyHooks, CallChecks, MemoryChecks, Loading, Denoising, StepCaching, Decoding, PromptEncoding, LoraMethods
+    FamilyHooks,
+    CallChecks,
+    MemoryChecks,
+    Loading,
+    Denoising,
+    StepCaching,
+    Decoding,
+    PromptEncoding,
+    LoraMethods,
+    DiffusersPipelineMethods,
 ):
     """Base of the family pipelines; build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
@@ -199,6 +209,8 @@ class VideoPipeline(
                 (:func:`check_decodable`; the error's ``latents`` holds them).
             Cancelled: ``cancel`` was set (its ``done`` says how far the call got).
         """
+        if not self.progress_default:  # set_progress_bar_config(disable=True)
+            kwargs.setdefault("progress", False)
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         out = self.generate(call)
         if call.return_dict:
