@@ -257,7 +257,12 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
     reader = CheckpointReader(sharded)  # the variant's shards alone: its index names them
     assert sorted(reader.keys()) == ["a", "b"] and reader.get("a").dtype == np.float16
     alone = folder("alone", {"diffusion_pytorch_model.fp16.safetensors": half})
+    (alone / "config.json").write_text("{}")  # a component folder's config is no index
     assert CheckpointReader(alone).get("a").dtype == np.float16
+    (alone / "diffusion_pytorch_model.fp16.safetensors").unlink()
+    (alone / "diffusion_pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors file \(vidax reads safetensors only"):
+        CheckpointReader(alone)
     two = folder("two", {"model.fp16.safetensors": half, "model.bf16.safetensors": half})
     with pytest.raises(CheckpointError, match="several safetensors files"):
         CheckpointReader(two)

@@ -238,8 +238,9 @@ class CheckpointReader:
         # beside the plain files; from_pretrained without variant= reads the plain ones, as here.
         # A folder holding only one variant's weights is read as it is.
         plain = [e for e in entries if _is_plain_weights(e)]
-        chosen = plain or [e for e in entries if _is_variant_index(e)] or entries
-        indexes = [e for e in chosen if e.endswith(".json")]
+        variant_indexes = [e for e in entries if _is_variant_index(e)]
+        chosen = plain or variant_indexes or [e for e in entries if e.endswith(".safetensors")]
+        indexes = [e for e in chosen if not e.endswith(".safetensors")]
         if len(indexes) > 1:
             raise CheckpointError(f"{path}: several safetensors index files {indexes}; expected one")
         if indexes:
