@@ -174,6 +174,11 @@ def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
         pipe.vae.disable_slicing()
     np.testing.assert_array_equal(frames, base)
     assert not pipe.vae.use_slicing
+    # diffusers' encode_prompt: one line naming vidax's encode_prompt_embeds (was a TypeError).
+    with pytest.raises(
+        InputError, match=r"^pipe.encode_prompt is diffusers' name: vidax's is pipe.encode_prompt_embeds"
+    ):
+        pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
 
 
 def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe):
