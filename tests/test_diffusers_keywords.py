@@ -181,6 +181,37 @@ def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
         pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
 
 
+def test_transformer_folder_as_diffusers_transformer_module(ckpt, tmp_path):
+    """diffusers' ``from_pretrained(path, transformer=Model.from_pretrained(other, subfolder=
+    "transformer"))`` is ``load_pipeline(path, transformer=other/transformer)``: that folder's
+    config and weights replace the checkpoint's (the video of a checkpoint holding them); a
+    folder of another class is refused in one line."""
+    import json
+    import shutil
+
+    from vidax.errors import ConfigError
+    from vidax.weights import CheckpointReader, save_safetensors
+
+    other = tmp_path / "other"
+    shutil.copytree(os.path.join(ckpt, "transformer"), other)
+    weights = other / "diffusion_pytorch_model.safetensors"
+    reader = CheckpointReader(weights)
+    tensors = {k: np.array(reader.get(k)) * (0.5 if "proj_out" in k else 1.0) for k in reader.keys()}
+    del reader
+    save_safetensors(tensors, weights)
+    whole = tmp_path / "whole"
+    shutil.copytree(ckpt, whole)
+    shutil.rmtree(whole / "transformer")
+    shutil.copytree(other, whole / "transformer")
+    got = vidax.load_pipeline(ckpt, transformer=str(other), progress=False)("a cat", **KW).frames
+    np.testing.assert_array_equal(got, vidax.load_pipeline(str(whole), progress=False)("a cat", **KW).frames)
+    assert np.abs(got - vidax.load_pipeline(ckpt, progress=False)("a cat", **KW).frames).max() > 1e-3
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "_class_name": "CogVideoXTransformer3DModel"}))
+    with pytest.raises(ConfigError, match=r"_class_name='CogVideoXTransformer3DModel', but .* has transformer 'Wan"):
+        vidax.load_pipeline(ckpt, transformer=str(other))
+
+
 def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe):
     """diffusers' early stop (a step callback setting ``pipe._interrupt``: the remaining steps are
     skipped and the latents so far are returned / decoded; reset by the next call), torch tensors

@@ -361,8 +361,8 @@ def check_single_file(path: Any, arg: str = "transformer") -> str:
     if os.path.isdir(file):
         raise InputError(
             Arg(arg, given),
-            " is a folder; give one .gguf or .safetensors file (a transformer folder "
-            "in diffusers' layout belongs in a checkpoint's transformer/)",
+            " is a folder without a config.json; give one .gguf or .safetensors file, or a transformer "
+            "folder in diffusers' layout (config.json and its safetensors)",
         )
     if not file.lower().endswith((".gguf", ".safetensors")):
         raise InputError(Arg(arg, given), " is not a .gguf or .safetensors file (a single-file transformer checkpoint)")
