@@ -1217,10 +1217,10 @@ def test_diffusers_loading_keywords_named(ckpt):
         vidax.load_pipeline(ckpt, size=3, colour="red")
 
 
-def test_torch_dtype_is_dtype(ckpt):
+def test_torch_dtype_and_inert_loading_keywords(ckpt):
     """diffusers' ``torch_dtype=torch.bfloat16`` loads as ``dtype="bfloat16"`` (a torch dtype
     object is read by its name, without importing torch into vidax); giving both is refused,
-    float16 keeps its reason."""
+    float16 keeps its reason. use_safetensors=True and low_cpu_mem_usage= change nothing here."""
     torch = pytest.importorskip("torch")
     pipe = vidax.load_pipeline(ckpt, torch_dtype=torch.bfloat16, progress=False)
     assert pipe.dtype == jnp.bfloat16
@@ -1229,6 +1229,10 @@ def test_torch_dtype_is_dtype(ckpt):
         vidax.load_pipeline(ckpt, dtype="bf16", torch_dtype=torch.bfloat16)
     with pytest.raises(InputError, match="^dtype=torch.float16 is not supported; .*float16 overflows"):
         vidax.load_pipeline(ckpt, torch_dtype=torch.float16)
+    # diffusers' keywords asking for what vidax does anyway: taken; a .bin request: refused.
+    vidax.load_pipeline(ckpt, use_safetensors=True, low_cpu_mem_usage=False, progress=False)
+    with pytest.raises(InputError, match="^use_safetensors=False: vidax reads safetensors weights only"):
+        vidax.load_pipeline(ckpt, use_safetensors=False)
 
 
 def test_hub_error_is_one_line(monkeypatch):

@@ -84,11 +84,13 @@ def load_pipeline(
 
 def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
     """The load's dtype: ``dtype=``, or diffusers' ``torch_dtype=`` (popped from ``options``; a
-    torch dtype or a name), or float32 when neither is given.
+    torch dtype or a name), or float32 when neither is given. diffusers' loading keywords that
+    ask for what vidax does anyway are popped too (:func:`drop_inert_options`).
 
     Raises:
-        InputError: both are given.
+        InputError: both are given; an inert keyword with a value vidax cannot honour.
     """
+    drop_inert_options(options)
     if "torch_dtype" in options:
         torch_dtype = options.pop("torch_dtype")
         if dtype is not None:
@@ -98,6 +100,22 @@ def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
             )
         dtype = torch_dtype
     return "float32" if dtype is None else dtype
+
+
+def drop_inert_options(options: dict[str, Any]) -> None:
+    """Pop diffusers' ``from_pretrained`` keywords that change nothing in vidax:
+    ``use_safetensors=True`` (vidax reads safetensors only), ``low_cpu_mem_usage`` (vidax
+    memory-maps the files and reads each tensor once).
+
+    Raises:
+        InputError: ``use_safetensors=False`` (the ``.bin`` pickles need torch to read).
+    """
+    if options.pop("use_safetensors", None) is False:
+        raise InputError(
+            "use_safetensors=False: vidax reads safetensors weights only (a .bin file is a torch pickle); "
+            "convert with diffusers' save_pretrained(..., safe_serialization=True)"
+        )
+    options.pop("low_cpu_mem_usage", None)
 
 
 class Loading:
