@@ -331,6 +331,9 @@ def test_image_layouts_and_last_image(i2v_pipe):
         assert "\n" not in str(e.value)
     with pytest.raises(InputError, match=r"^last_image is a float32 array"):
         pipe(first, last_image=np.asarray(last, np.float32) / 255, **I2V)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(InputError, match=r"^image is a torch tensor; give a PIL image .*nearest-neighbour"):
+        pipe(torch.from_numpy(np.asarray(first)).permute(2, 0, 1) / 255.0, **I2V)  # as diffusers takes it
     with pytest.raises(InputError, match=r"^last_image is a list of 2; .*one last frame"):
         pipe(first, last_image=[last, last], **I2V)
     with pytest.raises(InputError, match=r"^last_image has shape \(4, 4, 2\)"):
