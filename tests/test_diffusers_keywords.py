@@ -181,6 +181,37 @@ def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
         pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
 
 
+def _other_transformer(weights, source=None) -> None:
+    """Write at ``weights`` the tiny transformer's weights (from ``source``, default ``weights``)
+    with ``proj_out`` halved: another transformer that makes another video."""
+    from vidax.weights import CheckpointReader, save_safetensors
+
+    reader = CheckpointReader(source or weights)
+    tensors = {k: np.array(reader.get(k)) * (0.5 if "proj_out" in k else 1.0) for k in reader.keys()}
+    del reader
+    save_safetensors(tensors, weights)
+
+
+def test_variant_reads_that_variants_files(ckpt, tmp_path):
+    """``load_pipeline(path, variant="fp16")`` reads ``<name>.fp16.safetensors`` where a folder
+    has it beside the plain file (diffusers' ``variant=``), the plain files without ``variant=``
+    (also after a load with one); a folder without that variant reads its plain files."""
+    import shutil
+
+    copy, whole = tmp_path / "copy", tmp_path / "whole"
+    shutil.copytree(ckpt, copy)
+    shutil.copytree(ckpt, whole)
+    _other_transformer(copy / "transformer" / "diffusion_pytorch_model.fp16.safetensors", whole / "transformer")
+    _other_transformer(whole / "transformer" / "diffusion_pytorch_model.safetensors")
+    plain = vidax.load_pipeline(ckpt, progress=False)("a cat", **KW).frames
+    fp16 = vidax.load_pipeline(str(copy), variant="fp16", progress=False)("a cat", **KW).frames
+    np.testing.assert_array_equal(fp16, vidax.load_pipeline(str(whole), progress=False)("a cat", **KW).frames)
+    assert np.abs(fp16 - plain).max() > 1e-3
+    np.testing.assert_array_equal(vidax.load_pipeline(str(copy), progress=False)("a cat", **KW).frames, plain)
+    with pytest.raises(InputError, match=r"^variant='../fp16' is not a weights variant's name"):
+        vidax.load_pipeline(str(copy), variant="../fp16")
+
+
 def test_transformer_folder_as_diffusers_transformer_module(ckpt, tmp_path):
     """diffusers' ``from_pretrained(path, transformer=Model.from_pretrained(other, subfolder=
     "transformer"))`` is ``load_pipeline(path, transformer=other/transformer)``: that folder's
@@ -190,15 +221,10 @@ def test_transformer_folder_as_diffusers_transformer_module(ckpt, tmp_path):
     import shutil
 
     from vidax.errors import ConfigError
-    from vidax.weights import CheckpointReader, save_safetensors
 
     other = tmp_path / "other"
     shutil.copytree(os.path.join(ckpt, "transformer"), other)
-    weights = other / "diffusion_pytorch_model.safetensors"
-    reader = CheckpointReader(weights)
-    tensors = {k: np.array(reader.get(k)) * (0.5 if "proj_out" in k else 1.0) for k in reader.keys()}
-    del reader
-    save_safetensors(tensors, weights)
+    _other_transformer(other / "diffusion_pytorch_model.safetensors")
     whole = tmp_path / "whole"
     shutil.copytree(ckpt, whole)
     shutil.rmtree(whole / "transformer")

@@ -11,6 +11,7 @@ from flax import nnx
 from vidax.errors import CheckpointError
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights import CheckpointReader, DtypePolicy, KeyRules, export_state_dict, load_module, save_safetensors
+from vidax.weights.safetensors_io import use_variant
 
 
 class Block(nnx.Module):
@@ -222,7 +223,8 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
     leave it (the plain file or shards beside ``<name>.fp16.safetensors`` or
     ``<name>.fp16-0000k-of-0000n.safetensors`` with ``<name>.safetensors.index.fp16.json``) is
     read from its plain weights, as diffusers' ``from_pretrained`` without ``variant=``; a folder
-    holding one variant alone (single file or shards) is read as it is."""
+    holding one variant alone (single file or shards) is read as it is; after ``use_variant``
+    (``load_pipeline(..., variant=)``) that variant's files are read."""
     plain = {"a": np.ones(3, np.float32), "b": np.zeros(2, np.float32)}
     half = {k: v.astype(np.float16) + 1 for k, v in plain.items()}
 
@@ -252,6 +254,13 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
         "model.safetensors.index.fp16.json",
         {"model.fp16-00001-of-00002.safetensors": ["a"], "model.fp16-00002-of-00002.safetensors": ["b"]},
     )
+    assert CheckpointReader(sharded).get("b").dtype == np.float32
+    use_variant(sharded, "fp16")  # load_pipeline(..., variant="fp16"): that variant's shards, by their index
+    try:
+        assert CheckpointReader(sharded).get("b").dtype == np.float16
+        assert CheckpointReader(both).get("a").dtype == np.float32  # another folder: its plain file
+    finally:
+        use_variant(sharded, None)
     assert CheckpointReader(sharded).get("b").dtype == np.float32
     (sharded / "model.safetensors").unlink()
     reader = CheckpointReader(sharded)  # the variant's shards alone: its index names them

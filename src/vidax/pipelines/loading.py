@@ -50,7 +50,8 @@ def load_pipeline(
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
             ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;
-            default True) and the family's options (e.g. ``vae_dtype=``).
+            default True), diffusers' ``variant=`` (:func:`with_variant`) and the family's
+            options (e.g. ``vae_dtype=``).
 
     Raises:
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
@@ -67,7 +68,7 @@ def load_pipeline(
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
     dtype = dtype_option(dtype, kwargs)
-    checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
+    checkpoint = with_variant(Checkpoint.open(resolve_named_checkpoint(path_or_hub_id)), kwargs.pop("variant", None))
     cls = pipeline_class(checkpoint)
     if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
         return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(
@@ -100,6 +101,23 @@ def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
             )
         dtype = torch_dtype
     return "float32" if dtype is None else dtype
+
+
+def with_variant(checkpoint: Checkpoint, variant: Any) -> Checkpoint:
+    """``checkpoint``, its component folders read from ``variant``'s weights files where they
+    have them (diffusers' ``variant="fp16"``; None: the plain files,
+    :func:`vidax.weights.safetensors_io.use_variant`).
+
+    Raises:
+        InputError: ``variant`` is not a name (a string without dots or slashes).
+    """
+    from vidax.weights.safetensors_io import use_variant
+
+    if variant is not None and (not isinstance(variant, str) or not variant or set(variant) & set("./\\")):
+        raise InputError(f"variant={variant!r} is not a weights variant's name (e.g. 'fp16', 'bf16')")
+    for name in checkpoint.configs:
+        use_variant(os.path.join(checkpoint.root, name), variant)
+    return checkpoint
 
 
 def drop_inert_options(options: dict[str, Any]) -> None:
@@ -217,6 +235,8 @@ class Loading:
             transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
                 ``.safetensors`` in the original repository's layout) read instead of the
                 folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
+            variant: diffusers' ``variant="fp16"``: the folders' ``<name>.fp16.safetensors`` (or
+                shards) are read where they have them (:func:`with_variant`); None: the plain files.
             matmul_precision: ``"highest"`` (default: float32 products in float32 on every
                 backend, as torch), ``"high"`` or ``"default"`` (the backend's fastest: one
                 bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
@@ -229,17 +249,19 @@ class Loading:
         """
         t0 = time.perf_counter()
         dtype = dtype_option(dtype, options)
+        variant = options.pop("variant", None)
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
-            if weight_dtype is not None or transformer is not None:
+            if weight_dtype is not None or transformer is not None or variant is not None:
                 raise InputError(
-                    "weight_dtype= and transformer= go to read_plan, which applies the weight format; "
+                    "weight_dtype=, transformer= and variant= go to read_plan, which applies the weight format; "
                     "from_pretrained takes a plan as read_plan gives it"
                 )
             plan = path
         else:
-            plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+            checkpoint = with_variant(Checkpoint.open(path), variant)
+            plan = read_plan(checkpoint, pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
         plan = with_placement(
             plan,
             dtype=dtype,

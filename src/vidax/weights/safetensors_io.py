@@ -177,6 +177,31 @@ def _is_variant_index(entry: str) -> bool:
     return bool(stem and dot and last.endswith(".json") and last.count(".") == 1)
 
 
+#: Component folders (real paths) read from a variant's weights: ``load_pipeline(..., variant=)``.
+_VARIANT_OF: dict[str, str] = {}
+
+
+def use_variant(folder: str | os.PathLike, variant: str | None) -> None:
+    """Read ``folder``'s weights from ``variant``'s files (``<name>.<variant>.safetensors``, its
+    shards and ``<name>.safetensors.index.<variant>.json``) where it has them, as diffusers'
+    ``from_pretrained(..., variant=)``; None: the plain files again. The folder's later readers in
+    this process (its load, the memory estimates) read the same files."""
+    key = os.path.realpath(folder)
+    if variant is None:
+        _VARIANT_OF.pop(key, None)
+    else:
+        _VARIANT_OF[key] = variant
+
+
+def _variant_weights(entries: list[str], variant: str | None) -> list[str]:
+    """The entries of ``variant``'s weights: its index, else its single file (empty: none, or no
+    variant asked for)."""
+    if not variant:
+        return []
+    index = [e for e in entries if _is_variant_index(e) and e.endswith(f".safetensors.index.{variant}.json")]
+    return index or [e for e in entries if e.endswith(f".{variant}.safetensors") and e.count(".") == 2]
+
+
 def _index_shards(index_path: str) -> list[str]:
     """The shard files a ``*.safetensors.index.json``'s ``weight_map`` names, each checked to exist."""
     path = os.path.dirname(index_path)
@@ -237,7 +262,10 @@ class CheckpointReader:
         # (or ".fp16-00001-of-00002.safetensors" shards with "<name>.safetensors.index.fp16.json")
         # beside the plain files; from_pretrained without variant= reads the plain ones, as here.
         # A folder holding only one variant's weights is read as it is.
-        plain = [e for e in entries if _is_plain_weights(e)]
+        # load_pipeline(..., variant="fp16") reads that variant's files where the folder has them.
+        plain = _variant_weights(entries, _VARIANT_OF.get(os.path.realpath(path))) or [
+            e for e in entries if _is_plain_weights(e)
+        ]
         variant_indexes = [e for e in entries if _is_variant_index(e)]
         chosen = plain or variant_indexes or [e for e in entries if e.endswith(".safetensors")]
         indexes = [e for e in chosen if not e.endswith(".safetensors")]
