@@ -218,6 +218,21 @@ def test_config_reference_table_is_diffusers():
             diffusers_config_keys(spec.class_name) - known,
         )
     assert DIFFUSERS_CONFIG_KEYS == dict(sorted(want.items()))
+    # The T5 encoders: transformers' config class's parameters and every config attribute its
+    # model reads (so a key outside the table is one transformers keeps and never uses).
+    import re
+
+    import transformers
+    from transformers.models.t5 import modeling_t5
+    from transformers.models.umt5 import modeling_umt5
+
+    from vidax.config_reference import TRANSFORMERS_CONFIG_KEYS
+
+    for cls, module in ((transformers.T5Config, modeling_t5), (transformers.UMT5Config, modeling_umt5)):
+        keys = set(TRANSFORMERS_CONFIG_KEYS[cls.model_type].split())
+        assert {n for n in inspect.signature(cls.__init__).parameters if n != "self"} <= keys, cls
+        read = set(re.findall(r"config\.([a-z][a-z_0-9]*)", inspect.getsource(module)))
+        assert read <= keys, read - keys
 
 
 @pytest.mark.fast
@@ -247,13 +262,14 @@ def test_a_key_diffusers_ignores_is_ignored(caplog):
 
 
 def test_pipeline_with_keys_diffusers_ignores(copy):
-    """A checkpoint whose transformer, VAE, scheduler and model_index.json carry keys diffusers
-    ignores loads and makes the video it makes without them."""
+    """A checkpoint whose text encoder, transformer, VAE, scheduler and model_index.json carry
+    keys diffusers (and transformers) ignore loads and makes the video it makes without them."""
     import vidax
 
     call = dict(prompt="a cat", height=32, width=32, num_frames=5, num_inference_steps=1, seed=0, progress=False)
     want = vidax.load_pipeline(str(copy), progress=False)(**call).frames
     for component, name in (
+        ("text_encoder", "config.json"),
         ("transformer", "config.json"),
         ("vae", "config.json"),
         ("scheduler", "scheduler_config.json"),

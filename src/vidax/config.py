@@ -134,21 +134,19 @@ class TransformerConfig(ConfigBase):
 
 
 def _ignored_by_reference(config: Mapping[str, Any], key: str, value: Any, source: str) -> bool:
-    """True (with a warning) when ``key`` is no setting of the diffusers class the config names
-    (``_class_name``, :data:`vidax.config_reference.DIFFUSERS_CONFIG_KEYS`): diffusers ignores it
-    with a warning, and so does vidax. False for a key that class takes (vidax would compute
-    something else without it) and for a config of a class the table does not hold."""
-    from vidax.config_reference import diffusers_config_keys
+    """True (with a warning) when ``key`` is no setting of the reference class the config names
+    (diffusers' ``_class_name``, a T5 encoder's ``model_type``:
+    :func:`vidax.config_reference.reference_config_keys`): the reference ignores it, and so does
+    vidax. False for a key that class takes (vidax would compute something else without it) and
+    for a config of a class the tables do not hold."""
+    from vidax.config_reference import reference_config_keys
 
-    name = config.get("_class_name")
-    known = diffusers_config_keys(name) if isinstance(name, str) else None
-    if known is None or key in known:
+    reference = reference_config_keys(config)
+    if reference is None or key in reference[1]:
         return False
     if (source, key) not in _WARNED:  # a config is read more than once while a pipeline loads
         _WARNED.add((source, key))
-        logger.warning(
-            "%s: %s=%r is not a setting of diffusers' %s, which ignores it; ignored", source, key, value, name
-        )
+        logger.warning("%s: %s=%r is not a setting of %s, which ignores it; ignored", source, key, value, reference[0])
     return True
 
 

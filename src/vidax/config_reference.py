@@ -8,12 +8,17 @@ ignored"). :meth:`vidax.config.ConfigBase.from_config_dict` does the same with t
 does not list for the config's class (a newer diffusers' key, a note added by hand), and keeps
 refusing a listed key vidax does not implement: diffusers would use it.
 
-Generated from the installed diffusers; ``tests/test_checkpoint_errors.py`` checks it is current.
+The same for the T5 text encoders transformers builds (:data:`TRANSFORMERS_CONFIG_KEYS`, by the
+config's ``model_type``): transformers keeps an unknown key as an attribute its model never reads.
+
+Generated from the installed diffusers and transformers; ``tests/test_checkpoint_errors.py``
+checks they are current.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 #: diffusers class name -> the config keys its ``__init__`` takes (sorted, space-separated).
 DIFFUSERS_CONFIG_KEYS: dict[str, str] = {
@@ -47,8 +52,35 @@ DIFFUSERS_CONFIG_KEYS: dict[str, str] = {
 }
 
 
+#: The T5 text encoders' settings (Wan, CogVideoX, LTX-Video), by ``model_type``: what
+#: transformers' config class takes plus the attributes its model reads beyond those
+#: (``modeling_t5.py`` / ``modeling_umt5.py``: ``dense_act_fn``, ``is_gated_act`` ...). transformers
+#: keeps any other key as an attribute its model never reads.
+_T5_READ = (
+    "dense_act_fn is_gated_act hidden_size num_labels scale_decoder_outputs tie_word_embeddings decoder_start_token_id"
+)
+TRANSFORMERS_CONFIG_KEYS: dict[str, str] = {
+    "t5": "architectures chunk_size_feed_forward classifier_dropout d_ff d_kv d_model dropout_rate dtype eos_token_id feed_forward_proj id2label initializer_factor is_decoder is_encoder_decoder label2id layer_norm_epsilon num_decoder_layers num_heads num_layers output_hidden_states pad_token_id problem_type relative_attention_max_distance relative_attention_num_buckets return_dict transformers_version use_cache vocab_size "
+    + _T5_READ,
+    "umt5": "architectures chunk_size_feed_forward classifier_dropout d_ff d_kv d_model decoder_start_token_id dropout_rate dtype eos_token_id feed_forward_proj id2label initializer_factor is_decoder is_encoder_decoder label2id layer_norm_epsilon num_decoder_layers num_heads num_layers output_hidden_states pad_token_id problem_type relative_attention_max_distance relative_attention_num_buckets return_dict transformers_version use_cache vocab_size "
+    + _T5_READ,
+}
+
+
 @cache
 def diffusers_config_keys(class_name: str) -> frozenset[str] | None:
     """The config keys diffusers' ``class_name`` takes, or None for a class the table does not hold."""
     keys = DIFFUSERS_CONFIG_KEYS.get(class_name)
     return None if keys is None else frozenset(keys.split())
+
+
+def reference_config_keys(config: Any) -> tuple[str, frozenset[str]] | None:
+    """``(the reference class in words, the keys it uses)`` of a config dict: the diffusers class
+    its ``_class_name`` names, else the transformers T5 encoder its ``model_type`` names; None for
+    a config of neither (vidax then refuses every key it does not know)."""
+    name, model_type = config.get("_class_name"), config.get("model_type")
+    if isinstance(name, str) and diffusers_config_keys(name) is not None:
+        return f"diffusers' {name}", diffusers_config_keys(name)
+    if isinstance(model_type, str) and model_type in TRANSFORMERS_CONFIG_KEYS:
+        return f"transformers' {model_type} config", frozenset(TRANSFORMERS_CONFIG_KEYS[model_type].split())
+    return None
