@@ -181,6 +181,32 @@ def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
         pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
 
 
+def test_a_diffusers_scheduler_object_replaces_the_scheduler(pipe):
+    """The Wan docs' ``pipe.scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction",
+    use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=5.0)``: read through its config
+    (the run of vidax's scheduler built from that config); one that vidax does not implement is
+    a ConfigError when set (it was a TypeError inside the call)."""
+    diffusers = pytest.importorskip("diffusers")
+    from vidax.errors import ConfigError
+    from vidax.schedulers import scheduler_from_config
+
+    kept = pipe.scheduler
+    ref = diffusers.UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=5.0
+    )
+    try:
+        pipe.scheduler = ref
+        assert type(pipe.scheduler).__module__.startswith("vidax.") and pipe.scheduler.config.flow_shift == 5.0
+        got = pipe("a cat", **KW).frames
+        pipe.scheduler = scheduler_from_config({**ref.config, "_class_name": "UniPCMultistepScheduler"})
+        np.testing.assert_array_equal(got, pipe("a cat", **KW).frames)
+        with pytest.raises(ConfigError, match=r"pipe.scheduler = DDIMScheduler\(...\): _class_name='DDIMScheduler'"):
+            pipe.scheduler = diffusers.DDIMScheduler()
+    finally:
+        pipe.scheduler = kept
+    assert np.abs(got - pipe("a cat", **KW).frames).max() > 0  # flow_shift 5 is another schedule
+
+
 def _other_transformer(weights, source=None) -> None:
     """Write at ``weights`` the tiny transformer's weights (from ``source``, default ``weights``)
     with ``proj_out`` halved: another transformer that makes another video."""

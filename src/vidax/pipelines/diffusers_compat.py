@@ -1,6 +1,7 @@
 """The calls a diffusers script makes on a loaded pipeline beside ``__call__``: ``pipe.to("cuda")``,
 ``enable_model_cpu_offload()``, ``set_progress_bar_config(disable=True)``,
-``vae_scale_factor_spatial``; a base of :class:`~vidax.pipelines.base.VideoPipeline`.
+``vae_scale_factor_spatial``, ``pipe.scheduler = <a diffusers scheduler>``; a base of
+:class:`~vidax.pipelines.base.VideoPipeline`.
 
 vidax places its weights when it loads them (JAX's default backend; ``offload=`` for host memory,
 docs/offloading.md), so the placement calls change nothing after the load: they are taken, with
@@ -89,6 +90,26 @@ class DiffusersPipelineMethods:
         (``desc``, ``leave``, ...) are taken and not used."""
         if "disable" in kwargs:
             self.progress_default = not kwargs["disable"]
+
+    @property
+    def scheduler(self) -> Any:
+        """The sampler. Settable as in diffusers: a vidax scheduler, or a diffusers scheduler
+        object (``pipe.scheduler = UniPCMultistepScheduler(..., flow_shift=5.0)``, the Wan docs'
+        line), read through its config into vidax's (the same schedule; a setting vidax does not
+        implement is a ConfigError then)."""
+        try:
+            return self.__dict__["scheduler"]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no scheduler") from None
+
+    @scheduler.setter
+    def scheduler(self, value: Any) -> None:
+        if type(value).__module__.startswith("diffusers.") and isinstance(getattr(value, "config", None), dict):
+            from vidax.schedulers import scheduler_from_config
+
+            name = type(value).__name__
+            value = scheduler_from_config({**value.config, "_class_name": name}, source=f"pipe.scheduler = {name}(...)")
+        self.__dict__["scheduler"] = value
 
     def _vae_compression(self, what: str) -> int:
         config = getattr(self.info, "vae_config", None)

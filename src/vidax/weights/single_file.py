@@ -351,6 +351,11 @@ def check_single_file(path: Any, arg: str = "transformer") -> str:
         InputError: not a ``str`` / ``os.PathLike``, a folder, another suffix or no such file
             (one line naming ``arg`` and the value given).
     """
+    if type(path).__module__.startswith(("torch", "diffusers")):  # a loaded diffusers model: its repr spans lines
+        raise InputError(
+            f"{arg}= is a {type(path).__name__} object: vidax reads weights from files, not torch modules; give "
+            "its folder (model.save_pretrained(folder), or the one it was loaded from) or one .gguf / .safetensors file"
+        )
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise InputError(
             Arg(arg, path),
