@@ -262,6 +262,12 @@ def test_transformer_folder_as_diffusers_transformer_module(ckpt, tmp_path):
     (other / "config.json").write_text(json.dumps({**config, "_class_name": "CogVideoXTransformer3DModel"}))
     with pytest.raises(ConfigError, match=r"_class_name='CogVideoXTransformer3DModel', but .* has transformer 'Wan"):
         vidax.load_pipeline(ckpt, transformer=str(other))
+    # diffusers' own object: one line naming what to give (not the module's repr).
+    diffusers = pytest.importorskip("diffusers")
+    module = diffusers.WanTransformer3DModel(num_layers=1, num_attention_heads=2, attention_head_dim=8, ffn_dim=8)
+    with pytest.raises(InputError, match=r"^transformer= is a WanTransformer3DModel object: .* give its folder") as e:
+        vidax.load_pipeline(ckpt, transformer=module)
+    assert "\n" not in str(e.value)
 
 
 def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe):
