@@ -1235,6 +1235,24 @@ def test_torch_dtype_and_inert_loading_keywords(ckpt):
         vidax.load_pipeline(ckpt, use_safetensors=False)
 
 
+def test_local_files_only_as_diffusers(ckpt, monkeypatch):
+    """diffusers' ``local_files_only=True``: a hub id is read from the cache only (passed to
+    ``snapshot_download``); a local folder loads as it is."""
+    import huggingface_hub
+
+    seen = {}
+
+    def fetch(repo, **kwargs):
+        seen.update(kwargs, repo=repo)
+        raise OSError("not in the cache")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fetch)
+    with pytest.raises(CheckpointError, match="not in the cache"):
+        vidax.load_pipeline("owner/model", local_files_only=True)
+    assert seen["repo"] == "owner/model" and seen["local_files_only"] is True
+    vidax.load_pipeline(ckpt, local_files_only=True, progress=False)
+
+
 def test_hub_error_is_one_line(monkeypatch):
     """huggingface_hub's multi-line messages are folded into the one error line."""
     import huggingface_hub

@@ -20,9 +20,10 @@ TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-
 CONFIG_FILES = ("config.json", "scheduler_config.json", "guider_config.json", "preprocessor_config.json")
 
 
-def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike, local_files_only: bool = False) -> str:
     """A local folder as is; otherwise a Hugging Face hub id fetched with ``huggingface_hub``
-    (safetensors, configs and tokenizer files only).
+    (safetensors, configs and tokenizer files only; ``local_files_only``: from its cache only,
+    as diffusers' keyword).
 
     Raises:
         CheckpointError: not a folder and not downloadable (no network, unknown repo, ...).
@@ -40,6 +41,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
         return snapshot_download(
             path,
             allow_patterns=["*.json", "*.safetensors", "*.model", "tokenizer/*", "*.txt"],
+            local_files_only=local_files_only,
         )
     except Exception as e:
         reason = " ".join(f"{type(e).__name__}: {e}".split())  # huggingface_hub's messages span lines

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.checkpoint import Checkpoint, CheckpointInfo, resolve_checkpoint
 from vidax.errors import InputError
 from vidax.nn.inputs import parse_dtype
 from vidax.nn.precision import parse_matmul_precision
@@ -50,8 +50,9 @@ def load_pipeline(
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
             ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;
-            default True), diffusers' ``variant=`` (:func:`with_variant`) and the family's
-            options (e.g. ``vae_dtype=``).
+            default True), diffusers' ``variant=`` (:func:`with_variant`) and
+            ``local_files_only=`` (a hub id from the cache only) and the family's options (e.g.
+            ``vae_dtype=``).
 
     Raises:
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
@@ -68,7 +69,8 @@ def load_pipeline(
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
     dtype = dtype_option(dtype, kwargs)
-    checkpoint = with_variant(Checkpoint.open(resolve_named_checkpoint(path_or_hub_id)), kwargs.pop("variant", None))
+    root = resolve_checkpoint(resolve_named_checkpoint(path_or_hub_id), bool(kwargs.pop("local_files_only", False)))
+    checkpoint = with_variant(Checkpoint.open(root), kwargs.pop("variant", None))
     cls = pipeline_class(checkpoint)
     if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
         return (cls if task is None else cls.for_task(checkpoint, task)).from_pretrained(
@@ -250,6 +252,8 @@ class Loading:
         t0 = time.perf_counter()
         dtype = dtype_option(dtype, options)
         variant = options.pop("variant", None)
+        if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
+            path = resolve_checkpoint(path, bool(options.pop("local_files_only", False)))
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
