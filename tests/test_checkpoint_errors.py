@@ -185,3 +185,98 @@ def test_nan_in_a_config_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"^cfg.json: eps=nan is not finite; give a finite number$"):
         WanTransformerConfig.from_config_dict({"eps": float("nan")}, source="cfg.json")
+
+
+def test_config_reference_table_is_diffusers():
+    """:data:`vidax.config_reference.DIFFUSERS_CONFIG_KEYS` is the ``__init__`` parameters of
+    every diffusers component class vidax runs (as the installed diffusers has them), and each
+    of those keys is implemented, ignored as inert or accepted at its neutral value by vidax's
+    config: so the keys vidax ignores as diffusers does are exactly those diffusers ignores."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    pytest.importorskip("diffusers")
+    from vidax.config_reference import DIFFUSERS_CONFIG_KEYS, diffusers_config_keys
+    from vidax.registry import registry
+
+    want = {}
+    for spec in registry().components():
+        ref = None
+        for module in ("diffusers", "diffusers.pipelines.ltx", "diffusers.pipelines.ltx2"):
+            ref = ref or getattr(importlib.import_module(module), spec.class_name, None)
+        if spec.config is None or ref is None:
+            continue
+        params = inspect.signature(ref.__init__).parameters
+        assert not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params.values()), spec.class_name
+        want[spec.class_name] = " ".join(sorted(n for n in params if n != "self"))
+        config = spec.config_class()
+        config = getattr(config, "config_class", config)  # a scheduler: its config class
+        known = {f.name for f in dataclasses.fields(config)} | set(config.IGNORED) | set(config.NEUTRAL)
+        assert diffusers_config_keys(spec.class_name) <= known, (
+            spec.class_name,
+            diffusers_config_keys(spec.class_name) - known,
+        )
+    assert DIFFUSERS_CONFIG_KEYS == dict(sorted(want.items()))
+    # The T5 encoders: transformers' config class's parameters and every config attribute its
+    # model reads (so a key outside the table is one transformers keeps and never uses).
+    import re
+
+    import transformers
+    from transformers.models.t5 import modeling_t5
+    from transformers.models.umt5 import modeling_umt5
+
+    from vidax.config_reference import TRANSFORMERS_CONFIG_KEYS
+
+    for cls, module in ((transformers.T5Config, modeling_t5), (transformers.UMT5Config, modeling_umt5)):
+        keys = set(TRANSFORMERS_CONFIG_KEYS[cls.model_type].split())
+        assert {n for n in inspect.signature(cls.__init__).parameters if n != "self"} <= keys, cls
+        read = set(re.findall(r"config\.([a-z][a-z_0-9]*)", inspect.getsource(module)))
+        assert read <= keys, read - keys
+
+
+@pytest.mark.fast
+def test_a_key_diffusers_ignores_is_ignored(caplog):
+    """A config key the diffusers class its ``_class_name`` names does not take (a newer
+    diffusers' key, a note) is ignored with one warning, as diffusers does; a config that names
+    no class vidax knows the reference's keys of stays strict."""
+    from vidax.errors import ConfigError
+    from vidax.models.wan.config import WanTransformerConfig
+    from vidax.schedulers import scheduler_from_config
+
+    base = WanTransformerConfig.from_config_dict({"_class_name": "WanTransformer3DModel"}, source="t.json")
+    with caplog.at_level("WARNING", logger="vidax.config"):
+        for _ in range(2):
+            got = WanTransformerConfig.from_config_dict(
+                {"_class_name": "WanTransformer3DModel", "future_key": 3}, source="t.json"
+            )
+    assert got == base
+    assert [r.getMessage() for r in caplog.records] == [
+        "t.json: future_key=3 is not a setting of diffusers' WanTransformer3DModel, which ignores it; ignored"
+    ]
+    from vidax.default_checkpoint import SCHEDULER
+
+    scheduler_from_config({**SCHEDULER, "note": "x"}, source="s.json")
+    with pytest.raises(ConfigError, match="^t.json: unknown setting future_key=3 for WanTransformerConfig"):
+        WanTransformerConfig.from_config_dict({"future_key": 3}, source="t.json")
+
+
+def test_pipeline_with_keys_diffusers_ignores(copy):
+    """A checkpoint whose text encoder, transformer, VAE, scheduler and model_index.json carry
+    keys diffusers (and transformers) ignore loads and makes the video it makes without them."""
+    import vidax
+
+    call = dict(prompt="a cat", height=32, width=32, num_frames=5, num_inference_steps=1, seed=0, progress=False)
+    want = vidax.load_pipeline(str(copy), progress=False)(**call).frames
+    for component, name in (
+        ("text_encoder", "config.json"),
+        ("transformer", "config.json"),
+        ("vae", "config.json"),
+        ("scheduler", "scheduler_config.json"),
+        (".", "model_index.json"),
+    ):
+        file = copy / component / name
+        config = json.loads(file.read_text())
+        config.update(future_key=3, _name_or_path="someone/model")
+        file.write_text(json.dumps(config))
+    np.testing.assert_array_equal(vidax.load_pipeline(str(copy), progress=False)(**call).frames, want)

@@ -145,6 +145,131 @@ def test_prompt_embeds_callback_and_return_dict_end_to_end(pipe):
     np.testing.assert_array_equal(frames, base.frames)
 
 
+def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
+    """What the diffusers docs' scripts call beside ``__call__``: ``pipe.to("cuda")`` (the
+    pipeline back, nothing moved: vidax's weights are on JAX's backend since the load; a dtype is
+    refused), ``enable_model_cpu_offload()`` (a warning naming the load-time ``offload=``),
+    ``vae.enable_slicing()``, ``set_progress_bar_config(disable=True)`` and
+    ``vae_scale_factor_spatial`` (the Wan I2V example's ``mod_value``): the same video."""
+    base = pipe("a cat", **KW).frames
+    with caplog.at_level("WARNING", logger="vidax.pipeline"):
+        assert pipe.to("cuda") is pipe and pipe.to(device="cpu") is pipe
+        pipe.enable_model_cpu_offload()
+        pipe.enable_sequential_cpu_offload()
+    assert sum("offload=" in r.getMessage() for r in caplog.records) == 2
+    with pytest.raises(InputError, match=r"^pipe.to\('bfloat16'\): vidax reads the weights in the dtype"):
+        pipe.to("bfloat16")
+    assert (pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal) == (8, 4)
+    assert pipe.vae_spatial_compression_ratio == 8
+    assert pipe.vae_scale_factor_spatial * pipe.transformer.config.patch_size[1] == 16
+    pipe.vae.enable_slicing()
+    assert pipe.vae.use_slicing
+    capsys.readouterr()
+    pipe.set_progress_bar_config(disable=True)
+    try:
+        frames = pipe("a cat", **{k: v for k, v in KW.items() if k != "progress"}).frames
+        assert "denoising" not in capsys.readouterr().err  # no progress bar without progress=
+    finally:
+        pipe.set_progress_bar_config(disable=False)
+        pipe.vae.disable_slicing()
+    np.testing.assert_array_equal(frames, base)
+    assert not pipe.vae.use_slicing
+    # diffusers' encode_prompt: one line naming vidax's encode_prompt_embeds (was a TypeError).
+    with pytest.raises(
+        InputError, match=r"^pipe.encode_prompt is diffusers' name: vidax's is pipe.encode_prompt_embeds"
+    ):
+        pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
+
+
+def test_a_diffusers_scheduler_object_replaces_the_scheduler(pipe):
+    """The Wan docs' ``pipe.scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction",
+    use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=5.0)``: read through its config
+    (the run of vidax's scheduler built from that config); one that vidax does not implement is
+    a ConfigError when set (it was a TypeError inside the call)."""
+    diffusers = pytest.importorskip("diffusers")
+    from vidax.errors import ConfigError
+    from vidax.schedulers import scheduler_from_config
+
+    kept = pipe.scheduler
+    ref = diffusers.UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=5.0
+    )
+    try:
+        pipe.scheduler = ref
+        assert type(pipe.scheduler).__module__.startswith("vidax.") and pipe.scheduler.config.flow_shift == 5.0
+        got = pipe("a cat", **KW).frames
+        pipe.scheduler = scheduler_from_config({**ref.config, "_class_name": "UniPCMultistepScheduler"})
+        np.testing.assert_array_equal(got, pipe("a cat", **KW).frames)
+        with pytest.raises(ConfigError, match=r"pipe.scheduler = DDIMScheduler\(...\): _class_name='DDIMScheduler'"):
+            pipe.scheduler = diffusers.DDIMScheduler()
+    finally:
+        pipe.scheduler = kept
+    assert np.abs(got - pipe("a cat", **KW).frames).max() > 0  # flow_shift 5 is another schedule
+
+
+def _other_transformer(weights, source=None) -> None:
+    """Write at ``weights`` the tiny transformer's weights (from ``source``, default ``weights``)
+    with ``proj_out`` halved: another transformer that makes another video."""
+    from vidax.weights import CheckpointReader, save_safetensors
+
+    reader = CheckpointReader(source or weights)
+    tensors = {k: np.array(reader.get(k)) * (0.5 if "proj_out" in k else 1.0) for k in reader.keys()}
+    del reader
+    save_safetensors(tensors, weights)
+
+
+def test_variant_reads_that_variants_files(ckpt, tmp_path):
+    """``load_pipeline(path, variant="fp16")`` reads ``<name>.fp16.safetensors`` where a folder
+    has it beside the plain file (diffusers' ``variant=``), the plain files without ``variant=``
+    (also after a load with one); a folder without that variant reads its plain files."""
+    import shutil
+
+    copy, whole = tmp_path / "copy", tmp_path / "whole"
+    shutil.copytree(ckpt, copy)
+    shutil.copytree(ckpt, whole)
+    _other_transformer(copy / "transformer" / "diffusion_pytorch_model.fp16.safetensors", whole / "transformer")
+    _other_transformer(whole / "transformer" / "diffusion_pytorch_model.safetensors")
+    plain = vidax.load_pipeline(ckpt, progress=False)("a cat", **KW).frames
+    fp16 = vidax.load_pipeline(str(copy), variant="fp16", progress=False)("a cat", **KW).frames
+    np.testing.assert_array_equal(fp16, vidax.load_pipeline(str(whole), progress=False)("a cat", **KW).frames)
+    assert np.abs(fp16 - plain).max() > 1e-3
+    np.testing.assert_array_equal(vidax.load_pipeline(str(copy), progress=False)("a cat", **KW).frames, plain)
+    with pytest.raises(InputError, match=r"^variant='../fp16' is not a weights variant's name"):
+        vidax.load_pipeline(str(copy), variant="../fp16")
+
+
+def test_transformer_folder_as_diffusers_transformer_module(ckpt, tmp_path):
+    """diffusers' ``from_pretrained(path, transformer=Model.from_pretrained(other, subfolder=
+    "transformer"))`` is ``load_pipeline(path, transformer=other/transformer)``: that folder's
+    config and weights replace the checkpoint's (the video of a checkpoint holding them); a
+    folder of another class is refused in one line."""
+    import json
+    import shutil
+
+    from vidax.errors import ConfigError
+
+    other = tmp_path / "other"
+    shutil.copytree(os.path.join(ckpt, "transformer"), other)
+    _other_transformer(other / "diffusion_pytorch_model.safetensors")
+    whole = tmp_path / "whole"
+    shutil.copytree(ckpt, whole)
+    shutil.rmtree(whole / "transformer")
+    shutil.copytree(other, whole / "transformer")
+    got = vidax.load_pipeline(ckpt, transformer=str(other), progress=False)("a cat", **KW).frames
+    np.testing.assert_array_equal(got, vidax.load_pipeline(str(whole), progress=False)("a cat", **KW).frames)
+    assert np.abs(got - vidax.load_pipeline(ckpt, progress=False)("a cat", **KW).frames).max() > 1e-3
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "_class_name": "CogVideoXTransformer3DModel"}))
+    with pytest.raises(ConfigError, match=r"_class_name='CogVideoXTransformer3DModel', but .* has transformer 'Wan"):
+        vidax.load_pipeline(ckpt, transformer=str(other))
+    # diffusers' own object: one line naming what to give (not the module's repr).
+    diffusers = pytest.importorskip("diffusers")
+    module = diffusers.WanTransformer3DModel(num_layers=1, num_attention_heads=2, attention_head_dim=8, ffn_dim=8)
+    with pytest.raises(InputError, match=r"^transformer= is a WanTransformer3DModel object: .* give its folder") as e:
+        vidax.load_pipeline(ckpt, transformer=module)
+    assert "\n" not in str(e.value)
+
+
 def test_interrupt_torch_inputs_pil_output_and_generator_none_as_diffusers(pipe):
     """diffusers' early stop (a step callback setting ``pipe._interrupt``: the remaining steps are
     skipped and the latents so far are returned / decoded; reset by the next call), torch tensors
@@ -264,6 +389,9 @@ def test_image_layouts_and_last_image(i2v_pipe):
         assert "\n" not in str(e.value)
     with pytest.raises(InputError, match=r"^last_image is a float32 array"):
         pipe(first, last_image=np.asarray(last, np.float32) / 255, **I2V)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(InputError, match=r"^image is a torch tensor; give a PIL image .*nearest-neighbour"):
+        pipe(torch.from_numpy(np.asarray(first)).permute(2, 0, 1) / 255.0, **I2V)  # as diffusers takes it
     with pytest.raises(InputError, match=r"^last_image is a list of 2; .*one last frame"):
         pipe(first, last_image=[last, last], **I2V)
     with pytest.raises(InputError, match=r"^last_image has shape \(4, 4, 2\)"):

@@ -11,6 +11,7 @@ from flax import nnx
 from vidax.errors import CheckpointError
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights import CheckpointReader, DtypePolicy, KeyRules, export_state_dict, load_module, save_safetensors
+from vidax.weights.safetensors_io import use_variant
 
 
 class Block(nnx.Module):
@@ -215,3 +216,62 @@ def test_prefix_and_unused_keys(tmp_path):
     save_safetensors({**sd, **unused}, tmp_path / "model.safetensors")
     with pytest.raises(CheckpointError, match="2 unexpected"):
         load_module(lambda: Outer(nnx.Rngs(0)), str(tmp_path), KeyRules(stacked=("blocks",), prefix="model.inner."))
+
+
+def test_plain_weights_are_read_beside_a_variant(tmp_path):
+    """A component folder as ``save_pretrained(d)`` then ``save_pretrained(d, variant="fp16")``
+    leave it (the plain file or shards beside ``<name>.fp16.safetensors`` or
+    ``<name>.fp16-0000k-of-0000n.safetensors`` with ``<name>.safetensors.index.fp16.json``) is
+    read from its plain weights, as diffusers' ``from_pretrained`` without ``variant=``; a folder
+    holding one variant alone (single file or shards) is read as it is; after ``use_variant``
+    (``load_pipeline(..., variant=)``) that variant's files are read."""
+    plain = {"a": np.ones(3, np.float32), "b": np.zeros(2, np.float32)}
+    half = {k: v.astype(np.float16) + 1 for k, v in plain.items()}
+
+    def folder(name, files):
+        path = tmp_path / name
+        path.mkdir()
+        for file, tensors in files.items():
+            save_safetensors(tensors, path / file)
+        return path
+
+    def index(path, name, shards):
+        weight_map = {k: shard for shard, keys in shards.items() for k in keys}
+        (path / name).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+    both = folder("both", {"model.safetensors": plain, "model.fp16.safetensors": half})
+    assert CheckpointReader(both).get("a").dtype == np.float32
+    sharded = folder(
+        "sharded",
+        {
+            "model.safetensors": plain,
+            "model.fp16-00001-of-00002.safetensors": {"a": half["a"]},
+            "model.fp16-00002-of-00002.safetensors": {"b": half["b"]},
+        },
+    )
+    index(
+        sharded,
+        "model.safetensors.index.fp16.json",
+        {"model.fp16-00001-of-00002.safetensors": ["a"], "model.fp16-00002-of-00002.safetensors": ["b"]},
+    )
+    assert CheckpointReader(sharded).get("b").dtype == np.float32
+    use_variant(sharded, "fp16")  # load_pipeline(..., variant="fp16"): that variant's shards, by their index
+    try:
+        assert CheckpointReader(sharded).get("b").dtype == np.float16
+        assert CheckpointReader(both).get("a").dtype == np.float32  # another folder: its plain file
+    finally:
+        use_variant(sharded, None)
+    assert CheckpointReader(sharded).get("b").dtype == np.float32
+    (sharded / "model.safetensors").unlink()
+    reader = CheckpointReader(sharded)  # the variant's shards alone: its index names them
+    assert sorted(reader.keys()) == ["a", "b"] and reader.get("a").dtype == np.float16
+    alone = folder("alone", {"diffusion_pytorch_model.fp16.safetensors": half})
+    (alone / "config.json").write_text("{}")  # a component folder's config is no index
+    assert CheckpointReader(alone).get("a").dtype == np.float16
+    (alone / "diffusion_pytorch_model.fp16.safetensors").unlink()
+    (alone / "diffusion_pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors file \(vidax reads safetensors only"):
+        CheckpointReader(alone)
+    two = folder("two", {"model.fp16.safetensors": half, "model.bf16.safetensors": half})
+    with pytest.raises(CheckpointError, match="several safetensors files"):
+        CheckpointReader(two)

@@ -58,7 +58,7 @@ def test_encode_prompt_runs_at_the_pipeline_precision(pipe, monkeypatch):
 
     monkeypatch.setattr(type(pipe), "encode_text", spy)
     with jax.default_matmul_precision("bfloat16"):
-        pipe.encode_prompt(["a cat"], 16)
+        pipe.encode_prompts(["a cat"], 16)
     assert seen == ["highest"]
 
 

@@ -137,8 +137,8 @@ def test_transformer_path_checked_in_one_line(ckpt, tmp_path, monkeypatch):
         ("nope.gguf", "transformer='nope.gguf': no such file"),
         (
             str(tmp_path),
-            f"transformer={str(tmp_path)!r} is a folder; give one .gguf or .safetensors file (a "
-            "transformer folder in diffusers' layout belongs in a checkpoint's transformer/)",
+            f"transformer={str(tmp_path)!r} is a folder without a config.json; give one .gguf or .safetensors "
+            "file, or a transformer folder in diffusers' layout (config.json and its safetensors)",
         ),
         (123, "transformer=123 is not a path (int); give one .gguf or .safetensors file's path (str or os.PathLike)"),
         (

@@ -70,7 +70,7 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     assert _kinds(pipe.text_encoder) == {"pinned_host"}  # loaded straight into host memory
     te_bytes = sum(a.nbytes for a in jax.tree.leaves(nnx.state(pipe.text_encoder)))
     seen_kinds = []
-    pipe.encode_prompt(["warm up"], 16)  # compile first, so the cache is not counted below
+    pipe.encode_prompts(["warm up"], 16)  # compile first, so the cache is not counted below
     encode_text = pipe.encode_text
 
     def spy(texts, length, truncation=None):  # where the encoder's parameters are while it runs
@@ -79,7 +79,7 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
 
     pipe.encode_text = spy
     before = _device_buffers()
-    embeds = pipe.encode_prompt([PROMPT, NEGATIVE], 16)
+    embeds = pipe.encode_prompts([PROMPT, NEGATIVE], 16)
     embeds.block_until_ready()
     after = _device_buffers()
     new = {k: v for k, v in after.items() if k not in before}
@@ -97,7 +97,7 @@ def test_text_encoder_released_after_encoding(ckpt, mesh):
     kept = vidax.load_pipeline(ckpt, mesh=mesh, offload=OffloadConfig(keep_text_encoder=True, keep_vae=True))
     assert _kinds(kept.text_encoder) == {"device"} and _kinds(kept.vae) == {"device"}
     # Same embeddings either way (bit-exact: the same executable on the same values).
-    np.testing.assert_array_equal(np.asarray(kept.encode_prompt([PROMPT, NEGATIVE], 16)), np.asarray(embeds))
+    np.testing.assert_array_equal(np.asarray(kept.encode_prompts([PROMPT, NEGATIVE], 16)), np.asarray(embeds))
 
 
 def test_staged_vae_decode(ckpt, frames):

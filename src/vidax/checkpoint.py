@@ -20,9 +20,10 @@ TASK_NAMES = {"t2v": "text-to-video", "i2v": "image-to-video", "v2v": "video-to-
 CONFIG_FILES = ("config.json", "scheduler_config.json", "guider_config.json", "preprocessor_config.json")
 
 
-def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
+def resolve_checkpoint(path_or_hub_id: str | os.PathLike, local_files_only: bool = False) -> str:
     """A local folder as is; otherwise a Hugging Face hub id fetched with ``huggingface_hub``
-    (safetensors, configs and tokenizer files only).
+    (safetensors, configs and tokenizer files only; ``local_files_only``: from its cache only,
+    as diffusers' keyword).
 
     Raises:
         CheckpointError: not a folder and not downloadable (no network, unknown repo, ...).
@@ -40,6 +41,7 @@ def resolve_checkpoint(path_or_hub_id: str | os.PathLike) -> str:
         return snapshot_download(
             path,
             allow_patterns=["*.json", "*.safetensors", "*.model", "tokenizer/*", "*.txt"],
+            local_files_only=local_files_only,
         )
     except Exception as e:
         reason = " ".join(f"{type(e).__name__}: {e}".split())  # huggingface_hub's messages span lines
@@ -75,6 +77,8 @@ class Checkpoint:
             (:mod:`vidax.nn.quant`; ``load_pipeline(..., weight_dtype=)``).
         files: component name -> a single-file checkpoint read instead of its folder's weights
             (``load_pipeline(..., transformer=FILE)``, :mod:`vidax.weights.single_file`).
+        folders: component name -> a diffusers-layout component folder read instead of
+            ``<root>/<name>`` (``load_pipeline(..., transformer=FOLDER)``, :meth:`with_folder`).
     """
 
     root: str
@@ -83,6 +87,7 @@ class Checkpoint:
     config_files: Mapping[str, str]
     weights: str | None = None
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    folders: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def open(cls, path_or_hub_id: str | os.PathLike) -> Checkpoint:
@@ -146,13 +151,42 @@ class Checkpoint:
         """
         if not self.has(name):
             raise CheckpointError(f"{self.source} names no {name!r} component")
-        path = os.path.join(self.root, name)
+        path = self.folders.get(name) or os.path.join(self.root, name)
         if not os.path.isdir(path):
             raise CheckpointError(
                 f"component folder {name}/ is missing in {self.root} (model_index.json lists "
                 f"{self.class_of(name) or self.index[name]})"
             )
         return path
+
+    def with_folder(self, name: str, folder: str) -> Checkpoint:
+        """This checkpoint with component ``name`` read from ``folder`` (a diffusers-layout
+        component folder: its config and weights, as diffusers' ``from_pretrained(path,
+        transformer=Model.from_pretrained(folder))``).
+
+        Raises:
+            CheckpointError: model_index.json names no ``name``; ``folder`` has no config.
+            ConfigError: its config names another class than model_index.json gives ``name``.
+        """
+        if not self.has(name):
+            raise CheckpointError(f"{self.source} names no {name!r} component")
+        config_file = next(
+            (os.path.join(folder, c) for c in CONFIG_FILES if os.path.isfile(os.path.join(folder, c))), ""
+        )
+        if not config_file:
+            raise CheckpointError(f"{folder} has none of {list(CONFIG_FILES)}")
+        config = read_json_object(config_file)
+        given = config.get("_class_name")
+        if given is not None and given != self.class_of(name):
+            raise ConfigError(
+                f"{config_file}: _class_name={given!r}, but {self.source} has {name} {self.class_of(name)!r}"
+            )
+        return dataclasses.replace(
+            self,
+            configs={**self.configs, name: config},
+            config_files={**self.config_files, name: config_file},
+            folders={**self.folders, name: folder},
+        )
 
     def require(self, *names: str) -> None:
         """Check that model_index.json names every component of ``names`` and that its folder exists.

@@ -3,7 +3,9 @@
 A config class is a frozen dataclass whose fields are the settings vidax implements, named as in
 diffusers. :meth:`ConfigBase.from_config_dict` builds one from the JSON dict and refuses, with a
 :class:`~vidax.errors.ConfigError`, any setting that would change the result but that vidax does
-not implement. Keys starting with ``_`` are metadata and always accepted.
+not implement. Keys starting with ``_`` are metadata and always accepted; a key that the diffusers class the
+config names (``_class_name``) does not take either is ignored with a warning, as diffusers does
+(:mod:`vidax.config_reference`).
 
 Subclasses declare two class-level tables:
 
@@ -18,12 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from vidax.errors import ConfigError
+
+logger = logging.getLogger("vidax.config")
 
 #: diffusers ``FeedForward``'s ``activation_fn`` values (its ``net[0]``): ``gelu`` / ``gelu-approximate``
 #: (``GELU``: gelu(proj x), erf or tanh), ``geglu`` (``GEGLU``: proj to 2 x inner, first half times the
@@ -65,6 +70,8 @@ class ConfigBase:
                         f"{source}: {key}={value!r} is not implemented by vidax's {cls.__name__}; "
                         f"only {' or '.join(repr(v) for v in cls.NEUTRAL[key])} is supported."
                     )
+                continue
+            if _ignored_by_reference(config, key, value, source):
                 continue
             raise ConfigError(
                 f"{source}: unknown setting {key}={value!r} for {cls.__name__}; vidax knows "
@@ -130,6 +137,27 @@ class TransformerConfig(ConfigBase):
     def out_dim(self) -> int:
         """Output channels (``out_channels or in_channels`` as in the reference)."""
         return self.out_channels or self.in_channels
+
+
+def _ignored_by_reference(config: Mapping[str, Any], key: str, value: Any, source: str) -> bool:
+    """True (with a warning) when ``key`` is no setting of the reference class the config names
+    (diffusers' ``_class_name``, a T5 encoder's ``model_type``:
+    :func:`vidax.config_reference.reference_config_keys`): the reference ignores it, and so does
+    vidax. False for a key that class takes (vidax would compute something else without it) and
+    for a config of a class the tables do not hold."""
+    from vidax.config_reference import reference_config_keys
+
+    reference = reference_config_keys(config)
+    if reference is None or key in reference[1]:
+        return False
+    if (source, key) not in _WARNED:  # a config is read more than once while a pipeline loads
+        _WARNED.add((source, key))
+        logger.warning("%s: %s=%r is not a setting of %s, which ignores it; ignored", source, key, value, reference[0])
+    return True
+
+
+#: ``(file, key)`` of the ignored settings warned about in this process.
+_WARNED: set[tuple[str, str]] = set()
 
 
 def is_positive_int(value: Any) -> bool:

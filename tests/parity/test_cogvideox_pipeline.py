@@ -161,7 +161,7 @@ def test_prompt_embeddings_match_and_share_length(checkpoints, pipelines):
     path, ref = checkpoints["5b"]
     pipe = pipelines("5b")
     texts = ["a", "a red car walking over the sea at night with a dog and a cat in the city"]
-    ours = np.asarray(pipe.encode_prompt(texts, L_TXT))
+    ours = np.asarray(pipe.encode_prompts(texts, L_TXT))
     with torch.no_grad():
         pos, neg = ref.encode_prompt(texts[1], texts[0], max_sequence_length=L_TXT, device="cpu")
     # Both prompts padded to L_TXT whatever their token counts, as the reference's pos / neg.

@@ -390,7 +390,7 @@ def test_full_size_param_count_matches_reference(path):
         ),
         ({"rope_axes_dim": [24, -1, 20]}, r"rope_axes_dim=\(24, -1, 20\) is not valid"),
         ({"num_key_value_heads": 5}, r"num_key_value_heads=5 is not valid"),
-        ({"fancy": 1}, r"unknown setting fancy=1"),
+        ({"_class_name": None, "fancy": 1}, r"unknown setting fancy=1"),  # naming no diffusers class: strict
     ],
 )
 def test_config_refuses_what_is_not_implemented(change, match):

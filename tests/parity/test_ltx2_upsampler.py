@@ -105,13 +105,17 @@ def test_full_size_parameter_count(name):
         ("rational_spatial_scale", 3.0, r"rational_spatial_scale=3\.0.*0\.75, 1\.5, 2\.0, 4\.0"),
         ("use_rational_resampler", "yes", "use_rational_resampler"),
         ("mid_channels", 48, "multiple of 32"),
-        ("some_new_key", 1, "some_new_key"),
     ],
 )
 def test_config_refused(key, value, match):
     base = {"_class_name": "LTX2LatentUpsamplerModel", **TINY}
     with pytest.raises(ConfigError, match=match):
         LTX2LatentUpsamplerConfig.from_config_dict({**base, key: value})
+    assert LTX2LatentUpsamplerConfig.from_config_dict(
+        {**base, "some_new_key": 1}
+    ) == LTX2LatentUpsamplerConfig.from_config_dict(base)  # as diffusers
+    with pytest.raises(ConfigError, match="unknown setting some_new_key"):  # naming no diffusers class: strict
+        LTX2LatentUpsamplerConfig.from_config_dict({**base, "_class_name": None, "some_new_key": 1})
     # The scale is read only where the rational resampler is built (LTX-2.3's temporal upsampler
     # ships rational_spatial_scale 1.0), as the reference.
     cfg = LTX2LatentUpsamplerConfig.from_config_dict(

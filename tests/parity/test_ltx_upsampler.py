@@ -218,7 +218,6 @@ def test_full_size_parameter_count():
         ("spatial_upsample", False, "at least one must be true"),
         ("temporal_upsample", True, "needs dims=3"),
         ("num_blocks_per_stage", 0, "num_blocks_per_stage=0"),
-        ("some_new_key", 1, "some_new_key"),
     ],
 )
 def test_config_refused(key, value, match):
@@ -227,6 +226,11 @@ def test_config_refused(key, value, match):
         base["temporal_upsample"] = False
     with pytest.raises(ConfigError, match=match):
         LTXLatentUpsamplerConfig.from_config_dict({**base, key: value})
+    assert LTXLatentUpsamplerConfig.from_config_dict(
+        {**base, "some_new_key": 1}
+    ) == LTXLatentUpsamplerConfig.from_config_dict(base)  # as diffusers
+    with pytest.raises(ConfigError, match="unknown setting some_new_key"):  # naming no diffusers class: strict
+        LTXLatentUpsamplerConfig.from_config_dict({**base, "_class_name": None, "some_new_key": 1})
 
 
 def test_input_errors(models):

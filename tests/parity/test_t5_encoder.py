@@ -248,12 +248,15 @@ def test_config_and_input_errors(tmp_path, saved):
         ({"feed_forward_proj": "swiglu-gelu"}, "feed_forward_proj"),
         ({"is_decoder": True}, "is_decoder"),
         ({"model_type": "mt5"}, "model_type"),
-        ({"some_new_switch": 1}, "some_new_switch"),
+        ({"model_type": None, "some_new_switch": 1}, "some_new_switch"),  # no model_type: strict
+        ({"hidden_size": 12}, "hidden_size"),  # transformers' alias of d_model: read there, refused here
         ({"relative_attention_max_distance": 2}, "relative_attention_max_distance"),
     ):
         bad = {k: v for k, v in {**base, **change}.items() if v is not None}
         with pytest.raises(ConfigError, match=needle):
             T5EncoderConfig.from_config_dict(bad)
+    # A key transformers keeps and its model never reads is ignored, as there.
+    assert T5EncoderConfig.from_config_dict({**base, "some_new_switch": 1}) == cfg
     with pytest.raises(InputError, match="dtype"):
         load_component("UMT5EncoderModel", path, dtype=jnp.float16)
     with pytest.raises(InputError, match="path"):

@@ -96,6 +96,11 @@ def to_rgb_image(image: Any, name: str = "image") -> Any:
         if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[-1] not in (3, 4)) or 0 in image.shape:
             raise InputError(f"{name} has shape {image.shape}; give a uint8 array (H, W, 3), (H, W, 4) or (H, W)")
         return PIL.Image.fromarray(image).convert("RGB")
+    if type(image).__module__ == "torch":  # diffusers takes a (C, H, W) float tensor in [0, 1]
+        raise InputError(
+            f"{name} is a torch tensor; give a PIL image or a uint8 (H, W, 3) array ((t.permute(1, 2, 0) * 255)"
+            ".round().to(torch.uint8).numpy() of a (C, H, W) tensor in [0, 1]): " + FLOAT_ARRAY_REASON
+        )
     raise InputError(f"{name} must be a PIL image or a uint8 numpy array (H, W, 3); got {type(image).__name__}")
 
 

@@ -17,7 +17,8 @@ _HALF = ("float16", "fp16", "f16", "half")
 
 
 def parse_dtype(dtype: Any) -> Any:
-    """``"float32"`` / ``"bfloat16"`` (or ``"fp32"`` / ``"bf16"``, or the jnp dtype) -> jnp dtype.
+    """``"float32"`` / ``"bfloat16"`` (or ``"fp32"`` / ``"bf16"``, the jnp dtype, or torch's
+    ``torch.float32`` / ``torch.bfloat16`` as diffusers' ``torch_dtype=`` takes them) -> jnp dtype.
 
     Raises:
         InputError: any other value, naming ``dtype=`` and the valid ones (float16 with the reason
@@ -25,6 +26,8 @@ def parse_dtype(dtype: Any) -> Any:
     """
     if isinstance(dtype, str):
         key = dtype.strip().lower()
+    elif type(dtype).__module__ == "torch":  # torch.bfloat16 (diffusers' torch_dtype=), read without torch
+        key = str(dtype).removeprefix("torch.")
     else:
         try:
             key = np.dtype(dtype).name

@@ -96,10 +96,11 @@ class TilingSettings:
     functions) and so the compiled functions.
     """
 
-    __slots__ = ("state",)
+    __slots__ = ("state", "slicing")
 
     def __init__(self, state: Any):
         self.state = state
+        self.slicing = False
 
 
 class TiledVAE:
@@ -180,6 +181,22 @@ class TiledVAE:
         if not isinstance(on, bool):
             raise InputError(f"use_framewise_decoding={on!r} must be True or False")
         self._tiling_settings.state = dataclasses.replace(self._state(), **{self.TILING_FRAMEWISE: on})
+
+    def enable_slicing(self) -> None:
+        """diffusers' ``vae.enable_slicing()`` (decode a batch one video at a time, to bound the
+        decode's memory): taken, and :attr:`use_slicing` says so; vidax's decode is bounded by its
+        chunks along the frames (and tiles, :meth:`enable_tiling`) already, and the video is the
+        same either way, so nothing else changes."""
+        self._tiling_settings.slicing = True
+
+    def disable_slicing(self) -> None:
+        """diffusers' ``vae.disable_slicing()``: :attr:`use_slicing` False again."""
+        self._tiling_settings.slicing = False
+
+    @property
+    def use_slicing(self) -> bool:
+        """Whether :meth:`enable_slicing` was called (the reference's attribute)."""
+        return self._tiling_settings.slicing
 
     def enable_tiled_decode(self) -> None:
         """What ``--vae-tiling`` turns on: ``enable_tiling()`` (the sizes set so far, else the

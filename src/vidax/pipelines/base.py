@@ -39,6 +39,7 @@ from vidax.pipelines.caching import StepCaching
 from vidax.pipelines.call import SHARED_CALL_ARGS, Call
 from vidax.pipelines.call_checks import MAX_SEED, CallChecks, Capabilities, SizeLimits
 from vidax.pipelines.common import VideoPipelineOutput
+from vidax.pipelines.diffusers_compat import DiffusersPipelineMethods
 from vidax.pipelines.experts import Experts
 from vidax.pipelines.hooks import FamilyHooks, frames_of_form, video_latent_shape
 from vidax.pipelines.loading import Loading
@@ -61,7 +62,16 @@ logger = logging.getLogger("vidax.pipeline")
 
 
 class VideoPipeline(
-    FamilyHooks, CallChecks, MemoryChecks, Loading, Denoising, StepCaching, Decoding, PromptEncoding, LoraMethods
+    FamilyHooks,
+    CallChecks,
+    MemoryChecks,
+    Loading,
+    Denoising,
+    StepCaching,
+    Decoding,
+    PromptEncoding,
+    LoraMethods,
+    DiffusersPipelineMethods,
 ):
     """Base of the family pipelines; build with :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
 
@@ -215,6 +225,8 @@ class VideoPipeline(
         """
         from vidax.pipelines.presets import call_preset, describe
 
+        if not self.progress_default:  # set_progress_bar_config(disable=True)
+            kwargs.setdefault("progress", False)
         chosen, kwargs, applied, scheduler, cache = call_preset(self, preset, kwargs)
         call = self.check_call(self.info, prompt, negative_prompt, **kwargs)
         loaded, loaded_cache = self.scheduler, self.cache_config

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from vidax.checkpoint import Checkpoint, CheckpointInfo
+from vidax.checkpoint import Checkpoint, CheckpointInfo, resolve_checkpoint
 from vidax.errors import InputError
 from vidax.nn.inputs import parse_dtype
 from vidax.nn.precision import parse_matmul_precision
@@ -31,7 +31,7 @@ from vidax.weights.component import Request, load_components
 
 def load_pipeline(
     path_or_hub_id: str | os.PathLike,
-    dtype: Any = "float32",
+    dtype: Any = None,
     task: str | None = None,
     mesh: Any = None,
     preset: str | None = None,
@@ -43,8 +43,9 @@ def load_pipeline(
         path_or_hub_id: folder holding ``model_index.json`` and component folders, a hub id, or
             ``"vidax/tiny-random-wan"`` (the embedded tiny checkpoint, built on first use; see
             :mod:`vidax.default_checkpoint`).
-        dtype: ``"float32"`` or ``"bfloat16"`` (or the jnp dtype): storage and compute dtype of
-            the transformer and text encoder; the reference's fp32 modules stay fp32.
+        dtype: ``"float32"`` (None: the default) or ``"bfloat16"`` (or the jnp or torch dtype):
+            storage and compute dtype of the transformer and text encoder; the reference's fp32
+            modules stay fp32. diffusers' spelling ``torch_dtype=`` is taken too.
         task: ``None``: the pipeline named in model_index.json (as diffusers); ``"t2v"`` or
             ``"i2v"``: the pipeline that does this task on the checkpoint (e.g. image-to-video on
             Wan2.2 TI2V-5B, whose model_index.json names ``WanPipeline``).
@@ -59,7 +60,9 @@ def load_pipeline(
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
             ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;
-            default True) and the family's options (e.g. ``vae_dtype=``).
+            default True), diffusers' ``variant=`` (:func:`with_variant`) and
+            ``local_files_only=`` (a hub id from the cache only) and the family's options (e.g.
+            ``vae_dtype=``).
 
     Raises:
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
@@ -76,7 +79,9 @@ def load_pipeline(
 
     setup_compile_cache()  # once per process; a cache the user configured is kept
 
-    checkpoint = Checkpoint.open(resolve_named_checkpoint(path_or_hub_id))
+    dtype = dtype_option(dtype, kwargs)
+    root = resolve_checkpoint(resolve_named_checkpoint(path_or_hub_id), bool(kwargs.pop("local_files_only", False)))
+    checkpoint = with_variant(Checkpoint.open(root), kwargs.pop("variant", None))
     cls = pipeline_class(checkpoint)
     if not issubclass(cls, Loading):  # a pipeline that loads itself (LTX-2.5's diffusion decoder)
         if preset is not None:
@@ -91,6 +96,59 @@ def load_pipeline(
         transformer=kwargs.pop("transformer", None),
     )
     return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, preset=preset, **kwargs)
+
+
+def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
+    """The load's dtype: ``dtype=``, or diffusers' ``torch_dtype=`` (popped from ``options``; a
+    torch dtype or a name), or float32 when neither is given. diffusers' loading keywords that
+    ask for what vidax does anyway are popped too (:func:`drop_inert_options`).
+
+    Raises:
+        InputError: both are given; an inert keyword with a value vidax cannot honour.
+    """
+    drop_inert_options(options)
+    if "torch_dtype" in options:
+        torch_dtype = options.pop("torch_dtype")
+        if dtype is not None:
+            raise InputError(
+                f"dtype={dtype!r} and torch_dtype={torch_dtype!r} are the same setting "
+                "(torch_dtype= is diffusers' spelling); give one"
+            )
+        dtype = torch_dtype
+    return "float32" if dtype is None else dtype
+
+
+def with_variant(checkpoint: Checkpoint, variant: Any) -> Checkpoint:
+    """``checkpoint``, its component folders read from ``variant``'s weights files where they
+    have them (diffusers' ``variant="fp16"``; None: the plain files,
+    :func:`vidax.weights.safetensors_io.use_variant`).
+
+    Raises:
+        InputError: ``variant`` is not a name (a string without dots or slashes).
+    """
+    from vidax.weights.safetensors_io import use_variant
+
+    if variant is not None and (not isinstance(variant, str) or not variant or set(variant) & set("./\\")):
+        raise InputError(f"variant={variant!r} is not a weights variant's name (e.g. 'fp16', 'bf16')")
+    for name in checkpoint.configs:
+        use_variant(os.path.join(checkpoint.root, name), variant)
+    return checkpoint
+
+
+def drop_inert_options(options: dict[str, Any]) -> None:
+    """Pop diffusers' ``from_pretrained`` keywords that change nothing in vidax:
+    ``use_safetensors=True`` (vidax reads safetensors only), ``low_cpu_mem_usage`` (vidax
+    memory-maps the files and reads each tensor once).
+
+    Raises:
+        InputError: ``use_safetensors=False`` (the ``.bin`` pickles need torch to read).
+    """
+    if options.pop("use_safetensors", None) is False:
+        raise InputError(
+            "use_safetensors=False: vidax reads safetensors weights only (a .bin file is a torch pickle); "
+            "convert with diffusers' save_pretrained(..., safe_serialization=True)"
+        )
+    options.pop("low_cpu_mem_usage", None)
 
 
 class Loading:
@@ -157,7 +215,7 @@ class Loading:
     def from_pretrained(
         cls,
         path: Any,
-        dtype: Any = "float32",
+        dtype: Any = None,
         *,
         mesh: Any = None,
         offload: Any = None,
@@ -177,7 +235,8 @@ class Loading:
                 :class:`~vidax.pipelines.plan.Plan` of :func:`~vidax.pipelines.plan.read_plan` for
                 this class (its configs read, its weight format applied there: then
                 ``weight_dtype`` and ``transformer`` are not given).
-            dtype: transformer and text-encoder dtype, ``"float32"`` or ``"bfloat16"``.
+            dtype: transformer and text-encoder dtype, ``"float32"`` (None: the default) or
+                ``"bfloat16"``; diffusers' ``torch_dtype=`` is taken too (:func:`dtype_option`).
             mesh: ``(data, tensor, sequence)`` mesh (anything
                 :func:`~vidax.parallel.mesh.resolve_mesh` takes) or None (one device).
             offload: weights in host memory (:func:`vidax.parallel.offload.resolve_offload`):
@@ -192,6 +251,8 @@ class Loading:
             transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
                 ``.safetensors`` in the original repository's layout) read instead of the
                 folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
+            variant: diffusers' ``variant="fp16"``: the folders' ``<name>.fp16.safetensors`` (or
+                shards) are read where they have them (:func:`with_variant`); None: the plain files.
             matmul_precision: ``"highest"`` (default: float32 products in float32 on every
                 backend, as torch), ``"high"`` or ``"default"`` (the backend's fastest: one
                 bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
@@ -205,17 +266,22 @@ class Loading:
                 is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`).
         """
         t0 = time.perf_counter()
+        dtype = dtype_option(dtype, options)
+        variant = options.pop("variant", None)
+        if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
+            path = resolve_checkpoint(path, bool(options.pop("local_files_only", False)))
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
-            if weight_dtype is not None or transformer is not None:
+            if weight_dtype is not None or transformer is not None or variant is not None:
                 raise InputError(
-                    "weight_dtype= and transformer= go to read_plan, which applies the weight format; "
+                    "weight_dtype=, transformer= and variant= go to read_plan, which applies the weight format; "
                     "from_pretrained takes a plan as read_plan gives it"
                 )
             plan = path
         else:
-            plan = read_plan(Checkpoint.open(path), pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+            checkpoint = with_variant(Checkpoint.open(path), variant)
+            plan = read_plan(checkpoint, pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
         plan = with_placement(
             plan,
@@ -287,13 +353,11 @@ class Loading:
 
     @classmethod
     def check_load_options(cls, options: Mapping[str, Any]) -> None:
-        """Raise InputError for a loading keyword this pipeline does not take (diffusers'
-        ``torch_dtype`` is named as vidax's ``dtype``)."""
+        """Raise InputError for a loading keyword this pipeline does not take."""
         params = inspect.signature(cls.load_components).parameters.values()
         unknown = sorted(set(options) - set(cls.load_options()))
         if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
             return
-        hint = "; vidax's dtype= is diffusers' torch_dtype= (float32 or bfloat16)" if "torch_dtype" in unknown else ""
         takes = ", ".join(
             f"{n}="
             for n in (
@@ -309,7 +373,7 @@ class Loading:
             )
         )
         raise InputError(
-            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading{hint}; it takes {takes}"
+            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading; it takes {takes}"
         )
 
     @classmethod

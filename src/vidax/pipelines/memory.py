@@ -266,7 +266,7 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
     for name in checkpoint.index if names is None else names:
         if name.startswith("_") or not checkpoint.has(name):
             continue
-        folder = os.path.join(checkpoint.root, name)
+        folder = checkpoint.folders.get(name) or os.path.join(checkpoint.root, name)
         if name in checkpoint.files:
             try:
                 source = transformer_source(checkpoint, name, registry().find_component(checkpoint.class_of(name)))

@@ -137,12 +137,25 @@ class PromptEncoding:
         return out
 
     def encode_call(self, call: Call) -> Any:
-        """The call's text embeddings before the per-video repeat: :meth:`encode_prompt` of
+        """The call's text embeddings before the per-video repeat: :meth:`encode_prompts` of
         :func:`prompt_texts`; a family whose prompt encoding also reads the call (an image
         spliced into the text encoder's sequence) overrides it."""
-        return self.encode_prompt(prompt_texts(call), call.max_sequence_length, text_truncation(call))
+        return self.encode_prompts(prompt_texts(call), call.max_sequence_length, text_truncation(call))
 
-    def encode_prompt(
+    def encode_prompt(self, *args: Any, **kwargs: Any) -> None:
+        """diffusers' ``pipe.encode_prompt(prompt, negative_prompt, ...)``: vidax's is
+        :meth:`encode_prompt_embeds`, whose dict of keywords is passed back as they are.
+
+        Raises:
+            InputError: always, naming :meth:`encode_prompt_embeds`.
+        """
+        raise InputError(
+            "pipe.encode_prompt is diffusers' name: vidax's is pipe.encode_prompt_embeds(prompt, negative_prompt, "
+            "**call_keywords), which returns diffusers' tuple as a dict of keywords: pipe(**embeds, ...) makes the "
+            "same video"
+        )
+
+    def encode_prompts(
         self, prompts: Sequence[str], max_sequence_length: int, truncation: Truncation | None = None
     ) -> jax.Array:
         """Embeddings (B, L, D) of ``prompts`` as the reference encodes them (the family's

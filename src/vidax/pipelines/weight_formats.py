@@ -6,6 +6,7 @@ to the one component loader and to the staging plan."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from vidax.checkpoint import Checkpoint
@@ -25,13 +26,24 @@ def with_weights(checkpoint: Checkpoint, weight_dtype: Any = None, transformer: 
 
     weights = parse_weight_format(weight_dtype) or checkpoint.weights
     files = dict(checkpoint.files)
-    if transformer is not None:
+    if transformer is not None and _is_component_folder(transformer):
+        checkpoint = checkpoint.with_folder("transformer", os.path.expanduser(os.fspath(transformer)))
+    elif transformer is not None:
         from vidax.weights.single_file import check_single_file
 
         files["transformer"] = check_single_file(transformer)
     if weights is None and not files:
         return checkpoint
     return dataclasses.replace(checkpoint, weights=weights, files=files)
+
+
+def _is_component_folder(path: Any) -> bool:
+    """A folder holding a ``config.json``: a transformer in diffusers' layout (``transformer=``
+    as diffusers' ``transformer=WanTransformer3DModel.from_pretrained(folder)``)."""
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        return False
+    folder = os.path.expanduser(os.fspath(path))
+    return os.path.isdir(folder) and os.path.isfile(os.path.join(folder, "config.json"))
 
 
 def transformer_source(ckpt: Checkpoint, name: str, spec: Any) -> Any:

@@ -158,7 +158,65 @@ def has_safetensors(folder: str | os.PathLike) -> bool:
         entries = os.listdir(folder)
     except OSError:
         return False
-    return any(e.endswith((".safetensors", ".safetensors.index.json")) for e in entries)
+    return any(e.endswith((".safetensors", ".safetensors.index.json")) or _is_variant_index(e) for e in entries)
+
+
+def _is_plain_weights(entry: str) -> bool:
+    """``model.safetensors``, ``diffusion_pytorch_model-00001-of-00002.safetensors``, their
+    ``*.safetensors.index.json``: a weights file of no variant (no dot in its name's stem)."""
+    for suffix in (".safetensors.index.json", ".safetensors"):
+        if entry.endswith(suffix):
+            return "." not in entry[: -len(suffix)]
+    return False
+
+
+def _is_variant_index(entry: str) -> bool:
+    """``diffusion_pytorch_model.safetensors.index.fp16.json``: a variant's index (diffusers and
+    transformers put the variant before ``.json``)."""
+    stem, dot, last = entry.rpartition(".safetensors.index.")
+    return bool(stem and dot and last.endswith(".json") and last.count(".") == 1)
+
+
+#: Component folders (real paths) read from a variant's weights: ``load_pipeline(..., variant=)``.
+_VARIANT_OF: dict[str, str] = {}
+
+
+def use_variant(folder: str | os.PathLike, variant: str | None) -> None:
+    """Read ``folder``'s weights from ``variant``'s files (``<name>.<variant>.safetensors``, its
+    shards and ``<name>.safetensors.index.<variant>.json``) where it has them, as diffusers'
+    ``from_pretrained(..., variant=)``; None: the plain files again. The folder's later readers in
+    this process (its load, the memory estimates) read the same files."""
+    key = os.path.realpath(folder)
+    if variant is None:
+        _VARIANT_OF.pop(key, None)
+    else:
+        _VARIANT_OF[key] = variant
+
+
+def _variant_weights(entries: list[str], variant: str | None) -> list[str]:
+    """The entries of ``variant``'s weights: its index, else its single file (empty: none, or no
+    variant asked for)."""
+    if not variant:
+        return []
+    index = [e for e in entries if _is_variant_index(e) and e.endswith(f".safetensors.index.{variant}.json")]
+    return index or [e for e in entries if e.endswith(f".{variant}.safetensors") and e.count(".") == 2]
+
+
+def _index_shards(index_path: str) -> list[str]:
+    """The shard files a ``*.safetensors.index.json``'s ``weight_map`` names, each checked to exist."""
+    path = os.path.dirname(index_path)
+    weight_map = read_json_object(index_path, CheckpointError).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            f"{index_path} has no 'weight_map' object (tensor name -> shard file); it is not a safetensors index"
+        )
+    files = []
+    for shard in sorted(set(weight_map.values())):
+        full = os.path.join(path, shard)
+        if not os.path.isfile(full):
+            raise CheckpointError(f"{index_path} names shard {shard}, which is missing")
+        files.append(full)
+    return files
 
 
 class CheckpointReader:
@@ -200,25 +258,22 @@ class CheckpointReader:
         if not os.path.isdir(path):
             raise CheckpointError(f"checkpoint path does not exist: {path}")
         entries = sorted(os.listdir(path))
-        indexes = [e for e in entries if e.endswith(".safetensors.index.json")]
+        # diffusers' and transformers' save_pretrained(variant="fp16") write "<name>.fp16.safetensors"
+        # (or ".fp16-00001-of-00002.safetensors" shards with "<name>.safetensors.index.fp16.json")
+        # beside the plain files; from_pretrained without variant= reads the plain ones, as here.
+        # A folder holding only one variant's weights is read as it is.
+        # load_pipeline(..., variant="fp16") reads that variant's files where the folder has them.
+        plain = _variant_weights(entries, _VARIANT_OF.get(os.path.realpath(path))) or [
+            e for e in entries if _is_plain_weights(e)
+        ]
+        variant_indexes = [e for e in entries if _is_variant_index(e)]
+        chosen = plain or variant_indexes or [e for e in entries if e.endswith(".safetensors")]
+        indexes = [e for e in chosen if not e.endswith(".safetensors")]
         if len(indexes) > 1:
             raise CheckpointError(f"{path}: several safetensors index files {indexes}; expected one")
         if indexes:
-            index_path = os.path.join(path, indexes[0])
-            weight_map = read_json_object(index_path, CheckpointError).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise CheckpointError(
-                    f"{index_path} has no 'weight_map' object (tensor name -> shard file); it is not a "
-                    "safetensors index"
-                )
-            files = []
-            for shard in sorted(set(weight_map.values())):
-                full = os.path.join(path, shard)
-                if not os.path.isfile(full):
-                    raise CheckpointError(f"{index_path} names shard {shard}, which is missing")
-                files.append(full)
-            return files
-        files = [os.path.join(path, e) for e in entries if e.endswith(".safetensors")]
+            return _index_shards(os.path.join(path, indexes[0]))
+        files = [os.path.join(path, e) for e in chosen if e.endswith(".safetensors")]
         if not files:
             raise CheckpointError(f"{path}: no *.safetensors file (vidax reads safetensors only; found {entries[:8]})")
         if len(files) > 1:

@@ -351,6 +351,11 @@ def check_single_file(path: Any, arg: str = "transformer") -> str:
         InputError: not a ``str`` / ``os.PathLike``, a folder, another suffix or no such file
             (one line naming ``arg`` and the value given).
     """
+    if type(path).__module__.startswith(("torch", "diffusers")):  # a loaded diffusers model: its repr spans lines
+        raise InputError(
+            f"{arg}= is a {type(path).__name__} object: vidax reads weights from files, not torch modules; give "
+            "its folder (model.save_pretrained(folder), or the one it was loaded from) or one .gguf / .safetensors file"
+        )
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise InputError(
             Arg(arg, path),
@@ -361,8 +366,8 @@ def check_single_file(path: Any, arg: str = "transformer") -> str:
     if os.path.isdir(file):
         raise InputError(
             Arg(arg, given),
-            " is a folder; give one .gguf or .safetensors file (a transformer folder "
-            "in diffusers' layout belongs in a checkpoint's transformer/)",
+            " is a folder without a config.json; give one .gguf or .safetensors file, or a transformer "
+            "folder in diffusers' layout (config.json and its safetensors)",
         )
     if not file.lower().endswith((".gguf", ".safetensors")):
         raise InputError(Arg(arg, given), " is not a .gguf or .safetensors file (a single-file transformer checkpoint)")

@@ -547,7 +547,7 @@ class LTX2Pipeline(LTXPipeline):
         (:func:`~vidax.models.ltx2.duration_head.duration_num_frames`)."""
         from vidax.models.ltx2.duration_head import duration_num_frames
 
-        video, audio, _ = self.encode_prompt(call.prompts[:1], call.max_sequence_length)
+        video, audio, _ = self.encode_prompts(call.prompts[:1], call.max_sequence_length)
         seconds = float(np.asarray(self.duration_head(video, audio))[0])
         x = call.extra
         frames = duration_num_frames(

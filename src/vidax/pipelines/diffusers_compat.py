@@ -1,0 +1,125 @@
+"""The calls a diffusers script makes on a loaded pipeline beside ``__call__``: ``pipe.to("cuda")``,
+``enable_model_cpu_offload()``, ``set_progress_bar_config(disable=True)``,
+``vae_scale_factor_spatial``, ``pipe.scheduler = <a diffusers scheduler>``; a base of
+:class:`~vidax.pipelines.base.VideoPipeline`.
+
+vidax places its weights when it loads them (JAX's default backend; ``offload=`` for host memory,
+docs/offloading.md), so the placement calls change nothing after the load: they are taken, with
+one warning that says where vidax's equivalent is, and make the same video. A dtype given to
+:meth:`DiffusersPipelineMethods.to` is refused: the weights are read in ``dtype=`` at load.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from vidax.errors import InputError
+
+logger = logging.getLogger("vidax.pipeline")
+
+#: The device names torch spells (``"cuda:0"``, ``torch.device("cuda")``): diffusers' ``.to(device)``.
+_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "tpu", "xla", "meta", "hpu", "gpu")
+
+
+def _is_device(value: Any) -> bool:
+    if type(value).__name__ == "device" and type(value).__module__ == "torch":
+        return True
+    return isinstance(value, str) and value.split(":", 1)[0].strip().lower() in _DEVICES
+
+
+class DiffusersPipelineMethods:
+    """diffusers' ``DiffusionPipeline`` methods a script calls around the generation."""
+
+    #: ``progress=`` of a call that does not give it (:meth:`set_progress_bar_config`).
+    progress_default: bool = True
+
+    def to(self, *args: Any, **kwargs: Any):
+        """diffusers' ``pipe.to(device)``: returns the pipeline, unchanged: its weights are on
+        JAX's default backend (``jax.default_backend()``) since the load, and every call runs
+        there. ``silence_dtype_warnings`` is taken.
+
+        Raises:
+            InputError: a dtype (``pipe.to(torch.bfloat16)``) or anything that is not a device:
+                vidax reads the weights in the load's ``dtype=``.
+        """
+        kwargs.pop("silence_dtype_warnings", None)
+        values = [*args, *kwargs.values()]
+        if kwargs.keys() - {"device", "dtype"}:
+            raise InputError(f"pipe.to() takes a device (and diffusers' dtype=); got {sorted(kwargs)}")
+        for value in values:
+            if not _is_device(value):
+                raise InputError(
+                    f"pipe.to({value!r}): vidax reads the weights in the dtype given when loading "
+                    "(vidax.load_pipeline(path, dtype=...) or torch_dtype=); pipe.to() takes a device"
+                )
+        import jax
+
+        backend = jax.default_backend()
+        for value in values:
+            name = str(value).split(":", 1)[0].lower()
+            if name not in (backend, "xla") and not (name == "cuda" and backend == "gpu"):
+                logger.warning(
+                    "pipe.to(%r): vidax runs on JAX's %s backend, where its weights were loaded; "
+                    "nothing is moved (install JAX's build for that device to run there)",
+                    str(value),
+                    backend,
+                )
+        return self
+
+    def _placement_set_at_load(self, method: str) -> None:
+        logger.warning(
+            "%s(): vidax places the weights when it loads them: vidax.load_pipeline(path, offload=...) "
+            "streams the transformer's blocks and stages the text encoder / VAE in host memory "
+            "(docs/offloading.md), and each call checks its memory first; nothing changes now",
+            method,
+        )
+
+    def enable_model_cpu_offload(self, gpu_id: Any = None, device: Any = None) -> None:
+        """diffusers' model offloading: taken, with a warning naming vidax's load-time
+        ``offload=`` (the video is the same either way)."""
+        self._placement_set_at_load("enable_model_cpu_offload")
+
+    def enable_sequential_cpu_offload(self, gpu_id: Any = None, device: Any = None) -> None:
+        """diffusers' sequential offloading: as :meth:`enable_model_cpu_offload`."""
+        self._placement_set_at_load("enable_sequential_cpu_offload")
+
+    def set_progress_bar_config(self, **kwargs: Any) -> None:
+        """diffusers' progress-bar settings: ``disable=True`` turns off the progress bars and
+        status lines of later calls that do not give ``progress=``; tqdm's other settings
+        (``desc``, ``leave``, ...) are taken and not used."""
+        if "disable" in kwargs:
+            self.progress_default = not kwargs["disable"]
+
+    @property
+    def scheduler(self) -> Any:
+        """The sampler. Settable as in diffusers: a vidax scheduler, or a diffusers scheduler
+        object (``pipe.scheduler = UniPCMultistepScheduler(..., flow_shift=5.0)``, the Wan docs'
+        line), read through its config into vidax's (the same schedule; a setting vidax does not
+        implement is a ConfigError then)."""
+        try:
+            return self.__dict__["scheduler"]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no scheduler") from None
+
+    @scheduler.setter
+    def scheduler(self, value: Any) -> None:
+        if type(value).__module__.startswith("diffusers.") and isinstance(getattr(value, "config", None), dict):
+            from vidax.schedulers import scheduler_from_config
+
+            name = type(value).__name__
+            value = scheduler_from_config({**value.config, "_class_name": name}, source=f"pipe.scheduler = {name}(...)")
+        self.__dict__["scheduler"] = value
+
+    def _vae_compression(self, what: str) -> int:
+        config = getattr(self.info, "vae_config", None)
+        if config is None or not hasattr(config, f"{what}_compression"):
+            raise AttributeError(f"{type(self).__name__} has no VAE {what} compression")
+        return int(getattr(config, f"{what}_compression"))
+
+    #: Pixels per latent pixel and frames per latent frame, under the names of diffusers' Wan,
+    #: CogVideoX and HunyuanVideo pipelines and those of its LTX pipelines.
+    vae_scale_factor_spatial = property(lambda self: self._vae_compression("spatial"))
+    vae_scale_factor_temporal = property(lambda self: self._vae_compression("temporal"))
+    vae_spatial_compression_ratio = vae_scale_factor_spatial
+    vae_temporal_compression_ratio = vae_scale_factor_temporal
