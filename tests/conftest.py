@@ -36,6 +36,38 @@ def _torch_threads():
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
+def _memory_mappings() -> tuple[int, int] | None:
+    """``(mappings, limit)``: this process's memory mappings and the kernel's
+    ``vm.max_map_count``; None where /proc does not say (not Linux)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f), limit
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bounded_compiled_programs():
+    """After each test file, drop JAX's compiled programs once this process holds more than half
+    the memory mappings the kernel allows.
+
+    XLA:CPU keeps about three mappings per compiled program for as long as the program is cached,
+    and a test process that runs half the suite compiles tens of thousands of them (every eager op
+    on a new shape is one). At ``vm.max_map_count`` (65530 by default) LLVM's next mmap fails and
+    the process dies with a segmentation fault inside a compile, taking its xdist worker down.
+    ``jax.clear_caches()`` releases them; later files recompile what they use.
+    """
+    yield
+    counted = _memory_mappings()
+    if counted is not None and counted[0] > counted[1] // 2:
+        import gc
+
+        jax.clear_caches()
+        gc.collect()
+
+
 @pytest.fixture(scope="session")
 def ckpt(tmp_path_factory):
     """The embedded tiny checkpoint, built once per session into a temporary cache (tests only

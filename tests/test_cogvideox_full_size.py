@@ -110,7 +110,7 @@ BASE = {"_class_name": "CogVideoXTransformer3DModel", "num_attention_heads": 2, 
         ({"use_rotary_positional_embeddings": True, "attention_head_dim": 24}, "attention_head_dim"),
         ({"ofs_embed_dim": 256}, "ofs_embed_dim"),
         ({"patch_size_t": 2}, "patch_size_t"),
-        ({"activation_fn": "geglu"}, "activation_fn"),
+        ({"activation_fn": "relu"}, "activation_fn"),  # not a diffusers FeedForward activation
         ({"freq_shift": 64}, "freq_shift"),  # half of D = 128: the reference's sinusoid is NaN
         (
             {"_class_name": None, "use_rotary_positional_embeddings": True, "window": 4},

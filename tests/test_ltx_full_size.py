@@ -96,7 +96,7 @@ def test_known_sizes():
     [
         ("qk_norm", "rms_norm", "qk_norm='rms_norm'"),
         ("norm_elementwise_affine", "yes", "norm_elementwise_affine=.yes."),
-        ("activation_fn", "geglu", "activation_fn='geglu'"),
+        ("activation_fn", "relu", "activation_fn='relu'"),  # not a diffusers FeedForward activation
         ("cross_attention_dim", 4096, "cross_attention_dim=4096"),
         ("use_magic", 1, "unknown setting use_magic=1"),
     ],
