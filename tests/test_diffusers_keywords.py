@@ -200,6 +200,20 @@ def test_a_diffusers_scheduler_object_replaces_the_scheduler(pipe):
         got = pipe("a cat", **KW).frames
         pipe.scheduler = scheduler_from_config({**ref.config, "_class_name": "UniPCMultistepScheduler"})
         np.testing.assert_array_equal(got, pipe("a cat", **KW).frames)
+        # The docs' other spelling: diffusers' from_config reads vidax's config (a dict, as its
+        # FrozenDict), the diffusers scheduler it builds is read back.
+        pipe.scheduler = kept
+        assert isinstance(pipe.scheduler.config, dict) and pipe.scheduler.config["flow_shift"] != 5.0
+        pipe.scheduler = diffusers.UniPCMultistepScheduler.from_config(pipe.scheduler.config, flow_shift=5.0)
+        assert (
+            pipe.scheduler.config
+            == scheduler_from_config(
+                {**kept.config, "flow_shift": 5.0, "_class_name": "UniPCMultistepScheduler"}
+            ).config
+        )
+        np.testing.assert_array_equal(got, pipe("a cat", **KW).frames)
+        with pytest.raises(TypeError, match="frozen"):
+            pipe.scheduler.config["flow_shift"] = 3.0
         with pytest.raises(ConfigError, match=r"pipe.scheduler = DDIMScheduler\(...\): _class_name='DDIMScheduler'"):
             pipe.scheduler = diffusers.DDIMScheduler()
     finally:

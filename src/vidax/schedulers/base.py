@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.config import ConfigBase
 from vidax.errors import Arg, InputError
 
 T = TypeVar("T")
@@ -196,6 +197,29 @@ def replicated_sharding(sharding: jax.sharding.Sharding) -> jax.sharding.Shardin
     devices = sorted(sharding.device_set, key=lambda d: d.id)
     mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerConfig(ConfigBase, dict):
+    """A sampler's settings: a frozen dataclass (``config.shift``) that is also a read-only dict of
+    its fields, as diffusers' ``scheduler.config`` (a ``FrozenDict``) is, so that a diffusers script's
+    ``NewScheduler.from_config(pipe.scheduler.config, shift=5.0)`` takes vidax's config as it takes
+    diffusers' (diffusers' ``from_config`` reads a dict only)."""
+
+    def __post_init__(self) -> None:
+        dict.update(self, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    def __reduce__(self):  # copies and pickles are rebuilt from the fields (the dict follows them)
+        return _rebuild_config, (type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    def _frozen(self, *args: Any, **kwargs: Any):
+        raise TypeError(f"{type(self).__name__} is frozen; build a new one (dataclasses.replace or from_config)")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _frozen
+
+
+def _rebuild_config(cls: type, fields: dict[str, Any]) -> SchedulerConfig:
+    return cls(**fields)
 
 
 class Scheduler(Protocol):

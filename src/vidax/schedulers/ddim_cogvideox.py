@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.config import ConfigBase
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
     SchedulerBase,
+    SchedulerConfig,
     StepIndexed,
     check_num_inference_steps,
     check_sample_shape,
@@ -49,7 +49,7 @@ _SPACINGS = ("linspace", "leading", "trailing")
 
 
 @dataclasses.dataclass(frozen=True)
-class CogVideoXSchedulerConfig(ConfigBase):
+class CogVideoXSchedulerConfig(SchedulerConfig):
     """Settings of diffusers' ``CogVideoXDDIMScheduler`` / ``CogVideoXDPMScheduler`` (same keys and
     defaults). All are implemented; ``clip_sample``, ``clip_sample_range`` and
     ``sample_max_value`` are stored by the reference but never read by its ``step`` (no clipping

@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.config import ConfigBase
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
     SchedulerBase,
+    SchedulerConfig,
     StepIndexed,
     calculate_shift,
     check_mu,
@@ -42,7 +42,7 @@ from vidax.schedulers.base import (
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowMatchEulerDiscreteSchedulerConfig(ConfigBase):
+class FlowMatchEulerDiscreteSchedulerConfig(SchedulerConfig):
     """Settings of diffusers' ``FlowMatchEulerDiscreteScheduler`` that vidax implements.
 
     Field names and defaults are diffusers'. ``base_shift``, ``max_shift``, ``base_image_seq_len``

@@ -39,10 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.config import ConfigBase
 from vidax.errors import Arg, ConfigError, InputError
 from vidax.schedulers.base import (
     SchedulerBase,
+    SchedulerConfig,
     StepIndexed,
     check_mu,
     check_num_inference_steps,
@@ -61,7 +61,7 @@ _SOLVER_TYPE_ALIASES = ("midpoint", "heun", "logrho")  # diffusers rewrites thes
 
 
 @dataclasses.dataclass(frozen=True)
-class UniPCMultistepSchedulerConfig(ConfigBase):
+class UniPCMultistepSchedulerConfig(SchedulerConfig):
     """Settings of diffusers' ``UniPCMultistepScheduler`` that vidax implements.
 
     Field names and defaults are diffusers' (so a config that omits ``prediction_type`` or
