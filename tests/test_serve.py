@@ -1136,8 +1136,11 @@ def test_events_stream_progress_previews_and_the_end(tiny_pipe, preview_map, tmp
     names = [n for n, _ in events]
     assert names and names[-1] == "done", f"the stream ended without done (after {TIMEOUT} s?): {names}"
     assert events[-1][1]["status"] == "completed" and events[-1][1]["id"] == job["id"]
-    steps = [d["step"] for n, d in events if n == "progress"]
-    assert steps == sorted(steps) and len(set(steps)) == len(steps) and steps[-1] >= 3, events
+    # Each progress event is news: its (status, step) differs from the last one (step 0 comes
+    # twice when the stream sees the job queued, then in progress, before its first step).
+    progress = [(d["status"], d["step"]) for n, d in events if n == "progress"]
+    steps = [step for _, step in progress]
+    assert steps == sorted(steps) and len(set(progress)) == len(progress) and steps[-1] >= 3, events
     previews = [d for n, d in events if n == "preview"]
     assert [(p["step"], p["of"]) for p in previews] == [(2, "estimate"), (4, "estimate")], names
     for p in previews:
