@@ -209,8 +209,8 @@ class SchedulerConfig(ConfigBase, dict):
     def __post_init__(self) -> None:
         dict.update(self, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
-    def __reduce__(self):  # copies and pickles are rebuilt from the fields (the dict follows them)
-        return _rebuild_config, (type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+    def __reduce__(self):  # copies and pickles are rebuilt from the fields (the dict holds them)
+        return _rebuild_config, (type(self), dict(self))
 
     def _frozen(self, *args: Any, **kwargs: Any):
         raise TypeError(f"{type(self).__name__} is frozen; build a new one (dataclasses.replace or from_config)")
