@@ -89,6 +89,63 @@ def test_preset_of_another_family_is_refused_naming_the_argument(wan_plan):
         presets.find_preset("distilled", wan_plan.pipeline, "--preset")
 
 
+def test_preset_names_are_case_insensitive_with_did_you_mean(wan_plan, tmp_path):
+    """``preset="LightX2V"`` is lightx2v (in the plan too); a near miss is refused naming the
+    argument as typed, the family's presets and the closest one (difflib); the CLI says the same
+    before loading."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    assert presets.find_preset("LightX2V", wan_plan.pipeline) is by_name("wan", "lightx2v")
+    assert presets.with_preset(wan_plan, "CAUSVID").preset is by_name("wan", "causvid")
+    valid = ", ".join(p.name for p in presets.presets_for("wan"))
+    with pytest.raises(
+        InputError,
+        match=rf"^preset='LightX2' is not a preset of WanPipeline; its presets: {valid}; did you mean 'lightx2v'\?$",
+    ):
+        presets.find_preset("LightX2", wan_plan.pipeline)
+    with pytest.raises(InputError, match=rf"its presets: {valid}$"):  # nothing close: no guess
+        presets.find_preset("zzz", wan_plan.pipeline)
+    r = CliRunner().invoke(
+        app,
+        ["generate", "--prompt", "a", "--preset", "causvd", "--output", str(tmp_path / "a.npy")],
+        terminal_width=400,
+    )
+    assert r.exit_code == 2 and "--preset 'causvd' is not a preset of WanPipeline" in r.output, r.output
+    assert "did you mean 'causvid'?" in r.output and "loading" not in r.output, r.output
+
+
+def test_recognised_lora_at_another_weight_than_its_recipe_says_so(wan_plan, tmp_path):
+    """CausVid's recipe merges its LoRA at 0.3: recognised at weight 1 (a plain path, or
+    ``--lora FILE:1``), the recognition line says so and gives the flag; at 0.3 it does not;
+    LightX2V's recipe gives no weight (nothing said)."""
+    causvid = _tiny_wan_lora(tmp_path / "Wan21_CausVid_14B_T2V_lora_rank32.safetensors")
+    note = f"; merged at weight 1, its recipe's is 0.3: --lora {causvid}:0.3)"
+    for given in (causvid, (causvid, 1.0)):
+        preset, why = presets.recognise(wan_plan, [given])
+        assert preset.name == "causvid" and why == f"--lora {causvid} (CausVid LoRA{note}", why
+    assert presets.recognise(wan_plan, [(causvid, 0.3)])[1] == f"--lora {causvid} (CausVid LoRA)"
+    light = _tiny_wan_lora(tmp_path / "lightx2v_4step.safetensors")
+    assert presets.recognise(wan_plan, [(light, 0.7)])[1] == f"--lora {light} (LightX2V step/CFG-distilled LoRA)"
+
+
+def test_inspect_lora_prints_the_recognition_line(tmp_path):
+    """``vidax inspect LORA``: the recipe the file is recognised as and, for CausVid, the weight its
+    recipe merges it at; a LoRA that names no recipe: none."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    causvid = _tiny_wan_lora(tmp_path / "Wan21_CausVid_14B_T2V_lora_rank32.safetensors")
+    r = CliRunner().invoke(app, ["inspect", causvid], terminal_width=400)
+    assert r.exit_code == 0, r.output
+    want = "\n  recognised: CausVid LoRA (its recipe merges it at weight 0.3: --lora FILE:0.3): --preset causvid\n"
+    assert want in r.output + "\n", r.output
+    r = CliRunner().invoke(app, ["inspect", _tiny_wan_lora(tmp_path / "style.safetensors")], terminal_width=400)
+    assert r.exit_code == 0 and "\n  recognised: none (" in r.output, r.output
+
+
 def test_scheduler_is_built_before_any_weight(wan_plan):
     p = presets.find_preset("lightx2v", wan_plan.pipeline)
     sched = presets.preset_scheduler(p, wan_plan.pipeline, wan_plan.checkpoint)

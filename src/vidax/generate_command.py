@@ -91,7 +91,7 @@ def run(
         cancel=stop,
         decode_audio=audio,
         preset=preset,
-        loras=[p for p, _ in loras],
+        loras=loras,
     )
     preset_line = _preset_line(plan, given, cache is not None)
     sound = _makes_sound(plan, audio, fmt, output)

@@ -254,7 +254,8 @@ def describe_transformer_file(path_or_hub_id: str, file: str) -> str:
 def describe_lora(path: str) -> str:
     """What a LoRA file is (``vidax inspect FILE.safetensors``): its layout, the family whose
     transformer takes its modules, its ranks and alphas, the modules it targets (layer indices
-    folded) and how many tensors it holds.
+    folded), how many tensors it holds and the recipe it is recognised as (``vidax generate
+    --lora``'s recognition line: the preset, and the LoRA weight of the recipe where it has one).
 
     Raises:
         InputError: the file cannot be read or holds no LoRA layout vidax knows.
@@ -262,7 +263,7 @@ def describe_lora(path: str) -> str:
     import re
 
     from vidax.lora.formats import parse, read_state_dict
-    from vidax.lora.targets import best_family
+    from vidax.lora.targets import best_family, fitting_transformers
 
     what = f"vidax inspect {path}"
     lora = parse(*read_state_dict(path, what), what=what)
@@ -283,5 +284,19 @@ def describe_lora(path: str) -> str:
         f"  targets ({len(folded)}): "
         + ", ".join(folded[:24])
         + (f" ... and {len(folded) - 24} more" if len(folded) > 24 else ""),
+        f"  recognised: {_lora_recognition(path, fitting_transformers(modules)[0])}",
     ]
     return "\n".join(lines)
+
+
+def _lora_recognition(path: str, transformers: list) -> str:
+    """The recognition line ``vidax generate --lora`` prints for this file (the preset its keys,
+    metadata or name ask for among the families of ``transformers``, the registry's transformer
+    specs that take its modules, and the weight its recipe merges it at), or "none"."""
+    from vidax.pipelines.presets import recognise_lora
+
+    families = {spec.family for spec in transformers}
+    found = recognise_lora(path, families.pop() if len(families) == 1 else None)
+    if found is None:
+        return "none (nothing in its keys, metadata or file name names a recipe)"
+    return f"{found[1]}: --preset {found[0].name}"

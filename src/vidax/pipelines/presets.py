@@ -26,6 +26,7 @@ family-wide quality settings or step-cache threshold for them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +51,9 @@ class Preset:
         scheduler: scheduler config settings it sets (``_class_name`` picks the sampler).
         cache: the step cache it turns on, in ``--cache``'s spelling (``"first_block:0.035"``;
             None: none); a step cache the caller turned on (``--cache``, ``pipe.enable_cache``) wins.
+        lora_weight: the weight its source merges the recipe's LoRA at (CausVid: 0.3; None: the
+            source gives none); a recognised LoRA given at another weight is said in the
+            recognition line (:func:`recognise`).
     """
 
     name: str
@@ -59,6 +63,7 @@ class Preset:
     call: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cache: str | None = None
+    lora_weight: float | None = None
 
     def settings(self) -> dict[str, Any]:
         """Every value it sets: the call keywords, the step cache, then the scheduler's
@@ -107,6 +112,7 @@ PRESETS: tuple[Preset, ...] = (
         "about 12 steps",
         call={"num_inference_steps": 12, "guidance_scale": 1.0},
         scheduler={"_class_name": "UniPCMultistepScheduler"},
+        lora_weight=0.3,
     ),
     Preset(
         "distilled",
@@ -182,21 +188,28 @@ def presets_for(family: str) -> tuple[Preset, ...]:
 
 
 def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
-    """The preset ``name`` of ``pipeline``'s family.
+    """The preset ``name`` of ``pipeline``'s family, matched case-insensitively (``"LightX2V"``
+    is ``lightx2v``; preset names are lower case).
 
     Raises:
         InputError: no such preset for this family, naming ``spelling`` (``"preset="`` in Python,
-            ``"--preset"`` on the command line), the value and the family's presets.
+            ``"--preset"`` on the command line), the value and the family's presets, with the
+            closest of them (:func:`difflib.get_close_matches`) as "did you mean" where one is close.
     """
     family = family_of(pipeline)
+    key = name.lower() if isinstance(name, str) else name
     for p in presets_for(family):
-        if p.name == name:
+        if p.name == key:
             return p
-    others = [p for p in PRESETS if p.name == name]
-    own = ", ".join(p.name for p in presets_for(family)) or "none"
+    others = [p for p in PRESETS if p.name == key]
+    names = [p.name for p in presets_for(family)]
     where = f" (it is {', '.join(p.family for p in others)}'s)" if others else ""
+    close = difflib.get_close_matches(key, names, n=1) if isinstance(key, str) and not others else []
+    hint = f"; did you mean {close[0]!r}?" if close else ""
     given = f"{spelling}{name!r}" if spelling.endswith("=") else f"{spelling} {name!r}"
-    raise InputError(f"{given} is not a preset of {pipeline.__name__}{where}; its presets: {own}")
+    raise InputError(
+        f"{given} is not a preset of {pipeline.__name__}{where}; its presets: {', '.join(names) or 'none'}{hint}"
+    )
 
 
 def preset_call(
@@ -331,7 +344,12 @@ def recognise(plan: Any, lora_paths: Any = ()) -> tuple[Preset, str] | None:
     """``(preset, why)`` where the checkpoint's configs or a LoRA file say which recipe they need:
     a LoRA with LightX2V's ``diff_m`` keys, or metadata / a file name naming LightX2V or CausVid;
     a HunyuanVideo 1.5 transformer with ``use_meanflow`` (step-distilled) or a guider at
-    guidance 1.0 (CFG-distilled). None: nothing says so (nothing changes)."""
+    guidance 1.0 (CFG-distilled). None: nothing says so (nothing changes).
+
+    ``lora_paths``: the LoRA files, each a path (merged at weight 1.0) or a ``(path, weight)``
+    pair as ``--lora FILE:WEIGHT`` gives it. A recognised LoRA whose weight is not its recipe's
+    (:attr:`Preset.lora_weight`: CausVid's 0.3) says so in ``why``, with the flag that gives the
+    recipe's weight."""
     family = family_of(plan.pipeline)
     own = {p.name: p for p in presets_for(family)}
     if family == "hunyuan_video15":
@@ -340,11 +358,36 @@ def recognise(plan: Any, lora_paths: Any = ()) -> tuple[Preset, str] | None:
             return own["step-distilled"], "transformer/config.json use_meanflow=true (step-distilled)"
         if getattr(info.guider_config, "guidance_scale", None) == 1.0:
             return own["cfg-distilled"], "guider/guider_config.json guidance_scale=1.0 (CFG-distilled)"
-    for path in lora_paths:
+    for item in lora_paths:
+        path, weight = item if isinstance(item, (tuple, list)) else (item, 1.0)
         found = _lora_marker(str(path))
         if found in own:
-            return own[found], f"--lora {path} ({_LORA_WHY[found]})"
+            return own[found], f"--lora {path} ({_LORA_WHY[found]}{lora_weight_note(own[found], path, weight)})"
     return None
+
+
+def lora_weight_note(preset: Preset, path: Any, weight: float) -> str:
+    """``"; merged at weight 1, its recipe's is 0.3: --lora PATH:0.3"`` where ``weight`` is not the
+    preset's :attr:`~Preset.lora_weight` ("" where it is, or the recipe gives none)."""
+    if preset.lora_weight is None or abs(float(weight) - preset.lora_weight) < 1e-9:
+        return ""
+    return (
+        f"; merged at weight {float(weight):g}, its recipe's is {preset.lora_weight:g}: "
+        f"--lora {path}:{preset.lora_weight:g}"
+    )
+
+
+def recognise_lora(path: str, family: str | None) -> tuple[Preset, str] | None:
+    """``(preset, why)`` of a LoRA file alone (``vidax inspect LORA``): the recipe its keys,
+    metadata or file name name, among the presets of ``family`` (the family whose transformer
+    takes its modules; None: any). None: it names none."""
+    found = _lora_marker(path)
+    match = [p for p in PRESETS if p.name == found and (family is None or p.family == family)]
+    if not match:
+        return None
+    weight = match[0].lora_weight
+    note = "" if weight is None else f" (its recipe merges it at weight {weight:g}: --lora FILE:{weight:g})"
+    return match[0], _LORA_WHY[found] + note
 
 
 _LORA_WHY = {"lightx2v": "LightX2V step/CFG-distilled LoRA", "causvid": "CausVid LoRA"}
