@@ -181,6 +181,20 @@ def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
         pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
 
 
+def test_load_progress_false_silences_later_calls(ckpt, capsys):
+    """``load_pipeline(path, progress=False)`` is diffusers' ``set_progress_bar_config(disable=True)``
+    as well: no status line while loading and no progress bars in later calls that do not give
+    ``progress=``; ``progress=True`` in a call shows them for that call."""
+    kw = {k: v for k, v in KW.items() if k != "progress"}
+    capsys.readouterr()
+    quiet = vidax.load_pipeline(ckpt, progress=False)
+    assert "loading" not in capsys.readouterr().err
+    quiet("a cat", **dict(kw, num_inference_steps=1, output_type="latent"))
+    assert "denoising" not in capsys.readouterr().err
+    quiet("a cat", **dict(kw, num_inference_steps=1, output_type="latent", progress=True))
+    assert "denoising" in capsys.readouterr().err
+
+
 def test_a_diffusers_scheduler_object_replaces_the_scheduler(pipe):
     """The Wan docs' ``pipe.scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction",
     use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=5.0)``: read through its config

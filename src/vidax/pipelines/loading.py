@@ -59,8 +59,11 @@ def load_pipeline(
             of every call, under the keywords a call gives; None: none.
         **kwargs: passed to the pipeline's ``from_pretrained``: ``offload=``
             (:class:`vidax.parallel.offload.OffloadConfig`, see docs/offloading.md), ``stats=``,
-            ``offload_experts=``, ``progress=`` (a status line on stderr while the weights load;
-            default True), diffusers' ``variant=`` (:func:`with_variant`) and
+            ``offload_experts=``, ``progress=`` (default True: a status line on stderr while the
+            weights load; False silences it and the progress bars and status lines of every later
+            call that does not give ``progress=``, as diffusers' ``pipe.set_progress_bar_config(
+            disable=True)`` does; ``pipe(..., progress=True)`` shows them for one call,
+            ``pipe.set_progress_bar_config(disable=False)`` for the calls after), diffusers' ``variant=`` (:func:`with_variant`) and
             ``local_files_only=`` (a hub id from the cache only) and the family's options (e.g.
             ``vae_dtype=``).
 
@@ -244,7 +247,8 @@ class Loading:
                 (``docs/offloading.md``).
             stats: receives the load time.
             offload_experts: with two experts, keep the one not in use in host memory.
-            progress: show a status line on stderr while the weights load.
+            progress: show a status line on stderr while the weights load; False also silences
+                every later call that does not give ``progress=`` (:func:`vidax.load_pipeline`).
             weight_dtype: None, ``"int8"`` or ``"float8_e4m3fn"`` (``"fp8"``): the transformers'
                 Linear kernels (not those kept float32) stored 8-bit with per-output-channel
                 scales, quantized as they are read (:mod:`vidax.nn.quant`).
@@ -299,7 +303,8 @@ class Loading:
         """Load the weights ``plan`` names (:mod:`vidax.pipelines.plan`, placed with
         :func:`~vidax.pipelines.plan.with_placement`) into the pipeline it plans: ``cls`` or a
         subclass of it (``plan.pipeline``); ``stats`` receives the load time (from ``t0``, default
-        now), ``progress`` shows a status line on stderr meanwhile. A plan whose memory was checked
+        now), ``progress`` shows a status line on stderr meanwhile (False: and none in the calls
+        that do not give ``progress=``). A plan whose memory was checked
         (:func:`~vidax.pipelines.plan.with_memory`) gives a pipeline that does not check it again,
         its VAE tiled where the plan says so."""
         t0 = time.perf_counter() if t0 is None else t0
@@ -338,6 +343,7 @@ class Loading:
         if plan.scheduler is not None:  # the preset's sampler / shift (vidax.pipelines.presets)
             pipe.scheduler = plan.scheduler
         pipe.preset = plan.preset
+        pipe.progress_default = bool(progress)  # progress=False: later calls too, as set_progress_bar_config
         if plan.preset is not None and plan.preset.cache is not None:  # the preset's step cache
             pipe.enable_cache(plan.preset.cache_config(pipeline, info.defaults.num_inference_steps))
             pipe._preset_cache = pipe.cache_config
