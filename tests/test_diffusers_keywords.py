@@ -235,6 +235,49 @@ def test_a_diffusers_scheduler_object_replaces_the_scheduler(pipe):
     assert np.abs(got - pipe("a cat", **KW).frames).max() > 0  # flow_shift 5 is another schedule
 
 
+def test_scheduler_swap_warns_in_one_line_and_swap_back_names_the_keys(pipe, caplog):
+    """The docs' swap ``pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(pipe.scheduler.config)``:
+    diffusers' own from_config warns once about UniPC's settings; vidax adds no line per key (it
+    was one per key). A config of several keys the named class ignores is one vidax line. Back to
+    UniPC from Euler's config: one line naming the keywords to pass, and passing them gives the
+    checkpoint's UniPC again."""
+    diffusers = pytest.importorskip("diffusers")
+    from vidax.errors import ConfigError
+    from vidax.schedulers import scheduler_from_config
+
+    kept = pipe.scheduler
+    try:
+        with caplog.at_level("WARNING"):
+            pipe.scheduler = diffusers.FlowMatchEulerDiscreteScheduler.from_config(pipe.scheduler.config)
+        assert type(pipe.scheduler).__name__ == "FlowMatchEulerDiscreteScheduler"
+        assert not [r for r in caplog.records if r.name.startswith("vidax")], caplog.text
+        with pytest.raises(ConfigError) as e:
+            pipe.scheduler = diffusers.UniPCMultistepScheduler.from_config(pipe.scheduler.config)
+        shift = kept.config.flow_shift
+        fix = (
+            "pipe.scheduler = UniPCMultistepScheduler.from_config(pipe.scheduler.config, "
+            f"prediction_type='flow_prediction', use_flow_sigmas=True, flow_shift={shift!r})"
+        )
+        assert str(e.value).endswith(fix) and "\n" not in str(e.value), str(e.value)
+        assert "prediction_type='epsilon', use_flow_sigmas=False" in str(e.value)
+        pipe.scheduler = diffusers.UniPCMultistepScheduler.from_config(
+            pipe.scheduler.config, prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=shift
+        )
+        assert pipe.scheduler.config == kept.config
+    finally:
+        pipe.scheduler = kept
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vidax.config"):
+        scheduler_from_config(
+            {**kept.config, "_class_name": "FlowMatchEulerDiscreteScheduler"}, source="swap-one-line.json"
+        )
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("swap-one-line.json: solver_order=") and line.endswith(
+        "are not settings of diffusers' FlowMatchEulerDiscreteScheduler, which ignores them; ignored"
+    )
+    assert "flow_shift=" in line and "use_flow_sigmas=True" in line
+
+
 def _other_transformer(weights, source=None) -> None:
     """Write at ``weights`` the tiny transformer's weights (from ``source``, default ``weights``)
     with ``proj_out`` halved: another transformer that makes another video."""

@@ -56,6 +56,7 @@ class ConfigBase:
         """
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
+        ignored: dict[str, Any] = {}  # keys the reference class ignores: one warning line for all
         for key, value in config.items():
             if key.startswith("_") or key in cls.IGNORED:
                 continue
@@ -71,12 +72,14 @@ class ConfigBase:
                         f"only {' or '.join(repr(v) for v in cls.NEUTRAL[key])} is supported."
                     )
                 continue
-            if _ignored_by_reference(config, key, value, source):
+            if _ignored_by_reference(config, key):
+                ignored[key] = value
                 continue
             raise ConfigError(
                 f"{source}: unknown setting {key}={value!r} for {cls.__name__}; vidax knows "
                 f"{sorted(fields) + sorted(cls.NEUTRAL)}."
             )
+        _warn_ignored(config, ignored, source)
         try:
             out = cls(**kwargs)
         except TypeError as e:  # missing required field
@@ -139,21 +142,34 @@ class TransformerConfig(ConfigBase):
         return self.out_channels or self.in_channels
 
 
-def _ignored_by_reference(config: Mapping[str, Any], key: str, value: Any, source: str) -> bool:
-    """True (with a warning) when ``key`` is no setting of the reference class the config names
-    (diffusers' ``_class_name``, a T5 encoder's ``model_type``:
-    :func:`vidax.config_reference.reference_config_keys`): the reference ignores it, and so does
-    vidax. False for a key that class takes (vidax would compute something else without it) and
-    for a config of a class the tables do not hold."""
+def _ignored_by_reference(config: Mapping[str, Any], key: str) -> bool:
+    """True when ``key`` is no setting of the reference class the config names (diffusers'
+    ``_class_name``, a T5 encoder's ``model_type``: :func:`vidax.config_reference.reference_config_keys`):
+    the reference ignores it, and so does vidax. False for a key that class takes (vidax would
+    compute something else without it) and for a config of a class the tables do not hold."""
     from vidax.config_reference import reference_config_keys
 
     reference = reference_config_keys(config)
-    if reference is None or key in reference[1]:
-        return False
-    if (source, key) not in _WARNED:  # a config is read more than once while a pipeline loads
-        _WARNED.add((source, key))
-        logger.warning("%s: %s=%r is not a setting of %s, which ignores it; ignored", source, key, value, reference[0])
-    return True
+    return reference is not None and key not in reference[1]
+
+
+def _warn_ignored(config: Mapping[str, Any], ignored: Mapping[str, Any], source: str) -> None:
+    """One warning line naming every key of ``ignored`` (those :func:`_ignored_by_reference`
+    found) not yet warned about for ``source`` in this process (a config is read more than once
+    while a pipeline loads): a scheduler swapped by ``from_config`` carries the old class's
+    settings, a dozen at a time."""
+    from vidax.config_reference import reference_config_keys
+
+    new = {k: v for k, v in ignored.items() if (source, k) not in _WARNED}
+    if not new:
+        return
+    _WARNED.update((source, k) for k in new)
+    keys = ", ".join(f"{k}={v!r}" for k, v in new.items())
+    what = "is not a setting" if len(new) == 1 else "are not settings"
+    them = "it" if len(new) == 1 else "them"
+    logger.warning(
+        "%s: %s %s of %s, which ignores %s; ignored", source, keys, what, reference_config_keys(config)[0], them
+    )
 
 
 #: ``(file, key)`` of the ignored settings warned about in this process.

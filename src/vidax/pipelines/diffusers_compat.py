@@ -96,7 +96,12 @@ class DiffusersPipelineMethods:
         """The sampler. Settable as in diffusers: a vidax scheduler, or a diffusers scheduler
         object (``pipe.scheduler = UniPCMultistepScheduler(..., flow_shift=5.0)``, the Wan docs'
         line), read through its config into vidax's (the same schedule; a setting vidax does not
-        implement is a ConfigError then)."""
+        implement is a ConfigError then). A diffusers scheduler built by ``from_config`` from
+        another class's config holds that class's settings beside its own (diffusers keeps them
+        for a later swap back, and its ``from_config`` warned about them once): vidax reads the
+        class's own settings only. vidax's scheduler config keeps its own class's settings, so
+        a swap back to UniPC from another sampler's config lacks UniPC's flow settings: the
+        ConfigError names the keywords to pass (:func:`flow_settings_hint`)."""
         try:
             return self.__dict__["scheduler"]
         except KeyError:
@@ -105,10 +110,22 @@ class DiffusersPipelineMethods:
     @scheduler.setter
     def scheduler(self, value: Any) -> None:
         if type(value).__module__.startswith("diffusers.") and isinstance(getattr(value, "config", None), dict):
+            from vidax.config_reference import diffusers_config_keys
+            from vidax.errors import ConfigError
             from vidax.schedulers import scheduler_from_config
 
             name = type(value).__name__
-            value = scheduler_from_config({**value.config, "_class_name": name}, source=f"pipe.scheduler = {name}(...)")
+            own = diffusers_config_keys(name)  # None: a class the tables do not hold (refused below)
+            config = {k: v for k, v in value.config.items() if own is None or k in own or k.startswith("_")}
+            try:
+                value = scheduler_from_config({**config, "_class_name": name}, source=f"pipe.scheduler = {name}(...)")
+            except ConfigError as e:
+                hint = flow_settings_hint(
+                    name, config, self.__dict__.get("scheduler"), getattr(self, "checkpoint", None)
+                )
+                if hint is None:
+                    raise
+                raise ConfigError(f"pipe.scheduler = {name}(...): {hint}") from e
         self.__dict__["scheduler"] = value
 
     def _vae_compression(self, what: str) -> int:
@@ -123,3 +140,32 @@ class DiffusersPipelineMethods:
     vae_scale_factor_temporal = property(lambda self: self._vae_compression("temporal"))
     vae_spatial_compression_ratio = vae_scale_factor_spatial
     vae_temporal_compression_ratio = vae_scale_factor_temporal
+
+
+#: The settings vidax's UniPC runs with (flow sigmas, flow prediction), which another sampler's
+#: config does not hold.
+_UNIPC_FLOW = {"prediction_type": "flow_prediction", "use_flow_sigmas": True}
+
+
+def flow_settings_hint(name: str, config: dict[str, Any], current: Any, checkpoint: Any) -> str | None:
+    """Where diffusers' ``UniPCMultistepScheduler.from_config(config)`` (``name``) was built from a
+    config without UniPC's flow settings (another sampler's: diffusers' defaults then are
+    epsilon prediction without flow sigmas, which vidax does not run): the sentence naming the
+    keywords to pass, with the flow shift of the checkpoint's UniPC config (else the current
+    sampler's ``shift``). None: not that case."""
+    wrong = {k: v for k, v in _UNIPC_FLOW.items() if config.get(k) != v}
+    if name != "UniPCMultistepScheduler" or not wrong:
+        return None
+    settings = dict(wrong)
+    original = checkpoint.config("scheduler") if checkpoint is not None else {}
+    if original.get("_class_name") == name and "flow_shift" in original:
+        settings["flow_shift"] = original["flow_shift"]
+    elif getattr(getattr(current, "config", None), "shift", None) is not None:
+        settings["flow_shift"] = current.config.shift
+    given = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    was = ", ".join(f"{k}={config.get(k)!r}" for k in wrong)
+    return (
+        f"its config has {was} (diffusers' defaults: it was built from a config without UniPC's flow settings, "
+        "another sampler's), and vidax runs UniPC with flow sigmas and flow prediction only; pass them: "
+        f"pipe.scheduler = UniPCMultistepScheduler.from_config(pipe.scheduler.config, {given})"
+    )
