@@ -181,6 +181,28 @@ def test_diffusers_pipeline_methods_around_the_call(pipe, caplog, capsys):
         pipe.encode_prompt("a cat", negative_prompt="blurry", do_classifier_free_guidance=True)
 
 
+def test_diffusers_class_names_load_as_load_pipeline_with_the_class_checked(ckpt, pipe):
+    """``vidax.WanPipeline.from_pretrained(path, torch_dtype=...)`` (any diffusers pipeline class name
+    the registry runs) is ``load_pipeline(path)``: the same pipeline; a class of another family is one
+    line naming both classes and what loads it, before any weight is read."""
+    from vidax.registry import registry
+
+    names = {spec.class_name for spec in registry().pipelines(generating_only=False)}
+    assert {"WanImageToVideoPipeline", "LTX2ConditionPipeline", "HunyuanVideo15Pipeline"} <= names <= set(dir(vidax))
+    assert vidax.WanPipeline is type(pipe)
+    wan = vidax.WanPipeline.from_pretrained(ckpt, torch_dtype="float32", progress=False)
+    assert type(wan) is type(pipe) and wan.scheduler.config == pipe.scheduler.config and wan.dtype == pipe.dtype
+    name = "CogVideoXPipeline"
+    with pytest.raises(InputError) as e:
+        vidax.CogVideoXPipeline.from_pretrained(ckpt)
+    assert str(e.value) == (
+        f"{name}.from_pretrained({str(ckpt)!r}): its model_index.json names WanPipeline, not a {name} "
+        "checkpoint; load it with vidax.WanPipeline.from_pretrained(path) or vidax.load_pipeline(path)"
+    )
+    with pytest.raises(AttributeError):
+        assert vidax.StableDiffusionPipeline is None  # a diffusers class vidax does not run
+
+
 def test_load_progress_false_silences_later_calls(ckpt, capsys):
     """``load_pipeline(path, progress=False)`` is diffusers' ``set_progress_bar_config(disable=True)``
     as well: no status line while loading and no progress bars in later calls that do not give

@@ -83,10 +83,29 @@ _LAZY = {
 }
 
 
+def _pipeline_names() -> dict[str, str]:
+    """diffusers pipeline class name -> the vidax class's ``"module:NAME"``, as the registry
+    (:mod:`vidax.registry`) runs them (``WanPipeline``, ``CogVideoXImageToVideoPipeline``, ...)."""
+    from vidax.registry import registry
+
+    return {spec.class_name: spec.target for spec in registry().pipelines(generating_only=False)}
+
+
 def __getattr__(name: str):
     """``vidax.load_pipeline``, ``vidax.InputError``, ``vidax.LTXVideoCondition`` (the
     conditioning item of ``LTXConditionPipeline``), ...: imported from their modules on first
-    use, those that import flax after :func:`_check_jax_flax`."""
+    use, those that import flax after :func:`_check_jax_flax`.
+
+    diffusers' pipeline class names (``vidax.WanPipeline``, ``vidax.LTX2Pipeline``, ...: those the
+    registry runs) are the vidax pipeline classes that run them: ``vidax.WanPipeline.from_pretrained(path,
+    torch_dtype=...)`` is ``vidax.load_pipeline(path, ...)`` with the class checked against
+    model_index.json (:func:`vidax.pipelines.loading.check_pipeline_class`)."""
+    if name.endswith("Pipeline") and name in _pipeline_names():
+        import importlib
+
+        _check_jax_flax()
+        module, attr = _pipeline_names()[name].split(":")
+        return getattr(importlib.import_module(module), attr)
     if name in _LAZY:
         import importlib
         import sys
@@ -101,4 +120,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_pipeline_names()))

@@ -154,6 +154,30 @@ def drop_inert_options(options: dict[str, Any]) -> None:
     options.pop("low_cpu_mem_usage", None)
 
 
+def check_pipeline_class(cls: type, checkpoint: Checkpoint) -> None:
+    """Refuse ``cls.from_pretrained`` of a checkpoint whose model_index.json names a pipeline of
+    another family (``vidax.WanPipeline.from_pretrained`` of a CogVideoX folder), before any weight
+    is read. A class of the same family for another task is the checkpoint's own
+    (``WanImageToVideoPipeline`` of Wan2.2 TI2V-5B, whose model_index.json names ``WanPipeline``,
+    as diffusers loads it): :func:`~vidax.pipelines.plan.read_plan` checks the task.
+
+    Raises:
+        InputError: another family's checkpoint, naming both classes and the calls that load it.
+        ConfigError: model_index.json names a pipeline vidax does not run.
+    """
+    from vidax.pipelines.presets import family_of
+
+    named = checkpoint.pipeline_class_name
+    own = pipeline_class(checkpoint)
+    if family_of(own) == family_of(cls):
+        return
+    ours = cls.diffusers_classes()[0] if hasattr(cls, "diffusers_classes") else cls.__name__
+    raise InputError(
+        f"{ours}.from_pretrained({checkpoint.root!r}): its model_index.json names {named}, not a {ours} "
+        f"checkpoint; load it with vidax.{named}.from_pretrained(path) or vidax.load_pipeline(path)"
+    )
+
+
 class Loading:
     """How a pipeline loads its components; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
 
@@ -231,7 +255,10 @@ class Loading:
         preset: str | None = None,
         **options: Any,
     ):
-        """Load every component of a diffusers-layout folder.
+        """Load every component of a diffusers-layout folder: ``vidax.WanPipeline.from_pretrained(path)``
+        (any diffusers pipeline class name vidax runs, :func:`vidax.__getattr__`) is
+        ``vidax.load_pipeline(path)`` with the class checked against model_index.json first
+        (:func:`check_pipeline_class`).
 
         Args:
             path: the folder (or hub id, or an opened :class:`Checkpoint`), or a
@@ -265,15 +292,20 @@ class Loading:
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
-            CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`).
+            CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`); InputError
+                also where model_index.json names a pipeline of another family (one line naming both).
             SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
                 is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`).
         """
+        from vidax.compile_cache import setup_compile_cache
+        from vidax.default_checkpoint import resolve_named_checkpoint
+
         t0 = time.perf_counter()
+        setup_compile_cache()  # once per process (load_pipeline's), for vidax.WanPipeline.from_pretrained too
         dtype = dtype_option(dtype, options)
         variant = options.pop("variant", None)
         if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
-            path = resolve_checkpoint(path, bool(options.pop("local_files_only", False)))
+            path = resolve_checkpoint(resolve_named_checkpoint(path), bool(options.pop("local_files_only", False)))
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
@@ -285,6 +317,7 @@ class Loading:
             plan = path
         else:
             checkpoint = with_variant(Checkpoint.open(path), variant)
+            check_pipeline_class(cls, checkpoint)
             plan = read_plan(checkpoint, pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
         plan = with_placement(
