@@ -175,6 +175,34 @@ def test_unsupported_dtype(ckpt):
     assert "Traceback" not in r.stderr
 
 
+def test_default_output_never_replaces_an_earlier_run(ckpt, tmp_path, monkeypatch):
+    """Without --output an existing vidax-output.mp4 is kept: the video goes to the first free
+    vidax-output-N.mp4 (the files of a batch counted), said in one line naming --output and
+    --overwrite (one run: each costs a load and a compile)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.io.video import free_output_name
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vidax-output.mp4").write_bytes(b"an earlier run")
+    for name in ("vidax-output_1.mp4", "vidax-output-1_1.mp4"):  # earlier batches' second videos
+        (tmp_path / name).write_bytes(b"an earlier batch")
+    assert free_output_name("vidax-output.mp4", 1) == "vidax-output-1.mp4"
+    assert free_output_name("vidax-output.mp4", 2) == "vidax-output-2.mp4"  # writes -2_0, -2_1
+    args = ["generate", "--checkpoint", ckpt, "--prompt", "x", "--height", "32", "--width", "32"]
+    args += ["--num-frames", "1", "--num-inference-steps", "1", "--max-sequence-length", "8", "--no-progress"]
+    r = CliRunner().invoke(app, args, terminal_width=400)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "vidax-output.mp4").read_bytes() == b"an earlier run"
+    assert read_video(str(tmp_path / "vidax-output-1.mp4")).shape[0] == 1
+    line = (
+        "vidax-output.mp4 exists (an earlier run's): writing vidax-output-1.mp4 "
+        "(--output names the file, --overwrite replaces vidax-output.mp4)\n"
+    )
+    assert line in r.output and "wrote vidax-output-1.mp4 (" in r.output, r.output
+
+
 def test_unwritable_output_fails_before_work(ckpt, tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir()

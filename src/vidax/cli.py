@@ -372,7 +372,9 @@ _GENERATE_FLAGS = {
     "output": (
         ("vidax-output.mp4", "--output", "-o"),
         dict(
-            help="Output: *.mp4, *.npy (an existing file is replaced atomically), *.png / *.jpg / *.webp for a "
+            help="Output: *.mp4, *.npy (an existing file given here is replaced atomically; without --output an "
+            "existing vidax-output.mp4 is kept and the video goes to the first free vidax-output-N.mp4, unless "
+            "--overwrite), *.png / *.jpg / *.webp for a "
             "one-frame video (--num-frames 1, text-to-image; several frames are refused), or a folder for PNG frames (a new or "
             "empty folder; one holding only frame_NNNNN.png files of an earlier run with --overwrite; any other "
             "folder is refused, nothing in it is removed); /dev/null: generate, write nothing. A symlink is written "
@@ -385,7 +387,8 @@ _GENERATE_FLAGS = {
         (False, "--overwrite"),
         dict(
             help="Replace the frame_NNNNN.png files an --output folder holds (all of them, "
-            "also frames beyond the new video's length), and the .wav beside an *.npy / folder output."
+            "also frames beyond the new video's length), the .wav beside an *.npy / folder output, and "
+            "(without --output) an earlier run's vidax-output.mp4."
         ),
     ),
     "audio": (
@@ -508,6 +511,8 @@ def generate(
     nothing written); 1 the video could not be written after generation (the frames are kept
     as .npy, the error line says where); 130 / 143 interrupted by SIGINT / SIGTERM."""
     args = {k: v for k, v in locals().items() if k != "ctx"}
+    source = ctx.get_parameter_source("output")  # typer's own click (0.29+) or click: a ParameterSource
+    args["output_given"] = getattr(source, "name", "DEFAULT") != "DEFAULT"
     _setup_logging(verbose)
     from vidax.errors import Cancelled, VidaxError
 

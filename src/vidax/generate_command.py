@@ -52,6 +52,7 @@ def run(
     weights=None,
     transformer=None,
     preset=None,
+    output_given=True,
 ) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Arg, ArgValue, Cancelled, InputError
@@ -93,6 +94,8 @@ def run(
         preset=preset,
         loras=loras,
     )
+    if not output_given and not overwrite:  # the default vidax-output.mp4: an earlier run's is kept
+        output = _free_default_output(output, plan.call.batch)
     preset_line = _preset_line(plan, given, cache is not None)
     sound = _makes_sound(plan, audio, fmt, output)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
@@ -136,6 +139,20 @@ def run(
         )
     out.stats.preset = preset_line
     typer.echo("summary:\n" + out.stats.summary(), err=True)
+
+
+def _free_default_output(output: str, batch: int) -> str:
+    """The default --output where an earlier run's video holds it: the first free
+    ``vidax-output-N.mp4`` (:func:`~vidax.io.video.free_output_name`), said in one line."""
+    from vidax.io.video import free_output_name
+
+    free = free_output_name(output, batch)
+    if free != output:
+        typer.echo(
+            f"{output} exists (an earlier run's): writing {free} (--output names the file, --overwrite replaces {output})",
+            err=True,
+        )
+    return free
 
 
 def _preset_line(plan, given: dict, cache_given: bool) -> str | None:

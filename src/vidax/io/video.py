@@ -77,6 +77,20 @@ def output_paths(path: str | os.PathLike, count: int) -> list[str]:
     return [f"{stem}_{i}{ext}" for i in range(count)]
 
 
+def free_output_name(path: str, count: int) -> str:
+    """``path`` where none of its ``count`` videos' files (:func:`output_paths`) exists yet, else
+    the first ``<stem>-<n><ext>`` (n = 1, 2, ...) whose files are all free: ``vidax generate``'s
+    default output (``vidax-output.mp4`` -> ``vidax-output-1.mp4``) never replaces an earlier run's
+    video. A name given with ``--output`` is the user's and is not changed."""
+    stem, ext = os.path.splitext(path)
+    n = 0
+    while True:
+        name = path if n == 0 else f"{stem}-{n}{ext}"
+        if not any(os.path.lexists(p) for p in output_paths(name, count)):
+            return name
+        n += 1
+
+
 def audio_path(path: str | os.PathLike) -> str | None:
     """Where the sound of an ``.npy``, PNG-folder or image output goes: a ``.wav`` beside it
     (``out.npy`` -> ``out.wav``, ``frames/`` -> ``frames.wav``, ``out.png`` -> ``out.wav``); None
