@@ -462,3 +462,37 @@ def model_batches(pipe, ref_transformer=None):
         del pipe.model_args
         if forward is not None:
             del ref_transformer.forward
+
+
+#: diffusers 0.42.1's custom schedule: what a call passes as ``timesteps=`` in the timesteps tests.
+CUSTOM_TIMESTEPS = [900.0, 500.0]
+
+
+def diffusers_timesteps_error(pipe, *args, **call) -> str:
+    """The ValueError message of diffusers' ``pipe(*args, timesteps=CUSTOM_TIMESTEPS, **call)``
+    (its ``retrieve_timesteps`` refusal); AssertionError where the call runs."""
+    import pytest
+    import torch
+
+    with torch.no_grad(), pytest.raises(ValueError) as e:
+        pipe(*args, timesteps=CUSTOM_TIMESTEPS, output_type="latent", **call)
+    return str(e.value)
+
+
+def vidax_timesteps_error(cls, checkpoint: str, *args, **call) -> str:
+    """The one-line InputError of vidax's ``cls`` given ``timesteps=CUSTOM_TIMESTEPS``, checked
+    from the checkpoint's configs alone (no weight read), with the reason vidax's list of
+    refused keywords gives (:mod:`vidax.pipelines.diffusers_keywords`)."""
+    import pytest
+
+    from vidax.checkpoint import Checkpoint
+    from vidax.errors import InputError
+
+    info = cls.read_checkpoint(Checkpoint.open(checkpoint))
+    with pytest.raises(InputError) as e:
+        cls.check_call(info, *args, timesteps=CUSTOM_TIMESTEPS, **call)
+    message = str(e.value)
+    entry = cls.refused_keyword("timesteps")
+    assert entry is not None and "\n" not in message, message
+    assert message == f"{cls.__name__} takes no 'timesteps' (diffusers' timesteps=): {entry.message()}", message
+    return message

@@ -223,6 +223,30 @@ def test_bad_inputs(checkpoints, pipelines):
         vidax.load_pipeline(checkpoints["5b"][0], task="i2v")
 
 
+def test_custom_timesteps_refused_as_diffusers_refuses_them(checkpoints):
+    """``timesteps=`` on CogVideoXPipeline and CogVideoXImageToVideoPipeline: diffusers 0.42.1's
+    CogVideoX schedulers' set_timesteps take no timesteps, so its retrieve_timesteps refuses any
+    value (with either sampler); vidax refuses it in one line with that reason, from the configs."""
+    from tests.parity.helpers import diffusers_timesteps_error, vidax_timesteps_error
+    from vidax.models.cogvideox.pipeline import CogVideoXImageToVideoPipeline, CogVideoXPipeline
+
+    call = dict(CALL, num_inference_steps=2, guidance_scale=1.0)
+    for variant, cls, args in (
+        ("5b", CogVideoXPipeline, ()),
+        ("5b_i2v", CogVideoXImageToVideoPipeline, (condition_image(),)),
+    ):
+        path, ref = checkpoints[variant]
+        kept = ref.scheduler
+        try:
+            for scheduler in (diffusers.CogVideoXDDIMScheduler, diffusers.CogVideoXDPMScheduler):
+                ref.scheduler = scheduler.from_config(kept.config)
+                message = diffusers_timesteps_error(ref, *args, "a cat", **call)
+                assert "does not support custom timestep schedules" in message, message
+        finally:
+            ref.scheduler = kept
+        assert "set_timesteps takes no timesteps" in vidax_timesteps_error(cls, path, *args, "a cat", **call)
+
+
 def test_cli_generate_and_inspect(checkpoints, tmp_path):
     """``vidax generate`` picks the CogVideoX pipelines from model_index.json, with their defaults
     (here the checkpoint's 32x48 size and 9 frames); ``--image`` selects I2V."""

@@ -371,6 +371,30 @@ def test_bad_input_is_refused_before_any_weight(checkpoint):
     assert sizes[1.0].tokens - sizes[24.0].tokens == info.audio_length(n, 1.0) - info.audio_length(n, 24.0) > 0
 
 
+def test_custom_timesteps_refused_as_diffusers_refuses_them(checkpoint):
+    """``timesteps=`` on LTX2Pipeline, LTX2ImageToVideoPipeline and LTX2ConditionPipeline:
+    diffusers 0.42.1 always passes sigmas with them (its own linspace where sigmas= is None) and
+    retrieve_timesteps takes one of the two, so any value is a ValueError there; vidax refuses
+    it in one line with that reason, from the configs."""
+    from diffusers.pipelines.ltx2.pipeline_ltx2_condition import LTX2ConditionPipeline
+    from diffusers.pipelines.ltx2.pipeline_ltx2_image2video import LTX2ImageToVideoPipeline
+
+    from tests.parity.helpers import diffusers_timesteps_error, vidax_timesteps_error
+    from tests.parity.wan_reference import random_image
+    from vidax.models.ltx2 import pipeline, pipeline_condition, pipeline_i2v
+
+    ref, path = checkpoint
+    call = dict(CALL, guidance_scale=1.0, audio_guidance_scale=1.0)
+    for message in (
+        diffusers_timesteps_error(ref, "a fox", **call),
+        diffusers_timesteps_error(LTX2ImageToVideoPipeline(**ref.components), random_image(0), "a fox", **call),
+        diffusers_timesteps_error(LTX2ConditionPipeline(**ref.components), prompt="a fox", **call),
+    ):
+        assert "Only one of `timesteps` or `sigmas` can be passed" in message, message
+    for cls in (pipeline.LTX2Pipeline, pipeline_i2v.LTX2ImageToVideoPipeline, pipeline_condition.LTX2ConditionPipeline):
+        assert "only one of timesteps and sigmas" in vidax_timesteps_error(cls, path, prompt="a fox", **call)
+
+
 def test_stg_blocks_on_ltx20_are_unused_with_a_warning(checkpoint, caplog):
     """LTX-2.0's transformer has no perturbed attention: spatio_temporal_guidance_blocks= is taken
     (as diffusers) but unused, one WARNING says so; not given: no warning."""

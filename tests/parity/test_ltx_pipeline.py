@@ -226,6 +226,25 @@ def test_bad_input_is_refused_before_work(ltx):
             pipe.check_call(pipe.info, ["a", "b"], **{**SIZE, **kwargs})
 
 
+def test_custom_timesteps_refused_as_diffusers_refuses_them(ltx):
+    """``timesteps=`` on LTXPipeline and LTXImageToVideoPipeline: diffusers 0.42.1 always passes
+    its own sigmas with them and its retrieve_timesteps takes only one of the two, so any value
+    is a ValueError there; vidax refuses it in one line with that reason, from the configs."""
+    from tests.parity.helpers import diffusers_timesteps_error, vidax_timesteps_error
+    from vidax.models.ltx.pipeline import LTXImageToVideoPipeline, LTXPipeline
+
+    path, ref = ltx
+    call = dict(SIZE, num_inference_steps=2, guidance_scale=1.0, max_sequence_length=16)
+    i2v = diffusers.LTXImageToVideoPipeline(**ref.components)
+    for message in (
+        diffusers_timesteps_error(ref, "a fox", **call),
+        diffusers_timesteps_error(i2v, random_image(0), "a fox", **call),
+    ):
+        assert "Only one of `timesteps` or `sigmas` can be passed" in message, message
+    vidax_timesteps_error(LTXPipeline, path, "a fox", **call)
+    assert "only one of timesteps and sigmas" in vidax_timesteps_error(LTXImageToVideoPipeline, path, "a fox", **call)
+
+
 def test_image_to_video_folder_loads_the_image_to_video_pipeline(ltx, tmp_path):
     """A folder saved as diffusers' LTXImageToVideoPipeline loads as vidax's, whose call takes the
     image first (``pipe(image, prompt)``, as diffusers); it was the text-to-video class, where that
