@@ -263,12 +263,13 @@ def describe_lora(path: str) -> str:
     import re
 
     from vidax.lora.formats import parse, read_state_dict
-    from vidax.lora.targets import best_family, fitting_transformers
+    from vidax.lora.targets import family_words, fitting_transformers
 
     what = f"vidax inspect {path}"
     lora = parse(*read_state_dict(path, what), what=what)
     modules = {n: m for e in lora.experts.values() for n, m in e.items()}
-    family, placed = best_family(modules)
+    fitting, placed = fitting_transformers(modules)  # builds each family's transformer abstractly: once
+    family = family_words(fitting)
     alphas = sorted({m.alpha for m in modules.values() if m.alpha is not None})
     folded = sorted({re.sub(r"([._])\d+([._])", r"\1*\2", n, count=1) for n in modules})
     experts = ", ".join("transformer" if e == 0 else "transformer_2" for e in sorted(lora.experts))
@@ -284,7 +285,7 @@ def describe_lora(path: str) -> str:
         f"  targets ({len(folded)}): "
         + ", ".join(folded[:24])
         + (f" ... and {len(folded) - 24} more" if len(folded) > 24 else ""),
-        f"  recognised: {_lora_recognition(path, fitting_transformers(modules)[0])}",
+        f"  recognised: {_lora_recognition(path, fitting)}",
     ]
     return "\n".join(lines)
 

@@ -363,10 +363,17 @@ def guess_family(modules: dict[str, LoraModule], exclude: str = "") -> str | Non
 def best_family(modules: dict[str, LoraModule], exclude: str = "") -> tuple[str | None, int]:
     """``(family, modules it places)`` of :func:`guess_family`."""
     specs, score = fitting_transformers(modules, exclude)
+    return family_words(specs), score
+
+
+def family_words(specs: list) -> str | None:
+    """The transformer registry entries of :func:`fitting_transformers` in words: ``"family
+    (ClassName)"``, several joined with "or" and saying their module names fit each alike; None
+    for none."""
     names = [f"{spec.family} ({spec.class_name})" for spec in specs]
     if len(names) > 1:
-        return f"{', '.join(names[:-1])} or {names[-1]} (its module names fit each of them alike)", score
-    return (names[0] if names else None), score
+        return f"{', '.join(names[:-1])} or {names[-1]} (its module names fit each of them alike)"
+    return names[0] if names else None
 
 
 def best_transformer(modules: dict[str, Any], exclude: str = "") -> tuple[Any, int]:
