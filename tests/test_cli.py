@@ -33,7 +33,13 @@ def _vidax(*args, env_extra=None, cwd=None):
 
 
 def test_generate_on_embedded_default(tmp_path):
-    out = tmp_path / "video.mp4"
+    """A new user's first run: no --checkpoint (the embedded one, said RANDOM) and no --output,
+    in a folder holding an earlier run's vidax-output.mp4: that file is kept, the video goes to
+    vidax-output-1.mp4, said in one line naming --output and --overwrite."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vidax-output.mp4").write_bytes(b"an earlier run")
+    out = run / "vidax-output-1.mp4"
     # --no-audio is accepted by a model without sound (and changes nothing).
     r = _vidax(
         "generate",
@@ -41,17 +47,22 @@ def test_generate_on_embedded_default(tmp_path):
         "a red car",
         "--num-inference-steps",
         "2",
-        "--output",
-        str(out),
         "--no-progress",
         "--no-audio",
         env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")},
+        cwd=run,
     )
     assert r.returncode == 0, r.stderr
     assert "RANDOM" in r.stderr and "--checkpoint" in r.stderr
     for phase in ("load", "compile", "text encode", "s/step", "vae decode", "peak device memory", "peak host RSS"):
         assert phase in r.stderr
     assert "audio decode" not in r.stderr and "sound" not in r.stderr
+    line = (
+        "vidax-output.mp4 exists (an earlier run's): writing vidax-output-1.mp4 "
+        "(--output names the file, --overwrite replaces vidax-output.mp4)\n"
+    )
+    assert line in r.stderr and "wrote vidax-output-1.mp4 (" in r.stderr, r.stderr
+    assert (run / "vidax-output.mp4").read_bytes() == b"an earlier run"
     frames = read_video(out)
     assert frames.shape == (17, 96, 160, 3)
     import av
@@ -61,9 +72,20 @@ def test_generate_on_embedded_default(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not mkstemp's 0600
-    assert len(os.listdir(tmp_path)) == 2  # the video and the cache: no temporary left behind
+    assert sorted(os.listdir(run)) == ["vidax-output-1.mp4", "vidax-output.mp4"]  # no temporary left behind
     # Built once: a second call reuses the cached checkpoint folder.
     assert os.listdir(tmp_path / "cache") == [NAME]
+
+
+def test_free_output_name_counts_a_batchs_files(tmp_path):
+    """The default output's free name: every file of the batch's videos must be free."""
+    from vidax.io.video import free_output_name
+
+    for name in ("vidax-output.mp4", "vidax-output_1.mp4", "vidax-output-1_1.mp4"):
+        (tmp_path / name).write_bytes(b"an earlier run")
+    path = str(tmp_path / "vidax-output.mp4")
+    assert free_output_name(path, 1) == str(tmp_path / "vidax-output-1.mp4")
+    assert free_output_name(path, 2) == str(tmp_path / "vidax-output-2.mp4")  # writes -2_0, -2_1
 
 
 def test_a_seed_draws_the_video_noise_from_its_own_key(pipe):
@@ -173,34 +195,6 @@ def test_unsupported_dtype(ckpt):
     r = _vidax("generate", "--prompt", "x", "--checkpoint", ckpt, "--dtype", "float16")
     assert r.returncode == 2 and "--dtype 'float16' is not supported" in r.stderr
     assert "Traceback" not in r.stderr
-
-
-def test_default_output_never_replaces_an_earlier_run(ckpt, tmp_path, monkeypatch):
-    """Without --output an existing vidax-output.mp4 is kept: the video goes to the first free
-    vidax-output-N.mp4 (the files of a batch counted), said in one line naming --output and
-    --overwrite (one run: each costs a load and a compile)."""
-    from typer.testing import CliRunner
-
-    from vidax.cli import app
-    from vidax.io.video import free_output_name
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "vidax-output.mp4").write_bytes(b"an earlier run")
-    for name in ("vidax-output_1.mp4", "vidax-output-1_1.mp4"):  # earlier batches' second videos
-        (tmp_path / name).write_bytes(b"an earlier batch")
-    assert free_output_name("vidax-output.mp4", 1) == "vidax-output-1.mp4"
-    assert free_output_name("vidax-output.mp4", 2) == "vidax-output-2.mp4"  # writes -2_0, -2_1
-    args = ["generate", "--checkpoint", ckpt, "--prompt", "x", "--height", "32", "--width", "32"]
-    args += ["--num-frames", "1", "--num-inference-steps", "1", "--max-sequence-length", "8", "--no-progress"]
-    r = CliRunner().invoke(app, args, terminal_width=400)
-    assert r.exit_code == 0, r.output
-    assert (tmp_path / "vidax-output.mp4").read_bytes() == b"an earlier run"
-    assert read_video(str(tmp_path / "vidax-output-1.mp4")).shape[0] == 1
-    line = (
-        "vidax-output.mp4 exists (an earlier run's): writing vidax-output-1.mp4 "
-        "(--output names the file, --overwrite replaces vidax-output.mp4)\n"
-    )
-    assert line in r.output and "wrote vidax-output-1.mp4 (" in r.output, r.output
 
 
 def test_unwritable_output_fails_before_work(ckpt, tmp_path):
