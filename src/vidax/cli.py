@@ -445,7 +445,8 @@ def _preset_help() -> str:
 
     return (
         "A named settings bundle of the checkpoint's family (steps, guidance, sampler, shift, sigmas as its "
-        "model card / diffusers documents them), applied before loading; every flag given still wins. "
+        "model card / diffusers documents them), applied before loading; every flag given still wins; "
+        "names match in any case. "
         "Presets: " + "; ".join(f"{p.name} ({p.family}): {p.doc}" for p in PRESETS) + "."
     )
 
