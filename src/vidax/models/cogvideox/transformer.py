@@ -52,7 +52,7 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
-from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, shared, static
 from vidax.errors import InputError
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.nn.layers import (
@@ -439,8 +439,8 @@ class CogVideoXBlockInputs:
     """
 
     temb: jax.Array
-    rope: tuple | None
-    is_text: jax.Array
+    rope: tuple | None = shared()
+    is_text: jax.Array = shared()
     valid_length: int | None = static()
     n_txt: int = static()
     n_tok: int = static()

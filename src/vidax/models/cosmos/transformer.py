@@ -43,7 +43,7 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
-from vidax.blocks.transformer import TOKENS, DiffusionTransformer, block_inputs, static
+from vidax.blocks.transformer import TOKENS, DiffusionTransformer, block_inputs, shared, static
 from vidax.errors import InputError
 from vidax.models.cosmos.config import CosmosTransformerConfig
 from vidax.models.cosmos.rope import cosmos_rope
@@ -152,8 +152,8 @@ class CosmosBlockInputs:
     context: jax.Array
     emb: jax.Array
     temb: jax.Array
-    rope: tuple
-    pos: jax.Array | None
+    rope: tuple = shared()
+    pos: jax.Array | None = shared()
     valid_length: int | None = static()
     n_tok: int = static()
     grid: tuple = static()

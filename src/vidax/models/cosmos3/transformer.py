@@ -48,7 +48,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
-from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, shared, static
 from vidax.errors import InputError
 from vidax.models.cosmos3.config import Cosmos3TransformerConfig
 from vidax.nn.layers import RMSNorm, TimestepEmbedding, linear, timestep_sinusoid
@@ -185,9 +185,9 @@ class Cosmos3Inputs:
 
     rope_und: tuple[jax.Array, jax.Array]
     rope_gen: tuple[jax.Array, jax.Array]
-    vision_mse_loss_indexes: jax.Array
-    sound_mse_loss_indexes: jax.Array | None
-    action_mse_loss_indexes: jax.Array | None
+    vision_mse_loss_indexes: jax.Array = shared()
+    sound_mse_loss_indexes: jax.Array | None = shared()
+    action_mse_loss_indexes: jax.Array | None = shared()
     action_domain_ids: jax.Array | None
     key_mask: jax.Array | None
     vision_shape: tuple[int, int, int, int] = static()

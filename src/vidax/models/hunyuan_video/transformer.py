@@ -61,7 +61,7 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNorm, gated_add
-from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, shared, static
 from vidax.errors import InputError
 from vidax.models.hunyuan_video.config import QK_NORMS, HunyuanVideoTransformerConfig
 from vidax.models.hunyuan_video.rope import hunyuan_rope
@@ -356,9 +356,9 @@ class HunyuanBlockInputs:
 
     temb: jax.Array
     tr_emb: jax.Array | None
-    rope: tuple
+    rope: tuple = shared()
     segments: SegmentIds
-    first: jax.Array | None
+    first: jax.Array | None = shared()
     n_vid: int = static()
     grid: tuple = static()
 

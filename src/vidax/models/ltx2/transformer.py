@@ -61,7 +61,7 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import AdaLayerNormSingle, gated_add, modulate, table_modulation
-from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, shared, static
 from vidax.errors import InputError
 from vidax.models.ltx2 import rope as ltx2_rope
 from vidax.models.ltx2.config_transformer import LTX2_ROPE_TYPES, LTX2TransformerConfig
@@ -275,7 +275,7 @@ class LTX2BlockInputs:
     audio_temb: jax.Array
     video_keys: jax.Array | None
     audio_keys: jax.Array | None
-    stg_layers: jax.Array | None
+    stg_layers: jax.Array | None = shared()
     perturbation_mask: jax.Array | None
     cross_modal_mask: jax.Array | None
     video_valid: int | None = static()

@@ -38,7 +38,7 @@ from flax import nnx
 
 from vidax.blocks.attention import Attention, AttentionConfig, AttentionMask
 from vidax.blocks.modulation import gated_add, modulate, table_modulation
-from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, shared, static
 from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.rope import wan_rope
@@ -178,7 +178,7 @@ class WanBlockInputs:
 
     context: jax.Array
     mod: jax.Array
-    rope: tuple
+    rope: tuple = shared()
     temb: jax.Array
     context_img: jax.Array | None
     valid_length: int | None = static()
