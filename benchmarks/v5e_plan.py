@@ -22,7 +22,7 @@ def _gib(n: float) -> str:
 
 
 def row(label: str, repo: str, call: dict, tmp: pathlib.Path) -> str:
-    plan, dp, why = plan_for_v5e(repo, call, tmp, remedies=True)
+    plan, dp, why = plan_for_v5e(repo, call, tmp, find_fixes=True)
     c, sizes = plan.call, dp.sizes
     transformer = sum(t for t, _, _ in sizes.transformers.values())
     encoders = sum(sizes.text_encoders.values())
