@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import vidax
 from tests.test_offload import PROMPT, write_offload_checkpoint
 from vidax.cli import app
 from vidax.errors import SetupError
@@ -89,7 +90,7 @@ def test_the_choice_order_and_explicit_settings_win():
     assert choose(sizes, act, 16 * gb, host=10 * gb).fits is False  # the streamed blocks do not fit the host
 
 
-def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch):
+def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch, capsys):
     """Where everything fits, the plan places the run exactly as without a device limit (no
     offloading, nothing staged, no tiling: the same load and the same programs, so the same
     frames), and says so in one line."""
@@ -103,6 +104,10 @@ def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch):
     line = next(x for x in roomy[1].splitlines() if x.startswith("plan:"))
     assert "transformer resident" in line and "streamed" not in line and "tiled" not in line
     assert "run first" not in line
+    # load_pipeline (no call yet) plans for the checkpoint's default call and says so
+    vidax.load_pipeline(ckpt, progress=False)
+    said = capsys.readouterr().err
+    assert said.startswith("plan: transformer resident") and "(for the checkpoint's default call)" in said, said
 
 
 def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):

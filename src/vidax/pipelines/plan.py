@@ -196,13 +196,13 @@ def with_placement(
 def default_call(plan: Plan) -> Any:
     """``plan``'s call, or for a load alone the checkpoint's default call (its own size, frames and
     steps; None where a default call needs inputs, e.g. an image)."""
-    from vidax.errors import InputError
+    from vidax.errors import VidaxError
 
     if plan.call is not None:
         return plan.call
     try:
         return plan.pipeline.check_call(plan.info, "a video")
-    except InputError:
+    except VidaxError:  # inputs a default call lacks (an image, a video): no call to plan for
         return None
 
 
