@@ -58,7 +58,7 @@ def _generate(ckpt, out, monkeypatch, memory, *extra):
     )
 
 
-def test_memory_sizes_and_a_bad_setting(monkeypatch):
+def test_memory_sizes_and_a_bad_setting(ckpt, tmp_path, monkeypatch):
     assert parse_memory_size("15.7GiB") == int(15.7 * 2**30)
     assert parse_memory_size("512 MiB") == 512 * 2**20 and parse_memory_size("16e9") == 16 * 10**9
     for bad in ("", "lots", "-1GiB", "5 parsecs", "0"):
@@ -67,6 +67,8 @@ def test_memory_sizes_and_a_bad_setting(monkeypatch):
     monkeypatch.setenv(DEVICE_MEMORY_ENV, "lots")
     with pytest.raises(SetupError, match=f"{DEVICE_MEMORY_ENV}='lots' is not a memory size"):
         pretend_device_memory()
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "lots")  # one line, before loading
+    assert r.exit_code == 2 and r.output.startswith(f"error: {DEVICE_MEMORY_ENV}='lots' is not a memory size")
 
 
 def test_the_choice_order_and_explicit_settings_win():
@@ -120,6 +122,10 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
     two, _ = stage_memory(dp.sizes, _activations(plan), 2, staged, True)
     resident_peak, _ = stage_memory(dp.sizes, _activations(plan), None, staged, True)
     assert two.peak < resident_peak.peak
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, str(two.peak))
+    asked = with_placement(with_call(read_plan(ckpt), prompt=PROMPT, **ARGS), offload=1)  # an explicit chunk wins
+    assert asked.offload.chunk == 1 and "streamed 1 block a chunk" in asked.device_plan.line()
+    assert "as asked" in asked.device_plan.line()
     out = tmp_path / "streamed.npy"
     r = _generate(ckpt, out, monkeypatch, two.peak)
     assert r.exit_code == 0, r.output
