@@ -161,16 +161,17 @@ class RunStats:
                     self.timed_phases.append(field)
                 self.compiles.setdefault(field, CompileCounts()).add(counts)
 
-    def sample_memory(self) -> None:
+    def sample_memory(self) -> tuple[int | None, str]:
+        """Update the peaks; returns the device's (:func:`device_memory_bytes`)."""
         peak, source = device_memory_bytes()
         if peak is not None and peak >= self.device_peak_bytes:
             self.device_peak_bytes, self.device_peak_source = peak, source
         self.host_peak_rss_bytes = host_peak_rss_bytes()
+        return peak, source
 
     def sample_stage(self, stage: str) -> None:
-        """:meth:`sample_memory`, and the device peak so far recorded as ``stage``'s measure."""
-        self.sample_memory()
-        peak, source = device_memory_bytes()
+        """:meth:`sample_memory`, its device bytes recorded as ``stage``'s measure."""
+        peak, source = self.sample_memory()
         if peak is not None:
             self.stage_measured[stage] = (peak, source)
 
