@@ -316,3 +316,17 @@ def test_cache_summary_without_a_skipped_step_says_no_time_saved():
     report.step_kind += ["full"] * 6
     report.step_s += [1.0, 0.5, 0.5, 0.5, 0.5, 0.5]
     assert report.describe().endswith("0 of 6 steps skipped the blocks, no time saved"), report.describe()
+
+
+def test_stage_rows_estimate_beside_measured():
+    """Each planned stage's estimate beside its measure: the device peak so far where the backend
+    reports one, else said not measured; a stage that did not run says so."""
+    from vidax.stats import RunStats
+
+    stats = RunStats(stage_estimates={"text encoding": 3 * 2**30, "steps": 5 * 2**30, "VAE decode": 2**30})
+    stats.stage_measured = {"text encoding": (2 * 2**30, "peak_bytes_in_use"), "steps": (100, "live arrays")}
+    rows = dict(stats.stage_rows())
+    assert rows["memory: text encoding"] == "estimated 3.00 GiB, measured 2.00 GiB (peak so far)"
+    assert rows["memory: steps"] == "estimated 5.00 GiB, not measured (the backend reports no device peak)"
+    assert rows["memory: VAE decode"] == "estimated 1.00 GiB, not run"
+    assert "memory: steps" in stats.summary()

@@ -111,6 +111,10 @@ class RunStats:
         matmul_precision: how float32 products ran (:func:`vidax.nn.precision.describe_matmul_precision`).
         preset: which preset ran and the values it set (:func:`vidax.pipelines.presets.describe`:
             ``"preset lightx2v: num_inference_steps=4, ..."``); None: none.
+        stage_estimates: stage -> device bytes the plan estimated before loading
+            (:class:`~vidax.pipelines.device_plan.StageMemory`; empty: no device plan for this call).
+        stage_measured: stage -> (device bytes, how measured) sampled as each stage ended
+            (:meth:`sample_stage`).
     """
 
     load_s: float = 0.0
@@ -131,6 +135,8 @@ class RunStats:
     cpu_matmul: str | None = None
     matmul_precision: str | None = None
     preset: str | None = None
+    stage_estimates: dict[str, int] = dataclasses.field(default_factory=dict)
+    stage_measured: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -155,11 +161,36 @@ class RunStats:
                     self.timed_phases.append(field)
                 self.compiles.setdefault(field, CompileCounts()).add(counts)
 
-    def sample_memory(self) -> None:
+    def sample_memory(self) -> tuple[int | None, str]:
+        """Update the peaks; returns the device's (:func:`device_memory_bytes`)."""
         peak, source = device_memory_bytes()
         if peak is not None and peak >= self.device_peak_bytes:
             self.device_peak_bytes, self.device_peak_source = peak, source
         self.host_peak_rss_bytes = host_peak_rss_bytes()
+        return peak, source
+
+    def sample_stage(self, stage: str) -> None:
+        """:meth:`sample_memory`, its device bytes recorded as ``stage``'s measure."""
+        peak, source = self.sample_memory()
+        if peak is not None:
+            self.stage_measured[stage] = (peak, source)
+
+    def stage_rows(self) -> list[tuple[str, str]]:
+        """One summary row per stage the plan estimated: the estimate before loading and what
+        was measured. ``peak_bytes_in_use`` (GPU, TPU) only grows, so a stage's measure is the
+        largest so far; the CPU reports no device peak (the arrays alive at a stage's end are
+        not one), so there the measured column is left out, saying why."""
+        rows = []
+        for stage, est in self.stage_estimates.items():
+            peak, source = self.stage_measured.get(stage, (None, ""))
+            if peak is None:
+                measured = "not run"
+            elif source != "peak_bytes_in_use":
+                measured = "not measured (the backend reports no device peak)"
+            else:
+                measured = f"measured {_fmt_bytes(peak).strip()} (peak so far)"
+            rows.append((f"memory: {stage}", f"estimated {_fmt_bytes(est).strip()}, {measured}"))
+        return rows
 
     def ran(self, field: str) -> bool:
         """Whether phase ``field`` happened in this call: timed by :meth:`timed`, or given a
@@ -209,6 +240,7 @@ class RunStats:
             rows.append(("compile cache", _cache_note(self.compiles.values())))
         if self.total_s:
             rows.append(("total", f"{self.total_s:8.2f} s" + ("  (load included)" if self.load_s else "")))
+        rows += self.stage_rows()
         rows += [
             ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
             ("peak host RSS", _fmt_bytes(self.host_peak_rss_bytes)),

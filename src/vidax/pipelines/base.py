@@ -246,6 +246,9 @@ class VideoPipeline(
     #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run
     #: it; None: no check, e.g. where the caller already checked before loading).
     memory_check: bool | None = True
+    #: (the call planned, its :class:`~vidax.pipelines.device_plan.StageMemory`) where the load was
+    #: planned for a device's memory with a call: the estimates the run's summary shows per stage.
+    device_plan: tuple | None = None
 
     def warn_if_data_axis_idle(self, call: Call) -> None:
         """Warn when the mesh's data axis cannot split the denoising batch (the videos, times two

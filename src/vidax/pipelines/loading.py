@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -344,6 +345,9 @@ class Loading:
         pipeline, info, staging = plan.pipeline, plan.info, plan.staging
         if not issubclass(pipeline, cls):
             raise TypeError(f"{cls.__name__}.from_plan: the plan is for {pipeline.__name__}")
+        if plan.device_plan is not None:  # what vidax chose for the device's memory, in one line
+            default = "" if plan.call is not None else " (for the checkpoint's default call)"
+            print(plan.device_plan.line() + default, file=sys.stderr)
         with status(f"loading {plan.checkpoint.root}", progress):
             modules = pipeline.load_components(
                 info,
@@ -369,6 +373,8 @@ class Loading:
             load_s=load_s,
             matmul_precision=plan.matmul_precision,
         )
+        if plan.device_plan is not None and plan.call is not None:  # estimates the summary sets beside the measures
+            pipe.device_plan = (plan.call, plan.device_plan.stages)
         if plan.memory_checked:
             pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
         if plan.vae_tiling:

@@ -132,13 +132,15 @@ def run_memory_estimate(
     dtype_bytes: int = 4,
     weights: int = 0,
     decoded: bool = True,
+    flash: bool = False,
 ) -> MemoryEstimate:
     """Peak memory of one call (:class:`MemoryEstimate`), from the sizes alone.
 
     * step: ``STEP_BUFFERS x batch x tokens x (4 D + ffn_dim) x dtype_bytes`` (blocks run one
       after another), plus attention's temporary: the ``(batch, heads, tokens, tokens)`` float32
       scores and probabilities where the ``"xla"`` implementation runs (up to 2**22 scores per
-      head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators.
+      head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators; none with
+      ``flash`` (a fused kernel, ``pallas_tpu`` / ``cudnn``, keeps its tiles in on-chip memory).
     * decode: ``decode_frames x height x width x decode_channels x DECODE_BYTES_PER_ELEMENT``;
       tiled (``size.decode_tile``): the same with height and width at most one tile.
     * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
@@ -155,6 +157,7 @@ def run_memory_estimate(
     heads = size.num_heads or max(1, size.hidden_size // 64)
     t = size.tokens
     attention = batch * heads * t * 2 * (t if t * t <= AUTO_XLA_MAX_SCORES else DEFAULT_BLOCK_SIZE) * 4
+    attention *= not flash or t * t <= AUTO_XLA_MAX_SCORES
     step = STEP_BUFFERS * batch * t * (4 * size.hidden_size + size.ffn_dim) * dtype_bytes + attention
     decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
     video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
@@ -234,9 +237,15 @@ def run_size_estimate(
 def available_memory() -> tuple[int, str]:
     """(bytes a call can still use, what they are): the least free ``bytes_limit -
     bytes_in_use`` over this process's devices where the backend reports it (GPU, TPU), else the
-    host's available RAM (``psutil``; CPU, where device arrays live in host memory)."""
-    from vidax.stats import device_memory_stats
+    host's available RAM (``psutil``; CPU, where device arrays live in host memory).
+    ``VIDAX_DEVICE_MEMORY`` pretends a device of that size (less the arrays alive in device
+    memory; :func:`vidax.pipelines.device_plan.pretend_device_memory`)."""
+    from vidax.pipelines.device_plan import DEVICE_MEMORY_ENV, pretend_device_memory
+    from vidax.stats import device_memory_stats, live_array_bytes
 
+    pretend = pretend_device_memory()
+    if pretend is not None:
+        return pretend - live_array_bytes(), f"free device memory ({DEVICE_MEMORY_ENV})"
     free = [
         int(s["bytes_limit"]) - int(s.get("bytes_in_use", 0)) for s in device_memory_stats() if s.get("bytes_limit")
     ]
@@ -321,7 +330,7 @@ class MemoryChecks:
 
     @classmethod
     def memory_estimate(
-        cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", weights: str = "loaded"
+        cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", weights: str = "loaded", flash: bool = False
     ) -> MemoryEstimate | None:
         """Peak memory of ``call`` (:func:`run_memory_estimate`; None where the family gives no
         :meth:`model_size`), from configs and safetensors headers only.
@@ -329,6 +338,7 @@ class MemoryChecks:
         Args:
             weights: which parameters to count: ``"loaded"`` none (already in memory), ``"all"``
                 every component's, ``"transformers"`` the denoising transformers' only.
+            flash: attention runs a fused kernel that keeps its tiles on chip (:func:`run_memory_estimate`).
         """
         size = cls.model_size(info, call)
         if size is None:
@@ -347,6 +357,7 @@ class MemoryChecks:
             dtype_bytes=np.dtype(dtype).itemsize,
             weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
             decoded=call.output_type != "latent",
+            flash=flash,
         )
         # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
         return dataclasses.replace(est, text=text_encoding_bytes(info, batch, call.max_sequence_length))
@@ -385,7 +396,7 @@ class MemoryChecks:
             OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
         """
         free, what = available or available_memory()
-        host = what != "free device memory"
+        host = not what.startswith("free device memory")
         weights = "loaded" if loaded else "all" if host else "loaded" if offload is not None else "transformers"
         share = 1 if host else max(1, devices)
 

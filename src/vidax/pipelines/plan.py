@@ -47,6 +47,10 @@ class Plan:
         preset: the :class:`~vidax.pipelines.presets.Preset` the call runs (None: none).
         scheduler: the scheduler the preset asks for, built from the checkpoint's config (None:
             the checkpoint's).
+        device_plan: what :func:`with_device_plan` chose for a device with a memory limit
+            (:class:`~vidax.pipelines.device_plan.DevicePlan`; None: no limit known, the CPU).
+        asked_offload: the offloading asked for (``offload=`` resolved), before the device plan
+            filled in what it left open.
     """
 
     checkpoint: Checkpoint
@@ -65,6 +69,8 @@ class Plan:
     vae_tiling: bool = False
     preset: Any = None
     scheduler: Any = None
+    device_plan: Any = None
+    asked_offload: Any = None
 
     @property
     def heads(self) -> list[int]:
@@ -174,7 +180,7 @@ def with_placement(
     staging = cls.plan_staging(
         info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh, options.get("text_encoder_dtype", dtype)
     )
-    return dataclasses.replace(
+    plan = dataclasses.replace(
         plan,
         dtype=dtype,
         matmul_precision=matmul_precision,
@@ -184,6 +190,49 @@ def with_placement(
         offload_experts=offload_experts,
         options=dict(options),
     )
+    return with_device_plan(plan, offload)
+
+
+def default_call(plan: Plan) -> Any:
+    """``plan``'s call, or for a load alone the checkpoint's default call (its own size, frames and
+    steps; None where a default call needs inputs, e.g. an image)."""
+    from vidax.errors import VidaxError
+
+    if plan.call is not None:
+        return plan.call
+    try:
+        return plan.pipeline.check_call(plan.info, "a video")
+    except VidaxError:  # inputs a default call lacks (an image, a video): no call to plan for
+        return None
+
+
+def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
+    """``plan`` placed for the device's memory (:mod:`vidax.pipelines.device_plan`): where the
+    device has a memory limit (``VIDAX_DEVICE_MEMORY``, or GPU / TPU), the blocks streamed, the
+    text encoders and VAE staged and the VAE tiled as the call (or, for a load alone, the
+    checkpoint's default call) needs, what ``asked`` (the resolved ``offload=``) and
+    ``vae_tiling`` set winning. Elsewhere ``plan`` unchanged (staging as
+    :func:`~vidax.pipelines.staging.plan_pipeline_staging` decided)."""
+    from vidax.pipelines.device_plan import device_limit, host_limit, plan_device
+
+    limit = device_limit()
+    call = default_call(plan)
+    if limit is None or call is None or plan.pipeline.model_size(plan.info, call) is None:
+        return plan
+    sizes = plan.device_plan.sizes if plan.device_plan is not None else None
+    dp = plan_device(plan, call, limit[0], host_limit(), asked=asked, vae_tiling=vae_tiling, sizes=sizes)
+    offload = dp.offload_config(asked)
+    staging = Staging(
+        {n: bool(dp.staged.get(n)) for n in plan.pipeline.stageable}, "auto" if offload is None else offload.memory_kind
+    )
+    return dataclasses.replace(
+        plan,
+        offload=offload,
+        staging=staging,
+        device_plan=dp,
+        asked_offload=asked,
+        vae_tiling=plan.vae_tiling or dp.vae_tiling,
+    )
 
 
 def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) -> Plan:
@@ -192,9 +241,15 @@ def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) ->
     about when it does not fit; the VAE decodes in tiles where asked (``vae_tiling``) or where
     only that fits.
 
+    With a device plan (:func:`with_device_plan`), that plan is the check: re-planned with
+    ``vae_tiling`` given, and refused where it does not fit, naming what would
+    (:func:`~vidax.pipelines.device_plan.refusal`).
+
     Raises:
         OutOfMemoryError: the call does not fit (and ``refuse``).
     """
+    if plan.device_plan is not None:
+        return _with_device_memory(plan, refuse, vae_tiling)
     mesh = plan.mesh
     est = plan.pipeline.check_memory(
         plan.info,
@@ -209,3 +264,23 @@ def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) ->
     return dataclasses.replace(
         plan, memory=est, memory_checked=True, vae_tiling=vae_tiling or (est is not None and est.vae_tiling)
     )
+
+
+def _with_device_memory(plan: Plan, refuse: bool, vae_tiling: bool) -> Plan:
+    """:func:`with_memory` of a plan with a device plan."""
+    import logging
+
+    from vidax.errors import Arg, OutOfMemoryError
+    from vidax.pipelines.device_plan import device_limit, refusal
+
+    if vae_tiling and not plan.device_plan.vae_tiling:
+        plan = with_device_plan(plan, plan.asked_offload, vae_tiling=True)
+    dp = plan.device_plan
+    if not dp.fits:
+        msg = refusal(plan, plan.call, dp, device_limit()[1], asked=plan.asked_offload, vae_tiling=vae_tiling)
+        if refuse:
+            raise OutOfMemoryError(
+                msg, " (to run it anyway: ", Arg("memory_check", python="pipe.memory_check = False"), ")"
+            )
+        logging.getLogger("vidax.pipeline").warning("%s; running it anyway", msg)
+    return dataclasses.replace(plan, memory_checked=True, vae_tiling=vae_tiling or dp.vae_tiling)

@@ -146,7 +146,8 @@ class Denoising:
             embeds = self.call_embeds(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
-        stats.sample_memory()
+        stats.sample_stage("text encoding")
+        stats.stage_estimates = self.stage_estimates(call)
         if call.cancel is not None and call.cancel():
             raise Cancelled("after encoding the prompt")
         cond = self.condition(call, stats)
@@ -154,6 +155,7 @@ class Denoising:
         state = self.set_timesteps(call, x)
         phase[0] = "denoising loop"
         x, state = self.denoise(call, x, state, embeds, cond, stats)
+        stats.sample_stage("steps")
         check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, self.dtype)
         x = self.final_latents(call, x, cond)
         video, streams = (x, {}) if not isinstance(x, dict) else (x[self.latent_streams[0]], x)
@@ -173,10 +175,25 @@ class Denoising:
                 audio = None
         if call.output_type == "pil":
             frames = frames_as_pil(frames)
+        if call.output_type != "latent":
+            stats.sample_stage("VAE decode")
         stats.sample_memory()
         self._pending_load_s = 0.0
         stats.call_s = time.perf_counter() - t0
         return VideoPipelineOutput(frames=frames, stats=stats, audio=audio, audio_sample_rate=rate)
+
+    def stage_estimates(self, call: Call) -> dict[str, int]:
+        """Stage -> device bytes the device plan estimated before loading, for the call it was
+        planned for (its sizes, frames, batch and text length); empty for any other call or
+        without a device plan."""
+        planned = getattr(self, "device_plan", None)
+        if planned is None:
+            return {}
+        plan_call, stages = planned
+        keys = ("height", "width", "num_frames", "batch", "max_sequence_length", "do_cfg", "output_type")
+        if any(getattr(plan_call, k) != getattr(call, k) for k in keys):
+            return {}
+        return {name: b for name, b in stages.items() if name != "VAE decode" or call.output_type != "latent"}
 
     def initial_noise(self, call: Call) -> Any:
         """The initial noise of each latent stream (:meth:`latent_shapes`), float32, in the

@@ -1,0 +1,596 @@
+"""What a run needs on a device with a memory limit, chosen before any weight is read.
+
+:func:`choose` takes the parameter bytes of every component (:func:`parameter_sizes`: from the
+safetensors headers, or from the configs' abstract shapes where a folder has no weights) and
+the call's activations (:meth:`~vidax.pipelines.memory.MemoryChecks.memory_estimate`), and
+picks, in this order, the least that makes every stage (text encoding, the denoising steps, the
+VAE decode) fit in the device's memory:
+
+1. nothing: every component resident, the VAE decoding whole;
+2. the text encoders staged (on the device only while they encode: run first, then freed);
+3. the VAE decoding in tiles (where it has a tiled decode);
+4. the VAE (and the sound's decoders) staged;
+5. the transformer's blocks streamed from host memory, the largest chunk that fits;
+   then whatever of 2 and 4 is no longer needed is undone.
+
+An explicit setting wins over each of these (``offload=`` / ``--offload-blocks N``, the
+``keep_*`` fields / ``--keep-*`` / ``--offload-*`` flags, ``--vae-tiling``). Host memory must
+hold what waits there (streamed blocks, staged components, the expert not in use). What fits
+in neither is refused before any weight is read, naming the settings that would make it fit
+(:func:`remedies`). :meth:`DevicePlan.line` says what was chosen and why, in one line.
+
+The device's memory is the smallest ``bytes_limit`` of ``device.memory_stats()`` (GPU, TPU);
+for planning and tests, ``VIDAX_DEVICE_MEMORY`` (``"15.7GiB"``, ``"512MiB"``, bytes) pretends
+a device of that size on any backend, the CPU's included (:func:`pretend_device_memory`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from vidax.errors import CheckpointError, SetupError
+from vidax.pipelines.memory import RUNTIME_OVERHEAD_BYTES, MemoryEstimate
+
+#: The environment variable that pretends a device memory size (:func:`pretend_device_memory`).
+DEVICE_MEMORY_ENV = "VIDAX_DEVICE_MEMORY"
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_memory_size(text: str) -> int:
+    """Bytes of ``text``: a number with an optional unit (``B``, ``KB``/``MB``/``GB`` powers of
+    1000, ``KiB``/``MiB``/``GiB`` powers of 1024; ``"15.7GiB"``, ``"16e9"``).
+
+    Raises:
+        ValueError: not such a size, or not positive.
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
+        raise ValueError(text)
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def pretend_device_memory() -> int | None:
+    """The device memory ``VIDAX_DEVICE_MEMORY`` pretends (bytes), or None where it is unset or empty.
+
+    Raises:
+        SetupError: the variable is not a size (naming it, its value and what is valid).
+    """
+    text = os.environ.get(DEVICE_MEMORY_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return parse_memory_size(text)
+    except ValueError:
+        raise SetupError(
+            f"{DEVICE_MEMORY_ENV}={text!r} is not a memory size; give bytes or a number with a unit "
+            "(e.g. 15.7GiB, 512MiB, 16GB), or unset it for the device's own"
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """Parameter bytes of a pipeline's components as they load (per device of the mesh's tensor axis).
+
+    Attributes:
+        transformers: name -> (all bytes, bytes of the stacked blocks, layers).
+        text_encoders, decoders: name -> bytes of the stageable text encoders / decoders (VAE,
+            the sound's audio decoder and vocoder).
+        other: bytes of every other component with weights (connectors, image encoders), resident.
+        source: ``"headers"`` (the safetensors files) or ``"configs"`` (abstract shapes).
+    """
+
+    transformers: Mapping[str, tuple[int, int, int]]
+    text_encoders: Mapping[str, int]
+    decoders: Mapping[str, int]
+    other: int = 0
+    source: str = "headers"
+
+    @property
+    def layers(self) -> int:
+        return max((layers for _, _, layers in self.transformers.values()), default=0)
+
+
+@functools.lru_cache(maxsize=32)  # pure in its arguments; the families share their text encoders and VAEs
+def _abstract_bytes(spec: Any, config: Any, dtype: Any, weights: str | None) -> tuple[int, int, int]:
+    """(all bytes, block bytes, layers) of the model ``spec`` builds from ``config``, from its
+    abstract shapes: floating parameters in ``dtype`` (the registry's float32 ones in float32),
+    the 8-bit ``weights`` format's kernels as :func:`vidax.parallel.placement.per_device_bytes`."""
+    from flax import nnx
+
+    from vidax.weights.loader import DtypePolicy, abstract_params
+
+    def make():
+        module = spec.model_class()(config, rngs=nnx.Rngs(0))
+        if weights is not None:
+            from vidax.nn.quant import quantize_structure
+
+            module = quantize_structure(module, weights, spec.fp32())
+        return module
+
+    _, flat = abstract_params(make)
+    policy = DtypePolicy(dtype, spec.fp32())
+    total = blocks = layers = 0
+    for path, var in flat.items():
+        sds = var.get_value()
+        stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
+        n = int(np.prod(sds.shape)) * np.dtype(sds.dtype if stored else policy.dtype_for(path)).itemsize
+        total += n
+        if str(path[0]) in spec.block_stacks and sds.shape:
+            blocks += n
+            layers = max(layers, int(sds.shape[0]))
+    return total, blocks, layers
+
+
+def parameter_sizes(
+    info: Any,
+    pipeline: type,
+    dtype: Any,
+    vae_dtype: Any,
+    text_encoder_dtype: Any,
+    mesh: Any = None,
+    weights: Any = "checkpoint",
+) -> Sizes:
+    """The :class:`Sizes` of the checkpoint ``info`` loaded by ``pipeline``: from the
+    safetensors headers where every component with weights has them (no tensor is read), else
+    from every component's abstract shapes (:func:`jax.eval_shape`: a folder of configs alone,
+    e.g. ``reference_configs/``). The transformers and text encoders at ``dtype`` /
+    ``text_encoder_dtype`` divided over the mesh's ``tensor`` axis, decoders at ``vae_dtype``;
+    the transformers' kernels in the 8-bit format ``weights`` (``"checkpoint"``: the
+    checkpoint's own, :func:`~vidax.pipelines.weight_formats.with_weights`)."""
+    from vidax.parallel.mesh import TENSOR, axis_size
+    from vidax.pipelines.staging import DECODERS, component_bytes
+    from vidax.pipelines.weight_formats import transformer_source
+    from vidax.registry import registry
+
+    ckpt = info.checkpoint
+    tp = axis_size(mesh, TENSOR)
+    weighted = {}
+    for name in ckpt.configs:
+        spec = registry().find_component(ckpt.class_of(name)) if ckpt.has(name) else None
+        if spec is not None and spec.model is not None:
+            weighted[name] = spec
+
+    def has_headers(name):
+        if name in ckpt.files:
+            return True
+        folder = ckpt.folders.get(name) or os.path.join(ckpt.root, name)
+        return os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder))
+
+    from_headers = bool(weighted) and all(map(has_headers, weighted))
+    transformers, encoders, decoders, other = {}, {}, {}, 0
+    for name, spec in weighted.items():
+        is_decoder = name in DECODERS
+        is_transformer = name in info.transformers
+        at = vae_dtype if is_decoder else dtype if is_transformer else text_encoder_dtype
+        fmt = (ckpt.weights if weights == "checkpoint" else weights) if is_transformer else None
+        if from_headers:
+            source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.folder(name)
+            counted = component_bytes(source, at, spec.block_stacks if is_transformer else (), fmt)
+            stacks = counted.get("stacks", {}).values()
+            sizes = (counted["total"], sum(b for b, _ in stacks), max((n for _, n in stacks), default=0))
+        else:
+            try:
+                config = ckpt.typed_config(name, spec.config_class())
+            except CheckpointError:  # a component without a config file: counted 0 (loading it says what is wrong)
+                continue
+            try:
+                sizes = _abstract_bytes(spec, config, at, fmt)
+            except TypeError:  # a config that cannot be hashed (a list inside): counted uncached
+                sizes = _abstract_bytes.__wrapped__(spec, config, at, fmt)
+        split = 1 if is_decoder else tp
+        if is_transformer:
+            transformers[name] = tuple(int(s / split) if i < 2 else s for i, s in enumerate(sizes))
+        elif is_decoder and name in pipeline.stageable:
+            decoders[name] = sizes[0]
+        elif name in pipeline.stageable:
+            encoders[name] = int(sizes[0] / split)
+        else:
+            other += int(sizes[0] / split)
+    return Sizes(transformers, encoders, decoders, other, "headers" if from_headers else "configs")
+
+
+@dataclasses.dataclass(frozen=True)
+class Activations:
+    """Bytes of a call's largest temporaries per stage (from a :class:`MemoryEstimate`) and of
+    its latents.
+
+    Attributes:
+        text, step: the text encoding's and one denoising step's activations.
+        decode: one untiled VAE decode chunk; decode_tiled: one tile's (None: no tiled decode).
+        latents: the latents and the step's output (float32).
+    """
+
+    text: int
+    step: int
+    decode: int
+    decode_tiled: int | None
+    latents: int
+
+    @classmethod
+    def of(cls, est: MemoryEstimate, latents: int) -> Activations:
+        return cls(est.text, est.step, est.decode, est.decode_tiled, latents)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageMemory:
+    """Estimated device bytes at the peak of each stage of a call.
+
+    Attributes:
+        text: text encoding (every resident weight, a staged text encoder while it runs, its activations).
+        steps: a denoising step. decode: the VAE decode (a staged VAE while it runs).
+    """
+
+    text: int
+    steps: int
+    decode: int
+
+    @property
+    def peak(self) -> int:
+        return max(self.text, self.steps, self.decode)
+
+    def items(self) -> list[tuple[str, int]]:
+        return [("text encoding", self.text), ("steps", self.steps), ("VAE decode", self.decode)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DevicePlan:
+    """What :func:`choose` picked for a device of ``device`` bytes.
+
+    Attributes:
+        device, host: the device's and the host's memory in bytes (host None: not checked).
+        dtype: the transformer's dtype name (for :meth:`line`).
+        chunk: blocks per streamed chunk (None: the transformer is resident).
+        staged: stageable component -> True when it waits in host memory between uses.
+        vae_tiling: the VAE decodes in tiles.
+        stages: the estimated peak of each stage (:class:`StageMemory`).
+        host_bytes: what waits in host memory.
+        sizes: the parameter bytes it was chosen from.
+        chosen: what was decided here and not given (``"chunk"``, ``"staged"``, ``"vae_tiling"``).
+        fits: every stage fits in ``device`` and ``host_bytes`` in ``host``.
+    """
+
+    device: int
+    host: int | None
+    dtype: str
+    chunk: int | None
+    staged: Mapping[str, bool]
+    vae_tiling: bool
+    stages: StageMemory
+    host_bytes: int
+    sizes: Sizes
+    chosen: frozenset = frozenset()
+    fits: bool = True
+
+    def line(self, what: str = "device memory") -> str:
+        """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
+        and freed; peaks text encoding X, steps Y, VAE decode Z of W GiB``."""
+        sizes = self.sizes
+        weights = sum(t for t, _, _ in sizes.transformers.values())
+        parts = []
+        if self.chunk is not None:
+            given = "" if "chunk" in self.chosen else ", as asked"
+            parts.append(
+                f"transformer streamed {self.chunk} block{'s' * (self.chunk != 1)} a chunk "
+                f"({_gib(weights)} in {self.dtype} with the rest > {_gib(self.device)} {what}{given})"
+            )
+        else:
+            parts.append(f"transformer resident ({_gib(weights)} in {self.dtype})")
+        if self.vae_tiling:
+            parts.append("VAE tiled")
+        encoders = [n for n in sizes.text_encoders if self.staged.get(n)]
+        decoders = [n for n in sizes.decoders if self.staged.get(n)]
+        if encoders:
+            parts.append(f"{_names(encoders, 'text encoder')} run first and freed (host memory between calls)")
+        if decoders:
+            parts.append(f"{_names(decoders, 'VAE')} on the device only to decode")
+        peaks = ", ".join(f"{n} {_gib(b)}" for n, b in self.stages.items())
+        return f"plan: {'; '.join(parts)}; estimated peaks {peaks} of {_gib(self.device)}" + (
+            f", {_gib(self.host_bytes)} waiting in host memory" if self.host_bytes else ""
+        )
+
+    def offload_config(self, given: Any) -> Any:
+        """The :class:`~vidax.parallel.offload.OffloadConfig` of this plan (``given``'s memory
+        kind), or None where nothing is offloaded."""
+        from vidax.parallel.offload import OffloadConfig
+        from vidax.pipelines.staging import DECODERS
+
+        if self.chunk is None and not any(self.staged.values()) and given is None:
+            return None
+        kind = given.memory_kind if given is not None else "auto"
+        te = not any(v for n, v in self.staged.items() if n not in DECODERS)
+        vae = not any(v for n, v in self.staged.items() if n in DECODERS)
+        return OffloadConfig(chunk=self.chunk, keep_text_encoder=te, keep_vae=vae, memory_kind=kind)
+
+
+def _names(names: list[str], word: str) -> str:
+    return word if names in ([word.replace(" ", "_")], ["vae"]) else ", ".join(names)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def stage_memory(
+    sizes: Sizes,
+    act: Activations,
+    chunk: int | None,
+    staged: Mapping[str, bool],
+    vae_tiling: bool,
+    offload_experts: bool = True,
+) -> tuple[StageMemory, int]:
+    """(the device bytes of each stage, the bytes waiting in host memory) for this placement.
+
+    Every stage holds the resident weights (the transformer's resident part: all of it, or its
+    non-block weights plus two chunks; one expert of two where the other waits in host memory),
+    the resident text encoders and decoders, the other components and
+    :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES`; the text encoding adds the staged
+    text encoders and the text activations, a step its activations and the latents, the decode the
+    staged decoders, one (tiled) decode chunk and the latents.
+    """
+    on_device, waiting = [], 0
+    for total, blocks, layers in sizes.transformers.values():
+        if chunk is None or not layers:
+            on_device.append(total)
+        else:
+            on_device.append(total - blocks + 2 * blocks // layers * min(chunk, layers))
+            waiting += blocks
+    if offload_experts and len(on_device) > 1:
+        waiting += sum(on_device) - max(on_device)
+        tr = max(on_device)
+    else:
+        tr = sum(on_device)
+    te_staged = sum(b for n, b in sizes.text_encoders.items() if staged.get(n))
+    dec_staged = sum(b for n, b in sizes.decoders.items() if staged.get(n))
+    base = (
+        tr
+        + sum(sizes.text_encoders.values())
+        - te_staged
+        + sum(sizes.decoders.values())
+        - dec_staged
+        + sizes.other
+        + RUNTIME_OVERHEAD_BYTES
+    )
+    decode = act.decode_tiled if vae_tiling and act.decode_tiled is not None else act.decode
+    stages = StageMemory(
+        text=base + te_staged + act.text,
+        steps=base + act.step + act.latents,
+        decode=base + dec_staged + (decode + act.latents if act.decode else 0),
+    )
+    return stages, waiting + te_staged + dec_staged
+
+
+def choose(
+    sizes: Sizes,
+    act: Activations,
+    device: int,
+    host: int | None = None,
+    *,
+    chunk: Any = None,
+    keep: Mapping[str, bool | None] | None = None,
+    vae_tiling: bool = False,
+    offload_experts: bool = True,
+    dtype: str = "float32",
+) -> DevicePlan:
+    """The least placement (module docstring) whose stages fit in ``device`` bytes and whose
+    host part fits in ``host`` bytes (None: not checked); ``fits=False`` with everything the
+    settings allow where none does.
+
+    Args:
+        chunk: blocks per chunk as given (``"all"``: every layer; None: decide).
+        keep: stageable component -> True / False as given (None or missing: decide).
+        vae_tiling: tiling asked for (else decided).
+    """
+    keep = dict(keep or {})
+    stageable = [*sizes.text_encoders, *sizes.decoders]
+    layers = sizes.layers
+    given_chunk = layers if chunk == "all" else None if chunk is None else min(int(chunk), layers or int(chunk))
+    staged = {n: keep.get(n) is False for n in stageable}
+    tiling = vae_tiling
+    chosen: set[str] = set()
+
+    def measure(c, s, t):
+        return stage_memory(sizes, act, c, s, t, offload_experts)
+
+    def fits(c, s, t):
+        stages, waiting = measure(c, s, t)
+        return stages.peak <= device and (host is None or waiting <= host)
+
+    def stage(names):
+        nonlocal staged
+        free = [n for n in names if keep.get(n) is None and not staged[n]]
+        if free:
+            staged = {**staged, **dict.fromkeys(free, True)}
+            chosen.add("staged")
+
+    c = given_chunk
+    if not fits(c, staged, tiling):
+        stage(sizes.text_encoders)
+    if not fits(c, staged, tiling) and not tiling and act.decode_tiled is not None:
+        stages, _ = measure(c, staged, tiling)
+        if stages.decode > device:
+            tiling = True
+            chosen.add("vae_tiling")
+    if not fits(c, staged, tiling):
+        stage(sizes.decoders)
+    if not fits(c, staged, tiling) and given_chunk is None and layers > 1:
+        for n in range(max(1, layers // 2), 0, -1):
+            if fits(n, staged, tiling) or n == 1:
+                c = n
+                chosen.add("chunk")
+                break
+    if c is not None and fits(c, staged, tiling):  # streaming made room: keep what it made unneeded resident
+        for names in (sizes.decoders, sizes.text_encoders):
+            undo = {n: False for n in names if keep.get(n) is None and staged[n]}
+            if undo and fits(c, {**staged, **undo}, tiling):
+                staged = {**staged, **undo}
+    stages, waiting = measure(c, staged, tiling)
+    return DevicePlan(
+        device=device,
+        host=host,
+        dtype=dtype,
+        chunk=c,
+        staged=staged,
+        vae_tiling=tiling,
+        stages=stages,
+        host_bytes=waiting,
+        sizes=sizes,
+        chosen=frozenset(chosen if any(staged.values()) else chosen - {"staged"}),
+        fits=fits(c, staged, tiling),
+    )
+
+
+def device_limit() -> tuple[int, str] | None:
+    """(bytes, what they are) of the device memory a run is planned for: ``VIDAX_DEVICE_MEMORY``
+    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU)."""
+    from vidax.pipelines.staging import device_memory_limit
+
+    pretend = pretend_device_memory()
+    if pretend is not None:
+        return pretend, f"device memory ({DEVICE_MEMORY_ENV})"
+    limit = device_memory_limit()
+    return None if limit is None else (limit, "device memory")
+
+
+def host_limit() -> int:
+    """Bytes of host RAM available now (``psutil``): where streamed blocks and staged components wait."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def plan_device(
+    plan: Any,
+    call: Any,
+    device: int,
+    host: int | None,
+    *,
+    asked: Any = None,
+    vae_tiling: bool = False,
+    dtype: Any = None,
+    weights: Any = "checkpoint",
+    sizes: Sizes | None = None,
+    platform: str | None = None,
+) -> DevicePlan:
+    """:func:`choose` for ``call`` on the checkpoint and placement of ``plan``
+    (:class:`~vidax.pipelines.plan.Plan`), with what the user ``asked``
+    (:class:`~vidax.parallel.offload.OffloadConfig` or None) and ``vae_tiling`` winning;
+    ``dtype`` / ``weights`` in place of the plan's (to find what would fit); ``sizes`` to reuse;
+    ``platform`` (``"tpu"``, ``"gpu"``, ``"cpu"``; None: this process's) decides whether attention
+    counts a fused kernel's footprint (TPU, GPU) or the blockwise accumulators (CPU)."""
+    from vidax.nn.inputs import parse_dtype
+    from vidax.pipelines.staging import DECODERS
+
+    cls, info = plan.pipeline, plan.info
+    dtype = parse_dtype(plan.dtype if dtype is None else dtype)
+    if sizes is None:
+        options = plan.options
+        sizes = parameter_sizes(
+            info,
+            cls,
+            dtype,
+            parse_dtype(options.get("vae_dtype", "float32")),
+            parse_dtype(options.get("text_encoder_dtype") or dtype),
+            plan.mesh,
+            weights,
+        )
+    from vidax.nn.attention import backend
+
+    flash = (platform or backend()) in ("tpu", "gpu")
+    est = cls.memory_estimate(info, call, dtype=dtype, weights="loaded", flash=flash)
+    share = 1 if plan.mesh is None else plan.mesh.size
+    latents = int(np.prod(cls.latent_shape(info, call))) * 4 * 2
+    act = Activations(
+        est.text // share,
+        est.step // share,
+        est.decode,
+        est.decode_tiled,
+        latents,
+    )
+    keep = {}
+    if asked is not None:
+        keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.stageable}
+    return choose(
+        sizes,
+        act,
+        device,
+        host,
+        chunk=None if asked is None else asked.chunk,
+        keep=keep,
+        vae_tiling=vae_tiling,
+        offload_experts=plan.offload_experts,
+        dtype=np.dtype(dtype).name,
+    )
+
+
+def remedies(
+    plan: Any, call: Any, dp: DevicePlan, *, asked: Any = None, vae_tiling: bool = False, platform: str | None = None
+) -> list:
+    """The settings that would make ``call`` fit where ``dp`` does not, each as a message part
+    (:class:`~vidax.errors.Arg`, so each front door spells its own): bfloat16, 8-bit transformer
+    kernels, fewer blocks a chunk than asked, the largest height x width that fits (``platform``:
+    as :func:`plan_device`)."""
+    from vidax.errors import Arg, Message
+
+    device, host = dp.device, dp.host
+    out = []
+
+    def fits(**kw):
+        return plan_device(plan, call, device, host, asked=asked, vae_tiling=vae_tiling, platform=platform, **kw).fits
+
+    if dp.dtype == "float32" and fits(dtype="bfloat16"):
+        out.append(Arg("dtype", "bfloat16"))
+    if plan.checkpoint.weights is None and fits(weights="int8", dtype="bfloat16"):
+        out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with bfloat16"))
+    if asked is not None and asked.chunk is not None and fits(asked=dataclasses.replace(asked, chunk=None)):
+        out.append(Message("no ", Arg("offload_blocks", python="offload="), " (vidax picks a chunk that fits)"))
+    mh, mw = plan.info.size_multiple
+    for h in range(call.height - mh, 0, -mh):
+        w = max(mw, round(call.width * h / call.height / mw) * mw)
+        smaller = dataclasses.replace(call, height=h, width=w)
+        if plan_device(
+            plan, smaller, device, host, asked=asked, vae_tiling=vae_tiling, sizes=dp.sizes, platform=platform
+        ).fits:
+            out.append(Message(Arg("height", h), ", ", Arg("width", w)))
+            break
+    return out
+
+
+def refusal(plan: Any, call: Any, dp: DevicePlan, what: str, **kw: Any) -> Any:
+    """The :class:`~vidax.errors.Message` of a call that does not fit even with everything
+    streamed, staged and tiled that the settings allow: which stage needs what, and
+    :func:`remedies` (or that no setting makes it fit)."""
+    from vidax.errors import Message, joined
+    from vidax.pipelines.memory import size_words
+
+    over = [f"{n} ~{_gib(b)}" for n, b in dp.stages.items() if b > dp.device]
+    host = (
+        f"; {_gib(dp.host_bytes)} must wait in host memory, more than its {_gib(dp.host)}"
+        if dp.host is not None and dp.host_bytes > dp.host
+        else ""
+    )
+    biggest = max(
+        [(b, n) for n, (b, _, _) in dp.sizes.transformers.items()]
+        + [(b, n) for n, b in {**dp.sizes.text_encoders, **dp.sizes.decoders}.items()]
+    )
+    fixes = remedies(plan, call, dp, **kw)
+    return Message(
+        size_words(call),
+        f" does not fit on one device of {_gib(dp.device)} {what} even "
+        + (f"with the transformer streamed {dp.chunk} block{'s' * (dp.chunk != 1)} a chunk" if dp.chunk else "")
+        + (", " if dp.chunk and any(dp.staged.values()) else "")
+        + (f"with {', '.join(n for n, s in dp.staged.items() if s)} staged" if any(dp.staged.values()) else "")
+        + (", the VAE tiled" if dp.vae_tiling else "")
+        + ": "
+        + (", ".join(over) or "every stage fits")
+        + host
+        + f" (largest component {biggest[1]}, {_gib(biggest[0])} in {dp.dtype})",
+        *(("; it fits with ", *joined(fixes, " or ")) if fixes else ("; no setting vidax has makes it fit",)),
+    )

@@ -1,0 +1,162 @@
+"""vidax places a run for the device's memory by itself (``vidax.pipelines.device_plan``), on the
+CPU with a pretend device size (``VIDAX_DEVICE_MEMORY``) on the tiny 5-layer Wan checkpoint:
+where everything fits nothing changes, where it does not the blocks stream and the frames are
+the resident run's, where nothing fits the run is refused before any weight is read, naming
+what would fit; explicit settings win."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import vidax
+from tests.test_offload import PROMPT, write_offload_checkpoint
+from vidax.cli import app
+from vidax.errors import SetupError
+from vidax.pipelines.device_plan import (
+    DEVICE_MEMORY_ENV,
+    Activations,
+    Sizes,
+    choose,
+    parse_memory_size,
+    plan_device,
+    pretend_device_memory,
+    stage_memory,
+)
+from vidax.pipelines.plan import read_plan, with_call, with_placement
+
+ARGS = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
+FLAGS = [f"--{k.replace('_', '-')}" if i % 2 == 0 else str(v) for k, v in ARGS.items() for i in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_offload_checkpoint(str(tmp_path_factory.mktemp("device_plan")))
+
+
+@pytest.fixture(scope="module")
+def roomy(ckpt, tmp_path_factory):
+    """(frames, output) of the run on a pretend device where everything fits."""
+    out = tmp_path_factory.mktemp("roomy") / "roomy.npy"
+    with pytest.MonkeyPatch.context() as mp:
+        r = _generate(ckpt, out, mp, "64GiB")
+    assert r.exit_code == 0, r.output
+    return np.load(out), r.output
+
+
+def _plan(ckpt):
+    return with_placement(with_call(read_plan(ckpt), prompt=PROMPT, **ARGS))
+
+
+def _generate(ckpt, out, monkeypatch, memory, *extra):
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, str(memory))
+    return CliRunner().invoke(
+        app, ["generate", "-p", PROMPT, "--checkpoint", ckpt, "-o", str(out), "--no-progress", *FLAGS, *extra]
+    )
+
+
+def test_memory_sizes_and_a_bad_setting(ckpt, tmp_path, monkeypatch):
+    assert parse_memory_size("15.7GiB") == int(15.7 * 2**30)
+    assert parse_memory_size("512 MiB") == 512 * 2**20 and parse_memory_size("16e9") == 16 * 10**9
+    for bad in ("", "lots", "-1GiB", "5 parsecs", "0"):
+        with pytest.raises(ValueError):
+            parse_memory_size(bad)
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, "lots")
+    with pytest.raises(SetupError, match=f"{DEVICE_MEMORY_ENV}='lots' is not a memory size"):
+        pretend_device_memory()
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "lots")  # one line, before loading
+    assert r.exit_code == 2 and r.output.startswith(f"error: {DEVICE_MEMORY_ENV}='lots' is not a memory size")
+
+
+def test_the_choice_order_and_explicit_settings_win():
+    """Text encoder staged first, then tiling, the VAE, then blocks streamed (largest chunk that
+    fits), what streaming made unneeded undone; an explicit setting is never overridden."""
+    gb = 10**9
+    sizes = Sizes({"transformer": (20 * gb, 19 * gb, 40)}, {"text_encoder": 11 * gb}, {"vae": gb // 2})
+    act = Activations(text=gb, step=8 * gb, decode=12 * gb, decode_tiled=3 * gb, latents=0)
+    roomy = choose(sizes, act, 80 * gb)
+    assert (roomy.chunk, roomy.vae_tiling, any(roomy.staged.values()), roomy.fits) == (None, False, False, True)
+    tight = choose(sizes, act, 16 * gb)
+    assert tight.fits and tight.vae_tiling and tight.staged == {"text_encoder": True, "vae": False}
+    assert tight.chunk is not None and tight.chunk > 1  # the largest chunk that fits, not 1
+    bigger = dataclasses.replace(tight, chunk=tight.chunk + 1)
+    assert stage_memory(sizes, act, bigger.chunk, tight.staged, True)[0].peak > 16 * gb
+    assert "transformer streamed" in tight.line() and "text encoder run first and freed" in tight.line()
+    kept = choose(sizes, act, 16 * gb, keep={"text_encoder": True})
+    assert kept.staged["text_encoder"] is False and kept.fits is False  # asked to stay: it stays, and does not fit
+    asked = choose(sizes, act, 16 * gb, chunk=2)
+    assert asked.chunk == 2 and "chunk" not in asked.chosen and "as asked" in asked.line()
+    assert choose(sizes, act, 16 * gb, host=10 * gb).fits is False  # the streamed blocks do not fit the host
+
+
+def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch, capsys):
+    """Where everything fits, the plan places the run exactly as without a device limit (no
+    offloading, nothing staged, no tiling: the same load and the same programs, so the same
+    frames), and says so in one line."""
+    plain = _plan(ckpt)  # the CPU reports no limit: nothing planned
+    assert plain.device_plan is None
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, "64GiB")
+    planned = _plan(ckpt)
+    assert planned.device_plan is not None and planned.device_plan.fits
+    assert (planned.offload, planned.vae_tiling) == (plain.offload, plain.vae_tiling) == (None, False)
+    assert planned.staging.staged == plain.staging.staged == {"text_encoder": False, "vae": False}
+    line = next(x for x in roomy[1].splitlines() if x.startswith("plan:"))
+    assert "transformer resident" in line and "streamed" not in line and "tiled" not in line
+    assert "run first" not in line
+    # load_pipeline (no call yet) plans for the checkpoint's default call and says so
+    vidax.load_pipeline(ckpt, progress=False)
+    said = capsys.readouterr().err
+    assert said.startswith("plan: transformer resident") and "(for the checkpoint's default call)" in said, said
+
+
+def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
+    """At the size where two-block chunks fit and the resident transformer does not, the plan
+    streams 2 blocks a chunk, and the frames equal the resident run's (bit for bit on CPU)."""
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, "64GiB")
+    plan = _plan(ckpt)
+    dp = plan.device_plan
+    staged = dict.fromkeys(dp.staged, True)
+    two, _ = stage_memory(dp.sizes, _activations(plan), 2, staged, True)
+    resident_peak, _ = stage_memory(dp.sizes, _activations(plan), None, staged, True)
+    assert two.peak < resident_peak.peak
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, str(two.peak))
+    asked = with_placement(with_call(read_plan(ckpt), prompt=PROMPT, **ARGS), offload=1)  # an explicit chunk wins
+    assert asked.offload.chunk == 1 and "streamed 1 block a chunk" in asked.device_plan.line()
+    assert "as asked" in asked.device_plan.line()
+    out = tmp_path / "streamed.npy"
+    r = _generate(ckpt, out, monkeypatch, two.peak)
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
+    assert "transformer streamed 2 blocks a chunk" in line, line
+    # the summary: each stage's estimate, beside the measure the CPU cannot give
+    rows = [x for x in r.output.splitlines() if x.strip().startswith("memory: ")]
+    assert [x.split(":")[1].split("  ")[0].strip() for x in rows] == ["text encoding", "steps", "VAE decode"]
+    assert all("estimated " in x and "not measured (the backend reports no device peak)" in x for x in rows)
+    np.testing.assert_array_equal(np.load(out), roomy[0])
+
+
+def _activations(plan):
+    est = plan.pipeline.memory_estimate(plan.info, plan.call, dtype=plan.dtype, weights="loaded")
+    return Activations.of(est, int(np.prod(plan.pipeline.latent_shape(plan.info, plan.call))) * 4 * 2)
+
+
+def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, monkeypatch):
+    """Below what the smallest placement needs at 32x48 the run is refused before any weight is
+    read; the message names the size flags that fit (the one-device minimum at 16x24)."""
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, "64GiB")
+    plan = _plan(ckpt)
+    small = dataclasses.replace(plan, call=dataclasses.replace(plan.call, height=16, width=24))
+    floor = plan_device(small, small.call, 2**40, None, asked=None).sizes
+    need = stage_memory(floor, _activations(small), 1, dict.fromkeys(floor.text_encoders | floor.decoders, True), True)
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, need[0].peak)
+    assert r.exit_code != 0
+    assert "does not fit on one device" in r.output and "--height" in r.output and "--width" in r.output, r.output
+    assert "--no-memory-check" in r.output
+
+
+def _no_weights(*args, **kwargs):
+    raise AssertionError("a weight was read")
