@@ -1154,6 +1154,9 @@ def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
         for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)", "vae decode")
     ]
     assert -1 not in starts and starts == sorted(starts), err
+    # stderr is no terminal here: whole lines, one per event, no tqdm bar redrawn with \r
+    assert "\r" not in err and "\ndenoising: 1/2 steps (" in err and "\ndenoising: 2/2 steps (" in err, err
+    assert re.search(rf"\nloading {re.escape(ckpt)}: \d+\.\d s\n", err) and "\nvae decode: 1/" in err, err
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())
     assert rows["seed"] == "0" and rows["total"].endswith("s  (load included)"), rows
     caplog.clear()
