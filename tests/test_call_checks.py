@@ -948,6 +948,7 @@ def test_max_sequence_length_past_the_tokenizer_runs_and_memory_bounds_it(pipe, 
             and f"--max-sequence-length {length} (batch 1, CFG doubles it) needs" in lines[0]
             and "text encoding" in lines[0]
             and "give a smaller --max-sequence-length" in lines[0]
+            and re.search(r"; --max-sequence-length [1-9]\d* fits \(to run it anyway: --no-memory-check\)$", lines[0])
         ), r.output
 
 
