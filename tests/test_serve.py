@@ -1031,7 +1031,7 @@ def _assert_mp4_of(runner, job: dict, frames: np.ndarray, tmp_path: Path) -> Non
     assert diff.mean() < 2, (job["id"], diff.mean(), diff.max())
 
 
-def test_a_job_stopped_in_its_decode_resumes_with_no_step_run_again(tiny_pipe, tmp_path):
+def test_a_job_stopped_in_its_decode_resumes_with_no_step_run_again(tiny_pipe, tmp_path, caplog):
     """The state is saved after the last denoising step (here the only save: --save-every 5, 2
     steps), so a server that goes down while the VAE decodes redoes only the decode: the next
     server resumes the job after its last step, runs no step, and writes the video of the job
@@ -1059,7 +1059,9 @@ def test_a_job_stopped_in_its_decode_resumes_with_no_step_run_again(tiny_pipe, t
     steps = []
     stepped_again = second._stepped
     second._stepped = lambda batch, step, n: (steps.append(step), stepped_again(batch, step, n))
-    done = _run_all(second, [job])[0]
+    with caplog.at_level("INFO", logger="vidax.serve.jobs"):
+        done = _run_all(second, [job])[0]
+    assert f"{job['id']} resumed after denoising step 2 of 2" in caplog.text
     assert done["status"] == "completed" and done["batch"]["resumed_from_step"] == 2, done
     assert steps == []  # no denoising step ran again
     _assert_mp4_of(second, done, expected, tmp_path)

@@ -297,9 +297,8 @@ def _log_end(job: dict) -> None:
     if job["status"] == COMPLETED:
         stats = job.get("stats") or {}
         events.info(
-            "%s finished: %s in %.1f s (compiles %.1f s)",
+            "%s finished: its mp4 written in %.1f s (compiles %.1f s)",
             job["id"],
-            f"{job['id']}.mp4",
             stats.get("call_s", 0) + stats.get("write_s", 0),
             stats.get("compile_s", 0),
         )
@@ -1050,7 +1049,7 @@ class JobRunner:
                 events.info(
                     "%s %s of %d%s",
                     pending.id,
-                    "started: denoising step 1" if resumed is None else f"resumed at denoising step {resumed + 1}",
+                    "started: denoising step 1" if resumed is None else f"resumed after denoising step {resumed}",
                     call.num_inference_steps,
                     f" (batch of {len(batch)})" if len(batch) > 1 else "",
                 )
