@@ -1068,6 +1068,28 @@ def test_a_job_stopped_in_its_decode_resumes_with_no_step_run_again(tiny_pipe, t
     second.store.close()
 
 
+def test_a_request_is_checked_against_the_memory_there_is_with_no_job_running(tiny_pipe, tmp_path):
+    """The POST-time memory check counts the memory there was when no job ran (a running job's
+    activations are free again when the new job runs): measured at the request when none runs,
+    else the last such measure. In-process without the worker; a batch is marked running."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    huge = {"prompt": "a cat", "size": "16000x16000", "num_frames": 5}
+    r = client.post("/v1/videos", json=huge)  # measured now: does not fit
+    assert r.status_code == 400 and r.json()["error"]["param"] == "size" and runner.idle_memory[0] > 0, r.text
+    runner._running = [object()]  # a job runs: what it holds is not measured as taken
+    runner.idle_memory = (2**62, "memory with no job running")
+    assert client.post("/v1/videos", json=huge).status_code == 200
+    runner._running = []
+    assert client.post("/v1/videos", json=huge).status_code == 400
+    runner.store.close()
+
+
 def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     """A LoRA whose file names its recipe (LightX2V) gives the server that preset, said in the one
     line vidax generate prints; --preset given, none is recognised. Every job runs its request's

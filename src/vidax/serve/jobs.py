@@ -454,6 +454,9 @@ class JobRunner:
         self._waiting: list[_Pending] = []  # in the order they run
         self._running: list[_Pending] = []
         self._resumed: int | None = None  # the saved step the running batch resumed at
+        #: (bytes, what they are): the memory there was when no job ran, last measured
+        #: (:meth:`_check_memory`); None before the first request.
+        self.idle_memory: tuple[int, str] | None = None
         self._thread: threading.Thread | None = None
         self.stopping = False
         self._requeue()
@@ -644,13 +647,21 @@ class JobRunner:
         return preset_call(pending.preset, kw, cache_given="cache" in request.given)
 
     def _check_memory(self, call: Any) -> None:
-        """Refuse ``call`` when its memory estimate does not fit in the memory there is now, the
-        weights already loaded (:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory`, its
-        hints the request's fields only).
+        """Refuse ``call`` when its memory estimate does not fit in the memory there is with the
+        weights loaded and no job running: measured now when none runs, else the last such
+        measure (a running job's activations are free again when this one runs)
+        (:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory`, its hints the request's
+        fields only).
 
         Raises:
             OutOfMemoryError: naming the fields to change and the size that fits.
         """
+        from vidax.pipelines.memory import available_memory
+
+        with self._lock:
+            if not self._running:
+                self.idle_memory = available_memory()
+            idle = self.idle_memory
         pipe = self.pipe
         self.cls.check_memory(
             self.info,
@@ -659,6 +670,7 @@ class JobRunner:
             loaded=True,
             devices=1 if pipe.mesh is None else pipe.mesh.size,
             vae_tiling=getattr(pipe.vae, "use_tiling", False),
+            available=idle,
             anyway=None,
             also="",
         )
