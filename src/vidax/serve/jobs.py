@@ -1067,7 +1067,7 @@ class JobRunner:
                 )
             loaded = self.pipe.scheduler, self.pipe.cache_config
             # the batch's preset's sampler; its job's step cache (a job with one runs alone), else none
-            self.pipe.scheduler = batch[0].scheduler or loaded[0]
+            self.pipe.scheduler = loaded[0] if batch[0].scheduler is None else batch[0].scheduler
             self.pipe.cache_config = batch[0].cache
             try:
                 out = self.pipe.generate(call)
