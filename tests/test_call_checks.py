@@ -948,6 +948,7 @@ def test_max_sequence_length_past_the_tokenizer_runs_and_memory_bounds_it(pipe, 
             and f"--max-sequence-length {length} (batch 1, CFG doubles it) needs" in lines[0]
             and "text encoding" in lines[0]
             and "give a smaller --max-sequence-length" in lines[0]
+            and re.search(r"; --max-sequence-length [1-9]\d* fits \(to run it anyway: --no-memory-check\)$", lines[0])
         ), r.output
 
 
@@ -1154,6 +1155,9 @@ def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
         for s in (f"loading {ckpt}: ", "encoding the prompt", "denoising (compiling the step)", "vae decode")
     ]
     assert -1 not in starts and starts == sorted(starts), err
+    # stderr is no terminal here: whole lines, one per event, no tqdm bar redrawn with \r
+    assert "\r" not in err and "\ndenoising: 1/2 steps (" in err and "\ndenoising: 2/2 steps (" in err, err
+    assert re.search(rf"\nloading {re.escape(ckpt)}: \d+\.\d s\n", err) and "\nvae decode: 1/" in err, err
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())
     assert rows["seed"] == "0" and rows["total"].endswith("s  (load included)"), rows
     caplog.clear()

@@ -108,10 +108,13 @@ def compile_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(ckpt, tmp_path_factory, compile_cache):
-    s = Server(ckpt, tmp_path_factory.mktemp("serve") / "jobs", compile_cache, "--queue-size", "2")
+    s = Server(ckpt, tmp_path_factory.mktemp("serve") / "jobs", compile_cache, "--queue-size", "2", "--access-log")
     yield s
     assert s.stop() == 0, s.output()
     assert "Traceback" not in s.output(), s.output()
+    # Its log is a file: whole lines (the load's status line too), no tqdm bar redrawn with \r.
+    assert "\r" not in s.output() and re.search(r"\nloading .*: \d+\.\d s\n", s.output()), s.output()
+    assert '"GET /health HTTP/1.1" 200' in s.output()  # --access-log
 
 
 def _frames(content: bytes, tmp_path: Path) -> np.ndarray:
@@ -211,6 +214,16 @@ BAD_FIELDS = [
     (dict(seed="x"), "seed", "seed must be an integer"),
     (dict(prompt=" "), "prompt", "prompt is empty"),
     (dict(prompt=["a", "b"]), "prompt", "prompt must be a string"),
+    (dict(prompt=None), "prompt", "prompt is required: describe the video (a string)"),
+    (dict(negative_prompt=["a"]), "negative_prompt", "negative_prompt must be a string"),
+    # Refused at the door: the memory estimate runs at POST, naming the field and what fits.
+    (dict(size="16000x16000"), "size", "fits at num_frames=5; or try fewer num_frames"),
+    (
+        dict(max_sequence_length=100000),
+        "max_sequence_length",
+        "give a smaller max_sequence_length; max_sequence_length=",
+    ),
+    (dict(preset="nope"), "preset", "preset='nope' is not a preset of WanPipeline; its presets: lightx2v, causvid"),
     (dict(guidance_scale=-1), "guidance_scale", "guidance_scale must be a finite number >= 0"),
     (dict(model="someone/else"), "model", "model='someone/else' is not loaded"),
     (dict(frame_rate=24), "frame_rate", "unknown field 'frame_rate'"),
@@ -244,7 +257,7 @@ def test_bad_fields_get_400_naming_the_field(server):
         assert r.status_code == 400, (change, r.text)
         error = r.json()["error"]
         assert error["param"] == field and message in error["message"], (change, error)
-        assert "\n" not in error["message"]
+        assert "\n" not in error["message"] and "memory_check" not in error["message"]
     # Form fields (the page's requests) are read as the numbers they spell, else named as given.
     r = server.http.post("/v1/videos", data={"prompt": "a cat", "num_inference_steps": "two"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "num_inference_steps"
@@ -259,6 +272,11 @@ def test_bad_fields_get_400_naming_the_field(server):
     assert "does not do image-to-video" in r.json()["error"]["message"]
     r = server.http.post("/v1/videos", content=b"{", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    # JSON sent as a form (curl -d without a content-type): the answer names the header to send.
+    r = server.http.post(
+        "/v1/videos", content=b'{"prompt": "a cat"}', headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert r.status_code == 415 and "'content-type: application/json'" in r.json()["error"]["message"], r.text
     # Nothing was queued.
     assert len(server.http.get("/v1/videos", params={"limit": 100}).json()["data"]) == before
 
@@ -273,18 +291,61 @@ def test_cancel_stops_a_running_job_between_steps(server):
         "code": "cancelled",
         "message": "cancelled before it started",
     }
-    assert server.http.delete(f"/v1/videos/{running['id']}").status_code == 200
+    cancelling = server.http.delete(f"/v1/videos/{running['id']}")
+    assert cancelling.status_code == 200 and cancelling.json()["cancel_requested"] is True, cancelling.text
     job = server.wait(running["id"])
     assert job["status"] == "failed" and job["error"]["code"] == "cancelled", job
     m = re.fullmatch(r"cancelled after denoising step (\d+) of 500", job["error"]["message"])
     assert m and 1 <= int(m.group(1)) < 500 and job["step"] == int(m.group(1)), job
-    assert server.http.get(f"/v1/videos/{running['id']}/content").status_code == 409
+    content = server.http.get(f"/v1/videos/{running['id']}/content")
+    assert content.status_code == 409 and content.json()["error"]["code"] == "video_failed", content.text
+    assert content.json()["error"]["message"] == f"{running['id']} failed, so it has no video (cancelled: {m.group()})"
+    # One line per job event in the server's log, at the default verbosity.
+    for line in (
+        f"{queued['id']} queued: 48x32, 5 frames, 2 steps (position ",
+        f"{queued['id']} cancelled before it started",
+        f"{running['id']} started: denoising step 1 of 500",
+        f"{running['id']} cancelling: stops at the next step",
+        f"{running['id']} {m.group()}",
+    ):
+        assert f"INFO vidax.serve.jobs: {line}" in server.output(), (line, server.output())
     assert server.http.get("/health").json() == {
         "status": "ok",
         "model": running["model"],
         "queued": 0,
         "running": None,
     }
+
+
+@pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")  # the SDK's notice about OpenAI's own service
+def test_openai_sdk_pages_through_every_job(server):
+    """The official ``openai`` client's ``videos.list()`` iterates past its first page: the list
+    object carries ``last_id`` (and ``first_id``), which its pager asks the next page after."""
+    import openai
+
+    for seed in range(5):  # cancelled at once: listed jobs, no run
+        job = server.post(prompt="listed", seed=seed, **dict(SHAPE, num_inference_steps=500)).json()
+        assert server.http.delete(f"/v1/videos/{job['id']}").status_code == 200
+    listed = server.http.get("/v1/videos", params={"limit": 100}).json()
+    ids = [j["id"] for j in listed["data"]]
+    assert len(ids) >= 5 and (listed["first_id"], listed["last_id"], listed["has_more"]) == (ids[0], ids[-1], False)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    page = client.videos.list(limit=2)
+    assert [v.id for v in page.data] == ids[:2] and page.has_more and page.last_id == ids[1]
+    assert [v.id for v in client.videos.list(limit=2)] == ids  # every page, newest first
+    assert [v.id for v in client.videos.list(limit=3, order="asc")] == ids[::-1]
+
+
+@pytest.mark.fast
+def test_a_failed_jobs_error_code_is_snake_case_as_the_apis_others():
+    from vidax.errors import NumericalError, OutOfMemoryError
+    from vidax.serve.jobs import _code
+
+    assert [_code(e) for e in (OutOfMemoryError("x"), NumericalError("x"), InputError("x"))] == [
+        "out_of_memory_error",
+        "numerical_error",
+        "input_error",
+    ]
 
 
 @pytest.mark.fast
@@ -703,6 +764,7 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
                 "variable (clients then send 'Authorization: Bearer KEY'), or pass --insecure-no-auth",
             ),
             (["--api-key", " "], "--api-key is empty"),
+            (["--preset", "distilled"], "--preset 'distilled' is not a preset of WanPipeline (it is ltx2's)"),
         ):
             r = subprocess.run(
                 [sys.executable, "-m", "vidax", "serve", "--jobs-dir", str(tmp_path / "jobs"), *args],
@@ -884,6 +946,8 @@ def test_api_key_is_required_on_every_request_but_the_page(toy_checkpoint, toy_r
     assert runner.list()[0] == []  # nothing was queued
     assert client.get("/").status_code == 200 and "<title>vidax serve</title>" in client.get("/").text
     assert client.get("/health", headers=good).json()["status"] == "ok"
+    for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive
+        assert client.get("/health", headers={"authorization": f"{scheme} s3cret-key"}).status_code == 200, scheme
     r = client.post("/v1/videos", headers=good, json={"prompt": "a toy boat", **SHAPE})
     assert r.status_code == 200, r.text
     assert client.get(f"/v1/videos/{r.json()['id']}", headers=good).json()["status"] == "queued"
@@ -965,6 +1029,121 @@ def _assert_mp4_of(runner, job: dict, frames: np.ndarray, tmp_path: Path) -> Non
     write_video(frames, str(path), fps=job["fps"])
     diff = np.abs(read_video(runner.store.video_path(job["id"])).astype(int) - read_video(path).astype(int))
     assert diff.mean() < 2, (job["id"], diff.mean(), diff.max())
+
+
+def test_a_job_stopped_in_its_decode_resumes_with_no_step_run_again(tiny_pipe, tmp_path, caplog):
+    """The state is saved after the last denoising step (here the only save: --save-every 5, 2
+    steps), so a server that goes down while the VAE decodes redoes only the decode: the next
+    server resumes the job after its last step, runs no step, and writes the video of the job
+    run without interruption. In-process with the worker; the server stops (as on SIGTERM, its
+    saved state what a crash leaves) when the last step's callback has run."""
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    first = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), save_every=5)
+    job = first.submit({"prompt": "a decode cut short", "seed": 3, **SHAPE})
+    stepped = first._stepped
+
+    def stop_in_the_decode(batch, step, steps):
+        stepped(batch, step, steps)
+        if step == steps:
+            first.stopping = True  # the call stops at its next check: before the first VAE decode chunk
+
+    first._stepped = stop_in_the_decode
+    first.start()
+    first._thread.join(TIMEOUT)
+    assert (first.get(job["id"])["status"], first.get(job["id"])["step"]) == ("queued", 2)
+    first.store.close()
+
+    second = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), save_every=5)
+    expected = _alone(tiny_pipe, second._pending[job["id"]])
+    steps = []
+    stepped_again = second._stepped
+    second._stepped = lambda batch, step, n: (steps.append(step), stepped_again(batch, step, n))
+    with caplog.at_level("INFO", logger="vidax.serve.jobs"):
+        done = _run_all(second, [job])[0]
+    assert f"{job['id']} resumed after denoising step 2 of 2" in caplog.text
+    assert done["status"] == "completed" and done["batch"]["resumed_from_step"] == 2, done
+    assert steps == []  # no denoising step ran again
+    _assert_mp4_of(second, done, expected, tmp_path)
+    second.store.close()
+
+
+def test_a_request_is_checked_against_the_memory_there_is_with_no_job_running(tiny_pipe, tmp_path):
+    """The POST-time memory check counts the memory there was when no job ran (a running job's
+    activations are free again when the new job runs): measured at the request when none runs,
+    else the last such measure. In-process without the worker; a batch is marked running."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    huge = {"prompt": "a cat", "size": "16000x16000", "num_frames": 5}
+    r = client.post("/v1/videos", json=huge)  # measured now: does not fit
+    assert r.status_code == 400 and r.json()["error"]["param"] == "size" and runner.idle_memory[0] > 0, r.text
+    runner._running = [object()]  # a job runs: what it holds is not measured as taken
+    runner.idle_memory = (2**62, "memory with no job running")
+    assert client.post("/v1/videos", json=huge).status_code == 200
+    runner._running = []
+    assert client.post("/v1/videos", json=huge).status_code == 400
+    runner.store.close()
+
+
+def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
+    """A LoRA whose file names its recipe (LightX2V) gives the server that preset, said in the one
+    line vidax generate prints; --preset given, none is recognised. Every job runs its request's
+    preset, else the server's, under its own fields, with that preset's sampler; the job record
+    and /v1/models name the preset; a recognised distilled recipe run with many steps and CFG is
+    warned about in the log. In-process: the worker runs two jobs."""
+    from safetensors.numpy import save_file
+    from starlette.testclient import TestClient
+
+    from vidax.pipelines.plan import read_plan, with_placement
+    from vidax.serve.app import create_app
+    from vidax.serve.command import plan_preset
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    lora = tmp_path / "wan2.1_t2v_lightx2v_4step_lora.safetensors"
+    save_file({"diffusion_model.blocks.0.self_attn.q.lora_down.weight": np.zeros((2, 2), np.float32)}, str(lora))
+    plan, recognised = plan_preset(read_plan(ckpt), None, [str(lora)])
+    assert capsys.readouterr().err == f"--lora {lora} (LightX2V step/CFG-distilled LoRA): --preset lightx2v\n"
+    assert plan.preset.name == "lightx2v" and recognised[0] is plan.preset
+    chosen, none = plan_preset(read_plan(ckpt), "causvid", [str(lora)])
+    assert (chosen.preset.name, none, capsys.readouterr().err) == ("causvid", None, "")
+
+    pipe = plan.pipeline.from_plan(with_placement(plan), progress=False)
+    runner = JobRunner(pipe, "tiny", JobStore(tmp_path / "jobs"), recognised=recognised)
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    model = client.get("/v1/models").json()["data"][0]
+    assert (model["preset"], model["presets"]) == ("lightx2v", ["lightx2v", "causvid"]) and "preset" in model["fields"]
+    assert model["preset_recognised_from"] == f"--lora {lora} (LightX2V step/CFG-distilled LoRA)"
+    small = {"prompt": "a fox", "size": "48x32", "num_frames": 5}
+    default = client.post("/v1/videos", json=small).json()
+    assert (default["preset"], default["num_inference_steps"]) == ("lightx2v", 4)
+    assert "is distilled" not in caplog.text
+    with caplog.at_level("WARNING", logger="vidax.serve.jobs"):
+        many = client.post("/v1/videos", json={**small, "num_inference_steps": 30, "guidance_scale": 5.0}).json()
+    assert (
+        f"{many['id']}: --lora {lora} (LightX2V step/CFG-distilled LoRA) is distilled, yet this call runs 30 steps"
+        in (caplog.text)
+    )
+    causvid = client.post("/v1/videos", json={**small, "preset": "causvid"}).json()
+    assert (causvid["preset"], causvid["num_inference_steps"]) == ("causvid", 12)
+    for j in (default, many, causvid):
+        assert client.delete(f"/v1/videos/{j['id']}").status_code == 200
+    jobs = [
+        client.post("/v1/videos", json={**small, "preset": name, "num_inference_steps": 2}).json()
+        for name in ("causvid", "lightx2v")
+    ]
+    samplers = []
+    stepped = runner._stepped
+    runner._stepped = lambda batch, step, n: (samplers.append(type(pipe.scheduler).__name__), stepped(batch, step, n))
+    done = _run_all(runner, jobs)
+    assert [d["status"] for d in done] == ["completed"] * 2, done
+    assert samplers == ["UniPCMultistepScheduler"] * 2 + ["FlowMatchEulerDiscreteScheduler"] * 2
+    assert pipe.scheduler is plan.scheduler  # the server's preset's, back after each job
+    runner.store.close()
 
 
 def test_batched_jobs_equal_each_job_alone(tiny_pipe, tmp_path):

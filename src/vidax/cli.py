@@ -718,6 +718,16 @@ def serve(
     compile_cache: bool = load_flag("compile_cache"),
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
+    preset: Optional[str] = typer.Option(
+        None,
+        "--preset",
+        help=_preset_help().replace("every flag given still wins", "a request's fields (its own preset too) still win")
+        + " Without it, a checkpoint or --lora file that names its recipe (a LightX2V or CausVid LoRA, a "
+        "distilled HunyuanVideo 1.5) runs under that recipe's preset, said in one line at start.",
+    ),
+    access_log: bool = typer.Option(
+        False, "--access-log", help="One line per HTTP request on stdout (method, path, status), without --verbose."
+    ),
     verbose: bool = typer.Option(
         False,
         "--verbose",
@@ -773,6 +783,9 @@ def serve(
             batch_window_ms=batch_window_ms,
             save_every=save_every,
             preview_every=preview_every,
+            preset=preset,
+            loras=tuple(path for path, _ in loras),
+            access_log=access_log,
         )
     except VidaxError as e:
         _fail(_Spelling(ctx.command, ctx.meta.get("argv")).message(e))

@@ -8,6 +8,8 @@ import dataclasses
 import html
 import logging
 import re
+import sys
+import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -56,13 +58,61 @@ def prompt_clean(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+class LineProgress:
+    """Progress as whole lines on stderr, one per event, for a stderr that is no terminal (a log
+    file, a pipe, a service's journal), where tqdm's ``\r``-redrawn bar would pile up as one long
+    line: ``desc`` when it starts, ``desc: n/total units (s)`` after each update, ``desc: s`` at
+    the end of a phase without a total. The part of tqdm's interface :func:`progress_bar`'s
+    callers use."""
+
+    def __init__(self, total: int | None, desc: str, unit: str = "it", disable: bool = False):
+        self.total, self.desc, self.unit, self.disable = total, desc, unit, disable
+        self.n, self.t0 = 0, time.perf_counter()
+        self._say(desc)
+
+    def _say(self, line: str) -> None:
+        if not self.disable:
+            print(line, file=sys.stderr, flush=True)
+
+    def set_description(self, desc: str, refresh: bool = True) -> None:
+        self.desc = desc
+
+    def reset(self) -> None:
+        self.n, self.t0 = 0, time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._say(f"{self.desc}: {self.n}/{self.total} {self.unit}s ({time.perf_counter() - self.t0:.1f} s)")
+
+    def close(self) -> None:
+        if self.total is None:
+            self._say(f"{self.desc}: {time.perf_counter() - self.t0:.1f} s")
+        self.disable = True  # once
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(total: int | None, desc: str, *, unit: str = "it", disable: bool = False, **tqdm_kwargs):
+    """A progress bar on stderr: tqdm's on a terminal (or a notebook's), else :class:`LineProgress`
+    (one line per event, no ``\r``), as it is when the bar is made."""
+    notebook = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)  # tqdm.auto's pick in Jupyter
+    if sys.stderr is not None and not sys.stderr.isatty() and not notebook:
+        return LineProgress(total, desc, unit, disable)
+    return tqdm(total=total, desc=desc, unit=unit, disable=disable, **tqdm_kwargs)
+
+
 @contextlib.contextmanager
 def status(text: str, enabled: bool = True) -> Iterator[None]:
-    """A status line on stderr (a tqdm line, so it does not break progress bars) for a phase that
-    has no progress bar of its own (loading the weights, encoding the prompt): ``text`` and the
-    seconds it has taken, shown from the start of the ``with`` block, its time when it ends.
-    Nothing when ``enabled`` is false."""
-    line = tqdm(total=None, desc=text, bar_format="{desc}: {elapsed}", disable=not enabled)
+    """A status line on stderr (a tqdm line, so it does not break progress bars; two whole lines,
+    :class:`LineProgress`, where stderr is no terminal) for a phase that has no progress bar of
+    its own (loading the weights, encoding the prompt): ``text`` and the seconds it has taken,
+    shown from the start of the ``with`` block, its time when it ends. Nothing when ``enabled``
+    is false."""
+    line = progress_bar(None, text, bar_format="{desc}: {elapsed}", disable=not enabled)
     try:
         yield
     finally:

@@ -48,6 +48,9 @@ class ModelSize:
     decode_tile: int = 0
 
 
+#: The setting a refused call names to run it anyway (:meth:`MemoryChecks.check_memory`).
+_ANYWAY = Arg("memory_check", python="pipe.memory_check = False")
+
 #: A call whose transformer sequence has more than this many times the tokens of the
 #: checkpoint's default size (what it was made for) logs the run-size estimate as a WARNING.
 LARGE_RUN_FACTOR = 4
@@ -375,6 +378,8 @@ class MemoryChecks:
         offload: Any = None,
         available: tuple[int, str] | None = None,
         vae_tiling: bool = False,
+        anyway: Arg | None = _ANYWAY,
+        also: str = ", bfloat16, offloading",
     ) -> MemoryEstimate | None:
         """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
         (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
@@ -391,6 +396,10 @@ class MemoryChecks:
                 RAM; on a device with its own memory the transformers', none with ``offload``).
             devices: devices of the mesh; a device with its own memory holds 1/devices of it.
             vae_tiling: tiling is on already (the tiled decode is counted from the start).
+            anyway: the setting that runs a refused call anyway, named at the end of the error
+                (None: none, where the caller cannot change it: a server's request).
+            also: what else to try, after "or try fewer num_frames" (where the caller can
+                change that: a load's dtype and offloading).
 
         Raises:
             OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
@@ -421,6 +430,16 @@ class MemoryChecks:
         mh, mw = info.size_multiple
         fits = None
         text_bound = est.text > max(est.step, est.decode)  # the prompts' tokens, not the video's size
+        if text_bound:  # the longest max_sequence_length that fits (the estimate grows with it)
+            low, high = 0, call.max_sequence_length
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (
+                    (mid, high)
+                    if need(dataclasses.replace(call, max_sequence_length=mid)).total / share <= free
+                    else (low, mid)
+                )
+            fits = Message("; ", Arg("max_sequence_length", low), " fits") if low else Message()
         for h in range(call.height - mh, 0, -mh) if not text_bound else ():
             w = max(mw, round(call.width * h / call.height / mw) * mw)
             if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
@@ -434,6 +453,7 @@ class MemoryChecks:
                 f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
                 f"{_gib(free)} of {what}; give a smaller ",
                 Arg("max_sequence_length"),
+                fits,
             )
         else:
             msg = Message(
@@ -443,11 +463,9 @@ class MemoryChecks:
                 fits or "no size fits at these frames",
                 "; or try fewer ",
                 Arg("num_frames"),
-                ", bfloat16, offloading",
+                also,
             )
         if refuse:
-            raise OutOfMemoryError(
-                msg, " (to run it anyway: ", Arg("memory_check", python="pipe.memory_check = False"), ")"
-            )
+            raise OutOfMemoryError(msg, *((" (to run it anyway: ", anyway, ")") if anyway is not None else ()))
         logger.warning("%s; running it anyway", msg)
         return est

@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from tqdm.auto import tqdm
 
 from vidax.errors import Arg, Cancelled, InputError, NumericalError
 from vidax.pipelines.call import Call
-from vidax.pipelines.common import status
+from vidax.pipelines.common import progress_bar, status
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
 from vidax.stats import RunStats
 
@@ -121,7 +120,7 @@ class Decoding:
                 z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
                 n = self.vae.decode_chunks(z)
                 decoded = iter(self.vae.iter_decode(z, **self.decode_kwargs(call)))
-                with tqdm(total=n, desc="vae decode", disable=not call.progress, unit="chunk") as bar:
+                with progress_bar(n, "vae decode", disable=not call.progress, unit="chunk") as bar:
                     while True:
                         if call.cancel is not None and len(chunks) < n and call.cancel():
                             steps = f"all {call.num_inference_steps} denoising steps done"

@@ -15,11 +15,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from vidax.errors import Arg, Cancelled, InputError, Message, NumericalError
 from vidax.parallel.distributed import to_local
 from vidax.parallel.step import shard_step
+from vidax.pipelines.common import progress_bar
 from vidax.stats import RunStats
 
 
@@ -93,7 +93,7 @@ def run_denoising_loop(
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
     # The bar shows from before the compile, which can take a while with nothing else on screen.
-    bar = tqdm(total=num_inference_steps, desc="denoising (compiling the step)", disable=not progress, unit="step")
+    bar = progress_bar(num_inference_steps, "denoising (compiling the step)", disable=not progress, unit="step")
     try:
         with stats.timed("compile_s"):
             compiled = step.lower(params, latents, state, *args).compile()

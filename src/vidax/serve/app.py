@@ -5,27 +5,31 @@
                                file ``input_reference``) and queue its job -> the job; 400 with
                                the one-line error naming the field; 429 when the queue is full
 ``GET /v1/videos``             the jobs, newest first (``limit`` 1..100, ``after`` a job's id,
-                               ``order`` desc / asc) -> ``{"object": "list", "data", "has_more"}``,
-                               each prompt cut to 200 characters
+                               ``order`` desc / asc) -> ``{"object": "list", "data", "first_id",
+                               "last_id", "has_more"}``, each prompt cut to 200 characters
 ``GET /v1/videos/{id}``        the job: queued / in_progress (``step`` of ``num_inference_steps``,
                                ``progress`` %) / completed / failed (``error.message``)
-``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before; 404 unknown id)
+``GET /v1/videos/{id}/content``  the mp4 of a completed job (409 before, code ``not_ready``; 409
+                               for a failed job, code ``video_failed``, with its error; 404
+                               unknown id)
 ``GET /v1/videos/{id}/events``  server-sent events until the job ends: ``queued``
                                (``position``, 1: next), ``progress`` (``step``, ``num_inference_steps``,
                                ``progress`` %), ``preview`` (``step``, ``of``: ``estimate`` or
                                ``latents``, ``image``: a PNG data URL, :mod:`vidax.serve.preview`),
                                then ``done`` or ``failed`` (the job)
-``DELETE /v1/videos/{id}``     cancel a queued job, or a running one between steps; a finished
-                               job is deleted with its video
+``DELETE /v1/videos/{id}``     cancel a queued job (-> the failed job), or a running one between
+                               steps (-> the job, ``cancel_requested: true``); a finished job is
+                               deleted with its video
 ``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request
-                               fields it accepts
+                               fields it accepts, its preset (``vidax serve --preset`` or the one
+                               recognised, ``preset_recognised_from``) and the family's presets
 ``GET /health``                ``{"status": "ok", "model", "queued", "running"}``
 ``GET /``                      the page (``page.html``)
 =============================  ===================================================================
 
 Every request is checked first (:class:`_Guard`): with an API key (``vidax serve --api-key`` /
 ``VIDAX_API_KEY``) every request but the page itself (``GET /``, static, holding no data) needs
-``Authorization: Bearer <key>`` (401 with ``WWW-Authenticate: Bearer`` otherwise; the key
+``Authorization: Bearer <key>`` (the scheme in any case; 401 with ``WWW-Authenticate: Bearer`` otherwise; the key
 compared in constant time, :func:`hmac.compare_digest`); a ``Host`` header other than the bound address
 or a localhost name (``127.0.0.1``, ``localhost``, ``[::1]``) with the bound port is 403 (DNS
 rebinding), as is a POST / DELETE whose ``Origin`` header is not the server's own origin (a
@@ -53,6 +57,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from vidax.pipelines.presets import family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload, number_texts
 from vidax.serve.jobs import COMPLETED, FAILED, JobRunner
 
@@ -75,7 +80,7 @@ class _Guard:
 
     def __init__(self, app: Any, host: str, port: int | None, max_body: int = MAX_BODY, api_key: str | None = None):
         self.app, self.port, self.max_body = app, port, max_body
-        self.key = None if api_key is None else b"Bearer " + api_key.encode()
+        self.key = None if api_key is None else api_key.encode()
         host = host.strip("[]").lower()
         self.names = None if host in _WILDCARD else {host, *_LOCAL_NAMES}
 
@@ -83,13 +88,15 @@ class _Guard:
         if self.key is None or (method in ("GET", "HEAD") and path == "/"):
             return None
         given = headers.get("authorization")
-        if given is not None and hmac.compare_digest(given.encode("latin-1"), self.key):
+        scheme, _, key = (given or "").partition(" ")
+        bearer = scheme.lower() == "bearer"  # the scheme is case-insensitive (RFC 9110 11.1)
+        if bearer and hmac.compare_digest(key.encode("latin-1"), self.key):
             return None
         reason = (
             "no Authorization header"
             if given is None
             else "the Authorization header's key is not this server's"
-            if given.startswith("Bearer ")
+            if bearer
             else "the Authorization header is not 'Bearer <key>'"
         )
         return RequestError(
@@ -187,6 +194,13 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
         return fields, None, "", number_texts(await request.body())
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(415, f"content-type {kind or 'none'!r}: send application/json or multipart/form-data")
+    if kind == "application/x-www-form-urlencoded" and (await request.body()).lstrip()[:1] in (b"{", b"["):
+        # curl -d '{...}' without -H: a JSON body sent as a form
+        raise RequestError(
+            415,
+            "the body is JSON but its content-type is application/x-www-form-urlencoded: send it with "
+            "the header 'content-type: application/json' (curl: -H 'content-type: application/json')",
+        )
     form = await request.form()
     fields: dict[str, Any] = {}
     image_path, image_name = None, ""
@@ -300,6 +314,16 @@ def create_app(
         variant = request.query_params.get("variant", "video")
         if variant != "video":
             return _error(RequestError(400, f"variant={variant!r}: this server has only 'video'", "variant"))
+        if job["status"] == FAILED:
+            error = job["error"] or {}
+            return _error(
+                RequestError(
+                    409,
+                    f"{job_id} failed, so it has no video ({error.get('code')}: {error.get('message')})",
+                    "video_id",
+                    "video_failed",
+                )
+            )
         if job["status"] != COMPLETED:
             return _error(
                 RequestError(
@@ -346,10 +370,21 @@ def create_app(
             jobs, more = runner.list(limit, q.get("after"), order == "desc")
         except RequestError as e:
             return _error(e)
-        return JSONResponse({"object": "list", "data": jobs, "has_more": more})
+        # first_id / last_id: the cursors OpenAI's list objects carry (the SDK's pager asks for
+        # the page after last_id while has_more)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": jobs,
+                "first_id": jobs[0]["id"] if jobs else None,
+                "last_id": jobs[-1]["id"] if jobs else None,
+                "has_more": more,
+            }
+        )
 
     async def models(request: Request) -> Response:
         info = runner.info
+        presets = presets_for(family_of(runner.cls))
         return JSONResponse(
             {
                 "object": "list",
@@ -364,8 +399,15 @@ def create_app(
                         "defaults": dataclasses.asdict(info.defaults),
                         "size_multiple": list(info.size_multiple),
                         "fields": Fields(
-                            {}, runner.options, info.defaults.fps, cache=runner.cls.cache_reference
+                            {},
+                            runner.options,
+                            info.defaults.fps,
+                            cache=runner.cls.cache_reference,
+                            presets=bool(presets),
                         ).accepted(),
+                        "preset": None if runner.pipe.preset is None else runner.pipe.preset.name,
+                        "preset_recognised_from": None if runner.recognised is None else runner.recognised[1],
+                        "presets": [p.name for p in presets],
                     }
                 ],
             }

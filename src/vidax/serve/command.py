@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 from collections.abc import Callable
@@ -70,6 +71,26 @@ def check_access(host: str, api_key: str | None, insecure_no_auth: bool) -> str 
     return api_key
 
 
+def plan_preset(plan: Any, preset: str | None, loras: Any = ()) -> tuple[Any, Any]:
+    """``(plan, recognised)``: ``plan`` with the preset every job of the server runs under its fields: ``preset``
+    (``--preset``), else the one the checkpoint's configs or a LoRA file of ``loras`` call for
+    (:func:`~vidax.pipelines.presets.recognise`), said in one line on stderr as ``vidax generate``
+    says it; ``recognised``: that recognition's ``(preset, why)``, None where ``--preset`` was
+    given or nothing calls for one (:class:`~vidax.serve.jobs.JobRunner` warns about the jobs
+    that run a recognised distilled recipe with many steps and CFG).
+
+    Raises:
+        InputError: ``preset`` is not a preset of the checkpoint's family (naming ``--preset``).
+    """
+    from vidax.pipelines.presets import recognise, with_preset
+
+    recognised = None if preset is not None else recognise(plan, loras)
+    if recognised is not None:
+        typer.echo(f"{recognised[1]}: --preset {recognised[0].name}", err=True)
+        preset = recognised[0].name
+    return with_preset(plan, preset, "--preset"), recognised
+
+
 def run(
     checkpoint: str | None,
     host: str,
@@ -91,12 +112,18 @@ def run(
     batch_window_ms: float = 0,
     save_every: int = 5,
     preview_every: int = 0,
+    preset: str | None = None,
+    loras: tuple = (),
+    access_log: bool = False,
 ) -> None:
     """Load the pipeline (``load(pipe)`` then adds to it: the LoRAs; ``weight_dtype`` /
     ``transformer`` / ``matmul_precision`` as :func:`vidax.load_pipeline`'s), serve it on ``host:port`` until SIGINT /
     SIGTERM, every request needing ``api_key`` when given (:func:`check_access`);
     ``max_batch`` / ``batch_window_ms`` / ``save_every`` / ``preview_every`` as
-    :class:`~vidax.serve.jobs.JobRunner`'s.
+    :class:`~vidax.serve.jobs.JobRunner`'s. ``preset``: every job's preset (``--preset``; a
+    request's ``preset`` field and its other fields win), else the one the checkpoint or a LoRA
+    of ``loras`` (their paths) calls for (:func:`plan_preset`). ``access_log``: one line per
+    HTTP request (uvicorn's access log) on stdout.
 
     Raises:
         VidaxError: a bad flag (naming it as data), checked before loading where it can be.
@@ -118,7 +145,7 @@ def run(
     parse_matmul_precision(matmul_precision)
     model = checkpoint or PUBLIC_NAME
     # the configs read once; a bad weight format is refused before the port is taken
-    plan = read_plan(model, weight_dtype=weight_dtype, transformer=transformer)
+    plan, recognised = plan_preset(read_plan(model, weight_dtype=weight_dtype, transformer=transformer), preset, loras)
     store = JobStore(jobs_dir)  # a folder that cannot hold the records fails before loading
     sock = _listen(host, port)  # and a taken port
     if checkpoint is None:
@@ -143,6 +170,7 @@ def run(
         batch_window_ms=batch_window_ms,
         save_every=save_every,
         preview_every=preview_every,
+        recognised=recognised,
     )
     bound = sock.getsockname()
     config = uvicorn.Config(
@@ -150,6 +178,9 @@ def run(
         log_level="info" if verbose else "warning",
         timeout_graceful_shutdown=5,
     )
+    logging.getLogger("vidax.serve.jobs").setLevel(logging.INFO)  # the job event lines, without --verbose
+    if access_log:  # uvicorn's access lines, whatever --verbose sets for its other loggers
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
     access = "API key required" if api_key else "no API key"
     typer.echo(f"vidax serve: {model} on http://{shown}:{bound[1]}/ (jobs in {store.folder}; {access})", err=True)

@@ -42,13 +42,15 @@ class RequestError(Exception):
 
 
 #: OpenAI's fields that are no call keyword, by the keywords they stand for (``model`` for none;
-#: ``cache``, vidax's step cache with the CLI's ``--cache`` syntax, is read by the job runner).
+#: ``cache``, vidax's step cache with the CLI's ``--cache`` syntax, and ``preset``, a preset's
+#: name as ``vidax generate --preset`` takes it, are read by the job runner).
 STANDS_FOR = {
     "model": (),
     "size": ("height", "width"),
     "seconds": ("num_frames",),
     "input_reference": ("image",),
     "cache": (),
+    "preset": (),
 }
 
 _SIZE = re.compile(r"\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*")
@@ -109,6 +111,7 @@ class Fields:
         fps: frames per second that ``seconds`` counts in: ``num_frames = seconds x fps + 1``.
         image_name: the file name of the uploaded ``input_reference``, or None.
         cache: whether the pipeline takes a step cache (the ``cache`` field).
+        presets: whether the pipeline's family has presets (the ``preset`` field).
         texts: the text of each JSON number field as sent (:func:`number_texts`), for the
             messages (:meth:`sent`); None: the fields are a form's texts.
     """
@@ -121,9 +124,11 @@ class Fields:
         image_name: str | None = None,
         cache: bool = False,
         texts: Mapping[str, str] | None = None,
+        presets: bool = False,
     ):
         self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
         self.fps, self.image_name, self.cache, self.texts = fps, image_name, cache, dict(texts or {})
+        self.presets = presets
         self.form = texts is None
         self.given = {
             k: v
@@ -135,14 +140,15 @@ class Fields:
 
     def accepted(self) -> list[str]:
         """The fields this pipeline accepts: its call keywords (the image as ``input_reference``,
-        its other image keywords as files of their names) and OpenAI's ``model``, ``size``,
-        ``seconds``."""
+        its other image keywords as files of their names), OpenAI's ``model``, ``size``,
+        ``seconds``, and vidax's ``cache`` and ``preset`` where the pipeline takes them."""
         names = [n for n, o in self.options.items() if not (o.type is IMAGE_FILE and n == "image")]
         names[1:1] = ["model", "size", "seconds"]
         return (
             names
             + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
             + ["cache"] * self.cache
+            + ["preset"] * self.presets
         )
 
     def call_keywords(self) -> dict[str, Any]:
@@ -151,18 +157,21 @@ class Fields:
 
         Raises:
             RequestError: an unknown field, a field given twice (``size`` and ``height``,
-                ``seconds`` and ``num_frames``), a malformed ``size`` or ``seconds``, a prompt
-                that is not one string.
+                ``seconds`` and ``num_frames``), a malformed ``size`` or ``seconds``, no prompt,
+                a prompt or negative prompt that is not one string.
         """
         given, accepted = self.given, self.accepted()
         unknown = sorted(set(given) - set(accepted) - {"input_reference"})  # the caller's
         if unknown:
             raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}", unknown[0])
         kw = {k: _typed(self.options[k], v, self.texts.get(k)) for k, v in given.items() if k not in STANDS_FOR}
-        if "prompt" in kw and not isinstance(kw["prompt"], str):
-            raise RequestError(
-                400, f"prompt must be a string (one video per request), got {type(kw['prompt']).__name__}", "prompt"
-            )
+        if "prompt" in self.options and "prompt" not in kw:  # as the pipeline's check says it, a string
+            raise RequestError(400, "prompt is required: describe the video (a string)", "prompt")
+        for name in ("prompt", "negative_prompt"):
+            if name in kw and not isinstance(kw[name], str):
+                raise RequestError(
+                    400, f"{name} must be a string (one video per request), got {type(kw[name]).__name__}", name
+                )
         if "size" in given:
             both = [k for k in ("height", "width") if k in given]
             if both:

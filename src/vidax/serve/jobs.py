@@ -8,12 +8,14 @@ A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``p
 ``stats``: seconds of the pipeline call, of its compiles, of writing the mp4; once it ran,
 ``batch``: how it was batched, :meth:`JobRunner._batch_report`). ``status`` goes ``queued`` ->
 ``in_progress`` -> ``completed`` or ``failed`` (a cancelled job is ``failed`` with the error code
-``cancelled``, so a client waiting for one of OpenAI's final states sees one).
+``cancelled``, so a client waiting for one of OpenAI's final states sees one; the other codes are
+the error's class in snake_case, ``out_of_memory_error``, ``numerical_error``...), and ``preset``:
+the preset it runs under (None: none).
 
 Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
 filled in, and its image as ``<id>.input.png``), videos in ``<jobs_dir>/<id>.mp4`` (written
 atomically by :func:`vidax.io.video.write_video`), and the denoising state of a running batch
-(with a job's step cache, the cache's state too), saved every few steps, in
+(with a job's step cache, the cache's state too), saved every few steps and after the last, in
 ``<jobs_dir>/states/<batch>.npz`` (written to a temporary file,
 fsync'd, renamed). So nothing is lost on a restart (a crash, ``kill -9``, a stop): finished
 videos stay, queued jobs are queued again in their order, and a running batch resumes from its
@@ -28,6 +30,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import threading
@@ -38,10 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from vidax.errors import Arg, Cancelled, InputError, VidaxError
+from vidax.errors import Arg, Cancelled, InputError, OutOfMemoryError, VidaxError
+from vidax.pipelines.presets import distilled_warning, family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload
 
 logger = logging.getLogger("vidax.serve")
+#: One line per job event (queued, started, resumed, finished, failed, cancelled), shown at the
+#: default verbosity of ``vidax serve``.
+events = logging.getLogger("vidax.serve.jobs")
 
 QUEUED, IN_PROGRESS, COMPLETED, FAILED = "queued", "in_progress", "completed", "failed"
 ACTIVE = (QUEUED, IN_PROGRESS)
@@ -285,6 +292,28 @@ def _reached(step: int, job: dict) -> dict:
     return {"step": step, "progress": _progress(step, job["num_inference_steps"])}
 
 
+def _log_end(job: dict) -> None:
+    """The job event line of a job that ended (finished, failed or cancelled)."""
+    if job["status"] == COMPLETED:
+        stats = job.get("stats") or {}
+        events.info(
+            "%s finished: its mp4 written in %.1f s (compiles %.1f s)",
+            job["id"],
+            stats.get("call_s", 0) + stats.get("write_s", 0),
+            stats.get("compile_s", 0),
+        )
+    elif job["error"]["code"] == "cancelled":
+        events.info("%s %s", job["id"], job["error"]["message"])
+    else:
+        events.warning("%s failed (%s): %s", job["id"], job["error"]["code"], job["error"]["message"])
+
+
+def _code(error: Exception) -> str:
+    """The error code of a job that failed with ``error``: its class's name in snake_case
+    (``OutOfMemoryError`` -> ``out_of_memory_error``), as the API's other codes are spelled."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(error).__name__).lower()
+
+
 def _failed(job: dict, message: str, code: str) -> dict:
     return {**job, "status": FAILED, "completed_at": int(time.time()), "error": {"code": code, "message": message}}
 
@@ -327,6 +356,8 @@ class _Pending:
 
     def __init__(self, job_id: str, call: Any):
         self.id, self.call, self.fps, self.cache = job_id, call, None, None
+        self.preset: Any = None  # the Preset the job runs under (None: none)
+        self.scheduler: Any = None  # its preset's scheduler where not the pipeline's (None: the pipeline's)
         self.request: Fields | None = None  # spells the run's errors as the request's fields
         self.cancel = threading.Event()
         self.step = 0
@@ -385,6 +416,13 @@ class JobRunner:
         preview_map: the latent-to-RGB map of the previews; None: fit now
             (:func:`~vidax.serve.preview.fit_preview_map`) when ``preview_every`` asks for
             previews (a pipeline whose decode the fit cannot follow makes none, with a warning).
+        recognised: ``(preset, why)`` where the checkpoint or a LoRA called for the pipeline's
+            preset (:func:`~vidax.pipelines.presets.recognise`): a job running that preset with
+            many steps and CFG is warned about in the log
+            (:func:`~vidax.pipelines.presets.distilled_warning`).
+
+    Every job's preset is its request's ``preset`` field, else the pipeline's (``pipe.preset``,
+    ``vidax serve --preset``); the request's other fields win over the preset's values.
     """
 
     def __init__(
@@ -398,7 +436,9 @@ class JobRunner:
         save_every: int = 5,
         preview_every: int = 0,
         preview_map: Any = None,
+        recognised: tuple | None = None,
     ):
+        self.recognised = recognised
         self.pipe, self.model, self.store, self.queue_size = pipe, model, store, queue_size
         self.max_batch, self.window = max_batch, batch_window_ms / 1000
         self.save_every, self.preview_every = save_every, preview_every
@@ -414,6 +454,9 @@ class JobRunner:
         self._waiting: list[_Pending] = []  # in the order they run
         self._running: list[_Pending] = []
         self._resumed: int | None = None  # the saved step the running batch resumed at
+        #: (bytes, what they are): the memory there was when no job ran, last measured
+        #: (:meth:`_check_memory`); None before the first request.
+        self.idle_memory: tuple[int, str] | None = None
         self._thread: threading.Thread | None = None
         self.stopping = False
         self._requeue()
@@ -479,6 +522,16 @@ class JobRunner:
             )
             self.store.put(job)
             self._enqueue(pending)
+            position = len(self._waiting)
+        events.info(
+            "%s queued: %s, %d frames, %d steps%s (position %d)",
+            job["id"],
+            job["size"],
+            job["num_frames"],
+            job["num_inference_steps"],
+            f", preset {job['preset']}" if job["preset"] else "",
+            position,
+        )
         return job
 
     def _prepare(
@@ -508,6 +561,7 @@ class JobRunner:
             image_name if image_path else None,
             cache=self.cls.cache_reference,
             texts=texts,
+            presets=bool(presets_for(family_of(self.cls))),
         )
         pending = _Pending(job_id, None)
         try:
@@ -524,6 +578,7 @@ class JobRunner:
             for key, value in kw.items():  # the pipeline's other image keywords, uploaded as files
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
+            kw, applied = self._preset(pending, request, kw)
             call = self.cls.check_call(
                 self.info,
                 progress=False,
@@ -531,9 +586,18 @@ class JobRunner:
                 callback=lambda i, n: self._stepped([pending], i + 1, n),
                 **kw,
             )
-        except InputError as e:
+            self._check_memory(call)
+            # the preset's step cache where the request turned none on
+            preset_cache = (
+                pending.preset.cache_config(self.cls, call.num_inference_steps) if "cache" in applied else None
+            )
+        except (InputError, OutOfMemoryError) as e:
             raise request.error(e) from None
-        pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps)
+        pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps) or preset_cache
+        if self.recognised is not None and pending.preset == self.recognised[0]:
+            warning = distilled_warning(*self.recognised, call)
+            if warning:
+                events.warning("%s: %s", job_id, warning)
         pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
         pending.key = self._batch_key(pending)
@@ -558,8 +622,58 @@ class JobRunner:
             "step": 0,
             "seed": call.seed,
             "input_reference": image_name or None,
+            "preset": None if pending.preset is None else pending.preset.name,
         }
         return pending, job
+
+    def _preset(self, pending: _Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+        """``(kw, applied)``: the call keywords ``kw`` over those of the job's preset (the
+        request's ``preset``, else the pipeline's), the preset's values that apply; the preset
+        and its scheduler set in ``pending``.
+
+        Raises:
+            RequestError: 400, ``preset`` is not a preset of the family (or not a string).
+        """
+        from vidax.pipelines.presets import call_scheduler, find_preset, preset_call
+
+        name = request.given.get("preset")
+        try:
+            if name is not None and not isinstance(name, str):
+                raise InputError(f"preset must be a string (a preset's name), got {json.dumps(name)}")
+            pending.preset = self.pipe.preset if name is None else find_preset(name.strip(), self.cls)
+            pending.scheduler = call_scheduler(pending.preset, self.pipe)
+        except InputError as e:
+            raise RequestError(400, " ".join(str(e).split()), "preset") from None
+        return preset_call(pending.preset, kw, cache_given="cache" in request.given)
+
+    def _check_memory(self, call: Any) -> None:
+        """Refuse ``call`` when its memory estimate does not fit in the memory there is with the
+        weights loaded and no job running: measured now when none runs, else the last such
+        measure (a running job's activations are free again when this one runs)
+        (:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory`, its hints the request's
+        fields only).
+
+        Raises:
+            OutOfMemoryError: naming the fields to change and the size that fits.
+        """
+        from vidax.pipelines.memory import available_memory
+
+        with self._lock:
+            if not self._running:
+                self.idle_memory = available_memory()
+            idle = self.idle_memory
+        pipe = self.pipe
+        self.cls.check_memory(
+            self.info,
+            call,
+            dtype=pipe.dtype,
+            loaded=True,
+            devices=1 if pipe.mesh is None else pipe.mesh.size,
+            vae_tiling=getattr(pipe.vae, "use_tiling", False),
+            available=idle,
+            anyway=None,
+            also="",
+        )
 
     def _batch_key(self, pending: _Pending) -> tuple | None:
         """What a job's batch-mates must share (on a data-parallel mesh also the key of a job that
@@ -578,7 +692,13 @@ class JobRunner:
         if ".ltx" in self.cls.__module__ or type(self.pipe.scheduler).__name__ == "CogVideoXDPMScheduler":
             return None
         guidance = () if self.per_video_guidance else tuple(getattr(call, name) for name in _GUIDANCE)
-        return (*(getattr(call, name) for name in _SHARED_SETTINGS), *guidance, repr(sorted(call.extra.items())))
+        preset = None if pending.preset is None else pending.preset.name  # its sampler
+        return (
+            *(getattr(call, name) for name in _SHARED_SETTINGS),
+            *guidance,
+            repr(sorted(call.extra.items())),
+            preset,
+        )
 
     def _enqueue(self, pending: _Pending) -> None:
         # with self._lock held
@@ -624,6 +744,11 @@ class JobRunner:
                 )
                 continue
             pending.resume, pending.step = states.get(job["id"], (None, 0))
+            events.info(
+                "%s queued again after a restart%s",
+                job["id"],
+                f" (resumes after denoising step {pending.step})" if pending.resume else "",
+            )
             again += 1
             with self._lock:
                 self.store.put(
@@ -719,8 +844,10 @@ class JobRunner:
                 pending.cancel.set()
                 job = self.store.get(job_id)
                 if pending in self._running:
-                    if all(p.cancel.is_set() for p in self._running):
-                        return self.get(job_id)  # the call stops at its next check
+                    if all(p.cancel.is_set() for p in self._running):  # the call stops at its next check
+                        self.store.update(job_id, cancel_requested=True)
+                        events.info("%s cancelling: stops at the next step", job_id)
+                        return self.get(job_id)
                     message = (
                         f"cancelled after denoising step {pending.step} of {job['num_inference_steps']}"
                         if pending.step
@@ -734,6 +861,7 @@ class JobRunner:
                     self._waiting.remove(pending)
                     job = _failed(job, "cancelled before it started", "cancelled")
                 del self._pending[job_id]
+                _log_end(job)
                 self.store.put(job)
                 self.store.forget_request(job_id)
                 return job
@@ -867,7 +995,8 @@ class JobRunner:
         ids = np.asarray([p.id for p in batch])
 
         def on_state(done: int, latents: Any, state: Any, cache: Any = None) -> None:
-            if save and done % self.save_every == 0 and done < steps:
+            # every save_every steps, and after the last (a crash in the decode then redoes only the decode)
+            if save and (done % self.save_every == 0 or done == steps):
                 _save_state(path, ids, done, latents, state, cache)
                 for pending in self._live(batch):
                     self.store.update(pending.id, saved_step=done)
@@ -928,9 +1057,18 @@ class JobRunner:
         try:
             call = self._batched_call(batch, state_path)
             resumed = self._resumed = None if call.resume is None else call.resume[0]
-            if batch[0].cache is not None:  # this job's step cache (it runs alone)
-                self.pipe.disable_cache()
-                self.pipe.enable_cache(batch[0].cache)
+            for pending in batch:
+                events.info(
+                    "%s %s of %d%s",
+                    pending.id,
+                    "started: denoising step 1" if resumed is None else f"resumed after denoising step {resumed}",
+                    call.num_inference_steps,
+                    f" (batch of {len(batch)})" if len(batch) > 1 else "",
+                )
+            loaded = self.pipe.scheduler, self.pipe.cache_config
+            # the batch's preset's sampler; its job's step cache (a job with one runs alone), else none
+            self.pipe.scheduler = loaded[0] if batch[0].scheduler is None else batch[0].scheduler
+            self.pipe.cache_config = batch[0].cache
             try:
                 out = self.pipe.generate(call)
             except InputError as e:
@@ -940,8 +1078,7 @@ class JobRunner:
                 resumed = self._resumed = None
                 out = self.pipe.generate(dataclasses.replace(call, resume=None))
             finally:
-                if batch[0].cache is not None:
-                    self.pipe.disable_cache()
+                self.pipe.scheduler, self.pipe.cache_config = loaded
             results = {}
             for i, pending in enumerate(batch):
                 results[pending.id] = self._finish(pending, jobs[pending.id], out, i, write_video)
@@ -959,6 +1096,7 @@ class JobRunner:
                 if pending.id not in self._pending:
                     continue  # cancelled while its batch ran on: recorded then
                 job = {**results[pending.id], "batch": self._batch_report(batch, i, resumed)}
+                _log_end(job)
                 self.store.put(job)
                 self.store.forget_request(pending.id)
                 self._pending.pop(pending.id, None)
@@ -1010,7 +1148,7 @@ class JobRunner:
             return _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         if isinstance(e, VidaxError):
             message = pending.request.error(e).message if pending.request else str(e)
-            return _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), type(e).__name__)
+            return _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), _code(e))
         # a codec or disk error writing the video, a bug: the job fails, the server stays
         logger.error("job %s failed", pending.id, exc_info=e)
         return _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
