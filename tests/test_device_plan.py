@@ -92,6 +92,24 @@ def test_the_choice_order_and_explicit_settings_win():
     assert choose(sizes, act, 16 * gb, host=10 * gb).fits is False  # the streamed blocks do not fit the host
 
 
+def test_the_batch_runs_in_parts_where_only_parts_fit():
+    """Where a step's activations do not fit even with one block a chunk, each layer runs the
+    CFG batch in parts (the largest part that fits); a given micro_batch is kept."""
+    gb = 10**9
+    sizes = Sizes({"transformer": (28 * gb, 27 * gb, 40)}, {}, {"vae": gb // 2})
+    act = Activations(text=gb, step=13 * gb, decode=2 * gb, decode_tiled=None, latents=0, rows=2)
+    plan = choose(sizes, act, 15 * gb)
+    assert plan.fits and plan.micro_batch == 1 and "micro_batch" in plan.chosen
+    assert "runs the step's 2 batch rows 1 at a time" in plan.line()
+    assert stage_memory(sizes, act, plan.chunk, plan.staged, False, micro_batch=None)[0].steps > 15 * gb
+    four = choose(sizes, dataclasses.replace(act, step=20 * gb, rows=4), 15 * gb)
+    assert four.fits and four.micro_batch == 2  # 4 rows: the largest part that fits (3 rows: 15 GB)
+    roomy = choose(sizes, act, 80 * gb)
+    assert roomy.micro_batch is None and roomy.chunk is None
+    asked = choose(sizes, act, 80 * gb, micro_batch=1)
+    assert asked.micro_batch == 1 and "micro_batch" not in asked.chosen and "as asked" in asked.line()
+
+
 def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch, capsys):
     """Where everything fits, the plan places the run exactly as without a device limit (no
     offloading, nothing staged, no tiling: the same load and the same programs, so the same

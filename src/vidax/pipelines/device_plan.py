@@ -206,6 +206,8 @@ class Activations:
         text, step: the text encoding's and one denoising step's activations.
         decode: one untiled VAE decode chunk; decode_tiled: one tile's (None: no tiled decode).
         latents: the latents and the step's output (float32).
+        rows: the step's batch (prompts x videos x the CFG passes): ``step`` counts them all;
+            layers running them ``micro_batch`` rows at a time need that share of it.
     """
 
     text: int
@@ -213,6 +215,7 @@ class Activations:
     decode: int
     decode_tiled: int | None
     latents: int
+    rows: int = 1
 
     @classmethod
     def of(cls, est: MemoryEstimate, latents: int) -> Activations:
@@ -253,8 +256,12 @@ class DevicePlan:
         stages: the estimated peak of each stage (:class:`StageMemory`).
         host_bytes: what waits in host memory.
         sizes: the parameter bytes it was chosen from.
-        chosen: what was decided here and not given (``"chunk"``, ``"staged"``, ``"vae_tiling"``).
+        chosen: what was decided here and not given (``"chunk"``, ``"staged"``, ``"vae_tiling"``,
+            ``"micro_batch"``).
         fits: every stage fits in ``device`` and ``host_bytes`` in ``host``.
+        micro_batch: rows of the step's batch each transformer layer runs at a time (None: all;
+            :attr:`vidax.blocks.transformer.DiffusionTransformer.micro_batch`).
+        rows: the step's batch.
     """
 
     device: int
@@ -268,6 +275,8 @@ class DevicePlan:
     sizes: Sizes
     chosen: frozenset = frozenset()
     fits: bool = True
+    micro_batch: int | None = None
+    rows: int = 1
 
     def line(self, what: str = "device memory") -> str:
         """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
@@ -283,6 +292,12 @@ class DevicePlan:
             )
         else:
             parts.append(f"transformer resident ({_gib(weights)} in {self.dtype})")
+        if self.micro_batch is not None and self.micro_batch < self.rows:
+            given = "" if "micro_batch" in self.chosen else ", as asked"
+            parts.append(
+                f"each layer runs the step's {self.rows} batch rows {self.micro_batch} at a time "
+                f"(the CFG passes one after another{given})"
+            )
         if self.vae_tiling:
             parts.append("VAE tiled")
         encoders = [n for n in sizes.text_encoders if self.staged.get(n)]
@@ -325,6 +340,7 @@ def stage_memory(
     staged: Mapping[str, bool],
     vae_tiling: bool,
     offload_experts: bool = True,
+    micro_batch: int | None = None,
 ) -> tuple[StageMemory, int]:
     """(the device bytes of each stage, the bytes waiting in host memory) for this placement.
 
@@ -361,7 +377,7 @@ def stage_memory(
     decode = act.decode_tiled if vae_tiling and act.decode_tiled is not None else act.decode
     stages = StageMemory(
         text=base + te_staged + act.text,
-        steps=base + act.step + act.latents,
+        steps=base + act.step * min(micro_batch or act.rows, act.rows) // max(act.rows, 1) + act.latents,
         decode=base + dec_staged + (decode + act.latents if act.decode else 0),
     )
     return stages, waiting + te_staged + dec_staged
@@ -378,6 +394,7 @@ def choose(
     vae_tiling: bool = False,
     offload_experts: bool = True,
     dtype: str = "float32",
+    micro_batch: int | None = None,
 ) -> DevicePlan:
     """The least placement (module docstring) whose stages fit in ``device`` bytes and whose
     host part fits in ``host`` bytes (None: not checked); ``fits=False`` with everything the
@@ -387,6 +404,8 @@ def choose(
         chunk: blocks per chunk as given (``"all"``: every layer; None: decide).
         keep: stageable component -> True / False as given (None or missing: decide).
         vae_tiling: tiling asked for (else decided).
+        micro_batch: rows each layer runs at a time as given (None: decide: the whole batch
+            unless only parts of it fit, tried after streaming).
     """
     keep = dict(keep or {})
     stageable = [*sizes.text_encoders, *sizes.decoders]
@@ -396,8 +415,10 @@ def choose(
     tiling = vae_tiling
     chosen: set[str] = set()
 
+    micro = micro_batch
+
     def measure(c, s, t):
-        return stage_memory(sizes, act, c, s, t, offload_experts)
+        return stage_memory(sizes, act, c, s, t, offload_experts, micro)
 
     def fits(c, s, t):
         stages, waiting = measure(c, s, t)
@@ -426,6 +447,14 @@ def choose(
                 c = n
                 chosen.add("chunk")
                 break
+    if not fits(c, staged, tiling) and micro_batch is None and act.rows > 1:
+        for rows in range(act.rows // 2, 0, -1):  # the layers run the batch in parts
+            micro = rows
+            if fits(c, staged, tiling):
+                chosen.add("micro_batch")
+                break
+        else:
+            micro = None
     if c is not None and fits(c, staged, tiling):  # streaming made room: keep what it made unneeded resident
         for names in (sizes.decoders, sizes.text_encoders):
             undo = {n: False for n in names if keep.get(n) is None and staged[n]}
@@ -444,6 +473,8 @@ def choose(
         sizes=sizes,
         chosen=frozenset(chosen if any(staged.values()) else chosen - {"staged"}),
         fits=fits(c, staged, tiling),
+        micro_batch=micro,
+        rows=act.rows,
     )
 
 
@@ -478,6 +509,7 @@ def plan_device(
     weights: Any = "checkpoint",
     sizes: Sizes | None = None,
     platform: str | None = None,
+    micro_batch: int | None = None,
 ) -> DevicePlan:
     """:func:`choose` for ``call`` on the checkpoint and placement of ``plan``
     (:class:`~vidax.pipelines.plan.Plan`), with what the user ``asked``
@@ -513,6 +545,7 @@ def plan_device(
         est.decode,
         est.decode_tiled,
         latents,
+        rows=int(getattr(call, "batch", 1)) * (2 if getattr(call, "do_cfg", False) else 1),
     )
     keep = {}
     if asked is not None:
@@ -527,6 +560,7 @@ def plan_device(
         vae_tiling=vae_tiling,
         offload_experts=plan.offload_experts,
         dtype=np.dtype(dtype).name,
+        micro_batch=micro_batch,
     )
 
 

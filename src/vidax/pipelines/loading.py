@@ -254,6 +254,7 @@ class Loading:
         transformer: Any = None,
         matmul_precision: str = "highest",
         preset: str | None = None,
+        micro_batch: int | None = None,
         **options: Any,
     ):
         """Load every component of a diffusers-layout folder: ``vidax.WanPipeline.from_pretrained(path)``
@@ -290,6 +291,11 @@ class Loading:
                 bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
             preset: a preset of the family (:func:`vidax.load_pipeline`), applied to the plan
                 before any weight is read.
+            micro_batch: rows of the denoising step's batch (prompts x videos x CFG passes) each
+                transformer layer runs at a time; None (default): the whole batch, or parts of it
+                where the device plan finds only those fit (:mod:`vidax.pipelines.device_plan`).
+                Parts divide a layer's activations (the CFG passes one after another, as
+                diffusers' Wan pipelines run them) at the cost of smaller matmuls.
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -328,6 +334,7 @@ class Loading:
             offload=offload,
             matmul_precision=matmul_precision,
             offload_experts=offload_experts,
+            micro_batch=micro_batch,
             **options,
         )
         return cls.from_plan(plan, stats=stats, progress=progress, t0=t0)
@@ -379,6 +386,9 @@ class Loading:
             pipe.memory_check = None  # checked (or warned about) with the plan, the weights counted
         if plan.vae_tiling:
             pipe.vae.enable_tiled_decode()
+        if plan.micro_batch is not None:
+            for module in pipe.experts.modules:
+                module.set_micro_batch(plan.micro_batch)
         if plan.scheduler is not None:  # the preset's sampler / shift (vidax.pipelines.presets)
             pipe.scheduler = plan.scheduler
         pipe.preset = plan.preset
@@ -414,6 +424,7 @@ class Loading:
                 "progress",
                 "matmul_precision",
                 "preset",
+                "micro_batch",
                 *cls.load_options(),
             )
         )

@@ -51,6 +51,10 @@ class Plan:
             (:class:`~vidax.pipelines.device_plan.DevicePlan`; None: no limit known, the CPU).
         asked_offload: the offloading asked for (``offload=`` resolved), before the device plan
             filled in what it left open.
+        micro_batch: rows of the step's batch each transformer layer runs at a time (None: all),
+            as asked (``micro_batch=``) or as the device plan needs
+            (:attr:`vidax.blocks.transformer.DiffusionTransformer.micro_batch`).
+        asked_micro_batch: ``micro_batch=`` as given.
     """
 
     checkpoint: Checkpoint
@@ -71,6 +75,8 @@ class Plan:
     scheduler: Any = None
     device_plan: Any = None
     asked_offload: Any = None
+    micro_batch: int | None = None
+    asked_micro_batch: int | None = None
 
     @property
     def heads(self) -> list[int]:
@@ -148,15 +154,19 @@ def with_placement(
     offload: Any = None,
     matmul_precision: str = "highest",
     offload_experts: bool = True,
+    micro_batch: int | None = None,
     **options: Any,
 ) -> Plan:
     """``plan`` with where its weights go: the loading options checked, the dtype and matmul
     precision parsed, the backend checked, the mesh resolved (anything
     :func:`~vidax.parallel.mesh.resolve_mesh` takes) and checked against the configs' heads,
-    the offloading resolved and the staging of the text encoder / VAE decided.
+    the offloading resolved and the staging of the text encoder / VAE decided; ``micro_batch``
+    (rows of the step's batch each transformer layer runs at a time, None: as the device plan
+    needs) checked.
 
     Raises:
-        InputError: a loading option the pipeline does not take, a bad dtype, precision or mesh.
+        InputError: a loading option the pipeline does not take, a bad dtype, precision, mesh or
+            ``micro_batch``.
         SetupError: ``JAX_PLATFORMS`` names a backend JAX cannot start here; ``VIDAX_CPU_MATMUL``
             is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`). ConfigError: the
             checkpoint's scheduler.
@@ -177,6 +187,7 @@ def with_placement(
     mesh = resolve_mesh(mesh, heads=plan.heads)
     cls.check_checkpoint(info, mesh)
     offload = resolve_offload(offload)
+    check_micro_batch(micro_batch, mesh)
     staging = cls.plan_staging(
         info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh, options.get("text_encoder_dtype", dtype)
     )
@@ -189,8 +200,33 @@ def with_placement(
         staging=staging,
         offload_experts=offload_experts,
         options=dict(options),
+        micro_batch=micro_batch,
+        asked_micro_batch=micro_batch,
     )
     return with_device_plan(plan, offload)
+
+
+def check_micro_batch(micro_batch: Any, mesh: Any) -> None:
+    """Raise InputError unless ``micro_batch`` is None or a positive int, and not with a mesh
+    whose ``data`` axis already splits the batch."""
+    from vidax.errors import Arg, InputError, Message
+
+    if micro_batch is not None and (
+        not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
+    ):
+        raise InputError(
+            Message(
+                Arg("micro_batch", micro_batch), " must be a positive int (rows of the step's batch at a time) or None"
+            )
+        )
+    if micro_batch is not None and mesh is not None and mesh.shape.get("data", 1) > 1:
+        raise InputError(
+            Message(
+                Arg("micro_batch", micro_batch),
+                f" with a data-parallel mesh (data={mesh.shape['data']}): "
+                "the batch is already split over the devices; give one or the other",
+            )
+        )
 
 
 def default_call(plan: Plan) -> Any:
@@ -220,7 +256,16 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
     if limit is None or call is None or plan.pipeline.model_size(plan.info, call) is None:
         return plan
     sizes = plan.device_plan.sizes if plan.device_plan is not None else None
-    dp = plan_device(plan, call, limit[0], host_limit(), asked=asked, vae_tiling=vae_tiling, sizes=sizes)
+    dp = plan_device(
+        plan,
+        call,
+        limit[0],
+        host_limit(),
+        asked=asked,
+        vae_tiling=vae_tiling,
+        sizes=sizes,
+        micro_batch=plan.asked_micro_batch,
+    )
     offload = dp.offload_config(asked)
     staging = Staging(
         {n: bool(dp.staged.get(n)) for n in plan.pipeline.stageable}, "auto" if offload is None else offload.memory_kind
@@ -232,6 +277,7 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
         device_plan=dp,
         asked_offload=asked,
         vae_tiling=plan.vae_tiling or dp.vae_tiling,
+        micro_batch=dp.micro_batch,
     )
 
 
