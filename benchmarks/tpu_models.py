@@ -186,7 +186,7 @@ def param_count(info, name: str = "transformer") -> int:
 
 @dataclasses.dataclass
 class Step:
-    """One family's denoising step, ready to compile: ``fn.lower(params, x, state, *args)``."""
+    """One family's denoising step, ready to compile: ``fn.lower(params, x, state, inputs)``."""
 
     pipe: Any
     call: Any
@@ -195,7 +195,7 @@ class Step:
     params: Any
     x: Any
     state: Any
-    args: tuple
+    inputs: Any  # the pipeline's StepInputs (a pytree the step takes whole)
     shapes: dict  # what the FLOP formula reads: batch, tokens, text lengths...
 
 
@@ -242,12 +242,12 @@ def build_step(
     x = pipe.prepare_latents(c, pipe.initial_noise(c), cond)
     state = pipe.set_timesteps(c, x)
     x, state = jax.device_put((x, state), jax.local_devices()[0])
-    args, _ = pipe.step_args(c, embeds, cond, state, 0)
+    inputs, _ = pipe.step_args(c, embeds, cond, state, 0)
     params = pipe.experts.params(0)
     if not offloaded_stacks(module):
         params = as_stack_bits(params, getattr(module, "block_stacks", ()))
-    shapes = preset.shapes(pipe, c, x, embeds, args)
-    return Step(pipe, c, cfg, pipe.step_fn(c.do_cfg), params, x, state, args, shapes)
+    shapes = preset.shapes(pipe, c, x, embeds, inputs)
+    return Step(pipe, c, cfg, pipe.step_fn(c.do_cfg), params, x, state, inputs, shapes)
 
 
 def build_vae(info, dtype, name: str = "vae"):
@@ -450,7 +450,7 @@ class Preset:
         folder: its ``reference_configs/`` folder.
         embeds: ``(transformer config, call) -> what the family's encode_call returns`` for one
             prompt (random arrays of the encoders' shapes; the negative's are the same).
-        shapes: ``(pipe, call, latents, embeds, step args) -> dict`` of what :attr:`flops` reads.
+        shapes: ``(pipe, call, latents, embeds, step inputs) -> dict`` of what :attr:`flops` reads.
         flops: ``(transformer config, shapes) -> FLOPs`` of one transformer call.
         tiny: transformer config keys of the tiny variant (CPU smoke runs, the FLOP check).
         tiny_call: call keywords of the tiny variant (a small video).
@@ -486,7 +486,7 @@ def _wan_embeds(cfg, call):
     return _f((1, call.max_sequence_length, cfg.text_dim))
 
 
-def _wan_shapes(pipe, call, x, embeds, args):
+def _wan_shapes(pipe, call, x, embeds, inputs):
     cfg = pipe.transformer.config
     b, t, h, w, c = x.shape
     pt, ph, pw = cfg.patch_size
@@ -511,7 +511,7 @@ def _hunyuan15_embeds(cfg, call):
     )
 
 
-def _hunyuan15_shapes(pipe, call, x, embeds, args):
+def _hunyuan15_shapes(pipe, call, x, embeds, inputs):
     from vidax.models.hunyuan_video15.pipeline import IMAGE_TOKENS
 
     cfg = pipe.transformer.config
@@ -533,12 +533,12 @@ def _ltx2_embeds(cfg, call):
     return (_f((1, s, cfg.caption_channels)), _f((1, s, cfg.caption_channels), seed=1), _mask(s, s))
 
 
-def _ltx2_shapes(pipe, call, x, embeds, args):
+def _ltx2_shapes(pipe, call, x, embeds, inputs):
     v, a = x["latents"], x["audio_latents"]
     # the guidance's passes (LTX2Guidance.rows): prompt, negative, and the STG / modality-isolated
     # ones the call's scales turn on, all in one batch
     return {
-        "batch": v.shape[0] * args[3].rows,
+        "batch": v.shape[0] * inputs.guidance.rows,
         "tokens": int(np_prod(v.shape[1:-1])),
         "audio_tokens": int(a.shape[1]),
         "text": embeds[0].shape[1],
@@ -552,7 +552,7 @@ def _cosmos3_embeds(cfg, call):
     return {"ids": jnp.asarray(np_arange(u)[None] % cfg.vocab_size, jnp.int32), "lengths": jnp.asarray([u], jnp.int32)}
 
 
-def _cosmos3_shapes(pipe, call, x, embeds, args):
+def _cosmos3_shapes(pipe, call, x, embeds, inputs):
     lay = pipe._layout
     t, hp, wp = lay.grid
     sound = lay.sound or 0

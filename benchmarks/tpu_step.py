@@ -67,7 +67,7 @@ def check_flops(model: str, tiny: bool, num_layers, call: dict) -> dict:
 
     preset = PRESETS[model]
     s = build_step(preset, jnp.float32, attention="xla", tiny=tiny, num_layers=num_layers, call=call)
-    lowered = s.fn.lower(s.params, s.x, s.state, *s.args)
+    lowered = s.fn.lower(s.params, s.x, s.state, s.inputs)
     xla = float(lowered.cost_analysis()["flops"])
     formula = float(preset.flops(s.cfg, s.shapes))
     return {
@@ -101,13 +101,13 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
     )
     build_s = time.perf_counter() - t_build
     t0 = time.perf_counter()
-    compiled = s.fn.lower(s.params, s.x, s.state, *s.args).compile()
+    compiled = s.fn.lower(s.params, s.x, s.state, s.inputs).compile()
     compile_s = time.perf_counter() - t0
     x, state = s.x, s.state
     times = []
     for i in range(steps + 1):  # the first one warms up
         t0 = time.perf_counter()
-        x, state = compiled(s.params, x, state, *s.args)
+        x, state = compiled(s.params, x, state, s.inputs)
         jax.block_until_ready(x)
         if i or not steps:  # --steps 0: the first step alone, warm-up costs included
             times.append(time.perf_counter() - t0)
