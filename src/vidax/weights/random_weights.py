@@ -1,0 +1,241 @@
+"""Random weights made on the device from a component's config (``random_weights=True``).
+
+What ``load_pipeline(..., random_weights=True)`` and ``vidax generate --random-weights`` load
+instead of a checkpoint's tensors: every parameter of the component's model (its registry
+entry, built abstractly from its ``config.json``) is created where the loader would place it
+(its sharding on the mesh, host memory for a staged component, ``pinned_host`` chunks for
+streamed blocks) in the dtype the precision policy gives it, by one small jitted program per
+(shape, dtype, placement) whose output sharding is that placement: no file is read and no host
+copy of the model is made. The values come from a counter hash (``lowbias32`` of the element's
+index and a per-parameter seed), uniform with a mean and spread by the parameter's role:
+
+* a norm's ``scale``: mean 1, std 0.02;
+* a kernel of rank >= 2: mean 0, std ``1/sqrt(fan_in)`` (``fan_in``: the product of its
+  dimensions but the last, the layer axis of a stacked block left out);
+* everything else (biases, embeddings, modulation tables): mean 0, std 0.02;
+* integer parameters: zeros.
+
+A streamed stack's chunks hold the same values as the rows of the resident stack (the hash runs
+over the stack's element indices), so a model streamed and resident compute the same video.
+So activations keep a sensible scale through the blocks (finite in bfloat16); the video is
+noise. :class:`ConfigReader` lists the tensors such a component's checkpoint would hold (names,
+shapes in the file's layout, float32), so the memory plan and the staging count the same bytes
+as with files.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.weights.loader import (
+    DtypePolicy,
+    PendingLoad,
+    Placement,
+    _source_shape_of,
+    _stack_axes,
+    abstract_params,
+    path_str,
+)
+from vidax.weights.safetensors_io import TensorInfo
+
+#: What :class:`ConfigReader` gives as each tensor's file, in messages.
+SOURCE = "<random weights>"
+
+
+def value_scale(path: tuple, shape: tuple[int, ...], stacked: bool) -> tuple[float, float]:
+    """``(mean, std)`` of the random values of the parameter at ``path`` of ``shape``
+    (``stacked``: its first axis is the layer axis of a block stack); see the module docstring."""
+    dims = tuple(shape[1:]) if stacked else tuple(shape)
+    leaf = str(path[-1])
+    if leaf == "scale":
+        return 1.0, 0.02
+    if leaf == "kernel" and len(dims) >= 2:
+        return 0.0, 1.0 / math.sqrt(max(1, math.prod(dims[:-1])))
+    return 0.0, 0.02
+
+
+def _hashed_uniform(shape: tuple[int, ...], seed: jax.Array, offset: jax.Array) -> jax.Array:
+    """float32 values uniform in [-0.5, 0.5) of ``shape``: ``lowbias32`` of each element's
+    row-major index plus ``offset`` (modulo 2**32) mixed with ``seed`` (both uint32, traced)."""
+    index = jnp.full(shape, offset, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(len(shape))):
+        index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride % 2**32)
+        stride *= shape[axis]
+    x = index * jnp.uint32(0x9E3779B9) + seed
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * jnp.uint32(0x846CA68B)
+    x = x ^ (x >> 16)
+    return (x >> 8).astype(jnp.float32) * jnp.float32(2.0**-24) - jnp.float32(0.5)
+
+
+@functools.cache
+def _filler(shape: tuple[int, ...], dtype: np.dtype, sharding: jax.sharding.Sharding) -> Callable:
+    """The jitted ``(seed, offset, mean, std) -> array`` of ``shape`` / ``dtype`` made in ``sharding``."""
+
+    def fill(seed, offset, mean, std):
+        if not jnp.issubdtype(dtype, jnp.floating):
+            return jnp.zeros(shape, dtype)
+        return (mean + std * math.sqrt(12.0) * _hashed_uniform(shape, seed, offset)).astype(dtype)
+
+    return jax.jit(fill, out_shardings=sharding)
+
+
+def random_array(
+    shape: tuple[int, ...],
+    dtype: Any,
+    sharding: jax.sharding.Sharding,
+    seed: int,
+    mean: float,
+    std: float,
+    offset: int = 0,
+) -> jax.Array:
+    """An array of ``shape`` and ``dtype`` made in ``sharding`` (device or host memory): uniform
+    values of ``mean`` and ``std`` from the counter hash of ``seed`` (an int) over the element
+    indices from ``offset`` on (so rows ``[a, b)`` of a stack made with offset ``a`` x row size
+    equal those rows of the whole stack); zeros for an integer dtype."""
+    fn = _filler(tuple(int(d) for d in shape), np.dtype(dtype), sharding)
+    return fn(np.uint32(seed % 2**32), np.uint32(offset % 2**32), np.float32(mean), np.float32(std))
+
+
+def _path_seed(path: tuple, seed: int) -> int:
+    return zlib.crc32(path_str(path).encode()) ^ (seed * 0x9E3779B1) % 2**32
+
+
+def random_module(
+    make: Callable[[], nnx.Module],
+    policy: DtypePolicy,
+    placement: Placement | None,
+    rules: Any,
+    *,
+    block_stacks: tuple[str, ...] = (),
+    stream: Any = None,
+    seed: int = 0,
+) -> PendingLoad:
+    """The module ``make()`` (built abstractly now) with random parameters made when read.
+
+    Args:
+        make: the module's constructor (never run concretely).
+        policy: the storage dtype of each floating parameter.
+        placement: ``(path, ShapeDtypeStruct) -> Sharding`` (with its memory kind); None: this
+            process's first device.
+        rules: the family's :class:`~vidax.weights.loader.KeyRules` (which parameters are
+            stacked layers).
+        block_stacks: the model's stacked block attributes (their first axis is the layer axis).
+        stream: an :class:`~vidax.parallel.offload.OffloadConfig` that streams blocks: every
+            stack of ``block_stacks`` is made chunk by chunk straight into host memory (its
+            ``memory_kind``) and attached as the loader's streamed chunks; None: resident.
+        seed: mixed into every parameter's seed (its path's CRC32).
+
+    Returns:
+        A :class:`~vidax.weights.loader.PendingLoad` (its ``abstract``: the parameters).
+    """
+    graphdef, abstract = abstract_params(make)
+    stacked = _stack_axes(abstract, rules)
+    streamed = tuple(block_stacks) if stream is not None else ()
+
+    def read() -> nnx.Module:
+        from vidax.parallel.offload import attach_chunks, host_memory_kind
+
+        device = jax.local_devices()[0]
+        kind = host_memory_kind(stream.memory_kind) if streamed else None
+        chunks: dict = {a: {} for a in streamed}
+        shardings: dict = {a: {} for a in streamed}
+        filled = []
+        for path, var in abstract.items():
+            target = var.get_value()
+            floating = jnp.issubdtype(target.dtype, jnp.floating)
+            sds = jax.ShapeDtypeStruct(target.shape, policy.dtype_for(path) if floating else target.dtype)
+            sharding = placement(path, sds) if placement is not None else jax.sharding.SingleDeviceSharding(device)
+            mean, std = value_scale(path, sds.shape, path in stacked)
+            base = _path_seed(path, seed)
+            if str(path[0]) in streamed:
+                total = sds.shape[0]
+                n = stream.layers_per_chunk(total)
+                where = sharding if kind is None else sharding.with_memory_kind(kind)
+                parts = []
+                for start in range(0, total, n):
+                    shape = (min(n, total - start),) + tuple(sds.shape[1:])
+                    row = math.prod(sds.shape[1:])
+                    part = random_array(shape, sds.dtype, where, base, mean, std, offset=start * row)
+                    parts.append(part if kind is not None else np.asarray(part))
+                chunks[str(path[0])][tuple(path[1:])] = parts
+                shardings[str(path[0])][tuple(path[1:])] = sharding
+                value = sds
+            else:
+                value = random_array(sds.shape, sds.dtype, sharding, base, mean, std)
+            filled.append((path, var.replace(value)))
+        module = nnx.merge(graphdef, nnx.from_flat_state(filled))
+        for attr in streamed:
+            attach_chunks(module, attr, chunks[attr], shardings[attr], kind)
+        return module
+
+    return PendingLoad(read, abstract)
+
+
+def config_reader(spec: Any, config: Any) -> ConfigReader:
+    """The :class:`ConfigReader` of ``spec`` and ``config`` (one per pair in this process where
+    the config is hashable: a plan sizes the same component more than once)."""
+    try:
+        return _config_reader(spec, config)
+    except TypeError:  # a config holding a list or dict
+        return ConfigReader(spec, config)
+
+
+@functools.lru_cache(maxsize=16)
+def _config_reader(spec: Any, config: Any) -> ConfigReader:
+    return ConfigReader(spec, config)
+
+
+class ConfigReader:
+    """The tensors a component's checkpoint would hold, from its config alone: each parameter of
+    the abstract model under the key the family's key rules give it (a stacked one once per
+    layer), its shape in the file's layout, float32. Quacks as a
+    :class:`~vidax.weights.safetensors_io.CheckpointReader` for sizing (``keys``, ``info``):
+    what the memory plan and the staging read in random-weights mode.
+
+    Args:
+        spec: the component's registry entry. config: its parsed config.
+    """
+
+    def __init__(self, spec: Any, config: Any):
+        model_cls = spec.model_class()
+        kwargs = {"mesh": None} if spec.block_stacks else {}
+        _, abstract = abstract_params(lambda: model_cls(config, rngs=nnx.Rngs(0), **kwargs))
+        rules = spec.rules(config, ())
+        stacked = _stack_axes(abstract, rules)
+        self._infos: dict[str, TensorInfo] = {}
+        for path, var in abstract.items():
+            target = var.get_value()
+            dtype = np.dtype(np.float32) if jnp.issubdtype(target.dtype, jnp.floating) else np.dtype(target.dtype)
+            if path in stacked:
+                layer_shape = _source_shape_of(tuple(target.shape[1:]), path)
+                for layer in range(target.shape[0]):
+                    self._infos[rules.join(path, layer)] = TensorInfo(SOURCE, dtype, layer_shape, 0, 0)
+            else:
+                self._infos[rules.join(path, None)] = TensorInfo(
+                    SOURCE, dtype, _source_shape_of(tuple(target.shape), path), 0, 0
+                )
+
+    def keys(self) -> list[str]:
+        return list(self._infos)
+
+    def info(self, key: str) -> TensorInfo:
+        return self._infos[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._infos
+
+    def __len__(self) -> int:
+        return len(self._infos)
