@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
@@ -44,18 +45,19 @@ def configs_only(ckpt, tmp_path_factory) -> str:
     return out
 
 
-def test_a_configs_only_folder_runs(configs_only):
-    """No file but configs: every weight made from them, the tokenizer the stand-in, finite
-    latents (the VAE decode of random weights runs in ``tpu_e2e.py --tiny``)."""
+def test_a_configs_only_folder_loads_and_encodes(configs_only):
+    """No file but configs: every weight made from them (finite), the tokenizer the stand-in,
+    a finite prompt encoding (a whole video from random weights: ``tpu_e2e.py --tiny`` in
+    tests/test_tpu_benchmarks.py)."""
     import vidax
 
     assert not any(f.endswith(".safetensors") for _, _, fs in os.walk(configs_only) for f in fs)
     pipe = vidax.load_pipeline(configs_only, random_weights=True, progress=False)
     assert pipe.tokenizer.path.endswith("random-weights-stand-in")
-    out = pipe("a cat", num_inference_steps=1, height=32, width=32, num_frames=5, output_type="latent", progress=False)
-    latents = np.asarray(out.frames)
-    assert latents.shape[:3] == (1, 16, 2)
-    assert np.isfinite(latents).all() and latents.std() > 0
+    for leaf in jax.tree.leaves(nnx.state(pipe.transformer)):
+        assert np.isfinite(np.asarray(leaf, np.float32)).all()
+    embeds = np.asarray(pipe.encode_text(["a cat"], 8))
+    assert embeds.shape[:2] == (1, 8) and np.isfinite(embeds).all() and embeds.std() > 0
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -106,3 +108,23 @@ def test_random_weights_refuse_an_8bit_format_before_loading(configs_only):
 
     with pytest.raises(InputError, match=r"random_weights makes every weight.*weight_dtype='int8'"):
         vidax.load_pipeline(configs_only, random_weights=True, weight_dtype="int8")
+
+
+def test_weights_are_made_in_their_mesh_sharding(configs_only):
+    """On a mesh each parameter is made in the sharding the loader gives it (the family's axes):
+    the tensor-parallel kernels split over ``tensor``, the others as their rule says."""
+    from vidax.parallel.mesh import resolve_mesh
+    from vidax.parallel.placement import logical_placement
+
+    mesh = resolve_mesh("1x2x1")
+    spec = registry().component(Checkpoint.open(configs_only).class_of("transformer"))
+    folder = os.path.join(configs_only, "transformer")
+    module = plan_component(spec, folder, jnp.bfloat16, random_weights=True, mesh=mesh).read()
+    placement = logical_placement(mesh, spec.axes())
+    split = 0
+    for path, var in nnx.to_flat_state(nnx.state(module)):
+        value = var.get_value()
+        want = placement(path, jax.ShapeDtypeStruct(value.shape, value.dtype))
+        assert value.sharding.is_equivalent_to(want, value.ndim), path
+        split += value.addressable_shards[0].data.size < value.size
+    assert split > 0  # some parameters are split over the tensor axis

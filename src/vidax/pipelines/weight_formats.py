@@ -7,11 +7,14 @@ weights made on the device from its config, :mod:`vidax.weights.random_weights`)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
 from vidax.checkpoint import Checkpoint
 from vidax.errors import InputError
+
+logger = logging.getLogger("vidax.pipeline")
 
 #: Files a tokenizer folder is read from (:class:`~vidax.encoders.tokenizer.TextTokenizer`).
 _TOKENIZER_FILES = ("tokenizer.json", "spiece.model", "tokenizer.model", "vocab.json")
@@ -86,6 +89,11 @@ def with_random_weights(checkpoint: Checkpoint, random_weights: bool = True) -> 
         files = set(os.listdir(folder)) if os.path.isdir(folder) else set()
         if not files & set(_TOKENIZER_FILES):
             folders[name] = stand_in_tokenizer()
+            logger.warning(
+                "random weights: %s has no tokenizer files; %s is read from a stand-in tokenizer (256 pieces, T5-style)",
+                folder,
+                name,
+            )
     return dataclasses.replace(checkpoint, folders=folders, random_weights=True)
 
 

@@ -25,6 +25,7 @@ as with files.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import zlib
@@ -80,9 +81,27 @@ def _hashed_uniform(shape: tuple[int, ...], seed: jax.Array, offset: jax.Array) 
     return (x >> 8).astype(jnp.float32) * jnp.float32(2.0**-24) - jnp.float32(0.5)
 
 
-@functools.cache
+@dataclasses.dataclass(frozen=True)
+class Fill:
+    """One array to make: its ``shape``, ``dtype`` and ``sharding`` (device or host memory),
+    uniform values of ``mean`` and ``std`` from the counter hash of ``seed`` over the element
+    indices from ``offset`` on (so rows ``[a, b)`` of a stack made with offset ``a`` x row size
+    equal those rows of the whole stack); zeros for an integer dtype."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    sharding: jax.sharding.Sharding
+    seed: int
+    mean: float
+    std: float
+    offset: int = 0
+
+
+@functools.lru_cache(maxsize=256)
 def _filler(shape: tuple[int, ...], dtype: np.dtype, sharding: jax.sharding.Sharding) -> Callable:
-    """The jitted ``(seed, offset, mean, std) -> array`` of ``shape`` / ``dtype`` made in ``sharding``."""
+    """The jitted ``(seed, offset, mean, std) -> array`` of ``shape`` / ``dtype`` made in
+    ``sharding`` (one program per distinct triple: a model's parameters share few shapes, so
+    few compile, each small)."""
 
     def fill(seed, offset, mean, std):
         if not jnp.issubdtype(dtype, jnp.floating):
@@ -90,6 +109,16 @@ def _filler(shape: tuple[int, ...], dtype: np.dtype, sharding: jax.sharding.Shar
         return (mean + std * math.sqrt(12.0) * _hashed_uniform(shape, seed, offset)).astype(dtype)
 
     return jax.jit(fill, out_shardings=sharding)
+
+
+def random_arrays(fills: list[Fill]) -> list[jax.Array]:
+    """The arrays of ``fills``, each made by its layout's program (dispatched asynchronously)."""
+    return [
+        _filler(tuple(int(d) for d in f.shape), np.dtype(f.dtype), f.sharding)(
+            np.uint32(f.seed % 2**32), np.uint32(f.offset % 2**32), np.float32(f.mean), np.float32(f.std)
+        )
+        for f in fills
+    ]
 
 
 def random_array(
@@ -101,12 +130,8 @@ def random_array(
     std: float,
     offset: int = 0,
 ) -> jax.Array:
-    """An array of ``shape`` and ``dtype`` made in ``sharding`` (device or host memory): uniform
-    values of ``mean`` and ``std`` from the counter hash of ``seed`` (an int) over the element
-    indices from ``offset`` on (so rows ``[a, b)`` of a stack made with offset ``a`` x row size
-    equal those rows of the whole stack); zeros for an integer dtype."""
-    fn = _filler(tuple(int(d) for d in shape), np.dtype(dtype), sharding)
-    return fn(np.uint32(seed % 2**32), np.uint32(offset % 2**32), np.float32(mean), np.float32(std))
+    """One array of :class:`Fill` ``(shape, dtype, sharding, seed, mean, std, offset)``."""
+    return random_arrays([Fill(tuple(shape), dtype, sharding, seed, mean, std, offset)])[0]
 
 
 def _path_seed(path: tuple, seed: int) -> int:
@@ -150,8 +175,9 @@ def random_module(
 
         device = jax.local_devices()[0]
         kind = host_memory_kind(stream.memory_kind) if streamed else None
-        chunks: dict = {a: {} for a in streamed}
-        shardings: dict = {a: {} for a in streamed}
+        resident: dict = {}  # path -> Fill
+        parts: dict = {}  # path of a streamed stack's parameter -> its chunks' Fills
+        shardings: dict = {}
         filled = []
         for path, var in abstract.items():
             target = var.get_value()
@@ -161,24 +187,29 @@ def random_module(
             mean, std = value_scale(path, sds.shape, path in stacked)
             base = _path_seed(path, seed)
             if str(path[0]) in streamed:
-                total = sds.shape[0]
+                total, row = sds.shape[0], math.prod(sds.shape[1:])
                 n = stream.layers_per_chunk(total)
                 where = sharding if kind is None else sharding.with_memory_kind(kind)
-                parts = []
-                for start in range(0, total, n):
-                    shape = (min(n, total - start),) + tuple(sds.shape[1:])
-                    row = math.prod(sds.shape[1:])
-                    part = random_array(shape, sds.dtype, where, base, mean, std, offset=start * row)
-                    parts.append(part if kind is not None else np.asarray(part))
-                chunks[str(path[0])][tuple(path[1:])] = parts
-                shardings[str(path[0])][tuple(path[1:])] = sharding
-                value = sds
+                parts[path] = [
+                    Fill((min(n, total - a),) + tuple(sds.shape[1:]), sds.dtype, where, base, mean, std, a * row)
+                    for a in range(0, total, n)
+                ]
+                shardings[path] = sharding
             else:
-                value = random_array(sds.shape, sds.dtype, sharding, base, mean, std)
-            filled.append((path, var.replace(value)))
-        module = nnx.merge(graphdef, nnx.from_flat_state(filled))
+                resident[path] = Fill(tuple(sds.shape), sds.dtype, sharding, base, mean, std)
+            filled.append((path, var, sds))
+        values = dict(zip(resident, random_arrays(list(resident.values()))))
+        # A streamed stack: chunk i of every parameter, one chunk at a time.
+        chunks: dict = {p: [] for p in parts}
+        for i in range(max((len(f) for f in parts.values()), default=0)):
+            paths = [p for p, f in parts.items() if i < len(f)]
+            for p, arr in zip(paths, random_arrays([parts[p][i] for p in paths])):
+                chunks[p].append(arr if kind is not None else np.asarray(arr))
+        state = [(p, var.replace(values.get(p, sds))) for p, var, sds in filled]
+        module = nnx.merge(graphdef, nnx.from_flat_state(state))
         for attr in streamed:
-            attach_chunks(module, attr, chunks[attr], shardings[attr], kind)
+            mine = [p for p in chunks if str(p[0]) == attr]
+            attach_chunks(module, attr, {p[1:]: chunks[p] for p in mine}, {p[1:]: shardings[p] for p in mine}, kind)
         return module
 
     return PendingLoad(read, abstract)
