@@ -128,3 +128,16 @@ def test_weights_are_made_in_their_mesh_sharding(configs_only):
         assert value.sharding.is_equivalent_to(want, value.ndim), path
         split += value.addressable_shards[0].data.size < value.size
     assert split > 0  # some parameters are split over the tensor axis
+
+
+def test_cli_random_weights_flag_reaches_the_plan(configs_only, tmp_path):
+    """``vidax generate --random-weights`` plans with random weights: with --weights it is one
+    error line naming both flags as typed, before any weight is read."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    args = ["generate", "--checkpoint", configs_only, "--random-weights", "--weights", "int8", "--prompt", "a cat"]
+    r = CliRunner().invoke(app, args + ["--output", str(tmp_path / "v.npy")])
+    assert r.exit_code == 2, r.output
+    assert "error: --random-weights makes every weight from the configs; --weights 'int8' cannot apply" in r.output
