@@ -741,5 +741,6 @@ PRESETS: dict[str, Preset] = {
         text_len=256,
         layers_key="num_hidden_layers",
         note="Cosmos3-Edge, 256 prompt tokens, CFG batch 2, UniPC",
+        tiny_components={"vae": WAN_TINY_COMPONENTS["vae"]},
     ),
 }

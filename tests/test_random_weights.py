@@ -53,7 +53,7 @@ def test_a_configs_only_folder_loads_and_encodes(configs_only):
 
     assert not any(f.endswith(".safetensors") for _, _, fs in os.walk(configs_only) for f in fs)
     pipe = vidax.load_pipeline(configs_only, random_weights=True, progress=False)
-    assert pipe.tokenizer.path.endswith("random-weights-stand-in")
+    assert pipe.tokenizer.path.endswith("random-weights-stand-in-2")
     for leaf in jax.tree.leaves(nnx.state(pipe.transformer)):
         assert np.isfinite(np.asarray(leaf, np.float32)).all()
     embeds = np.asarray(pipe.encode_text(["a cat"], 8))

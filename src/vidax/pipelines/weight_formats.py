@@ -60,7 +60,8 @@ def with_random_weights(checkpoint: Checkpoint, random_weights: bool = True) -> 
     component's config, as ``reference_configs/<name>/``. A tokenizer folder without tokenizer
     files (the reference folders keep a summary of the tokenizer, not the tokenizer) is read
     from a stand-in instead: :func:`stand_in_tokenizer`, a small T5-style tokenizer of 256
-    pieces (so its ids fit any text encoder's vocabulary), in random-weights mode only.
+    pieces (so a prompt's ids fit any text encoder's vocabulary) plus the special tokens prompt
+    templates look up, in random-weights mode only.
 
     Raises:
         InputError: ``random_weights`` with ``weight_dtype=`` or a single-file ``transformer=``.
@@ -78,38 +79,75 @@ def with_random_weights(checkpoint: Checkpoint, random_weights: bool = True) -> 
         raise InputError(
             Arg("random_weights"), " makes every weight from the configs; ", given, " cannot apply; leave it out"
         )
-    from vidax.registry import registry
 
     folders = dict(checkpoint.folders)
     for name in checkpoint.index:
-        spec = registry().find_component(checkpoint.class_of(name)) if not name.startswith("_") else None
-        if spec is None or spec.kind != "tokenizer" or not checkpoint.has(name):
+        if name.startswith("_") or not checkpoint.has(name) or not _is_tokenizer(checkpoint.class_of(name)):
             continue
         folder = folders.get(name) or os.path.join(checkpoint.root, name)
         files = set(os.listdir(folder)) if os.path.isdir(folder) else set()
         if not files & set(_TOKENIZER_FILES):
             folders[name] = stand_in_tokenizer()
             logger.warning(
-                "random weights: %s has no tokenizer files; %s is read from a stand-in tokenizer (256 pieces, T5-style)",
+                "random weights: %s has no tokenizer files; %s is read from a stand-in tokenizer "
+                "(256 T5-style pieces and chat / vision special tokens)",
                 folder,
                 name,
             )
     return dataclasses.replace(checkpoint, folders=folders, random_weights=True)
 
 
+def _is_tokenizer(class_name: Any) -> bool:
+    """Whether model_index.json's class ``class_name`` is a tokenizer: registered as one, or a
+    transformers tokenizer class the registry does not list (``PreTrainedTokenizerFast``)."""
+    from vidax.registry import registry
+
+    spec = registry().find_component(class_name)
+    if spec is not None:
+        return spec.kind == "tokenizer"
+    return isinstance(class_name, str) and class_name.endswith(("Tokenizer", "TokenizerFast"))
+
+
+#: Special tokens the families' prompt builders look up by name (Qwen, Llama, Gemma chat
+#: markers, vision markers), added to the stand-in tokenizer after its 256 pieces.
+STAND_IN_SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<bos>",
+    "<eos>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+)
+
+
 def stand_in_tokenizer() -> str:
     """The folder of the random-weights stand-in tokenizer (built once in the vidax cache):
-    :func:`~vidax.encoders.tokenizer.build_tiny_t5_tokenizer`'s 256 pieces, plus a plain chat
-    template (each message's text on a line) for the families that prompt through one."""
+    :func:`~vidax.encoders.tokenizer.build_tiny_t5_tokenizer`'s 256 pieces (ids 0-255), the
+    :data:`STAND_IN_SPECIALS` after them, and a plain chat template (each message's text on a
+    line) for the families that prompt through one."""
     import json
+
+    import tokenizers
 
     from vidax.cache import cache_subdir
     from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
 
-    path = os.path.join(cache_subdir("tokenizers"), "random-weights-stand-in")
+    path = os.path.join(cache_subdir("tokenizers"), "random-weights-stand-in-2")
     config_file = os.path.join(path, "tokenizer_config.json")
     if not os.path.isfile(os.path.join(path, "tokenizer.json")) or not os.path.isfile(config_file):
         build_tiny_t5_tokenizer(path, vocab_size=256)
+        tok = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in STAND_IN_SPECIALS])
+        tok.save(os.path.join(path, "tokenizer.json"))
         with open(config_file) as f:
             config = json.load(f)
         config["chat_template"] = (

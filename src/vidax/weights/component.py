@@ -87,8 +87,7 @@ def plan_component(
 
     Raises:
         InputError: ``folder`` is not a folder, ``dtype`` is not supported, the heads do not
-            split over ``mesh``, or ``random_weights`` with ``weights`` / ``file`` or a component
-            built by its own loader.
+            split over ``mesh``, or ``random_weights`` with ``weights`` / ``file``.
         ConfigError: a class vidax does not implement, ``config.json`` missing or asking for
             something not implemented.
         CheckpointError: tensors missing, unexpected, duplicated or mis-shaped (the first few of
@@ -139,16 +138,15 @@ def plan_component(
 
 def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, model_kwargs) -> PendingLoad:
     """:func:`plan_component` with ``random_weights``: the model's parameters made on their
-    placement (:func:`vidax.weights.random_weights.random_module`), no file read."""
+    placement (:func:`vidax.weights.random_weights.random_module`), no file read (a component
+    with its own ``loader`` too: its model is built from its config as any other's)."""
     from vidax.parallel.offload import resolve_offload
-    from vidax.weights.random_weights import random_module
+    from vidax.weights.random_weights import random_module, rules_from_config
 
     what = f"{spec.kind} ({spec.class_name})"
     if weights is not None or file is not None:
         given = f"weight_dtype={weights!r}" if weights is not None else f"transformer={os.fspath(file)!r}"
         raise InputError(f"random_weights=True makes the {what} weights from its config; {given} cannot apply")
-    if spec.loader is not None:
-        raise InputError(f"random_weights=True: the {what} is built by its own loader, which has no random weights")
     model_cls = spec.model_class()
     if spec.block_stacks:
         model_kwargs["mesh"] = mesh
@@ -161,7 +159,7 @@ def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, m
         make,
         DtypePolicy(dtype, spec.fp32()),
         placement,
-        spec.rules(config, ()),
+        rules_from_config(spec, config),
         block_stacks=spec.block_stacks,
         stream=stream if stream is not None and stream.streams_blocks else None,
     )

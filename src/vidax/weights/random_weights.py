@@ -229,6 +229,21 @@ def _config_reader(spec: Any, config: Any) -> ConfigReader:
     return ConfigReader(spec, config)
 
 
+def rules_from_config(spec: Any, config: Any) -> Any:
+    """The family's key rules for a checkpoint without tensors (``spec.rules(config, ())``); a
+    family whose rules read the tensor names (a text encoder's prefix) and refuses none gets
+    the default rules (its ``block_stacks`` stacked): then only the key names of
+    :class:`ConfigReader` and the ``fan_in`` of stacked layers not named there differ, not
+    the bytes."""
+    from vidax.errors import VidaxError
+    from vidax.weights.loader import KeyRules
+
+    try:
+        return spec.rules(config, ())
+    except VidaxError:
+        return KeyRules(stacked=spec.block_stacks)
+
+
 class ConfigReader:
     """The tensors a component's checkpoint would hold, from its config alone: each parameter of
     the abstract model under the key the family's key rules give it (a stacked one once per
@@ -244,7 +259,7 @@ class ConfigReader:
         model_cls = spec.model_class()
         kwargs = {"mesh": None} if spec.block_stacks else {}
         _, abstract = abstract_params(lambda: model_cls(config, rngs=nnx.Rngs(0), **kwargs))
-        rules = spec.rules(config, ())
+        rules = rules_from_config(spec, config)
         stacked = _stack_axes(abstract, rules)
         self._infos: dict[str, TensorInfo] = {}
         for path, var in abstract.items():
