@@ -8,9 +8,11 @@ datasheet peak and an 8192³ bfloat16 matmul timed in the same run. Shows which 
     python benchmarks/tpu_attention.py                       # Wan 480p and 720p shapes
     python benchmarks/tpu_attention.py --shapes 2 32760 12 128 --out /tmp/att
 
-Each setting is ``flash:BQ,BKMAJOR,BK`` (``jax.experimental.pallas.ops.tpu.flash_attention``) or
-``splash:BQ,BKV,BKVCOMPUTE`` (``splash_attention``); a setting that fails to compile (tiles over
-the scoped VMEM) is reported as such.
+Each setting is ``flash:BQ,BKMAJOR,BK`` (``jax.experimental.pallas.ops.tpu.flash_attention``),
+``splash:BQ,BKV,BKVCOMPUTE`` (``splash_attention``) or ``vidax[:IMPLEMENTATION]`` (vidax's
+dispatch, ``pallas_tpu`` by default); a setting that fails to compile (tiles over the scoped
+VMEM) is reported as such. ``--tiny``: one small shape through vidax's ``xla`` and
+``blockwise`` attention and a 256³ matmul (a CPU smoke run of the script).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def run_setting(setting: str, q, k, v):
 
     from vidax.nn.attention import dot_product_attention
 
-    if setting == "vidax":
-        return jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation="pallas_tpu"))
+    if setting == "vidax" or setting.startswith("vidax:"):
+        impl = setting.partition(":")[2] or "pallas_tpu"
+        return jax.jit(lambda q, k, v: dot_product_attention(q, k, v, implementation=impl))
     kind, sizes = setting.split(":")
     a, b, c = (int(x) for x in sizes.split(","))
     scale = 1.0 / q.shape[-1] ** 0.5
@@ -78,7 +81,8 @@ def run_setting(setting: str, q, k, v):
     return jax.jit(g)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run with ``argv`` (None: the command line); print and return the rows."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--shapes",
@@ -90,12 +94,15 @@ def main() -> None:
     p.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=None, help="write JSON here")
-    args = p.parse_args()
+    p.add_argument("--tiny", action="store_true", help="one small shape, vidax's xla and blockwise (CPU smoke run)")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.shapes, args.settings, args.repeats = [1, 256, 2, 64], ["vidax:xla", "vidax:blockwise"], 1
     import jax
     import jax.numpy as jnp
 
     dev = device_summary()
-    peak = matmul_peak()
+    peak = matmul_peak(256, 1) if args.tiny else matmul_peak()
     print(json.dumps({"device": dev, "matmul_8192_tflops": peak}), flush=True)
     rows = []
     for i in range(0, len(args.shapes), 4):
@@ -115,8 +122,8 @@ def main() -> None:
                 row.update(
                     ms=round(best * 1e3, 2),
                     tflops=round(flops / best / 1e12, 1),
-                    of_datasheet=round(flops / best / dev["peak_flops"], 3),
-                    of_matmul=round(flops / best / 1e12 / peak, 3),
+                    of_datasheet=round(flops / best / dev["peak_flops"], 3) if dev["peak_flops"] else None,
+                    of_matmul=round(flops / best / 1e12 / peak, 3) if peak else None,
                 )
                 if ref is None:
                     ref = out
@@ -130,6 +137,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": dev, "matmul_8192_tflops": peak, "rows": rows}, f, indent=1)
+    return rows
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ MFU can be read against both.
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from collections.abc import Callable
 
@@ -76,3 +77,12 @@ def peak_hbm_gib() -> float | None:
     stats = jax.devices()[0].memory_stats() or {}
     peak = stats.get("peak_bytes_in_use")
     return None if peak is None else round(peak / 2**30, 2)
+
+
+def report(row: dict, out: str | None) -> dict:
+    """Print ``row`` as a ``RESULT {json}`` line and append it to the JSONL file ``out`` (if given)."""
+    print("RESULT " + json.dumps(row), flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return row

@@ -51,31 +51,46 @@ PROMPT = "A cat and a dog baking a cake together in a kitchen"
 # ------------------------------------------------------------------ the reference folders
 
 
-def configs_only(folder: str, overrides: dict | None = None):
-    """``(pipeline class, CheckpointInfo)`` of the reference folder ``folder`` (a name under
-    ``reference_configs/``), its transformer config updated with ``overrides``.
+def scaled_folder(folder: str, components: dict[str, dict] | None = None) -> str:
+    """A temporary overlay (removed at exit) of the reference folder ``folder`` (a name under
+    ``reference_configs/``, or a path): each component folder linked, the configs of
+    ``components`` (name -> config keys) rewritten with those keys replaced."""
+    src = folder if os.path.isdir(folder) else os.path.join(REFERENCE, folder)
+    components = components or {}
+    tmp = tempfile.mkdtemp(prefix="vidax-tpu-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
+    for name in os.listdir(src):
+        path = os.path.join(src, name)
+        if os.path.isdir(path) and name not in components:
+            os.symlink(path, os.path.join(tmp, name))
+        elif not os.path.isdir(path):
+            shutil.copy(path, tmp)
+    for name, overrides in components.items():
+        os.makedirs(os.path.join(tmp, name))
+        for f in os.listdir(os.path.join(src, name)):
+            if f != "config.json":
+                os.symlink(os.path.join(src, name, f), os.path.join(tmp, name, f))
+        with open(os.path.join(src, name, "config.json")) as f:
+            config = dict(json.load(f), **overrides)
+        with open(os.path.join(tmp, name, "config.json"), "w") as f:
+            json.dump(config, f)
+    return tmp
 
-    The folder is read through a temporary overlay (removed at exit): each component folder
-    linked, the transformer's config rewritten when overridden, and every component the
-    family's ``read_checkpoint`` asks for but the folder does not have added to
+
+def configs_only(folder: str, overrides: dict | None = None, components: dict | None = None):
+    """``(pipeline class, CheckpointInfo)`` of the reference folder ``folder`` (a name under
+    ``reference_configs/``), its transformer config updated with ``overrides`` (and the other
+    components' configs with ``components``: name -> keys).
+
+    The folder is read through a temporary overlay (:func:`scaled_folder`) where every
+    component the family's ``read_checkpoint`` asks for but the folder does not have is added to
     ``model_index.json`` as an empty folder."""
     from vidax.checkpoint import Checkpoint
     from vidax.errors import CheckpointError
     from vidax.registry import registry
 
-    src = os.path.join(REFERENCE, folder)
-    tmp = tempfile.mkdtemp(prefix="vidax-tpu-bench-")
-    atexit.register(shutil.rmtree, tmp, True)
-    for name in os.listdir(src):
-        if os.path.isdir(os.path.join(src, name)) and not (overrides and name == "transformer"):
-            os.symlink(os.path.join(src, name), os.path.join(tmp, name))
-    if overrides:
-        with open(os.path.join(src, "transformer", "config.json")) as f:
-            config = dict(json.load(f), **overrides)
-        os.makedirs(os.path.join(tmp, "transformer"))
-        with open(os.path.join(tmp, "transformer", "config.json"), "w") as f:
-            json.dump(config, f)
-    with open(os.path.join(src, "model_index.json")) as f:
+    tmp = scaled_folder(folder, {**(components or {}), **({"transformer": overrides} if overrides else {})})
+    with open(os.path.join(tmp, "model_index.json")) as f:
         index = json.load(f)
     missing = re.compile(r"names no '(\w+)' component|component folder (\w+)/ is missing")
     for _ in range(8):
@@ -93,6 +108,17 @@ def configs_only(folder: str, overrides: dict | None = None):
             index.setdefault(name, ["transformers", "NotLoadedByTheBenchmark"])
             os.makedirs(os.path.join(tmp, name), exist_ok=True)
     raise RuntimeError(f"{folder}: read_checkpoint kept asking for components")
+
+
+def preset_of(checkpoint) -> str | None:
+    """The name of the preset whose reference folder has the transformer class of
+    ``checkpoint`` (an opened :class:`~vidax.checkpoint.Checkpoint`), or None."""
+    cls = checkpoint.class_of("transformer")
+    for name, preset in PRESETS.items():
+        with open(os.path.join(REFERENCE, preset.folder, "model_index.json")) as f:
+            if json.load(f).get("transformer", [None, None])[1] == cls:
+                return name
+    return None
 
 
 # ------------------------------------------------------------------ weights on the host
@@ -186,7 +212,7 @@ def param_count(info, name: str = "transformer") -> int:
 
 @dataclasses.dataclass
 class Step:
-    """One family's denoising step, ready to compile: ``fn.lower(params, x, state, *args)``."""
+    """One family's denoising step, ready to compile: ``fn.lower(params, x, state, inputs)``."""
 
     pipe: Any
     call: Any
@@ -195,7 +221,7 @@ class Step:
     params: Any
     x: Any
     state: Any
-    args: tuple
+    inputs: Any  # the pipeline's StepInputs (a pytree the step takes whole)
     shapes: dict  # what the FLOP formula reads: batch, tokens, text lengths...
 
 
@@ -215,11 +241,9 @@ def build_step(
     checkpoint's default size (``call``: keywords that replace it, e.g. ``height``), its
     schedule set for ``steps`` steps."""
     import jax
-    import jax.numpy as jnp
 
     from vidax.nn.kernels import as_stack_bits
     from vidax.parallel.offload import offloaded_stacks
-    from vidax.stats import RunStats
 
     overrides = dict(preset.tiny if tiny else {})
     if num_layers is not None:
@@ -233,21 +257,33 @@ def build_step(
     if preset.text_len is not None:
         kwargs.setdefault("max_sequence_length", preset.text_len)
     c = cls.check_call(info, PROMPT, **kwargs)
-    stats = RunStats()
-    embeds = preset.embeds(cfg, c)
-    if c.do_cfg:
-        embeds = jax.tree.map(lambda e: jnp.concatenate([e, e]), embeds)
-    embeds = jax.tree.map(lambda e: pipe._repeat_embeds(e, c.num_videos_per_prompt), embeds)
-    cond = pipe.condition(c, stats)
-    x = pipe.prepare_latents(c, pipe.initial_noise(c), cond)
-    state = pipe.set_timesteps(c, x)
+    x, state, embeds, inputs, shapes = step_parts(preset, pipe, c)
     x, state = jax.device_put((x, state), jax.local_devices()[0])
-    args, _ = pipe.step_args(c, embeds, cond, state, 0)
     params = pipe.experts.params(0)
     if not offloaded_stacks(module):
         params = as_stack_bits(params, getattr(module, "block_stacks", ()))
-    shapes = preset.shapes(pipe, c, x, embeds, args)
-    return Step(pipe, c, cfg, pipe.step_fn(c.do_cfg), params, x, state, args, shapes)
+    return Step(pipe, c, cfg, pipe.step_fn(c.do_cfg), params, x, state, inputs, shapes)
+
+
+def step_parts(preset: Preset, pipe, call):
+    """``(latents, scheduler state, embeds, step inputs, FLOP shapes)`` of the first step of
+    ``call`` on ``pipe``: the family's own ``condition``, ``prepare_latents``,
+    ``set_timesteps`` and ``step_args``, with prompt encodings of the encoders' shapes
+    (:attr:`Preset.embeds`, CFG pairs batched). No transformer runs."""
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.stats import RunStats
+
+    embeds = preset.embeds(pipe.transformer.config, call)
+    if call.do_cfg:
+        embeds = jax.tree.map(lambda e: jnp.concatenate([e, e]), embeds)
+    embeds = jax.tree.map(lambda e: pipe._repeat_embeds(e, call.num_videos_per_prompt), embeds)
+    cond = pipe.condition(call, RunStats())
+    x = pipe.prepare_latents(call, pipe.initial_noise(call), cond)
+    state = pipe.set_timesteps(call, x)
+    inputs, _ = pipe.step_args(call, embeds, cond, state, 0)
+    return x, state, embeds, inputs, preset.shapes(pipe, call, x, embeds, inputs)
 
 
 def build_vae(info, dtype, name: str = "vae"):
@@ -450,13 +486,15 @@ class Preset:
         folder: its ``reference_configs/`` folder.
         embeds: ``(transformer config, call) -> what the family's encode_call returns`` for one
             prompt (random arrays of the encoders' shapes; the negative's are the same).
-        shapes: ``(pipe, call, latents, embeds, step args) -> dict`` of what :attr:`flops` reads.
+        shapes: ``(pipe, call, latents, embeds, step inputs) -> dict`` of what :attr:`flops` reads.
         flops: ``(transformer config, shapes) -> FLOPs`` of one transformer call.
         tiny: transformer config keys of the tiny variant (CPU smoke runs, the FLOP check).
         tiny_call: call keywords of the tiny variant (a small video).
         text_len: ``max_sequence_length`` of the call (None: the checkpoint's default).
         layers_key: the config key of the block count (``--num-layers``).
         note: what the row is, for the table.
+        tiny_components: config keys of the other components' tiny variants (component name ->
+            keys; ``tpu_e2e.py --tiny`` runs the whole pipeline with them).
     """
 
     folder: str
@@ -468,6 +506,7 @@ class Preset:
     text_len: int | None = None
     layers_key: str = "num_layers"
     note: str = ""
+    tiny_components: dict = dataclasses.field(default_factory=dict)
 
 
 def _f(shape, dtype=None, seed=0):
@@ -486,7 +525,7 @@ def _wan_embeds(cfg, call):
     return _f((1, call.max_sequence_length, cfg.text_dim))
 
 
-def _wan_shapes(pipe, call, x, embeds, args):
+def _wan_shapes(pipe, call, x, embeds, inputs):
     cfg = pipe.transformer.config
     b, t, h, w, c = x.shape
     pt, ph, pw = cfg.patch_size
@@ -511,7 +550,7 @@ def _hunyuan15_embeds(cfg, call):
     )
 
 
-def _hunyuan15_shapes(pipe, call, x, embeds, args):
+def _hunyuan15_shapes(pipe, call, x, embeds, inputs):
     from vidax.models.hunyuan_video15.pipeline import IMAGE_TOKENS
 
     cfg = pipe.transformer.config
@@ -533,12 +572,12 @@ def _ltx2_embeds(cfg, call):
     return (_f((1, s, cfg.caption_channels)), _f((1, s, cfg.caption_channels), seed=1), _mask(s, s))
 
 
-def _ltx2_shapes(pipe, call, x, embeds, args):
+def _ltx2_shapes(pipe, call, x, embeds, inputs):
     v, a = x["latents"], x["audio_latents"]
     # the guidance's passes (LTX2Guidance.rows): prompt, negative, and the STG / modality-isolated
     # ones the call's scales turn on, all in one batch
     return {
-        "batch": v.shape[0] * args[3].rows,
+        "batch": v.shape[0] * inputs.guidance.rows,
         "tokens": int(np_prod(v.shape[1:-1])),
         "audio_tokens": int(a.shape[1]),
         "text": embeds[0].shape[1],
@@ -552,7 +591,7 @@ def _cosmos3_embeds(cfg, call):
     return {"ids": jnp.asarray(np_arange(u)[None] % cfg.vocab_size, jnp.int32), "lengths": jnp.asarray([u], jnp.int32)}
 
 
-def _cosmos3_shapes(pipe, call, x, embeds, args):
+def _cosmos3_shapes(pipe, call, x, embeds, inputs):
     lay = pipe._layout
     t, hp, wp = lay.grid
     sound = lay.sound or 0
@@ -590,6 +629,12 @@ WAN_TINY = {
     "freq_dim": 64,
 }
 WAN_TINY_CALL = {"height": 64, "width": 96, "num_frames": 9, "max_sequence_length": 32}
+#: The tiny UMT5 (its width is WAN_TINY's text_dim; its vocabulary the random-weights stand-in
+#: tokenizer's) and the tiny Wan VAE (16 latent channels, 8x / 4x compression as the real one).
+WAN_TINY_COMPONENTS = {
+    "text_encoder": {"d_model": 96, "d_ff": 128, "d_kv": 16, "num_heads": 2, "num_layers": 1, "vocab_size": 256},
+    "vae": {"base_dim": 8, "num_res_blocks": 1},
+}
 #: LTX-2's VAE compresses 32x in space and 8x in time: a larger tiny video for enough tokens.
 LTX2_TINY_CALL = {"height": 256, "width": 384, "num_frames": 17, "max_sequence_length": 32}
 
@@ -613,6 +658,7 @@ PRESETS: dict[str, Preset] = {
         WAN_TINY,
         WAN_TINY_CALL,
         note="Wan2.1-T2V-1.3B, 480x832x81, CFG batch 2, UniPC",
+        tiny_components=WAN_TINY_COMPONENTS,
     ),
     "wan-14b": Preset(
         "Wan-AI__Wan2.1-T2V-14B-Diffusers",
@@ -622,6 +668,7 @@ PRESETS: dict[str, Preset] = {
         WAN_TINY,
         WAN_TINY_CALL,
         note="Wan2.1-T2V-14B, 480x832x81, CFG batch 2, UniPC",
+        tiny_components=WAN_TINY_COMPONENTS,
     ),
     "hunyuan15-480p": Preset(
         "hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-480p_t2v",
@@ -694,5 +741,6 @@ PRESETS: dict[str, Preset] = {
         text_len=256,
         layers_key="num_hidden_layers",
         note="Cosmos3-Edge, 256 prompt tokens, CFG batch 2, UniPC",
+        tiny_components={"vae": WAN_TINY_COMPONENTS["vae"]},
     ),
 }

@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tpu_common import device_summary, matmul_peak, peak_hbm_gib  # noqa: E402
+from tpu_common import device_summary, matmul_peak, peak_hbm_gib, report  # noqa: E402
 from tpu_models import PRESETS, build_step, first_leaf, wan_flops  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def check_flops(model: str, tiny: bool, num_layers, call: dict) -> dict:
 
     preset = PRESETS[model]
     s = build_step(preset, jnp.float32, attention="xla", tiny=tiny, num_layers=num_layers, call=call)
-    lowered = s.fn.lower(s.params, s.x, s.state, *s.args)
+    lowered = s.fn.lower(s.params, s.x, s.state, s.inputs)
     xla = float(lowered.cost_analysis()["flops"])
     formula = float(preset.flops(s.cfg, s.shapes))
     return {
@@ -101,13 +101,13 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
     )
     build_s = time.perf_counter() - t_build
     t0 = time.perf_counter()
-    compiled = s.fn.lower(s.params, s.x, s.state, *s.args).compile()
+    compiled = s.fn.lower(s.params, s.x, s.state, s.inputs).compile()
     compile_s = time.perf_counter() - t0
     x, state = s.x, s.state
     times = []
     for i in range(steps + 1):  # the first one warms up
         t0 = time.perf_counter()
-        x, state = compiled(s.params, x, state, *s.args)
+        x, state = compiled(s.params, x, state, s.inputs)
         jax.block_until_ready(x)
         if i or not steps:  # --steps 0: the first step alone, warm-up costs included
             times.append(time.perf_counter() - t0)
@@ -145,7 +145,8 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
+    """Run with ``argv`` (None: the command line); print and return the row."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="wan-1.3b", choices=sorted(PRESETS))
     p.add_argument("--height", type=int, default=None, help="pixels (default: the checkpoint's)")
@@ -168,7 +169,7 @@ def main() -> None:
     )
     p.add_argument("--no-matmul-peak", action="store_true", help="skip the 8192³ matmul (saves ~10 s)")
     p.add_argument("--out", default=None, help="append the JSON row to this file")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     call = {
         k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.frames)) if v is not None
     }
@@ -178,7 +179,7 @@ def main() -> None:
         with jax.default_matmul_precision("highest"):
             row = check_flops(args.model, args.tiny, args.num_layers, call)
         print("RESULT " + json.dumps(row), flush=True)
-        return
+        return row
     dev = device_summary()
     row = {"device": dev}
     if not args.no_matmul_peak:
@@ -196,10 +197,7 @@ def main() -> None:
         row["mfu_datasheet"] = round(rate / dev["peak_flops"], 3)
     if "matmul_8192_tflops" in row:
         row["mfu_of_matmul"] = round(rate / 1e12 / row["matmul_8192_tflops"], 3)
-    print("RESULT " + json.dumps(row), flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    return report(row, args.out)
 
 
 if __name__ == "__main__":

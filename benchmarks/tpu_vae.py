@@ -20,31 +20,35 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tpu_common import device_summary, peak_hbm_gib  # noqa: E402
+from tpu_common import device_summary, peak_hbm_gib, report  # noqa: E402
 from tpu_models import PRESETS, PROMPT, build_vae, configs_only  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
+    """Run with ``argv`` (None: the command line); print and return the row."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="wan-1.3b", choices=sorted(PRESETS))
     p.add_argument("--height", type=int, default=None, help="pixels (default: the checkpoint's)")
     p.add_argument("--width", type=int, default=None, help="pixels (default: the checkpoint's)")
     p.add_argument("--frames", type=int, default=None, help="video frames (default: the checkpoint's)")
-    p.add_argument("--tiny", action="store_true", help="a small video (CPU smoke runs; the VAE is the real one)")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="a small video (CPU smoke runs), and the preset's tiny VAE config where it has one (else the real VAE)",
+    )
     p.add_argument("--tiling", action="store_true", help="the VAE's tiled decode (vae.enable_tiled_decode())")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the VAE's dtype")
     p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "default"])
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--cache-dir", default=None, help="persistent compile cache folder (default: off)")
     p.add_argument("--out", default=None, help="append the JSON row to this file")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import jax
 
@@ -62,7 +66,10 @@ def main() -> None:
     from vidax.stats import RunStats
 
     preset = PRESETS[args.model]
-    cls, info = configs_only(preset.folder)
+    cls, info = configs_only(
+        preset.folder,
+        components={"vae": preset.tiny_components["vae"]} if args.tiny and "vae" in preset.tiny_components else None,
+    )
     dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
     vae = build_vae(info, dtype)
     if args.tiling:
@@ -115,10 +122,7 @@ def main() -> None:
             peak_hbm_gib=peak_hbm_gib(),
             finite=bool(np.isfinite(out).all()),
         )
-    print("RESULT " + json.dumps(row), flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    return report(row, args.out)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,9 @@ class Checkpoint:
             (``load_pipeline(..., transformer=FILE)``, :mod:`vidax.weights.single_file`).
         folders: component name -> a diffusers-layout component folder read instead of
             ``<root>/<name>`` (``load_pipeline(..., transformer=FOLDER)``, :meth:`with_folder`).
+        random_weights: every component's weights are made on the device from its config, no
+            file read (``load_pipeline(..., random_weights=True)``,
+            :func:`vidax.pipelines.weight_formats.with_random_weights`).
     """
 
     root: str
@@ -88,6 +91,7 @@ class Checkpoint:
     weights: str | None = None
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     folders: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    random_weights: bool = False
 
     @classmethod
     def open(cls, path_or_hub_id: str | os.PathLike) -> Checkpoint:

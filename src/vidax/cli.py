@@ -369,6 +369,15 @@ def load_flag(name: str):
 #: ``vidax generate``'s own flags beyond the call's and the load flags: (typer.Option's positional
 #: arguments, its keywords).
 _GENERATE_FLAGS = {
+    "random_weights": (
+        (False, "--random-weights"),
+        dict(
+            help="Make every weight on the device from the checkpoint's configs instead of reading files (the "
+            "video is noise): learn whether a model fits this chip and how long it takes without downloading it. "
+            "The folder needs only model_index.json and the component configs (e.g. reference_configs/NAME); a "
+            "tokenizer folder without tokenizer files is read from a small stand-in tokenizer."
+        ),
+    ),
     "output": (
         ("vidax-output.mp4", "--output", "-o"),
         dict(
@@ -491,6 +500,7 @@ def generate(
     weights: Optional[str] = load_flag("weights"),
     transformer: Optional[str] = load_flag("transformer"),
     preset: Optional[str] = typer.Option(None, "--preset", help=_preset_help()),
+    random_weights: bool = generate_flag("random_weights"),
 ) -> None:
     """Generate a video from a text prompt and write it to --output.
 

@@ -53,6 +53,7 @@ def run(
     transformer=None,
     preset=None,
     output_given=True,
+    random_weights=False,
 ) -> None:
     from vidax.compile_cache import setup_compile_cache
     from vidax.errors import Arg, ArgValue, Cancelled, InputError
@@ -93,6 +94,7 @@ def run(
         decode_audio=audio,
         preset=preset,
         loras=loras,
+        random_weights=random_weights,
     )
     if not output_given and not overwrite:  # the default vidax-output.mp4: an earlier run's is kept
         output = _free_default_output(output, plan.call.batch)
@@ -194,7 +196,17 @@ def _checkpoint_or_default(checkpoint: str | None) -> str:
     return PUBLIC_NAME
 
 
-def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=None, loras=(), **call: Any):
+def _plan_call(
+    checkpoint: str,
+    given: dict,
+    fps,
+    weights,
+    transformer,
+    preset=None,
+    loras=(),
+    random_weights=False,
+    **call: Any,
+):
     """The plan of the call the flags ``given`` make (:func:`~vidax.pipelines.plan.read_plan`, then
     :func:`~vidax.pipelines.plan.with_call`), from the configs alone: the task follows --image (or
     another input that asks for one), the flags are those the task's pipeline takes, --fps is the
@@ -209,7 +221,9 @@ def _plan_call(checkpoint: str, given: dict, fps, weights, transformer, preset=N
     tasks = [options[k].task for k in inputs]
     task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
     plan = with_preset(
-        read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer), preset, "--preset"
+        read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer, random_weights=random_weights),
+        preset,
+        "--preset",
     )
     cls, root = plan.pipeline, plan.checkpoint.root
     takes = set(cls.call_args())

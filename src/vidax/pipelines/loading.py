@@ -23,7 +23,7 @@ from vidax.pipelines.common import status
 from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
-from vidax.pipelines.weight_formats import transformer_source
+from vidax.pipelines.weight_formats import transformer_source, weights_source
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
@@ -65,8 +65,11 @@ def load_pipeline(
             call that does not give ``progress=``, as diffusers' ``pipe.set_progress_bar_config(
             disable=True)`` does; ``pipe(..., progress=True)`` shows them for one call,
             ``pipe.set_progress_bar_config(disable=False)`` for the calls after), diffusers' ``variant=`` (:func:`with_variant`) and
-            ``local_files_only=`` (a hub id from the cache only) and the family's options (e.g.
-            ``vae_dtype=``).
+            ``local_files_only=`` (a hub id from the cache only), ``random_weights=True`` (every
+            weight made on the device from the configs, no file read: the folder needs only
+            ``model_index.json`` and the component configs, e.g. ``reference_configs/<name>/``;
+            its video is noise; :mod:`vidax.weights.random_weights`) and the family's options
+            (e.g. ``vae_dtype=``).
 
     Raises:
         CheckpointError: missing folder, files or tensors. ConfigError: a pipeline class or a
@@ -98,6 +101,7 @@ def load_pipeline(
         task=task,
         weight_dtype=kwargs.pop("weight_dtype", None),
         transformer=kwargs.pop("transformer", None),
+        random_weights=bool(kwargs.pop("random_weights", False)),
     )
     return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, preset=preset, **kwargs)
 
@@ -235,6 +239,8 @@ class Loading:
                 options["weights"] = ckpt.weights
             if name in ckpt.files:
                 options["file"] = ckpt.files[name]
+            if ckpt.random_weights:
+                options["random_weights"] = True
             options["config"] = ckpt.typed_config(name, spec.config_class())
             requests[name] = Request(spec, ckpt.folder(name), options, then)
         return load_components(requests)
@@ -255,6 +261,7 @@ class Loading:
         matmul_precision: str = "highest",
         preset: str | None = None,
         micro_batch: int | None = None,
+        random_weights: bool = False,
         **options: Any,
     ):
         """Load every component of a diffusers-layout folder: ``vidax.WanPipeline.from_pretrained(path)``
@@ -296,6 +303,8 @@ class Loading:
                 where the device plan finds only those fit (:mod:`vidax.pipelines.device_plan`).
                 Parts divide a layer's activations (the CFG passes one after another, as
                 diffusers' Wan pipelines run them) at the cost of smaller matmuls.
+            random_weights: make every weight on the device from the configs instead of reading
+                files (:func:`vidax.load_pipeline`); with a plan, give it to ``read_plan``.
             **options: the family's loading options (e.g. ``vae_dtype``).
 
         Raises:
@@ -316,16 +325,23 @@ class Loading:
         cls.check_load_options(options)
         parse_matmul_precision(matmul_precision)
         if isinstance(path, Plan):
-            if weight_dtype is not None or transformer is not None or variant is not None:
+            if weight_dtype is not None or transformer is not None or variant is not None or random_weights:
                 raise InputError(
-                    "weight_dtype=, transformer= and variant= go to read_plan, which applies the weight format; "
+                    "weight_dtype=, transformer=, variant= and random_weights= go to read_plan, which applies the "
+                    "weight format; "
                     "from_pretrained takes a plan as read_plan gives it"
                 )
             plan = path
         else:
             checkpoint = with_variant(Checkpoint.open(path), variant)
             check_pipeline_class(cls, checkpoint)
-            plan = read_plan(checkpoint, pipeline=cls, weight_dtype=weight_dtype, transformer=transformer)
+            plan = read_plan(
+                checkpoint,
+                pipeline=cls,
+                weight_dtype=weight_dtype,
+                transformer=transformer,
+                random_weights=random_weights,
+            )
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
         plan = with_placement(
             plan,
@@ -441,7 +457,13 @@ class Loading:
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
         paths = {"transformer": transformer_source(ckpt, info.transformers[0], spec)}
-        paths.update({n: ckpt.folder(n) for n in cls.stageable if ckpt.has(n)})
+        paths.update(
+            {
+                n: weights_source(ckpt, n) if ckpt.random_weights else ckpt.folder(n)
+                for n in cls.stageable
+                if ckpt.has(n)
+            }
+        )
         return plan_pipeline_staging(
             paths,
             dtype,

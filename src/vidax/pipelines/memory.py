@@ -17,7 +17,7 @@ from vidax.checkpoint import Checkpoint, CheckpointInfo
 from vidax.errors import Arg, Message, OutOfMemoryError, VidaxError, joined
 from vidax.nn.inputs import parse_dtype
 from vidax.pipelines.call import Call
-from vidax.pipelines.weight_formats import transformer_source
+from vidax.pipelines.weight_formats import transformer_source, weights_source
 from vidax.registry import registry
 
 logger = logging.getLogger("vidax.pipeline")
@@ -270,7 +270,8 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
     """Bytes of the parameters of components ``names`` (None: every one), from the safetensors
     headers (no tensor is read): the VAE in float32, the others in ``dtype`` (floating tensors;
     the transformers' linear weights in the checkpoint's 8-bit ``weights`` format when it has one;
-    a single-file transformer, ``transformer=FILE``, counted from its file as it loads).
+    a single-file transformer, ``transformer=FILE``, counted from its file as it loads; in
+    random-weights mode from the configs, :class:`~vidax.weights.random_weights.ConfigReader`).
     A component whose files cannot be read counts 0 here: loading it reports what is wrong."""
     from vidax.pipelines.staging import component_bytes
 
@@ -279,6 +280,13 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
         if name.startswith("_") or not checkpoint.has(name):
             continue
         folder = checkpoint.folders.get(name) or os.path.join(checkpoint.root, name)
+        spec = registry().find_component(checkpoint.class_of(name))
+        if checkpoint.random_weights and spec is not None and spec.model is not None:
+            weights = checkpoint.weights if name.startswith("transformer") else None
+            total += component_bytes(
+                weights_source(checkpoint, name, spec), jnp.float32 if name == "vae" else dtype, weights=weights
+            )["total"]
+            continue
         if name in checkpoint.files:
             try:
                 source = transformer_source(checkpoint, name, registry().find_component(checkpoint.class_of(name)))

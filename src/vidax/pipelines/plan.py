@@ -102,23 +102,26 @@ def read_plan(
     pipeline: type | None = None,
     weight_dtype: Any = None,
     transformer: Any = None,
+    random_weights: bool = False,
 ) -> Plan:
     """The plan's checkpoint, pipeline class and configs: ``path`` (a folder, a hub id, the embedded
     checkpoint's name or an opened :class:`Checkpoint`) opened with its weight format
-    (``weight_dtype``, a single-file ``transformer``), the class the registry holds for it (that
-    of ``task`` where given, or ``pipeline`` itself), its configs read once.
+    (``weight_dtype``, a single-file ``transformer``; ``random_weights``: every weight made on
+    the device from the configs, :func:`~vidax.pipelines.weight_formats.with_random_weights`),
+    the class the registry holds for it (that of ``task`` where given, or ``pipeline`` itself),
+    its configs read once.
 
     Raises:
         CheckpointError, ConfigError: as the family's ``read_checkpoint``; ConfigError also where
             the class (``pipeline``, or the registry's without ``task``) runs a task the checkpoint
             does not do. InputError: a task the checkpoint does not do; a bad ``weight_dtype`` /
-            ``transformer``.
+            ``transformer``, or either with ``random_weights``.
     """
     from vidax.default_checkpoint import resolve_named_checkpoint
-    from vidax.pipelines.weight_formats import with_weights
+    from vidax.pipelines.weight_formats import with_random_weights, with_weights
 
     checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(resolve_named_checkpoint(path))
-    checkpoint = with_weights(checkpoint, weight_dtype, transformer)
+    checkpoint = with_random_weights(with_weights(checkpoint, weight_dtype, transformer), random_weights)
     cls = pipeline or pipeline_class(checkpoint)
     if not hasattr(cls, "read_checkpoint"):  # not a VideoPipeline (LTX-2.5's diffusion decoder): it says how to run it
         cls.for_task(checkpoint, task or "t2v")

@@ -48,6 +48,7 @@ def plan_component(
     config: Any = None,
     weights: str | None = None,
     file: str | os.PathLike | None = None,
+    random_weights: bool = False,
     **model_kwargs: Any,
 ) -> PendingLoad:
     """Check the checkpoint in ``folder`` against the model of ``spec`` and return the load.
@@ -75,6 +76,9 @@ def plan_component(
             ``.safetensors`` in the original repository's layout,
             :mod:`vidax.weights.single_file`) read instead of the folder's weights (the
             folder's config.json still gives the model).
+        random_weights: make every parameter on its placement from the config instead of
+            reading any file (:mod:`vidax.weights.random_weights`; the folder needs only its
+            ``config.json``).
         **model_kwargs: more keywords of the model's constructor (``attention="xla"``, ...).
 
     Returns:
@@ -82,8 +86,8 @@ def plan_component(
         tensors and returns the module.
 
     Raises:
-        InputError: ``folder`` is not a folder, ``dtype`` is not supported, or the heads do not
-            split over ``mesh``.
+        InputError: ``folder`` is not a folder, ``dtype`` is not supported, the heads do not
+            split over ``mesh``, or ``random_weights`` with ``weights`` / ``file``.
         ConfigError: a class vidax does not implement, ``config.json`` missing or asking for
             something not implemented.
         CheckpointError: tensors missing, unexpected, duplicated or mis-shaped (the first few of
@@ -99,6 +103,8 @@ def plan_component(
         )
     config = config or spec.config_class().from_json_file(os.path.join(folder, "config.json"))
     placement = _in_memory(placement or logical_placement(mesh, spec.axes()), memory_kind)
+    if random_weights:
+        return _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, model_kwargs)
     if spec.loader is not None:
         return spec.load_fn()(folder, dtype=dtype, placement=placement, mesh=mesh, config=config)
     model_cls = spec.model_class()
@@ -128,6 +134,35 @@ def plan_component(
         defer=True,
     )
     return pending.then(stream.attach) if stream is not None else pending
+
+
+def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, model_kwargs) -> PendingLoad:
+    """:func:`plan_component` with ``random_weights``: the model's parameters made on their
+    placement (:func:`vidax.weights.random_weights.random_module`), no file read (a component
+    with its own ``loader`` too: its model is built from its config as any other's)."""
+    from vidax.parallel.offload import resolve_offload
+    from vidax.weights.random_weights import random_module, rules_from_config
+
+    what = f"{spec.kind} ({spec.class_name})"
+    if weights is not None or file is not None:
+        given = f"weight_dtype={weights!r}" if weights is not None else f"transformer={os.fspath(file)!r}"
+        raise InputError(f"random_weights=True makes the {what} weights from its config; {given} cannot apply")
+    model_cls = spec.model_class()
+    if spec.block_stacks:
+        model_kwargs["mesh"] = mesh
+
+    def make() -> nnx.Module:
+        return model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), **model_kwargs)
+
+    stream = resolve_offload(offload) if spec.block_stacks else None
+    return random_module(
+        make,
+        DtypePolicy(dtype, spec.fp32()),
+        placement,
+        rules_from_config(spec, config),
+        block_stacks=spec.block_stacks,
+        stream=stream if stream is not None and stream.streams_blocks else None,
+    )
 
 
 def load_component(spec: ComponentSpec | str, folder: str | os.PathLike, *args: Any, **options: Any) -> nnx.Module:

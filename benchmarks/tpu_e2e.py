@@ -1,0 +1,290 @@
+"""Time to video on one accelerator: one process = one row of the table in docs/benchmarks/tpu.md.
+
+Runs a checkpoint end to end through vidax's own plan (``read_plan`` -> ``with_call`` ->
+``with_placement`` -> ``with_memory``), load (``from_plan``), call (``generate``) and video
+writing, with **random weights made on the device from the configs**
+(``random_weights=True``: the folder needs only its configs, e.g. ``reference_configs/NAME``;
+the video is noise), at the checkpoint's call defaults or the given size / steps, and prints
+(``--out``: appends) one JSON row:
+
+* ``process_wall_s`` (from the process's start to the row), ``startup_s`` (process start to JAX
+  and vidax ready), ``plan_s``, ``load_s``, ``text_encode_s``, ``compile_s`` (the step's),
+  ``step_s`` (each step; ``s_per_step`` their median), ``decode_s`` (VAE, compiles included),
+  ``audio_decode_s``, ``write_s``, ``total_s`` (load + call + writing);
+* ``peak_hbm_gib`` (the device allocator's ``peak_bytes_in_use``; None on a CPU) beside the
+  plan's estimate ``estimate_gib``; ``peak_rss_anon_gib`` / ``peak_rss_file_gib`` (host RSS,
+  anonymous and file-backed, sampled every 50 ms) and ``peak_rss_gib`` (VmHWM);
+* ``step_flops`` / ``step_tflop`` and ``mfu`` of the median step (``tpu_models``' FLOP formula of the family,
+  against the datasheet peak of the device; None where either is unknown);
+* ``cache``: ``cold`` (``--compile-cache DIR`` empty or new), ``warm`` (DIR holds entries) or
+  ``off``; ``device_kind``, ``jax``, what vidax chose (staging, tiling) in ``placement``.
+
+``--budget-s S`` stops the call when S seconds have passed since the process started (before the
+next step or VAE chunk) and still writes the row, with ``stopped`` saying where (a row must fit
+one 10-minute device call). ``--table ROWS.jsonl`` renders rows as the markdown table of
+docs/benchmarks/tpu.md instead of running anything.
+
+    python benchmarks/tpu_e2e.py --model wan-1.3b --compile-cache /tmp/cc --out rows.jsonl   # cold
+    python benchmarks/tpu_e2e.py --model wan-1.3b --compile-cache /tmp/cc --out rows.jsonl   # warm
+    python benchmarks/tpu_e2e.py --checkpoint reference_configs/nvidia__Cosmos3-Edge --steps 4 --budget-s 540
+    python benchmarks/tpu_e2e.py --model wan-1.3b --tiny                # CPU smoke: tiny configs, a small video
+    python benchmarks/tpu_e2e.py --table rows.jsonl                     # the markdown table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from tpu_common import device_summary, peak_hbm_gib, report  # noqa: E402
+from tpu_models import PRESETS, PROMPT, REFERENCE, preset_of, scaled_folder, step_parts  # noqa: E402
+
+GIB = 2**30
+
+
+class RssSampler:
+    """Peak anonymous and file-backed resident memory of this process (``/proc/self/status``
+    ``RssAnon`` / ``RssFile``), sampled every ``period`` seconds on a thread while running."""
+
+    def __init__(self, period: float = 0.05):
+        self.period = period
+        self.anon = self.file = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        try:
+            with open("/proc/self/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:  # not Linux
+            return
+        kib = lambda key: int(fields.get(key, "0 kB").split()[0])  # noqa: E731
+        self.anon = max(self.anon, kib("RssAnon") * 1024)
+        self.file = max(self.file, kib("RssFile") * 1024)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.sample()
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+def process_age_s() -> float:
+    """Seconds since this process started."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
+def run(args) -> dict:
+    """One end-to-end run (see the module docstring); the row."""
+    cache_dir = args.compile_cache
+    cache = "off"
+    if cache_dir:
+        cache = "warm" if os.path.isdir(cache_dir) and os.listdir(cache_dir) else "cold"
+        os.environ["VIDAX_COMPILE_CACHE"] = cache_dir
+    import numpy as np
+
+    from vidax.checkpoint import Checkpoint
+    from vidax.compile_cache import setup_compile_cache
+    from vidax.errors import Cancelled
+    from vidax.io.video import write_video
+    from vidax.pipelines.plan import read_plan, with_call, with_memory, with_placement
+    from vidax.stats import host_peak_rss_bytes
+
+    cache_used = setup_compile_cache() if cache_dir else None
+    dev = device_summary()
+    row: dict = {"device_kind": dev["device_kind"], "platform": dev["platform"], "jax": dev["jax"], "cache": cache}
+    row["startup_s"] = round(process_age_s(), 2)
+    preset_name = args.model
+    if args.checkpoint:
+        folder = args.checkpoint
+        preset_name = preset_name or preset_of(Checkpoint.open(folder))
+    else:
+        folder = os.path.join(REFERENCE, PRESETS[preset_name].folder)
+    preset = PRESETS.get(preset_name) if preset_name else None
+    call = {}
+    if args.tiny:
+        if preset is None:
+            raise SystemExit("--tiny needs --model (the preset's tiny configs)")
+        components = {"transformer": preset.tiny, **preset.tiny_components}
+        folder = scaled_folder(folder, components)
+        call.update(preset.tiny_call)
+    for key, value in (
+        ("height", args.height),
+        ("width", args.width),
+        ("num_frames", args.frames),
+        ("num_inference_steps", args.steps),
+    ):
+        if value is not None:
+            call[key] = value
+    row.update(
+        line=preset.note if preset else os.path.basename(os.path.normpath(folder)),
+        model=preset_name,
+        checkpoint=args.checkpoint or PRESETS[preset_name].folder,
+        tiny=args.tiny,
+        dtype=args.dtype,
+    )
+    deadline = None if args.budget_s is None else time.perf_counter() - process_age_s() + args.budget_s
+    marks: list[float] = []
+
+    def on_step_end(pipe, i, t, kwargs):
+        marks.append(time.perf_counter())
+        return kwargs
+
+    extra = {}
+    if deadline is not None:
+        extra = {"cancel": lambda: time.perf_counter() > deadline, "callback_on_step_end": on_step_end}
+    t0 = time.perf_counter()
+    plan = read_plan(folder, random_weights=True)
+    plan = with_call(plan, prompt=args.prompt, output_type="np", progress=False, **call, **extra)
+    offload = None if args.offload_blocks is None else int(args.offload_blocks)
+    plan = with_placement(plan, dtype=args.dtype, offload=offload)
+    plan = with_memory(plan, refuse=False, vae_tiling=args.vae_tiling)
+    c = plan.call
+    row.update(
+        size_HxWxF=[c.height, c.width, c.num_frames],
+        steps=c.num_inference_steps,
+        estimate_gib=None if plan.memory is None else round(plan.memory.total / GIB, 2),
+        placement={"staging": plan.staging.describe(), "vae_tiling": plan.vae_tiling, "offload_blocks": offload},
+        plan_s=round(time.perf_counter() - t0, 2),
+    )
+    with RssSampler() as rss:
+        t0 = time.perf_counter()
+        pipe = plan.pipeline.from_plan(plan, progress=False)
+        row["load_s"] = round(time.perf_counter() - t0, 2)
+        t_call = time.perf_counter()
+        try:
+            out = pipe.generate(c)
+        except Cancelled as e:
+            out = None
+            row["stopped"] = f"--budget-s {args.budget_s}: stopped {e.done}"
+            steps = [b - a for a, b in zip(marks, marks[1:])]
+            row.update(steps_done=len(marks), step_s=[round(s, 3) for s in steps])
+        if out is not None:
+            st = out.stats
+            row.update(
+                text_encode_s=round(st.text_encode_s, 2),
+                compile_s=round(st.compile_s, 2),
+                step_s=[round(s, 3) for s in st.step_s],
+                decode_s=round(st.decode_s, 2),
+                audio_decode_s=round(st.audio_decode_s, 2),
+                compiles={k: v.compiled for k, v in st.compiles.items()},
+                from_cache={k: v.from_cache for k, v in st.compiles.items()},
+            )
+            t0 = time.perf_counter()
+            path = args.output or os.path.join(tempfile.mkdtemp(prefix="vidax-e2e-"), "video.mp4")
+            audio = None if out.audio is None else out.audio[0]
+            write_video(
+                out.frames[0],
+                path,
+                fps=pipe.video_fps(c),
+                overwrite=True,
+                audio=audio,
+                sample_rate=out.audio_sample_rate,
+            )
+            row["write_s"] = round(time.perf_counter() - t0, 2)
+            row["output"] = path
+            row["finite"] = bool(np.isfinite(out.frames).all())
+        call_s = time.perf_counter() - t_call
+    row["total_s"] = round(row["load_s"] + call_s, 2)
+    if row.get("step_s"):
+        row["s_per_step"] = round(statistics.median(row["step_s"]), 3)
+    row.update(
+        peak_hbm_gib=peak_hbm_gib(),
+        peak_rss_anon_gib=round(rss.anon / GIB, 2),
+        peak_rss_file_gib=round(rss.file / GIB, 2),
+        peak_rss_gib=round(host_peak_rss_bytes() / GIB, 2),
+        compile_cache=cache_used,
+    )
+    if preset is not None and row.get("s_per_step"):
+        flops = float(preset.flops(pipe.transformer.config, step_parts(preset, pipe, c)[4]))
+        row["step_flops"], row["step_tflop"] = flops, round(flops / 1e12, 3)
+        row["mfu"] = round(flops / row["s_per_step"] / dev["peak_flops"], 3) if dev["peak_flops"] else None
+    row["process_wall_s"] = round(process_age_s(), 2)
+    return row
+
+
+#: The table's columns: (header, row -> cell text).
+COLUMNS = (
+    ("line", lambda r: r.get("line") or r.get("checkpoint", "")),
+    ("size HxWxF", lambda r: "x".join(str(v) for v in r.get("size_HxWxF", []))),
+    ("steps", lambda r: str(r.get("steps", ""))),
+    ("cache", lambda r: r.get("cache", "")),
+    ("load s", lambda r: _num(r.get("load_s"))),
+    ("text s", lambda r: _num(r.get("text_encode_s"))),
+    ("compile s", lambda r: _num(r.get("compile_s"))),
+    ("s/step", lambda r: _num(r.get("s_per_step"), 3)),
+    ("decode s", lambda r: _num(r.get("decode_s"))),
+    ("write s", lambda r: _num(r.get("write_s"))),
+    ("total s", lambda r: _num(r.get("total_s"))),
+    ("wall s", lambda r: _num(r.get("process_wall_s"))),
+    ("HBM GiB (est.)", lambda r: f"{_num(r.get('peak_hbm_gib'))} ({_num(r.get('estimate_gib'))})"),
+    ("RSS anon / file GiB", lambda r: f"{_num(r.get('peak_rss_anon_gib'))} / {_num(r.get('peak_rss_file_gib'))}"),
+    ("MFU", lambda r: "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f} %"),
+    ("device, JAX", lambda r: f"{r.get('device_kind', '')}, {r.get('jax', '')}"),
+    ("note", lambda r: r.get("stopped", "") or ("" if r.get("finite", True) else "not finite")),
+)
+
+
+def _num(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown table of ``rows`` (one line a row, in the order given)."""
+    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r).replace("|", "/") for _, cell in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict | str:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, choices=sorted(PRESETS), help="a preset's reference folder")
+    p.add_argument("--checkpoint", default=None, help="a diffusers folder (configs suffice) instead of --model")
+    p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("--height", type=int, default=None, help="pixels (default: the checkpoint's)")
+    p.add_argument("--width", type=int, default=None, help="pixels (default: the checkpoint's)")
+    p.add_argument("--frames", type=int, default=None, help="video frames (default: the checkpoint's)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps (default: the checkpoint's)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument(
+        "--offload-blocks", default=None, help="stream N transformer blocks a chunk (default: vidax decides)"
+    )
+    p.add_argument("--vae-tiling", action="store_true", help="decode the VAE in tiles (default: where needed)")
+    p.add_argument("--compile-cache", default=None, help="persistent compile cache folder (empty: a cold row)")
+    p.add_argument("--budget-s", type=float, default=None, help="stop the call this long after the process started")
+    p.add_argument("--tiny", action="store_true", help="the preset's tiny configs and video (CPU smoke runs)")
+    p.add_argument("--output", default=None, help="the video file (default: a temporary .mp4)")
+    p.add_argument("--out", default=None, help="append the JSON row to this file")
+    p.add_argument("--table", default=None, help="render the rows of this JSONL file as the markdown table; no run")
+    args = p.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            text = table([json.loads(line) for line in f if line.strip()])
+        print(text)
+        return text
+    if (args.model is None) == (args.checkpoint is None):
+        p.error("give one of --model and --checkpoint")
+    row = run(args)
+    return report(row, args.out)
+
+
+if __name__ == "__main__":
+    main()

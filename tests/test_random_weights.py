@@ -1,0 +1,143 @@
+"""Random weights made on the device from the configs (``load_pipeline(..., random_weights=True)``,
+``vidax generate --random-weights``, :mod:`vidax.weights.random_weights`).
+
+The folder here is the embedded tiny checkpoint's configs alone (no safetensors, an empty
+tokenizer folder); a reference configuration scaled down runs end to end in
+``tests/test_tpu_benchmarks.py`` (``tpu_e2e.py --tiny``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from vidax.checkpoint import Checkpoint
+from vidax.errors import InputError
+from vidax.parallel.offload import offloaded_stacks
+from vidax.pipelines.memory import checkpoint_weight_bytes
+from vidax.pipelines.staging import component_bytes
+from vidax.pipelines.weight_formats import with_random_weights
+from vidax.registry import registry
+from vidax.weights.component import plan_component
+from vidax.weights.random_weights import ConfigReader, random_array
+
+
+@pytest.fixture(scope="module")
+def configs_only(ckpt, tmp_path_factory) -> str:
+    """The embedded checkpoint's model_index.json and component configs, no weights, no tokenizer."""
+    out = str(tmp_path_factory.mktemp("configs_only"))
+    for name in os.listdir(ckpt):
+        src = os.path.join(ckpt, name)
+        if os.path.isdir(src):
+            os.makedirs(os.path.join(out, name))
+            if name == "tokenizer":
+                continue
+            for f in os.listdir(src):
+                if f.endswith(".json"):
+                    shutil.copy(os.path.join(src, f), os.path.join(out, name, f))
+        elif name.endswith(".json"):
+            shutil.copy(src, out)
+    return out
+
+
+def test_a_configs_only_folder_loads_and_encodes(configs_only):
+    """No file but configs: every weight made from them (finite), the tokenizer the stand-in,
+    a finite prompt encoding (a whole video from random weights: ``tpu_e2e.py --tiny`` in
+    tests/test_tpu_benchmarks.py)."""
+    import vidax
+
+    assert not any(f.endswith(".safetensors") for _, _, fs in os.walk(configs_only) for f in fs)
+    pipe = vidax.load_pipeline(configs_only, random_weights=True, progress=False)
+    assert pipe.tokenizer.path.endswith("random-weights-stand-in-2")
+    for leaf in jax.tree.leaves(nnx.state(pipe.transformer)):
+        assert np.isfinite(np.asarray(leaf, np.float32)).all()
+    embeds = np.asarray(pipe.encode_text(["a cat"], 8))
+    assert embeds.shape[:2] == (1, 8) and np.isfinite(embeds).all() and embeds.std() > 0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_memory_plan_counts_the_same_bytes_as_the_files(ckpt, configs_only, dtype):
+    """The weights the memory estimate and the staging count: from the configs as from the
+    safetensors headers, component by component."""
+    files, random = Checkpoint.open(ckpt), with_random_weights(Checkpoint.open(configs_only))
+    assert checkpoint_weight_bytes(random, dtype) == checkpoint_weight_bytes(files, dtype) > 0
+    for name in ("transformer", "text_encoder", "vae"):
+        spec = registry().component(files.class_of(name))
+        reader = ConfigReader(spec, files.typed_config(name, spec.config_class()))
+        from_files = component_bytes(os.path.join(ckpt, name), dtype, spec.block_stacks)
+        assert component_bytes(reader, dtype, spec.block_stacks) == from_files, name
+
+
+def test_streamed_blocks_hold_the_rows_of_the_resident_stack(configs_only):
+    """Streamed (``offload=1``: one block a host chunk) and resident random weights are the same
+    values, made where each placement puts them."""
+    folder = os.path.join(configs_only, "transformer")
+    spec = registry().component(Checkpoint.open(configs_only).class_of("transformer"))
+    resident = plan_component(spec, folder, jnp.bfloat16, random_weights=True).read()
+    streamed = plan_component(spec, folder, jnp.bfloat16, random_weights=True, offload=1).read()
+    (stack,) = offloaded_stacks(streamed)
+    assert len(stack.sizes) == stack.num_layers > 1
+    kind = stack.chunk_leaf(0, ("attn1", "to_q", "kernel")).sharding.memory_kind
+    assert kind == "pinned_host"
+    whole = np.asarray(resident.blocks.attn1.to_q.kernel.get_value())
+    chunks = [np.asarray(stack.chunk_leaf(i, ("attn1", "to_q", "kernel"))) for i in range(len(stack.sizes))]
+    np.testing.assert_array_equal(np.concatenate(chunks), whole)
+    assert whole.dtype == jnp.bfloat16 and np.isfinite(whole.astype(np.float32)).all()
+
+
+def test_values_have_the_asked_mean_and_spread_on_their_placement():
+    device = jax.local_devices()[0]
+    where = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+    x = random_array((256, 512), jnp.float32, where, seed=3, mean=1.0, std=0.05)
+    assert x.sharding.memory_kind == "pinned_host"
+    v = np.asarray(x)
+    assert abs(v.mean() - 1.0) < 1e-3 and abs(v.std() - 0.05) < 1e-3
+    other = np.asarray(random_array((256, 512), jnp.float32, where, seed=4, mean=1.0, std=0.05))
+    assert not np.array_equal(v, other)  # another seed, other values
+    ints = random_array((3,), jnp.int32, jax.sharding.SingleDeviceSharding(device), seed=3, mean=1.0, std=1.0)
+    assert ints.dtype == jnp.int32 and not np.asarray(ints).any()
+
+
+def test_random_weights_refuse_an_8bit_format_before_loading(configs_only):
+    import vidax
+
+    with pytest.raises(InputError, match=r"random_weights makes every weight.*weight_dtype='int8'"):
+        vidax.load_pipeline(configs_only, random_weights=True, weight_dtype="int8")
+
+
+def test_weights_are_made_in_their_mesh_sharding(configs_only):
+    """On a mesh each parameter is made in the sharding the loader gives it (the family's axes):
+    the tensor-parallel kernels split over ``tensor``, the others as their rule says."""
+    from vidax.parallel.mesh import resolve_mesh
+    from vidax.parallel.placement import logical_placement
+
+    mesh = resolve_mesh("1x2x1")
+    spec = registry().component(Checkpoint.open(configs_only).class_of("transformer"))
+    folder = os.path.join(configs_only, "transformer")
+    module = plan_component(spec, folder, jnp.bfloat16, random_weights=True, mesh=mesh).read()
+    placement = logical_placement(mesh, spec.axes())
+    split = 0
+    for path, var in nnx.to_flat_state(nnx.state(module)):
+        value = var.get_value()
+        want = placement(path, jax.ShapeDtypeStruct(value.shape, value.dtype))
+        assert value.sharding.is_equivalent_to(want, value.ndim), path
+        split += value.addressable_shards[0].data.size < value.size
+    assert split > 0  # some parameters are split over the tensor axis
+
+
+def test_cli_random_weights_flag_reaches_the_plan(configs_only, tmp_path):
+    """``vidax generate --random-weights`` plans with random weights: with --weights it is one
+    error line naming both flags as typed, before any weight is read."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    args = ["generate", "--checkpoint", configs_only, "--random-weights", "--weights", "int8", "--prompt", "a cat"]
+    r = CliRunner().invoke(app, args + ["--output", str(tmp_path / "v.npy")])
+    assert r.exit_code == 2, r.output
+    assert "error: --random-weights makes every weight from the configs; --weights 'int8' cannot apply" in r.output

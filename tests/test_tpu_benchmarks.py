@@ -1,0 +1,74 @@
+"""Every ``benchmarks/tpu_*.py`` runs at ``--tiny`` on the CPU (issue 46: the TPU benchmarks
+cannot rot): each script's ``main`` in this process, with the tiny configs and a small video.
+``tpu_common`` and ``tpu_models`` are the scripts' shared modules, run through them. What runs
+on a TPU only (the TPU lane, ``tests/tpu``) is skipped elsewhere by its own marker."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+
+import tpu_attention  # noqa: E402
+import tpu_e2e  # noqa: E402
+import tpu_step  # noqa: E402
+import tpu_vae  # noqa: E402
+
+#: The scripts this file runs; a new benchmarks/tpu_*.py must be added here (and run below).
+SCRIPTS = {"tpu_attention", "tpu_e2e", "tpu_step", "tpu_vae"}
+SHARED = {"tpu_common", "tpu_models"}
+#: A smaller video than the presets' tiny one where the VAE decodes (fewer chunks to compile).
+SMALL = ["--height", "32", "--width", "48", "--frames", "5"]
+
+
+def test_every_tpu_script_is_run_here():
+    found = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(BENCHMARKS, "tpu_*.py"))}
+    assert found == SCRIPTS | SHARED
+
+
+def test_tpu_step_runs_a_tiny_ltx2_step():
+    """LTX-2's step: its inputs a StepInputs with the guidance's passes as the batch."""
+    row = tpu_step.main(["--model", "ltx2", "--tiny", "--steps", "0", "--no-matmul-peak"])
+    assert row["finite"] and row["step_s"] > 0 and row["step_flops"] > 0
+    assert row["size_HxWxF"] == [256, 384, 17]
+    assert row["shapes"]["batch"] == 3  # prompt, negative, STG: LTX-2's default guidance passes
+
+
+def test_tpu_vae_decodes_a_tiny_video():
+    row = tpu_vae.main(["--model", "wan-1.3b", "--tiny", "--repeats", "1", *SMALL])
+    assert row["finite"] and row["frames"][:2] == [1, 5] and row["compiles"] > 0
+
+
+def test_tpu_attention_runs_vidax_attention():
+    rows = tpu_attention.main(["--tiny"])
+    assert [r["setting"] for r in rows] == ["vidax:xla", "vidax:blockwise"]
+    assert all("error" not in r and r["ms"] > 0 for r in rows)
+    assert rows[1]["max_abs_diff_vs_first"] < 1e-2  # the same attention, bfloat16
+
+
+def test_tpu_e2e_makes_a_video_from_a_scaled_reference_config(tmp_path):
+    """The Wan2.1 reference configuration scaled down (tiny transformer, UMT5 and VAE configs),
+    random weights made on the device, end to end to an mp4; the row renders as the table."""
+    rows = tmp_path / "rows.jsonl"
+    row = tpu_e2e.main(["--model", "wan-1.3b", "--tiny", "--steps", "2", *SMALL, "--out", str(rows)])
+    assert row["finite"] and os.path.getsize(row["output"]) > 0
+    assert len(row["step_s"]) == 2 and row["load_s"] > 0 and row["decode_s"] > 0 and row["write_s"] > 0
+    assert row["estimate_gib"] > 0 and row["peak_rss_anon_gib"] > 0 and row["process_wall_s"] >= row["total_s"]
+    assert row["step_flops"] > 0 and row["mfu"] is None  # no datasheet peak on a CPU
+    assert json.loads(rows.read_text()) == row
+    table = tpu_e2e.main(["--table", str(rows)])
+    lines = table.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("| line |") and "32x48x5" in lines[2]
+    assert lines[2].count("|") == lines[0].count("|")
+
+
+def test_tpu_e2e_stops_at_its_budget_and_still_reports():
+    row = tpu_e2e.main(["--model", "wan-1.3b", "--tiny", "--steps", "2", "--budget-s", "0"])
+    assert row["stopped"].startswith("--budget-s 0.0: stopped") and "output" not in row
+    assert np.isfinite(row["total_s"])
