@@ -236,6 +236,7 @@ def build_step(
     num_layers=None,
     call: dict | None = None,
     steps: int = 4,
+    micro_batch: int | None = None,
 ) -> Step:
     """The preset's pipeline with host-made transformer weights and the step of a call at the
     checkpoint's default size (``call``: keywords that replace it, e.g. ``height``), its
@@ -250,6 +251,7 @@ def build_step(
         overrides[preset.layers_key] = num_layers
     cls, info = configs_only(preset.folder, overrides)
     cfg, module = build_transformer(info, dtype, blocks, reuse_chunks, attention)
+    module.set_micro_batch(micro_batch)  # the CFG batch in parts of this many rows per layer (None: whole)
     modules = {"transformer": module, "scheduler": cls.load_component(info, "scheduler")}
     pipe = cls(info, modules, dtype=dtype)
     kwargs = dict(preset.tiny_call if tiny else {}, **(call or {}))

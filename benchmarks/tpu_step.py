@@ -80,7 +80,17 @@ def check_flops(model: str, tiny: bool, num_layers, call: dict) -> dict:
     }
 
 
-def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attention: str, tiny: bool, call: dict) -> dict:
+def run(
+    model: str,
+    blocks,
+    steps: int,
+    num_layers,
+    reuse_chunks: bool,
+    attention: str,
+    tiny: bool,
+    call: dict,
+    micro_batch: int | None = None,
+) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -98,6 +108,7 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
         num_layers=num_layers,
         call=call,
         steps=steps + 2,
+        micro_batch=micro_batch,
     )
     build_s = time.perf_counter() - t_build
     t0 = time.perf_counter()
@@ -131,6 +142,7 @@ def run(model: str, blocks, steps: int, num_layers, reuse_chunks: bool, attentio
         "blocks_per_chunk": blocks,
         "streamed": bool(offloaded_stacks(s.pipe.transformer)),
         "reuse_chunks": reuse_chunks,
+        "micro_batch": micro_batch,
         "attention": attention,
         "build_s": round(build_s, 1),
         "compile_s": round(compile_s, 1),
@@ -160,6 +172,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--reuse-chunks", action="store_true", help="every chunk streams the same host buffers")
     p.add_argument("--num-layers", type=int, default=None, help="a subset of the blocks (reported)")
     p.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
+    p.add_argument(
+        "--micro-batch", type=int, default=None, help="each layer runs the CFG batch N rows at a time (default: whole)"
+    )
     p.add_argument("--attention", default="auto")
     p.add_argument(
         "--matmul-precision",
@@ -187,7 +202,15 @@ def main(argv: list[str] | None = None) -> dict:
     with jax.default_matmul_precision(args.matmul_precision):
         row.update(
             run(
-                args.model, args.blocks, args.steps, args.num_layers, args.reuse_chunks, args.attention, args.tiny, call
+                args.model,
+                args.blocks,
+                args.steps,
+                args.num_layers,
+                args.reuse_chunks,
+                args.attention,
+                args.tiny,
+                call,
+                args.micro_batch,
             )
         )
     row["matmul_precision"] = args.matmul_precision

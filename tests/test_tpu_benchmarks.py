@@ -33,9 +33,11 @@ def test_every_tpu_script_is_run_here():
 
 
 def test_tpu_step_runs_a_tiny_ltx2_step():
-    """LTX-2's step: its inputs a StepInputs with the guidance's passes as the batch."""
-    row = tpu_step.main(["--model", "ltx2", "--tiny", "--steps", "0", "--no-matmul-peak"])
-    assert row["finite"] and row["step_s"] > 0 and row["step_flops"] > 0
+    """LTX-2's step: its inputs a StepInputs with the guidance's passes as the batch, each layer
+    running them one at a time (``--micro-batch 1``: the video, audio and STG-counter streams
+    and LTX-2's per-layer STG flags split or shared as declared)."""
+    row = tpu_step.main(["--model", "ltx2", "--tiny", "--steps", "0", "--no-matmul-peak", "--micro-batch", "1"])
+    assert row["finite"] and row["step_s"] > 0 and row["step_flops"] > 0 and row["micro_batch"] == 1
     assert row["size_HxWxF"] == [256, 384, 17]
     assert row["shapes"]["batch"] == 3  # prompt, negative, STG: LTX-2's default guidance passes
 
