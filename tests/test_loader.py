@@ -275,3 +275,53 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
     two = folder("two", {"model.fp16.safetensors": half, "model.bf16.safetensors": half})
     with pytest.raises(CheckpointError, match="several safetensors files"):
         CheckpointReader(two)
+
+
+def test_read_into_fills_the_tensor_rows_and_converts(tmp_path):
+    """``read_into``: the file's bytes straight into a host array (no mapping of the file), a
+    range of rows, and a conversion to another dtype (through the mapping, released after)."""
+    a = np.random.default_rng(0).standard_normal((7, 3, 5)).astype(ml_dtypes.bfloat16)
+    save_safetensors({"a": a}, tmp_path / "model.safetensors")
+    reader = CheckpointReader(tmp_path)
+    out = np.empty_like(a)
+    reader.read_into("a", out)
+    assert out.tobytes() == a.tobytes() and not reader._maps  # read, not mapped
+    rows = np.empty((3, 3, 5), a.dtype)
+    reader.read_into("a", rows, rows=(2, 5))
+    assert rows.tobytes() == a[2:5].tobytes()
+    wide = np.empty((7, 3, 5), np.float32)
+    reader.read_into("a", wide)
+    np.testing.assert_array_equal(wide, a.astype(np.float32))
+
+
+def test_stacks_sent_in_pieces_are_bit_exact(tmp_path, monkeypatch):
+    """Where the device does not take host buffers over (a stack split over two devices here),
+    a stack goes in pieces of whole layers through reused host buffers: one layer a piece and
+    one piece in flight here (the sizes shrunk to force it), the values those of the file."""
+    import jax
+
+    from vidax.weights import loader
+
+    monkeypatch.setattr(loader, "PIECE_BYTES", 1)
+    monkeypatch.setattr(loader, "IN_FLIGHT_BYTES", 1)
+    m = _randomized_toy()
+    save_safetensors(export_state_dict(m, RULES), tmp_path / "model.safetensors")
+    mesh = jax.make_mesh((2,), ("tensor",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices()[:2])
+    taken = []
+    take = loader._PieceBuffers.take
+    monkeypatch.setattr(loader._PieceBuffers, "take", lambda self, n: taken.append(take(self, n)) or taken[-1])
+
+    def placement(path, sds):
+        spec = (None, "tensor") if path == ("blocks", "to_q", "kernel") else ()
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+
+    loaded = load_module(lambda: Toy(nnx.Rngs(1)), str(tmp_path), RULES, placement=placement)
+    kernel = nnx.state(loaded)["blocks"]["to_q"]["kernel"].get_value()
+    assert kernel.sharding.is_equivalent_to(placement(("blocks", "to_q", "kernel"), kernel), 3)
+    assert len(kernel.sharding.device_set) == 2 and not kernel.sharding.is_fully_replicated
+    a, b = _flat(m), _flat(loaded)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+    stacks = [p for p in a if p[0] == "blocks"]
+    assert len(taken) == 3 * len(stacks)  # a piece per layer (3 layers a stack)...
+    assert len({raw.ctypes.data for raw in taken}) <= len(stacks) < len(taken)  # ...through reused buffers

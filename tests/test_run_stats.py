@@ -66,6 +66,37 @@ def test_summary_of_fields_set_by_the_caller():
     assert set(summary_rows(RunStats().summary())) == {"peak device memory", "peak host RSS"}
 
 
+def test_host_memory_told_apart_anonymous_and_mapped_files(tmp_path):
+    """The summary's host memory: the process's own (anonymous) memory apart from the pages of
+    mapped files (a memory-mapped checkpoint's), each seen growing by what was allocated or
+    mapped."""
+    import mmap
+
+    import numpy as np
+
+    from vidax.stats import host_memory_bytes
+
+    stats, size = RunStats(), 64 * 2**20
+    stats.sample_memory()
+    before = host_memory_bytes()
+    held = np.ones(size, np.uint8)  # written: resident anonymous pages
+    path = tmp_path / "file"
+    path.write_bytes(b"\1" * size)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        assert sum(mapped[i] for i in range(0, size, mmap.PAGESIZE)) == size // mmap.PAGESIZE  # paged in
+        stats.sample_memory()
+        now = host_memory_bytes()
+    assert now["RssAnon"] - before["RssAnon"] >= 0.9 * size and held.sum() == size
+    assert now["RssFile"] - before["RssFile"] >= 0.9 * size
+    assert stats.host_peak_anon_bytes >= now["RssAnon"] and stats.host_peak_file_bytes >= now["RssFile"]
+    row = summary_rows(stats.summary())["peak host RSS"]
+    anon, files = (
+        f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
+        for n in (stats.host_peak_anon_bytes, stats.host_peak_file_bytes)
+    )
+    assert row.endswith(f"(sampled: anonymous {anon}, mapped files {files})")
+
+
 # One process per measurement: the peak RSS growth (VmHWM, reset through /proc/self/clear_refs
 # after loading) of a call on the embedded tiny Wan checkpoint, and the estimate for it.
 MEASURE = """

@@ -385,6 +385,7 @@ class Loading:
         load_s = time.perf_counter() - t0
         if stats is not None:
             stats.load_s += load_s
+            stats.sample_memory()  # the weights in place: host memory as the load leaves it
         pipe = pipeline(
             info,
             modules,

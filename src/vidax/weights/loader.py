@@ -40,6 +40,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -414,45 +415,49 @@ def _read_module(
 
     linears = _stacked_linear_kernels(graphdef, abstract, stacks, policy)
     filled: list[tuple[Path, Any]] = []
-    for path, var in abstract.items():
-        target = var.get_value()
-        entries = plan[path] if not indices or path not in indices else list(enumerate(indices[path]))
-        quantized = path in scales or _quantized(path, scales)
-        dtype = target.dtype if quantized or not _is_float(target.dtype) else policy.dtype_for(path)
-        sds = jax.ShapeDtypeStruct(target.shape, dtype)
-        if path in scales:  # sharded as its kernel, less the kernel's D_in axis
-            kernel = abstract[path[:-1] + ("kernel",)].get_value()
-            sharding = scale_sharding(placement(path[:-1] + ("kernel",), kernel), kernel.ndim)
-        else:
-            sharding = placement(path, sds)
-        read = functools.partial(
-            _read_layer,
-            reader,
-            path,
-            dtype=sds.dtype,
-            quant=policy.weights if quantized else None,
-            raw=target.shape[-2] if path in kept else None,
-        )
-        stacked = path in stacks
-        if indices and path in indices:  # each "key" is the layer's index itself
-            read, stacked = functools.partial(np.asarray, dtype=sds.dtype), True
-        value = None
-        if stacked and place_stacked is not None:
-            keys = dict(entries)
-            value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
-        if (
-            value is None
-            and stacked
-            and path in linears
-            and keeps_kernel_layout(linears[path], sds.dtype, sds.shape, sharding)
-        ):
-            # read as the file holds it, (N, K) a layer: the stack's bytes are then the kernel layout
-            value = _place_stacked_transposed(functools.partial(read, source_layout=True), entries, sds, sharding)
-        if value is None and stacked:
-            value = _place_stacked(read, entries, sds, sharding)
-        elif value is None:
-            value = jax.device_put(read(entries[0][1]), sharding)
-        filled.append((path, var.replace(value)))
+    pieces = _PieceBuffers()
+    with ThreadPoolExecutor(_read_threads(), thread_name_prefix="vidax-read") as pool:
+        for path, var in abstract.items():
+            target = var.get_value()
+            entries = plan[path] if not indices or path not in indices else list(enumerate(indices[path]))
+            quantized = path in scales or _quantized(path, scales)
+            dtype = target.dtype if quantized or not _is_float(target.dtype) else policy.dtype_for(path)
+            sds = jax.ShapeDtypeStruct(target.shape, dtype)
+            if path in scales:  # sharded as its kernel, less the kernel's D_in axis
+                kernel = abstract[path[:-1] + ("kernel",)].get_value()
+                sharding = scale_sharding(placement(path[:-1] + ("kernel",), kernel), kernel.ndim)
+            else:
+                sharding = placement(path, sds)
+            read = functools.partial(
+                _read_layer,
+                reader,
+                path,
+                dtype=sds.dtype,
+                quant=policy.weights if quantized else None,
+                raw=target.shape[-2] if path in kept else None,
+            )
+            plain = not quantized and path not in kept  # read by bytes: _fill
+            stacked = path in stacks
+            if indices and path in indices:  # each "key" is the layer's index itself
+                read, stacked, plain = functools.partial(np.asarray, dtype=sds.dtype), True, False
+            value = None
+            if stacked and place_stacked is not None:
+                keys = dict(entries)
+                value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
+            if (
+                value is None
+                and stacked
+                and path in linears
+                and keeps_kernel_layout(linears[path], sds.dtype, sds.shape, sharding)
+            ):
+                # read as the file holds it, (N, K) a layer: the stack's bytes are then the kernel layout
+                value = _place_stacked_transposed(reader, path, entries, sds, sharding, pool, pieces)
+            if value is None and stacked:
+                fill = functools.partial(_fill, reader, path) if plain else None
+                value = _place_stacked(read, entries, sds, sharding, pool, pieces, fill)
+            elif value is None:
+                value = jax.device_put(read(entries[0][1], pool=pool) if plain else read(entries[0][1]), sharding)
+            filled.append((path, var.replace(value)))
     module = nnx.merge(graphdef, nnx.from_flat_state(filled))
     if linears:
         lay_out_kernel_stacks(module, stack_names)  # each such Linear's kernel_transposed
@@ -477,18 +482,17 @@ def _stacked_linear_kernels(graphdef, abstract, stacks, policy) -> dict:
     }
 
 
-def _place_stacked_transposed(read, entries, sds, sharding):
-    """A stacked Linear kernel (L, K, N) placed layer by layer from ``read(key)`` giving each
-    layer as the file holds it, (N, K): an (L, N, K) buffer, then its (L, K, N) view in
-    the kernel layout (:func:`vidax.nn.kernels.stacks.from_torch_layout`: the same buffer)."""
+def _place_stacked_transposed(reader, path, entries, sds, sharding, pool, pieces):
+    """A stacked Linear kernel (L, K, N) placed from its layers as the file holds them, (N, K):
+    an (L, N, K) buffer filled piece by piece (:func:`_place_stacked`), then its (L, K, N) view
+    in the kernel layout (:func:`vidax.nn.kernels.stacks.from_torch_layout`: the same buffer)."""
     from vidax.nn.kernels import from_torch_layout
 
     layers, k, n = sds.shape
-    buf = jnp.zeros((layers, n, k), sds.dtype, device=sharding)
-    layer_sharding = _drop_leading_axis(sharding)
-    for layer, key in sorted(entries):
-        buf = _set_layer(buf, jax.device_put(read(key), layer_sharding), layer)
-    return from_torch_layout(buf)
+    fill = functools.partial(_fill, reader, path, source_layout=True)
+    return from_torch_layout(
+        _place_stacked(None, entries, jax.ShapeDtypeStruct((layers, n, k), sds.dtype), sharding, pool, pieces, fill)
+    )
 
 
 _SCALE = "kernel_scale"
@@ -509,23 +513,139 @@ def _castable(src: np.dtype, dst) -> bool:
     return np.dtype(src) == np.dtype(dst)
 
 
-def _place_stacked(read, entries, sds, sharding):
-    """A stacked parameter placed layer by layer; ``read(key)`` is one layer on the host."""
-    if sharding.memory_kind != jax.local_devices()[0].default_memory().kind:
-        # Host memory (a staged component): assemble the stack on the host, place it once.
-        host = np.empty(sds.shape, sds.dtype)
-        for layer, key in entries:
-            host[layer] = read(key)
+#: Bytes of the host buffer a stacked parameter is sent to the device in (whole layers; at
+#: least one), and at most this many bytes of such buffers read ahead or in transfer at once.
+PIECE_BYTES = 64 << 20
+IN_FLIGHT_BYTES = 512 << 20
+
+
+def _read_threads() -> int:
+    """Threads reading the files (each ``preadv`` / conversion runs without the GIL)."""
+    return max(2, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
+
+
+def _host_buffer(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised C-contiguous host array whose data starts on a 64-byte boundary: XLA:CPU
+    takes such a buffer over on ``device_put`` instead of copying it."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
+def _adopts_host_buffers(sharding: jax.sharding.Sharding) -> bool:
+    """Whether ``sharding`` is one CPU device's own memory, where ``device_put`` of an aligned
+    host array keeps that array's buffer (no copy): a stack is then best assembled in host
+    memory and put once."""
+    devices = sharding.device_set
+    if len(devices) != 1:
+        return False
+    device = next(iter(devices))
+    return device.platform == "cpu" and sharding.memory_kind in (None, device.default_memory().kind)
+
+
+def _place_stacked(read, entries, sds, sharding, pool, pieces, fill=None):
+    """A stacked parameter placed from its layers; ``read(key)`` is one layer on the host, or
+    ``fill(key, out)`` writes it into a host array ``out`` (the file's bytes read straight into
+    it: :func:`_fill`).
+
+    With ``fill``, where the device takes host buffers over (one CPU device) or the stack goes
+    to host memory (a staged component), the layers are read in parallel into one host array
+    put once; elsewhere the stack is sent in pieces of whole layers (:data:`PIECE_BYTES`),
+    read by ``pool`` ahead of their transfer (at most :data:`IN_FLIGHT_BYTES` of them at a
+    time) and written into a donated device buffer: host memory is bounded whatever the size
+    of the stack."""
+    on_host = sharding.memory_kind != jax.local_devices()[0].default_memory().kind
+    if fill is None:
+        fill = lambda key, out: np.copyto(out, read(key))  # noqa: E731
+        if on_host:  # Host memory (a staged component): assemble the stack on the host, place it once.
+            host = np.empty(sds.shape, sds.dtype)
+            for layer, key in entries:
+                host[layer] = read(key)
+            return jax.device_put(host, sharding)
+    elif on_host or _adopts_host_buffers(sharding):
+        host = _host_buffer(sds.shape, sds.dtype)
+        list(pool.map(lambda e: fill(e[1], _layer(host, e[0])), entries))
         return jax.device_put(host, sharding)
     buf = jnp.zeros(sds.shape, sds.dtype, device=sharding)  # jit-cached per (shape, dtype, sharding)
-    layer_sharding = _drop_leading_axis(sharding)
-    for layer, key in sorted(entries):
-        buf = _set_layer(buf, jax.device_put(read(key), layer_sharding), layer)
+    layer_bytes = int(np.prod(sds.shape[1:], dtype=np.int64)) * np.dtype(sds.dtype).itemsize
+    per_piece = max(1, PIECE_BYTES // max(layer_bytes, 1))
+    keys = [key for _, key in sorted(entries)]
+    starts = list(range(0, len(keys), per_piece))
+    piece_sharding = _piece_sharding(sharding)
+    ahead = min(len(starts), max(1, IN_FLIGHT_BYTES // (per_piece * layer_bytes)))
+
+    def read_piece(start: int, raw: np.ndarray) -> np.ndarray:
+        n = min(per_piece, len(keys) - start)
+        host = raw[: n * layer_bytes].view(sds.dtype).reshape(n, *sds.shape[1:])
+        for i, key in enumerate(keys[start : start + n]):
+            fill(key, _layer(host, i))
+        return host
+
+    def submit(i: int):
+        raw = pieces.take(per_piece * layer_bytes)
+        return raw, pool.submit(read_piece, starts[i], raw)
+
+    pending = {i: submit(i) for i in range(ahead)}
+    for i, start in enumerate(starts):
+        raw, host = pending.pop(i)
+        sent = jax.device_put(host.result(), piece_sharding)
+        buf = _set_layers(buf, sent, start)
+        buf.block_until_ready()  # the piece is in the stack: its host buffer is free again
+        sent.delete()
+        pieces.give(raw)
+        if i + ahead < len(starts):
+            pending[i + ahead] = submit(i + ahead)
     return buf
 
 
+def _layer(stack: np.ndarray, i: int) -> np.ndarray:
+    """Layer ``i`` of a host ``stack`` as an array view (0-d for a stack of scalars)."""
+    return stack[i : i + 1].reshape(stack.shape[1:])
+
+
+class _PieceBuffers:
+    """The aligned host buffers that pieces of stacks go to the device in, reused from stack to
+    stack (their pages are touched once per load, not once per piece)."""
+
+    def __init__(self):
+        self._free: list[np.ndarray] = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A free aligned uint8 buffer of at least ``nbytes`` (a new one when none is free)."""
+        fits = [i for i, raw in enumerate(self._free) if raw.nbytes >= nbytes]
+        if not fits:
+            return _host_buffer((max(nbytes, PIECE_BYTES),), np.uint8)
+        return self._free.pop(min(fits, key=lambda i: self._free[i].nbytes))
+
+    def give(self, raw: np.ndarray) -> None:
+        """Return a buffer :meth:`take` gave, for reuse."""
+        self._free.append(raw)
+
+
+def _fill(reader, path, key, out: np.ndarray, source_layout: bool = False) -> None:
+    """Tensor ``key`` (a layer of a stacked parameter, or a whole one) into the host array
+    ``out``, in ``out``'s dtype and the target layout (``source_layout``: as the file holds it,
+    a kernel not transposed): the file's bytes read straight into ``out`` where neither layout
+    nor dtype changes, else converted from the mapped file, whose pages are then released."""
+    info = reader.info(key)
+    if source_layout or not (path[-1] == "kernel" and len(info.shape) in _KERNEL_PERM):
+        reader.read_into(key, out)
+        return
+    np.copyto(out, _to_target_layout(reader.get(key), path), casting="unsafe")
+    reader.release(key)
+
+
 def _read_layer(
-    reader, path, key, dtype, quant: str | None = None, raw: int | None = None, source_layout: bool = False
+    reader,
+    path,
+    key,
+    dtype,
+    quant: str | None = None,
+    raw: int | None = None,
+    source_layout: bool = False,
+    pool: Any = None,
 ) -> np.ndarray:
     """One tensor (a layer of a stacked parameter, or a whole one) as a host array in the target
     layout and ``dtype`` (a copy, so the file's pages can be released at once). With ``quant``
@@ -534,7 +654,17 @@ def _read_layer(
     for returned. With ``raw`` (a byte count), a GGUF kernel kept quantized: its bytes ``(rows,
     n_bytes)``, transposed as a kernel is, padded with zero rows to ``raw`` rows (a layer of a
     stack mixing types, :mod:`vidax.nn.gguf`). ``source_layout``: the tensor as the file holds it
-    (a kernel not transposed)."""
+    (a kernel not transposed). Without either, the bytes go from the file straight into a
+    64-byte aligned host array (:func:`_fill`; a large tensor in parallel pieces on ``pool``)."""
+    if not quant and not raw:
+        info = reader.info(key)
+        shape = info.shape if source_layout else _target_shape_of(info.shape, path)
+        out = _host_buffer(shape, dtype)
+        if pool is not None and out.nbytes > 2 * PIECE_BYTES and shape == info.shape and out.dtype == info.dtype:
+            _fill_rows(reader, key, out, pool)
+        else:
+            _fill(reader, path, key, out, source_layout)
+        return out
     arr = reader.raw(key) if raw else reader.get(key)
     if not source_layout:
         arr = _to_target_layout(arr, path[:-1] + ("kernel",) if quant else path)
@@ -550,13 +680,24 @@ def _read_layer(
     return arr
 
 
-_set_layer = jax.jit(lambda buf, x, i: jax.lax.dynamic_update_index_in_dim(buf, x, i, 0), donate_argnums=0)
+def _fill_rows(reader, key, out: np.ndarray, pool) -> None:
+    """A large tensor of unchanged layout into ``out``, its rows in pieces of about
+    :data:`PIECE_BYTES` read in parallel on ``pool``."""
+    rows = max(1, PIECE_BYTES // max(out[0].nbytes, 1))
+    list(pool.map(lambda r: reader.read_into(key, out[r : r + rows], rows=(r, r + rows)), range(0, len(out), rows)))
 
 
-def _drop_leading_axis(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+_set_layers = jax.jit(lambda buf, x, i: jax.lax.dynamic_update_slice_in_dim(buf, x, i, 0), donate_argnums=0)
+
+
+def _piece_sharding(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    """The sharding of a piece of whole layers of a stack placed on ``sharding``: the stack's,
+    its layer axis not split (a piece has fewer layers than the stack)."""
     if isinstance(sharding, jax.sharding.NamedSharding):
-        spec = tuple(sharding.spec)[1:]
-        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec))
+        spec = (None, *tuple(sharding.spec)[1:])
+        return jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec(*spec), memory_kind=sharding.memory_kind
+        )
     return sharding
 
 

@@ -13,6 +13,7 @@ import mmap
 import os
 import struct
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -239,6 +240,8 @@ class CheckpointReader:
         self.path = path
         self._infos: dict[str, TensorInfo] = {}
         self._maps: dict[str, np.memmap] = {}
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
         for file in self._files(path):
             header, data_start = _read_header(file)
             data_end = 0
@@ -303,6 +306,50 @@ class CheckpointReader:
             mm = self._maps[info.file] = np.memmap(info.file, dtype=np.uint8, mode="r")
         return mm[info.start : info.end].view(info.dtype).reshape(info.shape)
 
+    def read_into(self, key: str, out: np.ndarray, rows: tuple[int, int] | None = None) -> None:
+        """Fill ``out`` (C-contiguous, the tensor's shape or its size) with tensor ``key``,
+        converted to ``out``'s dtype; ``rows``: only rows ``[start, stop)`` of its first axis
+        (``out`` then holds those).
+
+        Of the file's dtype, the bytes go from the file (the page cache) straight into ``out``
+        with ``preadv`` (no mapping of the file, so nothing of it stays in this process's
+        resident memory; the GIL is released, so threads read in parallel); of another dtype,
+        the mapped tensor is converted into ``out`` and its pages released.
+
+        Raises:
+            CheckpointError: the file got shorter since it was opened.
+        """
+        info = self._infos[key]
+        shape, start, end = info.shape, info.start, info.end
+        if rows is not None:
+            row = (end - start) // max(shape[0], 1)
+            stop = min(rows[1], shape[0])
+            shape, start, end = (stop - rows[0], *shape[1:]), start + rows[0] * row, start + stop * row
+        if out.dtype != info.dtype or not hasattr(os, "preadv"):
+            whole = self.get(key)
+            np.copyto(
+                out.reshape(shape), whole if rows is None else whole[rows[0] : rows[0] + shape[0]], casting="unsafe"
+            )
+            if rows is None:
+                self.release(key)
+            return
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        fd = self._fd(info.file)
+        done, size = 0, end - start
+        while done < size:
+            n = os.preadv(fd, [view[done:]], start + done)
+            if n <= 0:
+                raise CheckpointError(
+                    f"{info.file}: tensor {key!r} ends at byte {info.end}, but the file ends before; {_PARTLY_WRITTEN}"
+                )
+            done += n
+
+    def _fd(self, file: str) -> int:
+        with self._lock:
+            if file not in self._fds:
+                self._fds[file] = os.open(file, os.O_RDONLY)
+            return self._fds[file]
+
     def release(self, key: str) -> None:
         """Drop the pages of tensor ``key`` from this process's resident memory once it has been
         copied where it belongs (``madvise(MADV_DONTNEED)`` on its byte range; the data stays in
@@ -322,6 +369,13 @@ class CheckpointReader:
 
     def close(self) -> None:
         self._maps.clear()
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", {}).values():
+            os.close(fd)
 
 
 def save_safetensors(

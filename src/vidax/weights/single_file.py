@@ -69,7 +69,7 @@ class _Reader(CheckpointReader):
         raws: Mapping[str, Callable[[], np.ndarray]] | None = None,
     ):
         self.path = path
-        self._infos, self._reads, self._maps = dict(infos), dict(reads), {}
+        self._infos, self._reads, self._maps, self._fds = dict(infos), dict(reads), {}, {}
         self._raws = dict(raws or {})
 
     def get(self, key: str) -> np.ndarray:
@@ -79,6 +79,11 @@ class _Reader(CheckpointReader):
         """A GGUF block-quantized tensor's bytes as the file lays them out, ``(rows, n_bytes)``
         uint8 (checked finite once dequantized, as :meth:`get`); None for any other tensor."""
         return self._raws[key]() if key in self._raws else None
+
+    def read_into(self, key: str, out: np.ndarray, rows: tuple[int, int] | None = None) -> None:
+        whole = self.get(key)
+        part = whole if rows is None else whole[rows[0] : rows[1]]
+        np.copyto(out.reshape(part.shape), part, casting="unsafe")
 
     def release(self, key: str) -> None:
         pass
