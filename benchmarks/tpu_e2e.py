@@ -66,12 +66,15 @@ class RssSampler:
                 fields = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:  # not Linux
             return
-        kib = lambda key: int(fields.get(key, "0 kB").split()[0])  # noqa: E731
+        if "RssAnon" not in fields:  # a kernel that does not tell them apart (the TPU machine's sandbox)
+            self.anon = self.file = None
+            return
+        kib = lambda key: int(fields[key].split()[0])  # noqa: E731
         self.anon = max(self.anon, kib("RssAnon") * 1024)
         self.file = max(self.file, kib("RssFile") * 1024)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period):
+        while self.anon is not None and not self._stop.wait(self.period):
             self.sample()
 
     def __enter__(self) -> RssSampler:
@@ -163,6 +166,7 @@ def run(args) -> dict:
         steps=c.num_inference_steps,
         estimate_gib=None if plan.memory is None else round(plan.memory.total / GIB, 2),
         placement={"staging": plan.staging.describe(), "vae_tiling": plan.vae_tiling, "offload_blocks": offload},
+        plan=None if plan.device_plan is None else plan.device_plan.line(),
         plan_s=round(time.perf_counter() - t0, 2),
     )
     with RssSampler() as rss:
@@ -208,8 +212,8 @@ def run(args) -> dict:
         row["s_per_step"] = round(statistics.median(row["step_s"]), 3)
     row.update(
         peak_hbm_gib=peak_hbm_gib(),
-        peak_rss_anon_gib=round(rss.anon / GIB, 2),
-        peak_rss_file_gib=round(rss.file / GIB, 2),
+        peak_rss_anon_gib=None if rss.anon is None else round(rss.anon / GIB, 2),
+        peak_rss_file_gib=None if rss.file is None else round(rss.file / GIB, 2),
         peak_rss_gib=round(host_peak_rss_bytes() / GIB, 2),
         compile_cache=cache_used,
     )
