@@ -191,6 +191,16 @@ def run(args) -> dict:
                 audio_decode_s=round(st.audio_decode_s, 2),
                 compiles={k: v.compiled for k, v in st.compiles.items()},
                 from_cache={k: v.from_cache for k, v in st.compiles.items()},
+                # the plan's estimate of each stage beside the device's peak so far at its end
+                stages={
+                    name: {
+                        "estimate_gib": round(est / GIB, 2),
+                        "measured_gib": (
+                            round(st.stage_measured[name][0] / GIB, 2) if name in st.stage_measured else None
+                        ),
+                    }
+                    for name, est in st.stage_estimates.items()
+                },
             )
             t0 = time.perf_counter()
             path = args.output or os.path.join(tempfile.mkdtemp(prefix="vidax-e2e-"), "video.mp4")
