@@ -111,6 +111,11 @@ class RunStats:
         matmul_precision: how float32 products ran (:func:`vidax.nn.precision.describe_matmul_precision`).
         preset: which preset ran and the values it set (:func:`vidax.pipelines.presets.describe`:
             ``"preset lightx2v: num_inference_steps=4, ..."``); None: none.
+        startup_s: seconds from the process's start (its creation, :func:`process_start`) to
+            the load's start: the interpreter, imports, the backend's opening, the checks and
+            the plan; set by ``vidax generate`` (0 in-process, where the process is not the run's).
+        write_s: seconds writing the output files (``vidax generate``; 0 otherwise).
+        With both set, :attr:`total_s` is the process's wall time up to the summary.
     """
 
     load_s: float = 0.0
@@ -131,15 +136,17 @@ class RunStats:
     cpu_matmul: str | None = None
     matmul_precision: str | None = None
     preset: str | None = None
+    startup_s: float = 0.0
+    write_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        """Seconds of the load (on the call that paid for it) plus the call's wall time
-        (:attr:`call_s`; where no one set it, the sum of the phases)."""
+        """Seconds of the start-up and the load (where set) plus the call's wall time
+        (:attr:`call_s`; where no one set it, the sum of the phases) and the writing."""
         call = self.call_s or (
             self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s + self.audio_decode_s
         )
-        return self.load_s + call
+        return self.startup_s + self.load_s + call + self.write_s
 
     @contextlib.contextmanager
     def timed(self, field: str) -> Iterator[None]:
@@ -181,6 +188,10 @@ class RunStats:
                     + (f" (drawn at random: seed={self.seed} repeats this run)" if self.seed_random else ""),
                 )
             )
+        if self.startup_s:
+            rows.append(
+                ("start-up", f"{self.startup_s:8.2f} s  (process start to the load: imports, backend, checks, plan)")
+            )
         if self.load_s:
             rows.append(("load", f"{self.load_s:8.2f} s"))
         if self.ran("compile_s"):
@@ -205,10 +216,16 @@ class RunStats:
             rows.append(
                 ("audio decode", f"{self.audio_decode_s:8.2f} s" + _compile_note(self.compiles.get("audio_decode_s")))
             )
+        if self.write_s:
+            rows.append(("write", f"{self.write_s:8.2f} s"))
         if self.compiles:
             rows.append(("compile cache", _cache_note(self.compiles.values())))
         if self.total_s:
-            rows.append(("total", f"{self.total_s:8.2f} s" + ("  (load included)" if self.load_s else "")))
+            parts = [
+                name for name, v in (("start-up", self.startup_s), ("load", self.load_s), ("write", self.write_s)) if v
+            ]
+            named = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+            rows.append(("total", f"{self.total_s:8.2f} s" + (f"  ({named} included)" if parts else "")))
         rows += [
             ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
             ("peak host RSS", _fmt_bytes(self.host_peak_rss_bytes)),
@@ -250,6 +267,14 @@ def _cache_note(counts) -> str:
 
 def _fmt_bytes(n: int) -> str:
     return f"{n / 2**30:8.2f} GiB" if n >= 2**30 else f"{n / 2**20:8.1f} MiB"
+
+
+def process_start() -> float:
+    """When this process was created, in ``time.time()`` seconds (``psutil``: the kernel's
+    record, so the interpreter's start and the imports before any vidax code count too)."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def cpu_count() -> int:
