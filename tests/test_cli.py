@@ -6,12 +6,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 import vidax
 from tests.paths import REFERENCE_CONFIGS
+from tests.test_run_stats import summary_rows
 from vidax.default_checkpoint import NAME
 from vidax.errors import CheckpointError, ConfigError, InputError
 from vidax.io.video import read_video
@@ -41,6 +43,7 @@ def test_generate_on_embedded_default(tmp_path):
     (run / "vidax-output.mp4").write_bytes(b"an earlier run")
     out = run / "vidax-output-1.mp4"
     # --no-audio is accepted by a model without sound (and changes nothing).
+    t0 = time.time()
     r = _vidax(
         "generate",
         "--prompt",
@@ -52,10 +55,19 @@ def test_generate_on_embedded_default(tmp_path):
         env_extra={"VIDAX_CACHE_DIR": str(tmp_path / "cache")},
         cwd=run,
     )
+    wall = time.time() - t0
     assert r.returncode == 0, r.stderr
     assert "RANDOM" in r.stderr and "--checkpoint" in r.stderr
     for phase in ("load", "compile", "text encode", "s/step", "vae decode", "peak device memory", "peak host RSS"):
         assert phase in r.stderr
+    # The summary accounts for the whole process: its start-up row (process start to the load)
+    # and the rows after it add up to the wall time seen from outside, less the exit after the
+    # summary and the fork before the process exists (well under 5 s, or 15 %).
+    rows = summary_rows(r.stderr.split("summary:\n")[1])
+    startup = float(rows["start-up"].split()[0])
+    total = float(rows["total"].split()[0])
+    assert rows["total"].endswith("(start-up, load and write included)"), rows
+    assert 0 < startup < total <= wall and total >= wall - max(5.0, 0.15 * wall), (startup, total, wall)
     assert "audio decode" not in r.stderr and "sound" not in r.stderr
     line = (
         "vidax-output.mp4 exists (an earlier run's): writing vidax-output-1.mp4 "

@@ -11,7 +11,12 @@ import pytest
 
 import vidax
 from vidax.errors import InputError
-from vidax.nn.precision import MATMUL_PRECISIONS, describe_matmul_precision, parse_matmul_precision
+from vidax.nn.precision import (
+    MATMUL_PRECISIONS,
+    describe_matmul_precision,
+    parse_matmul_precision,
+    vae_matmul_precision,
+)
 
 TINY = dict(height=32, width=32, num_frames=5, num_inference_steps=2, max_sequence_length=16, progress=False)
 
@@ -62,12 +67,38 @@ def test_encode_prompt_runs_at_the_pipeline_precision(pipe, monkeypatch):
     assert seen == ["highest"]
 
 
-@pytest.mark.parametrize("bad", ["fast", "float32", None, 3])
+@pytest.mark.parametrize("bad", ["fast", "float32", "", 3])
 def test_bad_precision_is_one_error_naming_the_keyword(ckpt, bad):
     with pytest.raises(
         InputError, match=r"matmul_precision=.* is not a matmul precision; valid: highest, high, default"
     ):
         vidax.load_pipeline(ckpt, matmul_precision=bad)
+
+
+def test_vae_decode_of_a_bfloat16_run_is_tf32_class_unless_asked(ckpt, pipe, monkeypatch):
+    """Not given: float32 everywhere in a float32 run; in a bfloat16 run the (float32) VAE decode
+    at "high", as diffusers' convolutions on a GPU (TF32). A precision given applies to all."""
+    assert [vae_matmul_precision(None, d) for d in ("float32", "bfloat16", "float16")] == ["highest", "high", "high"]
+    assert vae_matmul_precision("highest", "bfloat16") == "highest"
+    assert vae_matmul_precision("default", "float32") == "default"
+    assert pipe.vae_matmul_precision == pipe.matmul_precision == "highest"
+    bf16 = vidax.load_pipeline(ckpt, dtype="bfloat16")
+    assert (bf16.matmul_precision, bf16.vae_matmul_precision) == ("highest", "high")
+    bf16.matmul_precision = "highest"  # asked for: the VAE too
+    assert bf16.vae_matmul_precision == "highest"
+    # The decode runs under the VAE's precision, the steps under the pipeline's.
+    seen = []
+    chunks = type(pipe.vae).decode_chunks
+
+    def spy(self, z):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return chunks(self, z)
+
+    monkeypatch.setattr(type(pipe.vae), "decode_chunks", spy)
+    monkeypatch.setattr(type(pipe), "vae_matmul_precision", property(lambda self: "high"))
+    steps, out = _seen_precisions(pipe, "bfloat16")
+    assert seen == ["high"] and steps == ["highest"] * TINY["num_inference_steps"]
+    assert "highest (float32 products in float32); VAE decode high" in out.stats.summary()
 
 
 def test_names_and_descriptions():

@@ -277,11 +277,12 @@ _LOAD_FLAGS = {
         dict(help=f"Transformer/text-encoder dtype: {' or '.join(DTYPE_CHOICES)} (also spelled fp32, bf16)."),
     ),
     "matmul_precision": (
-        ("highest", "--matmul-precision"),
+        (None, "--matmul-precision"),
         dict(
             help="Float32 matmuls and convolutions: highest (in float32, as torch), high, or default (the backend's "
             "fastest: one bfloat16 pass on TPU, TF32 on GPU; float32 runs then have bfloat16-like accuracy). "
-            "bfloat16 products are the same in all three."
+            "bfloat16 products are the same in all three. Not given: highest, except the float32 VAE decode of a "
+            "bfloat16 run at high (TF32-class, as diffusers' convolutions on a GPU)."
         ),
     ),
     "dp": (

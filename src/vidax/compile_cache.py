@@ -19,6 +19,7 @@ while it is active and how many of them were read from the persistent cache; the
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -129,17 +130,21 @@ class CompileCounts:
             compile or a read from the persistent cache).
         from_cache: those of them read from the persistent compilation cache.
         written: new entries written to the persistent cache.
+        programs: ``compiled`` by the name of the jitted function (JAX's ``fun_name``; ``"?"``
+            where JAX gives none), e.g. ``{"jit(_decode_chunk)": 1, "jit(stage)": 1}``.
     """
 
     compiled: int = 0
     from_cache: int = 0
     written: int = 0
+    programs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def add(self, other: CompileCounts) -> None:
         """Add ``other``'s counts to these."""
         self.compiled += other.compiled
         self.from_cache += other.from_cache
         self.written += other.written
+        self.programs.update(other.programs)
 
 
 @contextlib.contextmanager
@@ -157,9 +162,10 @@ def count_compiles() -> Iterator[CompileCounts]:
         elif event == _WRITE_EVENT:
             counts.written += 1
 
-    def on_duration(event: str, _duration: float, **__: object) -> None:
+    def on_duration(event: str, _duration: float, **kwargs: object) -> None:
         if event == _COMPILE_EVENT:
             counts.compiled += 1
+            counts.programs[str(kwargs.get("fun_name", "?"))] += 1
 
     jax.monitoring.register_event_listener(on_event)
     jax.monitoring.register_event_duration_secs_listener(on_duration)

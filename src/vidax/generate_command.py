@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 import typer
@@ -29,7 +30,7 @@ def run(
     fps,
     progress,
     verbose,
-    matmul_precision="highest",
+    matmul_precision=None,
     dp=None,
     tp=None,
     sp=None,
@@ -64,8 +65,10 @@ def run(
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.pipelines.options import FRAME_RATE_RANGE
     from vidax.pipelines.plan import with_memory, with_placement
-    from vidax.stats import RunStats
+    from vidax.stats import RunStats, process_start
 
+    # The process is the run's when vidax.__main__ installed its signal handling (not in-process).
+    started = process_start() if stop is not None and stop.installed else None
     setup_compile_cache(enabled=compile_cache)  # before anything compiles
     parse_dtype(dtype)
     parse_matmul_precision(matmul_precision)
@@ -110,6 +113,7 @@ def run(
     plan = with_memory(plan, refuse=memory_check, vae_tiling=vae_tiling)  # before any weight is read
     if stop():
         raise Cancelled("before loading")
+    startup_s = time.time() - started if started is not None else 0.0
     pipe = _load(
         plan,
         stats,
@@ -131,7 +135,10 @@ def run(
         return
     if stop():
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
+    t_write = time.perf_counter()
     written = _write_outputs(out, paths, fmt, output, fps, fps_given, overwrite, stop, spelling)
+    out.stats.write_s = time.perf_counter() - t_write
+    out.stats.startup_s = startup_s
     _report_written(out, written, fmt, output)
     if stop():
         rest = paths[len(written) :]

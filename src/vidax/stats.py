@@ -140,6 +140,11 @@ class RunStats:
             (:class:`~vidax.pipelines.device_plan.StageMemory`; empty: no device plan for this call).
         stage_measured: stage -> (device bytes, how measured) sampled as each stage ended
             (:meth:`sample_stage`).
+        startup_s: seconds from the process's start (its creation, :func:`process_start`) to
+            the load's start: the interpreter, imports, the backend's opening, the checks and
+            the plan; set by ``vidax generate`` (0 in-process, where the process is not the run's).
+        write_s: seconds writing the output files (``vidax generate``; 0 otherwise).
+        With both set, :attr:`total_s` is the process's wall time up to the summary.
     """
 
     load_s: float = 0.0
@@ -164,15 +169,17 @@ class RunStats:
     preset: str | None = None
     stage_estimates: dict[str, int] = dataclasses.field(default_factory=dict)
     stage_measured: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    startup_s: float = 0.0
+    write_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        """Seconds of the load (on the call that paid for it) plus the call's wall time
-        (:attr:`call_s`; where no one set it, the sum of the phases)."""
+        """Seconds of the start-up and the load (where set) plus the call's wall time
+        (:attr:`call_s`; where no one set it, the sum of the phases) and the writing."""
         call = self.call_s or (
             self.compile_s + self.text_encode_s + sum(self.step_s) + self.decode_s + self.audio_decode_s
         )
-        return self.load_s + call
+        return self.startup_s + self.load_s + call + self.write_s
 
     @contextlib.contextmanager
     def timed(self, field: str) -> Iterator[None]:
@@ -247,6 +254,10 @@ class RunStats:
                     + (f" (drawn at random: seed={self.seed} repeats this run)" if self.seed_random else ""),
                 )
             )
+        if self.startup_s:
+            rows.append(
+                ("start-up", f"{self.startup_s:8.2f} s  (process start to the load: imports, backend, checks, plan)")
+            )
         if self.load_s:
             rows.append(("load", f"{self.load_s:8.2f} s"))
         if self.ran("compile_s"):
@@ -271,10 +282,16 @@ class RunStats:
             rows.append(
                 ("audio decode", f"{self.audio_decode_s:8.2f} s" + _compile_note(self.compiles.get("audio_decode_s")))
             )
+        if self.write_s:
+            rows.append(("write", f"{self.write_s:8.2f} s"))
         if self.compiles:
             rows.append(("compile cache", _cache_note(self.compiles.values())))
         if self.total_s:
-            rows.append(("total", f"{self.total_s:8.2f} s" + ("  (load included)" if self.load_s else "")))
+            parts = [
+                name for name, v in (("start-up", self.startup_s), ("load", self.load_s), ("write", self.write_s)) if v
+            ]
+            named = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+            rows.append(("total", f"{self.total_s:8.2f} s" + (f"  ({named} included)" if parts else "")))
         rows += self.stage_rows()
         rows += [
             ("peak device memory", f"{_fmt_bytes(self.device_peak_bytes)} ({self.device_peak_source})"),
@@ -326,6 +343,14 @@ def _cache_note(counts) -> str:
 
 def _fmt_bytes(n: int) -> str:
     return f"{n / 2**30:8.2f} GiB" if n >= 2**30 else f"{n / 2**20:8.1f} MiB"
+
+
+def process_start() -> float:
+    """When this process was created, in ``time.time()`` seconds (``psutil``: the kernel's
+    record, so the interpreter's start and the imports before any vidax code count too)."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def cpu_count() -> int:

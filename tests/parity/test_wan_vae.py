@@ -32,6 +32,7 @@ from tests.parity.helpers import (  # noqa: E402
     randomize_torch_module,
     reference_decoder,
 )
+from vidax.compile_cache import count_compiles  # noqa: E402
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.wan import vae as wan_vae  # noqa: E402
 from vidax.models.wan.config import WanVAEConfig  # noqa: E402
@@ -198,23 +199,27 @@ def test_bf16_close_to_reference(tiny):
     assert err < BF16_TOL, err
 
 
-def test_decode_compiles_twice_and_streams_to_host(tiny):
+def test_decode_compiles_one_program_and_streams_to_host(tiny):
+    """Every chunk, the first latent frame's included, runs the one compiled decode program."""
     _, _, vae = tiny
     z = _latents((1, 6, 2, 3, 4), seed=9)  # a shape no other test uses
-    before = wan_vae.TRACE_COUNTS["decode"]
     live = []
     chunks = []
-    for chunk in vae.iter_decode(z):
-        assert isinstance(chunk, np.ndarray)  # on host as soon as it is yielded
-        chunks.append(chunk)
-        live.append(sum(a.nbytes for a in jax.live_arrays()))
+    with count_compiles() as counts:
+        for chunk in vae.iter_decode(z):
+            assert isinstance(chunk, np.ndarray)  # on host as soon as it is yielded
+            chunks.append(chunk)
+            live.append(sum(a.nbytes for a in jax.live_arrays()))
     assert [c.shape[1] for c in chunks] == [1, 4, 4, 4, 4, 4]
-    assert wan_vae.TRACE_COUNTS["decode"] - before == 2  # first chunk + all others
+    assert counts.programs["jit(_decode_chunk)"] == 1, counts.programs
     # Device memory after each chunk (weights + cache) does not grow with the chunk index.
     assert max(live[1:]) <= live[1], live
-    again = vae.decode(z)
-    assert wan_vae.TRACE_COUNTS["decode"] - before == 2
+    with count_compiles() as again_counts:
+        again = vae.decode(z)
+        one = vae.decode(z[:, :1])  # the first chunk alone: the same program
+    assert again_counts.programs["jit(_decode_chunk)"] == 0, again_counts.programs
     np.testing.assert_array_equal(again, np.concatenate(chunks, axis=1))
+    np.testing.assert_array_equal(one, chunks[0])
 
 
 def test_latent_normalisation_matches_pipeline():

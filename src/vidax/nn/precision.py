@@ -15,6 +15,13 @@ Products of bfloat16 / float16 operands are exact in one pass, so the setting do
 them; it applies to the float32 work of a bfloat16 run too (modulation, timestep embeddings, a
 float32 VAE). The pipeline runs each call under :func:`jax.default_matmul_precision`, which is
 part of JAX's compile cache key: changing it recompiles, it never reuses the other's programs.
+
+The VAE decode of a bfloat16 run (:func:`vae_matmul_precision`): its VAE is float32, as in
+diffusers, where on a GPU torch runs those convolutions in TensorFloat-32
+(``torch.backends.cudnn.allow_tf32`` is True by default). Unless the user asked for a precision,
+vidax decodes it at ``"high"`` (TF32-class: three bfloat16 passes on TPU, half the passes of
+``"highest"``); a float32 run stays at ``"highest"`` everywhere, and a precision the user gave
+applies to everything, the VAE included. On the CPU every value computes float32 in float32.
 """
 
 from __future__ import annotations
@@ -37,12 +44,15 @@ _MEANING = {
 }
 
 
-def parse_matmul_precision(value: Any) -> str:
-    """``"highest"`` / ``"high"`` / ``"default"`` (any case, surrounding spaces ignored).
+def parse_matmul_precision(value: Any) -> str | None:
+    """``"highest"`` / ``"high"`` / ``"default"`` (any case, surrounding spaces ignored); None
+    (not given: ``"highest"``, the VAE decode of a bfloat16 run ``"high"``) stays None.
 
     Raises:
         InputError: any other value, naming ``matmul_precision=`` and the valid ones.
     """
+    if value is None:
+        return None
     key = value.strip().lower() if isinstance(value, str) else None
     if key not in MATMUL_PRECISIONS:
         raise InputError(
@@ -61,6 +71,15 @@ def matmul_precision(value: str) -> Iterator[None]:
     (:data:`MATMUL_PRECISIONS`)."""
     with jax.default_matmul_precision(value):
         yield
+
+
+def vae_matmul_precision(given: str | None, dtype: Any) -> str:
+    """The precision of the VAE decode: ``given`` (the user's ``matmul_precision``) when not
+    None; else ``"high"`` for a run whose ``dtype`` (the transformer's) is 16-bit, as diffusers
+    on a GPU (TF32 convolutions), and ``"highest"`` for a float32 run."""
+    if given is not None:
+        return given
+    return "highest" if jax.numpy.dtype(dtype) == jax.numpy.float32 else "high"
 
 
 def describe_matmul_precision(value: str, backend: str | None = None) -> str:

@@ -33,7 +33,7 @@ import numpy as np
 
 from vidax.checkpoint import CallDefaults, Checkpoint, CheckpointInfo  # noqa: F401 (part of the API)
 from vidax.nn.precision import matmul_precision as precision_context
-from vidax.nn.precision import parse_matmul_precision
+from vidax.nn.precision import parse_matmul_precision, vae_matmul_precision
 from vidax.pipelines.adapters import LoraMethods
 from vidax.pipelines.caching import StepCaching
 from vidax.pipelines.call import SHARED_CALL_ARGS, Call
@@ -132,7 +132,7 @@ class VideoPipeline(
         offload: Any = None,
         offload_experts: bool = True,
         load_s: float = 0.0,
-        matmul_precision: str = "highest",
+        matmul_precision: str | None = None,
     ):
         self.info = info
         self.checkpoint = info.checkpoint
@@ -163,17 +163,29 @@ class VideoPipeline(
     def matmul_precision(self) -> str:
         """How float32 matrix products and convolutions run in this pipeline's calls
         (:mod:`vidax.nn.precision`): ``"highest"`` (float32, the default), ``"high"`` or
-        ``"default"`` (the backend's fastest: one bfloat16 pass on TPU). Settable; a new value
-        compiles its own programs."""
-        return self._matmul_precision
+        ``"default"`` (the backend's fastest: one bfloat16 pass on TPU). Settable (None: not
+        given, the default); a new value compiles its own programs. The VAE decode may differ:
+        :attr:`vae_matmul_precision`."""
+        return self._matmul_precision or "highest"
 
     @matmul_precision.setter
-    def matmul_precision(self, value: str) -> None:
+    def matmul_precision(self, value: str | None) -> None:
         self._matmul_precision = parse_matmul_precision(value)
+
+    @property
+    def vae_matmul_precision(self) -> str:
+        """The precision of the VAE decode (:func:`vidax.nn.precision.vae_matmul_precision`):
+        :attr:`matmul_precision` where one was given; else ``"high"`` in a bfloat16 run (TF32-class,
+        as diffusers' float32 VAE on a GPU) and ``"highest"`` in a float32 run."""
+        return vae_matmul_precision(self._matmul_precision, self.dtype)
 
     def precision(self):
         """A context in which the pipeline's work runs at :attr:`matmul_precision`."""
         return precision_context(self.matmul_precision)
+
+    def vae_precision(self):
+        """A context in which the VAE decode runs at :attr:`vae_matmul_precision`."""
+        return precision_context(self.vae_matmul_precision)
 
     # ================================================================== the call
     #: The :class:`~vidax.pipelines.presets.Preset` given to :func:`vidax.load_pipeline` (``preset=``):

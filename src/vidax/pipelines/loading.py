@@ -258,7 +258,7 @@ class Loading:
         progress: bool = True,
         weight_dtype: Any = None,
         transformer: Any = None,
-        matmul_precision: str = "highest",
+        matmul_precision: str | None = None,
         preset: str | None = None,
         micro_batch: int | None = None,
         random_weights: bool = False,
@@ -293,9 +293,11 @@ class Loading:
                 folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
             variant: diffusers' ``variant="fp16"``: the folders' ``<name>.fp16.safetensors`` (or
                 shards) are read where they have them (:func:`with_variant`); None: the plain files.
-            matmul_precision: ``"highest"`` (default: float32 products in float32 on every
-                backend, as torch), ``"high"`` or ``"default"`` (the backend's fastest: one
-                bfloat16 pass on TPU, TF32 on GPU); see :mod:`vidax.nn.precision`.
+            matmul_precision: ``"highest"`` (float32 products in float32 on every backend, as
+                torch), ``"high"`` or ``"default"`` (the backend's fastest: one bfloat16 pass on
+                TPU, TF32 on GPU), for everything; None (default): ``"highest"``, except the
+                float32 VAE's decode of a bfloat16 run at ``"high"`` (TF32-class, as diffusers'
+                convolutions on a GPU); see :mod:`vidax.nn.precision`.
             preset: a preset of the family (:func:`vidax.load_pipeline`), applied to the plan
                 before any weight is read.
             micro_batch: rows of the denoising step's batch (prompts x videos x CFG passes) each

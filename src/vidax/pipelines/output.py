@@ -115,7 +115,7 @@ class Decoding:
         with stats.timed("decode_s"):
             chunks = []
             vae_params = nnx.state(self.vae, nnx.Param)
-            with self.staging.on_device("vae"):
+            with self.staging.on_device("vae"), self.vae_precision():
                 # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
                 z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
                 n = self.vae.decode_chunks(z)

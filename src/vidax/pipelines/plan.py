@@ -33,7 +33,8 @@ class Plan:
         pipeline: the pipeline class that runs it.
         info: what the checkpoint is (``pipeline.read_checkpoint``, read once).
         dtype: the transformer / text encoder dtype (a jnp dtype).
-        matmul_precision: ``"highest"``, ``"high"`` or ``"default"``.
+        matmul_precision: ``"highest"``, ``"high"`` or ``"default"``; None: not given
+            (``"highest"``, the VAE decode of a bfloat16 run ``"high"``: :mod:`vidax.nn.precision`).
         mesh: the device mesh or None (one device).
         offload: the :class:`~vidax.parallel.offload.OffloadConfig` or None.
         staging: which components wait in host memory (None before :func:`with_placement`).
@@ -61,7 +62,7 @@ class Plan:
     pipeline: type
     info: CheckpointInfo
     dtype: Any = jnp.float32
-    matmul_precision: str = "highest"
+    matmul_precision: str | None = None
     mesh: Any = None
     offload: Any = None
     staging: Staging | None = None
@@ -155,7 +156,7 @@ def with_placement(
     dtype: Any = "float32",
     mesh: Any = None,
     offload: Any = None,
-    matmul_precision: str = "highest",
+    matmul_precision: str | None = None,
     offload_experts: bool = True,
     micro_batch: int | None = None,
     **options: Any,

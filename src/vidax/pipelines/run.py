@@ -140,7 +140,12 @@ class Denoising:
             load_s=self._pending_load_s,
             seed=call.seed,
             seed_random="seed" not in call.given,
-            matmul_precision=describe_matmul_precision(self.matmul_precision),
+            matmul_precision=describe_matmul_precision(self.matmul_precision)
+            + (
+                f"; VAE decode {describe_matmul_precision(self.vae_matmul_precision)}"
+                if self.vae_matmul_precision != self.matmul_precision
+                else ""
+            ),
         )
         with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
             embeds = self.call_embeds(call)

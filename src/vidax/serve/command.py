@@ -105,7 +105,7 @@ def run(
     load: Callable[[Any], None],
     weight_dtype: str | None = None,
     transformer: str | None = None,
-    matmul_precision: str = "highest",
+    matmul_precision: str | None = None,
     api_key: str | None = None,
     insecure_no_auth: bool = False,
     max_batch: int = 1,

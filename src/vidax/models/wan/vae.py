@@ -30,10 +30,20 @@ history on the second. Here that cache is an explicit pytree: a tuple of fixed-s
 per cached layer in call order, passed into and returned from one jitted chunk function. A cache
 entry of a 3-tap causal conv always holds 2 frames; an entry the reference would hold as
 "nothing yet" (first chunk), as ``"Rep"``, or as a single frame is stored with zero frames in
-front, which is exactly the zero padding the reference applies in those cases. The chunk
-function is therefore traced once for the first chunk and once for all the others, and each
-chunk's result is moved to host memory as soon as it is computed, so device memory does not grow
-with the clip length.
+front, which is exactly the zero padding the reference applies in those cases. Each chunk's
+result is moved to host memory as soon as it is computed, so device memory does not grow with
+the clip length.
+
+The decoder runs every chunk, the first included, as one compiled program: the first chunk is
+the steady-state chunk (one latent frame in, ``4`` frames out) with an all-zero cache and a
+traced flag ``first``. Every layer is causal in time (convolutions look back only; norms,
+attention and spatial up-sampling are per frame), so output frame 0 depends on input frame 0 and
+the cache alone. With ``first`` set, each temporal up-sampler passes its input frames on
+(repeated, so frame 0 is the input's frame 0, as when the reference skips the time conv) and
+stores the zero ``"Rep"`` history, each causal conv stores the zero-padded first frame of its
+input as its cache (the reference's one-frame cache), and the Wan2.2 shortcut puts the frame the
+reference keeps first; output frame 0 is then the reference's first frame, and the host keeps
+only it. The encoder keeps two programs (first frame, then chunks of 4).
 
 Precision: parameters and compute in ``float32`` by default (the checkpoint is fp32 and the
 reference keeps no fp32-only modules); with ``bfloat16`` the RMS norms (statistics, ``sqrt(C)``
@@ -127,11 +137,15 @@ class _FeatCache:
     """One chunk's view of the functional cache: reads entries in call order, collects new ones.
 
     ``entries=None`` is the first chunk: every read returns zero frames (the zero padding the
-    reference applies when its ``feat_cache`` slot is still empty).
+    reference applies when its ``feat_cache`` slot is still empty). ``first`` is the decoder's
+    traced flag (a bool scalar): set, only frame 0 of each layer's input is the clip's (the
+    first chunk run as a steady-state one, see the module doc); None for the encoder, whose
+    first chunk is its own program.
     """
 
-    def __init__(self, entries: Sequence[jax.Array] | None):
+    def __init__(self, entries: Sequence[jax.Array] | None, first: jax.Array | None = None):
         self._in = entries
+        self.first = first
         self.out: list[jax.Array] = []
 
     def take(self, like: jax.Array, frames: int) -> jax.Array:
@@ -194,9 +208,14 @@ class WanCausalConv3d(nnx.Module):
         return y + self.bias[...].astype(self.dtype)
 
     def cached(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
-        """Apply with the chunk cache: read the cached ``CACHE_T`` frames, store the new ones."""
+        """Apply with the chunk cache: read the cached ``CACHE_T`` frames, store the new ones
+        (with ``feat.first`` set: the cache followed by ``x``'s frame 0 only)."""
         cache = feat.take(x, CACHE_T)
-        feat.put(jnp.concatenate([cache, x.astype(cache.dtype)], axis=1)[:, -CACHE_T:])
+        new = jnp.concatenate([cache, x.astype(cache.dtype)], axis=1)[:, -CACHE_T:]
+        if feat.first is not None and x.shape[1] > 1:
+            first = jnp.concatenate([cache, x[:, :1].astype(cache.dtype)], axis=1)[:, -CACHE_T:]
+            new = jnp.where(feat.first, first, new)
+        feat.put(new)
         return self(x, cache)
 
 
@@ -291,8 +310,9 @@ class WanResample(nnx.Module):
     """Spatial 2x up/down-sampling, optionally with a causal time conv (diffusers ``WanResample``).
 
     Modes: ``upsample2d`` / ``upsample3d`` (nearest 2x then Conv2d 3x3 to ``dim // 2`` channels;
-    3d first doubles the frames with ``time_conv`` to ``2 dim`` channels, skipped on the first
-    chunk), ``downsample2d`` / ``downsample3d`` (zero pad right/bottom by 1, Conv2d 3x3 stride 2;
+    3d first doubles the frames with ``time_conv`` to ``2 dim`` channels; on the first chunk the
+    reference skips it: here the input frames are repeated instead, see the module doc),
+    ``downsample2d`` / ``downsample3d`` (zero pad right/bottom by 1, Conv2d 3x3 stride 2;
     3d then halves the frames with a stride-2 ``time_conv`` over the last cached frame plus the
     chunk, skipped on the first chunk). ``resample`` is a list whose slot 0 (the parameter-free
     upsample / pad of the reference's ``nn.Sequential``) is ``None``.
@@ -316,17 +336,20 @@ class WanResample(nnx.Module):
         else:
             self.time_conv = None
 
-    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
-        """``x (B, T, H, W, C)`` -> ``(B, T', H', W', C')``; ``first``: the clip's first chunk."""
+    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool | jax.Array) -> jax.Array:
+        """``x (B, T, H, W, C)`` -> ``(B, T', H', W', C')``; ``first``: the clip's first chunk
+        (a Python bool in the encoder; the decoder's traced flag ``feat.first`` for up-sampling).
+        """
         if self.mode == "upsample3d":
-            if first:
-                # Reference: the slot becomes "Rep", which later reads as zero history.
-                feat.put(jnp.zeros((x.shape[0], CACHE_T) + x.shape[2:], x.dtype))
-            else:
-                x = self.time_conv.cached(x, feat)
-                b, t, h, w, c2 = x.shape
-                x = x.reshape(b, t, h, w, 2, c2 // 2)
-                x = jnp.moveaxis(x, 4, 2).reshape(b, 2 * t, h, w, c2 // 2)
+            cache = feat.take(x, CACHE_T)
+            y = self.time_conv(x, cache)
+            b, t, h, w, c2 = y.shape
+            y = jnp.moveaxis(y.reshape(b, t, h, w, 2, c2 // 2), 4, 2).reshape(b, 2 * t, h, w, c2 // 2)
+            new = jnp.concatenate([cache, x.astype(cache.dtype)], axis=1)[:, -CACHE_T:]
+            # First chunk, as the reference: no time conv (frame 0 stays the input's frame 0) and
+            # the slot becomes "Rep", which the next chunk reads as zero history.
+            feat.put(jnp.where(first, jnp.zeros_like(new), new))
+            x = jnp.where(first, jnp.repeat(x.astype(y.dtype), 2, axis=1), y)
         b, t, h, w, c = x.shape
         y = x.reshape(b * t, h, w, c)
         if self.mode.startswith("upsample"):
@@ -373,11 +396,11 @@ class WanUpBlock(nnx.Module):
             upsamplers = nnx.List([WanResample(out_dim, upsample_mode, **kw)])
         self.upsamplers = upsamplers
 
-    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
         for resnet in self.resnets:
             x = resnet(x, feat)
         if self.upsamplers is not None:
-            x = self.upsamplers[0](x, feat, first)
+            x = self.upsamplers[0](x, feat, feat.first)
         return x
 
 
@@ -491,15 +514,20 @@ class WanResidualUpBlock(nnx.Module):
         self.out_dim = out_dim
         self.factor_t = 2 if temporal else 1
 
-    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
         """``x (B, T, H, W, C_in)`` -> ``(B, T', H', W', C_out)``."""
         x_in = x
         for resnet in self.resnets:
             x = resnet(x, feat)
         if self.upsampler is None:
             return x
-        x = self.upsampler(x, feat, first)
-        return x + dup_up_3d(x_in, self.out_dim, self.factor_t, 2, first).astype(x.dtype)
+        x = self.upsampler(x, feat, feat.first)
+        shortcut = dup_up_3d(x_in, self.out_dim, self.factor_t, 2, False)
+        if self.factor_t > 1:
+            # First chunk: the reference drops the first factor_t - 1 frames; rotated here, so
+            # that frame 0 is its first frame and the shape stays the steady-state chunk's.
+            shortcut = jnp.where(feat.first, jnp.roll(shortcut, 1 - self.factor_t, axis=1), shortcut)
+        return x + shortcut.astype(x.dtype)
 
 
 class WanEncoder3d(nnx.Module):
@@ -544,8 +572,8 @@ class WanEncoder3d(nnx.Module):
 
 
 class WanDecoder3d(nnx.Module):
-    """Latent chunk ``(B, 1, H', W', C_z)`` -> ``(B, 1 or 4, 2^k H', 2^k W', C_out)``
-    (``WanDecoder3d``); ``up_blocks`` are :class:`WanUpBlock` (Wan2.1) or
+    """Latent chunk ``(B, 1, H', W', C_z)`` -> ``(B, 4, 2^k H', 2^k W', C_out)`` (frame 0 alone
+    is the clip's on the first chunk; ``WanDecoder3d``); ``up_blocks`` are :class:`WanUpBlock` (Wan2.1) or
     :class:`WanResidualUpBlock` (``is_residual``, Wan2.2)."""
 
     def __init__(self, config: WanVAEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
@@ -568,11 +596,13 @@ class WanDecoder3d(nnx.Module):
         self.norm_out = WanRMS_norm(dim, images=False)
         self.conv_out = WanCausalConv3d(dim, config.out_channels, 3, padding=1, **kw)
 
-    def __call__(self, x: jax.Array, feat: _FeatCache, first: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, feat: _FeatCache) -> jax.Array:
+        """``feat.first`` (traced) marks the first chunk; the output has the steady-state
+        chunk's frames either way (see the module doc)."""
         x = self.conv_in.cached(x, feat)
         x = self.mid_block(x, feat)
         for block in self.up_blocks:
-            x = block(x, feat, first)
+            x = block(x, feat)
         return self.conv_out.cached(jax.nn.silu(self.norm_out(x)), feat)
 
 
@@ -593,8 +623,9 @@ class WanVAE(TiledVAE, nnx.Module):
         param_dtype: storage dtype used when building (the loader's policy decides on load).
         rngs: initialiser keys (values are replaced when loading a checkpoint).
 
-    Use :meth:`encode` / :meth:`decode`; both run one jitted function per chunk (compiled once
-    for the first chunk and once for the others) and return host (numpy) arrays. Tiling:
+    Use :meth:`encode` / :meth:`decode`; both run one jitted function per chunk and return host
+    (numpy) arrays. The decode compiles one program for every chunk of a latent size, the first
+    included; the encode compiles one for the first frame and one for the later chunks. Tiling:
     ``enable_tiling(...)`` / ``disable_tiling()`` / ``use_tiling`` (:class:`WanTiling`,
     :class:`vidax.nn.tiling.TiledVAE`).
     """
@@ -660,17 +691,19 @@ class WanVAE(TiledVAE, nnx.Module):
         mean, logvar = jnp.split(h, 2, axis=-1)
         return mean, jnp.clip(logvar, -30.0, 20.0), tuple(feat.out)
 
-    def decode_chunk(self, z: jax.Array, cache: tuple | None, first: bool, raw: bool = False):
+    def decode_chunk(self, z: jax.Array, cache: tuple | None, first: bool | jax.Array, raw: bool = False):
         """Decode one latent frame ``z (B, 1, H', W', C_z)`` -> ``(frames, cache)``.
 
-        ``frames`` is ``(B, 1, s H', s W', C)`` on the first chunk, ``(B, 4, ...)`` after,
-        float32 clamped to ``[-1, 1]``; with ``raw`` the decoder's own float32 output, before
-        the unfolding of p x p pixel blocks and the clamp (``(B, 1 or 4, s H' / p, s W' / p,
-        C p^2)``, what the reference's tiled decode blends).
+        ``frames`` is ``(B, 4, s H', s W', C)`` float32 clamped to ``[-1, 1]``; on the clip's
+        first chunk (``first`` true, a bool scalar that may be traced, with the all-zero cache
+        of :meth:`decode_cache`) only frame 0 is the video's. With ``raw`` the decoder's own
+        float32 output, before the unfolding of p x p pixel blocks and the clamp (``(B, 4,
+        s H' / p, s W' / p, C p^2)``, what the reference's tiled decode blends). ``cache``
+        None reads as zeros (used to find the cache's shapes).
         """
-        feat = _FeatCache(cache)
+        feat = _FeatCache(cache, jnp.asarray(first, jnp.bool_))
         x = self.post_quant_conv(z.astype(self.dtype))
-        out = self.decoder(x, feat, first).astype(jnp.float32)
+        out = self.decoder(x, feat).astype(jnp.float32)
         if raw:
             return out, tuple(feat.out)
         return jnp.clip(unpatchify(out, self.config.patch), -1.0, 1.0), tuple(feat.out)
@@ -745,15 +778,28 @@ class WanVAE(TiledVAE, nnx.Module):
             return iter((self._tiled_decode(z, graphdef, state),))
 
         def chunks():
-            cache = None
+            cache = self.decode_cache(z[:, :1], graphdef, state)
             for i in range(shape[1]):
                 zi = jnp.asarray(z[:, i : i + 1])
-                out, cache = _decode_chunk(graphdef, state, zi, cache, i == 0)
-                # A copy, so no host array aliases the device buffer (CPU backends share memory).
-                yield np.array(out)
+                out, cache = _decode_chunk(graphdef, state, zi, cache, np.bool_(i == 0))
+                # A copy, so no host array aliases the device buffer (CPU backends share memory);
+                # the first chunk keeps its frame 0 (sliced on host: no program for the slice).
+                yield np.array(np.asarray(out)[:, :1] if i == 0 else out)
                 del out
 
         return chunks()
+
+    def decode_cache(self, z, graphdef=None, state=None, raw: bool = False) -> tuple:
+        """The all-zero cache the first chunk of latents shaped as ``z (B, T', H', W', C_z)``
+        is decoded with: a tuple of float arrays ``(B, n, h, w, c)``, one per cached layer, put
+        from host zeros (no program is compiled for them) where the VAE's parameters are, as the
+        caches the decode returns: an array placed elsewhere would compile the decode again."""
+        if graphdef is None:
+            graphdef, state = nnx.split(self)
+        zi = jax.ShapeDtypeStruct((z.shape[0], 1) + tuple(z.shape[2:]), jax.dtypes.canonicalize_dtype(z.dtype))
+        _, cache = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s).decode_chunk(x, None, True, raw), state, zi)
+        where = jax.tree.leaves(state)[0].sharding
+        return tuple(jax.device_put(np.zeros(c.shape, c.dtype), where) for c in cache)
 
     def _tiled_decode(self, z, graphdef, state) -> np.ndarray:
         """``AutoencoderKLWan.tiled_decode``: each latent tile decoded frame by frame with its own
@@ -767,10 +813,11 @@ class WanVAE(TiledVAE, nnx.Module):
         extent = (t.tile_sample_min_height // p - keep[0], t.tile_sample_min_width // p - keep[1])
 
         def run(zt) -> np.ndarray:
-            frames, cache = [], None
+            frames, cache = [], self.decode_cache(zt[:, :1], graphdef, state, raw=True)
             for k in range(zt.shape[1]):
-                out, cache = _decode_chunk(graphdef, state, jnp.asarray(zt[:, k : k + 1]), cache, k == 0, True)
-                frames.append(np.array(out))
+                zk = jnp.asarray(zt[:, k : k + 1])
+                out, cache = _decode_chunk(graphdef, state, zk, cache, np.bool_(k == 0), True)
+                frames.append(np.array(np.asarray(out)[:, :1] if k == 0 else out))
                 del out
             return np.concatenate(frames, axis=1)
 
@@ -814,7 +861,7 @@ def _encode_chunk(graphdef, state, x, cache, first):
     return nnx.merge(graphdef, state).encode_chunk(x, cache, first)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4, 5), donate_argnums=(3,))
+@functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(3,))
 def _decode_chunk(graphdef, state, z, cache, first, raw=False):
     TRACE_COUNTS["decode"] += 1
     return nnx.merge(graphdef, state).decode_chunk(z, cache, first, raw)
