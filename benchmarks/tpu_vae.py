@@ -45,6 +45,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tiling", action="store_true", help="the VAE's tiled decode (vae.enable_tiled_decode())")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the VAE's dtype")
     p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "default"])
+    p.add_argument(
+        "--compare-precision",
+        default=None,
+        choices=["highest", "high", "default"],
+        help="decode the same latents again at this precision and report the PSNR between the two videos",
+    )
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--cache-dir", default=None, help="persistent compile cache folder (default: off)")
     p.add_argument("--out", default=None, help="append the JSON row to this file")
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tiling:
         vae.enable_tiled_decode()
     pipe = cls(info, {"vae": vae, "scheduler": cls.load_component(info, "scheduler")}, dtype=jnp.bfloat16)
+    pipe.matmul_precision = args.matmul_precision  # given: the decode runs at it (not the bf16 run's VAE default)
     call = dict(preset.tiny_call if args.tiny else {}, num_inference_steps=2)  # LTX-2 refuses one step
     call.pop("max_sequence_length", None)
     call.update(
@@ -121,6 +128,22 @@ def main(argv: list[str] | None = None) -> dict:
             frames=list(out.shape),
             peak_hbm_gib=peak_hbm_gib(),
             finite=bool(np.isfinite(out).all()),
+        )
+    if args.compare_precision:
+        pipe.matmul_precision = args.compare_precision
+        t0 = time.perf_counter()
+        other = pipe.decode(c, z, stats)
+        t_other = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        other = pipe.decode(c, z, stats)
+        mse = float(np.mean((np.asarray(out, np.float64) - np.asarray(other, np.float64)) ** 2))
+        row.update(
+            compare_precision=args.compare_precision,
+            compare_cold_s=round(t_other, 1),
+            compare_warm_s=round(time.perf_counter() - t0, 2),
+            # frames in [0, 1]: PSNR of the other precision's video against this one's
+            psnr_db=round(10 * np.log10(1.0 / mse), 1) if mse > 0 else float("inf"),
+            max_abs_diff=float(np.abs(np.asarray(out) - np.asarray(other)).max()),
         )
     return report(row, args.out)
 
