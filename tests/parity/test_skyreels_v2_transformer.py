@@ -87,7 +87,6 @@ def _ours(model, x, ts, txt, fps, img=None, causal=None):
     return np.asarray(_FWD(model, *args, nfpb=causal))
 
 
-@pytest.mark.fast(family="skyreels_v2")
 def test_one_timestep_per_sample(t2v):
     ref, model = t2v
     x, txt = _inputs(1, 2)

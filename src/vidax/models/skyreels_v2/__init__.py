@@ -3,16 +3,18 @@ levels, block-causal attention, fps conditioning). Its transformer is here; the 
 are Wan's registered components.
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer
-config), ``transformer.py`` (model code only) and ``convert.py`` (the tables the registry entry
-names: Wan's).
+config and the whole-checkpoint reading), ``transformer.py`` (model code only), ``convert.py`` (the
+tables the registry entry names: Wan's), ``forcing.py`` (the diffusion-forcing schedule) and
+``pipeline.py`` (the pipeline hooks).
 """
 
-from vidax.registry import Family, family_component
+from vidax.registry import Family, family_component, family_pipelines
 
 _PKG = "vidax.models.skyreels_v2"
 
 FAMILY = Family(
     name="skyreels_v2",
+    pipelines=family_pipelines(_PKG, "SkyReelsV2DiffusionForcingPipeline"),
     components=(
         family_component(
             _PKG,
