@@ -1,6 +1,7 @@
-"""SkyReels-V2 diffusion forcing end to end against ``diffusers.SkyReelsV2DiffusionForcingPipeline``
-at a tiny random checkpoint (float32, the same tokenizer and initial noise): the synchronous
-schedule, the asynchronous one with causal blocks, and a long video of two chunks.
+"""SkyReels-V2 end to end against ``diffusers.SkyReelsV2DiffusionForcingPipeline`` at a tiny random
+checkpoint (float32, the same tokenizer and initial noise): the synchronous schedule, the
+asynchronous one with causal blocks, and a long video of two chunks; and ``SkyReelsV2Pipeline``
+(plain text-to-video) on the same components with a transformer without the fps conditioning.
 
 The reference's fps conditioning over per-frame timesteps only broadcasts for one video per pass,
 so one prompt (its CFG runs the passes apart). The tiny transformer: Wan's tiny pipeline config
@@ -8,7 +9,6 @@ with the fps conditioning on."""
 
 from __future__ import annotations
 
-import os
 import types
 
 import numpy as np
@@ -26,31 +26,38 @@ CALL = dict(height=32, width=48, num_inference_steps=3, guidance_scale=4.5, max_
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def components(tmp_path_factory):
     from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
 
     from vidax.default_checkpoint import SCHEDULER
     from vidax.encoders.tokenizer import build_tiny_t5_tokenizer
 
-    path = str(tmp_path_factory.mktemp("skyreels_v2_df"))
+    tok = str(tmp_path_factory.mktemp("skyreels_v2_tokenizer"))
     torch.manual_seed(0)
-    build_tiny_t5_tokenizer(os.path.join(path, "_tok"), vocab_size=TEXT_ENCODER["vocab_size"])
+    build_tiny_t5_tokenizer(tok, vocab_size=TEXT_ENCODER["vocab_size"])
     text_encoder = UMT5EncoderModel(UMT5Config(**TEXT_ENCODER)).eval()
-    transformer = diffusers.SkyReelsV2Transformer3DModel(**TRANSFORMER, inject_sample_info=True).eval()
     vae = diffusers.AutoencoderKLWan(**VAE).eval()
     randomize_torch_module(text_encoder, seed=0)
-    randomize_torch_module(transformer, seed=1)
     randomize_torch_module(vae, seed=2, scale=0.1, gain=0.7)
     config = {k: v for k, v in SCHEDULER.items() if not k.startswith("_")}
-    pipe = diffusers.SkyReelsV2DiffusionForcingPipeline(
-        tokenizer=AutoTokenizer.from_pretrained(os.path.join(path, "_tok")),
-        text_encoder=text_encoder,
-        transformer=transformer,
-        vae=vae,
-        scheduler=diffusers.UniPCMultistepScheduler.from_config(config, flow_shift=8.0),
-    )
+    scheduler = diffusers.UniPCMultistepScheduler.from_config(config, flow_shift=8.0)
+    return dict(tokenizer=AutoTokenizer.from_pretrained(tok), text_encoder=text_encoder, vae=vae, scheduler=scheduler)
+
+
+def _checkpoint(tmp_path_factory, components, cls, **transformer):
+    path = str(tmp_path_factory.mktemp(cls.__name__))
+    model = diffusers.SkyReelsV2Transformer3DModel(**TRANSFORMER, **transformer).eval()
+    randomize_torch_module(model, seed=1)
+    pipe = cls(transformer=model, **components)
     pipe.save_pretrained(path, safe_serialization=True)
     return pipe, vidax.load_pipeline(path, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, components):
+    return _checkpoint(
+        tmp_path_factory, components, diffusers.SkyReelsV2DiffusionForcingPipeline, inject_sample_info=True
+    )
 
 
 def _noise(frames, seed):
@@ -139,3 +146,22 @@ def test_refuses_what_the_reference_cannot_run(reference):
         ours(PROMPT, num_frames=21, base_num_frames=13, progress=False)
     with pytest.raises(vidax.errors.InputError, match=r"causal_block_size=3 must divide the 4 latent frames"):
         ours(PROMPT, num_frames=13, causal_block_size=3, progress=False)
+
+
+def test_plain_text_to_video(tmp_path_factory, components, monkeypatch):
+    """SkyReelsV2Pipeline: Wan's loop with this family's transformer (CFG batch of two prompts)."""
+    import diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2 as ref_module
+
+    monkeypatch.setattr(ref_module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
+    pipe, ours = _checkpoint(tmp_path_factory, components, diffusers.SkyReelsV2Pipeline)
+    assert type(ours).__name__ == "SkyReelsV2Pipeline"
+    prompts, negatives = [PROMPT, "the dog"], [NEGATIVE, "a city at night"]
+    latents = torch.randn(2, 12, 3, 4, 6, generator=torch.Generator().manual_seed(3))
+    call = dict(CALL, num_frames=9)
+    with torch.no_grad():
+        want = pipe(prompts, negatives, latents=latents.clone(), output_type="np", **call).frames
+    got = ours(prompts, negatives, latents=latents.numpy(), progress=False, **call).frames
+    value = psnr(got, want)
+    print(f"SkyReelsV2Pipeline: PSNR {value:.1f} dB")
+    assert got.shape == want.shape == (2, 9, 32, 48, 3) and value >= 60.0
+    assert psnr(want[0], want[1]) < 40.0

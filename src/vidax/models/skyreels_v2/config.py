@@ -44,7 +44,8 @@ class SkyReelsV2TransformerConfig(WanTransformerConfig):
         self.check_positive(source, ("num_frame_per_block",))
 
 
-#: ``SkyReelsV2DiffusionForcingPipeline.__call__``'s defaults in diffusers (fps: its ``fps=24``).
+#: ``SkyReelsV2DiffusionForcingPipeline.__call__``'s defaults in diffusers (fps: its ``fps=24``);
+#: ``SkyReelsV2Pipeline``'s are the same.
 SKYREELS_V2_DF_DEFAULTS = CallDefaults(
     height=544, width=960, num_frames=97, num_inference_steps=50, guidance_scale=6.0, max_sequence_length=512, fps=24
 )
@@ -69,4 +70,4 @@ def read_skyreels_v2_checkpoint(checkpoint: Checkpoint) -> WanInfo:
         )
     cfg = info.transformer_configs[0]
     fps = "with fps conditioning" if cfg.inject_sample_info else "no fps conditioning"
-    return dataclasses.replace(info, variant=f"SkyReels-V2 diffusion forcing ({fps}): text-to-video")
+    return dataclasses.replace(info, variant=f"SkyReels-V2 ({fps}): text-to-video")

@@ -1,8 +1,10 @@
-"""SkyReels-V2 diffusion-forcing text-to-video: the hooks of
+"""SkyReels-V2 text-to-video, plain (:class:`SkyReelsV2Pipeline`) and with diffusion forcing
+(:class:`SkyReelsV2DiffusionForcingPipeline`): the hooks of
 :class:`~vidax.pipelines.base.VideoPipeline` on Wan's (:class:`~vidax.models.wan.pipeline.WanPipeline`:
 UMT5 prompt encoding, the Wan VAE, CFG as a 2B batch).
 
-Reference: ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). The denoising runs chunk by
+References: ``diffusers.SkyReelsV2Pipeline`` (Wan's text-to-video loop with this family's
+transformer) and ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). Diffusion forcing runs chunk by
 chunk (:func:`~vidax.models.skyreels_v2.forcing.chunk_plan`: one chunk unless ``num_frames >
 base_num_frames``); each chunk iterates its timestep matrix
 (:func:`~vidax.models.skyreels_v2.forcing.timestep_matrix`), the model seeing every latent frame
@@ -20,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vidax.errors import Arg, InputError
+from vidax.errors import Arg, ConfigError, InputError
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.wan.config import WanInfo
@@ -28,6 +30,36 @@ from vidax.models.wan.pipeline import WanPipeline
 from vidax.pipelines.base import cfg_pair
 from vidax.pipelines.options import CallOption
 from vidax.schedulers.base import StepIndexed, register_state
+
+
+class SkyReelsV2Pipeline(WanPipeline):
+    """SkyReels-V2 text-to-video (reference: ``diffusers.SkyReelsV2Pipeline``): Wan's loop, one
+    timestep for all frames, with the SkyReels-V2 transformer (its config's causal blocks). Build
+    with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
+
+    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint`.
+
+        Raises:
+            ConfigError: also a transformer with the fps conditioning (``inject_sample_info``), which
+                this pipeline gives no fps (the reference fails on it; the diffusion-forcing
+                pipeline runs those checkpoints).
+        """
+        info = read_skyreels_v2_checkpoint(checkpoint)
+        if info.transformer_configs[0].inject_sample_info:
+            raise ConfigError(
+                f"{checkpoint.config_file('transformer')}: inject_sample_info=true (fps conditioning) is not run by "
+                "SkyReelsV2Pipeline, which gives the transformer no fps (diffusers' fails on it too); load it with "
+                "SkyReelsV2DiffusionForcingPipeline"
+            )
+        return info
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        return cls
 
 
 @register_state
@@ -69,6 +101,8 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
     frames of ``min(num_frames, base_num_frames)`` when ``overlap_history`` is given (else of
     ``num_frames``); later chunks draw theirs from the seed.
     """
+
+    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
 
     call_options = (
         CallOption(
