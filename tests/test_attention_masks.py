@@ -95,6 +95,26 @@ def test_more_queries_than_keys_causal(impl):
         assert np.all(got[:, :4] == 0)
 
 
+@pytest.mark.parametrize("impl", ["xla", "blockwise"])
+def test_block_causal_matches_a_boolean_mask(impl):
+    """causal_block=4 over 12 tokens with key padding: query i attends key j iff j // 4 <= i // 4
+    (blocks straddle blockwise's key blocks of 5); the TPU and GPU kernels refuse it."""
+    q, k, v = _qkv(12, 12, seed=21)
+    blocks = np.arange(12) // 4
+    seg = SegmentIds.for_padding(B, 12, 12, 10, 10)
+    want = _torch(q[:, :10], k[:, :10], v[:, :10], attn_mask=blocks[:10, None] >= blocks[None, :10])
+    fn = jax.jit(
+        lambda q, k, v, seg: dot_product_attention(
+            q, k, v, implementation=impl, block_size=5, causal=True, causal_block=4, segment_ids=seg
+        )
+    )
+    got = np.asarray(fn(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), seg))
+    assert max_rel_err(got[:, :10], want) < TOL
+    assert max_rel_err(_ours(impl, q, k, v, causal=True, segment_ids=seg)[:, :10], want) > 1e-1
+    for fast in ("pallas_tpu", "cudnn"):
+        assert "not in blocks of causal_block=4" in attn.unavailable_reason(fast, q, k=k, causal=True, causal_block=4)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("lk", [13, 17])
 def test_key_padding_segments_with_causal(impl, lk):
@@ -186,6 +206,8 @@ def test_bad_mask_arguments():
         dot_product_attention(q, k, v, bias=jnp.zeros((13, 17)))
     with pytest.raises(InputError, match="causal=1 must be a bool"):
         dot_product_attention(q, k, v, causal=1)
+    with pytest.raises(InputError, match="causal_block=0 must be a positive int"):
+        dot_product_attention(q, k, v, causal=True, causal_block=0)
 
 
 # --------------------------------------------------------------------------- cuDNN (no GPU here)

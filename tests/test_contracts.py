@@ -29,6 +29,11 @@ from vidax.registry import FAMILIES, KINDS, registry
 #: A tiny config of every component class with a model (the fields they need, others default).
 TINY = {
     "WanTransformer3DModel": dc.TRANSFORMER,
+    "SkyReelsV2Transformer3DModel": {
+        **dc.TRANSFORMER,
+        "_class_name": "SkyReelsV2Transformer3DModel",
+        "inject_sample_info": True,
+    },
     "AutoencoderKLWan": dc.VAE,
     "UMT5EncoderModel": dc.TEXT_ENCODER,
     "T5EncoderModel": {**dc.TEXT_ENCODER, "model_type": "t5", "architectures": ["T5EncoderModel"]},

@@ -37,6 +37,7 @@ FAMILIES: tuple[str, ...] = (
     "vidax.models.hunyuan_video15",
     "vidax.models.ltx",
     "vidax.models.ltx2",
+    "vidax.models.skyreels_v2",
 )
 
 #: Component kinds (the roles of ``model_index.json`` entries).

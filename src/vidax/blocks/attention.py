@@ -187,6 +187,8 @@ class AttentionMask:
             sequence, instead of ``valid_length`` (each prompt's real text in a joint sequence).
         kv_mask: ``(B, Lk)`` 0/1 mask of a cross-attention context's keys (a tokenizer mask).
         causal: static; query i attends keys ``j <= i + Lk - Lq`` (single device only).
+        causal_block: static; with ``causal``, positions counted in blocks of this many tokens
+            (block-causal: ``j // n <= (i + Lk - Lq) // n``, SkyReels-V2's frame blocks).
         window: static; query i attends keys ``|i - j| <= window`` only (a dense bias: single
             device and small problems only).
         bias: a dense additive float ``(B or 1, N or 1, Lq, Lk)`` (``-inf`` masks), single device
@@ -205,6 +207,7 @@ class AttentionMask:
     segment_ids: SegmentIds | None = None
     kv_mask: jax.Array | None = None
     causal: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    causal_block: int = dataclasses.field(default=1, metadata=dict(static=True))
     window: int | None = dataclasses.field(default=None, metadata=dict(static=True))
     bias: jax.Array | None = None
     first_stream_causal: bool = dataclasses.field(default=False, metadata=dict(static=True))
@@ -339,7 +342,14 @@ class Attention(nnx.Module):
                 window = jnp.where(jnp.abs(i - jnp.arange(k.shape[1])[None]) <= mask.window, 0.0, -jnp.inf)[None, None]
                 bias = window if bias is None else bias + window
             return dot_product_attention(
-                q, k, v, implementation=self.attention, segment_ids=seg, causal=causal, bias=bias
+                q,
+                k,
+                v,
+                implementation=self.attention,
+                segment_ids=seg,
+                causal=causal,
+                bias=bias,
+                causal_block=mask.causal_block,
             )
         if not own_tokens and self.config.context_tokens == "seq" and self.mesh is not None and mask.kv_mask is None:
             return ulysses_attention(q, k, v, self.mesh, implementation=self.attention)

@@ -20,6 +20,9 @@ Masks, all optional and combined (a key is attended when every one allows it):
   alignment, as Llama / Qwen2 with a KV cache (the queries are the last Lq of the Lk positions;
   ``torch.nn.attention.bias.causal_lower_right``). With ``Lq == Lk`` this is torch SDPA's
   ``is_causal=True`` (``j <= i``); with ``Lq > Lk`` the first ``Lq - Lk`` queries see no key.
+  With ``causal_block=n`` the positions are counted in blocks of n tokens: query i attends key j
+  iff ``j // n <= (i + Lk - Lq) // n`` (block-causal attention, SkyReels-V2's diffusion forcing:
+  every frame block sees itself and the blocks before it). ``xla`` and ``blockwise`` only.
 * ``bias``: an additive float ``(B or 1, N or 1, Lq, Lk)`` added to the scaled scores (torch
   SDPA's float ``attn_mask``); ``-inf`` entries mask. It is dense, so for small problems only.
 
@@ -177,6 +180,7 @@ def dot_product_attention(
     interpret: bool = False,
     causal: bool = False,
     bias: jax.Array | None = None,
+    causal_block: int = 1,
 ) -> jax.Array:
     """Softmax attention ``softmax(q·kᵀ·scale + bias [masked])·v`` over all heads independently.
 
@@ -199,6 +203,8 @@ def dot_product_attention(
         segment_ids: optional :class:`SegmentIds` (``(B, Lq)`` and ``(B, Lk)``).
         interpret: run ``"pallas_tpu"`` in Pallas interpret mode (any backend; slow, for tests).
         causal: query i attends only keys ``j <= i + Lk - Lq`` (Llama's causal mask).
+        causal_block: with ``causal``, positions counted in blocks of this many tokens (module
+            docstring); 1: token by token.
         bias: optional float ``(B or 1, N or 1, Lq, Lk)`` added to the scaled scores (in float32);
             dense, for small problems.
 
@@ -218,15 +224,19 @@ def dot_product_attention(
         raise InputError(f"dot_product_attention: block_size={block_size!r} must be a positive int.")
     if not isinstance(causal, bool):
         raise InputError(f"dot_product_attention: causal={causal!r} must be a bool.")
+    if not isinstance(causal_block, int) or isinstance(causal_block, bool) or causal_block < 1:
+        raise InputError(f"dot_product_attention: causal_block={causal_block!r} must be a positive int.")
+    # Block-causal is causal on block indices: only the implementations that build the mask.
+    causal_block = causal_block if causal else 1
     _check_shapes(q, k, v, segment_ids, bias)
     b, lq, n, d = q.shape
     lk = k.shape[1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    masks = dict(k=k, causal=causal, bias=bias)
+    masks = dict(k=k, causal=causal, bias=bias, causal_block=causal_block)
     impl = implementation
     if impl == "auto":
-        impl = choose_implementation(q, k, segment_ids, causal=causal, bias=bias)
+        impl = choose_implementation(q, k, segment_ids, causal=causal, bias=bias, causal_block=causal_block)
     else:
         problem = unavailable_reason(impl, q, segment_ids, interpret, **masks)
         if problem:
@@ -242,7 +252,7 @@ def dot_product_attention(
         tuple(k.shape),
         jnp.dtype(q.dtype).name,
         " segments" if segment_ids is not None else "",
-        " causal" if causal else "",
+        (" causal" if causal_block == 1 else f" block-causal({causal_block})") if causal else "",
         f" bias{tuple(bias.shape)}" if bias is not None else "",
     )
     if impl == "xla" and lq * lk > AUTO_XLA_MAX_SCORES:
@@ -268,6 +278,7 @@ def dot_product_attention(
         interpret=interpret,
         causal=causal,
         bias=bias,
+        causal_block=causal_block,
     )
 
 
@@ -280,6 +291,7 @@ def unavailable_reason(
     k: jax.Array | None = None,
     causal: bool = False,
     bias: jax.Array | None = None,
+    causal_block: int = 1,
 ) -> str | None:
     """Why ``impl`` cannot run on this backend with queries like ``q`` (None when it can).
 
@@ -287,6 +299,8 @@ def unavailable_reason(
     without ``k`` the checks that need ``Lk`` are skipped.
     """
     where = backend()
+    if causal and causal_block > 1 and impl in ("pallas_tpu", "cudnn"):
+        return f"its causal mask is token by token, not in blocks of causal_block={causal_block} tokens"
     if impl == "pallas_tpu":
         if where != "tpu" and not interpret:
             return f"it needs a TPU and the backend is {where!r} (pass interpret=True to emulate it)"
@@ -319,12 +333,13 @@ def available_implementations(
     k: jax.Array | None = None,
     causal: bool = False,
     bias: jax.Array | None = None,
+    causal_block: int = 1,
 ) -> list[str]:
     """The implementations that can run here for queries like ``q`` (interpret mode excluded)."""
     return [
         name
         for name in sorted(_IMPLEMENTATIONS)
-        if unavailable_reason(name, q, segment_ids, k=k, causal=causal, bias=bias) is None
+        if unavailable_reason(name, q, segment_ids, k=k, causal=causal, bias=bias, causal_block=causal_block) is None
     ]
 
 
@@ -335,12 +350,14 @@ def choose_implementation(
     *,
     causal: bool = False,
     bias: jax.Array | None = None,
+    causal_block: int = 1,
 ) -> str:
     """What ``implementation="auto"`` runs for these inputs on this backend (module docstring)."""
     if q.shape[1] * k.shape[1] <= AUTO_XLA_MAX_SCORES:
         return "xla"
     for fast in {"tpu": ("pallas_tpu",), "gpu": ("cudnn",)}.get(backend(), ()):
-        if unavailable_reason(fast, q, segment_ids, k=k, causal=causal, bias=bias) is None:
+        masks = dict(causal=causal, bias=bias, causal_block=causal_block)
+        if unavailable_reason(fast, q, segment_ids, k=k, **masks) is None:
             return fast
     return "blockwise"
 
@@ -400,10 +417,11 @@ def _grouped_bias(bias, n_kv):
     return bias.reshape(bb, n_kv, nb // n_kv, lq, lk)
 
 
-def _allowed(segment_ids, causal, lq, lk, kv_ids=None, k_pos=None):
+def _allowed(segment_ids, causal, lq, lk, kv_ids=None, k_pos=None, causal_block=1):
     """(B|1, 1, 1, Lq, Lk') bool, or None when nothing is masked: the key is in the query's
     segment (``kv_ids`` overrides the keys' ids) and, when ``causal``, ``j <= i + Lk - Lq``
-    (``k_pos``: the key positions j, default ``0 .. Lk-1``)."""
+    counted in blocks of ``causal_block`` tokens (``k_pos``: the key positions j, default
+    ``0 .. Lk-1``)."""
     allowed = None
     if segment_ids is not None:
         kv = segment_ids.kv if kv_ids is None else kv_ids
@@ -411,7 +429,7 @@ def _allowed(segment_ids, causal, lq, lk, kv_ids=None, k_pos=None):
     if causal:
         k_pos = jnp.arange(lk, dtype=jnp.int32) if k_pos is None else k_pos
         q_pos = jnp.arange(lq, dtype=jnp.int32) + (lk - lq)
-        below = q_pos[:, None] >= k_pos[None, :]
+        below = q_pos[:, None] // causal_block >= k_pos[None, :] // causal_block
         allowed = below if allowed is None else allowed & below
     return allowed
 
@@ -435,14 +453,14 @@ def _values(p: jax.Array, v: jax.Array, out_dtype=jnp.float32) -> jax.Array:
     return jnp.einsum("bhgqk,bkhd->bqhgd", p, v, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
-def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.Array:
+def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, causal_block: int = 1, **_) -> jax.Array:
     """Materialised attention: fp32 scores and softmax, fp32 accumulation of the values."""
     b, lq, n, d = q.shape
     lk, n_kv = k.shape[1], k.shape[2]
     s = _scores(_grouped(q, n_kv), k, v) * scale
     if bias is not None:
         s = s + _grouped_bias(bias, n_kv)
-    allowed = _allowed(segment_ids, causal, lq, lk)
+    allowed = _allowed(segment_ids, causal, lq, lk, causal_block=causal_block)
     if allowed is None and bias is None:
         p = jax.nn.softmax(s, axis=-1)
     else:
@@ -455,7 +473,9 @@ def _xla(q, k, v, *, scale: float, segment_ids, causal: bool, bias, **_) -> jax.
     return _values(p.astype(v.dtype), v, q.dtype).reshape(b, lq, n, d)
 
 
-def _blockwise(q, k, v, *, scale: float, block_size: int | None, segment_ids, causal: bool, bias, **_) -> jax.Array:
+def _blockwise(
+    q, k, v, *, scale: float, block_size: int | None, segment_ids, causal: bool, bias, causal_block: int = 1, **_
+) -> jax.Array:
     """Online-softmax attention: ``lax.scan`` over key blocks with fp32 running statistics."""
     b, lq, n, d = q.shape
     lk, n_kv = k.shape[1], k.shape[2]
@@ -492,7 +512,7 @@ def _blockwise(q, k, v, *, scale: float, block_size: int | None, segment_ids, ca
         k_pos = start + jnp.arange(bs, dtype=jnp.int32)
         if pad:
             s = jnp.where(k_pos < lk, s, -jnp.inf)
-        allowed = _allowed(segment_ids, causal, lq, lk, kv_ids=ids_j, k_pos=k_pos)
+        allowed = _allowed(segment_ids, causal, lq, lk, kv_ids=ids_j, k_pos=k_pos, causal_block=causal_block)
         if allowed is not None:
             s = jnp.where(allowed, s, -jnp.inf)
         m_new = jnp.maximum(m, s.max(axis=-1))

@@ -386,8 +386,16 @@ def _variant(tasks, configs, vae: WanVAEConfig, boundary, expand) -> str:
     return f"{name}: {names}"
 
 
-def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
+def read_wan_checkpoint(
+    checkpoint: Checkpoint, *, transformer_config: type = WanTransformerConfig, defaults: CallDefaults = WAN_DEFAULTS
+) -> WanInfo:
     """Read and cross-check a Wan folder's configs.
+
+    Args:
+        checkpoint: the folder.
+        transformer_config: the transformer's config class (a :class:`WanTransformerConfig`, or a
+            subclass for a family on Wan's layout: SkyReels-V2).
+        defaults: the call defaults of the reference pipeline.
 
     Raises:
         CheckpointError: a required component folder is missing.
@@ -417,7 +425,7 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
     elif ckpt.has("transformer_2"):
         ckpt.folder("transformer_2")
         names.append("transformer_2")
-    configs = tuple(ckpt.typed_config(n, WanTransformerConfig) for n in names)
+    configs = tuple(ckpt.typed_config(n, transformer_config) for n in names)
     vae = ckpt.typed_config("vae", WanVAEConfig)
     z, first = vae.z_dim, configs[0]
     for name, c in zip(names, configs):
@@ -474,7 +482,7 @@ def read_wan_checkpoint(checkpoint: Checkpoint) -> WanInfo:
         checkpoint=ckpt,
         tasks=tasks,
         variant=_variant(tasks, configs, vae, boundary, expand),
-        defaults=WAN_DEFAULTS.for_checkpoint(ckpt),
+        defaults=defaults.for_checkpoint(ckpt),
         transformers=tuple(names),
         size_multiple=multiple,
         size_reason=reason,

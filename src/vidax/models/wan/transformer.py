@@ -132,7 +132,7 @@ class WanTransformerBlock(nnx.Module):
         self.norm3 = LayerNorm(d, cfg.eps, False)
         self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 6, d), _F32) / math.sqrt(d))
 
-    def __call__(self, x, context, mod, rope, context_img=None, valid_length=None):
+    def __call__(self, x, context, mod, rope, context_img=None, valid_length=None, causal_block=None):
         """One block.
 
         Args:
@@ -143,6 +143,8 @@ class WanTransformerBlock(nnx.Module):
             context_img: image context ``(B, L_img, D)`` or ``None``.
             valid_length: tokens of ``x`` before it are real, the rest padding (masked as
                 self-attention keys); ``None``: all real.
+            causal_block: static; block-causal self-attention over blocks of this many tokens
+                (SkyReels-V2's diffusion forcing; single device), or ``None``: full attention.
 
         Returns:
             ``(B, L, D)`` in the residual dtype (``residual_dtype``, or the compute dtype).
@@ -151,7 +153,8 @@ class WanTransformerBlock(nnx.Module):
         shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = table_modulation(self.scale_shift_table[...], mod)
 
         h = modulate(self.norm1(x, _F32), shift_msa, scale_msa, self.dtype)
-        x = gated_add(x, self.attn1(h, rope=rope, mask=AttentionMask(valid_length)), gate_msa, res_dtype)
+        mask = AttentionMask(valid_length, causal=causal_block is not None, causal_block=causal_block or 1)
+        x = gated_add(x, self.attn1(h, rope=rope, mask=mask), gate_msa, res_dtype)
 
         h = self.norm2(x, self.dtype) if self.norm2 is not None else x.astype(self.dtype)
         x = gated_add(x, self.attn2(h, context, image=context_img), None, res_dtype)
@@ -201,17 +204,7 @@ class WanTransformer3DModel(DiffusionTransformer):
     block_stacks = ("blocks",)
 
     def build(self, cfg: WanTransformerConfig, param_dtype, attention, rngs):
-        dtype, d, p = self.dtype, cfg.inner_dim, tuple(cfg.patch_size)
-        self.patch_embedding = PatchEmbedding(p, cfg.in_channels, d, dtype, param_dtype, rngs)
-        self.condition_embedder = WanTimeTextImageEmbedding(cfg, dtype, param_dtype, rngs)
-        self.blocks = stacked(
-            lambda r: WanTransformerBlock(cfg, attention, dtype, self.residual_dtype, param_dtype, r, self.mesh),
-            cfg.num_layers,
-            rngs,
-        )
-        self.norm_out = LayerNorm(d, cfg.eps, False)
-        self.proj_out = linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
-        self.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 2, d), _F32) / math.sqrt(d))
+        build_wan_modules(self, cfg, param_dtype, attention, rngs)
 
     def embed(
         self,
@@ -261,14 +254,7 @@ class WanTransformer3DModel(DiffusionTransformer):
         rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
         if mod.shape[1] > 1:
             mod = pad_tokens(mod, length)
-        context_img = None
-        if encoder_hidden_states_image is not None:
-            context_img = self.condition_embedder.image_embedder(encoder_hidden_states_image)
-            if cfg.added_kv_proj_dim is None:
-                # Without image projections the reference attends to image and text tokens alike.
-                context = jnp.concatenate([context_img, context], axis=1)
-                context_img = None
-
+        context, context_img = wan_image_context(self, context, encoder_hidden_states_image)
         return self.stream(x), WanBlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid)
 
     def run_block(self, block: WanTransformerBlock, x: jax.Array, inputs: WanBlockInputs) -> jax.Array:
@@ -276,44 +262,107 @@ class WanTransformer3DModel(DiffusionTransformer):
         return block(x, i.context, i.mod, i.rope, i.context_img, i.valid_length)
 
     def head(self, x: jax.Array, inputs: WanBlockInputs) -> jax.Array:
-        """Everything after the blocks: drop the padding, modulated output norm, ``proj_out``,
-        unpatchify. ``x`` ``(B, L', D)`` -> ``(B, T, H, W, C_out)`` in the compute dtype."""
-        x = x[:, : inputs.n_tok]
-        shift, scale = table_modulation(self.scale_shift_table[...], inputs.temb[:, :, None])
-        x = modulate(self.norm_out(x, _F32), shift, scale, self.dtype)
-        x = self.proj_out(x)
-        return unpatchify(x, inputs.grid, tuple(self.config.patch_size))
+        """Everything after the blocks (:func:`wan_head`)."""
+        return wan_head(self, x, inputs)
 
     def _check_inputs(self, x, timestep, text, image) -> tuple[int, int, int]:
-        cfg = self.config
-        name = type(self).__name__
-        grid = self.check_latents(x, cfg.in_channels, tuple(cfg.patch_size))
+        grid = check_wan_inputs(self, x, text, image)
         b = x.shape[0]
         n_tok = math.prod(grid)
         if tuple(timestep.shape) not in ((b,), (b, n_tok)):
             raise InputError(
-                f"{name}: timestep must have shape (B,)=({b},) or (B, L)=({b}, {n_tok}) (one per "
+                f"{type(self).__name__}: timestep must have shape (B,)=({b},) or (B, L)=({b}, {n_tok}) (one per "
                 f"token); got {tuple(timestep.shape)}."
             )
-        self.check_text(text, b, cfg.text_dim, "text_dim=", "L")
-        if image is not None:
-            if cfg.image_dim is None:
-                raise InputError(
-                    f"{name}: encoder_hidden_states_image was given but this checkpoint has no "
-                    "image embedder (image_dim is null)."
-                )
-            per = 2 if cfg.pos_embed_seq_len is not None else 1
-            ok = image.ndim == 3 and image.shape[-1] == cfg.image_dim
-            if ok and per == 2:
-                ok = 2 * image.shape[1] == cfg.pos_embed_seq_len and image.shape[0] == 2 * b
-            elif ok:
-                ok = image.shape[0] == b
-            if not ok:
-                want = (
-                    f"({2 * b}, {cfg.pos_embed_seq_len // 2}, {cfg.image_dim}) (two images per "
-                    "sample, as the reference's pos_embed regrouping needs)"
-                    if per == 2
-                    else f"({b}, L_img, {cfg.image_dim})"
-                )
-                raise InputError(f"{name}: encoder_hidden_states_image must be {want}; got {tuple(image.shape)}.")
         return grid
+
+
+def build_wan_modules(model: DiffusionTransformer, cfg: WanTransformerConfig, param_dtype, attention, rngs) -> None:
+    """The modules of the Wan layout on ``model`` (``dtype``, ``residual_dtype`` and ``mesh`` set):
+    ``patch_embedding``, ``condition_embedder``, the stacked ``blocks``, ``norm_out``, ``proj_out``
+    and the output ``scale_shift_table``, with the reference's parameter paths."""
+    dtype, d, p = model.dtype, cfg.inner_dim, tuple(cfg.patch_size)
+    model.patch_embedding = PatchEmbedding(p, cfg.in_channels, d, dtype, param_dtype, rngs)
+    model.condition_embedder = WanTimeTextImageEmbedding(cfg, dtype, param_dtype, rngs)
+    model.blocks = stacked(
+        lambda r: WanTransformerBlock(cfg, attention, dtype, model.residual_dtype, param_dtype, r, model.mesh),
+        cfg.num_layers,
+        rngs,
+    )
+    model.norm_out = LayerNorm(d, cfg.eps, False)
+    model.proj_out = linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
+    model.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 2, d), _F32) / math.sqrt(d))
+
+
+def wan_image_context(model: DiffusionTransformer, context: jax.Array, image: jax.Array | None):
+    """The text context and the image context of a Wan-layout ``model``'s cross-attention.
+
+    Args:
+        context: embedded text ``(B, L_txt, D)``.
+        image: CLIP features ``(B, L_img, image_dim)`` or None.
+
+    Returns:
+        ``(context, context_img)``: with the added image key / value projections the embedded
+        image apart ``(B, L_img, D)``; without them (the reference attends to image and text tokens
+        alike) the image tokens in front of the text and None; without an image, the text and None.
+    """
+    if image is None:
+        return context, None
+    context_img = model.condition_embedder.image_embedder(image)
+    if model.config.added_kv_proj_dim is None:
+        return jnp.concatenate([context_img, context], axis=1), None
+    return context, context_img
+
+
+def wan_head(model: DiffusionTransformer, x: jax.Array, inputs) -> jax.Array:
+    """The Wan output head of ``model`` (a Wan-layout transformer: ``norm_out``, ``proj_out``,
+    ``scale_shift_table`` ``(1, 2, D)``, ``config.patch_size``): drop the padding, modulated output
+    norm, ``proj_out``, unpatchify.
+
+    Args:
+        x: ``(B, L', D)`` residual stream.
+        inputs: block inputs with ``temb`` ``(B, 1 or L, D)``, ``n_tok`` and ``grid``.
+
+    Returns:
+        ``(B, T, H, W, C_out)`` in the model's compute dtype.
+    """
+    x = x[:, : inputs.n_tok]
+    shift, scale = table_modulation(model.scale_shift_table[...], inputs.temb[:, :, None])
+    x = modulate(model.norm_out(x, _F32), shift, scale, model.dtype)
+    x = model.proj_out(x)
+    return unpatchify(x, inputs.grid, tuple(model.config.patch_size))
+
+
+def check_wan_inputs(model: DiffusionTransformer, x, text, image) -> tuple[int, int, int]:
+    """The latents, text and image checks of a Wan-layout transformer's call (its config as
+    :class:`WanTransformerConfig`); returns the token grid ``(T/p_t, H/p_h, W/p_w)``.
+
+    Raises:
+        InputError: latents, text or image features that do not fit the config.
+    """
+    cfg = model.config
+    name = type(model).__name__
+    grid = model.check_latents(x, cfg.in_channels, tuple(cfg.patch_size))
+    b = x.shape[0]
+    model.check_text(text, b, cfg.text_dim, "text_dim=", "L")
+    if image is not None:
+        if cfg.image_dim is None:
+            raise InputError(
+                f"{name}: encoder_hidden_states_image was given but this checkpoint has no "
+                "image embedder (image_dim is null)."
+            )
+        per = 2 if cfg.pos_embed_seq_len is not None else 1
+        ok = image.ndim == 3 and image.shape[-1] == cfg.image_dim
+        if ok and per == 2:
+            ok = 2 * image.shape[1] == cfg.pos_embed_seq_len and image.shape[0] == 2 * b
+        elif ok:
+            ok = image.shape[0] == b
+        if not ok:
+            want = (
+                f"({2 * b}, {cfg.pos_embed_seq_len // 2}, {cfg.image_dim}) (two images per "
+                "sample, as the reference's pos_embed regrouping needs)"
+                if per == 2
+                else f"({b}, L_img, {cfg.image_dim})"
+            )
+            raise InputError(f"{name}: encoder_hidden_states_image must be {want}; got {tuple(image.shape)}.")
+    return grid

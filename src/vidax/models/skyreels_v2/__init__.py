@@ -1,0 +1,41 @@
+"""SkyReels-V2 (Skywork): the Wan2.1 architecture trained for diffusion forcing (per-frame noise
+levels, block-causal attention, fps conditioning). Its transformer is here; the VAE, UMT5 and CLIP
+are Wan's registered components.
+
+Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer
+config and the whole-checkpoint reading), ``transformer.py`` (model code only), ``convert.py`` (the
+tables the registry entry names: Wan's), ``forcing.py`` (the diffusion-forcing schedule) and
+``pipeline.py`` (the pipeline hooks).
+"""
+
+from vidax.registry import Family, family_component, family_pipelines
+
+_PKG = "vidax.models.skyreels_v2"
+
+FAMILY = Family(
+    name="skyreels_v2",
+    pipelines=family_pipelines(_PKG, "SkyReelsV2Pipeline", "SkyReelsV2DiffusionForcingPipeline"),
+    components=(
+        family_component(
+            _PKG,
+            "transformer",
+            "SkyReelsV2Transformer3DModel",
+            "transformer:SkyReelsV2Transformer3DModel",
+            "SkyReelsV2TransformerConfig",
+            key_rules="transformer_key_rules",
+            block_stacks=("blocks",),
+            key_configs=(
+                "num_layers",
+                "num_attention_heads",
+                "attention_head_dim",
+                "ffn_dim",
+                "in_channels",
+                "out_channels",
+                "patch_size",
+                "text_dim",
+                "image_dim",
+                "inject_sample_info",
+            ),
+        ),
+    ),
+)

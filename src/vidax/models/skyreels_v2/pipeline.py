@@ -1,0 +1,299 @@
+"""SkyReels-V2 text-to-video, plain (:class:`SkyReelsV2Pipeline`) and with diffusion forcing
+(:class:`SkyReelsV2DiffusionForcingPipeline`): the hooks of
+:class:`~vidax.pipelines.base.VideoPipeline` on Wan's (:class:`~vidax.models.wan.pipeline.WanPipeline`:
+UMT5 prompt encoding, the Wan VAE, CFG as a 2B batch).
+
+References: ``diffusers.SkyReelsV2Pipeline`` (Wan's text-to-video loop with this family's
+transformer) and ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). Diffusion forcing runs chunk by
+chunk (:func:`~vidax.models.skyreels_v2.forcing.chunk_plan`: one chunk unless ``num_frames >
+base_num_frames``); each chunk iterates its timestep matrix
+(:func:`~vidax.models.skyreels_v2.forcing.timestep_matrix`), the model seeing every latent frame
+at its own timestep and the block-causal attention of ``causal_block_size`` frames, and every
+frame has its own UniPC state (:func:`~vidax.models.skyreels_v2.forcing.per_frame_step`). A chunk
+after the first starts from the last ``overlap_history`` frames of the video so far, optionally
+re-noised by ``addnoise_condition``. The whole video's latents are decoded at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from vidax.errors import Arg, ConfigError, InputError
+from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
+from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
+from vidax.models.wan.config import WanInfo
+from vidax.models.wan.pipeline import WanPipeline
+from vidax.pipelines.base import cfg_pair
+from vidax.pipelines.options import CallOption
+from vidax.schedulers.base import StepIndexed, register_state
+
+
+class SkyReelsV2Pipeline(WanPipeline):
+    """SkyReels-V2 text-to-video (reference: ``diffusers.SkyReelsV2Pipeline``): Wan's loop, one
+    timestep for all frames, with the SkyReels-V2 transformer (its config's causal blocks). Build
+    with :meth:`from_pretrained` or :func:`vidax.load_pipeline`."""
+
+    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint`.
+
+        Raises:
+            ConfigError: also a transformer with the fps conditioning (``inject_sample_info``), which
+                this pipeline gives no fps (the reference fails on it; the diffusion-forcing
+                pipeline runs those checkpoints).
+        """
+        info = read_skyreels_v2_checkpoint(checkpoint)
+        if info.transformer_configs[0].inject_sample_info:
+            raise ConfigError(
+                f"{checkpoint.config_file('transformer')}: inject_sample_info=true (fps conditioning) is not run by "
+                "SkyReelsV2Pipeline, which gives the transformer no fps (diffusers' fails on it too); load it with "
+                "SkyReelsV2DiffusionForcingPipeline"
+            )
+        return info
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        return cls
+
+
+@register_state
+@dataclasses.dataclass(frozen=True)
+class ForcingState(StepIndexed):
+    """The state of one chunk's denoising (a JAX pytree).
+
+    Attributes:
+        timesteps: (I, F) float32, each iteration's timestep of every latent frame.
+        step_index: () int32, iterations done.
+        update: (I, F) bool, the frames each iteration's scheduler step updates.
+        frames: every frame's own scheduler state (step index (F,), history like the latents).
+        key: the PRNG key of ``addnoise_condition``'s noise (one draw per iteration).
+    """
+
+    timesteps: jax.Array
+    step_index: jax.Array
+    update: jax.Array
+    frames: Any
+    key: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChunkRun:
+    """What a chunk's compiled step depends on beyond the arrays (static)."""
+
+    causal_block_size: int
+    prefix: int
+    addnoise_condition: float
+    fps_index: int
+
+
+class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
+    """SkyReels-V2 text-to-video with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingPipeline``); long videos chunk by chunk. Build with
+    :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
+
+    ``latents`` are the first chunk's initial noise ``(B, z_dim, F, H/8, W/8)``, F the latent
+    frames of ``min(num_frames, base_num_frames)`` when ``overlap_history`` is given (else of
+    ``num_frames``); later chunks draw theirs from the seed.
+    """
+
+    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
+
+    call_options = (
+        CallOption(
+            "ar_step",
+            int,
+            "Diffusion forcing: steps each causal block lags the one before it (0: all frames together; "
+            "5 with causal_block_size 5 for the asynchronous mode).",
+            "0",
+            low=0,
+        ),
+        CallOption(
+            "causal_block_size",
+            int,
+            "Latent frames per causal block of the attention (the block-causal mask; 1: full attention).",
+            "the transformer's num_frame_per_block",
+            low=1,
+        ),
+        CallOption(
+            "base_num_frames",
+            int,
+            "The most frames one chunk of a long video has (97 for 540P, 121 for 720P).",
+            "97",
+            low=1,
+        ),
+        CallOption(
+            "overlap_history",
+            int,
+            "Frames each chunk after the first repeats from the video so far (a long video: num_frames > "
+            "base_num_frames; 17 or 37 recommended).",
+            "none: one chunk",
+            low=1,
+        ),
+        CallOption(
+            "addnoise_condition",
+            float,
+            "Noise added to the repeated frames of a long video's chunks (0-1000; 20 recommended).",
+            "0",
+            low=0,
+        ),
+        # vidax generate passes its --fps (the mp4's rate) on as fps=, so the video is written at
+        # the rate the model conditioned on.
+        CallOption(
+            "fps",
+            float,
+            "Frame rate the model conditions on (16, or any other for its second embedding).",
+            "24",
+            low=0,
+            low_open=True,
+            flag=False,
+        ),
+    )
+
+    #: The static settings of the chunk being denoised (set by :meth:`denoise`, part of
+    #: :meth:`step_key`).
+    _chunk_run: _ChunkRun | None = None
+
+    # ------------------------------------------------------------------ configs
+    @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        return read_skyreels_v2_checkpoint(checkpoint)
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        return cls
+
+    @classmethod
+    def chunks(cls, info: WanInfo, call) -> list:
+        """The call's :class:`~vidax.models.skyreels_v2.forcing.Chunk` list."""
+        e = call.extra
+        base = e.get("base_num_frames", 97)
+        cb = cls.causal_block_size(info, call)
+        return chunk_plan(call.num_frames, base, e.get("overlap_history"), info.vae_config.temporal_compression, cb)
+
+    @classmethod
+    def causal_block_size(cls, info: WanInfo, call) -> int:
+        given = call.extra.get("causal_block_size")
+        return info.transformer_configs[0].num_frame_per_block if given is None else given
+
+    @classmethod
+    def latent_shape(cls, info: WanInfo, call) -> tuple[int, ...]:
+        b, c, _, h, w = super().latent_shape(info, call)
+        return (b, c, cls.chunks(info, call)[0].num_latent_frames, h, w)
+
+    @classmethod
+    def check_family_call(cls, info: WanInfo, call) -> None:
+        """The Wan checks, then the diffusion-forcing keywords against each other.
+
+        Raises:
+            InputError: ``num_frames`` past ``base_num_frames`` without ``overlap_history``; an
+                ``overlap_history`` of no fewer latent frames than ``base_num_frames``; chunks whose
+                latent frames ``causal_block_size`` does not divide.
+        """
+        super().check_family_call(info, call)
+        e = call.extra
+        base, overlap = e.get("base_num_frames", 97), e.get("overlap_history")
+        t = info.vae_config.temporal_compression
+        if call.num_frames > base and overlap is None:
+            raise InputError(
+                Arg("overlap_history", keyword=True),
+                " is needed when ",
+                Arg("num_frames", call.num_frames),
+                " exceeds ",
+                Arg("base_num_frames", base),
+                " (the frames each chunk repeats from the video so far; 17 or 37 recommended)",
+            )
+        if overlap is not None and call.num_frames > base and (overlap - 1) // t >= (base - 1) // t:
+            raise InputError(
+                Arg("overlap_history", overlap),
+                f" must span fewer latent frames than base_num_frames={base} ({(base - 1) // t + 1} latent frames), "
+                "or no chunk adds a frame",
+            )
+        cb = cls.causal_block_size(info, call)
+        for chunk in cls.chunks(info, call):
+            if chunk.num_latent_frames % cb:
+                raise InputError(
+                    Arg("causal_block_size", cb),
+                    f" must divide the {chunk.num_latent_frames} latent frames of each chunk (from ",
+                    Arg("num_frames", call.num_frames),
+                    ", ",
+                    Arg("base_num_frames", base),
+                    ", ",
+                    Arg("overlap_history", overlap),
+                    ")",
+                )
+
+    # ------------------------------------------------------------------ the run
+    def denoise(self, call, x, state, embeds, cond, stats):
+        """Every chunk in turn (module docstring); returns the whole video's latents."""
+        info, e = self.info, call.extra
+        run = _ChunkRun(
+            self.causal_block_size(info, call), 0, float(e.get("addnoise_condition", 0)), int(e.get("fps", 24) != 16)
+        )
+        template = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=(1,)).timesteps
+        video = None
+        key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
+        for k, chunk in enumerate(self.chunks(info, call)):
+            f = chunk.num_latent_frames
+            lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, (x.shape[0], f, *x.shape[2:])), jnp.float32)
+            if chunk.prefix:
+                lat = lat.at[:, : chunk.prefix].set(video[:, -chunk.overlap :][:, : chunk.prefix])
+            matrix, _, update, _ = timestep_matrix(
+                f, jax.device_get(template), f, e.get("ar_step", 0), chunk.prefix, run.causal_block_size
+            )
+            frames = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=lat.shape)
+            frames = dataclasses.replace(frames, step_index=jnp.zeros((f,), jnp.int32))
+            chunk_state = ForcingState(
+                jnp.asarray(matrix, jnp.float32),
+                jnp.zeros((), jnp.int32),
+                jnp.asarray(update),
+                frames,
+                jax.random.fold_in(key, k),
+            )
+            self._chunk_run = dataclasses.replace(run, prefix=chunk.prefix)
+            inputs, axes = self.step_args(call, embeds, cond, chunk_state, 0)
+            n = len(matrix)
+            if self.mesh is None:
+                lat, chunk_state = jax.device_put((lat, chunk_state), jax.local_devices()[0])
+            lat, _ = self._run_expert(0, call, lat, chunk_state, (inputs,), (axes,), n, 0, n, stats)
+            video = lat if video is None else jnp.concatenate([video, lat[:, chunk.overlap :]], axis=1)
+        return video, state
+
+    def chunk_noise(self, call, index: int, shape: tuple[int, ...]) -> jax.Array:
+        """The initial noise of chunk ``index`` > 0, channels-last ``shape`` float32 (from the
+        seed; the first chunk's is the call's ``latents``)."""
+        return jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(call.seed), 1000 + index), shape, jnp.float32)
+
+    def step_key(self) -> Any:
+        return (super().step_key(), self._chunk_run)
+
+    def model_args(self, latents, state, inputs, do_cfg) -> tuple:
+        """``(x, timestep (B, F), context, None, fps (B,), causal_block_size)``: every latent
+        frame at its timestep of this iteration; the repeated frames of a long video's chunk
+        re-noised by ``addnoise_condition`` (at that timestep) when it is > 0."""
+        run = self._chunk_run
+        b = latents.shape[0]
+        t = state.timesteps[state.step_index]
+        x = latents
+        if run.addnoise_condition > 0 and run.prefix:
+            p, factor = run.prefix, 0.001 * run.addnoise_condition
+            noise = jax.random.normal(jax.random.fold_in(state.key, state.step_index), x[:, :p].shape, x.dtype)
+            x = x.at[:, :p].set(x[:, :p] * (1.0 - factor) + noise * factor)
+            t = t.at[:p].set(run.addnoise_condition)
+        timestep = jnp.broadcast_to(t, (b, t.shape[0]))
+        fps = jnp.full((b,), run.fps_index, jnp.int32)
+        x, timestep, fps = cfg_pair(do_cfg, x.astype(self.dtype), timestep, fps)
+        return x, timestep, inputs.embeds, None, fps, run.causal_block_size
+
+    def scheduler_update(self, state, pred, latents, inputs) -> tuple:
+        i = state.step_index
+        new, frames = per_frame_step(self.scheduler.step, state.frames, pred, latents, state.update[i])
+        return new, dataclasses.replace(state, frames=frames, step_index=i + 1)
+
+    def expert_plan(self, state) -> list[int]:
+        return [0] * int(state.num_inference_steps)
