@@ -241,6 +241,7 @@ COLUMNS = (
     ("size HxWxF", lambda r: "x".join(str(v) for v in r.get("size_HxWxF", []))),
     ("steps", lambda r: str(r.get("steps", ""))),
     ("cache", lambda r: r.get("cache", "")),
+    ("start-up s", lambda r: _num(r.get("startup_s"))),
     ("load s", lambda r: _num(r.get("load_s"))),
     ("text s", lambda r: _num(r.get("text_encode_s"))),
     ("compile s", lambda r: _num(r.get("compile_s"))),
@@ -249,12 +250,23 @@ COLUMNS = (
     ("write s", lambda r: _num(r.get("write_s"))),
     ("total s", lambda r: _num(r.get("total_s"))),
     ("wall s", lambda r: _num(r.get("process_wall_s"))),
-    ("HBM GiB (est.)", lambda r: f"{_num(r.get('peak_hbm_gib'))} ({_num(r.get('estimate_gib'))})"),
-    ("RSS anon / file GiB", lambda r: f"{_num(r.get('peak_rss_anon_gib'))} / {_num(r.get('peak_rss_file_gib'))}"),
+    ("HBM GiB (est.)", lambda r: f"{_num(r.get('peak_hbm_gib'))} ({_num(_estimate(r))})"),
+    (
+        "RSS GiB (anon / file)",
+        lambda r: (
+            f"{_num(r.get('peak_rss_gib'))} ({_num(r.get('peak_rss_anon_gib'))} / {_num(r.get('peak_rss_file_gib'))})"
+        ),
+    ),
     ("MFU", lambda r: "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f} %"),
     ("device, JAX", lambda r: f"{r.get('device_kind', '')}, {r.get('jax', '')}"),
     ("note", lambda r: r.get("stopped", "") or ("" if r.get("finite", True) else "not finite")),
 )
+
+
+def _estimate(row: dict) -> float | None:
+    """The plan's estimated peak: the largest stage's estimate, else the memory check's total."""
+    stages = [v["estimate_gib"] for v in (row.get("stages") or {}).values()]
+    return max(stages) if stages else row.get("estimate_gib")
 
 
 def _num(value, digits: int = 1) -> str:
