@@ -1159,7 +1159,7 @@ def test_cli_truncation_warnings_and_status_lines(ckpt, tmp_path, caplog):
     assert "\r" not in err and "\ndenoising: 1/2 steps (" in err and "\ndenoising: 2/2 steps (" in err, err
     assert re.search(rf"\nloading {re.escape(ckpt)}: \d+\.\d s\n", err) and "\nvae decode: 1/" in err, err
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in err.split("summary:\n")[1].splitlines())
-    assert rows["seed"] == "0" and rows["total"].endswith("s  (load included)"), rows
+    assert rows["seed"] == "0" and rows["total"].endswith("s  (load and write included)"), rows
     caplog.clear()
     with caplog.at_level("WARNING", logger="vidax.tokenizer"):
         r = _cli("generate", "-p", long_prompt, "--checkpoint", ckpt, *SMALL_FLAGS, "-o", str(tmp_path / "w.npy"))

@@ -16,16 +16,8 @@ import vidax
 from tests.test_offload import PROMPT, write_offload_checkpoint
 from vidax.cli import app
 from vidax.errors import SetupError
-from vidax.pipelines.device_plan import (
-    DEVICE_MEMORY_ENV,
-    Activations,
-    Sizes,
-    choose,
-    parse_memory_size,
-    plan_device,
-    pretend_device_memory,
-    stage_memory,
-)
+from vidax.pipelines.device_plan import Activations, Sizes, choose, plan_device, stage_memory
+from vidax.pipelines.memory import DEVICE_MEMORY_ENV, parse_memory_size, pretend_device_memory
 from vidax.pipelines.plan import read_plan, with_call, with_placement
 
 ARGS = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)

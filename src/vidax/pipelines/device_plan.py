@@ -29,50 +29,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from vidax.errors import CheckpointError, SetupError
-from vidax.pipelines.memory import RUNTIME_OVERHEAD_BYTES, MemoryEstimate
-
-#: The environment variable that pretends a device memory size (:func:`pretend_device_memory`).
-DEVICE_MEMORY_ENV = "VIDAX_DEVICE_MEMORY"
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_memory_size(text: str) -> int:
-    """Bytes of ``text``: a number with an optional unit (``B``, ``KB``/``MB``/``GB`` powers of
-    1000, ``KiB``/``MiB``/``GiB`` powers of 1024; ``"15.7GiB"``, ``"16e9"``).
-
-    Raises:
-        ValueError: not such a size, or not positive.
-    """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
-        raise ValueError(text)
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def pretend_device_memory() -> int | None:
-    """The device memory ``VIDAX_DEVICE_MEMORY`` pretends (bytes), or None where it is unset or empty.
-
-    Raises:
-        SetupError: the variable is not a size (naming it, its value and what is valid).
-    """
-    text = os.environ.get(DEVICE_MEMORY_ENV, "").strip()
-    if not text:
-        return None
-    try:
-        return parse_memory_size(text)
-    except ValueError:
-        raise SetupError(
-            f"{DEVICE_MEMORY_ENV}={text!r} is not a memory size; give bytes or a number with a unit "
-            "(e.g. 15.7GiB, 512MiB, 16GB), or unset it for the device's own"
-        ) from None
+from vidax.errors import CheckpointError
+from vidax.pipelines.memory import (  # the pretend device size lives with the memory checks, which read it too
+    DEVICE_MEMORY_ENV,
+    RUNTIME_OVERHEAD_BYTES,
+    MemoryEstimate,
+    pretend_device_memory,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint import Checkpoint, CheckpointInfo
-from vidax.errors import Arg, Message, OutOfMemoryError, VidaxError, joined
+from vidax.errors import Arg, Message, OutOfMemoryError, SetupError, VidaxError, joined
 from vidax.nn.inputs import parse_dtype
 from vidax.pipelines.call import Call
 from vidax.pipelines.weight_formats import transformer_source, weights_source
@@ -70,6 +71,43 @@ STEP_BUFFERS = 2
 
 #: what every call needs beyond the model's arrays (XLA's compiles and runtime, thread stacks).
 RUNTIME_OVERHEAD_BYTES = 160 * 2**20
+
+
+#: The environment variable that pretends a device memory size (:func:`pretend_device_memory`).
+DEVICE_MEMORY_ENV = "VIDAX_DEVICE_MEMORY"
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_memory_size(text: str) -> int:
+    """Bytes of ``text``: a number with an optional unit (``B``, ``KB``/``MB``/``GB`` powers of
+    1000, ``KiB``/``MiB``/``GiB`` powers of 1024; ``"15.7GiB"``, ``"16e9"``).
+
+    Raises:
+        ValueError: not such a size, or not positive.
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
+        raise ValueError(text)
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def pretend_device_memory() -> int | None:
+    """The device memory ``VIDAX_DEVICE_MEMORY`` pretends (bytes), or None where it is unset or empty.
+
+    Raises:
+        SetupError: the variable is not a size (naming it, its value and what is valid).
+    """
+    text = os.environ.get(DEVICE_MEMORY_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return parse_memory_size(text)
+    except ValueError:
+        raise SetupError(
+            f"{DEVICE_MEMORY_ENV}={text!r} is not a memory size; give bytes or a number with a unit "
+            "(e.g. 15.7GiB, 512MiB, 16GB), or unset it for the device's own"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,8 +280,7 @@ def available_memory() -> tuple[int, str]:
     bytes_in_use`` over this process's devices where the backend reports it (GPU, TPU), else the
     host's available RAM (``psutil``; CPU, where device arrays live in host memory).
     ``VIDAX_DEVICE_MEMORY`` pretends a device of that size (less the arrays alive in device
-    memory; :func:`vidax.pipelines.device_plan.pretend_device_memory`)."""
-    from vidax.pipelines.device_plan import DEVICE_MEMORY_ENV, pretend_device_memory
+    memory; :func:`pretend_device_memory`)."""
     from vidax.stats import device_memory_stats, live_array_bytes
 
     pretend = pretend_device_memory()
