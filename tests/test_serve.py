@@ -909,6 +909,58 @@ def test_cross_site_and_malformed_requests_are_refused_in_the_error_shape(toy_ch
     runner.store.close()
 
 
+def test_page_asks_for_the_key_and_forgets_the_refusal_once_given(toy_checkpoint, toy_registered, tmp_path):
+    """The page of a server with an API key: its first requests are refused (the key form shows,
+    the refusal in the page's error line); once the key is given the error line is cleared and
+    the model is described. A real HTTP server (uvicorn in a thread, no worker: nothing runs)."""
+    import uvicorn
+
+    import vidax
+    from tests.webdriver import Chromium
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(vidax.load_pipeline(toy_checkpoint, progress=False), "toy", JobStore(tmp_path / "jobs"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    http = uvicorn.Server(uvicorn.Config(create_app(runner, api_key="s3cret-key"), port=port, log_level="warning"))
+    thread = threading.Thread(target=http.run, daemon=True)
+    thread.start()
+    browser = None
+    try:
+        deadline = time.monotonic() + 30
+        while not http.started:
+            assert time.monotonic() < deadline, "the keyed server did not start in 30 s"
+            time.sleep(0.05)
+        browser = Chromium()
+        browser.get(f"http://127.0.0.1:{port}/")
+        refused = browser.wait_for(
+            "const f = document.getElementById('keyform'), e = document.getElementById('error');"
+            "return !f.classList.contains('hidden') && e.textContent ? e.textContent : null",
+            30,
+            "the key form and the refusal",
+        )
+        assert "Authorization" in refused, refused
+        browser.type("#apikey", "s3cret-key")
+        browser.click("#keysubmit")
+        model = browser.wait_for(
+            "const m = document.getElementById('model').textContent; return m.startsWith('Model ') ? m : null",
+            30,
+            "the model described with the key",
+        )
+        assert "toy" in model, model
+        browser.wait_for(
+            "return document.getElementById('error').textContent === '' ? true : null", 30, "the error line cleared"
+        )
+        assert browser.script("return document.getElementById('keyform').classList.contains('hidden')")
+    finally:
+        if browser is not None:
+            browser.quit()
+        http.should_exit = True
+        thread.join(30)
+
+
 def test_api_key_is_required_on_every_request_but_the_page(toy_checkpoint, toy_registered, tmp_path):
     """With an API key every request (reads, the API's writes, /health, the events stream) needs
     ``Authorization: Bearer <key>``: without it, with another key or another scheme, 401 in
