@@ -23,11 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from vidax.blocks.transformer import DiffusionTransformer, block_inputs, shared, static
+from vidax.blocks.transformer import DiffusionTransformer, block_inputs, static
 from vidax.errors import InputError
 from vidax.models.skyreels_v2.config import SkyReelsV2TransformerConfig
 from vidax.models.wan.rope import wan_rope
 from vidax.models.wan.transformer import (
+    WanBlockInputs,
     WanTransformerBlock,
     build_wan_modules,
     check_wan_inputs,
@@ -58,21 +59,13 @@ def sincos_timestep_embedding(timestep: jax.Array, dim: int) -> jax.Array:
 
 
 @block_inputs
-class SkyReelsV2BlockInputs:
+class SkyReelsV2BlockInputs(WanBlockInputs):
     """What the blocks and the head read (from :meth:`SkyReelsV2Transformer3DModel.embed`).
 
     Attributes: as :class:`vidax.models.wan.transformer.WanBlockInputs`, plus
         causal_block: static; tokens per causal block of the self-attention, or None (full).
     """
 
-    context: jax.Array
-    mod: jax.Array
-    rope: tuple = shared()
-    temb: jax.Array
-    context_img: jax.Array | None
-    valid_length: int | None = static()
-    n_tok: int = static()
-    grid: tuple = static()
     causal_block: int | None = static()
 
 
