@@ -89,6 +89,7 @@ class _Guard:
             return None
         given = headers.get("authorization")
         scheme, _, key = (given or "").partition(" ")
+        key = key.lstrip(" ")  # one or more spaces after the scheme (RFC 9110 11.4: 1*SP)
         bearer = scheme.lower() == "bearer"  # the scheme is case-insensitive (RFC 9110 11.1)
         if bearer and hmac.compare_digest(key.encode("latin-1"), self.key):
             return None
