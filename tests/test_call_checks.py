@@ -1457,3 +1457,41 @@ def test_one_frame_written_as_an_image(broken, tmp_path):
         "give *.mp4, *.npy or a folder for PNG frames, or one frame (--num-frames 1)"
     )
     assert not bad.exists() and not (tmp_path / "z.webp").exists()
+
+
+def test_a_video_never_replaces_a_file_another_run_made_while_it_was_written(tmp_path, monkeypatch):
+    """An output name that was free when checked and that another process takes while the video
+    is encoded is not replaced (the file is linked into place, which fails on an existing name):
+    write_video refuses naming the output; vidax generate's default output then goes to the next
+    free name (two runs at once in one folder each keep their video)."""
+    import types
+
+    import vidax.io.video as video
+    from vidax.generate_command import _write_outputs
+
+    frames = np.zeros((3, 16, 16, 3), np.float32)
+    target = tmp_path / "vidax-output.mp4"
+    encode = video._write_mp4
+
+    def another_run_takes_the_name(*args):
+        if not target.exists():
+            target.write_bytes(b"the other run's video")
+        return encode(*args)
+
+    monkeypatch.setattr(video, "_write_mp4", another_run_takes_the_name)
+    with pytest.raises(InputError, match="was created by another process while this one was written"):
+        video.write_video(frames, str(target), fps=8)
+    assert target.read_bytes() == b"the other run's video"
+    target.unlink()
+
+    class Stop:
+        writing = False
+
+        def __call__(self):
+            return False
+
+    out = types.SimpleNamespace(frames=frames[None], audio=None, audio_sample_rate=None)
+    written = _write_outputs(out, [str(target)], "mp4", str(target), 8, False, False, Stop(), None, True)
+    assert target.read_bytes() == b"the other run's video"
+    assert written == [str(tmp_path / "vidax-output-1.mp4")] and os.path.getsize(written[0]) > 1000
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".vidax-")]  # no temporary file left

@@ -136,7 +136,9 @@ def run(
     if stop():
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     t_write = time.perf_counter()
-    written = _write_outputs(out, paths, fmt, output, fps, fps_given, overwrite, stop, spelling)
+    written = _write_outputs(
+        out, paths, fmt, output, fps, fps_given, overwrite, stop, spelling, default_output=not output_given
+    )
     out.stats.write_s = time.perf_counter() - t_write
     out.stats.startup_s = startup_s
     _report_written(out, written, fmt, output)
@@ -371,11 +373,13 @@ def _run(pipe, call, fmt: str, output: str):
 
 
 def _write_outputs(
-    out, paths: list, fmt: str, output: str, fps, fps_given: bool, overwrite: bool, stop, spelling
+    out, paths: list, fmt: str, output: str, fps, fps_given: bool, overwrite: bool, stop, spelling, default_output=False
 ) -> list:
     """Write each video (or its sound alone) to its path; the paths written. A signal meanwhile
-    lets the file being written complete and writes no more; a failed write keeps the frames."""
-    from vidax.io.video import write_audio, write_video
+    lets the file being written complete and writes no more; a failed write keeps the frames.
+    With the default output (``default_output``) a name another run took while this one wrote is
+    left to it, and the video goes to the next free name."""
+    from vidax.io.video import free_output_name, write_audio, write_video
 
     written = []
     stop.writing = True  # a second signal now waits for the file being written
@@ -397,6 +401,11 @@ def _write_outputs(
                     )
                 )
         except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
+            if default_output and fmt == "mp4" and os.path.lexists(path):  # another run took the name meanwhile
+                free = free_output_name(path, 1)
+                typer.echo(f"{path} was written by another run meanwhile: writing {free}", err=True)
+                written.append(write_video(clip, free, fps=fps, audio=sound, sample_rate=out.audio_sample_rate))
+                continue
             _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
     return written
 

@@ -354,10 +354,12 @@ def write_video(
     if fmt == "mp4" and fps <= 0:
         raise InputError(Arg("fps"), f" must be > 0, got {fps}")
     target = _target(path)
+    # without overwrite a file that appeared since the check above (another run's) is not replaced
+    replace = overwrite or os.path.lexists(target)
     if fmt == "npy":
-        _atomic_file(target, lambda tmp: np.save(tmp, frames, allow_pickle=False))
+        _atomic_file(target, lambda tmp: np.save(tmp, frames, allow_pickle=False), replace)
     elif fmt == "mp4":
-        _atomic_file(target, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps, audio, sample_rate))
+        _atomic_file(target, lambda tmp: _write_mp4(to_uint8(frames), tmp, fps, audio, sample_rate), replace)
     elif fmt == "png":
         _write_png_folder(to_uint8(frames), target)
     elif fmt == "image":
@@ -461,14 +463,22 @@ def save_unwritten(frames: np.ndarray, path: str | os.PathLike, elsewhere: bool 
     raise error
 
 
-def _atomic_file(path: str, write) -> None:
+def _atomic_file(path: str, write, replace: bool = True) -> None:
+    """Write ``path`` through ``write(tmp)`` on a temporary file beside it, published atomically;
+    ``replace=False``: a ``path`` that another process created meanwhile is kept (InputError)."""
     directory = os.path.dirname(os.path.abspath(path))
     suffix = os.path.splitext(path)[1]
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".vidax-", suffix=suffix)
     os.close(fd)
     try:
         write(tmp)
-        publish(tmp, path)
+        try:
+            publish(tmp, path, replace)
+        except FileExistsError:
+            raise InputError(
+                Arg("output", path),
+                " was created by another process while this one was written; it was not replaced",
+            ) from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
