@@ -67,7 +67,9 @@ def test_generate_on_embedded_default(tmp_path):
     startup = float(rows["start-up"].split()[0])
     total = float(rows["total"].split()[0])
     assert rows["total"].endswith("(start-up, load and write included)"), rows
-    assert 0 < startup < total <= wall and total >= wall - max(5.0, 0.15 * wall), (startup, total, wall)
+    # total counts from the process's creation time (psutil: kernel clock ticks, 10 ms) and is
+    # printed to 10 ms: it may pass the test's own timer by up to ~20 ms (measured 20.74 vs 20.725)
+    assert 0 < startup < total <= wall + 0.05 and total >= wall - max(5.0, 0.15 * wall), (startup, total, wall)
     assert "audio decode" not in r.stderr and "sound" not in r.stderr
     line = (
         "vidax-output.mp4 exists (an earlier run's): writing vidax-output-1.mp4 "
