@@ -89,10 +89,10 @@ class RssSampler:
 
 
 def process_age_s() -> float:
-    """Seconds since this process started."""
-    import psutil
+    """Seconds since this process started (:func:`vidax.stats.process_start`)."""
+    from vidax.stats import process_start
 
-    return time.time() - psutil.Process().create_time()
+    return time.time() - process_start()
 
 
 def run(args) -> dict:

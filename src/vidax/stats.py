@@ -346,11 +346,20 @@ def _fmt_bytes(n: int) -> str:
 
 
 def process_start() -> float:
-    """When this process was created, in ``time.time()`` seconds (``psutil``: the kernel's
-    record, so the interpreter's start and the imports before any vidax code count too)."""
-    import psutil
+    """When this process was created, in ``time.time()`` seconds: the kernel's record, so the
+    interpreter's start and the imports before any vidax code count too. On Linux from
+    ``/proc/self/stat``'s start time (clock ticks since boot, 10 ms) against ``CLOCK_BOOTTIME``;
+    elsewhere ``psutil``'s ``create_time`` (on Linux that adds the boot time, which the kernel
+    gives in whole seconds: up to a second off)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, after pid and (comm)
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError, AttributeError):
+        import psutil
 
-    return psutil.Process().create_time()
+        return psutil.Process().create_time()
 
 
 def cpu_count() -> int:
