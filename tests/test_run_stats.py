@@ -215,6 +215,24 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
         assert cls.check_memory(info, call, available=(free, "test memory"), refuse=False).total == need
     assert "running it anyway" in caplog.records[-1].getMessage()
+    # Weights alone over the memory: no size or frame count is offered (none makes room), only
+    # what shrinks the weights: bfloat16 for a float32 load, 8-bit kernels; offloading only where
+    # the memory short is a device's (offloaded weights wait in host memory).
+    for dtype, what, counted, tried in (
+        ("float32", "available host RAM", "all", "try bfloat16, weight_dtype='int8' (8-bit transformer kernels)"),
+        (
+            "bfloat16",
+            "free device memory",
+            "transformers",  # a device holds the transformers' weights (the rest may be staged)
+            "try weight_dtype='int8' (8-bit transformer kernels), offloading",
+        ),
+    ):
+        weights = cls.memory_estimate(info, call, dtype=dtype, weights=counted).weights
+        with pytest.raises(OutOfMemoryError) as e:
+            cls.check_memory(info, call, dtype=dtype, loaded=False, available=(weights // 4, what))
+        text = str(e.value)
+        assert "the weights alone are more than that: " + tried + " (to run it anyway" in text, text
+        assert "num_frames" not in text.split("GiB)", 1)[1] and "fits" not in text, text
 
 
 def test_vae_tiling_turns_itself_on_when_an_untiled_decode_does_not_fit(ckpt, monkeypatch, caplog):

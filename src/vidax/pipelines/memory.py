@@ -424,7 +424,7 @@ class MemoryChecks:
         available: tuple[int, str] | None = None,
         vae_tiling: bool = False,
         anyway: Arg | None = _ANYWAY,
-        also: str = ", bfloat16, offloading",
+        also: str | None = None,
     ) -> MemoryEstimate | None:
         """Refuse ``call`` when its :meth:`memory_estimate` exceeds the memory there is
         (:func:`available_memory`, or ``available``: (bytes, what they are)), naming the
@@ -444,12 +444,16 @@ class MemoryChecks:
             anyway: the setting that runs a refused call anyway, named at the end of the error
                 (None: none, where the caller cannot change it: a server's request).
             also: what else to try, after "or try fewer num_frames" (where the caller can
-                change that: a load's dtype and offloading).
+                change that); None: a load's ``", bfloat16, offloading"`` (bfloat16 left out
+                where ``dtype`` is 16-bit already). Where the weights alone are more than there
+                is, neither the size nor the frames are offered: only these.
 
         Raises:
             OutOfMemoryError: the estimate is more than the memory there is (and ``refuse``).
         """
         free, what = available or available_memory()
+        if also is None:
+            also = ", offloading" if jnp.dtype(dtype).itemsize == 2 else ", bfloat16, offloading"
         host = not what.startswith("free device memory")
         weights = "loaded" if loaded else "all" if host else "loaded" if offload is not None else "transformers"
         share = 1 if host else max(1, devices)
@@ -472,6 +476,22 @@ class MemoryChecks:
                 )
             cls.warn_if_large(info, call)
             return est
+        per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
+        if est.weights / share > free and also:  # no size makes room: the weights must shrink or move
+            smaller = ["bfloat16"] if jnp.dtype(dtype).itemsize > 2 else []
+            msg = Message(
+                size_words(call),
+                f" needs {est.describe()}{per}, more than the {_gib(free)} of {what}; the weights alone are more "
+                f"than that: try {', '.join(smaller + [''])}",
+                Arg("weight_dtype", "int8"),
+                " (8-bit transformer kernels)",
+                # offloaded weights wait in host memory: no help where the host's memory is what is short
+                "" if host else ", offloading",
+            )
+            if refuse:
+                raise OutOfMemoryError(msg, *((" (to run it anyway: ", anyway, ")") if anyway is not None else ()))
+            logger.warning("%s; running it anyway", msg)
+            return est
         mh, mw = info.size_multiple
         fits = None
         text_bound = est.text > max(est.step, est.decode)  # the prompts' tokens, not the video's size
@@ -490,7 +510,6 @@ class MemoryChecks:
             if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
                 fits = Message(Arg("height", h), ", ", Arg("width", w), " fits at ", Arg("num_frames", call.num_frames))
                 break
-        per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
         if text_bound:
             msg = Message(
                 Arg("max_sequence_length", call.max_sequence_length),
