@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vidax.errors import InputError
+from vidax.errors import Arg, InputError, Message
 from vidax.nn.stack import num_layers, scan_layers
 from vidax.parallel.mesh import check_heads
 from vidax.parallel.rules import constrain
@@ -73,6 +73,23 @@ def micro_batch_inputs(inputs: Any, rows: slice, batch: int) -> Any:
     return dataclasses.replace(inputs, **values)
 
 
+def check_micro_batch(rows: Any, mesh: jax.sharding.Mesh | None) -> None:
+    """Raise InputError (naming ``micro_batch``) unless ``rows`` is None or a positive int, and
+    not given with a mesh whose ``data`` axis already splits the batch."""
+    if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1):
+        raise InputError(
+            Message(Arg("micro_batch", rows), " must be a positive int (rows of the step's batch at a time) or None")
+        )
+    if rows is not None and mesh is not None and mesh.shape.get("data", 1) > 1:
+        raise InputError(
+            Message(
+                Arg("micro_batch", rows),
+                f" with a data-parallel mesh (data={mesh.shape['data']}): the batch is already split over the "
+                "devices; give one or the other",
+            )
+        )
+
+
 def _batched(leaf: Any, batch: int) -> bool:
     """Whether an array leads with the batch axis (a layer counter, a token table does not)."""
     return getattr(leaf, "ndim", 0) > 0 and leaf.shape[0] == batch
@@ -119,13 +136,7 @@ class DiffusionTransformer(nnx.Module):
             InputError: ``rows`` is not a positive int or None, or the model is on a mesh whose
                 ``data`` axis splits the batch.
         """
-        if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1):
-            raise InputError(f"micro_batch={rows!r} must be a positive int (rows of the batch at a time) or None.")
-        if rows is not None and self.mesh is not None and self.mesh.shape.get("data", 1) > 1:
-            raise InputError(
-                f"micro_batch={rows} with a data-parallel mesh (data={self.mesh.shape['data']}): the batch is "
-                "already split over the devices; give one or the other."
-            )
+        check_micro_batch(rows, self.mesh)
         self.micro_batch = rows
 
     # The constructor every family's transformer has (vidax.weights.transformer.load_transformer_model

@@ -175,6 +175,7 @@ def with_placement(
             is not a CPU matmul (:func:`vidax.nn.kernels.cpu.check_matmul_setting`). ConfigError: the
             checkpoint's scheduler.
     """
+    from vidax.blocks.transformer import check_micro_batch
     from vidax.nn.inputs import parse_dtype
     from vidax.nn.kernels import check_matmul_setting
     from vidax.nn.precision import parse_matmul_precision
@@ -191,7 +192,7 @@ def with_placement(
     mesh = resolve_mesh(mesh, heads=plan.heads)
     cls.check_checkpoint(info, mesh)
     offload = resolve_offload(offload)
-    check_micro_batch(micro_batch, mesh)
+    check_micro_batch(micro_batch, mesh)  # before any weight is read
     staging = cls.plan_staging(
         info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh, options.get("text_encoder_dtype", dtype)
     )
@@ -208,29 +209,6 @@ def with_placement(
         asked_micro_batch=micro_batch,
     )
     return with_device_plan(plan, offload)
-
-
-def check_micro_batch(micro_batch: Any, mesh: Any) -> None:
-    """Raise InputError unless ``micro_batch`` is None or a positive int, and not with a mesh
-    whose ``data`` axis already splits the batch."""
-    from vidax.errors import Arg, InputError, Message
-
-    if micro_batch is not None and (
-        not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
-    ):
-        raise InputError(
-            Message(
-                Arg("micro_batch", micro_batch), " must be a positive int (rows of the step's batch at a time) or None"
-            )
-        )
-    if micro_batch is not None and mesh is not None and mesh.shape.get("data", 1) > 1:
-        raise InputError(
-            Message(
-                Arg("micro_batch", micro_batch),
-                f" with a data-parallel mesh (data={mesh.shape['data']}): "
-                "the batch is already split over the devices; give one or the other",
-            )
-        )
 
 
 def default_call(plan: Plan) -> Any:
