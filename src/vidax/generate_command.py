@@ -391,22 +391,24 @@ def _write_outputs(
     for clip, path, sound in zip(out.frames, paths, sounds):
         if stop():  # a signal while writing: the files written are complete, the rest is not written
             break
-        try:
-            if fmt == "wav":
-                written.append(write_audio(sound, path, out.audio_sample_rate))
-            else:
-                written.append(
-                    write_video(
-                        clip, path, fps=fps, overwrite=overwrite, audio=sound, sample_rate=out.audio_sample_rate
+        for attempt in range(3):  # the default output: a name another run takes meanwhile is left to it
+            try:
+                if fmt == "wav":
+                    written.append(write_audio(sound, path, out.audio_sample_rate))
+                else:
+                    written.append(
+                        write_video(
+                            clip, path, fps=fps, overwrite=overwrite, audio=sound, sample_rate=out.audio_sample_rate
+                        )
                     )
-                )
-        except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
-            if default_output and fmt == "mp4" and os.path.lexists(path):  # another run took the name meanwhile
-                free = free_output_name(path, 1)
-                typer.echo(f"{path} was written by another run meanwhile: writing {free}", err=True)
-                written.append(write_video(clip, free, fps=fps, audio=sound, sample_rate=out.audio_sample_rate))
-                continue
-            _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
+                break
+            except Exception as e:  # disk full, permissions changed meanwhile, a codec error, ...
+                if default_output and fmt == "mp4" and os.path.lexists(path) and attempt < 2:
+                    free = free_output_name(path, 1)
+                    typer.echo(f"{path} was written by another run meanwhile: writing {free}", err=True)
+                    path = free
+                    continue
+                _keep_unwritten(out.frames, output, written, e, spelling, out.audio, out.audio_sample_rate)
     return written
 
 
