@@ -46,7 +46,7 @@ from vidax.weights.loader import (
     abstract_params,
     path_str,
 )
-from vidax.weights.safetensors_io import TensorInfo
+from vidax.weights.safetensors_io import TensorIndex, TensorInfo
 
 #: What :class:`ConfigReader` gives as each tensor's file, in messages.
 SOURCE = "<random weights>"
@@ -244,12 +244,11 @@ def rules_from_config(spec: Any, config: Any) -> Any:
         return KeyRules(stacked=spec.block_stacks)
 
 
-class ConfigReader:
+class ConfigReader(TensorIndex):
     """The tensors a component's checkpoint would hold, from its config alone: each parameter of
     the abstract model under the key the family's key rules give it (a stacked one once per
-    layer), its shape in the file's layout, float32. Quacks as a
-    :class:`~vidax.weights.safetensors_io.CheckpointReader` for sizing (``keys``, ``info``):
-    what the memory plan and the staging read in random-weights mode.
+    layer), its shape in the file's layout, float32: the :class:`~vidax.weights.safetensors_io.TensorIndex`
+    (``keys``, ``info``) the memory plan and the staging read in random-weights mode.
 
     Args:
         spec: the component's registry entry. config: its parsed config.
@@ -273,15 +272,3 @@ class ConfigReader:
                 self._infos[rules.join(path, None)] = TensorInfo(
                     SOURCE, dtype, _source_shape_of(tuple(target.shape), path), 0, 0
                 )
-
-    def keys(self) -> list[str]:
-        return list(self._infos)
-
-    def info(self, key: str) -> TensorInfo:
-        return self._infos[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._infos
-
-    def __len__(self) -> int:
-        return len(self._infos)

@@ -220,7 +220,27 @@ def _index_shards(index_path: str) -> list[str]:
     return files
 
 
-class CheckpointReader:
+class TensorIndex:
+    """The tensor names and headers of a checkpoint (``self._infos``: name -> :class:`TensorInfo`),
+    looked up as the loader does: :class:`CheckpointReader` from safetensors headers,
+    :class:`vidax.weights.random_weights.ConfigReader` from a model's abstract shapes."""
+
+    _infos: dict[str, TensorInfo]
+
+    def keys(self) -> list[str]:
+        return list(self._infos)
+
+    def info(self, key: str) -> TensorInfo:
+        return self._infos[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._infos
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+
+class CheckpointReader(TensorIndex):
     """Tensors of one model component, from a folder or a single ``.safetensors`` file.
 
     A folder may hold one ``*.safetensors`` file, or several shards with a
@@ -285,18 +305,6 @@ class CheckpointReader:
                 "*.safetensors.index.json naming which tensor is where"
             )
         return files
-
-    def keys(self) -> list[str]:
-        return list(self._infos)
-
-    def info(self, key: str) -> TensorInfo:
-        return self._infos[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._infos
-
-    def __len__(self) -> int:
-        return len(self._infos)
 
     def get(self, key: str) -> np.ndarray:
         """The tensor as a read-only numpy view of the memory-mapped file (no copy)."""
