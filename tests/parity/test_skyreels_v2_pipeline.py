@@ -90,9 +90,10 @@ def _both(reference, monkeypatch, frames, chunk_frames, output_type="np", **kw):
     return np.asarray(got), np.asarray(want)
 
 
-#: Final latents: float32 rounding only (measured below 1e-5 of their peak); a wrong schedule
-#: moves them by ~1e-2 (the asynchronous and the synchronous schedule differ by 7e-3).
-LATENT_TOL = 1e-4
+#: Final latents: float32 rounding only (measured 7.6e-7 and 5.6e-7 relative to their peak), the
+#: project's float32 bar; a wrong schedule moves them by ~1e-2 (the asynchronous and the
+#: synchronous schedule differ by 7e-3).
+LATENT_TOL = 1e-5
 
 
 @pytest.mark.fast(family="skyreels_v2")
