@@ -16,6 +16,10 @@ the video is noise), at the checkpoint's call defaults or the given size / steps
   anonymous and file-backed, sampled every 50 ms) and ``peak_rss_gib`` (VmHWM);
 * ``step_flops`` / ``step_tflop`` and ``mfu`` of the median step (``tpu_models``' FLOP formula of the family,
   against the datasheet peak of the device; None where either is unknown);
+* ``refused``: the memory plan's refusal (made before any weight is read, naming what fits) where
+  the call does not fit and ``--anyway`` is not given: the row has the plan and no timings;
+* ``default_steps`` (the checkpoint's step count) and ``video_s_default_steps``: the process's time to
+  the video at that step count, from the run's median step (a row may run fewer steps to fit a call);
 * ``cache``: ``cold`` (``--compile-cache DIR`` empty or new), ``warm`` (DIR holds entries) or
   ``off``; ``device_kind``, ``jax``, what vidax chose (staging, tiling) in ``placement``.
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import sys
 import tempfile
@@ -43,11 +48,21 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: the released lines
 
 from tpu_common import device_summary, peak_hbm_gib, report  # noqa: E402
 from tpu_models import PRESETS, PROMPT, REFERENCE, preset_of, scaled_folder, step_parts  # noqa: E402
 
 GIB = 2**30
+
+
+def _line_labels() -> list[str]:
+    from tests.test_device_plan_full_size import LINES
+
+    return [label for label, _, _ in LINES]
+
+
+LINE_LABELS = _line_labels()
 
 
 class RssSampler:
@@ -106,7 +121,7 @@ def run(args) -> dict:
 
     from vidax.checkpoint import Checkpoint
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Cancelled
+    from vidax.errors import Cancelled, OutOfMemoryError
     from vidax.io.video import write_video
     from vidax.pipelines.plan import read_plan, with_call, with_memory, with_placement
     from vidax.stats import host_peak_rss_bytes
@@ -116,13 +131,19 @@ def run(args) -> dict:
     row: dict = {"device_kind": dev["device_kind"], "platform": dev["platform"], "jax": dev["jax"], "cache": cache}
     row["startup_s"] = round(process_age_s(), 2)
     preset_name = args.model
+    line_call: dict = {}
+    if args.line:  # a released line of issue 46: its reference configs as a folder, its call
+        from tests.test_device_plan_full_size import LINES, released_folder
+
+        label, repo, line_call = next(line for line in LINES if line[0] == args.line)
+        args.checkpoint = released_folder(repo, pathlib.Path(tempfile.mkdtemp(prefix="vidax-e2e-configs-")))
     if args.checkpoint:
         folder = args.checkpoint
         preset_name = preset_name or preset_of(Checkpoint.open(folder))
     else:
         folder = os.path.join(REFERENCE, PRESETS[preset_name].folder)
     preset = PRESETS.get(preset_name) if preset_name else None
-    call = {}
+    call = dict(line_call)
     if args.tiny:
         if preset is None:
             raise SystemExit("--tiny needs --model (the preset's tiny configs)")
@@ -138,9 +159,9 @@ def run(args) -> dict:
         if value is not None:
             call[key] = value
     row.update(
-        line=preset.note if preset else os.path.basename(os.path.normpath(folder)),
+        line=args.line or (preset.note if preset else os.path.basename(os.path.normpath(folder))),
         model=preset_name,
-        checkpoint=args.checkpoint or PRESETS[preset_name].folder,
+        checkpoint=repo if args.line else args.checkpoint or PRESETS[preset_name].folder,
         tiny=args.tiny,
         dtype=args.dtype,
     )
@@ -156,14 +177,29 @@ def run(args) -> dict:
         extra = {"cancel": lambda: time.perf_counter() > deadline, "callback_on_step_end": on_step_end}
     t0 = time.perf_counter()
     plan = read_plan(folder, random_weights=True)
+    default_steps = with_call(plan, prompt=args.prompt, output_type="np", progress=False).call.num_inference_steps
     plan = with_call(plan, prompt=args.prompt, output_type="np", progress=False, **call, **extra)
     offload = None if args.offload_blocks is None else int(args.offload_blocks)
     plan = with_placement(plan, dtype=args.dtype, offload=offload)
-    plan = with_memory(plan, refuse=False, vae_tiling=args.vae_tiling)
+    try:
+        plan = with_memory(plan, refuse=not args.anyway, vae_tiling=args.vae_tiling)
+    except OutOfMemoryError as e:  # refused before any weight is read: the row says why and what fits
+        c = plan.call
+        row.update(
+            size_HxWxF=[c.height, c.width, c.num_frames],
+            steps=c.num_inference_steps,
+            default_steps=default_steps,
+            plan=None if plan.device_plan is None else plan.device_plan.line(),
+            refused=str(e),
+            plan_s=round(time.perf_counter() - t0, 2),
+            process_wall_s=round(process_age_s(), 2),
+        )
+        return row
     c = plan.call
     row.update(
         size_HxWxF=[c.height, c.width, c.num_frames],
         steps=c.num_inference_steps,
+        default_steps=default_steps,
         estimate_gib=None if plan.memory is None else round(plan.memory.total / GIB, 2),
         placement={"staging": plan.staging.describe(), "vae_tiling": plan.vae_tiling, "offload_blocks": offload},
         plan=None if plan.device_plan is None else plan.device_plan.line(),
@@ -220,6 +256,10 @@ def run(args) -> dict:
     row["total_s"] = round(row["load_s"] + call_s, 2)
     if row.get("step_s"):
         row["s_per_step"] = round(statistics.median(row["step_s"]), 3)
+        if row.get("write_s") is not None:  # the video at the checkpoint's own step count, from the median step
+            row["video_s_default_steps"] = round(
+                row["total_s"] + row["startup_s"] + (default_steps - len(row["step_s"])) * row["s_per_step"], 1
+            )
     row.update(
         peak_hbm_gib=peak_hbm_gib(),
         peak_rss_anon_gib=None if rss.anon is None else round(rss.anon / GIB, 2),
@@ -259,7 +299,11 @@ COLUMNS = (
     ),
     ("MFU", lambda r: "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f} %"),
     ("device, JAX", lambda r: f"{r.get('device_kind', '')}, {r.get('jax', '')}"),
-    ("note", lambda r: r.get("stopped", "") or ("" if r.get("finite", True) else "not finite")),
+    ("video s at default steps", lambda r: _num(r.get("video_s_default_steps"))),
+    (
+        "note",
+        lambda r: r.get("refused", "") or r.get("stopped", "") or ("" if r.get("finite", True) else "not finite"),
+    ),
 )
 
 
@@ -284,6 +328,12 @@ def main(argv: list[str] | None = None) -> dict | str:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, choices=sorted(PRESETS), help="a preset's reference folder")
     p.add_argument("--checkpoint", default=None, help="a diffusers folder (configs suffice) instead of --model")
+    p.add_argument(
+        "--line",
+        default=None,
+        choices=LINE_LABELS,
+        help="a released line of tests/test_device_plan_full_size.LINES by its label",
+    )
     p.add_argument("--prompt", default=PROMPT)
     p.add_argument("--height", type=int, default=None, help="pixels (default: the checkpoint's)")
     p.add_argument("--width", type=int, default=None, help="pixels (default: the checkpoint's)")
@@ -292,6 +342,9 @@ def main(argv: list[str] | None = None) -> dict | str:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument(
         "--offload-blocks", default=None, help="stream N transformer blocks a chunk (default: vidax decides)"
+    )
+    p.add_argument(
+        "--anyway", action="store_true", help="run a call the memory plan refuses (default: a row with the refusal)"
     )
     p.add_argument("--vae-tiling", action="store_true", help="decode the VAE in tiles (default: where needed)")
     p.add_argument("--compile-cache", default=None, help="persistent compile cache folder (empty: a cold row)")
@@ -306,8 +359,8 @@ def main(argv: list[str] | None = None) -> dict | str:
             text = table([json.loads(line) for line in f if line.strip()])
         print(text)
         return text
-    if (args.model is None) == (args.checkpoint is None):
-        p.error("give one of --model and --checkpoint")
+    if sum(x is not None for x in (args.model, args.checkpoint, args.line)) != 1:
+        p.error("give one of --model, --checkpoint and --line")
     row = run(args)
     return report(row, args.out)
 

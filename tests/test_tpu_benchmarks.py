@@ -63,11 +63,22 @@ def test_tpu_e2e_makes_a_video_from_a_scaled_reference_config(tmp_path):
     assert len(row["step_s"]) == 2 and row["load_s"] > 0 and row["decode_s"] > 0 and row["write_s"] > 0
     assert row["estimate_gib"] > 0 and row["peak_rss_anon_gib"] > 0 and row["process_wall_s"] >= row["total_s"]
     assert row["step_flops"] > 0 and row["mfu"] is None  # no datasheet peak on a CPU
+    assert row["default_steps"] == 50 and row["video_s_default_steps"] > row["total_s"]
     assert json.loads(rows.read_text()) == row
     table = tpu_e2e.main(["--table", str(rows)])
     lines = table.splitlines()
     assert len(lines) == 3 and lines[0].startswith("| line |") and "32x48x5" in lines[2]
     assert lines[2].count("|") == lines[0].count("|")
+
+
+def test_tpu_e2e_row_of_a_refused_line_names_the_refusal(monkeypatch):
+    """A released line the memory plan refuses (here the full-size Wan2.1-1.3B on a pretended 1 GiB
+    device) gives a row with the refusal and its plan, made from the configs alone (nothing loaded)."""
+    monkeypatch.setenv("VIDAX_DEVICE_MEMORY", "1GiB")
+    row = tpu_e2e.main(["--line", "Wan2.1 T2V 1.3B 480p"])
+    assert "1.0 GiB" in row["refused"] and row["plan"].startswith("plan:") and "load_s" not in row
+    assert row["size_HxWxF"] == [480, 832, 81] and row["default_steps"] == row["steps"] == 50
+    assert tpu_e2e.table([row]).splitlines()[2].endswith(f"{row['refused']} |")
 
 
 def test_tpu_e2e_stops_at_its_budget_and_still_reports():
