@@ -1,6 +1,6 @@
 """Every ``__call__`` keyword of the diffusers 0.42.1 pipeline classes vidax runs is taken by
 vidax's pipeline (its ``call_args()``) or refused in the one documented list
-(:mod:`vidax.pipelines.diffusers_keywords`), and the README's table is that list; then the
+(:mod:`vidax.pipelines.diffusers_keywords`), and docs/diffusers.md's table is that list; then the
 shared keywords end to end on the embedded tiny Wan checkpoint (no torch)."""
 
 import importlib
@@ -15,7 +15,7 @@ from vidax.errors import InputError
 from vidax.pipelines.diffusers_keywords import REFUSED, REFUSED_VALUES, readme_table, refused
 from vidax.registry import registry
 
-README = os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md")
+DOC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "diffusers.md")
 
 
 def _pairs():
@@ -84,9 +84,9 @@ def test_taken_keywords_default_as_diffusers():
     assert checked >= 20  # return_dict, eta, frame_rate, the STG / decode defaults...
 
 
-def test_readme_lists_the_refused_keywords():
-    text = open(README, encoding="utf-8").read()
-    assert readme_table() in text, "README.md's 'Coming from diffusers' table is not readme_table(); regenerate it"
+def test_docs_list_the_refused_keywords():
+    text = open(DOC, encoding="utf-8").read()
+    assert readme_table() in text, "docs/diffusers.md's 'Refused keywords' table is not readme_table(); regenerate it"
     assert len(REFUSED_VALUES) >= 3
 
 

@@ -530,10 +530,10 @@ def test_a_presets_step_cache_is_on_unless_the_caller_chose_one(monkeypatch):
     assert out.stats.cache is None and out.stats.preset == "preset cached: num_inference_steps=3"
 
 
-def test_readme_lists_every_preset():
+def test_docs_list_every_preset():
     import os
 
-    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "presets.md"), encoding="utf-8") as f:
         text = f.read()
     table = text[text.index("| preset | family |") :].split("\n\n")[0]  # the presets table
     rows = [line for line in table.splitlines() if line.startswith("| `")]

@@ -28,7 +28,7 @@ import numpy as np
 
 from vidax.errors import Arg, InputError
 
-#: Why a float pixel array is refused (README "Coming from diffusers", REFUSED_VALUES).
+#: Why a float pixel array is refused (docs/diffusers.md "Refused keywords", REFUSED_VALUES).
 FLOAT_ARRAY_REASON = (
     "diffusers takes a numpy array as a tensor, resized nearest-neighbour instead of a PIL image's "
     "Lanczos (and Wan2.1's CLIP processor rescales floats by 1/255 once more), so its result is not "

@@ -1,5 +1,5 @@
 """The keywords of diffusers' pipeline ``__call__`` that vidax refuses, each with its reason and
-what vidax takes instead: the one list the README's "Coming from diffusers" table is checked
+what vidax takes instead: the one list the table of docs/diffusers.md ("Refused keywords") is checked
 against (``tests/test_diffusers_keywords.py``) and the error of a call passing one quotes.
 
 Every other keyword of the ``__call__`` of the diffusers 0.42.1 pipeline classes vidax runs
@@ -139,7 +139,7 @@ def refused_anywhere(keyword: str) -> Refused | None:
 
 
 def readme_table() -> str:
-    """The README's table of refused keywords (markdown), one row per :data:`REFUSED` entry, then
+    """docs/diffusers.md's table of refused keywords (markdown), one row per :data:`REFUSED` entry, then
     one per :data:`REFUSED_VALUES` entry."""
     rows = ["| diffusers keyword | pipelines | why vidax refuses it | vidax instead |", "|---|---|---|---|"]
     for e in REFUSED:
