@@ -18,6 +18,8 @@ the video is noise), at the checkpoint's call defaults or the given size / steps
   against the datasheet peak of the device; None where either is unknown);
 * ``refused``: the memory plan's refusal (made before any weight is read, naming what fits) where
   the call does not fit and ``--anyway`` is not given: the row has the plan and no timings;
+* ``failed``: the exception that ended the call (e.g. out of device memory in the VAE decode), with
+  the steps that ran before it;
 * ``default_steps`` (the checkpoint's step count) and ``video_s_default_steps``: the process's time to
   the video at that step count, from the run's median step (a row may run fewer steps to fit a call);
 * ``cache``: ``cold`` (``--compile-cache DIR`` empty or new), ``warm`` (DIR holds entries) or
@@ -172,9 +174,9 @@ def run(args) -> dict:
         marks.append(time.perf_counter())
         return kwargs
 
-    extra = {}
+    extra = {"callback_on_step_end": on_step_end}
     if deadline is not None:
-        extra = {"cancel": lambda: time.perf_counter() > deadline, "callback_on_step_end": on_step_end}
+        extra["cancel"] = lambda: time.perf_counter() > deadline
     t0 = time.perf_counter()
     plan = read_plan(folder, random_weights=True)
     default_steps = with_call(plan, prompt=args.prompt, output_type="np", progress=False).call.num_inference_steps
@@ -215,6 +217,10 @@ def run(args) -> dict:
         except Cancelled as e:
             out = None
             row["stopped"] = f"--budget-s {args.budget_s}: stopped {e.done}"
+        except Exception as e:  # e.g. out of device memory in a stage: the row says where, with what ran
+            out = None
+            row["failed"] = f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
+        if out is None:
             steps = [b - a for a, b in zip(marks, marks[1:])]
             row.update(steps_done=len(marks), step_s=[round(s, 3) for s in steps])
         if out is not None:
