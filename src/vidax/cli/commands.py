@@ -15,6 +15,7 @@ from vidax.cli.flags import call_options, frame_rate_words
 
 
 def setup_logging(verbose: bool) -> None:
+    """Log lines on stderr: vidax's INFO lines with ``verbose`` (--verbose), else warnings only."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -25,6 +26,7 @@ def setup_logging(verbose: bool) -> None:
 
 
 def fail(message: str) -> None:
+    """Print ``error: MESSAGE`` on stderr and exit with status 2 (a bad argument)."""
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
 
