@@ -1051,7 +1051,7 @@ def test_nan_advice_follows_the_dtype():
     import jax.numpy as jnp
     import typer
 
-    from vidax.cli import _Spelling, app
+    from vidax.cli import Spelling, app
     from vidax.errors import NumericalError
     from vidax.pipelines.sampling import nonfinite_advice
 
@@ -1061,7 +1061,7 @@ def test_nan_advice_follows_the_dtype():
     for fp32 in ({"w": jnp.zeros((2,), jnp.float32)}, jnp.float32):
         assert "float32" in str(nonfinite_advice(fp32)) and "try dtype=float32" not in str(nonfinite_advice(fp32))
     # the command line names the flag: --dtype float32
-    flags = _Spelling(typer.main.get_command(app).commands["generate"])
+    flags = Spelling(typer.main.get_command(app).commands["generate"])
     error = NumericalError("step 1 produced NaN/Inf latents ", nonfinite_advice(None))
     assert flags.message(error) == (
         "step 1 produced NaN/Inf latents (try other settings, or --dtype float32 if it ran in bfloat16)"
@@ -1391,7 +1391,7 @@ def test_declared_option_checks_name_the_argument():
 
 
 def test_lora_scale_is_finite_in_float32(tmp_path):
-    from vidax.cli import _lora_files
+    from vidax.cli import lora_files
 
     for scale in ("inf", "nan", "1e39"):
         spec = f"{tmp_path / 'style.safetensors'}:{scale}"
@@ -1400,7 +1400,7 @@ def test_lora_scale_is_finite_in_float32(tmp_path):
             match=r"^--lora '.*:" + scale + r"': SCALE must be a finite number \(at most "
             r"3.403e\+38 in magnitude, float32's largest\)$",
         ):
-            _lora_files([spec])
+            lora_files([spec])
 
 
 def test_every_float_flag_refuses_non_finite_values():
@@ -1467,7 +1467,7 @@ def test_a_video_never_replaces_a_file_another_run_made_while_it_was_written(tmp
     import types
 
     import vidax.io.video as video
-    from vidax.generate_command import _write_outputs
+    from vidax.cli.generating import write_outputs
 
     frames = np.zeros((3, 16, 16, 3), np.float32)
     target = tmp_path / "vidax-output.mp4"
@@ -1491,7 +1491,7 @@ def test_a_video_never_replaces_a_file_another_run_made_while_it_was_written(tmp
             return False
 
     out = types.SimpleNamespace(frames=frames[None], audio=None, audio_sample_rate=None)
-    written = _write_outputs(out, [str(target)], "mp4", str(target), 8, False, False, Stop(), None, True)
+    written = write_outputs(out, [str(target)], "mp4", str(target), 8, False, False, Stop(), None, True)
     assert target.read_bytes() == b"the other run's video"
     assert written == [str(tmp_path / "vidax-output-1.mp4")] and os.path.getsize(written[0]) > 1000
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".vidax-")]  # no temporary file left

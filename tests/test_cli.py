@@ -401,7 +401,7 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
     step, on the module's loaded pipeline)."""
     import typer
 
-    from vidax.cli import _Spelling, app
+    from vidax.cli import Spelling, app
     from vidax.errors import NumericalError
 
     lora = _wan_lora_file(ckpt, tmp_path / "style.safetensors")
@@ -447,7 +447,7 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
             "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): adapter "
             "'style' at 1e+38: try smaller ones"
         ), str(e.value)
-        flags = _Spelling(typer.main.get_command(app).commands["generate"])
+        flags = Spelling(typer.main.get_command(app).commands["generate"])
         assert f"overflow): --lora '{lora}:1e+38': try smaller ones" in flags.message(e.value)
         # a usual scale is not blamed for a run that a huge guidance scale overflowed
         pipe.set_adapters("style", 0.01)
@@ -457,7 +457,7 @@ def test_lora_scale_beyond_float32_refused_and_a_huge_one_named_when_the_run_ove
         # the command line echoes the value as typed (1e38, not Python's 1e+38), in either flag form
         generate = typer.main.get_command(app).commands["generate"]
         for argv in (["-p", "x", "--guidance-scale", "1e38"], ["-p", "x", "--guidance-scale=1e38"]):
-            flags = _Spelling(generate, generate.make_context("generate", argv).meta["argv"])
+            flags = Spelling(generate, generate.make_context("generate", argv).meta["argv"])
             assert "--guidance-scale 1e38: give a smaller one" in flags.message(e.value), flags.message(e.value)
     finally:
         pipe.unload_lora_weights()
@@ -613,7 +613,7 @@ def test_task_selection_in_the_api(ckpt, variants):
 
 
 def test_inspect_names_task_and_variant(ckpt, variants):
-    from vidax.inspect import describe_checkpoint
+    from vidax.cli.inspecting import describe_checkpoint
 
     assert "variant: Wan2.1 T2V: text-to-video" in describe_checkpoint(ckpt)
     assert "variant: Wan I2V (no image encoder): image-to-video" in describe_checkpoint(variants["i2v"])
@@ -1124,11 +1124,11 @@ def test_verbose_help_says_what_it_shows():
 def test_sound_drift_warning_blames_only_a_given_fps():
     """LTX-2 at its own 24 fps: 9 frames (0.38 s) and whole audio latents of sound (0.33 s) are
     the model's own rounding, not an --fps; only an --fps the user gave is named."""
-    from vidax.generate_command import _drift_warning
+    from vidax.cli.generating import drift_warning
 
-    assert _drift_warning(9 / 24, 0.33, 24, fps_given=False) is None
-    assert _drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
-    assert _drift_warning(5 / 16, 0.625, 16, fps_given=True) == (
+    assert drift_warning(9 / 24, 0.33, 24, fps_given=False) is None
+    assert drift_warning(9 / 24, 0.37, 12, fps_given=True) is None  # within a frame
+    assert drift_warning(5 / 16, 0.625, 16, fps_given=True) == (
         "warning: at --fps 16 the video lasts 0.31 s but its sound 0.62 s; they drift apart (leave --fps out for "
         "the model's frame rate)"
     )
@@ -1164,7 +1164,7 @@ def test_a_flag_whose_families_differ_in_default_says_each_default():
     """--guidance-rescale is 0 on LTX-Video, 0.7 on LTX-2: no single "[default: 0]" (one family's)
     but each family's default in the joined help; the LTX-2 sound scales fall back only at 0
     (unset is their own default)."""
-    from vidax.cli import _declared_params, call_options
+    from vidax.cli import call_options, declared_params
     from vidax.registry import registry
 
     options = call_options()
@@ -1178,7 +1178,7 @@ def test_a_flag_whose_families_differ_in_default_says_each_default():
     for name in differ:
         assert options[name].default == "", name
         assert all(f"default {d}" in options[name].help for d in defaults[name]), options[name].help
-    help_of = {p.name: p.help for p in _declared_params(options.values())}
+    help_of = {p.name: p.help for p in declared_params(options.values())}
     assert (
         "[default:" not in help_of["guidance_rescale"]
         and "LTX-2: of the video, default 0.7" in help_of["guidance_rescale"]

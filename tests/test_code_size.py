@@ -1,7 +1,7 @@
 """The code's size targets (issue 39), held so they do not regress: no module of ``src/vidax`` over
 900 lines, ``VideoPipeline``'s own body under 500 lines, no function over 80 lines in
-``vidax/pipelines/``, ``vidax/cli.py`` and ``vidax/generate_command.py`` (what ``vidax generate``
-runs). A part that outgrows them is split by what it does, as ``pipelines/base.py`` was.
+``vidax/pipelines/`` and ``vidax/cli/`` (the command line), no function of the command line taking
+more than 12 parameters nor importing another module's private name. A part that outgrows them is split by what it does, as ``pipelines/base.py`` was.
 
 Lines are counted as the code's statements and comments, not as the formatter wraps them (``ruff
 format`` puts one argument a line where a call does not fit): a logical line is what
@@ -78,8 +78,7 @@ def test_video_pipeline_under_500_lines():
 def test_no_function_over_80_lines_in_pipelines_and_the_cli():
     paths = [
         *_modules(os.path.join(SRC, "pipelines")),
-        os.path.join(SRC, "cli.py"),
-        os.path.join(SRC, "generate_command.py"),
+        *_modules(os.path.join(SRC, "cli")),
     ]
     long = {}
     for path in paths:
@@ -92,3 +91,42 @@ def test_no_function_over_80_lines_in_pipelines_and_the_cli():
                     long[f"{os.path.relpath(path, SRC)}:{node.lineno} {node.name}"] = n
     assert len(paths) > 10
     assert long == {}
+
+
+MAX_CLI_PARAMETERS = 12
+#: The command line: its package and what ``vidax serve`` checks before loading.
+CLI_MODULES = (os.path.join(SRC, "cli"), os.path.join(SRC, "serve", "command.py"))
+
+
+def _cli_breaches(source: str) -> list[str]:
+    """Each function of ``source`` taking more than :data:`MAX_CLI_PARAMETERS` parameters
+    (``self`` / ``cls`` not counted, ``*args`` / ``**kwargs`` counted once each) and each private
+    name (``_x``, not ``__x__``) it imports from another module."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None]
+            n = len(names) - (names[:1] in (["self"], ["cls"]))
+            if n > MAX_CLI_PARAMETERS:
+                bad.append(f"{node.name} takes {n} parameters")
+        elif isinstance(node, ast.ImportFrom):
+            private = [x.name for x in node.names if x.name.startswith("_") and not x.name.endswith("__")]
+            bad += [f"imports {node.module}.{name}" for name in private]
+    return bad
+
+
+def test_cli_functions_take_few_parameters_and_import_no_private_name():
+    """The command line passes records (:mod:`vidax.cli.records`), not dozens of flags: no function
+    of ``vidax/cli/`` or ``vidax/serve/command.py`` takes more than 12 parameters, and none imports
+    another module's private name (what modules share is public)."""
+    twelve = ", ".join(f"a{i}" for i in range(12))
+    assert _cli_breaches(f"def f(self, {twelve}): pass\n") == []
+    assert _cli_breaches(f"def f({twelve}, *, b): pass\n") == ["f takes 13 parameters"]
+    assert _cli_breaches("from vidax.cli.records import _x, y\nfrom vidax import __version__\n") == [
+        "imports vidax.cli.records._x"
+    ]
+    paths = [p for m in CLI_MODULES for p in ([m] if m.endswith(".py") else _modules(m))]
+    assert len(paths) >= 8 and any(p.endswith(os.path.join("cli", "app.py")) for p in paths)
+    breaches = {os.path.relpath(p, SRC): b for p in paths if (b := _cli_breaches(_source(p)))}
+    assert breaches == {}

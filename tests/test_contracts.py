@@ -773,7 +773,7 @@ def test_transformer_config_refuses_a_bad_width_by_name(spec):
 #: ``vidax.cpu`` or name its kernel.
 KERNEL_SEAM = ("vidax.nn.kernels", "vidax.cpu")
 #: Files that may name the kernel in string literals only (user-facing help text).
-KERNEL_NAMED_IN_HELP = ("vidax.cli",)
+KERNEL_NAMED_IN_HELP = ("vidax.cli.flags",)
 
 
 def _kernel_seam_breaches(module: str, source: str) -> list[str]:
@@ -796,7 +796,7 @@ def _kernel_seam_breaches(module: str, source: str) -> list[str]:
 
 def test_cpu_kernels_and_weight_formats_are_reached_through_one_seam():
     """No vidax module outside ``vidax.nn.kernels`` and ``vidax.cpu`` imports ``vidax.cpu`` or
-    names oneDNN (in code, comments or docstrings; ``cli.py``'s help text may): the CPU kernels
+    names oneDNN (in code, comments or docstrings; ``vidax/cli/flags.py``'s help text may): the CPU kernels
     and the weight formats are used through the seam only, so a change to them touches no
     layer, encoder, loader or pipeline (issue 39)."""
     root = os.path.dirname(importlib.util.find_spec("vidax").origin)
@@ -813,7 +813,7 @@ def test_cpu_kernels_and_weight_formats_are_reached_through_one_seam():
                 breaches[module] = found
     assert "vidax.nn.kernels.cpu" in seen  # the scan sees the seam's own imports
     assert _kernel_seam_breaches("vidax.nn.layers", "from vidax.cpu import onednn\n")
-    assert _kernel_seam_breaches("vidax.cli", "x = 1  # oneDNN\n") and not _kernel_seam_breaches(
-        "vidax.cli", "help = 'the oneDNN build'\n"
+    assert _kernel_seam_breaches("vidax.cli.flags", "x = 1  # oneDNN\n") and not _kernel_seam_breaches(
+        "vidax.cli.flags", "help = 'the oneDNN build'\n"
     )
     assert not breaches, f"outside vidax.nn.kernels: {breaches}"

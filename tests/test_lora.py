@@ -483,7 +483,7 @@ def test_family_of_a_lora_whose_names_several_families_share(wan_pipe, tmp_path)
     and attn2) has module names that CogVideoX, Cosmos and LTX-2 use too: vidax inspect and the
     refusal on another family name every family it fits (LTX-Video among them), not the first
     registered one (one that fits one family best names it alone: test_wan_bad_loras_refused_in_one_line)."""
-    from vidax.inspect import describe_lora
+    from vidax.cli.inspecting import describe_lora
     from vidax.weights.safetensors_io import save_safetensors
 
     sd = {

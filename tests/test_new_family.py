@@ -153,24 +153,27 @@ def test_toy_family_keyword_is_a_flag_without_editing_the_cli(toy_checkpoint, to
 
 
 def test_cli_names_no_family_keyword():
-    """``src/vidax/cli.py`` builds the family flags from the declarations: its code and what
-    ``vidax generate`` runs (``generate_command.py``, ``cli_flags.py``) name no keyword only a
-    family takes (as a name, a string or a flag), the list read from the declarations."""
+    """``src/vidax/cli/`` builds the family flags from the declarations: the command line's code
+    (what ``vidax generate`` runs among it) names no keyword only a family takes (as a name, a
+    string or a flag), the list read from the declarations."""
     import ast
     import inspect
 
-    from vidax.generate_command import run
+    from vidax.cli import generate
     from vidax.pipelines.base import SHARED_CALL_ARGS
     from vidax.registry import registry
 
     # generate's own flags (--fps, the mp4's rate) are not family flags: a pipeline whose keyword
     # they equal (Cosmos 3's fps=) is handed their value.
-    own = set(inspect.signature(run).parameters)
+    own = set(inspect.signature(generate).parameters)
     family_only = {o.name for p in registry().pipelines() for o in p.load().call_options} - set(SHARED_CALL_ARGS) - own
     assert {"frame_rate", "video", "true_cfg_scale", "decode_timestep"} <= family_only  # the list is not empty
     flags = {"--" + k.replace("_", "-") for k in family_only}
-    for name in ("cli.py", "cli_flags.py", "generate_command.py"):
-        path = os.path.join(REPO, "src", "vidax", name)
+    folder = os.path.join(REPO, "src", "vidax", "cli")
+    modules = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+    assert {"app.py", "flags.py", "generating.py"} <= set(modules)
+    for name in modules:
+        path = os.path.join(folder, name)
         with open(path) as f:
             tree = ast.parse(f.read(), path)
         names = (

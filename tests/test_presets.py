@@ -465,7 +465,7 @@ def test_inspect_lists_the_family_presets_and_the_recognised_one(repo, picked, t
     recognition picks from the configs (the released CFG-distilled HV1.5 folder: cfg-distilled; the
     plain one: none); the embedded Wan: Wan's presets."""
     from tests.test_hunyuan15_full_size import released_folder
-    from vidax.inspect import describe_checkpoint
+    from vidax.cli.inspecting import describe_checkpoint
 
     folder = released_folder(repo, tmp_path)
     text = describe_checkpoint(folder)

@@ -930,7 +930,7 @@ def test_staging_plan_and_inspect_count_8_bit_weights(transformers, ckpt):
     """Before loading: the staging plan's header count and ``vidax inspect --mesh``'s abstract
     count of int8 weights against what the loaded int8 transformer holds."""
     from vidax.checkpoint import Checkpoint
-    from vidax.inspect import describe_mesh_plan
+    from vidax.cli.inspecting import describe_mesh_plan
     from vidax.parallel.placement import per_device_bytes
     from vidax.pipelines.staging import component_bytes
 

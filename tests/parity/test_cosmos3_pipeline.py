@@ -355,7 +355,7 @@ def test_block_streaming_equals_resident(cosmos3, text2video):
 
 
 def test_inspect_and_capabilities(cosmos3):
-    from vidax.inspect import describe_checkpoint
+    from vidax.cli.inspecting import describe_checkpoint
 
     path, _, pipe, _ = cosmos3
     text = describe_checkpoint(path)

@@ -349,7 +349,7 @@ def test_video_takes_one_prompt(cosmos):
 
 
 def test_inspect_and_capabilities(cosmos):
-    from vidax.inspect import describe_checkpoint
+    from vidax.cli.inspecting import describe_checkpoint
 
     path, _, pipe, _ = cosmos
     text = describe_checkpoint(path)

@@ -204,7 +204,7 @@ def test_full_size_parameter_count():
 
 def test_inspect_and_released_config(checkpoint):
     from tests.paths import REFERENCE_CONFIGS
-    from vidax.inspect import describe_checkpoint
+    from vidax.cli.inspecting import describe_checkpoint
     from vidax.models.ltx2.config import LTX2DiffusionDecoderConfig
 
     text = describe_checkpoint(str(checkpoint[1]))

@@ -189,7 +189,7 @@ def test_duration_call_checks(vidax_pipe):
         with pytest.raises(InputError, match=match):
             pipe.check_call(pipe.info, *args, **CALL, **OFF, **kwargs)
     # vidax inspect says the length is predicted (it once showed the config's 121 frames).
-    from vidax.inspect import describe_checkpoint
+    from vidax.cli.inspecting import describe_checkpoint
 
     text = describe_checkpoint(pipe.info.checkpoint.root)
     assert (

@@ -9,6 +9,8 @@
   through a latent-to-RGB map fit to the checkpoint's VAE).
 * :mod:`vidax.serve.app` is the ASGI app (starlette): the API (API-key check, server-sent
   events of a job's progress) and the page (``page.html``).
-* :mod:`vidax.serve.command` runs it (uvicorn) for the ``vidax serve`` command, whose flags
-  :func:`vidax.cli.serve` declares (the load flags shared with ``vidax generate``).
+* :mod:`vidax.serve.command` checks what the ``vidax serve`` command needs before it loads (the
+  access a --host needs, the preset, the listening socket); :mod:`vidax.cli.serving` runs it
+  (uvicorn) with the flags :func:`vidax.cli.serve` declares (the load flags shared with
+  ``vidax generate``).
 """

@@ -1,154 +1,124 @@
-"""What ``vidax generate`` (:func:`vidax.cli.generate`, its flags) runs: read the input files,
+"""What ``vidax generate`` (:func:`vidax.cli.app.generate`, its flags) runs: read the input files,
 plan the call from the checkpoint's configs (:mod:`vidax.pipelines.plan`: every flag checked and
 the memory estimated before any weight is read), check the outputs, load, generate, write the
 videos and say what was written."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
-from typing import Any
 
 import typer
 
-from vidax.cli_flags import (
-    _check_lora_on_streamed_gguf,
-    _frame_rate_words,
-    _lora_files,
-    _offload_config,
-    apply_loras,
-    call_options,
-)
+from vidax.cli.flags import GenerateFlags, LoadFlags, call_options
+from vidax.cli.records import GenerateRequest, apply_loras, generate_request
 
 
-def run(
-    given,
-    checkpoint,
-    dtype,
-    output,
-    fps,
-    progress,
-    verbose,
-    matmul_precision=None,
-    dp=None,
-    tp=None,
-    sp=None,
-    coordinator=None,
-    num_processes=None,
-    process_id=None,
-    distributed_timeout=60.0,
-    offload_blocks=None,
-    keep_text_encoder=None,
-    keep_vae=None,
-    compile_cache=True,
-    overwrite=False,
-    stop=None,
-    memory_check=True,
-    lora=None,
-    audio=True,
-    cache=None,
-    spelling=None,
-    vae_tiling=False,
-    weights=None,
-    transformer=None,
-    preset=None,
-    output_given=True,
-    random_weights=False,
-) -> None:
+def generate(load: LoadFlags, own: GenerateFlags, call: dict, output_given: bool, stop, spelling) -> None:
+    """Run ``vidax generate``: its flags (``load``, ``own``; ``call``: the call keywords' flags,
+    None where not given; ``output_given``: --output typed) checked into a
+    :class:`~vidax.cli.records.GenerateRequest`, then :func:`run`. ``stop``: the run's
+    :class:`~vidax.interrupt.Stop`; ``spelling``: how errors name the flags
+    (:class:`~vidax.cli.commands.Spelling`).
+
+    Raises:
+        VidaxError: a bad flag, checkpoint or call (naming the flag), a run gone NaN/Inf;
+            Cancelled: a signal stopped the run.
+    """
     from vidax.compile_cache import setup_compile_cache
-    from vidax.errors import Arg, ArgValue, Cancelled, InputError
-    from vidax.io.video import check_output_path
-    from vidax.nn.inputs import parse_dtype
-    from vidax.nn.precision import parse_matmul_precision
-    from vidax.parallel.distributed import check_backend, initialize, is_main_process
-    from vidax.parallel.mesh import mesh_from_sizes
-    from vidax.pipelines.options import FRAME_RATE_RANGE
-    from vidax.pipelines.plan import with_memory, with_placement
-    from vidax.stats import RunStats, process_start
+    from vidax.stats import process_start
 
     # The process is the run's when vidax.__main__ installed its signal handling (not in-process).
     started = process_start() if stop is not None and stop.installed else None
-    setup_compile_cache(enabled=compile_cache)  # before anything compiles
-    parse_dtype(dtype)
-    parse_matmul_precision(matmul_precision)
-    offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
-    fmt = check_output_path(output, overwrite)
+    setup_compile_cache(enabled=load.compile_cache)  # before anything compiles
+    request = generate_request(load, own, call, output_given)
     if stop is None:
         from vidax.interrupt import Stop
 
         stop = Stop()
-    if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
-        raise InputError(Arg("fps"), f" must be {_frame_rate_words()}, got ", ArgValue("fps", fps))
-    given, raw = _read_input_files(given)
-    loras = _lora_files(lora or [])  # unreadable, truncated or malformed files: before any loading
-    _check_lora_on_streamed_gguf(loras, transformer, weights, offload)
-    multi = initialize(coordinator, num_processes, process_id, timeout_s=distributed_timeout)
+    run(request, stop, spelling, started)
+
+
+def run(request: GenerateRequest, stop, spelling, started: float | None = None) -> None:
+    """Plan the call of ``request`` from the checkpoint's configs (every flag checked and the
+    memory estimated before any weight is read), check the outputs, load, generate and write
+    (:func:`generate_and_write`). ``started``: the process's start (time.time()), for the
+    summary's startup time (None: not counted).
+
+    Raises:
+        VidaxError: a bad checkpoint or call (naming the flag), a run gone NaN/Inf; Cancelled: a
+            signal stopped the run.
+    """
+    from vidax.errors import Cancelled
+    from vidax.parallel.distributed import check_backend, initialize
+    from vidax.parallel.mesh import mesh_from_sizes
+    from vidax.pipelines.plan import with_memory, with_placement
+    from vidax.stats import RunStats
+
+    load, output = request.load, request.output
+    coordinator, num_processes, process_id, timeout_s = request.distributed
+    multi = initialize(coordinator, num_processes, process_id, timeout_s=timeout_s)
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     stats = RunStats()
-    plan = _plan_call(
-        _checkpoint_or_default(checkpoint),
-        given,
-        fps,
-        weights,
-        transformer,
-        progress=progress,
-        cancel=stop,
-        decode_audio=audio,
-        preset=preset,
-        loras=loras,
-        random_weights=random_weights,
-    )
-    if not output_given and not overwrite:  # the default vidax-output.mp4: an earlier run's is kept
-        output = _free_default_output(output, plan.call.batch)
-    preset_line = _preset_line(plan, given, cache is not None)
-    sound = _makes_sound(plan, audio, fmt, output)
+    plan = _plan_call(request, stop)
+    if not output.given and not output.overwrite:  # the default vidax-output.mp4: an earlier run's is kept
+        output = dataclasses.replace(output, path=_free_default_output(output.path, plan.call.batch))
+    preset_line = _preset_line(plan, request.call, request.cache is not None)
+    sound = _makes_sound(plan, output.audio, output.format, output.path)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
-    mesh = mesh_from_sizes(dp, tp, sp, always=multi, heads=plan.heads)
+    mesh = mesh_from_sizes(*load.sizes, always=multi, heads=plan.heads)
     # the scheduler, the heads against --tp / --sp, the offloading and staging
-    plan = with_placement(plan, dtype=dtype, mesh=mesh, offload=offload, matmul_precision=matmul_precision)
-    cache_config = _cache_config(plan, cache)
-    paths = _check_outputs(plan, output, overwrite, sound, raw, loras, transformer)
-    _check_vae_tiling(plan, vae_tiling)
-    plan = with_memory(plan, refuse=memory_check, vae_tiling=vae_tiling)  # before any weight is read
+    plan = with_placement(
+        plan, dtype=load.dtype, mesh=mesh, offload=load.offload, matmul_precision=load.matmul_precision
+    )
+    cache_config = _cache_config(plan, request.cache)
+    paths = _check_outputs(plan, output, sound, request)
+    _check_vae_tiling(plan, request.vae_tiling)
+    plan = with_memory(plan, refuse=request.memory_check, vae_tiling=request.vae_tiling)  # before any weight is read
     if stop():
         raise Cancelled("before loading")
     startup_s = time.time() - started if started is not None else 0.0
-    pipe = _load(
-        plan,
-        stats,
-        progress,
-        loras,
-        cache_config,
-        f"--cache {cache}" if cache else f"--preset {plan.preset and plan.preset.name}",
-    )
+    cache_flag = f"--cache {request.cache}" if request.cache else f"--preset {plan.preset and plan.preset.name}"
+    pipe = _load(plan, stats, request, cache_config, cache_flag)
     if stop():
         raise Cancelled("after loading the checkpoint")
-    if verbose:
+    if request.verbose:
         _report_placement(pipe, plan)
-    call = plan.call
-    out = _run(pipe, call, fmt, output)
-    fps_given = fps is not None and fps != pipe.video_fps(call)  # an --fps other than the model's
-    fps = fps or pipe.video_fps(call)
+    out = _run(pipe, plan.call, output.format, output.path)
+    out.stats.startup_s = startup_s
+    out.stats.preset = preset_line
+    generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
+
+
+def generate_and_write(pipe, call, out, output, paths: list, stop, spelling) -> None:
+    """Write the videos ``out`` of ``pipe``'s ``call`` (made by :func:`_run`) to ``paths``
+    (``output``: the :class:`~vidax.cli.records.OutputOptions`), say what was written and print
+    the run's summary; only process 0 writes. A signal while writing lets the file being written
+    complete, writes no more and exits as :meth:`~vidax.interrupt.Stop.exit` says."""
+    from vidax.errors import Cancelled
+    from vidax.parallel.distributed import is_main_process
+
+    fps_given = output.fps is not None and output.fps != pipe.video_fps(call)  # an --fps other than the model's
+    fps = output.fps or pipe.video_fps(call)
     if not is_main_process():
         typer.echo("done (process 0 writes the video)", err=True)
         return
     if stop():
         raise Cancelled(f"after the VAE decode (all {call.num_inference_steps} denoising steps done)")
     t_write = time.perf_counter()
-    written = _write_outputs(
-        out, paths, fmt, output, fps, fps_given, overwrite, stop, spelling, default_output=not output_given
+    written = write_outputs(
+        out, paths, output.format, output.path, fps, fps_given, output.overwrite, stop, spelling, not output.given
     )
     out.stats.write_s = time.perf_counter() - t_write
-    out.stats.startup_s = startup_s
-    _report_written(out, written, fmt, output)
+    _report_written(out, written, output.format, output.path)
     if stop():
         rest = paths[len(written) :]
         stop.exit(
             f"while writing --output: wrote {', '.join(written) or 'nothing'}"
             + (f"; not written: {', '.join(rest)}" if rest else " (complete)")
         )
-    out.stats.preset = preset_line
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
@@ -176,20 +146,6 @@ def _preset_line(plan, given: dict, cache_given: bool) -> str | None:
     return line
 
 
-def _read_input_files(given: dict) -> tuple[dict, dict]:
-    """``(given, raw)``: the call flags given (not None), the files they name read (an unreadable
-    one fails before any loading); ``raw`` keeps the paths as typed."""
-    from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
-
-    options = call_options()
-    given = {k: v for k, v in given.items() if v is not None}
-    raw = dict(given)
-    given.update(
-        {k: _read_file(options[k].type, k, v) for k, v in given.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)}
-    )
-    return given, raw
-
-
 def _checkpoint_or_default(checkpoint: str | None) -> str:
     """``checkpoint``, or the embedded default's name with a line saying its weights are random."""
     from vidax.default_checkpoint import PUBLIC_NAME
@@ -205,35 +161,30 @@ def _checkpoint_or_default(checkpoint: str | None) -> str:
     return PUBLIC_NAME
 
 
-def _plan_call(
-    checkpoint: str,
-    given: dict,
-    fps,
-    weights,
-    transformer,
-    preset=None,
-    loras=(),
-    random_weights=False,
-    **call: Any,
-):
-    """The plan of the call the flags ``given`` make (:func:`~vidax.pipelines.plan.read_plan`, then
+def _plan_call(request: GenerateRequest, stop):
+    """The plan of the call ``request``'s flags make (:func:`~vidax.pipelines.plan.read_plan`, then
     :func:`~vidax.pipelines.plan.with_call`), from the configs alone: the task follows --image (or
     another input that asks for one), the flags are those the task's pipeline takes, --fps is the
-    call's ``fps`` where the model is conditioned on its frame rate; --preset's values under the flags given."""
+    call's ``fps`` where the model is conditioned on its frame rate; --preset's values under the
+    flags given. ``stop``: the call's ``cancel``."""
     from vidax.checkpoint import TASK_NAMES
     from vidax.errors import Arg, InputError, joined
     from vidax.pipelines.plan import read_plan
     from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
 
+    load, given, fps, preset = request.load, request.call, request.output.fps, request.load.preset
     options = call_options()
     inputs = [k for k in given if options[k].task]  # inputs (an image, ...) that each ask for a task
     tasks = [options[k].task for k in inputs]
     task = "i2v" if "i2v" in tasks else tasks[0] if tasks else "t2v"  # an image decides with another input
-    plan = with_preset(
-        read_plan(checkpoint, task=task, weight_dtype=weights, transformer=transformer, random_weights=random_weights),
-        preset,
-        "--preset",
+    plan = read_plan(
+        _checkpoint_or_default(load.checkpoint),
+        task=task,
+        weight_dtype=load.weight_dtype,
+        transformer=load.transformer,
+        random_weights=request.random_weights,
     )
+    plan = with_preset(plan, preset, "--preset")
     cls, root = plan.pipeline, plan.checkpoint.root
     takes = set(cls.call_args())
     untaken = [k for k in inputs if k not in takes]
@@ -259,10 +210,11 @@ def _plan_call(
     given = {k: options[k].from_cli(v) for k, v in given.items()}  # "28,29" -> [28, 29] (--stg-blocks)
     if fps is not None and "fps" in takes:  # a model conditioned on its frame rate (Cosmos 3's fps=): --fps is it
         given["fps"] = float(fps)
-    recognised = None if preset is not None else recognise(plan, loras)
+    recognised = None if preset is not None else recognise(plan, load.loras)
     if recognised is not None:  # the checkpoint / a LoRA says which recipe it needs: its preset, said in one line
         typer.echo(f"{recognised[1]}: --preset {recognised[0].name}", err=True)
         plan = with_preset(plan, recognised[0].name, "--preset")
+    call = dict(progress=request.progress, cancel=stop, decode_audio=request.output.audio)
     plan = with_preset_call(plan, {**call, **given})
     warning = None if recognised is None else distilled_warning(*recognised, plan.call)
     if warning:
@@ -295,20 +247,23 @@ def _cache_config(plan, cache: str | None):
     return config
 
 
-def _check_outputs(plan, output: str, overwrite: bool, sound: bool, raw: dict, loras: list, transformer) -> list:
+def _check_outputs(plan, output, sound: bool, request: GenerateRequest) -> list:
     """The output paths of the planned call's videos, each checked writable (with sound, the .wav
     beside each) and none of them an input file, before any weight is read."""
     from vidax.io.clobber import check_inputs_kept
     from vidax.io.video import check_image_frames, check_output_path, output_paths
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
 
-    check_image_frames(output, plan.call.num_frames)  # -o x.png for 17 frames
-    paths = output_paths(output, plan.call.batch)
+    check_image_frames(output.path, plan.call.num_frames)  # -o x.png for 17 frames
+    paths = output_paths(output.path, plan.call.batch)
     for path in paths:  # several videos: each indexed name; with sound, the .wav beside each
-        check_output_path(path, overwrite, audio=sound)
+        check_output_path(path, output.overwrite, audio=sound)
     options = call_options()
-    files = [(k, v) for k, v in raw.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)]
-    files += [("lora", path) for path, _ in loras] + ([("transformer", transformer)] if transformer else [])
+    transformer = request.load.transformer
+    files = [(k, v) for k, v in request.files.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)]
+    files += [("lora", path) for path, _ in request.load.loras] + (
+        [("transformer", transformer)] if transformer else []
+    )
     check_inputs_kept(paths, files, audio=sound)  # -o in.mp4 with --video in.mp4
     return paths
 
@@ -325,11 +280,11 @@ def _check_vae_tiling(plan, vae_tiling: bool) -> None:
         )
 
 
-def _load(plan, stats, progress: bool, loras: list, cache_config, cache_flag: str):
-    """The planned pipeline loaded, its LoRAs merged and its step cache on (--cache's, which
-    replaces the one a preset turned on at load)."""
-    pipe = plan.pipeline.from_plan(plan, stats=stats, progress=progress)
-    apply_loras(pipe, loras)
+def _load(plan, stats, request: GenerateRequest, cache_config, cache_flag: str):
+    """The planned pipeline loaded, ``request``'s LoRAs merged and its step cache on (--cache's,
+    which replaces the one a preset turned on at load)."""
+    pipe = plan.pipeline.from_plan(plan, stats=stats, progress=request.progress)
+    apply_loras(pipe, request.load.loras)
     if cache_config is not None:
         pipe.disable_cache()
         pipe.enable_cache(pipe.check_cache(cache_config, cache_flag))
@@ -372,7 +327,7 @@ def _run(pipe, call, fmt: str, output: str):
         ) from None
 
 
-def _write_outputs(
+def write_outputs(
     out, paths: list, fmt: str, output: str, fps, fps_given: bool, overwrite: bool, stop, spelling, default_output=False
 ) -> list:
     """Write each video (or its sound alone) to its path; the paths written. A signal meanwhile
@@ -385,7 +340,7 @@ def _write_outputs(
     stop.writing = True  # a second signal now waits for the file being written
     sounds = [None] * len(paths) if out.audio is None else list(out.audio)
     if out.audio is not None and fmt == "mp4":
-        drift = _drift_warning(out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate, fps, fps_given)
+        drift = drift_warning(out.frames.shape[1] / fps, out.audio.shape[-1] / out.audio_sample_rate, fps, fps_given)
         if drift:
             typer.secho(drift, fg=typer.colors.YELLOW, err=True)
     for clip, path, sound in zip(out.frames, paths, sounds):
@@ -442,7 +397,7 @@ def _report_written(out, written: list, fmt: str, output: str) -> None:
             )
 
 
-def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) -> str | None:
+def drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) -> str | None:
     """The warning line when an mp4's video (``video_s`` seconds at ``fps``) and its sound
     (``sound_s`` seconds) are more than a frame apart because of the ``--fps`` the user gave;
     None otherwise. At the model's own frame rate (no ``--fps``) a gap is the model's own rounding
@@ -458,31 +413,6 @@ def _drift_warning(video_s: float, sound_s: float, fps: float, fps_given: bool) 
         f"warning: at --fps {fps} the video lasts {video_s:.2f} s but its sound {sound_s:.2f} s; they drift "
         "apart (leave --fps out for the model's frame rate)"
     )
-
-
-def _read_file(kind: str, name: str, path: str):
-    """The value of a call keyword whose flag names a file: an image file as an RGB PIL image,
-    a video file as uint8 (F, H, W, 3) frames (decoded with PyAV).
-
-    Raises:
-        InputError: no such file, or not an image / a video with frames (naming the flag).
-    """
-    from vidax.errors import Arg, InputError
-    from vidax.io.image import load_image
-    from vidax.io.video import read_video
-    from vidax.pipelines.options import IMAGE_FILE
-
-    if kind == IMAGE_FILE:
-        return load_image(path, name)
-    if not os.path.isfile(path):
-        raise InputError(Arg(name, path), ": no such file")
-    try:
-        frames = read_video(path)
-    except Exception as e:  # PyAV's errors for files that are not videos
-        raise InputError(Arg(name, path), f" could not be read as a video ({type(e).__name__}: {e})") from None
-    if frames.shape[0] == 0:
-        raise InputError(Arg(name, path), " has no frames")
-    return frames
 
 
 def _keep_unwritten(frames, output, written, error, spelling, audio=None, sample_rate=None) -> None:

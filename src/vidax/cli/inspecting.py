@@ -1,4 +1,5 @@
-"""``vidax inspect``: what a diffusers-layout checkpoint holds, read from headers only."""
+"""``vidax inspect``: what a diffusers-layout checkpoint holds, read from headers only
+(:func:`describe`: a checkpoint folder, a single-file transformer or a LoRA file)."""
 
 from __future__ import annotations
 
@@ -301,3 +302,51 @@ def _lora_recognition(path: str, transformers: list) -> str:
     if found is None:
         return "none (nothing in its keys, metadata or file name names a recipe)"
     return f"{found[1]}: --preset {found[0].name}"
+
+
+def describe(path: str, mesh: str | None = None, transformer: str | None = None) -> str:
+    """What ``vidax inspect PATH [--mesh MESH] [--transformer FILE]`` prints: for a single file
+    (``.safetensors`` / ``.gguf``) its description as a transformer or a LoRA; for a checkpoint
+    folder or hub id its components, then ``transformer`` checked against it, then the plan on
+    ``mesh``. Everything is computed before anything is returned.
+
+    Raises:
+        VidaxError: a malformed ``mesh`` (before anything else), no such file or folder, a
+            ``transformer`` or ``mesh`` given with a single file, a broken checkpoint.
+    """
+    from vidax.errors import Arg, InputError
+
+    if mesh is not None:  # a malformed --mesh is refused before anything is printed
+        from vidax.parallel.mesh import parse_mesh_sizes
+
+        parse_mesh_sizes(mesh)
+    if path.lower().endswith((".safetensors", ".gguf")) and not os.path.isdir(path):  # a single file
+        import shlex
+
+        from vidax.weights.single_file import describe_single_file
+
+        if not os.path.exists(path):
+            raise InputError(f"vidax inspect {path!r}: no such file")
+        if transformer is not None:
+            raise InputError(
+                Arg("transformer", keyword=True),
+                f" needs a checkpoint folder as PATH: {path} is "
+                f"a single file; run vidax inspect FOLDER --transformer {shlex.quote(transformer)}",
+            )
+        if mesh is not None:  # a single file has no config.json to build its transformer from
+            raise InputError(
+                Arg("mesh", mesh),
+                f" needs the transformer's config.json: {path} is a single "
+                f"file; for a single-file transformer run vidax inspect FOLDER --transformer "
+                f"{shlex.quote(path)} --mesh {shlex.quote(mesh)}, FOLDER a checkpoint folder of its "
+                "model (the bytes per device of this file's own tensor types, GGUF stacks mixing "
+                "types padded to the widest type)",
+            )
+        return describe_single_file(path) or describe_lora(path)
+    # every part computed (a --transformer checked against the folder) before any is printed
+    parts = [describe_checkpoint(path)]
+    if transformer is not None:
+        parts.append(describe_transformer_file(path, transformer))
+    if mesh is not None:
+        parts.append(describe_mesh_plan(path, mesh, transformer))
+    return "\n".join(parts)
