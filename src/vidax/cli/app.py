@@ -152,7 +152,7 @@ def serve(ctx: typer.Context, **flags) -> None:
     resumes from its last saved step. The request's fields are OpenAI's (size,
     seconds, input_reference, model) and the call keywords the loaded pipeline declares. POST
     /v1/videos, GET /v1/videos[/ID[/content]], DELETE /v1/videos/ID (cancels between steps), GET
-    /v1/models, GET /health; see README "Serving". With --api-key (or VIDAX_API_KEY) every
+    /v1/models, GET /health; see docs/serving.md. With --api-key (or VIDAX_API_KEY) every
     request needs 'Authorization: Bearer KEY'; a --host other machines reach is refused without
     one unless --insecure-no-auth.
 

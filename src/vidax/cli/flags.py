@@ -237,7 +237,7 @@ class ServeFlags:
         1,
         help="Run up to this many queued jobs as one denoising batch when they differ "
         "only in prompt, negative prompt and seed (same size, frames, steps, guidance, "
-        "options); 1: one at a time. Each job's video equals it run alone (see README).",
+        "options); 1: one at a time. Each job's video equals it run alone (see docs/serving.md).",
     )
     batch_window_ms: float = flag(
         0.0,
