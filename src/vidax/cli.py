@@ -308,6 +308,14 @@ _LOAD_FLAGS = {
             "('all': the whole stack), transfers overlapped with compute: models larger than device memory."
         ),
     ),
+    "offload_text_encoder_layers": (
+        (None,),
+        dict(
+            help="Stream the text encoder's layers N per chunk to the device while it encodes, read from the "
+            "checkpoint's files (nothing held in host memory between calls): text encoders larger than device "
+            "memory [default: decided from device memory, see docs/offloading.md]."
+        ),
+    ),
     "keep_text_encoder": (
         (None, "--keep-text-encoder/--offload-text-encoder"),
         dict(
@@ -491,6 +499,7 @@ def generate(
         60.0, help="Multi-host: seconds to wait for the coordinator and the other processes."
     ),
     offload_blocks: Optional[str] = load_flag("offload_blocks"),
+    offload_text_encoder_layers: Optional[int] = load_flag("offload_text_encoder_layers"),
     keep_text_encoder: Optional[bool] = load_flag("keep_text_encoder"),
     keep_vae: Optional[bool] = load_flag("keep_vae"),
     vae_tiling: bool = generate_flag("vae_tiling"),

@@ -114,9 +114,10 @@ def _check_lora_on_streamed_gguf(loras, transformer, weights, offload) -> None:
         )
 
 
-def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
-    """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
-    if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
+def _offload_config(offload_blocks, keep_text_encoder, keep_vae, text_encoder_layers=None):
+    """The OffloadConfig of --offload-blocks / --keep-* / --offload-* / --offload-text-encoder-layers,
+    or None when none is given."""
+    if offload_blocks is None and keep_text_encoder is None and keep_vae is None and text_encoder_layers is None:
         return None
     from vidax.errors import InputError
     from vidax.parallel.offload import OffloadConfig
@@ -126,4 +127,16 @@ def _offload_config(offload_blocks, keep_text_encoder, keep_vae):
         if not chunk.isdigit() or int(chunk) < 1:
             raise InputError(f"--offload-blocks must be a positive integer (blocks per chunk) or 'all', got {chunk!r}")
         chunk = int(chunk)
-    return OffloadConfig(chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae)
+    if text_encoder_layers is not None and text_encoder_layers < 1:
+        raise InputError(
+            f"--offload-text-encoder-layers must be a positive integer (text encoder layers per chunk), "
+            f"got {text_encoder_layers}"
+        )
+    if text_encoder_layers is not None and keep_text_encoder:
+        raise InputError(
+            "--offload-text-encoder-layers streams the text encoder's layers, --keep-text-encoder keeps them on "
+            "the device: give one of the two"
+        )
+    return OffloadConfig(
+        chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae, text_encoder_chunk=text_encoder_layers
+    )

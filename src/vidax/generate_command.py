@@ -39,6 +39,7 @@ def run(
     process_id=None,
     distributed_timeout=60.0,
     offload_blocks=None,
+    offload_text_encoder_layers=None,
     keep_text_encoder=None,
     keep_vae=None,
     compile_cache=True,
@@ -72,7 +73,7 @@ def run(
     setup_compile_cache(enabled=compile_cache)  # before anything compiles
     parse_dtype(dtype)
     parse_matmul_precision(matmul_precision)
-    offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae)
+    offload = _offload_config(offload_blocks, keep_text_encoder, keep_vae, offload_text_encoder_layers)
     fmt = check_output_path(output, overwrite)
     if stop is None:
         from vidax.interrupt import Stop

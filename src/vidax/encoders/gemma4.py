@@ -53,14 +53,13 @@ import numpy as np
 from flax import nnx
 
 from vidax.encoders.decoder_lm import (
-    _META,
     DecoderLM,
-    DecoderLMConfig,
     DecoderMLP,
     _rms_norm,
     decoder_lm_key_rules,
     init_decoder,
 )
+from vidax.encoders.decoder_lm_config import _META, DecoderLMConfig
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
 from vidax.nn.kernels import xla_cpu_upcasts
@@ -479,6 +478,9 @@ class Gemma4TextEncoder(nnx.Module):
     #: Its stacked layers (dotted attribute paths): passed into its jitted forward as uint16 views
     #: on CPU (:func:`vidax.nn.kernels.stacks.as_stack_bits`).
     stacked_paths: ClassVar[tuple[str, ...]] = ("groups",)
+    #: Its layers do not stream (:func:`vidax.pipelines.device_plan.streamable`): its groups are
+    #: interleaved in one hand-written scan, not :func:`vidax.nn.stack.scan_layers`.
+    streams: ClassVar[bool] = False
 
     def __init__(
         self,

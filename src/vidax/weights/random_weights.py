@@ -171,7 +171,7 @@ def random_module(
     streamed = tuple(block_stacks) if stream is not None else ()
 
     def read() -> nnx.Module:
-        from vidax.parallel.offload import attach_chunks, host_memory_kind
+        from vidax.parallel.offload import attach_chunks, host_memory_kind, stack_of
 
         device = jax.local_devices()[0]
         kind = host_memory_kind(stream.memory_kind) if streamed else None
@@ -186,7 +186,7 @@ def random_module(
             sharding = placement(path, sds) if placement is not None else jax.sharding.SingleDeviceSharding(device)
             mean, std = value_scale(path, sds.shape, path in stacked)
             base = _path_seed(path, seed)
-            if str(path[0]) in streamed:
+            if stack_of(path, streamed) is not None:
                 total, row = sds.shape[0], math.prod(sds.shape[1:])
                 n = stream.layers_per_chunk(total)
                 where = sharding if kind is None else sharding.with_memory_kind(kind)
@@ -208,8 +208,8 @@ def random_module(
         state = [(p, var.replace(values.get(p, sds))) for p, var, sds in filled]
         module = nnx.merge(graphdef, nnx.from_flat_state(state))
         for attr in streamed:
-            mine = [p for p in chunks if str(p[0]) == attr]
-            attach_chunks(module, attr, {p[1:]: chunks[p] for p in mine}, {p[1:]: shardings[p] for p in mine}, kind)
+            mine, d = [p for p in chunks if stack_of(p, (attr,))], attr.count(".") + 1
+            attach_chunks(module, attr, {p[d:]: chunks[p] for p in mine}, {p[d:]: shardings[p] for p in mine}, kind)
         return module
 
     return PendingLoad(read, abstract)
