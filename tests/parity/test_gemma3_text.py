@@ -260,8 +260,9 @@ def test_streamed_layers_equal_resident(gemma):
     blocks = offloaded_blocks(streamed)
     assert blocks.sizes == [3, 1] and blocks.memory_kind == "files"
     ids, mask = _inputs(seed=2)
-    for layer in (None, 2):  # every state (both chunks); the first two layers (the first chunk alone)
-        want = np.asarray(encode_hidden_states(enc, ids.numpy(), mask.numpy(), output_layer=layer))
-        got = np.asarray(encode_hidden_states(streamed, ids.numpy(), mask.numpy(), output_layer=layer))
-        assert got.shape == want.shape
-        assert max_rel_err(got, want) < 1e-6, (layer, max_rel_err(got, want))
+    want = np.asarray(encode_hidden_states(enc, ids.numpy(), mask.numpy(), output_layer=None))
+    got = np.asarray(encode_hidden_states(streamed, ids.numpy(), mask.numpy(), output_layer=None))
+    assert got.shape == want.shape and max_rel_err(got, want) < 1e-6, max_rel_err(got, want)
+    # one layer: the first chunk cut short, the second not fetched
+    first = np.asarray(encode_hidden_states(streamed, ids.numpy(), mask.numpy(), output_layer=1))
+    assert max_rel_err(first, want[1]) < 1e-6 and max_rel_err(want[1], want[2]) > 1e-2

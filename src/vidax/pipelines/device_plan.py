@@ -640,8 +640,8 @@ def remedies(
 ) -> list:
     """The settings that would make ``call`` fit where ``dp`` does not, each as a message part
     (:class:`~vidax.errors.Arg`, so each front door spells its own): bfloat16, 8-bit transformer
-    kernels, fewer blocks a chunk than asked, the largest height x width that fits (``platform``:
-    as :func:`plan_device`)."""
+    kernels, fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
+    asked, the largest height x width that fits (``platform``: as :func:`plan_device`)."""
     from vidax.errors import Arg, Message
 
     device, host = dp.device, dp.host
@@ -656,6 +656,23 @@ def remedies(
         out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with bfloat16"))
     if asked is not None and asked.chunk is not None and fits(asked=dataclasses.replace(asked, chunk=None)):
         out.append(Message("no ", Arg("offload_blocks", python="offload="), " (vidax picks a chunk that fits)"))
+    free_text = dict(keep_text_encoder=None, text_encoder_chunk=None)
+    if (
+        asked is not None
+        and (asked.keep_text_encoder or asked.text_encoder_chunk)
+        and fits(asked=dataclasses.replace(asked, **free_text))
+    ):
+        flag = "keep_text_encoder" if asked.keep_text_encoder else "offload_text_encoder_layers"
+        out.append(
+            Message(
+                "no ",
+                Arg(
+                    flag,
+                    python=f"offload=OffloadConfig({'keep_text_encoder' if asked.keep_text_encoder else 'text_encoder_chunk'}=...)",
+                ),
+                " (vidax streams the text encoder's layers where it does not fit)",
+            )
+        )
     mh, mw = plan.info.size_multiple
     for h in range(call.height - mh, 0, -mh):
         w = max(mw, round(call.width * h / call.height / mw) * mw)
