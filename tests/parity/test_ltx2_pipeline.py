@@ -147,9 +147,10 @@ def checkpoint(tmp_path_factory):
 def test_the_plan_streams_gemma_where_its_host_copy_does_not_fit(checkpoint):
     """From the checkpoint's headers: Gemma 3's stacked layers are counted, and where the host
     cannot hold the staged Gemma (a pretend host just short of it) the plan streams its layers
-    (read from its files: not waiting in host memory) and says so; an explicit chunk wins."""
+    (read from its files: not waiting in host memory) and says so; an explicit chunk wins; kept
+    resident where it does not fit, the refusal names that setting."""
     from vidax.parallel.offload import OffloadConfig
-    from vidax.pipelines.device_plan import plan_device
+    from vidax.pipelines.device_plan import plan_device, remedies
     from vidax.pipelines.plan import read_plan, with_call, with_placement
 
     plan = with_placement(with_call(read_plan(checkpoint[1]), prompt=PROMPT, **CALL))
@@ -163,6 +164,12 @@ def test_the_plan_streams_gemma_where_its_host_copy_does_not_fit(checkpoint):
     dp = plan_device(plan, plan.call, 2**40, asked.host_bytes, asked=OffloadConfig(**kw, keep_text_encoder=False))
     assert dp.fits and dp.text_chunk == {"text_encoder": 1} and "text_chunk" in dp.chosen
     assert "text encoder streamed 1 layer a chunk from its files" in dp.line(), dp.line()
+    # kept resident where it does not fit: the refusal offers vidax's own choice
+    kept = OffloadConfig(**kw, keep_text_encoder=True)
+    refused = plan_device(plan, plan.call, asked.stages.peak, None, asked=kept)
+    assert not refused.fits
+    fixes = [str(f) for f in remedies(plan, plan.call, refused, asked=kept)]
+    assert any("keep_text_encoder" in f and "streams the text encoder's layers" in f for f in fixes), fixes
 
 
 @pytest.fixture(scope="module")

@@ -647,7 +647,7 @@ def remedies(
     device, host = dp.device, dp.host
     out = []
 
-    def fits(**kw):
+    def fits(asked=asked, **kw):
         return plan_device(plan, call, device, host, asked=asked, vae_tiling=vae_tiling, platform=platform, **kw).fits
 
     if dp.dtype == "float32" and fits(dtype="bfloat16"):
