@@ -181,7 +181,7 @@ def test_a_text_encoder_larger_than_the_device_streams_its_layers():
         {"transformer": (10 * gb, 9 * gb, 40)},
         {"text_encoder": 22 * gb},
         {"vae": gb // 2},
-        text_stacks={"text_encoder": (20 * gb, 40)},
+        text_stacks={"text_encoder": (20 * gb, 40, 2)},
     )
     act = Activations(text=gb, step=2 * gb, decode=gb, decode_tiled=None, latents=0)
     plan = choose(sizes, act, 15 * gb, host=12 * gb)
@@ -201,6 +201,9 @@ def test_a_text_encoder_larger_than_the_device_streams_its_layers():
     assert roomy.text_chunk == {} and not roomy.staged["text_encoder"]
     kept = choose(sizes, act, 15 * gb, keep={"text_encoder": True})
     assert kept.text_chunk == {} and not kept.fits  # asked to stay on the device: it stays
+    # two interleaved stacks (Gemma 4's layer groups) hold a chunk of each and the next: 3 chunks
+    groups = choose(dataclasses.replace(sizes, text_stacks={"text_encoder": (20 * gb, 40, 3)}), act, 15 * gb)
+    assert groups.fits and groups.text_chunk["text_encoder"] < c
 
 
 def test_text_encoder_layers_flag_streams_umt5_and_wins(ckpt, roomy, tmp_path, monkeypatch):

@@ -9,13 +9,14 @@ fetched. The encoder's forward then runs outside a jit (its front doors check
 :func:`scan_streamed`: a jitted scan per chunk, the next chunk's copy issued before this one's
 compute, so the device holds the encoder's other weights, two chunks and the activations. It
 works for every encoder whose layers run through ``scan_layers`` (T5 / UMT5, CLIP's text tower,
-the decoder LMs: Llama, Qwen2.5-VL's text model, Gemma 3).
+the decoder LMs: Llama, Qwen2.5-VL's text model, Gemma 3); Gemma 4, whose layer groups
+interleave, fetches each group's chunks itself (:mod:`vidax.encoders.gemma4`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -47,6 +48,18 @@ class FileLayers:
         for j in range(self.stop - self.start):
             buf[j] = self._read_layer(self.start + j)
         return buf
+
+
+def stack_of(path: tuple, attrs: Sequence[str]) -> str | None:
+    """Which stack of the (dotted) attributes ``attrs`` the parameter ``path`` lies under, or
+    None; an attribute holding a list of stacks (Gemma 4's ``groups``) gives the item's
+    (``"groups.1"``)."""
+    names = tuple(map(str, path))
+    attr = next((a for a in attrs if names[: a.count(".") + 1] == tuple(a.split("."))), None)
+    depth = 0 if attr is None else attr.count(".") + 1
+    if attr is not None and len(path) > depth + 1 and isinstance(path[depth], int):
+        return f"{attr}.{path[depth]}"
+    return attr
 
 
 def streams_layers(module: nnx.Module) -> bool:

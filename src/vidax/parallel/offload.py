@@ -54,7 +54,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.nn.kernels import StackBits, from_stack_bits, stack_bits_putter
-from vidax.parallel.layer_streaming import FileLayers
+from vidax.parallel.layer_streaming import FileLayers, stack_of
 
 logger = logging.getLogger("vidax.offload")
 
@@ -360,12 +360,6 @@ def streamed_stack(layers: nnx.Module) -> OffloadedBlocks | None:
     return _STACKS.get(layers)
 
 
-def stack_of(path: tuple, attrs: Sequence[str]) -> str | None:
-    """Which of the (dotted) stack attributes ``attrs`` the parameter ``path`` lies under, or None."""
-    names = tuple(map(str, path))
-    return next((a for a in attrs if names[: a.count(".") + 1] == tuple(a.split("."))), None)
-
-
 def _attribute(module: Any, attr: str) -> Any:
     for part in attr.split("."):
         module = module[int(part)] if part.isdigit() else getattr(module, part)
@@ -443,8 +437,8 @@ class HostBlockLoader:
         self.config = config
         self.attrs = (attr,) if isinstance(attr, str) else tuple(attr)
         self.kind = "files" if from_files else host_memory_kind(config.memory_kind)
-        self._chunks: dict = {a: {} for a in self.attrs}
-        self._shardings: dict = {a: {} for a in self.attrs}
+        self._chunks: dict = {}
+        self._shardings: dict = {}
 
     def __call__(self, path, sds: jax.ShapeDtypeStruct, sharding, read_layer) -> Any:
         attr = stack_of(path, self.attrs)
@@ -464,15 +458,16 @@ class HostBlockLoader:
             out.append(to_host(buf, sharding, self.kind))
             del buf
         within = tuple(path[attr.count(".") + 1 :])
-        self._chunks[attr][within] = out
-        self._shardings[attr][within] = sharding
+        self._chunks.setdefault(attr, {})[within] = out
+        self._shardings.setdefault(attr, {})[within] = sharding
         return _abstract(sds)
 
     def attach(self, module: nnx.Module) -> nnx.Module:
         """Register the chunks read during loading with ``module`` (returned)."""
         for attr in self.attrs:
-            if not self._chunks[attr]:
+            if not any(a == attr or a.startswith(attr + ".") for a in self._chunks):
                 raise InputError(f"offload: the model has no stacked parameters under {attr!r}.")
+        for attr in self._chunks:
             attach_chunks(module, attr, self._chunks[attr], self._shardings[attr], self.kind)
         return module
 

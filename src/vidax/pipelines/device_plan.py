@@ -53,7 +53,9 @@ class Sizes:
             the sound's audio decoder and vocoder).
         other: bytes of every other component with weights (connectors, image encoders), resident.
         source: ``"headers"`` (the safetensors files) or ``"configs"`` (abstract shapes).
-        text_stacks: text encoder whose layers can stream -> (bytes of its stacked layers, layers).
+        text_stacks: text encoder whose layers can stream -> (bytes of its stacked layers, layers,
+            chunks on the device at once: 2, the next one's copy beside this one's compute; a
+            model of G interleaved stacks, Gemma 4's layer groups, holds one of each, G + 1).
     """
 
     transformers: Mapping[str, tuple[int, int, int]]
@@ -61,7 +63,7 @@ class Sizes:
     decoders: Mapping[str, int]
     other: int = 0
     source: str = "headers"
-    text_stacks: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    text_stacks: Mapping[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def layers(self) -> int:
@@ -77,7 +79,7 @@ def _abstract_bytes(spec: Any, config: Any, dtype: Any, weights: str | None) -> 
     (a text encoder's layers)."""
     from flax import nnx
 
-    from vidax.parallel.offload import stack_of
+    from vidax.parallel.layer_streaming import stack_of
     from vidax.weights.loader import DtypePolicy, abstract_params
 
     def make():
@@ -169,7 +171,9 @@ def parameter_sizes(
         elif name in pipeline.stageable:
             encoders[name] = int(sizes[0] / split)
             if streams and sizes[2]:
-                text_stacks[name] = (int(sizes[1] / split), sizes[2])
+                groups = getattr(ckpt.typed_config(name, spec.config_class()), "layer_groups", None)
+                layers = sizes[2] if from_headers or not groups else sum(map(len, groups))
+                text_stacks[name] = (int(sizes[1] / split), layers, len(groups) + 1 if groups else 2)
         else:
             other += int(sizes[0] / split)
     return Sizes(transformers, encoders, decoders, other, "headers" if from_headers else "configs", text_stacks)
@@ -177,10 +181,10 @@ def parameter_sizes(
 
 def streamable(spec: Any) -> bool:
     """Whether the text encoder of registry entry ``spec`` can stream its layers: it loads
-    through the one component loader and its model names its ``stacked_paths``, run by
-    :func:`vidax.nn.stack.scan_layers` (:attr:`~vidax.parallel.offload.OffloadConfig.text_encoder_chunk`)."""
+    through the one component loader and its model names its ``stacked_paths``
+    (:attr:`~vidax.parallel.offload.OffloadConfig.text_encoder_chunk`)."""
     model = spec.model_class() if spec.model is not None else None
-    return spec.loader is None and bool(getattr(model, "stacked_paths", ())) and getattr(model, "streams", True)
+    return spec.loader is None and bool(getattr(model, "stacked_paths", ()))
 
 
 def _layer_prefixes(spec: Any, ckpt: Any, name: str) -> tuple[str, ...]:
@@ -356,7 +360,7 @@ def stage_memory(
     :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES`; the text encoding adds the staged
     text encoders and the text activations, a step its activations and the latents, the decode the
     staged decoders, one (tiled) decode chunk and the latents. A text encoder of ``text_chunk``
-    (layers per chunk) counts its weights but its stacked layers plus two chunks of them in the
+    (layers per chunk) counts its weights but its stacked layers plus the chunks it holds in the
     text encoding, and only those other weights in host memory (its layers are read from the
     files at each use).
     """
@@ -375,8 +379,8 @@ def stage_memory(
     te_staged = sum(b for n, b in sizes.text_encoders.items() if staged.get(n))
     te_text = te_waiting = te_staged
     for n, c in (text_chunk or {}).items():  # its layers stream: two chunks on the device, none in host memory
-        stack, layers = sizes.text_stacks[n]
-        te_text -= stack - 2 * stack // layers * min(c, layers)
+        stack, layers, held = sizes.text_stacks[n]
+        te_text -= stack - held * stack // layers * min(c, layers)
         te_waiting -= stack
     dec_staged = sum(b for n, b in sizes.decoders.items() if staged.get(n))
     base = (

@@ -171,7 +171,8 @@ def random_module(
     streamed = tuple(block_stacks) if stream is not None else ()
 
     def read() -> nnx.Module:
-        from vidax.parallel.offload import attach_chunks, host_memory_kind, stack_of
+        from vidax.parallel.layer_streaming import stack_of
+        from vidax.parallel.offload import attach_chunks, host_memory_kind
 
         device = jax.local_devices()[0]
         kind = host_memory_kind(stream.memory_kind) if streamed else None
@@ -207,8 +208,8 @@ def random_module(
                 chunks[p].append(arr if kind is not None else np.asarray(arr))
         state = [(p, var.replace(values.get(p, sds))) for p, var, sds in filled]
         module = nnx.merge(graphdef, nnx.from_flat_state(state))
-        for attr in streamed:
-            mine, d = [p for p in chunks if stack_of(p, (attr,))], attr.count(".") + 1
+        for attr in dict.fromkeys(stack_of(p, streamed) for p in chunks):  # a list of stacks: each item's
+            mine, d = [p for p in chunks if stack_of(p, streamed) == attr], attr.count(".") + 1
             attach_chunks(module, attr, {p[d:]: chunks[p] for p in mine}, {p[d:]: shardings[p] for p in mine}, kind)
         return module
 
