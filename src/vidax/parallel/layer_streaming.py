@@ -27,6 +27,18 @@ from flax import nnx
 from vidax.nn.kernels import from_stack_bits
 
 
+class MadeLayers:
+    """A chunk made anew at each fetch by ``make()`` (a random-weights text encoder's layers,
+    made on the device: no host memory held, as :class:`FileLayers`).
+
+    Attributes:
+        shape, dtype: of the chunk ``make`` gives.
+    """
+
+    def __init__(self, make: Callable[[], Any], shape: tuple, dtype: Any):
+        self.read, self.shape, self.dtype = make, tuple(shape), np.dtype(dtype)
+
+
 class FileLayers:
     """Layers ``[start, stop)`` of one stacked parameter, read from the checkpoint's
     memory-mapped files each time the chunk is fetched

@@ -54,7 +54,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.nn.kernels import StackBits, from_stack_bits, stack_bits_putter
-from vidax.parallel.layer_streaming import FileLayers, stack_of
+from vidax.parallel.layer_streaming import FileLayers, MadeLayers, stack_of
 
 logger = logging.getLogger("vidax.offload")
 
@@ -270,7 +270,10 @@ class OffloadedBlocks:
         backend its bf16 / fp16 leaves are :class:`~vidax.nn.kernels.stacks.StackBits` views of the host
         arrays instead (no copy; :func:`~vidax.nn.kernels.stacks.stack_bits_putter`): pass the state
         through :func:`~vidax.nn.kernels.stacks.from_stack_bits` inside the jit."""
-        chunk, put = [a.read() if isinstance(a, FileLayers) else a for a in self._chunks[i]], self._putters
+        chunk, put = (
+            [a.read() if isinstance(a, (FileLayers, MadeLayers)) else a for a in self._chunks[i]],
+            self._putters,
+        )
         moved = iter(
             jax.device_put(
                 [a for a, p in zip(chunk, put) if p is None], [s for s, p in zip(self._shardings, put) if p is None]
@@ -401,7 +404,9 @@ def attach_chunks(module: nnx.Module, attr: str, chunks: dict, shardings: dict, 
             (
                 p,
                 v.replace(
-                    _abstract(v.get_value(), None if kind in (None, "files") else shardings[p].with_memory_kind(kind))
+                    _abstract(
+                        v.get_value(), None if kind in (None, "files", "made") else shardings[p].with_memory_kind(kind)
+                    )
                 ),
             )
             for p, v in flat

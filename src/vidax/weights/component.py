@@ -169,6 +169,7 @@ def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, m
         placement,
         rules_from_config(spec, config),
         block_stacks=stacks,
+        made_at_fetch=not spec.block_stacks,  # a text encoder's layers: made at each use, as read from files
         stream=stream if stream is not None and stream.streams_blocks else None,
     )
 
