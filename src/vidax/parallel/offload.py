@@ -325,7 +325,9 @@ class OffloadedBlocks:
     ) -> Any:
         """``x = compute(i, chunk_i, x)`` for every chunk (the first ``chunks`` of them), double buffered.
 
-        The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap;
+        The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap (a
+        chunk read from the files or made at each fetch is read after ``compute`` is dispatched,
+        so the read overlaps it too);
         chunk ``i`` is waited for (and so freed) before chunk ``i+2`` is fetched, so at most two
         chunks are on the device. ``on_chunk()`` runs after each compute is dispatched, while
         this chunk and the next one are both referenced (memory sampling). ``first``: chunk 0,
@@ -333,9 +335,15 @@ class OffloadedBlocks:
         """
         n = len(self.sizes) if chunks is None else chunks
         fetched = self.fetch(0) if first is None else first
+        made = self.memory_kind in ("files", "made")  # made on the host thread: after the compute is dispatched
         for i in range(n):
-            current, fetched = fetched, (self.fetch(i + 1) if i + 1 < n else None)
-            x = compute(i, current, x)
+            if made:
+                current = fetched
+                x = compute(i, current, x)
+                fetched = self.fetch(i + 1) if i + 1 < n else None
+            else:
+                current, fetched = fetched, (self.fetch(i + 1) if i + 1 < n else None)
+                x = compute(i, current, x)
             if on_chunk is not None:
                 on_chunk()
             del current
@@ -399,19 +407,9 @@ def attach_chunks(module: nnx.Module, attr: str, chunks: dict, shardings: dict, 
     n = len(next(iter(chunks.values())))
     per_chunk = [nnx.from_flat_state([(p, v.replace(chunks[p][i])) for p, v in flat]) for i in range(n)]
     sh = nnx.from_flat_state([(p, v.replace(shardings[p])) for p, v in flat])
-    abstract = nnx.from_flat_state(
-        [
-            (
-                p,
-                v.replace(
-                    _abstract(
-                        v.get_value(), None if kind in (None, "files", "made") else shardings[p].with_memory_kind(kind)
-                    )
-                ),
-            )
-            for p, v in flat
-        ]
-    )
+    host = None if kind in (None, "files", "made") else kind  # where the placeholders say the chunks wait
+    at = {p: None if host is None else shardings[p].with_memory_kind(host) for p, _ in flat}
+    abstract = nnx.from_flat_state([(p, v.replace(_abstract(v.get_value(), at[p]))) for p, v in flat])
     nnx.update(blocks, abstract)
     stacks = _OFFLOADED.setdefault(module, {})
     stacks[attr] = _STACKS[blocks] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
