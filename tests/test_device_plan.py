@@ -206,28 +206,19 @@ def test_a_text_encoder_larger_than_the_device_streams_its_layers():
     assert groups.fits and groups.text_chunk["text_encoder"] < c
 
 
-def test_text_encoder_layers_flag_streams_umt5_and_wins(ckpt, roomy, tmp_path, monkeypatch):
-    """--offload-text-encoder-layers N: UMT5's blocks read from its files N at a time, the plan
-    saying so ("as asked") where everything would fit resident; the frames equal the resident
-    run's to float32 rounding (the encoder's embedding and final norm run outside a jit);
-    bad values are refused before loading, naming the flag."""
-    from vidax.parallel.offload import OffloadConfig
-
-    monkeypatch.setenv(DEVICE_MEMORY_ENV, "64GiB")
-    asked = with_placement(
-        with_call(read_plan(ckpt), prompt=PROMPT, **ARGS), offload=OffloadConfig(text_encoder_chunk=1)
-    )
-    assert asked.device_plan.text_chunk == {"text_encoder": 1} and asked.staging.streamed == {"text_encoder": 1}
-    out = tmp_path / "streamed_text.npy"
-    r = _generate(ckpt, out, monkeypatch, "64GiB", "--offload-text-encoder-layers", "1")
-    assert r.exit_code == 0, r.output
+def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
+    """--offload-text-encoder-layers N reaches the plan, which streams UMT5's blocks N at a time
+    where everything would fit resident and says "as asked" before any weight is read (the
+    streamed encoders' outputs: tests/parity/test_gemma3_text.py, test_random_weights.py; a
+    video: test_ltx2_pipeline.py); bad values are refused before loading, naming the flag."""
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "1")
     line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
     assert "text encoder streamed 1 layer a chunk from its files while it encodes" in line and "as asked" in line
-    np.testing.assert_allclose(np.load(out), roomy[0], atol=1e-5)
+    assert "transformer resident" in line
     for bad, says in (
         (["--offload-text-encoder-layers", "0"], "--offload-text-encoder-layers must be a positive integer"),
         (["--offload-text-encoder-layers", "2", "--keep-text-encoder"], "--keep-text-encoder keeps them"),
     ):
-        monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
         r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", *bad)
         assert r.exit_code == 2 and says in r.output, r.output
