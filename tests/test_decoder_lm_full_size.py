@@ -31,13 +31,8 @@ import pytest
 
 from tests.parity.helpers import source_key_shapes
 from tests.paths import REFERENCE_CONFIGS
-from vidax.encoders.decoder_lm import (
-    DECODER_LM_PARAM_AXES,
-    AttentionKind,
-    DecoderLM,
-    LlamaTextConfig,
-    Qwen25VLTextConfig,
-)
+from vidax.encoders.decoder_lm import DECODER_LM_PARAM_AXES, DecoderLM
+from vidax.encoders.decoder_lm_config import AttentionKind, LlamaTextConfig, Qwen25VLTextConfig
 from vidax.encoders.gemma3 import Gemma3TextConfig
 from vidax.parallel.placement import param_axes
 from vidax.weights.loader import KeyRules, abstract_params

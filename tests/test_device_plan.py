@@ -170,3 +170,55 @@ def test_too_small_is_refused_before_loading_naming_what_fits(ckpt, tmp_path, mo
 
 def _no_weights(*args, **kwargs):
     raise AssertionError("a weight was read")
+
+
+def test_a_text_encoder_larger_than_the_device_streams_its_layers():
+    """A text encoder that does not fit even staged streams its layers (staged first, then
+    streamed, the most layers a chunk that fit); its layers count neither on the device beyond
+    two chunks nor in host memory (read from the files); a given chunk wins; resident where it fits."""
+    gb = 10**9
+    sizes = Sizes(
+        {"transformer": (10 * gb, 9 * gb, 40)},
+        {"text_encoder": 22 * gb},
+        {"vae": gb // 2},
+        text_stacks={"text_encoder": (20 * gb, 40, 2)},
+    )
+    act = Activations(text=gb, step=2 * gb, decode=gb, decode_tiled=None, latents=0)
+    plan = choose(sizes, act, 15 * gb, host=12 * gb)
+    assert plan.fits and plan.staged["text_encoder"] and "text_chunk" in plan.chosen
+    c = plan.text_chunk["text_encoder"]
+    assert (
+        c > 1
+        and stage_memory(sizes, act, plan.chunk, plan.staged, False, text_chunk={"text_encoder": c + 1})[0].text
+        > 15 * gb
+    )  # the largest chunk that fits
+    assert plan.host_bytes < 12 * gb and "text encoder streamed" in plan.line() and "as asked" not in plan.line()
+    staged_only = stage_memory(sizes, act, plan.chunk, plan.staged, False)
+    assert staged_only[0].text > 15 * gb and staged_only[1] > 12 * gb  # staging alone fits neither
+    asked = choose(sizes, act, 15 * gb, text_chunk=2)
+    assert asked.text_chunk == {"text_encoder": 2} and "as asked" in asked.line()
+    roomy = choose(sizes, act, 80 * gb, text_chunk=None)
+    assert roomy.text_chunk == {} and not roomy.staged["text_encoder"]
+    kept = choose(sizes, act, 15 * gb, keep={"text_encoder": True})
+    assert kept.text_chunk == {} and not kept.fits  # asked to stay on the device: it stays
+    # two interleaved stacks (Gemma 4's layer groups) hold a chunk of each and the next: 3 chunks
+    groups = choose(dataclasses.replace(sizes, text_stacks={"text_encoder": (20 * gb, 40, 3)}), act, 15 * gb)
+    assert groups.fits and groups.text_chunk["text_encoder"] < c
+
+
+def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
+    """--offload-text-encoder-layers N reaches the plan, which streams UMT5's blocks N at a time
+    where everything would fit resident and says "as asked" before any weight is read (the
+    streamed encoders' outputs: tests/parity/test_gemma3_text.py, test_random_weights.py; a
+    video: test_ltx2_pipeline.py); bad values are refused before loading, naming the flag."""
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "1")
+    line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
+    assert "text encoder streamed 1 layer a chunk from its files while it encodes" in line and "as asked" in line
+    assert "transformer resident" in line
+    for bad, says in (
+        (["--offload-text-encoder-layers", "0"], "--offload-text-encoder-layers must be a positive integer"),
+        (["--offload-text-encoder-layers", "2", "--keep-text-encoder"], "--keep-text-encoder keeps them"),
+    ):
+        r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", *bad)
+        assert r.exit_code == 2 and says in r.output, r.output

@@ -146,3 +146,19 @@ def test_v5e_plans(label, tmp_path):
     # the layers run the CFG batch in parts only where the whole batch does not fit (measured on
     # a v5e at 720p: 13.0 GiB of a layer's temporaries on the CFG batch, 95.4 s a step in parts)
     assert dp.micro_batch == (1 if label == "Wan2.1 T2V 14B 720p" else None)
+
+
+def test_ltx2_gemma_larger_than_the_chip_streams_its_layers(tmp_path):
+    """LTX-2's Gemma 3 (21.9 GiB in bf16) is larger than the v5e's 15.7 GiB: the plan streams its
+    layers from the files (staged alone its text encoding is 27.5 GiB), the text encoding then
+    fits, and the streamed layers do not count in host memory."""
+    from vidax.pipelines.device_plan import Activations, stage_memory
+
+    _, repo, call = next(line for line in LINES if line[0] == "LTX-2")
+    _, dp, _ = plan_for_v5e(repo, call, tmp_path)
+    assert dp.sizes.text_encoders["text_encoder"] > V5E_HBM and "text_chunk" in dp.chosen
+    assert dp.stages.text <= V5E_HBM, dp.line("HBM")
+    assert "text encoder streamed" in dp.line("HBM")
+    nothing = Activations(0, 0, 0, None, 0)  # host bytes do not depend on the activations
+    staged_host = stage_memory(dp.sizes, nothing, dp.chunk, dp.staged, dp.vae_tiling)[1]
+    assert staged_host - dp.host_bytes == dp.sizes.text_stacks["text_encoder"][0]  # its layers wait in the files

@@ -90,7 +90,8 @@ def test_staging_plan_at_full_size():
     encoder, the default plan stages the text encoders and keeps the transformer and VAE; on a
     device with room for all, nothing is staged."""
     from vidax.encoders.clip import CLIPTextConfig, CLIPTextEncoder
-    from vidax.encoders.decoder_lm import DecoderLM, LlamaTextConfig
+    from vidax.encoders.decoder_lm import DecoderLM
+    from vidax.encoders.decoder_lm_config import LlamaTextConfig
     from vidax.models.hunyuan_video.config import HunyuanVideoTransformerConfig, HunyuanVideoVAEConfig
     from vidax.models.hunyuan_video.transformer import HunyuanVideoTransformer3DModel
     from vidax.models.hunyuan_video.vae import HunyuanVideoVAE

@@ -309,7 +309,7 @@ def _tiny_text_encoders():
     import types
 
     from vidax.default_checkpoint import random_module
-    from vidax.encoders import clip, decoder_lm, gemma4, t5
+    from vidax.encoders import clip, decoder_lm, decoder_lm_config, gemma4, t5
     from vidax.encoders.tokenizer import Tokens
 
     def bf16(cls, config):
@@ -333,7 +333,7 @@ def _tiny_text_encoders():
             relative_attention_num_buckets=8,
         )
     )
-    llama = decoder_lm.LlamaTextConfig.from_config_dict(
+    llama = decoder_lm_config.LlamaTextConfig.from_config_dict(
         dict(
             model_type="llama",
             vocab_size=97,

@@ -90,6 +90,24 @@ def test_streamed_blocks_hold_the_rows_of_the_resident_stack(configs_only):
     assert whole.dtype == jnp.bfloat16 and np.isfinite(whole.astype(np.float32)).all()
 
 
+def test_a_streamed_text_encoder_is_made_at_each_fetch_with_the_resident_values(configs_only):
+    """A random-weights text encoder whose layers stream holds none of them (each chunk made on
+    the device when fetched, no host copy) and encodes as the resident one (the same values)."""
+    from vidax.encoders.t5 import encode_tokens
+    from vidax.encoders.tokenizer import Tokens
+
+    folder = os.path.join(configs_only, "text_encoder")
+    spec = registry().component(Checkpoint.open(configs_only).class_of("text_encoder"))
+    resident = plan_component(spec, folder, jnp.float32, random_weights=True).read()
+    streamed = plan_component(spec, folder, jnp.float32, random_weights=True, offload=1).read()
+    (stack,) = offloaded_stacks(streamed)
+    assert stack.memory_kind == "made" and len(stack.sizes) > 1
+    ids = np.arange(1, 9, dtype=np.int32)[None]
+    tokens = Tokens(ids, np.ones_like(ids), np.array([8]))
+    want = np.asarray(encode_tokens(resident, tokens))
+    np.testing.assert_allclose(np.asarray(encode_tokens(streamed, tokens)), want, rtol=1e-6, atol=1e-6)
+
+
 def test_values_have_the_asked_mean_and_spread_on_their_placement():
     device = jax.local_devices()[0]
     where = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")

@@ -163,3 +163,21 @@ def test_config_forms_and_refusals(gemma):
             Gemma4TextConfig.from_config_dict(dict(TEXT, model_type="gemma4_unified_text", **{key: value}))
     with pytest.raises(ConfigError, match="model_type"):
         Gemma4TextConfig.from_config_dict(dict(model_type="gemma4_text"))
+
+
+def test_streamed_layers_equal_resident(gemma):
+    """Gemma 4's layer groups (sliding and full attention, interleaved) read from the files 2
+    layers of a group a chunk, each layer run as the scan runs it, the KV-sharing tail fed from
+    the streamed layers: the resident hidden states, bit for bit on the CPU (the same layer
+    programs on the same values; float32, tolerance 1e-6 relative for other backends' fusion)."""
+    from vidax.parallel.layer_streaming import streams_layers
+    from vidax.parallel.offload import OffloadConfig, offloaded_stacks
+
+    _, path, enc = gemma
+    streamed = load_component("Gemma4UnifiedForConditionalGeneration", path, offload=OffloadConfig(chunk=2))
+    assert streams_layers(streamed) and len(offloaded_stacks(streamed)) == len(enc.config.layer_groups) > 1
+    assert all(b.memory_kind == "files" for b in offloaded_stacks(streamed))
+    ids, mask = _inputs(seed=2)
+    want = np.asarray(encode_hidden_states(enc, ids.numpy(), mask.numpy(), output_layer=None))
+    got = np.asarray(encode_hidden_states(streamed, ids.numpy(), mask.numpy(), output_layer=None))
+    assert got.shape == want.shape and max_rel_err(got, want) < 1e-6, max_rel_err(got, want)

@@ -22,7 +22,8 @@ from transformers import LlamaConfig, LlamaModel, LlavaConfig, LlavaForCondition
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
 from tests.paths import REFERENCE_CONFIGS
-from vidax.encoders.decoder_lm import LlamaTextConfig, encode_hidden_states
+from vidax.encoders.decoder_lm import encode_hidden_states
+from vidax.encoders.decoder_lm_config import LlamaTextConfig
 from vidax.errors import ConfigError
 from vidax.weights import CheckpointReader, save_safetensors
 from vidax.weights.component import load_component

@@ -144,6 +144,34 @@ def checkpoint(tmp_path_factory):
     return _build(tmp_path_factory.mktemp("ltx2_pipe"), TRANSFORMER, CONNECTORS_20, LTX2Vocoder, VOCODER)
 
 
+def test_the_plan_streams_gemma_where_its_host_copy_does_not_fit(checkpoint):
+    """From the checkpoint's headers: Gemma 3's stacked layers are counted, and where the host
+    cannot hold the staged Gemma (a pretend host just short of it) the plan streams its layers
+    (read from its files: not waiting in host memory) and says so; an explicit chunk wins; kept
+    resident where it does not fit, the refusal names that setting."""
+    from vidax.parallel.offload import OffloadConfig
+    from vidax.pipelines.device_plan import plan_device, remedies
+    from vidax.pipelines.plan import read_plan, with_call, with_placement
+
+    plan = with_placement(with_call(read_plan(checkpoint[1]), prompt=PROMPT, **CALL))
+    kw = dict(chunk=1, keep_vae=False)
+    asked = plan_device(plan, plan.call, 2**40, None, asked=OffloadConfig(**kw, text_encoder_chunk=1))
+    assert asked.text_chunk == {"text_encoder": 1} and "as asked" in asked.line()
+    sizes = asked.sizes
+    assert sizes.source == "headers" and sizes.text_stacks["text_encoder"][1] == GEMMA["num_hidden_layers"]
+    staged = plan_device(plan, plan.call, 2**40, None, asked=OffloadConfig(**kw, keep_text_encoder=False))
+    assert staged.text_chunk == {} and staged.host_bytes - asked.host_bytes == sizes.text_stacks["text_encoder"][0]
+    dp = plan_device(plan, plan.call, 2**40, asked.host_bytes, asked=OffloadConfig(**kw, keep_text_encoder=False))
+    assert dp.fits and dp.text_chunk == {"text_encoder": 1} and "text_chunk" in dp.chosen
+    assert "text encoder streamed 1 layer a chunk from its files" in dp.line(), dp.line()
+    # kept resident where it does not fit: the refusal offers vidax's own choice
+    kept = OffloadConfig(**kw, keep_text_encoder=True)
+    refused = plan_device(plan, plan.call, asked.stages.peak, None, asked=kept)
+    assert not refused.fits
+    fixes = [str(f) for f in remedies(plan, plan.call, refused, asked=kept)]
+    assert any("keep_text_encoder" in f and "streams the text encoder's layers" in f for f in fixes), fixes
+
+
 @pytest.fixture(scope="module")
 def checkpoint_23(tmp_path_factory):
     """(diffusers pipeline, checkpoint folder) of the tiny LTX-2.3."""
@@ -542,6 +570,25 @@ def test_released_configs_read_and_default_call(name):
     assert LTX2Pipeline.latent_shapes(info, call) == {"latents": (1, 6144, 128), "audio_latents": (1, 8, 126, 16)}
     assert call.do_cfg and LTX2Pipeline.capabilities_of(info).audio
     assert not LTX2Pipeline.check_call(info, "a cat", guidance_scale=1.0, audio_guidance_scale=1.0).do_cfg
+
+
+def test_gemma_streamed_from_its_files_generates_the_resident_video(checkpoint, vidax_pipe):
+    """A generate end to end with Gemma 3's layers streamed from its files one a chunk
+    (its other weights staged): the frames and sound equal the resident run's to float32
+    rounding (Gemma's embedding and final norm run outside a jit then, op by op instead of
+    fused; measured 1.3e-6)."""
+    import vidax
+    from vidax.parallel.offload import OffloadConfig, offloaded_blocks
+
+    kw = dict(seed=3, progress=False, **CALL)
+    out = vidax_pipe(PROMPT, **kw)
+    streamed = vidax.load_pipeline(checkpoint[1], offload=OffloadConfig(text_encoder_chunk=1))
+    gemma = offloaded_blocks(streamed.text_encoder)
+    assert (gemma.sizes, gemma.memory_kind) == ([1] * GEMMA["num_hidden_layers"], "files")
+    assert streamed.staging.is_staged("text_encoder") and offloaded_blocks(streamed.transformer) is None
+    s = streamed(PROMPT, **kw)
+    np.testing.assert_allclose(s.frames, out.frames, atol=1e-5)
+    np.testing.assert_allclose(s.audio, out.audio, atol=1e-5)
 
 
 def test_streamed_blocks_and_mesh_equal_one_device(checkpoint, vidax_pipe):

@@ -21,7 +21,8 @@ from flax import nnx
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from tests.parity.helpers import max_rel_err, randomize_torch_module
-from vidax.encoders.decoder_lm import Qwen25VLTextConfig, encode_hidden_states
+from vidax.encoders.decoder_lm import encode_hidden_states
+from vidax.encoders.decoder_lm_config import Qwen25VLTextConfig
 from vidax.errors import CheckpointError, ConfigError
 from vidax.weights import CheckpointReader, save_safetensors
 from vidax.weights.component import load_component

@@ -75,6 +75,12 @@ class LoadFlags:
         help="Keep the transformer blocks in host memory and stream N per chunk to the device each step "
         "('all': the whole stack), transfers overlapped with compute: models larger than device memory.",
     )
+    offload_text_encoder_layers: Optional[int] = flag(
+        None,
+        help="Stream the text encoder's layers N per chunk to the device while it encodes, read from the "
+        "checkpoint's files (nothing held in host memory between calls): text encoders larger than device "
+        "memory [default: decided from device memory, see docs/offloading.md].",
+    )
     keep_text_encoder: Optional[bool] = flag(
         None,
         "--keep-text-encoder/--offload-text-encoder",
@@ -279,14 +285,25 @@ class ServeFlags:
 GENERATE_ORDER = (
     *("checkpoint", "dtype", "matmul_precision", "output", "overwrite", "audio", "fps", "progress", "verbose"),
     *("dp", "tp", "sp", "coordinator", "num_processes", "process_id", "distributed_timeout", "offload_blocks"),
-    *("keep_text_encoder", "keep_vae", "vae_tiling", "memory_check", "lora", "cache", "compile_cache", "weights"),
+    *(
+        "offload_text_encoder_layers",
+        "keep_text_encoder",
+        "keep_vae",
+        "vae_tiling",
+        "memory_check",
+        "lora",
+        "cache",
+        "compile_cache",
+        "weights",
+    ),
     *("transformer", "preset", "random_weights"),
 )
 #: ``vidax serve``'s flags in the order its --help lists them.
 SERVE_ORDER = (
     *("checkpoint", "host", "api_key", "insecure_no_auth", "port", "jobs_dir", "queue_size", "max_batch"),
     *("batch_window_ms", "save_every", "preview_every", "dtype", "matmul_precision", "dp", "tp", "sp"),
-    *("offload_blocks", "keep_text_encoder", "keep_vae", "lora", "compile_cache", "weights", "transformer"),
+    *("offload_blocks", "offload_text_encoder_layers", "keep_text_encoder", "keep_vae", "lora", "compile_cache"),
+    *("weights", "transformer"),
     *("preset", "access_log", "verbose"),
 )
 

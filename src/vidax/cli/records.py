@@ -102,7 +102,7 @@ def generate_request(load: LoadFlags, own: GenerateFlags, call: dict, output_giv
     from vidax.pipelines.options import FRAME_RATE_RANGE
 
     dtype, precision = check_precision(load)
-    offload = offload_config(load.offload_blocks, load.keep_text_encoder, load.keep_vae)
+    offload = offload_config(load)
     fmt = check_output_path(own.output, own.overwrite)
     fps = own.fps
     if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
@@ -136,7 +136,7 @@ def serve_options(load: LoadFlags, own: ServeFlags) -> ServeOptions:
     from vidax.serve.command import check_access
 
     check_serve_flags(own)
-    offload = offload_config(load.offload_blocks, load.keep_text_encoder, load.keep_vae)
+    offload = offload_config(load)
     loras = lora_files(load.lora or [])  # unreadable or malformed files: before any loading
     api_key = check_access(own.host, own.api_key, own.insecure_no_auth)
     return ServeOptions(
@@ -273,19 +273,31 @@ def check_lora_on_streamed_gguf(loras, transformer, weights, offload) -> None:
         )
 
 
-def offload_config(offload_blocks, keep_text_encoder, keep_vae):
-    """The OffloadConfig of --offload-blocks / --keep-* / --offload-*, or None when none is given."""
-    if offload_blocks is None and keep_text_encoder is None and keep_vae is None:
+def offload_config(load: LoadFlags):
+    """The OffloadConfig of --offload-blocks / --offload-text-encoder-layers / --keep-* / --offload-*,
+    or None when none is given."""
+    chunk, layers, keep_text_encoder = load.offload_blocks, load.offload_text_encoder_layers, load.keep_text_encoder
+    if chunk is None and layers is None and keep_text_encoder is None and load.keep_vae is None:
         return None
     from vidax.errors import InputError
     from vidax.parallel.offload import OffloadConfig
 
-    chunk = offload_blocks
     if chunk is not None and chunk != "all":
         if not chunk.isdigit() or int(chunk) < 1:
             raise InputError(f"--offload-blocks must be a positive integer (blocks per chunk) or 'all', got {chunk!r}")
         chunk = int(chunk)
-    return OffloadConfig(chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=keep_vae)
+    if layers is not None and layers < 1:
+        raise InputError(
+            f"--offload-text-encoder-layers must be a positive integer (text encoder layers per chunk), got {layers}"
+        )
+    if layers is not None and keep_text_encoder:
+        raise InputError(
+            "--offload-text-encoder-layers streams the text encoder's layers, --keep-text-encoder keeps them on "
+            "the device: give one of the two"
+        )
+    return OffloadConfig(
+        chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=load.keep_vae, text_encoder_chunk=layers
+    )
 
 
 def read_input_files(given: dict) -> tuple[dict, dict]:

@@ -11,6 +11,7 @@ _T5 = "vidax.encoders.t5:"
 _CLIP = "vidax.encoders.clip:"
 _SIGLIP = "vidax.encoders.siglip:"
 _LM = "vidax.encoders.decoder_lm:"
+_LM_CONFIG = "vidax.encoders.decoder_lm_config:"
 _LLAVA = "vidax.encoders.llava:"
 _GEMMA3 = "vidax.encoders.gemma3:"
 _GEMMA4 = "vidax.encoders.gemma4:"
@@ -72,7 +73,7 @@ FAMILY = Family(
         ComponentSpec(
             "LlamaModel",
             "text_encoder",
-            config=_LM + "LlamaTextConfig",
+            config=_LM_CONFIG + "LlamaTextConfig",
             model=_LM + "DecoderLM",
             key_rules=_LM + "decoder_lm_key_rules",
             param_axes=_LM + "DECODER_LM_PARAM_AXES",
@@ -93,7 +94,7 @@ FAMILY = Family(
         ComponentSpec(
             "Qwen2_5_VLForConditionalGeneration",
             "text_encoder",
-            config=_LM + "Qwen25VLTextConfig",
+            config=_LM_CONFIG + "Qwen25VLTextConfig",
             model=_LM + "DecoderLM",
             key_rules=_LM + "decoder_lm_key_rules",
             param_axes=_LM + "DECODER_LM_PARAM_AXES",
@@ -103,7 +104,7 @@ FAMILY = Family(
         ComponentSpec(
             "Qwen2_5_VLTextModel",
             "text_encoder",
-            config=_LM + "Qwen25VLTextConfig",
+            config=_LM_CONFIG + "Qwen25VLTextConfig",
             model=_LM + "DecoderLM",
             key_rules=_LM + "decoder_lm_key_rules",
             param_axes=_LM + "DECODER_LM_PARAM_AXES",

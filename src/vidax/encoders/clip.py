@@ -60,6 +60,7 @@ from vidax.nn.inputs import compute_dtype
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.layer_streaming import streams_layers
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -403,9 +404,7 @@ class CLIPEncoder(nnx.Module):
         """Run the first ``num_layers`` blocks (a static int, 0 = none) on ``h`` (B, L, D)."""
         if num_layers == 0:
             return h
-        graphdef, state = nnx.split(self.layers)
-        first = nnx.merge(graphdef, jax.tree.map(lambda a: a[:num_layers], state))
-        return scan_layers(first, h, lambda layer, x: layer(x, causal, bias))
+        return scan_layers(self.layers, h, lambda layer, x: layer(x, causal, bias), num_layers=num_layers)
 
 
 def checked_pixel_values(pixel_values: Any, cfg: Any, preprocess: str) -> jax.Array:
@@ -671,7 +670,13 @@ def encode_clip_text(encoder: CLIPTextEncoder, tokens: Any, *,
             (:class:`vidax.encoders.tokenizer.Tokens`).
         use_attention_mask: mask padded keys; False (default) runs without the mask, as
             HunyuanVideo's ``_get_clip_prompt_embeds`` calls ``text_encoder_2(input_ids)``.
+
+    An encoder whose layers stream (:func:`~vidax.parallel.layer_streaming.streams_layers`) runs outside
+    a jit, a jitted program per chunk of layers.
     """
+    if streams_layers(encoder):
+        mask = jnp.asarray(tokens.attention_mask) if use_attention_mask else None
+        return encoder.encode(jnp.asarray(tokens.input_ids), mask)
     fn = _clip_text_fn(nnx.graphdef(encoder), bool(use_attention_mask))
     return fn(stack_bits_state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))
 

@@ -46,7 +46,8 @@ from typing import Any, ClassVar
 
 import jax
 
-from vidax.encoders.decoder_lm import _META, AttentionKind, DecoderLM, DecoderLMConfig, encode_hidden_states
+from vidax.encoders.decoder_lm import DecoderLM, encode_hidden_states
+from vidax.encoders.decoder_lm_config import _META, AttentionKind, DecoderLMConfig
 from vidax.encoders.tokenizer import TextTokenizer, Tokens, Truncation
 from vidax.errors import ConfigError
 

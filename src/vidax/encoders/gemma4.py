@@ -53,20 +53,21 @@ import numpy as np
 from flax import nnx
 
 from vidax.encoders.decoder_lm import (
-    _META,
     DecoderLM,
-    DecoderLMConfig,
     DecoderMLP,
     _rms_norm,
     decoder_lm_key_rules,
     init_decoder,
 )
+from vidax.encoders.decoder_lm_config import _META, DecoderLMConfig
 from vidax.errors import ConfigError, InputError
 from vidax.nn.attention import SegmentIds, dot_product_attention
-from vidax.nn.kernels import xla_cpu_upcasts
+from vidax.nn.kernels import from_stack_bits, xla_cpu_upcasts
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import stacked
+from vidax.parallel.layer_streaming import streams_layers
+from vidax.parallel.offload import streamed_stack
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -593,7 +594,10 @@ class Gemma4TextEncoder(nnx.Module):
             )
         h0 = h
         xs = (jnp.asarray([g for _, g, _ in order], jnp.int32), jnp.asarray([j for _, _, j in order], jnp.int32))
-        (h, kvs), main = jax.lax.scan(body, (h, kvs0), xs)
+        if streams_layers(self):  # outside a jit: each layer from its group's chunk, read from the files
+            (h, kvs), main = self._streamed_layers(h, kvs0, order, inputs, tail)
+        else:
+            (h, kvs), main = jax.lax.scan(body, (h, kvs0), xs)
         states = [h0[None], main]
         # The KV-sharing tail: each reuses the keys / values of the last non-sharing layer of its
         # type (that layer is the last of its group).
@@ -611,6 +615,22 @@ class Gemma4TextEncoder(nnx.Module):
         out = jnp.concatenate(states)
         return out.at[-1].set(self.norm(h).astype(out.dtype)).astype(self.dtype)
 
+    def _streamed_layers(self, h, kvs, order, inputs, tail):
+        """The non-sharing layers of ``order`` ((i, group, index in group)) one jitted call each,
+        as the scan runs them, with each group's layers streamed (its chunks fetched as its layers
+        come: one chunk of each group on the device at a time). -> ((h, kvs), (n, B, L, D))."""
+        held: dict = {}
+        outs = []
+        for i, g, j in order:
+            blocks = streamed_stack(self.groups[g])
+            k = int(np.searchsorted(np.cumsum(blocks.sizes), j, side="right"))
+            if held.get(g, (None,))[0] != k:
+                held[g] = (k, blocks.fetch(k))
+            h, kv = _streamed_layer(blocks.graphdef, held[g][1], j - sum(blocks.sizes[:k]), h, *inputs(i))
+            kvs = (kvs[:g] + (kv,) + kvs[g + 1 :]) if tail else kvs
+            outs.append(h)
+        return (h, kvs), jnp.stack(outs)
+
     def __call__(
         self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *, output_layer: int = -1
     ) -> jax.Array:
@@ -620,6 +640,14 @@ class Gemma4TextEncoder(nnx.Module):
         if not isinstance(output_layer, int) or isinstance(output_layer, bool) or not -(n + 1) <= output_layer <= n:
             raise InputError(f"output_layer={output_layer!r} must be an int in [{-(n + 1)}, {n}].")
         return self.all_hidden_states(input_ids, attention_mask)[output_layer]
+
+
+@partial(jax.jit, static_argnums=0)
+def _streamed_layer(graphdef, chunk, j, x, cos, sin, segments, window):
+    """Layer ``j`` of a streamed chunk of a group (``graphdef``: the group's stack) on ``x``."""
+    leaves, treedef = jax.tree.flatten(from_stack_bits(chunk))
+    layer = [jax.lax.dynamic_index_in_dim(a, j, 0, keepdims=False) for a in leaves]
+    return nnx.merge(graphdef, jax.tree.unflatten(treedef, layer))(x, cos, sin, segments, window, None)
 
 
 def gemma4_key_rules(config: Gemma4TextConfig, keys: Any) -> KeyRules:

@@ -272,7 +272,7 @@ def llava_image_features(encoder: LlavaVisionEncoder, pixel_values: Any) -> jax.
 @dataclasses.dataclass(frozen=True)
 class LlavaTextEncoderConfig:
     """A ``LlavaConfig`` read for :class:`LlavaTextEncoder`: its language model
-    (:class:`~vidax.encoders.decoder_lm.LlamaTextConfig` of ``text_config``), its image side
+    (:class:`~vidax.encoders.decoder_lm_config.LlamaTextConfig` of ``text_config``), its image side
     (:class:`LlavaVisionConfig`) and ``pad_token_id`` (HunyuanVideo-I2V's pipeline builds the
     attention mask of the image-expanded sequence from it).
 
@@ -288,7 +288,7 @@ class LlavaTextEncoderConfig:
     @classmethod
     def from_config_dict(cls, config: Mapping[str, Any], *, source: str = "config.json") -> LlavaTextEncoderConfig:
         """Raises: ConfigError: as :class:`LlavaVisionConfig` and ``LlamaTextConfig`` refuse."""
-        from vidax.encoders.decoder_lm import LlamaTextConfig
+        from vidax.encoders.decoder_lm_config import LlamaTextConfig
 
         config = dict(config)
         pad = config.pop("pad_token_id", None)

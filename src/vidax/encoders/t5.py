@@ -41,6 +41,7 @@ from vidax.nn.inputs import compute_dtype
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear, RMSNorm, matmul
 from vidax.nn.stack import scan_layers, stacked
+from vidax.parallel.layer_streaming import streams_layers
 from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -528,12 +529,16 @@ def _encode_fn(graphdef, attend_padding: bool, zero_padding: bool):
 
     @jax.jit
     def encode(params, ids, mask):
-        hidden = nnx.merge(graphdef, from_stack_bits(params))(ids, None if attend_padding else mask)
-        if zero_padding:
-            hidden = jnp.where(mask[..., None] > 0, hidden, jnp.zeros((), hidden.dtype))
-        return hidden
+        return _encode(nnx.merge(graphdef, from_stack_bits(params)), ids, mask, attend_padding, zero_padding)
 
     return encode
+
+
+def _encode(model, ids, mask, attend_padding: bool, zero_padding: bool) -> jax.Array:
+    hidden = model(ids, None if attend_padding else mask)
+    if zero_padding:
+        hidden = jnp.where(mask[..., None] > 0, hidden, jnp.zeros((), hidden.dtype))
+    return hidden
 
 
 def encode_tokens(
@@ -547,6 +552,12 @@ def encode_tokens(
         attend_padding: run without the attention mask, padded positions attended (CogVideoX's
             ``_get_t5_prompt_embeds``); else the mask is applied (Wan's).
         zero_padding: zero the outputs past each prompt's length (Wan's).
+
+    An encoder whose layers stream (:func:`~vidax.parallel.layer_streaming.streams_layers`) runs outside
+    a jit, a jitted program per chunk of layers.
     """
+    if streams_layers(encoder):
+        ids, mask = jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask)
+        return _encode(encoder, ids, mask, bool(attend_padding), bool(zero_padding))
     fn = _encode_fn(nnx.graphdef(encoder), bool(attend_padding), bool(zero_padding))
     return fn(stack_bits_state(encoder), jnp.asarray(tokens.input_ids), jnp.asarray(tokens.attention_mask))

@@ -72,7 +72,17 @@ def scan_layers(
     copy of a stack), Linear kernels read in place by the CPU matmul where it does so. A stack
     passed in as :class:`~vidax.nn.kernels.stacks.StackBits` (:func:`~vidax.nn.kernels.stacks.as_stack_bits`)
     is not copied whole per call either.
+
+    A stack whose layers stream from host memory (:func:`vidax.parallel.offload.streamed_stack`:
+    a streamed text encoder, run outside a jit) runs chunk by chunk
+    (:func:`~vidax.parallel.layer_streaming.scan_streamed`).
     """
+    from vidax.parallel.layer_streaming import scan_streamed
+    from vidax.parallel.offload import streamed_stack
+
+    streamed = streamed_stack(layers)
+    if streamed is not None and start == 0 and per_layer is None:  # chunk by chunk from host memory
+        return scan_streamed(streamed, carry, body, num_layers=num_layers, collect=collect)
     graphdef, state = nnx.split(layers)
     paths, treedef = jax.tree_util.tree_flatten_with_path(state)
     leaves = [leaf for _, leaf in paths]

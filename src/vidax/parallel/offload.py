@@ -54,6 +54,7 @@ from flax import nnx
 
 from vidax.errors import InputError
 from vidax.nn.kernels import StackBits, from_stack_bits, stack_bits_putter
+from vidax.parallel.layer_streaming import FileLayers, MadeLayers, stack_of
 
 logger = logging.getLogger("vidax.offload")
 
@@ -78,15 +79,23 @@ class OffloadConfig:
         memory_kind: where offloaded weights wait: ``"auto"`` (``pinned_host`` where the backend
             has it, else ``unpinned_host``, else numpy arrays), ``"pinned_host"``,
             ``"unpinned_host"`` or ``"numpy"``.
+        text_encoder_chunk: ``N >= 1``: every text encoder is staged and its stacked layers
+            stream onto the device ``N`` at a time while it encodes, read from the checkpoint's
+            files at each use (so they hold no host memory between calls: the OS page cache
+            keeps them while memory allows); the device holds the encoder's other weights, two
+            chunks and the activations. None: decided from the device memory
+            (:mod:`vidax.pipelines.device_plan`; resident or staged where no limit is known).
 
     Raises:
-        InputError: a value outside the above.
+        InputError: a value outside the above, or ``text_encoder_chunk`` with
+            ``keep_text_encoder=True``.
     """
 
     chunk: int | str | None = None
     keep_text_encoder: bool | None = None
     keep_vae: bool | None = None
     memory_kind: str = "auto"
+    text_encoder_chunk: int | None = None
 
     def __post_init__(self):
         c = self.chunk
@@ -98,6 +107,16 @@ class OffloadConfig:
                 raise InputError(f"offload {name}={v!r} must be True, False or None (decide from memory).")
         if self.memory_kind not in MEMORY_KIND_CHOICES:
             raise InputError(f"offload memory_kind={self.memory_kind!r} must be one of {MEMORY_KIND_CHOICES}.")
+        t = self.text_encoder_chunk
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1):
+            raise InputError(
+                f"offload text_encoder_chunk={t!r} must be a positive int (text encoder layers per chunk) or None."
+            )
+        if t is not None and self.keep_text_encoder:
+            raise InputError(
+                f"offload text_encoder_chunk={t!r} streams the text encoder's layers, keep_text_encoder=True "
+                "keeps them on the device: give one of the two."
+            )
 
     @property
     def streams_blocks(self) -> bool:
@@ -251,7 +270,10 @@ class OffloadedBlocks:
         backend its bf16 / fp16 leaves are :class:`~vidax.nn.kernels.stacks.StackBits` views of the host
         arrays instead (no copy; :func:`~vidax.nn.kernels.stacks.stack_bits_putter`): pass the state
         through :func:`~vidax.nn.kernels.stacks.from_stack_bits` inside the jit."""
-        chunk, put = self._chunks[i], self._putters
+        chunk, put = (
+            [a.read() if isinstance(a, (FileLayers, MadeLayers)) else a for a in self._chunks[i]],
+            self._putters,
+        )
         moved = iter(
             jax.device_put(
                 [a for a, p in zip(chunk, put) if p is None], [s for s, p in zip(self._shardings, put) if p is None]
@@ -299,20 +321,29 @@ class OffloadedBlocks:
         x: Any,
         on_chunk: Callable[[], None] | None = None,
         first: nnx.State | None = None,
+        chunks: int | None = None,
     ) -> Any:
-        """``x = compute(i, chunk_i, x)`` for every chunk, double buffered.
+        """``x = compute(i, chunk_i, x)`` for every chunk (the first ``chunks`` of them), double buffered.
 
-        The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap;
+        The copy of chunk ``i+1`` is issued before ``compute`` of chunk ``i``, so they overlap (a
+        chunk read from the files or made at each fetch is read after ``compute`` is dispatched,
+        so the read overlaps it too);
         chunk ``i`` is waited for (and so freed) before chunk ``i+2`` is fetched, so at most two
         chunks are on the device. ``on_chunk()`` runs after each compute is dispatched, while
         this chunk and the next one are both referenced (memory sampling). ``first``: chunk 0,
         already fetched (a step cache ran its first layer alone).
         """
-        n = len(self.sizes)
+        n = len(self.sizes) if chunks is None else chunks
         fetched = self.fetch(0) if first is None else first
+        made = self.memory_kind in ("files", "made")  # made on the host thread: after the compute is dispatched
         for i in range(n):
-            current, fetched = fetched, (self.fetch(i + 1) if i + 1 < n else None)
-            x = compute(i, current, x)
+            if made:
+                current = fetched
+                x = compute(i, current, x)
+                fetched = self.fetch(i + 1) if i + 1 < n else None
+            else:
+                current, fetched = fetched, (self.fetch(i + 1) if i + 1 < n else None)
+                x = compute(i, current, x)
             if on_chunk is not None:
                 on_chunk()
             del current
@@ -330,6 +361,20 @@ class OffloadedBlocks:
 
 
 _OFFLOADED: weakref.WeakKeyDictionary[nnx.Module, dict[str, OffloadedBlocks]] = weakref.WeakKeyDictionary()
+#: The stacked module itself -> its streamed chunks (what :func:`streamed_stack` finds).
+_STACKS: weakref.WeakKeyDictionary[nnx.Module, OffloadedBlocks] = weakref.WeakKeyDictionary()
+
+
+def streamed_stack(layers: nnx.Module) -> OffloadedBlocks | None:
+    """The streamed chunks of the stacked module ``layers`` (an attribute of a module whose stack
+    :func:`attach_chunks` registered), or None where its parameters are on the device."""
+    return _STACKS.get(layers)
+
+
+def _attribute(module: Any, attr: str) -> Any:
+    for part in attr.split("."):
+        module = module[int(part)] if part.isdigit() else getattr(module, part)
+    return module
 
 
 def offloaded_stacks(module: nnx.Module) -> tuple[OffloadedBlocks, ...]:
@@ -354,22 +399,20 @@ def attach_chunks(module: nnx.Module, attr: str, chunks: dict, shardings: dict, 
     chunk, in host memory ``kind``; ``shardings``: each parameter's device sharding) for
     ``module.<attr>``: its parameters become ``ShapeDtypeStruct`` placeholders and the chunks
     are registered. :class:`HostBlockLoader` and :func:`offload_module` build the chunks; the
-    TPU benchmarks build them from host-made weights."""
-    blocks = getattr(module, attr)
+    TPU benchmarks build them from host-made weights. ``attr`` may be dotted
+    (``"encoder.block"``); a chunk may be :class:`~vidax.parallel.layer_streaming.FileLayers` (``kind`` "files")."""
+    blocks = _attribute(module, attr)
     graphdef, state = nnx.split(blocks)
     flat = list(nnx.to_flat_state(state))
     n = len(next(iter(chunks.values())))
     per_chunk = [nnx.from_flat_state([(p, v.replace(chunks[p][i])) for p, v in flat]) for i in range(n)]
     sh = nnx.from_flat_state([(p, v.replace(shardings[p])) for p, v in flat])
-    abstract = nnx.from_flat_state(
-        [
-            (p, v.replace(_abstract(v.get_value(), None if kind is None else shardings[p].with_memory_kind(kind))))
-            for p, v in flat
-        ]
-    )
+    host = None if kind in (None, "files", "made") else kind  # where the placeholders say the chunks wait
+    at = {p: None if host is None else shardings[p].with_memory_kind(host) for p, _ in flat}
+    abstract = nnx.from_flat_state([(p, v.replace(_abstract(v.get_value(), at[p]))) for p, v in flat])
     nnx.update(blocks, abstract)
     stacks = _OFFLOADED.setdefault(module, {})
-    stacks[attr] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
+    stacks[attr] = _STACKS[blocks] = OffloadedBlocks(graphdef, abstract, per_chunk, sh, kind, attr)
     logger.info("offload: %s: %s", attr, stacks[attr].describe())
     return module
 
@@ -387,47 +430,57 @@ class HostBlockLoader:
     Args:
         config: the offload settings (``chunk``, ``memory_kind``).
         attr: the model attribute holding the stacked blocks, or a tuple of them (the model's
-            ``block_stacks``: every one is streamed).
+            ``block_stacks``: every one is streamed); dotted for a nested one (a text
+            encoder's ``stacked_paths``, ``"encoder.block"``).
+        from_files: read nothing now: each chunk is a :class:`~vidax.parallel.layer_streaming.FileLayers`, read from the
+            memory-mapped checkpoint at each fetch (a streamed text encoder, used once a call).
     """
 
-    def __init__(self, config: OffloadConfig, attr: str | tuple[str, ...] = "blocks"):
+    def __init__(self, config: OffloadConfig, attr: str | tuple[str, ...] = "blocks", from_files: bool = False):
         self.config = config
         self.attrs = (attr,) if isinstance(attr, str) else tuple(attr)
-        self.kind = host_memory_kind(config.memory_kind)
-        self._chunks: dict = {a: {} for a in self.attrs}
-        self._shardings: dict = {a: {} for a in self.attrs}
+        self.kind = "files" if from_files else host_memory_kind(config.memory_kind)
+        self._chunks: dict = {}
+        self._shardings: dict = {}
 
     def __call__(self, path, sds: jax.ShapeDtypeStruct, sharding, read_layer) -> Any:
-        attr = str(path[0])
-        if attr not in self.attrs:
+        attr = stack_of(path, self.attrs)
+        if attr is None:
             return None
         total = sds.shape[0]
         n = self.config.layers_per_chunk(total)
         out = []
         for start in range(0, total, n):
             stop = min(start + n, total)
+            if self.kind == "files":
+                out.append(FileLayers(read_layer, start, stop, sds))
+                continue
             buf = np.empty((stop - start,) + tuple(sds.shape[1:]), sds.dtype)
             for j in range(stop - start):
                 buf[j] = read_layer(start + j)
             out.append(to_host(buf, sharding, self.kind))
             del buf
-        self._chunks[attr][tuple(path[1:])] = out
-        self._shardings[attr][tuple(path[1:])] = sharding
+        within = tuple(path[attr.count(".") + 1 :])
+        self._chunks.setdefault(attr, {})[within] = out
+        self._shardings.setdefault(attr, {})[within] = sharding
         return _abstract(sds)
 
     def attach(self, module: nnx.Module) -> nnx.Module:
         """Register the chunks read during loading with ``module`` (returned)."""
         for attr in self.attrs:
-            if not self._chunks[attr]:
+            if not any(a == attr or a.startswith(attr + ".") for a in self._chunks):
                 raise InputError(f"offload: the model has no stacked parameters under {attr!r}.")
+        for attr in self._chunks:
             attach_chunks(module, attr, self._chunks[attr], self._shardings[attr], self.kind)
         return module
 
 
-def offload_loader(offload: Any, attr: str | tuple[str, ...] = "blocks") -> HostBlockLoader | None:
+def offload_loader(
+    offload: Any, attr: str | tuple[str, ...] = "blocks", from_files: bool = False
+) -> HostBlockLoader | None:
     """A :class:`HostBlockLoader` of the stack(s) ``attr`` when ``offload`` streams blocks, else None."""
     config = resolve_offload(offload)
-    return HostBlockLoader(config, attr) if config is not None and config.streams_blocks else None
+    return HostBlockLoader(config, attr, from_files) if config is not None and config.streams_blocks else None
 
 
 def offload_module(module: nnx.Module, offload: Any, attr: str | None = None) -> nnx.Module:

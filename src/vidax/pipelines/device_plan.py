@@ -53,6 +53,9 @@ class Sizes:
             the sound's audio decoder and vocoder).
         other: bytes of every other component with weights (connectors, image encoders), resident.
         source: ``"headers"`` (the safetensors files) or ``"configs"`` (abstract shapes).
+        text_stacks: text encoder whose layers can stream -> (bytes of its stacked layers, layers,
+            chunks on the device at once: 2, the next one's copy beside this one's compute; a
+            model of G interleaved stacks, Gemma 4's layer groups, holds one of each, G + 1).
     """
 
     transformers: Mapping[str, tuple[int, int, int]]
@@ -60,6 +63,7 @@ class Sizes:
     decoders: Mapping[str, int]
     other: int = 0
     source: str = "headers"
+    text_stacks: Mapping[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def layers(self) -> int:
@@ -70,9 +74,12 @@ class Sizes:
 def _abstract_bytes(spec: Any, config: Any, dtype: Any, weights: str | None) -> tuple[int, int, int]:
     """(all bytes, block bytes, layers) of the model ``spec`` builds from ``config``, from its
     abstract shapes: floating parameters in ``dtype`` (the registry's float32 ones in float32),
-    the 8-bit ``weights`` format's kernels as :func:`vidax.parallel.placement.per_device_bytes`."""
+    the 8-bit ``weights`` format's kernels as :func:`vidax.parallel.placement.per_device_bytes`;
+    the blocks of a model without ``block_stacks`` are the stacks its ``stacked_paths`` names
+    (a text encoder's layers)."""
     from flax import nnx
 
+    from vidax.parallel.layer_streaming import stack_of
     from vidax.weights.loader import DtypePolicy, abstract_params
 
     def make():
@@ -85,13 +92,14 @@ def _abstract_bytes(spec: Any, config: Any, dtype: Any, weights: str | None) -> 
 
     _, flat = abstract_params(make)
     policy = DtypePolicy(dtype, spec.fp32())
+    stacks = spec.block_stacks or getattr(spec.model_class(), "stacked_paths", ())
     total = blocks = layers = 0
     for path, var in flat.items():
         sds = var.get_value()
         stored = not np.issubdtype(sds.dtype, np.floating) or sds.dtype.itemsize == 1 or path[-1] == "kernel_scale"
         n = int(np.prod(sds.shape)) * np.dtype(sds.dtype if stored else policy.dtype_for(path)).itemsize
         total += n
-        if str(path[0]) in spec.block_stacks and sds.shape:
+        if stack_of(path, stacks) is not None and sds.shape:
             blocks += n
             layers = max(layers, int(sds.shape[0]))
     return total, blocks, layers
@@ -133,15 +141,17 @@ def parameter_sizes(
         return os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder))
 
     from_headers = bool(weighted) and all(map(has_headers, weighted))
-    transformers, encoders, decoders, other = {}, {}, {}, 0
+    transformers, encoders, decoders, other, text_stacks = {}, {}, {}, 0, {}
     for name, spec in weighted.items():
         is_decoder = name in DECODERS
         is_transformer = name in info.transformers
         at = vae_dtype if is_decoder else dtype if is_transformer else text_encoder_dtype
         fmt = (ckpt.weights if weights == "checkpoint" else weights) if is_transformer else None
+        streams = name in pipeline.stageable and not is_decoder and streamable(spec)
         if from_headers:
             source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.folder(name)
-            counted = component_bytes(source, at, spec.block_stacks if is_transformer else (), fmt)
+            prefixes = spec.block_stacks if is_transformer else _layer_prefixes(spec, ckpt, name) if streams else ()
+            counted = component_bytes(source, at, prefixes, fmt)
             stacks = counted.get("stacks", {}).values()
             sizes = (counted["total"], sum(b for b, _ in stacks), max((n for _, n in stacks), default=0))
         else:
@@ -160,9 +170,31 @@ def parameter_sizes(
             decoders[name] = sizes[0]
         elif name in pipeline.stageable:
             encoders[name] = int(sizes[0] / split)
+            if streams and sizes[2]:
+                groups = getattr(ckpt.typed_config(name, spec.config_class()), "layer_groups", None)
+                layers = sizes[2] if from_headers or not groups else sum(map(len, groups))
+                text_stacks[name] = (int(sizes[1] / split), layers, len(groups) + 1 if groups else 2)
         else:
             other += int(sizes[0] / split)
-    return Sizes(transformers, encoders, decoders, other, "headers" if from_headers else "configs")
+    return Sizes(transformers, encoders, decoders, other, "headers" if from_headers else "configs", text_stacks)
+
+
+def streamable(spec: Any) -> bool:
+    """Whether the text encoder of registry entry ``spec`` can stream its layers: it loads
+    through the one component loader and its model names its ``stacked_paths``
+    (:attr:`~vidax.parallel.offload.OffloadConfig.text_encoder_chunk`)."""
+    model = spec.model_class() if spec.model is not None else None
+    return spec.loader is None and bool(getattr(model, "stacked_paths", ()))
+
+
+def _layer_prefixes(spec: Any, ckpt: Any, name: str) -> tuple[str, ...]:
+    """The checkpoint key prefixes of text encoder ``name``'s stacked layers (its key rules'
+    prefix before each stacked name, and ``layers``: a family renaming them counts the file's)."""
+    from vidax.weights.safetensors_io import CheckpointReader
+
+    rules = spec.rules(ckpt.typed_config(name, spec.config_class()), CheckpointReader(ckpt.folder(name)).keys())
+    prefix = getattr(rules, "prefix", "") or ""
+    return tuple(dict.fromkeys(prefix + s for s in (*rules.stacked, "layers")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +262,8 @@ class DevicePlan:
         micro_batch: rows of the step's batch each transformer layer runs at a time (None: all;
             :attr:`vidax.blocks.transformer.DiffusionTransformer.micro_batch`).
         rows: the step's batch.
+        text_chunk: staged text encoder -> layers per chunk where its layers stream from its files
+            while it encodes (``"text_chunk"`` in ``chosen`` where decided here).
     """
 
     device: int
@@ -245,6 +279,7 @@ class DevicePlan:
     fits: bool = True
     micro_batch: int | None = None
     rows: int = 1
+    text_chunk: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def line(self, what: str = "device memory") -> str:
         """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
@@ -268,8 +303,14 @@ class DevicePlan:
             )
         if self.vae_tiling:
             parts.append("VAE tiled")
-        encoders = [n for n in sizes.text_encoders if self.staged.get(n)]
+        encoders = [n for n in sizes.text_encoders if self.staged.get(n) and n not in self.text_chunk]
         decoders = [n for n in sizes.decoders if self.staged.get(n)]
+        for n, c in self.text_chunk.items():
+            given = "" if "text_chunk" in self.chosen else ", as asked"
+            parts.append(
+                f"{_names([n], 'text encoder')} streamed {c} layer{'s' * (c != 1)} a chunk from its files while it "
+                f"encodes ({_gib(sizes.text_encoders[n])} in all{given})"
+            )
         if encoders:
             parts.append(f"{_names(encoders, 'text encoder')} run first and freed (host memory between calls)")
         if decoders:
@@ -309,6 +350,7 @@ def stage_memory(
     vae_tiling: bool,
     offload_experts: bool = True,
     micro_batch: int | None = None,
+    text_chunk: Mapping[str, int] | None = None,
 ) -> tuple[StageMemory, int]:
     """(the device bytes of each stage, the bytes waiting in host memory) for this placement.
 
@@ -317,7 +359,10 @@ def stage_memory(
     the resident text encoders and decoders, the other components and
     :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES`; the text encoding adds the staged
     text encoders and the text activations, a step its activations and the latents, the decode the
-    staged decoders, one (tiled) decode chunk and the latents.
+    staged decoders, one (tiled) decode chunk and the latents. A text encoder of ``text_chunk``
+    (layers per chunk) counts its weights but its stacked layers plus the chunks it holds in the
+    text encoding, and only those other weights in host memory (its layers are read from the
+    files at each use).
     """
     on_device, waiting = [], 0
     for total, blocks, layers in sizes.transformers.values():
@@ -332,6 +377,11 @@ def stage_memory(
     else:
         tr = sum(on_device)
     te_staged = sum(b for n, b in sizes.text_encoders.items() if staged.get(n))
+    te_text = te_waiting = te_staged
+    for n, c in (text_chunk or {}).items():  # its layers stream: two chunks on the device, none in host memory
+        stack, layers, held = sizes.text_stacks[n]
+        te_text -= stack - held * stack // layers * min(c, layers)
+        te_waiting -= stack
     dec_staged = sum(b for n, b in sizes.decoders.items() if staged.get(n))
     base = (
         tr
@@ -344,11 +394,11 @@ def stage_memory(
     )
     decode = act.decode_tiled if vae_tiling and act.decode_tiled is not None else act.decode
     stages = StageMemory(
-        text=base + te_staged + act.text,
+        text=base + te_text + act.text,
         steps=base + act.step * min(micro_batch or act.rows, act.rows) // max(act.rows, 1) + act.latents,
         decode=base + dec_staged + (decode + act.latents if act.decode else 0),
     )
-    return stages, waiting + te_staged + dec_staged
+    return stages, waiting + te_waiting + dec_staged
 
 
 def choose(
@@ -363,6 +413,7 @@ def choose(
     offload_experts: bool = True,
     dtype: str = "float32",
     micro_batch: int | None = None,
+    text_chunk: int | None = None,
 ) -> DevicePlan:
     """The least placement (module docstring) whose stages fit in ``device`` bytes and whose
     host part fits in ``host`` bytes (None: not checked); ``fits=False`` with everything the
@@ -374,76 +425,131 @@ def choose(
         vae_tiling: tiling asked for (else decided).
         micro_batch: rows each layer runs at a time as given (None: decide: the whole batch
             unless only parts of it fit, tried after streaming).
+        text_chunk: layers per chunk of every text encoder whose layers can stream, as given
+            (None: decide: streamed, the largest chunk that fits, where staging it is not enough).
     """
-    keep = dict(keep or {})
-    stageable = [*sizes.text_encoders, *sizes.decoders]
+    p = _Placing(sizes, act, device, host, dict(keep or {}), offload_experts, micro_batch)
     layers = sizes.layers
     given_chunk = layers if chunk == "all" else None if chunk is None else min(int(chunk), layers or int(chunk))
-    staged = {n: keep.get(n) is False for n in stageable}
-    tiling = vae_tiling
-    chosen: set[str] = set()
-
-    micro = micro_batch
-
-    def measure(c, s, t):
-        return stage_memory(sizes, act, c, s, t, offload_experts, micro)
-
-    def fits(c, s, t):
-        stages, waiting = measure(c, s, t)
-        return stages.peak <= device and (host is None or waiting <= host)
-
-    def stage(names):
-        nonlocal staged
-        free = [n for n in names if keep.get(n) is None and not staged[n]]
-        if free:
-            staged = {**staged, **dict.fromkeys(free, True)}
-            chosen.add("staged")
-
-    c = given_chunk
-    if not fits(c, staged, tiling):
-        stage(sizes.text_encoders)
-    if not fits(c, staged, tiling) and not tiling and act.decode_tiled is not None:
-        stages, _ = measure(c, staged, tiling)
-        if stages.decode > device:
-            tiling = True
-            chosen.add("vae_tiling")
-    if not fits(c, staged, tiling):
-        stage(sizes.decoders)
-    if not fits(c, staged, tiling) and given_chunk is None and layers > 1:
-        for n in range(max(1, layers // 2), 0, -1):
-            if fits(n, staged, tiling) or n == 1:
-                c = n
-                chosen.add("chunk")
-                break
-    if not fits(c, staged, tiling) and micro_batch is None and act.rows > 1:
+    p.staged = {n: p.keep.get(n) is False for n in [*sizes.text_encoders, *sizes.decoders]}
+    p.tiling, p.chunk = vae_tiling, given_chunk
+    if text_chunk is not None:
+        p.streams = {n: text_chunk for n in sizes.text_stacks if p.keep.get(n) is not True}
+        p.staged.update(dict.fromkeys(p.streams, True))
+    if not p.fits():
+        p.stage(sizes.text_encoders)
+    if not p.fits() and not p.tiling and act.decode_tiled is not None and p.measure()[0].decode > device:
+        p.tiling = True
+        p.chosen.add("vae_tiling")
+    if not p.fits():
+        p.stage(sizes.decoders)
+    if not p.fits() and given_chunk is None and layers > 1:
+        p.pick_chunk()
+    if not p.fits() and text_chunk is None and p.stream_text() and "chunk" in p.chosen:
+        p.pick_chunk()  # the text encoder's room no longer bounds the blocks
+    if not p.fits() and micro_batch is None and act.rows > 1:
         for rows in range(act.rows // 2, 0, -1):  # the layers run the batch in parts
-            micro = rows
-            if fits(c, staged, tiling):
-                chosen.add("micro_batch")
+            p.micro = rows
+            if p.fits():
+                p.chosen.add("micro_batch")
                 break
         else:
-            micro = None
-    if c is not None and fits(c, staged, tiling):  # streaming made room: keep what it made unneeded resident
-        for names in (sizes.decoders, sizes.text_encoders):
-            undo = {n: False for n in names if keep.get(n) is None and staged[n]}
-            if undo and fits(c, {**staged, **undo}, tiling):
-                staged = {**staged, **undo}
-    stages, waiting = measure(c, staged, tiling)
+            p.micro = None
+    if p.chunk is not None and p.fits():  # streaming made room: keep what it made unneeded resident
+        p.undo(sizes.decoders, sizes.text_encoders)
+    stages, waiting = p.measure()
+    chosen = p.chosen if any(p.staged.values()) else p.chosen - {"staged"}
     return DevicePlan(
         device=device,
         host=host,
         dtype=dtype,
-        chunk=c,
-        staged=staged,
-        vae_tiling=tiling,
+        chunk=p.chunk,
+        staged=p.staged,
+        vae_tiling=p.tiling,
         stages=stages,
         host_bytes=waiting,
         sizes=sizes,
-        chosen=frozenset(chosen if any(staged.values()) else chosen - {"staged"}),
-        fits=fits(c, staged, tiling),
-        micro_batch=micro,
+        chosen=frozenset(chosen if p.streams else chosen - {"text_chunk"}),
+        fits=p.fits(),
+        micro_batch=p.micro,
         rows=act.rows,
+        text_chunk=p.streams,
     )
+
+
+@dataclasses.dataclass
+class _Placing:
+    """The placement :func:`choose` is building: what is streamed, staged and tiled so far."""
+
+    sizes: Sizes
+    act: Activations
+    device: int
+    host: int | None
+    keep: dict
+    offload_experts: bool
+    micro: int | None
+    staged: dict = dataclasses.field(default_factory=dict)
+    streams: dict = dataclasses.field(default_factory=dict)
+    tiling: bool = False
+    chunk: int | None = None
+    chosen: set = dataclasses.field(default_factory=set)
+
+    def measure(self, **changes: Any) -> tuple[StageMemory, int]:
+        at = {"staged": self.staged, "streams": self.streams, "chunk": self.chunk, **changes}
+        return stage_memory(
+            self.sizes,
+            self.act,
+            at["chunk"],
+            at["staged"],
+            self.tiling,
+            self.offload_experts,
+            self.micro,
+            at["streams"],
+        )
+
+    def fits(self, **changes: Any) -> bool:
+        stages, waiting = self.measure(**changes)
+        return stages.peak <= self.device and (self.host is None or waiting <= self.host)
+
+    def stage(self, names) -> None:
+        free = [n for n in names if self.keep.get(n) is None and not self.staged[n]]
+        if free:
+            self.staged = {**self.staged, **dict.fromkeys(free, True)}
+            self.chosen.add("staged")
+
+    def pick_chunk(self) -> None:
+        """The most blocks a chunk that fit (1 where none does)."""
+        self.chunk = next(n for n in range(max(1, self.sizes.layers // 2), 0, -1) if self.fits(chunk=n) or n == 1)
+        self.chosen.add("chunk")
+
+    def stream_text(self) -> bool:
+        """Stream the staged text encoders' layers, the largest first, until the placement fits,
+        each the most layers a chunk whose text encoding fits (1 where none does)."""
+        names = sorted(
+            (n for n in self.sizes.text_stacks if self.staged.get(n) and n not in self.streams),
+            key=lambda n: -self.sizes.text_encoders[n],
+        )
+        for name in names:
+            layers = self.sizes.text_stacks[name][1]
+            for c in range(max(1, layers // 2), 0, -1):
+                streams = {**self.streams, name: c}
+                if self.measure(streams=streams)[0].text <= self.device or c == 1:
+                    self.streams = streams
+                    break
+            self.chosen.add("text_chunk")
+            if self.fits():
+                break
+        return bool(names)
+
+    def undo(self, *groups) -> None:
+        """Undo the streaming of text encoders, then the staging of each group, while it still fits."""
+        plain = {n: c for n, c in self.streams.items() if "text_chunk" not in self.chosen}
+        if self.streams != plain and self.fits(streams=plain):
+            self.streams = plain
+        for names in groups:
+            undo = {n: False for n in names if self.keep.get(n) is None and self.staged[n] and n not in self.streams}
+            if undo and self.fits(staged={**self.staged, **undo}):
+                self.staged = {**self.staged, **undo}
 
 
 def device_limit() -> tuple[int, str] | None:
@@ -529,6 +635,7 @@ def plan_device(
         offload_experts=plan.offload_experts,
         dtype=np.dtype(dtype).name,
         micro_batch=micro_batch,
+        text_chunk=None if asked is None else asked.text_encoder_chunk,
     )
 
 
@@ -537,14 +644,14 @@ def remedies(
 ) -> list:
     """The settings that would make ``call`` fit where ``dp`` does not, each as a message part
     (:class:`~vidax.errors.Arg`, so each front door spells its own): bfloat16, 8-bit transformer
-    kernels, fewer blocks a chunk than asked, the largest height x width that fits (``platform``:
-    as :func:`plan_device`)."""
+    kernels, fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
+    asked, the largest height x width that fits (``platform``: as :func:`plan_device`)."""
     from vidax.errors import Arg, Message
 
     device, host = dp.device, dp.host
     out = []
 
-    def fits(**kw):
+    def fits(asked=asked, **kw):
         return plan_device(plan, call, device, host, asked=asked, vae_tiling=vae_tiling, platform=platform, **kw).fits
 
     if dp.dtype == "float32" and fits(dtype="bfloat16"):
@@ -553,6 +660,23 @@ def remedies(
         out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with bfloat16"))
     if asked is not None and asked.chunk is not None and fits(asked=dataclasses.replace(asked, chunk=None)):
         out.append(Message("no ", Arg("offload_blocks", python="offload="), " (vidax picks a chunk that fits)"))
+    free_text = dict(keep_text_encoder=None, text_encoder_chunk=None)
+    if (
+        asked is not None
+        and (asked.keep_text_encoder or asked.text_encoder_chunk)
+        and fits(asked=dataclasses.replace(asked, **free_text))
+    ):
+        flag = "keep_text_encoder" if asked.keep_text_encoder else "offload_text_encoder_layers"
+        out.append(
+            Message(
+                "no ",
+                Arg(
+                    flag,
+                    python=f"offload=OffloadConfig({'keep_text_encoder' if asked.keep_text_encoder else 'text_encoder_chunk'}=...)",
+                ),
+                " (vidax streams the text encoder's layers where it does not fit)",
+            )
+        )
     mh, mw = plan.info.size_multiple
     for h in range(call.height - mh, 0, -mh):
         w = max(mw, round(call.width * h / call.height / mw) * mw)
@@ -589,6 +713,7 @@ def refusal(plan: Any, call: Any, dp: DevicePlan, what: str, **kw: Any) -> Any:
         + (f"with the transformer streamed {dp.chunk} block{'s' * (dp.chunk != 1)} a chunk" if dp.chunk else "")
         + (", " if dp.chunk and any(dp.staged.values()) else "")
         + (f"with {', '.join(n for n, s in dp.staged.items() if s)} staged" if any(dp.staged.values()) else "")
+        + "".join(f", {n}'s layers streamed {c} a chunk" for n, c in dp.text_chunk.items())
         + (", the VAE tiled" if dp.vae_tiling else "")
         + ": "
         + (", ".join(over) or "every stage fits")

@@ -235,6 +235,8 @@ class Loading:
             staging, then = options.pop("staging", None), options.pop("then", None)
             if staging is not None and staging.is_staged(name):
                 options["memory_kind"] = staging.kind
+            if staging is not None and staging.stream_config(name) is not None:  # its layers read at each use
+                options["offload"] = staging.stream_config(name)
             if spec.kind == "transformer" and ckpt.weights is not None:
                 options["weights"] = ckpt.weights
             if name in ckpt.files:

@@ -250,7 +250,9 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
     )
     offload = dp.offload_config(asked)
     staging = Staging(
-        {n: bool(dp.staged.get(n)) for n in plan.pipeline.stageable}, "auto" if offload is None else offload.memory_kind
+        {n: bool(dp.staged.get(n)) for n in plan.pipeline.stageable},
+        "auto" if offload is None else offload.memory_kind,
+        dp.text_chunk,
     )
     return dataclasses.replace(
         plan,

@@ -146,10 +146,19 @@ class Staging:
     Args:
         staged: component name -> True to keep it in host memory between uses.
         memory_kind: requested host memory kind (:attr:`OffloadConfig.memory_kind`).
+        streamed: staged text encoder -> layers per chunk: its stacked layers are read from the
+            checkpoint's files chunk by chunk while it encodes
+            (:attr:`OffloadConfig.text_encoder_chunk`); its other weights are staged.
     """
 
-    def __init__(self, staged: Mapping[str, bool] | None = None, memory_kind: str = "auto"):
-        staged = dict(staged or {})
+    def __init__(
+        self,
+        staged: Mapping[str, bool] | None = None,
+        memory_kind: str = "auto",
+        streamed: Mapping[str, int] | None = None,
+    ):
+        self.streamed = {n: int(c) for n, c in (streamed or {}).items() if c}
+        staged = {**dict(staged or {}), **dict.fromkeys(self.streamed, True)}
         self.kind = host_memory_kind(memory_kind) if any(staged.values()) else None
         if any(staged.values()) and self.kind is None:
             logger.warning(
@@ -163,6 +172,11 @@ class Staging:
 
     def is_staged(self, name: str) -> bool:
         return bool(self.staged.get(name))
+
+    def stream_config(self, name: str) -> OffloadConfig | None:
+        """The ``offload`` of component ``name``'s loader: its layers streamed, or None."""
+        chunk = self.streamed.get(name)
+        return None if chunk is None else OffloadConfig(chunk=chunk)
 
     def attach(self, **modules: nnx.Module) -> Staging:
         """Register the loaded modules (name=module); returns self."""
@@ -181,21 +195,33 @@ class Staging:
             return
         host = jax.tree.map(lambda a: a, nnx.state(module))  # a snapshot: nnx.state shares the Variables
         kind = device_memory_kind()
-        device = jax.tree.map(lambda a: jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(kind))), host)
+
+        def put(a):  # streamed layers' placeholders stay: their chunks come in as they run
+            return (
+                jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(kind)))
+                if isinstance(a, jax.Array)
+                else a
+            )
+
+        device = jax.tree.map(put, host)
         nnx.update(module, device)
         try:
             yield
         finally:
             nnx.update(module, host)
             for a in jax.tree.leaves(device):
-                a.delete()
+                if isinstance(a, jax.Array):
+                    a.delete()
 
     def describe(self) -> str:
         """One line: which components wait in host memory."""
         staged = [n for n, s in self.staged.items() if s]
         if not staged:
             return "staging: text encoder and VAE resident on the device"
-        return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used"
+        streamed = "".join(
+            f"; {n}'s layers read from its files {c} a chunk while it encodes" for n, c in self.streamed.items()
+        )
+        return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}"
 
 
 def plan_pipeline_staging(
@@ -221,9 +247,10 @@ def plan_pipeline_staging(
     ``paths`` entry may be a single-file reader."""
     offload = offload or OffloadConfig()
     keep = {name: offload.keep_vae if name in DECODERS else offload.keep_text_encoder for name in stageable}
+    streamed = dict.fromkeys((n for n in stageable if n not in DECODERS), offload.text_encoder_chunk)
     limit = device_memory_limit()
     if limit is None or all(v is not None for v in keep.values()):
-        return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind)
+        return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind, streamed)
     tp = axis_size(mesh, TENSOR)
     tr = component_bytes(paths["transformer"], dtype, blocks_prefixes, weights)
     resident = tr["total"]
@@ -244,7 +271,7 @@ def plan_pipeline_staging(
         {k: round(v / 2**30, 2) for k, v in sizes.items()},
         [n for n, s in staged.items() if s] or "none",
     )
-    return Staging(staged, offload.memory_kind)
+    return Staging(staged, offload.memory_kind, streamed)
 
 
 def offload_report(pipe: Any) -> str:

@@ -64,7 +64,10 @@ def plan_component(
             as ``mesh=``, and checks its heads against it while it is built).
         offload: ``OffloadConfig`` / chunk size (:func:`vidax.parallel.offload.resolve_offload`):
             when it streams blocks, every stack of ``block_stacks`` goes from the files straight
-            into host-memory chunks and the model holds placeholders.
+            into host-memory chunks and the model holds placeholders; a model without
+            ``block_stacks`` (a text encoder) streams the stacks its class's ``stacked_paths``
+            names, each chunk read from the memory-mapped files at each use
+            (:class:`~vidax.parallel.layer_streaming.FileLayers`: no host memory held between calls).
         memory_kind: place every parameter in this memory kind (a staged component's host
             memory); None: the device's.
         config: the parsed config when the caller has it (a pipeline reads each once); None:
@@ -122,7 +125,11 @@ def plan_component(
         from vidax.weights.single_file import fp8_scaled
 
         reader = fp8_scaled(CheckpointReader(folder))
-    stream = offload_loader(offload, attr=spec.block_stacks) if spec.block_stacks else None
+    stream = None
+    if spec.block_stacks:
+        stream = offload_loader(offload, attr=spec.block_stacks)
+    elif offload is not None and getattr(model_cls, "stacked_paths", ()):  # a streamed text encoder: read at each use
+        stream = offload_loader(offload, attr=model_cls.stacked_paths, from_files=True)
     pending = load_module(
         make,
         reader,
@@ -154,13 +161,15 @@ def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, m
     def make() -> nnx.Module:
         return model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), **model_kwargs)
 
-    stream = resolve_offload(offload) if spec.block_stacks else None
+    stacks = spec.block_stacks or getattr(model_cls, "stacked_paths", ())  # a text encoder's: in host memory
+    stream = resolve_offload(offload) if stacks else None
     return random_module(
         make,
         DtypePolicy(dtype, spec.fp32()),
         placement,
         rules_from_config(spec, config),
-        block_stacks=spec.block_stacks,
+        block_stacks=stacks,
+        made_at_fetch=not spec.block_stacks,  # a text encoder's layers: made at each use, as read from files
         stream=stream if stream is not None and stream.streams_blocks else None,
     )
 

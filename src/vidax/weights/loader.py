@@ -443,7 +443,7 @@ def _read_module(
             value = None
             if stacked and place_stacked is not None:
                 keys = dict(entries)
-                value = place_stacked(path, sds, sharding, lambda i: read(keys[i]))
+                value = place_stacked(path, sds, sharding, lambda i, read=read, keys=keys: read(keys[i]))
             if (
                 value is None
                 and stacked

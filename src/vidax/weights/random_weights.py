@@ -147,6 +147,7 @@ def random_module(
     block_stacks: tuple[str, ...] = (),
     stream: Any = None,
     seed: int = 0,
+    made_at_fetch: bool = False,
 ) -> PendingLoad:
     """The module ``make()`` (built abstractly now) with random parameters made when read.
 
@@ -162,6 +163,9 @@ def random_module(
             stack of ``block_stacks`` is made chunk by chunk straight into host memory (its
             ``memory_kind``) and attached as the loader's streamed chunks; None: resident.
         seed: mixed into every parameter's seed (its path's CRC32).
+        made_at_fetch: with ``stream``, each chunk is made on the device at each fetch instead
+            (:class:`~vidax.parallel.layer_streaming.MadeLayers`, memory kind ``"made"``: a
+            streamed text encoder, whose layers hold no host memory).
 
     Returns:
         A :class:`~vidax.weights.loader.PendingLoad` (its ``abstract``: the parameters).
@@ -171,10 +175,11 @@ def random_module(
     streamed = tuple(block_stacks) if stream is not None else ()
 
     def read() -> nnx.Module:
+        from vidax.parallel.layer_streaming import MadeLayers, stack_of
         from vidax.parallel.offload import attach_chunks, host_memory_kind
 
         device = jax.local_devices()[0]
-        kind = host_memory_kind(stream.memory_kind) if streamed else None
+        kind = "made" if made_at_fetch else host_memory_kind(stream.memory_kind) if streamed else None
         resident: dict = {}  # path -> Fill
         parts: dict = {}  # path of a streamed stack's parameter -> its chunks' Fills
         shardings: dict = {}
@@ -186,10 +191,10 @@ def random_module(
             sharding = placement(path, sds) if placement is not None else jax.sharding.SingleDeviceSharding(device)
             mean, std = value_scale(path, sds.shape, path in stacked)
             base = _path_seed(path, seed)
-            if str(path[0]) in streamed:
+            if stack_of(path, streamed) is not None:
                 total, row = sds.shape[0], math.prod(sds.shape[1:])
                 n = stream.layers_per_chunk(total)
-                where = sharding if kind is None else sharding.with_memory_kind(kind)
+                where = sharding if kind in (None, "made") else sharding.with_memory_kind(kind)
                 parts[path] = [
                     Fill((min(n, total - a),) + tuple(sds.shape[1:]), sds.dtype, where, base, mean, std, a * row)
                     for a in range(0, total, n)
@@ -203,13 +208,18 @@ def random_module(
         chunks: dict = {p: [] for p in parts}
         for i in range(max((len(f) for f in parts.values()), default=0)):
             paths = [p for p, f in parts.items() if i < len(f)]
+            if kind == "made":
+                for p in paths:
+                    fill = parts[p][i]
+                    chunks[p].append(MadeLayers(lambda f=fill: random_arrays([f])[0], fill.shape, fill.dtype))
+                continue
             for p, arr in zip(paths, random_arrays([parts[p][i] for p in paths])):
                 chunks[p].append(arr if kind is not None else np.asarray(arr))
         state = [(p, var.replace(values.get(p, sds))) for p, var, sds in filled]
         module = nnx.merge(graphdef, nnx.from_flat_state(state))
-        for attr in streamed:
-            mine = [p for p in chunks if str(p[0]) == attr]
-            attach_chunks(module, attr, {p[1:]: chunks[p] for p in mine}, {p[1:]: shardings[p] for p in mine}, kind)
+        for attr in dict.fromkeys(stack_of(p, streamed) for p in chunks):  # a list of stacks: each item's
+            mine, d = [p for p in chunks if stack_of(p, streamed) == attr], attr.count(".") + 1
+            attach_chunks(module, attr, {p[d:]: chunks[p] for p in mine}, {p[d:]: shardings[p] for p in mine}, kind)
         return module
 
     return PendingLoad(read, abstract)

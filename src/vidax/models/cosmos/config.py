@@ -190,7 +190,7 @@ class CosmosInfo(CheckpointInfo):
         transformer_config: the transformer's (:class:`CosmosTransformerConfig`).
         vae_config: the Wan2.1 VAE's (:class:`vidax.models.wan.config.WanVAEConfig`).
         text_config: the Qwen2.5-VL text tower's
-            (:class:`vidax.encoders.decoder_lm.Qwen25VLTextConfig`).
+            (:class:`vidax.encoders.decoder_lm_config.Qwen25VLTextConfig`).
     """
 
     transformer_config: CosmosTransformerConfig
@@ -211,7 +211,7 @@ def read_cosmos_checkpoint(checkpoint: Checkpoint) -> CosmosInfo:
             padding-mask channel, predict ``z_dim`` channels, and project the concatenated text
             layers (``crossattn_proj_in_channels = num_hidden_layers x hidden_size``).
     """
-    from vidax.encoders.decoder_lm import Qwen25VLTextConfig
+    from vidax.encoders.decoder_lm_config import Qwen25VLTextConfig
     from vidax.models.wan.config import WanVAEConfig
 
     ckpt = checkpoint
