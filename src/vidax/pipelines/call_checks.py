@@ -359,78 +359,44 @@ class CallChecks:
         return out
 
     @classmethod
-    def check_call(
-        cls,
-        info: CheckpointInfo,
-        prompt: Any = None,
-        negative_prompt: Any = None,
-        *,
-        image: Any = None,
-        height: Any = None,
-        width: Any = None,
-        num_frames: Any = None,
-        num_inference_steps: Any = None,
-        guidance_scale: Any = None,
-        guidance_scale_2: Any = None,
-        num_videos_per_prompt: Any = 1,
-        seed: Any = None,
-        latents: Any = None,
-        max_sequence_length: Any = None,
-        output_type: str = "np",
-        progress: bool = True,
-        callback: Any = None,
-        cancel: Any = None,
-        decode_audio: Any = True,
-        return_dict: Any = True,
-        attention_kwargs: Any = None,
-        callback_on_step_end: Any = None,
-        callback_on_step_end_tensor_inputs: Any = None,
-        **extra: Any,
-    ) -> Call:
+    def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
+        ``kwargs``: the shared keywords (:class:`SharedArgs`) and the family's own.
         Needs no weights: ``vidax generate`` runs it before loading.
 
         Raises:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        given = {
-            k
-            for k, v in dict(
-                negative_prompt=negative_prompt,
-                image=image,
-                height=height,
-                width=width,
-                num_frames=num_frames,
-                num_inference_steps=num_inference_steps,
-                guidance_scale=guidance_scale,
-                guidance_scale_2=guidance_scale_2,
-                seed=seed,
-                latents=latents,
-                max_sequence_length=max_sequence_length,
-                **extra,
-            ).items()
-            if v is not None
-        }
+        a = SharedArgs.take(kwargs)
+        extra = kwargs
+        given = {k for k in _GIVEN if getattr(a, k) is not None} | {k for k, v in extra.items() if v is not None}
+        if negative_prompt is not None:
+            given.add("negative_prompt")
         streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
         extra = _check_keywords(cls, extra, given)
         prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
-        height, width, num_frames = _call_size(cls, info, height, width, num_frames)
+        height, width, num_frames = _call_size(cls, info, a.height, a.width, a.num_frames)
         steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
-            cls, info, num_inference_steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt
+            cls,
+            info,
+            a.num_inference_steps,
+            a.guidance_scale,
+            a.guidance_scale_2,
+            a.max_sequence_length,
+            a.num_videos_per_prompt,
         )
-        _check_output_and_seed(output_type, seed, decode_audio, callback, return_dict)
-        step_end = _step_end(callback_on_step_end, callback_on_step_end_tensor_inputs)
-        lora_scale = _lora_scale(attention_kwargs)
-        cancel = cancel_check(cancel)
-        _check_task_inputs(cls, info, image, extra)
-        if seed is None:
-            seed = int(np.random.SeedSequence().entropy % 2**31)
+        _check_output_and_seed(a.output_type, a.seed, a.decode_audio, a.callback, a.return_dict)
+        step_end = _step_end(a.callback_on_step_end, a.callback_on_step_end_tensor_inputs)
+        lora_scale = _lora_scale(a.attention_kwargs)
+        cancel = cancel_check(a.cancel)
+        _check_task_inputs(cls, info, a.image, extra)
+        seed = int(np.random.SeedSequence().entropy % 2**31) if a.seed is None else a.seed
         call = Call(
             prompts,
             negatives,
-            image,
+            a.image,
             int(height),
             int(width),
             num_frames,
@@ -441,22 +407,69 @@ class CallChecks:
             int(seed),
             None,
             max_sequence_length,
-            output_type,
-            bool(progress),
-            callback,
+            a.output_type,
+            bool(a.progress),
+            a.callback,
             dict(extra),
             cancel=cancel,
             given=frozenset(given),
-            decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
+            decode_audio=a.decode_audio is None or bool(a.decode_audio),  # None: the default
             step_end=step_end,
             lora_scale=lora_scale,
-            return_dict=return_dict is None or bool(return_dict),
+            return_dict=a.return_dict is None or bool(a.return_dict),
             prompt_parts=parts,
             negative_parts=negative_parts,
         )
-        call = _with_latents(cls, info, call, {cls.latent_streams[0]: latents, **streams})
+        call = _with_latents(cls, info, call, {cls.latent_streams[0]: a.latents, **streams})
         _check_schedule(cls, info, call)
         return call
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedArgs:
+    """The shared keywords of a call as given to :meth:`CallChecks.check_call` (their defaults when
+    not given: None, the family's default to come, for most)."""
+
+    image: Any = None
+    height: Any = None
+    width: Any = None
+    num_frames: Any = None
+    num_inference_steps: Any = None
+    guidance_scale: Any = None
+    guidance_scale_2: Any = None
+    num_videos_per_prompt: Any = 1
+    seed: Any = None
+    latents: Any = None
+    max_sequence_length: Any = None
+    output_type: str = "np"
+    progress: bool = True
+    callback: Any = None
+    cancel: Any = None
+    decode_audio: Any = True
+    return_dict: Any = True
+    attention_kwargs: Any = None
+    callback_on_step_end: Any = None
+    callback_on_step_end_tensor_inputs: Any = None
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> SharedArgs:
+        """The shared keywords popped from ``kwargs`` (what is left: the family's own)."""
+        return cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls) if f.name in kwargs})
+
+
+#: The shared keywords a call counts as given (:attr:`Call.given`) when not None.
+_GIVEN = (
+    "image",
+    "height",
+    "width",
+    "num_frames",
+    "num_inference_steps",
+    "guidance_scale",
+    "guidance_scale_2",
+    "seed",
+    "latents",
+    "max_sequence_length",
+)
 
 
 def _check_keywords(cls: type, extra: dict, given: set) -> dict:
