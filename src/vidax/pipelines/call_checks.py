@@ -18,6 +18,7 @@ from vidax.pipelines.call import Call, cancel_check
 from vidax.pipelines.common import check_task
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.output import finite_array
+from vidax.pipelines.spec import diffusers_classes, embeds_options
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 
@@ -204,10 +205,6 @@ def _lora_scale(attention_kwargs: Any) -> float | None:
     return float(scale)
 
 
-#: The config fields of a transformer's attention head counts (each splits over tensor x sequence).
-HEAD_FIELDS = ("num_attention_heads", "audio_num_attention_heads")
-
-
 class CallChecks:
     """A pipeline's call checks and declared keywords; a base of
     :class:`~vidax.pipelines.base.VideoPipeline`."""
@@ -247,29 +244,8 @@ class CallChecks:
             tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args)
             + streams
             + cls.call_options
-            + cls.embeds_options()
+            + embeds_options(cls)
         )
-
-    @classmethod
-    def embeds_options(cls) -> tuple[CallOption, ...]:
-        """The declarations of :attr:`prompt_embeds_args` and their ``negative_`` twins."""
-        return tuple(
-            CallOption(
-                prefix + n,
-                OBJECT,
-                f"diffusers' {prefix + n}: the {what} prompt's precomputed "
-                "encoding (encode_prompt_embeds makes it), instead of the text.",
-            )
-            for prefix, what in (("", "positive"), ("negative_", "negative"))
-            for n in cls.prompt_embeds_args
-        )
-
-    @classmethod
-    def diffusers_classes(cls) -> tuple[str, ...]:
-        """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as this class."""
-        return tuple(
-            p.class_name for p in registry().pipelines() if p.target == f"{cls.__module__}:{cls.__name__}"
-        ) or (cls.__name__,)
 
     @classmethod
     def refused_keyword(cls, keyword: str) -> Any:
@@ -277,7 +253,7 @@ class CallChecks:
         this pipeline refuses (None: not a refused one)."""
         from vidax.pipelines.diffusers_keywords import refused
 
-        return next((e for c in cls.diffusers_classes() if (e := refused(c, keyword)) is not None), None)
+        return next((e for c in diffusers_classes(cls) if (e := refused(c, keyword)) is not None), None)
 
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
@@ -323,40 +299,6 @@ class CallChecks:
         ):
             raise ConfigError(f"{file}: _class_name={name!r}; {cls.__name__} runs {' or '.join(cls.scheduler_classes)}")
         return scheduler_from_config(config, source=file)
-
-    @classmethod
-    def check_checkpoint(cls, info: CheckpointInfo, mesh: Any = None) -> None:
-        """The checks of a checkpoint that need no call and no weights: its scheduler
-        (:meth:`read_scheduler`) and, on ``mesh``, that each transformer's attention heads split
-        over ``tensor x sequence``. :meth:`from_pretrained` runs it first; ``vidax generate``
-        runs it with the mesh of ``--dp/--tp/--sp`` before loading.
-
-        Raises:
-            ConfigError: see :meth:`read_scheduler`. InputError: heads that do not split (the
-                message lists the valid ``(tp, sp)``).
-        """
-        from vidax.parallel.mesh import check_heads
-
-        cls.read_scheduler(info)
-        for what, heads in cls.attention_heads(info):
-            check_heads(mesh, heads, what)
-
-    @classmethod
-    def attention_heads(cls, info: CheckpointInfo) -> list[tuple[str, int]]:
-        """``(config file, heads)`` of each attention head count the transformers' configs declare
-        (``num_attention_heads``; LTX-2's ``audio_num_attention_heads`` too): what ``tensor x
-        sequence`` must divide. From the configs only: the mesh errors list the valid sizes for them."""
-        ckpt = info.checkpoint
-        out = []
-        for name in info.transformers:
-            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
-            config = ckpt.typed_config(name, spec.config_class())
-            out += [
-                (ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
-                for field in HEAD_FIELDS
-                if getattr(config, field, None) is not None
-            ]
-        return out
 
     @classmethod
     def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> Call:
@@ -477,7 +419,7 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
     pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused)."""
     if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
         del extra["generator"]
-    own = options_by_name(cls.call_options + cls.embeds_options())
+    own = options_by_name(cls.call_options + embeds_options(cls))
     unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
     for u in unknown:
         entry = cls.refused_keyword(u)

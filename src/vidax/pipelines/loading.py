@@ -8,7 +8,6 @@ The pipeline class is the one the registry (:mod:`vidax.registry`) holds for ``_
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import status
 from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
+from vidax.pipelines.spec import check_load_options, diffusers_classes
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.pipelines.weight_formats import transformer_source, weights_source
 from vidax.registry import registry
@@ -176,7 +176,7 @@ def check_pipeline_class(cls: type, checkpoint: Checkpoint) -> None:
     own = pipeline_class(checkpoint)
     if family_of(own) == family_of(cls):
         return
-    ours = cls.diffusers_classes()[0] if hasattr(cls, "diffusers_classes") else cls.__name__
+    ours = diffusers_classes(cls)[0]
     raise InputError(
         f"{ours}.from_pretrained({checkpoint.root!r}): its model_index.json names {named}, not a {ours} "
         f"checkpoint; load it with vidax.{named}.from_pretrained(path) or vidax.load_pipeline(path)"
@@ -362,7 +362,7 @@ class Loading:
         weight_format = {k: options.pop(k, None) for k in WEIGHT_FORMAT}
         if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
             path = resolve_checkpoint(resolve_named_checkpoint(path), bool(options.pop("local_files_only", False)))
-        cls.check_load_options(options)
+        check_load_options(cls, options)
         parse_matmul_precision(matmul_precision)
         plan = plan_of(cls, path, **weight_format)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
@@ -437,40 +437,6 @@ class Loading:
             pipe.enable_cache(plan.preset.cache_config(pipeline, info.defaults.num_inference_steps))
             pipe._preset_cache = pipe.cache_config
         return pipe
-
-    @classmethod
-    def load_options(cls) -> tuple[str, ...]:
-        """The family's loading options :meth:`from_pretrained` passes on (the keywords of its
-        :meth:`load_components` beyond the shared ones, e.g. ``vae_dtype``)."""
-        shared = {"cls", "info", "dtype", "mesh", "offload", "staging", "offload_experts"}
-        params = inspect.signature(cls.load_components).parameters.values()
-        return tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in shared)
-
-    @classmethod
-    def check_load_options(cls, options: Mapping[str, Any]) -> None:
-        """Raise InputError for a loading keyword this pipeline does not take."""
-        params = inspect.signature(cls.load_components).parameters.values()
-        unknown = sorted(set(options) - set(cls.load_options()))
-        if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
-            return
-        takes = ", ".join(
-            f"{n}="
-            for n in (
-                "dtype",
-                "mesh",
-                "offload",
-                "stats",
-                "offload_experts",
-                "progress",
-                "matmul_precision",
-                "preset",
-                "micro_batch",
-                *cls.load_options(),
-            )
-        )
-        raise InputError(
-            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading; it takes {takes}"
-        )
 
     @classmethod
     def plan_staging(

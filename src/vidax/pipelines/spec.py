@@ -24,14 +24,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from vidax.checkpoint import CallDefaults, CheckpointInfo
+from vidax.errors import InputError
 from vidax.pipelines.call import Call
-from vidax.pipelines.call_checks import Capabilities, SizeLimits
-from vidax.pipelines.options import CallOption
+from vidax.pipelines.options import OBJECT, CallOption
 from vidax.registry import registry
+
+#: The config fields of a transformer's attention head counts (each splits over tensor x sequence).
+HEAD_FIELDS = ("num_attention_heads", "audio_num_attention_heads")
+
+#: The loading keywords every pipeline takes (:meth:`~vidax.pipelines.loading.Loading.from_pretrained`).
+SHARED_LOAD_OPTIONS = (
+    "dtype",
+    "mesh",
+    "offload",
+    "stats",
+    "offload_experts",
+    "progress",
+    "matmul_precision",
+    "preset",
+    "micro_batch",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +140,7 @@ class FamilySpec:
             info=info,
             family=family,
             task=pipeline.task,
-            diffusers_classes=tuple(pipeline.diffusers_classes()),
+            diffusers_classes=diffusers_classes(pipeline),
             components=_components(pipeline, info),
             options=tuple(pipeline.options()),
             unsupported_call_args=tuple(pipeline.unsupported_call_args),
@@ -133,16 +150,17 @@ class FamilySpec:
             stageable=tuple(pipeline.stageable),
             scheduler_classes=pipeline.scheduler_classes,
             prompt_embeds_args=tuple(pipeline.prompt_embeds_args),
-            attention_heads=tuple(pipeline.attention_heads(info)),
+            attention_heads=tuple(attention_heads(info)),
             presets=tuple(p.name for p in presets_for(family)),
-            load_options=tuple(pipeline.load_options()),
+            load_options=load_options(pipeline),
         )
 
     # The limits below read more than the model configs (a tokenizer's, a RoPE table's): each is
     # read when first asked, so that a load alone reads no more than it did before a spec existed.
     @functools.cached_property
-    def size_limits(self) -> SizeLimits:
-        """The largest height / width / num_frames the model represents (:class:`SizeLimits`)."""
+    def size_limits(self) -> Any:
+        """The largest height / width / num_frames the model represents
+        (:class:`~vidax.pipelines.call_checks.SizeLimits`)."""
         return self.pipeline.size_limits(self.info)
 
     @functools.cached_property
@@ -156,8 +174,8 @@ class FamilySpec:
         return bool(self.pipeline.makes_audio(self.info))
 
     @functools.cached_property
-    def capabilities(self) -> Capabilities:
-        """What the pipeline accepts (:class:`Capabilities`)."""
+    def capabilities(self) -> Any:
+        """What the pipeline accepts (:class:`~vidax.pipelines.call_checks.Capabilities`)."""
         return self.pipeline.capabilities_of(self.info)
 
     # ------------------------------------------------------------------ the call, configs only
@@ -212,16 +230,24 @@ class FamilySpec:
 
     # ------------------------------------------------------------------ the load, configs only
     def check_load_options(self, options: Mapping[str, Any]) -> None:
-        """Raise InputError for a loading keyword the family does not take."""
-        self.pipeline.check_load_options(options)
+        """Raise InputError for a loading keyword the family does not take (:func:`check_load_options`)."""
+        check_load_options(self.pipeline, options)
 
     def check_checkpoint(self, mesh: Any = None) -> None:
-        """The checkpoint's scheduler and, on ``mesh``, its attention heads checked.
+        """The checks of a checkpoint that need no call and no weights: its scheduler (the
+        pipeline's ``read_scheduler``) and, on ``mesh``, that each transformer's attention heads
+        split over ``tensor x sequence``. ``vidax generate`` runs them with the mesh of
+        ``--dp/--tp/--sp`` before loading.
 
         Raises:
-            ConfigError: a scheduler the family does not run. InputError: heads that do not split.
+            ConfigError: a scheduler the family does not run or a setting it does not implement.
+                InputError: heads that do not split (the message lists the valid ``(tp, sp)``).
         """
-        self.pipeline.check_checkpoint(self.info, mesh)
+        from vidax.parallel.mesh import check_heads
+
+        self.pipeline.read_scheduler(self.info)
+        for what, heads in self.attention_heads:
+            check_heads(mesh, heads, what)
 
     def plan_staging(self, dtype: Any, vae_dtype: Any, offload: Any, mesh: Any, text_encoder_dtype: Any = None) -> Any:
         """Which stageable components wait in host memory (:mod:`vidax.pipelines.staging`)."""
@@ -248,3 +274,63 @@ def _components(pipeline: type, info: CheckpointInfo) -> tuple[ComponentEntry, .
             )
         )
     return tuple(out)
+
+
+# ---------------------------------------------------------------------- a family's declarations
+def diffusers_classes(pipeline: type) -> tuple[str, ...]:
+    """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as
+    ``pipeline`` (its own name where none is)."""
+    target = f"{pipeline.__module__}:{pipeline.__name__}"
+    return tuple(p.class_name for p in registry().pipelines() if p.target == target) or (pipeline.__name__,)
+
+
+def embeds_options(pipeline: type) -> tuple[CallOption, ...]:
+    """The declarations of ``pipeline.prompt_embeds_args`` and their ``negative_`` twins."""
+    return tuple(
+        CallOption(
+            prefix + n,
+            OBJECT,
+            f"diffusers' {prefix + n}: the {what} prompt's precomputed "
+            "encoding (encode_prompt_embeds makes it), instead of the text.",
+        )
+        for prefix, what in (("", "positive"), ("negative_", "negative"))
+        for n in pipeline.prompt_embeds_args
+    )
+
+
+def attention_heads(info: CheckpointInfo) -> list[tuple[str, int]]:
+    """``(config file, heads)`` of each attention head count the transformers' configs declare
+    (``num_attention_heads``; LTX-2's ``audio_num_attention_heads`` too): what ``tensor x
+    sequence`` must divide. From the configs only: the mesh errors list the valid sizes for them."""
+    ckpt = info.checkpoint
+    out = []
+    for name in info.transformers:
+        spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
+        config = ckpt.typed_config(name, spec.config_class())
+        out += [
+            (ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
+            for field in HEAD_FIELDS
+            if getattr(config, field, None) is not None
+        ]
+    return out
+
+
+def load_options(pipeline: type) -> tuple[str, ...]:
+    """The family's loading options ``from_pretrained`` passes on (the keywords of its
+    ``load_components`` beyond the shared ones, e.g. ``vae_dtype``)."""
+    shared = {"cls", "info", "dtype", "mesh", "offload", "staging", "offload_experts"}
+    params = inspect.signature(pipeline.load_components).parameters.values()
+    return tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in shared)
+
+
+def check_load_options(pipeline: type, options: Mapping[str, Any]) -> None:
+    """Raise InputError for a loading keyword ``pipeline`` does not take (a family whose
+    ``load_components`` takes ``**options`` checks its own)."""
+    params = inspect.signature(pipeline.load_components).parameters.values()
+    unknown = sorted(set(options) - set(load_options(pipeline)))
+    if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):
+        return
+    takes = ", ".join(f"{n}=" for n in (*SHARED_LOAD_OPTIONS, *load_options(pipeline)))
+    raise InputError(
+        f"{pipeline.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading; it takes {takes}"
+    )
