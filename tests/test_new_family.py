@@ -52,6 +52,26 @@ def test_unregistered_family_is_refused(toy_checkpoint, monkeypatch):
         vidax.load_pipeline(toy_checkpoint)
 
 
+@pytest.mark.fast
+def test_toy_family_spec_comes_from_its_configs(toy_checkpoint, toy_registered):
+    """The toy family writes no spec: its FamilySpec follows from its pipeline class and configs,
+    and checks a call (its own keyword included) with no weight read."""
+    from vidax.pipelines.plan import read_plan
+
+    spec = read_plan(toy_checkpoint).spec
+    assert (spec.family, spec.diffusers_classes, spec.latent_streams) == ("toy", ("ToyVideoPipeline",), ("latents",))
+    assert [(c.name, c.kind, c.denoises) for c in spec.components if c.weighted] == [
+        ("text_encoder", "text_encoder", False),
+        ("transformer", "transformer", True),
+        ("vae", "vae", False),
+    ]
+    assert "toy_repeat" in spec.call_args and not spec.makes_audio
+    call = spec.check_call("a toy boat", toy_repeat=2)
+    assert (call.num_frames, call.extra["toy_repeat"]) == (spec.defaults.num_frames, 2)
+    with pytest.raises(vidax.InputError, match="toy_repeat"):
+        spec.check_call("a toy boat", toy_repeat=0)
+
+
 def test_toy_family_runs_through_load_pipeline(toy_checkpoint, toy_registered):
     pipe = vidax.load_pipeline(toy_checkpoint)
     assert type(pipe).__name__ == "ToyVideoPipeline" and pipe.defaults.num_frames == 5

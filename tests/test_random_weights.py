@@ -159,3 +159,14 @@ def test_cli_random_weights_flag_reaches_the_plan(configs_only, tmp_path):
     r = CliRunner().invoke(app, args + ["--output", str(tmp_path / "v.npy")])
     assert r.exit_code == 2, r.output
     assert "error: --random-weights makes every weight from the configs; --weights 'int8' cannot apply" in r.output
+
+
+def test_a_plan_takes_no_weight_format(configs_only):
+    """``from_pretrained(plan)``: the weight format went to ``read_plan``; one given again is
+    refused naming where it goes, before any weight is made."""
+    from vidax.pipelines.plan import read_plan
+
+    plan = read_plan(configs_only, random_weights=True)
+    for given in ({"weight_dtype": "int8"}, {"variant": "fp16"}, {"random_weights": True}, {"transformer": "t.gguf"}):
+        with pytest.raises(InputError, match="go to read_plan, which applies the weight format"):
+            plan.pipeline.from_pretrained(plan, **given)

@@ -302,61 +302,64 @@ def parse_cache_option(
         except InputError as e:
             raise InputError(f"{shown}: {e}") from None
     if kind == "mag":
-        arg = arg.strip()
-        if not colon:
-            return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
-        if not arg:
-            raise InputError(
-                f"{shown}: nothing after 'mag:'; give the ratios (mag:[r1, r2, ...]"
-                f"{' or mag:FILE' if files else ''}), or 'mag' alone to calibrate"
-            )
-        if arg.startswith("["):
-            text, where = arg, "the list"
-        elif not files:
-            raise InputError(
-                f"{shown}: give the ratios inline, mag:[r1, r2, ...] (one per step); no file is read for a request"
-            )
-        else:
-            try:
-                with open(arg, encoding="utf-8-sig") as f:  # a byte-order mark is read past
-                    text = f.read()
-            except OSError as e:
-                raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
-            except UnicodeDecodeError:
-                raise InputError(
-                    f"{shown}: the ratios file {arg!r} is not UTF-8 text; it must hold "
-                    f"{MAG_RATIOS_VALID} as a JSON list or numbers separated by spaces or commas"
-                ) from None
-            where = arg
-        calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
-        expected = (
-            f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
-            f"as {calibrate} prints them"
-        )
-        try:
-            ratios = (
-                json.loads(text)
-                if text.lstrip().startswith("[")
-                else [float(t) for t in re.split(r"[\s,]+", text.strip())]
-            )
-        except ValueError:
-            raise InputError(f"{shown}: {expected}") from None
-        problem = mag_ratios_problem(ratios)
-        if problem:
-            raise InputError(f"{shown}: {expected}; {problem}")
-        if len(ratios) != num_inference_steps:
-            count = f"{len(ratios)} ratios"
-            raise InputError(
-                f"{shown}: {where} holds {count}, the call has {num_inference_steps} steps; give one "
-                f"per step (calibrate with {calibrate} at {num_inference_steps} steps)"
-            )
-        try:
-            return MagCacheConfig(num_inference_steps=num_inference_steps, mag_ratios=ratios)
-        except InputError as e:
-            raise InputError(f"{shown}: {e}") from None
+        return _mag_option(shown, name, colon, arg.strip(), num_inference_steps, files)
     if kind == "taylorseer" and not arg:
         return TaylorSeerCacheConfig(use_lite_mode=True)
     raise InputError(f"{shown}: valid values are {valid}")
+
+
+def _mag_option(shown: str, name: str, colon: str, arg: str, num_inference_steps: int, files: bool) -> CacheConfig:
+    """:func:`parse_cache_option` of ``mag`` / ``mag:RATIOS`` (``arg``: the text after the colon,
+    stripped; ``shown``: the option as errors show it)."""
+    if not colon:
+        return MagCacheConfig(num_inference_steps=num_inference_steps, calibrate=True)
+    if not arg:
+        raise InputError(
+            f"{shown}: nothing after 'mag:'; give the ratios (mag:[r1, r2, ...]"
+            f"{' or mag:FILE' if files else ''}), or 'mag' alone to calibrate"
+        )
+    if arg.startswith("["):
+        text, where = arg, "the list"
+    elif not files:
+        raise InputError(
+            f"{shown}: give the ratios inline, mag:[r1, r2, ...] (one per step); no file is read for a request"
+        )
+    else:
+        try:
+            with open(arg, encoding="utf-8-sig") as f:  # a byte-order mark is read past
+                text = f.read()
+        except OSError as e:
+            raise InputError(f"{shown}: cannot read the ratios file {arg!r} ({e.strerror})") from None
+        except UnicodeDecodeError:
+            raise InputError(
+                f"{shown}: the ratios file {arg!r} is not UTF-8 text; it must hold "
+                f"{MAG_RATIOS_VALID} as a JSON list or numbers separated by spaces or commas"
+            ) from None
+        where = arg
+    calibrate = f"{name} mag" if name.startswith("-") else f"{name}='mag'"
+    expected = (
+        f"{where} must hold {MAG_RATIOS_VALID}: a JSON list, or numbers separated by spaces or commas, "
+        f"as {calibrate} prints them"
+    )
+    try:
+        ratios = (
+            json.loads(text) if text.lstrip().startswith("[") else [float(t) for t in re.split(r"[\s,]+", text.strip())]
+        )
+    except ValueError:
+        raise InputError(f"{shown}: {expected}") from None
+    problem = mag_ratios_problem(ratios)
+    if problem:
+        raise InputError(f"{shown}: {expected}; {problem}")
+    if len(ratios) != num_inference_steps:
+        count = f"{len(ratios)} ratios"
+        raise InputError(
+            f"{shown}: {where} holds {count}, the call has {num_inference_steps} steps; give one "
+            f"per step (calibrate with {calibrate} at {num_inference_steps} steps)"
+        )
+    try:
+        return MagCacheConfig(num_inference_steps=num_inference_steps, mag_ratios=ratios)
+    except InputError as e:
+        raise InputError(f"{shown}: {e}") from None
 
 
 def describe_config(config: CacheConfig) -> str:

@@ -18,6 +18,7 @@ from vidax.pipelines.call import Call, cancel_check
 from vidax.pipelines.common import check_task
 from vidax.pipelines.options import OBJECT, SHARED_OPTIONS, CallOption, check_options, options_by_name
 from vidax.pipelines.output import finite_array
+from vidax.pipelines.spec import diffusers_classes, embeds_options
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 
@@ -204,10 +205,6 @@ def _lora_scale(attention_kwargs: Any) -> float | None:
     return float(scale)
 
 
-#: The config fields of a transformer's attention head counts (each splits over tensor x sequence).
-HEAD_FIELDS = ("num_attention_heads", "audio_num_attention_heads")
-
-
 class CallChecks:
     """A pipeline's call checks and declared keywords; a base of
     :class:`~vidax.pipelines.base.VideoPipeline`."""
@@ -247,29 +244,8 @@ class CallChecks:
             tuple(o for o in SHARED_OPTIONS if o.name not in cls.unsupported_call_args)
             + streams
             + cls.call_options
-            + cls.embeds_options()
+            + embeds_options(cls)
         )
-
-    @classmethod
-    def embeds_options(cls) -> tuple[CallOption, ...]:
-        """The declarations of :attr:`prompt_embeds_args` and their ``negative_`` twins."""
-        return tuple(
-            CallOption(
-                prefix + n,
-                OBJECT,
-                f"diffusers' {prefix + n}: the {what} prompt's precomputed "
-                "encoding (encode_prompt_embeds makes it), instead of the text.",
-            )
-            for prefix, what in (("", "positive"), ("negative_", "negative"))
-            for n in cls.prompt_embeds_args
-        )
-
-    @classmethod
-    def diffusers_classes(cls) -> tuple[str, ...]:
-        """The diffusers pipeline classes (model_index.json's ``_class_name``) registered to run as this class."""
-        return tuple(
-            p.class_name for p in registry().pipelines() if p.target == f"{cls.__module__}:{cls.__name__}"
-        ) or (cls.__name__,)
 
     @classmethod
     def refused_keyword(cls, keyword: str) -> Any:
@@ -277,7 +253,7 @@ class CallChecks:
         this pipeline refuses (None: not a refused one)."""
         from vidax.pipelines.diffusers_keywords import refused
 
-        return next((e for c in cls.diffusers_classes() if (e := refused(c, keyword)) is not None), None)
+        return next((e for c in diffusers_classes(cls) if (e := refused(c, keyword)) is not None), None)
 
     @classmethod
     def capabilities_of(cls, info: CheckpointInfo) -> Capabilities:
@@ -325,112 +301,44 @@ class CallChecks:
         return scheduler_from_config(config, source=file)
 
     @classmethod
-    def check_checkpoint(cls, info: CheckpointInfo, mesh: Any = None) -> None:
-        """The checks of a checkpoint that need no call and no weights: its scheduler
-        (:meth:`read_scheduler`) and, on ``mesh``, that each transformer's attention heads split
-        over ``tensor x sequence``. :meth:`from_pretrained` runs it first; ``vidax generate``
-        runs it with the mesh of ``--dp/--tp/--sp`` before loading.
-
-        Raises:
-            ConfigError: see :meth:`read_scheduler`. InputError: heads that do not split (the
-                message lists the valid ``(tp, sp)``).
-        """
-        from vidax.parallel.mesh import check_heads
-
-        cls.read_scheduler(info)
-        for what, heads in cls.attention_heads(info):
-            check_heads(mesh, heads, what)
-
-    @classmethod
-    def attention_heads(cls, info: CheckpointInfo) -> list[tuple[str, int]]:
-        """``(config file, heads)`` of each attention head count the transformers' configs declare
-        (``num_attention_heads``; LTX-2's ``audio_num_attention_heads`` too): what ``tensor x
-        sequence`` must divide. From the configs only: the mesh errors list the valid sizes for them."""
-        ckpt = info.checkpoint
-        out = []
-        for name in info.transformers:
-            spec = registry().component(ckpt.class_of(name), source=f"{ckpt.source} ({name})")
-            config = ckpt.typed_config(name, spec.config_class())
-            out += [
-                (ckpt.config_file(name) + ("" if field == HEAD_FIELDS[0] else f" ({field})"), getattr(config, field))
-                for field in HEAD_FIELDS
-                if getattr(config, field, None) is not None
-            ]
-        return out
-
-    @classmethod
-    def check_call(
-        cls,
-        info: CheckpointInfo,
-        prompt: Any = None,
-        negative_prompt: Any = None,
-        *,
-        image: Any = None,
-        height: Any = None,
-        width: Any = None,
-        num_frames: Any = None,
-        num_inference_steps: Any = None,
-        guidance_scale: Any = None,
-        guidance_scale_2: Any = None,
-        num_videos_per_prompt: Any = 1,
-        seed: Any = None,
-        latents: Any = None,
-        max_sequence_length: Any = None,
-        output_type: str = "np",
-        progress: bool = True,
-        callback: Any = None,
-        cancel: Any = None,
-        decode_audio: Any = True,
-        return_dict: Any = True,
-        attention_kwargs: Any = None,
-        callback_on_step_end: Any = None,
-        callback_on_step_end_tensor_inputs: Any = None,
-        **extra: Any,
-    ) -> Call:
+    def check_call(cls, info: CheckpointInfo, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any) -> Call:
         """Check a call's arguments against the checkpoint's configs and fill in the defaults.
 
+        ``kwargs``: the shared keywords (:class:`SharedArgs`) and the family's own.
         Needs no weights: ``vidax generate`` runs it before loading.
 
         Raises:
             InputError: an unknown keyword, or an argument that is not valid (the message names
                 it, its value and what is valid).
         """
-        given = {
-            k
-            for k, v in dict(
-                negative_prompt=negative_prompt,
-                image=image,
-                height=height,
-                width=width,
-                num_frames=num_frames,
-                num_inference_steps=num_inference_steps,
-                guidance_scale=guidance_scale,
-                guidance_scale_2=guidance_scale_2,
-                seed=seed,
-                latents=latents,
-                max_sequence_length=max_sequence_length,
-                **extra,
-            ).items()
-            if v is not None
-        }
+        a = SharedArgs.take(kwargs)
+        extra = kwargs
+        given = {k for k in _GIVEN if getattr(a, k) is not None} | {k for k, v in extra.items() if v is not None}
+        if negative_prompt is not None:
+            given.add("negative_prompt")
         streams = {k: extra.pop(k) for k in cls.latent_streams[1:] if k in extra}
         extra = _check_keywords(cls, extra, given)
         prompts, negatives, parts, negative_parts = _call_prompts(cls, prompt, negative_prompt, extra)
-        height, width, num_frames = _call_size(cls, info, height, width, num_frames)
+        height, width, num_frames = _call_size(cls, info, a.height, a.width, a.num_frames)
         steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt = _call_numbers(
-            cls, info, num_inference_steps, guidance_scale, guidance_scale_2, max_sequence_length, num_videos_per_prompt
+            cls,
+            info,
+            a.num_inference_steps,
+            a.guidance_scale,
+            a.guidance_scale_2,
+            a.max_sequence_length,
+            a.num_videos_per_prompt,
         )
-        _check_output_and_seed(output_type, seed, decode_audio, callback, return_dict)
-        step_end = _step_end(callback_on_step_end, callback_on_step_end_tensor_inputs)
-        lora_scale = _lora_scale(attention_kwargs)
-        cancel = cancel_check(cancel)
-        _check_task_inputs(cls, info, image, extra)
-        if seed is None:
-            seed = int(np.random.SeedSequence().entropy % 2**31)
+        _check_output_and_seed(a.output_type, a.seed, a.decode_audio, a.callback, a.return_dict)
+        step_end = _step_end(a.callback_on_step_end, a.callback_on_step_end_tensor_inputs)
+        lora_scale = _lora_scale(a.attention_kwargs)
+        cancel = cancel_check(a.cancel)
+        _check_task_inputs(cls, info, a.image, extra)
+        seed = int(np.random.SeedSequence().entropy % 2**31) if a.seed is None else a.seed
         call = Call(
             prompts,
             negatives,
-            image,
+            a.image,
             int(height),
             int(width),
             num_frames,
@@ -441,22 +349,69 @@ class CallChecks:
             int(seed),
             None,
             max_sequence_length,
-            output_type,
-            bool(progress),
-            callback,
+            a.output_type,
+            bool(a.progress),
+            a.callback,
             dict(extra),
             cancel=cancel,
             given=frozenset(given),
-            decode_audio=decode_audio is None or bool(decode_audio),  # None: the default
+            decode_audio=a.decode_audio is None or bool(a.decode_audio),  # None: the default
             step_end=step_end,
             lora_scale=lora_scale,
-            return_dict=return_dict is None or bool(return_dict),
+            return_dict=a.return_dict is None or bool(a.return_dict),
             prompt_parts=parts,
             negative_parts=negative_parts,
         )
-        call = _with_latents(cls, info, call, {cls.latent_streams[0]: latents, **streams})
+        call = _with_latents(cls, info, call, {cls.latent_streams[0]: a.latents, **streams})
         _check_schedule(cls, info, call)
         return call
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedArgs:
+    """The shared keywords of a call as given to :meth:`CallChecks.check_call` (their defaults when
+    not given: None, the family's default to come, for most)."""
+
+    image: Any = None
+    height: Any = None
+    width: Any = None
+    num_frames: Any = None
+    num_inference_steps: Any = None
+    guidance_scale: Any = None
+    guidance_scale_2: Any = None
+    num_videos_per_prompt: Any = 1
+    seed: Any = None
+    latents: Any = None
+    max_sequence_length: Any = None
+    output_type: str = "np"
+    progress: bool = True
+    callback: Any = None
+    cancel: Any = None
+    decode_audio: Any = True
+    return_dict: Any = True
+    attention_kwargs: Any = None
+    callback_on_step_end: Any = None
+    callback_on_step_end_tensor_inputs: Any = None
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> SharedArgs:
+        """The shared keywords popped from ``kwargs`` (what is left: the family's own)."""
+        return cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls) if f.name in kwargs})
+
+
+#: The shared keywords a call counts as given (:attr:`Call.given`) when not None.
+_GIVEN = (
+    "image",
+    "height",
+    "width",
+    "num_frames",
+    "num_inference_steps",
+    "guidance_scale",
+    "guidance_scale_2",
+    "seed",
+    "latents",
+    "max_sequence_length",
+)
 
 
 def _check_keywords(cls: type, extra: dict, given: set) -> dict:
@@ -464,7 +419,7 @@ def _check_keywords(cls: type, extra: dict, given: set) -> dict:
     pipeline does not take is refused, naming what it takes (or why diffusers' keyword is refused)."""
     if "generator" in extra and extra["generator"] is None:  # diffusers' "draw at random": no seed=
         del extra["generator"]
-    own = options_by_name(cls.call_options + cls.embeds_options())
+    own = options_by_name(cls.call_options + embeds_options(cls))
     unknown = sorted(set(extra) - set(own)) + sorted(given & set(cls.unsupported_call_args))
     for u in unknown:
         entry = cls.refused_keyword(u)

@@ -8,7 +8,6 @@ The pipeline class is the one the registry (:mod:`vidax.registry`) holds for ``_
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import status
 from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
+from vidax.pipelines.spec import check_load_options, diffusers_classes
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
 from vidax.pipelines.weight_formats import transformer_source, weights_source
 from vidax.registry import registry
@@ -176,10 +176,61 @@ def check_pipeline_class(cls: type, checkpoint: Checkpoint) -> None:
     own = pipeline_class(checkpoint)
     if family_of(own) == family_of(cls):
         return
-    ours = cls.diffusers_classes()[0] if hasattr(cls, "diffusers_classes") else cls.__name__
+    ours = diffusers_classes(cls)[0]
     raise InputError(
         f"{ours}.from_pretrained({checkpoint.root!r}): its model_index.json names {named}, not a {ours} "
         f"checkpoint; load it with vidax.{named}.from_pretrained(path) or vidax.load_pipeline(path)"
+    )
+
+
+#: The keywords of :meth:`Loading.from_pretrained` that say which weights are read (:func:`plan_of`).
+WEIGHT_FORMAT = ("variant", "weight_dtype", "transformer", "random_weights")
+
+
+def plan_of(
+    cls: type,
+    path: Any,
+    variant: Any = None,
+    weight_dtype: Any = None,
+    transformer: Any = None,
+    random_weights: Any = None,
+) -> Plan:
+    """The plan of ``path`` (a folder or an opened :class:`Checkpoint`) for the pipeline class
+    ``cls``, read with its weight format (:func:`with_variant`, :func:`read_plan`); ``path`` itself
+    where it is a :class:`Plan` already (its weight format applied there).
+
+    Args:
+        weight_dtype: None, ``"int8"`` or ``"float8_e4m3fn"`` (``"fp8"``): the transformers'
+            Linear kernels (not those kept float32) stored 8-bit with per-output-channel
+            scales, quantized as they are read (:mod:`vidax.nn.quant`).
+        transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
+            ``.safetensors`` in the original repository's layout) read instead of the
+            folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
+        variant: diffusers' ``variant="fp16"``: the folders' ``<name>.fp16.safetensors`` (or
+            shards) are read where they have them (:func:`with_variant`); None: the plain files.
+        random_weights: make every weight on the device from the configs instead of reading
+            files (:func:`vidax.load_pipeline`); with a plan, give it to ``read_plan``.
+
+    Raises:
+        InputError: a weight format given with a plan; as :func:`check_pipeline_class` and
+            :func:`read_plan`.
+    """
+    if isinstance(path, Plan):
+        if weight_dtype is not None or transformer is not None or variant is not None or random_weights:
+            raise InputError(
+                "weight_dtype=, transformer=, variant= and random_weights= go to read_plan, which applies the "
+                "weight format; "
+                "from_pretrained takes a plan as read_plan gives it"
+            )
+        return path
+    checkpoint = with_variant(Checkpoint.open(path), variant)
+    check_pipeline_class(cls, checkpoint)
+    return read_plan(
+        checkpoint,
+        pipeline=cls,
+        weight_dtype=weight_dtype,
+        transformer=transformer,
+        random_weights=bool(random_weights),
     )
 
 
@@ -258,12 +309,9 @@ class Loading:
         stats: RunStats | None = None,
         offload_experts: bool = True,
         progress: bool = True,
-        weight_dtype: Any = None,
-        transformer: Any = None,
         matmul_precision: str | None = None,
         preset: str | None = None,
         micro_batch: int | None = None,
-        random_weights: bool = False,
         **options: Any,
     ):
         """Load every component of a diffusers-layout folder: ``vidax.WanPipeline.from_pretrained(path)``
@@ -287,19 +335,9 @@ class Loading:
             offload_experts: with two experts, keep the one not in use in host memory.
             progress: show a status line on stderr while the weights load; False also silences
                 every later call that does not give ``progress=`` (:func:`vidax.load_pipeline`).
-            weight_dtype: None, ``"int8"`` or ``"float8_e4m3fn"`` (``"fp8"``): the transformers'
-                Linear kernels (not those kept float32) stored 8-bit with per-output-channel
-                scales, quantized as they are read (:mod:`vidax.nn.quant`).
-            transformer: a single-file transformer checkpoint (``.gguf``, fp8-scaled or plain
-                ``.safetensors`` in the original repository's layout) read instead of the
-                folder's ``transformer/`` weights (:mod:`vidax.weights.single_file`).
-            variant: diffusers' ``variant="fp16"``: the folders' ``<name>.fp16.safetensors`` (or
-                shards) are read where they have them (:func:`with_variant`); None: the plain files.
-            matmul_precision: ``"highest"`` (float32 products in float32 on every backend, as
-                torch), ``"high"`` or ``"default"`` (the backend's fastest: one bfloat16 pass on
-                TPU, TF32 on GPU), for everything; None (default): ``"highest"``, except the
-                float32 VAE's decode of a bfloat16 run at ``"high"`` (TF32-class, as diffusers'
-                convolutions on a GPU); see :mod:`vidax.nn.precision`.
+            matmul_precision: ``"highest"`` (float32 products in float32, as torch), ``"high"``
+                or ``"default"`` (the backend's fastest); None (default): ``"highest"``, the float32
+                VAE's decode of a bfloat16 run ``"high"``; see :mod:`vidax.nn.precision`.
             preset: a preset of the family (:func:`vidax.load_pipeline`), applied to the plan
                 before any weight is read.
             micro_batch: rows of the denoising step's batch (prompts x videos x CFG passes) each
@@ -307,9 +345,9 @@ class Loading:
                 where the device plan finds only those fit (:mod:`vidax.pipelines.device_plan`).
                 Parts divide a layer's activations (the CFG passes one after another, as
                 diffusers' Wan pipelines run them) at the cost of smaller matmuls.
-            random_weights: make every weight on the device from the configs instead of reading
-                files (:func:`vidax.load_pipeline`); with a plan, give it to ``read_plan``.
-            **options: the family's loading options (e.g. ``vae_dtype``).
+            **options: the family's loading options (e.g. ``vae_dtype``), and the weight format
+                (:data:`WEIGHT_FORMAT`: ``weight_dtype``, ``transformer``, ``variant``,
+                ``random_weights``; :func:`plan_of`).
 
         Raises:
             CheckpointError, ConfigError, InputError (see :func:`vidax.load_pipeline`); InputError
@@ -323,29 +361,12 @@ class Loading:
         t0 = time.perf_counter()
         setup_compile_cache()  # once per process (load_pipeline's), for vidax.WanPipeline.from_pretrained too
         dtype = dtype_option(dtype, options)
-        variant = options.pop("variant", None)
+        weight_format = {k: options.pop(k, None) for k in WEIGHT_FORMAT}
         if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
             path = resolve_checkpoint(resolve_named_checkpoint(path), bool(options.pop("local_files_only", False)))
-        cls.check_load_options(options)
+        check_load_options(cls, options)
         parse_matmul_precision(matmul_precision)
-        if isinstance(path, Plan):
-            if weight_dtype is not None or transformer is not None or variant is not None or random_weights:
-                raise InputError(
-                    "weight_dtype=, transformer=, variant= and random_weights= go to read_plan, which applies the "
-                    "weight format; "
-                    "from_pretrained takes a plan as read_plan gives it"
-                )
-            plan = path
-        else:
-            checkpoint = with_variant(Checkpoint.open(path), variant)
-            check_pipeline_class(cls, checkpoint)
-            plan = read_plan(
-                checkpoint,
-                pipeline=cls,
-                weight_dtype=weight_dtype,
-                transformer=transformer,
-                random_weights=random_weights,
-            )
+        plan = plan_of(cls, path, **weight_format)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
         plan = with_placement(
             plan,
@@ -418,40 +439,6 @@ class Loading:
             pipe.enable_cache(plan.preset.cache_config(pipeline, info.defaults.num_inference_steps))
             pipe._preset_cache = pipe.cache_config
         return pipe
-
-    @classmethod
-    def load_options(cls) -> tuple[str, ...]:
-        """The family's loading options :meth:`from_pretrained` passes on (the keywords of its
-        :meth:`load_components` beyond the shared ones, e.g. ``vae_dtype``)."""
-        shared = {"cls", "info", "dtype", "mesh", "offload", "staging", "offload_experts"}
-        params = inspect.signature(cls.load_components).parameters.values()
-        return tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name not in shared)
-
-    @classmethod
-    def check_load_options(cls, options: Mapping[str, Any]) -> None:
-        """Raise InputError for a loading keyword this pipeline does not take."""
-        params = inspect.signature(cls.load_components).parameters.values()
-        unknown = sorted(set(options) - set(cls.load_options()))
-        if not unknown or any(p.kind == p.VAR_KEYWORD for p in params):  # a family taking any option checks its own
-            return
-        takes = ", ".join(
-            f"{n}="
-            for n in (
-                "dtype",
-                "mesh",
-                "offload",
-                "stats",
-                "offload_experts",
-                "progress",
-                "matmul_precision",
-                "preset",
-                "micro_batch",
-                *cls.load_options(),
-            )
-        )
-        raise InputError(
-            f"{cls.__name__} takes no {', '.join(f'{u}=' for u in unknown)} when loading; it takes {takes}"
-        )
 
     @classmethod
     def plan_staging(

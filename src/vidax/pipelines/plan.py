@@ -13,6 +13,7 @@ weights the plan names. ``from_pretrained``, ``vidax generate``, ``vidax serve``
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 
 from vidax.checkpoint import TASK_NAMES, Checkpoint, CheckpointInfo
 from vidax.errors import ConfigError
+from vidax.pipelines.spec import FamilySpec
 from vidax.pipelines.staging import Staging
 from vidax.registry import registry
 
@@ -79,10 +81,17 @@ class Plan:
     micro_batch: int | None = None
     asked_micro_batch: int | None = None
 
+    @functools.cached_property
+    def spec(self) -> FamilySpec:
+        """The family's description for this checkpoint (:class:`~vidax.pipelines.spec.FamilySpec`
+        of :attr:`pipeline` and :attr:`info`), built from the configs on first use: every check of
+        the plan before weights runs from it."""
+        return FamilySpec.of(self.pipeline, self.info)
+
     @property
     def heads(self) -> list[int]:
         """The attention head counts of the checkpoint's transformers (what a mesh must split)."""
-        return [h for _, h in self.pipeline.attention_heads(self.info)]
+        return [h for _, h in self.spec.attention_heads]
 
 
 def pipeline_class(checkpoint: Checkpoint, task: str | None = None) -> type:
@@ -147,7 +156,7 @@ def with_call(plan: Plan, **kwargs: Any) -> Plan:
     Raises:
         InputError: a bad call argument (naming it).
     """
-    return dataclasses.replace(plan, call=plan.pipeline.check_call(plan.info, **kwargs))
+    return dataclasses.replace(plan, call=plan.spec.check_call(**kwargs))
 
 
 def with_placement(
@@ -183,18 +192,18 @@ def with_placement(
     from vidax.parallel.mesh import resolve_mesh
     from vidax.parallel.offload import resolve_offload
 
-    cls, info = plan.pipeline, plan.info
-    cls.check_load_options(options)
+    spec = plan.spec
+    spec.check_load_options(options)
     matmul_precision = parse_matmul_precision(matmul_precision)
     dtype = parse_dtype(dtype)
     check_backend()
     check_matmul_setting()  # a VIDAX_CPU_MATMUL that is not a choice: one line, before any weight is read
     mesh = resolve_mesh(mesh, heads=plan.heads)
-    cls.check_checkpoint(info, mesh)
+    spec.check_checkpoint(mesh)
     offload = resolve_offload(offload)
     check_micro_batch(micro_batch, mesh)  # before any weight is read
-    staging = cls.plan_staging(
-        info, dtype, options.get("vae_dtype", jnp.float32), offload, mesh, options.get("text_encoder_dtype", dtype)
+    staging = spec.plan_staging(
+        dtype, options.get("vae_dtype", jnp.float32), offload, mesh, options.get("text_encoder_dtype", dtype)
     )
     plan = dataclasses.replace(
         plan,
@@ -214,14 +223,7 @@ def with_placement(
 def default_call(plan: Plan) -> Any:
     """``plan``'s call, or for a load alone the checkpoint's default call (its own size, frames and
     steps; None where a default call needs inputs, e.g. an image)."""
-    from vidax.errors import VidaxError
-
-    if plan.call is not None:
-        return plan.call
-    try:
-        return plan.pipeline.check_call(plan.info, "a video")
-    except VidaxError:  # inputs a default call lacks (an image, a video): no call to plan for
-        return None
+    return plan.call if plan.call is not None else plan.spec.default_call()
 
 
 def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
@@ -235,7 +237,7 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
 
     limit = device_limit()
     call = default_call(plan)
-    if limit is None or call is None or plan.pipeline.model_size(plan.info, call) is None:
+    if limit is None or call is None or plan.spec.model_size(call) is None:
         return plan
     sizes = plan.device_plan.sizes if plan.device_plan is not None else None
     dp = plan_device(
@@ -250,7 +252,7 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
     )
     offload = dp.offload_config(asked)
     staging = Staging(
-        {n: bool(dp.staged.get(n)) for n in plan.pipeline.stageable},
+        {n: bool(dp.staged.get(n)) for n in plan.spec.stageable},
         "auto" if offload is None else offload.memory_kind,
         dp.text_chunk,
     )
@@ -281,8 +283,7 @@ def with_memory(plan: Plan, *, refuse: bool = True, vae_tiling: bool = False) ->
     if plan.device_plan is not None:
         return _with_device_memory(plan, refuse, vae_tiling)
     mesh = plan.mesh
-    est = plan.pipeline.check_memory(
-        plan.info,
+    est = plan.spec.check_memory(
         plan.call,
         dtype=plan.dtype,
         loaded=False,

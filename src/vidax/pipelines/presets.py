@@ -325,12 +325,11 @@ def with_preset(plan: Any, name: str | None, spelling: str = "preset=") -> Any:
 
 
 def with_preset_call(plan: Any, given: Mapping[str, Any]) -> Any:
-    """``plan`` with its call (:func:`~vidax.pipelines.plan.with_call`): ``given`` over the plan's
-    preset's keywords, checked against the preset's scheduler where it sets one."""
-    from vidax.pipelines.plan import with_call
-
+    """``plan`` with its call (as :func:`~vidax.pipelines.plan.with_call`: checked by its
+    :class:`~vidax.pipelines.spec.FamilySpec`): ``given`` over the plan's preset's keywords,
+    checked against the preset's scheduler where it sets one."""
     kwargs, _ = preset_call(plan.preset, given)
-    return with_call(plan, **kwargs)
+    return dataclasses.replace(plan, call=plan.spec.check_call(**kwargs))
 
 
 def preset_summary(plan: Any, given: Mapping[str, Any], cache_given: bool = False) -> str | None:

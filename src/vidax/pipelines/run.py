@@ -23,7 +23,7 @@ from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
 from vidax.pipelines.memory import _gib, available_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, finite_array, frames_as_pil
-from vidax.pipelines.sampling import restore_denoising_state, run_denoising_loop
+from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
 from vidax.pipelines.step_cache import CacheCarry, CacheSpec, check_cache_call, step_shapes
 from vidax.stats import RunStats
 
@@ -291,25 +291,19 @@ class Denoising:
         if not offloaded_stacks(module):
             # bf16 stacks on CPU enter the jitted step as uint16 views (no copy of them per step).
             params = as_stack_bits(params, getattr(module, "block_stacks", ()))
-        x, state = run_denoising_loop(
-            step,
-            params,
-            x,
-            state,
-            args,
-            count,
-            stats,
-            call.progress,
-            cb,
-            mesh=self.mesh,
-            arg_axes=arg_axes,
-            first_step=done,
-            total_steps=total,
+        hooks = LoopHooks(
+            progress=call.progress,
+            callback=cb,
             cancel=call.cancel,
             cache=cache,
             on_step_end=step_end,
             interrupt=lambda: self._interrupt,
             on_state=on_state,
+            first_step=done,
+            total_steps=total,
+        )
+        x, state = run_denoising_loop(
+            step, params, x, state, args, count, stats, hooks, mesh=self.mesh, arg_axes=arg_axes
         )
         return (x, state.sched) if cache is not None else (x, state)
 

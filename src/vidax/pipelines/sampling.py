@@ -8,6 +8,7 @@ times with the latents buffer donated, recording compile time and per-step times
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,42 @@ from vidax.pipelines.common import progress_bar
 from vidax.stats import RunStats
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopHooks:
+    """What :func:`run_denoising_loop` reports to and asks between steps (each None: none).
+
+    Attributes:
+        progress: show a progress bar on stderr.
+        callback: ``callback(i, num_inference_steps)`` after step ``i``.
+        cancel: ``cancel()`` is asked before the compile, before every step and, in a streamed
+            step, after every chunk of blocks is dispatched; True stops the loop there
+            (:class:`~vidax.errors.Cancelled`).
+        cache: a step cache (:class:`vidax.pipelines.step_cache.StepCache`; the state is then its
+            :class:`~vidax.pipelines.step_cache.CacheCarry`): ``cache.before_step`` sets the host's
+            decision in the state before each step and ``cache.after_step`` records what ran.
+        on_step_end: ``on_step_end(i, latents)`` runs after step ``i`` and before ``callback``; a
+            value it returns (not None) replaces the latents.
+        interrupt: diffusers' ``pipe.interrupt``, asked before the compile and before every step:
+            True skips the remaining steps (no error); the latents of the last step run are
+            returned, as diffusers' loop ``continue``s to its end and decodes them.
+        on_state: ``on_state(i, latents, state)`` runs after ``on_step_end``, with the latents
+            and state the next step starts from.
+        first_step, total_steps: steps are named ``first_step + i + 1`` of ``total_steps``
+            (None: ``num_inference_steps``), so a call split over experts names the step of the
+            whole call.
+    """
+
+    progress: bool = True
+    callback: Callable[[int, int], None] | None = None
+    cancel: Callable[[], bool] | None = None
+    cache: Any = None
+    on_step_end: Callable[[int, Any], Any] | None = None
+    interrupt: Callable[[], bool] | None = None
+    on_state: Callable[[int, Any, Any], None] | None = None
+    first_step: int = 0
+    total_steps: int | None = None
+
+
 def run_denoising_loop(
     step: Any,
     params: Any,
@@ -31,19 +68,13 @@ def run_denoising_loop(
     args: tuple,
     num_inference_steps: int,
     stats: RunStats,
-    progress: bool = True,
-    callback: Callable[[int, int], None] | None = None,
+    hooks: LoopHooks = LoopHooks(),
+    *,
     mesh: Any = None,
     arg_axes: tuple | None = None,
-    first_step: int = 0,
-    total_steps: int | None = None,
-    cancel: Callable[[], bool] | None = None,
-    cache: Any = None,
-    on_step_end: Callable[[int, Any], Any] | None = None,
-    interrupt: Callable[[], bool] | None = None,
-    on_state: Callable[[int, Any, Any], None] | None = None,
 ) -> tuple[jax.Array, Any]:
-    """Run ``latents, state = step(params, latents, state, *args)`` for every step.
+    """Run ``latents, state = step(params, latents, state, *args)`` for every step, with ``hooks``
+    (:class:`LoopHooks`) between them.
 
     ``latents`` is one array or a pytree of latent streams (video and audio: each checked,
     sharded and returned the same way). ``step`` is a ``jax.jit`` function (with
@@ -62,52 +93,36 @@ def run_denoising_loop(
 
     After every step the latents are checked for NaN/Inf (one ``isfinite().all()`` reduction
     over the latents, a bool read on the host: the step has already been waited for, so it
-    costs one small kernel over the latents, not over the transformer's activations). Steps are
-    named ``first_step + i + 1`` of ``total_steps`` (default: ``num_inference_steps``), so a
-    call split over experts names the step of the whole call.
-
-    With a step ``cache`` (a :class:`vidax.pipelines.step_cache.StepCache`; ``state`` is then its
-    :class:`~vidax.pipelines.step_cache.CacheCarry`), ``cache.before_step`` sets the host's
-    decision in the state before each step and ``cache.after_step`` records what ran.
-
-    ``on_step_end(i, latents)`` (when given) runs after step ``i`` and before ``callback``; a
-    value it returns (not None) replaces the latents. ``on_state(i, latents, state)`` (when
-    given) runs after that, with the latents and state the next step starts from.
-
-    ``cancel()`` (when given) is asked before the compile, before every step and, in a streamed
-    step, after every chunk of blocks is dispatched; True stops the loop there.
-
-    ``interrupt()`` (when given) is diffusers' ``pipe.interrupt``, asked before the compile and
-    before every step: True skips the remaining steps (no error); the latents of the last step
-    run are returned, as diffusers' loop ``continue``s to its end and decodes them.
+    costs one small kernel over the latents, not over the transformer's activations).
 
     Raises:
         NumericalError: a step's latents hold NaN/Inf (e.g. a bfloat16 overflow in the
             transformer); the loop stops there.
-        Cancelled: ``cancel()`` returned True (``done`` names the last step completed).
+        Cancelled: ``hooks.cancel()`` returned True (``done`` names the last step completed).
     """
-    total_steps = num_inference_steps if total_steps is None else total_steps
-    check_cancel(cancel, first_step, total_steps)
-    if interrupt is not None and interrupt():
+    h = hooks
+    total_steps = num_inference_steps if h.total_steps is None else h.total_steps
+    check_cancel(h.cancel, h.first_step, total_steps)
+    if h.interrupt is not None and h.interrupt():
         return latents, state
     if mesh is not None:
         step, latents, state, args = shard_step(step, latents, state, args, mesh, arg_axes)
     # The bar shows from before the compile, which can take a while with nothing else on screen.
-    bar = progress_bar(num_inference_steps, "denoising (compiling the step)", disable=not progress, unit="step")
+    bar = progress_bar(num_inference_steps, "denoising (compiling the step)", disable=not h.progress, unit="step")
     try:
         with stats.timed("compile_s"):
             compiled = step.lower(params, latents, state, *args).compile()
         bar.set_description("denoising", refresh=False)
         bar.reset()  # the rate and the time left count the steps only
         for i in range(num_inference_steps):
-            check_cancel(cancel, first_step + i, total_steps)
-            if interrupt is not None and interrupt():
+            check_cancel(h.cancel, h.first_step + i, total_steps)
+            if h.interrupt is not None and h.interrupt():
                 break
             latents, state = _run_step(
-                compiled, params, latents, state, args, i, stats, cache, cancel, first_step, total_steps
+                compiled, params, latents, state, args, i, stats, h.cache, h.cancel, h.first_step, total_steps
             )
             bar.update()
-            latents = _after_step(i, latents, state, num_inference_steps, on_step_end, on_state, callback)
+            latents = _after_step(i, latents, state, num_inference_steps, h.on_step_end, h.on_state, h.callback)
     finally:
         bar.close()
     if mesh is not None:

@@ -84,12 +84,10 @@ class _Item:
     latent_frames: int
 
 
-def condition_items(info, call, warn: bool = True) -> list[_Item]:
-    """The call's conditions checked (InputError naming the argument) and trimmed as the
-    reference (``warn``: log the trims; the check before loading does)."""
+def _raw_conditions(call) -> tuple[list[tuple], list[tuple]]:
+    """``(raw, flat)``: ``(prefix, frames, index, strength, crf)`` of each of the call's conditions
+    as given, and the flat ``(name, value)`` of ``image`` / ``video`` given."""
     x = call.extra
-    k = info.vae_config.temporal_compression
-    f_lat = info.latent_grid(call.num_frames, call.height, call.width)[0]
     conditions, video = x.get("conditions"), x.get("video")
     flat = [(n, v) for n, v in (("image", call.image), ("video", video)) if v is not None]
     raw = []
@@ -119,6 +117,15 @@ def condition_items(info, call, warn: bool = True) -> list[_Item]:
         for name in ("condition_index", "condition_strength"):
             if x.get(name) is not None:
                 raise InputError(Arg(name, x[name]), " was given without an image, video or conditions to apply it to")
+    return raw, flat
+
+
+def condition_items(info, call, warn: bool = True) -> list[_Item]:
+    """The call's conditions checked (InputError naming the argument) and trimmed as the
+    reference (``warn``: log the trims; the check before loading does)."""
+    k = info.vae_config.temporal_compression
+    f_lat = info.latent_grid(call.num_frames, call.height, call.width)[0]
+    raw, flat = _raw_conditions(call)
     out = []
     for prefix, frames, index, strength, crf in raw:
         fname = f"{prefix}frames" if prefix else flat[0][0]

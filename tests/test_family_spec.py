@@ -1,0 +1,135 @@
+"""Every registered family's spec (:class:`vidax.pipelines.spec.FamilySpec`) is built from its
+configs alone and runs a call's checks and defaults with no weight: one released configuration per
+family (``reference_configs/``, where a folder there lacks a component's config the test adds one
+from the folder's own ``arch_essentials.json`` or from the Wan folder it shares it with), every task
+each does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from vidax.errors import InputError
+from vidax.pipelines.plan import read_plan
+from vidax.pipelines.spec import FamilySpec
+from vidax.registry import registry
+
+pytestmark = pytest.mark.fast
+
+REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference_configs")
+WAN = "Wan-AI__Wan2.1-T2V-1.3B-Diffusers"
+QWEN_ROPE = {"rope_type": "default", "mrope_section": [16, 24, 24]}
+
+#: family -> (reference folder, model_index.json entries to add, component -> config to write).
+#: A config is ``("essentials", extra keys)`` (the folder's arch_essentials.json) or ``("wan", name)``.
+FOLDERS = {
+    "wan": (WAN, {}, {}),
+    "cogvideox": ("THUDM__CogVideoX-5b-I2V", {}, {}),
+    "cosmos": (
+        "nvidia__Cosmos-Predict2.5-2B",
+        {"tokenizer": ["transformers", "Qwen2TokenizerFast"]},
+        {"text_encoder": ("essentials", {"model_type": "qwen2_5_vl", "rope_parameters": QWEN_ROPE}, True)},
+    ),
+    "cosmos3": ("nvidia__Cosmos3-Nano", {}, {}),
+    "hunyuan_video": ("hunyuanvideo-community__HunyuanVideo-I2V", {}, {}),
+    "hunyuan_video15": (
+        "hunyuanvideo-community__HunyuanVideo-1.5-Diffusers-480p_t2v",
+        {
+            "text_encoder": ["transformers", "Qwen2_5_VLTextModel"],
+            "tokenizer": ["transformers", "Qwen2Tokenizer"],
+            "tokenizer_2": ["transformers", "ByT5Tokenizer"],
+        },
+        {
+            "text_encoder": ("essentials", {"model_type": "qwen2_5_vl_text", "rope_parameters": QWEN_ROPE}, False),
+            "text_encoder_2": ("essentials", {"model_type": "t5"}, False),
+            "tokenizer_2": None,
+        },
+    ),
+    "ltx": ("Lightricks__LTX-Video-0.9.7-dev", {}, {}),
+    "ltx2": ("Lightricks__LTX-2", {}, {}),
+    "skyreels_v2": (
+        "Skywork__SkyReels-V2-DF-1.3B-540P-Diffusers",
+        {},
+        {"text_encoder": ("wan", "text_encoder"), "vae": ("wan", "vae"), "tokenizer": None},
+    ),
+}
+
+
+def _essentials(path: str, extra: dict, nested: bool) -> dict:
+    with open(os.path.join(path, "arch_essentials.json")) as f:
+        arch = {
+            k: v
+            for k, v in json.load(f).items()
+            if not k.startswith("_") and not k.startswith(("source", "hf_", "base_"))
+        }
+    if nested:  # a ForConditionalGeneration class: the language model's numbers under text_config
+        return {"model_type": extra["model_type"], "text_config": {**arch, "rope_parameters": extra["rope_parameters"]}}
+    return {**arch, **extra}
+
+
+def configs_folder(root, family: str) -> str:
+    """The family's reference folder, completed where it lacks a component's config (no weights)."""
+    name, index, components = FOLDERS[family]
+    src = os.path.join(REFERENCE, name)
+    if not index and not components:
+        return src
+    dst = os.path.join(str(root), name)
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "model_index.json")) as f:
+        model_index = json.load(f)
+    with open(os.path.join(dst, "model_index.json"), "w") as f:
+        json.dump({**model_index, **index}, f)
+    for component, how in components.items():
+        folder = os.path.join(dst, component)
+        os.makedirs(folder, exist_ok=True)
+        if how is None:  # a tokenizer: random weights read a stand-in
+            continue
+        if how[0] == "wan":
+            shutil.copy(os.path.join(REFERENCE, WAN, how[1], "config.json"), folder)
+            continue
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(_essentials(folder, how[1], how[2]), f)
+    return dst
+
+
+FAMILIES = sorted({p.family for p in registry().pipelines()})
+
+
+def test_every_registered_family_has_a_configs_folder_here():
+    assert sorted(FOLDERS) == FAMILIES
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_spec_runs_the_call_checks_and_defaults_from_configs_alone(family, tmp_path):
+    folder = configs_folder(tmp_path, family)
+    assert not any(f.endswith((".safetensors", ".bin")) for _, _, fs in os.walk(folder) for f in fs)
+    info = read_plan(folder, random_weights=True).info
+    for task in info.tasks:
+        plan = read_plan(folder, task=task, random_weights=True)
+        spec = plan.spec
+        assert isinstance(spec, FamilySpec) and spec is plan.spec and spec.family == family
+        assert spec.pipeline is plan.pipeline
+        assert all(registry().pipeline(c).load() is spec.pipeline for c in spec.diffusers_classes)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.task = "x"
+        assert [c.name for c in spec.components if c.denoises] == list(info.transformers)
+        assert all(c.kind is not None for c in spec.components if c.denoises)
+        image = {"image": np.zeros((48, 64, 3), np.uint8)} if "image" in spec.call_args and spec.task == "i2v" else {}
+        call = spec.check_call("a cat", **image)
+        d = spec.defaults
+        assert (call.height, call.width, call.num_inference_steps) == (d.height, d.width, d.num_inference_steps)
+        assert call.num_frames == plan.pipeline.resolve_num_frames(info, d.num_frames)
+        assert call.max_sequence_length == d.max_sequence_length and call.prompts == ["a cat"]
+        shapes = spec.latent_shapes(call)
+        assert spec.latent_streams[0] in shapes and set(shapes) <= set(spec.latent_streams)
+        if spec.audio_stream is not None:
+            assert spec.audio_stream in spec.latent_streams
+        with pytest.raises(InputError, match="takes no 'not_a_keyword'"):
+            spec.check_call("a cat", not_a_keyword=1, **image)
+        with pytest.raises(InputError, match="num_inference_steps"):
+            spec.check_call("a cat", num_inference_steps=0, **image)
