@@ -251,7 +251,7 @@ def test_streamed_layers_equal_resident(gemma):
     the rest stays resident give the resident encoder's hidden states. float32; the chunk programs
     are the resident scan's layers cut at chunk boundaries, so only XLA's fusion choices around a
     boundary can differ (measured: bit-equal on the CPU); tolerance 1e-6 relative."""
-    from vidax.parallel.layer_streaming import streams_layers
+    from vidax.parallel.offload import streams_layers
     from vidax.parallel.offload import OffloadConfig, offloaded_blocks
 
     _, path, enc = gemma

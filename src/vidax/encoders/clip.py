@@ -60,7 +60,7 @@ from vidax.nn.inputs import compute_dtype
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.layer_streaming import streams_layers
+from vidax.parallel.offload import streams_layers
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -671,7 +671,7 @@ def encode_clip_text(encoder: CLIPTextEncoder, tokens: Any, *,
         use_attention_mask: mask padded keys; False (default) runs without the mask, as
             HunyuanVideo's ``_get_clip_prompt_embeds`` calls ``text_encoder_2(input_ids)``.
 
-    An encoder whose layers stream (:func:`~vidax.parallel.layer_streaming.streams_layers`) runs outside
+    An encoder whose layers stream (:func:`~vidax.parallel.offload.streams_layers`) runs outside
     a jit, a jitted program per chunk of layers.
     """
     if streams_layers(encoder):

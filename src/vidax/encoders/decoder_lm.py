@@ -87,7 +87,7 @@ from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.layer_streaming import streams_layers
+from vidax.parallel.offload import streams_layers
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 
@@ -515,7 +515,7 @@ def encode_hidden_states(
     :meth:`DecoderLM.all_hidden_states` (``output_layer=None``: (n + 1, B, L, D), the layer axis
     moved to ``stack_axis``: -1 gives (B, L, D, n + 1), ``torch.stack(hidden_states, dim=-1)``)
     of token ids (B, L) and an optional mask (B, L), in the encoder's dtype. An encoder whose
-    layers stream (:func:`~vidax.parallel.layer_streaming.streams_layers`) runs outside a jit, a jitted
+    layers stream (:func:`~vidax.parallel.offload.streams_layers`) runs outside a jit, a jitted
     program per chunk of layers."""
     ids = jnp.asarray(input_ids)
     if streams_layers(encoder):

@@ -66,8 +66,7 @@ from vidax.nn.kernels import from_stack_bits, xla_cpu_upcasts
 from vidax.nn.layers import Linear, RMSNorm
 from vidax.nn.rope import apply_rope
 from vidax.nn.stack import stacked
-from vidax.parallel.layer_streaming import streams_layers
-from vidax.parallel.offload import streamed_stack
+from vidax.parallel.offload import streamed_stack, streams_layers
 from vidax.parallel.rules import column_parallel, row_parallel
 from vidax.weights.loader import KeyRules
 

@@ -41,7 +41,7 @@ from vidax.nn.inputs import compute_dtype
 from vidax.nn.kernels import from_stack_bits, stack_bits_state
 from vidax.nn.layers import Linear, RMSNorm, matmul
 from vidax.nn.stack import scan_layers, stacked
-from vidax.parallel.layer_streaming import streams_layers
+from vidax.parallel.offload import streams_layers
 from vidax.weights.loader import KeyRules
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -553,7 +553,7 @@ def encode_tokens(
             ``_get_t5_prompt_embeds``); else the mask is applied (Wan's).
         zero_padding: zero the outputs past each prompt's length (Wan's).
 
-    An encoder whose layers stream (:func:`~vidax.parallel.layer_streaming.streams_layers`) runs outside
+    An encoder whose layers stream (:func:`~vidax.parallel.offload.streams_layers`) runs outside
     a jit, a jitted program per chunk of layers.
     """
     if streams_layers(encoder):

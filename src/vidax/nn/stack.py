@@ -82,7 +82,7 @@ def scan_layers(
 
     streamed = streamed_stack(layers)
     if streamed is not None and start == 0 and per_layer is None:  # chunk by chunk from host memory
-        return scan_streamed(streamed, carry, body, num_layers=num_layers, collect=collect)
+        return scan_streamed(streamed, carry, body, scan_layers, num_layers=num_layers, collect=collect)
     graphdef, state = nnx.split(layers)
     paths, treedef = jax.tree_util.tree_flatten_with_path(state)
     leaves = [leaf for _, leaf in paths]

@@ -5,7 +5,7 @@ Such an encoder's stacks are :class:`~vidax.parallel.offload.OffloadedBlocks` wh
 :class:`FileLayers`: nothing of them waits in host memory; each chunk is read from the
 checkpoint's memory-mapped files (the OS page cache keeps them while memory allows) when it is
 fetched. The encoder's forward then runs outside a jit (its front doors check
-:func:`streams_layers`), and :func:`vidax.nn.stack.scan_layers` finds the stack streamed and runs
+:func:`vidax.parallel.offload.streams_layers`), and :func:`vidax.nn.stack.scan_layers` finds the stack streamed and runs
 :func:`scan_streamed`: a jitted scan per chunk, the next chunk's copy issued before this one's
 compute, so the device holds the encoder's other weights, two chunks and the activations. It
 works for every encoder whose layers run through ``scan_layers`` (T5 / UMT5, CLIP's text tower,
@@ -74,17 +74,13 @@ def stack_of(path: tuple, attrs: Sequence[str]) -> str | None:
     return attr
 
 
-def streams_layers(module: nnx.Module) -> bool:
-    """True when some stacked layers of ``module`` are streamed
-    (:func:`~vidax.parallel.offload.attach_chunks`): its forward then runs outside a jit, each
-    chunk of layers jitted (:func:`scan_streamed`)."""
-    from vidax.parallel.offload import offloaded_stacks
-
-    return bool(offloaded_stacks(module))
-
-
 def scan_streamed(
-    blocks: Any, carry: Any, body: Callable[..., Any], num_layers: int | None = None, collect: bool = False
+    blocks: Any,
+    carry: Any,
+    body: Callable[..., Any],
+    scan: Callable[..., Any],
+    num_layers: int | None = None,
+    collect: bool = False,
 ) -> Any:
     """:func:`vidax.nn.stack.scan_layers` over the streamed stack ``blocks``
     (:class:`~vidax.parallel.offload.OffloadedBlocks`) outside a jit: each chunk fetched
@@ -92,9 +88,8 @@ def scan_streamed(
     jitted program (one per chunk size; ``body``'s closure goes into it as constants, so it is
     compiled once per call), only the
     chunks holding the first ``num_layers`` layers. Same results as the resident scan;
-    ``collect`` concatenates the chunks' collected carries."""
-    from vidax.nn.stack import scan_layers
-
+    ``collect`` concatenates the chunks' collected carries. ``scan``: the resident scan each chunk
+    runs (:func:`vidax.nn.stack.scan_layers`, which calls this one: passed in, not imported)."""
     count = blocks.num_layers if num_layers is None else num_layers
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= blocks.num_layers:
         raise ValueError(f"scan_layers: num_layers={num_layers!r} must be an int in [0, {blocks.num_layers}].")
@@ -104,7 +99,7 @@ def scan_streamed(
 
     @functools.partial(jax.jit, static_argnums=2)
     def scan_chunk(chunk, c, n):
-        return scan_layers(nnx.merge(graphdef, from_stack_bits(chunk)), c, body, num_layers=n, collect=collect)
+        return scan(nnx.merge(graphdef, from_stack_bits(chunk)), c, body, num_layers=n, collect=collect)
 
     def compute(i, chunk, c):
         out = scan_chunk(chunk, c, min(blocks.sizes[i], count - starts[i]))

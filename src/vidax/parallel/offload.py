@@ -387,6 +387,13 @@ def offloaded_stacks(module: nnx.Module) -> tuple[OffloadedBlocks, ...]:
     return tuple(stacks[a] for a in order if a in stacks)
 
 
+def streams_layers(module: nnx.Module) -> bool:
+    """True when some stacked layers of ``module`` are streamed
+    (:func:`attach_chunks`): its forward then runs outside a jit, each
+    chunk of layers jitted (:func:`~vidax.parallel.layer_streaming.scan_streamed`)."""
+    return bool(offloaded_stacks(module))
+
+
 def offloaded_blocks(module: nnx.Module) -> OffloadedBlocks | None:
     """The first streamed block stack of ``module`` (its only one, for a single-stack model), or
     None when its blocks are resident."""
