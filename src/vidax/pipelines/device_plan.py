@@ -140,7 +140,7 @@ def parameter_sizes(
         at = vae_dtype if is_decoder else dtype if is_transformer else text_encoder_dtype
         fmt = (ckpt.weights if weights == "checkpoint" else weights) if is_transformer else None
         if from_headers:
-            source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.folder(name)
+            source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.reader(name)
             counted = component_bytes(source, at, spec.block_stacks if is_transformer else (), fmt)
             stacks = counted.get("stacks", {}).values()
             sizes = (counted["total"], sum(b for b, _ in stacks), max((n for _, n in stacks), default=0))
