@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,6 +62,10 @@ logger = logging.getLogger("vidax.offload")
 HOST_MEMORY_KINDS = ("pinned_host", "unpinned_host")
 #: Valid ``OffloadConfig.memory_kind`` values ("numpy": plain host arrays).
 MEMORY_KIND_CHOICES = ("auto", "pinned_host", "unpinned_host", "numpy")
+
+#: Argument shapes a :class:`ChunkedStep` keeps compiled (the least recently used dropped
+#: first): a long ``vidax serve`` of many sizes holds at most this many sets of executables a step.
+COMPILED_SHAPES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +235,8 @@ class OffloadedBlocks:
         self._putters = [stack_bits_putter(a.dtype, s) for a, s in zip(self._chunks[0], self._shardings)]
         self.sizes = [int(lv[0].shape[0]) for lv in self._chunks]
         self.num_layers = sum(self.sizes)
+        # streamed_call's step of the owning module, its compiled pieces with it (dropped with it).
+        self.call_step: ChunkedStep | None = None
         ids = jax.tree.unflatten(self._treedef, list(range(len(self._chunks[0]))))
         self._leaf_index = {tuple(p): v.get_value() for p, v in nnx.to_flat_state(ids)}
 
@@ -492,6 +499,8 @@ class ChunkedStep:
             decision), and ``post`` is the cache's ``end`` + ``head`` + ``finish``.
         out_shardings: ``(latents, state)`` output shardings of ``post`` (set on a mesh, see
             :meth:`with_out_shardings`).
+        compiled_shapes: how many argument shapes stay compiled (:class:`CompiledShapes`; the
+            step's variants, :meth:`for_blocks` and :meth:`with_out_shardings`, share them).
 
     Call ``step.lower(params, latents, state, *args).compile()`` (as for a jitted function),
     then call the result with the same arguments; ``params`` is ``nnx.state(model)`` (its block
@@ -507,6 +516,7 @@ class ChunkedStep:
         *,
         out_shardings: Any = None,
         cache: Any = None,
+        compiled_shapes: int = COMPILED_SHAPES,
         _shared: dict | None = None,
     ):
         self.graphdef = graphdef
@@ -517,7 +527,7 @@ class ChunkedStep:
         self.model_args = model_args
         self.finish = finish
         self.out_shardings = out_shardings
-        self._shared = _shared if _shared is not None else {"compiled": {}, "jits": {}}
+        self._shared = _shared if _shared is not None else {"compiled": CompiledShapes(compiled_shapes), "jits": {}}
 
     @property
     def blocks(self) -> OffloadedBlocks:
@@ -652,7 +662,7 @@ class ChunkedStep:
             self.out_shardings,
         )
         cache = self._shared["compiled"]
-        if key not in cache:
+        if cache.get(key) is None:
             pre_fn, post_fn = self._jits()
             pre = pre_fn.lower(rest, latents, state, *args).compile()
             x_info, inputs_info = jax.tree.map(lambda i: _abstract(i, i.sharding), pre.out_info)
@@ -706,11 +716,42 @@ class ChunkedStep:
                 post = post_fn.lower(
                     rest, x_info, x_info, x_info, inputs_info, aux_info, latents, state, *args
                 ).compile()
-            cache[key] = (pre, chunks, post)
-            self._shared.setdefault("first", {})[key] = first
+            cache.put(key, (pre, chunks, post, first))
             logger.info("offload: compiled the streamed step (chunk sizes %s)", [sorted(c) for c in chunks])
-        pre, chunks, post = cache[key]
-        return CompiledChunkedStep(self, pre, chunks, post, self._shared.get("first", {}).get(key))
+        return CompiledChunkedStep(self, *cache.get(key))
+
+
+class CompiledShapes:
+    """A :class:`ChunkedStep`'s compiled pieces by argument shapes: at most ``limit`` entries,
+    the least recently used dropped when one more is put."""
+
+    def __init__(self, limit: int = COMPILED_SHAPES):
+        if limit < 1:
+            raise InputError(f"compiled_shapes={limit!r}: keep at least 1 compiled shape")
+        self.limit = limit
+        self._entries: OrderedDict = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        """The entry of ``key`` (now the most recently used), or None."""
+        if key not in self._entries:
+            return None
+        self._entries.move_to_end(key)
+        return self._entries[key]
+
+    def put(self, key: Any, entry: Any) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.limit:
+            self._entries.popitem(last=False)
+
+    def items(self) -> list:
+        return list(self._entries.items())
+
+    def values(self) -> list:
+        return list(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclasses.dataclass
@@ -812,8 +853,10 @@ def _layer_slice(entries: Any, start: int, size: int, abstract: bool = False) ->
 
 def streamed_call(module: nnx.Module, *args: Any) -> Any:
     """``module(*args)`` for a module whose blocks are streamed: one :class:`ChunkedStep` pass
-    (compiled on first use for these shapes, shared by modules of one structure). For tests and
-    one-off calls; the pipelines run :class:`ChunkedStep` inside their denoising loop.
+    (compiled on first use for these shapes; the step and its compiled pieces, at most
+    :data:`COMPILED_SHAPES` shapes, are the module's own, kept by its first streamed stack as
+    ``call_step``). For tests and one-off calls; the pipelines run their own
+    :class:`ChunkedStep` inside their denoising loop.
 
     Raises:
         InputError: ``module``'s blocks are not offloaded.
@@ -822,14 +865,11 @@ def streamed_call(module: nnx.Module, *args: Any) -> Any:
     if not stacks:
         raise InputError(f"streamed_call: {type(module).__name__}'s blocks are not offloaded.")
     graphdef, params = nnx.split(module)
-    # Modules of one structure share the compiled pieces.
-    shared = _CALL_CACHES.setdefault(graphdef, {"compiled": {}, "jits": {}})
-    step = ChunkedStep(graphdef, stacks, _call_args, _call_finish, _shared=shared)
+    step = stacks[0].call_step
+    if step is None or step.graphdef != graphdef or step.stacks != stacks:
+        step = stacks[0].call_step = ChunkedStep(graphdef, stacks, _call_args, _call_finish)
     out, _ = step.compile_for(params, None, None, *args)(params, None, None, *args)
     return out
-
-
-_CALL_CACHES: dict = {}
 
 
 def _call_args(latents, state, *args):
