@@ -12,6 +12,8 @@ import io
 import os
 import tokenize
 
+import pytest
+
 from tests.paths import REPO
 
 SRC = os.path.join(REPO, "src", "vidax")
@@ -92,3 +94,101 @@ def test_no_function_over_80_lines_in_pipelines_and_the_cli():
                     long[f"{os.path.relpath(path, SRC)}:{node.lineno} {node.name}"] = n
     assert len(paths) > 10
     assert long == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 49's targets, measured as the files are (physical lines, every parameter but self/cls):
+# no module over 900 lines, at most 5 functions over 80 lines, none over 12 parameters.
+
+MAX_LONG_FUNCTIONS = 5
+MAX_PARAMETERS = 12
+
+#: Today's offenders, each in files other engineers of issue 49 / 46 are changing (the command
+#: line, the pipeline core, the text encoders); the lists may only shrink: an entry that no
+#: longer offends fails :func:`test_size_offenders_are_the_allowed_ones` until it is removed.
+ALLOWED_LONG_FILES = {"encoders/decoder_lm.py", "models/ltx/pipeline.py"}
+ALLOWED_LONG_FUNCTIONS = {
+    "cli.py:serve",
+    "generate_command.py:run",
+    "serve/command.py:run",
+    "pipelines/memory.py:check_memory",
+    "pipelines/loading.py:from_pretrained",
+    "pipelines/call_checks.py:check_call",
+    "pipelines/device_plan.py:choose",
+    "pipelines/sampling.py:run_denoising_loop",
+    "pipelines/cache_configs.py:parse_cache_option",
+    "models/ltx/pipeline.py:condition_items",
+    "models/ltx2/pipeline_condition.py:condition_items",
+    "encoders/gemma4.py:all_hidden_states",
+    "encoders/gemma4.py:from_config_dict",
+}
+ALLOWED_MANY_PARAMETERS = {
+    "cli.py:generate",
+    "cli.py:serve",
+    "generate_command.py:run",
+    "serve/command.py:run",
+    "pipelines/loading.py:from_pretrained",
+    "pipelines/call_checks.py:check_call",
+    "pipelines/sampling.py:run_denoising_loop",
+}
+
+
+def _offenders(root: str = SRC) -> tuple[set[str], set[str], set[str]]:
+    """``(files, functions, parameters)``: the modules under ``root`` over 900 lines, the
+    functions over 80 lines and those over 12 parameters (``path:name``, paths relative to
+    ``root``)."""
+    files, functions, parameters = set(), set(), set()
+    for path in _modules(root):
+        source, rel = _source(path), os.path.relpath(path, root)
+        if source.count("\n") > MAX_FILE_LINES:
+            files.add(rel)
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                functions.add(f"{rel}:{node.name}")
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+            if params and params[0].arg in ("self", "cls"):
+                params = params[1:]
+            if len(params) > MAX_PARAMETERS:
+                parameters.add(f"{rel}:{node.name}")
+    return files, functions, parameters
+
+
+def test_size_offenders_are_the_allowed_ones():
+    """No module, function or signature outgrows issue 49's sizes outside the allow-lists, and
+    each allow-list holds only what still offends (it can only shrink)."""
+    files, functions, parameters = _offenders()
+    assert len(list(_modules(SRC))) > 100  # the walk found the package
+    assert files == ALLOWED_LONG_FILES, (sorted(files - ALLOWED_LONG_FILES), sorted(ALLOWED_LONG_FILES - files))
+    assert functions == ALLOWED_LONG_FUNCTIONS, (
+        sorted(functions - ALLOWED_LONG_FUNCTIONS),
+        sorted(ALLOWED_LONG_FUNCTIONS - functions),
+    )
+    assert parameters == ALLOWED_MANY_PARAMETERS, (
+        sorted(parameters - ALLOWED_MANY_PARAMETERS),
+        sorted(ALLOWED_MANY_PARAMETERS - parameters),
+    )
+
+
+def test_size_measure_finds_each_kind(tmp_path):
+    """The measure sees a long module, a long function and a long signature (methods' ``self``
+    not counted), and nothing in short ones."""
+    params = ", ".join(f"a{i}" for i in range(13))
+    (tmp_path / "big.py").write_text(
+        f"def wide({params}):\n    pass\n\n\nclass C:\n    def m(self, {params[4:]}):\n        pass\n\n\n"
+        "def long():\n" + "    x = 1\n" * 80 + "\n" * 820
+    )
+    (tmp_path / "small.py").write_text("def f(a):\n    return a\n")
+    assert _offenders(str(tmp_path)) == ({"big.py"}, {"big.py:long"}, {"big.py:wide"})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 49: the offenders of ALLOWED_* are in files the CLI, pipeline-core and text-encoder "
+    "engineers are changing; remove this mark (xfail strict: it fails once they pass) when they land",
+)
+def test_sizes_meet_issue_49s_targets():
+    files, functions, parameters = _offenders()
+    assert not files and len(functions) <= MAX_LONG_FUNCTIONS and not parameters, (files, functions, parameters)
