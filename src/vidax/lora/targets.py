@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.lora.formats import LoraModule
-from vidax.models.hunyuan_video.convert import ORIGINAL_EMBEDDER_NAMES
+from vidax.models.hunyuan_video.original_names import ORIGINAL_EMBEDDER_NAMES
 from vidax.nn.gguf import value_shape as gguf_shape
 from vidax.nn.quant import _at, quantizable_kernels
 from vidax.parallel.offload import offloaded_stacks

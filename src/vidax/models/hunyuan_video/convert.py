@@ -12,6 +12,8 @@ VAE: :data:`VAE_FP32_PARAMS` (the keys map by the default rule: ``...conv1.conv.
 
 from __future__ import annotations
 
+from vidax.models.hunyuan_video.original_names import ORIGINAL_EMBEDDER_NAMES
+
 # ---------------------------------------------------------------------------------------------
 # Transformer
 
@@ -72,18 +74,6 @@ VAE_FP32_PARAMS = (r"norm[^/]*/(scale|bias)$",)
 #: The keys every original-layout HunyuanVideo transformer has (``model.diffusion_model.``
 #: stripped): how a file's layout is told (:func:`vidax.weights.single_file.detect_layout`).
 SINGLE_FILE_LAYOUT = ("HunyuanVideo", ("img_in.proj.weight", "double_blocks.0.img_attn_qkv.weight"))
-
-#: The original repository's names of the timestep, guidance and pooled-text embedders ->
-#: diffusers' (a single file's renames and the LoRA converter's,
-#: :data:`vidax.lora.targets.ORIGINAL_NAMES`).
-ORIGINAL_EMBEDDER_NAMES = {
-    "time_in.mlp.0": "time_text_embed.timestep_embedder.linear_1",
-    "time_in.mlp.2": "time_text_embed.timestep_embedder.linear_2",
-    "guidance_in.mlp.0": "time_text_embed.guidance_embedder.linear_1",
-    "guidance_in.mlp.2": "time_text_embed.guidance_embedder.linear_2",
-    "vector_in.in_layer": "time_text_embed.text_embedder.linear_1",
-    "vector_in.out_layer": "time_text_embed.text_embedder.linear_2",
-}
 
 #: diffusers' ``convert_hunyuan_video_transformer_to_diffusers`` renames, applied in order.
 SINGLE_FILE_RENAMES = {
