@@ -59,7 +59,8 @@ from starlette.routing import Route
 
 from vidax.pipelines.presets import family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload, number_texts
-from vidax.serve.jobs import COMPLETED, FAILED, JobRunner
+from vidax.serve.jobs import JobRunner
+from vidax.serve.store import COMPLETED, FAILED
 
 #: Seconds between two looks at a job whose events are streamed.
 EVENTS_POLL = 0.1
