@@ -186,7 +186,8 @@ def streamed(args) -> None:
     from vidax.models.wan.config import WanTransformerConfig
     from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.wan.transformer import WanTransformer3DModel
-    from vidax.parallel.offload import _CALL_CACHES, offload_module, offloaded_blocks, streamed_call
+    from vidax.parallel.chunked_step import streamed_call
+    from vidax.parallel.offload import offload_module, offloaded_blocks
     from vidax.weights.loader import DtypePolicy
 
     cfg = WanTransformerConfig.from_config_dict(dict(CONFIG_1_3B, num_layers=args.layers))
@@ -208,8 +209,9 @@ def streamed(args) -> None:
     outs = {f: np.asarray(streamed_call(m, x, t, ctx), np.float32) for f, m in models.items()}
     for form, model in models.items():
         blocks = offloaded_blocks(model)
-        ((_, (chunks,), _),) = [
-            v for k, v in _CALL_CACHES[nnx.graphdef(model)]["compiled"].items() if k[2] == (blocks.signature,)
+        # the compiled pieces of streamed_call's step (blocks.call_step): (pre, chunk programs, post, first)
+        ((_, (chunks,), _, _),) = [
+            v for k, v in blocks.call_step._shared["compiled"].items() if k[2] == (blocks.signature,)
         ]
         copies = [
             ln

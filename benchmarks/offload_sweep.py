@@ -62,7 +62,8 @@ def run_config(
     from vidax.models.wan.config import WanTransformerConfig
     from vidax.models.wan.convert import TRANSFORMER_FP32_PARAMS
     from vidax.models.wan.transformer import WanTransformer3DModel
-    from vidax.parallel.offload import ChunkedStep, offload_module, offloaded_blocks
+    from vidax.parallel.chunked_step import ChunkedStep
+    from vidax.parallel.offload import offload_module, offloaded_blocks
     from vidax.stats import device_memory_stats, live_array_bytes
 
     config = CONFIGS[model_name] if num_layers is None else dict(CONFIGS[model_name], num_layers=num_layers)

@@ -8,7 +8,7 @@ the FLOP formula. :func:`build_step` then runs the family's own pipeline code fo
 the encoders: its ``check_call`` at the checkpoint's default size, ``condition``,
 ``prepare_latents``, ``set_timesteps``, ``step_args`` and ``step_fn`` (the transformer call on
 the CFG batch where the family runs CFG, the guidance and the scheduler update; a
-:class:`~vidax.parallel.offload.ChunkedStep` when the blocks are streamed). So a step here is
+:class:`~vidax.parallel.chunked_step.ChunkedStep` when the blocks are streamed). So a step here is
 the step a real run of that checkpoint compiles, with random weights.
 
 Weights are made on the host (:func:`build_transformer`): each parameter from one tiled

@@ -130,3 +130,80 @@ def test_cli_functions_take_few_parameters_and_import_no_private_name():
     assert len(paths) >= 8 and any(p.endswith(os.path.join("cli", "app.py")) for p in paths)
     breaches = {os.path.relpath(p, SRC): b for p in paths if (b := _cli_breaches(_source(p)))}
     assert breaches == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 49's targets, measured as the files are (physical lines, every parameter but self/cls):
+# no module over 900 lines, at most 5 functions over 80 lines, none over 12 parameters.
+
+MAX_LONG_FUNCTIONS = 5
+MAX_PARAMETERS = 12
+
+#: The functions over 80 lines that remain (issue 49 allows five): the list may only shrink, an
+#: entry that no longer offends fails :func:`test_size_offenders_are_the_allowed_ones` until it
+#: is removed.
+ALLOWED_LONG_FILES: set[str] = set()
+ALLOWED_LONG_FUNCTIONS = {
+    "pipelines/memory.py:check_memory",
+    "encoders/gemma4.py:all_hidden_states",
+    "encoders/gemma4.py:from_config_dict",
+    "nn/stack.py:scan_layers",
+    "weights/random_weights.py:random_module",
+}
+ALLOWED_MANY_PARAMETERS: set[str] = set()
+
+
+def _offenders(root: str = SRC) -> tuple[set[str], set[str], set[str]]:
+    """``(files, functions, parameters)``: the modules under ``root`` over 900 lines, the
+    functions over 80 lines and those over 12 parameters (``path:name``, paths relative to
+    ``root``)."""
+    files, functions, parameters = set(), set(), set()
+    for path in _modules(root):
+        source, rel = _source(path), os.path.relpath(path, root)
+        if source.count("\n") > MAX_FILE_LINES:
+            files.add(rel)
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                functions.add(f"{rel}:{node.name}")
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+            if params and params[0].arg in ("self", "cls"):
+                params = params[1:]
+            if len(params) > MAX_PARAMETERS:
+                parameters.add(f"{rel}:{node.name}")
+    return files, functions, parameters
+
+
+def test_size_offenders_are_the_allowed_ones():
+    """No module, function or signature outgrows issue 49's sizes outside the allow-lists, and
+    each allow-list holds only what still offends (it can only shrink)."""
+    files, functions, parameters = _offenders()
+    assert len(list(_modules(SRC))) > 100  # the walk found the package
+    assert files == ALLOWED_LONG_FILES, (sorted(files - ALLOWED_LONG_FILES), sorted(ALLOWED_LONG_FILES - files))
+    assert functions == ALLOWED_LONG_FUNCTIONS, (
+        sorted(functions - ALLOWED_LONG_FUNCTIONS),
+        sorted(ALLOWED_LONG_FUNCTIONS - functions),
+    )
+    assert parameters == ALLOWED_MANY_PARAMETERS, (
+        sorted(parameters - ALLOWED_MANY_PARAMETERS),
+        sorted(ALLOWED_MANY_PARAMETERS - parameters),
+    )
+
+
+def test_size_measure_finds_each_kind(tmp_path):
+    """The measure sees a long module, a long function and a long signature (methods' ``self``
+    not counted), and nothing in short ones."""
+    params = ", ".join(f"a{i}" for i in range(13))
+    (tmp_path / "big.py").write_text(
+        f"def wide({params}):\n    pass\n\n\nclass C:\n    def m(self, {params[4:]}):\n        pass\n\n\n"
+        "def long():\n" + "    x = 1\n" * 80 + "\n" * 820
+    )
+    (tmp_path / "small.py").write_text("def f(a):\n    return a\n")
+    assert _offenders(str(tmp_path)) == ({"big.py"}, {"big.py:long"}, {"big.py:wide"})
+
+
+def test_sizes_meet_issue_49s_targets():
+    files, functions, parameters = _offenders()
+    assert not files and len(functions) <= MAX_LONG_FUNCTIONS and not parameters, (files, functions, parameters)

@@ -11,7 +11,6 @@ from flax import nnx
 from vidax.errors import CheckpointError
 from vidax.nn.stack import scan_layers, stacked
 from vidax.weights import CheckpointReader, DtypePolicy, KeyRules, export_state_dict, load_module, save_safetensors
-from vidax.weights.safetensors_io import use_variant
 
 
 class Block(nnx.Module):
@@ -223,7 +222,7 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
     leave it (the plain file or shards beside ``<name>.fp16.safetensors`` or
     ``<name>.fp16-0000k-of-0000n.safetensors`` with ``<name>.safetensors.index.fp16.json``) is
     read from its plain weights, as diffusers' ``from_pretrained`` without ``variant=``; a folder
-    holding one variant alone (single file or shards) is read as it is; after ``use_variant``
+    holding one variant alone (single file or shards) is read as it is; with ``variant=``
     (``load_pipeline(..., variant=)``) that variant's files are read."""
     plain = {"a": np.ones(3, np.float32), "b": np.zeros(2, np.float32)}
     half = {k: v.astype(np.float16) + 1 for k, v in plain.items()}
@@ -255,12 +254,9 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
         {"model.fp16-00001-of-00002.safetensors": ["a"], "model.fp16-00002-of-00002.safetensors": ["b"]},
     )
     assert CheckpointReader(sharded).get("b").dtype == np.float32
-    use_variant(sharded, "fp16")  # load_pipeline(..., variant="fp16"): that variant's shards, by their index
-    try:
-        assert CheckpointReader(sharded).get("b").dtype == np.float16
-        assert CheckpointReader(both).get("a").dtype == np.float32  # another folder: its plain file
-    finally:
-        use_variant(sharded, None)
+    # load_pipeline(..., variant="fp16"): that variant's shards, by their index
+    assert CheckpointReader(sharded, variant="fp16").get("b").dtype == np.float16
+    assert CheckpointReader(both, variant="bf16").get("a").dtype == np.float32  # no such variant: its plain file
     assert CheckpointReader(sharded).get("b").dtype == np.float32
     (sharded / "model.safetensors").unlink()
     reader = CheckpointReader(sharded)  # the variant's shards alone: its index names them
@@ -275,6 +271,29 @@ def test_plain_weights_are_read_beside_a_variant(tmp_path):
     two = folder("two", {"model.fp16.safetensors": half, "model.bf16.safetensors": half})
     with pytest.raises(CheckpointError, match="several safetensors files"):
         CheckpointReader(two)
+
+
+def test_variant_is_the_checkpoints_own(tmp_path):
+    """``load_pipeline(..., variant=)`` is a field of the :class:`~vidax.checkpoint.Checkpoint`,
+    not of the process: two checkpoints of one folder, one with ``variant="fp16"``, read their own
+    files side by side; a component folder given in place of the checkpoint's (``with_folder``)
+    is read from its plain files."""
+    import dataclasses
+
+    from vidax.checkpoint import Checkpoint
+
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "P", "transformer": ["diffusers", "T"]}))
+    folder = tmp_path / "transformer"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"_class_name": "T"}))
+    save_safetensors({"a": np.ones(3, np.float32)}, folder / "model.safetensors")
+    save_safetensors({"a": np.ones(3, np.float16)}, folder / "model.fp16.safetensors")
+    plain = Checkpoint.open(tmp_path)
+    fp16 = dataclasses.replace(plain, variant="fp16")
+    assert fp16.reader("transformer").get("a").dtype == np.float16
+    assert plain.reader("transformer").get("a").dtype == np.float32
+    assert fp16.reader("transformer").get("a").dtype == np.float16
+    assert fp16.with_folder("transformer", str(folder)).reader("transformer").get("a").dtype == np.float32
 
 
 def test_read_into_fills_the_tensor_rows_and_converts(tmp_path):

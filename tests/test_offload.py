@@ -22,13 +22,14 @@ from vidax.errors import InputError
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.convert import transformer_key_rules
 from vidax.models.wan.transformer import WanTransformer3DModel
+from vidax.parallel.chunked_step import ChunkedStep, streamed_call
 from vidax.parallel.offload import (
     OffloadConfig,
     host_memory_kind,
     offload_module,
     offloaded_blocks,
+    offloaded_stacks,
     resolve_offload,
-    streamed_call,
 )
 from vidax.weights import export_state_dict, save_safetensors
 from vidax.weights.component import load_component
@@ -114,7 +115,7 @@ def reference(ckpt):
 def _compiled_chunk_sizes(pipe) -> set:
     """Chunk sizes compiled for the (single) streamed stack."""
     (step,) = pipe._step_fns.values()
-    return {size for _, (chunks,), _ in step._shared["compiled"].values() for size in chunks}
+    return {size for _, (chunks,), _, _ in step._shared["compiled"].values() for size in chunks}
 
 
 class WeightMeter:
@@ -186,6 +187,44 @@ def test_offloaded_equals_resident(ckpt, reference, mesh, chunk, monkeypatch):
         assert resident_bytes > bound
     else:
         assert max(meter.seen) == resident_bytes == meter.rest_bytes + meter.chunk_bytes[0]
+
+
+def test_streamed_steps_keep_a_bounded_compile_cache_of_their_own(ckpt):
+    """A streamed step keeps at most ``compiled_shapes`` argument shapes compiled, the least
+    recently used dropped first, through a long run of distinct sizes (a ``vidax serve``); the
+    compiled pieces are the step's own: another streamed transformer's (its ``streamed_call``)
+    is neither shared nor evicted, and runs again without compiling."""
+    path = os.path.join(ckpt, "transformer")
+    t = np.array([500.0], np.float32)
+    ctx = jax.random.normal(jax.random.PRNGKey(1), (1, 7, 64))
+
+    def x(width):
+        return jax.random.normal(jax.random.PRNGKey(0), (1, 3, 6, width, 16))
+
+    first = load_component("WanTransformer3DModel", path, offload=2)
+    out = np.asarray(streamed_call(first, x(8), t, ctx))
+    kept = offloaded_blocks(first).call_step._shared["compiled"]
+    (entry,) = kept.values()
+    second = load_component("WanTransformer3DModel", path, offload=2)
+    graphdef, params = nnx.split(second)
+    step = ChunkedStep(
+        graphdef,
+        offloaded_stacks(second),
+        lambda latents, state, *args: args,
+        lambda out, latents, state, *args: (out, None),
+        compiled_shapes=2,
+    )
+    compiled = step._shared["compiled"]
+    for width in (4, 6, 4, 8):  # 4 used again before 8 comes: 6 is the one dropped
+        step.compile_for(params, None, None, x(width), t, ctx)
+        assert len(compiled) <= 2
+    assert [k[1][-3][0] for k, _ in compiled.items()] == [(1, 3, 6, 4, 16), (1, 3, 6, 8, 16)]
+    assert offloaded_blocks(second).call_step is None
+    assert kept.values() == [entry]  # the first transformer's: not evicted
+    np.testing.assert_array_equal(np.asarray(streamed_call(first, x(8), t, ctx)), out)
+    assert kept.values() == [entry]  # run again without compiling
+    with pytest.raises(InputError, match=r"^compiled_shapes=0: keep at least 1 compiled shape"):
+        ChunkedStep(graphdef, offloaded_stacks(second), None, None, compiled_shapes=0)
 
 
 def test_streamed_transformer(ckpt):
@@ -302,9 +341,8 @@ def test_bf16_chunks_enter_the_chunk_jit_as_bits_bit_identically(ckpt, monkeypat
         model = load_component("WanTransformer3DModel", path, dtype=jnp.bfloat16, offload=offload_to)
         blocks = offloaded_blocks(model)
         out = np.asarray(streamed_call(model, x, t, ctx), np.float32)
-        ((_, (chunks,), _),) = [
-            v for k, v in offload._CALL_CACHES[nnx.graphdef(model)]["compiled"].items() if k[2] == (blocks.signature,)
-        ]
+        compiled = blocks.call_step._shared["compiled"]
+        ((_, (chunks,), _, _),) = [v for k, v in compiled.items() if k[2] == (blocks.signature,)]
         # XLA:CPU's whole-chunk copies: a bitcast to uint16 of a (5, ...) chunk parameter (one
         # chunk of all the layers: one chunk executable to compile per run)
         copies = [

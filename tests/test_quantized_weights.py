@@ -556,8 +556,8 @@ def test_gguf_kept_on_a_mesh_and_streamed(transformers, tmp_path, caplog):
     it computes what it computes on one device."""
     import gguf
 
+    from vidax.parallel.chunked_step import streamed_call
     from vidax.parallel.mesh import make_mesh
-    from vidax.parallel.offload import streamed_call
 
     _, folder = transformers
     reader = CheckpointReader(folder)
@@ -781,8 +781,8 @@ def test_gguf_stacks_mixing_types_kept_on_device(gguf_wan_mixed, caplog):
     the padded bytes."""
     from vidax.lora.adapters import LoraAdapters
     from vidax.nn.gguf import BLOCKS
+    from vidax.parallel.chunked_step import streamed_call
     from vidax.parallel.mesh import make_mesh
-    from vidax.parallel.offload import streamed_call
     from vidax.pipelines.staging import component_bytes
     from vidax.weights.single_file import gguf_reader, open_single_file
 

@@ -339,9 +339,9 @@ def test_openai_sdk_pages_through_every_job(server):
 @pytest.mark.fast
 def test_a_failed_jobs_error_code_is_snake_case_as_the_apis_others():
     from vidax.errors import NumericalError, OutOfMemoryError
-    from vidax.serve.jobs import _code
+    from vidax.serve.records import error_code
 
-    assert [_code(e) for e in (OutOfMemoryError("x"), NumericalError("x"), InputError("x"))] == [
+    assert [error_code(e) for e in (OutOfMemoryError("x"), NumericalError("x"), InputError("x"))] == [
         "out_of_memory_error",
         "numerical_error",
         "input_error",
@@ -782,13 +782,14 @@ def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypat
     """A job whose mp4 cannot be written fails with one line saying where its frames are kept:
     in the jobs folder only (never the working or temporary folder), named relative to it (no
     server path reaches the client), and deleted with the job."""
-    from vidax.serve.jobs import JobStore, _Unwritten
+    from vidax.serve.records import Unwritten
+    from vidax.serve.store import JobStore
 
     monkeypatch.chdir(tmp_path)
     store = JobStore(tmp_path / "jobs")
     frames = np.random.default_rng(0).random((1, 5, 32, 48, 3), dtype=np.float32)
     error = PermissionError(13, "Permission denied", store.folder + "/.vidax-x.mp4")
-    message = str(_Unwritten(store.folder, "video_x", frames, error))
+    message = str(Unwritten(store.folder, "video_x", frames, error))
     assert message == (
         "could not write video_x.mp4 (PermissionError: [Errno 13] Permission denied: '.vidax-x.mp4'); "
         "the frames are kept in video_x.unwritten.npy in the jobs folder (float32 (videos, frames, "
@@ -797,7 +798,7 @@ def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypat
     np.testing.assert_array_equal(np.load(tmp_path / "jobs" / "video_x.unwritten.npy"), frames)
     # A jobs folder that cannot take the file (here: gone): nothing is written elsewhere.
     gone = str(tmp_path / "gone")
-    message = str(_Unwritten(gone, "video_y", frames, FileNotFoundError(2, "No such file", gone + "/.vidax-y.mp4")))
+    message = str(Unwritten(gone, "video_y", frames, FileNotFoundError(2, "No such file", gone + "/.vidax-y.mp4")))
     assert "saving the frames as .npy failed too" in message and str(tmp_path) not in message, message
     assert sorted(os.listdir(tmp_path)) == ["jobs"]
     store.put({"id": "video_x", "status": "failed"})

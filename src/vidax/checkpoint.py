@@ -82,6 +82,9 @@ class Checkpoint:
         random_weights: every component's weights are made on the device from its config, no
             file read (``load_pipeline(..., random_weights=True)``,
             :func:`vidax.pipelines.weight_formats.with_random_weights`).
+        variant: None, or the weights variant (``"fp16"``) whose files the component folders
+            under ``root`` are read from where they have them (``load_pipeline(..., variant=)``,
+            :meth:`reader`).
     """
 
     root: str
@@ -92,6 +95,7 @@ class Checkpoint:
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     folders: Mapping[str, str] = dataclasses.field(default_factory=dict)
     random_weights: bool = False
+    variant: str | None = None
 
     @classmethod
     def open(cls, path_or_hub_id: str | os.PathLike) -> Checkpoint:
@@ -191,6 +195,22 @@ class Checkpoint:
             config_files={**self.config_files, name: config_file},
             folders={**self.folders, name: folder},
         )
+
+    def variant_of(self, name: str) -> str | None:
+        """The weights variant component ``name``'s folder is read from: :attr:`variant` for a
+        folder under ``root``, None for one given in its place (:meth:`with_folder`)."""
+        return None if name in self.folders else self.variant
+
+    def reader(self, name: str) -> Any:
+        """A :class:`~vidax.weights.safetensors_io.CheckpointReader` of component ``name``'s
+        folder, its :meth:`variant_of` files where it has them.
+
+        Raises:
+            CheckpointError: as :meth:`folder`, and the reader's own.
+        """
+        from vidax.weights.safetensors_io import CheckpointReader
+
+        return CheckpointReader(self.folder(name), variant=self.variant_of(name))
 
     def require(self, *names: str) -> None:
         """Check that model_index.json names every component of ``names`` and that its folder exists.

@@ -251,8 +251,7 @@ def test_streamed_layers_equal_resident(gemma):
     the rest stays resident give the resident encoder's hidden states. float32; the chunk programs
     are the resident scan's layers cut at chunk boundaries, so only XLA's fusion choices around a
     boundary can differ (measured: bit-equal on the CPU); tolerance 1e-6 relative."""
-    from vidax.parallel.offload import streams_layers
-    from vidax.parallel.offload import OffloadConfig, offloaded_blocks
+    from vidax.parallel.offload import OffloadConfig, offloaded_blocks, streams_layers
 
     _, path, enc = gemma
     streamed = load_component("Gemma3ForConditionalGeneration", path, offload=OffloadConfig(chunk=3))

@@ -170,8 +170,7 @@ def test_streamed_layers_equal_resident(gemma):
     layers of a group a chunk, each layer run as the scan runs it, the KV-sharing tail fed from
     the streamed layers: the resident hidden states, bit for bit on the CPU (the same layer
     programs on the same values; float32, tolerance 1e-6 relative for other backends' fusion)."""
-    from vidax.parallel.offload import streams_layers
-    from vidax.parallel.offload import OffloadConfig, offloaded_stacks
+    from vidax.parallel.offload import OffloadConfig, offloaded_stacks, streams_layers
 
     _, path, enc = gemma
     streamed = load_component("Gemma4UnifiedForConditionalGeneration", path, offload=OffloadConfig(chunk=2))

@@ -199,7 +199,7 @@ def test_batch_equals_each_prompt_alone(patch2):
 def test_stages_and_streamed_blocks_equal_the_call(patch2):
     """``head(run_blocks(*embed(...)))`` equals the call, and the blocks streamed from host memory
     (one 2-layer chunk: one executable) equal the resident model."""
-    from vidax.parallel.offload import streamed_call
+    from vidax.parallel.chunked_step import streamed_call
 
     _, model, path = patch2
     args = _args(_inputs(5))

@@ -197,7 +197,7 @@ def test_stages_equal_the_call(t2v):
 def test_streamed_blocks_equal_resident(t2v, tmp_path_factory):
     """Both stacks streamed from host memory (one 2-layer chunk each, so one executable per
     stack) equal the resident model."""
-    from vidax.parallel.offload import streamed_call
+    from vidax.parallel.chunked_step import streamed_call
 
     ref, model = t2v
     path = tmp_path_factory.mktemp("hunyuan_stream")

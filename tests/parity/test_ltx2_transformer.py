@@ -31,6 +31,7 @@ from tests.parity.ltx2_reference import TRANSFORMERS
 from vidax.errors import InputError
 from vidax.models.ltx2 import rope as ltx2_rope
 from vidax.models.ltx2.convert import TRANSFORMER_PARAM_AXES
+from vidax.models.ltx2.transformer import LTX2Forward
 from vidax.parallel.mesh import make_mesh
 from vidax.parallel.offload import ChunkedStep, offloaded_stacks
 from vidax.parallel.placement import check_sharded
@@ -247,7 +248,7 @@ def test_streamed_blocks_equal_the_call(refs):
     assert [s.attr for s in stacks] == ["transformer_blocks"] and stacks[0].sizes == [1, 1, 1]
     graphdef, params = nnx.split(streamed)
     keys = list(arrays)
-    signature = inspect.signature(streamed.embed)
+    signature = inspect.signature(LTX2Forward)  # embed takes its arguments
 
     def positional(latents, state, *a):  # the stages take embed's arguments positionally
         bound = signature.bind(**dict(zip(keys, a)), **static)

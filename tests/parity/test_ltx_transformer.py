@@ -28,8 +28,9 @@ from flax import nnx
 from tests.parity.helpers import max_rel_err, randomize_torch_module
 from vidax.models.ltx.convert import TRANSFORMER_PARAM_AXES
 from vidax.models.ltx.rope import grid_coords, ltx_rope, rope_frequencies, video_coords_to_grid
+from vidax.parallel.chunked_step import ChunkedStep
 from vidax.parallel.mesh import make_mesh
-from vidax.parallel.offload import ChunkedStep, offloaded_stacks
+from vidax.parallel.offload import offloaded_stacks
 from vidax.parallel.placement import check_sharded
 from vidax.weights.component import load_component
 
@@ -166,7 +167,7 @@ def test_per_token_timesteps_and_video_coords(ref_and_path, model):
 
 def test_streamed_stages_equal_the_call(ref_and_path, model):
     """Block streaming runs ``embed``, ``run_blocks`` on one-layer chunks from host memory and
-    ``head`` as separate executables (vidax.parallel.offload.ChunkedStep); that equals the
+    ``head`` as separate executables (vidax.parallel.chunked_step.ChunkedStep); that equals the
     resident model call."""
     x, txt, mask = _inputs(3)
     ts = np.array([10.0, 600.0], np.float32)

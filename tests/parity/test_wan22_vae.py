@@ -41,7 +41,8 @@ from tests.parity.test_wan_vae import (  # noqa: E402  (the Wan2.1 test's refere
 )
 from vidax.errors import ConfigError, InputError  # noqa: E402
 from vidax.models.wan.config import WanVAEConfig  # noqa: E402
-from vidax.models.wan.vae import avg_down_3d, dup_up_3d, normalize_latents, patchify, unpatchify  # noqa: E402
+from vidax.models.wan.vae import normalize_latents  # noqa: E402
+from vidax.models.wan.vae_folding import avg_down_3d, dup_up_3d, patchify, unpatchify  # noqa: E402
 from vidax.weights.component import load_component  # noqa: E402
 
 FP32_TOL = 2e-5

@@ -18,6 +18,21 @@ _GEMMA4 = "vidax.encoders.gemma4:"
 _T5_KEYS = ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size")
 _LM_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")
 
+
+def _decoder_lm(name: str, config: str) -> ComponentSpec:
+    """The entry of text encoder ``name`` run by :class:`~vidax.encoders.decoder_lm.DecoderLM`
+    (a decoder-only LM's hidden states, no LM head) with the config class ``config``."""
+    return ComponentSpec(
+        name,
+        "text_encoder",
+        config=config,
+        model=_LM + "DecoderLM",
+        key_rules=_LM + "decoder_lm_key_rules",
+        param_axes=_LM + "DECODER_LM_PARAM_AXES",
+        key_configs=_LM_KEYS,
+    )
+
+
 FAMILY = Family(
     name="encoders",
     components=tuple(
@@ -70,15 +85,7 @@ FAMILY = Family(
         ),
         ComponentSpec("SiglipImageProcessor", "image_processor"),
         # Decoder-only LMs run as text encoders (hidden states, no LM head).
-        ComponentSpec(
-            "LlamaModel",
-            "text_encoder",
-            config=_LM_CONFIG + "LlamaTextConfig",
-            model=_LM + "DecoderLM",
-            key_rules=_LM + "decoder_lm_key_rules",
-            param_axes=_LM + "DECODER_LM_PARAM_AXES",
-            key_configs=_LM_KEYS,
-        ),
+        _decoder_lm("LlamaModel", _LM_CONFIG + "LlamaTextConfig"),
         # The whole LLaVA (HunyuanVideo-I2V's text_encoder): its Llama language model and its
         # vision tower + projector, two plans of the one loader on the one folder.
         ComponentSpec(
@@ -91,35 +98,11 @@ FAMILY = Family(
             key_configs=("image_token_index", "vision_feature_layer", "vision_feature_select_strategy"),
         ),
         # Its text tower only (the vision tower's tensors are declared unused by the key rules).
-        ComponentSpec(
-            "Qwen2_5_VLForConditionalGeneration",
-            "text_encoder",
-            config=_LM_CONFIG + "Qwen25VLTextConfig",
-            model=_LM + "DecoderLM",
-            key_rules=_LM + "decoder_lm_key_rules",
-            param_axes=_LM + "DECODER_LM_PARAM_AXES",
-            key_configs=_LM_KEYS,
-        ),
+        _decoder_lm("Qwen2_5_VLForConditionalGeneration", _LM_CONFIG + "Qwen25VLTextConfig"),
         # HunyuanVideo 1.5's text_encoder: the text tower saved on its own.
-        ComponentSpec(
-            "Qwen2_5_VLTextModel",
-            "text_encoder",
-            config=_LM_CONFIG + "Qwen25VLTextConfig",
-            model=_LM + "DecoderLM",
-            key_rules=_LM + "decoder_lm_key_rules",
-            param_axes=_LM + "DECODER_LM_PARAM_AXES",
-            key_configs=_LM_KEYS,
-        ),
+        _decoder_lm("Qwen2_5_VLTextModel", _LM_CONFIG + "Qwen25VLTextConfig"),
         # LTX-2's Gemma 3: its language model only (vision tower and projector declared unused).
-        ComponentSpec(
-            "Gemma3ForConditionalGeneration",
-            "text_encoder",
-            config=_GEMMA3 + "Gemma3TextConfig",
-            model=_LM + "DecoderLM",
-            key_rules=_LM + "decoder_lm_key_rules",
-            param_axes=_LM + "DECODER_LM_PARAM_AXES",
-            key_configs=_LM_KEYS,
-        ),
+        _decoder_lm("Gemma3ForConditionalGeneration", _GEMMA3 + "Gemma3TextConfig"),
         # LTX-2.5's Gemma 4 (unified): its language model only (the image / audio embedders unused).
         ComponentSpec(
             "Gemma4UnifiedForConditionalGeneration",

@@ -381,7 +381,13 @@ LLAVA_TEXT_PARAM_AXES = _llava_text_axes()
 
 
 def load_llava_text_encoder(
-    folder: str, *, dtype: Any, placement: Placement | None, mesh: Any, config: LlavaTextEncoderConfig
+    folder: str,
+    *,
+    dtype: Any,
+    placement: Placement | None,
+    mesh: Any,
+    config: LlavaTextEncoderConfig,
+    variant: str | None = None,
 ) -> PendingLoad:
     """The registered loader of ``LlavaForConditionalGeneration`` (:class:`LlavaTextEncoder`): two
     plans of the one loader on the same folder, the language model as ``LlamaModel`` (the LM head
@@ -394,8 +400,8 @@ def load_llava_text_encoder(
     """
     from vidax.weights.component import plan_component
 
-    lm = plan_component("LlamaModel", folder, dtype, placement, mesh=mesh)
-    vision = plan_component(LLAVA_VISION, folder, dtype, placement, mesh=mesh)
+    lm = plan_component("LlamaModel", folder, dtype, placement, mesh=mesh, variant=variant)
+    vision = plan_component(LLAVA_VISION, folder, dtype, placement, mesh=mesh, variant=variant)
 
     def read() -> LlavaTextEncoder:
         module = nnx.eval_shape(lambda: LlavaTextEncoder(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))

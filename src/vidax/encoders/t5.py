@@ -282,6 +282,11 @@ def t5_layer_norm(cfg: T5EncoderConfig, dtype: Any, param_dtype: Any) -> RMSNorm
     return RMSNorm(cfg.d_model, cfg.layer_norm_epsilon, dtype=dtype, weight_after_cast=True, param_dtype=param_dtype)
 
 
+def _relative_attention_bias(cfg: T5EncoderConfig, dtype: Any, param_dtype: Any, rngs: nnx.Rngs) -> nnx.Embed:
+    """The learned relative-position bias: one ``(num_heads,)`` row per bucket."""
+    return nnx.Embed(cfg.relative_attention_num_buckets, cfg.num_heads, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+
 class T5Attention(nnx.Module):
     """Self-attention of ``T5Attention`` / ``UMT5Attention`` (encoder, bidirectional).
 
@@ -298,13 +303,7 @@ class T5Attention(nnx.Module):
         self.v = lin(cfg.d_model, inner)
         self.o = lin(inner, cfg.d_model)
         if has_bias:
-            self.relative_attention_bias = nnx.Embed(
-                cfg.relative_attention_num_buckets,
-                cfg.num_heads,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                rngs=rngs,
-            )
+            self.relative_attention_bias = _relative_attention_bias(cfg, dtype, param_dtype, rngs)
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.d_kv
         self.dtype = dtype
@@ -401,13 +400,7 @@ class T5Stack(nnx.Module):
         )
         self.final_layer_norm = t5_layer_norm(cfg, dtype, param_dtype)
         if not cfg.bias_per_layer:
-            self.relative_attention_bias = nnx.Embed(
-                cfg.relative_attention_num_buckets,
-                cfg.num_heads,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                rngs=rngs,
-            )
+            self.relative_attention_bias = _relative_attention_bias(cfg, dtype, param_dtype, rngs)
         self.cfg = cfg
 
     def __call__(self, h: jax.Array, key_valid: jax.Array) -> jax.Array:

@@ -150,7 +150,7 @@ def read_state_dict(source: Any, what: str) -> tuple[dict[str, np.ndarray], dict
 def _metadata(reader) -> dict:
     from vidax.weights.safetensors_io import _read_header
 
-    files = reader._files(reader.path)
+    files = reader._files(reader.path, reader.variant)
     header, _ = _read_header(files[0])
     meta = header.get("__metadata__") or {}
     return meta if isinstance(meta, dict) else {}

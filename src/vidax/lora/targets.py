@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.lora.formats import LoraModule
+from vidax.models.hunyuan_video.original_names import ORIGINAL_EMBEDDER_NAMES
 from vidax.nn.gguf import value_shape as gguf_shape
 from vidax.nn.quant import _at, quantizable_kernels
 from vidax.parallel.offload import offloaded_stacks
@@ -120,12 +121,7 @@ def _hunyuan_names() -> tuple:
         "norm2": "norm2",
     }
     top = {
-        "time_in.mlp.0": "time_text_embed.timestep_embedder.linear_1",
-        "time_in.mlp.2": "time_text_embed.timestep_embedder.linear_2",
-        "guidance_in.mlp.0": "time_text_embed.guidance_embedder.linear_1",
-        "guidance_in.mlp.2": "time_text_embed.guidance_embedder.linear_2",
-        "vector_in.in_layer": "time_text_embed.text_embedder.linear_1",
-        "vector_in.out_layer": "time_text_embed.text_embedder.linear_2",
+        **ORIGINAL_EMBEDDER_NAMES,
         "final_layer.linear": "proj_out",
         "final_layer.adaLN_modulation.1": Halves("norm_out.linear"),
         "img_in.proj": "x_embedder.proj",

@@ -215,57 +215,16 @@ def dot_product_attention(
         InputError: unknown ``implementation``, one that cannot run on this backend or with
             these inputs, non-positive ``block_size``, or shapes that do not fit the layout above.
     """
-    if implementation not in _IMPLEMENTATIONS and implementation != "auto":
-        raise InputError(
-            f"dot_product_attention: implementation={implementation!r} is not known; valid: "
-            f"{['auto'] + sorted(_IMPLEMENTATIONS)}."
-        )
-    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
-        raise InputError(f"dot_product_attention: block_size={block_size!r} must be a positive int.")
-    if not isinstance(causal, bool):
-        raise InputError(f"dot_product_attention: causal={causal!r} must be a bool.")
-    if not isinstance(causal_block, int) or isinstance(causal_block, bool) or causal_block < 1:
-        raise InputError(f"dot_product_attention: causal_block={causal_block!r} must be a positive int.")
+    _check_options(implementation, block_size, causal, causal_block)
     # Block-causal is causal on block indices: only the implementations that build the mask.
     causal_block = causal_block if causal else 1
     _check_shapes(q, k, v, segment_ids, bias)
-    b, lq, n, d = q.shape
     lk = k.shape[1]
     if scale is None:
-        scale = 1.0 / math.sqrt(d)
+        scale = 1.0 / math.sqrt(q.shape[3])
     masks = dict(k=k, causal=causal, bias=bias, causal_block=causal_block)
-    impl = implementation
-    if impl == "auto":
-        impl = choose_implementation(q, k, segment_ids, causal=causal, bias=bias, causal_block=causal_block)
-    else:
-        problem = unavailable_reason(impl, q, segment_ids, interpret, **masks)
-        if problem:
-            raise InputError(
-                f"dot_product_attention: implementation={impl!r} cannot run here: {problem}. "
-                f"Use implementation='auto' or one of {available_implementations(q, segment_ids, **masks)}."
-            )
-    logger.info(
-        "dot_product_attention: %s (requested %s) q=%s kv=%s %s%s%s%s",
-        impl,
-        implementation,
-        tuple(q.shape),
-        tuple(k.shape),
-        jnp.dtype(q.dtype).name,
-        " segments" if segment_ids is not None else "",
-        (" causal" if causal_block == 1 else f" block-causal({causal_block})") if causal else "",
-        f" bias{tuple(bias.shape)}" if bias is not None else "",
-    )
-    if impl == "xla" and lq * lk > AUTO_XLA_MAX_SCORES:
-        gib = b * n * lq * lk * 4 / 2**30
-        logger.warning(
-            "dot_product_attention: implementation='xla' materialises %d x %d scores per head "
-            "(%.2f GiB float32 for B=%d, N=%d); 'blockwise' needs O(Lq·block) memory",
-            lq,
-            lk,
-            gib,
-            b,
-            n,
-        )
+    impl = _resolve_implementation(implementation, q, segment_ids, interpret, masks)
+    _log_implementation(impl, implementation, q, segment_ids, masks)
     if lk == 0:
         return jnp.zeros(q.shape, q.dtype)
     return _IMPLEMENTATIONS[impl](
@@ -280,6 +239,78 @@ def dot_product_attention(
         bias=bias,
         causal_block=causal_block,
     )
+
+
+def _check_options(implementation: str, block_size: int | None, causal: bool, causal_block: int) -> None:
+    """:func:`dot_product_attention`'s options, each of its type and range.
+
+    Raises:
+        InputError: naming the option, its value and what is valid.
+    """
+    if implementation not in _IMPLEMENTATIONS and implementation != "auto":
+        raise InputError(
+            f"dot_product_attention: implementation={implementation!r} is not known; valid: "
+            f"{['auto'] + sorted(_IMPLEMENTATIONS)}."
+        )
+    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
+        raise InputError(f"dot_product_attention: block_size={block_size!r} must be a positive int.")
+    if not isinstance(causal, bool):
+        raise InputError(f"dot_product_attention: causal={causal!r} must be a bool.")
+    if not isinstance(causal_block, int) or isinstance(causal_block, bool) or causal_block < 1:
+        raise InputError(f"dot_product_attention: causal_block={causal_block!r} must be a positive int.")
+
+
+def _resolve_implementation(
+    implementation: str, q: jax.Array, segment_ids: SegmentIds | None, interpret: bool, masks: dict
+) -> str:
+    """The implementation that runs: ``"auto"``'s choice (:func:`choose_implementation`), else
+    the one asked for where it can run (``masks``: ``k``, ``causal``, ``bias``, ``causal_block``).
+
+    Raises:
+        InputError: the one asked for cannot run here (why, and those that can).
+    """
+    if implementation == "auto":
+        k, rest = masks["k"], {n: v for n, v in masks.items() if n != "k"}
+        return choose_implementation(q, k, segment_ids, **rest)
+    problem = unavailable_reason(implementation, q, segment_ids, interpret, **masks)
+    if problem:
+        raise InputError(
+            f"dot_product_attention: implementation={implementation!r} cannot run here: {problem}. "
+            f"Use implementation='auto' or one of {available_implementations(q, segment_ids, **masks)}."
+        )
+    return implementation
+
+
+def _log_implementation(
+    impl: str, implementation: str, q: jax.Array, segment_ids: SegmentIds | None, masks: dict
+) -> None:
+    """Log which implementation runs on what (INFO), and a WARNING where ``"xla"`` materialises
+    more than :data:`AUTO_XLA_MAX_SCORES` scores per head."""
+    k, causal, causal_block, bias = masks["k"], masks["causal"], masks["causal_block"], masks["bias"]
+    logger.info(
+        "dot_product_attention: %s (requested %s) q=%s kv=%s %s%s%s%s",
+        impl,
+        implementation,
+        tuple(q.shape),
+        tuple(k.shape),
+        jnp.dtype(q.dtype).name,
+        " segments" if segment_ids is not None else "",
+        (" causal" if causal_block == 1 else f" block-causal({causal_block})") if causal else "",
+        f" bias{tuple(bias.shape)}" if bias is not None else "",
+    )
+    b, lq, n, _ = q.shape
+    lk = k.shape[1]
+    if impl == "xla" and lq * lk > AUTO_XLA_MAX_SCORES:
+        gib = b * n * lq * lk * 4 / 2**30
+        logger.warning(
+            "dot_product_attention: implementation='xla' materialises %d x %d scores per head "
+            "(%.2f GiB float32 for B=%d, N=%d); 'blockwise' needs O(Lq·block) memory",
+            lq,
+            lk,
+            gib,
+            b,
+            n,
+        )
 
 
 def unavailable_reason(

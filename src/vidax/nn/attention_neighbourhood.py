@@ -46,6 +46,22 @@ def neighbourhood_mask(grid: tuple[int, int, int], kernel: tuple[int, int, int])
     return mask.reshape(n, n)
 
 
+def _tile_bias(start, key_start, block, slab, grid, kernel) -> jax.Array:
+    """``(1, 1, prod(block), prod(slab))`` float32: 0 where a query of the tile at ``start``
+    has the key of the slab at ``key_start`` in its window (``kernel``, cut at the ``grid``'s
+    edges), -inf elsewhere."""
+    parts = [
+        _window_axis(start[i] + jnp.arange(block[i]), key_start[i] + jnp.arange(slab[i]), grid[i], kernel[i])
+        for i in range(3)
+    ]
+    allowed = (
+        parts[0][:, None, None, :, None, None]
+        & parts[1][None, :, None, None, :, None]
+        & parts[2][None, None, :, None, None, :]
+    ).reshape(math.prod(block), math.prod(slab))
+    return jnp.where(allowed, 0.0, -jnp.inf).astype(jnp.float32)[None, None]
+
+
 def neighbourhood_attention(
     q: jax.Array,
     k: jax.Array,
@@ -99,16 +115,7 @@ def neighbourhood_attention(
         qt = jax.lax.dynamic_slice(q5, (zero, *(start[i] for i in range(3)), zero, zero), (b, *block, n, d))
         kt = jax.lax.dynamic_slice(k5, (zero, *key_start, zero, zero), (b, *slab, n, k5.shape[-1]))
         vt = jax.lax.dynamic_slice(v5, (zero, *key_start, zero, zero), (b, *slab, n, v5.shape[-1]))
-        parts = [
-            _window_axis(start[i] + jnp.arange(block[i]), key_start[i] + jnp.arange(slab[i]), grid[i], kernel[i])
-            for i in range(3)
-        ]
-        allowed = (
-            parts[0][:, None, None, :, None, None]
-            & parts[1][None, :, None, None, :, None]
-            & parts[2][None, None, :, None, None, :]
-        ).reshape(lq, lk)
-        bias = jnp.where(allowed, 0.0, -jnp.inf).astype(jnp.float32)[None, None]
+        bias = _tile_bias(start, key_start, block, slab, grid, kernel)
         return dot_product_attention(
             qt.reshape(b, lq, n, d),
             kt.reshape(b, lk, n, -1),

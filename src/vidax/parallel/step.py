@@ -41,7 +41,7 @@ def shard_step(
 
     Args:
         step: the pipeline's jitted step (``donate_argnums=(1,)``), or a
-            :class:`~vidax.parallel.offload.ChunkedStep` (its outputs are pinned the same way).
+            :class:`~vidax.parallel.chunked_step.ChunkedStep` (its outputs are pinned the same way).
         latents: ``(B, ...)`` latents, or a pytree of latent streams (video, audio), each
             batch-split on its own.
         state: scheduler state pytree; leaves shaped like a latent stream (multistep history)
@@ -81,7 +81,7 @@ def shard_step(
 
     args = tuple(place_arg(a, ax) for a, ax in zip(args, arg_axes or (None,) * len(args), strict=True))
     state_sh = jax.tree.map(lambda a: a.sharding, state)
-    if hasattr(step, "with_out_shardings"):  # a streamed step (vidax.parallel.offload.ChunkedStep)
+    if hasattr(step, "with_out_shardings"):  # a streamed step (vidax.parallel.chunked_step.ChunkedStep)
         return step.with_out_shardings((lat_sh, state_sh)), latents, state, args
     sharded = jax.jit(step, out_shardings=(lat_sh, state_sh), donate_argnums=(1,))
     return sharded, latents, state, args

@@ -261,18 +261,9 @@ def two_pathway_attention(
         raise InputError(
             f"two_pathway_attention: kv_mask must be (B, L1 + L2)={(b, l1 + l2)}; got {tuple(kv_mask.shape)}."
         )
-
-    def local(q1, k1, v1, q2, k2, v2, k1b, *mask):
-        o1 = dot_product_attention(q1, k1, v1, causal=True, **kw)
-        seg = _context_segments(q2, mask[0]) if mask else None
-        o2 = dot_product_attention(
-            q2, jnp.concatenate([k1b, k2], axis=1), jnp.concatenate([v1, v2], axis=1), segment_ids=seg, **kw
-        )
-        return o1, o2
-
     masks = () if kv_mask is None else (jnp.asarray(kv_mask),)
     if mesh is None:
-        return local(q1, k1, v1, q2, k2, v2, k1_for_2, *masks)
+        return _two_pathways(q1, k1, v1, q2, k2, v2, k1_for_2, *masks, **kw)
     sp = axis_size(mesh, SEQUENCE)
     if l1 % sp or l2 % sp:
         raise InputError(
@@ -290,7 +281,7 @@ def two_pathway_attention(
         qkv, mask = args[:7], args[7:]
         if sp > 1:  # (b, L/sp, n, K) -> (b, L, n/sp, K)
             qkv = tuple(jax.lax.all_to_all(t, SEQUENCE, 2, 1, tiled=True) for t in qkv)
-        o1, o2 = local(*qkv, *mask)
+        o1, o2 = _two_pathways(*qkv, *mask, **kw)
         if sp > 1:  # back to (b, L/sp, n, K)
             o1, o2 = (jax.lax.all_to_all(o, SEQUENCE, 1, 2, tiled=True) for o in (o1, o2))
         return o1, o2
@@ -298,6 +289,17 @@ def two_pathway_attention(
     mask_specs = (PartitionSpec(batch),) * len(masks)
     fn = jax.shard_map(body, mesh=mesh, in_specs=(*specs, *mask_specs), out_specs=(specs[0], specs[3]), check_vma=False)
     return fn(*tensors, *masks)
+
+
+def _two_pathways(q1, k1, v1, q2, k2, v2, k1_for_2, *mask, **kw) -> tuple[jax.Array, jax.Array]:
+    """:func:`two_pathway_attention` on whole sequences: ``q1`` over ``k1`` causally, ``q2`` over
+    ``[k1_for_2; k2]`` (``mask``: the keys' 0/1 mask, or none); ``kw``: of the attention."""
+    o1 = dot_product_attention(q1, k1, v1, causal=True, **kw)
+    seg = _context_segments(q2, mask[0]) if mask else None
+    o2 = dot_product_attention(
+        q2, jnp.concatenate([k1_for_2, k2], axis=1), jnp.concatenate([v1, v2], axis=1), segment_ids=seg, **kw
+    )
+    return o1, o2
 
 
 def local_attention(

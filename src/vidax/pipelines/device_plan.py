@@ -149,7 +149,7 @@ def parameter_sizes(
         fmt = (ckpt.weights if weights == "checkpoint" else weights) if is_transformer else None
         streams = name in pipeline.stageable and not is_decoder and streamable(spec)
         if from_headers:
-            source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.folder(name)
+            source = transformer_source(ckpt, name, spec) if is_transformer else ckpt.reader(name)
             prefixes = spec.block_stacks if is_transformer else _layer_prefixes(spec, ckpt, name) if streams else ()
             counted = component_bytes(source, at, prefixes, fmt)
             stacks = counted.get("stacks", {}).values()

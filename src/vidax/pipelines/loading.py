@@ -8,6 +8,7 @@ The pipeline class is the one the registry (:mod:`vidax.registry`) holds for ``_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -128,19 +129,14 @@ def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
 
 def with_variant(checkpoint: Checkpoint, variant: Any) -> Checkpoint:
     """``checkpoint``, its component folders read from ``variant``'s weights files where they
-    have them (diffusers' ``variant="fp16"``; None: the plain files,
-    :func:`vidax.weights.safetensors_io.use_variant`).
+    have them (diffusers' ``variant="fp16"``; None: the plain files; :attr:`Checkpoint.variant`).
 
     Raises:
         InputError: ``variant`` is not a name (a string without dots or slashes).
     """
-    from vidax.weights.safetensors_io import use_variant
-
     if variant is not None and (not isinstance(variant, str) or not variant or set(variant) & set("./\\")):
         raise InputError(f"variant={variant!r} is not a weights variant's name (e.g. 'fp16', 'bf16')")
-    for name in checkpoint.configs:
-        use_variant(os.path.join(checkpoint.root, name), variant)
-    return checkpoint
+    return dataclasses.replace(checkpoint, variant=variant)
 
 
 def drop_inert_options(options: dict[str, Any]) -> None:
@@ -294,6 +290,8 @@ class Loading:
                 options["file"] = ckpt.files[name]
             if ckpt.random_weights:
                 options["random_weights"] = True
+            if ckpt.variant_of(name) is not None:
+                options["variant"] = ckpt.variant_of(name)
             options["config"] = ckpt.typed_config(name, spec.config_class())
             requests[name] = Request(spec, ckpt.folder(name), options, then)
         return load_components(requests)
@@ -451,7 +449,7 @@ class Loading:
         paths = {"transformer": transformer_source(ckpt, info.transformers[0], spec)}
         paths.update(
             {
-                n: weights_source(ckpt, n) if ckpt.random_weights else ckpt.folder(n)
+                n: weights_source(ckpt, n) if ckpt.random_weights else ckpt.reader(n)
                 for n in cls.stageable
                 if ckpt.has(n)
             }

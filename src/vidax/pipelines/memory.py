@@ -334,7 +334,9 @@ def checkpoint_weight_bytes(checkpoint: Checkpoint, dtype: Any, names: Sequence[
         if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
             try:
                 weights = checkpoint.weights if name.startswith("transformer") else None  # 8-bit kernels
-                total += component_bytes(folder, jnp.float32 if name == "vae" else dtype, weights=weights)["total"]
+                total += component_bytes(
+                    checkpoint.reader(name), jnp.float32 if name == "vae" else dtype, weights=weights
+                )["total"]
             except VidaxError:
                 pass
     return total

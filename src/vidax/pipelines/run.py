@@ -17,7 +17,8 @@ from flax import nnx
 from vidax.errors import Arg, Cancelled, InputError, NumericalError, OutOfMemoryError
 from vidax.nn.kernels import as_stack_bits, describe_matmul, from_stack_bits
 from vidax.nn.precision import describe_matmul_precision
-from vidax.parallel.offload import ChunkedStep, offloaded_stacks
+from vidax.parallel.chunked_step import ChunkedStep
+from vidax.parallel.offload import offloaded_stacks
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
@@ -332,7 +333,7 @@ class Denoising:
 
     def step_fn(self, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
         """The step ``(params, latents, state, inputs) -> (latents, state)`` of ``expert``: one jit
-        (latents donated), or a :class:`~vidax.parallel.offload.ChunkedStep` when its blocks are
+        (latents donated), or a :class:`~vidax.parallel.chunked_step.ChunkedStep` when its blocks are
         streamed from host memory (every declared stack). Experts of one structure share one trace.
         The latents (float32) and the scheduler state come back in the dtypes they went in: the
         guided prediction is upcast to the latents' dtype before :meth:`scheduler_update`, and

@@ -87,7 +87,7 @@ def run_denoising_loop(
     arguments whose leading axis is not the batch) and the final latents come back whole on
     this process's first device.
 
-    ``step`` may also be a :class:`vidax.parallel.offload.ChunkedStep` (blocks streamed from host
+    ``step`` may also be a :class:`vidax.parallel.chunked_step.ChunkedStep` (blocks streamed from host
     memory), which compiles and runs the same way; memory is then sampled after every chunk of
     the first step.
 

@@ -175,11 +175,12 @@ def weights_source(ckpt: Checkpoint, name: str, spec: Any = None) -> Any:
 
 def transformer_source(ckpt: Checkpoint, name: str, spec: Any) -> Any:
     """What transformer ``name``'s weights are read from: its single file's reader
-    (:func:`vidax.weights.single_file.open_single_file`) when one is given, else its folder."""
+    (:func:`vidax.weights.single_file.open_single_file`) when one is given, else its folder's
+    (:meth:`~vidax.checkpoint.Checkpoint.reader`)."""
     if ckpt.random_weights:
         return weights_source(ckpt, name, spec)
     if name in ckpt.files:
         from vidax.weights.single_file import open_single_file
 
         return open_single_file(ckpt.files[name], spec)
-    return ckpt.folder(name)
+    return ckpt.reader(name)

@@ -243,29 +243,38 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         c = self.config
         if sample_shape is not None:
             check_sample_shape(sample_shape)
-        custom = {}
-        if sigmas is not None:
-            custom["sigmas"] = sigmas = _check_values("sigmas", sigmas)
-        if timesteps is not None:
-            custom["timesteps"] = timesteps = _check_values("timesteps", timesteps)
-        if len({len(v) for v in custom.values()}) > 1:
-            raise InputError(
-                f"len(sigmas)={len(sigmas)} but len(timesteps)={len(timesteps)}; when both are "
-                "given they must have the same length (one entry per step)."
-            )
-        if custom:
-            name, values = next(iter(custom.items()))
-            if num_inference_steps is not None and check_num_inference_steps(num_inference_steps) != len(values):
-                raise InputError(
-                    f"num_inference_steps={num_inference_steps!r} but len({name})={len(values)}; "
-                    "they must agree (or pass num_inference_steps=None)."
-                )
-            num_inference_steps = len(values)
-        n = check_num_inference_steps(num_inference_steps)
+        n, sigmas, timesteps, custom = _custom_schedule(num_inference_steps, sigmas, timesteps)
         mu = check_mu(mu, c.use_dynamic_shifting)
         shift = shift_override("shift", shift, c.shift, c.use_dynamic_shifting)
+        timesteps, sigmas = self._schedule(n, sigmas, timesteps, mu, shift)
+        if not np.all(np.isfinite(sigmas)):
+            raise InputError(
+                "the schedule for ",
+                Arg("num_inference_steps", n),
+                f", mu={mu!r}, shift={shift!r}"
+                f"{', custom ' + '/'.join(custom) if custom else ''} has non-finite sigmas "
+                f"{sigmas.tolist()}; sigmas are noise levels, custom ones belong in [0, 1].",
+            )
 
-        # diffusers FlowMatchEulerDiscreteScheduler.set_timesteps, step by step (same dtypes).
+        state = FlowMatchEulerState(
+            timesteps=jnp.asarray(timesteps),
+            sigmas=jnp.asarray(sigmas),
+            step_index=jnp.zeros((), jnp.int32),
+        )
+        if sharding is not None:
+            state = jax.device_put(state, replicated_sharding(sharding))
+        return state
+
+    def _schedule(self, n: int, sigmas: Any, timesteps: Any, mu: Any, shift: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(timesteps (N,), sigmas (N+1,))`` float32, as diffusers'
+        ``FlowMatchEulerDiscreteScheduler.set_timesteps`` computes them, step by step (same
+        dtypes): the grid (default, or from custom ``sigmas`` / ``timesteps``), shifted,
+        stretched to ``shift_terminal``, a final 0 appended.
+
+        Raises:
+            InputError: a schedule ending at sigma 1 with ``shift_terminal``.
+        """
+        c = self.config
         num_train = c.num_train_timesteps
         if timesteps is not None:
             timesteps = np.array(timesteps).astype(np.float32)
@@ -292,24 +301,7 @@ class FlowMatchEulerDiscreteScheduler(SchedulerBase):
         sigmas = np.asarray(sigmas).astype(np.float32)
         if timesteps is None:
             timesteps = sigmas * np.float32(num_train)
-        sigmas = np.concatenate([sigmas, np.zeros(1, np.float32)])
-        if not np.all(np.isfinite(sigmas)):
-            raise InputError(
-                "the schedule for ",
-                Arg("num_inference_steps", n),
-                f", mu={mu!r}, shift={shift!r}"
-                f"{', custom ' + '/'.join(custom) if custom else ''} has non-finite sigmas "
-                f"{sigmas.tolist()}; sigmas are noise levels, custom ones belong in [0, 1].",
-            )
-
-        state = FlowMatchEulerState(
-            timesteps=jnp.asarray(timesteps),
-            sigmas=jnp.asarray(sigmas),
-            step_index=jnp.zeros((), jnp.int32),
-        )
-        if sharding is not None:
-            state = jax.device_put(state, replicated_sharding(sharding))
-        return state
+        return timesteps, np.concatenate([sigmas, np.zeros(1, np.float32)])
 
     def step(
         self,
@@ -378,3 +370,32 @@ def _check_values(name: str, values: Any) -> list[float]:
     if not out or not all(math.isfinite(v) for v in out):
         raise InputError(f"{name}={values!r} is not valid; it must be a non-empty 1-D sequence of finite numbers.")
     return out
+
+
+def _custom_schedule(num_inference_steps: Any, sigmas: Any, timesteps: Any) -> tuple[int, Any, Any, dict]:
+    """``(N, sigmas, timesteps, custom)``: the steps of ``set_timesteps`` and its custom
+    ``sigmas`` / ``timesteps`` checked (as float lists, None where not given; ``custom``: name
+    -> values of those given). N is their length where ``num_inference_steps`` is None.
+
+    Raises:
+        InputError: bad values; lengths that disagree with each other or with ``num_inference_steps``.
+    """
+    custom = {}
+    if sigmas is not None:
+        custom["sigmas"] = sigmas = _check_values("sigmas", sigmas)
+    if timesteps is not None:
+        custom["timesteps"] = timesteps = _check_values("timesteps", timesteps)
+    if len({len(v) for v in custom.values()}) > 1:
+        raise InputError(
+            f"len(sigmas)={len(sigmas)} but len(timesteps)={len(timesteps)}; when both are "
+            "given they must have the same length (one entry per step)."
+        )
+    if custom:
+        name, values = next(iter(custom.items()))
+        if num_inference_steps is not None and check_num_inference_steps(num_inference_steps) != len(values):
+            raise InputError(
+                f"num_inference_steps={num_inference_steps!r} but len({name})={len(values)}; "
+                "they must agree (or pass num_inference_steps=None)."
+            )
+        num_inference_steps = len(values)
+    return check_num_inference_steps(num_inference_steps), sigmas, timesteps, custom

@@ -2,9 +2,11 @@
 
 * :mod:`vidax.serve.fields` reads a request's fields into the call keywords the pipeline declares
   and spells an error's arguments as the fields.
-* :mod:`vidax.serve.jobs` keeps the job records (SQLite, standard library), the mp4 files and
-  the saved denoising states in the jobs folder, and runs the jobs alone or in batches on a
-  worker thread, queueing them again (and resuming a running batch) after a restart.
+* :mod:`vidax.serve.store` keeps the job records (SQLite, standard library) and the saved
+  denoising states in the jobs folder; :mod:`vidax.serve.records` a record's changes and event
+  lines.
+* :mod:`vidax.serve.jobs` runs the jobs alone or in batches on a worker thread, writing the mp4
+  files in the jobs folder, and queues them again (and resumes a running batch) after a restart.
 * :mod:`vidax.serve.preview` makes a running job's preview images (its clean-sample estimate
   through a latent-to-RGB map fit to the checkpoint's VAE).
 * :mod:`vidax.serve.app` is the ASGI app (starlette): the API (API-key check, server-sent

@@ -59,7 +59,8 @@ from starlette.routing import Route
 
 from vidax.pipelines.presets import family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload, number_texts
-from vidax.serve.jobs import COMPLETED, FAILED, JobRunner
+from vidax.serve.jobs import JobRunner
+from vidax.serve.store import COMPLETED, FAILED
 
 #: Seconds between two looks at a job whose events are streamed.
 EVENTS_POLL = 0.1
@@ -279,21 +280,32 @@ async def _event_stream(runner: JobRunner, job_id: str):
         await asyncio.sleep(EVENTS_POLL)
 
 
-def create_app(
-    runner: JobRunner, host: str = "127.0.0.1", port: int | None = None, api_key: str | None = None
-) -> Starlette:
-    """The app serving ``runner``'s jobs on ``host:port`` (the address the server is bound to:
-    requests naming another ``Host`` are refused, :class:`_Guard`; ``port`` None: any port),
-    every request but the page's ``GET /`` needing ``api_key`` when given; it
-    starts the worker with the app and stops it (cancelling the running job between steps) when
-    the server shuts down."""
-    page = files("vidax.serve").joinpath("page.html").read_text()
+class _Endpoints:
+    """The handlers of the API (``/v1/...``, ``/health``) and of the page (``GET /``) over one
+    :class:`~vidax.serve.jobs.JobRunner`."""
 
-    async def create(request: Request) -> Response:
+    def __init__(self, runner: JobRunner):
+        self.runner = runner
+        self.page = files("vidax.serve").joinpath("page.html").read_text()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.index),
+            Route("/health", self.health),
+            Route("/v1/models", self.models),
+            Route("/v1/videos", self.create, methods=["POST"]),
+            Route("/v1/videos", self.listing, methods=["GET"]),
+            Route("/v1/videos/{id}", self.retrieve, methods=["GET"]),
+            Route("/v1/videos/{id}", self.delete, methods=["DELETE"]),
+            Route("/v1/videos/{id}/content", self.content, methods=["GET"]),
+            Route("/v1/videos/{id}/events", self.events, methods=["GET"]),
+        ]
+
+    async def create(self, request: Request) -> Response:
         image_path, fields = None, None
         try:
-            fields, image_path, image_name, texts = await _fields(request, runner.store.folder)
-            job = await run_in_threadpool(runner.submit, fields, image_path, image_name, texts)
+            fields, image_path, image_name, texts = await _fields(request, self.runner.store.folder)
+            job = await run_in_threadpool(self.runner.submit, fields, image_path, image_name, texts)
         except RequestError as e:
             return _error(e)
         finally:
@@ -302,14 +314,14 @@ def create_app(
                     os.unlink(path)
         return JSONResponse(job)
 
-    async def retrieve(request: Request) -> Response:
+    async def retrieve(self, request: Request) -> Response:
         job_id = request.path_params["id"]
-        job = runner.get(job_id)
+        job = self.runner.get(job_id)
         return _not_found(job_id) if job is None else JSONResponse(job)
 
-    async def content(request: Request) -> Response:
+    async def content(self, request: Request) -> Response:
         job_id = request.path_params["id"]
-        job = runner.get(job_id)
+        job = self.runner.get(job_id)
         if job is None:
             return _not_found(job_id)
         variant = request.query_params.get("variant", "video")
@@ -334,29 +346,29 @@ def create_app(
                     "not_ready",
                 )
             )
-        path = runner.store.video_path(job_id)
+        path = self.runner.store.video_path(job_id)
         if not os.path.isfile(path):
             return _error(
                 RequestError(404, f"the video of {job_id} is no longer in the jobs folder", "video_id", "not_found")
             )
         return FileResponse(path, media_type="video/mp4", filename=f"{job_id}.mp4", content_disposition_type="inline")
 
-    async def events(request: Request) -> Response:
+    async def events(self, request: Request) -> Response:
         job_id = request.path_params["id"]
-        if runner.events(job_id) is None:
+        if self.runner.events(job_id) is None:
             return _not_found(job_id)
         return StreamingResponse(
-            _event_stream(runner, job_id),
+            _event_stream(self.runner, job_id),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def delete(request: Request) -> Response:
+    async def delete(self, request: Request) -> Response:
         job_id = request.path_params["id"]
-        job = runner.cancel(job_id)
+        job = self.runner.cancel(job_id)
         return _not_found(job_id) if job is None else JSONResponse(job)
 
-    async def listing(request: Request) -> Response:
+    async def listing(self, request: Request) -> Response:
         q = request.query_params
         try:
             limit = int(q.get("limit", "20"))
@@ -368,7 +380,7 @@ def create_app(
         if order not in ("asc", "desc"):
             return _error(RequestError(400, f"order must be 'asc' or 'desc', got {order!r}", "order"))
         try:
-            jobs, more = runner.list(limit, q.get("after"), order == "desc")
+            jobs, more = self.runner.list(limit, q.get("after"), order == "desc")
         except RequestError as e:
             return _error(e)
         # first_id / last_id: the cursors OpenAI's list objects carry (the SDK's pager asks for
@@ -383,42 +395,61 @@ def create_app(
             }
         )
 
-    async def models(request: Request) -> Response:
-        info = runner.info
-        presets = presets_for(family_of(runner.cls))
+    async def models(self, request: Request) -> Response:
+        info = self.runner.info
+        presets = presets_for(family_of(self.runner.cls))
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
                     {
-                        "id": runner.model,
+                        "id": self.runner.model,
                         "object": "model",
                         "owned_by": "vidax",
-                        "pipeline": runner.cls.__name__,
+                        "pipeline": self.runner.cls.__name__,
                         "tasks": list(info.tasks),
-                        "image": "i2v" in info.tasks and "image" in runner.call_args,
+                        "image": "i2v" in info.tasks and "image" in self.runner.call_args,
                         "defaults": dataclasses.asdict(info.defaults),
                         "size_multiple": list(info.size_multiple),
                         "fields": Fields(
                             {},
-                            runner.options,
+                            self.runner.options,
                             info.defaults.fps,
-                            cache=runner.cls.cache_reference,
+                            cache=self.runner.cls.cache_reference,
                             presets=bool(presets),
                         ).accepted(),
-                        "preset": None if runner.pipe.preset is None else runner.pipe.preset.name,
-                        "preset_recognised_from": None if runner.recognised is None else runner.recognised[1],
+                        "preset": None if self.runner.pipe.preset is None else self.runner.pipe.preset.name,
+                        "preset_recognised_from": None if self.runner.recognised is None else self.runner.recognised[1],
                         "presets": [p.name for p in presets],
                     }
                 ],
             }
         )
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": runner.model, **runner.counts()})
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.runner.model, **self.runner.counts()})
 
-    async def index(request: Request) -> Response:
-        return HTMLResponse(page)
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(self.page)
+
+
+async def _http_error(request: Request, e: HTTPException) -> Response:
+    reason = {
+        404: f"no such path {request.url.path!r}",
+        405: f"{request.method} is not allowed on {request.url.path!r}",
+    }.get(e.status_code, str(e.detail))
+    code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
+    return _error(RequestError(e.status_code, reason, None, code))
+
+
+def create_app(
+    runner: JobRunner, host: str = "127.0.0.1", port: int | None = None, api_key: str | None = None
+) -> Starlette:
+    """The app serving ``runner``'s jobs on ``host:port`` (the address the server is bound to:
+    requests naming another ``Host`` are refused, :class:`_Guard`; ``port`` None: any port),
+    every request but the page's ``GET /`` needing ``api_key`` when given; it
+    starts the worker with the app and stops it (cancelling the running job between steps) when
+    the server shuts down."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -428,28 +459,8 @@ def create_app(
         finally:
             await run_in_threadpool(runner.stop)
 
-    async def http_error(request: Request, e: HTTPException) -> Response:
-        reason = {
-            404: f"no such path {request.url.path!r}",
-            405: f"{request.method} is not allowed on {request.url.path!r}",
-        }.get(e.status_code, str(e.detail))
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
-        return _error(RequestError(e.status_code, reason, None, code))
-
     app = Starlette(
-        exception_handlers={HTTPException: http_error},
-        routes=[
-            Route("/", index),
-            Route("/health", health),
-            Route("/v1/models", models),
-            Route("/v1/videos", create, methods=["POST"]),
-            Route("/v1/videos", listing, methods=["GET"]),
-            Route("/v1/videos/{id}", retrieve, methods=["GET"]),
-            Route("/v1/videos/{id}", delete, methods=["DELETE"]),
-            Route("/v1/videos/{id}/content", content, methods=["GET"]),
-            Route("/v1/videos/{id}/events", events, methods=["GET"]),
-        ],
-        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error}, routes=_Endpoints(runner).routes(), lifespan=lifespan
     )
     app.add_middleware(_Guard, host=host, port=port, api_key=api_key)
     return app

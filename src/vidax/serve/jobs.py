@@ -1,5 +1,5 @@
-"""The jobs of ``vidax serve``: records in SQLite, mp4 files beside them, one worker thread
-running them alone or in batches.
+"""The jobs of ``vidax serve``: records in SQLite (:mod:`vidax.serve.store`), mp4 files beside
+them, one worker thread running them alone or in batches.
 
 A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``progress``,
 ``created_at``, ``completed_at``, ``size``, ``seconds``, ``error``) plus vidax's fields
@@ -26,13 +26,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
 import json
 import logging
 import os
-import re
 import shutil
-import sqlite3
 import threading
 import time
 import uuid
@@ -41,306 +38,22 @@ from typing import Any
 
 import numpy as np
 
-from vidax.errors import Arg, Cancelled, InputError, OutOfMemoryError, VidaxError
+from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
 from vidax.pipelines.presets import distilled_warning, family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload
+from vidax.serve.records import (
+    Unwritten,
+    error_code,
+    events,
+    failed_job,
+    listed_job,
+    log_job_end,
+    progress_percent,
+    reached_step,
+)
+from vidax.serve.store import COMPLETED, IN_PROGRESS, QUEUED, JobStore, load_state, save_state
 
 logger = logging.getLogger("vidax.serve")
-#: One line per job event (queued, started, resumed, finished, failed, cancelled), shown at the
-#: default verbosity of ``vidax serve``.
-events = logging.getLogger("vidax.serve.jobs")
-
-QUEUED, IN_PROGRESS, COMPLETED, FAILED = "queued", "in_progress", "completed", "failed"
-ACTIVE = (QUEUED, IN_PROGRESS)
-
-
-class JobStore:
-    """Job records in SQLite (``<folder>/jobs.sqlite3``), safe to use from several threads. The
-    folder is held by one store at a time (an exclusive ``flock`` on ``<folder>/serve.lock``,
-    which names the holder's pid) until :meth:`close`.
-
-    Raises:
-        InputError: ``folder`` cannot be created or the database cannot be opened there; another
-            process holds the folder; its ``jobs.sqlite3`` has a ``jobs`` table of another schema.
-    """
-
-    FILE = "jobs.sqlite3"
-    LOCK = "serve.lock"
-    COLUMNS = ["id", "created_at", "status", "data"]
-
-    def __init__(self, folder: str | os.PathLike):
-        self.folder = os.path.abspath(os.fspath(folder))
-        arg = Arg("jobs_dir", os.fspath(folder))
-        if os.path.exists(self.folder) and not os.path.isdir(self.folder):
-            raise InputError(arg, " is a file, not a folder; give a folder for the job records (created if missing)")
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-            self._lock_file = _hold(os.path.join(self.folder, self.LOCK), arg)
-        except OSError as e:
-            raise InputError(arg, f" cannot hold the job records ({e})") from None
-        try:
-            self._db = sqlite3.connect(
-                os.path.join(self.folder, self.FILE), check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
-                "status TEXT NOT NULL, data TEXT NOT NULL)"
-            )
-            self._db.execute("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, data TEXT NOT NULL)")
-            columns = [row[1] for row in self._db.execute("PRAGMA table_info(jobs)")]
-            if columns != self.COLUMNS:
-                self._db.close()
-                raise InputError(
-                    arg,
-                    f": {self.FILE} there is not vidax serve's (its table jobs has the columns "
-                    f"{', '.join(columns)}; expected {', '.join(self.COLUMNS)}); give another "
-                    "folder or move that file away",
-                )
-        except (OSError, sqlite3.Error) as e:
-            self._lock_file.close()
-            raise InputError(arg, f" cannot hold the job records ({e})") from None
-        except InputError:
-            self._lock_file.close()
-            raise
-        self._lock = threading.Lock()
-        self._clear_stale()
-
-    def _clear_stale(self) -> None:
-        """Delete the temporary files a server killed mid-write left in the folder (held now, so
-        no other writer is there): a state save's ``states/*.tmp`` (:func:`_save_atomically`)
-        and a video write's ``.vidax-*`` (:func:`vidax.io.video.write_video`)."""
-        folder = glob.escape(self.folder)
-        stale = glob.glob(os.path.join(folder, "states", "*.tmp")) + glob.glob(os.path.join(folder, ".vidax-*"))
-        stale = [path for path in stale if os.path.isfile(path)]
-        for path in stale:
-            _unlink(path)
-        if stale:
-            logger.warning("deleted %d temporary file(s) a stopped server left in %s", len(stale), self.folder)
-
-    def video_path(self, job_id: str) -> str:
-        return os.path.join(self.folder, f"{job_id}.mp4")
-
-    def image_path(self, job_id: str) -> str:
-        """Where an unfinished job's ``input_reference`` is kept (PNG, lossless)."""
-        return os.path.join(self.folder, f"{job_id}.input.png")
-
-    def upload_path(self, job_id: str, key: str) -> str:
-        """Where an unfinished job's uploaded image keyword ``key`` (e.g. ``last_image``) is kept,
-        the bytes as sent."""
-        return os.path.join(self.folder, f"{job_id}.{key}.upload")
-
-    def state_path(self, batch_id: str) -> str:
-        """Where a running batch's denoising state is saved."""
-        return os.path.join(self.folder, "states", f"{batch_id}.npz")
-
-    def state_paths(self) -> list[str]:
-        return sorted(glob.glob(os.path.join(glob.escape(self.folder), "states", "*.npz")))
-
-    def put_request(self, job_id: str, request: dict) -> None:
-        """Keep what re-queues an unfinished job after a restart (its fields, the seed filled in)."""
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO requests VALUES (?, ?)", (job_id, json.dumps(request)))
-
-    def get_request(self, job_id: str) -> dict | None:
-        with self._lock:
-            row = self._db.execute("SELECT data FROM requests WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def forget_request(self, job_id: str) -> None:
-        """Drop a finished job's request and its kept image."""
-        with self._lock:
-            row = self._db.execute("SELECT data FROM requests WHERE id = ?", (job_id,)).fetchone()
-            self._db.execute("DELETE FROM requests WHERE id = ?", (job_id,))
-        _unlink(self.image_path(job_id))
-        for key, value in ({} if row is None else json.loads(row[0])["fields"]).items():
-            if isinstance(value, dict) and "upload" in value:
-                _unlink(self.upload_path(job_id, key))
-
-    def active(self) -> list[dict]:
-        """The queued and running jobs, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT data FROM jobs WHERE status IN (?, ?) ORDER BY created_at, id", ACTIVE
-            ).fetchall()
-        return [json.loads(r[0]) for r in rows]
-
-    def put(self, job: dict) -> None:
-        """Insert ``job``, or replace the record of its ``id`` (keeping the time it was first put,
-        which orders the list: ``created_at`` counts whole seconds, as OpenAI's)."""
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                "status = excluded.status, data = excluded.data",
-                (job["id"], time.time(), job["status"], json.dumps(job)),
-            )
-
-    def get(self, job_id: str) -> dict | None:
-        with self._lock:
-            row = self._db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def list(self, limit: int, after: str | None = None, newest_first: bool = True) -> tuple[list[dict], bool]:
-        """Up to ``limit`` jobs by creation time (after the job ``after``), and whether more follow.
-
-        Raises:
-            RequestError: 400, ``after`` is no job's id.
-        """
-        order, cmp = ("DESC", "<") if newest_first else ("ASC", ">")
-        query, args = "SELECT data FROM jobs", []
-        with self._lock:
-            if after is not None:
-                row = self._db.execute("SELECT created_at FROM jobs WHERE id = ?", (after,)).fetchone()
-                if row is None:
-                    raise RequestError(
-                        400,
-                        f"after={after!r} is no job's id; give the id of a listed job (the last "
-                        "of a page, to get the next)",
-                        "after",
-                    )
-                query += f" WHERE (created_at, id) {cmp} (?, ?)"
-                args = [row[0], after]
-            rows = self._db.execute(
-                f"{query} ORDER BY created_at {order}, id {order} LIMIT ?", (*args, limit + 1)
-            ).fetchall()
-        return [json.loads(r[0]) for r in rows[:limit]], len(rows) > limit
-
-    def update(self, job_id: str, **fields: Any) -> None:
-        """Set ``fields`` in the record of ``job_id`` (nothing for an unknown id)."""
-        with self._lock:
-            row = self._db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is not None:
-                self._db.execute(
-                    "UPDATE jobs SET data = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **fields}), job_id)
-                )
-
-    def delete(self, job_id: str) -> None:
-        """Delete the job's record, its mp4 and the frames kept when the mp4 could not be written."""
-        with self._lock:
-            self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-        self.forget_request(job_id)
-        for path in [
-            self.video_path(job_id),
-            *glob.glob(os.path.join(glob.escape(self.folder), f"{job_id}.unwritten*.npy")),
-        ]:
-            _unlink(path)
-
-    def close(self) -> None:
-        """Close the database and let another server take the folder."""
-        with self._lock:
-            self._db.close()
-            self._lock_file.close()
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _hold(path: str, arg: Arg) -> Any:
-    """``path`` opened and locked (``fcntl.flock``, exclusive) with this process's id in it, for as
-    long as the returned file stays open.
-
-    Raises:
-        InputError: another process holds the lock (its id named).
-        OSError: the file cannot be opened or written.
-    """
-    import fcntl
-
-    f = open(path, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "unknown"
-        f.close()
-        raise InputError(
-            arg, f" is in use by another vidax serve, pid {holder}; stop it or give another --jobs-dir"
-        ) from None
-    except OSError:
-        f.close()
-        raise
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
-
-
-#: Characters of a job's prompt in lists (``GET /v1/videos``, the page's table); a longer one is
-#: cut there and ends with "…".
-LISTED_PROMPT = 200
-
-
-def _listed(job: dict) -> dict:
-    prompt = job.get("prompt")
-    if isinstance(prompt, str) and len(prompt) > LISTED_PROMPT:
-        return {**job, "prompt": prompt[: LISTED_PROMPT - 1] + "…"}
-    return job
-
-
-def _progress(step: int, steps: int) -> int:
-    """The percentage of ``step`` denoising steps done of ``steps`` (decoding and writing the
-    video count as one more step)."""
-    return 100 * step // (steps + 1)
-
-
-def _reached(step: int, job: dict) -> dict:
-    """``step`` and its ``progress`` in ``job``, for a job that stopped there."""
-    return {"step": step, "progress": _progress(step, job["num_inference_steps"])}
-
-
-def _log_end(job: dict) -> None:
-    """The job event line of a job that ended (finished, failed or cancelled)."""
-    if job["status"] == COMPLETED:
-        stats = job.get("stats") or {}
-        events.info(
-            "%s finished: its mp4 written in %.1f s (compiles %.1f s)",
-            job["id"],
-            stats.get("call_s", 0) + stats.get("write_s", 0),
-            stats.get("compile_s", 0),
-        )
-    elif job["error"]["code"] == "cancelled":
-        events.info("%s %s", job["id"], job["error"]["message"])
-    else:
-        events.warning("%s failed (%s): %s", job["id"], job["error"]["code"], job["error"]["message"])
-
-
-def _code(error: Exception) -> str:
-    """The error code of a job that failed with ``error``: its class's name in snake_case
-    (``OutOfMemoryError`` -> ``out_of_memory_error``), as the API's other codes are spelled."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(error).__name__).lower()
-
-
-def _failed(job: dict, message: str, code: str) -> dict:
-    return {**job, "status": FAILED, "completed_at": int(time.time()), "error": {"code": code, "message": message}}
-
-
-class _Unwritten(Exception):
-    """The mp4 of a finished job could not be written; its frames are kept as
-    ``<folder>/<job_id>.unwritten.npy`` (:func:`vidax.io.video.save_unwritten`, in ``folder``
-    only), and the message names the files relative to ``folder`` (the client does not see the
-    server's paths)."""
-
-    def __init__(self, folder: str, job_id: str, frames: Any, error: Exception):
-        from vidax.io.video import save_unwritten
-
-        def local(text: str) -> str:
-            return " ".join(text.replace(folder + os.sep, "").split())
-
-        try:
-            kept = os.path.relpath(
-                save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False), folder
-            )
-            kept = (
-                f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, "
-                "RGB) in [0, 1], numpy.load)"
-            )
-        except OSError as e:
-            kept = local(f"saving the frames as .npy failed too ({type(e).__name__}: {e})")
-        super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
 
 
 #: Previews kept per running job for its event streams (a client polling slower than the
@@ -547,8 +260,6 @@ class JobRunner:
         Raises:
             RequestError: 400, a field the checks refuse.
         """
-        from vidax.io.image import load_image
-
         model = fields.get("model")
         if model not in (None, "", self.model):
             raise RequestError(
@@ -564,6 +275,27 @@ class JobRunner:
             presets=bool(presets_for(family_of(self.cls))),
         )
         pending = _Pending(job_id, None)
+        call, preset_cache = self._checked_call(pending, request, image_path)
+        pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps) or preset_cache
+        if self.recognised is not None and pending.preset == self.recognised[0]:
+            warning = distilled_warning(*self.recognised, call)
+            if warning:
+                events.warning("%s: %s", job_id, warning)
+        pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
+        pending.request = request
+        pending.key = self._batch_key(pending)
+        return pending, self._queued_job(pending, image_name)
+
+    def _checked_call(self, pending: _Pending, request: Fields, image_path: str | None) -> tuple[Any, Any]:
+        """``(call, preset_cache)``: the pipeline's checked call of ``request`` (its images read,
+        under its preset, its memory estimate checked) and the preset's step cache where the
+        request turned none on (None: none).
+
+        Raises:
+            RequestError: 400, a field the checks refuse (named as the request spells it).
+        """
+        from vidax.io.image import load_image
+
         try:
             kw = request.call_keywords()
             if image_path is not None:
@@ -587,24 +319,21 @@ class JobRunner:
                 **kw,
             )
             self._check_memory(call)
-            # the preset's step cache where the request turned none on
             preset_cache = (
                 pending.preset.cache_config(self.cls, call.num_inference_steps) if "cache" in applied else None
             )
         except (InputError, OutOfMemoryError) as e:
             raise request.error(e) from None
-        pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps) or preset_cache
-        if self.recognised is not None and pending.preset == self.recognised[0]:
-            warning = distilled_warning(*self.recognised, call)
-            if warning:
-                events.warning("%s: %s", job_id, warning)
-        pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
-        pending.request = request
-        pending.key = self._batch_key(pending)
+        return call, preset_cache
+
+    def _queued_job(self, pending: _Pending, image_name: str) -> dict:
+        """The record of the checked job ``pending``, queued (the OpenAI video object and vidax's
+        fields, see the module's docstring)."""
+        call = pending.call
         fps = float(pending.fps)
         fps = int(fps) if fps.is_integer() else fps  # 16, not 16.0, in the job's JSON
-        job = {
-            "id": job_id,
+        return {
+            "id": pending.id,
             "object": "video",
             "model": self.model,
             "status": QUEUED,
@@ -624,7 +353,6 @@ class JobRunner:
             "input_reference": image_name or None,
             "preset": None if pending.preset is None else pending.preset.name,
         }
-        return pending, job
 
     def _preset(self, pending: _Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """``(kw, applied)``: the call keywords ``kw`` over those of the job's preset (the
@@ -735,7 +463,7 @@ class JobRunner:
             except (RequestError, OSError) as e:
                 failed += 1
                 self.store.put(
-                    _failed(
+                    failed_job(
                         job,
                         f"interrupted: the server stopped before the job finished, and it could "
                         f"not be queued again ({getattr(e, 'message', e)})",
@@ -756,7 +484,7 @@ class JobRunner:
                         **job,
                         "status": QUEUED,
                         "step": pending.step,
-                        "progress": _progress(pending.step, job["num_inference_steps"]),
+                        "progress": progress_percent(pending.step, job["num_inference_steps"]),
                     }
                 )
                 self._enqueue(pending)
@@ -795,7 +523,7 @@ class JobRunner:
         keeps the record made then."""
         for pending in self._live(batch):
             pending.step = step
-            self.store.update(pending.id, step=step, progress=_progress(step, steps))
+            self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
 
     def _live(self, batch: list[_Pending]) -> list[_Pending]:
         """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""
@@ -807,7 +535,7 @@ class JobRunner:
         job = self.store.get(job_id)
         pending = self._pending.get(job_id)
         if job is not None and pending is not None and job["status"] == IN_PROGRESS:
-            job.update(_reached(pending.step, job))
+            job.update(reached_step(pending.step, job))
         return job
 
     def events(self, job_id: str) -> dict | None:
@@ -830,7 +558,7 @@ class JobRunner:
             RequestError: 400, ``after`` is no job's id.
         """
         jobs, more = self.store.list(limit, after, newest_first)
-        return [_listed(self.get(j["id"]) or j) for j in jobs], more
+        return [listed_job(self.get(j["id"]) or j) for j in jobs], more
 
     def cancel(self, job_id: str) -> dict | None:
         """Cancel a queued job now, a running one at its next check (before each denoising step,
@@ -854,14 +582,14 @@ class JobRunner:
                         else "cancelled before denoising step 1"
                     )
                     job = {
-                        **_failed({**job, **_reached(pending.step, job)}, message, "cancelled"),
+                        **failed_job({**job, **reached_step(pending.step, job)}, message, "cancelled"),
                         "batch": self._batch_report(self._running, self._running.index(pending), self._resumed),
                     }
                 else:
                     self._waiting.remove(pending)
-                    job = _failed(job, "cancelled before it started", "cancelled")
+                    job = failed_job(job, "cancelled before it started", "cancelled")
                 del self._pending[job_id]
-                _log_end(job)
+                log_job_end(job)
                 self.store.put(job)
                 self.store.forget_request(job_id)
                 return job
@@ -970,7 +698,7 @@ class JobRunner:
                 given=call.given | {"latents"},
                 video_guidance=guidance if len(set(guidance)) > 1 else None,
             )
-        resume = None if batch[0].resume is None else _load_state(batch[0].resume)
+        resume = None if batch[0].resume is None else load_state(batch[0].resume)
         return dataclasses.replace(
             call,
             callback=lambda i, n: self._stepped(batch, i + 1, n),
@@ -981,7 +709,7 @@ class JobRunner:
 
     def _on_state(self, batch: list[_Pending], path: str, call: Any) -> Callable | None:
         """The call's ``on_state``: the state saved every :attr:`save_every` steps (with a step
-        cache, its state beside the loop's, :func:`_save_state`), a preview made every
+        cache, its state beside the loop's, :func:`save_state`), a preview made every
         :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
         steps = call.num_inference_steps
         save = self.save_every > 0
@@ -997,7 +725,7 @@ class JobRunner:
         def on_state(done: int, latents: Any, state: Any, cache: Any = None) -> None:
             # every save_every steps, and after the last (a crash in the decode then redoes only the decode)
             if save and (done % self.save_every == 0 or done == steps):
-                _save_state(path, ids, done, latents, state, cache)
+                save_state(path, ids, done, latents, state, cache)
                 for pending in self._live(batch):
                     self.store.update(pending.id, saved_step=done)
             made = None if previewer is None else previewer.observe(done, latents, state)
@@ -1096,7 +824,7 @@ class JobRunner:
                 if pending.id not in self._pending:
                     continue  # cancelled while its batch ran on: recorded then
                 job = {**results[pending.id], "batch": self._batch_report(batch, i, resumed)}
-                _log_end(job)
+                log_job_end(job)
                 self.store.put(job)
                 self.store.forget_request(pending.id)
                 self._pending.pop(pending.id, None)
@@ -1123,7 +851,7 @@ class JobRunner:
                     sample_rate=out.audio_sample_rate,
                 )
             except Exception as e:  # disk full, a codec error: the frames are kept as .npy, the error says where
-                raise _Unwritten(self.store.folder, pending.id, out.frames[index : index + 1], e) from None
+                raise Unwritten(self.store.folder, pending.id, out.frames[index : index + 1], e) from None
         except Exception as e:
             return self._failure(pending, job, e)
         stats = {"compile_s": out.stats.compile_s, "call_s": out.stats.call_s, "write_s": time.perf_counter() - t0}
@@ -1143,62 +871,14 @@ class JobRunner:
     def _failure(self, pending: _Pending, job: dict, e: Exception) -> dict:
         """The record of a job that failed with ``e``."""
         if isinstance(e, Cancelled):
-            return _failed({**job, **_reached(pending.step, job)}, str(e), "cancelled")
-        if isinstance(e, _Unwritten):
-            return _failed({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
+            return failed_job({**job, **reached_step(pending.step, job)}, str(e), "cancelled")
+        if isinstance(e, Unwritten):
+            return failed_job({**job, "step": job["num_inference_steps"]}, str(e), "write_failed")
         if isinstance(e, VidaxError):
             message = pending.request.error(e).message if pending.request else str(e)
-            return _failed({**job, **_reached(pending.step, job)}, " ".join(message.split()), _code(e))
+            return failed_job({**job, **reached_step(pending.step, job)}, " ".join(message.split()), error_code(e))
         # a codec or disk error writing the video, a bug: the job fails, the server stays
         logger.error("job %s failed", pending.id, exc_info=e)
-        return _failed({**job, **_reached(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()), "internal")
-
-
-def _save_state(path: str, ids: np.ndarray, done: int, latents: Any, state: Any, cache: Any) -> None:
-    """Save a batch's denoising state after step ``done`` to ``path`` (:func:`_save_atomically`):
-    the ids of its jobs, ``done``, the leaves of ``(latents, state)`` (``leaves`` of them) and,
-    with a step cache (``cache``: its :class:`~vidax.pipelines.step_cache.CacheState`), the
-    cache's arrays after them and its host state as JSON (``cache_host``). Each array's dtype is
-    named in ``dtypes``: one numpy cannot store (bfloat16, TaylorSeer's factors) is saved as
-    its bits (unsigned integers of its size)."""
-    import jax
-
-    arrays = [np.asarray(a) for a in jax.tree.leaves((latents, state))]
-    values: dict[str, Any] = dict(jobs=ids, done=done, leaves=len(arrays))
-    if cache is not None:
-        arrays += [np.asarray(a) for a in cache.arrays]
-        values["cache_host"] = json.dumps(cache.host)
-    values["dtypes"] = np.asarray([a.dtype.name for a in arrays])
-    arrays = [a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "V" else a for a in arrays]
-    _save_atomically(path, arrays, **values)
-
-
-def _load_state(path: str) -> tuple:
-    """What :func:`_save_state` saved: ``(done, arrays, cache)``, the call's ``resume`` (``cache``:
-    the step cache's :class:`~vidax.pipelines.step_cache.CacheState`, None without one)."""
-    import jax.numpy as jnp
-
-    from vidax.pipelines.step_cache import CacheState
-
-    with np.load(path) as saved:
-        leaves = int(saved["leaves"])
-        # a state of an earlier version names no dtypes (and holds no cache state)
-        names = [str(n) for n in saved["dtypes"]] if "dtypes" in saved else [None] * leaves
-        arrays = [saved[f"arr_{i}"] for i in range(len(names))]
-        host = json.loads(str(saved["cache_host"])) if "cache_host" in saved else None
-        done = int(saved["done"])
-    arrays = [a if name is None or a.dtype.name == name else a.view(jnp.dtype(name)) for a, name in zip(arrays, names)]
-    return done, arrays[:leaves], None if host is None else CacheState(arrays[leaves:], host)
-
-
-def _save_atomically(path: str, arrays: list, **values: Any) -> None:
-    """``np.savez`` of ``arrays`` (``arr_0``, ...) and ``values`` to ``path``: written to a
-    temporary file beside it, fsync'd, then renamed over it (a crash leaves the old file or the
-    new one, never a torn one)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        np.savez(f, *arrays, **values)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        return failed_job(
+            {**job, **reached_step(pending.step, job)}, " ".join(f"{type(e).__name__}: {e}".split()), "internal"
+        )

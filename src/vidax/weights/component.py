@@ -49,6 +49,7 @@ def plan_component(
     weights: str | None = None,
     file: str | os.PathLike | None = None,
     random_weights: bool = False,
+    variant: str | None = None,
     **model_kwargs: Any,
 ) -> PendingLoad:
     """Check the checkpoint in ``folder`` against the model of ``spec`` and return the load.
@@ -82,6 +83,8 @@ def plan_component(
         random_weights: make every parameter on its placement from the config instead of
             reading any file (:mod:`vidax.weights.random_weights`; the folder needs only its
             ``config.json``).
+        variant: the folder's weights variant (``"fp16"``) read where it has its files
+            (:class:`~vidax.weights.safetensors_io.CheckpointReader`); None: the plain files.
         **model_kwargs: more keywords of the model's constructor (``attention="xla"``, ...).
 
     Returns:
@@ -109,14 +112,14 @@ def plan_component(
     if random_weights:
         return _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, model_kwargs)
     if spec.loader is not None:
-        return spec.load_fn()(folder, dtype=dtype, placement=placement, mesh=mesh, config=config)
-    model_cls = spec.model_class()
-    if spec.block_stacks:
-        model_kwargs["mesh"] = mesh
+        return spec.load_fn()(folder, dtype=dtype, placement=placement, mesh=mesh, config=config, variant=variant)
+    return _plan_files(spec, folder, config, dtype, placement, mesh, offload, weights, file, variant, model_kwargs)
 
-    def make() -> nnx.Module:
-        return model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), **model_kwargs)
 
+def _plan_files(spec, folder, config, dtype, placement, mesh, offload, weights, file, variant, model_kwargs):
+    """:func:`plan_component` from the files: the single ``file``'s tensors, else the folder's
+    (its ``variant``'s files where it has them), checked against the model from their headers;
+    the block stacks streamed into host memory as they are read when ``offload`` streams them."""
     if file is not None:
         from vidax.weights.single_file import open_single_file
 
@@ -124,23 +127,32 @@ def plan_component(
     else:
         from vidax.weights.single_file import fp8_scaled
 
-        reader = fp8_scaled(CheckpointReader(folder))
+        reader = fp8_scaled(CheckpointReader(folder, variant))
     stream = None
+    stacked_paths = getattr(spec.model_class(), "stacked_paths", ())
     if spec.block_stacks:
         stream = offload_loader(offload, attr=spec.block_stacks)
-    elif offload is not None and getattr(model_cls, "stacked_paths", ()):  # a streamed text encoder: read at each use
-        stream = offload_loader(offload, attr=model_cls.stacked_paths, from_files=True)
+    elif offload is not None and stacked_paths:  # a streamed text encoder: read at each use
+        stream = offload_loader(offload, attr=stacked_paths, from_files=True)
     pending = load_module(
-        make,
+        _model_maker(spec, config, dtype, mesh, model_kwargs),
         reader,
         spec.rules(config, reader.keys()),
         DtypePolicy(dtype, spec.fp32(), weights),
         placement,
-        what=what,
+        what=f"{spec.kind} ({spec.class_name})",
         place_stacked=stream,
         defer=True,
     )
     return pending.then(stream.attach) if stream is not None else pending
+
+
+def _model_maker(spec, config, dtype, mesh, model_kwargs) -> Callable[[], nnx.Module]:
+    """``() -> model``: ``spec``'s model class built from ``config`` with its parameters in
+    ``dtype`` (a model with ``block_stacks`` also gets ``mesh=``)."""
+    model_cls = spec.model_class()
+    kwargs = {**model_kwargs, "mesh": mesh} if spec.block_stacks else model_kwargs
+    return lambda: model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), **kwargs)
 
 
 def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, model_kwargs) -> PendingLoad:
@@ -154,17 +166,10 @@ def _plan_random(spec, config, dtype, placement, mesh, offload, weights, file, m
     if weights is not None or file is not None:
         given = f"weight_dtype={weights!r}" if weights is not None else f"transformer={os.fspath(file)!r}"
         raise InputError(f"random_weights=True makes the {what} weights from its config; {given} cannot apply")
-    model_cls = spec.model_class()
-    if spec.block_stacks:
-        model_kwargs["mesh"] = mesh
-
-    def make() -> nnx.Module:
-        return model_cls(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0), **model_kwargs)
-
-    stacks = spec.block_stacks or getattr(model_cls, "stacked_paths", ())  # a text encoder's: in host memory
+    stacks = spec.block_stacks or getattr(spec.model_class(), "stacked_paths", ())  # a text encoder's: in host memory
     stream = resolve_offload(offload) if stacks else None
     return random_module(
-        make,
+        _model_maker(spec, config, dtype, mesh, model_kwargs),
         DtypePolicy(dtype, spec.fp32()),
         placement,
         rules_from_config(spec, config),

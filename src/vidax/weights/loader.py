@@ -275,7 +275,35 @@ def load_module(
     graphdef, abstract = abstract_params(make)
     stacks = _stack_axes(abstract, rules)
 
-    # Plan: target path -> list of (layer, source key).
+    plan, unexpected, scales = _key_plan(reader, rules, abstract, stacks)
+    missing, misshaped, duplicated = _check_plan(reader, rules, abstract, stacks, plan, scales, unexpected)
+    if missing or unexpected or misshaped or duplicated:
+        raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
+    graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
+    read = PendingLoad(
+        lambda: _read_module(
+            reader,
+            graphdef,
+            abstract,
+            stacks,
+            plan,
+            policy,
+            placement,
+            place_stacked,
+            scales,
+            kept,
+            indices,
+            rules.stacked,
+        ),
+        abstract,
+    )
+    return read if defer else read.read()
+
+
+def _key_plan(reader: Any, rules: KeyRules, abstract: dict, stacks: dict) -> tuple[dict, list[str], set]:
+    """``(plan, unexpected, scales)``: target path -> its ``[(layer, source key)]`` (None for an
+    unstacked parameter), the source keys no parameter takes, and the paths of 8-bit scales
+    (planned from the kernel beside them)."""
     plan: dict[Path, list[tuple[int | None, str]]] = defaultdict(list)
     unexpected: list[str] = []
     for key in reader.keys():
@@ -298,7 +326,13 @@ def load_module(
     scales = {p for p in abstract if p[-1] == _SCALE}
     for path in scales:  # read from the kernel beside it
         plan[path] = plan.get(path[:-1] + ("kernel",), [])
+    return plan, unexpected, scales
 
+
+def _check_plan(reader, rules, abstract, stacks, plan, scales, unexpected) -> tuple[list, list, list]:
+    """``(missing, misshaped, duplicated)`` of ``plan`` against the abstract parameters (stack
+    layers past the stack's depth go to ``unexpected``): every parameter (each layer of a stack)
+    read once, of its shape and a dtype it can be cast from."""
     missing, misshaped, duplicated = [], [], []
     for path, var in abstract.items():
         if path in scales:
@@ -314,7 +348,7 @@ def load_module(
                 missing += [rules.join(path, l) for l in range(n) if l not in have]
                 duplicated += [rules.join(path, l) for l in sorted(dup)]
                 extra = [l for l in have if l >= n]
-                unexpected += [rules.join(path, l) for l in extra]
+                unexpected.extend(rules.join(path, l) for l in extra)
             want = tuple(target.shape[1:])
         else:
             if not entries:
@@ -330,28 +364,7 @@ def load_module(
                 misshaped.append(f"{key} in {info.file}: shape {info.shape}, expected {want_file}{stored}")
             elif not _castable(info.dtype, target.dtype) and not (_is_float(info.dtype) and _quantized(path, scales)):
                 misshaped.append(f"{key} in {info.file}: dtype {info.dtype}, expected {target.dtype}")
-
-    if missing or unexpected or misshaped or duplicated:
-        raise CheckpointError(_report(what, reader, missing, unexpected, misshaped, duplicated))
-    graphdef, abstract, kept, indices = _keep_gguf(make, reader, plan, policy, graphdef, abstract, what)
-    read = PendingLoad(
-        lambda: _read_module(
-            reader,
-            graphdef,
-            abstract,
-            stacks,
-            plan,
-            policy,
-            placement,
-            place_stacked,
-            scales,
-            kept,
-            indices,
-            rules.stacked,
-        ),
-        abstract,
-    )
-    return read if defer else read.read()
+    return missing, misshaped, duplicated
 
 
 def _keep_gguf(make, reader, plan, policy, graphdef, abstract, what):

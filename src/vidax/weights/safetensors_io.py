@@ -178,22 +178,6 @@ def _is_variant_index(entry: str) -> bool:
     return bool(stem and dot and last.endswith(".json") and last.count(".") == 1)
 
 
-#: Component folders (real paths) read from a variant's weights: ``load_pipeline(..., variant=)``.
-_VARIANT_OF: dict[str, str] = {}
-
-
-def use_variant(folder: str | os.PathLike, variant: str | None) -> None:
-    """Read ``folder``'s weights from ``variant``'s files (``<name>.<variant>.safetensors``, its
-    shards and ``<name>.safetensors.index.<variant>.json``) where it has them, as diffusers'
-    ``from_pretrained(..., variant=)``; None: the plain files again. The folder's later readers in
-    this process (its load, the memory estimates) read the same files."""
-    key = os.path.realpath(folder)
-    if variant is None:
-        _VARIANT_OF.pop(key, None)
-    else:
-        _VARIANT_OF[key] = variant
-
-
 def _variant_weights(entries: list[str], variant: str | None) -> list[str]:
     """The entries of ``variant``'s weights: its index, else its single file (empty: none, or no
     variant asked for)."""
@@ -248,6 +232,10 @@ class CheckpointReader(TensorIndex):
     and transformers layout). Nothing is read until :meth:`get` is called, and then only that
     tensor's pages.
 
+    ``variant`` (diffusers' ``from_pretrained(..., variant="fp16")``): a folder's
+    ``<name>.<variant>.safetensors`` (or its shards and ``<name>.safetensors.index.<variant>.json``)
+    are read where it has them; None: its plain files.
+
     Raises:
         CheckpointError: the folder has no safetensors file, an index names a missing shard, two
             files hold the same tensor, a header is malformed, or a file's size is not the one its
@@ -255,14 +243,15 @@ class CheckpointReader(TensorIndex):
             file, the expected and the actual size).
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, variant: str | None = None):
         path = os.fspath(path)
         self.path = path
+        self.variant = variant
         self._infos: dict[str, TensorInfo] = {}
         self._maps: dict[str, np.memmap] = {}
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
-        for file in self._files(path):
+        for file in self._files(path, variant):
             header, data_start = _read_header(file)
             data_end = 0
             for name, meta in header.items():
@@ -275,7 +264,7 @@ class CheckpointReader(TensorIndex):
             _check_file_size(file, data_start, data_end)
 
     @staticmethod
-    def _files(path: str) -> list[str]:
+    def _files(path: str, variant: str | None) -> list[str]:
         if os.path.isfile(path):
             return [path]
         if not os.path.isdir(path):
@@ -285,10 +274,8 @@ class CheckpointReader(TensorIndex):
         # (or ".fp16-00001-of-00002.safetensors" shards with "<name>.safetensors.index.fp16.json")
         # beside the plain files; from_pretrained without variant= reads the plain ones, as here.
         # A folder holding only one variant's weights is read as it is.
-        # load_pipeline(..., variant="fp16") reads that variant's files where the folder has them.
-        plain = _variant_weights(entries, _VARIANT_OF.get(os.path.realpath(path))) or [
-            e for e in entries if _is_plain_weights(e)
-        ]
+        # With variant= (load_pipeline(..., variant="fp16")) that variant's files where the folder has them.
+        plain = _variant_weights(entries, variant) or [e for e in entries if _is_plain_weights(e)]
         variant_indexes = [e for e in entries if _is_variant_index(e)]
         chosen = plain or variant_indexes or [e for e in entries if e.endswith(".safetensors")]
         indexes = [e for e in chosen if not e.endswith(".safetensors")]

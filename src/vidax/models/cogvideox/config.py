@@ -122,9 +122,11 @@ class CogVideoXTransformerConfig(TransformerConfig):
         return k // 4, k // 8 * 3, k // 8 * 3
 
     def validate(self, source: str) -> None:
-        def bad(key, value, want):
-            self.invalid(source, key, value, want)
+        self._check_values(source)
+        self._check_embeddings(source)
 
+    def _check_values(self, source: str) -> None:
+        """Each setting alone: sizes, flags, numbers, activations."""
         self.check_positive(
             source,
             (
@@ -146,9 +148,9 @@ class CogVideoXTransformerConfig(TransformerConfig):
         for key in ("patch_size_t", "ofs_embed_dim"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                bad(key, value, "expected a non-negative int or null")
+                self.invalid(source, key, value, "expected a non-negative int or null")
         if self.patch_size_t == 0:
-            bad("patch_size_t", 0, "expected a positive int or null")
+            self.invalid(source, "patch_size_t", 0, "expected a positive int or null")
         for key in (
             "attention_bias",
             "norm_elementwise_affine",
@@ -158,12 +160,13 @@ class CogVideoXTransformerConfig(TransformerConfig):
             "flip_sin_to_cos",
         ):
             if not isinstance(getattr(self, key), bool):
-                bad(key, getattr(self, key), "expected true or false")
+                self.invalid(source, key, getattr(self, key), "expected true or false")
         if not isinstance(self.freq_shift, (int, float)) or isinstance(self.freq_shift, bool):
-            bad("freq_shift", self.freq_shift, "expected a number")
+            self.invalid(source, "freq_shift", self.freq_shift, "expected a number")
         for width in (self.inner_dim, self.ofs_embed_dim) if self.has_ofs else (self.inner_dim,):
             if width // 2 == self.freq_shift:
-                bad(
+                self.invalid(
+                    source,
                     "freq_shift",
                     self.freq_shift,
                     f"the reference divides by (width // 2 - freq_shift), zero for the sinusoid of "
@@ -172,19 +175,26 @@ class CogVideoXTransformerConfig(TransformerConfig):
         for key in ("norm_eps", "spatial_interpolation_scale", "temporal_interpolation_scale"):
             value = getattr(self, key)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                bad(key, value, "expected a positive number")
+                self.invalid(source, key, value, "expected a positive number")
         if self.activation_fn not in FFN_ACTIVATIONS:
-            bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
+            self.invalid(source, "activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
         if self.timestep_activation_fn not in ACTIVATIONS:
-            bad("timestep_activation_fn", self.timestep_activation_fn, f"vidax implements {list(ACTIVATIONS)}")
+            self.invalid(
+                source, "timestep_activation_fn", self.timestep_activation_fn, f"vidax implements {list(ACTIVATIONS)}"
+            )
+
+    def _check_embeddings(self, source: str) -> None:
+        """The position and timestep embeddings' settings against each other and the sizes."""
         if self.use_learned_positional_embeddings and not self.use_rotary_positional_embeddings:
-            bad(
+            self.invalid(
+                source,
                 "use_learned_positional_embeddings",
                 True,
                 "the reference refuses learned position embeddings without rotary embeddings",
             )
         if self.has_ofs and self.ofs_embed_dim != self.time_embed_dim:
-            bad(
+            self.invalid(
+                source,
                 "ofs_embed_dim",
                 self.ofs_embed_dim,
                 f"the reference adds the ofs embedding to the timestep embedding, so it must equal "
@@ -193,27 +203,31 @@ class CogVideoXTransformerConfig(TransformerConfig):
         if self.use_rotary_positional_embeddings:
             t, h, w = self.rope_split
             if t % 2 or h % 2 or t + h + w != self.attention_head_dim:
-                bad(
+                self.invalid(
+                    source,
                     "attention_head_dim",
                     self.attention_head_dim,
                     f"3-D RoPE splits it into (T, H, W) parts {(t, h, w)} that must be even and "
                     "sum to it (a multiple of 16)",
                 )
             if self.sample_height < self.patch_size or self.sample_width < self.patch_size:
-                bad(
+                self.invalid(
+                    source,
                     "sample_height/sample_width",
                     (self.sample_height, self.sample_width),
                     f"the RoPE grid needs at least one patch of {self.patch_size}",
                 )
         if self.uses_position_table:
             if self.inner_dim % 16:
-                bad(
+                self.invalid(
+                    source,
                     "num_attention_heads*attention_head_dim",
                     self.inner_dim,
                     "the 3-D sincos table needs a multiple of 16 (even parts of D/4 and 3D/8)",
                 )
             if self.patch_size_t is not None:
-                bad(
+                self.invalid(
+                    source,
                     "patch_size_t",
                     self.patch_size_t,
                     "the reference's position table does not account for temporal patches; "

@@ -121,9 +121,6 @@ class CosmosTransformerConfig(TransformerConfig):
         return tuple(m // p for m, p in zip(self.max_size, self.patch_size))
 
     def validate(self, source: str) -> None:
-        def bad(key, value, want):
-            self.invalid(source, key, value, want)
-
         self.check_positive(
             source,
             (
@@ -141,21 +138,24 @@ class CosmosTransformerConfig(TransformerConfig):
         for key in ("max_size", "patch_size"):
             value = getattr(self, key)
             if not (isinstance(value, tuple) and len(value) == 3 and all(is_positive_int(v) for v in value)):
-                bad(key, value, "expected three positive ints (t, h, w)")
+                self.invalid(source, key, value, "expected three positive ints (t, h, w)")
         if any(m < p for m, p in zip(self.max_size, self.patch_size)):
-            bad("max_size", self.max_size, f"each axis must hold at least one patch of {self.patch_size}")
+            self.invalid(
+                source, "max_size", self.max_size, f"each axis must hold at least one patch of {self.patch_size}"
+            )
         rs = self.rope_scale
         if not (
             isinstance(rs, tuple)
             and len(rs) == 3
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in rs)
         ):
-            bad("rope_scale", rs, "expected three positive numbers (t, h, w)")
+            self.invalid(source, "rope_scale", rs, "expected three positive numbers (t, h, w)")
         if not (isinstance(self.mlp_ratio, (int, float)) and not isinstance(self.mlp_ratio, bool) and self.ffn_dim > 0):
-            bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
+            self.invalid(source, "mlp_ratio", self.mlp_ratio, "expected a positive number")
         k = self.attention_head_dim
         if k % 2 or k < 12:
-            bad(
+            self.invalid(
+                source,
                 "attention_head_dim",
                 k,
                 "the reference splits it into rotary (T, H, W) parts "
@@ -163,11 +163,12 @@ class CosmosTransformerConfig(TransformerConfig):
             )
         for key in ("concat_padding_mask", "use_crossattn_projection"):
             if not isinstance(getattr(self, key), bool):
-                bad(key, getattr(self, key), "expected true or false")
+                self.invalid(source, key, getattr(self, key), "expected true or false")
         if self.extra_pos_embed_type not in (None, "learnable"):
-            bad("extra_pos_embed_type", self.extra_pos_embed_type, "expected null or 'learnable'")
+            self.invalid(source, "extra_pos_embed_type", self.extra_pos_embed_type, "expected null or 'learnable'")
         if self.use_crossattn_projection and self.encoder_hidden_states_channels != self.text_embed_dim:
-            bad(
+            self.invalid(
+                source,
                 "encoder_hidden_states_channels",
                 self.encoder_hidden_states_channels,
                 f"crossattn_proj's output feeds the cross-attention, whose input is text_embed_dim="

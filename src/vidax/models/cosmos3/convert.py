@@ -32,12 +32,13 @@ TRANSFORMER_PARAM_AXES = (
 AUDIO_DECODER_FP32_PARAMS = (r"(^|/)(alpha|beta)$",)
 
 
-def plan_sound_tokenizer(folder: str, *, dtype, placement, mesh, config):
+def plan_sound_tokenizer(folder: str, *, dtype, placement, mesh, config, variant=None):
     """The sound tokenizer's load (the registry entry's ``loader``): as every component's
     (:func:`~vidax.weights.component.plan_component`), except that a checkpoint without any
     ``encoder.*`` tensor is a decoder-only tokenizer, as diffusers reads it
     (``Cosmos3AVAEAudioTokenizer._fix_state_dict_keys_on_load`` disables the encoder): the config's
-    ``encoder_enabled`` is then taken as false.
+    ``encoder_enabled`` is then taken as false. ``variant``: the weights variant read
+    (:class:`~vidax.weights.safetensors_io.CheckpointReader`).
 
     Returns:
         A :class:`~vidax.weights.loader.PendingLoad`.
@@ -49,7 +50,7 @@ def plan_sound_tokenizer(folder: str, *, dtype, placement, mesh, config):
     from vidax.weights.component import plan_component
     from vidax.weights.safetensors_io import CheckpointReader
 
-    if config.encoder_enabled and not any(k.startswith("encoder.") for k in CheckpointReader(folder).keys()):
+    if config.encoder_enabled and not any(k.startswith("encoder.") for k in CheckpointReader(folder, variant).keys()):
         config = dataclasses.replace(config, encoder_enabled=False)
     spec = dataclasses.replace(registry().component("Cosmos3AVAEAudioTokenizer"), loader=None)
-    return plan_component(spec, folder, dtype, placement, mesh=mesh, config=config)
+    return plan_component(spec, folder, dtype, placement, mesh=mesh, config=config, variant=variant)

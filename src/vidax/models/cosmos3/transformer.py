@@ -42,6 +42,9 @@ where they do not split over ``tensor x sequence``).
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -205,6 +208,75 @@ def _noisy_rows(noisy_frames: tuple[int, ...], per_frame: int) -> np.ndarray:
     return (np.asarray(noisy_frames, np.int64)[:, None] * per_frame + np.arange(per_frame)).reshape(-1)
 
 
+def _key_mask(text_lengths: Any, b: int, und_len: int, gen_len: int, l_und: int, l_gen: int) -> jax.Array | None:
+    """``(B, l_und + l_gen)`` int32: 1 on the keys the generation tokens attend (the prompt's
+    real tokens, ``text_lengths`` of the ``und_len``, and the ``gen_len`` generation tokens), 0 on
+    prompt and mesh padding; None where there is none."""
+    if text_lengths is None and (l_und, l_gen) == (und_len, gen_len):
+        return None
+    real = und_len if text_lengths is None else jnp.asarray(text_lengths, jnp.int32).reshape(-1, 1)
+    return jnp.concatenate(
+        [
+            jnp.broadcast_to(jnp.arange(l_und)[None] < real, (b, l_und)),
+            jnp.broadcast_to(jnp.arange(l_gen)[None] < gen_len, (b, l_gen)),
+        ],
+        axis=1,
+    ).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosmos3Forward:
+    """The arguments of :meth:`Cosmos3OmniTransformer.embed` (the reference's ``forward``'s
+    names), in their order or by name.
+
+    ``B`` sequences packed alike; indexes are positions in the packed sequence of length
+    ``L = position_ids.shape[1]``.
+
+    Attributes:
+        input_ids: ``(B, N_txt)`` int token ids, placed at ``text_indexes`` ``(N_txt,)``.
+        position_ids: ``(3, L)`` mRoPE positions (T, H, W), or ``(B, 3, L)`` per sequence.
+        und_len: static; the understanding (causal) prefix length; the rest is generation.
+        text_lengths: ``(B,)`` int or None: sequence ``b``'s understanding prefix holds
+            ``text_lengths[b]`` real tokens, the rest up to ``und_len`` is padding that no
+            generation token attends (so sequences of several prompt lengths -- a prompt and
+            its negative -- run as one batch; the causal understanding tokens never see later
+            padding). None: all ``und_len`` are real.
+        vision: ``(B, T, H, W, C)`` channels-last latents (H, W padded to the patch with zeros
+            as the reference).
+        vision_sequence_indexes: ``(T·h·w,)`` positions of the patch tokens (frame-major).
+        vision_mse_loss_indexes: ``(n_noisy·h·w,)`` positions whose prediction is read.
+        vision_timesteps: ``(B, n_noisy·h·w)`` float timesteps (0-1000) of the noisy tokens.
+        vision_noisy_frames: static tuple of the noisy latent frames (the others are condition).
+        sound: ``(B, C_s, T_s)`` sound latents, with ``sound_sequence_indexes`` ``(T_s,)``,
+            ``sound_mse_loss_indexes``, ``sound_timesteps`` ``(B, n_noisy)``,
+            ``sound_noisy_frames``; or None.
+        action: ``(B, T_a, A)`` with the same four, plus ``action_domain_ids`` ``(B,)`` int;
+            or None.
+    """
+
+    input_ids: Any
+    text_indexes: Any
+    position_ids: Any
+    und_len: int
+    vision: Any
+    vision_sequence_indexes: Any
+    vision_mse_loss_indexes: Any
+    vision_timesteps: Any
+    vision_noisy_frames: tuple[int, ...]
+    sound: Any = None
+    sound_sequence_indexes: Any = None
+    sound_mse_loss_indexes: Any = None
+    sound_timesteps: Any = None
+    sound_noisy_frames: tuple[int, ...] | None = None
+    action: Any = None
+    action_sequence_indexes: Any = None
+    action_mse_loss_indexes: Any = None
+    action_timesteps: Any = None
+    action_noisy_frames: tuple[int, ...] | None = None
+    action_domain_ids: Any = None
+    text_lengths: Any = None
+
+
 class Cosmos3OmniTransformer(DiffusionTransformer):
     """diffusers ``Cosmos3OmniTransformer`` (see the module docstring).
 
@@ -255,53 +327,9 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
             )
         return tokens.at[:, rows].add(emb)
 
-    def embed(
-        self,
-        input_ids,
-        text_indexes,
-        position_ids,
-        und_len: int,
-        vision,
-        vision_sequence_indexes,
-        vision_mse_loss_indexes,
-        vision_timesteps,
-        vision_noisy_frames: tuple[int, ...],
-        sound=None,
-        sound_sequence_indexes=None,
-        sound_mse_loss_indexes=None,
-        sound_timesteps=None,
-        sound_noisy_frames: tuple[int, ...] | None = None,
-        action=None,
-        action_sequence_indexes=None,
-        action_mse_loss_indexes=None,
-        action_timesteps=None,
-        action_noisy_frames: tuple[int, ...] | None = None,
-        action_domain_ids=None,
-        text_lengths=None,
-    ):
-        """The packed sequence, split into the two pathways.
-
-        Args (``B`` sequences packed alike; indexes are positions in the packed sequence of
-        length ``L = position_ids.shape[1]``):
-            input_ids: ``(B, N_txt)`` int token ids, placed at ``text_indexes`` ``(N_txt,)``.
-            position_ids: ``(3, L)`` mRoPE positions (T, H, W), or ``(B, 3, L)`` per sequence.
-            und_len: static; the understanding (causal) prefix length; the rest is generation.
-            text_lengths: ``(B,)`` int or None: sequence ``b``'s understanding prefix holds
-                ``text_lengths[b]`` real tokens, the rest up to ``und_len`` is padding that no
-                generation token attends (so sequences of several prompt lengths -- a prompt and
-                its negative -- run as one batch; the causal understanding tokens never see later
-                padding). None: all ``und_len`` are real.
-            vision: ``(B, T, H, W, C)`` channels-last latents (H, W padded to the patch with zeros
-                as the reference).
-            vision_sequence_indexes: ``(T·h·w,)`` positions of the patch tokens (frame-major).
-            vision_mse_loss_indexes: ``(n_noisy·h·w,)`` positions whose prediction is read.
-            vision_timesteps: ``(B, n_noisy·h·w)`` float timesteps (0-1000) of the noisy tokens.
-            vision_noisy_frames: static tuple of the noisy latent frames (the others are condition).
-            sound: ``(B, C_s, T_s)`` sound latents, with ``sound_sequence_indexes`` ``(T_s,)``,
-                ``sound_mse_loss_indexes``, ``sound_timesteps`` ``(B, n_noisy)``,
-                ``sound_noisy_frames``; or None.
-            action: ``(B, T_a, A)`` with the same four, plus ``action_domain_ids`` ``(B,)`` int;
-                or None.
+    def embed(self, *args, **kwargs):
+        """The packed sequence, split into the two pathways; the arguments of
+        :class:`Cosmos3Forward`, in its order or by name.
 
         Returns:
             ``((und (B, und_len', D), gen (B, L - und_len', D)), Cosmos3Inputs)``: each stream
@@ -309,87 +337,115 @@ class Cosmos3OmniTransformer(DiffusionTransformer):
 
         Raises:
             InputError: a latent of the wrong rank / channels, or a modality the config lacks.
+            TypeError: an argument :class:`Cosmos3Forward` does not have.
         """
-        cfg, name = self.config, type(self).__name__
-        vision = jnp.asarray(vision)
-        if vision.ndim != 5 or vision.shape[-1] != cfg.latent_channel:
-            raise InputError(
-                f"{name}: vision must be (B, T, H, W, C={cfg.latent_channel}) channels-last; got {tuple(vision.shape)}."
-            )
-        if sound is not None and not cfg.sound_gen:
-            raise InputError(f"{name}: sound= given but the checkpoint has sound_gen=False.")
-        if action is not None and not cfg.action_gen:
-            raise InputError(f"{name}: action= given but the checkpoint has action_gen=False.")
-        length = int(np.shape(position_ids)[-1])
+        f = Cosmos3Forward(*args, **kwargs)
+        cfg = self.config
+        vision = self._checked_vision(f)
+        und_len = f.und_len
+        length = int(np.shape(f.position_ids)[-1])
         b = vision.shape[0]
-        p, dtype = cfg.latent_patch_size, self.dtype
-        text = self.embed_tokens(jnp.asarray(input_ids)).astype(self.res_dtype)
-        h = jnp.zeros((b, length, cfg.hidden_size), self.res_dtype).at[:, text_indexes].set(text)
+        text = self.embed_tokens(jnp.asarray(f.input_ids)).astype(self.res_dtype)
+        h = jnp.zeros((b, length, cfg.hidden_size), self.res_dtype).at[:, f.text_indexes].set(text)
+        h = self._place_vision(f, h, vision)
+        h, sound_shape = self._place_sound(f, h)
+        h, action_shape = self._place_action(f, h)
 
-        bt, t, hh, ww, c = vision.shape
-        hp, wp = -(-hh // p), -(-ww // p)
-        x = jnp.pad(vision, ((0, 0), (0, 0), (0, hp * p - hh), (0, wp * p - ww), (0, 0)))
-        x = x.reshape(b, t, hp, p, wp, p, c).transpose(0, 1, 2, 4, 3, 5, 6).reshape(b, t * hp * wp, p * p * c)
-        tok = self.proj_in(x.astype(dtype))
-        tok = self._time(tok, vision_timesteps, vision_noisy_frames, hp * wp)
-        h = h.at[:, vision_sequence_indexes].set(tok.astype(self.res_dtype))
-
-        sound_shape = None
-        if sound is not None:
-            sound = jnp.asarray(sound)
-            if sound.ndim != 3 or sound.shape[1] != cfg.sound_dim:
-                raise InputError(f"{name}: sound must be (B, C={cfg.sound_dim}, T); got {tuple(sound.shape)}.")
-            sound_shape = tuple(sound.shape[1:])
-            tok = self.audio_proj_in(jnp.swapaxes(sound, 1, 2).astype(dtype))
-            tok = tok + self.audio_modality_embed[...].astype(dtype)
-            tok = self._time(tok, sound_timesteps, sound_noisy_frames, 1)
-            h = h.at[:, sound_sequence_indexes].set(tok.astype(self.res_dtype))
-
-        action_shape = None
-        if action is not None:
-            action = jnp.asarray(action)
-            if action.ndim != 3 or action.shape[2] != cfg.action_dim:
-                raise InputError(f"{name}: action must be (B, T, A={cfg.action_dim}); got {tuple(action.shape)}.")
-            action_shape = tuple(action.shape[1:])
-            tok = self.action_proj_in(action, action_domain_ids) + self.action_modality_embed[...].astype(dtype)
-            if len(action_noisy_frames):
-                tok = self._time(tok, action_timesteps, action_noisy_frames, 1)
-            h = h.at[:, action_sequence_indexes].set(tok.astype(self.res_dtype))
-
-        cos, sin = mrope_tables(position_ids, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        cos, sin = mrope_tables(f.position_ids, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
         gen_len = length - und_len
         (l_und, _), (l_gen, _) = self.sequence_length(und_len), self.sequence_length(gen_len)
-        key_mask = None
-        if text_lengths is not None or (l_und, l_gen) != (und_len, gen_len):  # prompt or mesh padding
-            real = und_len if text_lengths is None else jnp.asarray(text_lengths, jnp.int32).reshape(-1, 1)
-            key_mask = jnp.concatenate(
-                [
-                    jnp.broadcast_to(jnp.arange(l_und)[None] < real, (b, l_und)),
-                    jnp.broadcast_to(jnp.arange(l_gen)[None] < gen_len, (b, l_gen)),
-                ],
-                axis=1,
-            ).astype(jnp.int32)
 
         def rope(start, stop, n):
             return tuple(pad_tokens(r[..., start:stop, :], n, axis=r.ndim - 2) for r in (cos, sin))
 
+        sound, action = f.sound, f.action
         inputs = Cosmos3Inputs(
             rope_und=rope(0, und_len, l_und),
             rope_gen=rope(und_len, length, l_gen),
-            vision_mse_loss_indexes=jnp.asarray(vision_mse_loss_indexes),
-            sound_mse_loss_indexes=None if sound is None else jnp.asarray(sound_mse_loss_indexes),
-            action_mse_loss_indexes=None if action is None else jnp.asarray(action_mse_loss_indexes),
-            action_domain_ids=None if action is None else jnp.asarray(action_domain_ids),
-            key_mask=key_mask,
-            vision_shape=(t, hh, ww, c),
-            vision_noisy_frames=tuple(int(i) for i in vision_noisy_frames),
+            vision_mse_loss_indexes=jnp.asarray(f.vision_mse_loss_indexes),
+            sound_mse_loss_indexes=None if sound is None else jnp.asarray(f.sound_mse_loss_indexes),
+            action_mse_loss_indexes=None if action is None else jnp.asarray(f.action_mse_loss_indexes),
+            action_domain_ids=None if action is None else jnp.asarray(f.action_domain_ids),
+            key_mask=_key_mask(f.text_lengths, b, und_len, gen_len, l_und, l_gen),
+            vision_shape=tuple(vision.shape[1:]),
+            vision_noisy_frames=tuple(int(i) for i in f.vision_noisy_frames),
             sound_shape=sound_shape,
-            sound_noisy_frames=None if sound is None else tuple(int(i) for i in sound_noisy_frames),
+            sound_noisy_frames=None if sound is None else tuple(int(i) for i in f.sound_noisy_frames),
             action_shape=action_shape,
-            action_noisy_frames=None if action is None else tuple(int(i) for i in action_noisy_frames),
+            action_noisy_frames=None if action is None else tuple(int(i) for i in f.action_noisy_frames),
             stream_lengths=(und_len, gen_len),
         )
         return (self.stream(pad_tokens(h[:, :und_len], l_und)), self.stream(pad_tokens(h[:, und_len:], l_gen))), inputs
+
+    def _checked_vision(self, f: Cosmos3Forward) -> jax.Array:
+        """``f.vision`` as an array, after checking it and the modalities given against the config.
+
+        Raises:
+            InputError: as :meth:`embed`.
+        """
+        cfg, name = self.config, type(self).__name__
+        vision = jnp.asarray(f.vision)
+        if vision.ndim != 5 or vision.shape[-1] != cfg.latent_channel:
+            raise InputError(
+                f"{name}: vision must be (B, T, H, W, C={cfg.latent_channel}) channels-last; got {tuple(vision.shape)}."
+            )
+        if f.sound is not None and not cfg.sound_gen:
+            raise InputError(f"{name}: sound= given but the checkpoint has sound_gen=False.")
+        if f.action is not None and not cfg.action_gen:
+            raise InputError(f"{name}: action= given but the checkpoint has action_gen=False.")
+        return vision
+
+    def _place_vision(self, f: Cosmos3Forward, h: jax.Array, vision: jax.Array) -> jax.Array:
+        """``h`` with the vision latents' patch tokens (H, W padded to the patch with zeros, as the
+        reference), time-embedded where noisy, at ``f.vision_sequence_indexes``."""
+        p, dtype = self.config.latent_patch_size, self.dtype
+        b, t, hh, ww, c = vision.shape
+        hp, wp = -(-hh // p), -(-ww // p)
+        x = jnp.pad(vision, ((0, 0), (0, 0), (0, hp * p - hh), (0, wp * p - ww), (0, 0)))
+        x = x.reshape(b, t, hp, p, wp, p, c).transpose(0, 1, 2, 4, 3, 5, 6).reshape(b, t * hp * wp, p * p * c)
+        tok = self.proj_in(x.astype(dtype))
+        tok = self._time(tok, f.vision_timesteps, f.vision_noisy_frames, hp * wp)
+        return h.at[:, f.vision_sequence_indexes].set(tok.astype(self.res_dtype))
+
+    def _place_sound(self, f: Cosmos3Forward, h: jax.Array) -> tuple[jax.Array, tuple | None]:
+        """``(h, (C_s, T_s))`` with the sound latents' tokens at ``f.sound_sequence_indexes``
+        (``(h, None)`` without sound).
+
+        Raises:
+            InputError: sound not ``(B, C_s, T)``.
+        """
+        if f.sound is None:
+            return h, None
+        cfg, dtype = self.config, self.dtype
+        sound = jnp.asarray(f.sound)
+        if sound.ndim != 3 or sound.shape[1] != cfg.sound_dim:
+            raise InputError(
+                f"{type(self).__name__}: sound must be (B, C={cfg.sound_dim}, T); got {tuple(sound.shape)}."
+            )
+        tok = self.audio_proj_in(jnp.swapaxes(sound, 1, 2).astype(dtype))
+        tok = tok + self.audio_modality_embed[...].astype(dtype)
+        tok = self._time(tok, f.sound_timesteps, f.sound_noisy_frames, 1)
+        return h.at[:, f.sound_sequence_indexes].set(tok.astype(self.res_dtype)), tuple(sound.shape[1:])
+
+    def _place_action(self, f: Cosmos3Forward, h: jax.Array) -> tuple[jax.Array, tuple | None]:
+        """``(h, (T_a, A))`` with the action's tokens at ``f.action_sequence_indexes`` (``(h, None)``
+        without an action).
+
+        Raises:
+            InputError: an action not ``(B, T, A)``.
+        """
+        if f.action is None:
+            return h, None
+        cfg, dtype = self.config, self.dtype
+        action = jnp.asarray(f.action)
+        if action.ndim != 3 or action.shape[2] != cfg.action_dim:
+            raise InputError(
+                f"{type(self).__name__}: action must be (B, T, A={cfg.action_dim}); got {tuple(action.shape)}."
+            )
+        tok = self.action_proj_in(action, f.action_domain_ids) + self.action_modality_embed[...].astype(dtype)
+        if len(f.action_noisy_frames):
+            tok = self._time(tok, f.action_timesteps, f.action_noisy_frames, 1)
+        return h.at[:, f.action_sequence_indexes].set(tok.astype(self.res_dtype)), tuple(action.shape[1:])
 
     # -- head --------------------------------------------------------------------------------------
 

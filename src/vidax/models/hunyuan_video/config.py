@@ -54,29 +54,28 @@ class HunyuanBlocksConfig(TransformerConfig):
         """Raise ConfigError (:meth:`invalid`) on a bad ``mlp_ratio``, ``qk_norm``, ``rope_theta``
         or ``rope_axes_dim``."""
 
-        def bad(key, value, want):
-            self.invalid(source, key, value, want)
-
         if not isinstance(self.mlp_ratio, (int, float)) or isinstance(self.mlp_ratio, bool) or self.mlp_ratio <= 0:
-            bad("mlp_ratio", self.mlp_ratio, "expected a positive number")
+            self.invalid(source, "mlp_ratio", self.mlp_ratio, "expected a positive number")
         if self.qk_norm not in QK_NORMS:
-            bad(
+            self.invalid(
+                source,
                 "qk_norm",
                 self.qk_norm,
                 f"the reference's joint attention runs the per-head norms {list(QK_NORMS)}; with its "
                 "added (text) projections the across-heads and l2 norms do not build or run there",
             )
         if not isinstance(self.rope_theta, (int, float)) or isinstance(self.rope_theta, bool) or self.rope_theta <= 0:
-            bad("rope_theta", self.rope_theta, "expected a positive number")
+            self.invalid(source, "rope_theta", self.rope_theta, "expected a positive number")
         dims = self.rope_axes_dim
         if not (
             isinstance(dims, tuple)
             and len(dims) == 3
             and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 and d % 2 == 0 for d in dims)
         ):
-            bad("rope_axes_dim", dims, "expected three positive even ints (T, H, W channels)")
+            self.invalid(source, "rope_axes_dim", dims, "expected three positive even ints (T, H, W channels)")
         if sum(dims) != self.attention_head_dim:
-            bad(
+            self.invalid(
+                source,
                 "rope_axes_dim",
                 dims,
                 f"the (T, H, W) RoPE channels must sum to attention_head_dim={self.attention_head_dim}",
@@ -140,9 +139,6 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
         return self.image_condition_type == "token_replace"
 
     def validate(self, source: str) -> None:
-        def bad(key, value, want):
-            self.invalid(source, key, value, want)
-
         self.check_positive(
             source,
             (
@@ -161,9 +157,10 @@ class HunyuanVideoTransformerConfig(HunyuanBlocksConfig):
         )
         self.check_blocks(source)
         if not isinstance(self.guidance_embeds, bool):
-            bad("guidance_embeds", self.guidance_embeds, "expected true or false")
+            self.invalid(source, "guidance_embeds", self.guidance_embeds, "expected true or false")
         if self.image_condition_type not in IMAGE_CONDITION_TYPES:
-            bad(
+            self.invalid(
+                source,
                 "image_condition_type",
                 self.image_condition_type,
                 f"diffusers 0.42.1 knows {list(IMAGE_CONDITION_TYPES)}",

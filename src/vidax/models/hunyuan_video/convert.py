@@ -12,6 +12,8 @@ VAE: :data:`VAE_FP32_PARAMS` (the keys map by the default rule: ``...conv1.conv.
 
 from __future__ import annotations
 
+from vidax.models.hunyuan_video.original_names import ORIGINAL_EMBEDDER_NAMES
+
 # ---------------------------------------------------------------------------------------------
 # Transformer
 
@@ -76,12 +78,7 @@ SINGLE_FILE_LAYOUT = ("HunyuanVideo", ("img_in.proj.weight", "double_blocks.0.im
 #: diffusers' ``convert_hunyuan_video_transformer_to_diffusers`` renames, applied in order.
 SINGLE_FILE_RENAMES = {
     "img_in": "x_embedder",
-    "time_in.mlp.0": "time_text_embed.timestep_embedder.linear_1",
-    "time_in.mlp.2": "time_text_embed.timestep_embedder.linear_2",
-    "guidance_in.mlp.0": "time_text_embed.guidance_embedder.linear_1",
-    "guidance_in.mlp.2": "time_text_embed.guidance_embedder.linear_2",
-    "vector_in.in_layer": "time_text_embed.text_embedder.linear_1",
-    "vector_in.out_layer": "time_text_embed.text_embedder.linear_2",
+    **ORIGINAL_EMBEDDER_NAMES,
     "double_blocks": "transformer_blocks",
     "img_attn_q_norm": "attn.norm_q",
     "img_attn_k_norm": "attn.norm_k",

@@ -313,11 +313,7 @@ class HunyuanVideoDownBlock3D(nnx.Module):
                  stride: tuple[int, int, int] | None, *, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.resnets = nnx.List([
-            HunyuanVideoResnetBlockCausal3D(in_channels if i == 0 else out_channels, out_channels, groups, act=act,
-                                            **kw)
-            for i in range(num_layers)
-        ])  # fmt: skip
+        self.resnets = _resnets(in_channels, out_channels, num_layers, groups, act, kw)
         self.downsamplers = (
             nnx.List([HunyuanVideoDownsampleCausal3D(out_channels, stride, **kw)]) if stride is not None else None
         )
@@ -335,11 +331,7 @@ class HunyuanVideoUpBlock3D(nnx.Module):
                  factor: tuple[int, int, int] | None, *, act: str = "silu", dtype, param_dtype,
                  rngs: nnx.Rngs):  # fmt: skip
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.resnets = nnx.List([
-            HunyuanVideoResnetBlockCausal3D(in_channels if i == 0 else out_channels, out_channels, groups, act=act,
-                                            **kw)
-            for i in range(num_layers)
-        ])  # fmt: skip
+        self.resnets = _resnets(in_channels, out_channels, num_layers, groups, act, kw)
         self.upsamplers = (
             nnx.List([HunyuanVideoUpsampleCausal3D(out_channels, factor, **kw)]) if factor is not None else None
         )
@@ -348,6 +340,19 @@ class HunyuanVideoUpBlock3D(nnx.Module):
         for resnet in self.resnets:
             x = resnet(x)
         return self.upsamplers[0](x) if self.upsamplers is not None else x
+
+
+def _resnets(in_channels: int, out_channels: int, num_layers: int, groups: int, act: str, kw: dict) -> nnx.List:
+    """A block's ``num_layers`` resnets, the first from ``in_channels``, the others from
+    ``out_channels`` (``kw``: dtypes and rngs)."""
+    return nnx.List(
+        [
+            HunyuanVideoResnetBlockCausal3D(
+                in_channels if i == 0 else out_channels, out_channels, groups, act=act, **kw
+            )
+            for i in range(num_layers)
+        ]
+    )
 
 
 def _factors(space: bool, time: bool) -> tuple[int, int, int] | None:

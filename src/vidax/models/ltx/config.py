@@ -67,9 +67,6 @@ class LTXTransformerConfig(TransformerConfig):
     attention_out_bias: bool = True
 
     def validate(self, source: str) -> None:
-        def bad(key, value, want):
-            self.invalid(source, key, value, want)
-
         self.check_positive(
             source,
             (
@@ -85,25 +82,29 @@ class LTXTransformerConfig(TransformerConfig):
             nullable=("out_channels",),
         )
         if self.activation_fn not in FFN_ACTIVATIONS:
-            bad("activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
+            self.invalid(source, "activation_fn", self.activation_fn, f"vidax implements {sorted(FFN_ACTIVATIONS)}")
         if self.qk_norm != "rms_norm_across_heads":
-            bad("qk_norm", self.qk_norm, "diffusers' LTXAttention implements only 'rms_norm_across_heads'")
+            self.invalid(
+                source, "qk_norm", self.qk_norm, "diffusers' LTXAttention implements only 'rms_norm_across_heads'"
+            )
         if not isinstance(self.norm_elementwise_affine, bool):
-            bad("norm_elementwise_affine", self.norm_elementwise_affine, "expected true or false")
+            self.invalid(source, "norm_elementwise_affine", self.norm_elementwise_affine, "expected true or false")
         if not isinstance(self.norm_eps, (int, float)) or isinstance(self.norm_eps, bool) or self.norm_eps <= 0:
-            bad("norm_eps", self.norm_eps, "expected a positive float")
+            self.invalid(source, "norm_eps", self.norm_eps, "expected a positive float")
         for key in ("attention_bias", "attention_out_bias"):
             if not isinstance(getattr(self, key), bool):
-                bad(key, getattr(self, key), "expected true or false")
+                self.invalid(source, key, getattr(self, key), "expected true or false")
         if self.cross_attention_dim != self.inner_dim:
-            bad(
+            self.invalid(
+                source,
                 "cross_attention_dim",
                 self.cross_attention_dim,
                 f"the reference feeds the cross-attention the caption projection's output, of width "
                 f"num_attention_heads*attention_head_dim={self.inner_dim}",
             )
         if self.inner_dim % 2:
-            bad(
+            self.invalid(
+                source,
                 "attention_head_dim",
                 self.attention_head_dim,
                 f"the rotary embedding rotates pairs of the whole width D={self.inner_dim}, which must be even",
@@ -287,17 +288,21 @@ class LTXVAEConfig(ConfigBase):
         return blocks
 
     def validate(self, source: str) -> None:
-        def bad(key: str, why: str):
-            raise ConfigError(f"{source}: {key}={getattr(self, key)!r} {why}")
+        self._check_values(source)
+        self._check_block_counts(source)
+        self._check_block_channels(source)
 
-        def positive_int(name: str, value: Any) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    def _bad(self, source: str, key: str, why: str) -> None:
+        raise ConfigError(f"{source}: {key}={getattr(self, key)!r} {why}")
 
+    def _check_values(self, source: str) -> None:
+        """Each setting alone: channels, patch sizes, the block lists' types, the flags."""
         for name in ("in_channels", "out_channels", "latent_channels", "patch_size"):
-            if not positive_int(name, getattr(self, name)):
-                bad(name, "must be a positive integer")
+            if not _positive_int(getattr(self, name)):
+                self._bad(source, name, "must be a positive integer")
         if self.patch_size_t != 1:
-            bad(
+            self._bad(
+                source,
                 "patch_size_t",
                 "is not implemented by vidax's LTXVAEConfig (the reference's encoder input conv "
                 "is sized for patch_size_t=1); only 1 is supported",
@@ -310,25 +315,28 @@ class LTXVAEConfig(ConfigBase):
             "upsample_factor",
         ):
             v = getattr(self, name)
-            if not isinstance(v, tuple) or not v or not all(positive_int(name, c) for c in v):
-                bad(name, "must be a non-empty list of positive integers")
+            if not isinstance(v, tuple) or not v or not all(_positive_int(c) for c in v):
+                self._bad(source, name, "must be a non-empty list of positive integers")
         for name in ("down_block_types",):
             v = self.down_block_types
             if not isinstance(v, tuple) or not v or any(t not in self.DOWN_BLOCK_TYPES for t in v):
-                bad(name, f"must list block types of {self.DOWN_BLOCK_TYPES}")
+                self._bad(source, name, f"must list block types of {self.DOWN_BLOCK_TYPES}")
         for name in ("timestep_conditioning", "encoder_causal", "decoder_causal"):
             if not isinstance(getattr(self, name), bool):
-                bad(name, "must be true or false")
+                self._bad(source, name, "must be true or false")
+
+    def _check_block_counts(self, source: str) -> None:
+        """Enough entries in each per-block list for the encoder's and decoder's blocks."""
         n_enc = len(self.block_out_channels) - (1 if self.is_ltx_095 else 0)
         if n_enc < 1:
-            bad("block_out_channels", "needs at least 2 entries for LTXVideo095DownBlock3D encoders")
+            self._bad(source, "block_out_channels", "needs at least 2 entries for LTXVideo095DownBlock3D encoders")
         for name, need in (
             ("down_block_types", n_enc),
             ("spatio_temporal_scaling", n_enc),
             ("layers_per_block", n_enc),
         ):
             if len(getattr(self, name)) < need:
-                bad(name, f"needs at least {need} entries (one per encoder block)")
+                self._bad(source, name, f"needs at least {need} entries (one per encoder block)")
         if any(t == "LTXVideo095DownBlock3D" for t in self.down_block_types[:n_enc]):
             dt = self.downsample_type
             if (
@@ -340,7 +348,9 @@ class LTXVAEConfig(ConfigBase):
                     if self.down_block_types[i] == "LTXVideo095DownBlock3D"
                 )
             ):
-                bad("downsample_type", f"must give one of {sorted(LTX_DOWNSAMPLE_STRIDES)} per encoder block")
+                self._bad(
+                    source, "downsample_type", f"must give one of {sorted(LTX_DOWNSAMPLE_STRIDES)} per encoder block"
+                )
         n_dec = len(self.decoder_block_out_channels)
         for name, need in (
             ("decoder_spatio_temporal_scaling", n_dec),
@@ -350,13 +360,17 @@ class LTXVAEConfig(ConfigBase):
             ("upsample_factor", n_dec),
         ):
             if not isinstance(getattr(self, name), tuple) or len(getattr(self, name)) < need:
-                bad(name, f"needs at least {need} entries for {n_dec} decoder blocks")
+                self._bad(source, name, f"needs at least {need} entries for {n_dec} decoder blocks")
+
+    def _check_block_channels(self, source: str) -> None:
+        """Each block's channels against its sampler, as the reference can run them."""
         for block in self.encoder_blocks():
             s = block["stride"]
             if block["scale"] and s is not None:
                 k = math.prod(s)
                 if block["cout"] % k or (block["cin"] * k) % block["cout"]:
-                    bad(
+                    self._bad(
+                        source,
                         "block_out_channels",
                         f"gives a {s} LTXVideoDownsampler3d {block['cin']} -> "
                         f"{block['cout']} channels that the reference cannot group (needs cout % {k} == 0 "
@@ -367,7 +381,8 @@ class LTXVAEConfig(ConfigBase):
                 # The reference's up block runs conv_in on the un-embedded timestep and before
                 # the channel-reducing up-sampler: it only runs without those features.
                 if self.timestep_conditioning or block["factor"] > 1 or block["inject_noise"]:
-                    bad(
+                    self._bad(
+                        source,
                         "decoder_block_out_channels",
                         f"gives up block {i} a conv_in ({block['cin']} -> "
                         f"{block['cout']} channels) together with timestep_conditioning, upsample_factor > 1 "
@@ -375,14 +390,19 @@ class LTXVAEConfig(ConfigBase):
                     )
             k = math.prod(block["stride"])
             if block["scale"] and block["residual"] and (block["cout"] * block["factor"]) % k:
-                bad(
+                self._bad(
+                    source,
                     "decoder_block_out_channels",
                     f"gives up block {i} a residual up-sampler of "
                     f"{block['cout'] * block['factor']} channels, not a multiple of {k} (the reference folds "
                     f"them into {' x '.join(map(str, block['stride']))} blocks)",
                 )
         if self.spatial_compression < 1 or self.temporal_compression < 1:
-            bad("spatial_compression_ratio", "and temporal_compression_ratio must be positive")
+            self._bad(source, "spatial_compression_ratio", "and temporal_compression_ratio must be positive")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 # ---------------------------------------------------------------------------------------------

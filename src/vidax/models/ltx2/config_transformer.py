@@ -130,6 +130,12 @@ class LTX2TransformerConfig(TransformerConfig):
         return self.prompt_modulation and self.use_prompt_adaln_single
 
     def validate(self, source: str) -> None:
+        self._check_values(source)
+        self._check_widths(source)
+        self._check_rope_pairs(source)
+
+    def _check_values(self, source: str) -> None:
+        """Each setting alone: positive sizes, true/false flags, the RoPE, the activation."""
         self.check_positive(
             source,
             (
@@ -189,6 +195,9 @@ class LTX2TransformerConfig(TransformerConfig):
             self.invalid(source, "vae_scale_factors", vsf, "expected 3 positive ints (time, height, width)")
         if not isinstance(self.causal_offset, int) or isinstance(self.causal_offset, bool) or self.causal_offset < 0:
             self.invalid(source, "causal_offset", self.causal_offset, "expected an int >= 0")
+
+    def _check_widths(self, source: str) -> None:
+        """The streams' widths against each other, as the reference's layers need them."""
         if self.audio_cross_attention_dim != self.audio_inner_dim:
             self.invalid(
                 source,
@@ -220,6 +229,9 @@ class LTX2TransformerConfig(TransformerConfig):
                 "the reference's video RoPE has inner_dim // 6 frequencies per axis: none at "
                 f"num_attention_heads x attention_head_dim = {self.inner_dim} < 6, where it fails",
             )
+
+    def _check_rope_pairs(self, source: str) -> None:
+        """The RoPE's channel pairs: whole pairs in each stream (interleaved) or head (split)."""
         if self.rope_type == "interleaved":
             for key, width in (
                 ("attention_head_dim", self.inner_dim),

@@ -80,8 +80,10 @@ class LTX2VideoDiffusionDecodePipeline:
         matmul_precision = parse_matmul_precision(matmul_precision)
         from vidax.checkpoint import Checkpoint
 
+        variant = path.variant if isinstance(path, Checkpoint) else None
         path = path.root if isinstance(path, Checkpoint) else path  # (a pathlib.Path's .root is "/")
-        return cls(load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype), matmul_precision)
+        decoder = load_component(_CLASS, _decoder_folder(os.fspath(path)), dtype, variant=variant)
+        return cls(decoder, matmul_precision)
 
     @classmethod
     def for_task(cls, checkpoint, task: str, info=None):

@@ -51,6 +51,7 @@ reference's arithmetic.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -285,6 +286,68 @@ class LTX2BlockInputs:
     isolate_modalities: bool = static()
 
 
+@dataclasses.dataclass(frozen=True)
+class LTX2Forward:
+    """The arguments of :meth:`LTX2VideoTransformer3DModel.embed`: the reference's ``forward``'s
+    (``diffusers.LTX2VideoTransformer3DModel.forward``), in its order or by name.
+
+    Attributes:
+        hidden_states: packed video latents ``(B, N, in_channels)`` (frame, row, column order).
+        audio_hidden_states: packed audio latents ``(B, M, audio_in_channels)``.
+        encoder_hidden_states, audio_encoder_hidden_states: the connectors' text ``(B, L, W)``,
+            ``W`` = ``caption_channels`` (2.0) or ``cross_attention_dim`` /
+            ``audio_cross_attention_dim`` (2.3, ``use_prompt_embeddings=false``).
+        timestep: diffusion time (sigma x 1000), ``(B,)`` or per video token ``(B, N)``.
+        audio_timestep: ``(B,)`` or ``(B, M)``; None: ``timestep``.
+        sigma, audio_sigma: ``(B,)`` sigmas for 2.3's prompt AdaLN and ``use_cross_timestep``
+            (``audio_sigma`` None: ``sigma``); needed only then.
+        encoder_attention_mask, audio_encoder_attention_mask: ``(B, L)`` 0/1 or None.
+        num_frames, height, width: the latent grid (Python ints), fps: frames per second,
+            audio_num_frames: latent audio frames; used when the coordinates are None.
+        video_coords, audio_coords: numpy ``(B, 3, N, 2)`` / ``(B, 1, M, 2)`` bounds (the
+            reference's ``prepare_*_coords``; concrete host arrays, not traced), or None.
+        isolate_modalities: skip the audio<->video attention (static).
+        spatio_temporal_guidance_blocks: block indices whose self-attention STG perturbs
+            (static; needs ``perturbed_attn``), or None.
+        perturbation_mask: ``(B,)`` 1 = not perturbed, 0 = perturbed; None with STG blocks:
+            every sample perturbed (as the reference).
+        use_cross_timestep: modulate the audio<->video attention with the other modality's
+            sigma (LTX-2.3's behaviour).
+        video_keyframes_mask: ``(B, N, 1)``, non-zero on the tokens that get
+            ``keyframes_abs_pos_embedding`` (LTX-2.5); ignored without that parameter.
+        rope: the tables of :meth:`rope_tables` (computed once on the host and passed as
+            arrays, e.g. as jit arguments of a denoising step, instead of being rebuilt as
+            constants of each traced call); then the coordinates and grid are not read.
+        cross_modal_mask: ``(B,)`` 1 = audio<->video attention on, 0 = off for that sample
+            (``isolate_modalities`` per sample; vidax's, for batched guidance passes), or None.
+    """
+
+    hidden_states: jax.Array
+    audio_hidden_states: jax.Array
+    encoder_hidden_states: jax.Array
+    audio_encoder_hidden_states: jax.Array
+    timestep: jax.Array
+    audio_timestep: jax.Array | None = None
+    sigma: jax.Array | None = None
+    audio_sigma: jax.Array | None = None
+    encoder_attention_mask: jax.Array | None = None
+    audio_encoder_attention_mask: jax.Array | None = None
+    num_frames: int | None = None
+    height: int | None = None
+    width: int | None = None
+    fps: float = 24.0
+    audio_num_frames: int | None = None
+    video_coords: np.ndarray | None = None
+    audio_coords: np.ndarray | None = None
+    isolate_modalities: bool = False
+    spatio_temporal_guidance_blocks: Sequence[int] | None = None
+    perturbation_mask: jax.Array | None = None
+    use_cross_timestep: bool = False
+    video_keyframes_mask: jax.Array | None = None
+    rope: tuple | None = None
+    cross_modal_mask: jax.Array | None = None
+
+
 # ---------------------------------------------------------------------------------------------
 # Model
 
@@ -417,64 +480,9 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
 
     # -- stages --------------------------------------------------------------------------------
 
-    def embed(
-        self,
-        hidden_states: jax.Array,
-        audio_hidden_states: jax.Array,
-        encoder_hidden_states: jax.Array,
-        audio_encoder_hidden_states: jax.Array,
-        timestep: jax.Array,
-        audio_timestep: jax.Array | None = None,
-        sigma: jax.Array | None = None,
-        audio_sigma: jax.Array | None = None,
-        encoder_attention_mask: jax.Array | None = None,
-        audio_encoder_attention_mask: jax.Array | None = None,
-        num_frames: int | None = None,
-        height: int | None = None,
-        width: int | None = None,
-        fps: float = 24.0,
-        audio_num_frames: int | None = None,
-        video_coords: np.ndarray | None = None,
-        audio_coords: np.ndarray | None = None,
-        isolate_modalities: bool = False,
-        spatio_temporal_guidance_blocks: Sequence[int] | None = None,
-        perturbation_mask: jax.Array | None = None,
-        use_cross_timestep: bool = False,
-        video_keyframes_mask: jax.Array | None = None,
-        rope: tuple | None = None,
-        cross_modal_mask: jax.Array | None = None,
-    ) -> tuple[tuple, LTX2BlockInputs]:
-        """Everything before the blocks; the arguments of the reference's ``forward``.
-
-        Args:
-            hidden_states: packed video latents ``(B, N, in_channels)`` (frame, row, column order).
-            audio_hidden_states: packed audio latents ``(B, M, audio_in_channels)``.
-            encoder_hidden_states, audio_encoder_hidden_states: the connectors' text ``(B, L, W)``,
-                ``W`` = ``caption_channels`` (2.0) or ``cross_attention_dim`` /
-                ``audio_cross_attention_dim`` (2.3, ``use_prompt_embeddings=false``).
-            timestep: diffusion time (sigma x 1000), ``(B,)`` or per video token ``(B, N)``.
-            audio_timestep: ``(B,)`` or ``(B, M)``; None: ``timestep``.
-            sigma, audio_sigma: ``(B,)`` sigmas for 2.3's prompt AdaLN and ``use_cross_timestep``
-                (``audio_sigma`` None: ``sigma``); needed only then.
-            encoder_attention_mask, audio_encoder_attention_mask: ``(B, L)`` 0/1 or None.
-            num_frames, height, width: the latent grid (Python ints), fps: frames per second,
-                audio_num_frames: latent audio frames; used when the coordinates are None.
-            video_coords, audio_coords: numpy ``(B, 3, N, 2)`` / ``(B, 1, M, 2)`` bounds (the
-                reference's ``prepare_*_coords``; concrete host arrays, not traced), or None.
-            isolate_modalities: skip the audio<->video attention (static).
-            spatio_temporal_guidance_blocks: block indices whose self-attention STG perturbs
-                (static; needs ``perturbed_attn``), or None.
-            perturbation_mask: ``(B,)`` 1 = not perturbed, 0 = perturbed; None with STG blocks:
-                every sample perturbed (as the reference).
-            use_cross_timestep: modulate the audio<->video attention with the other modality's
-                sigma (LTX-2.3's behaviour).
-            video_keyframes_mask: ``(B, N, 1)``, non-zero on the tokens that get
-                ``keyframes_abs_pos_embedding`` (LTX-2.5); ignored without that parameter.
-            rope: the tables of :meth:`rope_tables` (computed once on the host and passed as
-                arrays, e.g. as jit arguments of a denoising step, instead of being rebuilt as
-                constants of each traced call); then the coordinates and grid are not read.
-            cross_modal_mask: ``(B,)`` 1 = audio<->video attention on, 0 = off for that sample
-                (``isolate_modalities`` per sample; vidax's, for batched guidance passes), or None.
+    def embed(self, *args, **kwargs) -> tuple[tuple, LTX2BlockInputs]:
+        """Everything before the blocks; the arguments of the reference's ``forward``
+        (:class:`LTX2Forward`, in its order or by name).
 
         Returns:
             The streams ``(x (B, N', D), a (B, M', D_a))`` in the residual dtype (``N'``, ``M'``
@@ -484,23 +492,90 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         Raises:
             InputError: shapes that do not fit the config or each other, missing sigmas / grid,
                 traced coordinates, STG without ``perturbed_attn`` or an STG block out of range.
+            TypeError: an argument :class:`LTX2Forward` does not have.
+        """
+        f = LTX2Forward(*args, **kwargs)
+        cfg, dt = self.config, self.dtype
+        b, n_v, n_a = self._check_forward(f)
+        stg = tuple(f.spatio_temporal_guidance_blocks or ())
+        # RoPE tables on the host (float64 frequencies), rows padded to the mesh lengths.
+        len_v, valid_v = self.sequence_length(n_v)
+        len_a, valid_a = self.sequence_length(n_a)
+        video_rope, audio_rope, video_ca_rope, audio_ca_rope = self._forward_rope(f, b, n_v, n_a, len_v, len_a)
+        x = self.proj_in(f.hidden_states.astype(dt))
+        x = pad_tokens(self._keyframes(f, x, b, n_v), len_v)
+        a = pad_tokens(self.audio_proj_in(f.audio_hidden_states.astype(dt)), len_a)
+        mods = self._modulations(f, b, len_v, len_a)
+        context = f.encoder_hidden_states.astype(dt)
+        audio_context = f.audio_encoder_hidden_states.astype(dt)
+        if cfg.use_prompt_embeddings:
+            context = self.caption_projection(context)
+            audio_context = self.audio_caption_projection(audio_context)
+
+        def key_mask(n, length):  # real tokens of a padded stream, as audio<->video keys
+            if length == n:
+                return None
+            return jnp.broadcast_to((jnp.arange(length) < n).astype(jnp.int32)[None], (b, length))
+
+        stg_layers = pmask = None
+        if stg:
+            stg_layers = jnp.zeros((cfg.num_layers,), bool).at[jnp.asarray(stg)].set(True)
+            pmask = (
+                jnp.zeros((b,), _F32)
+                if f.perturbation_mask is None
+                else jnp.asarray(f.perturbation_mask, _F32).reshape(b)
+            )
+        streams = (self.stream(x), self.stream(a))
+        if stg:
+            streams = (*streams, jnp.zeros((1, 1, 1), jnp.int32))
+        cross_modal = f.cross_modal_mask
+        inputs = LTX2BlockInputs(
+            context=context,
+            audio_context=audio_context,
+            kv_mask=_text_mask(f.encoder_attention_mask),
+            audio_kv_mask=_text_mask(f.audio_encoder_attention_mask),
+            **mods,
+            video_rope=video_rope,
+            audio_rope=audio_rope,
+            video_ca_rope=video_ca_rope,
+            audio_ca_rope=audio_ca_rope,
+            video_keys=key_mask(n_v, len_v),
+            audio_keys=key_mask(n_a, len_a),
+            stg_layers=stg_layers,
+            perturbation_mask=pmask,
+            cross_modal_mask=None if cross_modal is None else jnp.asarray(cross_modal, _F32).reshape(b, 1, 1),
+            video_valid=valid_v,
+            audio_valid=valid_a,
+            n_video=n_v,
+            n_audio=n_a,
+            isolate_modalities=bool(f.isolate_modalities),
+        )
+        return streams, inputs
+
+    def _check_forward(self, f: LTX2Forward) -> tuple[int, int, int]:
+        """``(B, N, M)`` of :meth:`embed`'s arguments, each checked against the config and the
+        others: the token streams, timesteps, sigmas, texts and STG blocks.
+
+        Raises:
+            InputError: as :meth:`embed`.
         """
         cfg = self.config
         name = type(self).__name__
-        b, n_v = self._check_tokens(hidden_states, cfg.in_channels, "hidden_states", "in_channels")
+        b, n_v = self._check_tokens(f.hidden_states, cfg.in_channels, "hidden_states", "in_channels")
         b_a, n_a = self._check_tokens(
-            audio_hidden_states, cfg.audio_in_channels, "audio_hidden_states", "audio_in_channels"
+            f.audio_hidden_states, cfg.audio_in_channels, "audio_hidden_states", "audio_in_channels"
         )
         if b_a != b:
             raise InputError(f"{name}: audio_hidden_states batch {b_a} must equal hidden_states batch {b}.")
-        audio_timestep = timestep if audio_timestep is None else audio_timestep
-        audio_sigma = sigma if audio_sigma is None else audio_sigma
+        timestep, sigma = f.timestep, f.sigma
+        audio_timestep = timestep if f.audio_timestep is None else f.audio_timestep
+        audio_sigma = sigma if f.audio_sigma is None else f.audio_sigma
         for key, t, n in (("timestep", timestep, n_v), ("audio_timestep", audio_timestep, n_a)):
             if tuple(jnp.shape(t)) not in ((b,), (b, 1), (b, n)):
                 raise InputError(
                     f"{name}: {key} must be (B,)=({b},), (B, 1) or (B, tokens)=({b}, {n}); got {tuple(jnp.shape(t))}."
                 )
-        if cfg.prompt_adaln or use_cross_timestep:
+        if cfg.prompt_adaln or f.use_cross_timestep:
             for key, s in (("sigma", sigma), ("audio_sigma", audio_sigma)):
                 if s is None or tuple(jnp.shape(s)) not in ((b,), (b, 1)):
                     raise InputError(
@@ -509,7 +584,8 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                     )
         text_w = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.cross_attention_dim
         audio_text_w = cfg.caption_channels if cfg.use_prompt_embeddings else cfg.audio_cross_attention_dim
-        self.check_text(encoder_hidden_states, b, text_w, "")
+        self.check_text(f.encoder_hidden_states, b, text_w, "")
+        audio_encoder_hidden_states = f.audio_encoder_hidden_states
         if (
             audio_encoder_hidden_states.ndim != 3
             or audio_encoder_hidden_states.shape[0] != b
@@ -519,7 +595,7 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                 f"{name}: audio_encoder_hidden_states must be (B={b}, L, {audio_text_w}); "
                 f"got {tuple(audio_encoder_hidden_states.shape)}."
             )
-        stg = tuple(spatio_temporal_guidance_blocks or ())
+        stg = tuple(f.spatio_temporal_guidance_blocks or ())
         if stg and not cfg.perturbed_attn:
             raise InputError(
                 f"{name}: spatio_temporal_guidance_blocks={list(stg)} needs a perturbed_attn=true "
@@ -529,10 +605,19 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
             raise InputError(
                 f"{name}: spatio_temporal_guidance_blocks={list(stg)} must be block indices in [0, {cfg.num_layers})."
             )
+        return b, n_v, n_a
 
-        # RoPE tables on the host (float64 frequencies), rows padded to the mesh lengths.
-        len_v, valid_v = self.sequence_length(n_v)
-        len_a, valid_a = self.sequence_length(n_a)
+    def _forward_rope(self, f: LTX2Forward, b: int, n_v: int, n_a: int, len_v: int, len_a: int) -> tuple:
+        """The four ``(cos, sin)`` RoPE tables (video, audio, and the audio<->video attention's):
+        ``f.rope`` as given, else built on the host from the coordinates (from the latent grid and
+        fps where they are None), rows padded to ``len_v`` / ``len_a``.
+
+        Raises:
+            InputError: a ``rope`` of another structure or length; no coordinates and no grid;
+                traced coordinates.
+        """
+        name = type(self).__name__
+        rope, video_coords, audio_coords = f.rope, f.video_coords, f.audio_coords
         if rope is not None:
             if not (
                 isinstance(rope, (tuple, list))
@@ -545,9 +630,10 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                     f"{name}: rope must be the four (cos, sin) pairs of rope_tables() for {n_v} video "
                     f"and {n_a} audio tokens."
                 )
-            video_rope, audio_rope, video_ca_rope, audio_ca_rope = (tuple(p) for p in rope)
-        elif video_coords is None or audio_coords is None:
-            grid = (num_frames, height, width, audio_num_frames)
+            return tuple(tuple(p) for p in rope)
+        if video_coords is None or audio_coords is None:
+            num_frames, height, width, fps = f.num_frames, f.height, f.width, f.fps
+            grid = (num_frames, height, width, f.audio_num_frames)
             if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in grid):
                 raise InputError(
                     f"{name}: without video_coords / audio_coords, num_frames, height, width and "
@@ -555,26 +641,42 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
                 )
             if not (isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0):
                 raise InputError(f"{name}: fps={fps!r} must be a positive number (frames per second).")
-            vc, ac = self.rope_coords(b, num_frames, height, width, float(fps), audio_num_frames)
+            vc, ac = self.rope_coords(b, num_frames, height, width, float(fps), f.audio_num_frames)
             video_coords = vc if video_coords is None else video_coords
             audio_coords = ac if audio_coords is None else audio_coords
-        if rope is None:
-            video_coords = self._host_coords(video_coords, "video_coords", (b, 3, n_v, 2))
-            audio_coords = self._host_coords(audio_coords, "audio_coords", (b, 1, n_a, 2))
-            video_rope, audio_rope, video_ca_rope, audio_ca_rope = self.rope_tables(video_coords, audio_coords)
+        video_coords = self._host_coords(video_coords, "video_coords", (b, 3, n_v, 2))
+        audio_coords = self._host_coords(audio_coords, "audio_coords", (b, 1, n_a, 2))
+        return self.rope_tables(video_coords, audio_coords)
 
+    def _keyframes(self, f: LTX2Forward, x: jax.Array, b: int, n_v: int) -> jax.Array:
+        """``x`` with ``keyframes_abs_pos_embedding`` added to the tokens ``f.video_keyframes_mask``
+        marks (LTX-2.5; ``x`` as it is without that parameter or mask).
+
+        Raises:
+            InputError: a mask not ``(B, N, 1)``.
+        """
+        mask = f.video_keyframes_mask
+        if self.keyframes_abs_pos_embedding is None or mask is None:
+            return x
+        if tuple(jnp.shape(mask)) != (b, n_v, 1):
+            raise InputError(
+                f"{type(self).__name__}: video_keyframes_mask must be (B, N, 1)=({b}, {n_v}, 1); "
+                f"got {tuple(jnp.shape(mask))}."
+            )
         dt = self.dtype
-        x = self.proj_in(hidden_states.astype(dt))
-        if self.keyframes_abs_pos_embedding is not None and video_keyframes_mask is not None:
-            if tuple(jnp.shape(video_keyframes_mask)) != (b, n_v, 1):
-                raise InputError(
-                    f"{name}: video_keyframes_mask must be (B, N, 1)=({b}, {n_v}, 1); "
-                    f"got {tuple(jnp.shape(video_keyframes_mask))}."
-                )
-            marker = (jnp.asarray(video_keyframes_mask) > 0).astype(dt)
-            x = x + marker * self.keyframes_abs_pos_embedding[...].astype(dt)
-        x = pad_tokens(x, len_v)
-        a = pad_tokens(self.audio_proj_in(audio_hidden_states.astype(dt)), len_a)
+        marker = (jnp.asarray(mask) > 0).astype(dt)
+        return x + marker * self.keyframes_abs_pos_embedding[...].astype(dt)
+
+    def _modulations(self, f: LTX2Forward, b: int, len_v: int, len_a: int) -> dict:
+        """The :class:`LTX2BlockInputs` fields of the time embeddings: the streams' modulations
+        and head embeddings, the prompt AdaLN's (LTX-2.3), the audio<->video attention's (from the
+        other modality's sigma with ``use_cross_timestep``); per-token ones padded to the mesh
+        lengths."""
+        cfg, dt = self.config, self.dtype
+        timestep, sigma = f.timestep, f.sigma
+        audio_timestep = timestep if f.audio_timestep is None else f.audio_timestep
+        audio_sigma = sigma if f.audio_sigma is None else f.audio_sigma
+        use_cross_timestep = f.use_cross_timestep
 
         def emb(layer, t, length=None):
             mod, e = layer(jnp.reshape(t, (b, -1)), dt)
@@ -596,58 +698,18 @@ class LTX2VideoTransformer3DModel(DiffusionTransformer):
         video_ca_gate, _ = emb(self.av_cross_attn_video_a2v_gate, video_ca_t * gate_factor, len_v)
         audio_ca_mod, _ = emb(self.av_cross_attn_audio_scale_shift, audio_ca_t, len_a)
         audio_ca_gate, _ = emb(self.av_cross_attn_audio_v2a_gate, audio_ca_t * gate_factor, len_a)
-
-        context = encoder_hidden_states.astype(dt)
-        audio_context = audio_encoder_hidden_states.astype(dt)
-        if cfg.use_prompt_embeddings:
-            context = self.caption_projection(context)
-            audio_context = self.audio_caption_projection(audio_context)
-
-        def key_mask(n, length):  # real tokens of a padded stream, as audio<->video keys
-            if length == n:
-                return None
-            return jnp.broadcast_to((jnp.arange(length) < n).astype(jnp.int32)[None], (b, length))
-
-        stg_layers = pmask = None
-        if stg:
-            stg_layers = jnp.zeros((cfg.num_layers,), bool).at[jnp.asarray(stg)].set(True)
-            pmask = (
-                jnp.zeros((b,), _F32) if perturbation_mask is None else jnp.asarray(perturbation_mask, _F32).reshape(b)
-            )
-        streams = (self.stream(x), self.stream(a))
-        if stg:
-            streams = (*streams, jnp.zeros((1, 1, 1), jnp.int32))
-        inputs = LTX2BlockInputs(
-            context,
-            audio_context,
-            _text_mask(encoder_attention_mask),
-            _text_mask(audio_encoder_attention_mask),
-            video_mod,
-            audio_mod,
-            prompt_mod,
-            audio_prompt_mod,
-            video_ca_mod,
-            video_ca_gate,
-            audio_ca_mod,
-            audio_ca_gate,
-            video_rope,
-            audio_rope,
-            video_ca_rope,
-            audio_ca_rope,
-            video_temb,
-            audio_temb,
-            key_mask(n_v, len_v),
-            key_mask(n_a, len_a),
-            stg_layers,
-            pmask,
-            None if cross_modal_mask is None else jnp.asarray(cross_modal_mask, _F32).reshape(b, 1, 1),
-            valid_v,
-            valid_a,
-            n_v,
-            n_a,
-            bool(isolate_modalities),
+        return dict(
+            video_mod=video_mod,
+            audio_mod=audio_mod,
+            prompt_mod=prompt_mod,
+            audio_prompt_mod=audio_prompt_mod,
+            video_ca_mod=video_ca_mod,
+            video_ca_gate=video_ca_gate,
+            audio_ca_mod=audio_ca_mod,
+            audio_ca_gate=audio_ca_gate,
+            video_temb=video_temb,
+            audio_temb=audio_temb,
         )
-        return streams, inputs
 
     def head(self, x: tuple, inputs: LTX2BlockInputs) -> tuple[jax.Array, jax.Array]:
         """Everything after the blocks: drop the padding, modulated output norms, projections.

@@ -34,9 +34,9 @@ from vidax.models.wan.transformer import (
     check_wan_inputs,
     wan_head,
     wan_image_context,
+    wan_sequence_padding,
 )
 from vidax.nn.layers import FeedForward
-from vidax.parallel.ulysses import pad_tokens
 
 _F32 = jnp.float32
 
@@ -122,26 +122,10 @@ class SkyReelsV2Transformer3DModel(DiffusionTransformer):
                 ``num_frame_per_block`` not a positive int or not dividing F.
         """
         cfg = self.config
-        name = type(self).__name__
         b = hidden_states.shape[0]
         grid = check_wan_inputs(self, hidden_states, encoder_hidden_states, encoder_hidden_states_image)
         per_frame = timestep.ndim == 2
-        if tuple(timestep.shape) not in ((b,), (b, grid[0])):
-            raise InputError(
-                f"{name}: timestep must have shape (B,)=({b},) or (B, F)=({b}, {grid[0]}) (one per latent "
-                f"frame); got {tuple(timestep.shape)}."
-            )
-        nfpb = cfg.num_frame_per_block if num_frame_per_block is None else num_frame_per_block
-        if not isinstance(nfpb, int) or isinstance(nfpb, bool) or nfpb < 1 or grid[0] % nfpb:
-            raise InputError(
-                f"{name}: num_frame_per_block={nfpb!r} must be a positive int dividing the {grid[0]} latent "
-                "frames (after patching) into causal blocks."
-            )
-        if cfg.inject_sample_info and (fps is None or tuple(fps.shape) != (b,)):
-            raise InputError(
-                f"{name}: this checkpoint conditions on fps (inject_sample_info); pass fps of shape (B,)=({b},) "
-                f"(0 for 16 fps, 1 for any other); got {None if fps is None else tuple(fps.shape)}."
-            )
+        nfpb = self._check_forcing_inputs(b, grid, timestep, fps, num_frame_per_block)
 
         rope = wan_rope(cfg.attention_head_dim, grid, cfg.rope_max_seq_len)
         x = self.patch_embedding(hidden_states)  # (B, L, D)
@@ -161,15 +145,40 @@ class SkyReelsV2Transformer3DModel(DiffusionTransformer):
         context = emb.text_embedder(encoder_hidden_states.astype(self.dtype))
 
         n_tok = x.shape[1]
-        length, valid_length = self.sequence_length(n_tok)
-        x = pad_tokens(x, length)
-        rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
-        if mod.shape[1] > 1:
-            mod = pad_tokens(mod, length)
+        x, rope, mod, valid_length = wan_sequence_padding(self, x, rope, mod)
         context, context_img = wan_image_context(self, context, encoder_hidden_states_image)
         causal_block = nfpb * math.prod(grid[1:]) if nfpb > 1 else None
         inputs = SkyReelsV2BlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid, causal_block)
         return self.stream(x), inputs
+
+    def _check_forcing_inputs(
+        self, b: int, grid: tuple, timestep: jax.Array, fps: jax.Array | None, num_frame_per_block: int | None
+    ) -> int:
+        """:meth:`embed`'s diffusion-forcing inputs for ``b`` videos of ``grid`` (latent frames
+        after patching first): the timestep's shape, the fps index where the config needs it.
+        Returns the latent frames per causal block (``num_frame_per_block``, else the config's).
+
+        Raises:
+            InputError: as :meth:`embed`.
+        """
+        cfg, name = self.config, type(self).__name__
+        if tuple(timestep.shape) not in ((b,), (b, grid[0])):
+            raise InputError(
+                f"{name}: timestep must have shape (B,)=({b},) or (B, F)=({b}, {grid[0]}) (one per latent "
+                f"frame); got {tuple(timestep.shape)}."
+            )
+        nfpb = cfg.num_frame_per_block if num_frame_per_block is None else num_frame_per_block
+        if not isinstance(nfpb, int) or isinstance(nfpb, bool) or nfpb < 1 or grid[0] % nfpb:
+            raise InputError(
+                f"{name}: num_frame_per_block={nfpb!r} must be a positive int dividing the {grid[0]} latent "
+                "frames (after patching) into causal blocks."
+            )
+        if cfg.inject_sample_info and (fps is None or tuple(fps.shape) != (b,)):
+            raise InputError(
+                f"{name}: this checkpoint conditions on fps (inject_sample_info); pass fps of shape (B,)=({b},) "
+                f"(0 for 16 fps, 1 for any other); got {None if fps is None else tuple(fps.shape)}."
+            )
+        return nfpb
 
     def run_block(self, block: WanTransformerBlock, x: jax.Array, inputs: SkyReelsV2BlockInputs) -> jax.Array:
         i = inputs

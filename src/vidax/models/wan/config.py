@@ -76,12 +76,9 @@ class WanTransformerConfig(TransformerConfig):
         return self.attention_head_dim - h - w, h, w
 
     def validate(self, source: str) -> None:
-        def bad(key, value, want):
-            self.invalid(source, key, value, want)
-
         p = self.patch_size
         if not (isinstance(p, tuple) and len(p) == 3 and all(isinstance(x, int) and x > 0 for x in p)):
-            bad("patch_size", p, "expected three positive ints (p_t, p_h, p_w)")
+            self.invalid(source, "patch_size", p, "expected three positive ints (p_t, p_h, p_w)")
         self.check_positive(
             source,
             (
@@ -97,33 +94,36 @@ class WanTransformerConfig(TransformerConfig):
             nullable=("out_channels", "image_dim", "added_kv_proj_dim", "pos_embed_seq_len"),
         )
         if self.freq_dim < 2:
-            bad("freq_dim", self.freq_dim, "expected at least 2 (half of it are frequencies)")
+            self.invalid(source, "freq_dim", self.freq_dim, "expected at least 2 (half of it are frequencies)")
         t, h, w = self.rope_split
         if self.attention_head_dim % 2:
-            bad(
+            self.invalid(
+                source,
                 "attention_head_dim",
                 self.attention_head_dim,
                 f"the reference splits it into rotary (T, H, W) parts {(t, h, w)} that must all be even",
             )
         if self.qk_norm != "rms_norm_across_heads":
-            bad(
+            self.invalid(
+                source,
                 "qk_norm",
                 self.qk_norm,
                 "diffusers' WanTransformer3DModel always applies RMSNorm across heads; only "
                 "'rms_norm_across_heads' is accepted",
             )
         if not isinstance(self.cross_attn_norm, bool):
-            bad("cross_attn_norm", self.cross_attn_norm, "expected true or false")
+            self.invalid(source, "cross_attn_norm", self.cross_attn_norm, "expected true or false")
         if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or self.eps <= 0:
-            bad("eps", self.eps, "expected a positive float")
+            self.invalid(source, "eps", self.eps, "expected a positive float")
         if self.pos_embed_seq_len is not None and self.image_dim is None:
-            bad("pos_embed_seq_len", self.pos_embed_seq_len, "it needs image_dim (the image embedder)")
+            self.invalid(source, "pos_embed_seq_len", self.pos_embed_seq_len, "it needs image_dim (the image embedder)")
         if (
             self.image_dim is not None
             and self.added_kv_proj_dim is not None
             and self.added_kv_proj_dim != self.inner_dim
         ):
-            bad(
+            self.invalid(
+                source,
                 "added_kv_proj_dim",
                 self.added_kv_proj_dim,
                 f"the image embedder outputs num_attention_heads*attention_head_dim={self.inner_dim} "
@@ -386,24 +386,14 @@ def _variant(tasks, configs, vae: WanVAEConfig, boundary, expand) -> str:
     return f"{name}: {names}"
 
 
-def read_wan_checkpoint(
-    checkpoint: Checkpoint, *, transformer_config: type = WanTransformerConfig, defaults: CallDefaults = WAN_DEFAULTS
-) -> WanInfo:
-    """Read and cross-check a Wan folder's configs.
-
-    Args:
-        checkpoint: the folder.
-        transformer_config: the transformer's config class (a :class:`WanTransformerConfig`, or a
-            subclass for a family on Wan's layout: SkyReels-V2).
-        defaults: the call defaults of the reference pipeline.
+def _experts(ckpt: Checkpoint) -> tuple[list[str], Any, bool]:
+    """``(names, boundary_ratio, expand_timesteps)`` of model_index.json: the transformers
+    loaded (``transformer_2`` too where a ``boundary_ratio`` hands it the low-noise steps).
 
     Raises:
-        CheckpointError: a required component folder is missing.
-        ConfigError: a setting vidax does not implement, or components that do not fit
-            together (the message names the file, the key and what is valid).
+        ConfigError: a setting of another type or range; a boundary without ``transformer_2``.
     """
-    ckpt, src = checkpoint, checkpoint.source
-    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
+    src = ckpt.source
     boundary = ckpt.index.get("boundary_ratio")
     expand = ckpt.index.get("expand_timesteps", False)
     if not isinstance(expand, bool):
@@ -425,38 +415,52 @@ def read_wan_checkpoint(
     elif ckpt.has("transformer_2"):
         ckpt.folder("transformer_2")
         names.append("transformer_2")
-    configs = tuple(ckpt.typed_config(n, transformer_config) for n in names)
-    vae = ckpt.typed_config("vae", WanVAEConfig)
-    z, first = vae.z_dim, configs[0]
-    for name, c in zip(names, configs):
-        file = ckpt.config_file(name)
-        if c.pos_embed_seq_len is not None and ckpt.has("image_encoder"):
-            # FLF2V: the reference regroups the CLIP tokens of the first and last image (2 x L_img) and
-            # adds the position embedding to them, so it must span exactly two images' tokens.
-            vision = ckpt.config("image_encoder")
-            vision = vision.get("vision_config", vision)
-            size, patch = vision.get("image_size"), vision.get("patch_size")
-            if isinstance(size, int) and isinstance(patch, int) and patch > 0:
-                tokens = (size // patch) ** 2 + 1
-                if c.pos_embed_seq_len != 2 * tokens:
-                    raise ConfigError(
-                        f"{file}: pos_embed_seq_len={c.pos_embed_seq_len} must be twice the CLIP tokens of one "
-                        f"image ({tokens}: image_size={size} / patch_size={patch}, squared, + 1, in "
-                        f"{ckpt.config_file('image_encoder')}): the first and the last image's features"
-                    )
-        if c.out_dim != z:
-            raise ConfigError(f"{file}: out_channels={c.out_dim} must equal the VAE's z_dim={z}")
-        if (c.in_channels, tuple(c.patch_size)) != (first.in_channels, tuple(first.patch_size)):
-            raise ConfigError(
-                f"{file}: in_channels={c.in_channels}, patch_size={list(c.patch_size)} differ from "
-                f"transformer/config.json ({first.in_channels}, {list(first.patch_size)}); both "
-                "experts denoise the same latents"
-            )
-        if c.image_dim is not None and not ckpt.has("image_encoder"):
-            raise ConfigError(
-                f"{file}: image_dim={c.image_dim} takes CLIP image features, but {src} names "
-                "no image_encoder (the reference pipeline cannot run this combination either)"
-            )
+    return names, boundary, expand
+
+
+def _check_expert(ckpt: Checkpoint, file: str, c: WanTransformerConfig, first: WanTransformerConfig, z: int) -> None:
+    """Transformer config ``c`` (of ``file``) against the VAE's ``z`` channels, the first
+    transformer's ``first`` and the image encoder.
+
+    Raises:
+        ConfigError: naming ``file``, the key and what fits.
+    """
+    if c.pos_embed_seq_len is not None and ckpt.has("image_encoder"):
+        # FLF2V: the reference regroups the CLIP tokens of the first and last image (2 x L_img) and
+        # adds the position embedding to them, so it must span exactly two images' tokens.
+        vision = ckpt.config("image_encoder")
+        vision = vision.get("vision_config", vision)
+        size, patch = vision.get("image_size"), vision.get("patch_size")
+        if isinstance(size, int) and isinstance(patch, int) and patch > 0:
+            tokens = (size // patch) ** 2 + 1
+            if c.pos_embed_seq_len != 2 * tokens:
+                raise ConfigError(
+                    f"{file}: pos_embed_seq_len={c.pos_embed_seq_len} must be twice the CLIP tokens of one "
+                    f"image ({tokens}: image_size={size} / patch_size={patch}, squared, + 1, in "
+                    f"{ckpt.config_file('image_encoder')}): the first and the last image's features"
+                )
+    if c.out_dim != z:
+        raise ConfigError(f"{file}: out_channels={c.out_dim} must equal the VAE's z_dim={z}")
+    if (c.in_channels, tuple(c.patch_size)) != (first.in_channels, tuple(first.patch_size)):
+        raise ConfigError(
+            f"{file}: in_channels={c.in_channels}, patch_size={list(c.patch_size)} differ from "
+            f"transformer/config.json ({first.in_channels}, {list(first.patch_size)}); both "
+            "experts denoise the same latents"
+        )
+    if c.image_dim is not None and not ckpt.has("image_encoder"):
+        raise ConfigError(
+            f"{file}: image_dim={c.image_dim} takes CLIP image features, but {ckpt.source} names "
+            "no image_encoder (the reference pipeline cannot run this combination either)"
+        )
+
+
+def _tasks(ckpt: Checkpoint, first: WanTransformerConfig, z: int, expand: bool) -> tuple[str, ...]:
+    """The tasks the transformer's input channels fit: text-to-video (``z``), image-to-video
+    (``2 z + 4``: the latents, the image's and its mask) or both (``expand_timesteps``: Wan2.2 TI2V).
+
+    Raises:
+        ConfigError: ``in_channels`` fits none.
+    """
     want = {z: ("t2v",), 2 * z + 4: ("i2v",)}
     if expand:
         if first.in_channels != z:
@@ -472,6 +476,34 @@ def read_wan_checkpoint(
             f"{ckpt.config_file('transformer')}: in_channels={first.in_channels} fits neither "
             f"text-to-video (z_dim={z}) nor image-to-video (2 * z_dim + 4 = {2 * z + 4})"
         )
+    return tasks
+
+
+def read_wan_checkpoint(
+    checkpoint: Checkpoint, *, transformer_config: type = WanTransformerConfig, defaults: CallDefaults = WAN_DEFAULTS
+) -> WanInfo:
+    """Read and cross-check a Wan folder's configs.
+
+    Args:
+        checkpoint: the folder.
+        transformer_config: the transformer's config class (a :class:`WanTransformerConfig`, or a
+            subclass for a family on Wan's layout: SkyReels-V2).
+        defaults: the call defaults of the reference pipeline.
+
+    Raises:
+        CheckpointError: a required component folder is missing.
+        ConfigError: a setting vidax does not implement, or components that do not fit
+            together (the message names the file, the key and what is valid).
+    """
+    ckpt = checkpoint
+    ckpt.require("tokenizer", "text_encoder", "transformer", "vae", "scheduler")
+    names, boundary, expand = _experts(ckpt)
+    configs = tuple(ckpt.typed_config(n, transformer_config) for n in names)
+    vae = ckpt.typed_config("vae", WanVAEConfig)
+    z, first = vae.z_dim, configs[0]
+    for name, c in zip(names, configs):
+        _check_expert(ckpt, ckpt.config_file(name), c, first, z)
+    tasks = _tasks(ckpt, first, z, expand)
     s = vae.spatial_compression
     _, ph, pw = first.patch_size
     multiple = (int(np.lcm(16, s * ph)), int(np.lcm(16, s * pw)))

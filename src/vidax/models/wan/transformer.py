@@ -246,14 +246,8 @@ class WanTransformer3DModel(DiffusionTransformer):
         ts = timestep.reshape(b, -1)  # (B, 1) or (B, L)
         temb, mod = self.condition_embedder.time(ts, self.dtype)  # (B, S, D), (B, S, 6, D)
         context = self.condition_embedder.text_embedder(encoder_hidden_states.astype(self.dtype))
-        # Sequence parallelism: tokens (and per-token tables) padded to a multiple of the
-        # sequence axis; the padded keys are masked, the padded outputs dropped in head().
         n_tok = x.shape[1]
-        length, valid_length = self.sequence_length(n_tok)
-        x = pad_tokens(x, length)
-        rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
-        if mod.shape[1] > 1:
-            mod = pad_tokens(mod, length)
+        x, rope, mod, valid_length = wan_sequence_padding(self, x, rope, mod)
         context, context_img = wan_image_context(self, context, encoder_hidden_states_image)
         return self.stream(x), WanBlockInputs(context, mod, rope, temb, context_img, valid_length, n_tok, grid)
 
@@ -292,6 +286,19 @@ def build_wan_modules(model: DiffusionTransformer, cfg: WanTransformerConfig, pa
     model.norm_out = LayerNorm(d, cfg.eps, False)
     model.proj_out = linear(d, cfg.out_dim * math.prod(p), dtype, param_dtype, rngs)
     model.scale_shift_table = nnx.Param(jax.random.normal(rngs.params(), (1, 2, d), _F32) / math.sqrt(d))
+
+
+def wan_sequence_padding(model: DiffusionTransformer, x: jax.Array, rope: tuple, mod: jax.Array) -> tuple:
+    """Sequence parallelism: ``(x, rope, mod, valid_length)``, the tokens ``x (B, L, D)`` and the
+    per-token tables (the RoPE ``(L, K)`` pair, a per-token ``mod``) padded to ``model``'s
+    sequence length (a multiple of the mesh's ``sequence`` axis; the padded keys are masked, the
+    padded outputs dropped in the head); ``valid_length``: the real tokens when padded, else None."""
+    length, valid_length = model.sequence_length(x.shape[1])
+    x = pad_tokens(x, length)
+    rope = tuple(pad_tokens(r, length, axis=0) for r in rope)
+    if mod.shape[1] > 1:
+        mod = pad_tokens(mod, length)
+    return x, rope, mod, valid_length
 
 
 def wan_image_context(model: DiffusionTransformer, context: jax.Array, image: jax.Array | None):

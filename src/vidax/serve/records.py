@@ -1,0 +1,91 @@
+"""A job record's changes and its event lines (``vidax serve``): its progress, its end
+(finished, failed with an error code, cancelled), the form lists show, and the error of a
+video that could not be written."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from typing import Any
+
+from vidax.serve.store import COMPLETED, FAILED
+
+#: One line per job event (queued, started, resumed, finished, failed, cancelled), shown at the
+#: default verbosity of ``vidax serve``.
+events = logging.getLogger("vidax.serve.jobs")
+
+
+#: Characters of a job's prompt in lists (``GET /v1/videos``, the page's table); a longer one is
+#: cut there and ends with "…".
+LISTED_PROMPT = 200
+
+
+def listed_job(job: dict) -> dict:
+    prompt = job.get("prompt")
+    if isinstance(prompt, str) and len(prompt) > LISTED_PROMPT:
+        return {**job, "prompt": prompt[: LISTED_PROMPT - 1] + "…"}
+    return job
+
+
+def progress_percent(step: int, steps: int) -> int:
+    """The percentage of ``step`` denoising steps done of ``steps`` (decoding and writing the
+    video count as one more step)."""
+    return 100 * step // (steps + 1)
+
+
+def reached_step(step: int, job: dict) -> dict:
+    """``step`` and its ``progress`` in ``job``, for a job that stopped there."""
+    return {"step": step, "progress": progress_percent(step, job["num_inference_steps"])}
+
+
+def log_job_end(job: dict) -> None:
+    """The job event line of a job that ended (finished, failed or cancelled)."""
+    if job["status"] == COMPLETED:
+        stats = job.get("stats") or {}
+        events.info(
+            "%s finished: its mp4 written in %.1f s (compiles %.1f s)",
+            job["id"],
+            stats.get("call_s", 0) + stats.get("write_s", 0),
+            stats.get("compile_s", 0),
+        )
+    elif job["error"]["code"] == "cancelled":
+        events.info("%s %s", job["id"], job["error"]["message"])
+    else:
+        events.warning("%s failed (%s): %s", job["id"], job["error"]["code"], job["error"]["message"])
+
+
+def error_code(error: Exception) -> str:
+    """The error code of a job that failed with ``error``: its class's name in snake_case
+    (``OutOfMemoryError`` -> ``out_of_memory_error``), as the API's other codes are spelled."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(error).__name__).lower()
+
+
+def failed_job(job: dict, message: str, code: str) -> dict:
+    return {**job, "status": FAILED, "completed_at": int(time.time()), "error": {"code": code, "message": message}}
+
+
+class Unwritten(Exception):
+    """The mp4 of a finished job could not be written; its frames are kept as
+    ``<folder>/<job_id>.unwritten.npy`` (:func:`vidax.io.video.save_unwritten`, in ``folder``
+    only), and the message names the files relative to ``folder`` (the client does not see the
+    server's paths)."""
+
+    def __init__(self, folder: str, job_id: str, frames: Any, error: Exception):
+        from vidax.io.video import save_unwritten
+
+        def local(text: str) -> str:
+            return " ".join(text.replace(folder + os.sep, "").split())
+
+        try:
+            kept = os.path.relpath(
+                save_unwritten(frames, os.path.join(folder, f"{job_id}.mp4"), elsewhere=False), folder
+            )
+            kept = (
+                f"the frames are kept in {kept} in the jobs folder (float32 (videos, frames, height, width, "
+                "RGB) in [0, 1], numpy.load)"
+            )
+        except OSError as e:
+            kept = local(f"saving the frames as .npy failed too ({type(e).__name__}: {e})")
+        super().__init__(f"could not write {job_id}.mp4 ({local(f'{type(error).__name__}: {error}')}); {kept}")
