@@ -157,6 +157,7 @@ COMPILER_TEMP = {
     ("Wan2.1 T2V 1.3B 480p", "decode"): 5_419_330_560,
     ("Wan2.1 T2V 14B 720p", "step"): int(12.98 * 2**30),
     ("HunyuanVideo 1.5 480p", "step"): 3_672_933_376,
+    ("HunyuanVideo 1.5 480p", "decode_tiled"): 9_395_930_624,
 }
 
 

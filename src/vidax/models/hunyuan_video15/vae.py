@@ -74,6 +74,14 @@ _F32 = jnp.float32
 #: sizes are this ``//`` the spatial compression unless ``enable_tiling`` names them.
 _DEFAULT_SAMPLE_TILE = 256
 
+#: The sample tile (pixels a side) :meth:`HunyuanVideo15VAE.enable_tiled_decode` (``--vae-tiling``,
+#: and the memory plan where the whole frame does not fit) decodes in when no tile size was set:
+#: the reference's tiling at half its default tile (latent tiles of 8, the same overlap). Each
+#: tile decodes the whole clip at once, so the reference's 256 pixels at 121 frames need 24.6 GiB
+#: of temporaries on a TPU v5e (its full-resolution activations, 128 channels, 3.8 GiB each, ~6
+#: alive at once); 128 pixels need 8.75 GiB (benchmarks/tpu_memory_aot.py).
+TILED_DECODE_SAMPLE_TILE = 128
+
 
 # --------------------------------------------------------------------------------------------
 # Tiling settings
@@ -428,6 +436,24 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             tile_latent_min_height=tile_latent_min_height,
             tile_latent_min_width=tile_latent_min_width,
             tile_overlap_factor=tile_overlap_factor,
+        )
+
+    def enable_tiled_decode(self) -> None:
+        """What ``--vae-tiling`` turns on: ``enable_tiling()`` with the sizes set so far, or,
+        where none was set (the reference's construction defaults), sample tiles of
+        :data:`TILED_DECODE_SAMPLE_TILE` pixels and latent tiles of that ``//`` the spatial
+        compression: the reference's tiled decode (the same blends and overlap) with tiles
+        small enough that one tile of a whole default-length clip fits a 16 GB device."""
+        s = self.config.spatial_compression
+        if self._state().resolved(s) != HunyuanVideo15Tiling(use_tiling=self.use_tiling).resolved(s):
+            self.enable_tiling()
+            return
+        tile = TILED_DECODE_SAMPLE_TILE
+        self.enable_tiling(
+            tile_sample_min_height=tile,
+            tile_sample_min_width=tile,
+            tile_latent_min_height=tile // s,
+            tile_latent_min_width=tile // s,
         )
 
     # -- one tile (traced inside jit) ---------------------------------------------------------
