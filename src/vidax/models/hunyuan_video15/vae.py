@@ -38,6 +38,9 @@ latents larger than ``tile_latent_min_*`` (the reference's ``256 // 16 = 16`` un
 tiles every ``int(tile_latent_min * (1 - overlap))`` and blends / keeps the sample sizes' share.
 The kept pieces are concatenated as they are (no crop to the input's size, as the reference).
 Blends run on the host in float32, in raster order and in place (:mod:`vidax.nn.tiling`).
+``enable_tiled_decode`` (``--vae-tiling``, the memory plan) takes the same tiling at half the
+default tile (:data:`TILED_DECODE_SAMPLE_TILE`) where no size was set: one 256-pixel tile of a
+121-frame clip does not fit a 16 GB accelerator.
 
 There is no temporal tiling: :meth:`HunyuanVideo15VAE.iter_decode` yields the whole clip as one
 chunk (host numpy, as soon as it is decoded).
