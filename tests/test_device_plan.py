@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -17,7 +18,14 @@ from tests.test_offload import PROMPT, write_offload_checkpoint
 from vidax.cli import app
 from vidax.errors import SetupError
 from vidax.pipelines.device_plan import Activations, Sizes, choose, plan_device, stage_memory
-from vidax.pipelines.memory import DEVICE_MEMORY_ENV, parse_memory_size, pretend_device_memory
+from vidax.pipelines.memory import (
+    CALIBRATIONS,
+    DEVICE_MEMORY_ENV,
+    calibration,
+    parse_memory_size,
+    pretend_device_memory,
+    run_memory_estimate,
+)
 from vidax.pipelines.plan import read_plan, with_call, with_placement
 
 ARGS = dict(height=32, width=48, num_frames=5, num_inference_steps=2, max_sequence_length=16)
@@ -100,6 +108,33 @@ def test_the_batch_runs_in_parts_where_only_parts_fit():
     assert roomy.micro_batch is None and roomy.chunk is None
     asked = choose(sizes, act, 80 * gb, micro_batch=1)
     assert asked.micro_batch == 1 and "micro_batch" not in asked.chosen and "as asked" in asked.line()
+
+
+def test_a_tpu_plan_counts_the_tpu_calibration(ckpt):
+    """The activations of a plan for a TPU are counted with the TPU's figures (measured by its
+    compiler, benchmarks/tpu_memory_aot.py), a CPU's with the CPU's, by the device platform the
+    plan is for (an argument: no TPU needed); a platform without figures of its own gets the
+    CPU's, and a plan for this process's device (None) gets those of its platform."""
+    plan = _plan(ckpt)
+    cls, info, call = plan.pipeline, plan.info, plan.call
+    tpu, cpu = CALIBRATIONS["tpu"], CALIBRATIONS["cpu"]
+    assert tpu.step_width_buffers != cpu.step_width_buffers and tpu.step_ffn_buffers != cpu.step_ffn_buffers
+    assert tpu.decode_bytes_per_element != cpu.decode_bytes_per_element
+    assert calibration("tpu") is tpu and calibration("gpu") is cpu and calibration("cpu") is cpu
+    assert calibration(None) is calibration(jax.devices()[0].platform)
+    size = cls.model_size(info, call)
+    latents = int(np.prod(cls.latent_shape(info, call)))
+    for platform, figures in (("tpu", tpu), ("cpu", cpu)):
+        est = cls.memory_estimate(info, call, flash=True, platform=platform)
+        want = run_memory_estimate(
+            size, 2 * call.batch if call.do_cfg else call.batch, latents, call.num_frames, call.height,
+            call.width, videos=call.batch, flash=True, calibration=figures,
+        )  # fmt: skip
+        assert (est.step, est.decode, est.decode_tiled) == (want.step, want.decode, want.decode_tiled), platform
+    on_tpu = plan_device(plan, call, 2**40, None, platform="tpu")
+    on_cpu = plan_device(plan, call, 2**40, None, platform="cpu", sizes=on_tpu.sizes)
+    dec = on_tpu.stages.decode - on_cpu.stages.decode
+    assert dec == cls.memory_estimate(info, call, platform="tpu").decode - cls.memory_estimate(info, call).decode != 0
 
 
 def test_roomy_device_changes_nothing(ckpt, roomy, monkeypatch, capsys):

@@ -162,3 +162,42 @@ def test_ltx2_gemma_larger_than_the_chip_streams_its_layers(tmp_path):
     nothing = Activations(0, 0, 0, None, 0)  # host bytes do not depend on the activations
     staged_host = stage_memory(dp.sizes, nothing, dp.chunk, dp.staged, dp.vae_tiling)[1]
     assert staged_host - dp.host_bytes == dp.sizes.text_stacks["text_encoder"][0]  # its layers wait in the files
+
+
+#: The TPU compiler's temporaries (bytes) for one v5e chip, by line and stage, compiled on a CPU
+#: with libtpu (``benchmarks/tpu_memory_aot.py``; the table of docs/benchmarks/tpu.md's planning
+#: section): the step program of one block (bfloat16, the CFG batch), the decode program of one
+#: tile of the tiling ``--vae-tiling`` turns on (float32).
+COMPILER_TEMP = {
+    ("Wan2.1 T2V 1.3B 480p", "step"): 2_386_158_080,
+    ("Wan2.1 T2V 1.3B 480p", "decode"): 5_419_330_560,
+    ("Wan2.1 T2V 14B 720p", "step"): int(12.98 * 2**30),
+    ("HunyuanVideo 1.5 480p", "step"): 3_672_933_376,
+    ("HunyuanVideo 1.5 480p", "decode_tiled"): 9_395_930_624,
+    ("LTX-2", "decode_tiled"): 1_015_298_048,
+}
+
+
+#: How far above the compiler's figure an estimate may be (else 15 %): the step's figures fit the
+#: Wan lines, 6 % above (Wan2.1-14B 720p's whole-CFG-batch block is at the margin of the chip and
+#: did not fit there); HunyuanVideo 1.5's step then counts 24 % more than its compiler's. LTX-2's
+#: decoder (256 channels at 1/4 of the pixels a side, then depth-to-space) needs 2.7x less than
+#: the decode figure of the Wan and HunyuanVideo 1.5 VAEs counts.
+UPPER = {("HunyuanVideo 1.5 480p", "step"): 1.25, ("LTX-2", "decode_tiled"): 2.7}
+
+
+@pytest.mark.parametrize("label,stage", list(COMPILER_TEMP))
+def test_tpu_estimates_at_least_the_compilers(label, stage, tmp_path):
+    """The plan's estimate for a TPU (:func:`vidax.pipelines.memory.calibration`) of each stage
+    is at least the TPU compiler's temporaries at the line's call defaults, and at most 15 %
+    more (:data:`UPPER`)."""
+    from vidax.pipelines.plan import read_plan, with_call, with_placement
+
+    _, repo, call = next(line for line in LINES if line[0] == label)
+    plan = with_placement(
+        with_call(read_plan(released_folder(repo, tmp_path)), prompt="a cat", **call), dtype="bfloat16"
+    )
+    est = plan.pipeline.memory_estimate(plan.info, plan.call, dtype="bfloat16", flash=True, platform="tpu")
+    got, want = getattr(est, stage), COMPILER_TEMP[(label, stage)]
+    print(f"{label} {stage}: estimate {got / 2**30:.2f} GiB, compiler {want / 2**30:.2f} GiB")
+    assert 1 <= got / want <= UPPER.get((label, stage), 1.15), (got / 2**30, want / 2**30)

@@ -17,11 +17,12 @@ sys.path.insert(0, BENCHMARKS)
 
 import tpu_attention  # noqa: E402
 import tpu_e2e  # noqa: E402
+import tpu_memory_aot  # noqa: E402
 import tpu_step  # noqa: E402
 import tpu_vae  # noqa: E402
 
 #: The scripts this file runs; a new benchmarks/tpu_*.py must be added here (and run below).
-SCRIPTS = {"tpu_attention", "tpu_e2e", "tpu_step", "tpu_vae"}
+SCRIPTS = {"tpu_attention", "tpu_e2e", "tpu_memory_aot", "tpu_step", "tpu_vae"}
 SHARED = {"tpu_common", "tpu_models"}
 #: A smaller video than the presets' tiny one where the VAE decodes (fewer chunks to compile).
 SMALL = ["--height", "32", "--width", "48", "--frames", "5"]
@@ -40,6 +41,16 @@ def test_tpu_step_runs_a_tiny_ltx2_step():
     assert row["finite"] and row["step_s"] > 0 and row["step_flops"] > 0 and row["micro_batch"] == 1
     assert row["size_HxWxF"] == [256, 384, 17]
     assert row["shapes"]["batch"] == 3  # prompt, negative, STG: LTX-2's default guidance passes
+
+
+def test_tpu_memory_aot_compiles_a_tiny_step_beside_the_plans_estimate():
+    """The step program compiled for this process's device (the CPU: no libtpu), its compiler's
+    bytes beside the plan's estimate for that platform, as a table row."""
+    row = tpu_memory_aot.main(["--model", "wan-1.3b", "--tiny", "--programs", "step"])
+    assert row["target"].startswith("cpu") and row["step"]["blocks"] == 1
+    assert row["step"]["temp_bytes"] > 0 and row["step"]["argument_bytes"] > 0 and row["estimate"]["step"] > 0
+    assert row["step"]["estimate_over_compiler"] == round(row["estimate"]["step"] / row["step"]["temp_bytes"], 3)
+    assert "decode" not in row and "| wan-1.3b 64x96x9 | step, 1 block(s) |" in tpu_memory_aot.table(row)
 
 
 def test_tpu_vae_decodes_a_tiny_video():

@@ -234,6 +234,33 @@ def test_default_tiling_is_the_references(model):
         vae.tiling = saved
 
 
+def test_tiled_decode_is_the_references_tiling_at_half_its_tile(model):
+    """``--vae-tiling`` (``enable_tiled_decode``) on the reference's sizes: the reference's tiling
+    with 128-pixel sample tiles and 8-latent tiles, as its ``enable_tiling`` takes them (one tile
+    of a whole default clip fits a 16 GB chip); sizes set before are kept."""
+    ref, vae = model
+    saved = vae.tiling
+    try:
+        vae.tiling = None
+        vae.enable_tiled_decode()
+        fresh = diffusers.AutoencoderKLHunyuanVideo15(**TINY)
+        fresh.enable_tiling(
+            tile_sample_min_height=128, tile_sample_min_width=128, tile_latent_min_height=8, tile_latent_min_width=8
+        )
+        ours = vae.tiling.resolved(16)
+        for f in dataclasses.fields(ours):
+            assert getattr(ours, f.name) == getattr(fresh, f.name), f.name
+        vae.tiling = None
+        vae.enable_tiling(tile_sample_min_height=64, tile_latent_min_height=4)
+        vae.disable_tiling()
+        vae.enable_tiled_decode()
+        kept = vae.tiling.resolved(16)
+        assert (kept.use_tiling, kept.tile_sample_min_height, kept.tile_latent_min_height) == (True, 64, 4)
+        assert (kept.tile_sample_min_width, kept.tile_latent_min_width) == (256, 16)
+    finally:
+        vae.tiling = saved
+
+
 @pytest.mark.parametrize(
     "override,match",
     [

@@ -590,7 +590,8 @@ def plan_device(
     (:class:`~vidax.parallel.offload.OffloadConfig` or None) and ``vae_tiling`` winning;
     ``dtype`` / ``weights`` in place of the plan's (to find what would fit); ``sizes`` to reuse;
     ``platform`` (``"tpu"``, ``"gpu"``, ``"cpu"``; None: this process's) decides whether attention
-    counts a fused kernel's footprint (TPU, GPU) or the blockwise accumulators (CPU)."""
+    counts a fused kernel's footprint (TPU, GPU) or the blockwise accumulators (CPU), and whose
+    :func:`~vidax.pipelines.memory.calibration` counts the activations."""
     from vidax.nn.inputs import parse_dtype
     from vidax.pipelines.staging import DECODERS
 
@@ -609,8 +610,10 @@ def plan_device(
         )
     from vidax.nn.attention import backend
 
-    flash = (platform or backend()) in ("tpu", "gpu")
-    est = cls.memory_estimate(info, call, dtype=dtype, weights="loaded", flash=flash)
+    platform = platform or backend()
+    est = cls.memory_estimate(
+        info, call, dtype=dtype, weights="loaded", flash=platform in ("tpu", "gpu"), platform=platform
+    )
     share = 1 if plan.mesh is None else plan.mesh.size
     latents = int(np.prod(cls.latent_shape(info, call))) * 4 * 2
     act = Activations(

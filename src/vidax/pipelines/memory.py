@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint import Checkpoint, CheckpointInfo
-from vidax.errors import Arg, Message, OutOfMemoryError, SetupError, VidaxError, joined
+from vidax.errors import Arg, CheckpointError, Message, OutOfMemoryError, SetupError, VidaxError, joined
 from vidax.nn.inputs import parse_dtype
 from vidax.pipelines.call import Call
 from vidax.pipelines.weight_formats import transformer_source, weights_source
@@ -35,8 +35,11 @@ class ModelSize:
         num_heads: attention heads (0: ``hidden_size // 64``).
         decode_frames: video frames one VAE decode chunk makes (Wan: 4, one latent frame).
         decode_channels: the VAE decoder's channel width at full resolution.
-        decode_tile: pixels per side of the VAE's default decode tile (its ``enable_tiling()``,
-            the longer side where tiles are not square); 0 where the VAE has no tiled decode.
+        decode_tile: pixels per side of the VAE's decode tile with ``enable_tiled_decode()``
+            (``--vae-tiling``; the longer side where tiles are not square); 0 where the VAE has
+            no tiled decode.
+        decode_tile_frames: video frames one tiled decode chunk makes (a temporal tile); 0: as
+            ``decode_frames``.
     """
 
     tokens: int
@@ -47,6 +50,7 @@ class ModelSize:
     decode_frames: int = 4
     decode_channels: int = 128
     decode_tile: int = 0
+    decode_tile_frames: int = 0
 
 
 #: The setting a refused call names to run it anyway (:meth:`MemoryChecks.check_memory`).
@@ -67,6 +71,47 @@ DECODE_BYTES_PER_ELEMENT = 80
 #: bytes per token and per unit of (4 D + ffn_dim) in the denoising step, per dtype byte: q, k,
 #: v, attention output, FFN hidden and the residual stream alive at once, inputs and outputs.
 STEP_BUFFERS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """The activation model's figures on one backend (:func:`calibration`).
+
+    Attributes:
+        step_width_buffers, step_ffn_buffers: bytes per token of a denoising step per unit of
+            the model width D and of ``ffn_dim``, per byte of the transformer's dtype (the CPU:
+            ``4 x STEP_BUFFERS`` and :data:`STEP_BUFFERS`).
+        decode_bytes_per_element: bytes per element of a decode chunk's full-resolution
+            activations (:data:`DECODE_BYTES_PER_ELEMENT` on the CPU).
+    """
+
+    step_width_buffers: float = 4 * STEP_BUFFERS
+    step_ffn_buffers: float = STEP_BUFFERS
+    decode_bytes_per_element: float = DECODE_BYTES_PER_ELEMENT
+
+
+#: Each backend's figures; a platform not named here gets the CPU's (the largest). The TPU's are
+#: fitted to its compiler's temporaries for one v5e chip (``benchmarks/tpu_memory_aot.py``, the
+#: table in docs/benchmarks/tpu.md "Planning"): the step's two figures fit Wan2.1-1.3B's and
+#: 14B's exactly, taken 6 % above (Wan2.1-14B 720p's whole CFG batch is at the margin of the chip
+#: and did not fit there; HunyuanVideo 1.5 needs 20 % less than they count); the decode's (the
+#: convolutions run in place, ~9 full-resolution activations alive at the peak) under half the
+#: CPU's.
+CALIBRATIONS = {
+    "cpu": Calibration(),
+    "tpu": Calibration(step_width_buffers=6.94, step_ffn_buffers=0.97, decode_bytes_per_element=38),
+}
+
+
+def calibration(platform: str | None = None) -> Calibration:
+    """The :class:`Calibration` of device platform ``platform`` (``"cpu"``, ``"tpu"``,
+    ``"gpu"``; None: this process's, :func:`vidax.nn.attention.backend`); the CPU's where the
+    platform has none of its own."""
+    if platform is None:
+        from vidax.nn.attention import backend
+
+        platform = backend()
+    return CALIBRATIONS.get(platform, CALIBRATIONS["cpu"])
 
 
 #: what every call needs beyond the model's arrays (XLA's compiles and runtime, thread stacks).
@@ -174,16 +219,19 @@ def run_memory_estimate(
     weights: int = 0,
     decoded: bool = True,
     flash: bool = False,
+    calibration: Calibration = Calibration(),
 ) -> MemoryEstimate:
     """Peak memory of one call (:class:`MemoryEstimate`), from the sizes alone.
 
-    * step: ``STEP_BUFFERS x batch x tokens x (4 D + ffn_dim) x dtype_bytes`` (blocks run one
+    * step: ``batch x tokens x (step_width_buffers D + step_ffn_buffers ffn_dim) x dtype_bytes``
+      (the CPU: ``2 x batch x tokens x (4 D + ffn_dim) x dtype_bytes``; blocks run one
       after another), plus attention's temporary: the ``(batch, heads, tokens, tokens)`` float32
       scores and probabilities where the ``"xla"`` implementation runs (up to 2**22 scores per
       head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators; none with
       ``flash`` (a fused kernel, ``pallas_tpu`` / ``cudnn``, keeps its tiles in on-chip memory).
-    * decode: ``decode_frames x height x width x decode_channels x DECODE_BYTES_PER_ELEMENT``;
-      tiled (``size.decode_tile``): the same with height and width at most one tile.
+    * decode: ``decode_frames x height x width x decode_channels x decode_bytes_per_element``;
+      tiled (``size.decode_tile``): the same with height and width at most one tile and
+      ``decode_tile_frames`` frames.
     * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
 
     Args:
@@ -192,6 +240,7 @@ def run_memory_estimate(
             width: the decoded video. videos: videos decoded (default ``batch``).
         dtype_bytes: bytes of the transformer's dtype. weights: parameter bytes to count.
         decoded: False when the latents are returned (``output_type="latent"``): no decode, no video.
+        calibration: the backend's figures (:func:`calibration`; default the CPU's).
     """
     from vidax.nn.attention import AUTO_XLA_MAX_SCORES, DEFAULT_BLOCK_SIZE
 
@@ -199,13 +248,19 @@ def run_memory_estimate(
     t = size.tokens
     attention = batch * heads * t * 2 * (t if t * t <= AUTO_XLA_MAX_SCORES else DEFAULT_BLOCK_SIZE) * 4
     attention *= not flash or t * t <= AUTO_XLA_MAX_SCORES
-    step = STEP_BUFFERS * batch * t * (4 * size.hidden_size + size.ffn_dim) * dtype_bytes + attention
-    decode = size.decode_frames * height * width * size.decode_channels * DECODE_BYTES_PER_ELEMENT if decoded else 0
+    per_element = calibration.decode_bytes_per_element
+    per_token = calibration.step_width_buffers * size.hidden_size + calibration.step_ffn_buffers * size.ffn_dim
+    step = batch * t * per_token * dtype_bytes + attention
+    decode = size.decode_frames * height * width * size.decode_channels * per_element if decoded else 0
     video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
     tile = size.decode_tile
     tiled = (
         (
-            size.decode_frames * min(tile, height) * min(tile, width) * size.decode_channels * DECODE_BYTES_PER_ELEMENT
+            (size.decode_tile_frames or size.decode_frames)
+            * min(tile, height)
+            * min(tile, width)
+            * size.decode_channels
+            * per_element
             if decoded
             else 0
         )
@@ -227,12 +282,15 @@ def text_encoding_bytes(info: CheckpointInfo, prompts: int, tokens: int, name: s
     tokens x (4 D + ffn)`` plus the blockwise attention's accumulators), from its config
     (``hidden_size`` / ``d_model``, ``intermediate_size`` / ``d_ff``, a multimodal model's
     ``text_config``; T5's relative position bias, ``L x L`` per head); 0 where the checkpoint has
-    no such component or its config gives no width."""
+    no such component, no config for it, or one that gives no width."""
     from vidax.nn.attention import DEFAULT_BLOCK_SIZE
 
     if not info.checkpoint.has(name):
         return 0
-    config = info.checkpoint.config(name)
+    try:
+        config = info.checkpoint.config(name)
+    except CheckpointError:  # a component folder without a config: loading it says what is wrong
+        return 0
     config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
 
     def first(*keys):
@@ -380,7 +438,14 @@ class MemoryChecks:
 
     @classmethod
     def memory_estimate(
-        cls, info: CheckpointInfo, call: Call, *, dtype: Any = "float32", weights: str = "loaded", flash: bool = False
+        cls,
+        info: CheckpointInfo,
+        call: Call,
+        *,
+        dtype: Any = "float32",
+        weights: str = "loaded",
+        flash: bool = False,
+        platform: str | None = None,
     ) -> MemoryEstimate | None:
         """Peak memory of ``call`` (:func:`run_memory_estimate`; None where the family gives no
         :meth:`model_size`), from configs and safetensors headers only.
@@ -389,6 +454,8 @@ class MemoryChecks:
             weights: which parameters to count: ``"loaded"`` none (already in memory), ``"all"``
                 every component's, ``"transformers"`` the denoising transformers' only.
             flash: attention runs a fused kernel that keeps its tiles on chip (:func:`run_memory_estimate`).
+            platform: the device platform whose :func:`calibration` counts the activations
+                (None: this process's).
         """
         size = cls.model_size(info, call)
         if size is None:
@@ -408,6 +475,7 @@ class MemoryChecks:
             weights=checkpoint_weight_bytes(info.checkpoint, dtype, names) if names != () else 0,
             decoded=call.output_type != "latent",
             flash=flash,
+            calibration=calibration(platform),
         )
         # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
         return dataclasses.replace(est, text=text_encoding_bytes(info, batch, call.max_sequence_length))
@@ -479,59 +547,63 @@ class MemoryChecks:
             cls.warn_if_large(info, call)
             return est
         per = "" if share == 1 else f" ({_gib(est.total / share)} per device of {share})"
+        needs = f"needs {est.describe()}{per}, more than the {_gib(free)} of {what}"
         if est.weights / share > free and also:  # no size makes room: the weights must shrink or move
-            smaller = ["bfloat16"] if jnp.dtype(dtype).itemsize > 2 else []
-            msg = Message(
-                size_words(call),
-                f" needs {est.describe()}{per}, more than the {_gib(free)} of {what}; the weights alone are more "
-                f"than that: try {', '.join(smaller + [''])}",
-                Arg("weight_dtype", "int8"),
-                " (8-bit transformer kernels)",
-                # offloaded weights wait in host memory: no help where the host's memory is what is short
-                "" if host else ", offloading",
-            )
-            if refuse:
-                raise OutOfMemoryError(msg, *((" (to run it anyway: ", anyway, ")") if anyway is not None else ()))
-            logger.warning("%s; running it anyway", msg)
-            return est
-        mh, mw = info.size_multiple
-        fits = None
-        text_bound = est.text > max(est.step, est.decode)  # the prompts' tokens, not the video's size
-        if text_bound:  # the longest max_sequence_length that fits (the estimate grows with it)
-            low, high = 0, call.max_sequence_length
-            while high - low > 1:
-                mid = (low + high) // 2
-                low, high = (
-                    (mid, high)
-                    if need(dataclasses.replace(call, max_sequence_length=mid)).total / share <= free
-                    else (low, mid)
-                )
-            fits = Message("; ", Arg("max_sequence_length", low), " fits") if low else Message()
-        for h in range(call.height - mh, 0, -mh) if not text_bound else ():
-            w = max(mw, round(call.width * h / call.height / mw) * mw)
-            if need(dataclasses.replace(call, height=h, width=w)).total / share <= free:
-                fits = Message(Arg("height", h), ", ", Arg("width", w), " fits at ", Arg("num_frames", call.num_frames))
-                break
-        if text_bound:
-            msg = Message(
-                Arg("max_sequence_length", call.max_sequence_length),
-                f" (batch {call.batch}"
-                f"{', CFG doubles it' if call.do_cfg else ''}) needs {est.describe()}{per}, more than the "
-                f"{_gib(free)} of {what}; give a smaller ",
-                Arg("max_sequence_length"),
-                fits,
-            )
+            msg = _weights_too_large(call, needs, dtype, host)
         else:
-            msg = Message(
-                size_words(call),
-                f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) needs "
-                f"{est.describe()}{per}, more than the {_gib(free)} of {what}: ",
-                fits or "no size fits at these frames",
-                "; or try fewer ",
-                Arg("num_frames"),
-                also,
-            )
+            msg = _what_fits(info, call, needs, lambda c: need(c).total / share <= free, est, also)
         if refuse:
             raise OutOfMemoryError(msg, *((" (to run it anyway: ", anyway, ")") if anyway is not None else ()))
         logger.warning("%s; running it anyway", msg)
         return est
+
+
+def _weights_too_large(call: Call, needs: str, dtype: Any, host: bool) -> Message:
+    """The refusal of a call whose weights alone are more than the memory: what shrinks them
+    (bfloat16 where the load is wider, 8-bit kernels) or moves them (offloading, where the
+    memory short is a device's)."""
+    smaller = ["bfloat16"] if jnp.dtype(dtype).itemsize > 2 else []
+    return Message(
+        size_words(call),
+        f" {needs}; the weights alone are more than that: try {', '.join(smaller + [''])}",
+        Arg("weight_dtype", "int8"),
+        " (8-bit transformer kernels)",
+        # offloaded weights wait in host memory: no help where the host's memory is what is short
+        "" if host else ", offloading",
+    )
+
+
+def _what_fits(info: CheckpointInfo, call: Call, needs: str, fits: Any, est: MemoryEstimate, also: str) -> Message:
+    """The refusal of a call too large for the memory, naming what fits (``fits(call)``): the
+    longest ``max_sequence_length`` where the text encoding is the peak, else the largest
+    height x width (the size multiple's steps, the aspect kept) at the same frames."""
+    cfg = f" (batch {call.batch}{', CFG doubles it' if call.do_cfg else ''}) {needs}"
+    if est.text > max(est.step, est.decode):  # the prompts' tokens, not the video's size, are the peak
+        low, high = 0, call.max_sequence_length
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(dataclasses.replace(call, max_sequence_length=mid)) else (low, mid)
+        longest = Message("; ", Arg("max_sequence_length", low), " fits") if low else Message()
+        return Message(
+            Arg("max_sequence_length", call.max_sequence_length),
+            cfg,
+            "; give a smaller ",
+            Arg("max_sequence_length"),
+            longest,
+        )
+    mh, mw = info.size_multiple
+    smaller = None
+    for h in range(call.height - mh, 0, -mh):
+        w = max(mw, round(call.width * h / call.height / mw) * mw)
+        if fits(dataclasses.replace(call, height=h, width=w)):
+            smaller = Message(Arg("height", h), ", ", Arg("width", w), " fits at ", Arg("num_frames", call.num_frames))
+            break
+    return Message(
+        size_words(call),
+        cfg,
+        ": ",
+        smaller or "no size fits at these frames",
+        "; or try fewer ",
+        Arg("num_frames"),
+        also,
+    )

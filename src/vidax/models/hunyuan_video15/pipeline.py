@@ -56,7 +56,7 @@ from vidax.models.hunyuan_video.pipeline import (
 )
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
-from vidax.models.hunyuan_video15.vae import HunyuanVideo15Tiling
+from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
@@ -115,7 +115,8 @@ class HunyuanVideo15Pipeline(VideoPipeline):
             hidden_size=cfg.inner_dim,
             ffn_dim=cfg.mlp_dim,
             num_layers=cfg.num_layers,
-            decode_tile=HunyuanVideo15Tiling().tile_sample_min_height,
+            decode_frames=call.num_frames,  # no temporal tiles: the whole clip decodes at once
+            decode_tile=TILED_DECODE_SAMPLE_TILE,
         )
 
     @classmethod

@@ -38,6 +38,9 @@ latents larger than ``tile_latent_min_*`` (the reference's ``256 // 16 = 16`` un
 tiles every ``int(tile_latent_min * (1 - overlap))`` and blends / keeps the sample sizes' share.
 The kept pieces are concatenated as they are (no crop to the input's size, as the reference).
 Blends run on the host in float32, in raster order and in place (:mod:`vidax.nn.tiling`).
+``enable_tiled_decode`` (``--vae-tiling``, the memory plan) takes the same tiling at half the
+default tile (:data:`TILED_DECODE_SAMPLE_TILE`) where no size was set: one 256-pixel tile of a
+121-frame clip does not fit a 16 GB accelerator.
 
 There is no temporal tiling: :meth:`HunyuanVideo15VAE.iter_decode` yields the whole clip as one
 chunk (host numpy, as soon as it is decoded).
@@ -73,6 +76,14 @@ _F32 = jnp.float32
 #: The reference's ``tile_sample_min_height`` / ``_width`` at construction; its latent tile
 #: sizes are this ``//`` the spatial compression unless ``enable_tiling`` names them.
 _DEFAULT_SAMPLE_TILE = 256
+
+#: The sample tile (pixels a side) :meth:`HunyuanVideo15VAE.enable_tiled_decode` (``--vae-tiling``,
+#: and the memory plan where the whole frame does not fit) decodes in when no tile size was set:
+#: the reference's tiling at half its default tile (latent tiles of 8, the same overlap). Each
+#: tile decodes the whole clip at once, so the reference's 256 pixels at 121 frames need 24.6 GiB
+#: of temporaries on a TPU v5e (its full-resolution activations, 128 channels, 3.8 GiB each, ~6
+#: alive at once); 128 pixels need 8.75 GiB (benchmarks/tpu_memory_aot.py).
+TILED_DECODE_SAMPLE_TILE = 128
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,6 +439,24 @@ class HunyuanVideo15VAE(ScaledLatentsVAE):
             tile_latent_min_height=tile_latent_min_height,
             tile_latent_min_width=tile_latent_min_width,
             tile_overlap_factor=tile_overlap_factor,
+        )
+
+    def enable_tiled_decode(self) -> None:
+        """What ``--vae-tiling`` turns on: ``enable_tiling()`` with the sizes set so far, or,
+        where none was set (the reference's construction defaults), sample tiles of
+        :data:`TILED_DECODE_SAMPLE_TILE` pixels and latent tiles of that ``//`` the spatial
+        compression: the reference's tiled decode (the same blends and overlap) with tiles
+        small enough that one tile of a whole default-length clip fits a 16 GB device."""
+        s = self.config.spatial_compression
+        if self._state().resolved(s) != HunyuanVideo15Tiling(use_tiling=self.use_tiling).resolved(s):
+            self.enable_tiling()
+            return
+        tile = TILED_DECODE_SAMPLE_TILE
+        self.enable_tiling(
+            tile_sample_min_height=tile,
+            tile_sample_min_width=tile,
+            tile_latent_min_height=tile // s,
+            tile_latent_min_width=tile // s,
         )
 
     # -- one tile (traced inside jit) ---------------------------------------------------------

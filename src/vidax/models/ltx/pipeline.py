@@ -187,12 +187,18 @@ class LTXPipeline(LTXDecode, VideoPipeline):
         f, h, w = info.latent_grid(call.num_frames, call.height, call.width)
         from vidax.models.ltx.vae import LTXTiling
 
+        vae, tiles = info.vae_config, LTXTiling()
         return ModelSize(
             tokens=f * h * w,
             hidden_size=cfg.inner_dim,
             ffn_dim=4 * cfg.inner_dim,
             num_layers=cfg.num_layers,
-            decode_tile=LTXTiling().tile_sample_min_height,
+            # the whole clip at once, or one temporal tile of --vae-tiling (17 frames: 3 latent ones)
+            decode_frames=call.num_frames,
+            # the decoder's last level: its first channels at 1 / patch_size of the pixels a side
+            decode_channels=max(1, vae.decoder_block_out_channels[0] // vae.patch_size**2),
+            decode_tile=tiles.tile_sample_min_height,
+            decode_tile_frames=tiles.tile_sample_min_num_frames + 1,
         )
 
     @classmethod
