@@ -9,6 +9,7 @@ The pipeline class is the one the registry (:mod:`vidax.registry`) holds for ``_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -446,10 +447,14 @@ class Loading:
         counted at the dtype it is loaded in."""
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
-        paths = {"transformer": transformer_source(ckpt, info.transformers[0], spec)}
+        # opened only where the staging reads headers (a device with a memory limit): a folder of
+        # configs alone plans with no limit
+        paths = {"transformer": functools.partial(transformer_source, ckpt, info.transformers[0], spec)}
         paths.update(
             {
-                n: weights_source(ckpt, n) if ckpt.random_weights else ckpt.reader(n)
+                n: functools.partial(weights_source, ckpt, n)
+                if ckpt.random_weights
+                else functools.partial(ckpt.reader, n)
                 for n in cls.stageable
                 if ckpt.has(n)
             }

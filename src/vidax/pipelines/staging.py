@@ -63,7 +63,8 @@ def component_bytes(
 ) -> dict[str, Any]:
     """Parameter bytes of a component read from its safetensors headers (no tensor is read),
     floating tensors counted at ``dtype``; ``folder`` may also be a reader of a single-file
-    checkpoint (:func:`vidax.weights.single_file.open_single_file`: its tensors as loaded).
+    checkpoint (:func:`vidax.weights.single_file.open_single_file`: its tensors as loaded), or
+    a function of no argument returning either.
     With ``weights`` (an 8-bit format) every 2-D floating ``*.weight`` (a Linear's, in the
     diffusers layout) counts 1 byte a value plus a float32 scale per output row (the Linears
     the family keeps float32 are few and small, and counted so too). Without, a GGUF file's
@@ -75,6 +76,8 @@ def component_bytes(
     Returns ``{"total": ..}``, plus ``"stacks"``: ``{prefix: (bytes, layers)}`` for each stacked
     layer prefix of ``blocks_prefixes`` (e.g. ``"blocks"`` for keys ``blocks.<i>.*``).
     """
+    if callable(folder):  # opened when needed (plan_pipeline_staging's paths)
+        folder = folder()
     reader = CheckpointReader(folder) if isinstance(folder, (str, os.PathLike)) else folder
     itemsize = np.dtype(dtype).itemsize
     total = 0
@@ -244,7 +247,8 @@ def plan_pipeline_staging(
     the transformer counts its non-block weights plus two chunks of each of its block stacks (``blocks_prefixes``, the registry's
     ``ComponentSpec.block_stacks``). ``keep_text_encoder`` of ``offload`` applies to every text
     encoder. ``weights``: the transformer's 8-bit format (:func:`component_bytes`); its
-    ``paths`` entry may be a single-file reader."""
+    ``paths`` entry may be a single-file reader, and any entry a function returning one (opened
+    only where a device memory limit makes the staging read the headers)."""
     offload = offload or OffloadConfig()
     keep = {name: offload.keep_vae if name in DECODERS else offload.keep_text_encoder for name in stageable}
     streamed = dict.fromkeys((n for n in stageable if n not in DECODERS), offload.text_encoder_chunk)
