@@ -79,3 +79,34 @@ def test_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
     )
     bad = broken_links(probe)
     assert len(bad) == 3 and "nowhere.md" in bad[0] and "#nowhere" in bad[1] and "docs/nowhere.md" in bad[2], bad
+
+
+def fence_errors(text: str) -> list[str]:
+    """Code fences that break a page (CommonMark: a fence closes only on a bare fence line): an
+    opening fence directly followed by another opening one (a doubled opening turns the rest of
+    the page inside out), and a fence left open at the end of the page."""
+    errors, open_at = [], None
+    lines = text.splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.lstrip().startswith("```"):
+            continue
+        if open_at is None:
+            open_at = i
+            if i < len(lines) and lines[i].strip().startswith("```") and lines[i].strip() != "```":
+                errors.append(f"line {i}: a fence opened twice")
+        elif line.strip() == "```":
+            open_at = None
+    if open_at is not None:
+        errors.append(f"line {open_at}: a fence never closed")
+    return errors
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_code_fences_are_balanced(page):
+    assert fence_errors(page.read_text()) == []
+
+
+def test_fence_check_finds_a_doubled_and_an_unclosed_fence():
+    doubled = "```python\n```python\nx = 1\n```\n```\n"
+    assert fence_errors(doubled) == ["line 1: a fence opened twice", "line 5: a fence never closed"]
+    assert fence_errors("```\nx\n") == ["line 1: a fence never closed"]
