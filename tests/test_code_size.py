@@ -144,7 +144,6 @@ MAX_PARAMETERS = 12
 #: is removed.
 ALLOWED_LONG_FILES: set[str] = set()
 ALLOWED_LONG_FUNCTIONS = {
-    "pipelines/memory.py:check_memory",
     "encoders/gemma4.py:all_hidden_states",
     "encoders/gemma4.py:from_config_dict",
     "nn/stack.py:scan_layers",

@@ -71,7 +71,7 @@ def test_tpu_e2e_makes_a_video_from_a_scaled_reference_config(tmp_path):
     rows = tmp_path / "rows.jsonl"
     row = tpu_e2e.main(["--model", "wan-1.3b", "--tiny", "--steps", "2", *SMALL, "--out", str(rows)])
     assert row["finite"] and os.path.getsize(row["output"]) > 0
-    assert len(row["step_s"]) == 2 and row["load_s"] > 0 and row["decode_s"] > 0 and row["write_s"] > 0
+    assert len(row["step_s"]) == 2 and row["load_s"] > 0 and row["decode_s"] > 0 and row["write_s"] >= 0
     assert row["estimate_gib"] > 0 and row["peak_rss_anon_gib"] > 0 and row["process_wall_s"] >= row["total_s"]
     assert row["step_flops"] > 0 and row["mfu"] is None  # no datasheet peak on a CPU
     assert row["default_steps"] == 50 and row["video_s_default_steps"] > row["total_s"]

@@ -39,8 +39,9 @@ from tests.parity.helpers import assert_input_sensitive, max_rel_err, randomize_
 from tests.paths import REFERENCE_CONFIGS
 from vidax.models.cosmos3.config import Cosmos3TransformerConfig
 from vidax.models.cosmos3.transformer import Cosmos3Forward, Cosmos3OmniTransformer
+from vidax.parallel.chunked_step import ChunkedStep
 from vidax.parallel.mesh import make_mesh
-from vidax.parallel.offload import ChunkedStep, offloaded_stacks
+from vidax.parallel.offload import offloaded_stacks
 from vidax.weights.component import load_component
 
 diffusers = pytest.importorskip("diffusers")

@@ -32,8 +32,9 @@ from vidax.errors import InputError
 from vidax.models.ltx2 import rope as ltx2_rope
 from vidax.models.ltx2.convert import TRANSFORMER_PARAM_AXES
 from vidax.models.ltx2.transformer import LTX2Forward
+from vidax.parallel.chunked_step import ChunkedStep
 from vidax.parallel.mesh import make_mesh
-from vidax.parallel.offload import ChunkedStep, offloaded_stacks
+from vidax.parallel.offload import offloaded_stacks
 from vidax.parallel.placement import check_sharded
 from vidax.weights.component import load_component
 

@@ -447,9 +447,12 @@ class Loading:
         counted at the dtype it is loaded in."""
         ckpt = info.checkpoint
         spec = registry().component(ckpt.class_of(info.transformers[0]), "transformer", source=ckpt.source)
-        # opened only where the staging reads headers (a device with a memory limit): a folder of
-        # configs alone plans with no limit
-        paths = {"transformer": functools.partial(transformer_source, ckpt, info.transformers[0], spec)}
+        # a folder's reader is opened only where the staging reads headers (a device with a memory
+        # limit: a folder of configs alone plans with no limit); a single file is opened (its
+        # layout and family checked) now, before any weight is read
+        name = info.transformers[0]
+        eager = ckpt.random_weights or name in ckpt.files
+        paths = {"transformer": transformer_source(ckpt, name, spec) if eager else functools.partial(ckpt.reader, name)}
         paths.update(
             {
                 n: functools.partial(weights_source, ckpt, n)
