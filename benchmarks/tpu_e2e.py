@@ -180,7 +180,7 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     plan = read_plan(folder, random_weights=True)
     default_steps = with_call(plan, prompt=args.prompt, output_type="np", progress=False).call.num_inference_steps
-    plan = with_call(plan, prompt=args.prompt, output_type="np", progress=False, **call, **extra)
+    plan = with_call(plan, prompt=args.prompt, output_type="np", progress=args.progress, **call, **extra)
     offload = None if args.offload_blocks is None else int(args.offload_blocks)
     plan = with_placement(plan, dtype=args.dtype, offload=offload)
     try:
@@ -209,7 +209,7 @@ def run(args) -> dict:
     )
     with RssSampler() as rss:
         t0 = time.perf_counter()
-        pipe = plan.pipeline.from_plan(plan, progress=False)
+        pipe = plan.pipeline.from_plan(plan, progress=args.progress)
         row["load_s"] = round(time.perf_counter() - t0, 2)
         t_call = time.perf_counter()
         try:
@@ -355,6 +355,11 @@ def main(argv: list[str] | None = None) -> dict | str:
     p.add_argument("--vae-tiling", action="store_true", help="decode the VAE in tiles (default: where needed)")
     p.add_argument("--compile-cache", default=None, help="persistent compile cache folder (empty: a cold row)")
     p.add_argument("--budget-s", type=float, default=None, help="stop the call this long after the process started")
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="the load's and the call's progress on stderr (a line per event off a terminal): where a long row is",
+    )
     p.add_argument("--tiny", action="store_true", help="the preset's tiny configs and video (CPU smoke runs)")
     p.add_argument("--output", default=None, help="the video file (default: a temporary .mp4)")
     p.add_argument("--out", default=None, help="append the JSON row to this file")

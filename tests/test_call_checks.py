@@ -364,7 +364,8 @@ def test_files_and_symlinks_written_through(tmp_path):
 
 def test_devices_never_replaced(tmp_path):
     """/dev/null keeps nothing (nothing created in /dev, the device stays); a FIFO, another
-    device, or a file named as a frame folder is refused."""
+    device, ``-`` (standard output: it made a frame folder named '-'), or a file named as a
+    frame folder is refused."""
     import stat
 
     from vidax.io.video import check_output_path, output_paths, write_video
@@ -393,6 +394,8 @@ def test_devices_never_replaced(tmp_path):
             check_output_path(link)
     finally:
         os.close(r), os.close(w)
+    with pytest.raises(InputError, match="output='-': vidax does not write the video to standard output"):
+        check_output_path("-")
     afile = tmp_path / "afile"
     afile.write_text("mine")
     for name in (str(afile), str(afile) + "/"):

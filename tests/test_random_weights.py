@@ -102,6 +102,7 @@ def test_a_streamed_text_encoder_is_made_at_each_fetch_with_the_resident_values(
     streamed = plan_component(spec, folder, jnp.float32, random_weights=True, offload=1).read()
     (stack,) = offloaded_stacks(streamed)
     assert stack.memory_kind == "made" and len(stack.sizes) > 1
+    assert "streamed from the device (made at each fetch: random weights)" in stack.describe()
     ids = np.arange(1, 9, dtype=np.int32)[None]
     tokens = Tokens(ids, np.ones_like(ids), np.array([8]))
     want = np.asarray(encode_tokens(resident, tokens))

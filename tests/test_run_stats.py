@@ -216,10 +216,15 @@ def test_call_beyond_memory_refused_before_any_work(ckpt, tmp_path, caplog):
         assert cls.check_memory(info, call, available=(free, "test memory"), refuse=False).total == need
     assert "running it anyway" in caplog.records[-1].getMessage()
     # Weights alone over the memory: no size or frame count is offered (none makes room), only
-    # what shrinks the weights: bfloat16 for a float32 load, 8-bit kernels; offloading only where
+    # what shrinks the weights: dtype bfloat16 for a float32 load (named as the argument), 8-bit kernels; offloading only where
     # the memory short is a device's (offloaded weights wait in host memory).
     for dtype, what, counted, tried in (
-        ("float32", "available host RAM", "all", "try bfloat16, weight_dtype='int8' (8-bit transformer kernels)"),
+        (
+            "float32",
+            "available host RAM",
+            "all",
+            "try dtype='bfloat16', weight_dtype='int8' (8-bit transformer kernels)",
+        ),
         (
             "bfloat16",
             "free device memory",

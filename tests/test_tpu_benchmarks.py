@@ -92,7 +92,11 @@ def test_tpu_e2e_row_of_a_refused_line_names_the_refusal(monkeypatch):
     assert tpu_e2e.table([row]).splitlines()[2].endswith(f"{row['refused']} |")
 
 
-def test_tpu_e2e_stops_at_its_budget_and_still_reports():
-    row = tpu_e2e.main(["--model", "wan-1.3b", "--tiny", "--steps", "2", "--budget-s", "0"])
+def test_tpu_e2e_stops_at_its_budget_and_still_reports(capsys):
+    """--budget-s 0 stops the call at its first check and still writes the row; --progress says
+    where the run is, stage by stage, on stderr (what a row that outlives its device call leaves)."""
+    row = tpu_e2e.main(["--model", "wan-1.3b", "--tiny", "--steps", "2", "--budget-s", "0", "--progress"])
+    err = capsys.readouterr().err
+    assert "loading " in err and "encoding the prompt" in err
     assert row["stopped"].startswith("--budget-s 0.0: stopped") and "output" not in row
     assert np.isfinite(row["total_s"])

@@ -118,7 +118,7 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = False, audio: b
     name, so an existing one is replaced only with ``overwrite``.
 
     Raises:
-        InputError: an empty path, unknown extension, a parent that is a file, a missing parent
+        InputError: an empty path, ``-`` (standard output), unknown extension, a parent that is a file, a missing parent
             folder, a folder that is not writable, an existing folder named as a file, an
             existing file, device, FIFO or socket named as a frame folder, a device, FIFO or
             socket other than ``os.devnull``, a frame folder holding anything but vidax's frame
@@ -149,6 +149,12 @@ def _check_output_path(path: str | os.PathLike, overwrite: bool) -> str:
     path = os.fspath(path)
     if not path.strip():
         raise InputError(Arg("output", path), " is empty; give a file (*.mp4, *.npy) or a folder for PNG frames")
+    if path == "-":  # the shell's "standard output": a folder of frames named '-' is not what was meant
+        raise InputError(
+            Arg("output", path),
+            ": vidax does not write the video to standard output; give a file (*.mp4, *.npy) or a folder for "
+            "PNG frames",
+        )
     fmt = output_format(path)
     target = _target(path)
     try:

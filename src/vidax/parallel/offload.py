@@ -358,7 +358,9 @@ class OffloadedBlocks:
         return x
 
     def describe(self) -> str:
-        where = self.memory_kind or "numpy host arrays"
+        where = {"made": "the device (made at each fetch: random weights)", "files": "the checkpoint's files"}.get(
+            self.memory_kind, self.memory_kind or "numpy host arrays"
+        )
         return (
             f"{self.num_layers} blocks streamed from {where} in {len(self.sizes)} chunk(s) of "
             f"{self.sizes[0]}, {self.chunk_bytes(0) / 2**20:,.1f} MiB per chunk, "

@@ -562,10 +562,11 @@ def _weights_too_large(call: Call, needs: str, dtype: Any, host: bool) -> Messag
     """The refusal of a call whose weights alone are more than the memory: what shrinks them
     (bfloat16 where the load is wider, 8-bit kernels) or moves them (offloading, where the
     memory short is a device's)."""
-    smaller = ["bfloat16"] if jnp.dtype(dtype).itemsize > 2 else []
+    smaller = (Arg("dtype", "bfloat16"), ", ") if jnp.dtype(dtype).itemsize > 2 else ()
     return Message(
         size_words(call),
-        f" {needs}; the weights alone are more than that: try {', '.join(smaller + [''])}",
+        f" {needs}; the weights alone are more than that: try ",
+        *smaller,
         Arg("weight_dtype", "int8"),
         " (8-bit transformer kernels)",
         # offloaded weights wait in host memory: no help where the host's memory is what is short

@@ -222,7 +222,8 @@ class Staging:
         if not staged:
             return "staging: text encoder and VAE resident on the device"
         streamed = "".join(
-            f"; {n}'s layers read from its files {c} a chunk while it encodes" for n, c in self.streamed.items()
+            f"; {n}'s layers streamed {c} a chunk while it encodes (not held between calls)"
+            for n, c in self.streamed.items()
         )
         return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}"
 
