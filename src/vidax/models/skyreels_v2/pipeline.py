@@ -1,10 +1,11 @@
 """SkyReels-V2 text-to-video, plain (:class:`SkyReelsV2Pipeline`) and with diffusion forcing
-(:class:`SkyReelsV2DiffusionForcingPipeline`): the hooks of
+(:class:`SkyReelsV2DiffusionForcingPipeline`), and image-to-video
+(:class:`SkyReelsV2ImageToVideoPipeline`: Wan2.1 I2V's conditioning): the hooks of
 :class:`~vidax.pipelines.base.VideoPipeline` on Wan's (:class:`~vidax.models.wan.pipeline.WanPipeline`:
 UMT5 prompt encoding, the Wan VAE, CFG as a 2B batch).
 
-References: ``diffusers.SkyReelsV2Pipeline`` (Wan's text-to-video loop with this family's
-transformer) and ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). Diffusion forcing runs chunk by
+References: ``diffusers.SkyReelsV2Pipeline`` and ``diffusers.SkyReelsV2ImageToVideoPipeline``
+(Wan's text- and image-to-video loops with this family's transformer) and ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). Diffusion forcing runs chunk by
 chunk (:func:`~vidax.models.skyreels_v2.forcing.chunk_plan`: one chunk unless ``num_frames >
 base_num_frames``); each chunk iterates its timestep matrix
 (:func:`~vidax.models.skyreels_v2.forcing.timestep_matrix`), the model seeing every latent frame
@@ -26,10 +27,28 @@ from vidax.errors import Arg, ConfigError, InputError
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.wan.config import WanInfo
-from vidax.models.wan.pipeline import WanPipeline
+from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
 from vidax.pipelines.options import CallOption
 from vidax.schedulers.base import StepIndexed, register_state
+
+
+def read_without_fps(checkpoint, pipeline: str) -> WanInfo:
+    """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint` for ``pipeline``, a
+    pipeline that gives the transformer no fps (one timestep for all frames).
+
+    Raises:
+        ConfigError: also a transformer with the fps conditioning (``inject_sample_info``), which
+            the reference fails on too (the diffusion-forcing pipelines run those checkpoints).
+    """
+    info = read_skyreels_v2_checkpoint(checkpoint)
+    if info.transformer_configs[0].inject_sample_info:
+        forcing = "SkyReelsV2DiffusionForcing" + ("ImageToVideo" if "ImageToVideo" in pipeline else "") + "Pipeline"
+        raise ConfigError(
+            f"{checkpoint.config_file('transformer')}: inject_sample_info=true (fps conditioning) is not run by "
+            f"{pipeline}, which gives the transformer no fps (diffusers' fails on it too); load it with {forcing}"
+        )
+    return info
 
 
 class SkyReelsV2Pipeline(WanPipeline):
@@ -41,25 +60,34 @@ class SkyReelsV2Pipeline(WanPipeline):
 
     @classmethod
     def read_checkpoint(cls, checkpoint) -> WanInfo:
-        """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint`.
-
-        Raises:
-            ConfigError: also a transformer with the fps conditioning (``inject_sample_info``), which
-                this pipeline gives no fps (the reference fails on it; the diffusion-forcing
-                pipeline runs those checkpoints).
-        """
-        info = read_skyreels_v2_checkpoint(checkpoint)
-        if info.transformer_configs[0].inject_sample_info:
-            raise ConfigError(
-                f"{checkpoint.config_file('transformer')}: inject_sample_info=true (fps conditioning) is not run by "
-                "SkyReelsV2Pipeline, which gives the transformer no fps (diffusers' fails on it too); load it with "
-                "SkyReelsV2DiffusionForcingPipeline"
-            )
-        return info
+        """:func:`read_without_fps`."""
+        return read_without_fps(checkpoint, "SkyReelsV2Pipeline")
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
-        return cls
+        """``"t2v"`` -> :class:`SkyReelsV2Pipeline`, ``"i2v"`` -> :class:`SkyReelsV2ImageToVideoPipeline`."""
+        return SkyReelsV2Pipeline if task == "t2v" else SkyReelsV2ImageToVideoPipeline
+
+
+class SkyReelsV2ImageToVideoPipeline(WanImageToVideoPipeline):
+    """SkyReels-V2 image-to-video (reference: ``diffusers.SkyReelsV2ImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``, Wan2.1 I2V's conditioning and loop
+    (:class:`~vidax.models.wan.pipeline.WanImageToVideoPipeline`: CLIP penultimate hidden states
+    of ``image``, the VAE encoding of ``[image, 0, ..., 0]`` and its mask beside the latents,
+    ``last_image`` and ``image_embeds`` as there) with the SkyReels-V2 transformer, one timestep
+    for all frames. The image encoder is a ``CLIPVisionModelWithProjection`` (its projection is
+    not run: the pipeline reads the penultimate hidden states)."""
+
+    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        """:func:`read_without_fps`."""
+        return read_without_fps(checkpoint, "SkyReelsV2ImageToVideoPipeline")
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        return SkyReelsV2Pipeline.class_for_task(task)
 
 
 @register_state
