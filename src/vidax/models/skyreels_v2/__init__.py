@@ -15,7 +15,11 @@ _PKG = "vidax.models.skyreels_v2"
 FAMILY = Family(
     name="skyreels_v2",
     pipelines=family_pipelines(
-        _PKG, "SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline", "SkyReelsV2DiffusionForcingPipeline"
+        _PKG,
+        "SkyReelsV2Pipeline",
+        "SkyReelsV2ImageToVideoPipeline",
+        "SkyReelsV2DiffusionForcingPipeline",
+        "SkyReelsV2DiffusionForcingImageToVideoPipeline",
     ),
     components=(
         family_component(

@@ -22,14 +22,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidax.errors import Arg, ConfigError, InputError
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
-from vidax.pipelines.options import CallOption
+from vidax.pipelines.options import IMAGE_FILE, CallOption
 from vidax.schedulers.base import StepIndexed, register_state
 
 
@@ -190,11 +192,28 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
     # ------------------------------------------------------------------ configs
     @classmethod
     def read_checkpoint(cls, checkpoint) -> WanInfo:
-        return read_skyreels_v2_checkpoint(checkpoint)
+        """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint`; a diffusion-forcing
+        checkpoint does text- and image-to-video (the image is the first latent frame).
+
+        Raises:
+            ConfigError: also a transformer that takes more than the latents (in_channels other
+                than the VAE's z_dim: SkyReelsV2ImageToVideoPipeline's checkpoints).
+        """
+        info = read_skyreels_v2_checkpoint(checkpoint)
+        if info.tasks != ("t2v",):
+            z = info.vae_config.z_dim
+            raise ConfigError(
+                f"{checkpoint.config_file('transformer')}: in_channels={info.transformer_configs[0].in_channels}; "
+                f"the diffusion-forcing pipelines give the transformer the latents alone (z_dim={z}); this "
+                "image-to-video transformer runs with SkyReelsV2ImageToVideoPipeline"
+            )
+        return dataclasses.replace(info, tasks=("t2v", "i2v"), variant=info.variant + " and image-to-video")
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
-        return cls
+        """``"t2v"`` -> :class:`SkyReelsV2DiffusionForcingPipeline`, ``"i2v"`` ->
+        :class:`SkyReelsV2DiffusionForcingImageToVideoPipeline`."""
+        return SkyReelsV2DiffusionForcingPipeline if task == "t2v" else SkyReelsV2DiffusionForcingImageToVideoPipeline
 
     @classmethod
     def chunks(cls, info: WanInfo, call) -> list:
@@ -243,11 +262,13 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
                 "or no chunk adds a frame",
             )
         cb = cls.causal_block_size(info, call)
-        for chunk in cls.chunks(info, call):
-            if chunk.num_latent_frames % cb:
+        chunks = cls.chunks(info, call)
+        for k, chunk in enumerate(chunks):
+            frames = chunk.num_latent_frames + (cls.end_frames(call) if k == len(chunks) - 1 else 0)
+            if frames % cb:
                 raise InputError(
                     Arg("causal_block_size", cb),
-                    f" must divide the {chunk.num_latent_frames} latent frames of each chunk (from ",
+                    f" must divide the {frames} latent frames of each chunk (from ",
                     Arg("num_frames", call.num_frames),
                     ", ",
                     Arg("base_num_frames", base),
@@ -255,6 +276,12 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
                     Arg("overlap_history", overlap),
                     ")",
                 )
+
+    @classmethod
+    def end_frames(cls, call) -> int:
+        """Latent frames given at the end of the last chunk (none; the image-to-video pipeline's
+        ``last_image`` is one)."""
+        return 0
 
     # ------------------------------------------------------------------ the run
     def denoise(self, call, x, state, embeds, cond, stats):
@@ -266,14 +293,19 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
         template = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=(1,)).timesteps
         video = None
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
-        for k, chunk in enumerate(self.chunks(info, call)):
-            f = chunk.num_latent_frames
-            lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, (x.shape[0], f, *x.shape[2:])), jnp.float32)
+        chunks = self.chunks(info, call)
+        for k, chunk in enumerate(chunks):
+            shape = (x.shape[0], chunk.num_latent_frames, *x.shape[2:])
+            lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, shape), jnp.float32)
             if chunk.prefix:
                 lat = lat.at[:, : chunk.prefix].set(video[:, -chunk.overlap :][:, : chunk.prefix])
+            lat, chunk, end = self.chunk_latents(call, k == len(chunks) - 1, lat, chunk, cond)
+            f = chunk.num_latent_frames
             matrix, _, update, _ = timestep_matrix(
                 f, jax.device_get(template), f, e.get("ar_step", 0), chunk.prefix, run.causal_block_size
             )
+            if end:  # frames given at the end: timestep 0, never updated
+                matrix[:, f - end :], update[:, f - end :] = 0, False
             frames = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=lat.shape)
             frames = dataclasses.replace(frames, step_index=jnp.zeros((f,), jnp.int32))
             chunk_state = ForcingState(
@@ -291,6 +323,12 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
             lat, _ = self._run_expert(0, call, lat, chunk_state, (inputs,), (axes,), n, 0, n, stats)
             video = lat if video is None else jnp.concatenate([video, lat[:, chunk.overlap :]], axis=1)
         return video, state
+
+    def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
+        """``(latents, chunk, end)`` of a chunk before its first step: the text-to-video chunk as it
+        is (``end`` = 0 frames given at its end); the image-to-video pipeline puts the image
+        latents in (``last``: the video's last chunk)."""
+        return latents, chunk, 0
 
     def chunk_noise(self, call, index: int, shape: tuple[int, ...]) -> jax.Array:
         """The initial noise of chunk ``index`` > 0, channels-last ``shape`` float32 (from the
@@ -325,3 +363,104 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
 
     def expert_plan(self, state) -> list[int]:
         return [0] * int(state.num_inference_steps)
+
+
+class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingPipeline):
+    """SkyReels-V2 image-to-video with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingImageToVideoPipeline``): ``pipe(image, prompt, ...)`` on a
+    diffusion-forcing checkpoint (no image encoder: the transformer sees the latents alone).
+
+    ``image`` (a PIL image or uint8 array (H, W, 3), resized to height x width as Wan's I2V) is
+    VAE-encoded alone, one latent frame, and is the first chunk's first latent frame, finished
+    from the start of the schedule (its prefix; ``addnoise_condition`` re-noises it as it does a
+    long video's repeated frames). ``last_image``: its latent frame is appended to the last chunk
+    at timestep 0, never updated, and dropped before the decode (``output_type="latent"`` keeps
+    it, as the reference). Other keywords and ``latents`` as
+    :class:`SkyReelsV2DiffusionForcingPipeline`.
+    """
+
+    task = "i2v"
+    call_options = SkyReelsV2DiffusionForcingPipeline.call_options + (
+        CallOption(
+            "last_image",
+            IMAGE_FILE,
+            "The last frame (diffusers' last_image): a video from --image to it, one chunk (num_frames <= "
+            "base_num_frames). Resized to height x width like the first.",
+        ),
+    )
+
+    @classmethod
+    def check_family_call(cls, info: WanInfo, call) -> None:
+        """The diffusion-forcing checks, then the images.
+
+        Raises:
+            InputError: no ``image``; an image or ``last_image`` that is not one PIL image or uint8
+                (H, W[, 3|4]) array; ``last_image`` on a long video (diffusers' loop mis-counts
+                the frames there); a ``causal_block_size`` that does not divide the latent frames
+                with the last image's.
+        """
+        super().check_family_call(info, call)
+        if call.image is None:
+            raise InputError(Arg("image"), " is required (the first frame: a PIL image or a uint8 (H, W, 3) array)")
+        to_rgb_image(call.image[0] if isinstance(call.image, (list, tuple)) else call.image)
+        last = call.extra.get("last_image")
+        if last is None:
+            return
+        takes = "SkyReelsV2DiffusionForcingImageToVideoPipeline takes"
+        to_rgb_image(one_image(last, takes, "last_image", list_of_one=True, what="last frame"), "last_image")
+        chunks = cls.chunks(info, call)
+        if len(chunks) > 1:
+            raise InputError(
+                Arg("last_image"),
+                " is taken for a video of one chunk (",
+                Arg("num_frames", call.num_frames),
+                " <= ",
+                Arg("base_num_frames", call.extra.get("base_num_frames", 97)),
+                "): diffusers' long-video loop appends one latent frame but counts the overlap's",
+            )
+
+    @classmethod
+    def end_frames(cls, call) -> int:
+        """One with ``last_image`` (its latent frame)."""
+        return int(call.extra.get("last_image") is not None)
+
+    def condition(self, call, stats) -> dict:
+        """``first_latent`` and, with ``last_image``, ``last_latent``: (B, 1, h, w, C) float32, the
+        normalised VAE encoding (the posterior's mode) of each image alone, as the reference's
+        ``prepare_latents``."""
+        images = [call.image[0] if isinstance(call.image, (list, tuple)) else call.image]
+        last = call.extra.get("last_image")
+        if last is not None:
+            images.append(last[0] if isinstance(last, (list, tuple)) else last)
+        names = ("image", "last_image")
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            pixels = np.stack(
+                [
+                    vae_image_preprocess(to_rgb_image(im, n), call.height, call.width, name=n)
+                    for im, n in zip(images, names)
+                ]
+            )
+            mean, _ = self.encode_with("vae", self.vae.encode, pixels[:, None])
+            z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+        stats.sample_memory()
+        n = call.batch
+        return {"first_latent": z[:n]} | ({"last_latent": z[n:]} if last is not None else {})
+
+    def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
+        """The first chunk starts from the image's latent frame (a prefix of one frame); the last
+        chunk gets the last image's appended (``end`` = 1)."""
+        end = 0
+        if not chunk.prefix:
+            latents = latents.at[:, :1].set(cond["first_latent"])
+            chunk = dataclasses.replace(chunk, prefix=1)
+        if last and "last_latent" in cond:
+            latents = jnp.concatenate([latents, cond["last_latent"]], axis=1)
+            chunk, end = dataclasses.replace(chunk, num_latent_frames=chunk.num_latent_frames + 1), 1
+        return latents, chunk, end
+
+    def latents_to_decode(self, call, latents) -> jax.Array:
+        """Without the last image's latent frame (the reference drops it before its decode)."""
+        return latents if call.extra.get("last_image") is None else latents[:, :-1]
+
+    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
