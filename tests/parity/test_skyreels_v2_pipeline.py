@@ -258,3 +258,41 @@ def _renamed(root: str, tmp_path, class_name: str) -> str:
             os.symlink(os.path.join(root, name), tmp_path / name)
     (tmp_path / "model_index.json").write_text(json.dumps({**index, "_class_name": class_name}))
     return str(tmp_path)
+
+
+def test_diffusion_forcing_video_to_video(reference, tmp_path, monkeypatch):
+    """SkyReelsV2DiffusionForcingVideoToVideoPipeline extends a 9-frame video (its model_index
+    naming that class): the video's last 5 frames (2 latent frames) start the first chunk, 21 new
+    frames (6 latent) in chunks of 13 (4 latent) repeating 5; the output is the given video then
+    the decoded one, as the reference returns it. Every chunk's noise is drawn here (as ``_both``)."""
+    import diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_v2v as ref_module
+    import PIL.Image
+
+    df, t2v = reference
+    pipe = diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline(**df.components)
+    ours = vidax.load_pipeline(_renamed(t2v.info.checkpoint.root, tmp_path, type(pipe).__name__), dtype="float32")
+    assert type(ours) is vidax.SkyReelsV2DiffusionForcingPipeline.class_for_task("v2v")
+    assert type(ours).__name__ == "SkyReelsV2DiffusionForcingVideoToVideoPipeline"
+    rng = np.random.default_rng(4)
+    video = rng.integers(0, 256, (9, 37, 53, 3), dtype=np.uint8)
+    noise = [torch.randn(1, 12, 4, 6, 4, generator=torch.Generator().manual_seed(s)) for s in (11, 12)]
+    call = dict(CALL, height=48, width=32, num_frames=21, base_num_frames=13, overlap_history=5)
+    monkeypatch.setattr(ref_module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
+    want = {}
+    for name, frames in (("video", video), ("other", video[::-1].copy())):
+        queue = [n.clone() for n in noise]
+        monkeypatch.setattr(ref_module, "randn_tensor", lambda shape, **_: queue.pop(0))
+        pipe.transformer._set_ar_attention(1)
+        with torch.no_grad():
+            want[name] = pipe(video=[PIL.Image.fromarray(f) for f in frames], prompt=PROMPT, negative_prompt=NEGATIVE,
+                              output_type="np", **call).frames  # fmt: skip
+    later = iter([np.transpose(noise[1].numpy(), (0, 2, 3, 4, 1))])
+    monkeypatch.setattr(type(ours), "chunk_noise", lambda self, call, k, shape: next(later))
+    got = ours(video, PROMPT, NEGATIVE, latents=noise[0].numpy(), progress=False, **call).frames
+    value = psnr(got, want["video"])
+    print(f"DF video-to-video: PSNR {value:.1f} dB; another video: {psnr(want['other'], want['video']):.1f} dB")
+    assert got.shape == want["video"].shape == (1, 9 + 21, 48, 32, 3) and value >= 60.0
+    new = slice(9, None)  # the generated frames depend on the given video, not only the copy of it
+    assert psnr(want["other"][:, new], want["video"][:, new]) < value - 40.0
+    with pytest.raises(vidax.errors.InputError, match=r"^video has 9 frames, fewer than overlap_history=17"):
+        ours(video, PROMPT, progress=False, **dict(call, overlap_history=17, base_num_frames=25))

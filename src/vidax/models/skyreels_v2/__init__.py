@@ -20,6 +20,7 @@ FAMILY = Family(
         "SkyReelsV2ImageToVideoPipeline",
         "SkyReelsV2DiffusionForcingPipeline",
         "SkyReelsV2DiffusionForcingImageToVideoPipeline",
+        "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
     ),
     components=(
         family_component(

@@ -25,13 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.errors import Arg, ConfigError, InputError
-from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
-from vidax.pipelines.options import IMAGE_FILE, CallOption
+from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.schedulers.base import StepIndexed, register_state
 
 
@@ -207,13 +207,19 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
                 f"the diffusion-forcing pipelines give the transformer the latents alone (z_dim={z}); this "
                 "image-to-video transformer runs with SkyReelsV2ImageToVideoPipeline"
             )
-        return dataclasses.replace(info, tasks=("t2v", "i2v"), variant=info.variant + " and image-to-video")
+        return dataclasses.replace(
+            info, tasks=("t2v", "i2v", "v2v"), variant=info.variant + ", image- and video-to-video"
+        )
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
         """``"t2v"`` -> :class:`SkyReelsV2DiffusionForcingPipeline`, ``"i2v"`` ->
-        :class:`SkyReelsV2DiffusionForcingImageToVideoPipeline`."""
-        return SkyReelsV2DiffusionForcingPipeline if task == "t2v" else SkyReelsV2DiffusionForcingImageToVideoPipeline
+        :class:`SkyReelsV2DiffusionForcingImageToVideoPipeline`, ``"v2v"`` ->
+        :class:`SkyReelsV2DiffusionForcingVideoToVideoPipeline`."""
+        return {
+            "t2v": SkyReelsV2DiffusionForcingPipeline,
+            "i2v": SkyReelsV2DiffusionForcingImageToVideoPipeline,
+        }.get(task, SkyReelsV2DiffusionForcingVideoToVideoPipeline)
 
     @classmethod
     def chunks(cls, info: WanInfo, call) -> list:
@@ -255,7 +261,8 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
                 Arg("base_num_frames", base),
                 " (the frames each chunk repeats from the video so far; 17 or 37 recommended)",
             )
-        if overlap is not None and call.num_frames > base and (overlap - 1) // t >= (base - 1) // t:
+        chunked = call.num_frames > base or cls.task == "v2v"  # video-to-video repeats the video's end
+        if overlap is not None and chunked and (overlap - 1) // t >= (base - 1) // t:
             raise InputError(
                 Arg("overlap_history", overlap),
                 f" must span fewer latent frames than base_num_frames={base} ({(base - 1) // t + 1} latent frames), "
@@ -297,7 +304,7 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
         for k, chunk in enumerate(chunks):
             shape = (x.shape[0], chunk.num_latent_frames, *x.shape[2:])
             lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, shape), jnp.float32)
-            if chunk.prefix:
+            if k and chunk.prefix:
                 lat = lat.at[:, : chunk.prefix].set(video[:, -chunk.overlap :][:, : chunk.prefix])
             lat, chunk, end = self.chunk_latents(call, k == len(chunks) - 1, lat, chunk, cond)
             f = chunk.num_latent_frames
@@ -464,3 +471,108 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingP
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingPipeline):
+    """SkyReels-V2 video extension with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline``): ``pipe(video, prompt, ...)``
+    continues ``video`` on a diffusion-forcing checkpoint.
+
+    ``video`` (uint8 (F, H, W, 3) frames or a list of images, each resized to height x width as
+    Wan's I2V image): its last ``overlap_history`` frames are VAE-encoded and are the first
+    chunk's prefix (finished frames, trimmed to whole causal blocks); every chunk has at most
+    ``base_num_frames`` frames and repeats ``overlap_history`` of the video so far (the first chunk
+    ``min(num_frames, base_num_frames)``), so ``num_frames`` counts the generated video with the
+    re-encoded overlap. The decoded video follows the given one: ``len(video) + num_frames``
+    frames, as the reference returns (``output_type="latent"``: the generated latents alone).
+    The first chunk's noise comes from the seed (the reference fails on ``latents=``).
+    """
+
+    task = "v2v"
+    call_options = SkyReelsV2DiffusionForcingPipeline.call_options + (
+        CallOption(
+            "video",
+            VIDEO_FILE,
+            "The video to extend (SkyReels-V2 diffusion forcing: its last overlap_history frames start the new "
+            "frames; the output is the video followed by num_frames frames).",
+            task="v2v",
+        ),
+    )
+
+    @classmethod
+    def chunks(cls, info: WanInfo, call) -> list:
+        """Every chunk repeats ``overlap_history`` frames, the first the given video's."""
+        e, t = call.extra, info.vae_config.temporal_compression
+        overlap = e.get("overlap_history")
+        prefix = None if overlap is None else (overlap - 1) // t + 1
+        return chunk_plan(
+            call.num_frames,
+            e.get("base_num_frames", 97),
+            overlap,
+            t,
+            cls.causal_block_size(info, call),
+            video_prefix=prefix,
+        )
+
+    @classmethod
+    def check_family_call(cls, info: WanInfo, call) -> None:
+        """The video and ``overlap_history`` first, then the diffusion-forcing checks.
+
+        Raises:
+            InputError: no ``video`` or ``overlap_history``; a video of fewer frames than
+                ``overlap_history``; ``num_frames`` of no more latent frames than
+                ``overlap_history`` (no frame to generate); what
+                :meth:`SkyReelsV2DiffusionForcingPipeline.check_family_call` refuses.
+        """
+        video, overlap = call.extra.get("video"), call.extra.get("overlap_history")
+        if video is None:
+            raise InputError(Arg("video"), " is required (the video to extend: uint8 frames (F, H, W, 3) or images)")
+        if overlap is None:
+            raise InputError(
+                Arg("overlap_history", keyword=True),
+                " is required: the frames of the video that start the new ones (17 or 37 recommended)",
+            )
+        frames = video_frames(video)
+        if len(frames) < overlap:
+            raise InputError(Arg("video"), f" has {len(frames)} frames, fewer than ", Arg("overlap_history", overlap))
+        t = info.vae_config.temporal_compression
+        if (call.num_frames - 1) // t + 1 <= (overlap - 1) // t + 1:
+            raise InputError(
+                Arg("num_frames", call.num_frames),
+                " must span more latent frames than ",
+                Arg("overlap_history", overlap),
+                " (num_frames counts the repeated frames and the new ones)",
+            )
+        super().check_family_call(info, call)
+
+    def condition(self, call, stats) -> dict:
+        """``video_latents`` (B, P, h, w, C) float32: the normalised VAE encoding (the
+        posterior's mode) of the video's last ``overlap_history`` frames."""
+        overlap = call.extra["overlap_history"]
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            pixels = self.video_pixels(call)[-overlap:]
+            mean, _ = self.encode_with("vae", self.vae.encode, pixels[None])
+            z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+        stats.sample_memory()
+        return {"video_latents": z}
+
+    def video_pixels(self, call) -> np.ndarray:
+        """The call's video, each frame resized to height x width, float32 (F, H, W, 3) in [-1, 1]."""
+        return np.stack(
+            [vae_image_preprocess(f, call.height, call.width, name="video") for f in video_frames(call.extra["video"])]
+        )
+
+    def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
+        """The first chunk starts from the video's latents (its prefix)."""
+        if not chunk.overlap and chunk.prefix:
+            latents = latents.at[:, : chunk.prefix].set(cond["video_latents"][:, : chunk.prefix])
+        return latents, chunk, 0
+
+    def decode(self, call, latents, stats) -> np.ndarray:
+        """The given video's frames (as resized, in [0, 1]) followed by the decoded ones."""
+        frames = super().decode(call, latents, stats)
+        given = np.clip(self.video_pixels(call) / np.float32(2.0) + np.float32(0.5), 0.0, 1.0)
+        return np.concatenate([np.broadcast_to(given, (frames.shape[0], *given.shape)), frames], axis=1)
+
+    def __call__(self, video: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, video=video, **kwargs)
