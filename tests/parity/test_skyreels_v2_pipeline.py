@@ -179,7 +179,7 @@ def test_plain_text_to_video(tmp_path_factory, components, monkeypatch):
 def test_image_to_video(tmp_path_factory, components, monkeypatch):
     """SkyReelsV2ImageToVideoPipeline: Wan2.1 I2V's conditioning (CLIPVisionModelWithProjection's
     penultimate hidden states, the VAE-encoded first frame and its mask) with this family's
-    transformer; one prompt with CFG, a portrait size and 13 frames. The reference's attention
+    transformer; one prompt with CFG, a portrait size and 9 frames. The reference's attention
     splits the image tokens off at ``L - 512``, so the text is 512 tokens, as it runs by default."""
     import diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_i2v as ref_module
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
@@ -193,15 +193,18 @@ def test_image_to_video(tmp_path_factory, components, monkeypatch):
     parts = dict(components, vae=vae, image_encoder=image_encoder, image_processor=CLIPImageProcessor(**CLIP_PROCESSOR))
     pipe, ours = _checkpoint(tmp_path_factory, parts, diffusers.SkyReelsV2ImageToVideoPipeline, CLIP_TRANSFORMER)
     assert type(ours).__name__ == "SkyReelsV2ImageToVideoPipeline" and ours.image_encoder is not None
-    latents = torch.randn(1, 12, 4, 6, 4, generator=torch.Generator().manual_seed(3))
-    call = dict(CALL, height=48, width=32, num_frames=13, max_sequence_length=512)
+    latents = torch.randn(1, 12, 3, 6, 4, generator=torch.Generator().manual_seed(3))
+    call = dict(CALL, height=48, width=32, num_frames=9, max_sequence_length=512)
     with torch.no_grad():
         want = pipe(random_image(0), PROMPT, NEGATIVE, latents=latents.clone(), output_type="np", **call).frames
-        other = pipe(random_image(1), PROMPT, NEGATIVE, latents=latents.clone(), output_type="np", **call).frames
+        embeds = dict(
+            zip(("prompt_embeds", "negative_prompt_embeds"), pipe.encode_prompt(PROMPT, NEGATIVE, device="cpu"))
+        )
+        other = pipe(random_image(1), latents=latents.clone(), output_type="np", **embeds, **call).frames
     got = ours(random_image(0), PROMPT, NEGATIVE, latents=latents.numpy(), progress=False, **call).frames
     value = psnr(got, want)
     print(f"SkyReelsV2ImageToVideoPipeline: PSNR {value:.1f} dB; another image: {psnr(other, want):.1f} dB")
-    assert got.shape == want.shape == (1, 13, 48, 32, 3) and value >= 60.0
+    assert got.shape == want.shape == (1, 9, 48, 32, 3) and value >= 60.0
     assert psnr(other, want) < 40.0  # the reference's video depends on the image
     # A SkyReels-V2 folder runs the task asked: --image picks this class from the T2V one's too.
     assert vidax.SkyReelsV2Pipeline.class_for_task("i2v") is type(ours)

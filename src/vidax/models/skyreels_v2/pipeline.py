@@ -402,8 +402,8 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingP
 
         Raises:
             InputError: no ``image``; an image or ``last_image`` that is not one PIL image or uint8
-                (H, W[, 3|4]) array; ``last_image`` on a long video (diffusers' loop mis-counts
-                the frames there); a ``causal_block_size`` that does not divide the latent frames
+                (H, W[, 3|4]) array; ``last_image`` on a long video (diffusers 0.42.1 fails
+                there); a ``causal_block_size`` that does not divide the latent frames
                 with the last image's.
         """
         super().check_family_call(info, call)
@@ -423,7 +423,7 @@ class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingP
                 Arg("num_frames", call.num_frames),
                 " <= ",
                 Arg("base_num_frames", call.extra.get("base_num_frames", 97)),
-                "): diffusers' long-video loop appends one latent frame but counts the overlap's",
+                "): diffusers 0.42.1 fails on it (its long-video loop miscounts the frame it appends)",
             )
 
     @classmethod
