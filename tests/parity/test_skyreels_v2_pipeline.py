@@ -297,5 +297,6 @@ def test_diffusion_forcing_video_to_video(reference, tmp_path, monkeypatch):
     assert got.shape == want["video"].shape == (1, 9 + 21, 48, 32, 3) and value >= 60.0
     new = slice(9, None)  # the generated frames depend on the given video, not only the copy of it
     assert psnr(want["other"][:, new], want["video"][:, new]) < value - 40.0
+    assert ours.info.defaults.num_frames == 121 and t2v.info.defaults.num_frames == 97  # diffusers' 120, rounded
     with pytest.raises(vidax.errors.InputError, match=r"^video has 9 frames, fewer than overlap_history=17"):
         ours(video, PROMPT, progress=False, **dict(call, overlap_history=17, base_num_frames=25))

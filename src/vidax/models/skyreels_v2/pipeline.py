@@ -500,6 +500,13 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
     )
 
     @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        """As the diffusion-forcing pipeline's, with this pipeline's default of 121 frames
+        (diffusers' ``num_frames=120``, which it rounds to 121)."""
+        info = super().read_checkpoint(checkpoint)
+        return dataclasses.replace(info, defaults=dataclasses.replace(info.defaults, num_frames=121))
+
+    @classmethod
     def chunks(cls, info: WanInfo, call) -> list:
         """Every chunk repeats ``overlap_history`` frames, the first the given video's."""
         e, t = call.extra, info.vae_config.temporal_compression
