@@ -206,6 +206,17 @@ def test_image_to_video(tmp_path_factory, components, monkeypatch):
     print(f"SkyReelsV2ImageToVideoPipeline: PSNR {value:.1f} dB; another image: {psnr(other, want):.1f} dB")
     assert got.shape == want.shape == (1, 9, 48, 32, 3) and value >= 60.0
     assert psnr(other, want) < 40.0  # the reference's video depends on the image
+    # A CLIPProcessor saved by transformers 5 nests the same settings in processor_config.json.
+    import json
+    import os
+
+    processor = os.path.join(ours.info.checkpoint.root, "image_processor")
+    settings = json.load(open(os.path.join(processor, "preprocessor_config.json")))
+    os.remove(os.path.join(processor, "preprocessor_config.json"))
+    with open(os.path.join(processor, "processor_config.json"), "w") as f:
+        json.dump({"image_processor": settings, "processor_class": "CLIPProcessor"}, f)
+    again = vidax.load_pipeline(ours.info.checkpoint.root, dtype="float32")
+    assert again.image_processor_config == ours.image_processor_config == settings
     # A SkyReels-V2 folder runs the task asked: --image picks this class from the T2V one's too.
     assert vidax.SkyReelsV2Pipeline.class_for_task("i2v") is type(ours)
     assert type(ours).class_for_task("t2v") is vidax.SkyReelsV2Pipeline
