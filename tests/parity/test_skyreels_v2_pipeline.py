@@ -289,8 +289,9 @@ def test_diffusion_forcing_video_to_video(reference, tmp_path, monkeypatch):
     assert type(ours).__name__ == "SkyReelsV2DiffusionForcingVideoToVideoPipeline"
     rng = np.random.default_rng(4)
     video = rng.integers(0, 256, (9, 37, 53, 3), dtype=np.uint8)
-    noise = [torch.randn(1, 12, 4, 6, 4, generator=torch.Generator().manual_seed(s)) for s in (11, 12)]
-    call = dict(CALL, height=48, width=32, num_frames=21, base_num_frames=13, overlap_history=5)
+    noise = [_noise(4, s) for s in (11, 12)]
+    # The chunks of test_long_video_in_two_chunks (its compiled step serves both).
+    call = dict(CALL, num_frames=21, base_num_frames=13, overlap_history=5)
     monkeypatch.setattr(ref_module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
     want = {}
     for name, frames in (("video", video), ("other", video[::-1].copy())):
@@ -305,7 +306,7 @@ def test_diffusion_forcing_video_to_video(reference, tmp_path, monkeypatch):
     got = ours(video, PROMPT, NEGATIVE, latents=noise[0].numpy(), progress=False, **call).frames
     value = psnr(got, want["video"])
     print(f"DF video-to-video: PSNR {value:.1f} dB; another video: {psnr(want['other'], want['video']):.1f} dB")
-    assert got.shape == want["video"].shape == (1, 9 + 21, 48, 32, 3) and value >= 60.0
+    assert got.shape == want["video"].shape == (1, 9 + 21, 32, 48, 3) and value >= 60.0
     new = slice(9, None)  # the generated frames depend on the given video, not only the copy of it
     assert psnr(want["other"][:, new], want["video"][:, new]) < value - 40.0
     assert ours.info.defaults.num_frames == 121 and t2v.info.defaults.num_frames == 97  # diffusers' 120, rounded
