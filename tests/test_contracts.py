@@ -26,6 +26,17 @@ from vidax.pipelines.base import SHARED_CALL_ARGS, VideoPipeline
 from vidax.pipelines.contracts import PROTOCOLS, PooledTextEncoder
 from vidax.registry import FAMILIES, KINDS, registry
 
+# The CLIP vision tower's, for both of its class names.
+_CLIP_VISION = dict(
+    hidden_size=36,
+    intermediate_size=50,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    image_size=28,
+    patch_size=14,
+    projection_dim=12,
+)
+
 #: A tiny config of every component class with a model (the fields they need, others default).
 TINY = {
     "WanTransformer3DModel": dc.TRANSFORMER,
@@ -37,15 +48,9 @@ TINY = {
     "AutoencoderKLWan": dc.VAE,
     "UMT5EncoderModel": dc.TEXT_ENCODER,
     "T5EncoderModel": {**dc.TEXT_ENCODER, "model_type": "t5", "architectures": ["T5EncoderModel"]},
-    "CLIPVisionModel": dict(
-        hidden_size=36,
-        intermediate_size=50,
-        num_hidden_layers=2,
-        num_attention_heads=3,
-        image_size=28,
-        patch_size=14,
-        projection_dim=12,
-    ),
+    "CLIPVisionModel": _CLIP_VISION,
+    # SkyReels-V2 I2V's image encoder: the same tower (its projection is not read).
+    "CLIPVisionModelWithProjection": _CLIP_VISION,
     "CLIPTextModel": dict(
         vocab_size=50,
         hidden_size=36,

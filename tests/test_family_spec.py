@@ -120,6 +120,8 @@ def test_spec_runs_the_call_checks_and_defaults_from_configs_alone(family, tmp_p
         assert [c.name for c in spec.components if c.denoises] == list(info.transformers)
         assert all(c.kind is not None for c in spec.components if c.denoises)
         image = {"image": np.zeros((48, 64, 3), np.uint8)} if "image" in spec.call_args and spec.task == "i2v" else {}
+        if spec.task == "v2v" and "overlap_history" in spec.call_args:  # SkyReels-V2's extension needs both
+            image = {"video": np.zeros((17, 48, 64, 3), np.uint8), "overlap_history": 17}
         call = spec.check_call("a cat", **image)
         d = spec.defaults
         assert (call.height, call.width, call.num_inference_steps) == (d.height, d.width, d.num_inference_steps)

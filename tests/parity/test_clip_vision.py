@@ -132,6 +132,9 @@ def test_transformers4_prefixed_checkpoint(saved, tmp_path):
               str(tmp_path / "model.safetensors"))  # fmt: skip
     with pytest.raises(CheckpointError, match="visual_projection"):
         load_component("CLIPVisionModel", tmp_path)
+    # CLIPVisionModelWithProjection (SkyReels-V2 I2V) is the same tower, its projection not read.
+    got = _run(load_component("CLIPVisionModelWithProjection", tmp_path), pixels, -2)
+    assert max_rel_err(got, hidden[-2]) < FP32_TOL
 
 
 def test_bf16_close_to_reference(saved):

@@ -17,7 +17,15 @@ import torch
 
 import vidax
 from tests.parity.helpers import max_rel_err, psnr, randomize_torch_module
-from tests.parity.wan_reference import TEXT_ENCODER, TRANSFORMER, VAE
+from tests.parity.wan_reference import (
+    CLIP_PROCESSOR,
+    CLIP_TRANSFORMER,
+    CLIP_VISION,
+    TEXT_ENCODER,
+    TRANSFORMER,
+    VAE,
+    random_image,
+)
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -44,9 +52,9 @@ def components(tmp_path_factory):
     return dict(tokenizer=AutoTokenizer.from_pretrained(tok), text_encoder=text_encoder, vae=vae, scheduler=scheduler)
 
 
-def _checkpoint(tmp_path_factory, components, cls, **transformer):
+def _checkpoint(tmp_path_factory, components, cls, config=TRANSFORMER, **transformer):
     path = str(tmp_path_factory.mktemp(cls.__name__))
-    model = diffusers.SkyReelsV2Transformer3DModel(**TRANSFORMER, **transformer).eval()
+    model = diffusers.SkyReelsV2Transformer3DModel(**{**config, **transformer}).eval()
     randomize_torch_module(model, seed=1)
     pipe = cls(transformer=model, **components)
     pipe.save_pretrained(path, safe_serialization=True)
@@ -166,3 +174,141 @@ def test_plain_text_to_video(tmp_path_factory, components, monkeypatch):
     print(f"SkyReelsV2Pipeline: PSNR {value:.1f} dB")
     assert got.shape == want.shape == (2, 9, 32, 48, 3) and value >= 60.0
     assert psnr(want[0], want[1]) < 40.0
+
+
+def test_image_to_video(tmp_path_factory, components, monkeypatch):
+    """SkyReelsV2ImageToVideoPipeline: Wan2.1 I2V's conditioning (CLIPVisionModelWithProjection's
+    penultimate hidden states, the VAE-encoded first frame and its mask) with this family's
+    transformer; one prompt with CFG, a portrait size and 9 frames. The reference's attention
+    splits the image tokens off at ``L - 512``, so the text is 512 tokens, as it runs by default."""
+    import diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_i2v as ref_module
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    monkeypatch.setattr(ref_module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
+    image_encoder = CLIPVisionModelWithProjection(CLIPVisionConfig(**CLIP_VISION)).eval()
+    randomize_torch_module(image_encoder, seed=4)
+    vae = diffusers.AutoencoderKLWan(**VAE).eval()  # an encoder of gain 1.5: image latents of order one
+    vae.load_state_dict(components["vae"].state_dict())
+    randomize_torch_module(vae.encoder, seed=5, scale=0.1, gain=1.5)
+    parts = dict(components, vae=vae, image_encoder=image_encoder, image_processor=CLIPImageProcessor(**CLIP_PROCESSOR))
+    pipe, ours = _checkpoint(tmp_path_factory, parts, diffusers.SkyReelsV2ImageToVideoPipeline, CLIP_TRANSFORMER)
+    assert type(ours).__name__ == "SkyReelsV2ImageToVideoPipeline" and ours.image_encoder is not None
+    latents = torch.randn(1, 12, 3, 6, 4, generator=torch.Generator().manual_seed(3))
+    call = dict(CALL, height=48, width=32, num_frames=9, max_sequence_length=512)
+    with torch.no_grad():
+        want = pipe(random_image(0), PROMPT, NEGATIVE, latents=latents.clone(), output_type="np", **call).frames
+        embeds = dict(
+            zip(("prompt_embeds", "negative_prompt_embeds"), pipe.encode_prompt(PROMPT, NEGATIVE, device="cpu"))
+        )
+        other = pipe(random_image(1), latents=latents.clone(), output_type="np", **embeds, **call).frames
+    got = ours(random_image(0), PROMPT, NEGATIVE, latents=latents.numpy(), progress=False, **call).frames
+    value = psnr(got, want)
+    print(f"SkyReelsV2ImageToVideoPipeline: PSNR {value:.1f} dB; another image: {psnr(other, want):.1f} dB")
+    assert got.shape == want.shape == (1, 9, 48, 32, 3) and value >= 60.0
+    assert psnr(other, want) < 40.0  # the reference's video depends on the image
+    # A CLIPProcessor saved by transformers 5 nests the same settings in processor_config.json.
+    import json
+    import os
+
+    processor = os.path.join(ours.info.checkpoint.root, "image_processor")
+    settings = json.load(open(os.path.join(processor, "preprocessor_config.json")))
+    os.remove(os.path.join(processor, "preprocessor_config.json"))
+    with open(os.path.join(processor, "processor_config.json"), "w") as f:
+        json.dump({"image_processor": settings, "processor_class": "CLIPProcessor"}, f)
+    again = vidax.load_pipeline(ours.info.checkpoint.root, dtype="float32")
+    assert again.image_processor_config == ours.image_processor_config == settings
+    # A SkyReels-V2 folder runs the task asked: --image picks this class from the T2V one's too.
+    assert vidax.SkyReelsV2Pipeline.class_for_task("i2v") is type(ours)
+    assert type(ours).class_for_task("t2v") is vidax.SkyReelsV2Pipeline
+
+
+def test_diffusion_forcing_image_to_video(reference, tmp_path, monkeypatch):
+    """SkyReelsV2DiffusionForcingImageToVideoPipeline on the diffusion-forcing checkpoint (its
+    model_index naming that class): the image's latent frame first, the last image's appended at
+    timestep 0 and dropped before the decode; 13 frames in blocks of 5 latent frames (4 + the
+    last image's), asynchronous, the image frame re-noised by addnoise_condition."""
+    import diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_i2v as ref_module
+
+    monkeypatch.setattr(ref_module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
+    df, t2v = reference
+    pipe = diffusers.SkyReelsV2DiffusionForcingImageToVideoPipeline(**df.components)
+    folder = _renamed(t2v.info.checkpoint.root, tmp_path, "SkyReelsV2DiffusionForcingImageToVideoPipeline")
+    ours = vidax.load_pipeline(folder, dtype="float32")
+    assert type(ours).__name__ == "SkyReelsV2DiffusionForcingImageToVideoPipeline"
+    latents = torch.randn(1, 12, 4, 6, 4, generator=torch.Generator().manual_seed(5))
+    call = dict(CALL, height=48, width=32, num_frames=13, ar_step=1, causal_block_size=5, fps=16)
+    images = dict(image=random_image(0), last_image=random_image(2))
+    want = {}
+    with torch.no_grad():
+        for name, first in (("video", random_image(0)), ("other", random_image(1))):
+            pipe.transformer._set_ar_attention(1)
+            want[name] = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, output_type="np", latents=latents.clone(),
+                              **{**images, "image": first}, **call).frames  # fmt: skip
+    got = ours(
+        prompt=PROMPT, negative_prompt=NEGATIVE, latents=latents.numpy(), progress=False, **images, **call
+    ).frames
+    value = psnr(got, want["video"])
+    print(f"DF image-to-video: PSNR {value:.1f} dB; another image: {psnr(want['other'], want['video']):.1f} dB")
+    assert got.shape == want["video"].shape == (1, 13, 48, 32, 3) and value >= 60.0
+    # The reference's video depends on the image (through one latent frame of a VAE encoder of gain
+    # 0.7: measured 41 dB apart, against 130+ dB of float32 rounding).
+    assert psnr(want["other"], want["video"]) < value - 40.0
+    # --image on the text-to-video folder runs this class; last_image on a long video is refused.
+    assert vidax.SkyReelsV2DiffusionForcingPipeline.class_for_task("i2v") is type(ours)
+    with pytest.raises(vidax.errors.InputError, match=r"^last_image is taken for a video of one chunk"):
+        long = dict(call, num_frames=21, base_num_frames=13, overlap_history=5, ar_step=0, causal_block_size=1)
+        ours(prompt=PROMPT, progress=False, **images, **long)
+
+
+def _renamed(root: str, tmp_path, class_name: str) -> str:
+    """A folder of the checkpoint at ``root`` (its component folders linked) whose
+    model_index.json names ``class_name``."""
+    import json
+    import os
+
+    index = json.load(open(os.path.join(root, "model_index.json")))
+    for name in os.listdir(root):
+        if name != "model_index.json":
+            os.symlink(os.path.join(root, name), tmp_path / name)
+    (tmp_path / "model_index.json").write_text(json.dumps({**index, "_class_name": class_name}))
+    return str(tmp_path)
+
+
+def test_diffusion_forcing_video_to_video(reference, tmp_path, monkeypatch):
+    """SkyReelsV2DiffusionForcingVideoToVideoPipeline extends a 9-frame video (its model_index
+    naming that class): the video's last 5 frames (2 latent frames) start the first chunk, 21 new
+    frames (6 latent) in chunks of 13 (4 latent) repeating 5; the output is the given video then
+    the decoded one, as the reference returns it. Every chunk's noise is drawn here (as ``_both``)."""
+    import diffusers.pipelines.skyreels_v2.pipeline_skyreels_v2_diffusion_forcing_v2v as ref_module
+    import PIL.Image
+
+    df, t2v = reference
+    pipe = diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline(**df.components)
+    ours = vidax.load_pipeline(_renamed(t2v.info.checkpoint.root, tmp_path, type(pipe).__name__), dtype="float32")
+    assert type(ours) is vidax.SkyReelsV2DiffusionForcingPipeline.class_for_task("v2v")
+    assert type(ours).__name__ == "SkyReelsV2DiffusionForcingVideoToVideoPipeline"
+    rng = np.random.default_rng(4)
+    video = rng.integers(0, 256, (9, 37, 53, 3), dtype=np.uint8)
+    noise = [_noise(4, s) for s in (11, 12)]
+    # The chunks of test_long_video_in_two_chunks (its compiled step serves both).
+    call = dict(CALL, num_frames=21, base_num_frames=13, overlap_history=5)
+    monkeypatch.setattr(ref_module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
+    want = {}
+    for name, frames in (("video", video), ("other", video[::-1].copy())):
+        queue = [n.clone() for n in noise]
+        monkeypatch.setattr(ref_module, "randn_tensor", lambda shape, **_: queue.pop(0))
+        pipe.transformer._set_ar_attention(1)
+        with torch.no_grad():
+            want[name] = pipe(video=[PIL.Image.fromarray(f) for f in frames], prompt=PROMPT, negative_prompt=NEGATIVE,
+                              output_type="np", **call).frames  # fmt: skip
+    later = iter([np.transpose(noise[1].numpy(), (0, 2, 3, 4, 1))])
+    monkeypatch.setattr(type(ours), "chunk_noise", lambda self, call, k, shape: next(later))
+    got = ours(video, PROMPT, NEGATIVE, latents=noise[0].numpy(), progress=False, **call).frames
+    value = psnr(got, want["video"])
+    print(f"DF video-to-video: PSNR {value:.1f} dB; another video: {psnr(want['other'], want['video']):.1f} dB")
+    assert got.shape == want["video"].shape == (1, 9 + 21, 32, 48, 3) and value >= 60.0
+    new = slice(9, None)  # the generated frames depend on the given video, not only the copy of it
+    assert psnr(want["other"][:, new], want["video"][:, new]) < value - 40.0
+    assert ours.info.defaults.num_frames == 121 and t2v.info.defaults.num_frames == 97  # diffusers' 120, rounded
+    with pytest.raises(vidax.errors.InputError, match=r"^video has 9 frames, fewer than overlap_history=17"):
+        ours(video, PROMPT, progress=False, **dict(call, overlap_history=17, base_num_frames=25))

@@ -48,13 +48,21 @@ FAMILY = Family(
         for name in ("UMT5EncoderModel", "T5EncoderModel")
     )
     + (
-        ComponentSpec(
-            "CLIPVisionModel",
-            "image_encoder",
-            config=_CLIP + "CLIPVisionConfig",
-            model=_CLIP + "CLIPVisionEncoder",
-            key_rules=_CLIP + "clip_vision_key_rules",
-            key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size"),
+        # CLIPVisionModelWithProjection (SkyReels-V2 I2V): the same tower, its visual_projection
+        # not read (the pipelines run hidden states).
+        *(
+            ComponentSpec(
+                name,
+                "image_encoder",
+                config=_CLIP + "CLIPVisionConfig",
+                model=_CLIP + "CLIPVisionEncoder",
+                key_rules=_CLIP + rules,
+                key_configs=("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size"),
+            )
+            for name, rules in (
+                ("CLIPVisionModel", "clip_vision_key_rules"),
+                ("CLIPVisionModelWithProjection", "clip_vision_projection_key_rules"),
+            )
         ),
         ComponentSpec(
             "CLIPTextModel",
@@ -73,6 +81,7 @@ FAMILY = Family(
             ),
         ),
         ComponentSpec("CLIPImageProcessor", "image_processor"),
+        ComponentSpec("CLIPProcessor", "image_processor"),  # its image processor's config is read
         # HunyuanVideo 1.5's image_encoder (FLUX.1-Redux-dev's so400m tower) and its processor.
         ComponentSpec(
             "SiglipVisionModel",

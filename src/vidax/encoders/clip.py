@@ -620,6 +620,13 @@ def clip_vision_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
     return clip_key_rules(keys, "vision")
 
 
+def clip_vision_projection_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
+    """Key mapping of a ``CLIPVisionModelWithProjection`` checkpoint: the tower's
+    (:func:`clip_vision_key_rules`); its ``visual_projection`` is not read (the pipelines run the
+    tower's hidden states)."""
+    return dataclasses.replace(clip_key_rules(keys, "vision"), unused=("visual_projection.",))
+
+
 def clip_text_key_rules(config: Any = None, keys: Any = ()) -> KeyRules:
     """Key mapping of a ``CLIPTextModel`` checkpoint whose tensor names are ``keys`` (see
     :func:`clip_key_rules`; the same for every config)."""

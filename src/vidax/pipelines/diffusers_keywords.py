@@ -73,6 +73,14 @@ REFUSED: tuple[Refused, ...] = (
         "num_inference_steps= (the LTX-2 pipelines also sigmas=)",
     ),
     Refused(
+        "image_embeds",
+        ("SkyReelsV2DiffusionForcingImageToVideoPipeline",),
+        "diffusers 0.42.1 has no use for it (the pipeline has no image encoder and its transformer takes no image "
+        "features) and fails with any value: with image= it raises 'Cannot forward both', without image= its "
+        "preprocessing of the missing image fails",
+        "image= (its VAE encoding is the first latent frame)",
+    ),
+    Refused(
         "action_latents",
         ("Cosmos3OmniPipeline",),
         "diffusers 0.42.1 reads them only in an action-conditioned run (action=, not implemented in vidax): "

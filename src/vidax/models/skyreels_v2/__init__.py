@@ -14,7 +14,14 @@ _PKG = "vidax.models.skyreels_v2"
 
 FAMILY = Family(
     name="skyreels_v2",
-    pipelines=family_pipelines(_PKG, "SkyReelsV2Pipeline", "SkyReelsV2DiffusionForcingPipeline"),
+    pipelines=family_pipelines(
+        _PKG,
+        "SkyReelsV2Pipeline",
+        "SkyReelsV2ImageToVideoPipeline",
+        "SkyReelsV2DiffusionForcingPipeline",
+        "SkyReelsV2DiffusionForcingImageToVideoPipeline",
+        "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
+    ),
     components=(
         family_component(
             _PKG,

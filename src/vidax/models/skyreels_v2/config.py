@@ -53,21 +53,23 @@ SKYREELS_V2_DF_DEFAULTS = CallDefaults(
 
 def read_skyreels_v2_checkpoint(checkpoint: Checkpoint) -> WanInfo:
     """Read and cross-check a SkyReels-V2 folder's configs (Wan's components, this family's
-    transformer config).
+    transformer config): text-to-video (in_channels = the VAE's z_dim) or image-to-video (2 z_dim
+    + 4: the latents, the image's and its mask, with Wan2.1 I2V's CLIP image features).
 
     Raises:
         CheckpointError: a required component folder is missing.
-        ConfigError: a setting vidax does not implement, components that do not fit together, or
-            an image-to-video transformer (not run yet).
+        ConfigError: a setting vidax does not implement, or components that do not fit together
+            (two transformers or per-token timesteps: Wan2.2's, not SkyReels-V2's).
     """
     info = read_wan_checkpoint(
         checkpoint, transformer_config=SkyReelsV2TransformerConfig, defaults=SKYREELS_V2_DF_DEFAULTS
     )
-    if info.tasks != ("t2v",) or len(info.transformers) != 1:
+    if len(info.transformers) != 1 or info.expand_timesteps:
         raise ConfigError(
-            f"{checkpoint.config_file('transformer')}: vidax runs the SkyReels-V2 text-to-video transformers "
-            f"(in_channels = the VAE's z_dim={info.vae_config.z_dim}, one transformer) only so far"
+            f"{checkpoint.source}: boundary_ratio / transformer_2 and expand_timesteps are Wan2.2's; a SkyReels-V2 "
+            "checkpoint has one transformer taking one timestep per latent frame (set them to null and false)"
         )
     cfg = info.transformer_configs[0]
     fps = "with fps conditioning" if cfg.inject_sample_info else "no fps conditioning"
-    return dataclasses.replace(info, variant=f"SkyReels-V2 ({fps}): text-to-video")
+    task = "image-to-video" if info.tasks == ("i2v",) else "text-to-video"
+    return dataclasses.replace(info, variant=f"SkyReels-V2 ({fps}): {task}")

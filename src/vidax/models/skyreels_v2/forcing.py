@@ -121,6 +121,8 @@ def chunk_plan(
     overlap_history: int | None,
     temporal_compression: int,
     causal_block_size: int,
+    *,
+    video_prefix: int | None = None,
 ) -> list[Chunk]:
     """The chunks the reference denoises, one after the other (one chunk for a short video).
 
@@ -132,17 +134,21 @@ def chunk_plan(
         temporal_compression: the VAE's (4).
         causal_block_size: frames per causal block; the prefix is trimmed to whole blocks (from
             its end, with a warning, as the reference).
+        video_prefix: None, or the latent frames of a given video's end that the first chunk
+            starts from (video-to-video: every chunk, the first included, repeats
+            ``overlap_history``; the first has ``min(F, base)`` frames, trimmed as the others).
 
     Returns:
         The :class:`Chunk` list.
     """
     f = (num_frames - 1) // temporal_compression + 1
-    if overlap_history is None or base_num_frames is None or num_frames <= base_num_frames:
+    if video_prefix is None and (overlap_history is None or base_num_frames is None or num_frames <= base_num_frames):
         return [Chunk(f, 0, 0)]
     overlap = (overlap_history - 1) // temporal_compression + 1
     base = (base_num_frames - 1) // temporal_compression + 1
     n_iter = 1 + (f - base - 1) // (base - overlap) + 1
-    chunks = [Chunk(base, 0, 0)]
+    first = 0 if video_prefix is None else video_prefix - video_prefix % causal_block_size
+    chunks = [Chunk(min(f, base), first, 0)]
     for k in range(1, n_iter):
         prefix = overlap - overlap % causal_block_size
         if prefix != overlap:

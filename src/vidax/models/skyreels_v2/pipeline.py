@@ -1,10 +1,11 @@
 """SkyReels-V2 text-to-video, plain (:class:`SkyReelsV2Pipeline`) and with diffusion forcing
-(:class:`SkyReelsV2DiffusionForcingPipeline`): the hooks of
+(:class:`SkyReelsV2DiffusionForcingPipeline`), and image-to-video
+(:class:`SkyReelsV2ImageToVideoPipeline`: Wan2.1 I2V's conditioning): the hooks of
 :class:`~vidax.pipelines.base.VideoPipeline` on Wan's (:class:`~vidax.models.wan.pipeline.WanPipeline`:
 UMT5 prompt encoding, the Wan VAE, CFG as a 2B batch).
 
-References: ``diffusers.SkyReelsV2Pipeline`` (Wan's text-to-video loop with this family's
-transformer) and ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). Diffusion forcing runs chunk by
+References: ``diffusers.SkyReelsV2Pipeline`` and ``diffusers.SkyReelsV2ImageToVideoPipeline``
+(Wan's text- and image-to-video loops with this family's transformer) and ``diffusers.SkyReelsV2DiffusionForcingPipeline`` (0.42.1). Diffusion forcing runs chunk by
 chunk (:func:`~vidax.models.skyreels_v2.forcing.chunk_plan`: one chunk unless ``num_frames >
 base_num_frames``); each chunk iterates its timestep matrix
 (:func:`~vidax.models.skyreels_v2.forcing.timestep_matrix`), the model seeing every latent frame
@@ -21,15 +22,35 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidax.errors import Arg, ConfigError, InputError
+from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
 from vidax.models.wan.config import WanInfo
-from vidax.models.wan.pipeline import WanPipeline
+from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
-from vidax.pipelines.options import CallOption
+from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE, CallOption
 from vidax.schedulers.base import StepIndexed, register_state
+
+
+def read_without_fps(checkpoint, pipeline: str) -> WanInfo:
+    """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint` for ``pipeline``, a
+    pipeline that gives the transformer no fps (one timestep for all frames).
+
+    Raises:
+        ConfigError: also a transformer with the fps conditioning (``inject_sample_info``), which
+            the reference fails on too (the diffusion-forcing pipelines run those checkpoints).
+    """
+    info = read_skyreels_v2_checkpoint(checkpoint)
+    if info.transformer_configs[0].inject_sample_info:
+        forcing = "SkyReelsV2DiffusionForcing" + ("ImageToVideo" if "ImageToVideo" in pipeline else "") + "Pipeline"
+        raise ConfigError(
+            f"{checkpoint.config_file('transformer')}: inject_sample_info=true (fps conditioning) is not run by "
+            f"{pipeline}, which gives the transformer no fps (diffusers' fails on it too); load it with {forcing}"
+        )
+    return info
 
 
 class SkyReelsV2Pipeline(WanPipeline):
@@ -41,25 +62,34 @@ class SkyReelsV2Pipeline(WanPipeline):
 
     @classmethod
     def read_checkpoint(cls, checkpoint) -> WanInfo:
-        """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint`.
-
-        Raises:
-            ConfigError: also a transformer with the fps conditioning (``inject_sample_info``), which
-                this pipeline gives no fps (the reference fails on it; the diffusion-forcing
-                pipeline runs those checkpoints).
-        """
-        info = read_skyreels_v2_checkpoint(checkpoint)
-        if info.transformer_configs[0].inject_sample_info:
-            raise ConfigError(
-                f"{checkpoint.config_file('transformer')}: inject_sample_info=true (fps conditioning) is not run by "
-                "SkyReelsV2Pipeline, which gives the transformer no fps (diffusers' fails on it too); load it with "
-                "SkyReelsV2DiffusionForcingPipeline"
-            )
-        return info
+        """:func:`read_without_fps`."""
+        return read_without_fps(checkpoint, "SkyReelsV2Pipeline")
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
-        return cls
+        """``"t2v"`` -> :class:`SkyReelsV2Pipeline`, ``"i2v"`` -> :class:`SkyReelsV2ImageToVideoPipeline`."""
+        return SkyReelsV2Pipeline if task == "t2v" else SkyReelsV2ImageToVideoPipeline
+
+
+class SkyReelsV2ImageToVideoPipeline(WanImageToVideoPipeline):
+    """SkyReels-V2 image-to-video (reference: ``diffusers.SkyReelsV2ImageToVideoPipeline``):
+    ``pipe(image, prompt, ...)``, Wan2.1 I2V's conditioning and loop
+    (:class:`~vidax.models.wan.pipeline.WanImageToVideoPipeline`: CLIP penultimate hidden states
+    of ``image``, the VAE encoding of ``[image, 0, ..., 0]`` and its mask beside the latents,
+    ``last_image`` and ``image_embeds`` as there) with the SkyReels-V2 transformer, one timestep
+    for all frames. The image encoder is a ``CLIPVisionModelWithProjection`` (its projection is
+    not run: the pipeline reads the penultimate hidden states)."""
+
+    unsupported_call_args = ("guidance_scale_2",)  # one transformer, no experts
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        """:func:`read_without_fps`."""
+        return read_without_fps(checkpoint, "SkyReelsV2ImageToVideoPipeline")
+
+    @classmethod
+    def class_for_task(cls, task: str) -> type:
+        return SkyReelsV2Pipeline.class_for_task(task)
 
 
 @register_state
@@ -162,11 +192,34 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
     # ------------------------------------------------------------------ configs
     @classmethod
     def read_checkpoint(cls, checkpoint) -> WanInfo:
-        return read_skyreels_v2_checkpoint(checkpoint)
+        """:func:`~vidax.models.skyreels_v2.config.read_skyreels_v2_checkpoint`; a diffusion-forcing
+        checkpoint does text- and image-to-video (the image is the first latent frame).
+
+        Raises:
+            ConfigError: also a transformer that takes more than the latents (in_channels other
+                than the VAE's z_dim: SkyReelsV2ImageToVideoPipeline's checkpoints).
+        """
+        info = read_skyreels_v2_checkpoint(checkpoint)
+        if info.tasks != ("t2v",):
+            z = info.vae_config.z_dim
+            raise ConfigError(
+                f"{checkpoint.config_file('transformer')}: in_channels={info.transformer_configs[0].in_channels}; "
+                f"the diffusion-forcing pipelines give the transformer the latents alone (z_dim={z}); this "
+                "image-to-video transformer runs with SkyReelsV2ImageToVideoPipeline"
+            )
+        return dataclasses.replace(
+            info, tasks=("t2v", "i2v", "v2v"), variant=info.variant + ", image- and video-to-video"
+        )
 
     @classmethod
     def class_for_task(cls, task: str) -> type:
-        return cls
+        """``"t2v"`` -> :class:`SkyReelsV2DiffusionForcingPipeline`, ``"i2v"`` ->
+        :class:`SkyReelsV2DiffusionForcingImageToVideoPipeline`, ``"v2v"`` ->
+        :class:`SkyReelsV2DiffusionForcingVideoToVideoPipeline`."""
+        return {
+            "t2v": SkyReelsV2DiffusionForcingPipeline,
+            "i2v": SkyReelsV2DiffusionForcingImageToVideoPipeline,
+        }.get(task, SkyReelsV2DiffusionForcingVideoToVideoPipeline)
 
     @classmethod
     def chunks(cls, info: WanInfo, call) -> list:
@@ -208,18 +261,21 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
                 Arg("base_num_frames", base),
                 " (the frames each chunk repeats from the video so far; 17 or 37 recommended)",
             )
-        if overlap is not None and call.num_frames > base and (overlap - 1) // t >= (base - 1) // t:
+        chunked = call.num_frames > base or cls.task == "v2v"  # video-to-video repeats the video's end
+        if overlap is not None and chunked and (overlap - 1) // t >= (base - 1) // t:
             raise InputError(
                 Arg("overlap_history", overlap),
                 f" must span fewer latent frames than base_num_frames={base} ({(base - 1) // t + 1} latent frames), "
                 "or no chunk adds a frame",
             )
         cb = cls.causal_block_size(info, call)
-        for chunk in cls.chunks(info, call):
-            if chunk.num_latent_frames % cb:
+        chunks = cls.chunks(info, call)
+        for k, chunk in enumerate(chunks):
+            frames = chunk.num_latent_frames + (cls.end_frames(call) if k == len(chunks) - 1 else 0)
+            if frames % cb:
                 raise InputError(
                     Arg("causal_block_size", cb),
-                    f" must divide the {chunk.num_latent_frames} latent frames of each chunk (from ",
+                    f" must divide the {frames} latent frames of each chunk (from ",
                     Arg("num_frames", call.num_frames),
                     ", ",
                     Arg("base_num_frames", base),
@@ -227,6 +283,12 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
                     Arg("overlap_history", overlap),
                     ")",
                 )
+
+    @classmethod
+    def end_frames(cls, call) -> int:
+        """Latent frames given at the end of the last chunk (none; the image-to-video pipeline's
+        ``last_image`` is one)."""
+        return 0
 
     # ------------------------------------------------------------------ the run
     def denoise(self, call, x, state, embeds, cond, stats):
@@ -238,14 +300,19 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
         template = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=(1,)).timesteps
         video = None
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
-        for k, chunk in enumerate(self.chunks(info, call)):
-            f = chunk.num_latent_frames
-            lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, (x.shape[0], f, *x.shape[2:])), jnp.float32)
-            if chunk.prefix:
+        chunks = self.chunks(info, call)
+        for k, chunk in enumerate(chunks):
+            shape = (x.shape[0], chunk.num_latent_frames, *x.shape[2:])
+            lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, shape), jnp.float32)
+            if k and chunk.prefix:
                 lat = lat.at[:, : chunk.prefix].set(video[:, -chunk.overlap :][:, : chunk.prefix])
+            lat, chunk, end = self.chunk_latents(call, k == len(chunks) - 1, lat, chunk, cond)
+            f = chunk.num_latent_frames
             matrix, _, update, _ = timestep_matrix(
                 f, jax.device_get(template), f, e.get("ar_step", 0), chunk.prefix, run.causal_block_size
             )
+            if end:  # frames given at the end: timestep 0, never updated
+                matrix[:, f - end :], update[:, f - end :] = 0, False
             frames = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=lat.shape)
             frames = dataclasses.replace(frames, step_index=jnp.zeros((f,), jnp.int32))
             chunk_state = ForcingState(
@@ -263,6 +330,12 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
             lat, _ = self._run_expert(0, call, lat, chunk_state, (inputs,), (axes,), n, 0, n, stats)
             video = lat if video is None else jnp.concatenate([video, lat[:, chunk.overlap :]], axis=1)
         return video, state
+
+    def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
+        """``(latents, chunk, end)`` of a chunk before its first step: the text-to-video chunk as it
+        is (``end`` = 0 frames given at its end); the image-to-video pipeline puts the image
+        latents in (``last``: the video's last chunk)."""
+        return latents, chunk, 0
 
     def chunk_noise(self, call, index: int, shape: tuple[int, ...]) -> jax.Array:
         """The initial noise of chunk ``index`` > 0, channels-last ``shape`` float32 (from the
@@ -297,3 +370,216 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
 
     def expert_plan(self, state) -> list[int]:
         return [0] * int(state.num_inference_steps)
+
+
+class SkyReelsV2DiffusionForcingImageToVideoPipeline(SkyReelsV2DiffusionForcingPipeline):
+    """SkyReels-V2 image-to-video with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingImageToVideoPipeline``): ``pipe(image, prompt, ...)`` on a
+    diffusion-forcing checkpoint (no image encoder: the transformer sees the latents alone).
+
+    ``image`` (a PIL image or uint8 array (H, W, 3), resized to height x width as Wan's I2V) is
+    VAE-encoded alone, one latent frame, and is the first chunk's first latent frame, finished
+    from the start of the schedule (its prefix; ``addnoise_condition`` re-noises it as it does a
+    long video's repeated frames). ``last_image``: its latent frame is appended to the last chunk
+    at timestep 0, never updated, and dropped before the decode (``output_type="latent"`` keeps
+    it, as the reference). Other keywords and ``latents`` as
+    :class:`SkyReelsV2DiffusionForcingPipeline`.
+    """
+
+    task = "i2v"
+    call_options = SkyReelsV2DiffusionForcingPipeline.call_options + (
+        CallOption(
+            "last_image",
+            IMAGE_FILE,
+            "The last frame (diffusers' last_image): a video from --image to it, one chunk (num_frames <= "
+            "base_num_frames). Resized to height x width like the first.",
+        ),
+    )
+
+    @classmethod
+    def check_family_call(cls, info: WanInfo, call) -> None:
+        """The diffusion-forcing checks, then the images.
+
+        Raises:
+            InputError: no ``image``; an image or ``last_image`` that is not one PIL image or uint8
+                (H, W[, 3|4]) array; ``last_image`` on a long video (diffusers 0.42.1 fails
+                there); a ``causal_block_size`` that does not divide the latent frames
+                with the last image's.
+        """
+        super().check_family_call(info, call)
+        if call.image is None:
+            raise InputError(Arg("image"), " is required (the first frame: a PIL image or a uint8 (H, W, 3) array)")
+        to_rgb_image(call.image[0] if isinstance(call.image, (list, tuple)) else call.image)
+        last = call.extra.get("last_image")
+        if last is None:
+            return
+        takes = "SkyReelsV2DiffusionForcingImageToVideoPipeline takes"
+        to_rgb_image(one_image(last, takes, "last_image", list_of_one=True, what="last frame"), "last_image")
+        chunks = cls.chunks(info, call)
+        if len(chunks) > 1:
+            raise InputError(
+                Arg("last_image"),
+                " is taken for a video of one chunk (",
+                Arg("num_frames", call.num_frames),
+                " <= ",
+                Arg("base_num_frames", call.extra.get("base_num_frames", 97)),
+                "): diffusers 0.42.1 fails on it (its long-video loop miscounts the frame it appends)",
+            )
+
+    @classmethod
+    def end_frames(cls, call) -> int:
+        """One with ``last_image`` (its latent frame)."""
+        return int(call.extra.get("last_image") is not None)
+
+    def condition(self, call, stats) -> dict:
+        """``first_latent`` and, with ``last_image``, ``last_latent``: (B, 1, h, w, C) float32, the
+        normalised VAE encoding (the posterior's mode) of each image alone, as the reference's
+        ``prepare_latents``."""
+        images = [call.image[0] if isinstance(call.image, (list, tuple)) else call.image]
+        last = call.extra.get("last_image")
+        if last is not None:
+            images.append(last[0] if isinstance(last, (list, tuple)) else last)
+        names = ("image", "last_image")
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            pixels = np.stack(
+                [
+                    vae_image_preprocess(to_rgb_image(im, n), call.height, call.width, name=n)
+                    for im, n in zip(images, names)
+                ]
+            )
+            mean, _ = self.encode_with("vae", self.vae.encode, pixels[:, None])
+            z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+        stats.sample_memory()
+        n = call.batch
+        return {"first_latent": z[:n]} | ({"last_latent": z[n:]} if last is not None else {})
+
+    def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
+        """The first chunk starts from the image's latent frame (a prefix of one frame); the last
+        chunk gets the last image's appended (``end`` = 1)."""
+        end = 0
+        if not chunk.prefix:
+            latents = latents.at[:, :1].set(cond["first_latent"])
+            chunk = dataclasses.replace(chunk, prefix=1)
+        if last and "last_latent" in cond:
+            latents = jnp.concatenate([latents, cond["last_latent"]], axis=1)
+            chunk, end = dataclasses.replace(chunk, num_latent_frames=chunk.num_latent_frames + 1), 1
+        return latents, chunk, end
+
+    def latents_to_decode(self, call, latents) -> jax.Array:
+        """Without the last image's latent frame (the reference drops it before its decode)."""
+        return latents if call.extra.get("last_image") is None else latents[:, :-1]
+
+    def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingPipeline):
+    """SkyReels-V2 video extension with diffusion forcing (reference:
+    ``diffusers.SkyReelsV2DiffusionForcingVideoToVideoPipeline``): ``pipe(video, prompt, ...)``
+    continues ``video`` on a diffusion-forcing checkpoint.
+
+    ``video`` (uint8 (F, H, W, 3) frames or a list of images, each resized to height x width as
+    Wan's I2V image): its last ``overlap_history`` frames are VAE-encoded and are the first
+    chunk's prefix (finished frames, trimmed to whole causal blocks); every chunk has at most
+    ``base_num_frames`` frames and repeats ``overlap_history`` of the video so far (the first chunk
+    ``min(num_frames, base_num_frames)``), so ``num_frames`` counts the generated video with the
+    re-encoded overlap. The decoded video follows the given one: ``len(video) + num_frames``
+    frames, as the reference returns (``output_type="latent"``: the generated latents alone).
+    The first chunk's noise comes from the seed (the reference fails on ``latents=``).
+    """
+
+    task = "v2v"
+    call_options = SkyReelsV2DiffusionForcingPipeline.call_options + (
+        CallOption(
+            "video",
+            VIDEO_FILE,
+            "The video to extend (SkyReels-V2 diffusion forcing: its last overlap_history frames start the new "
+            "frames; the output is the video followed by num_frames frames).",
+            task="v2v",
+        ),
+    )
+
+    @classmethod
+    def read_checkpoint(cls, checkpoint) -> WanInfo:
+        """As the diffusion-forcing pipeline's, with this pipeline's default of 121 frames
+        (diffusers' ``num_frames=120``, which it rounds to 121)."""
+        info = super().read_checkpoint(checkpoint)
+        return dataclasses.replace(info, defaults=dataclasses.replace(info.defaults, num_frames=121))
+
+    @classmethod
+    def chunks(cls, info: WanInfo, call) -> list:
+        """Every chunk repeats ``overlap_history`` frames, the first the given video's."""
+        e, t = call.extra, info.vae_config.temporal_compression
+        overlap = e.get("overlap_history")
+        prefix = None if overlap is None else (overlap - 1) // t + 1
+        return chunk_plan(
+            call.num_frames,
+            e.get("base_num_frames", 97),
+            overlap,
+            t,
+            cls.causal_block_size(info, call),
+            video_prefix=prefix,
+        )
+
+    @classmethod
+    def check_family_call(cls, info: WanInfo, call) -> None:
+        """The video and ``overlap_history`` first, then the diffusion-forcing checks.
+
+        Raises:
+            InputError: no ``video`` or ``overlap_history``; a video of fewer frames than
+                ``overlap_history``; ``num_frames`` of no more latent frames than
+                ``overlap_history`` (no frame to generate); what
+                :meth:`SkyReelsV2DiffusionForcingPipeline.check_family_call` refuses.
+        """
+        video, overlap = call.extra.get("video"), call.extra.get("overlap_history")
+        if video is None:
+            raise InputError(Arg("video"), " is required (the video to extend: uint8 frames (F, H, W, 3) or images)")
+        if overlap is None:
+            raise InputError(
+                Arg("overlap_history", keyword=True),
+                " is required: the frames of the video that start the new ones (17 or 37 recommended)",
+            )
+        frames = video_frames(video)
+        if len(frames) < overlap:
+            raise InputError(Arg("video"), f" has {len(frames)} frames, fewer than ", Arg("overlap_history", overlap))
+        t = info.vae_config.temporal_compression
+        if (call.num_frames - 1) // t + 1 <= (overlap - 1) // t + 1:
+            raise InputError(
+                Arg("num_frames", call.num_frames),
+                " must span more latent frames than ",
+                Arg("overlap_history", overlap),
+                " (num_frames counts the repeated frames and the new ones)",
+            )
+        super().check_family_call(info, call)
+
+    def condition(self, call, stats) -> dict:
+        """``video_latents`` (B, P, h, w, C) float32: the normalised VAE encoding (the
+        posterior's mode) of the video's last ``overlap_history`` frames."""
+        overlap = call.extra["overlap_history"]
+        with stats.timed("text_encode_s"):  # conditioning encoders are timed with the text encoder
+            pixels = self.video_pixels(call)[-overlap:]
+            mean, _ = self.encode_with("vae", self.vae.encode, pixels[None])
+            z = jnp.repeat(self.vae.normalize_latents(mean), call.batch, axis=0)
+        stats.sample_memory()
+        return {"video_latents": z}
+
+    def video_pixels(self, call) -> np.ndarray:
+        """The call's video, each frame resized to height x width, float32 (F, H, W, 3) in [-1, 1]."""
+        return np.stack(
+            [vae_image_preprocess(f, call.height, call.width, name="video") for f in video_frames(call.extra["video"])]
+        )
+
+    def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
+        """The first chunk starts from the video's latents (its prefix)."""
+        if not chunk.overlap and chunk.prefix:
+            latents = latents.at[:, : chunk.prefix].set(cond["video_latents"][:, : chunk.prefix])
+        return latents, chunk, 0
+
+    def decode(self, call, latents, stats) -> np.ndarray:
+        """The given video's frames (as resized, in [0, 1]) followed by the decoded ones."""
+        frames = super().decode(call, latents, stats)
+        given = np.clip(self.video_pixels(call) / np.float32(2.0) + np.float32(0.5), 0.0, 1.0)
+        return np.concatenate([np.broadcast_to(given, (frames.shape[0], *given.shape)), frames], axis=1)
+
+    def __call__(self, video: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        return super().__call__(prompt, negative_prompt, video=video, **kwargs)

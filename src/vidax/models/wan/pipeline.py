@@ -153,11 +153,7 @@ class WanPipeline(VideoPipeline):
         weighted["vae"] = dict(dtype=parse_dtype(vae_dtype), staging=staging)
         if info.has_image_encoder:
             weighted["image_encoder"] = dict(dtype=jnp.float32)
-            if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
-                raise CheckpointError(
-                    f"{ckpt.folder('image_processor')} has no preprocessor_config.json (the CLIP image preprocessing)"
-                )
-            modules["image_processor_config"] = dict(ckpt.config("image_processor"))
+            modules["image_processor_config"] = clip_processor_config(ckpt)
         return modules | cls.load_weighted(info, weighted)
 
     # ------------------------------------------------------------------ call hooks
@@ -382,6 +378,32 @@ class WanImageToVideoPipeline(WanPipeline):
 
     def __call__(self, image: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, image=image, **kwargs)
+
+
+def clip_processor_config(ckpt: Checkpoint) -> dict:
+    """The CLIP image preprocessing settings of ``image_processor/``: its
+    ``preprocessor_config.json`` (a ``CLIPImageProcessor``, or a ``CLIPProcessor`` written by
+    transformers 4), else the ``image_processor`` entry of its ``processor_config.json`` (a
+    ``CLIPProcessor`` written by transformers 5: SkyReels-V2 I2V saved with diffusers 0.42.1).
+
+    Raises:
+        CheckpointError: neither file holds them.
+    """
+    import os
+
+    from vidax.config import read_json_object
+
+    if ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
+        return dict(ckpt.config("image_processor"))
+    folder = ckpt.folder("image_processor")
+    processor = os.path.join(folder, "processor_config.json")
+    nested = read_json_object(processor, CheckpointError).get("image_processor") if os.path.isfile(processor) else None
+    if not isinstance(nested, dict):
+        raise CheckpointError(
+            f"{folder} has no preprocessor_config.json, nor a processor_config.json with an image_processor entry "
+            "(the CLIP image preprocessing)"
+        )
+    return dict(nested)
 
 
 def _one(image: Any) -> Any:
