@@ -72,18 +72,27 @@ def test_memory_sizes_and_a_bad_setting(ckpt, tmp_path, monkeypatch):
 
 
 def test_the_choice_order_and_explicit_settings_win():
-    """Text encoder staged first, then tiling, the VAE, then blocks streamed (largest chunk that
-    fits), what streaming made unneeded undone; an explicit setting is never overridden."""
+    """Text encoder staged first, then a resident transformer off the device while the VAE
+    decodes, tiling, the VAE, then blocks streamed (largest chunk that fits), what streaming made
+    unneeded undone (tiling included); an explicit setting is never overridden."""
     gb = 10**9
     sizes = Sizes({"transformer": (20 * gb, 19 * gb, 40)}, {"text_encoder": 11 * gb}, {"vae": gb // 2})
     act = Activations(text=gb, step=8 * gb, decode=12 * gb, decode_tiled=3 * gb, latents=0)
     roomy = choose(sizes, act, 80 * gb)
     assert (roomy.chunk, roomy.vae_tiling, any(roomy.staged.values()), roomy.fits) == (None, False, False, True)
     tight = choose(sizes, act, 16 * gb)
-    assert tight.fits and tight.vae_tiling and tight.staged == {"text_encoder": True, "vae": False}
+    assert tight.fits and tight.staged == {"text_encoder": True, "vae": False} and not tight.free_transformer
+    assert not tight.vae_tiling  # tiled while the transformer was resident; streaming left room for the frame
     assert tight.chunk is not None and tight.chunk > 1  # the largest chunk that fits, not 1
     bigger = dataclasses.replace(tight, chunk=tight.chunk + 1)
-    assert stage_memory(sizes, act, bigger.chunk, tight.staged, True)[0].peak > 16 * gb
+    assert stage_memory(sizes, act, bigger.chunk, tight.staged, False)[0].peak > 16 * gb
+    small = Sizes({"transformer": (6 * gb, 5 * gb, 40)}, {"text_encoder": 5 * gb}, {"vae": gb // 2})
+    freed = choose(small, act, 16 * gb)  # the steps fit resident; the decode fits without the transformer
+    assert freed.fits and freed.free_transformer and freed.chunk is None and not freed.vae_tiling
+    assert "transformer off the device while the text encoder and the VAE run" in freed.line()
+    assert freed.offload_config(None).keep_transformer is False
+    held = choose(small, act, 16 * gb, keep={"transformer": True})  # asked to stay: the VAE tiles instead
+    assert held.fits and not held.free_transformer and held.vae_tiling
     assert "transformer streamed" in tight.line() and "text encoder run first and freed" in tight.line()
     kept = choose(sizes, act, 16 * gb, keep={"text_encoder": True})
     assert kept.staged["text_encoder"] is False and kept.fits is False  # asked to stay: it stays, and does not fit
@@ -172,7 +181,8 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
     assert asked.offload.chunk == 1 and "streamed 1 block a chunk" in asked.device_plan.line()
     assert "as asked" in asked.device_plan.line()
     out = tmp_path / "streamed.npy"
-    r = _generate(ckpt, out, monkeypatch, two.peak)
+    # (with the tiny transformer's 1 MiB off the device while the VAE decodes, resident fits too)
+    r = _generate(ckpt, out, monkeypatch, two.peak, "--keep-transformer")
     assert r.exit_code == 0, r.output
     line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
     assert "transformer streamed 2 blocks a chunk" in line, line

@@ -92,6 +92,12 @@ class LoadFlags:
         "--keep-vae/--offload-vae",
         help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory].",
     )
+    keep_transformer: Optional[bool] = flag(
+        None,
+        "--keep-transformer/--offload-transformer",
+        help="Keep the transformer on the device while the text encoder runs and the VAE decodes, or move it to "
+        "host memory meanwhile (back for the steps) [default: decided from device memory].",
+    )
     lora: Optional[list[str]] = flag(
         None,
         "--lora",
@@ -289,6 +295,7 @@ GENERATE_ORDER = (
         "offload_text_encoder_layers",
         "keep_text_encoder",
         "keep_vae",
+        "keep_transformer",
         "vae_tiling",
         "memory_check",
         "lora",
@@ -302,7 +309,8 @@ GENERATE_ORDER = (
 SERVE_ORDER = (
     *("checkpoint", "host", "api_key", "insecure_no_auth", "port", "jobs_dir", "queue_size", "max_batch"),
     *("batch_window_ms", "save_every", "preview_every", "dtype", "matmul_precision", "dp", "tp", "sp"),
-    *("offload_blocks", "offload_text_encoder_layers", "keep_text_encoder", "keep_vae", "lora", "compile_cache"),
+    *("offload_blocks", "offload_text_encoder_layers", "keep_text_encoder", "keep_vae", "keep_transformer"),
+    *("lora", "compile_cache"),
     *("weights", "transformer"),
     *("preset", "access_log", "verbose"),
 )

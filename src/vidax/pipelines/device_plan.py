@@ -264,6 +264,8 @@ class DevicePlan:
         rows: the step's batch.
         text_chunk: staged text encoder -> layers per chunk where its layers stream from its files
             while it encodes (``"text_chunk"`` in ``chosen`` where decided here).
+        free_transformer: the transformer's device weights wait in host memory while the text
+            encoders and the VAE run (``"free_transformer"`` in ``chosen`` where decided here).
     """
 
     device: int
@@ -280,6 +282,7 @@ class DevicePlan:
     micro_batch: int | None = None
     rows: int = 1
     text_chunk: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    free_transformer: bool = False
 
     def line(self, what: str = "device memory") -> str:
         """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
@@ -301,6 +304,9 @@ class DevicePlan:
                 f"each layer runs the step's {self.rows} batch rows {self.micro_batch} at a time "
                 f"(the CFG passes one after another{given})"
             )
+        if self.free_transformer:
+            given = "" if "free_transformer" in self.chosen else ", as asked"
+            parts.append(f"transformer off the device while the text encoder and the VAE run{given}")
         if self.vae_tiling:
             parts.append("VAE tiled")
         encoders = [n for n in sizes.text_encoders if self.staged.get(n) and n not in self.text_chunk]
@@ -326,12 +332,18 @@ class DevicePlan:
         from vidax.parallel.offload import OffloadConfig
         from vidax.pipelines.staging import DECODERS
 
-        if self.chunk is None and not any(self.staged.values()) and given is None:
+        if self.chunk is None and not any(self.staged.values()) and not self.free_transformer and given is None:
             return None
         kind = given.memory_kind if given is not None else "auto"
         te = not any(v for n, v in self.staged.items() if n not in DECODERS)
         vae = not any(v for n, v in self.staged.items() if n in DECODERS)
-        return OffloadConfig(chunk=self.chunk, keep_text_encoder=te, keep_vae=vae, memory_kind=kind)
+        return OffloadConfig(
+            chunk=self.chunk,
+            keep_text_encoder=te,
+            keep_vae=vae,
+            memory_kind=kind,
+            keep_transformer=not self.free_transformer,
+        )
 
 
 def _names(names: list[str], word: str) -> str:
@@ -351,6 +363,7 @@ def stage_memory(
     offload_experts: bool = True,
     micro_batch: int | None = None,
     text_chunk: Mapping[str, int] | None = None,
+    free_transformer: bool = False,
 ) -> tuple[StageMemory, int]:
     """(the device bytes of each stage, the bytes waiting in host memory) for this placement.
 
@@ -362,7 +375,8 @@ def stage_memory(
     staged decoders, one (tiled) decode chunk and the latents. A text encoder of ``text_chunk``
     (layers per chunk) counts its weights but its stacked layers plus the chunks it holds in the
     text encoding, and only those other weights in host memory (its layers are read from the
-    files at each use).
+    files at each use). With ``free_transformer`` the text encoding and the decode hold none of a
+    resident transformer's weights (they wait in host memory meanwhile, counted there).
     """
     on_device, waiting = [], 0
     for total, blocks, layers in sizes.transformers.values():
@@ -393,12 +407,13 @@ def stage_memory(
         + RUNTIME_OVERHEAD_BYTES
     )
     decode = act.decode_tiled if vae_tiling and act.decode_tiled is not None else act.decode
+    freed = tr if free_transformer and chunk is None else 0
     stages = StageMemory(
-        text=base + te_text + act.text,
+        text=base - freed + te_text + act.text,
         steps=base + act.step * min(micro_batch or act.rows, act.rows) // max(act.rows, 1) + act.latents,
-        decode=base + dec_staged + (decode + act.latents if act.decode else 0),
+        decode=base - freed + dec_staged + (decode + act.latents if act.decode else 0),
     )
-    return stages, waiting + te_waiting + dec_staged
+    return stages, waiting + te_waiting + dec_staged + freed
 
 
 def choose(
@@ -438,6 +453,15 @@ def choose(
         p.staged.update(dict.fromkeys(p.streams, True))
     if not p.fits():
         p.stage(sizes.text_encoders)
+    p.free = p.keep.get("transformer") is False
+    if not p.fits() and p.keep.get("transformer") is None and given_chunk is None:
+        # A resident transformer waits in host memory while the text encoders and the VAE run: a
+        # copy each way, cheaper than streamed blocks or tiles (slower, and a video that differs
+        # from the untiled decode's).
+        stages, freed = p.measure()[0], p.measure(free=True)[0]
+        if stages.steps <= device and freed.text <= device and (stages.text > device or stages.decode > device):
+            p.free = True
+            p.chosen.add("free_transformer")
     if not p.fits() and not p.tiling and act.decode_tiled is not None and p.measure()[0].decode > device:
         p.tiling = True
         p.chosen.add("vae_tiling")
@@ -457,6 +481,15 @@ def choose(
             p.micro = None
     if p.chunk is not None and p.fits():  # streaming made room: keep what it made unneeded resident
         p.undo(sizes.decoders, sizes.text_encoders)
+        if "vae_tiling" in p.chosen and p.fits(tiling=False):  # and decode the whole frame again
+            p.tiling = False
+            p.chosen.discard("vae_tiling")
+    if "free_transformer" in p.chosen and (p.chunk is not None or p.fits(free=False)):
+        p.free = False  # not needed, or the blocks stream (their chunks leave the device anyway)
+        p.chosen.discard("free_transformer")
+        if not p.fits() and not p.tiling and act.decode_tiled is not None:
+            p.tiling = True
+            p.chosen.add("vae_tiling")
     stages, waiting = p.measure()
     chosen = p.chosen if any(p.staged.values()) else p.chosen - {"staged"}
     return DevicePlan(
@@ -474,6 +507,7 @@ def choose(
         micro_batch=p.micro,
         rows=act.rows,
         text_chunk=p.streams,
+        free_transformer=p.free,
     )
 
 
@@ -493,18 +527,27 @@ class _Placing:
     tiling: bool = False
     chunk: int | None = None
     chosen: set = dataclasses.field(default_factory=set)
+    free: bool = False
 
     def measure(self, **changes: Any) -> tuple[StageMemory, int]:
-        at = {"staged": self.staged, "streams": self.streams, "chunk": self.chunk, **changes}
+        at = {
+            "staged": self.staged,
+            "streams": self.streams,
+            "chunk": self.chunk,
+            "free": self.free,
+            "tiling": self.tiling,
+            **changes,
+        }
         return stage_memory(
             self.sizes,
             self.act,
             at["chunk"],
             at["staged"],
-            self.tiling,
+            at["tiling"],
             self.offload_experts,
             self.micro,
             at["streams"],
+            at["free"],
         )
 
     def fits(self, **changes: Any) -> bool:
@@ -627,6 +670,7 @@ def plan_device(
     keep = {}
     if asked is not None:
         keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.stageable}
+        keep["transformer"] = asked.keep_transformer
     return choose(
         sizes,
         act,

@@ -16,6 +16,7 @@ from vidax.errors import Arg, Cancelled, InputError, NumericalError
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import progress_bar, status
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
+from vidax.pipelines.staging import transformers_of
 from vidax.stats import RunStats
 
 
@@ -115,7 +116,7 @@ class Decoding:
         with stats.timed("decode_s"):
             chunks = []
             vae_params = nnx.state(self.vae, nnx.Param)
-            with self.staging.on_device("vae"), self.vae_precision():
+            with self.staging.off_device(transformers_of(self)), self.staging.on_device("vae"), self.vae_precision():
                 # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
                 z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
                 n = self.vae.decode_chunks(z)

@@ -25,6 +25,7 @@ from vidax.pipelines.experts import segments
 from vidax.pipelines.memory import _gib, available_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, finite_array, frames_as_pil
 from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
+from vidax.pipelines.staging import transformers_of
 from vidax.pipelines.step_cache import CacheCarry, CacheSpec, check_cache_call, step_shapes
 from vidax.stats import RunStats
 
@@ -148,7 +149,11 @@ class Denoising:
                 else ""
             ),
         )
-        with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
+        with (
+            stats.timed("text_encode_s"),
+            status("encoding the prompt", call.progress),
+            self.staging.off_device(transformers_of(self)),
+        ):
             embeds = self.call_embeds(call)
             embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
             jax.block_until_ready(embeds)
