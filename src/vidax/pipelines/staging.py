@@ -242,7 +242,11 @@ class Staging:
             return jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(to)))
 
         for module in modules.values():
-            nnx.update(module, jax.tree.map(lambda a: move(a, self.kind), nnx.state(module)))
+            host = jax.tree.map(lambda a: move(a, self.kind), nnx.state(module))
+            nnx.update(module, host)
+            # the copies done before anything else is allocated: the device buffers are freed
+            # when their last transfer ends, and a decode's first chunk would otherwise sit beside them
+            jax.block_until_ready(jax.tree.leaves(host))
         try:
             yield
         finally:
