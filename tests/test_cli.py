@@ -1315,3 +1315,24 @@ def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch)
     reads.clear()
     vidax.load_pipeline(ckpt, task="t2v", progress=False)  # the task's class from the configs read once too
     assert reads == ["WanPipeline"]
+
+
+def _cli_run(*args):
+    """``vidax generate`` / ``serve`` run in-process: click's result (exit_code, stderr, output)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_file_errors_name_the_flag_that_gave_the_file(ckpt, tmp_path):
+    """A file that is not what its flag takes (a .gguf that is no GGUF file given to --transformer)
+    and a --checkpoint path that does not exist with --random-weights: the error names the flag
+    and the value as typed, not the path alone."""
+    bad = tmp_path / "notalora.gguf"
+    bad.write_bytes(b"GGUFxxxxxxxxxxxx")
+    r = _cli_run("generate", "-p", "x", "--checkpoint", ckpt, "--transformer", str(bad), "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and f"error: --transformer '{bad}' is not a readable GGUF file" in r.stderr, r.output
+    r = _cli_run("generate", "-p", "x", "--random-weights", "--checkpoint", "nomi", "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and "error: --checkpoint 'nomi': no such folder" in r.stderr, r.output
