@@ -257,3 +257,19 @@ def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
     ):
         r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", *bad)
         assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_memory_remedies_are_only_settings_the_run_takes(ckpt):
+    """Each remedy of a memory refusal is one the re-planned run takes and fits with (a device
+    where everything fits offers them all): 8-bit kernels name --dtype bfloat16 as an argument
+    where float32 with them does not fit, and are not offered to random weights (which refuse a
+    weight format)."""
+    from vidax.pipelines.device_plan import remedies
+
+    plan = _plan(ckpt)
+    dp = plan_device(plan, plan.call, 2**40, None)
+    offered = [str(m) for m in remedies(plan, plan.call, dp)]
+    assert "weight_dtype='int8' (8-bit transformer kernels)" in offered, offered
+    random = with_placement(with_call(read_plan(ckpt, random_weights=True), prompt=PROMPT, **ARGS))
+    offered = [str(m) for m in remedies(random, random.call, plan_device(random, random.call, 2**40, None))]
+    assert offered and not any("weight_dtype" in m for m in offered), offered

@@ -646,8 +646,9 @@ def remedies(
     plan: Any, call: Any, dp: DevicePlan, *, asked: Any = None, vae_tiling: bool = False, platform: str | None = None
 ) -> list:
     """The settings that would make ``call`` fit where ``dp`` does not, each as a message part
-    (:class:`~vidax.errors.Arg`, so each front door spells its own): bfloat16, 8-bit transformer
-    kernels, fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
+    (:class:`~vidax.errors.Arg`, so each front door spells its own), each offered only where the
+    run re-planned with it fits: bfloat16, 8-bit transformer kernels (not for random weights,
+    which take no weight format; with bfloat16 named where float32 with them does not fit), fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
     asked, the largest height x width that fits (``platform``: as :func:`plan_device`)."""
     from vidax.errors import Arg, Message
 
@@ -659,8 +660,15 @@ def remedies(
 
     if dp.dtype == "float32" and fits(dtype="bfloat16"):
         out.append(Arg("dtype", "bfloat16"))
-    if plan.checkpoint.weights is None and fits(weights="int8", dtype="bfloat16"):
-        out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with bfloat16"))
+    # 8-bit kernels only where the run takes them (random weights refuse a weight format), with
+    # bfloat16 named as its own argument where the plan's float32 needs it too
+    if plan.checkpoint.weights is None and not plan.checkpoint.random_weights:
+        if fits(weights="int8"):
+            out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels)"))
+        elif dp.dtype == "float32" and fits(weights="int8", dtype="bfloat16"):
+            out.append(
+                Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with ", Arg("dtype", "bfloat16"))
+            )
     if asked is not None and asked.chunk is not None and fits(asked=dataclasses.replace(asked, chunk=None)):
         out.append(Message("no ", Arg("offload_blocks", python="offload="), " (vidax picks a chunk that fits)"))
     free_text = dict(keep_text_encoder=None, text_encoder_chunk=None)
