@@ -273,3 +273,17 @@ def test_memory_remedies_are_only_settings_the_run_takes(ckpt):
     random = with_placement(with_call(read_plan(ckpt, random_weights=True), prompt=PROMPT, **ARGS))
     offered = [str(m) for m in remedies(random, random.call, plan_device(random, random.call, 2**40, None))]
     assert offered and not any("weight_dtype" in m for m in offered), offered
+
+
+def test_text_encoder_layers_beyond_the_layer_count_are_said_capped(ckpt, tmp_path, monkeypatch):
+    """--offload-text-encoder-layers above the encoder's layer count streams all of them in one
+    chunk (as --offload-blocks caps at the blocks'), and the plan line and the staging line say
+    so, not the number asked."""
+    from vidax.pipelines.staging import Staging
+
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "999")
+    line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
+    assert "streamed 999" not in line and "all its layers: 999 asked" in line, line
+    staging = Staging({"text_encoder": True}, "pinned_host", {"text_encoder": 999}).describe({"text_encoder": 2})
+    assert "text_encoder's layers streamed all 2 in one chunk (999 asked, capped at its layer count)" in staging

@@ -263,7 +263,8 @@ class DevicePlan:
             :attr:`vidax.blocks.transformer.DiffusionTransformer.micro_batch`).
         rows: the step's batch.
         text_chunk: staged text encoder -> layers per chunk where its layers stream from its files
-            while it encodes (``"text_chunk"`` in ``chosen`` where decided here).
+            while it encodes (``"text_chunk"`` in ``chosen`` where decided here), at most its
+            layer count. asked_text_chunk: the layers per chunk asked for (None: not asked).
     """
 
     device: int
@@ -280,6 +281,7 @@ class DevicePlan:
     micro_batch: int | None = None
     rows: int = 1
     text_chunk: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    asked_text_chunk: int | None = None
 
     def line(self, what: str = "device memory") -> str:
         """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
@@ -306,7 +308,13 @@ class DevicePlan:
         encoders = [n for n in sizes.text_encoders if self.staged.get(n) and n not in self.text_chunk]
         decoders = [n for n in sizes.decoders if self.staged.get(n)]
         for n, c in self.text_chunk.items():
-            given = "" if "text_chunk" in self.chosen else ", as asked"
+            given = (
+                ""
+                if "text_chunk" in self.chosen
+                else ", as asked"
+                if c == self.asked_text_chunk
+                else f", all its layers: {self.asked_text_chunk} asked"
+            )
             parts.append(
                 f"{_names([n], 'text encoder')} streamed {c} layer{'s' * (c != 1)} a chunk from its files while it "
                 f"encodes ({_gib(sizes.text_encoders[n])} in all{given})"
@@ -434,7 +442,10 @@ def choose(
     p.staged = {n: p.keep.get(n) is False for n in [*sizes.text_encoders, *sizes.decoders]}
     p.tiling, p.chunk = vae_tiling, given_chunk
     if text_chunk is not None:
-        p.streams = {n: text_chunk for n in sizes.text_stacks if p.keep.get(n) is not True}
+        # capped at each encoder's layer count (as --offload-blocks at the blocks'), the line says so
+        p.streams = {
+            n: min(text_chunk, sizes.text_stacks[n][1]) for n in sizes.text_stacks if p.keep.get(n) is not True
+        }
         p.staged.update(dict.fromkeys(p.streams, True))
     if not p.fits():
         p.stage(sizes.text_encoders)
@@ -474,6 +485,7 @@ def choose(
         micro_batch=p.micro,
         rows=act.rows,
         text_chunk=p.streams,
+        asked_text_chunk=text_chunk,
     )
 
 

@@ -216,13 +216,21 @@ class Staging:
                 if isinstance(a, jax.Array):
                     a.delete()
 
-    def describe(self) -> str:
-        """One line: which components wait in host memory."""
+    def describe(self, layers: Mapping[str, int] | None = None) -> str:
+        """One line: which components wait in host memory; ``layers``: a streamed text encoder's
+        layer count by name, where known (a chunk asked beyond it is said as capped there)."""
         staged = [n for n, s in self.staged.items() if s]
         if not staged:
             return "staging: text encoder and VAE resident on the device"
+        counts = layers or {}
         streamed = "".join(
-            f"; {n}'s layers streamed {c} a chunk while it encodes (not held between calls)"
+            f"; {n}'s layers streamed "
+            + (
+                f"{c} a chunk"
+                if n not in counts or c <= counts[n]
+                else f"all {counts[n]} in one chunk ({c} asked, capped at its layer count)"
+            )
+            + " while it encodes (not held between calls)"
             for n, c in self.streamed.items()
         )
         return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}"
@@ -283,8 +291,14 @@ def offload_report(pipe: Any) -> str:
     """Where a pipeline's weights wait: staged components and streamed transformer blocks."""
     from vidax.parallel.offload import offloaded_stacks
 
-    lines = [getattr(pipe, "staging", Staging()).describe()]
-    for name, value in vars(pipe).items():
-        for blocks in offloaded_stacks(value) if isinstance(value, nnx.Module) else ():
-            lines.append(f"{name}.{blocks.attr}: {blocks.describe()}")
+    stacks = [
+        (name, blocks)
+        for name, value in vars(pipe).items()
+        for blocks in (offloaded_stacks(value) if isinstance(value, nnx.Module) else ())
+    ]
+    layers: dict[str, int] = {}
+    for name, blocks in stacks:
+        layers[name] = max(layers.get(name, 0), blocks.num_layers)
+    lines = [getattr(pipe, "staging", Staging()).describe(layers)]
+    lines += [f"{name}.{blocks.attr}: {blocks.describe()}" for name, blocks in stacks]
     return "\n".join("  " + line for line in lines)
