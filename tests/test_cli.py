@@ -969,7 +969,7 @@ def test_cache_mag_file_is_read_as_text_or_refused_in_one_line(tmp_path):
     for value in ("mag:", "mag: "):
         with pytest.raises(
             InputError,
-            match=r"^--cache mag: ?: nothing after 'mag:'; give the ratios "
+            match=r"^--cache (mag:|'mag: '): nothing after 'mag:'; give the ratios "
             r"\(mag:\[r1, r2, \.\.\.\] or mag:FILE\), or 'mag' alone to calibrate$",
         ):
             parse_cache_option(value, 3)
@@ -1336,3 +1336,15 @@ def test_file_errors_name_the_flag_that_gave_the_file(ckpt, tmp_path):
     assert r.exit_code == 2 and f"error: --transformer '{bad}' is not a readable GGUF file" in r.stderr, r.output
     r = _cli_run("generate", "-p", "x", "--random-weights", "--checkpoint", "nomi", "-o", str(tmp_path / "o.npy"))
     assert r.exit_code == 2 and "error: --checkpoint 'nomi': no such folder" in r.stderr, r.output
+
+
+def test_a_bad_flag_is_the_error_alone_without_the_default_output_line(ckpt, tmp_path, monkeypatch):
+    """--cache '' in a folder holding an earlier run's vidax-output.mp4: the one error line, its
+    empty value quoted; the line about writing vidax-output-1.mp4 comes only once every flag is
+    checked."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vidax-output.mp4").write_bytes(b"an earlier run")
+    r = _cli_run("generate", "-p", "x", "--checkpoint", ckpt, "--cache", "")
+    assert (
+        r.exit_code == 2 and r.stderr.startswith("error: --cache '': valid values are") and r.stderr.count("\n") == 1
+    ), r.output

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import re
+import shlex
 from typing import Any
 
 import jax
@@ -289,7 +290,9 @@ def parse_cache_option(
     Raises:
         InputError: one line naming the option, its value and what is valid.
     """
-    shown = f"{name} {value}" if name.startswith("-") else f"{name}={value!r}"
+    shown = (
+        f"{name} {shlex.quote(str(value))}" if name.startswith("-") else f"{name}={value!r}"
+    )  # an empty value: --cache ''
     kind, colon, arg = str(value).strip().partition(":")
     valid = f"first_block:THRESHOLD, mag[:RATIOS{'_FILE' if files else ''}] or taylorseer"
     if kind == "first_block":
