@@ -919,7 +919,7 @@ def test_cache_flag(ckpt, tmp_path):
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
     for value, message in (
-        ("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
+        ("first_block:-1", "--cache first_block:-1: THRESHOLD must be a finite number >= 0 (first_block:0.05)"),
         ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
         ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"),
         # ratios for another number of steps: refused before any weight is read
@@ -1348,3 +1348,13 @@ def test_a_bad_flag_is_the_error_alone_without_the_default_output_line(ckpt, tmp
     assert (
         r.exit_code == 2 and r.stderr.startswith("error: --cache '': valid values are") and r.stderr.count("\n") == 1
     ), r.output
+
+
+def test_cli_errors_speak_cli(tmp_path):
+    """A CLI error names flags and values as typed, never a Python value or class: a missing
+    --num-processes is not echoed as 'None', a bad --cache threshold names THRESHOLD, not
+    FirstBlockCacheConfig."""
+    r = _cli_run("generate", "-p", "x", "--coordinator", "h:1", "--process-id", "0", "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and "(got --coordinator 'h:1', --process-id 0)" in r.stderr, r.output
+    r = _cli_run("generate", "-p", "x", "--cache", "first_block:-1", "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and "error: --cache first_block:-1: THRESHOLD must be a finite number >= 0" in r.stderr

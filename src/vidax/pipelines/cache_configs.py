@@ -302,8 +302,8 @@ def parse_cache_option(
             raise InputError(f"{shown}: THRESHOLD must be a number >= 0 (first_block:0.05)") from None
         try:
             return FirstBlockCacheConfig(threshold=threshold)
-        except InputError as e:
-            raise InputError(f"{shown}: {e}") from None
+        except InputError:  # the config's own message names its class and keyword: say it as the option's
+            raise InputError(f"{shown}: THRESHOLD must be a finite number >= 0 (first_block:0.05)") from None
     if kind == "mag":
         return _mag_option(shown, name, colon, arg.strip(), num_inference_steps, files)
     if kind == "taylorseer" and not arg:
