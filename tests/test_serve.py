@@ -778,6 +778,23 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
         taken.close()
 
 
+def _serve_cli(*args):
+    """``vidax serve`` run in-process (refused before it listens): click's result."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    return CliRunner().invoke(app, ["serve", *args])
+
+
+def test_a_host_that_is_no_address_is_said_so(tmp_path):
+    """--host not_a_host (no address, no name that resolves) is refused as that, before the
+    question whether other machines reach it."""
+    r = _serve_cli("--host", "not_a_host", "--jobs-dir", str(tmp_path / "jobs"))
+    assert r.exit_code == 2 and "--host 'not_a_host' is not an IP address and does not resolve to one" in r.stderr
+    assert "reachable from other machines" not in r.stderr, r.output
+
+
 def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypatch):
     """A job whose mp4 cannot be written fails with one line saying where its frames are kept:
     in the jobs folder only (never the working or temporary folder), named relative to it (no
