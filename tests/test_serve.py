@@ -8,6 +8,7 @@ one JAX compile-cache folder of the module's own, so a shape compiled by one (th
 """
 
 import concurrent.futures
+import json
 import os
 import re
 import signal
@@ -1411,6 +1412,48 @@ def preview_map(tiny_pipe):
 #: Measured 0.07: its random-weight VAE is far from linear per latent pixel (its attention and
 #: norms mix the frame), a trained VAE's is not; the wrong maps measured within 0.04 of 0.
 PREVIEW_R_MIN, WRONG_MAP_R_MAX = 0.05, 0.045
+
+
+def test_events_are_sent_in_step_order():
+    """A poll that finds step 3 reached and the previews of steps 1-3 made sends the previews,
+    then step 3's progress (it sent the progress first); a preview made before its step's
+    progress is recorded waits for it."""
+    import asyncio
+
+    from vidax.serve import app
+
+    def job(step, status="in_progress"):
+        return {"id": "j", "status": status, "step": step, "num_inference_steps": 4, "progress": 25 * step}
+
+    shots = [
+        {
+            "job": job(3),
+            "position": None,
+            "previews": [{"step": s, "of": "estimate", "image": ""} for s in (1, 2, 3, 4)],
+        },
+        {"job": job(4), "position": None, "previews": [{"step": 4, "of": "estimate", "image": ""}]},
+        {"job": job(4, "completed"), "position": None, "previews": []},
+    ]
+
+    class Runner:
+        stopping = False
+
+        def events(self, job_id):
+            return shots.pop(0)
+
+    async def collect():
+        return [e async for e in app._event_stream(Runner(), "j")]
+
+    sent = [(e.split("\n")[0][7:], json.loads(e.split("\n")[1][6:]).get("step")) for e in asyncio.run(collect())]
+    assert sent == [
+        ("preview", 1),
+        ("preview", 2),
+        ("preview", 3),
+        ("progress", 3),
+        ("preview", 4),
+        ("progress", 4),
+        ("done", 4),
+    ], sent
 
 
 def test_preview_map_is_fit_to_the_checkpoints_own_vae(tiny_pipe, preview_map):
