@@ -1161,6 +1161,26 @@ def test_a_request_is_checked_against_the_memory_there_is_with_no_job_running(ti
     runner.store.close()
 
 
+def test_a_rounded_num_frames_is_said_in_the_job(tiny_pipe, tmp_path):
+    """num_frames=2 runs 1 frame, as vidax generate runs it: the job record says so in its
+    ``warnings`` (the field as sent), as generate's warning line does; a request run as asked has
+    none. In-process without the worker."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    job = client.post("/v1/videos", json={"prompt": "a cat", **dict(SHAPE, num_frames=2)}).json()
+    assert job["num_frames"] == 1 and job["warnings"] == [
+        "num_frames=2 is not of the form 4k+1; using 1, as diffusers' WanPipeline does"
+    ], job
+    assert client.get(f"/v1/videos/{job['id']}").json()["warnings"] == job["warnings"]
+    assert "warnings" not in client.post("/v1/videos", json={"prompt": "a cat", **SHAPE}).json()
+    runner.store.close()
+
+
 def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     """A LoRA whose file names its recipe (LightX2V) gives the server that preset, said in the one
     line vidax generate prints; --preset given, none is recognised. Every job runs its request's

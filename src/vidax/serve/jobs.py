@@ -10,7 +10,8 @@ A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``p
 ``in_progress`` -> ``completed`` or ``failed`` (a cancelled job is ``failed`` with the error code
 ``cancelled``, so a client waiting for one of OpenAI's final states sees one; the other codes are
 the error's class in snake_case, ``out_of_memory_error``, ``numerical_error``...), and ``preset``:
-the preset it runs under (None: none).
+the preset it runs under (None: none); ``warnings``, where the request's checks changed something
+as ``vidax generate`` warns (``num_frames=2 is not of the form 4k+1; using 1, ...``), those lines.
 
 Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
 filled in, and its image as ``<id>.input.png``), videos in ``<jobs_dir>/<id>.mp4`` (written
@@ -76,6 +77,9 @@ class _Pending:
         self.step = 0
         self.key: tuple | None = None
         self.previews: collections.deque = collections.deque(maxlen=KEPT_PREVIEWS)
+        self.warnings: list[
+            str
+        ] = []  # what the request's checks changed, as vidax generate warns (the job's "warnings")
         self.resume: str | None = None
 
 
@@ -94,6 +98,36 @@ _SHARED_SETTINGS = (
     "do_cfg",
 )
 _GUIDANCE = ("guidance_scale", "guidance_scale_2")
+
+
+class _CheckWarnings(logging.Handler):
+    """The warnings the pipeline's checks log in this thread while a request is checked
+    (``num_frames=2 is not of the form 4k+1; using 1``), each with its arguments spelled as the
+    request's fields (:meth:`~vidax.serve.fields.Fields.spell`): ``messages``."""
+
+    def __init__(self, request: Fields):
+        super().__init__(logging.WARNING)
+        self.request, self.thread, self.messages = request, threading.get_ident(), []
+        self.logger = logging.getLogger("vidax.pipeline")
+
+    def __enter__(self) -> _CheckWarnings:
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.logger.removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from vidax.errors import Arg, Message
+
+        if record.thread != self.thread:
+            return
+        spell = self.request.spell
+        args = record.args if isinstance(record.args, tuple) else ()
+        shown = tuple(
+            spell(a) if isinstance(a, Arg) else a.render(spell) if isinstance(a, Message) else a for a in args
+        )
+        self.messages.append(str(record.msg) % shown if shown else record.getMessage())
 
 
 def per_video_guidance(pipe: Any) -> bool:
@@ -311,13 +345,15 @@ class JobRunner:
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
             kw, applied = self._preset(pending, request, kw)
-            call = self.cls.check_call(
-                self.info,
-                progress=False,
-                cancel=pending.cancel,
-                callback=lambda i, n: self._stepped([pending], i + 1, n),
-                **kw,
-            )
+            with _CheckWarnings(request) as warned:  # what the checks change (num_frames rounded), said in the job
+                call = self.cls.check_call(
+                    self.info,
+                    progress=False,
+                    cancel=pending.cancel,
+                    callback=lambda i, n: self._stepped([pending], i + 1, n),
+                    **kw,
+                )
+            pending.warnings = warned.messages
             self._check_memory(call)
             preset_cache = (
                 pending.preset.cache_config(self.cls, call.num_inference_steps) if "cache" in applied else None
@@ -352,6 +388,7 @@ class JobRunner:
             "seed": call.seed,
             "input_reference": image_name or None,
             "preset": None if pending.preset is None else pending.preset.name,
+            **({"warnings": pending.warnings} if pending.warnings else {}),
         }
 
     def _preset(self, pending: _Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
