@@ -1358,3 +1358,23 @@ def test_cli_errors_speak_cli(tmp_path):
     assert r.exit_code == 2 and "(got --coordinator 'h:1', --process-id 0)" in r.stderr, r.output
     r = _cli_run("generate", "-p", "x", "--cache", "first_block:-1", "-o", str(tmp_path / "o.npy"))
     assert r.exit_code == 2 and "error: --cache first_block:-1: THRESHOLD must be a finite number >= 0" in r.stderr
+
+
+def test_help_shows_each_flags_metavar():
+    """--help shows a value's placeholder as the field's metavar (--prompt PROMPT, --lora
+    PATH[:SCALE], --stg-blocks N[,N]), not the Python type (<str>, <list[str]>)."""
+    import re
+
+    generate = _cli_run("generate", "--help").output
+    serve = _cli_run("serve", "--help").output
+    for shown in (generate, serve):
+        assert not re.search(r"<(str|int|float|list\[str\])>", shown), shown
+    for want in (
+        "--prompt PROMPT",
+        "--lora PATH[:SCALE]",
+        "--stg-blocks N[,N]",
+        "--image FILE",
+        "--num-frames NUM_FRAMES",
+    ):
+        assert want in generate, want
+    assert "--host HOST" in serve and "--jobs-dir FOLDER" in serve
