@@ -1161,6 +1161,25 @@ def test_a_request_is_checked_against_the_memory_there_is_with_no_job_running(ti
     runner.store.close()
 
 
+def test_one_is_singular_in_the_servers_words(tiny_pipe, tmp_path, caplog):
+    """A queue of one job and a job of one frame and one step say "1 job", "1 frame", "1 step"."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), queue_size=1)
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    one = {"prompt": "a cat", **dict(SHAPE, num_frames=1, num_inference_steps=1)}
+    with caplog.at_level("INFO", logger="vidax.serve.jobs"):
+        job = client.post("/v1/videos", json=one).json()
+    assert f"{job['id']} queued: 48x32, 1 frame, 1 step (position 1)" in caplog.text
+    client.post("/v1/videos", json=one)  # the running one (no worker: it waits) and one waiting
+    full = client.post("/v1/videos", json=one).json()
+    assert full["error"]["message"].startswith("the queue is full (1 job waiting"), full
+    runner.store.close()
+
+
 def test_a_rounded_num_frames_is_said_in_the_job(tiny_pipe, tmp_path):
     """num_frames=2 runs 1 frame, as vidax generate runs it: the job record says so in its
     ``warnings`` (the field as sent), as generate's warning line does; a request run as asked has

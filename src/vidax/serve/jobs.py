@@ -247,7 +247,7 @@ class JobRunner:
             if len(self._pending) >= self.queue_size + self.max_batch:  # the running batch and queue_size waiting
                 raise RequestError(
                     429,
-                    f"the queue is full ({self.queue_size} jobs waiting behind the running "
+                    f"the queue is full ({self.queue_size} job{'s' * (self.queue_size != 1)} waiting behind the running "
                     f"{'one' if self.max_batch == 1 else 'batch'}); retry when one has finished",
                     None,
                     "queue_full",
@@ -271,11 +271,13 @@ class JobRunner:
             self._enqueue(pending)
             position = len(self._waiting)
         events.info(
-            "%s queued: %s, %d frames, %d steps%s (position %d)",
+            "%s queued: %s, %d frame%s, %d step%s%s (position %d)",
             job["id"],
             job["size"],
             job["num_frames"],
+            "s" * (job["num_frames"] != 1),
             job["num_inference_steps"],
+            "s" * (job["num_inference_steps"] != 1),
             f", preset {job['preset']}" if job["preset"] else "",
             position,
         )
