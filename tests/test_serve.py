@@ -1209,6 +1209,7 @@ def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     from safetensors.numpy import save_file
     from starlette.testclient import TestClient
 
+    from vidax.cli.serving import ready_line
     from vidax.pipelines.plan import read_plan, with_placement
     from vidax.serve.app import create_app
     from vidax.serve.command import plan_preset
@@ -1240,7 +1241,15 @@ def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     )
     causvid = client.post("/v1/videos", json={**small, "preset": "causvid"}).json()
     assert (causvid["preset"], causvid["num_inference_steps"]) == ("causvid", 12)
-    for j in (default, many, causvid):
+    # "none": no preset for this job (the checkpoint's steps and sampler), under the server's
+    plain = client.post("/v1/videos", json={**small, "preset": "None"})
+    assert plain.status_code == 200 and plain.json()["preset"] is None, plain.text
+    plain = plain.json()
+    assert plain["num_inference_steps"] == pipe.info.defaults.num_inference_steps
+    own = read_plan(ckpt).checkpoint.config("scheduler")["_class_name"]  # the checkpoint's sampler
+    assert type(runner._pending[plain["id"]].scheduler).__name__ == own != type(pipe.scheduler).__name__
+    assert "preset lightx2v unless a request" in ready_line("tiny", "http://127.0.0.1:1/", "jobs", None, pipe.preset)
+    for j in (default, many, causvid, plain):
         assert client.delete(f"/v1/videos/{j['id']}").status_code == 200
     jobs = [
         client.post("/v1/videos", json={**small, "preset": name, "num_inference_steps": 2}).json()

@@ -55,6 +55,8 @@ from vidax.serve.records import (
 from vidax.serve.store import COMPLETED, IN_PROGRESS, QUEUED, JobStore, load_state, save_state
 
 logger = logging.getLogger("vidax.serve")
+#: A request's ``preset`` that runs its job under no preset, whatever the server's.
+NO_PRESET = "none"
 
 
 #: Previews kept per running job for its event streams (a client polling slower than the
@@ -395,8 +397,8 @@ class JobRunner:
 
     def _preset(self, pending: _Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """``(kw, applied)``: the call keywords ``kw`` over those of the job's preset (the
-        request's ``preset``, else the pipeline's), the preset's values that apply; the preset
-        and its scheduler set in ``pending``.
+        request's ``preset``, ``"none"`` for none; else the pipeline's), the preset's values that
+        apply; the preset and its scheduler set in ``pending``.
 
         Raises:
             RequestError: 400, ``preset`` is not a preset of the family (or not a string).
@@ -407,7 +409,12 @@ class JobRunner:
         try:
             if name is not None and not isinstance(name, str):
                 raise InputError(f"preset must be a string (a preset's name), got {json.dumps(name)}")
-            pending.preset = self.pipe.preset if name is None else find_preset(name.strip(), self.cls)
+            if name is None:  # the server's (--preset, or the one recognised)
+                pending.preset = self.pipe.preset
+            elif name.strip().lower() == NO_PRESET:  # none for this job, under a server's --preset too
+                pending.preset = None
+            else:
+                pending.preset = find_preset(name.strip(), self.cls)
             pending.scheduler = call_scheduler(pending.preset, self.pipe)
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "preset") from None
