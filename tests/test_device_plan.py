@@ -287,3 +287,14 @@ def test_text_encoder_layers_beyond_the_layer_count_are_said_capped(ckpt, tmp_pa
     assert "streamed 999" not in line and "all its layers: 999 asked" in line, line
     staging = Staging({"text_encoder": True}, "pinned_host", {"text_encoder": 999}).describe({"text_encoder": 2})
     assert "text_encoder's layers streamed all 2 in one chunk (999 asked, capped at its layer count)" in staging
+
+
+def test_a_pretend_device_below_the_runtime_floor_is_refused_naming_the_variable(ckpt, tmp_path, monkeypatch):
+    """VIDAX_DEVICE_MEMORY=1e3 is 1000 bytes, below what every run needs beyond its arrays: one
+    line naming the variable, its value and the floor, before any weight is read (every call
+    was refused as not fitting, naming sizes no device that small holds)."""
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "1e3")
+    assert r.exit_code == 2 and r.output.startswith(
+        f"error: {DEVICE_MEMORY_ENV}='1e3' is 1,000 bytes, less than the 160 MiB every run needs"
+    ), r.output

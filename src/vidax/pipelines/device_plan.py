@@ -566,10 +566,23 @@ class _Placing:
 
 def device_limit() -> tuple[int, str] | None:
     """(bytes, what they are) of the device memory a run is planned for: ``VIDAX_DEVICE_MEMORY``
-    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU)."""
+    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU).
+
+    Raises:
+        SetupError: ``VIDAX_DEVICE_MEMORY`` is not a size, or one below
+            :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES` (what every run needs beyond its
+            arrays: no run fits), naming the variable, its value and what is valid.
+    """
+    from vidax.errors import SetupError
     from vidax.pipelines.staging import device_memory_limit
 
     pretend = pretend_device_memory()
+    if pretend is not None and pretend < RUNTIME_OVERHEAD_BYTES:  # "1e3": 1000 bytes, not a device
+        raise SetupError(
+            f"{DEVICE_MEMORY_ENV}={os.environ.get(DEVICE_MEMORY_ENV, '').strip()!r} is {pretend:,} bytes, less than "
+            f"the {RUNTIME_OVERHEAD_BYTES // 2**20} MiB every run needs beyond its arrays (XLA's compiles and "
+            "runtime); give a device size with its unit (e.g. 15.7GiB, 512MiB), or unset it for the device's own"
+        )
     if pretend is not None:
         return pretend, f"device memory ({DEVICE_MEMORY_ENV})"
     limit = device_memory_limit()
