@@ -165,6 +165,7 @@ def _plan_call(request: GenerateRequest, stop):
     from vidax.errors import Arg, InputError, joined
     from vidax.pipelines.plan import read_plan
     from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
+    from vidax.pipelines.weight_formats import check_weights_present
 
     load, given, fps, preset = request.load, request.call, request.output.fps, request.load.preset
     options = call_options()
@@ -178,6 +179,7 @@ def _plan_call(request: GenerateRequest, stop):
         transformer=load.transformer,
         random_weights=request.random_weights,
     )
+    check_weights_present(plan.checkpoint)
     plan = with_preset(plan, preset, "--preset")
     cls, root = plan.pipeline, plan.checkpoint.root
     takes = set(cls.call_args())

@@ -25,7 +25,7 @@ from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.spec import check_load_options, diffusers_classes
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
-from vidax.pipelines.weight_formats import transformer_source, weights_source
+from vidax.pipelines.weight_formats import check_weights_present, transformer_source, weights_source
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
@@ -105,6 +105,7 @@ def load_pipeline(
         transformer=kwargs.pop("transformer", None),
         random_weights=bool(kwargs.pop("random_weights", False)),
     )
+    check_weights_present(plan.checkpoint)
     return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, preset=preset, **kwargs)
 
 
@@ -227,13 +228,15 @@ def plan_of(
         return path
     checkpoint = with_variant(Checkpoint.open(path), variant)
     check_pipeline_class(cls, checkpoint, given)
-    return read_plan(
+    plan = read_plan(
         checkpoint,
         pipeline=cls,
         weight_dtype=weight_dtype,
         transformer=transformer,
         random_weights=bool(random_weights),
     )
+    check_weights_present(plan.checkpoint)
+    return plan
 
 
 class Loading:

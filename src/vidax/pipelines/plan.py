@@ -132,7 +132,6 @@ def read_plan(
 
     checkpoint = path if isinstance(path, Checkpoint) else Checkpoint.open(resolve_named_checkpoint(path))
     checkpoint = with_random_weights(with_weights(checkpoint, weight_dtype, transformer), random_weights)
-    _check_weights_present(checkpoint)
     cls = pipeline or pipeline_class(checkpoint)
     if not hasattr(cls, "read_checkpoint"):  # not a VideoPipeline (LTX-2.5's diffusion decoder): it says how to run it
         cls.for_task(checkpoint, task or "t2v")
@@ -148,41 +147,6 @@ def read_plan(
             f"(load it with vidax.load_pipeline(path, task={info.tasks[0]!r}))"
         )
     return Plan(checkpoint, cls, info)
-
-
-def _check_weights_present(checkpoint: Checkpoint) -> None:
-    """Refuse a folder of configs only (``reference_configs/NAME``: each model component's
-    folder holds JSON files alone) that is to be read from files, saying that
-    ``random_weights=True`` (``--random-weights``) runs it, before anything else is read.
-
-    Raises:
-        CheckpointError: no model component folder holds anything but JSON files.
-    """
-    import os
-
-    from vidax.errors import Arg, CheckpointError
-
-    if checkpoint.random_weights:
-        return
-    models = [
-        name
-        for name, file in checkpoint.config_files.items()
-        if os.path.basename(file) == "config.json" and name not in checkpoint.files
-    ]
-    folders = [checkpoint.folders.get(name, os.path.join(checkpoint.root, name)) for name in models]
-    if not models or any(  # a weights file of any kind (torch's *.bin too: the reader names what it reads)
-        not entry.endswith(".json") and not entry.startswith(".")
-        for folder in folders
-        if os.path.isdir(folder)
-        for entry in os.listdir(folder)
-    ):
-        return
-    raise CheckpointError(
-        f"{checkpoint.root} holds configs only (no *.safetensors in {', '.join(models)}): ",
-        Arg("random_weights", python="random_weights=True"),
-        " runs it with every weight made from the configs (the video is noise: to learn whether a model fits and "
-        "how fast it runs); for a real video give a folder with the weights",
-    )
 
 
 def with_call(plan: Plan, **kwargs: Any) -> Plan:
