@@ -919,7 +919,7 @@ def test_cache_flag(ckpt, tmp_path):
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
     for value, message in (
-        ("first_block:-1", "--cache first_block:-1: THRESHOLD must be a finite number >= 0 (first_block:0.05)"),
+        ("first_block:-1", "--cache first_block:-1: THRESHOLD must be a finite number >= 0, got -1"),
         ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
         ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"),
         # ratios for another number of steps: refused before any weight is read

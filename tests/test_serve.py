@@ -234,7 +234,7 @@ BAD_FIELDS = [
         "guidance_scale_2=2.0 is only used by checkpoints with two experts",
     ),
     # The step cache: the CLI's --cache syntax, checked as it is (SHAPE has 2 steps).
-    (dict(cache="first_block:-0.1"), "cache", "threshold= must be a finite number >= 0, got -0.1"),
+    (dict(cache="first_block:-0.1"), "cache", "THRESHOLD must be a finite number >= 0, got -0.1"),
     (dict(cache="mag:[1.0, 0.9, 0.8]"), "cache", "the list holds 3 ratios, the call has 2 steps"),
     (
         dict(cache="mag:[1.0, -0.9]"),

@@ -303,7 +303,7 @@ def parse_cache_option(
         try:
             return FirstBlockCacheConfig(threshold=threshold)
         except InputError:  # the config's own message names its class and keyword: say it as the option's
-            raise InputError(f"{shown}: THRESHOLD must be a finite number >= 0 (first_block:0.05)") from None
+            raise InputError(f"{shown}: THRESHOLD must be a finite number >= 0, got {arg.strip()}") from None
     if kind == "mag":
         return _mag_option(shown, name, colon, arg.strip(), num_inference_steps, files)
     if kind == "taylorseer" and not arg:
