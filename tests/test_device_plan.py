@@ -267,3 +267,44 @@ def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
     ):
         r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", *bad)
         assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_memory_remedies_are_only_settings_the_run_takes(ckpt):
+    """Each remedy of a memory refusal is one the re-planned run takes and fits with (a device
+    where everything fits offers them all): 8-bit kernels name --dtype bfloat16 as an argument
+    where float32 with them does not fit, and are not offered to random weights (which refuse a
+    weight format)."""
+    from vidax.pipelines.device_plan import remedies
+
+    plan = _plan(ckpt)
+    dp = plan_device(plan, plan.call, 2**40, None)
+    offered = [str(m) for m in remedies(plan, plan.call, dp)]
+    assert "weight_dtype='int8' (8-bit transformer kernels)" in offered, offered
+    random = with_placement(with_call(read_plan(ckpt, random_weights=True), prompt=PROMPT, **ARGS))
+    offered = [str(m) for m in remedies(random, random.call, plan_device(random, random.call, 2**40, None))]
+    assert offered and not any("weight_dtype" in m for m in offered), offered
+
+
+def test_text_encoder_layers_beyond_the_layer_count_are_said_capped(ckpt, tmp_path, monkeypatch):
+    """--offload-text-encoder-layers above the encoder's layer count streams all of them in one
+    chunk (as --offload-blocks caps at the blocks'), and the plan line and the staging line say
+    so, not the number asked."""
+    from vidax.pipelines.staging import Staging
+
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "999")
+    line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
+    assert "streamed 999" not in line and "all its layers: 999 asked" in line, line
+    staging = Staging({"text_encoder": True}, "pinned_host", {"text_encoder": 999}).describe({"text_encoder": 2})
+    assert "text_encoder's layers streamed all 2 in one chunk (999 asked, capped at its layer count)" in staging
+
+
+def test_a_pretend_device_below_the_runtime_floor_is_refused_naming_the_variable(ckpt, tmp_path, monkeypatch):
+    """VIDAX_DEVICE_MEMORY=1e3 is 1000 bytes, below what every run needs beyond its arrays: one
+    line naming the variable, its value and the floor, before any weight is read (every call
+    was refused as not fitting, naming sizes no device that small holds)."""
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "1e3")
+    assert r.exit_code == 2 and r.output.startswith(
+        f"error: {DEVICE_MEMORY_ENV}='1e3' is 1,000 bytes, less than the 160 MiB every run needs"
+    ), r.output

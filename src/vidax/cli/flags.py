@@ -316,6 +316,26 @@ SERVE_ORDER = (
 )
 
 
+#: The placeholders --help shows for the values of flags whose name says too little.
+METAVARS = {
+    "checkpoint": "PATH|HUB_ID",
+    "output": "PATH",
+    "lora": "PATH[:SCALE]",
+    "transformer": "FILE",
+    "weights": "int8|fp8",
+    "dtype": "float32|bfloat16",
+    "matmul_precision": "highest|high|default",
+    "offload_blocks": "N|all",
+    "offload_text_encoder_layers": "N",
+    "coordinator": "HOST:PORT",
+    "cache": "first_block:THRESHOLD|mag[:RATIOS_FILE]|taylorseer",
+    "preset": "NAME",
+    "api_key": "KEY",
+    "jobs_dir": "FOLDER",
+    "distributed_timeout": "SECONDS",
+}
+
+
 def signature(order: tuple[str, ...], *records: type) -> inspect.Signature:
     """The signature typer builds a command from: ``ctx``, then one parameter per flag named in
     ``order``, declared by the field of that name in ``records`` (its type, and a new
@@ -331,7 +351,10 @@ def signature(order: tuple[str, ...], *records: type) -> inspect.Signature:
     params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
     for name in order:
         field, kind = fields[name]
-        option = typer.Option(field.default, *field.metadata["decls"], **field.metadata["option"])
+        option = dict(field.metadata["option"])
+        if kind is not bool:  # a value's placeholder in --help: the field's metavar, else its name as argparse's
+            option.setdefault("metavar", METAVARS.get(name, name.upper()))
+        option = typer.Option(field.default, *field.metadata["decls"], **option)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind))
     return inspect.Signature(params, return_annotation=None)
 

@@ -263,7 +263,8 @@ class DevicePlan:
             :attr:`vidax.blocks.transformer.DiffusionTransformer.micro_batch`).
         rows: the step's batch.
         text_chunk: staged text encoder -> layers per chunk where its layers stream from its files
-            while it encodes (``"text_chunk"`` in ``chosen`` where decided here).
+            while it encodes (``"text_chunk"`` in ``chosen`` where decided here), at most its
+            layer count. asked_text_chunk: the layers per chunk asked for (None: not asked).
         free_transformer: the transformer's device weights wait in host memory while the text
             encoders and the VAE run (``"free_transformer"`` in ``chosen`` where decided here).
     """
@@ -283,6 +284,7 @@ class DevicePlan:
     rows: int = 1
     text_chunk: Mapping[str, int] = dataclasses.field(default_factory=dict)
     free_transformer: bool = False
+    asked_text_chunk: int | None = None
 
     def line(self, what: str = "device memory") -> str:
         """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
@@ -312,7 +314,13 @@ class DevicePlan:
         encoders = [n for n in sizes.text_encoders if self.staged.get(n) and n not in self.text_chunk]
         decoders = [n for n in sizes.decoders if self.staged.get(n)]
         for n, c in self.text_chunk.items():
-            given = "" if "text_chunk" in self.chosen else ", as asked"
+            given = (
+                ""
+                if "text_chunk" in self.chosen
+                else ", as asked"
+                if c == self.asked_text_chunk
+                else f", all its layers: {self.asked_text_chunk} asked"
+            )
             parts.append(
                 f"{_names([n], 'text encoder')} streamed {c} layer{'s' * (c != 1)} a chunk from its files while it "
                 f"encodes ({_gib(sizes.text_encoders[n])} in all{given})"
@@ -449,7 +457,10 @@ def choose(
     p.staged = {n: p.keep.get(n) is False for n in [*sizes.text_encoders, *sizes.decoders]}
     p.tiling, p.chunk = vae_tiling, given_chunk
     if text_chunk is not None:
-        p.streams = {n: text_chunk for n in sizes.text_stacks if p.keep.get(n) is not True}
+        # capped at each encoder's layer count (as --offload-blocks at the blocks'), the line says so
+        p.streams = {
+            n: min(text_chunk, sizes.text_stacks[n][1]) for n in sizes.text_stacks if p.keep.get(n) is not True
+        }
         p.staged.update(dict.fromkeys(p.streams, True))
     if not p.fits():
         p.stage(sizes.text_encoders)
@@ -508,6 +519,7 @@ def choose(
         rows=act.rows,
         text_chunk=p.streams,
         free_transformer=p.free,
+        asked_text_chunk=text_chunk,
     )
 
 
@@ -597,10 +609,23 @@ class _Placing:
 
 def device_limit() -> tuple[int, str] | None:
     """(bytes, what they are) of the device memory a run is planned for: ``VIDAX_DEVICE_MEMORY``
-    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU)."""
+    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU).
+
+    Raises:
+        SetupError: ``VIDAX_DEVICE_MEMORY`` is not a size, or one below
+            :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES` (what every run needs beyond its
+            arrays: no run fits), naming the variable, its value and what is valid.
+    """
+    from vidax.errors import SetupError
     from vidax.pipelines.staging import device_memory_limit
 
     pretend = pretend_device_memory()
+    if pretend is not None and pretend < RUNTIME_OVERHEAD_BYTES:  # "1e3": 1000 bytes, not a device
+        raise SetupError(
+            f"{DEVICE_MEMORY_ENV}={os.environ.get(DEVICE_MEMORY_ENV, '').strip()!r} is {pretend:,} bytes, less than "
+            f"the {RUNTIME_OVERHEAD_BYTES // 2**20} MiB every run needs beyond its arrays (XLA's compiles and "
+            "runtime); give a device size with its unit (e.g. 15.7GiB, 512MiB), or unset it for the device's own"
+        )
     if pretend is not None:
         return pretend, f"device memory ({DEVICE_MEMORY_ENV})"
     limit = device_memory_limit()
@@ -690,8 +715,9 @@ def remedies(
     plan: Any, call: Any, dp: DevicePlan, *, asked: Any = None, vae_tiling: bool = False, platform: str | None = None
 ) -> list:
     """The settings that would make ``call`` fit where ``dp`` does not, each as a message part
-    (:class:`~vidax.errors.Arg`, so each front door spells its own): bfloat16, 8-bit transformer
-    kernels, fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
+    (:class:`~vidax.errors.Arg`, so each front door spells its own), each offered only where the
+    run re-planned with it fits: bfloat16, 8-bit transformer kernels (not for random weights,
+    which take no weight format; with bfloat16 named where float32 with them does not fit), fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
     asked, the largest height x width that fits (``platform``: as :func:`plan_device`)."""
     from vidax.errors import Arg, Message
 
@@ -703,8 +729,15 @@ def remedies(
 
     if dp.dtype == "float32" and fits(dtype="bfloat16"):
         out.append(Arg("dtype", "bfloat16"))
-    if plan.checkpoint.weights is None and fits(weights="int8", dtype="bfloat16"):
-        out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with bfloat16"))
+    # 8-bit kernels only where the run takes them (random weights refuse a weight format), with
+    # bfloat16 named as its own argument where the plan's float32 needs it too
+    if plan.checkpoint.weights is None and not plan.checkpoint.random_weights:
+        if fits(weights="int8"):
+            out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels)"))
+        elif dp.dtype == "float32" and fits(weights="int8", dtype="bfloat16"):
+            out.append(
+                Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with ", Arg("dtype", "bfloat16"))
+            )
     if asked is not None and asked.chunk is not None and fits(asked=dataclasses.replace(asked, chunk=None)):
         out.append(Message("no ", Arg("offload_blocks", python="offload="), " (vidax picks a chunk that fits)"))
     free_text = dict(keep_text_encoder=None, text_encoder_chunk=None)

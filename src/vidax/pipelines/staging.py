@@ -227,8 +227,7 @@ class Staging:
     def off_device(self, modules: Mapping[str, nnx.Module]) -> Iterator[None]:
         """Within the block (the prompt encoding, the VAE decode), the device weights of ``modules``
         (name -> module: the transformers) wait in host memory when :attr:`free_transformer` (a
-        no-op otherwise); on
-        exit they are put back on the device. The module's device arrays are dropped, not
+        no-op otherwise); on exit they are put back on the device. The module's device arrays are dropped, not
         deleted: their memory is freed when nothing else holds them (results of computations
         dispatched before stay valid). Weights already in host memory (streamed blocks) stay."""
         if not self.free_transformer or not modules:
@@ -253,14 +252,22 @@ class Staging:
             for module in modules.values():
                 nnx.update(module, jax.tree.map(lambda a: move(a, kind), nnx.state(module)))
 
-    def describe(self) -> str:
-        """One line: which components wait in host memory."""
+    def describe(self, layers: Mapping[str, int] | None = None) -> str:
+        """One line: which components wait in host memory; ``layers``: a streamed text encoder's
+        layer count by name, where known (a chunk asked beyond it is said as capped there)."""
         staged = [n for n, s in self.staged.items() if s]
         staged += ["transformer while the prompt is encoded and the VAE decodes"] * self.free_transformer
         if not staged:
             return "staging: text encoder and VAE resident on the device"
+        counts = layers or {}
         streamed = "".join(
-            f"; {n}'s layers streamed {c} a chunk while it encodes (not held between calls)"
+            f"; {n}'s layers streamed "
+            + (
+                f"{c} a chunk"
+                if n not in counts or c <= counts[n]
+                else f"all {counts[n]} in one chunk ({c} asked, capped at its layer count)"
+            )
+            + " while it encodes (not held between calls)"
             for n, c in self.streamed.items()
         )
         return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}"
@@ -329,8 +336,14 @@ def offload_report(pipe: Any) -> str:
     """Where a pipeline's weights wait: staged components and streamed transformer blocks."""
     from vidax.parallel.offload import offloaded_stacks
 
-    lines = [getattr(pipe, "staging", Staging()).describe()]
-    for name, value in vars(pipe).items():
-        for blocks in offloaded_stacks(value) if isinstance(value, nnx.Module) else ():
-            lines.append(f"{name}.{blocks.attr}: {blocks.describe()}")
+    stacks = [
+        (name, blocks)
+        for name, value in vars(pipe).items()
+        for blocks in (offloaded_stacks(value) if isinstance(value, nnx.Module) else ())
+    ]
+    layers: dict[str, int] = {}
+    for name, blocks in stacks:
+        layers[name] = max(layers.get(name, 0), blocks.num_layers)
+    lines = [getattr(pipe, "staging", Staging()).describe(layers)]
+    lines += [f"{name}.{blocks.attr}: {blocks.describe()}" for name, blocks in stacks]
     return "\n".join("  " + line for line in lines)
