@@ -632,11 +632,25 @@ def device_limit() -> tuple[int, str] | None:
     return None if limit is None else (limit, "device memory")
 
 
-def host_limit() -> int:
-    """Bytes of host RAM available now (``psutil``): where streamed blocks and staged components wait."""
+#: Host RAM a run needs beyond the weights that wait there (Python and JAX, the compiler, the
+#: loader's read-ahead, the decoded video): at least this much is kept free. On the v5e machine
+#: (40 GiB) a plan of 37.2 GiB waiting (Wan2.1-14B 480p: blocks and a staged UMT5-XXL) was killed
+#: for host memory; 19.9 GiB (Wan2.2 TI2V 5B) ran.
+HOST_RESERVE_BYTES = 4 * 2**30
+#: ... or this fraction of the host's RAM, whichever is more.
+HOST_RESERVE_FRACTION = 0.1
+
+
+def host_limit(available: int | None = None, total: int | None = None) -> int:
+    """Bytes of host RAM weights may wait in: ``available`` (default: what ``psutil`` says is
+    available now) less :data:`HOST_RESERVE_BYTES` or :data:`HOST_RESERVE_FRACTION` of ``total``
+    (default: the host's RAM), whichever is more."""
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    memory = psutil.virtual_memory()
+    available = int(memory.available if available is None else available)
+    total = int(memory.total if total is None else total)
+    return max(0, available - max(HOST_RESERVE_BYTES, int(HOST_RESERVE_FRACTION * total)))
 
 
 def plan_device(
