@@ -86,7 +86,11 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
         raise Cancelled("after loading the checkpoint")
     if request.verbose:
         _report_placement(pipe, plan)
-    out = _run(pipe, plan.call, output.format, output.path)
+    from vidax.cli.long_video import generate_streamed, streams
+
+    if streams(pipe, plan.call, output):  # a long video's chunks written as each ends
+        return generate_streamed(pipe, plan.call, output, paths[0], stop, startup_s, preset_line)
+    out = run_call(pipe, plan.call, output.format, output.path)
     out.stats.startup_s = startup_s
     out.stats.preset = preset_line
     generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
@@ -112,7 +116,7 @@ def generate_and_write(pipe, call, out, output, paths: list, stop, spelling) -> 
         out, paths, output.format, output.path, fps, fps_given, output.overwrite, stop, spelling, not output.given
     )
     out.stats.write_s = time.perf_counter() - t_write
-    _report_written(out, written, output.format, output.path)
+    report_written(out, written, output.format, output.path)
     if stop():
         rest = paths[len(written) :]
         stop.exit(
@@ -168,6 +172,7 @@ def _plan_call(request: GenerateRequest, stop):
     call's ``fps`` where the model is conditioned on its frame rate; --preset's values under the
     flags given. ``stop``: the call's ``cancel``."""
     from vidax.checkpoint import TASK_NAMES
+    from vidax.cli.long_video import length_call
     from vidax.errors import Arg, InputError, joined
     from vidax.pipelines.plan import read_plan
     from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
@@ -214,6 +219,7 @@ def _plan_call(request: GenerateRequest, stop):
     if recognised is not None:  # the checkpoint / a LoRA says which recipe it needs: its preset, said in one line
         typer.echo(f"{recognised[1]}: --preset {recognised[0].name}", err=True)
         plan = with_preset(plan, recognised[0].name, "--preset")
+    given = length_call(plan, given, request.seconds, fps)  # --seconds; a long video's overlap
     call = dict(progress=request.progress, cancel=stop, decode_audio=request.output.audio)
     plan = with_preset_call(plan, {**call, **given})
     warning = None if recognised is None else distilled_warning(*recognised, plan.call)
@@ -302,7 +308,7 @@ def _report_placement(pipe, plan) -> None:
         typer.echo(offload_report(pipe), err=True)
 
 
-def _run(pipe, call, fmt: str, output: str):
+def run_call(pipe, call, fmt: str, output: str):
     """``pipe.generate(call)``; final latents the VAE cannot decode are kept beside --output (as
     an output error keeps the frames) and the error says where."""
     from vidax.errors import NumericalError
@@ -367,7 +373,7 @@ def write_outputs(
     return written
 
 
-def _report_written(out, written: list, fmt: str, output: str) -> None:
+def report_written(out, written: list, fmt: str, output: str) -> None:
     """The line saying what was written (or kept nothing), and a warning for a stale .wav beside a
     silent video."""
     from vidax.io.video import DISCARD, audio_path
