@@ -177,3 +177,31 @@ def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
     assert r.exit_code == 2 and "--seconds 5 makes 81 frames at 16 fps; WanPipeline" in r.output, r.output
     r = CliRunner().invoke(app, [*base, "--checkpoint", ckpt, "--seconds", "0"])
     assert r.exit_code == 2 and "--seconds must be a length in seconds > 0, got 0" in r.output, r.output
+
+
+def test_serve_events_carry_the_chunks(pipe, tmp_path):
+    """``vidax serve``: a long video's job streams a ``chunk`` event as its chunks finish (the
+    last one, chunk 4 of 4, before ``done``), and its record keeps the last chunk."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)
+    fields = {k: v for k, v in CALL.items() if k != "progress"}
+    with TestClient(create_app(runner), base_url="http://localhost") as client:
+        job = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 21, **fields}).json()
+        events = []
+        with client.stream("GET", f"/v1/videos/{job['id']}/events") as r:
+            name = None
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, json.loads(line[6:])))
+        record = client.get(f"/v1/videos/{job['id']}").json()
+    assert events[-1][0] == "done", events
+    chunks = [(d["chunk"], d["of"], d["frames"], d["num_frames"]) for n, d in events if n == "chunk"]
+    assert chunks and chunks[-1] == (4, 4, 21, 21) and chunks == sorted(chunks), events
+    assert [n for n, _ in events].index("chunk") < len(events) - 1
+    assert record["chunk"] == {"chunk": 4, "of": 4, "frames": 21, "num_frames": 21}

@@ -77,6 +77,7 @@ class _Pending:
         self.key: tuple | None = None
         self.previews: collections.deque = collections.deque(maxlen=KEPT_PREVIEWS)
         self.resume: str | None = None
+        self.chunk: dict | None = None  # a long video's last chunk finished (its record's "chunk")
 
 
 #: What a batch's jobs must share besides the shape and the steps: the call's other settings
@@ -525,6 +526,20 @@ class JobRunner:
             pending.step = step
             self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
 
+    def _chunked(self, batch: list[_Pending], chunk: Any) -> None:
+        """The call's ``on_chunk`` (:class:`~vidax.models.skyreels_v2.long_video.FinishedChunk`):
+        each job's record keeps the last chunk finished as ``chunk``: its number and ``of``
+        (1-based) and the video's ``frames`` done of ``num_frames`` (a ``chunk`` event)."""
+        done = {
+            "chunk": chunk.index + 1,
+            "of": chunk.count,
+            "frames": chunk.frames_done,
+            "num_frames": chunk.frames_total,
+        }
+        for pending in self._live(batch):
+            pending.chunk = done
+            self.store.update(pending.id, chunk=done)
+
     def _live(self, batch: list[_Pending]) -> list[_Pending]:
         """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""
         with self._lock:
@@ -699,6 +714,8 @@ class JobRunner:
                 video_guidance=guidance if len(set(guidance)) > 1 else None,
             )
         resume = None if batch[0].resume is None else load_state(batch[0].resume)
+        if "on_chunk" in self.call_args:  # a long video: each finished chunk is an event
+            call = dataclasses.replace(call, extra={**call.extra, "on_chunk": lambda c: self._chunked(batch, c)})
         return dataclasses.replace(
             call,
             callback=lambda i, n: self._stepped(batch, i + 1, n),
@@ -866,6 +883,7 @@ class JobRunner:
             "step": job["num_inference_steps"],
             "completed_at": int(time.time()),
             "stats": stats,
+            **({} if pending.chunk is None else {"chunk": pending.chunk}),
         }
 
     def _failure(self, pending: _Pending, job: dict, e: Exception) -> dict:
