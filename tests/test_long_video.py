@@ -205,3 +205,32 @@ def test_serve_events_carry_the_chunks(pipe, tmp_path):
     assert chunks and chunks[-1] == (4, 4, 21, 21) and chunks == sorted(chunks), events
     assert [n for n, _ in events].index("chunk") < len(events) - 1
     assert record["chunk"] == {"chunk": 4, "of": 4, "frames": 21, "num_frames": 21}
+
+
+def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):
+    """``vidax generate --video clip.mp4 --num-frames 25`` continues the clip: its 17 frames then
+    25 more (the first 17 of them the clip's last, re-made), with no --overlap-history: the
+    pipeline's default, SkyReels' 17 frames (diffusers' None fails), which a Python call gets too."""
+    from typer.testing import CliRunner
+
+    from vidax.checkpoint import Checkpoint
+    from vidax.cli import app
+    from vidax.io.video import read_video, write_video
+    from vidax.models.skyreels_v2.pipeline import SkyReelsV2DiffusionForcingVideoToVideoPipeline as V2V
+
+    clip = np.random.default_rng(0).integers(0, 256, (17, 32, 48, 3), dtype=np.uint8)
+    write_video(clip, tmp_path / "clip.mp4", fps=16)
+    out = tmp_path / "longer.npy"
+    r = CliRunner().invoke(
+        app,
+        ["generate", "--checkpoint", df_path, "-p", "a cat", "--video", str(tmp_path / "clip.mp4")]
+        + ["--num-frames", "25", "--base-num-frames", "25", "--num-inference-steps", "2", "--guidance-scale", "1"]
+        + ["--height", "32", "--width", "48", "--max-sequence-length", "16", "-o", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    got = np.load(out)
+    assert got.shape == (17 + 25, 32, 48, 3)
+    np.testing.assert_allclose(got[:17], read_video(tmp_path / "clip.mp4") / np.float32(255), atol=1e-6)
+    info = V2V.read_checkpoint(Checkpoint.open(df_path))
+    call = V2V.check_call(info, "a cat", video=clip, num_frames=25, base_num_frames=25, height=32, width=48)
+    assert call.extra["overlap_history"] == 17
