@@ -234,3 +234,11 @@ def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):
     info = V2V.read_checkpoint(Checkpoint.open(df_path))
     call = V2V.check_call(info, "a cat", video=clip, num_frames=25, base_num_frames=25, height=32, width=48)
     assert call.extra["overlap_history"] == 17
+
+
+def test_the_text_to_video_pipeline_refuses_an_image(pipe):
+    """diffusers' SkyReelsV2DiffusionForcingPipeline takes no image (a TypeError); vidax's made a
+    text-to-video and dropped it. It is refused, naming the pipeline that takes it."""
+    image = np.zeros((32, 48, 3), np.uint8)
+    with pytest.raises(vidax.errors.InputError, match=r"takes no image: image-to-video .* task='i2v'"):
+        pipe("a cat", image=image, num_frames=9, **CALL)
