@@ -18,6 +18,7 @@ reports the chunk in its events. The call then returns these frames instead of d
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -62,34 +63,39 @@ class FinishedChunk:
 class ChunkDecoder:
     """The Wan VAE's decode of a video's latents given a few frames at a time, its causal cache
     carried from one call to the next: the frames of all calls together equal
-    ``vae.decode`` of all the latents at once (its frame-by-frame decode, the same compiled chunk).
+    ``vae.decode`` of all the latents at once (its frame-by-frame decode, ``decode_chunk``).
 
     Args:
-        vae: the pipeline's ``AutoencoderKLWan`` (untiled: a tiled decode needs the whole video).
+        vae: the pipeline's ``AutoencoderKLWan`` (untiled: a tiled decode needs the whole video),
+            split again at every call (where the pipeline stages it, it is placed for the call).
     """
 
     def __init__(self, vae: Any):
-        from vidax.models.wan.vae import _decode_chunk
-
-        self._decode_chunk = _decode_chunk
         self.vae = vae
-        self.graphdef, self.state = nnx.split(vae)
         self.cache: tuple | None = None
 
     def __call__(self, z: jax.Array) -> np.ndarray:
         """``z``: de-normalised latents (B, n, h, w, C_z), the video's next n latent frames ->
         float32 numpy (B, frames, H, W, 3) in [-1, 1] (1 + 4 (n - 1) frames for the first call,
         4 n after)."""
+        graphdef, state = nnx.split(self.vae)
         out = []
         for i in range(z.shape[1]):
             first = self.cache is None
             if first:
-                self.cache = self.vae.decode_cache(z[:, :1], self.graphdef, self.state)
-            zi = jnp.asarray(z[:, i : i + 1])
-            frames, self.cache = self._decode_chunk(self.graphdef, self.state, zi, self.cache, np.bool_(first))
+                self.cache = self.vae.decode_cache(z[:, :1], graphdef, state)
+            frames, self.cache = _decode_chunk(
+                graphdef, state, jnp.asarray(z[:, i : i + 1]), self.cache, np.bool_(first)
+            )
+            # a copy: no host array aliases the device buffer (CPU backends share memory)
             out.append(np.array(np.asarray(frames)[:, :1] if first else frames))
             del frames
         return np.concatenate(out, axis=1)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
+def _decode_chunk(graphdef, state, z, cache, first):
+    return nnx.merge(graphdef, state).decode_chunk(z, cache, first)
 
 
 class FinishedLatents:
