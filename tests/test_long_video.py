@@ -2,15 +2,13 @@
 the length, each chunk decoded as it ends (``on_chunk``) equal to the whole video's decode,
 ``vidax generate --seconds`` and the growing mp4 kept on Ctrl-C, chunk events in ``vidax serve``.
 
-The checkpoint: the embedded tiny Wan checkpoint's files as a ``SkyReelsV2DiffusionForcingPipeline``
-(its transformer without the fps conditioning has Wan's keys), built once per module."""
+The checkpoint and pipeline: ``skyreels_df`` / ``skyreels_df_pipe`` of tests/conftest.py."""
 
 from __future__ import annotations
 
 import gc
 import json
 import os
-import shutil
 
 import jax
 import numpy as np
@@ -33,37 +31,14 @@ CALL = dict(
 )
 
 
-def df_checkpoint(wan: str, dest: str) -> str:
-    """The tiny Wan checkpoint ``wan`` as a SkyReels-V2 diffusion-forcing one in ``dest`` (weights linked)."""
-    for root, _, files in os.walk(wan):
-        out = os.path.join(dest, os.path.relpath(root, wan))
-        os.makedirs(out, exist_ok=True)
-        for name in files:
-            (os.symlink if name.endswith(".safetensors") else shutil.copy)(
-                os.path.join(root, name), os.path.join(out, name)
-            )
-    for path, changes in (
-        ("model_index.json", dict(_class_name="SkyReelsV2DiffusionForcingPipeline")),
-        ("transformer/config.json", dict(_class_name="SkyReelsV2Transformer3DModel", inject_sample_info=False)),
-    ):
-        with open(os.path.join(dest, path)) as f:
-            config = json.load(f)
-        config.update(changes)
-        if path == "model_index.json":
-            config["transformer"] = ["diffusers", "SkyReelsV2Transformer3DModel"]
-        with open(os.path.join(dest, path), "w") as f:
-            json.dump(config, f)
-    return dest
+@pytest.fixture
+def df_path(skyreels_df):
+    return skyreels_df
 
 
-@pytest.fixture(scope="module")
-def df_path(ckpt, tmp_path_factory):
-    return df_checkpoint(ckpt, str(tmp_path_factory.mktemp("skyreels_df")))
-
-
-@pytest.fixture(scope="module")
-def pipe(df_path):
-    return vidax.load_pipeline(df_path, dtype="float32")
+@pytest.fixture
+def pipe(skyreels_df_pipe):
+    return skyreels_df_pipe
 
 
 def _live_bytes() -> int:
