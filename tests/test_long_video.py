@@ -116,7 +116,7 @@ def test_an_interrupted_long_video_keeps_the_chunks_done(pipe, tmp_path, capsys)
     path = str(tmp_path / "long.mp4")
     output = OutputOptions(path, True, "mp4", False, True, 16)
     with pytest.raises(typer.Exit) as stopped:
-        generate_streamed(pipe, call, output, path, stop, 0.0, None)
+        generate_streamed(lambda pipe, call, *_: pipe.generate(call), pipe, call, output, path, stop)
     assert stopped.value.exit_code == 128 + signal.SIGINT
     assert read_video(path).shape == (13, 32, 48, 3)
     assert os.listdir(tmp_path) == ["long.mp4"]

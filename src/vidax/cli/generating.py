@@ -88,12 +88,20 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
         _report_placement(pipe, plan)
     from vidax.cli.long_video import generate_streamed, streams
 
-    if streams(pipe, plan.call, output):  # a long video's chunks written as each ends
-        return generate_streamed(pipe, plan.call, output, paths[0], stop, startup_s, preset_line)
-    out = run_call(pipe, plan.call, output.format, output.path)
+    streamed = streams(pipe, plan.call, output)  # a long video: its chunks written as each ends
+    if streamed:
+        out, written = generate_streamed(_run, pipe, plan.call, output, paths[0], stop)
+    else:
+        out = _run(pipe, plan.call, output.format, output.path)
     out.stats.startup_s = startup_s
     out.stats.preset = preset_line
-    generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
+    if not streamed:
+        generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
+        return
+    _report_written(out, [written], output.format, output.path)
+    if stop():
+        stop.exit(f"while writing --output: wrote {written} (complete)")
+    typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
 def generate_and_write(pipe, call, out, output, paths: list, stop, spelling) -> None:
@@ -116,7 +124,7 @@ def generate_and_write(pipe, call, out, output, paths: list, stop, spelling) -> 
         out, paths, output.format, output.path, fps, fps_given, output.overwrite, stop, spelling, not output.given
     )
     out.stats.write_s = time.perf_counter() - t_write
-    report_written(out, written, output.format, output.path)
+    _report_written(out, written, output.format, output.path)
     if stop():
         rest = paths[len(written) :]
         stop.exit(
@@ -308,7 +316,7 @@ def _report_placement(pipe, plan) -> None:
         typer.echo(offload_report(pipe), err=True)
 
 
-def run_call(pipe, call, fmt: str, output: str):
+def _run(pipe, call, fmt: str, output: str):
     """``pipe.generate(call)``; final latents the VAE cannot decode are kept beside --output (as
     an output error keeps the frames) and the error says where."""
     from vidax.errors import NumericalError
@@ -373,7 +381,7 @@ def write_outputs(
     return written
 
 
-def report_written(out, written: list, fmt: str, output: str) -> None:
+def _report_written(out, written: list, fmt: str, output: str) -> None:
     """The line saying what was written (or kept nothing), and a warning for a stale .wav beside a
     silent video."""
     from vidax.io.video import DISCARD, audio_path

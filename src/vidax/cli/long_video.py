@@ -107,13 +107,13 @@ def streams(pipe, call, output) -> bool:
     return "on_chunk" in pipe.call_args() and output.format == "mp4" and call.batch == 1 and jax.process_count() == 1
 
 
-def generate_streamed(pipe, call, output, path: str, stop, startup_s: float, preset_line) -> None:
-    """Run ``call`` with every finished chunk appended to the growing mp4 at ``path`` as it ends
-    (said in one line per chunk with ``call.progress``), then publish it under its name; a signal
+def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
+    """``(out, path written)``: ``run(pipe, call, format, output)`` (the CLI's call of the
+    pipeline) with every finished chunk appended to the growing mp4 at ``path`` as it ends (said
+    in one line per chunk with ``call.progress``), then the mp4 published under its name. A signal
     (``stop``) ends the run at its next check, and the chunks finished are published as the video
     (exit 128 + the signal's number, the line says what was written). Any other failure publishes
     nothing."""
-    from vidax.cli.generating import report_written, run_call
     from vidax.errors import Cancelled
     from vidax.io.growing import GrowingMp4
 
@@ -133,9 +133,8 @@ def generate_streamed(pipe, call, output, path: str, stop, startup_s: float, pre
                 err=True,
             )
 
-    call = dataclasses.replace(call, extra={**call.extra, "on_chunk": on_chunk})
     try:
-        out = run_call(pipe, call, output.format, output.path)
+        out = run(pipe, dataclasses.replace(call, extra={**call.extra, "on_chunk": on_chunk}), output.format, path)
     except Cancelled as e:
         if not writer.frames:
             writer.abort()
@@ -154,9 +153,4 @@ def generate_streamed(pipe, call, output, path: str, stop, startup_s: float, pre
     t0 = time.perf_counter()
     written = writer.finish()
     out.stats.write_s = spent[0] + time.perf_counter() - t0
-    out.stats.startup_s = startup_s
-    out.stats.preset = preset_line
-    report_written(out, [written], output.format, output.path)
-    if stop():
-        stop.exit(f"while writing --output: wrote {written} (complete)")
-    typer.echo("summary:\n" + out.stats.summary(), err=True)
+    return out, written

@@ -527,18 +527,11 @@ class JobRunner:
             self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
 
     def _chunked(self, batch: list[_Pending], chunk: Any) -> None:
-        """The call's ``on_chunk`` (:class:`~vidax.models.skyreels_v2.long_video.FinishedChunk`):
-        each job's record keeps the last chunk finished as ``chunk``: its number and ``of``
-        (1-based) and the video's ``frames`` done of ``num_frames`` (a ``chunk`` event)."""
-        done = {
-            "chunk": chunk.index + 1,
-            "of": chunk.count,
-            "frames": chunk.frames_done,
-            "num_frames": chunk.frames_total,
-        }
+        """The call's ``on_chunk``: each job's record keeps the last chunk finished (``chunk``,
+        :meth:`~vidax.models.skyreels_v2.long_video.FinishedChunk.progress`), a ``chunk`` event."""
         for pending in self._live(batch):
-            pending.chunk = done
-            self.store.update(pending.id, chunk=done)
+            pending.chunk = chunk.progress()
+            self.store.update(pending.id, chunk=pending.chunk)
 
     def _live(self, batch: list[_Pending]) -> list[_Pending]:
         """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""

@@ -59,6 +59,11 @@ class FinishedChunk:
     frames_done: int
     frames_total: int
 
+    def progress(self) -> dict:
+        """``{"chunk", "of", "frames", "num_frames"}``: the chunk and the chunks (1-based), the
+        video's frames done and its frames (``vidax serve``'s ``chunk`` event)."""
+        return {"chunk": self.index + 1, "of": self.count, "frames": self.frames_done, "num_frames": self.frames_total}
+
 
 class ChunkDecoder:
     """The Wan VAE's decode of a video's latents given a few frames at a time, its causal cache
