@@ -217,3 +217,13 @@ def test_the_text_to_video_pipeline_refuses_an_image(pipe):
     image = np.zeros((32, 48, 3), np.uint8)
     with pytest.raises(vidax.errors.InputError, match=r"takes no image: image-to-video .* task='i2v'"):
         pipe("a cat", image=image, num_frames=9, **CALL)
+
+
+def test_image_to_video_with_a_last_image_counts_its_frames(df_path):
+    """Image-to-video with ``last_image`` (its latent frame appended to the chunk, dropped before
+    the decode): the chunk's ``frames_total`` is the frames the call returns."""
+    pipe = vidax.load_pipeline(df_path, dtype="float32", task="i2v")
+    image = np.random.default_rng(0).integers(0, 256, (32, 48, 3), dtype=np.uint8)
+    got: list[FinishedChunk] = []
+    frames = pipe(image, "a cat", last_image=image, num_frames=9, on_chunk=got.append, **CALL).frames
+    assert frames.shape[1] == 9 and [(c.frames.shape[1], c.frames_done, c.frames_total) for c in got] == [(9, 9, 9)]

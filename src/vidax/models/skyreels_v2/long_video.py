@@ -149,7 +149,7 @@ class LongVideo:
         t = self.info.vae_config.temporal_compression
         latent_total = sum(c.num_latent_frames - c.overlap for c in chunks)
         prefix = self.stream_prefix(call)
-        total = prefix.shape[1] + 1 + t * (latent_total - 1 - self.end_frames(call))
+        total = prefix.shape[1] + 1 + t * (latent_total - 1)  # the last image's latent frame is not in the chunks
         count = len(chunks)
 
         def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
