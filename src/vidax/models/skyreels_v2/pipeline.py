@@ -12,7 +12,9 @@ base_num_frames``); each chunk iterates its timestep matrix
 at its own timestep and the block-causal attention of ``causal_block_size`` frames, and every
 frame has its own UniPC state (:func:`~vidax.models.skyreels_v2.forcing.per_frame_step`). A chunk
 after the first starts from the last ``overlap_history`` frames of the video so far, optionally
-re-noised by ``addnoise_condition``. The whole video's latents are decoded at the end.
+re-noised by ``addnoise_condition``. Finished latents wait on the host (device memory of one chunk);
+the whole video is decoded at the end, or each chunk as it ends with ``on_chunk``
+(:mod:`~vidax.models.skyreels_v2.long_video`).
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
             int,
             "Frames each chunk after the first repeats from the video so far (a long video: num_frames > "
             "base_num_frames; 17 or 37 recommended).",
-            "none: one chunk",
+            "none: one chunk; 17 for a longer video on the command line and for video-to-video",
             low=1,
         ),
         CallOption(
