@@ -75,3 +75,44 @@ def ckpt(tmp_path_factory):
     from vidax.default_checkpoint import default_checkpoint
 
     return default_checkpoint(str(tmp_path_factory.mktemp("cache")))
+
+
+def df_checkpoint(wan: str, dest: str) -> str:
+    """The tiny Wan checkpoint ``wan`` as a SkyReels-V2 diffusion-forcing one in ``dest`` (its
+    weight files linked; the transformer without the fps conditioning has Wan's keys)."""
+    import json
+    import shutil
+
+    for root, _, files in os.walk(wan):
+        out = os.path.join(dest, os.path.relpath(root, wan))
+        os.makedirs(out, exist_ok=True)
+        for name in files:
+            (os.symlink if name.endswith(".safetensors") else shutil.copy)(
+                os.path.join(root, name), os.path.join(out, name)
+            )
+    for path, changes in (
+        ("model_index.json", dict(_class_name="SkyReelsV2DiffusionForcingPipeline")),
+        ("transformer/config.json", dict(_class_name="SkyReelsV2Transformer3DModel", inject_sample_info=False)),
+    ):
+        with open(os.path.join(dest, path)) as f:
+            config = json.load(f)
+        config.update(changes)
+        if path == "model_index.json":
+            config["transformer"] = ["diffusers", "SkyReelsV2Transformer3DModel"]
+        with open(os.path.join(dest, path), "w") as f:
+            json.dump(config, f)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def skyreels_df(ckpt, tmp_path_factory):
+    """A tiny SkyReels-V2 diffusion-forcing checkpoint: the embedded one's files (:func:`df_checkpoint`)."""
+    return df_checkpoint(ckpt, str(tmp_path_factory.mktemp("skyreels_df")))
+
+
+@pytest.fixture(scope="session")
+def skyreels_df_pipe(skyreels_df):
+    """``skyreels_df`` loaded in float32, once per session (tests leave it as they found it)."""
+    import vidax
+
+    return vidax.load_pipeline(skyreels_df, dtype="float32")

@@ -168,6 +168,13 @@ class GenerateFlags:
         help="Frames per second of the mp4 [default: the checkpoint's, as its reference's examples]. A model "
         "that conditions on its frame rate through fps= (Cosmos 3) gets it too.",
     )
+    seconds: Optional[float] = flag(
+        None,
+        help="The video's length in seconds instead of --num-frames: seconds x --fps (else the checkpoint's fps) "
+        "frames, rounded as the pipeline rounds --num-frames. On a diffusion-forcing checkpoint (SkyReels-V2 DF) "
+        "a video of any length, made chunk by chunk in the memory of one chunk, the mp4 growing as each ends; "
+        "other checkpoints make one pass, up to their default length.",
+    )
     progress: bool = flag(True, help="Show progress bars.")
     verbose: bool = flag(
         False,
@@ -289,7 +296,8 @@ class ServeFlags:
 
 #: ``vidax generate``'s flags in the order its --help lists them (after the call's).
 GENERATE_ORDER = (
-    *("checkpoint", "dtype", "matmul_precision", "output", "overwrite", "audio", "fps", "progress", "verbose"),
+    *("checkpoint", "dtype", "matmul_precision", "output", "overwrite", "audio", "fps", "seconds", "progress"),
+    "verbose",
     *("dp", "tp", "sp", "coordinator", "num_processes", "process_id", "distributed_timeout", "offload_blocks"),
     *(
         "offload_text_encoder_layers",

@@ -94,10 +94,22 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
         raise Cancelled("after loading the checkpoint")
     if request.verbose:
         _report_placement(pipe, plan)
-    out = _run(pipe, plan.call, output.format, output.path)
+    from vidax.cli.long_video import generate_streamed, streams
+
+    streamed = streams(pipe, plan.call, output)  # a long video: its chunks written as each ends
+    if streamed:
+        out, written = generate_streamed(_run, pipe, plan.call, output, paths[0], stop)
+    else:
+        out = _run(pipe, plan.call, output.format, output.path)
     out.stats.startup_s = startup_s
     out.stats.preset = preset_line
-    generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
+    if not streamed:
+        generate_and_write(pipe, plan.call, out, output, paths, stop, spelling)
+        return
+    _report_written(out, [written], output.format, output.path)
+    if stop():
+        stop.exit(f"while writing --output: wrote {written} (complete)")
+    typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
 def generate_and_write(pipe, call, out, output, paths: list, stop, spelling) -> None:
@@ -162,6 +174,7 @@ def _plan_call(request: GenerateRequest, stop):
     call's ``fps`` where the model is conditioned on its frame rate; --preset's values under the
     flags given. ``stop``: the call's ``cancel``."""
     from vidax.checkpoint import TASK_NAMES
+    from vidax.cli.long_video import length_call
     from vidax.errors import Arg, InputError, joined
     from vidax.pipelines.plan import read_plan
     from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
@@ -210,6 +223,7 @@ def _plan_call(request: GenerateRequest, stop):
     if recognised is not None:  # the checkpoint / a LoRA says which recipe it needs: its preset, said in one line
         typer.echo(f"{recognised[1]}: --preset {recognised[0].name}", err=True)
         plan = with_preset(plan, recognised[0].name, "--preset")
+    given = length_call(plan, given, request.seconds, fps)  # --seconds; a long video's overlap
     call = dict(progress=request.progress, cancel=stop, decode_audio=request.output.audio)
     plan = with_preset_call(plan, {**call, **given})
     warning = None if recognised is None else distilled_warning(*recognised, plan.call)

@@ -68,6 +68,7 @@ class GenerateRequest:
     progress: bool
     verbose: bool
     distributed: tuple  # (coordinator, num_processes, process_id, timeout in seconds)
+    seconds: float | None = None  # --seconds: the length in seconds (None: --num-frames or the default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,8 @@ def generate_request(load: LoadFlags, own: GenerateFlags, call: dict, output_giv
     fps = own.fps
     if fps is not None and not FRAME_RATE_RANGE[0] <= fps <= FRAME_RATE_RANGE[1]:  # why this range: its comment
         raise InputError(Arg("fps"), f" must be {frame_rate_words()}, got ", ArgValue("fps", fps))
+    if own.seconds is not None and not (0 < own.seconds < float("inf")):
+        raise InputError(Arg("seconds"), " must be a length in seconds > 0, got ", ArgValue("seconds", own.seconds))
     given, files = read_input_files(call)
     loras = lora_files(load.lora or [])  # unreadable, truncated or malformed files: before any loading
     check_lora_on_streamed_gguf(loras, load.transformer, load.weights, offload)
@@ -122,6 +125,7 @@ def generate_request(load: LoadFlags, own: GenerateFlags, call: dict, output_giv
         progress=own.progress,
         verbose=own.verbose,
         distributed=(own.coordinator, own.num_processes, own.process_id, own.distributed_timeout),
+        seconds=own.seconds,
     )
 
 

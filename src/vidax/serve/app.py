@@ -16,6 +16,9 @@
                                (``position``, 1: next), ``progress`` (``step``, ``num_inference_steps``,
                                ``progress`` %), ``preview`` (``step``, ``of``: ``estimate`` or
                                ``latents``, ``image``: a PNG data URL, :mod:`vidax.serve.preview`),
+                               ``chunk`` as a long video's chunks finish (the last one: ``chunk``
+                               of ``of``, ``frames`` done of ``num_frames``; diffusion forcing;
+                               also the job's ``chunk``),
                                then ``done`` or ``failed`` (the job)
 ``DELETE /v1/videos/{id}``     cancel a queued job (-> the failed job), or a running one between
                                steps (-> the job, ``cancel_requested: true``); a finished job is
@@ -256,6 +259,10 @@ async def _event_stream(runner: JobRunner, job_id: str):
             yield _event("failed", {"id": job_id, "error": {"code": "not_found", "message": "the job was deleted"}})
             return
         job = now["job"]
+        chunk = job.get("chunk")  # a long video's last chunk finished (sent before done, too)
+        if chunk is not None and sent.get("chunk") != chunk:
+            sent["chunk"] = chunk
+            yield _event("chunk", {"id": job_id, **chunk})
         if job["status"] in (COMPLETED, FAILED):
             yield _event("done" if job["status"] == COMPLETED else "failed", job)
             return

@@ -83,6 +83,7 @@ class _Pending:
             str
         ] = []  # what the request's checks changed, as vidax generate warns (the job's "warnings")
         self.resume: str | None = None
+        self.chunk: dict | None = None  # a long video's last chunk finished (its record's "chunk")
 
 
 #: What a batch's jobs must share besides the shape and the steps: the call's other settings
@@ -571,6 +572,13 @@ class JobRunner:
             pending.step = step
             self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
 
+    def _chunked(self, batch: list[_Pending], chunk: Any) -> None:
+        """The call's ``on_chunk``: each job's record keeps the last chunk finished (``chunk``,
+        :meth:`~vidax.models.skyreels_v2.long_video.FinishedChunk.progress`), a ``chunk`` event."""
+        for pending in self._live(batch):
+            pending.chunk = chunk.progress()
+            self.store.update(pending.id, chunk=pending.chunk)
+
     def _live(self, batch: list[_Pending]) -> list[_Pending]:
         """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""
         with self._lock:
@@ -745,6 +753,8 @@ class JobRunner:
                 video_guidance=guidance if len(set(guidance)) > 1 else None,
             )
         resume = None if batch[0].resume is None else load_state(batch[0].resume)
+        if "on_chunk" in self.call_args:  # a long video: each finished chunk is an event
+            call = dataclasses.replace(call, extra={**call.extra, "on_chunk": lambda c: self._chunked(batch, c)})
         return dataclasses.replace(
             call,
             callback=lambda i, n: self._stepped(batch, i + 1, n),
@@ -912,6 +922,7 @@ class JobRunner:
             "step": job["num_inference_steps"],
             "completed_at": int(time.time()),
             "stats": stats,
+            **({} if pending.chunk is None else {"chunk": pending.chunk}),
         }
 
     def _failure(self, pending: _Pending, job: dict, e: Exception) -> dict:

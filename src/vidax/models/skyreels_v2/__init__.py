@@ -4,8 +4,9 @@ are Wan's registered components.
 
 Files (the layout of every family, ``docs/adding_a_family.md``): ``config.py`` (the transformer
 config and the whole-checkpoint reading), ``transformer.py`` (model code only), ``convert.py`` (the
-tables the registry entry names: Wan's), ``forcing.py`` (the diffusion-forcing schedule) and
-``pipeline.py`` (the pipeline hooks).
+tables the registry entry names: Wan's), ``forcing.py`` (the diffusion-forcing schedule),
+``pipeline.py`` (the pipeline hooks) and ``long_video.py`` (a long video's finished chunks: off the
+device, decoded as each ends with ``on_chunk``).
 """
 
 from vidax.registry import Family, family_component, family_pipelines

@@ -12,7 +12,9 @@ base_num_frames``); each chunk iterates its timestep matrix
 at its own timestep and the block-causal attention of ``causal_block_size`` frames, and every
 frame has its own UniPC state (:func:`~vidax.models.skyreels_v2.forcing.per_frame_step`). A chunk
 after the first starts from the last ``overlap_history`` frames of the video so far, optionally
-re-noised by ``addnoise_condition``. The whole video's latents are decoded at the end.
+re-noised by ``addnoise_condition``. Finished latents wait on the host (device memory of one chunk);
+the whole video is decoded at the end, or each chunk as it ends with ``on_chunk``
+(:mod:`~vidax.models.skyreels_v2.long_video`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from vidax.errors import Arg, ConfigError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
+from vidax.models.skyreels_v2.long_video import ON_CHUNK, LongVideo
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
@@ -122,7 +125,12 @@ class _ChunkRun:
     fps_index: int
 
 
-class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
+#: ``overlap_history`` of video-to-video where not given: SkyReels-V2's recommended 17 frames (5
+#: latent frames; its other recommendation is 37).
+DEFAULT_OVERLAP_HISTORY = 17
+
+
+class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
     """SkyReels-V2 text-to-video with diffusion forcing (reference:
     ``diffusers.SkyReelsV2DiffusionForcingPipeline``); long videos chunk by chunk. Build with
     :meth:`from_pretrained` or :func:`vidax.load_pipeline`.
@@ -162,7 +170,7 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
             int,
             "Frames each chunk after the first repeats from the video so far (a long video: num_frames > "
             "base_num_frames; 17 or 37 recommended).",
-            "none: one chunk",
+            "none: one chunk; 17 for a longer video on the command line and for video-to-video",
             low=1,
         ),
         CallOption(
@@ -183,6 +191,7 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
             low_open=True,
             flag=False,
         ),
+        ON_CHUNK,
     )
 
     #: The static settings of the chunk being denoised (set by :meth:`denoise`, part of
@@ -244,11 +253,19 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
         """The Wan checks, then the diffusion-forcing keywords against each other.
 
         Raises:
-            InputError: ``num_frames`` past ``base_num_frames`` without ``overlap_history``; an
+            InputError: an ``image`` (but for image-to-video: diffusers' pipeline takes none,
+                and this one would not use it); ``num_frames`` past ``base_num_frames`` without ``overlap_history``; an
                 ``overlap_history`` of no fewer latent frames than ``base_num_frames``; chunks whose
                 latent frames ``causal_block_size`` does not divide.
         """
         super().check_family_call(info, call)
+        if call.image is not None and cls.task != "i2v":  # diffusers' pipeline takes no image= (a TypeError)
+            raise InputError(
+                f"{cls.__name__} takes no ",
+                Arg("image"),
+                ": image-to-video on this checkpoint is SkyReelsV2DiffusionForcingImageToVideoPipeline "
+                "(vidax.load_pipeline(path, task='i2v'), vidax generate --image)",
+            )
         e = call.extra
         base, overlap = e.get("base_num_frames", 97), e.get("overlap_history")
         t = info.vae_config.temporal_compression
@@ -292,20 +309,22 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
 
     # ------------------------------------------------------------------ the run
     def denoise(self, call, x, state, embeds, cond, stats):
-        """Every chunk in turn (module docstring); returns the whole video's latents."""
+        """Every chunk in turn (module docstring); returns the whole video's latents (host
+        float32: :class:`~vidax.models.skyreels_v2.long_video.FinishedLatents`), each chunk
+        decoded as it ends with ``on_chunk`` (:mod:`~vidax.models.skyreels_v2.long_video`)."""
         info, e = self.info, call.extra
         run = _ChunkRun(
             self.causal_block_size(info, call), 0, float(e.get("addnoise_condition", 0)), int(e.get("fps", 24) != 16)
         )
         template = self.scheduler.set_timesteps(call.num_inference_steps, sample_shape=(1,)).timesteps
-        video = None
         key = jax.random.fold_in(jax.random.PRNGKey(call.seed), 1)
         chunks = self.chunks(info, call)
+        finished, chunk_done = self.start_chunks(call, chunks)
         for k, chunk in enumerate(chunks):
             shape = (x.shape[0], chunk.num_latent_frames, *x.shape[2:])
             lat = x if k == 0 else jnp.asarray(self.chunk_noise(call, k, shape), jnp.float32)
             if k and chunk.prefix:
-                lat = lat.at[:, : chunk.prefix].set(video[:, -chunk.overlap :][:, : chunk.prefix])
+                lat = lat.at[:, : chunk.prefix].set(finished.last(chunk.overlap)[:, : chunk.prefix])
             lat, chunk, end = self.chunk_latents(call, k == len(chunks) - 1, lat, chunk, cond)
             f = chunk.num_latent_frames
             matrix, _, update, _ = timestep_matrix(
@@ -328,8 +347,11 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
             if self.mesh is None:
                 lat, chunk_state = jax.device_put((lat, chunk_state), jax.local_devices()[0])
             lat, _ = self._run_expert(0, call, lat, chunk_state, (inputs,), (axes,), n, 0, n, stats)
-            video = lat if video is None else jnp.concatenate([video, lat[:, chunk.overlap :]], axis=1)
-        return video, state
+            finished.add(lat[:, chunk.overlap :])
+            if chunk_done is not None:
+                chunk_done(k, lat[:, chunk.overlap :], end, stats)
+            del lat
+        return finished.video(), state
 
     def chunk_latents(self, call, last: bool, latents, chunk, cond) -> tuple:
         """``(latents, chunk, end)`` of a chunk before its first step: the text-to-video chunk as it
@@ -479,7 +501,8 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
     continues ``video`` on a diffusion-forcing checkpoint.
 
     ``video`` (uint8 (F, H, W, 3) frames or a list of images, each resized to height x width as
-    Wan's I2V image): its last ``overlap_history`` frames are VAE-encoded and are the first
+    Wan's I2V image): its last ``overlap_history`` frames (video frames, as diffusers counts them;
+    default 17, SkyReels-V2's recommended, where diffusers' None fails) are VAE-encoded and are the first
     chunk's prefix (finished frames, trimmed to whole causal blocks); every chunk has at most
     ``base_num_frames`` frames and repeats ``overlap_history`` of the video so far (the first chunk
     ``min(num_frames, base_num_frames)``), so ``num_frames`` counts the generated video with the
@@ -526,7 +549,7 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
         """The video and ``overlap_history`` first, then the diffusion-forcing checks.
 
         Raises:
-            InputError: no ``video`` or ``overlap_history``; a video of fewer frames than
+            InputError: no ``video``; a video of fewer frames than
                 ``overlap_history``; ``num_frames`` of no more latent frames than
                 ``overlap_history`` (no frame to generate); what
                 :meth:`SkyReelsV2DiffusionForcingPipeline.check_family_call` refuses.
@@ -534,11 +557,6 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
         video, overlap = call.extra.get("video"), call.extra.get("overlap_history")
         if video is None:
             raise InputError(Arg("video"), " is required (the video to extend: uint8 frames (F, H, W, 3) or images)")
-        if overlap is None:
-            raise InputError(
-                Arg("overlap_history", keyword=True),
-                " is required: the frames of the video that start the new ones (17 or 37 recommended)",
-            )
         frames = video_frames(video)
         if len(frames) < overlap:
             raise InputError(Arg("video"), f" has {len(frames)} frames, fewer than ", Arg("overlap_history", overlap))
@@ -551,6 +569,14 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
                 " (num_frames counts the repeated frames and the new ones)",
             )
         super().check_family_call(info, call)
+
+    @classmethod
+    def check_call(cls, info, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
+        """The checks of every pipeline, with ``overlap_history`` :data:`DEFAULT_OVERLAP_HISTORY`
+        where not given (diffusers' default, None, fails in its ``prepare_latents``)."""
+        if kwargs.get("overlap_history") is None:
+            kwargs["overlap_history"] = DEFAULT_OVERLAP_HISTORY
+        return super().check_call(info, prompt, negative_prompt, **kwargs)
 
     def condition(self, call, stats) -> dict:
         """``video_latents`` (B, P, h, w, C) float32: the normalised VAE encoding (the
@@ -575,11 +601,9 @@ class SkyReelsV2DiffusionForcingVideoToVideoPipeline(SkyReelsV2DiffusionForcingP
             latents = latents.at[:, : chunk.prefix].set(cond["video_latents"][:, : chunk.prefix])
         return latents, chunk, 0
 
-    def decode(self, call, latents, stats) -> np.ndarray:
-        """The given video's frames (as resized, in [0, 1]) followed by the decoded ones."""
-        frames = super().decode(call, latents, stats)
-        given = np.clip(self.video_pixels(call) / np.float32(2.0) + np.float32(0.5), 0.0, 1.0)
-        return np.concatenate([np.broadcast_to(given, (frames.shape[0], *given.shape)), frames], axis=1)
+    def stream_prefix(self, call) -> np.ndarray:
+        """The given video's frames (as resized, in [0, 1]): the decoded ones follow them."""
+        return np.clip(self.video_pixels(call) / np.float32(2.0) + np.float32(0.5), 0.0, 1.0)[None]
 
     def __call__(self, video: Any = None, prompt: Any = None, negative_prompt: Any = None, **kwargs: Any):
         return super().__call__(prompt, negative_prompt, video=video, **kwargs)

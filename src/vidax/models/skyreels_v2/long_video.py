@@ -1,0 +1,183 @@
+"""Long videos from the diffusion-forcing pipelines: finished chunks leave the device, and with
+``on_chunk`` each chunk is decoded as soon as it is done.
+
+A diffusion-forcing video is made chunk by chunk (:func:`~vidax.models.skyreels_v2.forcing.chunk_plan`);
+once a chunk is denoised its new latent frames are final (the next chunk repeats only the last
+``overlap_history`` of them, as its finished prefix). So the device holds one chunk's latents and
+the frames the next chunk repeats (:class:`FinishedLatents`), whatever the length; the finished
+latents wait on the host.
+
+With the call keyword ``on_chunk`` (a callable, vidax's own: diffusers has none) every chunk's
+new latent frames are decoded right away (:class:`ChunkDecoder`: the Wan VAE is causal, so frame
+by frame with its cache carried from chunk to chunk is the same decode as the whole video's at
+once, and device memory holds one latent frame's decode and the cache) and handed to
+``on_chunk(FinishedChunk)``: ``vidax generate`` appends them to the growing mp4, ``vidax serve``
+reports the chunk in its events. The call then returns these frames instead of decoding again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from vidax.pipelines.options import OBJECT, CallOption
+from vidax.pipelines.output import check_finite
+
+#: The call keyword of the chunk callback (an ``OBJECT`` option: no flag).
+ON_CHUNK = CallOption(
+    "on_chunk",
+    OBJECT,
+    "Long video (vidax's, not diffusers'): on_chunk(chunk) after each chunk is denoised, with chunk a "
+    "vidax.models.skyreels_v2.long_video.FinishedChunk holding its frames decoded (float32 (B, n, H, W, 3) in "
+    "[0, 1]); the call returns the same frames, concatenated.",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishedChunk:
+    """One finished chunk of a long video, as ``on_chunk`` gets it.
+
+    Attributes:
+        index: the chunk, 0-based.
+        count: the chunks of the call.
+        frames: float32 numpy (B, n, H, W, 3) in [0, 1], the video's next n frames (for
+            video-to-video the first chunk's start with the given video's frames).
+        frames_done: the video's frames so far, these included.
+        frames_total: the frames the finished call returns.
+    """
+
+    index: int
+    count: int
+    frames: np.ndarray
+    frames_done: int
+    frames_total: int
+
+    def progress(self) -> dict:
+        """``{"chunk", "of", "frames", "num_frames"}``: the chunk and the chunks (1-based), the
+        video's frames done and its frames (``vidax serve``'s ``chunk`` event)."""
+        return {"chunk": self.index + 1, "of": self.count, "frames": self.frames_done, "num_frames": self.frames_total}
+
+
+class ChunkDecoder:
+    """The Wan VAE's decode of a video's latents given a few frames at a time, its causal cache
+    carried from one call to the next: the frames of all calls together equal
+    ``vae.decode`` of all the latents at once (its frame-by-frame decode, ``decode_chunk``).
+
+    Args:
+        vae: the pipeline's ``AutoencoderKLWan`` (untiled: a tiled decode needs the whole video),
+            split again at every call (where the pipeline stages it, it is placed for the call).
+    """
+
+    def __init__(self, vae: Any):
+        self.vae = vae
+        self.cache: tuple | None = None
+
+    def __call__(self, z: jax.Array) -> np.ndarray:
+        """``z``: de-normalised latents (B, n, h, w, C_z), the video's next n latent frames ->
+        float32 numpy (B, frames, H, W, 3) in [-1, 1] (1 + 4 (n - 1) frames for the first call,
+        4 n after)."""
+        graphdef, state = nnx.split(self.vae)
+        out = []
+        for i in range(z.shape[1]):
+            first = self.cache is None
+            if first:
+                self.cache = self.vae.decode_cache(z[:, :1], graphdef, state)
+            frames, self.cache = _decode_chunk(
+                graphdef, state, jnp.asarray(z[:, i : i + 1]), self.cache, np.bool_(first)
+            )
+            # a copy: no host array aliases the device buffer (CPU backends share memory)
+            out.append(np.array(np.asarray(frames)[:, :1] if first else frames))
+            del frames
+        return np.concatenate(out, axis=1)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
+def _decode_chunk(graphdef, state, z, cache, first):
+    return nnx.merge(graphdef, state).decode_chunk(z, cache, first)
+
+
+class FinishedLatents:
+    """A call's finished latent frames: on the host, and the last ``keep`` of them also on the
+    device (what the next chunk repeats). Device memory: ``keep`` latent frames."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.host: list[np.ndarray] = []
+        self.tail: jax.Array | None = None
+
+    def add(self, latents: jax.Array) -> None:
+        """Append a chunk's new frames (B, n, h, w, C) (channels-last, float32)."""
+        self.host.append(np.array(latents))  # a copy: a CPU array view would keep the device buffer
+        tail = latents if self.tail is None else jnp.concatenate([self.tail, latents], axis=1)
+        self.tail = tail[:, -self.keep :] if self.keep else None
+
+    def last(self, n: int) -> jax.Array:
+        """The last ``n`` (<= ``keep``) finished frames, on the device."""
+        return self.tail[:, -n:]
+
+    def video(self) -> np.ndarray:
+        """Every finished frame, host float32 (B, T, h, w, C)."""
+        return np.concatenate(self.host, axis=1)
+
+
+class LongVideo:
+    """The diffusion-forcing pipelines' chunk streaming (mixed into
+    :class:`~vidax.models.skyreels_v2.pipeline.SkyReelsV2DiffusionForcingPipeline`): the
+    finished chunk's decode and ``on_chunk``, and :meth:`decode` returning what was decoded."""
+
+    #: The frames ``on_chunk`` was given in the call running now (None: it streams nothing).
+    _streamed: list | None = None
+
+    def start_chunks(self, call, chunks: list) -> tuple[FinishedLatents, Callable | None]:
+        """Before the first chunk: where its finished latents go, and the chunk streaming of
+        ``on_chunk`` (None without it, or with ``output_type="latent"``)."""
+        keep = max((c.overlap for c in chunks), default=0)
+        finished = FinishedLatents(keep)
+        on_chunk = call.extra.get("on_chunk")
+        self._streamed = None
+        if on_chunk is None or call.output_type == "latent":
+            return finished, None
+        self._streamed = []
+        decoder = ChunkDecoder(self.vae)
+        t = self.info.vae_config.temporal_compression
+        latent_total = sum(c.num_latent_frames - c.overlap for c in chunks)
+        prefix = self.stream_prefix(call)
+        total = prefix.shape[1] + 1 + t * (latent_total - 1)  # the last image's latent frame is not in the chunks
+        count = len(chunks)
+
+        def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
+            with stats.timed("decode_s"), self.staging.on_device("vae"), self.vae_precision():
+                z = self.decode_input(call, self.vae.denormalize_latents(new[:, : new.shape[1] - end]))
+                video = decoder(z)
+                check_finite(f"the VAE decode (chunk {index + 1} of {count})", video, nnx.state(self.vae, nnx.Param))
+            frames = np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
+            if index == 0 and prefix.shape[1]:
+                frames = np.concatenate([np.broadcast_to(prefix, (frames.shape[0], *prefix.shape[1:])), frames], 1)
+            self._streamed.append(frames)
+            stats.sample_memory()
+            done = sum(f.shape[1] for f in self._streamed)
+            on_chunk(FinishedChunk(index, count, frames, done, total))
+
+        return finished, chunk_done
+
+    def stream_prefix(self, call) -> np.ndarray:
+        """Frames the streamed video starts with before the decoded ones, float32 (1, P, H, W, 3)
+        in [0, 1] (none; video-to-video: the given video)."""
+        return np.zeros((1, 0, call.height, call.width, 3), np.float32)
+
+    def decode(self, call, latents, stats) -> np.ndarray:
+        """The frames ``on_chunk`` was given, where it was; else :meth:`stream_prefix` followed
+        by the VAE decode of the whole video's latents."""
+        streamed, self._streamed = self._streamed, None
+        if streamed:
+            return np.concatenate(streamed, axis=1)
+        frames = super().decode(call, latents, stats)
+        prefix = self.stream_prefix(call)
+        return np.concatenate([np.broadcast_to(prefix, (frames.shape[0], *prefix.shape[1:])), frames], axis=1)

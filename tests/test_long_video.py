@@ -1,0 +1,229 @@
+"""Long videos on a diffusion-forcing (SkyReels-V2 DF) checkpoint: device memory independent of
+the length, each chunk decoded as it ends (``on_chunk``) equal to the whole video's decode,
+``vidax generate --seconds`` and the growing mp4 kept on Ctrl-C, chunk events in ``vidax serve``.
+
+The checkpoint and pipeline: ``skyreels_df`` / ``skyreels_df_pipe`` of tests/conftest.py."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import vidax
+from vidax.models.skyreels_v2.long_video import FinishedChunk
+
+#: Chunks of 9 frames (3 latent) repeating 5 (2 latent): each chunk adds one latent frame (4 frames).
+CALL = dict(
+    height=32,
+    width=48,
+    num_inference_steps=2,
+    guidance_scale=1.0,
+    base_num_frames=9,
+    overlap_history=5,
+    seed=3,
+    progress=False,
+    max_sequence_length=16,
+)
+
+
+@pytest.fixture
+def df_path(skyreels_df):
+    return skyreels_df
+
+
+@pytest.fixture
+def pipe(skyreels_df_pipe):
+    return skyreels_df_pipe
+
+
+def _live_bytes() -> int:
+    return sum(a.nbytes for a in jax.live_arrays())
+
+
+def _run_measured(pipe, num_frames: int) -> tuple[int, list, np.ndarray]:
+    """(the most bytes of live device arrays seen at any step or chunk end, the chunks
+    ``on_chunk`` got, the frames returned)."""
+    seen, chunks = [], []
+
+    def on_chunk(chunk: FinishedChunk) -> None:
+        chunks.append(chunk)
+        seen.append(_live_bytes())
+
+    gc.collect()
+    out = pipe(
+        "a cat", num_frames=num_frames, callback=lambda i, n: seen.append(_live_bytes()), on_chunk=on_chunk, **CALL
+    )
+    return max(seen), chunks, out.frames
+
+
+def test_device_memory_does_not_grow_with_the_length(pipe):
+    """2 chunks and 6 chunks: the same peak of live device bytes (sampled after every step and
+    chunk). Keeping the finished latents on the device grows it by one latent frame (1536 bytes
+    here) per chunk: the tolerance is below that."""
+    short, _, _ = _run_measured(pipe, 13)
+    long, chunks, frames = _run_measured(pipe, 29)
+    print(f"peak live device bytes: 13 frames {short}, 29 frames {long}")
+    assert len(chunks) == 6 and frames.shape == (1, 29, 32, 48, 3)
+    assert abs(long - short) < 1536 // 2
+
+
+def test_chunks_streamed_equal_the_whole_decode(pipe):
+    """``on_chunk`` gets every chunk's frames as it ends (the VAE's cache carried across chunks):
+    together they are the video decoded at once, bit for bit, and the call returns them."""
+    got: list[FinishedChunk] = []
+    streamed = pipe("a cat", num_frames=21, on_chunk=got.append, **CALL).frames
+    whole = pipe("a cat", num_frames=21, **CALL).frames
+    assert [(c.index, c.count, c.frames.shape[1], c.frames_done, c.frames_total) for c in got] == [
+        (0, 4, 9, 9, 21),
+        (1, 4, 4, 13, 21),
+        (2, 4, 4, 17, 21),
+        (3, 4, 4, 21, 21),
+    ]
+    assert np.array_equal(np.concatenate([c.frames for c in got], axis=1), whole)
+    assert np.array_equal(streamed, whole)
+    assert np.abs(whole[0, 0] - whole[0, -1]).max() > 1e-3  # the frames differ: equality means something
+
+
+def test_an_interrupted_long_video_keeps_the_chunks_done(pipe, tmp_path, capsys):
+    """A signal during the third chunk (of four): the mp4 published under --output holds the two
+    chunks done (13 frames), a valid video; no temporary file is left. While the run went on, the
+    file being written (fragmented) played."""
+    import signal
+
+    import typer
+
+    from vidax.cli.long_video import generate_streamed
+    from vidax.cli.records import OutputOptions
+    from vidax.interrupt import Stop
+    from vidax.io.video import read_video
+
+    stop, ends, growing = Stop(), [], []
+
+    def step(i: int, n: int) -> None:  # the step callback restarts with every chunk
+        if i == n - 1:
+            ends.append(i)
+        if len(ends) == 2 and i == 0:  # a step of chunk 3 done: the file being written plays, then Ctrl-C
+            (tmp,) = [f for f in os.listdir(tmp_path) if f.startswith(".vidax-")]
+            growing.append(read_video(tmp_path / tmp).shape[0])
+            stop.received.append(signal.SIGINT)
+
+    call = pipe.check_call(pipe.info, "a cat", num_frames=21, cancel=stop, callback=step, **CALL)
+    path = str(tmp_path / "long.mp4")
+    output = OutputOptions(path, True, "mp4", False, True, 16)
+    with pytest.raises(typer.Exit) as stopped:
+        generate_streamed(lambda pipe, call, *_: pipe.generate(call), pipe, call, output, path, stop)
+    assert stopped.value.exit_code == 128 + signal.SIGINT
+    assert read_video(path).shape == (13, 32, 48, 3)
+    assert os.listdir(tmp_path) == ["long.mp4"]
+    said = capsys.readouterr().err
+    assert "interrupted (SIGINT) in chunk 3 of 4 (after denoising step 1 of 2)" in said
+    print(f"the growing file played {growing[0]} frames while chunk 3 ran")
+    assert growing[0] >= 9  # chunk 1 at least (the encoder may hold chunk 2's last frames back)
+    assert "(13 of 21 frames, 0.81 s: the 2 chunk(s) finished)" in said
+
+
+def test_seconds_on_the_command_line(df_path, ckpt, tmp_path, caplog):
+    """--seconds 1.1 at --fps 16 is 18 frames, made as 17 (4k+1, said naming --seconds) in chunks
+    written as they end, overlap_history chosen for the small --base-num-frames; refused with
+    --num-frames, and on a checkpoint that makes one pass beyond its default length."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+    from vidax.io.video import read_video
+
+    base = ["generate", "-p", "a cat", "--height", "32", "--width", "48", "--num-inference-steps", "2"]
+    base += ["--guidance-scale", "1", "--fps", "16"]
+    out = tmp_path / "s.mp4"
+    r = CliRunner().invoke(
+        app, [*base, "--checkpoint", df_path, "--seconds", "1.1", "--base-num-frames", "9", "-o", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    assert "--seconds 1.1 at 16 fps is 18 frames" in caplog.text and "using 17 (1.06 s)" in caplog.text
+    assert "--overlap-history 5" in r.output and "chunk 3 of 3 done: 17 of 17 frames" in r.output
+    assert read_video(out).shape == (17, 32, 48, 3)
+    r = CliRunner().invoke(app, [*base, "--checkpoint", df_path, "--seconds", "2", "--num-frames", "9"])
+    assert r.exit_code == 2 and "--seconds 2 and --num-frames 9 are both given" in r.output, r.output
+    r = CliRunner().invoke(app, [*base, "--checkpoint", ckpt, "--seconds", "5"])
+    assert r.exit_code == 2 and "--seconds 5 makes 81 frames at 16 fps; WanPipeline" in r.output, r.output
+    r = CliRunner().invoke(app, [*base, "--checkpoint", ckpt, "--seconds", "0"])
+    assert r.exit_code == 2 and "--seconds must be a length in seconds > 0, got 0" in r.output, r.output
+
+
+def test_serve_events_carry_the_chunks(pipe, tmp_path):
+    """``vidax serve``: a long video's job streams a ``chunk`` event as its chunks finish (the
+    last one, chunk 4 of 4, before ``done``), and its record keeps the last chunk."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)
+    fields = {k: v for k, v in CALL.items() if k != "progress"}
+    with TestClient(create_app(runner), base_url="http://localhost") as client:
+        job = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 21, **fields}).json()
+        events = []
+        with client.stream("GET", f"/v1/videos/{job['id']}/events") as r:
+            name = None
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, json.loads(line[6:])))
+        record = client.get(f"/v1/videos/{job['id']}").json()
+    assert events[-1][0] == "done", events
+    chunks = [(d["chunk"], d["of"], d["frames"], d["num_frames"]) for n, d in events if n == "chunk"]
+    assert chunks and chunks[-1] == (4, 4, 21, 21) and chunks == sorted(chunks), events
+    assert [n for n, _ in events].index("chunk") < len(events) - 1
+    assert record["chunk"] == {"chunk": 4, "of": 4, "frames": 21, "num_frames": 21}
+
+
+def test_extend_a_clip_from_the_command_line_and_python(df_path, tmp_path):
+    """``vidax generate --video clip.mp4 --num-frames 25`` continues the clip: its 17 frames then
+    25 more (the first 17 of them the clip's last, re-made), with no --overlap-history: the
+    pipeline's default, SkyReels' 17 frames (diffusers' None fails), which a Python call gets too."""
+    from typer.testing import CliRunner
+
+    from vidax.checkpoint import Checkpoint
+    from vidax.cli import app
+    from vidax.io.video import read_video, write_video
+    from vidax.models.skyreels_v2.pipeline import SkyReelsV2DiffusionForcingVideoToVideoPipeline as V2V
+
+    clip = np.random.default_rng(0).integers(0, 256, (17, 32, 48, 3), dtype=np.uint8)
+    write_video(clip, tmp_path / "clip.mp4", fps=16)
+    out = tmp_path / "longer.npy"
+    r = CliRunner().invoke(
+        app,
+        ["generate", "--checkpoint", df_path, "-p", "a cat", "--video", str(tmp_path / "clip.mp4")]
+        + ["--num-frames", "25", "--base-num-frames", "25", "--num-inference-steps", "2", "--guidance-scale", "1"]
+        + ["--height", "32", "--width", "48", "--max-sequence-length", "16", "-o", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    got = np.load(out)
+    assert got.shape == (17 + 25, 32, 48, 3)
+    np.testing.assert_allclose(got[:17], read_video(tmp_path / "clip.mp4") / np.float32(255), atol=1e-6)
+    info = V2V.read_checkpoint(Checkpoint.open(df_path))
+    call = V2V.check_call(info, "a cat", video=clip, num_frames=25, base_num_frames=25, height=32, width=48)
+    assert call.extra["overlap_history"] == 17
+
+
+def test_the_text_to_video_pipeline_refuses_an_image(pipe):
+    """diffusers' SkyReelsV2DiffusionForcingPipeline takes no image (a TypeError); vidax's made a
+    text-to-video and dropped it. It is refused, naming the pipeline that takes it."""
+    image = np.zeros((32, 48, 3), np.uint8)
+    with pytest.raises(vidax.errors.InputError, match=r"takes no image: image-to-video .* task='i2v'"):
+        pipe("a cat", image=image, num_frames=9, **CALL)
+
+
+def test_image_to_video_with_a_last_image_counts_its_frames(df_path):
+    """Image-to-video with ``last_image`` (its latent frame appended to the chunk, dropped before
+    the decode): the chunk's ``frames_total`` is the frames the call returns."""
+    pipe = vidax.load_pipeline(df_path, dtype="float32", task="i2v")
+    image = np.random.default_rng(0).integers(0, 256, (32, 48, 3), dtype=np.uint8)
+    got: list[FinishedChunk] = []
+    frames = pipe(image, "a cat", last_image=image, num_frames=9, on_chunk=got.append, **CALL).frames
+    assert frames.shape[1] == 9 and [(c.frames.shape[1], c.frames_done, c.frames_total) for c in got] == [(9, 9, 9)]
