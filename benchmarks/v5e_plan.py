@@ -27,14 +27,13 @@ def row(label: str, repo: str, call: dict, tmp: pathlib.Path) -> str:
     transformer = sum(t for t, _, _ in sizes.transformers.values())
     encoders = sum(sizes.text_encoders.values())
     blocks = "resident" if dp.chunk is None else f"streamed, {dp.chunk} a chunk"
-    staged = (
-        ", ".join(
-            n + (f" (layers streamed, {dp.text_chunk[n]} a chunk)" if n in dp.text_chunk else "")
-            for n, s in dp.staged.items()
-            if s
-        )
-        or "none"
-    )
+    staged = [
+        n + (f" (layers streamed, {dp.text_chunk[n]} a chunk)" if n in dp.text_chunk else "")
+        for n, s in dp.staged.items()
+        if s
+    ]
+    staged += ["transformer (off the device while the text encoder and the VAE run)"] * dp.free_transformer
+    staged = ", ".join(staged) or "none"
     peaks = " / ".join(_gib(b) for _, b in dp.stages.items())
     result = "runs" if dp.fits else f"refused: {why}"
     return (

@@ -466,16 +466,9 @@ def choose(
         p.stage(sizes.text_encoders)
     p.free = p.keep.get("transformer") is False
     if not p.fits() and p.keep.get("transformer") is None and given_chunk is None:
-        # A resident transformer waits in host memory while the text encoders and the VAE run: a
-        # copy each way, cheaper than streamed blocks or tiles (slower, and a video that differs
-        # from the untiled decode's).
-        stages, freed = p.measure()[0], p.measure(free=True)[0]
-        if stages.steps <= device and freed.text <= device and (stages.text > device or stages.decode > device):
-            p.free = True
-            p.chosen.add("free_transformer")
-    if not p.fits() and not p.tiling and act.decode_tiled is not None and p.measure()[0].decode > device:
-        p.tiling = True
-        p.chosen.add("vae_tiling")
+        p.free_transformer()
+    if not p.fits() and p.measure()[0].decode > device:
+        p.tile()
     if not p.fits():
         p.stage(sizes.decoders)
     if not p.fits() and given_chunk is None and layers > 1:
@@ -483,24 +476,8 @@ def choose(
     if not p.fits() and text_chunk is None and p.stream_text() and "chunk" in p.chosen:
         p.pick_chunk()  # the text encoder's room no longer bounds the blocks
     if not p.fits() and micro_batch is None and act.rows > 1:
-        for rows in range(act.rows // 2, 0, -1):  # the layers run the batch in parts
-            p.micro = rows
-            if p.fits():
-                p.chosen.add("micro_batch")
-                break
-        else:
-            p.micro = None
-    if p.chunk is not None and p.fits():  # streaming made room: keep what it made unneeded resident
-        p.undo(sizes.decoders, sizes.text_encoders)
-        if "vae_tiling" in p.chosen and p.fits(tiling=False):  # and decode the whole frame again
-            p.tiling = False
-            p.chosen.discard("vae_tiling")
-    if "free_transformer" in p.chosen and (p.chunk is not None or p.fits(free=False)):
-        p.free = False  # not needed, or the blocks stream (their chunks leave the device anyway)
-        p.chosen.discard("free_transformer")
-        if not p.fits() and not p.tiling and act.decode_tiled is not None:
-            p.tiling = True
-            p.chosen.add("vae_tiling")
+        p.split_batch()
+    p.settle()
     stages, waiting = p.measure()
     chosen = p.chosen if any(p.staged.values()) else p.chosen - {"staged"}
     return DevicePlan(
@@ -571,6 +548,45 @@ class _Placing:
         if free:
             self.staged = {**self.staged, **dict.fromkeys(free, True)}
             self.chosen.add("staged")
+
+    def free_transformer(self) -> None:
+        """Move a resident transformer to host memory while the text encoders and the VAE run
+        where its steps fit and that makes their stages fit: a copy each way, cheaper than
+        streamed blocks or tiles (slower, and a video that differs from the untiled decode's)."""
+        stages, freed = self.measure()[0], self.measure(free=True)[0]
+        if stages.steps <= self.device and freed.text <= self.device and self.device < max(stages.text, stages.decode):
+            self.free = True
+            self.chosen.add("free_transformer")
+
+    def tile(self) -> None:
+        """Decode the VAE in tiles (where it has a tiled decode)."""
+        if not self.tiling and self.act.decode_tiled is not None:
+            self.tiling = True
+            self.chosen.add("vae_tiling")
+
+    def split_batch(self) -> None:
+        """Run each layer on the step's batch in parts: the largest part that fits."""
+        for rows in range(self.act.rows // 2, 0, -1):
+            self.micro = rows
+            if self.fits():
+                self.chosen.add("micro_batch")
+                return
+        self.micro = None
+
+    def settle(self) -> None:
+        """Undo what streaming made unneeded (staging, tiling) while it still fits, and the
+        transformer's moves where they are not needed or the blocks stream (their chunks leave
+        the device anyway)."""
+        if self.chunk is not None and self.fits():
+            self.undo(self.sizes.decoders, self.sizes.text_encoders)
+            if "vae_tiling" in self.chosen and self.fits(tiling=False):  # the whole frame again
+                self.tiling = False
+                self.chosen.discard("vae_tiling")
+        if "free_transformer" in self.chosen and (self.chunk is not None or self.fits(free=False)):
+            self.free = False
+            self.chosen.discard("free_transformer")
+            if not self.fits():
+                self.tile()
 
     def pick_chunk(self) -> None:
         """The most blocks a chunk that fit (1 where none does)."""

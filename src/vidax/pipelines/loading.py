@@ -338,8 +338,7 @@ class Loading:
             offload: weights in host memory (:func:`vidax.parallel.offload.resolve_offload`):
                 transformer blocks streamed each step, text encoder / VAE staged
                 (``docs/offloading.md``).
-            stats: receives the load time.
-            offload_experts: with two experts, keep the one not in use in host memory.
+            stats: receives the load time. offload_experts: with two experts, keep the one not in use in host memory.
             progress: show a status line on stderr while the weights load; False also silences
                 every later call that does not give ``progress=`` (:func:`vidax.load_pipeline`).
             matmul_precision: ``"highest"`` (float32 products in float32, as torch), ``"high"``

@@ -25,7 +25,6 @@ last saved step and ends with the video an uninterrupted run makes.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
@@ -42,6 +41,7 @@ import numpy as np
 from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
 from vidax.pipelines.presets import distilled_warning, family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload
+from vidax.serve.pending import CheckWarnings, Pending
 from vidax.serve.records import (
     Unwritten,
     error_code,
@@ -59,33 +59,6 @@ logger = logging.getLogger("vidax.serve")
 NO_PRESET = "none"
 
 
-#: Previews kept per running job for its event streams (a client polling slower than the
-#: previews come sees the latest ones).
-KEPT_PREVIEWS = 4
-
-
-class _Pending:
-    """A job accepted and not finished: its checked call, its cancel event, its live step, the
-    batch it may join (``key``: jobs of one key share a denoising batch; None: it runs alone),
-    its latest previews (the last :data:`KEPT_PREVIEWS`), and the saved state it resumes from
-    (``resume``: a state file)."""
-
-    def __init__(self, job_id: str, call: Any):
-        self.id, self.call, self.fps, self.cache = job_id, call, None, None
-        self.preset: Any = None  # the Preset the job runs under (None: none)
-        self.scheduler: Any = None  # its preset's scheduler where not the pipeline's (None: the pipeline's)
-        self.request: Fields | None = None  # spells the run's errors as the request's fields
-        self.cancel = threading.Event()
-        self.step = 0
-        self.key: tuple | None = None
-        self.previews: collections.deque = collections.deque(maxlen=KEPT_PREVIEWS)
-        self.warnings: list[
-            str
-        ] = []  # what the request's checks changed, as vidax generate warns (the job's "warnings")
-        self.resume: str | None = None
-        self.chunk: dict | None = None  # a long video's last chunk finished (its record's "chunk")
-
-
 #: What a batch's jobs must share besides the shape and the steps: the call's other settings
 #: (each job keeps its own prompt, negative prompt and seed; with :func:`per_video_guidance`
 #: its own guidance too, the batch sharing only whether CFG runs).
@@ -101,36 +74,6 @@ _SHARED_SETTINGS = (
     "do_cfg",
 )
 _GUIDANCE = ("guidance_scale", "guidance_scale_2")
-
-
-class _CheckWarnings(logging.Handler):
-    """The warnings the pipeline's checks log in this thread while a request is checked
-    (``num_frames=2 is not of the form 4k+1; using 1``), each with its arguments spelled as the
-    request's fields (:meth:`~vidax.serve.fields.Fields.spell`): ``messages``."""
-
-    def __init__(self, request: Fields):
-        super().__init__(logging.WARNING)
-        self.request, self.thread, self.messages = request, threading.get_ident(), []
-        self.logger = logging.getLogger("vidax.pipeline")
-
-    def __enter__(self) -> _CheckWarnings:
-        self.logger.addHandler(self)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.logger.removeHandler(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from vidax.errors import Arg, Message
-
-        if record.thread != self.thread:
-            return
-        spell = self.request.spell
-        args = record.args if isinstance(record.args, tuple) else ()
-        shown = tuple(
-            spell(a) if isinstance(a, Arg) else a.render(spell) if isinstance(a, Message) else a for a in args
-        )
-        self.messages.append(str(record.msg) % shown if shown else record.getMessage())
 
 
 def per_video_guidance(pipe: Any) -> bool:
@@ -198,11 +141,11 @@ class JobRunner:
         self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, Pending] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._waiting: list[_Pending] = []  # in the order they run
-        self._running: list[_Pending] = []
+        self._waiting: list[Pending] = []  # in the order they run
+        self._running: list[Pending] = []
         self._resumed: int | None = None  # the saved step the running batch resumed at
         #: (bytes, what they are): the memory there was when no job ran, last measured
         #: (:meth:`_check_memory`); None before the first request.
@@ -293,7 +236,7 @@ class JobRunner:
         image_path: str | None,
         image_name: str,
         texts: Mapping[str, str] | None,
-    ) -> tuple[_Pending, dict]:
+    ) -> tuple[Pending, dict]:
         """The checked job of a request (not queued yet); ``image_path``: its ``input_reference``.
 
         Raises:
@@ -313,7 +256,7 @@ class JobRunner:
             texts=texts,
             presets=bool(presets_for(family_of(self.cls))),
         )
-        pending = _Pending(job_id, None)
+        pending = Pending(job_id, None)
         call, preset_cache = self._checked_call(pending, request, image_path)
         pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps) or preset_cache
         if self.recognised is not None and pending.preset == self.recognised[0]:
@@ -325,7 +268,7 @@ class JobRunner:
         pending.key = self._batch_key(pending)
         return pending, self._queued_job(pending, image_name)
 
-    def _checked_call(self, pending: _Pending, request: Fields, image_path: str | None) -> tuple[Any, Any]:
+    def _checked_call(self, pending: Pending, request: Fields, image_path: str | None) -> tuple[Any, Any]:
         """``(call, preset_cache)``: the pipeline's checked call of ``request`` (its images read,
         under its preset, its memory estimate checked) and the preset's step cache where the
         request turned none on (None: none).
@@ -350,7 +293,7 @@ class JobRunner:
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
             kw, applied = self._preset(pending, request, kw)
-            with _CheckWarnings(request) as warned:  # what the checks change (num_frames rounded), said in the job
+            with CheckWarnings(request) as warned:  # what the checks change (num_frames rounded), said in the job
                 call = self.cls.check_call(
                     self.info,
                     progress=False,
@@ -367,7 +310,7 @@ class JobRunner:
             raise request.error(e) from None
         return call, preset_cache
 
-    def _queued_job(self, pending: _Pending, image_name: str) -> dict:
+    def _queued_job(self, pending: Pending, image_name: str) -> dict:
         """The record of the checked job ``pending``, queued (the OpenAI video object and vidax's
         fields, see the module's docstring)."""
         call = pending.call
@@ -396,7 +339,7 @@ class JobRunner:
             **({"warnings": pending.warnings} if pending.warnings else {}),
         }
 
-    def _preset(self, pending: _Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+    def _preset(self, pending: Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """``(kw, applied)``: the call keywords ``kw`` over those of the job's preset (the
         request's ``preset``, ``"none"`` for none; else the pipeline's), the preset's values that
         apply; the preset and its scheduler set in ``pending``.
@@ -450,7 +393,7 @@ class JobRunner:
             also="",
         )
 
-    def _batch_key(self, pending: _Pending) -> tuple | None:
+    def _batch_key(self, pending: Pending) -> tuple | None:
         """What a job's batch-mates must share (on a data-parallel mesh also the key of a job that
         runs alone but may be padded, :meth:`_padding`), or None when it runs alone as it is:
         with a step cache (its state is the call's), an image, several videos, or a family that
@@ -475,7 +418,7 @@ class JobRunner:
             preset,
         )
 
-    def _enqueue(self, pending: _Pending) -> None:
+    def _enqueue(self, pending: Pending) -> None:
         # with self._lock held
         self._pending[pending.id] = pending
         self._waiting.append(pending)
@@ -564,7 +507,7 @@ class JobRunner:
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "cache") from None
 
-    def _stepped(self, batch: list[_Pending], step: int, steps: int) -> None:
+    def _stepped(self, batch: list[Pending], step: int, steps: int) -> None:
         """The call's step callback: each job's record keeps the step reached (and its
         progress), so a job whose server died keeps it; a job cancelled while its batch runs on
         keeps the record made then."""
@@ -572,14 +515,14 @@ class JobRunner:
             pending.step = step
             self.store.update(pending.id, step=step, progress=progress_percent(step, steps))
 
-    def _chunked(self, batch: list[_Pending], chunk: Any) -> None:
+    def _chunked(self, batch: list[Pending], chunk: Any) -> None:
         """The call's ``on_chunk``: each job's record keeps the last chunk finished (``chunk``,
         :meth:`~vidax.models.skyreels_v2.long_video.FinishedChunk.progress`), a ``chunk`` event."""
         for pending in self._live(batch):
             pending.chunk = chunk.progress()
             self.store.update(pending.id, chunk=pending.chunk)
 
-    def _live(self, batch: list[_Pending]) -> list[_Pending]:
+    def _live(self, batch: list[Pending]) -> list[Pending]:
         """The jobs of ``batch`` not finished yet (not cancelled while the batch runs on)."""
         with self._lock:
             return [p for p in batch if p.id in self._pending]
@@ -677,7 +620,7 @@ class JobRunner:
         while (batch := self._next_batch()) is not None:
             self._run(batch)
 
-    def _next_batch(self) -> list[_Pending] | None:
+    def _next_batch(self) -> list[Pending] | None:
         """The next jobs to run together (marked running), or None when stopping."""
         with self._lock:
             while True:
@@ -695,7 +638,7 @@ class JobRunner:
                 self.store.put({**self.store.get(pending.id), "status": IN_PROGRESS})
             return batch
 
-    def _gather(self) -> list[_Pending]:
+    def _gather(self) -> list[Pending]:
         # with self._lock held: the first waiting job and those that may join it, waiting up to
         # the batch window for more; [] when the first was cancelled meanwhile.
         first = self._waiting[0]
@@ -721,7 +664,7 @@ class JobRunner:
             if first not in self._waiting:
                 return []
 
-    def _batched_call(self, batch: list[_Pending], state_path: str) -> Any:
+    def _batched_call(self, batch: list[Pending], state_path: str) -> Any:
         """One call running every job of ``batch``: the first's settings, each job's prompt,
         negative prompt, initial noise (drawn from its own seed, as when it runs alone) and
         guidance (:attr:`~vidax.pipelines.base.Call.video_guidance`, where they differ); on a
@@ -763,7 +706,7 @@ class JobRunner:
             resume=resume,
         )
 
-    def _on_state(self, batch: list[_Pending], path: str, call: Any) -> Callable | None:
+    def _on_state(self, batch: list[Pending], path: str, call: Any) -> Callable | None:
         """The call's ``on_state``: the state saved every :attr:`save_every` steps (with a step
         cache, its state beside the loop's, :func:`save_state`), a preview made every
         :attr:`preview_every` steps (:class:`~vidax.serve.preview.Previewer`)."""
@@ -794,7 +737,7 @@ class JobRunner:
 
         return on_state
 
-    def _padding(self, batch: list[_Pending]) -> int:
+    def _padding(self, batch: list[Pending]) -> int:
         """Videos added to ``batch`` so that its denoising rows (the videos, times two with CFG)
         split evenly over the mesh's data-parallel devices: a batch that does not split is
         replicated on every device (no faster than one); 0 off a data-parallel mesh and for a
@@ -807,7 +750,7 @@ class JobRunner:
             n += 1
         return n - len(batch)
 
-    def _batch_report(self, batch: list[_Pending], index: int, resumed: int | None) -> dict:
+    def _batch_report(self, batch: list[Pending], index: int, resumed: int | None) -> dict:
         """How a job ran: ``size`` (videos in its denoising batch), ``index`` (its row), the ids
         of the batch's jobs, ``resumed_from_step`` (the saved step it resumed at, or None), and
         ``data_parallel``: None off a data-parallel mesh, else ``devices`` (the mesh's data
@@ -832,7 +775,7 @@ class JobRunner:
             "data_parallel": dp,
         }
 
-    def _run(self, batch: list[_Pending]) -> None:
+    def _run(self, batch: list[Pending]) -> None:
         from vidax.io.video import write_video
 
         state_path = self.store.state_path(batch[0].id)
@@ -891,7 +834,7 @@ class JobRunner:
                 if pending.resume is not None and os.path.exists(pending.resume):
                     os.unlink(pending.resume)
 
-    def _finish(self, pending: _Pending, job: dict, out: Any, index: int, write_video: Callable) -> dict:
+    def _finish(self, pending: Pending, job: dict, out: Any, index: int, write_video: Callable) -> dict:
         """The record of a job whose call ran: its mp4 written (row ``index`` of the output)."""
         try:
             if pending.cancel.is_set():
@@ -925,7 +868,7 @@ class JobRunner:
             **({} if pending.chunk is None else {"chunk": pending.chunk}),
         }
 
-    def _failure(self, pending: _Pending, job: dict, e: Exception) -> dict:
+    def _failure(self, pending: Pending, job: dict, e: Exception) -> dict:
         """The record of a job that failed with ``e``."""
         if isinstance(e, Cancelled):
             return failed_job({**job, **reached_step(pending.step, job)}, str(e), "cancelled")
