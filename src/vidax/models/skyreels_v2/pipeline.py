@@ -327,7 +327,7 @@ class SkyReelsV2DiffusionForcingPipeline(WanPipeline):
             n = len(matrix)
             if self.mesh is None:
                 lat, chunk_state = jax.device_put((lat, chunk_state), jax.local_devices()[0])
-            lat, _ = self._run_expert(0, call, lat, chunk_state, (inputs,), (axes,), n, 0, n, stats)
+            lat, _ = self.denoiser.run_expert(self, 0, call, lat, chunk_state, (inputs,), (axes,), (n, 0, n), stats)
             video = lat if video is None else jnp.concatenate([video, lat[:, chunk.overlap :]], axis=1)
         return video, state
 
