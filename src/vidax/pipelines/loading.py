@@ -473,3 +473,77 @@ class Loading:
             text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
             stageable=tuple(cls.stageable),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Weighted:
+    """How a family loads one component with weights: a row of its declared component table
+    (:class:`ComponentTable`).
+
+    Attributes:
+        dtype: the loading keyword giving its dtype: ``"dtype"`` (the pipeline's), a family's
+            option (``"vae_dtype"``, ``"text_encoder_dtype"``), or a dtype name (``"float32"``).
+        none_is_dtype: the option's None means the pipeline's ``dtype`` (HunyuanVideo's
+            ``text_encoder_dtype``); otherwise None is refused as any invalid dtype.
+        mesh: placed on the device mesh (sharded by its rules).
+        offload: its blocks streamed from host memory where the load asks (``offload=``).
+        staged: it may wait in host memory between uses (the load's staging).
+    """
+
+    dtype: str = "dtype"
+    none_is_dtype: bool = False
+    mesh: bool = False
+    offload: bool = False
+    staged: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentTable:
+    """A family's components as its ``load_components`` loads them, declared.
+
+    Attributes:
+        files: name -> the class built from the checkpoint's folder of that name (a tokenizer).
+        weighted: name -> :class:`Weighted`, read in this order (every checkpoint checked against
+            its model before the first weight is read, :meth:`Loading.load_weighted`).
+
+    The scheduler is built from its config (every family has one).
+    """
+
+    files: Mapping[str, Any]
+    weighted: Mapping[str, Weighted]
+
+    def load(
+        self, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any, staging: Staging, **options: Any
+    ) -> dict[str, Any]:
+        """name -> module of every component of the table (``options``: the family's loading
+        keywords the rows' ``dtype`` names, e.g. ``vae_dtype``).
+
+        Raises:
+            InputError: an invalid dtype (as ``parse_dtype``); see :meth:`Loading.load_weighted`.
+        """
+        ckpt = info.checkpoint
+        modules: dict[str, Any] = {name: make(ckpt.folder(name)) for name, make in self.files.items()}
+        modules["scheduler"] = Loading.load_component(info, "scheduler")
+        requests = {}
+        for name, row in self.weighted.items():
+            if row.dtype == "dtype":
+                row_dtype = dtype
+            elif row.dtype in options:
+                value = options[row.dtype]
+                row_dtype = parse_dtype(dtype if value is None and row.none_is_dtype else value)
+            else:
+                row_dtype = parse_dtype(row.dtype)
+            requests[name] = dict(
+                dtype=row_dtype,
+                mesh=mesh if row.mesh else None,
+                offload=offload if row.offload else None,
+                staging=staging if row.staged else None,
+            )
+        return modules | Loading.load_weighted(info, requests)
+
+
+#: The rows most families share: a text encoder in the pipeline's dtype on the mesh, staged; the
+#: denoising transformer on the mesh, its blocks streamed where asked; the VAE in ``vae_dtype``, staged.
+TEXT_ENCODER = Weighted(mesh=True, staged=True)
+TRANSFORMER = Weighted(mesh=True, offload=True)
+VAE = Weighted(dtype="vae_dtype", staged=True)

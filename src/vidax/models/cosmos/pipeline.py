@@ -53,6 +53,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import VIDEO_FILE, CallOption
 
 logger = logging.getLogger("vidax.pipeline")
@@ -117,6 +118,14 @@ def match_num_frames(video: np.ndarray, num_frames: int, temporal_compression: i
         pad = np.repeat(video[:, -1:], num_frames - video.shape[1], axis=1)
         return np.concatenate([video, pad], axis=1)
     return video[:, :num_frames]
+
+
+#: The components: the text encoder and the transformer in the pipeline's dtype, the VAE in
+#: ``vae_dtype`` (float32 by default).
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer},
+    weighted={"text_encoder": TEXT_ENCODER, "transformer": TRANSFORMER, "vae": VAE},
+)
 
 
 class CosmosPredictPipeline(VideoPipeline):
@@ -292,20 +301,7 @@ class CosmosPredictPipeline(VideoPipeline):
         """Tokenizer (with its chat template), the Qwen2.5-VL text tower, the transformer, the
         Wan VAE (``vae_dtype``, float32 by default) and the scheduler; every checkpoint checked
         against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        modules = {
-            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
-        return modules | cls.load_weighted(
-            info,
-            {
-                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-            },
-        )
+        return COMPONENTS.load(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype)
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
