@@ -186,10 +186,6 @@ class VideoPipeline(
         """A context in which the pipeline's work runs at :attr:`matmul_precision`."""
         return precision_context(self.matmul_precision)
 
-    def vae_precision(self):
-        """A context in which the VAE decode runs at :attr:`vae_matmul_precision`."""
-        return precision_context(self.vae_matmul_precision)
-
     # ================================================================== the call
     #: The :class:`~vidax.pipelines.presets.Preset` given to :func:`vidax.load_pipeline` (``preset=``):
     #: its call keywords are every call's defaults, its scheduler is :attr:`scheduler`. None: none.
@@ -279,23 +275,6 @@ class VideoPipeline(
     #: (the call planned, its :class:`~vidax.pipelines.device_plan.StageMemory`) where the load was
     #: planned for a device's memory with a call: the estimates the run's summary shows per stage.
     device_plan: tuple | None = None
-
-    def warn_if_data_axis_idle(self, call: Call) -> None:
-        """Warn when the mesh's data axis cannot split the denoising batch (the videos, times two
-        with CFG): the batch is then replicated over it, and its devices add no speed."""
-        dp = 1 if self.mesh is None else dict(self.mesh.shape).get("data", 1)
-        batch = call.batch * (2 if call.do_cfg else 1)
-        if dp > 1 and batch % dp:
-            logger.warning(
-                "the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
-                "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
-                "(--dp, mesh=) would split it",
-                batch,
-                call.batch,
-                ", CFG doubles it" if call.do_cfg else "",
-                dp,
-                batch,
-            )
 
     #: The step cache's config (None: off, the default); see :meth:`enable_cache`.
     cache_config: Any = None

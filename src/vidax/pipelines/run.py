@@ -5,6 +5,7 @@ segments of one expert each, one jitted step or the blocks streamed from host me
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
 from vidax.pipelines.memory import _gib, available_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, decode_audio, finite_array, frames_as_pil
+from vidax.pipelines.prompts import call_embeds
 from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
 from vidax.pipelines.step_cache import (
     CacheCarry,
@@ -37,6 +39,8 @@ from vidax.pipelines.step_cache import (
     taylorseer_mode,
 )
 from vidax.stats import RunStats
+
+logger = logging.getLogger("vidax.pipeline")
 
 
 def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
@@ -65,6 +69,24 @@ def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
         )
 
 
+def warn_if_data_axis_idle(mesh: Any, call: Call) -> None:
+    """Warn when ``mesh``'s data axis cannot split the denoising batch (the videos, times two
+    with CFG): the batch is then replicated over it, and its devices add no speed."""
+    dp = 1 if mesh is None else dict(mesh.shape).get("data", 1)
+    batch = call.batch * (2 if call.do_cfg else 1)
+    if dp > 1 and batch % dp:
+        logger.warning(
+            "the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
+            "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
+            "(--dp, mesh=) would split it",
+            batch,
+            call.batch,
+            ", CFG doubles it" if call.do_cfg else "",
+            dp,
+            batch,
+        )
+
+
 def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     """Run a checked :class:`Call` on ``pipe`` (its :meth:`~vidax.pipelines.base.VideoPipeline.generate`),
     refused first when it cannot fit (``pipe.check_memory``).
@@ -78,7 +100,7 @@ def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
     """
     pipe.check_components()
     check_cache_call(pipe.cache_config, call.num_inference_steps)
-    pipe.warn_if_data_axis_idle(call)
+    warn_if_data_axis_idle(pipe.mesh, call)
     tiling = getattr(pipe.vae, "use_tiling", False)
     est = (
         None
@@ -161,7 +183,7 @@ def run_call(pipe: Any, call: Call, phase: list) -> VideoPipelineOutput:
         ),
     )
     with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
-        embeds = pipe.call_embeds(call)
+        embeds = call_embeds(pipe, call)
         embeds = jax.tree.map(lambda e: repeat_embeds(e, call.num_videos_per_prompt, pipe.dtype), embeds)
         jax.block_until_ready(embeds)
     stats.sample_stage("text encoding")

@@ -128,6 +128,22 @@ COMPONENTS = ComponentTable(
 )
 
 
+def refuse_image_and_video(call: Any, image_task: str, video_task: str) -> None:
+    """Raise InputError when ``call`` gives both ``image`` and ``video``, naming the task each
+    one makes (``image_task``, ``video_task``)."""
+    if call.image is not None:
+        raise InputError(
+            Arg("image", keyword=True),
+            " and ",
+            Arg("video", keyword=True),
+            " are both given; give ",
+            Arg("image", keyword=True),
+            f" ({image_task}) or ",
+            Arg("video", keyword=True),
+            f" ({video_task})",
+        )
+
+
 class CosmosPredictPipeline(VideoPipeline):
     """Cosmos-Predict2.5 (2B / 14B): text2world, image2world (``image=``) and video2world
     (``video=``) in one pipeline (reference: ``diffusers.Cosmos2_5_PredictBasePipeline``). Build
@@ -228,18 +244,9 @@ class CosmosPredictPipeline(VideoPipeline):
 
     @classmethod
     def model_size(cls, info: CosmosInfo, call) -> ModelSize:
-        from vidax.models.wan.pipeline import wan_vae_decode_size
+        from vidax.models.wan.pipeline import wan_model_size
 
-        cfg = info.transformer_config
-        _, _, t, h, w = cls.latent_shape(info, call)
-        pt, ph, pw = cfg.patch_size
-        return ModelSize(
-            tokens=(t // pt) * (h // ph) * (w // pw),
-            hidden_size=cfg.inner_dim,
-            ffn_dim=cfg.ffn_dim,
-            num_layers=cfg.num_layers,
-            **wan_vae_decode_size(info.vae_config),
-        )
+        return wan_model_size(info.transformer_config, cls.latent_shape(info, call), info.vae_config)
 
     @classmethod
     def conditioning_frames(cls, call) -> int:
@@ -255,17 +262,7 @@ class CosmosPredictPipeline(VideoPipeline):
         one_image(call.image, "image2world takes")
         if video is None:
             return
-        if call.image is not None:
-            raise InputError(
-                Arg("image", keyword=True),
-                " and ",
-                Arg("video", keyword=True),
-                " are both given; give ",
-                Arg("image", keyword=True),
-                " (image2world) or ",
-                Arg("video", keyword=True),
-                " (video2world)",
-            )
+        refuse_image_and_video(call, "image2world", "video2world")
         if len(call.prompts) != 1:
             raise InputError(
                 Arg("video"),

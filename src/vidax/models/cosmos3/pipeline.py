@@ -56,6 +56,7 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
+from vidax.models.cosmos.pipeline import refuse_image_and_video
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
@@ -330,17 +331,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
             )
         if video is None:
             return
-        if call.image is not None:
-            raise InputError(
-                Arg("image", keyword=True),
-                " and ",
-                Arg("video", keyword=True),
-                " are both given; give ",
-                Arg("image", keyword=True),
-                " (image-to-video) or ",
-                Arg("video", keyword=True),
-                " (video-to-video)",
-            )
+        refuse_image_and_video(call, "image-to-video", "video-to-video")
         if call.num_frames == 1:
             raise InputError(Arg("video", keyword=True), " needs ", Arg("num_frames"), " > 1, got 1")
         video_frames(video)

@@ -104,16 +104,7 @@ class WanPipeline(VideoPipeline):
     def model_size(cls, info: WanInfo, call) -> ModelSize:
         """Video patches of one sample (the text goes in through cross-attention)."""
         cfg = info.transformer_configs[0]
-        _, _, t, h, w = cls.latent_shape(info, call)
-        pt, ph, pw = cfg.patch_size
-        return ModelSize(
-            tokens=(t // pt) * (h // ph) * (w // pw),
-            hidden_size=cfg.inner_dim,
-            ffn_dim=cfg.ffn_dim,
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_attention_heads,
-            **wan_vae_decode_size(info.vae_config),
-        )
+        return wan_model_size(cfg, cls.latent_shape(info, call), info.vae_config, num_heads=cfg.num_attention_heads)
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
@@ -409,6 +400,23 @@ def clip_processor_config(ckpt: Checkpoint) -> dict:
 def _one(image: Any) -> Any:
     """``image``, or the image of a list of one (diffusers' processors take a list of images)."""
     return image[0] if isinstance(image, (list, tuple)) and len(image) == 1 else image
+
+
+def wan_model_size(cfg: Any, latent_shape: tuple[int, ...], vae: Any, **extra: Any) -> ModelSize:
+    """The :class:`~vidax.pipelines.base.ModelSize` of a Wan-layout transformer (``cfg``: its
+    ``patch_size``, ``inner_dim``, ``ffn_dim``, ``num_layers``) on latents of ``latent_shape``
+    ``(B, C, T, H, W)``: one token per patch, and the Wan VAE's decode chunk
+    (:func:`wan_vae_decode_size`); ``extra``: further fields (``num_heads``)."""
+    _, _, t, h, w = latent_shape
+    pt, ph, pw = cfg.patch_size
+    return ModelSize(
+        tokens=(t // pt) * (h // ph) * (w // pw),
+        hidden_size=cfg.inner_dim,
+        ffn_dim=cfg.ffn_dim,
+        num_layers=cfg.num_layers,
+        **extra,
+        **wan_vae_decode_size(vae),
+    )
 
 
 def wan_vae_decode_size(vae) -> dict:
