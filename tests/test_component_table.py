@@ -58,3 +58,21 @@ def test_an_invalid_option_dtype_is_refused_before_loading(loads):
     with pytest.raises(InputError):  # None is no dtype unless the row says it means the pipeline's
         table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype=None)
     assert loads == []
+
+
+def test_skipped_rows_and_a_components_own_dtype(loads):
+    """A row the checkpoint lacks is left out (``skip``); ``dtype=None`` leaves the dtype to the
+    component's own loader (no ``dtype`` request)."""
+    table = ComponentTable(
+        files={}, weighted={"duration_head": Weighted(), "sound": Weighted(dtype=None, staged=True), "vae": VAE}
+    )
+    staging = object()
+    table.load(
+        INFO, dtype=jnp.bfloat16, mesh=None, offload=None, staging=staging, skip=("duration_head",), vae_dtype="bf16"
+    )
+    assert loads == [
+        {
+            "sound": dict(dtype=None, mesh=None, offload=None, staging=staging),
+            "vae": dict(dtype=jnp.bfloat16, mesh=None, offload=None, staging=staging),
+        }
+    ]

@@ -13,7 +13,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from vidax.checkpoint import Checkpoint, CheckpointInfo, resolve_checkpoint
@@ -482,7 +482,8 @@ class Weighted:
 
     Attributes:
         dtype: the loading keyword giving its dtype: ``"dtype"`` (the pipeline's), a family's
-            option (``"vae_dtype"``, ``"text_encoder_dtype"``), or a dtype name (``"float32"``).
+            option (``"vae_dtype"``, ``"text_encoder_dtype"``), a dtype name (``"float32"``), or
+            None (the component's own, as its registry entry loads it).
         none_is_dtype: the option's None means the pipeline's ``dtype`` (HunyuanVideo's
             ``text_encoder_dtype``); otherwise None is refused as any invalid dtype.
         mesh: placed on the device mesh (sharded by its rules).
@@ -490,7 +491,7 @@ class Weighted:
         staged: it may wait in host memory between uses (the load's staging).
     """
 
-    dtype: str = "dtype"
+    dtype: str | None = "dtype"
     none_is_dtype: bool = False
     mesh: bool = False
     offload: bool = False
@@ -513,10 +514,19 @@ class ComponentTable:
     weighted: Mapping[str, Weighted]
 
     def load(
-        self, info: CheckpointInfo, *, dtype: Any, mesh: Any, offload: Any, staging: Staging, **options: Any
+        self,
+        info: CheckpointInfo,
+        *,
+        dtype: Any,
+        mesh: Any,
+        offload: Any,
+        staging: Staging,
+        skip: Collection[str] = (),
+        **options: Any,
     ) -> dict[str, Any]:
-        """name -> module of every component of the table (``options``: the family's loading
-        keywords the rows' ``dtype`` names, e.g. ``vae_dtype``).
+        """name -> module of every component of the table but those in ``skip`` (weighted rows the
+        checkpoint does not have; ``options``: the family's loading keywords the rows' ``dtype``
+        names, e.g. ``vae_dtype``).
 
         Raises:
             InputError: an invalid dtype (as ``parse_dtype``); see :meth:`Loading.load_weighted`.
@@ -526,8 +536,10 @@ class ComponentTable:
         modules["scheduler"] = Loading.load_component(info, "scheduler")
         requests = {}
         for name, row in self.weighted.items():
-            if row.dtype == "dtype":
-                row_dtype = dtype
+            if name in skip:
+                continue
+            if row.dtype is None or row.dtype == "dtype":
+                row_dtype = None if row.dtype is None else dtype
             elif row.dtype in options:
                 value = options[row.dtype]
                 row_dtype = parse_dtype(dtype if value is None and row.none_is_dtype else value)
