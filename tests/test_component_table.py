@@ -76,3 +76,13 @@ def test_skipped_rows_and_a_components_own_dtype(loads):
             "vae": dict(dtype=jnp.bfloat16, mesh=None, offload=None, staging=staging),
         }
     ]
+
+
+def test_a_second_expert_moves_to_host_memory_as_it_is_read(loads):
+    """An ``expert_to_host`` row is moved to host memory once read, unless ``offload_experts=False``."""
+    from vidax.pipelines.experts import Experts
+
+    table = ComponentTable(files={}, weighted={"transformer_2": Weighted(expert_to_host=True)})
+    table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None)
+    table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, offload_experts=False)
+    assert [r["transformer_2"].get("then") for r in loads] == [Experts.move_to_host, None]

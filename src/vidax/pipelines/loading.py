@@ -21,6 +21,7 @@ from vidax.errors import InputError
 from vidax.nn.inputs import parse_dtype
 from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import status
+from vidax.pipelines.experts import Experts
 from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.spec import check_load_options, diffusers_classes
@@ -489,6 +490,9 @@ class Weighted:
         mesh: placed on the device mesh (sharded by its rules).
         offload: its blocks streamed from host memory where the load asks (``offload=``).
         staged: it may wait in host memory between uses (the load's staging).
+        expert_to_host: a second expert, moved to host memory as soon as it is read
+            (:meth:`Experts.move_to_host <vidax.pipelines.experts.Experts.move_to_host>`) where
+            the load's ``offload_experts`` is true (its default), so the device never holds both.
     """
 
     dtype: str | None = "dtype"
@@ -496,6 +500,7 @@ class Weighted:
     mesh: bool = False
     offload: bool = False
     staged: bool = False
+    expert_to_host: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -551,6 +556,8 @@ class ComponentTable:
                 offload=offload if row.offload else None,
                 staging=staging if row.staged else None,
             )
+            if row.expert_to_host and options.get("offload_experts", True):
+                requests[name]["then"] = Experts.move_to_host
         return modules | Loading.load_weighted(info, requests)
 
 
