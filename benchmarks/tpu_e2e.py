@@ -27,7 +27,9 @@ the video is noise), at the checkpoint's call defaults or the given size / steps
 
 ``--budget-s S`` stops the call when S seconds have passed since the process started (before the
 next step or VAE chunk) and still writes the row, with ``stopped`` saying where (a row must fit
-one 10-minute device call). ``--table ROWS.jsonl`` renders rows as the markdown table of
+one 10-minute device call); a stage the budget cannot stop (a compile, one long program) is ended
+:data:`HARD_STOP_GRACE_S` seconds later with the row so far (``killed``) and every thread's stack
+on stderr. ``--table ROWS.jsonl`` renders rows as the markdown table of
 docs/benchmarks/tpu.md instead of running anything.
 
     python benchmarks/tpu_e2e.py --model wan-1.3b --compile-cache /tmp/cc --out rows.jsonl   # cold
@@ -112,8 +114,35 @@ def process_age_s() -> float:
     return time.time() - process_start()
 
 
-def run(args) -> dict:
-    """One end-to-end run (see the module docstring); the row."""
+#: Seconds past ``--budget-s`` after which a call that has not stopped (a stage the budget cannot
+#: interrupt: a compile, one long decode program) is ended by :func:`watchdog` with its row.
+HARD_STOP_GRACE_S = 40.0
+
+
+def watchdog(row: dict, out: str | None, deadline: float) -> threading.Thread:
+    """A daemon thread that, at ``deadline`` (``time.perf_counter()``) plus
+    :data:`HARD_STOP_GRACE_S`, prints every thread's stack (where the call was) and the row so far
+    (``killed``), appends it to ``out`` and ends the process (exit status 3): the row and the
+    stack come back inside the device call instead of being lost to its time limit."""
+    import faulthandler
+
+    def fire() -> None:
+        time.sleep(max(0.0, deadline + HARD_STOP_GRACE_S - time.perf_counter()))
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        row["killed"] = f"still running {HARD_STOP_GRACE_S:.0f} s after --budget-s (stacks on stderr)"
+        row["process_wall_s"] = round(process_age_s(), 2)
+        report(row, out)
+        sys.stderr.flush()
+        os._exit(3)
+
+    thread = threading.Thread(target=fire, name="tpu_e2e-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def run(args, hard_stop: bool = False) -> dict:
+    """One end-to-end run (see the module docstring); the row. ``hard_stop``: a :func:`watchdog`
+    ends the process past ``--budget-s`` (the command line's runs; a caller's process is not ended)."""
     cache_dir = args.compile_cache
     cache = "off"
     if cache_dir:
@@ -168,6 +197,8 @@ def run(args) -> dict:
         dtype=args.dtype,
     )
     deadline = None if args.budget_s is None else time.perf_counter() - process_age_s() + args.budget_s
+    if deadline is not None and hard_stop:
+        watchdog(row, args.out, deadline)
     marks: list[float] = []
 
     def on_step_end(pipe, i, t, kwargs):
@@ -308,7 +339,12 @@ COLUMNS = (
     ("video s at default steps", lambda r: _num(r.get("video_s_default_steps"))),
     (
         "note",
-        lambda r: r.get("refused", "") or r.get("stopped", "") or ("" if r.get("finite", True) else "not finite"),
+        lambda r: (
+            r.get("refused", "")
+            or r.get("stopped", "")
+            or r.get("killed", "")
+            or ("" if r.get("finite", True) else "not finite")
+        ),
     ),
 )
 
@@ -372,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict | str:
         return text
     if sum(x is not None for x in (args.model, args.checkpoint, args.line)) != 1:
         p.error("give one of --model, --checkpoint and --line")
-    row = run(args)
+    row = run(args, hard_stop=argv is None)
     return report(row, args.out)
 
 

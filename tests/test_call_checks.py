@@ -1234,7 +1234,7 @@ def test_torch_dtype_and_inert_loading_keywords(ckpt):
     assert vidax.load_pipeline(ckpt, dtype=torch.float32, progress=False).dtype == jnp.float32
     with pytest.raises(InputError, match="^dtype='bf16' and torch_dtype=torch.bfloat16 are the same setting"):
         vidax.load_pipeline(ckpt, dtype="bf16", torch_dtype=torch.bfloat16)
-    with pytest.raises(InputError, match="^dtype=torch.float16 is not supported; .*float16 overflows"):
+    with pytest.raises(InputError, match="^torch_dtype=torch.float16 is not supported; .*float16 overflows"):
         vidax.load_pipeline(ckpt, torch_dtype=torch.float16)
     # diffusers' keywords asking for what vidax does anyway: taken; a .bin request: refused.
     vidax.load_pipeline(ckpt, use_safetensors=True, low_cpu_mem_usage=False, progress=False)

@@ -919,7 +919,7 @@ def test_cache_flag(ckpt, tmp_path):
     assert parse_cache_option("mag", 6) == MagCacheConfig(num_inference_steps=6, calibrate=True)
     assert parse_cache_option("taylorseer", 6) == TaylorSeerCacheConfig(use_lite_mode=True)
     for value, message in (
-        ("first_block:-1", "--cache first_block:-1: FirstBlockCacheConfig: threshold= must be"),
+        ("first_block:-1", "--cache first_block:-1: THRESHOLD must be a finite number >= 0, got -1"),
         ("mag:" + str(tmp_path / "none.txt"), "cannot read the ratios file"),
         ("magic", "valid values are first_block:THRESHOLD, mag[:RATIOS_FILE] or taylorseer"),
         # ratios for another number of steps: refused before any weight is read
@@ -969,7 +969,7 @@ def test_cache_mag_file_is_read_as_text_or_refused_in_one_line(tmp_path):
     for value in ("mag:", "mag: "):
         with pytest.raises(
             InputError,
-            match=r"^--cache mag: ?: nothing after 'mag:'; give the ratios "
+            match=r"^--cache (mag:|'mag: '): nothing after 'mag:'; give the ratios "
             r"\(mag:\[r1, r2, \.\.\.\] or mag:FILE\), or 'mag' alone to calibrate$",
         ):
             parse_cache_option(value, 3)
@@ -1315,3 +1315,66 @@ def test_generate_reads_the_checkpoint_configs_once(ckpt, tmp_path, monkeypatch)
     reads.clear()
     vidax.load_pipeline(ckpt, task="t2v", progress=False)  # the task's class from the configs read once too
     assert reads == ["WanPipeline"]
+
+
+def _cli_run(*args):
+    """``vidax generate`` / ``serve`` run in-process: click's result (exit_code, stderr, output)."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_file_errors_name_the_flag_that_gave_the_file(ckpt, tmp_path):
+    """A file that is not what its flag takes (a .gguf that is no GGUF file given to --transformer)
+    and a --checkpoint path that does not exist with --random-weights: the error names the flag
+    and the value as typed, not the path alone."""
+    bad = tmp_path / "notalora.gguf"
+    bad.write_bytes(b"GGUFxxxxxxxxxxxx")
+    r = _cli_run("generate", "-p", "x", "--checkpoint", ckpt, "--transformer", str(bad), "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and f"error: --transformer '{bad}' is not a readable GGUF file" in r.stderr, r.output
+    r = _cli_run("generate", "-p", "x", "--random-weights", "--checkpoint", "nomi", "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and "error: --checkpoint 'nomi': no such folder" in r.stderr, r.output
+
+
+def test_a_bad_flag_is_the_error_alone_without_the_default_output_line(ckpt, tmp_path, monkeypatch):
+    """--cache '' in a folder holding an earlier run's vidax-output.mp4: the one error line, its
+    empty value quoted; the line about writing vidax-output-1.mp4 comes only once every flag is
+    checked."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vidax-output.mp4").write_bytes(b"an earlier run")
+    r = _cli_run("generate", "-p", "x", "--checkpoint", ckpt, "--cache", "")
+    assert (
+        r.exit_code == 2 and r.stderr.startswith("error: --cache '': valid values are") and r.stderr.count("\n") == 1
+    ), r.output
+
+
+def test_cli_errors_speak_cli(tmp_path):
+    """A CLI error names flags and values as typed, never a Python value or class: a missing
+    --num-processes is not echoed as 'None', a bad --cache threshold names THRESHOLD, not
+    FirstBlockCacheConfig."""
+    r = _cli_run("generate", "-p", "x", "--coordinator", "h:1", "--process-id", "0", "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and "(got --coordinator 'h:1', --process-id 0)" in r.stderr, r.output
+    r = _cli_run("generate", "-p", "x", "--cache", "first_block:-1", "-o", str(tmp_path / "o.npy"))
+    assert r.exit_code == 2 and "error: --cache first_block:-1: THRESHOLD must be a finite number >= 0" in r.stderr
+
+
+def test_help_shows_each_flags_metavar():
+    """--help shows a value's placeholder as the field's metavar (--prompt PROMPT, --lora
+    PATH[:SCALE], --stg-blocks N[,N]), not the Python type (<str>, <list[str]>)."""
+    import re
+
+    generate = _cli_run("generate", "--help").output
+    serve = _cli_run("serve", "--help").output
+    for shown in (generate, serve):
+        assert not re.search(r"<(str|int|float|list\[str\])>", shown), shown
+    for want in (
+        "--prompt PROMPT",
+        "--lora PATH[:SCALE]",
+        "--stg-blocks N[,N]",
+        "--image FILE",
+        "--num-frames NUM_FRAMES",
+    ):
+        assert want in generate, want
+    assert "--host HOST" in serve and "--jobs-dir FOLDER" in serve

@@ -72,18 +72,27 @@ def test_memory_sizes_and_a_bad_setting(ckpt, tmp_path, monkeypatch):
 
 
 def test_the_choice_order_and_explicit_settings_win():
-    """Text encoder staged first, then tiling, the VAE, then blocks streamed (largest chunk that
-    fits), what streaming made unneeded undone; an explicit setting is never overridden."""
+    """Text encoder staged first, then a resident transformer off the device while the VAE
+    decodes, tiling, the VAE, then blocks streamed (largest chunk that fits), what streaming made
+    unneeded undone (tiling included); an explicit setting is never overridden."""
     gb = 10**9
     sizes = Sizes({"transformer": (20 * gb, 19 * gb, 40)}, {"text_encoder": 11 * gb}, {"vae": gb // 2})
     act = Activations(text=gb, step=8 * gb, decode=12 * gb, decode_tiled=3 * gb, latents=0)
     roomy = choose(sizes, act, 80 * gb)
     assert (roomy.chunk, roomy.vae_tiling, any(roomy.staged.values()), roomy.fits) == (None, False, False, True)
     tight = choose(sizes, act, 16 * gb)
-    assert tight.fits and tight.vae_tiling and tight.staged == {"text_encoder": True, "vae": False}
+    assert tight.fits and tight.staged == {"text_encoder": True, "vae": False} and not tight.free_transformer
+    assert not tight.vae_tiling  # tiled while the transformer was resident; streaming left room for the frame
     assert tight.chunk is not None and tight.chunk > 1  # the largest chunk that fits, not 1
     bigger = dataclasses.replace(tight, chunk=tight.chunk + 1)
-    assert stage_memory(sizes, act, bigger.chunk, tight.staged, True)[0].peak > 16 * gb
+    assert stage_memory(sizes, act, bigger.chunk, tight.staged, False)[0].peak > 16 * gb
+    small = Sizes({"transformer": (6 * gb, 5 * gb, 40)}, {"text_encoder": 5 * gb}, {"vae": gb // 2})
+    freed = choose(small, act, 16 * gb)  # the steps fit resident; the decode fits without the transformer
+    assert freed.fits and freed.free_transformer and freed.chunk is None and not freed.vae_tiling
+    assert "transformer off the device while the text encoder and the VAE run" in freed.line()
+    assert freed.offload_config(None).keep_transformer is False
+    held = choose(small, act, 16 * gb, keep={"transformer": True})  # asked to stay: the VAE tiles instead
+    assert held.fits and not held.free_transformer and held.vae_tiling
     assert "transformer streamed" in tight.line() and "text encoder run first and freed" in tight.line()
     kept = choose(sizes, act, 16 * gb, keep={"text_encoder": True})
     assert kept.staged["text_encoder"] is False and kept.fits is False  # asked to stay: it stays, and does not fit
@@ -172,7 +181,8 @@ def test_small_device_streams_blocks(ckpt, roomy, tmp_path, monkeypatch):
     assert asked.offload.chunk == 1 and "streamed 1 block a chunk" in asked.device_plan.line()
     assert "as asked" in asked.device_plan.line()
     out = tmp_path / "streamed.npy"
-    r = _generate(ckpt, out, monkeypatch, two.peak)
+    # (with the tiny transformer's 1 MiB off the device while the VAE decodes, resident fits too)
+    r = _generate(ckpt, out, monkeypatch, two.peak, "--keep-transformer")
     assert r.exit_code == 0, r.output
     line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
     assert "transformer streamed 2 blocks a chunk" in line, line
@@ -257,3 +267,44 @@ def test_text_encoder_layers_flag_wins(ckpt, tmp_path, monkeypatch):
     ):
         r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", *bad)
         assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_memory_remedies_are_only_settings_the_run_takes(ckpt):
+    """Each remedy of a memory refusal is one the re-planned run takes and fits with (a device
+    where everything fits offers them all): 8-bit kernels name --dtype bfloat16 as an argument
+    where float32 with them does not fit, and are not offered to random weights (which refuse a
+    weight format)."""
+    from vidax.pipelines.device_plan import remedies
+
+    plan = _plan(ckpt)
+    dp = plan_device(plan, plan.call, 2**40, None)
+    offered = [str(m) for m in remedies(plan, plan.call, dp)]
+    assert "weight_dtype='int8' (8-bit transformer kernels)" in offered, offered
+    random = with_placement(with_call(read_plan(ckpt, random_weights=True), prompt=PROMPT, **ARGS))
+    offered = [str(m) for m in remedies(random, random.call, plan_device(random, random.call, 2**40, None))]
+    assert offered and not any("weight_dtype" in m for m in offered), offered
+
+
+def test_text_encoder_layers_beyond_the_layer_count_are_said_capped(ckpt, tmp_path, monkeypatch):
+    """--offload-text-encoder-layers above the encoder's layer count streams all of them in one
+    chunk (as --offload-blocks caps at the blocks'), and the plan line and the staging line say
+    so, not the number asked."""
+    from vidax.pipelines.staging import Staging
+
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "64GiB", "--offload-text-encoder-layers", "999")
+    line = next(x for x in r.output.splitlines() if x.startswith("plan:"))
+    assert "streamed 999" not in line and "all its layers: 999 asked" in line, line
+    staging = Staging({"text_encoder": True}, "pinned_host", {"text_encoder": 999}).describe({"text_encoder": 2})
+    assert "text_encoder's layers streamed all 2 in one chunk (999 asked, capped at its layer count)" in staging
+
+
+def test_a_pretend_device_below_the_runtime_floor_is_refused_naming_the_variable(ckpt, tmp_path, monkeypatch):
+    """VIDAX_DEVICE_MEMORY=1e3 is 1000 bytes, below what every run needs beyond its arrays: one
+    line naming the variable, its value and the floor, before any weight is read (every call
+    was refused as not fitting, naming sizes no device that small holds)."""
+    monkeypatch.setattr("vidax.pipelines.loading.Loading.load_weighted", _no_weights)
+    r = _generate(ckpt, tmp_path / "x.npy", monkeypatch, "1e3")
+    assert r.exit_code == 2 and r.output.startswith(
+        f"error: {DEVICE_MEMORY_ENV}='1e3' is 1,000 bytes, less than the 160 MiB every run needs"
+    ), r.output

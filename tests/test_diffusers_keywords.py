@@ -216,6 +216,21 @@ def test_diffusers_class_names_load_as_load_pipeline_with_the_class_checked(ckpt
         assert vidax.StableDiffusionPipeline is None  # a diffusers class vidax does not run
 
 
+def test_load_errors_name_what_the_caller_gave(ckpt, monkeypatch):
+    """diffusers' torch_dtype= with a dtype vidax lacks is refused naming torch_dtype=, not
+    dtype=; another family's class given the embedded checkpoint's name names that name, not the
+    cache folder it resolves to. Both before any weight is read."""
+    import os
+
+    from vidax.default_checkpoint import PUBLIC_NAME
+
+    with pytest.raises(InputError, match=r"^torch_dtype='float16' is not supported; use float32 or bfloat16"):
+        vidax.load_pipeline(ckpt, torch_dtype="float16")
+    monkeypatch.setenv("VIDAX_CACHE_DIR", os.path.dirname(ckpt))
+    with pytest.raises(InputError, match=rf"^CogVideoXPipeline.from_pretrained\('{PUBLIC_NAME}'\): its model_index"):
+        vidax.CogVideoXPipeline.from_pretrained(PUBLIC_NAME)
+
+
 def test_load_progress_false_silences_later_calls(quiet, capsys):
     """``progress=False`` at load is diffusers' ``set_progress_bar_config(disable=True)`` as well: no
     status line while loading and none in later calls that do not give ``progress=`` (each call

@@ -171,3 +171,21 @@ def test_a_plan_takes_no_weight_format(configs_only):
     for given in ({"weight_dtype": "int8"}, {"variant": "fp16"}, {"random_weights": True}, {"transformer": "t.gguf"}):
         with pytest.raises(InputError, match="go to read_plan, which applies the weight format"):
             plan.pipeline.from_pretrained(plan, **given)
+
+
+def test_a_configs_only_folder_without_random_weights_says_how_to_run_it(configs_only, tmp_path):
+    """A folder of configs alone read from files is refused before anything else, saying it holds
+    configs only and that random weights run it: ``random_weights=True`` in Python,
+    ``--random-weights`` on the command line."""
+    from typer.testing import CliRunner
+
+    import vidax
+    from vidax.cli import app
+    from vidax.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"holds configs only .*: random_weights=True runs it"):
+        vidax.load_pipeline(configs_only)
+    r = CliRunner().invoke(
+        app, ["generate", "--checkpoint", configs_only, "-p", "a cat", "-o", str(tmp_path / "v.npy")]
+    )
+    assert r.exit_code == 2 and "holds configs only" in r.output and ": --random-weights runs it" in r.output, r.output

@@ -64,6 +64,7 @@ def test_summary_of_fields_set_by_the_caller():
     assert rows["total"] == "8.00 s  (load included)" and "seed" not in rows  # no call_s: the phases
     assert "compile cache" not in rows
     assert set(summary_rows(RunStats().summary())) == {"peak device memory", "peak host RSS"}
+    assert summary_rows(RunStats(step_s=[0.5]).summary())["denoise"] == "0.50 s  (1 step, 0.500 s/step)"
 
 
 def test_host_memory_told_apart_anonymous_and_mapped_files(tmp_path):

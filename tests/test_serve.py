@@ -8,6 +8,7 @@ one JAX compile-cache folder of the module's own, so a shape compiled by one (th
 """
 
 import concurrent.futures
+import json
 import os
 import re
 import signal
@@ -233,7 +234,7 @@ BAD_FIELDS = [
         "guidance_scale_2=2.0 is only used by checkpoints with two experts",
     ),
     # The step cache: the CLI's --cache syntax, checked as it is (SHAPE has 2 steps).
-    (dict(cache="first_block:-0.1"), "cache", "threshold= must be a finite number >= 0, got -0.1"),
+    (dict(cache="first_block:-0.1"), "cache", "THRESHOLD must be a finite number >= 0, got -0.1"),
     (dict(cache="mag:[1.0, 0.9, 0.8]"), "cache", "the list holds 3 ratios, the call has 2 steps"),
     (
         dict(cache="mag:[1.0, -0.9]"),
@@ -778,6 +779,23 @@ def test_bad_serve_flags_are_one_line_before_loading(tmp_path):
         taken.close()
 
 
+def _serve_cli(*args):
+    """``vidax serve`` run in-process (refused before it listens): click's result."""
+    from typer.testing import CliRunner
+
+    from vidax.cli import app
+
+    return CliRunner().invoke(app, ["serve", *args])
+
+
+def test_a_host_that_is_no_address_is_said_so(tmp_path):
+    """--host not_a_host (no address, no name that resolves) is refused as that, before the
+    question whether other machines reach it."""
+    r = _serve_cli("--host", "not_a_host", "--jobs-dir", str(tmp_path / "jobs"))
+    assert r.exit_code == 2 and "--host 'not_a_host' is not an IP address and does not resolve to one" in r.stderr
+    assert "reachable from other machines" not in r.stderr, r.output
+
+
 def test_unwritten_video_keeps_the_frames_in_the_jobs_folder(tmp_path, monkeypatch):
     """A job whose mp4 cannot be written fails with one line saying where its frames are kept:
     in the jobs folder only (never the working or temporary folder), named relative to it (no
@@ -1143,6 +1161,45 @@ def test_a_request_is_checked_against_the_memory_there_is_with_no_job_running(ti
     runner.store.close()
 
 
+def test_one_is_singular_in_the_servers_words(tiny_pipe, tmp_path, caplog):
+    """A queue of one job and a job of one frame and one step say "1 job", "1 frame", "1 step"."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"), queue_size=1)
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    one = {"prompt": "a cat", **dict(SHAPE, num_frames=1, num_inference_steps=1)}
+    with caplog.at_level("INFO", logger="vidax.serve.jobs"):
+        job = client.post("/v1/videos", json=one).json()
+    assert f"{job['id']} queued: 48x32, 1 frame, 1 step (position 1)" in caplog.text
+    client.post("/v1/videos", json=one)  # the running one (no worker: it waits) and one waiting
+    full = client.post("/v1/videos", json=one).json()
+    assert full["error"]["message"].startswith("the queue is full (1 job waiting"), full
+    runner.store.close()
+
+
+def test_a_rounded_num_frames_is_said_in_the_job(tiny_pipe, tmp_path):
+    """num_frames=2 runs 1 frame, as vidax generate runs it: the job record says so in its
+    ``warnings`` (the field as sent), as generate's warning line does; a request run as asked has
+    none. In-process without the worker."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    job = client.post("/v1/videos", json={"prompt": "a cat", **dict(SHAPE, num_frames=2)}).json()
+    assert job["num_frames"] == 1 and job["warnings"] == [
+        "num_frames=2 is not of the form 4k+1; using 1, as diffusers' WanPipeline does"
+    ], job
+    assert client.get(f"/v1/videos/{job['id']}").json()["warnings"] == job["warnings"]
+    assert "warnings" not in client.post("/v1/videos", json={"prompt": "a cat", **SHAPE}).json()
+    runner.store.close()
+
+
 def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     """A LoRA whose file names its recipe (LightX2V) gives the server that preset, said in the one
     line vidax generate prints; --preset given, none is recognised. Every job runs its request's
@@ -1152,6 +1209,7 @@ def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     from safetensors.numpy import save_file
     from starlette.testclient import TestClient
 
+    from vidax.cli.serving import ready_line
     from vidax.pipelines.plan import read_plan, with_placement
     from vidax.serve.app import create_app
     from vidax.serve.command import plan_preset
@@ -1183,7 +1241,15 @@ def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     )
     causvid = client.post("/v1/videos", json={**small, "preset": "causvid"}).json()
     assert (causvid["preset"], causvid["num_inference_steps"]) == ("causvid", 12)
-    for j in (default, many, causvid):
+    # "none": no preset for this job (the checkpoint's steps and sampler), under the server's
+    plain = client.post("/v1/videos", json={**small, "preset": "None"})
+    assert plain.status_code == 200 and plain.json()["preset"] is None, plain.text
+    plain = plain.json()
+    assert plain["num_inference_steps"] == pipe.info.defaults.num_inference_steps
+    own = read_plan(ckpt).checkpoint.config("scheduler")["_class_name"]  # the checkpoint's sampler
+    assert type(runner._pending[plain["id"]].scheduler).__name__ == own != type(pipe.scheduler).__name__
+    assert "preset lightx2v unless a request" in ready_line("tiny", "http://127.0.0.1:1/", "jobs", None, pipe.preset)
+    for j in (default, many, causvid, plain):
         assert client.delete(f"/v1/videos/{j['id']}").status_code == 200
     jobs = [
         client.post("/v1/videos", json={**small, "preset": name, "num_inference_steps": 2}).json()
@@ -1394,6 +1460,48 @@ def preview_map(tiny_pipe):
 #: Measured 0.07: its random-weight VAE is far from linear per latent pixel (its attention and
 #: norms mix the frame), a trained VAE's is not; the wrong maps measured within 0.04 of 0.
 PREVIEW_R_MIN, WRONG_MAP_R_MAX = 0.05, 0.045
+
+
+def test_events_are_sent_in_step_order():
+    """A poll that finds step 3 reached and the previews of steps 1-3 made sends the previews,
+    then step 3's progress (it sent the progress first); a preview made before its step's
+    progress is recorded waits for it."""
+    import asyncio
+
+    from vidax.serve import app
+
+    def job(step, status="in_progress"):
+        return {"id": "j", "status": status, "step": step, "num_inference_steps": 4, "progress": 25 * step}
+
+    shots = [
+        {
+            "job": job(3),
+            "position": None,
+            "previews": [{"step": s, "of": "estimate", "image": ""} for s in (1, 2, 3, 4)],
+        },
+        {"job": job(4), "position": None, "previews": [{"step": 4, "of": "estimate", "image": ""}]},
+        {"job": job(4, "completed"), "position": None, "previews": []},
+    ]
+
+    class Runner:
+        stopping = False
+
+        def events(self, job_id):
+            return shots.pop(0)
+
+    async def collect():
+        return [e async for e in app._event_stream(Runner(), "j")]
+
+    sent = [(e.split("\n")[0][7:], json.loads(e.split("\n")[1][6:]).get("step")) for e in asyncio.run(collect())]
+    assert sent == [
+        ("preview", 1),
+        ("preview", 2),
+        ("preview", 3),
+        ("progress", 3),
+        ("preview", 4),
+        ("progress", 4),
+        ("done", 4),
+    ], sent
 
 
 def test_preview_map_is_fit_to_the_checkpoints_own_vae(tiny_pipe, preview_map):

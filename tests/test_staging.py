@@ -127,6 +127,42 @@ def test_staged_vae_decode(ckpt, frames):
     assert out.stats.device_peak_bytes > 0 and out.stats.host_peak_rss_bytes > 0
 
 
+def test_transformer_off_the_device_while_encoding_and_decoding(ckpt, frames):
+    """keep_transformer=False: the transformer's weights wait in host memory while the prompt is
+    encoded and while the VAE decodes (no transformer buffer on the device then: nothing else
+    holds them) and are on the device for the steps; the frames equal the resident run's; a
+    second call runs the same."""
+    pipe = vidax.load_pipeline(ckpt, offload=OffloadConfig(keep_transformer=False))
+    assert _kinds(pipe.transformer) == {"device"}
+    ids = {a.unsafe_buffer_pointer() for a in jax.tree.leaves(nnx.state(pipe.transformer))}
+    during, on_device = [], []
+
+    def look():
+        during.append(_kinds(pipe.transformer))
+        gc.collect()
+        kind = jax.local_devices()[0].default_memory().kind
+        live = [a for a in jax.live_arrays() if a.sharding.memory_kind == kind]
+        on_device.append([a for a in live if a.unsafe_buffer_pointer() in ids])
+
+    iter_decode, encode_text = pipe.vae.iter_decode, pipe.encode_text
+
+    def decode_spy(z):
+        look()
+        return iter_decode(z)
+
+    def encode_spy(texts, length, truncation=None):
+        look()
+        return encode_text(texts, length, truncation)
+
+    pipe.vae.iter_decode, pipe.encode_text = decode_spy, encode_spy
+    out = pipe(PROMPT, "", **SMALL)
+    np.testing.assert_array_equal(out.frames, frames)
+    assert during == [{"pinned_host"}] * 2 and on_device == [[], []]
+    assert _kinds(pipe.transformer) == {"device"}
+    assert "transformer while the prompt is encoded and the VAE decodes" in pipe.staging.describe()
+    np.testing.assert_array_equal(pipe(PROMPT, "", **SMALL).frames, frames)
+
+
 def test_staged_vae_image_to_video(tmp_path):
     """Image-to-video encodes the image with the staged VAE: same latents as resident."""
     from tests.parity.wan_reference import random_image, write_tiny_wan_variant

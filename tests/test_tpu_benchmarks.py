@@ -100,3 +100,28 @@ def test_tpu_e2e_stops_at_its_budget_and_still_reports(capsys):
     assert "loading " in err and "encoding the prompt" in err
     assert row["stopped"].startswith("--budget-s 0.0: stopped") and "output" not in row
     assert np.isfinite(row["total_s"])
+
+
+def test_tpu_e2e_watchdog_ends_a_stuck_call_with_its_row(tmp_path):
+    """Past --budget-s plus the grace, the command line's watchdog prints the threads' stacks and
+    the row so far (``killed``), appends it to --out and ends the process: a stage the budget
+    cannot stop (a compile, one long program) still leaves its row inside the device call."""
+    import subprocess
+    import textwrap
+
+    out = tmp_path / "rows.jsonl"
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {os.path.join(os.path.dirname(__file__), "..", "benchmarks")!r})
+        import tpu_e2e
+        tpu_e2e.HARD_STOP_GRACE_S = 0.2
+        tpu_e2e.watchdog({{"line": "stuck"}}, {str(out)!r}, time.perf_counter())
+        time.sleep(60)  # a stage that never checks the budget
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "time.sleep(60)" in proc.stderr or "<module>" in proc.stderr  # the main thread's stack
+    row = json.loads(out.read_text().splitlines()[-1])
+    assert row["line"] == "stuck" and row["killed"].startswith("still running")

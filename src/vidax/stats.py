@@ -267,7 +267,9 @@ class RunStats:
                 ("text encode", f"{self.text_encode_s:8.2f} s" + _compile_note(self.compiles.get("text_encode_s")))
             )
         if steps:
-            rows.append(("denoise", f"{sum(steps):8.2f} s  ({len(steps)} steps, {per_step:.3f} s/step)"))
+            rows.append(
+                ("denoise", f"{sum(steps):8.2f} s  ({len(steps)} step{'s' * (len(steps) != 1)}, {per_step:.3f} s/step)")
+            )
         if self.matmul_precision:
             rows.append(("matmul precision", self.matmul_precision))
         if self.cpu_matmul:

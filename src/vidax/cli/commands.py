@@ -152,7 +152,13 @@ def declared_params(options) -> list:
             *names,
             help=o.help + default,
             show_default=o.cli_default is not None,
-            metavar="FILE" if o.type in (IMAGE_FILE, VIDEO_FILE) else "LIST" if o.cli else None,
+            metavar=None
+            if o.type is bool
+            else "FILE"
+            if o.type in (IMAGE_FILE, VIDEO_FILE)
+            else "N[,N]"
+            if o.cli
+            else o.name.upper(),  # as argparse names a value: --num-frames NUM_FRAMES
         )
         params.append(
             inspect.Parameter(

@@ -92,6 +92,12 @@ class LoadFlags:
         "--keep-vae/--offload-vae",
         help="Keep the VAE on the device, or place it only to encode / decode [default: decided from device memory].",
     )
+    keep_transformer: Optional[bool] = flag(
+        None,
+        "--keep-transformer/--offload-transformer",
+        help="Keep the transformer on the device while the text encoder runs and the VAE decodes, or move it to "
+        "host memory meanwhile (back for the steps) [default: decided from device memory].",
+    )
     lora: Optional[list[str]] = flag(
         None,
         "--lora",
@@ -289,6 +295,7 @@ GENERATE_ORDER = (
         "offload_text_encoder_layers",
         "keep_text_encoder",
         "keep_vae",
+        "keep_transformer",
         "vae_tiling",
         "memory_check",
         "lora",
@@ -302,10 +309,31 @@ GENERATE_ORDER = (
 SERVE_ORDER = (
     *("checkpoint", "host", "api_key", "insecure_no_auth", "port", "jobs_dir", "queue_size", "max_batch"),
     *("batch_window_ms", "save_every", "preview_every", "dtype", "matmul_precision", "dp", "tp", "sp"),
-    *("offload_blocks", "offload_text_encoder_layers", "keep_text_encoder", "keep_vae", "lora", "compile_cache"),
+    *("offload_blocks", "offload_text_encoder_layers", "keep_text_encoder", "keep_vae", "keep_transformer"),
+    *("lora", "compile_cache"),
     *("weights", "transformer"),
     *("preset", "access_log", "verbose"),
 )
+
+
+#: The placeholders --help shows for the values of flags whose name says too little.
+METAVARS = {
+    "checkpoint": "PATH|HUB_ID",
+    "output": "PATH",
+    "lora": "PATH[:SCALE]",
+    "transformer": "FILE",
+    "weights": "int8|fp8",
+    "dtype": "float32|bfloat16",
+    "matmul_precision": "highest|high|default",
+    "offload_blocks": "N|all",
+    "offload_text_encoder_layers": "N",
+    "coordinator": "HOST:PORT",
+    "cache": "first_block:THRESHOLD|mag[:RATIOS_FILE]|taylorseer",
+    "preset": "NAME",
+    "api_key": "KEY",
+    "jobs_dir": "FOLDER",
+    "distributed_timeout": "SECONDS",
+}
 
 
 def signature(order: tuple[str, ...], *records: type) -> inspect.Signature:
@@ -323,7 +351,10 @@ def signature(order: tuple[str, ...], *records: type) -> inspect.Signature:
     params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
     for name in order:
         field, kind = fields[name]
-        option = typer.Option(field.default, *field.metadata["decls"], **field.metadata["option"])
+        option = dict(field.metadata["option"])
+        if kind is not bool:  # a value's placeholder in --help: the field's metavar, else its name as argparse's
+            option.setdefault("metavar", METAVARS.get(name, name.upper()))
+        option = typer.Option(field.default, *field.metadata["decls"], **option)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind))
     return inspect.Signature(params, return_annotation=None)
 

@@ -52,6 +52,7 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
             signal stopped the run.
     """
     from vidax.errors import Cancelled
+    from vidax.io.video import free_output_name
     from vidax.parallel.distributed import check_backend, initialize
     from vidax.parallel.mesh import mesh_from_sizes
     from vidax.pipelines.plan import with_memory, with_placement
@@ -63,8 +64,9 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
     check_backend()  # JAX_PLATFORMS naming a backend this machine lacks: one line, before any loading
     stats = RunStats()
     plan = _plan_call(request, stop)
+    default = output.path
     if not output.given and not output.overwrite:  # the default vidax-output.mp4: an earlier run's is kept
-        output = dataclasses.replace(output, path=_free_default_output(output.path, plan.call.batch))
+        output = dataclasses.replace(output, path=free_output_name(output.path, plan.call.batch))
     preset_line = _preset_line(plan, request.call, request.cache is not None)
     sound = _makes_sound(plan, output.audio, output.format, output.path)
     # The valid --dp/--tp/--sp a wrong mesh error lists are those the configs' heads split over.
@@ -77,6 +79,12 @@ def run(request: GenerateRequest, stop, spelling, started: float | None = None) 
     paths = _check_outputs(plan, output, sound, request)
     _check_vae_tiling(plan, request.vae_tiling)
     plan = with_memory(plan, refuse=request.memory_check, vae_tiling=request.vae_tiling)  # before any weight is read
+    if output.path != default and not output.given:  # said once every flag is checked: no line before an error
+        typer.echo(
+            f"{default} exists (an earlier run's): writing {output.path} (--output names the file, --overwrite "
+            f"replaces {default})",
+            err=True,
+        )
     if stop():
         raise Cancelled("before loading")
     startup_s = time.time() - started if started is not None else 0.0
@@ -122,20 +130,6 @@ def generate_and_write(pipe, call, out, output, paths: list, stop, spelling) -> 
     typer.echo("summary:\n" + out.stats.summary(), err=True)
 
 
-def _free_default_output(output: str, batch: int) -> str:
-    """The default --output where an earlier run's video holds it: the first free
-    ``vidax-output-N.mp4`` (:func:`~vidax.io.video.free_output_name`), said in one line."""
-    from vidax.io.video import free_output_name
-
-    free = free_output_name(output, batch)
-    if free != output:
-        typer.echo(
-            f"{output} exists (an earlier run's): writing {free} (--output names the file, --overwrite replaces {output})",
-            err=True,
-        )
-    return free
-
-
 def _preset_line(plan, given: dict, cache_given: bool) -> str | None:
     """Say which preset runs and the values it sets (one line, before loading); None: no preset."""
     from vidax.pipelines.presets import preset_summary
@@ -171,6 +165,7 @@ def _plan_call(request: GenerateRequest, stop):
     from vidax.errors import Arg, InputError, joined
     from vidax.pipelines.plan import read_plan
     from vidax.pipelines.presets import distilled_warning, recognise, with_preset, with_preset_call
+    from vidax.pipelines.weight_formats import check_weights_present
 
     load, given, fps, preset = request.load, request.call, request.output.fps, request.load.preset
     options = call_options()
@@ -184,6 +179,7 @@ def _plan_call(request: GenerateRequest, stop):
         transformer=load.transformer,
         random_weights=request.random_weights,
     )
+    check_weights_present(plan.checkpoint)
     plan = with_preset(plan, preset, "--preset")
     cls, root = plan.pipeline, plan.checkpoint.root
     takes = set(cls.call_args())

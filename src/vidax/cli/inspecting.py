@@ -89,7 +89,7 @@ def _variant(ckpt: Checkpoint) -> list[str]:
         f"  variant: {info.variant}",
         f"  tasks: {', '.join(info.tasks)}",
         *sound,
-        f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} steps, "
+        f"  defaults: {d.height}x{d.width} (HxW), {cls.default_length(info)}, {d.num_inference_steps} step{'s' * (d.num_inference_steps != 1)}, "
         f"guidance {d.guidance_scale}, {text}{d.fps} fps",
         *_presets(plan),
     ]

@@ -277,7 +277,8 @@ def offload_config(load: LoadFlags):
     """The OffloadConfig of --offload-blocks / --offload-text-encoder-layers / --keep-* / --offload-*,
     or None when none is given."""
     chunk, layers, keep_text_encoder = load.offload_blocks, load.offload_text_encoder_layers, load.keep_text_encoder
-    if chunk is None and layers is None and keep_text_encoder is None and load.keep_vae is None:
+    keeps = (keep_text_encoder, load.keep_vae, load.keep_transformer)
+    if chunk is None and layers is None and all(k is None for k in keeps):
         return None
     from vidax.errors import InputError
     from vidax.parallel.offload import OffloadConfig
@@ -296,7 +297,11 @@ def offload_config(load: LoadFlags):
             "the device: give one of the two"
         )
     return OffloadConfig(
-        chunk=chunk, keep_text_encoder=keep_text_encoder, keep_vae=load.keep_vae, text_encoder_chunk=layers
+        chunk=chunk,
+        keep_text_encoder=keep_text_encoder,
+        keep_vae=load.keep_vae,
+        text_encoder_chunk=layers,
+        keep_transformer=load.keep_transformer,
     )
 
 

@@ -77,6 +77,16 @@ def run(options: ServeOptions) -> None:
     _serve(runner, store, sock, options, model)
 
 
+def ready_line(model: str, url: str, folder: str, api_key: str | None, preset) -> str:
+    """The line saying the server is ready: the model, its URL, the jobs folder, whether requests
+    need the API key, and the preset its jobs run under (``preset``; None: none)."""
+    access = "API key required" if api_key else "no API key"
+    runs = (
+        "" if preset is None else f'; jobs run preset {preset.name} unless a request\'s "preset" says another or "none"'
+    )
+    return f"vidax serve: {model} on {url} (jobs in {folder}; {access}{runs})"
+
+
 def _serve(runner, store, sock: socket.socket, options: ServeOptions, model: str) -> None:
     """Serve ``runner``'s app on ``sock`` with uvicorn until SIGINT / SIGTERM, then close the
     socket and ``store`` and say the server stopped (and by which signal)."""
@@ -94,8 +104,9 @@ def _serve(runner, store, sock: socket.socket, options: ServeOptions, model: str
     if options.access_log:  # uvicorn's access lines, whatever --verbose sets for its other loggers
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
-    access = "API key required" if options.api_key else "no API key"
-    typer.echo(f"vidax serve: {model} on http://{shown}:{bound[1]}/ (jobs in {store.folder}; {access})", err=True)
+    typer.echo(
+        ready_line(model, f"http://{shown}:{bound[1]}/", store.folder, options.api_key, runner.pipe.preset), err=True
+    )
     received: list[int] = []
     # uvicorn handles SIGINT / SIGTERM itself (a graceful shutdown, whose lifespan end cancels the
     # jobs), then raises the signal again for the handler it found: this one, which only records it.

@@ -16,13 +16,13 @@ DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16"}
 _HALF = ("float16", "fp16", "f16", "half")
 
 
-def parse_dtype(dtype: Any) -> Any:
+def parse_dtype(dtype: Any, name: str = "dtype") -> Any:
     """``"float32"`` / ``"bfloat16"`` (or ``"fp32"`` / ``"bf16"``, the jnp dtype, or torch's
     ``torch.float32`` / ``torch.bfloat16`` as diffusers' ``torch_dtype=`` takes them) -> jnp dtype.
 
     Raises:
-        InputError: any other value, naming ``dtype=`` and the valid ones (float16 with the reason
-            it is not implemented).
+        InputError: any other value, naming ``name`` (``dtype=``; diffusers' ``torch_dtype=``)
+            and the valid ones (float16 with the reason it is not implemented).
     """
     if isinstance(dtype, str):
         key = dtype.strip().lower()
@@ -38,11 +38,11 @@ def parse_dtype(dtype: Any) -> Any:
         valid = "use float32 or bfloat16 (or fp32, bf16)"
         if key in _HALF:
             raise InputError(
-                Arg("dtype", dtype),
+                Arg(name, dtype),
                 f" is not supported; {valid}: float16 overflows in these models' "
                 "fp32-kept paths and is not implemented",
             )
-        raise InputError(Arg("dtype", dtype), f" is not supported; {valid}")
+        raise InputError(Arg(name, dtype), f" is not supported; {valid}")
     return DTYPES[key]
 
 

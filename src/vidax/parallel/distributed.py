@@ -259,7 +259,7 @@ def initialize(
             "multi-process run: ",
             *joined([Arg(k) for k in missing]),
             " not given (got ",
-            *joined([Arg(k, v) for k, v in given.items()]),
+            *joined([Arg(k, v) for k, v in given.items() if v is not None]),
             "); pass --coordinator "
             f"HOST:PORT --num-processes N --process-id I, or set {ENV_COORDINATOR}, "
             f"{ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}.",

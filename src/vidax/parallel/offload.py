@@ -79,6 +79,11 @@ class OffloadConfig:
             memory and is placed on the device only to encode (staged); None: decided from the
             parameter sizes and the device memory (:func:`vidax.pipelines.staging.plan_staging`).
         keep_vae: the same for the VAE (placed only to encode images and to decode).
+        keep_transformer: True: the transformer's device weights stay on the device while the
+            text encoders run and the VAE decodes; False: they wait in host memory then (moved
+            off before, back after: diffusers' model CPU offload of the transformer); None:
+            decided from the device memory (:mod:`vidax.pipelines.device_plan`, before streaming
+            blocks or tiling the VAE).
         memory_kind: where offloaded weights wait: ``"auto"`` (``pinned_host`` where the backend
             has it, else ``unpinned_host``, else numpy arrays), ``"pinned_host"``,
             ``"unpinned_host"`` or ``"numpy"``.
@@ -99,12 +104,13 @@ class OffloadConfig:
     keep_vae: bool | None = None
     memory_kind: str = "auto"
     text_encoder_chunk: int | None = None
+    keep_transformer: bool | None = None
 
     def __post_init__(self):
         c = self.chunk
         if c is not None and c != "all" and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
             raise InputError(f"offload chunk={c!r} must be a positive int (layers per chunk), 'all' or None.")
-        for name in ("keep_text_encoder", "keep_vae"):
+        for name in ("keep_text_encoder", "keep_vae", "keep_transformer"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise InputError(f"offload {name}={v!r} must be True, False or None (decide from memory).")

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import re
+import shlex
 from typing import Any
 
 import jax
@@ -289,7 +290,9 @@ def parse_cache_option(
     Raises:
         InputError: one line naming the option, its value and what is valid.
     """
-    shown = f"{name} {value}" if name.startswith("-") else f"{name}={value!r}"
+    shown = (
+        f"{name} {shlex.quote(str(value))}" if name.startswith("-") else f"{name}={value!r}"
+    )  # an empty value: --cache ''
     kind, colon, arg = str(value).strip().partition(":")
     valid = f"first_block:THRESHOLD, mag[:RATIOS{'_FILE' if files else ''}] or taylorseer"
     if kind == "first_block":
@@ -299,8 +302,8 @@ def parse_cache_option(
             raise InputError(f"{shown}: THRESHOLD must be a number >= 0 (first_block:0.05)") from None
         try:
             return FirstBlockCacheConfig(threshold=threshold)
-        except InputError as e:
-            raise InputError(f"{shown}: {e}") from None
+        except InputError:  # the config's own message names its class and keyword: say it as the option's
+            raise InputError(f"{shown}: THRESHOLD must be a finite number >= 0, got {arg.strip()}") from None
     if kind == "mag":
         return _mag_option(shown, name, colon, arg.strip(), num_inference_steps, files)
     if kind == "taylorseer" and not arg:

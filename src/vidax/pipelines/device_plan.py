@@ -263,7 +263,10 @@ class DevicePlan:
             :attr:`vidax.blocks.transformer.DiffusionTransformer.micro_batch`).
         rows: the step's batch.
         text_chunk: staged text encoder -> layers per chunk where its layers stream from its files
-            while it encodes (``"text_chunk"`` in ``chosen`` where decided here).
+            while it encodes (``"text_chunk"`` in ``chosen`` where decided here), at most its
+            layer count. asked_text_chunk: the layers per chunk asked for (None: not asked).
+        free_transformer: the transformer's device weights wait in host memory while the text
+            encoders and the VAE run (``"free_transformer"`` in ``chosen`` where decided here).
     """
 
     device: int
@@ -280,6 +283,8 @@ class DevicePlan:
     micro_batch: int | None = None
     rows: int = 1
     text_chunk: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    free_transformer: bool = False
+    asked_text_chunk: int | None = None
 
     def line(self, what: str = "device memory") -> str:
         """``plan: transformer streamed 4 blocks a chunk (...); VAE tiled; text encoder run first
@@ -301,12 +306,21 @@ class DevicePlan:
                 f"each layer runs the step's {self.rows} batch rows {self.micro_batch} at a time "
                 f"(the CFG passes one after another{given})"
             )
+        if self.free_transformer:
+            given = "" if "free_transformer" in self.chosen else ", as asked"
+            parts.append(f"transformer off the device while the text encoder and the VAE run{given}")
         if self.vae_tiling:
             parts.append("VAE tiled")
         encoders = [n for n in sizes.text_encoders if self.staged.get(n) and n not in self.text_chunk]
         decoders = [n for n in sizes.decoders if self.staged.get(n)]
         for n, c in self.text_chunk.items():
-            given = "" if "text_chunk" in self.chosen else ", as asked"
+            given = (
+                ""
+                if "text_chunk" in self.chosen
+                else ", as asked"
+                if c == self.asked_text_chunk
+                else f", all its layers: {self.asked_text_chunk} asked"
+            )
             parts.append(
                 f"{_names([n], 'text encoder')} streamed {c} layer{'s' * (c != 1)} a chunk from its files while it "
                 f"encodes ({_gib(sizes.text_encoders[n])} in all{given})"
@@ -326,12 +340,18 @@ class DevicePlan:
         from vidax.parallel.offload import OffloadConfig
         from vidax.pipelines.staging import DECODERS
 
-        if self.chunk is None and not any(self.staged.values()) and given is None:
+        if self.chunk is None and not any(self.staged.values()) and not self.free_transformer and given is None:
             return None
         kind = given.memory_kind if given is not None else "auto"
         te = not any(v for n, v in self.staged.items() if n not in DECODERS)
         vae = not any(v for n, v in self.staged.items() if n in DECODERS)
-        return OffloadConfig(chunk=self.chunk, keep_text_encoder=te, keep_vae=vae, memory_kind=kind)
+        return OffloadConfig(
+            chunk=self.chunk,
+            keep_text_encoder=te,
+            keep_vae=vae,
+            memory_kind=kind,
+            keep_transformer=not self.free_transformer,
+        )
 
 
 def _names(names: list[str], word: str) -> str:
@@ -351,6 +371,7 @@ def stage_memory(
     offload_experts: bool = True,
     micro_batch: int | None = None,
     text_chunk: Mapping[str, int] | None = None,
+    free_transformer: bool = False,
 ) -> tuple[StageMemory, int]:
     """(the device bytes of each stage, the bytes waiting in host memory) for this placement.
 
@@ -362,7 +383,8 @@ def stage_memory(
     staged decoders, one (tiled) decode chunk and the latents. A text encoder of ``text_chunk``
     (layers per chunk) counts its weights but its stacked layers plus the chunks it holds in the
     text encoding, and only those other weights in host memory (its layers are read from the
-    files at each use).
+    files at each use). With ``free_transformer`` the text encoding and the decode hold none of a
+    resident transformer's weights (they wait in host memory meanwhile, counted there).
     """
     on_device, waiting = [], 0
     for total, blocks, layers in sizes.transformers.values():
@@ -393,12 +415,13 @@ def stage_memory(
         + RUNTIME_OVERHEAD_BYTES
     )
     decode = act.decode_tiled if vae_tiling and act.decode_tiled is not None else act.decode
+    freed = tr if free_transformer and chunk is None else 0
     stages = StageMemory(
-        text=base + te_text + act.text,
+        text=base - freed + te_text + act.text,
         steps=base + act.step * min(micro_batch or act.rows, act.rows) // max(act.rows, 1) + act.latents,
-        decode=base + dec_staged + (decode + act.latents if act.decode else 0),
+        decode=base - freed + dec_staged + (decode + act.latents if act.decode else 0),
     )
-    return stages, waiting + te_waiting + dec_staged
+    return stages, waiting + te_waiting + dec_staged + freed
 
 
 def choose(
@@ -434,10 +457,22 @@ def choose(
     p.staged = {n: p.keep.get(n) is False for n in [*sizes.text_encoders, *sizes.decoders]}
     p.tiling, p.chunk = vae_tiling, given_chunk
     if text_chunk is not None:
-        p.streams = {n: text_chunk for n in sizes.text_stacks if p.keep.get(n) is not True}
+        # capped at each encoder's layer count (as --offload-blocks at the blocks'), the line says so
+        p.streams = {
+            n: min(text_chunk, sizes.text_stacks[n][1]) for n in sizes.text_stacks if p.keep.get(n) is not True
+        }
         p.staged.update(dict.fromkeys(p.streams, True))
     if not p.fits():
         p.stage(sizes.text_encoders)
+    p.free = p.keep.get("transformer") is False
+    if not p.fits() and p.keep.get("transformer") is None and given_chunk is None:
+        # A resident transformer waits in host memory while the text encoders and the VAE run: a
+        # copy each way, cheaper than streamed blocks or tiles (slower, and a video that differs
+        # from the untiled decode's).
+        stages, freed = p.measure()[0], p.measure(free=True)[0]
+        if stages.steps <= device and freed.text <= device and (stages.text > device or stages.decode > device):
+            p.free = True
+            p.chosen.add("free_transformer")
     if not p.fits() and not p.tiling and act.decode_tiled is not None and p.measure()[0].decode > device:
         p.tiling = True
         p.chosen.add("vae_tiling")
@@ -457,6 +492,15 @@ def choose(
             p.micro = None
     if p.chunk is not None and p.fits():  # streaming made room: keep what it made unneeded resident
         p.undo(sizes.decoders, sizes.text_encoders)
+        if "vae_tiling" in p.chosen and p.fits(tiling=False):  # and decode the whole frame again
+            p.tiling = False
+            p.chosen.discard("vae_tiling")
+    if "free_transformer" in p.chosen and (p.chunk is not None or p.fits(free=False)):
+        p.free = False  # not needed, or the blocks stream (their chunks leave the device anyway)
+        p.chosen.discard("free_transformer")
+        if not p.fits() and not p.tiling and act.decode_tiled is not None:
+            p.tiling = True
+            p.chosen.add("vae_tiling")
     stages, waiting = p.measure()
     chosen = p.chosen if any(p.staged.values()) else p.chosen - {"staged"}
     return DevicePlan(
@@ -474,6 +518,8 @@ def choose(
         micro_batch=p.micro,
         rows=act.rows,
         text_chunk=p.streams,
+        free_transformer=p.free,
+        asked_text_chunk=text_chunk,
     )
 
 
@@ -493,18 +539,27 @@ class _Placing:
     tiling: bool = False
     chunk: int | None = None
     chosen: set = dataclasses.field(default_factory=set)
+    free: bool = False
 
     def measure(self, **changes: Any) -> tuple[StageMemory, int]:
-        at = {"staged": self.staged, "streams": self.streams, "chunk": self.chunk, **changes}
+        at = {
+            "staged": self.staged,
+            "streams": self.streams,
+            "chunk": self.chunk,
+            "free": self.free,
+            "tiling": self.tiling,
+            **changes,
+        }
         return stage_memory(
             self.sizes,
             self.act,
             at["chunk"],
             at["staged"],
-            self.tiling,
+            at["tiling"],
             self.offload_experts,
             self.micro,
             at["streams"],
+            at["free"],
         )
 
     def fits(self, **changes: Any) -> bool:
@@ -554,10 +609,23 @@ class _Placing:
 
 def device_limit() -> tuple[int, str] | None:
     """(bytes, what they are) of the device memory a run is planned for: ``VIDAX_DEVICE_MEMORY``
-    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU)."""
+    where set, else the smallest ``bytes_limit`` the devices report; None where neither (CPU).
+
+    Raises:
+        SetupError: ``VIDAX_DEVICE_MEMORY`` is not a size, or one below
+            :data:`~vidax.pipelines.memory.RUNTIME_OVERHEAD_BYTES` (what every run needs beyond its
+            arrays: no run fits), naming the variable, its value and what is valid.
+    """
+    from vidax.errors import SetupError
     from vidax.pipelines.staging import device_memory_limit
 
     pretend = pretend_device_memory()
+    if pretend is not None and pretend < RUNTIME_OVERHEAD_BYTES:  # "1e3": 1000 bytes, not a device
+        raise SetupError(
+            f"{DEVICE_MEMORY_ENV}={os.environ.get(DEVICE_MEMORY_ENV, '').strip()!r} is {pretend:,} bytes, less than "
+            f"the {RUNTIME_OVERHEAD_BYTES // 2**20} MiB every run needs beyond its arrays (XLA's compiles and "
+            "runtime); give a device size with its unit (e.g. 15.7GiB, 512MiB), or unset it for the device's own"
+        )
     if pretend is not None:
         return pretend, f"device memory ({DEVICE_MEMORY_ENV})"
     limit = device_memory_limit()
@@ -627,6 +695,7 @@ def plan_device(
     keep = {}
     if asked is not None:
         keep = {n: asked.keep_vae if n in DECODERS else asked.keep_text_encoder for n in cls.stageable}
+        keep["transformer"] = asked.keep_transformer
     return choose(
         sizes,
         act,
@@ -646,8 +715,9 @@ def remedies(
     plan: Any, call: Any, dp: DevicePlan, *, asked: Any = None, vae_tiling: bool = False, platform: str | None = None
 ) -> list:
     """The settings that would make ``call`` fit where ``dp`` does not, each as a message part
-    (:class:`~vidax.errors.Arg`, so each front door spells its own): bfloat16, 8-bit transformer
-    kernels, fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
+    (:class:`~vidax.errors.Arg`, so each front door spells its own), each offered only where the
+    run re-planned with it fits: bfloat16, 8-bit transformer kernels (not for random weights,
+    which take no weight format; with bfloat16 named where float32 with them does not fit), fewer blocks a chunk than asked, the text encoder not kept resident or streamed as
     asked, the largest height x width that fits (``platform``: as :func:`plan_device`)."""
     from vidax.errors import Arg, Message
 
@@ -659,8 +729,15 @@ def remedies(
 
     if dp.dtype == "float32" and fits(dtype="bfloat16"):
         out.append(Arg("dtype", "bfloat16"))
-    if plan.checkpoint.weights is None and fits(weights="int8", dtype="bfloat16"):
-        out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with bfloat16"))
+    # 8-bit kernels only where the run takes them (random weights refuse a weight format), with
+    # bfloat16 named as its own argument where the plan's float32 needs it too
+    if plan.checkpoint.weights is None and not plan.checkpoint.random_weights:
+        if fits(weights="int8"):
+            out.append(Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels)"))
+        elif dp.dtype == "float32" and fits(weights="int8", dtype="bfloat16"):
+            out.append(
+                Message(Arg("weight_dtype", "int8"), " (8-bit transformer kernels) with ", Arg("dtype", "bfloat16"))
+            )
     if asked is not None and asked.chunk is not None and fits(asked=dataclasses.replace(asked, chunk=None)):
         out.append(Message("no ", Arg("offload_blocks", python="offload="), " (vidax picks a chunk that fits)"))
     free_text = dict(keep_text_encoder=None, text_encoder_chunk=None)

@@ -26,7 +26,7 @@ from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.spec import check_load_options, diffusers_classes
 from vidax.pipelines.staging import Staging, plan_pipeline_staging
-from vidax.pipelines.weight_formats import transformer_source, weights_source
+from vidax.pipelines.weight_formats import check_weights_present, transformer_source, weights_source
 from vidax.registry import registry
 from vidax.schedulers import scheduler_from_config
 from vidax.stats import RunStats
@@ -106,6 +106,7 @@ def load_pipeline(
         transformer=kwargs.pop("transformer", None),
         random_weights=bool(kwargs.pop("random_weights", False)),
     )
+    check_weights_present(plan.checkpoint)
     return plan.pipeline.from_pretrained(plan, dtype=dtype, mesh=mesh, preset=preset, **kwargs)
 
 
@@ -125,6 +126,7 @@ def dtype_option(dtype: Any, options: dict[str, Any]) -> Any:
                 f"dtype={dtype!r} and torch_dtype={torch_dtype!r} are the same setting "
                 "(torch_dtype= is diffusers' spelling); give one"
             )
+        parse_dtype(torch_dtype, "torch_dtype")  # refused as the keyword given
         dtype = torch_dtype
     return "float32" if dtype is None else dtype
 
@@ -157,12 +159,14 @@ def drop_inert_options(options: dict[str, Any]) -> None:
     options.pop("low_cpu_mem_usage", None)
 
 
-def check_pipeline_class(cls: type, checkpoint: Checkpoint) -> None:
+def check_pipeline_class(cls: type, checkpoint: Checkpoint, given: Any = None) -> None:
     """Refuse ``cls.from_pretrained`` of a checkpoint whose model_index.json names a pipeline of
     another family (``vidax.WanPipeline.from_pretrained`` of a CogVideoX folder), before any weight
     is read. A class of the same family for another task is the checkpoint's own
     (``WanImageToVideoPipeline`` of Wan2.2 TI2V-5B, whose model_index.json names ``WanPipeline``,
-    as diffusers loads it): :func:`~vidax.pipelines.plan.read_plan` checks the task.
+    as diffusers loads it): :func:`~vidax.pipelines.plan.read_plan` checks the task. ``given``: the
+    path or name as the caller gave it (``"vidax/tiny-random-wan"``), named in the error (None:
+    the checkpoint's folder).
 
     Raises:
         InputError: another family's checkpoint, naming both classes and the calls that load it.
@@ -176,7 +180,7 @@ def check_pipeline_class(cls: type, checkpoint: Checkpoint) -> None:
         return
     ours = diffusers_classes(cls)[0]
     raise InputError(
-        f"{ours}.from_pretrained({checkpoint.root!r}): its model_index.json names {named}, not a {ours} "
+        f"{ours}.from_pretrained({checkpoint.root if given is None else given!r}): its model_index.json names {named}, not a {ours} "
         f"checkpoint; load it with vidax.{named}.from_pretrained(path) or vidax.load_pipeline(path)"
     )
 
@@ -192,6 +196,7 @@ def plan_of(
     weight_dtype: Any = None,
     transformer: Any = None,
     random_weights: Any = None,
+    given: Any = None,
 ) -> Plan:
     """The plan of ``path`` (a folder or an opened :class:`Checkpoint`) for the pipeline class
     ``cls``, read with its weight format (:func:`with_variant`, :func:`read_plan`); ``path`` itself
@@ -208,6 +213,7 @@ def plan_of(
             shards) are read where they have them (:func:`with_variant`); None: the plain files.
         random_weights: make every weight on the device from the configs instead of reading
             files (:func:`vidax.load_pipeline`); with a plan, give it to ``read_plan``.
+        given: the path or name as the caller gave it, named in :func:`check_pipeline_class`'s error.
 
     Raises:
         InputError: a weight format given with a plan; as :func:`check_pipeline_class` and
@@ -222,14 +228,16 @@ def plan_of(
             )
         return path
     checkpoint = with_variant(Checkpoint.open(path), variant)
-    check_pipeline_class(cls, checkpoint)
-    return read_plan(
+    check_pipeline_class(cls, checkpoint, given)
+    plan = read_plan(
         checkpoint,
         pipeline=cls,
         weight_dtype=weight_dtype,
         transformer=transformer,
         random_weights=bool(random_weights),
     )
+    check_weights_present(plan.checkpoint)
+    return plan
 
 
 class Loading:
@@ -362,11 +370,12 @@ class Loading:
         setup_compile_cache()  # once per process (load_pipeline's), for vidax.WanPipeline.from_pretrained too
         dtype = dtype_option(dtype, options)
         weight_format = {k: options.pop(k, None) for k in WEIGHT_FORMAT}
+        given = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None  # named in errors as given
         if isinstance(path, (str, os.PathLike)):  # a hub id: from the cache only with local_files_only=True
             path = resolve_checkpoint(resolve_named_checkpoint(path), bool(options.pop("local_files_only", False)))
         check_load_options(cls, options)
         parse_matmul_precision(matmul_precision)
-        plan = plan_of(cls, path, **weight_format)
+        plan = plan_of(cls, path, given=given, **weight_format)
         plan = with_preset(plan, preset)  # InputError for a preset not of the family, before any weight
         plan = with_placement(
             plan,

@@ -40,6 +40,11 @@ class ModelSize:
             no tiled decode.
         decode_tile_frames: video frames one tiled decode chunk makes (a temporal tile); 0: as
             ``decode_frames``.
+        decode_state_bytes_per_pixel: bytes per video pixel (of one sample) of what the decode
+            carries from chunk to chunk on the device (the Wan VAE's causal cache), beside a
+            chunk's activations.
+        passes: transformer rows per sample in one step (0: classifier-free guidance's, 2 with
+            it and 1 without; LTX-2 runs up to 4 guidance passes as one batch).
     """
 
     tokens: int
@@ -51,6 +56,12 @@ class ModelSize:
     decode_channels: int = 128
     decode_tile: int = 0
     decode_tile_frames: int = 0
+    decode_state_bytes_per_pixel: float = 0.0
+    passes: int = 0
+
+    def rows(self, call: Call) -> int:
+        """Transformer rows of one step of ``call``: its batch times the passes."""
+        return int(getattr(call, "batch", 1)) * (self.passes or (2 if getattr(call, "do_cfg", False) else 1))
 
 
 #: The setting a refused call names to run it anyway (:meth:`MemoryChecks.check_memory`).
@@ -229,8 +240,9 @@ def run_memory_estimate(
       scores and probabilities where the ``"xla"`` implementation runs (up to 2**22 scores per
       head), else the blockwise ``(batch, heads, tokens, 512)`` float32 accumulators; none with
       ``flash`` (a fused kernel, ``pallas_tpu`` / ``cudnn``, keeps its tiles in on-chip memory).
-    * decode: ``decode_frames x height x width x decode_channels x decode_bytes_per_element``;
-      tiled (``size.decode_tile``): the same with height and width at most one tile and
+    * decode: ``decode_frames x height x width x decode_channels x decode_bytes_per_element``
+      plus the state carried between chunks (``decode_state_bytes_per_pixel`` per pixel and
+      video); tiled (``size.decode_tile``): the same with height and width at most one tile and
       ``decode_tile_frames`` frames.
     * outputs: latents (float32) and the video, 3 float32 copies (chunks, joined, clipped).
 
@@ -251,16 +263,15 @@ def run_memory_estimate(
     per_element = calibration.decode_bytes_per_element
     per_token = calibration.step_width_buffers * size.hidden_size + calibration.step_ffn_buffers * size.ffn_dim
     step = batch * t * per_token * dtype_bytes + attention
-    decode = size.decode_frames * height * width * size.decode_channels * per_element if decoded else 0
+    state = size.decode_state_bytes_per_pixel * (videos or batch)
+    decode = (size.decode_frames * size.decode_channels * per_element + state) * height * width if decoded else 0
     video = 3 * (videos or batch) * num_frames * height * width * 3 * 4 if decoded else 0
     tile = size.decode_tile
     tiled = (
         (
-            (size.decode_tile_frames or size.decode_frames)
+            ((size.decode_tile_frames or size.decode_frames) * size.decode_channels * per_element + state)
             * min(tile, height)
             * min(tile, width)
-            * size.decode_channels
-            * per_element
             if decoded
             else 0
         )
@@ -462,10 +473,9 @@ class MemoryChecks:
             return None
         dtype = parse_dtype(dtype)
         names = {"loaded": (), "transformers": tuple(info.transformers), "all": None}[weights]
-        batch = call.batch * (2 if call.do_cfg else 1)
         est = run_memory_estimate(
             size,
-            batch,
+            size.rows(call),
             int(np.prod(cls.latent_shape(info, call))),
             call.num_frames,
             call.height,
@@ -478,7 +488,8 @@ class MemoryChecks:
             calibration=calibration(platform),
         )
         # max_sequence_length has no bound but memory (rotary and relative positions, as the references)
-        return dataclasses.replace(est, text=text_encoding_bytes(info, batch, call.max_sequence_length))
+        prompts = call.batch * (2 if call.do_cfg else 1)
+        return dataclasses.replace(est, text=text_encoding_bytes(info, prompts, call.max_sequence_length))
 
     @classmethod
     def check_memory(

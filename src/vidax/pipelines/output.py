@@ -17,6 +17,7 @@ from vidax.nn.precision import matmul_precision
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import progress_bar, status
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
+from vidax.pipelines.staging import transformers_of
 from vidax.stats import RunStats
 
 
@@ -115,7 +116,11 @@ def decode_video(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> 
     with stats.timed("decode_s"):
         chunks = []
         vae_params = nnx.state(pipe.vae, nnx.Param)
-        with pipe.staging.on_device("vae"), matmul_precision(pipe.vae_matmul_precision):
+        with (
+            pipe.staging.off_device(transformers_of(pipe)),
+            pipe.staging.on_device("vae"),
+            matmul_precision(pipe.vae_matmul_precision),
+        ):
             # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
             z = pipe.decode_input(call, pipe.vae.denormalize_latents(pipe.latents_to_decode(call, latents)))
             n = pipe.vae.decode_chunks(z)

@@ -255,6 +255,7 @@ def with_device_plan(plan: Plan, asked: Any, vae_tiling: bool = False) -> Plan:
         {n: bool(dp.staged.get(n)) for n in plan.spec.stageable},
         "auto" if offload is None else offload.memory_kind,
         dp.text_chunk,
+        dp.free_transformer,
     )
     return dataclasses.replace(
         plan,

@@ -256,14 +256,15 @@ def preset_scheduler(preset: Preset | None, pipeline: type, checkpoint: Any) -> 
 def call_scheduler(preset: Preset | None, pipe: Any) -> Any:
     """The scheduler a call with ``preset`` runs on the loaded ``pipe`` where it is not
     ``pipe.scheduler`` (None: ``pipe.scheduler``): the preset's (:func:`preset_scheduler`), or,
-    where a preset of the load set one that this call's preset does not, the checkpoint's.
+    where a preset of the load set one that this call's preset (or ``preset`` None, no preset, a
+    ``vidax serve`` request's ``"preset": "none"``) does not, the checkpoint's.
 
     Raises:
         InputError, ConfigError: as :func:`preset_scheduler`.
     """
-    if preset is None or preset is pipe.preset:
+    if preset is pipe.preset:
         return None
-    built = preset_scheduler(preset, type(pipe), pipe.checkpoint)
+    built = None if preset is None else preset_scheduler(preset, type(pipe), pipe.checkpoint)
     if built is None and pipe.preset is not None and pipe.preset.scheduler:
         ckpt = pipe.checkpoint
         return scheduler_from_config(ckpt.config("scheduler"), source=ckpt.config_file("scheduler"))

@@ -27,6 +27,7 @@ from vidax.pipelines.memory import _gib, available_memory, size_words
 from vidax.pipelines.output import check_decodable, check_finite, decode_audio, finite_array, frames_as_pil
 from vidax.pipelines.prompts import call_embeds
 from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
+from vidax.pipelines.staging import transformers_of
 from vidax.pipelines.step_cache import (
     CacheCarry,
     CacheReport,
@@ -182,7 +183,11 @@ def run_call(pipe: Any, call: Call, phase: list) -> VideoPipelineOutput:
             else ""
         ),
     )
-    with stats.timed("text_encode_s"), status("encoding the prompt", call.progress):
+    with (
+        stats.timed("text_encode_s"),
+        status("encoding the prompt", call.progress),
+        pipe.staging.off_device(transformers_of(pipe)),
+    ):
         embeds = call_embeds(pipe, call)
         embeds = jax.tree.map(lambda e: repeat_embeds(e, call.num_videos_per_prompt, pipe.dtype), embeds)
         jax.block_until_ready(embeds)

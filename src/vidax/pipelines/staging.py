@@ -152,6 +152,9 @@ class Staging:
         streamed: staged text encoder -> layers per chunk: its stacked layers are read from the
             checkpoint's files chunk by chunk while it encodes
             (:attr:`OffloadConfig.text_encoder_chunk`); its other weights are staged.
+        free_transformer: the transformers' device weights wait in host memory while the text
+            encoders run and the VAE decodes (:meth:`off_device`;
+            :attr:`OffloadConfig.keep_transformer` False).
     """
 
     def __init__(
@@ -159,18 +162,22 @@ class Staging:
         staged: Mapping[str, bool] | None = None,
         memory_kind: str = "auto",
         streamed: Mapping[str, int] | None = None,
+        free_transformer: bool = False,
     ):
         self.streamed = {n: int(c) for n, c in (streamed or {}).items() if c}
         staged = {**dict(staged or {}), **dict.fromkeys(self.streamed, True)}
-        self.kind = host_memory_kind(memory_kind) if any(staged.values()) else None
-        if any(staged.values()) and self.kind is None:
+        moves = any(staged.values()) or free_transformer
+        self.kind = host_memory_kind(memory_kind) if moves else None
+        if moves and self.kind is None:
             logger.warning(
                 "no host memory kind to stage components in (memory_kind=%r); %s stay on the device",
                 memory_kind,
-                ", ".join(n for n, s in staged.items() if s),
+                ", ".join([n for n, s in staged.items() if s] + ["transformer"] * free_transformer),
             )
             staged = {n: False for n in staged}
+            free_transformer = False
         self.staged = staged
+        self.free_transformer = bool(free_transformer)
         self._modules: dict[str, nnx.Module] = {}
 
     def is_staged(self, name: str) -> bool:
@@ -216,13 +223,51 @@ class Staging:
                 if isinstance(a, jax.Array):
                     a.delete()
 
-    def describe(self) -> str:
-        """One line: which components wait in host memory."""
+    @contextlib.contextmanager
+    def off_device(self, modules: Mapping[str, nnx.Module]) -> Iterator[None]:
+        """Within the block (the prompt encoding, the VAE decode), the device weights of ``modules``
+        (name -> module: the transformers) wait in host memory when :attr:`free_transformer` (a
+        no-op otherwise); on exit they are put back on the device. The module's device arrays are dropped, not
+        deleted: their memory is freed when nothing else holds them (results of computations
+        dispatched before stay valid). Weights already in host memory (streamed blocks) stay."""
+        if not self.free_transformer or not modules:
+            yield
+            return
+        kind = device_memory_kind()
+
+        def move(a, to):
+            if not isinstance(a, jax.Array) or a.sharding.memory_kind == to:
+                return a
+            return jax.device_put(a, with_layout_of(a, a.sharding.with_memory_kind(to)))
+
+        for module in modules.values():
+            host = jax.tree.map(lambda a: move(a, self.kind), nnx.state(module))
+            nnx.update(module, host)
+            # the copies done before anything else is allocated: the device buffers are freed
+            # when their last transfer ends, and a decode's first chunk would otherwise sit beside them
+            jax.block_until_ready(jax.tree.leaves(host))
+        try:
+            yield
+        finally:
+            for module in modules.values():
+                nnx.update(module, jax.tree.map(lambda a: move(a, kind), nnx.state(module)))
+
+    def describe(self, layers: Mapping[str, int] | None = None) -> str:
+        """One line: which components wait in host memory; ``layers``: a streamed text encoder's
+        layer count by name, where known (a chunk asked beyond it is said as capped there)."""
         staged = [n for n, s in self.staged.items() if s]
+        staged += ["transformer while the prompt is encoded and the VAE decodes"] * self.free_transformer
         if not staged:
             return "staging: text encoder and VAE resident on the device"
+        counts = layers or {}
         streamed = "".join(
-            f"; {n}'s layers streamed {c} a chunk while it encodes (not held between calls)"
+            f"; {n}'s layers streamed "
+            + (
+                f"{c} a chunk"
+                if n not in counts or c <= counts[n]
+                else f"all {counts[n]} in one chunk ({c} asked, capped at its layer count)"
+            )
+            + " while it encodes (not held between calls)"
             for n, c in self.streamed.items()
         )
         return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}"
@@ -254,8 +299,9 @@ def plan_pipeline_staging(
     keep = {name: offload.keep_vae if name in DECODERS else offload.keep_text_encoder for name in stageable}
     streamed = dict.fromkeys((n for n in stageable if n not in DECODERS), offload.text_encoder_chunk)
     limit = device_memory_limit()
+    free = offload.keep_transformer is False
     if limit is None or all(v is not None for v in keep.values()):
-        return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind, streamed)
+        return Staging(plan_staging(keep, {}, None, stageable=stageable), offload.memory_kind, streamed, free)
     tp = axis_size(mesh, TENSOR)
     tr = component_bytes(paths["transformer"], dtype, blocks_prefixes, weights)
     resident = tr["total"]
@@ -276,15 +322,28 @@ def plan_pipeline_staging(
         {k: round(v / 2**30, 2) for k, v in sizes.items()},
         [n for n, s in staged.items() if s] or "none",
     )
-    return Staging(staged, offload.memory_kind, streamed)
+    return Staging(staged, offload.memory_kind, streamed, free)
+
+
+def transformers_of(pipe: Any) -> dict[str, nnx.Module]:
+    """The denoising transformers of a pipeline (name -> module; the experts of two-expert
+    checkpoints), for :meth:`Staging.off_device`."""
+    names = getattr(getattr(pipe, "info", None), "transformers", ())
+    return {n: getattr(pipe, n) for n in names if getattr(pipe, n, None) is not None}
 
 
 def offload_report(pipe: Any) -> str:
     """Where a pipeline's weights wait: staged components and streamed transformer blocks."""
     from vidax.parallel.offload import offloaded_stacks
 
-    lines = [getattr(pipe, "staging", Staging()).describe()]
-    for name, value in vars(pipe).items():
-        for blocks in offloaded_stacks(value) if isinstance(value, nnx.Module) else ():
-            lines.append(f"{name}.{blocks.attr}: {blocks.describe()}")
+    stacks = [
+        (name, blocks)
+        for name, value in vars(pipe).items()
+        for blocks in (offloaded_stacks(value) if isinstance(value, nnx.Module) else ())
+    ]
+    layers: dict[str, int] = {}
+    for name, blocks in stacks:
+        layers[name] = max(layers.get(name, 0), blocks.num_layers)
+    lines = [getattr(pipe, "staging", Staging()).describe(layers)]
+    lines += [f"{name}.{blocks.attr}: {blocks.describe()}" for name, blocks in stacks]
     return "\n".join("  " + line for line in lines)

@@ -184,3 +184,38 @@ def transformer_source(ckpt: Checkpoint, name: str, spec: Any) -> Any:
 
         return open_single_file(ckpt.files[name], spec)
     return ckpt.reader(name)
+
+
+def check_weights_present(checkpoint: Checkpoint) -> None:
+    """Refuse a folder of configs only (``reference_configs/NAME``: each model component's
+    folder holds JSON files alone) that is to be read from files, saying that
+    ``random_weights=True`` (``--random-weights``) runs it, before anything else is read. The
+    front doors that load call it (``vidax generate``, ``load_pipeline`` /
+    ``from_pretrained``); planning from configs alone (``vidax inspect``, the device plan) does not.
+
+    Raises:
+        CheckpointError: no model component folder holds anything but JSON files.
+    """
+    from vidax.errors import Arg, CheckpointError
+
+    if checkpoint.random_weights:
+        return
+    models = [
+        name
+        for name, file in checkpoint.config_files.items()
+        if os.path.basename(file) == "config.json" and name not in checkpoint.files
+    ]
+    folders = [checkpoint.folders.get(name, os.path.join(checkpoint.root, name)) for name in models]
+    if not models or any(  # a weights file of any kind (torch's *.bin too: the reader names what it reads)
+        not entry.endswith(".json") and not entry.startswith(".")
+        for folder in folders
+        if os.path.isdir(folder)
+        for entry in os.listdir(folder)
+    ):
+        return
+    raise CheckpointError(
+        f"{checkpoint.root} holds configs only (no *.safetensors in {', '.join(models)}): ",
+        Arg("random_weights", python="random_weights=True"),
+        " runs it with every weight made from the configs (the video is noise: to learn whether a model fits and "
+        "how fast it runs); for a real video give a folder with the weights",
+    )

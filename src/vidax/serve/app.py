@@ -269,14 +269,16 @@ async def _event_stream(runner: JobRunner, job_id: str):
                 "progress": job["progress"],
             },
         }
+        # in step order: the previews up to the step reached, then that step's progress (a preview
+        # made before its step's progress is recorded waits for it)
+        for preview in now["previews"]:
+            if sent.get("preview", 0) < preview["step"] <= job["step"]:
+                sent["preview"] = preview["step"]
+                yield _event("preview", {"id": job_id, **preview})
         for name, data in news.items():
             if data is not None and sent.get(name) != data:
                 sent[name] = data
                 yield _event(name, data)
-        for preview in now["previews"]:
-            if preview["step"] > sent.get("preview", 0):
-                sent["preview"] = preview["step"]
-                yield _event("preview", {"id": job_id, **preview})
         await asyncio.sleep(EVENTS_POLL)
 
 

@@ -44,13 +44,40 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _check_resolves(host: str) -> None:
+    """Refuse a ``host`` that is neither an IP address nor a name this machine resolves to one
+    (``not_a_host``), before anything else is said about it.
+
+    Raises:
+        InputError: naming ``--host``, its value and what is valid.
+    """
+    import ipaddress
+
+    from vidax.errors import Arg, InputError
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise InputError(
+            Arg("host", host),
+            f" is not an IP address and does not resolve to one ({reason}); give an address of this machine "
+            "(127.0.0.1, 0.0.0.0 for every IPv4 interface, ::1, ::) or a host name that resolves",
+        ) from None
+
+
 def check_access(host: str, api_key: str | None, insecure_no_auth: bool) -> str | None:
     """The API key the server requires (None: none), after refusing a non-loopback ``host``
     without one.
 
     Raises:
-        InputError: ``host`` is reachable from other machines and no key is set, nor
-            ``insecure_no_auth``; an empty key.
+        InputError: ``host`` is not an address nor a name that resolves to one; ``host`` is
+            reachable from other machines and no key is set, nor ``insecure_no_auth``; an empty key.
     """
     from vidax.errors import Arg, InputError
 
@@ -58,6 +85,7 @@ def check_access(host: str, api_key: str | None, insecure_no_auth: bool) -> str 
         raise InputError(
             Arg("api_key"), " is empty; give a secret of some length (or leave it unset on a loopback --host)"
         )
+    _check_resolves(host)
     if api_key is None and not insecure_no_auth and not is_loopback(host):
         raise InputError(
             Arg("host", host),

@@ -10,7 +10,8 @@ A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``p
 ``in_progress`` -> ``completed`` or ``failed`` (a cancelled job is ``failed`` with the error code
 ``cancelled``, so a client waiting for one of OpenAI's final states sees one; the other codes are
 the error's class in snake_case, ``out_of_memory_error``, ``numerical_error``...), and ``preset``:
-the preset it runs under (None: none).
+the preset it runs under (None: none); ``warnings``, where the request's checks changed something
+as ``vidax generate`` warns (``num_frames=2 is not of the form 4k+1; using 1, ...``), those lines.
 
 Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
 filled in, and its image as ``<id>.input.png``), videos in ``<jobs_dir>/<id>.mp4`` (written
@@ -54,6 +55,8 @@ from vidax.serve.records import (
 from vidax.serve.store import COMPLETED, IN_PROGRESS, QUEUED, JobStore, load_state, save_state
 
 logger = logging.getLogger("vidax.serve")
+#: A request's ``preset`` that runs its job under no preset, whatever the server's.
+NO_PRESET = "none"
 
 
 #: Previews kept per running job for its event streams (a client polling slower than the
@@ -76,6 +79,9 @@ class _Pending:
         self.step = 0
         self.key: tuple | None = None
         self.previews: collections.deque = collections.deque(maxlen=KEPT_PREVIEWS)
+        self.warnings: list[
+            str
+        ] = []  # what the request's checks changed, as vidax generate warns (the job's "warnings")
         self.resume: str | None = None
 
 
@@ -94,6 +100,36 @@ _SHARED_SETTINGS = (
     "do_cfg",
 )
 _GUIDANCE = ("guidance_scale", "guidance_scale_2")
+
+
+class _CheckWarnings(logging.Handler):
+    """The warnings the pipeline's checks log in this thread while a request is checked
+    (``num_frames=2 is not of the form 4k+1; using 1``), each with its arguments spelled as the
+    request's fields (:meth:`~vidax.serve.fields.Fields.spell`): ``messages``."""
+
+    def __init__(self, request: Fields):
+        super().__init__(logging.WARNING)
+        self.request, self.thread, self.messages = request, threading.get_ident(), []
+        self.logger = logging.getLogger("vidax.pipeline")
+
+    def __enter__(self) -> _CheckWarnings:
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.logger.removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from vidax.errors import Arg, Message
+
+        if record.thread != self.thread:
+            return
+        spell = self.request.spell
+        args = record.args if isinstance(record.args, tuple) else ()
+        shown = tuple(
+            spell(a) if isinstance(a, Arg) else a.render(spell) if isinstance(a, Message) else a for a in args
+        )
+        self.messages.append(str(record.msg) % shown if shown else record.getMessage())
 
 
 def per_video_guidance(pipe: Any) -> bool:
@@ -213,7 +249,7 @@ class JobRunner:
             if len(self._pending) >= self.queue_size + self.max_batch:  # the running batch and queue_size waiting
                 raise RequestError(
                     429,
-                    f"the queue is full ({self.queue_size} jobs waiting behind the running "
+                    f"the queue is full ({self.queue_size} job{'s' * (self.queue_size != 1)} waiting behind the running "
                     f"{'one' if self.max_batch == 1 else 'batch'}); retry when one has finished",
                     None,
                     "queue_full",
@@ -237,11 +273,13 @@ class JobRunner:
             self._enqueue(pending)
             position = len(self._waiting)
         events.info(
-            "%s queued: %s, %d frames, %d steps%s (position %d)",
+            "%s queued: %s, %d frame%s, %d step%s%s (position %d)",
             job["id"],
             job["size"],
             job["num_frames"],
+            "s" * (job["num_frames"] != 1),
             job["num_inference_steps"],
+            "s" * (job["num_inference_steps"] != 1),
             f", preset {job['preset']}" if job["preset"] else "",
             position,
         )
@@ -311,13 +349,15 @@ class JobRunner:
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
             kw, applied = self._preset(pending, request, kw)
-            call = self.cls.check_call(
-                self.info,
-                progress=False,
-                cancel=pending.cancel,
-                callback=lambda i, n: self._stepped([pending], i + 1, n),
-                **kw,
-            )
+            with _CheckWarnings(request) as warned:  # what the checks change (num_frames rounded), said in the job
+                call = self.cls.check_call(
+                    self.info,
+                    progress=False,
+                    cancel=pending.cancel,
+                    callback=lambda i, n: self._stepped([pending], i + 1, n),
+                    **kw,
+                )
+            pending.warnings = warned.messages
             self._check_memory(call)
             preset_cache = (
                 pending.preset.cache_config(self.cls, call.num_inference_steps) if "cache" in applied else None
@@ -352,12 +392,13 @@ class JobRunner:
             "seed": call.seed,
             "input_reference": image_name or None,
             "preset": None if pending.preset is None else pending.preset.name,
+            **({"warnings": pending.warnings} if pending.warnings else {}),
         }
 
     def _preset(self, pending: _Pending, request: Fields, kw: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """``(kw, applied)``: the call keywords ``kw`` over those of the job's preset (the
-        request's ``preset``, else the pipeline's), the preset's values that apply; the preset
-        and its scheduler set in ``pending``.
+        request's ``preset``, ``"none"`` for none; else the pipeline's), the preset's values that
+        apply; the preset and its scheduler set in ``pending``.
 
         Raises:
             RequestError: 400, ``preset`` is not a preset of the family (or not a string).
@@ -368,7 +409,12 @@ class JobRunner:
         try:
             if name is not None and not isinstance(name, str):
                 raise InputError(f"preset must be a string (a preset's name), got {json.dumps(name)}")
-            pending.preset = self.pipe.preset if name is None else find_preset(name.strip(), self.cls)
+            if name is None:  # the server's (--preset, or the one recognised)
+                pending.preset = self.pipe.preset
+            elif name.strip().lower() == NO_PRESET:  # none for this job, under a server's --preset too
+                pending.preset = None
+            else:
+                pending.preset = find_preset(name.strip(), self.cls)
             pending.scheduler = call_scheduler(pending.preset, self.pipe)
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "preset") from None

@@ -313,7 +313,12 @@ def open_single_file(path: str | os.PathLike, spec: Any, arg: str = "transformer
             Arg(arg, path),
             f": vidax reads single-file checkpoints of {', '.join(single_file_classes())}, not of {spec.class_name}",
         )
-    raw = _file_reader(path)
+    try:
+        raw = _file_reader(path)
+    except CheckpointError as e:  # the reader names the file: the error names the argument that gave it
+        text = str(e)
+        said = text[len(path) :] if text.startswith(path) else f": {text}"  # "PATH is not ..." -> " is not ..."
+        raise CheckpointError(Arg(arg, path), said) from None
     found, want = detect_layout(raw.keys()), module.SINGLE_FILE_LAYOUT[0]
     if found != want:
         diffusers = None if found else diffusers_class(raw.keys())

@@ -226,11 +226,23 @@ def check_guidance(extra: Mapping[str, Any], guidance_scale: float, num_layers: 
         raise InputError(Arg("use_cross_timestep", flag), " must be True or False")
 
 
+def _extra_passes(scales: Mapping[str, float], perturbed_attn: bool) -> tuple[bool, bool]:
+    """Whether the STG pass (a transformer with ``perturbed_attn``) and the modality-isolated
+    pass run, from :func:`call_scales`."""
+    stg = (scales["stg_scale"] > 0 or scales["audio_stg_scale"] > 0) and perturbed_attn
+    return bool(stg), scales["modality_scale"] > 1 or scales["audio_modality_scale"] > 1
+
+
+def guidance_passes(extra: Mapping[str, Any], guidance_scale: float, do_cfg: bool, perturbed_attn: bool) -> int:
+    """Transformer passes per sample in one step of a checked call (:attr:`LTX2Guidance.rows`),
+    from the call alone (the memory plan's count)."""
+    return 1 + bool(do_cfg) + sum(_extra_passes(call_scales(extra, guidance_scale), perturbed_attn))
+
+
 def call_guidance(extra: Mapping[str, Any], guidance_scale: float, do_cfg: bool, perturbed_attn: bool) -> LTX2Guidance:
     """The :class:`LTX2Guidance` of a checked call (``perturbed_attn``: the transformer's)."""
     s = call_scales(extra, guidance_scale)
-    stg = (s["stg_scale"] > 0 or s["audio_stg_scale"] > 0) and perturbed_attn
-    modality = s["modality_scale"] > 1 or s["audio_modality_scale"] > 1
+    stg, modality = _extra_passes(s, perturbed_attn)
     scales = jnp.asarray(
         [
             [s["guidance_scale"], s["stg_scale"], s["modality_scale"], s["guidance_rescale"]],

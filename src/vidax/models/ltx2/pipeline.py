@@ -438,10 +438,15 @@ class LTX2Pipeline(LTXPipeline):
     @classmethod
     def model_size(cls, info: LTX2Info, call) -> ModelSize:
         """LTX-Video's, plus the sound's tokens: every step attends over one token per audio
-        latent frame (``num_frames / frame_rate`` seconds of sound, :meth:`LTX2Info.audio_length`)."""
+        latent frame (``num_frames / frame_rate`` seconds of sound, :meth:`LTX2Info.audio_length`);
+        the step's batch has one row per guidance pass (:func:`~vidax.models.ltx2.guidance.guidance_passes`)."""
         size = super().model_size(info, call)
         return dataclasses.replace(
-            size, tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call))
+            size,
+            tokens=size.tokens + info.audio_length(call.num_frames, _frame_rate(info, call)),
+            passes=guidance.guidance_passes(
+                call.extra, call.guidance_scale, call.do_cfg, info.transformer_config.perturbed_attn
+            ),
         )
 
     @classmethod

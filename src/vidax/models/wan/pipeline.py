@@ -433,12 +433,17 @@ def wan_model_size(cfg: Any, latent_shape: tuple[int, ...], vae: Any, **extra: A
 
 def wan_vae_decode_size(vae) -> dict:
     """The Wan VAE's decode chunk for :class:`~vidax.pipelines.base.ModelSize`: one latent frame
-    (``temporal_compression`` video frames) at the decoder's full-resolution width, and its
-    default decode tile (:class:`~vidax.models.wan.vae.WanTiling`)."""
-    from vidax.models.wan.vae import WanTiling
+    (``temporal_compression`` video frames) at the decoder's last level, and its default decode
+    tile (:class:`~vidax.models.wan.vae.WanTiling`). The last level is ``(decoder_base_dim or
+    base_dim) x dim_mult[0]`` channels at ``1 / patch`` of the pixels a side (Wan2.2's VAE folds
+    2 x 2 pixels into channels): counted per pixel as that width over ``patch ** 2``. The cache
+    the decode carries from chunk to chunk (:func:`~vidax.models.wan.vae.decode_cache_bytes_per_latent_pixel`)
+    is counted per video pixel."""
+    from vidax.models.wan.vae import WanTiling, decode_cache_bytes_per_latent_pixel
 
     return dict(
+        decode_state_bytes_per_pixel=decode_cache_bytes_per_latent_pixel(vae) / vae.spatial_compression**2,
         decode_frames=vae.temporal_compression,
-        decode_channels=(vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0],
+        decode_channels=max(1, (vae.decoder_base_dim or vae.base_dim) * vae.dim_mult[0] // vae.patch**2),
         decode_tile=WanTiling().tile_sample_min_height,
     )

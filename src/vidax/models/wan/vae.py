@@ -792,6 +792,19 @@ class WanVAE(TiledVAE, nnx.Module):
         return np.concatenate(list(self.iter_decode(z)), axis=1)
 
 
+@functools.lru_cache(maxsize=16)
+def decode_cache_bytes_per_latent_pixel(config: WanVAEConfig) -> int:
+    """Bytes of the decode's cache (:meth:`WanVAE.decode_cache`: the frames each causal layer
+    carries to the next chunk, float32) per latent pixel of one sample: the cache of a latent
+    ``H' x W'`` is this times ``H' W'`` (every entry is a fixed multiple of the latent's area).
+    From the shapes alone (``jax.eval_shape`` of a 1 x 1 latent; no array is made)."""
+    vae = nnx.eval_shape(lambda: WanVAE(config, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(vae)
+    z = jax.ShapeDtypeStruct((1, 1, 1, 1, config.z_dim), jnp.float32)
+    _, cache = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s).decode_chunk(x, None, True), state, z)
+    return int(sum(np.prod(c.shape) * np.dtype(c.dtype).itemsize for c in cache))
+
+
 @functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(3,))
 def _encode_chunk(graphdef, state, x, cache, first):
     TRACE_COUNTS["encode"] += 1
