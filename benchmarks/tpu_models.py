@@ -264,7 +264,7 @@ def build_step(
     params = pipe.experts.params(0)
     if not offloaded_stacks(module):
         params = as_stack_bits(params, getattr(module, "block_stacks", ()))
-    return Step(pipe, c, cfg, pipe.step_fn(c.do_cfg), params, x, state, inputs, shapes)
+    return Step(pipe, c, cfg, pipe.denoiser.step_fn(pipe, c.do_cfg), params, x, state, inputs, shapes)
 
 
 def step_parts(preset: Preset, pipe, call):
@@ -275,12 +275,13 @@ def step_parts(preset: Preset, pipe, call):
     import jax
     import jax.numpy as jnp
 
+    from vidax.pipelines.run import repeat_embeds
     from vidax.stats import RunStats
 
     embeds = preset.embeds(pipe.transformer.config, call)
     if call.do_cfg:
         embeds = jax.tree.map(lambda e: jnp.concatenate([e, e]), embeds)
-    embeds = jax.tree.map(lambda e: pipe._repeat_embeds(e, call.num_videos_per_prompt), embeds)
+    embeds = jax.tree.map(lambda e: repeat_embeds(e, call.num_videos_per_prompt, pipe.dtype), embeds)
     cond = pipe.condition(call, RunStats())
     x = pipe.prepare_latents(call, pipe.initial_noise(call), cond)
     state = pipe.set_timesteps(call, x)

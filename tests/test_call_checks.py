@@ -542,7 +542,7 @@ def _poison_step(update, k):
 def test_nan_at_a_step_stops_the_run(pipe, monkeypatch):
     from vidax.models.wan.pipeline import WanPipeline
 
-    monkeypatch.setattr(pipe, "_step_fns", {})  # the poisoned step compiles afresh
+    monkeypatch.setattr(pipe.denoiser, "step_fns", {})  # the poisoned step compiles afresh
     monkeypatch.setattr(WanPipeline, "scheduler_update", _poison_step(WanPipeline.scheduler_update, 2))
     steps = []
     with pytest.raises(

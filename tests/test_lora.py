@@ -474,7 +474,7 @@ def compiled_steps(pipe) -> int:
     """Executables the pipeline's denoising steps hold (jit caches; a streamed step's pieces)."""
     return sum(
         fn._cache_size() if hasattr(fn, "_cache_size") else len(fn._shared["compiled"])
-        for fn in pipe._step_fns.values()
+        for fn in pipe.denoiser.step_fns.values()
     )
 
 

@@ -278,13 +278,13 @@ def test_data_axis_that_cannot_split_the_batch_is_warned_about(caplog):
     import types
 
     from vidax.parallel.mesh import make_mesh
-    from vidax.pipelines.base import VideoPipeline
+    from vidax.pipelines.run import warn_if_data_axis_idle
 
     call = types.SimpleNamespace(batch=1, do_cfg=True)
     with caplog.at_level("WARNING", logger="vidax.pipeline"):
-        VideoPipeline.warn_if_data_axis_idle(types.SimpleNamespace(mesh=make_mesh(3, 1, 1)), call)
-        VideoPipeline.warn_if_data_axis_idle(types.SimpleNamespace(mesh=make_mesh(2, 1, 1)), call)
-        VideoPipeline.warn_if_data_axis_idle(types.SimpleNamespace(mesh=None), call)
+        warn_if_data_axis_idle(make_mesh(3, 1, 1), call)
+        warn_if_data_axis_idle(make_mesh(2, 1, 1), call)
+        warn_if_data_axis_idle(None, call)
     assert [r.getMessage() for r in caplog.records] == [
         "the denoising batch of 2 (1 video(s), CFG doubles it) does not split over the mesh's 3 data-parallel "
         "devices: it is replicated there, which adds no speed; a data-parallel size dividing 2 (--dp, mesh=) would "

@@ -114,7 +114,7 @@ def reference(ckpt):
 
 def _compiled_chunk_sizes(pipe) -> set:
     """Chunk sizes compiled for the (single) streamed stack."""
-    (step,) = pipe._step_fns.values()
+    (step,) = pipe.denoiser.step_fns.values()
     return {size for _, (chunks,), _, _ in step._shared["compiled"].values() for size in chunks}
 
 

@@ -5,14 +5,17 @@
 (:mod:`vidax.registry`), the device mesh, staging and block streaming, the call's argument checks
 (from the configs alone, so a bad argument costs no weight read), CFG batching, the denoising loop
 (one jitted step, or the blocks streamed from host memory, in segments of one expert each),
-decoding through the VAE contract, the run summary and progress bars. Its bases hold each part:
+decoding through the VAE contract, the run summary and progress bars. It holds the denoising
+loop as a collaborator, :attr:`denoiser` (:class:`~vidax.pipelines.run.Denoiser`: one expert's
+segment of steps, its step cache, the compiled steps), and walks a call with
+:func:`~vidax.pipelines.run.run_checked`; the decode is :func:`~vidax.pipelines.output.decode_video`.
+Its bases hold the other parts:
 :class:`~vidax.pipelines.hooks.FamilyHooks` (the family hooks and their defaults),
 :class:`~vidax.pipelines.call_checks.CallChecks` (the call's checks, the declared keywords),
 :class:`~vidax.pipelines.memory.MemoryChecks` (the memory estimate),
 :class:`~vidax.pipelines.loading.Loading` (loading from a :mod:`~vidax.pipelines.plan`),
-:class:`~vidax.pipelines.run.Denoising` (the run and the denoising loop),
-:class:`~vidax.pipelines.caching.StepCaching` (step caches), :class:`~vidax.pipelines.output.Decoding`
-(the decode), :class:`~vidax.pipelines.prompts.PromptEncoding` (the prompts) and
+:class:`~vidax.pipelines.caching.StepCaching` (step caches),
+:class:`~vidax.pipelines.prompts.PromptEncoding` (the prompts) and
 :class:`~vidax.pipelines.adapters.LoraMethods` (LoRA).
 
 A family subclasses it and provides hooks (:mod:`vidax.pipelines.hooks`): what its checkpoint is
@@ -53,9 +56,9 @@ from vidax.pipelines.memory import (
     text_encoding_bytes,
 )
 from vidax.pipelines.options import CallOption
-from vidax.pipelines.output import MAX_DECODE_LATENT, Decoding, check_finite, finite_array
+from vidax.pipelines.output import MAX_DECODE_LATENT, check_finite, finite_array
 from vidax.pipelines.prompts import PromptEncoding, prompt_texts, text_truncation, tokenizer_token_limit
-from vidax.pipelines.run import Denoising, check_step_dtypes
+from vidax.pipelines.run import Denoiser, check_step_dtypes, initial_noise, run_checked
 from vidax.pipelines.staging import Staging
 
 logger = logging.getLogger("vidax.pipeline")
@@ -66,9 +69,7 @@ class VideoPipeline(
     CallChecks,
     MemoryChecks,
     Loading,
-    Denoising,
     StepCaching,
-    Decoding,
     PromptEncoding,
     LoraMethods,
     DiffusersPipelineMethods,
@@ -80,6 +81,8 @@ class VideoPipeline(
         :class:`CheckpointInfo`). defaults: :class:`CallDefaults`. dtype: transformer dtype.
         mesh: the device mesh or None. staging: where the text encoder / VAE wait.
         experts: the denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
+        denoiser: the denoising loop (:class:`~vidax.pipelines.run.Denoiser`), which owns the
+        compiled steps.
     """
 
     #: The task this class is for (``"t2v"`` / ``"i2v"``); the checkpoint must do it. A call
@@ -146,8 +149,8 @@ class VideoPipeline(
             setattr(self, name, module)
         names = [n for n in info.transformers if n in modules]
         self.experts = Experts([modules[n] for n in names], offload=offload_experts, names=names)
+        self.denoiser = Denoiser(self.experts, mesh)
         self._pending_load_s = load_s
-        self._step_fns: dict[Any, Any] = {}
         self._lora = None
         self._interrupt = False
         self.matmul_precision = matmul_precision
@@ -182,10 +185,6 @@ class VideoPipeline(
     def precision(self):
         """A context in which the pipeline's work runs at :attr:`matmul_precision`."""
         return precision_context(self.matmul_precision)
-
-    def vae_precision(self):
-        """A context in which the VAE decode runs at :attr:`vae_matmul_precision`."""
-        return precision_context(self.vae_matmul_precision)
 
     # ================================================================== the call
     #: The :class:`~vidax.pipelines.presets.Preset` given to :func:`vidax.load_pipeline` (``preset=``):
@@ -255,29 +254,27 @@ class VideoPipeline(
             return out
         return (out.frames, out.audio) if self.makes_audio(self.info) else (out.frames,)
 
+    def generate(self, call: Call) -> VideoPipelineOutput:
+        """Run a checked :class:`Call` (:func:`~vidax.pipelines.run.run_checked`: refused first
+        when it cannot fit, :meth:`check_memory`).
+
+        Raises:
+            OutOfMemoryError, NumericalError: see :func:`~vidax.pipelines.run.run_checked`.
+        """
+        return run_checked(self, call)
+
+    def initial_noise(self, call: Call) -> Any:
+        """The initial noise of each latent stream of ``call``, float32, in the diffusers layout
+        (:func:`~vidax.pipelines.run.initial_noise` of :meth:`latent_shapes`): one stream's
+        array, or a dict keyed by :attr:`latent_streams`."""
+        return initial_noise(self.latent_shapes(self.info, call), self.latent_streams[0], call)
+
     #: Refuse a call whose :meth:`memory_estimate` exceeds the memory there is (False: warn and run
     #: it; None: no check, e.g. where the caller already checked before loading).
     memory_check: bool | None = True
     #: (the call planned, its :class:`~vidax.pipelines.device_plan.StageMemory`) where the load was
     #: planned for a device's memory with a call: the estimates the run's summary shows per stage.
     device_plan: tuple | None = None
-
-    def warn_if_data_axis_idle(self, call: Call) -> None:
-        """Warn when the mesh's data axis cannot split the denoising batch (the videos, times two
-        with CFG): the batch is then replicated over it, and its devices add no speed."""
-        dp = 1 if self.mesh is None else dict(self.mesh.shape).get("data", 1)
-        batch = call.batch * (2 if call.do_cfg else 1)
-        if dp > 1 and batch % dp:
-            logger.warning(
-                "the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
-                "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
-                "(--dp, mesh=) would split it",
-                batch,
-                call.batch,
-                ", CFG doubles it" if call.do_cfg else "",
-                dp,
-                batch,
-            )
 
     #: The step cache's config (None: off, the default); see :meth:`enable_cache`.
     cache_config: Any = None

@@ -8,16 +8,11 @@ import logging
 from typing import Any, ClassVar
 
 from vidax.errors import InputError
-from vidax.pipelines.call import Call
 from vidax.pipelines.step_cache import (
-    CacheReport,
-    StepCache,
     TaylorSeerCacheConfig,
     check_cache_config,
-    describe_config,
     taylorseer_mode,
 )
-from vidax.stats import RunStats
 
 logger = logging.getLogger("vidax.pipeline")
 
@@ -119,13 +114,3 @@ class StepCaching:
     def disable_cache(self) -> None:
         """Turn step caching off (a no-op when it is off)."""
         self.cache_config = None
-
-    def _step_cache(self, call: Call, expert: int, total: int, stats: RunStats) -> StepCache | None:
-        config = self.cache_config
-        module = self.experts.modules[expert]
-        if config is None or (isinstance(config, TaylorSeerCacheConfig) and taylorseer_mode(config, module) == "none"):
-            return None
-        if stats.cache is None:
-            stats.cache = CacheReport(describe_config(config), module.num_blocks())
-        branches = 2 if call.do_cfg and self.separate_cfg_passes else 1
-        return StepCache(config, module, branches, total, stats.cache)

@@ -67,22 +67,14 @@ class DiffusersPipelineMethods:
                 )
         return self
 
-    def _placement_set_at_load(self, method: str) -> None:
-        logger.warning(
-            "%s(): vidax places the weights when it loads them: vidax.load_pipeline(path, offload=...) "
-            "streams the transformer's blocks and stages the text encoder / VAE in host memory "
-            "(docs/offloading.md), and each call checks its memory first; nothing changes now",
-            method,
-        )
-
     def enable_model_cpu_offload(self, gpu_id: Any = None, device: Any = None) -> None:
         """diffusers' model offloading: taken, with a warning naming vidax's load-time
         ``offload=`` (the video is the same either way)."""
-        self._placement_set_at_load("enable_model_cpu_offload")
+        placement_set_at_load("enable_model_cpu_offload")
 
     def enable_sequential_cpu_offload(self, gpu_id: Any = None, device: Any = None) -> None:
         """diffusers' sequential offloading: as :meth:`enable_model_cpu_offload`."""
-        self._placement_set_at_load("enable_sequential_cpu_offload")
+        placement_set_at_load("enable_sequential_cpu_offload")
 
     def set_progress_bar_config(self, **kwargs: Any) -> None:
         """diffusers' progress-bar settings: ``disable=True`` turns off the progress bars and
@@ -128,18 +120,36 @@ class DiffusersPipelineMethods:
                 raise ConfigError(f"pipe.scheduler = {name}(...): {hint}") from e
         self.__dict__["scheduler"] = value
 
-    def _vae_compression(self, what: str) -> int:
-        config = getattr(self.info, "vae_config", None)
-        if config is None or not hasattr(config, f"{what}_compression"):
-            raise AttributeError(f"{type(self).__name__} has no VAE {what} compression")
-        return int(getattr(config, f"{what}_compression"))
-
     #: Pixels per latent pixel and frames per latent frame, under the names of diffusers' Wan,
     #: CogVideoX and HunyuanVideo pipelines and those of its LTX pipelines.
-    vae_scale_factor_spatial = property(lambda self: self._vae_compression("spatial"))
-    vae_scale_factor_temporal = property(lambda self: self._vae_compression("temporal"))
+    vae_scale_factor_spatial = property(lambda self: vae_compression(self, "spatial"))
+    vae_scale_factor_temporal = property(lambda self: vae_compression(self, "temporal"))
     vae_spatial_compression_ratio = vae_scale_factor_spatial
     vae_temporal_compression_ratio = vae_scale_factor_temporal
+
+
+def placement_set_at_load(method: str) -> None:
+    """Warn that diffusers' ``method`` (an offloading switch) changes nothing: vidax places the
+    weights when it loads them."""
+    logger.warning(
+        "%s(): vidax places the weights when it loads them: vidax.load_pipeline(path, offload=...) "
+        "streams the transformer's blocks and stages the text encoder / VAE in host memory "
+        "(docs/offloading.md), and each call checks its memory first; nothing changes now",
+        method,
+    )
+
+
+def vae_compression(pipe: Any, what: str) -> int:
+    """``pipe``'s VAE ``"spatial"`` / ``"temporal"`` compression (its config's
+    ``{what}_compression``).
+
+    Raises:
+        AttributeError: the pipeline's checkpoint has no VAE config with it.
+    """
+    config = getattr(pipe.info, "vae_config", None)
+    if config is None or not hasattr(config, f"{what}_compression"):
+        raise AttributeError(f"{type(pipe).__name__} has no VAE {what} compression")
+    return int(getattr(config, f"{what}_compression"))
 
 
 #: The settings vidax's UniPC runs with (flow sigmas, flow prediction), which another sampler's

@@ -20,6 +20,7 @@ from vidax.errors import Arg, ConfigError
 from vidax.pipelines.call import Call
 from vidax.pipelines.call_checks import SizeLimits
 from vidax.pipelines.memory import ModelSize
+from vidax.pipelines.output import decode_video
 from vidax.pipelines.sampling import classifier_free_guidance
 from vidax.pipelines.staging import Staging
 from vidax.pipelines.step_inputs import StepInputs
@@ -231,6 +232,12 @@ class FamilyHooks:
         """Which expert runs each step (all 0 with one transformer)."""
         return [0] * int(self.step_state(state).num_inference_steps)
 
+    def denoise(self, call: Call, x: Any, state: Any, embeds: Any, cond: dict, stats: RunStats) -> tuple:
+        """``(latents, state)`` after every step: by default each step run by the expert
+        :meth:`expert_plan` picks, the steps of one expert as one segment
+        (:meth:`Denoiser.segments <vidax.pipelines.run.Denoiser.segments>`)."""
+        return self.denoiser.segments(self, call, x, state, embeds, cond, stats)
+
     def final_latents(self, call: Call, latents: jax.Array, cond: dict) -> jax.Array:
         """Latents after the last step -> what is decoded / returned."""
         return latents
@@ -242,6 +249,15 @@ class FamilyHooks:
     def latents_to_decode(self, call: Call, latents: jax.Array) -> jax.Array:
         """The latents the VAE decodes (e.g. without padding frames)."""
         return latents
+
+    def decode(self, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
+        """Frames float32 (B, F, H, W, 3) in [0, 1] of the final video latents: by default
+        :func:`~vidax.pipelines.output.decode_video` (the VAE contract, chunk by chunk).
+
+        Raises:
+            NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
+        """
+        return decode_video(self, call, latents, stats)
 
     def decode_input(self, call: Call, z: jax.Array) -> jax.Array:
         """The de-normalised latents as the VAE decodes them (e.g. with decode noise mixed in)."""

@@ -13,7 +13,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from vidax.checkpoint import Checkpoint, CheckpointInfo, resolve_checkpoint
@@ -21,6 +21,7 @@ from vidax.errors import InputError
 from vidax.nn.inputs import parse_dtype
 from vidax.nn.precision import parse_matmul_precision
 from vidax.pipelines.common import status
+from vidax.pipelines.experts import Experts
 from vidax.pipelines.plan import Plan, pipeline_class, read_plan, with_placement
 from vidax.pipelines.presets import with_preset
 from vidax.pipelines.spec import check_load_options, diffusers_classes
@@ -481,3 +482,95 @@ class Loading:
             text_encoder_dtype=parse_dtype(text_encoder_dtype or dtype),
             stageable=tuple(cls.stageable),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Weighted:
+    """How a family loads one component with weights: a row of its declared component table
+    (:class:`ComponentTable`).
+
+    Attributes:
+        dtype: the loading keyword giving its dtype: ``"dtype"`` (the pipeline's), a family's
+            option (``"vae_dtype"``, ``"text_encoder_dtype"``), a dtype name (``"float32"``), or
+            None (the component's own, as its registry entry loads it).
+        none_is_dtype: the option's None means the pipeline's ``dtype`` (HunyuanVideo's
+            ``text_encoder_dtype``); otherwise None is refused as any invalid dtype.
+        mesh: placed on the device mesh (sharded by its rules).
+        offload: its blocks streamed from host memory where the load asks (``offload=``).
+        staged: it may wait in host memory between uses (the load's staging).
+        expert_to_host: a second expert, moved to host memory as soon as it is read
+            (:meth:`Experts.move_to_host <vidax.pipelines.experts.Experts.move_to_host>`) where
+            the load's ``offload_experts`` is true (its default), so the device never holds both.
+    """
+
+    dtype: str | None = "dtype"
+    none_is_dtype: bool = False
+    mesh: bool = False
+    offload: bool = False
+    staged: bool = False
+    expert_to_host: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentTable:
+    """A family's components as its ``load_components`` loads them, declared.
+
+    Attributes:
+        files: name -> the class built from the checkpoint's folder of that name (a tokenizer).
+        weighted: name -> :class:`Weighted`, read in this order (every checkpoint checked against
+            its model before the first weight is read, :meth:`Loading.load_weighted`).
+
+    The scheduler is built from its config (every family has one).
+    """
+
+    files: Mapping[str, Any]
+    weighted: Mapping[str, Weighted]
+
+    def load(
+        self,
+        info: CheckpointInfo,
+        *,
+        dtype: Any,
+        mesh: Any,
+        offload: Any,
+        staging: Staging,
+        skip: Collection[str] = (),
+        **options: Any,
+    ) -> dict[str, Any]:
+        """name -> module of every component of the table but those in ``skip`` (weighted rows the
+        checkpoint does not have; ``options``: the family's loading keywords the rows' ``dtype``
+        names, e.g. ``vae_dtype``).
+
+        Raises:
+            InputError: an invalid dtype (as ``parse_dtype``); see :meth:`Loading.load_weighted`.
+        """
+        ckpt = info.checkpoint
+        modules: dict[str, Any] = {name: make(ckpt.folder(name)) for name, make in self.files.items()}
+        modules["scheduler"] = Loading.load_component(info, "scheduler")
+        requests = {}
+        for name, row in self.weighted.items():
+            if name in skip:
+                continue
+            if row.dtype is None or row.dtype == "dtype":
+                row_dtype = None if row.dtype is None else dtype
+            elif row.dtype in options:
+                value = options[row.dtype]
+                row_dtype = parse_dtype(dtype if value is None and row.none_is_dtype else value)
+            else:
+                row_dtype = parse_dtype(row.dtype)
+            requests[name] = dict(
+                dtype=row_dtype,
+                mesh=mesh if row.mesh else None,
+                offload=offload if row.offload else None,
+                staging=staging if row.staged else None,
+            )
+            if row.expert_to_host and options.get("offload_experts", True):
+                requests[name]["then"] = Experts.move_to_host
+        return modules | Loading.load_weighted(info, requests)
+
+
+#: The rows most families share: a text encoder in the pipeline's dtype on the mesh, staged; the
+#: denoising transformer on the mesh, its blocks streamed where asked; the VAE in ``vae_dtype``, staged.
+TEXT_ENCODER = Weighted(mesh=True, staged=True)
+TRANSFORMER = Weighted(mesh=True, offload=True)
+VAE = Weighted(dtype="vae_dtype", staged=True)

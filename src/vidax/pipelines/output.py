@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from vidax.errors import Arg, Cancelled, InputError, NumericalError
+from vidax.nn.precision import matmul_precision
 from vidax.pipelines.call import Call
 from vidax.pipelines.common import progress_bar, status
 from vidax.pipelines.sampling import all_finite, nonfinite_advice
@@ -102,72 +103,76 @@ def check_decodable(call: Call, latents: jax.Array, kept: Callable[[], np.ndarra
         raise error
 
 
-class Decoding:
-    """A pipeline's decode of the final latents; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
+def decode_video(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
+    """Frames float32 (B, F, H, W, 3) in [0, 1] of ``pipe``'s final video latents through the VAE
+    contract (``pipe.vae``; the default of ``pipe.decode``): its own latent de-normalisation
+    (then ``pipe.latents_to_decode`` / ``decode_input`` / ``decode_kwargs``), then its chunks
+    decoded one by one (each moved to the host as it ends); ``call.cancel`` is asked before each
+    chunk.
 
-    def decode(self, call: Call, latents: jax.Array, stats: RunStats) -> np.ndarray:
-        """Frames float32 (B, F, H, W, 3) in [0, 1] through the VAE contract: its own latent
-        de-normalisation, then its chunks decoded one by one (each moved to the host as it ends);
-        ``call.cancel`` is asked before each chunk.
+    Raises:
+        NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
+    """
+    with stats.timed("decode_s"):
+        chunks = []
+        vae_params = nnx.state(pipe.vae, nnx.Param)
+        with (
+            pipe.staging.off_device(transformers_of(pipe)),
+            pipe.staging.on_device("vae"),
+            matmul_precision(pipe.vae_matmul_precision),
+        ):
+            # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
+            z = pipe.decode_input(call, pipe.vae.denormalize_latents(pipe.latents_to_decode(call, latents)))
+            n = pipe.vae.decode_chunks(z)
+            decoded = iter(pipe.vae.iter_decode(z, **pipe.decode_kwargs(call)))
+            with progress_bar(n, "vae decode", disable=not call.progress, unit="chunk") as bar:
+                while True:
+                    if call.cancel is not None and len(chunks) < n and call.cancel():
+                        steps = f"all {call.num_inference_steps} denoising steps done"
+                        raise Cancelled(
+                            f"after VAE decode chunk {len(chunks)} of {n} ({steps})"
+                            if chunks
+                            else f"before the VAE decode ({steps})"
+                        )
+                    chunk = next(decoded, None)
+                    if chunk is None:
+                        break
+                    chunks.append(np.asarray(chunk))
+                    check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1], vae_params)
+                    stats.sample_memory()
+                    bar.update()
+        video = np.concatenate(chunks, axis=1)
+        return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
 
-        Raises:
-            NumericalError: a chunk holds NaN/Inf. Cancelled: ``call.cancel()`` returned True.
-        """
-        with stats.timed("decode_s"):
-            chunks = []
-            vae_params = nnx.state(self.vae, nnx.Param)
-            with self.staging.off_device(transformers_of(self)), self.staging.on_device("vae"), self.vae_precision():
-                # De-normalised with the VAE on the device: its statistics may be checkpoint buffers.
-                z = self.decode_input(call, self.vae.denormalize_latents(self.latents_to_decode(call, latents)))
-                n = self.vae.decode_chunks(z)
-                decoded = iter(self.vae.iter_decode(z, **self.decode_kwargs(call)))
-                with progress_bar(n, "vae decode", disable=not call.progress, unit="chunk") as bar:
-                    while True:
-                        if call.cancel is not None and len(chunks) < n and call.cancel():
-                            steps = f"all {call.num_inference_steps} denoising steps done"
-                            raise Cancelled(
-                                f"after VAE decode chunk {len(chunks)} of {n} ({steps})"
-                                if chunks
-                                else f"before the VAE decode ({steps})"
-                            )
-                        chunk = next(decoded, None)
-                        if chunk is None:
-                            break
-                        chunks.append(np.asarray(chunk))
-                        check_finite(f"the VAE decode (chunk {len(chunks)} of {n})", chunks[-1], vae_params)
-                        stats.sample_memory()
-                        bar.update()
-            video = np.concatenate(chunks, axis=1)
-            return np.clip(video / np.float32(2.0) + np.float32(0.5), 0.0, 1.0).astype(np.float32)
 
-    def decode_audio(self, call: Call, latents: jax.Array, stats: RunStats) -> tuple[np.ndarray, int]:
-        """``(waveform float32 (B, channels, samples) in [-1, 1], sample rate in Hz)`` of the
-        audio stream's final latents, as diffusers returns ``audio``: the audio decoder's own
-        de-normalisation, its decode (to a mel spectrogram or a waveform), then the vocoder
-        (mel -> waveform) where it has one; each component on the device only while it runs
-        when staged. Timed as ``audio_decode_s``.
+def decode_audio(pipe: Any, call: Call, latents: jax.Array, stats: RunStats) -> tuple[np.ndarray, int]:
+    """``(waveform float32 (B, channels, samples) in [-1, 1], sample rate in Hz)`` of ``pipe``'s
+    audio stream's final latents, as diffusers returns ``audio``: the audio decoder's own
+    de-normalisation, its decode (to a mel spectrogram or a waveform), then the vocoder
+    (mel -> waveform) where it has one; each component on the device only while it runs
+    when staged. Timed as ``audio_decode_s``.
 
-        Raises:
-            NumericalError: the decoded sound holds NaN/Inf.
-        """
-        decoder = getattr(self, self.audio_decoder_name)
-        vocoder = getattr(self, self.vocoder_name, None) if self.vocoder_name else None
-        with stats.timed("audio_decode_s"), status("decoding the sound", call.progress):
-            if call.cancel is not None and call.cancel():
-                raise Cancelled(f"before the audio decode (all {call.num_inference_steps} denoising steps done)")
-            # De-normalised with the decoder on the device: its statistics may be checkpoint tensors.
-            out = self.encode_with(
-                self.audio_decoder_name,
-                lambda z: decoder.decode(decoder.denormalize_latents(z)),
-                self.audio_latents_to_decode(call, latents),
-            )
-            check_finite("the audio decode", out, nnx.state(decoder, nnx.Param))
-            if vocoder is not None:
-                out = self.encode_with(self.vocoder_name, vocoder, out)
-                check_finite("the vocoder", out, nnx.state(vocoder, nnx.Param))
-                rate = vocoder.sample_rate
-            else:
-                rate = decoder.sample_rate
-            wave = np.clip(np.asarray(out, np.float32), -1.0, 1.0)
-            stats.sample_memory()
-        return wave, int(rate)
+    Raises:
+        NumericalError: the decoded sound holds NaN/Inf.
+    """
+    decoder = getattr(pipe, pipe.audio_decoder_name)
+    vocoder = getattr(pipe, pipe.vocoder_name, None) if pipe.vocoder_name else None
+    with stats.timed("audio_decode_s"), status("decoding the sound", call.progress):
+        if call.cancel is not None and call.cancel():
+            raise Cancelled(f"before the audio decode (all {call.num_inference_steps} denoising steps done)")
+        # De-normalised with the decoder on the device: its statistics may be checkpoint tensors.
+        out = pipe.encode_with(
+            pipe.audio_decoder_name,
+            lambda z: decoder.decode(decoder.denormalize_latents(z)),
+            pipe.audio_latents_to_decode(call, latents),
+        )
+        check_finite("the audio decode", out, nnx.state(decoder, nnx.Param))
+        if vocoder is not None:
+            out = pipe.encode_with(pipe.vocoder_name, vocoder, out)
+            check_finite("the vocoder", out, nnx.state(vocoder, nnx.Param))
+            rate = vocoder.sample_rate
+        else:
+            rate = decoder.sample_rate
+        wave = np.clip(np.asarray(out, np.float32), -1.0, 1.0)
+        stats.sample_memory()
+    return wave, int(rate)

@@ -77,24 +77,25 @@ def text_truncation(call: Call, offset: int = 0) -> Truncation:
     return Truncation(labels, limit, offset)
 
 
+def call_embeds(pipe: Any, call: Call) -> Any:
+    """The call's text embeddings before the per-video repeat: ``pipe.encode_call``, or, with
+    ``prompt_embeds=`` (:attr:`Call.prompt_parts`), ``pipe.context_of_parts`` of the given
+    arrays, the negative ones given or encoded from the negative texts when CFG runs."""
+    if call.prompt_parts is None:
+        return pipe.encode_call(call)
+    parts = tuple(jnp.asarray(p) for p in call.prompt_parts)
+    if call.do_cfg:
+        negatives = call.negative_parts
+        if negatives is None:
+            negatives = pipe.encode_prompt_parts(
+                dataclasses.replace(call, prompts=call.negatives, cfg=False, given=call.given - {"negative_prompt"})
+            )
+        parts = tuple(jnp.concatenate([p, jnp.asarray(n).astype(p.dtype)]) for p, n in zip(parts, negatives))
+    return pipe.context_of_parts(parts)
+
+
 class PromptEncoding:
     """A pipeline's prompt encoding; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
-
-    def call_embeds(self, call: Call) -> Any:
-        """The call's text embeddings before the per-video repeat: :meth:`encode_call`, or, with
-        ``prompt_embeds=`` (:attr:`Call.prompt_parts`), :meth:`context_of_parts` of the given
-        arrays, the negative ones given or encoded from the negative texts when CFG runs."""
-        if call.prompt_parts is None:
-            return self.encode_call(call)
-        parts = tuple(jnp.asarray(p) for p in call.prompt_parts)
-        if call.do_cfg:
-            negatives = call.negative_parts
-            if negatives is None:
-                negatives = self.encode_prompt_parts(
-                    dataclasses.replace(call, prompts=call.negatives, cfg=False, given=call.given - {"negative_prompt"})
-                )
-            parts = tuple(jnp.concatenate([p, jnp.asarray(n).astype(p.dtype)]) for p, n in zip(parts, negatives))
-        return self.context_of_parts(parts)
 
     def encode_prompt_parts(self, call: Call) -> tuple:
         """The arrays of :attr:`prompt_embeds_args` (diffusers' ``encode_prompt``'s) for

@@ -5,6 +5,7 @@ segments of one expert each, one jitted step or the blocks streamed from host me
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,11 +24,24 @@ from vidax.pipelines.call import Call
 from vidax.pipelines.common import VideoPipelineOutput, status
 from vidax.pipelines.experts import segments
 from vidax.pipelines.memory import _gib, available_memory, size_words
-from vidax.pipelines.output import check_decodable, check_finite, finite_array, frames_as_pil
+from vidax.pipelines.output import check_decodable, check_finite, decode_audio, finite_array, frames_as_pil
+from vidax.pipelines.prompts import call_embeds
 from vidax.pipelines.sampling import LoopHooks, restore_denoising_state, run_denoising_loop
 from vidax.pipelines.staging import transformers_of
-from vidax.pipelines.step_cache import CacheCarry, CacheSpec, check_cache_call, step_shapes
+from vidax.pipelines.step_cache import (
+    CacheCarry,
+    CacheReport,
+    CacheSpec,
+    StepCache,
+    TaylorSeerCacheConfig,
+    check_cache_call,
+    describe_config,
+    step_shapes,
+    taylorseer_mode,
+)
 from vidax.stats import RunStats
+
+logger = logging.getLogger("vidax.pipeline")
 
 
 def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
@@ -56,188 +70,227 @@ def check_step_dtypes(owner: str, taken: Any, returned: Any) -> None:
         )
 
 
-class Denoising:
-    """A pipeline's run of a checked call; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
-
-    def generate(self, call: Call) -> VideoPipelineOutput:
-        """Run a checked :class:`Call` (refused first when it cannot fit: :meth:`check_memory`).
-
-        Raises:
-            OutOfMemoryError: the call's memory estimate is more than there is (before any work),
-                or an allocation failed during the run (the message names the phase and the estimate).
-            NumericalError: the run went NaN/Inf (see :meth:`__call__`); with LoRA adapters active
-                the message also names those of large scale (past
-                :data:`vidax.lora.adapters.LARGE_SCALE`), a likely cause.
-        """
-        self.check_components()
-        check_cache_call(self.cache_config, call.num_inference_steps)
-        self.warn_if_data_axis_idle(call)
-        tiling = getattr(self.vae, "use_tiling", False)
-        est = (
-            None
-            if self.memory_check is None
-            else self.check_memory(
-                self.info,
-                call,
-                dtype=self.dtype,
-                loaded=True,
-                refuse=self.memory_check,
-                devices=1 if self.mesh is None else self.mesh.size,
-                vae_tiling=tiling,
-            )
+def warn_if_data_axis_idle(mesh: Any, call: Call) -> None:
+    """Warn when ``mesh``'s data axis cannot split the denoising batch (the videos, times two
+    with CFG): the batch is then replicated over it, and its devices add no speed."""
+    dp = 1 if mesh is None else dict(mesh.shape).get("data", 1)
+    batch = call.batch * (2 if call.do_cfg else 1)
+    if dp > 1 and batch % dp:
+        logger.warning(
+            "the denoising batch of %d (%d video(s)%s) does not split over the mesh's %d data-parallel "
+            "devices: it is replicated there, which adds no speed; a data-parallel size dividing %d "
+            "(--dp, mesh=) would split it",
+            batch,
+            call.batch,
+            ", CFG doubles it" if call.do_cfg else "",
+            dp,
+            batch,
         )
-        auto_tiling = est is not None and est.vae_tiling and not tiling
-        if auto_tiling:  # for this call only
-            saved_tiling = self.vae.tiling
-            self.vae.enable_tiled_decode()
-        phase = ["text encoding"]
-        self._interrupt = False
-        try:
-            scale = (
-                contextlib.nullcontext()
-                if call.lora_scale is None or self._lora is None
-                else self._lora.call_scale(call.lora_scale)
-            )
-            with self.precision(), scale:
-                return self._generate(call, phase)
-        except NumericalError as e:
-            from vidax.lora.adapters import LARGE_SCALE
 
-            scales = None if self._lora is None else self._lora.scales_in_use(at_least=LARGE_SCALE)
-            if scales is None:
-                raise
-            error = NumericalError(
-                e.message,
-                "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): ",
-                scales,
-                ": try smaller ones",
-            )
-            error.latents = getattr(e, "latents", None)
-            raise error from None
-        except Exception as e:
-            if not (isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)) or isinstance(e, OutOfMemoryError):
-                raise
-            what = " ".join(f"{type(e).__name__}: {e}".split())[:300] if str(e) else type(e).__name__
-            estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
-            free, where = available_memory()
-            advice = (
-                ("try a smaller ", Arg("max_sequence_length", call.max_sequence_length))
-                if phase[0] == "text encoding"
-                else ("try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading")
-            )
-            raise OutOfMemoryError(
-                f"ran out of memory during the {phase[0]} at ",
-                size_words(call),
-                f" ({what}); {estimate}, {where} now {_gib(free)}; ",
-                *advice,
-            ) from None
-        finally:
-            if auto_tiling:
-                self.vae.tiling = saved_tiling
 
-    def _generate(self, call: Call, phase: list) -> VideoPipelineOutput:
-        t0 = time.perf_counter()
-        # The load is reported by the first call that completes.
-        stats = RunStats(
-            load_s=self._pending_load_s,
-            seed=call.seed,
-            seed_random="seed" not in call.given,
-            matmul_precision=describe_matmul_precision(self.matmul_precision)
-            + (
-                f"; VAE decode {describe_matmul_precision(self.vae_matmul_precision)}"
-                if self.vae_matmul_precision != self.matmul_precision
-                else ""
-            ),
+def run_checked(pipe: Any, call: Call) -> VideoPipelineOutput:
+    """Run a checked :class:`Call` on ``pipe`` (its :meth:`~vidax.pipelines.base.VideoPipeline.generate`),
+    refused first when it cannot fit (``pipe.check_memory``).
+
+    Raises:
+        OutOfMemoryError: the call's memory estimate is more than there is (before any work),
+            or an allocation failed during the run (the message names the phase and the estimate).
+        NumericalError: the run went NaN/Inf (see ``pipe.__call__``); with LoRA adapters active
+            the message also names those of large scale (past
+            :data:`vidax.lora.adapters.LARGE_SCALE`), a likely cause.
+    """
+    pipe.check_components()
+    check_cache_call(pipe.cache_config, call.num_inference_steps)
+    warn_if_data_axis_idle(pipe.mesh, call)
+    tiling = getattr(pipe.vae, "use_tiling", False)
+    est = (
+        None
+        if pipe.memory_check is None
+        else pipe.check_memory(
+            pipe.info,
+            call,
+            dtype=pipe.dtype,
+            loaded=True,
+            refuse=pipe.memory_check,
+            devices=1 if pipe.mesh is None else pipe.mesh.size,
+            vae_tiling=tiling,
         )
-        with (
-            stats.timed("text_encode_s"),
-            status("encoding the prompt", call.progress),
-            self.staging.off_device(transformers_of(self)),
-        ):
-            embeds = self.call_embeds(call)
-            embeds = jax.tree.map(lambda e: self._repeat_embeds(e, call.num_videos_per_prompt), embeds)
-            jax.block_until_ready(embeds)
-        stats.sample_stage("text encoding")
-        stats.stage_estimates = self.stage_estimates(call)
-        if call.cancel is not None and call.cancel():
-            raise Cancelled("after encoding the prompt")
-        cond = self.condition(call, stats)
-        x = self.prepare_latents(call, self.initial_noise(call), cond)
-        state = self.set_timesteps(call, x)
-        phase[0] = "denoising loop"
-        x, state = self.denoise(call, x, state, embeds, cond, stats)
-        stats.sample_stage("steps")
-        check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, self.dtype)
-        x = self.final_latents(call, x, cond)
-        video, streams = (x, {}) if not isinstance(x, dict) else (x[self.latent_streams[0]], x)
-        audio = streams.get(self.audio_stream) if self.audio_stream is not None else None
-        rate = None
-        if call.output_type == "latent":
-            frames = self.latents_output(video)
-            audio = None if audio is None else self.audio_latents_output(audio)
+    )
+    auto_tiling = est is not None and est.vae_tiling and not tiling
+    if auto_tiling:  # for this call only
+        saved_tiling = pipe.vae.tiling
+        pipe.vae.enable_tiled_decode()
+    phase = ["text encoding"]
+    pipe._interrupt = False
+    try:
+        scale = (
+            contextlib.nullcontext()
+            if call.lora_scale is None or pipe._lora is None
+            else pipe._lora.call_scale(call.lora_scale)
+        )
+        with pipe.precision(), scale:
+            return run_call(pipe, call, phase)
+    except NumericalError as e:
+        from vidax.lora.adapters import LARGE_SCALE
+
+        scales = None if pipe._lora is None else pipe._lora.scales_in_use(at_least=LARGE_SCALE)
+        if scales is None:
+            raise
+        error = NumericalError(
+            e.message,
+            "; the large LoRA scale(s) in use may be the cause (they make the merged weights overflow): ",
+            scales,
+            ": try smaller ones",
+        )
+        error.latents = getattr(e, "latents", None)
+        raise error from None
+    except Exception as e:
+        if not (isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)) or isinstance(e, OutOfMemoryError):
+            raise
+        what = " ".join(f"{type(e).__name__}: {e}".split())[:300] if str(e) else type(e).__name__
+        estimate = f"the estimate was {est.describe()}" if est is not None else "no estimate"
+        free, where = available_memory()
+        advice = (
+            ("try a smaller ", Arg("max_sequence_length", call.max_sequence_length))
+            if phase[0] == "text encoding"
+            else ("try a smaller size or fewer ", Arg("num_frames"), ", bfloat16, or offloading")
+        )
+        raise OutOfMemoryError(
+            f"ran out of memory during the {phase[0]} at ",
+            size_words(call),
+            f" ({what}); {estimate}, {where} now {_gib(free)}; ",
+            *advice,
+        ) from None
+    finally:
+        if auto_tiling:
+            pipe.vae.tiling = saved_tiling
+
+
+def run_call(pipe: Any, call: Call, phase: list) -> VideoPipelineOutput:
+    """The walk of a checked call through ``pipe``'s hooks: the prompt encoding, the conditioning,
+    the initial noise, ``pipe.denoise``, the final latents, the decode (video, then sound);
+    ``phase[0]`` names the part running (for an out-of-memory message)."""
+    t0 = time.perf_counter()
+    # The load is reported by the first call that completes.
+    stats = RunStats(
+        load_s=pipe._pending_load_s,
+        seed=call.seed,
+        seed_random="seed" not in call.given,
+        matmul_precision=describe_matmul_precision(pipe.matmul_precision)
+        + (
+            f"; VAE decode {describe_matmul_precision(pipe.vae_matmul_precision)}"
+            if pipe.vae_matmul_precision != pipe.matmul_precision
+            else ""
+        ),
+    )
+    with (
+        stats.timed("text_encode_s"),
+        status("encoding the prompt", call.progress),
+        pipe.staging.off_device(transformers_of(pipe)),
+    ):
+        embeds = call_embeds(pipe, call)
+        embeds = jax.tree.map(lambda e: repeat_embeds(e, call.num_videos_per_prompt, pipe.dtype), embeds)
+        jax.block_until_ready(embeds)
+    stats.sample_stage("text encoding")
+    stats.stage_estimates = stage_estimates(pipe.device_plan, call)
+    if call.cancel is not None and call.cancel():
+        raise Cancelled("after encoding the prompt")
+    cond = pipe.condition(call, stats)
+    x = pipe.prepare_latents(call, pipe.initial_noise(call), cond)
+    state = pipe.set_timesteps(call, x)
+    phase[0] = "denoising loop"
+    x, state = pipe.denoise(call, x, state, embeds, cond, stats)
+    stats.sample_stage("steps")
+    check_finite(f"the denoising loop ({call.num_inference_steps} steps)", x, pipe.dtype)
+    x = pipe.final_latents(call, x, cond)
+    video, streams = (x, {}) if not isinstance(x, dict) else (x[pipe.latent_streams[0]], x)
+    audio = streams.get(pipe.audio_stream) if pipe.audio_stream is not None else None
+    rate = None
+    if call.output_type == "latent":
+        frames = pipe.latents_output(video)
+        audio = None if audio is None else pipe.audio_latents_output(audio)
+    else:
+        phase[0] = "VAE decode"
+        check_decodable(call, video, lambda: pipe.latents_output(video))
+        frames = pipe.decode(call, video, stats)
+        if audio is not None and call.decode_audio:
+            phase[0] = "audio decode"
+            audio, rate = decode_audio(pipe, call, audio, stats)
         else:
-            phase[0] = "VAE decode"
-            check_decodable(call, video, lambda: self.latents_output(video))
-            frames = self.decode(call, video, stats)
-            if audio is not None and call.decode_audio:
-                phase[0] = "audio decode"
-                audio, rate = self.decode_audio(call, audio, stats)
-            else:
-                audio = None
-        if call.output_type == "pil":
-            frames = frames_as_pil(frames)
-        if call.output_type != "latent":
-            stats.sample_stage("VAE decode")
-        stats.sample_memory()
-        self._pending_load_s = 0.0
-        stats.call_s = time.perf_counter() - t0
-        return VideoPipelineOutput(frames=frames, stats=stats, audio=audio, audio_sample_rate=rate)
+            audio = None
+    if call.output_type == "pil":
+        frames = frames_as_pil(frames)
+    if call.output_type != "latent":
+        stats.sample_stage("VAE decode")
+    stats.sample_memory()
+    pipe._pending_load_s = 0.0
+    stats.call_s = time.perf_counter() - t0
+    return VideoPipelineOutput(frames=frames, stats=stats, audio=audio, audio_sample_rate=rate)
 
-    def stage_estimates(self, call: Call) -> dict[str, int]:
-        """Stage -> device bytes the device plan estimated before loading, for the call it was
-        planned for (its sizes, frames, batch and text length); empty for any other call or
-        without a device plan."""
-        planned = getattr(self, "device_plan", None)
-        if planned is None:
-            return {}
-        plan_call, stages = planned
-        keys = ("height", "width", "num_frames", "batch", "max_sequence_length", "do_cfg", "output_type")
-        if any(getattr(plan_call, k) != getattr(call, k) for k in keys):
-            return {}
-        return {name: b for name, b in stages.items() if name != "VAE decode" or call.output_type != "latent"}
 
-    def initial_noise(self, call: Call) -> Any:
-        """The initial noise of each latent stream (:meth:`latent_shapes`), float32, in the
-        diffusers layout: the given ``latents=`` / ``audio_latents=``..., else drawn from the seed
-        with one key per stream: the first (video) stream's from ``jax.random.PRNGKey(seed)``
-        itself (so a seed gives the same video whatever other streams a family has), stream ``i``
-        > 0 from ``jax.random.fold_in(PRNGKey(seed), i)``. One stream: its array; several: a
-        dict keyed by :attr:`latent_streams`."""
-        key = jax.random.PRNGKey(call.seed)
-        given = {self.latent_streams[0]: call.latents, **call.stream_latents}
-        noise = {}
-        for i, (name, shape) in enumerate(self.latent_shapes(self.info, call).items()):
-            value = given.get(name)
-            noise[name] = (
-                jnp.asarray(value)
-                if value is not None
-                else jax.random.normal(key if i == 0 else jax.random.fold_in(key, i), shape, jnp.float32)
-            )
-        return noise[self.latent_streams[0]] if len(noise) == 1 else noise
+def stage_estimates(device_plan: tuple | None, call: Call) -> dict[str, int]:
+    """Stage -> device bytes the device plan (``(call planned, stage -> bytes)``, a pipeline's
+    ``device_plan``) estimated before loading, for the call it was planned for (its sizes,
+    frames, batch and text length); empty for any other call or without a device plan."""
+    if device_plan is None:
+        return {}
+    plan_call, stages = device_plan
+    keys = ("height", "width", "num_frames", "batch", "max_sequence_length", "do_cfg", "output_type")
+    if any(getattr(plan_call, k) != getattr(call, k) for k in keys):
+        return {}
+    return {name: b for name, b in stages.items() if name != "VAE decode" or call.output_type != "latent"}
 
-    def _repeat_embeds(self, e: jax.Array, n: int) -> jax.Array:
-        # Each prompt's embeddings n times in a row; floating arrays in the pipeline's dtype
-        # (masks and token ids keep theirs).
-        e = jnp.repeat(e, n, axis=0)
-        return e.astype(self.dtype) if jnp.issubdtype(e.dtype, jnp.floating) else e
 
-    def denoise(
-        self, call: Call, x: jax.Array, state: Any, embeds: Any, cond: dict, stats: RunStats
-    ) -> tuple[jax.Array, Any]:
-        """Every step, each run by the expert :meth:`expert_plan` picks; the steps of one expert
-        run as one :func:`run_denoising_loop` (its parameters on the device only meanwhile)."""
-        total = int(self.step_state(state).num_inference_steps)
-        plan = self.expert_plan(state)
+def initial_noise(latent_shapes: Mapping[str, tuple[int, ...]], first: str, call: Call) -> Any:
+    """The initial noise of each latent stream (``latent_shapes``: call keyword -> shape;
+    ``first``: the video stream's keyword, ``latents``), float32, in the diffusers layout: the given ``latents=`` /
+    ``audio_latents=``..., else drawn from the seed with one key per stream: the first (video)
+    stream's from ``jax.random.PRNGKey(seed)`` itself (so a seed gives the same video whatever
+    other streams a family has), stream ``i`` > 0 from ``jax.random.fold_in(PRNGKey(seed), i)``.
+    One stream: its array; several: a dict keyed like ``latent_shapes``."""
+    key = jax.random.PRNGKey(call.seed)
+    given = {first: call.latents, **call.stream_latents}
+    noise = {}
+    for i, (name, shape) in enumerate(latent_shapes.items()):
+        value = given.get(name)
+        noise[name] = (
+            jnp.asarray(value)
+            if value is not None
+            else jax.random.normal(key if i == 0 else jax.random.fold_in(key, i), shape, jnp.float32)
+        )
+    return noise[first] if len(noise) == 1 else noise
+
+
+def repeat_embeds(e: jax.Array, n: int, dtype: Any) -> jax.Array:
+    """Each prompt's embeddings ``n`` times in a row; floating arrays in ``dtype`` (masks and
+    token ids keep theirs)."""
+    e = jnp.repeat(e, n, axis=0)
+    return e.astype(dtype) if jnp.issubdtype(e.dtype, jnp.floating) else e
+
+
+class Denoiser:
+    """The denoising loop of one pipeline (``pipe.denoiser``): one expert's segment of steps
+    (:meth:`run_expert`) with its step cache, and the compiled steps (:meth:`step_fn`), kept in
+    :attr:`step_fns` for the pipeline's life.
+
+    Args:
+        experts: the pipeline's denoising transformers (:class:`~vidax.pipelines.experts.Experts`).
+        mesh: the device mesh, or None (one device).
+    """
+
+    def __init__(self, experts: Any, mesh: Any = None):
+        self.experts = experts
+        self.mesh = mesh
+        #: The compiled steps, keyed by CFG, the transformer's structure, the family's step key,
+        #: the streamed stacks and the step cache's spec.
+        self.step_fns: dict[Any, Any] = {}
+
+    def segments(self, family: Any, call: Call, x: Any, state: Any, embeds: Any, cond: dict, stats: RunStats) -> tuple:
+        """``(latents, state)`` after every step of ``call``, each run by the expert
+        ``family.expert_plan`` picks; the steps of one expert run as one :func:`run_denoising_loop`
+        (its parameters on the device only meanwhile). The default of ``family.denoise``."""
+        total = int(family.step_state(state).num_inference_steps)
+        plan = family.expert_plan(state)
         done, resume_cache = 0, None
         if call.resume is not None:
             done, (x, state) = call.resume[0], restore_denoising_state(call.resume[1], (x, state))
@@ -250,25 +303,29 @@ class Denoising:
             # experts of one architecture reuse one compiled step.
             x, state = jax.device_put((x, state), jax.local_devices()[0])
         for expert, count in segments(plan[done:]):
-            inputs, axes = self.step_args(call, embeds, cond, state, expert)
-            x, state = self._run_expert(
-                expert, call, x, state, (inputs,), (axes,), count, done, total, stats, resume_cache
+            inputs, axes = family.step_args(call, embeds, cond, state, expert)
+            x, state = self.run_expert(
+                family, expert, call, x, state, (inputs,), (axes,), (count, done, total), stats, resume_cache
             )
             done, resume_cache = done + count, None
         return x, state
 
-    def _run_expert(self, expert, call, x, state, args, arg_axes, count, done, total, stats, resume_cache=None):
+    def run_expert(self, family, expert, call, x, state, args, arg_axes, steps, stats, resume_cache=None):
+        """``(latents, state)`` after ``steps`` = ``(count, done, total)``: ``count`` steps of
+        ``expert`` from step ``done`` of ``total``, the step inputs ``args`` (their logical axes
+        ``arg_axes``) from ``family.step_args``. ``resume_cache``: (the step cache's saved
+        CacheState or None, whether it goes on here) for the first segment of a resumed call."""
         # The expert's device parameters live only in this frame, so they are released before
-        # the next segment asks for the other expert. resume_cache: (the step cache's saved
-        # CacheState or None, whether it goes on here) for the first segment of a resumed call.
+        # the next segment asks for the other expert.
+        count, done, total = steps
         params = self.experts.params(expert)
         module = self.experts.modules[expert]
         if stats.cpu_matmul is None:
-            stats.cpu_matmul = describe_matmul(module, self.dtype)
-        cache = self._step_cache(call, expert, total, stats)
-        step = self.step_fn(call.do_cfg, expert, None if cache is None else cache.spec)
+            stats.cpu_matmul = describe_matmul(module, family.dtype)
+        cache = self.step_cache(family, call, expert, total, stats)
+        step = self.step_fn(family, call.do_cfg, expert, None if cache is None else cache.spec)
         cb = None if call.callback is None else (lambda i, _n: call.callback(done + i, total))
-        step_end = None if call.step_end is None else self._step_end_hook(call, state, done)
+        step_end = None if call.step_end is None else self.step_end_hook(family, call, state, done)
         on_state = None
         if call.on_state is not None and cache is None:
             on_state = lambda i, latents, st: call.on_state(done + i + 1, latents, st)  # noqa: E731
@@ -284,7 +341,7 @@ class Denoising:
             shapes = step_shapes(
                 module,
                 params,
-                lambda _p, lat, st, inputs: self.model_args(lat, st, inputs, call.do_cfg),
+                lambda _p, lat, st, inputs: family.model_args(lat, st, inputs, call.do_cfg),
                 x,
                 state,
                 args,
@@ -303,7 +360,7 @@ class Denoising:
             cancel=call.cancel,
             cache=cache,
             on_step_end=step_end,
-            interrupt=lambda: self._interrupt,
+            interrupt=lambda: family._interrupt,
             on_state=on_state,
             first_step=done,
             total_steps=total,
@@ -313,16 +370,29 @@ class Denoising:
         )
         return (x, state.sched) if cache is not None else (x, state)
 
-    def _step_end_hook(self, call: Call, state: Any, done: int) -> Callable:
-        # diffusers' callback_on_step_end(pipe, i, t, {"latents": ...}) after step done + i, its
-        # returned "latents" put back in the loop's layout, dtype and sharding.
-        timesteps = np.asarray(self.step_state(state).timesteps)
-        first = self.latent_streams[0]
+    def step_cache(self, family: Any, call: Call, expert: int, total: int, stats: RunStats) -> StepCache | None:
+        """The step cache of ``expert``'s segment (``family.cache_config``; None: uncached), one
+        state per CFG branch where ``family.separate_cfg_passes``."""
+        config = family.cache_config
+        module = self.experts.modules[expert]
+        if config is None or (isinstance(config, TaylorSeerCacheConfig) and taylorseer_mode(config, module) == "none"):
+            return None
+        if stats.cache is None:
+            stats.cache = CacheReport(describe_config(config), module.num_blocks())
+        branches = 2 if call.do_cfg and family.separate_cfg_passes else 1
+        return StepCache(config, module, branches, total, stats.cache)
+
+    def step_end_hook(self, family: Any, call: Call, state: Any, done: int) -> Callable:
+        """diffusers' ``callback_on_step_end(pipe, i, t, {"latents": ...})`` after step ``done + i``
+        (``pipe``: ``family``), its returned ``"latents"`` put back in the loop's layout, dtype and
+        sharding."""
+        timesteps = np.asarray(family.step_state(state).timesteps)
+        first = family.latent_streams[0]
 
         def hook(i: int, latents: Any) -> Any:
             x = latents[first] if isinstance(latents, dict) else latents
-            view = jnp.array(self.loop_latents_to_diffusers(x))  # a copy: the loop donates its buffers
-            out = call.step_end(self, done + i, jnp.asarray(timesteps[done + i]), {"latents": view})
+            view = jnp.array(family.loop_latents_to_diffusers(x))  # a copy: the loop donates its buffers
+            out = call.step_end(family, done + i, jnp.asarray(timesteps[done + i]), {"latents": view})
             if not isinstance(out, Mapping) or out.get("latents") is None:
                 return None
             new = finite_array("callback_on_step_end's returned latents", out["latents"])
@@ -331,17 +401,18 @@ class Denoising:
                     f"callback_on_step_end returned latents of shape {tuple(new.shape)}; they must keep "
                     f"the shape it was given, {tuple(view.shape)}"
                 )
-            new = jax.device_put(self.loop_latents_from_diffusers(jnp.asarray(new), x).astype(x.dtype), x.sharding)
+            new = jax.device_put(family.loop_latents_from_diffusers(jnp.asarray(new), x).astype(x.dtype), x.sharding)
             return {**latents, first: new} if isinstance(latents, dict) else new
 
         return hook
 
-    def step_fn(self, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
-        """The step ``(params, latents, state, inputs) -> (latents, state)`` of ``expert``: one jit
-        (latents donated), or a :class:`~vidax.parallel.chunked_step.ChunkedStep` when its blocks are
-        streamed from host memory (every declared stack). Experts of one structure share one trace.
-        The latents (float32) and the scheduler state come back in the dtypes they went in: the
-        guided prediction is upcast to the latents' dtype before :meth:`scheduler_update`, and
+    def step_fn(self, family: Any, do_cfg: bool, expert: int = 0, cache: CacheSpec | None = None):
+        """The step ``(params, latents, state, inputs) -> (latents, state)`` of ``expert`` with
+        ``family``'s step hooks: one jit (latents donated), or a
+        :class:`~vidax.parallel.chunked_step.ChunkedStep` when its blocks are streamed from host
+        memory (every declared stack). Experts of one structure share one trace. The latents
+        (float32) and the scheduler state come back in the dtypes they went in: the guided
+        prediction is upcast to the latents' dtype before ``family.scheduler_update``, and
         :func:`check_step_dtypes` raises TypeError at trace time for a step that changes one.
         With a step ``cache`` (:class:`~vidax.pipelines.step_cache.CacheSpec`) the state is a
         :class:`~vidax.pipelines.step_cache.CacheCarry` and the model runs as ``embed``, then
@@ -349,31 +420,31 @@ class Denoising:
         module = self.experts.modules[expert]
         graphdef = nnx.graphdef(module)
         stacks = offloaded_stacks(module)
-        key = (do_cfg, graphdef, self.step_key(), len(stacks), cache)
-        if key in self._step_fns:
-            fn = self._step_fns[key]
+        key = (do_cfg, graphdef, family.step_key(), len(stacks), cache)
+        if key in self.step_fns:
+            fn = self.step_fns[key]
             return fn.for_blocks(stacks) if stacks else fn
-        gdtype = self.guidance_dtype
+        gdtype = family.guidance_dtype
 
         def model_args(latents, state, inputs):
-            return self.model_args(latents, state, inputs, do_cfg)
+            return family.model_args(latents, state, inputs, do_cfg)
 
         def finish(pred, latents, state, inputs):
             if isinstance(latents, dict) and isinstance(pred, (tuple, list)):
                 # a model of several streams predicts them in the order of latent_streams (a dict
                 # through jax comes back with its keys sorted)
                 # (streams the call does not run, e.g. Cosmos 3's sound without enable_sound, left out)
-                pred = {k: p for k, p in zip(self.latent_streams, pred) if k in latents}
+                pred = {k: p for k, p in zip(family.latent_streams, pred) if k in latents}
             if do_cfg:
-                pred = self.guide(
+                pred = family.guide(
                     pred if gdtype is None else jax.tree.map(lambda p: p.astype(gdtype), pred), state, inputs
                 )
             # The scheduler updates the latents in their own dtype (float32): a bfloat16 prediction
             # is upcast first, so the update is not rounded to bfloat16 (schedulers return the
             # prediction's dtype, as diffusers'). Several streams: each stream's own.
             pred = jax.tree.map(lambda p, x: p.astype(x.dtype), pred, latents)
-            new = self.scheduler_update(state, pred, latents, inputs)
-            check_step_dtypes(type(self).__name__, (latents, state), new)
+            new = family.scheduler_update(state, pred, latents, inputs)
+            check_step_dtypes(type(family).__name__, (latents, state), new)
             return new
 
         def step(params, latents, state, inputs):
@@ -389,5 +460,5 @@ class Denoising:
             fn = ChunkedStep(graphdef, stacks, model_args, finish, cache=cache)
         else:
             fn = jax.jit(step, donate_argnums=(1,))
-        self._step_fns[key] = fn
+        self.step_fns[key] = fn
         return fn

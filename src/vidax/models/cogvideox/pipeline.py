@@ -44,6 +44,7 @@ from vidax.pipelines.base import (
     finite_array,
     tokenizer_token_limit,
 )
+from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 from vidax.schedulers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
@@ -74,6 +75,18 @@ class CogVideoXStepInputs(StepInputs):
     ofs: Any = None
     image_latents: Any = None
     step_noise: Any = None
+
+
+#: The components: T5 in ``text_encoder_dtype`` (float32 by default, because the reference attends
+#: the padded positions, where a bf16 T5 drifts), the transformer, the VAE in ``vae_dtype``.
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer},
+    weighted={
+        "text_encoder": Weighted(dtype="text_encoder_dtype", mesh=True, staged=True),
+        "transformer": TRANSFORMER,
+        "vae": VAE,
+    },
+)
 
 
 class CogVideoXPipeline(VideoPipeline):
@@ -262,19 +275,14 @@ class CogVideoXPipeline(VideoPipeline):
         """Tokenizer, T5 (``text_encoder_dtype``: float32 by default, because the reference
         attends the padded positions, where a bf16 T5 drifts), transformer, VAE, scheduler;
         every checkpoint checked against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        modules = dict(
-            tokenizer=TextTokenizer(info.checkpoint.folder("tokenizer")),
-            scheduler=cls.load_component(info, "scheduler"),
-        )
-        return modules | cls.load_weighted(
+        return COMPONENTS.load(
             info,
-            dict(
-                text_encoder=dict(dtype=parse_dtype(text_encoder_dtype), mesh=mesh, staging=staging),
-                transformer=dict(dtype=dtype, mesh=mesh, offload=offload),
-                vae=dict(dtype=parse_dtype(vae_dtype), staging=staging),
-            ),
+            dtype=dtype,
+            mesh=mesh,
+            offload=offload,
+            staging=staging,
+            text_encoder_dtype=text_encoder_dtype,
+            vae_dtype=vae_dtype,
         )
 
     # ------------------------------------------------------------------ call hooks

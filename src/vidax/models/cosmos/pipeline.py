@@ -53,6 +53,7 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import nearest_resize, one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.cosmos.config import CosmosInfo, read_cosmos_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import VIDEO_FILE, CallOption
 
 logger = logging.getLogger("vidax.pipeline")
@@ -117,6 +118,30 @@ def match_num_frames(video: np.ndarray, num_frames: int, temporal_compression: i
         pad = np.repeat(video[:, -1:], num_frames - video.shape[1], axis=1)
         return np.concatenate([video, pad], axis=1)
     return video[:, :num_frames]
+
+
+#: The components: the text encoder and the transformer in the pipeline's dtype, the VAE in
+#: ``vae_dtype`` (float32 by default).
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer},
+    weighted={"text_encoder": TEXT_ENCODER, "transformer": TRANSFORMER, "vae": VAE},
+)
+
+
+def refuse_image_and_video(call: Any, image_task: str, video_task: str) -> None:
+    """Raise InputError when ``call`` gives both ``image`` and ``video``, naming the task each
+    one makes (``image_task``, ``video_task``)."""
+    if call.image is not None:
+        raise InputError(
+            Arg("image", keyword=True),
+            " and ",
+            Arg("video", keyword=True),
+            " are both given; give ",
+            Arg("image", keyword=True),
+            f" ({image_task}) or ",
+            Arg("video", keyword=True),
+            f" ({video_task})",
+        )
 
 
 class CosmosPredictPipeline(VideoPipeline):
@@ -219,18 +244,9 @@ class CosmosPredictPipeline(VideoPipeline):
 
     @classmethod
     def model_size(cls, info: CosmosInfo, call) -> ModelSize:
-        from vidax.models.wan.pipeline import wan_vae_decode_size
+        from vidax.models.wan.pipeline import wan_model_size
 
-        cfg = info.transformer_config
-        _, _, t, h, w = cls.latent_shape(info, call)
-        pt, ph, pw = cfg.patch_size
-        return ModelSize(
-            tokens=(t // pt) * (h // ph) * (w // pw),
-            hidden_size=cfg.inner_dim,
-            ffn_dim=cfg.ffn_dim,
-            num_layers=cfg.num_layers,
-            **wan_vae_decode_size(info.vae_config),
-        )
+        return wan_model_size(info.transformer_config, cls.latent_shape(info, call), info.vae_config)
 
     @classmethod
     def conditioning_frames(cls, call) -> int:
@@ -246,17 +262,7 @@ class CosmosPredictPipeline(VideoPipeline):
         one_image(call.image, "image2world takes")
         if video is None:
             return
-        if call.image is not None:
-            raise InputError(
-                Arg("image", keyword=True),
-                " and ",
-                Arg("video", keyword=True),
-                " are both given; give ",
-                Arg("image", keyword=True),
-                " (image2world) or ",
-                Arg("video", keyword=True),
-                " (video2world)",
-            )
+        refuse_image_and_video(call, "image2world", "video2world")
         if len(call.prompts) != 1:
             raise InputError(
                 Arg("video"),
@@ -292,20 +298,7 @@ class CosmosPredictPipeline(VideoPipeline):
         """Tokenizer (with its chat template), the Qwen2.5-VL text tower, the transformer, the
         Wan VAE (``vae_dtype``, float32 by default) and the scheduler; every checkpoint checked
         against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        modules = {
-            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
-        return modules | cls.load_weighted(
-            info,
-            {
-                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-            },
-        )
+        return COMPONENTS.load(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype)
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:

@@ -56,10 +56,12 @@ from vidax.checkpoint import Checkpoint
 from vidax.encoders.tokenizer import TextTokenizer
 from vidax.errors import Arg, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
+from vidax.models.cosmos.pipeline import refuse_image_and_video
 from vidax.models.cosmos3.config import Cosmos3Info, read_cosmos3_checkpoint
 from vidax.models.cosmos3.prompt import grid_positions, prompt_token_ids, templated_prompt
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
 from vidax.pipelines.diffusers_keywords import refused_value_reason
+from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.step_inputs import StepInputs
 
@@ -169,6 +171,14 @@ MIXED_PRECISION_OPTIONS = (
         flag=False,
         valid="False (vidax runs no safety checker: Cosmos' guardrail is a torch package)",
     ),
+)
+
+
+#: The components: the transformer, the Wan2.2 VAE in ``vae_dtype`` (float32 by default) and,
+#: where the checkpoint has one that vidax implements, the sound tokenizer (in its own dtype).
+COMPONENTS = ComponentTable(
+    files={"text_tokenizer": TextTokenizer},
+    weighted={"transformer": TRANSFORMER, "vae": VAE, "sound_tokenizer": Weighted(dtype=None, staged=True)},
 )
 
 
@@ -330,17 +340,7 @@ class Cosmos3OmniPipeline(VideoPipeline):
             )
         if video is None:
             return
-        if call.image is not None:
-            raise InputError(
-                Arg("image", keyword=True),
-                " and ",
-                Arg("video", keyword=True),
-                " are both given; give ",
-                Arg("image", keyword=True),
-                " (image-to-video) or ",
-                Arg("video", keyword=True),
-                " (video-to-video)",
-            )
+        refuse_image_and_video(call, "image-to-video", "video-to-video")
         if call.num_frames == 1:
             raise InputError(Arg("video", keyword=True), " needs ", Arg("num_frames"), " > 1, got 1")
         video_frames(video)
@@ -405,20 +405,11 @@ class Cosmos3OmniPipeline(VideoPipeline):
         """The tokenizer, the transformer, the Wan2.2 VAE (``vae_dtype``, float32 by default),
         the scheduler and, where the checkpoint has one that vidax implements, the sound
         tokenizer; every checkpoint checked against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        modules = {
-            "text_tokenizer": TextTokenizer(info.checkpoint.folder("text_tokenizer")),
-            "scheduler": cls.load_component(info, "scheduler"),
-            "sound_tokenizer": None,
-        }
-        weighted = {
-            "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-            "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-        }
-        if info.sound_config is not None:
-            weighted["sound_tokenizer"] = dict(staging=staging)
-        return modules | cls.load_weighted(info, weighted)
+        skip = ("sound_tokenizer",) if info.sound_config is None else ()
+        modules = COMPONENTS.load(
+            info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, skip=skip, vae_dtype=vae_dtype
+        )
+        return {"sound_tokenizer": None} | modules
 
     # ------------------------------------------------------------------ call hooks
     def encode_call(self, call) -> dict:

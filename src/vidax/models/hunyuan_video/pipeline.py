@@ -62,6 +62,7 @@ from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.hunyuan_video.config import HunyuanVideoInfo, read_hunyuan_video_checkpoint
 from vidax.models.hunyuan_video.vae import HunyuanVideoTiling
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.step_inputs import StepInputs
 
@@ -265,22 +266,16 @@ def check_sigmas(call: Any, scheduler: Any, schedule: Any) -> Any:
     return call
 
 
-def two_encoder_loads(
-    *, dtype, mesh, offload, staging, vae_dtype: Any = "float32", text_encoder_dtype: Any = None
-) -> dict[str, dict[str, Any]]:
-    """The :meth:`~vidax.pipelines.base.VideoPipeline.load_weighted` requests of the HunyuanVideo
-    pipelines (1.0 and 1.5): ``text_encoder`` and ``text_encoder_2`` in ``text_encoder_dtype``
-    (default ``dtype``; staged), the transformer in ``dtype`` (on ``mesh``, its blocks streamed
-    with ``offload``), the VAE in ``vae_dtype`` (staged)."""
-    from vidax.nn.inputs import parse_dtype
+#: The text encoders' row (HunyuanVideo 1.0 and 1.5): ``text_encoder_dtype`` (None: the
+#: pipeline's dtype), on the mesh, staged.
+TEXT_ENCODERS = Weighted(dtype="text_encoder_dtype", none_is_dtype=True, mesh=True, staged=True)
 
-    ted = parse_dtype(text_encoder_dtype or dtype)
-    return {
-        "text_encoder": dict(dtype=ted, mesh=mesh, staging=staging),
-        "text_encoder_2": dict(dtype=ted, mesh=mesh, staging=staging),
-        "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-        "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-    }
+#: The components: both tokenizers, the Llama (or LLaVA) and CLIP text encoders, the transformer,
+#: the VAE in ``vae_dtype`` (float32 by default).
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer, "tokenizer_2": TextTokenizer},
+    weighted={"text_encoder": TEXT_ENCODERS, "text_encoder_2": TEXT_ENCODERS, "transformer": TRANSFORMER, "vae": VAE},
+)
 
 
 class HunyuanVideoPipeline(VideoPipeline):
@@ -437,19 +432,7 @@ class HunyuanVideoPipeline(VideoPipeline):
         the scheduler; I2V also the CLIP image preprocessing config. Every checkpoint is checked
         against its model before the first weight is read."""
         ckpt = info.checkpoint
-        weighted = two_encoder_loads(
-            dtype=dtype,
-            mesh=mesh,
-            offload=offload,
-            staging=staging,
-            vae_dtype=vae_dtype,
-            text_encoder_dtype=text_encoder_dtype,
-        )
-        modules: dict[str, Any] = {
-            "tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-            "tokenizer_2": TextTokenizer(ckpt.folder("tokenizer_2")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
+        modules: dict[str, Any] = {}
         if "i2v" in info.tasks:
             if not ckpt.config_files.get("image_processor", "").endswith("preprocessor_config.json"):
                 raise CheckpointError(
@@ -457,7 +440,8 @@ class HunyuanVideoPipeline(VideoPipeline):
                     "(the CLIP image preprocessing of the LLaVA text encoder)"
                 )
             modules["image_processor_config"] = dict(ckpt.config("image_processor"))
-        return modules | cls.load_weighted(info, weighted)
+        options = dict(vae_dtype=vae_dtype, text_encoder_dtype=text_encoder_dtype)
+        return COMPONENTS.load(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, **options) | modules
 
     # ------------------------------------------------------------------ text
     def encode_call(self, call) -> tuple:

@@ -48,22 +48,32 @@ from vidax.errors import Arg, InputError
 from vidax.io.image import one_image, to_rgb_image
 from vidax.models.hunyuan_video.pipeline import (
     SIGMAS_OPTION,
+    TEXT_ENCODERS,
     HunyuanVideoPipeline,
     check_sigmas,
     first_frame_concat,
     steps_of_sigmas,
-    two_encoder_loads,
 )
 from vidax.models.hunyuan_video15.config import HunyuanVideo15Info, default_size, read_hunyuan_video15_checkpoint
 from vidax.models.hunyuan_video15.text import CROP_START, GLYPH_MAX_LENGTH, encode_glyph_prompts, encode_text_prompts
 from vidax.models.hunyuan_video15.vae import TILED_DECODE_SAMPLE_TILE
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, prompt_texts, text_truncation
+from vidax.pipelines.loading import TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 
 logger = logging.getLogger("vidax.pipeline")
 
 #: ``vision_num_semantic_tokens``: the SigLIP tokens the transformer takes (zeros for T2V).
 IMAGE_TOKENS = 729
+
+#: The components: both tokenizers, the Qwen2.5-VL and byT5 encoders (``text_encoder_dtype``,
+#: None: the pipeline's dtype), the transformer, the VAE in ``vae_dtype`` (float32 by default);
+#: image-to-video also the SigLIP ``image_encoder`` in the text encoders' dtype.
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer, "tokenizer_2": ByteTokenizer},
+    weighted={"text_encoder": TEXT_ENCODERS, "text_encoder_2": TEXT_ENCODERS, "transformer": TRANSFORMER, "vae": VAE},
+)
+COMPONENTS_I2V = dataclasses.replace(COMPONENTS, weighted={**COMPONENTS.weighted, "image_encoder": TEXT_ENCODERS})
 
 
 class HunyuanVideo15Pipeline(VideoPipeline):
@@ -160,24 +170,12 @@ class HunyuanVideo15Pipeline(VideoPipeline):
         """Both tokenizers, the Qwen2.5-VL and byT5 encoders (``text_encoder_dtype``, default
         ``dtype``; image-to-video also the SigLIP ``image_encoder``), the transformer, the VAE (``vae_dtype``, float32 by default), the scheduler.
         Every checkpoint is checked against its model before the first weight is read."""
-        ckpt = info.checkpoint
-        weighted = two_encoder_loads(
-            dtype=dtype,
-            mesh=mesh,
-            offload=offload,
-            staging=staging,
-            vae_dtype=vae_dtype,
-            text_encoder_dtype=text_encoder_dtype,
-        )
-        modules: dict[str, Any] = {
-            "tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-            "tokenizer_2": ByteTokenizer(ckpt.folder("tokenizer_2")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
-        if cls.task == "i2v":  # the SigLIP tower in the text encoders' dtype, and its processor's settings
-            weighted["image_encoder"] = dict(weighted["text_encoder"])
-            modules["feature_extractor_config"] = dict(ckpt.config("feature_extractor"))
-        return modules | cls.load_weighted(info, weighted)
+        options = dict(vae_dtype=vae_dtype, text_encoder_dtype=text_encoder_dtype)
+        if cls.task != "i2v":
+            return COMPONENTS.load(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, **options)
+        # the SigLIP tower in the text encoders' dtype, and its processor's settings
+        modules = COMPONENTS_I2V.load(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, **options)
+        return modules | {"feature_extractor_config": dict(info.checkpoint.config("feature_extractor"))}
 
     # ------------------------------------------------------------------ text
     def encode_call(self, call) -> tuple:

@@ -37,6 +37,7 @@ from vidax.models.ltx.conditions import checked_number, condition_items
 from vidax.models.ltx.config import LTXInfo, read_ltx_checkpoint
 from vidax.models.ltx.upsampler import normalize_latents, torch_lerp
 from vidax.pipelines.base import ModelSize, VideoPipeline, cfg_pair, frames_of_form
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, VIDEO_FILE, CallOption
 from vidax.pipelines.sampling import classifier_free_guidance, rescale_noise_cfg
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
@@ -146,6 +147,14 @@ class LTXDecode:
             return {}
         timestep, _ = self._decode_values(call)
         return {"timestep": jnp.asarray(timestep)}
+
+
+#: The components: the text encoder and the transformer in the pipeline's dtype, the VAE in
+#: ``vae_dtype`` (float32 by default).
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer},
+    weighted={"text_encoder": TEXT_ENCODER, "transformer": TRANSFORMER, "vae": VAE},
+)
 
 
 class LTXPipeline(LTXDecode, VideoPipeline):
@@ -299,20 +308,7 @@ class LTXPipeline(LTXDecode, VideoPipeline):
     ) -> dict[str, Any]:
         """Tokenizer, T5, the transformer, the VAE (``vae_dtype``, float32 by default), scheduler;
         every checkpoint checked against its model before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        modules: dict[str, Any] = {
-            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
-        return modules | cls.load_weighted(
-            info,
-            {
-                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-            },
-        )
+        return COMPONENTS.load(info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, vae_dtype=vae_dtype)
 
     # ------------------------------------------------------------------ call hooks
     #: The T5 sees the attention mask (LTXConditionPipeline) or not (LTXPipeline, I2V).

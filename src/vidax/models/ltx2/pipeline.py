@@ -54,6 +54,7 @@ from vidax.models.ltx2.config import LTX2AudioVAEConfig, LTX2VideoVAEConfig
 from vidax.models.ltx2.config_transformer import LTX2ConnectorsConfig, LTX2TransformerConfig
 from vidax.pipelines.base import ModelSize, VideoPipeline, finite_array, frames_of_form, prompt_texts, text_truncation
 from vidax.pipelines.diffusers_keywords import refused_value_reason
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import FRAME_RATE_RANGE, OBJECT, CallOption, int_list
 from vidax.pipelines.step_inputs import StepInputs, step_inputs
 
@@ -358,6 +359,23 @@ class LTX2StepInputs(StepInputs):
     clean: Any = None
 
 
+#: The components: Gemma and the text connectors on the mesh, the duration head (LTX-2.5 only),
+#: the transformer, the VAE in ``vae_dtype``, the audio VAE and vocoder in float32.
+SOUND = Weighted(dtype="float32", staged=True)
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer},
+    weighted={
+        "text_encoder": TEXT_ENCODER,
+        "connectors": Weighted(mesh=True),
+        "duration_head": Weighted(),
+        "transformer": TRANSFORMER,
+        "vae": VAE,
+        "audio_vae": SOUND,
+        "vocoder": SOUND,
+    },
+)
+
+
 class LTX2Pipeline(LTXPipeline):
     """LTX-2 text-to-video with its soundtrack (reference: ``diffusers.LTX2Pipeline``); ``out.audio``
     is the waveform ``(B, channels, samples)`` at ``out.audio_sample_rate`` (the vocoder's).
@@ -572,25 +590,9 @@ class LTX2Pipeline(LTXPipeline):
     ) -> dict[str, Any]:
         """Tokenizer, Gemma 3 / 4, the connectors, the duration head (LTX-2.5), the transformer, the VAE (``vae_dtype``), the audio
         VAE and vocoder (float32), scheduler; every checkpoint checked before the first weight."""
-        from vidax.nn.inputs import parse_dtype
-
-        sound = dict(dtype=_F32, staging=staging)
-        modules: dict[str, Any] = {
-            "tokenizer": TextTokenizer(info.checkpoint.folder("tokenizer")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
-        head = {"duration_head": dict(dtype=dtype)} if info.duration_head else {}
-        return modules | cls.load_weighted(
-            info,
-            {
-                "text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging),
-                "connectors": dict(dtype=dtype, mesh=mesh),
-                **head,
-                "transformer": dict(dtype=dtype, mesh=mesh, offload=offload),
-                "vae": dict(dtype=parse_dtype(vae_dtype), staging=staging),
-                "audio_vae": sound,
-                "vocoder": sound,
-            },
+        skip = () if info.duration_head else ("duration_head",)
+        return COMPONENTS.load(
+            info, dtype=dtype, mesh=mesh, offload=offload, staging=staging, skip=skip, vae_dtype=vae_dtype
         )
 
     # ------------------------------------------------------------------ call hooks

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from vidax.nn.precision import matmul_precision
 from vidax.pipelines.options import OBJECT, CallOption
 from vidax.pipelines.output import check_finite
 
@@ -153,7 +154,7 @@ class LongVideo:
         count = len(chunks)
 
         def chunk_done(index: int, new: jax.Array, end: int, stats) -> None:
-            with stats.timed("decode_s"), self.staging.on_device("vae"), self.vae_precision():
+            with stats.timed("decode_s"), self.staging.on_device("vae"), matmul_precision(self.vae_matmul_precision):
                 z = self.decode_input(call, self.vae.denormalize_latents(new[:, : new.shape[1] - end]))
                 video = decoder(z)
                 check_finite(f"the VAE decode (chunk {index + 1} of {count})", video, nnx.state(self.vae, nnx.Param))

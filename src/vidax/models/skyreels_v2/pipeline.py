@@ -346,7 +346,7 @@ class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
             n = len(matrix)
             if self.mesh is None:
                 lat, chunk_state = jax.device_put((lat, chunk_state), jax.local_devices()[0])
-            lat, _ = self._run_expert(0, call, lat, chunk_state, (inputs,), (axes,), n, 0, n, stats)
+            lat, _ = self.denoiser.run_expert(self, 0, call, lat, chunk_state, (inputs,), (axes,), (n, 0, n), stats)
             finished.add(lat[:, chunk.overlap :])
             if chunk_done is not None:
                 chunk_done(k, lat[:, chunk.overlap :], end, stats)

@@ -39,10 +39,25 @@ from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess
 from vidax.models.wan.config import WanInfo, read_wan_checkpoint
 from vidax.pipelines.base import ModelSize, SizeLimits, VideoPipeline, cfg_pair, frames_of_form
 from vidax.pipelines.common import prompt_clean
-from vidax.pipelines.experts import Experts, expert_for_steps
+from vidax.pipelines.experts import expert_for_steps
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Weighted
 from vidax.pipelines.options import IMAGE_FILE, OBJECT, CallOption
 
 logger = logging.getLogger("vidax.pipeline")
+
+
+#: The components: UMT5, the transformer(s) (Wan2.2 A14B's ``transformer_2`` read first and moved
+#: to host memory at once), the VAE in ``vae_dtype``, and Wan2.1 I2V's CLIP image encoder (float32).
+COMPONENTS = ComponentTable(
+    files={"tokenizer": TextTokenizer},
+    weighted={
+        "text_encoder": TEXT_ENCODER,
+        "transformer_2": Weighted(mesh=True, offload=True, expert_to_host=True),
+        "transformer": TRANSFORMER,
+        "vae": VAE,
+        "image_encoder": Weighted(dtype="float32"),
+    },
+)
 
 
 class WanPipeline(VideoPipeline):
@@ -104,16 +119,7 @@ class WanPipeline(VideoPipeline):
     def model_size(cls, info: WanInfo, call) -> ModelSize:
         """Video patches of one sample (the text goes in through cross-attention)."""
         cfg = info.transformer_configs[0]
-        _, _, t, h, w = cls.latent_shape(info, call)
-        pt, ph, pw = cfg.patch_size
-        return ModelSize(
-            tokens=(t // pt) * (h // ph) * (w // pw),
-            hidden_size=cfg.inner_dim,
-            ffn_dim=cfg.ffn_dim,
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_attention_heads,
-            **wan_vae_decode_size(info.vae_config),
-        )
+        return wan_model_size(cfg, cls.latent_shape(info, call), info.vae_config, num_heads=cfg.num_attention_heads)
 
     @classmethod
     def check_family_call(cls, info: WanInfo, call) -> None:
@@ -136,25 +142,22 @@ class WanPipeline(VideoPipeline):
         diffusers Wan examples load it), scheduler; Wan2.1 I2V also the CLIP image encoder
         (float32) and its preprocessing config. Every component's checkpoint is checked against
         its model (headers, sizes, key plan) before the first weight is read."""
-        from vidax.nn.inputs import parse_dtype
-
-        ckpt = info.checkpoint
-        modules: dict[str, Any] = {
-            "tokenizer": TextTokenizer(ckpt.folder("tokenizer")),
-            "scheduler": cls.load_component(info, "scheduler"),
-        }
-        weighted: dict[str, Any] = {"text_encoder": dict(dtype=dtype, mesh=mesh, staging=staging)}
-        if "transformer_2" in info.transformers:
-            # Read first and moved to host memory at once, so the device never holds both.
-            weighted["transformer_2"] = dict(
-                dtype=dtype, mesh=mesh, offload=offload, then=Experts.move_to_host if offload_experts else None
-            )
-        weighted["transformer"] = dict(dtype=dtype, mesh=mesh, offload=offload)
-        weighted["vae"] = dict(dtype=parse_dtype(vae_dtype), staging=staging)
-        if info.has_image_encoder:
-            weighted["image_encoder"] = dict(dtype=jnp.float32)
-            modules["image_processor_config"] = clip_processor_config(ckpt)
-        return modules | cls.load_weighted(info, weighted)
+        skip = [] if "transformer_2" in info.transformers else ["transformer_2"]
+        # the CLIP preprocessing's config, read (and checked) before any weight
+        extra = {"image_processor_config": clip_processor_config(info.checkpoint)} if info.has_image_encoder else {}
+        if not info.has_image_encoder:
+            skip.append("image_encoder")
+        modules = COMPONENTS.load(
+            info,
+            dtype=dtype,
+            mesh=mesh,
+            offload=offload,
+            staging=staging,
+            skip=skip,
+            offload_experts=offload_experts,
+            vae_dtype=vae_dtype,
+        )
+        return modules | extra
 
     # ------------------------------------------------------------------ call hooks
     def encode_text(self, texts, max_sequence_length, truncation=None) -> jax.Array:
@@ -409,6 +412,23 @@ def clip_processor_config(ckpt: Checkpoint) -> dict:
 def _one(image: Any) -> Any:
     """``image``, or the image of a list of one (diffusers' processors take a list of images)."""
     return image[0] if isinstance(image, (list, tuple)) and len(image) == 1 else image
+
+
+def wan_model_size(cfg: Any, latent_shape: tuple[int, ...], vae: Any, **extra: Any) -> ModelSize:
+    """The :class:`~vidax.pipelines.base.ModelSize` of a Wan-layout transformer (``cfg``: its
+    ``patch_size``, ``inner_dim``, ``ffn_dim``, ``num_layers``) on latents of ``latent_shape``
+    ``(B, C, T, H, W)``: one token per patch, and the Wan VAE's decode chunk
+    (:func:`wan_vae_decode_size`); ``extra``: further fields (``num_heads``)."""
+    _, _, t, h, w = latent_shape
+    pt, ph, pw = cfg.patch_size
+    return ModelSize(
+        tokens=(t // pt) * (h // ph) * (w // pw),
+        hidden_size=cfg.inner_dim,
+        ffn_dim=cfg.ffn_dim,
+        num_layers=cfg.num_layers,
+        **extra,
+        **wan_vae_decode_size(vae),
+    )
 
 
 def wan_vae_decode_size(vae) -> dict:

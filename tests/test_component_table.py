@@ -1,0 +1,88 @@
+"""A family's declared component list (:class:`vidax.pipelines.loading.ComponentTable`): the
+requests it hands the one component loader, row by row, without reading a weight."""
+
+from types import SimpleNamespace
+
+import jax.numpy as jnp
+import pytest
+
+from vidax.errors import InputError
+from vidax.pipelines.loading import TEXT_ENCODER, TRANSFORMER, VAE, ComponentTable, Loading, Weighted
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """The (info, requests) each ``load_weighted`` gets; the scheduler is a name."""
+    seen = []
+    monkeypatch.setattr(Loading, "load_component", staticmethod(lambda info, name: f"<{name}>"))
+    monkeypatch.setattr(
+        Loading, "load_weighted", staticmethod(lambda info, requests: seen.append(requests) or dict.fromkeys(requests))
+    )
+    return seen
+
+
+INFO = SimpleNamespace(checkpoint=SimpleNamespace(folder=lambda name: f"/ckpt/{name}"))
+
+
+def test_rows_become_loader_requests_in_order(loads):
+    table = ComponentTable(
+        files={"tokenizer": lambda folder: ("tok", folder)},
+        weighted={
+            "text_encoder": Weighted(dtype="text_encoder_dtype", none_is_dtype=True, mesh=True, staged=True),
+            "image_encoder": Weighted(dtype="float32"),
+            "transformer": TRANSFORMER,
+            "vae": VAE,
+            "connectors": TEXT_ENCODER,
+        },
+    )
+    mesh, offload, staging = object(), object(), object()
+    modules = table.load(
+        INFO, dtype=jnp.bfloat16, mesh=mesh, offload=offload, staging=staging, text_encoder_dtype=None, vae_dtype="fp32"
+    )
+    assert modules["tokenizer"] == ("tok", "/ckpt/tokenizer") and modules["scheduler"] == "<scheduler>"
+    (requests,) = loads
+    assert list(requests) == ["text_encoder", "image_encoder", "transformer", "vae", "connectors"]
+    assert requests == {
+        "text_encoder": dict(dtype=jnp.bfloat16, mesh=mesh, offload=None, staging=staging),
+        "image_encoder": dict(dtype=jnp.float32, mesh=None, offload=None, staging=None),
+        "transformer": dict(dtype=jnp.bfloat16, mesh=mesh, offload=offload, staging=None),
+        "vae": dict(dtype=jnp.float32, mesh=None, offload=None, staging=staging),
+        "connectors": dict(dtype=jnp.bfloat16, mesh=mesh, offload=None, staging=staging),
+    }
+
+
+def test_an_invalid_option_dtype_is_refused_before_loading(loads):
+    table = ComponentTable(files={}, weighted={"vae": VAE})
+    with pytest.raises(InputError, match="float16"):
+        table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype="float16")
+    with pytest.raises(InputError):  # None is no dtype unless the row says it means the pipeline's
+        table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, vae_dtype=None)
+    assert loads == []
+
+
+def test_skipped_rows_and_a_components_own_dtype(loads):
+    """A row the checkpoint lacks is left out (``skip``); ``dtype=None`` leaves the dtype to the
+    component's own loader (no ``dtype`` request)."""
+    table = ComponentTable(
+        files={}, weighted={"duration_head": Weighted(), "sound": Weighted(dtype=None, staged=True), "vae": VAE}
+    )
+    staging = object()
+    table.load(
+        INFO, dtype=jnp.bfloat16, mesh=None, offload=None, staging=staging, skip=("duration_head",), vae_dtype="bf16"
+    )
+    assert loads == [
+        {
+            "sound": dict(dtype=None, mesh=None, offload=None, staging=staging),
+            "vae": dict(dtype=jnp.bfloat16, mesh=None, offload=None, staging=staging),
+        }
+    ]
+
+
+def test_a_second_expert_moves_to_host_memory_as_it_is_read(loads):
+    """An ``expert_to_host`` row is moved to host memory once read, unless ``offload_experts=False``."""
+    from vidax.pipelines.experts import Experts
+
+    table = ComponentTable(files={}, weighted={"transformer_2": Weighted(expert_to_host=True)})
+    table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None)
+    table.load(INFO, dtype=jnp.float32, mesh=None, offload=None, staging=None, offload_experts=False)
+    assert [r["transformer_2"].get("then") for r in loads] == [Experts.move_to_host, None]
