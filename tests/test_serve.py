@@ -1200,6 +1200,110 @@ def test_a_rounded_num_frames_is_said_in_the_job(tiny_pipe, tmp_path):
     runner.store.close()
 
 
+#: A diffusion-forcing call of the tiny SkyReels-V2 checkpoint (``skyreels_df`` of tests/conftest.py):
+#: one chunk of 5 frames (2 latent), the first latent frame the image's or the clip's last frame's, 2
+#: steps, no CFG.
+DF_CALL = dict(
+    num_inference_steps=2,
+    guidance_scale=1.0,
+    base_num_frames=5,
+    overlap_history=1,
+    seed=3,
+    max_sequence_length=16,
+    num_frames=5,
+)
+
+
+def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
+    skyreels_df, skyreels_df_pipe, tmp_path, monkeypatch
+):
+    """A diffusion-forcing checkpoint (model_index.json: SkyReelsV2DiffusionForcingPipeline):
+    ``input_reference`` runs its image-to-video pipeline and ``input_video`` (a multipart file)
+    extends the clip with its video-to-video pipeline, both over the loaded weights; each job's
+    frames are those the Python pipeline of the task gives (vidax.load_pipeline(task=...)),
+    bit for bit, the extended video the clip then the new frames. The uploads are kept for a
+    restart: a second runner on the jobs folder queues both jobs again and runs them. A video
+    that is no video, sent as JSON or beside an image is a 400 naming input_video."""
+    from PIL import Image
+    from starlette.testclient import TestClient
+
+    import vidax
+    from vidax.io.video import write_video
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    pipe = skyreels_df_pipe
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)
+    client = TestClient(create_app(runner), base_url="http://localhost")  # no lifespan: no job runs here
+    model = client.get("/v1/models").json()["data"][0]
+    assert model["image"] is True and model["video"] is True and model["tasks"] == ["t2v", "i2v", "v2v"]
+    assert {"input_reference", "input_video", "last_image", "overlap_history"} <= set(model["fields"])
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    png = tmp_path / "first.png"
+    Image.fromarray(image).save(png)
+    write_video(rng.integers(0, 256, (5, 32, 48, 3), dtype=np.uint8), tmp_path / "clip.mp4", fps=16)
+    clip = read_video(tmp_path / "clip.mp4")
+    fields = {"prompt": "a cat", "size": "48x32", **{k: str(v) for k, v in DF_CALL.items()}}
+    video = ("clip.mp4", (tmp_path / "clip.mp4").read_bytes(), "video/mp4")
+
+    r = client.post("/v1/videos", data=fields, files={"input_video": ("clip.mp4", b"no video", "video/mp4")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_video", r.text
+    assert r.json()["error"]["message"].startswith("input_video 'clip.mp4' could not be read as a video"), r.text
+    r = client.post("/v1/videos", json={"prompt": "a cat", "input_video": "clip.mp4"})
+    assert r.status_code == 400 and "input_video must be sent as a file" in r.json()["error"]["message"], r.text
+    r = client.post("/v1/videos", data=fields, files={"input_video": video, "input_reference": png.open("rb")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_video", r.text
+    i2v = client.post("/v1/videos", data=fields, files={"input_reference": ("first.png", png.read_bytes())}).json()
+    v2v = client.post("/v1/videos", data=fields, files={"input_video": video}).json()
+    assert (i2v["task"], i2v["pipeline"]) == ("i2v", "SkyReelsV2DiffusionForcingImageToVideoPipeline"), i2v
+    assert (v2v["task"], v2v["pipeline"], v2v["input_video"]) == (
+        "v2v",
+        "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
+        "clip.mp4",
+    ), v2v
+    assert runner.pipe_for("v2v").transformer is pipe.transformer  # no second load
+    runner.store.close()
+
+    runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)  # a restart
+    written = {}
+
+    def keep(frames, path, **kw):
+        written[os.path.basename(path)] = np.asarray(frames)
+        return write_video(frames, path, **kw)
+
+    monkeypatch.setattr(vidax.io.video, "write_video", keep)
+    done = _run_all(runner, [i2v, v2v])
+    assert [j["status"] for j in done] == ["completed", "completed"], done
+    assert not [f for f in os.listdir(tmp_path / "jobs") if f.endswith((".upload", ".input.png"))]
+    runner.store.close()
+
+    call = dict(DF_CALL, height=32, width=48, progress=False)
+    want = vidax.load_pipeline(skyreels_df, task="i2v", progress=False)(image, "a cat", **call).frames[0]
+    np.testing.assert_array_equal(written[f"{i2v['id']}.mp4"], want)
+    want = vidax.load_pipeline(skyreels_df, task="v2v", progress=False)(clip, "a cat", **call).frames[0]
+    assert want.shape == (5 + 5, 32, 48, 3)
+    np.testing.assert_array_equal(written[f"{v2v['id']}.mp4"], want)
+
+
+def test_a_video_on_a_checkpoint_without_video_to_video_is_400(tiny_pipe, tmp_path):
+    """Wan2.1 text-to-video extends no clip: input_video is refused naming the field."""
+    from starlette.testclient import TestClient
+
+    from vidax.serve.app import create_app
+    from vidax.serve.jobs import JobRunner, JobStore
+
+    runner = JobRunner(tiny_pipe, "tiny", JobStore(tmp_path / "jobs"))
+    client = TestClient(create_app(runner), base_url="http://localhost")
+    assert client.get("/v1/models").json()["data"][0]["video"] is False
+    r = client.post(
+        "/v1/videos", data={"prompt": "a cat", **SHAPE}, files={"input_video": ("clip.mp4", b"x", "video/mp4")}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_video", r.text
+    assert "input_video is given but tiny does not do video-to-video" in r.json()["error"]["message"], r.text
+    runner.store.close()
+
+
 def test_presets_through_the_server(ckpt, tiny_pipe, tmp_path, capsys, caplog):
     """A LoRA whose file names its recipe (LightX2V) gives the server that preset, said in the one
     line vidax generate prints; --preset given, none is recognised. Every job runs its request's

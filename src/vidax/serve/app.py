@@ -2,8 +2,9 @@
 
 =============================  ===================================================================
 ``POST /v1/videos``            check a request (JSON, or a form with the image as the multipart
-                               file ``input_reference``) and queue its job -> the job; 400 with
-                               the one-line error naming the field; 429 when the queue is full
+                               file ``input_reference``, a video to extend as ``input_video``)
+                               and queue its job -> the job; 400 with the one-line error naming
+                               the field; 429 when the queue is full
 ``GET /v1/videos``             the jobs, newest first (``limit`` 1..100, ``after`` a job's id,
                                ``order`` desc / asc) -> ``{"object": "list", "data", "first_id",
                                "last_id", "has_more"}``, each prompt cut to 200 characters
@@ -23,8 +24,9 @@
 ``DELETE /v1/videos/{id}``     cancel a queued job (-> the failed job), or a running one between
                                steps (-> the job, ``cancel_requested: true``); a finished job is
                                deleted with its video
-``GET /v1/models``             the loaded model: id, tasks, defaults, size multiple, the request
-                               fields it accepts, its preset (``vidax serve --preset`` or the one
+``GET /v1/models``             the loaded model: id, tasks (``image`` / ``video``: whether it
+                               takes ``input_reference`` / ``input_video``), defaults, size
+                               multiple, the request fields of its tasks, its preset (``vidax serve --preset`` or the one
                                recognised, ``preset_recognised_from``) and the family's presets
 ``GET /health``                ``{"status": "ok", "model", "queued", "running"}``
 ``GET /``                      the page (``page.html``)
@@ -61,16 +63,18 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Route
 
 from vidax.pipelines.presets import family_of, presets_for
-from vidax.serve.fields import Fields, RequestError, Upload, number_texts
+from vidax.serve.fields import RequestError, Upload, number_texts
 from vidax.serve.jobs import JobRunner
 from vidax.serve.store import COMPLETED, FAILED
 
 #: Seconds between two looks at a job whose events are streamed.
 EVENTS_POLL = 0.1
 
-#: The largest request body accepted (bytes): an image and the fields, with room to spare.
+#: The largest request body accepted (bytes): an image or a short clip and the fields.
 MAX_BODY = 16 * 2**20
 _LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
+#: The fields sent as multipart files: the image, the video to extend, the last frame.
+_FILES = ("input_reference", "input_video", "last_image")
 _WILDCARD = ("0.0.0.0", "::", "")
 
 
@@ -193,7 +197,7 @@ async def _fields(request: Request, upload_dir: str) -> tuple[dict[str, Any], st
             raise RequestError(400, f"the body is not valid JSON ({reason})") from None
         if not isinstance(fields, dict):
             raise RequestError(400, f"the body must be a JSON object of fields, got {type(fields).__name__}")
-        for key in ("input_reference", "last_image"):
+        for key in _FILES:
             if key in fields:
                 raise RequestError(400, f"{key} must be sent as a file in a multipart/form-data request", key)
         return fields, None, "", number_texts(await request.body())
@@ -227,12 +231,12 @@ async def _form_field(
     if key in fields or (key == "input_reference" and image_path):
         raise RequestError(400, f"field {key!r} is given twice", key)
     if not isinstance(value, UploadFile):
-        if key == "last_image":
-            raise RequestError(400, "last_image must be sent as a file in a multipart/form-data request", key)
+        if key in _FILES[1:]:
+            raise RequestError(400, f"{key} must be sent as a file in a multipart/form-data request", key)
         fields[key] = value
         return image_path, image_name
-    if key not in ("input_reference", "last_image"):
-        raise RequestError(400, f"field {key!r} is a file; only input_reference and last_image take one", key)
+    if key not in _FILES:
+        raise RequestError(400, f"field {key!r} is a file; only {', '.join(_FILES)} take one", key)
     if not value.filename and not value.size:  # a form's empty file input
         return image_path, image_name
     fd, path = tempfile.mkstemp(dir=upload_dir, prefix=".upload-")
@@ -417,16 +421,11 @@ class _Endpoints:
                         "owned_by": "vidax",
                         "pipeline": self.runner.cls.__name__,
                         "tasks": list(info.tasks),
-                        "image": "i2v" in info.tasks and "image" in self.runner.call_args,
+                        "image": "i2v" in info.tasks and "image" in self.runner.class_for("i2v").call_args(),
+                        "video": "v2v" in info.tasks and "video" in self.runner.class_for("v2v").call_args(),
                         "defaults": dataclasses.asdict(info.defaults),
                         "size_multiple": list(info.size_multiple),
-                        "fields": Fields(
-                            {},
-                            self.runner.options,
-                            info.defaults.fps,
-                            cache=self.runner.cls.cache_reference,
-                            presets=bool(presets),
-                        ).accepted(),
+                        "fields": self.runner.accepted(),
                         "preset": None if self.runner.pipe.preset is None else self.runner.pipe.preset.name,
                         "preset_recognised_from": None if self.runner.recognised is None else self.runner.recognised[1],
                         "presets": [p.name for p in presets],

@@ -1,13 +1,14 @@
 """A ``POST /v1/videos`` request's fields -> the pipeline's call keywords.
 
 The fields are OpenAI's ``/v1/videos`` names where it has one (``prompt``, ``model``, ``size``
-"WIDTHxHEIGHT", ``seconds``, ``input_reference``) and, for the rest, the call keywords the loaded
+"WIDTHxHEIGHT", ``seconds``, ``input_reference``), vidax's ``input_video`` (the video to extend,
+where the checkpoint does video-to-video) and, for the rest, the call keywords the loaded
 pipeline declares (:class:`vidax.pipelines.options.CallOption`, those ``vidax generate`` offers as
 flags): the shared ones (``negative_prompt``, ``height``, ``num_inference_steps``, ``seed``, ...)
 and the family's own (LTX-Video's ``frame_rate``, HunyuanVideo's ``true_cfg_scale``, ...), each
 checked by its declaration. They come as JSON, or as form fields (strings, read as the declared
-type) with the image as the multipart file ``input_reference`` and the pipeline's other image
-keywords (Wan FLF2V's ``last_image``) as multipart files of their own names (:class:`Upload`).
+type) with the image as the multipart file ``input_reference``, the video as the multipart file
+``input_video`` (read with PyAV: mp4, webm, mov, ...) and the pipeline's other image keywords (Wan FLF2V's ``last_image``) as multipart files of their own names (:class:`Upload`).
 
 An error of the pipeline's checks names its arguments as data (:class:`vidax.errors.Arg`); the
 400 answer spells them as the request's fields (:meth:`Fields.spell`), a value as the request
@@ -49,6 +50,7 @@ STANDS_FOR = {
     "size": ("height", "width"),
     "seconds": ("num_frames",),
     "input_reference": ("image",),
+    "input_video": ("video",),
     "cache": (),
     "preset": (),
 }
@@ -74,8 +76,9 @@ def _typed(option: CallOption, value: Any, text: str | None = None) -> Any:
 
 
 class Upload:
-    """A multipart file field other than ``input_reference`` (an image keyword of the pipeline,
-    e.g. ``last_image``): where the upload was saved and its file name as sent."""
+    """A multipart file field other than ``input_reference`` (``input_video``, or an image
+    keyword of the pipeline, e.g. ``last_image``): where the upload was saved and its file name
+    as sent."""
 
     def __init__(self, path: str, name: str):
         self.path, self.name = path, name
@@ -107,7 +110,8 @@ class Fields:
         fields: the request's fields (JSON values, or form texts); ``None`` and empty form
             fields (but ``prompt``) count as not given.
         options: the pipeline's call keyword declarations (``cls.options()``); those with a flag
-            are fields (the image keyword as ``input_reference``; a video file is not taken).
+            are fields (the image keyword as ``input_reference``, the video keyword as
+            ``input_video``; other videos are not taken).
         fps: frames per second that ``seconds`` counts in: ``num_frames = seconds x fps + 1``.
         image_name: the file name of the uploaded ``input_reference``, or None.
         cache: whether the pipeline takes a step cache (the ``cache`` field).
@@ -126,7 +130,9 @@ class Fields:
         texts: Mapping[str, str] | None = None,
         presets: bool = False,
     ):
+        options = tuple(options)
         self.options = {o.name: o for o in options if o.is_flag and o.type not in (VIDEO_FILE, OBJECT)}
+        self.video = any(o.name == "video" and o.type is VIDEO_FILE for o in options)
         self.fps, self.image_name, self.cache, self.texts = fps, image_name, cache, dict(texts or {})
         self.presets = presets
         self.form = texts is None
@@ -140,20 +146,22 @@ class Fields:
 
     def accepted(self) -> list[str]:
         """The fields this pipeline accepts: its call keywords (the image as ``input_reference``,
-        its other image keywords as files of their names), OpenAI's ``model``, ``size``,
-        ``seconds``, and vidax's ``cache`` and ``preset`` where the pipeline takes them."""
+        the video as ``input_video``, its other image keywords as files of their names), OpenAI's
+        ``model``, ``size``, ``seconds``, and vidax's ``cache`` and ``preset`` where the pipeline
+        takes them."""
         names = [n for n, o in self.options.items() if not (o.type is IMAGE_FILE and n == "image")]
         names[1:1] = ["model", "size", "seconds"]
         return (
             names
             + ["input_reference"] * any(o.type is IMAGE_FILE for o in self.options.values())
+            + ["input_video"] * self.video
             + ["cache"] * self.cache
             + ["preset"] * self.presets
         )
 
     def call_keywords(self) -> dict[str, Any]:
-        """The call keywords of the fields, typed as declared (``model`` and ``input_reference``
-        are left to the caller).
+        """The call keywords of the fields, typed as declared (``model``, ``input_reference`` and
+        ``input_video`` are left to the caller).
 
         Raises:
             RequestError: an unknown field, a field given twice (``size`` and ``height``,
@@ -161,7 +169,7 @@ class Fields:
                 a prompt or negative prompt that is not one string.
         """
         given, accepted = self.given, self.accepted()
-        unknown = sorted(set(given) - set(accepted) - {"input_reference"})  # the caller's
+        unknown = sorted(set(given) - set(accepted) - {"input_reference", "input_video"})  # the caller's
         if unknown:
             raise RequestError(400, f"unknown field {unknown[0]!r}; this model takes {', '.join(accepted)}", unknown[0])
         kw = {k: _typed(self.options[k], v, self.texts.get(k)) for k, v in given.items() if k not in STANDS_FOR}
@@ -213,11 +221,11 @@ class Fields:
     def field(self, name: str) -> str | None:
         """The request field that gave the call keyword ``name`` (``decode_timestep[0]``: the
         field ``decode_timestep``): ``size`` for height / width when the request gave ``size``,
-        ``seconds`` for num_frames when it gave ``seconds``, ``input_reference`` for the image;
-        None for a keyword that is no field."""
+        ``seconds`` for num_frames when it gave ``seconds``, ``input_reference`` for the image,
+        ``input_video`` for the video; None for a keyword that is no field."""
         name = name.split("[")[0]
         for field, keywords in STANDS_FOR.items():
-            if name in keywords and (field in self.given or field == "input_reference"):
+            if name in keywords and (field in self.given or field in ("input_reference", "input_video")):
                 return field
         return name if name in self.options else None
 

@@ -4,7 +4,9 @@ them, one worker thread running them alone or in batches.
 A job is the OpenAI video object (``id``, ``object``, ``model``, ``status``, ``progress``,
 ``created_at``, ``completed_at``, ``size``, ``seconds``, ``error``) plus vidax's fields
 (``prompt``, ``num_frames``, ``fps``, ``num_inference_steps``, ``step``: denoising steps done,
-``seed``: the seed used, ``input_reference``: the image's file name, and for a completed job
+``seed``: the seed used, ``task``: ``t2v``, ``i2v`` or ``v2v`` (what the request asked for:
+an image, a video to extend, neither), ``pipeline``: the pipeline class that runs it,
+``input_reference``: the image's file name, ``input_video``: the video's, and for a completed job
 ``stats``: seconds of the pipeline call, of its compiles, of writing the mp4; once it ran,
 ``batch``: how it was batched, :meth:`JobRunner._batch_report`). ``status`` goes ``queued`` ->
 ``in_progress`` -> ``completed`` or ``failed`` (a cancelled job is ``failed`` with the error code
@@ -14,7 +16,8 @@ the preset it runs under (None: none); ``warnings``, where the request's checks 
 as ``vidax generate`` warns (``num_frames=2 is not of the form 4k+1; using 1, ...``), those lines.
 
 Records live in ``<jobs_dir>/jobs.sqlite3`` (with each unfinished job's request, the seed drawn
-filled in, and its image as ``<id>.input.png``), videos in ``<jobs_dir>/<id>.mp4`` (written
+filled in, its image as ``<id>.input.png``, its other uploads, the video to extend among them, as
+``<id>.<field>.upload``), videos in ``<jobs_dir>/<id>.mp4`` (written
 atomically by :func:`vidax.io.video.write_video`), and the denoising state of a running batch
 (with a job's step cache, the cache's state too), saved every few steps and after the last, in
 ``<jobs_dir>/states/<batch>.npz`` (written to a temporary file,
@@ -38,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from vidax.checkpoint import TASK_NAMES
 from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
 from vidax.pipelines.presets import distilled_warning, family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload
@@ -115,7 +119,10 @@ class JobRunner:
             (:func:`~vidax.pipelines.presets.distilled_warning`).
 
     Every job's preset is its request's ``preset`` field, else the pipeline's (``pipe.preset``,
-    ``vidax serve --preset``); the request's other fields win over the preset's values.
+    ``vidax serve --preset``); the request's other fields win over the preset's values. A job
+    runs on the pipeline of its task (:meth:`pipe_for`): a request with an image or a video on a
+    checkpoint whose family has a class per task (SkyReels-V2 diffusion forcing) runs that class
+    over the loaded weights.
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class JobRunner:
         self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
+        self._pipes = {self.cls: pipe}  # the pipeline of each task class built so far (pipe_for)
         self._pending: dict[str, Pending] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -172,6 +180,34 @@ class JobRunner:
             found.r,
         )
         return found
+
+    def class_for(self, task: str) -> type:
+        """The class that runs ``task`` (``"t2v"``, ``"i2v"``, ``"v2v"``) on the checkpoint, as
+        ``vidax generate`` picks it (``class_for_task``): the loaded class for its own task and
+        for a task the checkpoint does not do (its checks refuse the request)."""
+        if task == self.cls.task or task not in self.info.tasks:
+            return self.cls
+        return self.cls.class_for_task(task)
+
+    def pipe_for(self, task: str) -> Any:
+        """The pipeline of :meth:`class_for` ``task``: the loaded one, or its class built over
+        the loaded modules (:meth:`~vidax.pipelines.loading.Loading.from_pipe`, no weight read),
+        once."""
+        cls = self.class_for(task)
+        with self._lock:
+            if cls not in self._pipes:
+                self._pipes[cls] = cls.from_pipe(self.pipe)
+            return self._pipes[cls]
+
+    def accepted(self) -> list[str]:
+        """The request fields of every task the checkpoint does (``GET /v1/models``)."""
+        names: list[str] = []
+        presets = bool(presets_for(family_of(self.cls)))
+        for task in self.info.tasks:
+            cls = self.class_for(task)
+            fields = Fields({}, cls.options(), self.info.defaults.fps, cache=cls.cache_reference, presets=presets)
+            names += [n for n in fields.accepted() if n not in names]
+        return names
 
     # ------------------------------------------------------------------ the API's operations
     def submit(
@@ -247,26 +283,33 @@ class JobRunner:
             raise RequestError(
                 400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model", "model_not_found"
             )
+        video = fields.get("input_video")
+        if image_path is not None and video is not None:
+            raise RequestError(
+                400, "input_reference and input_video are both given: give the image or the video", "input_video"
+            )
+        pending = Pending(job_id, None)
+        pending.pipe = self.pipe_for("i2v" if image_path is not None else "v2v" if video is not None else "t2v")
+        cls = type(pending.pipe)
         request = Fields(
             fields,
-            self.options,
-            self.info.defaults.fps,
+            cls.options(),
+            pending.pipe.info.defaults.fps,
             image_name if image_path else None,
-            cache=self.cls.cache_reference,
+            cache=cls.cache_reference,
             texts=texts,
-            presets=bool(presets_for(family_of(self.cls))),
+            presets=bool(presets_for(family_of(cls))),
         )
-        pending = Pending(job_id, None)
         call, preset_cache = self._checked_call(pending, request, image_path)
-        pending.cache = self._cache(request.given.get("cache"), call.num_inference_steps) or preset_cache
+        pending.cache = self._cache(pending.pipe, request.given.get("cache"), call.num_inference_steps) or preset_cache
         if self.recognised is not None and pending.preset == self.recognised[0]:
             warning = distilled_warning(*self.recognised, call)
             if warning:
                 events.warning("%s: %s", job_id, warning)
-        pending.call, pending.fps = call, self.pipe.video_fps(call)  # the mp4's, as vidax generate's
+        pending.call, pending.fps = call, pending.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
         pending.key = self._batch_key(pending)
-        return pending, self._queued_job(pending, image_name)
+        return pending, self._queued_job(pending, image_name, video.name if video is not None else None)
 
     def _checked_call(self, pending: Pending, request: Fields, image_path: str | None) -> tuple[Any, Any]:
         """``(call, preset_cache)``: the pipeline's checked call of ``request`` (its images read,
@@ -276,41 +319,46 @@ class JobRunner:
         Raises:
             RequestError: 400, a field the checks refuse (named as the request spells it).
         """
+        from vidax.cli.records import read_file
         from vidax.io.image import load_image
+        from vidax.pipelines.options import VIDEO_FILE
 
+        pipe = pending.pipe
+        cls = type(pipe)
         try:
             kw = request.call_keywords()
-            if image_path is not None:
-                if "image" not in self.call_args or "i2v" not in self.info.tasks:
+            for field, task, keyword in (("input_reference", "i2v", "image"), ("input_video", "v2v", "video")):
+                if field in request.given and (keyword not in cls.call_args() or task not in self.info.tasks):
                     raise RequestError(
                         400,
-                        f"input_reference is given but {self.model} does not do "
-                        f"image-to-video (it does {', '.join(self.info.tasks)})",
-                        "input_reference",
+                        f"{field} is given but {self.model} does not do {TASK_NAMES[task]} "
+                        f"(it does {', '.join(self.info.tasks)})",
+                        field,
                     )
+            if image_path is not None:
                 kw["image"] = load_image(image_path)
+            if "input_video" in request.given:  # uint8 (F, H, W, 3), as vidax generate --video reads it
+                kw["video"] = read_file(VIDEO_FILE, "video", request.given["input_video"].path)
             for key, value in kw.items():  # the pipeline's other image keywords, uploaded as files
                 if isinstance(value, Upload):
                     kw[key] = load_image(value.path, key)
             kw, applied = self._preset(pending, request, kw)
             with CheckWarnings(request) as warned:  # what the checks change (num_frames rounded), said in the job
-                call = self.cls.check_call(
-                    self.info,
+                call = cls.check_call(
+                    pipe.info,
                     progress=False,
                     cancel=pending.cancel,
                     callback=lambda i, n: self._stepped([pending], i + 1, n),
                     **kw,
                 )
             pending.warnings = warned.messages
-            self._check_memory(call)
-            preset_cache = (
-                pending.preset.cache_config(self.cls, call.num_inference_steps) if "cache" in applied else None
-            )
+            self._check_memory(pipe, call)
+            preset_cache = pending.preset.cache_config(cls, call.num_inference_steps) if "cache" in applied else None
         except (InputError, OutOfMemoryError) as e:
             raise request.error(e) from None
         return call, preset_cache
 
-    def _queued_job(self, pending: Pending, image_name: str) -> dict:
+    def _queued_job(self, pending: Pending, image_name: str, video_name: str | None) -> dict:
         """The record of the checked job ``pending``, queued (the OpenAI video object and vidax's
         fields, see the module's docstring)."""
         call = pending.call
@@ -334,7 +382,10 @@ class JobRunner:
             "num_inference_steps": call.num_inference_steps,
             "step": 0,
             "seed": call.seed,
+            "task": call.task,
+            "pipeline": type(pending.pipe).__name__,
             "input_reference": image_name or None,
+            "input_video": video_name,
             "preset": None if pending.preset is None else pending.preset.name,
             **({"warnings": pending.warnings} if pending.warnings else {}),
         }
@@ -359,13 +410,13 @@ class JobRunner:
                 pending.preset = None
             else:
                 pending.preset = find_preset(name.strip(), self.cls)
-            pending.scheduler = call_scheduler(pending.preset, self.pipe)
+            pending.scheduler = call_scheduler(pending.preset, pending.pipe)
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "preset") from None
         return preset_call(pending.preset, kw, cache_given="cache" in request.given)
 
-    def _check_memory(self, call: Any) -> None:
-        """Refuse ``call`` when its memory estimate does not fit in the memory there is with the
+    def _check_memory(self, pipe: Any, call: Any) -> None:
+        """Refuse ``call`` of ``pipe`` when its memory estimate does not fit in the memory there is with the
         weights loaded and no job running: measured now when none runs, else the last such
         measure (a running job's activations are free again when this one runs)
         (:meth:`~vidax.pipelines.memory.MemoryChecks.check_memory`, its hints the request's
@@ -380,9 +431,8 @@ class JobRunner:
             if not self._running:
                 self.idle_memory = available_memory()
             idle = self.idle_memory
-        pipe = self.pipe
-        self.cls.check_memory(
-            self.info,
+        type(pipe).check_memory(
+            pipe.info,
             call,
             dtype=pipe.dtype,
             loaded=True,
@@ -487,9 +537,9 @@ class JobRunner:
                 f"; {failed} could not be (failed, interrupted)" if failed else "",
             )
 
-    def _cache(self, value: Any, steps: int) -> Any:
+    def _cache(self, pipe: Any, value: Any, steps: int) -> Any:
         """The step cache config of a request's ``cache`` field (the CLI's ``--cache`` syntax, the
-        MagCache ratios inline), checked against the pipeline; None when not given.
+        MagCache ratios inline), checked against ``pipe``; None when not given.
 
         Raises:
             RequestError: 400 naming the field, its value and what is valid.
@@ -503,7 +553,7 @@ class JobRunner:
                 raise InputError(
                     f"cache={value!r} must be a string: first_block:THRESHOLD, mag[:[r1, r2, ...]] or taylorseer"
                 )
-            return self.pipe.check_cache(parse_cache_option(value, steps, name="cache", files=False), "cache")
+            return pipe.check_cache(parse_cache_option(value, steps, name="cache", files=False), "cache")
         except InputError as e:
             raise RequestError(400, " ".join(str(e).split()), "cache") from None
 
@@ -677,9 +727,9 @@ class JobRunner:
         calls += [calls[-1]] * self._padding(batch)
         if len(calls) > 1:
             noise = jax.tree.map(
-                lambda *a: np.concatenate([np.asarray(x) for x in a]), *[self.pipe.initial_noise(c) for c in calls]
+                lambda *a: np.concatenate([np.asarray(x) for x in a]), *[batch[0].pipe.initial_noise(c) for c in calls]
             )
-            streams = self.cls.latent_streams
+            streams = type(batch[0].pipe).latent_streams
             first, others = (
                 (noise, {})
                 if not isinstance(noise, dict)
@@ -696,7 +746,7 @@ class JobRunner:
                 video_guidance=guidance if len(set(guidance)) > 1 else None,
             )
         resume = None if batch[0].resume is None else load_state(batch[0].resume)
-        if "on_chunk" in self.call_args:  # a long video: each finished chunk is an event
+        if "on_chunk" in type(batch[0].pipe).call_args():  # a long video: each finished chunk is an event
             call = dataclasses.replace(call, extra={**call.extra, "on_chunk": lambda c: self._chunked(batch, c)})
         return dataclasses.replace(
             call,
@@ -716,7 +766,7 @@ class JobRunner:
         if self.preview_every and self.preview_map is not None:
             from vidax.serve.preview import Previewer
 
-            previewer = Previewer(self.pipe, call, self.preview_map, self.preview_every)
+            previewer = Previewer(batch[0].pipe, call, self.preview_map, self.preview_every)
         if not (save or previewer):
             return None
         ids = np.asarray([p.id for p in batch])
@@ -792,20 +842,21 @@ class JobRunner:
                     call.num_inference_steps,
                     f" (batch of {len(batch)})" if len(batch) > 1 else "",
                 )
-            loaded = self.pipe.scheduler, self.pipe.cache_config
+            pipe = batch[0].pipe  # the jobs of a batch share their task
+            loaded = pipe.scheduler, pipe.cache_config
             # the batch's preset's sampler; its job's step cache (a job with one runs alone), else none
-            self.pipe.scheduler = loaded[0] if batch[0].scheduler is None else batch[0].scheduler
-            self.pipe.cache_config = batch[0].cache
+            pipe.scheduler = loaded[0] if batch[0].scheduler is None else batch[0].scheduler
+            pipe.cache_config = batch[0].cache
             try:
-                out = self.pipe.generate(call)
+                out = pipe.generate(call)
             except InputError as e:
                 if call.resume is None or "saved denoising state" not in str(e):
                     raise
                 logger.warning("%s; the batch of %s starts over", e, ", ".join(jobs))
                 resumed = self._resumed = None
-                out = self.pipe.generate(dataclasses.replace(call, resume=None))
+                out = pipe.generate(dataclasses.replace(call, resume=None))
             finally:
-                self.pipe.scheduler, self.pipe.cache_config = loaded
+                pipe.scheduler, pipe.cache_config = loaded
             results = {}
             for i, pending in enumerate(batch):
                 results[pending.id] = self._finish(pending, jobs[pending.id], out, i, write_video)

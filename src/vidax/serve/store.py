@@ -97,7 +97,7 @@ class JobStore:
         return os.path.join(self.folder, f"{job_id}.input.png")
 
     def upload_path(self, job_id: str, key: str) -> str:
-        """Where an unfinished job's uploaded image keyword ``key`` (e.g. ``last_image``) is kept,
+        """Where an unfinished job's uploaded file ``key`` (``input_video``, ``last_image``) is kept,
         the bytes as sent."""
         return os.path.join(self.folder, f"{job_id}.{key}.upload")
 
