@@ -1262,7 +1262,7 @@ def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
         "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
         "clip.mp4",
     ), v2v
-    assert runner.pipe_for("v2v").transformer is pipe.transformer  # no second load
+    assert runner.tasks.pipe_for("v2v").transformer is pipe.transformer  # no second load
     runner.store.close()
 
     runner = JobRunner(pipe, "df", JobStore(tmp_path / "jobs"), save_every=0)  # a restart

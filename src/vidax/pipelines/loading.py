@@ -240,6 +240,36 @@ def plan_of(
     return plan
 
 
+def from_pipe(cls: type, pipe: Any) -> Any:
+    """diffusers' ``Pipeline.from_pipe(pipe)``: a ``cls`` over ``pipe``'s loaded components, no
+    weight read again, for another task of the same checkpoint
+    (``from_pipe(SkyReelsV2DiffusionForcingVideoToVideoPipeline, df_pipe)``). The new pipeline
+    shares ``pipe``'s modules, scheduler, staging, LoRA adapters, preset and step cache setting
+    (each as set now), reads its configs as ``cls`` does (its own defaults) and compiles its own
+    steps (a compiled step calls the hooks of the pipeline that traced it). ``cls`` is to load
+    the components ``pipe`` has (true of the classes of one checkpoint's tasks).
+
+    Raises:
+        InputError: ``pipe`` is of another family, or its checkpoint does not do ``cls``'s task.
+    """
+    from vidax.pipelines.presets import family_of
+    from vidax.pipelines.run import Denoiser
+
+    if family_of(type(pipe)) != family_of(cls):
+        raise InputError(
+            f"from_pipe({cls.__name__}, pipe): the pipeline is a {type(pipe).__name__}, of another family; "
+            f"load {pipe.root} with vidax.load_pipeline"
+        )
+    own = cls.read_checkpoint.__func__ is not type(pipe).read_checkpoint.__func__
+    info = cls.read_checkpoint(pipe.checkpoint) if own else pipe.info
+    check_task(pipe.root, cls.task, info.tasks, info.variant)
+    new = cls.__new__(cls)
+    new.__dict__.update(pipe.__dict__)
+    new.info, new.defaults, new._interrupt = info, info.defaults, False
+    new.denoiser = Denoiser(new.experts, new.mesh)
+    return new
+
+
 class Loading:
     """How a pipeline loads its components; a base of :class:`~vidax.pipelines.base.VideoPipeline`."""
 
@@ -447,36 +477,6 @@ class Loading:
             pipe.enable_cache(plan.preset.cache_config(pipeline, info.defaults.num_inference_steps))
             pipe._preset_cache = pipe.cache_config
         return pipe
-
-    @classmethod
-    def from_pipe(cls, pipe: Any):
-        """diffusers' ``from_pipe``: this class over ``pipe``'s loaded components, no weight read
-        again, for another task of the same checkpoint
-        (``SkyReelsV2DiffusionForcingVideoToVideoPipeline.from_pipe(df_pipe)``). The new pipeline
-        shares ``pipe``'s modules, scheduler, staging, LoRA adapters, preset and step cache
-        setting (each as set now), reads its configs as this class does (its own defaults) and
-        compiles its own steps (a compiled step calls the hooks of the pipeline that traced it).
-
-        Raises:
-            InputError: ``pipe`` is of another family, or its checkpoint does not do this
-                class's task.
-        """
-        from vidax.pipelines.presets import family_of
-        from vidax.pipelines.run import Denoiser
-
-        if family_of(type(pipe)) != family_of(cls):
-            raise InputError(
-                f"{cls.__name__}.from_pipe: the pipeline is a {type(pipe).__name__}, of another family; "
-                f"load {pipe.root} with vidax.load_pipeline"
-            )
-        own = cls.read_checkpoint.__func__ is not type(pipe).read_checkpoint.__func__
-        info = cls.read_checkpoint(pipe.checkpoint) if own else pipe.info
-        check_task(pipe.root, cls.task, info.tasks, info.variant)
-        new = cls.__new__(cls)
-        new.__dict__.update(pipe.__dict__)
-        new.info, new.defaults, new._interrupt = info, info.defaults, False
-        new.denoiser = Denoiser(new.experts, new.mesh)
-        return new
 
     @classmethod
     def plan_staging(

@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 
-from vidax.checkpoint import TASK_NAMES
 from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
 from vidax.pipelines.presets import distilled_warning, family_of, presets_for
 from vidax.serve.fields import Fields, RequestError, Upload
@@ -57,6 +56,7 @@ from vidax.serve.records import (
     reached_step,
 )
 from vidax.serve.store import COMPLETED, IN_PROGRESS, QUEUED, JobStore, load_state, save_state
+from vidax.serve.tasks import TaskPipes
 
 logger = logging.getLogger("vidax.serve")
 #: A request's ``preset`` that runs its job under no preset, whatever the server's.
@@ -120,7 +120,7 @@ class JobRunner:
 
     Every job's preset is its request's ``preset`` field, else the pipeline's (``pipe.preset``,
     ``vidax serve --preset``); the request's other fields win over the preset's values. A job
-    runs on the pipeline of its task (:meth:`pipe_for`): a request with an image or a video on a
+    runs on the pipeline of its task (:class:`~vidax.serve.tasks.TaskPipes`): a request with an image or a video on a
     checkpoint whose family has a class per task (SkyReels-V2 diffusion forcing) runs that class
     over the loaded weights.
     """
@@ -148,7 +148,7 @@ class JobRunner:
         self.preview_map = preview_map if preview_map is not None or not preview_every else self._fit_preview_map()
         self.options = self.cls.options()
         self.call_args = tuple(o.name for o in self.options)
-        self._pipes = {self.cls: pipe}  # the pipeline of each task class built so far (pipe_for)
+        self.tasks = TaskPipes(pipe, model)
         self._pending: dict[str, Pending] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -180,34 +180,6 @@ class JobRunner:
             found.r,
         )
         return found
-
-    def class_for(self, task: str) -> type:
-        """The class that runs ``task`` (``"t2v"``, ``"i2v"``, ``"v2v"``) on the checkpoint, as
-        ``vidax generate`` picks it (``class_for_task``): the loaded class for its own task and
-        for a task the checkpoint does not do (its checks refuse the request)."""
-        if task == self.cls.task or task not in self.info.tasks:
-            return self.cls
-        return self.cls.class_for_task(task)
-
-    def pipe_for(self, task: str) -> Any:
-        """The pipeline of :meth:`class_for` ``task``: the loaded one, or its class built over
-        the loaded modules (:meth:`~vidax.pipelines.loading.Loading.from_pipe`, no weight read),
-        once."""
-        cls = self.class_for(task)
-        with self._lock:
-            if cls not in self._pipes:
-                self._pipes[cls] = cls.from_pipe(self.pipe)
-            return self._pipes[cls]
-
-    def accepted(self) -> list[str]:
-        """The request fields of every task the checkpoint does (``GET /v1/models``)."""
-        names: list[str] = []
-        presets = bool(presets_for(family_of(self.cls)))
-        for task in self.info.tasks:
-            cls = self.class_for(task)
-            fields = Fields({}, cls.options(), self.info.defaults.fps, cache=cls.cache_reference, presets=presets)
-            names += [n for n in fields.accepted() if n not in names]
-        return names
 
     # ------------------------------------------------------------------ the API's operations
     def submit(
@@ -283,13 +255,8 @@ class JobRunner:
             raise RequestError(
                 400, f"model={model!r} is not loaded; this server runs {self.model!r}", "model", "model_not_found"
             )
-        video = fields.get("input_video")
-        if image_path is not None and video is not None:
-            raise RequestError(
-                400, "input_reference and input_video are both given: give the image or the video", "input_video"
-            )
         pending = Pending(job_id, None)
-        pending.pipe = self.pipe_for("i2v" if image_path is not None else "v2v" if video is not None else "t2v")
+        pending.pipe = self.tasks.request_pipe(fields, image_path is not None)
         cls = type(pending.pipe)
         request = Fields(
             fields,
@@ -309,6 +276,7 @@ class JobRunner:
         pending.call, pending.fps = call, pending.pipe.video_fps(call)  # the mp4's, as vidax generate's
         pending.request = request
         pending.key = self._batch_key(pending)
+        video = fields.get("input_video")
         return pending, self._queued_job(pending, image_name, video.name if video is not None else None)
 
     def _checked_call(self, pending: Pending, request: Fields, image_path: str | None) -> tuple[Any, Any]:
@@ -327,14 +295,7 @@ class JobRunner:
         cls = type(pipe)
         try:
             kw = request.call_keywords()
-            for field, task, keyword in (("input_reference", "i2v", "image"), ("input_video", "v2v", "video")):
-                if field in request.given and (keyword not in cls.call_args() or task not in self.info.tasks):
-                    raise RequestError(
-                        400,
-                        f"{field} is given but {self.model} does not do {TASK_NAMES[task]} "
-                        f"(it does {', '.join(self.info.tasks)})",
-                        field,
-                    )
+            self.tasks.check_inputs(request, cls)
             if image_path is not None:
                 kw["image"] = load_image(image_path)
             if "input_video" in request.given:  # uint8 (F, H, W, 3), as vidax generate --video reads it

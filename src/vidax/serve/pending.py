@@ -23,7 +23,7 @@ class Pending:
 
     def __init__(self, job_id: str, call: Any):
         self.id, self.call, self.fps, self.cache = job_id, call, None, None
-        self.pipe: Any = None  # the pipeline that runs it (JobRunner.pipe_for its task)
+        self.pipe: Any = None  # the pipeline that runs it (TaskPipes.request_pipe)
         self.preset: Any = None  # the Preset the job runs under (None: none)
         self.scheduler: Any = None  # its preset's scheduler where not the pipeline's (None: the pipeline's)
         self.request: Fields | None = None  # spells the run's errors as the request's fields
