@@ -11,11 +11,6 @@ import time
 
 import typer
 
-#: The frames each chunk of a long diffusion-forcing video repeats when ``--overlap-history`` is
-#: not given: SkyReels-V2's recommended 17 (or 37), in video frames as diffusers' keyword counts
-#: them (5 latent frames).
-DEFAULT_OVERLAP_HISTORY = 17
-
 logger = logging.getLogger("vidax.pipeline")
 
 
@@ -38,8 +33,8 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
     """The call flags ``given`` with ``--seconds`` as ``num_frames`` (seconds x ``--fps``, else
     the checkpoint's fps, rounded as the pipeline rounds ``num_frames``, with a warning naming
     ``--seconds`` where it rounds) and, for a diffusion-forcing video longer than one chunk,
-    ``overlap_history`` :data:`DEFAULT_OVERLAP_HISTORY` where not given (less where
-    ``base_num_frames`` is too small for it to leave a chunk a new latent frame).
+    the defaults of a pipeline that makes its video chunk by chunk (its ``chunked_length``: a
+    diffusion-forcing video's overlap), said in one line.
 
     Raises:
         InputError: ``--seconds`` with ``--num-frames``; ``--seconds`` longer than the
@@ -48,7 +43,6 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
     from vidax.errors import Arg, InputError
 
     cls, info = plan.pipeline, plan.info
-    takes = set(cls.call_args())
     given = dict(given)
     if seconds is not None:
         if "num_frames" in given:
@@ -62,7 +56,7 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
         frames = max(1, round(seconds * rate))
         with _quiet(logger):  # the pipeline's rounding, said below in --seconds' words
             rounded = cls.resolve_num_frames(info, frames)
-        one_pass = "base_num_frames" not in takes
+        one_pass = getattr(cls, "chunked_length", None) is None
         if one_pass and rounded > info.defaults.num_frames:
             raise InputError(
                 Arg("seconds", seconds),
@@ -82,29 +76,21 @@ def length_call(plan, given: dict, seconds: float | None, fps: int | None) -> di
                 rounded / rate,
             )
         given["num_frames"] = rounded
-    if "overlap_history" in takes and "overlap_history" not in given and cls.task != "v2v":  # v2v: its own default
-        frames = given.get("num_frames", info.defaults.num_frames)
-        base = given.get("base_num_frames", 97)
-        t = info.vae_config.temporal_compression
-        # 17, or for a small --base-num-frames the most that leaves each chunk a new latent frame
-        overlap = min(DEFAULT_OVERLAP_HISTORY, ((base - 1) // t - 1) * t + 1)
-        if frames > base and overlap >= 1:
-            given["overlap_history"] = overlap
-            typer.echo(
-                f"a video of {frames} frames in chunks of at most {base} (--base-num-frames): each chunk repeats the "
-                f"last {overlap} frames of the one before (--overlap-history {overlap}; SkyReels-V2 recommends 17 or "
-                "37)",
-                err=True,
-            )
+    chunked = getattr(cls, "chunked_length", None)  # a pipeline that makes its video chunk by chunk
+    if chunked is not None:
+        given, said = chunked(info, given)
+        if said:
+            typer.echo(said, err=True)
     return given
 
 
 def streams(pipe, call, output) -> bool:
     """Whether ``vidax generate`` writes this run's mp4 chunk by chunk: a pipeline that makes
-    its video in chunks (the ``on_chunk`` keyword), one video, an mp4 output, one process."""
+    its video in chunks (its ``CHUNK_CALLBACK`` keyword), one video, an mp4 output, one process."""
     import jax
 
-    return "on_chunk" in pipe.call_args() and output.format == "mp4" and call.batch == 1 and jax.process_count() == 1
+    keyword = getattr(pipe, "CHUNK_CALLBACK", None)
+    return keyword is not None and output.format == "mp4" and call.batch == 1 and jax.process_count() == 1
 
 
 def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
@@ -134,7 +120,8 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
             )
 
     try:
-        out = run(pipe, dataclasses.replace(call, extra={**call.extra, "on_chunk": on_chunk}), output.format, path)
+        extra = {**call.extra, pipe.CHUNK_CALLBACK: on_chunk}
+        out = run(pipe, dataclasses.replace(call, extra=extra), output.format, path)
     except Cancelled as e:
         if not writer.frames:
             writer.abort()

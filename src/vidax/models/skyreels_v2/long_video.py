@@ -41,6 +41,12 @@ ON_CHUNK = CallOption(
 )
 
 
+#: The frames each chunk repeats where ``overlap_history`` is not given (video-to-video, and a
+#: command-line video longer than one chunk): SkyReels-V2's recommended 17 (or 37), in video
+#: frames as diffusers' keyword counts them (5 latent frames).
+DEFAULT_OVERLAP_HISTORY = 17
+
+
 @dataclasses.dataclass(frozen=True)
 class FinishedChunk:
     """One finished chunk of a long video, as ``on_chunk`` gets it.
@@ -135,6 +141,29 @@ class LongVideo:
 
     #: The frames ``on_chunk`` was given in the call running now (None: it streams nothing).
     _streamed: list | None = None
+    #: The call keyword a caller streams the finished chunks through (``vidax generate``'s mp4).
+    CHUNK_CALLBACK = ON_CHUNK.name
+
+    @classmethod
+    def chunked_length(cls, info, given: dict) -> tuple[dict, str | None]:
+        """``(given, what was set)``: the command line's call keywords with ``overlap_history``
+        :data:`DEFAULT_OVERLAP_HISTORY` where a video longer than one chunk does not give it (less
+        where ``base_num_frames`` is too small for it to leave a chunk a new latent frame; the
+        video-to-video pipeline has its own default), and the line that says so (None: nothing set)."""
+        if "overlap_history" in given or cls.task == "v2v":
+            return given, None
+        frames = given.get("num_frames", info.defaults.num_frames)
+        base = given.get("base_num_frames", 97)
+        t = info.vae_config.temporal_compression
+        # 17, or for a small --base-num-frames the most that leaves each chunk a new latent frame
+        overlap = min(DEFAULT_OVERLAP_HISTORY, ((base - 1) // t - 1) * t + 1)
+        if frames <= base or overlap < 1:
+            return given, None
+        said = (
+            f"a video of {frames} frames in chunks of at most {base} (--base-num-frames): each chunk repeats the "
+            f"last {overlap} frames of the one before (--overlap-history {overlap}; SkyReels-V2 recommends 17 or 37)"
+        )
+        return {**given, "overlap_history": overlap}, said
 
     def start_chunks(self, call, chunks: list) -> tuple[FinishedLatents, Callable | None]:
         """Before the first chunk: where its finished latents go, and the chunk streaming of

@@ -30,7 +30,7 @@ from vidax.errors import Arg, ConfigError, InputError
 from vidax.io.image import one_image, to_rgb_image, vae_image_preprocess, video_frames
 from vidax.models.skyreels_v2.config import read_skyreels_v2_checkpoint
 from vidax.models.skyreels_v2.forcing import chunk_plan, per_frame_step, timestep_matrix
-from vidax.models.skyreels_v2.long_video import ON_CHUNK, LongVideo
+from vidax.models.skyreels_v2.long_video import DEFAULT_OVERLAP_HISTORY, ON_CHUNK, LongVideo
 from vidax.models.wan.config import WanInfo
 from vidax.models.wan.pipeline import WanImageToVideoPipeline, WanPipeline
 from vidax.pipelines.base import cfg_pair
@@ -123,11 +123,6 @@ class _ChunkRun:
     prefix: int
     addnoise_condition: float
     fps_index: int
-
-
-#: ``overlap_history`` of video-to-video where not given: SkyReels-V2's recommended 17 frames (5
-#: latent frames; its other recommendation is 37).
-DEFAULT_OVERLAP_HISTORY = 17
 
 
 class SkyReelsV2DiffusionForcingPipeline(LongVideo, WanPipeline):
