@@ -107,7 +107,7 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
     writer = GrowingMp4(path, fps, overwrite=output.overwrite)
     spent, last = [0.0], []
 
-    def on_chunk(chunk) -> None:
+    def chunk_done(chunk) -> None:
         last[:] = [chunk]
         t0 = time.perf_counter()
         writer.append(chunk.frames[0])
@@ -120,7 +120,7 @@ def generate_streamed(run, pipe, call, output, path: str, stop) -> tuple:
             )
 
     try:
-        extra = {**call.extra, pipe.CHUNK_CALLBACK: on_chunk}
+        extra = {**call.extra, pipe.CHUNK_CALLBACK: chunk_done}
         out = run(pipe, dataclasses.replace(call, extra=extra), output.format, path)
     except Cancelled as e:
         if not writer.frames:
