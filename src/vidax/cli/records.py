@@ -313,6 +313,7 @@ def read_input_files(given: dict) -> tuple[dict, dict]:
     """``(given, raw)``: the call flags given (not None), the files they name read (an unreadable
     one fails before any loading); ``raw`` keeps the paths as typed."""
     from vidax.pipelines.options import IMAGE_FILE, VIDEO_FILE
+    from vidax.pipelines.options import read_input_file as read_file
 
     options = call_options()
     given = {k: v for k, v in given.items() if v is not None}
@@ -321,28 +322,3 @@ def read_input_files(given: dict) -> tuple[dict, dict]:
         {k: read_file(options[k].type, k, v) for k, v in given.items() if options[k].type in (IMAGE_FILE, VIDEO_FILE)}
     )
     return given, raw
-
-
-def read_file(kind: str, name: str, path: str):
-    """The value of a call keyword whose flag names a file: an image file as an RGB PIL image,
-    a video file as uint8 (F, H, W, 3) frames (decoded with PyAV).
-
-    Raises:
-        InputError: no such file, or not an image / a video with frames (naming the flag).
-    """
-    from vidax.errors import Arg, InputError
-    from vidax.io.image import load_image
-    from vidax.io.video import read_video
-    from vidax.pipelines.options import IMAGE_FILE
-
-    if kind == IMAGE_FILE:
-        return load_image(path, name)
-    if not os.path.isfile(path):
-        raise InputError(Arg(name, path), ": no such file")
-    try:
-        frames = read_video(path)
-    except Exception as e:  # PyAV's errors for files that are not videos
-        raise InputError(Arg(name, path), f" could not be read as a video ({type(e).__name__}: {e})") from None
-    if frames.shape[0] == 0:
-        raise InputError(Arg(name, path), " has no frames")
-    return frames

@@ -11,6 +11,7 @@ class's ``call_options``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -299,3 +300,26 @@ SHARED_OPTIONS: tuple[CallOption, ...] = (
     ),
     CallOption("cancel", OBJECT, "A threading.Event, or a callable returning True to stop."),
 )
+
+
+def read_input_file(kind: str, name: str, path: str):
+    """The value of a call keyword whose flag names a file: an image file as an RGB PIL image,
+    a video file as uint8 (F, H, W, 3) frames (decoded with PyAV).
+
+    Raises:
+        InputError: no such file, or not an image / a video with frames (naming the flag).
+    """
+    from vidax.io.image import load_image
+    from vidax.io.video import read_video
+
+    if kind == IMAGE_FILE:
+        return load_image(path, name)
+    if not os.path.isfile(path):
+        raise InputError(Arg(name, path), ": no such file")
+    try:
+        frames = read_video(path)
+    except Exception as e:  # PyAV's errors for files that are not videos
+        raise InputError(Arg(name, path), f" could not be read as a video ({type(e).__name__}: {e})") from None
+    if frames.shape[0] == 0:
+        raise InputError(Arg(name, path), " has no frames")
+    return frames

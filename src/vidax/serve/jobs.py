@@ -287,9 +287,9 @@ class JobRunner:
         Raises:
             RequestError: 400, a field the checks refuse (named as the request spells it).
         """
-        from vidax.cli.records import read_file
         from vidax.io.image import load_image
         from vidax.pipelines.options import VIDEO_FILE
+        from vidax.pipelines.options import read_input_file as read_file
 
         pipe = pending.pipe
         cls = type(pipe)
