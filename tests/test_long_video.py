@@ -7,7 +7,6 @@ The checkpoint and pipeline: ``skyreels_df`` / ``skyreels_df_pipe`` of tests/con
 from __future__ import annotations
 
 import gc
-import json
 import os
 
 import jax
@@ -159,6 +158,7 @@ def test_serve_events_carry_the_chunks(pipe, tmp_path):
     last one, chunk 4 of 4, before ``done``), and its record keeps the last chunk."""
     from starlette.testclient import TestClient
 
+    from tests.test_serve import read_events
     from vidax.serve.app import create_app
     from vidax.serve.jobs import JobRunner, JobStore
 
@@ -166,14 +166,7 @@ def test_serve_events_carry_the_chunks(pipe, tmp_path):
     fields = {k: v for k, v in CALL.items() if k != "progress"}
     with TestClient(create_app(runner), base_url="http://localhost") as client:
         job = client.post("/v1/videos", json={"prompt": "a cat", "num_frames": 21, **fields}).json()
-        events = []
-        with client.stream("GET", f"/v1/videos/{job['id']}/events") as r:
-            name = None
-            for line in r.iter_lines():
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: "):
-                    events.append((name, json.loads(line[6:])))
+        events = read_events(client, job["id"])
         record = client.get(f"/v1/videos/{job['id']}").json()
     assert events[-1][0] == "done", events
     chunks = [(d["chunk"], d["of"], d["frames"], d["num_frames"]) for n, d in events if n == "chunk"]

@@ -1032,6 +1032,19 @@ def test_api_key_is_required_on_every_request_but_the_page(toy_checkpoint, toy_r
     assert check_access("127.0.0.1", None, False) is None
 
 
+def read_events(client, job_id: str) -> list[tuple[str, dict]]:
+    """``(event name, data)`` of a job's ``/events`` stream, read to its end (a text/event-stream)."""
+    events, name = [], None
+    with client.stream("GET", f"/v1/videos/{job_id}/events") as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[6:])))
+    return events
+
+
 def _wait_in_process(runner, job_id, until=lambda job: job["status"] in FINAL):
     """The job once ``until(job)``, polled; fails saying so when :data:`TIMEOUT` passes or the
     worker has ended."""
@@ -1506,7 +1519,6 @@ def test_events_stream_progress_previews_and_the_end(tiny_pipe, preview_map, tmp
     unknown id. In-process, the worker started by the app's lifespan."""
     import base64
     import io
-    import json
 
     from PIL import Image
     from starlette.testclient import TestClient
@@ -1520,19 +1532,11 @@ def test_events_stream_progress_previews_and_the_end(tiny_pipe, preview_map, tmp
         job = client.post(
             "/v1/videos", json={"prompt": "a lighthouse", "seed": 4, **dict(SHAPE, num_inference_steps=4)}
         ).json()
-        events = []
         # A deadline: the stream ends with the job or with the runner, stopped after TIMEOUT.
         watchdog = threading.Timer(TIMEOUT, runner.stop, (0,))
         watchdog.start()
         try:
-            with client.stream("GET", f"/v1/videos/{job['id']}/events") as r:
-                assert r.headers["content-type"].startswith("text/event-stream")
-                name = None
-                for line in r.iter_lines():
-                    if line.startswith("event: "):
-                        name = line[7:]
-                    elif line.startswith("data: "):
-                        events.append((name, json.loads(line[6:])))
+            events = read_events(client, job["id"])
         finally:
             watchdog.cancel()
     names = [n for n, _ in events]

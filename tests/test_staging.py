@@ -162,7 +162,9 @@ def test_transformer_off_the_device_while_encoding_and_decoding(ckpt, frames):
     np.testing.assert_array_equal(out.frames, frames)
     assert during == [{"pinned_host"}] * 2 and on_device == [[], []]
     assert _kinds(pipe.transformer) == {"device"}
-    assert "transformer while the prompt is encoded and the VAE decodes" in pipe.staging.describe()
+    assert (
+        "transformer in pinned_host memory while the prompt is encoded and the VAE decodes" in pipe.staging.describe()
+    )
     np.testing.assert_array_equal(pipe(PROMPT, "", **SMALL).frames, frames)
 
 

@@ -256,9 +256,13 @@ class Staging:
         """One line: which components wait in host memory; ``layers``: a streamed text encoder's
         layer count by name, where known (a chunk asked beyond it is said as capped there)."""
         staged = [n for n, s in self.staged.items() if s]
-        staged += ["transformer while the prompt is encoded and the VAE decodes"] * self.free_transformer
+        moved = (
+            f"transformer in {self.kind} memory while the prompt is encoded and the VAE decodes"
+            if self.free_transformer
+            else ""
+        )
         if not staged:
-            return "staging: text encoder and VAE resident on the device"
+            return f"staging: {moved or 'text encoder and VAE resident on the device'}"
         counts = layers or {}
         streamed = "".join(
             f"; {n}'s layers streamed "
@@ -270,7 +274,8 @@ class Staging:
             + " while it encodes (not held between calls)"
             for n, c in self.streamed.items()
         )
-        return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}"
+        moved = f"; {moved}" if moved else ""
+        return f"staging: {', '.join(staged)} in {self.kind} memory, on the device only while used{streamed}{moved}"
 
 
 def plan_pipeline_staging(
