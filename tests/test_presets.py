@@ -67,7 +67,17 @@ def test_every_preset_has_a_family_doc_and_source():
     assert len(set(names)) == len(names)
     for p in presets.PRESETS:
         assert p.doc and "\n" not in p.doc and p.source, p
-        assert p.family in {"wan", "ltx2", "hunyuan_video15", "hunyuan_video", "cogvideox", "ltx", "cosmos", "cosmos3"}
+        assert p.family in {
+            "wan",
+            "ltx2",
+            "hunyuan_video15",
+            "hunyuan_video",
+            "cogvideox",
+            "ltx",
+            "cosmos",
+            "cosmos3",
+            "skyreels_v2",
+        }
 
 
 def test_explicit_keywords_win():
@@ -556,3 +566,75 @@ def test_cli_preset_step_cache_and_cache_flag_wins(monkeypatch, tmp_path):
     assert "cache=first_block:0.05" not in r.output and re.search(r"\n  step cache +first_block.*0\.1", r.output), (
         r.output
     )
+
+
+def test_skyreels_presets_are_their_sources_recipes():
+    # diffusers 0.42.1 SkyReelsV2DiffusionForcingPipeline's example (T2V): flow_shift 8.0, 30 steps,
+    # guidance 6.0, ar_step 5, causal_block_size 5, addnoise_condition 20.
+    assert by_name("skyreels_v2", "async").settings() == {
+        "num_inference_steps": 30,
+        "guidance_scale": 6.0,
+        "ar_step": 5,
+        "causal_block_size": 5,
+        "addnoise_condition": 20,
+        "flow_shift": 8.0,
+    }
+    # SkyReels-V2 README: --ar_step 0 --overlap_history 17, --addnoise_condition 20 for long videos,
+    # generate_video_df.py's defaults --inference_steps 30 --guidance_scale 6.0 --shift 8.0.
+    assert by_name("skyreels_v2", "long").settings() == {
+        "num_inference_steps": 30,
+        "guidance_scale": 6.0,
+        "ar_step": 0,
+        "overlap_history": 17,
+        "addnoise_condition": 20,
+        "flow_shift": 8.0,
+    }
+
+
+def test_a_preset_runs_only_on_the_pipelines_whose_keywords_it_sets():
+    """SkyReels-V2's diffusion-forcing presets: offered and taken on the DF pipelines they were
+    written for, refused on the family's others naming the preset, where it runs and what does."""
+    from vidax.models.skyreels_v2.pipeline import (
+        SkyReelsV2DiffusionForcingImageToVideoPipeline,
+        SkyReelsV2DiffusionForcingPipeline,
+        SkyReelsV2DiffusionForcingVideoToVideoPipeline,
+        SkyReelsV2Pipeline,
+    )
+
+    names = lambda cls: [p.name for p in presets.presets_of(cls)]  # noqa: E731
+    assert names(SkyReelsV2DiffusionForcingPipeline) == ["async", "long"]
+    assert names(SkyReelsV2DiffusionForcingVideoToVideoPipeline) == ["long"]
+    assert names(SkyReelsV2DiffusionForcingImageToVideoPipeline) == names(SkyReelsV2Pipeline) == []
+    assert presets.find_preset("LONG", SkyReelsV2DiffusionForcingVideoToVideoPipeline).name == "long"
+    with pytest.raises(
+        InputError,
+        match=r"^--preset 'async' runs on SkyReelsV2DiffusionForcingPipeline, not on "
+        r"SkyReelsV2DiffusionForcingVideoToVideoPipeline \(its keywords are theirs\); "
+        r"SkyReelsV2DiffusionForcingVideoToVideoPipeline's presets: long$",
+    ):
+        presets.find_preset("async", SkyReelsV2DiffusionForcingVideoToVideoPipeline, "--preset")
+    with pytest.raises(InputError, match=r"^preset='long' runs on .*; SkyReelsV2Pipeline's presets: none$"):
+        presets.find_preset("long", SkyReelsV2Pipeline)
+
+
+def test_skyreels_long_preset_runs_as_its_keywords_given_by_hand(skyreels_df_pipe):
+    """pipe(preset="long") on the tiny DF checkpoint (two windows; the test's overlap_history and
+    steps given, so they win): the same frames as the call with the preset's other keywords and its
+    flow shift set by hand, and the summary says what it set."""
+    import numpy as np
+
+    from tests.test_skyreels_v2_on_top import LONG
+    from vidax.schedulers import scheduler_from_config
+
+    pipe = skyreels_df_pipe
+    loaded = pipe.scheduler
+    out = pipe("a cat", preset="long", **LONG)
+    assert out.stats.preset == "preset long: ar_step=0, addnoise_condition=20, flow_shift=8"
+    assert pipe.scheduler is loaded
+    pipe.scheduler = scheduler_from_config({**pipe.checkpoint.config("scheduler"), "flow_shift": 8.0})
+    try:
+        want = pipe("a cat", **dict(LONG, ar_step=0, addnoise_condition=20)).frames
+    finally:
+        pipe.scheduler = loaded
+    np.testing.assert_array_equal(out.frames, want)
+    assert not np.array_equal(want, pipe("a cat", **LONG).frames)  # the preset's values change the video

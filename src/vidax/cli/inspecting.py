@@ -98,11 +98,11 @@ def _variant(ckpt: Checkpoint) -> list[str]:
 def _presets(plan) -> list[str]:
     """The presets of the checkpoint's family (``--preset`` / ``preset=``), one line each with the
     values it sets, and the one recognition picks from the checkpoint's configs (if any)."""
-    from vidax.pipelines.presets import describe, family_of, presets_for, recognise
+    from vidax.pipelines.presets import describe, presets_of, recognise
 
-    own = presets_for(family_of(plan.pipeline))
+    own = presets_of(plan.pipeline)
     if not own:
-        return ["  presets: none for this family (no source gives a recipe)"]
+        return [f"  presets: none for {plan.pipeline.__name__} (no source gives a recipe)"]
     found = recognise(plan)
     picked = f"{found[0].name} ({found[1]})" if found else "none (nothing in the configs names a recipe)"
     return [

@@ -17,7 +17,8 @@ Only recipes with a source are here. Where a source gives no number for a settin
 leaves it to the checkpoint and its doc says so. ``quality`` (the model card's / README's
 recommended steps, guidance, shift) and ``fast`` (a documented speed recipe) exist where a source
 gives the numbers: ``quality`` for HunyuanVideo and CogVideoX, ``fast`` (First-Block Cache) for
-HunyuanVideo. None are defined for Wan (its cards' recommended shift and guidance differ per
+HunyuanVideo; SkyReels-V2's diffusion forcing has ``async`` (diffusers' example) and ``long`` (its
+README's long-video recipe), on the pipelines whose keywords they set (:attr:`Preset.pipelines`). None are defined for Wan (its cards' recommended shift and guidance differ per
 checkpoint and resolution, not per family; its few-step recipes are ``lightx2v`` / ``causvid``),
 LTX-Video, LTX-2, HunyuanVideo 1.5, Cosmos-Predict2.5 and Cosmos 3: the sources found give no
 family-wide quality settings or step-cache threshold for them.
@@ -54,6 +55,9 @@ class Preset:
         lora_weight: the weight its source merges the recipe's LoRA at (CausVid: 0.3; None: the
             source gives none); a recognised LoRA given at another weight is said in the
             recognition line (:func:`recognise`).
+        pipelines: the pipeline classes of the family it applies to, by name (empty: all); a
+            recipe of keywords only some of the family's pipelines take (SkyReels-V2's
+            diffusion-forcing ``ar_step``) is refused on the others by :func:`find_preset`.
     """
 
     name: str
@@ -64,6 +68,7 @@ class Preset:
     scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cache: str | None = None
     lora_weight: float | None = None
+    pipelines: tuple[str, ...] = ()
 
     def settings(self) -> dict[str, Any]:
         """Every value it sets: the call keywords, the step cache, then the scheduler's
@@ -168,6 +173,43 @@ PRESETS: tuple[Preset, ...] = (
         cache="first_block:0.035",
     ),
     Preset(
+        "async",
+        "skyreels_v2",
+        "SkyReels-V2 diffusion forcing, asynchronous, as diffusers' example runs it: 30 UniPC steps, guidance 6, "
+        "flow shift 8, ar_step 5 in causal blocks of 5 latent frames, addnoise_condition 20 (text-to-video: "
+        "the example's image-to-video takes shift 5 and guidance 5, so it is not offered there)",
+        "diffusers 0.42.1 SkyReelsV2DiffusionForcingPipeline EXAMPLE_DOC_STRING (flow_shift 8.0 'for T2V', "
+        "num_inference_steps=30, guidance_scale=6.0, ar_step=5, causal_block_size=5, addnoise_condition=20)",
+        call={
+            "num_inference_steps": 30,
+            "guidance_scale": 6.0,
+            "ar_step": 5,
+            "causal_block_size": 5,
+            "addnoise_condition": 20,
+        },
+        scheduler={"flow_shift": 8.0},
+        pipelines=("SkyReelsV2DiffusionForcingPipeline",),
+    ),
+    Preset(
+        "long",
+        "skyreels_v2",
+        "SkyReels-V2 long video as its README runs it: synchronous diffusion forcing (ar_step 0), 17 frames of "
+        "overlap between windows, addnoise_condition 20, 30 UniPC steps, guidance 6, flow shift 8 (text-to-video "
+        "and extending a clip); the window (base_num_frames) stays the pipeline's 97: give 121 at 720P",
+        "https://github.com/SkyworkAI/SkyReels-V2 README (generate_video_df.py --ar_step 0 --base_num_frames 97 "
+        "--num_frames 257 --overlap_history 17; '--addnoise_condition 20 is recommanded ... for better long "
+        "video consistency'; the script's defaults --inference_steps 30 --guidance_scale 6.0 --shift 8.0)",
+        call={
+            "num_inference_steps": 30,
+            "guidance_scale": 6.0,
+            "ar_step": 0,
+            "overlap_history": 17,
+            "addnoise_condition": 20,
+        },
+        scheduler={"flow_shift": 8.0},
+        pipelines=("SkyReelsV2DiffusionForcingPipeline", "SkyReelsV2DiffusionForcingVideoToVideoPipeline"),
+    ),
+    Preset(
         "quality",
         "cogvideox",
         "CogVideoX as its model card runs it: 50 steps, guidance 6",
@@ -187,6 +229,11 @@ def presets_for(family: str) -> tuple[Preset, ...]:
     return tuple(p for p in PRESETS if p.family == family)
 
 
+def presets_of(pipeline: type) -> tuple[Preset, ...]:
+    """The presets ``pipeline`` runs: its family's, less those made for its other pipelines."""
+    return tuple(p for p in presets_for(family_of(pipeline)) if _runs_on(p, pipeline))
+
+
 def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
     """The preset ``name`` of ``pipeline``'s family, matched case-insensitively (``"LightX2V"``
     is ``lightx2v``; preset names are lower case).
@@ -198,18 +245,28 @@ def find_preset(name: Any, pipeline: type, spelling: str = "preset=") -> Preset:
     """
     family = family_of(pipeline)
     key = name.lower() if isinstance(name, str) else name
+    given = f"{spelling}{name!r}" if spelling.endswith("=") else f"{spelling} {name!r}"
     for p in presets_for(family):
         if p.name == key:
+            if p.pipelines and pipeline.__name__ not in p.pipelines:
+                raise InputError(
+                    f"{given} runs on {' and '.join(p.pipelines)}, not on {pipeline.__name__} "
+                    f"(its keywords are theirs); {pipeline.__name__}'s presets: "
+                    f"{', '.join(q.name for q in presets_of(pipeline)) or 'none'}"
+                )
             return p
     others = [p for p in PRESETS if p.name == key]
     names = [p.name for p in presets_for(family)]
     where = f" (it is {', '.join(p.family for p in others)}'s)" if others else ""
     close = difflib.get_close_matches(key, names, n=1) if isinstance(key, str) and not others else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    given = f"{spelling}{name!r}" if spelling.endswith("=") else f"{spelling} {name!r}"
     raise InputError(
         f"{given} is not a preset of {pipeline.__name__}{where}; its presets: {', '.join(names) or 'none'}{hint}"
     )
+
+
+def _runs_on(preset: Preset, pipeline: type) -> bool:
+    return not preset.pipelines or pipeline.__name__ in preset.pipelines
 
 
 def preset_call(

@@ -130,7 +130,7 @@ class FamilySpec:
         Raises:
             ConfigError: a transformer class the registry does not hold.
         """
-        from vidax.pipelines.presets import family_of, presets_for
+        from vidax.pipelines.presets import family_of, presets_of
 
         target = f"{pipeline.__module__}:{pipeline.__qualname__}"
         registered = (p.family for p in registry().pipelines(generating_only=False) if p.target == target)
@@ -151,7 +151,7 @@ class FamilySpec:
             scheduler_classes=pipeline.scheduler_classes,
             prompt_embeds_args=tuple(pipeline.prompt_embeds_args),
             attention_heads=tuple(attention_heads(info)),
-            presets=tuple(p.name for p in presets_for(family)),
+            presets=tuple(p.name for p in presets_of(pipeline)),
             load_options=load_options(pipeline),
         )
 

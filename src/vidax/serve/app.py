@@ -62,7 +62,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from vidax.pipelines.presets import family_of, presets_for
+from vidax.pipelines.presets import presets_of
 from vidax.serve.fields import RequestError, Upload, number_texts
 from vidax.serve.jobs import JobRunner
 from vidax.serve.store import COMPLETED, FAILED
@@ -410,7 +410,7 @@ class _Endpoints:
 
     async def models(self, request: Request) -> Response:
         info = self.runner.info
-        presets = presets_for(family_of(self.runner.cls))
+        presets = presets_of(self.runner.cls)
         return JSONResponse(
             {
                 "object": "list",

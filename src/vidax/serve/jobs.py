@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from vidax.errors import Cancelled, InputError, OutOfMemoryError, VidaxError
-from vidax.pipelines.presets import distilled_warning, family_of, presets_for
+from vidax.pipelines.presets import distilled_warning, presets_of
 from vidax.serve.fields import Fields, RequestError, Upload
 from vidax.serve.pending import CheckWarnings, Pending
 from vidax.serve.records import (
@@ -265,7 +265,7 @@ class JobRunner:
             image_name if image_path else None,
             cache=cls.cache_reference,
             texts=texts,
-            presets=bool(presets_for(family_of(cls))),
+            presets=bool(presets_of(cls)),
         )
         call, preset_cache = self._checked_call(pending, request, image_path)
         pending.cache = self._cache(pending.pipe, request.given.get("cache"), call.num_inference_steps) or preset_cache

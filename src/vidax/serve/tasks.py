@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from vidax.checkpoint import TASK_NAMES
-from vidax.pipelines.presets import family_of, presets_for
+from vidax.pipelines.presets import presets_of
 from vidax.serve.fields import Fields, RequestError
 
 #: The request fields that ask for a task, with the task and the call keyword each gives.
@@ -74,7 +74,7 @@ class TaskPipes:
     def accepted(self) -> list[str]:
         """The request fields of every task the checkpoint does (``GET /v1/models``)."""
         names: list[str] = []
-        presets = bool(presets_for(family_of(self.cls)))
+        presets = bool(presets_of(self.cls))
         for task in self.info.tasks:
             cls = self.class_for(task)
             fields = Fields({}, cls.options(), self.info.defaults.fps, cache=cls.cache_reference, presets=presets)
