@@ -412,6 +412,10 @@ def test_page_in_headless_chromium(server, tmp_path):
             ("a very long prompt " * 50)[:199] + "…",
         ], row
         browser.wait_for("return document.getElementById('num_frames').placeholder", 60, "the model's defaults")
+        # Wan2.1 text-to-video takes neither a first frame nor a clip: the page offers neither.
+        assert browser.script(
+            "return ['input_reference', 'input_video'].map(i => document.getElementById(i).offsetParent)"
+        ) == [None, None]
         browser.type("#prompt", "a lighthouse in a storm")
         for name, value in (
             ("width", "64"),
@@ -1303,6 +1307,42 @@ def test_image_and_video_to_video_on_a_diffusion_forcing_checkpoint(
     want = vidax.load_pipeline(skyreels_df, task="v2v", progress=False)(clip, "a cat", **call).frames[0]
     assert want.shape == (5 + 5, 32, 48, 3)
     np.testing.assert_array_equal(written[f"{v2v['id']}.mp4"], want)
+
+
+def test_page_extends_a_clip_on_a_diffusion_forcing_checkpoint(skyreels_df, tmp_path, compile_cache):
+    """The page of a server on a diffusion-forcing checkpoint offers a first frame and a clip to
+    extend; a clip chosen there goes up as input_video and the job runs the video-to-video
+    pipeline (the job record says so; the job is cancelled: its run is the test above's)."""
+    from tests.webdriver import Chromium
+    from vidax.io.video import write_video
+
+    clip = tmp_path / "clip.mp4"
+    # 21 frames: more than the 17 of overlap the extension takes by default
+    write_video(np.random.default_rng(0).integers(0, 256, (21, 32, 48, 3), dtype=np.uint8), clip, fps=16)
+    server = Server(skyreels_df, tmp_path / "jobs", compile_cache)
+    browser = Chromium()
+    try:
+        browser.get(server.url + "/")
+        browser.wait_for("return document.getElementById('num_frames').placeholder", 60, "the model's defaults")
+        shown = "return ['input_reference', 'input_video'].map(i => document.getElementById(i).offsetParent !== null)"
+        assert browser.script(shown) == [True, True]
+        browser.type("#prompt", "a cat")
+        for name, value in (("width", "48"), ("height", "32"), ("num_frames", "25"), ("num_inference_steps", "1")):
+            browser.type(f"#{name}", value)
+        browser.choose_file("#input_video", str(clip))
+        browser.click("#submit")
+        job_id = browser.wait_for("return document.getElementById('status').dataset.id", 60, "the job's id")
+        job = server.http.get(f"/v1/videos/{job_id}").json()
+        assert (job["task"], job["pipeline"], job["input_video"]) == (
+            "v2v",
+            "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
+            "clip.mp4",
+        ), job
+        assert server.http.delete(f"/v1/videos/{job_id}").status_code == 200
+    finally:
+        browser.quit()
+        code = server.stop()
+    assert code == 0 and "Traceback" not in server.output(), server.output()
 
 
 def test_a_video_on_a_checkpoint_without_video_to_video_is_400(tiny_pipe, tmp_path):

@@ -104,6 +104,10 @@ class Chromium:
         self._session("POST", f"/element/{element}/clear", {})
         self._session("POST", f"/element/{element}/value", {"text": text})
 
+    def choose_file(self, css: str, path: str) -> None:
+        """Chooses the file ``path`` in the file input ``css`` (as a user picking it)."""
+        self._session("POST", f"/element/{self.find(css)}/value", {"text": path})
+
     def click(self, css: str) -> None:
         self._session("POST", f"/element/{self.find(css)}/click", {})
 
